@@ -1,0 +1,97 @@
+/*
+ * conf.h - the INI configuration file: parsing into plain structs, checking,
+ * and (later) writing back. Errors name file:line and what is wrong; unknown
+ * sections and keys are errors.
+ *
+ *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads
+ *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...
+ *   [cache NAME]    device, size, block_size, admission, write_policy
+ *   [target IQN]    lun.N, allow, alias, chap_user, chap_secret, mutual_user, mutual_secret
+ */
+#ifndef HOTLUN_CONF_H
+#define HOTLUN_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct hl_conf_disk {
+	char *name;
+	char *origin;          /* URI: file:/path, iscsi://..., or a bare path */
+	uint32_t block_size;   /* 512 (default) or 4096 */
+	bool read_only;
+	char *cache;           /* name of a [cache] section, or NULL */
+	uint64_t cache_quota;  /* bytes, 0 = shared pool */
+	uint32_t origin_iops;  /* throttle, 0 = none */
+	uint32_t origin_mbps;
+	uint32_t origin_latency_ms;
+	int line;              /* line of the section header, for errors */
+};
+
+struct hl_conf_cache {
+	char *name;
+	char *device;
+	uint64_t size;
+	uint32_t block_size;
+	char *admission;       /* "frequency" (default), "always", "nhit:N" */
+	char *write_policy;    /* "update" (default) or "invalidate" */
+	int line;
+};
+
+struct hl_conf_lun {
+	uint32_t lun;
+	char *disk;
+	int line;
+};
+
+struct hl_conf_target {
+	char *name;
+	char *alias;
+	struct hl_conf_lun *luns;
+	size_t n_luns;
+	bool allow_all;
+	char **allow;
+	size_t n_allow;
+	char *chap_user, *chap_secret;
+	char *mutual_user, *mutual_secret;
+	int line;
+};
+
+struct hl_conf {
+	char *path;            /* file it came from, or "<builtin>" */
+	char **portals;
+	size_t n_portals;
+	char *state_dir;
+	char *control_socket;
+	int log_level;         /* HL_LOG_* */
+	unsigned threads;      /* reactor threads, 0 = one per core */
+	char *discovery_chap_user, *discovery_chap_secret;
+	struct hl_conf_disk *disks;
+	size_t n_disks;
+	struct hl_conf_cache *caches;
+	size_t n_caches;
+	struct hl_conf_target *targets;
+	size_t n_targets;
+};
+
+/**
+ * Parse and check a file. On error returns -errno (-EINVAL for content) and
+ * writes "FILE:LINE: message" into err. *out is owned by the caller.
+ */
+int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen);
+
+/** Same, from memory; `name` is used in error messages. */
+int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf **out, char *err,
+		  size_t errlen);
+
+void hl_conf_free(struct hl_conf *conf);
+
+/** Look up by name; NULL when absent. */
+const struct hl_conf_disk *hl_conf_find_disk(const struct hl_conf *conf, const char *name);
+const struct hl_conf_cache *hl_conf_find_cache(const struct hl_conf *conf, const char *name);
+
+/** Write conf back as INI text that hl_conf_parse reads to the same structs. @return 0 or -errno. */
+int hl_conf_write(const struct hl_conf *conf, FILE *f);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * event.h - the reactor: epoll file events, a timer heap and cross-thread
+ * calls. One reactor per thread; everything registered on a reactor is
+ * touched only by that reactor's thread, except hl_reactor_call() and
+ * hl_reactor_stop(), which any thread may use.
+ *
+ * Hazard handled here, not by callers: an event deleted (and possibly freed)
+ * by a callback earlier in the same epoll batch is never delivered again
+ * (the remaining batch entries that point at it are cleared).
+ */
+#ifndef HOTLUN_EVENT_H
+#define HOTLUN_EVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+struct hl_reactor;
+struct hl_event;
+struct hl_timer;
+
+/** Called on the reactor thread with the epoll revents (EPOLLIN, EPOLLOUT, EPOLLERR...). */
+typedef void (*hl_event_fn)(struct hl_event *ev, uint32_t revents);
+typedef void (*hl_timer_fn)(struct hl_timer *t);
+typedef void (*hl_call_fn)(void *arg);
+
+/** A file descriptor watched by a reactor. Embedded in its owner; caller keeps. */
+struct hl_event {
+	int fd;
+	uint32_t events;            /* currently requested EPOLL* mask */
+	hl_event_fn fn;
+	void *arg;
+	struct hl_reactor *reactor; /* NULL while not added */
+};
+
+/** A one-shot timer. Embedded in its owner; caller keeps. */
+struct hl_timer {
+	uint64_t deadline_ns;
+	hl_timer_fn fn;
+	void *arg;
+	size_t heap_idx;            /* SIZE_MAX while not pending */
+	struct hl_reactor *reactor;
+};
+
+/** Monotonic clock in nanoseconds. */
+uint64_t hl_now_ns(void);
+
+/**
+ * Create a reactor. Not yet running: call hl_reactor_run() on the thread
+ * that will own it (or hl_reactor_start() to give it a thread of its own).
+ * @return 0 or -errno.
+ */
+int hl_reactor_create(struct hl_reactor **out, const char *name);
+
+/** Destroy a stopped reactor. Registered events and timers must be gone. */
+void hl_reactor_destroy(struct hl_reactor *r);
+
+/** Run the loop on the calling thread until hl_reactor_stop(). @return 0 or -errno. */
+int hl_reactor_run(struct hl_reactor *r);
+
+/** Start a new thread that runs the reactor. @return 0 or -errno. */
+int hl_reactor_start(struct hl_reactor *r);
+
+/** Ask the loop to return (any thread); joins its thread if hl_reactor_start() made one. */
+void hl_reactor_stop(struct hl_reactor *r);
+void hl_reactor_join(struct hl_reactor *r);
+
+/** The reactor running on this thread, or NULL. */
+struct hl_reactor *hl_reactor_current(void);
+
+const char *hl_reactor_name(const struct hl_reactor *r);
+
+/**
+ * Run fn(arg) on r's thread, soon (any thread may call; FIFO per caller).
+ * @return 0, or -ENOMEM (nothing queued: the caller retries or fails).
+ */
+int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg);
+
+/** Fill an event before adding it. */
+void hl_event_init(struct hl_event *ev, int fd, hl_event_fn fn, void *arg);
+
+/** Watch ev->fd for `events` (EPOLLIN|EPOLLOUT, level-triggered). @return 0 or -errno. */
+int hl_event_add(struct hl_reactor *r, struct hl_event *ev, uint32_t events);
+
+/** Change the watched mask. @return 0 or -errno. */
+int hl_event_mod(struct hl_event *ev, uint32_t events);
+
+/** Stop watching; safe inside any callback, including ev's own. Does not close fd. */
+void hl_event_del(struct hl_event *ev);
+
+void hl_timer_init(struct hl_timer *t, hl_timer_fn fn, void *arg);
+
+/** (Re)arm t to fire once after delay_ms on r. */
+void hl_timer_start(struct hl_reactor *r, struct hl_timer *t, uint64_t delay_ms);
+
+/** Disarm; harmless when not pending. */
+void hl_timer_stop(struct hl_timer *t);
+
+static inline bool hl_timer_pending(const struct hl_timer *t)
+{
+	return t->heap_idx != (size_t)-1;
+}
+
+/*
+ * Blocking work off the reactor: run work(arg) on a shared worker thread,
+ * then done(arg) back on the reactor that submitted it. Used by backends
+ * whose syscalls block (file origin fallback, fsync, fallocate).
+ */
+typedef void (*hl_work_fn)(void *arg);
+
+/** Start the shared worker pool (idempotent). @return 0 or -errno. */
+int hl_workers_start(unsigned nthreads);
+void hl_workers_stop(void);
+
+/**
+ * Must be called on a reactor thread. @return 0 (done runs exactly once) or
+ * -errno (neither runs).
+ */
+int hl_work_submit(hl_work_fn work, hl_call_fn done, void *arg);
+
+#endif

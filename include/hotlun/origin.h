@@ -1,0 +1,109 @@
+/*
+ * origin.h - the backing store behind a disk: one ops table per backend and
+ * an explicit list of backends (src/origin/origin.c), no constructor magic.
+ *
+ * Threading: hl_origin_submit() is called on a reactor thread and the
+ * completion runs later on that same reactor thread, never inside submit.
+ * Several I/Os may be in flight on one origin from several reactors.
+ */
+#ifndef HOTLUN_ORIGIN_H
+#define HOTLUN_ORIGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct hl_origin;
+struct hl_origin_io;
+
+enum hl_io_op {
+	HL_IO_READ = 0,
+	HL_IO_WRITE,
+	HL_IO_FLUSH,        /* make every completed write durable */
+	HL_IO_DISCARD,      /* deallocate; reads return zeroes afterwards when zeroes_after_discard */
+	HL_IO_WRITE_ZEROES, /* range reads back as zeroes */
+};
+
+/* hl_origin_io.flags */
+#define HL_IO_FUA 0x1u /* write durable before completion */
+
+/**
+ * One request. Caller-owned and caller-kept: the memory (and iov) must stay
+ * valid until cb runs. Offsets and lengths are in bytes and multiples of the
+ * disk's logical block size.
+ */
+struct hl_origin_io {
+	enum hl_io_op op;
+	unsigned flags;
+	uint64_t offset;
+	uint64_t length;
+	struct iovec *iov; /* READ / WRITE only; total length == length */
+	int iovcnt;
+	/** Completion: result 0 or -errno (-EIO, -ENOSPC, ...). Runs on the submitting reactor. */
+	void (*cb)(struct hl_origin_io *io, int result);
+	void *arg;         /* for the caller */
+	/* Backend-private scratch, so backends need no allocation per I/O. */
+	uint64_t priv[8];
+};
+
+/** Options from the [disk] section that backends may use. */
+struct hl_origin_opts {
+	bool read_only;
+	bool direct;       /* file: O_DIRECT (default off: the page cache is the origin's cache) */
+};
+
+/** A backend. Members are mandatory unless marked optional. */
+struct hl_origin_ops {
+	const char *name;   /* "file" */
+	const char *scheme; /* URI prefix it claims, e.g. "file:" */
+	size_t priv_size;   /* bytes of private state allocated behind struct hl_origin */
+	/**
+	 * Open `target` (the URI with the scheme removed). Sets o->size and,
+	 * when known, o->phys_block_size, o->can_discard, o->zeroes_after_discard.
+	 * Runs on the main thread before reactors start. @return 0 or -errno.
+	 */
+	int (*open)(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts);
+	/** Release everything; no I/O is in flight. */
+	void (*close)(struct hl_origin *o);
+	/** Asynchronous submit; see struct hl_origin_io. @return 0 (cb runs once) or -errno (cb never runs). */
+	int (*submit)(struct hl_origin *o, struct hl_origin_io *io);
+};
+
+struct hl_origin {
+	const struct hl_origin_ops *ops;
+	char *uri;                  /* as configured; owned */
+	uint64_t size;              /* bytes */
+	uint32_t phys_block_size;   /* hint, 0 when unknown */
+	bool read_only;
+	bool can_discard;
+	bool zeroes_after_discard;
+	/* backend private state follows (ops->priv_size bytes) */
+	_Alignas(16) unsigned char priv[];
+};
+
+/** Backend private state, typed by the backend's own accessor. */
+static inline void *hl_origin_priv(struct hl_origin *o)
+{
+	return o->priv;
+}
+
+/**
+ * Find the backend for `uri` by scheme and open it. A bare path (no scheme)
+ * is taken as "file:". @return 0 or -errno (-ENOENT, -EPROTONOSUPPORT for an
+ * unknown scheme, ...). *out is owned by the caller; free with hl_origin_close().
+ */
+int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl_origin **out);
+
+void hl_origin_close(struct hl_origin *o);
+
+/** See hl_origin_ops.submit. */
+static inline int hl_origin_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	return o->ops->submit(o, io);
+}
+
+/** The explicit list of compiled-in backends, NULL-terminated (for --version and errors). */
+extern const struct hl_origin_ops *const hl_origin_backends[];
+
+#endif

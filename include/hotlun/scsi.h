@@ -1,0 +1,167 @@
+/*
+ * scsi.h - SCSI logical units (SPC-4 / SBC-3 disk emulation) and the command
+ * interface a transport (src/iscsi) uses. Nothing here knows about iSCSI.
+ *
+ * A transport fills a struct hl_scsi_cmd, calls hl_scsi_cmd_exec() on a
+ * reactor thread, and gets cmd->done() exactly once on that same thread
+ * (possibly before hl_scsi_cmd_exec returns, for commands that need no I/O).
+ * SCSI failures travel as status + sense data, never as C errors.
+ *
+ * An LU may be used by sessions on several reactors at once: its shared
+ * state (unit attentions, reservations, range locks) is guarded by lu->lock.
+ */
+#ifndef HOTLUN_SCSI_H
+#define HOTLUN_SCSI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hotlun/origin.h"
+#include "hotlun/util.h"
+
+struct hl_lu;
+
+/* SAM status codes */
+enum {
+	HL_SAM_GOOD = 0x00,
+	HL_SAM_CHECK_CONDITION = 0x02,
+	HL_SAM_CONDITION_MET = 0x04,
+	HL_SAM_BUSY = 0x08,
+	HL_SAM_RESERVATION_CONFLICT = 0x18,
+	HL_SAM_TASK_SET_FULL = 0x28,
+	HL_SAM_TASK_ABORTED = 0x40,
+};
+
+/* Sense keys */
+enum {
+	HL_SK_NO_SENSE = 0x0,
+	HL_SK_RECOVERED_ERROR = 0x1,
+	HL_SK_NOT_READY = 0x2,
+	HL_SK_MEDIUM_ERROR = 0x3,
+	HL_SK_HARDWARE_ERROR = 0x4,
+	HL_SK_ILLEGAL_REQUEST = 0x5,
+	HL_SK_UNIT_ATTENTION = 0x6,
+	HL_SK_DATA_PROTECT = 0x7,
+	HL_SK_ABORTED_COMMAND = 0xb,
+	HL_SK_MISCOMPARE = 0xe,
+};
+
+/* Task attributes (SAM), as carried by the transport */
+enum {
+	HL_TASK_UNTAGGED = 0,
+	HL_TASK_SIMPLE = 1,
+	HL_TASK_ORDERED = 2,
+	HL_TASK_HEAD_OF_QUEUE = 3,
+	HL_TASK_ACA = 4,
+};
+
+#define HL_CDB_MAX        32
+#define HL_SENSE_MAX      96
+#define HL_SCSI_MAX_LUNS  256            /* LUN numbers 0..255 (peripheral addressing) */
+#define HL_SCSI_MAX_XFER  (16u << 20)    /* largest data buffer a command may use */
+
+/** Identity and options of one logical unit (one exported disk). Copied by hl_lu_create. */
+struct hl_lu_config {
+	const char *name;      /* disk name from the config, for logs */
+	uint32_t block_size;   /* logical block size: 512 or 4096 */
+	uint8_t naa[16];       /* NAA-6 registered extended designator (VPD 83), stable across restarts */
+	char serial[33];       /* unit serial number (VPD 80), printable ASCII */
+	bool read_only;        /* write protect: writes get DATA PROTECT */
+	bool write_cache;      /* WCE reported in the caching mode page (true for buffered file origins) */
+};
+
+/** A SCSI target port, for VPD 83 target port / relative port / TPG designators. */
+struct hl_scsi_port {
+	const char *name;      /* e.g. "iqn.2026-11.io.hotlun:demo,t,0x0001"; caller keeps */
+	uint16_t rel_port_id;  /* relative target port identifier, >= 1 */
+	uint16_t tpg_id;       /* target port group, >= 1 */
+};
+
+/**
+ * An I_T nexus (for iSCSI: one session). Owned by the transport; valid
+ * until hl_scsi_nexus_gone() returns.
+ */
+struct hl_scsi_nexus {
+	uint64_t id;                  /* unique for the daemon's lifetime, never 0 */
+	char initiator_port[272];     /* "<initiator name>,i,0x<isid>" */
+	const char *initiator_name;   /* points into the transport's session */
+	const struct hl_scsi_port *port;
+};
+
+/** The LUNs one target exposes; index = LUN number; NULL = no LU there. Transport owns. */
+struct hl_scsi_lun_map {
+	struct hl_lu *lu[HL_SCSI_MAX_LUNS];
+};
+
+/** One SCSI command. The transport owns it; the scsi layer uses the private part. */
+struct hl_scsi_cmd {
+	/* ---- in: filled by the transport ---- */
+	const struct hl_scsi_lun_map *map; /* for REPORT LUNS and LU lookup */
+	uint64_t lun;                      /* decoded LUN number */
+	struct hl_lu *lu;                  /* map->lu[lun] or NULL; the transport resolves it */
+	const struct hl_scsi_nexus *nexus;
+	uint8_t cdb[HL_CDB_MAX];
+	uint8_t cdb_len;
+	uint8_t task_attr;
+	uint64_t tag;
+	/**
+	 * Data buffer, owned by the transport, valid until done():
+	 * data_out: the bytes received from the initiator (data_len of them);
+	 * data_in: room for data_len bytes (the initiator's expected length).
+	 */
+	uint8_t *data;
+	uint32_t data_len;
+	bool data_out;
+	bool data_in;
+
+	/* ---- out: set by the scsi layer before done() ---- */
+	uint32_t data_in_len;  /* bytes of data-in placed in data (<= data_len) */
+	uint32_t xfer_len;     /* bytes the CDB itself transfers (for residuals); 0 if none */
+	uint8_t status;        /* HL_SAM_* */
+	uint8_t sense_len;
+	uint8_t sense[HL_SENSE_MAX];
+
+	void (*done)(struct hl_scsi_cmd *cmd);
+	void *arg;             /* for the transport */
+
+	/* ---- private to the scsi layer ---- */
+	struct hl_origin_io io;
+	struct iovec iov[2];
+	struct hl_list link;
+	uint32_t state;
+	uint64_t priv[4];
+};
+
+/**
+ * Create an LU over `origin` (the LU takes ownership of origin and closes it
+ * in hl_lu_destroy). @return 0 or -errno (-EINVAL for a bad block size or an
+ * origin whose size is not a multiple of it).
+ */
+int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struct hl_lu **out);
+
+/** Destroy an LU with no command in flight. */
+void hl_lu_destroy(struct hl_lu *lu);
+
+const char *hl_lu_name(const struct hl_lu *lu);
+uint64_t hl_lu_num_blocks(const struct hl_lu *lu);
+uint32_t hl_lu_block_size(const struct hl_lu *lu);
+
+/** Execute cmd; see the file comment. Reactor thread only. */
+void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd);
+
+/**
+ * Task management that the SCSI layer must see (the transport itself
+ * handles aborting tasks it owns and waits for in-flight ones).
+ * LUN RESET / TARGET RESET: establishes the reset unit attention for every
+ * other nexus and releases RESERVE(6/10) reservations.
+ */
+void hl_lu_reset(struct hl_lu *lu, const struct hl_scsi_nexus *by);
+
+/** The nexus ended (session closed): drop its per-LU state in every LU of map. */
+void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_nexus *nexus);
+
+/** Fill fixed-format sense (18 bytes) into cmd and set CHECK CONDITION. */
+void hl_scsi_set_sense(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_t ascq);
+
+#endif

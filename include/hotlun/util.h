@@ -1,0 +1,174 @@
+/*
+ * util.h - small helpers every module may use: an intrusive list, big-endian
+ * field accessors for wire formats, size and number parsing, array length.
+ */
+#ifndef HOTLUN_UTIL_H
+#define HOTLUN_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define HL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define HL_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define HL_MAX(a, b)     ((a) > (b) ? (a) : (b))
+#define HL_DIV_ROUND_UP(n, d) (((n) + (d)-1) / (d))
+#define HL_ALIGN_UP(n, a)     (HL_DIV_ROUND_UP(n, a) * (a))
+#define hl_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define HL_UNUSED __attribute__((unused))
+#define hl_likely(x)   __builtin_expect(!!(x), 1)
+#define hl_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ---- intrusive doubly linked list (circular, with a head node) ---- */
+
+struct hl_list {
+	struct hl_list *next, *prev;
+};
+
+#define HL_LIST_INIT(name) { &(name), &(name) }
+
+static inline void hl_list_init(struct hl_list *h)
+{
+	h->next = h->prev = h;
+}
+
+static inline bool hl_list_empty(const struct hl_list *h)
+{
+	return h->next == h;
+}
+
+static inline void hl_list_insert_(struct hl_list *n, struct hl_list *prev, struct hl_list *next)
+{
+	next->prev = n;
+	n->next = next;
+	n->prev = prev;
+	prev->next = n;
+}
+
+/** Append n at the tail of h. */
+static inline void hl_list_add_tail(struct hl_list *h, struct hl_list *n)
+{
+	hl_list_insert_(n, h->prev, h);
+}
+
+/** Insert n at the head of h. */
+static inline void hl_list_add(struct hl_list *h, struct hl_list *n)
+{
+	hl_list_insert_(n, h, h->next);
+}
+
+/** Unlink n and make it an empty list (so a second del is harmless). */
+static inline void hl_list_del(struct hl_list *n)
+{
+	n->next->prev = n->prev;
+	n->prev->next = n->next;
+	n->next = n->prev = n;
+}
+
+#define hl_list_entry(ptr, type, member) hl_container_of(ptr, type, member)
+#define hl_list_first(h, type, member)   hl_list_entry((h)->next, type, member)
+
+#define hl_list_for_each_entry(pos, head, member)                                                  \
+	for (pos = hl_list_entry((head)->next, __typeof__(*pos), member); &pos->member != (head);   \
+	     pos = hl_list_entry(pos->member.next, __typeof__(*pos), member))
+
+#define hl_list_for_each_entry_safe(pos, tmp, head, member)                                        \
+	for (pos = hl_list_entry((head)->next, __typeof__(*pos), member),                           \
+	    tmp = hl_list_entry(pos->member.next, __typeof__(*pos), member);                        \
+	     &pos->member != (head);                                                               \
+	     pos = tmp, tmp = hl_list_entry(tmp->member.next, __typeof__(*tmp), member))
+
+/* ---- big-endian wire accessors (SCSI and iSCSI are big-endian) ---- */
+
+static inline uint16_t hl_get_be16(const void *p)
+{
+	const uint8_t *b = p;
+	return (uint16_t)(b[0] << 8 | b[1]);
+}
+
+static inline uint32_t hl_get_be24(const void *p)
+{
+	const uint8_t *b = p;
+	return (uint32_t)b[0] << 16 | (uint32_t)b[1] << 8 | b[2];
+}
+
+static inline uint32_t hl_get_be32(const void *p)
+{
+	const uint8_t *b = p;
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+static inline uint64_t hl_get_be64(const void *p)
+{
+	const uint8_t *b = p;
+	return (uint64_t)hl_get_be32(b) << 32 | hl_get_be32(b + 4);
+}
+
+static inline void hl_put_be16(void *p, uint16_t v)
+{
+	uint8_t *b = p;
+	b[0] = (uint8_t)(v >> 8);
+	b[1] = (uint8_t)v;
+}
+
+static inline void hl_put_be24(void *p, uint32_t v)
+{
+	uint8_t *b = p;
+	b[0] = (uint8_t)(v >> 16);
+	b[1] = (uint8_t)(v >> 8);
+	b[2] = (uint8_t)v;
+}
+
+static inline void hl_put_be32(void *p, uint32_t v)
+{
+	uint8_t *b = p;
+	b[0] = (uint8_t)(v >> 24);
+	b[1] = (uint8_t)(v >> 16);
+	b[2] = (uint8_t)(v >> 8);
+	b[3] = (uint8_t)v;
+}
+
+static inline void hl_put_be64(void *p, uint64_t v)
+{
+	hl_put_be32(p, (uint32_t)(v >> 32));
+	hl_put_be32((uint8_t *)p + 4, (uint32_t)v);
+}
+
+/* ---- parsing ---- */
+
+/**
+ * Parse a size with an optional binary suffix: "4096", "64K", "2G", "1T"
+ * (K/M/G/T, optional "iB"/"B"). @return 0 or -EINVAL/-ERANGE.
+ */
+int hl_parse_size(const char *s, uint64_t *out);
+
+/** Parse a whole unsigned decimal number (no sign, no junk). @return 0 or -EINVAL/-ERANGE. */
+int hl_parse_u64(const char *s, uint64_t *out);
+
+/** Parse "yes|no|true|false|on|off|1|0". @return 0 or -EINVAL. */
+int hl_parse_bool(const char *s, bool *out);
+
+/** Format a byte count with a binary suffix ("64K", "1.5G") into buf. */
+const char *hl_format_size(uint64_t v, char *buf, size_t len);
+
+/** strdup that aborts on failure is NOT provided: allocation failures are -ENOMEM. */
+
+/** Copy at most n-1 bytes and always terminate. @return strlen(src). */
+size_t hl_strlcpy(char *dst, const char *src, size_t n);
+
+/** 64-bit FNV-1a, for stable identifiers derived from names. */
+uint64_t hl_hash64(const void *data, size_t len, uint64_t seed);
+
+/**
+ * Parse "host:port", "[v6]:port", "host" (default_port used) into a sockaddr.
+ * Numeric addresses only (no DNS on the target). @return 0 or -EINVAL.
+ */
+struct sockaddr_storage;
+int hl_parse_portal(const char *s, uint16_t default_port, struct sockaddr_storage *ss,
+		    unsigned *sslen);
+
+/** Format an address as "1.2.3.4:3260" or "[::1]:3260". */
+const char *hl_format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t len);
+
+#endif
