@@ -103,6 +103,15 @@ static inline int hl_origin_submit(struct hl_origin *o, struct hl_origin_io *io)
 	return o->ops->submit(o, io);
 }
 
+/**
+ * Wrap `inner` in a throttle that models a slow SAN: at most `iops` requests
+ * and `mbps` MB/s (0 = unlimited each), each completing at least
+ * `latency_ms` after submission. The wrapper takes ownership of inner (closing
+ * the wrapper closes it). @return 0 or -errno.
+ */
+int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbps,
+			    uint32_t latency_ms, struct hl_origin **out);
+
 /** The explicit list of compiled-in backends, NULL-terminated (for --version and errors). */
 extern const struct hl_origin_ops *const hl_origin_backends[];
 
