@@ -1,0 +1,796 @@
+/*
+ * conf.c - the INI configuration: a line parser, one key table per section
+ * kind, cross-reference checks, and the writer used by saveconfig.
+ *
+ * Syntax: "[section]" or "[kind NAME]", "key = value", comments start with
+ * ';' or '#' at the beginning of a line or after whitespace; a value may be
+ * double-quoted to keep such characters. Every error names FILE:LINE.
+ */
+#include "hotlun/conf.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#define CONF_MAX_LINE 4096
+#define CONF_MAX_ITEMS 4096 /* per list: disks, targets, luns, portals... */
+
+enum section_kind { SEC_NONE, SEC_GLOBAL, SEC_DISK, SEC_CACHE, SEC_TARGET };
+
+struct parser {
+	const char *name;
+	int line;
+	char *err;
+	size_t errlen;
+	struct hl_conf *conf;
+	enum section_kind kind;
+	void *section; /* the current disk/cache/target */
+	bool seen_global;
+};
+
+static int perr(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int perr(struct parser *p, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	snprintf(p->err, p->errlen, "%s:%d: %s", p->name, p->line, msg);
+	return -EINVAL;
+}
+
+/* Grow an array of `size`-byte items by one zeroed item. NULL on OOM or limit. */
+static void *array_push(void **arr, size_t *n, size_t size)
+{
+	if (*n >= CONF_MAX_ITEMS)
+		return NULL;
+	void *a = realloc(*arr, (*n + 1) * size);
+	if (!a)
+		return NULL;
+	*arr = a;
+	void *item = (char *)a + *n * size;
+	memset(item, 0, size);
+	(*n)++;
+	return item;
+}
+
+static int set_str(struct parser *p, char **dst, const char *v)
+{
+	char *s = strdup(v);
+	if (!s)
+		return perr(p, "out of memory");
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+static int push_str(struct parser *p, char ***arr, size_t *n, const char *v)
+{
+	char **slot = array_push((void **)arr, n, sizeof(char *));
+	if (!slot)
+		return perr(p, "too many values or out of memory");
+	*slot = strdup(v);
+	if (!*slot) {
+		(*n)--;
+		return perr(p, "out of memory");
+	}
+	return 0;
+}
+
+static int parse_u32(struct parser *p, const char *key, const char *v, uint32_t max, uint32_t *out)
+{
+	uint64_t x;
+	if (hl_parse_u64(v, &x) || x > max)
+		return perr(p, "%s: expected a whole number from 0 to %u, got '%s'", key, max, v);
+	*out = (uint32_t)x;
+	return 0;
+}
+
+static int parse_block_size(struct parser *p, const char *key, const char *v, uint64_t min,
+			    uint64_t max, bool pow2, uint32_t *out)
+{
+	uint64_t x;
+	if (hl_parse_size(v, &x) || x < min || x > max || (pow2 && (x & (x - 1))))
+		return perr(p, "%s: '%s' is not a valid size here (%s%llu..%llu bytes)", key, v,
+			    pow2 ? "power of two, " : "", (unsigned long long)min,
+			    (unsigned long long)max);
+	*out = (uint32_t)x;
+	return 0;
+}
+
+static bool valid_name(const char *s)
+{
+	if (!*s || strlen(s) > 64)
+		return false;
+	for (; *s; s++) {
+		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' && *s != '.')
+			return false;
+	}
+	return true;
+}
+
+/* RFC 3720/7143 name forms: iqn.YYYY-MM.reverse.domain[:anything], eui.16HEX, naa.16|32HEX. */
+static bool valid_iscsi_name(const char *s)
+{
+	size_t len = strlen(s);
+
+	if (len < 5 || len > 223)
+		return false;
+	for (const char *c = s; *c; c++) {
+		if (!isalnum((unsigned char)*c) && !strchr("-.:", *c))
+			return false;
+		if (isupper((unsigned char)*c))
+			return false; /* names are normalised to lower case */
+	}
+	if (strncmp(s, "iqn.", 4) == 0) {
+		return len > 12 && isdigit((unsigned char)s[4]) && isdigit((unsigned char)s[7]) &&
+		       s[8] == '-' && isdigit((unsigned char)s[9]) && isdigit((unsigned char)s[10]) &&
+		       s[11] == '.';
+	}
+	if (strncmp(s, "eui.", 4) == 0)
+		return len == 20 && strspn(s + 4, "0123456789abcdef") == 16;
+	if (strncmp(s, "naa.", 4) == 0)
+		return (len == 20 || len == 36) && strspn(s + 4, "0123456789abcdef") == len - 4;
+	return false;
+}
+
+/* ---- [global] ---- */
+
+static int global_key(struct parser *p, const char *key, const char *v)
+{
+	struct hl_conf *c = p->conf;
+
+	if (strcmp(key, "portal") == 0) {
+		struct sockaddr_storage ss;
+		unsigned len;
+		if (hl_parse_portal(v, 3260, &ss, &len))
+			return perr(p, "portal: '%s' is not ADDRESS[:PORT] (IPv6 as [::1]:3260)", v);
+		return push_str(p, &c->portals, &c->n_portals, v);
+	}
+	if (strcmp(key, "state_dir") == 0)
+		return set_str(p, &c->state_dir, v);
+	if (strcmp(key, "control_socket") == 0)
+		return set_str(p, &c->control_socket, v);
+	if (strcmp(key, "log_level") == 0) {
+		int l = hl_log_level_parse(v);
+		if (l < 0)
+			return perr(p, "log_level: '%s' is not err|warn|notice|info|debug", v);
+		c->log_level = l;
+		return 0;
+	}
+	if (strcmp(key, "threads") == 0)
+		return parse_u32(p, key, v, 64, &c->threads);
+	if (strcmp(key, "discovery_chap_user") == 0)
+		return set_str(p, &c->discovery_chap_user, v);
+	if (strcmp(key, "discovery_chap_secret") == 0)
+		return set_str(p, &c->discovery_chap_secret, v);
+	return perr(p, "unknown key '%s' in [global]", key);
+}
+
+/* ---- [disk NAME] ---- */
+
+static int disk_key(struct parser *p, const char *key, const char *v)
+{
+	struct hl_conf_disk *d = &p->conf->disks[p->conf->n_disks - 1];
+
+	if (strcmp(key, "origin") == 0) {
+		if (!*v)
+			return perr(p, "origin: empty");
+		return set_str(p, &d->origin, v);
+	}
+	if (strcmp(key, "block_size") == 0) {
+		uint64_t x;
+		if (hl_parse_size(v, &x) || (x != 512 && x != 4096))
+			return perr(p, "block_size: must be 512 or 4096, got '%s'", v);
+		d->block_size = (uint32_t)x;
+		return 0;
+	}
+	if (strcmp(key, "read_only") == 0) {
+		if (hl_parse_bool(v, &d->read_only))
+			return perr(p, "read_only: expected yes or no, got '%s'", v);
+		return 0;
+	}
+	if (strcmp(key, "cache") == 0)
+		return set_str(p, &d->cache, v);
+	if (strcmp(key, "cache_quota") == 0) {
+		if (hl_parse_size(v, &d->cache_quota))
+			return perr(p, "cache_quota: '%s' is not a size (e.g. 512M)", v);
+		return 0;
+	}
+	if (strcmp(key, "origin_iops") == 0)
+		return parse_u32(p, key, v, 10000000, &d->origin_iops);
+	if (strcmp(key, "origin_mbps") == 0)
+		return parse_u32(p, key, v, 1000000, &d->origin_mbps);
+	if (strcmp(key, "origin_latency_ms") == 0)
+		return parse_u32(p, key, v, 60000, &d->origin_latency_ms);
+	return perr(p, "unknown key '%s' in [disk %s]", key, d->name);
+}
+
+/* ---- [cache NAME] ---- */
+
+static int cache_key(struct parser *p, const char *key, const char *v)
+{
+	struct hl_conf_cache *c = &p->conf->caches[p->conf->n_caches - 1];
+
+	if (strcmp(key, "device") == 0)
+		return set_str(p, &c->device, v);
+	if (strcmp(key, "size") == 0) {
+		if (hl_parse_size(v, &c->size) || c->size == 0)
+			return perr(p, "size: '%s' is not a size (e.g. 2G)", v);
+		return 0;
+	}
+	if (strcmp(key, "block_size") == 0)
+		return parse_block_size(p, key, v, 4096, 1 << 20, true, &c->block_size);
+	if (strcmp(key, "admission") == 0) {
+		uint64_t n;
+		if (strcmp(v, "frequency") && strcmp(v, "always") &&
+		    !(strncmp(v, "nhit:", 5) == 0 && !hl_parse_u64(v + 5, &n) && n >= 1 && n <= 255))
+			return perr(p, "admission: must be frequency, always or nhit:N, got '%s'", v);
+		return set_str(p, &c->admission, v);
+	}
+	if (strcmp(key, "write_policy") == 0) {
+		if (strcmp(v, "update") && strcmp(v, "invalidate"))
+			return perr(p, "write_policy: must be update or invalidate, got '%s'", v);
+		return set_str(p, &c->write_policy, v);
+	}
+	return perr(p, "unknown key '%s' in [cache %s]", key, c->name);
+}
+
+/* ---- [target IQN] ---- */
+
+static int target_allow(struct parser *p, struct hl_conf_target *t, const char *v)
+{
+	char buf[CONF_MAX_LINE];
+	char *save = NULL;
+
+	hl_strlcpy(buf, v, sizeof(buf));
+	for (char *tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+		if (strcmp(tok, "ALL") == 0) {
+			t->allow_all = true;
+			continue;
+		}
+		if (!valid_iscsi_name(tok))
+			return perr(p, "allow: '%s' is not ALL or an iSCSI name (iqn./eui./naa.)", tok);
+		int rc = push_str(p, &t->allow, &t->n_allow, tok);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int target_key(struct parser *p, const char *key, const char *v)
+{
+	struct hl_conf_target *t = &p->conf->targets[p->conf->n_targets - 1];
+
+	if (strncmp(key, "lun.", 4) == 0) {
+		uint64_t n;
+		if (hl_parse_u64(key + 4, &n) || n > 255)
+			return perr(p, "'%s': LUN numbers go from lun.0 to lun.255", key);
+		for (size_t i = 0; i < t->n_luns; i++) {
+			if (t->luns[i].lun == n)
+				return perr(p, "lun.%llu is defined twice (first at line %d)",
+					    (unsigned long long)n, t->luns[i].line);
+		}
+		if (!*v)
+			return perr(p, "%s: names no disk", key);
+		struct hl_conf_lun *l = array_push((void **)&t->luns, &t->n_luns, sizeof(*l));
+		if (!l)
+			return perr(p, "too many LUNs or out of memory");
+		l->lun = (uint32_t)n;
+		l->line = p->line;
+		return set_str(p, &l->disk, v);
+	}
+	if (strcmp(key, "allow") == 0)
+		return target_allow(p, t, v);
+	if (strcmp(key, "alias") == 0) {
+		if (strlen(v) > 255)
+			return perr(p, "alias: longer than 255 bytes");
+		return set_str(p, &t->alias, v);
+	}
+	if (strcmp(key, "chap_user") == 0)
+		return set_str(p, &t->chap_user, v);
+	if (strcmp(key, "chap_secret") == 0)
+		return set_str(p, &t->chap_secret, v);
+	if (strcmp(key, "mutual_user") == 0)
+		return set_str(p, &t->mutual_user, v);
+	if (strcmp(key, "mutual_secret") == 0)
+		return set_str(p, &t->mutual_secret, v);
+	return perr(p, "unknown key '%s' in [target %s]", key, t->name);
+}
+
+/* ---- sections ---- */
+
+static int open_section(struct parser *p, char *hdr)
+{
+	struct hl_conf *c = p->conf;
+	char *kind = hdr, *name;
+
+	while (isspace((unsigned char)*kind))
+		kind++;
+	name = kind;
+	while (*name && !isspace((unsigned char)*name))
+		name++;
+	if (*name) {
+		*name++ = '\0';
+		while (isspace((unsigned char)*name))
+			name++;
+		char *end = name + strlen(name);
+		while (end > name && isspace((unsigned char)end[-1]))
+			*--end = '\0';
+	}
+
+	if (strcmp(kind, "global") == 0) {
+		if (*name)
+			return perr(p, "[global] takes no name");
+		if (p->seen_global)
+			return perr(p, "[global] appears twice");
+		p->seen_global = true;
+		p->kind = SEC_GLOBAL;
+		return 0;
+	}
+	if (!*name)
+		return perr(p, "[%s] needs a name, e.g. [%s NAME]", kind, kind);
+
+	if (strcmp(kind, "disk") == 0) {
+		if (!valid_name(name))
+			return perr(p, "disk name '%s': use letters, digits, '-', '_', '.' (max 64)",
+				    name);
+		if (hl_conf_find_disk(c, name))
+			return perr(p, "[disk %s] is defined twice", name);
+		struct hl_conf_disk *d = array_push((void **)&c->disks, &c->n_disks, sizeof(*d));
+		if (!d || !(d->name = strdup(name)))
+			return perr(p, "out of memory");
+		d->line = p->line;
+		p->kind = SEC_DISK;
+		return 0;
+	}
+	if (strcmp(kind, "cache") == 0) {
+		if (!valid_name(name))
+			return perr(p, "cache name '%s': use letters, digits, '-', '_', '.' (max 64)",
+				    name);
+		if (hl_conf_find_cache(c, name))
+			return perr(p, "[cache %s] is defined twice", name);
+		struct hl_conf_cache *k = array_push((void **)&c->caches, &c->n_caches, sizeof(*k));
+		if (!k || !(k->name = strdup(name)))
+			return perr(p, "out of memory");
+		k->line = p->line;
+		p->kind = SEC_CACHE;
+		return 0;
+	}
+	if (strcmp(kind, "target") == 0) {
+		if (!valid_iscsi_name(name))
+			return perr(p, "'%s' is not a valid iSCSI name (lower-case iqn.YYYY-MM.domain[:id], eui. or naa.)",
+				    name);
+		for (size_t i = 0; i < c->n_targets; i++) {
+			if (strcmp(c->targets[i].name, name) == 0)
+				return perr(p, "[target %s] is defined twice", name);
+		}
+		struct hl_conf_target *t = array_push((void **)&c->targets, &c->n_targets, sizeof(*t));
+		if (!t || !(t->name = strdup(name)))
+			return perr(p, "out of memory");
+		t->line = p->line;
+		p->kind = SEC_TARGET;
+		return 0;
+	}
+	return perr(p, "unknown section [%s] (expected global, disk, cache or target)", kind);
+}
+
+/* Strip an inline comment (';' or '#' after whitespace) and surrounding blanks; unquote. */
+static int clean_value(struct parser *p, char *v)
+{
+	char *s = v, *end;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	if (*s == '"') {
+		char *close = strchr(s + 1, '"');
+		if (!close)
+			return perr(p, "unterminated quoted value");
+		char *rest = close + 1;
+		while (isspace((unsigned char)*rest))
+			rest++;
+		if (*rest && *rest != ';' && *rest != '#')
+			return perr(p, "text after the closing quote");
+		*close = '\0';
+		memmove(v, s + 1, (size_t)(close - s));
+		return 0;
+	}
+	for (end = s; *end; end++) {
+		if ((*end == ';' || *end == '#') && (end == s || isspace((unsigned char)end[-1]))) {
+			*end = '\0';
+			break;
+		}
+	}
+	end = s + strlen(s);
+	while (end > s && isspace((unsigned char)end[-1]))
+		*--end = '\0';
+	memmove(v, s, strlen(s) + 1);
+	return 0;
+}
+
+static int parse_line(struct parser *p, char *line)
+{
+	char *s = line;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	if (!*s || *s == ';' || *s == '#')
+		return 0;
+	if (*s == '[') {
+		char *close = strchr(s, ']');
+		if (!close)
+			return perr(p, "section header without ']'");
+		char *rest = close + 1;
+		while (isspace((unsigned char)*rest))
+			rest++;
+		if (*rest && *rest != ';' && *rest != '#')
+			return perr(p, "text after the section header");
+		*close = '\0';
+		return open_section(p, s + 1);
+	}
+	char *eq = strchr(s, '=');
+	if (!eq)
+		return perr(p, "expected 'key = value' or a [section]");
+	char *key = s, *kend = eq;
+	while (kend > key && isspace((unsigned char)kend[-1]))
+		kend--;
+	*kend = '\0';
+	if (!*key)
+		return perr(p, "missing key before '='");
+	char *val = eq + 1;
+	int rc = clean_value(p, val);
+	if (rc)
+		return rc;
+
+	switch (p->kind) {
+	case SEC_GLOBAL:
+		return global_key(p, key, val);
+	case SEC_DISK:
+		return disk_key(p, key, val);
+	case SEC_CACHE:
+		return cache_key(p, key, val);
+	case SEC_TARGET:
+		return target_key(p, key, val);
+	case SEC_NONE:
+	default:
+		return perr(p, "'%s' outside any section (start with [global])", key);
+	}
+}
+
+/* ---- checks across sections ---- */
+
+static int check_chap(struct parser *p, const char *what, const char *user, const char *secret)
+{
+	if (!user != !secret)
+		return perr(p, "%s_user and %s_secret go together", what, what);
+	if (secret && (strlen(secret) < 1 || strlen(secret) > 255))
+		return perr(p, "%s_secret must be 1..255 bytes", what);
+	if (user && strlen(user) > 255)
+		return perr(p, "%s_user must be at most 255 bytes", what);
+	return 0;
+}
+
+static int check(struct parser *p)
+{
+	struct hl_conf *c = p->conf;
+	int rc;
+
+	for (size_t i = 0; i < c->n_disks; i++) {
+		struct hl_conf_disk *d = &c->disks[i];
+		p->line = d->line;
+		if (!d->origin)
+			return perr(p, "[disk %s] has no origin", d->name);
+		if (!d->block_size)
+			d->block_size = 512;
+		if (d->cache && !hl_conf_find_cache(c, d->cache))
+			return perr(p, "[disk %s] uses cache '%s', which no [cache] section defines",
+				    d->name, d->cache);
+	}
+	for (size_t i = 0; i < c->n_caches; i++) {
+		struct hl_conf_cache *k = &c->caches[i];
+		p->line = k->line;
+		if (!k->device)
+			return perr(p, "[cache %s] has no device", k->name);
+		if (!k->block_size)
+			k->block_size = 64 * 1024;
+		if (!k->size)
+			return perr(p, "[cache %s] has no size", k->name);
+		if (k->size < (uint64_t)k->block_size * 16)
+			return perr(p, "[cache %s] size must hold at least 16 blocks", k->name);
+	}
+	for (size_t i = 0; i < c->n_targets; i++) {
+		struct hl_conf_target *t = &c->targets[i];
+		p->line = t->line;
+		for (size_t j = 0; j < t->n_luns; j++) {
+			if (!hl_conf_find_disk(c, t->luns[j].disk)) {
+				p->line = t->luns[j].line;
+				return perr(p, "lun.%u names disk '%s', which no [disk] section defines",
+					    t->luns[j].lun, t->luns[j].disk);
+			}
+		}
+		p->line = t->line;
+		if ((rc = check_chap(p, "chap", t->chap_user, t->chap_secret)))
+			return rc;
+		if ((rc = check_chap(p, "mutual", t->mutual_user, t->mutual_secret)))
+			return rc;
+		if (t->mutual_user && !t->chap_user)
+			return perr(p, "[target %s]: mutual CHAP needs chap_user/chap_secret too",
+				    t->name);
+		if (t->mutual_secret && t->chap_secret && strcmp(t->mutual_secret, t->chap_secret) == 0)
+			return perr(p, "[target %s]: mutual_secret must differ from chap_secret (RFC 7143 9.2.1)",
+				    t->name);
+		if (!t->allow_all && t->n_allow == 0)
+			HL_WARN("conf", "%s:%d: [target %s] has no 'allow': no initiator may log in",
+				p->name, t->line, t->name);
+	}
+	p->line = 0;
+	if ((rc = check_chap(p, "discovery_chap", c->discovery_chap_user, c->discovery_chap_secret)))
+		return rc;
+
+	if (c->n_portals == 0 && push_str(p, &c->portals, &c->n_portals, "0.0.0.0:3260"))
+		return -ENOMEM;
+	if (!c->state_dir && set_str(p, &c->state_dir, HL_LOCALSTATEDIR "/lib/hotlun"))
+		return -ENOMEM;
+	if (!c->control_socket) {
+		char buf[4096];
+		snprintf(buf, sizeof(buf), "%s/hotlund.sock", c->state_dir);
+		if (set_str(p, &c->control_socket, buf))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf **out, char *err,
+		  size_t errlen)
+{
+	struct parser p = {.name = name, .err = err, .errlen = errlen};
+	char line[CONF_MAX_LINE];
+	size_t pos = 0;
+	int rc = 0;
+
+	if (errlen)
+		err[0] = '\0';
+	p.conf = calloc(1, sizeof(*p.conf));
+	if (!p.conf)
+		return -ENOMEM;
+	p.conf->log_level = HL_LOG_NOTICE;
+	p.conf->path = strdup(name);
+	if (!p.conf->path) {
+		free(p.conf);
+		return -ENOMEM;
+	}
+
+	while (pos < len) {
+		size_t n = 0;
+		p.line++;
+		while (pos < len && text[pos] != '\n') {
+			if (text[pos] == '\0') {
+				rc = perr(&p, "NUL byte in the file");
+				goto out;
+			}
+			if (n + 1 >= sizeof(line)) {
+				rc = perr(&p, "line longer than %d bytes", CONF_MAX_LINE - 1);
+				goto out;
+			}
+			line[n++] = text[pos++];
+		}
+		pos++; /* the newline */
+		if (n && line[n - 1] == '\r')
+			n--;
+		line[n] = '\0';
+		rc = parse_line(&p, line);
+		if (rc)
+			goto out;
+	}
+	rc = check(&p);
+out:
+	if (rc) {
+		hl_conf_free(p.conf);
+		return rc;
+	}
+	*out = p.conf;
+	return 0;
+}
+
+int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	int rc;
+
+	if (!f) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	for (;;) {
+		if (cap - len < 4096) {
+			if (cap > (16u << 20)) {
+				fclose(f);
+				free(buf);
+				snprintf(err, errlen, "%s: larger than 16 MiB", path);
+				return -EFBIG;
+			}
+			cap = cap ? cap * 2 : 8192;
+			char *b = realloc(buf, cap);
+			if (!b) {
+				fclose(f);
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = b;
+		}
+		size_t n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f)) {
+		rc = -EIO;
+		snprintf(err, errlen, "%s: read error", path);
+		fclose(f);
+		free(buf);
+		return rc;
+	}
+	fclose(f);
+	rc = hl_conf_parse(buf, len, path, out, err, errlen);
+	free(buf);
+	return rc;
+}
+
+static void free_strv(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+void hl_conf_free(struct hl_conf *c)
+{
+	if (!c)
+		return;
+	free(c->path);
+	free_strv(c->portals, c->n_portals);
+	free(c->state_dir);
+	free(c->control_socket);
+	free(c->discovery_chap_user);
+	free(c->discovery_chap_secret);
+	for (size_t i = 0; i < c->n_disks; i++) {
+		free(c->disks[i].name);
+		free(c->disks[i].origin);
+		free(c->disks[i].cache);
+	}
+	free(c->disks);
+	for (size_t i = 0; i < c->n_caches; i++) {
+		free(c->caches[i].name);
+		free(c->caches[i].device);
+		free(c->caches[i].admission);
+		free(c->caches[i].write_policy);
+	}
+	free(c->caches);
+	for (size_t i = 0; i < c->n_targets; i++) {
+		struct hl_conf_target *t = &c->targets[i];
+		free(t->name);
+		free(t->alias);
+		for (size_t j = 0; j < t->n_luns; j++)
+			free(t->luns[j].disk);
+		free(t->luns);
+		free_strv(t->allow, t->n_allow);
+		free(t->chap_user);
+		free(t->chap_secret);
+		free(t->mutual_user);
+		free(t->mutual_secret);
+	}
+	free(c->targets);
+	free(c);
+}
+
+const struct hl_conf_disk *hl_conf_find_disk(const struct hl_conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_disks; i++) {
+		if (strcmp(c->disks[i].name, name) == 0)
+			return &c->disks[i];
+	}
+	return NULL;
+}
+
+const struct hl_conf_cache *hl_conf_find_cache(const struct hl_conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_caches; i++) {
+		if (strcmp(c->caches[i].name, name) == 0)
+			return &c->caches[i];
+	}
+	return NULL;
+}
+
+/* ---- writer ---- */
+
+/* Quote a value when the parser would otherwise strip or split it. */
+static void put_kv(FILE *f, const char *key, const char *v)
+{
+	bool quote = !*v || isspace((unsigned char)v[0]) || isspace((unsigned char)v[strlen(v) - 1]) ||
+		     strchr(v, ';') || strchr(v, '#');
+	fprintf(f, quote ? "%s = \"%s\"\n" : "%s = %s\n", key, v);
+}
+
+static void put_opt(FILE *f, const char *key, const char *v)
+{
+	if (v)
+		put_kv(f, key, v);
+}
+
+int hl_conf_write(const struct hl_conf *c, FILE *f)
+{
+	char num[32];
+	static const char *const levels[] = {[HL_LOG_ERR] = "err",   [HL_LOG_WARN] = "warn",
+					     [HL_LOG_NOTICE] = "notice", [HL_LOG_INFO] = "info",
+					     [HL_LOG_DEBUG] = "debug"};
+
+	fprintf(f, "[global]\n");
+	for (size_t i = 0; i < c->n_portals; i++)
+		put_kv(f, "portal", c->portals[i]);
+	put_opt(f, "state_dir", c->state_dir);
+	put_opt(f, "control_socket", c->control_socket);
+	if (c->log_level >= HL_LOG_ERR && c->log_level <= HL_LOG_DEBUG)
+		put_kv(f, "log_level", levels[c->log_level]);
+	if (c->threads) {
+		snprintf(num, sizeof(num), "%u", c->threads);
+		put_kv(f, "threads", num);
+	}
+	put_opt(f, "discovery_chap_user", c->discovery_chap_user);
+	put_opt(f, "discovery_chap_secret", c->discovery_chap_secret);
+
+	for (size_t i = 0; i < c->n_caches; i++) {
+		const struct hl_conf_cache *k = &c->caches[i];
+		fprintf(f, "\n[cache %s]\n", k->name);
+		put_kv(f, "device", k->device);
+		fprintf(f, "size = %llu\n", (unsigned long long)k->size);
+		fprintf(f, "block_size = %u\n", k->block_size);
+		put_opt(f, "admission", k->admission);
+		put_opt(f, "write_policy", k->write_policy);
+	}
+	for (size_t i = 0; i < c->n_disks; i++) {
+		const struct hl_conf_disk *d = &c->disks[i];
+		fprintf(f, "\n[disk %s]\n", d->name);
+		put_kv(f, "origin", d->origin);
+		fprintf(f, "block_size = %u\n", d->block_size);
+		if (d->read_only)
+			fprintf(f, "read_only = yes\n");
+		put_opt(f, "cache", d->cache);
+		if (d->cache_quota)
+			fprintf(f, "cache_quota = %llu\n", (unsigned long long)d->cache_quota);
+		if (d->origin_iops)
+			fprintf(f, "origin_iops = %u\n", d->origin_iops);
+		if (d->origin_mbps)
+			fprintf(f, "origin_mbps = %u\n", d->origin_mbps);
+		if (d->origin_latency_ms)
+			fprintf(f, "origin_latency_ms = %u\n", d->origin_latency_ms);
+	}
+	for (size_t i = 0; i < c->n_targets; i++) {
+		const struct hl_conf_target *t = &c->targets[i];
+		fprintf(f, "\n[target %s]\n", t->name);
+		put_opt(f, "alias", t->alias);
+		for (size_t j = 0; j < t->n_luns; j++)
+			fprintf(f, "lun.%u = %s\n", t->luns[j].lun, t->luns[j].disk);
+		if (t->allow_all)
+			fprintf(f, "allow = ALL\n");
+		for (size_t j = 0; j < t->n_allow; j++)
+			put_kv(f, "allow", t->allow[j]);
+		put_opt(f, "chap_user", t->chap_user);
+		put_opt(f, "chap_secret", t->chap_secret);
+		put_opt(f, "mutual_user", t->mutual_user);
+		put_opt(f, "mutual_secret", t->mutual_secret);
+	}
+	return ferror(f) ? -EIO : 0;
+}

@@ -1,0 +1,138 @@
+/*
+ * state.c - the daemon's state folder and the identities derived from it.
+ *
+ * NAA-6 designators carry a 24-bit IEEE company identifier. hotlun has none
+ * registered; HL_NAA_COMPANY_ID is a placeholder (documented in
+ * docs/compliance.md) that packagers with an OUI/CID should replace.
+ */
+#include "daemon/daemon_internal.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HL_NAA_COMPANY_ID 0x0A484Cu /* placeholder, see the file comment */
+
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+
+	if (hl_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int daemon_state_dir_init(const char *state_dir, uint64_t *install_id)
+{
+	char path[PATH_MAX], text[32];
+	int rc, fd;
+	ssize_t n;
+
+	rc = mkdir_p(state_dir);
+	if (rc) {
+		HL_ERR("daemon", "state_dir %s: %s", state_dir, strerror(-rc));
+		return rc;
+	}
+	snprintf(path, sizeof(path), "%s/install-id", state_dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, text, sizeof(text) - 1);
+		close(fd);
+		if (n > 0) {
+			text[n] = '\0';
+			char *end;
+			errno = 0;
+			*install_id = strtoull(text, &end, 16);
+			if (!errno && end != text && (*end == '\n' || *end == '\0'))
+				return 0;
+		}
+		HL_ERR("daemon", "%s is corrupt; remove it only if no initiator depends on the "
+				 "current LU identities", path);
+		return -EINVAL;
+	}
+	if (errno != ENOENT) {
+		rc = -errno;
+		HL_ERR("daemon", "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	if (getrandom(install_id, sizeof(*install_id), 0) != sizeof(*install_id))
+		return -EIO;
+
+	/* Write a temporary file and rename it, so a crash never leaves half an id. */
+	char tmp[PATH_MAX + 8];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		HL_ERR("daemon", "%s: %s", tmp, strerror(errno));
+		return rc;
+	}
+	int len = snprintf(text, sizeof(text), "%016" PRIx64 "\n", *install_id);
+	if (write(fd, text, (size_t)len) != len || fsync(fd) < 0) {
+		rc = -errno;
+		close(fd);
+		unlink(tmp);
+		HL_ERR("daemon", "%s: %s", tmp, strerror(-rc));
+		return rc;
+	}
+	close(fd);
+	if (rename(tmp, path) < 0) {
+		rc = -errno;
+		unlink(tmp);
+		return rc;
+	}
+	HL_NOTICE("daemon", "new install id %016" PRIx64 " in %s", *install_id, path);
+	return 0;
+}
+
+void daemon_disk_identity(uint64_t install_id, const char *disk_name, uint8_t naa[16],
+			  char serial[33])
+{
+	uint64_t a = hl_hash64(disk_name, strlen(disk_name), install_id);
+	uint64_t b = hl_hash64(disk_name, strlen(disk_name), ~install_id ^ 0x5bd1e995u);
+
+	/* NAA 6 | company id (24) | vendor specific id (36) | extension (64) */
+	naa[0] = (uint8_t)(0x60 | (HL_NAA_COMPANY_ID >> 20));
+	naa[1] = (uint8_t)(HL_NAA_COMPANY_ID >> 12);
+	naa[2] = (uint8_t)(HL_NAA_COMPANY_ID >> 4);
+	naa[3] = (uint8_t)((HL_NAA_COMPANY_ID & 0xf) << 4 | ((a >> 32) & 0xf));
+	hl_put_be32(naa + 4, (uint32_t)a);
+	hl_put_be64(naa + 8, b);
+	snprintf(serial, 33, "%016" PRIx64, a ^ b);
+}
+
+int daemon_wrap_origin(const struct hl_conf_disk *disk, struct hl_origin **origin)
+{
+	struct hl_origin *wrapped;
+	int rc;
+
+	if (!disk->origin_iops && !disk->origin_mbps && !disk->origin_latency_ms)
+		return 0;
+	rc = hl_origin_throttle_wrap(*origin, disk->origin_iops, disk->origin_mbps,
+				     disk->origin_latency_ms, &wrapped);
+	if (rc)
+		return rc;
+	*origin = wrapped;
+	HL_NOTICE("daemon", "disk %s: origin throttled to %u IOPS, %u MB/s, +%u ms", disk->name,
+		  disk->origin_iops, disk->origin_mbps, disk->origin_latency_ms);
+	return 0;
+}

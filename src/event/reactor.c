@@ -1,0 +1,418 @@
+/*
+ * reactor.c - one epoll loop per thread, a binary min-heap of timers, and a
+ * mutex-protected call queue woken through an eventfd for cross-thread work.
+ *
+ * Hazards handled here:
+ * - A callback may delete (and free) any event, including ones still waiting
+ *   in the current epoll batch: hl_event_del() clears those batch entries.
+ * - Calls posted from other threads run in FIFO order on the loop thread; a
+ *   call posted while the loop drains the queue runs in the next pass, so a
+ *   call that re-posts itself cannot starve file events.
+ */
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REACTOR_BATCH 128
+
+struct reactor_call {
+	hl_call_fn fn;
+	void *arg;
+};
+
+struct hl_reactor {
+	char name[32];
+	int epfd;
+	struct hl_event wake_ev;     /* eventfd for hl_reactor_call / stop */
+	volatile int stopping;
+
+	/* current epoll batch, so hl_event_del can cancel pending entries */
+	struct epoll_event batch[REACTOR_BATCH];
+	int batch_n, batch_i;
+
+	/* timer min-heap ordered by deadline */
+	struct hl_timer **heap;
+	size_t heap_n, heap_cap;
+
+	/* cross-thread calls; guarded by call_lock */
+	pthread_mutex_t call_lock;
+	struct reactor_call *calls;  /* ring buffer, guarded by call_lock */
+	size_t calls_head, calls_n, calls_cap; /* guarded by call_lock */
+	int wake_pending;            /* guarded by call_lock: eventfd already written */
+
+	pthread_t thread;
+	bool has_thread;
+};
+
+static __thread struct hl_reactor *current_reactor;
+
+uint64_t hl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct hl_reactor *hl_reactor_current(void)
+{
+	return current_reactor;
+}
+
+const char *hl_reactor_name(const struct hl_reactor *r)
+{
+	return r->name;
+}
+
+static void wake_drain(struct hl_event *ev, uint32_t revents);
+
+int hl_reactor_create(struct hl_reactor **out, const char *name)
+{
+	struct hl_reactor *r = calloc(1, sizeof(*r));
+	int efd, rc;
+
+	if (!r)
+		return -ENOMEM;
+	hl_strlcpy(r->name, name ? name : "reactor", sizeof(r->name));
+	r->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (r->epfd < 0) {
+		rc = -errno;
+		free(r);
+		return rc;
+	}
+	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (efd < 0) {
+		rc = -errno;
+		close(r->epfd);
+		free(r);
+		return rc;
+	}
+	pthread_mutex_init(&r->call_lock, NULL);
+	hl_event_init(&r->wake_ev, efd, wake_drain, r);
+	rc = hl_event_add(r, &r->wake_ev, EPOLLIN);
+	if (rc) {
+		close(efd);
+		close(r->epfd);
+		pthread_mutex_destroy(&r->call_lock);
+		free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void hl_reactor_destroy(struct hl_reactor *r)
+{
+	if (!r)
+		return;
+	hl_reactor_join(r);
+	hl_event_del(&r->wake_ev);
+	close(r->wake_ev.fd);
+	close(r->epfd);
+	pthread_mutex_destroy(&r->call_lock);
+	free(r->calls);
+	free(r->heap);
+	free(r);
+}
+
+/* ---- file events ---- */
+
+void hl_event_init(struct hl_event *ev, int fd, hl_event_fn fn, void *arg)
+{
+	ev->fd = fd;
+	ev->events = 0;
+	ev->fn = fn;
+	ev->arg = arg;
+	ev->reactor = NULL;
+}
+
+int hl_event_add(struct hl_reactor *r, struct hl_event *ev, uint32_t events)
+{
+	struct epoll_event ee = {.events = events, .data.ptr = ev};
+
+	if (ev->reactor)
+		return -EBUSY;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, ev->fd, &ee) < 0)
+		return -errno;
+	ev->reactor = r;
+	ev->events = events;
+	return 0;
+}
+
+int hl_event_mod(struct hl_event *ev, uint32_t events)
+{
+	struct epoll_event ee = {.events = events, .data.ptr = ev};
+
+	if (!ev->reactor)
+		return -EINVAL;
+	if (ev->events == events)
+		return 0;
+	if (epoll_ctl(ev->reactor->epfd, EPOLL_CTL_MOD, ev->fd, &ee) < 0)
+		return -errno;
+	ev->events = events;
+	return 0;
+}
+
+void hl_event_del(struct hl_event *ev)
+{
+	struct hl_reactor *r = ev->reactor;
+
+	if (!r)
+		return;
+	epoll_ctl(r->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
+	/* Stale-event guard: the owner may free ev right after this returns. */
+	for (int i = r->batch_i; i < r->batch_n; i++) {
+		if (r->batch[i].data.ptr == ev)
+			r->batch[i].data.ptr = NULL;
+	}
+	ev->reactor = NULL;
+	ev->events = 0;
+}
+
+/* ---- timers: binary min-heap ---- */
+
+void hl_timer_init(struct hl_timer *t, hl_timer_fn fn, void *arg)
+{
+	t->deadline_ns = 0;
+	t->fn = fn;
+	t->arg = arg;
+	t->heap_idx = (size_t)-1;
+	t->reactor = NULL;
+}
+
+static void heap_swap(struct hl_reactor *r, size_t a, size_t b)
+{
+	struct hl_timer *t = r->heap[a];
+	r->heap[a] = r->heap[b];
+	r->heap[b] = t;
+	r->heap[a]->heap_idx = a;
+	r->heap[b]->heap_idx = b;
+}
+
+static void heap_up(struct hl_reactor *r, size_t i)
+{
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (r->heap[p]->deadline_ns <= r->heap[i]->deadline_ns)
+			break;
+		heap_swap(r, i, p);
+		i = p;
+	}
+}
+
+static void heap_down(struct hl_reactor *r, size_t i)
+{
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		if (l < r->heap_n && r->heap[l]->deadline_ns < r->heap[m]->deadline_ns)
+			m = l;
+		if (l + 1 < r->heap_n && r->heap[l + 1]->deadline_ns < r->heap[m]->deadline_ns)
+			m = l + 1;
+		if (m == i)
+			break;
+		heap_swap(r, i, m);
+		i = m;
+	}
+}
+
+void hl_timer_stop(struct hl_timer *t)
+{
+	struct hl_reactor *r = t->reactor;
+	size_t i = t->heap_idx;
+
+	if (i == (size_t)-1 || !r)
+		return;
+	r->heap_n--;
+	if (i != r->heap_n) {
+		r->heap[i] = r->heap[r->heap_n];
+		r->heap[i]->heap_idx = i;
+		heap_down(r, i);
+		heap_up(r, i);
+	}
+	t->heap_idx = (size_t)-1;
+}
+
+void hl_timer_start(struct hl_reactor *r, struct hl_timer *t, uint64_t delay_ms)
+{
+	hl_timer_stop(t);
+	if (r->heap_n == r->heap_cap) {
+		size_t cap = r->heap_cap ? r->heap_cap * 2 : 64;
+		struct hl_timer **h = realloc(r->heap, cap * sizeof(*h));
+		if (!h) {
+			/* Never lose a timer: fire it on the next pass instead. */
+			HL_ERR("event", "%s: timer heap allocation failed", r->name);
+			abort();
+		}
+		r->heap = h;
+		r->heap_cap = cap;
+	}
+	t->reactor = r;
+	t->deadline_ns = hl_now_ns() + delay_ms * 1000000ull;
+	t->heap_idx = r->heap_n;
+	r->heap[r->heap_n++] = t;
+	heap_up(r, t->heap_idx);
+}
+
+static int timers_run(struct hl_reactor *r)
+{
+	uint64_t now = hl_now_ns();
+
+	while (r->heap_n && r->heap[0]->deadline_ns <= now) {
+		struct hl_timer *t = r->heap[0];
+		hl_timer_stop(t);
+		t->fn(t);
+	}
+	if (!r->heap_n)
+		return -1;
+	uint64_t wait_ns = r->heap[0]->deadline_ns - now;
+	/* round up so we never wake just before the deadline and spin */
+	uint64_t ms = (wait_ns + 999999) / 1000000;
+	return ms > 60000 ? 60000 : (int)ms;
+}
+
+/* ---- cross-thread calls ---- */
+
+int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
+{
+	bool need_wake;
+
+	pthread_mutex_lock(&r->call_lock);
+	if (r->calls_n == r->calls_cap) {
+		size_t cap = r->calls_cap ? r->calls_cap * 2 : 256;
+		struct reactor_call *c = malloc(cap * sizeof(*c));
+		if (!c) {
+			pthread_mutex_unlock(&r->call_lock);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < r->calls_n; i++)
+			c[i] = r->calls[(r->calls_head + i) % r->calls_cap];
+		free(r->calls);
+		r->calls = c;
+		r->calls_head = 0;
+		r->calls_cap = cap;
+	}
+	r->calls[(r->calls_head + r->calls_n) % r->calls_cap] = (struct reactor_call){fn, arg};
+	r->calls_n++;
+	need_wake = !r->wake_pending;
+	r->wake_pending = 1;
+	pthread_mutex_unlock(&r->call_lock);
+
+	if (need_wake) {
+		uint64_t one = 1;
+		ssize_t n = write(r->wake_ev.fd, &one, sizeof(one));
+		(void)n; /* EAGAIN means the counter is already non-zero: still awake */
+	}
+	return 0;
+}
+
+static void wake_drain(struct hl_event *ev, uint32_t revents)
+{
+	struct hl_reactor *r = ev->arg;
+	uint64_t v;
+	size_t n;
+
+	(void)revents;
+	if (read(ev->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		HL_WARN("event", "%s: eventfd read: %s", r->name, strerror(errno));
+
+	pthread_mutex_lock(&r->call_lock);
+	r->wake_pending = 0;
+	n = r->calls_n;
+	pthread_mutex_unlock(&r->call_lock);
+
+	/* Run only what was queued before this pass (see file comment). */
+	while (n--) {
+		struct reactor_call c;
+		pthread_mutex_lock(&r->call_lock);
+		c = r->calls[r->calls_head];
+		r->calls_head = (r->calls_head + 1) % r->calls_cap;
+		r->calls_n--;
+		pthread_mutex_unlock(&r->call_lock);
+		c.fn(c.arg);
+	}
+}
+
+/* ---- the loop ---- */
+
+int hl_reactor_run(struct hl_reactor *r)
+{
+	struct hl_reactor *prev = current_reactor;
+
+	current_reactor = r;
+	while (!r->stopping) {
+		int timeout = timers_run(r);
+		if (r->stopping)
+			break;
+		int n = epoll_wait(r->epfd, r->batch, REACTOR_BATCH, timeout);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			int rc = -errno;
+			HL_ERR("event", "%s: epoll_wait: %s", r->name, strerror(errno));
+			current_reactor = prev;
+			return rc;
+		}
+		r->batch_n = n;
+		for (r->batch_i = 0; r->batch_i < r->batch_n;) {
+			struct epoll_event *ee = &r->batch[r->batch_i++];
+			struct hl_event *ev = ee->data.ptr;
+			if (ev)
+				ev->fn(ev, ee->events);
+		}
+		r->batch_n = r->batch_i = 0;
+	}
+	current_reactor = prev;
+	return 0;
+}
+
+static void *reactor_thread(void *arg)
+{
+	struct hl_reactor *r = arg;
+	hl_reactor_run(r);
+	return NULL;
+}
+
+int hl_reactor_start(struct hl_reactor *r)
+{
+	int rc = pthread_create(&r->thread, NULL, reactor_thread, r);
+	if (rc)
+		return -rc;
+	r->has_thread = true;
+	return 0;
+}
+
+static void stop_cb(void *arg)
+{
+	struct hl_reactor *r = arg;
+	r->stopping = 1;
+}
+
+void hl_reactor_stop(struct hl_reactor *r)
+{
+	if (hl_reactor_current() == r) {
+		r->stopping = 1;
+		return;
+	}
+	if (hl_reactor_call(r, stop_cb, r) < 0) {
+		/* Out of memory: set the flag and kick the eventfd directly. */
+		uint64_t one = 1;
+		r->stopping = 1;
+		ssize_t n = write(r->wake_ev.fd, &one, sizeof(one));
+		(void)n;
+	}
+}
+
+void hl_reactor_join(struct hl_reactor *r)
+{
+	if (r->has_thread) {
+		pthread_join(r->thread, NULL);
+		r->has_thread = false;
+	}
+}

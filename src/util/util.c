@@ -1,0 +1,229 @@
+/*
+ * util.c - number, size and address parsing shared by the config parser,
+ * the control socket and the tools.
+ */
+#include "hotlun/util.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+int hl_parse_u64(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		unsigned d = (unsigned)(*s - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+int hl_parse_size(const char *s, uint64_t *out)
+{
+	char num[32];
+	size_t n = 0;
+	unsigned shift = 0;
+	uint64_t v;
+	int rc;
+
+	if (!s)
+		return -EINVAL;
+	while (s[n] >= '0' && s[n] <= '9') {
+		if (n + 1 >= sizeof(num))
+			return -ERANGE;
+		num[n] = s[n];
+		n++;
+	}
+	if (n == 0)
+		return -EINVAL;
+	num[n] = '\0';
+	rc = hl_parse_u64(num, &v);
+	if (rc)
+		return rc;
+
+	const char *suffix = s + n;
+	switch (toupper((unsigned char)*suffix)) {
+	case '\0':
+		break;
+	case 'K':
+		shift = 10;
+		break;
+	case 'M':
+		shift = 20;
+		break;
+	case 'G':
+		shift = 30;
+		break;
+	case 'T':
+		shift = 40;
+		break;
+	case 'B':
+		if (suffix[1] != '\0')
+			return -EINVAL;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (shift) {
+		suffix++;
+		if (strcasecmp(suffix, "") != 0 && strcasecmp(suffix, "B") != 0 &&
+		    strcasecmp(suffix, "iB") != 0)
+			return -EINVAL;
+		if (v > (UINT64_MAX >> shift))
+			return -ERANGE;
+		v <<= shift;
+	}
+	*out = v;
+	return 0;
+}
+
+int hl_parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = {"yes", "true", "on", "1"};
+	static const char *const no[] = {"no", "false", "off", "0"};
+
+	if (!s)
+		return -EINVAL;
+	for (size_t i = 0; i < HL_ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *hl_format_size(uint64_t v, char *buf, size_t len)
+{
+	static const char units[] = "KMGTPE";
+	int u = -1;
+	double d = (double)v;
+
+	while (d >= 1024.0 && u < 5) {
+		d /= 1024.0;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+	else if (d == (double)(uint64_t)d)
+		snprintf(buf, len, "%llu%c", (unsigned long long)d, units[u]);
+	else
+		snprintf(buf, len, "%.1f%c", d, units[u]);
+	return buf;
+}
+
+size_t hl_strlcpy(char *dst, const char *src, size_t n)
+{
+	size_t len = strlen(src);
+
+	if (n) {
+		size_t c = len < n - 1 ? len : n - 1;
+		memcpy(dst, src, c);
+		dst[c] = '\0';
+	}
+	return len;
+}
+
+uint64_t hl_hash64(const void *data, size_t len, uint64_t seed)
+{
+	const uint8_t *p = data;
+	uint64_t h = 0xcbf29ce484222325ull ^ seed;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+int hl_parse_portal(const char *s, uint16_t default_port, struct sockaddr_storage *ss,
+		    unsigned *sslen)
+{
+	char host[INET6_ADDRSTRLEN + 1];
+	const char *port_str = NULL;
+	uint64_t port = default_port;
+	size_t hlen;
+
+	if (!s || !*s)
+		return -EINVAL;
+	if (s[0] == '[') {
+		const char *end = strchr(s, ']');
+		if (!end)
+			return -EINVAL;
+		hlen = (size_t)(end - s - 1);
+		if (hlen == 0 || hlen >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, s + 1, hlen);
+		host[hlen] = '\0';
+		if (end[1] == ':')
+			port_str = end + 2;
+		else if (end[1] != '\0')
+			return -EINVAL;
+	} else {
+		const char *colon = strchr(s, ':');
+		if (colon && strchr(colon + 1, ':'))
+			return -EINVAL; /* a bare IPv6 address needs brackets */
+		hlen = colon ? (size_t)(colon - s) : strlen(s);
+		if (hlen == 0 || hlen >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, s, hlen);
+		host[hlen] = '\0';
+		if (colon)
+			port_str = colon + 1;
+	}
+	if (port_str && (hl_parse_u64(port_str, &port) || port > 65535))
+		return -EINVAL;
+
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons((uint16_t)port);
+		*sslen = sizeof(*sin);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons((uint16_t)port);
+		*sslen = sizeof(*sin6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+const char *hl_format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN];
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+		snprintf(buf, len, "%s:%u", host, ntohs(sin->sin_port));
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+		inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
+		snprintf(buf, len, "[%s]:%u", host, ntohs(sin6->sin6_port));
+	} else {
+		snprintf(buf, len, "?");
+	}
+	return buf;
+}

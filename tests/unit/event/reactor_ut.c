@@ -1,0 +1,160 @@
+/* reactor_ut.c - file events, the stale-event guard, timers, cross-thread calls. */
+#include "hl_test.h"
+#include "hotlun/event.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct pipe_ctx {
+	struct hl_event ev;
+	int fds[2];
+	int fired;
+	struct pipe_ctx *victim; /* deleted by this one's callback */
+};
+
+static void pipe_cb(struct hl_event *ev, uint32_t revents)
+{
+	struct pipe_ctx *c = ev->arg;
+	char b[16];
+
+	CU_ASSERT_TRUE(revents & EPOLLIN);
+	if (read(c->fds[0], b, sizeof(b)) < 0)
+		CU_FAIL("read");
+	c->fired++;
+	if (c->victim)
+		hl_event_del(&c->victim->ev);
+	hl_reactor_stop(hl_reactor_current());
+}
+
+static void test_event_fires_and_del_guards_batch(void)
+{
+	struct hl_reactor *r;
+	struct pipe_ctx a = {0}, b = {0};
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "t"), 0);
+	CU_ASSERT_EQUAL_FATAL(pipe(a.fds), 0);
+	CU_ASSERT_EQUAL_FATAL(pipe(b.fds), 0);
+	hl_event_init(&a.ev, a.fds[0], pipe_cb, &a);
+	hl_event_init(&b.ev, b.fds[0], pipe_cb, &b);
+	CU_ASSERT_EQUAL(hl_event_add(r, &a.ev, EPOLLIN), 0);
+	CU_ASSERT_EQUAL(hl_event_add(r, &b.ev, EPOLLIN), 0);
+	CU_ASSERT_EQUAL(hl_event_add(r, &b.ev, EPOLLIN), -EBUSY);
+	/* Both readable in one batch; whichever runs first deletes the other. */
+	a.victim = &b;
+	b.victim = &a;
+	CU_ASSERT_EQUAL(write(a.fds[1], "x", 1), 1);
+	CU_ASSERT_EQUAL(write(b.fds[1], "x", 1), 1);
+	CU_ASSERT_EQUAL(hl_reactor_run(r), 0);
+	CU_ASSERT_EQUAL(a.fired + b.fired, 1);
+	hl_event_del(&a.ev);
+	hl_event_del(&b.ev);
+	close(a.fds[0]), close(a.fds[1]), close(b.fds[0]), close(b.fds[1]);
+	hl_reactor_destroy(r);
+}
+
+struct timer_ctx {
+	struct hl_timer t;
+	int id;
+	int *log;
+	int *n;
+	int stop_after;
+};
+
+static void timer_cb(struct hl_timer *t)
+{
+	struct timer_ctx *c = t->arg;
+	c->log[(*c->n)++] = c->id;
+	if (*c->n == c->stop_after)
+		hl_reactor_stop(hl_reactor_current());
+}
+
+static void test_timers_fire_in_deadline_order(void)
+{
+	struct hl_reactor *r;
+	struct timer_ctx c[4];
+	int log[4] = {0}, n = 0;
+	const int delays[4] = {30, 10, 20, 5};
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "t"), 0);
+	for (int i = 0; i < 4; i++) {
+		c[i] = (struct timer_ctx){.id = i, .log = log, .n = &n, .stop_after = 3};
+		hl_timer_init(&c[i].t, timer_cb, &c[i]);
+		hl_timer_start(r, &c[i].t, (uint64_t)delays[i]);
+	}
+	hl_timer_stop(&c[0].t); /* the 30 ms one never fires */
+	CU_ASSERT_FALSE(hl_timer_pending(&c[0].t));
+	uint64_t t0 = hl_now_ns();
+	CU_ASSERT_EQUAL(hl_reactor_run(r), 0);
+	uint64_t elapsed_ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT_EQUAL(n, 3);
+	CU_ASSERT_EQUAL(log[0], 3);
+	CU_ASSERT_EQUAL(log[1], 1);
+	CU_ASSERT_EQUAL(log[2], 2);
+	CU_ASSERT_TRUE(elapsed_ms >= 20);
+	hl_reactor_destroy(r);
+}
+
+struct call_ctx {
+	struct hl_reactor *r;
+	int count;
+	int expected;
+	pthread_t on;
+};
+
+static void call_cb(void *arg)
+{
+	struct call_ctx *c = arg;
+	c->count++;
+	c->on = pthread_self();
+	if (c->count == c->expected)
+		hl_reactor_stop(c->r);
+}
+
+static void *poster(void *arg)
+{
+	struct call_ctx *c = arg;
+	for (int i = 0; i < c->expected; i++)
+		CU_ASSERT_EQUAL(hl_reactor_call(c->r, call_cb, c), 0);
+	return NULL;
+}
+
+static void test_cross_thread_calls_run_on_loop_thread(void)
+{
+	struct call_ctx c = {.count = 0, .expected = 10000};
+	pthread_t th;
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&c.r, "t"), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(c.r), 0);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, poster, &c), 0);
+	pthread_join(th, NULL);
+	hl_reactor_join(c.r);
+	CU_ASSERT_EQUAL(c.count, c.expected);
+	CU_ASSERT_FALSE(pthread_equal(c.on, pthread_self()));
+	hl_reactor_destroy(c.r);
+}
+
+static void test_current_reactor_is_set_inside_loop(void)
+{
+	struct hl_reactor *r;
+	CU_ASSERT_PTR_NULL(hl_reactor_current());
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "named"), 0);
+	CU_ASSERT_STRING_EQUAL(hl_reactor_name(r), "named");
+	hl_reactor_stop(r); /* from outside: queued, loop returns at once */
+	CU_ASSERT_EQUAL(hl_reactor_run(r), 0);
+	CU_ASSERT_PTR_NULL(hl_reactor_current());
+	hl_reactor_destroy(r);
+}
+
+static const struct hl_test tests[] = {
+	{"event fires; del guards the batch", test_event_fires_and_del_guards_batch},
+	{"timers in deadline order", test_timers_fire_in_deadline_order},
+	{"cross-thread calls", test_cross_thread_calls_run_on_loop_thread},
+	{"current reactor", test_current_reactor_is_set_inside_loop},
+	{NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("event", tests);
+}

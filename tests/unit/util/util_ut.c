@@ -1,0 +1,135 @@
+/* util_ut.c - size/number/bool/portal parsing and the list helpers. */
+#include "hl_test.h"
+#include "hotlun/util.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+
+static void test_parse_size_suffixes(void)
+{
+	uint64_t v;
+	CU_ASSERT_EQUAL(hl_parse_size("4096", &v), 0);
+	CU_ASSERT_EQUAL(v, 4096);
+	CU_ASSERT_EQUAL(hl_parse_size("64K", &v), 0);
+	CU_ASSERT_EQUAL(v, 65536);
+	CU_ASSERT_EQUAL(hl_parse_size("2G", &v), 0);
+	CU_ASSERT_EQUAL(v, 2ull << 30);
+	CU_ASSERT_EQUAL(hl_parse_size("1TiB", &v), 0);
+	CU_ASSERT_EQUAL(v, 1ull << 40);
+	CU_ASSERT_EQUAL(hl_parse_size("512m", &v), 0);
+	CU_ASSERT_EQUAL(v, 512ull << 20);
+}
+
+static void test_parse_size_rejects_junk(void)
+{
+	uint64_t v;
+	CU_ASSERT_EQUAL(hl_parse_size("", &v), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_size("K", &v), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_size("12Q", &v), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_size("12KX", &v), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_size("-1", &v), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_size("99999999999999999999", &v), -ERANGE);
+	CU_ASSERT_EQUAL(hl_parse_size("17179869184T", &v), -ERANGE);
+}
+
+static void test_parse_u64_and_bool(void)
+{
+	uint64_t v;
+	bool b;
+	CU_ASSERT_EQUAL(hl_parse_u64("18446744073709551615", &v), 0);
+	CU_ASSERT_EQUAL(v, UINT64_MAX);
+	CU_ASSERT_EQUAL(hl_parse_u64("18446744073709551616", &v), -ERANGE);
+	CU_ASSERT_EQUAL(hl_parse_u64("1 ", &v), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_bool("Yes", &b), 0);
+	CU_ASSERT_TRUE(b);
+	CU_ASSERT_EQUAL(hl_parse_bool("off", &b), 0);
+	CU_ASSERT_FALSE(b);
+	CU_ASSERT_EQUAL(hl_parse_bool("maybe", &b), -EINVAL);
+}
+
+static void test_portal_parse_and_format(void)
+{
+	struct sockaddr_storage ss;
+	unsigned len;
+	char buf[64];
+
+	CU_ASSERT_EQUAL(hl_parse_portal("127.0.0.1:3260", 3260, &ss, &len), 0);
+	CU_ASSERT_STRING_EQUAL(hl_format_sockaddr(&ss, buf, sizeof(buf)), "127.0.0.1:3260");
+	CU_ASSERT_EQUAL(hl_parse_portal("10.1.2.3", 3260, &ss, &len), 0);
+	CU_ASSERT_STRING_EQUAL(hl_format_sockaddr(&ss, buf, sizeof(buf)), "10.1.2.3:3260");
+	CU_ASSERT_EQUAL(hl_parse_portal("[::1]:3261", 3260, &ss, &len), 0);
+	CU_ASSERT_EQUAL(ss.ss_family, AF_INET6);
+	CU_ASSERT_STRING_EQUAL(hl_format_sockaddr(&ss, buf, sizeof(buf)), "[::1]:3261");
+	CU_ASSERT_EQUAL(hl_parse_portal("::1", 3260, &ss, &len), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_portal("[::1", 3260, &ss, &len), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_portal("host.example:3260", 3260, &ss, &len), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_portal("1.2.3.4:70000", 3260, &ss, &len), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_portal("1.2.3.4:", 3260, &ss, &len), -EINVAL);
+}
+
+static void test_be_accessors(void)
+{
+	uint8_t b[8];
+	hl_put_be64(b, 0x0102030405060708ull);
+	CU_ASSERT_EQUAL(b[0], 1);
+	CU_ASSERT_EQUAL(b[7], 8);
+	CU_ASSERT_EQUAL(hl_get_be64(b), 0x0102030405060708ull);
+	hl_put_be24(b, 0xabcdef);
+	CU_ASSERT_EQUAL(hl_get_be24(b), 0xabcdef);
+	hl_put_be16(b, 0xbeef);
+	CU_ASSERT_EQUAL(hl_get_be16(b), 0xbeef);
+}
+
+struct item {
+	int v;
+	struct hl_list link;
+};
+
+static void test_list_order_and_safe_delete(void)
+{
+	struct hl_list head = HL_LIST_INIT(head);
+	struct item items[4];
+	struct item *it, *tmp;
+	int sum = 0, order[4], n = 0;
+
+	for (int i = 0; i < 4; i++) {
+		items[i].v = i;
+		hl_list_add_tail(&head, &items[i].link);
+	}
+	hl_list_for_each_entry_safe(it, tmp, &head, link) {
+		order[n++] = it->v;
+		if (it->v % 2)
+			hl_list_del(&it->link);
+	}
+	CU_ASSERT_EQUAL(n, 4);
+	CU_ASSERT_EQUAL(order[0], 0);
+	CU_ASSERT_EQUAL(order[3], 3);
+	hl_list_for_each_entry(it, &head, link)
+		sum += it->v;
+	CU_ASSERT_EQUAL(sum, 2);
+	CU_ASSERT_FALSE(hl_list_empty(&head));
+}
+
+static void test_format_size(void)
+{
+	char buf[32];
+	CU_ASSERT_STRING_EQUAL(hl_format_size(65536, buf, sizeof(buf)), "64K");
+	CU_ASSERT_STRING_EQUAL(hl_format_size(1536ull << 20, buf, sizeof(buf)), "1.5G");
+	CU_ASSERT_STRING_EQUAL(hl_format_size(100, buf, sizeof(buf)), "100");
+}
+
+static const struct hl_test tests[] = {
+	{"size suffixes", test_parse_size_suffixes},
+	{"size junk rejected", test_parse_size_rejects_junk},
+	{"u64 and bool", test_parse_u64_and_bool},
+	{"portal parse/format", test_portal_parse_and_format},
+	{"big-endian accessors", test_be_accessors},
+	{"list order, safe delete", test_list_order_and_safe_delete},
+	{"format size", test_format_size},
+	{NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("util", tests);
+}
