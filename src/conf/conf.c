@@ -19,7 +19,12 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#ifndef HL_LOCALSTATEDIR
+#define HL_LOCALSTATEDIR "/var" /* set by configure; this default serves the fuzz build */
+#endif
+
 #define CONF_MAX_LINE 4096
+#define CONF_MAX_VALUE 1024 /* so a written (escaped) line always fits CONF_MAX_LINE */
 #define CONF_MAX_ITEMS 4096 /* per list: disks, targets, luns, portals... */
 
 enum section_kind { SEC_NONE, SEC_GLOBAL, SEC_DISK, SEC_CACHE, SEC_TARGET };
@@ -66,6 +71,8 @@ static void *array_push(void **arr, size_t *n, size_t size)
 
 static int set_str(struct parser *p, char **dst, const char *v)
 {
+	if (strlen(v) > CONF_MAX_VALUE)
+		return perr(p, "value longer than %d bytes", CONF_MAX_VALUE);
 	char *s = strdup(v);
 	if (!s)
 		return perr(p, "out of memory");
@@ -76,6 +83,8 @@ static int set_str(struct parser *p, char **dst, const char *v)
 
 static int push_str(struct parser *p, char ***arr, size_t *n, const char *v)
 {
+	if (strlen(v) > CONF_MAX_VALUE)
+		return perr(p, "value longer than %d bytes", CONF_MAX_VALUE);
 	char **slot = array_push((void **)arr, n, sizeof(char *));
 	if (!slot)
 		return perr(p, "too many values or out of memory");
@@ -393,16 +402,21 @@ static int clean_value(struct parser *p, char *v)
 	while (isspace((unsigned char)*s))
 		s++;
 	if (*s == '"') {
-		char *close = strchr(s + 1, '"');
-		if (!close)
+		/* Quoted: \" and \\ are the only escapes; the rest is literal. */
+		char *w = v, *r = s + 1;
+		for (; *r && *r != '"'; r++) {
+			if (*r == '\\' && (r[1] == '"' || r[1] == '\\'))
+				r++;
+			*w++ = *r;
+		}
+		if (*r != '"')
 			return perr(p, "unterminated quoted value");
-		char *rest = close + 1;
+		char *rest = r + 1;
 		while (isspace((unsigned char)*rest))
 			rest++;
 		if (*rest && *rest != ';' && *rest != '#')
 			return perr(p, "text after the closing quote");
-		*close = '\0';
-		memmove(v, s + 1, (size_t)(close - s));
+		*w = '\0';
 		return 0;
 	}
 	for (end = s; *end; end++) {
@@ -716,12 +730,23 @@ const struct hl_conf_cache *hl_conf_find_cache(const struct hl_conf *c, const ch
 
 /* ---- writer ---- */
 
-/* Quote a value when the parser would otherwise strip or split it. */
+/* Quote a value when the parser would otherwise strip, split or unquote it. */
 static void put_kv(FILE *f, const char *key, const char *v)
 {
 	bool quote = !*v || isspace((unsigned char)v[0]) || isspace((unsigned char)v[strlen(v) - 1]) ||
-		     strchr(v, ';') || strchr(v, '#');
-	fprintf(f, quote ? "%s = \"%s\"\n" : "%s = %s\n", key, v);
+		     strpbrk(v, ";#\"\\");
+
+	if (!quote) {
+		fprintf(f, "%s = %s\n", key, v);
+		return;
+	}
+	fprintf(f, "%s = \"", key);
+	for (const char *c = v; *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fputc('\\', f);
+		fputc(*c, f);
+	}
+	fputs("\"\n", f);
 }
 
 static void put_opt(FILE *f, const char *key, const char *v)
