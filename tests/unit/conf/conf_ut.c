@@ -114,7 +114,7 @@ static void test_write_round_trip(void)
 			   "admission = nhit:2\n"
 			   "[disk a]\norigin = file:/tmp/a\nblock_size = 4096\ncache = ssd0\n"
 			   "origin_iops = 200\n"
-			   "[target iqn.2026-11.io.hotlun:t]\nlun.3 = a\nalias = \"x ; y\"\n"
+			   "[target iqn.2026-11.io.hotlun:t]\nlun.3 = a\nalias = \"x ; \\\"q\\\" \\\\ y\"\n"
 			   "chap_user = u\nchap_secret = 0123456789ab\n";
 	struct hl_conf *c = parse_ok(text);
 	char *buf = NULL;
@@ -133,7 +133,7 @@ static void test_write_round_trip(void)
 		fclose(f);
 		CU_ASSERT_STRING_EQUAL(buf, buf2);
 		CU_ASSERT_EQUAL(c2->n_portals, 2);
-		CU_ASSERT_STRING_EQUAL(c2->targets[0].alias, "x ; y");
+		CU_ASSERT_STRING_EQUAL(c2->targets[0].alias, "x ; \"q\" \\ y");
 		CU_ASSERT_EQUAL(c2->disks[0].origin_iops, 200);
 		CU_ASSERT_EQUAL(c2->caches[0].block_size, 65536);
 		CU_ASSERT_EQUAL(c2->log_level, HL_LOG_DEBUG);
