@@ -236,7 +236,7 @@ static int start(struct daemon *d, const char *url_note)
 	if (!d->reactors)
 		return -ENOMEM;
 	for (unsigned i = 0; i < d->n_reactors; i++) {
-		char name[16];
+		char name[24];
 		snprintf(name, sizeof(name), "reactor%u", i);
 		rc = hl_reactor_create(&d->reactors[i], name);
 		if (rc)
