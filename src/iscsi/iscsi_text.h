@@ -23,6 +23,19 @@
  */
 uint32_t iscsi_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/*
+ * Wire placement of a digest (RFC 3720 B.4, RFC 7143 11.1): the 32-bit
+ * CRC value goes on the wire LEAST significant byte first, unlike every
+ * other iSCSI field. E.g. the CRC of 32 zero bytes is 0x8a9136aa and is
+ * sent as aa 36 91 8a. Use these two helpers, never hl_put_be32().
+ */
+
+/** Store crc into the 4 digest bytes at out (little-endian). */
+void iscsi_crc32c_put(uint8_t out[4], uint32_t crc);
+
+/** Read a received 4-byte digest for comparison with iscsi_crc32c(). */
+uint32_t iscsi_crc32c_get(const uint8_t in[4]);
+
 /* ------------------------------------------------------------------ */
 /* Text keys.                                                          */
 
@@ -42,15 +55,28 @@ struct iscsi_kvlist {
 };
 
 /**
- * Parse a data segment of NUL-separated key=value pairs. The last pair may
- * lack its NUL only if `partial_ok` (continued in a later PDU: the caller
- * concatenates first, so normally false). @return 0, -EINVAL for malformed
- * input (no '=', empty or oversized key, bad characters in key, oversized
- * value), -ENOMEM. On error *list is left empty.
+ * Parse a data segment of NUL-separated key=value pairs. Every pair,
+ * including the last, must end with its NUL (RFC 7143 6.1); a text or
+ * login request continued over several PDUs (C bit) is concatenated by the
+ * caller first. Empty strings between NULs (e.g. padding left in) are
+ * skipped. @return 0, -EINVAL for malformed input (no '=', empty or
+ * oversized key, bad characters in key, oversized value, last pair not
+ * NUL-terminated), -ENOMEM. On error *list is left empty. Caller keeps
+ * data; list owns a copy until iscsi_kvlist_free(). *list need not be
+ * initialised before the call.
  */
 int iscsi_kvlist_parse(struct iscsi_kvlist *list, const void *data, size_t len);
 
+/** Free what parse allocated and leave *list empty (safe to call twice). */
 void iscsi_kvlist_free(struct iscsi_kvlist *list);
+
+/**
+ * Value of the first pair whose key is exactly `key` (case-sensitive, as
+ * keys are), or NULL. Points into list; valid until iscsi_kvlist_free().
+ * Duplicate keys are the caller's concern (RFC 7143 6.2: a renegotiation
+ * attempt fails the login); iterate list->kv to detect them.
+ */
+const char *iscsi_kvlist_find(const struct iscsi_kvlist *list, const char *key);
 
 /** Growing output buffer for key=value\0 pairs. */
 struct iscsi_textbuf {
@@ -106,6 +132,14 @@ struct iscsi_params_limits {
 void iscsi_params_init(struct iscsi_params *p);
 void iscsi_params_limits_default(struct iscsi_params_limits *l);
 
+/**
+ * Cross-key checks once a login's operational negotiation is done (call
+ * before the transition to full feature phase): FirstBurstLength is
+ * clamped to MaxBurstLength (RFC 7143 13.14), whatever order the keys
+ * came in. @return 0.
+ */
+int iscsi_params_finish(struct iscsi_params *p);
+
 /** What the negotiator decided for one key. */
 enum iscsi_neg_result {
 	ISCSI_NEG_ANSWER = 0,       /* respond key=answer */
@@ -128,10 +162,19 @@ enum iscsi_neg_result iscsi_negotiate_key(struct iscsi_params *p,
 					  enum iscsi_session_type type, const char *key,
 					  const char *value, char *answer, size_t answer_len);
 
+/* Bits of the sent_mask of iscsi_params_add_target_declarations(). */
+#define ISCSI_DECL_MAX_RECV_DSL (1u << 0) /* MaxRecvDataSegmentLength=<lim->max_recv_dsl> sent */
+
 /**
  * Keys the target must offer itself when the initiator did not (e.g. our
  * MaxRecvDataSegmentLength is declarative and always sent once). Appends
- * them to tb. `sent_mask` tracks what was already sent on this connection.
+ * them to tb. `sent_mask` tracks what was already sent on this connection:
+ * start each connection at 0 and keep it across the login's PDUs; a key
+ * whose ISCSI_DECL_* bit is set is not sent again. Once
+ * ISCSI_DECL_MAX_RECV_DSL is set the caller should set
+ * p->max_recv_dsl_target = lim->max_recv_dsl (the initiator may send us
+ * that much from then on). @return 0 or -ENOMEM (mask unchanged for what
+ * was not appended).
  */
 int iscsi_params_add_target_declarations(struct iscsi_textbuf *tb, const struct iscsi_params_limits *lim,
 					 unsigned *sent_mask);
