@@ -1,0 +1,60 @@
+/*
+ * ctl.h - the control socket: a Unix stream socket where each request and
+ * each reply is one line of JSON. Used by hotlunctl, hotlun-snmp and tests.
+ *
+ *   request:  {"cmd": "stats", "args": {...}}          ("args" optional)
+ *   reply:    {"ok": true, "result": ...}
+ *             {"ok": false, "error": "what was wrong"}
+ *
+ * Every request is validated; a bad one gets an error reply and the
+ * connection stays usable, except a line over HL_CTL_MAX_REQUEST bytes,
+ * which gets an error reply and then the connection is closed (its framing
+ * can no longer be trusted). Handlers run on the control reactor's thread.
+ */
+#ifndef HOTLUN_CTL_H
+#define HOTLUN_CTL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct hl_reactor;
+struct hl_ctl_server;
+
+#define HL_CTL_MAX_REQUEST (256 * 1024)
+
+/**
+ * A command handler. `args` is the request's "args" object (never NULL: an
+ * empty object when absent; borrowed). On success set *result (a new
+ * reference, or NULL for no result) and return 0; on failure write a message
+ * into err and return -errno (-EINVAL for bad arguments, -ENOENT for an
+ * unknown object, ...).
+ */
+typedef int (*hl_ctl_fn)(void *ctx, json_t *args, json_t **result, char *err, size_t errlen);
+
+struct hl_ctl_command {
+	const char *name;
+	const char *help;   /* one line, listed by the built-in "help" command */
+	hl_ctl_fn fn;
+};
+
+/**
+ * Listen on `path` (an existing socket file is replaced; a regular file
+ * there is an error) with permissions `mode`, serving the NULL-terminated
+ * table `cmds` (caller keeps) with `ctx`. @return 0 or -errno.
+ */
+int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
+			 const struct hl_ctl_command *cmds, void *ctx, struct hl_ctl_server **out);
+
+/** Close every client and the listening socket, unlink the path. Call on r's thread or after r stopped. */
+void hl_ctl_server_destroy(struct hl_ctl_server *srv);
+
+/**
+ * Client side (hotlunctl, hotlun-snmp, tests): connect, send one request,
+ * read one reply. @return 0 with *reply (new reference) or -errno; a
+ * failed command is still 0 with {"ok": false, ...} in *reply.
+ */
+int hl_ctl_connect(const char *path);
+int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply);
+
+#endif

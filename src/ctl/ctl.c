@@ -1,0 +1,434 @@
+/*
+ * ctl.c - the control socket server and client: line framing, JSON
+ * validation, dispatch through the caller's command table.
+ */
+#include "hotlun/ctl.h"
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct ctl_client {
+	struct hl_list link;
+	struct hl_ctl_server *srv;
+	struct hl_event ev;
+	char *in;             /* bytes received, not yet a full line */
+	size_t in_len, in_cap;
+	char *out;            /* reply bytes not yet sent */
+	size_t out_len, out_off;
+	bool closing;         /* close once out is flushed */
+};
+
+struct hl_ctl_server {
+	struct hl_reactor *reactor;
+	struct hl_event listen_ev;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	const struct hl_ctl_command *cmds;
+	void *ctx;
+	struct hl_list clients;
+};
+
+static void client_close(struct ctl_client *c)
+{
+	hl_event_del(&c->ev);
+	close(c->ev.fd);
+	hl_list_del(&c->link);
+	free(c->in);
+	free(c->out);
+	free(c);
+}
+
+static void client_update_events(struct ctl_client *c)
+{
+	uint32_t want = c->out_len > c->out_off ? EPOLLOUT : (c->closing ? 0 : EPOLLIN);
+	if (hl_event_mod(&c->ev, want ? want : EPOLLOUT) < 0)
+		c->closing = true;
+}
+
+/* Queue one JSON reply line; steals `reply`. */
+static void client_reply(struct ctl_client *c, json_t *reply)
+{
+	char *text = json_dumps(reply, JSON_COMPACT);
+	json_decref(reply);
+	if (!text) {
+		c->closing = true;
+		return;
+	}
+	size_t len = strlen(text);
+	char *o = realloc(c->out, c->out_len + len + 1);
+	if (!o) {
+		free(text);
+		c->closing = true;
+		return;
+	}
+	c->out = o;
+	memcpy(c->out + c->out_len, text, len);
+	c->out[c->out_len + len] = '\n';
+	c->out_len += len + 1;
+	free(text);
+}
+
+static json_t *error_reply(const char *msg)
+{
+	return json_pack("{s:b, s:s}", "ok", 0, "error", msg);
+}
+
+static int cmd_help(struct hl_ctl_server *srv, json_t **result)
+{
+	json_t *list = json_array();
+	if (!list)
+		return -ENOMEM;
+	json_array_append_new(list, json_pack("{s:s, s:s}", "cmd", "help", "help",
+					      "list the commands"));
+	for (const struct hl_ctl_command *c = srv->cmds; c && c->name; c++)
+		json_array_append_new(list, json_pack("{s:s, s:s}", "cmd", c->name, "help", c->help));
+	*result = list;
+	return 0;
+}
+
+static json_t *dispatch(struct hl_ctl_server *srv, const char *line, size_t len)
+{
+	json_error_t jerr;
+	json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr), *result = NULL;
+	char err[512] = "";
+	int rc;
+
+	if (!req) {
+		snprintf(err, sizeof(err), "malformed JSON at column %d: %s", jerr.column, jerr.text);
+		return error_reply(err);
+	}
+	if (!json_is_object(req)) {
+		json_decref(req);
+		return error_reply("a request must be a JSON object");
+	}
+	json_t *cmd = json_object_get(req, "cmd");
+	json_t *args = json_object_get(req, "args");
+	if (!json_is_string(cmd)) {
+		json_decref(req);
+		return error_reply("missing \"cmd\" (a string)");
+	}
+	if (args && !json_is_object(args)) {
+		json_decref(req);
+		return error_reply("\"args\" must be an object");
+	}
+	const char *key;
+	json_t *val;
+	json_object_foreach(req, key, val) {
+		if (strcmp(key, "cmd") && strcmp(key, "args")) {
+			snprintf(err, sizeof(err), "unknown request member \"%.64s\"", key);
+			json_decref(req);
+			return error_reply(err);
+		}
+	}
+	const char *name = json_string_value(cmd);
+	json_t *empty = NULL;
+	if (!args)
+		args = empty = json_object();
+
+	if (strcmp(name, "help") == 0) {
+		rc = cmd_help(srv, &result);
+	} else {
+		const struct hl_ctl_command *c;
+		for (c = srv->cmds; c && c->name; c++) {
+			if (strcmp(c->name, name) == 0)
+				break;
+		}
+		if (!c || !c->name) {
+			snprintf(err, sizeof(err), "unknown command \"%.64s\" (try \"help\")", name);
+			rc = -ENOENT;
+		} else {
+			rc = c->fn(srv->ctx, args, &result, err, sizeof(err));
+		}
+	}
+	json_decref(empty);
+	json_decref(req);
+	if (rc) {
+		json_decref(result);
+		if (!err[0])
+			snprintf(err, sizeof(err), "%s", strerror(-rc));
+		return error_reply(err);
+	}
+	json_t *reply = json_pack("{s:b}", "ok", 1);
+	if (result)
+		json_object_set_new(reply, "result", result);
+	return reply;
+}
+
+static void client_flush(struct ctl_client *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->ev.fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			c->closing = true;
+			c->out_off = c->out_len;
+			return;
+		}
+		c->out_off += (size_t)n;
+	}
+	c->out_len = c->out_off = 0;
+}
+
+static void client_read(struct ctl_client *c)
+{
+	for (;;) {
+		if (c->in_cap - c->in_len < 4096) {
+			size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
+			if (cap > HL_CTL_MAX_REQUEST + 8192)
+				cap = HL_CTL_MAX_REQUEST + 8192;
+			char *b = cap > c->in_cap ? realloc(c->in, cap) : NULL;
+			if (!b) {
+				client_reply(c, error_reply("request too large"));
+				c->closing = true;
+				return;
+			}
+			c->in = b;
+			c->in_cap = cap;
+		}
+		ssize_t n = recv(c->ev.fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		if (n == 0) {
+			c->closing = true;
+			return;
+		}
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				c->closing = true;
+			return;
+		}
+		c->in_len += (size_t)n;
+
+		/* Serve every complete line. */
+		size_t start = 0;
+		for (;;) {
+			char *nl = memchr(c->in + start, '\n', c->in_len - start);
+			if (!nl)
+				break;
+			size_t len = (size_t)(nl - (c->in + start));
+			if (len > HL_CTL_MAX_REQUEST) {
+				client_reply(c, error_reply("request too large"));
+				c->closing = true;
+				return;
+			}
+			if (len && !(len == 1 && c->in[start] == '\r'))
+				client_reply(c, dispatch(c->srv, c->in + start, len));
+			start += len + 1;
+		}
+		memmove(c->in, c->in + start, c->in_len - start);
+		c->in_len -= start;
+		if (c->in_len > HL_CTL_MAX_REQUEST) {
+			client_reply(c, error_reply("request too large"));
+			c->closing = true;
+			return;
+		}
+		if (c->out_len)
+			return; /* answer before reading more: a client can't flood us */
+	}
+}
+
+static void client_event(struct hl_event *ev, uint32_t revents)
+{
+	struct ctl_client *c = ev->arg;
+
+	if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR))
+		if (!c->closing)
+			client_read(c);
+	client_flush(c);
+	if (c->closing && c->out_off >= c->out_len) {
+		client_close(c);
+		return;
+	}
+	client_update_events(c);
+}
+
+static void listen_event(struct hl_event *ev, uint32_t revents)
+{
+	struct hl_ctl_server *srv = ev->arg;
+
+	(void)revents;
+	for (;;) {
+		int fd = accept4(ev->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				HL_WARN_RL("ctl", "accept: %s", strerror(errno));
+			return;
+		}
+		struct ctl_client *c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->srv = srv;
+		hl_event_init(&c->ev, fd, client_event, c);
+		if (hl_event_add(srv->reactor, &c->ev, EPOLLIN) < 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		hl_list_add_tail(&srv->clients, &c->link);
+	}
+}
+
+int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
+			 const struct hl_ctl_command *cmds, void *ctx, struct hl_ctl_server **out)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return -EEXIST;
+		unlink(path); /* a stale socket from an earlier run */
+	}
+	struct hl_ctl_server *srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return -ENOMEM;
+	hl_strlcpy(srv->path, path, sizeof(srv->path));
+	hl_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+	srv->reactor = r;
+	srv->cmds = cmds;
+	srv->ctx = ctx;
+	hl_list_init(&srv->clients);
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = -errno;
+		free(srv);
+		return rc;
+	}
+	/* Create the socket with no access, then open it up to `mode`: no window where it is wider. */
+	mode_t old = umask(0777);
+	rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun));
+	umask(old);
+	if (rc < 0 || chmod(path, mode) < 0 || listen(fd, 16) < 0) {
+		rc = -errno;
+		close(fd);
+		unlink(path);
+		free(srv);
+		return rc;
+	}
+	hl_event_init(&srv->listen_ev, fd, listen_event, srv);
+	rc = hl_event_add(r, &srv->listen_ev, EPOLLIN);
+	if (rc) {
+		close(fd);
+		unlink(path);
+		free(srv);
+		return rc;
+	}
+	*out = srv;
+	return 0;
+}
+
+void hl_ctl_server_destroy(struct hl_ctl_server *srv)
+{
+	struct ctl_client *c, *tmp;
+
+	if (!srv)
+		return;
+	hl_list_for_each_entry_safe(c, tmp, &srv->clients, link)
+		client_close(c);
+	hl_event_del(&srv->listen_ev);
+	close(srv->listen_ev.fd);
+	unlink(srv->path);
+	free(srv);
+}
+
+/* ---- client ---- */
+
+int hl_ctl_connect(const char *path)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	hl_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply)
+{
+	json_t *req = json_pack("{s:s}", "cmd", cmd);
+	char *text;
+	size_t len, off = 0;
+
+	if (!req)
+		return -ENOMEM;
+	if (args)
+		json_object_set(req, "args", args);
+	text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+	text[len++] = '\n'; /* json_dumps leaves room: the NUL becomes the newline */
+	while (off < len) {
+		ssize_t n = send(fd, text + off, len - off, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			int rc = -errno;
+			free(text);
+			return rc;
+		}
+		off += (size_t)n;
+	}
+	free(text);
+
+	/* Read up to the newline; replies can be large (stats of many disks). */
+	size_t cap = 65536, have = 0;
+	char *buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		if (have == cap) {
+			if (cap >= (64u << 20)) {
+				free(buf);
+				return -E2BIG;
+			}
+			char *b = realloc(buf, cap * 2);
+			if (!b) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = b;
+			cap *= 2;
+		}
+		ssize_t n = recv(fd, buf + have, cap - have, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			free(buf);
+			return n == 0 ? -ECONNRESET : -errno;
+		}
+		char *nl = memchr(buf + have, '\n', (size_t)n);
+		have += (size_t)n;
+		if (nl) {
+			json_error_t jerr;
+			*reply = json_loadb(buf, (size_t)(nl - buf), 0, &jerr);
+			free(buf);
+			return *reply ? 0 : -EPROTO;
+		}
+	}
+}

@@ -1,0 +1,186 @@
+/* ctl_ut.c - the control socket: dispatch, validation, oversized requests. */
+#include "hl_test.h"
+#include "hotlun/ctl.h"
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int calls;
+
+static int echo_fn(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	json_t *n = json_object_get(args, "n");
+	(void)ctx;
+	calls++;
+	if (n && !json_is_integer(n)) {
+		snprintf(err, errlen, "n: expected an integer");
+		return -EINVAL;
+	}
+	*result = json_pack("{s:I}", "n", n ? json_integer_value(n) : 0);
+	return 0;
+}
+
+static const struct hl_ctl_command cmds[] = {
+	{"echo", "return args.n", echo_fn},
+	{NULL, NULL, NULL},
+};
+
+static struct hl_reactor *r;
+static struct hl_ctl_server *srv;
+static char path[64];
+
+static int start_rc = 1;
+
+static void start_server(void *arg)
+{
+	(void)arg;
+	__atomic_store_n(&start_rc, hl_ctl_server_create(r, path, 0600, cmds, NULL, &srv),
+			 __ATOMIC_SEQ_CST);
+}
+
+static void stop_server(void *arg)
+{
+	(void)arg;
+	hl_ctl_server_destroy(srv);
+	hl_reactor_stop(r);
+}
+
+static json_t *call(int fd, const char *cmd, json_t *args)
+{
+	json_t *reply = NULL;
+	CU_ASSERT_EQUAL(hl_ctl_call(fd, cmd, args, &reply), 0);
+	json_decref(args);
+	return reply;
+}
+
+/* Send raw bytes, read one reply line. */
+static json_t *raw(int fd, const char *bytes, size_t len)
+{
+	char buf[4096];
+	size_t have = 0;
+	CU_ASSERT_EQUAL(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
+	while (have < sizeof(buf)) {
+		ssize_t n = recv(fd, buf + have, sizeof(buf) - have, 0);
+		if (n <= 0)
+			return NULL;
+		have += (size_t)n;
+		if (memchr(buf, '\n', have))
+			break;
+	}
+	return json_loadb(buf, (size_t)((char *)memchr(buf, '\n', have) - buf), 0, NULL);
+}
+
+static void expect_error(json_t *reply, const char *substr)
+{
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reply);
+	CU_ASSERT_TRUE(json_is_false(json_object_get(reply, "ok")));
+	const char *msg = json_string_value(json_object_get(reply, "error"));
+	CU_ASSERT_PTR_NOT_NULL(msg);
+	if (msg && !strstr(msg, substr)) {
+		fprintf(stderr, "error '%s' lacks '%s'\n", msg, substr);
+		CU_FAIL("error message");
+	}
+	json_decref(reply);
+}
+
+static void test_good_request_and_socket_mode(void)
+{
+	struct stat st;
+	int fd = hl_ctl_connect(path);
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
+	json_t *reply = call(fd, "echo", json_pack("{s:i}", "n", 7));
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(reply, "result"), "n")), 7);
+	json_decref(reply);
+	reply = call(fd, "help", NULL);
+	CU_ASSERT_EQUAL(json_array_size(json_object_get(reply, "result")), 2);
+	json_decref(reply);
+	close(fd);
+}
+
+static void test_bad_requests_get_errors_and_connection_survives(void)
+{
+	int fd = hl_ctl_connect(path);
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+	expect_error(raw(fd, "{not json\n", 10), "malformed JSON");
+	expect_error(raw(fd, "[1,2]\n", 6), "JSON object");
+	expect_error(raw(fd, "{\"cmd\":5}\n", 10), "\"cmd\"");
+	expect_error(raw(fd, "{\"cmd\":\"echo\",\"args\":3}\n", 24), "\"args\"");
+	expect_error(raw(fd, "{\"cmd\":\"echo\",\"x\":1}\n", 21), "unknown request member");
+	expect_error(raw(fd, "{\"cmd\":\"nope\"}\n", 15), "unknown command");
+	expect_error(call(fd, "echo", json_pack("{s:s}", "n", "x")), "expected an integer");
+	/* still usable */
+	json_t *reply = call(fd, "echo", NULL);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	close(fd);
+}
+
+static void test_oversized_request_is_refused(void)
+{
+	int fd = hl_ctl_connect(path);
+	size_t len = HL_CTL_MAX_REQUEST + 100000;
+	char *big = malloc(len);
+	CU_ASSERT_TRUE_FATAL(fd >= 0 && big);
+	memset(big, 'a', len);
+	int before = calls;
+	/* The server answers and closes once it has seen too much. */
+	size_t off = 0;
+	while (off < len) {
+		ssize_t n = send(fd, big + off, len - off, MSG_NOSIGNAL);
+		if (n <= 0)
+			break;
+		off += (size_t)n;
+	}
+	char buf[256];
+	ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+	CU_ASSERT_TRUE(n > 0);
+	if (n > 0) {
+		buf[n] = '\0';
+		CU_ASSERT_PTR_NOT_NULL(strstr(buf, "too large"));
+	}
+	CU_ASSERT_EQUAL(calls, before);
+	free(big);
+	close(fd);
+	/* the server still serves others */
+	fd = hl_ctl_connect(path);
+	json_t *reply = call(fd, "echo", NULL);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	close(fd);
+}
+
+static const struct hl_test tests[] = {
+	{"good request, socket mode", test_good_request_and_socket_mode},
+	{"bad requests get errors", test_bad_requests_get_errors_and_connection_survives},
+	{"oversized request refused", test_oversized_request_is_refused},
+	{NULL, NULL},
+};
+
+int main(void)
+{
+	hl_log_open(false, HL_LOG_ERR);
+	snprintf(path, sizeof(path), "/tmp/hl-ctl-ut-%d.sock", (int)getpid());
+	if (hl_reactor_create(&r, "ctl") || hl_reactor_start(r))
+		return 99;
+	hl_reactor_call(r, start_server, NULL);
+	for (int i = 0; i < 500 && __atomic_load_n(&start_rc, __ATOMIC_SEQ_CST) == 1; i++)
+		usleep(10000);
+	if (start_rc) {
+		fprintf(stderr, "ctl server did not start: %d\n", start_rc);
+		return 99;
+	}
+	int rc = hl_test_run("ctl", tests);
+	hl_reactor_call(r, stop_server, NULL);
+	hl_reactor_join(r);
+	hl_reactor_destroy(r);
+	return rc;
+}
