@@ -1,0 +1,338 @@
+/*
+ * bench_internal.h - what the files of hotlun-bench share: the random number
+ * generator, the latency histogram, the workload generators, the trace
+ * readers, the verify pattern, the per-second series (CSV) and the SVG plot.
+ *
+ * hotlun-bench is a program, not part of libhotlun; these declarations are
+ * private to src/bench and its unit tests. Nothing here blocks or allocates
+ * behind the caller's back except where a function says so.
+ */
+#ifndef HOTLUN_BENCH_INTERNAL_H
+#define HOTLUN_BENCH_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define BENCH_ALIGN_UP(n, a) ((((uint64_t)(n) + (a)-1) / (a)) * (a))
+#define BENCH_MIN(a, b)      ((uint64_t)(a) < (uint64_t)(b) ? (uint64_t)(a) : (uint64_t)(b))
+
+/* ---- parsing helpers (bench_util.c) ---- */
+
+/**
+ * Parse a byte size with an optional binary suffix ("512", "4K", "1M", "2G",
+ * "1T", also "4KiB"/"4KB"). @return 0 or -EINVAL/-ERANGE.
+ */
+int bench_parse_size(const char *s, uint64_t *out);
+
+/** Format a byte count compactly ("4K", "64K", "1M", "1536"). Returns buf. */
+const char *bench_format_size(uint64_t v, char *buf, size_t len);
+
+/* ---- random numbers (xoshiro256**, seeded through splitmix64) ---- */
+
+struct bench_rng {
+	uint64_t s[4];
+};
+
+/** Seed deterministically: the same seed gives the same sequence. */
+void bench_rng_seed(struct bench_rng *r, uint64_t seed);
+
+/** Next 64 random bits. */
+uint64_t bench_rng_next(struct bench_rng *r);
+
+/** Uniform double in [0, 1). */
+double bench_rng_double(struct bench_rng *r);
+
+/** Uniform integer in [0, n); n == 0 returns 0. Unbiased (rejection). */
+uint64_t bench_rng_below(struct bench_rng *r, uint64_t n);
+
+/** splitmix64 finaliser: a good 64-bit mixing function. */
+static inline uint64_t bench_mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* ---- latency histogram (bench_hist.c) ---- */
+
+/*
+ * Log-linear ("HDR-style") histogram of nanosecond values: values below
+ * 2 * BENCH_HIST_SUB are exact; above that each power of two is split into
+ * BENCH_HIST_SUB / 2 linear buckets, so a bucket is at most 1/64 (1.6 %) of
+ * its value wide: two significant digits over the whole 64-bit range.
+ */
+#define BENCH_HIST_SUB_BITS 7
+#define BENCH_HIST_SUB      (1u << BENCH_HIST_SUB_BITS)
+#define BENCH_HIST_HALF     (BENCH_HIST_SUB / 2)
+#define BENCH_HIST_NBUCKETS ((64 - BENCH_HIST_SUB_BITS + 2) * BENCH_HIST_HALF)
+
+struct bench_hist {
+	uint64_t count;
+	uint64_t sum;
+	uint64_t min;
+	uint64_t max;
+	uint64_t buckets[BENCH_HIST_NBUCKETS];
+};
+
+/** Empty the histogram (the caller owns the storage). */
+void bench_hist_reset(struct bench_hist *h);
+
+/** Record one value. O(1), no allocation. */
+void bench_hist_add(struct bench_hist *h, uint64_t v);
+
+/** Add every value of src into dst. */
+void bench_hist_merge(struct bench_hist *dst, const struct bench_hist *src);
+
+/**
+ * Value at percentile p (0 < p <= 100): the midpoint of the bucket that holds
+ * the ceil(p/100 * count)-th smallest value, clamped to [min, max].
+ * Returns 0 for an empty histogram.
+ */
+uint64_t bench_hist_percentile(const struct bench_hist *h, double p);
+
+/** Mean of the recorded values (exact), 0 when empty. */
+double bench_hist_mean(const struct bench_hist *h);
+
+/** Bucket index of a value, and the smallest / largest value of a bucket. */
+unsigned bench_hist_index(uint64_t v);
+uint64_t bench_hist_bucket_low(unsigned idx);
+uint64_t bench_hist_bucket_high(unsigned idx);
+
+/* ---- traces (bench_trace.c) ---- */
+
+enum bench_trace_fmt {
+	BENCH_TRACE_AUTO = 0,
+	BENCH_TRACE_VSCSI, /* vscsi v1 (32-byte) or v2 (40-byte) records */
+	BENCH_TRACE_MSR,   /* MSR Cambridge CSV */
+	BENCH_TRACE_BLOCKS /* one block number per line, read of one block */
+};
+
+struct bench_trace_rec {
+	uint64_t offset; /* bytes */
+	uint32_t len;    /* bytes, > 0 */
+	uint8_t write;
+};
+
+struct bench_trace {
+	struct bench_trace_rec *recs; /* owned; freed by bench_trace_free() */
+	size_t n, cap;
+	uint64_t max_end; /* largest offset + len seen */
+	uint64_t reads, writes;
+	uint64_t skipped; /* records that are neither read nor write, or malformed */
+	enum bench_trace_fmt fmt;
+};
+
+/**
+ * Read a whole trace file into memory. fmt AUTO looks at the content.
+ * block_size is the size of one block of a BLOCKS trace (and its I/O size).
+ * On error returns -errno and writes a message naming the file (and line)
+ * into err. The caller frees t with bench_trace_free() in every case.
+ */
+int bench_trace_load(const char *path, enum bench_trace_fmt fmt, uint32_t block_size,
+		     struct bench_trace *t, char *err, size_t errlen);
+
+/** Parse an in-memory trace (same rules as bench_trace_load()). */
+int bench_trace_parse(const void *buf, size_t len, enum bench_trace_fmt fmt, uint32_t block_size,
+		      struct bench_trace *t, char *err, size_t errlen);
+
+/** Guess the format of a trace from its first bytes. */
+enum bench_trace_fmt bench_trace_detect(const void *buf, size_t len);
+
+/** Parse "vscsi", "msr", "blocks", "auto"; returns -EINVAL for anything else. */
+int bench_trace_fmt_parse(const char *s, enum bench_trace_fmt *out);
+
+const char *bench_trace_fmt_name(enum bench_trace_fmt fmt);
+
+void bench_trace_free(struct bench_trace *t);
+
+/* ---- workloads (bench_workload.c) ---- */
+
+enum bench_wl_kind {
+	BENCH_WL_UNIFORM = 0,
+	BENCH_WL_ZIPF,
+	BENCH_WL_HOTSET,
+	BENCH_WL_SEQ,
+	BENCH_WL_TRACE,
+};
+
+#define BENCH_MAX_BS 8
+
+struct bench_bs_choice {
+	uint32_t size;   /* bytes */
+	uint32_t weight; /* relative share of I/Os */
+};
+
+struct bench_workload_spec {
+	enum bench_wl_kind kind;
+	double theta;        /* zipf exponent, > 0 */
+	double hot_io_pct;   /* hotset: share of I/O that goes to the hot set */
+	double hot_space_pct; /* hotset: size of the hot set, % of the range */
+	char trace_path[1024];
+	enum bench_trace_fmt trace_fmt;
+	struct bench_bs_choice bs[BENCH_MAX_BS];
+	unsigned n_bs;
+	double read_pct; /* 0..100 */
+};
+
+/**
+ * Parse a --workload argument: "uniform", "zipf:0.9", "hotset:90/10", "seq",
+ * "trace:FILE" or "trace:FMT:FILE" (FMT vscsi|msr|blocks). Fills kind and
+ * its parameters. @return 0 or -EINVAL with a message in err.
+ */
+int bench_workload_parse(const char *s, struct bench_workload_spec *spec, char *err,
+			 size_t errlen);
+
+/**
+ * Parse a --bs argument: "4K", "4K,64K" (equal shares) or "4K:70,64K:30".
+ * @return 0 or -EINVAL with a message in err.
+ */
+int bench_bs_parse(const char *s, struct bench_workload_spec *spec, char *err, size_t errlen);
+
+/** Format the block-size list back ("4K", "4K:70,64K:30"). */
+const char *bench_bs_format(const struct bench_workload_spec *spec, char *buf, size_t len);
+
+/** Zipf sampler (rejection-inversion; O(1) per sample, any exponent > 0). */
+struct bench_zipf {
+	uint64_t n;
+	double s;
+	double hx1, hxn, sv;
+};
+
+/** Prepare a sampler over ranks 1..n with exponent s. @return 0 or -EINVAL. */
+int bench_zipf_init(struct bench_zipf *z, uint64_t n, double s);
+
+/** One rank in 1..n; rank 1 is the most popular. */
+uint64_t bench_zipf_next(const struct bench_zipf *z, struct bench_rng *r);
+
+/** One planned I/O: a byte range of the LUN and a direction. */
+struct bench_io {
+	uint64_t offset;
+	uint32_t len;
+	bool write;
+};
+
+struct bench_workload {
+	struct bench_workload_spec spec;
+	uint64_t range_off; /* bytes: the part of the LUN the workload uses */
+	uint64_t range_len;
+	uint32_t unit;   /* bytes: smallest I/O size and alignment */
+	uint64_t nunits; /* range_len / unit */
+	uint64_t perm_mul, perm_add; /* rank -> unit scatter (a bijection) */
+	uint32_t bs_total_weight;
+	struct bench_zipf zipf;
+	uint64_t seq_next; /* bytes, relative to range_off */
+	const struct bench_trace *trace; /* caller keeps; must outlive the workload */
+	size_t trace_pos;
+	uint64_t trace_passes;
+	uint32_t lun_block;
+	uint32_t max_len; /* largest I/O this workload plans, bytes */
+};
+
+/**
+ * Prepare a generator over [range_off, range_off + range_len) of a LUN with
+ * blocks of lun_block bytes. Every I/O is a multiple of lun_block and aligned
+ * to its own size (trace I/Os: aligned to lun_block). trace is required for a
+ * trace workload (caller keeps it). @return 0 or -EINVAL with a message.
+ */
+int bench_workload_init(struct bench_workload *wl, const struct bench_workload_spec *spec,
+			uint32_t lun_block, uint64_t range_off, uint64_t range_len,
+			const struct bench_trace *trace, char *err, size_t errlen);
+
+/** Plan the next I/O. Uses (and advances) the caller's rng. */
+void bench_workload_next(struct bench_workload *wl, struct bench_rng *r, struct bench_io *io);
+
+/** Name of a workload for reports ("zipf:0.9", "hotset:90/10", ...). */
+const char *bench_workload_name(const struct bench_workload_spec *spec, char *buf, size_t len);
+
+/* ---- verify pattern (bench_pattern.c) ---- */
+
+#define BENCH_PATTERN_SECTOR 512u
+#define BENCH_PATTERN_MAGIC  0x484c42454e434831ULL /* "HLBENCH1" */
+
+enum bench_pattern_status {
+	BENCH_PAT_OK = 0,
+	BENCH_PAT_ZERO,      /* all zeros: never written */
+	BENCH_PAT_GARBAGE,   /* no pattern header at all */
+	BENCH_PAT_WRONG_LBA, /* a valid pattern for another place (misdirected I/O) */
+	BENCH_PAT_STALE,     /* a valid pattern of another generation */
+	BENCH_PAT_CORRUPT,   /* right header, damaged payload */
+};
+
+struct bench_pattern_result {
+	enum bench_pattern_status status;
+	uint64_t sector;       /* byte offset / 512 of the first bad sector */
+	uint64_t found_sector; /* what that sector's header says */
+	uint64_t found_gen;
+	uint32_t bad_word; /* index of the first bad 8-byte word in the sector */
+};
+
+/**
+ * Fill buf (len a multiple of 512) with the pattern of the bytes at LUN byte
+ * offset `offset` for generation gen (gen != 0).
+ */
+void bench_pattern_fill(void *buf, size_t len, uint64_t offset, uint64_t gen);
+
+/**
+ * Check buf, read from LUN byte offset `offset`. expect_gen 0 accepts any
+ * generation (the payload must still match its own header); allow_zero
+ * accepts all-zero sectors. Stops at the first bad sector.
+ * @return BENCH_PAT_OK or the status also stored in res.
+ */
+enum bench_pattern_status bench_pattern_check(const void *buf, size_t len, uint64_t offset,
+					      uint64_t expect_gen, bool allow_zero,
+					      struct bench_pattern_result *res);
+
+const char *bench_pattern_status_str(enum bench_pattern_status st);
+
+/* ---- per-second series and CSV (bench_series.c) ---- */
+
+struct bench_sample {
+	double t;   /* seconds since the start of the run (end of the interval) */
+	char phase; /* 'w' warm-up, 'm' measured */
+	double iops, mbps;
+	double read_iops, write_iops;
+	double p50_us, p99_us, p999_us, max_us;
+	uint64_t errors;
+};
+
+struct bench_series {
+	char label[128];
+	struct bench_sample *s; /* owned */
+	size_t n, cap;
+};
+
+/** Append a copy of smp. @return 0 or -ENOMEM. */
+int bench_series_append(struct bench_series *se, const struct bench_sample *smp);
+
+void bench_series_free(struct bench_series *se);
+
+/** Write the CSV comment block and column header. meta is one "# ..." line (may be NULL). */
+int bench_csv_write_header(FILE *f, const char *label, const char *meta);
+
+/** Write one row (flushes, so a killed run keeps its rows). */
+int bench_csv_write_row(FILE *f, const struct bench_sample *smp);
+
+/**
+ * Read a CSV written by hotlun-bench (columns found by name; '#' lines are
+ * comments, "# label=" sets the label, else the file's base name is used).
+ * @return 0 or -errno with a message in err.
+ */
+int bench_csv_read(const char *path, struct bench_series *se, char *err, size_t errlen);
+
+/* ---- SVG chart (bench_svg.c) ---- */
+
+/**
+ * Write a self-contained SVG: IOPS over time (top) and p50 / p99 latency over
+ * time on a log scale (bottom), one colour per run, legend, warm-up shaded.
+ * @return 0 or -errno (write error).
+ */
+int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, const char *title);
+
+/** bench_svg_write() to a file path (written to path.tmp, then renamed). */
+int bench_svg_write_file(const char *path, const struct bench_series *runs, size_t nruns,
+			 const char *title);
+
+#endif

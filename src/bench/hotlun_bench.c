@@ -1,0 +1,1053 @@
+/*
+ * hotlun_bench.c - hotlun-bench, a load generator for any iSCSI target.
+ *
+ * Owns the command line, the sessions (libiscsi contexts driven through
+ * get_fd / which_events / service from one poll loop), the run phases
+ * (warm-up, measure, drain), per-second and overall statistics, the
+ * --verify bookkeeping (a generation per block and a lock per block so that
+ * no two in-flight I/Os overlap), and the reports: terminal progress, CSV,
+ * SVG and the one-line summary that scripts parse.
+ */
+#include "bench/bench_internal.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_VERSION       "0.1.0"
+#define DEFAULT_INITIATOR   "iqn.2026-11.org.hotlun:bench"
+#define MAX_SESSIONS        64
+#define MAX_QD              1024
+#define MAX_VERIFY_REPORTS  20
+#define VERIFY_MAX_UNITS    (512ULL << 20)
+
+struct opts {
+	struct bench_workload_spec spec;
+	unsigned qd, sessions;
+	double time_s, warmup_s;
+	uint64_t count;
+	uint64_t range_off, range_len; /* range_len 0: to the end of the LUN */
+	const char *csv, *svg, *label, *title, *url, *initiator;
+	bool verify, quiet;
+	uint64_t seed;
+	bool seed_set;
+};
+
+struct bench;
+
+struct slot {
+	struct session *sess;
+	uint8_t *buf; /* max I/O size; the data of the write or the read (owned) */
+	struct bench_io io;
+	uint64_t t0;  /* submit time, ns */
+	uint64_t gen; /* --verify: generation a write carries */
+	bool planned; /* io is chosen but waits for its blocks to be unlocked */
+};
+
+struct session {
+	struct bench *b;
+	struct iscsi_context *iscsi;
+	int lun;
+	struct slot *slots;
+	unsigned *idle; /* stack of idle slot indices */
+	unsigned nidle;
+	unsigned inflight;
+};
+
+enum phase { PH_WARMUP, PH_MEASURE, PH_DRAIN };
+
+struct counters {
+	uint64_t reads, writes, bytes, errors;
+};
+
+struct bench {
+	struct opts o;
+	struct session sess[MAX_SESSIONS];
+	unsigned nsess;
+	uint32_t lun_block;
+	uint64_t lun_bytes;
+	struct bench_trace trace;
+	struct bench_workload wl;
+	struct bench_rng rng;
+	bool has_writes;
+
+	enum phase phase;
+	bool stop_issue;
+	uint64_t t_start, t_measure, t_end, t_tick;
+	struct bench_hist sec_hist, all_hist;
+	struct counters sec, all;
+	uint64_t inflight;
+	uint64_t measured_done; /* completions in the measure phase */
+
+	/* --verify */
+	uint32_t *gen_map;  /* per workload unit: last good write counter, 0 unknown */
+	uint8_t *lock_map;  /* per workload unit: 1 while an I/O covers it */
+	uint32_t run_stamp; /* high half of every generation this run writes */
+	uint32_t write_counter;
+	uint64_t verify_errors;
+	uint64_t verify_checked;
+
+	FILE *csv;
+	struct bench_series series;
+	bool progress;
+	int fatal;
+};
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	if (got_signal)
+		_exit(130); /* second ^C: give up at once */
+	got_signal = sig;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- --verify bookkeeping ---- */
+
+static void unit_span(const struct bench *b, const struct bench_io *io, uint64_t *first,
+		      uint64_t *n)
+{
+	uint64_t rel = io->offset - b->wl.range_off;
+	*first = rel / b->wl.unit;
+	*n = BENCH_ALIGN_UP(rel + io->len, b->wl.unit) / b->wl.unit - *first;
+}
+
+static bool verify_lock(struct bench *b, const struct bench_io *io)
+{
+	uint64_t first, n;
+
+	unit_span(b, io, &first, &n);
+	for (uint64_t i = 0; i < n; i++)
+		if (b->lock_map[first + i])
+			return false;
+	memset(b->lock_map + first, 1, n);
+	return true;
+}
+
+static void verify_unlock(struct bench *b, const struct bench_io *io)
+{
+	uint64_t first, n;
+
+	unit_span(b, io, &first, &n);
+	memset(b->lock_map + first, 0, n);
+}
+
+static void verify_report(struct bench *b, const struct bench_io *io, uint64_t unit_off,
+			  const struct bench_pattern_result *res)
+{
+	b->verify_errors++;
+	if (b->verify_errors > MAX_VERIFY_REPORTS) {
+		if (b->verify_errors == MAX_VERIFY_REPORTS + 1)
+			fprintf(stderr, "\nverify: more mismatches, not shown\n");
+		return;
+	}
+	uint64_t byte = res->sector * BENCH_PATTERN_SECTOR;
+	uint64_t lba = byte / b->lun_block;
+
+	fprintf(stderr, "\nverify: MISMATCH lba=%" PRIu64 " (byte offset %" PRIu64
+		", sector %" PRIu64 " of a %u-byte read at lba %" PRIu64 "): %s",
+		lba, byte, res->sector - io->offset / BENCH_PATTERN_SECTOR, io->len,
+		io->offset / b->lun_block, bench_pattern_status_str(res->status));
+	switch (res->status) {
+	case BENCH_PAT_WRONG_LBA:
+		fprintf(stderr, "; block holds the data of lba %" PRIu64,
+			res->found_sector * BENCH_PATTERN_SECTOR / b->lun_block);
+		break;
+	case BENCH_PAT_STALE:
+		fprintf(stderr, "; found generation %08" PRIx64 ":%08" PRIx64,
+			res->found_gen >> 32, res->found_gen & 0xffffffffu);
+		break;
+	case BENCH_PAT_CORRUPT:
+		fprintf(stderr, "; first bad byte at +%u", res->bad_word * 8);
+		break;
+	default:
+		break;
+	}
+	fputc('\n', stderr);
+	(void)unit_off;
+}
+
+/* Check a completed read unit by unit, each against what this run knows of it. */
+static void verify_read(struct bench *b, const struct slot *sl)
+{
+	uint64_t first, n;
+
+	unit_span(b, &sl->io, &first, &n);
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t u = first + i;
+		uint64_t ustart = b->wl.range_off + u * b->wl.unit;
+		uint64_t s = ustart > sl->io.offset ? ustart : sl->io.offset;
+		uint64_t e = BENCH_MIN(ustart + b->wl.unit, sl->io.offset + sl->io.len);
+		uint32_t g = b->gen_map[u];
+		uint64_t expect = g ? ((uint64_t)b->run_stamp << 32 | g) : 0;
+		/* A block this run never wrote may still be zero, unless the run only reads. */
+		bool allow_zero = !g && b->has_writes;
+		struct bench_pattern_result res;
+
+		b->verify_checked++;
+		if (bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, expect, allow_zero,
+					&res) != BENCH_PAT_OK)
+			verify_report(b, &sl->io, s, &res);
+	}
+}
+
+static void verify_wrote(struct bench *b, const struct slot *sl, bool good)
+{
+	uint64_t first, n;
+
+	unit_span(b, &sl->io, &first, &n);
+	for (uint64_t i = 0; i < n; i++)
+		b->gen_map[first + i] = good ? (uint32_t)sl->gen : 0;
+}
+
+/* ---- I/O ---- */
+
+static void close_interval(struct bench *b, uint64_t now);
+
+static void io_done(struct iscsi_context *iscsi, int status, void *command_data, void *private)
+{
+	struct slot *sl = private;
+	struct session *s = sl->sess;
+	struct bench *b = s->b;
+	struct scsi_task *task = command_data;
+	uint64_t now = now_ns();
+	uint64_t lat = now - sl->t0;
+	bool good = status == SCSI_STATUS_GOOD;
+
+	if (!good) {
+		static unsigned shown;
+		if (shown++ < 10) {
+			if (status == SCSI_STATUS_CHECK_CONDITION && task)
+				fprintf(stderr, "\n%s at lba %" PRIu64 ": %s, %s\n",
+					sl->io.write ? "write" : "read",
+					sl->io.offset / b->lun_block,
+					scsi_sense_key_str(task->sense.key),
+					scsi_sense_ascq_str(task->sense.ascq));
+			else
+				fprintf(stderr, "\n%s at lba %" PRIu64 " failed: status 0x%x %s\n",
+					sl->io.write ? "write" : "read",
+					sl->io.offset / b->lun_block, status,
+					iscsi_get_error(iscsi));
+		}
+	}
+	if (b->o.verify) {
+		if (sl->io.write)
+			verify_wrote(b, sl, good);
+		else if (good)
+			verify_read(b, sl);
+		verify_unlock(b, &sl->io);
+	}
+	if (b->phase != PH_DRAIN) {
+		struct counters *c[2] = {&b->sec, &b->all};
+		unsigned nc = b->phase == PH_MEASURE ? 2 : 1;
+		for (unsigned i = 0; i < nc; i++) {
+			if (!good) {
+				c[i]->errors++;
+				continue;
+			}
+			if (sl->io.write)
+				c[i]->writes++;
+			else
+				c[i]->reads++;
+			c[i]->bytes += sl->io.len;
+		}
+		if (good) {
+			bench_hist_add(&b->sec_hist, lat);
+			if (b->phase == PH_MEASURE)
+				bench_hist_add(&b->all_hist, lat);
+		}
+		if (b->phase == PH_MEASURE)
+			b->measured_done++;
+	}
+	if (task)
+		scsi_free_scsi_task(task);
+	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+	s->inflight--;
+	b->inflight--;
+}
+
+/* Start one I/O on an idle slot. @return 0 started, 1 must wait (verify lock), <0 fatal. */
+static int submit(struct bench *b, struct session *s, struct slot *sl)
+{
+	struct scsi_task *task;
+
+	if (!sl->planned) {
+		bench_workload_next(&b->wl, &b->rng, &sl->io);
+		sl->planned = true;
+	}
+	if (b->o.verify && !verify_lock(b, &sl->io))
+		return 1;
+	sl->planned = false;
+
+	uint64_t lba = sl->io.offset / b->lun_block;
+	if (sl->io.write && b->o.verify) {
+		if (++b->write_counter == 0)
+			b->write_counter = 1;
+		sl->gen = b->write_counter;
+		bench_pattern_fill(sl->buf, sl->io.len, sl->io.offset,
+				   (uint64_t)b->run_stamp << 32 | sl->gen);
+	}
+	sl->t0 = now_ns();
+	if (sl->io.write)
+		task = iscsi_write16_task(s->iscsi, s->lun, lba, sl->buf, sl->io.len, (int)b->lun_block,
+					  0, 0, 0, 0, 0, io_done, sl);
+	else
+		task = iscsi_read16_task(s->iscsi, s->lun, lba, sl->io.len, (int)b->lun_block, 0, 0, 0,
+					 0, 0, io_done, sl);
+	if (!task) {
+		fprintf(stderr, "hotlun-bench: cannot queue I/O: %s\n", iscsi_get_error(s->iscsi));
+		if (b->o.verify)
+			verify_unlock(b, &sl->io);
+		return -ENOMEM;
+	}
+	/* Data-In lands straight in our buffer: no copy, and --verify reads it there. */
+	if (!sl->io.write && scsi_task_add_data_in_buffer(task, (int)sl->io.len, sl->buf) != 0) {
+		fprintf(stderr, "hotlun-bench: cannot attach read buffer\n");
+		return -ENOMEM;
+	}
+	s->inflight++;
+	b->inflight++;
+	return 0;
+}
+
+static bool may_issue(const struct bench *b)
+{
+	if (b->stop_issue)
+		return false;
+	if (b->phase == PH_MEASURE && b->o.count && b->measured_done + b->inflight >= b->o.count)
+		return false;
+	return true;
+}
+
+static int refill(struct bench *b, struct session *s)
+{
+	while (s->nidle && may_issue(b)) {
+		unsigned idx = s->idle[s->nidle - 1];
+		int rc = submit(b, s, &s->slots[idx]);
+		if (rc < 0)
+			return rc;
+		if (rc > 0)
+			break; /* its blocks are busy: try again after the next completion */
+		s->nidle--;
+	}
+	return 0;
+}
+
+/* ---- statistics and reports ---- */
+
+static void fill_sample(const struct bench *b, struct bench_sample *smp, double t, double secs,
+			const struct bench_hist *h, const struct counters *c, char phase)
+{
+	memset(smp, 0, sizeof(*smp));
+	smp->t = t;
+	smp->phase = phase;
+	if (secs <= 0)
+		secs = 1e-9;
+	smp->iops = (double)(c->reads + c->writes) / secs;
+	smp->read_iops = (double)c->reads / secs;
+	smp->write_iops = (double)c->writes / secs;
+	smp->mbps = (double)c->bytes / secs / 1e6;
+	smp->p50_us = (double)bench_hist_percentile(h, 50) / 1e3;
+	smp->p99_us = (double)bench_hist_percentile(h, 99) / 1e3;
+	smp->p999_us = (double)bench_hist_percentile(h, 99.9) / 1e3;
+	smp->max_us = h->count ? (double)h->max / 1e3 : 0;
+	smp->errors = c->errors;
+}
+
+/* Emit the row for [t_tick, now) and start a new interval. */
+static void close_interval(struct bench *b, uint64_t now)
+{
+	double secs = (double)(now - b->t_tick) / 1e9;
+	struct bench_sample smp;
+
+	if (secs < 0.001 && b->sec.reads + b->sec.writes + b->sec.errors == 0)
+		return;
+	fill_sample(b, &smp, (double)(now - b->t_start) / 1e9, secs, &b->sec_hist, &b->sec,
+		    b->phase == PH_WARMUP ? 'w' : 'm');
+	if (b->phase != PH_DRAIN) {
+		if (bench_series_append(&b->series, &smp) == 0 && b->csv &&
+		    bench_csv_write_row(b->csv, &smp) != 0 && !b->fatal) {
+			fprintf(stderr, "hotlun-bench: writing %s failed\n", b->o.csv);
+			b->fatal = -EIO;
+		}
+		if (b->progress)
+			fprintf(stderr,
+				"\r%7.1fs %-7s iops %9.0f  MB/s %8.1f  p50 %8.0fus  p99 %8.0fus  "
+				"err %" PRIu64 "  ",
+				smp.t, b->phase == PH_WARMUP ? "warm-up" : "measure", smp.iops,
+				smp.mbps, smp.p50_us, smp.p99_us, b->all.errors + b->sec.errors);
+	}
+	bench_hist_reset(&b->sec_hist);
+	memset(&b->sec, 0, sizeof(b->sec));
+	b->t_tick = now;
+}
+
+/* Advance the phase machine; called after every poll round. */
+static void run_clock(struct bench *b, uint64_t now)
+{
+	if (now - b->t_tick >= 1000000000ULL)
+		close_interval(b, now);
+
+	if (b->phase == PH_WARMUP && (double)(now - b->t_start) >= b->o.warmup_s * 1e9) {
+		close_interval(b, now);
+		b->phase = PH_MEASURE;
+		b->t_measure = now;
+	}
+	if (b->phase == PH_MEASURE) {
+		bool end = false;
+		if (got_signal)
+			end = true;
+		else if (b->o.count)
+			end = b->measured_done >= b->o.count;
+		else
+			end = (double)(now - b->t_measure) >= b->o.time_s * 1e9;
+		if (end) {
+			close_interval(b, now);
+			b->phase = PH_DRAIN;
+			b->t_end = now;
+			b->stop_issue = true;
+		}
+	}
+	if (b->phase == PH_WARMUP && got_signal) {
+		close_interval(b, now);
+		b->phase = PH_DRAIN;
+		b->t_measure = b->t_end = now;
+		b->stop_issue = true;
+	}
+}
+
+static int run(struct bench *b)
+{
+	struct pollfd pfd[MAX_SESSIONS];
+
+	b->t_start = b->t_tick = now_ns();
+	b->phase = b->o.warmup_s > 0 ? PH_WARMUP : PH_MEASURE;
+	b->t_measure = b->t_start;
+
+	for (;;) {
+		for (unsigned i = 0; i < b->nsess; i++) {
+			int rc = refill(b, &b->sess[i]);
+			if (rc < 0)
+				return rc;
+		}
+		if (b->phase == PH_DRAIN && b->inflight == 0)
+			break;
+		if (b->fatal)
+			return b->fatal;
+
+		for (unsigned i = 0; i < b->nsess; i++) {
+			pfd[i].fd = iscsi_get_fd(b->sess[i].iscsi);
+			pfd[i].events = (short)iscsi_which_events(b->sess[i].iscsi);
+			pfd[i].revents = 0;
+			if (pfd[i].events == 0)
+				pfd[i].fd = -1; /* reconnecting: libiscsi asks us to wait */
+		}
+		uint64_t now = now_ns();
+		uint64_t next = b->t_tick + 1000000000ULL;
+		int timeout = next > now ? (int)((next - now) / 1000000ULL) + 1 : 0;
+		if (timeout > 100)
+			timeout = 100;
+		int n = poll(pfd, b->nsess, timeout);
+		if (n < 0 && errno != EINTR) {
+			perror("hotlun-bench: poll");
+			return -errno;
+		}
+		for (unsigned i = 0; i < b->nsess && n > 0; i++) {
+			if (!pfd[i].revents)
+				continue;
+			if (iscsi_service(b->sess[i].iscsi, pfd[i].revents) < 0) {
+				fprintf(stderr, "\nhotlun-bench: session %u: %s\n", i,
+					iscsi_get_error(b->sess[i].iscsi));
+				return -EIO;
+			}
+		}
+		now = now_ns();
+		if (n == 0) {
+			/* idle round: let libiscsi run its timers (timeouts, reconnect) */
+			for (unsigned i = 0; i < b->nsess; i++)
+				iscsi_service(b->sess[i].iscsi, 0);
+		}
+		run_clock(b, now);
+	}
+	if (b->o.count && b->t_end < b->t_measure)
+		b->t_end = now_ns();
+	return 0;
+}
+
+/* ---- setup ---- */
+
+static int session_open(struct bench *b, struct session *s, unsigned idx)
+{
+	struct iscsi_url *url;
+
+	s->b = b;
+	s->iscsi = iscsi_create_context(b->o.initiator);
+	if (!s->iscsi) {
+		fprintf(stderr, "hotlun-bench: cannot create an iSCSI context\n");
+		return -ENOMEM;
+	}
+	url = iscsi_parse_full_url(s->iscsi, b->o.url);
+	if (!url) {
+		fprintf(stderr, "hotlun-bench: bad URL '%s': %s\n", b->o.url,
+			iscsi_get_error(s->iscsi));
+		return -EINVAL;
+	}
+	iscsi_set_targetname(s->iscsi, url->target);
+	iscsi_set_session_type(s->iscsi, ISCSI_SESSION_NORMAL);
+	iscsi_set_header_digest(s->iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
+	if (url->user[0])
+		iscsi_set_initiator_username_pwd(s->iscsi, url->user, url->passwd);
+	if (iscsi_full_connect_sync(s->iscsi, url->portal, url->lun) != 0) {
+		fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx,
+			url->portal, iscsi_get_error(s->iscsi));
+		iscsi_destroy_url(url);
+		return -ECONNREFUSED;
+	}
+	s->lun = url->lun;
+	iscsi_destroy_url(url);
+	return 0;
+}
+
+static int read_capacity(struct bench *b)
+{
+	struct session *s = &b->sess[0];
+	struct scsi_task *task = iscsi_readcapacity16_sync(s->iscsi, s->lun);
+
+	if (task && task->status == SCSI_STATUS_GOOD) {
+		struct scsi_readcapacity16 *rc16 = scsi_datain_unmarshall(task);
+		if (rc16 && rc16->block_length) {
+			b->lun_block = rc16->block_length;
+			b->lun_bytes = (rc16->returned_lba + 1) * rc16->block_length;
+		}
+	}
+	if (task)
+		scsi_free_scsi_task(task);
+	if (!b->lun_block) {
+		task = iscsi_readcapacity10_sync(s->iscsi, s->lun, 0, 0);
+		if (task && task->status == SCSI_STATUS_GOOD) {
+			struct scsi_readcapacity10 *rc10 = scsi_datain_unmarshall(task);
+			if (rc10 && rc10->block_size) {
+				b->lun_block = rc10->block_size;
+				b->lun_bytes = ((uint64_t)rc10->lba + 1) * rc10->block_size;
+			}
+		}
+		if (task)
+			scsi_free_scsi_task(task);
+	}
+	if (!b->lun_block || b->lun_block % 512) {
+		fprintf(stderr, "hotlun-bench: READ CAPACITY failed: %s\n",
+			iscsi_get_error(s->iscsi));
+		return -EIO;
+	}
+	return 0;
+}
+
+static int slots_alloc(struct bench *b, struct session *s)
+{
+	s->slots = calloc(b->o.qd, sizeof(*s->slots));
+	s->idle = calloc(b->o.qd, sizeof(*s->idle));
+	if (!s->slots || !s->idle)
+		return -ENOMEM;
+	for (unsigned i = 0; i < b->o.qd; i++) {
+		struct slot *sl = &s->slots[i];
+		void *p;
+		if (posix_memalign(&p, 4096, BENCH_ALIGN_UP(b->wl.max_len, 4096)))
+			return -ENOMEM;
+		sl->buf = p;
+		sl->sess = s;
+		/* Without --verify, writes carry incompressible, non-zero data. */
+		for (uint32_t w = 0; w + 8 <= b->wl.max_len; w += 8) {
+			uint64_t x = bench_rng_next(&b->rng);
+			memcpy(sl->buf + w, &x, 8);
+		}
+		s->idle[s->nidle++] = b->o.qd - 1 - i;
+	}
+	return 0;
+}
+
+static void teardown(struct bench *b)
+{
+	for (unsigned i = 0; i < b->nsess; i++) {
+		struct session *s = &b->sess[i];
+		if (s->iscsi) {
+			if (s->inflight == 0)
+				iscsi_logout_sync(s->iscsi);
+			iscsi_destroy_context(s->iscsi);
+		}
+		if (s->slots)
+			for (unsigned j = 0; j < b->o.qd; j++)
+				free(s->slots[j].buf);
+		free(s->slots);
+		free(s->idle);
+	}
+	free(b->gen_map);
+	free(b->lock_map);
+	bench_trace_free(&b->trace);
+	bench_series_free(&b->series);
+}
+
+/* ---- command line ---- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: hotlun-bench [options] iscsi://[user%%pass@]host[:port]/IQN/LUN\n"
+		"       hotlun-bench --plot OUT.svg [--title T] RUN.csv [RUN.csv ...]\n"
+		"\n"
+		"workload:\n"
+		"  --workload W    uniform | zipf:THETA | hotset:IO/SPACE | seq |\n"
+		"                  trace:[vscsi:|msr:|blocks:]FILE      (default uniform)\n"
+		"  --bs LIST       4K | 4K,64K | 4K:70,64K:30            (default 4K)\n"
+		"  --read PCT      share of reads, 0..100                (default 100)\n"
+		"  --range SIZE    use only SIZE bytes of the LUN        (default all)\n"
+		"  --offset SIZE   ... starting at this byte offset      (default 0)\n"
+		"  --seed N        random seed                           (default from time)\n"
+		"load:\n"
+		"  --qd N          queue depth per session               (default 64)\n"
+		"  --sessions N    iSCSI sessions                        (default 1)\n"
+		"  --time S        measure for S seconds                 (default 30)\n"
+		"  --count N       measure N I/Os instead of a time\n"
+		"  --warmup S      run S seconds before measuring        (default 0)\n"
+		"  --initiator IQN initiator name                        (default %s)\n"
+		"output:\n"
+		"  --csv FILE      per-second series (IOPS, MB/s, p50/p99/p99.9 latency)\n"
+		"  --svg FILE      chart of this run (IOPS and latency over time)\n"
+		"  --label TEXT    name of this run in the chart legend and summary\n"
+		"  --title TEXT    chart title\n"
+		"  --quiet         no progress line on the terminal\n"
+		"checking:\n"
+		"  --verify        writes carry LBA + generation, reads are checked;\n"
+		"                  any mismatch is reported and the exit status is 1\n"
+		"\n"
+		"The last line printed is the summary: ... iops= mbps= p50_us= p99_us= ...\n"
+		"Exit status: 0 ok, 1 I/O errors or verify mismatches, 2 usage or setup error.\n",
+		DEFAULT_INITIATOR);
+}
+
+enum {
+	OPT_WORKLOAD = 256,
+	OPT_BS,
+	OPT_QD,
+	OPT_SESSIONS,
+	OPT_READ,
+	OPT_TIME,
+	OPT_COUNT,
+	OPT_WARMUP,
+	OPT_CSV,
+	OPT_SVG,
+	OPT_VERIFY,
+	OPT_SEED,
+	OPT_LABEL,
+	OPT_TITLE,
+	OPT_PLOT,
+	OPT_RANGE,
+	OPT_OFFSET,
+	OPT_QUIET,
+	OPT_INITIATOR,
+	OPT_HELP,
+	OPT_VERSION,
+};
+
+static const struct option long_opts[] = {
+	{"workload", required_argument, NULL, OPT_WORKLOAD},
+	{"bs", required_argument, NULL, OPT_BS},
+	{"qd", required_argument, NULL, OPT_QD},
+	{"sessions", required_argument, NULL, OPT_SESSIONS},
+	{"read", required_argument, NULL, OPT_READ},
+	{"time", required_argument, NULL, OPT_TIME},
+	{"count", required_argument, NULL, OPT_COUNT},
+	{"warmup", required_argument, NULL, OPT_WARMUP},
+	{"csv", required_argument, NULL, OPT_CSV},
+	{"svg", required_argument, NULL, OPT_SVG},
+	{"verify", no_argument, NULL, OPT_VERIFY},
+	{"seed", required_argument, NULL, OPT_SEED},
+	{"label", required_argument, NULL, OPT_LABEL},
+	{"title", required_argument, NULL, OPT_TITLE},
+	{"plot", required_argument, NULL, OPT_PLOT},
+	{"range", required_argument, NULL, OPT_RANGE},
+	{"offset", required_argument, NULL, OPT_OFFSET},
+	{"quiet", no_argument, NULL, OPT_QUIET},
+	{"initiator", required_argument, NULL, OPT_INITIATOR},
+	{"help", no_argument, NULL, OPT_HELP},
+	{"version", no_argument, NULL, OPT_VERSION},
+	{NULL, 0, NULL, 0},
+};
+
+static int bad_arg(const char *opt, const char *val)
+{
+	fprintf(stderr, "hotlun-bench: bad value '%s' for --%s (see --help)\n", val, opt);
+	return 2;
+}
+
+static bool parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!*s || *s == '-')
+		return false;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_double(const char *s, double min, double max, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= min && v <= max))
+		return false;
+	*out = v;
+	return true;
+}
+
+static int plot_mode(const char *out, const char *title, int argc, char **argv)
+{
+	struct bench_series *runs;
+	char err[512];
+	int rc = 0, n = 0;
+
+	if (argc < 1) {
+		fprintf(stderr, "hotlun-bench: --plot needs at least one CSV file\n");
+		return 2;
+	}
+	runs = calloc((size_t)argc, sizeof(*runs));
+	if (!runs)
+		return 2;
+	for (int i = 0; i < argc; i++) {
+		if (bench_csv_read(argv[i], &runs[i], err, sizeof(err)) != 0) {
+			fprintf(stderr, "hotlun-bench: %s\n", err);
+			rc = 2;
+			goto out;
+		}
+		n++;
+	}
+	rc = bench_svg_write_file(out, runs, (size_t)n, title ? title : "hotlun-bench");
+	if (rc) {
+		fprintf(stderr, "hotlun-bench: writing %s: %s\n", out, strerror(-rc));
+		rc = 2;
+	} else {
+		printf("wrote %s (%d run%s)\n", out, n, n == 1 ? "" : "s");
+	}
+out:
+	for (int i = 0; i < n; i++)
+		bench_series_free(&runs[i]);
+	free(runs);
+	return rc;
+}
+
+static void print_summary(struct bench *b)
+{
+	char wl[128], bs[128], label[128];
+	double secs = (double)(b->t_end - b->t_measure) / 1e9;
+	struct bench_sample all;
+
+	fill_sample(b, &all, secs, secs, &b->all_hist, &b->all, 'm');
+	snprintf(label, sizeof(label), "%s", b->o.label ? b->o.label : "run");
+	for (char *p = label; *p; p++)
+		if (*p == ' ' || *p == '\t' || *p == '=')
+			*p = '_';
+	bench_workload_name(&b->o.spec, wl, sizeof(wl));
+	if (b->o.spec.kind == BENCH_WL_TRACE)
+		snprintf(bs, sizeof(bs), "trace");
+	else
+		bench_bs_format(&b->o.spec, bs, sizeof(bs));
+
+	if (b->progress)
+		fputc('\n', stderr);
+	printf("latency us: min %.1f  mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  "
+	       "max %.1f\n",
+	       b->all_hist.count ? (double)b->all_hist.min / 1e3 : 0.0,
+	       bench_hist_mean(&b->all_hist) / 1e3, all.p50_us,
+	       (double)bench_hist_percentile(&b->all_hist, 90) / 1e3, all.p99_us, all.p999_us,
+	       all.max_us);
+	if (b->o.verify)
+		printf("verify: %" PRIu64 " blocks checked, %" PRIu64 " mismatches\n",
+		       b->verify_checked, b->verify_errors);
+	printf("summary: label=%s workload=%s bs=%s qd=%u sessions=%u read=%g time_s=%.2f "
+	       "ios=%" PRIu64 " reads=%" PRIu64 " writes=%" PRIu64 " iops=%.0f mbps=%.1f "
+	       "p50_us=%.0f p99_us=%.0f p999_us=%.0f max_us=%.0f errors=%" PRIu64
+	       " verify_errors=%" PRIu64 "\n",
+	       label, wl, bs, b->o.qd, b->nsess, b->o.spec.read_pct, secs,
+	       b->all.reads + b->all.writes, b->all.reads, b->all.writes, all.iops, all.mbps,
+	       all.p50_us, all.p99_us, all.p999_us, all.max_us, b->all.errors, b->verify_errors);
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	static struct bench bench;
+	struct bench *b = &bench;
+	struct opts *o = &b->o;
+	const char *plot = NULL;
+	char err[512];
+	uint64_t v;
+	int c, rc;
+
+	o->qd = 64;
+	o->sessions = 1;
+	o->time_s = 30;
+	o->spec.kind = BENCH_WL_UNIFORM;
+	o->spec.read_pct = 100;
+	o->spec.n_bs = 1;
+	o->spec.bs[0].size = 4096;
+	o->spec.bs[0].weight = 1;
+	o->initiator = DEFAULT_INITIATOR;
+
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_WORKLOAD:
+			if (bench_workload_parse(optarg, &o->spec, err, sizeof(err))) {
+				fprintf(stderr, "hotlun-bench: --workload: %s\n", err);
+				return 2;
+			}
+			break;
+		case OPT_BS:
+			if (bench_bs_parse(optarg, &o->spec, err, sizeof(err))) {
+				fprintf(stderr, "hotlun-bench: %s\n", err);
+				return 2;
+			}
+			break;
+		case OPT_QD:
+			if (!parse_uint(optarg, 1, MAX_QD, &v))
+				return bad_arg("qd", optarg);
+			o->qd = (unsigned)v;
+			break;
+		case OPT_SESSIONS:
+			if (!parse_uint(optarg, 1, MAX_SESSIONS, &v))
+				return bad_arg("sessions", optarg);
+			o->sessions = (unsigned)v;
+			break;
+		case OPT_READ:
+			if (!parse_double(optarg, 0, 100, &o->spec.read_pct))
+				return bad_arg("read", optarg);
+			break;
+		case OPT_TIME:
+			if (!parse_double(optarg, 0.001, 1e7, &o->time_s))
+				return bad_arg("time", optarg);
+			break;
+		case OPT_COUNT:
+			if (!parse_uint(optarg, 1, UINT64_MAX / 2, &o->count))
+				return bad_arg("count", optarg);
+			break;
+		case OPT_WARMUP:
+			if (!parse_double(optarg, 0, 1e7, &o->warmup_s))
+				return bad_arg("warmup", optarg);
+			break;
+		case OPT_CSV:
+			o->csv = optarg;
+			break;
+		case OPT_SVG:
+			o->svg = optarg;
+			break;
+		case OPT_VERIFY:
+			o->verify = true;
+			break;
+		case OPT_SEED:
+			if (!parse_uint(optarg, 0, UINT64_MAX, &o->seed))
+				return bad_arg("seed", optarg);
+			o->seed_set = true;
+			break;
+		case OPT_LABEL:
+			o->label = optarg;
+			break;
+		case OPT_TITLE:
+			o->title = optarg;
+			break;
+		case OPT_PLOT:
+			plot = optarg;
+			break;
+		case OPT_RANGE:
+			if (bench_parse_size(optarg, &o->range_len) || o->range_len == 0)
+				return bad_arg("range", optarg);
+			break;
+		case OPT_OFFSET:
+			if (bench_parse_size(optarg, &o->range_off))
+				return bad_arg("offset", optarg);
+			break;
+		case OPT_QUIET:
+			o->quiet = true;
+			break;
+		case OPT_INITIATOR:
+			o->initiator = optarg;
+			break;
+		case 'h':
+		case OPT_HELP:
+			usage(stdout);
+			return 0;
+		case OPT_VERSION:
+			printf("hotlun-bench %s\n", BENCH_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (plot)
+		return plot_mode(plot, o->title, argc - optind, argv + optind);
+	if (optind != argc - 1) {
+		usage(stderr);
+		return 2;
+	}
+	o->url = argv[optind];
+
+	if (!o->seed_set)
+		o->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	bench_rng_seed(&b->rng, o->seed);
+	b->run_stamp = (uint32_t)(bench_rng_next(&b->rng) >> 32) | 1;
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = 2;
+	for (unsigned i = 0; i < o->sessions; i++) {
+		if (session_open(b, &b->sess[i], i) != 0)
+			goto out;
+		b->nsess++;
+	}
+	if (read_capacity(b) != 0)
+		goto out;
+
+	if (o->spec.kind == BENCH_WL_TRACE) {
+		if (bench_trace_load(o->spec.trace_path, o->spec.trace_fmt, o->spec.bs[0].size,
+				     &b->trace, err, sizeof(err)) != 0) {
+			fprintf(stderr, "hotlun-bench: trace %s\n", err);
+			goto out;
+		}
+		b->has_writes = b->trace.writes > 0;
+	} else {
+		b->has_writes = o->spec.read_pct < 100;
+	}
+	if (o->range_off >= b->lun_bytes) {
+		fprintf(stderr, "hotlun-bench: --offset is past the end of the LUN (%" PRIu64
+				" bytes)\n",
+			b->lun_bytes);
+		goto out;
+	}
+	uint64_t range_len = o->range_len ? o->range_len : b->lun_bytes - o->range_off;
+	if (o->range_off + range_len > b->lun_bytes) {
+		fprintf(stderr,
+			"hotlun-bench: --offset + --range is past the end of the LUN (%" PRIu64
+			" bytes)\n",
+			b->lun_bytes);
+		goto out;
+	}
+	range_len -= range_len % b->lun_block;
+	if (bench_workload_init(&b->wl, &o->spec, b->lun_block, o->range_off, range_len, &b->trace,
+				err, sizeof(err)) != 0) {
+		fprintf(stderr, "hotlun-bench: %s\n", err);
+		goto out;
+	}
+	if (o->verify) {
+		if (b->wl.nunits > VERIFY_MAX_UNITS) {
+			fprintf(stderr,
+				"hotlun-bench: --verify tracks every block; use --range to verify at "
+				"most %llu blocks of %u bytes\n",
+				VERIFY_MAX_UNITS, b->wl.unit);
+			goto out;
+		}
+		b->gen_map = calloc(b->wl.nunits, sizeof(*b->gen_map));
+		b->lock_map = calloc(b->wl.nunits, 1);
+		if (!b->gen_map || !b->lock_map) {
+			fprintf(stderr, "hotlun-bench: out of memory for --verify maps\n");
+			goto out;
+		}
+	}
+	for (unsigned i = 0; i < b->nsess; i++) {
+		if (slots_alloc(b, &b->sess[i]) != 0) {
+			fprintf(stderr, "hotlun-bench: out of memory for I/O buffers\n");
+			goto out;
+		}
+	}
+
+	char wl[128], bs[128], meta[1024], size[32];
+	bench_workload_name(&o->spec, wl, sizeof(wl));
+	bench_bs_format(&o->spec, bs, sizeof(bs));
+	snprintf(meta, sizeof(meta),
+		 "url=%s workload=%s bs=%s read=%g qd=%u sessions=%u warmup=%g %s=%g seed=%" PRIu64
+		 " lun_block=%u range=%" PRIu64 "+%" PRIu64 "%s",
+		 o->url, wl, o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->spec.read_pct, o->qd,
+		 o->sessions, o->warmup_s, o->count ? "count" : "time",
+		 o->count ? (double)o->count : o->time_s, o->seed, b->lun_block, o->range_off,
+		 range_len, o->verify ? " verify" : "");
+	if (o->csv) {
+		b->csv = fopen(o->csv, "w");
+		if (!b->csv) {
+			fprintf(stderr, "hotlun-bench: %s: %s\n", o->csv, strerror(errno));
+			goto out;
+		}
+		bench_csv_write_header(b->csv, o->label, meta);
+	}
+	snprintf(b->series.label, sizeof(b->series.label), "%s", o->label ? o->label : wl);
+
+	b->progress = !o->quiet && isatty(STDERR_FILENO);
+	bench_hist_reset(&b->sec_hist);
+	bench_hist_reset(&b->all_hist);
+	fprintf(stderr, "hotlun-bench: %s, LUN %s in %u-byte blocks, range %s, %s, bs %s, read %g%%, "
+			"qd %u x %u session%s%s\n",
+		o->url, bench_format_size(b->lun_bytes, size, sizeof(size)), b->lun_block,
+		bench_format_size(range_len, meta, sizeof(meta)), wl,
+		o->spec.kind == BENCH_WL_TRACE ? "from trace" : bs, o->spec.read_pct, o->qd,
+		o->sessions, o->sessions == 1 ? "" : "s", o->verify ? ", verify" : "");
+	if (o->spec.kind == BENCH_WL_TRACE)
+		fprintf(stderr, "hotlun-bench: trace %s: %zu records (%" PRIu64 " reads, %" PRIu64
+				" writes, %" PRIu64 " skipped), format %s\n",
+			o->spec.trace_path, b->trace.n, b->trace.reads, b->trace.writes,
+			b->trace.skipped, bench_trace_fmt_name(b->trace.fmt));
+
+	int run_rc = run(b);
+	if (run_rc != 0) {
+		/* The measured part is still worth reporting; the status says it failed. */
+		if (b->phase != PH_DRAIN) {
+			b->t_end = now_ns();
+			close_interval(b, b->t_end);
+		}
+		print_summary(b);
+		rc = 2;
+		goto out;
+	}
+	print_summary(b);
+	rc = (b->all.errors || b->verify_errors) ? 1 : 0;
+
+	if (o->svg) {
+		char title[512];
+		snprintf(title, sizeof(title), "%s", o->title ? o->title : "");
+		if (!o->title)
+			snprintf(title, sizeof(title), "hotlun-bench %s, bs %s, qd %u x %u", wl,
+				 o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->qd, o->sessions);
+		int src = bench_svg_write_file(o->svg, &b->series, 1, title);
+		if (src) {
+			fprintf(stderr, "hotlun-bench: writing %s: %s\n", o->svg, strerror(-src));
+			rc = 2;
+		}
+		/* the summary must stay the last line on stdout */
+	}
+out:
+	if (b->csv && fclose(b->csv) != 0 && rc == 0) {
+		fprintf(stderr, "hotlun-bench: closing %s failed\n", o->csv);
+		rc = 2;
+	}
+	teardown(b);
+	return rc;
+}
