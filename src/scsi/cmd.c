@@ -1,0 +1,133 @@
+/*
+ * cmd.c - command dispatch: table lookup and the checks every command
+ * shares, in the order SAM-5/SPC-4 give them:
+ *   1. no LU at this LUN: only INQUIRY, REPORT LUNS, REQUEST SENSE run;
+ *      everything else gets LOGICAL UNIT NOT SUPPORTED;
+ *   2. unsupported opcode / service action: INVALID COMMAND OPERATION CODE;
+ *   3. a pending unit attention for this nexus (except for the commands
+ *      SPC-4 exempts);
+ *   4. CDB shorter than the command, or a bit set that the command's usage
+ *      mask does not have: INVALID FIELD IN CDB with a field pointer;
+ *   5. write to a write-protected LU: DATA PROTECT;
+ * then the handler.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hotlun/log.h"
+#include "scsi/scsi_internal.h"
+
+const struct scsi_cmd_desc *scsi_cmd_lookup(uint8_t opcode, uint16_t sa)
+{
+	const struct scsi_opcode *op = &scsi_disk_ops[opcode];
+
+	if (op->cmd)
+		return op->cmd;
+	for (unsigned i = 0; i < op->n_sa; i++) {
+		if (op->sa[i].sa == sa)
+			return &op->sa[i];
+	}
+	return NULL;
+}
+
+void scsi_data_in(struct hl_scsi_cmd *cmd, const void *buf, uint32_t len, uint32_t alloc_len)
+{
+	uint32_t n = HL_MIN(len, alloc_len);
+
+	cmd->xfer_len = n;
+	n = HL_MIN(n, scsi_din_cap(cmd));
+	if (n)
+		memcpy(cmd->data, buf, n);
+	cmd->data_in_len = n;
+	scsi_set_good(cmd);
+}
+
+void scsi_cmd_complete(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	free(p->bounce);
+	p->bounce = NULL;
+	cmd->done(cmd);
+}
+
+/* Bits set in the CDB that the command does not use; the control byte's vendor bits are free. */
+static bool cdb_fields_ok(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *d)
+{
+	for (unsigned i = 1; i < d->cdb_len; i++) {
+		uint8_t allowed = d->usage[i];
+		if (i == d->cdb_len - 1u)
+			allowed |= 0xc0;
+		uint8_t bad = cmd->cdb[i] & (uint8_t)~allowed;
+		if (bad) {
+			int bit = 7;
+			while (!(bad & (1u << bit)))
+				bit--;
+			scsi_sense_invalid_cdb(cmd, (uint16_t)i, bit);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Service actions of opcodes whose SA field is bits 4:0 of byte 1 are part of the mask check. */
+static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
+{
+	uint8_t opcode = cmd->cdb[0];
+	const struct scsi_opcode *op = &scsi_disk_ops[opcode];
+	const struct scsi_cmd_desc *d;
+
+	if (cmd->cdb_len == 0 || cmd->cdb_len > HL_CDB_MAX) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
+		return SCSI_DONE;
+	}
+	d = op->cmd ? op->cmd : (op->n_sa ? scsi_cmd_lookup(opcode, scsi_cdb_sa(cmd->cdb)) : NULL);
+
+	if (!cmd->lu && !(d && (d->flags & SCSI_F_NO_LU))) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LU_NOT_SUPPORTED);
+		return SCSI_DONE;
+	}
+	if (!d) {
+		if (op->n_sa)
+			scsi_sense_invalid_cdb(cmd, 1, 4);
+		else
+			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
+		return SCSI_DONE;
+	}
+	if (cmd->lu && !(d->flags & SCSI_F_UA_PASS) && cmd->nexus) {
+		uint8_t asc, ascq;
+		if (scsi_ua_take(cmd->lu, cmd->nexus->id, &asc, &ascq)) {
+			hl_scsi_set_sense(cmd, HL_SK_UNIT_ATTENTION, asc, ascq);
+			return SCSI_DONE;
+		}
+	}
+	if (cmd->cdb_len < d->cdb_len) {
+		/* the transport padded nothing: the command is cut short */
+		scsi_sense_invalid_cdb(cmd, cmd->cdb_len, -1);
+		return SCSI_DONE;
+	}
+	if (!cdb_fields_ok(cmd, d))
+		return SCSI_DONE;
+	if ((d->flags & SCSI_F_WRITE) && cmd->lu->cfg.read_only) {
+		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, SCSI_ASC_WRITE_PROTECTED);
+		return SCSI_DONE;
+	}
+	return d->exec(cmd);
+}
+
+void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	memset(p, 0, sizeof(*p));
+	cmd->data_in_len = 0;
+	cmd->xfer_len = 0;
+	cmd->status = HL_SAM_GOOD;
+	cmd->sense_len = 0;
+	if (cmd->lu && cmd->map && cmd->lun < HL_SCSI_MAX_LUNS && cmd->map->lu[cmd->lun] != cmd->lu)
+		HL_WARN_RL(SCSI_COMPONENT, "LUN %llu: cmd->lu does not match the LUN map",
+			   (unsigned long long)cmd->lun);
+
+	if (dispatch(cmd) == SCSI_DONE)
+		scsi_cmd_complete(cmd);
+}

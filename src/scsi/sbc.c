@@ -1,0 +1,510 @@
+/*
+ * sbc.c - the block commands (SBC-3): READ CAPACITY, READ, WRITE, VERIFY,
+ * WRITE AND VERIFY, SYNCHRONIZE CACHE, START STOP UNIT, and
+ * scsi_block_io(), the one function through which every block request
+ * reaches the storage below (the origin today, the cache later).
+ *
+ * Transfer sizes: the CDB says how much the command transfers (xfer_len);
+ * the transport says how much it carried (data_len). Reads return what fits
+ * in the transport's buffer (a partial last block goes through a bounce
+ * buffer). Writes with less data-out than the CDB asks for write the whole
+ * blocks received (FCP-4 and iSCSI: data beyond the expected length is
+ * neither requested nor transferred); a partial block cannot be written and
+ * gets INVALID FIELD IN COMMAND INFORMATION UNIT with nothing written.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hotlun/log.h"
+#include "scsi/scsi_internal.h"
+
+#define VERIFY_CHUNK (1u << 20) /* bytes read per step of a BYTCHK=0 verify */
+
+/* ---- block I/O ---- */
+
+static void block_io_cb(struct hl_origin_io *io, int result)
+{
+	struct hl_scsi_cmd *cmd = io->arg;
+
+	scsi_priv(cmd)->io_done(cmd, result);
+}
+
+int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uint64_t lba,
+		  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done)
+{
+	struct hl_lu *lu = cmd->lu;
+	struct hl_origin_io *io = &cmd->io;
+
+	memset(io, 0, sizeof(*io));
+	io->op = op;
+	io->flags = flags;
+	io->offset = lba * lu->block_size;
+	io->length = (uint64_t)nblocks * lu->block_size;
+	io->iov = iov;
+	io->iovcnt = iovcnt;
+	io->cb = block_io_cb;
+	io->arg = cmd;
+	scsi_priv(cmd)->io_done = done;
+	return hl_origin_submit(lu->origin, io);
+}
+
+/* An origin that cannot take the request now is a transient condition, not a failure. */
+static void submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
+{
+	if (rc == -ENOMEM || rc == -EAGAIN || rc == -EBUSY) {
+		cmd->status = HL_SAM_BUSY;
+		cmd->sense_len = 0;
+		return;
+	}
+	HL_WARN_RL(SCSI_COMPONENT, "%s: submit failed: %d", cmd->lu->name, rc);
+	if (write)
+		hl_scsi_set_sense(cmd, HL_SK_MEDIUM_ERROR, SCSI_ASC_WRITE_ERROR);
+	else
+		hl_scsi_set_sense(cmd, HL_SK_MEDIUM_ERROR, SCSI_ASC_READ_ERROR);
+}
+
+static void io_error(struct hl_scsi_cmd *cmd, int result, bool write)
+{
+	HL_WARN_RL(SCSI_COMPONENT, "%s: origin %s error %d", cmd->lu->name, write ? "write" : "read",
+		   result);
+	if (write && result == -ENOSPC)
+		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, 0x27, 0x07); /* space allocation failed */
+	else if (write)
+		hl_scsi_set_sense(cmd, HL_SK_MEDIUM_ERROR, SCSI_ASC_WRITE_ERROR);
+	else
+		hl_scsi_set_sense(cmd, HL_SK_MEDIUM_ERROR, SCSI_ASC_READ_ERROR);
+}
+
+/* ---- CDB decoding ---- */
+
+struct rw_args {
+	uint64_t lba;
+	uint32_t count;   /* blocks */
+	uint8_t len_byte; /* where the transfer length field starts, for field pointers */
+	uint8_t flags;    /* byte 1 (0 for 6-byte CDBs) */
+};
+
+static void rw_decode(const uint8_t *cdb, struct rw_args *a)
+{
+	switch (cdb[0] >> 5) {
+	case 0: /* 6-byte */
+		a->lba = hl_get_be24(cdb + 1) & 0x1fffff;
+		a->count = cdb[4] ? cdb[4] : 256;
+		a->len_byte = 4;
+		a->flags = 0;
+		break;
+	case 1: /* 10-byte */
+	case 2:
+		a->lba = hl_get_be32(cdb + 2);
+		a->count = hl_get_be16(cdb + 7);
+		a->len_byte = 7;
+		a->flags = cdb[1];
+		break;
+	case 5: /* 12-byte */
+		a->lba = hl_get_be32(cdb + 2);
+		a->count = hl_get_be32(cdb + 6);
+		a->len_byte = 6;
+		a->flags = cdb[1];
+		break;
+	default: /* 4: 16-byte */
+		a->lba = hl_get_be64(cdb + 2);
+		a->count = hl_get_be32(cdb + 10);
+		a->len_byte = 10;
+		a->flags = cdb[1];
+		break;
+	}
+}
+
+static bool lba_range_ok(struct hl_scsi_cmd *cmd, uint64_t lba, uint64_t count)
+{
+	uint64_t nb = cmd->lu->num_blocks;
+
+	if (lba > nb || count > nb - lba) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LBA_OUT_OF_RANGE);
+		return false;
+	}
+	return true;
+}
+
+/* Common checks of READ/WRITE/VERIFY: protection field, range, maximum transfer length. */
+static bool rw_check(struct hl_scsi_cmd *cmd, const struct rw_args *a, bool limit_len)
+{
+	if (a->flags & 0xe0) { /* RDPROTECT/WRPROTECT/VRPROTECT: no protection information */
+		scsi_sense_invalid_cdb(cmd, 1, 7);
+		return false;
+	}
+	if (!lba_range_ok(cmd, a->lba, a->count))
+		return false;
+	if (limit_len && a->count > HL_SCSI_MAX_XFER / cmd->lu->block_size) {
+		scsi_sense_invalid_cdb(cmd, a->len_byte, -1);
+		return false;
+	}
+	return true;
+}
+
+/* ---- READ CAPACITY ---- */
+
+enum scsi_exec_result sbc_read_capacity10(struct hl_scsi_cmd *cmd)
+{
+	uint8_t buf[8];
+	uint64_t last = cmd->lu->num_blocks - 1;
+
+	/* PMI 0 with a nonzero LOGICAL BLOCK ADDRESS is invalid (SBC-3 5.15) */
+	if (!(cmd->cdb[8] & 0x01) && hl_get_be32(cmd->cdb + 2)) {
+		scsi_sense_invalid_cdb(cmd, 2, -1);
+		return SCSI_DONE;
+	}
+	hl_put_be32(buf, last > UINT32_MAX ? UINT32_MAX : (uint32_t)last);
+	hl_put_be32(buf + 4, cmd->lu->block_size);
+	scsi_data_in(cmd, buf, sizeof(buf), sizeof(buf));
+	return SCSI_DONE;
+}
+
+enum scsi_exec_result sbc_read_capacity16(struct hl_scsi_cmd *cmd)
+{
+	uint8_t buf[32];
+
+	if (!(cmd->cdb[14] & 0x01) && hl_get_be64(cmd->cdb + 2)) {
+		scsi_sense_invalid_cdb(cmd, 2, -1);
+		return SCSI_DONE;
+	}
+	memset(buf, 0, sizeof(buf));
+	hl_put_be64(buf, cmd->lu->num_blocks - 1);
+	hl_put_be32(buf + 8, cmd->lu->block_size);
+	/* byte 12: no protection; byte 13: LBPPBE; bytes 14-15: LBPME/LBPRZ 0, lowest aligned 0 */
+	buf[13] = cmd->lu->lbppbe & 0x0f;
+	scsi_data_in(cmd, buf, sizeof(buf), hl_get_be32(cmd->cdb + 10));
+	return SCSI_DONE;
+}
+
+/* ---- READ ---- */
+
+static void read_done(struct hl_scsi_cmd *cmd, int result)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	if (result < 0) {
+		io_error(cmd, result, false);
+	} else {
+		/* count = whole-block bytes read in place, aux = bytes of the partial last block */
+		if (p->aux)
+			memcpy(cmd->data + p->count, p->bounce, p->aux);
+		cmd->data_in_len = p->count + p->aux;
+		scsi_set_good(cmd);
+	}
+	scsi_cmd_complete(cmd);
+}
+
+enum scsi_exec_result sbc_read(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	struct rw_args a;
+
+	rw_decode(cmd->cdb, &a);
+	if (!rw_check(cmd, &a, true))
+		return SCSI_DONE;
+	uint32_t need = a.count * lu->block_size;
+	uint32_t nbytes = HL_MIN(need, scsi_din_cap(cmd));
+	uint32_t full = nbytes - nbytes % lu->block_size;
+	uint32_t blocks = full / lu->block_size;
+	int iovcnt = 0;
+
+	cmd->xfer_len = need;
+	scsi_set_good(cmd);
+	if (nbytes == 0)
+		return SCSI_DONE;
+	p->count = full;
+	if (full) {
+		cmd->iov[iovcnt].iov_base = cmd->data;
+		cmd->iov[iovcnt].iov_len = full;
+		iovcnt++;
+	}
+	if (nbytes > full) {
+		/* the transport has room for part of the last block: read it whole aside */
+		p->bounce = malloc(lu->block_size);
+		if (!p->bounce) {
+			cmd->status = HL_SAM_BUSY;
+			return SCSI_DONE;
+		}
+		p->aux = nbytes - full;
+		cmd->iov[iovcnt].iov_base = p->bounce;
+		cmd->iov[iovcnt].iov_len = lu->block_size;
+		iovcnt++;
+		blocks++;
+	}
+	int rc = scsi_block_io(cmd, HL_IO_READ, 0, a.lba, blocks, cmd->iov, iovcnt, read_done);
+	if (rc < 0) {
+		submit_failed(cmd, rc, false);
+		return SCSI_DONE;
+	}
+	return SCSI_PENDING;
+}
+
+/* ---- WRITE ---- */
+
+static void write_done(struct hl_scsi_cmd *cmd, int result)
+{
+	if (result < 0)
+		io_error(cmd, result, true);
+	else
+		scsi_set_good(cmd);
+	scsi_cmd_complete(cmd);
+}
+
+/*
+ * How many bytes of data-out a write-type command may use: the CDB's
+ * transfer length cut to what the transport delivered. false (sense set)
+ * when that leaves a partial block.
+ */
+static bool dout_bytes(struct hl_scsi_cmd *cmd, uint32_t need, uint32_t *nbytes)
+{
+	uint32_t n = HL_MIN(need, scsi_dout_len(cmd));
+
+	if (n % cmd->lu->block_size) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
+		return false;
+	}
+	*nbytes = n;
+	return true;
+}
+
+enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	struct rw_args a;
+	uint32_t nbytes;
+
+	rw_decode(cmd->cdb, &a);
+	if (!rw_check(cmd, &a, true))
+		return SCSI_DONE;
+	cmd->xfer_len = a.count * lu->block_size;
+	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
+		return SCSI_DONE;
+	scsi_set_good(cmd);
+	if (nbytes == 0)
+		return SCSI_DONE;
+	cmd->iov[0].iov_base = cmd->data;
+	cmd->iov[0].iov_len = nbytes;
+	unsigned flags = (a.flags & 0x08) ? HL_IO_FUA : 0;
+	int rc = scsi_block_io(cmd, HL_IO_WRITE, flags, a.lba, nbytes / lu->block_size, cmd->iov, 1,
+			       write_done);
+	if (rc < 0) {
+		submit_failed(cmd, rc, true);
+		return SCSI_DONE;
+	}
+	return SCSI_PENDING;
+}
+
+/* ---- VERIFY / WRITE AND VERIFY ---- */
+
+/* Compare what was read (bounce) with the data-out; aux = bytes to compare. */
+static void compare_done(struct hl_scsi_cmd *cmd, int result)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	if (result < 0) {
+		io_error(cmd, result, false);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	scsi_set_good(cmd);
+	/* count != 0: BYTCHK 11b, the one data-out block of `count` bytes is repeated */
+	for (uint32_t i = 0; i < p->aux; i++) {
+		uint8_t want = p->count ? cmd->data[i % p->count] : cmd->data[i];
+		if (p->bounce[i] != want) {
+			/* INFORMATION: offset of the first miscompared byte in the data-out */
+			scsi_sense_info(cmd, HL_SK_MISCOMPARE, SCSI_ASC_MISCOMPARE, i);
+			break;
+		}
+	}
+	scsi_cmd_complete(cmd);
+}
+
+/* Read p->aux bytes at lba into a fresh bounce buffer, then compare_done. */
+static enum scsi_exec_result read_and_compare(struct hl_scsi_cmd *cmd, uint64_t lba)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	p->bounce = malloc(p->aux);
+	if (!p->bounce) {
+		cmd->status = HL_SAM_BUSY;
+		return SCSI_DONE;
+	}
+	cmd->iov[0].iov_base = p->bounce;
+	cmd->iov[0].iov_len = p->aux;
+	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, p->aux / cmd->lu->block_size, cmd->iov, 1,
+			       compare_done);
+	if (rc < 0) {
+		submit_failed(cmd, rc, false);
+		return SCSI_DONE;
+	}
+	return SCSI_PENDING;
+}
+
+/* BYTCHK=0: read the range in chunks to check the medium; the data is discarded. */
+static void verify_step(struct hl_scsi_cmd *cmd, int result)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	uint32_t bs = cmd->lu->block_size;
+
+	if (result < 0) {
+		io_error(cmd, result, false);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	if (p->count == 0) {
+		scsi_set_good(cmd);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	uint32_t n = HL_MIN(p->count, VERIFY_CHUNK / bs);
+	cmd->iov[0].iov_base = p->bounce;
+	cmd->iov[0].iov_len = (size_t)n * bs;
+	uint64_t lba = p->lba;
+	p->lba += n;
+	p->count -= n;
+	/* completions never run inside submit, so this cannot recurse */
+	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, n, cmd->iov, 1, verify_step);
+	if (rc < 0) {
+		submit_failed(cmd, rc, false);
+		scsi_cmd_complete(cmd);
+	}
+}
+
+enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	struct rw_args a;
+	uint8_t bytchk = (cmd->cdb[1] >> 1) & 0x03;
+	uint32_t nbytes;
+
+	rw_decode(cmd->cdb, &a);
+	if (bytchk == 2) {
+		scsi_sense_invalid_cdb(cmd, 1, 2);
+		return SCSI_DONE;
+	}
+	if (!rw_check(cmd, &a, bytchk != 0))
+		return SCSI_DONE;
+	scsi_set_good(cmd);
+	if (a.count == 0)
+		return SCSI_DONE;
+	if (bytchk == 0) {
+		p->bounce = malloc(HL_MIN((uint64_t)a.count * lu->block_size, VERIFY_CHUNK));
+		if (!p->bounce) {
+			cmd->status = HL_SAM_BUSY;
+			return SCSI_DONE;
+		}
+		p->lba = a.lba;
+		p->count = a.count;
+		verify_step(cmd, 0);
+		return SCSI_PENDING;
+	}
+	if (bytchk == 3) {
+		/* one block of data-out compared against every block of the range */
+		cmd->xfer_len = lu->block_size;
+		if (!dout_bytes(cmd, lu->block_size, &nbytes))
+			return SCSI_DONE;
+		if (nbytes < lu->block_size) {
+			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
+			return SCSI_DONE;
+		}
+		p->aux = a.count * lu->block_size;
+		p->count = lu->block_size;
+		return read_and_compare(cmd, a.lba);
+	}
+	cmd->xfer_len = a.count * lu->block_size;
+	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
+		return SCSI_DONE;
+	if (nbytes == 0)
+		return SCSI_DONE;
+	p->aux = nbytes;
+	return read_and_compare(cmd, a.lba);
+}
+
+static void write_verify_written(struct hl_scsi_cmd *cmd, int result)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	if (result < 0) {
+		io_error(cmd, result, true);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	/* verify: read back what was written and compare it with the data-out */
+	if (read_and_compare(cmd, p->lba) == SCSI_DONE)
+		scsi_cmd_complete(cmd);
+}
+
+enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	struct rw_args a;
+	uint32_t nbytes;
+
+	rw_decode(cmd->cdb, &a);
+	if (!rw_check(cmd, &a, true))
+		return SCSI_DONE;
+	cmd->xfer_len = a.count * lu->block_size;
+	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
+		return SCSI_DONE;
+	scsi_set_good(cmd);
+	if (nbytes == 0)
+		return SCSI_DONE;
+	p->lba = a.lba;
+	p->aux = nbytes;
+	cmd->iov[0].iov_base = cmd->data;
+	cmd->iov[0].iov_len = nbytes;
+	int rc = scsi_block_io(cmd, HL_IO_WRITE, 0, a.lba, nbytes / lu->block_size, cmd->iov, 1,
+			       write_verify_written);
+	if (rc < 0) {
+		submit_failed(cmd, rc, true);
+		return SCSI_DONE;
+	}
+	return SCSI_PENDING;
+}
+
+/* ---- SYNCHRONIZE CACHE, START STOP UNIT ---- */
+
+static void sync_done(struct hl_scsi_cmd *cmd, int result)
+{
+	if (result < 0)
+		io_error(cmd, result, true);
+	else
+		scsi_set_good(cmd);
+	scsi_cmd_complete(cmd);
+}
+
+enum scsi_exec_result sbc_sync_cache(struct hl_scsi_cmd *cmd)
+{
+	uint64_t lba;
+	uint32_t count;
+
+	if (cmd->cdb[0] == 0x35) {
+		lba = hl_get_be32(cmd->cdb + 2);
+		count = hl_get_be16(cmd->cdb + 7);
+	} else {
+		lba = hl_get_be64(cmd->cdb + 2);
+		count = hl_get_be32(cmd->cdb + 10);
+	}
+	if (!lba_range_ok(cmd, lba, count))
+		return SCSI_DONE;
+	/* the origin flushes everything: the range only had to be valid. IMMED is honoured by
+	 * answering after the flush, which is allowed. */
+	int rc = scsi_block_io(cmd, HL_IO_FLUSH, 0, 0, 0, NULL, 0, sync_done);
+	if (rc < 0) {
+		submit_failed(cmd, rc, true);
+		return SCSI_DONE;
+	}
+	return SCSI_PENDING;
+}
+
+enum scsi_exec_result sbc_start_stop(struct hl_scsi_cmd *cmd)
+{
+	/* The medium is not removable and always spinning: every power condition is accepted. */
+	scsi_set_good(cmd);
+	return SCSI_DONE;
+}

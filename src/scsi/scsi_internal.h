@@ -1,0 +1,234 @@
+/*
+ * scsi_internal.h - what the files of src/scsi share: the logical unit's
+ * private layout, the device-type command table, sense helpers, unit
+ * attentions and the one block I/O entry point.
+ *
+ * Command execution: cmd.c looks the CDB up in the disk command table
+ * (sbc_ops.c), applies the generic checks every command shares (LU present,
+ * CDB length, reserved bits against the usage mask, unit attentions), then
+ * calls the handler. A handler returns SCSI_DONE after setting status (cmd.c
+ * then calls cmd->done), or SCSI_PENDING when it submitted I/O and will call
+ * scsi_cmd_complete() itself from the completion.
+ */
+#ifndef HOTLUN_SCSI_INTERNAL_H
+#define HOTLUN_SCSI_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hotlun/scsi.h"
+#include "hotlun/util.h"
+
+#define SCSI_COMPONENT "scsi"
+
+/* ---- logical unit ---- */
+
+#define SCSI_UA_MAX 4 /* pending unit attentions kept per nexus; older ones fold into the newest */
+
+/** Per-LU, per-nexus state (unit attentions now, reservations later). */
+struct scsi_lu_nexus {
+	struct hl_list link; /* in hl_lu.nexuses */
+	uint64_t nexus_id;
+	uint8_t n_ua;
+	struct {
+		uint8_t asc, ascq;
+	} ua[SCSI_UA_MAX]; /* oldest first */
+};
+
+struct hl_lu {
+	char *name;
+	struct hl_lu_config cfg; /* cfg.name points at name */
+	struct hl_origin *origin;
+	uint64_t num_blocks;
+	uint32_t block_size;
+	uint8_t lbppbe; /* logical blocks per physical block exponent */
+
+	pthread_mutex_t lock;   /* guards nexuses */
+	struct hl_list nexuses; /* struct scsi_lu_nexus; guarded by lock */
+};
+
+/* ---- command table ---- */
+
+enum scsi_exec_result {
+	SCSI_DONE = 0,    /* status is set; cmd.c calls cmd->done */
+	SCSI_PENDING = 1, /* the handler calls scsi_cmd_complete() later */
+};
+
+typedef enum scsi_exec_result (*scsi_exec_fn)(struct hl_scsi_cmd *cmd);
+
+/* scsi_cmd_desc.flags */
+#define SCSI_F_NO_LU   0x01u /* runs for a LUN with no LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
+#define SCSI_F_UA_PASS 0x02u /* not blocked by a pending unit attention */
+#define SCSI_F_MEDIA   0x04u /* accesses the medium */
+#define SCSI_F_DATA_OUT 0x08u /* takes data-out from the initiator */
+#define SCSI_F_WRITE   0x10u /* modifies the medium: refused on a read-only LU */
+
+#define SCSI_USAGE_MAX 16
+
+/** One command (one opcode, or one service action of an opcode). */
+struct scsi_cmd_desc {
+	const char *name;
+	scsi_exec_fn exec;
+	uint16_t flags;
+	uint16_t sa;       /* service action (when the opcode has them) */
+	uint8_t cdb_len;
+	/**
+	 * CDB usage data as REPORT SUPPORTED OPERATION CODES reports it: byte 0
+	 * is the opcode, the service action field holds the service action,
+	 * every other bit is 1 when the command uses it. cmd.c rejects CDBs
+	 * with any other bit set, so what RSOC reports is what is enforced.
+	 */
+	uint8_t usage[SCSI_USAGE_MAX];
+};
+
+/** One opcode of the device-type table: either one command or a list of service actions. */
+struct scsi_opcode {
+	const struct scsi_cmd_desc *cmd; /* NULL: see sa */
+	const struct scsi_cmd_desc *sa;  /* service actions, n_sa of them */
+	uint8_t n_sa;
+};
+
+/** The disk (SBC) device-type table, indexed by opcode; unsupported opcodes are all-NULL. */
+extern const struct scsi_opcode scsi_disk_ops[256];
+
+/** The service action of a CDB whose opcode has them (bits 4:0 of byte 1). */
+static inline uint16_t scsi_cdb_sa(const uint8_t *cdb)
+{
+	return cdb[1] & 0x1f;
+}
+
+/** Find the command for opcode/sa; NULL when unsupported. */
+const struct scsi_cmd_desc *scsi_cmd_lookup(uint8_t opcode, uint16_t sa);
+
+/* ---- private per-command scratch (overlays hl_scsi_cmd.priv) ---- */
+
+struct scsi_cmd_priv;
+typedef void (*scsi_io_done_fn)(struct hl_scsi_cmd *cmd, int result);
+
+struct scsi_cmd_priv {
+	scsi_io_done_fn io_done; /* continuation of the block I/O in flight */
+	uint8_t *bounce;         /* owned; freed by scsi_cmd_complete */
+	uint64_t lba;            /* multi-step commands: next LBA */
+	uint32_t count;          /* multi-step commands: blocks left */
+	uint32_t aux;            /* command-specific */
+};
+_Static_assert(sizeof(struct scsi_cmd_priv) <= sizeof(((struct hl_scsi_cmd *)0)->priv),
+	       "scsi_cmd_priv must fit hl_scsi_cmd.priv");
+
+static inline struct scsi_cmd_priv *scsi_priv(struct hl_scsi_cmd *cmd)
+{
+	return (struct scsi_cmd_priv *)cmd->priv;
+}
+
+/* ---- cmd.c ---- */
+
+/** Finish a command a handler left pending: frees its bounce buffer and calls cmd->done. */
+void scsi_cmd_complete(struct hl_scsi_cmd *cmd);
+
+/** Bytes of data-in room the transport gave (0 when the command is not a read on the wire). */
+static inline uint32_t scsi_din_cap(const struct hl_scsi_cmd *cmd)
+{
+	return cmd->data_in ? cmd->data_len : 0;
+}
+
+/** Bytes of data-out the transport delivered. */
+static inline uint32_t scsi_dout_len(const struct hl_scsi_cmd *cmd)
+{
+	return cmd->data_out ? cmd->data_len : 0;
+}
+
+/**
+ * Return `len` bytes of parameter data built in buf, cut to the CDB's
+ * allocation length and to the transport's buffer; sets data_in_len,
+ * xfer_len and GOOD status.
+ */
+void scsi_data_in(struct hl_scsi_cmd *cmd, const void *buf, uint32_t len, uint32_t alloc_len);
+
+/* ---- sense.c ---- */
+
+/** Fixed or descriptor sense with an optional INFORMATION field. */
+void scsi_sense_build(uint8_t *sense, uint8_t *sense_len, bool desc, uint8_t key, uint8_t asc,
+		      uint8_t ascq, bool info_valid, uint64_t info);
+
+/** CHECK CONDITION, ILLEGAL REQUEST, INVALID FIELD IN CDB with a field pointer to byte/bit. */
+void scsi_sense_invalid_cdb(struct hl_scsi_cmd *cmd, uint16_t byte, int bit);
+
+/** CHECK CONDITION, ILLEGAL REQUEST, INVALID FIELD IN PARAMETER LIST with a field pointer. */
+void scsi_sense_invalid_param(struct hl_scsi_cmd *cmd, uint16_t byte, int bit);
+
+/** CHECK CONDITION with INFORMATION (VALID bit set). */
+void scsi_sense_info(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_t ascq,
+		     uint64_t info);
+
+static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
+{
+	cmd->status = HL_SAM_GOOD;
+	cmd->sense_len = 0;
+}
+
+/* ASC/ASCQ pairs used in more than one file */
+#define SCSI_ASC_INVALID_OPCODE     0x20, 0x00
+#define SCSI_ASC_LBA_OUT_OF_RANGE   0x21, 0x00
+#define SCSI_ASC_INVALID_FIELD_CDB  0x24, 0x00
+#define SCSI_ASC_LU_NOT_SUPPORTED   0x25, 0x00
+#define SCSI_ASC_INVALID_FIELD_PARAM 0x26, 0x00
+#define SCSI_ASC_WRITE_PROTECTED    0x27, 0x00
+#define SCSI_ASC_POWER_ON_RESET     0x29, 0x00
+#define SCSI_ASC_LUN_RESET          0x29, 0x03
+#define SCSI_ASC_SAVING_NOT_SUPP    0x39, 0x00
+#define SCSI_ASC_INVALID_FIELD_IU   0x0e, 0x03
+#define SCSI_ASC_WRITE_ERROR        0x0c, 0x00
+#define SCSI_ASC_READ_ERROR         0x11, 0x00
+#define SCSI_ASC_MISCOMPARE         0x1d, 0x00
+#define SCSI_ASC_PARAM_LIST_LEN     0x1a, 0x00
+#define SCSI_ASC_NO_ADDITIONAL      0x00, 0x00
+
+/* ---- ua.c ---- */
+
+/**
+ * If the cmd's nexus has a unit attention pending on lu, remove the oldest
+ * and return true with it in asc and ascq. A nexus seen for the first time
+ * starts with POWER ON, RESET, OR BUS DEVICE RESET OCCURRED. Takes lu->lock.
+ */
+bool scsi_ua_take(struct hl_lu *lu, uint64_t nexus_id, uint8_t *asc, uint8_t *ascq);
+
+/** Queue a unit attention for every known nexus of lu except `except_id` (0: none). */
+void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_t ascq);
+
+/** Drop the per-nexus state of nexus_id. */
+void scsi_ua_nexus_gone(struct hl_lu *lu, uint64_t nexus_id);
+
+/** Free all per-nexus state (LU teardown). */
+void scsi_ua_fini(struct hl_lu *lu);
+
+/* ---- spc.c: primary commands ---- */
+
+enum scsi_exec_result spc_inquiry(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_request_sense(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_test_unit_ready(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_mode_sense(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd);
+
+/* ---- sbc.c: block commands ---- */
+
+enum scsi_exec_result sbc_read_capacity10(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_read_capacity16(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_read(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_sync_cache(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_start_stop(struct hl_scsi_cmd *cmd);
+
+/**
+ * The one path every block request takes to the storage below (the origin
+ * now, the cache later). Fills cmd->io from the arguments; `done` runs once
+ * on the reactor when the I/O completes. @return 0 (done will run) or
+ * -errno (done never runs).
+ */
+int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uint64_t lba,
+		  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done);
+
+#endif

@@ -1,0 +1,440 @@
+/*
+ * spc.c - the primary (SPC-4) commands a disk answers from its own state:
+ * INQUIRY and its VPD pages, REPORT LUNS, REQUEST SENSE, TEST UNIT READY,
+ * MODE SENSE(6/10) and REPORT SUPPORTED OPERATION CODES.
+ *
+ * Every handler builds the full parameter data in a local buffer and lets
+ * scsi_data_in() cut it to the allocation length and the transport's buffer,
+ * so a short allocation length never changes what the data says.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "scsi/scsi_internal.h"
+
+#define VENDOR_ID   "HOTLUN  "
+#define PRODUCT_ID  "hotlun disk"
+#define REVISION    "0001"
+
+#define INQ_STD_LEN 96
+
+static void put_padded(uint8_t *dst, const char *s, size_t n)
+{
+	size_t l = strlen(s);
+
+	memset(dst, ' ', n);
+	memcpy(dst, s, HL_MIN(l, n));
+}
+
+/* ---- INQUIRY ---- */
+
+static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
+{
+	memset(b, 0, INQ_STD_LEN);
+	/* no LU here: peripheral qualifier 011b, device type 1Fh */
+	b[0] = cmd->lu ? 0x00 : 0x7f;
+	b[2] = 0x06;        /* SPC-4 */
+	b[3] = 0x10 | 0x02; /* HISUP, response data format 2 */
+	b[4] = INQ_STD_LEN - 5;
+	b[7] = 0x02;        /* CMDQUE */
+	put_padded(b + 8, VENDOR_ID, 8);
+	put_padded(b + 16, PRODUCT_ID, 16);
+	put_padded(b + 32, REVISION, 4);
+	hl_put_be16(b + 58, 0x00a0); /* SAM-5 */
+	hl_put_be16(b + 60, 0x0460); /* SPC-4 */
+	hl_put_be16(b + 62, 0x04c0); /* SBC-3 */
+	return INQ_STD_LEN;
+}
+
+/* Pages listed in VPD 00, in ascending order: only fully implemented ones. */
+static const uint8_t vpd_pages[] = { 0x00, 0x80, 0x83, 0xb0, 0xb1 };
+
+static uint32_t vpd_supported(const struct hl_lu *lu, uint8_t *b)
+{
+	memcpy(b + 4, vpd_pages, sizeof(vpd_pages));
+	hl_put_be16(b + 2, sizeof(vpd_pages));
+	return 4 + sizeof(vpd_pages);
+}
+
+static uint32_t vpd_serial(const struct hl_lu *lu, uint8_t *b)
+{
+	size_t n = strnlen(lu->cfg.serial, sizeof(lu->cfg.serial));
+
+	memcpy(b + 4, lu->cfg.serial, n);
+	hl_put_be16(b + 2, (uint16_t)n);
+	return 4 + (uint32_t)n;
+}
+
+/* One designation descriptor header; returns the pointer to its designator. */
+static uint8_t *designator(uint8_t *d, uint8_t code_set, uint8_t assoc, uint8_t type, uint8_t len)
+{
+	d[0] = code_set;             /* protocol identifier 0, PIV 0 */
+	d[1] = (uint8_t)(assoc << 4 | type);
+	d[2] = 0;
+	d[3] = len;
+	return d + 4;
+}
+
+#define VPD83_MAX 512
+
+static uint32_t vpd_device_id(const struct hl_scsi_cmd *cmd, uint8_t *b)
+{
+	const struct hl_lu *lu = cmd->lu;
+	uint32_t off = 4;
+	uint8_t *d;
+
+	/* LU: NAA IEEE registered extended (NAA 6), binary */
+	d = designator(b + off, 0x1, 0x0, 0x3, 16);
+	memcpy(d, lu->cfg.naa, 16);
+	off += 4 + 16;
+
+	const struct hl_scsi_port *port = cmd->nexus ? cmd->nexus->port : NULL;
+	if (port) {
+		d = designator(b + off, 0x1, 0x1, 0x4, 4); /* relative target port */
+		hl_put_be16(d + 2, port->rel_port_id);
+		off += 8;
+		d = designator(b + off, 0x1, 0x1, 0x5, 4); /* target port group */
+		hl_put_be16(d + 2, port->tpg_id);
+		off += 8;
+		if (port->name && port->name[0]) {
+			/* SCSI name string, UTF-8, NUL-terminated, padded to a multiple of 4 */
+			size_t n = HL_MIN(strlen(port->name), (size_t)251);
+			size_t padded = HL_ALIGN_UP(n + 1, 4);
+			d = designator(b + off, 0x3, 0x1, 0x8, (uint8_t)padded);
+			memset(d, 0, padded);
+			memcpy(d, port->name, n);
+			off += 4 + (uint32_t)padded;
+		}
+	}
+	hl_put_be16(b + 2, (uint16_t)(off - 4));
+	return off;
+}
+
+static uint32_t vpd_block_limits(const struct hl_lu *lu, uint8_t *b)
+{
+	hl_put_be16(b + 2, 0x3c);
+	/* b[5] MAXIMUM COMPARE AND WRITE LENGTH: 0 until COMPARE AND WRITE exists */
+	hl_put_be16(b + 6, (uint16_t)(1u << lu->lbppbe)); /* optimal transfer length granularity */
+	hl_put_be32(b + 8, HL_SCSI_MAX_XFER / lu->block_size); /* maximum transfer length */
+	/* optimal transfer length, UNMAP and WRITE SAME limits: 0 = not reported / unsupported */
+	return 4 + 0x3c;
+}
+
+static uint32_t vpd_block_characteristics(const struct hl_lu *lu, uint8_t *b)
+{
+	hl_put_be16(b + 2, 0x3c);
+	/* medium rotation rate 0: not reported (the origin may be anything); form factor 0 */
+	return 4 + 0x3c;
+}
+
+enum scsi_exec_result spc_inquiry(struct hl_scsi_cmd *cmd)
+{
+	uint8_t buf[VPD83_MAX];
+	uint32_t alloc = hl_get_be16(cmd->cdb + 3);
+	uint8_t page = cmd->cdb[2];
+	uint32_t len;
+
+	memset(buf, 0, sizeof(buf));
+	if (!(cmd->cdb[1] & 0x01)) {
+		if (page) {
+			scsi_sense_invalid_cdb(cmd, 2, 7);
+			return SCSI_DONE;
+		}
+		len = inquiry_standard(cmd, buf);
+		scsi_data_in(cmd, buf, len, alloc);
+		return SCSI_DONE;
+	}
+	if (!cmd->lu) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LU_NOT_SUPPORTED);
+		return SCSI_DONE;
+	}
+	switch (page) {
+	case 0x00:
+		len = vpd_supported(cmd->lu, buf);
+		break;
+	case 0x80:
+		len = vpd_serial(cmd->lu, buf);
+		break;
+	case 0x83:
+		len = vpd_device_id(cmd, buf);
+		break;
+	case 0xb0:
+		len = vpd_block_limits(cmd->lu, buf);
+		break;
+	case 0xb1:
+		len = vpd_block_characteristics(cmd->lu, buf);
+		break;
+	default:
+		scsi_sense_invalid_cdb(cmd, 2, 7);
+		return SCSI_DONE;
+	}
+	buf[0] = 0x00; /* peripheral qualifier 0, direct access block device */
+	buf[1] = page;
+	scsi_data_in(cmd, buf, len, alloc);
+	return SCSI_DONE;
+}
+
+/* ---- REPORT LUNS ---- */
+
+enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd)
+{
+	uint8_t buf[8 + 8 * HL_SCSI_MAX_LUNS];
+	uint32_t alloc = hl_get_be32(cmd->cdb + 6);
+	uint8_t select = cmd->cdb[2];
+	uint32_t n = 0;
+
+	if (alloc < 16) {
+		scsi_sense_invalid_cdb(cmd, 6, -1);
+		return SCSI_DONE;
+	}
+	if (select != 0x00 && select != 0x01 && select != 0x02) {
+		scsi_sense_invalid_cdb(cmd, 2, -1);
+		return SCSI_DONE;
+	}
+	memset(buf, 0, sizeof(buf));
+	/* select 1 asks for well known LUs only: there are none */
+	if (select != 0x01) {
+		for (unsigned lun = 0; lun < HL_SCSI_MAX_LUNS; lun++) {
+			bool present = cmd->map ? cmd->map->lu[lun] != NULL
+						: (cmd->lu && cmd->lun == lun);
+			if (!present)
+				continue;
+			/* peripheral device addressing: bus 0, LUN in byte 1 */
+			buf[8 + 8 * n + 1] = (uint8_t)lun;
+			n++;
+		}
+	}
+	hl_put_be32(buf, 8 * n);
+	scsi_data_in(cmd, buf, 8 + 8 * n, alloc);
+	return SCSI_DONE;
+}
+
+/* ---- REQUEST SENSE ---- */
+
+enum scsi_exec_result spc_request_sense(struct hl_scsi_cmd *cmd)
+{
+	uint8_t buf[HL_SENSE_MAX];
+	uint8_t len = 0;
+	bool desc = cmd->cdb[1] & 0x01;
+	uint32_t alloc = cmd->cdb[4];
+	uint8_t asc, ascq;
+
+	memset(buf, 0, sizeof(buf));
+	if (!cmd->lu) {
+		scsi_sense_build(buf, &len, desc, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LU_NOT_SUPPORTED,
+				 false, 0);
+	} else if (cmd->nexus && scsi_ua_take(cmd->lu, cmd->nexus->id, &asc, &ascq)) {
+		/* SPC-4 5.14: REQUEST SENSE reports and clears the oldest unit attention */
+		scsi_sense_build(buf, &len, desc, HL_SK_UNIT_ATTENTION, asc, ascq, false, 0);
+	} else {
+		scsi_sense_build(buf, &len, desc, HL_SK_NO_SENSE, SCSI_ASC_NO_ADDITIONAL, false, 0);
+	}
+	scsi_data_in(cmd, buf, len, alloc);
+	return SCSI_DONE;
+}
+
+enum scsi_exec_result spc_test_unit_ready(struct hl_scsi_cmd *cmd)
+{
+	scsi_set_good(cmd);
+	return SCSI_DONE;
+}
+
+/* ---- MODE SENSE ---- */
+
+enum { PC_CURRENT = 0, PC_CHANGEABLE = 1, PC_DEFAULT = 2, PC_SAVED = 3 };
+
+/* Each builder writes its page at p and returns its length; changeable values are all 0. */
+static uint32_t page_caching(const struct hl_lu *lu, int pc, uint8_t *p)
+{
+	p[0] = 0x08;
+	p[1] = 0x12;
+	if (pc != PC_CHANGEABLE)
+		p[2] = lu->cfg.write_cache ? 0x04 : 0x00; /* WCE; RCD 0: reads may be cached */
+	return 20;
+}
+
+static uint32_t page_control(const struct hl_lu *lu, int pc, uint8_t *p)
+{
+	p[0] = 0x0a;
+	p[1] = 0x0a;
+	if (pc != PC_CHANGEABLE) {
+		p[3] = 0x10;            /* QUEUE ALGORITHM MODIFIER 1: unrestricted reordering */
+		hl_put_be16(p + 8, 0xffff); /* busy timeout period: unlimited */
+	}
+	return 12;
+}
+
+static uint32_t page_iec(const struct hl_lu *lu, int pc, uint8_t *p)
+{
+	p[0] = 0x1c;
+	p[1] = 0x0a;
+	/* no informational exceptions are reported: MRIE 0, everything off */
+	return 12;
+}
+
+static const struct {
+	uint8_t page;
+	uint32_t (*build)(const struct hl_lu *lu, int pc, uint8_t *p);
+} mode_pages[] = {
+	{ 0x08, page_caching },
+	{ 0x0a, page_control },
+	{ 0x1c, page_iec },
+};
+
+enum scsi_exec_result spc_mode_sense(struct hl_scsi_cmd *cmd)
+{
+	const struct hl_lu *lu = cmd->lu;
+	bool ten = cmd->cdb[0] == 0x5a;
+	bool dbd = cmd->cdb[1] & 0x08;
+	bool llbaa = ten && (cmd->cdb[1] & 0x10);
+	int pc = cmd->cdb[2] >> 6;
+	uint8_t page = cmd->cdb[2] & 0x3f;
+	uint8_t subpage = cmd->cdb[3];
+	uint32_t alloc = ten ? hl_get_be16(cmd->cdb + 7) : cmd->cdb[4];
+	uint8_t buf[512];
+	uint32_t hdr = ten ? 8 : 4;
+	uint32_t off = hdr;
+	bool found = false;
+
+	if (pc == PC_SAVED) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_SAVING_NOT_SUPP);
+		return SCSI_DONE;
+	}
+	/* no page here has subpages: only subpage 0 and "all subpages" exist */
+	if (subpage != 0x00 && subpage != 0xff) {
+		scsi_sense_invalid_cdb(cmd, 3, -1);
+		return SCSI_DONE;
+	}
+	memset(buf, 0, sizeof(buf));
+	if (!dbd) {
+		uint64_t blocks = lu->num_blocks;
+		uint8_t *bd = buf + off;
+		if (llbaa) {
+			hl_put_be64(bd, blocks);
+			hl_put_be32(bd + 12, lu->block_size);
+			off += 16;
+		} else {
+			hl_put_be32(bd, blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks);
+			hl_put_be24(bd + 5, lu->block_size);
+			off += 8;
+		}
+	}
+	uint32_t bd_len = off - hdr;
+	for (unsigned i = 0; i < HL_ARRAY_SIZE(mode_pages); i++) {
+		if (page != 0x3f && page != mode_pages[i].page)
+			continue;
+		off += mode_pages[i].build(lu, pc, buf + off);
+		found = true;
+	}
+	if (!found) {
+		scsi_sense_invalid_cdb(cmd, 2, 5);
+		return SCSI_DONE;
+	}
+	/* device-specific parameter: WP, DPOFUA (DPO and FUA are honoured) */
+	uint8_t dsp = 0x10 | (lu->cfg.read_only ? 0x80 : 0);
+	if (ten) {
+		hl_put_be16(buf, (uint16_t)(off - 2));
+		buf[3] = dsp;
+		buf[4] = llbaa && !dbd ? 0x01 : 0x00; /* LONGLBA */
+		hl_put_be16(buf + 6, (uint16_t)bd_len);
+	} else {
+		buf[0] = (uint8_t)(off - 1);
+		buf[2] = dsp;
+		buf[3] = (uint8_t)bd_len;
+	}
+	scsi_data_in(cmd, buf, off, alloc);
+	return SCSI_DONE;
+}
+
+/* ---- REPORT SUPPORTED OPERATION CODES ---- */
+
+#define RSOC_TIMEOUTS_LEN 12
+
+static uint32_t put_timeouts(uint8_t *p)
+{
+	memset(p, 0, RSOC_TIMEOUTS_LEN);
+	hl_put_be16(p, 0x0a);
+	/* nominal and recommended timeouts 0: not specified */
+	return RSOC_TIMEOUTS_LEN;
+}
+
+static uint32_t put_all_descriptor(uint8_t *p, const struct scsi_cmd_desc *d, bool has_sa,
+				   bool rctd)
+{
+	memset(p, 0, 8);
+	p[0] = d->usage[0];
+	hl_put_be16(p + 2, has_sa ? d->sa : 0);
+	p[5] = (uint8_t)((rctd ? 0x02 : 0) | (has_sa ? 0x01 : 0));
+	hl_put_be16(p + 6, d->cdb_len);
+	return 8 + (rctd ? put_timeouts(p + 8) : 0);
+}
+
+/* One-command format; d NULL: not supported. */
+static uint32_t put_one_command(uint8_t *p, const struct scsi_cmd_desc *d, bool rctd)
+{
+	memset(p, 0, 4);
+	if (!d) {
+		p[1] = 0x01; /* not supported */
+		return 4;
+	}
+	p[1] = (uint8_t)((rctd ? 0x80 : 0) | 0x03); /* supported, conforming to a standard */
+	hl_put_be16(p + 2, d->cdb_len);
+	memcpy(p + 4, d->usage, d->cdb_len);
+	uint32_t len = 4 + d->cdb_len;
+	if (rctd)
+		len += put_timeouts(p + len);
+	return len;
+}
+
+enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd)
+{
+	uint8_t buf[2048];
+	bool rctd = cmd->cdb[2] & 0x80;
+	uint8_t options = cmd->cdb[2] & 0x07;
+	uint8_t req_op = cmd->cdb[3];
+	uint16_t req_sa = hl_get_be16(cmd->cdb + 4);
+	uint32_t alloc = hl_get_be32(cmd->cdb + 6);
+	const struct scsi_opcode *op = &scsi_disk_ops[req_op];
+	const struct scsi_cmd_desc *d = NULL;
+	uint32_t len;
+
+	memset(buf, 0, sizeof(buf));
+	switch (options) {
+	case 0: {
+		uint32_t off = 4;
+		for (unsigned o = 0; o < 256; o++) {
+			const struct scsi_opcode *e = &scsi_disk_ops[o];
+			if (e->cmd)
+				off += put_all_descriptor(buf + off, e->cmd, false, rctd);
+			for (unsigned i = 0; i < e->n_sa; i++)
+				off += put_all_descriptor(buf + off, &e->sa[i], true, rctd);
+		}
+		hl_put_be32(buf, off - 4);
+		scsi_data_in(cmd, buf, off, alloc);
+		return SCSI_DONE;
+	}
+	case 1: /* by opcode; an opcode with service actions needs option 2 */
+		if (op->n_sa) {
+			scsi_sense_invalid_cdb(cmd, 2, 2);
+			return SCSI_DONE;
+		}
+		d = op->cmd;
+		break;
+	case 2: /* by opcode and service action; an opcode without them is an error */
+		if (op->cmd) {
+			scsi_sense_invalid_cdb(cmd, 2, 2);
+			return SCSI_DONE;
+		}
+		d = scsi_cmd_lookup(req_op, req_sa);
+		break;
+	case 3: /* either */
+		d = op->cmd ? (req_sa == 0 ? op->cmd : NULL) : scsi_cmd_lookup(req_op, req_sa);
+		break;
+	default:
+		scsi_sense_invalid_cdb(cmd, 2, 2);
+		return SCSI_DONE;
+	}
+	len = put_one_command(buf, d, rctd);
+	scsi_data_in(cmd, buf, len, alloc);
+	return SCSI_DONE;
+}

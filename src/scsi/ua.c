@@ -1,0 +1,111 @@
+/*
+ * ua.c - unit attention conditions (SAM-5 5.14, SPC-4 5.14): a small queue
+ * per LU per I_T nexus, kept in struct scsi_lu_nexus under lu->lock.
+ *
+ * A nexus the LU has not seen before starts with POWER ON, RESET, OR BUS
+ * DEVICE RESET OCCURRED: from its point of view the LU has just appeared.
+ * When the queue is full the newest condition replaces the last one, so the
+ * initiator still learns that something happened (SPC-4 allows reporting the
+ * most important one).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "hotlun/log.h"
+#include "scsi/scsi_internal.h"
+
+static struct scsi_lu_nexus *nexus_find(struct hl_lu *lu, uint64_t nexus_id)
+{
+	struct scsi_lu_nexus *n;
+
+	hl_list_for_each_entry(n, &lu->nexuses, link) {
+		if (n->nexus_id == nexus_id)
+			return n;
+	}
+	return NULL;
+}
+
+static void ua_push(struct scsi_lu_nexus *n, uint8_t asc, uint8_t ascq)
+{
+	for (unsigned i = 0; i < n->n_ua; i++) {
+		if (n->ua[i].asc == asc && n->ua[i].ascq == ascq)
+			return;
+	}
+	if (n->n_ua == SCSI_UA_MAX)
+		n->n_ua--;
+	n->ua[n->n_ua].asc = asc;
+	n->ua[n->n_ua].ascq = ascq;
+	n->n_ua++;
+}
+
+/* lu->lock held. NULL only when out of memory. */
+static struct scsi_lu_nexus *nexus_get(struct hl_lu *lu, uint64_t nexus_id)
+{
+	struct scsi_lu_nexus *n = nexus_find(lu, nexus_id);
+
+	if (n)
+		return n;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return NULL;
+	n->nexus_id = nexus_id;
+	ua_push(n, SCSI_ASC_POWER_ON_RESET);
+	hl_list_add_tail(&lu->nexuses, &n->link);
+	return n;
+}
+
+bool scsi_ua_take(struct hl_lu *lu, uint64_t nexus_id, uint8_t *asc, uint8_t *ascq)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&lu->lock);
+	struct scsi_lu_nexus *n = nexus_get(lu, nexus_id);
+	if (!n) {
+		/* Without memory to remember the nexus, report the power-on UA every time. */
+		*asc = 0x29;
+		*ascq = 0x00;
+		found = true;
+	} else if (n->n_ua) {
+		*asc = n->ua[0].asc;
+		*ascq = n->ua[0].ascq;
+		n->n_ua--;
+		for (unsigned i = 0; i < n->n_ua; i++)
+			n->ua[i] = n->ua[i + 1];
+		found = true;
+	}
+	pthread_mutex_unlock(&lu->lock);
+	return found;
+}
+
+void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_t ascq)
+{
+	struct scsi_lu_nexus *n;
+
+	pthread_mutex_lock(&lu->lock);
+	hl_list_for_each_entry(n, &lu->nexuses, link) {
+		if (n->nexus_id != except_id)
+			ua_push(n, asc, ascq);
+	}
+	pthread_mutex_unlock(&lu->lock);
+}
+
+void scsi_ua_nexus_gone(struct hl_lu *lu, uint64_t nexus_id)
+{
+	pthread_mutex_lock(&lu->lock);
+	struct scsi_lu_nexus *n = nexus_find(lu, nexus_id);
+	if (n) {
+		hl_list_del(&n->link);
+		free(n);
+	}
+	pthread_mutex_unlock(&lu->lock);
+}
+
+void scsi_ua_fini(struct hl_lu *lu)
+{
+	struct scsi_lu_nexus *n, *tmp;
+
+	hl_list_for_each_entry_safe(n, tmp, &lu->nexuses, link) {
+		hl_list_del(&n->link);
+		free(n);
+	}
+}
