@@ -126,7 +126,7 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 	cmd->sense_len = 0;
 	if (cmd->lu && cmd->map && cmd->lun < HL_SCSI_MAX_LUNS && cmd->map->lu[cmd->lun] != cmd->lu)
 		HL_WARN_RL(SCSI_COMPONENT, "LUN %llu: cmd->lu does not match the LUN map",
-			   (unsigned long long)cmd->lun);
+		           (unsigned long long)cmd->lun);
 
 	if (dispatch(cmd) == SCSI_DONE)
 		scsi_cmd_complete(cmd);

@@ -31,7 +31,7 @@ static void block_io_cb(struct hl_origin_io *io, int result)
 }
 
 int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uint64_t lba,
-		  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done)
+                  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done)
 {
 	struct hl_lu *lu = cmd->lu;
 	struct hl_origin_io *io = &cmd->io;
@@ -66,10 +66,11 @@ static void submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
 
 static void io_error(struct hl_scsi_cmd *cmd, int result, bool write)
 {
-	HL_WARN_RL(SCSI_COMPONENT, "%s: origin %s error %d", cmd->lu->name, write ? "write" : "read",
-		   result);
+	HL_WARN_RL(SCSI_COMPONENT, "%s: origin %s error %d", cmd->lu->name,
+	           write ? "write" : "read", result);
 	if (write && result == -ENOSPC)
-		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, 0x27, 0x07); /* space allocation failed */
+		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, 0x27,
+		                  0x07); /* space allocation failed */
 	else if (write)
 		hl_scsi_set_sense(cmd, HL_SK_MEDIUM_ERROR, SCSI_ASC_WRITE_ERROR);
 	else
@@ -289,7 +290,7 @@ enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd)
 	cmd->iov[0].iov_len = nbytes;
 	unsigned flags = (a.flags & 0x08) ? HL_IO_FUA : 0;
 	int rc = scsi_block_io(cmd, HL_IO_WRITE, flags, a.lba, nbytes / lu->block_size, cmd->iov, 1,
-			       write_done);
+	                       write_done);
 	if (rc < 0) {
 		submit_failed(cmd, rc, true);
 		return SCSI_DONE;
@@ -335,7 +336,7 @@ static enum scsi_exec_result read_and_compare(struct hl_scsi_cmd *cmd, uint64_t 
 	cmd->iov[0].iov_base = p->bounce;
 	cmd->iov[0].iov_len = p->aux;
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, p->aux / cmd->lu->block_size, cmd->iov, 1,
-			       compare_done);
+	                       compare_done);
 	if (rc < 0) {
 		submit_failed(cmd, rc, false);
 		return SCSI_DONE;
@@ -459,7 +460,7 @@ enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd)
 	cmd->iov[0].iov_base = cmd->data;
 	cmd->iov[0].iov_len = nbytes;
 	int rc = scsi_block_io(cmd, HL_IO_WRITE, 0, a.lba, nbytes / lu->block_size, cmd->iov, 1,
-			       write_verify_written);
+	                       write_verify_written);
 	if (rc < 0) {
 		submit_failed(cmd, rc, true);
 		return SCSI_DONE;

@@ -24,7 +24,8 @@
 
 /* ---- logical unit ---- */
 
-#define SCSI_UA_MAX 4 /* pending unit attentions kept per nexus; older ones fold into the newest */
+#define SCSI_UA_MAX 4 /* pending unit attentions kept per nexus; older ones fold into the newest   \
+	               */
 
 /** Per-LU, per-nexus state (unit attentions now, reservations later). */
 struct scsi_lu_nexus {
@@ -58,11 +59,11 @@ enum scsi_exec_result {
 typedef enum scsi_exec_result (*scsi_exec_fn)(struct hl_scsi_cmd *cmd);
 
 /* scsi_cmd_desc.flags */
-#define SCSI_F_NO_LU   0x01u /* runs for a LUN with no LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
-#define SCSI_F_UA_PASS 0x02u /* not blocked by a pending unit attention */
-#define SCSI_F_MEDIA   0x04u /* accesses the medium */
+#define SCSI_F_NO_LU    0x01u /* runs for a LUN with no LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
+#define SCSI_F_UA_PASS  0x02u /* not blocked by a pending unit attention */
+#define SCSI_F_MEDIA    0x04u /* accesses the medium */
 #define SCSI_F_DATA_OUT 0x08u /* takes data-out from the initiator */
-#define SCSI_F_WRITE   0x10u /* modifies the medium: refused on a read-only LU */
+#define SCSI_F_WRITE    0x10u /* modifies the medium: refused on a read-only LU */
 
 #define SCSI_USAGE_MAX 16
 
@@ -71,7 +72,7 @@ struct scsi_cmd_desc {
 	const char *name;
 	scsi_exec_fn exec;
 	uint16_t flags;
-	uint16_t sa;       /* service action (when the opcode has them) */
+	uint16_t sa; /* service action (when the opcode has them) */
 	uint8_t cdb_len;
 	/**
 	 * CDB usage data as REPORT SUPPORTED OPERATION CODES reports it: byte 0
@@ -114,7 +115,7 @@ struct scsi_cmd_priv {
 	uint32_t aux;            /* command-specific */
 };
 _Static_assert(sizeof(struct scsi_cmd_priv) <= sizeof(((struct hl_scsi_cmd *)0)->priv),
-	       "scsi_cmd_priv must fit hl_scsi_cmd.priv");
+               "scsi_cmd_priv must fit hl_scsi_cmd.priv");
 
 static inline struct scsi_cmd_priv *scsi_priv(struct hl_scsi_cmd *cmd)
 {
@@ -149,7 +150,7 @@ void scsi_data_in(struct hl_scsi_cmd *cmd, const void *buf, uint32_t len, uint32
 
 /** Fixed or descriptor sense with an optional INFORMATION field. */
 void scsi_sense_build(uint8_t *sense, uint8_t *sense_len, bool desc, uint8_t key, uint8_t asc,
-		      uint8_t ascq, bool info_valid, uint64_t info);
+                      uint8_t ascq, bool info_valid, uint64_t info);
 
 /** CHECK CONDITION, ILLEGAL REQUEST, INVALID FIELD IN CDB with a field pointer to byte/bit. */
 void scsi_sense_invalid_cdb(struct hl_scsi_cmd *cmd, uint16_t byte, int bit);
@@ -159,7 +160,7 @@ void scsi_sense_invalid_param(struct hl_scsi_cmd *cmd, uint16_t byte, int bit);
 
 /** CHECK CONDITION with INFORMATION (VALID bit set). */
 void scsi_sense_info(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_t ascq,
-		     uint64_t info);
+                     uint64_t info);
 
 static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
 {
@@ -168,21 +169,21 @@ static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
 }
 
 /* ASC/ASCQ pairs used in more than one file */
-#define SCSI_ASC_INVALID_OPCODE     0x20, 0x00
-#define SCSI_ASC_LBA_OUT_OF_RANGE   0x21, 0x00
-#define SCSI_ASC_INVALID_FIELD_CDB  0x24, 0x00
-#define SCSI_ASC_LU_NOT_SUPPORTED   0x25, 0x00
+#define SCSI_ASC_INVALID_OPCODE      0x20, 0x00
+#define SCSI_ASC_LBA_OUT_OF_RANGE    0x21, 0x00
+#define SCSI_ASC_INVALID_FIELD_CDB   0x24, 0x00
+#define SCSI_ASC_LU_NOT_SUPPORTED    0x25, 0x00
 #define SCSI_ASC_INVALID_FIELD_PARAM 0x26, 0x00
-#define SCSI_ASC_WRITE_PROTECTED    0x27, 0x00
-#define SCSI_ASC_POWER_ON_RESET     0x29, 0x00
-#define SCSI_ASC_LUN_RESET          0x29, 0x03
-#define SCSI_ASC_SAVING_NOT_SUPP    0x39, 0x00
-#define SCSI_ASC_INVALID_FIELD_IU   0x0e, 0x03
-#define SCSI_ASC_WRITE_ERROR        0x0c, 0x00
-#define SCSI_ASC_READ_ERROR         0x11, 0x00
-#define SCSI_ASC_MISCOMPARE         0x1d, 0x00
-#define SCSI_ASC_PARAM_LIST_LEN     0x1a, 0x00
-#define SCSI_ASC_NO_ADDITIONAL      0x00, 0x00
+#define SCSI_ASC_WRITE_PROTECTED     0x27, 0x00
+#define SCSI_ASC_POWER_ON_RESET      0x29, 0x00
+#define SCSI_ASC_LUN_RESET           0x29, 0x03
+#define SCSI_ASC_SAVING_NOT_SUPP     0x39, 0x00
+#define SCSI_ASC_INVALID_FIELD_IU    0x0e, 0x03
+#define SCSI_ASC_WRITE_ERROR         0x0c, 0x00
+#define SCSI_ASC_READ_ERROR          0x11, 0x00
+#define SCSI_ASC_MISCOMPARE          0x1d, 0x00
+#define SCSI_ASC_PARAM_LIST_LEN      0x1a, 0x00
+#define SCSI_ASC_NO_ADDITIONAL       0x00, 0x00
 
 /* ---- ua.c ---- */
 
@@ -229,6 +230,6 @@ enum scsi_exec_result sbc_start_stop(struct hl_scsi_cmd *cmd);
  * -errno (done never runs).
  */
 int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uint64_t lba,
-		  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done);
+                  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done);
 
 #endif

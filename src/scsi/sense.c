@@ -10,7 +10,7 @@
 #define FIXED_SENSE_LEN 18
 
 void scsi_sense_build(uint8_t *sense, uint8_t *sense_len, bool desc, uint8_t key, uint8_t asc,
-		      uint8_t ascq, bool info_valid, uint64_t info)
+                      uint8_t ascq, bool info_valid, uint64_t info)
 {
 	if (desc) {
 		memset(sense, 0, 8);
@@ -51,8 +51,7 @@ void hl_scsi_set_sense(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_
 	scsi_sense_build(cmd->sense, &cmd->sense_len, false, key, asc, ascq, false, 0);
 }
 
-void scsi_sense_info(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_t ascq,
-		     uint64_t info)
+void scsi_sense_info(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_t ascq, uint64_t info)
 {
 	cmd->status = HL_SAM_CHECK_CONDITION;
 	scsi_sense_build(cmd->sense, &cmd->sense_len, false, key, asc, ascq, true, info);

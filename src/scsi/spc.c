@@ -12,9 +12,9 @@
 
 #include "scsi/scsi_internal.h"
 
-#define VENDOR_ID   "HOTLUN  "
-#define PRODUCT_ID  "hotlun disk"
-#define REVISION    "0001"
+#define VENDOR_ID  "HOTLUN  "
+#define PRODUCT_ID "hotlun disk"
+#define REVISION   "0001"
 
 #define INQ_STD_LEN 96
 
@@ -36,7 +36,7 @@ static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
 	b[2] = 0x06;        /* SPC-4 */
 	b[3] = 0x10 | 0x02; /* HISUP, response data format 2 */
 	b[4] = INQ_STD_LEN - 5;
-	b[7] = 0x02;        /* CMDQUE */
+	b[7] = 0x02; /* CMDQUE */
 	put_padded(b + 8, VENDOR_ID, 8);
 	put_padded(b + 16, PRODUCT_ID, 16);
 	put_padded(b + 32, REVISION, 4);
@@ -47,7 +47,7 @@ static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
 }
 
 /* Pages listed in VPD 00, in ascending order: only fully implemented ones. */
-static const uint8_t vpd_pages[] = { 0x00, 0x80, 0x83, 0xb0, 0xb1 };
+static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1};
 
 static uint32_t vpd_supported(const struct hl_lu *lu, uint8_t *b)
 {
@@ -68,7 +68,7 @@ static uint32_t vpd_serial(const struct hl_lu *lu, uint8_t *b)
 /* One designation descriptor header; returns the pointer to its designator. */
 static uint8_t *designator(uint8_t *d, uint8_t code_set, uint8_t assoc, uint8_t type, uint8_t len)
 {
-	d[0] = code_set;             /* protocol identifier 0, PIV 0 */
+	d[0] = code_set; /* protocol identifier 0, PIV 0 */
 	d[1] = (uint8_t)(assoc << 4 | type);
 	d[2] = 0;
 	d[3] = len;
@@ -195,8 +195,8 @@ enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd)
 	/* select 1 asks for well known LUs only: there are none */
 	if (select != 0x01) {
 		for (unsigned lun = 0; lun < HL_SCSI_MAX_LUNS; lun++) {
-			bool present = cmd->map ? cmd->map->lu[lun] != NULL
-						: (cmd->lu && cmd->lun == lun);
+			bool present =
+			    cmd->map ? cmd->map->lu[lun] != NULL : (cmd->lu && cmd->lun == lun);
 			if (!present)
 				continue;
 			/* peripheral device addressing: bus 0, LUN in byte 1 */
@@ -222,7 +222,7 @@ enum scsi_exec_result spc_request_sense(struct hl_scsi_cmd *cmd)
 	memset(buf, 0, sizeof(buf));
 	if (!cmd->lu) {
 		scsi_sense_build(buf, &len, desc, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LU_NOT_SUPPORTED,
-				 false, 0);
+		                 false, 0);
 	} else if (cmd->nexus && scsi_ua_take(cmd->lu, cmd->nexus->id, &asc, &ascq)) {
 		/* SPC-4 5.14: REQUEST SENSE reports and clears the oldest unit attention */
 		scsi_sense_build(buf, &len, desc, HL_SK_UNIT_ATTENTION, asc, ascq, false, 0);
@@ -258,7 +258,7 @@ static uint32_t page_control(const struct hl_lu *lu, int pc, uint8_t *p)
 	p[0] = 0x0a;
 	p[1] = 0x0a;
 	if (pc != PC_CHANGEABLE) {
-		p[3] = 0x10;            /* QUEUE ALGORITHM MODIFIER 1: unrestricted reordering */
+		p[3] = 0x10; /* QUEUE ALGORITHM MODIFIER 1: unrestricted reordering */
 		hl_put_be16(p + 8, 0xffff); /* busy timeout period: unlimited */
 	}
 	return 12;
@@ -276,9 +276,9 @@ static const struct {
 	uint8_t page;
 	uint32_t (*build)(const struct hl_lu *lu, int pc, uint8_t *p);
 } mode_pages[] = {
-	{ 0x08, page_caching },
-	{ 0x0a, page_control },
-	{ 0x1c, page_iec },
+    {0x08, page_caching},
+    {0x0a, page_control},
+    {0x1c, page_iec},
 };
 
 enum scsi_exec_result spc_mode_sense(struct hl_scsi_cmd *cmd)
@@ -359,7 +359,7 @@ static uint32_t put_timeouts(uint8_t *p)
 }
 
 static uint32_t put_all_descriptor(uint8_t *p, const struct scsi_cmd_desc *d, bool has_sa,
-				   bool rctd)
+                                   bool rctd)
 {
 	memset(p, 0, 8);
 	p[0] = d->usage[0];

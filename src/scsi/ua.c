@@ -18,7 +18,8 @@ static struct scsi_lu_nexus *nexus_find(struct hl_lu *lu, uint64_t nexus_id)
 {
 	struct scsi_lu_nexus *n;
 
-	hl_list_for_each_entry(n, &lu->nexuses, link) {
+	hl_list_for_each_entry(n, &lu->nexuses, link)
+	{
 		if (n->nexus_id == nexus_id)
 			return n;
 	}
@@ -82,7 +83,8 @@ void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_
 	struct scsi_lu_nexus *n;
 
 	pthread_mutex_lock(&lu->lock);
-	hl_list_for_each_entry(n, &lu->nexuses, link) {
+	hl_list_for_each_entry(n, &lu->nexuses, link)
+	{
 		if (n->nexus_id != except_id)
 			ua_push(n, asc, ascq);
 	}
@@ -104,7 +106,8 @@ void scsi_ua_fini(struct hl_lu *lu)
 {
 	struct scsi_lu_nexus *n, *tmp;
 
-	hl_list_for_each_entry_safe(n, tmp, &lu->nexuses, link) {
+	hl_list_for_each_entry_safe(n, tmp, &lu->nexuses, link)
+	{
 		hl_list_del(&n->link);
 		free(n);
 	}

@@ -16,11 +16,11 @@
 #define FAKE_QUEUE_MAX 64
 
 struct fake_origin {
-	uint8_t *mem;            /* NULL: size without backing store (capacity tests only) */
+	uint8_t *mem; /* NULL: size without backing store (capacity tests only) */
 	struct hl_origin_io *queue[FAKE_QUEUE_MAX];
 	unsigned n_queued;
-	int submit_rc;           /* returned by submit when nonzero (cb never runs) */
-	int fail_result;         /* completion result for every I/O when nonzero */
+	int submit_rc;   /* returned by submit when nonzero (cb never runs) */
+	int fail_result; /* completion result for every I/O when nonzero */
 	unsigned n_read, n_write, n_flush, n_fua;
 	uint64_t last_offset, last_length;
 };
@@ -53,12 +53,12 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 }
 
 static const struct hl_origin_ops fake_origin_ops = {
-	.name = "fake",
-	.scheme = "fake:",
-	.priv_size = sizeof(struct fake_origin),
-	.open = fake_open,
-	.close = fake_close,
-	.submit = fake_submit,
+    .name = "fake",
+    .scheme = "fake:",
+    .priv_size = sizeof(struct fake_origin),
+    .open = fake_open,
+    .close = fake_close,
+    .submit = fake_submit,
 };
 
 /** A fake origin of `size` bytes (zero-filled), freed by hl_origin_close. */

@@ -15,12 +15,12 @@
 #define NBLOCKS 8192u /* 4 MiB */
 
 static const struct hl_scsi_port port = {
-	.name = "iqn.2026-11.io.hotlun:t0,t,0x0001",
-	.rel_port_id = 1,
-	.tpg_id = 1,
+    .name = "iqn.2026-11.io.hotlun:t0,t,0x0001",
+    .rel_port_id = 1,
+    .tpg_id = 1,
 };
-static struct hl_scsi_nexus nexus_a = { .id = 1, .port = &port };
-static struct hl_scsi_nexus nexus_b = { .id = 2, .port = &port };
+static struct hl_scsi_nexus nexus_a = {.id = 1, .port = &port};
+static struct hl_scsi_nexus nexus_b = {.id = 2, .port = &port};
 
 static struct hl_lu *lu;
 static struct hl_origin *origin;
@@ -38,7 +38,7 @@ static void tcmd_done(struct hl_scsi_cmd *cmd)
 
 static struct hl_lu_config test_cfg(void)
 {
-	struct hl_lu_config cfg = { .name = "d0", .block_size = BS, .write_cache = true };
+	struct hl_lu_config cfg = {.name = "d0", .block_size = BS, .write_cache = true};
 	for (int i = 0; i < 16; i++)
 		cfg.naa[i] = (uint8_t)(0x60 + i);
 	strcpy(cfg.serial, "HL0123456789");
@@ -65,7 +65,7 @@ static void lu_teardown(void)
 
 /* Run one CDB on LUN `lun` for `nexus`; buf is data-out (out=true) or data-in room. */
 static void run_full(struct tcmd *t, const struct hl_scsi_nexus *nexus, uint64_t lun,
-		     const uint8_t *cdb, unsigned cdb_len, uint8_t *buf, uint32_t len, bool out)
+                     const uint8_t *cdb, unsigned cdb_len, uint8_t *buf, uint32_t len, bool out)
 {
 	memset(t, 0, sizeof(*t));
 	t->cmd.map = &map;
@@ -86,7 +86,7 @@ static void run_full(struct tcmd *t, const struct hl_scsi_nexus *nexus, uint64_t
 }
 
 static void run(struct tcmd *t, const uint8_t *cdb, unsigned cdb_len, uint8_t *buf, uint32_t len,
-		bool out)
+                bool out)
 {
 	run_full(t, &nexus_a, 0, cdb, cdb_len, buf, len, out);
 }
@@ -94,7 +94,7 @@ static void run(struct tcmd *t, const uint8_t *cdb, unsigned cdb_len, uint8_t *b
 static void lu_setup(void)
 {
 	struct tcmd t;
-	uint8_t tur[6] = { 0 };
+	uint8_t tur[6] = {0};
 
 	lu_setup_cfg(test_cfg(), (uint64_t)NBLOCKS * BS, 0);
 	run(&t, tur, 6, NULL, 0, false); /* consumes POWER ON for nexus A */
@@ -106,7 +106,7 @@ static bool sense_is(const struct hl_scsi_cmd *c, uint8_t key, uint8_t asc, uint
 	       (c->sense[2] & 0x0f) == key && c->sense[12] == asc && c->sense[13] == ascq;
 }
 
-#define ASSERT_GOOD(t) CU_ASSERT_EQUAL((t).cmd.status, HL_SAM_GOOD)
+#define ASSERT_GOOD(t)           CU_ASSERT_EQUAL((t).cmd.status, HL_SAM_GOOD)
 #define ASSERT_SENSE(t, k, a, q) CU_ASSERT_TRUE(sense_is(&(t).cmd, k, a, q))
 
 static void cdb_rw10(uint8_t *cdb, uint8_t op, uint32_t lba, uint16_t n)
@@ -135,7 +135,7 @@ static uint8_t *medium(void)
 static void test_unknown_opcode(void)
 {
 	struct tcmd t;
-	uint8_t cdb[16] = { 0xc7 };
+	uint8_t cdb[16] = {0xc7};
 
 	lu_setup();
 	run(&t, cdb, 16, NULL, 0, false);
@@ -164,10 +164,10 @@ static void test_reserved_bit_rejected_with_field_pointer(void)
 static void test_no_lu_commands(void)
 {
 	struct tcmd t;
-	uint8_t inq[6] = { 0x12, 0, 0, 0, 96, 0 };
-	uint8_t tur[6] = { 0 };
-	uint8_t rs[6] = { 0x03, 0, 0, 0, 18, 0 };
-	uint8_t rl[12] = { 0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0 };
+	uint8_t inq[6] = {0x12, 0, 0, 0, 96, 0};
+	uint8_t tur[6] = {0};
+	uint8_t rs[6] = {0x03, 0, 0, 0, 18, 0};
+	uint8_t rl[12] = {0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
 	uint8_t buf[256];
 
 	lu_setup();
@@ -192,7 +192,7 @@ static void test_no_lu_commands(void)
 static void test_inquiry_standard(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x12, 0, 0, 0, 255, 0 };
+	uint8_t cdb[6] = {0x12, 0, 0, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -215,7 +215,7 @@ static void test_inquiry_standard(void)
 static void test_inquiry_alloc_length(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x12, 0, 0, 0, 5, 0 };
+	uint8_t cdb[6] = {0x12, 0, 0, 0, 5, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -235,7 +235,7 @@ static void test_inquiry_alloc_length(void)
 static void test_inquiry_bad_fields(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x12, 0, 0x80, 0, 255, 0 };
+	uint8_t cdb[6] = {0x12, 0, 0x80, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -256,7 +256,7 @@ static void test_inquiry_bad_fields(void)
 static void test_vpd_supported_pages_all_answer(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x12, 1, 0x00, 0, 255, 0 };
+	uint8_t cdb[6] = {0x12, 1, 0x00, 0, 255, 0};
 	uint8_t list[255], buf[255];
 
 	lu_setup();
@@ -280,7 +280,7 @@ static void test_vpd_supported_pages_all_answer(void)
 static void test_vpd_serial(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x12, 1, 0x80, 0, 255, 0 };
+	uint8_t cdb[6] = {0x12, 1, 0x80, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -294,7 +294,7 @@ static void test_vpd_serial(void)
 static void test_vpd83_layout(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x12, 1, 0x83, 0, 255, 0 };
+	uint8_t cdb[6] = {0x12, 1, 0x83, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -335,7 +335,7 @@ static void test_vpd83_layout(void)
 static void test_vpd_block_limits(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x12, 1, 0xb0, 0, 255, 0 };
+	uint8_t cdb[6] = {0x12, 1, 0xb0, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -353,7 +353,7 @@ static void test_vpd_block_limits(void)
 static void test_report_luns(void)
 {
 	struct tcmd t;
-	uint8_t cdb[12] = { 0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0 };
+	uint8_t cdb[12] = {0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
 	uint8_t buf[256];
 
 	lu_setup();
@@ -384,7 +384,7 @@ static void test_report_luns(void)
 static void test_read_capacity10(void)
 {
 	struct tcmd t;
-	uint8_t cdb[10] = { 0x25 };
+	uint8_t cdb[10] = {0x25};
 	uint8_t buf[8];
 
 	lu_setup();
@@ -401,7 +401,7 @@ static void test_read_capacity10(void)
 static void test_read_capacity10_too_big(void)
 {
 	struct tcmd t;
-	uint8_t cdb[10] = { 0x25 };
+	uint8_t cdb[10] = {0x25};
 	uint8_t buf[8];
 	struct hl_lu_config cfg = test_cfg();
 
@@ -419,10 +419,10 @@ static void test_read_capacity10_too_big(void)
 static void test_read_capacity16(void)
 {
 	struct tcmd t;
-	uint8_t cdb[16] = { 0x9e, 0x10 };
+	uint8_t cdb[16] = {0x9e, 0x10};
 	uint8_t buf[32];
 	struct tcmd tur;
-	uint8_t turcdb[6] = { 0 };
+	uint8_t turcdb[6] = {0};
 
 	lu_setup_cfg(test_cfg(), (uint64_t)NBLOCKS * BS, 4096);
 	run(&tur, turcdb, 6, NULL, 0, false);
@@ -453,13 +453,13 @@ static void test_write_read_roundtrip_all_sizes(void)
 {
 	static const struct {
 		uint8_t wr, rd, len;
-	} ops[] = { { 0x0a, 0x08, 6 }, { 0x2a, 0x28, 10 }, { 0xaa, 0xa8, 12 }, { 0x8a, 0x88, 16 } };
+	} ops[] = {{0x0a, 0x08, 6}, {0x2a, 0x28, 10}, {0xaa, 0xa8, 12}, {0x8a, 0x88, 16}};
 	uint8_t out[4 * BS], in[4 * BS];
 	struct tcmd t;
 
 	lu_setup();
 	for (unsigned k = 0; k < HL_ARRAY_SIZE(ops); k++) {
-		uint8_t cdb[16] = { 0 };
+		uint8_t cdb[16] = {0};
 		uint32_t lba = 100 + 10 * k;
 		memset(out, 'a' + k, sizeof(out));
 		cdb[0] = ops[k].wr;
@@ -498,7 +498,7 @@ static void test_write_read_roundtrip_all_sizes(void)
 static void test_read6_zero_means_256(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x08, 0, 0, 0, 0, 0 };
+	uint8_t cdb[6] = {0x08, 0, 0, 0, 0, 0};
 	static uint8_t buf[256 * BS];
 
 	lu_setup();
@@ -513,7 +513,7 @@ static void test_write_fua_reaches_origin(void)
 {
 	struct tcmd t;
 	uint8_t cdb[10];
-	uint8_t buf[BS] = { 1 };
+	uint8_t buf[BS] = {1};
 
 	lu_setup();
 	cdb_rw10(cdb, 0x2a, 0, 1);
@@ -592,7 +592,7 @@ static void test_max_transfer_length(void)
 	uint8_t cdb[16];
 
 	lu_setup_cfg(test_cfg(), 64ull << 20, 0); /* 64 MiB, room for a too-long transfer */
-	run(&t, (uint8_t[6]){ 0 }, 6, NULL, 0, false);
+	run(&t, (uint8_t[6]){0}, 6, NULL, 0, false);
 	cdb_rw16(cdb, 0x88, 0, HL_SCSI_MAX_XFER / BS + 1);
 	run(&t, cdb, 16, NULL, 0, false);
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
@@ -680,12 +680,12 @@ static void test_read_only_lu(void)
 	uint8_t cdb[10];
 	uint8_t buf[BS];
 	struct hl_lu_config cfg = test_cfg();
-	uint8_t ms[6] = { 0x1a, 0, 0x3f, 0, 255, 0 };
+	uint8_t ms[6] = {0x1a, 0, 0x3f, 0, 255, 0};
 	uint8_t msbuf[255];
 
 	cfg.read_only = true;
 	lu_setup_cfg(cfg, (uint64_t)NBLOCKS * BS, 0);
-	run(&t, (uint8_t[6]){ 0 }, 6, NULL, 0, false);
+	run(&t, (uint8_t[6]){0}, 6, NULL, 0, false);
 	cdb_rw10(cdb, 0x2a, 0, 1);
 	run(&t, cdb, 10, buf, BS, true);
 	ASSERT_SENSE(t, HL_SK_DATA_PROTECT, 0x27, 0x00);
@@ -846,7 +846,7 @@ static void test_sync_cache(void)
 static void test_start_stop_unit(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x1b, 0, 0, 0, 0x01, 0 };
+	uint8_t cdb[6] = {0x1b, 0, 0, 0, 0x01, 0};
 
 	lu_setup();
 	run(&t, cdb, 6, NULL, 0, false);
@@ -862,7 +862,7 @@ static void test_start_stop_unit(void)
 static void test_mode_sense6_all_pages(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x1a, 0, 0x3f, 0, 255, 0 };
+	uint8_t cdb[6] = {0x1a, 0, 0x3f, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -900,7 +900,7 @@ static void test_mode_sense6_all_pages(void)
 static void test_mode_sense6_dbd_and_single_page(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x1a, 0x08, 0x08, 0, 255, 0 };
+	uint8_t cdb[6] = {0x1a, 0x08, 0x08, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -922,7 +922,7 @@ static void test_mode_sense6_dbd_and_single_page(void)
 static void test_mode_sense_page_control(void)
 {
 	struct tcmd t;
-	uint8_t cdb[6] = { 0x1a, 0x08, 0x48, 0, 255, 0 }; /* changeable caching page */
+	uint8_t cdb[6] = {0x1a, 0x08, 0x48, 0, 255, 0}; /* changeable caching page */
 	uint8_t buf[255];
 
 	lu_setup();
@@ -930,7 +930,7 @@ static void test_mode_sense_page_control(void)
 	ASSERT_GOOD(t);
 	CU_ASSERT_EQUAL(buf[4], 0x08);
 	CU_ASSERT_EQUAL(buf[6], 0); /* nothing changeable */
-	cdb[2] = 0x88; /* default */
+	cdb[2] = 0x88;              /* default */
 	run(&t, cdb, 6, buf, sizeof(buf), false);
 	ASSERT_GOOD(t);
 	CU_ASSERT_EQUAL(buf[6] & 0x04, 0x04);
@@ -954,7 +954,7 @@ static void test_mode_sense_page_control(void)
 static void test_mode_sense10_long_lba(void)
 {
 	struct tcmd t;
-	uint8_t cdb[10] = { 0x5a, 0x10, 0x0a, 0, 0, 0, 0, 0, 255, 0 };
+	uint8_t cdb[10] = {0x5a, 0x10, 0x0a, 0, 0, 0, 0, 0, 255, 0};
 	uint8_t buf[255];
 
 	lu_setup();
@@ -1043,8 +1043,8 @@ static void test_rsoc_usage_mask_is_enforced(void)
 						cdb[1] = 0;
 					cdb[byte] |= (uint8_t)(1u << bit);
 					run(&t, cdb, d->cdb_len, NULL, 0, false);
-					CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24,
-								0x00));
+					CU_ASSERT_TRUE(
+					    sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00));
 				}
 			}
 		}
@@ -1093,8 +1093,8 @@ static void test_rsoc_rctd_and_unsupported(void)
 static void test_ua_sequence(void)
 {
 	struct tcmd t;
-	uint8_t tur[6] = { 0 };
-	uint8_t inq[6] = { 0x12, 0, 0, 0, 36, 0 };
+	uint8_t tur[6] = {0};
+	uint8_t inq[6] = {0x12, 0, 0, 0, 36, 0};
 	uint8_t buf[96];
 
 	lu_setup_cfg(test_cfg(), (uint64_t)NBLOCKS * BS, 0);
@@ -1125,8 +1125,8 @@ static void test_ua_sequence(void)
 static void test_request_sense_reports_and_clears_ua(void)
 {
 	struct tcmd t;
-	uint8_t rs[6] = { 0x03, 0, 0, 0, 252, 0 };
-	uint8_t tur[6] = { 0 };
+	uint8_t rs[6] = {0x03, 0, 0, 0, 252, 0};
+	uint8_t tur[6] = {0};
 	uint8_t buf[252];
 
 	lu_setup_cfg(test_cfg(), (uint64_t)NBLOCKS * BS, 0);
@@ -1161,49 +1161,49 @@ static void test_lu_create_rejects_bad_geometry(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "unknown opcode is INVALID COMMAND OPERATION CODE", test_unknown_opcode },
-	{ "reserved CDB bit gets field pointer", test_reserved_bit_rejected_with_field_pointer },
-	{ "LUN without LU: INQUIRY/REQUEST SENSE/REPORT LUNS only", test_no_lu_commands },
-	{ "INQUIRY standard data", test_inquiry_standard },
-	{ "INQUIRY allocation length honoured", test_inquiry_alloc_length },
-	{ "INQUIRY invalid fields", test_inquiry_bad_fields },
-	{ "VPD 00 lists only pages that answer", test_vpd_supported_pages_all_answer },
-	{ "VPD 80 serial", test_vpd_serial },
-	{ "VPD 83 designators", test_vpd83_layout },
-	{ "VPD B0 block limits", test_vpd_block_limits },
-	{ "REPORT LUNS", test_report_luns },
-	{ "READ CAPACITY(10)", test_read_capacity10 },
-	{ "READ CAPACITY(10) of a huge LU", test_read_capacity10_too_big },
-	{ "READ CAPACITY(16)", test_read_capacity16 },
-	{ "WRITE/READ 6/10/12/16 round trip", test_write_read_roundtrip_all_sizes },
-	{ "READ(6) length 0 means 256", test_read6_zero_means_256 },
-	{ "FUA reaches the origin", test_write_fua_reaches_origin },
-	{ "RDPROTECT/WRPROTECT refused", test_protect_field_rejected },
-	{ "LBA out of range", test_lba_out_of_range },
-	{ "zero blocks: GOOD, no I/O", test_zero_blocks_no_io },
-	{ "maximum transfer length", test_max_transfer_length },
-	{ "read residuals", test_read_residuals },
-	{ "write residuals", test_write_residuals },
-	{ "read-only LU", test_read_only_lu },
-	{ "origin errors give MEDIUM ERROR", test_origin_errors_map_to_medium_error },
-	{ "submit -ENOMEM/-EAGAIN gives BUSY", test_submit_enomem_is_busy },
-	{ "VERIFY BYTCHK 0 reads the range", test_verify_bytchk0_reads_whole_range },
-	{ "VERIFY BYTCHK 1 compares", test_verify_bytchk1_compares },
-	{ "VERIFY BYTCHK 3 one-block pattern", test_verify_bytchk3_one_block_pattern },
-	{ "WRITE AND VERIFY", test_write_and_verify },
-	{ "SYNCHRONIZE CACHE", test_sync_cache },
-	{ "START STOP UNIT", test_start_stop_unit },
-	{ "MODE SENSE(6) all pages", test_mode_sense6_all_pages },
-	{ "MODE SENSE(6) DBD, one page, short allocation", test_mode_sense6_dbd_and_single_page },
-	{ "MODE SENSE page control and subpages", test_mode_sense_page_control },
-	{ "MODE SENSE(10) long LBA", test_mode_sense10_long_lba },
-	{ "RSOC matches the command table", test_rsoc_matches_table },
-	{ "usage mask is enforced", test_rsoc_usage_mask_is_enforced },
-	{ "RSOC timeouts and unsupported commands", test_rsoc_rctd_and_unsupported },
-	{ "unit attention sequence", test_ua_sequence },
-	{ "REQUEST SENSE reports and clears UA", test_request_sense_reports_and_clears_ua },
-	{ "LU geometry checks", test_lu_create_rejects_bad_geometry },
-	{ NULL, NULL },
+    {"unknown opcode is INVALID COMMAND OPERATION CODE", test_unknown_opcode},
+    {"reserved CDB bit gets field pointer", test_reserved_bit_rejected_with_field_pointer},
+    {"LUN without LU: INQUIRY/REQUEST SENSE/REPORT LUNS only", test_no_lu_commands},
+    {"INQUIRY standard data", test_inquiry_standard},
+    {"INQUIRY allocation length honoured", test_inquiry_alloc_length},
+    {"INQUIRY invalid fields", test_inquiry_bad_fields},
+    {"VPD 00 lists only pages that answer", test_vpd_supported_pages_all_answer},
+    {"VPD 80 serial", test_vpd_serial},
+    {"VPD 83 designators", test_vpd83_layout},
+    {"VPD B0 block limits", test_vpd_block_limits},
+    {"REPORT LUNS", test_report_luns},
+    {"READ CAPACITY(10)", test_read_capacity10},
+    {"READ CAPACITY(10) of a huge LU", test_read_capacity10_too_big},
+    {"READ CAPACITY(16)", test_read_capacity16},
+    {"WRITE/READ 6/10/12/16 round trip", test_write_read_roundtrip_all_sizes},
+    {"READ(6) length 0 means 256", test_read6_zero_means_256},
+    {"FUA reaches the origin", test_write_fua_reaches_origin},
+    {"RDPROTECT/WRPROTECT refused", test_protect_field_rejected},
+    {"LBA out of range", test_lba_out_of_range},
+    {"zero blocks: GOOD, no I/O", test_zero_blocks_no_io},
+    {"maximum transfer length", test_max_transfer_length},
+    {"read residuals", test_read_residuals},
+    {"write residuals", test_write_residuals},
+    {"read-only LU", test_read_only_lu},
+    {"origin errors give MEDIUM ERROR", test_origin_errors_map_to_medium_error},
+    {"submit -ENOMEM/-EAGAIN gives BUSY", test_submit_enomem_is_busy},
+    {"VERIFY BYTCHK 0 reads the range", test_verify_bytchk0_reads_whole_range},
+    {"VERIFY BYTCHK 1 compares", test_verify_bytchk1_compares},
+    {"VERIFY BYTCHK 3 one-block pattern", test_verify_bytchk3_one_block_pattern},
+    {"WRITE AND VERIFY", test_write_and_verify},
+    {"SYNCHRONIZE CACHE", test_sync_cache},
+    {"START STOP UNIT", test_start_stop_unit},
+    {"MODE SENSE(6) all pages", test_mode_sense6_all_pages},
+    {"MODE SENSE(6) DBD, one page, short allocation", test_mode_sense6_dbd_and_single_page},
+    {"MODE SENSE page control and subpages", test_mode_sense_page_control},
+    {"MODE SENSE(10) long LBA", test_mode_sense10_long_lba},
+    {"RSOC matches the command table", test_rsoc_matches_table},
+    {"usage mask is enforced", test_rsoc_usage_mask_is_enforced},
+    {"RSOC timeouts and unsupported commands", test_rsoc_rctd_and_unsupported},
+    {"unit attention sequence", test_ua_sequence},
+    {"REQUEST SENSE reports and clears UA", test_request_sense_reports_and_clears_ua},
+    {"LU geometry checks", test_lu_create_rejects_bad_geometry},
+    {NULL, NULL},
 };
 
 int main(void)
