@@ -1,0 +1,443 @@
+# tests/functional/lib.sh - shared helpers for hotlun functional tests.
+#
+# Sourced (never executed) by tests/functional/*.sh. It owns: the per-test
+# scratch folder, free loopback ports, starting and stopping hotlund (and tgtd,
+# the peer target used to cross-check the tests and for benchmarks), the
+# config files the tests use, and the exit-status contract of the automake
+# harness (0 pass, 1 fail, 77 skip, 99 hard error).
+#
+# Every process a test starts goes through hl_spawn, which records its PID;
+# an EXIT trap stops all of them by PID, so a failing or interrupted test
+# never leaves a daemon behind.
+#
+# Environment (exported by `make check` through AM_TESTS_ENVIRONMENT):
+#   HL_BUILDDIR   build tree (hotlund lives at $HL_BUILDDIR/hotlund)
+#   HL_SRCDIR     source tree
+# Optional:
+#   HL_TARGET=tgt run the test against tgtd instead of hotlund (to check that
+#                 a test's client commands are right; tgt is a peer, not a
+#                 reference for pass/fail)
+#   HL_WRAPPER    command prefix for hotlund, e.g. "valgrind -q --error-exitcode=99"
+#   HL_KEEP=1     keep the scratch folder (its path is printed)
+#   HL_VERBOSE=1  trace commands (set -x)
+
+set -u -o pipefail
+
+HL_TEST_NAME=$(basename "$0" .sh)
+if [ -z "${HL_SRCDIR:-}" ]; then
+	HL_SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+fi
+if [ -z "${HL_BUILDDIR:-}" ]; then
+	HL_BUILDDIR=$HL_SRCDIR/build
+fi
+export HL_SRCDIR HL_BUILDDIR
+HL_TARGET=${HL_TARGET:-hotlun}
+HL_IQN_PREFIX=iqn.2026-11.io.hotlun
+HL_PIDS=()          # every process started through hl_spawn
+HL_PID_NAMES=()     # parallel: a name for messages
+HL_FAILED=0
+[ "${HL_VERBOSE:-0}" = 1 ] && set -x
+
+hl_log() { printf '[%s] %s: %s\n' "$(date +%T.%3N)" "$HL_TEST_NAME" "$*" >&2; }
+
+# hl_fail MSG: the test failed; say why and exit 1 (the EXIT trap cleans up).
+hl_fail() {
+	HL_FAILED=1
+	printf '[%s] %s: FAIL: %s\n' "$(date +%T.%3N)" "$HL_TEST_NAME" "$*" >&2
+	exit 1
+}
+
+# hl_skip MSG: the test cannot run here (missing tool or feature); exit 77.
+hl_skip() {
+	printf '%s: SKIP: %s\n' "$HL_TEST_NAME" "$*" >&2
+	exit 77
+}
+
+# hl_error MSG: the harness itself broke (not the code under test); exit 99.
+hl_error() {
+	HL_FAILED=1
+	printf '%s: ERROR: %s\n' "$HL_TEST_NAME" "$*" >&2
+	exit 99
+}
+
+# hl_need CMD...: skip the test when a client tool is missing.
+hl_need() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || hl_skip "$c not installed (contrib/hotlun-dev installs it)"
+	done
+}
+
+# The test's scratch folder, created when lib.sh is sourced (so that
+# $(hl_tmpdir) in a subshell names the same folder); removed at exit unless
+# the test failed or HL_KEEP=1.
+HL_TMP=$(mktemp -d "${TMPDIR:-/tmp}/hotlun-$HL_TEST_NAME.XXXXXX") || hl_error "mktemp failed"
+
+# hl_tmpdir: print the test's scratch folder.
+hl_tmpdir() {
+	echo "$HL_TMP"
+}
+
+# hl_free_port: print a TCP port on 127.0.0.1 that nothing listens on now.
+# The kernel picks it (bind to port 0), so parallel tests do not collide.
+hl_free_port() {
+	local p
+	if command -v python3 >/dev/null 2>&1; then
+		p=$(python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])') && { echo "$p"; return 0; }
+	fi
+	# Fallback: random high ports, checked against the listening sockets.
+	local i
+	for i in $(seq 1 200); do
+		p=$((20000 + RANDOM % 30000))
+		if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then
+			echo "$p"
+			return 0
+		fi
+	done
+	hl_error "no free port found"
+}
+
+# hl_port_open HOST PORT: true when something accepts TCP connections there.
+hl_port_open() {
+	(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# hl_spawn NAME LOGFILE CMD...: start CMD in the background, stdout+stderr to
+# LOGFILE, stdin from /dev/null; records the PID. Sets HL_LAST_PID.
+hl_spawn() {
+	local name=$1 logf=$2
+	shift 2
+	"$@" </dev/null >"$logf" 2>&1 &
+	HL_LAST_PID=$!
+	HL_PIDS+=("$HL_LAST_PID")
+	HL_PID_NAMES+=("$name")
+	hl_log "started $name (pid $HL_LAST_PID): $*"
+}
+
+# hl_alive PID: true while the process runs (and is not a zombie).
+hl_alive() {
+	local st
+	kill -0 "$1" 2>/dev/null || return 1
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ "$st" != Z ]
+}
+
+# hl_wait_port PID HOST PORT LOGFILE [SECONDS]: wait until the process
+# accepts connections on HOST:PORT; fail with its log when it exits first.
+hl_wait_port() {
+	local pid=$1 host=$2 port=$3 logf=$4 limit=${5:-${HL_START_TIMEOUT:-15}}
+	local deadline=$((SECONDS + limit))
+	while ! hl_port_open "$host" "$port"; do
+		if ! hl_alive "$pid"; then
+			wait "$pid" 2>/dev/null
+			local rc=$?
+			hl_forget "$pid"
+			echo "---- $logf ----" >&2
+			tail -n 60 "$logf" >&2
+			hl_fail "process $pid exited (status $rc) before listening on $host:$port"
+		fi
+		[ $SECONDS -ge $deadline ] && {
+			tail -n 60 "$logf" >&2
+			hl_fail "nothing listens on $host:$port after ${limit}s"
+		}
+		sleep 0.05
+	done
+}
+
+# hl_forget PID: drop PID from the list of processes to stop.
+hl_forget() {
+	local i
+	for i in "${!HL_PIDS[@]}"; do
+		if [ "${HL_PIDS[$i]}" = "$1" ]; then
+			unset 'HL_PIDS[i]' 'HL_PID_NAMES[i]'
+		fi
+	done
+}
+
+# hl_pid_name PID: the name hl_spawn recorded for PID.
+hl_pid_name() {
+	local i
+	for i in "${!HL_PIDS[@]}"; do
+		[ "${HL_PIDS[$i]}" = "$1" ] && echo "${HL_PID_NAMES[$i]}"
+	done
+	return 0
+}
+
+# hl_stop [PID]: SIGTERM the process (default: the last hotlund started),
+# wait up to 10 s, and fail when it does not exit or exits uncleanly
+# (anything but status 0 or death by SIGTERM: a crash, a sanitizer report,
+# a leak checker's error status).
+hl_stop() {
+	local pid=${1:-${HL_PID:-}} i rc sig=TERM
+	[ -n "$pid" ] || return 0
+	# tgtd ignores SIGTERM (it wants `tgtadm --op delete --mode system`
+	# after every target is gone); it is a peer, not under test: SIGKILL.
+	[ "$(hl_pid_name "$pid")" = tgtd ] && sig=KILL
+	if hl_alive "$pid"; then
+		kill -$sig "$pid" 2>/dev/null
+		for i in $(seq 1 200); do
+			hl_alive "$pid" || break
+			sleep 0.05
+		done
+		if hl_alive "$pid"; then
+			kill -KILL "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			hl_forget "$pid"
+			hl_fail "pid $pid did not exit within 10 s of SIGTERM (killed)"
+		fi
+	fi
+	wait "$pid" 2>/dev/null
+	rc=$?
+	hl_forget "$pid"
+	[ "$pid" = "${HL_PID:-}" ] && HL_PID=
+	[ $sig = KILL ] && return 0
+	case $rc in
+	0 | 143) return 0 ;;
+	127) return 0 ;; # not our child any more (already reaped)
+	*) hl_fail "pid $pid exited with status $rc on SIGTERM (crash or error; see its log)" ;;
+	esac
+}
+
+hl_cleanup() {
+	local rc=$? i pid
+	set +x
+	for i in "${!HL_PIDS[@]}"; do
+		pid=${HL_PIDS[$i]}
+		if hl_alive "$pid"; then
+			if [ "${HL_PID_NAMES[$i]}" = tgtd ]; then
+				kill -KILL "$pid" 2>/dev/null
+			else
+				kill -TERM "$pid" 2>/dev/null
+			fi
+		fi
+	done
+	for i in "${!HL_PIDS[@]}"; do
+		pid=${HL_PIDS[$i]}
+		local n
+		for n in $(seq 1 100); do
+			hl_alive "$pid" || break
+			sleep 0.05
+		done
+		if hl_alive "$pid"; then
+			echo "$HL_TEST_NAME: ${HL_PID_NAMES[$i]} (pid $pid) ignored SIGTERM; SIGKILL" >&2
+			kill -KILL "$pid" 2>/dev/null
+		fi
+		wait "$pid" 2>/dev/null
+	done
+	[ -n "${HL_TGT_CPORT:-}" ] && rm -f "/var/run/tgtd/socket.$HL_TGT_CPORT" \
+		"/var/run/tgtd/socket.$HL_TGT_CPORT.lock" 2>/dev/null
+	if [ -n "$HL_TMP" ] && [ -d "$HL_TMP" ]; then
+		if [ "${HL_KEEP:-0}" = 1 ] || { [ $rc -ne 0 ] && [ $rc -ne 77 ]; }; then
+			echo "$HL_TEST_NAME: scratch folder kept: $HL_TMP" >&2
+		else
+			rm -rf "$HL_TMP"
+		fi
+	fi
+	return $rc
+}
+trap hl_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- hotlund
+
+# The daemon under test.
+HL_HOTLUND=$HL_BUILDDIR/hotlund
+
+# hl_start_hotlund CONFIG [HOST:PORT]: run hotlund --config CONFIG in the
+# background and wait until it accepts connections on the portal (default:
+# the first `portal =` line of CONFIG). Sets HL_PID and HL_LOG.
+hl_start_hotlund() {
+	local conf=$1 portal=${2:-}
+	[ -x "$HL_HOTLUND" ] || hl_skip "$HL_HOTLUND not built"
+	[ -n "$portal" ] || portal=$(sed -n 's/^[[:space:]]*portal[[:space:]]*=[[:space:]]*\([^[:space:]]*\).*/\1/p' "$conf" | head -1)
+	[ -n "$portal" ] || hl_error "no portal in $conf"
+	local host=${portal%:*} port=${portal##*:}
+	host=${host#[}
+	host=${host%]}
+	HL_START_COUNT=$((${HL_START_COUNT:-0} + 1))
+	HL_LOG=$(hl_tmpdir)/hotlund.$HL_START_COUNT.log
+	# shellcheck disable=SC2086
+	hl_spawn hotlund "$HL_LOG" ${HL_WRAPPER:-} "$HL_HOTLUND" --config "$conf"
+	HL_PID=$HL_LAST_PID
+	hl_wait_port "$HL_PID" "$host" "$port" "$HL_LOG"
+}
+
+# hl_check_alive: fail when the current hotlund has died (e.g. after bad input).
+hl_check_alive() {
+	local pid=${1:-$HL_PID}
+	if ! hl_alive "$pid"; then
+		wait "$pid" 2>/dev/null
+		local rc=$?
+		hl_forget "$pid"
+		tail -n 60 "${HL_LOG:-/dev/null}" >&2
+		hl_fail "hotlund (pid $pid) died, status $rc"
+	fi
+}
+
+# hl_make_disk FILE SIZE: a sparse backing file (SIZE as truncate(1) takes it).
+hl_make_disk() {
+	rm -f "$1"
+	truncate -s "$2" "$1" || hl_error "cannot create $1"
+}
+
+# hl_write_config FILE PORT DISKFILE [KEY=VALUE...]: the config the tests use:
+# one portal on 127.0.0.1:PORT, one disk, one target HL_IQN with LUN 0.
+# Extra KEY=VALUE pairs go into the [target] section (chap_user=..., ...);
+# PORTAL2=port adds a second portal on 127.0.0.1.
+hl_write_config() {
+	local f=$1 port=$2 disk=$3
+	shift 3
+	local kv extra_portal= target_lines=
+	for kv in "$@"; do
+		case $kv in
+		PORTAL2=*) extra_portal="portal = 127.0.0.1:${kv#PORTAL2=}" ;;
+		*) target_lines+="${kv%%=*} = ${kv#*=}"$'\n' ;;
+		esac
+	done
+	local st
+	st=$(hl_tmpdir)/state
+	mkdir -p "$st"
+	cat >"$f" <<EOF
+# written by tests/functional/lib.sh for $HL_TEST_NAME
+[global]
+portal = 127.0.0.1:$port
+${extra_portal}
+state_dir = $st
+control_socket = $st/ctl.sock
+log_level = ${HL_LOG_LEVEL:-info}
+
+[disk disk0]
+origin = file:$disk
+
+[target ${HL_IQN:-$HL_IQN_PREFIX:test}]
+lun.0 = disk0
+allow = ALL
+${target_lines}
+EOF
+}
+
+# ---------------------------------------------------------------- targets
+
+# hl_target_start [--size SIZE] [--chap USER SECRET] [--portal2] [--disk FILE]:
+# start the target under test (hotlund, or tgtd when HL_TARGET=tgt) with one
+# LUN on a sparse file, on a free loopback port. Sets:
+#   HL_PORT HL_PORT2 HL_IQN HL_LUN HL_PORTAL HL_URL (iscsi://127.0.0.1:PORT/IQN/LUN)
+#   HL_DISK (backing file) HL_CHAP_USER HL_CHAP_SECRET
+hl_target_start() {
+	local size=256M chap_user= chap_secret= portal2=0 disk=
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--size) size=$2; shift 2 ;;
+		--chap) chap_user=$2; chap_secret=$3; shift 3 ;;
+		--portal2) portal2=1; shift ;;
+		--disk) disk=$2; shift 2 ;;
+		*) hl_error "hl_target_start: unknown option $1" ;;
+		esac
+	done
+	local t
+	t=$(hl_tmpdir)
+	if [ -z "$disk" ]; then
+		disk=$t/disk0.img
+		[ -e "$disk" ] || hl_make_disk "$disk" "$size"
+	fi
+	HL_DISK=$disk
+	HL_CHAP_USER=$chap_user
+	HL_CHAP_SECRET=$chap_secret
+	HL_IQN=${HL_IQN:-$HL_IQN_PREFIX:${HL_TEST_NAME//_/-}}
+	HL_PORT=$(hl_free_port) || hl_error "no free port"
+	HL_PORT2=
+	[ $portal2 = 1 ] && { HL_PORT2=$(hl_free_port) || hl_error "no free port"; }
+	HL_PORTAL=127.0.0.1:$HL_PORT
+	if [ "$HL_TARGET" = tgt ]; then
+		hl_tgt_start "$disk" "$chap_user" "$chap_secret"
+		HL_LUN=1
+	else
+		local args=()
+		[ -n "$chap_user" ] && args+=("chap_user=$chap_user" "chap_secret=$chap_secret")
+		[ -n "$HL_PORT2" ] && args+=("PORTAL2=$HL_PORT2")
+		hl_write_config "$t/hotlund.conf" "$HL_PORT" "$disk" "${args[@]}"
+		hl_start_hotlund "$t/hotlund.conf"
+		[ -n "$HL_PORT2" ] && hl_wait_port "$HL_PID" 127.0.0.1 "$HL_PORT2" "$HL_LOG"
+		HL_LUN=0
+	fi
+	HL_URL=iscsi://127.0.0.1:$HL_PORT/$HL_IQN/$HL_LUN
+	if [ -n "$chap_user" ]; then
+		HL_CHAP_URL=iscsi://$chap_user%$chap_secret@127.0.0.1:$HL_PORT/$HL_IQN/$HL_LUN
+	else
+		HL_CHAP_URL=$HL_URL
+	fi
+}
+
+# hl_target_restart: stop the target and start it again on the same
+# port(s) and backing file (hotlund only).
+hl_target_restart() {
+	[ "$HL_TARGET" = tgt ] && hl_error "restart not supported for tgt"
+	hl_stop "$HL_PID"
+	hl_start_hotlund "$(hl_tmpdir)/hotlund.conf"
+	[ -n "${HL_PORT2:-}" ] && hl_wait_port "$HL_PID" 127.0.0.1 "$HL_PORT2" "$HL_LOG"
+	return 0
+}
+
+# hl_target_stop: stop the target under test, failing on an unclean exit.
+hl_target_stop() {
+	hl_stop "$HL_PID"
+}
+
+# hl_tgt_start DISK [CHAP_USER CHAP_SECRET]: tgtd on 127.0.0.1:$HL_PORT (and
+# $HL_PORT2) with target $HL_IQN, LUN 1 = DISK. Needs root (tgtd's control
+# socket lives in /var/run/tgtd).
+hl_tgt_start() {
+	local disk=$1 user=${2:-} secret=${3:-}
+	hl_need tgtd tgtadm
+	[ "$(id -u)" = 0 ] || hl_skip "tgtd needs root"
+	HL_TGT_CPORT=$(( (HL_PORT % 20000) + 1000 ))
+	local t args=(--iscsi "portal=127.0.0.1:$HL_PORT")
+	t=$(hl_tmpdir)
+	[ -n "${HL_PORT2:-}" ] && args+=(--iscsi "portal=127.0.0.1:$HL_PORT2")
+	HL_LOG=$t/tgtd.log
+	hl_spawn tgtd "$HL_LOG" tgtd -f -C "$HL_TGT_CPORT" "${args[@]}"
+	HL_PID=$HL_LAST_PID
+	hl_wait_port "$HL_PID" 127.0.0.1 "$HL_PORT" "$HL_LOG"
+	local a="tgtadm -C $HL_TGT_CPORT --lld iscsi"
+	$a --op new --mode target --tid 1 -T "$HL_IQN" || hl_error "tgtadm target"
+	$a --op new --mode logicalunit --tid 1 --lun 1 -b "$disk" || hl_error "tgtadm lun"
+	$a --op bind --mode target --tid 1 -I ALL || hl_error "tgtadm bind"
+	# Let initiators choose CRC32C digests (tgt's default offers None only).
+	$a --op update --mode target --tid 1 -n HeaderDigest -v CRC32C,None || hl_error "tgtadm digest"
+	$a --op update --mode target --tid 1 -n DataDigest -v CRC32C,None || hl_error "tgtadm digest"
+	if [ -n "$user" ]; then
+		$a --op new --mode account --user "$user" --password "$secret" || hl_error "tgtadm account"
+		$a --op bind --mode account --tid 1 --user "$user" || hl_error "tgtadm bind account"
+	fi
+}
+
+# ---------------------------------------------------------------- checks
+
+# hl_expect_fail DESC CMD...: CMD must fail (exit non-zero).
+hl_expect_fail() {
+	local desc=$1
+	shift
+	if "$@" >"$(hl_tmpdir)/expect_fail.out" 2>&1; then
+		cat "$(hl_tmpdir)/expect_fail.out" >&2
+		hl_fail "$desc: command succeeded but must fail: $*"
+	fi
+	hl_log "ok (fails as it must): $desc"
+}
+
+# hl_run DESC CMD...: CMD must succeed; output is logged.
+hl_run() {
+	local desc=$1 out rc
+	shift
+	out=$(hl_tmpdir)/run.out
+	"$@" >"$out" 2>&1
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		cat "$out" >&2
+		hl_fail "$desc: exit status $rc: $*"
+	fi
+	hl_log "ok: $desc"
+}
