@@ -1,0 +1,559 @@
+/*
+ * conn.c - one iSCSI connection on its reactor: non-blocking socket, the
+ * receive loop (one buffer, many PDUs per read), the send queue written with
+ * writev, StatSN/ExpCmdSN/MaxCmdSN bookkeeping, Reject, login and NOP
+ * timers, and the connection's lifetime (it is freed only once no task is
+ * left inside the scsi layer).
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "hotlun/log.h"
+#include "iscsi/iscsi_internal.h"
+
+#define RX_READS_PER_EVENT 4    /* fairness: at most this many full buffers per wakeup */
+#define TX_POOL_MAX        256
+
+static void conn_event(struct hl_event *ev, uint32_t revents);
+static void conn_maybe_free(struct iscsi_conn *c);
+
+static void conn_enter(struct iscsi_conn *c)
+{
+	c->busy++;
+}
+
+static void conn_leave(struct iscsi_conn *c)
+{
+	if (--c->busy)
+		return;
+	if (c->state != CONN_CLOSED)
+		iscsi_conn_flush(c);
+	conn_maybe_free(c);
+}
+
+/* ---- receive ---- */
+
+static int rx_header_cb(void *ctx, struct iscsi_rx *rx)
+{
+	struct iscsi_conn *c = ctx;
+
+	if (c->state == CONN_FFP)
+		return iscsi_ffp_header(c, rx);
+	return 0;
+}
+
+static int rx_pdu_cb(void *ctx, struct iscsi_rx *rx)
+{
+	struct iscsi_conn *c = ctx;
+
+	c->last_rx_ns = hl_now_ns();
+	c->nop_outstanding = false;
+	return iscsi_conn_handle_pdu(c, rx);
+}
+
+static const struct iscsi_rx_ops conn_rx_ops = {
+	.header = rx_header_cb,
+	.pdu = rx_pdu_cb,
+};
+
+int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	uint8_t op = bhs_opcode(&rx->bhs);
+
+	HL_DEBUG(ISCSI_LOG, "%s: rx %s itt 0x%x dsl %u", c->peer_str, iscsi_opcode_name(op),
+		 bhs_itt(&rx->bhs), rx->dsl);
+	switch (c->state) {
+	case CONN_LOGIN:
+		if (op != ISCSI_OP_LOGIN_REQ) {
+			HL_NOTICE(ISCSI_LOG, "%s: %s during login, closing", c->peer_str,
+				  iscsi_opcode_name(op));
+			return -EPROTO;
+		}
+		return iscsi_login_handle(c, rx);
+	case CONN_FFP:
+		return iscsi_ffp_handle(c, rx);
+	default:
+		return 0; /* logged out or closing: ignore the rest */
+	}
+}
+
+static void conn_read(struct iscsi_conn *c)
+{
+	for (int i = 0; i < RX_READS_PER_EVENT && c->state != CONN_CLOSED; i++) {
+		ssize_t n = recv(c->fd, c->rbuf, ISCSI_RBUF_SIZE, 0);
+		if (n == 0) {
+			iscsi_conn_close(c, "peer closed");
+			return;
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			iscsi_conn_close(c, "recv error");
+			return;
+		}
+		long rc = iscsi_rx_feed(&c->rx, c->rbuf, (size_t)n);
+		if (rc < 0) {
+			if (c->state != CONN_CLOSED)
+				HL_NOTICE(ISCSI_LOG, "%s: receive error (%s), closing", c->peer_str,
+					  rc == -EBADMSG ? "header digest" : strerror((int)-rc));
+			iscsi_conn_close(c, "protocol error");
+			return;
+		}
+		if ((size_t)n < ISCSI_RBUF_SIZE)
+			return;
+	}
+}
+
+static void conn_set_mask(struct iscsi_conn *c, uint32_t mask)
+{
+	if (c->state == CONN_CLOSED || c->ev_mask == mask)
+		return;
+	if (hl_event_mod(&c->ev, mask) == 0)
+		c->ev_mask = mask;
+}
+
+static void conn_event(struct hl_event *ev, uint32_t revents)
+{
+	struct iscsi_conn *c = ev->arg;
+
+	conn_enter(c);
+	if (revents & EPOLLOUT)
+		iscsi_conn_flush(c);
+	if (c->state != CONN_CLOSED && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+		conn_read(c);
+	conn_leave(c);
+}
+
+/* ---- send ---- */
+
+static struct iscsi_tx *tx_alloc(struct iscsi_conn *c)
+{
+	struct iscsi_tx *tx;
+
+	if (!hl_list_empty(&c->tx_free)) {
+		tx = hl_list_first(&c->tx_free, struct iscsi_tx, link);
+		hl_list_del(&tx->link);
+		c->tx_nfree--;
+	} else {
+		tx = malloc(sizeof(*tx));
+		if (!tx)
+			return NULL;
+	}
+	tx->task = NULL;
+	tx->owned = NULL;
+	tx->close_after = false;
+	return tx;
+}
+
+static void tx_release(struct iscsi_conn *c, struct iscsi_tx *tx)
+{
+	struct iscsi_task *t = tx->task;
+
+	free(tx->owned);
+	if (c->tx_nfree < TX_POOL_MAX) {
+		hl_list_add(&c->tx_free, &tx->link);
+		c->tx_nfree++;
+	} else {
+		free(tx);
+	}
+	if (t)
+		iscsi_task_put(t);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const void *data,
+		     uint32_t len, struct iscsi_task *task, void *owned, bool close_after)
+{
+	if (c->state == CONN_CLOSED) {
+		free(owned);
+		return -ENOTCONN;
+	}
+	struct iscsi_tx *tx = tx_alloc(c);
+	if (!tx) {
+		free(owned);
+		return -ENOMEM;
+	}
+	memcpy(tx->hdr, bhs->b, ISCSI_BHS_LEN);
+	tx->hdr[4] = 0;
+	hl_put_be24(&tx->hdr[5], len);
+	tx->hdr_len = ISCSI_BHS_LEN;
+	if (c->tx_hdigest) {
+		put_le32(&tx->hdr[ISCSI_BHS_LEN], iscsi_crc32c(0, tx->hdr, ISCSI_BHS_LEN));
+		tx->hdr_len += ISCSI_DIGEST_LEN;
+	}
+	tx->data = data;
+	tx->data_len = len;
+	tx->trailer_len = 0;
+	if (len) {
+		uint32_t pad = iscsi_pad4(len);
+		memset(tx->trailer, 0, pad);
+		tx->trailer_len = pad;
+		if (c->tx_ddigest) {
+			uint32_t crc = iscsi_crc32c(0, data, len);
+			if (pad)
+				crc = iscsi_crc32c(crc, tx->trailer, pad);
+			put_le32(&tx->trailer[pad], crc);
+			tx->trailer_len += ISCSI_DIGEST_LEN;
+		}
+	}
+	tx->owned = owned;
+	tx->close_after = close_after;
+	if (task) {
+		task->refs++;
+		tx->task = task;
+	}
+	c->tx_bytes += tx->hdr_len + tx->data_len + tx->trailer_len;
+	hl_list_add_tail(&c->txq, &tx->link);
+	HL_DEBUG(ISCSI_LOG, "%s: tx %s itt 0x%x dsl %u", c->peer_str,
+		 iscsi_opcode_name(bhs_opcode(bhs)), bhs_itt(bhs), len);
+	return 0;
+}
+
+void iscsi_conn_flush(struct iscsi_conn *c)
+{
+	struct iovec iov[ISCSI_IOV_MAX];
+	bool close_now = false;
+
+	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq)) {
+		int cnt = 0;
+		uint32_t skip = c->tx_off;
+		struct iscsi_tx *tx;
+
+		hl_list_for_each_entry(tx, &c->txq, link) {
+			const void *parts[3] = { tx->hdr, tx->data, tx->trailer };
+			uint32_t lens[3] = { tx->hdr_len, tx->data_len, tx->trailer_len };
+			for (int i = 0; i < 3 && cnt < ISCSI_IOV_MAX; i++) {
+				if (skip >= lens[i]) {
+					skip -= lens[i];
+					continue;
+				}
+				iov[cnt].iov_base = (uint8_t *)parts[i] + skip;
+				iov[cnt].iov_len = lens[i] - skip;
+				skip = 0;
+				cnt++;
+			}
+			if (cnt >= ISCSI_IOV_MAX - 3)
+				break;
+		}
+		ssize_t n = writev(c->fd, iov, cnt);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				conn_set_mask(c, EPOLLIN | EPOLLOUT);
+				return;
+			}
+			HL_DEBUG(ISCSI_LOG, "%s: send error: %s", c->peer_str, strerror(errno));
+			iscsi_conn_close(c, "send error");
+			return;
+		}
+		size_t left = (size_t)n + c->tx_off;
+		c->tx_bytes -= (size_t)n;
+		c->tx_off = 0;
+		while (!hl_list_empty(&c->txq)) {
+			tx = hl_list_first(&c->txq, struct iscsi_tx, link);
+			size_t total = tx->hdr_len + tx->data_len + tx->trailer_len;
+			if (left < total) {
+				c->tx_off = (uint32_t)left;
+				break;
+			}
+			left -= total;
+			hl_list_del(&tx->link);
+			if (tx->close_after)
+				close_now = true;
+			tx_release(c, tx);
+		}
+		if (close_now) {
+			iscsi_conn_close(c, "done");
+			return;
+		}
+		if (c->tx_off)
+			break; /* partial write: the socket is full */
+	}
+	if (c->state == CONN_CLOSED)
+		return;
+	conn_set_mask(c, hl_list_empty(&c->txq) ? EPOLLIN : (EPOLLIN | EPOLLOUT));
+}
+
+uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c)
+{
+	uint32_t exp = c->sess ? c->sess->exp_cmd_sn : 0;
+	unsigned used = HL_MIN(c->nactive, (unsigned)ISCSI_QUEUE_DEPTH);
+	/* a window of zero (MaxCmdSN = ExpCmdSN - 1) is legal and closes the queue */
+	return exp + (uint32_t)(ISCSI_QUEUE_DEPTH - used) - 1;
+}
+
+void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
+{
+	bhs_put32(h, 24, c->stat_sn);
+	if (advance)
+		c->stat_sn++;
+	if (c->sess) {
+		bhs_put32(h, 28, c->sess->exp_cmd_sn);
+		bhs_put32(h, 32, iscsi_conn_max_cmd_sn(c));
+	} else if (c->login) {
+		bhs_put32(h, 28, c->login->cmd_sn);
+		bhs_put32(h, 32, c->login->cmd_sn);
+	}
+}
+
+void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
+{
+	struct iscsi_bhs h;
+	uint8_t *copy = malloc(ISCSI_BHS_LEN);
+
+	if (!copy)
+		return;
+	memcpy(copy, bad->b, ISCSI_BHS_LEN);
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_REJECT;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	h.b[2] = reason;
+	bhs_set_itt(&h, ISCSI_RSVD_TAG);
+	iscsi_conn_fill_sn(c, &h, true);
+	HL_INFO(ISCSI_LOG, "%s: reject %s itt 0x%x reason 0x%02x", c->peer_str,
+		iscsi_opcode_name(bhs_opcode(bad)), bhs_itt(bad), reason);
+	iscsi_conn_queue(c, &h, copy, ISCSI_BHS_LEN, NULL, copy, false);
+}
+
+/* ---- timers ---- */
+
+static void login_timeout(struct hl_timer *t)
+{
+	struct iscsi_conn *c = t->arg;
+
+	conn_enter(c);
+	if (c->state == CONN_LOGIN) {
+		HL_NOTICE(ISCSI_LOG, "%s: login timed out", c->peer_str);
+		iscsi_conn_close(c, "login timeout");
+	}
+	conn_leave(c);
+}
+
+static void nop_tick(struct hl_timer *t)
+{
+	struct iscsi_conn *c = t->arg;
+	struct hl_iscsi_server *srv = c->srv;
+	uint64_t now = hl_now_ns();
+	uint64_t interval = (uint64_t)srv->nop_interval_s * 1000000000ull;
+	uint64_t timeout = (uint64_t)(srv->nop_timeout_s ? srv->nop_timeout_s : srv->nop_interval_s) *
+			   1000000000ull;
+
+	conn_enter(c);
+	if (c->state == CONN_FFP) {
+		if (c->nop_outstanding && now - c->nop_sent_ns >= timeout) {
+			HL_NOTICE(ISCSI_LOG, "%s: NOP-In ping unanswered for %us, closing",
+				  c->peer_str, (unsigned)(timeout / 1000000000ull));
+			iscsi_conn_close(c, "nop timeout");
+		} else if (!c->nop_outstanding && now - c->last_rx_ns >= interval) {
+			struct iscsi_bhs h;
+			memset(&h, 0, sizeof(h));
+			h.b[0] = ISCSI_OP_NOP_IN;
+			h.b[1] = ISCSI_FLAG_FINAL;
+			bhs_set_itt(&h, ISCSI_RSVD_TAG);
+			c->nop_ttt = c->next_ttt++;
+			if (c->nop_ttt == ISCSI_RSVD_TAG)
+				c->nop_ttt = c->next_ttt++;
+			bhs_put32(&h, 20, c->nop_ttt);
+			iscsi_conn_fill_sn(c, &h, false);
+			if (iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false) == 0) {
+				c->nop_outstanding = true;
+				c->nop_sent_ns = now;
+			}
+		}
+	}
+	if (c->state != CONN_CLOSED) {
+		uint64_t next_ms = c->nop_outstanding ? HL_MIN(timeout, interval) / 1000000ull
+						      : interval / 1000000ull;
+		hl_timer_start(c->reactor, &c->nop_timer, next_ms ? next_ms : 1000);
+	}
+	conn_leave(c);
+}
+
+/* ---- lifetime ---- */
+
+int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool wildcard,
+		      struct iscsi_conn **out)
+{
+	struct iscsi_conn *c = calloc(1, sizeof(*c));
+	socklen_t sl;
+
+	if (!c)
+		return -ENOMEM;
+	c->rbuf = malloc(ISCSI_RBUF_SIZE);
+	if (!c->rbuf) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->srv = srv;
+	c->fd = fd;
+	c->tpgt = tpgt;
+	c->local_wildcard = wildcard;
+	c->state = CONN_LOGIN;
+	hl_list_init(&c->srv_link);
+	hl_list_init(&c->txq);
+	hl_list_init(&c->tx_free);
+	hl_list_init(&c->tasks);
+	hl_list_init(&c->task_free);
+	hl_list_init(&c->tmfs);
+	for (unsigned i = 0; i < ISCSI_ITT_HASH; i++)
+		hl_list_init(&c->itt_hash[i]);
+	c->lim = srv->lim;
+	iscsi_params_init(&c->params);
+	iscsi_rx_init(&c->rx, &conn_rx_ops, c, HL_MAX(c->lim.max_recv_dsl, (uint32_t)ISCSI_LOGIN_DSL));
+	c->next_ttt = 0x10000;
+	c->text.ttt = ISCSI_RSVD_TAG;
+	hl_timer_init(&c->login_timer, login_timeout, c);
+	hl_timer_init(&c->nop_timer, nop_tick, c);
+	if (fd >= 0) {
+		sl = sizeof(c->local);
+		getsockname(fd, (struct sockaddr *)&c->local, &sl);
+		sl = sizeof(c->peer);
+		getpeername(fd, (struct sockaddr *)&c->peer, &sl);
+		hl_format_sockaddr(&c->peer, c->peer_str, sizeof(c->peer_str));
+	} else {
+		hl_strlcpy(c->peer_str, "test", sizeof(c->peer_str));
+	}
+	*out = c;
+	return 0;
+}
+
+void iscsi_conn_start(void *arg)
+{
+	struct iscsi_conn *c = arg;
+	int one = 1;
+
+	c->reactor = hl_reactor_current();
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	hl_event_init(&c->ev, c->fd, conn_event, c);
+	c->ev_mask = EPOLLIN;
+	if (hl_event_add(c->reactor, &c->ev, EPOLLIN) < 0) {
+		HL_ERR(ISCSI_LOG, "%s: cannot watch the socket", c->peer_str);
+		c->busy++;
+		iscsi_conn_close(c, "setup");
+		conn_leave(c);
+		return;
+	}
+	c->last_rx_ns = hl_now_ns();
+	hl_timer_start(c->reactor, &c->login_timer, ISCSI_LOGIN_TIMEOUT_MS);
+	HL_INFO(ISCSI_LOG, "%s: connected", c->peer_str);
+}
+
+void iscsi_conn_params_applied(struct iscsi_conn *c)
+{
+	/* called once the final login response is queued: from now on digests apply */
+	c->rx.header_digest = c->params.header_digest;
+	c->rx.data_digest = c->params.data_digest;
+	c->tx_hdigest = c->params.header_digest;
+	c->tx_ddigest = c->params.data_digest;
+	c->rx.max_dsl = HL_MAX(c->params.max_recv_dsl_target, c->lim.max_recv_dsl);
+	hl_timer_stop(&c->login_timer);
+	if (c->srv->nop_interval_s && c->sess && c->reactor)
+		hl_timer_start(c->reactor, &c->nop_timer, (uint64_t)c->srv->nop_interval_s * 1000);
+}
+
+void iscsi_conn_close(struct iscsi_conn *c, const char *why)
+{
+	if (c->state == CONN_CLOSED)
+		return;
+	HL_INFO(ISCSI_LOG, "%s: closing connection (%s)", c->peer_str, why);
+	c->state = CONN_CLOSED;
+	c->busy++;
+	if (c->ev.reactor)
+		hl_event_del(&c->ev);
+	if (c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
+	}
+	hl_timer_stop(&c->login_timer);
+	hl_timer_stop(&c->nop_timer);
+	while (!hl_list_empty(&c->txq)) {
+		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
+		hl_list_del(&tx->link);
+		tx_release(c, tx);
+	}
+	c->tx_off = 0;
+	c->tx_bytes = 0;
+	iscsi_ffp_abort_all(c);
+	if (c->sess && c->sess->registered)
+		iscsi_session_unregister(c->srv, c->sess);
+	c->busy--;
+	conn_maybe_free(c);
+}
+
+static void conn_maybe_free(struct iscsi_conn *c)
+{
+	if (c->state != CONN_CLOSED || c->busy || c->nexec || c->ntasks)
+		return;
+	if (c->sess) {
+		iscsi_session_free(c->sess);
+		c->sess = NULL;
+	}
+	if (c->login) {
+		iscsi_login_free(c->login);
+		c->login = NULL;
+	}
+	free(c->text.rsp);
+	free(c->text.req);
+	while (!hl_list_empty(&c->tx_free)) {
+		struct iscsi_tx *tx = hl_list_first(&c->tx_free, struct iscsi_tx, link);
+		hl_list_del(&tx->link);
+		free(tx);
+	}
+	while (!hl_list_empty(&c->task_free)) {
+		struct iscsi_task *t = hl_list_first(&c->task_free, struct iscsi_task, link);
+		hl_list_del(&t->link);
+		free(t);
+	}
+	iscsi_rx_fini(&c->rx);
+	free(c->rbuf);
+	iscsi_conn_unlink(c);
+	free(c);
+}
+
+/* Task references: a task is freed (back to the pool) when the last one goes. */
+void iscsi_task_put(struct iscsi_task *t)
+{
+	struct iscsi_conn *c = t->conn;
+
+	if (--t->refs > 0)
+		return;
+	hl_list_del(&t->link);
+	free(t->cmd.data);
+	t->cmd.data = NULL;
+	c->ntasks--;
+	if (c->task_nfree < 2 * ISCSI_QUEUE_DEPTH) {
+		hl_list_add(&c->task_free, &t->link);
+		c->task_nfree++;
+	} else {
+		free(t);
+	}
+	if (c->state == CONN_CLOSED && !c->busy)
+		conn_maybe_free(c);
+}
+
+/* Entry points for other files that run outside the event handler. */
+void iscsi_conn_enter(struct iscsi_conn *c)
+{
+	conn_enter(c);
+}
+
+void iscsi_conn_leave(struct iscsi_conn *c)
+{
+	conn_leave(c);
+}

@@ -1,0 +1,343 @@
+/*
+ * iscsi_internal.h - what the files of src/iscsi share: the server, target,
+ * portal, connection, session and task structures, and the functions one
+ * file offers another (prefix iscsi_). Nothing here is exported.
+ *
+ * Ownership in one picture: the server owns targets and portals; a
+ * connection is owned by the reactor it was handed to and owns its session
+ * (one connection per session at ERL 0, MaxConnections=1), its tasks, its
+ * send queue. The server's lock guards only the shared lists (targets,
+ * sessions for reinstatement, live connections) and counters.
+ */
+#ifndef HL_ISCSI_INTERNAL_H
+#define HL_ISCSI_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "hotlun/event.h"
+#include "hotlun/iscsi.h"
+#include "hotlun/scsi.h"
+#include "hotlun/util.h"
+#include "iscsi/iscsi_text.h"
+#include "iscsi/pdu.h"
+
+#define ISCSI_LOG "iscsi"
+
+/* Tunables (not negotiated). */
+#define ISCSI_QUEUE_DEPTH      128   /* commands in flight per session (CmdSN window) */
+#define ISCSI_MAX_R2T          4     /* our cap on outstanding R2Ts per task */
+#define ISCSI_RBUF_SIZE        (256 * 1024)
+#define ISCSI_LOGIN_TIMEOUT_MS 30000
+#define ISCSI_LOGIN_DSL        8192  /* data segment limit before MaxRecvDataSegmentLength is known */
+#define ISCSI_IOV_MAX          64
+#define ISCSI_ITT_HASH         256
+
+struct iscsi_conn;
+struct iscsi_task;
+
+struct iscsi_target {
+	struct hl_list link;              /* srv->targets, under srv->lock */
+	char name[HL_ISCSI_NAME_MAX + 1];
+	char alias[256];
+	const struct hl_scsi_lun_map *luns;
+	bool allow_all;
+	char **allow;
+	size_t n_allow;
+	struct hl_iscsi_chap chap;
+	struct hl_iscsi_chap mutual;
+};
+
+struct iscsi_portal {
+	struct hl_list link;              /* srv->portals */
+	struct hl_iscsi_server *srv;
+	int fd;
+	struct hl_event ev;               /* on srv->reactors[0] */
+	struct sockaddr_storage addr;     /* bound address */
+	uint16_t tpgt;
+	bool wildcard;
+};
+
+struct hl_iscsi_server {
+	struct hl_reactor **reactors;
+	unsigned n_reactors;
+	uint32_t nop_interval_s;
+	uint32_t nop_timeout_s;
+	struct hl_iscsi_chap discovery_chap;
+	struct iscsi_params_limits lim;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct hl_list targets;           /* lock */
+	struct hl_list portals;           /* lock */
+	struct hl_list sessions;          /* lock: normal sessions in FFP */
+	struct hl_list conns;             /* lock: every live connection */
+	unsigned n_conns;                 /* lock */
+	unsigned rr;                      /* lock: next reactor */
+	uint16_t next_tsih;               /* lock */
+	bool stopping;                    /* lock */
+	unsigned pending_calls;           /* lock: destroy waits for these */
+};
+
+/* One entry of a connection's send queue: header, data, pad+digest. */
+struct iscsi_tx {
+	struct hl_list link;
+	uint8_t hdr[ISCSI_BHS_LEN + ISCSI_DIGEST_LEN];
+	uint32_t hdr_len;
+	const uint8_t *data;
+	uint32_t data_len;
+	uint8_t trailer[3 + ISCSI_DIGEST_LEN];
+	uint32_t trailer_len;
+	struct iscsi_task *task;          /* holds a reference while queued, or NULL */
+	void *owned;                      /* freed once sent */
+	bool close_after;                 /* close the connection once sent */
+};
+
+enum iscsi_task_state {
+	TASK_DATA_OUT = 0,   /* collecting immediate / unsolicited / solicited data */
+	TASK_EXEC,           /* in the scsi layer */
+	TASK_DONE,           /* response queued (or discarded) */
+};
+
+struct iscsi_r2t {
+	bool active;
+	uint32_t ttt;
+	uint32_t r2tsn;
+	uint32_t offset;
+	uint32_t len;
+	uint32_t received;
+	uint32_t next_datasn;
+};
+
+struct iscsi_tmf;
+
+struct iscsi_task {
+	struct hl_scsi_cmd cmd;
+	struct iscsi_conn *conn;
+	struct hl_list link;              /* conn->tasks (or conn->task_free) */
+	struct hl_list hash_link;         /* conn->itt_hash[] while active */
+	int refs;
+	enum iscsi_task_state state;
+	struct iscsi_bhs req;             /* the SCSI Command BHS */
+	uint32_t itt;
+	uint32_t cmd_sn;
+	uint32_t edtl;
+	uint64_t lun_raw;
+	bool aborted;                     /* by a TMF or connection close: discard the response */
+	struct iscsi_tmf *tmf;            /* the TMF waiting for this task, if any */
+	/* write side */
+	uint32_t imm_len;                 /* immediate data bytes */
+	uint32_t received;                /* data bytes placed in the buffer */
+	uint32_t unsol_len;               /* bytes of unsolicited data expected (after immediate) */
+	uint32_t unsol_received;
+	uint32_t unsol_next_datasn;
+	bool unsol_done;
+	uint32_t r2t_next_offset;         /* first byte not yet solicited */
+	uint32_t r2tsn;
+	unsigned r2t_active;
+	struct iscsi_r2t r2t[ISCSI_MAX_R2T];
+	/* read side */
+	uint32_t datasn;                  /* next Data-In DataSN */
+	uint8_t sense_buf[2 + HL_SENSE_MAX];
+};
+
+struct iscsi_tmf {
+	struct hl_list link;              /* conn->tmfs */
+	struct iscsi_bhs req;
+	unsigned waiting;                 /* tasks still in the scsi layer */
+	uint8_t function;
+	uint8_t response;
+	struct hl_lu *reset_lu;           /* hl_lu_reset after the tasks are gone */
+	bool reset_target;
+	bool cold;
+};
+
+struct iscsi_session {
+	struct hl_list link;              /* srv->sessions, under srv->lock (normal sessions) */
+	bool registered;
+	enum iscsi_session_type type;
+	struct iscsi_target *target;      /* NULL for discovery */
+	char initiator_name[HL_ISCSI_NAME_MAX + 1];
+	uint8_t isid[6];
+	uint16_t tsih;
+	uint16_t tpgt;
+	uint32_t exp_cmd_sn;
+	struct hl_scsi_nexus nexus;
+	char port_name[HL_ISCSI_NAME_MAX + 16];
+	struct hl_scsi_port port;
+	struct iscsi_conn *conn;
+	struct hl_reactor *reactor;
+	bool nexus_used;                  /* a command reached the scsi layer */
+};
+
+enum iscsi_auth_state {
+	AUTH_START = 0,
+	AUTH_CHAP_WAIT_A,     /* AuthMethod=CHAP agreed; waiting for CHAP_A */
+	AUTH_CHAP_WAIT_R,     /* challenge sent; waiting for CHAP_N/CHAP_R */
+	AUTH_DONE,
+};
+
+struct iscsi_login {
+	bool first_seen;
+	bool tpgt_sent;
+	uint8_t isid[6];
+	uint16_t tsih;
+	uint32_t itt;
+	uint16_t cid;
+	uint32_t cmd_sn;
+	int cur_stage;                    /* stage we are in */
+	char initiator_name[HL_ISCSI_NAME_MAX + 1];
+	char target_name[HL_ISCSI_NAME_MAX + 1];
+	enum iscsi_session_type type;
+	bool type_seen;
+	struct iscsi_target *target;
+	/* request continuation (C bit) */
+	uint8_t *req;
+	size_t req_len;
+	/* response continuation */
+	struct iscsi_textbuf rsp;
+	size_t rsp_off;
+	uint8_t rsp_flags;                /* T/CSG/NSG of the final piece */
+	bool rsp_ffp;                     /* the final piece moves to FFP */
+	/* authentication */
+	bool auth_required;
+	bool auth_chap;                   /* CHAP was chosen */
+	enum iscsi_auth_state auth;
+	int chap_alg;
+	uint8_t chap_id;
+	uint8_t chap_c[32];
+	size_t chap_c_len;
+	unsigned decl_mask;
+	bool decl_sent;
+};
+
+struct iscsi_text_state {
+	uint32_t itt;
+	uint32_t ttt;                     /* while a response continues */
+	uint8_t *rsp;
+	size_t rsp_len, rsp_off;
+	uint8_t *req;                     /* request continuation (C bit) */
+	size_t req_len;
+};
+
+enum iscsi_conn_state {
+	CONN_LOGIN = 0,
+	CONN_FFP,
+	CONN_LOGOUT,    /* logout response queued: nothing more is read */
+	CONN_CLOSED,    /* socket gone; waiting for tasks in the scsi layer */
+};
+
+struct iscsi_conn {
+	struct hl_list srv_link;          /* srv->conns, under srv->lock */
+	struct hl_iscsi_server *srv;
+	struct hl_reactor *reactor;
+	struct hl_event ev;
+	int fd;
+	uint32_t ev_mask;
+	struct sockaddr_storage local, peer;
+	char peer_str[64];
+	uint16_t tpgt;
+	bool local_wildcard;              /* accepted on a wildcard portal */
+	enum iscsi_conn_state state;
+
+	struct iscsi_rx rx;
+	uint8_t *rbuf;
+
+	struct hl_list txq;
+	struct hl_list tx_free;
+	unsigned tx_nfree;
+	uint32_t tx_off;                  /* bytes of the head entry already sent */
+	bool close_after_send;
+
+	struct iscsi_params params;
+	struct iscsi_params_limits lim;
+	uint32_t stat_sn;
+	uint32_t exp_stat_sn;
+	uint16_t cid;
+
+	struct iscsi_login *login;
+	struct iscsi_session *sess;
+	struct iscsi_text_state text;
+
+	struct hl_list tasks;
+	struct hl_list itt_hash[ISCSI_ITT_HASH];  /* active tasks (DATA_OUT, EXEC) by ITT */
+	unsigned ntasks;                  /* tasks alive (any state) */
+	unsigned nactive;                 /* tasks in DATA_OUT or EXEC: they fill the CmdSN window */
+	struct iscsi_task *rx_task;       /* SCSI Command whose immediate data is arriving */
+	struct iscsi_task *rx_dout;       /* Data-Out destination task, NULL = drop silently */
+	int rx_dout_r2t;                  /* R2T slot, -1 = unsolicited */
+	uint8_t rx_dout_reject;           /* reject reason for a bad Data-Out, 0 = ok */
+	unsigned nexec;                   /* tasks inside the scsi layer */
+	struct hl_list task_free;
+	unsigned task_nfree;
+	struct hl_list tmfs;
+	uint32_t next_ttt;
+
+	struct hl_timer login_timer;
+	struct hl_timer nop_timer;
+	uint64_t last_rx_ns;
+	bool nop_outstanding;
+	uint32_t nop_ttt;
+	uint64_t nop_sent_ns;
+
+	bool tx_hdigest, tx_ddigest;      /* digests on what we send (on after login) */
+	unsigned busy;                    /* entry points running: defer free and flush */
+	uint64_t tx_bytes;                /* bytes queued, not yet sent */
+};
+
+/* ---- conn.c ---- */
+int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool wildcard,
+		      struct iscsi_conn **out);
+/** Start on the calling reactor (the one it was handed to). */
+void iscsi_conn_start(void *arg);
+/** Close now: socket gone, tasks aborted; freed when no task is in the scsi layer. */
+void iscsi_conn_close(struct iscsi_conn *c, const char *why);
+/** Queue a PDU; bhs is copied, data stays the caller's (task ref) or is owned. @return 0/-ENOMEM. */
+int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const void *data,
+		     uint32_t len, struct iscsi_task *task, void *owned, bool close_after);
+/** Write what can be written. */
+void iscsi_conn_flush(struct iscsi_conn *c);
+/** Fill StatSN (advance when `advance`), ExpCmdSN, MaxCmdSN at offsets 24/28/32. */
+void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance);
+uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c);
+void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
+/** Handle one received PDU (dispatch by phase and opcode). */
+int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx);
+void iscsi_conn_params_applied(struct iscsi_conn *c);
+/** Bracket an entry point that may close the connection (defers free, flushes once at the end). */
+void iscsi_conn_enter(struct iscsi_conn *c);
+void iscsi_conn_leave(struct iscsi_conn *c);
+void iscsi_task_put(struct iscsi_task *t);
+
+/* ---- login.c ---- */
+int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+void iscsi_login_free(struct iscsi_login *l);
+
+/* ---- session.c (full feature phase) ---- */
+int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx);
+int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/** Abort every task of the connection (it is closing); frees the ones not in scsi. */
+void iscsi_ffp_abort_all(struct iscsi_conn *c);
+void iscsi_session_free(struct iscsi_session *s);
+
+/* ---- discovery.c ---- */
+/**
+ * Build the SendTargets answer for `value` ("All", "" or a target name) as
+ * key=value pairs into tb. In a normal session (sess->target != NULL) only
+ * that target is reported. @return 0, -ENOMEM, or -EINVAL for a value that
+ * is not All, empty or an iSCSI name (answered with SendTargets=Reject).
+ */
+int iscsi_sendtargets(struct iscsi_conn *c, const char *value, struct iscsi_textbuf *tb);
+
+/* ---- server.c ---- */
+struct iscsi_target *iscsi_target_find(struct hl_iscsi_server *srv, const char *name);
+bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator);
+/** Assign a TSIH, register the session and close an older one with the same I_T (reinstatement). */
+int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s);
+void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s);
+uint64_t iscsi_nexus_id_next(void);
+void iscsi_conn_unlink(struct iscsi_conn *c);
+
+#endif

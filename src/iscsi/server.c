@@ -1,0 +1,497 @@
+/*
+ * server.c - the iSCSI server object: targets, portals (listening sockets on
+ * the first reactor), accepting and handing connections to reactors round
+ * robin, the session registry (TSIH, reinstatement) and an orderly
+ * shutdown that reaches each reactor through hl_reactor_call and waits.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hotlun/iscsi.h"
+#include "hotlun/log.h"
+#include "iscsi/iscsi_internal.h"
+
+#define DESTROY_WAIT_S 15
+
+static atomic_uint_fast64_t nexus_ids = 1;
+
+uint64_t iscsi_nexus_id_next(void)
+{
+	return atomic_fetch_add(&nexus_ids, 1);
+}
+
+int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_iscsi_server **out)
+{
+	struct hl_iscsi_server *srv;
+
+	if (!cfg || !cfg->reactors || cfg->n_reactors == 0)
+		return -EINVAL;
+	srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return -ENOMEM;
+	srv->reactors = calloc(cfg->n_reactors, sizeof(*srv->reactors));
+	if (!srv->reactors) {
+		free(srv);
+		return -ENOMEM;
+	}
+	memcpy(srv->reactors, cfg->reactors, cfg->n_reactors * sizeof(*srv->reactors));
+	srv->n_reactors = cfg->n_reactors;
+	srv->nop_interval_s = cfg->nop_interval_s;
+	srv->nop_timeout_s = cfg->nop_timeout_s;
+	srv->discovery_chap = cfg->discovery_chap;
+	iscsi_params_limits_default(&srv->lim);
+	pthread_mutex_init(&srv->lock, NULL);
+	pthread_cond_init(&srv->cond, NULL);
+	hl_list_init(&srv->targets);
+	hl_list_init(&srv->portals);
+	hl_list_init(&srv->sessions);
+	hl_list_init(&srv->conns);
+	srv->next_tsih = (uint16_t)(time(NULL) & 0xfff) + 1;
+	*out = srv;
+	return 0;
+}
+
+/* ---- targets ---- */
+
+static void target_free(struct iscsi_target *t)
+{
+	for (size_t i = 0; i < t->n_allow; i++)
+		free(t->allow[i]);
+	free(t->allow);
+	memset(&t->chap, 0, sizeof(t->chap));
+	memset(&t->mutual, 0, sizeof(t->mutual));
+	free(t);
+}
+
+int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg)
+{
+	struct iscsi_target *t;
+
+	if (!cfg->name || !cfg->name[0] || strlen(cfg->name) > HL_ISCSI_NAME_MAX || !cfg->luns)
+		return -EINVAL;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	hl_list_init(&t->link);
+	hl_strlcpy(t->name, cfg->name, sizeof(t->name));
+	if (cfg->alias)
+		hl_strlcpy(t->alias, cfg->alias, sizeof(t->alias));
+	t->luns = cfg->luns;
+	t->allow_all = cfg->allow_all;
+	t->chap = cfg->chap;
+	t->mutual = cfg->mutual;
+	if (cfg->n_allow) {
+		t->allow = calloc(cfg->n_allow, sizeof(char *));
+		if (!t->allow) {
+			target_free(t);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < cfg->n_allow; i++) {
+			t->allow[i] = strdup(cfg->allow[i]);
+			if (!t->allow[i]) {
+				t->n_allow = i;
+				target_free(t);
+				return -ENOMEM;
+			}
+		}
+		t->n_allow = cfg->n_allow;
+	}
+	pthread_mutex_lock(&srv->lock);
+	struct iscsi_target *o;
+	hl_list_for_each_entry(o, &srv->targets, link) {
+		if (strcasecmp(o->name, t->name) == 0) {
+			pthread_mutex_unlock(&srv->lock);
+			target_free(t);
+			return -EEXIST;
+		}
+	}
+	hl_list_add_tail(&srv->targets, &t->link);
+	pthread_mutex_unlock(&srv->lock);
+	return 0;
+}
+
+struct iscsi_target *iscsi_target_find(struct hl_iscsi_server *srv, const char *name)
+{
+	struct iscsi_target *t, *found = NULL;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(t, &srv->targets, link) {
+		if (strcasecmp(t->name, name) == 0) {
+			found = t;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return found; /* targets live as long as the server */
+}
+
+bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator)
+{
+	if (t->allow_all)
+		return true;
+	for (size_t i = 0; i < t->n_allow; i++)
+		if (strcasecmp(t->allow[i], initiator) == 0)
+			return true;
+	return false;
+}
+
+/* ---- sessions ---- */
+
+struct kill_req {
+	struct hl_iscsi_server *srv;
+	uint64_t nexus_id;
+};
+
+static void call_done(struct hl_iscsi_server *srv)
+{
+	pthread_mutex_lock(&srv->lock);
+	srv->pending_calls--;
+	pthread_cond_broadcast(&srv->cond);
+	pthread_mutex_unlock(&srv->lock);
+}
+
+static void kill_session_cb(void *arg)
+{
+	struct kill_req *k = arg;
+	struct hl_iscsi_server *srv = k->srv;
+	struct iscsi_conn *c, *victim = NULL;
+	struct hl_reactor *me = hl_reactor_current();
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(c, &srv->conns, srv_link) {
+		if (c->reactor == me && c->sess && c->sess->nexus.id == k->nexus_id) {
+			victim = c;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&srv->lock);
+	/* only this reactor frees its connections, so victim stays valid here */
+	if (victim) {
+		HL_NOTICE(ISCSI_LOG, "%s: session reinstated by a new login, closing the old one",
+			  victim->peer_str);
+		iscsi_conn_close(victim, "session reinstatement");
+	}
+	call_done(srv);
+	free(k);
+}
+
+int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s)
+{
+	struct iscsi_session *o, *tmp;
+
+	pthread_mutex_lock(&srv->lock);
+	if (srv->stopping) {
+		pthread_mutex_unlock(&srv->lock);
+		return -ESHUTDOWN;
+	}
+	/* TSIH: nonzero, unique among live sessions */
+	for (unsigned tries = 0;; tries++) {
+		bool used = false;
+		if (tries > 65536) {
+			pthread_mutex_unlock(&srv->lock);
+			return -EBUSY;
+		}
+		if (++srv->next_tsih == 0)
+			srv->next_tsih = 1;
+		hl_list_for_each_entry(o, &srv->sessions, link) {
+			if (o->tsih == srv->next_tsih) {
+				used = true;
+				break;
+			}
+		}
+		if (!used)
+			break;
+	}
+	s->tsih = srv->next_tsih;
+	if (s->type == ISCSI_SESSION_NORMAL) {
+		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
+			if (o->type != ISCSI_SESSION_NORMAL || o->target != s->target ||
+			    memcmp(o->isid, s->isid, 6) != 0 ||
+			    strcasecmp(o->initiator_name, s->initiator_name) != 0)
+				continue;
+			/* reinstatement: the old session goes */
+			hl_list_del(&o->link);
+			o->registered = false;
+			struct kill_req *k = malloc(sizeof(*k));
+			if (k) {
+				k->srv = srv;
+				k->nexus_id = o->nexus.id;
+				srv->pending_calls++;
+				if (hl_reactor_call(o->reactor, kill_session_cb, k) < 0) {
+					srv->pending_calls--;
+					free(k);
+				}
+			}
+		}
+	}
+	hl_list_add_tail(&srv->sessions, &s->link);
+	s->registered = true;
+	pthread_mutex_unlock(&srv->lock);
+	return 0;
+}
+
+void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s)
+{
+	pthread_mutex_lock(&srv->lock);
+	if (s->registered) {
+		hl_list_del(&s->link);
+		s->registered = false;
+	}
+	pthread_mutex_unlock(&srv->lock);
+}
+
+void iscsi_conn_unlink(struct iscsi_conn *c)
+{
+	struct hl_iscsi_server *srv = c->srv;
+
+	pthread_mutex_lock(&srv->lock);
+	if (!hl_list_empty(&c->srv_link)) {
+		hl_list_del(&c->srv_link);
+		srv->n_conns--;
+		pthread_cond_broadcast(&srv->cond);
+	}
+	pthread_mutex_unlock(&srv->lock);
+}
+
+/* ---- portals ---- */
+
+static void conn_start_checked(void *arg)
+{
+	struct iscsi_conn *c = arg;
+	bool stopping;
+
+	pthread_mutex_lock(&c->srv->lock);
+	stopping = c->srv->stopping;
+	pthread_mutex_unlock(&c->srv->lock);
+	if (stopping) {
+		iscsi_conn_close(c, "server stopping");
+		return;
+	}
+	iscsi_conn_start(c);
+}
+
+static void portal_accept(struct hl_event *ev, uint32_t revents)
+{
+	struct iscsi_portal *p = ev->arg;
+	struct hl_iscsi_server *srv = p->srv;
+
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(p->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			    errno != ECONNABORTED)
+				HL_WARN_RL(ISCSI_LOG, "accept: %s", strerror(errno));
+			return;
+		}
+		struct iscsi_conn *c;
+		if (iscsi_conn_create(srv, fd, p->tpgt, p->wildcard, &c) < 0) {
+			close(fd);
+			continue;
+		}
+		pthread_mutex_lock(&srv->lock);
+		if (srv->stopping) {
+			pthread_mutex_unlock(&srv->lock);
+			iscsi_conn_close(c, "server stopping");
+			continue;
+		}
+		struct hl_reactor *r = srv->reactors[srv->rr++ % srv->n_reactors];
+		hl_list_add_tail(&srv->conns, &c->srv_link);
+		srv->n_conns++;
+		pthread_mutex_unlock(&srv->lock);
+		if (r == hl_reactor_current()) {
+			iscsi_conn_start(c);
+		} else if (hl_reactor_call(r, conn_start_checked, c) < 0) {
+			iscsi_conn_close(c, "no memory");
+		}
+	}
+}
+
+static void portal_arm(void *arg)
+{
+	struct iscsi_portal *p = arg;
+
+	hl_event_init(&p->ev, p->fd, portal_accept, p);
+	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0)
+		HL_ERR(ISCSI_LOG, "cannot watch a portal socket");
+	call_done(p->srv);
+}
+
+static bool addr_is_wildcard(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+	if (ss->ss_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+	return false;
+}
+
+int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_t tpgt,
+			char *bound, size_t bound_len)
+{
+	struct sockaddr_storage ss;
+	unsigned sslen = sizeof(ss);
+	int one = 1, fd, rc;
+
+	if (!portal || hl_parse_portal(portal, HL_ISCSI_DEFAULT_PORT, &ss, &sslen) < 0)
+		return -EINVAL;
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss.ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, sslen) < 0 || listen(fd, 128) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	struct iscsi_portal *p = calloc(1, sizeof(*p));
+	if (!p) {
+		close(fd);
+		return -ENOMEM;
+	}
+	socklen_t bl = sizeof(p->addr);
+	getsockname(fd, (struct sockaddr *)&p->addr, &bl);
+	p->srv = srv;
+	p->fd = fd;
+	p->tpgt = tpgt ? tpgt : 1;
+	p->wildcard = addr_is_wildcard(&p->addr);
+	hl_list_init(&p->link);
+	if (bound && bound_len)
+		hl_format_sockaddr(&p->addr, bound, bound_len);
+	pthread_mutex_lock(&srv->lock);
+	hl_list_add_tail(&srv->portals, &p->link);
+	srv->pending_calls++;
+	pthread_mutex_unlock(&srv->lock);
+	rc = hl_reactor_call(srv->reactors[0], portal_arm, p);
+	if (rc < 0) {
+		pthread_mutex_lock(&srv->lock);
+		hl_list_del(&p->link);
+		srv->pending_calls--;
+		pthread_mutex_unlock(&srv->lock);
+		close(fd);
+		free(p);
+		return rc;
+	}
+	char buf[80];
+	HL_NOTICE(ISCSI_LOG, "listening on %s (tpgt %u)", hl_format_sockaddr(&p->addr, buf, sizeof(buf)),
+		  p->tpgt);
+	return 0;
+}
+
+/* ---- shutdown ---- */
+
+static void portals_disarm(void *arg)
+{
+	struct hl_iscsi_server *srv = arg;
+	struct iscsi_portal *p;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(p, &srv->portals, link) {
+		if (p->ev.reactor)
+			hl_event_del(&p->ev);
+	}
+	pthread_mutex_unlock(&srv->lock);
+	call_done(srv);
+}
+
+static void reactor_shutdown(void *arg)
+{
+	struct hl_iscsi_server *srv = arg;
+	struct hl_reactor *me = hl_reactor_current();
+	struct iscsi_conn **victims = NULL;
+	size_t n = 0, cap = 0;
+	struct iscsi_conn *c;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(c, &srv->conns, srv_link) {
+		if (c->reactor != me || c->state == CONN_CLOSED)
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			struct iscsi_conn **nv = realloc(victims, nc * sizeof(*nv));
+			if (!nv)
+				break;
+			victims = nv;
+			cap = nc;
+		}
+		victims[n++] = c;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	for (size_t i = 0; i < n; i++)
+		iscsi_conn_close(victims[i], "server stopping");
+	free(victims);
+	call_done(srv);
+}
+
+/* Wait for pending calls and connections; false on timeout. Caller holds the lock. */
+static bool wait_idle(struct hl_iscsi_server *srv, bool conns_too)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += DESTROY_WAIT_S;
+	while (srv->pending_calls || (conns_too && srv->n_conns)) {
+		if (pthread_cond_timedwait(&srv->cond, &srv->lock, &ts) == ETIMEDOUT)
+			return false;
+	}
+	return true;
+}
+
+void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
+{
+	bool ok;
+
+	if (!srv)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	srv->stopping = true;
+	srv->pending_calls++;
+	pthread_mutex_unlock(&srv->lock);
+	if (hl_reactor_call(srv->reactors[0], portals_disarm, srv) < 0)
+		call_done(srv);
+	pthread_mutex_lock(&srv->lock);
+	ok = wait_idle(srv, false);
+	pthread_mutex_unlock(&srv->lock);
+	if (ok) {
+		for (unsigned i = 0; i < srv->n_reactors; i++) {
+			pthread_mutex_lock(&srv->lock);
+			srv->pending_calls++;
+			pthread_mutex_unlock(&srv->lock);
+			if (hl_reactor_call(srv->reactors[i], reactor_shutdown, srv) < 0)
+				call_done(srv);
+		}
+		pthread_mutex_lock(&srv->lock);
+		ok = wait_idle(srv, true);
+		pthread_mutex_unlock(&srv->lock);
+	}
+	if (!ok) {
+		/* reactors not running: memory they may still touch is leaked, not freed */
+		HL_WARN(ISCSI_LOG, "shutdown timed out (%u connections left); leaking the server",
+			srv->n_conns);
+		return;
+	}
+	while (!hl_list_empty(&srv->portals)) {
+		struct iscsi_portal *p = hl_list_first(&srv->portals, struct iscsi_portal, link);
+		hl_list_del(&p->link);
+		close(p->fd);
+		free(p);
+	}
+	while (!hl_list_empty(&srv->targets)) {
+		struct iscsi_target *t = hl_list_first(&srv->targets, struct iscsi_target, link);
+		hl_list_del(&t->link);
+		target_free(t);
+	}
+	pthread_mutex_destroy(&srv->lock);
+	pthread_cond_destroy(&srv->cond);
+	free(srv->reactors);
+	free(srv);
+}

@@ -1,0 +1,926 @@
+/*
+ * session.c - the full feature phase of a connection: SCSI commands with
+ * immediate, unsolicited and solicited (R2T) data, Data-In segmentation and
+ * SCSI Response with residuals and sense, the CmdSN window, NOP-Out/NOP-In,
+ * Text (SendTargets) with continuation, Logout, task management and Reject.
+ * Tasks are the unit of ownership: a task holds its data buffer and is
+ * freed when the scsi layer is done with it and the last PDU pointing into
+ * its buffer has been sent.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hotlun/log.h"
+#include "iscsi/iscsi_internal.h"
+
+static void task_exec(struct iscsi_task *t);
+static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf);
+
+static inline unsigned itt_bucket(uint32_t itt)
+{
+	return (itt ^ (itt >> 8)) & (ISCSI_ITT_HASH - 1);
+}
+
+static struct iscsi_task *task_find(struct iscsi_conn *c, uint32_t itt)
+{
+	struct iscsi_task *t;
+
+	hl_list_for_each_entry(t, &c->itt_hash[itt_bucket(itt)], hash_link) {
+		if (t->itt == itt)
+			return t;
+	}
+	return NULL;
+}
+
+static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+	struct iscsi_task *t;
+
+	if (!hl_list_empty(&c->task_free)) {
+		t = hl_list_first(&c->task_free, struct iscsi_task, link);
+		hl_list_del(&t->link);
+		c->task_nfree--;
+	} else {
+		t = malloc(sizeof(*t));
+		if (!t)
+			return NULL;
+	}
+	/* only the transport's part and our bookkeeping need clearing */
+	memset(&t->cmd, 0, offsetof(struct hl_scsi_cmd, io));
+	memset(&t->cmd.io, 0, sizeof(t->cmd.io));
+	t->cmd.state = 0;
+	t->conn = c;
+	t->refs = 1;
+	t->state = TASK_DATA_OUT;
+	t->req = *req;
+	t->itt = bhs_itt(req);
+	t->cmd_sn = bhs_cmdsn(req);
+	t->edtl = bhs_edtl(req);
+	t->lun_raw = bhs_lun(req);
+	t->aborted = false;
+	t->tmf = NULL;
+	t->imm_len = 0;
+	t->received = 0;
+	t->unsol_len = 0;
+	t->unsol_received = 0;
+	t->unsol_next_datasn = 0;
+	t->unsol_done = true;
+	t->r2t_next_offset = 0;
+	t->r2tsn = 0;
+	t->r2t_active = 0;
+	memset(t->r2t, 0, sizeof(t->r2t));
+	t->datasn = 0;
+	hl_list_add_tail(&c->tasks, &t->link);
+	hl_list_add_tail(&c->itt_hash[itt_bucket(t->itt)], &t->hash_link);
+	c->ntasks++;
+	c->nactive++;
+	return t;
+}
+
+/* The task leaves the active set (response queued, or dropped). Drops the active reference. */
+static void task_finish(struct iscsi_task *t)
+{
+	struct iscsi_conn *c = t->conn;
+
+	if (t->state != TASK_DONE) {
+		t->state = TASK_DONE;
+		hl_list_del(&t->hash_link);
+		c->nactive--;
+	}
+	iscsi_task_put(t);
+}
+
+static int data_buf_alloc(struct iscsi_task *t)
+{
+	void *p = NULL;
+
+	if (t->edtl == 0)
+		return 0;
+	if (posix_memalign(&p, 4096, t->edtl) != 0)
+		return -ENOMEM;
+	t->cmd.data = p;
+	return 0;
+}
+
+/* ---- CmdSN window ---- */
+
+/* @return true when the PDU is to be processed (and ExpCmdSN advanced for non-immediate). */
+static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
+{
+	struct iscsi_session *s = c->sess;
+	uint32_t sn = bhs_cmdsn(h);
+
+	c->exp_stat_sn = bhs_expstatsn(h);
+	if (bhs_immediate(h))
+		return true;
+	if (sn == s->exp_cmd_sn) {
+		s->exp_cmd_sn++;
+		return true;
+	}
+	HL_WARN_RL(ISCSI_LOG, "%s: %s CmdSN %u outside the window (ExpCmdSN %u, MaxCmdSN %u): dropped",
+		   c->peer_str, iscsi_opcode_name(bhs_opcode(h)), sn, s->exp_cmd_sn,
+		   iscsi_conn_max_cmd_sn(c));
+	return false;
+}
+
+/* ---- responses ---- */
+
+static void scsi_rsp_residual(struct iscsi_task *t, uint8_t *flags, uint32_t *residual)
+{
+	uint32_t spdtl = t->cmd.xfer_len;
+
+	if (spdtl == 0 && t->cmd.data_in)
+		spdtl = t->cmd.data_in_len;
+	*flags = 0;
+	*residual = 0;
+	if (spdtl > t->edtl) {
+		*flags = ISCSI_RSP_OVERFLOW;
+		*residual = spdtl - t->edtl;
+	} else if (spdtl < t->edtl) {
+		*flags = ISCSI_RSP_UNDERFLOW;
+		*residual = t->edtl - spdtl;
+	}
+}
+
+static void send_scsi_rsp(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	struct iscsi_bhs h;
+	uint8_t rflags;
+	uint32_t residual;
+	uint32_t dlen = 0;
+
+	scsi_rsp_residual(t, &rflags, &residual);
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_SCSI_RSP;
+	h.b[1] = ISCSI_FLAG_FINAL | rflags;
+	h.b[2] = 0; /* command completed at target */
+	h.b[3] = t->cmd.status;
+	bhs_set_itt(&h, t->itt);
+	iscsi_conn_fill_sn(c, &h, true);
+	bhs_put32(&h, 36, t->datasn); /* ExpDataSN: Data-In PDUs sent */
+	bhs_put32(&h, 44, residual);
+	if (t->cmd.sense_len) {
+		uint32_t sl = HL_MIN((uint32_t)t->cmd.sense_len, (uint32_t)HL_SENSE_MAX);
+		hl_put_be16(t->sense_buf, (uint16_t)sl);
+		memcpy(t->sense_buf + 2, t->cmd.sense, sl);
+		dlen = sl + 2;
+	}
+	iscsi_conn_queue(c, &h, dlen ? t->sense_buf : NULL, dlen, dlen ? t : NULL, NULL, false);
+}
+
+/* Data-In PDUs for a read; the last one carries the status when there is no sense. */
+static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t len, bool with_status)
+{
+	uint32_t max_seg = c->params.max_recv_dsl_initiator ? c->params.max_recv_dsl_initiator : 8192;
+	uint32_t burst = c->params.max_burst_length ? c->params.max_burst_length : len;
+	uint32_t off = 0, in_burst = 0;
+
+	while (off < len) {
+		struct iscsi_bhs h;
+		uint32_t seg = HL_MIN(max_seg, len - off);
+		seg = HL_MIN(seg, burst - in_burst);
+		bool last = off + seg == len;
+		bool end_of_seq = last || in_burst + seg == burst;
+
+		memset(&h, 0, sizeof(h));
+		h.b[0] = ISCSI_OP_DATA_IN;
+		if (end_of_seq)
+			h.b[1] |= ISCSI_FLAG_FINAL;
+		bhs_set_lun(&h, t->lun_raw);
+		bhs_set_itt(&h, t->itt);
+		bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+		if (last && with_status) {
+			uint8_t rflags;
+			uint32_t residual;
+			scsi_rsp_residual(t, &rflags, &residual);
+			h.b[1] |= ISCSI_DATAIN_STATUS | rflags; /* O/U sit at the same bits */
+			h.b[3] = t->cmd.status;
+			iscsi_conn_fill_sn(c, &h, true);
+			bhs_put32(&h, 44, residual);
+		} else {
+			iscsi_conn_fill_sn(c, &h, false);
+			bhs_put32(&h, 24, 0); /* StatSN reserved without S */
+		}
+		bhs_put32(&h, 36, t->datasn++);
+		bhs_put32(&h, 40, off);
+		iscsi_conn_queue(c, &h, t->cmd.data + off, seg, t, NULL, false);
+		off += seg;
+		in_burst = end_of_seq ? 0 : in_burst + seg;
+	}
+}
+
+static void task_respond(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	uint32_t len = 0;
+
+	if (t->cmd.data_in && t->cmd.data)
+		len = HL_MIN(t->cmd.data_in_len, t->edtl);
+	if (len && t->cmd.status == HL_SAM_GOOD && t->cmd.sense_len == 0) {
+		send_data_in(c, t, len, true);
+	} else {
+		if (len)
+			send_data_in(c, t, len, false);
+		send_scsi_rsp(c, t);
+	}
+}
+
+/* Answer a command ourselves (no scsi layer involved) with CHECK CONDITION. */
+static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
+				 uint8_t asc, uint8_t ascq)
+{
+	t->cmd.data_in = false;
+	t->cmd.xfer_len = 0;
+	hl_scsi_set_sense(&t->cmd, key, asc, ascq);
+	send_scsi_rsp(c, t);
+	task_finish(t);
+}
+
+/* ---- SCSI command completion ---- */
+
+static void task_done(struct hl_scsi_cmd *cmd)
+{
+	struct iscsi_task *t = hl_container_of(cmd, struct iscsi_task, cmd);
+	struct iscsi_conn *c = t->conn;
+
+	iscsi_conn_enter(c);
+	c->nexec--;
+	if (t->aborted || c->state == CONN_CLOSED) {
+		struct iscsi_tmf *tmf = t->tmf;
+		t->tmf = NULL;
+		task_finish(t);
+		if (tmf && --tmf->waiting == 0)
+			tmf_maybe_complete(c, tmf);
+	} else {
+		task_respond(c, t);
+		task_finish(t);
+	}
+	iscsi_conn_leave(c);
+}
+
+static void task_exec(struct iscsi_task *t)
+{
+	struct iscsi_conn *c = t->conn;
+
+	t->state = TASK_EXEC;
+	c->nexec++;
+	c->sess->nexus_used = true;
+	t->cmd.done = task_done;
+	t->cmd.arg = t;
+	hl_scsi_cmd_exec(&t->cmd);
+}
+
+/* ---- R2T ---- */
+
+static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	unsigned max = HL_MIN(c->params.max_outstanding_r2t ? c->params.max_outstanding_r2t : 1,
+			      (uint32_t)ISCSI_MAX_R2T);
+
+	while (t->r2t_active < max && t->r2t_next_offset < t->edtl) {
+		struct iscsi_r2t *r = NULL;
+		for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
+			if (!t->r2t[i].active) {
+				r = &t->r2t[i];
+				break;
+			}
+		}
+		if (!r)
+			return;
+		uint32_t len = HL_MIN(c->params.max_burst_length, t->edtl - t->r2t_next_offset);
+		r->active = true;
+		r->ttt = c->next_ttt++;
+		if (r->ttt == ISCSI_RSVD_TAG)
+			r->ttt = c->next_ttt++;
+		r->r2tsn = t->r2tsn++;
+		r->offset = t->r2t_next_offset;
+		r->len = len;
+		r->received = 0;
+		r->next_datasn = 0;
+		t->r2t_next_offset += len;
+		t->r2t_active++;
+
+		struct iscsi_bhs h;
+		memset(&h, 0, sizeof(h));
+		h.b[0] = ISCSI_OP_R2T;
+		h.b[1] = ISCSI_FLAG_FINAL;
+		bhs_set_lun(&h, t->lun_raw);
+		bhs_set_itt(&h, t->itt);
+		bhs_put32(&h, 20, r->ttt);
+		iscsi_conn_fill_sn(c, &h, false);
+		bhs_put32(&h, 36, r->r2tsn);
+		bhs_put32(&h, 40, r->offset);
+		bhs_put32(&h, 44, r->len);
+		iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
+	}
+}
+
+/* Data collection moved on: run the command or ask for more. */
+static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	if (t->received >= t->edtl) {
+		task_exec(t);
+		return;
+	}
+	if (t->unsol_done) {
+		if (t->r2t_next_offset < t->imm_len + t->unsol_received)
+			t->r2t_next_offset = t->imm_len + t->unsol_received;
+		r2t_issue(c, t);
+	}
+}
+
+/* ---- receive-side header hooks ---- */
+
+static bool session_is_discovery(const struct iscsi_conn *c)
+{
+	return c->sess->type == ISCSI_SESSION_DISCOVERY;
+}
+
+int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+	uint8_t op = bhs_opcode(h);
+
+	c->rx_task = NULL;
+	c->rx_dout = NULL;
+	c->rx_dout_reject = 0;
+	if (rx->dsl == 0)
+		return 0;
+	if (op == ISCSI_OP_SCSI_CMD) {
+		/* immediate data goes straight into the command's buffer */
+		uint32_t edtl = bhs_edtl(h);
+		if (session_is_discovery(c) || !(bhs_flags(h) & ISCSI_CMD_WRITE) ||
+		    rx->dsl > edtl || edtl > HL_SCSI_MAX_XFER || task_find(c, bhs_itt(h)))
+			return 0; /* the handler rejects or answers it; data lands in rx's buffer */
+		struct iscsi_task *t = task_alloc(c, h);
+		if (!t)
+			return -ENOMEM;
+		if (data_buf_alloc(t) < 0) {
+			task_finish(t);
+			return -ENOMEM;
+		}
+		c->rx_task = t;
+		rx->dst = t->cmd.data;
+		return 0;
+	}
+	if (op == ISCSI_OP_DATA_OUT) {
+		struct iscsi_task *t = task_find(c, bhs_itt(h));
+		uint32_t off = bhs_buf_offset(h), sn = bhs_datasn(h), ttt = bhs_ttt(h);
+		uint32_t len = rx->dsl;
+
+		rx->discard = true;
+		if (!t || t->state != TASK_DATA_OUT || session_is_discovery(c))
+			return 0; /* unknown or finished task: drop silently */
+		c->rx_dout = t;
+		c->rx_dout_reject = ISCSI_REJECT_PROTOCOL_ERROR;
+		if ((uint64_t)off + len > t->edtl)
+			return 0;
+		if (ttt == ISCSI_RSVD_TAG) {
+			if (t->unsol_done || sn != t->unsol_next_datasn ||
+			    off != t->imm_len + t->unsol_received ||
+			    (uint64_t)off + len > (uint64_t)t->imm_len + t->unsol_len)
+				return 0;
+			c->rx_dout_r2t = -1;
+		} else {
+			struct iscsi_r2t *r = NULL;
+			for (int i = 0; i < ISCSI_MAX_R2T; i++) {
+				if (t->r2t[i].active && t->r2t[i].ttt == ttt) {
+					r = &t->r2t[i];
+					c->rx_dout_r2t = i;
+					break;
+				}
+			}
+			if (!r)
+				return 0;
+			if (sn != r->next_datasn || off != r->offset + r->received ||
+			    (uint64_t)off + len > (uint64_t)r->offset + r->len)
+				return 0;
+		}
+		c->rx_dout_reject = 0;
+		rx->discard = false;
+		rx->dst = t->cmd.data + off;
+		return 0;
+	}
+	return 0;
+}
+
+/* ---- PDU handlers ---- */
+
+static int parse_cdb(struct iscsi_conn *c, struct iscsi_rx *rx, struct iscsi_task *t)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+	uint32_t off = 0;
+
+	memcpy(t->cmd.cdb, &h->b[32], 16);
+	t->cmd.cdb_len = 16;
+	while (off + 4 <= rx->ahs_len) {
+		uint16_t alen = hl_get_be16(&rx->ahs[off]);
+		uint8_t type = rx->ahs[off + 2];
+		uint32_t total = 3 + (uint32_t)alen;
+		total = (total + 3) & ~3u;
+		if (off + total > rx->ahs_len || alen == 0)
+			return -EINVAL;
+		if (type == 1) { /* extended CDB: AHSLength = extra CDB bytes + 1 reserved */
+			uint32_t extra = (uint32_t)alen - 1;
+			if (16 + extra > HL_CDB_MAX)
+				return -EINVAL;
+			memcpy(&t->cmd.cdb[16], &rx->ahs[off + 4], extra);
+			t->cmd.cdb_len = (uint8_t)(16 + extra);
+		} else if (type == 2) {
+			return -EOPNOTSUPP; /* bidirectional */
+		}
+		off += total;
+	}
+	return 0;
+}
+
+static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+	struct iscsi_task *t = c->rx_task;
+	uint8_t flags = bhs_flags(h);
+	bool w = flags & ISCSI_CMD_WRITE, r = flags & ISCSI_CMD_READ, f = flags & ISCSI_FLAG_FINAL;
+	uint32_t edtl = bhs_edtl(h);
+	uint8_t reason = 0;
+
+	c->rx_task = NULL;
+	if (!cmdsn_accept(c, h)) {
+		if (t)
+			task_finish(t);
+		return 0;
+	}
+	if (session_is_discovery(c))
+		reason = ISCSI_REJECT_PROTOCOL_ERROR;
+	else if (!t && task_find(c, bhs_itt(h)))
+		reason = ISCSI_REJECT_TASK_IN_PROGRESS;
+	else if (rx->dsl && (!w || !c->params.immediate_data || rx->dsl > edtl ||
+			     rx->dsl > c->params.first_burst_length))
+		reason = ISCSI_REJECT_PROTOCOL_ERROR;
+	else if (!f && (!w || c->params.initial_r2t))
+		reason = ISCSI_REJECT_PROTOCOL_ERROR;
+	else if (!rx->ddigest_ok)
+		reason = ISCSI_REJECT_DATA_DIGEST;
+	if (reason) {
+		if (t)
+			task_finish(t);
+		iscsi_conn_send_reject(c, h, reason);
+		return 0;
+	}
+	if (!t) {
+		t = task_alloc(c, h);
+		if (!t)
+			return -ENOMEM;
+	}
+	const struct hl_scsi_lun_map *map = c->sess->target->luns;
+	uint64_t lun = iscsi_lun_decode(t->lun_raw);
+	t->cmd.map = map;
+	t->cmd.lun = lun;
+	t->cmd.lu = (map && lun < HL_SCSI_MAX_LUNS) ? map->lu[lun] : NULL;
+	t->cmd.nexus = &c->sess->nexus;
+	t->cmd.task_attr = flags & ISCSI_CMD_ATTR_MASK;
+	t->cmd.tag = t->itt;
+	t->cmd.data_out = w;
+	t->cmd.data_in = r;
+	t->cmd.data_len = (w || r) ? edtl : 0;
+
+	int rc = parse_cdb(c, rx, t);
+	if (rc == -EOPNOTSUPP) {
+		task_check_condition(c, t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+		return 0;
+	}
+	if (rc < 0) {
+		task_finish(t);
+		iscsi_conn_send_reject(c, h, ISCSI_REJECT_INVALID_PDU_FIELD);
+		return 0;
+	}
+	if ((w || r) && edtl > HL_SCSI_MAX_XFER) {
+		/* too large to buffer: refuse without allocating; stray Data-Out is dropped */
+		task_check_condition(c, t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+		return 0;
+	}
+	if (!(w || r))
+		t->edtl = 0;
+	if (!t->cmd.data && t->edtl && data_buf_alloc(t) < 0) {
+		task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* insufficient resources */
+		return 0;
+	}
+	if (!w) {
+		task_exec(t);
+		return 0;
+	}
+	t->imm_len = rx->dsl;
+	t->received = rx->dsl;
+	if (!f) {
+		uint32_t burst = HL_MIN(c->params.first_burst_length, t->edtl);
+		t->unsol_len = burst > t->imm_len ? burst - t->imm_len : 0;
+	}
+	t->unsol_done = t->unsol_len == 0;
+	t->r2t_next_offset = t->imm_len + t->unsol_len;
+	task_data_progress(c, t);
+	return 0;
+}
+
+static int handle_data_out(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+	struct iscsi_task *t = c->rx_dout;
+
+	c->exp_stat_sn = bhs_expstatsn(h);
+	c->rx_dout = NULL;
+	if (!t) {
+		HL_DEBUG(ISCSI_LOG, "%s: Data-Out for unknown itt 0x%x dropped", c->peer_str,
+			 bhs_itt(h));
+		return 0;
+	}
+	uint8_t reason = c->rx_dout_reject;
+	if (!reason && !rx->ddigest_ok)
+		reason = ISCSI_REJECT_DATA_DIGEST;
+	if (reason) {
+		/* ERL 0: the task cannot recover; the initiator fails it on the Reject */
+		HL_NOTICE(ISCSI_LOG, "%s: bad Data-Out for itt 0x%x (DataSN %u offset %u len %u)",
+			  c->peer_str, t->itt, bhs_datasn(h), bhs_buf_offset(h), rx->dsl);
+		iscsi_conn_send_reject(c, h, reason);
+		task_finish(t);
+		return 0;
+	}
+	t->received += rx->dsl;
+	if (c->rx_dout_r2t < 0) {
+		t->unsol_received += rx->dsl;
+		t->unsol_next_datasn++;
+		if (bhs_final(h) || t->unsol_received >= t->unsol_len)
+			t->unsol_done = true;
+	} else {
+		struct iscsi_r2t *r = &t->r2t[c->rx_dout_r2t];
+		r->received += rx->dsl;
+		r->next_datasn++;
+		if (r->received >= r->len) {
+			r->active = false;
+			t->r2t_active--;
+		}
+	}
+	task_data_progress(c, t);
+	return 0;
+}
+
+static int handle_nop_out(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+
+	if (!cmdsn_accept(c, h))
+		return 0;
+	if (bhs_itt(h) == ISCSI_RSVD_TAG)
+		return 0; /* an answer to our ping, or a ping that wants no answer */
+	struct iscsi_bhs rsp;
+	uint8_t *copy = NULL;
+	if (rx->dsl) {
+		copy = malloc(rx->dsl);
+		if (!copy)
+			return -ENOMEM;
+		memcpy(copy, rx->data, rx->dsl);
+	}
+	memset(&rsp, 0, sizeof(rsp));
+	rsp.b[0] = ISCSI_OP_NOP_IN;
+	rsp.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_lun(&rsp, bhs_lun(h));
+	bhs_set_itt(&rsp, bhs_itt(h));
+	bhs_put32(&rsp, 20, ISCSI_RSVD_TAG);
+	iscsi_conn_fill_sn(c, &rsp, true);
+	return iscsi_conn_queue(c, &rsp, copy, rx->dsl, NULL, copy, false);
+}
+
+static void text_send_piece(struct iscsi_conn *c)
+{
+	struct iscsi_text_state *ts = &c->text;
+	uint32_t max = c->params.max_recv_dsl_initiator ? c->params.max_recv_dsl_initiator : 8192;
+	size_t left = ts->rsp_len - ts->rsp_off;
+	size_t n = HL_MIN(left, (size_t)max);
+	bool last = n == left;
+	struct iscsi_bhs h;
+	uint8_t *piece = NULL;
+
+	if (n) {
+		piece = malloc(n);
+		if (!piece) {
+			iscsi_conn_close(c, "no memory");
+			return;
+		}
+		memcpy(piece, ts->rsp + ts->rsp_off, n);
+	}
+	ts->rsp_off += n;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TEXT_RSP;
+	h.b[1] = last ? ISCSI_FLAG_FINAL : ISCSI_TEXT_CONTINUE;
+	bhs_set_lun(&h, 0);
+	bhs_set_itt(&h, ts->itt);
+	if (last) {
+		ts->ttt = ISCSI_RSVD_TAG;
+		free(ts->rsp);
+		ts->rsp = NULL;
+		ts->rsp_len = ts->rsp_off = 0;
+	} else if (ts->ttt == ISCSI_RSVD_TAG) {
+		ts->ttt = c->next_ttt++;
+	}
+	bhs_put32(&h, 20, ts->ttt);
+	iscsi_conn_fill_sn(c, &h, true);
+	iscsi_conn_queue(c, &h, piece, (uint32_t)n, NULL, piece, false);
+}
+
+static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+	struct iscsi_text_state *ts = &c->text;
+	uint32_t ttt = bhs_ttt(h);
+
+	if (!cmdsn_accept(c, h))
+		return 0;
+	if (ttt != ISCSI_RSVD_TAG) {
+		/* the initiator asks for the next piece of a long answer */
+		if (ttt != ts->ttt || bhs_itt(h) != ts->itt || !ts->rsp || rx->dsl) {
+			iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
+			return 0;
+		}
+		text_send_piece(c);
+		return 0;
+	}
+	/* a new request ends any answer in progress */
+	free(ts->rsp);
+	ts->rsp = NULL;
+	ts->rsp_len = ts->rsp_off = 0;
+	ts->ttt = ISCSI_RSVD_TAG;
+	if (bhs_itt(h) != ts->itt) {
+		free(ts->req);
+		ts->req = NULL;
+		ts->req_len = 0;
+	}
+	ts->itt = bhs_itt(h);
+	if (rx->dsl) {
+		if (ts->req_len + rx->dsl > 64 * 1024) {
+			iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
+			return 0;
+		}
+		uint8_t *nr = realloc(ts->req, ts->req_len + rx->dsl);
+		if (!nr)
+			return -ENOMEM;
+		memcpy(nr + ts->req_len, rx->data, rx->dsl);
+		ts->req = nr;
+		ts->req_len += rx->dsl;
+	}
+	if (bhs_flags(h) & ISCSI_TEXT_CONTINUE) {
+		/* more request text follows: acknowledge with an empty response */
+		struct iscsi_bhs rsp;
+		memset(&rsp, 0, sizeof(rsp));
+		rsp.b[0] = ISCSI_OP_TEXT_RSP;
+		bhs_set_itt(&rsp, ts->itt);
+		bhs_put32(&rsp, 20, ISCSI_RSVD_TAG);
+		iscsi_conn_fill_sn(c, &rsp, true);
+		return iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, false);
+	}
+
+	struct iscsi_kvlist kv = { 0 };
+	struct iscsi_textbuf tb = { 0 };
+	int rc = ts->req_len ? iscsi_kvlist_parse(&kv, ts->req, ts->req_len) : 0;
+	free(ts->req);
+	ts->req = NULL;
+	ts->req_len = 0;
+	if (rc < 0) {
+		iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
+		return 0;
+	}
+	for (size_t i = 0; i < kv.n && rc >= 0; i++) {
+		const char *key = kv.kv[i].key, *value = kv.kv[i].value;
+		if (strcmp(key, "SendTargets") == 0) {
+			rc = iscsi_sendtargets(c, value, &tb);
+			if (rc == -EINVAL)
+				rc = iscsi_textbuf_add(&tb, key, "Reject");
+		} else {
+			/* operational keys are not renegotiated in FFP by this target */
+			rc = iscsi_textbuf_add(&tb, key, "NotUnderstood");
+		}
+	}
+	iscsi_kvlist_free(&kv);
+	if (rc < 0) {
+		iscsi_textbuf_free(&tb);
+		return -ENOMEM;
+	}
+	ts->rsp = tb.data;
+	ts->rsp_len = tb.len;
+	ts->rsp_off = 0;
+	text_send_piece(c);
+	return 0;
+}
+
+static int handle_logout(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+	uint8_t reason = bhs_flags(h) & 0x7f;
+	uint8_t response = ISCSI_LOGOUT_RSP_OK;
+
+	if (!cmdsn_accept(c, h))
+		return 0;
+	if (reason == ISCSI_LOGOUT_RECOVERY)
+		response = ISCSI_LOGOUT_RSP_NO_RECOVERY;
+	else if (reason == ISCSI_LOGOUT_CLOSE_CONN && hl_get_be16(&h->b[20]) != c->cid)
+		response = ISCSI_LOGOUT_RSP_NO_CID;
+	else if (reason > ISCSI_LOGOUT_RECOVERY) {
+		iscsi_conn_send_reject(c, h, ISCSI_REJECT_INVALID_PDU_FIELD);
+		return 0;
+	}
+	struct iscsi_bhs rsp;
+	memset(&rsp, 0, sizeof(rsp));
+	rsp.b[0] = ISCSI_OP_LOGOUT_RSP;
+	rsp.b[1] = ISCSI_FLAG_FINAL;
+	rsp.b[2] = response;
+	bhs_set_itt(&rsp, bhs_itt(h));
+	iscsi_conn_fill_sn(c, &rsp, true);
+	/* Time2Wait / Time2Retain stay 0: nothing to recover at ERL 0 */
+	bool close = response == ISCSI_LOGOUT_RSP_OK;
+	HL_INFO(ISCSI_LOG, "%s: logout (reason %u)", c->peer_str, reason);
+	if (close) {
+		c->state = CONN_LOGOUT;
+		/* tasks still collecting data will never complete: drop them now */
+		iscsi_ffp_abort_all(c);
+	}
+	return iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, close);
+}
+
+/* ---- task management ---- */
+
+static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
+		     bool close_after)
+{
+	struct iscsi_bhs rsp;
+
+	memset(&rsp, 0, sizeof(rsp));
+	rsp.b[0] = ISCSI_OP_TMF_RSP;
+	rsp.b[1] = ISCSI_FLAG_FINAL;
+	rsp.b[2] = response;
+	bhs_set_itt(&rsp, bhs_itt(req));
+	iscsi_conn_fill_sn(c, &rsp, true);
+	HL_INFO(ISCSI_LOG, "%s: TMF function %u -> response %u", c->peer_str, bhs_flags(req) & 0x7f,
+		response);
+	iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, close_after);
+}
+
+static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf)
+{
+	if (tmf->waiting)
+		return;
+	hl_list_del(&tmf->link);
+	if (c->state == CONN_FFP) {
+		if (tmf->reset_lu)
+			hl_lu_reset(tmf->reset_lu, &c->sess->nexus);
+		if (tmf->reset_target && c->sess->target && c->sess->target->luns) {
+			for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++)
+				if (c->sess->target->luns->lu[i])
+					hl_lu_reset(c->sess->target->luns->lu[i], &c->sess->nexus);
+		}
+		tmf_send(c, &tmf->req, tmf->response, tmf->cold);
+		if (tmf->cold)
+			c->state = CONN_LOGOUT;
+	}
+	free(tmf);
+}
+
+/* Abort one task for a TMF: drop it now, or wait for the scsi layer. */
+static void tmf_abort_task(struct iscsi_tmf *tmf, struct iscsi_task *t)
+{
+	if (t->state == TASK_DATA_OUT) {
+		task_finish(t);
+	} else if (t->state == TASK_EXEC && !t->aborted) {
+		t->aborted = true;
+		if (tmf && !t->tmf) {
+			t->tmf = tmf;
+			tmf->waiting++;
+		}
+	}
+}
+
+static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+	uint8_t fn = bhs_flags(h) & 0x7f;
+	struct iscsi_task *t, *tmp;
+
+	if (!cmdsn_accept(c, h))
+		return 0;
+	if (session_is_discovery(c)) {
+		iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
+		return 0;
+	}
+	struct iscsi_tmf *tmf = calloc(1, sizeof(*tmf));
+	if (!tmf)
+		return -ENOMEM;
+	tmf->req = *h;
+	tmf->function = fn;
+	tmf->response = ISCSI_TMF_RSP_COMPLETE;
+	hl_list_add_tail(&c->tmfs, &tmf->link);
+
+	const struct hl_scsi_lun_map *map = c->sess->target->luns;
+	uint64_t lun = iscsi_lun_decode(bhs_lun(h));
+	struct hl_lu *lu = (map && lun < HL_SCSI_MAX_LUNS) ? map->lu[lun] : NULL;
+
+	switch (fn) {
+	case ISCSI_TMF_ABORT_TASK: {
+		uint32_t rtt = bhs_w20(h);
+		t = task_find(c, rtt);
+		if (!t || t->state == TASK_DONE)
+			tmf->response = ISCSI_TMF_RSP_NO_TASK;
+		else
+			tmf_abort_task(tmf, t);
+		break;
+	}
+	case ISCSI_TMF_ABORT_TASK_SET:
+	case ISCSI_TMF_CLEAR_TASK_SET:
+	case ISCSI_TMF_LUN_RESET:
+		if (!lu) {
+			tmf->response = ISCSI_TMF_RSP_NO_LUN;
+			break;
+		}
+		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link) {
+			if (t->state != TASK_DONE && iscsi_lun_decode(t->lun_raw) == lun &&
+			    t->itt != bhs_itt(h))
+				tmf_abort_task(tmf, t);
+		}
+		if (fn == ISCSI_TMF_LUN_RESET)
+			tmf->reset_lu = lu;
+		break;
+	case ISCSI_TMF_TARGET_WARM_RESET:
+	case ISCSI_TMF_TARGET_COLD_RESET:
+		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link) {
+			if (t->state != TASK_DONE)
+				tmf_abort_task(tmf, t);
+		}
+		tmf->reset_target = true;
+		tmf->cold = fn == ISCSI_TMF_TARGET_COLD_RESET;
+		break;
+	case ISCSI_TMF_CLEAR_ACA:
+		tmf->response = ISCSI_TMF_RSP_NOT_SUPPORTED;
+		break;
+	case ISCSI_TMF_TASK_REASSIGN:
+		tmf->response = ISCSI_TMF_RSP_REASSIGN_UNSUPPORTED;
+		break;
+	default:
+		tmf->response = ISCSI_TMF_RSP_REJECTED;
+		break;
+	}
+	tmf_maybe_complete(c, tmf);
+	return 0;
+}
+
+int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
+{
+	const struct iscsi_bhs *h = &rx->bhs;
+
+	switch (bhs_opcode(h)) {
+	case ISCSI_OP_SCSI_CMD:
+		return handle_scsi_cmd(c, rx);
+	case ISCSI_OP_DATA_OUT:
+		return handle_data_out(c, rx);
+	case ISCSI_OP_NOP_OUT:
+		return handle_nop_out(c, rx);
+	case ISCSI_OP_TEXT_REQ:
+		return handle_text(c, rx);
+	case ISCSI_OP_LOGOUT_REQ:
+		return handle_logout(c, rx);
+	case ISCSI_OP_TMF_REQ:
+		return handle_tmf(c, rx);
+	case ISCSI_OP_LOGIN_REQ:
+		iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
+		return 0;
+	default:
+		/* SNACK at ERL 0, unknown or target-only opcodes */
+		iscsi_conn_send_reject(c, h, ISCSI_REJECT_CMD_NOT_SUPPORTED);
+		return 0;
+	}
+}
+
+void iscsi_ffp_abort_all(struct iscsi_conn *c)
+{
+	struct iscsi_task *t, *tmp;
+
+	if (c->rx_task) {
+		task_finish(c->rx_task);
+		c->rx_task = NULL;
+	}
+	c->rx_dout = NULL;
+	hl_list_for_each_entry_safe(t, tmp, &c->tasks, link) {
+		if (t->state == TASK_DATA_OUT) {
+			task_finish(t);
+		} else if (t->state == TASK_EXEC) {
+			t->aborted = true;
+			t->tmf = NULL;
+		}
+	}
+	while (!hl_list_empty(&c->tmfs)) {
+		struct iscsi_tmf *tmf = hl_list_first(&c->tmfs, struct iscsi_tmf, link);
+		hl_list_del(&tmf->link);
+		free(tmf);
+	}
+}
+
+void iscsi_session_free(struct iscsi_session *s)
+{
+	if (s->type == ISCSI_SESSION_NORMAL && s->target && s->target->luns)
+		hl_scsi_nexus_gone(s->target->luns, &s->nexus);
+	free(s);
+}
