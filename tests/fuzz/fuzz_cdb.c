@@ -1,5 +1,7 @@
-// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c
-// src/scsi/sense.c src/scsi/ua.c src/log/log.c src/util/util.c fuzz-libs: -lpthread
+// clang-format off
+// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c src/scsi/sense.c src/scsi/ua.c src/log/log.c src/util/util.c
+// fuzz-libs: -lpthread
+// clang-format on
 /*
  * fuzz_cdb.c - libFuzzer harness for the SCSI layer: arbitrary CDBs and
  * data through hl_scsi_cmd_exec() against LUs backed by the in-memory fake
