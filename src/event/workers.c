@@ -1,0 +1,192 @@
+/*
+ * workers.c - the shared worker pool that turns blocking calls into async
+ * ones: hl_work_submit() queues (work, done, arg) from a reactor thread, a
+ * worker runs work(arg), and done(arg) is posted back to the submitting
+ * reactor with hl_reactor_call().
+ *
+ * One mutex + condvar FIFO; the pool starts on first use when nobody called
+ * hl_workers_start(). hl_workers_stop() lets the workers finish the queue
+ * first, so every accepted item still gets its done call (its reactor must
+ * still be running then).
+ */
+#include "config.h"
+
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORKERS_DEFAULT 4
+#define WORKERS_MAX     256
+
+struct work_item {
+	struct work_item *next;
+	hl_work_fn work;
+	hl_call_fn done;
+	void *arg;
+	struct hl_reactor *reactor;
+};
+
+static pthread_mutex_t wq_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wq_cond = PTHREAD_COND_INITIALIZER;
+static struct work_item *wq_head, *wq_tail; /* guarded by wq_lock */
+static bool wq_stopping;                    /* guarded by wq_lock */
+static pthread_t *wq_threads;               /* guarded by wq_lock */
+static unsigned wq_nthreads;                /* guarded by wq_lock */
+static atomic_bool wq_running;              /* written under wq_lock, read anywhere */
+
+static void deliver(struct work_item *it)
+{
+	struct hl_reactor *r = it->reactor;
+	hl_call_fn done = it->done;
+	void *arg = it->arg;
+
+	free(it);
+	/* done must run exactly once: wait out a transient allocation failure. */
+	while (hl_reactor_call(r, done, arg) == -ENOMEM) {
+		struct timespec ts = {0, 1000000};
+		HL_WARN_RL("workers", "out of memory posting a completion; retrying");
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	sigset_t all;
+
+	(void)arg;
+	/* Signals belong to the main thread (signalfd or handlers there). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (;;) {
+		struct work_item *it;
+
+		pthread_mutex_lock(&wq_lock);
+		while (!wq_head && !wq_stopping)
+			pthread_cond_wait(&wq_cond, &wq_lock);
+		it = wq_head;
+		if (!it) { /* stopping, and the queue is drained */
+			pthread_mutex_unlock(&wq_lock);
+			break;
+		}
+		wq_head = it->next;
+		if (!wq_head)
+			wq_tail = NULL;
+		pthread_mutex_unlock(&wq_lock);
+
+		it->work(it->arg);
+		deliver(it);
+	}
+	return NULL;
+}
+
+int hl_workers_start(unsigned nthreads)
+{
+	int rc = 0;
+
+	if (nthreads == 0)
+		nthreads = WORKERS_DEFAULT;
+	if (nthreads > WORKERS_MAX)
+		nthreads = WORKERS_MAX;
+	pthread_mutex_lock(&wq_lock);
+	if (atomic_load(&wq_running) || wq_stopping)
+		goto out;
+	wq_threads = calloc(nthreads, sizeof(*wq_threads));
+	if (!wq_threads) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (wq_nthreads = 0; wq_nthreads < nthreads; wq_nthreads++) {
+		char name[16];
+
+		rc = -pthread_create(&wq_threads[wq_nthreads], NULL, worker_main, NULL);
+		if (rc)
+			break;
+		snprintf(name, sizeof(name), "hl-work-%u", wq_nthreads);
+		pthread_setname_np(wq_threads[wq_nthreads], name);
+	}
+	if (rc && wq_nthreads == 0) {
+		free(wq_threads);
+		wq_threads = NULL;
+		HL_ERR("workers", "cannot start worker threads: %s", strerror(-rc));
+		goto out;
+	}
+	if (rc)
+		HL_WARN("workers", "started %u of %u worker threads: %s", wq_nthreads, nthreads,
+		        strerror(-rc));
+	rc = 0;
+	atomic_store(&wq_running, true);
+out:
+	pthread_mutex_unlock(&wq_lock);
+	return rc;
+}
+
+void hl_workers_stop(void)
+{
+	pthread_t *threads;
+	unsigned n;
+
+	pthread_mutex_lock(&wq_lock);
+	if (!atomic_load(&wq_running) || wq_stopping) {
+		pthread_mutex_unlock(&wq_lock);
+		return;
+	}
+	wq_stopping = true;
+	threads = wq_threads;
+	n = wq_nthreads;
+	pthread_cond_broadcast(&wq_cond);
+	pthread_mutex_unlock(&wq_lock);
+
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(threads[i], NULL);
+
+	pthread_mutex_lock(&wq_lock);
+	free(wq_threads);
+	wq_threads = NULL;
+	wq_nthreads = 0;
+	wq_stopping = false;
+	atomic_store(&wq_running, false);
+	pthread_mutex_unlock(&wq_lock);
+}
+
+int hl_work_submit(hl_work_fn work, hl_call_fn done, void *arg)
+{
+	struct hl_reactor *r = hl_reactor_current();
+	struct work_item *it;
+	int rc;
+
+	if (!r || !work || !done)
+		return -EINVAL;
+	if (!atomic_load_explicit(&wq_running, memory_order_acquire)) {
+		rc = hl_workers_start(0);
+		if (rc)
+			return rc;
+	}
+	it = malloc(sizeof(*it));
+	if (!it)
+		return -ENOMEM;
+	*it = (struct work_item){.work = work, .done = done, .arg = arg, .reactor = r};
+
+	pthread_mutex_lock(&wq_lock);
+	if (wq_stopping || !atomic_load(&wq_running)) {
+		pthread_mutex_unlock(&wq_lock);
+		free(it);
+		return -ESHUTDOWN;
+	}
+	if (wq_tail)
+		wq_tail->next = it;
+	else
+		wq_head = it;
+	wq_tail = it;
+	pthread_cond_signal(&wq_cond);
+	pthread_mutex_unlock(&wq_lock);
+	return 0;
+}

@@ -1,0 +1,797 @@
+/*
+ * file.c - the "file:" origin: a regular file or a block device.
+ *
+ * I/O is asynchronous and never blocks a reactor. Each reactor thread owns one
+ * io_uring, made lazily on its first submit and shared by every file origin
+ * used on that thread. The ring's completion eventfd is watched by the
+ * submitting reactor only while the ring has I/O outstanding, so a reactor
+ * can be destroyed (and another made on the same thread) whenever it is idle.
+ * Completions are reaped in the eventfd callback, never inside submit, even
+ * when the kernel finished the I/O inline (page-cache hits usually do).
+ *
+ * Where io_uring cannot be set up (seccomp, io_uring_disabled, old kernel) or
+ * lacks the operation (BLKDISCARD, BLKZEROOUT), the blocking syscall runs on
+ * the shared worker pool (hl_work_submit) and completes on the same reactor.
+ *
+ * Short transfers are resubmitted for the remainder; a read that hits EOF of
+ * a regular file (the file shrank) fills the rest with zeroes.
+ */
+#include "config.h"
+
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+#include "origin/origin_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <liburing.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define FILE_SQ_ENTRIES 256
+#define FILE_CQ_ENTRIES 4096 /* also the cap on I/Os in the kernel per ring (no CQ overflow) */
+
+bool origin_file_force_workers;
+/*
+ * SINGLE_ISSUER and COOP_TASKRUN are safe because only the owning thread
+ * touches a ring; SUBMIT_ALL keeps one bad SQE from stalling the rest. See
+ * the report in tests/unit/origin/file_ut.c (bench) for the measurements.
+ */
+unsigned origin_file_ring_flags =
+    IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER;
+
+struct file_origin {
+	int fd;
+	bool blkdev;
+	atomic_bool no_zero_range; /* fallocate(ZERO_RANGE) said EOPNOTSUPP once */
+	atomic_bool no_punch_hole; /* fallocate(PUNCH_HOLE) said EOPNOTSUPP once */
+};
+
+/* Per-I/O state in hl_origin_io.priv. */
+struct file_io {
+	struct hl_origin *o;
+	uint64_t done;      /* bytes moved so far (READ/WRITE) */
+	struct iovec *rest; /* heap copy of the iovecs still to move, after a short transfer */
+	struct hl_origin_io *next; /* ring backlog link */
+	int restcnt;
+	int result; /* worker path */
+	int zstep;  /* WRITE_ZEROES: 0 zero-range, 1 punch-hole */
+};
+_Static_assert(sizeof(struct file_io) <= sizeof(((struct hl_origin_io *)0)->priv),
+               "file_io must fit in hl_origin_io.priv");
+
+/* One per reactor thread; touched only by that thread. */
+struct file_ring {
+	struct io_uring ring;
+	int efd;
+	struct hl_event ev;    /* efd, added to `reactor` while pending > 0 */
+	struct hl_timer retry; /* resubmit after io_uring_submit failed */
+	struct hl_reactor *reactor;
+	unsigned inflight; /* SQEs prepared and not yet reaped */
+	unsigned pending;  /* inflight + backlog */
+	bool defer_taskrun;
+	struct hl_origin_io *backlog_head, *backlog_tail; /* waiting for an SQE */
+};
+
+static __thread struct file_ring *tl_ring;
+static __thread bool tl_ring_failed;
+static pthread_key_t ring_key;
+static pthread_once_t ring_key_once = PTHREAD_ONCE_INIT;
+static atomic_bool uring_fail_logged;
+
+static inline struct file_io *fio_of(struct hl_origin_io *io)
+{
+	return (struct file_io *)io->priv;
+}
+
+static inline struct file_origin *fo_of(struct hl_origin *o)
+{
+	return hl_origin_priv(o);
+}
+
+/* ---- helpers shared by both paths ---- */
+
+/* Point fio->rest at the part of io->iov after fio->done bytes. */
+static int rest_build(struct hl_origin_io *io, struct file_io *fio)
+{
+	uint64_t skip = fio->done;
+	int i = 0, n = 0;
+
+	if (!fio->rest) {
+		fio->rest = malloc(sizeof(struct iovec) * (size_t)io->iovcnt);
+		if (!fio->rest)
+			return -ENOMEM;
+	}
+	while (i < io->iovcnt && skip >= io->iov[i].iov_len)
+		skip -= io->iov[i++].iov_len;
+	for (; i < io->iovcnt; i++, n++) {
+		fio->rest[n].iov_base = (char *)io->iov[i].iov_base + skip;
+		fio->rest[n].iov_len = io->iov[i].iov_len - skip;
+		skip = 0;
+	}
+	fio->restcnt = n;
+	return 0;
+}
+
+/* Zero the bytes of io->iov after the first `from` bytes. */
+static void iov_zero_from(struct hl_origin_io *io, uint64_t from)
+{
+	for (int i = 0; i < io->iovcnt; i++) {
+		size_t len = io->iov[i].iov_len;
+		if (from >= len) {
+			from -= len;
+			continue;
+		}
+		memset((char *)io->iov[i].iov_base + from, 0, len - from);
+		from = 0;
+	}
+}
+
+static void fio_finish(struct hl_origin_io *io, int result)
+{
+	struct file_io *fio = fio_of(io);
+
+	free(fio->rest);
+	fio->rest = NULL;
+	io->cb(io, result);
+}
+
+static int zero_mode(const struct file_origin *fo, int step)
+{
+	if (step == 0 && !atomic_load_explicit(&fo->no_zero_range, memory_order_relaxed))
+		return FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
+	return FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+}
+
+/* ---- worker-pool path: blocking syscalls on a worker thread ---- */
+
+static int blocking_rw(struct hl_origin_io *io, struct file_io *fio, int fd)
+{
+	while (fio->done < io->length) {
+		const struct iovec *iov = fio->rest ? fio->rest : io->iov;
+		int cnt = fio->rest ? fio->restcnt : io->iovcnt;
+		ssize_t n;
+
+		if (io->op == HL_IO_READ)
+			n = preadv(fd, iov, cnt, (off_t)(io->offset + fio->done));
+		else
+			n = pwritev2(fd, iov, cnt, (off_t)(io->offset + fio->done),
+			             (io->flags & HL_IO_FUA) ? RWF_DSYNC : 0);
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return -errno;
+		}
+		if (n == 0) {
+			if (io->op == HL_IO_WRITE)
+				return -EIO;
+			iov_zero_from(io, fio->done);
+			return 0;
+		}
+		fio->done += (uint64_t)n;
+		if (fio->done < io->length) {
+			int rc = rest_build(io, fio);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static int write_zero_buffer(int fd, uint64_t off, uint64_t len)
+{
+	static const char zeroes[65536];
+
+	while (len) {
+		size_t n = len < sizeof(zeroes) ? (size_t)len : sizeof(zeroes);
+		ssize_t w = pwrite(fd, zeroes, n, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (w == 0)
+			return -EIO;
+		off += (uint64_t)w;
+		len -= (uint64_t)w;
+	}
+	return 0;
+}
+
+static int blocking_zeroes(struct hl_origin_io *io, struct file_origin *fo)
+{
+	if (fo->blkdev) {
+		uint64_t range[2] = {io->offset, io->length};
+		if (fallocate(fo->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)io->offset,
+		              (off_t)io->length) == 0)
+			return 0;
+		return ioctl(fo->fd, BLKZEROOUT, range) ? -errno : 0;
+	}
+	for (int step = 0; step < 2; step++) {
+		int mode = zero_mode(fo, step);
+		if (fallocate(fo->fd, mode, (off_t)io->offset, (off_t)io->length) == 0)
+			return 0;
+		if (errno != EOPNOTSUPP)
+			return -errno;
+		if (mode & FALLOC_FL_ZERO_RANGE)
+			atomic_store(&fo->no_zero_range, true);
+		else
+			atomic_store(&fo->no_punch_hole, true);
+	}
+	return write_zero_buffer(fo->fd, io->offset, io->length);
+}
+
+static void file_work(void *arg)
+{
+	struct hl_origin_io *io = arg;
+	struct file_io *fio = fio_of(io);
+	struct file_origin *fo = fo_of(fio->o);
+	int rc = 0;
+
+	switch (io->op) {
+	case HL_IO_READ:
+	case HL_IO_WRITE:
+		rc = blocking_rw(io, fio, fo->fd);
+		break;
+	case HL_IO_FLUSH:
+		rc = fdatasync(fo->fd) ? -errno : 0;
+		break;
+	case HL_IO_DISCARD:
+		if (io->length == 0)
+			break;
+		if (fo->blkdev) {
+			uint64_t range[2] = {io->offset, io->length};
+			rc = ioctl(fo->fd, BLKDISCARD, range) ? -errno : 0;
+		} else {
+			rc = fallocate(fo->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			               (off_t)io->offset, (off_t)io->length)
+			         ? -errno
+			         : 0;
+		}
+		break;
+	case HL_IO_WRITE_ZEROES:
+		if (io->length)
+			rc = blocking_zeroes(io, fo);
+		break;
+	}
+	fio->result = rc;
+}
+
+static void file_work_done(void *arg)
+{
+	struct hl_origin_io *io = arg;
+
+	fio_finish(io, fio_of(io)->result);
+}
+
+static int work_submit(struct hl_origin_io *io)
+{
+	return hl_work_submit(file_work, file_work_done, io);
+}
+
+/* ---- io_uring path ---- */
+
+static void ring_event(struct hl_event *ev, uint32_t revents);
+static void ring_retry(struct hl_timer *t);
+
+static void ring_destroy(struct file_ring *ring)
+{
+	if (!ring)
+		return;
+	hl_timer_stop(&ring->retry);
+	hl_event_del(&ring->ev);
+	io_uring_queue_exit(&ring->ring);
+	close(ring->efd);
+	free(ring);
+}
+
+static void ring_key_destructor(void *p)
+{
+	/* Thread exit: the ring is idle (its reactor is gone), just release it. */
+	ring_destroy(p);
+	tl_ring = NULL;
+}
+
+static void ring_key_make(void)
+{
+	pthread_key_create(&ring_key, ring_key_destructor);
+}
+
+void origin_file_thread_fini(void)
+{
+	if (tl_ring) {
+		pthread_setspecific(ring_key, NULL);
+		ring_destroy(tl_ring);
+		tl_ring = NULL;
+	}
+	tl_ring_failed = false;
+}
+
+static void uring_failed(int rc)
+{
+	tl_ring_failed = true;
+	if (!atomic_exchange(&uring_fail_logged, true))
+		HL_NOTICE("origin", "io_uring unavailable (%s): file origins use the worker pool",
+		          strerror(-rc));
+}
+
+static struct file_ring *ring_create(void)
+{
+	struct io_uring_params p;
+	struct file_ring *ring;
+	unsigned flags = origin_file_ring_flags;
+	int rc;
+
+	if (origin_file_force_workers)
+		return NULL;
+	ring = calloc(1, sizeof(*ring));
+	if (!ring) {
+		HL_ERR_RL("origin", "out of memory for an io_uring");
+		return NULL;
+	}
+	for (;;) {
+		memset(&p, 0, sizeof(p));
+		p.flags = IORING_SETUP_CQSIZE | flags;
+		p.cq_entries = FILE_CQ_ENTRIES;
+		rc = io_uring_queue_init_params(FILE_SQ_ENTRIES, &ring->ring, &p);
+		if (rc != -EINVAL || !flags)
+			break;
+		/* An older kernel that lacks one of the optional flags: drop them. */
+		flags = 0;
+	}
+	if (rc) {
+		free(ring);
+		uring_failed(rc);
+		return NULL;
+	}
+	ring->defer_taskrun = flags & IORING_SETUP_DEFER_TASKRUN;
+	ring->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ring->efd < 0) {
+		rc = -errno;
+		io_uring_queue_exit(&ring->ring);
+		free(ring);
+		uring_failed(rc);
+		return NULL;
+	}
+	rc = io_uring_register_eventfd(&ring->ring, ring->efd);
+	if (rc) {
+		close(ring->efd);
+		io_uring_queue_exit(&ring->ring);
+		free(ring);
+		uring_failed(rc);
+		return NULL;
+	}
+	hl_event_init(&ring->ev, ring->efd, ring_event, ring);
+	hl_timer_init(&ring->retry, ring_retry, ring);
+	pthread_once(&ring_key_once, ring_key_make);
+	pthread_setspecific(ring_key, ring);
+	tl_ring = ring;
+	return ring;
+}
+
+static void ring_flush(struct file_ring *ring)
+{
+	int rc;
+
+	if (!io_uring_sq_ready(&ring->ring))
+		return;
+	rc = io_uring_submit(&ring->ring);
+	if (rc >= 0 || rc == -EINTR)
+		return;
+	/* The SQEs stay queued; try again shortly (EAGAIN/EBUSY: kernel short of memory). */
+	HL_WARN_RL("origin", "io_uring_submit: %s; retrying", strerror(-rc));
+	if (!hl_timer_pending(&ring->retry))
+		hl_timer_start(ring->reactor, &ring->retry, 1);
+}
+
+static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
+{
+	struct file_io *fio = fio_of(io);
+	struct file_origin *fo = fo_of(fio->o);
+	const struct iovec *iov = fio->rest ? fio->rest : io->iov;
+	int cnt = fio->rest ? fio->restcnt : io->iovcnt;
+	off_t off = (off_t)(io->offset + fio->done);
+
+	if (io->length == 0 && io->op != HL_IO_FLUSH) {
+		/* Nothing to move; still complete through the ring, never inline. */
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, io);
+		return;
+	}
+	switch (io->op) {
+	case HL_IO_READ:
+		io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		break;
+	case HL_IO_WRITE:
+		io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		if (io->flags & HL_IO_FUA)
+			sqe->rw_flags = RWF_DSYNC;
+		break;
+	case HL_IO_FLUSH:
+		io_uring_prep_fsync(sqe, fo->fd, IORING_FSYNC_DATASYNC);
+		break;
+	case HL_IO_DISCARD: /* regular files only; block devices use the worker pool */
+		io_uring_prep_fallocate(sqe, fo->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		                        io->offset, io->length);
+		break;
+	case HL_IO_WRITE_ZEROES:
+		io_uring_prep_fallocate(sqe, fo->fd,
+		                        fo->blkdev ? FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE
+		                                   : zero_mode(fo, fio->zstep),
+		                        io->offset, io->length);
+		break;
+	}
+	io_uring_sqe_set_data(sqe, io);
+}
+
+/* Give io an SQE now, or park it on the backlog until one frees up. */
+static void ring_queue(struct file_ring *ring, struct hl_origin_io *io)
+{
+	struct io_uring_sqe *sqe = NULL;
+
+	if (ring->inflight < FILE_CQ_ENTRIES && !ring->backlog_head) {
+		sqe = io_uring_get_sqe(&ring->ring);
+		if (!sqe) {
+			ring_flush(ring);
+			sqe = io_uring_get_sqe(&ring->ring);
+		}
+	}
+	if (!sqe) {
+		fio_of(io)->next = NULL;
+		if (ring->backlog_tail)
+			fio_of(ring->backlog_tail)->next = io;
+		else
+			ring->backlog_head = io;
+		ring->backlog_tail = io;
+		if (!ring->inflight && !hl_timer_pending(&ring->retry))
+			hl_timer_start(ring->reactor, &ring->retry, 1);
+		return;
+	}
+	ring_prep(sqe, io);
+	ring->inflight++;
+}
+
+static void backlog_drain(struct file_ring *ring)
+{
+	while (ring->backlog_head && ring->inflight < FILE_CQ_ENTRIES) {
+		struct hl_origin_io *io = ring->backlog_head;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring);
+		if (!sqe) {
+			ring_flush(ring);
+			sqe = io_uring_get_sqe(&ring->ring);
+			if (!sqe)
+				break;
+		}
+		ring->backlog_head = fio_of(io)->next;
+		if (!ring->backlog_head)
+			ring->backlog_tail = NULL;
+		ring_prep(sqe, io);
+		ring->inflight++;
+	}
+}
+
+/* The I/O leaves the ring (finished, or handed to the worker pool). */
+static void ring_release(struct file_ring *ring)
+{
+	ring->pending--;
+}
+
+static void ring_hand_to_workers(struct file_ring *ring, struct hl_origin_io *io)
+{
+	int rc;
+
+	ring_release(ring);
+	rc = work_submit(io);
+	if (rc)
+		fio_finish(io, rc);
+}
+
+static void ring_complete(struct file_ring *ring, struct hl_origin_io *io, int res)
+{
+	struct file_io *fio = fio_of(io);
+	struct file_origin *fo = fo_of(fio->o);
+
+	ring->inflight--;
+	switch (io->op) {
+	case HL_IO_READ:
+	case HL_IO_WRITE:
+		if (res == -EAGAIN || res == -EINTR) {
+			ring_queue(ring, io);
+			return;
+		}
+		if (res < 0)
+			break;
+		fio->done += (uint64_t)res;
+		if (fio->done >= io->length) {
+			res = 0;
+			break;
+		}
+		if (res == 0) {
+			if (io->op == HL_IO_WRITE) {
+				res = -EIO;
+				break;
+			}
+			iov_zero_from(io, fio->done); /* EOF: the file is shorter than it was */
+			break;
+		}
+		res = rest_build(io, fio);
+		if (res)
+			break;
+		ring_queue(ring, io);
+		return;
+	case HL_IO_WRITE_ZEROES:
+		if (res != -EOPNOTSUPP)
+			break;
+		if (fo->blkdev) {
+			ring_hand_to_workers(ring, io); /* BLKZEROOUT */
+			return;
+		}
+		if (zero_mode(fo, fio->zstep) & FALLOC_FL_ZERO_RANGE) {
+			atomic_store(&fo->no_zero_range, true);
+			fio->zstep = 1;
+			ring_queue(ring, io);
+		} else {
+			atomic_store(&fo->no_punch_hole, true);
+			ring_hand_to_workers(ring, io); /* writes zeroes */
+		}
+		return;
+	default:
+		break;
+	}
+	ring_release(ring);
+	fio_finish(io, res);
+}
+
+static void ring_idle_check(struct file_ring *ring)
+{
+	if (ring->pending == 0) {
+		hl_timer_stop(&ring->retry);
+		hl_event_del(&ring->ev);
+		ring->reactor = NULL;
+	}
+}
+
+static void ring_reap(struct file_ring *ring)
+{
+	unsigned n;
+
+	if (ring->defer_taskrun || io_uring_cq_has_overflow(&ring->ring))
+		io_uring_get_events(&ring->ring);
+	/*
+	 * Only what is there now: a callback that submits an I/O which completes
+	 * inline must not keep this loop going forever. Its CQE signals the
+	 * eventfd again, so the reactor comes back after other events ran.
+	 */
+	n = io_uring_cq_ready(&ring->ring);
+	while (n--) {
+		struct io_uring_cqe *cqe;
+		struct hl_origin_io *io;
+		int res;
+
+		if (io_uring_peek_cqe(&ring->ring, &cqe))
+			break;
+		io = io_uring_cqe_get_data(cqe);
+		res = cqe->res;
+		io_uring_cqe_seen(&ring->ring, cqe);
+		ring_complete(ring, io, res);
+	}
+	backlog_drain(ring);
+	ring_flush(ring);
+	ring_idle_check(ring);
+}
+
+static void ring_event(struct hl_event *ev, uint32_t revents)
+{
+	struct file_ring *ring = ev->arg;
+	uint64_t v;
+
+	(void)revents;
+	/* Drain before reaping: a CQE posted after this read re-arms the eventfd. */
+	if (read(ring->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		HL_WARN_RL("origin", "io_uring eventfd read: %s", strerror(errno));
+	ring_reap(ring);
+}
+
+static void ring_retry(struct hl_timer *t)
+{
+	struct file_ring *ring = t->arg;
+
+	backlog_drain(ring);
+	ring_flush(ring);
+	if (ring->backlog_head && !ring->inflight && !hl_timer_pending(&ring->retry))
+		hl_timer_start(ring->reactor, &ring->retry, 1);
+	ring_idle_check(ring);
+}
+
+/* The ring of this thread, watched by reactor r; NULL: use the worker pool. */
+static struct file_ring *ring_get(struct hl_reactor *r, int *err)
+{
+	struct file_ring *ring = tl_ring;
+	int rc;
+
+	*err = 0;
+	if (!ring) {
+		if (tl_ring_failed || origin_file_force_workers)
+			return NULL;
+		ring = ring_create();
+		if (!ring)
+			return NULL;
+	}
+	if (!ring->reactor) {
+		rc = hl_event_add(r, &ring->ev, EPOLLIN);
+		if (rc) {
+			*err = rc;
+			return NULL;
+		}
+		ring->reactor = r;
+	} else if (ring->reactor != r) {
+		/* Another reactor on this thread still has I/O here: a caller bug. */
+		*err = -EBUSY;
+		return NULL;
+	}
+	return ring;
+}
+
+/* ---- ops ---- */
+
+static int file_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct file_origin *fo = fo_of(o);
+	struct file_io *fio = fio_of(io);
+	struct hl_reactor *r = hl_reactor_current();
+	struct file_ring *ring;
+	int rc;
+
+	if (!r)
+		return -EINVAL;
+	rc = origin_io_check(o, io);
+	if (rc)
+		return rc;
+	if (io->op == HL_IO_DISCARD && !o->can_discard)
+		return -EOPNOTSUPP;
+	memset(fio, 0, sizeof(*fio));
+	fio->o = o;
+
+	if (io->op == HL_IO_DISCARD && fo->blkdev && io->length)
+		return work_submit(io); /* BLKDISCARD has no io_uring op in liburing 2.3 */
+	if (io->op == HL_IO_WRITE_ZEROES && !fo->blkdev &&
+	    atomic_load_explicit(&fo->no_zero_range, memory_order_relaxed) &&
+	    atomic_load_explicit(&fo->no_punch_hole, memory_order_relaxed))
+		return work_submit(io); /* the filesystem can only take written zeroes */
+	ring = ring_get(r, &rc);
+	if (!ring)
+		return rc ? rc : work_submit(io);
+	ring->pending++;
+	ring_queue(ring, io);
+	ring_flush(ring);
+	return 0;
+}
+
+/* Read a number from /sys/dev/block/MAJ:MIN/{queue/,../queue/}name (partitions use the parent's).
+ */
+static int sysfs_queue_u64(dev_t dev, const char *name, uint64_t *out)
+{
+	static const char *const dirs[] = {"queue", "../queue"};
+	char path[128];
+
+	for (size_t i = 0; i < HL_ARRAY_SIZE(dirs); i++) {
+		unsigned long long v;
+		FILE *f;
+		int ok;
+
+		snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%s/%s", major(dev), minor(dev),
+		         dirs[i], name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		ok = fscanf(f, "%llu", &v) == 1;
+		fclose(f);
+		if (ok) {
+			*out = v;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static int file_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
+{
+	struct file_origin *fo = fo_of(o);
+	int flags = O_CLOEXEC | (o->read_only ? O_RDONLY : O_RDWR);
+	struct stat st;
+	int rc;
+
+	/* "file:///path" and "file://localhost/path" name the same file as "file:/path". */
+	if (!strncmp(target, "//localhost/", 12))
+		target += 11;
+	else if (!strncmp(target, "///", 3))
+		target += 2;
+	if (opts->direct)
+		flags |= O_DIRECT;
+	fo->fd = open(target, flags);
+	if (fo->fd < 0)
+		return -errno;
+	if (fstat(fo->fd, &st)) {
+		rc = -errno;
+		goto fail;
+	}
+	if (S_ISBLK(st.st_mode)) {
+		uint64_t size = 0, max_discard = 0;
+		unsigned pbs = 0;
+
+		fo->blkdev = true;
+		if (ioctl(fo->fd, BLKGETSIZE64, &size)) {
+			rc = -errno;
+			goto fail;
+		}
+		o->size = size;
+		if (ioctl(fo->fd, BLKPBSZGET, &pbs) == 0)
+			o->phys_block_size = pbs;
+		o->can_discard =
+		    !o->read_only &&
+		    sysfs_queue_u64(st.st_rdev, "discard_max_bytes", &max_discard) == 0 &&
+		    max_discard > 0;
+		/* BLKDISCARD promises nothing about what reads return afterwards. */
+		o->zeroes_after_discard = false;
+	} else if (S_ISREG(st.st_mode)) {
+		o->size = (uint64_t)st.st_size;
+		o->phys_block_size = (uint32_t)st.st_blksize;
+		if (!o->read_only) {
+			/*
+			 * Probe hole punching where it cannot hurt: past EOF with
+			 * KEEP_SIZE changes nothing, but an unsupported filesystem
+			 * says EOPNOTSUPP.
+			 */
+			off_t probe = (off_t)HL_ALIGN_UP(o->size, 1u << 20) + (1 << 20);
+			if (fallocate(fo->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, probe,
+			              4096) == 0) {
+				o->can_discard = true;
+				o->zeroes_after_discard = true;
+			} else {
+				atomic_store(&fo->no_punch_hole, true);
+			}
+		}
+	} else {
+		rc = -EINVAL; /* a directory, socket, fifo... */
+		goto fail;
+	}
+	HL_INFO("origin", "%s: %s, %llu bytes%s%s", o->uri, fo->blkdev ? "block device" : "file",
+	        (unsigned long long)o->size, opts->direct ? ", O_DIRECT" : "",
+	        o->can_discard ? ", discard" : "");
+	return 0;
+fail:
+	close(fo->fd);
+	fo->fd = -1;
+	return rc;
+}
+
+static void file_close(struct hl_origin *o)
+{
+	struct file_origin *fo = fo_of(o);
+
+	if (fo->fd >= 0)
+		close(fo->fd);
+	fo->fd = -1;
+}
+
+const struct hl_origin_ops origin_file_ops = {
+    .name = "file",
+    .scheme = "file:",
+    .priv_size = sizeof(struct file_origin),
+    .open = file_open,
+    .close = file_close,
+    .submit = file_submit,
+};

@@ -1,0 +1,715 @@
+/*
+ * file_ut.c - the origin table (scheme dispatch) and the file: backend, run
+ * on the real reactor against temp files (and a loop device when this runs
+ * as root with losetup), once through io_uring and once through the worker
+ * pool. Ends with a small page-cache read benchmark that prints IOPS and
+ * per-I/O latency (it checks every byte it read, so it can fail).
+ */
+#include "config.h"
+
+#include "origin/origin_internal.h"
+#include "origin_ut_util.h"
+#include "hotlun/util.h"
+
+#include <liburing.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define FSIZE (1u << 20)
+
+static bool use_workers;
+
+static void set_mode(bool workers)
+{
+	origin_file_thread_fini();
+	origin_file_force_workers = workers;
+	use_workers = workers;
+}
+
+struct sync_req {
+	struct hl_origin *o;
+	struct hl_origin_io *io;
+	int submit_rc;
+	int count_after_submit;
+};
+
+static void sync_submit_fn(void *arg)
+{
+	struct sync_req *s = arg;
+
+	s->submit_rc = hl_origin_submit(s->o, s->io);
+	s->count_after_submit = ut_count;
+	if (s->submit_rc)
+		hl_reactor_stop(hl_reactor_current());
+}
+
+/* Submit one I/O on the reactor and wait for it: the submit error or the completion result. */
+static int io_sync_iov(struct hl_origin *o, enum hl_io_op op, unsigned flags, uint64_t off,
+                       struct iovec *iov, int iovcnt, uint64_t len)
+{
+	struct hl_origin_io io = {.op = op,
+	                          .flags = flags,
+	                          .offset = off,
+	                          .length = len,
+	                          .iov = iov,
+	                          .iovcnt = iovcnt,
+	                          .cb = ut_cb};
+	struct sync_req s = {o, &io, 0, -1};
+	bool ok = ut_run(sync_submit_fn, &s, 1, 5000);
+
+	if (s.submit_rc)
+		return s.submit_rc;
+	CU_ASSERT_EQUAL(s.count_after_submit, 0); /* never inside submit */
+	CU_ASSERT_TRUE(ok);
+	CU_ASSERT_EQUAL(ut_count, 1);
+	return ok ? ut_last_result : -ETIMEDOUT;
+}
+
+static int io_sync(struct hl_origin *o, enum hl_io_op op, unsigned flags, uint64_t off, void *buf,
+                   uint64_t len)
+{
+	struct iovec iov = {buf, len};
+	return io_sync_iov(o, op, flags, off, buf ? &iov : NULL, buf ? 1 : 0, len);
+}
+
+static struct hl_origin *open_file(const char *path, bool ro)
+{
+	struct hl_origin_opts opts = {.read_only = ro};
+	struct hl_origin *o = NULL;
+	int rc = hl_origin_open(path, &opts, &o);
+
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	return o;
+}
+
+/* ---- origin table ---- */
+
+static void test_table_and_schemes(void)
+{
+	char *path = ut_tempfile(FSIZE, 1);
+	char uri[256];
+	struct hl_origin *o = NULL;
+	struct hl_origin_opts ro = {.read_only = true};
+	bool found_file = false;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+	for (const struct hl_origin_ops *const *b = hl_origin_backends; *b; b++)
+		if (!strcmp((*b)->name, "file"))
+			found_file = true;
+	CU_ASSERT_TRUE(found_file);
+
+	/* bare path */
+	CU_ASSERT_EQUAL(hl_origin_open(path, NULL, &o), 0);
+	CU_ASSERT_PTR_NOT_NULL(o);
+	if (o) {
+		CU_ASSERT_STRING_EQUAL(o->ops->name, "file");
+		CU_ASSERT_EQUAL(o->size, FSIZE);
+		CU_ASSERT_STRING_EQUAL(o->uri, path);
+		hl_origin_close(o);
+	}
+	/* file:/path, FILE:/path and file:///path */
+	snprintf(uri, sizeof(uri), "file:%s", path);
+	CU_ASSERT_EQUAL(hl_origin_open(uri, NULL, &o), 0);
+	hl_origin_close(o);
+	snprintf(uri, sizeof(uri), "FILE:%s", path);
+	CU_ASSERT_EQUAL(hl_origin_open(uri, NULL, &o), 0);
+	hl_origin_close(o);
+	snprintf(uri, sizeof(uri), "file://%s", path);
+	CU_ASSERT_EQUAL(hl_origin_open(uri, NULL, &o), 0);
+	hl_origin_close(o);
+
+	o = NULL;
+	CU_ASSERT_EQUAL(hl_origin_open("nbd://host/export", NULL, &o), -EPROTONOSUPPORT);
+	CU_ASSERT_EQUAL(hl_origin_open("gopher:x", NULL, &o), -EPROTONOSUPPORT);
+	CU_ASSERT_PTR_NULL(o);
+	CU_ASSERT_EQUAL(hl_origin_open("/nonexistent/hl-origin-ut", NULL, &o), -ENOENT);
+	CU_ASSERT_EQUAL(hl_origin_open("file:/nonexistent/hl-origin-ut", NULL, &o), -ENOENT);
+	CU_ASSERT_EQUAL(hl_origin_open("", NULL, &o), -EINVAL);
+	CU_ASSERT_EQUAL(hl_origin_open("file:", NULL, &o), -EINVAL);
+	CU_ASSERT_EQUAL(hl_origin_open(NULL, NULL, &o), -EINVAL);
+	CU_ASSERT_EQUAL(hl_origin_open("/tmp", NULL, &o), -EISDIR);
+	CU_ASSERT_EQUAL(hl_origin_open("/tmp", &ro, &o), -EINVAL); /* a directory opens read-only */
+	CU_ASSERT_EQUAL(hl_origin_open("/dev/null", NULL, &o), -EINVAL); /* neither file nor disk */
+	CU_ASSERT_PTR_NULL(o);
+	hl_origin_close(NULL);
+
+	unlink(path);
+	free(path);
+}
+
+static void test_open_properties(void)
+{
+	char *path = ut_tempfile(FSIZE, 1);
+	struct hl_origin *o = open_file(path, false);
+	struct stat st;
+
+	stat(path, &st);
+	CU_ASSERT_EQUAL(o->size, FSIZE);
+	CU_ASSERT_EQUAL(o->phys_block_size, (uint32_t)st.st_blksize);
+	CU_ASSERT_FALSE(o->read_only);
+	/* /tmp here is ext4 or tmpfs: both punch holes */
+	CU_ASSERT_TRUE(o->can_discard);
+	CU_ASSERT_TRUE(o->zeroes_after_discard);
+	hl_origin_close(o);
+	o = open_file(path, true);
+	CU_ASSERT_TRUE(o->read_only);
+	CU_ASSERT_FALSE(o->can_discard);
+	hl_origin_close(o);
+	/* the probe must not have changed the file */
+	stat(path, &st);
+	CU_ASSERT_EQUAL(st.st_size, FSIZE);
+	unlink(path);
+	free(path);
+}
+
+/* ---- data round trips (run in both modes) ---- */
+
+static void do_read_write(void)
+{
+	char *path = ut_tempfile(FSIZE, 3);
+	struct hl_origin *o = open_file(path, false);
+	uint8_t *buf = malloc(FSIZE), *chk = malloc(FSIZE);
+	struct iovec iov[3];
+	int fd;
+
+	/* a read sees the file's bytes */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 8192, buf, 65536), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 8192, 65536, 3));
+
+	/* scatter write over three iovecs of odd sizes, read back gathered */
+	for (int i = 0; i < 12288; i++)
+		buf[i] = ut_pattern((uint64_t)i, 9);
+	iov[0] = (struct iovec){buf, 512};
+	iov[1] = (struct iovec){buf + 512, 7680};
+	iov[2] = (struct iovec){buf + 8192, 4096};
+	CU_ASSERT_EQUAL(io_sync_iov(o, HL_IO_WRITE, 0, 4096, iov, 3, 12288), 0);
+	memset(chk, 0, 12288);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 4096, chk, 12288), 0);
+	CU_ASSERT_EQUAL(memcmp(buf, chk, 12288), 0);
+	/* and the file itself holds them (not just our buffers) */
+	fd = open(path, O_RDONLY);
+	CU_ASSERT_EQUAL(pread(fd, chk, 12288, 4096), 12288);
+	CU_ASSERT_EQUAL(memcmp(buf, chk, 12288), 0);
+	/* neighbours untouched */
+	CU_ASSERT_EQUAL(pread(fd, chk, 4096, 0), 4096);
+	CU_ASSERT_TRUE(ut_check_pattern(chk, 0, 4096, 3));
+	CU_ASSERT_EQUAL(pread(fd, chk, 4096, 16384), 4096);
+	CU_ASSERT_TRUE(ut_check_pattern(chk, 16384, 4096, 3));
+	close(fd);
+
+	/* FUA write and FLUSH */
+	memset(buf, 0x5a, 4096);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE, HL_IO_FUA, FSIZE - 4096, buf, 4096), 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_FLUSH, 0, 0, NULL, 0), 0);
+	memset(chk, 0, 4096);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, FSIZE - 4096, chk, 4096), 0);
+	CU_ASSERT_TRUE(ut_all(chk, 4096, 0x5a));
+
+	/* the whole device in one read */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf, FSIZE), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 0, 4096, 3));
+
+	/* zero-length read and write complete (through the loop) with 0 */
+	CU_ASSERT_EQUAL(io_sync_iov(o, HL_IO_READ, 0, 0, NULL, 0, 0), 0);
+	CU_ASSERT_EQUAL(io_sync_iov(o, HL_IO_WRITE, 0, FSIZE, NULL, 0, 0), 0);
+
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+	free(buf);
+	free(chk);
+}
+
+static void do_discard_and_zeroes(void)
+{
+	char *path = ut_tempfile(FSIZE, 4);
+	struct hl_origin *o = open_file(path, false);
+	uint8_t *buf = malloc(FSIZE);
+	struct stat st0, st1;
+
+	stat(path, &st0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_DISCARD, 0, 65536, NULL, 131072), 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf, FSIZE), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 0, 65536, 4));
+	CU_ASSERT_TRUE(ut_all(buf + 65536, 131072, 0));
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 196608, 196608, FSIZE - 196608, 4));
+	stat(path, &st1);
+	CU_ASSERT_TRUE(st1.st_blocks < st0.st_blocks); /* really deallocated */
+	CU_ASSERT_EQUAL(st1.st_size, FSIZE);
+
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE_ZEROES, 0, 512 * 1024, NULL, 8192), 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf, FSIZE), 0);
+	CU_ASSERT_TRUE(ut_all(buf + 512 * 1024, 8192, 0));
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 512 * 1024 - 4096, 512 * 1024 - 4096, 4096, 4));
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 520 * 1024, 520 * 1024, 4096, 4));
+	/* a zero-length discard is a no-op that still completes */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_DISCARD, 0, 0, NULL, 0), 0);
+	stat(path, &st1);
+	CU_ASSERT_EQUAL(st1.st_size, FSIZE);
+
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+	free(buf);
+}
+
+static void do_short_read_at_eof(void)
+{
+	char *path = ut_tempfile(FSIZE, 5);
+	struct hl_origin *o = open_file(path, false);
+	uint8_t *buf = malloc(65536);
+	struct iovec iov[2] = {{buf, 20000}, {buf + 20000, 65536 - 20000}};
+
+	/* The file shrinks behind the origin's back: reads past the new EOF give zeroes. */
+	CU_ASSERT_EQUAL(truncate(path, FSIZE - 32768 - 1000), 0);
+	memset(buf, 0xaa, 65536);
+	CU_ASSERT_EQUAL(io_sync_iov(o, HL_IO_READ, 0, FSIZE - 65536, iov, 2, 65536), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, FSIZE - 65536, 32768 - 1000, 5));
+	CU_ASSERT_TRUE(ut_all(buf + 32768 - 1000, 32768 + 1000, 0));
+	/* wholly past EOF */
+	memset(buf, 0xaa, 65536);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, FSIZE - 8192, buf, 8192), 0);
+	CU_ASSERT_TRUE(ut_all(buf, 8192, 0));
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+	free(buf);
+}
+
+static void do_errors(void)
+{
+	char *path = ut_tempfile(FSIZE, 6);
+	struct hl_origin *o = open_file(path, false);
+	struct hl_origin *ro = open_file(path, true);
+	uint8_t buf[8192];
+	struct iovec iov = {buf, 4096};
+	struct hl_origin_io io = {
+	    .op = HL_IO_READ, .offset = 0, .length = 4096, .iov = &iov, .iovcnt = 1, .cb = ut_cb};
+	int fd, rofd, hold;
+
+	/* not on a reactor thread */
+	CU_ASSERT_EQUAL(hl_origin_submit(o, &io), -EINVAL);
+	/* range */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, FSIZE, buf, 4096), -EINVAL);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, FSIZE - 512, buf, 4096), -EINVAL);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE, 0, UINT64_MAX - 511, buf, 4096), -EINVAL);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_DISCARD, 0, FSIZE, NULL, 4096), -EINVAL);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE_ZEROES, 0, 0, NULL, FSIZE + 512), -EINVAL);
+	/* iovecs that do not add up to length, missing iovecs, bad op, no callback */
+	CU_ASSERT_EQUAL(io_sync_iov(o, HL_IO_READ, 0, 0, &iov, 1, 8192), -EINVAL);
+	CU_ASSERT_EQUAL(io_sync_iov(o, HL_IO_WRITE, 0, 0, NULL, 1, 4096), -EINVAL);
+	CU_ASSERT_EQUAL(io_sync_iov(o, HL_IO_READ, 0, 0, &iov, -1, 4096), -EINVAL);
+	CU_ASSERT_EQUAL(io_sync_iov(o, (enum hl_io_op)42, 0, 0, &iov, 1, 4096), -EINVAL);
+	{
+		struct hl_origin_io nocb = io;
+		struct sync_req s = {o, &nocb, 0, -1};
+		nocb.cb = NULL;
+		ut_run(sync_submit_fn, &s, 1, 1000);
+		CU_ASSERT_EQUAL(s.submit_rc, -EINVAL);
+	}
+	/* read-only origin */
+	CU_ASSERT_EQUAL(io_sync(ro, HL_IO_WRITE, 0, 0, buf, 4096), -EROFS);
+	CU_ASSERT_EQUAL(io_sync(ro, HL_IO_WRITE_ZEROES, 0, 0, NULL, 4096), -EROFS);
+	CU_ASSERT_EQUAL(io_sync(ro, HL_IO_DISCARD, 0, 0, NULL, 4096), -EROFS);
+	CU_ASSERT_EQUAL(io_sync(ro, HL_IO_FLUSH, 0, 0, NULL, 0), 0); /* nothing to flush is fine */
+	CU_ASSERT_EQUAL(io_sync(ro, HL_IO_READ, 0, 0, buf, 4096), 0);
+	hl_origin_close(ro);
+
+	/*
+	 * A kernel error reaches the callback: swap the origin's descriptor for
+	 * a read-only one (it is the lowest free number at open time), then write.
+	 */
+	hl_origin_close(o);
+	hold = dup(0);
+	close(hold);
+	o = open_file(path, false);
+	fd = hold; /* the origin's fd */
+	rofd = open(path, O_RDONLY);
+	CU_ASSERT_FATAL(rofd >= 0);
+	CU_ASSERT_EQUAL(dup2(rofd, fd), fd);
+	close(rofd);
+	memset(buf, 1, 4096);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE, 0, 0, buf, 4096), -EBADF);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE, HL_IO_FUA, 0, buf, 4096), -EBADF);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf, 4096), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 0, 4096, 6));
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+}
+
+/* ---- many I/Os in flight ---- */
+
+#define MANY                                                                                       \
+	5000 /* more than the SQ (256) and the CQ cap (4096): exercises flush-on-full and the      \
+	        backlog */
+
+static struct hl_origin *many_o;
+static struct hl_origin_io *many_io;
+static uint8_t *many_buf;
+static struct iovec *many_iov;
+static int *many_calls;
+static int many_submit_errors;
+
+static void many_cb(struct hl_origin_io *io, int result)
+{
+	many_calls[io - many_io]++;
+	if (result)
+		many_submit_errors++;
+	ut_done(result);
+}
+
+static void many_submit_fn(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < MANY; i++) {
+		uint64_t blk = (uint64_t)(i * 7919) % (FSIZE / 4096);
+		many_iov[i] = (struct iovec){many_buf + (size_t)i * 4096, 4096};
+		many_io[i] = (struct hl_origin_io){.op = HL_IO_READ,
+		                                   .offset = blk * 4096,
+		                                   .length = 4096,
+		                                   .iov = &many_iov[i],
+		                                   .iovcnt = 1,
+		                                   .cb = many_cb};
+		if (hl_origin_submit(many_o, &many_io[i]))
+			many_submit_errors++;
+	}
+	CU_ASSERT_EQUAL(ut_count, 0);
+}
+
+static void do_many_in_flight(void)
+{
+	char *path = ut_tempfile(FSIZE, 7);
+	bool ok;
+
+	many_o = open_file(path, false);
+	many_io = calloc(MANY, sizeof(*many_io));
+	many_iov = calloc(MANY, sizeof(*many_iov));
+	many_calls = calloc(MANY, sizeof(*many_calls));
+	many_buf = malloc((size_t)MANY * 4096);
+	many_submit_errors = 0;
+	ok = ut_run(many_submit_fn, NULL, MANY, 20000);
+	CU_ASSERT_TRUE(ok);
+	CU_ASSERT_EQUAL(many_submit_errors, 0);
+	/* exactly once: give stray completions a chance to show up */
+	ut_run(NULL, NULL, 0, 50);
+	for (int i = 0; i < MANY; i++) {
+		uint64_t blk = (uint64_t)(i * 7919) % (FSIZE / 4096);
+		CU_ASSERT_EQUAL(many_calls[i], 1);
+		if (!ut_check_pattern(many_buf + (size_t)i * 4096, blk * 4096, 4096, 7)) {
+			CU_FAIL("data mismatch");
+			break;
+		}
+	}
+	hl_origin_close(many_o);
+	unlink(path);
+	free(path);
+	free(many_io);
+	free(many_iov);
+	free(many_calls);
+	free(many_buf);
+}
+
+/* A reactor destroyed while its thread's ring is idle, then a new one on the same thread. */
+static void do_new_reactor_same_thread(void)
+{
+	char *path = ut_tempfile(FSIZE, 8);
+	struct hl_origin *o = open_file(path, false);
+	uint8_t buf[4096];
+
+	/* ut_run makes and destroys a reactor for each I/O */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf, 4096), 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 4096, buf, 4096), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 4096, 4096, 8));
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+}
+
+#define MODE_TESTS(fn)                                                                             \
+	static void fn##_uring(void)                                                               \
+	{                                                                                          \
+		set_mode(false);                                                                   \
+		do_##fn();                                                                         \
+	}                                                                                          \
+	static void fn##_workers(void)                                                             \
+	{                                                                                          \
+		set_mode(true);                                                                    \
+		do_##fn();                                                                         \
+		set_mode(false);                                                                   \
+	}
+
+MODE_TESTS(read_write)
+MODE_TESTS(discard_and_zeroes)
+MODE_TESTS(short_read_at_eof)
+MODE_TESTS(errors)
+MODE_TESTS(many_in_flight)
+MODE_TESTS(new_reactor_same_thread)
+
+/* ---- block device (loop device over a temp file; needs root and losetup) ---- */
+
+static char *loop_attach(const char *file)
+{
+	char cmd[512], dev[64] = "";
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "losetup -f --show '%s' 2>/dev/null", file);
+	p = popen(cmd, "r");
+	if (!p)
+		return NULL;
+	if (!fgets(dev, sizeof(dev), p))
+		dev[0] = 0;
+	pclose(p);
+	dev[strcspn(dev, "\n")] = 0;
+	return dev[0] == '/' ? strdup(dev) : NULL;
+}
+
+static void loop_detach(const char *dev)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "losetup -d '%s'", dev);
+	if (system(cmd) != 0)
+		fprintf(stderr, "warning: %s failed\n", cmd);
+}
+
+static void do_block_device(void)
+{
+	char *path = ut_tempfile(4 * FSIZE, 10);
+	char *dev;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(FSIZE);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+	dev = loop_attach(path);
+	if (!dev) {
+		printf("\n    (no loop device available: block device test skipped) ");
+		unlink(path);
+		free(path);
+		free(buf);
+		return;
+	}
+	o = open_file(dev, false);
+	CU_ASSERT_EQUAL(o->size, 4 * FSIZE);
+	CU_ASSERT_TRUE(o->phys_block_size >= 512);
+	CU_ASSERT_FALSE(o->zeroes_after_discard);
+
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, FSIZE, buf, 65536), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, FSIZE, 65536, 10));
+	memset(buf, 0x77, 8192);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE, HL_IO_FUA, 8192, buf, 8192), 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_FLUSH, 0, 0, NULL, 0), 0);
+	memset(buf, 0, 8192);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 8192, buf, 8192), 0);
+	CU_ASSERT_TRUE(ut_all(buf, 8192, 0x77));
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE_ZEROES, 0, 2 * FSIZE, NULL, 65536), 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 2 * FSIZE - 4096, buf, 65536 + 8192), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 2 * FSIZE - 4096, 4096, 10));
+	CU_ASSERT_TRUE(ut_all(buf + 4096, 65536, 0));
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 4096 + 65536, 2 * FSIZE + 65536, 4096, 10));
+	{
+		int want = o->can_discard ? 0 : -EOPNOTSUPP;
+		CU_ASSERT_EQUAL(io_sync(o, HL_IO_DISCARD, 0, 3 * FSIZE, NULL, 65536), want);
+	}
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 4 * FSIZE - 4096, buf, 8192), -EINVAL);
+	hl_origin_close(o);
+	loop_detach(dev);
+	free(dev);
+	unlink(path);
+	free(path);
+	free(buf);
+}
+
+static void test_block_device_uring(void)
+{
+	set_mode(false);
+	do_block_device();
+}
+
+static void test_block_device_workers(void)
+{
+	set_mode(true);
+	do_block_device();
+	set_mode(false);
+}
+
+/* ---- measurement: 4 KiB reads from the page cache ---- */
+
+#define BENCH_FILE (64u << 20)
+#define BENCH_NS   400000000ull
+
+static struct {
+	struct hl_origin *o;
+	struct hl_origin_io io[64];
+	struct iovec iov[64];
+	uint8_t *buf;
+	uint64_t seed;
+	uint64_t start_ns, submit_ns, lat_ns;
+	unsigned long done, bad;
+	int qd;
+	bool stopping;
+} bench;
+
+static uint64_t bench_next_block(void)
+{
+	bench.seed = bench.seed * 6364136223846793005ull + 1442695040888963407ull;
+	return (bench.seed >> 33) % (BENCH_FILE / 4096);
+}
+
+static void bench_submit(struct hl_origin_io *io)
+{
+	uint64_t t0 = hl_now_ns();
+
+	io->offset = bench_next_block() * 4096;
+	io->arg = (void *)(uintptr_t)t0;
+	if (hl_origin_submit(bench.o, io))
+		bench.bad++;
+	bench.submit_ns += hl_now_ns() - t0;
+}
+
+static void bench_cb(struct hl_origin_io *io, int result)
+{
+	uint64_t now = hl_now_ns();
+
+	bench.lat_ns += now - (uint64_t)(uintptr_t)io->arg;
+	if (result || !ut_check_pattern(io->iov->iov_base, io->offset, 64, 11))
+		bench.bad++;
+	bench.done++;
+	if (now - bench.start_ns < BENCH_NS)
+		bench_submit(io);
+	else
+		ut_done(0);
+}
+
+static void bench_start(void *arg)
+{
+	(void)arg;
+	bench.start_ns = hl_now_ns();
+	for (int i = 0; i < bench.qd; i++) {
+		bench.iov[i] = (struct iovec){bench.buf + (size_t)i * 4096, 4096};
+		bench.io[i] = (struct hl_origin_io){.op = HL_IO_READ,
+		                                    .length = 4096,
+		                                    .iov = &bench.iov[i],
+		                                    .iovcnt = 1,
+		                                    .cb = bench_cb};
+		bench_submit(&bench.io[i]);
+	}
+}
+
+static void bench_one(const char *label, int qd)
+{
+	uint64_t t;
+
+	bench.qd = qd;
+	bench.done = bench.bad = 0;
+	bench.lat_ns = bench.submit_ns = 0;
+	bench.seed = 42;
+	CU_ASSERT_TRUE(ut_run(bench_start, NULL, qd, 10000));
+	t = hl_now_ns() - bench.start_ns;
+	CU_ASSERT_EQUAL(bench.bad, 0);
+	CU_ASSERT_TRUE(bench.done > 100);
+	printf("\n    %-26s qd=%-2d %7.0f IOPS, latency %5.1f us/IO, submit %4.2f us/IO", label, qd,
+	       bench.done * 1e9 / (double)t, bench.lat_ns / 1e3 / (double)bench.done,
+	       bench.submit_ns / 1e3 / (double)bench.done);
+}
+
+/* Does a buffered page-cache read complete inside io_uring_submit? (measured on a bare ring) */
+static void measure_inline_completion(const char *path)
+{
+	struct io_uring ring;
+	int fd = open(path, O_RDONLY), inline_n = 0, n = 200;
+	uint8_t buf[4096];
+	uint64_t t_sub = 0;
+
+	if (fd < 0 || io_uring_queue_init(8, &ring, 0))
+		return;
+	for (int i = 0; i < n; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+		struct io_uring_cqe *cqe;
+		uint64_t t0 = hl_now_ns();
+		io_uring_prep_read(sqe, fd, buf, 4096, (uint64_t)i * 4096);
+		io_uring_submit(&ring);
+		t_sub += hl_now_ns() - t0;
+		if (io_uring_cq_ready(&ring))
+			inline_n++;
+		io_uring_wait_cqe(&ring, &cqe);
+		io_uring_cqe_seen(&ring, cqe);
+	}
+	io_uring_queue_exit(&ring);
+	close(fd);
+	printf("\n    page-cache read completed inside io_uring_submit: %d of %d (submit %.2f us)",
+	       inline_n, n, t_sub / 1e3 / n);
+}
+
+static void test_bench_page_cache(void)
+{
+	static const struct {
+		const char *label;
+		unsigned flags;
+	} modes[] = {
+	    {"uring plain", 0},
+	    {"uring coop+single",
+	     IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER},
+	    {"uring single+defer",
+	     IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN},
+	};
+	unsigned saved = origin_file_ring_flags;
+	char *path = ut_tempfile(BENCH_FILE, 11);
+	int fd;
+	char tmp[4096];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+	/* make it page-cache resident */
+	fd = open(path, O_RDONLY);
+	while (read(fd, tmp, sizeof(tmp)) > 0)
+		;
+	close(fd);
+	bench.o = open_file(path, true);
+	bench.buf = malloc(64 * 4096);
+	measure_inline_completion(path);
+	for (size_t m = 0; m < HL_ARRAY_SIZE(modes); m++) {
+		set_mode(false);
+		origin_file_ring_flags = modes[m].flags;
+		bench_one(modes[m].label, 1);
+		bench_one(modes[m].label, 32);
+	}
+	origin_file_ring_flags = saved;
+	set_mode(true);
+	bench_one("worker pool", 1);
+	bench_one("worker pool", 32);
+	set_mode(false);
+	printf("\n");
+	hl_origin_close(bench.o);
+	free(bench.buf);
+	unlink(path);
+	free(path);
+}
+
+static const struct hl_test tests[] = {
+    {"origin table, schemes, bare path", test_table_and_schemes},
+    {"open sets size, block size, discard", test_open_properties},
+    {"read/write/fua/flush (io_uring)", read_write_uring},
+    {"read/write/fua/flush (workers)", read_write_workers},
+    {"discard, write zeroes (io_uring)", discard_and_zeroes_uring},
+    {"discard, write zeroes (workers)", discard_and_zeroes_workers},
+    {"short read at EOF fills zeroes (io_uring)", short_read_at_eof_uring},
+    {"short read at EOF fills zeroes (workers)", short_read_at_eof_workers},
+    {"errors: EINVAL, EROFS, EBADF (io_uring)", errors_uring},
+    {"errors: EINVAL, EROFS, EBADF (workers)", errors_workers},
+    {"5000 reads in flight (io_uring)", many_in_flight_uring},
+    {"5000 reads in flight (workers)", many_in_flight_workers},
+    {"new reactor on same thread (io_uring)", new_reactor_same_thread_uring},
+    {"new reactor on same thread (workers)", new_reactor_same_thread_workers},
+    {"block device (io_uring)", test_block_device_uring},
+    {"block device (workers)", test_block_device_workers},
+    {"bench: 4 KiB page-cache reads", test_bench_page_cache},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	int rc = hl_test_run("origin_file", tests);
+
+	hl_workers_stop();
+	return rc;
+}
