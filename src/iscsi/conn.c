@@ -30,10 +30,14 @@ static void conn_enter(struct iscsi_conn *c)
 
 static void conn_leave(struct iscsi_conn *c)
 {
-	if (--c->busy)
+	if (c->busy > 1) {
+		c->busy--;
 		return;
+	}
+	/* still busy while flushing: a close inside must not free under us */
 	if (c->state != CONN_CLOSED)
 		iscsi_conn_flush(c);
+	c->busy = 0;
 	conn_maybe_free(c);
 }
 
