@@ -74,7 +74,7 @@ int iscsi_chap_select_alg(const char *chap_a_list)
 }
 
 int iscsi_chap_compute(enum iscsi_chap_alg alg, uint8_t id, const char *secret,
-		       const uint8_t *challenge, size_t challenge_len, uint8_t *out)
+                       const uint8_t *challenge, size_t challenge_len, uint8_t *out)
 {
 	const EVP_MD *md = chap_md(alg);
 	EVP_MD_CTX *ctx;
@@ -157,7 +157,8 @@ static int decode_base64(const char *s, size_t n, uint8_t *out, size_t cap)
 	if (len > cap)
 		return -E2BIG;
 	head = n - 4;
-	if (head && EVP_DecodeBlock(out, (const unsigned char *)s, (int)head) != (int)(head / 4 * 3))
+	if (head &&
+	    EVP_DecodeBlock(out, (const unsigned char *)s, (int)head) != (int)(head / 4 * 3))
 		return -EINVAL;
 	if (EVP_DecodeBlock(last, (const unsigned char *)s + head, 4) != 3)
 		return -EINVAL;

@@ -71,7 +71,7 @@ static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
 
 #ifdef HAVE_X86_CRC32
 __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const uint8_t *p,
-							       size_t len)
+                                                               size_t len)
 {
 	uint64_t c = crc;
 

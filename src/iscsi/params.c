@@ -21,14 +21,14 @@
 #define SIMPLE_VALUE_MAX 255
 
 /* Our side of keys that struct iscsi_params_limits does not carry. */
-#define OUR_INITIAL_R2T         true  /* we want an R2T before any unsolicited Data-Out */
+#define OUR_INITIAL_R2T         true /* we want an R2T before any unsolicited Data-Out */
 #define OUR_IMMEDIATE_DATA      true
 #define OUR_DATA_PDU_IN_ORDER   true
 #define OUR_DATA_SEQ_IN_ORDER   true
 #define OUR_DEFAULT_TIME2WAIT   2
 #define OUR_DEFAULT_TIME2RETAIN 20
-#define OUR_ERROR_RECOVERY      0     /* session recovery only */
-#define OUR_PROTOCOL_LEVEL      1     /* RFC 7144 2.1: 1 = RFC 7143 */
+#define OUR_ERROR_RECOVERY      0 /* session recovery only */
+#define OUR_PROTOCOL_LEVEL      1 /* RFC 7144 2.1: 1 = RFC 7143 */
 
 enum key_kind {
 	KIND_NOT_HANDLED, /* login/discovery/security key: the caller's business */
@@ -70,14 +70,20 @@ struct key_desc {
 	const char *name;
 	enum key_kind kind;
 	enum key_id id;
-	uint32_t min, max;          /* numerical keys: admissible range */
-	bool discovery_irrelevant;  /* RFC 7143 13: "Irrelevant when: SessionType=Discovery" */
+	uint32_t min, max;         /* numerical keys: admissible range */
+	bool discovery_irrelevant; /* RFC 7143 13: "Irrelevant when: SessionType=Discovery" */
 };
 
-/* Row builders; `disc` is true when the key is irrelevant in a discovery session. */
-#define KEY(n, k, i, disc)              { .name = (n), .kind = (k), .id = (i), .discovery_irrelevant = (disc) }
-#define NUM_KEY(n, k, i, lo, hi, disc)                                                             \
-	{ .name = (n), .kind = (k), .id = (i), .min = (lo), .max = (hi), .discovery_irrelevant = (disc) }
+/*
+ * One row per key; `disc` is true when RFC 7143 marks the key "Irrelevant
+ * when: SessionType=Discovery". (clang-format cannot lay out a table.)
+ */
+/* clang-format off */
+#define KEY(n, k, i, disc) \
+	{ .name = (n), .kind = (k), .id = (i), .discovery_irrelevant = (disc) }
+#define NUM_KEY(n, k, i, lo, hi, disc) \
+	{ .name = (n), .kind = (k), .id = (i), .min = (lo), .max = (hi), \
+	  .discovery_irrelevant = (disc) }
 #define LOGIN_KEY(n) { .name = (n), .kind = KIND_NOT_HANDLED, .id = ID_NONE }
 
 static const struct key_desc key_table[] = {
@@ -86,8 +92,8 @@ static const struct key_desc key_table[] = {
 	NUM_KEY("MaxConnections", KIND_NUM_MIN, ID_MAX_CONNECTIONS, 1, 65535, true),
 	KEY("InitialR2T", KIND_BOOL_OR, ID_INITIAL_R2T, true),
 	KEY("ImmediateData", KIND_BOOL_AND, ID_IMMEDIATE_DATA, true),
-	NUM_KEY("MaxRecvDataSegmentLength", KIND_DECLARE_DSL, ID_MAX_RECV_DSL, DSL_MIN, DSL_MAX,
-		false),
+	NUM_KEY("MaxRecvDataSegmentLength", KIND_DECLARE_DSL, ID_MAX_RECV_DSL,
+		DSL_MIN, DSL_MAX, false),
 	NUM_KEY("MaxBurstLength", KIND_NUM_MIN, ID_MAX_BURST, DSL_MIN, DSL_MAX, true),
 	NUM_KEY("FirstBurstLength", KIND_NUM_MIN, ID_FIRST_BURST, DSL_MIN, DSL_MAX, true),
 	NUM_KEY("DefaultTime2Wait", KIND_NUM_MAX, ID_TIME2WAIT, 0, 3600, false),
@@ -120,43 +126,44 @@ static const struct key_desc key_table[] = {
 	LOGIN_KEY("CHAP_N"),
 	LOGIN_KEY("CHAP_R"),
 };
+/* clang-format on */
 
 void iscsi_params_init(struct iscsi_params *p)
 {
 	/* RFC 7143 section 13 defaults: what holds when a key is never negotiated. */
 	*p = (struct iscsi_params){
-		.header_digest = false,
-		.data_digest = false,
-		.max_recv_dsl_initiator = 8192,
-		.max_recv_dsl_target = 8192,
-		.max_connections = 1,
-		.initial_r2t = true,
-		.immediate_data = true,
-		.max_burst_length = 262144,
-		.first_burst_length = 65536,
-		.default_time2wait = 2,
-		.default_time2retain = 20,
-		.max_outstanding_r2t = 1,
-		.data_pdu_in_order = true,
-		.data_sequence_in_order = true,
-		.error_recovery_level = 0,
-		.ifmarker = false,
-		.ofmarker = false,
+	    .header_digest = false,
+	    .data_digest = false,
+	    .max_recv_dsl_initiator = 8192,
+	    .max_recv_dsl_target = 8192,
+	    .max_connections = 1,
+	    .initial_r2t = true,
+	    .immediate_data = true,
+	    .max_burst_length = 262144,
+	    .first_burst_length = 65536,
+	    .default_time2wait = 2,
+	    .default_time2retain = 20,
+	    .max_outstanding_r2t = 1,
+	    .data_pdu_in_order = true,
+	    .data_sequence_in_order = true,
+	    .error_recovery_level = 0,
+	    .ifmarker = false,
+	    .ofmarker = false,
 	};
 }
 
 void iscsi_params_limits_default(struct iscsi_params_limits *l)
 {
 	*l = (struct iscsi_params_limits){
-		.max_recv_dsl = 256 * 1024,
-		.max_burst_length = 1024 * 1024,
-		.first_burst_length = 256 * 1024,
-		/*
-		 * The target issues the R2Ts, so this only bounds how many it
-		 * may have outstanding per task; issuing fewer is always legal.
-		 */
-		.max_outstanding_r2t = 16,
-		.max_connections = 1,
+	    .max_recv_dsl = 256 * 1024,
+	    .max_burst_length = 1024 * 1024,
+	    .first_burst_length = 256 * 1024,
+	    /*
+	     * The target issues the R2Ts, so this only bounds how many it
+	     * may have outstanding per task; issuing fewer is always legal.
+	     */
+	    .max_outstanding_r2t = 16,
+	    .max_connections = 1,
 	};
 }
 
@@ -300,7 +307,7 @@ static void store_bool(struct iscsi_params *p, enum key_id id, bool v)
 }
 
 static uint32_t our_number(const struct iscsi_params *p, const struct iscsi_params_limits *lim,
-			   enum key_id id)
+                           enum key_id id)
 {
 	switch (id) {
 	case ID_MAX_CONNECTIONS:
@@ -315,8 +322,8 @@ static uint32_t our_number(const struct iscsi_params *p, const struct iscsi_para
 		 * covers a MaxBurstLength negotiated after this key.
 		 */
 		return clamp_u32(min_u32(lim->first_burst_length,
-					 min_u32(lim->max_burst_length, p->max_burst_length)),
-				 DSL_MIN, DSL_MAX);
+		                         min_u32(lim->max_burst_length, p->max_burst_length)),
+		                 DSL_MIN, DSL_MAX);
 	case ID_TIME2WAIT:
 		return OUR_DEFAULT_TIME2WAIT;
 	case ID_TIME2RETAIN:
@@ -388,12 +395,12 @@ static bool is_reserved_answer(const char *v)
 }
 
 enum iscsi_neg_result iscsi_negotiate_key(struct iscsi_params *p,
-					  const struct iscsi_params_limits *lim,
-					  enum iscsi_session_type type, const char *key,
-					  const char *value, char *answer, size_t answer_len)
+                                          const struct iscsi_params_limits *lim,
+                                          enum iscsi_session_type type, const char *key,
+                                          const char *value, char *answer, size_t answer_len)
 {
-	static const char *const digests[] = { "CRC32C", "None" };
-	static const char *const task_reporting[] = { "RFC3720" };
+	static const char *const digests[] = {"CRC32C", "None"};
+	static const char *const task_reporting[] = {"RFC3720"};
 	const struct key_desc *d = find_key(key);
 	const char *pick;
 	uint64_t num;
@@ -466,7 +473,7 @@ enum iscsi_neg_result iscsi_negotiate_key(struct iscsi_params *p,
 	}
 
 	case KIND_MARKER:
-		/* RFC 7143 13.25: markers are obsolete; answer No, never NotUnderstood. */
+		/* Markers are obsolete in RFC 7143: answer No, never NotUnderstood. */
 		if (parse_bool(value, &b) < 0)
 			return answer_str(answer, answer_len, "Reject");
 		store_bool(p, d->id, false);
@@ -481,13 +488,13 @@ enum iscsi_neg_result iscsi_negotiate_key(struct iscsi_params *p,
 }
 
 int iscsi_params_add_target_declarations(struct iscsi_textbuf *tb,
-					 const struct iscsi_params_limits *lim, unsigned *sent_mask)
+                                         const struct iscsi_params_limits *lim, unsigned *sent_mask)
 {
 	int rc;
 
 	if (!(*sent_mask & ISCSI_DECL_MAX_RECV_DSL)) {
 		rc = iscsi_textbuf_addf(tb, "MaxRecvDataSegmentLength", "%u",
-					clamp_u32(lim->max_recv_dsl, DSL_MIN, DSL_MAX));
+		                        clamp_u32(lim->max_recv_dsl, DSL_MIN, DSL_MAX));
 		if (rc < 0)
 			return rc;
 		*sent_mask |= ISCSI_DECL_MAX_RECV_DSL;

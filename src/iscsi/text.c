@@ -58,7 +58,8 @@ static int split_pair(char *pair, size_t pair_len, char **key, char **value)
 		return -EINVAL;
 	for (size_t i = 0; i < key_len; i++) {
 		/* "#" only in the "X#" prefix of public extension keys (RFC 7143 13). */
-		if (!key_char_ok((unsigned char)pair[i]) && !(i == 1 && pair[0] == 'X' && pair[1] == '#'))
+		if (!key_char_ok((unsigned char)pair[i]) &&
+		    !(i == 1 && pair[0] == 'X' && pair[1] == '#'))
 			return -EINVAL;
 	}
 	if (pair_len - key_len - 1 > ISCSI_VALUE_MAX)

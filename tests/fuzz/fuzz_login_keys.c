@@ -62,7 +62,7 @@ static void fuzz_chap_value(const char *key, const char *value)
 			uint8_t out[ISCSI_CHAP_DIGEST_MAX];
 
 			CHECK(iscsi_chap_compute((enum iscsi_chap_alg)alg, bin[0], value, bin,
-						 (size_t)n, out) == 0);
+			                         (size_t)n, out) == 0);
 		}
 	}
 }
@@ -70,7 +70,7 @@ static void fuzz_chap_value(const char *key, const char *value)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct iscsi_kvlist list, again;
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_textbuf tb = {0};
 	struct iscsi_params p;
 	struct iscsi_params_limits lim;
 	enum iscsi_session_type type;

@@ -51,20 +51,21 @@ static void test_sha1_response(void)
 static void test_sha256_response(void)
 {
 	check_response(ISCSI_CHAP_SHA256,
-		       "ff631a0060c1d1eca99ca77a40b25179fd372f215a5069583893426067d72507");
+	               "ff631a0060c1d1eca99ca77a40b25179fd372f215a5069583893426067d72507");
 }
 
 static void test_sha3_256_response(void)
 {
 	check_response(ISCSI_CHAP_SHA3_256,
-		       "bc261c4f1aff1e0094b70e16fd80181a689fa88ac17b3d5b7cdaf48c378e72f6");
+	               "bc261c4f1aff1e0094b70e16fd80181a689fa88ac17b3d5b7cdaf48c378e72f6");
 }
 
 /* The id byte alone (empty secret and challenge): `printf '\x00' | openssl dgst -sha256`. */
 static void test_response_hashes_id_first(void)
 {
 	uint8_t out[ISCSI_CHAP_DIGEST_MAX], hex_in[32];
-	static const char want[] = "0x6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d";
+	static const char want[] =
+	    "0x6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d";
 
 	CU_ASSERT_EQUAL_FATAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, 0, "", NULL, 0, out), 0);
 	CU_ASSERT_EQUAL_FATAL(iscsi_chap_decode(want, hex_in, sizeof(hex_in)), 32);
@@ -79,7 +80,8 @@ static void test_response_depends_on_each_input(void)
 	CU_ASSERT_EQUAL_FATAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, 1, secret, ch, 16, a), 0);
 	CU_ASSERT_EQUAL_FATAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, 2, secret, ch, 16, b), 0);
 	CU_ASSERT_NOT_EQUAL(memcmp(a, b, 32), 0);
-	CU_ASSERT_EQUAL_FATAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, 1, "other-secret", ch, 16, b), 0);
+	CU_ASSERT_EQUAL_FATAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, 1, "other-secret", ch, 16, b),
+	                      0);
 	CU_ASSERT_NOT_EQUAL(memcmp(a, b, 32), 0);
 	ch[15] ^= 1;
 	CU_ASSERT_EQUAL_FATAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, 1, secret, ch, 16, b), 0);
@@ -88,7 +90,7 @@ static void test_response_depends_on_each_input(void)
 
 static void test_compute_rejects_bad_args(void)
 {
-	uint8_t ch[4] = { 0 }, out[ISCSI_CHAP_DIGEST_MAX];
+	uint8_t ch[4] = {0}, out[ISCSI_CHAP_DIGEST_MAX];
 
 	CU_ASSERT_EQUAL(iscsi_chap_compute((enum iscsi_chap_alg)4, 1, secret, ch, 4, out), -EINVAL);
 	CU_ASSERT_EQUAL(iscsi_chap_compute(ISCSI_CHAP_MD5, 1, NULL, ch, 4, out), -EINVAL);
@@ -117,11 +119,13 @@ static void test_select_alg_skips_unknown(void)
 {
 	CU_ASSERT_EQUAL(iscsi_chap_select_alg("9,128,6"), ISCSI_CHAP_SHA1);
 	CU_ASSERT_EQUAL(iscsi_chap_select_alg("junk,,5x, 5,99999999999999999999997,7"),
-			ISCSI_CHAP_SHA256);
+	                ISCSI_CHAP_SHA256);
 }
 
 static void test_select_alg_none(void)
 {
+	/* 2^64 + 7 must not wrap around to 7. */
+	CU_ASSERT_EQUAL(iscsi_chap_select_alg("18446744073709551623"), -1);
 	CU_ASSERT_EQUAL(iscsi_chap_select_alg("1,2,3"), -1);
 	CU_ASSERT_EQUAL(iscsi_chap_select_alg(""), -1);
 	CU_ASSERT_EQUAL(iscsi_chap_select_alg(","), -1);
@@ -132,7 +136,7 @@ static void test_select_alg_none(void)
 static void test_decode_hex(void)
 {
 	uint8_t out[8];
-	const uint8_t want[4] = { 0xde, 0xad, 0xbe, 0xef };
+	const uint8_t want[4] = {0xde, 0xad, 0xbe, 0xef};
 
 	CU_ASSERT_EQUAL_FATAL(iscsi_chap_decode("0xdeadbeef", out, sizeof(out)), 4);
 	CU_ASSERT_EQUAL(memcmp(out, want, 4), 0);
@@ -163,7 +167,7 @@ static void test_decode_hex_bad(void)
 
 static void test_decode_hex_capacity(void)
 {
-	uint8_t out[4] = { 0 };
+	uint8_t out[4] = {0};
 
 	CU_ASSERT_EQUAL(iscsi_chap_decode("0x01020304", out, 4), 4);
 	CU_ASSERT_EQUAL(iscsi_chap_decode("0x0102030405", out, 4), -E2BIG);
@@ -202,8 +206,8 @@ static void test_decode_base64_padding_not_written(void)
 static void test_decode_base64_bad(void)
 {
 	static const char *const bad[] = {
-		"0b", "0bAQI", "0bA===", "0b====", "0bA=QI", "0bAQ=I", "0bAQ*D", "0bAQ D",
-		"0bAQID\n", "0b=AQI",
+	    "0b",     "0bAQI",  "0bA===", "0b====",   "0bA=QI",
+	    "0bAQ=I", "0bAQ*D", "0bAQ D", "0bAQID\n", "0b=AQI",
 	};
 	uint8_t out[16];
 
@@ -225,7 +229,7 @@ static void test_decode_needs_prefix(void)
 
 static void test_encode_hex(void)
 {
-	const uint8_t bin[3] = { 0x00, 0xab, 0xff };
+	const uint8_t bin[3] = {0x00, 0xab, 0xff};
 	char out[9];
 
 	CU_ASSERT_EQUAL_FATAL(iscsi_chap_encode_hex(bin, 3, out, sizeof(out)), 0);
@@ -260,29 +264,29 @@ static void test_random_bytes(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "MD5 response matches openssl dgst", test_md5_response },
-	{ "SHA1 response matches openssl dgst", test_sha1_response },
-	{ "SHA-256 response matches openssl dgst", test_sha256_response },
-	{ "SHA3-256 response matches openssl dgst", test_sha3_256_response },
-	{ "response hashes the id byte first", test_response_hashes_id_first },
-	{ "response depends on id, secret and challenge", test_response_depends_on_each_input },
-	{ "compute rejects bad arguments", test_compute_rejects_bad_args },
-	{ "digest lengths", test_digest_len },
-	{ "CHAP_A: first supported in the initiator's order", test_select_alg_initiator_order },
-	{ "CHAP_A: unknown and malformed entries skipped", test_select_alg_skips_unknown },
-	{ "CHAP_A: none supported -> -1", test_select_alg_none },
-	{ "decode hex, either case", test_decode_hex },
-	{ "decode hex with odd digit count", test_decode_hex_odd_digits },
-	{ "decode hex rejects bad digits", test_decode_hex_bad },
-	{ "decode hex respects capacity", test_decode_hex_capacity },
-	{ "decode base64", test_decode_base64 },
-	{ "decode base64: padding is not data", test_decode_base64_padding_not_written },
-	{ "decode base64 rejects bad syntax", test_decode_base64_bad },
-	{ "decode needs a 0x or 0b prefix", test_decode_needs_prefix },
-	{ "encode hex", test_encode_hex },
-	{ "hex round trip at ISCSI_CHAP_BIN_MAX", test_hex_round_trip },
-	{ "random bytes", test_random_bytes },
-	{ NULL, NULL },
+    {"MD5 response matches openssl dgst", test_md5_response},
+    {"SHA1 response matches openssl dgst", test_sha1_response},
+    {"SHA-256 response matches openssl dgst", test_sha256_response},
+    {"SHA3-256 response matches openssl dgst", test_sha3_256_response},
+    {"response hashes the id byte first", test_response_hashes_id_first},
+    {"response depends on id, secret and challenge", test_response_depends_on_each_input},
+    {"compute rejects bad arguments", test_compute_rejects_bad_args},
+    {"digest lengths", test_digest_len},
+    {"CHAP_A: first supported in the initiator's order", test_select_alg_initiator_order},
+    {"CHAP_A: unknown and malformed entries skipped", test_select_alg_skips_unknown},
+    {"CHAP_A: none supported -> -1", test_select_alg_none},
+    {"decode hex, either case", test_decode_hex},
+    {"decode hex with odd digit count", test_decode_hex_odd_digits},
+    {"decode hex rejects bad digits", test_decode_hex_bad},
+    {"decode hex respects capacity", test_decode_hex_capacity},
+    {"decode base64", test_decode_base64},
+    {"decode base64: padding is not data", test_decode_base64_padding_not_written},
+    {"decode base64 rejects bad syntax", test_decode_base64_bad},
+    {"decode needs a 0x or 0b prefix", test_decode_needs_prefix},
+    {"encode hex", test_encode_hex},
+    {"hex round trip at ISCSI_CHAP_BIN_MAX", test_hex_round_trip},
+    {"random bytes", test_random_bytes},
+    {NULL, NULL},
 };
 
 int main(void)

@@ -24,10 +24,9 @@ static uint32_t crc_ref(const uint8_t *p, size_t len)
 
 /* The RFC 3720 B.4 "iSCSI Read (10) command PDU" example. */
 static const uint8_t read_pdu[48] = {
-	0x01, 0xc0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00,
-	0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18, 0x28, 0x00, 0x00, 0x00,
-	0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x01, 0xc0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18,
+    0x28, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 };
 
 /* Apply one implementation (as iscsi_crc32c conditions it). */
@@ -62,7 +61,7 @@ static void check_vector(const uint8_t *buf, size_t len, uint32_t want)
 
 static void test_zeros(void)
 {
-	uint8_t b[32] = { 0 };
+	uint8_t b[32] = {0};
 
 	check_vector(b, sizeof(b), 0x8a9136aa);
 }
@@ -151,7 +150,7 @@ static void test_uses_sse42_when_available(void)
 static void test_wire_order(void)
 {
 	uint8_t out[4];
-	const uint8_t want[4] = { 0xaa, 0x36, 0x91, 0x8a };
+	const uint8_t want[4] = {0xaa, 0x36, 0x91, 0x8a};
 
 	iscsi_crc32c_put(out, 0x8a9136aa);
 	CU_ASSERT_EQUAL(memcmp(out, want, 4), 0);
@@ -159,17 +158,17 @@ static void test_wire_order(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "RFC 3720 B.4: 32 zero bytes", test_zeros },
-	{ "RFC 3720 B.4: 32 0xff bytes", test_ones },
-	{ "RFC 3720 B.4: incrementing bytes", test_incrementing },
-	{ "RFC 3720 B.4: decrementing bytes", test_decrementing },
-	{ "RFC 3720 B.4: iSCSI read command PDU", test_read_pdu },
-	{ "empty input leaves the crc unchanged", test_empty },
-	{ "crc of a||b continues crc of a", test_chaining },
-	{ "all lengths and alignments match the bitwise reference", test_lengths_and_alignments },
-	{ "SSE4.2 path selected when the CPU has it", test_uses_sse42_when_available },
-	{ "digest goes on the wire little-endian", test_wire_order },
-	{ NULL, NULL },
+    {"RFC 3720 B.4: 32 zero bytes", test_zeros},
+    {"RFC 3720 B.4: 32 0xff bytes", test_ones},
+    {"RFC 3720 B.4: incrementing bytes", test_incrementing},
+    {"RFC 3720 B.4: decrementing bytes", test_decrementing},
+    {"RFC 3720 B.4: iSCSI read command PDU", test_read_pdu},
+    {"empty input leaves the crc unchanged", test_empty},
+    {"crc of a||b continues crc of a", test_chaining},
+    {"all lengths and alignments match the bitwise reference", test_lengths_and_alignments},
+    {"SSE4.2 path selected when the CPU has it", test_uses_sse42_when_available},
+    {"digest goes on the wire little-endian", test_wire_order},
+    {NULL, NULL},
 };
 
 int main(void)

@@ -28,7 +28,7 @@ static enum iscsi_neg_result neg(struct neg *n, const char *key, const char *val
 {
 	strcpy(n->answer, "(untouched)");
 	return iscsi_negotiate_key(&n->p, &n->lim, n->type, key, value, n->answer,
-				   sizeof(n->answer));
+	                           sizeof(n->answer));
 }
 
 /* Offer key=value, expect an answer; @return whether it was `want`. */
@@ -318,9 +318,20 @@ static void test_unknown_and_extension_keys(void)
 static void test_login_keys_not_handled(void)
 {
 	static const char *const keys[] = {
-		"SendTargets", "TargetName", "InitiatorName", "TargetAlias", "InitiatorAlias",
-		"TargetAddress", "TargetPortalGroupTag", "SessionType", "AuthMethod", "CHAP_A",
-		"CHAP_I", "CHAP_C", "CHAP_N", "CHAP_R",
+	    "SendTargets",
+	    "TargetName",
+	    "InitiatorName",
+	    "TargetAlias",
+	    "InitiatorAlias",
+	    "TargetAddress",
+	    "TargetPortalGroupTag",
+	    "SessionType",
+	    "AuthMethod",
+	    "CHAP_A",
+	    "CHAP_I",
+	    "CHAP_C",
+	    "CHAP_N",
+	    "CHAP_R",
 	};
 	struct neg n;
 
@@ -345,8 +356,18 @@ static void test_hex_numbers(void)
 static void test_bad_number_syntax_rejected(void)
 {
 	static const char *const bad[] = {
-		"", "12a", "-1", "+5", " 5", "5 ", "0x", "0xg", "1.5", "18446744073709551616",
-		"0x10000000000000000", "Yes",
+	    "",
+	    "12a",
+	    "-1",
+	    "+5",
+	    " 5",
+	    "5 ",
+	    "0x",
+	    "0xg",
+	    "1.5",
+	    "18446744073709551616",
+	    "0x10000000000000000",
+	    "Yes",
 	};
 	struct neg n;
 
@@ -371,7 +392,7 @@ static void test_bad_bool_syntax_rejected(void)
 
 static void test_reserved_values_are_protocol_errors(void)
 {
-	static const char *const reserved[] = { "Reject", "Irrelevant", "NotUnderstood" };
+	static const char *const reserved[] = {"Reject", "Irrelevant", "NotUnderstood"};
 	struct neg n;
 
 	neg_init(&n, ISCSI_SESSION_NORMAL);
@@ -398,11 +419,11 @@ static void test_overlong_value_rejected(void)
 static void test_discovery_irrelevant_keys(void)
 {
 	static const char *const irrelevant[][2] = {
-		{ "MaxConnections", "1" },      { "InitialR2T", "Yes" },
-		{ "ImmediateData", "Yes" },     { "MaxBurstLength", "262144" },
-		{ "FirstBurstLength", "65536" }, { "MaxOutstandingR2T", "1" },
-		{ "DataPDUInOrder", "Yes" },    { "DataSequenceInOrder", "Yes" },
-		{ "TaskReporting", "RFC3720" }, { "iSCSIProtocolLevel", "1" },
+	    {"MaxConnections", "1"},       {"InitialR2T", "Yes"},
+	    {"ImmediateData", "Yes"},      {"MaxBurstLength", "262144"},
+	    {"FirstBurstLength", "65536"}, {"MaxOutstandingR2T", "1"},
+	    {"DataPDUInOrder", "Yes"},     {"DataSequenceInOrder", "Yes"},
+	    {"TaskReporting", "RFC3720"},  {"iSCSIProtocolLevel", "1"},
 	};
 	struct neg n;
 	struct iscsi_params before;
@@ -432,7 +453,7 @@ static void test_discovery_relevant_keys(void)
 
 static void test_target_declares_max_recv_dsl_once(void)
 {
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_textbuf tb = {0};
 	struct iscsi_params_limits lim;
 	struct iscsi_kvlist l;
 	unsigned mask = 0;
@@ -450,7 +471,7 @@ static void test_target_declares_max_recv_dsl_once(void)
 
 static void test_target_declaration_clamped_to_range(void)
 {
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_textbuf tb = {0};
 	struct iscsi_params_limits lim;
 	unsigned mask = 0;
 	static const char want[] = "MaxRecvDataSegmentLength=16777215";
@@ -464,40 +485,40 @@ static void test_target_declaration_clamped_to_range(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "init gives the RFC 7143 defaults", test_rfc_defaults },
-	{ "limit defaults", test_limit_defaults },
-	{ "digest: first of the initiator's list", test_digest_takes_initiator_order },
-	{ "digest: unknown values skipped, none -> Reject", test_digest_skips_unknown },
-	{ "MaxConnections: minimum", test_max_connections_min },
-	{ "InitialR2T: OR", test_initial_r2t_or },
-	{ "ImmediateData: AND", test_immediate_data_and },
-	{ "MaxRecvDataSegmentLength: declarative, recorded", test_max_recv_dsl_is_declarative },
-	{ "MaxRecvDataSegmentLength: bad value fails login", test_max_recv_dsl_out_of_range_fails },
-	{ "MaxBurstLength: minimum with our limit", test_max_burst_min },
-	{ "MaxBurstLength: out of range -> Reject", test_max_burst_out_of_range_rejected },
-	{ "FirstBurstLength: never above MaxBurstLength", test_first_burst_bounded_by_max_burst },
-	{ "finish clamps FirstBurstLength", test_finish_clamps_first_burst },
-	{ "DefaultTime2Wait: maximum", test_time2wait_max },
-	{ "DefaultTime2Retain: minimum", test_time2retain_min },
-	{ "MaxOutstandingR2T: minimum", test_max_outstanding_r2t_min },
-	{ "DataPDUInOrder/DataSequenceInOrder: OR", test_in_order_keys_or },
-	{ "ErrorRecoveryLevel: minimum with 0", test_error_recovery_level_min },
-	{ "markers: No, mark intervals: Reject", test_markers_answered_no },
-	{ "TaskReporting: RFC3720 from the list", test_task_reporting },
-	{ "iSCSIProtocolLevel: minimum with 1", test_protocol_level_min },
-	{ "RDMAExtensions: No", test_rdma_extensions_no },
-	{ "unknown and X- / X# keys: NotUnderstood", test_unknown_and_extension_keys },
-	{ "login keys left to the caller", test_login_keys_not_handled },
-	{ "hex and zero-padded numbers", test_hex_numbers },
-	{ "bad number syntax -> Reject", test_bad_number_syntax_rejected },
-	{ "bad boolean syntax -> Reject", test_bad_bool_syntax_rejected },
-	{ "reserved constants offered -> protocol error", test_reserved_values_are_protocol_errors },
-	{ "value over 255 bytes -> Reject", test_overlong_value_rejected },
-	{ "discovery: normal-session keys Irrelevant", test_discovery_irrelevant_keys },
-	{ "discovery: connection keys negotiated", test_discovery_relevant_keys },
-	{ "target declares MaxRecvDataSegmentLength once", test_target_declares_max_recv_dsl_once },
-	{ "target declaration clamped to 2^24-1", test_target_declaration_clamped_to_range },
-	{ NULL, NULL },
+    {"init gives the RFC 7143 defaults", test_rfc_defaults},
+    {"limit defaults", test_limit_defaults},
+    {"digest: first of the initiator's list", test_digest_takes_initiator_order},
+    {"digest: unknown values skipped, none -> Reject", test_digest_skips_unknown},
+    {"MaxConnections: minimum", test_max_connections_min},
+    {"InitialR2T: OR", test_initial_r2t_or},
+    {"ImmediateData: AND", test_immediate_data_and},
+    {"MaxRecvDataSegmentLength: declarative, recorded", test_max_recv_dsl_is_declarative},
+    {"MaxRecvDataSegmentLength: bad value fails login", test_max_recv_dsl_out_of_range_fails},
+    {"MaxBurstLength: minimum with our limit", test_max_burst_min},
+    {"MaxBurstLength: out of range -> Reject", test_max_burst_out_of_range_rejected},
+    {"FirstBurstLength: never above MaxBurstLength", test_first_burst_bounded_by_max_burst},
+    {"finish clamps FirstBurstLength", test_finish_clamps_first_burst},
+    {"DefaultTime2Wait: maximum", test_time2wait_max},
+    {"DefaultTime2Retain: minimum", test_time2retain_min},
+    {"MaxOutstandingR2T: minimum", test_max_outstanding_r2t_min},
+    {"DataPDUInOrder/DataSequenceInOrder: OR", test_in_order_keys_or},
+    {"ErrorRecoveryLevel: minimum with 0", test_error_recovery_level_min},
+    {"markers: No, mark intervals: Reject", test_markers_answered_no},
+    {"TaskReporting: RFC3720 from the list", test_task_reporting},
+    {"iSCSIProtocolLevel: minimum with 1", test_protocol_level_min},
+    {"RDMAExtensions: No", test_rdma_extensions_no},
+    {"unknown and X- / X# keys: NotUnderstood", test_unknown_and_extension_keys},
+    {"login keys left to the caller", test_login_keys_not_handled},
+    {"hex and zero-padded numbers", test_hex_numbers},
+    {"bad number syntax -> Reject", test_bad_number_syntax_rejected},
+    {"bad boolean syntax -> Reject", test_bad_bool_syntax_rejected},
+    {"reserved constants offered -> protocol error", test_reserved_values_are_protocol_errors},
+    {"value over 255 bytes -> Reject", test_overlong_value_rejected},
+    {"discovery: normal-session keys Irrelevant", test_discovery_irrelevant_keys},
+    {"discovery: connection keys negotiated", test_discovery_relevant_keys},
+    {"target declares MaxRecvDataSegmentLength once", test_target_declares_max_recv_dsl_once},
+    {"target declaration clamped to 2^24-1", test_target_declaration_clamped_to_range},
+    {NULL, NULL},
 };
 
 int main(void)

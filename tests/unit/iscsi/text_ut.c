@@ -19,7 +19,8 @@ static void test_parses_pairs_in_order(void)
 {
 	struct iscsi_kvlist l;
 
-	CU_ASSERT_EQUAL_FATAL(PARSE(&l, "InitiatorName=iqn.1994-05.com.redhat:x\0SessionType=Normal"), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    PARSE(&l, "InitiatorName=iqn.1994-05.com.redhat:x\0SessionType=Normal"), 0);
 	CU_ASSERT_EQUAL_FATAL(l.n, 2);
 	CU_ASSERT_STRING_EQUAL(l.kv[0].key, "InitiatorName");
 	CU_ASSERT_STRING_EQUAL(l.kv[0].value, "iqn.1994-05.com.redhat:x");
@@ -163,9 +164,9 @@ static void test_never_reads_past_len(void)
 {
 	long page = sysconf(_SC_PAGESIZE);
 	uint8_t *map = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE,
-			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	struct iscsi_kvlist l;
-	static const char ok[] = "a=1\0b=2";        /* sizeof includes the final NUL */
+	static const char ok[] = "a=1\0b=2";           /* sizeof includes the final NUL */
 	static const char unterminated[] = "a=1\0b=2"; /* passed without it */
 
 	CU_ASSERT_FATAL(map != MAP_FAILED);
@@ -178,9 +179,9 @@ static void test_never_reads_past_len(void)
 	iscsi_kvlist_free(&l);
 
 	memcpy(end - (sizeof(unterminated) - 1), unterminated, sizeof(unterminated) - 1);
-	CU_ASSERT_EQUAL(iscsi_kvlist_parse(&l, end - (sizeof(unterminated) - 1),
-					   sizeof(unterminated) - 1),
-			-EINVAL);
+	CU_ASSERT_EQUAL(
+	    iscsi_kvlist_parse(&l, end - (sizeof(unterminated) - 1), sizeof(unterminated) - 1),
+	    -EINVAL);
 	memset(end - 5, 'k', 5); /* a key running into the guard page */
 	CU_ASSERT_EQUAL(iscsi_kvlist_parse(&l, end - 5, 5), -EINVAL);
 	munmap(map, (size_t)page * 2);
@@ -200,7 +201,7 @@ static void test_owns_a_copy(void)
 
 static void test_many_pairs(void)
 {
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_textbuf tb = {0};
 	struct iscsi_kvlist l;
 	char key[16];
 
@@ -230,7 +231,7 @@ static void test_find(void)
 
 static void test_textbuf_add(void)
 {
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_textbuf tb = {0};
 	static const char want[] = "HeaderDigest=None\0TargetAlias=";
 
 	CU_ASSERT_EQUAL_FATAL(iscsi_textbuf_add(&tb, "HeaderDigest", "None"), 0);
@@ -244,7 +245,7 @@ static void test_textbuf_add(void)
 
 static void test_textbuf_addf_long_value(void)
 {
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_textbuf tb = {0};
 	char big[300];
 	struct iscsi_kvlist l;
 
@@ -260,25 +261,25 @@ static void test_textbuf_addf_long_value(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "parses pairs in order", test_parses_pairs_in_order },
-	{ "value keeps '=' after the first", test_value_keeps_later_equals },
-	{ "empty value is allowed", test_empty_value_allowed },
-	{ "empty segment gives no pairs", test_empty_segment },
-	{ "stray NULs are skipped", test_skips_empty_strings },
-	{ "rejects a last pair without NUL", test_rejects_missing_final_nul },
-	{ "rejects a pair without '='", test_rejects_missing_equals },
-	{ "rejects an empty key", test_rejects_empty_key },
-	{ "key of 63 bytes ok, 64 rejected", test_key_length_limit },
-	{ "key characters per RFC 7143 6.1", test_key_charset },
-	{ "value of 8192 bytes ok, 8193 rejected", test_value_length_limit },
-	{ "error leaves the list empty", test_error_leaves_list_empty },
-	{ "never reads past len", test_never_reads_past_len },
-	{ "list owns a copy of the data", test_owns_a_copy },
-	{ "1000 pairs round-trip", test_many_pairs },
-	{ "find returns the first exact match", test_find },
-	{ "textbuf_add writes key=value NUL", test_textbuf_add },
-	{ "textbuf_addf formats long values", test_textbuf_addf_long_value },
-	{ NULL, NULL },
+    {"parses pairs in order", test_parses_pairs_in_order},
+    {"value keeps '=' after the first", test_value_keeps_later_equals},
+    {"empty value is allowed", test_empty_value_allowed},
+    {"empty segment gives no pairs", test_empty_segment},
+    {"stray NULs are skipped", test_skips_empty_strings},
+    {"rejects a last pair without NUL", test_rejects_missing_final_nul},
+    {"rejects a pair without '='", test_rejects_missing_equals},
+    {"rejects an empty key", test_rejects_empty_key},
+    {"key of 63 bytes ok, 64 rejected", test_key_length_limit},
+    {"key characters per RFC 7143 6.1", test_key_charset},
+    {"value of 8192 bytes ok, 8193 rejected", test_value_length_limit},
+    {"error leaves the list empty", test_error_leaves_list_empty},
+    {"never reads past len", test_never_reads_past_len},
+    {"list owns a copy of the data", test_owns_a_copy},
+    {"1000 pairs round-trip", test_many_pairs},
+    {"find returns the first exact match", test_find},
+    {"textbuf_add writes key=value NUL", test_textbuf_add},
+    {"textbuf_addf formats long values", test_textbuf_addf_long_value},
+    {NULL, NULL},
 };
 
 int main(void)
