@@ -8,8 +8,9 @@
  *      SPC-4 exempts);
  *   4. CDB shorter than the command, or a bit set that the command's usage
  *      mask does not have: INVALID FIELD IN CDB with a field pointer;
- *   5. write to a write-protected LU: DATA PROTECT;
- * then the handler.
+ * then the handler. A write to a write-protected LU gets DATA PROTECT from
+ * scsi_write_protected(), which handlers call after their own CDB checks
+ * (SBC-3: an invalid field or LBA is reported before the medium's state).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,14 @@ void scsi_data_in(struct hl_scsi_cmd *cmd, const void *buf, uint32_t len, uint32
 		memcpy(cmd->data, buf, n);
 	cmd->data_in_len = n;
 	scsi_set_good(cmd);
+}
+
+bool scsi_write_protected(struct hl_scsi_cmd *cmd)
+{
+	if (!cmd->lu->cfg.read_only)
+		return false;
+	hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, SCSI_ASC_WRITE_PROTECTED);
+	return true;
 }
 
 void scsi_cmd_complete(struct hl_scsi_cmd *cmd)
@@ -108,10 +117,6 @@ static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
 	}
 	if (!cdb_fields_ok(cmd, d))
 		return SCSI_DONE;
-	if ((d->flags & SCSI_F_WRITE) && cmd->lu->cfg.read_only) {
-		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, SCSI_ASC_WRITE_PROTECTED);
-		return SCSI_DONE;
-	}
 	return d->exec(cmd);
 }
 

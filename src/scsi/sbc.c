@@ -281,6 +281,8 @@ enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd)
 	if (!rw_check(cmd, &a, true))
 		return SCSI_DONE;
 	cmd->xfer_len = a.count * lu->block_size;
+	if (scsi_write_protected(cmd))
+		return SCSI_DONE;
 	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
 		return SCSI_DONE;
 	scsi_set_good(cmd);
@@ -450,6 +452,8 @@ enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd)
 	if (!rw_check(cmd, &a, true))
 		return SCSI_DONE;
 	cmd->xfer_len = a.count * lu->block_size;
+	if (scsi_write_protected(cmd))
+		return SCSI_DONE;
 	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
 		return SCSI_DONE;
 	scsi_set_good(cmd);

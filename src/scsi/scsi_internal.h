@@ -24,8 +24,9 @@
 
 /* ---- logical unit ---- */
 
-#define SCSI_UA_MAX 4 /* pending unit attentions kept per nexus; older ones fold into the newest   \
-	               */
+#define SCSI_UA_MAX                                                                                \
+	4 /* pending unit attentions kept per nexus; older ones fold into the newest               \
+	   */
 
 /** Per-LU, per-nexus state (unit attentions now, reservations later). */
 struct scsi_lu_nexus {
@@ -63,7 +64,7 @@ typedef enum scsi_exec_result (*scsi_exec_fn)(struct hl_scsi_cmd *cmd);
 #define SCSI_F_UA_PASS  0x02u /* not blocked by a pending unit attention */
 #define SCSI_F_MEDIA    0x04u /* accesses the medium */
 #define SCSI_F_DATA_OUT 0x08u /* takes data-out from the initiator */
-#define SCSI_F_WRITE    0x10u /* modifies the medium: refused on a read-only LU */
+#define SCSI_F_WRITE    0x10u /* modifies the medium: the handler calls scsi_write_protected() */
 
 #define SCSI_USAGE_MAX 16
 
@@ -123,6 +124,12 @@ static inline struct scsi_cmd_priv *scsi_priv(struct hl_scsi_cmd *cmd)
 }
 
 /* ---- cmd.c ---- */
+
+/**
+ * For commands flagged SCSI_F_WRITE, after their CDB checks: true (with DATA
+ * PROTECT, WRITE PROTECTED set) when the LU is write-protected.
+ */
+bool scsi_write_protected(struct hl_scsi_cmd *cmd);
 
 /** Finish a command a handler left pending: frees its bounce buffer and calls cmd->done. */
 void scsi_cmd_complete(struct hl_scsi_cmd *cmd);

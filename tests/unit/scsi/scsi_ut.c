@@ -698,6 +698,23 @@ static void test_read_only_lu(void)
 	run(&t, ms, 6, msbuf, sizeof(msbuf), false);
 	ASSERT_GOOD(t);
 	CU_ASSERT_EQUAL(msbuf[2] & 0x80, 0x80);
+	/* CDB errors come before the medium's write protection */
+	cdb_rw10(cdb, 0x2a, NBLOCKS, 1);
+	run(&t, cdb, 10, buf, BS, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x21, 0x00);
+	cdb_rw10(cdb, 0x2a, 0, 1);
+	cdb[1] = 0x20;
+	run(&t, cdb, 10, buf, BS, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+	/* every command the table marks as writing is refused */
+	for (unsigned o = 0; o < 256; o++) {
+		const struct scsi_cmd_desc *d = scsi_disk_ops[o].cmd;
+		if (!d || !(d->flags & SCSI_F_WRITE))
+			continue;
+		uint8_t c[16] = {(uint8_t)o};
+		run(&t, c, d->cdb_len, buf, BS, true);
+		ASSERT_SENSE(t, HL_SK_DATA_PROTECT, 0x27, 0x00);
+	}
 	CU_ASSERT_EQUAL(fake_of(origin)->n_write, 0);
 	lu_teardown();
 }
