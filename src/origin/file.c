@@ -287,12 +287,15 @@ static int work_submit(struct hl_origin_io *io)
 static void ring_event(struct hl_event *ev, uint32_t revents);
 static void ring_retry(struct hl_timer *t);
 
-static void ring_destroy(struct file_ring *ring)
+/* detach: unregister from the reactor first (false when the reactor may be gone). */
+static void ring_destroy(struct file_ring *ring, bool detach)
 {
 	if (!ring)
 		return;
-	hl_timer_stop(&ring->retry);
-	hl_event_del(&ring->ev);
+	if (detach) {
+		hl_timer_stop(&ring->retry);
+		hl_event_del(&ring->ev);
+	}
 	io_uring_queue_exit(&ring->ring);
 	close(ring->efd);
 	free(ring);
@@ -300,8 +303,12 @@ static void ring_destroy(struct file_ring *ring)
 
 static void ring_key_destructor(void *p)
 {
-	/* Thread exit: the ring is idle (its reactor is gone), just release it. */
-	ring_destroy(p);
+	/*
+	 * Thread exit: the reactor may already be freed, so do not touch it.
+	 * Normally the ring is idle here; if not (a shutdown that did not drain),
+	 * closing the ring cancels what is left.
+	 */
+	ring_destroy(p, false);
 	tl_ring = NULL;
 }
 
@@ -314,7 +321,7 @@ void origin_file_thread_fini(void)
 {
 	if (tl_ring) {
 		pthread_setspecific(ring_key, NULL);
-		ring_destroy(tl_ring);
+		ring_destroy(tl_ring, true);
 		tl_ring = NULL;
 	}
 	tl_ring_failed = false;
@@ -389,10 +396,14 @@ static void ring_flush(struct file_ring *ring)
 	if (!io_uring_sq_ready(&ring->ring))
 		return;
 	rc = io_uring_submit(&ring->ring);
-	if (rc >= 0 || rc == -EINTR)
+	if (rc >= 0 && !io_uring_sq_ready(&ring->ring))
 		return;
-	/* The SQEs stay queued; try again shortly (EAGAIN/EBUSY: kernel short of memory). */
-	HL_WARN_RL("origin", "io_uring_submit: %s; retrying", strerror(-rc));
+	/*
+	 * What the kernel did not take stays queued in the SQ ring (EAGAIN/EBUSY:
+	 * short of memory); no completion may come to push it, so retry shortly.
+	 */
+	if (rc < 0)
+		HL_WARN_RL("origin", "io_uring_submit: %s; retrying", strerror(-rc));
 	if (!hl_timer_pending(&ring->retry))
 		hl_timer_start(ring->reactor, &ring->retry, 1);
 }
