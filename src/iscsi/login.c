@@ -97,6 +97,14 @@ static int login_send_piece(struct iscsi_conn *c)
 		HL_NOTICE(ISCSI_LOG, "%s: %s session %s -> %s tsih 0x%04x established",
 			  c->peer_str, s->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "normal",
 			  s->initiator_name, s->target ? s->target->name : "-", s->tsih);
+		HL_INFO(ISCSI_LOG,
+			"%s: digests header %s data %s, MaxRecvDSL in %u out %u, burst %u/%u, "
+			"InitialR2T %s ImmediateData %s MaxOutstandingR2T %u",
+			c->peer_str, c->params.header_digest ? "CRC32C" : "None",
+			c->params.data_digest ? "CRC32C" : "None", c->params.max_recv_dsl_target,
+			c->params.max_recv_dsl_initiator, c->params.first_burst_length,
+			c->params.max_burst_length, c->params.initial_r2t ? "Yes" : "No",
+			c->params.immediate_data ? "Yes" : "No", c->params.max_outstanding_r2t);
 		c->state = CONN_FFP;
 		c->login = NULL;
 		iscsi_login_free(l);
@@ -438,6 +446,8 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 
 	if (csg != l->cur_stage || csg == 2 || csg == ISCSI_STAGE_FFP)
 		return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "bad CSG");
+	if (l->tpgt_sent && csg == ISCSI_STAGE_OPERATIONAL && l->auth_required && l->auth != AUTH_DONE)
+		return login_fail(c, ISCSI_LOGIN_AUTH_FAILED, "authentication required");
 	if (transit && (nsg == 2 || nsg <= csg))
 		return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "bad NSG");
 
@@ -463,8 +473,15 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 		    iscsi_textbuf_addf(&tb, "TargetPortalGroupTag", "%u", c->tpgt) < 0)
 			goto nomem;
 		l->tpgt_sent = true;
-		if (!l->auth_required && l->auth == AUTH_START && csg != ISCSI_STAGE_SECURITY)
+		if (csg != ISCSI_STAGE_SECURITY) {
+			/* the initiator skipped the security stage */
+			if (l->auth_required) {
+				status = ISCSI_LOGIN_AUTH_FAILED;
+				why = "authentication required, security stage skipped";
+				goto fail;
+			}
 			l->auth = AUTH_DONE;
+		}
 	}
 
 	for (size_t i = 0; i < kv.n; i++) {
