@@ -1,0 +1,423 @@
+/*
+ * cache.h - the read cache: a cache device (SSD file or block device) shared
+ * by many LUNs, keyed by (lun id, cache block), with frequency admission,
+ * CLOCK eviction, per-4 KiB valid bits and persistent metadata.
+ *
+ * Two layers are exported:
+ *
+ *  - the policy core (struct hl_cache_core): index, slots, admission,
+ *    eviction, write/invalidate rules and stats as pure functions with no
+ *    I/O. hotlun-sim drives it directly; the daemon drives it through the
+ *    engine below. Not thread-safe: the caller serialises calls (the engine
+ *    holds one mutex around every core call; they are all O(1) amortised
+ *    per cache block).
+ *
+ *  - the device side (struct hl_cache_dev + metadata): the cache device with
+ *    O_DIRECT, an in-memory device with fault injection for tests, and the
+ *    on-device metadata (docs/cache-format.md).
+ *
+ * Units: offsets and lengths are bytes on a LUN; the cache tracks 4 KiB
+ * sectors (HL_CACHE_SECTOR). Nothing here knows SCSI or iSCSI.
+ *
+ * Data-path protocol (what the daemon does, and what the sim does with the
+ * device I/O replaced by accounting):
+ *
+ *   read:  hl_cache_core_read() -> per cache block an hl_cache_io saying HIT
+ *          (read the slot from the cache device), or MISS/PARTIAL (read the
+ *          origin) and whether to FILL the slot with what the origin
+ *          returned. After the device/origin I/O: hl_cache_core_io_end() for
+ *          every io (installs a fill only if no write raced it).
+ *   write: hl_cache_core_write_begin() before the origin write (cached
+ *          sectors stop being served, in-flight fills become stale);
+ *          hl_cache_core_write_end() after it: says whether to write the new
+ *          data into the slot (update mode); then hl_cache_core_io_end().
+ *   range invalidation (UNMAP, WRITE SAME, PREEMPT AND ABORT, LUN removal):
+ *          hl_cache_core_invalidate().
+ */
+#ifndef HOTLUN_CACHE_H
+#define HOTLUN_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HL_CACHE_SECTOR        4096u          /* valid-bit granularity */
+#define HL_CACHE_MIN_BLOCK     4096u
+#define HL_CACHE_MAX_BLOCK     (1024u * 1024) /* 256 sectors per block */
+#define HL_CACHE_MAX_LUNS      65536u         /* lun ids are 16 bits */
+#define HL_CACHE_MAX_BLOCK_NR  ((1ull << 48) - 1)
+#define HL_CACHE_NO_SLOT       UINT32_MAX
+
+/* ------------------------------------------------------------------ */
+/* Admission policies                                                 */
+/* ------------------------------------------------------------------ */
+
+/** Admission policies, the index of the ops table. */
+enum hl_admit_kind {
+	HL_ADMIT_FREQ = 0, /* default: count-min sketch, candidate vs victim */
+	HL_ADMIT_ALWAYS,   /* admit every miss (classic CLOCK) */
+	HL_ADMIT_NHIT,     /* admit on the Nth miss of a block */
+	HL_ADMIT__COUNT,
+};
+
+struct hl_admit;
+
+/**
+ * One admission policy. Every hook except name/init/fini is optional: a
+ * missing on_access does nothing, a missing should_admit admits.
+ */
+struct hl_admit_ops {
+	const char *name;
+	/** Allocate state sized for nslots cache slots; param is N for nhit. @return 0/-errno. */
+	int (*init)(struct hl_admit *a, uint64_t nslots, uint32_t param);
+	void (*fini)(struct hl_admit *a);
+	/** Every read access of a cache block (hit or miss) is reported once. */
+	void (*on_access)(struct hl_admit *a, uint64_t key, bool miss);
+	/**
+	 * Admit key? have_free: a free slot exists (no eviction needed);
+	 * otherwise victim_key is what would be evicted.
+	 */
+	bool (*should_admit)(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key);
+	/** Estimated access frequency (for tests and stats); optional. */
+	uint32_t (*estimate)(const struct hl_admit *a, uint64_t key);
+	/** RAM used by the policy's state. */
+	size_t (*mem_bytes)(const struct hl_admit *a);
+};
+
+/** The ops of one policy. kind must be < HL_ADMIT__COUNT. */
+const struct hl_admit_ops *hl_admit_ops_get(enum hl_admit_kind kind);
+
+/**
+ * Parse "freq" (alias "default", "tinylfu"), "always", "nhit:N" (N >= 1).
+ * @return 0 or -EINVAL.
+ */
+int hl_admit_parse(const char *s, enum hl_admit_kind *kind, uint32_t *param);
+
+/** Opaque admission state; the core owns one. Exposed for unit tests only. */
+int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param,
+		    struct hl_admit **out);
+void hl_admit_destroy(struct hl_admit *a);
+void hl_admit_access(struct hl_admit *a, uint64_t key, bool miss);
+bool hl_admit_should(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key);
+uint32_t hl_admit_estimate(const struct hl_admit *a, uint64_t key);
+size_t hl_admit_mem_bytes(const struct hl_admit *a);
+
+/* ------------------------------------------------------------------ */
+/* Policy core                                                        */
+/* ------------------------------------------------------------------ */
+
+enum hl_cache_write_mode {
+	HL_CACHE_WRITE_UPDATE = 0, /* default: write-through, cached sectors get the new data */
+	HL_CACHE_WRITE_INVALIDATE, /* cached sectors are dropped on write */
+};
+
+/** Configuration of one cache. Fill with hl_cache_params_default() first. */
+struct hl_cache_params {
+	uint64_t capacity;        /* bytes of cache data (rounded down to blocks) */
+	uint32_t block_size;      /* power of two, 4 KiB .. 1 MiB */
+	enum hl_admit_kind admit; /* default HL_ADMIT_FREQ */
+	uint32_t admit_param;     /* N for nhit */
+	uint64_t seq_bypass;      /* sequential streams longer than this bypass; 0: off */
+	enum hl_cache_write_mode write_mode;
+	bool fill_whole_block;    /* on admission fill the whole block, not only the request */
+	bool admit_free;          /* admit freely while free slots remain (default true) */
+	/*
+	 * RAM probation window in front of the SSD: misses the admission policy
+	 * refuses are kept in RAM (no SSD write), so a block re-read soon after
+	 * its miss still hits. HL_CACHE_WINDOW_AUTO: 1% of capacity, at least
+	 * 16 blocks, at most 64 MiB. 0: off.
+	 */
+	uint64_t window_bytes;
+};
+
+#define HL_CACHE_WINDOW_AUTO UINT64_MAX
+
+/** Defaults: 64 KiB blocks, freq admission, 1 MiB sequential bypass, update mode. */
+void hl_cache_params_default(struct hl_cache_params *p);
+
+/** Per cache and per LUN counters. Bytes are bytes of LUN data. */
+struct hl_cache_stats {
+	uint64_t read_reqs;     /* read requests */
+	uint64_t read_hits;     /* every 4K sector of the request was valid in cache */
+	uint64_t read_partial;  /* some but not all */
+	uint64_t read_misses;   /* none */
+	uint64_t read_bypass;   /* requests of a sequential stream (no admission) */
+	uint64_t admissions;    /* cache blocks given a slot on a miss */
+	uint64_t rejections;    /* misses the admission policy refused */
+	uint64_t evictions;     /* valid slots reused for another block */
+	uint64_t fills_dropped; /* fills/updates not installed because a write raced them */
+	uint64_t write_reqs;
+	uint64_t write_updates;     /* cache blocks updated by a write-through */
+	uint64_t invalidations;     /* cache blocks (partly) dropped by writes or ranges */
+	uint64_t bytes_read;        /* bytes of read requests */
+	uint64_t bytes_read_cache;  /* ... served from the cache device */
+	uint64_t bytes_read_origin; /* ... read from the origin */
+	uint64_t bytes_written;     /* bytes of write requests */
+	uint64_t bytes_cache_write; /* bytes written to the cache device (fills + updates) */
+	uint64_t bytes_read_ram;    /* part of bytes_read_cache served by the RAM window */
+	uint64_t window_fills;      /* misses kept in the RAM window instead of the SSD */
+};
+
+/** What the caller does for one cache block of a request. */
+enum hl_cache_io_kind {
+	HL_CACHE_IO_HIT = 0,  /* read [first, first+nsect) from slot; origin not needed */
+	HL_CACHE_IO_PARTIAL,  /* some sectors valid: read the origin; may fill the rest */
+	HL_CACHE_IO_MISS,     /* read the origin; may fill */
+	HL_CACHE_IO_UPDATE,   /* write request touching a cached block */
+	HL_CACHE_IO_PROMOTE,  /* copy sectors [fill_first, +fill_nsect) of RAM window slot
+				 src_slot into SSD slot `slot` (not part of the request) */
+};
+
+/**
+ * One cache block's part of a request. Filled by the core, handed back to
+ * hl_cache_core_write_end()/hl_cache_core_io_end(). Plain value; no
+ * pointers into the core.
+ */
+struct hl_cache_io {
+	uint64_t block;      /* cache block number on the LUN */
+	uint32_t slot;       /* HL_CACHE_NO_SLOT when the block is not cached */
+	uint32_t ticket;     /* slot generation when the io started */
+	uint32_t src_slot;   /* PROMOTE: the window slot holding the data */
+	uint16_t first;      /* first 4K sector of the block in the request */
+	uint16_t nsect;      /* sectors of the block in the request */
+	uint16_t fill_first; /* sectors to write into the slot (fill/update) */
+	uint16_t fill_nsect; /* 0: nothing to write into the slot */
+	uint8_t kind;        /* enum hl_cache_io_kind */
+	uint8_t pinned;      /* the io holds a pin on slot (released by io_end) */
+	uint8_t meta_barrier; /* the slot's on-device record must be made invalid first */
+	uint8_t admitted;    /* the slot was newly given to this block */
+	uint8_t ram;         /* slot is a RAM window slot (hl_cache_core_info().window_slots) */
+};
+
+struct hl_cache_core;
+
+/**
+ * Create a core for p->capacity / p->block_size slots. Caller keeps p.
+ * @return 0, -EINVAL (bad params) or -ENOMEM.
+ */
+int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core **out);
+void hl_cache_core_destroy(struct hl_cache_core *c);
+
+/**
+ * Register a LUN. quota_bytes 0: the LUN shares the pool; otherwise it gets
+ * a private partition of that many bytes carved out of the pool (like a
+ * per-disk reservation), evicting only its own blocks. @return 0, -EEXIST,
+ * -ENOSPC (not enough unreserved pool), -EINVAL.
+ */
+int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_bytes);
+
+/**
+ * Drop every block of the LUN and forget it (its partition returns to the
+ * pool once no slot is pinned). @return 0 or -ENOENT.
+ */
+int hl_cache_core_lun_remove(struct hl_cache_core *c, uint16_t lun);
+
+/** Number of ios a request [off, off+len) needs (cache blocks it spans). */
+uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint64_t len);
+
+/**
+ * Plan a read of [off, off+len) on lun: ios[0 .. nblocks-1] are the cache
+ * blocks of the request in order; entries after them (if max leaves room)
+ * are PROMOTE ios, window blocks the admission policy moves to the SSD.
+ * Counts the request in the stats; records accesses for admission; pins
+ * the slots it returns. Every returned io must be finished with
+ * hl_cache_core_io_end(). Pass max >= 2 * nblocks to allow promotions.
+ * @return number of ios (>= 1), -ENOENT (unknown lun), -E2BIG (max <
+ * nblocks), -EINVAL (len 0 or range past 2^48 blocks).
+ */
+int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+		       struct hl_cache_io *ios, uint32_t max);
+
+/**
+ * Before writing [off, off+len) to the origin: cached sectors it touches
+ * stop being valid, in-flight fills of those blocks become stale. Returns
+ * one io per *cached* block touched (possibly 0). Each must go through
+ * hl_cache_core_write_end() once the origin write finished.
+ * @return number of ios, -ENOENT, -E2BIG, -EINVAL.
+ */
+int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+			      struct hl_cache_io *ios, uint32_t max);
+
+/**
+ * The origin write of io finished (origin_ok: it succeeded). On return
+ * io->fill_nsect > 0 means "write the new data of sectors [fill_first,
+ * +fill_nsect) into io->slot, then call hl_cache_core_io_end()"; otherwise
+ * the io is finished already (do not call io_end).
+ */
+void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
+			     bool origin_ok);
+
+/**
+ * Finish an io from hl_cache_core_read() or a write_end() that asked for
+ * data: written says the fill/update data reached the cache device (false
+ * on device error or when the caller skipped the fill). Installs the
+ * sectors only if no write/invalidation touched the slot since the io
+ * started; unpins.
+ */
+void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
+			  bool written);
+
+/**
+ * Drop [off, off+len) of lun from the cache (UNMAP, WRITE SAME, PREEMPT AND
+ * ABORT, origin error). Fills in flight for those blocks become stale.
+ * len UINT64_MAX - off or more: to the end of the LUN. @return 0 or -ENOENT.
+ */
+int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len);
+
+/** Counters of the whole cache, or of one LUN (lun >= 0). @return 0 or -ENOENT. */
+int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_stats *out);
+
+/** Geometry and RAM use. */
+struct hl_cache_core_info {
+	uint64_t nslots;         /* SSD slots: 0 .. nslots-1 */
+	uint64_t window_slots;   /* RAM window slots: nslots .. nslots+window_slots-1 */
+	uint64_t used_slots;     /* slots holding a block (SSD and window) */
+	uint32_t block_size;
+	size_t ram_bytes;        /* index + slots + valid bits + bitmaps, excluding admission
+				    and the window's data buffers */
+	size_t admit_ram_bytes;  /* the admission policy's sketch */
+	double ram_per_block;    /* ram_bytes / nslots */
+};
+void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info *out);
+
+/**
+ * Look a block up without side effects (tests, the control socket). Fills
+ * *valid (bit i = sector i, up to 256 bits, caller gives 32 bytes) when
+ * non-NULL. @return slot or HL_CACHE_NO_SLOT.
+ */
+uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_t block,
+			    uint8_t *valid);
+
+/* ---- metadata view of slots, for persistence (cache_meta.c) ---- */
+
+/** One slot as persisted. */
+struct hl_cache_slot_rec {
+	uint16_t lun;
+	uint64_t block;
+	uint32_t gen;
+	uint8_t valid[HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8];
+};
+
+/** Current state of slot: @return true and *rec when it holds valid sectors. */
+bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
+			    struct hl_cache_slot_rec *rec);
+
+/**
+ * Install a recovered slot (warm restart) before any I/O. The LUN must be
+ * registered. @return 0, -EEXIST (block already cached), -EINVAL.
+ */
+int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
+			       const struct hl_cache_slot_rec *rec);
+
+/**
+ * Slots whose persisted record may be out of date: iterate with *cursor
+ * starting at 0; @return next dirty slot (and clears its dirty bit) or
+ * HL_CACHE_NO_SLOT.
+ */
+uint32_t hl_cache_core_next_dirty(struct hl_cache_core *c, uint64_t *cursor);
+
+/** The record of slot on disk no longer claims valid data (after a meta barrier). */
+void hl_cache_core_slot_disk_invalid(struct hl_cache_core *c, uint32_t slot);
+
+/** Mark slot's record as persisted as valid (after writing its current record). */
+void hl_cache_core_slot_disk_valid(struct hl_cache_core *c, uint32_t slot);
+
+/* ------------------------------------------------------------------ */
+/* Cache device and on-device metadata                                */
+/* ------------------------------------------------------------------ */
+
+struct hl_cache_dev;
+
+/**
+ * Device operations. Synchronous; the engine runs them on worker threads
+ * (hl_work_submit) or through io_uring, never on a reactor. Buffers must be
+ * aligned to 4 KiB for O_DIRECT devices.
+ */
+struct hl_cache_dev_ops {
+	const char *name;
+	int (*pread)(struct hl_cache_dev *d, void *buf, size_t len, uint64_t off);
+	int (*pwrite)(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off);
+	int (*flush)(struct hl_cache_dev *d);
+	void (*close)(struct hl_cache_dev *d);
+};
+
+struct hl_cache_dev {
+	const struct hl_cache_dev_ops *ops;
+	uint64_t size;     /* bytes */
+	int fd;            /* -1 for memory devices */
+	void *priv;
+};
+
+/**
+ * Open (and for a regular file create/extend to size) a cache device with
+ * O_DIRECT. size 0: use the existing size. @return 0 or -errno.
+ */
+int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev **out);
+
+/**
+ * An in-memory device for tests. After fail_after successful writes, the
+ * next write is torn (only its first torn_bytes land) and every later
+ * write/flush fails with -EIO (a crash). fail_after UINT64_MAX: never.
+ */
+int hl_cache_dev_open_mem(uint64_t size, struct hl_cache_dev **out);
+void hl_cache_dev_mem_fail_at(struct hl_cache_dev *d, uint64_t fail_after, size_t torn_bytes);
+/** Writes that reached the memory device so far. */
+uint64_t hl_cache_dev_mem_writes(const struct hl_cache_dev *d);
+/** Clear the failure state (the "reboot" after a simulated crash); keeps the contents. */
+void hl_cache_dev_mem_reset(struct hl_cache_dev *d);
+
+void hl_cache_dev_close(struct hl_cache_dev *d);
+
+/** Geometry of a formatted cache device (see docs/cache-format.md). */
+struct hl_cache_layout {
+	uint32_t block_size;
+	uint32_t rec_size;     /* bytes per slot record */
+	uint64_t nslots;
+	uint64_t meta_off;     /* first record page */
+	uint64_t meta_len;     /* bytes of record pages */
+	uint64_t data_off;     /* slot i's data is at data_off + i * block_size */
+};
+
+/** Compute the layout for a device of dev_size bytes and block_size. @return 0/-EINVAL/-ENOSPC. */
+int hl_cache_layout_compute(uint64_t dev_size, uint32_t block_size, struct hl_cache_layout *l);
+
+/**
+ * Write a fresh superblock (empty cache, no valid slots) with a new uuid.
+ * Every record page is zeroed. Blocking. @return 0 or -errno.
+ */
+int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t block_size, struct hl_cache_layout *l);
+
+/**
+ * Read the superblock and every slot record, restoring valid slots into c
+ * (whose LUNs are registered by the caller first; records of unknown LUNs
+ * are dropped). Marks the superblock "open" (persisted) before returning,
+ * so that the caller may write to the device. Blocking.
+ * @return number of slots restored, -ENODATA (no/foreign superblock, or
+ * geometry differs: format instead), -errno.
+ */
+int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l);
+
+/**
+ * Persist the records of slot and every other dirty slot on the same
+ * record page (one page write). Blocking. @return 0 or -errno.
+ */
+int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+			     struct hl_cache_core *c, uint32_t slot);
+
+/**
+ * Invalidate slot's on-device record (the meta barrier before its data is
+ * overwritten): write the page with the slot marked empty, then flush.
+ * Blocking. @return 0 or -errno.
+ */
+int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+			  struct hl_cache_core *c, uint32_t slot);
+
+/** Write every dirty record page, flush. Blocking. @return 0 or -errno. */
+int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+		       struct hl_cache_core *c);
+
+/** Clean shutdown: sync, then mark the superblock closed. Blocking. @return 0 or -errno. */
+int hl_cache_meta_close(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+			struct hl_cache_core *c);
+
+#endif

@@ -1,0 +1,318 @@
+/*
+ * cache_admit.c - admission policies behind struct hl_admit_ops, indexed by
+ * enum hl_admit_kind:
+ *
+ *  freq    TinyLFU-style: a count-min sketch of 4 rows of 4-bit counters
+ *          (16 per 64-bit word) with conservative increments, a doorkeeper
+ *          bloom filter that absorbs first accesses, and aging that halves
+ *          every counter after 10 accesses per slot. A miss is admitted when
+ *          its estimated frequency beats the eviction victim's, or freely
+ *          while the cache has free slots.
+ *  always  admit every miss.
+ *  nhit:N  admit on the Nth miss of a block (misses counted in the same
+ *          kind of sketch, so the count can only be over-estimated).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_internal.h"
+#include "hotlun/util.h"
+
+#define SKETCH_ROWS 4
+
+struct hl_admit {
+	const struct hl_admit_ops *ops;
+	uint32_t param;
+	/* sketch */
+	uint64_t *words;      /* SKETCH_ROWS rows of width/16 words */
+	uint64_t width;       /* counters per row, power of two */
+	uint64_t *door;       /* doorkeeper bloom filter, door_bits bits */
+	uint64_t door_bits;   /* power of two; 0: no doorkeeper */
+	uint64_t additions;   /* since the last aging */
+	uint64_t sample;      /* age after this many additions */
+	uint64_t agings;
+};
+
+static uint64_t pow2_at_least(uint64_t v)
+{
+	uint64_t p = 16;
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+static int sketch_init(struct hl_admit *a, uint64_t nslots, bool doorkeeper)
+{
+	a->width = pow2_at_least(nslots);
+	a->words = calloc(SKETCH_ROWS * (a->width / 16), sizeof(uint64_t));
+	if (!a->words)
+		return -ENOMEM;
+	if (doorkeeper) {
+		a->door_bits = pow2_at_least(nslots * 4);
+		a->door = calloc(a->door_bits / 64, sizeof(uint64_t));
+		if (!a->door) {
+			free(a->words);
+			a->words = NULL;
+			return -ENOMEM;
+		}
+	}
+	a->sample = 10 * (nslots ? nslots : 1);
+	return 0;
+}
+
+static void sketch_fini(struct hl_admit *a)
+{
+	free(a->words);
+	free(a->door);
+	a->words = a->door = NULL;
+}
+
+/* Counter position of key in row r: word index and shift within the word. */
+static inline void sketch_pos(const struct hl_admit *a, uint64_t h, int r, uint64_t *w,
+			      unsigned *shift)
+{
+	uint64_t hr = cache_hash(h + (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull);
+	uint64_t idx = hr & (a->width - 1);
+	*w = (uint64_t)r * (a->width / 16) + idx / 16;
+	*shift = (unsigned)(idx % 16) * 4;
+}
+
+static uint32_t sketch_estimate(const struct hl_admit *a, uint64_t key)
+{
+	uint64_t h = cache_hash(key), w;
+	unsigned shift, min = 15;
+
+	for (int r = 0; r < SKETCH_ROWS; r++) {
+		sketch_pos(a, h, r, &w, &shift);
+		unsigned v = (unsigned)(a->words[w] >> shift) & 0xf;
+		if (v < min)
+			min = v;
+	}
+	return min;
+}
+
+static bool door_test_set(struct hl_admit *a, uint64_t key, bool set)
+{
+	uint64_t h = cache_hash(key ^ 0x5bd1e9955bd1e995ull);
+	uint64_t b1 = h & (a->door_bits - 1), b2 = (h >> 32) & (a->door_bits - 1);
+	bool hit = (a->door[b1 / 64] >> (b1 % 64) & 1) && (a->door[b2 / 64] >> (b2 % 64) & 1);
+	if (set) {
+		a->door[b1 / 64] |= 1ull << (b1 % 64);
+		a->door[b2 / 64] |= 1ull << (b2 % 64);
+	}
+	return hit;
+}
+
+/* Halve every counter (aging), clear the doorkeeper. */
+static void sketch_age(struct hl_admit *a)
+{
+	uint64_t n = SKETCH_ROWS * (a->width / 16);
+	for (uint64_t i = 0; i < n; i++)
+		a->words[i] = (a->words[i] >> 1) & 0x7777777777777777ull;
+	if (a->door)
+		memset(a->door, 0, a->door_bits / 8);
+	a->additions = 0;
+	a->agings++;
+}
+
+static void sketch_add(struct hl_admit *a, uint64_t key)
+{
+	uint64_t h = cache_hash(key), w[SKETCH_ROWS];
+	unsigned shift[SKETCH_ROWS], min = 15;
+
+	if (a->door && !door_test_set(a, key, true))
+		goto counted; /* first sighting since the last aging: doorkeeper only */
+	for (int r = 0; r < SKETCH_ROWS; r++) {
+		sketch_pos(a, h, r, &w[r], &shift[r]);
+		unsigned v = (unsigned)(a->words[w[r]] >> shift[r]) & 0xf;
+		if (v < min)
+			min = v;
+	}
+	if (min < 15) {
+		/* Conservative update: raise only the counters at the minimum. */
+		for (int r = 0; r < SKETCH_ROWS; r++) {
+			unsigned v = (unsigned)(a->words[w[r]] >> shift[r]) & 0xf;
+			if (v == min)
+				a->words[w[r]] += 1ull << shift[r];
+		}
+	}
+counted:
+	if (++a->additions >= a->sample)
+		sketch_age(a);
+}
+
+static uint32_t freq_estimate(const struct hl_admit *a, uint64_t key)
+{
+	uint32_t e = sketch_estimate(a, key);
+	if (a->door && door_test_set((struct hl_admit *)a, key, false))
+		e++;
+	return e;
+}
+
+static size_t sketch_mem(const struct hl_admit *a)
+{
+	return SKETCH_ROWS * (a->width / 16) * sizeof(uint64_t) + a->door_bits / 8;
+}
+
+/* ---- freq ---- */
+
+static int freq_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
+{
+	return sketch_init(a, nslots, true);
+}
+
+static void freq_access(struct hl_admit *a, uint64_t key, bool miss)
+{
+	sketch_add(a, key);
+}
+
+static bool freq_should(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key)
+{
+	if (have_free)
+		return true;
+	return freq_estimate(a, key) > freq_estimate(a, victim_key);
+}
+
+/* ---- always ---- */
+
+static int always_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
+{
+	return 0;
+}
+
+static void always_fini(struct hl_admit *a)
+{
+}
+
+/* ---- nhit:N ---- */
+
+static int nhit_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
+{
+	if (param < 1 || param > 15)
+		return -EINVAL;
+	/* Misses of blocks not cached: the sketch needs room for more than nslots keys. */
+	return sketch_init(a, nslots * 2, false);
+}
+
+static void nhit_access(struct hl_admit *a, uint64_t key, bool miss)
+{
+	if (miss)
+		sketch_add(a, key);
+}
+
+static bool nhit_should(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key)
+{
+	return sketch_estimate(a, key) >= a->param;
+}
+
+static const struct hl_admit_ops admit_ops[HL_ADMIT__COUNT] = {
+	[HL_ADMIT_FREQ] = {
+		.name = "freq",
+		.init = freq_init,
+		.fini = sketch_fini,
+		.on_access = freq_access,
+		.should_admit = freq_should,
+		.estimate = freq_estimate,
+		.mem_bytes = sketch_mem,
+	},
+	[HL_ADMIT_ALWAYS] = {
+		.name = "always",
+		.init = always_init,
+		.fini = always_fini,
+	},
+	[HL_ADMIT_NHIT] = {
+		.name = "nhit",
+		.init = nhit_init,
+		.fini = sketch_fini,
+		.on_access = nhit_access,
+		.should_admit = nhit_should,
+		.estimate = sketch_estimate,
+		.mem_bytes = sketch_mem,
+	},
+};
+
+const struct hl_admit_ops *hl_admit_ops_get(enum hl_admit_kind kind)
+{
+	if ((unsigned)kind >= HL_ADMIT__COUNT)
+		return NULL;
+	return &admit_ops[kind];
+}
+
+int hl_admit_parse(const char *s, enum hl_admit_kind *kind, uint32_t *param)
+{
+	uint64_t n;
+
+	if (!strcmp(s, "freq") || !strcmp(s, "default") || !strcmp(s, "tinylfu")) {
+		*kind = HL_ADMIT_FREQ;
+		*param = 0;
+		return 0;
+	}
+	if (!strcmp(s, "always")) {
+		*kind = HL_ADMIT_ALWAYS;
+		*param = 0;
+		return 0;
+	}
+	if (!strncmp(s, "nhit:", 5)) {
+		if (hl_parse_u64(s + 5, &n) || n < 1 || n > 15)
+			return -EINVAL;
+		*kind = HL_ADMIT_NHIT;
+		*param = (uint32_t)n;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param,
+		    struct hl_admit **out)
+{
+	const struct hl_admit_ops *ops = hl_admit_ops_get(kind);
+	struct hl_admit *a;
+	int rc;
+
+	if (!ops)
+		return -EINVAL;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->ops = ops;
+	a->param = param;
+	rc = ops->init(a, nslots, param);
+	if (rc) {
+		free(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void hl_admit_destroy(struct hl_admit *a)
+{
+	if (!a)
+		return;
+	a->ops->fini(a);
+	free(a);
+}
+
+void hl_admit_access(struct hl_admit *a, uint64_t key, bool miss)
+{
+	if (a->ops->on_access)
+		a->ops->on_access(a, key, miss);
+}
+
+bool hl_admit_should(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key)
+{
+	if (!a->ops->should_admit)
+		return true;
+	return a->ops->should_admit(a, key, have_free, victim_key);
+}
+
+uint32_t hl_admit_estimate(const struct hl_admit *a, uint64_t key)
+{
+	return a->ops->estimate ? a->ops->estimate(a, key) : 0;
+}
+
+size_t hl_admit_mem_bytes(const struct hl_admit *a)
+{
+	return a->ops->mem_bytes ? a->ops->mem_bytes(a) : 0;
+}

@@ -1,0 +1,1134 @@
+/*
+ * cache_core.c - the policy core: slots, CLOCK eviction per partition, the
+ * admission call, per-4K valid bits, sequential bypass, the write and
+ * invalidation rules, the fill-race rule and the stats. Pure functions over
+ * RAM state: no I/O, no locks, no clock. hotlun-sim and the daemon's engine
+ * run exactly this code.
+ *
+ * Fill-race rule: every change of a slot's content (reuse, write, range
+ * invalidation) bumps slot->gen. An io carries the gen it saw as its
+ * ticket; a fill or update is installed only when the ticket still matches
+ * and no origin write to the block is in flight, otherwise it is dropped.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_internal.h"
+#include "hotlun/util.h"
+
+#define SEQ_STREAMS 8
+
+struct seq_stream {
+	uint64_t next_off; /* where the stream continues */
+	uint64_t len;      /* bytes seen so far */
+	uint64_t last;     /* request counter at last use (LRU replacement) */
+};
+
+/* A contiguous range of slots with its own CLOCK hand. */
+struct cache_part {
+	uint32_t first, n;
+	uint32_t hand;       /* absolute slot number */
+	uint32_t nfree;      /* FREE slots in the range */
+	uint32_t free_hint;  /* absolute slot where the search for a FREE slot starts */
+	int owner;           /* lun id of a quota partition, -1 shared pool, -2 unowned */
+};
+
+struct cache_lun {
+	uint16_t id;
+	uint16_t part;       /* index into c->parts */
+	struct hl_cache_stats st;
+	struct seq_stream seq[SEQ_STREAMS];
+	uint64_t seq_clock;
+};
+
+#define MAX_PARTS 256
+
+struct hl_cache_core {
+	struct hl_cache_params p;
+	uint32_t spb;        /* 4K sectors per block */
+	uint32_t vbytes;     /* valid-bit bytes per slot */
+	uint32_t block_shift;
+	uint64_t nslots;     /* SSD slots */
+	uint64_t nwin;       /* RAM window slots, numbered after the SSD slots */
+	uint64_t ntotal;     /* nslots + nwin */
+	uint64_t used;
+	struct cache_slot *slots;
+	uint8_t *valid;      /* nslots * vbytes */
+	uint64_t *freemap;   /* bit set: slot FREE */
+	uint64_t *dirtymap;  /* bit set: on-device record may be out of date */
+	struct cache_index ix;
+	struct hl_admit *admit;
+	struct cache_part win;  /* the RAM window (n == 0: off) */
+	struct cache_part parts[MAX_PARTS];
+	uint32_t nparts;
+	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
+	struct hl_cache_stats st;
+};
+
+void hl_cache_params_default(struct hl_cache_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->block_size = 64 * 1024;
+	p->admit = HL_ADMIT_FREQ;
+	p->seq_bypass = 1024 * 1024;
+	p->write_mode = HL_CACHE_WRITE_UPDATE;
+	p->fill_whole_block = true;
+	p->admit_free = true;
+	p->window_bytes = HL_CACHE_WINDOW_AUTO;
+}
+
+/* ---- bit helpers ---- */
+
+static inline void bit_set(uint64_t *m, uint64_t i)
+{
+	m[i / 64] |= 1ull << (i % 64);
+}
+
+static inline void bit_clear(uint64_t *m, uint64_t i)
+{
+	m[i / 64] &= ~(1ull << (i % 64));
+}
+
+static inline bool bit_test(const uint64_t *m, uint64_t i)
+{
+	return m[i / 64] >> (i % 64) & 1;
+}
+
+static inline uint8_t *slot_valid(const struct hl_cache_core *c, uint32_t s)
+{
+	return c->valid + (uint64_t)s * c->vbytes;
+}
+
+static void vset(uint8_t *v, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = first; i < first + n; i++)
+		v[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+static void vclear(uint8_t *v, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = first; i < first + n; i++)
+		v[i / 8] &= (uint8_t)~(1u << (i % 8));
+}
+
+static inline bool vtest(const uint8_t *v, uint32_t i)
+{
+	return v[i / 8] >> (i % 8) & 1;
+}
+
+static uint32_t vcount(const uint8_t *v, uint32_t first, uint32_t n)
+{
+	uint32_t k = 0;
+	for (uint32_t i = first; i < first + n; i++)
+		k += vtest(v, i);
+	return k;
+}
+
+static bool vempty(const struct hl_cache_core *c, const uint8_t *v)
+{
+	for (uint32_t i = 0; i < c->vbytes; i++)
+		if (v[i])
+			return false;
+	return true;
+}
+
+static inline void mark_dirty(struct hl_cache_core *c, uint32_t s)
+{
+	bit_set(c->dirtymap, s);
+}
+
+/* ---- create / destroy ---- */
+
+int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core **out)
+{
+	struct hl_cache_core *c;
+	uint64_t nslots;
+
+	if (p->block_size < HL_CACHE_MIN_BLOCK || p->block_size > HL_CACHE_MAX_BLOCK ||
+	    (p->block_size & (p->block_size - 1)))
+		return -EINVAL;
+	nslots = p->capacity / p->block_size;
+	if (nslots < 1 || nslots >= UINT32_MAX - 1)
+		return -EINVAL;
+	if ((unsigned)p->admit >= HL_ADMIT__COUNT || p->write_mode > HL_CACHE_WRITE_INVALIDATE)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->p = *p;
+	c->nslots = nslots;
+	if (p->window_bytes == HL_CACHE_WINDOW_AUTO) {
+		uint64_t w = nslots / 100;
+		w = HL_MAX(w, 16);
+		w = HL_MIN(w, (64ull << 20) / p->block_size);
+		c->nwin = w;
+	} else {
+		c->nwin = p->window_bytes / p->block_size;
+	}
+	c->ntotal = nslots + c->nwin;
+	if (c->ntotal >= UINT32_MAX - 1) {
+		free(c);
+		return -EINVAL;
+	}
+	c->spb = p->block_size / HL_CACHE_SECTOR;
+	c->vbytes = c->spb >= 8 ? c->spb / 8 : 1;
+	c->block_shift = (uint32_t)__builtin_ctz(p->block_size);
+	c->slots = calloc(c->ntotal, sizeof(*c->slots));
+	c->valid = calloc(c->ntotal, c->vbytes);
+	c->freemap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
+	c->dirtymap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
+	c->luns = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->luns));
+	if (!c->slots || !c->valid || !c->freemap || !c->dirtymap || !c->luns)
+		goto nomem;
+	if (cache_index_init(&c->ix, c->ntotal, c->slots))
+		goto nomem;
+	if (hl_admit_create(p->admit, nslots, p->admit_param, &c->admit)) {
+		cache_index_fini(&c->ix);
+		free(c->slots);
+		free(c->valid);
+		free(c->freemap);
+		free(c->dirtymap);
+		free(c->luns);
+		free(c);
+		return -EINVAL;
+	}
+	for (uint64_t i = 0; i < c->ntotal; i++)
+		bit_set(c->freemap, i);
+	c->win = (struct cache_part){
+		.first = (uint32_t)nslots, .n = (uint32_t)c->nwin, .hand = (uint32_t)nslots,
+		.nfree = (uint32_t)c->nwin, .free_hint = (uint32_t)nslots, .owner = -3,
+	};
+	c->parts[0] = (struct cache_part){
+		.first = 0, .n = (uint32_t)nslots, .hand = 0, .nfree = (uint32_t)nslots,
+		.free_hint = 0, .owner = -1,
+	};
+	c->nparts = 1;
+	*out = c;
+	return 0;
+nomem:
+	free(c->slots);
+	free(c->valid);
+	free(c->freemap);
+	free(c->dirtymap);
+	free(c->luns);
+	free(c);
+	return -ENOMEM;
+}
+
+void hl_cache_core_destroy(struct hl_cache_core *c)
+{
+	if (!c)
+		return;
+	for (uint32_t i = 0; i < HL_CACHE_MAX_LUNS; i++)
+		free(c->luns[i]);
+	free(c->luns);
+	hl_admit_destroy(c->admit);
+	cache_index_fini(&c->ix);
+	free(c->slots);
+	free(c->valid);
+	free(c->freemap);
+	free(c->dirtymap);
+	free(c);
+}
+
+/* ---- slot life cycle ---- */
+
+/* Give slot s (FREE) to key. */
+static void slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key)
+{
+	struct cache_slot *sl = &c->slots[s];
+
+	bit_clear(c->freemap, s);
+	pt->nfree--;
+	sl->key = key;
+	sl->state = (uint8_t)((sl->state & CACHE_SLOT_F_DISK_VALID) | CACHE_SLOT_USED);
+	sl->clock = 0;
+	sl->gen++;
+	memset(slot_valid(c, s), 0, c->vbytes);
+	cache_index_insert(&c->ix, s); /* cannot fail: index has room for every slot */
+	c->used++;
+}
+
+/* Make a USED slot FREE (it must be unpinned and have no writers). */
+static void slot_release(struct hl_cache_core *c, uint32_t s)
+{
+	struct cache_slot *sl = &c->slots[s];
+	struct cache_part *pt = NULL;
+
+	if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED)
+		cache_index_remove(&c->ix, sl->key);
+	sl->state = (uint8_t)(sl->state & CACHE_SLOT_F_DISK_VALID);
+	sl->gen++;
+	sl->clock = 0;
+	memset(slot_valid(c, s), 0, c->vbytes);
+	bit_set(c->freemap, s);
+	mark_dirty(c, s);
+	c->used--;
+	if (s >= c->nslots)
+		pt = &c->win;
+	for (uint32_t i = 0; !pt && i < c->nparts; i++) {
+		if (s >= c->parts[i].first && s < c->parts[i].first + c->parts[i].n) {
+			pt = &c->parts[i];
+			break;
+		}
+	}
+	if (pt) {
+		pt->nfree++;
+		if (s < pt->free_hint)
+			pt->free_hint = s;
+	}
+}
+
+/* Release s if it no longer holds anything and nobody uses it. */
+static void slot_maybe_release(struct hl_cache_core *c, uint32_t s)
+{
+	struct cache_slot *sl = &c->slots[s];
+
+	if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED && !sl->pins && !sl->writers &&
+	    vempty(c, slot_valid(c, s)))
+		slot_release(c, s);
+}
+
+/* Find a FREE slot in the partition, or HL_CACHE_NO_SLOT. */
+static uint32_t part_find_free(struct hl_cache_core *c, struct cache_part *pt)
+{
+	uint64_t end = (uint64_t)pt->first + pt->n;
+	uint64_t i = pt->free_hint < pt->first ? pt->first : pt->free_hint;
+
+	if (!pt->nfree)
+		return HL_CACHE_NO_SLOT;
+	for (int pass = 0; pass < 2; pass++) {
+		while (i < end) {
+			uint64_t w = c->freemap[i / 64] >> (i % 64);
+			if (w) {
+				i += (uint64_t)__builtin_ctzll(w);
+				if (i >= end)
+					break;
+				pt->free_hint = (uint32_t)i + 1;
+				return (uint32_t)i;
+			}
+			i = (i / 64 + 1) * 64;
+		}
+		i = pt->first;
+	}
+	return HL_CACHE_NO_SLOT;
+}
+
+/*
+ * CLOCK: from the hand, skip busy slots, age referenced ones, and stop at
+ * the first unreferenced one (the victim; the hand stays on it so a
+ * rejected admission compares against the same victim next time). A used
+ * slot with no valid sector is taken at once.
+ */
+static uint32_t part_find_victim(struct hl_cache_core *c, struct cache_part *pt, bool *empty)
+{
+	uint64_t limit = (uint64_t)pt->n * (CACHE_CLOCK_MAX + 1) + 1;
+	uint32_t end = pt->first + pt->n;
+
+	*empty = false;
+	if (pt->hand < pt->first || pt->hand >= end)
+		pt->hand = pt->first;
+	for (uint64_t k = 0; k < limit; k++) {
+		uint32_t s = pt->hand;
+		struct cache_slot *sl = &c->slots[s];
+		if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED && !sl->pins &&
+		    !sl->writers) {
+			if (vempty(c, slot_valid(c, s))) {
+				*empty = true;
+				return s;
+			}
+			if (!sl->clock)
+				return s;
+			sl->clock--;
+		}
+		if (++pt->hand == end)
+			pt->hand = pt->first;
+	}
+	return HL_CACHE_NO_SLOT;
+}
+
+static void advance_hand(struct cache_part *pt, uint32_t s)
+{
+	pt->hand = s + 1;
+	if (pt->hand >= pt->first + pt->n)
+		pt->hand = pt->first;
+}
+
+/* ---- LUNs and partitions ---- */
+
+int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_bytes)
+{
+	struct cache_lun *l;
+	uint64_t want;
+
+	if (c->luns[lun])
+		return -EEXIST;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->id = lun;
+	l->part = 0;
+	if (quota_bytes) {
+		struct cache_part *pool = &c->parts[0], *pt = NULL;
+		uint32_t pi;
+
+		want = quota_bytes / c->p.block_size;
+		if (!want) {
+			free(l);
+			return -EINVAL;
+		}
+		/* Reuse an unowned partition that is big enough (taken whole). */
+		for (pi = 1; pi < c->nparts; pi++) {
+			if (c->parts[pi].owner == -2 && c->parts[pi].n >= want) {
+				pt = &c->parts[pi];
+				break;
+			}
+		}
+		if (!pt) {
+			if (c->nparts == MAX_PARTS || want >= pool->n) {
+				free(l);
+				return -ENOSPC;
+			}
+			/* Carve the top of the shared pool; its blocks there must be idle. */
+			uint32_t first = pool->first + pool->n - (uint32_t)want;
+			for (uint32_t s = first; s < pool->first + pool->n; s++) {
+				struct cache_slot *sl = &c->slots[s];
+				if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
+				    (sl->pins || sl->writers)) {
+					free(l);
+					return -EBUSY;
+				}
+			}
+			for (uint32_t s = first; s < pool->first + pool->n; s++) {
+				if ((c->slots[s].state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED) {
+					c->st.evictions++;
+					slot_release(c, s);
+				}
+			}
+			pool->n -= (uint32_t)want;
+			pool->nfree -= (uint32_t)want;
+			if (pool->hand >= pool->first + pool->n)
+				pool->hand = pool->first;
+			pi = c->nparts++;
+			pt = &c->parts[pi];
+			*pt = (struct cache_part){ .first = first, .n = (uint32_t)want,
+						   .hand = first, .nfree = (uint32_t)want,
+						   .free_hint = first };
+		}
+		pt->owner = lun;
+		l->part = (uint16_t)pi;
+	}
+	c->luns[lun] = l;
+	return 0;
+}
+
+int hl_cache_core_lun_remove(struct hl_cache_core *c, uint16_t lun)
+{
+	struct cache_lun *l = c->luns[lun];
+	int rc;
+
+	if (!l)
+		return -ENOENT;
+	rc = hl_cache_core_invalidate(c, lun, 0, UINT64_MAX);
+	if (rc)
+		return rc;
+	if (l->part) {
+		struct cache_part *pt = &c->parts[l->part];
+		pt->owner = -2;
+		/* Merge back into the pool when it sits right above it and is idle. */
+		if (l->part == c->nparts - 1 && pt->nfree == pt->n &&
+		    pt->first == c->parts[0].first + c->parts[0].n) {
+			c->parts[0].n += pt->n;
+			c->parts[0].nfree += pt->n;
+			c->nparts--;
+		}
+	}
+	free(l);
+	c->luns[lun] = NULL;
+	return 0;
+}
+
+/* ---- request helpers ---- */
+
+uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint64_t len)
+{
+	if (!len)
+		return 0;
+	return (uint32_t)(((off + len - 1) >> c->block_shift) - (off >> c->block_shift) + 1);
+}
+
+/* The sectors of block b that [off, off+len) touches: [*first, *first + *n). */
+static void block_sectors(const struct hl_cache_core *c, uint64_t b, uint64_t off, uint64_t len,
+			  uint32_t *first, uint32_t *n)
+{
+	uint64_t bstart = b << c->block_shift, bend = bstart + c->p.block_size;
+	uint64_t s = HL_MAX(off, bstart), e = HL_MIN(off + len, bend);
+	uint32_t f = (uint32_t)((s - bstart) / HL_CACHE_SECTOR);
+	uint32_t l = (uint32_t)((e - bstart - 1) / HL_CACHE_SECTOR);
+	*first = f;
+	*n = l - f + 1;
+}
+
+static int check_range(const struct hl_cache_core *c, uint64_t off, uint64_t len)
+{
+	if (!len || off + len < off || ((off + len - 1) >> c->block_shift) > HL_CACHE_MAX_BLOCK_NR)
+		return -EINVAL;
+	return 0;
+}
+
+/* Sequential detection: true when this request continues a stream past the threshold. */
+static bool seq_bypass(struct hl_cache_core *c, struct cache_lun *l, uint64_t off, uint64_t len)
+{
+	struct seq_stream *st, *lru = &l->seq[0];
+
+	if (!c->p.seq_bypass)
+		return false;
+	l->seq_clock++;
+	for (int i = 0; i < SEQ_STREAMS; i++) {
+		st = &l->seq[i];
+		if (st->len && st->next_off == off) {
+			st->len += len;
+			st->next_off = off + len;
+			st->last = l->seq_clock;
+			return st->len > c->p.seq_bypass;
+		}
+		if (st->last < lru->last)
+			lru = st;
+	}
+	lru->next_off = off + len;
+	lru->len = len;
+	lru->last = l->seq_clock;
+	return len > c->p.seq_bypass;
+}
+
+static void stats_add(struct cache_lun *l, struct hl_cache_stats *g, size_t field, uint64_t v)
+{
+	*(uint64_t *)((char *)&l->st + field) += v;
+	*(uint64_t *)((char *)g + field) += v;
+}
+
+#define STAT(c, l, f, v) stats_add((l), &(c)->st, offsetof(struct hl_cache_stats, f), (v))
+
+/* Bytes of [off, off+len) that fall in sectors [first, first+n) of block b. */
+static uint64_t sect_bytes(const struct hl_cache_core *c, uint64_t b, uint32_t first, uint32_t n,
+			   uint64_t off, uint64_t len)
+{
+	uint64_t s = (b << c->block_shift) + (uint64_t)first * HL_CACHE_SECTOR;
+	uint64_t e = s + (uint64_t)n * HL_CACHE_SECTOR;
+	s = HL_MAX(s, off);
+	e = HL_MIN(e, off + len);
+	return e > s ? e - s : 0;
+}
+
+/* Bytes of the request served from valid sectors of block b. */
+static uint64_t valid_bytes(const struct hl_cache_core *c, const uint8_t *v, uint64_t b,
+			    uint32_t first, uint32_t n, uint64_t off, uint64_t len)
+{
+	uint64_t bytes = 0;
+	uint32_t i = first;
+
+	while (i < first + n) {
+		if (!vtest(v, i)) {
+			i++;
+			continue;
+		}
+		uint32_t j = i;
+		while (j < first + n && vtest(v, j))
+			j++;
+		bytes += sect_bytes(c, b, i, j - i, off, len);
+		i = j;
+	}
+	return bytes;
+}
+
+/* ---- read ---- */
+
+/*
+ * Try to move window slot w to the SSD (W-TinyLFU style: the window's
+ * victim competes with the SSD's CLOCK victim through the admission
+ * policy). On success w leaves the index, becomes MOVING and pinned, the
+ * key gets an SSD slot, and *io describes the copy. @return true if started.
+ */
+static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_io *io)
+{
+	struct cache_slot *ws = &c->slots[w];
+	uint64_t key = ws->key;
+	struct cache_lun *l = c->luns[cache_key_lun(key)];
+	struct cache_part *pt;
+	const uint8_t *v = slot_valid(c, w);
+	uint32_t s, a, z;
+	bool empty = false;
+
+	if (!l || (ws->state & CACHE_SLOT_F_NOPROMOTE))
+		return false;
+	pt = &c->parts[l->part];
+	s = part_find_free(c, pt);
+	if (s != HL_CACHE_NO_SLOT) {
+		if (!hl_admit_should(c->admit, key, c->p.admit_free, 0))
+			return false;
+	} else {
+		s = part_find_victim(c, pt, &empty);
+		if (s == HL_CACHE_NO_SLOT ||
+		    !hl_admit_should(c->admit, key, empty && c->p.admit_free, c->slots[s].key))
+			return false;
+		if (!empty)
+			STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
+		slot_release(c, s);
+		advance_hand(pt, s);
+	}
+	for (a = 0; !vtest(v, a); a++)
+		;
+	for (z = c->spb - 1; !vtest(v, z); z--)
+		;
+	/* The key moves to the SSD slot now, so writes and fills see one place. */
+	cache_index_remove(&c->ix, key);
+	ws->state = (uint8_t)((ws->state & CACHE_SLOT_F_DISK_VALID) | CACHE_SLOT_MOVING);
+	ws->pins++;
+	slot_take(c, pt, s, key);
+	c->used--; /* w is no longer counted as holding a block */
+	c->slots[s].pins++;
+	memset(io, 0, sizeof(*io));
+	io->kind = HL_CACHE_IO_PROMOTE;
+	io->block = cache_key_block(key);
+	io->slot = s;
+	io->src_slot = w;
+	io->ticket = c->slots[s].gen;
+	io->fill_first = (uint16_t)a;
+	io->fill_nsect = (uint16_t)(z - a + 1);
+	io->pinned = 1;
+	io->admitted = 1;
+	io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+	STAT(c, l, admissions, 1);
+	return true;
+}
+
+/*
+ * Give key a RAM window slot. The window's CLOCK victim is either promoted
+ * to the SSD (if *nextra < max_extra) or dropped. @return slot or NO_SLOT.
+ */
+static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cache_io *extra,
+			    uint32_t *nextra, uint32_t max_extra)
+{
+	struct cache_part *pt = &c->win;
+	uint32_t s;
+	bool empty;
+
+	if (!pt->n)
+		return HL_CACHE_NO_SLOT;
+	s = part_find_free(c, pt);
+	for (int tries = 0; s == HL_CACHE_NO_SLOT && tries < 4; tries++) {
+		s = part_find_victim(c, pt, &empty);
+		if (s == HL_CACHE_NO_SLOT)
+			return HL_CACHE_NO_SLOT;
+		advance_hand(pt, s);
+		if (!empty && *nextra < max_extra && window_promote(c, s, &extra[*nextra])) {
+			(*nextra)++;
+			s = HL_CACHE_NO_SLOT; /* s is busy copying: look for another */
+			continue;
+		}
+		slot_release(c, s);
+	}
+	if (s == HL_CACHE_NO_SLOT)
+		return HL_CACHE_NO_SLOT;
+	slot_take(c, pt, s, key);
+	return s;
+}
+
+/*
+ * A miss of key in l's partition: while the SSD has free slots it is
+ * admitted there directly (warm-up); otherwise it goes to the RAM window
+ * and competes for the SSD when it leaves the window. Sequential streams
+ * (bypass) only use the window and are never promoted from it unless
+ * re-read there. @return slot or NO_SLOT (nothing cached).
+ */
+static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_t key,
+			   bool bypass, struct hl_cache_io *io, struct hl_cache_io *extra,
+			   uint32_t *nextra, uint32_t max_extra)
+{
+	struct cache_part *pt = &c->parts[l->part];
+	uint32_t s = HL_CACHE_NO_SLOT;
+	bool empty = false;
+
+	if (!bypass)
+		s = part_find_free(c, pt);
+	if (s != HL_CACHE_NO_SLOT && hl_admit_should(c->admit, key, c->p.admit_free, 0)) {
+		slot_take(c, pt, s, key);
+		goto ssd;
+	}
+	if (!bypass && !c->win.n) {
+		/* No window: compare with the SSD victim right away. */
+		s = part_find_victim(c, pt, &empty);
+		if (s != HL_CACHE_NO_SLOT &&
+		    hl_admit_should(c->admit, key, empty && c->p.admit_free, c->slots[s].key)) {
+			if (!empty)
+				STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
+			slot_release(c, s);
+			slot_take(c, pt, s, key);
+			advance_hand(pt, s);
+			goto ssd;
+		}
+	}
+	if (!bypass)
+		STAT(c, l, rejections, 1);
+	s = window_take(c, key, extra, nextra, max_extra);
+	if (s != HL_CACHE_NO_SLOT) {
+		if (bypass)
+			c->slots[s].state |= CACHE_SLOT_F_NOPROMOTE;
+		io->ram = 1;
+		io->admitted = 1;
+		STAT(c, l, window_fills, 1);
+	}
+	return s;
+ssd:
+	io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+	io->admitted = 1;
+	STAT(c, l, admissions, 1);
+	return s;
+}
+
+int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+		       struct hl_cache_io *ios, uint32_t max)
+{
+	struct cache_lun *l = c->luns[lun];
+	uint32_t nb, nhit_blocks = 0, nextra = 0;
+	uint64_t hit_bytes = 0, ram_bytes = 0, b0;
+	bool bypass;
+
+	if (!l)
+		return -ENOENT;
+	if (check_range(c, off, len))
+		return -EINVAL;
+	nb = hl_cache_core_nblocks(c, off, len);
+	if (nb > max)
+		return -E2BIG;
+	bypass = seq_bypass(c, l, off, len);
+	b0 = off >> c->block_shift;
+	for (uint32_t k = 0; k < nb; k++) {
+		struct hl_cache_io *io = &ios[k];
+		uint64_t b = b0 + k, key = cache_key(lun, b);
+		uint32_t s = cache_index_find(&c->ix, key), first, n;
+
+		block_sectors(c, b, off, len, &first, &n);
+		memset(io, 0, sizeof(*io));
+		io->block = b;
+		io->slot = s;
+		io->first = (uint16_t)first;
+		io->nsect = (uint16_t)n;
+		hl_admit_access(c->admit, key, s == HL_CACHE_NO_SLOT);
+		if (s != HL_CACHE_NO_SLOT) {
+			struct cache_slot *sl = &c->slots[s];
+			const uint8_t *v = slot_valid(c, s);
+			uint32_t nv = vcount(v, first, n);
+
+			if (sl->clock < CACHE_CLOCK_MAX && nv)
+				sl->clock++;
+			if (nv)
+				sl->state &= (uint8_t)~CACHE_SLOT_F_NOPROMOTE;
+			io->ticket = sl->gen;
+			io->ram = s >= c->nslots;
+			if (sl->pins == UINT8_MAX) {
+				/* Too many users: serve this block from the origin, untouched. */
+				io->kind = HL_CACHE_IO_MISS;
+				io->slot = HL_CACHE_NO_SLOT;
+				io->ram = 0;
+				continue;
+			}
+			uint64_t vb = valid_bytes(c, v, b, first, n, off, len);
+			hit_bytes += vb;
+			if (io->ram)
+				ram_bytes += vb;
+			if (nv == n) {
+				io->kind = HL_CACHE_IO_HIT;
+				nhit_blocks++;
+			} else {
+				io->kind = nv ? HL_CACHE_IO_PARTIAL : HL_CACHE_IO_MISS;
+				/* Fill the gap [first invalid, last invalid] unless a write is in flight. */
+				if (!sl->writers) {
+					uint32_t a = first, z = first + n - 1;
+					while (vtest(v, a))
+						a++;
+					while (vtest(v, z))
+						z--;
+					io->fill_first = (uint16_t)a;
+					io->fill_nsect = (uint16_t)(z - a + 1);
+				}
+			}
+			sl->pins++;
+			io->pinned = 1;
+			continue;
+		}
+		io->kind = HL_CACHE_IO_MISS;
+		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
+		if (s == HL_CACHE_NO_SLOT)
+			continue;
+		io->slot = s;
+		io->ticket = c->slots[s].gen;
+		c->slots[s].pins++;
+		io->pinned = 1;
+		if (c->p.fill_whole_block) {
+			io->fill_first = 0;
+			io->fill_nsect = (uint16_t)c->spb;
+		} else {
+			io->fill_first = (uint16_t)first;
+			io->fill_nsect = (uint16_t)n;
+		}
+	}
+	STAT(c, l, read_reqs, 1);
+	STAT(c, l, bytes_read, len);
+	STAT(c, l, bytes_read_cache, hit_bytes);
+	STAT(c, l, bytes_read_ram, ram_bytes);
+	STAT(c, l, bytes_read_origin, len - hit_bytes);
+	if (bypass)
+		STAT(c, l, read_bypass, 1);
+	if (nhit_blocks == nb)
+		STAT(c, l, read_hits, 1);
+	else if (hit_bytes)
+		STAT(c, l, read_partial, 1);
+	else
+		STAT(c, l, read_misses, 1);
+	return (int)(nb + nextra);
+}
+
+void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
+			  bool written)
+{
+	struct cache_lun *l = c->luns[lun];
+	struct cache_slot *sl;
+	uint32_t s = io->slot;
+
+	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal)
+		return;
+	sl = &c->slots[s];
+	if (io->kind == HL_CACHE_IO_PROMOTE && io->src_slot < c->ntotal) {
+		struct cache_slot *ws = &c->slots[io->src_slot];
+		const uint8_t *wv = slot_valid(c, io->src_slot);
+
+		if (io->fill_nsect) {
+			bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
+				    sl->key == cache_key(lun, io->block) &&
+				    sl->gen == io->ticket && !sl->writers;
+			if (written && l && s < c->nslots)
+				STAT(c, l, bytes_cache_write,
+				     (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
+			if (written && same) {
+				/* Only what was valid in the window (the copy may span holes). */
+				uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
+				for (uint32_t i = io->fill_first; i < e; i++)
+					if (vtest(wv, i))
+						vset(slot_valid(c, s), i, 1);
+				mark_dirty(c, s);
+			} else if (written && l) {
+				STAT(c, l, fills_dropped, 1);
+			}
+			io->fill_nsect = 0;
+		}
+		if (ws->pins)
+			ws->pins--;
+		if ((ws->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_MOVING && !ws->pins) {
+			c->used++; /* slot_release counts it out again */
+			slot_release(c, io->src_slot);
+		}
+	}
+	if (io->fill_nsect) {
+		bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
+			    sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
+			    !sl->writers;
+		if (written && l && s < c->nslots)
+			STAT(c, l, bytes_cache_write, (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
+		if (written && same) {
+			vset(slot_valid(c, s), io->fill_first, io->fill_nsect);
+			mark_dirty(c, s);
+		} else if (written && l) {
+			STAT(c, l, fills_dropped, 1);
+		}
+		io->fill_nsect = 0;
+	}
+	if (io->pinned) {
+		io->pinned = 0;
+		if (sl->pins)
+			sl->pins--;
+		slot_maybe_release(c, s);
+	}
+}
+
+/* ---- write ---- */
+
+int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+			      struct hl_cache_io *ios, uint32_t max)
+{
+	struct cache_lun *l = c->luns[lun];
+	uint32_t nb, k = 0;
+	uint64_t b0;
+
+	if (!l)
+		return -ENOENT;
+	if (check_range(c, off, len))
+		return -EINVAL;
+	nb = hl_cache_core_nblocks(c, off, len);
+	b0 = off >> c->block_shift;
+	STAT(c, l, write_reqs, 1);
+	STAT(c, l, bytes_written, len);
+	for (uint32_t i = 0; i < nb; i++) {
+		uint64_t b = b0 + i;
+		uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;
+		struct cache_slot *sl;
+		struct hl_cache_io *io;
+
+		if (s == HL_CACHE_NO_SLOT)
+			continue;
+		if (k == max)
+			return -E2BIG;
+		sl = &c->slots[s];
+		io = &ios[k++];
+		block_sectors(c, b, off, len, &first, &n);
+		memset(io, 0, sizeof(*io));
+		io->block = b;
+		io->slot = s;
+		io->first = (uint16_t)first;
+		io->nsect = (uint16_t)n;
+		io->kind = HL_CACHE_IO_UPDATE;
+		io->ram = s >= c->nslots;
+		/*
+		 * Every touched sector stops being served; racing fills go stale.
+		 * If the on-device record still claims them, it must be rewritten
+		 * (meta barrier) before the write is acknowledged.
+		 */
+		if (vcount(slot_valid(c, s), first, n)) {
+			vclear(slot_valid(c, s), first, n);
+			mark_dirty(c, s);
+			io->meta_barrier = (sl->state & CACHE_SLOT_F_DISK_VALID) != 0;
+		}
+		sl->gen++;
+		io->ticket = sl->gen;
+		if (sl->writers == UINT8_MAX) {
+			/* Saturated: this io cannot install anything (another writer is in flight). */
+			io->slot = HL_CACHE_NO_SLOT;
+			continue;
+		}
+		sl->writers++;
+		/* Only sectors the write covers completely may receive its data. */
+		uint64_t bstart = b << c->block_shift;
+		uint64_t fs = HL_ALIGN_UP(HL_MAX(off, bstart), HL_CACHE_SECTOR);
+		uint64_t fe = HL_MIN(off + len, bstart + c->p.block_size) / HL_CACHE_SECTOR *
+			      HL_CACHE_SECTOR;
+		if (c->p.write_mode == HL_CACHE_WRITE_UPDATE && fe > fs) {
+			io->fill_first = (uint16_t)((fs - bstart) / HL_CACHE_SECTOR);
+			io->fill_nsect = (uint16_t)((fe - fs) / HL_CACHE_SECTOR);
+		}
+		if (c->p.write_mode == HL_CACHE_WRITE_INVALIDATE)
+			STAT(c, l, invalidations, 1);
+	}
+	return (int)k;
+}
+
+void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
+			     bool origin_ok)
+{
+	struct cache_lun *l = c->luns[lun];
+	struct cache_slot *sl;
+	uint32_t s = io->slot;
+
+	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal) {
+		io->fill_nsect = 0;
+		return;
+	}
+	sl = &c->slots[s];
+	if (sl->writers)
+		sl->writers--;
+	if (io->fill_nsect && origin_ok && sl->gen == io->ticket && !sl->writers &&
+	    sl->pins < UINT8_MAX && sl->key == cache_key(lun, io->block)) {
+		sl->pins++;
+		io->pinned = 1;
+		if (l)
+			STAT(c, l, write_updates, 1);
+		return;
+	}
+	if (io->fill_nsect && l)
+		STAT(c, l, fills_dropped, 1);
+	io->fill_nsect = 0;
+	slot_maybe_release(c, s);
+}
+
+/* ---- range invalidation ---- */
+
+static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32_t s,
+			    uint32_t first, uint32_t n)
+{
+	struct cache_slot *sl = &c->slots[s];
+
+	if (vcount(slot_valid(c, s), first, n)) {
+		vclear(slot_valid(c, s), first, n);
+		mark_dirty(c, s);
+		STAT(c, l, invalidations, 1);
+	}
+	sl->gen++;
+	slot_maybe_release(c, s);
+}
+
+int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len)
+{
+	struct cache_lun *l = c->luns[lun];
+	uint64_t end, b0, b1;
+
+	if (!l)
+		return -ENOENT;
+	if (!len)
+		return 0;
+	end = (len > UINT64_MAX - off) ? UINT64_MAX : off + len;
+	b0 = off >> c->block_shift;
+	b1 = (end - 1) >> c->block_shift;
+	if (b1 > HL_CACHE_MAX_BLOCK_NR)
+		b1 = HL_CACHE_MAX_BLOCK_NR;
+	if (b1 - b0 + 1 <= c->ix.count) {
+		for (uint64_t b = b0; b <= b1; b++) {
+			uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;
+			if (s == HL_CACHE_NO_SLOT)
+				continue;
+			block_sectors(c, b, off, end - off, &first, &n);
+			invalidate_slot(c, l, s, first, n);
+		}
+		return 0;
+	}
+	/* A range larger than the cache: walk the slots instead of the blocks. */
+	for (uint64_t s = 0; s < c->ntotal; s++) {
+		struct cache_slot *sl = &c->slots[s];
+		uint64_t b;
+		uint32_t first, n;
+
+		if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
+		    cache_key_lun(sl->key) != lun)
+			continue;
+		b = cache_key_block(sl->key);
+		if (b < b0 || b > b1)
+			continue;
+		block_sectors(c, b, off, end - off, &first, &n);
+		invalidate_slot(c, l, (uint32_t)s, first, n);
+	}
+	return 0;
+}
+
+/* ---- stats and introspection ---- */
+
+int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_stats *out)
+{
+	if (lun < 0) {
+		*out = c->st;
+		return 0;
+	}
+	if (lun >= (int)HL_CACHE_MAX_LUNS || !c->luns[lun])
+		return -ENOENT;
+	*out = c->luns[lun]->st;
+	return 0;
+}
+
+void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info *out)
+{
+	size_t bitmaps = 2 * HL_DIV_ROUND_UP(c->ntotal, 64) * sizeof(uint64_t);
+
+	out->nslots = c->nslots;
+	out->window_slots = c->nwin;
+	out->used_slots = c->used;
+	out->block_size = c->p.block_size;
+	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
+			 cache_index_mem_bytes(&c->ix);
+	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit);
+	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
+}
+
+uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_t block,
+			    uint8_t *valid)
+{
+	uint32_t s = cache_index_find(&c->ix, cache_key(lun, block));
+
+	if (valid) {
+		memset(valid, 0, HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8);
+		if (s != HL_CACHE_NO_SLOT)
+			memcpy(valid, slot_valid(c, s), c->vbytes);
+	}
+	return s;
+}
+
+bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
+			    struct hl_cache_slot_rec *rec)
+{
+	const struct cache_slot *sl;
+
+	memset(rec, 0, sizeof(*rec));
+	if (slot >= c->nslots)
+		return false;
+	sl = &c->slots[slot];
+	rec->gen = sl->gen;
+	if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
+	    vempty(c, slot_valid(c, slot)))
+		return false;
+	rec->lun = cache_key_lun(sl->key);
+	rec->block = cache_key_block(sl->key);
+	memcpy(rec->valid, slot_valid(c, slot), c->vbytes);
+	return true;
+}
+
+int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
+			       const struct hl_cache_slot_rec *rec)
+{
+	struct cache_lun *l;
+	struct cache_part *pt;
+	uint64_t key;
+
+	if (slot >= c->nslots || rec->block > HL_CACHE_MAX_BLOCK_NR)
+		return -EINVAL;
+	l = c->luns[rec->lun];
+	if (!l)
+		return -ENOENT;
+	pt = &c->parts[l->part];
+	if (slot < pt->first || slot >= pt->first + pt->n || !bit_test(c->freemap, slot))
+		return -EINVAL;
+	key = cache_key(rec->lun, rec->block);
+	if (cache_index_find(&c->ix, key) != HL_CACHE_NO_SLOT)
+		return -EEXIST;
+	c->slots[slot].gen = rec->gen;
+	slot_take(c, pt, slot, key);
+	c->slots[slot].gen = rec->gen;
+	memcpy(slot_valid(c, slot), rec->valid, c->vbytes);
+	/* Bits past the block's sectors are meaningless: clear them. */
+	if (c->spb < 8)
+		slot_valid(c, slot)[0] &= (uint8_t)((1u << c->spb) - 1);
+	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+	if (vempty(c, slot_valid(c, slot))) {
+		slot_release(c, slot);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+uint32_t hl_cache_core_next_dirty(struct hl_cache_core *c, uint64_t *cursor)
+{
+	uint64_t i = *cursor;
+
+	while (i < c->nslots) {
+		uint64_t w = c->dirtymap[i / 64] >> (i % 64);
+		if (w) {
+			i += (uint64_t)__builtin_ctzll(w);
+			if (i >= c->nslots)
+				break;
+			bit_clear(c->dirtymap, i);
+			*cursor = i + 1;
+			return (uint32_t)i;
+		}
+		i = (i / 64 + 1) * 64;
+	}
+	*cursor = c->nslots;
+	return HL_CACHE_NO_SLOT;
+}
+
+void hl_cache_core_slot_disk_invalid(struct hl_cache_core *c, uint32_t slot)
+{
+	if (slot < c->nslots)
+		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_DISK_VALID;
+}
+
+void hl_cache_core_slot_disk_valid(struct hl_cache_core *c, uint32_t slot)
+{
+	if (slot < c->nslots)
+		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+}

@@ -1,0 +1,86 @@
+/*
+ * cache_internal.h - what the files of src/cache share: the key packing,
+ * the hash, the (lun, block) -> slot index and the packed slot record.
+ * Nothing here is exported outside src/cache (and its unit tests).
+ */
+#ifndef HOTLUN_CACHE_INTERNAL_H
+#define HOTLUN_CACHE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hotlun/cache.h"
+
+/* A key packs the 16-bit lun id above a 48-bit cache block number. */
+static inline uint64_t cache_key(uint16_t lun, uint64_t block)
+{
+	return (uint64_t)lun << 48 | (block & HL_CACHE_MAX_BLOCK_NR);
+}
+
+static inline uint16_t cache_key_lun(uint64_t key)
+{
+	return (uint16_t)(key >> 48);
+}
+
+static inline uint64_t cache_key_block(uint64_t key)
+{
+	return key & HL_CACHE_MAX_BLOCK_NR;
+}
+
+/* A strong 64-bit mixer (splitmix64 finaliser); keys are dense block numbers. */
+static inline uint64_t cache_hash(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+/*
+ * Slot record: 16 bytes in RAM, one per cache block of the device. The
+ * per-4K valid bits live in a separate array (block_size / 32 KiB bytes,
+ * at least one) so the record size does not depend on the block size.
+ */
+struct cache_slot {
+	uint64_t key;     /* lun << 48 | block; meaningful when state != FREE */
+	uint32_t gen;     /* bumped by every change of content: fills/updates check it */
+	uint8_t state;    /* CACHE_SLOT_* | CACHE_SLOT_F_* */
+	uint8_t clock;    /* CLOCK reference counter, 0..CACHE_CLOCK_MAX */
+	uint8_t pins;     /* reads of the slot's data and fills in flight */
+	uint8_t writers;  /* origin writes in flight that touch the block */
+};
+
+_Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes");
+
+#define CACHE_SLOT_FREE        0x00
+#define CACHE_SLOT_USED        0x01 /* in the index, owns key */
+#define CACHE_SLOT_MOVING      0x02 /* window slot being copied to the SSD: not indexed */
+#define CACHE_SLOT_STATE_MASK  0x0f
+#define CACHE_SLOT_F_DISK_VALID 0x10 /* the on-device record may claim valid data */
+#define CACHE_SLOT_F_NOPROMOTE  0x20 /* window slot of a sequential stream: never promoted */
+#define CACHE_CLOCK_MAX        3
+
+/* ---- index: open addressing, linear probing, backward-shift deletion ---- */
+
+#define CACHE_INDEX_EMPTY UINT32_MAX
+
+struct cache_index {
+	uint32_t *tab;   /* slot numbers; CACHE_INDEX_EMPTY when unused */
+	uint64_t cap;    /* entries; about 4/3 of the slot count (load <= 0.75) */
+	uint64_t count;
+	const struct cache_slot *slots; /* to read keys while probing */
+};
+
+int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache_slot *slots);
+void cache_index_fini(struct cache_index *ix);
+/** @return slot or HL_CACHE_NO_SLOT. */
+uint32_t cache_index_find(const struct cache_index *ix, uint64_t key);
+/** slots[slot].key must already be set. @return 0 or -EEXIST/-ENOSPC. */
+int cache_index_insert(struct cache_index *ix, uint32_t slot);
+/** @return 0 or -ENOENT. */
+int cache_index_remove(struct cache_index *ix, uint64_t key);
+size_t cache_index_mem_bytes(const struct cache_index *ix);
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * cache_admit_ut.c - admission policies: parsing, the frequency sketch
+ * (estimates, saturation, aging), freq vs victim, free-space warm-up,
+ * always, nhit:N.
+ */
+#include <errno.h>
+
+#include "cache/cache_internal.h"
+#include "hl_test.h"
+
+static void test_parse(void)
+{
+	enum hl_admit_kind k;
+	uint32_t n;
+
+	CU_ASSERT_EQUAL(hl_admit_parse("freq", &k, &n), 0);
+	CU_ASSERT_EQUAL(k, HL_ADMIT_FREQ);
+	CU_ASSERT_EQUAL(hl_admit_parse("default", &k, &n), 0);
+	CU_ASSERT_EQUAL(k, HL_ADMIT_FREQ);
+	CU_ASSERT_EQUAL(hl_admit_parse("always", &k, &n), 0);
+	CU_ASSERT_EQUAL(k, HL_ADMIT_ALWAYS);
+	CU_ASSERT_EQUAL(hl_admit_parse("nhit:3", &k, &n), 0);
+	CU_ASSERT_EQUAL(k, HL_ADMIT_NHIT);
+	CU_ASSERT_EQUAL(n, 3);
+	CU_ASSERT_EQUAL(hl_admit_parse("nhit:0", &k, &n), -EINVAL);
+	CU_ASSERT_EQUAL(hl_admit_parse("nhit:16", &k, &n), -EINVAL);
+	CU_ASSERT_EQUAL(hl_admit_parse("nhit:", &k, &n), -EINVAL);
+	CU_ASSERT_EQUAL(hl_admit_parse("nhit:2x", &k, &n), -EINVAL);
+	CU_ASSERT_EQUAL(hl_admit_parse("lru", &k, &n), -EINVAL);
+	CU_ASSERT_EQUAL(hl_admit_parse("", &k, &n), -EINVAL);
+	CU_ASSERT_PTR_NULL(hl_admit_ops_get(HL_ADMIT__COUNT));
+	for (int i = 0; i < HL_ADMIT__COUNT; i++) {
+		const struct hl_admit_ops *ops = hl_admit_ops_get((enum hl_admit_kind)i);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ops);
+		CU_ASSERT_PTR_NOT_NULL(ops->name);
+		CU_ASSERT_PTR_NOT_NULL(ops->init);
+		CU_ASSERT_PTR_NOT_NULL(ops->fini);
+	}
+}
+
+static void test_sketch_counts(void)
+{
+	struct hl_admit *a;
+
+	CU_ASSERT_FATAL(hl_admit_create(HL_ADMIT_FREQ, 100000, 0, &a) == 0);
+	CU_ASSERT_EQUAL(hl_admit_estimate(a, cache_key(1, 7)), 0);
+	for (int i = 0; i < 5; i++)
+		hl_admit_access(a, cache_key(1, 7), true);
+	/* First access goes to the doorkeeper, the rest to the counters. */
+	CU_ASSERT_EQUAL(hl_admit_estimate(a, cache_key(1, 7)), 5);
+	/* Other keys and the same block of another LUN are (almost surely) untouched. */
+	CU_ASSERT(hl_admit_estimate(a, cache_key(2, 7)) <= 1);
+	for (int i = 0; i < 100; i++)
+		hl_admit_access(a, cache_key(1, 9), false);
+	CU_ASSERT_EQUAL(hl_admit_estimate(a, cache_key(1, 9)), 16); /* 15 + doorkeeper */
+	CU_ASSERT(hl_admit_mem_bytes(a) > 0);
+	hl_admit_destroy(a);
+}
+
+static void test_sketch_aging(void)
+{
+	struct hl_admit *a;
+	uint64_t nslots = 1000;
+
+	CU_ASSERT_FATAL(hl_admit_create(HL_ADMIT_FREQ, nslots, 0, &a) == 0);
+	for (int i = 0; i < 9; i++)
+		hl_admit_access(a, cache_key(0, 1), true);
+	CU_ASSERT_EQUAL(hl_admit_estimate(a, cache_key(0, 1)), 9);
+	/* 10 accesses per slot trigger one halving (and clear the doorkeeper). */
+	for (uint64_t i = 0; i < 10 * nslots; i++)
+		hl_admit_access(a, cache_key(5, 1000000 + i), true);
+	uint32_t e = hl_admit_estimate(a, cache_key(0, 1));
+	CU_ASSERT(e >= 3 && e <= 5);
+	hl_admit_destroy(a);
+}
+
+static void test_freq_vs_victim(void)
+{
+	struct hl_admit *a;
+	uint64_t hot = cache_key(0, 1), cold = cache_key(0, 2), fresh = cache_key(0, 3);
+
+	CU_ASSERT_FATAL(hl_admit_create(HL_ADMIT_FREQ, 10000, 0, &a) == 0);
+	for (int i = 0; i < 6; i++)
+		hl_admit_access(a, hot, false);
+	hl_admit_access(a, cold, false);
+	hl_admit_access(a, fresh, true);
+	/* A one-off read does not push out a hot block ... */
+	CU_ASSERT_FALSE(hl_admit_should(a, fresh, false, hot));
+	/* ... equal frequencies keep the incumbent ... */
+	CU_ASSERT_FALSE(hl_admit_should(a, fresh, false, cold));
+	/* ... a hotter candidate wins ... */
+	CU_ASSERT_TRUE(hl_admit_should(a, hot, false, cold));
+	/* ... and free space admits anything (warm-up). */
+	CU_ASSERT_TRUE(hl_admit_should(a, fresh, true, hot));
+	hl_admit_destroy(a);
+}
+
+static void test_always(void)
+{
+	struct hl_admit *a;
+
+	CU_ASSERT_FATAL(hl_admit_create(HL_ADMIT_ALWAYS, 100, 0, &a) == 0);
+	hl_admit_access(a, 1, true);
+	CU_ASSERT_TRUE(hl_admit_should(a, 1, false, 2));
+	CU_ASSERT_TRUE(hl_admit_should(a, 3, true, 0));
+	hl_admit_destroy(a);
+}
+
+static void test_nhit(void)
+{
+	struct hl_admit *a;
+	uint64_t k = cache_key(3, 77);
+
+	CU_ASSERT_EQUAL(hl_admit_create(HL_ADMIT_NHIT, 100, 0, &a), -EINVAL);
+	CU_ASSERT_FATAL(hl_admit_create(HL_ADMIT_NHIT, 1000, 3, &a) == 0);
+	hl_admit_access(a, k, true);
+	CU_ASSERT_FALSE(hl_admit_should(a, k, true, 0));
+	hl_admit_access(a, k, false); /* hits do not count towards N */
+	hl_admit_access(a, k, true);
+	CU_ASSERT_FALSE(hl_admit_should(a, k, false, 0));
+	hl_admit_access(a, k, true);
+	CU_ASSERT_TRUE(hl_admit_should(a, k, false, 0));
+	hl_admit_destroy(a);
+}
+
+static const struct hl_test tests[] = {
+	{ "parse and ops table", test_parse },
+	{ "sketch counts, doorkeeper, saturation", test_sketch_counts },
+	{ "sketch aging halves counters", test_sketch_aging },
+	{ "freq: candidate vs victim, free space", test_freq_vs_victim },
+	{ "always admits", test_always },
+	{ "nhit:N admits on the Nth miss", test_nhit },
+	{ NULL, NULL },
+};
+
+int main(void)
+{
+	return hl_test_run("cache_admit", tests);
+}

@@ -1,0 +1,529 @@
+/*
+ * cache_core_ut.c - the policy core: hit/partial/miss, per-4K valid bits,
+ * write-through update and invalidate, the fill races (a fill that raced a
+ * write is dropped; overlapping writes), range invalidation, per-LUN
+ * quotas, the RAM window and its promotion, scan resistance, and the RAM
+ * bytes per cache block.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cache/cache_internal.h"
+#include "hl_test.h"
+
+#define K 1024ull
+#define M (1024ull * 1024)
+
+static struct hl_cache_core *mk(uint64_t cap, uint32_t bs, uint64_t window)
+{
+	struct hl_cache_params p;
+	struct hl_cache_core *c = NULL;
+
+	hl_cache_params_default(&p);
+	p.capacity = cap;
+	p.block_size = bs;
+	p.window_bytes = window;
+	CU_ASSERT_FATAL(hl_cache_core_create(&p, &c) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 0, 0) == 0);
+	return c;
+}
+
+enum { R_HIT, R_PARTIAL, R_MISS };
+
+/* A read with every device/origin I/O succeeding at once. @return R_*. */
+static int rd(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len)
+{
+	struct hl_cache_io ios[600];
+	struct hl_cache_stats a, b;
+	int n;
+
+	hl_cache_core_stats(c, -1, &a);
+	n = hl_cache_core_read(c, lun, off, len, ios, 600);
+	CU_ASSERT_FATAL(n > 0);
+	for (int i = 0; i < n; i++)
+		hl_cache_core_io_end(c, lun, &ios[i], true);
+	hl_cache_core_stats(c, -1, &b);
+	if (b.read_hits > a.read_hits)
+		return R_HIT;
+	return b.read_partial > a.read_partial ? R_PARTIAL : R_MISS;
+}
+
+static void wr(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len)
+{
+	struct hl_cache_io ios[600];
+	int n = hl_cache_core_write_begin(c, lun, off, len, ios, 600);
+
+	CU_ASSERT_FATAL(n >= 0);
+	for (int i = 0; i < n; i++) {
+		hl_cache_core_write_end(c, lun, &ios[i], true);
+		if (ios[i].fill_nsect)
+			hl_cache_core_io_end(c, lun, &ios[i], true);
+	}
+}
+
+static void test_create_params(void)
+{
+	struct hl_cache_params p;
+	struct hl_cache_core *c;
+
+	hl_cache_params_default(&p);
+	p.capacity = 10 * M;
+	p.block_size = 3000;
+	CU_ASSERT_EQUAL(hl_cache_core_create(&p, &c), -EINVAL);
+	p.block_size = 2 * M;
+	CU_ASSERT_EQUAL(hl_cache_core_create(&p, &c), -EINVAL);
+	p.block_size = 64 * K;
+	p.capacity = 32 * K;
+	CU_ASSERT_EQUAL(hl_cache_core_create(&p, &c), -EINVAL);
+	p.capacity = 10 * M;
+	p.admit = HL_ADMIT_NHIT;
+	p.admit_param = 0;
+	CU_ASSERT_EQUAL(hl_cache_core_create(&p, &c), -EINVAL);
+}
+
+static void test_hit_miss_partial(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_stats st;
+	uint8_t v[32];
+
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 8 * K), R_MISS);
+	/* Warm-up admits the whole block on the miss. */
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 0, v), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(v[0], 0xff);
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	CU_ASSERT_EQUAL(rd(c, 0, 60 * K, 4 * K), R_HIT);
+	/* Spans blocks 0 (cached) and 1 (not yet): partial. */
+	CU_ASSERT_EQUAL(rd(c, 0, 60 * K, 8 * K), R_PARTIAL);
+	CU_ASSERT_EQUAL(rd(c, 0, 60 * K, 8 * K), R_HIT);
+	/* Unaligned small reads count as the 4K sectors they touch. */
+	CU_ASSERT_EQUAL(rd(c, 0, 5 * K + 100, 512), R_HIT);
+	/* Unknown LUN, empty and too-large requests. */
+	struct hl_cache_io ios[4];
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 9, 0, 4 * K, ios, 4), -ENOENT);
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 0, 0, ios, 4), -EINVAL);
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 0, 1 * M, ios, 4), -E2BIG);
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, UINT64_MAX - 10, 100, ios, 4), -EINVAL);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.read_reqs, 5);
+	CU_ASSERT_EQUAL(st.read_hits, 3);
+	CU_ASSERT_EQUAL(st.read_partial, 1);
+	CU_ASSERT_EQUAL(st.read_misses, 1);
+	CU_ASSERT_EQUAL(st.admissions, 2);
+	CU_ASSERT_EQUAL(st.bytes_cache_write, 128 * K);
+	CU_ASSERT_EQUAL(st.bytes_read, 8 * K + 4 * K + 8 * K + 8 * K + 512);
+	CU_ASSERT_EQUAL(st.bytes_read_cache, 4 * K + 4 * K + 8 * K + 512);
+	hl_cache_core_destroy(c);
+}
+
+static void test_valid_bits_and_writes(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	uint8_t v[32];
+	struct hl_cache_stats st;
+
+	rd(c, 0, 0, 64 * K);
+	/* A 512-byte write makes its 4K sector invalid (no read-modify-write) ... */
+	wr(c, 0, 8 * K + 512, 512);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0xfb);
+	CU_ASSERT_EQUAL(rd(c, 0, 8 * K, 4 * K), R_MISS);
+	/* ... and the read that missed it fills just that sector back. */
+	CU_ASSERT_EQUAL(rd(c, 0, 8 * K, 4 * K), R_HIT);
+	/* A full-sector write updates the cached data (write-through update). */
+	wr(c, 0, 16 * K, 8 * K);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0xff);
+	CU_ASSERT_EQUAL(rd(c, 0, 16 * K, 8 * K), R_HIT);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.write_updates, 1);
+	CU_ASSERT_EQUAL(st.bytes_cache_write, 64 * K + 4 * K + 8 * K);
+	/* A write to a block that is not cached does not allocate. */
+	wr(c, 0, 1 * M, 64 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 16, NULL), HL_CACHE_NO_SLOT);
+	/* A write straddling sectors: only the fully covered sector is updated. */
+	wr(c, 0, 30 * K, 6 * K); /* sectors 7 (partial) and 8 (full) */
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0x7f);
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	hl_cache_core_destroy(c);
+}
+
+static void test_invalidate_mode(void)
+{
+	struct hl_cache_params p;
+	struct hl_cache_core *c;
+	uint8_t v[32];
+
+	hl_cache_params_default(&p);
+	p.capacity = 4 * M;
+	p.window_bytes = 0;
+	p.write_mode = HL_CACHE_WRITE_INVALIDATE;
+	CU_ASSERT_FATAL(hl_cache_core_create(&p, &c) == 0);
+	hl_cache_core_lun_add(c, 0, 0);
+	rd(c, 0, 0, 64 * K);
+	wr(c, 0, 0, 8 * K);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0xfc);
+	/* Dropping every sector frees the slot. */
+	wr(c, 0, 0, 64 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	struct hl_cache_core_info info;
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_EQUAL(info.used_slots, 0);
+	hl_cache_core_destroy(c);
+}
+
+static void test_fill_races_write(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_io r[4], w[4];
+	struct hl_cache_stats st;
+	int nr, nw;
+
+	/* Miss -> (origin read in flight) -> write to the block -> fill arrives: dropped. */
+	nr = hl_cache_core_read(c, 0, 0, 64 * K, r, 4);
+	CU_ASSERT_EQUAL(nr, 1);
+	CU_ASSERT_EQUAL(r[0].kind, HL_CACHE_IO_MISS);
+	CU_ASSERT_NOT_EQUAL(r[0].slot, HL_CACHE_NO_SLOT);
+	CU_ASSERT(r[0].fill_nsect == 16);
+	nw = hl_cache_core_write_begin(c, 0, 4 * K, 4 * K, w, 4);
+	CU_ASSERT_EQUAL(nw, 1);
+	hl_cache_core_io_end(c, 0, &r[0], true);
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	if (w[0].fill_nsect)
+		hl_cache_core_io_end(c, 0, &w[0], true);
+	/* Nothing from the stale fill became valid; only the write's own data may be. */
+	uint8_t v[32];
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0] & ~0x02, 0);
+	CU_ASSERT_EQUAL(v[1], 0);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.fills_dropped, 1);
+
+	/* A fill that arrives while the write is still in flight is dropped too. */
+	nr = hl_cache_core_read(c, 0, 64 * K, 4 * K, r, 4);
+	CU_ASSERT_EQUAL(nr, 1);
+	nw = hl_cache_core_write_begin(c, 0, 64 * K, 4 * K, w, 4);
+	CU_ASSERT_EQUAL(nw, 1);
+	hl_cache_core_io_end(c, 0, &r[0], true);
+	hl_cache_core_peek(c, 0, 1, v);
+	CU_ASSERT_EQUAL(v[0], 0);
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	hl_cache_core_io_end(c, 0, &w[0], true);
+	hl_cache_core_peek(c, 0, 1, v);
+	CU_ASSERT_EQUAL(v[0], 0x01); /* the write's data, installed after the origin ack */
+
+	/* A read during a write in flight does not even try to fill. */
+	nw = hl_cache_core_write_begin(c, 0, 64 * K, 4 * K, w, 4);
+	nr = hl_cache_core_read(c, 0, 64 * K, 4 * K, r, 4);
+	CU_ASSERT_EQUAL(r[0].kind, HL_CACHE_IO_MISS);
+	CU_ASSERT_EQUAL(r[0].fill_nsect, 0);
+	hl_cache_core_io_end(c, 0, &r[0], true);
+	/* The origin write failed: the sectors stay invalid. */
+	hl_cache_core_write_end(c, 0, &w[0], false);
+	CU_ASSERT_EQUAL(w[0].fill_nsect, 0);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 1, v), HL_CACHE_NO_SLOT);
+	hl_cache_core_destroy(c);
+}
+
+static void test_overlapping_writes(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_io w1[2], w2[2];
+	uint8_t v[32];
+
+	rd(c, 0, 0, 64 * K);
+	/* Two writes to the same sectors in flight: the origin may apply them in any order. */
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 0, 4 * K, w1, 2), 1);
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 0, 4 * K, w2, 2), 1);
+	hl_cache_core_write_end(c, 0, &w2[0], true);
+	CU_ASSERT_EQUAL(w2[0].fill_nsect, 0);
+	hl_cache_core_write_end(c, 0, &w1[0], true);
+	CU_ASSERT_EQUAL(w1[0].fill_nsect, 0);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0xfe); /* neither installed: sector 0 is read from the origin */
+	hl_cache_core_destroy(c);
+}
+
+static void test_range_invalidate(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_io r[2];
+	uint8_t v[32];
+
+	for (int b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(rd(c, 0, (uint64_t)b * 64 * K, 64 * K), R_MISS);
+	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 0, 64 * K + 4 * K, 128 * K), 0);
+	hl_cache_core_peek(c, 0, 1, v); /* sectors 1..15 of block 1 dropped */
+	CU_ASSERT_EQUAL(v[0], 0x01);
+	CU_ASSERT_EQUAL(v[1], 0x00);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 2, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_peek(c, 0, 3, v); /* sector 0 of block 3 dropped */
+	CU_ASSERT_EQUAL(v[0], 0xfe);
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	/* A fill in flight when its range is invalidated is dropped. */
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 2 * 64 * K, 4 * K, r, 2), 1);
+	hl_cache_core_invalidate(c, 0, 0, UINT64_MAX); /* whole LUN, slot walk */
+	hl_cache_core_io_end(c, 0, &r[0], true);
+	for (int b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, (uint64_t)b, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 5, 0, 1), -ENOENT);
+	hl_cache_core_destroy(c);
+}
+
+static void test_luns_and_quota(void)
+{
+	struct hl_cache_core *c = mk(64 * 64 * K, 64 * K, 0); /* 64 slots */
+	struct hl_cache_stats st;
+
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 0, 0), -EEXIST);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 1, 16 * 64 * K), 0); /* private 16 slots */
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 2, 64 * 64 * K), -ENOSPC);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 3, 100), -EINVAL);
+	/* Same block number on two LUNs are different blocks. */
+	rd(c, 0, 0, 64 * K);
+	CU_ASSERT_EQUAL(rd(c, 1, 0, 64 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_HIT);
+	CU_ASSERT_EQUAL(rd(c, 1, 0, 64 * K), R_HIT);
+	/* LUN 1 flooding its quota never evicts LUN 0's blocks. */
+	for (int i = 0; i < 500; i++)
+		rd(c, 1, (uint64_t)(i % 40) * 64 * K * 3, 64 * K);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_HIT);
+	struct hl_cache_core_info info;
+	hl_cache_core_info(c, &info);
+	CU_ASSERT(info.used_slots <= 1 + 16);
+	CU_ASSERT_EQUAL(hl_cache_core_stats(c, 1, &st), 0);
+	CU_ASSERT_EQUAL(st.read_reqs, 502);
+	CU_ASSERT_EQUAL(hl_cache_core_stats(c, 7, &st), -ENOENT);
+	/* Removing the LUN drops its blocks and returns its partition to the pool. */
+	CU_ASSERT_EQUAL(hl_cache_core_lun_remove(c, 1), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_remove(c, 1), -ENOENT);
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_EQUAL(info.used_slots, 1);
+	for (int i = 0; i < 63; i++)
+		rd(c, 0, (uint64_t)(i + 1) * 3 * 64 * K, 64 * K); /* not a sequential stream */
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_EQUAL(info.used_slots, 64);
+	hl_cache_core_destroy(c);
+}
+
+/* xorshift for the scan order */
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return rs;
+}
+
+/*
+ * A hot set that fits in the cache, then a single pass over ten times the
+ * cache size (random order, so only admission protects the hot set; then
+ * sequential, where the stream bypass does) with the hot set still being
+ * read: the hot set's hit ratio stays >= 90%.
+ */
+static void scan_case(uint32_t bs, bool sequential, uint64_t window)
+{
+	const uint64_t nslots = 1024, hot = 512, scan = 10 * nslots;
+	struct hl_cache_core *c = mk(nslots * bs, bs, window);
+	uint64_t hits = 0, reads = 0;
+	uint64_t *order = malloc(scan * sizeof(*order));
+
+	CU_ASSERT_FATAL(order != NULL);
+	for (int round = 0; round < 4; round++)
+		for (uint64_t b = 0; b < hot; b++)
+			rd(c, 0, b * 7 * bs, bs); /* not sequential: every 7th block */
+	for (uint64_t i = 0; i < scan; i++)
+		order[i] = 1000000 + i;
+	if (!sequential)
+		for (uint64_t i = scan - 1; i > 0; i--) {
+			uint64_t j = rnd() % (i + 1), t = order[i];
+			order[i] = order[j];
+			order[j] = t;
+		}
+	for (uint64_t i = 0; i < scan; i++) {
+		rd(c, 0, order[i] * bs, bs);
+		if (i % 4 == 0) {
+			uint64_t b = (i / 4) % hot;
+			hits += rd(c, 0, b * 7 * bs, bs) == R_HIT;
+			reads++;
+		}
+	}
+	for (uint64_t b = 0; b < hot; b++) {
+		hits += rd(c, 0, b * 7 * bs, bs) == R_HIT;
+		reads++;
+	}
+	CU_ASSERT((double)hits / (double)reads >= 0.90);
+	if ((double)hits / (double)reads < 0.90)
+		fprintf(stderr, "scan bs=%u seq=%d: hot hit ratio %.3f\n", bs, sequential,
+			(double)hits / (double)reads);
+	free(order);
+	hl_cache_core_destroy(c);
+}
+
+static void test_scan_resistance(void)
+{
+	scan_case(4096, false, HL_CACHE_WINDOW_AUTO);
+	scan_case(65536, false, HL_CACHE_WINDOW_AUTO);
+	scan_case(65536, true, HL_CACHE_WINDOW_AUTO);
+	scan_case(65536, false, 0);
+}
+
+static void test_scan_always_fails(void)
+{
+	/* The same scan with admit-all really does flush the hot set (the test can fail). */
+	struct hl_cache_params p;
+	struct hl_cache_core *c;
+	uint64_t hits = 0;
+
+	hl_cache_params_default(&p);
+	p.capacity = 1024 * 64 * K;
+	p.admit = HL_ADMIT_ALWAYS;
+	p.seq_bypass = 0;
+	CU_ASSERT_FATAL(hl_cache_core_create(&p, &c) == 0);
+	hl_cache_core_lun_add(c, 0, 0);
+	for (int round = 0; round < 4; round++)
+		for (uint64_t b = 0; b < 512; b++)
+			rd(c, 0, b * 7 * 64 * K, 64 * K);
+	for (uint64_t i = 0; i < 10240; i++)
+		rd(c, 0, (1000000 + i) * 64 * K, 64 * K);
+	for (uint64_t b = 0; b < 512; b++)
+		hits += rd(c, 0, b * 7 * 64 * K, 64 * K) == R_HIT;
+	CU_ASSERT(hits < 512 / 2);
+	hl_cache_core_destroy(c);
+}
+
+static void test_window_promotion(void)
+{
+	/* 16 SSD slots, 4 window slots. */
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
+	struct hl_cache_core_info info;
+	struct hl_cache_stats st;
+	struct hl_cache_io ios[8];
+	int n;
+
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_EQUAL(info.nslots, 16);
+	CU_ASSERT_EQUAL(info.window_slots, 4);
+	for (int b = 0; b < 16; b++)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K); /* warm-up fills the SSD */
+	/* A new block goes to the RAM window: a hit there costs no SSD write. */
+	hl_cache_core_stats(c, -1, &st);
+	uint64_t w0 = st.bytes_cache_write;
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_HIT);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.bytes_cache_write, w0);
+	CU_ASSERT_EQUAL(st.bytes_read_ram, 64 * K);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) >= 16);
+	/* Make block 100 hot, then push it out of the window: it is promoted. */
+	for (int i = 0; i < 6; i++)
+		rd(c, 0, 100 * 64 * K, 64 * K);
+	bool promoted = false;
+	for (int b = 200; b < 260 && !promoted; b++) {
+		n = hl_cache_core_read(c, 0, (uint64_t)b * 3 * 64 * K, 64 * K, ios, 8);
+		CU_ASSERT_FATAL(n >= 1);
+		for (int i = 1; i < n; i++) {
+			CU_ASSERT_EQUAL(ios[i].kind, HL_CACHE_IO_PROMOTE);
+			CU_ASSERT(ios[i].slot < 16);
+			CU_ASSERT(ios[i].src_slot >= 16);
+			CU_ASSERT_EQUAL(ios[i].fill_nsect, 16);
+			if (ios[i].block != 100)
+				continue;
+			promoted = true;
+			/* While the copy is in flight the block is not served from a half copy. */
+			CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 4 * K), R_MISS);
+		}
+		for (int i = 0; i < n; i++)
+			hl_cache_core_io_end(c, 0, &ios[i], true);
+	}
+	CU_ASSERT_TRUE(promoted);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) < 16);
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_HIT);
+	/* A promotion raced by a write is dropped. */
+	for (int i = 0; i < 8; i++)
+		rd(c, 0, 300 * 64 * K, 64 * K);
+	promoted = false;
+	for (int b = 400; b < 460 && !promoted; b++) {
+		struct hl_cache_io w[2];
+		n = hl_cache_core_read(c, 0, (uint64_t)b * 3 * 64 * K, 64 * K, ios, 8);
+		for (int i = 1; i < n; i++) {
+			if (ios[i].block != 300)
+				continue;
+			promoted = true;
+			CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 300 * 64 * K, 4 * K, w, 2), 1);
+			hl_cache_core_write_end(c, 0, &w[0], true);
+			if (w[0].fill_nsect)
+				hl_cache_core_io_end(c, 0, &w[0], true);
+		}
+		for (int i = 0; i < n; i++)
+			hl_cache_core_io_end(c, 0, &ios[i], true);
+	}
+	CU_ASSERT_TRUE(promoted);
+	uint8_t v[32];
+	hl_cache_core_peek(c, 0, 300, v);
+	CU_ASSERT_EQUAL(v[0] & 0xfe, 0); /* at most the write's own sector */
+	hl_cache_core_info(c, &info);
+	CU_ASSERT(info.used_slots <= 20);
+	hl_cache_core_destroy(c);
+}
+
+static void test_ram_per_block(void)
+{
+	/* 64 GiB of 64 KiB blocks = 1 Mi slots. */
+	struct hl_cache_core *c = mk(64ull << 30, 64 * K, 0);
+	struct hl_cache_core_info info;
+
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_EQUAL(info.nslots, 1 << 20);
+	fprintf(stderr, "\n  RAM per 64K block: %.2f bytes (sketch %.2f bytes/block extra)\n",
+		info.ram_per_block, (double)info.admit_ram_bytes / (double)info.nslots);
+	CU_ASSERT(info.ram_per_block <= 24.0);
+	hl_cache_core_destroy(c);
+	/* With the default RAM window the window's own records are included. */
+	c = mk(64ull << 30, 64 * K, HL_CACHE_WINDOW_AUTO);
+	hl_cache_core_info(c, &info);
+	CU_ASSERT(info.ram_per_block <= 24.5);
+	hl_cache_core_destroy(c);
+}
+
+static void test_seq_bypass(void)
+{
+	struct hl_cache_core *c = mk(64 * M, 64 * K, 0);
+	struct hl_cache_stats st;
+
+	/* 2 MiB stream in 64K requests: the part after 1 MiB is not admitted. */
+	for (int i = 0; i < 32; i++)
+		rd(c, 0, (uint64_t)i * 64 * K, 64 * K);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.read_bypass, 16);
+	CU_ASSERT_EQUAL(st.admissions, 16);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 15, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 16, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_destroy(c);
+}
+
+static const struct hl_test tests[] = {
+	{ "parameter checks", test_create_params },
+	{ "hit, miss, partial hit and byte accounting", test_hit_miss_partial },
+	{ "valid bits, sub-sector writes, write-through update", test_valid_bits_and_writes },
+	{ "invalidate write mode", test_invalidate_mode },
+	{ "a fill that raced a write is dropped", test_fill_races_write },
+	{ "overlapping writes install nothing", test_overlapping_writes },
+	{ "range invalidation and in-flight fills", test_range_invalidate },
+	{ "LUNs, quotas, LUN removal", test_luns_and_quota },
+	{ "scan resistance: hot set keeps >= 90% hits", test_scan_resistance },
+	{ "scan with admit-all flushes the hot set", test_scan_always_fails },
+	{ "RAM window and promotion to the SSD", test_window_promotion },
+	{ "RAM per cache block <= 24 bytes at 64K", test_ram_per_block },
+	{ "sequential streams bypass", test_seq_bypass },
+	{ NULL, NULL },
+};
+
+int main(void)
+{
+	return hl_test_run("cache_core", tests);
+}
