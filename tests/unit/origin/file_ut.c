@@ -9,9 +9,15 @@
 
 #include "origin/origin_internal.h"
 #include "origin_ut_util.h"
+#include "hotlun/log.h"
 #include "hotlun/util.h"
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <liburing.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -570,6 +576,90 @@ static void test_block_device_workers(void)
 	set_mode(false);
 }
 
+/* ---- io_uring denied by seccomp: the worker pool takes over, NOTICE logged once ---- */
+
+static int deny_io_uring_setup(void)
+{
+	struct sock_filter f[] = {
+	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = HL_ARRAY_SIZE(f), .filter = f};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+		return -errno;
+	return 0;
+}
+
+/* Runs in a child: exit status 0 when every step worked. */
+static int uring_denied_child(const char *path, const char *logpath)
+{
+	struct hl_origin *o = NULL;
+	uint8_t buf[8192];
+	int logfd = open(logpath, O_WRONLY | O_TRUNC);
+
+	if (logfd < 0 || dup2(logfd, 2) != 2)
+		return 10;
+	hl_log_open(false, HL_LOG_NOTICE);
+	if (deny_io_uring_setup())
+		return 11;
+	if (hl_origin_open(path, NULL, &o))
+		return 12;
+	memset(buf, 0x61, sizeof(buf));
+	if (io_sync(o, HL_IO_WRITE, HL_IO_FUA, 8192, buf, 8192) != 0)
+		return 13;
+	memset(buf, 0, sizeof(buf));
+	if (io_sync(o, HL_IO_READ, 0, 8192, buf, 8192) != 0 || !ut_all(buf, 8192, 0x61))
+		return 14;
+	if (io_sync(o, HL_IO_FLUSH, 0, 0, NULL, 0) != 0)
+		return 15;
+	if (io_sync(o, HL_IO_WRITE_ZEROES, 0, 8192, NULL, 4096) != 0)
+		return 16;
+	if (io_sync(o, HL_IO_READ, 0, 8192, buf, 8192) != 0 || !ut_all(buf, 4096, 0) ||
+	    !ut_all(buf + 4096, 4096, 0x61))
+		return 17;
+	if (CU_get_number_of_failures())
+		return 18;
+	hl_origin_close(o);
+	hl_workers_stop();
+	return 0;
+}
+
+static void test_uring_denied(void)
+{
+	char *path = ut_tempfile(FSIZE, 13);
+	char *logpath = ut_tempfile(0, 0);
+	char line[512];
+	int status = -1, notices = 0;
+	FILE *f;
+	pid_t pid;
+
+	set_mode(false);   /* no ring on this thread to inherit */
+	hl_workers_stop(); /* no pool whose threads the child would lack */
+	fflush(NULL);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		_exit(uring_denied_child(path, logpath));
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT_TRUE(WIFEXITED(status));
+	CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+	f = fopen(logpath, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "io_uring unavailable") && strstr(line, "worker pool"))
+			notices++;
+	fclose(f);
+	CU_ASSERT_EQUAL(notices, 1);
+	unlink(path);
+	unlink(logpath);
+	free(path);
+	free(logpath);
+}
+
 /* ---- measurement: 4 KiB reads from the page cache ---- */
 
 #define BENCH_FILE (64u << 20)
@@ -585,6 +675,7 @@ static struct {
 	unsigned long done, bad;
 	int qd;
 	bool decoupled; /* next I/O from a timer: the ring goes idle in between */
+	enum hl_io_op op;
 	struct hl_timer next;
 } bench;
 
@@ -610,7 +701,8 @@ static void bench_cb(struct hl_origin_io *io, int result)
 	uint64_t now = hl_now_ns();
 
 	bench.lat_ns += now - (uint64_t)(uintptr_t)io->arg;
-	if (result || !ut_check_pattern(io->iov->iov_base, io->offset, 64, 11))
+	if (result ||
+	    (io->op == HL_IO_READ && !ut_check_pattern(io->iov->iov_base, io->offset, 64, 11)))
 		bench.bad++;
 	bench.done++;
 	if (now - bench.start_ns >= BENCH_NS)
@@ -632,7 +724,7 @@ static void bench_start(void *arg)
 	bench.start_ns = hl_now_ns();
 	for (int i = 0; i < bench.qd; i++) {
 		bench.iov[i] = (struct iovec){bench.buf + (size_t)i * 4096, 4096};
-		bench.io[i] = (struct hl_origin_io){.op = HL_IO_READ,
+		bench.io[i] = (struct hl_origin_io){.op = bench.op,
 		                                    .length = 4096,
 		                                    .iov = &bench.iov[i],
 		                                    .iovcnt = 1,
@@ -660,32 +752,58 @@ static void bench_one(const char *label, int qd, bool decoupled)
 	       bench.lat_ns / 1e3 / (double)bench.done, bench.submit_ns / 1e3 / (double)bench.done);
 }
 
-/* Does a buffered page-cache read complete inside io_uring_submit? (measured on a bare ring) */
+/*
+ * Does a buffered I/O complete inside io_uring_submit? Measured on a bare
+ * ring: cached reads, cached (page-cache) writes, and cold reads (the page
+ * dropped with POSIX_FADV_DONTNEED first).
+ */
 static void measure_inline_completion(const char *path)
 {
+	static const char *const what[] = {"cached read", "buffered write", "cold read"};
 	struct io_uring ring;
-	int fd = open(path, O_RDONLY), inline_n = 0, n = 200;
+	int fd = open(path, O_RDWR), n = 200;
 	uint8_t buf[4096];
-	uint64_t t_sub = 0;
 
 	if (fd < 0 || io_uring_queue_init(8, &ring, 0))
 		return;
-	for (int i = 0; i < n; i++) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-		struct io_uring_cqe *cqe;
-		uint64_t t0 = hl_now_ns();
-		io_uring_prep_read(sqe, fd, buf, 4096, (uint64_t)i * 4096);
-		io_uring_submit(&ring);
-		t_sub += hl_now_ns() - t0;
-		if (io_uring_cq_ready(&ring))
-			inline_n++;
-		io_uring_wait_cqe(&ring, &cqe);
-		io_uring_cqe_seen(&ring, cqe);
+	memset(buf, 0, sizeof(buf));
+	fsync(fd); /* DONTNEED drops clean pages only */
+	for (int kind = 0; kind < 3; kind++) {
+		uint64_t t_sub = 0, t_done = 0;
+		int inline_n = 0;
+		for (int i = 0; i < n; i++) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			struct io_uring_cqe *cqe;
+			uint64_t off = (uint64_t)(i + 1000 * kind) * 4096, t0;
+			if (kind == 2) {
+				/* whole file: a 4 KiB range cannot split a large folio */
+				off = (uint64_t)(i * 7919 % 16000) * 4096;
+				posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+			}
+			t0 = hl_now_ns();
+			if (kind == 1) {
+				/* write back what is there, keeping the pattern */
+				CU_ASSERT_EQUAL(pread(fd, buf, 4096, (off_t)off), 4096);
+				t0 = hl_now_ns();
+				io_uring_prep_write(sqe, fd, buf, 4096, off);
+			} else {
+				io_uring_prep_read(sqe, fd, buf, 4096, off);
+			}
+			io_uring_submit(&ring);
+			t_sub += hl_now_ns() - t0;
+			if (io_uring_cq_ready(&ring))
+				inline_n++;
+			io_uring_wait_cqe(&ring, &cqe);
+			t_done += hl_now_ns() - t0;
+			CU_ASSERT_EQUAL(cqe->res, 4096);
+			io_uring_cqe_seen(&ring, cqe);
+		}
+		printf("\n    %-14s completed inside io_uring_submit: %3d of %d (submit %.2f us, "
+		       "done %.2f us)",
+		       what[kind], inline_n, n, t_sub / 1e3 / n, t_done / 1e3 / n);
 	}
 	io_uring_queue_exit(&ring);
 	close(fd);
-	printf("\n    page-cache read completed inside io_uring_submit: %d of %d (submit %.2f us)",
-	       inline_n, n, t_sub / 1e3 / n);
 }
 
 static void test_bench_page_cache(void)
@@ -706,6 +824,7 @@ static void test_bench_page_cache(void)
 	char tmp[4096];
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+	measure_inline_completion(path);
 	/* make it page-cache resident */
 	fd = open(path, O_RDONLY);
 	while (read(fd, tmp, sizeof(tmp)) > 0)
@@ -713,7 +832,6 @@ static void test_bench_page_cache(void)
 	close(fd);
 	bench.o = open_file(path, true);
 	bench.buf = malloc(64 * 4096);
-	measure_inline_completion(path);
 	for (size_t m = 0; m < HL_ARRAY_SIZE(modes); m++) {
 		set_mode(false);
 		origin_file_ring_flags = modes[m].flags;
@@ -727,6 +845,17 @@ static void test_bench_page_cache(void)
 	bench_one("worker pool", 1, true);
 	bench_one("worker pool", 32, false);
 	set_mode(false);
+	/* buffered 4 KiB writes (the data is not checked: a scratch file) */
+	hl_origin_close(bench.o);
+	bench.o = open_file(path, false);
+	bench.op = HL_IO_WRITE;
+	bench_one("write: uring coop+single", 1, false);
+	bench_one("write: uring coop+single", 32, false);
+	set_mode(true);
+	bench_one("write: worker pool", 1, false);
+	bench_one("write: worker pool", 32, false);
+	set_mode(false);
+	bench.op = HL_IO_READ;
 	printf("\n");
 	hl_origin_close(bench.o);
 	free(bench.buf);
@@ -751,6 +880,7 @@ static const struct hl_test tests[] = {
     {"new reactor on same thread (workers)", new_reactor_same_thread_workers},
     {"O_DIRECT (io_uring)", direct_uring},
     {"O_DIRECT (workers)", direct_workers},
+    {"io_uring denied (seccomp): worker pool, one NOTICE", test_uring_denied},
     {"block device (io_uring)", test_block_device_uring},
     {"block device (workers)", test_block_device_workers},
     {"bench: 4 KiB page-cache reads", test_bench_page_cache},
