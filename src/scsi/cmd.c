@@ -8,6 +8,7 @@
  *      SPC-4 exempts);
  *   4. CDB shorter than the command, or a bit set that the command's usage
  *      mask does not have: INVALID FIELD IN CDB with a field pointer;
+ *   5. a reservation held through another nexus: RESERVATION CONFLICT;
  * then the handler. A write to a write-protected LU gets DATA PROTECT from
  * scsi_write_protected(), which handlers call after their own CDB checks
  * (SBC-3: an invalid field or LBA is reported before the medium's state).
@@ -103,9 +104,9 @@ static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
 			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
 		return SCSI_DONE;
 	}
-	if (cmd->lu && !(d->flags & SCSI_F_UA_PASS) && cmd->nexus) {
+	if (cmd->lu && !(d->flags & SCSI_F_UA_PASS)) {
 		uint8_t asc, ascq;
-		if (scsi_ua_take(cmd->lu, cmd->nexus->id, &asc, &ascq)) {
+		if (scsi_ua_take(cmd->lu, cmd->nexus, &asc, &ascq)) {
 			hl_scsi_set_sense(cmd, HL_SK_UNIT_ATTENTION, asc, ascq);
 			return SCSI_DONE;
 		}
@@ -116,6 +117,8 @@ static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
 		return SCSI_DONE;
 	}
 	if (!cdb_fields_ok(cmd, d))
+		return SCSI_DONE;
+	if (cmd->lu && scsi_rsv_conflict(cmd, d))
 		return SCSI_DONE;
 	return d->exec(cmd);
 }

@@ -58,6 +58,7 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 		}
 	}
 	hl_list_init(&lu->nexuses);
+	hl_list_init(&lu->pr_regs);
 	*out = lu;
 	return 0;
 }
@@ -67,6 +68,7 @@ void hl_lu_destroy(struct hl_lu *lu)
 	if (!lu)
 		return;
 	scsi_ua_fini(lu);
+	scsi_rsv_fini(lu);
 	pthread_mutex_destroy(&lu->lock);
 	hl_origin_close(lu->origin);
 	free(lu->name);
@@ -95,6 +97,7 @@ void hl_lu_reset(struct hl_lu *lu, const struct hl_scsi_nexus *by)
 	HL_NOTICE(SCSI_COMPONENT, "%s: logical unit reset", lu->name);
 	/* the nexus that asked learns of the reset from the TMF response, not a UA */
 	scsi_ua_queue_all(lu, by ? by->id : 0, SCSI_ASC_LUN_RESET);
+	scsi_rsv_reset(lu);
 }
 
 void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_nexus *nexus)
@@ -102,7 +105,9 @@ void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_
 	if (!map || !nexus)
 		return;
 	for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++) {
-		if (map->lu[i])
+		if (map->lu[i]) {
 			scsi_ua_nexus_gone(map->lu[i], nexus->id);
+			scsi_rsv_nexus_gone(map->lu[i], nexus->id);
+		}
 	}
 }

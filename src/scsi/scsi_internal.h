@@ -24,19 +24,31 @@
 
 /* ---- logical unit ---- */
 
-#define SCSI_UA_MAX                                                                                \
-	4 /* pending unit attentions kept per nexus; older ones fold into the newest               \
-	   */
+/* pending unit attentions kept per nexus; when full, the newest replaces the last */
+#define SCSI_UA_MAX 4
 
-/** Per-LU, per-nexus state (unit attentions now, reservations later). */
+/** Per-LU, per-nexus state: pending unit attentions and who the nexus is. */
 struct scsi_lu_nexus {
 	struct hl_list link; /* in hl_lu.nexuses */
 	uint64_t nexus_id;
+	char initiator_port[272]; /* copied from the nexus, to match PR registrations */
+	uint16_t rel_port;        /* relative target port identifier, 0 when unknown */
 	uint8_t n_ua;
 	struct {
 		uint8_t asc, ascq;
 	} ua[SCSI_UA_MAX]; /* oldest first */
 };
+
+/** One persistent reservation registration (SPC-4 5.9.6): an I_T nexus identity and its key. */
+struct scsi_pr_reg {
+	struct hl_list link; /* in hl_lu.pr_regs */
+	char initiator_port[272];
+	uint16_t rel_port;
+	bool all_tg_pt; /* registered through every target port */
+	uint64_t key;
+};
+
+#define SCSI_PR_MAX_REGS 256
 
 struct hl_lu {
 	char *name;
@@ -46,8 +58,14 @@ struct hl_lu {
 	uint32_t block_size;
 	uint8_t lbppbe; /* logical blocks per physical block exponent */
 
-	pthread_mutex_t lock;   /* guards nexuses */
+	pthread_mutex_t lock;   /* guards everything below */
 	struct hl_list nexuses; /* struct scsi_lu_nexus; guarded by lock */
+	uint64_t rsv2_holder;   /* RESERVE(6/10) holder's nexus id, 0 = none; guarded by lock */
+	struct hl_list pr_regs; /* struct scsi_pr_reg; guarded by lock */
+	unsigned pr_n_regs;     /* guarded by lock */
+	uint32_t pr_generation; /* guarded by lock */
+	uint8_t pr_type;        /* persistent reservation type, 0 = not reserved; guarded by lock */
+	struct scsi_pr_reg *pr_holder; /* holder of a non all-registrants type; guarded by lock */
 };
 
 /* ---- command table ---- */
@@ -60,11 +78,14 @@ enum scsi_exec_result {
 typedef enum scsi_exec_result (*scsi_exec_fn)(struct hl_scsi_cmd *cmd);
 
 /* scsi_cmd_desc.flags */
-#define SCSI_F_NO_LU    0x01u /* runs for a LUN with no LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
-#define SCSI_F_UA_PASS  0x02u /* not blocked by a pending unit attention */
-#define SCSI_F_MEDIA    0x04u /* accesses the medium */
-#define SCSI_F_DATA_OUT 0x08u /* takes data-out from the initiator */
-#define SCSI_F_WRITE    0x10u /* modifies the medium: the handler calls scsi_write_protected() */
+#define SCSI_F_NO_LU      0x01u /* runs for a LUN with no LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
+#define SCSI_F_UA_PASS    0x02u /* not blocked by a pending unit attention */
+#define SCSI_F_MEDIA      0x04u /* accesses the medium */
+#define SCSI_F_DATA_OUT   0x08u /* takes data-out from the initiator */
+#define SCSI_F_WRITE      0x10u /* modifies the medium: the handler calls scsi_write_protected() */
+#define SCSI_F_PR_ALLOW   0x20u /* allowed whatever persistent reservation another nexus holds */
+#define SCSI_F_PR_READ    0x40u /* read class: allowed under Write Exclusive reservations */
+#define SCSI_F_RSV2_ALLOW 0x80u /* allowed while another nexus holds RESERVE(6/10) */
 
 #define SCSI_USAGE_MAX 16
 
@@ -176,39 +197,67 @@ static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
 }
 
 /* ASC/ASCQ pairs used in more than one file */
-#define SCSI_ASC_INVALID_OPCODE      0x20, 0x00
-#define SCSI_ASC_LBA_OUT_OF_RANGE    0x21, 0x00
-#define SCSI_ASC_INVALID_FIELD_CDB   0x24, 0x00
-#define SCSI_ASC_LU_NOT_SUPPORTED    0x25, 0x00
-#define SCSI_ASC_INVALID_FIELD_PARAM 0x26, 0x00
-#define SCSI_ASC_WRITE_PROTECTED     0x27, 0x00
-#define SCSI_ASC_POWER_ON_RESET      0x29, 0x00
-#define SCSI_ASC_LUN_RESET           0x29, 0x03
-#define SCSI_ASC_SAVING_NOT_SUPP     0x39, 0x00
-#define SCSI_ASC_INVALID_FIELD_IU    0x0e, 0x03
-#define SCSI_ASC_WRITE_ERROR         0x0c, 0x00
-#define SCSI_ASC_READ_ERROR          0x11, 0x00
-#define SCSI_ASC_MISCOMPARE          0x1d, 0x00
-#define SCSI_ASC_PARAM_LIST_LEN      0x1a, 0x00
-#define SCSI_ASC_NO_ADDITIONAL       0x00, 0x00
+#define SCSI_ASC_INVALID_OPCODE          0x20, 0x00
+#define SCSI_ASC_LBA_OUT_OF_RANGE        0x21, 0x00
+#define SCSI_ASC_INVALID_FIELD_CDB       0x24, 0x00
+#define SCSI_ASC_LU_NOT_SUPPORTED        0x25, 0x00
+#define SCSI_ASC_INVALID_FIELD_PARAM     0x26, 0x00
+#define SCSI_ASC_WRITE_PROTECTED         0x27, 0x00
+#define SCSI_ASC_POWER_ON_RESET          0x29, 0x00
+#define SCSI_ASC_LUN_RESET               0x29, 0x03
+#define SCSI_ASC_SAVING_NOT_SUPP         0x39, 0x00
+#define SCSI_ASC_INVALID_FIELD_IU        0x0e, 0x03
+#define SCSI_ASC_WRITE_ERROR             0x0c, 0x00
+#define SCSI_ASC_READ_ERROR              0x11, 0x00
+#define SCSI_ASC_MISCOMPARE              0x1d, 0x00
+#define SCSI_ASC_PARAM_LIST_LEN          0x1a, 0x00
+#define SCSI_ASC_NO_ADDITIONAL           0x00, 0x00
+#define SCSI_ASC_RESERVATIONS_PREEMPTED  0x2a, 0x03
+#define SCSI_ASC_RESERVATIONS_RELEASED   0x2a, 0x04
+#define SCSI_ASC_REGISTRATIONS_PREEMPTED 0x2a, 0x05
+#define SCSI_ASC_INVALID_RELEASE         0x26, 0x04
+#define SCSI_ASC_NO_REG_RESOURCES        0x55, 0x04
 
 /* ---- ua.c ---- */
 
 /**
- * If the cmd's nexus has a unit attention pending on lu, remove the oldest
- * and return true with it in asc and ascq. A nexus seen for the first time
- * starts with POWER ON, RESET, OR BUS DEVICE RESET OCCURRED. Takes lu->lock.
+ * If `nexus` (NULL: an anonymous nexus 0) has a unit attention pending on lu,
+ * remove the oldest and return true with it in asc and ascq. A nexus seen for
+ * the first time starts with POWER ON, RESET, OR BUS DEVICE RESET OCCURRED.
+ * Takes lu->lock.
  */
-bool scsi_ua_take(struct hl_lu *lu, uint64_t nexus_id, uint8_t *asc, uint8_t *ascq);
+bool scsi_ua_take(struct hl_lu *lu, const struct hl_scsi_nexus *nexus, uint8_t *asc, uint8_t *ascq);
 
 /** Queue a unit attention for every known nexus of lu except `except_id` (0: none). */
 void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_t ascq);
+
+/** Queue one unit attention on one nexus state; lu->lock held. */
+void scsi_ua_push(struct scsi_lu_nexus *n, uint8_t asc, uint8_t ascq);
 
 /** Drop the per-nexus state of nexus_id. */
 void scsi_ua_nexus_gone(struct hl_lu *lu, uint64_t nexus_id);
 
 /** Free all per-nexus state (LU teardown). */
 void scsi_ua_fini(struct hl_lu *lu);
+
+/* ---- pr.c: reservations (RESERVE/RELEASE and persistent reservations) ---- */
+
+/** true (status RESERVATION CONFLICT set) when a reservation bars cmd (command d). */
+bool scsi_rsv_conflict(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *d);
+
+/** LUN reset: RESERVE(6/10) reservations end; persistent ones stay. */
+void scsi_rsv_reset(struct hl_lu *lu);
+
+/** The nexus ended: a RESERVE(6/10) it held ends; its registrations stay (they persist). */
+void scsi_rsv_nexus_gone(struct hl_lu *lu, uint64_t nexus_id);
+
+/** Free registrations (LU teardown). */
+void scsi_rsv_fini(struct hl_lu *lu);
+
+enum scsi_exec_result spc_reserve(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_release(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_pr_in(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd);
 
 /* ---- spc.c: primary commands ---- */
 

@@ -223,7 +223,7 @@ enum scsi_exec_result spc_request_sense(struct hl_scsi_cmd *cmd)
 	if (!cmd->lu) {
 		scsi_sense_build(buf, &len, desc, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LU_NOT_SUPPORTED,
 		                 false, 0);
-	} else if (cmd->nexus && scsi_ua_take(cmd->lu, cmd->nexus->id, &asc, &ascq)) {
+	} else if (scsi_ua_take(cmd->lu, cmd->nexus, &asc, &ascq)) {
 		/* SPC-4 5.14: REQUEST SENSE reports and clears the oldest unit attention */
 		scsi_sense_build(buf, &len, desc, HL_SK_UNIT_ATTENTION, asc, ascq, false, 0);
 	} else {

@@ -26,7 +26,7 @@ static struct scsi_lu_nexus *nexus_find(struct hl_lu *lu, uint64_t nexus_id)
 	return NULL;
 }
 
-static void ua_push(struct scsi_lu_nexus *n, uint8_t asc, uint8_t ascq)
+void scsi_ua_push(struct scsi_lu_nexus *n, uint8_t asc, uint8_t ascq)
 {
 	for (unsigned i = 0; i < n->n_ua; i++) {
 		if (n->ua[i].asc == asc && n->ua[i].ascq == ascq)
@@ -40,27 +40,32 @@ static void ua_push(struct scsi_lu_nexus *n, uint8_t asc, uint8_t ascq)
 }
 
 /* lu->lock held. NULL only when out of memory. */
-static struct scsi_lu_nexus *nexus_get(struct hl_lu *lu, uint64_t nexus_id)
+static struct scsi_lu_nexus *nexus_get(struct hl_lu *lu, const struct hl_scsi_nexus *nexus)
 {
-	struct scsi_lu_nexus *n = nexus_find(lu, nexus_id);
+	uint64_t id = nexus ? nexus->id : 0;
+	struct scsi_lu_nexus *n = nexus_find(lu, id);
 
 	if (n)
 		return n;
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		return NULL;
-	n->nexus_id = nexus_id;
-	ua_push(n, SCSI_ASC_POWER_ON_RESET);
+	n->nexus_id = id;
+	if (nexus) {
+		hl_strlcpy(n->initiator_port, nexus->initiator_port, sizeof(n->initiator_port));
+		n->rel_port = nexus->port ? nexus->port->rel_port_id : 0;
+	}
+	scsi_ua_push(n, SCSI_ASC_POWER_ON_RESET);
 	hl_list_add_tail(&lu->nexuses, &n->link);
 	return n;
 }
 
-bool scsi_ua_take(struct hl_lu *lu, uint64_t nexus_id, uint8_t *asc, uint8_t *ascq)
+bool scsi_ua_take(struct hl_lu *lu, const struct hl_scsi_nexus *nexus, uint8_t *asc, uint8_t *ascq)
 {
 	bool found = false;
 
 	pthread_mutex_lock(&lu->lock);
-	struct scsi_lu_nexus *n = nexus_get(lu, nexus_id);
+	struct scsi_lu_nexus *n = nexus_get(lu, nexus);
 	if (!n) {
 		/* Without memory to remember the nexus, report the power-on UA every time. */
 		*asc = 0x29;
@@ -86,7 +91,7 @@ void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_
 	hl_list_for_each_entry(n, &lu->nexuses, link)
 	{
 		if (n->nexus_id != except_id)
-			ua_push(n, asc, ascq);
+			scsi_ua_push(n, asc, ascq);
 	}
 	pthread_mutex_unlock(&lu->lock);
 }

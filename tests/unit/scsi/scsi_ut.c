@@ -1054,6 +1054,9 @@ static void test_rsoc_usage_mask_is_enforced(void)
 				for (int bit = 0; bit < 8; bit++) {
 					if (d->usage[byte] & (1u << bit))
 						continue;
+					/* flipping a service action bit selects another command */
+					if (e->n_sa && byte == 1 && bit < 5)
+						continue;
 					memset(cdb, 0, sizeof(cdb));
 					memcpy(cdb, d->usage, 2); /* opcode and service action */
 					if (!e->n_sa)
