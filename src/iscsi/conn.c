@@ -443,6 +443,8 @@ void iscsi_conn_start(void *arg)
 	int one = 1;
 
 	c->reactor = hl_reactor_current();
+	if (!c->reactor) /* started from a thread that runs no reactor (unit tests) */
+		c->reactor = c->srv->reactors[0];
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	hl_event_init(&c->ev, c->fd, conn_event, c);
 	c->ev_mask = EPOLLIN;

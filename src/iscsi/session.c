@@ -78,16 +78,20 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	return t;
 }
 
-/* The task leaves the active set (response queued, or dropped). Drops the active reference. */
-static void task_finish(struct iscsi_task *t)
+/* The task leaves the active set: its CmdSN slot opens before its response is built. */
+static void task_deactivate(struct iscsi_task *t)
 {
-	struct iscsi_conn *c = t->conn;
-
 	if (t->state != TASK_DONE) {
 		t->state = TASK_DONE;
 		hl_list_del(&t->hash_link);
-		c->nactive--;
+		t->conn->nactive--;
 	}
+}
+
+/* Response queued, or dropped: leave the active set and drop the active reference. */
+static void task_finish(struct iscsi_task *t)
+{
+	task_deactivate(t);
 	iscsi_task_put(t);
 }
 
@@ -232,6 +236,7 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 	t->cmd.data_in = false;
 	t->cmd.xfer_len = 0;
 	hl_scsi_set_sense(&t->cmd, key, asc, ascq);
+	task_deactivate(t);
 	send_scsi_rsp(c, t);
 	task_finish(t);
 }
@@ -252,6 +257,7 @@ static void task_done(struct hl_scsi_cmd *cmd)
 		if (tmf && --tmf->waiting == 0)
 			tmf_maybe_complete(c, tmf);
 	} else {
+		task_deactivate(t);
 		task_respond(c, t);
 		task_finish(t);
 	}

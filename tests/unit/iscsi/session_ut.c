@@ -1,0 +1,1052 @@
+/*
+ * session_ut.c - the real connection, login and full-feature code of
+ * src/iscsi driven over a socketpair, with the scsi layer replaced by a fake
+ * defined here (hl_scsi_cmd_exec & co). Covers the login state machine
+ * (stages, continuation, errors, CHAP), Data-In segmentation and
+ * residuals, R2T generation, unsolicited data, the CmdSN window, NOP,
+ * Reject, TMF, SendTargets and Logout.
+ */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "hl_test.h"
+#include "iscsi/iscsi_internal.h"
+
+#define TGT "iqn.2026-11.io.hotlun:ut"
+#define TGT_CHAP "iqn.2026-11.io.hotlun:chap"
+#define TGT_ACL "iqn.2026-11.io.hotlun:acl"
+#define INI "iqn.2026-11.io.hotlun:initiator"
+
+/* ------------------------------------------------------------------ */
+/* Fake scsi layer                                                     */
+
+struct fake_lu_tag {
+	int dummy;
+};
+static struct fake_lu_tag fake_lu_mem;
+static struct hl_lu *fake_lu = (struct hl_lu *)&fake_lu_mem;
+
+static struct hl_scsi_cmd *pending[64];
+static int npending;
+static bool defer_exec;        /* keep commands until the test completes them */
+static uint32_t fake_xfer_len; /* 0: xfer_len = data_len */
+static uint8_t last_write[65536];
+static uint32_t last_write_len;
+static int lu_resets, nexus_gone;
+
+void hl_scsi_set_sense(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_t ascq)
+{
+	memset(cmd->sense, 0, 18);
+	cmd->sense[0] = 0x70;
+	cmd->sense[2] = key;
+	cmd->sense[7] = 10;
+	cmd->sense[12] = asc;
+	cmd->sense[13] = ascq;
+	cmd->sense_len = 18;
+	cmd->status = HL_SAM_CHECK_CONDITION;
+}
+
+static void fake_complete(struct hl_scsi_cmd *cmd)
+{
+	cmd->status = HL_SAM_GOOD;
+	cmd->xfer_len = fake_xfer_len ? fake_xfer_len : cmd->data_len;
+	if (cmd->data_in) {
+		cmd->data_in_len = HL_MIN(cmd->data_len, cmd->xfer_len);
+		for (uint32_t i = 0; i < cmd->data_in_len; i++)
+			cmd->data[i] = (uint8_t)(i * 7 + 1);
+	}
+	if (cmd->data_out) {
+		last_write_len = HL_MIN(cmd->data_len, (uint32_t)sizeof(last_write));
+		memcpy(last_write, cmd->data, last_write_len);
+	}
+	cmd->done(cmd);
+}
+
+void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
+{
+	if (defer_exec && npending < 64) {
+		pending[npending++] = cmd;
+		return;
+	}
+	fake_complete(cmd);
+}
+
+void hl_lu_reset(struct hl_lu *lu, const struct hl_scsi_nexus *by)
+{
+	lu_resets++;
+}
+
+void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_nexus *nexus)
+{
+	nexus_gone++;
+}
+
+/* ------------------------------------------------------------------ */
+/* Harness: a server with one (not running) reactor, a socketpair.     */
+
+static struct hl_reactor *reactor;
+static struct hl_iscsi_server *srv;
+static struct hl_scsi_lun_map map;
+static struct iscsi_conn *conn;
+static int cfd = -1;          /* the initiator's end */
+static uint32_t cmdsn, itt = 0x100, expstatsn;
+
+struct rpdu {
+	struct iscsi_bhs bhs;
+	uint32_t dsl;
+	uint8_t data[65536];
+};
+static struct rpdu got[64];
+static int ngot;
+static bool rx_hd, rx_dd;
+
+static int rcv_header(void *ctx, struct iscsi_rx *rx)
+{
+	return 0;
+}
+
+static int rcv_pdu(void *ctx, struct iscsi_rx *rx)
+{
+	if (ngot >= 64)
+		return -ENOSPC;
+	got[ngot].bhs = rx->bhs;
+	got[ngot].dsl = rx->dsl;
+	if (rx->dsl)
+		memcpy(got[ngot].data, rx->data, HL_MIN(rx->dsl, (uint32_t)sizeof(got[0].data)));
+	ngot++;
+	return 0;
+}
+
+static const struct iscsi_rx_ops rcv_ops = { .header = rcv_header, .pdu = rcv_pdu };
+static struct iscsi_rx rcv;
+
+static void setup(void)
+{
+	struct hl_iscsi_server_config sc = { 0 };
+	struct hl_iscsi_target_config tc = { 0 };
+	int sv[2];
+	static const char *acl[] = { "iqn.2026-11.io.hotlun:someone-else" };
+
+	if (!reactor)
+		CU_ASSERT_FATAL(hl_reactor_create(&reactor, "ut") == 0);
+	memset(&map, 0, sizeof(map));
+	map.lu[0] = fake_lu;
+	sc.reactors = &reactor;
+	sc.n_reactors = 1;
+	CU_ASSERT_FATAL(hl_iscsi_server_create(&sc, &srv) == 0);
+	tc.name = TGT;
+	tc.luns = &map;
+	tc.allow_all = true;
+	CU_ASSERT_FATAL(hl_iscsi_target_add(srv, &tc) == 0);
+	CU_ASSERT_EQUAL(hl_iscsi_target_add(srv, &tc), -EEXIST);
+	tc.name = TGT_CHAP;
+	hl_strlcpy(tc.chap.user, "alice", sizeof(tc.chap.user));
+	hl_strlcpy(tc.chap.secret, "alicesecret1", sizeof(tc.chap.secret));
+	hl_strlcpy(tc.mutual.user, "tgt", sizeof(tc.mutual.user));
+	hl_strlcpy(tc.mutual.secret, "targetsecret", sizeof(tc.mutual.secret));
+	CU_ASSERT_FATAL(hl_iscsi_target_add(srv, &tc) == 0);
+	memset(&tc.chap, 0, sizeof(tc.chap));
+	memset(&tc.mutual, 0, sizeof(tc.mutual));
+	tc.name = TGT_ACL;
+	tc.allow_all = false;
+	tc.allow = acl;
+	tc.n_allow = 1;
+	CU_ASSERT_FATAL(hl_iscsi_target_add(srv, &tc) == 0);
+
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	fcntl(sv[1], F_SETFL, O_NONBLOCK);
+	cfd = sv[1];
+	CU_ASSERT_FATAL(iscsi_conn_create(srv, sv[0], 1, false, &conn) == 0);
+	pthread_mutex_lock(&srv->lock);
+	hl_list_add_tail(&srv->conns, &conn->srv_link);
+	srv->n_conns++;
+	pthread_mutex_unlock(&srv->lock);
+	iscsi_conn_start(conn);
+	iscsi_rx_init(&rcv, &rcv_ops, NULL, 1 << 20);
+	rx_hd = rx_dd = false;
+	ngot = 0;
+	npending = 0;
+	defer_exec = false;
+	fake_xfer_len = 0;
+	cmdsn = 1;
+	expstatsn = 0;
+	lu_resets = nexus_gone = 0;
+}
+
+static bool conn_alive(void)
+{
+	bool alive = false;
+	struct iscsi_conn *c;
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+		if (c == conn)
+			alive = true;
+	pthread_mutex_unlock(&srv->lock);
+	return alive;
+}
+
+static void teardown(void)
+{
+	if (conn_alive())
+		iscsi_conn_close(conn, "test end");
+	/* complete what the fake still holds so the connection can go */
+	while (npending)
+		fake_complete(pending[--npending]);
+	CU_ASSERT_EQUAL(srv->n_conns, 0);
+	/* the server's portals/targets are freed without reactor calls: none pending */
+	pthread_mutex_lock(&srv->lock);
+	srv->stopping = true;
+	pthread_mutex_unlock(&srv->lock);
+	while (!hl_list_empty(&srv->targets)) {
+		struct iscsi_target *t = hl_list_first(&srv->targets, struct iscsi_target, link);
+		hl_list_del(&t->link);
+		for (size_t i = 0; i < t->n_allow; i++)
+			free(t->allow[i]);
+		free(t->allow);
+		free(t);
+	}
+	free(srv->reactors);
+	free(srv);
+	srv = NULL;
+	close(cfd);
+	iscsi_rx_fini(&rcv);
+}
+
+/* Let the connection process what the initiator sent, then collect its answers. */
+static void pump(void)
+{
+	uint8_t buf[65536];
+
+	for (int round = 0; round < 8; round++) {
+		if (conn_alive())
+			conn->ev.fn(&conn->ev, EPOLLIN | EPOLLOUT);
+		for (;;) {
+			ssize_t n = read(cfd, buf, sizeof(buf));
+			if (n <= 0)
+				break;
+			CU_ASSERT_EQUAL(iscsi_rx_feed(&rcv, buf, (size_t)n), n);
+		}
+	}
+}
+
+static void send_raw(const void *p, size_t n)
+{
+	CU_ASSERT_EQUAL_FATAL(write(cfd, p, n), (ssize_t)n);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static void send_pdu(struct iscsi_bhs *h, const void *data, uint32_t len)
+{
+	uint8_t buf[70000];
+	size_t n = ISCSI_BHS_LEN;
+
+	bhs_set_dsl(h, len);
+	memcpy(buf, h->b, ISCSI_BHS_LEN);
+	if (rx_hd) {
+		put_le32(buf + n, iscsi_crc32c(0, buf, ISCSI_BHS_LEN));
+		n += 4;
+	}
+	size_t d0 = n;
+	if (len)
+		memcpy(buf + n, data, len);
+	n += len;
+	while (n & 3)
+		buf[n++] = 0;
+	if (rx_dd && len) {
+		put_le32(buf + n, iscsi_crc32c(0, buf + d0, n - d0));
+		n += 4;
+	}
+	send_raw(buf, n);
+}
+
+/* key=value\0 list from "k=v|k=v" */
+static size_t kv(uint8_t *out, const char *spec)
+{
+	size_t n = 0;
+	for (const char *p = spec; *p; p++)
+		out[n++] = *p == '|' ? 0 : (uint8_t)*p;
+	out[n++] = 0;
+	return n;
+}
+
+static bool has_kv(const struct rpdu *p, const char *pair)
+{
+	size_t l = strlen(pair);
+	for (uint32_t off = 0; off < p->dsl;) {
+		const char *s = (const char *)p->data + off;
+		size_t sl = strnlen(s, p->dsl - off);
+		if (sl == l && memcmp(s, pair, l) == 0)
+			return true;
+		off += (uint32_t)sl + 1;
+	}
+	return false;
+}
+
+static const char *get_kv(const struct rpdu *p, const char *key)
+{
+	size_t l = strlen(key);
+	for (uint32_t off = 0; off < p->dsl;) {
+		const char *s = (const char *)p->data + off;
+		size_t sl = strnlen(s, p->dsl - off);
+		if (sl > l && memcmp(s, key, l) == 0 && s[l] == '=')
+			return s + l + 1;
+		off += (uint32_t)sl + 1;
+	}
+	return NULL;
+}
+
+static const uint8_t isid[6] = { 0x80, 0x12, 0x34, 0x56, 0x00, 0x01 };
+
+static void login_pdu(uint8_t flags, const char *spec)
+{
+	struct iscsi_bhs h;
+	uint8_t data[16384];
+	size_t n = spec ? kv(data, spec) : 0;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = flags;
+	memcpy(&h.b[8], isid, 6);
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 24, cmdsn);
+	bhs_put32(&h, 28, expstatsn);
+	send_pdu(&h, data, (uint32_t)n);
+}
+
+static uint16_t login_status(const struct rpdu *p)
+{
+	return (uint16_t)(p->bhs.b[36] << 8 | p->bhs.b[37]);
+}
+
+#define OPS_KEYS "MaxRecvDataSegmentLength=8192|InitialR2T=Yes|ImmediateData=Yes|" \
+		 "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=2|" \
+		 "HeaderDigest=None|DataDigest=None|ErrorRecoveryLevel=0"
+
+/* Operational-stage-only login straight to FFP. */
+static void login_ok(const char *extra_ops)
+{
+	char spec[2048];
+	snprintf(spec, sizeof(spec), "InitiatorName=%s|TargetName=%s|SessionType=Normal|%s", INI, TGT,
+		 extra_ops ? extra_ops : OPS_KEYS);
+	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_LOGIN_RSP);
+	CU_ASSERT_EQUAL_FATAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
+	CU_ASSERT_NOT_EQUAL(hl_get_be16(&got[0].bhs.b[14]), 0);
+	CU_ASSERT_TRUE(has_kv(&got[0], "TargetPortalGroupTag=1"));
+	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
+	ngot = 0;
+	itt++;
+}
+
+static void scsi_cmd(uint8_t flags, uint8_t cdb0, uint32_t edtl, const void *imm, uint32_t imm_len)
+{
+	struct iscsi_bhs h;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_SCSI_CMD;
+	h.b[1] = flags | HL_TASK_SIMPLE;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 20, edtl);
+	bhs_put32(&h, 24, cmdsn++);
+	bhs_put32(&h, 28, expstatsn);
+	h.b[32] = cdb0;
+	send_pdu(&h, imm, imm_len);
+}
+
+static void data_out(uint32_t ttt, uint32_t datasn, uint32_t off, const uint8_t *d, uint32_t len,
+		     bool final)
+{
+	struct iscsi_bhs h;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_DATA_OUT;
+	h.b[1] = final ? ISCSI_FLAG_FINAL : 0;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 20, ttt);
+	bhs_put32(&h, 28, expstatsn);
+	bhs_put32(&h, 36, datasn);
+	bhs_put32(&h, 40, off);
+	send_pdu(&h, d, len);
+}
+
+/* ------------------------------------------------------------------ */
+/* Login                                                               */
+
+static void test_login_operational_only(void)
+{
+	setup();
+	login_ok(NULL);
+	CU_ASSERT_EQUAL(conn->params.max_recv_dsl_initiator, 8192);
+	CU_ASSERT_EQUAL(conn->params.max_burst_length, 16384);
+	teardown();
+	CU_ASSERT_EQUAL(nexus_gone, 1);
+}
+
+static void test_login_security_then_operational(void)
+{
+	char spec[512];
+
+	setup();
+	snprintf(spec, sizeof(spec), "InitiatorName=%s|TargetName=%s|AuthMethod=None", INI, TGT);
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 1, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_TRUE(has_kv(&got[0], "AuthMethod=None"));
+	CU_ASSERT_TRUE(has_kv(&got[0], "TargetPortalGroupTag=1"));
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_LOGIN_TRANSIT | 1);
+	CU_ASSERT_EQUAL(hl_get_be16(&got[0].bhs.b[14]), 0); /* TSIH only in the last response */
+	ngot = 0;
+	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, OPS_KEYS);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_FALSE(has_kv(&got[0], "TargetPortalGroupTag=1"));
+	CU_ASSERT_PTR_NOT_NULL(get_kv(&got[0], "MaxRecvDataSegmentLength"));
+	CU_ASSERT_NOT_EQUAL(hl_get_be16(&got[0].bhs.b[14]), 0);
+	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
+	teardown();
+}
+
+static void expect_login_fail(const char *spec, uint8_t flags, uint16_t status)
+{
+	setup();
+	login_pdu(flags, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), status);
+	CU_ASSERT_FALSE(conn_alive()); /* closed once the answer went out */
+	teardown();
+}
+
+static void test_login_errors(void)
+{
+	uint8_t op = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
+	expect_login_fail("InitiatorName=" INI "|SessionType=Normal", op, ISCSI_LOGIN_MISSING_PARAMETER);
+	expect_login_fail("TargetName=" TGT, op, ISCSI_LOGIN_MISSING_PARAMETER);
+	expect_login_fail("InitiatorName=" INI "|TargetName=iqn.2026-11.io.hotlun:none", op,
+			  ISCSI_LOGIN_NOT_FOUND);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT_ACL, op, ISCSI_LOGIN_NOT_AUTHORIZED);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT_CHAP, op, ISCSI_LOGIN_AUTH_FAILED);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT "|SessionType=Bogus", op,
+			  ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT "|AuthMethod=None",
+			  ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, ISCSI_LOGIN_INITIATOR_ERROR);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT, ISCSI_LOGIN_TRANSIT | (1 << 2) | 1,
+			  ISCSI_LOGIN_INITIATOR_ERROR); /* NSG <= CSG */
+	expect_login_fail("no-equals-sign", op, ISCSI_LOGIN_INITIATOR_ERROR);
+
+	/* unsupported version */
+	setup();
+	{
+		struct iscsi_bhs h;
+		uint8_t data[256];
+		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT);
+		memset(&h, 0, sizeof(h));
+		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+		h.b[1] = op;
+		h.b[2] = 2;
+		h.b[3] = 1;
+		send_pdu(&h, data, (uint32_t)n);
+	}
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), ISCSI_LOGIN_UNSUPPORTED_VERSION);
+	teardown();
+
+	/* TSIH of a session that does not exist */
+	setup();
+	{
+		struct iscsi_bhs h;
+		uint8_t data[256];
+		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT);
+		memset(&h, 0, sizeof(h));
+		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+		h.b[1] = op;
+		hl_put_be16(&h.b[14], 0x4242);
+		send_pdu(&h, data, (uint32_t)n);
+	}
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[36], 2); /* initiator error class */
+	teardown();
+
+	/* a non-login PDU before login closes the connection */
+	setup();
+	{
+		struct iscsi_bhs h;
+		memset(&h, 0, sizeof(h));
+		h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
+		send_pdu(&h, NULL, 0);
+	}
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	CU_ASSERT_FALSE(conn_alive());
+	teardown();
+}
+
+static void test_login_discovery(void)
+{
+	setup();
+	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, "InitiatorName=" INI "|SessionType=Discovery|"
+						     "MaxRecvDataSegmentLength=8192");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(conn->sess->type, ISCSI_SESSION_DISCOVERY);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
+	ngot = 0;
+	/* SendTargets=All lists what the initiator may see (not the ACL'd target) */
+	struct iscsi_bhs h;
+	uint8_t data[64];
+	size_t n = kv(data, "SendTargets=All");
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TEXT_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, ++itt);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, data, (uint32_t)n);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TEXT_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_FLAG_FINAL);
+	CU_ASSERT_TRUE(has_kv(&got[0], "TargetName=" TGT));
+	CU_ASSERT_TRUE(has_kv(&got[0], "TargetName=" TGT_CHAP));
+	CU_ASSERT_FALSE(has_kv(&got[0], "TargetName=" TGT_ACL));
+	/* bad values and keys fail */
+	ngot = 0;
+	n = kv(data, "SendTargets=Alle");
+	bhs_set_itt(&h, ++itt);
+	send_pdu(&h, data, (uint32_t)n);
+	n = kv(data, "sENDtARGETS=aLL");
+	bhs_set_itt(&h, ++itt);
+	send_pdu(&h, data, (uint32_t)n);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	CU_ASSERT_TRUE(has_kv(&got[0], "SendTargets=Reject"));
+	CU_ASSERT_TRUE(has_kv(&got[1], "sENDtARGETS=NotUnderstood"));
+	/* SCSI commands are not allowed in a discovery session */
+	ngot = 0;
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_REJECT);
+	teardown();
+}
+
+static void test_login_continuation(void)
+{
+	setup();
+	/* request split over two PDUs with C */
+	login_pdu(ISCSI_LOGIN_CONTINUE | (1 << 2), "InitiatorName=" INI "|TargetName=" TGT);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(got[0].dsl, 0);
+	ngot = 0;
+	/* a response that does not fit in 8192 bytes: many unknown keys */
+	char spec[16000];
+	size_t off = 0;
+	for (int i = 0; i < 420; i++)
+		off += (size_t)snprintf(spec + off, sizeof(spec) - off, "X-k%03d=v|", i);
+	spec[off - 1] = 0;
+	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1] & (ISCSI_LOGIN_CONTINUE | ISCSI_LOGIN_TRANSIT),
+			ISCSI_LOGIN_CONTINUE);
+	CU_ASSERT_EQUAL(got[0].dsl, 8192);
+	CU_ASSERT_TRUE(has_kv(&got[0], "X-k000=NotUnderstood"));
+	ngot = 0;
+	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, NULL);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
+	CU_ASSERT_NOT_EQUAL(hl_get_be16(&got[0].bhs.b[14]), 0);
+	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
+	teardown();
+}
+
+static void chap_login(const char *secret, bool mutual, bool reflect, uint16_t want_status)
+{
+	char spec[1024];
+
+	setup();
+	snprintf(spec, sizeof(spec), "InitiatorName=%s|TargetName=%s|AuthMethod=CHAP,None", INI,
+		 TGT_CHAP);
+	login_pdu((0 << 2) | ISCSI_LOGIN_TRANSIT | 1, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_TRUE(has_kv(&got[0], "AuthMethod=CHAP"));
+	CU_ASSERT_EQUAL(got[0].bhs.b[1] & ISCSI_LOGIN_TRANSIT, 0);
+	ngot = 0;
+	login_pdu(0, "CHAP_A=7,5");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_TRUE(has_kv(&got[0], "CHAP_A=7"));
+	const char *id_s = get_kv(&got[0], "CHAP_I"), *c_s = get_kv(&got[0], "CHAP_C");
+	CU_ASSERT_FATAL(id_s && c_s);
+	uint8_t ch[64], rsp[64];
+	char hex[200], spec2[1024];
+	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
+	CU_ASSERT_FATAL(clen > 0);
+	CU_ASSERT_EQUAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, (uint8_t)atoi(id_s), secret, ch,
+					   (size_t)clen, rsp), 0);
+	iscsi_chap_encode_hex(rsp, 32, hex, sizeof(hex));
+	if (mutual)
+		snprintf(spec2, sizeof(spec2), "CHAP_N=alice|CHAP_R=%s|CHAP_I=9|CHAP_C=%s", hex,
+			 reflect ? c_s : "0x0102030405060708090a0b0c0d0e0f10");
+	else
+		snprintf(spec2, sizeof(spec2), "CHAP_N=alice|CHAP_R=%s", hex);
+	ngot = 0;
+	login_pdu((0 << 2) | ISCSI_LOGIN_TRANSIT | 1, spec2);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), want_status);
+	if (want_status == 0) {
+		CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_LOGIN_TRANSIT | 1);
+		if (mutual) {
+			uint8_t want[32], tch[16];
+			char whex[100];
+			CU_ASSERT_EQUAL(iscsi_chap_decode("0x0102030405060708090a0b0c0d0e0f10", tch, 16),
+					16);
+			iscsi_chap_compute(ISCSI_CHAP_SHA256, 9, "targetsecret", tch, 16, want);
+			iscsi_chap_encode_hex(want, 32, whex, sizeof(whex));
+			CU_ASSERT_TRUE(has_kv(&got[0], "CHAP_N=tgt"));
+			CU_ASSERT_STRING_EQUAL(get_kv(&got[0], "CHAP_R"), whex);
+		}
+	}
+	teardown();
+}
+
+static void test_login_chap(void)
+{
+	chap_login("alicesecret1", false, false, 0);
+	chap_login("wrong-secret", false, false, ISCSI_LOGIN_AUTH_FAILED);
+	chap_login("alicesecret1", true, false, 0);
+	chap_login("alicesecret1", true, true, ISCSI_LOGIN_AUTH_FAILED); /* reflected challenge */
+}
+
+/* ------------------------------------------------------------------ */
+/* Full feature phase                                                  */
+
+static void test_read_segmentation(void)
+{
+	setup();
+	login_ok(NULL); /* MaxRecvDSL 8192, MaxBurstLength 16384 */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 20000, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 3);
+	uint32_t want_len[3] = { 8192, 8192, 3616 };
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(bhs_opcode(&got[i].bhs), ISCSI_OP_DATA_IN);
+		CU_ASSERT_EQUAL(got[i].dsl, want_len[i]);
+		CU_ASSERT_EQUAL(bhs_w36(&got[i].bhs), (uint32_t)i);       /* DataSN */
+		CU_ASSERT_EQUAL(bhs_w40(&got[i].bhs), (uint32_t)i * 8192); /* offset */
+		CU_ASSERT_EQUAL(bhs_itt(&got[i].bhs), itt);
+		CU_ASSERT_EQUAL(got[i].data[5], (uint8_t)((i * 8192 + 5) * 7 + 1));
+	}
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], 0);
+	CU_ASSERT_EQUAL(got[1].bhs.b[1], ISCSI_FLAG_FINAL); /* end of a 16 KiB burst */
+	CU_ASSERT_EQUAL(got[2].bhs.b[1], ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS);
+	CU_ASSERT_EQUAL(got[2].bhs.b[3], HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(bhs_w24(&got[2].bhs), expstatsn); /* StatSN */
+	CU_ASSERT_EQUAL(bhs_w28(&got[2].bhs), cmdsn);     /* ExpCmdSN */
+	teardown();
+}
+
+static void test_read_residuals(void)
+{
+	setup();
+	login_ok(NULL);
+	fake_xfer_len = 1024; /* the CDB asks for more than EDTL */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 512, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].dsl, 512);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_OVERFLOW);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 512);
+	ngot = 0;
+	itt++;
+	fake_xfer_len = 512; /* EDTL larger than the CDB */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].dsl, 512);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 4096 - 512);
+	ngot = 0;
+	itt++;
+	/* a no-data command with EDTL: SCSI Response with underflow */
+	fake_xfer_len = 0;
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_FLAG_FINAL);
+	teardown();
+}
+
+static void test_edtl_too_large(void)
+{
+	setup();
+	login_ok(NULL);
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, HL_SCSI_MAX_XFER + 512, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_CHECK_CONDITION);
+	CU_ASSERT_EQUAL(got[0].dsl, 2 + 18);
+	CU_ASSERT_EQUAL(got[0].data[2 + 2], HL_SK_ILLEGAL_REQUEST);
+	CU_ASSERT_EQUAL(got[0].data[2 + 12], 0x24);
+	teardown();
+}
+
+static void test_write_r2t(void)
+{
+	uint8_t buf[32768];
+
+	for (unsigned i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i ^ (i >> 8));
+	setup();
+	login_ok(NULL); /* InitialR2T=Yes, MaxBurstLength 16384, MaxOutstandingR2T 2 */
+	memset(last_write, 0, sizeof(last_write));
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 32768 + 8192, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(bhs_opcode(&got[i].bhs), ISCSI_OP_R2T);
+		CU_ASSERT_EQUAL(bhs_w36(&got[i].bhs), (uint32_t)i);          /* R2TSN */
+		CU_ASSERT_EQUAL(bhs_w40(&got[i].bhs), (uint32_t)i * 16384);  /* offset */
+		CU_ASSERT_EQUAL(bhs_w44(&got[i].bhs), 16384);                /* desired length */
+	}
+	uint32_t ttt0 = bhs_w20(&got[0].bhs), ttt1 = bhs_w20(&got[1].bhs);
+	CU_ASSERT_NOT_EQUAL(ttt0, ttt1);
+	ngot = 0;
+	/* answer the second R2T first, in two PDUs of 8 KiB (MaxRecvDSL) */
+	data_out(ttt1, 0, 16384, buf + 16384, 8192, false);
+	data_out(ttt1, 1, 24576, buf + 24576, 8192, true);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1); /* the freed slot is used for the rest */
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	CU_ASSERT_EQUAL(bhs_w36(&got[0].bhs), 2);
+	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 32768);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
+	uint32_t ttt2 = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	data_out(ttt0, 0, 0, buf, 8192, false);
+	data_out(ttt0, 1, 8192, buf + 8192, 8192, true);
+	data_out(ttt2, 0, 32768, buf, 8192, true);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(last_write_len, 32768 + 8192);
+	CU_ASSERT_EQUAL(memcmp(last_write, buf, 32768), 0);
+	CU_ASSERT_EQUAL(memcmp(last_write + 32768, buf, 8192), 0);
+	teardown();
+}
+
+static void test_write_immediate_unsolicited(void)
+{
+	uint8_t buf[16384];
+
+	for (unsigned i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 13);
+	setup();
+	login_ok("MaxRecvDataSegmentLength=8192|InitialR2T=No|ImmediateData=Yes|"
+		 "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=1");
+	/* this target prefers InitialR2T=Yes (an OR key); force No to exercise unsolicited data */
+	conn->params.initial_r2t = false;
+	/* 4 KiB immediate + 4 KiB unsolicited (F=0 on the command), rest by R2T */
+	scsi_cmd(ISCSI_CMD_WRITE, 0x2a, 16384, buf, 4096);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	data_out(ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 8192);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
+	uint32_t ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	data_out(ttt, 0, 8192, buf + 8192, 8192, true);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(memcmp(last_write, buf, 16384), 0);
+	teardown();
+}
+
+static void test_data_out_errors(void)
+{
+	uint8_t buf[8192] = { 0 };
+
+	setup();
+	login_ok(NULL);
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 8192, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	uint32_t ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	data_out(ttt, 5, 0, buf, 4096, false); /* wrong DataSN */
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_REJECT);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_REJECT_PROTOCOL_ERROR);
+	CU_ASSERT_EQUAL(got[0].dsl, ISCSI_BHS_LEN);
+	ngot = 0;
+	/* the task is gone: more data for it is dropped silently */
+	data_out(ttt, 1, 4096, buf, 4096, true);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	CU_ASSERT_EQUAL(conn->nactive, 0);
+	/* the session still works */
+	itt++;
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	teardown();
+}
+
+static void test_cmdsn_window(void)
+{
+	setup();
+	login_ok(NULL);
+	uint32_t exp = cmdsn;
+	cmdsn = exp + 5; /* ahead of ExpCmdSN: dropped */
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	cmdsn = exp - 1; /* behind: dropped */
+	itt++;
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	cmdsn = exp;
+	itt++;
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_w28(&got[0].bhs), exp + 1);                    /* ExpCmdSN */
+	CU_ASSERT_EQUAL(bhs_w32(&got[0].bhs), exp + 1 + ISCSI_QUEUE_DEPTH - 1); /* MaxCmdSN */
+	/* commands held by the scsi layer narrow the window */
+	ngot = 0;
+	defer_exec = true;
+	itt++;
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	/* an immediate NOP-Out does not consume a CmdSN and is answered while I/O is stalled */
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, ++itt);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, "ping", 4);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_NOP_IN);
+	CU_ASSERT_EQUAL(bhs_itt(&got[0].bhs), itt);
+	CU_ASSERT_EQUAL(got[0].dsl, 4);
+	CU_ASSERT_EQUAL(memcmp(got[0].data, "ping", 4), 0);
+	CU_ASSERT_EQUAL(bhs_w28(&got[0].bhs), exp + 2);
+	CU_ASSERT_EQUAL(bhs_w32(&got[0].bhs), exp + 2 + ISCSI_QUEUE_DEPTH - 2);
+	CU_ASSERT_EQUAL(npending, 1);
+	ngot = 0;
+	fake_complete(pending[--npending]);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	teardown();
+}
+
+static void test_reject_and_digests(void)
+{
+	setup();
+	login_ok("MaxRecvDataSegmentLength=8192|HeaderDigest=CRC32C|DataDigest=CRC32C");
+	CU_ASSERT_TRUE(conn->params.header_digest && conn->params.data_digest);
+	rx_hd = rx_dd = true;
+	rcv.header_digest = rcv.data_digest = true;
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = 0x1c; /* not an initiator opcode */
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, itt);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_REJECT);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_REJECT_CMD_NOT_SUPPORTED);
+	CU_ASSERT_EQUAL(got[0].data[0], 0x1c);
+	/* a read works with both digests */
+	ngot = 0;
+	itt++;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 1000, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].dsl, 1000);
+	/* a corrupt header digest loses framing: the connection goes */
+	ngot = 0;
+	rx_hd = false;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
+	send_pdu(&h, NULL, 0);
+	send_raw("\x01\x02\x03\x04", 4);
+	pump();
+	CU_ASSERT_FALSE(conn_alive());
+	teardown();
+}
+
+static void test_tmf_abort_waits(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	uint32_t victim = itt;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(npending, 1);
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_ABORT_TASK;
+	bhs_set_itt(&h, ++itt);
+	bhs_put32(&h, 20, victim);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0); /* the task is still in the scsi layer */
+	fake_complete(pending[--npending]);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1); /* only the TMF response: the read's data is discarded */
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TMF_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	/* an unknown task */
+	ngot = 0;
+	bhs_set_itt(&h, ++itt);
+	bhs_put32(&h, 20, 0xabcdef);
+	send_pdu(&h, NULL, 0);
+	/* LUN reset with nothing running completes at once and resets the LU */
+	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_LUN_RESET;
+	bhs_set_itt(&h, ++itt);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_NO_TASK);
+	CU_ASSERT_EQUAL(got[1].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	teardown();
+}
+
+static void test_logout(void)
+{
+	setup();
+	login_ok(NULL);
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_LOGOUT_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_LOGOUT_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_LOGOUT_RSP_OK);
+	CU_ASSERT_FALSE(conn_alive());
+	teardown();
+}
+
+static void test_text_continuation(void)
+{
+	struct iscsi_portal fake[30];
+
+	setup();
+	/* portals put straight into the list (no listening socket needed) */
+	memset(fake, 0, sizeof(fake));
+	for (int i = 0; i < 30; i++) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&fake[i].addr;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(3260);
+		sin->sin_addr.s_addr = htonl(0x0a000001 + (uint32_t)i);
+		fake[i].tpgt = 1;
+		hl_list_add_tail(&srv->portals, &fake[i].link);
+	}
+	/* a small MaxRecvDataSegmentLength makes the SendTargets answer span PDUs */
+	login_ok("MaxRecvDataSegmentLength=512");
+	struct iscsi_bhs h;
+	uint8_t data[64];
+	size_t n = kv(data, "SendTargets=All");
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TEXT_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	send_pdu(&h, data, (uint32_t)n);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_TEXT_CONTINUE);
+	CU_ASSERT_EQUAL(got[0].dsl, 512);
+	uint32_t ttt = bhs_w20(&got[0].bhs);
+	CU_ASSERT_NOT_EQUAL(ttt, ISCSI_RSVD_TAG);
+	/* a normal session only sees its own target */
+	CU_ASSERT_TRUE(has_kv(&got[0], "TargetName=" TGT));
+	CU_ASSERT_FALSE(has_kv(&got[0], "TargetName=" TGT_CHAP));
+	CU_ASSERT_TRUE(has_kv(&got[0], "TargetAddress=10.0.0.1:3260,1"));
+	ngot = 0;
+	bhs_put32(&h, 20, ttt);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_FLAG_FINAL);
+	CU_ASSERT_EQUAL(bhs_w20(&got[0].bhs), ISCSI_RSVD_TAG);
+	CU_ASSERT_TRUE(got[0].dsl > 0 && got[0].dsl < 512);
+	hl_list_init(&srv->portals);
+	teardown();
+}
+
+static const struct hl_test tests[] = {
+	{ "login: operational stage straight to FFP", test_login_operational_only },
+	{ "login: security then operational stage", test_login_security_then_operational },
+	{ "login: error statuses", test_login_errors },
+	{ "login: discovery session and SendTargets", test_login_discovery },
+	{ "login: request and response continuation", test_login_continuation },
+	{ "login: CHAP one-way, mutual, wrong secret, reflection", test_login_chap },
+	{ "read: Data-In segmentation, bursts, status", test_read_segmentation },
+	{ "read: residual overflow/underflow", test_read_residuals },
+	{ "EDTL above the transfer cap", test_edtl_too_large },
+	{ "write: R2T generation", test_write_r2t },
+	{ "write: immediate + unsolicited + R2T", test_write_immediate_unsolicited },
+	{ "write: bad DataSN rejected, session survives", test_data_out_errors },
+	{ "CmdSN window, NOP-Out during stalled I/O", test_cmdsn_window },
+	{ "Reject, digests, framing loss", test_reject_and_digests },
+	{ "TMF: abort waits for the task; LUN reset", test_tmf_abort_waits },
+	{ "logout closes", test_logout },
+	{ "text: SendTargets continuation in a normal session", test_text_continuation },
+	{ NULL, NULL },
+};
+
+int main(void)
+{
+	return hl_test_run("iscsi_session", tests);
+}
