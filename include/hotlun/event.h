@@ -109,13 +109,24 @@ static inline bool hl_timer_pending(const struct hl_timer *t)
  */
 typedef void (*hl_work_fn)(void *arg);
 
-/** Start the shared worker pool (idempotent). @return 0 or -errno. */
+/**
+ * Start the shared worker pool with nthreads threads (0: 4). Idempotent;
+ * hl_work_submit() also starts it on first use. @return 0 or -errno.
+ */
 int hl_workers_start(unsigned nthreads);
+
+/**
+ * Let the workers finish every queued item (each done is still posted to its
+ * reactor), then join them. Not from a worker. A later submit restarts the pool.
+ */
 void hl_workers_stop(void);
 
 /**
- * Must be called on a reactor thread. @return 0 (done runs exactly once) or
- * -errno (neither runs).
+ * Must be called on a reactor thread. work(arg) runs on a worker, then
+ * done(arg) on the submitting reactor, never inside this call; that reactor
+ * must outlive the item. arg is the caller's until done runs.
+ * @return 0 (done runs exactly once) or -errno (neither runs): -EINVAL off a
+ * reactor, -ENOMEM, -ESHUTDOWN while the pool stops.
  */
 int hl_work_submit(hl_work_fn work, hl_call_fn done, void *arg);
 
