@@ -78,6 +78,16 @@ void iscsi_kvlist_free(struct iscsi_kvlist *list);
  */
 const char *iscsi_kvlist_find(const struct iscsi_kvlist *list, const char *key);
 
+/**
+ * Look for a key given more than once in list (RFC 7143 6.2: a key is not
+ * negotiated twice; the target fails such a login with an initiator
+ * error). O(n log n), so a segment of many tiny pairs cannot make it
+ * quadratic. @return 0 when all keys are distinct, -EEXIST with *dup set to
+ * the repeated key whose second occurrence comes first (points into list),
+ * -ENOMEM.
+ */
+int iscsi_kvlist_find_duplicate(const struct iscsi_kvlist *list, const char **dup);
+
 /** Growing output buffer for key=value\0 pairs. */
 struct iscsi_textbuf {
 	uint8_t *data;

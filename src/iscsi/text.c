@@ -129,6 +129,44 @@ const char *iscsi_kvlist_find(const struct iscsi_kvlist *list, const char *key)
 	return NULL;
 }
 
+static int kv_cmp(const void *a, const void *b)
+{
+	const struct iscsi_kv *x = *(const struct iscsi_kv *const *)a;
+	const struct iscsi_kv *y = *(const struct iscsi_kv *const *)b;
+	int c = strcmp(x->key, y->key);
+
+	/* Same key: keep list order (the array is in list order, so pointers compare). */
+	if (c == 0)
+		c = (x > y) - (x < y);
+	return c;
+}
+
+int iscsi_kvlist_find_duplicate(const struct iscsi_kvlist *list, const char **dup)
+{
+	const struct iscsi_kv **sorted, *first = NULL;
+
+	*dup = NULL;
+	if (list->n < 2)
+		return 0;
+	sorted = malloc(list->n * sizeof(*sorted));
+	if (!sorted)
+		return -ENOMEM;
+	for (size_t i = 0; i < list->n; i++)
+		sorted[i] = &list->kv[i];
+	qsort(sorted, list->n, sizeof(*sorted), kv_cmp);
+	for (size_t i = 1; i < list->n; i++) {
+		/* sorted[i] repeats a key: it is a second (or later) occurrence. */
+		if (strcmp(sorted[i - 1]->key, sorted[i]->key) == 0 &&
+		    (!first || sorted[i] < first))
+			first = sorted[i];
+	}
+	free(sorted);
+	if (!first)
+		return 0;
+	*dup = first->key;
+	return -EEXIST;
+}
+
 /* Make room for `need` more bytes. */
 static int textbuf_reserve(struct iscsi_textbuf *tb, size_t need)
 {

@@ -12,6 +12,7 @@
 #include "iscsi/iscsi_text.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (iscsi_kvlist_parse(&list, data, size) != 0) {
 		CHECK(list.n == 0 && list.kv == NULL && list.storage == NULL);
 		return 0;
+	}
+
+	/* The O(n log n) duplicate finder agrees with the obvious O(n^2) one. */
+	const char *dup = NULL;
+	int drc = iscsi_kvlist_find_duplicate(&list, &dup);
+	size_t brute = SIZE_MAX;
+	for (size_t j = 1; j < list.n && brute == SIZE_MAX; j++) {
+		for (size_t i = 0; i < j; i++) {
+			if (strcmp(list.kv[i].key, list.kv[j].key) == 0) {
+				brute = j;
+				break;
+			}
+		}
+	}
+	if (drc != -ENOMEM) {
+		CHECK(brute == SIZE_MAX ? (drc == 0 && !dup)
+		                        : (drc == -EEXIST && dup == list.kv[brute].key));
 	}
 
 	for (size_t i = 0; i < list.n; i++) {

@@ -229,6 +229,50 @@ static void test_find(void)
 	iscsi_kvlist_free(&l);
 }
 
+static void test_find_duplicate(void)
+{
+	struct iscsi_kvlist l;
+	const char *dup = "(untouched)";
+
+	CU_ASSERT_EQUAL_FATAL(PARSE(&l, "a=1\0b=2\0c=3"), 0);
+	CU_ASSERT_EQUAL(iscsi_kvlist_find_duplicate(&l, &dup), 0);
+	CU_ASSERT_PTR_NULL(dup);
+	iscsi_kvlist_free(&l);
+
+	/* b repeats at index 3, a only at index 4: b is reported. */
+	CU_ASSERT_EQUAL_FATAL(PARSE(&l, "a=1\0b=2\0c=3\0b=4\0a=5\0a=6"), 0);
+	CU_ASSERT_EQUAL(iscsi_kvlist_find_duplicate(&l, &dup), -EEXIST);
+	CU_ASSERT_PTR_EQUAL(dup, l.kv[3].key);
+	iscsi_kvlist_free(&l);
+
+	CU_ASSERT_EQUAL_FATAL(PARSE(&l, "HeaderDigest=None\0headerdigest=None"), 0);
+	CU_ASSERT_EQUAL(iscsi_kvlist_find_duplicate(&l, &dup), 0); /* case-sensitive */
+	iscsi_kvlist_free(&l);
+
+	CU_ASSERT_EQUAL(iscsi_kvlist_parse(&l, NULL, 0), 0);
+	CU_ASSERT_EQUAL(iscsi_kvlist_find_duplicate(&l, &dup), 0);
+}
+
+/* 40000 distinct tiny keys then one repeat: sorted, not pairwise (fast). */
+static void test_find_duplicate_many(void)
+{
+	struct iscsi_textbuf tb = {0};
+	struct iscsi_kvlist l;
+	const char *dup;
+	char key[16];
+
+	for (int i = 0; i < 40000; i++) {
+		snprintf(key, sizeof(key), "k%x", i);
+		CU_ASSERT_EQUAL_FATAL(iscsi_textbuf_add(&tb, key, ""), 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(iscsi_textbuf_add(&tb, "k9c3f", "again"), 0);
+	CU_ASSERT_EQUAL_FATAL(iscsi_kvlist_parse(&l, tb.data, tb.len), 0);
+	CU_ASSERT_EQUAL(iscsi_kvlist_find_duplicate(&l, &dup), -EEXIST);
+	CU_ASSERT_STRING_EQUAL(dup, "k9c3f");
+	iscsi_kvlist_free(&l);
+	iscsi_textbuf_free(&tb);
+}
+
 static void test_textbuf_add(void)
 {
 	struct iscsi_textbuf tb = {0};
@@ -277,6 +321,8 @@ static const struct hl_test tests[] = {
     {"list owns a copy of the data", test_owns_a_copy},
     {"1000 pairs round-trip", test_many_pairs},
     {"find returns the first exact match", test_find},
+    {"find_duplicate reports the earliest repeat", test_find_duplicate},
+    {"find_duplicate on 40000 pairs", test_find_duplicate_many},
     {"textbuf_add writes key=value NUL", test_textbuf_add},
     {"textbuf_addf formats long values", test_textbuf_addf_long_value},
     {NULL, NULL},
