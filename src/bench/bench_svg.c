@@ -111,7 +111,7 @@ static void axes(FILE *f, const struct frame *fr, const char *ylabel, double war
 			PLOT_L, fr->top, x1 - PLOT_L, fr->bottom - fr->top);
 		fprintf(f,
 			"<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#888888\">warm-up</text>\n",
-			PLOT_L + 4, fr->top + 13);
+			PLOT_L + 4, fr->bottom - 6);
 	}
 	fprintf(f,
 		"<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "

@@ -219,6 +219,8 @@ static void verify_wrote(struct bench *b, const struct slot *sl, bool good)
 /* ---- I/O ---- */
 
 static void close_interval(struct bench *b, uint64_t now);
+static int submit(struct bench *b, struct session *s, struct slot *sl);
+static bool may_issue(const struct bench *b);
 
 static void io_done(struct iscsi_context *iscsi, int status, void *command_data, void *private)
 {
@@ -277,9 +279,21 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 	}
 	if (task)
 		scsi_free_scsi_task(task);
-	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
 	s->inflight--;
 	b->inflight--;
+	/*
+	 * Reuse the slot at once: the new command goes out with the same
+	 * poll round, as with any tight libiscsi loop, instead of waiting for
+	 * the refill pass after iscsi_service() returns.
+	 */
+	if (may_issue(b) && !b->fatal) {
+		int rc = submit(b, s, sl);
+		if (rc == 0)
+			return;
+		if (rc < 0)
+			b->fatal = rc;
+	}
+	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
 }
 
 /* Start one I/O on an idle slot. @return 0 started, 1 must wait (verify lock), <0 fatal. */
@@ -401,9 +415,10 @@ static void close_interval(struct bench *b, uint64_t now)
 /* Advance the phase machine; called after every poll round. */
 static void run_clock(struct bench *b, uint64_t now)
 {
-	if (now - b->t_tick >= 1000000000ULL)
-		close_interval(b, now);
-
+	/*
+	 * Phase changes first: each closes the interval it ends, so the
+	 * one-second tick below never leaves a sliver of a row behind.
+	 */
 	if (b->phase == PH_WARMUP && (double)(now - b->t_start) >= b->o.warmup_s * 1e9) {
 		close_interval(b, now);
 		b->phase = PH_MEASURE;
@@ -430,6 +445,8 @@ static void run_clock(struct bench *b, uint64_t now)
 		b->t_measure = b->t_end = now;
 		b->stop_issue = true;
 	}
+	if (now - b->t_tick >= 1000000000ULL)
+		close_interval(b, now);
 }
 
 static int run(struct bench *b)
@@ -583,6 +600,7 @@ static int slots_alloc(struct bench *b, struct session *s)
 
 static void teardown(struct bench *b)
 {
+	b->stop_issue = true; /* callbacks of cancelled commands must not start new ones */
 	for (unsigned i = 0; i < b->nsess; i++) {
 		struct session *s = &b->sess[i];
 		if (s->iscsi) {

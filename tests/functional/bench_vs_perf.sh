@@ -1,0 +1,65 @@
+#!/bin/bash
+# bench_vs_perf.sh - hotlun-bench measures what libiscsi's own iscsi-perf
+# measures: random 4 KiB reads at queue depth 64 on one session, alternated
+# in short rounds (perf, bench, perf, bench, ..., perf) so that both see the
+# same machine load. Each hotlun-bench round is compared with the mean of the
+# iscsi-perf rounds before and after it; the median of these ratios must be
+# within HL_BENCH_TOLERANCE percent (default 10) of 1.
+#
+# Runs against the default target (hotlund when built, else tgt; HL_TARGET
+# picks one). HL_BENCH_ROUNDS (default 8) and HL_BENCH_SECONDS (default 2)
+# set the length.
+. "$(dirname "$0")/bench_common.sh"
+hl_need iscsi-perf python3
+
+T=$(hl_tmpdir)
+ROUNDS=${HL_BENCH_ROUNDS:-8}
+SECS=${HL_BENCH_SECONDS:-2}
+TOL=${HL_BENCH_TOLERANCE:-10}
+QD=64
+
+# A written (not sparse) backing file, so neither tool reads holes.
+hl_make_disk "$T/disk0.img" 0
+dd if=/dev/urandom of="$T/disk0.img" bs=1M count=256 status=none || hl_error "dd"
+hl_target_start --disk "$T/disk0.img"
+hl_log "target: $HL_TARGET at $HL_URL"
+
+# One short run tells the LUN block size (iscsi-perf counts in blocks).
+bench_run "probe" 0 "$T/probe.out" --count 100 "$HL_URL"
+BLK=$(sed -n 's/.* in \([0-9]*\)-byte blocks.*/\1/p' "$T/probe.out.err")
+[ -n "$BLK" ] || hl_fail "no block size in: $(cat "$T/probe.out.err")"
+NB=$((4096 / BLK))
+
+perf=()
+bench=()
+run_perf() {
+	iscsi-perf -t "$SECS" -m $QD -b $NB -r "$HL_URL" >"$T/perf.$1" 2>&1 ||
+		hl_fail "iscsi-perf failed: $(tail -c 500 "$T/perf.$1")"
+	local p
+	p=$(tr '\r' '\n' <"$T/perf.$1" | sed -n 's/.*iops average \([0-9]*\).*/\1/p' | tail -n 1)
+	[ -n "$p" ] || hl_fail "no result from iscsi-perf: $(tail -c 500 "$T/perf.$1")"
+	perf+=("$p")
+}
+run_perf 0
+for r in $(seq 1 "$ROUNDS"); do
+	bench_run "round $r" 0 "$T/bench.$r" --qd $QD --bs 4K --time "$SECS" "$HL_URL"
+	bench+=("$(bench_field "$T/bench.$r" iops)")
+	run_perf "$r"
+	hl_log "round $r: iscsi-perf ${perf[-2]} / ${perf[-1]} IOPS, hotlun-bench ${bench[-1]} IOPS"
+done
+
+python3 - "$TOL" "${perf[*]}" "${bench[*]}" <<'PY' || hl_fail "hotlun-bench and iscsi-perf disagree"
+import statistics, sys
+tol = float(sys.argv[1])
+perf = [float(x) for x in sys.argv[2].split()]
+bench = [float(x) for x in sys.argv[3].split()]
+ratios = [b / ((perf[i] + perf[i + 1]) / 2) for i, b in enumerate(bench)]
+r = statistics.median(ratios)
+print("median IOPS: iscsi-perf %.0f, hotlun-bench %.0f; median paired ratio %.3f "
+      "(limit 1 +- %g%%)" % (statistics.median(perf), statistics.median(bench), r, tol))
+sys.exit(0 if abs(r - 1) * 100 <= tol else 1)
+PY
+
+[ "$HL_TARGET" = tgt ] || hl_check_alive
+hl_target_stop
+exit 0
