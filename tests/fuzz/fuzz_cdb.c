@@ -1,5 +1,5 @@
 // clang-format off
-// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c src/scsi/sense.c src/scsi/ua.c src/log/log.c src/util/util.c
+// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c src/scsi/sense.c src/scsi/pr.c src/scsi/ua.c src/log/log.c src/util/util.c
 // fuzz-libs: -lpthread
 // clang-format on
 /*
@@ -13,7 +13,7 @@
  *   [0]      flags: bits 0-1 direction (1 in, 2 out, 3 both marked),
  *            bit 2 read-only LU, bit 3 LUN without LU, bit 4 LUN reset first,
  *            bit 5 nexus gone after, bit 6 origin I/O fails, bit 7 submit fails
- *   [1]      CDB length (taken mod 33)
+ *   [1]      bits 0-5: CDB length (taken mod 33); bit 7: second nexus (another initiator)
  *   [2..33]  CDB bytes
  *   [34..35] transport buffer length (big-endian, capped at 64 KiB)
  *   [36..]   data-out bytes (zero-filled beyond the input)
@@ -73,7 +73,10 @@ static void cmd_done(struct hl_scsi_cmd *cmd)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct hl_scsi_nexus nexus = {.id = 1, .port = &port};
+	static struct hl_scsi_nexus nexuses[2] = {
+	    {.id = 1, .initiator_port = "iqn.2026-11.fuzz:a,i,0x1", .port = &port},
+	    {.id = 2, .initiator_port = "iqn.2026-11.fuzz:b,i,0x2", .port = &port},
+	};
 	struct hl_scsi_cmd cmd;
 
 	if (!lus[0])
@@ -92,8 +95,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cmd.map = &map;
 	cmd.lun = (flags & 0x08) ? 3 : 0;
 	cmd.lu = map.lu[cmd.lun];
-	cmd.nexus = &nexus;
-	cmd.cdb_len = data[1] % (HL_CDB_MAX + 1);
+	struct hl_scsi_nexus *nexus = &nexuses[data[1] >> 7];
+	cmd.nexus = nexus;
+	cmd.cdb_len = (data[1] & 0x3f) % (HL_CDB_MAX + 1);
 	memcpy(cmd.cdb, data + 2, HL_CDB_MAX);
 	memset(buf, 0, len);
 	memcpy(buf, data + 36, HL_MIN(len, (uint32_t)(size - 36)));
@@ -123,6 +127,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (cmd.status == HL_SAM_GOOD && cmd.sense_len)
 		abort();
 	if (flags & 0x20)
-		hl_scsi_nexus_gone(&map, &nexus);
+		hl_scsi_nexus_gone(&map, nexus);
 	return 0;
 }
