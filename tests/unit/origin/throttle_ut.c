@@ -40,7 +40,9 @@ struct load {
 	uint64_t lat_sum_ns, lat_min_ns, lat_max_ns;
 	uint64_t st[QD_MAX]; /* submit time per slot */
 	int outstanding;
-	bool use_ut_done; /* stop the test-thread reactor when all came back */
+	bool use_ut_done;            /* stop the test-thread reactor when all came back */
+	struct hl_reactor *reactor;  /* where load_start ran */
+	unsigned long wrong_reactor; /* completions seen on another reactor */
 };
 
 static void load_submit(struct load *l, struct hl_origin_io *io)
@@ -64,6 +66,8 @@ static void load_cb(struct hl_origin_io *io, int result)
 	uint64_t lat = now - l->st[slot];
 
 	l->outstanding--;
+	if (hl_reactor_current() != l->reactor)
+		l->wrong_reactor++;
 	if (result)
 		l->errors++;
 	l->done++;
@@ -86,6 +90,7 @@ static void load_start(void *arg)
 {
 	struct load *l = arg;
 
+	l->reactor = hl_reactor_current();
 	for (int i = 0; i < l->qd; i++) {
 		l->iov[i] = (struct iovec){l->buf + (size_t)i * l->len, l->len};
 		l->io[i] = (struct hl_origin_io){.op = l->op,
@@ -263,6 +268,7 @@ static void test_two_reactors_share_budget(void)
 		hl_reactor_join(t[k].r);
 		CU_ASSERT_EQUAL(t[k].l.errors, 0);
 		CU_ASSERT_EQUAL(t[k].l.outstanding, 0);
+		CU_ASSERT_EQUAL(t[k].l.wrong_reactor, 0);
 		total += t[k].l.in_window;
 	}
 	printf("\n    100 IOPS shared by 2 reactors: %lu + %lu = %lu in 1 s ", t[0].l.in_window,
@@ -359,7 +365,55 @@ static void test_pass_through(void)
 	hl_origin_close(o);
 }
 
+/* ---- an inner origin that refuses every submit ---- */
+
+static int refuse_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	(void)o;
+	(void)io;
+	return -EIO;
+}
+
+static void refuse_close(struct hl_origin *o)
+{
+	(void)o;
+}
+
+static const struct hl_origin_ops refuse_ops = {
+    .name = "refuse",
+    .scheme = "refuse:",
+    .submit = refuse_submit,
+    .close = refuse_close,
+};
+
+static void test_inner_refuses_after_wait(void)
+{
+	struct hl_origin *inner = NULL, *o = NULL;
+	uint8_t buf[4096];
+	uint64_t t0;
+
+	CU_ASSERT_EQUAL_FATAL(origin_alloc(&refuse_ops, "refuse:x", &inner), 0);
+	inner->size = 1 << 20;
+	inner->can_discard = true;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_throttle_wrap(inner, 0, 0, 20, &o), 0);
+	CU_ASSERT_EQUAL(o->size, 1 << 20);
+	CU_ASSERT_TRUE(o->can_discard);
+	CU_ASSERT_FALSE(o->zeroes_after_discard);
+	t0 = hl_now_ns();
+	/* the wrapper accepted it (0), so the inner refusal arrives through the callback */
+	CU_ASSERT_EQUAL(one_io(o, HL_IO_READ, 0, buf, 4096), -EIO);
+	CU_ASSERT_TRUE(hl_now_ns() - t0 >= 20000000ull);
+	/* without a wait the inner's refusal is the wrapper's submit error */
+	hl_origin_close(o);
+	CU_ASSERT_EQUAL_FATAL(origin_alloc(&refuse_ops, "refuse:x", &inner), 0);
+	inner->size = 1 << 20;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_throttle_wrap(inner, 1000, 0, 0, &o), 0);
+	CU_ASSERT_EQUAL(one_io(o, HL_IO_READ, 0, buf, 4096), -EIO);
+	hl_origin_close(o);
+}
+
 static const struct hl_test tests[] = {
+    {"inner refusal after the wait reaches the callback", test_inner_refuses_after_wait},
     {"pass-through data, properties, errors", test_pass_through},
     {"50 IOPS over 1 s within 10%", test_iops_50},
     {"200 IOPS with 64 in flight", test_iops_200_qd64},
