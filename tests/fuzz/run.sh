@@ -10,6 +10,7 @@
 #   // fuzz-sources: src/a/b.c src/a/c.c   .c files, relative to the source root
 #   // fuzz-libs: -lcrypto -pthread         extra link flags (optional)
 #   // fuzz-cflags: -DFOO                   extra compile flags (optional)
+#   // fuzz-args: -max_len=65536            extra libFuzzer flags (optional)
 #
 # It is compiled with clang -fsanitize=fuzzer,address,undefined (UB aborts),
 # then run for FUZZ_SECONDS (default 20) on a fresh corpus in a temporary
@@ -60,6 +61,7 @@ if ! command -v "$CC" >/dev/null 2>&1; then
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hotlun-fuzz.XXXXXX") || exit 2
+# shellcheck disable=SC2317 # invoked by the EXIT trap
 cleanup() {
 	if [ "$keep" = 1 ] || [ "${failed:-0}" -gt 0 ]; then
 		echo "run.sh: work directory kept: $work"
@@ -143,6 +145,7 @@ for h in "${harnesses[@]}"; do
 	sources=$(directive "$h" fuzz-sources)
 	libs=$(directive "$h" fuzz-libs)
 	cflags=$(directive "$h" fuzz-cflags)
+	fuzz_args=$(directive "$h" fuzz-args)
 	srcs=()
 	for s in $sources; do
 		if [ ! -f "$srcdir/$s" ]; then
@@ -177,22 +180,23 @@ for h in "${harnesses[@]}"; do
 	[ -f "$srcdir/tests/fuzz/$name.dict" ] && dict=("-dict=$srcdir/tests/fuzz/$name.dict")
 
 	# The first corpus directory receives new inputs; the seeds are only read.
+	# shellcheck disable=SC2086 # fuzz_args is a word list by design
 	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
 	UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 		"$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
 		-print_final_stats=1 -artifact_prefix="$work/artifacts/$name/" \
-		"${dict[@]}" "$work/corpus/$name" "${seeds[@]}" >"$work/$name.log" 2>&1
+		"${dict[@]}" $fuzz_args "$work/corpus/$name" "${seeds[@]}" >"$work/$name.log" 2>&1
 	rc=$?
 	execs=$(sed -n 's/^stat::number_of_executed_units:[[:space:]]*//p' "$work/$name.log" | tail -n 1)
 	cov=$(grep -o 'cov: [0-9]*' "$work/$name.log" | tail -n 1)
 	if [ $rc -ne 0 ]; then
 		failed=$((failed + 1))
 		grep -E 'ERROR: |SUMMARY: |runtime error|==[0-9]+==|Test unit written' "$work/$name.log" | head -n 20
-		artifact=$(ls "$work/artifacts/$name/" 2>/dev/null | head -n 1)
+		artifact=$(find "$work/artifacts/$name" -type f -printf '%f\n' 2>/dev/null | head -n 1)
 		summary+=("$name: FAILED (exit $rc), log $work/$name.log${artifact:+, reproducer $work/artifacts/$name/$artifact}")
 		[ -n "$artifact" ] && echo "reproduce: $bin $work/artifacts/$name/$artifact"
 	else
-		summary+=("$name: ok, ${execs:-?} runs in ${seconds}s, ${cov:-cov: ?}, corpus $(ls "$work/corpus/$name" | wc -l) new")
+		summary+=("$name: ok, ${execs:-?} runs in ${seconds}s, ${cov:-cov: ?}, corpus $(find "$work/corpus/$name" -type f | wc -l) new")
 	fi
 done
 

@@ -136,6 +136,57 @@ static void test_lengths_and_alignments(void)
 	}
 }
 
+/*
+ * Lengths around the 3 x 256 and 3 x 8192 byte interleaved blocks of the
+ * SSE4.2 path (and far past them), at odd offsets.
+ */
+static void test_interleaved_block_edges(void)
+{
+	static const size_t lens[] = {
+	    767,       768,    769,    775,   776,   1535,
+	    1536,      1537,   24575,  24576, 24577, 24576 + 768 + 7,
+	    49152 + 1, 100003, 262144,
+	};
+	size_t max = 262144 + 8;
+	uint8_t *buf = malloc(max);
+	crc32c_fn fn[2];
+	size_t n = impls(fn);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+	srand(11);
+	for (size_t i = 0; i < max; i++)
+		buf[i] = (uint8_t)rand();
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+		for (size_t off = 0; off < 8; off += 3) {
+			uint32_t want = crc_ref(buf + off, lens[l]);
+
+			CU_ASSERT_EQUAL(iscsi_crc32c(0, buf + off, lens[l]), want);
+			for (size_t i = 0; i < n; i++)
+				CU_ASSERT_EQUAL(run_impl(fn[i], buf + off, lens[l]), want);
+		}
+	}
+	free(buf);
+}
+
+/* The join tables feed exactly `stretch` zero bytes: crc(r, A||B) = shift(crc(r, A)) ^ crc(0, B).
+ */
+static void test_shift_tables(void)
+{
+	uint8_t a[64], b[CRC_STRETCH_LONG];
+
+	iscsi_crc32c(0, NULL, 0);
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (uint8_t)(i * 13 + 1);
+	for (size_t i = 0; i < sizeof(b); i++)
+		b[i] = (uint8_t)(i * 7 + 5);
+
+	uint32_t ra = crc32c_sw(0x12345678, a, sizeof(a));
+	CU_ASSERT_EQUAL(crc_shift(crc_shift_short, ra) ^ crc32c_sw(0, b, CRC_STRETCH_SHORT),
+	                crc32c_sw(ra, b, CRC_STRETCH_SHORT));
+	CU_ASSERT_EQUAL(crc_shift(crc_shift_long, ra) ^ crc32c_sw(0, b, CRC_STRETCH_LONG),
+	                crc32c_sw(ra, b, CRC_STRETCH_LONG));
+}
+
 static void test_uses_sse42_when_available(void)
 {
 	iscsi_crc32c(0, NULL, 0);
@@ -166,6 +217,8 @@ static const struct hl_test tests[] = {
     {"empty input leaves the crc unchanged", test_empty},
     {"crc of a||b continues crc of a", test_chaining},
     {"all lengths and alignments match the bitwise reference", test_lengths_and_alignments},
+    {"interleaved block edges match the bitwise reference", test_interleaved_block_edges},
+    {"join tables shift by the stretch length", test_shift_tables},
     {"SSE4.2 path selected when the CPU has it", test_uses_sse42_when_available},
     {"digest goes on the wire little-endian", test_wire_order},
     {NULL, NULL},
