@@ -94,8 +94,12 @@ struct iscsi_textbuf {
 	size_t len, cap;
 };
 
-/** Append "key=value\0". @return 0 or -ENOMEM. */
+/**
+ * Append "key=value\0"; tb may start zeroed and grows as needed (caller
+ * frees with iscsi_textbuf_free). @return 0 or -ENOMEM.
+ */
 int iscsi_textbuf_add(struct iscsi_textbuf *tb, const char *key, const char *value);
+/** As iscsi_textbuf_add with a printf-formatted value. @return 0, -ENOMEM, -EINVAL (bad format). */
 int iscsi_textbuf_addf(struct iscsi_textbuf *tb, const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void iscsi_textbuf_free(struct iscsi_textbuf *tb);
@@ -211,7 +215,12 @@ size_t iscsi_chap_digest_len(enum iscsi_chap_alg alg);
  */
 int iscsi_chap_select_alg(const char *chap_a_list);
 
-/** response = H(id || secret || challenge). @return 0 or -EINVAL / -EIO. */
+/**
+ * response = H(id || secret || challenge), iscsi_chap_digest_len(alg) bytes
+ * written to out. Caller keeps all buffers; synchronous. @return 0,
+ * -EINVAL (unknown alg, NULL secret), -ENOMEM, -EIO (OpenSSL refused, e.g.
+ * MD5 under a FIPS provider).
+ */
 int iscsi_chap_compute(enum iscsi_chap_alg alg, uint8_t id, const char *secret,
 		       const uint8_t *challenge, size_t challenge_len, uint8_t *out);
 

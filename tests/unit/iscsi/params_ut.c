@@ -484,6 +484,54 @@ static void test_target_declaration_clamped_to_range(void)
 	iscsi_textbuf_free(&tb);
 }
 
+/*
+ * A whole operational-stage request as open-iscsi sends it, parsed,
+ * negotiated key by key and answered, as the login code does it.
+ */
+static void test_open_iscsi_login_round_trip(void)
+{
+	static const char req[] = "HeaderDigest=CRC32C,None\0DataDigest=None\0"
+	                          "DefaultTime2Wait=2\0DefaultTime2Retain=0\0IFMarker=No\0"
+	                          "OFMarker=No\0ErrorRecoveryLevel=0\0InitialR2T=No\0"
+	                          "ImmediateData=Yes\0MaxBurstLength=16776192\0"
+	                          "FirstBurstLength=262144\0MaxOutstandingR2T=1\0"
+	                          "MaxConnections=1\0DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+	                          "MaxRecvDataSegmentLength=262144\0X-com.example.Tuning=1";
+	static const char want[] = "HeaderDigest=CRC32C\0DataDigest=None\0"
+	                           "DefaultTime2Wait=2\0DefaultTime2Retain=0\0IFMarker=No\0"
+	                           "OFMarker=No\0ErrorRecoveryLevel=0\0InitialR2T=Yes\0"
+	                           "ImmediateData=Yes\0MaxBurstLength=1048576\0"
+	                           "FirstBurstLength=262144\0MaxOutstandingR2T=1\0"
+	                           "MaxConnections=1\0DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+	                           "X-com.example.Tuning=NotUnderstood\0"
+	                           "MaxRecvDataSegmentLength=262144";
+	struct iscsi_kvlist l;
+	struct iscsi_textbuf rsp = {0};
+	struct neg n;
+	unsigned mask = 0;
+
+	neg_init(&n, ISCSI_SESSION_NORMAL);
+	CU_ASSERT_EQUAL_FATAL(iscsi_kvlist_parse(&l, req, sizeof(req)), 0);
+	for (size_t i = 0; i < l.n; i++) {
+		enum iscsi_neg_result r = neg(&n, l.kv[i].key, l.kv[i].value);
+
+		CU_ASSERT(r == ISCSI_NEG_ANSWER || r == ISCSI_NEG_NO_ANSWER);
+		if (r == ISCSI_NEG_ANSWER)
+			CU_ASSERT_EQUAL_FATAL(iscsi_textbuf_add(&rsp, l.kv[i].key, n.answer), 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(iscsi_params_add_target_declarations(&rsp, &n.lim, &mask), 0);
+	CU_ASSERT_EQUAL(iscsi_params_finish(&n.p), 0);
+	CU_ASSERT_EQUAL_FATAL(rsp.len, sizeof(want));
+	CU_ASSERT_EQUAL(memcmp(rsp.data, want, sizeof(want)), 0);
+	CU_ASSERT_TRUE(n.p.header_digest);
+	CU_ASSERT_FALSE(n.p.data_digest);
+	CU_ASSERT_EQUAL(n.p.max_recv_dsl_initiator, 262144);
+	CU_ASSERT_EQUAL(n.p.max_burst_length, 1048576);
+	CU_ASSERT_EQUAL(n.p.first_burst_length, 262144);
+	iscsi_kvlist_free(&l);
+	iscsi_textbuf_free(&rsp);
+}
+
 static const struct hl_test tests[] = {
     {"init gives the RFC 7143 defaults", test_rfc_defaults},
     {"limit defaults", test_limit_defaults},
@@ -518,6 +566,7 @@ static const struct hl_test tests[] = {
     {"discovery: connection keys negotiated", test_discovery_relevant_keys},
     {"target declares MaxRecvDataSegmentLength once", test_target_declares_max_recv_dsl_once},
     {"target declaration clamped to 2^24-1", test_target_declaration_clamped_to_range},
+    {"open-iscsi operational request answered in full", test_open_iscsi_login_round_trip},
     {NULL, NULL},
 };
 
