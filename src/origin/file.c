@@ -738,9 +738,21 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		target += 2;
 	if (opts->direct)
 		flags |= O_DIRECT;
+	/*
+	 * A writable block device is opened exclusively (O_EXCL on a block
+	 * device): EBUSY when it is mounted, in an md/LVM stack or served by
+	 * another target, instead of two writers corrupting each other.
+	 */
+	if (!o->read_only && stat(target, &st) == 0 && S_ISBLK(st.st_mode))
+		flags |= O_EXCL;
 	fo->fd = open(target, flags);
-	if (fo->fd < 0)
-		return -errno;
+	if (fo->fd < 0) {
+		rc = -errno;
+		if (rc == -EBUSY)
+			HL_ERR("origin",
+			       "%s: block device in use (mounted or held by another user)", target);
+		return rc;
+	}
 	if (fstat(fo->fd, &st)) {
 		rc = -errno;
 		goto fail;

@@ -533,6 +533,15 @@ static void do_block_device(void)
 		return;
 	}
 	o = open_file(dev, false);
+	{
+		/* writable block devices are exclusive; read-only opens may share */
+		struct hl_origin *o2 = NULL;
+		struct hl_origin_opts ro = {.read_only = true};
+		CU_ASSERT_EQUAL(hl_origin_open(dev, NULL, &o2), -EBUSY);
+		CU_ASSERT_PTR_NULL(o2);
+		CU_ASSERT_EQUAL(hl_origin_open(dev, &ro, &o2), 0);
+		hl_origin_close(o2);
+	}
 	CU_ASSERT_EQUAL(o->size, 4 * FSIZE);
 	CU_ASSERT_TRUE(o->phys_block_size >= 512);
 	CU_ASSERT_FALSE(o->zeroes_after_discard);
