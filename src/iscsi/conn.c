@@ -254,7 +254,9 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 			if (cnt >= ISCSI_IOV_MAX - 3)
 				break;
 		}
-		ssize_t n = writev(c->fd, iov, cnt);
+		/* sendmsg, not writev: MSG_NOSIGNAL keeps a peer reset from raising SIGPIPE */
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
