@@ -132,11 +132,11 @@ struct bench_trace {
  * into err. The caller frees t with bench_trace_free() in every case.
  */
 int bench_trace_load(const char *path, enum bench_trace_fmt fmt, uint32_t block_size,
-		     struct bench_trace *t, char *err, size_t errlen);
+                     struct bench_trace *t, char *err, size_t errlen);
 
 /** Parse an in-memory trace (same rules as bench_trace_load()). */
 int bench_trace_parse(const void *buf, size_t len, enum bench_trace_fmt fmt, uint32_t block_size,
-		      struct bench_trace *t, char *err, size_t errlen);
+                      struct bench_trace *t, char *err, size_t errlen);
 
 /** Guess the format of a trace from its first bytes. */
 enum bench_trace_fmt bench_trace_detect(const void *buf, size_t len);
@@ -167,8 +167,8 @@ struct bench_bs_choice {
 
 struct bench_workload_spec {
 	enum bench_wl_kind kind;
-	double theta;        /* zipf exponent, > 0 */
-	double hot_io_pct;   /* hotset: share of I/O that goes to the hot set */
+	double theta;         /* zipf exponent, > 0 */
+	double hot_io_pct;    /* hotset: share of I/O that goes to the hot set */
 	double hot_space_pct; /* hotset: size of the hot set, % of the range */
 	char trace_path[1024];
 	enum bench_trace_fmt trace_fmt;
@@ -182,8 +182,7 @@ struct bench_workload_spec {
  * "trace:FILE" or "trace:FMT:FILE" (FMT vscsi|msr|blocks). Fills kind and
  * its parameters. @return 0 or -EINVAL with a message in err.
  */
-int bench_workload_parse(const char *s, struct bench_workload_spec *spec, char *err,
-			 size_t errlen);
+int bench_workload_parse(const char *s, struct bench_workload_spec *spec, char *err, size_t errlen);
 
 /**
  * Parse a --bs argument: "4K", "4K,64K" (equal shares) or "4K:70,64K:30".
@@ -218,12 +217,12 @@ struct bench_workload {
 	struct bench_workload_spec spec;
 	uint64_t range_off; /* bytes: the part of the LUN the workload uses */
 	uint64_t range_len;
-	uint32_t unit;   /* bytes: smallest I/O size and alignment */
-	uint64_t nunits; /* range_len / unit */
+	uint32_t unit;               /* bytes: smallest I/O size and alignment */
+	uint64_t nunits;             /* range_len / unit */
 	uint64_t perm_mul, perm_add; /* rank -> unit scatter (a bijection) */
 	uint32_t bs_total_weight;
 	struct bench_zipf zipf;
-	uint64_t seq_next; /* bytes, relative to range_off */
+	uint64_t seq_next;               /* bytes, relative to range_off */
 	const struct bench_trace *trace; /* caller keeps; must outlive the workload */
 	size_t trace_pos;
 	uint64_t trace_passes;
@@ -238,8 +237,8 @@ struct bench_workload {
  * trace workload (caller keeps it). @return 0 or -EINVAL with a message.
  */
 int bench_workload_init(struct bench_workload *wl, const struct bench_workload_spec *spec,
-			uint32_t lun_block, uint64_t range_off, uint64_t range_len,
-			const struct bench_trace *trace, char *err, size_t errlen);
+                        uint32_t lun_block, uint64_t range_off, uint64_t range_len,
+                        const struct bench_trace *trace, char *err, size_t errlen);
 
 /** Plan the next I/O. Uses (and advances) the caller's rng. */
 void bench_workload_next(struct bench_workload *wl, struct bench_rng *r, struct bench_io *io);
@@ -282,8 +281,8 @@ void bench_pattern_fill(void *buf, size_t len, uint64_t offset, uint64_t gen);
  * @return BENCH_PAT_OK or the status also stored in res.
  */
 enum bench_pattern_status bench_pattern_check(const void *buf, size_t len, uint64_t offset,
-					      uint64_t expect_gen, bool allow_zero,
-					      struct bench_pattern_result *res);
+                                              uint64_t expect_gen, bool allow_zero,
+                                              struct bench_pattern_result *res);
 
 const char *bench_pattern_status_str(enum bench_pattern_status st);
 
@@ -333,6 +332,6 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 
 /** bench_svg_write() to a file path (written to path.tmp, then renamed). */
 int bench_svg_write_file(const char *path, const struct bench_series *runs, size_t nruns,
-			 const char *title);
+                         const char *title);
 
 #endif

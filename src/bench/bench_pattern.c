@@ -55,8 +55,8 @@ static bool all_zero(const uint8_t *p, size_t n)
 }
 
 enum bench_pattern_status bench_pattern_check(const void *buf, size_t len, uint64_t offset,
-					      uint64_t expect_gen, bool allow_zero,
-					      struct bench_pattern_result *res)
+                                              uint64_t expect_gen, bool allow_zero,
+                                              struct bench_pattern_result *res)
 {
 	const uint8_t *p = buf;
 	uint64_t sector = offset / BENCH_PATTERN_SECTOR;

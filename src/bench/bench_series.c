@@ -48,8 +48,8 @@ int bench_csv_write_header(FILE *f, const char *label, const char *meta)
 int bench_csv_write_row(FILE *f, const struct bench_sample *s)
 {
 	fprintf(f, "%.3f,%c,%.1f,%.3f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%llu\n", s->t,
-		s->phase ? s->phase : 'm', s->iops, s->mbps, s->read_iops, s->write_iops, s->p50_us,
-		s->p99_us, s->p999_us, s->max_us, (unsigned long long)s->errors);
+	        s->phase ? s->phase : 'm', s->iops, s->mbps, s->read_iops, s->write_iops, s->p50_us,
+	        s->p99_us, s->p999_us, s->max_us, (unsigned long long)s->errors);
 	return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
 }
 
@@ -68,9 +68,9 @@ enum col {
 	C_N
 };
 
-static const char *const col_names[C_N] = {"t_s",        "phase",  "iops",   "mbps",
-					   "read_iops",  "write_iops", "p50_us", "p99_us",
-					   "p999_us",    "max_us", "errors"};
+static const char *const col_names[C_N] = {"t_s",       "phase",      "iops",   "mbps",
+                                           "read_iops", "write_iops", "p50_us", "p99_us",
+                                           "p999_us",   "max_us",     "errors"};
 
 static void chomp(char *s)
 {
@@ -131,7 +131,7 @@ int bench_csv_read(const char *path, struct bench_series *se, char *err, size_t 
 			}
 			if (!have_t || !have_iops) {
 				snprintf(err, errlen, "%s:%zu: no t_s/iops column header", path,
-					 lineno);
+				         lineno);
 				rc = -EINVAL;
 				break;
 			}
@@ -152,8 +152,9 @@ int bench_csv_read(const char *path, struct bench_series *se, char *err, size_t 
 				} else {
 					v = strtod(p, &end);
 					if (end == p || *end) {
-						snprintf(err, errlen, "%s:%zu: column %u is not a number",
-							 path, lineno, i + 1);
+						snprintf(err, errlen,
+						         "%s:%zu: column %u is not a number", path,
+						         lineno, i + 1);
 						rc = -EINVAL;
 						goto out;
 					}

@@ -20,7 +20,7 @@
 #define P_GAP    70.0
 
 static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-				      "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+                                      "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
 static void xml_text(FILE *f, const char *s)
 {
@@ -107,16 +107,18 @@ static void axes(FILE *f, const struct frame *fr, const char *ylabel, double war
 	if (warm_end > 0) {
 		double x1 = fx(fr, warm_end);
 		fprintf(f,
-			"<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#eeeeee\"/>\n",
-			PLOT_L, fr->top, x1 - PLOT_L, fr->bottom - fr->top);
+		        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+		        "fill=\"#eeeeee\"/>\n",
+		        PLOT_L, fr->top, x1 - PLOT_L, fr->bottom - fr->top);
 		fprintf(f,
-			"<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#888888\">warm-up</text>\n",
-			PLOT_L + 4, fr->bottom - 6);
+		        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
+		        "fill=\"#888888\">warm-up</text>\n",
+		        PLOT_L + 4, fr->bottom - 6);
 	}
 	fprintf(f,
-		"<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
-		"stroke=\"#444444\"/>\n",
-		PLOT_L, fr->top, PLOT_R - PLOT_L, fr->bottom - fr->top);
+	        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+	        "stroke=\"#444444\"/>\n",
+	        PLOT_L, fr->top, PLOT_R - PLOT_L, fr->bottom - fr->top);
 
 	/* y grid and labels */
 	if (fr->log) {
@@ -128,15 +130,15 @@ static void axes(FILE *f, const struct frame *fr, const char *ylabel, double war
 					continue;
 				double y = fy(fr, v);
 				fprintf(f,
-					"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-					"stroke=\"%s\"/>\n",
-					PLOT_L, y, PLOT_R, y, m == 1 ? "#cccccc" : "#f0f0f0");
+				        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+				        "stroke=\"%s\"/>\n",
+				        PLOT_L, y, PLOT_R, y, m == 1 ? "#cccccc" : "#f0f0f0");
 				if (m == 1) {
 					fmt_us(buf, sizeof(buf), v);
 					fprintf(f,
-						"<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
-						"text-anchor=\"end\">%s</text>\n",
-						PLOT_L - 6, y + 4, buf);
+					        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
+					        "text-anchor=\"end\">%s</text>\n",
+					        PLOT_L - 6, y + 4, buf);
 				}
 			}
 		}
@@ -145,37 +147,39 @@ static void axes(FILE *f, const struct frame *fr, const char *ylabel, double war
 		for (double v = fr->ymin; v <= fr->ymax + step * 1e-6; v += step) {
 			double y = fy(fr, v);
 			fprintf(f,
-				"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-				"stroke=\"#dddddd\"/>\n",
-				PLOT_L, y, PLOT_R, y);
+			        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+			        "stroke=\"#dddddd\"/>\n",
+			        PLOT_L, y, PLOT_R, y);
 			fmt_count(buf, sizeof(buf), v);
 			fprintf(f,
-				"<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
-				"text-anchor=\"end\">%s</text>\n",
-				PLOT_L - 6, y + 4, buf);
+			        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
+			        "text-anchor=\"end\">%s</text>\n",
+			        PLOT_L - 6, y + 4, buf);
 		}
 	}
 	/* x ticks */
 	double xs = nice_step(fr->tmax, 10);
 	for (double t = 0; t <= fr->tmax + xs * 1e-6; t += xs) {
 		double x = fx(fr, t);
+		fprintf(
+		    f,
+		    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444444\"/>\n",
+		    x, fr->bottom, x, fr->bottom + 5);
 		fprintf(f,
-			"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444444\"/>\n",
-			x, fr->bottom, x, fr->bottom + 5);
-		fprintf(f,
-			"<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%g</text>\n",
-			x, fr->bottom + 18, t);
+		        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
+		        "text-anchor=\"middle\">%g</text>\n",
+		        x, fr->bottom + 18, t);
 	}
 	fprintf(f,
-		"<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"middle\" "
-		"transform=\"rotate(-90 %.1f %.1f)\">",
-		24.0, (fr->top + fr->bottom) / 2, 24.0, (fr->top + fr->bottom) / 2);
+	        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"middle\" "
+	        "transform=\"rotate(-90 %.1f %.1f)\">",
+	        24.0, (fr->top + fr->bottom) / 2, 24.0, (fr->top + fr->bottom) / 2);
 	xml_text(f, ylabel);
 	fprintf(f, "</text>\n");
 	fprintf(f,
-		"<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">time "
-		"(s)</text>\n",
-		(PLOT_L + PLOT_R) / 2, fr->bottom + 34);
+	        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">time "
+	        "(s)</text>\n",
+	        (PLOT_L + PLOT_R) / 2, fr->bottom + 34);
 }
 
 enum metric { M_IOPS, M_P50, M_P99 };
@@ -194,7 +198,7 @@ static double metric(const struct bench_sample *s, enum metric m)
 }
 
 static void series_line(FILE *f, const struct frame *fr, const struct bench_series *se,
-			enum metric m, const char *color, const char *dash, double width)
+                        enum metric m, const char *color, const char *dash, double width)
 {
 	bool open = false;
 	size_t npts = 0;
@@ -210,10 +214,10 @@ static void series_line(FILE *f, const struct frame *fr, const struct bench_seri
 		}
 		if (!open) {
 			fprintf(f,
-				"<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" "
-				"stroke-linejoin=\"round\"%s%s%s points=\"",
-				color, width, dash ? " stroke-dasharray=\"" : "", dash ? dash : "",
-				dash ? "\"" : "");
+			        "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" "
+			        "stroke-linejoin=\"round\"%s%s%s points=\"",
+			        color, width, dash ? " stroke-dasharray=\"" : "", dash ? dash : "",
+			        dash ? "\"" : "");
 			open = true;
 		}
 		fprintf(f, "%.1f,%.1f ", fx(fr, se->s[i].t), fy(fr, v));
@@ -225,8 +229,9 @@ static void series_line(FILE *f, const struct frame *fr, const struct bench_seri
 		for (size_t i = 0; i < se->n; i++) {
 			double v = metric(&se->s[i], m);
 			if (!fr->log || v > 0)
-				fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
-					fx(fr, se->s[i].t), fy(fr, v), color);
+				fprintf(f,
+				        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
+				        fx(fr, se->s[i].t), fy(fr, v), color);
 		}
 	}
 }
@@ -291,15 +296,15 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
 	fprintf(f,
-		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-		"viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Arial, Helvetica, "
-		"sans-serif\">\n",
-		W, H, W, H);
+	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+	        "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Arial, Helvetica, "
+	        "sans-serif\">\n",
+	        W, H, W, H);
 	fprintf(f, "<title>");
 	xml_text(f, title && *title ? title : "hotlun-bench");
 	fprintf(f, "</title>\n");
 	fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W,
-		H);
+	        H);
 	fprintf(f, "<text x=\"%.1f\" y=\"28\" font-size=\"17\" font-weight=\"bold\">", PLOT_L);
 	xml_text(f, title && *title ? title : "hotlun-bench");
 	fprintf(f, "</text>\n");
@@ -307,27 +312,28 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 	for (size_t r = 0; r < nruns && r < 64; r++) {
 		const char *c = palette[r % (sizeof(palette) / sizeof(palette[0]))];
 		fprintf(f,
-			"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-			"stroke-width=\"3\"/>\n",
-			legend_x[r], legend_y[r] - 4, legend_x[r] + 28, legend_y[r] - 4, c);
+		        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+		        "stroke-width=\"3\"/>\n",
+		        legend_x[r], legend_y[r] - 4, legend_x[r] + 28, legend_y[r] - 4, c);
 		fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\">", legend_x[r] + 34,
-			legend_y[r]);
+		        legend_y[r]);
 		xml_text(f, runs[r].label);
 		fprintf(f, "</text>\n");
 	}
 
 	axes(f, &p1, "IOPS", warm_end);
-	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">IOPS</text>\n",
-		PLOT_R - 40, p1.top - 6);
+	fprintf(f,
+	        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">IOPS</text>\n",
+	        PLOT_R - 40, p1.top - 6);
 	for (size_t r = 0; r < nruns; r++)
 		series_line(f, &p1, &runs[r], M_IOPS,
-			    palette[r % (sizeof(palette) / sizeof(palette[0]))], NULL, 2.0);
+		            palette[r % (sizeof(palette) / sizeof(palette[0]))], NULL, 2.0);
 
 	axes(f, &p2, "latency (log scale)", warm_end);
 	fprintf(f,
-		"<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"end\"><tspan "
-		"font-weight=\"bold\">latency</tspan>  solid: p50   dashed: p99</text>\n",
-		PLOT_R, p2.top - 6);
+	        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"end\"><tspan "
+	        "font-weight=\"bold\">latency</tspan>  solid: p50   dashed: p99</text>\n",
+	        PLOT_R, p2.top - 6);
 	for (size_t r = 0; r < nruns; r++) {
 		const char *c = palette[r % (sizeof(palette) / sizeof(palette[0]))];
 		series_line(f, &p2, &runs[r], M_P99, c, "6,4", 1.5);
@@ -338,7 +344,7 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 }
 
 int bench_svg_write_file(const char *path, const struct bench_series *runs, size_t nruns,
-			 const char *title)
+                         const char *title)
 {
 	char tmp[4096];
 	int rc;

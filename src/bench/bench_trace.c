@@ -125,7 +125,7 @@ enum bench_trace_fmt bench_trace_detect(const void *buf, size_t len)
 }
 
 static int parse_vscsi(const uint8_t *b, size_t len, struct bench_trace *t, char *err,
-		       size_t errlen)
+                       size_t errlen)
 {
 	int ver = vscsi_votes(b, len, 1) ? 1 : vscsi_votes(b, len, 2) ? 2 : 0;
 	size_t rs = ver == 1 ? VSCSI1_REC : VSCSI2_REC;
@@ -152,8 +152,8 @@ static int parse_vscsi(const uint8_t *b, size_t len, struct bench_trace *t, char
 			lba = le64(r + 16);
 		}
 		if (v >> 8 != (unsigned)ver) {
-			snprintf(err, errlen, "record %zu: version field 0x%04x is not v%d", i / rs, v,
-				 ver);
+			snprintf(err, errlen, "record %zu: version field 0x%04x is not v%d", i / rs,
+			         v, ver);
 			return -EINVAL;
 		}
 		int dir = scsi_dir(op & 0xff);
@@ -197,7 +197,7 @@ static bool parse_u64_field(const char **p, const char *end, uint64_t *out)
 
 /* Split an MSR line into its comma-separated fields (at most max). */
 static unsigned split_fields(const char *s, const char *end, const char **f, size_t *fl,
-			     unsigned max)
+                             unsigned max)
 {
 	unsigned n = 0;
 
@@ -215,7 +215,7 @@ static unsigned split_fields(const char *s, const char *end, const char **f, siz
 }
 
 static int parse_text(const char *b, size_t len, enum bench_trace_fmt fmt, uint32_t block_size,
-		      struct bench_trace *t, char *err, size_t errlen)
+                      struct bench_trace *t, char *err, size_t errlen)
 {
 	size_t lineno = 0;
 	const char *end = b + len;
@@ -300,7 +300,7 @@ static int parse_text(const char *b, size_t len, enum bench_trace_fmt fmt, uint3
 }
 
 int bench_trace_parse(const void *buf, size_t len, enum bench_trace_fmt fmt, uint32_t block_size,
-		      struct bench_trace *t, char *err, size_t errlen)
+                      struct bench_trace *t, char *err, size_t errlen)
 {
 	if (fmt == BENCH_TRACE_AUTO)
 		fmt = bench_trace_detect(buf, len);
@@ -323,7 +323,7 @@ int bench_trace_parse(const void *buf, size_t len, enum bench_trace_fmt fmt, uin
 }
 
 int bench_trace_load(const char *path, enum bench_trace_fmt fmt, uint32_t block_size,
-		     struct bench_trace *t, char *err, size_t errlen)
+                     struct bench_trace *t, char *err, size_t errlen)
 {
 	char msg[256] = "";
 	struct stat st;

@@ -86,8 +86,7 @@ uint64_t bench_zipf_next(const struct bench_zipf *z, struct bench_rng *r)
 
 /* ---- argument parsing ---- */
 
-int bench_workload_parse(const char *s, struct bench_workload_spec *spec, char *err,
-			 size_t errlen)
+int bench_workload_parse(const char *s, struct bench_workload_spec *spec, char *err, size_t errlen)
 {
 	char *end;
 
@@ -103,8 +102,8 @@ int bench_workload_parse(const char *s, struct bench_workload_spec *spec, char *
 		errno = 0;
 		double th = strtod(s + 5, &end);
 		if (errno || end == s + 5 || *end || !(th > 0) || th > 100) {
-			snprintf(err, errlen, "zipf needs an exponent > 0, e.g. zipf:0.9 (got '%s')",
-				 s);
+			snprintf(err, errlen,
+			         "zipf needs an exponent > 0, e.g. zipf:0.9 (got '%s')", s);
 			return -EINVAL;
 		}
 		spec->kind = BENCH_WL_ZIPF;
@@ -126,11 +125,12 @@ int bench_workload_parse(const char *s, struct bench_workload_spec *spec, char *
 		spec->hot_io_pct = io;
 		spec->hot_space_pct = space;
 		return 0;
-bad_hot:
-		snprintf(err, errlen,
-			 "hotset needs IO%%/SPACE%%, e.g. hotset:90/10 (0 <= IO <= 100, 0 < SPACE < "
-			 "100; got '%s')",
-			 s);
+	bad_hot:
+		snprintf(
+		    err, errlen,
+		    "hotset needs IO%%/SPACE%%, e.g. hotset:90/10 (0 <= IO <= 100, 0 < SPACE < "
+		    "100; got '%s')",
+		    s);
 		return -EINVAL;
 	}
 	if (strncmp(s, "trace:", 6) == 0) {
@@ -158,7 +158,8 @@ bad_hot:
 		return 0;
 	}
 	snprintf(err, errlen,
-		 "unknown workload '%s' (uniform, zipf:THETA, hotset:IO/SPACE, seq, trace:FILE)", s);
+	         "unknown workload '%s' (uniform, zipf:THETA, hotset:IO/SPACE, seq, trace:FILE)",
+	         s);
 	return -EINVAL;
 }
 
@@ -195,7 +196,8 @@ int bench_bs_parse(const char *s, struct bench_workload_spec *spec, char *err, s
 		}
 		if (bench_parse_size(tok, &size) || size == 0 || size % 512 || size > (16u << 20)) {
 			snprintf(err, errlen,
-				 "--bs: '%s' is not a size that is a multiple of 512 up to 16M", tok);
+			         "--bs: '%s' is not a size that is a multiple of 512 up to 16M",
+			         tok);
 			return -EINVAL;
 		}
 		spec->bs[n].size = (uint32_t)size;
@@ -227,7 +229,7 @@ const char *bench_bs_format(const struct bench_workload_spec *spec, char *buf, s
 			w = snprintf(buf + used, len - used, "%s", sz);
 		else
 			w = snprintf(buf + used, len - used, "%s%s:%u", i ? "," : "", sz,
-				     spec->bs[i].weight);
+			             spec->bs[i].weight);
 		if (w < 0)
 			break;
 		used += (size_t)w;
@@ -272,8 +274,8 @@ static uint64_t gcd64(uint64_t a, uint64_t b)
 }
 
 int bench_workload_init(struct bench_workload *wl, const struct bench_workload_spec *spec,
-			uint32_t lun_block, uint64_t range_off, uint64_t range_len,
-			const struct bench_trace *trace, char *err, size_t errlen)
+                        uint32_t lun_block, uint64_t range_off, uint64_t range_len,
+                        const struct bench_trace *trace, char *err, size_t errlen)
 {
 	memset(wl, 0, sizeof(*wl));
 	wl->spec = *spec;
@@ -283,7 +285,8 @@ int bench_workload_init(struct bench_workload *wl, const struct bench_workload_s
 		return -EINVAL;
 	}
 	if (range_off % lun_block || range_len % lun_block) {
-		snprintf(err, errlen, "range is not a multiple of the LUN block size %u", lun_block);
+		snprintf(err, errlen, "range is not a multiple of the LUN block size %u",
+		         lun_block);
 		return -EINVAL;
 	}
 	wl->range_off = range_off;
@@ -317,8 +320,8 @@ int bench_workload_init(struct bench_workload *wl, const struct bench_workload_s
 			uint32_t sz = spec->bs[i].size;
 			if (sz % lun_block) {
 				snprintf(err, errlen,
-					 "block size %u is not a multiple of the LUN block size %u",
-					 sz, lun_block);
+				         "block size %u is not a multiple of the LUN block size %u",
+				         sz, lun_block);
 				return -EINVAL;
 			}
 			if (sz > range_len) {

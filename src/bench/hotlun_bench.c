@@ -23,12 +23,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BENCH_VERSION       "0.1.0"
-#define DEFAULT_INITIATOR   "iqn.2026-11.org.hotlun:bench"
-#define MAX_SESSIONS        64
-#define MAX_QD              1024
-#define MAX_VERIFY_REPORTS  20
-#define VERIFY_MAX_UNITS    (512ULL << 20)
+#define BENCH_VERSION      "0.1.0"
+#define DEFAULT_INITIATOR  "iqn.2026-11.org.hotlun:bench"
+#define MAX_SESSIONS       64
+#define MAX_QD             1024
+#define MAX_VERIFY_REPORTS 20
+#define VERIFY_MAX_UNITS   (512ULL << 20)
 
 struct opts {
 	struct bench_workload_spec spec;
@@ -121,7 +121,7 @@ static uint64_t now_ns(void)
 /* ---- --verify bookkeeping ---- */
 
 static void unit_span(const struct bench *b, const struct bench_io *io, uint64_t *first,
-		      uint64_t *n)
+                      uint64_t *n)
 {
 	uint64_t rel = io->offset - b->wl.range_off;
 	*first = rel / b->wl.unit;
@@ -149,7 +149,7 @@ static void verify_unlock(struct bench *b, const struct bench_io *io)
 }
 
 static void verify_report(struct bench *b, const struct bench_io *io, uint64_t unit_off,
-			  const struct bench_pattern_result *res)
+                          const struct bench_pattern_result *res)
 {
 	b->verify_errors++;
 	if (b->verify_errors > MAX_VERIFY_REPORTS) {
@@ -160,18 +160,19 @@ static void verify_report(struct bench *b, const struct bench_io *io, uint64_t u
 	uint64_t byte = res->sector * BENCH_PATTERN_SECTOR;
 	uint64_t lba = byte / b->lun_block;
 
-	fprintf(stderr, "\nverify: MISMATCH lba=%" PRIu64 " (byte offset %" PRIu64
-		", sector %" PRIu64 " of a %u-byte read at lba %" PRIu64 "): %s",
-		lba, byte, res->sector - io->offset / BENCH_PATTERN_SECTOR, io->len,
-		io->offset / b->lun_block, bench_pattern_status_str(res->status));
+	fprintf(stderr,
+	        "\nverify: MISMATCH lba=%" PRIu64 " (byte offset %" PRIu64 ", sector %" PRIu64
+	        " of a %u-byte read at lba %" PRIu64 "): %s",
+	        lba, byte, res->sector - io->offset / BENCH_PATTERN_SECTOR, io->len,
+	        io->offset / b->lun_block, bench_pattern_status_str(res->status));
 	switch (res->status) {
 	case BENCH_PAT_WRONG_LBA:
 		fprintf(stderr, "; block holds the data of lba %" PRIu64,
-			res->found_sector * BENCH_PATTERN_SECTOR / b->lun_block);
+		        res->found_sector * BENCH_PATTERN_SECTOR / b->lun_block);
 		break;
 	case BENCH_PAT_STALE:
-		fprintf(stderr, "; found generation %08" PRIx64 ":%08" PRIx64,
-			res->found_gen >> 32, res->found_gen & 0xffffffffu);
+		fprintf(stderr, "; found generation %08" PRIx64 ":%08" PRIx64, res->found_gen >> 32,
+		        res->found_gen & 0xffffffffu);
 		break;
 	case BENCH_PAT_CORRUPT:
 		fprintf(stderr, "; first bad byte at +%u", res->bad_word * 8);
@@ -202,7 +203,7 @@ static void verify_read(struct bench *b, const struct slot *sl)
 
 		b->verify_checked++;
 		if (bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, expect, allow_zero,
-					&res) != BENCH_PAT_OK)
+		                        &res) != BENCH_PAT_OK)
 			verify_report(b, &sl->io, s, &res);
 	}
 }
@@ -237,15 +238,15 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 		if (shown++ < 10) {
 			if (status == SCSI_STATUS_CHECK_CONDITION && task)
 				fprintf(stderr, "\n%s at lba %" PRIu64 ": %s, %s\n",
-					sl->io.write ? "write" : "read",
-					sl->io.offset / b->lun_block,
-					scsi_sense_key_str(task->sense.key),
-					scsi_sense_ascq_str(task->sense.ascq));
+				        sl->io.write ? "write" : "read",
+				        sl->io.offset / b->lun_block,
+				        scsi_sense_key_str(task->sense.key),
+				        scsi_sense_ascq_str(task->sense.ascq));
 			else
 				fprintf(stderr, "\n%s at lba %" PRIu64 " failed: status 0x%x %s\n",
-					sl->io.write ? "write" : "read",
-					sl->io.offset / b->lun_block, status,
-					iscsi_get_error(iscsi));
+				        sl->io.write ? "write" : "read",
+				        sl->io.offset / b->lun_block, status,
+				        iscsi_get_error(iscsi));
 		}
 	}
 	if (b->o.verify) {
@@ -315,15 +316,15 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 			b->write_counter = 1;
 		sl->gen = b->write_counter;
 		bench_pattern_fill(sl->buf, sl->io.len, sl->io.offset,
-				   (uint64_t)b->run_stamp << 32 | sl->gen);
+		                   (uint64_t)b->run_stamp << 32 | sl->gen);
 	}
 	sl->t0 = now_ns();
 	if (sl->io.write)
-		task = iscsi_write16_task(s->iscsi, s->lun, lba, sl->buf, sl->io.len, (int)b->lun_block,
-					  0, 0, 0, 0, 0, io_done, sl);
+		task = iscsi_write16_task(s->iscsi, s->lun, lba, sl->buf, sl->io.len,
+		                          (int)b->lun_block, 0, 0, 0, 0, 0, io_done, sl);
 	else
-		task = iscsi_read16_task(s->iscsi, s->lun, lba, sl->io.len, (int)b->lun_block, 0, 0, 0,
-					 0, 0, io_done, sl);
+		task = iscsi_read16_task(s->iscsi, s->lun, lba, sl->io.len, (int)b->lun_block, 0, 0,
+		                         0, 0, 0, io_done, sl);
 	if (!task) {
 		fprintf(stderr, "hotlun-bench: cannot queue I/O: %s\n", iscsi_get_error(s->iscsi));
 		if (b->o.verify)
@@ -366,7 +367,7 @@ static int refill(struct bench *b, struct session *s)
 /* ---- statistics and reports ---- */
 
 static void fill_sample(const struct bench *b, struct bench_sample *smp, double t, double secs,
-			const struct bench_hist *h, const struct counters *c, char phase)
+                        const struct bench_hist *h, const struct counters *c, char phase)
 {
 	memset(smp, 0, sizeof(*smp));
 	smp->t = t;
@@ -393,7 +394,7 @@ static void close_interval(struct bench *b, uint64_t now)
 	if (secs < 0.001 && b->sec.reads + b->sec.writes + b->sec.errors == 0)
 		return;
 	fill_sample(b, &smp, (double)(now - b->t_start) / 1e9, secs, &b->sec_hist, &b->sec,
-		    b->phase == PH_WARMUP ? 'w' : 'm');
+	            b->phase == PH_WARMUP ? 'w' : 'm');
 	if (b->phase != PH_DRAIN) {
 		if (bench_series_append(&b->series, &smp) == 0 && b->csv &&
 		    bench_csv_write_row(b->csv, &smp) != 0 && !b->fatal) {
@@ -402,10 +403,10 @@ static void close_interval(struct bench *b, uint64_t now)
 		}
 		if (b->progress)
 			fprintf(stderr,
-				"\r%7.1fs %-7s iops %9.0f  MB/s %8.1f  p50 %8.0fus  p99 %8.0fus  "
-				"err %" PRIu64 "  ",
-				smp.t, b->phase == PH_WARMUP ? "warm-up" : "measure", smp.iops,
-				smp.mbps, smp.p50_us, smp.p99_us, b->all.errors + b->sec.errors);
+			        "\r%7.1fs %-7s iops %9.0f  MB/s %8.1f  p50 %8.0fus  p99 %8.0fus  "
+			        "err %" PRIu64 "  ",
+			        smp.t, b->phase == PH_WARMUP ? "warm-up" : "measure", smp.iops,
+			        smp.mbps, smp.p50_us, smp.p99_us, b->all.errors + b->sec.errors);
 	}
 	bench_hist_reset(&b->sec_hist);
 	memset(&b->sec, 0, sizeof(b->sec));
@@ -490,7 +491,7 @@ static int run(struct bench *b)
 				continue;
 			if (iscsi_service(b->sess[i].iscsi, pfd[i].revents) < 0) {
 				fprintf(stderr, "\nhotlun-bench: session %u: %s\n", i,
-					iscsi_get_error(b->sess[i].iscsi));
+				        iscsi_get_error(b->sess[i].iscsi));
 				return -EIO;
 			}
 		}
@@ -522,7 +523,7 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 	url = iscsi_parse_full_url(s->iscsi, b->o.url);
 	if (!url) {
 		fprintf(stderr, "hotlun-bench: bad URL '%s': %s\n", b->o.url,
-			iscsi_get_error(s->iscsi));
+		        iscsi_get_error(s->iscsi));
 		return -EINVAL;
 	}
 	iscsi_set_targetname(s->iscsi, url->target);
@@ -532,7 +533,7 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 		iscsi_set_initiator_username_pwd(s->iscsi, url->user, url->passwd);
 	if (iscsi_full_connect_sync(s->iscsi, url->portal, url->lun) != 0) {
 		fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx,
-			url->portal, iscsi_get_error(s->iscsi));
+		        url->portal, iscsi_get_error(s->iscsi));
 		iscsi_destroy_url(url);
 		return -ECONNREFUSED;
 	}
@@ -569,7 +570,7 @@ static int read_capacity(struct bench *b)
 	}
 	if (!b->lun_block || b->lun_block % 512) {
 		fprintf(stderr, "hotlun-bench: READ CAPACITY failed: %s\n",
-			iscsi_get_error(s->iscsi));
+		        iscsi_get_error(s->iscsi));
 		return -EIO;
 	}
 	return 0;
@@ -625,37 +626,37 @@ static void teardown(struct bench *b)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: hotlun-bench [options] iscsi://[user%%pass@]host[:port]/IQN/LUN\n"
-		"       hotlun-bench --plot OUT.svg [--title T] RUN.csv [RUN.csv ...]\n"
-		"\n"
-		"workload:\n"
-		"  --workload W    uniform | zipf:THETA | hotset:IO/SPACE | seq |\n"
-		"                  trace:[vscsi:|msr:|blocks:]FILE      (default uniform)\n"
-		"  --bs LIST       4K | 4K,64K | 4K:70,64K:30            (default 4K)\n"
-		"  --read PCT      share of reads, 0..100                (default 100)\n"
-		"  --range SIZE    use only SIZE bytes of the LUN        (default all)\n"
-		"  --offset SIZE   ... starting at this byte offset      (default 0)\n"
-		"  --seed N        random seed                           (default from time)\n"
-		"load:\n"
-		"  --qd N          queue depth per session               (default 64)\n"
-		"  --sessions N    iSCSI sessions                        (default 1)\n"
-		"  --time S        measure for S seconds                 (default 30)\n"
-		"  --count N       measure N I/Os instead of a time\n"
-		"  --warmup S      run S seconds before measuring        (default 0)\n"
-		"  --initiator IQN initiator name                        (default %s)\n"
-		"output:\n"
-		"  --csv FILE      per-second series (IOPS, MB/s, p50/p99/p99.9 latency)\n"
-		"  --svg FILE      chart of this run (IOPS and latency over time)\n"
-		"  --label TEXT    name of this run in the chart legend and summary\n"
-		"  --title TEXT    chart title\n"
-		"  --quiet         no progress line on the terminal\n"
-		"checking:\n"
-		"  --verify        writes carry LBA + generation, reads are checked;\n"
-		"                  any mismatch is reported and the exit status is 1\n"
-		"\n"
-		"The last line printed is the summary: ... iops= mbps= p50_us= p99_us= ...\n"
-		"Exit status: 0 ok, 1 I/O errors or verify mismatches, 2 usage or setup error.\n",
-		DEFAULT_INITIATOR);
+	        "usage: hotlun-bench [options] iscsi://[user%%pass@]host[:port]/IQN/LUN\n"
+	        "       hotlun-bench --plot OUT.svg [--title T] RUN.csv [RUN.csv ...]\n"
+	        "\n"
+	        "workload:\n"
+	        "  --workload W    uniform | zipf:THETA | hotset:IO/SPACE | seq |\n"
+	        "                  trace:[vscsi:|msr:|blocks:]FILE      (default uniform)\n"
+	        "  --bs LIST       4K | 4K,64K | 4K:70,64K:30            (default 4K)\n"
+	        "  --read PCT      share of reads, 0..100                (default 100)\n"
+	        "  --range SIZE    use only SIZE bytes of the LUN        (default all)\n"
+	        "  --offset SIZE   ... starting at this byte offset      (default 0)\n"
+	        "  --seed N        random seed                           (default from time)\n"
+	        "load:\n"
+	        "  --qd N          queue depth per session               (default 64)\n"
+	        "  --sessions N    iSCSI sessions                        (default 1)\n"
+	        "  --time S        measure for S seconds                 (default 30)\n"
+	        "  --count N       measure N I/Os instead of a time\n"
+	        "  --warmup S      run S seconds before measuring        (default 0)\n"
+	        "  --initiator IQN initiator name                        (default %s)\n"
+	        "output:\n"
+	        "  --csv FILE      per-second series (IOPS, MB/s, p50/p99/p99.9 latency)\n"
+	        "  --svg FILE      chart of this run (IOPS and latency over time)\n"
+	        "  --label TEXT    name of this run in the chart legend and summary\n"
+	        "  --title TEXT    chart title\n"
+	        "  --quiet         no progress line on the terminal\n"
+	        "checking:\n"
+	        "  --verify        writes carry LBA + generation, reads are checked;\n"
+	        "                  any mismatch is reported and the exit status is 1\n"
+	        "\n"
+	        "The last line printed is the summary: ... iops= mbps= p50_us= p99_us= ...\n"
+	        "Exit status: 0 ok, 1 I/O errors or verify mismatches, 2 usage or setup error.\n",
+	        DEFAULT_INITIATOR);
 }
 
 enum {
@@ -683,28 +684,28 @@ enum {
 };
 
 static const struct option long_opts[] = {
-	{"workload", required_argument, NULL, OPT_WORKLOAD},
-	{"bs", required_argument, NULL, OPT_BS},
-	{"qd", required_argument, NULL, OPT_QD},
-	{"sessions", required_argument, NULL, OPT_SESSIONS},
-	{"read", required_argument, NULL, OPT_READ},
-	{"time", required_argument, NULL, OPT_TIME},
-	{"count", required_argument, NULL, OPT_COUNT},
-	{"warmup", required_argument, NULL, OPT_WARMUP},
-	{"csv", required_argument, NULL, OPT_CSV},
-	{"svg", required_argument, NULL, OPT_SVG},
-	{"verify", no_argument, NULL, OPT_VERIFY},
-	{"seed", required_argument, NULL, OPT_SEED},
-	{"label", required_argument, NULL, OPT_LABEL},
-	{"title", required_argument, NULL, OPT_TITLE},
-	{"plot", required_argument, NULL, OPT_PLOT},
-	{"range", required_argument, NULL, OPT_RANGE},
-	{"offset", required_argument, NULL, OPT_OFFSET},
-	{"quiet", no_argument, NULL, OPT_QUIET},
-	{"initiator", required_argument, NULL, OPT_INITIATOR},
-	{"help", no_argument, NULL, OPT_HELP},
-	{"version", no_argument, NULL, OPT_VERSION},
-	{NULL, 0, NULL, 0},
+    {"workload", required_argument, NULL, OPT_WORKLOAD},
+    {"bs", required_argument, NULL, OPT_BS},
+    {"qd", required_argument, NULL, OPT_QD},
+    {"sessions", required_argument, NULL, OPT_SESSIONS},
+    {"read", required_argument, NULL, OPT_READ},
+    {"time", required_argument, NULL, OPT_TIME},
+    {"count", required_argument, NULL, OPT_COUNT},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"csv", required_argument, NULL, OPT_CSV},
+    {"svg", required_argument, NULL, OPT_SVG},
+    {"verify", no_argument, NULL, OPT_VERIFY},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"label", required_argument, NULL, OPT_LABEL},
+    {"title", required_argument, NULL, OPT_TITLE},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {"range", required_argument, NULL, OPT_RANGE},
+    {"offset", required_argument, NULL, OPT_OFFSET},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"initiator", required_argument, NULL, OPT_INITIATOR},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
 };
 
 static int bad_arg(const char *opt, const char *val)
@@ -800,13 +801,20 @@ static void print_summary(struct bench *b)
 	if (b->o.verify)
 		printf("verify: %" PRIu64 " blocks checked, %" PRIu64 " mismatches\n",
 		       b->verify_checked, b->verify_errors);
-	printf("summary: label=%s workload=%s bs=%s qd=%u sessions=%u read=%g time_s=%.2f "
+	char readpct[32];
+	uint64_t ios = b->all.reads + b->all.writes;
+	if (b->o.spec.kind == BENCH_WL_TRACE) /* the trace decides: report what it did */
+		snprintf(readpct, sizeof(readpct), "%.0f",
+		         ios ? 100.0 * (double)b->all.reads / (double)ios : 0.0);
+	else
+		snprintf(readpct, sizeof(readpct), "%g", b->o.spec.read_pct);
+	printf("summary: label=%s workload=%s bs=%s qd=%u sessions=%u read=%s time_s=%.2f "
 	       "ios=%" PRIu64 " reads=%" PRIu64 " writes=%" PRIu64 " iops=%.0f mbps=%.1f "
 	       "p50_us=%.0f p99_us=%.0f p999_us=%.0f max_us=%.0f errors=%" PRIu64
 	       " verify_errors=%" PRIu64 "\n",
-	       label, wl, bs, b->o.qd, b->nsess, b->o.spec.read_pct, secs,
-	       b->all.reads + b->all.writes, b->all.reads, b->all.writes, all.iops, all.mbps,
-	       all.p50_us, all.p99_us, all.p999_us, all.max_us, b->all.errors, b->verify_errors);
+	       label, wl, bs, b->o.qd, b->nsess, readpct, secs, ios, b->all.reads, b->all.writes,
+	       all.iops, all.mbps, all.p50_us, all.p99_us, all.p999_us, all.max_us, b->all.errors,
+	       b->verify_errors);
 	fflush(stdout);
 }
 
@@ -949,7 +957,7 @@ int main(int argc, char **argv)
 
 	if (o->spec.kind == BENCH_WL_TRACE) {
 		if (bench_trace_load(o->spec.trace_path, o->spec.trace_fmt, o->spec.bs[0].size,
-				     &b->trace, err, sizeof(err)) != 0) {
+		                     &b->trace, err, sizeof(err)) != 0) {
 			fprintf(stderr, "hotlun-bench: trace %s\n", err);
 			goto out;
 		}
@@ -958,31 +966,32 @@ int main(int argc, char **argv)
 		b->has_writes = o->spec.read_pct < 100;
 	}
 	if (o->range_off >= b->lun_bytes) {
-		fprintf(stderr, "hotlun-bench: --offset is past the end of the LUN (%" PRIu64
-				" bytes)\n",
-			b->lun_bytes);
+		fprintf(stderr,
+		        "hotlun-bench: --offset is past the end of the LUN (%" PRIu64 " bytes)\n",
+		        b->lun_bytes);
 		goto out;
 	}
 	uint64_t range_len = o->range_len ? o->range_len : b->lun_bytes - o->range_off;
 	if (o->range_off + range_len > b->lun_bytes) {
 		fprintf(stderr,
-			"hotlun-bench: --offset + --range is past the end of the LUN (%" PRIu64
-			" bytes)\n",
-			b->lun_bytes);
+		        "hotlun-bench: --offset + --range is past the end of the LUN (%" PRIu64
+		        " bytes)\n",
+		        b->lun_bytes);
 		goto out;
 	}
 	range_len -= range_len % b->lun_block;
 	if (bench_workload_init(&b->wl, &o->spec, b->lun_block, o->range_off, range_len, &b->trace,
-				err, sizeof(err)) != 0) {
+	                        err, sizeof(err)) != 0) {
 		fprintf(stderr, "hotlun-bench: %s\n", err);
 		goto out;
 	}
 	if (o->verify) {
 		if (b->wl.nunits > VERIFY_MAX_UNITS) {
-			fprintf(stderr,
-				"hotlun-bench: --verify tracks every block; use --range to verify at "
-				"most %llu blocks of %u bytes\n",
-				VERIFY_MAX_UNITS, b->wl.unit);
+			fprintf(
+			    stderr,
+			    "hotlun-bench: --verify tracks every block; use --range to verify at "
+			    "most %llu blocks of %u bytes\n",
+			    VERIFY_MAX_UNITS, b->wl.unit);
 			goto out;
 		}
 		b->gen_map = calloc(b->wl.nunits, sizeof(*b->gen_map));
@@ -1003,12 +1012,12 @@ int main(int argc, char **argv)
 	bench_workload_name(&o->spec, wl, sizeof(wl));
 	bench_bs_format(&o->spec, bs, sizeof(bs));
 	snprintf(meta, sizeof(meta),
-		 "url=%s workload=%s bs=%s read=%g qd=%u sessions=%u warmup=%g %s=%g seed=%" PRIu64
-		 " lun_block=%u range=%" PRIu64 "+%" PRIu64 "%s",
-		 o->url, wl, o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->spec.read_pct, o->qd,
-		 o->sessions, o->warmup_s, o->count ? "count" : "time",
-		 o->count ? (double)o->count : o->time_s, o->seed, b->lun_block, o->range_off,
-		 range_len, o->verify ? " verify" : "");
+	         "url=%s workload=%s bs=%s read=%g qd=%u sessions=%u warmup=%g %s=%g seed=%" PRIu64
+	         " lun_block=%u range=%" PRIu64 "+%" PRIu64 "%s",
+	         o->url, wl, o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->spec.read_pct, o->qd,
+	         o->sessions, o->warmup_s, o->count ? "count" : "time",
+	         o->count ? (double)o->count : o->time_s, o->seed, b->lun_block, o->range_off,
+	         range_len, o->verify ? " verify" : "");
 	if (o->csv) {
 		b->csv = fopen(o->csv, "w");
 		if (!b->csv) {
@@ -1022,17 +1031,19 @@ int main(int argc, char **argv)
 	b->progress = !o->quiet && isatty(STDERR_FILENO);
 	bench_hist_reset(&b->sec_hist);
 	bench_hist_reset(&b->all_hist);
-	fprintf(stderr, "hotlun-bench: %s, LUN %s in %u-byte blocks, range %s, %s, bs %s, read %g%%, "
-			"qd %u x %u session%s%s\n",
-		o->url, bench_format_size(b->lun_bytes, size, sizeof(size)), b->lun_block,
-		bench_format_size(range_len, meta, sizeof(meta)), wl,
-		o->spec.kind == BENCH_WL_TRACE ? "from trace" : bs, o->spec.read_pct, o->qd,
-		o->sessions, o->sessions == 1 ? "" : "s", o->verify ? ", verify" : "");
+	fprintf(stderr,
+	        "hotlun-bench: %s, LUN %s in %u-byte blocks, range %s, %s, bs %s, read %g%%, "
+	        "qd %u x %u session%s%s\n",
+	        o->url, bench_format_size(b->lun_bytes, size, sizeof(size)), b->lun_block,
+	        bench_format_size(range_len, meta, sizeof(meta)), wl,
+	        o->spec.kind == BENCH_WL_TRACE ? "from trace" : bs, o->spec.read_pct, o->qd,
+	        o->sessions, o->sessions == 1 ? "" : "s", o->verify ? ", verify" : "");
 	if (o->spec.kind == BENCH_WL_TRACE)
-		fprintf(stderr, "hotlun-bench: trace %s: %zu records (%" PRIu64 " reads, %" PRIu64
-				" writes, %" PRIu64 " skipped), format %s\n",
-			o->spec.trace_path, b->trace.n, b->trace.reads, b->trace.writes,
-			b->trace.skipped, bench_trace_fmt_name(b->trace.fmt));
+		fprintf(stderr,
+		        "hotlun-bench: trace %s: %zu records (%" PRIu64 " reads, %" PRIu64
+		        " writes, %" PRIu64 " skipped), format %s\n",
+		        o->spec.trace_path, b->trace.n, b->trace.reads, b->trace.writes,
+		        b->trace.skipped, bench_trace_fmt_name(b->trace.fmt));
 
 	int run_rc = run(b);
 	if (run_rc != 0) {
@@ -1053,7 +1064,7 @@ int main(int argc, char **argv)
 		snprintf(title, sizeof(title), "%s", o->title ? o->title : "");
 		if (!o->title)
 			snprintf(title, sizeof(title), "hotlun-bench %s, bs %s, qd %u x %u", wl,
-				 o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->qd, o->sessions);
+			         o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->qd, o->sessions);
 		int src = bench_svg_write_file(o->svg, &b->series, 1, title);
 		if (src) {
 			fprintf(stderr, "hotlun-bench: writing %s: %s\n", o->svg, strerror(-src));

@@ -131,15 +131,15 @@ static void test_merge_equals_adding(void)
 }
 
 static const struct hl_test tests[] = {
-	{"buckets are contiguous and cover 64 bits", test_buckets_contiguous},
-	{"a value lies inside its bucket", test_index_brackets_value},
-	{"buckets are at most 1/64 of their value wide", test_two_significant_digits},
-	{"values below 128 are exact", test_small_values_exact},
-	{"percentiles of 1..100000 us", test_percentiles_of_shuffled_range},
-	{"a single value is every percentile", test_single_value_clamped},
-	{"empty histogram reports 0", test_empty},
-	{"merge equals adding everything to one", test_merge_equals_adding},
-	{NULL, NULL},
+    {"buckets are contiguous and cover 64 bits", test_buckets_contiguous},
+    {"a value lies inside its bucket", test_index_brackets_value},
+    {"buckets are at most 1/64 of their value wide", test_two_significant_digits},
+    {"values below 128 are exact", test_small_values_exact},
+    {"percentiles of 1..100000 us", test_percentiles_of_shuffled_range},
+    {"a single value is every percentile", test_single_value_clamped},
+    {"empty histogram reports 0", test_empty},
+    {"merge equals adding everything to one", test_merge_equals_adding},
+    {NULL, NULL},
 };
 
 int main(void)

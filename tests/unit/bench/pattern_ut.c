@@ -15,14 +15,14 @@ static void test_roundtrip(void)
 	struct bench_pattern_result res;
 
 	bench_pattern_fill(buf, sizeof(buf), 4096 * 10, 0x1234500000007ULL);
-	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 4096 * 10, 0x1234500000007ULL, false,
-					    &res),
-			BENCH_PAT_OK);
+	CU_ASSERT_EQUAL(
+	    bench_pattern_check(buf, sizeof(buf), 4096 * 10, 0x1234500000007ULL, false, &res),
+	    BENCH_PAT_OK);
 	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 4096 * 10, 0, false, &res),
-			BENCH_PAT_OK);
+	                BENCH_PAT_OK);
 	/* a sub-range read of a bigger write checks too */
 	CU_ASSERT_EQUAL(bench_pattern_check(buf + 1024, 2048, 4096 * 10 + 1024, 0, false, &res),
-			BENCH_PAT_OK);
+	                BENCH_PAT_OK);
 }
 
 static void test_zero(void)
@@ -47,7 +47,7 @@ static void test_garbage(void)
 		memcpy(buf + i, &x, 8);
 	}
 	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 0, 5, false, &res),
-			BENCH_PAT_GARBAGE);
+	                BENCH_PAT_GARBAGE);
 	CU_ASSERT_EQUAL(res.sector, 5);
 }
 
@@ -58,7 +58,7 @@ static void test_misdirected(void)
 	/* the data written for byte offset 1 MiB, read back at 2 MiB */
 	bench_pattern_fill(buf, sizeof(buf), 1 << 20, 77);
 	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 2 << 20, 0, true, &res),
-			BENCH_PAT_WRONG_LBA);
+	                BENCH_PAT_WRONG_LBA);
 	CU_ASSERT_EQUAL(res.sector, (2 << 20) / 512);
 	CU_ASSERT_EQUAL(res.found_sector, (1 << 20) / 512);
 }
@@ -80,7 +80,7 @@ static void test_one_flipped_bit(void)
 	bench_pattern_fill(buf, sizeof(buf), 8192, 3);
 	buf[512 * 3 + 200] ^= 0x10;
 	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 8192, 3, false, &res),
-			BENCH_PAT_CORRUPT);
+	                BENCH_PAT_CORRUPT);
 	CU_ASSERT_EQUAL(res.sector, 8192 / 512 + 3);
 	CU_ASSERT_EQUAL(res.bad_word, 200 / 8);
 }
@@ -104,19 +104,19 @@ static void test_generations_differ(void)
 	bench_pattern_fill(b, 512, 0, 2);
 	CU_ASSERT(memcmp(a + 24, b + 24, 512 - 24) != 0);
 	CU_ASSERT_STRING_EQUAL(bench_pattern_status_str(BENCH_PAT_WRONG_LBA),
-			       "data of another LBA (misdirected)");
+	                       "data of another LBA (misdirected)");
 }
 
 static const struct hl_test tests[] = {
-	{"a written block verifies", test_roundtrip},
-	{"zeroes are 'never written' unless allowed", test_zero},
-	{"garbage is found and located", test_garbage},
-	{"a block of another LBA is misdirected", test_misdirected},
-	{"an older generation is stale", test_stale},
-	{"one flipped bit is found with its word", test_one_flipped_bit},
-	{"a forged generation does not pass", test_forged_header_is_caught},
-	{"two generations differ in payload", test_generations_differ},
-	{NULL, NULL},
+    {"a written block verifies", test_roundtrip},
+    {"zeroes are 'never written' unless allowed", test_zero},
+    {"garbage is found and located", test_garbage},
+    {"a block of another LBA is misdirected", test_misdirected},
+    {"an older generation is stale", test_stale},
+    {"one flipped bit is found with its word", test_one_flipped_bit},
+    {"a forged generation does not pass", test_forged_header_is_caught},
+    {"two generations differ in payload", test_generations_differ},
+    {NULL, NULL},
 };
 
 int main(void)

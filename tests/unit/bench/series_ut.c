@@ -21,9 +21,17 @@ static void test_csv_roundtrip(void)
 {
 	char path[256];
 	struct bench_series se;
-	struct bench_sample s1 = {.t = 1.0, .phase = 'w', .iops = 1234.5, .mbps = 5.056,
-				  .read_iops = 1000, .write_iops = 234.5, .p50_us = 812.3,
-				  .p99_us = 4000, .p999_us = 9000.5, .max_us = 12000, .errors = 2};
+	struct bench_sample s1 = {.t = 1.0,
+	                          .phase = 'w',
+	                          .iops = 1234.5,
+	                          .mbps = 5.056,
+	                          .read_iops = 1000,
+	                          .write_iops = 234.5,
+	                          .p50_us = 812.3,
+	                          .p99_us = 4000,
+	                          .p999_us = 9000.5,
+	                          .max_us = 12000,
+	                          .errors = 2};
 	struct bench_sample s2 = s1;
 
 	s2.t = 2.0;
@@ -187,13 +195,13 @@ static void test_svg_file_is_atomic(void)
 }
 
 static const struct hl_test tests[] = {
-	{"CSV written and read back", test_csv_roundtrip},
-	{"CSV columns are found by name", test_csv_columns_by_name},
-	{"bad CSV is refused with its line", test_csv_bad_input},
-	{"SVG of two runs: structure and escaping", test_svg_two_runs},
-	{"SVG with no samples or one sample", test_svg_empty_and_single_point},
-	{"SVG file written via rename", test_svg_file_is_atomic},
-	{NULL, NULL},
+    {"CSV written and read back", test_csv_roundtrip},
+    {"CSV columns are found by name", test_csv_columns_by_name},
+    {"bad CSV is refused with its line", test_csv_bad_input},
+    {"SVG of two runs: structure and escaping", test_svg_two_runs},
+    {"SVG with no samples or one sample", test_svg_empty_and_single_point},
+    {"SVG file written via rename", test_svg_file_is_atomic},
+    {NULL, NULL},
 };
 
 int main(void)

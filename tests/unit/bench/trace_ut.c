@@ -66,8 +66,8 @@ static void test_vscsi_v1(void)
 	v1_rec(buf + 64, 0x12, 36, 0); /* INQUIRY: skipped */
 	v1_rec(buf + 96, 0x88, 512, 1ULL << 33);
 	CU_ASSERT_EQUAL(bench_trace_detect(buf, sizeof(buf)), BENCH_TRACE_VSCSI);
-	CU_ASSERT_FATAL(bench_trace_parse(buf, sizeof(buf), BENCH_TRACE_AUTO, 0, &t, err,
-					  sizeof(err)) == 0);
+	CU_ASSERT_FATAL(
+	    bench_trace_parse(buf, sizeof(buf), BENCH_TRACE_AUTO, 0, &t, err, sizeof(err)) == 0);
 	CU_ASSERT_EQUAL(t.n, 3);
 	CU_ASSERT_EQUAL(t.skipped, 1);
 	CU_ASSERT(t.recs[0].offset == 100 * 512 && t.recs[0].len == 4096 && !t.recs[0].write);
@@ -88,8 +88,8 @@ static void test_vscsi_v2(void)
 	v2_rec(buf + 40, 0x28, 4096, 32);
 	v2_rec(buf + 80, 0x8a, 4096, 48);
 	CU_ASSERT_EQUAL(bench_trace_detect(buf, sizeof(buf)), BENCH_TRACE_VSCSI);
-	CU_ASSERT_FATAL(bench_trace_parse(buf, sizeof(buf), BENCH_TRACE_VSCSI, 0, &t, err,
-					  sizeof(err)) == 0);
+	CU_ASSERT_FATAL(
+	    bench_trace_parse(buf, sizeof(buf), BENCH_TRACE_VSCSI, 0, &t, err, sizeof(err)) == 0);
 	CU_ASSERT_EQUAL(t.n, 3);
 	CU_ASSERT(t.recs[0].write && t.recs[0].offset == 16 * 512 && t.recs[0].len == 8192);
 	CU_ASSERT(!t.recs[1].write && t.recs[1].offset == 32 * 512);
@@ -107,7 +107,7 @@ static void test_vscsi_bad_version_midway(void)
 		v1_rec(buf + 32 * i, 0x28, 512, (uint64_t)i);
 	put16(buf + 32 * 5 + 14, 0x0700);
 	CU_ASSERT(bench_trace_parse(buf, sizeof(buf), BENCH_TRACE_VSCSI, 0, &t, err, sizeof(err)) ==
-		  -EINVAL);
+	          -EINVAL);
 	CU_ASSERT(strstr(err, "record 5") != NULL);
 	bench_trace_free(&t);
 }
@@ -115,15 +115,15 @@ static void test_vscsi_bad_version_midway(void)
 static void test_msr(void)
 {
 	const char *csv = "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n"
-			  "128166372003061629,hm,1,Read,3154152448,4096,1119\r\n"
-			  "128166372016382155,hm,1,Write,3154152448,8192,62796\n"
-			  "\n"
-			  "128166372026382245,hm,1,read,0,0,1\n";
+	                  "128166372003061629,hm,1,Read,3154152448,4096,1119\r\n"
+	                  "128166372016382155,hm,1,Write,3154152448,8192,62796\n"
+	                  "\n"
+	                  "128166372026382245,hm,1,read,0,0,1\n";
 	struct bench_trace t = {0};
 
 	CU_ASSERT_EQUAL(bench_trace_detect(csv, strlen(csv)), BENCH_TRACE_MSR);
-	CU_ASSERT_FATAL(bench_trace_parse(csv, strlen(csv), BENCH_TRACE_AUTO, 0, &t, err,
-					  sizeof(err)) == 0);
+	CU_ASSERT_FATAL(
+	    bench_trace_parse(csv, strlen(csv), BENCH_TRACE_AUTO, 0, &t, err, sizeof(err)) == 0);
 	CU_ASSERT_EQUAL(t.n, 2);
 	CU_ASSERT_EQUAL(t.skipped, 1); /* size 0 */
 	CU_ASSERT(t.recs[0].offset == 3154152448ULL && t.recs[0].len == 4096 && !t.recs[0].write);
@@ -134,21 +134,21 @@ static void test_msr(void)
 static void test_msr_errors_name_the_line(void)
 {
 	const char *csv = "128166372003061629,hm,1,Read,3154152448,4096,1119\n"
-			  "128166372003061630,hm,1,Trim,3154152448,4096,1119\n";
+	                  "128166372003061630,hm,1,Trim,3154152448,4096,1119\n";
 	const char *csv2 = "128166372003061629,hm,1,Read,31x,4096,1119\n";
 	const char *csv3 = "1,hm,1,Read\n";
 	struct bench_trace t = {0};
 
 	CU_ASSERT(bench_trace_parse(csv, strlen(csv), BENCH_TRACE_MSR, 0, &t, err, sizeof(err)) ==
-		  -EINVAL);
+	          -EINVAL);
 	CU_ASSERT(strstr(err, "line 2") != NULL);
 	bench_trace_free(&t);
 	CU_ASSERT(bench_trace_parse(csv2, strlen(csv2), BENCH_TRACE_MSR, 0, &t, err, sizeof(err)) ==
-		  -EINVAL);
+	          -EINVAL);
 	CU_ASSERT(strstr(err, "offset") != NULL);
 	bench_trace_free(&t);
 	CU_ASSERT(bench_trace_parse(csv3, strlen(csv3), BENCH_TRACE_MSR, 0, &t, err, sizeof(err)) ==
-		  -EINVAL);
+	          -EINVAL);
 	bench_trace_free(&t);
 }
 
@@ -158,8 +158,8 @@ static void test_blocks(void)
 	struct bench_trace t = {0};
 
 	CU_ASSERT_EQUAL(bench_trace_detect(txt, strlen(txt)), BENCH_TRACE_BLOCKS);
-	CU_ASSERT_FATAL(bench_trace_parse(txt, strlen(txt), BENCH_TRACE_AUTO, 4096, &t, err,
-					  sizeof(err)) == 0);
+	CU_ASSERT_FATAL(
+	    bench_trace_parse(txt, strlen(txt), BENCH_TRACE_AUTO, 4096, &t, err, sizeof(err)) == 0);
 	CU_ASSERT_EQUAL(t.n, 3);
 	CU_ASSERT(t.recs[0].offset == 12 * 4096 && t.recs[0].len == 4096);
 	CU_ASSERT(t.recs[1].offset == 7 * 4096 && t.recs[2].offset == 0);
@@ -168,7 +168,7 @@ static void test_blocks(void)
 
 	const char *bad = "12\n13x\n";
 	CU_ASSERT(bench_trace_parse(bad, strlen(bad), BENCH_TRACE_BLOCKS, 4096, &t, err,
-				    sizeof(err)) == -EINVAL);
+	                            sizeof(err)) == -EINVAL);
 	CU_ASSERT(strstr(err, "line 2") != NULL);
 	bench_trace_free(&t);
 }
@@ -180,7 +180,7 @@ static void test_unknown_format(void)
 
 	CU_ASSERT_EQUAL(bench_trace_detect(junk, strlen(junk)), BENCH_TRACE_AUTO);
 	CU_ASSERT(bench_trace_parse(junk, strlen(junk), BENCH_TRACE_AUTO, 512, &t, err,
-				    sizeof(err)) == -EINVAL);
+	                            sizeof(err)) == -EINVAL);
 	bench_trace_free(&t);
 	enum bench_trace_fmt f;
 	CU_ASSERT(bench_trace_fmt_parse("msr", &f) == 0 && f == BENCH_TRACE_MSR);
@@ -192,7 +192,7 @@ static void test_load_missing_file(void)
 	struct bench_trace t = {0};
 
 	CU_ASSERT(bench_trace_load("/nonexistent/trace", BENCH_TRACE_AUTO, 512, &t, err,
-				   sizeof(err)) == -ENOENT);
+	                           sizeof(err)) == -ENOENT);
 	CU_ASSERT(strstr(err, "/nonexistent/trace") != NULL);
 	bench_trace_free(&t);
 }
@@ -216,16 +216,16 @@ static void test_real_cloudphysics_trace(void)
 }
 
 static const struct hl_test tests[] = {
-	{"vscsi v1 records", test_vscsi_v1},
-	{"vscsi v2 records and a torn tail", test_vscsi_v2},
-	{"vscsi bad version is refused with its record", test_vscsi_bad_version_midway},
-	{"MSR CSV with header and CRLF", test_msr},
-	{"MSR errors name the line", test_msr_errors_name_the_line},
-	{"block list with comments", test_blocks},
-	{"unknown format is refused", test_unknown_format},
-	{"missing file names the path", test_load_missing_file},
-	{"the CloudPhysics trace has its published counts", test_real_cloudphysics_trace},
-	{NULL, NULL},
+    {"vscsi v1 records", test_vscsi_v1},
+    {"vscsi v2 records and a torn tail", test_vscsi_v2},
+    {"vscsi bad version is refused with its record", test_vscsi_bad_version_midway},
+    {"MSR CSV with header and CRLF", test_msr},
+    {"MSR errors name the line", test_msr_errors_name_the_line},
+    {"block list with comments", test_blocks},
+    {"unknown format is refused", test_unknown_format},
+    {"missing file names the path", test_load_missing_file},
+    {"the CloudPhysics trace has its published counts", test_real_cloudphysics_trace},
+    {NULL, NULL},
 };
 
 int main(void)

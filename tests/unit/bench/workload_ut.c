@@ -78,8 +78,9 @@ static void test_parse_workload(void)
 	CU_ASSERT(s.trace_fmt == BENCH_TRACE_AUTO && strcmp(s.trace_path, "/x/c:d.vscsi") == 0);
 	CU_ASSERT_STRING_EQUAL(bench_workload_name(&s, b, sizeof(b)), "trace:c:d.vscsi");
 
-	const char *bad[] = {"zipf:", "zipf:-1", "zipf:x", "hotset:90", "hotset:90/100",
-			     "hotset:101/10", "hotset:90/0", "trace:", "random-ish", ""};
+	const char *bad[] = {
+	    "zipf:",         "zipf:-1",     "zipf:x", "hotset:90",  "hotset:90/100",
+	    "hotset:101/10", "hotset:90/0", "trace:", "random-ish", ""};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		CU_ASSERT(bench_workload_parse(bad[i], &s, err, sizeof(err)) == -EINVAL);
 }
@@ -108,8 +109,8 @@ static void check_zipf(uint64_t n, double s)
 		CU_ASSERT(fabs((double)cnt[k] - want) < tol);
 		if (!(fabs((double)cnt[k] - want) < tol))
 			fprintf(stderr, "zipf n=%llu s=%g k=%llu got %llu want %.0f\n",
-				(unsigned long long)n, s, (unsigned long long)k,
-				(unsigned long long)cnt[k], want);
+			        (unsigned long long)n, s, (unsigned long long)k,
+			        (unsigned long long)cnt[k], want);
 	}
 }
 
@@ -133,12 +134,13 @@ static void test_uniform_in_range_and_aligned(void)
 	struct bench_io io;
 	uint8_t hit[64] = {0};
 
-	CU_ASSERT_FATAL(bench_workload_init(&wl, &s, 512, 1 << 20, 64 * 8192, NULL, err,
-					    sizeof(err)) == 0);
+	CU_ASSERT_FATAL(
+	    bench_workload_init(&wl, &s, 512, 1 << 20, 64 * 8192, NULL, err, sizeof(err)) == 0);
 	bench_rng_seed(&r, 1);
 	for (int i = 0; i < 5000; i++) {
 		bench_workload_next(&wl, &r, &io);
-		CU_ASSERT_FATAL(io.offset >= (1 << 20) && io.offset + io.len <= (1 << 20) + 64 * 8192);
+		CU_ASSERT_FATAL(io.offset >= (1 << 20) &&
+		                io.offset + io.len <= (1 << 20) + 64 * 8192);
 		CU_ASSERT_FATAL(io.len == 8192 && io.offset % 8192 == 0 && !io.write);
 		hit[(io.offset - (1 << 20)) / 8192] = 1;
 	}
@@ -154,7 +156,7 @@ static void test_scatter_is_a_bijection(void)
 	uint8_t seen[1000] = {0};
 
 	CU_ASSERT_FATAL(bench_workload_init(&wl, &s, 512, 0, n * 4096, NULL, err, sizeof(err)) ==
-			0);
+	                0);
 	CU_ASSERT_EQUAL(wl.nunits, n);
 	for (uint64_t rank = 0; rank < n; rank++) {
 		uint64_t u = (rank * wl.perm_mul + wl.perm_add) % n;
@@ -179,8 +181,8 @@ static void test_hotset_share(void)
 	const int draws = 200000;
 
 	memset(cnt, 0, sizeof(cnt));
-	CU_ASSERT_FATAL(bench_workload_init(&wl, &s, 4096, 0, 1000 * 4096, NULL, err, sizeof(err)) ==
-			0);
+	CU_ASSERT_FATAL(
+	    bench_workload_init(&wl, &s, 4096, 0, 1000 * 4096, NULL, err, sizeof(err)) == 0);
 	bench_rng_seed(&r, 5);
 	for (int i = 0; i < draws; i++) {
 		bench_workload_next(&wl, &r, &io);
@@ -206,7 +208,7 @@ static void test_zipf_skew_in_workload(void)
 
 	memset(cnt, 0, sizeof(cnt));
 	CU_ASSERT_FATAL(bench_workload_init(&wl, &s, 512, 0, 4096 * 4096, NULL, err, sizeof(err)) ==
-			0);
+	                0);
 	bench_rng_seed(&r, 5);
 	for (int i = 0; i < 100000; i++) {
 		bench_workload_next(&wl, &r, &io);
@@ -228,8 +230,8 @@ static void test_seq_and_wrap(void)
 	struct bench_rng r;
 	struct bench_io io;
 
-	CU_ASSERT_FATAL(bench_workload_init(&wl, &s, 512, 8192, 3 * 4096 + 512, NULL, err,
-					    sizeof(err)) == 0);
+	CU_ASSERT_FATAL(
+	    bench_workload_init(&wl, &s, 512, 8192, 3 * 4096 + 512, NULL, err, sizeof(err)) == 0);
 	bench_rng_seed(&r, 1);
 	uint64_t want[] = {8192, 8192 + 4096, 8192 + 8192, 8192, 8192 + 4096};
 	for (int i = 0; i < 5; i++) {
@@ -280,9 +282,9 @@ static void test_trace_mapping(void)
 	struct bench_workload_spec s = spec_of("trace:x", "4K", 100);
 	struct bench_trace t = {0};
 	struct bench_trace_rec recs[] = {
-		{.offset = 512, .len = 4096, .write = 0},
-		{.offset = (1 << 20) + 4096, .len = 1000, .write = 1}, /* wraps, rounds up */
-		{.offset = (1 << 20) - 512, .len = 8192, .write = 0},  /* pulled inside */
+	    {.offset = 512, .len = 4096, .write = 0},
+	    {.offset = (1 << 20) + 4096, .len = 1000, .write = 1}, /* wraps, rounds up */
+	    {.offset = (1 << 20) - 512, .len = 8192, .write = 0},  /* pulled inside */
 	};
 	struct bench_workload wl;
 	struct bench_rng r;
@@ -336,21 +338,21 @@ static void test_rng_below_unbiased_range(void)
 }
 
 static const struct hl_test tests[] = {
-	{"sizes parse and format", test_parse_sizes},
-	{"--bs lists parse, bad ones are refused", test_parse_bs},
-	{"--workload specs parse, bad ones are refused", test_parse_workload},
-	{"zipf sampler matches k^-s", test_zipf_distribution},
-	{"uniform stays in range, aligned, covers it", test_uniform_in_range_and_aligned},
-	{"rank scatter is a bijection", test_scatter_is_a_bijection},
-	{"hotset:90/10 sends 90% to 10% of blocks", test_hotset_share},
-	{"zipf:1.2 top block share", test_zipf_skew_in_workload},
-	{"seq advances and wraps", test_seq_and_wrap},
-	{"mixed sizes and read ratio", test_mixed_sizes_and_reads},
-	{"impossible geometry is refused", test_bad_geometry},
-	{"trace records map into the range", test_trace_mapping},
-	{"same seed, same I/O sequence", test_same_seed_same_sequence},
-	{"rng_below is unbiased", test_rng_below_unbiased_range},
-	{NULL, NULL},
+    {"sizes parse and format", test_parse_sizes},
+    {"--bs lists parse, bad ones are refused", test_parse_bs},
+    {"--workload specs parse, bad ones are refused", test_parse_workload},
+    {"zipf sampler matches k^-s", test_zipf_distribution},
+    {"uniform stays in range, aligned, covers it", test_uniform_in_range_and_aligned},
+    {"rank scatter is a bijection", test_scatter_is_a_bijection},
+    {"hotset:90/10 sends 90% to 10% of blocks", test_hotset_share},
+    {"zipf:1.2 top block share", test_zipf_skew_in_workload},
+    {"seq advances and wraps", test_seq_and_wrap},
+    {"mixed sizes and read ratio", test_mixed_sizes_and_reads},
+    {"impossible geometry is refused", test_bad_geometry},
+    {"trace records map into the range", test_trace_mapping},
+    {"same seed, same I/O sequence", test_same_seed_same_sequence},
+    {"rng_below is unbiased", test_rng_below_unbiased_range},
+    {NULL, NULL},
 };
 
 int main(void)
