@@ -61,6 +61,9 @@ static int add_addresses(struct iscsi_conn *c, struct iscsi_textbuf *tb)
 		bool dup = false;
 
 		if (p->wildcard) {
+			/* reachable at the address this connection came in on, if the family matches */
+			if (p->addr.ss_family != c->local.ss_family)
+				continue;
 			ss = c->local;
 			set_port(&ss, get_port(&p->addr));
 		} else {
