@@ -464,8 +464,6 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 		reason = ISCSI_REJECT_PROTOCOL_ERROR;
 	else if (!f && (!w || c->params.initial_r2t))
 		reason = ISCSI_REJECT_PROTOCOL_ERROR;
-	else if (!rx->ddigest_ok)
-		reason = ISCSI_REJECT_DATA_DIGEST;
 	if (reason) {
 		if (t)
 			task_finish(t);
@@ -877,6 +875,15 @@ int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 {
 	const struct iscsi_bhs *h = &rx->bhs;
 
+	if (!rx->ddigest_ok && bhs_opcode(h) != ISCSI_OP_DATA_OUT) {
+		/* RFC 7143 7.8: discard the PDU, answer Reject; it consumed no CmdSN */
+		if (c->rx_task) {
+			task_finish(c->rx_task);
+			c->rx_task = NULL;
+		}
+		iscsi_conn_send_reject(c, h, ISCSI_REJECT_DATA_DIGEST);
+		return 0;
+	}
 	switch (bhs_opcode(h)) {
 	case ISCSI_OP_SCSI_CMD:
 		return handle_scsi_cmd(c, rx);
