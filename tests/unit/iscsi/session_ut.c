@@ -1025,6 +1025,48 @@ static void test_text_continuation(void)
 	teardown();
 }
 
+static void test_nop_ping(void)
+{
+	setup();
+	srv->nop_interval_s = 5;
+	srv->nop_timeout_s = 10;
+	login_ok(NULL);
+	CU_ASSERT_TRUE(hl_timer_pending(&conn->nop_timer));
+	/* idle long enough: the target pings */
+	conn->last_rx_ns = hl_now_ns() - 6000000000ull;
+	conn->nop_timer.fn(&conn->nop_timer);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_NOP_IN);
+	CU_ASSERT_EQUAL(bhs_itt(&got[0].bhs), ISCSI_RSVD_TAG);
+	uint32_t ttt = bhs_w20(&got[0].bhs);
+	CU_ASSERT_NOT_EQUAL(ttt, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(bhs_w24(&got[0].bhs), expstatsn); /* StatSN not advanced by a ping */
+	CU_ASSERT_TRUE(conn->nop_outstanding);
+	/* the initiator answers: NOP-Out with ITT ffffffff and the ping's TTT, no reply to it */
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 20, ttt);
+	bhs_put32(&h, 24, cmdsn);
+	ngot = 0;
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	CU_ASSERT_FALSE(conn->nop_outstanding);
+	/* a ping that stays unanswered past the timeout drops the connection */
+	conn->last_rx_ns = hl_now_ns() - 6000000000ull;
+	conn->nop_timer.fn(&conn->nop_timer);
+	pump();
+	CU_ASSERT_TRUE(conn->nop_outstanding);
+	conn->nop_sent_ns = hl_now_ns() - 11000000000ull;
+	conn->nop_timer.fn(&conn->nop_timer);
+	CU_ASSERT_FALSE(conn_alive());
+	teardown();
+}
+
 static const struct hl_test tests[] = {
 	{ "login: operational stage straight to FFP", test_login_operational_only },
 	{ "login: security then operational stage", test_login_security_then_operational },
@@ -1043,6 +1085,7 @@ static const struct hl_test tests[] = {
 	{ "TMF: abort waits for the task; LUN reset", test_tmf_abort_waits },
 	{ "logout closes", test_logout },
 	{ "text: SendTargets continuation in a normal session", test_text_continuation },
+	{ "NOP-In ping on idle, answer, timeout", test_nop_ping },
 	{ NULL, NULL },
 };
 
