@@ -78,6 +78,11 @@ struct hl_admit_ops {
 	 * otherwise victim_key is what would be evicted.
 	 */
 	bool (*should_admit)(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key);
+	/**
+	 * Admit key, a block that comes back soon after the RAM window dropped
+	 * it, in place of victim_key? Optional: defaults to should_admit.
+	 */
+	bool (*admit_returning)(struct hl_admit *a, uint64_t key, uint64_t victim_key);
 	/** Estimated access frequency (for tests and stats); optional. */
 	uint32_t (*estimate)(const struct hl_admit *a, uint64_t key);
 	/** RAM used by the policy's state. */
@@ -99,6 +104,7 @@ int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param,
 void hl_admit_destroy(struct hl_admit *a);
 void hl_admit_access(struct hl_admit *a, uint64_t key, bool miss);
 bool hl_admit_should(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key);
+bool hl_admit_should_returning(struct hl_admit *a, uint64_t key, uint64_t victim_key);
 uint32_t hl_admit_estimate(const struct hl_admit *a, uint64_t key);
 size_t hl_admit_mem_bytes(const struct hl_admit *a);
 
@@ -154,6 +160,7 @@ struct hl_cache_stats {
 	uint64_t bytes_read_origin; /* ... read from the origin */
 	uint64_t bytes_written;     /* bytes of write requests */
 	uint64_t bytes_cache_write; /* bytes written to the cache device (fills + updates) */
+	uint64_t bytes_cache_update; /* part of bytes_cache_write from write-through updates */
 	uint64_t bytes_read_ram;    /* part of bytes_read_cache served by the RAM window */
 	uint64_t window_fills;      /* misses kept in the RAM window instead of the SSD */
 };
@@ -187,6 +194,9 @@ struct hl_cache_io {
 	uint8_t meta_barrier; /* the slot's on-device record must be made invalid first */
 	uint8_t admitted;    /* the slot was newly given to this block */
 	uint8_t ram;         /* slot is a RAM window slot (hl_cache_core_info().window_slots) */
+	uint8_t rmw_head;    /* UPDATE: sector fill_first is only partly written: read its
+				old content from the slot at write_begin time and merge */
+	uint8_t rmw_tail;    /* UPDATE: same for sector fill_first + fill_nsect - 1 */
 };
 
 struct hl_cache_core;
@@ -311,16 +321,37 @@ int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
 
 /**
  * Slots whose persisted record may be out of date: iterate with *cursor
- * starting at 0; @return next dirty slot (and clears its dirty bit) or
+ * starting at 0; @return next dirty SSD slot (and clears its dirty bit) or
  * HL_CACHE_NO_SLOT.
  */
 uint32_t hl_cache_core_next_dirty(struct hl_cache_core *c, uint64_t *cursor);
 
-/** The record of slot on disk no longer claims valid data (after a meta barrier). */
-void hl_cache_core_slot_disk_invalid(struct hl_cache_core *c, uint32_t slot);
+/** Mark slot dirty again (its record write failed). */
+void hl_cache_core_slot_set_dirty(struct hl_cache_core *c, uint32_t slot);
 
-/** Mark slot's record as persisted as valid (after writing its current record). */
-void hl_cache_core_slot_disk_valid(struct hl_cache_core *c, uint32_t slot);
+/**
+ * A counter that advances whenever a slot whose on-device record may claim
+ * data stops holding that data. Take it before snapshotting records.
+ */
+uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c);
+
+/**
+ * The record of slot, as snapshotted at epoch, is durable on the device
+ * (written and flushed). claims_valid: the record claimed valid sectors.
+ * Stale claims of the slot registered before epoch are forgotten.
+ */
+void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
+				  uint64_t epoch);
+
+/**
+ * True when an on-device record may still claim data of [off, off+len) on
+ * lun that RAM no longer holds (a block evicted or dropped whose slot
+ * record was not rewritten yet). The engine must then persist the dirty
+ * records (hl_cache_meta_sync) before it issues the origin write, so a
+ * crash cannot bring the old data back.
+ */
+bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
+				    uint64_t len);
 
 /* ------------------------------------------------------------------ */
 /* Cache device and on-device metadata                                */

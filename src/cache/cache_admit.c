@@ -7,7 +7,8 @@
  *          bloom filter that absorbs first accesses, and aging that halves
  *          every counter after 10 accesses per slot. A miss is admitted when
  *          its estimated frequency beats the eviction victim's, or freely
- *          while the cache has free slots.
+ *          while the cache has free slots; a block that returns soon after
+ *          the RAM window dropped it needs only to tie the victim.
  *  always  admit every miss.
  *  nhit:N  admit on the Nth miss of a block (misses counted in the same
  *          kind of sketch, so the count can only be over-estimated).
@@ -174,6 +175,12 @@ static bool freq_should(struct hl_admit *a, uint64_t key, bool have_free, uint64
 	return freq_estimate(a, key) > freq_estimate(a, victim_key);
 }
 
+/* A block back from the window's ghost list: ties go to the newcomer. */
+static bool freq_returning(struct hl_admit *a, uint64_t key, uint64_t victim_key)
+{
+	return freq_estimate(a, key) >= freq_estimate(a, victim_key);
+}
+
 /* ---- always ---- */
 
 static int always_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
@@ -213,6 +220,7 @@ static const struct hl_admit_ops admit_ops[HL_ADMIT__COUNT] = {
 		.fini = sketch_fini,
 		.on_access = freq_access,
 		.should_admit = freq_should,
+		.admit_returning = freq_returning,
 		.estimate = freq_estimate,
 		.mem_bytes = sketch_mem,
 	},
@@ -305,6 +313,13 @@ bool hl_admit_should(struct hl_admit *a, uint64_t key, bool have_free, uint64_t 
 	if (!a->ops->should_admit)
 		return true;
 	return a->ops->should_admit(a, key, have_free, victim_key);
+}
+
+bool hl_admit_should_returning(struct hl_admit *a, uint64_t key, uint64_t victim_key)
+{
+	if (a->ops->admit_returning)
+		return a->ops->admit_returning(a, key, victim_key);
+	return hl_admit_should(a, key, false, victim_key);
 }
 
 uint32_t hl_admit_estimate(const struct hl_admit *a, uint64_t key)

@@ -44,6 +44,12 @@ struct cache_lun {
 
 #define MAX_PARTS 256
 
+struct cache_stale {
+	uint64_t key;
+	uint64_t epoch;
+	uint32_t slot;
+};
+
 struct hl_cache_core {
 	struct hl_cache_params p;
 	uint32_t spb;        /* 4K sectors per block */
@@ -60,9 +66,22 @@ struct hl_cache_core {
 	struct cache_index ix;
 	struct hl_admit *admit;
 	struct cache_part win;  /* the RAM window (n == 0: off) */
+	/*
+	 * Ghost of the window: keys it dropped without promotion, in two
+	 * rotating bloom filters of ghost_cap keys each (about the last 0.5-1x
+	 * nslots drops). A miss found here competes for the SSD at once.
+	 */
+	uint64_t *ghost[2];
+	uint64_t ghost_bits, ghost_n, ghost_cap;
+	int ghost_cur;
 	struct cache_part parts[MAX_PARTS];
 	uint32_t nparts;
 	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
+	/* stale on-device claims: slots released while their record claimed data */
+	struct cache_stale *stale;
+	uint64_t nstale, stale_cap, meta_epoch;
+	uint64_t stale_bloom[64];
+	bool stale_overflow;
 	struct hl_cache_stats st;
 };
 
@@ -138,6 +157,40 @@ static inline void mark_dirty(struct hl_cache_core *c, uint32_t s)
 	bit_set(c->dirtymap, s);
 }
 
+/* ---- ghost: keys the window dropped recently (two rotating bloom filters) ---- */
+
+static void ghost_add(struct hl_cache_core *c, uint64_t key)
+{
+	uint64_t h = cache_hash(key ^ 0x7f4a7c159e3779b9ull);
+	if (!c->ghost_bits)
+		return;
+	if (c->ghost_n >= c->ghost_cap) {
+		c->ghost_cur ^= 1;
+		memset(c->ghost[c->ghost_cur], 0, c->ghost_bits / 8);
+		c->ghost_n = 0;
+	}
+	for (int i = 0; i < 3; i++) {
+		uint64_t b = (h >> (i * 21)) & (c->ghost_bits - 1);
+		bit_set(c->ghost[c->ghost_cur], b);
+	}
+	c->ghost_n++;
+}
+
+static bool ghost_test(const struct hl_cache_core *c, uint64_t key)
+{
+	uint64_t h = cache_hash(key ^ 0x7f4a7c159e3779b9ull);
+	if (!c->ghost_bits)
+		return false;
+	for (int g = 0; g < 2; g++) {
+		bool in = true;
+		for (int i = 0; i < 3 && in; i++)
+			in = bit_test(c->ghost[g], (h >> (i * 21)) & (c->ghost_bits - 1));
+		if (in)
+			return true;
+	}
+	return false;
+}
+
 /* ---- create / destroy ---- */
 
 int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core **out)
@@ -160,7 +213,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->nslots = nslots;
 	if (p->window_bytes == HL_CACHE_WINDOW_AUTO) {
 		uint64_t w = nslots / 100;
-		w = HL_MAX(w, 16);
+		w = HL_MAX(w, 64);
 		w = HL_MIN(w, (64ull << 20) / p->block_size);
 		c->nwin = w;
 	} else {
@@ -199,6 +252,16 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		.first = (uint32_t)nslots, .n = (uint32_t)c->nwin, .hand = (uint32_t)nslots,
 		.nfree = (uint32_t)c->nwin, .free_hint = (uint32_t)nslots, .owner = -3,
 	};
+	c->ghost_cap = nslots / 2 + 8;
+	c->ghost_bits = 64;
+	while (c->ghost_bits < c->ghost_cap * 10)
+		c->ghost_bits <<= 1;
+	c->ghost[0] = calloc(c->ghost_bits / 64, 8);
+	c->ghost[1] = calloc(c->ghost_bits / 64, 8);
+	if (!c->ghost[0] || !c->ghost[1]) {
+		hl_cache_core_destroy(c);
+		return -ENOMEM;
+	}
 	c->parts[0] = (struct cache_part){
 		.first = 0, .n = (uint32_t)nslots, .hand = 0, .nfree = (uint32_t)nslots,
 		.free_hint = 0, .owner = -1,
@@ -224,6 +287,9 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 		free(c->luns[i]);
 	free(c->luns);
 	hl_admit_destroy(c->admit);
+	free(c->ghost[0]);
+	free(c->ghost[1]);
+	free(c->stale);
 	cache_index_fini(&c->ix);
 	free(c->slots);
 	free(c->valid);
@@ -233,6 +299,8 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 }
 
 /* ---- slot life cycle ---- */
+
+static void stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot);
 
 /* Give slot s (FREE) to key. */
 static void slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key)
@@ -258,6 +326,8 @@ static void slot_release(struct hl_cache_core *c, uint32_t s)
 
 	if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED)
 		cache_index_remove(&c->ix, sl->key);
+	if (sl->state & CACHE_SLOT_F_DISK_VALID)
+		stale_add(c, sl->key, s);
 	sl->state = (uint8_t)(sl->state & CACHE_SLOT_F_DISK_VALID);
 	sl->gen++;
 	sl->clock = 0;
@@ -622,11 +692,15 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 		if (s == HL_CACHE_NO_SLOT)
 			return HL_CACHE_NO_SLOT;
 		advance_hand(pt, s);
-		if (!empty && *nextra < max_extra && window_promote(c, s, &extra[*nextra])) {
+		bool ok = !empty && *nextra < max_extra &&
+			  window_promote(c, s, &extra[*nextra]);
+		if (ok) {
 			(*nextra)++;
 			s = HL_CACHE_NO_SLOT; /* s is busy copying: look for another */
 			continue;
 		}
+		if (!empty && !(c->slots[s].state & CACHE_SLOT_F_NOPROMOTE))
+			ghost_add(c, c->slots[s].key);
 		slot_release(c, s);
 	}
 	if (s == HL_CACHE_NO_SLOT)
@@ -655,6 +729,19 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	if (s != HL_CACHE_NO_SLOT && hl_admit_should(c->admit, key, c->p.admit_free, 0)) {
 		slot_take(c, pt, s, key);
 		goto ssd;
+	}
+	if (!bypass && c->win.n && ghost_test(c, key)) {
+		/* Back soon after the window dropped it: compete for the SSD right away. */
+		s = part_find_victim(c, pt, &empty);
+		if (s != HL_CACHE_NO_SLOT &&
+		    hl_admit_should_returning(c->admit, key, c->slots[s].key)) {
+			if (!empty)
+				STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
+			slot_release(c, s);
+			slot_take(c, pt, s, key);
+			advance_hand(pt, s);
+			goto ssd;
+		}
 	}
 	if (!bypass && !c->win.n) {
 		/* No window: compare with the SSD victim right away. */
@@ -834,8 +921,12 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 		bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
 			    sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
 			    !sl->writers;
-		if (written && l && s < c->nslots)
+		if (written && l && s < c->nslots) {
 			STAT(c, l, bytes_cache_write, (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
+			if (io->kind == HL_CACHE_IO_UPDATE)
+				STAT(c, l, bytes_cache_update,
+				     (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
+		}
 		if (written && same) {
 			vset(slot_valid(c, s), io->fill_first, io->fill_nsect);
 			mark_dirty(c, s);
@@ -890,6 +981,35 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		io->kind = HL_CACHE_IO_UPDATE;
 		io->ram = s >= c->nslots;
 		/*
+		 * Update range: fully covered sectors, plus a partly covered head
+		 * or tail sector that was valid (read-modify-write: the engine
+		 * merges the new bytes into the old sector, which stays intact on
+		 * the device because nothing else writes the slot while a writer
+		 * is in flight).
+		 */
+		uint64_t bstart = b << c->block_shift;
+		uint64_t ws = HL_MAX(off, bstart), we = HL_MIN(off + len, bstart + c->p.block_size);
+		int32_t last = (int32_t)(first + n - 1), us = (int32_t)first, ue = last;
+		bool head_part = (ws % HL_CACHE_SECTOR) != 0 ||
+				 (n == 1 && (we % HL_CACHE_SECTOR) != 0);
+		bool tail_part = (we % HL_CACHE_SECTOR) != 0;
+		const uint8_t *v = slot_valid(c, s);
+		bool rmw_head = false, rmw_tail = false;
+		if (head_part) {
+			if (vtest(v, first))
+				rmw_head = true;
+			else
+				us = first + 1;
+		}
+		if (tail_part && last != (int32_t)first) {
+			if (vtest(v, last))
+				rmw_tail = true;
+			else
+				ue = last - 1;
+		} else if (tail_part && !rmw_head) {
+			ue = (int32_t)first - 1; /* single partial sector, not valid: nothing */
+		}
+		/*
 		 * Every touched sector stops being served; racing fills go stale.
 		 * If the on-device record still claims them, it must be rewritten
 		 * (meta barrier) before the write is acknowledged.
@@ -907,14 +1027,11 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			continue;
 		}
 		sl->writers++;
-		/* Only sectors the write covers completely may receive its data. */
-		uint64_t bstart = b << c->block_shift;
-		uint64_t fs = HL_ALIGN_UP(HL_MAX(off, bstart), HL_CACHE_SECTOR);
-		uint64_t fe = HL_MIN(off + len, bstart + c->p.block_size) / HL_CACHE_SECTOR *
-			      HL_CACHE_SECTOR;
-		if (c->p.write_mode == HL_CACHE_WRITE_UPDATE && fe > fs) {
-			io->fill_first = (uint16_t)((fs - bstart) / HL_CACHE_SECTOR);
-			io->fill_nsect = (uint16_t)((fe - fs) / HL_CACHE_SECTOR);
+		if (c->p.write_mode == HL_CACHE_WRITE_UPDATE && ue >= us) {
+			io->fill_first = (uint16_t)us;
+			io->fill_nsect = (uint16_t)(ue - us + 1);
+			io->rmw_head = rmw_head;
+			io->rmw_tail = rmw_tail;
 		}
 		if (c->p.write_mode == HL_CACHE_WRITE_INVALIDATE)
 			STAT(c, l, invalidations, 1);
@@ -1032,7 +1149,7 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->block_size = c->p.block_size;
 	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
 			 cache_index_mem_bytes(&c->ix);
-	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit);
+	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit) + 2 * c->ghost_bits / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
 }
 
@@ -1121,14 +1238,81 @@ uint32_t hl_cache_core_next_dirty(struct hl_cache_core *c, uint64_t *cursor)
 	return HL_CACHE_NO_SLOT;
 }
 
-void hl_cache_core_slot_disk_invalid(struct hl_cache_core *c, uint32_t slot)
+void hl_cache_core_slot_set_dirty(struct hl_cache_core *c, uint32_t slot)
 {
 	if (slot < c->nslots)
-		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_DISK_VALID;
+		mark_dirty(c, slot);
 }
 
-void hl_cache_core_slot_disk_valid(struct hl_cache_core *c, uint32_t slot)
+uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c)
 {
-	if (slot < c->nslots)
+	return c->meta_epoch;
+}
+
+void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
+				  uint64_t epoch)
+{
+	if (slot >= c->nslots)
+		return;
+	if (claims_valid)
 		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+	else
+		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_DISK_VALID;
+	for (uint64_t i = 0; i < c->nstale;) {
+		if (c->stale[i].slot == slot && c->stale[i].epoch < epoch) {
+			c->stale[i] = c->stale[--c->nstale];
+			continue;
+		}
+		i++;
+	}
+	if (!c->nstale)
+		memset(c->stale_bloom, 0, sizeof(c->stale_bloom));
+}
+
+static inline uint64_t stale_bit(uint64_t key)
+{
+	return cache_hash(key ^ 0x2545f4914f6cdd1dull) % (64 * 64);
+}
+
+/* A slot whose record may claim key stops holding it: remember the stale claim. */
+static void stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
+{
+	if (c->nstale == c->stale_cap) {
+		uint64_t cap = c->stale_cap ? c->stale_cap * 2 : 256;
+		struct cache_stale *n = realloc(c->stale, cap * sizeof(*n));
+		if (!n) {
+			/* Cannot track it: make every write sync until the records are rewritten. */
+			c->stale_overflow = true;
+			return;
+		}
+		c->stale = n;
+		c->stale_cap = cap;
+	}
+	c->meta_epoch++;
+	c->stale[c->nstale++] = (struct cache_stale){ .key = key, .slot = slot,
+						      .epoch = c->meta_epoch };
+	uint64_t b = stale_bit(key);
+	c->stale_bloom[b / 64] |= 1ull << (b % 64);
+}
+
+bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
+				    uint64_t len)
+{
+	uint64_t b0, b1;
+
+	if (!c->nstale && !c->stale_overflow)
+		return false;
+	if (c->stale_overflow || !len)
+		return c->stale_overflow;
+	b0 = off >> c->block_shift;
+	b1 = (off + len - 1) >> c->block_shift;
+	for (uint64_t b = b0; b <= b1 && b - b0 < 4096; b++) {
+		uint64_t key = cache_key(lun, b), bit = stale_bit(key);
+		if (!(c->stale_bloom[bit / 64] >> (bit % 64) & 1))
+			continue;
+		for (uint64_t i = 0; i < c->nstale; i++)
+			if (c->stale[i].key == key)
+				return true;
+	}
+	return b1 - b0 >= 4096; /* huge ranges: be safe */
 }

@@ -48,6 +48,7 @@ struct sim_result {
 	uint64_t cache_blocks, footprint;
 	double size_pct;
 	uint64_t reads, hits, partial, bytes_read, bytes_hit, cache_write_bytes, writes;
+	uint64_t cache_update_bytes;
 	uint64_t admissions, rejections, evictions, bypass;
 	double seconds;
 	double ram_per_block;
@@ -205,12 +206,15 @@ static int run_ref(const struct sim_ref_ops *ops, const struct sim_trace *t, uin
 					ops->remove(r, key);
 					continue;
 				}
-				/* Whole 4K sectors of the block that the write covers. */
-				uint64_t s = HL_ALIGN_UP(HL_MAX(off, b * bs), HL_CACHE_SECTOR);
-				uint64_t e = HL_MIN(off + len, (b + 1) * bs) / HL_CACHE_SECTOR *
-					     HL_CACHE_SECTOR;
-				if (e > s)
-					res->cache_write_bytes += e - s;
+				/*
+				 * The 4K sectors of the block that the write touches
+				 * (partly written ones by read-modify-write, as hotlun).
+				 */
+				uint64_t s = HL_MAX(off, b * bs) / HL_CACHE_SECTOR * HL_CACHE_SECTOR;
+				uint64_t e = HL_ALIGN_UP(HL_MIN(off + len, (b + 1) * bs),
+							 HL_CACHE_SECTOR);
+				res->cache_write_bytes += e - s;
+				res->cache_update_bytes += e - s;
 			}
 		}
 	}
@@ -294,6 +298,7 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 	res->bytes_read = st.bytes_read;
 	res->bytes_hit = st.bytes_read_cache;
 	res->cache_write_bytes = st.bytes_cache_write;
+	res->cache_update_bytes = st.bytes_cache_update;
 	res->writes = st.write_reqs;
 	res->admissions = st.admissions;
 	res->rejections = st.rejections;
@@ -317,12 +322,12 @@ static void print_json(const struct sim_result *r, const struct sim_opts *o, boo
 	       "\"reads\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"partial_hits\": %" PRIu64
 	       ", \"writes\": %" PRIu64 ", \"read_hit_ratio\": %.6f, \"byte_hit_ratio\": %.6f, "
 	       "\"bytes_read\": %" PRIu64 ", \"bytes_hit\": %" PRIu64
-	       ", \"cache_write_bytes\": %" PRIu64,
+	       ", \"cache_write_bytes\": %" PRIu64 ", \"cache_update_bytes\": %" PRIu64,
 	       first ? "" : ",", r->policy, o->trace, r->block, r->cache_blocks,
 	       r->cache_blocks * r->block, r->footprint, r->size_pct, r->reads, r->hits, r->partial,
 	       r->writes, r->reads ? (double)r->hits / (double)r->reads : 0.0,
 	       r->bytes_read ? (double)r->bytes_hit / (double)r->bytes_read : 0.0, r->bytes_read,
-	       r->bytes_hit, r->cache_write_bytes);
+	       r->bytes_hit, r->cache_write_bytes, r->cache_update_bytes);
 	if (r->ram_per_block > 0)
 		printf(", \"admissions\": %" PRIu64 ", \"rejections\": %" PRIu64
 		       ", \"evictions\": %" PRIu64 ", \"seq_bypass_reads\": %" PRIu64

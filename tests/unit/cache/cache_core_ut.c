@@ -119,11 +119,26 @@ static void test_hit_miss_partial(void)
 static void test_valid_bits_and_writes(void)
 {
 	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_io w[2];
 	uint8_t v[32];
 	struct hl_cache_stats st;
 
 	rd(c, 0, 0, 64 * K);
-	/* A 512-byte write makes its 4K sector invalid (no read-modify-write) ... */
+	/* A 512-byte write into a valid sector: read-modify-write keeps it valid. */
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 8 * K + 512, 512, w, 2), 1);
+	CU_ASSERT_EQUAL(w[0].fill_first, 2);
+	CU_ASSERT_EQUAL(w[0].fill_nsect, 1);
+	CU_ASSERT_EQUAL(w[0].rmw_head, 1);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0xfb); /* not served while the write is in flight */
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	CU_ASSERT_EQUAL(w[0].fill_nsect, 1);
+	hl_cache_core_io_end(c, 0, &w[0], true);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0xff);
+	CU_ASSERT_EQUAL(rd(c, 0, 8 * K, 4 * K), R_HIT);
+	/* Into a sector that is not valid, a partial write leaves it invalid ... */
+	hl_cache_core_invalidate(c, 0, 8 * K, 4 * K);
 	wr(c, 0, 8 * K + 512, 512);
 	hl_cache_core_peek(c, 0, 0, v);
 	CU_ASSERT_EQUAL(v[0], 0xfb);
@@ -136,16 +151,31 @@ static void test_valid_bits_and_writes(void)
 	CU_ASSERT_EQUAL(v[0], 0xff);
 	CU_ASSERT_EQUAL(rd(c, 0, 16 * K, 8 * K), R_HIT);
 	hl_cache_core_stats(c, -1, &st);
-	CU_ASSERT_EQUAL(st.write_updates, 1);
-	CU_ASSERT_EQUAL(st.bytes_cache_write, 64 * K + 4 * K + 8 * K);
+	CU_ASSERT_EQUAL(st.write_updates, 2);
+	CU_ASSERT_EQUAL(st.bytes_cache_write, 64 * K + 4 * K + 4 * K + 8 * K);
+	CU_ASSERT_EQUAL(st.bytes_cache_update, 4 * K + 8 * K);
 	/* A write to a block that is not cached does not allocate. */
 	wr(c, 0, 1 * M, 64 * K);
 	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 16, NULL), HL_CACHE_NO_SLOT);
-	/* A write straddling sectors: only the fully covered sector is updated. */
-	wr(c, 0, 30 * K, 6 * K); /* sectors 7 (partial) and 8 (full) */
+	/* A write straddling sectors 7 (partly) and 8 (fully): both updated. */
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 30 * K, 6 * K, w, 2), 1);
+	CU_ASSERT_EQUAL(w[0].fill_first, 7);
+	CU_ASSERT_EQUAL(w[0].fill_nsect, 2);
+	CU_ASSERT_EQUAL(w[0].rmw_head, 1);
+	CU_ASSERT_EQUAL(w[0].rmw_tail, 0);
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	hl_cache_core_io_end(c, 0, &w[0], true);
 	hl_cache_core_peek(c, 0, 0, v);
-	CU_ASSERT_EQUAL(v[0], 0x7f);
+	CU_ASSERT_EQUAL(v[0], 0xff);
 	CU_ASSERT_EQUAL(v[1], 0xff);
+	/* Head invalid, tail valid and partial: the update skips the head only. */
+	hl_cache_core_invalidate(c, 0, 40 * K, 4 * K); /* sector 10 */
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 40 * K + 100, 8 * K, w, 2), 1);
+	CU_ASSERT_EQUAL(w[0].fill_first, 11);
+	CU_ASSERT_EQUAL(w[0].fill_nsect, 2);
+	CU_ASSERT_EQUAL(w[0].rmw_tail, 1);
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	hl_cache_core_io_end(c, 0, &w[0], true);
 	hl_cache_core_destroy(c);
 }
 
