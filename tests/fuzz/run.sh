@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/fuzz/run.sh - build and run the libFuzzer harnesses tests/fuzz/fuzz_*.c.
 #
-#   tests/fuzz/run.sh [--seconds N] [--builddir DIR] [--keep] [name...]
+#   tests/fuzz/run.sh [--seconds N] [--replay] [--builddir DIR] [--keep] [name...]
 #
 # A name is a harness ("fuzz_conf", "conf", "fuzz_conf.c" or a path); no
 # name means every tests/fuzz/fuzz_*.c. Each harness says how to build it
@@ -20,6 +20,10 @@
 # when that has one, else a minimal stand-in is generated, so a clean
 # checkout with only clang works.
 #
+# --replay runs each harness once over its seed corpus only (a quick,
+# deterministic regression check: put a fixed crash's reproducer in the
+# corpus directory and it stays fixed).
+#
 # Exit status: 0 when every harness built and ran without a finding, 1 when
 # any crashed, leaked, hit UB or timed out (the reproducer is kept and its
 # path printed), 2 on a usage or toolchain problem. Environment: CC (default
@@ -31,6 +35,7 @@ srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 seconds=${FUZZ_SECONDS:-20}
 builddir=${HL_BUILDDIR:-}
 keep=0
+replay=0
 names=()
 
 usage() {
@@ -45,6 +50,7 @@ while [ $# -gt 0 ]; do
 	--builddir) [ $# -ge 2 ] || usage; builddir=$2; shift 2 ;;
 	--builddir=*) builddir=${1#*=}; shift ;;
 	--keep) keep=1; shift ;;
+	--replay) replay=1; shift ;;
 	-h|--help) usage ;;
 	-*) echo "run.sh: unknown option $1" >&2; usage ;;
 	*) names+=("$1"); shift ;;
@@ -179,11 +185,20 @@ for h in "${harnesses[@]}"; do
 	dict=()
 	[ -f "$srcdir/tests/fuzz/$name.dict" ] && dict=("-dict=$srcdir/tests/fuzz/$name.dict")
 
+	run_args=(-max_total_time="$seconds")
+	if [ "$replay" = 1 ]; then
+		run_args=(-runs=0)
+		if [ ${#seeds[@]} -eq 0 ]; then
+			summary+=("$name: no seed corpus to replay")
+			continue
+		fi
+	fi
+
 	# The first corpus directory receives new inputs; the seeds are only read.
 	# shellcheck disable=SC2086 # fuzz_args is a word list by design
 	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
 	UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-		"$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+		"$bin" "${run_args[@]}" -timeout=10 -rss_limit_mb=2048 \
 		-print_final_stats=1 -artifact_prefix="$work/artifacts/$name/" \
 		"${dict[@]}" $fuzz_args "$work/corpus/$name" "${seeds[@]}" >"$work/$name.log" 2>&1
 	rc=$?
@@ -196,7 +211,11 @@ for h in "${harnesses[@]}"; do
 		summary+=("$name: FAILED (exit $rc), log $work/$name.log${artifact:+, reproducer $work/artifacts/$name/$artifact}")
 		[ -n "$artifact" ] && echo "reproduce: $bin $work/artifacts/$name/$artifact"
 	else
-		summary+=("$name: ok, ${execs:-?} runs in ${seconds}s, ${cov:-cov: ?}, corpus $(find "$work/corpus/$name" -type f | wc -l) new")
+		if [ "$replay" = 1 ]; then
+			summary+=("$name: ok, replayed $(find "${seeds[0]}" -type f | wc -l) seeds, ${cov:-cov: ?}")
+		else
+			summary+=("$name: ok, ${execs:-?} runs in ${seconds}s, ${cov:-cov: ?}, corpus $(find "$work/corpus/$name" -type f | wc -l) new")
+		fi
 	fi
 done
 
