@@ -111,7 +111,7 @@ static void conn_read(struct iscsi_conn *c)
 			iscsi_conn_close(c, "protocol error");
 			return;
 		}
-		if ((size_t)n < ISCSI_RBUF_SIZE)
+		if ((size_t)n < ISCSI_RBUF_SIZE || c->tx_bytes > ISCSI_TX_HIGH)
 			return;
 	}
 }
@@ -124,6 +124,20 @@ static void conn_set_mask(struct iscsi_conn *c, uint32_t mask)
 		c->ev_mask = mask;
 }
 
+/*
+ * What to watch: always EPOLLOUT while something waits to be sent; EPOLLIN
+ * only while the send queue is below the high-water mark, so an initiator
+ * that does not read its responses cannot make us queue without bound.
+ */
+static uint32_t conn_wanted_mask(const struct iscsi_conn *c)
+{
+	uint32_t m = c->tx_bytes > ISCSI_TX_HIGH ? 0 : EPOLLIN;
+
+	if (!hl_list_empty(&c->txq))
+		m |= EPOLLOUT;
+	return m;
+}
+
 static void conn_event(struct hl_event *ev, uint32_t revents)
 {
 	struct iscsi_conn *c = ev->arg;
@@ -131,7 +145,8 @@ static void conn_event(struct hl_event *ev, uint32_t revents)
 	conn_enter(c);
 	if (revents & EPOLLOUT)
 		iscsi_conn_flush(c);
-	if (c->state != CONN_CLOSED && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+	if (c->state != CONN_CLOSED && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+	    c->tx_bytes <= ISCSI_TX_HIGH)
 		conn_read(c);
 	conn_leave(c);
 }
@@ -261,7 +276,7 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				conn_set_mask(c, EPOLLIN | EPOLLOUT);
+				conn_set_mask(c, conn_wanted_mask(c));
 				return;
 			}
 			HL_DEBUG(ISCSI_LOG, "%s: send error: %s", c->peer_str, strerror(errno));
@@ -293,7 +308,7 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 	}
 	if (c->state == CONN_CLOSED)
 		return;
-	conn_set_mask(c, hl_list_empty(&c->txq) ? EPOLLIN : (EPOLLIN | EPOLLOUT));
+	conn_set_mask(c, conn_wanted_mask(c));
 }
 
 uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c)
@@ -544,6 +559,8 @@ void iscsi_task_put(struct iscsi_task *t)
 	hl_list_del(&t->link);
 	free(t->cmd.data);
 	t->cmd.data = NULL;
+	c->buf_bytes -= t->buf_len;
+	t->buf_len = 0;
 	c->ntasks--;
 	if (c->task_nfree < 2 * ISCSI_QUEUE_DEPTH) {
 		hl_list_add(&c->task_free, &t->link);

@@ -34,6 +34,8 @@
 #define ISCSI_LOGIN_DSL        8192  /* data segment limit before MaxRecvDataSegmentLength is known */
 #define ISCSI_IOV_MAX          64
 #define ISCSI_ITT_HASH         256
+#define ISCSI_TX_HIGH          (32u << 20) /* stop reading while more than this waits to be sent */
+#define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
 
 struct iscsi_conn;
 struct iscsi_task;
@@ -140,6 +142,7 @@ struct iscsi_task {
 	struct iscsi_r2t r2t[ISCSI_MAX_R2T];
 	/* read side */
 	uint32_t datasn;                  /* next Data-In DataSN */
+	uint32_t buf_len;                 /* bytes allocated for cmd.data */
 	uint8_t sense_buf[2 + HL_SENSE_MAX];
 };
 
@@ -285,6 +288,7 @@ struct iscsi_conn {
 	bool tx_hdigest, tx_ddigest;      /* digests on what we send (on after login) */
 	unsigned busy;                    /* entry points running: defer free and flush */
 	uint64_t tx_bytes;                /* bytes queued, not yet sent */
+	uint64_t buf_bytes;               /* data buffers held by this connection's tasks */
 };
 
 /* ---- conn.c ---- */

@@ -71,6 +71,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->r2t_active = 0;
 	memset(t->r2t, 0, sizeof(t->r2t));
 	t->datasn = 0;
+	t->buf_len = 0;
 	hl_list_add_tail(&c->tasks, &t->link);
 	hl_list_add_tail(&c->itt_hash[itt_bucket(t->itt)], &t->hash_link);
 	c->ntasks++;
@@ -95,15 +96,21 @@ static void task_finish(struct iscsi_task *t)
 	iscsi_task_put(t);
 }
 
+/* @return 0, -ENOMEM, or -EBUSY when the connection already holds its share of buffers. */
 static int data_buf_alloc(struct iscsi_task *t)
 {
+	struct iscsi_conn *c = t->conn;
 	void *p = NULL;
 
 	if (t->edtl == 0)
 		return 0;
+	if (c->buf_bytes + t->edtl > ISCSI_CONN_BUF_MAX)
+		return -EBUSY;
 	if (posix_memalign(&p, 4096, t->edtl) != 0)
 		return -ENOMEM;
 	t->cmd.data = p;
+	t->buf_len = t->edtl;
+	c->buf_bytes += t->edtl;
 	return 0;
 }
 
@@ -358,6 +365,8 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 		if (session_is_discovery(c) || !(bhs_flags(h) & ISCSI_CMD_WRITE) ||
 		    rx->dsl > edtl || edtl > HL_SCSI_MAX_XFER || task_find(c, bhs_itt(h)))
 			return 0; /* the handler rejects or answers it; data lands in rx's buffer */
+		if (c->buf_bytes + edtl > ISCSI_CONN_BUF_MAX)
+			return 0; /* the handler answers TASK SET FULL */
 		struct iscsi_task *t = task_alloc(c, h);
 		if (!t)
 			return -ENOMEM;
@@ -504,9 +513,21 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	}
 	if (!(w || r))
 		t->edtl = 0;
-	if (!t->cmd.data && t->edtl && data_buf_alloc(t) < 0) {
-		task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* insufficient resources */
-		return 0;
+	if (!t->cmd.data && t->edtl) {
+		rc = data_buf_alloc(t);
+		if (rc == -EBUSY) {
+			/* the initiator retries once earlier commands free their buffers */
+			t->cmd.data_in = false;
+			t->cmd.status = HL_SAM_TASK_SET_FULL;
+			task_deactivate(t);
+			send_scsi_rsp(c, t);
+			iscsi_task_put(t);
+			return 0;
+		}
+		if (rc < 0) {
+			task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* insufficient resources */
+			return 0;
+		}
 	}
 	if (!w) {
 		task_exec(t);

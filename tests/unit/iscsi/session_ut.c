@@ -719,6 +719,22 @@ static void test_edtl_too_large(void)
 	CU_ASSERT_EQUAL(got[0].dsl, 2 + 18);
 	CU_ASSERT_EQUAL(got[0].data[2 + 2], HL_SK_ILLEGAL_REQUEST);
 	CU_ASSERT_EQUAL(got[0].data[2 + 12], 0x24);
+	/* a connection that already holds its share of buffers gets TASK SET FULL */
+	ngot = 0;
+	itt++;
+	conn->buf_bytes = ISCSI_CONN_BUF_MAX - 100;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_TASK_SET_FULL);
+	conn->buf_bytes = 0;
+	ngot = 0;
+	itt++;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(conn->buf_bytes, 0);
 	teardown();
 }
 
@@ -1076,7 +1092,7 @@ static const struct hl_test tests[] = {
 	{ "login: CHAP one-way, mutual, wrong secret, reflection", test_login_chap },
 	{ "read: Data-In segmentation, bursts, status", test_read_segmentation },
 	{ "read: residual overflow/underflow", test_read_residuals },
-	{ "EDTL above the transfer cap", test_edtl_too_large },
+	{ "EDTL above the transfer cap; buffer share exhausted", test_edtl_too_large },
 	{ "write: R2T generation", test_write_r2t },
 	{ "write: immediate + unsolicited + R2T", test_write_immediate_unsolicited },
 	{ "write: bad DataSN rejected, session survives", test_data_out_errors },
