@@ -21,6 +21,7 @@
 #include "hotlun/util.h"
 
 struct hl_lu;
+struct hl_reactor;
 
 /* SAM status codes */
 enum {
@@ -131,6 +132,13 @@ struct hl_scsi_cmd {
 	struct hl_list link;
 	uint32_t state;
 	uint64_t priv[4];
+	/* range lock (src/scsi/range.c): writes share, COMPARE AND WRITE excludes */
+	uint64_t rl_lba;
+	uint32_t rl_count;
+	uint8_t rl_mode;
+	struct hl_reactor *reactor;                /* where exec ran: waiters resume there */
+	void (*rl_resume)(struct hl_scsi_cmd *cmd); /* run once a waited-for lock is granted */
+	struct hl_scsi_cmd *rl_next;
 };
 
 /**
@@ -153,8 +161,10 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd);
 /**
  * Task management that the SCSI layer must see (the transport itself
  * handles aborting tasks it owns and waits for in-flight ones).
- * LUN RESET / TARGET RESET: establishes the reset unit attention for every
- * other nexus and releases RESERVE(6/10) reservations.
+ * LUN RESET / TARGET RESET: establishes the reset unit attention (29/03)
+ * for every nexus, the requesting one included (SAM-5 6.3.3; libiscsi's
+ * MultipathIO.Reset checks it), and releases RESERVE(6/10) reservations.
+ * Persistent reservations survive. `by` may be NULL.
  */
 void hl_lu_reset(struct hl_lu *lu, const struct hl_scsi_nexus *by);
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hotlun/event.h"
 #include "hotlun/log.h"
 #include "scsi/scsi_internal.h"
 
@@ -58,6 +59,7 @@ void scsi_cmd_complete(struct hl_scsi_cmd *cmd)
 
 	free(p->bounce);
 	p->bounce = NULL;
+	scsi_range_unlock(cmd);
 	cmd->done(cmd);
 }
 
@@ -132,6 +134,8 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 	cmd->xfer_len = 0;
 	cmd->status = HL_SAM_GOOD;
 	cmd->sense_len = 0;
+	cmd->rl_mode = 0;
+	cmd->reactor = hl_reactor_current();
 	if (cmd->lu && cmd->map && cmd->lun < HL_SCSI_MAX_LUNS && cmd->map->lu[cmd->lun] != cmd->lu)
 		HL_WARN_RL(SCSI_COMPONENT, "LUN %llu: cmd->lu does not match the LUN map",
 		           (unsigned long long)cmd->lun);

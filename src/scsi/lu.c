@@ -59,6 +59,7 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 	}
 	hl_list_init(&lu->nexuses);
 	hl_list_init(&lu->pr_regs);
+	scsi_range_init(lu);
 	*out = lu;
 	return 0;
 }
@@ -95,8 +96,8 @@ void hl_lu_reset(struct hl_lu *lu, const struct hl_scsi_nexus *by)
 	if (!lu)
 		return;
 	HL_NOTICE(SCSI_COMPONENT, "%s: logical unit reset", lu->name);
-	/* the nexus that asked learns of the reset from the TMF response, not a UA */
-	scsi_ua_queue_all(lu, by ? by->id : 0, SCSI_ASC_LUN_RESET);
+	/* SAM-5: every I_T nexus, including the one that asked */
+	scsi_ua_queue_all(lu, 0, SCSI_ASC_LUN_RESET);
 	scsi_rsv_reset(lu);
 }
 

@@ -271,9 +271,24 @@ static bool dout_bytes(struct hl_scsi_cmd *cmd, uint32_t need, uint32_t *nbytes)
 	return true;
 }
 
+/* Submit the write described by priv (lba, count blocks, aux = origin flags) once locked. */
+static void write_start(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	cmd->iov[0].iov_base = cmd->data;
+	cmd->iov[0].iov_len = (size_t)p->count * cmd->lu->block_size;
+	int rc = scsi_block_io(cmd, HL_IO_WRITE, p->aux, p->lba, p->count, cmd->iov, 1, write_done);
+	if (rc < 0) {
+		submit_failed(cmd, rc, true);
+		scsi_cmd_complete(cmd);
+	}
+}
+
 enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd)
 {
 	struct hl_lu *lu = cmd->lu;
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
 	struct rw_args a;
 	uint32_t nbytes;
 
@@ -288,15 +303,12 @@ enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd)
 	scsi_set_good(cmd);
 	if (nbytes == 0)
 		return SCSI_DONE;
-	cmd->iov[0].iov_base = cmd->data;
-	cmd->iov[0].iov_len = nbytes;
-	unsigned flags = (a.flags & 0x08) ? HL_IO_FUA : 0;
-	int rc = scsi_block_io(cmd, HL_IO_WRITE, flags, a.lba, nbytes / lu->block_size, cmd->iov, 1,
-	                       write_done);
-	if (rc < 0) {
-		submit_failed(cmd, rc, true);
-		return SCSI_DONE;
-	}
+	p->lba = a.lba;
+	p->count = nbytes / lu->block_size;
+	p->aux = (a.flags & 0x08) ? HL_IO_FUA : 0;
+	/* shared: waits only for a COMPARE AND WRITE on an overlapping range */
+	if (scsi_range_lock(cmd, p->lba, p->count, false, write_start))
+		write_start(cmd);
 	return SCSI_PENDING;
 }
 
@@ -441,6 +453,21 @@ static void write_verify_written(struct hl_scsi_cmd *cmd, int result)
 		scsi_cmd_complete(cmd);
 }
 
+/* Write priv's range (aux bytes at lba), then read it back and compare. */
+static void write_verify_start(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	cmd->iov[0].iov_base = cmd->data;
+	cmd->iov[0].iov_len = p->aux;
+	int rc = scsi_block_io(cmd, HL_IO_WRITE, 0, p->lba, p->aux / cmd->lu->block_size, cmd->iov,
+	                       1, write_verify_written);
+	if (rc < 0) {
+		submit_failed(cmd, rc, true);
+		scsi_cmd_complete(cmd);
+	}
+}
+
 enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd)
 {
 	struct hl_lu *lu = cmd->lu;
@@ -461,14 +488,104 @@ enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd)
 		return SCSI_DONE;
 	p->lba = a.lba;
 	p->aux = nbytes;
-	cmd->iov[0].iov_base = cmd->data;
-	cmd->iov[0].iov_len = nbytes;
-	int rc = scsi_block_io(cmd, HL_IO_WRITE, 0, a.lba, nbytes / lu->block_size, cmd->iov, 1,
-	                       write_verify_written);
+	/* the range stays locked through the read-back, so the comparison sees our write */
+	if (scsi_range_lock(cmd, a.lba, nbytes / lu->block_size, false, write_verify_start))
+		write_verify_start(cmd);
+	return SCSI_PENDING;
+}
+
+/* ---- COMPARE AND WRITE ---- */
+
+/*
+ * priv: lba, aux = bytes in each half of the data-out, count = origin flags
+ * of the write. The range is held exclusively from before the read until
+ * the write completes, so no other write to it can come in between.
+ */
+static void caw_compared(struct hl_scsi_cmd *cmd, int result)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	if (result < 0) {
+		io_error(cmd, result, false);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	for (uint32_t i = 0; i < p->aux; i++) {
+		if (p->bounce[i] != cmd->data[i]) {
+			/* INFORMATION: offset of the first differing byte in the verify data */
+			scsi_sense_info(cmd, HL_SK_MISCOMPARE, SCSI_ASC_MISCOMPARE, i);
+			scsi_cmd_complete(cmd);
+			return;
+		}
+	}
+	cmd->iov[0].iov_base = cmd->data + p->aux;
+	cmd->iov[0].iov_len = p->aux;
+	int rc = scsi_block_io(cmd, HL_IO_WRITE, p->count, p->lba, p->aux / cmd->lu->block_size,
+	                       cmd->iov, 1, write_done);
 	if (rc < 0) {
 		submit_failed(cmd, rc, true);
+		scsi_cmd_complete(cmd);
+	}
+}
+
+static void caw_start(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	p->bounce = malloc(p->aux);
+	if (!p->bounce) {
+		cmd->status = HL_SAM_BUSY;
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	cmd->iov[0].iov_base = p->bounce;
+	cmd->iov[0].iov_len = p->aux;
+	int rc = scsi_block_io(cmd, HL_IO_READ, 0, p->lba, p->aux / cmd->lu->block_size, cmd->iov,
+	                       1, caw_compared);
+	if (rc < 0) {
+		submit_failed(cmd, rc, false);
+		scsi_cmd_complete(cmd);
+	}
+}
+
+enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	struct rw_args a = {
+	    .lba = hl_get_be64(cmd->cdb + 2),
+	    .count = cmd->cdb[13],
+	    .len_byte = 13,
+	    .flags = cmd->cdb[1],
+	};
+
+	if (!rw_check(cmd, &a, false))
+		return SCSI_DONE;
+	if (a.count > SCSI_CAW_MAX_BLOCKS) {
+		scsi_sense_invalid_cdb(cmd, 13, -1);
 		return SCSI_DONE;
 	}
+	uint32_t half = a.count * lu->block_size;
+	cmd->xfer_len = 2 * half;
+	if (scsi_write_protected(cmd))
+		return SCSI_DONE;
+	/*
+	 * Both halves are needed whole: less or more data-out than the CDB says
+	 * is an error, also for a zero count that comes with data (a 256-block
+	 * request wrapped into the 8-bit field).
+	 */
+	if (scsi_dout_len(cmd) != 2 * half) {
+		scsi_sense_invalid_cdb(cmd, 13, -1);
+		return SCSI_DONE;
+	}
+	scsi_set_good(cmd);
+	if (a.count == 0)
+		return SCSI_DONE;
+	p->lba = a.lba;
+	p->aux = half;
+	p->count = (a.flags & 0x08) ? HL_IO_FUA : 0;
+	if (scsi_range_lock(cmd, a.lba, a.count, true, caw_start))
+		caw_start(cmd);
 	return SCSI_PENDING;
 }
 

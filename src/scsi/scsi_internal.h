@@ -66,6 +66,9 @@ struct hl_lu {
 	uint32_t pr_generation; /* guarded by lock */
 	uint8_t pr_type;        /* persistent reservation type, 0 = not reserved; guarded by lock */
 	struct scsi_pr_reg *pr_holder; /* holder of a non all-registrants type; guarded by lock */
+	struct hl_list rl_active;      /* commands holding an LBA range; guarded by lock */
+	struct hl_list rl_waiting;     /* commands waiting for one, FIFO; guarded by lock */
+	unsigned rl_n_exclusive;       /* exclusive holders in rl_active; guarded by lock */
 };
 
 /* ---- command table ---- */
@@ -259,6 +262,24 @@ enum scsi_exec_result spc_release(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_pr_in(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd);
 
+/* ---- range.c: LBA range locks (COMPARE AND WRITE atomicity) ---- */
+
+#define SCSI_CAW_MAX_BLOCKS 255 /* MAXIMUM COMPARE AND WRITE LENGTH (VPD B0) */
+
+/**
+ * Lock [lba, lba + count) of cmd->lu, shared for writes, exclusive for
+ * COMPARE AND WRITE. @return true when granted now (the caller goes on);
+ * false when queued: resume(cmd) runs later on cmd->reactor. The lock is
+ * released by scsi_cmd_complete().
+ */
+bool scsi_range_lock(struct hl_scsi_cmd *cmd, uint64_t lba, uint32_t count, bool exclusive,
+                     void (*resume)(struct hl_scsi_cmd *cmd));
+
+/** Release cmd's range (if any) and wake the waiters it was blocking. */
+void scsi_range_unlock(struct hl_scsi_cmd *cmd);
+
+void scsi_range_init(struct hl_lu *lu);
+
 /* ---- spc.c: primary commands ---- */
 
 enum scsi_exec_result spc_inquiry(struct hl_scsi_cmd *cmd);
@@ -277,6 +298,7 @@ enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_sync_cache(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_start_stop(struct hl_scsi_cmd *cmd);
 
 /**

@@ -113,7 +113,7 @@ static uint32_t vpd_device_id(const struct hl_scsi_cmd *cmd, uint8_t *b)
 static uint32_t vpd_block_limits(const struct hl_lu *lu, uint8_t *b)
 {
 	hl_put_be16(b + 2, 0x3c);
-	/* b[5] MAXIMUM COMPARE AND WRITE LENGTH: 0 until COMPARE AND WRITE exists */
+	b[5] = SCSI_CAW_MAX_BLOCKS;                       /* maximum compare and write length */
 	hl_put_be16(b + 6, (uint16_t)(1u << lu->lbppbe)); /* optimal transfer length granularity */
 	hl_put_be32(b + 8, HL_SCSI_MAX_XFER / lu->block_size); /* maximum transfer length */
 	/* optimal transfer length, UNMAP and WRITE SAME limits: 0 = not reported / unsupported */

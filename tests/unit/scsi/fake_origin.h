@@ -118,19 +118,27 @@ static inline void fake_run_one(struct hl_origin *o, struct hl_origin_io *io)
 	io->cb(io, result);
 }
 
+/** Complete the oldest queued I/O, if any. @return 1 when one ran. */
+static inline unsigned fake_step(struct hl_origin *o)
+{
+	struct fake_origin *f = fake_of(o);
+
+	if (!f->n_queued)
+		return 0;
+	struct hl_origin_io *io = f->queue[0];
+	f->n_queued--;
+	memmove(f->queue, f->queue + 1, f->n_queued * sizeof(f->queue[0]));
+	fake_run_one(o, io);
+	return 1;
+}
+
 /** Complete queued I/O (and whatever those completions submit) until none is left. */
 static inline unsigned fake_drain(struct hl_origin *o)
 {
-	struct fake_origin *f = fake_of(o);
 	unsigned n = 0;
 
-	while (f->n_queued) {
-		struct hl_origin_io *io = f->queue[0];
-		f->n_queued--;
-		memmove(f->queue, f->queue + 1, f->n_queued * sizeof(f->queue[0]));
-		fake_run_one(o, io);
+	while (fake_step(o))
 		n++;
-	}
 	return n;
 }
 

@@ -109,6 +109,7 @@ static void test_reserve6_ends_with_reset_and_nexus_loss(void)
 	setup2();
 	CU_ASSERT_EQUAL(simple(&nexus_a, 0x16), GOOD);
 	hl_lu_reset(lu, &nexus_a);
+	CU_ASSERT_TRUE(ua_is(&nexus_a, 0x29, 0x03));
 	CU_ASSERT_TRUE(ua_is(&nexus_b, 0x29, 0x03));
 	CU_ASSERT_EQUAL(simple(&nexus_b, 0x16), GOOD);
 	hl_scsi_nexus_gone(&map, &nexus_b);

@@ -1003,8 +1003,10 @@ static void test_ua_sequence(void)
 	ASSERT_GOOD(t);
 	run_full(&t, &nexus_b, 0, tur, 6, NULL, 0, false);
 	ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x29, 0x00);
-	/* LUN reset by A: B sees 29/03, A nothing */
+	/* LUN reset by A: every nexus sees 29/03, A included (SAM-5) */
 	hl_lu_reset(lu, &nexus_a);
+	run_full(&t, &nexus_a, 0, tur, 6, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x29, 0x03);
 	run_full(&t, &nexus_a, 0, tur, 6, NULL, 0, false);
 	ASSERT_GOOD(t);
 	run_full(&t, &nexus_b, 0, tur, 6, NULL, 0, false);

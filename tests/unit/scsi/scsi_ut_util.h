@@ -91,6 +91,25 @@ static inline void run_full(struct tcmd *t, const struct hl_scsi_nexus *nexus, u
 	CU_ASSERT_EQUAL(t->done, 1);
 }
 
+/* Start one CDB for nexus A on LUN 0 without completing any I/O. */
+static inline void start(struct tcmd *t, const uint8_t *cdb, unsigned cdb_len, uint8_t *buf,
+                         uint32_t len, bool out)
+{
+	memset(t, 0, sizeof(*t));
+	t->cmd.map = &map;
+	t->cmd.lun = 0;
+	t->cmd.lu = map.lu[0];
+	t->cmd.nexus = &nexus_a;
+	memcpy(t->cmd.cdb, cdb, cdb_len);
+	t->cmd.cdb_len = 16;
+	t->cmd.data = buf;
+	t->cmd.data_len = len;
+	t->cmd.data_out = out && len;
+	t->cmd.data_in = !out && len;
+	t->cmd.done = tcmd_done;
+	hl_scsi_cmd_exec(&t->cmd);
+}
+
 static inline void run(struct tcmd *t, const uint8_t *cdb, unsigned cdb_len, uint8_t *buf,
                        uint32_t len, bool out)
 {
