@@ -276,12 +276,14 @@ void bench_pattern_fill(void *buf, size_t len, uint64_t offset, uint64_t gen);
 
 /**
  * Check buf, read from LUN byte offset `offset`. expect_gen 0 accepts any
- * generation (the payload must still match its own header); allow_zero
- * accepts all-zero sectors. Stops at the first bad sector.
+ * generation (the payload must still match its own header). allow_foreign
+ * accepts sectors without a pattern header (zeroes or other data: a block
+ * whose content nobody knows); a sector that has the header is always
+ * checked. Stops at the first bad sector.
  * @return BENCH_PAT_OK or the status also stored in res.
  */
 enum bench_pattern_status bench_pattern_check(const void *buf, size_t len, uint64_t offset,
-                                              uint64_t expect_gen, bool allow_zero,
+                                              uint64_t expect_gen, bool allow_foreign,
                                               struct bench_pattern_result *res);
 
 const char *bench_pattern_status_str(enum bench_pattern_status st);

@@ -55,7 +55,7 @@ static bool all_zero(const uint8_t *p, size_t n)
 }
 
 enum bench_pattern_status bench_pattern_check(const void *buf, size_t len, uint64_t offset,
-                                              uint64_t expect_gen, bool allow_zero,
+                                              uint64_t expect_gen, bool allow_foreign,
                                               struct bench_pattern_result *res)
 {
 	const uint8_t *p = buf;
@@ -72,13 +72,11 @@ enum bench_pattern_status bench_pattern_check(const void *buf, size_t len, uint6
 		res->found_sector = w[1];
 		res->found_gen = w[2];
 		if (w[0] != BENCH_PATTERN_MAGIC) {
-			if (all_zero(p + done, BENCH_PATTERN_SECTOR)) {
-				if (allow_zero)
-					continue;
-				st = BENCH_PAT_ZERO;
-			} else {
-				st = BENCH_PAT_GARBAGE;
-			}
+			/* not ours at all: fine only where nobody knows what it holds */
+			if (allow_foreign)
+				continue;
+			st = all_zero(p + done, BENCH_PATTERN_SECTOR) ? BENCH_PAT_ZERO
+			                                              : BENCH_PAT_GARBAGE;
 		} else if (w[1] != sector) {
 			st = BENCH_PAT_WRONG_LBA;
 		} else if (expect_gen && w[2] != expect_gen) {

@@ -48,9 +48,10 @@ struct slot {
 	struct session *sess;
 	uint8_t *buf; /* max I/O size; the data of the write or the read (owned) */
 	struct bench_io io;
-	uint64_t t0;  /* submit time, ns */
-	uint64_t gen; /* --verify: generation a write carries */
-	bool planned; /* io is chosen but waits for its blocks to be unlocked */
+	uint64_t t0;      /* submit time, ns */
+	uint64_t gen;     /* --verify: generation a write carries */
+	bool planned;     /* io is chosen but not started (verify lock busy, or a retry) */
+	unsigned retries; /* unit attentions in a row for this I/O */
 };
 
 struct session {
@@ -87,6 +88,7 @@ struct bench {
 	struct counters sec, all;
 	uint64_t inflight;
 	uint64_t measured_done; /* completions in the measure phase */
+	uint64_t ua_retries;    /* commands run again after a unit attention */
 
 	/* --verify */
 	uint32_t *gen_map;  /* per workload unit: last good write counter, 0 unknown */
@@ -197,13 +199,17 @@ static void verify_read(struct bench *b, const struct slot *sl)
 		uint64_t e = BENCH_MIN(ustart + b->wl.unit, sl->io.offset + sl->io.len);
 		uint32_t g = b->gen_map[u];
 		uint64_t expect = g ? ((uint64_t)b->run_stamp << 32 | g) : 0;
-		/* A block this run never wrote may still be zero, unless the run only reads. */
-		bool allow_zero = !g && b->has_writes;
+		/*
+		 * A block this run has not written may hold anything (zeroes, older
+		 * data) unless the run only reads: a read-only verify pass checks a
+		 * range that an earlier run filled, so every block must be ours.
+		 */
+		bool allow_foreign = !g && b->has_writes;
 		struct bench_pattern_result res;
 
 		b->verify_checked++;
-		if (bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, expect, allow_zero,
-		                        &res) != BENCH_PAT_OK)
+		if (bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, expect,
+		                        allow_foreign, &res) != BENCH_PAT_OK)
 			verify_report(b, &sl->io, s, &res);
 	}
 }
@@ -232,6 +238,37 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 	uint64_t now = now_ns();
 	uint64_t lat = now - sl->t0;
 	bool good = status == SCSI_STATUS_GOOD;
+
+	if (status == SCSI_STATUS_CHECK_CONDITION && task &&
+	    task->sense.key == SCSI_SENSE_UNIT_ATTENTION && sl->retries < 5) {
+		/*
+		 * A unit attention (the target restarted, the LUN changed) ends
+		 * the command unexecuted: run it again, as any initiator would.
+		 */
+		if (b->ua_retries++ < 5)
+			fprintf(stderr, "\nunit attention (%s): command retried\n",
+			        scsi_sense_ascq_str(task->sense.ascq));
+		if (b->o.verify) {
+			if (sl->io.write)
+				verify_wrote(b, sl, false);
+			verify_unlock(b, &sl->io);
+		}
+		scsi_free_scsi_task(task);
+		s->inflight--;
+		b->inflight--;
+		sl->retries++;
+		sl->planned = true; /* the same I/O goes out again */
+		if (may_issue(b) && !b->fatal) {
+			int rc = submit(b, s, sl);
+			if (rc == 0)
+				return;
+			if (rc < 0)
+				b->fatal = rc;
+		}
+		s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+		return;
+	}
+	sl->retries = 0;
 
 	if (!good) {
 		static unsigned shown;
@@ -352,15 +389,26 @@ static bool may_issue(const struct bench *b)
 
 static int refill(struct bench *b, struct session *s)
 {
-	while (s->nidle && may_issue(b)) {
-		unsigned idx = s->idle[s->nidle - 1];
-		int rc = submit(b, s, &s->slots[idx]);
-		if (rc < 0)
+	/*
+	 * Try every idle slot; one whose planned I/O waits for busy blocks
+	 * (--verify) stays idle, the others start. Compacts in place: kept <= i.
+	 */
+	unsigned kept = 0, n = s->nidle;
+
+	for (unsigned i = 0; i < n; i++) {
+		unsigned idx = s->idle[i];
+		int rc = may_issue(b) ? submit(b, s, &s->slots[idx]) : 1;
+		if (rc < 0) {
+			s->idle[kept++] = idx;
+			for (unsigned j = i + 1; j < n; j++)
+				s->idle[kept++] = s->idle[j];
+			s->nidle = kept;
 			return rc;
+		}
 		if (rc > 0)
-			break; /* its blocks are busy: try again after the next completion */
-		s->nidle--;
+			s->idle[kept++] = idx;
 	}
+	s->nidle = kept;
 	return 0;
 }
 
@@ -811,10 +859,10 @@ static void print_summary(struct bench *b)
 	printf("summary: label=%s workload=%s bs=%s qd=%u sessions=%u read=%s time_s=%.2f "
 	       "ios=%" PRIu64 " reads=%" PRIu64 " writes=%" PRIu64 " iops=%.0f mbps=%.1f "
 	       "p50_us=%.0f p99_us=%.0f p999_us=%.0f max_us=%.0f errors=%" PRIu64
-	       " verify_errors=%" PRIu64 "\n",
+	       " retries=%" PRIu64 " verify_errors=%" PRIu64 "\n",
 	       label, wl, bs, b->o.qd, b->nsess, readpct, secs, ios, b->all.reads, b->all.writes,
 	       all.iops, all.mbps, all.p50_us, all.p99_us, all.p999_us, all.max_us, b->all.errors,
-	       b->verify_errors);
+	       b->ua_retries, b->verify_errors);
 	fflush(stdout);
 }
 

@@ -4,7 +4,8 @@
 # Fill a range of a LUN with checked data, read it back clean, run a mixed
 # verified load, then damage two blocks behind the target's back (in its
 # backing file: one gets the data of another LBA, one gets garbage) and check
-# that a verify read pass reports exactly those LBAs and exits 1.
+# that a verify read pass reports exactly those LBAs and exits 1. Against
+# hotlund, also restart the target under a verified load.
 . "$(dirname "$0")/bench_common.sh"
 hl_need dd
 
@@ -51,6 +52,22 @@ bench_run "unwritten blocks fail a read-only verify" 1 "$T/zero.out" --workload 
 	--verify --offset 32M --range 1M --count 16 "$HL_URL"
 grep -q "zeroes (never written)" "$T/zero.out.err" || hl_fail "zeroes not reported"
 
-[ "$HL_TARGET" = tgt ] || hl_check_alive
+# hotlund only: the target restarts under a verified mixed load (on a range
+# away from the damaged blocks). libiscsi reconnects, UNIT ATTENTION is
+# retried, and no block may come back wrong.
+if [ "$HL_TARGET" != tgt ]; then
+	"$HL_BENCH" --quiet --workload uniform --read 50 --verify --offset 16M --range 8M \
+		--time 5 --qd 16 "$HL_URL" >"$T/restart.out" 2>"$T/restart.out.err" &
+	bpid=$!
+	sleep 1.5
+	hl_target_restart
+	wait $bpid
+	rc=$?
+	[ $rc = 0 ] || hl_fail "verified load across a restart: status $rc: $(cat "$T/restart.out.err")"
+	[ "$(bench_field "$T/restart.out" verify_errors)" = 0 ] || hl_fail "mismatches across a restart"
+	[ "$(bench_field "$T/restart.out" ios)" -gt 1000 ] || hl_fail "no I/O across the restart"
+	hl_log "ok: verified load across a target restart: $(tail -n 1 "$T/restart.out")"
+	hl_check_alive
+fi
 hl_target_stop
 exit 0

@@ -35,6 +35,21 @@ static void test_zero(void)
 	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 0, 0, true, &res), BENCH_PAT_OK);
 }
 
+static void test_foreign_data_allowed_only_when_asked(void)
+{
+	struct bench_pattern_result res;
+
+	memset(buf, 0xa5, sizeof(buf));
+	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 0, 0, false, &res),
+	                BENCH_PAT_GARBAGE);
+	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 0, 0, true, &res), BENCH_PAT_OK);
+	/* but a sector that claims to be ours is checked even then */
+	bench_pattern_fill(buf + 512, 512, 512, 9);
+	buf[512 + 100] ^= 1;
+	CU_ASSERT_EQUAL(bench_pattern_check(buf, sizeof(buf), 0, 0, true, &res), BENCH_PAT_CORRUPT);
+	CU_ASSERT_EQUAL(res.sector, 1);
+}
+
 static void test_garbage(void)
 {
 	struct bench_pattern_result res;
@@ -111,6 +126,7 @@ static const struct hl_test tests[] = {
     {"a written block verifies", test_roundtrip},
     {"zeroes are 'never written' unless allowed", test_zero},
     {"garbage is found and located", test_garbage},
+    {"foreign data passes only where allowed", test_foreign_data_allowed_only_when_asked},
     {"a block of another LBA is misdirected", test_misdirected},
     {"an older generation is stale", test_stale},
     {"one flipped bit is found with its word", test_one_flipped_bit},
