@@ -98,19 +98,6 @@ int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl
 /** Close the backend and free o (NULL is harmless). No I/O may be in flight. */
 void hl_origin_close(struct hl_origin *o);
 
-/**
- * Wrap `inner` in an origin that models a slow SAN: I/Os start no faster than
- * `iops` operations and `mbps` MB/s (10^6 bytes/s; READ/WRITE bytes only) in
- * arrival order, on budgets shared by all reactors, and each waits a further
- * `latency_ms` before it reaches `inner`. FLUSH, DISCARD and WRITE_ZEROES
- * count as one operation. 0 means no limit for each. Waiting uses timers of
- * the submitting reactor; submit must run on a reactor thread (else -EINVAL).
- * On success the wrapper owns inner (hl_origin_close closes both) and *out
- * is the caller's; on error the caller keeps inner. @return 0 or -errno.
- */
-int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbps,
-			    uint32_t latency_ms, struct hl_origin **out);
-
 /** See hl_origin_ops.submit. */
 static inline int hl_origin_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
@@ -122,6 +109,12 @@ static inline int hl_origin_submit(struct hl_origin *o, struct hl_origin_io *io)
  * and `mbps` MB/s (0 = unlimited each), each completing at least
  * `latency_ms` after submission. The wrapper takes ownership of inner (closing
  * the wrapper closes it). @return 0 or -errno.
+ *
+ * Details: MB is 10^6 bytes and counts READ/WRITE payload only; FLUSH,
+ * DISCARD and WRITE_ZEROES count as one request each. Budgets are global to
+ * the wrapper (all reactors share them); requests start in arrival order and
+ * wait on timers of the submitting reactor, so submit must run on a reactor
+ * thread (else -EINVAL). On error the caller keeps inner.
  */
 int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbps,
 			    uint32_t latency_ms, struct hl_origin **out);
