@@ -94,4 +94,41 @@ const struct hl_conf_cache *hl_conf_find_cache(const struct hl_conf *conf, const
 /** Write conf back as INI text that hl_conf_parse reads to the same structs. @return 0 or -errno. */
 int hl_conf_write(const struct hl_conf *conf, FILE *f);
 
+/* ---- changes at run time: the control socket and reload edit a copy, check it, apply it ---- */
+
+enum hl_conf_kind {
+	HL_CONF_GLOBAL = 0,
+	HL_CONF_DISK,
+	HL_CONF_CACHE,
+	HL_CONF_TARGET,
+};
+
+const struct hl_conf_target *hl_conf_find_target(const struct hl_conf *conf, const char *name);
+
+/** Deep copy (through the writer and the parser, so the copy is checked too). @return 0 or -errno. */
+int hl_conf_dup(const struct hl_conf *conf, struct hl_conf **out);
+
+/** Add an empty [kind name] section, with the parser's name rules. @return 0 or -EINVAL. */
+int hl_conf_section_add(struct hl_conf *conf, enum hl_conf_kind kind, const char *name, char *err,
+			size_t errlen);
+
+/** Remove a section; refused (-EINVAL) while something refers to it. -ENOENT when absent. */
+int hl_conf_section_remove(struct hl_conf *conf, enum hl_conf_kind kind, const char *name,
+			   char *err, size_t errlen);
+
+/**
+ * Set key = value in a section with exactly the file's rules (name NULL for
+ * [global]). Scalar keys are replaced; list keys (portal, allow, lun.N) add.
+ * @return 0, -ENOENT (no such section) or -EINVAL with a message.
+ */
+int hl_conf_set(struct hl_conf *conf, enum hl_conf_kind kind, const char *name, const char *key,
+		const char *value, char *err, size_t errlen);
+
+/** Reset a scalar key, or remove one value of a list key (portal, allow, lun.N). */
+int hl_conf_unset(struct hl_conf *conf, enum hl_conf_kind kind, const char *name, const char *key,
+		  const char *value, char *err, size_t errlen);
+
+/** The cross-section checks the parser runs at the end of a file (and its defaults). */
+int hl_conf_check(struct hl_conf *conf, char *err, size_t errlen);
+
 #endif

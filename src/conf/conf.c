@@ -36,7 +36,7 @@ struct parser {
 	size_t errlen;
 	struct hl_conf *conf;
 	enum section_kind kind;
-	void *section; /* the current disk/cache/target */
+	size_t index;  /* the current disk/cache/target, in its array */
 	bool seen_global;
 };
 
@@ -50,7 +50,10 @@ static int perr(struct parser *p, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	snprintf(p->err, p->errlen, "%s:%d: %s", p->name, p->line, msg);
+	if (p->line > 0)
+		snprintf(p->err, p->errlen, "%s:%d: %s", p->name, p->line, msg);
+	else
+		snprintf(p->err, p->errlen, "%s", msg);
 	return -EINVAL;
 }
 
@@ -190,7 +193,7 @@ static int global_key(struct parser *p, const char *key, const char *v)
 
 static int disk_key(struct parser *p, const char *key, const char *v)
 {
-	struct hl_conf_disk *d = &p->conf->disks[p->conf->n_disks - 1];
+	struct hl_conf_disk *d = &p->conf->disks[p->index];
 
 	if (strcmp(key, "origin") == 0) {
 		if (!*v)
@@ -229,7 +232,7 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 
 static int cache_key(struct parser *p, const char *key, const char *v)
 {
-	struct hl_conf_cache *c = &p->conf->caches[p->conf->n_caches - 1];
+	struct hl_conf_cache *c = &p->conf->caches[p->index];
 
 	if (strcmp(key, "device") == 0)
 		return set_str(p, &c->device, v);
@@ -279,7 +282,7 @@ static int target_allow(struct parser *p, struct hl_conf_target *t, const char *
 
 static int target_key(struct parser *p, const char *key, const char *v)
 {
-	struct hl_conf_target *t = &p->conf->targets[p->conf->n_targets - 1];
+	struct hl_conf_target *t = &p->conf->targets[p->index];
 
 	if (strncmp(key, "lun.", 4) == 0) {
 		uint64_t n;
@@ -361,6 +364,7 @@ static int open_section(struct parser *p, char *hdr)
 			return perr(p, "out of memory");
 		d->line = p->line;
 		p->kind = SEC_DISK;
+		p->index = c->n_disks - 1;
 		return 0;
 	}
 	if (strcmp(kind, "cache") == 0) {
@@ -374,6 +378,7 @@ static int open_section(struct parser *p, char *hdr)
 			return perr(p, "out of memory");
 		k->line = p->line;
 		p->kind = SEC_CACHE;
+		p->index = c->n_caches - 1;
 		return 0;
 	}
 	if (strcmp(kind, "target") == 0) {
@@ -389,6 +394,7 @@ static int open_section(struct parser *p, char *hdr)
 			return perr(p, "out of memory");
 		t->line = p->line;
 		p->kind = SEC_TARGET;
+		p->index = c->n_targets - 1;
 		return 0;
 	}
 	return perr(p, "unknown section [%s] (expected global, disk, cache or target)", kind);
@@ -670,6 +676,35 @@ static void free_strv(char **v, size_t n)
 	free(v);
 }
 
+static void free_disk(struct hl_conf_disk *d)
+{
+	free(d->name);
+	free(d->origin);
+	free(d->cache);
+}
+
+static void free_cache(struct hl_conf_cache *k)
+{
+	free(k->name);
+	free(k->device);
+	free(k->admission);
+	free(k->write_policy);
+}
+
+static void free_target(struct hl_conf_target *t)
+{
+	free(t->name);
+	free(t->alias);
+	for (size_t j = 0; j < t->n_luns; j++)
+		free(t->luns[j].disk);
+	free(t->luns);
+	free_strv(t->allow, t->n_allow);
+	free(t->chap_user);
+	free(t->chap_secret);
+	free(t->mutual_user);
+	free(t->mutual_secret);
+}
+
 void hl_conf_free(struct hl_conf *c)
 {
 	if (!c)
@@ -680,32 +715,14 @@ void hl_conf_free(struct hl_conf *c)
 	free(c->control_socket);
 	free(c->discovery_chap_user);
 	free(c->discovery_chap_secret);
-	for (size_t i = 0; i < c->n_disks; i++) {
-		free(c->disks[i].name);
-		free(c->disks[i].origin);
-		free(c->disks[i].cache);
-	}
+	for (size_t i = 0; i < c->n_disks; i++)
+		free_disk(&c->disks[i]);
 	free(c->disks);
-	for (size_t i = 0; i < c->n_caches; i++) {
-		free(c->caches[i].name);
-		free(c->caches[i].device);
-		free(c->caches[i].admission);
-		free(c->caches[i].write_policy);
-	}
+	for (size_t i = 0; i < c->n_caches; i++)
+		free_cache(&c->caches[i]);
 	free(c->caches);
-	for (size_t i = 0; i < c->n_targets; i++) {
-		struct hl_conf_target *t = &c->targets[i];
-		free(t->name);
-		free(t->alias);
-		for (size_t j = 0; j < t->n_luns; j++)
-			free(t->luns[j].disk);
-		free(t->luns);
-		free_strv(t->allow, t->n_allow);
-		free(t->chap_user);
-		free(t->chap_secret);
-		free(t->mutual_user);
-		free(t->mutual_secret);
-	}
+	for (size_t i = 0; i < c->n_targets; i++)
+		free_target(&c->targets[i]);
 	free(c->targets);
 	free(c);
 }
@@ -818,4 +835,272 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_opt(f, "mutual_secret", t->mutual_secret);
 	}
 	return ferror(f) ? -EIO : 0;
+}
+
+/* ---- changes at run time (control socket, reload) ---- */
+
+static const char *const kind_names[] = {
+	[HL_CONF_GLOBAL] = "global",
+	[HL_CONF_DISK] = "disk",
+	[HL_CONF_CACHE] = "cache",
+	[HL_CONF_TARGET] = "target",
+};
+
+const struct hl_conf_target *hl_conf_find_target(const struct hl_conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_targets; i++) {
+		if (strcmp(c->targets[i].name, name) == 0)
+			return &c->targets[i];
+	}
+	return NULL;
+}
+
+/* Point the parser at section (kind, name). @return 0 or -ENOENT with a message. */
+static int select_section(struct parser *p, enum hl_conf_kind kind, const char *name)
+{
+	const void *found = NULL;
+
+	switch (kind) {
+	case HL_CONF_GLOBAL:
+		p->kind = SEC_GLOBAL;
+		return 0;
+	case HL_CONF_DISK:
+		found = hl_conf_find_disk(p->conf, name);
+		p->kind = SEC_DISK;
+		if (found)
+			p->index = (size_t)((const struct hl_conf_disk *)found - p->conf->disks);
+		break;
+	case HL_CONF_CACHE:
+		found = hl_conf_find_cache(p->conf, name);
+		p->kind = SEC_CACHE;
+		if (found)
+			p->index = (size_t)((const struct hl_conf_cache *)found - p->conf->caches);
+		break;
+	case HL_CONF_TARGET:
+		found = hl_conf_find_target(p->conf, name);
+		p->kind = SEC_TARGET;
+		if (found)
+			p->index = (size_t)((const struct hl_conf_target *)found - p->conf->targets);
+		break;
+	}
+	if (!found) {
+		perr(p, "no %s named '%s'", kind_names[kind], name ? name : "");
+		return -ENOENT;
+	}
+	return 0;
+}
+
+int hl_conf_dup(const struct hl_conf *c, struct hl_conf **out)
+{
+	char *buf = NULL, err[512];
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int rc;
+
+	if (!f)
+		return -ENOMEM;
+	rc = hl_conf_write(c, f);
+	fclose(f);
+	if (rc == 0)
+		rc = hl_conf_parse(buf, len, c->path, out, err, sizeof(err));
+	free(buf);
+	return rc;
+}
+
+int hl_conf_section_add(struct hl_conf *c, enum hl_conf_kind kind, const char *name, char *err,
+			size_t errlen)
+{
+	struct parser p = {.name = "config", .err = err, .errlen = errlen, .conf = c};
+	char hdr[512];
+
+	if (kind == HL_CONF_GLOBAL || !name || strlen(name) > 300)
+		return perr(&p, "bad section");
+	p.seen_global = true;
+	snprintf(hdr, sizeof(hdr), "%s %s", kind_names[kind], name);
+	return open_section(&p, hdr);
+}
+
+int hl_conf_section_remove(struct hl_conf *c, enum hl_conf_kind kind, const char *name, char *err,
+			   size_t errlen)
+{
+	struct parser p = {.name = "config", .err = err, .errlen = errlen, .conf = c};
+	int rc = select_section(&p, kind, name);
+
+	if (rc)
+		return rc;
+	switch (kind) {
+	case HL_CONF_DISK:
+		for (size_t i = 0; i < c->n_targets; i++) {
+			for (size_t j = 0; j < c->targets[i].n_luns; j++) {
+				if (strcmp(c->targets[i].luns[j].disk, name) == 0)
+					return perr(&p, "disk %s is lun.%u of target %s: remove that LUN first",
+						    name, c->targets[i].luns[j].lun, c->targets[i].name);
+			}
+		}
+		free_disk(&c->disks[p.index]);
+		memmove(&c->disks[p.index], &c->disks[p.index + 1],
+			(c->n_disks - p.index - 1) * sizeof(*c->disks));
+		c->n_disks--;
+		return 0;
+	case HL_CONF_CACHE:
+		for (size_t i = 0; i < c->n_disks; i++) {
+			if (c->disks[i].cache && strcmp(c->disks[i].cache, name) == 0)
+				return perr(&p, "cache %s is used by disk %s: detach it first", name,
+					    c->disks[i].name);
+		}
+		free_cache(&c->caches[p.index]);
+		memmove(&c->caches[p.index], &c->caches[p.index + 1],
+			(c->n_caches - p.index - 1) * sizeof(*c->caches));
+		c->n_caches--;
+		return 0;
+	case HL_CONF_TARGET:
+		free_target(&c->targets[p.index]);
+		memmove(&c->targets[p.index], &c->targets[p.index + 1],
+			(c->n_targets - p.index - 1) * sizeof(*c->targets));
+		c->n_targets--;
+		return 0;
+	case HL_CONF_GLOBAL:
+	default:
+		return perr(&p, "[global] cannot be removed");
+	}
+}
+
+int hl_conf_set(struct hl_conf *c, enum hl_conf_kind kind, const char *name, const char *key,
+		const char *value, char *err, size_t errlen)
+{
+	struct parser p = {.name = "config", .err = err, .errlen = errlen, .conf = c};
+	int rc = select_section(&p, kind, name);
+
+	if (rc)
+		return rc;
+	if (strlen(value) > CONF_MAX_VALUE)
+		return perr(&p, "%s: value longer than %d bytes", key, CONF_MAX_VALUE);
+	switch (p.kind) {
+	case SEC_GLOBAL:
+		return global_key(&p, key, value);
+	case SEC_DISK:
+		return disk_key(&p, key, value);
+	case SEC_CACHE:
+		return cache_key(&p, key, value);
+	case SEC_TARGET:
+		return target_key(&p, key, value);
+	default:
+		return perr(&p, "bad section");
+	}
+}
+
+/* Remove one string from a list; @return true when found. */
+static bool strv_remove(char **v, size_t *n, const char *s)
+{
+	for (size_t i = 0; i < *n; i++) {
+		if (strcmp(v[i], s) == 0) {
+			free(v[i]);
+			memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof(*v));
+			(*n)--;
+			return true;
+		}
+	}
+	return false;
+}
+
+static int unset_str(char **field)
+{
+	free(*field);
+	*field = NULL;
+	return 0;
+}
+
+int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, const char *key,
+		  const char *value, char *err, size_t errlen)
+{
+	struct parser p = {.name = "config", .err = err, .errlen = errlen, .conf = c};
+	int rc = select_section(&p, kind, name);
+
+	if (rc)
+		return rc;
+	if (p.kind == SEC_GLOBAL) {
+		if (strcmp(key, "portal") == 0) {
+			if (!value || !strv_remove(c->portals, &c->n_portals, value))
+				return perr(&p, "no portal %s", value ? value : "(none given)");
+			return 0;
+		}
+		if (strcmp(key, "discovery_chap_user") == 0 || strcmp(key, "discovery_chap_secret") == 0) {
+			unset_str(&c->discovery_chap_user);
+			return unset_str(&c->discovery_chap_secret);
+		}
+		if (strcmp(key, "threads") == 0) {
+			c->threads = 0;
+			return 0;
+		}
+		return perr(&p, "%s cannot be unset", key);
+	}
+	if (p.kind == SEC_DISK) {
+		struct hl_conf_disk *d = &c->disks[p.index];
+		if (strcmp(key, "cache") == 0)
+			return unset_str(&d->cache);
+		if (strcmp(key, "cache_quota") == 0)
+			d->cache_quota = 0;
+		else if (strcmp(key, "origin_iops") == 0)
+			d->origin_iops = 0;
+		else if (strcmp(key, "origin_mbps") == 0)
+			d->origin_mbps = 0;
+		else if (strcmp(key, "origin_latency_ms") == 0)
+			d->origin_latency_ms = 0;
+		else if (strcmp(key, "read_only") == 0)
+			d->read_only = false;
+		else
+			return perr(&p, "%s cannot be unset", key);
+		return 0;
+	}
+	if (p.kind == SEC_CACHE) {
+		struct hl_conf_cache *k = &c->caches[p.index];
+		if (strcmp(key, "admission") == 0)
+			return unset_str(&k->admission);
+		if (strcmp(key, "write_policy") == 0)
+			return unset_str(&k->write_policy);
+		return perr(&p, "%s cannot be unset", key);
+	}
+	struct hl_conf_target *t = &c->targets[p.index];
+	if (strcmp(key, "allow") == 0) {
+		if (value && strcmp(value, "ALL") == 0 && t->allow_all) {
+			t->allow_all = false;
+			return 0;
+		}
+		if (!value || !strv_remove(t->allow, &t->n_allow, value))
+			return perr(&p, "target %s does not allow %s", t->name, value ? value : "(none given)");
+		return 0;
+	}
+	if (strncmp(key, "lun.", 4) == 0) {
+		uint64_t n;
+		if (hl_parse_u64(key + 4, &n))
+			return perr(&p, "%s: not a LUN key", key);
+		for (size_t i = 0; i < t->n_luns; i++) {
+			if (t->luns[i].lun == n) {
+				free(t->luns[i].disk);
+				memmove(&t->luns[i], &t->luns[i + 1], (t->n_luns - i - 1) * sizeof(*t->luns));
+				t->n_luns--;
+				return 0;
+			}
+		}
+		return perr(&p, "target %s has no LUN %llu", t->name, (unsigned long long)n);
+	}
+	if (strcmp(key, "alias") == 0)
+		return unset_str(&t->alias);
+	if (strcmp(key, "chap_user") == 0 || strcmp(key, "chap_secret") == 0) {
+		if (t->mutual_user)
+			return perr(&p, "unset mutual CHAP first");
+		unset_str(&t->chap_user);
+		return unset_str(&t->chap_secret);
+	}
+	if (strcmp(key, "mutual_user") == 0 || strcmp(key, "mutual_secret") == 0) {
+		unset_str(&t->mutual_user);
+		return unset_str(&t->mutual_secret);
+	}
+	return perr(&p, "%s cannot be unset", key);
+}
+
+int hl_conf_check(struct hl_conf *c, char *err, size_t errlen)
+{
+	struct parser p = {.name = c->path, .err = err, .errlen = errlen, .conf = c};
+	return check(&p);
 }

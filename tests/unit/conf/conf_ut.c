@@ -171,7 +171,50 @@ static void test_nul_and_long_lines_rejected(void)
 	free(big);
 }
 
+static void test_runtime_edits(void)
+{
+	struct hl_conf *c = parse_ok("[disk a]\norigin = /a\n[target iqn.2026-11.io.hotlun:t]\n"
+				     "lun.0 = a\nallow = ALL\n");
+	struct hl_conf *d = NULL;
+	char err[256];
+	if (!c)
+		return;
+	CU_ASSERT_EQUAL(hl_conf_section_add(c, HL_CONF_DISK, "b", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(hl_conf_section_add(c, HL_CONF_DISK, "b", err, sizeof(err)), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "twice"));
+	CU_ASSERT_EQUAL(hl_conf_section_add(c, HL_CONF_DISK, "bad name", err, sizeof(err)), -EINVAL);
+	CU_ASSERT_EQUAL(hl_conf_check(c, err, sizeof(err)), -EINVAL); /* b has no origin */
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "no origin"));
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "b", "origin", "file:/b", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "b", "block_size", "1000", err, sizeof(err)),
+			-EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "512 or 4096"));
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "b", "colour", "red", err, sizeof(err)), -EINVAL);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "zz", "origin", "/z", err, sizeof(err)), -ENOENT);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "lun.1", "b", err,
+				    sizeof(err)), 0);
+	CU_ASSERT_EQUAL(hl_conf_check(c, err, sizeof(err)), 0);
+	/* a disk in use cannot go; after its LUN is removed it can */
+	CU_ASSERT_EQUAL(hl_conf_section_remove(c, HL_CONF_DISK, "b", err, sizeof(err)), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "lun.1"));
+	CU_ASSERT_EQUAL(hl_conf_unset(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "lun.1", NULL, err,
+				      sizeof(err)), 0);
+	CU_ASSERT_EQUAL(hl_conf_section_remove(c, HL_CONF_DISK, "b", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(c->n_disks, 1);
+	CU_ASSERT_EQUAL(hl_conf_unset(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "allow", "ALL",
+				      err, sizeof(err)), 0);
+	CU_ASSERT_FALSE(c->targets[0].allow_all);
+	CU_ASSERT_EQUAL(hl_conf_dup(c, &d), 0);
+	if (d) {
+		CU_ASSERT_EQUAL(d->n_disks, 1);
+		CU_ASSERT_EQUAL(d->targets[0].n_luns, 1);
+		hl_conf_free(d);
+	}
+	hl_conf_free(c);
+}
+
 static const struct hl_test tests[] = {
+	{"runtime edits", test_runtime_edits},
 	{"issue example parses", test_issue_example_parses},
 	{"errors name file:line", test_errors_name_file_and_line},
 	{"CHAP rules", test_chap_rules},
