@@ -459,9 +459,8 @@ void iscsi_conn_start(void *arg)
 	struct iscsi_conn *c = arg;
 	int one = 1;
 
-	c->reactor = hl_reactor_current();
-	if (!c->reactor) /* started from a thread that runs no reactor (unit tests) */
-		c->reactor = c->srv->reactors[0];
+	if (!c->reactor) /* the accepting portal sets it; unit tests start connections directly */
+		c->reactor = hl_reactor_current() ? hl_reactor_current() : c->srv->reactors[0];
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	hl_event_init(&c->ev, c->fd, conn_event, c);
 	c->ev_mask = EPOLLIN;

@@ -167,6 +167,7 @@ static void kill_session_cb(void *arg)
 
 	pthread_mutex_lock(&srv->lock);
 	hl_list_for_each_entry(c, &srv->conns, srv_link) {
+		/* c->sess is only read for our own connections (this thread writes it) */
 		if (c->reactor == me && c->sess && c->sess->nexus.id == k->nexus_id) {
 			victim = c;
 			break;
@@ -303,6 +304,8 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 			continue;
 		}
 		struct hl_reactor *r = srv->reactors[srv->rr++ % srv->n_reactors];
+		/* set before the connection is published: other threads compare it under the lock */
+		c->reactor = r;
 		hl_list_add_tail(&srv->conns, &c->srv_link);
 		srv->n_conns++;
 		pthread_mutex_unlock(&srv->lock);
