@@ -11,12 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <stdint.h>
+
+#include "hotlun/event.h"
 #include "hotlun/origin.h"
 
 #define FAKE_QUEUE_MAX 64
 
 struct fake_origin {
-	uint8_t *mem; /* NULL: size without backing store (capacity tests only) */
+	uint8_t *mem;         /* NULL: size without backing store (capacity tests only) */
+	pthread_mutex_t lock; /* guards queue and n_queued: submits may come from reactor threads */
 	struct hl_origin_io *queue[FAKE_QUEUE_MAX];
 	unsigned n_queued;
 	int submit_rc;   /* returned by submit when nonzero (cb never runs) */
@@ -37,6 +42,7 @@ static int fake_open(struct hl_origin *o, const char *target, const struct hl_or
 
 static void fake_close(struct hl_origin *o)
 {
+	pthread_mutex_destroy(&fake_of(o)->lock);
 	free(fake_of(o)->mem);
 }
 
@@ -46,9 +52,15 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 
 	if (f->submit_rc)
 		return f->submit_rc;
-	if (f->n_queued == FAKE_QUEUE_MAX)
+	/* priv[0]: the submitting reactor, so tests can complete the I/O there */
+	io->priv[0] = (uint64_t)(uintptr_t)hl_reactor_current();
+	pthread_mutex_lock(&f->lock);
+	if (f->n_queued == FAKE_QUEUE_MAX) {
+		pthread_mutex_unlock(&f->lock);
 		return -EAGAIN;
+	}
 	f->queue[f->n_queued++] = io;
+	pthread_mutex_unlock(&f->lock);
 	return 0;
 }
 
@@ -70,9 +82,11 @@ static inline struct hl_origin *fake_origin_new(uint64_t size, bool backed)
 	o->ops = &fake_origin_ops;
 	o->uri = strdup("fake:");
 	o->size = size;
+	pthread_mutex_init(&fake_of(o)->lock, NULL);
 	if (backed) {
 		fake_of(o)->mem = calloc(1, size);
 		if (!fake_of(o)->mem) {
+			pthread_mutex_destroy(&fake_of(o)->lock);
 			free(o->uri);
 			free(o);
 			return NULL;
@@ -118,16 +132,29 @@ static inline void fake_run_one(struct hl_origin *o, struct hl_origin_io *io)
 	io->cb(io, result);
 }
 
+/** Take the oldest queued I/O off the queue (NULL when empty) without running it. */
+static inline struct hl_origin_io *fake_pop(struct hl_origin *o)
+{
+	struct fake_origin *f = fake_of(o);
+	struct hl_origin_io *io = NULL;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->n_queued) {
+		io = f->queue[0];
+		f->n_queued--;
+		memmove(f->queue, f->queue + 1, f->n_queued * sizeof(f->queue[0]));
+	}
+	pthread_mutex_unlock(&f->lock);
+	return io;
+}
+
 /** Complete the oldest queued I/O, if any. @return 1 when one ran. */
 static inline unsigned fake_step(struct hl_origin *o)
 {
-	struct fake_origin *f = fake_of(o);
+	struct hl_origin_io *io = fake_pop(o);
 
-	if (!f->n_queued)
+	if (!io)
 		return 0;
-	struct hl_origin_io *io = f->queue[0];
-	f->n_queued--;
-	memmove(f->queue, f->queue + 1, f->n_queued * sizeof(f->queue[0]));
 	fake_run_one(o, io);
 	return 1;
 }

@@ -5,6 +5,8 @@
  */
 #include "scsi_ut_util.h"
 
+#include <unistd.h>
+
 static void cdb_caw(uint8_t *cdb, uint64_t lba, uint8_t n)
 {
 	memset(cdb, 0, 16);
@@ -15,7 +17,7 @@ static void cdb_caw(uint8_t *cdb, uint64_t lba, uint8_t n)
 
 static unsigned queued(void)
 {
-	return fake_of(origin)->n_queued;
+	return __atomic_load_n(&fake_of(origin)->n_queued, __ATOMIC_ACQUIRE);
 }
 
 static void test_caw_writes_when_equal(void)
@@ -170,6 +172,116 @@ static void test_caw_failing_read_releases_the_range(void)
 	lu_teardown();
 }
 
+/* ---- two reactors: a waiter resumes on the reactor it started on ---- */
+
+struct mt_cmd {
+	struct hl_scsi_cmd cmd;
+	struct hl_reactor *started_on, *done_on;
+	unsigned done;
+};
+
+static void mt_done(struct hl_scsi_cmd *cmd)
+{
+	struct mt_cmd *m = hl_container_of(cmd, struct mt_cmd, cmd);
+
+	m->done_on = hl_reactor_current();
+	__atomic_add_fetch(&m->done, 1, __ATOMIC_RELEASE);
+}
+
+static void mt_exec(void *arg)
+{
+	struct mt_cmd *m = arg;
+
+	m->started_on = hl_reactor_current();
+	hl_scsi_cmd_exec(&m->cmd);
+}
+
+static void mt_start(struct hl_reactor *r, struct mt_cmd *m, const uint8_t *cdb, uint8_t *buf,
+                     uint32_t len)
+{
+	memset(m, 0, sizeof(*m));
+	m->cmd.map = &map;
+	m->cmd.lu = lu;
+	m->cmd.nexus = &nexus_a;
+	memcpy(m->cmd.cdb, cdb, 16);
+	m->cmd.cdb_len = 16;
+	m->cmd.data = buf;
+	m->cmd.data_len = len;
+	m->cmd.data_out = true;
+	m->cmd.done = mt_done;
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_call(r, mt_exec, m), 0);
+}
+
+static void mt_complete(void *arg)
+{
+	fake_run_one(origin, arg);
+}
+
+/* Complete the oldest queued I/O on the reactor that submitted it; returns that reactor. */
+static struct hl_reactor *mt_complete_next(void)
+{
+	struct hl_origin_io *io = fake_pop(origin);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(io);
+	struct hl_reactor *r = (struct hl_reactor *)(uintptr_t)io->priv[0];
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_EQUAL(hl_reactor_call(r, mt_complete, io), 0);
+	return r;
+}
+
+static bool wait_until(const unsigned *v, unsigned want)
+{
+	for (int i = 0; i < 2000; i++) {
+		if (__atomic_load_n(v, __ATOMIC_ACQUIRE) == want)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+static void test_waiter_resumes_on_its_own_reactor(void)
+{
+	struct hl_reactor *r1, *r2;
+	struct mt_cmd w, caw;
+	uint8_t cw[16] = {0}, cc[16];
+	uint8_t x[2 * BS], y[2 * BS];
+
+	lu_setup();
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r1, "r1"), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r2, "r2"), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(r1), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(r2), 0);
+	memset(x, 'X', sizeof(x));
+	memset(y, 'X', BS);
+	memset(y + BS, 'Y', BS);
+
+	cdb_rw16(cw, 0x8a, 10, 2);
+	mt_start(r1, &w, cw, x, sizeof(x));
+	CU_ASSERT_TRUE(wait_until(&fake_of(origin)->n_queued, 1));
+	cdb_caw(cc, 11, 1);
+	mt_start(r2, &caw, cc, y, sizeof(y));
+	usleep(20000);
+	CU_ASSERT_EQUAL(queued(), 1); /* the CAW waits for the write */
+
+	CU_ASSERT_PTR_EQUAL(mt_complete_next(), r1); /* the write, on r1 */
+	CU_ASSERT_TRUE(wait_until(&w.done, 1));
+	CU_ASSERT_PTR_EQUAL(w.done_on, r1);
+	CU_ASSERT_TRUE(wait_until(&fake_of(origin)->n_queued, 1));
+	CU_ASSERT_PTR_EQUAL(mt_complete_next(), r2); /* the CAW's read went out from r2 */
+	CU_ASSERT_TRUE(wait_until(&fake_of(origin)->n_queued, 1));
+	CU_ASSERT_PTR_EQUAL(mt_complete_next(), r2); /* and its write */
+	CU_ASSERT_TRUE(wait_until(&caw.done, 1));
+	CU_ASSERT_PTR_EQUAL(caw.done_on, r2);
+	CU_ASSERT_EQUAL(caw.cmd.status, HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(medium()[11 * BS], 'Y');
+
+	hl_reactor_stop(r1);
+	hl_reactor_stop(r2);
+	hl_reactor_destroy(r1);
+	hl_reactor_destroy(r2);
+	lu_teardown();
+}
+
 static const struct hl_test tests[] = {
     {"COMPARE AND WRITE writes when equal", test_caw_writes_when_equal},
     {"COMPARE AND WRITE miscompare writes nothing", test_caw_miscompare_writes_nothing},
@@ -177,6 +289,7 @@ static const struct hl_test tests[] = {
     {"CAW waits for writes, blocks later ones", test_caw_waits_for_writes_and_blocks_later_ones},
     {"writes do not wait for each other", test_writes_do_not_wait_for_each_other},
     {"a failed CAW releases its range", test_caw_failing_read_releases_the_range},
+    {"a waiter resumes on its own reactor", test_waiter_resumes_on_its_own_reactor},
     {NULL, NULL},
 };
 
