@@ -171,13 +171,21 @@ hl_pid_name() {
 # (anything but status 0 or death by SIGTERM: a crash, a sanitizer report,
 # a leak checker's error status).
 hl_stop() {
-	local pid=${1:-${HL_PID:-}} i rc sig=TERM
+	local pid=${1:-${HL_PID:-}} i rc
 	[ -n "$pid" ] || return 0
 	# tgtd ignores SIGTERM (it wants `tgtadm --op delete --mode system`
 	# after every target is gone); it is a peer, not under test: SIGKILL.
-	[ "$(hl_pid_name "$pid")" = tgtd ] && sig=KILL
+	if [ "$(hl_pid_name "$pid")" = tgtd ]; then
+		{
+			kill -KILL "$pid"
+			wait "$pid"
+		} 2>/dev/null
+		hl_forget "$pid"
+		[ "$pid" = "${HL_PID:-}" ] && HL_PID=
+		return 0
+	fi
 	if hl_alive "$pid"; then
-		kill -$sig "$pid" 2>/dev/null
+		kill -TERM "$pid" 2>/dev/null
 		for i in $(seq 1 200); do
 			hl_alive "$pid" || break
 			sleep 0.05
@@ -193,7 +201,6 @@ hl_stop() {
 	rc=$?
 	hl_forget "$pid"
 	[ "$pid" = "${HL_PID:-}" ] && HL_PID=
-	[ $sig = KILL ] && return 0
 	case $rc in
 	0 | 143) return 0 ;;
 	127) return 0 ;; # not our child any more (already reaped)
@@ -397,12 +404,14 @@ hl_tgt_start() {
 	HL_TGT_CPORT=$(( (HL_PORT % 20000) + 1000 ))
 	local t args=(--iscsi "portal=127.0.0.1:$HL_PORT")
 	t=$(hl_tmpdir)
-	[ -n "${HL_PORT2:-}" ] && args+=(--iscsi "portal=127.0.0.1:$HL_PORT2")
 	HL_LOG=$t/tgtd.log
 	hl_spawn tgtd "$HL_LOG" tgtd -f -C "$HL_TGT_CPORT" "${args[@]}"
 	HL_PID=$HL_LAST_PID
 	hl_wait_port "$HL_PID" 127.0.0.1 "$HL_PORT" "$HL_LOG"
 	local a="tgtadm -C $HL_TGT_CPORT --lld iscsi"
+	if [ -n "${HL_PORT2:-}" ]; then
+		$a --op new --mode portal --param "portal=127.0.0.1:$HL_PORT2" || hl_error "tgtadm portal"
+	fi
 	$a --op new --mode target --tid 1 -T "$HL_IQN" || hl_error "tgtadm target"
 	$a --op new --mode logicalunit --tid 1 --lun 1 -b "$disk" || hl_error "tgtadm lun"
 	$a --op bind --mode target --tid 1 -I ALL || hl_error "tgtadm bind"
