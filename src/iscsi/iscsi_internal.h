@@ -73,6 +73,8 @@ struct hl_iscsi_server {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct hl_list targets;           /* lock */
+	struct hl_list targets_retired;   /* lock: replaced or removed at run time (admin.c);
+					   * sessions may still point at them, freed at destroy */
 	struct hl_list portals;           /* lock */
 	struct hl_list sessions;          /* lock: normal sessions in FFP */
 	struct hl_list conns;             /* lock: every live connection */
@@ -166,6 +168,7 @@ struct iscsi_session {
 	uint8_t isid[6];
 	uint16_t tsih;
 	uint16_t tpgt;
+	uint16_t cid;                     /* of its one connection */
 	uint32_t exp_cmd_sn;
 	struct hl_scsi_nexus nexus;
 	char port_name[HL_ISCSI_NAME_MAX + 16];
@@ -337,9 +340,33 @@ int iscsi_sendtargets(struct iscsi_conn *c, const char *value, struct iscsi_text
 
 /* ---- server.c ---- */
 struct iscsi_target *iscsi_target_find(struct hl_iscsi_server *srv, const char *name);
+
+/** A cross-reactor call of the server finished (pending_calls--, wake destroy). */
+void iscsi_call_done(struct hl_iscsi_server *srv);
+
+/**
+ * Unregister session o and have its reactor close its connection (srv->lock
+ * held; o may live on another reactor).
+ */
+void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
+			       const char *why);
+
+/** Build a target object from cfg (not yet published). @return NULL on OOM. */
+struct iscsi_target *iscsi_target_new(const struct hl_iscsi_target_config *cfg);
+void iscsi_target_free(struct iscsi_target *t);
 bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator);
-/** Assign a TSIH, register the session and close an older one with the same I_T (reinstatement). */
-int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s);
+/**
+ * Register a session and close an older one with the same I_T (session
+ * reinstatement). want_tsih 0: assign a new TSIH. Otherwise the initiator
+ * reinstates the connection of the live session want_tsih (same I_T and
+ * CID): that session is closed and the new one takes over its TSIH.
+ * @return 0, -ENOENT (no such session: 0x020a), -EBUSY (another CID: too
+ * many connections), -ESHUTDOWN.
+ */
+int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s, uint16_t want_tsih);
+/** Does a live session want_tsih of this I_T exist? @return 0, -ENOENT or -EBUSY (other CID). */
+int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
+			     const uint8_t *isid, const struct iscsi_target *target, uint16_t cid);
 void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s);
 uint64_t iscsi_nexus_id_next(void);
 void iscsi_conn_unlink(struct iscsi_conn *c);

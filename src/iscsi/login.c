@@ -197,9 +197,23 @@ static int login_identify(struct iscsi_conn *c, const struct iscsi_kvlist *kv, c
 		}
 	}
 	if (l->tsih != 0) {
-		/* adding a connection to an existing session: MaxConnections is 1 */
-		*why = "TSIH != 0 (multiple connections per session are not supported)";
-		return ISCSI_LOGIN_TOO_MANY_CONNECTIONS;
+		/*
+		 * A live session: only its own connection may be reinstated (same
+		 * CID); MaxConnections is 1. No such session: 0x020a, and the
+		 * initiator falls back to a new session (TSIH 0).
+		 */
+		int rc = l->type == ISCSI_SESSION_NORMAL
+				 ? iscsi_session_check_tsih(c->srv, l->tsih, l->initiator_name, l->isid,
+							   l->target, l->cid)
+				 : -ENOENT;
+		if (rc == -EBUSY) {
+			*why = "TSIH of a live session with another CID (one connection per session)";
+			return ISCSI_LOGIN_TOO_MANY_CONNECTIONS;
+		}
+		if (rc < 0) {
+			*why = "TSIH of no live session";
+			return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;
+		}
 	}
 	const struct hl_iscsi_chap *chap = login_chap(c);
 	l->auth_required = chap && chap->user[0];
@@ -362,6 +376,7 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 	hl_strlcpy(s->initiator_name, l->initiator_name, sizeof(s->initiator_name));
 	memcpy(s->isid, l->isid, 6);
 	s->tpgt = c->tpgt;
+	s->cid = l->cid;
 	s->exp_cmd_sn = l->cmd_sn;
 	s->conn = c;
 	s->reactor = c->reactor;
@@ -376,9 +391,17 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 	s->port.rel_port_id = s->tpgt ? s->tpgt : 1;
 	s->port.tpg_id = s->tpgt ? s->tpgt : 1;
 	s->nexus.port = &s->port;
-	int rc = iscsi_session_register(c->srv, s);
+	int rc = iscsi_session_register(c->srv, s, l->tsih);
 	if (rc < 0) {
 		free(s);
+		if (rc == -ENOENT && l->tsih) {
+			*why = "the session went away during login";
+			return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;
+		}
+		if (rc == -EBUSY && l->tsih) {
+			*why = "TSIH of a live session with another CID";
+			return ISCSI_LOGIN_TOO_MANY_CONNECTIONS;
+		}
 		*why = rc == -ESHUTDOWN ? "server stopping" : "no TSIH available";
 		return ISCSI_LOGIN_SERVICE_UNAVAILABLE;
 	}

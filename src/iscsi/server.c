@@ -51,6 +51,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	hl_list_init(&srv->targets);
+	hl_list_init(&srv->targets_retired);
 	hl_list_init(&srv->portals);
 	hl_list_init(&srv->sessions);
 	hl_list_init(&srv->conns);
@@ -61,7 +62,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 
 /* ---- targets ---- */
 
-static void target_free(struct iscsi_target *t)
+void iscsi_target_free(struct iscsi_target *t)
 {
 	for (size_t i = 0; i < t->n_allow; i++)
 		free(t->allow[i]);
@@ -71,15 +72,12 @@ static void target_free(struct iscsi_target *t)
 	free(t);
 }
 
-int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg)
+struct iscsi_target *iscsi_target_new(const struct hl_iscsi_target_config *cfg)
 {
-	struct iscsi_target *t;
+	struct iscsi_target *t = calloc(1, sizeof(*t));
 
-	if (!cfg->name || !cfg->name[0] || strlen(cfg->name) > HL_ISCSI_NAME_MAX || !cfg->luns)
-		return -EINVAL;
-	t = calloc(1, sizeof(*t));
 	if (!t)
-		return -ENOMEM;
+		return NULL;
 	hl_list_init(&t->link);
 	hl_strlcpy(t->name, cfg->name, sizeof(t->name));
 	if (cfg->alias)
@@ -91,25 +89,37 @@ int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_targe
 	if (cfg->n_allow) {
 		t->allow = calloc(cfg->n_allow, sizeof(char *));
 		if (!t->allow) {
-			target_free(t);
-			return -ENOMEM;
+			iscsi_target_free(t);
+			return NULL;
 		}
 		for (size_t i = 0; i < cfg->n_allow; i++) {
 			t->allow[i] = strdup(cfg->allow[i]);
 			if (!t->allow[i]) {
 				t->n_allow = i;
-				target_free(t);
-				return -ENOMEM;
+				iscsi_target_free(t);
+				return NULL;
 			}
 		}
 		t->n_allow = cfg->n_allow;
 	}
+	return t;
+}
+
+int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg)
+{
+	struct iscsi_target *t;
+
+	if (!cfg->name || !cfg->name[0] || strlen(cfg->name) > HL_ISCSI_NAME_MAX || !cfg->luns)
+		return -EINVAL;
+	t = iscsi_target_new(cfg);
+	if (!t)
+		return -ENOMEM;
 	pthread_mutex_lock(&srv->lock);
 	struct iscsi_target *o;
 	hl_list_for_each_entry(o, &srv->targets, link) {
 		if (strcasecmp(o->name, t->name) == 0) {
 			pthread_mutex_unlock(&srv->lock);
-			target_free(t);
+			iscsi_target_free(t);
 			return -EEXIST;
 		}
 	}
@@ -148,9 +158,10 @@ bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator)
 struct kill_req {
 	struct hl_iscsi_server *srv;
 	uint64_t nexus_id;
+	const char *why;  /* static string */
 };
 
-static void call_done(struct hl_iscsi_server *srv)
+void iscsi_call_done(struct hl_iscsi_server *srv)
 {
 	pthread_mutex_lock(&srv->lock);
 	srv->pending_calls--;
@@ -176,15 +187,58 @@ static void kill_session_cb(void *arg)
 	pthread_mutex_unlock(&srv->lock);
 	/* only this reactor frees its connections, so victim stays valid here */
 	if (victim) {
-		HL_NOTICE(ISCSI_LOG, "%s: session reinstated by a new login, closing the old one",
-			  victim->peer_str);
-		iscsi_conn_close(victim, "session reinstatement");
+		HL_NOTICE(ISCSI_LOG, "%s: closing the session: %s", victim->peer_str, k->why);
+		iscsi_conn_close(victim, k->why);
 	}
-	call_done(srv);
+	iscsi_call_done(srv);
 	free(k);
 }
 
-int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s)
+void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
+			       const char *why)
+{
+	hl_list_del(&o->link);
+	o->registered = false;
+	struct kill_req *k = malloc(sizeof(*k));
+	if (k) {
+		k->srv = srv;
+		k->nexus_id = o->nexus.id;
+		k->why = why;
+		srv->pending_calls++;
+		if (hl_reactor_call(o->reactor, kill_session_cb, k) < 0) {
+			srv->pending_calls--;
+			free(k);
+		}
+	}
+}
+
+static bool same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
+		    const struct iscsi_target *target)
+{
+	/* by name: a target updated at run time is a new object with the same name */
+	return o->type == ISCSI_SESSION_NORMAL && o->target && target &&
+	       strcasecmp(o->target->name, target->name) == 0 && memcmp(o->isid, isid, 6) == 0 &&
+	       strcasecmp(o->initiator_name, initiator) == 0;
+}
+
+int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
+			     const uint8_t *isid, const struct iscsi_target *target, uint16_t cid)
+{
+	struct iscsi_session *o;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(o, &srv->sessions, link) {
+		if (o->tsih == tsih && same_it(o, initiator, isid, target)) {
+			rc = o->cid == cid ? 0 : -EBUSY;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return rc;
+}
+
+int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s, uint16_t want_tsih)
 {
 	struct iscsi_session *o, *tmp;
 
@@ -193,44 +247,51 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s)
 		pthread_mutex_unlock(&srv->lock);
 		return -ESHUTDOWN;
 	}
-	/* TSIH: nonzero, unique among live sessions */
-	for (unsigned tries = 0;; tries++) {
-		bool used = false;
-		if (tries > 65536) {
-			pthread_mutex_unlock(&srv->lock);
-			return -EBUSY;
-		}
-		if (++srv->next_tsih == 0)
-			srv->next_tsih = 1;
-		hl_list_for_each_entry(o, &srv->sessions, link) {
-			if (o->tsih == srv->next_tsih) {
-				used = true;
+	if (want_tsih) {
+		/* connection reinstatement at ERL 0: the old session goes, its TSIH stays */
+		int rc = -ENOENT;
+		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
+			if (o->tsih != want_tsih ||
+			    !same_it(o, s->initiator_name, s->isid, s->target))
+				continue;
+			if (o->cid != s->cid) {
+				rc = -EBUSY;
 				break;
 			}
-		}
-		if (!used)
+			iscsi_session_kill_locked(srv, o, "connection reinstatement");
+			rc = 0;
 			break;
-	}
-	s->tsih = srv->next_tsih;
-	if (s->type == ISCSI_SESSION_NORMAL) {
-		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
-			if (o->type != ISCSI_SESSION_NORMAL || o->target != s->target ||
-			    memcmp(o->isid, s->isid, 6) != 0 ||
-			    strcasecmp(o->initiator_name, s->initiator_name) != 0)
-				continue;
-			/* reinstatement: the old session goes */
-			hl_list_del(&o->link);
-			o->registered = false;
-			struct kill_req *k = malloc(sizeof(*k));
-			if (k) {
-				k->srv = srv;
-				k->nexus_id = o->nexus.id;
-				srv->pending_calls++;
-				if (hl_reactor_call(o->reactor, kill_session_cb, k) < 0) {
-					srv->pending_calls--;
-					free(k);
+		}
+		if (rc < 0) {
+			pthread_mutex_unlock(&srv->lock);
+			return rc;
+		}
+		s->tsih = want_tsih;
+	} else {
+		/* TSIH: nonzero, unique among live sessions */
+		for (unsigned tries = 0;; tries++) {
+			bool used = false;
+			if (tries > 65536) {
+				pthread_mutex_unlock(&srv->lock);
+				return -EBUSY;
+			}
+			if (++srv->next_tsih == 0)
+				srv->next_tsih = 1;
+			hl_list_for_each_entry(o, &srv->sessions, link) {
+				if (o->tsih == srv->next_tsih) {
+					used = true;
+					break;
 				}
 			}
+			if (!used)
+				break;
+		}
+		s->tsih = srv->next_tsih;
+	}
+	if (s->type == ISCSI_SESSION_NORMAL) {
+		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
+			if (same_it(o, s->initiator_name, s->isid, s->target))
+				iscsi_session_kill_locked(srv, o, "session reinstatement");
 		}
 	}
 	hl_list_add_tail(&srv->sessions, &s->link);
@@ -324,7 +385,7 @@ static void portal_arm(void *arg)
 	hl_event_init(&p->ev, p->fd, portal_accept, p);
 	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0)
 		HL_ERR(ISCSI_LOG, "cannot watch a portal socket");
-	call_done(p->srv);
+	iscsi_call_done(p->srv);
 }
 
 static bool addr_is_wildcard(const struct sockaddr_storage *ss)
@@ -403,7 +464,7 @@ static void portals_disarm(void *arg)
 			hl_event_del(&p->ev);
 	}
 	pthread_mutex_unlock(&srv->lock);
-	call_done(srv);
+	iscsi_call_done(srv);
 }
 
 static void reactor_shutdown(void *arg)
@@ -432,7 +493,7 @@ static void reactor_shutdown(void *arg)
 	for (size_t i = 0; i < n; i++)
 		iscsi_conn_close(victims[i], "server stopping");
 	free(victims);
-	call_done(srv);
+	iscsi_call_done(srv);
 }
 
 /* Wait for pending calls and connections; false on timeout. Caller holds the lock. */
@@ -460,7 +521,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 	srv->pending_calls++;
 	pthread_mutex_unlock(&srv->lock);
 	if (hl_reactor_call(srv->reactors[0], portals_disarm, srv) < 0)
-		call_done(srv);
+		iscsi_call_done(srv);
 	pthread_mutex_lock(&srv->lock);
 	ok = wait_idle(srv, false);
 	pthread_mutex_unlock(&srv->lock);
@@ -470,7 +531,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 			srv->pending_calls++;
 			pthread_mutex_unlock(&srv->lock);
 			if (hl_reactor_call(srv->reactors[i], reactor_shutdown, srv) < 0)
-				call_done(srv);
+				iscsi_call_done(srv);
 		}
 		pthread_mutex_lock(&srv->lock);
 		ok = wait_idle(srv, true);
@@ -491,7 +552,13 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 	while (!hl_list_empty(&srv->targets)) {
 		struct iscsi_target *t = hl_list_first(&srv->targets, struct iscsi_target, link);
 		hl_list_del(&t->link);
-		target_free(t);
+		iscsi_target_free(t);
+	}
+	while (!hl_list_empty(&srv->targets_retired)) {
+		struct iscsi_target *t =
+			hl_list_first(&srv->targets_retired, struct iscsi_target, link);
+		hl_list_del(&t->link);
+		iscsi_target_free(t);
 	}
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);
