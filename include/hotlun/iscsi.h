@@ -65,6 +65,44 @@ int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_targe
 int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_t tpgt,
 			char *bound, size_t bound_len);
 
+/* ---- changes at run time (control socket, reload) ---- */
+
+/**
+ * Replace a target's settings (alias, ACL, CHAP, LUN map pointer). New logins
+ * see them at once; open sessions keep what they logged in with.
+ * @return 0, -ENOENT, -ENOMEM.
+ */
+int hl_iscsi_target_update(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg);
+
+/**
+ * Remove a target from discovery and logins. With sessions open: -EBUSY
+ * unless force, which closes them. @return 0, -ENOENT, -EBUSY.
+ */
+int hl_iscsi_target_remove(struct hl_iscsi_server *srv, const char *name, bool force);
+
+/** Normal sessions currently logged in to target `name`. */
+unsigned hl_iscsi_target_sessions(struct hl_iscsi_server *srv, const char *name);
+
+/** Stop listening on a portal given as in hl_iscsi_portal_add. @return 0, -ENOENT, -EINVAL. */
+int hl_iscsi_portal_remove(struct hl_iscsi_server *srv, const char *portal);
+
+/** What the control socket shows of a session. */
+struct hl_iscsi_session_info {
+	char initiator[HL_ISCSI_NAME_MAX + 1];
+	char target[HL_ISCSI_NAME_MAX + 1];
+	char isid[13];
+	uint16_t tsih;
+	uint16_t tpgt;
+	uint64_t nexus_id;
+};
+
+/**
+ * Call fn for every normal session (under the server's lock: fn must not
+ * call back into the server). @return the number of sessions.
+ */
+int hl_iscsi_sessions_list(struct hl_iscsi_server *srv,
+			   void (*fn)(void *arg, const struct hl_iscsi_session_info *info), void *arg);
+
 /** Close portals, end every session (waiting for in-flight commands), free. Main thread. */
 void hl_iscsi_server_destroy(struct hl_iscsi_server *srv);
 
