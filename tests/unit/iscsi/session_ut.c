@@ -1083,6 +1083,48 @@ static void test_nop_ping(void)
 	teardown();
 }
 
+static void test_discovery_chap(void)
+{
+	setup();
+	hl_strlcpy(srv->discovery_chap.user, "disc", sizeof(srv->discovery_chap.user));
+	hl_strlcpy(srv->discovery_chap.secret, "discsecret12", sizeof(srv->discovery_chap.secret));
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 1,
+		  "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=None");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), ISCSI_LOGIN_AUTH_FAILED);
+	teardown();
+
+	setup();
+	hl_strlcpy(srv->discovery_chap.user, "disc", sizeof(srv->discovery_chap.user));
+	hl_strlcpy(srv->discovery_chap.secret, "discsecret12", sizeof(srv->discovery_chap.secret));
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 1,
+		  "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=CHAP");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_TRUE(has_kv(&got[0], "AuthMethod=CHAP"));
+	ngot = 0;
+	login_pdu(0, "CHAP_A=5");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	const char *id_s = get_kv(&got[0], "CHAP_I"), *c_s = get_kv(&got[0], "CHAP_C");
+	CU_ASSERT_FATAL(id_s && c_s);
+	uint8_t ch[64], rsp[16];
+	char hex[64], spec[256];
+	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
+	iscsi_chap_compute(ISCSI_CHAP_MD5, (uint8_t)atoi(id_s), "discsecret12", ch, (size_t)clen, rsp);
+	iscsi_chap_encode_hex(rsp, 16, hex, sizeof(hex));
+	snprintf(spec, sizeof(spec), "CHAP_N=disc|CHAP_R=%s", hex);
+	ngot = 0;
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 3, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
+	CU_ASSERT_EQUAL(conn->sess->type, ISCSI_SESSION_DISCOVERY);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
 	{ "login: operational stage straight to FFP", test_login_operational_only },
 	{ "login: security then operational stage", test_login_security_then_operational },
@@ -1102,6 +1144,7 @@ static const struct hl_test tests[] = {
 	{ "logout closes", test_logout },
 	{ "text: SendTargets continuation in a normal session", test_text_continuation },
 	{ "NOP-In ping on idle, answer, timeout", test_nop_ping },
+	{ "discovery CHAP", test_discovery_chap },
 	{ NULL, NULL },
 };
 
