@@ -4,6 +4,8 @@
  * 3/4, and backward-shift deletion (no tombstones, so lookups never slow
  * down as blocks come and go). Keys are not stored here: a probe reads the
  * key from the slot record, which keeps the index at ~5.3 bytes per slot.
+ * The bits of an entry that the slot number does not need carry a few hash
+ * bits of the key, so most probes of a miss never touch the slot records.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,9 +13,25 @@
 #include "cache/cache_internal.h"
 
 /* Map a hash onto [0, cap) without a division or a power-of-two table. */
+static inline uint64_t home_of_hash(const struct cache_index *ix, uint64_t h)
+{
+	return (uint64_t)(((unsigned __int128)h * ix->cap) >> 64);
+}
+
 static inline uint64_t home_of(const struct cache_index *ix, uint64_t key)
 {
-	return (uint64_t)(((unsigned __int128)cache_hash(key) * ix->cap) >> 64);
+	return home_of_hash(ix, cache_hash(key));
+}
+
+/* Tag bits come from the low end of the hash; the home from the high end. */
+static inline uint32_t tag_of(const struct cache_index *ix, uint64_t h)
+{
+	return (uint32_t)(h & (UINT32_MAX >> ix->slot_bits)) << ix->slot_bits;
+}
+
+static inline uint32_t entry_slot(const struct cache_index *ix, uint32_t e)
+{
+	return e & ix->slot_mask;
 }
 
 int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache_slot *slots)
@@ -22,6 +40,11 @@ int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache
 		return -EINVAL;
 	ix->cap = nslots + nslots / 3 + 8;
 	ix->count = 0;
+	/* Slot numbers need slot_bits; the all-ones slot number stays unused. */
+	ix->slot_bits = 1;
+	while (ix->slot_bits < 32 && ((1ull << ix->slot_bits) - 1) <= nslots)
+		ix->slot_bits++;
+	ix->slot_mask = ix->slot_bits == 32 ? UINT32_MAX : (uint32_t)((1ull << ix->slot_bits) - 1);
 	ix->slots = slots;
 	ix->tab = malloc(ix->cap * sizeof(*ix->tab));
 	if (!ix->tab)
@@ -40,14 +63,15 @@ void cache_index_fini(struct cache_index *ix)
 
 uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 {
-	uint64_t i = home_of(ix, key);
+	uint64_t h = cache_hash(key), i = home_of_hash(ix, h);
+	uint32_t tag = tag_of(ix, h);
 
 	for (;;) {
-		uint32_t s = ix->tab[i];
-		if (s == CACHE_INDEX_EMPTY)
+		uint32_t e = ix->tab[i];
+		if (e == CACHE_INDEX_EMPTY)
 			return HL_CACHE_NO_SLOT;
-		if (ix->slots[s].key == key)
-			return s;
+		if ((e & ~ix->slot_mask) == tag && ix->slots[entry_slot(ix, e)].key == key)
+			return entry_slot(ix, e);
 		if (++i == ix->cap)
 			i = 0;
 	}
@@ -56,22 +80,25 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 int cache_index_insert(struct cache_index *ix, uint32_t slot)
 {
 	uint64_t key = ix->slots[slot].key;
-	uint64_t i;
+	uint64_t h = cache_hash(key), i;
+	uint32_t tag = tag_of(ix, h);
 
 	/* One slot less than cap stays empty so probes always terminate. */
 	if (ix->count + 1 >= ix->cap)
 		return -ENOSPC;
-	i = home_of(ix, key);
+	if (slot >= ix->slot_mask)
+		return -EINVAL;
+	i = home_of_hash(ix, h);
 	for (;;) {
-		uint32_t s = ix->tab[i];
-		if (s == CACHE_INDEX_EMPTY)
+		uint32_t e = ix->tab[i];
+		if (e == CACHE_INDEX_EMPTY)
 			break;
-		if (ix->slots[s].key == key)
+		if ((e & ~ix->slot_mask) == tag && ix->slots[entry_slot(ix, e)].key == key)
 			return -EEXIST;
 		if (++i == ix->cap)
 			i = 0;
 	}
-	ix->tab[i] = slot;
+	ix->tab[i] = tag | slot;
 	ix->count++;
 	return 0;
 }
@@ -83,13 +110,14 @@ static inline uint64_t dist(const struct cache_index *ix, uint64_t from, uint64_
 
 int cache_index_remove(struct cache_index *ix, uint64_t key)
 {
-	uint64_t i = home_of(ix, key);
+	uint64_t h = cache_hash(key), i = home_of_hash(ix, h);
+	uint32_t tag = tag_of(ix, h);
 
 	for (;;) {
-		uint32_t s = ix->tab[i];
-		if (s == CACHE_INDEX_EMPTY)
+		uint32_t e = ix->tab[i];
+		if (e == CACHE_INDEX_EMPTY)
 			return -ENOENT;
-		if (ix->slots[s].key == key)
+		if ((e & ~ix->slot_mask) == tag && ix->slots[entry_slot(ix, e)].key == key)
 			break;
 		if (++i == ix->cap)
 			i = 0;
@@ -102,12 +130,12 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 	for (;;) {
 		if (++j == ix->cap)
 			j = 0;
-		uint32_t s = ix->tab[j];
-		if (s == CACHE_INDEX_EMPTY)
+		uint32_t e = ix->tab[j];
+		if (e == CACHE_INDEX_EMPTY)
 			break;
-		uint64_t home = home_of(ix, ix->slots[s].key);
+		uint64_t home = home_of(ix, ix->slots[entry_slot(ix, e)].key);
 		if (dist(ix, home, j) >= dist(ix, hole, j)) {
-			ix->tab[hole] = s;
+			ix->tab[hole] = e;
 			hole = j;
 		}
 	}

@@ -67,9 +67,10 @@ _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes"
 #define CACHE_INDEX_EMPTY UINT32_MAX
 
 struct cache_index {
-	uint32_t *tab;   /* slot numbers; CACHE_INDEX_EMPTY when unused */
+	uint32_t *tab;   /* tag << slot_bits | slot; CACHE_INDEX_EMPTY when unused */
 	uint64_t cap;    /* entries; about 4/3 of the slot count (load <= 0.75) */
 	uint64_t count;
+	uint32_t slot_bits, slot_mask; /* the spare high bits hold a hash tag */
 	const struct cache_slot *slots; /* to read keys while probing */
 };
 
