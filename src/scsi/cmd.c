@@ -136,6 +136,8 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 	cmd->sense_len = 0;
 	cmd->rl_mode = 0;
 	cmd->reactor = hl_reactor_current();
+	if (!cmd->data)
+		cmd->data_len = 0; /* a transport bug must not become a wild write */
 	if (cmd->lu && cmd->map && cmd->lun < HL_SCSI_MAX_LUNS && cmd->map->lu[cmd->lun] != cmd->lu)
 		HL_WARN_RL(SCSI_COMPONENT, "LUN %llu: cmd->lu does not match the LUN map",
 		           (unsigned long long)cmd->lun);
