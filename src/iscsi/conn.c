@@ -17,7 +17,7 @@
 #include "hotlun/log.h"
 #include "iscsi/iscsi_internal.h"
 
-#define RX_READS_PER_EVENT 4    /* fairness: at most this many full buffers per wakeup */
+#define RX_READS_PER_EVENT 4 /* fairness: at most this many full buffers per wakeup */
 #define TX_POOL_MAX        256
 
 static void conn_event(struct hl_event *ev, uint32_t revents);
@@ -62,8 +62,8 @@ static int rx_pdu_cb(void *ctx, struct iscsi_rx *rx)
 }
 
 static const struct iscsi_rx_ops conn_rx_ops = {
-	.header = rx_header_cb,
-	.pdu = rx_pdu_cb,
+    .header = rx_header_cb,
+    .pdu = rx_pdu_cb,
 };
 
 int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx)
@@ -71,12 +71,12 @@ int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx)
 	uint8_t op = bhs_opcode(&rx->bhs);
 
 	HL_DEBUG(ISCSI_LOG, "%s: rx %s itt 0x%x dsl %u", c->peer_str, iscsi_opcode_name(op),
-		 bhs_itt(&rx->bhs), rx->dsl);
+	         bhs_itt(&rx->bhs), rx->dsl);
 	switch (c->state) {
 	case CONN_LOGIN:
 		if (op != ISCSI_OP_LOGIN_REQ) {
 			HL_NOTICE(ISCSI_LOG, "%s: %s during login, closing", c->peer_str,
-				  iscsi_opcode_name(op));
+			          iscsi_opcode_name(op));
 			return -EPROTO;
 		}
 		return iscsi_login_handle(c, rx);
@@ -107,7 +107,7 @@ static void conn_read(struct iscsi_conn *c)
 		if (rc < 0) {
 			if (c->state != CONN_CLOSED)
 				HL_NOTICE(ISCSI_LOG, "%s: receive error (%s), closing", c->peer_str,
-					  rc == -EBADMSG ? "header digest" : strerror((int)-rc));
+				          rc == -EBADMSG ? "header digest" : strerror((int)-rc));
 			iscsi_conn_close(c, "protocol error");
 			return;
 		}
@@ -196,7 +196,7 @@ static void put_le32(uint8_t *p, uint32_t v)
 }
 
 int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const void *data,
-		     uint32_t len, struct iscsi_task *task, void *owned, bool close_after)
+                     uint32_t len, struct iscsi_task *task, void *owned, bool close_after)
 {
 	if (c->state == CONN_CLOSED) {
 		free(owned);
@@ -239,7 +239,7 @@ int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const vo
 	c->tx_bytes += tx->hdr_len + tx->data_len + tx->trailer_len;
 	hl_list_add_tail(&c->txq, &tx->link);
 	HL_DEBUG(ISCSI_LOG, "%s: tx %s itt 0x%x dsl %u", c->peer_str,
-		 iscsi_opcode_name(bhs_opcode(bhs)), bhs_itt(bhs), len);
+	         iscsi_opcode_name(bhs_opcode(bhs)), bhs_itt(bhs), len);
 	return 0;
 }
 
@@ -253,9 +253,10 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 		uint32_t skip = c->tx_off;
 		struct iscsi_tx *tx;
 
-		hl_list_for_each_entry(tx, &c->txq, link) {
-			const void *parts[3] = { tx->hdr, tx->data, tx->trailer };
-			uint32_t lens[3] = { tx->hdr_len, tx->data_len, tx->trailer_len };
+		hl_list_for_each_entry(tx, &c->txq, link)
+		{
+			const void *parts[3] = {tx->hdr, tx->data, tx->trailer};
+			uint32_t lens[3] = {tx->hdr_len, tx->data_len, tx->trailer_len};
 			for (int i = 0; i < 3 && cnt < ISCSI_IOV_MAX; i++) {
 				if (skip >= lens[i]) {
 					skip -= lens[i];
@@ -270,7 +271,7 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 				break;
 		}
 		/* sendmsg, not writev: MSG_NOSIGNAL keeps a peer reset from raising SIGPIPE */
-		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
 		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -348,7 +349,7 @@ void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, u
 	bhs_set_itt(&h, ISCSI_RSVD_TAG);
 	iscsi_conn_fill_sn(c, &h, true);
 	HL_INFO(ISCSI_LOG, "%s: reject %s itt 0x%x reason 0x%02x", c->peer_str,
-		iscsi_opcode_name(bhs_opcode(bad)), bhs_itt(bad), reason);
+	        iscsi_opcode_name(bhs_opcode(bad)), bhs_itt(bad), reason);
 	iscsi_conn_queue(c, &h, copy, ISCSI_BHS_LEN, NULL, copy, false);
 }
 
@@ -372,14 +373,15 @@ static void nop_tick(struct hl_timer *t)
 	struct hl_iscsi_server *srv = c->srv;
 	uint64_t now = hl_now_ns();
 	uint64_t interval = (uint64_t)srv->nop_interval_s * 1000000000ull;
-	uint64_t timeout = (uint64_t)(srv->nop_timeout_s ? srv->nop_timeout_s : srv->nop_interval_s) *
-			   1000000000ull;
+	uint64_t timeout =
+	    (uint64_t)(srv->nop_timeout_s ? srv->nop_timeout_s : srv->nop_interval_s) *
+	    1000000000ull;
 
 	conn_enter(c);
 	if (c->state == CONN_FFP) {
 		if (c->nop_outstanding && now - c->nop_sent_ns >= timeout) {
 			HL_NOTICE(ISCSI_LOG, "%s: NOP-In ping unanswered for %us, closing",
-				  c->peer_str, (unsigned)(timeout / 1000000000ull));
+			          c->peer_str, (unsigned)(timeout / 1000000000ull));
 			iscsi_conn_close(c, "nop timeout");
 		} else if (!c->nop_outstanding && now - c->last_rx_ns >= interval) {
 			struct iscsi_bhs h;
@@ -400,7 +402,7 @@ static void nop_tick(struct hl_timer *t)
 	}
 	if (c->state != CONN_CLOSED) {
 		uint64_t next_ms = c->nop_outstanding ? HL_MIN(timeout, interval) / 1000000ull
-						      : interval / 1000000ull;
+		                                      : interval / 1000000ull;
 		hl_timer_start(c->reactor, &c->nop_timer, next_ms ? next_ms : 1000);
 	}
 	conn_leave(c);
@@ -409,7 +411,7 @@ static void nop_tick(struct hl_timer *t)
 /* ---- lifetime ---- */
 
 int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool wildcard,
-		      struct iscsi_conn **out)
+                      struct iscsi_conn **out)
 {
 	struct iscsi_conn *c = calloc(1, sizeof(*c));
 	socklen_t sl;
@@ -436,7 +438,8 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 		hl_list_init(&c->itt_hash[i]);
 	c->lim = srv->lim;
 	iscsi_params_init(&c->params);
-	iscsi_rx_init(&c->rx, &conn_rx_ops, c, HL_MAX(c->lim.max_recv_dsl, (uint32_t)ISCSI_LOGIN_DSL));
+	iscsi_rx_init(&c->rx, &conn_rx_ops, c,
+	              HL_MAX(c->lim.max_recv_dsl, (uint32_t)ISCSI_LOGIN_DSL));
 	c->next_ttt = 0x10000;
 	c->text.ttt = ISCSI_RSVD_TAG;
 	hl_timer_init(&c->login_timer, login_timeout, c);

@@ -55,13 +55,15 @@ static int add_addresses(struct iscsi_conn *c, struct iscsi_textbuf *tb)
 	unsigned nseen = 0;
 	struct iscsi_portal *p;
 
-	hl_list_for_each_entry(p, &c->srv->portals, link) {
+	hl_list_for_each_entry(p, &c->srv->portals, link)
+	{
 		struct sockaddr_storage ss;
 		char addr[80], val[96];
 		bool dup = false;
 
 		if (p->wildcard) {
-			/* reachable at the address this connection came in on, if the family matches */
+			/* reachable at the address this connection came in on, if the family
+			 * matches */
 			if (p->addr.ss_family != c->local.ss_family)
 				continue;
 			ss = c->local;
@@ -117,7 +119,8 @@ int iscsi_sendtargets(struct iscsi_conn *c, const char *value, struct iscsi_text
 			rc = add_target(c, s->target, tb);
 	} else {
 		struct iscsi_target *t;
-		hl_list_for_each_entry(t, &srv->targets, link) {
+		hl_list_for_each_entry(t, &srv->targets, link)
+		{
 			if (!all && strcasecmp(value, t->name) != 0)
 				continue;
 			if (!iscsi_target_allows(t, s->initiator_name))

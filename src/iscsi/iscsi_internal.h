@@ -27,21 +27,21 @@
 #define ISCSI_LOG "iscsi"
 
 /* Tunables (not negotiated). */
-#define ISCSI_QUEUE_DEPTH      128   /* commands in flight per session (CmdSN window) */
-#define ISCSI_MAX_R2T          4     /* our cap on outstanding R2Ts per task */
-#define ISCSI_RBUF_SIZE        (256 * 1024)
+#define ISCSI_QUEUE_DEPTH      128 /* commands in flight per session (CmdSN window) */
+#define ISCSI_MAX_R2T          4   /* our cap on outstanding R2Ts per task */
+#define ISCSI_RBUF_SIZE        (128 * 1024)
 #define ISCSI_LOGIN_TIMEOUT_MS 30000
-#define ISCSI_LOGIN_DSL        8192  /* data segment limit before MaxRecvDataSegmentLength is known */
+#define ISCSI_LOGIN_DSL        8192 /* data segment limit before MaxRecvDataSegmentLength is known */
 #define ISCSI_IOV_MAX          64
 #define ISCSI_ITT_HASH         256
-#define ISCSI_TX_HIGH          (32u << 20) /* stop reading while more than this waits to be sent */
+#define ISCSI_TX_HIGH          (32u << 20)  /* stop reading while more than this waits to be sent */
 #define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
 
 struct iscsi_conn;
 struct iscsi_task;
 
 struct iscsi_target {
-	struct hl_list link;              /* srv->targets, under srv->lock */
+	struct hl_list link; /* srv->targets, under srv->lock */
 	char name[HL_ISCSI_NAME_MAX + 1];
 	char alias[256];
 	const struct hl_scsi_lun_map *luns;
@@ -53,11 +53,11 @@ struct iscsi_target {
 };
 
 struct iscsi_portal {
-	struct hl_list link;              /* srv->portals */
+	struct hl_list link; /* srv->portals */
 	struct hl_iscsi_server *srv;
 	int fd;
-	struct hl_event ev;               /* on srv->reactors[0] */
-	struct sockaddr_storage addr;     /* bound address */
+	struct hl_event ev;           /* on srv->reactors[0] */
+	struct sockaddr_storage addr; /* bound address */
 	uint16_t tpgt;
 	bool wildcard;
 };
@@ -72,17 +72,17 @@ struct hl_iscsi_server {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct hl_list targets;           /* lock */
-	struct hl_list targets_retired;   /* lock: replaced or removed at run time (admin.c);
-					   * sessions may still point at them, freed at destroy */
-	struct hl_list portals;           /* lock */
-	struct hl_list sessions;          /* lock: normal sessions in FFP */
-	struct hl_list conns;             /* lock: every live connection */
-	unsigned n_conns;                 /* lock */
-	unsigned rr;                      /* lock: next reactor */
-	uint16_t next_tsih;               /* lock */
-	bool stopping;                    /* lock */
-	unsigned pending_calls;           /* lock: destroy waits for these */
+	struct hl_list targets;         /* lock */
+	struct hl_list targets_retired; /* lock: replaced or removed at run time (admin.c);
+	                                 * sessions may still point at them, freed at destroy */
+	struct hl_list portals;         /* lock */
+	struct hl_list sessions;        /* lock: normal sessions in FFP */
+	struct hl_list conns;           /* lock: every live connection */
+	unsigned n_conns;               /* lock */
+	unsigned rr;                    /* lock: next reactor */
+	uint16_t next_tsih;             /* lock */
+	bool stopping;                  /* lock */
+	unsigned pending_calls;         /* lock: destroy waits for these */
 };
 
 /* One entry of a connection's send queue: header, data, pad+digest. */
@@ -94,15 +94,15 @@ struct iscsi_tx {
 	uint32_t data_len;
 	uint8_t trailer[3 + ISCSI_DIGEST_LEN];
 	uint32_t trailer_len;
-	struct iscsi_task *task;          /* holds a reference while queued, or NULL */
-	void *owned;                      /* freed once sent */
-	bool close_after;                 /* close the connection once sent */
+	struct iscsi_task *task; /* holds a reference while queued, or NULL */
+	void *owned;             /* freed once sent */
+	bool close_after;        /* close the connection once sent */
 };
 
 enum iscsi_task_state {
-	TASK_DATA_OUT = 0,   /* collecting immediate / unsolicited / solicited data */
-	TASK_EXEC,           /* in the scsi layer */
-	TASK_DONE,           /* response queued (or discarded) */
+	TASK_DATA_OUT = 0, /* collecting immediate / unsolicited / solicited data */
+	TASK_EXEC,         /* in the scsi layer */
+	TASK_DONE,         /* response queued (or discarded) */
 };
 
 struct iscsi_r2t {
@@ -120,68 +120,68 @@ struct iscsi_tmf;
 struct iscsi_task {
 	struct hl_scsi_cmd cmd;
 	struct iscsi_conn *conn;
-	struct hl_list link;              /* conn->tasks (or conn->task_free) */
-	struct hl_list hash_link;         /* conn->itt_hash[] while active */
+	struct hl_list link;      /* conn->tasks (or conn->task_free) */
+	struct hl_list hash_link; /* conn->itt_hash[] while active */
 	int refs;
 	enum iscsi_task_state state;
-	struct iscsi_bhs req;             /* the SCSI Command BHS */
+	struct iscsi_bhs req; /* the SCSI Command BHS */
 	uint32_t itt;
 	uint32_t cmd_sn;
 	uint32_t edtl;
 	uint64_t lun_raw;
-	bool aborted;                     /* by a TMF or connection close: discard the response */
-	struct iscsi_tmf *tmf;            /* the TMF waiting for this task, if any */
+	bool aborted;          /* by a TMF or connection close: discard the response */
+	struct iscsi_tmf *tmf; /* the TMF waiting for this task, if any */
 	/* write side */
-	uint32_t imm_len;                 /* immediate data bytes */
-	uint32_t received;                /* data bytes placed in the buffer */
-	uint32_t unsol_len;               /* bytes of unsolicited data expected (after immediate) */
+	uint32_t imm_len;   /* immediate data bytes */
+	uint32_t received;  /* data bytes placed in the buffer */
+	uint32_t unsol_len; /* bytes of unsolicited data expected (after immediate) */
 	uint32_t unsol_received;
 	uint32_t unsol_next_datasn;
 	bool unsol_done;
-	uint32_t r2t_next_offset;         /* first byte not yet solicited */
+	uint32_t r2t_next_offset; /* first byte not yet solicited */
 	uint32_t r2tsn;
 	unsigned r2t_active;
 	struct iscsi_r2t r2t[ISCSI_MAX_R2T];
 	/* read side */
-	uint32_t datasn;                  /* next Data-In DataSN */
-	uint32_t buf_len;                 /* bytes allocated for cmd.data */
+	uint32_t datasn;  /* next Data-In DataSN */
+	uint32_t buf_len; /* bytes allocated for cmd.data */
 	uint8_t sense_buf[2 + HL_SENSE_MAX];
 };
 
 struct iscsi_tmf {
-	struct hl_list link;              /* conn->tmfs */
+	struct hl_list link; /* conn->tmfs */
 	struct iscsi_bhs req;
-	unsigned waiting;                 /* tasks still in the scsi layer */
+	unsigned waiting; /* tasks still in the scsi layer */
 	uint8_t function;
 	uint8_t response;
-	struct hl_lu *reset_lu;           /* hl_lu_reset after the tasks are gone */
+	struct hl_lu *reset_lu; /* hl_lu_reset after the tasks are gone */
 	bool reset_target;
 	bool cold;
 };
 
 struct iscsi_session {
-	struct hl_list link;              /* srv->sessions, under srv->lock (normal sessions) */
+	struct hl_list link; /* srv->sessions, under srv->lock (normal sessions) */
 	bool registered;
 	enum iscsi_session_type type;
-	struct iscsi_target *target;      /* NULL for discovery */
+	struct iscsi_target *target; /* NULL for discovery */
 	char initiator_name[HL_ISCSI_NAME_MAX + 1];
 	uint8_t isid[6];
 	uint16_t tsih;
 	uint16_t tpgt;
-	uint16_t cid;                     /* of its one connection */
+	uint16_t cid; /* of its one connection */
 	uint32_t exp_cmd_sn;
 	struct hl_scsi_nexus nexus;
 	char port_name[HL_ISCSI_NAME_MAX + 16];
 	struct hl_scsi_port port;
 	struct iscsi_conn *conn;
 	struct hl_reactor *reactor;
-	bool nexus_used;                  /* a command reached the scsi layer */
+	bool nexus_used; /* a command reached the scsi layer */
 };
 
 enum iscsi_auth_state {
 	AUTH_START = 0,
-	AUTH_CHAP_WAIT_A,     /* AuthMethod=CHAP agreed; waiting for CHAP_A */
-	AUTH_CHAP_WAIT_R,     /* challenge sent; waiting for CHAP_N/CHAP_R */
+	AUTH_CHAP_WAIT_A, /* AuthMethod=CHAP agreed; waiting for CHAP_A */
+	AUTH_CHAP_WAIT_R, /* challenge sent; waiting for CHAP_N/CHAP_R */
 	AUTH_DONE,
 };
 
@@ -193,7 +193,7 @@ struct iscsi_login {
 	uint32_t itt;
 	uint16_t cid;
 	uint32_t cmd_sn;
-	int cur_stage;                    /* stage we are in */
+	int cur_stage; /* stage we are in */
 	char initiator_name[HL_ISCSI_NAME_MAX + 1];
 	char target_name[HL_ISCSI_NAME_MAX + 1];
 	enum iscsi_session_type type;
@@ -205,11 +205,11 @@ struct iscsi_login {
 	/* response continuation */
 	struct iscsi_textbuf rsp;
 	size_t rsp_off;
-	uint8_t rsp_flags;                /* T/CSG/NSG of the final piece */
-	bool rsp_ffp;                     /* the final piece moves to FFP */
+	uint8_t rsp_flags; /* T/CSG/NSG of the final piece */
+	bool rsp_ffp;      /* the final piece moves to FFP */
 	/* authentication */
 	bool auth_required;
-	bool auth_chap;                   /* CHAP was chosen */
+	bool auth_chap; /* CHAP was chosen */
 	enum iscsi_auth_state auth;
 	int chap_alg;
 	uint8_t chap_id;
@@ -221,22 +221,22 @@ struct iscsi_login {
 
 struct iscsi_text_state {
 	uint32_t itt;
-	uint32_t ttt;                     /* while a response continues */
+	uint32_t ttt; /* while a response continues */
 	uint8_t *rsp;
 	size_t rsp_len, rsp_off;
-	uint8_t *req;                     /* request continuation (C bit) */
+	uint8_t *req; /* request continuation (C bit) */
 	size_t req_len;
 };
 
 enum iscsi_conn_state {
 	CONN_LOGIN = 0,
 	CONN_FFP,
-	CONN_LOGOUT,    /* logout response queued: nothing more is read */
-	CONN_CLOSED,    /* socket gone; waiting for tasks in the scsi layer */
+	CONN_LOGOUT, /* logout response queued: nothing more is read */
+	CONN_CLOSED, /* socket gone; waiting for tasks in the scsi layer */
 };
 
 struct iscsi_conn {
-	struct hl_list srv_link;          /* srv->conns, under srv->lock */
+	struct hl_list srv_link; /* srv->conns, under srv->lock */
 	struct hl_iscsi_server *srv;
 	struct hl_reactor *reactor;
 	struct hl_event ev;
@@ -245,7 +245,7 @@ struct iscsi_conn {
 	struct sockaddr_storage local, peer;
 	char peer_str[64];
 	uint16_t tpgt;
-	bool local_wildcard;              /* accepted on a wildcard portal */
+	bool local_wildcard; /* accepted on a wildcard portal */
 	enum iscsi_conn_state state;
 
 	struct iscsi_rx rx;
@@ -254,7 +254,7 @@ struct iscsi_conn {
 	struct hl_list txq;
 	struct hl_list tx_free;
 	unsigned tx_nfree;
-	uint32_t tx_off;                  /* bytes of the head entry already sent */
+	uint32_t tx_off; /* bytes of the head entry already sent */
 	bool close_after_send;
 
 	struct iscsi_params params;
@@ -268,14 +268,14 @@ struct iscsi_conn {
 	struct iscsi_text_state text;
 
 	struct hl_list tasks;
-	struct hl_list itt_hash[ISCSI_ITT_HASH];  /* active tasks (DATA_OUT, EXEC) by ITT */
-	unsigned ntasks;                  /* tasks alive (any state) */
-	unsigned nactive;                 /* tasks in DATA_OUT or EXEC: they fill the CmdSN window */
-	struct iscsi_task *rx_task;       /* SCSI Command whose immediate data is arriving */
-	struct iscsi_task *rx_dout;       /* Data-Out destination task, NULL = drop silently */
-	int rx_dout_r2t;                  /* R2T slot, -1 = unsolicited */
-	uint8_t rx_dout_reject;           /* reject reason for a bad Data-Out, 0 = ok */
-	unsigned nexec;                   /* tasks inside the scsi layer */
+	struct hl_list itt_hash[ISCSI_ITT_HASH]; /* active tasks (DATA_OUT, EXEC) by ITT */
+	unsigned ntasks;                         /* tasks alive (any state) */
+	unsigned nactive;           /* tasks in DATA_OUT or EXEC: they fill the CmdSN window */
+	struct iscsi_task *rx_task; /* SCSI Command whose immediate data is arriving */
+	struct iscsi_task *rx_dout; /* Data-Out destination task, NULL = drop silently */
+	int rx_dout_r2t;            /* R2T slot, -1 = unsolicited */
+	uint8_t rx_dout_reject;     /* reject reason for a bad Data-Out, 0 = ok */
+	unsigned nexec;             /* tasks inside the scsi layer */
 	struct hl_list task_free;
 	unsigned task_nfree;
 	struct hl_list tmfs;
@@ -288,22 +288,23 @@ struct iscsi_conn {
 	uint32_t nop_ttt;
 	uint64_t nop_sent_ns;
 
-	bool tx_hdigest, tx_ddigest;      /* digests on what we send (on after login) */
-	unsigned busy;                    /* entry points running: defer free and flush */
-	uint64_t tx_bytes;                /* bytes queued, not yet sent */
-	uint64_t buf_bytes;               /* data buffers held by this connection's tasks */
+	bool tx_hdigest, tx_ddigest; /* digests on what we send (on after login) */
+	unsigned busy;               /* entry points running: defer free and flush */
+	uint64_t tx_bytes;           /* bytes queued, not yet sent */
+	uint64_t buf_bytes;          /* data buffers held by this connection's tasks */
 };
 
 /* ---- conn.c ---- */
 int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool wildcard,
-		      struct iscsi_conn **out);
+                      struct iscsi_conn **out);
 /** Start on the calling reactor (the one it was handed to). */
 void iscsi_conn_start(void *arg);
 /** Close now: socket gone, tasks aborted; freed when no task is in the scsi layer. */
 void iscsi_conn_close(struct iscsi_conn *c, const char *why);
-/** Queue a PDU; bhs is copied, data stays the caller's (task ref) or is owned. @return 0/-ENOMEM. */
+/** Queue a PDU; bhs is copied, data stays the caller's (task ref) or is owned. @return 0/-ENOMEM.
+ */
 int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const void *data,
-		     uint32_t len, struct iscsi_task *task, void *owned, bool close_after);
+                     uint32_t len, struct iscsi_task *task, void *owned, bool close_after);
 /** Write what can be written. */
 void iscsi_conn_flush(struct iscsi_conn *c);
 /** Fill StatSN (advance when `advance`), ExpCmdSN, MaxCmdSN at offsets 24/28/32. */
@@ -349,7 +350,7 @@ void iscsi_call_done(struct hl_iscsi_server *srv);
  * held; o may live on another reactor).
  */
 void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
-			       const char *why);
+                               const char *why);
 
 /** Build a target object from cfg (not yet published). @return NULL on OOM. */
 struct iscsi_target *iscsi_target_new(const struct hl_iscsi_target_config *cfg);
@@ -363,10 +364,11 @@ bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator);
  * @return 0, -ENOENT (no such session: 0x020a), -EBUSY (another CID: too
  * many connections), -ESHUTDOWN.
  */
-int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s, uint16_t want_tsih);
+int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
+                           uint16_t want_tsih);
 /** Does a live session want_tsih of this I_T exist? @return 0, -ENOENT or -EBUSY (other CID). */
 int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
-			     const uint8_t *isid, const struct iscsi_target *target, uint16_t cid);
+                             const uint8_t *isid, const struct iscsi_target *target, uint16_t cid);
 void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s);
 uint64_t iscsi_nexus_id_next(void);
 void iscsi_conn_unlink(struct iscsi_conn *c);

@@ -29,7 +29,7 @@ void iscsi_login_free(struct iscsi_login *l)
 }
 
 static void login_rsp_header(struct iscsi_conn *c, struct iscsi_bhs *h, uint8_t flags,
-			     uint16_t status, uint16_t tsih)
+                             uint16_t status, uint16_t tsih)
 {
 	struct iscsi_login *l = c->login;
 
@@ -54,9 +54,10 @@ static int login_fail(struct iscsi_conn *c, uint16_t status, const char *why)
 	struct iscsi_bhs h;
 
 	HL_NOTICE(ISCSI_LOG, "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
-		  l->initiator_name[0] ? l->initiator_name : "?",
-		  l->target_name[0] ? l->target_name : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
-		  status, why);
+	          l->initiator_name[0] ? l->initiator_name : "?",
+	          l->target_name[0] ? l->target_name
+	                            : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
+	          status, why);
 	login_rsp_header(c, &h, (uint8_t)(l->cur_stage << 2), status, l->tsih);
 	c->state = CONN_LOGOUT; /* read nothing more; close once the response is out */
 	iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, true);
@@ -83,9 +84,9 @@ static int login_send_piece(struct iscsi_conn *c)
 	l->rsp_off += n;
 	if (last && l->rsp_ffp)
 		tsih = c->sess->tsih;
-	login_rsp_header(c, &h,
-			 last ? l->rsp_flags : (uint8_t)((l->rsp_flags & 0x0c) | ISCSI_LOGIN_CONTINUE),
-			 ISCSI_LOGIN_OK, tsih);
+	login_rsp_header(
+	    c, &h, last ? l->rsp_flags : (uint8_t)((l->rsp_flags & 0x0c) | ISCSI_LOGIN_CONTINUE),
+	    ISCSI_LOGIN_OK, tsih);
 	if (iscsi_conn_queue(c, &h, piece, (uint32_t)n, NULL, piece, false) < 0)
 		return -ENOMEM;
 	if (!last)
@@ -94,17 +95,17 @@ static int login_send_piece(struct iscsi_conn *c)
 	l->rsp_off = 0;
 	if (l->rsp_ffp) {
 		struct iscsi_session *s = c->sess;
-		HL_NOTICE(ISCSI_LOG, "%s: %s session %s -> %s tsih 0x%04x established",
-			  c->peer_str, s->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "normal",
-			  s->initiator_name, s->target ? s->target->name : "-", s->tsih);
+		HL_NOTICE(ISCSI_LOG, "%s: %s session %s -> %s tsih 0x%04x established", c->peer_str,
+		          s->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "normal",
+		          s->initiator_name, s->target ? s->target->name : "-", s->tsih);
 		HL_INFO(ISCSI_LOG,
-			"%s: digests header %s data %s, MaxRecvDSL in %u out %u, burst %u/%u, "
-			"InitialR2T %s ImmediateData %s MaxOutstandingR2T %u",
-			c->peer_str, c->params.header_digest ? "CRC32C" : "None",
-			c->params.data_digest ? "CRC32C" : "None", c->params.max_recv_dsl_target,
-			c->params.max_recv_dsl_initiator, c->params.first_burst_length,
-			c->params.max_burst_length, c->params.initial_r2t ? "Yes" : "No",
-			c->params.immediate_data ? "Yes" : "No", c->params.max_outstanding_r2t);
+		        "%s: digests header %s data %s, MaxRecvDSL in %u out %u, burst %u/%u, "
+		        "InitialR2T %s ImmediateData %s MaxOutstandingR2T %u",
+		        c->peer_str, c->params.header_digest ? "CRC32C" : "None",
+		        c->params.data_digest ? "CRC32C" : "None", c->params.max_recv_dsl_target,
+		        c->params.max_recv_dsl_initiator, c->params.first_burst_length,
+		        c->params.max_burst_length, c->params.initial_r2t ? "Yes" : "No",
+		        c->params.immediate_data ? "Yes" : "No", c->params.max_outstanding_r2t);
 		c->state = CONN_FFP;
 		c->login = NULL;
 		iscsi_login_free(l);
@@ -203,11 +204,12 @@ static int login_identify(struct iscsi_conn *c, const struct iscsi_kvlist *kv, c
 		 * initiator falls back to a new session (TSIH 0).
 		 */
 		int rc = l->type == ISCSI_SESSION_NORMAL
-				 ? iscsi_session_check_tsih(c->srv, l->tsih, l->initiator_name, l->isid,
-							   l->target, l->cid)
-				 : -ENOENT;
+		             ? iscsi_session_check_tsih(c->srv, l->tsih, l->initiator_name, l->isid,
+		                                        l->target, l->cid)
+		             : -ENOENT;
 		if (rc == -EBUSY) {
-			*why = "TSIH of a live session with another CID (one connection per session)";
+			*why =
+			    "TSIH of a live session with another CID (one connection per session)";
 			return ISCSI_LOGIN_TOO_MANY_CONNECTIONS;
 		}
 		if (rc < 0) {
@@ -222,7 +224,7 @@ static int login_identify(struct iscsi_conn *c, const struct iscsi_kvlist *kv, c
 
 /* Security keys: AuthMethod and CHAP. @return login status or 0. */
 static int login_security_key(struct iscsi_conn *c, const char *key, const char *value,
-			      struct iscsi_textbuf *tb, const char **why)
+                              struct iscsi_textbuf *tb, const char **why)
 {
 	struct iscsi_login *l = c->login;
 	const struct hl_iscsi_chap *chap = login_chap(c);
@@ -240,11 +242,15 @@ static int login_security_key(struct iscsi_conn *c, const char *key, const char 
 			}
 			l->auth_chap = true;
 			l->auth = AUTH_CHAP_WAIT_A;
-			return iscsi_textbuf_add(tb, "AuthMethod", "CHAP") < 0 ? ISCSI_LOGIN_OUT_OF_RESOURCES : 0;
+			return iscsi_textbuf_add(tb, "AuthMethod", "CHAP") < 0
+			           ? ISCSI_LOGIN_OUT_OF_RESOURCES
+			           : 0;
 		}
 		if (list_has(value, "None")) {
 			l->auth = AUTH_DONE;
-			return iscsi_textbuf_add(tb, "AuthMethod", "None") < 0 ? ISCSI_LOGIN_OUT_OF_RESOURCES : 0;
+			return iscsi_textbuf_add(tb, "AuthMethod", "None") < 0
+			           ? ISCSI_LOGIN_OUT_OF_RESOURCES
+			           : 0;
 		}
 		iscsi_textbuf_add(tb, "AuthMethod", "Reject");
 		*why = "no acceptable AuthMethod";
@@ -299,7 +305,7 @@ static const char *kv_get(const struct iscsi_kvlist *kv, const char *key)
 
 /* The initiator's CHAP_N/CHAP_R (and for mutual CHAP_I/CHAP_C). */
 static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv,
-			     struct iscsi_textbuf *tb, const char **why)
+                             struct iscsi_textbuf *tb, const char **why)
 {
 	struct iscsi_login *l = c->login;
 	const struct hl_iscsi_chap *chap = login_chap(c);
@@ -316,15 +322,15 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 	}
 	int glen = iscsi_chap_decode(r, got, sizeof(got));
 	if (strcmp(n, chap->user) != 0 || glen != (int)dlen ||
-	    iscsi_chap_compute((enum iscsi_chap_alg)l->chap_alg, l->chap_id, chap->secret, l->chap_c,
-			       l->chap_c_len, want) < 0 ||
+	    iscsi_chap_compute((enum iscsi_chap_alg)l->chap_alg, l->chap_id, chap->secret,
+	                       l->chap_c, l->chap_c_len, want) < 0 ||
 	    !ct_equal(want, got, dlen)) {
 		*why = "CHAP response does not match";
 		return ISCSI_LOGIN_AUTH_FAILED;
 	}
 	if (mi || mc) {
 		const struct hl_iscsi_chap *mutual =
-			l->type == ISCSI_SESSION_NORMAL && l->target ? &l->target->mutual : NULL;
+		    l->type == ISCSI_SESSION_NORMAL && l->target ? &l->target->mutual : NULL;
 		uint8_t ch[ISCSI_CHAP_BIN_MAX];
 		char *end = NULL;
 		if (!mi || !mc) {
@@ -346,8 +352,8 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 			return ISCSI_LOGIN_AUTH_FAILED;
 		}
 		char hex[2 * ISCSI_CHAP_DIGEST_MAX + 3];
-		if (iscsi_chap_compute((enum iscsi_chap_alg)l->chap_alg, (uint8_t)id, mutual->secret,
-				       ch, (size_t)clen, want) < 0 ||
+		if (iscsi_chap_compute((enum iscsi_chap_alg)l->chap_alg, (uint8_t)id,
+		                       mutual->secret, ch, (size_t)clen, want) < 0 ||
 		    iscsi_chap_encode_hex(want, dlen, hex, sizeof(hex)) < 0) {
 			*why = "CHAP computation failed";
 			return ISCSI_LOGIN_TARGET_ERROR;
@@ -382,11 +388,12 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 	s->reactor = c->reactor;
 	s->nexus.id = iscsi_nexus_id_next();
 	snprintf(s->nexus.initiator_port, sizeof(s->nexus.initiator_port),
-		 "%s,i,0x%02x%02x%02x%02x%02x%02x", s->initiator_name, s->isid[0], s->isid[1],
-		 s->isid[2], s->isid[3], s->isid[4], s->isid[5]);
+	         "%s,i,0x%02x%02x%02x%02x%02x%02x", s->initiator_name, s->isid[0], s->isid[1],
+	         s->isid[2], s->isid[3], s->isid[4], s->isid[5]);
 	s->nexus.initiator_name = s->initiator_name;
 	if (s->target)
-		snprintf(s->port_name, sizeof(s->port_name), "%s,t,0x%04x", s->target->name, s->tpgt);
+		snprintf(s->port_name, sizeof(s->port_name), "%s,t,0x%04x", s->target->name,
+		         s->tpgt);
 	s->port.name = s->port_name;
 	s->port.rel_port_id = s->tpgt ? s->tpgt : 1;
 	s->port.tpg_id = s->tpgt ? s->tpgt : 1;
@@ -445,7 +452,8 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	/* A response that did not fit: the initiator asks for the rest with empty requests. */
 	if (l->rsp.len && l->rsp_off < l->rsp.len) {
 		if (rx->dsl || cont)
-			return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "data while a response continues");
+			return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR,
+			                  "data while a response continues");
 		return login_send_piece(c);
 	}
 
@@ -469,12 +477,13 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 
 	if (csg != l->cur_stage || csg == 2 || csg == ISCSI_STAGE_FFP)
 		return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "bad CSG");
-	if (l->tpgt_sent && csg == ISCSI_STAGE_OPERATIONAL && l->auth_required && l->auth != AUTH_DONE)
+	if (l->tpgt_sent && csg == ISCSI_STAGE_OPERATIONAL && l->auth_required &&
+	    l->auth != AUTH_DONE)
 		return login_fail(c, ISCSI_LOGIN_AUTH_FAILED, "authentication required");
 	if (transit && (nsg == 2 || nsg <= csg))
 		return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "bad NSG");
 
-	struct iscsi_kvlist kv = { 0 };
+	struct iscsi_kvlist kv = {0};
 	if (l->req_len && iscsi_kvlist_parse(&kv, l->req, l->req_len) < 0) {
 		free(l->req);
 		l->req = NULL;
@@ -485,7 +494,7 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	l->req = NULL;
 	l->req_len = 0;
 
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_textbuf tb = {0};
 	bool first_rsp = !l->tpgt_sent;
 
 	/* RFC 7143 6.1: a key may appear only once in one negotiation step */
@@ -526,9 +535,12 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 		    strcmp(key, "SessionType") == 0) {
 			if (!first_rsp) {
 				/* may be repeated; must not change */
-				const char *was = key[0] == 'I' ? l->initiator_name
-					       : key[0] == 'T' ? l->target_name
-					       : (l->type == ISCSI_SESSION_DISCOVERY ? "Discovery" : "Normal");
+				const char *was =
+				    key[0] == 'I' ? l->initiator_name
+				    : key[0] == 'T'
+				        ? l->target_name
+				        : (l->type == ISCSI_SESSION_DISCOVERY ? "Discovery"
+				                                              : "Normal");
 				if (strcmp(was, value) != 0) {
 					status = ISCSI_LOGIN_INITIATOR_ERROR;
 					why = "name changed during login";
@@ -551,8 +563,8 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 			status = 0;
 			continue;
 		}
-		enum iscsi_neg_result nr = iscsi_negotiate_key(&c->params, &c->lim, l->type, key, value,
-							      answer, sizeof(answer));
+		enum iscsi_neg_result nr = iscsi_negotiate_key(&c->params, &c->lim, l->type, key,
+		                                               value, answer, sizeof(answer));
 		switch (nr) {
 		case ISCSI_NEG_ANSWER:
 			if (iscsi_textbuf_add(&tb, key, answer) < 0)
@@ -561,7 +573,8 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 		case ISCSI_NEG_NO_ANSWER:
 			break;
 		case ISCSI_NEG_NOT_HANDLED:
-			/* TargetAlias, TargetAddress... are target-declared: not the initiator's to send */
+			/* TargetAlias, TargetAddress... are target-declared: not the initiator's to
+			 * send */
 			if (iscsi_textbuf_add(&tb, key, "Irrelevant") < 0)
 				goto nomem;
 			break;

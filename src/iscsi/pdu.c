@@ -37,25 +37,44 @@ uint64_t iscsi_lun_encode(uint64_t lun)
 const char *iscsi_opcode_name(uint8_t op)
 {
 	switch (op) {
-	case ISCSI_OP_NOP_OUT: return "NOP-Out";
-	case ISCSI_OP_SCSI_CMD: return "SCSI-Cmd";
-	case ISCSI_OP_TMF_REQ: return "TMF-Req";
-	case ISCSI_OP_LOGIN_REQ: return "Login-Req";
-	case ISCSI_OP_TEXT_REQ: return "Text-Req";
-	case ISCSI_OP_DATA_OUT: return "Data-Out";
-	case ISCSI_OP_LOGOUT_REQ: return "Logout-Req";
-	case ISCSI_OP_SNACK_REQ: return "SNACK";
-	case ISCSI_OP_NOP_IN: return "NOP-In";
-	case ISCSI_OP_SCSI_RSP: return "SCSI-Rsp";
-	case ISCSI_OP_TMF_RSP: return "TMF-Rsp";
-	case ISCSI_OP_LOGIN_RSP: return "Login-Rsp";
-	case ISCSI_OP_TEXT_RSP: return "Text-Rsp";
-	case ISCSI_OP_DATA_IN: return "Data-In";
-	case ISCSI_OP_LOGOUT_RSP: return "Logout-Rsp";
-	case ISCSI_OP_R2T: return "R2T";
-	case ISCSI_OP_ASYNC_MSG: return "Async";
-	case ISCSI_OP_REJECT: return "Reject";
-	default: return "?";
+	case ISCSI_OP_NOP_OUT:
+		return "NOP-Out";
+	case ISCSI_OP_SCSI_CMD:
+		return "SCSI-Cmd";
+	case ISCSI_OP_TMF_REQ:
+		return "TMF-Req";
+	case ISCSI_OP_LOGIN_REQ:
+		return "Login-Req";
+	case ISCSI_OP_TEXT_REQ:
+		return "Text-Req";
+	case ISCSI_OP_DATA_OUT:
+		return "Data-Out";
+	case ISCSI_OP_LOGOUT_REQ:
+		return "Logout-Req";
+	case ISCSI_OP_SNACK_REQ:
+		return "SNACK";
+	case ISCSI_OP_NOP_IN:
+		return "NOP-In";
+	case ISCSI_OP_SCSI_RSP:
+		return "SCSI-Rsp";
+	case ISCSI_OP_TMF_RSP:
+		return "TMF-Rsp";
+	case ISCSI_OP_LOGIN_RSP:
+		return "Login-Rsp";
+	case ISCSI_OP_TEXT_RSP:
+		return "Text-Rsp";
+	case ISCSI_OP_DATA_IN:
+		return "Data-In";
+	case ISCSI_OP_LOGOUT_RSP:
+		return "Logout-Rsp";
+	case ISCSI_OP_R2T:
+		return "R2T";
+	case ISCSI_OP_ASYNC_MSG:
+		return "Async";
+	case ISCSI_OP_REJECT:
+		return "Reject";
+	default:
+		return "?";
 	}
 }
 
@@ -190,10 +209,11 @@ long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len)
 				uint32_t crc = iscsi_crc32c(0, rx->bhs.b, ISCSI_BHS_LEN);
 				if (rx->ahs_len)
 					crc = iscsi_crc32c(crc, rx->ahs, rx->ahs_len);
-				/* digests travel in little-endian byte order... of the CRC register */
-				uint32_t wire = (uint32_t)rx->digest[0] | (uint32_t)rx->digest[1] << 8 |
-						(uint32_t)rx->digest[2] << 16 |
-						(uint32_t)rx->digest[3] << 24;
+				/* digests travel in little-endian byte order... of the CRC register
+				 */
+				uint32_t wire =
+				    (uint32_t)rx->digest[0] | (uint32_t)rx->digest[1] << 8 |
+				    (uint32_t)rx->digest[2] << 16 | (uint32_t)rx->digest[3] << 24;
 				if (crc != wire)
 					return rx_fail(rx, -EBADMSG);
 			}
@@ -240,9 +260,9 @@ long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len)
 			if (rx->got < ISCSI_DIGEST_LEN)
 				break;
 			{
-				uint32_t wire = (uint32_t)rx->digest[0] | (uint32_t)rx->digest[1] << 8 |
-						(uint32_t)rx->digest[2] << 16 |
-						(uint32_t)rx->digest[3] << 24;
+				uint32_t wire =
+				    (uint32_t)rx->digest[0] | (uint32_t)rx->digest[1] << 8 |
+				    (uint32_t)rx->digest[2] << 16 | (uint32_t)rx->digest[3] << 24;
 				rx->ddigest_ok = wire == rx->crc;
 			}
 			if ((rc = rx_pdu_done(rx)) < 0)

@@ -15,10 +15,10 @@
 
 #include "hotlun/util.h"
 
-#define ISCSI_BHS_LEN      48
-#define ISCSI_DIGEST_LEN   4
-#define ISCSI_AHS_MAX      (255 * 4) /* TotalAHSLength is in 4-byte words, one byte */
-#define ISCSI_RSVD_TAG     0xffffffffu
+#define ISCSI_BHS_LEN    48
+#define ISCSI_DIGEST_LEN 4
+#define ISCSI_AHS_MAX    (255 * 4) /* TotalAHSLength is in 4-byte words, one byte */
+#define ISCSI_RSVD_TAG   0xffffffffu
 
 /* Initiator opcodes */
 enum {
@@ -46,13 +46,13 @@ enum {
 	ISCSI_OP_REJECT = 0x3f,
 };
 
-#define ISCSI_OPCODE_MASK 0x3f
+#define ISCSI_OPCODE_MASK    0x3f
 #define ISCSI_FLAG_IMMEDIATE 0x40 /* byte 0 */
-#define ISCSI_FLAG_FINAL 0x80     /* byte 1 */
+#define ISCSI_FLAG_FINAL     0x80 /* byte 1 */
 
 /* SCSI Command byte 1 */
-#define ISCSI_CMD_READ  0x40
-#define ISCSI_CMD_WRITE 0x20
+#define ISCSI_CMD_READ      0x40
+#define ISCSI_CMD_WRITE     0x20
 #define ISCSI_CMD_ATTR_MASK 0x07
 
 /* Data-In byte 1 */
@@ -293,30 +293,31 @@ struct iscsi_rx_ops {
 
 struct iscsi_rx {
 	enum iscsi_rx_state state;
-	uint32_t got;               /* bytes of the current element received */
+	uint32_t got; /* bytes of the current element received */
 	struct iscsi_bhs bhs;
 	uint8_t ahs[ISCSI_AHS_MAX];
 	uint32_t ahs_len;
 	uint32_t dsl;
-	uint8_t *data;              /* where the data segment is being written */
-	uint8_t *dst;               /* set by ops->header, cleared per PDU */
+	uint8_t *data; /* where the data segment is being written */
+	uint8_t *dst;  /* set by ops->header, cleared per PDU */
 	bool discard;
 	uint8_t digest[ISCSI_DIGEST_LEN];
-	uint32_t crc;               /* running data CRC */
+	uint32_t crc; /* running data CRC */
 	bool ddigest_ok;
 	/* configuration */
 	bool header_digest, data_digest;
-	uint32_t max_dsl;           /* larger data segments lose framing */
+	uint32_t max_dsl; /* larger data segments lose framing */
 	/* own buffer for data segments that need no special destination */
 	uint8_t *buf;
 	uint32_t buf_cap;
 	const struct iscsi_rx_ops *ops;
 	void *ctx;
-	int error;                  /* first error, sticky */
+	int error; /* first error, sticky */
 };
 
 /** Initialise; caller keeps ops and ctx. */
-void iscsi_rx_init(struct iscsi_rx *rx, const struct iscsi_rx_ops *ops, void *ctx, uint32_t max_dsl);
+void iscsi_rx_init(struct iscsi_rx *rx, const struct iscsi_rx_ops *ops, void *ctx,
+                   uint32_t max_dsl);
 void iscsi_rx_fini(struct iscsi_rx *rx);
 
 /**

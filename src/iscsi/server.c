@@ -116,7 +116,8 @@ int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_targe
 		return -ENOMEM;
 	pthread_mutex_lock(&srv->lock);
 	struct iscsi_target *o;
-	hl_list_for_each_entry(o, &srv->targets, link) {
+	hl_list_for_each_entry(o, &srv->targets, link)
+	{
 		if (strcasecmp(o->name, t->name) == 0) {
 			pthread_mutex_unlock(&srv->lock);
 			iscsi_target_free(t);
@@ -133,7 +134,8 @@ struct iscsi_target *iscsi_target_find(struct hl_iscsi_server *srv, const char *
 	struct iscsi_target *t, *found = NULL;
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(t, &srv->targets, link) {
+	hl_list_for_each_entry(t, &srv->targets, link)
+	{
 		if (strcasecmp(t->name, name) == 0) {
 			found = t;
 			break;
@@ -158,7 +160,7 @@ bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator)
 struct kill_req {
 	struct hl_iscsi_server *srv;
 	uint64_t nexus_id;
-	const char *why;  /* static string */
+	const char *why; /* static string */
 };
 
 void iscsi_call_done(struct hl_iscsi_server *srv)
@@ -177,7 +179,8 @@ static void kill_session_cb(void *arg)
 	struct hl_reactor *me = hl_reactor_current();
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link) {
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+	{
 		/* c->sess is only read for our own connections (this thread writes it) */
 		if (c->reactor == me && c->sess && c->sess->nexus.id == k->nexus_id) {
 			victim = c;
@@ -195,7 +198,7 @@ static void kill_session_cb(void *arg)
 }
 
 void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
-			       const char *why)
+                               const char *why)
 {
 	hl_list_del(&o->link);
 	o->registered = false;
@@ -213,7 +216,7 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
 }
 
 static bool same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
-		    const struct iscsi_target *target)
+                    const struct iscsi_target *target)
 {
 	/* by name: a target updated at run time is a new object with the same name */
 	return o->type == ISCSI_SESSION_NORMAL && o->target && target &&
@@ -222,13 +225,14 @@ static bool same_it(const struct iscsi_session *o, const char *initiator, const 
 }
 
 int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
-			     const uint8_t *isid, const struct iscsi_target *target, uint16_t cid)
+                             const uint8_t *isid, const struct iscsi_target *target, uint16_t cid)
 {
 	struct iscsi_session *o;
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(o, &srv->sessions, link) {
+	hl_list_for_each_entry(o, &srv->sessions, link)
+	{
 		if (o->tsih == tsih && same_it(o, initiator, isid, target)) {
 			rc = o->cid == cid ? 0 : -EBUSY;
 			break;
@@ -250,7 +254,8 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 	if (want_tsih) {
 		/* connection reinstatement at ERL 0: the old session goes, its TSIH stays */
 		int rc = -ENOENT;
-		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
+		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
+		{
 			if (o->tsih != want_tsih ||
 			    !same_it(o, s->initiator_name, s->isid, s->target))
 				continue;
@@ -277,7 +282,8 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 			}
 			if (++srv->next_tsih == 0)
 				srv->next_tsih = 1;
-			hl_list_for_each_entry(o, &srv->sessions, link) {
+			hl_list_for_each_entry(o, &srv->sessions, link)
+			{
 				if (o->tsih == srv->next_tsih) {
 					used = true;
 					break;
@@ -289,7 +295,8 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 		s->tsih = srv->next_tsih;
 	}
 	if (s->type == ISCSI_SESSION_NORMAL) {
-		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
+		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
+		{
 			if (same_it(o, s->initiator_name, s->isid, s->target))
 				iscsi_session_kill_locked(srv, o, "session reinstatement");
 		}
@@ -365,7 +372,8 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 			continue;
 		}
 		struct hl_reactor *r = srv->reactors[srv->rr++ % srv->n_reactors];
-		/* set before the connection is published: other threads compare it under the lock */
+		/* set before the connection is published: other threads compare it under the lock
+		 */
 		c->reactor = r;
 		hl_list_add_tail(&srv->conns, &c->srv_link);
 		srv->n_conns++;
@@ -397,8 +405,8 @@ static bool addr_is_wildcard(const struct sockaddr_storage *ss)
 	return false;
 }
 
-int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_t tpgt,
-			char *bound, size_t bound_len)
+int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_t tpgt, char *bound,
+                        size_t bound_len)
 {
 	struct sockaddr_storage ss;
 	unsigned sslen = sizeof(ss);
@@ -446,8 +454,8 @@ int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_
 		return rc;
 	}
 	char buf[80];
-	HL_NOTICE(ISCSI_LOG, "listening on %s (tpgt %u)", hl_format_sockaddr(&p->addr, buf, sizeof(buf)),
-		  p->tpgt);
+	HL_NOTICE(ISCSI_LOG, "listening on %s (tpgt %u)",
+	          hl_format_sockaddr(&p->addr, buf, sizeof(buf)), p->tpgt);
 	return 0;
 }
 
@@ -459,7 +467,8 @@ static void portals_disarm(void *arg)
 	struct iscsi_portal *p;
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(p, &srv->portals, link) {
+	hl_list_for_each_entry(p, &srv->portals, link)
+	{
 		if (p->ev.reactor)
 			hl_event_del(&p->ev);
 	}
@@ -476,7 +485,8 @@ static void reactor_shutdown(void *arg)
 	struct iscsi_conn *c;
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link) {
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+	{
 		if (c->reactor != me || c->state == CONN_CLOSED)
 			continue;
 		if (n == cap) {
@@ -540,7 +550,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 	if (!ok) {
 		/* reactors not running: memory they may still touch is leaked, not freed */
 		HL_WARN(ISCSI_LOG, "shutdown timed out (%u connections left); leaking the server",
-			srv->n_conns);
+		        srv->n_conns);
 		return;
 	}
 	while (!hl_list_empty(&srv->portals)) {
@@ -556,7 +566,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 	}
 	while (!hl_list_empty(&srv->targets_retired)) {
 		struct iscsi_target *t =
-			hl_list_first(&srv->targets_retired, struct iscsi_target, link);
+		    hl_list_first(&srv->targets_retired, struct iscsi_target, link);
 		hl_list_del(&t->link);
 		iscsi_target_free(t);
 	}

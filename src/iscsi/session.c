@@ -26,7 +26,8 @@ static struct iscsi_task *task_find(struct iscsi_conn *c, uint32_t itt)
 {
 	struct iscsi_task *t;
 
-	hl_list_for_each_entry(t, &c->itt_hash[itt_bucket(itt)], hash_link) {
+	hl_list_for_each_entry(t, &c->itt_hash[itt_bucket(itt)], hash_link)
+	{
 		if (t->itt == itt)
 			return t;
 	}
@@ -129,9 +130,10 @@ static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 		s->exp_cmd_sn++;
 		return true;
 	}
-	HL_WARN_RL(ISCSI_LOG, "%s: %s CmdSN %u outside the window (ExpCmdSN %u, MaxCmdSN %u): dropped",
-		   c->peer_str, iscsi_opcode_name(bhs_opcode(h)), sn, s->exp_cmd_sn,
-		   iscsi_conn_max_cmd_sn(c));
+	HL_WARN_RL(ISCSI_LOG,
+	           "%s: %s CmdSN %u outside the window (ExpCmdSN %u, MaxCmdSN %u): dropped",
+	           c->peer_str, iscsi_opcode_name(bhs_opcode(h)), sn, s->exp_cmd_sn,
+	           iscsi_conn_max_cmd_sn(c));
 	return false;
 }
 
@@ -183,7 +185,8 @@ static void send_scsi_rsp(struct iscsi_conn *c, struct iscsi_task *t)
 /* Data-In PDUs for a read; the last one carries the status when there is no sense. */
 static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t len, bool with_status)
 {
-	uint32_t max_seg = c->params.max_recv_dsl_initiator ? c->params.max_recv_dsl_initiator : 8192;
+	uint32_t max_seg =
+	    c->params.max_recv_dsl_initiator ? c->params.max_recv_dsl_initiator : 8192;
 	uint32_t burst = c->params.max_burst_length ? c->params.max_burst_length : len;
 	uint32_t off = 0, in_burst = 0;
 
@@ -238,7 +241,7 @@ static void task_respond(struct iscsi_conn *c, struct iscsi_task *t)
 
 /* Answer a command ourselves (no scsi layer involved) with CHECK CONDITION. */
 static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
-				 uint8_t asc, uint8_t ascq)
+                                 uint8_t asc, uint8_t ascq)
 {
 	t->cmd.data_in = false;
 	t->cmd.xfer_len = 0;
@@ -288,7 +291,7 @@ static void task_exec(struct iscsi_task *t)
 static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	unsigned max = HL_MIN(c->params.max_outstanding_r2t ? c->params.max_outstanding_r2t : 1,
-			      (uint32_t)ISCSI_MAX_R2T);
+	                      (uint32_t)ISCSI_MAX_R2T);
 
 	while (t->r2t_active < max && t->r2t_next_offset < t->edtl) {
 		struct iscsi_r2t *r = NULL;
@@ -469,7 +472,7 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	else if (!t && task_find(c, bhs_itt(h)))
 		reason = ISCSI_REJECT_TASK_IN_PROGRESS;
 	else if (rx->dsl && (!w || !c->params.immediate_data || rx->dsl > edtl ||
-			     rx->dsl > c->params.first_burst_length))
+	                     rx->dsl > c->params.first_burst_length))
 		reason = ISCSI_REJECT_PROTOCOL_ERROR;
 	else if (!f && (!w || c->params.initial_r2t))
 		reason = ISCSI_REJECT_PROTOCOL_ERROR;
@@ -525,7 +528,8 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 			return 0;
 		}
 		if (rc < 0) {
-			task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* insufficient resources */
+			task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55,
+			                     0x03); /* insufficient resources */
 			return 0;
 		}
 	}
@@ -554,7 +558,7 @@ static int handle_data_out(struct iscsi_conn *c, struct iscsi_rx *rx)
 	c->rx_dout = NULL;
 	if (!t) {
 		HL_DEBUG(ISCSI_LOG, "%s: Data-Out for unknown itt 0x%x dropped", c->peer_str,
-			 bhs_itt(h));
+		         bhs_itt(h));
 		return 0;
 	}
 	uint8_t reason = c->rx_dout_reject;
@@ -563,7 +567,7 @@ static int handle_data_out(struct iscsi_conn *c, struct iscsi_rx *rx)
 	if (reason) {
 		/* ERL 0: the task cannot recover; the initiator fails it on the Reject */
 		HL_NOTICE(ISCSI_LOG, "%s: bad Data-Out for itt 0x%x (DataSN %u offset %u len %u)",
-			  c->peer_str, t->itt, bhs_datasn(h), bhs_buf_offset(h), rx->dsl);
+		          c->peer_str, t->itt, bhs_datasn(h), bhs_buf_offset(h), rx->dsl);
 		iscsi_conn_send_reject(c, h, reason);
 		task_finish(t);
 		return 0;
@@ -701,8 +705,8 @@ static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
 		return iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, false);
 	}
 
-	struct iscsi_kvlist kv = { 0 };
-	struct iscsi_textbuf tb = { 0 };
+	struct iscsi_kvlist kv = {0};
+	struct iscsi_textbuf tb = {0};
 	int rc = ts->req_len ? iscsi_kvlist_parse(&kv, ts->req, ts->req_len) : 0;
 	free(ts->req);
 	ts->req = NULL;
@@ -771,7 +775,7 @@ static int handle_logout(struct iscsi_conn *c, struct iscsi_rx *rx)
 /* ---- task management ---- */
 
 static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
-		     bool close_after)
+                     bool close_after)
 {
 	struct iscsi_bhs rsp;
 
@@ -782,7 +786,7 @@ static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t 
 	bhs_set_itt(&rsp, bhs_itt(req));
 	iscsi_conn_fill_sn(c, &rsp, true);
 	HL_INFO(ISCSI_LOG, "%s: TMF function %u -> response %u", c->peer_str, bhs_flags(req) & 0x7f,
-		response);
+	        response);
 	iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, close_after);
 }
 
@@ -861,7 +865,8 @@ static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 			tmf->response = ISCSI_TMF_RSP_NO_LUN;
 			break;
 		}
-		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link) {
+		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
+		{
 			if (t->state != TASK_DONE && iscsi_lun_decode(t->lun_raw) == lun &&
 			    t->itt != bhs_itt(h))
 				tmf_abort_task(tmf, t);
@@ -871,7 +876,8 @@ static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 		break;
 	case ISCSI_TMF_TARGET_WARM_RESET:
 	case ISCSI_TMF_TARGET_COLD_RESET:
-		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link) {
+		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
+		{
 			if (t->state != TASK_DONE)
 				tmf_abort_task(tmf, t);
 		}
@@ -937,7 +943,8 @@ void iscsi_ffp_abort_all(struct iscsi_conn *c)
 		c->rx_task = NULL;
 	}
 	c->rx_dout = NULL;
-	hl_list_for_each_entry_safe(t, tmp, &c->tasks, link) {
+	hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
+	{
 		if (t->state == TASK_DATA_OUT) {
 			task_finish(t);
 		} else if (t->state == TASK_EXEC) {

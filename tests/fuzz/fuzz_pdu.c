@@ -1,5 +1,7 @@
+// clang-format off
 // fuzz-sources: src/iscsi/pdu.c src/iscsi/conn.c src/iscsi/login.c src/iscsi/session.c src/iscsi/discovery.c src/iscsi/server.c src/iscsi/text.c src/iscsi/params.c src/iscsi/chap.c src/iscsi/crc32c.c src/log/log.c src/util/util.c src/event/reactor.c src/event/workers.c
 // fuzz-libs: -lcrypto -pthread
+// clang-format on
 /*
  * fuzz_pdu.c - libFuzzer harness for the iSCSI receive path: the PDU
  * state machine alone, and the whole connection (login, full feature
@@ -52,7 +54,8 @@ static void complete(struct hl_scsi_cmd *cmd)
 		cmd->status = HL_SAM_GOOD;
 		cmd->xfer_len = cmd->cdb[1] ? (uint32_t)cmd->cdb[1] * 512 : cmd->data_len;
 		if (cmd->data_in) {
-			cmd->data_in_len = cmd->data_len < cmd->xfer_len ? cmd->data_len : cmd->xfer_len;
+			cmd->data_in_len =
+			    cmd->data_len < cmd->xfer_len ? cmd->data_len : cmd->xfer_len;
 			if (cmd->data_in_len)
 				memset(cmd->data, 0x5a, cmd->data_in_len);
 		}
@@ -83,7 +86,7 @@ static int rx_hdr(void *ctx, struct iscsi_rx *rx)
 {
 	/* exercise the accessors the connection uses on every header */
 	volatile uint64_t sink = bhs_lun(&rx->bhs) ^ bhs_itt(&rx->bhs) ^ bhs_w20(&rx->bhs) ^
-				 iscsi_lun_decode(bhs_lun(&rx->bhs));
+	                         iscsi_lun_decode(bhs_lun(&rx->bhs));
 	(void)sink;
 	if (bhs_opcode(&rx->bhs) == ISCSI_OP_DATA_OUT)
 		rx->discard = true;
@@ -100,7 +103,7 @@ static int rx_pdu(void *ctx, struct iscsi_rx *rx)
 	return 0;
 }
 
-static const struct iscsi_rx_ops rx_ops = { .header = rx_hdr, .pdu = rx_pdu };
+static const struct iscsi_rx_ops rx_ops = {.header = rx_hdr, .pdu = rx_pdu};
 
 /* ---- connection mode ---- */
 
@@ -110,12 +113,12 @@ static struct hl_scsi_lun_map map;
 
 static void init_once(void)
 {
-	struct hl_iscsi_server_config sc = { 0 };
-	struct hl_iscsi_target_config tc = { 0 };
-	static const char *acl[] = { "iqn.fuzz:allowed" };
+	struct hl_iscsi_server_config sc = {0};
+	struct hl_iscsi_target_config tc = {0};
+	static const char *acl[] = {"iqn.fuzz:allowed"};
 
 	hl_log_open(false, HL_LOG_ERR - 1); /* silent */
-	signal(SIGPIPE, SIG_IGN);            /* our own writes into a closed socketpair */
+	signal(SIGPIPE, SIG_IGN);           /* our own writes into a closed socketpair */
 	if (hl_reactor_create(&reactor, "fuzz") < 0)
 		abort();
 	map.lu[0] = (struct hl_lu *)&fake_lu_storage;
@@ -148,9 +151,7 @@ static bool alive(struct iscsi_conn *c)
 	bool found = false;
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(x, &srv->conns, srv_link)
-		if (x == c)
-			found = true;
+	hl_list_for_each_entry(x, &srv->conns, srv_link) if (x == c) found = true;
 	pthread_mutex_unlock(&srv->lock);
 	return found;
 }
@@ -173,9 +174,9 @@ static void pump(struct iscsi_conn *c, int fd)
 static size_t login_pdu(uint8_t *out, bool digests)
 {
 	static const char keys_plain[] = "InitiatorName=iqn.fuzz:i\0TargetName=iqn.fuzz:t\0"
-					 "MaxRecvDataSegmentLength=4096\0MaxBurstLength=8192\0"
-					 "FirstBurstLength=4096\0ImmediateData=Yes\0"
-					 "MaxOutstandingR2T=2\0";
+	                                 "MaxRecvDataSegmentLength=4096\0MaxBurstLength=8192\0"
+	                                 "FirstBurstLength=4096\0ImmediateData=Yes\0"
+	                                 "MaxOutstandingR2T=2\0";
 	static const char keys_dig[] = "HeaderDigest=CRC32C\0DataDigest=CRC32C\0";
 	size_t n = 48, dl = sizeof(keys_plain) - 1;
 

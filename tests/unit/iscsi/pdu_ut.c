@@ -18,9 +18,9 @@ struct seen {
 	uint8_t data[16][64];
 	bool ddok[16];
 	uint32_t ahs_len[16];
-	uint8_t *dst;        /* when set, header() routes data there */
+	uint8_t *dst; /* when set, header() routes data there */
 	bool discard;
-	int fail_at;         /* header() fails for this PDU index (-1 never) */
+	int fail_at; /* header() fails for this PDU index (-1 never) */
 };
 
 static int hdr_cb(void *ctx, struct iscsi_rx *rx)
@@ -47,7 +47,7 @@ static int pdu_cb(void *ctx, struct iscsi_rx *rx)
 	return 0;
 }
 
-static const struct iscsi_rx_ops ops = { .header = hdr_cb, .pdu = pdu_cb };
+static const struct iscsi_rx_ops ops = {.header = hdr_cb, .pdu = pdu_cb};
 
 static void put_le32(uint8_t *p, uint32_t v)
 {
@@ -59,7 +59,7 @@ static void put_le32(uint8_t *p, uint32_t v)
 
 /* Build one PDU into out; returns its length. */
 static size_t build(uint8_t *out, uint8_t op, const void *ahs, uint32_t ahs_len, const void *data,
-		    uint32_t dsl, bool hd, bool dd)
+                    uint32_t dsl, bool hd, bool dd)
 {
 	size_t n = 0;
 	memset(out, 0, ISCSI_BHS_LEN);
@@ -139,8 +139,8 @@ static void run_stream(bool hd, bool dd, size_t chunk)
 {
 	uint8_t buf[1024];
 	size_t n = 0;
-	uint8_t ahs[8] = { 0x00, 0x05, 0x01, 0x00, 1, 2, 3, 4 };
-	struct seen s = { .fail_at = -1 };
+	uint8_t ahs[8] = {0x00, 0x05, 0x01, 0x00, 1, 2, 3, 4};
+	struct seen s = {.fail_at = -1};
 	struct iscsi_rx rx;
 
 	n += build(buf + n, ISCSI_OP_NOP_OUT, NULL, 0, NULL, 0, hd, dd);
@@ -186,7 +186,7 @@ static void test_rx_odd_chunks(void)
 static void test_rx_bad_header_digest(void)
 {
 	uint8_t buf[256];
-	struct seen s = { .fail_at = -1 };
+	struct seen s = {.fail_at = -1};
 	struct iscsi_rx rx;
 	size_t n = build(buf, ISCSI_OP_NOP_OUT, NULL, 0, NULL, 0, true, false);
 
@@ -203,7 +203,7 @@ static void test_rx_bad_header_digest(void)
 static void test_rx_bad_data_digest(void)
 {
 	uint8_t buf[256];
-	struct seen s = { .fail_at = -1 };
+	struct seen s = {.fail_at = -1};
 	struct iscsi_rx rx;
 	size_t n = build(buf, ISCSI_OP_TEXT_REQ, NULL, 0, "abc", 3, false, true);
 
@@ -219,7 +219,7 @@ static void test_rx_bad_data_digest(void)
 static void test_rx_oversized(void)
 {
 	uint8_t buf[ISCSI_BHS_LEN];
-	struct seen s = { .fail_at = -1 };
+	struct seen s = {.fail_at = -1};
 	struct iscsi_rx rx;
 
 	memset(buf, 0, sizeof(buf));
@@ -231,8 +231,8 @@ static void test_rx_oversized(void)
 
 static void test_rx_dst_and_discard(void)
 {
-	uint8_t buf[256], target[16] = { 0 };
-	struct seen s = { .fail_at = -1, .dst = target };
+	uint8_t buf[256], target[16] = {0};
+	struct seen s = {.fail_at = -1, .dst = target};
 	struct iscsi_rx rx;
 	size_t n = build(buf, ISCSI_OP_DATA_OUT, NULL, 0, "hello", 5, false, false);
 
@@ -251,7 +251,7 @@ static void test_rx_dst_and_discard(void)
 static void test_rx_callback_error(void)
 {
 	uint8_t buf[256];
-	struct seen s = { .fail_at = 1 };
+	struct seen s = {.fail_at = 1};
 	struct iscsi_rx rx;
 	size_t n = build(buf, ISCSI_OP_NOP_OUT, NULL, 0, NULL, 0, false, false);
 
@@ -263,18 +263,18 @@ static void test_rx_callback_error(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "BHS accessors", test_bhs_accessors },
-	{ "serial number arithmetic", test_sn_arith },
-	{ "LUN decode/encode", test_lun_coding },
-	{ "rx: PDUs in one buffer", test_rx_whole },
-	{ "rx: byte by byte, with and without digests", test_rx_byte_by_byte },
-	{ "rx: odd chunk sizes", test_rx_odd_chunks },
-	{ "rx: bad header digest loses framing", test_rx_bad_header_digest },
-	{ "rx: bad data digest is reported", test_rx_bad_data_digest },
-	{ "rx: oversized data segment", test_rx_oversized },
-	{ "rx: data to caller's buffer or discarded", test_rx_dst_and_discard },
-	{ "rx: callback error stops", test_rx_callback_error },
-	{ NULL, NULL },
+    {"BHS accessors", test_bhs_accessors},
+    {"serial number arithmetic", test_sn_arith},
+    {"LUN decode/encode", test_lun_coding},
+    {"rx: PDUs in one buffer", test_rx_whole},
+    {"rx: byte by byte, with and without digests", test_rx_byte_by_byte},
+    {"rx: odd chunk sizes", test_rx_odd_chunks},
+    {"rx: bad header digest loses framing", test_rx_bad_header_digest},
+    {"rx: bad data digest is reported", test_rx_bad_data_digest},
+    {"rx: oversized data segment", test_rx_oversized},
+    {"rx: data to caller's buffer or discarded", test_rx_dst_and_discard},
+    {"rx: callback error stops", test_rx_callback_error},
+    {NULL, NULL},
 };
 
 int main(void)

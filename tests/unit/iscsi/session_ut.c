@@ -19,10 +19,10 @@
 #include "hl_test.h"
 #include "iscsi/iscsi_internal.h"
 
-#define TGT "iqn.2026-11.io.hotlun:ut"
+#define TGT      "iqn.2026-11.io.hotlun:ut"
 #define TGT_CHAP "iqn.2026-11.io.hotlun:chap"
-#define TGT_ACL "iqn.2026-11.io.hotlun:acl"
-#define INI "iqn.2026-11.io.hotlun:initiator"
+#define TGT_ACL  "iqn.2026-11.io.hotlun:acl"
+#define INI      "iqn.2026-11.io.hotlun:initiator"
 
 /* ------------------------------------------------------------------ */
 /* Fake scsi layer                                                     */
@@ -95,7 +95,7 @@ static struct hl_reactor *reactor;
 static struct hl_iscsi_server *srv;
 static struct hl_scsi_lun_map map;
 static struct iscsi_conn *conn;
-static int cfd = -1;          /* the initiator's end */
+static int cfd = -1; /* the initiator's end */
 static uint32_t cmdsn, itt = 0x100, expstatsn;
 
 struct rpdu {
@@ -124,15 +124,15 @@ static int rcv_pdu(void *ctx, struct iscsi_rx *rx)
 	return 0;
 }
 
-static const struct iscsi_rx_ops rcv_ops = { .header = rcv_header, .pdu = rcv_pdu };
+static const struct iscsi_rx_ops rcv_ops = {.header = rcv_header, .pdu = rcv_pdu};
 static struct iscsi_rx rcv;
 
 static void setup(void)
 {
-	struct hl_iscsi_server_config sc = { 0 };
-	struct hl_iscsi_target_config tc = { 0 };
+	struct hl_iscsi_server_config sc = {0};
+	struct hl_iscsi_target_config tc = {0};
 	int sv[2];
-	static const char *acl[] = { "iqn.2026-11.io.hotlun:someone-else" };
+	static const char *acl[] = {"iqn.2026-11.io.hotlun:someone-else"};
 
 	if (!reactor)
 		CU_ASSERT_FATAL(hl_reactor_create(&reactor, "ut") == 0);
@@ -186,9 +186,7 @@ static bool conn_alive(void)
 	bool alive = false;
 	struct iscsi_conn *c;
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link)
-		if (c == conn)
-			alive = true;
+	hl_list_for_each_entry(c, &srv->conns, srv_link) if (c == conn) alive = true;
 	pthread_mutex_unlock(&srv->lock);
 	return alive;
 }
@@ -310,7 +308,7 @@ static const char *get_kv(const struct rpdu *p, const char *key)
 	return NULL;
 }
 
-static const uint8_t isid[6] = { 0x80, 0x12, 0x34, 0x56, 0x00, 0x01 };
+static const uint8_t isid[6] = {0x80, 0x12, 0x34, 0x56, 0x00, 0x01};
 
 static void login_pdu(uint8_t flags, const char *spec)
 {
@@ -333,16 +331,17 @@ static uint16_t login_status(const struct rpdu *p)
 	return (uint16_t)(p->bhs.b[36] << 8 | p->bhs.b[37]);
 }
 
-#define OPS_KEYS "MaxRecvDataSegmentLength=8192|InitialR2T=Yes|ImmediateData=Yes|" \
-		 "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=2|" \
-		 "HeaderDigest=None|DataDigest=None|ErrorRecoveryLevel=0"
+#define OPS_KEYS                                                                                   \
+	"MaxRecvDataSegmentLength=8192|InitialR2T=Yes|ImmediateData=Yes|"                          \
+	"MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=2|"                          \
+	"HeaderDigest=None|DataDigest=None|ErrorRecoveryLevel=0"
 
 /* Operational-stage-only login straight to FFP. */
 static void login_ok(const char *extra_ops)
 {
 	char spec[2048];
-	snprintf(spec, sizeof(spec), "InitiatorName=%s|TargetName=%s|SessionType=Normal|%s", INI, TGT,
-		 extra_ops ? extra_ops : OPS_KEYS);
+	snprintf(spec, sizeof(spec), "InitiatorName=%s|TargetName=%s|SessionType=Normal|%s", INI,
+	         TGT, extra_ops ? extra_ops : OPS_KEYS);
 	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, spec);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -373,7 +372,7 @@ static void scsi_cmd(uint8_t flags, uint8_t cdb0, uint32_t edtl, const void *imm
 }
 
 static void data_out(uint32_t ttt, uint32_t datasn, uint32_t off, const uint8_t *d, uint32_t len,
-		     bool final)
+                     bool final)
 {
 	struct iscsi_bhs h;
 
@@ -441,18 +440,22 @@ static void expect_login_fail(const char *spec, uint8_t flags, uint16_t status)
 static void test_login_errors(void)
 {
 	uint8_t op = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
-	expect_login_fail("InitiatorName=" INI "|SessionType=Normal", op, ISCSI_LOGIN_MISSING_PARAMETER);
+	expect_login_fail("InitiatorName=" INI "|SessionType=Normal", op,
+	                  ISCSI_LOGIN_MISSING_PARAMETER);
 	expect_login_fail("TargetName=" TGT, op, ISCSI_LOGIN_MISSING_PARAMETER);
 	expect_login_fail("InitiatorName=" INI "|TargetName=iqn.2026-11.io.hotlun:none", op,
-			  ISCSI_LOGIN_NOT_FOUND);
-	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT_ACL, op, ISCSI_LOGIN_NOT_AUTHORIZED);
-	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT_CHAP, op, ISCSI_LOGIN_AUTH_FAILED);
+	                  ISCSI_LOGIN_NOT_FOUND);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT_ACL, op,
+	                  ISCSI_LOGIN_NOT_AUTHORIZED);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT_CHAP, op,
+	                  ISCSI_LOGIN_AUTH_FAILED);
 	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT "|SessionType=Bogus", op,
-			  ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED);
+	                  ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED);
 	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT "|AuthMethod=None",
-			  ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, ISCSI_LOGIN_INITIATOR_ERROR);
-	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT, ISCSI_LOGIN_TRANSIT | (1 << 2) | 1,
-			  ISCSI_LOGIN_INITIATOR_ERROR); /* NSG <= CSG */
+	                  ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, ISCSI_LOGIN_INITIATOR_ERROR);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT,
+	                  ISCSI_LOGIN_TRANSIT | (1 << 2) | 1,
+	                  ISCSI_LOGIN_INITIATOR_ERROR); /* NSG <= CSG */
 	expect_login_fail("no-equals-sign", op, ISCSI_LOGIN_INITIATOR_ERROR);
 
 	/* unsupported version */
@@ -508,7 +511,7 @@ static void test_login_discovery(void)
 {
 	setup();
 	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, "InitiatorName=" INI "|SessionType=Discovery|"
-						     "MaxRecvDataSegmentLength=8192");
+	                                              "MaxRecvDataSegmentLength=8192");
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
@@ -574,7 +577,7 @@ static void test_login_continuation(void)
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(got[0].bhs.b[1] & (ISCSI_LOGIN_CONTINUE | ISCSI_LOGIN_TRANSIT),
-			ISCSI_LOGIN_CONTINUE);
+	                ISCSI_LOGIN_CONTINUE);
 	CU_ASSERT_EQUAL(got[0].dsl, 8192);
 	CU_ASSERT_TRUE(has_kv(&got[0], "X-k000=NotUnderstood"));
 	ngot = 0;
@@ -593,7 +596,7 @@ static void chap_login(const char *secret, bool mutual, bool reflect, uint16_t w
 
 	setup();
 	snprintf(spec, sizeof(spec), "InitiatorName=%s|TargetName=%s|AuthMethod=CHAP,None", INI,
-		 TGT_CHAP);
+	         TGT_CHAP);
 	login_pdu((0 << 2) | ISCSI_LOGIN_TRANSIT | 1, spec);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -611,11 +614,12 @@ static void chap_login(const char *secret, bool mutual, bool reflect, uint16_t w
 	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
 	CU_ASSERT_FATAL(clen > 0);
 	CU_ASSERT_EQUAL(iscsi_chap_compute(ISCSI_CHAP_SHA256, (uint8_t)atoi(id_s), secret, ch,
-					   (size_t)clen, rsp), 0);
+	                                   (size_t)clen, rsp),
+	                0);
 	iscsi_chap_encode_hex(rsp, 32, hex, sizeof(hex));
 	if (mutual)
 		snprintf(spec2, sizeof(spec2), "CHAP_N=alice|CHAP_R=%s|CHAP_I=9|CHAP_C=%s", hex,
-			 reflect ? c_s : "0x0102030405060708090a0b0c0d0e0f10");
+		         reflect ? c_s : "0x0102030405060708090a0b0c0d0e0f10");
 	else
 		snprintf(spec2, sizeof(spec2), "CHAP_N=alice|CHAP_R=%s", hex);
 	ngot = 0;
@@ -628,8 +632,8 @@ static void chap_login(const char *secret, bool mutual, bool reflect, uint16_t w
 		if (mutual) {
 			uint8_t want[32], tch[16];
 			char whex[100];
-			CU_ASSERT_EQUAL(iscsi_chap_decode("0x0102030405060708090a0b0c0d0e0f10", tch, 16),
-					16);
+			CU_ASSERT_EQUAL(
+			    iscsi_chap_decode("0x0102030405060708090a0b0c0d0e0f10", tch, 16), 16);
 			iscsi_chap_compute(ISCSI_CHAP_SHA256, 9, "targetsecret", tch, 16, want);
 			iscsi_chap_encode_hex(want, 32, whex, sizeof(whex));
 			CU_ASSERT_TRUE(has_kv(&got[0], "CHAP_N=tgt"));
@@ -657,11 +661,11 @@ static void test_read_segmentation(void)
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 20000, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 3);
-	uint32_t want_len[3] = { 8192, 8192, 3616 };
+	uint32_t want_len[3] = {8192, 8192, 3616};
 	for (int i = 0; i < 3; i++) {
 		CU_ASSERT_EQUAL(bhs_opcode(&got[i].bhs), ISCSI_OP_DATA_IN);
 		CU_ASSERT_EQUAL(got[i].dsl, want_len[i]);
-		CU_ASSERT_EQUAL(bhs_w36(&got[i].bhs), (uint32_t)i);       /* DataSN */
+		CU_ASSERT_EQUAL(bhs_w36(&got[i].bhs), (uint32_t)i);        /* DataSN */
 		CU_ASSERT_EQUAL(bhs_w40(&got[i].bhs), (uint32_t)i * 8192); /* offset */
 		CU_ASSERT_EQUAL(bhs_itt(&got[i].bhs), itt);
 		CU_ASSERT_EQUAL(got[i].data[5], (uint8_t)((i * 8192 + 5) * 7 + 1));
@@ -684,7 +688,8 @@ static void test_read_residuals(void)
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(got[0].dsl, 512);
-	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_OVERFLOW);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1],
+	                ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_OVERFLOW);
 	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 512);
 	ngot = 0;
 	itt++;
@@ -693,7 +698,8 @@ static void test_read_residuals(void)
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(got[0].dsl, 512);
-	CU_ASSERT_EQUAL(got[0].bhs.b[1], ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW);
+	CU_ASSERT_EQUAL(got[0].bhs.b[1],
+	                ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW);
 	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 4096 - 512);
 	ngot = 0;
 	itt++;
@@ -752,9 +758,9 @@ static void test_write_r2t(void)
 	CU_ASSERT_EQUAL_FATAL(ngot, 2);
 	for (int i = 0; i < 2; i++) {
 		CU_ASSERT_EQUAL(bhs_opcode(&got[i].bhs), ISCSI_OP_R2T);
-		CU_ASSERT_EQUAL(bhs_w36(&got[i].bhs), (uint32_t)i);          /* R2TSN */
-		CU_ASSERT_EQUAL(bhs_w40(&got[i].bhs), (uint32_t)i * 16384);  /* offset */
-		CU_ASSERT_EQUAL(bhs_w44(&got[i].bhs), 16384);                /* desired length */
+		CU_ASSERT_EQUAL(bhs_w36(&got[i].bhs), (uint32_t)i);         /* R2TSN */
+		CU_ASSERT_EQUAL(bhs_w40(&got[i].bhs), (uint32_t)i * 16384); /* offset */
+		CU_ASSERT_EQUAL(bhs_w44(&got[i].bhs), 16384);               /* desired length */
 	}
 	uint32_t ttt0 = bhs_w20(&got[0].bhs), ttt1 = bhs_w20(&got[1].bhs);
 	CU_ASSERT_NOT_EQUAL(ttt0, ttt1);
@@ -791,7 +797,7 @@ static void test_write_immediate_unsolicited(void)
 		buf[i] = (uint8_t)(i * 13);
 	setup();
 	login_ok("MaxRecvDataSegmentLength=8192|InitialR2T=No|ImmediateData=Yes|"
-		 "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=1");
+	         "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=1");
 	/* this target prefers InitialR2T=Yes (an OR key); force No to exercise unsolicited data */
 	conn->params.initial_r2t = false;
 	/* 4 KiB immediate + 4 KiB unsolicited (F=0 on the command), rest by R2T */
@@ -816,7 +822,7 @@ static void test_write_immediate_unsolicited(void)
 
 static void test_data_out_errors(void)
 {
-	uint8_t buf[8192] = { 0 };
+	uint8_t buf[8192] = {0};
 
 	setup();
 	login_ok(NULL);
@@ -863,7 +869,7 @@ static void test_cmdsn_window(void)
 	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_w28(&got[0].bhs), exp + 1);                    /* ExpCmdSN */
+	CU_ASSERT_EQUAL(bhs_w28(&got[0].bhs), exp + 1);                         /* ExpCmdSN */
 	CU_ASSERT_EQUAL(bhs_w32(&got[0].bhs), exp + 1 + ISCSI_QUEUE_DEPTH - 1); /* MaxCmdSN */
 	/* commands held by the scsi layer narrow the window */
 	ngot = 0;
@@ -1089,7 +1095,7 @@ static void test_discovery_chap(void)
 	hl_strlcpy(srv->discovery_chap.user, "disc", sizeof(srv->discovery_chap.user));
 	hl_strlcpy(srv->discovery_chap.secret, "discsecret12", sizeof(srv->discovery_chap.secret));
 	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 1,
-		  "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=None");
+	          "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=None");
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(login_status(&got[0]), ISCSI_LOGIN_AUTH_FAILED);
@@ -1099,7 +1105,7 @@ static void test_discovery_chap(void)
 	hl_strlcpy(srv->discovery_chap.user, "disc", sizeof(srv->discovery_chap.user));
 	hl_strlcpy(srv->discovery_chap.secret, "discsecret12", sizeof(srv->discovery_chap.secret));
 	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 1,
-		  "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=CHAP");
+	          "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=CHAP");
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_TRUE(has_kv(&got[0], "AuthMethod=CHAP"));
@@ -1112,7 +1118,8 @@ static void test_discovery_chap(void)
 	uint8_t ch[64], rsp[16];
 	char hex[64], spec[256];
 	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
-	iscsi_chap_compute(ISCSI_CHAP_MD5, (uint8_t)atoi(id_s), "discsecret12", ch, (size_t)clen, rsp);
+	iscsi_chap_compute(ISCSI_CHAP_MD5, (uint8_t)atoi(id_s), "discsecret12", ch, (size_t)clen,
+	                   rsp);
 	iscsi_chap_encode_hex(rsp, 16, hex, sizeof(hex));
 	snprintf(spec, sizeof(spec), "CHAP_N=disc|CHAP_R=%s", hex);
 	ngot = 0;
@@ -1126,26 +1133,26 @@ static void test_discovery_chap(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "login: operational stage straight to FFP", test_login_operational_only },
-	{ "login: security then operational stage", test_login_security_then_operational },
-	{ "login: error statuses", test_login_errors },
-	{ "login: discovery session and SendTargets", test_login_discovery },
-	{ "login: request and response continuation", test_login_continuation },
-	{ "login: CHAP one-way, mutual, wrong secret, reflection", test_login_chap },
-	{ "read: Data-In segmentation, bursts, status", test_read_segmentation },
-	{ "read: residual overflow/underflow", test_read_residuals },
-	{ "EDTL above the transfer cap; buffer share exhausted", test_edtl_too_large },
-	{ "write: R2T generation", test_write_r2t },
-	{ "write: immediate + unsolicited + R2T", test_write_immediate_unsolicited },
-	{ "write: bad DataSN rejected, session survives", test_data_out_errors },
-	{ "CmdSN window, NOP-Out during stalled I/O", test_cmdsn_window },
-	{ "Reject, digests, framing loss", test_reject_and_digests },
-	{ "TMF: abort waits for the task; LUN reset", test_tmf_abort_waits },
-	{ "logout closes", test_logout },
-	{ "text: SendTargets continuation in a normal session", test_text_continuation },
-	{ "NOP-In ping on idle, answer, timeout", test_nop_ping },
-	{ "discovery CHAP", test_discovery_chap },
-	{ NULL, NULL },
+    {"login: operational stage straight to FFP", test_login_operational_only},
+    {"login: security then operational stage", test_login_security_then_operational},
+    {"login: error statuses", test_login_errors},
+    {"login: discovery session and SendTargets", test_login_discovery},
+    {"login: request and response continuation", test_login_continuation},
+    {"login: CHAP one-way, mutual, wrong secret, reflection", test_login_chap},
+    {"read: Data-In segmentation, bursts, status", test_read_segmentation},
+    {"read: residual overflow/underflow", test_read_residuals},
+    {"EDTL above the transfer cap; buffer share exhausted", test_edtl_too_large},
+    {"write: R2T generation", test_write_r2t},
+    {"write: immediate + unsolicited + R2T", test_write_immediate_unsolicited},
+    {"write: bad DataSN rejected, session survives", test_data_out_errors},
+    {"CmdSN window, NOP-Out during stalled I/O", test_cmdsn_window},
+    {"Reject, digests, framing loss", test_reject_and_digests},
+    {"TMF: abort waits for the task; LUN reset", test_tmf_abort_waits},
+    {"logout closes", test_logout},
+    {"text: SendTargets continuation in a normal session", test_text_continuation},
+    {"NOP-In ping on idle, answer, timeout", test_nop_ping},
+    {"discovery CHAP", test_discovery_chap},
+    {NULL, NULL},
 };
 
 int main(void)
