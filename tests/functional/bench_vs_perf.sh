@@ -7,13 +7,14 @@
 # within HL_BENCH_TOLERANCE percent (default 10) of 1.
 #
 # Runs against the default target (hotlund when built, else tgt; HL_TARGET
-# picks one). HL_BENCH_ROUNDS (default 8) and HL_BENCH_SECONDS (default 2)
-# set the length.
+# picks one). HL_BENCH_ROUNDS (default 12) and HL_BENCH_SECONDS (default 2)
+# set the length. When iscsi-perf's own rounds differ from each other by
+# more than the tolerance (a busy machine), a disagreement is a SKIP.
 . "$(dirname "$0")/bench_common.sh"
 hl_need iscsi-perf python3
 
 T=$(hl_tmpdir)
-ROUNDS=${HL_BENCH_ROUNDS:-8}
+ROUNDS=${HL_BENCH_ROUNDS:-12}
 SECS=${HL_BENCH_SECONDS:-2}
 TOL=${HL_BENCH_TOLERANCE:-10}
 QD=64
@@ -48,17 +49,28 @@ for r in $(seq 1 "$ROUNDS"); do
 	hl_log "round $r: iscsi-perf ${perf[-2]} / ${perf[-1]} IOPS, hotlun-bench ${bench[-1]} IOPS"
 done
 
-python3 - "$TOL" "${perf[*]}" "${bench[*]}" <<'PY' || hl_fail "hotlun-bench and iscsi-perf disagree"
+python3 - "$TOL" "${perf[*]}" "${bench[*]}" <<'PY'
 import statistics, sys
 tol = float(sys.argv[1])
 perf = [float(x) for x in sys.argv[2].split()]
 bench = [float(x) for x in sys.argv[3].split()]
 ratios = [b / ((perf[i] + perf[i + 1]) / 2) for i, b in enumerate(bench)]
 r = statistics.median(ratios)
+pm = statistics.median(perf)
+# how much iscsi-perf disagrees with itself from one round to the next
+noise = statistics.median(abs(a - b) / pm for a, b in zip(perf, perf[1:])) * 100
 print("median IOPS: iscsi-perf %.0f, hotlun-bench %.0f; median paired ratio %.3f "
-      "(limit 1 +- %g%%)" % (statistics.median(perf), statistics.median(bench), r, tol))
-sys.exit(0 if abs(r - 1) * 100 <= tol else 1)
+      "(limit 1 +- %g%%); iscsi-perf round-to-round change %.0f%%"
+      % (pm, statistics.median(bench), r, tol, noise))
+if abs(r - 1) * 100 <= tol:
+    sys.exit(0)
+sys.exit(77 if noise > tol else 1)
 PY
+rc=$?
+# When iscsi-perf alone varies more than the tolerance between neighbouring
+# rounds, the machine is too busy for a 10 % comparison: skip, do not guess.
+[ $rc = 77 ] && hl_skip "machine too busy to compare within $TOL% (see iscsi-perf's own variation)"
+[ $rc = 0 ] || hl_fail "hotlun-bench and iscsi-perf disagree"
 
 [ "$HL_TARGET" = tgt ] || hl_check_alive
 hl_target_stop
