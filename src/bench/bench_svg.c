@@ -122,6 +122,8 @@ static void axes(FILE *f, const struct frame *fr, const char *ylabel, double war
 
 	/* y grid and labels */
 	if (fr->log) {
+		/* label 2 and 5 too when there are few decades to show */
+		bool fine = fr->ymax - fr->ymin <= 2.01;
 		for (int d = (int)floor(fr->ymin); d <= (int)ceil(fr->ymax); d++) {
 			for (int m = 1; m < 10; m++) {
 				double v = m * pow(10, d);
@@ -133,7 +135,7 @@ static void axes(FILE *f, const struct frame *fr, const char *ylabel, double war
 				        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
 				        "stroke=\"%s\"/>\n",
 				        PLOT_L, y, PLOT_R, y, m == 1 ? "#cccccc" : "#f0f0f0");
-				if (m == 1) {
+				if (m == 1 || (fine && (m == 2 || m == 5))) {
 					fmt_us(buf, sizeof(buf), v);
 					fprintf(f,
 					        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
