@@ -2,13 +2,18 @@
 # bench_plot.sh - hotlun-bench's reports: the summary line, the per-second
 # CSV, the SVG of one run and the overlay of several runs, which must render
 # (rsvg-convert to PNG) at the expected size. Also: --count is exact, bad
-# arguments exit 2.
+# arguments exit 2, CHAP from the URL logs in (and a wrong secret does not).
 . "$(dirname "$0")/bench_common.sh"
 hl_need rsvg-convert python3
 
 T=$(hl_tmpdir)
-hl_target_start --size 64M
-hl_log "target: $HL_TARGET at $HL_URL"
+# The target wants CHAP: the URL's user%secret@ must reach the login.
+hl_target_start --size 64M --chap benchuser benchsecret0123
+hl_log "target: $HL_TARGET at $HL_CHAP_URL"
+bench_run "a wrong CHAP secret is a setup error" 2 "$T/chap.out" --count 10 \
+	"iscsi://benchuser%wrongsecret0123@127.0.0.1:$HL_PORT/$HL_IQN/$HL_LUN"
+grep -q "login to .* failed" "$T/chap.out.err" || hl_fail "no login failure: $(cat "$T/chap.out.err")"
+HL_URL=$HL_CHAP_URL
 
 bench_run "bad workload is a usage error" 2 "$T/bad1.out" --workload zipf:-1 "$HL_URL"
 grep -q "zipf needs an exponent" "$T/bad1.out.err" || hl_fail "no reason given for zipf:-1"
