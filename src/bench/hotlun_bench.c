@@ -689,7 +689,7 @@ static void usage(FILE *f)
 	        "  --qd N          queue depth per session               (default 64)\n"
 	        "  --sessions N    iSCSI sessions                        (default 1)\n"
 	        "  --time S        measure for S seconds                 (default 30)\n"
-	        "  --count N       measure N I/Os instead of a time\n"
+	        "  --count N       measure exactly N I/Os (overrides --time)\n"
 	        "  --warmup S      run S seconds before measuring        (default 0)\n"
 	        "  --initiator IQN initiator name                        (default %s)\n"
 	        "output:\n"
