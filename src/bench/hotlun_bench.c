@@ -150,7 +150,7 @@ static void verify_unlock(struct bench *b, const struct bench_io *io)
 	memset(b->lock_map + first, 0, n);
 }
 
-static void verify_report(struct bench *b, const struct bench_io *io, uint64_t unit_off,
+static void verify_report(struct bench *b, const struct bench_io *io,
                           const struct bench_pattern_result *res)
 {
 	b->verify_errors++;
@@ -183,7 +183,6 @@ static void verify_report(struct bench *b, const struct bench_io *io, uint64_t u
 		break;
 	}
 	fputc('\n', stderr);
-	(void)unit_off;
 }
 
 /* Check a completed read unit by unit, each against what this run knows of it. */
@@ -210,7 +209,7 @@ static void verify_read(struct bench *b, const struct slot *sl)
 		b->verify_checked++;
 		if (bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, expect,
 		                        allow_foreign, &res) != BENCH_PAT_OK)
-			verify_report(b, &sl->io, s, &res);
+			verify_report(b, &sl->io, &res);
 	}
 }
 
