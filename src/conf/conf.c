@@ -549,9 +549,6 @@ static int check(struct parser *p)
 		if (t->mutual_secret && t->chap_secret && strcmp(t->mutual_secret, t->chap_secret) == 0)
 			return perr(p, "[target %s]: mutual_secret must differ from chap_secret (RFC 7143 9.2.1)",
 				    t->name);
-		if (!t->allow_all && t->n_allow == 0)
-			HL_WARN("conf", "%s:%d: [target %s] has no 'allow': no initiator may log in",
-				p->name, t->line, t->name);
 	}
 	p->line = 0;
 	if ((rc = check_chap(p, "discovery_chap", c->discovery_chap_user, c->discovery_chap_secret)))

@@ -1,14 +1,89 @@
 /*
- * daemon_internal.h - what the files of the daemon share: the state folder,
- * stable disk identities, origin wrapping.
+ * daemon_internal.h - what the files of the daemon share: the running
+ * state (struct daemon), applying a configuration to it, the control
+ * commands, the state folder and stable disk identities.
+ *
+ * Threads: start-up and shutdown run on the main thread; once the control
+ * reactor runs, every change (control requests, SIGHUP reload) runs on the
+ * control reactor's thread, so struct daemon needs no lock of its own.
  */
 #ifndef HL_DAEMON_INTERNAL_H
 #define HL_DAEMON_INTERNAL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "hotlun/conf.h"
 #include "hotlun/origin.h"
+#include "hotlun/scsi.h"
+#include "hotlun/util.h"
+
+struct hl_reactor;
+struct hl_iscsi_server;
+struct hl_ctl_server;
+
+/** One opened disk: its LU (which owns the origin) and what it was opened with. */
+struct disk_rt {
+	struct hl_list link;        /* daemon.disks or daemon.retired_disks */
+	struct hl_conf_disk conf;   /* deep copy of the section it was opened from */
+	struct hl_lu *lu;
+};
+
+/** One target's LUN map, given to the iSCSI server (which keeps pointing at it). */
+struct target_rt {
+	struct hl_list link;        /* daemon.targets or daemon.retired_targets */
+	char *name;
+	struct hl_scsi_lun_map *map;
+};
+
+struct daemon {
+	struct hl_conf *conf;       /* the configuration that runs now */
+	char *config_path;          /* where saveconfig writes and SIGHUP reads */
+	uint64_t install_id;
+	struct hl_list disks;
+	struct hl_list targets;
+	/* removed while sessions might still have commands on them: freed at exit */
+	struct hl_list retired_disks;
+	struct hl_list retired_targets;
+	struct hl_reactor **reactors;
+	unsigned n_reactors;
+	struct hl_reactor *ctl_reactor;
+	struct hl_ctl_server *ctl;
+	struct hl_iscsi_server *server;
+};
+
+/**
+ * Make the daemon run `next` (always taken: kept as d->conf, or freed when
+ * nothing could be applied): opens new disks, adds/changes/removes targets, LUNs, ACLs,
+ * CHAP and portals, closes what went away. Checks everything that can fail
+ * before changing anything visible. Removing a LUN or target that has
+ * sessions is refused (-EBUSY) unless force. @return 0 or -errno with err.
+ */
+int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, size_t errlen);
+
+/** A copy of conf with its globals only: what runs before the first daemon_apply. */
+struct hl_conf *daemon_conf_skeleton(const struct hl_conf *conf);
+
+/** Release every runtime object (after the server is gone and reactors stopped). */
+void daemon_release(struct daemon *d);
+
+/** Find an open disk by name. */
+struct disk_rt *daemon_disk_find(struct daemon *d, const char *name);
+
+/** Start the control socket on its own reactor thread. @return 0 or -errno. */
+int daemon_control_start(struct daemon *d);
+void daemon_control_stop(struct daemon *d);
+
+/** Re-read config_path and apply it (SIGHUP); runs on the control thread. */
+void daemon_reload(struct daemon *d);
+
+/**
+ * Write the running configuration to path atomically (temporary file,
+ * fsync, rename), keeping numbered backups path.1 .. path.N of what was
+ * there. @return 0 or -errno with err.
+ */
+int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, size_t errlen);
 
 /**
  * Create state_dir (and parents) if needed and read its install id, making

@@ -28,22 +28,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct disk_rt {
-	const struct hl_conf_disk *conf;
-	struct hl_lu *lu;
-};
-
-struct daemon {
-	struct hl_conf *conf;
-	uint64_t install_id;
-	struct disk_rt *disks;
-	size_t n_disks;
-	struct hl_scsi_lun_map *maps; /* one per target */
-	struct hl_reactor **reactors;
-	unsigned n_reactors;
-	struct hl_iscsi_server *server;
-};
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -114,124 +98,20 @@ static int demo_prepare(const char *dir, const char *portal, char **out_text)
 	return 0;
 }
 
-/* ---- building the runtime objects ---- */
+/* ---- start and stop ---- */
 
-static int open_disk(struct daemon *d, struct disk_rt *rt)
+/* Reactors, workers and the (empty) iSCSI server; reads loaded, does not keep it. */
+static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 {
-	const struct hl_conf_disk *cd = rt->conf;
-	struct hl_origin_opts opts = {.read_only = cd->read_only};
-	struct hl_origin *origin;
-	struct hl_lu_config lc;
-	int rc;
-
-	rc = hl_origin_open(cd->origin, &opts, &origin);
-	if (rc) {
-		HL_ERR("daemon", "%s:%d: disk %s: cannot open origin %s: %s", d->conf->path,
-		       cd->line, cd->name, cd->origin, strerror(-rc));
-		return rc;
-	}
-	rc = daemon_wrap_origin(cd, &origin);
-	if (rc) {
-		HL_ERR("daemon", "disk %s: %s", cd->name, strerror(-rc));
-		hl_origin_close(origin);
-		return rc;
-	}
-	memset(&lc, 0, sizeof(lc));
-	lc.name = cd->name;
-	lc.block_size = cd->block_size;
-	lc.read_only = cd->read_only || origin->read_only;
-	lc.write_cache = true; /* buffered origins: SYNCHRONIZE CACHE and FUA matter */
-	daemon_disk_identity(d->install_id, cd->name, lc.naa, lc.serial);
-	rc = hl_lu_create(&lc, origin, &rt->lu);
-	if (rc) {
-		HL_ERR("daemon", "%s:%d: disk %s: %s (origin size %llu, block size %u)",
-		       d->conf->path, cd->line, cd->name, strerror(-rc),
-		       (unsigned long long)origin->size, cd->block_size);
-		hl_origin_close(origin);
-		return rc;
-	}
-	HL_NOTICE("daemon", "disk %s: %s, %llu blocks of %u bytes%s", cd->name, cd->origin,
-		  (unsigned long long)hl_lu_num_blocks(rt->lu), cd->block_size,
-		  lc.read_only ? ", read-only" : "");
-	return 0;
-}
-
-static struct hl_lu *find_lu(struct daemon *d, const char *name)
-{
-	for (size_t i = 0; i < d->n_disks; i++) {
-		if (strcmp(d->disks[i].conf->name, name) == 0)
-			return d->disks[i].lu;
-	}
-	return NULL;
-}
-
-static void fill_chap(struct hl_iscsi_chap *c, const char *user, const char *secret)
-{
-	memset(c, 0, sizeof(*c));
-	if (user && secret) {
-		hl_strlcpy(c->user, user, sizeof(c->user));
-		hl_strlcpy(c->secret, secret, sizeof(c->secret));
-	}
-}
-
-static int add_targets(struct daemon *d)
-{
-	struct hl_conf *c = d->conf;
-
-	d->maps = calloc(c->n_targets ? c->n_targets : 1, sizeof(*d->maps));
-	if (!d->maps)
-		return -ENOMEM;
-	for (size_t i = 0; i < c->n_targets; i++) {
-		const struct hl_conf_target *t = &c->targets[i];
-		struct hl_iscsi_target_config tc;
-		int rc;
-
-		for (size_t j = 0; j < t->n_luns; j++)
-			d->maps[i].lu[t->luns[j].lun] = find_lu(d, t->luns[j].disk);
-		memset(&tc, 0, sizeof(tc));
-		tc.name = t->name;
-		tc.alias = t->alias;
-		tc.luns = &d->maps[i];
-		tc.allow_all = t->allow_all;
-		tc.allow = (const char *const *)t->allow;
-		tc.n_allow = t->n_allow;
-		fill_chap(&tc.chap, t->chap_user, t->chap_secret);
-		fill_chap(&tc.mutual, t->mutual_user, t->mutual_secret);
-		rc = hl_iscsi_target_add(d->server, &tc);
-		if (rc) {
-			HL_ERR("daemon", "%s:%d: target %s: %s", c->path, t->line, t->name,
-			       strerror(-rc));
-			return rc;
-		}
-		HL_NOTICE("daemon", "target %s: %zu LUN(s)%s%s", t->name, t->n_luns,
-			  t->chap_user ? ", CHAP" : "", t->mutual_user ? " (mutual)" : "");
-	}
-	return 0;
-}
-
-static int start(struct daemon *d, const char *url_note)
-{
-	struct hl_conf *c = d->conf;
 	struct hl_iscsi_server_config sc;
 	int rc;
 
-	rc = daemon_state_dir_init(c->state_dir, &d->install_id);
+	rc = daemon_state_dir_init(loaded->state_dir, &d->install_id);
 	if (rc)
 		return rc;
 
-	d->disks = calloc(c->n_disks ? c->n_disks : 1, sizeof(*d->disks));
-	if (!d->disks)
-		return -ENOMEM;
-	for (size_t i = 0; i < c->n_disks; i++) {
-		d->disks[i].conf = &c->disks[i];
-		rc = open_disk(d, &d->disks[i]);
-		if (rc)
-			return rc;
-		d->n_disks++;
-	}
-
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	d->n_reactors = c->threads ? c->threads : (unsigned)(ncpu > 0 ? ncpu : 1);
+	d->n_reactors = loaded->threads ? loaded->threads : (unsigned)(ncpu > 0 ? ncpu : 1);
 	d->reactors = calloc(d->n_reactors, sizeof(*d->reactors));
 	if (!d->reactors)
 		return -ENOMEM;
@@ -254,32 +134,49 @@ static int start(struct daemon *d, const char *url_note)
 	sc.n_reactors = d->n_reactors;
 	sc.nop_interval_s = 30;
 	sc.nop_timeout_s = 30;
-	fill_chap(&sc.discovery_chap, c->discovery_chap_user, c->discovery_chap_secret);
-	rc = hl_iscsi_server_create(&sc, &d->server);
-	if (rc)
-		return rc;
-	rc = add_targets(d);
-	if (rc)
-		return rc;
-
-	for (size_t i = 0; i < c->n_portals; i++) {
-		char bound[128];
-		rc = hl_iscsi_portal_add(d->server, c->portals[i], 1, bound, sizeof(bound));
-		if (rc) {
-			HL_ERR("daemon", "portal %s: %s", c->portals[i], strerror(-rc));
-			return rc;
-		}
-		HL_NOTICE("daemon", "listening on %s", bound);
-		if (url_note && c->n_targets) {
-			printf("iSCSI target ready: iscsi://%s/%s/0\n", bound, c->targets[0].name);
-			fflush(stdout);
-		}
+	if (loaded->discovery_chap_user && loaded->discovery_chap_secret) {
+		hl_strlcpy(sc.discovery_chap.user, loaded->discovery_chap_user,
+			   sizeof(sc.discovery_chap.user));
+		hl_strlcpy(sc.discovery_chap.secret, loaded->discovery_chap_secret,
+			   sizeof(sc.discovery_chap.secret));
 	}
-	return 0;
+	return hl_iscsi_server_create(&sc, &d->server);
+}
+
+/* Takes loaded. */
+static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
+{
+	char err[1024];
+	int rc;
+
+	rc = start_threads(d, loaded);
+	if (rc) {
+		HL_ERR("daemon", "start-up: %s", strerror(-rc));
+		hl_conf_free(loaded);
+		return rc;
+	}
+	/* The running state starts empty; the file is applied like any later change. */
+	d->conf = daemon_conf_skeleton(loaded);
+	if (!d->conf) {
+		hl_conf_free(loaded);
+		return -ENOMEM;
+	}
+	rc = daemon_apply(d, loaded, false, err, sizeof(err));
+	if (rc) {
+		HL_ERR("daemon", "%s", err);
+		return rc;
+	}
+	if (print_url && d->conf->n_targets && d->conf->n_portals) {
+		printf("iSCSI target ready: iscsi://%s/%s/0\n", d->conf->portals[0],
+		       d->conf->targets[0].name);
+		fflush(stdout);
+	}
+	return daemon_control_start(d);
 }
 
 static void stop(struct daemon *d)
 {
+	daemon_control_stop(d);
 	if (d->server)
 		hl_iscsi_server_destroy(d->server);
 	for (unsigned i = 0; i < d->n_reactors; i++) {
@@ -292,13 +189,17 @@ static void stop(struct daemon *d)
 	for (unsigned i = 0; i < d->n_reactors; i++)
 		hl_reactor_destroy(d->reactors[i]);
 	free(d->reactors);
-	for (size_t i = 0; i < d->n_disks; i++)
-		hl_lu_destroy(d->disks[i].lu);
-	free(d->disks);
-	free(d->maps);
+	daemon_release(d);
+	hl_conf_free(d->conf);
+	free(d->config_path);
 }
 
-static int wait_for_signals(void)
+static void reload_cb(void *arg)
+{
+	daemon_reload(arg);
+}
+
+static int wait_for_signals(struct daemon *d)
 {
 	sigset_t set;
 	siginfo_t si;
@@ -315,7 +216,11 @@ static int wait_for_signals(void)
 			return -errno;
 		}
 		if (sig == SIGHUP) {
-			HL_NOTICE("daemon", "SIGHUP: reloading is not implemented yet; ignored");
+			/* every change runs on the control thread, one at a time */
+			if (!d->config_path)
+				HL_NOTICE("daemon", "SIGHUP: no configuration file to reload");
+			else if (hl_reactor_call(d->ctl_reactor, reload_cb, d) < 0)
+				HL_ERR("daemon", "SIGHUP: out of memory, not reloaded");
 			continue;
 		}
 		HL_NOTICE("daemon", "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -341,6 +246,7 @@ int main(int argc, char **argv)
 	bool use_syslog = false;
 	char err[1024];
 	struct daemon d;
+	struct hl_conf *loaded = NULL;
 
 	while ((opt = getopt_long(argc, argv, "c:t:l:Vh", longopts, NULL)) != -1) {
 		switch (opt) {
@@ -383,15 +289,23 @@ int main(int argc, char **argv)
 	}
 
 	memset(&d, 0, sizeof(d));
+	hl_list_init(&d.disks);
+	hl_list_init(&d.targets);
+	hl_list_init(&d.retired_disks);
+	hl_list_init(&d.retired_targets);
 	hl_log_open(false, HL_LOG_WARN);
 	if (demo) {
 		char *text = NULL;
 		if (demo_prepare(demo, portal, &text))
 			return 1;
-		rc = hl_conf_parse(text, strlen(text), "<demo>", &d.conf, err, sizeof(err));
+		rc = hl_conf_parse(text, strlen(text), "<demo>", &loaded, err, sizeof(err));
 		free(text);
+		if (rc == 0 && asprintf(&d.config_path, "%s/hotlun.conf", demo) < 0)
+			rc = -ENOMEM;
 	} else {
-		rc = hl_conf_load(check ? check : config, &d.conf, err, sizeof(err));
+		rc = hl_conf_load(check ? check : config, &loaded, err, sizeof(err));
+		if (rc == 0 && config && !(d.config_path = realpath(config, NULL)))
+			rc = -errno;
 	}
 	if (rc) {
 		fprintf(stderr, "hotlund: %s\n", err);
@@ -399,12 +313,14 @@ int main(int argc, char **argv)
 	}
 	if (check) {
 		printf("%s: OK (%zu disk(s), %zu cache(s), %zu target(s), %zu portal(s))\n", check,
-		       d.conf->n_disks, d.conf->n_caches, d.conf->n_targets, d.conf->n_portals);
-		hl_conf_free(d.conf);
+		       loaded->n_disks, loaded->n_caches, loaded->n_targets, loaded->n_portals);
+		hl_conf_free(loaded);
 		return 0;
 	}
 
-	hl_log_open(use_syslog, log_level >= 0 ? log_level : d.conf->log_level);
+	if (log_level >= 0)
+		loaded->log_level = log_level;
+	hl_log_open(use_syslog, loaded->log_level);
 
 	/* Block the signals we wait for in every thread created from here on. */
 	sigset_t set;
@@ -415,13 +331,12 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	rc = start(&d, demo);
+	rc = start(&d, loaded, demo != NULL);
 	if (rc == 0) {
-		HL_NOTICE("daemon", "hotlund %s running (%u reactor thread(s))", PACKAGE_VERSION,
-			  d.n_reactors);
-		rc = wait_for_signals();
+		HL_NOTICE("daemon", "hotlund %s running (%u reactor thread(s), control socket %s)",
+			  PACKAGE_VERSION, d.n_reactors, d.conf->control_socket);
+		rc = wait_for_signals(&d);
 	}
 	stop(&d);
-	hl_conf_free(d.conf);
 	return rc ? 1 : 0;
 }

@@ -1,0 +1,788 @@
+/*
+ * hotlunctl.c - the admin shell: a targetcli-style tree over hotlund's
+ * control socket. Interactive (libedit: history, tab completion of
+ * commands, paths and parameter names) or one command per invocation:
+ *
+ *   hotlunctl [--socket S] [PATH] COMMAND [ARGS...]
+ *
+ * All knowledge of objects lives in the daemon; this program turns words
+ * into control requests (docs/control.md) and replies into text.
+ */
+#include "config.h"
+
+#include "hotlun/conf.h"
+#include "hotlun/ctl.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+#include <editline/readline.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_CONFIG HL_SYSCONFDIR "/hotlun/hotlun.conf"
+
+static int ctl_fd = -1;
+static const char *socket_path;
+static char cwd[1024] = "/";
+static bool interactive;
+
+/* ---- talking to the daemon ---- */
+
+static int connect_daemon(void)
+{
+	if (ctl_fd >= 0)
+		return 0;
+	ctl_fd = hl_ctl_connect(socket_path);
+	if (ctl_fd < 0) {
+		fprintf(stderr, "hotlunctl: cannot connect to %s: %s\n", socket_path,
+			strerror(-ctl_fd));
+		return ctl_fd;
+	}
+	return 0;
+}
+
+/* Send a request (steals args); @return the result (new ref) or NULL after printing the error. */
+static json_t *request(const char *cmd, json_t *args)
+{
+	json_t *reply = NULL;
+	int rc;
+
+	if (connect_daemon() < 0) {
+		json_decref(args);
+		return NULL;
+	}
+	rc = hl_ctl_call(ctl_fd, cmd, args, &reply);
+	json_decref(args);
+	if (rc < 0) {
+		fprintf(stderr, "hotlunctl: %s: %s\n", socket_path, strerror(-rc));
+		close(ctl_fd);
+		ctl_fd = -1;
+		return NULL;
+	}
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		const char *msg = json_string_value(json_object_get(reply, "error"));
+		fprintf(stderr, "error: %s\n", msg ? msg : "(no message)");
+		json_decref(reply);
+		return NULL;
+	}
+	json_t *result = json_object_get(reply, "result");
+	result = result ? json_incref(result) : json_object();
+	json_decref(reply);
+	return result;
+}
+
+/* ---- paths ---- */
+
+/* Resolve p against the current folder into out: handles "..", ".", absolute. */
+static void resolve(const char *p, char *out, size_t len)
+{
+	char buf[2048], *parts[64], *save = NULL;
+	int n = 0;
+
+	if (!p || !*p)
+		p = ".";
+	if (p[0] == '/')
+		snprintf(buf, sizeof(buf), "%s", p);
+	else
+		snprintf(buf, sizeof(buf), "%s/%s", cwd, p);
+	for (char *tok = strtok_r(buf, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+		if (strcmp(tok, ".") == 0)
+			continue;
+		if (strcmp(tok, "..") == 0) {
+			if (n)
+				n--;
+			continue;
+		}
+		if (n < 64)
+			parts[n++] = tok;
+	}
+	size_t off = 0;
+	out[0] = '\0';
+	for (int i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(out + off, len - off, "/%s", parts[i]);
+	if (n == 0)
+		snprintf(out, len, "/");
+}
+
+/* ---- output ---- */
+
+static void print_tree(json_t *node, const char *prefix, bool last, bool root)
+{
+	const char *name = json_string_value(json_object_get(node, "name"));
+	const char *summary = json_string_value(json_object_get(node, "summary"));
+	json_t *children = json_object_get(node, "children");
+	char line[512];
+	int w;
+
+	w = snprintf(line, sizeof(line), "%so- %s ", prefix, name ? name : "?");
+	if (w < 0)
+		return;
+	printf("%s", line);
+	if (summary && *summary) {
+		for (int i = w; i < 60; i++)
+			putchar('.');
+		printf(" [%s]", summary);
+	}
+	putchar('\n');
+
+	char sub[512];
+	snprintf(sub, sizeof(sub), "%s%s", prefix, root ? "  " : (last ? "  " : "| "));
+	size_t n = json_array_size(children);
+	for (size_t i = 0; i < n; i++)
+		print_tree(json_array_get(children, i), sub, i + 1 == n, false);
+}
+
+static void print_json(json_t *v)
+{
+	char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS);
+	if (s) {
+		printf("%s\n", s);
+		free(s);
+	}
+}
+
+/* ---- commands ---- */
+
+static int parse_kv(json_t *params, const char *word)
+{
+	const char *eq = strchr(word, '=');
+	if (!eq || eq == word) {
+		fprintf(stderr, "error: expected key=value, got '%s'\n", word);
+		return -EINVAL;
+	}
+	char key[256];
+	size_t kl = (size_t)(eq - word);
+	if (kl >= sizeof(key)) {
+		fprintf(stderr, "error: key too long\n");
+		return -EINVAL;
+	}
+	memcpy(key, word, kl);
+	key[kl] = '\0';
+	/* key= with nothing unsets the key */
+	json_object_set_new(params, key, eq[1] ? json_string(eq + 1) : json_null());
+	return 0;
+}
+
+static int cmd_ls(const char *path, int argc, char **argv)
+{
+	json_t *r;
+	(void)argc, (void)argv;
+	r = request("ls", json_pack("{s:s}", "path", path));
+	if (!r)
+		return 1;
+	print_tree(r, "", true, true);
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_cd(const char *path, int argc, char **argv)
+{
+	char target[1024];
+	json_t *r;
+
+	(void)path;
+	resolve(argc > 0 ? argv[0] : "/", target, sizeof(target));
+	r = request("ls", json_pack("{s:s}", "path", target));
+	if (!r)
+		return 1;
+	json_decref(r);
+	hl_strlcpy(cwd, target, sizeof(cwd));
+	return 0;
+}
+
+static int cmd_create(const char *path, int argc, char **argv)
+{
+	json_t *params = json_object();
+	if (argc < 1) {
+		fprintf(stderr, "usage: [PATH] create NAME [key=value ...]\n");
+		json_decref(params);
+		return 2;
+	}
+	for (int i = 1; i < argc; i++) {
+		if (parse_kv(params, argv[i])) {
+			json_decref(params);
+			return 2;
+		}
+	}
+	json_t *r = request("create", json_pack("{s:s, s:s, s:o}", "path", path, "name", argv[0],
+						"params", params));
+	if (!r)
+		return 1;
+	const char *created = json_string_value(json_object_get(r, "created"));
+	if (created)
+		printf("Created %s.\n", created);
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_delete(const char *path, int argc, char **argv)
+{
+	char target[1024];
+	bool force = false;
+	const char *what = NULL;
+
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "force") == 0 || strcmp(argv[i], "--force") == 0)
+			force = true;
+		else
+			what = argv[i];
+	}
+	if (what) {
+		char base[1024];
+		hl_strlcpy(base, cwd, sizeof(base));
+		hl_strlcpy(cwd, path, sizeof(cwd));
+		resolve(what, target, sizeof(target));
+		hl_strlcpy(cwd, base, sizeof(cwd));
+	} else {
+		hl_strlcpy(target, path, sizeof(target));
+	}
+	json_t *r = request("delete", json_pack("{s:s, s:b}", "path", target, "force", force));
+	if (!r)
+		return 1;
+	printf("Deleted %s.\n", target);
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_set(const char *path, int argc, char **argv)
+{
+	json_t *params = json_object();
+	bool force = false;
+
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "force") == 0 || strcmp(argv[i], "--force") == 0) {
+			force = true;
+			continue;
+		}
+		if (parse_kv(params, argv[i])) {
+			json_decref(params);
+			return 2;
+		}
+	}
+	if (json_object_size(params) == 0) {
+		fprintf(stderr, "usage: [PATH] set key=value [...] [force]\n");
+		json_decref(params);
+		return 2;
+	}
+	json_t *r = request("set", json_pack("{s:s, s:o, s:b}", "path", path, "params", params,
+					     "force", force));
+	if (!r)
+		return 1;
+	json_decref(r);
+	return 0;
+}
+
+static void print_param(const char *key, json_t *v)
+{
+	if (json_is_string(v))
+		printf("%s=%s\n", key, json_string_value(v));
+	else if (json_is_null(v))
+		printf("%s=\n", key);
+	else {
+		char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		printf("%s=%s\n", key, s ? s : "?");
+		free(s);
+	}
+}
+
+static int cmd_get(const char *path, int argc, char **argv)
+{
+	json_t *r = request("get", json_pack("{s:s}", "path", path));
+	const char *key;
+	json_t *v;
+
+	if (!r)
+		return 1;
+	if (argc == 0) {
+		json_object_foreach(r, key, v)
+			print_param(key, v);
+	}
+	for (int i = 0; i < argc; i++) {
+		v = json_object_get(r, argv[i]);
+		if (!v) {
+			fprintf(stderr, "error: no parameter %s here\n", argv[i]);
+			json_decref(r);
+			return 1;
+		}
+		print_param(argv[i], v);
+	}
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_info(const char *path, int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	json_t *r = request("get", json_pack("{s:s}", "path", path));
+	if (!r)
+		return 1;
+	printf("%s\n", path);
+	print_json(r);
+	json_decref(r);
+	return 0;
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static void print_stats_text(json_t *r)
+{
+	const char *name;
+	json_t *disk;
+	json_t *disks = json_object_get(r, "disks");
+
+	printf("%-20s %12s %10s %s\n", "disk", "size", "block", "origin");
+	json_object_foreach(disks, name, disk) {
+		char sz[32];
+		hl_format_size((uint64_t)json_integer_value(json_object_get(disk, "size_bytes")), sz,
+			       sizeof(sz));
+		printf("%-20s %12s %10lld %s\n", name, sz,
+		       (long long)json_integer_value(json_object_get(disk, "block_size")),
+		       json_string_value(json_object_get(disk, "origin")));
+	}
+	printf("sessions: %lld\n", (long long)json_integer_value(json_object_get(r, "sessions")));
+}
+
+static int cmd_stats(const char *path, int argc, char **argv)
+{
+	bool as_json = false;
+	int watch = 0;
+
+	(void)path;
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "json") == 0) {
+			as_json = true;
+		} else if (strcmp(argv[i], "--watch") == 0 || strcmp(argv[i], "watch") == 0) {
+			watch = 1;
+			if (i + 1 < argc && atoi(argv[i + 1]) > 0)
+				watch = atoi(argv[++i]);
+		} else {
+			fprintf(stderr, "usage: stats [--json] [--watch [SECONDS]]\n");
+			return 2;
+		}
+	}
+	struct sigaction sa = {.sa_handler = on_sigint}, old;
+	if (watch)
+		sigaction(SIGINT, &sa, &old);
+	interrupted = 0;
+	do {
+		json_t *r = request("stats", NULL);
+		if (!r)
+			return 1;
+		if (watch && isatty(STDOUT_FILENO))
+			printf("\033[H\033[2J");
+		if (as_json)
+			print_json(r);
+		else
+			print_stats_text(r);
+		json_decref(r);
+		fflush(stdout);
+		if (watch)
+			sleep((unsigned)watch);
+	} while (watch && !interrupted);
+	if (watch)
+		sigaction(SIGINT, &old, NULL);
+	return 0;
+}
+
+static int cmd_simple(const char *cmd, json_t *args)
+{
+	json_t *r = request(cmd, args);
+	if (!r)
+		return 1;
+	const char *file = json_string_value(json_object_get(r, "file"));
+	if (file)
+		printf("Configuration saved to %s.\n", file);
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_saveconfig(const char *path, int argc, char **argv)
+{
+	(void)path;
+	return cmd_simple("saveconfig", argc ? json_pack("{s:s}", "file", argv[0]) : NULL);
+}
+
+static int cmd_reload(const char *path, int argc, char **argv)
+{
+	(void)path, (void)argc, (void)argv;
+	return cmd_simple("reload", NULL);
+}
+
+static int cmd_pwd(const char *path, int argc, char **argv)
+{
+	(void)path, (void)argc, (void)argv;
+	printf("%s\n", cwd);
+	return 0;
+}
+
+static int cmd_help(const char *path, int argc, char **argv);
+
+struct command {
+	const char *name;
+	const char *usage;
+	int (*fn)(const char *path, int argc, char **argv);
+};
+
+static const struct command commands[] = {
+	{"ls", "ls [PATH]                 the tree under PATH, one line per object", cmd_ls},
+	{"cd", "cd PATH                   move in the tree (.. and absolute paths work)", cmd_cd},
+	{"pwd", "pwd                       where you are", cmd_pwd},
+	{"create", "create NAME [key=value]   e.g. /disks create d1 origin=file:/srv/d1.img", cmd_create},
+	{"delete", "delete [NAME] [force]      remove an object (force: even with sessions)", cmd_delete},
+	{"set", "set key=value ... [force]  change parameters (key= resets one)", cmd_set},
+	{"get", "get [key ...]             show parameters", cmd_get},
+	{"info", "info                      everything known about this object", cmd_info},
+	{"stats", "stats [--json] [--watch [S]]  counters (refreshing with --watch)", cmd_stats},
+	{"saveconfig", "saveconfig [FILE]         write the running configuration", cmd_saveconfig},
+	{"reload", "reload                    re-read the configuration file", cmd_reload},
+	{"help", "help                      this list", cmd_help},
+	{NULL, NULL, NULL},
+};
+
+/* Parameters each kind of node takes, for completion and help. */
+static const char *const disk_params[] = {"origin=", "block_size=", "read_only=", "cache=",
+					  "cache_quota=", "origin_iops=", "origin_mbps=",
+					  "origin_latency_ms=", NULL};
+static const char *const cache_params[] = {"device=", "size=", "block_size=", "admission=",
+					   "write_policy=", NULL};
+static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",
+					    "mutual_user=", "mutual_secret=", NULL};
+static const char *const global_params[] = {"log_level=", NULL};
+
+static const char *const *params_for(const char *path)
+{
+	if (strncmp(path, "/disks", 6) == 0)
+		return disk_params;
+	if (strncmp(path, "/caches", 7) == 0)
+		return cache_params;
+	if (strncmp(path, "/iscsi/", 7) == 0 && !strstr(path, "/tpg1"))
+		return target_params;
+	if (strcmp(path, "/") == 0)
+		return global_params;
+	return NULL;
+}
+
+static int cmd_help(const char *path, int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	printf("Commands (run at the current path, or give a path first: /disks ls):\n");
+	for (const struct command *c = commands; c->name; c++)
+		printf("  %s\n", c->usage);
+	const char *const *p = params_for(path);
+	if (p) {
+		printf("Parameters at %s:", path);
+		for (; *p; p++)
+			printf(" %.*s", (int)strlen(*p) - 1, *p);
+		printf("\n");
+	}
+	printf("Tree: /disks, /caches, /iscsi/<iqn>/tpg1/{luns,acls,portals}, /sessions\n");
+	return 0;
+}
+
+/* Run one command line already split in words: [PATH] COMMAND ARGS. */
+static int run_words(int argc, char **argv)
+{
+	char path[1024];
+	const char *cmd;
+
+	if (argc == 0)
+		return 0;
+	if (argv[0][0] == '/' || argv[0][0] == '.') {
+		resolve(argv[0], path, sizeof(path));
+		argc--, argv++;
+		if (argc == 0)
+			return cmd_cd(NULL, 1, (char *[]){path});
+	} else {
+		hl_strlcpy(path, cwd, sizeof(path));
+	}
+	cmd = argv[0];
+	/* "ls PATH" is common enough to accept */
+	if (strcmp(cmd, "ls") == 0 && argc > 1) {
+		char base[1024];
+		hl_strlcpy(base, cwd, sizeof(base));
+		hl_strlcpy(cwd, path, sizeof(cwd));
+		resolve(argv[1], path, sizeof(path));
+		hl_strlcpy(cwd, base, sizeof(cwd));
+		argc = 1;
+	}
+	for (const struct command *c = commands; c->name; c++) {
+		if (strcmp(c->name, cmd) == 0)
+			return c->fn(path, argc - 1, argv + 1);
+	}
+	fprintf(stderr, "error: unknown command '%s' (try help)\n", cmd);
+	return 2;
+}
+
+/* Split a line on blanks; "double quotes" keep blanks. Modifies line. */
+static int split_words(char *line, char **words, int max)
+{
+	int n = 0;
+	char *p = line;
+
+	while (*p && n < max) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (!*p)
+			break;
+		char *w = p, *o = p;
+		bool quoted = false;
+		for (; *p && (quoted || (*p != ' ' && *p != '\t')); p++) {
+			if (*p == '"') {
+				quoted = !quoted;
+				continue;
+			}
+			*o++ = *p;
+		}
+		if (*p)
+			p++;
+		*o = '\0';
+		words[n++] = w;
+	}
+	return n;
+}
+
+/* ---- completion ---- */
+
+static char **completion_words;
+static size_t n_completion_words;
+
+static void completion_reset(void)
+{
+	for (size_t i = 0; i < n_completion_words; i++)
+		free(completion_words[i]);
+	free(completion_words);
+	completion_words = NULL;
+	n_completion_words = 0;
+}
+
+static void completion_add(const char *w)
+{
+	char **v = realloc(completion_words, (n_completion_words + 1) * sizeof(*v));
+	if (!v)
+		return;
+	completion_words = v;
+	completion_words[n_completion_words] = strdup(w);
+	if (completion_words[n_completion_words])
+		n_completion_words++;
+}
+
+static char *completion_gen(const char *text, int state)
+{
+	static size_t i;
+	if (state == 0)
+		i = 0;
+	while (i < n_completion_words) {
+		const char *w = completion_words[i++];
+		if (strncmp(w, text, strlen(text)) == 0)
+			return strdup(w);
+	}
+	return NULL;
+}
+
+/* Candidate paths for text: children of its folder part. */
+static void complete_paths(const char *text)
+{
+	char dir[1024], base[1024];
+	const char *slash = strrchr(text, '/');
+
+	if (slash) {
+		size_t dl = (size_t)(slash - text);
+		char part[1024];
+		snprintf(part, sizeof(part), "%.*s", (int)dl, text);
+		resolve(dl ? part : "/", dir, sizeof(dir));
+		snprintf(base, sizeof(base), "%.*s", (int)(dl + 1), text);
+	} else {
+		resolve(".", dir, sizeof(dir));
+		base[0] = '\0';
+	}
+	json_t *r = request("ls", json_pack("{s:s}", "path", dir));
+	if (!r)
+		return;
+	size_t i;
+	json_t *child;
+	json_array_foreach(json_object_get(r, "children"), i, child) {
+		char w[1100];
+		snprintf(w, sizeof(w), "%s%s/", base,
+			 json_string_value(json_object_get(child, "name")));
+		completion_add(w);
+	}
+	json_decref(r);
+}
+
+static char **complete(const char *text, int start, int end)
+{
+	char line[1024];
+	char *words[32];
+	(void)end;
+
+	completion_reset();
+	rl_attempted_completion_over = 1;
+	snprintf(line, sizeof(line), "%.*s", start, rl_line_buffer);
+	int n = split_words(line, words, 32);
+	bool first_is_path = n > 0 && (words[0][0] == '/' || words[0][0] == '.');
+	int cmd_pos = first_is_path ? 1 : 0;
+
+	if (n == cmd_pos) {
+		for (const struct command *c = commands; c->name; c++)
+			completion_add(c->name);
+		if (n == 0)
+			complete_paths(text);
+	} else {
+		const char *cmd = words[cmd_pos];
+		char path[1024];
+		if (first_is_path)
+			resolve(words[0], path, sizeof(path));
+		else
+			hl_strlcpy(path, cwd, sizeof(path));
+		if (strcmp(cmd, "cd") == 0 || strcmp(cmd, "ls") == 0 || strcmp(cmd, "delete") == 0) {
+			complete_paths(text);
+		} else if (strcmp(cmd, "set") == 0 || strcmp(cmd, "create") == 0 ||
+			   strcmp(cmd, "get") == 0) {
+			const char *const *p = params_for(path);
+			for (; p && *p; p++)
+				completion_add(*p);
+			if (strcmp(cmd, "create") == 0 && strstr(path, "/luns"))
+				complete_paths(text);
+		}
+	}
+	rl_completion_append_character = '\0';
+	return rl_completion_matches(text, completion_gen);
+}
+
+static void run_shell(void)
+{
+	char prompt[1100], hist[PATH_MAX] = "";
+	const char *home = getenv("HOME");
+
+	interactive = true;
+	rl_attempted_completion_function = complete;
+	using_history();
+	if (home) {
+		snprintf(hist, sizeof(hist), "%s/.hotlunctl_history", home);
+		read_history(hist);
+	}
+	printf("hotlunctl %s: connected to %s. Type help for commands, Tab to complete.\n",
+	       PACKAGE_VERSION, socket_path);
+	for (;;) {
+		snprintf(prompt, sizeof(prompt), "hotlun:%s> ", cwd);
+		char *line = readline(prompt);
+		if (!line) {
+			putchar('\n');
+			break;
+		}
+		char *words[64];
+		if (*line)
+			add_history(line);
+		int n = split_words(line, words, 64);
+		if (n == 1 && (strcmp(words[0], "exit") == 0 || strcmp(words[0], "quit") == 0)) {
+			free(line);
+			break;
+		}
+		run_words(n, words);
+		fflush(stdout);
+		free(line);
+	}
+	if (hist[0])
+		write_history(hist);
+	completion_reset();
+}
+
+/* The control socket named in a config file, if it can be read. */
+static char *socket_from_config(const char *path)
+{
+	struct hl_conf *c;
+	char err[512];
+	char *s = NULL;
+
+	if (access(path, R_OK) != 0)
+		return NULL;
+	if (hl_conf_load(path, &c, err, sizeof(err)) == 0) {
+		s = strdup(c->control_socket);
+		hl_conf_free(c);
+	}
+	return s;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: hotlunctl [--socket PATH | --config FILE] [PATH] [COMMAND [ARGS...]]\n"
+		   "Without a command: an interactive shell. Commands:\n");
+	for (const struct command *c = commands; c->name; c++)
+		fprintf(f, "  %s\n", c->usage);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"socket", required_argument, NULL, 's'},
+		{"config", required_argument, NULL, 'c'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *config = NULL;
+	char *from_conf = NULL;
+	int opt;
+
+	hl_log_open(false, HL_LOG_ERR);
+	/* "+": stop at the first word, so "stats --json" keeps its flag */
+	while ((opt = getopt_long(argc, argv, "+s:c:hV", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			socket_path = optarg;
+			break;
+		case 'c':
+			config = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("hotlunctl %s\n", PACKAGE_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!socket_path) {
+		from_conf = socket_from_config(config ? config : DEFAULT_CONFIG);
+		socket_path = from_conf ? from_conf : HL_LOCALSTATEDIR "/lib/hotlun/hotlund.sock";
+	}
+	signal(SIGPIPE, SIG_IGN);
+
+	int rc = 0;
+	if (optind < argc)
+		rc = run_words(argc - optind, argv + optind);
+	else if (isatty(STDIN_FILENO))
+		run_shell();
+	else {
+		/* commands on stdin, one per line (scripts) */
+		char line[4096];
+		while (fgets(line, sizeof(line), stdin)) {
+			char *words[64];
+			line[strcspn(line, "\n")] = '\0';
+			int n = split_words(line, words, 64);
+			int r = run_words(n, words);
+			if (r)
+				rc = r;
+		}
+	}
+	if (ctl_fd >= 0)
+		close(ctl_fd);
+	free(from_conf);
+	return rc;
+}

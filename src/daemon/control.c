@@ -1,0 +1,904 @@
+/*
+ * control.c - the daemon's control commands: the object tree that hotlunctl
+ * shows (/disks, /caches, /iscsi/<iqn>/tpg1/{luns,acls,portals}, /sessions),
+ * changes to it, statistics, saveconfig and reload. Protocol: docs/control.md.
+ *
+ * Every change edits a copy of the running configuration with the config
+ * file's own rules (hl_conf_set & co.), checks it, and hands it to
+ * daemon_apply(): the control socket can say exactly what the file can say,
+ * and `saveconfig` writes what runs.
+ */
+#include "config.h"
+
+#include "daemon/daemon_internal.h"
+
+#include "hotlun/ctl.h"
+#include "hotlun/event.h"
+#include "hotlun/iscsi.h"
+#include "hotlun/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SAVECONFIG_BACKUPS 5
+
+/* ---- paths ---- */
+
+enum node_kind {
+	N_ROOT, N_DISKS, N_DISK, N_CACHES, N_CACHE, N_ISCSI, N_TARGET, N_TPG,
+	N_LUNS, N_LUN, N_ACLS, N_ACL, N_PORTALS, N_PORTAL, N_SESSIONS,
+};
+
+struct node {
+	enum node_kind kind;
+	char name[256];     /* disk/cache/target name */
+	char leaf[256];     /* lunN, acl name, portal */
+};
+
+static int err_out(char *err, size_t errlen, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int err_out(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* Split a path into at most 8 components; "" and "." are skipped. */
+static int split(const char *path, char parts[8][256])
+{
+	int n = 0;
+	const char *p = path;
+
+	while (*p) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		const char *e = strchr(p, '/');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (n == 8 || len >= 256)
+			return -EINVAL;
+		memcpy(parts[n], p, len);
+		parts[n][len] = '\0';
+		if (strcmp(parts[n], ".") != 0)
+			n++;
+		p += len;
+	}
+	return n;
+}
+
+static int parse_path(struct daemon *d, const char *path, struct node *nd, char *err, size_t errlen)
+{
+	char parts[8][256];
+	int n = split(path, parts);
+
+	memset(nd, 0, sizeof(*nd));
+	if (n < 0)
+		return err_out(err, errlen, -EINVAL, "path too long: %.64s", path);
+	if (n == 0) {
+		nd->kind = N_ROOT;
+		return 0;
+	}
+	if (strcmp(parts[0], "disks") == 0 && n <= 2) {
+		nd->kind = n == 1 ? N_DISKS : N_DISK;
+		if (n == 2) {
+			if (!hl_conf_find_disk(d->conf, parts[1]))
+				return err_out(err, errlen, -ENOENT, "no disk %s", parts[1]);
+			hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
+		}
+		return 0;
+	}
+	if (strcmp(parts[0], "caches") == 0 && n <= 2) {
+		nd->kind = n == 1 ? N_CACHES : N_CACHE;
+		if (n == 2) {
+			if (!hl_conf_find_cache(d->conf, parts[1]))
+				return err_out(err, errlen, -ENOENT, "no cache %s", parts[1]);
+			hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
+		}
+		return 0;
+	}
+	if (strcmp(parts[0], "sessions") == 0 && n == 1) {
+		nd->kind = N_SESSIONS;
+		return 0;
+	}
+	if (strcmp(parts[0], "iscsi") != 0)
+		return err_out(err, errlen, -ENOENT, "no such path: %.200s", path);
+	if (n == 1) {
+		nd->kind = N_ISCSI;
+		return 0;
+	}
+	const struct hl_conf_target *t = hl_conf_find_target(d->conf, parts[1]);
+	if (!t)
+		return err_out(err, errlen, -ENOENT, "no target %s", parts[1]);
+	hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
+	if (n == 2) {
+		nd->kind = N_TARGET;
+		return 0;
+	}
+	if (strcmp(parts[2], "tpg1") != 0)
+		return err_out(err, errlen, -ENOENT, "no such path: %.200s (only tpg1 exists)", path);
+	if (n == 3) {
+		nd->kind = N_TPG;
+		return 0;
+	}
+	if (n > 5)
+		return err_out(err, errlen, -ENOENT, "no such path: %.200s", path);
+	if (n == 5)
+		hl_strlcpy(nd->leaf, parts[4], sizeof(nd->leaf));
+	if (strcmp(parts[3], "luns") == 0) {
+		nd->kind = n == 4 ? N_LUNS : N_LUN;
+		if (n == 5) {
+			uint64_t lun;
+			if (strncmp(nd->leaf, "lun", 3) || hl_parse_u64(nd->leaf + 3, &lun))
+				return err_out(err, errlen, -ENOENT, "LUNs are named lunN, not %s", nd->leaf);
+			char key[32];
+			snprintf(key, sizeof(key), "lun.%" PRIu64, lun);
+			bool found = false;
+			for (size_t i = 0; i < t->n_luns; i++)
+				found |= t->luns[i].lun == lun;
+			if (!found)
+				return err_out(err, errlen, -ENOENT, "target %s has no %s", t->name, nd->leaf);
+		}
+		return 0;
+	}
+	if (strcmp(parts[3], "acls") == 0) {
+		nd->kind = n == 4 ? N_ACLS : N_ACL;
+		if (n == 5) {
+			bool found = (strcmp(nd->leaf, "ALL") == 0 && t->allow_all);
+			for (size_t i = 0; i < t->n_allow; i++)
+				found |= strcmp(t->allow[i], nd->leaf) == 0;
+			if (!found)
+				return err_out(err, errlen, -ENOENT, "target %s has no ACL %s", t->name,
+					       nd->leaf);
+		}
+		return 0;
+	}
+	if (strcmp(parts[3], "portals") == 0) {
+		nd->kind = n == 4 ? N_PORTALS : N_PORTAL;
+		if (n == 5) {
+			bool found = false;
+			for (size_t i = 0; i < d->conf->n_portals; i++)
+				found |= strcmp(d->conf->portals[i], nd->leaf) == 0;
+			if (!found)
+				return err_out(err, errlen, -ENOENT, "no portal %s", nd->leaf);
+		}
+		return 0;
+	}
+	return err_out(err, errlen, -ENOENT, "no such path: %.200s", path);
+}
+
+/* ---- reading the tree ---- */
+
+static json_t *node_new(const char *name, const char *path, const char *summary)
+{
+	return json_pack("{s:s, s:s, s:s, s:[]}", "name", name, "path", path, "summary",
+			 summary ? summary : "", "children");
+}
+
+static void add_child(json_t *parent, json_t *child)
+{
+	json_array_append_new(json_object_get(parent, "children"), child);
+}
+
+static const char *fmt_size(uint64_t v, char *buf, size_t len)
+{
+	return hl_format_size(v, buf, len);
+}
+
+static json_t *disk_node(struct daemon *d, const struct hl_conf_disk *cd)
+{
+	char path[512], summary[1024], sz[32] = "?";
+	struct disk_rt *rt = daemon_disk_find(d, cd->name);
+	unsigned users = 0;
+
+	for (size_t i = 0; i < d->conf->n_targets; i++) {
+		const struct hl_conf_target *t = &d->conf->targets[i];
+		for (size_t j = 0; j < t->n_luns; j++)
+			if (strcmp(t->luns[j].disk, cd->name) == 0)
+				users += hl_iscsi_target_sessions(d->server, t->name);
+	}
+	if (rt)
+		fmt_size(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu), sz, sizeof(sz));
+	snprintf(path, sizeof(path), "/disks/%s", cd->name);
+	snprintf(summary, sizeof(summary), "%s, %s%s%s%s, %u session(s)", sz, cd->origin,
+		 cd->read_only ? ", read-only" : "", cd->cache ? ", cache " : "",
+		 cd->cache ? cd->cache : "", users);
+	return node_new(cd->name, path, summary);
+}
+
+static json_t *cache_node(const struct hl_conf_cache *k)
+{
+	char path[512], summary[1024], sz[32], bs[32];
+
+	snprintf(path, sizeof(path), "/caches/%s", k->name);
+	snprintf(summary, sizeof(summary), "%s on %s, %s blocks, admission %s, writes %s",
+		 fmt_size(k->size, sz, sizeof(sz)), k->device, fmt_size(k->block_size, bs, sizeof(bs)),
+		 k->admission ? k->admission : "frequency",
+		 k->write_policy ? k->write_policy : "update");
+	return node_new(k->name, path, summary);
+}
+
+static json_t *target_node(struct daemon *d, const struct hl_conf_target *t)
+{
+	char path[512], sub[600], summary[512];
+	unsigned sessions = hl_iscsi_target_sessions(d->server, t->name);
+
+	snprintf(path, sizeof(path), "/iscsi/%s", t->name);
+	snprintf(summary, sizeof(summary), "%zu LUN(s), %u session(s)%s%s", t->n_luns, sessions,
+		 t->chap_user ? ", CHAP" : "", t->mutual_user ? " (mutual)" : "");
+	json_t *tn = node_new(t->name, path, summary);
+
+	snprintf(sub, sizeof(sub), "%s/tpg1", path);
+	json_t *tpg = node_new("tpg1", sub, "portal group 1");
+	add_child(tn, tpg);
+
+	snprintf(sub, sizeof(sub), "%s/tpg1/luns", path);
+	json_t *luns = node_new("luns", sub, NULL);
+	for (size_t i = 0; i < t->n_luns; i++) {
+		char name[32], lpath[700], s[512];
+		snprintf(name, sizeof(name), "lun%u", t->luns[i].lun);
+		snprintf(lpath, sizeof(lpath), "%s/%s", sub, name);
+		snprintf(s, sizeof(s), "/disks/%s", t->luns[i].disk);
+		add_child(luns, node_new(name, lpath, s));
+	}
+	add_child(tpg, luns);
+
+	snprintf(sub, sizeof(sub), "%s/tpg1/acls", path);
+	json_t *acls = node_new("acls", sub, NULL);
+	if (t->allow_all) {
+		char apath[700];
+		snprintf(apath, sizeof(apath), "%s/ALL", sub);
+		add_child(acls, node_new("ALL", apath, "any initiator"));
+	}
+	for (size_t i = 0; i < t->n_allow; i++) {
+		char apath[1024];
+		snprintf(apath, sizeof(apath), "%s/%s", sub, t->allow[i]);
+		add_child(acls, node_new(t->allow[i], apath, NULL));
+	}
+	add_child(tpg, acls);
+
+	snprintf(sub, sizeof(sub), "%s/tpg1/portals", path);
+	json_t *portals = node_new("portals", sub, "shared by every target");
+	for (size_t i = 0; i < d->conf->n_portals; i++) {
+		char ppath[800];
+		snprintf(ppath, sizeof(ppath), "%s/%s", sub, d->conf->portals[i]);
+		add_child(portals, node_new(d->conf->portals[i], ppath, NULL));
+	}
+	add_child(tpg, portals);
+	return tn;
+}
+
+static void session_cb(void *arg, const struct hl_iscsi_session_info *s)
+{
+	json_t *parent = arg;
+	char name[32], path[64], summary[600];
+
+	snprintf(name, sizeof(name), "%u", s->tsih);
+	snprintf(path, sizeof(path), "/sessions/%u", s->tsih);
+	snprintf(summary, sizeof(summary), "%s (isid %s) -> %s, tpgt %u", s->initiator, s->isid,
+		 s->target, s->tpgt);
+	add_child(parent, node_new(name, path, summary));
+}
+
+static json_t *tree(struct daemon *d)
+{
+	const struct hl_conf *c = d->conf;
+	json_t *root = node_new("/", "/", "hotlun " PACKAGE_VERSION);
+	char s[64];
+
+	snprintf(s, sizeof(s), "%zu disk(s)", c->n_disks);
+	json_t *disks = node_new("disks", "/disks", s);
+	for (size_t i = 0; i < c->n_disks; i++)
+		add_child(disks, disk_node(d, &c->disks[i]));
+	add_child(root, disks);
+
+	snprintf(s, sizeof(s), "%zu cache(s)", c->n_caches);
+	json_t *caches = node_new("caches", "/caches", s);
+	for (size_t i = 0; i < c->n_caches; i++)
+		add_child(caches, cache_node(&c->caches[i]));
+	add_child(root, caches);
+
+	snprintf(s, sizeof(s), "%zu target(s)", c->n_targets);
+	json_t *iscsi = node_new("iscsi", "/iscsi", s);
+	for (size_t i = 0; i < c->n_targets; i++)
+		add_child(iscsi, target_node(d, &c->targets[i]));
+	add_child(root, iscsi);
+
+	json_t *sessions = node_new("sessions", "/sessions", NULL);
+	int n = hl_iscsi_sessions_list(d->server, session_cb, sessions);
+	snprintf(s, sizeof(s), "%d session(s)", n);
+	json_object_set_new(sessions, "summary", json_string(s));
+	add_child(root, sessions);
+	return root;
+}
+
+/* Find the subtree of `path` in the full tree. */
+static json_t *subtree(json_t *node, const char *path)
+{
+	const char *p = json_string_value(json_object_get(node, "path"));
+	if (p && strcmp(p, path) == 0)
+		return node;
+	size_t i;
+	json_t *child;
+	json_array_foreach(json_object_get(node, "children"), i, child) {
+		json_t *hit = subtree(child, path);
+		if (hit)
+			return hit;
+	}
+	return NULL;
+}
+
+/* Canonical form of a parsed node's path. */
+static void node_path(const struct node *nd, char *out, size_t len)
+{
+	switch (nd->kind) {
+	case N_ROOT: snprintf(out, len, "/"); break;
+	case N_DISKS: snprintf(out, len, "/disks"); break;
+	case N_DISK: snprintf(out, len, "/disks/%s", nd->name); break;
+	case N_CACHES: snprintf(out, len, "/caches"); break;
+	case N_CACHE: snprintf(out, len, "/caches/%s", nd->name); break;
+	case N_ISCSI: snprintf(out, len, "/iscsi"); break;
+	case N_TARGET: snprintf(out, len, "/iscsi/%s", nd->name); break;
+	case N_TPG: snprintf(out, len, "/iscsi/%s/tpg1", nd->name); break;
+	case N_LUNS: snprintf(out, len, "/iscsi/%s/tpg1/luns", nd->name); break;
+	case N_LUN: snprintf(out, len, "/iscsi/%s/tpg1/luns/%s", nd->name, nd->leaf); break;
+	case N_ACLS: snprintf(out, len, "/iscsi/%s/tpg1/acls", nd->name); break;
+	case N_ACL: snprintf(out, len, "/iscsi/%s/tpg1/acls/%s", nd->name, nd->leaf); break;
+	case N_PORTALS: snprintf(out, len, "/iscsi/%s/tpg1/portals", nd->name); break;
+	case N_PORTAL: snprintf(out, len, "/iscsi/%s/tpg1/portals/%s", nd->name, nd->leaf); break;
+	case N_SESSIONS: snprintf(out, len, "/sessions"); break;
+	}
+}
+
+static const char *arg_str(json_t *args, const char *key)
+{
+	return json_string_value(json_object_get(args, key));
+}
+
+static int cmd_ls(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	const char *path = arg_str(args, "path");
+	struct node nd;
+	char canon[1024];
+	int rc;
+
+	if (json_object_get(args, "path") && !path)
+		return err_out(err, errlen, -EINVAL, "path: expected a string");
+	rc = parse_path(d, path ? path : "/", &nd, err, errlen);
+	if (rc)
+		return rc;
+	node_path(&nd, canon, sizeof(canon));
+	json_t *all = tree(d);
+	json_t *sub = subtree(all, canon);
+	*result = sub ? json_incref(sub) : json_pack("{s:s, s:s, s:[]}", "name", canon, "path",
+						     canon, "children");
+	json_decref(all);
+	return 0;
+}
+
+/* ---- parameters of one object ---- */
+
+static void put_str(json_t *o, const char *k, const char *v)
+{
+	json_object_set_new(o, k, v ? json_string(v) : json_null());
+}
+
+static int object_params(struct daemon *d, const struct node *nd, json_t **out, char *err,
+			 size_t errlen)
+{
+	json_t *o = json_object();
+	const struct hl_conf *c = d->conf;
+
+	switch (nd->kind) {
+	case N_ROOT: {
+		json_t *portals = json_array();
+		for (size_t i = 0; i < c->n_portals; i++)
+			json_array_append_new(portals, json_string(c->portals[i]));
+		json_object_set_new(o, "portal", portals);
+		put_str(o, "state_dir", c->state_dir);
+		put_str(o, "control_socket", c->control_socket);
+		json_object_set_new(o, "threads", json_integer(c->threads));
+		json_object_set_new(o, "log_level", json_integer(c->log_level));
+		break;
+	}
+	case N_DISK: {
+		const struct hl_conf_disk *k = hl_conf_find_disk(c, nd->name);
+		struct disk_rt *rt = daemon_disk_find(d, nd->name);
+		put_str(o, "origin", k->origin);
+		json_object_set_new(o, "block_size", json_integer(k->block_size));
+		json_object_set_new(o, "read_only", json_boolean(k->read_only));
+		put_str(o, "cache", k->cache);
+		json_object_set_new(o, "cache_quota", json_integer((json_int_t)k->cache_quota));
+		json_object_set_new(o, "origin_iops", json_integer(k->origin_iops));
+		json_object_set_new(o, "origin_mbps", json_integer(k->origin_mbps));
+		json_object_set_new(o, "origin_latency_ms", json_integer(k->origin_latency_ms));
+		if (rt) {
+			json_object_set_new(o, "size_bytes",
+					    json_integer((json_int_t)(hl_lu_num_blocks(rt->lu) *
+								      hl_lu_block_size(rt->lu))));
+			json_object_set_new(o, "blocks", json_integer((json_int_t)hl_lu_num_blocks(rt->lu)));
+		}
+		break;
+	}
+	case N_CACHE: {
+		const struct hl_conf_cache *k = hl_conf_find_cache(c, nd->name);
+		put_str(o, "device", k->device);
+		json_object_set_new(o, "size", json_integer((json_int_t)k->size));
+		json_object_set_new(o, "block_size", json_integer(k->block_size));
+		put_str(o, "admission", k->admission ? k->admission : "frequency");
+		put_str(o, "write_policy", k->write_policy ? k->write_policy : "update");
+		break;
+	}
+	case N_TARGET: {
+		const struct hl_conf_target *t = hl_conf_find_target(c, nd->name);
+		put_str(o, "alias", t->alias);
+		put_str(o, "chap_user", t->chap_user);
+		json_object_set_new(o, "chap_secret", t->chap_secret ? json_string("********") : json_null());
+		put_str(o, "mutual_user", t->mutual_user);
+		json_object_set_new(o, "mutual_secret",
+				    t->mutual_secret ? json_string("********") : json_null());
+		json_object_set_new(o, "sessions",
+				    json_integer(hl_iscsi_target_sessions(d->server, t->name)));
+		break;
+	}
+	case N_LUN: {
+		const struct hl_conf_target *t = hl_conf_find_target(c, nd->name);
+		uint64_t lun = strtoull(nd->leaf + 3, NULL, 10);
+		for (size_t i = 0; i < t->n_luns; i++)
+			if (t->luns[i].lun == lun)
+				put_str(o, "disk", t->luns[i].disk);
+		break;
+	}
+	default:
+		json_decref(o);
+		return err_out(err, errlen, -EINVAL, "this node has no parameters");
+	}
+	*out = o;
+	return 0;
+}
+
+static int cmd_get(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	const char *path = arg_str(args, "path");
+	struct node nd;
+	int rc;
+
+	if (!path)
+		return err_out(err, errlen, -EINVAL, "path: a string is required");
+	rc = parse_path(d, path, &nd, err, errlen);
+	if (rc)
+		return rc;
+	return object_params(d, &nd, result, err, errlen);
+}
+
+/* ---- changes ---- */
+
+/* A JSON scalar as the config file would spell it. */
+static int value_text(json_t *v, char *buf, size_t len)
+{
+	if (json_is_string(v))
+		snprintf(buf, len, "%s", json_string_value(v));
+	else if (json_is_integer(v) && json_integer_value(v) >= 0)
+		snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+	else if (json_is_boolean(v))
+		snprintf(buf, len, "%s", json_is_true(v) ? "yes" : "no");
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static bool arg_force(json_t *args)
+{
+	return json_is_true(json_object_get(args, "force"));
+}
+
+/* Check and apply an edited copy (which this takes). */
+static int commit_change(struct daemon *d, struct hl_conf *next, bool force, char *err,
+			 size_t errlen)
+{
+	int rc = hl_conf_check(next, err, errlen);
+	if (rc) {
+		hl_conf_free(next);
+		return rc;
+	}
+	return daemon_apply(d, next, force, err, errlen);
+}
+
+static enum hl_conf_kind section_of(const struct node *nd, const char **name)
+{
+	*name = nd->name;
+	switch (nd->kind) {
+	case N_DISK:
+		return HL_CONF_DISK;
+	case N_CACHE:
+		return HL_CONF_CACHE;
+	case N_TARGET:
+		return HL_CONF_TARGET;
+	default:
+		*name = NULL;
+		return HL_CONF_GLOBAL;
+	}
+}
+
+static int set_params(struct hl_conf *next, enum hl_conf_kind kind, const char *name,
+		      json_t *params, char *err, size_t errlen)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(params, key, v) {
+		char text[1100];
+		int rc;
+		if (json_is_null(v)) {
+			rc = hl_conf_unset(next, kind, name, key, NULL, err, errlen);
+		} else {
+			if (value_text(v, text, sizeof(text)))
+				return err_out(err, errlen, -EINVAL,
+					       "%s: expected a string, a whole number or a boolean", key);
+			rc = hl_conf_set(next, kind, name, key, text, err, errlen);
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	const char *path = arg_str(args, "path"), *name;
+	json_t *params = json_object_get(args, "params");
+	struct hl_conf *next;
+	struct node nd;
+	int rc;
+
+	(void)result;
+	if (!path || !json_is_object(params))
+		return err_out(err, errlen, -EINVAL, "set needs path (string) and params (object)");
+	rc = parse_path(d, path, &nd, err, errlen);
+	if (rc)
+		return rc;
+	if (nd.kind != N_ROOT && nd.kind != N_DISK && nd.kind != N_CACHE && nd.kind != N_TARGET)
+		return err_out(err, errlen, -EINVAL, "nothing to set on %s", path);
+	enum hl_conf_kind kind = section_of(&nd, &name);
+	if (json_object_get(params, "portal"))
+		return err_out(err, errlen, -EINVAL, "portals are created and deleted under .../tpg1/portals");
+	rc = hl_conf_dup(d->conf, &next);
+	if (rc)
+		return rc;
+	rc = set_params(next, kind, name, params, err, errlen);
+	if (rc) {
+		hl_conf_free(next);
+		return rc;
+	}
+	return commit_change(d, next, arg_force(args), err, errlen);
+}
+
+static int next_free_lun(const struct hl_conf_target *t)
+{
+	for (int n = 0; n < HL_SCSI_MAX_LUNS; n++) {
+		bool used = false;
+		for (size_t i = 0; i < t->n_luns; i++)
+			used |= t->luns[i].lun == (uint32_t)n;
+		if (!used)
+			return n;
+	}
+	return -1;
+}
+
+static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	const char *path = arg_str(args, "path"), *name = arg_str(args, "name");
+	json_t *params = json_object_get(args, "params");
+	struct hl_conf *next;
+	struct node nd;
+	int rc;
+
+	if (!path || !name)
+		return err_out(err, errlen, -EINVAL, "create needs path and name (strings)");
+	if (params && !json_is_object(params))
+		return err_out(err, errlen, -EINVAL, "params: expected an object");
+	rc = parse_path(d, path, &nd, err, errlen);
+	if (rc)
+		return rc;
+	rc = hl_conf_dup(d->conf, &next);
+	if (rc)
+		return rc;
+
+	char created[1024] = "";
+	switch (nd.kind) {
+	case N_DISKS:
+	case N_CACHES:
+	case N_ISCSI: {
+		enum hl_conf_kind kind = nd.kind == N_DISKS ? HL_CONF_DISK
+					 : nd.kind == N_CACHES ? HL_CONF_CACHE : HL_CONF_TARGET;
+		rc = hl_conf_section_add(next, kind, name, err, errlen);
+		if (!rc && params)
+			rc = set_params(next, kind, name, params, err, errlen);
+		if (kind == HL_CONF_TARGET && !rc) /* like targetcli: the portal group comes with it */
+			snprintf(created, sizeof(created), "/iscsi/%s", name);
+		else
+			snprintf(created, sizeof(created), "%s/%s",
+				 kind == HL_CONF_DISK ? "/disks" : "/caches", name);
+		break;
+	}
+	case N_LUNS: {
+		/* name: "/disks/NAME" or "NAME"; params.lun picks the number */
+		const char *disk = strncmp(name, "/disks/", 7) == 0 ? name + 7 : name;
+		const struct hl_conf_target *t = hl_conf_find_target(next, nd.name);
+		json_t *jl = params ? json_object_get(params, "lun") : NULL;
+		int lun = jl ? (json_is_integer(jl) ? (int)json_integer_value(jl) : -2)
+			     : next_free_lun(t);
+		if (lun < 0 || lun >= HL_SCSI_MAX_LUNS) {
+			rc = err_out(err, errlen, -EINVAL, "lun: expected 0..%d", HL_SCSI_MAX_LUNS - 1);
+			break;
+		}
+		char key[32];
+		snprintf(key, sizeof(key), "lun.%d", lun);
+		rc = hl_conf_set(next, HL_CONF_TARGET, nd.name, key, disk, err, errlen);
+		snprintf(created, sizeof(created), "/iscsi/%s/tpg1/luns/lun%d", nd.name, lun);
+		break;
+	}
+	case N_ACLS:
+		rc = hl_conf_set(next, HL_CONF_TARGET, nd.name, "allow", name, err, errlen);
+		snprintf(created, sizeof(created), "/iscsi/%s/tpg1/acls/%s", nd.name, name);
+		break;
+	case N_PORTALS:
+		rc = hl_conf_set(next, HL_CONF_GLOBAL, NULL, "portal", name, err, errlen);
+		snprintf(created, sizeof(created), "/iscsi/%s/tpg1/portals/%s", nd.name, name);
+		break;
+	default:
+		rc = err_out(err, errlen, -EINVAL, "nothing can be created under %s", path);
+	}
+	if (rc) {
+		hl_conf_free(next);
+		return rc;
+	}
+	rc = commit_change(d, next, arg_force(args), err, errlen);
+	if (rc == 0)
+		*result = json_pack("{s:s}", "created", created);
+	return rc;
+}
+
+static int cmd_delete(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	const char *path = arg_str(args, "path"), *name;
+	struct hl_conf *next;
+	struct node nd;
+	int rc;
+
+	(void)result;
+	if (!path)
+		return err_out(err, errlen, -EINVAL, "delete needs path (string)");
+	rc = parse_path(d, path, &nd, err, errlen);
+	if (rc)
+		return rc;
+	rc = hl_conf_dup(d->conf, &next);
+	if (rc)
+		return rc;
+	switch (nd.kind) {
+	case N_DISK:
+	case N_CACHE:
+	case N_TARGET: {
+		enum hl_conf_kind kind = section_of(&nd, &name);
+		if (kind == HL_CONF_TARGET && !arg_force(args) &&
+		    hl_iscsi_target_sessions(d->server, name)) {
+			rc = err_out(err, errlen, -EBUSY,
+				     "target %s has %u session(s); add force to close them", name,
+				     hl_iscsi_target_sessions(d->server, name));
+			break;
+		}
+		rc = hl_conf_section_remove(next, kind, name, err, errlen);
+		break;
+	}
+	case N_LUN: {
+		char key[300];
+		snprintf(key, sizeof(key), "lun.%s", nd.leaf + 3);
+		rc = hl_conf_unset(next, HL_CONF_TARGET, nd.name, key, NULL, err, errlen);
+		break;
+	}
+	case N_ACL:
+		rc = hl_conf_unset(next, HL_CONF_TARGET, nd.name, "allow", nd.leaf, err, errlen);
+		break;
+	case N_PORTAL:
+		rc = hl_conf_unset(next, HL_CONF_GLOBAL, NULL, "portal", nd.leaf, err, errlen);
+		break;
+	default:
+		rc = err_out(err, errlen, -EINVAL, "%s cannot be deleted", path);
+	}
+	if (rc) {
+		hl_conf_free(next);
+		return rc;
+	}
+	return commit_change(d, next, arg_force(args), err, errlen);
+}
+
+/* ---- statistics ---- */
+
+static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	json_t *disks = json_object();
+	struct disk_rt *rt;
+
+	(void)args;
+	(void)err;
+	(void)errlen;
+	hl_list_for_each_entry(rt, &d->disks, link) {
+		json_t *o = json_pack("{s:s, s:I, s:i, s:b}", "origin", rt->conf.origin, "size_bytes",
+				      (json_int_t)(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu)),
+				      "block_size", (int)hl_lu_block_size(rt->lu), "read_only",
+				      rt->conf.read_only);
+		json_object_set_new(disks, rt->conf.name, o);
+	}
+	json_t *sessions = node_new("sessions", "/sessions", NULL);
+	int n = hl_iscsi_sessions_list(d->server, session_cb, sessions);
+	json_decref(sessions);
+	*result = json_pack("{s:o, s:i}", "disks", disks, "sessions", n);
+	return 0;
+}
+
+/* ---- configuration file ---- */
+
+int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, size_t errlen)
+{
+	char tmp[PATH_MAX], from[PATH_MAX + 16], to[PATH_MAX + 16];
+	FILE *f;
+	int rc;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return err_out(err, errlen, -ENAMETOOLONG, "%s: path too long", path);
+	f = fopen(tmp, "w");
+	if (!f)
+		return err_out(err, errlen, -errno, "%s: %s", tmp, strerror(errno));
+	fprintf(f, "; written by hotlund %s (saveconfig)\n", PACKAGE_VERSION);
+	rc = hl_conf_write(conf, f);
+	if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+		rc = -errno;
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	if (rc) {
+		unlink(tmp);
+		return err_out(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
+	}
+	/* numbered backups: path.N-1 -> path.N ... path -> path.1 (a hard link: path never vanishes) */
+	for (int i = SAVECONFIG_BACKUPS - 1; i >= 1; i--) {
+		snprintf(from, sizeof(from), "%s.%d", path, i);
+		snprintf(to, sizeof(to), "%s.%d", path, i + 1);
+		rename(from, to);
+	}
+	snprintf(to, sizeof(to), "%s.1", path);
+	if (link(path, to) < 0 && errno != ENOENT)
+		HL_WARN("daemon", "saveconfig: no backup %s: %s", to, strerror(errno));
+	if (rename(tmp, path) < 0) {
+		rc = -errno;
+		unlink(tmp);
+		return err_out(err, errlen, rc, "%s: %s", path, strerror(-rc));
+	}
+	return 0;
+}
+
+static int cmd_saveconfig(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	const char *file = arg_str(args, "file");
+	const char *path = file ? file : d->config_path;
+	int rc;
+
+	if (!path)
+		return err_out(err, errlen, -EINVAL, "no configuration file: give file");
+	rc = daemon_save_config(d->conf, path, err, errlen);
+	if (rc)
+		return rc;
+	HL_NOTICE("daemon", "configuration saved to %s", path);
+	*result = json_pack("{s:s}", "file", path);
+	return 0;
+}
+
+void daemon_reload(struct daemon *d)
+{
+	struct hl_conf *next;
+	char err[1024];
+	int rc;
+
+	rc = hl_conf_load(d->config_path, &next, err, sizeof(err));
+	if (rc) {
+		HL_ERR("daemon", "reload: %s (nothing changed)", err);
+		return;
+	}
+	rc = daemon_apply(d, next, false, err, sizeof(err));
+	if (rc)
+		HL_ERR("daemon", "reload: %s", err);
+	else
+		HL_NOTICE("daemon", "reloaded %s", d->config_path);
+}
+
+static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	struct hl_conf *next;
+	int rc;
+
+	(void)result;
+	if (!d->config_path)
+		return err_out(err, errlen, -EINVAL, "no configuration file to reload");
+	rc = hl_conf_load(d->config_path, &next, err, errlen);
+	if (rc)
+		return rc;
+	return daemon_apply(d, next, arg_force(args), err, errlen);
+}
+
+static int cmd_version(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	json_t *backends = json_array();
+
+	(void)ctx, (void)args, (void)err, (void)errlen;
+	for (const struct hl_origin_ops *const *b = hl_origin_backends; *b; b++)
+		json_array_append_new(backends, json_string((*b)->name));
+	*result = json_pack("{s:s, s:o}", "version", PACKAGE_VERSION, "origin_backends", backends);
+	return 0;
+}
+
+static const struct hl_ctl_command commands[] = {
+	{"version", "version and compiled-in origin backends", cmd_version},
+	{"ls", "the object tree under path (default /)", cmd_ls},
+	{"get", "parameters of the object at path", cmd_get},
+	{"set", "change parameters (params object) of the object at path", cmd_set},
+	{"create", "create name under path (with params)", cmd_create},
+	{"delete", "delete the object at path (force: even if in use)", cmd_delete},
+	{"stats", "counters of every disk and cache", cmd_stats},
+	{"saveconfig", "write the running configuration to its file (or file)", cmd_saveconfig},
+	{"reload", "re-read the configuration file and apply the difference", cmd_reload},
+	{NULL, NULL, NULL},
+};
+
+int daemon_control_start(struct daemon *d)
+{
+	int rc = hl_reactor_create(&d->ctl_reactor, "control");
+	if (rc)
+		return rc;
+	/* Created here, before the thread runs, so start-up fails loudly on a bad path. */
+	rc = hl_ctl_server_create(d->ctl_reactor, d->conf->control_socket, 0600, commands, d, &d->ctl);
+	if (rc) {
+		HL_ERR("daemon", "control socket %s: %s", d->conf->control_socket, strerror(-rc));
+		return rc;
+	}
+	return hl_reactor_start(d->ctl_reactor);
+}
+
+static void ctl_stop_cb(void *arg)
+{
+	struct daemon *d = arg;
+	hl_ctl_server_destroy(d->ctl);
+	d->ctl = NULL;
+	hl_reactor_stop(d->ctl_reactor);
+}
+
+void daemon_control_stop(struct daemon *d)
+{
+	if (!d->ctl_reactor)
+		return;
+	if (hl_reactor_call(d->ctl_reactor, ctl_stop_cb, d) < 0)
+		hl_reactor_stop(d->ctl_reactor);
+	hl_reactor_join(d->ctl_reactor);
+	if (d->ctl) /* the loop had not started: destroy here */
+		hl_ctl_server_destroy(d->ctl);
+	hl_reactor_destroy(d->ctl_reactor);
+	d->ctl_reactor = NULL;
+}

@@ -1,0 +1,543 @@
+/*
+ * runtime.c - the running state of hotlund and the one way it changes:
+ * daemon_apply(next configuration). Start-up applies the file to an empty
+ * state; SIGHUP applies the file again; every control-socket change edits a
+ * copy of the running configuration and applies it. So there is a single
+ * path from configuration to running objects, and `saveconfig` can write
+ * exactly what runs.
+ *
+ * Order inside daemon_apply: first everything that can fail and is not yet
+ * visible to initiators (open new disks, check what is busy, open new
+ * portals), then the visible changes, which cannot fail except for lack of
+ * memory (LUN maps, targets, portals closed, disks released).
+ */
+#include "daemon/daemon_internal.h"
+
+#include "hotlun/event.h"
+#include "hotlun/iscsi.h"
+#include "hotlun/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* ---- disks ---- */
+
+struct disk_rt *daemon_disk_find(struct daemon *d, const char *name)
+{
+	struct disk_rt *rt;
+
+	hl_list_for_each_entry(rt, &d->disks, link) {
+		if (strcmp(rt->conf.name, name) == 0)
+			return rt;
+	}
+	return NULL;
+}
+
+static void disk_conf_free(struct hl_conf_disk *c)
+{
+	free(c->name);
+	free(c->origin);
+	free(c->cache);
+}
+
+static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *src)
+{
+	*dst = *src;
+	dst->name = strdup(src->name);
+	dst->origin = strdup(src->origin);
+	dst->cache = src->cache ? strdup(src->cache) : NULL;
+	if (!dst->name || !dst->origin || (src->cache && !dst->cache)) {
+		disk_conf_free(dst);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* What needs the disk to be reopened (the LU's identity stays: it derives from the name). */
+static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk *b)
+{
+	return !str_eq(a->origin, b->origin) || a->block_size != b->block_size ||
+	       a->read_only != b->read_only || a->origin_iops != b->origin_iops ||
+	       a->origin_mbps != b->origin_mbps || a->origin_latency_ms != b->origin_latency_ms ||
+	       !str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota;
+}
+
+static void disk_free(struct disk_rt *rt)
+{
+	if (rt->lu)
+		hl_lu_destroy(rt->lu);
+	disk_conf_free(&rt->conf);
+	free(rt);
+}
+
+static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct disk_rt **out,
+		     char *err, size_t errlen)
+{
+	struct hl_origin_opts opts = {.read_only = cd->read_only};
+	struct hl_origin *origin;
+	struct hl_lu_config lc;
+	struct disk_rt *rt;
+	int rc;
+
+	if (cd->cache)
+		return fail(err, errlen, -EOPNOTSUPP,
+			    "disk %s: cache '%s': caches cannot be attached in this build yet",
+			    cd->name, cd->cache);
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return -ENOMEM;
+	rc = disk_conf_copy(&rt->conf, cd);
+	if (rc) {
+		free(rt);
+		return rc;
+	}
+	rc = hl_origin_open(cd->origin, &opts, &origin);
+	if (rc) {
+		disk_free(rt);
+		return fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
+			    cd->origin, strerror(-rc));
+	}
+	rc = daemon_wrap_origin(cd, &origin);
+	if (rc) {
+		hl_origin_close(origin);
+		disk_free(rt);
+		return fail(err, errlen, rc, "disk %s: throttle: %s", cd->name, strerror(-rc));
+	}
+	memset(&lc, 0, sizeof(lc));
+	lc.name = cd->name;
+	lc.block_size = cd->block_size;
+	lc.read_only = cd->read_only || origin->read_only;
+	lc.write_cache = true; /* buffered origins: SYNCHRONIZE CACHE and FUA matter */
+	daemon_disk_identity(d->install_id, cd->name, lc.naa, lc.serial);
+	rc = hl_lu_create(&lc, origin, &rt->lu);
+	if (rc) {
+		uint64_t size = origin->size;
+		hl_origin_close(origin);
+		disk_free(rt);
+		return fail(err, errlen, rc,
+			    "disk %s: %s (origin size %llu is not a whole number of %u-byte blocks?)",
+			    cd->name, strerror(-rc), (unsigned long long)size, cd->block_size);
+	}
+	HL_NOTICE("daemon", "disk %s: %s, %llu blocks of %u bytes%s", cd->name, cd->origin,
+		  (unsigned long long)hl_lu_num_blocks(rt->lu), cd->block_size,
+		  lc.read_only ? ", read-only" : "");
+	*out = rt;
+	return 0;
+}
+
+/* ---- targets ---- */
+
+static struct target_rt *target_find(struct daemon *d, const char *name)
+{
+	struct target_rt *t;
+
+	hl_list_for_each_entry(t, &d->targets, link) {
+		if (strcmp(t->name, name) == 0)
+			return t;
+	}
+	return NULL;
+}
+
+static void fill_chap(struct hl_iscsi_chap *c, const char *user, const char *secret)
+{
+	memset(c, 0, sizeof(*c));
+	if (user && secret) {
+		hl_strlcpy(c->user, user, sizeof(c->user));
+		hl_strlcpy(c->secret, secret, sizeof(c->secret));
+	}
+}
+
+static void target_config(const struct hl_conf_target *t, const struct hl_scsi_lun_map *map,
+			  struct hl_iscsi_target_config *tc)
+{
+	memset(tc, 0, sizeof(*tc));
+	tc->name = t->name;
+	tc->alias = t->alias;
+	tc->luns = map;
+	tc->allow_all = t->allow_all;
+	tc->allow = (const char *const *)t->allow;
+	tc->n_allow = t->n_allow;
+	fill_chap(&tc->chap, t->chap_user, t->chap_secret);
+	fill_chap(&tc->mutual, t->mutual_user, t->mutual_secret);
+}
+
+static bool target_settings_changed(const struct hl_conf_target *a, const struct hl_conf_target *b)
+{
+	if (!str_eq(a->alias, b->alias) || a->allow_all != b->allow_all ||
+	    a->n_allow != b->n_allow || !str_eq(a->chap_user, b->chap_user) ||
+	    !str_eq(a->chap_secret, b->chap_secret) || !str_eq(a->mutual_user, b->mutual_user) ||
+	    !str_eq(a->mutual_secret, b->mutual_secret))
+		return true;
+	for (size_t i = 0; i < a->n_allow; i++) {
+		if (strcmp(a->allow[i], b->allow[i]) != 0)
+			return true;
+	}
+	return false;
+}
+
+/* The disk name of LUN n in t, or NULL. */
+static const char *lun_disk(const struct hl_conf_target *t, uint32_t n)
+{
+	for (size_t i = 0; i < t->n_luns; i++) {
+		if (t->luns[i].lun == n)
+			return t->luns[i].disk;
+	}
+	return NULL;
+}
+
+/* ---- apply ---- */
+
+struct pending_disk {
+	struct disk_rt *rt;
+	struct disk_rt *replaces; /* or NULL */
+};
+
+struct plan {
+	struct pending_disk *disks;
+	size_t n_disks;
+	char **portals_added;
+	size_t n_portals_added;
+};
+
+static void plan_rollback(struct daemon *d, struct plan *p)
+{
+	for (size_t i = 0; i < p->n_disks; i++)
+		disk_free(p->disks[i].rt);
+	for (size_t i = 0; i < p->n_portals_added; i++)
+		hl_iscsi_portal_remove(d->server, p->portals_added[i]);
+	free(p->disks);
+	free(p->portals_added);
+	memset(p, 0, sizeof(*p));
+}
+
+static bool in_list(char **v, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(v[i], s) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Does any running target with sessions map disk `name`? Sets *who. */
+static unsigned disk_sessions(struct daemon *d, const char *name, const char **who)
+{
+	const struct hl_conf *cur = d->conf;
+
+	for (size_t i = 0; i < cur->n_targets; i++) {
+		const struct hl_conf_target *t = &cur->targets[i];
+		for (size_t j = 0; j < t->n_luns; j++) {
+			if (strcmp(t->luns[j].disk, name) != 0)
+				continue;
+			unsigned n = hl_iscsi_target_sessions(d->server, t->name);
+			if (n) {
+				*who = t->name;
+				return n;
+			}
+		}
+	}
+	return 0;
+}
+
+static int restart_only(const struct hl_conf *cur, const struct hl_conf *next, char *err,
+			size_t errlen)
+{
+	if (!str_eq(cur->state_dir, next->state_dir))
+		return fail(err, errlen, -EINVAL, "state_dir cannot change while running; restart hotlund");
+	if (!str_eq(cur->control_socket, next->control_socket))
+		return fail(err, errlen, -EINVAL,
+			    "control_socket cannot change while running; restart hotlund");
+	if (cur->threads != next->threads)
+		return fail(err, errlen, -EINVAL, "threads cannot change while running; restart hotlund");
+	if (!str_eq(cur->discovery_chap_user, next->discovery_chap_user) ||
+	    !str_eq(cur->discovery_chap_secret, next->discovery_chap_secret))
+		return fail(err, errlen, -EINVAL,
+			    "discovery CHAP cannot change while running yet; restart hotlund");
+	return 0;
+}
+
+static int prepare(struct daemon *d, const struct hl_conf *next, bool force, struct plan *p,
+		   char *err, size_t errlen)
+{
+	const struct hl_conf *cur = d->conf;
+	const char *who = NULL;
+	int rc;
+
+	rc = restart_only(cur, next, err, errlen);
+	if (rc)
+		return rc;
+
+	/* targets that go away, or lose/change LUNs, while initiators use them */
+	for (size_t i = 0; i < cur->n_targets && !force; i++) {
+		const struct hl_conf_target *t = &cur->targets[i];
+		const struct hl_conf_target *nt = hl_conf_find_target(next, t->name);
+		unsigned n = hl_iscsi_target_sessions(d->server, t->name);
+		if (!n)
+			continue;
+		if (!nt)
+			return fail(err, errlen, -EBUSY,
+				    "target %s has %u session(s); log them out first or force", t->name,
+				    n);
+		for (size_t j = 0; j < t->n_luns; j++) {
+			const char *nd = lun_disk(nt, t->luns[j].lun);
+			if (!str_eq(nd, t->luns[j].disk))
+				return fail(err, errlen, -EBUSY,
+					    "LUN %u of target %s is in use (%u session(s)); force to remove it",
+					    t->luns[j].lun, t->name, n);
+		}
+	}
+
+	p->disks = calloc(next->n_disks + 1, sizeof(*p->disks));
+	p->portals_added = calloc(next->n_portals + 1, sizeof(char *));
+	if (!p->disks || !p->portals_added)
+		return -ENOMEM;
+
+	for (size_t i = 0; i < next->n_disks; i++) {
+		const struct hl_conf_disk *nd = &next->disks[i];
+		struct disk_rt *old = daemon_disk_find(d, nd->name);
+		if (old && !disk_changed(&old->conf, nd))
+			continue;
+		if (old && !force && disk_sessions(d, nd->name, &who))
+			return fail(err, errlen, -EBUSY,
+				    "disk %s is in use by target %s; its origin, block size or cache "
+				    "can change only without sessions (or force)",
+				    nd->name, who);
+		struct pending_disk *pd = &p->disks[p->n_disks];
+		rc = disk_open(d, nd, &pd->rt, err, errlen);
+		if (rc)
+			return rc;
+		pd->replaces = old;
+		p->n_disks++;
+	}
+
+	for (size_t i = 0; i < next->n_portals; i++) {
+		char bound[128];
+		if (in_list(cur->portals, cur->n_portals, next->portals[i]))
+			continue;
+		rc = hl_iscsi_portal_add(d->server, next->portals[i], 1, bound, sizeof(bound));
+		if (rc)
+			return fail(err, errlen, rc, "portal %s: %s", next->portals[i], strerror(-rc));
+		p->portals_added[p->n_portals_added++] = next->portals[i];
+		HL_NOTICE("daemon", "listening on %s", bound);
+	}
+	return 0;
+}
+
+/* A disk that initiators may still have commands on is kept until exit. */
+static void disk_drop(struct daemon *d, struct disk_rt *rt, bool maybe_busy)
+{
+	hl_list_del(&rt->link);
+	if (maybe_busy) {
+		hl_list_add_tail(&d->retired_disks, &rt->link);
+		return;
+	}
+	HL_NOTICE("daemon", "disk %s closed", rt->conf.name);
+	disk_free(rt);
+}
+
+static struct hl_lu *lu_of(struct daemon *d, const char *disk)
+{
+	struct disk_rt *rt = disk ? daemon_disk_find(d, disk) : NULL;
+	return rt ? rt->lu : NULL;
+}
+
+static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, bool force,
+		  char *err, size_t errlen)
+{
+	const struct hl_conf *cur = d->conf;
+	int rc = 0;
+
+	/* 1. disks: the new ones become findable; replaced ones step aside */
+	for (size_t i = 0; i < p->n_disks; i++) {
+		struct pending_disk *pd = &p->disks[i];
+		if (pd->replaces) {
+			/* maps still point at the old LU until step 2; step 5 closes it */
+			hl_list_del(&pd->replaces->link);
+			hl_list_add_tail(&d->retired_disks, &pd->replaces->link);
+		}
+		hl_list_add_tail(&d->disks, &pd->rt->link);
+		pd->rt = NULL;
+	}
+
+	/* 2. targets: removed, changed, added */
+	struct target_rt *t, *tmp;
+	hl_list_for_each_entry_safe(t, tmp, &d->targets, link) {
+		if (hl_conf_find_target(next, t->name))
+			continue;
+		int r = hl_iscsi_target_remove(d->server, t->name, true);
+		if (r && r != -ENOENT)
+			HL_WARN("daemon", "target %s: %s", t->name, strerror(-r));
+		hl_list_del(&t->link);
+		hl_list_add_tail(&d->retired_targets, &t->link);
+		HL_NOTICE("daemon", "target %s removed", t->name);
+	}
+	for (size_t i = 0; i < next->n_targets; i++) {
+		const struct hl_conf_target *nt = &next->targets[i];
+		const struct hl_conf_target *ot = hl_conf_find_target(cur, nt->name);
+		struct hl_iscsi_target_config tc;
+
+		t = target_find(d, nt->name);
+		if (!t) {
+			t = calloc(1, sizeof(*t));
+			if (!t || !(t->name = strdup(nt->name)) ||
+			    !(t->map = calloc(1, sizeof(*t->map)))) {
+				if (t)
+					free(t->name);
+				free(t);
+				rc = fail(err, errlen, -ENOMEM, "out of memory adding target %s",
+					  nt->name);
+				continue;
+			}
+			for (size_t j = 0; j < nt->n_luns; j++)
+				t->map->lu[nt->luns[j].lun] = lu_of(d, nt->luns[j].disk);
+			target_config(nt, t->map, &tc);
+			int r = hl_iscsi_target_add(d->server, &tc);
+			if (r) {
+				rc = fail(err, errlen, r, "target %s: %s", nt->name, strerror(-r));
+				free(t->map);
+				free(t->name);
+				free(t);
+				continue;
+			}
+			hl_list_add_tail(&d->targets, &t->link);
+			HL_NOTICE("daemon", "target %s: %zu LUN(s)%s%s%s", nt->name, nt->n_luns,
+				  nt->chap_user ? ", CHAP" : "", nt->mutual_user ? " (mutual)" : "",
+				  nt->allow_all || nt->n_allow ? ""
+							       : "; no initiator allowed yet (allow)");
+			continue;
+		}
+		/* LUN map edited in place: each slot is one pointer, stored atomically */
+		for (uint32_t n = 0; n < HL_SCSI_MAX_LUNS; n++) {
+			struct hl_lu *lu = lu_of(d, lun_disk(nt, n));
+			if (__atomic_load_n(&t->map->lu[n], __ATOMIC_RELAXED) != lu)
+				__atomic_store_n(&t->map->lu[n], lu, __ATOMIC_RELEASE);
+		}
+		if (ot && target_settings_changed(ot, nt)) {
+			target_config(nt, t->map, &tc);
+			int r = hl_iscsi_target_update(d->server, &tc);
+			if (r)
+				rc = fail(err, errlen, r, "target %s: %s", nt->name, strerror(-r));
+			else
+				HL_NOTICE("daemon", "target %s: settings changed", nt->name);
+		}
+	}
+
+	/* 3. portals that went away */
+	for (size_t i = 0; i < cur->n_portals; i++) {
+		if (in_list(next->portals, next->n_portals, cur->portals[i]))
+			continue;
+		int r = hl_iscsi_portal_remove(d->server, cur->portals[i]);
+		if (r)
+			HL_WARN("daemon", "portal %s: %s", cur->portals[i], strerror(-r));
+	}
+
+	/* 4. disks no longer configured */
+	struct disk_rt *rt, *rtmp;
+	hl_list_for_each_entry_safe(rt, rtmp, &d->disks, link) {
+		if (hl_conf_find_disk(next, rt->conf.name))
+			continue;
+		const char *who;
+		disk_drop(d, rt, force && disk_sessions(d, rt->conf.name, &who) > 0);
+	}
+	/* 5. replaced disks nobody could have used are closed now */
+	hl_list_for_each_entry_safe(rt, rtmp, &d->retired_disks, link) {
+		const char *who;
+		if (!daemon_disk_find(d, rt->conf.name) || disk_sessions(d, rt->conf.name, &who))
+			continue;
+		hl_list_del(&rt->link);
+		HL_NOTICE("daemon", "disk %s: previous origin closed", rt->conf.name);
+		disk_free(rt);
+	}
+
+	if (next->log_level != cur->log_level)
+		hl_log_level = next->log_level;
+	return rc;
+}
+
+int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, size_t errlen)
+{
+	struct plan p = {0};
+	int rc;
+
+	err[0] = '\0';
+	rc = prepare(d, next, force, &p, err, errlen);
+	if (rc) {
+		if (!err[0])
+			snprintf(err, errlen, "%s", strerror(-rc));
+		plan_rollback(d, &p);
+		hl_conf_free(next);
+		return rc;
+	}
+	rc = commit(d, next, &p, force, err, errlen);
+	free(p.disks);
+	free(p.portals_added);
+	hl_conf_free(d->conf);
+	d->conf = next; /* even after a partial failure: it names what was attempted */
+	return rc;
+}
+
+struct hl_conf *daemon_conf_skeleton(const struct hl_conf *conf)
+{
+	struct hl_conf *c;
+	char err[256];
+
+	if (hl_conf_dup(conf, &c))
+		return NULL;
+	while (c->n_targets)
+		hl_conf_section_remove(c, HL_CONF_TARGET, c->targets[0].name, err, sizeof(err));
+	while (c->n_disks)
+		hl_conf_section_remove(c, HL_CONF_DISK, c->disks[0].name, err, sizeof(err));
+	while (c->n_caches)
+		hl_conf_section_remove(c, HL_CONF_CACHE, c->caches[0].name, err, sizeof(err));
+	while (c->n_portals)
+		hl_conf_unset(c, HL_CONF_GLOBAL, NULL, "portal", c->portals[0], err, sizeof(err));
+	return c;
+}
+
+void daemon_release(struct daemon *d)
+{
+	struct disk_rt *rt, *rtmp;
+	struct target_rt *t, *tmp;
+
+	hl_list_for_each_entry_safe(rt, rtmp, &d->disks, link) {
+		hl_list_del(&rt->link);
+		disk_free(rt);
+	}
+	hl_list_for_each_entry_safe(rt, rtmp, &d->retired_disks, link) {
+		hl_list_del(&rt->link);
+		disk_free(rt);
+	}
+	hl_list_for_each_entry_safe(t, tmp, &d->targets, link) {
+		hl_list_del(&t->link);
+		free(t->map);
+		free(t->name);
+		free(t);
+	}
+	hl_list_for_each_entry_safe(t, tmp, &d->retired_targets, link) {
+		hl_list_del(&t->link);
+		free(t->map);
+		free(t->name);
+		free(t);
+	}
+}
