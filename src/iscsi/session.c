@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "hotlun/log.h"
 #include "iscsi/iscsi_internal.h"
@@ -804,8 +805,19 @@ static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf)
 					hl_lu_reset(c->sess->target->luns->lu[i], &c->sess->nexus);
 		}
 		tmf_send(c, &tmf->req, tmf->response, tmf->cold);
-		if (tmf->cold)
+		if (tmf->cold) {
+			/* a cold reset ends every session of the target, this one after its answer */
+			struct hl_iscsi_server *srv = c->srv;
+			struct iscsi_session *o, *tmp;
+			pthread_mutex_lock(&srv->lock);
+			hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
+				if (o != c->sess && o->type == ISCSI_SESSION_NORMAL && o->target &&
+				    strcasecmp(o->target->name, c->sess->target->name) == 0)
+					iscsi_session_kill_locked(srv, o, "target cold reset");
+			}
+			pthread_mutex_unlock(&srv->lock);
 			c->state = CONN_LOGOUT;
+		}
 	}
 	free(tmf);
 }
