@@ -25,6 +25,19 @@ enum hl_io_op {
 	HL_IO_WRITE_ZEROES, /* range reads back as zeroes */
 };
 
+/*
+ * Atomically compare [offset, offset+length) with the first `length` bytes
+ * of iov and, only when equal, write the next `length` bytes there (iov
+ * carries 2 x length). Result -EILSEQ on a miscompare, with
+ * miscompare_offset set to the offset of the first differing byte from the
+ * start of the compare data. Forwarded by the iscsi origin (COMPARE AND
+ * WRITE) when the SAN supports it; the file and throttle origins refuse it
+ * at submit (-EOPNOTSUPP), and the SCSI layer then emulates it under its
+ * range lock. Outside the enum so that the backends' exhaustive switches
+ * need no case (WRITE_ZEROES + 1 is HL_IO_PREFETCH).
+ */
+#define HL_IO_COMPARE_AND_WRITE ((enum hl_io_op)(HL_IO_WRITE_ZEROES + 2))
+
 /* hl_origin_io.flags */
 #define HL_IO_FUA 0x1u /* write durable before completion */
 
@@ -43,6 +56,8 @@ struct hl_origin_io {
 	/** Completion: result 0 or -errno (-EIO, -ENOSPC, ...). Runs on the submitting reactor. */
 	void (*cb)(struct hl_origin_io *io, int result);
 	void *arg;         /* for the caller */
+	/** COMPARE_AND_WRITE: set by the backend before cb(-EILSEQ). */
+	uint64_t miscompare_offset;
 	/* Backend-private scratch, so backends need no allocation per I/O. */
 	uint64_t priv[8];
 };

@@ -19,6 +19,7 @@
  */
 const struct hl_origin_ops *const hl_origin_backends[] = {
     &origin_file_ops,
+    &origin_iscsi_ops,
     NULL,
 };
 
@@ -50,6 +51,9 @@ int origin_io_check(const struct hl_origin *o, const struct hl_origin_io *io)
 {
 	uint64_t sum = 0;
 
+	/* Only backends that forward it accept it, and they check it themselves. */
+	if (io->op == HL_IO_COMPARE_AND_WRITE)
+		return -EOPNOTSUPP;
 	switch (io->op) {
 	case HL_IO_READ:
 	case HL_IO_WRITE:

@@ -9,6 +9,7 @@
 #include "hotlun/origin.h"
 
 extern const struct hl_origin_ops origin_file_ops;
+extern const struct hl_origin_ops origin_iscsi_ops;
 extern const struct hl_origin_ops origin_throttle_ops;
 
 /**
@@ -23,7 +24,8 @@ void origin_free(struct hl_origin *o);
 /**
  * Check an I/O against the origin before it is queued: known op, iovecs
  * present and summing to length for READ/WRITE, range inside o->size, no
- * writes to a read-only origin. @return 0, -EINVAL or -EROFS.
+ * writes to a read-only origin. @return 0, -EINVAL or -EROFS; -EOPNOTSUPP
+ * for HL_IO_COMPARE_AND_WRITE (a backend that forwards it checks it itself).
  */
 int origin_io_check(const struct hl_origin *o, const struct hl_origin_io *io);
 
@@ -40,5 +42,63 @@ extern unsigned origin_file_ring_flags;
 
 /** Tear down this thread's ring now (no I/O may be in flight on it). For tests. */
 void origin_file_thread_fini(void);
+
+
+/*
+ * iscsi backend (iscsi.c): the parts unit tests reach.
+ */
+#define ORIGIN_ISCSI_DEFAULT_PORT 3260
+#define ORIGIN_ISCSI_DEFAULT_TIMEOUT_S 30
+#define ORIGIN_ISCSI_DEFAULT_QD 128
+#define ORIGIN_ISCSI_QD_MAX 1024
+#define ORIGIN_ISCSI_LUN_MAX 16383 /* SAM flat space addressing */
+#define ORIGIN_ISCSI_HOST_MAX 256
+#define ORIGIN_ISCSI_NAME_MAX 224 /* iSCSI names are at most 223 bytes */
+
+/** iscsi://[user%secret@]host[:port]/target/lun[?initiator=IQN&timeout=S&qd=N], parsed. */
+struct origin_iscsi_url {
+	char host[ORIGIN_ISCSI_HOST_MAX]; /* without the brackets of an IPv6 address */
+	bool ipv6;                        /* host was in brackets */
+	uint16_t port;                    /* 3260 when absent */
+	char target[ORIGIN_ISCSI_NAME_MAX];
+	uint32_t lun;
+	char user[256], secret[256];      /* CHAP, both empty when absent */
+	char initiator[ORIGIN_ISCSI_NAME_MAX]; /* empty: the default name */
+	uint32_t timeout_s;               /* retry limit for I/O while the SAN is away */
+	uint32_t qd;                      /* commands in flight per session */
+};
+
+/**
+ * Parse what follows "iscsi:" (it starts with "//"). Fills defaults for
+ * what is absent. @return 0 or -EINVAL (bad syntax, empty or oversized
+ * field, port 0 or > 65535, LUN > 16383, unknown query key).
+ */
+int origin_iscsi_url_parse(const char *target, struct origin_iscsi_url *u);
+
+/** The default initiator name, iqn.2026-11.io.hotlun:origin:<hostname> (lower case). */
+void origin_iscsi_default_initiator(char *buf, size_t len);
+
+/** What a SCSI sense buffer says (fixed or descriptor format). */
+struct origin_iscsi_sense {
+	int key, asc, ascq;
+	bool info_valid;
+	uint64_t info; /* INFORMATION field (miscompare offset for COMPARE AND WRITE) */
+};
+
+/** Parse sense data (without the 2-byte iSCSI length prefix). @return 0 or -EINVAL. */
+int origin_iscsi_sense_parse(const uint8_t *b, size_t len, struct origin_iscsi_sense *out);
+
+/**
+ * Sense key/ASC/ASCQ -> 0 (recovered), -EAGAIN (transient: the backend
+ * repeats the command), or the -errno the I/O completes with (-EIO,
+ * -ENOSPC, -EROFS, -EILSEQ for a miscompare, -EOPNOTSUPP, -EINVAL, ...).
+ */
+int origin_iscsi_sense_errno(int key, int asc, int ascq);
+
+/** libiscsi command status (not CHECK CONDITION) -> 0, -EAGAIN, -EBADE, -ENOTCONN (session lost). */
+int origin_iscsi_status_errno(int status);
+
+/** Sessions of an iscsi origin that are logged in now (any thread; a snapshot, for tests). */
+unsigned origin_iscsi_sessions_up(struct hl_origin *o);
 
 #endif

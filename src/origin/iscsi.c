@@ -1,0 +1,1406 @@
+/*
+ * iscsi.c - the "iscsi:" origin: a LUN on a SAN, reached through libiscsi's
+ * asynchronous API driven by hotlund's reactors.
+ *
+ *   origin = iscsi://[user%secret@]host[:port]/target-iqn/lun[?key=value&...]
+ *
+ * host may be a name, an IPv4 address or an IPv6 address in brackets; port
+ * defaults to 3260; user%secret enables CHAP (no percent-decoding: the user
+ * cannot contain '%', neither part '@' or '/'). Query keys:
+ *   initiator=IQN  initiator name (default iqn.2026-11.io.hotlun:origin:<hostname>,
+ *                  the same for every session, so one SAN ACL covers them all)
+ *   timeout=S      how long an I/O may wait for a lost SAN before it fails
+ *                  with -EIO (default 30 s; also how long a session may stay
+ *                  down before new submissions fail at once)
+ *   qd=N           commands in flight per session (default 128)
+ *
+ * Design: one libiscsi context, i.e. one iSCSI session, per (origin, reactor),
+ * made lazily by the first submit on that reactor, like file.c's per-thread
+ * ring. A context is not thread-safe, and with one per reactor every call on
+ * it runs on its owner's thread: no locks and no cross-thread hand-off on the
+ * I/O path, completions naturally on the submitting reactor, and the load is
+ * spread over N TCP connections. The alternative (one context on a dedicated
+ * reactor, hl_reactor_call both ways) costs two thread hops per I/O and puts
+ * every I/O of every reactor behind one socket. The price is N sessions per
+ * origin on the SAN: all use the same initiator name (so ACLs work) and
+ * distinct ISIDs (same random part, qualifier = session number), and a
+ * session keeps its ISID across reconnects so the SAN reinstates it (and
+ * drops the old one's tasks) instead of seeing a new I_T nexus. SYNCHRONIZE
+ * CACHE acts on the logical unit, so a FLUSH on one session covers writes
+ * completed on the others.
+ *
+ * open() runs on the main thread before reactors exist: it logs in
+ * synchronously once to read the capacity (READ CAPACITY 16, else 10), the
+ * Block Limits and Logical Block Provisioning VPD pages and the write-protect
+ * bit (MODE SENSE 6), then logs out.
+ *
+ * Mapping: READ/WRITE -> READ(16)/WRITE(16) (FUA kept), split at the SAN's
+ * MAXIMUM TRANSFER LENGTH; FLUSH -> SYNCHRONIZE CACHE(16) (10 if 16 is not
+ * supported); DISCARD -> UNMAP (when the SAN reports LBPU, else -EOPNOTSUPP);
+ * WRITE_ZEROES -> WRITE SAME(16) of a zero block (UNMAP bit when the SAN
+ * reads unmapped blocks as zeroes), WRITE(16) of zeroes where WRITE SAME is
+ * refused; COMPARE_AND_WRITE -> COMPARE AND WRITE when the SAN reports a
+ * maximum compare-and-write length. The I/O's offset and length must be
+ * multiples of the SAN's logical block size (else -EINVAL).
+ *
+ * Failures: sense data becomes -errno (origin_iscsi_sense_errno); UNIT
+ * ATTENTION, BUSY, TASK SET FULL, ABORTED COMMAND and NOT READY (becoming
+ * ready) are retried. A lost connection (socket error, command timeout,
+ * login timeout) tears the context down: its I/Os go back to the session's
+ * queue (a COMPARE AND WRITE that may have reached the SAN fails with -EIO
+ * instead: repeating it could report a false miscompare) and the session
+ * reconnects with exponential back-off from 100 ms to 5 s, forever. Queued
+ * I/Os are retried after a reconnect until `timeout` after their submission,
+ * then fail with -EIO. While a session has been down longer than `timeout`,
+ * submit fails at once with -EIO; the queue is bounded (-EAGAIN beyond).
+ *
+ * Lifetime: close() must run either on the reactor thread of every session
+ * (none in the daemon) or after those reactors stopped; it never touches a
+ * reactor that is not the current one, since the daemon destroys reactors
+ * before it closes origins.
+ */
+#include "config.h"
+
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+#include "origin/origin_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define ISC_COMPONENT "origin"
+
+#define ISC_WAIT_MAX           4096 /* I/Os queued per session while it cannot send */
+#define ISC_BACKOFF_MIN_MS     100
+#define ISC_BACKOFF_MAX_MS     5000
+#define ISC_CONNECT_TIMEOUT_MS 5000        /* TCP connect + login + TEST UNIT READY */
+#define ISC_CMD_TIMEOUT_S      10          /* a command the SAN holds longer means a sick session */
+#define ISC_TICK_MS            250         /* libiscsi timeouts, queue deadlines, login timeout */
+#define ISC_ZERO_BYTES         (1u << 20)  /* WRITE_ZEROES without WRITE SAME: bytes per WRITE */
+#define ISC_WS_DEFAULT_BYTES   (64u << 20) /* WRITE SAME length when the SAN gives no limit */
+#define ISC_UNMAP_MAX_DESC     64
+
+_Static_assert(sizeof(struct iovec) == sizeof(struct scsi_iovec) &&
+                   offsetof(struct iovec, iov_base) == offsetof(struct scsi_iovec, iov_base) &&
+                   offsetof(struct iovec, iov_len) == offsetof(struct scsi_iovec, iov_len),
+               "struct scsi_iovec must match struct iovec");
+
+/* Read-only zeroes: the WRITE SAME block and the data of zero-filling writes. */
+static unsigned char isc_zeroes[ISC_ZERO_BYTES];
+
+static atomic_uint_fast64_t isc_next_id = 1;
+
+struct isc_origin {
+	struct origin_iscsi_url url;
+	char portal[ORIGIN_ISCSI_HOST_MAX + 16];
+	char initiator[ORIGIN_ISCSI_NAME_MAX];
+	uint64_t id; /* never reused: keys the per-thread session cache */
+	uint64_t timeout_ns;
+	uint32_t bs; /* the SAN's logical block size */
+	uint64_t nblocks;
+	uint64_t max_xfer;  /* bytes per READ/WRITE command, 0 = no limit */
+	uint32_t max_unmap; /* blocks per UNMAP descriptor */
+	uint32_t max_unmap_desc;
+	uint32_t max_ws;       /* blocks per WRITE SAME */
+	uint32_t max_caw;      /* blocks per COMPARE AND WRITE, 0 = unsupported */
+	bool ws_unmap;         /* WRITE SAME with UNMAP=1 deallocates and reads back zeroes */
+	atomic_bool no_ws;     /* WRITE SAME(16) was refused once: write zeroes */
+	atomic_bool no_sync16; /* SYNCHRONIZE CACHE(16) was refused once: use (10) */
+	atomic_bool no_sync;   /* neither exists: the SAN has no volatile cache to flush */
+	uint32_t isid_rnd;
+	pthread_mutex_t lock; /* guards sessions and nsessions */
+	struct hl_list sessions;
+	unsigned nsessions;
+};
+
+enum isc_state {
+	ISC_DOWN = 0,   /* no context; the retry timer will connect */
+	ISC_CONNECTING, /* context made, login in progress */
+	ISC_UP,
+};
+
+/* One per (origin, reactor). Everything but `link` is touched only on `reactor`'s thread. */
+struct isc_session {
+	struct hl_list link; /* in isc_origin.sessions, guarded by its lock */
+	struct hl_origin *o;
+	struct hl_reactor *reactor;
+	struct iscsi_context *ctx; /* NULL while DOWN */
+	enum isc_state state;
+	bool broken;    /* libiscsi reported the connection gone; torn down after it returns */
+	bool in_lib;    /* inside a libiscsi call that may run our callbacks */
+	bool logged_up; /* was UP at least once (for the log) */
+	bool dead_logged;
+	bool started;  /* tick armed, first connect begun */
+	uint16_t qual; /* ISID qualifier */
+	struct hl_event ev;
+	struct hl_timer tick;
+	struct hl_timer retry;
+	struct hl_timer done_t;
+	struct hl_list waitq;    /* not sent yet (or sent and to be repeated) */
+	struct hl_list inflight; /* given to libiscsi */
+	struct hl_list doneq;    /* finished; callbacks run from done_t / the end of a handler */
+	unsigned nwait, ninflight;
+	uint32_t backoff_ms;
+	uint64_t down_since_ns; /* 0 while UP */
+	uint64_t connect_start_ns;
+};
+
+/* Per-I/O state in hl_origin_io.priv. */
+struct isc_io {
+	struct hl_list link; /* in one of the session's queues */
+	struct isc_session *s;
+	struct scsi_task *task;
+	uint64_t deadline_ns;
+	uint64_t done;           /* bytes finished by earlier commands of a split I/O */
+	struct iovec *chunk_iov; /* heap: iovecs of the current piece of a split READ/WRITE */
+	int result;
+	uint32_t cur_blocks; /* blocks the command in flight moves */
+};
+_Static_assert(sizeof(struct isc_io) <= sizeof(((struct hl_origin_io *)0)->priv),
+               "isc_io must fit in hl_origin_io.priv");
+
+static inline struct isc_io *iio_of(struct hl_origin_io *io)
+{
+	return (struct isc_io *)io->priv;
+}
+
+static inline struct hl_origin_io *io_of_link(struct hl_list *l)
+{
+	return (struct hl_origin_io *)((char *)l - offsetof(struct isc_io, link) -
+	                               offsetof(struct hl_origin_io, priv));
+}
+
+static inline struct isc_origin *io_of(struct hl_origin *o)
+{
+	return hl_origin_priv(o);
+}
+
+/* ---- URL ---- */
+
+static int parse_uint(const char *s, size_t n, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (n == 0 || n > 20)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+		if (v > max)
+			return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Copy [s, s+n) into dst (size dstlen) if it fits and has no control characters or spaces. */
+static int copy_field(char *dst, size_t dstlen, const char *s, size_t n)
+{
+	if (n == 0 || n >= dstlen)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if ((unsigned char)s[i] <= ' ' || s[i] == 0x7f)
+			return -EINVAL;
+	}
+	memcpy(dst, s, n);
+	dst[n] = '\0';
+	return 0;
+}
+
+static int parse_query(const char *q, struct origin_iscsi_url *u)
+{
+	while (*q) {
+		const char *amp = strchr(q, '&');
+		size_t n = amp ? (size_t)(amp - q) : strlen(q);
+		const char *eq = memchr(q, '=', n);
+		size_t klen, vlen;
+		const char *v;
+		uint64_t num;
+
+		if (!eq)
+			return -EINVAL;
+		klen = (size_t)(eq - q);
+		v = eq + 1;
+		vlen = n - klen - 1;
+		if (klen == 9 && !strncmp(q, "initiator", 9)) {
+			if (copy_field(u->initiator, sizeof(u->initiator), v, vlen))
+				return -EINVAL;
+		} else if (klen == 7 && !strncmp(q, "timeout", 7)) {
+			if (parse_uint(v, vlen, 3600, &num) || num == 0)
+				return -EINVAL;
+			u->timeout_s = (uint32_t)num;
+		} else if (klen == 2 && !strncmp(q, "qd", 2)) {
+			if (parse_uint(v, vlen, ORIGIN_ISCSI_QD_MAX, &num) || num == 0)
+				return -EINVAL;
+			u->qd = (uint32_t)num;
+		} else {
+			return -EINVAL;
+		}
+		if (!amp)
+			break;
+		q = amp + 1;
+	}
+	return 0;
+}
+
+int origin_iscsi_url_parse(const char *target, struct origin_iscsi_url *u)
+{
+	const char *auth, *auth_end, *at, *host, *host_end, *p, *slash, *lun_end;
+	uint64_t num;
+
+	memset(u, 0, sizeof(*u));
+	u->port = ORIGIN_ISCSI_DEFAULT_PORT;
+	u->timeout_s = ORIGIN_ISCSI_DEFAULT_TIMEOUT_S;
+	u->qd = ORIGIN_ISCSI_DEFAULT_QD;
+	if (!target || strncmp(target, "//", 2))
+		return -EINVAL;
+	auth = target + 2;
+	auth_end = strchr(auth, '/');
+	if (!auth_end)
+		return -EINVAL;
+
+	/* userinfo: the last '@' of the authority ends it */
+	at = NULL;
+	for (p = auth; p < auth_end; p++) {
+		if (*p == '@')
+			at = p;
+	}
+	host = auth;
+	if (at) {
+		const char *pct = memchr(auth, '%', (size_t)(at - auth));
+
+		if (!pct || copy_field(u->user, sizeof(u->user), auth, (size_t)(pct - auth)) ||
+		    copy_field(u->secret, sizeof(u->secret), pct + 1, (size_t)(at - pct - 1)))
+			return -EINVAL;
+		host = at + 1;
+	}
+
+	/* host, [v6] or name/v4, then an optional :port */
+	if (*host == '[') {
+		const char *rb = memchr(host, ']', (size_t)(auth_end - host));
+
+		if (!rb || rb == host + 1)
+			return -EINVAL;
+		for (p = host + 1; p < rb; p++) {
+			if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.')
+				return -EINVAL;
+		}
+		if (copy_field(u->host, sizeof(u->host), host + 1, (size_t)(rb - host - 1)))
+			return -EINVAL;
+		u->ipv6 = true;
+		host_end = rb + 1;
+		if (host_end != auth_end && *host_end != ':')
+			return -EINVAL;
+	} else {
+		host_end = memchr(host, ':', (size_t)(auth_end - host));
+		if (!host_end)
+			host_end = auth_end;
+		for (p = host; p < host_end; p++) {
+			if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.' && *p != '_')
+				return -EINVAL;
+		}
+		if (copy_field(u->host, sizeof(u->host), host, (size_t)(host_end - host)))
+			return -EINVAL;
+	}
+	if (host_end != auth_end) {
+		if (parse_uint(host_end + 1, (size_t)(auth_end - host_end - 1), 65535, &num) ||
+		    num == 0)
+			return -EINVAL;
+		u->port = (uint16_t)num;
+	}
+
+	/* /target/lun */
+	p = auth_end + 1;
+	slash = strchr(p, '/');
+	if (!slash || copy_field(u->target, sizeof(u->target), p, (size_t)(slash - p)))
+		return -EINVAL;
+	p = slash + 1;
+	lun_end = p + strcspn(p, "?");
+	if (parse_uint(p, (size_t)(lun_end - p), ORIGIN_ISCSI_LUN_MAX, &num))
+		return -EINVAL;
+	u->lun = (uint32_t)num;
+	if (*lun_end == '?')
+		return parse_query(lun_end + 1, u);
+	return 0;
+}
+
+void origin_iscsi_default_initiator(char *buf, size_t len)
+{
+	char host[256] = "localhost";
+	size_t n = 0;
+
+	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = '\0';
+	/* iSCSI names are lower case letters, digits, '-', '.' and ':' */
+	for (char *c = host; *c; c++) {
+		*c = (char)tolower((unsigned char)*c);
+		if (!isalnum((unsigned char)*c) && *c != '-' && *c != '.')
+			*c = '-';
+		n++;
+	}
+	snprintf(buf, len, "iqn.2026-11.io.hotlun:origin:%s", n ? host : "localhost");
+}
+
+/* ---- sense data and status -> errno ---- */
+
+int origin_iscsi_sense_parse(const uint8_t *b, size_t len, struct origin_iscsi_sense *out)
+{
+	uint8_t code;
+
+	memset(out, 0, sizeof(*out));
+	if (!b || len < 2)
+		return -EINVAL;
+	code = b[0] & 0x7f;
+	if (code == 0x70 || code == 0x71) { /* fixed format */
+		if (len < 3)
+			return -EINVAL;
+		out->key = b[2] & 0x0f;
+		if (len >= 14) {
+			out->asc = b[12];
+			out->ascq = b[13];
+		}
+		if ((b[0] & 0x80) && len >= 7) {
+			out->info_valid = true;
+			out->info = hl_get_be32(b + 3);
+		}
+		return 0;
+	}
+	if (code == 0x72 || code == 0x73) { /* descriptor format */
+		size_t end, off = 8;
+
+		if (len < 4)
+			return -EINVAL;
+		out->key = b[1] & 0x0f;
+		out->asc = b[2];
+		out->ascq = b[3];
+		end = len >= 8 ? HL_MIN(len, (size_t)8 + b[7]) : len;
+		while (off + 2 <= end) {
+			uint8_t type = b[off], dlen = b[off + 1];
+
+			if (off + 2 + dlen > end)
+				break;
+			if (type == 0x00 && dlen >= 0x0a && (b[off + 2] & 0x80)) {
+				out->info_valid = true;
+				out->info = hl_get_be64(b + off + 4);
+			}
+			off += 2 + (size_t)dlen;
+		}
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int origin_iscsi_sense_errno(int key, int asc, int ascq)
+{
+	switch (key) {
+	case 0x0: /* NO SENSE */
+	case 0x1: /* RECOVERED ERROR: the command completed */
+		return 0;
+	case 0x2: /* NOT READY */
+		if (asc == 0x04 &&
+		    (ascq == 0x01 || ascq == 0x07 || ascq == 0x0a || ascq == 0x11 || ascq == 0x14))
+			return -EAGAIN; /* becoming ready, in progress, ALUA transition */
+		if (asc == 0x3a)
+			return -ENOMEDIUM;
+		return -EIO;
+	case 0x3: /* MEDIUM ERROR */
+	case 0x4: /* HARDWARE ERROR */
+		return -EIO;
+	case 0x5: /* ILLEGAL REQUEST */
+		if (asc == 0x20)
+			return -EOPNOTSUPP; /* invalid command operation code */
+		if (asc == 0x25)
+			return -ENXIO; /* logical unit not supported */
+		if (asc == 0x27)
+			return ascq == 0x07 ? -ENOSPC : -EROFS;
+		return -EINVAL; /* LBA out of range, invalid field in CDB/parameter list */
+	case 0x6:               /* UNIT ATTENTION: the command was not executed */
+		return -EAGAIN;
+	case 0x7: /* DATA PROTECT */
+		if (asc == 0x27 && ascq == 0x07)
+			return -ENOSPC; /* space allocation failed (thin pool full) */
+		if (asc == 0x27)
+			return -EROFS; /* write protected */
+		return -EACCES;
+	case 0xb: /* ABORTED COMMAND */
+		return -EAGAIN;
+	case 0xd: /* VOLUME OVERFLOW */
+		return -ENOSPC;
+	case 0xe: /* MISCOMPARE */
+		return -EILSEQ;
+	default:
+		return -EIO;
+	}
+}
+
+int origin_iscsi_status_errno(int status)
+{
+	switch (status) {
+	case SCSI_STATUS_GOOD:
+	case SCSI_STATUS_CONDITION_MET:
+		return 0;
+	case SCSI_STATUS_BUSY:
+	case SCSI_STATUS_TASK_SET_FULL:
+	case SCSI_STATUS_TASK_ABORTED:
+	case SCSI_STATUS_ACA_ACTIVE:
+		return -EAGAIN;
+	case SCSI_STATUS_RESERVATION_CONFLICT:
+		return -EBADE;
+	case SCSI_STATUS_CANCELLED:
+	case SCSI_STATUS_TIMEOUT:
+	case SCSI_STATUS_ERROR:
+		return -ENOTCONN;
+	default:
+		return -EIO;
+	}
+}
+
+/* ---- sessions: context, events, timers ---- */
+
+static void session_event(struct hl_event *ev, uint32_t revents);
+static void session_tick(struct hl_timer *t);
+static void session_retry(struct hl_timer *t);
+static void session_done_timer(struct hl_timer *t);
+static void session_dispatch(struct isc_session *s);
+
+static struct iscsi_context *context_make(struct isc_origin *io, uint16_t qual)
+{
+	struct iscsi_context *ctx = iscsi_create_context(io->initiator);
+
+	if (!ctx)
+		return NULL;
+	if (iscsi_set_targetname(ctx, io->url.target) ||
+	    iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL) ||
+	    iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE_CRC32C) ||
+	    iscsi_set_isid_random(ctx, io->isid_rnd, qual) ||
+	    (io->url.user[0] &&
+	     iscsi_set_initiator_username_pwd(ctx, io->url.user, io->url.secret))) {
+		HL_ERR(ISC_COMPONENT, "iscsi://%s/%s: cannot set up a context: %s", io->portal,
+		       io->url.target, iscsi_get_error(ctx));
+		iscsi_destroy_context(ctx);
+		return NULL;
+	}
+	/* We reconnect ourselves: libiscsi's reconnect would hide the outage and its length. */
+	iscsi_set_noautoreconnect(ctx, 1);
+	iscsi_set_timeout(ctx, (int)HL_MIN((uint32_t)ISC_CMD_TIMEOUT_S, io->url.timeout_s));
+	iscsi_set_tcp_keepalive(ctx, 10, 3, 5);
+	return ctx;
+}
+
+static void finish(struct isc_session *s, struct hl_origin_io *io, int result)
+{
+	struct isc_io *iio = iio_of(io);
+
+	free(iio->chunk_iov);
+	iio->chunk_iov = NULL;
+	iio->result = result;
+	hl_list_add_tail(&s->doneq, &iio->link);
+	if (!hl_timer_pending(&s->done_t))
+		hl_timer_start(s->reactor, &s->done_t, 0);
+}
+
+/* Run the callbacks of finished I/Os. Never from submit; callbacks may submit again. */
+static void drain_done(struct isc_session *s)
+{
+	while (!hl_list_empty(&s->doneq)) {
+		struct hl_list *l = s->doneq.next;
+		struct hl_origin_io *io = io_of_link(l);
+
+		hl_list_del(l);
+		io->cb(io, iio_of(io)->result);
+	}
+	hl_timer_stop(&s->done_t);
+}
+
+static void waitq_push(struct isc_session *s, struct hl_origin_io *io, bool front)
+{
+	if (front)
+		hl_list_add(&s->waitq, &iio_of(io)->link);
+	else
+		hl_list_add_tail(&s->waitq, &iio_of(io)->link);
+	s->nwait++;
+}
+
+static void update_events(struct isc_session *s)
+{
+	uint32_t want;
+	int ev;
+
+	if (!s->ctx || !s->ev.reactor)
+		return;
+	ev = iscsi_which_events(s->ctx);
+	want = EPOLLIN;
+	if (ev & POLLOUT)
+		want |= EPOLLOUT;
+	if (want != s->ev.events && hl_event_mod(&s->ev, want))
+		s->broken = true;
+}
+
+static void connect_cb(struct iscsi_context *ctx, int status, void *data, void *priv)
+{
+	struct isc_session *s = priv;
+	struct isc_origin *io = io_of(s->o);
+
+	(void)data;
+	if (ctx != s->ctx)
+		return;
+	if (status != SCSI_STATUS_GOOD) {
+		s->broken = true;
+		return;
+	}
+	if (s->state != ISC_CONNECTING)
+		return;
+	s->state = ISC_UP;
+	s->backoff_ms = ISC_BACKOFF_MIN_MS;
+	if (s->logged_up)
+		HL_NOTICE(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u restored after %llu ms",
+		          io->portal, io->url.target, io->url.lun, s->qual,
+		          (unsigned long long)((hl_now_ns() - s->down_since_ns) / 1000000));
+	else
+		HL_INFO(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u logged in", io->portal,
+		        io->url.target, io->url.lun, s->qual);
+	s->logged_up = true;
+	s->dead_logged = false;
+	s->down_since_ns = 0;
+}
+
+static void session_connect(struct isc_session *s)
+{
+	struct isc_origin *io = io_of(s->o);
+	struct iscsi_context *ctx;
+	int fd;
+
+	ctx = context_make(io, s->qual);
+	if (!ctx)
+		goto retry;
+	if (iscsi_full_connect_async(ctx, io->portal, (int)io->url.lun, connect_cb, s) != 0) {
+		HL_DEBUG(ISC_COMPONENT, "iscsi://%s: connect: %s", io->portal,
+		         iscsi_get_error(ctx));
+		iscsi_destroy_context(ctx);
+		goto retry;
+	}
+	fd = iscsi_get_fd(ctx);
+	hl_event_init(&s->ev, fd, session_event, s);
+	if (fd < 0 || hl_event_add(s->reactor, &s->ev, EPOLLIN | EPOLLOUT)) {
+		iscsi_destroy_context(ctx);
+		goto retry;
+	}
+	s->ctx = ctx;
+	s->state = ISC_CONNECTING;
+	s->connect_start_ns = hl_now_ns();
+	update_events(s);
+	return;
+retry:
+	s->state = ISC_DOWN;
+	hl_timer_start(s->reactor, &s->retry, s->backoff_ms);
+	s->backoff_ms = HL_MIN(s->backoff_ms * 2, (uint32_t)ISC_BACKOFF_MAX_MS);
+}
+
+/*
+ * The connection is gone (or never came): destroy the context, put what was
+ * in flight back on the queue, and schedule a reconnect. Not from inside a
+ * libiscsi callback.
+ */
+static void session_fail(struct isc_session *s, const char *why)
+{
+	struct isc_origin *io = io_of(s->o);
+	struct iscsi_context *ctx = s->ctx;
+	bool was_up = s->state == ISC_UP;
+	char err[160];
+	size_t n;
+
+	hl_strlcpy(err, ctx ? iscsi_get_error(ctx) : "", sizeof(err));
+	n = strcspn(err, "\r\n");
+	err[n] = '\0';
+	if (was_up)
+		HL_WARN(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u lost (%s: %s); reconnecting",
+		        io->portal, io->url.target, io->url.lun, s->qual, why, err);
+	else
+		HL_DEBUG(ISC_COMPONENT, "iscsi://%s: session %u: %s: %s", io->portal, s->qual, why,
+		         err);
+	hl_event_del(&s->ev);
+	s->ctx = NULL;
+	s->state = ISC_DOWN;
+	if (ctx) {
+		/* Cancels what libiscsi still holds; task_cb requeues each (s->ctx is NULL now). */
+		s->in_lib = true;
+		iscsi_destroy_context(ctx);
+		s->in_lib = false;
+	}
+	/* Whatever libiscsi did not call back (it skips callbacks when not logged in). */
+	while (!hl_list_empty(&s->inflight)) {
+		struct hl_origin_io *ioo = io_of_link(s->inflight.next);
+		struct isc_io *iio = iio_of(ioo);
+
+		hl_list_del(&iio->link);
+		s->ninflight--;
+		scsi_free_scsi_task(iio->task);
+		iio->task = NULL;
+		if (ioo->op == HL_IO_COMPARE_AND_WRITE)
+			finish(s, ioo, -EIO);
+		else
+			waitq_push(s, ioo, true);
+	}
+	s->broken = false;
+	if (!s->down_since_ns)
+		s->down_since_ns = hl_now_ns();
+	if (was_up)
+		s->backoff_ms = ISC_BACKOFF_MIN_MS;
+	hl_timer_start(s->reactor, &s->retry, s->backoff_ms);
+	s->backoff_ms = HL_MIN(s->backoff_ms * 2, (uint32_t)ISC_BACKOFF_MAX_MS);
+}
+
+/* After any libiscsi call that may have run callbacks: tear down, send more, run callbacks. */
+static void session_after(struct isc_session *s, int rc, const char *why)
+{
+	if (s->ctx && (rc < 0 || s->broken))
+		session_fail(s, why);
+	session_dispatch(s);
+	drain_done(s);
+}
+
+static void session_event(struct hl_event *ev, uint32_t revents)
+{
+	struct isc_session *s = ev->arg;
+	int rc;
+
+	s->in_lib = true;
+	rc = iscsi_service(s->ctx, (int)(revents & (EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP)));
+	s->in_lib = false;
+	session_after(s, rc, "connection");
+}
+
+static void expire_waiting(struct isc_session *s, uint64_t now)
+{
+	struct hl_list *l = s->waitq.next;
+
+	while (l != &s->waitq) {
+		struct hl_list *next = l->next;
+		struct hl_origin_io *ioo = io_of_link(l);
+
+		if (iio_of(ioo)->deadline_ns <= now) {
+			hl_list_del(l);
+			s->nwait--;
+			finish(s, ioo, -EIO);
+		}
+		l = next;
+	}
+}
+
+static void session_tick(struct hl_timer *t)
+{
+	struct isc_session *s = t->arg;
+	struct isc_origin *io = io_of(s->o);
+	uint64_t now = hl_now_ns();
+	int rc = 0;
+
+	if (s->state == ISC_UP) {
+		s->in_lib = true;
+		rc = iscsi_service(s->ctx, 0); /* libiscsi's command timeouts */
+		s->in_lib = false;
+		if (rc < 0 || s->broken) {
+			session_fail(s, "command timeout");
+			rc = 0;
+		}
+	} else if (s->state == ISC_CONNECTING &&
+	           now - s->connect_start_ns > ISC_CONNECT_TIMEOUT_MS * 1000000ull) {
+		session_fail(s, "login timed out");
+	}
+	if (s->state != ISC_UP && s->down_since_ns && now - s->down_since_ns > io->timeout_ns &&
+	    !s->dead_logged) {
+		s->dead_logged = true;
+		HL_ERR(ISC_COMPONENT,
+		       "iscsi://%s/%s/%u: session %u down for more than %u s: failing its I/O "
+		       "until it is back",
+		       io->portal, io->url.target, io->url.lun, s->qual, io->url.timeout_s);
+	}
+	expire_waiting(s, now);
+	hl_timer_start(s->reactor, &s->tick, ISC_TICK_MS);
+	session_after(s, rc, "connection");
+}
+
+static void session_retry(struct hl_timer *t)
+{
+	struct isc_session *s = t->arg;
+
+	if (s->state == ISC_DOWN)
+		session_connect(s);
+	drain_done(s);
+}
+
+static void session_done_timer(struct hl_timer *t)
+{
+	drain_done(t->arg);
+}
+
+static void session_free(struct isc_session *s, bool detach)
+{
+	if (detach) {
+		hl_event_del(&s->ev);
+		hl_timer_stop(&s->tick);
+		hl_timer_stop(&s->retry);
+		hl_timer_stop(&s->done_t);
+	}
+	if (s->ctx) {
+		struct iscsi_context *ctx = s->ctx;
+
+		s->ctx = NULL;
+		s->in_lib = true;
+		iscsi_destroy_context(ctx);
+	}
+	free(s);
+}
+
+/* ---- per-thread session lookup ---- */
+
+#define TL_CACHE 8
+static __thread struct {
+	uint64_t id;
+	struct isc_session *s;
+} tl_cache[TL_CACHE];
+static __thread unsigned tl_next;
+
+static struct isc_session *session_get(struct hl_origin *o, struct hl_reactor *r)
+{
+	struct isc_origin *io = io_of(o);
+	struct isc_session *s = NULL;
+
+	for (unsigned i = 0; i < TL_CACHE; i++) {
+		if (tl_cache[i].id == io->id && tl_cache[i].s->reactor == r)
+			return tl_cache[i].s;
+	}
+	pthread_mutex_lock(&io->lock);
+	for (struct hl_list *l = io->sessions.next; l != &io->sessions; l = l->next) {
+		struct isc_session *c = (struct isc_session *)l;
+		if (c->reactor == r) {
+			s = c;
+			break;
+		}
+	}
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (s) {
+			s->o = o;
+			s->reactor = r;
+			s->qual = (uint16_t)++io->nsessions;
+			hl_list_init(&s->waitq);
+			hl_list_init(&s->inflight);
+			hl_list_init(&s->doneq);
+			hl_event_init(&s->ev, -1, session_event, s);
+			hl_timer_init(&s->tick, session_tick, s);
+			hl_timer_init(&s->retry, session_retry, s);
+			hl_timer_init(&s->done_t, session_done_timer, s);
+			s->backoff_ms = ISC_BACKOFF_MIN_MS;
+			s->down_since_ns = hl_now_ns();
+			hl_list_add_tail(&io->sessions, &s->link);
+		}
+	}
+	pthread_mutex_unlock(&io->lock);
+	if (!s)
+		return NULL;
+	if (!s->started) {
+		/* new: first submit on this reactor (its owner), so start it here */
+		s->started = true;
+		hl_timer_start(r, &s->tick, ISC_TICK_MS);
+		session_connect(s);
+	}
+	tl_cache[tl_next].id = io->id;
+	tl_cache[tl_next].s = s;
+	tl_next = (tl_next + 1) % TL_CACHE;
+	return s;
+}
+
+/* ---- commands ---- */
+
+/* Bytes the next command of io moves (READ/WRITE/WRITE_ZEROES/DISCARD), from iio->done on. */
+static uint64_t chunk_len(const struct isc_origin *io, const struct hl_origin_io *ioo,
+                          uint64_t done)
+{
+	uint64_t rest = ioo->length - done, cap;
+
+	switch (ioo->op) {
+	case HL_IO_READ:
+	case HL_IO_WRITE:
+		cap = io->max_xfer ? io->max_xfer : rest;
+		break;
+	case HL_IO_WRITE_ZEROES:
+		if (atomic_load_explicit(&io->no_ws, memory_order_relaxed))
+			cap = io->max_xfer ? HL_MIN(io->max_xfer, (uint64_t)ISC_ZERO_BYTES)
+			                   : ISC_ZERO_BYTES;
+		else
+			cap = (uint64_t)io->max_ws * io->bs;
+		break;
+	case HL_IO_DISCARD:
+		cap = (uint64_t)io->max_unmap * io->max_unmap_desc * io->bs;
+		break;
+	default:
+		cap = rest;
+		break;
+	}
+	/* cur_blocks counts a command in 32 bits */
+	return HL_MIN(HL_MIN(rest, cap), (uint64_t)UINT32_MAX * io->bs);
+}
+
+/* iio->chunk_iov = the part [off, off+len) of io->iov. */
+static int iov_slice(struct hl_origin_io *ioo, struct isc_io *iio, uint64_t off, uint64_t len,
+                     int *cnt)
+{
+	int i = 0, n = 0;
+
+	free(iio->chunk_iov);
+	iio->chunk_iov = malloc(sizeof(struct iovec) * (size_t)ioo->iovcnt);
+	if (!iio->chunk_iov)
+		return -ENOMEM;
+	while (i < ioo->iovcnt && off >= ioo->iov[i].iov_len)
+		off -= ioo->iov[i++].iov_len;
+	for (; i < ioo->iovcnt && len; i++) {
+		size_t take = HL_MIN((uint64_t)ioo->iov[i].iov_len - off, len);
+
+		iio->chunk_iov[n].iov_base = (char *)ioo->iov[i].iov_base + off;
+		iio->chunk_iov[n].iov_len = take;
+		n++;
+		len -= take;
+		off = 0;
+	}
+	*cnt = n;
+	return 0;
+}
+
+static void task_cb(struct iscsi_context *ctx, int status, void *data, void *priv);
+
+/* Hand io's next command to libiscsi. @return 0 or -errno (nothing queued). */
+static int io_start(struct isc_session *s, struct hl_origin_io *ioo)
+{
+	struct isc_origin *io = io_of(s->o);
+	struct isc_io *iio = iio_of(ioo);
+	struct iscsi_context *ctx = s->ctx;
+	int lun = (int)io->url.lun;
+	uint64_t off = ioo->offset + iio->done;
+	uint64_t lba = off / io->bs;
+	uint64_t len = chunk_len(io, ioo, iio->done);
+	int fua = (ioo->flags & HL_IO_FUA) ? 1 : 0;
+	struct scsi_iovec *iov = (struct scsi_iovec *)ioo->iov;
+	int iovcnt = ioo->iovcnt;
+	struct scsi_task *task = NULL;
+
+	if ((ioo->op == HL_IO_READ || ioo->op == HL_IO_WRITE) && len != ioo->length) {
+		if (iov_slice(ioo, iio, iio->done, len, &iovcnt))
+			return -ENOMEM;
+		iov = (struct scsi_iovec *)iio->chunk_iov;
+	}
+	switch ((int)ioo->op) { /* int: COMPARE_AND_WRITE is outside the enum */
+	case HL_IO_READ:
+		task = iscsi_read16_iov_task(ctx, lun, lba, (uint32_t)len, (int)io->bs, 0, 0, 0, 0,
+		                             0, task_cb, ioo, iov, iovcnt);
+		break;
+	case HL_IO_WRITE:
+		task = iscsi_write16_iov_task(ctx, lun, lba, NULL, (uint32_t)len, (int)io->bs, 0, 0,
+		                              fua, 0, 0, task_cb, ioo, iov, iovcnt);
+		break;
+	case HL_IO_FLUSH:
+		if (!atomic_load_explicit(&io->no_sync16, memory_order_relaxed))
+			task = iscsi_synchronizecache16_task(ctx, lun, 0, 0, 0, 0, task_cb, ioo);
+		else
+			task = iscsi_synchronizecache10_task(ctx, lun, 0, 0, 0, 0, task_cb, ioo);
+		break;
+	case HL_IO_DISCARD: {
+		struct unmap_list list[ISC_UNMAP_MAX_DESC];
+		uint64_t blocks = len / io->bs;
+		int n = 0;
+
+		while (blocks) {
+			uint32_t take = (uint32_t)HL_MIN(blocks, (uint64_t)io->max_unmap);
+			list[n].lba = lba;
+			list[n].num = take;
+			lba += take;
+			blocks -= take;
+			n++;
+		}
+		task = iscsi_unmap_task(ctx, lun, 0, 0, list, n, task_cb, ioo);
+		break;
+	}
+	case HL_IO_WRITE_ZEROES:
+		if (!atomic_load_explicit(&io->no_ws, memory_order_relaxed))
+			task = iscsi_writesame16_task(ctx, lun, lba, isc_zeroes, io->bs,
+			                              (uint32_t)(len / io->bs), 0, io->ws_unmap, 0,
+			                              0, task_cb, ioo);
+		else
+			task = iscsi_write16_task(ctx, lun, lba, isc_zeroes, (uint32_t)len,
+			                          (int)io->bs, 0, 0, fua, 0, 0, task_cb, ioo);
+		break;
+	case HL_IO_COMPARE_AND_WRITE:
+		task = iscsi_compareandwrite_iov_task(ctx, lun, lba, NULL, (uint32_t)(2 * len),
+		                                      (int)io->bs, 0, 0, fua, 0, 0, task_cb, ioo,
+		                                      iov, iovcnt);
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (!task) {
+		HL_WARN_RL(ISC_COMPONENT, "iscsi://%s: cannot queue a command: %s", io->portal,
+		           iscsi_get_error(ctx));
+		return -ENOMEM;
+	}
+	iio->task = task;
+	iio->cur_blocks = (uint32_t)(len / io->bs);
+	hl_list_add_tail(&s->inflight, &iio->link);
+	s->ninflight++;
+	return 0;
+}
+
+static void session_dispatch(struct isc_session *s)
+{
+	struct isc_origin *io = io_of(s->o);
+	uint64_t now;
+
+	if (s->state != ISC_UP || s->broken || hl_list_empty(&s->waitq))
+		goto out;
+	now = hl_now_ns();
+	while (s->ninflight < io->url.qd && !hl_list_empty(&s->waitq)) {
+		struct hl_list *l = s->waitq.next;
+		struct hl_origin_io *ioo = io_of_link(l);
+		int rc;
+
+		hl_list_del(l);
+		s->nwait--;
+		if (iio_of(ioo)->deadline_ns <= now) {
+			finish(s, ioo, -EIO);
+			continue;
+		}
+		rc = io_start(s, ioo);
+		if (rc)
+			finish(s, ioo, rc == -ENOMEM ? -ENOMEM : -EIO);
+	}
+out:
+	update_events(s);
+}
+
+/* Sense -> errno for a CHECK CONDITION; records a miscompare offset. */
+static int check_condition(struct isc_session *s, struct hl_origin_io *ioo, struct scsi_task *task)
+{
+	struct isc_origin *io = io_of(s->o);
+	struct origin_iscsi_sense sense;
+	int rc;
+
+	if (!task || task->datain.size < 4 ||
+	    origin_iscsi_sense_parse(task->datain.data + 2, (size_t)task->datain.size - 2,
+	                             &sense)) {
+		HL_WARN_RL(ISC_COMPONENT, "iscsi://%s: CHECK CONDITION without usable sense data",
+		           io->portal);
+		return -EIO;
+	}
+	rc = origin_iscsi_sense_errno(sense.key, sense.asc, sense.ascq);
+	if (rc == -EILSEQ) {
+		ioo->miscompare_offset = sense.info_valid ? sense.info : 0;
+		return rc;
+	}
+	if (rc && rc != -EAGAIN)
+		HL_WARN_RL(ISC_COMPONENT,
+		           "iscsi://%s/%s/%u: op %d at %llu+%llu: sense %x/%02x/%02x (%s)",
+		           io->portal, io->url.target, io->url.lun, (int)ioo->op,
+		           (unsigned long long)ioo->offset, (unsigned long long)ioo->length,
+		           sense.key, sense.asc, sense.ascq, strerror(-rc));
+	return rc;
+}
+
+static void task_cb(struct iscsi_context *ctx, int status, void *data, void *priv)
+{
+	struct hl_origin_io *ioo = priv;
+	struct isc_io *iio = iio_of(ioo);
+	struct isc_session *s = iio->s;
+	struct isc_origin *io = io_of(s->o);
+	struct scsi_task *task = iio->task;
+	bool aborted = false;
+	int rc;
+
+	(void)ctx;
+	(void)data;
+	hl_list_del(&iio->link);
+	s->ninflight--;
+	iio->task = NULL;
+	if (status == SCSI_STATUS_CHECK_CONDITION) {
+		rc = check_condition(s, ioo, task);
+		aborted = task && task->sense.key == SCSI_SENSE_COMMAND_ABORTED;
+	} else {
+		rc = origin_iscsi_status_errno(status);
+	}
+	scsi_free_scsi_task(task);
+
+	if (rc == -EOPNOTSUPP && ioo->op == HL_IO_WRITE_ZEROES &&
+	    !atomic_exchange(&io->no_ws, true)) {
+		HL_NOTICE(ISC_COMPONENT, "iscsi://%s: no WRITE SAME(16): zeroes are written",
+		          io->portal);
+		rc = -EAGAIN;
+	} else if (rc == -EOPNOTSUPP && ioo->op == HL_IO_FLUSH) {
+		if (!atomic_exchange(&io->no_sync16, true)) {
+			rc = -EAGAIN; /* try SYNCHRONIZE CACHE(10) */
+		} else {
+			if (!atomic_exchange(&io->no_sync, true))
+				HL_NOTICE(
+				    ISC_COMPONENT,
+				    "iscsi://%s: no SYNCHRONIZE CACHE: taken as no volatile cache",
+				    io->portal);
+			rc = 0;
+		}
+	} else if (rc == -EOPNOTSUPP && ioo->op == HL_IO_WRITE_ZEROES) {
+		rc = -EAGAIN; /* another session found out first; the retry writes zeroes */
+	}
+
+	switch (rc) {
+	case 0:
+		if (ioo->op != HL_IO_FLUSH && ioo->op != HL_IO_COMPARE_AND_WRITE) {
+			iio->done += (uint64_t)iio->cur_blocks * io->bs;
+			if (iio->done < ioo->length) {
+				waitq_push(s, ioo, true);
+				return;
+			}
+		}
+		finish(s, ioo, 0);
+		return;
+	case -EAGAIN: /* not executed: repeat */
+		if (ioo->op == HL_IO_COMPARE_AND_WRITE && aborted) {
+			/* it may have been executed in part: repeating could report a false
+			 * miscompare */
+			finish(s, ioo, -EIO);
+			return;
+		}
+		waitq_push(s, ioo, false);
+		return;
+	case -ENOTCONN: /* the session is gone; the SAN may or may not have done it */
+		if (s->ctx)
+			s->broken = true;
+		if (ioo->op == HL_IO_COMPARE_AND_WRITE)
+			finish(s, ioo, -EIO);
+		else
+			waitq_push(s, ioo, true);
+		return;
+	default:
+		finish(s, ioo, rc);
+		return;
+	}
+}
+
+/* ---- ops ---- */
+
+/* origin_io_check() for COMPARE_AND_WRITE: iovecs hold compare then write data (2 x length). */
+static int caw_check(struct hl_origin *o, const struct hl_origin_io *ioo)
+{
+	struct isc_origin *io = io_of(o);
+	uint64_t sum = 0;
+
+	if (!io->max_caw)
+		return -EOPNOTSUPP;
+	if (!ioo->cb || ioo->iovcnt < 0 || ioo->iovcnt > IOV_MAX || (ioo->iovcnt && !ioo->iov))
+		return -EINVAL;
+	for (int i = 0; i < ioo->iovcnt; i++)
+		sum += ioo->iov[i].iov_len;
+	if (ioo->length > UINT64_MAX / 2 || sum != 2 * ioo->length)
+		return -EINVAL;
+	if (o->read_only)
+		return -EROFS;
+	if (ioo->offset > o->size || ioo->length > o->size - ioo->offset)
+		return -EINVAL;
+	if (ioo->length / io->bs > io->max_caw)
+		return -EINVAL;
+	return 0;
+}
+
+static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
+{
+	struct isc_origin *io = io_of(o);
+	struct hl_reactor *r = hl_reactor_current();
+	struct isc_io *iio = iio_of(ioo);
+	struct isc_session *s;
+	uint64_t now;
+	int rc;
+
+	if (!r)
+		return -EINVAL;
+	if (ioo->op == HL_IO_COMPARE_AND_WRITE) {
+		rc = caw_check(o, ioo);
+		if (rc)
+			return rc;
+	} else {
+		rc = origin_io_check(o, ioo);
+		if (rc)
+			return rc;
+	}
+	if (ioo->offset % io->bs || ioo->length % io->bs) {
+		HL_ERR_RL(ISC_COMPONENT,
+		          "iscsi://%s: I/O at %llu+%llu is not aligned to the SAN's %u-byte blocks "
+		          "(set the disk's block_size to a multiple of %u)",
+		          io->portal, (unsigned long long)ioo->offset,
+		          (unsigned long long)ioo->length, io->bs, io->bs);
+		return -EINVAL;
+	}
+	if (ioo->op == HL_IO_DISCARD && !o->can_discard)
+		return -EOPNOTSUPP;
+	s = session_get(o, r);
+	if (!s)
+		return -ENOMEM;
+	now = hl_now_ns();
+	if (s->state != ISC_UP && s->down_since_ns && now - s->down_since_ns > io->timeout_ns)
+		return -EIO;
+	if (s->nwait >= ISC_WAIT_MAX)
+		return -EAGAIN;
+
+	memset(iio, 0, sizeof(*iio));
+	iio->s = s;
+	iio->deadline_ns = now + io->timeout_ns;
+	ioo->miscompare_offset = 0;
+	if (ioo->length == 0 && ioo->op != HL_IO_FLUSH) {
+		finish(s, ioo, 0);
+		return 0;
+	}
+	waitq_push(s, ioo, false);
+	/* Safe here: queueing a PDU runs no callback; failures go through doneq. */
+	session_dispatch(s);
+	return 0;
+}
+
+/* ---- open: one synchronous login to learn the LUN ---- */
+
+static struct scsi_task *probe_vpd(struct iscsi_context *ctx, int lun, int page)
+{
+	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, page, 255);
+
+	if (t && t->status != SCSI_STATUS_GOOD) {
+		scsi_free_scsi_task(t);
+		return NULL;
+	}
+	return t;
+}
+
+static int probe(struct hl_origin *o, struct iscsi_context *ctx)
+{
+	struct isc_origin *io = io_of(o);
+	int lun = (int)io->url.lun;
+	struct scsi_task *t;
+	const uint8_t *d;
+	bool has_b0 = false, has_b2 = false, lbpme = false, lbprz = false, lbpu = false;
+	bool lbpws = false, wp = false;
+	unsigned lbppbe = 0;
+
+	/* device type */
+	t = iscsi_inquiry_sync(ctx, lun, 0, 0, 96);
+	if (!t || t->status != SCSI_STATUS_GOOD || t->datain.size < 1) {
+		HL_ERR(ISC_COMPONENT, "%s: INQUIRY failed: %s", o->uri, iscsi_get_error(ctx));
+		scsi_free_scsi_task(t);
+		return -EIO;
+	}
+	if ((t->datain.data[0] & 0x1f) != 0x00 || (t->datain.data[0] >> 5) != 0) {
+		HL_ERR(ISC_COMPONENT, "%s: LUN %u is not a connected direct-access device (0x%02x)",
+		       o->uri, io->url.lun, t->datain.data[0]);
+		scsi_free_scsi_task(t);
+		return -ENODEV;
+	}
+	scsi_free_scsi_task(t);
+
+	/* capacity */
+	t = iscsi_readcapacity16_sync(ctx, lun);
+	if (t && t->status == SCSI_STATUS_GOOD && t->datain.size >= 16) {
+		d = t->datain.data;
+		io->nblocks = hl_get_be64(d) + 1;
+		io->bs = hl_get_be32(d + 8);
+		lbppbe = d[13] & 0x0f;
+		lbpme = d[14] & 0x80;
+		lbprz = d[14] & 0x40;
+	} else {
+		scsi_free_scsi_task(t);
+		t = iscsi_readcapacity10_sync(ctx, lun, 0, 0);
+		if (!t || t->status != SCSI_STATUS_GOOD || t->datain.size < 8) {
+			HL_ERR(ISC_COMPONENT, "%s: READ CAPACITY failed: %s", o->uri,
+			       iscsi_get_error(ctx));
+			scsi_free_scsi_task(t);
+			return -EIO;
+		}
+		io->nblocks = (uint64_t)hl_get_be32(t->datain.data) + 1;
+		io->bs = hl_get_be32(t->datain.data + 4);
+	}
+	scsi_free_scsi_task(t);
+	if (io->bs < 512 || io->bs > 65536 || io->nblocks > UINT64_MAX / io->bs) {
+		HL_ERR(ISC_COMPONENT, "%s: unusable capacity: %llu blocks of %u bytes", o->uri,
+		       (unsigned long long)io->nblocks, io->bs);
+		return -EIO;
+	}
+
+	/* VPD pages */
+	t = probe_vpd(ctx, lun, 0x00);
+	if (t && t->datain.size >= 4) {
+		size_t n =
+		    HL_MIN((size_t)t->datain.size - 4, (size_t)hl_get_be16(t->datain.data + 2));
+		for (size_t i = 0; i < n; i++) {
+			has_b0 |= t->datain.data[4 + i] == 0xb0;
+			has_b2 |= t->datain.data[4 + i] == 0xb2;
+		}
+	}
+	scsi_free_scsi_task(t);
+	io->max_unmap = 0;
+	io->max_unmap_desc = 0;
+	io->max_ws = 0;
+	if (has_b0 && (t = probe_vpd(ctx, lun, 0xb0)) != NULL) {
+		d = t->datain.data;
+		if (t->datain.size >= 16) {
+			io->max_caw = d[5];
+			io->max_xfer = (uint64_t)hl_get_be32(d + 8) * io->bs;
+		}
+		if (t->datain.size >= 28) {
+			io->max_unmap = hl_get_be32(d + 20);
+			io->max_unmap_desc = hl_get_be32(d + 24);
+		}
+		if (t->datain.size >= 44 && hl_get_be64(d + 36) <= UINT32_MAX)
+			io->max_ws = (uint32_t)hl_get_be64(d + 36);
+		scsi_free_scsi_task(t);
+	}
+	if (has_b2 && (t = probe_vpd(ctx, lun, 0xb2)) != NULL) {
+		if (t->datain.size >= 6) {
+			lbpu = t->datain.data[5] & 0x80;
+			lbpws = t->datain.data[5] & 0x40;
+		}
+		scsi_free_scsi_task(t);
+	}
+
+	/* write protect: DEVICE-SPECIFIC PARAMETER bit 7 of the mode parameter header */
+	t = iscsi_modesense6_sync(ctx, lun, 1, SCSI_MODESENSE_PC_CURRENT,
+	                          SCSI_MODEPAGE_RETURN_ALL_PAGES, 0, 255);
+	if (t && t->status == SCSI_STATUS_GOOD && t->datain.size >= 4)
+		wp = t->datain.data[2] & 0x80;
+	scsi_free_scsi_task(t);
+
+	o->size = io->nblocks * io->bs;
+	o->phys_block_size = lbppbe < 16 ? io->bs << lbppbe : io->bs;
+	if (wp)
+		o->read_only = true;
+	o->can_discard = !o->read_only && lbpme && lbpu;
+	o->zeroes_after_discard = o->can_discard && lbprz;
+	io->ws_unmap = lbpme && lbpws && lbprz;
+	if (!io->max_xfer || io->max_xfer > (64u << 20)) /* none reported: 64 MiB commands */
+		io->max_xfer = (64u << 20) - (64u << 20) % io->bs;
+	if (!io->max_unmap || io->max_unmap == UINT32_MAX)
+		io->max_unmap = UINT32_MAX;
+	if (!io->max_unmap_desc || io->max_unmap_desc > ISC_UNMAP_MAX_DESC)
+		io->max_unmap_desc = io->max_unmap_desc ? ISC_UNMAP_MAX_DESC : 1;
+	if (!io->max_ws)
+		io->max_ws = ISC_WS_DEFAULT_BYTES / io->bs;
+	if (io->bs > sizeof(isc_zeroes))
+		atomic_store(&io->no_ws, true);
+	HL_INFO(ISC_COMPONENT,
+	        "%s: %llu blocks of %u bytes (physical %u)%s%s%s%s, max transfer %llu bytes",
+	        o->uri, (unsigned long long)io->nblocks, io->bs, o->phys_block_size,
+	        wp ? ", write-protected" : "", o->can_discard ? ", unmap" : "",
+	        o->zeroes_after_discard ? " (reads zeroes)" : "",
+	        io->max_caw ? ", compare-and-write" : "", (unsigned long long)io->max_xfer);
+	return 0;
+}
+
+static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
+{
+	struct isc_origin *io = io_of(o);
+	struct iscsi_context *ctx;
+	uint32_t rnd = 0;
+	int rc;
+
+	(void)opts;
+	rc = origin_iscsi_url_parse(target, &io->url);
+	if (rc) {
+		HL_ERR(ISC_COMPONENT,
+		       "%s: bad URL (iscsi://[user%%secret@]host[:port]/iqn/lun[?initiator=IQN&"
+		       "timeout=S&qd=N])",
+		       o->uri);
+		return rc;
+	}
+	if (io->url.ipv6)
+		snprintf(io->portal, sizeof(io->portal), "[%s]:%u", io->url.host, io->url.port);
+	else
+		snprintf(io->portal, sizeof(io->portal), "%s:%u", io->url.host, io->url.port);
+	if (io->url.initiator[0])
+		hl_strlcpy(io->initiator, io->url.initiator, sizeof(io->initiator));
+	else
+		origin_iscsi_default_initiator(io->initiator, sizeof(io->initiator));
+	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint32_t)hl_now_ns() ^ (uint32_t)getpid();
+	io->isid_rnd = rnd & 0xffffff;
+	io->id = atomic_fetch_add(&isc_next_id, 1);
+	io->timeout_ns = (uint64_t)io->url.timeout_s * 1000000000ull;
+	pthread_mutex_init(&io->lock, NULL);
+	hl_list_init(&io->sessions);
+
+	ctx = context_make(io, 0);
+	if (!ctx) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	iscsi_set_timeout(ctx, 10);
+	if (iscsi_full_connect_sync(ctx, io->portal, (int)io->url.lun) != 0) {
+		HL_ERR(ISC_COMPONENT, "%s: cannot log in to %s as %s: %s", o->uri, io->portal,
+		       io->initiator, iscsi_get_error(ctx));
+		iscsi_destroy_context(ctx);
+		rc = -ECONNREFUSED;
+		goto fail;
+	}
+	rc = probe(o, ctx);
+	iscsi_logout_sync(ctx);
+	iscsi_destroy_context(ctx);
+	if (rc)
+		goto fail;
+	return 0;
+fail:
+	pthread_mutex_destroy(&io->lock);
+	return rc;
+}
+
+static void iscsi_close(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+	struct hl_reactor *cur = hl_reactor_current();
+
+	pthread_mutex_lock(&io->lock);
+	while (!hl_list_empty(&io->sessions)) {
+		struct isc_session *s = (struct isc_session *)io->sessions.next;
+
+		hl_list_del(&s->link);
+		session_free(s, cur && s->reactor == cur);
+	}
+	pthread_mutex_unlock(&io->lock);
+	pthread_mutex_destroy(&io->lock);
+	for (unsigned i = 0; i < TL_CACHE; i++) {
+		if (tl_cache[i].id == io->id)
+			tl_cache[i].id = 0;
+	}
+}
+
+unsigned origin_iscsi_sessions_up(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+	unsigned n = 0;
+
+	pthread_mutex_lock(&io->lock);
+	for (struct hl_list *l = io->sessions.next; l != &io->sessions; l = l->next)
+		n += ((struct isc_session *)l)->state == ISC_UP;
+	pthread_mutex_unlock(&io->lock);
+	return n;
+}
+
+const struct hl_origin_ops origin_iscsi_ops = {
+    .name = "iscsi",
+    .scheme = "iscsi:",
+    .priv_size = sizeof(struct isc_origin),
+    .open = iscsi_open,
+    .close = iscsi_close,
+    .submit = iscsi_submit,
+};
