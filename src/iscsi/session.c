@@ -127,7 +127,7 @@ static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 	c->exp_stat_sn = bhs_expstatsn(h);
 	if (bhs_immediate(h))
 		return true;
-	if (sn == s->exp_cmd_sn) {
+	if (sn == s->exp_cmd_sn && sn_le(sn, iscsi_conn_max_cmd_sn(c))) {
 		s->exp_cmd_sn++;
 		return true;
 	}
@@ -806,11 +806,13 @@ static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf)
 		}
 		tmf_send(c, &tmf->req, tmf->response, tmf->cold);
 		if (tmf->cold) {
-			/* a cold reset ends every session of the target, this one after its answer */
+			/* a cold reset ends every session of the target, this one after its answer
+			 */
 			struct hl_iscsi_server *srv = c->srv;
 			struct iscsi_session *o, *tmp;
 			pthread_mutex_lock(&srv->lock);
-			hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link) {
+			hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
+			{
 				if (o != c->sess && o->type == ISCSI_SESSION_NORMAL && o->target &&
 				    strcasecmp(o->target->name, c->sess->target->name) == 0)
 					iscsi_session_kill_locked(srv, o, "target cold reset");

@@ -33,7 +33,7 @@ struct fake_lu_tag {
 static struct fake_lu_tag fake_lu_mem;
 static struct hl_lu *fake_lu = (struct hl_lu *)&fake_lu_mem;
 
-static struct hl_scsi_cmd *pending[64];
+static struct hl_scsi_cmd *pending[256];
 static int npending;
 static bool defer_exec;        /* keep commands until the test completes them */
 static uint32_t fake_xfer_len; /* 0: xfer_len = data_len */
@@ -71,7 +71,7 @@ static void fake_complete(struct hl_scsi_cmd *cmd)
 
 void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 {
-	if (defer_exec && npending < 64) {
+	if (defer_exec && npending < 256) {
 		pending[npending++] = cmd;
 		return;
 	}
@@ -902,6 +902,45 @@ static void test_cmdsn_window(void)
 	teardown();
 }
 
+static void test_cmdsn_window_full(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	for (int i = 0; i < ISCSI_QUEUE_DEPTH; i++) {
+		scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+		itt++;
+	}
+	pump();
+	CU_ASSERT_EQUAL(npending, ISCSI_QUEUE_DEPTH);
+	/* the window is closed: MaxCmdSN = ExpCmdSN - 1, one more command is dropped */
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	itt++;
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(npending, ISCSI_QUEUE_DEPTH);
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_NOP_IN);
+	uint32_t exp = bhs_w28(&got[0].bhs);
+	CU_ASSERT_EQUAL(exp, cmdsn - 1); /* the dropped command did not count */
+	CU_ASSERT_EQUAL(bhs_w32(&got[0].bhs), exp - 1);
+	/* one completion reopens the window by one */
+	ngot = 0;
+	fake_complete(pending[0]);
+	memmove(pending, pending + 1, (size_t)(--npending) * sizeof(pending[0]));
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_w32(&got[0].bhs), exp);
+	teardown();
+}
+
 static void test_reject_and_digests(void)
 {
 	setup();
@@ -1146,6 +1185,7 @@ static const struct hl_test tests[] = {
     {"write: immediate + unsolicited + R2T", test_write_immediate_unsolicited},
     {"write: bad DataSN rejected, session survives", test_data_out_errors},
     {"CmdSN window, NOP-Out during stalled I/O", test_cmdsn_window},
+    {"CmdSN window closes when the queue is full", test_cmdsn_window_full},
     {"Reject, digests, framing loss", test_reject_and_digests},
     {"TMF: abort waits for the task; LUN reset", test_tmf_abort_waits},
     {"logout closes", test_logout},
