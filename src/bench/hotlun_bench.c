@@ -28,6 +28,7 @@
 #define MAX_SESSIONS       64
 #define MAX_QD             1024
 #define MAX_VERIFY_REPORTS 20
+#define MAX_COMPARE        15
 #define VERIFY_MAX_UNITS   (512ULL << 20)
 
 struct opts {
@@ -37,6 +38,8 @@ struct opts {
 	uint64_t count;
 	uint64_t range_off, range_len; /* range_len 0: to the end of the LUN */
 	const char *csv, *svg, *label, *title, *url, *initiator;
+	const char *compare[MAX_COMPARE]; /* --compare CSVs drawn with this run */
+	unsigned ncompare;
 	bool verify, quiet;
 	uint64_t seed;
 	bool seed_set;
@@ -100,6 +103,7 @@ struct bench {
 
 	FILE *csv;
 	struct bench_series series;
+	struct bench_series compare[MAX_COMPARE]; /* read before the run starts */
 	bool progress;
 	int fatal;
 };
@@ -666,6 +670,8 @@ static void teardown(struct bench *b)
 	free(b->lock_map);
 	bench_trace_free(&b->trace);
 	bench_series_free(&b->series);
+	for (unsigned i = 0; i < MAX_COMPARE; i++)
+		bench_series_free(&b->compare[i]);
 }
 
 /* ---- command line ---- */
@@ -694,6 +700,7 @@ static void usage(FILE *f)
 	        "output:\n"
 	        "  --csv FILE      per-second series (IOPS, MB/s, p50/p99/p99.9 latency)\n"
 	        "  --svg FILE      chart of this run (IOPS and latency over time)\n"
+	        "  --compare CSV   also draw an earlier run in the --svg chart (repeatable)\n"
 	        "  --label TEXT    name of this run in the chart legend and summary\n"
 	        "  --title TEXT    chart title\n"
 	        "  --quiet         no progress line on the terminal\n"
@@ -725,6 +732,7 @@ enum {
 	OPT_RANGE,
 	OPT_OFFSET,
 	OPT_QUIET,
+	OPT_COMPARE,
 	OPT_INITIATOR,
 	OPT_HELP,
 	OPT_VERSION,
@@ -749,6 +757,7 @@ static const struct option long_opts[] = {
     {"range", required_argument, NULL, OPT_RANGE},
     {"offset", required_argument, NULL, OPT_OFFSET},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"compare", required_argument, NULL, OPT_COMPARE},
     {"initiator", required_argument, NULL, OPT_INITIATOR},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -959,6 +968,14 @@ int main(int argc, char **argv)
 		case OPT_QUIET:
 			o->quiet = true;
 			break;
+		case OPT_COMPARE:
+			if (o->ncompare == MAX_COMPARE) {
+				fprintf(stderr, "hotlun-bench: at most %d --compare files\n",
+				        MAX_COMPARE);
+				return 2;
+			}
+			o->compare[o->ncompare++] = optarg;
+			break;
 		case OPT_INITIATOR:
 			o->initiator = optarg;
 			break;
@@ -994,6 +1011,16 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	rc = 2;
+	if (o->ncompare && !o->svg) {
+		fprintf(stderr, "hotlun-bench: --compare draws into the --svg chart: give --svg\n");
+		goto out;
+	}
+	for (unsigned i = 0; i < o->ncompare; i++) {
+		if (bench_csv_read(o->compare[i], &b->compare[i], err, sizeof(err)) != 0) {
+			fprintf(stderr, "hotlun-bench: --compare %s\n", err);
+			goto out;
+		}
+	}
 	for (unsigned i = 0; i < o->sessions; i++) {
 		if (session_open(b, &b->sess[i], i) != 0)
 			goto out;
@@ -1112,7 +1139,12 @@ int main(int argc, char **argv)
 		if (!o->title)
 			snprintf(title, sizeof(title), "hotlun-bench %s, bs %s, qd %u x %u", wl,
 			         o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->qd, o->sessions);
-		int src = bench_svg_write_file(o->svg, &b->series, 1, title);
+		/* earlier runs first, this run last (the last colour on top) */
+		struct bench_series runs[MAX_COMPARE + 1];
+		for (unsigned i = 0; i < o->ncompare; i++)
+			runs[i] = b->compare[i];
+		runs[o->ncompare] = b->series;
+		int src = bench_svg_write_file(o->svg, runs, o->ncompare + 1, title);
 		if (src) {
 			fprintf(stderr, "hotlun-bench: writing %s: %s\n", o->svg, strerror(-src));
 			rc = 2;

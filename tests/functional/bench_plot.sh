@@ -28,7 +28,11 @@ bench_run "exact I/O count" 0 "$T/count.out" --count 1000 --qd 8 "$HL_URL"
 bench_run "run qd1" 0 "$T/qd1.out" --workload zipf:0.9 --qd 1 --warmup 1 --time 3 \
 	--csv "$T/qd1.csv" --svg "$T/qd1.svg" --label "qd 1" "$HL_URL"
 bench_run "run qd16" 0 "$T/qd16.out" --workload hotset:90/10 --qd 16 --sessions 2 --warmup 1 \
-	--time 3 --csv "$T/qd16.csv" --label "qd 16 x 2" "$HL_URL"
+	--time 3 --csv "$T/qd16.csv" --label "qd 16 x 2" --svg "$T/qd16.svg" --compare "$T/qd1.csv" \
+	"$HL_URL"
+grep -q ">qd 1<" "$T/qd16.svg" && grep -q ">qd 16 x 2<" "$T/qd16.svg" ||
+	hl_fail "--compare did not draw the earlier run"
+bench_run "--compare needs --svg" 2 "$T/cmp.out" --compare "$T/qd1.csv" --count 10 "$HL_URL"
 bench_run "run mixed" 0 "$T/mix.out" --read 70 --bs 4K:70,64K:30 --qd 8 --time 3 \
 	--csv "$T/mix.csv" --label "70/30 mixed" "$HL_URL"
 
@@ -78,7 +82,7 @@ for k in "qd 1" "qd 16 x 2" "70/30 mixed" "bench_plot overlay"; do
 done
 hl_expect_fail "--plot of a file that is not a CSV" "$HL_BENCH" --plot "$T/x.svg" "$HL_DISK"
 
-for svg in qd1 all; do
+for svg in qd1 qd16 all; do
 	rsvg-convert -o "$T/$svg.png" "$T/$svg.svg" 2>"$T/$svg.rsvg.err" ||
 		hl_fail "rsvg-convert $svg.svg: $(cat "$T/$svg.rsvg.err")"
 	[ -s "$T/$svg.rsvg.err" ] && hl_fail "rsvg-convert warned: $(cat "$T/$svg.rsvg.err")"
