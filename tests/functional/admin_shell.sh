@@ -1,0 +1,120 @@
+#!/bin/bash
+# admin_shell.sh - issue 6: the interactive hotlunctl shell, driven through a
+# pseudo-terminal (tmux), builds a disk, a target, a LUN and an ACL at run
+# time; iscsi-ls then sees the new target; a session busy on another target
+# is not disturbed; saveconfig, restart, and `hotlunctl ls` prints the same
+# tree. Also: the issue's one-shot sequence, SIGHUP reload, and refusing to
+# remove a LUN in use unless forced.
+. "$(dirname "$0")/lib.sh"
+hl_need tmux iscsi-ls iscsi-perf
+
+CTL=$HL_BUILDDIR/hotlunctl
+[ -x "$CTL" ] || hl_error "no $CTL"
+tmp=$(hl_tmpdir)
+port=$(hl_free_port)
+HL_IQN=$HL_IQN_PREFIX:busy
+hl_make_disk "$tmp/busy.img" 64M
+hl_make_disk "$tmp/new.img" 32M
+hl_make_disk "$tmp/d1.img" 16M
+conf=$tmp/hotlun.conf
+hl_write_config "$conf" "$port" "$tmp/busy.img"
+sock=$tmp/state/ctl.sock
+hl_start_hotlund "$conf"
+
+# A session that stays busy on the other target for the whole test.
+hl_spawn iscsi-perf "$tmp/perf.log" iscsi-perf -t 12 "iscsi://127.0.0.1:$port/$HL_IQN/0"
+perf_pid=$HL_LAST_PID
+
+# --- the interactive shell in a pty ---
+tmux_sock=$tmp/tmux.sock
+tmux -S "$tmux_sock" new-session -d -s hl -x 200 -y 50 "$CTL --socket $sock"
+tmux_pid=$(tmux -S "$tmux_sock" display-message -p '#{pid}')
+# the tmux server is stopped by its PID too, whatever way the test ends
+trap 'rc=$?; kill "$tmux_pid" 2>/dev/null; (exit $rc); hl_cleanup' EXIT
+screen() { tmux -S "$tmux_sock" capture-pane -p -t hl -S -200; }
+type_line() { tmux -S "$tmux_sock" send-keys -t hl -l "$1"; tmux -S "$tmux_sock" send-keys -t hl Enter; }
+wait_screen() { # wait_screen REGEX: until the screen shows it (10 s)
+	local shown
+	for _ in $(seq 100); do
+		shown=$(screen) # not piped into grep -q: pipefail would see capture-pane's SIGPIPE
+		grep -qE -- "$1" <<<"$shown" && return 0
+		sleep 0.1
+	done
+	screen >&2
+	hl_fail "shell never showed /$1/"
+}
+wait_screen 'hotlun:/>'
+type_line "cd /disks"
+wait_screen 'hotlun:/disks>'
+type_line "create new origin=file:$tmp/new.img"
+wait_screen 'Created /disks/new'
+type_line "cd /iscsi"
+type_line "create iqn.2026-11.io.hotlun:shell"
+wait_screen 'Created /iscsi/iqn.2026-11.io.hotlun:shell'
+type_line "cd iqn.2026-11.io.hotlun:shell/tpg1/luns"
+wait_screen 'hotlun:/iscsi/iqn.2026-11.io.hotlun:shell/tpg1/luns>'
+type_line "create /disks/new"
+wait_screen 'Created /iscsi/iqn.2026-11.io.hotlun:shell/tpg1/luns/lun0'
+type_line "cd ../acls"
+type_line "create iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-ls"
+wait_screen 'acls/iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-ls'
+# tab completion: "cd /ca<Tab>" completes to /caches/
+type_line "cd /"
+tmux -S "$tmux_sock" send-keys -t hl -l "cd /ca"
+tmux -S "$tmux_sock" send-keys -t hl Tab
+wait_screen 'cd /caches/'
+tmux -S "$tmux_sock" send-keys -t hl Enter
+wait_screen 'hotlun:/caches>'
+type_line "help"
+wait_screen 'saveconfig'
+# bad input in the shell gets a message, the shell goes on
+type_line "/nowhere ls"
+wait_screen 'error: no such path'
+type_line "exit"
+sleep 0.5
+
+out=$(iscsi-ls -s "iscsi://127.0.0.1:$port") || hl_fail "iscsi-ls failed"
+grep -q 'iqn.2026-11.io.hotlun:shell' <<<"$out" || hl_fail "new target not discovered: $out"
+grep -q 'Size:31M\|Size:32M' <<<"$out" || hl_fail "new LUN not listed: $out"
+
+# --- the issue's one-shot sequence ---
+"$CTL" --socket "$sock" /disks create d1 origin=file:"$tmp/d1.img" >/dev/null || hl_fail "create d1"
+"$CTL" --socket "$sock" /iscsi create iqn.2026-11.io.hotlun:new >/dev/null || hl_fail "create target"
+"$CTL" --socket "$sock" /iscsi/iqn.2026-11.io.hotlun:new/tpg1/luns create /disks/d1 >/dev/null || hl_fail "create lun"
+"$CTL" --socket "$sock" /iscsi/iqn.2026-11.io.hotlun:new/tpg1/acls create ALL >/dev/null || hl_fail "create acl"
+"$CTL" --socket "$sock" stats --json >"$tmp/stats.json" || hl_fail "stats --json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["disks"]["d1"]["size_bytes"] == 16<<20, d' "$tmp/stats.json" ||
+	hl_fail "stats --json: $(cat "$tmp/stats.json")"
+
+# a LUN in use cannot go without force
+err=$("$CTL" --socket "$sock" /iscsi/$HL_IQN/tpg1/luns/lun0 delete 2>&1) && hl_fail "deleted a LUN in use"
+grep -q 'in use' <<<"$err" || hl_fail "refusal does not say why: $err"
+
+"$CTL" --socket "$sock" saveconfig >/dev/null || hl_fail "saveconfig"
+[ -f "$conf.1" ] || hl_fail "no numbered backup $conf.1"
+
+wait "$perf_pid"
+rc=$?
+hl_forget "$perf_pid"
+[ $rc -eq 0 ] || hl_fail "the busy session was disturbed (iscsi-perf exit $rc): $(tail -3 "$tmp/perf.log")"
+grep -q 'iops average' "$tmp/perf.log" || hl_fail "iscsi-perf made no progress"
+sleep 0.5 # its logout reaches the daemon
+"$CTL" --socket "$sock" ls >"$tmp/ls.before" || hl_fail "ls"
+grep -q 'iqn.2026-11.io.hotlun:new' "$tmp/ls.before" || hl_fail "ls misses the new target"
+
+# --- restart from the saved file: the same tree ---
+hl_stop
+hl_start_hotlund "$conf"
+"$CTL" --socket "$sock" ls >"$tmp/ls.after" || hl_fail "ls after restart"
+diff -u "$tmp/ls.before" "$tmp/ls.after" || hl_fail "the tree changed across saveconfig + restart"
+
+# --- SIGHUP: edit the file, reload, the difference is applied ---
+sed -i 's/^allow = ALL$/allow = ALL\nalias = reloaded/' "$conf"
+kill -HUP "$HL_PID"
+for _ in $(seq 50); do
+	"$CTL" --socket "$sock" /iscsi/$HL_IQN get alias 2>/dev/null | grep -q reloaded && break
+	sleep 0.1
+done
+"$CTL" --socket "$sock" /iscsi/$HL_IQN get alias | grep -q 'alias=reloaded' || hl_fail "SIGHUP did not apply the file"
+hl_stop
+echo "admin_shell: OK"
