@@ -45,7 +45,7 @@ static void usage(FILE *f)
 		"      --syslog             log to syslog instead of stderr\n"
 		"  -V, --version            print the version and the compiled-in backends\n"
 		"\n"
-		"SIGTERM or SIGINT stops the daemon cleanly; SIGHUP is reserved for reloading.\n");
+		"SIGTERM or SIGINT stops the daemon cleanly; SIGHUP reloads the configuration file.\n");
 }
 
 static void print_version(void)
