@@ -20,17 +20,16 @@
 #include "hotlun/log.h"
 #include "scsi/scsi_internal.h"
 
-const struct scsi_cmd_desc *scsi_cmd_lookup(uint8_t opcode, uint16_t sa)
+const struct scsi_cmd_desc *scsi_cmd_lookup(const struct hl_lu *lu, uint8_t opcode, uint16_t sa)
 {
 	const struct scsi_opcode *op = &scsi_disk_ops[opcode];
+	const struct scsi_cmd_desc *d = op->cmd;
 
-	if (op->cmd)
-		return op->cmd;
-	for (unsigned i = 0; i < op->n_sa; i++) {
+	for (unsigned i = 0; !d && i < op->n_sa; i++) {
 		if (op->sa[i].sa == sa)
-			return &op->sa[i];
+			d = &op->sa[i];
 	}
-	return NULL;
+	return scsi_cmd_avail(d, lu) ? d : NULL;
 }
 
 void scsi_data_in(struct hl_scsi_cmd *cmd, const void *buf, uint32_t len, uint32_t alloc_len)
@@ -93,7 +92,7 @@ static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
 		return SCSI_DONE;
 	}
-	d = op->cmd ? op->cmd : (op->n_sa ? scsi_cmd_lookup(opcode, scsi_cdb_sa(cmd->cdb)) : NULL);
+	d = scsi_cmd_lookup(cmd->lu, opcode, scsi_cdb_sa(cmd->cdb));
 
 	if (!cmd->lu && !(d && (d->flags & SCSI_F_NO_LU))) {
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LU_NOT_SUPPORTED);

@@ -45,6 +45,8 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 	/* a write-protected origin makes a write-protected LU */
 	lu->cfg.read_only = cfg->read_only || origin->read_only;
 	lu->origin = origin;
+	lu->thin = origin->can_discard && !lu->cfg.read_only;
+	lu->lbprz = lu->thin && origin->zeroes_after_discard;
 	lu->block_size = cfg->block_size;
 	lu->num_blocks = origin->size / cfg->block_size;
 	lu->lbppbe = 0;

@@ -61,7 +61,7 @@ static void grant(struct hl_lu *lu, struct hl_scsi_cmd *cmd)
 		lu->rl_n_exclusive++;
 }
 
-bool scsi_range_lock(struct hl_scsi_cmd *cmd, uint64_t lba, uint32_t count, bool exclusive,
+bool scsi_range_lock(struct hl_scsi_cmd *cmd, uint64_t lba, uint64_t count, bool exclusive,
                      void (*resume)(struct hl_scsi_cmd *cmd))
 {
 	struct hl_lu *lu = cmd->lu;

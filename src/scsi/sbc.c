@@ -50,7 +50,7 @@ int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uin
 }
 
 /* An origin that cannot take the request now is a transient condition, not a failure. */
-static void submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
+void sbc_submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
 {
 	if (rc == -ENOMEM || rc == -EAGAIN || rc == -EBUSY) {
 		cmd->status = HL_SAM_BUSY;
@@ -64,7 +64,7 @@ static void submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
 		hl_scsi_set_sense(cmd, HL_SK_MEDIUM_ERROR, SCSI_ASC_READ_ERROR);
 }
 
-static void io_error(struct hl_scsi_cmd *cmd, int result, bool write)
+void sbc_io_error(struct hl_scsi_cmd *cmd, int result, bool write)
 {
 	HL_WARN_RL(SCSI_COMPONENT, "%s: origin %s error %d", cmd->lu->name,
 	           write ? "write" : "read", result);
@@ -117,7 +117,7 @@ static void rw_decode(const uint8_t *cdb, struct rw_args *a)
 	}
 }
 
-static bool lba_range_ok(struct hl_scsi_cmd *cmd, uint64_t lba, uint64_t count)
+bool sbc_lba_range_ok(struct hl_scsi_cmd *cmd, uint64_t lba, uint64_t count)
 {
 	uint64_t nb = cmd->lu->num_blocks;
 
@@ -135,7 +135,7 @@ static bool rw_check(struct hl_scsi_cmd *cmd, const struct rw_args *a, bool limi
 		scsi_sense_invalid_cdb(cmd, 1, 7);
 		return false;
 	}
-	if (!lba_range_ok(cmd, a->lba, a->count))
+	if (!sbc_lba_range_ok(cmd, a->lba, a->count))
 		return false;
 	if (limit_len && a->count > HL_SCSI_MAX_XFER / cmd->lu->block_size) {
 		scsi_sense_invalid_cdb(cmd, a->len_byte, -1);
@@ -173,8 +173,9 @@ enum scsi_exec_result sbc_read_capacity16(struct hl_scsi_cmd *cmd)
 	memset(buf, 0, sizeof(buf));
 	hl_put_be64(buf, cmd->lu->num_blocks - 1);
 	hl_put_be32(buf + 8, cmd->lu->block_size);
-	/* byte 12: no protection; byte 13: LBPPBE; bytes 14-15: LBPME/LBPRZ 0, lowest aligned 0 */
+	/* byte 12: no protection; byte 13: LBPPBE; byte 14: LBPME, LBPRZ; lowest aligned LBA 0 */
 	buf[13] = cmd->lu->lbppbe & 0x0f;
+	buf[14] = (uint8_t)((cmd->lu->thin ? 0x80 : 0) | (cmd->lu->lbprz ? 0x40 : 0));
 	scsi_data_in(cmd, buf, sizeof(buf), hl_get_be32(cmd->cdb + 10));
 	return SCSI_DONE;
 }
@@ -186,7 +187,7 @@ static void read_done(struct hl_scsi_cmd *cmd, int result)
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
 	if (result < 0) {
-		io_error(cmd, result, false);
+		sbc_io_error(cmd, result, false);
 	} else {
 		/* count = whole-block bytes read in place, aux = bytes of the partial last block */
 		if (p->aux)
@@ -237,7 +238,7 @@ enum scsi_exec_result sbc_read(struct hl_scsi_cmd *cmd)
 	}
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, a.lba, blocks, cmd->iov, iovcnt, read_done);
 	if (rc < 0) {
-		submit_failed(cmd, rc, false);
+		sbc_submit_failed(cmd, rc, false);
 		return SCSI_DONE;
 	}
 	return SCSI_PENDING;
@@ -248,7 +249,7 @@ enum scsi_exec_result sbc_read(struct hl_scsi_cmd *cmd)
 static void write_done(struct hl_scsi_cmd *cmd, int result)
 {
 	if (result < 0)
-		io_error(cmd, result, true);
+		sbc_io_error(cmd, result, true);
 	else
 		scsi_set_good(cmd);
 	scsi_cmd_complete(cmd);
@@ -280,7 +281,7 @@ static void write_start(struct hl_scsi_cmd *cmd)
 	cmd->iov[0].iov_len = (size_t)p->count * cmd->lu->block_size;
 	int rc = scsi_block_io(cmd, HL_IO_WRITE, p->aux, p->lba, p->count, cmd->iov, 1, write_done);
 	if (rc < 0) {
-		submit_failed(cmd, rc, true);
+		sbc_submit_failed(cmd, rc, true);
 		scsi_cmd_complete(cmd);
 	}
 }
@@ -320,7 +321,7 @@ static void compare_done(struct hl_scsi_cmd *cmd, int result)
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
 	if (result < 0) {
-		io_error(cmd, result, false);
+		sbc_io_error(cmd, result, false);
 		scsi_cmd_complete(cmd);
 		return;
 	}
@@ -352,7 +353,7 @@ static enum scsi_exec_result read_and_compare(struct hl_scsi_cmd *cmd, uint64_t 
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, p->aux / cmd->lu->block_size, cmd->iov, 1,
 	                       compare_done);
 	if (rc < 0) {
-		submit_failed(cmd, rc, false);
+		sbc_submit_failed(cmd, rc, false);
 		return SCSI_DONE;
 	}
 	return SCSI_PENDING;
@@ -365,7 +366,7 @@ static void verify_step(struct hl_scsi_cmd *cmd, int result)
 	uint32_t bs = cmd->lu->block_size;
 
 	if (result < 0) {
-		io_error(cmd, result, false);
+		sbc_io_error(cmd, result, false);
 		scsi_cmd_complete(cmd);
 		return;
 	}
@@ -383,7 +384,7 @@ static void verify_step(struct hl_scsi_cmd *cmd, int result)
 	/* completions never run inside submit, so this cannot recurse */
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, n, cmd->iov, 1, verify_step);
 	if (rc < 0) {
-		submit_failed(cmd, rc, false);
+		sbc_submit_failed(cmd, rc, false);
 		scsi_cmd_complete(cmd);
 	}
 }
@@ -444,7 +445,7 @@ static void write_verify_written(struct hl_scsi_cmd *cmd, int result)
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
 	if (result < 0) {
-		io_error(cmd, result, true);
+		sbc_io_error(cmd, result, true);
 		scsi_cmd_complete(cmd);
 		return;
 	}
@@ -463,7 +464,7 @@ static void write_verify_start(struct hl_scsi_cmd *cmd)
 	int rc = scsi_block_io(cmd, HL_IO_WRITE, 0, p->lba, p->aux / cmd->lu->block_size, cmd->iov,
 	                       1, write_verify_written);
 	if (rc < 0) {
-		submit_failed(cmd, rc, true);
+		sbc_submit_failed(cmd, rc, true);
 		scsi_cmd_complete(cmd);
 	}
 }
@@ -506,7 +507,7 @@ static void caw_compared(struct hl_scsi_cmd *cmd, int result)
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
 	if (result < 0) {
-		io_error(cmd, result, false);
+		sbc_io_error(cmd, result, false);
 		scsi_cmd_complete(cmd);
 		return;
 	}
@@ -523,7 +524,7 @@ static void caw_compared(struct hl_scsi_cmd *cmd, int result)
 	int rc = scsi_block_io(cmd, HL_IO_WRITE, p->count, p->lba, p->aux / cmd->lu->block_size,
 	                       cmd->iov, 1, write_done);
 	if (rc < 0) {
-		submit_failed(cmd, rc, true);
+		sbc_submit_failed(cmd, rc, true);
 		scsi_cmd_complete(cmd);
 	}
 }
@@ -543,7 +544,7 @@ static void caw_start(struct hl_scsi_cmd *cmd)
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, p->lba, p->aux / cmd->lu->block_size, cmd->iov,
 	                       1, caw_compared);
 	if (rc < 0) {
-		submit_failed(cmd, rc, false);
+		sbc_submit_failed(cmd, rc, false);
 		scsi_cmd_complete(cmd);
 	}
 }
@@ -594,7 +595,7 @@ enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd)
 static void sync_done(struct hl_scsi_cmd *cmd, int result)
 {
 	if (result < 0)
-		io_error(cmd, result, true);
+		sbc_io_error(cmd, result, true);
 	else
 		scsi_set_good(cmd);
 	scsi_cmd_complete(cmd);
@@ -612,13 +613,13 @@ enum scsi_exec_result sbc_sync_cache(struct hl_scsi_cmd *cmd)
 		lba = hl_get_be64(cmd->cdb + 2);
 		count = hl_get_be32(cmd->cdb + 10);
 	}
-	if (!lba_range_ok(cmd, lba, count))
+	if (!sbc_lba_range_ok(cmd, lba, count))
 		return SCSI_DONE;
 	/* the origin flushes everything: the range only had to be valid. IMMED is honoured by
 	 * answering after the flush, which is allowed. */
 	int rc = scsi_block_io(cmd, HL_IO_FLUSH, 0, 0, 0, NULL, 0, sync_done);
 	if (rc < 0) {
-		submit_failed(cmd, rc, true);
+		sbc_submit_failed(cmd, rc, true);
 		return SCSI_DONE;
 	}
 	return SCSI_PENDING;

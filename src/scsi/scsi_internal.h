@@ -57,6 +57,8 @@ struct hl_lu {
 	uint64_t num_blocks;
 	uint32_t block_size;
 	uint8_t lbppbe; /* logical blocks per physical block exponent */
+	bool thin;      /* the origin can deallocate: logical block provisioning (LBPME) */
+	bool lbprz;     /* deallocated blocks read back as zeroes */
 
 	pthread_mutex_t lock;   /* guards everything below */
 	struct hl_list nexuses; /* struct scsi_lu_nexus; guarded by lock */
@@ -106,6 +108,11 @@ struct scsi_cmd_desc {
 	 * with any other bit set, so what RSOC reports is what is enforced.
 	 */
 	uint8_t usage[SCSI_USAGE_MAX];
+	/**
+	 * Optional: whether this LU offers the command (NULL: every LU). An LU
+	 * without it answers INVALID COMMAND OPERATION CODE and RSOC leaves it out.
+	 */
+	bool (*avail)(const struct hl_lu *lu);
 };
 
 /** One opcode of the device-type table: either one command or a list of service actions. */
@@ -124,8 +131,14 @@ static inline uint16_t scsi_cdb_sa(const uint8_t *cdb)
 	return cdb[1] & 0x1f;
 }
 
-/** Find the command for opcode/sa; NULL when unsupported. */
-const struct scsi_cmd_desc *scsi_cmd_lookup(uint8_t opcode, uint16_t sa);
+/** Find the command for opcode/sa; NULL when unsupported (by lu, when lu is not NULL). */
+const struct scsi_cmd_desc *scsi_cmd_lookup(const struct hl_lu *lu, uint8_t opcode, uint16_t sa);
+
+/** Does lu (NULL: any LU) offer command d? */
+static inline bool scsi_cmd_avail(const struct scsi_cmd_desc *d, const struct hl_lu *lu)
+{
+	return d && (!lu || !d->avail || d->avail(lu));
+}
 
 /* ---- private per-command scratch (overlays hl_scsi_cmd.priv) ---- */
 
@@ -272,7 +285,7 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd);
  * false when queued: resume(cmd) runs later on cmd->reactor. The lock is
  * released by scsi_cmd_complete().
  */
-bool scsi_range_lock(struct hl_scsi_cmd *cmd, uint64_t lba, uint32_t count, bool exclusive,
+bool scsi_range_lock(struct hl_scsi_cmd *cmd, uint64_t lba, uint64_t count, bool exclusive,
                      void (*resume)(struct hl_scsi_cmd *cmd));
 
 /** Release cmd's range (if any) and wake the waiters it was blocking. */
@@ -300,6 +313,29 @@ enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_sync_cache(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_start_stop(struct hl_scsi_cmd *cmd);
+
+/** A submit that returned rc < 0: BUSY for a transient shortage, else MEDIUM ERROR. */
+void sbc_submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write);
+
+/** A completion with result < 0: MEDIUM ERROR (read/write error) or DATA PROTECT for -ENOSPC. */
+void sbc_io_error(struct hl_scsi_cmd *cmd, int result, bool write);
+
+/** false (LBA OUT OF RANGE set) unless [lba, lba + count) lies within the LU. */
+bool sbc_lba_range_ok(struct hl_scsi_cmd *cmd, uint64_t lba, uint64_t count);
+
+/* ---- lbp.c: logical block provisioning ---- */
+
+/* MAXIMUM WRITE SAME LENGTH (VPD B0): as for any write, HL_SCSI_MAX_XFER worth of blocks */
+#define SCSI_WS_MAX_BLOCKS(lu) (HL_SCSI_MAX_XFER / (lu)->block_size)
+#define SCSI_UNMAP_MAX_BLOCKS (1u << 20) /* MAXIMUM UNMAP LBA COUNT */
+#define SCSI_UNMAP_MAX_DESC   256        /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
+
+/** The LU can deallocate (UNMAP, WRITE SAME with UNMAP, GET LBA STATUS; LBPME = 1). */
+bool scsi_lu_thin(const struct hl_lu *lu);
+
+enum scsi_exec_result sbc_write_same(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_unmap(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_get_lba_status(struct hl_scsi_cmd *cmd);
 
 /**
  * The one path every block request takes to the storage below (the origin

@@ -47,13 +47,24 @@ static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
 }
 
 /* Pages listed in VPD 00, in ascending order: only fully implemented ones. */
-static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1};
+/* Pages listed in VPD 00, in ascending order: only fully implemented ones. B2 only on thin LUs. */
+static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2};
+
+static bool vpd_page_offered(const struct hl_lu *lu, uint8_t page)
+{
+	return page != 0xb2 || lu->thin;
+}
 
 static uint32_t vpd_supported(const struct hl_lu *lu, uint8_t *b)
 {
-	memcpy(b + 4, vpd_pages, sizeof(vpd_pages));
-	hl_put_be16(b + 2, sizeof(vpd_pages));
-	return 4 + sizeof(vpd_pages);
+	uint16_t n = 0;
+
+	for (unsigned i = 0; i < sizeof(vpd_pages); i++) {
+		if (vpd_page_offered(lu, vpd_pages[i]))
+			b[4 + n++] = vpd_pages[i];
+	}
+	hl_put_be16(b + 2, n);
+	return 4u + n;
 }
 
 static uint32_t vpd_serial(const struct hl_lu *lu, uint8_t *b)
@@ -116,8 +127,24 @@ static uint32_t vpd_block_limits(const struct hl_lu *lu, uint8_t *b)
 	b[5] = SCSI_CAW_MAX_BLOCKS;                       /* maximum compare and write length */
 	hl_put_be16(b + 6, (uint16_t)(1u << lu->lbppbe)); /* optimal transfer length granularity */
 	hl_put_be32(b + 8, HL_SCSI_MAX_XFER / lu->block_size); /* maximum transfer length */
-	/* optimal transfer length, UNMAP and WRITE SAME limits: 0 = not reported / unsupported */
+	b[4] = 0x01;                                           /* WSNZ */
+	/* optimal transfer length: 0, not reported */
+	if (lu->thin) {
+		hl_put_be32(b + 20, SCSI_UNMAP_MAX_BLOCKS); /* maximum unmap LBA count */
+		hl_put_be32(b + 24, SCSI_UNMAP_MAX_DESC); /* maximum unmap block descriptor count */
+		hl_put_be32(b + 28, 1u << lu->lbppbe);    /* optimal unmap granularity */
+	}
+	hl_put_be64(b + 36, SCSI_WS_MAX_BLOCKS(lu)); /* maximum write same length */
 	return 4 + 0x3c;
+}
+
+static uint32_t vpd_provisioning(const struct hl_lu *lu, uint8_t *b)
+{
+	hl_put_be16(b + 2, 4);
+	/* LBPU, LBPWS, LBPWS10, LBPRZ; no anchors, no threshold */
+	b[5] = 0x80 | 0x40 | 0x20 | (lu->lbprz ? 0x04 : 0);
+	b[6] = 0x02; /* provisioning type: thin */
+	return 8;
 }
 
 static uint32_t vpd_block_characteristics(const struct hl_lu *lu, uint8_t *b)
@@ -163,6 +190,13 @@ enum scsi_exec_result spc_inquiry(struct hl_scsi_cmd *cmd)
 		break;
 	case 0xb1:
 		len = vpd_block_characteristics(cmd->lu, buf);
+		break;
+	case 0xb2:
+		if (!vpd_page_offered(cmd->lu, page)) {
+			scsi_sense_invalid_cdb(cmd, 2, 7);
+			return SCSI_DONE;
+		}
+		len = vpd_provisioning(cmd->lu, buf);
 		break;
 	default:
 		scsi_sense_invalid_cdb(cmd, 2, 7);
@@ -404,10 +438,12 @@ enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd)
 		uint32_t off = 4;
 		for (unsigned o = 0; o < 256; o++) {
 			const struct scsi_opcode *e = &scsi_disk_ops[o];
-			if (e->cmd)
+			if (scsi_cmd_avail(e->cmd, cmd->lu))
 				off += put_all_descriptor(buf + off, e->cmd, false, rctd);
-			for (unsigned i = 0; i < e->n_sa; i++)
-				off += put_all_descriptor(buf + off, &e->sa[i], true, rctd);
+			for (unsigned i = 0; i < e->n_sa; i++) {
+				if (scsi_cmd_avail(&e->sa[i], cmd->lu))
+					off += put_all_descriptor(buf + off, &e->sa[i], true, rctd);
+			}
 		}
 		hl_put_be32(buf, off - 4);
 		scsi_data_in(cmd, buf, off, alloc);
@@ -418,17 +454,17 @@ enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd)
 			scsi_sense_invalid_cdb(cmd, 2, 2);
 			return SCSI_DONE;
 		}
-		d = op->cmd;
+		d = scsi_cmd_lookup(cmd->lu, req_op, 0);
 		break;
 	case 2: /* by opcode and service action; an opcode without them is an error */
 		if (op->cmd) {
 			scsi_sense_invalid_cdb(cmd, 2, 2);
 			return SCSI_DONE;
 		}
-		d = scsi_cmd_lookup(req_op, req_sa);
+		d = scsi_cmd_lookup(cmd->lu, req_op, req_sa);
 		break;
 	case 3: /* either */
-		d = op->cmd ? (req_sa == 0 ? op->cmd : NULL) : scsi_cmd_lookup(req_op, req_sa);
+		d = (op->cmd && req_sa != 0) ? NULL : scsi_cmd_lookup(cmd->lu, req_op, req_sa);
 		break;
 	default:
 		scsi_sense_invalid_cdb(cmd, 2, 2);

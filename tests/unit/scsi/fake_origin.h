@@ -26,7 +26,7 @@ struct fake_origin {
 	unsigned n_queued;
 	int submit_rc;   /* returned by submit when nonzero (cb never runs) */
 	int fail_result; /* completion result for every I/O when nonzero */
-	unsigned n_read, n_write, n_flush, n_fua;
+	unsigned n_read, n_write, n_flush, n_fua, n_discard, n_zeroes;
 	uint64_t last_offset, last_length;
 };
 
@@ -109,6 +109,14 @@ static inline void fake_run_one(struct hl_origin *o, struct hl_origin_io *io)
 		result = f->fail_result;
 	} else if (io->op == HL_IO_FLUSH) {
 		f->n_flush++;
+	} else if ((io->op == HL_IO_DISCARD || io->op == HL_IO_WRITE_ZEROES) && f->mem &&
+	           io->offset <= o->size && io->length <= o->size - io->offset) {
+		/* both read back as zeroes here (zeroes_after_discard) */
+		memset(f->mem + io->offset, 0, io->length);
+		if (io->op == HL_IO_DISCARD)
+			f->n_discard++;
+		else
+			f->n_zeroes++;
 	} else if (io->offset > o->size || io->length > o->size - io->offset || !f->mem) {
 		result = -EINVAL;
 	} else {

@@ -582,12 +582,22 @@ static void test_read_only_lu(void)
 	cdb[1] = 0x20;
 	run(&t, cdb, 10, buf, BS, true);
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
-	/* every command the table marks as writing is refused */
+	/* every command the table marks as writing is refused (one block at LBA 0) */
 	for (unsigned o = 0; o < 256; o++) {
 		const struct scsi_cmd_desc *d = scsi_disk_ops[o].cmd;
-		if (!d || !(d->flags & SCSI_F_WRITE))
+		if (!d || !(d->flags & SCSI_F_WRITE) || !scsi_cmd_avail(d, lu))
 			continue;
 		uint8_t c[16] = {(uint8_t)o};
+		if (o == 0x89)
+			c[13] = 1; /* COMPARE AND WRITE: NUMBER OF LOGICAL BLOCKS */
+		else if (d->cdb_len == 6)
+			c[4] = 1;
+		else if (d->cdb_len == 10)
+			c[8] = 1;
+		else if (d->cdb_len == 12)
+			c[9] = 1;
+		else
+			c[13] = 1;
 		run(&t, c, d->cdb_len, buf, BS, true);
 		ASSERT_SENSE(t, HL_SK_DATA_PROTECT, 0x27, 0x00);
 	}
@@ -883,9 +893,13 @@ static void test_rsoc_matches_table(void)
 	static uint8_t buf[4096], obuf[256];
 	unsigned expected = 0;
 
-	for (unsigned o = 0; o < 256; o++)
-		expected += (scsi_disk_ops[o].cmd ? 1u : 0u) + scsi_disk_ops[o].n_sa;
 	lu_setup();
+	for (unsigned o = 0; o < 256; o++) {
+		const struct scsi_opcode *e = &scsi_disk_ops[o];
+		expected += scsi_cmd_avail(e->cmd, lu) ? 1u : 0u;
+		for (unsigned k = 0; k < e->n_sa; k++)
+			expected += scsi_cmd_avail(&e->sa[k], lu) ? 1u : 0u;
+	}
 	rsoc_cdb(cdb, 0, 0, 0);
 	run(&t, cdb, 12, buf, sizeof(buf), false);
 	ASSERT_GOOD(t);
@@ -895,7 +909,7 @@ static void test_rsoc_matches_table(void)
 		uint8_t op = buf[off];
 		bool servactv = buf[off + 5] & 1;
 		uint16_t sa = hl_get_be16(buf + off + 2);
-		const struct scsi_cmd_desc *d = scsi_cmd_lookup(op, sa);
+		const struct scsi_cmd_desc *d = scsi_cmd_lookup(lu, op, sa);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(d);
 		CU_ASSERT_EQUAL(hl_get_be16(buf + off + 6), d->cdb_len);
 		CU_ASSERT_EQUAL(servactv, scsi_disk_ops[op].n_sa != 0);
@@ -926,6 +940,8 @@ static void test_rsoc_usage_mask_is_enforced(void)
 		const struct scsi_opcode *e = &scsi_disk_ops[o];
 		for (unsigned k = 0; k < (e->cmd ? 1u : e->n_sa); k++) {
 			const struct scsi_cmd_desc *d = e->cmd ? e->cmd : &e->sa[k];
+			if (!scsi_cmd_avail(d, lu))
+				continue; /* refused as unsupported, whatever the bits */
 			for (unsigned byte = 1; byte + 1 < d->cdb_len; byte++) {
 				for (int bit = 0; bit < 8; bit++) {
 					if (d->usage[byte] & (1u << bit))
