@@ -223,7 +223,9 @@ static int copy_field(char *dst, size_t dstlen, const char *s, size_t n)
 
 static int parse_query(const char *q, struct origin_iscsi_url *u)
 {
-	while (*q) {
+	if (!*q)
+		return -EINVAL; /* a '?' with nothing after it */
+	for (;;) {
 		const char *amp = strchr(q, '&');
 		size_t n = amp ? (size_t)(amp - q) : strlen(q);
 		const char *eq = memchr(q, '=', n);
@@ -251,10 +253,9 @@ static int parse_query(const char *q, struct origin_iscsi_url *u)
 			return -EINVAL;
 		}
 		if (!amp)
-			break;
-		q = amp + 1;
+			return 0;
+		q = amp + 1; /* "k=v&" with nothing after: refused as an empty key */
 	}
-	return 0;
 }
 
 int origin_iscsi_url_parse(const char *target, struct origin_iscsi_url *u)
@@ -627,6 +628,9 @@ static void session_fail(struct isc_session *s, const char *why)
 	hl_strlcpy(err, ctx ? iscsi_get_error(ctx) : "", sizeof(err));
 	n = strcspn(err, "\r\n");
 	err[n] = '\0';
+	/* with our own reconnect, libiscsi's last word on a dropped socket is this */
+	if (!strncmp(err, "iscsi_service_reconnect_if_loggedin", 35))
+		hl_strlcpy(err, "closed or reset by the SAN", sizeof(err));
 	if (was_up)
 		HL_WARN(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u lost (%s: %s); reconnecting",
 		        io->portal, io->url.target, io->url.lun, s->qual, why, err);
