@@ -1,0 +1,128 @@
+/*
+ * cache_engine.h - the read cache in the data path: one struct hl_cache_engine per
+ * [cache NAME] section (a cache device shared by several disks) and, per
+ * disk, a "cached origin" that presents the same struct hl_origin interface
+ * as the origin it wraps, so the SCSI layer does not change when a disk
+ * gains a cache (docs/cache-engine.md).
+ *
+ * The policy (hit, miss, admission, eviction, fill races) is the core's
+ * (hotlun/cache.h); this layer does the I/O around it:
+ *
+ *  - slot data goes through an O_DIRECT file origin on the cache device
+ *    (io_uring on the submitting reactor), never blocking a reactor;
+ *  - metadata (slot records, barriers) is written by one thread per cache,
+ *    periodically and whenever a slot whose record claims data is reused or
+ *    written; I/Os that need it wait without blocking their reactor;
+ *  - a failing cache device switches the cache to pass-through (never an
+ *    error to the initiator); a failing origin returns its error and drops
+ *    the affected blocks.
+ *
+ * Threading: hl_cache_engine_open/attach/close run on the main thread before the
+ * reactors start or after they stopped. The wrapper origin's submit runs on
+ * any reactor thread (several at once), completions on the submitting one.
+ * hl_cache_engine_stats_get may run on any thread.
+ */
+#ifndef HOTLUN_CACHE_ENGINE_H
+#define HOTLUN_CACHE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hotlun/cache.h"
+#include "hotlun/origin.h"
+
+struct hl_cache_engine;
+
+/** One [cache NAME] section. Strings are the caller's; copied by hl_cache_engine_open. */
+struct hl_cache_engine_config {
+	const char *name;         /* for logs and stats */
+	const char *device;       /* file or block device path */
+	uint64_t size;            /* bytes; 0: the device's current size */
+	uint32_t block_size;      /* cache block, power of two 4 KiB..1 MiB; 0: 64 KiB */
+	const char *admission;    /* "frequency" (default), "always", "nhit:N"; NULL: default */
+	const char *write_policy; /* "update" (default) or "invalidate"; NULL: default */
+	/*
+	 * Where the disk-name -> LUN-id map lives (a small text file, rewritten
+	 * atomically). NULL: "<device>.map", which suits a file cache device;
+	 * for a block device the daemon puts it in its state_dir.
+	 */
+	const char *map_path;
+	uint32_t meta_interval_ms; /* periodic metadata flush; 0: 1000 */
+};
+
+/**
+ * Open (creating or extending a regular file to cfg->size) the cache
+ * device, compute its layout, and load the metadata of a clean or unclean
+ * earlier run (warm restart) or format it. Blocking; main thread.
+ * *out is the caller's; free with hl_cache_engine_close(). @return 0 or -errno
+ * (-EINVAL for a bad admission/write_policy/block_size, -ENOSPC for a device
+ * too small for one block).
+ */
+int hl_cache_engine_open(const struct hl_cache_engine_config *cfg, struct hl_cache_engine **out);
+
+/**
+ * Give disk `disk_name` a place in the cache and wrap `inner` in a cached
+ * origin. The disk keeps its LUN id (and its cached blocks) across restarts
+ * as long as its origin identity (inner's URI without throttle wrappers, and
+ * size) and quota are unchanged; otherwise its old blocks are dropped.
+ * quota_bytes 0: share the pool. Blocking; main thread, before I/O starts.
+ * On success the wrapper owns inner (hl_origin_close on the wrapper detaches
+ * the disk and closes inner); on error the caller keeps inner.
+ * @return 0, -EEXIST (disk already attached), -ENOSPC (quota), -errno.
+ */
+int hl_cache_engine_attach(struct hl_cache_engine *c, const char *disk_name, uint64_t quota_bytes,
+                           struct hl_origin *inner, struct hl_origin **out);
+
+/**
+ * Persist the metadata (a clean shutdown keeps the warm cache) and free c.
+ * Every wrapper from hl_cache_engine_attach must be closed first, and no I/O may
+ * be in flight. Blocking; NULL is harmless.
+ */
+void hl_cache_engine_close(struct hl_cache_engine *c);
+
+/** Latency histogram buckets: bucket i counts [2^i, 2^(i+1)) microseconds, 0 also in 0. */
+#define HL_CACHE_LAT_BUCKETS 26
+/** Request-size buckets, vscsiStats ioLength style (upper bounds in hl_cache_size_bounds). */
+#define HL_CACHE_SIZE_BUCKETS 18
+
+/** Upper bound in bytes of each size bucket (the last one is "more than 524288": UINT32_MAX). */
+extern const uint32_t hl_cache_size_bounds[HL_CACHE_SIZE_BUCKETS];
+
+/** Bucket of a request of len bytes. */
+unsigned hl_cache_size_bucket(uint64_t len);
+
+/** What hl_cache_engine_stats_get reports (for the whole cache or one disk). */
+struct hl_cache_engine_stats {
+	struct hl_cache_stats core;                   /* the policy core's counters */
+	uint64_t read_hit_lat[HL_CACHE_LAT_BUCKETS];  /* reads served wholly by the cache */
+	uint64_t read_miss_lat[HL_CACHE_LAT_BUCKETS]; /* reads that needed the origin */
+	uint64_t read_size[HL_CACHE_SIZE_BUCKETS];
+	uint64_t write_size[HL_CACHE_SIZE_BUCKETS];
+	uint64_t dev_errors; /* cache device I/O errors (the first one switches to pass-through) */
+	uint64_t origin_errors;   /* origin read/write errors returned to the initiator */
+	uint64_t hit_retries;     /* planned hits re-read from the origin after a device error */
+	uint64_t passthrough_ios; /* I/Os forwarded untouched while in pass-through */
+	uint64_t meta_syncs;      /* metadata flushes done (whole cache only) */
+	uint64_t meta_waits;      /* I/Os that waited for a metadata flush (whole cache only) */
+	uint64_t nslots, used_slots, window_slots; /* geometry (whole cache only) */
+	uint32_t block_size;
+	/*
+	 * Suggested cache block size from the read sizes seen: the most common
+	 * read size bucket, rounded up to a power of two, within 4 KiB..1 MiB
+	 * (0 before any read). See docs/cache-engine.md.
+	 */
+	uint32_t recommended_block_size;
+	bool passthrough; /* the cache device failed */
+};
+
+/**
+ * Counters of the whole cache (disk NULL) or of one attached or mapped disk.
+ * Any thread. @return 0 or -ENOENT (unknown disk).
+ */
+int hl_cache_engine_stats_get(struct hl_cache_engine *c, const char *disk,
+                              struct hl_cache_engine_stats *out);
+
+/** The cache's name, as configured. */
+const char *hl_cache_engine_name(const struct hl_cache_engine *c);
+
+#endif

@@ -1,0 +1,842 @@
+/*
+ * engine_ut.c - the cache engine (src/cache/engine.c) driven through a real
+ * reactor thread: an in-memory fake origin (reads snapshot their data at
+ * submit, completions can be held back to build races, failures on demand)
+ * in front of a real temp-file cache device opened with O_DIRECT.
+ *
+ * The .c is included so tests can reach the cache's insides: swap the data
+ * origin for a failing one (device failure) and stop a cache without its
+ * clean shutdown (a crash).
+ */
+#include "../../../src/cache/engine.c"
+
+#include "hl_test.h"
+
+#include <semaphore.h>
+#include <sys/stat.h>
+
+#define K 1024ull
+#define M (1024ull * 1024)
+
+#define LUN_SIZE (4 * M)
+#define BS       (64 * K)
+
+/* ---- reactor thread ---- */
+
+static struct hl_reactor *R;
+
+static void reactor_up(void)
+{
+	CU_ASSERT_FATAL(hl_reactor_create(&R, "ut") == 0);
+	CU_ASSERT_FATAL(hl_reactor_start(R) == 0);
+}
+
+static void reactor_down(void)
+{
+	hl_reactor_stop(R);
+	hl_reactor_join(R);
+	hl_reactor_destroy(R);
+	R = NULL;
+}
+
+/* ---- fake origin: memory, optional holds and failures ---- */
+
+struct fake {
+	uint8_t *mem;
+	uint64_t size;
+	int reads, writes;           /* submitted; reactor thread, read when idle */
+	int fail_reads, fail_writes; /* atomics: 1 = -EIO */
+	int hold_reads, hold_writes; /* atomics: keep completions until fake_release() */
+	struct hl_origin_io *held[64];
+	int nheld;
+};
+
+struct fake_io {
+	struct hl_timer t;
+	struct fake *f;
+	int rc;
+};
+
+static void fake_finish(struct hl_origin_io *io)
+{
+	struct fake_io *fio = (struct fake_io *)io->priv;
+	struct fake *f = fio->f;
+	int rc = fio->rc;
+
+	/* Writes land when they complete; reads copied their data at submit. */
+	if (!rc && io->op == HL_IO_WRITE)
+		iov_to_buf(io->iov, io->iovcnt, 0, f->mem + io->offset, io->length);
+	if (!rc && (io->op == HL_IO_DISCARD || io->op == HL_IO_WRITE_ZEROES))
+		memset(f->mem + io->offset, 0, io->length);
+	io->cb(io, rc);
+}
+
+static void fake_fire(struct hl_timer *t)
+{
+	fake_finish(t->arg);
+}
+
+static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+	struct fake_io *fio = (struct fake_io *)io->priv;
+
+	if (io->op == HL_IO_COMPARE_AND_WRITE) {
+		/* Compare the first half of the data, write the second half. */
+		uint8_t *cmp = malloc(2 * io->length);
+		iov_to_buf(io->iov, io->iovcnt, 0, cmp, 2 * io->length);
+		fio->f = f;
+		fio->rc = memcmp(cmp, f->mem + io->offset, io->length) ? -EILSEQ : 0;
+		if (!fio->rc)
+			memcpy(f->mem + io->offset, cmp + io->length, io->length);
+		io->miscompare_offset = 0;
+		free(cmp);
+		f->writes++;
+		hl_timer_init(&fio->t, fake_fire, io);
+		hl_timer_start(hl_reactor_current(), &fio->t, 0);
+		return 0;
+	}
+	if (io->op > HL_IO_WRITE_ZEROES)
+		return -EINVAL;
+	if (io->op != HL_IO_FLUSH && (io->offset > f->size || io->length > f->size - io->offset))
+		return -EINVAL;
+	fio->f = f;
+	fio->rc = 0;
+	if (io->op == HL_IO_READ) {
+		f->reads++;
+		if (__atomic_load_n(&f->fail_reads, __ATOMIC_RELAXED))
+			fio->rc = -EIO;
+		else
+			buf_to_iov(io->iov, io->iovcnt, 0, f->mem + io->offset, io->length);
+	} else if (io->op == HL_IO_WRITE || io->op == HL_IO_DISCARD ||
+	           io->op == HL_IO_WRITE_ZEROES) {
+		f->writes++;
+		if (__atomic_load_n(&f->fail_writes, __ATOMIC_RELAXED))
+			fio->rc = -EIO;
+	}
+	if ((io->op == HL_IO_READ && __atomic_load_n(&f->hold_reads, __ATOMIC_RELAXED)) ||
+	    (io->op == HL_IO_WRITE && __atomic_load_n(&f->hold_writes, __ATOMIC_RELAXED))) {
+		f->held[f->nheld++] = io;
+		return 0;
+	}
+	hl_timer_init(&fio->t, fake_fire, io);
+	hl_timer_start(hl_reactor_current(), &fio->t, 0);
+	return 0;
+}
+
+static void fake_close(struct hl_origin *o)
+{
+	(void)o; /* the test owns struct fake */
+}
+
+static int fake_open(struct hl_origin *o, const char *t, const struct hl_origin_opts *op)
+{
+	(void)o, (void)t, (void)op;
+	return -EOPNOTSUPP;
+}
+
+static const struct hl_origin_ops fake_ops = {
+    .name = "fake",
+    .priv_size = sizeof(void *),
+    .open = fake_open,
+    .close = fake_close,
+    .submit = fake_submit,
+};
+
+static struct hl_origin *fake_origin(struct fake *f, const char *uri)
+{
+	struct hl_origin *o = calloc(1, sizeof(*o) + sizeof(void *));
+
+	o->ops = &fake_ops;
+	o->uri = strdup(uri);
+	o->size = f->size;
+	o->can_discard = true;
+	*(struct fake **)hl_origin_priv(o) = f;
+	return o;
+}
+
+static void fake_init(struct fake *f, uint64_t size, uint8_t seed)
+{
+	memset(f, 0, sizeof(*f));
+	f->size = size;
+	f->mem = malloc(size);
+	for (uint64_t i = 0; i < size; i++)
+		f->mem[i] = (uint8_t)((i * 131 + (i >> 12) * 7 + seed) | 1);
+}
+
+static void fake_release_fn(void *arg)
+{
+	struct fake *f = arg;
+	int n = f->nheld;
+
+	f->nheld = 0;
+	for (int i = 0; i < n; i++) {
+		struct fake_io *fio = (struct fake_io *)f->held[i]->priv;
+		hl_timer_init(&fio->t, fake_fire, f->held[i]);
+		hl_timer_start(hl_reactor_current(), &fio->t, 0);
+	}
+}
+
+/* ---- one I/O through an origin, from the test thread ---- */
+
+struct step {
+	struct hl_origin *o;
+	struct hl_origin_io io;
+	struct iovec iov[2];
+	sem_t sem;
+	int rc;
+};
+
+static void step_cb(struct hl_origin_io *io, int result)
+{
+	struct step *st = io->arg;
+
+	st->rc = result;
+	sem_post(&st->sem);
+}
+
+static void step_submit(void *arg)
+{
+	struct step *st = arg;
+	int rc = hl_origin_submit(st->o, &st->io);
+
+	if (rc) {
+		st->rc = rc;
+		sem_post(&st->sem);
+	}
+}
+
+/* Start op on o; the buffer is split in two iovecs to exercise the copies. */
+static void io_start(struct step *st, struct hl_origin *o, enum hl_io_op op, uint64_t off,
+                     uint64_t len, void *buf)
+{
+	memset(st, 0, sizeof(*st));
+	sem_init(&st->sem, 0, 0);
+	st->o = o;
+	st->io.op = op;
+	st->io.offset = off;
+	st->io.length = len;
+	if (buf && len) {
+		size_t total = (size_t)len * (op == HL_IO_COMPARE_AND_WRITE ? 2 : 1);
+		size_t h = total / 3;
+		st->iov[0] = (struct iovec){buf, h};
+		st->iov[1] = (struct iovec){(uint8_t *)buf + h, total - h};
+		st->io.iov = st->iov;
+		st->io.iovcnt = 2;
+	}
+	st->io.cb = step_cb;
+	st->io.arg = st;
+	st->rc = 12345;
+	CU_ASSERT_FATAL(hl_reactor_call(R, step_submit, st) == 0);
+}
+
+static int io_wait(struct step *st)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	if (sem_timedwait(&st->sem, &ts))
+		return -ETIMEDOUT;
+	sem_destroy(&st->sem);
+	return st->rc;
+}
+
+static int do_io(struct hl_origin *o, enum hl_io_op op, uint64_t off, uint64_t len, void *buf)
+{
+	struct step st;
+
+	io_start(&st, o, op, off, len, buf);
+	return io_wait(&st);
+}
+
+/* Wait until the cache has no request left (fills done), or until `left` remain. */
+static bool wait_inflight(struct hl_cache_engine *c, long left)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (atomic_load(&c->inflight) == left)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+static void release_held(struct fake *f)
+{
+	CU_ASSERT_FATAL(hl_reactor_call(R, fake_release_fn, f) == 0);
+}
+
+/* ---- fixture ---- */
+
+static char g_dev[64];
+static char g_map[80];
+
+static void dev_name(void)
+{
+	int fd;
+
+	strcpy(g_dev, "/tmp/hl-engine-ut-XXXXXX");
+	fd = mkstemp(g_dev);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	unlink(g_dev); /* hl_cache_engine_open creates it */
+	snprintf(g_map, sizeof(g_map), "%s.map", g_dev);
+}
+
+static void dev_remove(void)
+{
+	unlink(g_dev);
+	unlink(g_map);
+}
+
+static struct hl_cache_engine *cache_open(const char *policy)
+{
+	struct hl_cache_engine_config cfg = {
+	    .name = "ut",
+	    .device = g_dev,
+	    .size = 8 * M,
+	    .block_size = BS,
+	    .admission = "always",
+	    .write_policy = policy,
+	    .meta_interval_ms = 50,
+	};
+	struct hl_cache_engine *c = NULL;
+
+	CU_ASSERT_FATAL(hl_cache_engine_open(&cfg, &c) == 0);
+	return c;
+}
+
+static struct hl_origin *attach(struct hl_cache_engine *c, struct fake *f, const char *uri)
+{
+	struct hl_origin *o = NULL;
+
+	CU_ASSERT_FATAL(hl_cache_engine_attach(c, "disk0", 0, fake_origin(f, uri), &o) == 0);
+	return o;
+}
+
+static void stats(struct hl_cache_engine *c, struct hl_cache_engine_stats *st)
+{
+	CU_ASSERT_FATAL(hl_cache_engine_stats_get(c, "disk0", st) == 0);
+}
+
+/* A crash: the metadata thread stops, nothing is flushed or marked clean. */
+static void cache_crash(struct hl_cache_engine *c)
+{
+	pthread_mutex_lock(&c->mlock);
+	c->mstop = true;
+	pthread_cond_signal(&c->mcond);
+	pthread_mutex_unlock(&c->mlock);
+	pthread_join(c->meta_thr, NULL);
+	c->meta_started = false;
+	cache_free(c);
+	atomic_store(&g_cache_open, false);
+}
+
+/* ---- tests ---- */
+
+static void test_hit_after_admission(void)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 1);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:a");
+
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(f.reads, 1);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, 1); /* served by the cache device */
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.core.read_hits, 1);
+	CU_ASSERT_EQUAL(st.core.bytes_read_cache, BS);
+	CU_ASSERT_EQUAL(st.core.bytes_read_origin, BS);
+	CU_ASSERT_EQUAL(st.read_size[hl_cache_size_bucket(BS)], 2);
+	uint64_t hits = 0, misses = 0;
+	for (int i = 0; i < HL_CACHE_LAT_BUCKETS; i++)
+		hits += st.read_hit_lat[i], misses += st.read_miss_lat[i];
+	CU_ASSERT_EQUAL(hits, 1);
+	CU_ASSERT_EQUAL(misses, 1);
+	CU_ASSERT_EQUAL(st.recommended_block_size, 64 * K);
+
+	wait_inflight(c, 0);
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+static void test_unaligned_and_partial(void)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(4 * BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 2);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:b");
+
+	/* 512-byte aligned, spanning three cache blocks. */
+	uint64_t off = BS - 3 * 512, len = BS + 9 * 512 + BS / 2;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, off, len, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + off, len) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	int reads = f.reads;
+	memset(buf, 0, len);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, off, len, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + off, len) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads); /* whole blocks were filled: all hits now */
+	/* A block with a hit in the middle of two misses. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* The last block of the LUN. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, LUN_SIZE - 512, 512, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + LUN_SIZE - 512, 512) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	stats(c, &st);
+	CU_ASSERT(st.core.bytes_read_cache >= len);
+
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+static void write_then_read(const char *policy, bool expect_cache)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(BS), *w = malloc(8 * K);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 3);
+	reactor_up();
+	c = cache_open(policy);
+	o = attach(c, &f, "fake:c");
+
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(w, 0xab, 8 * K);
+	/* 4K-aligned 8K write into the cached block, and a 512-byte one (partial sectors). */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 12 * K, 8 * K, w), 0);
+	CU_ASSERT(memcmp(f.mem + 5 * BS + 12 * K, w, 8 * K) == 0); /* at the origin */
+	CU_ASSERT(wait_inflight(c, 0)); /* else the next write races this update (dropped) */
+	memset(w, 0xcd, 512);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 40 * K + 512, 512, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	if (expect_cache) {
+		uint8_t v[32];
+		hl_cache_core_peek(c->core, c->ents[0]->id, 5, v);
+		CU_ASSERT_EQUAL(v[0], 0xff);
+		CU_ASSERT_EQUAL(v[1], 0xfb); /* sector 10 (40K..44K) only partly written */
+	}
+	int reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, BS) == 0);
+	CU_ASSERT(buf[12 * K] == 0xab && buf[40 * K + 512] == 0xcd);
+	stats(c, &st);
+	if (expect_cache) {
+		/*
+		 * Every sector but the partly written one is valid (the core counts
+		 * them as cache bytes; the engine reads a partial block from the
+		 * origin whole), and the update wrote the new data into the slot.
+		 */
+		CU_ASSERT(st.core.write_updates >= 1);
+		CU_ASSERT_EQUAL(st.core.bytes_read_cache, BS - 4 * K);
+
+	} else {
+		CU_ASSERT(f.reads > reads);
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+static void test_write_update(void)
+{
+	write_then_read("update", true);
+}
+
+static void test_write_invalidate(void)
+{
+	write_then_read("invalidate", false);
+}
+
+static void test_fill_raced_write(void)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	struct step rd;
+	uint8_t *buf = malloc(BS), *w = malloc(4 * K);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 4);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:d");
+
+	/* A miss whose origin read (old data) is held while a write to the block completes. */
+	__atomic_store_n(&f.hold_reads, 1, __ATOMIC_RELAXED);
+	io_start(&rd, o, HL_IO_READ, 2 * BS, BS, buf);
+	CU_ASSERT(wait_inflight(c, 1));
+	__atomic_store_n(&f.hold_reads, 0, __ATOMIC_RELAXED);
+	memset(w, 0x5a, 4 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 2 * BS + 4 * K, 4 * K, w), 0);
+	release_held(&f);
+	CU_ASSERT_EQUAL(io_wait(&rd), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+	CU_ASSERT(buf[4 * K] == 0x5a);
+	stats(c, &st);
+	CU_ASSERT(st.core.fills_dropped >= 1);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/*
+	 * A write to a block that is not cached is held at the origin; a read
+	 * of the block starts meanwhile (the origin still has the old data),
+	 * is admitted and must not fill.
+	 */
+	__atomic_store_n(&f.hold_writes, 1, __ATOMIC_RELAXED);
+	memset(w, 0x6b, 4 * K);
+	struct step wr;
+	io_start(&wr, o, HL_IO_WRITE, 9 * BS, 4 * K, w);
+	CU_ASSERT(wait_inflight(c, 1));
+	__atomic_store_n(&f.hold_writes, 0, __ATOMIC_RELAXED);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 9 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 1));
+	release_held(&f);
+	CU_ASSERT_EQUAL(io_wait(&wr), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 9 * BS, BS, buf), 0);
+	CU_ASSERT(buf[0] == 0x6b);
+	CU_ASSERT(memcmp(buf, f.mem + 9 * BS, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+static void test_warm_restart(void)
+{
+	struct fake f, g;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 5);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:warm");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+
+	/* Same disk, same origin: hits without touching the origin. */
+	fake_init(&g, LUN_SIZE, 5);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &g, "fake:warm");
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, g.mem, 8 * BS) == 0);
+	CU_ASSERT_EQUAL(g.reads, 0);
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.core.bytes_read_cache, 8 * BS);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	free(g.mem);
+
+	/* Another origin under the same disk name: no old block may be served. */
+	fake_init(&g, LUN_SIZE, 77);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &g, "fake:other");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, g.mem, 8 * BS) == 0);
+	CU_ASSERT(g.reads > 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+
+	dev_remove();
+	free(f.mem);
+	free(g.mem);
+	free(buf);
+}
+
+static void test_crash_no_stale(void)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS), *w = malloc(BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 6);
+	reactor_up();
+	c = cache_open("invalidate");
+	o = attach(c, &f, "fake:crash");
+	memset(w, 0xa1, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, BS, w), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	usleep(200 * 1000); /* periodic metadata flush: the record now claims the block */
+	CU_ASSERT(cnt_get(&c->meta_syncs) > 0);
+	memset(w, 0xb2, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, BS, w), 0);
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c); /* no clean shutdown */
+
+	reactor_up();
+	c = cache_open("invalidate");
+	o = attach(c, &f, "fake:crash");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(buf[0] == 0xb2 && buf[BS - 1] == 0xb2);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+static void test_device_failure(void)
+{
+	struct fake f, bad;
+	struct hl_cache_engine *c;
+	struct hl_origin *o, *real;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(4 * BS), *w = malloc(BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 7);
+	fake_init(&bad, 8 * M, 0);
+	bad.fail_reads = bad.fail_writes = 1;
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:dev");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* The cache device starts failing every I/O. */
+	real = c->data;
+	c->data = fake_origin(&bad, "fake:bad-ssd");
+	memset(buf, 0, 4 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	stats(c, &st);
+	CU_ASSERT(st.passthrough);
+	CU_ASSERT(st.dev_errors >= 1);
+	CU_ASSERT(st.hit_retries >= 1);
+	/* Pass-through from now on: writes and reads keep working. */
+	memset(w, 0x77, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, BS, BS, w), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT(buf[BS] == 0x77);
+	stats(c, &st);
+	CU_ASSERT(st.passthrough_ios >= 2);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_origin_close(c->data);
+	c->data = real;
+	hl_cache_engine_close(c);
+
+	/* The restart does not trust that device's metadata: a cold cache, right data. */
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:dev");
+	int reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT(f.reads > reads);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(bad.mem);
+	free(buf);
+	free(w);
+}
+
+static void test_origin_failure(void)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(2 * BS), *w = malloc(BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 8);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:err");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c->core, c->ents[0]->id, 0, NULL), HL_CACHE_NO_SLOT);
+
+	/* A read half cached, half not: the origin fails -> error, and block 0 is dropped. */
+	__atomic_store_n(&f.fail_reads, 1, __ATOMIC_RELAXED);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 2 * BS, buf), -EIO);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c->core, c->ents[0]->id, 0, NULL), HL_CACHE_NO_SLOT);
+	__atomic_store_n(&f.fail_reads, 0, __ATOMIC_RELAXED);
+
+	/* A failed write returns its error and drops the cached block. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	__atomic_store_n(&f.fail_writes, 1, __ATOMIC_RELAXED);
+	memset(w, 0x11, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 3 * BS, BS, w), -EIO);
+	__atomic_store_n(&f.fail_writes, 0, __ATOMIC_RELAXED);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c->core, c->ents[0]->id, 3, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.origin_errors, 2);
+	CU_ASSERT_FALSE(st.passthrough);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+static void test_prefetch_discard(void)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(4 * BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 9);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:pf");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_PREFETCH, 8 * BS, 4 * BS, NULL), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	int reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 8 * BS, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 8 * BS, 4 * BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads);
+	/* A discard drops the range: the read after it sees the origin's zeroes. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_DISCARD, 9 * BS, BS, NULL), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 8 * BS, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 8 * BS, 4 * BS) == 0);
+	CU_ASSERT(buf[BS] == 0 && buf[2 * BS - 1] == 0);
+	CU_ASSERT(f.reads > reads);
+	/* COMPARE AND WRITE forwarded to the origin: the cached copy is dropped. */
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 12 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	uint8_t *caw = malloc(2 * 4 * K);
+	memcpy(caw, f.mem + 12 * BS, 4 * K);
+	memset(caw + 4 * K, 0x3c, 4 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_COMPARE_AND_WRITE, 12 * BS, 4 * K, caw), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 12 * BS, BS, buf), 0);
+	CU_ASSERT(buf[0] == 0x3c && memcmp(buf, f.mem + 12 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_COMPARE_AND_WRITE, 12 * BS, 4 * K, caw), -EILSEQ);
+	free(caw);
+	/* FLUSH goes through. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_FLUSH, 0, 0, NULL), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+static void test_recommend(void)
+{
+	uint64_t r[HL_CACHE_SIZE_BUCKETS] = {0};
+
+	CU_ASSERT_EQUAL(recommend_block(r), 0);
+	r[hl_cache_size_bucket(512)] = 10;
+	CU_ASSERT_EQUAL(recommend_block(r), 4096);
+	r[hl_cache_size_bucket(48 * K)] = 11;
+	CU_ASSERT_EQUAL(recommend_block(r), 64 * K);
+	r[hl_cache_size_bucket(4 * M)] = 12;
+	CU_ASSERT_EQUAL(recommend_block(r), 1024 * K);
+	CU_ASSERT_EQUAL(hl_cache_size_bucket(4095), 3);
+	CU_ASSERT_EQUAL(hl_cache_size_bucket(4096), 4);
+	CU_ASSERT_EQUAL(hl_cache_size_bucket(524289), HL_CACHE_SIZE_BUCKETS - 1);
+}
+
+int main(void)
+{
+	static const struct hl_test tests[] = {
+	    {"hits are served from the cache after admission", test_hit_after_admission},
+	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
+	    {"write-through update: a read after a write returns new data", test_write_update},
+	    {"invalidate mode: a written block is read from the origin", test_write_invalidate},
+	    {"a fill that raced a write is dropped", test_fill_raced_write},
+	    {"warm restart keeps the blocks; another origin does not get them", test_warm_restart},
+	    {"a crash after a write serves no stale block", test_crash_no_stale},
+	    {"a failing cache device: pass-through with correct data", test_device_failure},
+	    {"a failing origin: error returned, blocks dropped", test_origin_failure},
+	    {"prefetch warms; discard and compare-and-write drop; flush passes",
+	     test_prefetch_discard},
+	    {"recommended block size", test_recommend},
+	    {NULL, NULL},
+	};
+	hl_log_open(false, HL_LOG_WARN);
+	return hl_test_run("cache_engine", tests);
+}
