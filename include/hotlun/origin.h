@@ -26,6 +26,15 @@ enum hl_io_op {
 };
 
 /*
+ * Warm a cache with [offset, offset+length); no data moves (iov unused).
+ * The cached origin (hotlun/cache_engine.h) reads the range from its origin
+ * and admits it; origins without a cache refuse it at submit (-EINVAL),
+ * which the caller treats as "nothing to warm" (PRE-FETCH still succeeds).
+ * Kept out of the enum so the backends' exhaustive switches need no case.
+ */
+#define HL_IO_PREFETCH ((enum hl_io_op)(HL_IO_WRITE_ZEROES + 1))
+
+/*
  * Atomically compare [offset, offset+length) with the first `length` bytes
  * of iov and, only when equal, write the next `length` bytes there (iov
  * carries 2 x length). Result -EILSEQ on a miscompare, with
