@@ -85,11 +85,11 @@ CMD(write_same10, "WRITE SAME(10)", sbc_write_same, WR, 10,
 /* WRITE SAME(16) byte 1 bit 0: NDOB, no data-out buffer (a block of zeroes) */
 CMD(write_same16, "WRITE SAME(16)", sbc_write_same, WR, 16,
     0x93, 0xe9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0x00);
-/* offered only by thin LUs (scsi_lu_thin) */
+/* offered by thin and by write-protected LUs (scsi_lu_unmap_avail) */
 static const struct scsi_cmd_desc unmap = {
 	.name = "UNMAP", .exec = sbc_unmap, .flags = WR, .cdb_len = 10,
 	.usage = {0x42, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1f, 0xff, 0xff, 0x00},
-	.avail = scsi_lu_thin,
+	.avail = scsi_lu_unmap_avail,
 };
 CMD(report_luns, "REPORT LUNS", spc_report_luns, NOLU, 12,
     0xa0, 0x00, 0xff, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00);

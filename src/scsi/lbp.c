@@ -22,6 +22,12 @@ bool scsi_lu_thin(const struct hl_lu *lu)
 	return lu->thin;
 }
 
+bool scsi_lu_unmap_avail(const struct hl_lu *lu)
+{
+	/* a write-protected LU recognises UNMAP to refuse it with DATA PROTECT */
+	return lu->thin || lu->cfg.read_only;
+}
+
 static bool all_zero(const uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -101,10 +107,6 @@ enum scsi_exec_result sbc_write_same(struct hl_scsi_cmd *cmd)
 		scsi_sense_invalid_cdb(cmd, 1, 7);
 		return SCSI_DONE;
 	}
-	if (unmap && !lu->thin) {
-		scsi_sense_invalid_cdb(cmd, 1, 3);
-		return SCSI_DONE;
-	}
 	/* WSNZ = 1: a zero count (the whole medium in SBC-3) is refused */
 	if (count == 0 || count > SCSI_WS_MAX_BLOCKS(lu)) {
 		scsi_sense_invalid_cdb(cmd, len_byte, -1);
@@ -115,6 +117,10 @@ enum scsi_exec_result sbc_write_same(struct hl_scsi_cmd *cmd)
 	cmd->xfer_len = ndob ? 0 : lu->block_size;
 	if (scsi_write_protected(cmd))
 		return SCSI_DONE;
+	if (unmap && !lu->thin) {
+		scsi_sense_invalid_cdb(cmd, 1, 3);
+		return SCSI_DONE;
+	}
 	/* exactly one block of data-out (none with NDOB): anything else is malformed */
 	if (scsi_dout_len(cmd) != cmd->xfer_len) {
 		scsi_sense_invalid_cdb(cmd, len_byte, -1);

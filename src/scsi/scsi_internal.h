@@ -327,11 +327,14 @@ bool sbc_lba_range_ok(struct hl_scsi_cmd *cmd, uint64_t lba, uint64_t count);
 
 /* MAXIMUM WRITE SAME LENGTH (VPD B0): as for any write, HL_SCSI_MAX_XFER worth of blocks */
 #define SCSI_WS_MAX_BLOCKS(lu) (HL_SCSI_MAX_XFER / (lu)->block_size)
-#define SCSI_UNMAP_MAX_BLOCKS (1u << 20) /* MAXIMUM UNMAP LBA COUNT */
-#define SCSI_UNMAP_MAX_DESC   256        /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
+#define SCSI_UNMAP_MAX_BLOCKS  (1u << 20) /* MAXIMUM UNMAP LBA COUNT */
+#define SCSI_UNMAP_MAX_DESC    256        /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
 
 /** The LU can deallocate (UNMAP, WRITE SAME with UNMAP, GET LBA STATUS; LBPME = 1). */
 bool scsi_lu_thin(const struct hl_lu *lu);
+
+/** UNMAP is offered: by thin LUs, and by write-protected ones (to answer DATA PROTECT). */
+bool scsi_lu_unmap_avail(const struct hl_lu *lu);
 
 enum scsi_exec_result sbc_write_same(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_unmap(struct hl_scsi_cmd *cmd);

@@ -590,6 +590,8 @@ static void test_read_only_lu(void)
 		uint8_t c[16] = {(uint8_t)o};
 		if (o == 0x89)
 			c[13] = 1; /* COMPARE AND WRITE: NUMBER OF LOGICAL BLOCKS */
+		else if (o == 0x42)
+			c[8] = 24; /* UNMAP: PARAMETER LIST LENGTH */
 		else if (d->cdb_len == 6)
 			c[4] = 1;
 		else if (d->cdb_len == 10)
@@ -601,6 +603,10 @@ static void test_read_only_lu(void)
 		run(&t, c, d->cdb_len, buf, BS, true);
 		ASSERT_SENSE(t, HL_SK_DATA_PROTECT, 0x27, 0x00);
 	}
+	uint8_t ws[16] = {0x93, 0x08}; /* WRITE SAME(16) with UNMAP: protected beats unsupported */
+	ws[13] = 1;
+	run(&t, ws, 16, buf, BS, true);
+	ASSERT_SENSE(t, HL_SK_DATA_PROTECT, 0x27, 0x00);
 	CU_ASSERT_EQUAL(fake_of(origin)->n_write, 0);
 	lu_teardown();
 }
