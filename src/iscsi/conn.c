@@ -22,6 +22,7 @@
 
 static void conn_event(struct hl_event *ev, uint32_t revents);
 static void conn_maybe_free(struct iscsi_conn *c);
+static void buf_cache_drop(struct iscsi_conn *c);
 
 static void conn_enter(struct iscsi_conn *c)
 {
@@ -545,10 +546,63 @@ static void conn_maybe_free(struct iscsi_conn *c)
 		hl_list_del(&t->link);
 		free(t);
 	}
+	buf_cache_drop(c);
 	iscsi_rx_fini(&c->rx);
 	free(c->rbuf);
 	iscsi_conn_unlink(c);
 	free(c);
+}
+
+/* ---- data buffers ---- */
+
+static unsigned buf_class(uint32_t len)
+{
+	unsigned k = 0;
+
+	while (k < ISCSI_BUF_CLASSES - 1 && (4096u << k) < len)
+		k++;
+	return k;
+}
+
+void *iscsi_buf_get(struct iscsi_conn *c, uint32_t len, uint32_t *cap)
+{
+	unsigned k = buf_class(len);
+	uint32_t size = 4096u << k;
+	void *p = NULL;
+
+	if (size < len)
+		return NULL;
+	if (c->buf_cached[k]) {
+		p = c->buf_cache[k][--c->buf_cached[k]];
+		c->buf_cache_bytes -= size;
+	} else if (posix_memalign(&p, 4096, size) != 0) {
+		return NULL;
+	}
+	*cap = size;
+	return p;
+}
+
+void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap)
+{
+	unsigned k = buf_class(cap);
+
+	if (c->state != CONN_CLOSED && (4096u << k) == cap &&
+	    c->buf_cached[k] < ISCSI_BUF_CACHE_DEPTH &&
+	    c->buf_cache_bytes + cap <= ISCSI_BUF_CACHE_MAX) {
+		c->buf_cache[k][c->buf_cached[k]++] = p;
+		c->buf_cache_bytes += cap;
+		return;
+	}
+	free(p);
+}
+
+static void buf_cache_drop(struct iscsi_conn *c)
+{
+	for (unsigned k = 0; k < ISCSI_BUF_CLASSES; k++) {
+		while (c->buf_cached[k])
+			free(c->buf_cache[k][--c->buf_cached[k]]);
+	}
+	c->buf_cache_bytes = 0;
 }
 
 /* Task references: a task is freed (back to the pool) when the last one goes. */
@@ -559,7 +613,8 @@ void iscsi_task_put(struct iscsi_task *t)
 	if (--t->refs > 0)
 		return;
 	hl_list_del(&t->link);
-	free(t->cmd.data);
+	if (t->cmd.data)
+		iscsi_buf_put(c, t->cmd.data, t->buf_len);
 	t->cmd.data = NULL;
 	c->buf_bytes -= t->buf_len;
 	t->buf_len = 0;

@@ -36,6 +36,9 @@
 #define ISCSI_ITT_HASH         256
 #define ISCSI_TX_HIGH          (32u << 20)  /* stop reading while more than this waits to be sent */
 #define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
+#define ISCSI_BUF_CLASSES      13           /* 4 KiB .. 16 MiB */
+#define ISCSI_BUF_CACHE_DEPTH  8
+#define ISCSI_BUF_CACHE_MAX    (32u << 20) /* cached free buffers per connection */
 
 struct iscsi_conn;
 struct iscsi_task;
@@ -292,6 +295,10 @@ struct iscsi_conn {
 	unsigned busy;               /* entry points running: defer free and flush */
 	uint64_t tx_bytes;           /* bytes queued, not yet sent */
 	uint64_t buf_bytes;          /* data buffers held by this connection's tasks */
+	/* recently freed data buffers by size class (4 KiB << k): reused without page faults */
+	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
+	uint8_t buf_cached[ISCSI_BUF_CLASSES];
+	uint64_t buf_cache_bytes;
 };
 
 /* ---- conn.c ---- */
@@ -318,6 +325,13 @@ void iscsi_conn_params_applied(struct iscsi_conn *c);
 void iscsi_conn_enter(struct iscsi_conn *c);
 void iscsi_conn_leave(struct iscsi_conn *c);
 void iscsi_task_put(struct iscsi_task *t);
+/**
+ * A 4 KiB-aligned data buffer of at least len bytes (len <= HL_SCSI_MAX_XFER)
+ * from the connection's cache or the allocator; *cap receives its real size,
+ * to give back to iscsi_buf_put. @return NULL on ENOMEM.
+ */
+void *iscsi_buf_get(struct iscsi_conn *c, uint32_t len, uint32_t *cap);
+void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap);
 
 /* ---- login.c ---- */
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);

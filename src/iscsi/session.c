@@ -108,11 +108,11 @@ static int data_buf_alloc(struct iscsi_task *t)
 		return 0;
 	if (c->buf_bytes + t->edtl > ISCSI_CONN_BUF_MAX)
 		return -EBUSY;
-	if (posix_memalign(&p, 4096, t->edtl) != 0)
+	p = iscsi_buf_get(c, t->edtl, &t->buf_len);
+	if (!p)
 		return -ENOMEM;
 	t->cmd.data = p;
-	t->buf_len = t->edtl;
-	c->buf_bytes += t->edtl;
+	c->buf_bytes += t->buf_len;
 	return 0;
 }
 
