@@ -60,11 +60,23 @@ hl_error() {
 	exit 99
 }
 
-# hl_need CMD...: skip the test when a client tool is missing.
+# hl_missing MSG: a prerequisite is missing: skip, or fail under HL_STRICT=1
+# or CI=true (where the install step should have provided it).
+hl_missing() {
+	if [ "${HL_STRICT:-0}" = 1 ] || [ "${CI:-}" = true ]; then
+		hl_fail "$* (install step incomplete: see contrib/packages.txt)"
+	fi
+	hl_skip "$*"
+}
+
+# hl_need CMD...: skip the test when a client tool is missing. Under
+# HL_STRICT=1 (set by `contrib/hotlun-dev test`, which installs everything)
+# or CI=true a missing tool is a failure: it means contrib/packages.txt lacks
+# a package, and a skip would hide that.
 hl_need() {
 	local c
 	for c in "$@"; do
-		command -v "$c" >/dev/null 2>&1 || hl_skip "$c not installed (contrib/hotlun-dev installs it)"
+		command -v "$c" >/dev/null 2>&1 || hl_missing "$c not installed (contrib/hotlun-dev installs it)"
 	done
 }
 
@@ -259,7 +271,7 @@ HL_HOTLUND=$HL_BUILDDIR/hotlund
 # the first `portal =` line of CONFIG). Sets HL_PID and HL_LOG.
 hl_start_hotlund() {
 	local conf=$1 portal=${2:-}
-	[ -x "$HL_HOTLUND" ] || hl_skip "$HL_HOTLUND not built"
+	[ -x "$HL_HOTLUND" ] || hl_missing "$HL_HOTLUND not built"
 	[ -n "$portal" ] || portal=$(sed -n 's/^[[:space:]]*portal[[:space:]]*=[[:space:]]*\([^[:space:]]*\).*/\1/p' "$conf" | head -1)
 	[ -n "$portal" ] || hl_error "no portal in $conf"
 	local host=${portal%:*} port=${portal##*:}

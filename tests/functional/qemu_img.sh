@@ -5,7 +5,7 @@
 # a wrong CHAP secret and missing credentials must be refused.
 . "$(dirname "$0")/lib.sh"
 hl_need qemu-img
-qemu-img --help 2>/dev/null | grep -qw iscsi || hl_skip "qemu-img has no iscsi driver (install qemu-block-extra)"
+qemu-img --help 2>/dev/null | grep -qw iscsi || hl_missing "qemu-img has no iscsi driver (install qemu-block-extra)"
 
 T=$(hl_tmpdir)
 SIZE=$((256 * 1024 * 1024))

@@ -18,7 +18,7 @@
 hl_need qemu-system-x86_64 dpkg-deb apt-get gzip
 for t in iscsid iscsiadm; do
 	command -v $t >/dev/null || [ -x /usr/sbin/$t ] || [ -x /sbin/$t ] ||
-		hl_skip "$t missing (apt-get install open-iscsi)"
+		hl_missing "$t missing (apt-get install open-iscsi)"
 done
 export PATH=$PATH:/usr/sbin:/sbin
 
