@@ -22,7 +22,7 @@ for t in iscsid iscsiadm; do
 done
 export PATH=$PATH:/usr/sbin:/sbin
 
-CACHE=${HL_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hotlun-vm}
+CACHE=${HL_VM_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/hotlun-vm}
 ACCEL=${HL_VM_ACCEL:-tcg}
 VM_TIMEOUT=${HL_VM_TIMEOUT:-300}
 IO_MB=${HL_VM_IO_MB:-4}
