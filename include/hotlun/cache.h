@@ -25,12 +25,19 @@
  *   read:  hl_cache_core_read() -> per cache block an hl_cache_io saying HIT
  *          (read the slot from the cache device), or MISS/PARTIAL (read the
  *          origin) and whether to FILL the slot with what the origin
- *          returned. After the device/origin I/O: hl_cache_core_io_end() for
- *          every io (installs a fill only if no write raced it).
+ *          returned; PROMOTE ios copy a RAM window block to the SSD. Just
+ *          before writing data into a slot: hl_cache_core_io_start() (may
+ *          say "stale, skip"). After the device/origin I/O:
+ *          hl_cache_core_io_end() for every io (installs a fill only if no
+ *          write raced it).
  *   write: hl_cache_core_write_begin() before the origin write (cached
- *          sectors stop being served, in-flight fills become stale);
- *          hl_cache_core_write_end() after it: says whether to write the new
- *          data into the slot (update mode); then hl_cache_core_io_end().
+ *          sectors stop being served, in-flight fills become stale, blocks
+ *          not cached cannot be admitted meanwhile);
+ *          hl_cache_core_write_end() after it, for every io: says whether
+ *          to write the new data into the slot (update mode); then
+ *          io_start, the data write, hl_cache_core_io_end().
+ *   records: see docs/cache-format.md for when the engine must persist
+ *          slot records (meta_barrier, hl_cache_core_write_needs_sync).
  *   range invalidation (UNMAP, WRITE SAME, PREEMPT AND ABORT, LUN removal):
  *          hl_cache_core_invalidate().
  */
@@ -197,6 +204,9 @@ struct hl_cache_io {
 	uint8_t rmw_head;    /* UPDATE: sector fill_first is only partly written: read its
 				old content from the slot at write_begin time and merge */
 	uint8_t rmw_tail;    /* UPDATE: same for sector fill_first + fill_nsect - 1 */
+	uint8_t started;     /* core-private: io_start granted the slot's data to this io */
+	uint8_t wip;         /* core-private: a write to an uncached block is tracked */
+	uint8_t wip_failed;  /* core-private */
 };
 
 struct hl_cache_core;
@@ -240,9 +250,12 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 
 /**
  * Before writing [off, off+len) to the origin: cached sectors it touches
- * stop being valid, in-flight fills of those blocks become stale. Returns
- * one io per *cached* block touched (possibly 0). Each must go through
- * hl_cache_core_write_end() once the origin write finished.
+ * stop being valid, in-flight fills of those blocks become stale, and
+ * blocks not cached cannot be admitted until the write ends (a fill
+ * widened to the whole block could otherwise install pre-write data).
+ * Returns one io per cache block of the range (slot HL_CACHE_NO_SLOT when
+ * not cached); every one must go through hl_cache_core_write_end() once
+ * the origin write finished. max >= hl_cache_core_nblocks().
  * @return number of ios, -ENOENT, -E2BIG, -EINVAL.
  */
 int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
@@ -256,6 +269,18 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
  */
 void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
 			     bool origin_ok);
+
+/**
+ * Just before writing fill, update or promotion data into io->slot (on the
+ * device or in the RAM window): @return true when this io may write the
+ * slot's sectors now; false when the io is already stale (a write or an
+ * invalidation came after it) or another io is writing the slot: then do
+ * not write, and finish with hl_cache_core_io_end(written = false). Two
+ * data writes to one slot never overlap in time, and a stale one never
+ * lands after a current one. Single-threaded callers (the simulator) may
+ * skip it.
+ */
+bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io);
 
 /**
  * Finish an io from hl_cache_core_read() or a write_end() that asked for
@@ -407,6 +432,10 @@ struct hl_cache_layout {
 	uint64_t meta_off;     /* first record page */
 	uint64_t meta_len;     /* bytes of record pages */
 	uint64_t data_off;     /* slot i's data is at data_off + i * block_size */
+	/* filled by format/load: the device's identity */
+	uint8_t uuid[16];
+	uint32_t seed;         /* record CRC seed derived from uuid */
+	uint64_t sb_seq;       /* sequence number of the last superblock written */
 };
 
 /** Compute the layout for a device of dev_size bytes and block_size. @return 0/-EINVAL/-ENOSPC. */
@@ -448,7 +477,7 @@ int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
 		       struct hl_cache_core *c);
 
 /** Clean shutdown: sync, then mark the superblock closed. Blocking. @return 0 or -errno. */
-int hl_cache_meta_close(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l,
 			struct hl_cache_core *c);
 
 #endif

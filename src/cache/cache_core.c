@@ -77,6 +77,15 @@ struct hl_cache_core {
 	struct cache_part parts[MAX_PARTS];
 	uint32_t nparts;
 	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
+	/*
+	 * Origin writes in flight to blocks that were not cached when they
+	 * began (key -> count): such a block must not be admitted meanwhile,
+	 * or a fill widened to the whole block could install pre-write data.
+	 */
+	uint64_t *wip_keys;
+	uint32_t *wip_cnt;
+	uint64_t wip_cap, wip_n;
+	uint64_t wip_failed; /* writes that could not be tracked: no admission at all meanwhile */
 	/* stale on-device claims: slots released while their record claimed data */
 	struct cache_stale *stale;
 	uint64_t nstale, stale_cap, meta_epoch;
@@ -290,6 +299,8 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->ghost[0]);
 	free(c->ghost[1]);
 	free(c->stale);
+	free(c->wip_keys);
+	free(c->wip_cnt);
 	cache_index_fini(&c->ix);
 	free(c->slots);
 	free(c->valid);
@@ -301,6 +312,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 /* ---- slot life cycle ---- */
 
 static void stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot);
+static uint32_t *wip_find(const struct hl_cache_core *c, uint64_t key);
 
 /* Give slot s (FREE) to key. */
 static void slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key)
@@ -846,6 +858,8 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			continue;
 		}
 		io->kind = HL_CACHE_IO_MISS;
+		if (wip_find(c, key) || c->wip_failed)
+			continue; /* an origin write to it is in flight: do not fill */
 		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
 		if (s == HL_CACHE_NO_SLOT)
 			continue;
@@ -877,6 +891,22 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 	return (int)(nb + nextra);
 }
 
+bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io)
+{
+	struct cache_slot *sl;
+
+	if (io->slot >= c->ntotal || !io->fill_nsect || io->started)
+		return false;
+	sl = &c->slots[io->slot];
+	if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
+	    sl->key != cache_key(lun, io->block) || sl->gen != io->ticket || sl->writers ||
+	    (sl->state & CACHE_SLOT_F_WRITING))
+		return false;
+	sl->state |= CACHE_SLOT_F_WRITING;
+	io->started = 1;
+	return true;
+}
+
 void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
 			  bool written)
 {
@@ -887,6 +917,10 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal)
 		return;
 	sl = &c->slots[s];
+	if (io->started) {
+		sl->state &= (uint8_t)~CACHE_SLOT_F_WRITING;
+		io->started = 0;
+	}
 	if (io->kind == HL_CACHE_IO_PROMOTE && io->src_slot < c->ntotal) {
 		struct cache_slot *ws = &c->slots[io->src_slot];
 		const uint8_t *wv = slot_valid(c, io->src_slot);
@@ -943,6 +977,93 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 	}
 }
 
+/* ---- writes in flight to uncached blocks (open addressing, backward-shift delete) ---- */
+
+static uint32_t *wip_find(const struct hl_cache_core *c, uint64_t key)
+{
+	if (!c->wip_n)
+		return NULL;
+	for (uint64_t i = cache_hash(key) & (c->wip_cap - 1);; i = (i + 1) & (c->wip_cap - 1)) {
+		if (!c->wip_cnt[i])
+			return NULL;
+		if (c->wip_keys[i] == key)
+			return &c->wip_cnt[i];
+	}
+}
+
+static int wip_grow(struct hl_cache_core *c)
+{
+	uint64_t cap = c->wip_cap ? c->wip_cap * 2 : 64, oldcap = c->wip_cap;
+	uint64_t *keys = calloc(cap, sizeof(*keys)), *ok = c->wip_keys;
+	uint32_t *cnt = calloc(cap, sizeof(*cnt)), *oc = c->wip_cnt;
+
+	if (!keys || !cnt) {
+		free(keys);
+		free(cnt);
+		return -ENOMEM;
+	}
+	for (uint64_t j = 0; j < oldcap; j++) {
+		if (!oc[j])
+			continue;
+		uint64_t i = cache_hash(ok[j]) & (cap - 1);
+		while (cnt[i])
+			i = (i + 1) & (cap - 1);
+		keys[i] = ok[j];
+		cnt[i] = oc[j];
+	}
+	free(ok);
+	free(oc);
+	c->wip_keys = keys;
+	c->wip_cnt = cnt;
+	c->wip_cap = cap;
+	return 0;
+}
+
+static int wip_add(struct hl_cache_core *c, uint64_t key)
+{
+	uint32_t *n = wip_find(c, key);
+	uint64_t i;
+
+	if (n) {
+		if (*n == UINT32_MAX)
+			return -EBUSY;
+		(*n)++;
+		return 0;
+	}
+	if ((c->wip_n + 1) * 2 > c->wip_cap && wip_grow(c))
+		return -ENOMEM;
+	for (i = cache_hash(key) & (c->wip_cap - 1); c->wip_cnt[i]; i = (i + 1) & (c->wip_cap - 1))
+		;
+	c->wip_keys[i] = key;
+	c->wip_cnt[i] = 1;
+	c->wip_n++;
+	return 0;
+}
+
+static void wip_del(struct hl_cache_core *c, uint64_t key)
+{
+	uint32_t *n = wip_find(c, key);
+	uint64_t mask = c->wip_cap - 1, hole, j;
+
+	if (!n || --(*n))
+		return;
+	hole = (uint64_t)(n - c->wip_cnt);
+	j = hole;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!c->wip_cnt[j])
+			break;
+		uint64_t home = cache_hash(c->wip_keys[j]) & mask;
+		if (((j - home) & mask) >= ((j - hole) & mask)) {
+			c->wip_keys[hole] = c->wip_keys[j];
+			c->wip_cnt[hole] = c->wip_cnt[j];
+			hole = j;
+		}
+	}
+	c->wip_cnt[hole] = 0;
+	c->wip_n--;
+}
+
 /* ---- write ---- */
 
 int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
@@ -966,11 +1087,8 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		struct cache_slot *sl;
 		struct hl_cache_io *io;
 
-		if (s == HL_CACHE_NO_SLOT)
-			continue;
 		if (k == max)
-			return -E2BIG;
-		sl = &c->slots[s];
+			goto too_big;
 		io = &ios[k++];
 		block_sectors(c, b, off, len, &first, &n);
 		memset(io, 0, sizeof(*io));
@@ -979,6 +1097,26 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		io->first = (uint16_t)first;
 		io->nsect = (uint16_t)n;
 		io->kind = HL_CACHE_IO_UPDATE;
+		if (s == HL_CACHE_NO_SLOT || c->slots[s].writers == UINT8_MAX) {
+			/* Not cached (or too many writers to count): keep it from being filled. */
+			io->slot = HL_CACHE_NO_SLOT;
+			if (s != HL_CACHE_NO_SLOT) {
+				c->slots[s].gen++;
+				if (vcount(slot_valid(c, s), first, n)) {
+					vclear(slot_valid(c, s), first, n);
+					mark_dirty(c, s);
+					io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+				}
+			}
+			if (wip_add(c, cache_key(lun, b)) == 0) {
+				io->wip = 1;
+			} else {
+				io->wip_failed = 1;
+				c->wip_failed++;
+			}
+			continue;
+		}
+		sl = &c->slots[s];
 		io->ram = s >= c->nslots;
 		/*
 		 * Update range: fully covered sectors, plus a partly covered head
@@ -1021,11 +1159,6 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		}
 		sl->gen++;
 		io->ticket = sl->gen;
-		if (sl->writers == UINT8_MAX) {
-			/* Saturated: this io cannot install anything (another writer is in flight). */
-			io->slot = HL_CACHE_NO_SLOT;
-			continue;
-		}
 		sl->writers++;
 		if (c->p.write_mode == HL_CACHE_WRITE_UPDATE && ue >= us) {
 			io->fill_first = (uint16_t)us;
@@ -1037,6 +1170,11 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			STAT(c, l, invalidations, 1);
 	}
 	return (int)k;
+too_big:
+	/* Undo: the caller will not call write_end for these. */
+	for (uint32_t i = 0; i < k; i++)
+		hl_cache_core_write_end(c, lun, &ios[i], false);
+	return -E2BIG;
 }
 
 void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
@@ -1046,6 +1184,14 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
 	struct cache_slot *sl;
 	uint32_t s = io->slot;
 
+	if (io->wip) {
+		wip_del(c, cache_key(lun, io->block));
+		io->wip = 0;
+	}
+	if (io->wip_failed) {
+		c->wip_failed--;
+		io->wip_failed = 0;
+	}
 	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal) {
 		io->fill_nsect = 0;
 		return;

@@ -60,6 +60,7 @@ _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes"
 #define CACHE_SLOT_STATE_MASK  0x0f
 #define CACHE_SLOT_F_DISK_VALID 0x10 /* the on-device record may claim valid data */
 #define CACHE_SLOT_F_NOPROMOTE  0x20 /* window slot of a sequential stream: never promoted */
+#define CACHE_SLOT_F_WRITING    0x40 /* an io is writing data into the slot (io_start..io_end) */
 #define CACHE_CLOCK_MAX        3
 
 /* ---- index: open addressing, linear probing, backward-shift deletion ---- */
@@ -83,5 +84,16 @@ int cache_index_insert(struct cache_index *ix, uint32_t slot);
 /** @return 0 or -ENOENT. */
 int cache_index_remove(struct cache_index *ix, uint64_t key);
 size_t cache_index_mem_bytes(const struct cache_index *ix);
+
+/* ---- metadata (cache_meta.c) ---- */
+
+#include <pthread.h>
+
+/**
+ * hl_cache_meta_sync() for the engine: core accesses happen under lock
+ * (may be NULL), device I/O outside it. Callers serialise syncs.
+ */
+int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+			   struct hl_cache_core *c, pthread_mutex_t *lock);
 
 #endif

@@ -15,6 +15,7 @@
  * All functions here block; the caller serialises them per device.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,16 +177,6 @@ static bool sb_decode(const uint8_t *b, struct sb *s)
 	return true;
 }
 
-/* Per-device state kept between calls: the uuid seed and the superblock sequence. */
-struct meta_state {
-	struct hl_cache_dev *dev;
-	uint32_t seed;
-	struct sb sb;
-};
-
-/* One remembered device (a process normally has one cache; tests reopen it). */
-static struct meta_state g_meta;
-
 static uint32_t seed_of(const uint8_t uuid[16])
 {
 	return crc32c(0x48ac11, uuid, 16);
@@ -256,8 +247,8 @@ static bool rec_decode(const struct hl_cache_layout *l, uint32_t seed, uint32_t 
  * Write record page `page` from the RAM state of its slots. Records
  * claiming data are reported persisted only after the caller's flush.
  */
-static int page_write(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-		      struct hl_cache_core *c, uint64_t page, uint8_t *buf, uint8_t *claims)
+static void page_encode(const struct hl_cache_layout *l, struct hl_cache_core *c, uint64_t page,
+			uint8_t *buf, uint8_t *claims)
 {
 	uint64_t per = PAGE / l->rec_size, first = page * per;
 
@@ -265,9 +256,15 @@ static int page_write(struct hl_cache_dev *d, const struct hl_cache_layout *l,
 	for (uint64_t i = 0; i < per && first + i < l->nslots; i++) {
 		struct hl_cache_slot_rec r;
 		bool v = hl_cache_core_slot_get(c, (uint32_t)(first + i), &r);
-		rec_encode(l, g_meta.seed, (uint32_t)(first + i), &r, v, buf + i * l->rec_size);
+		rec_encode(l, l->seed, (uint32_t)(first + i), &r, v, buf + i * l->rec_size);
 		claims[i] = v;
 	}
+}
+
+static int page_write(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+		      struct hl_cache_core *c, uint64_t page, uint8_t *buf, uint8_t *claims)
+{
+	page_encode(l, c, page, buf, claims);
 	return d->ops->pwrite(d, buf, PAGE, l->meta_off + page * PAGE);
 }
 
@@ -320,10 +317,11 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 	uint64_t b = hl_hash64(&a, sizeof(a), d->size ^ 0x1234567);
 	memcpy(s.uuid, &a, 8);
 	memcpy(s.uuid + 8, &b, 8);
-	g_meta.dev = d;
-	g_meta.seed = seed_of(s.uuid);
-	g_meta.sb = s;
-	return sb_write(d, &g_meta.sb);
+	memcpy(l->uuid, s.uuid, 16);
+	l->seed = seed_of(s.uuid);
+	rc = sb_write(d, &s);
+	l->sb_seq = s.seq;
+	return rc;
 }
 
 int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l)
@@ -355,12 +353,12 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 	hl_cache_core_info(c, &info);
 	if (info.block_size != s->block_size || info.nslots != s->nslots)
 		goto out;
-	g_meta.dev = d;
-	g_meta.seed = seed_of(s->uuid);
-	g_meta.sb = *s;
+	memcpy(l->uuid, s->uuid, 16);
+	l->seed = seed_of(s->uuid);
 	/* Mark the cache open before anything can change on the device. */
-	g_meta.sb.state = SB_OPEN;
-	rc = sb_write(d, &g_meta.sb);
+	s->state = SB_OPEN;
+	rc = sb_write(d, s);
+	l->sb_seq = s->seq;
 	if (rc)
 		goto out;
 	uint64_t per = PAGE / l->rec_size;
@@ -374,7 +372,7 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 			struct hl_cache_slot_rec r;
 			if (slot >= l->nslots)
 				break;
-			if (!rec_decode(l, g_meta.seed, (uint32_t)slot, buf + i * l->rec_size, &r))
+			if (!rec_decode(l, l->seed, (uint32_t)slot, buf + i * l->rec_size, &r))
 				continue;
 			/* Unknown LUNs, duplicates and out-of-partition slots are dropped. */
 			if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0)
@@ -419,67 +417,111 @@ int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layou
 	return rc ? rc : hl_cache_meta_barrier(d, l, c, slot);
 }
 
-int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-		       struct hl_cache_core *c)
+/*
+ * Snapshot the dirty record pages under lock (when given), write them
+ * without it, then report what became durable under lock again. The
+ * caller serialises syncs per device (one snapshot must not overtake a
+ * newer one).
+ */
+int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+			   struct hl_cache_core *c, pthread_mutex_t *lock)
 {
 	uint64_t per = PAGE / l->rec_size, npages = HL_DIV_ROUND_UP(l->nslots, per);
-	uint64_t cursor = 0, last_page = UINT64_MAX, epoch;
-	uint8_t *buf = abuf(PAGE), *claims = NULL, *pages = NULL;
+	uint64_t cursor = 0, epoch, ndirty = 0, k;
+	uint64_t *list = NULL;
+	uint8_t *bufs = NULL, *claims = NULL, *pages = NULL;
 	uint32_t s;
-	int rc;
+	int rc = 0;
 
-	if (!buf)
-		return -ENOMEM;
 	pages = calloc(HL_DIV_ROUND_UP(npages, 8), 1);
-	claims = calloc(npages, per);
-	if (!pages || !claims) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = d->ops->flush(d); /* data of every installed sector is durable before its claim */
-	if (rc)
-		goto out;
+	if (!pages)
+		return -ENOMEM;
+	if (lock)
+		pthread_mutex_lock(lock);
 	epoch = hl_cache_core_meta_epoch(c) + 1;
 	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT) {
 		uint64_t page = s / per;
+		if (!(pages[page / 8] >> (page % 8) & 1))
+			ndirty++;
 		pages[page / 8] |= (uint8_t)(1u << (page % 8));
 	}
-	for (uint64_t p = 0; p < npages; p++) {
+	if (ndirty) {
+		list = malloc(ndirty * sizeof(*list));
+		claims = calloc(ndirty, per);
+		if (posix_memalign((void **)&bufs, 4096, ndirty * PAGE))
+			bufs = NULL;
+	}
+	k = 0;
+	for (uint64_t p = 0; p < npages && ndirty; p++) {
 		if (!(pages[p / 8] >> (p % 8) & 1))
 			continue;
-		rc = page_write(d, l, c, p, buf, claims + p * per);
-		if (rc) {
-			/* Leave the slots of unwritten pages dirty for the next attempt. */
-			for (uint64_t q = p; q < npages; q++)
-				if (pages[q / 8] >> (q % 8) & 1)
-					for (uint64_t i = 0; i < per && q * per + i < l->nslots; i++)
-						hl_cache_core_slot_set_dirty(c, (uint32_t)(q * per + i));
-			goto out;
+		if (!list || !claims || !bufs) {
+			/* No memory: keep them dirty for the next attempt. */
+			for (uint64_t i = 0; i < per && p * per + i < l->nslots; i++)
+				hl_cache_core_slot_set_dirty(c, (uint32_t)(p * per + i));
+			rc = -ENOMEM;
+			continue;
 		}
-		last_page = p;
+		list[k] = p;
+		page_encode(l, c, p, bufs + k * PAGE, claims + k * per);
+		k++;
 	}
-	rc = d->ops->flush(d);
-	if (rc)
+	if (lock)
+		pthread_mutex_unlock(lock);
+	if (rc || !ndirty)
 		goto out;
-	for (uint64_t p = 0; p <= last_page && last_page != UINT64_MAX; p++)
-		if (pages[p / 8] >> (p % 8) & 1)
-			page_persisted(l, c, p, claims + p * per, epoch);
+	rc = d->ops->flush(d); /* data of every claimed sector is durable before its claim */
+	for (uint64_t i = 0; !rc && i < ndirty; i++)
+		rc = d->ops->pwrite(d, bufs + i * PAGE, PAGE, l->meta_off + list[i] * PAGE);
+	if (!rc)
+		rc = d->ops->flush(d);
+	if (lock)
+		pthread_mutex_lock(lock);
+	for (uint64_t i = 0; i < ndirty; i++) {
+		uint64_t p = list[i];
+		if (rc) {
+			for (uint64_t j = 0; j < per && p * per + j < l->nslots; j++)
+				hl_cache_core_slot_set_dirty(c, (uint32_t)(p * per + j));
+		} else {
+			page_persisted(l, c, p, claims + i * per, epoch);
+		}
+	}
+	if (lock)
+		pthread_mutex_unlock(lock);
 out:
-	free(buf);
-	free(pages);
+	free(list);
 	free(claims);
+	free(bufs);
+	free(pages);
 	return rc;
 }
 
-int hl_cache_meta_close(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+		       struct hl_cache_core *c)
+{
+	return cache_meta_sync_locked(d, l, c, NULL);
+}
+
+int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l,
 			struct hl_cache_core *c)
 {
+	struct sb s;
 	int rc = hl_cache_meta_sync(d, l, c);
 
 	if (rc)
 		return rc;
-	if (g_meta.dev != d)
-		return -EINVAL;
-	g_meta.sb.state = SB_CLEAN;
-	return sb_write(d, &g_meta.sb);
+	memset(&s, 0, sizeof(s));
+	s.block_size = l->block_size;
+	s.rec_size = l->rec_size;
+	s.nslots = l->nslots;
+	s.meta_off = l->meta_off;
+	s.meta_len = l->meta_len;
+	s.data_off = l->data_off;
+	s.dev_size = d->size;
+	s.seq = l->sb_seq;
+	memcpy(s.uuid, l->uuid, 16);
+	s.state = SB_CLEAN;
+	rc = sb_write(d, &s);
+	l->sb_seq = s.seq;
+	return rc;
 }

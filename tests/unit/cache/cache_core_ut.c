@@ -257,6 +257,75 @@ static void test_fill_races_write(void)
 	hl_cache_core_destroy(c);
 }
 
+static void test_io_start(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_io r1[2], r2[2], w[2];
+	uint8_t v[32];
+
+	/* A fill that became stale before its data write must not write at all. */
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 0, 64 * K, r1, 2), 1);
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 0, 4 * K, w, 2), 1);
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	CU_ASSERT_TRUE(hl_cache_core_io_start(c, 0, &w[0])); /* the update may write */
+	CU_ASSERT_FALSE(hl_cache_core_io_start(c, 0, &r1[0])); /* the stale fill may not */
+	hl_cache_core_io_end(c, 0, &r1[0], false);
+	hl_cache_core_io_end(c, 0, &w[0], true);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0x01);
+	/* Two current ios on one slot: the second waits its turn (refused, dropped). */
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 8 * K, 4 * K, r1, 2), 1);
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 16 * K, 4 * K, r2, 2), 1);
+	CU_ASSERT_TRUE(hl_cache_core_io_start(c, 0, &r1[0]));
+	CU_ASSERT_FALSE(hl_cache_core_io_start(c, 0, &r2[0]));
+	hl_cache_core_io_end(c, 0, &r2[0], false);
+	hl_cache_core_io_end(c, 0, &r1[0], true);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0x05);
+	/* Once the first finished, the slot is free for the next one. */
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 16 * K, 4 * K, r2, 2), 1);
+	CU_ASSERT_TRUE(hl_cache_core_io_start(c, 0, &r2[0]));
+	hl_cache_core_io_end(c, 0, &r2[0], true);
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0x15);
+	hl_cache_core_destroy(c);
+}
+
+static void test_write_to_uncached_block(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_io w[2], r[4];
+
+	/* An origin write in flight to a block that is not cached ... */
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 4 * K, 4 * K, w, 2), 1);
+	CU_ASSERT_EQUAL(w[0].slot, HL_CACHE_NO_SLOT);
+	/* ... keeps a read of another part of it from filling the whole block. */
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 32 * K, 4 * K, r, 4), 1);
+	CU_ASSERT_EQUAL(r[0].kind, HL_CACHE_IO_MISS);
+	CU_ASSERT_EQUAL(r[0].fill_nsect, 0);
+	hl_cache_core_io_end(c, 0, &r[0], true);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	/* Other blocks are not affected, and after the write the block is admitted. */
+	CU_ASSERT_EQUAL(rd(c, 0, 64 * K, 4 * K), R_MISS);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 1, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	CU_ASSERT_EQUAL(rd(c, 0, 32 * K, 4 * K), R_MISS);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	/* Two writes in flight: still blocked after the first ends. */
+	hl_cache_core_invalidate(c, 0, 0, 64 * K);
+	struct hl_cache_io w2[2];
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 0, 4 * K, w, 2), 1);
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 8 * K, 4 * K, w2, 2), 1);
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 32 * K, 4 * K, r, 4), 1);
+	CU_ASSERT_EQUAL(r[0].fill_nsect, 0);
+	hl_cache_core_io_end(c, 0, &r[0], true);
+	hl_cache_core_write_end(c, 0, &w2[0], true);
+	CU_ASSERT_EQUAL(rd(c, 0, 32 * K, 4 * K), R_MISS);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_destroy(c);
+}
+
 static void test_overlapping_writes(void)
 {
 	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
@@ -543,6 +612,8 @@ static const struct hl_test tests[] = {
 	{ "invalidate write mode", test_invalidate_mode },
 	{ "a fill that raced a write is dropped", test_fill_races_write },
 	{ "overlapping writes install nothing", test_overlapping_writes },
+	{ "io_start: no stale or overlapping slot data writes", test_io_start },
+	{ "a write in flight to an uncached block blocks its fills", test_write_to_uncached_block },
 	{ "range invalidation and in-flight fills", test_range_invalidate },
 	{ "LUNs, quotas, LUN removal", test_luns_and_quota },
 	{ "scan resistance: hot set keeps >= 90% hits", test_scan_resistance },
