@@ -750,7 +750,8 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 	json_t *sessions = node_new("sessions", "/sessions", NULL);
 	int n = hl_iscsi_sessions_list(d->server, session_cb, sessions);
 	json_decref(sessions);
-	*result = json_pack("{s:o, s:i}", "disks", disks, "sessions", n);
+	*result = json_pack("{s:o, s:i, s:o}", "disks", disks, "sessions", n, "caches",
+			    daemon_cache_stats_json());
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/caches.h"
 #include "hotlun/conf.h"
 #include "hotlun/origin.h"
 #include "hotlun/scsi.h"

@@ -190,6 +190,7 @@ static void stop(struct daemon *d)
 		hl_reactor_destroy(d->reactors[i]);
 	free(d->reactors);
 	daemon_release(d);
+	daemon_caches_close();
 	hl_conf_free(d->conf);
 	free(d->config_path);
 }

@@ -100,10 +100,6 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	struct disk_rt *rt;
 	int rc;
 
-	if (cd->cache)
-		return fail(err, errlen, -EOPNOTSUPP,
-			    "disk %s: cache '%s': caches cannot be attached in this build yet",
-			    cd->name, cd->cache);
 	rt = calloc(1, sizeof(*rt));
 	if (!rt)
 		return -ENOMEM;
@@ -123,6 +119,14 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		hl_origin_close(origin);
 		disk_free(rt);
 		return fail(err, errlen, rc, "disk %s: throttle: %s", cd->name, strerror(-rc));
+	}
+	if (cd->cache) {
+		rc = daemon_attach_cache(cd, &origin, err, errlen);
+		if (rc) {
+			hl_origin_close(origin);
+			disk_free(rt);
+			return rc;
+		}
 	}
 	memset(&lc, 0, sizeof(lc));
 	lc.name = cd->name;
@@ -308,6 +312,9 @@ static int prepare(struct daemon *d, const struct hl_conf *next, bool force, str
 		}
 	}
 
+	rc = daemon_caches_open(next, err, errlen);
+	if (rc)
+		return rc;
 	p->disks = calloc(next->n_disks + 1, sizeof(*p->disks));
 	p->portals_added = calloc(next->n_portals + 1, sizeof(char *));
 	if (!p->disks || !p->portals_added)

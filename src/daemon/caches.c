@@ -1,0 +1,278 @@
+/*
+ * caches.c - the daemon's read caches: one hl_cache_engine per [cache NAME]
+ * section, opened before the disks that use it, stacked on a disk's origin
+ * (above the throttle), closed after every logical unit is gone; and their
+ * counters as JSON for the control socket's "stats" command.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/caches.h"
+#include "hotlun/cache_engine.h"
+#include "hotlun/log.h"
+
+struct cache_rt {
+	struct cache_rt *next;
+	struct hl_conf_cache conf; /* strings owned */
+	struct hl_cache_engine *c;
+	char **disks; /* names attached (for stats) */
+	size_t n_disks;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* guards g_caches */
+static struct cache_rt *g_caches;
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+static struct cache_rt *find(const char *name)
+{
+	for (struct cache_rt *r = g_caches; r; r = r->next)
+		if (!strcmp(r->conf.name, name))
+			return r;
+	return NULL;
+}
+
+static void rt_free(struct cache_rt *r)
+{
+	free(r->conf.name);
+	free(r->conf.device);
+	free(r->conf.admission);
+	free(r->conf.write_policy);
+	for (size_t i = 0; i < r->n_disks; i++)
+		free(r->disks[i]);
+	free(r->disks);
+	free(r);
+}
+
+static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, char *err,
+                    size_t errlen)
+{
+	struct hl_cache_engine_config cfg;
+	struct cache_rt *r;
+	char *map = NULL;
+	int rc;
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->conf.name = strdup(k->name);
+	r->conf.device = strdup(k->device);
+	r->conf.admission = k->admission ? strdup(k->admission) : NULL;
+	r->conf.write_policy = k->write_policy ? strdup(k->write_policy) : NULL;
+	r->conf.size = k->size;
+	r->conf.block_size = k->block_size;
+	if (!r->conf.name || !r->conf.device || (k->admission && !r->conf.admission) ||
+	    (k->write_policy && !r->conf.write_policy) ||
+	    (conf->state_dir && asprintf(&map, "%s/cache-%s.map", conf->state_dir, k->name) < 0)) {
+		rt_free(r);
+		return -ENOMEM;
+	}
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.name = k->name;
+	cfg.device = k->device;
+	cfg.size = k->size;
+	cfg.block_size = k->block_size;
+	cfg.admission = k->admission;
+	cfg.write_policy = k->write_policy;
+	cfg.map_path = map; /* NULL: beside the device */
+	rc = hl_cache_engine_open(&cfg, &r->c);
+	free(map);
+	if (rc) {
+		rt_free(r);
+		return fail(err, errlen, rc, "cache %s: cannot open %s: %s", k->name, k->device,
+		            strerror(-rc));
+	}
+	r->next = g_caches;
+	g_caches = r;
+	return 0;
+}
+
+int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < conf->n_caches && !rc; i++) {
+		const struct hl_conf_cache *k = &conf->caches[i];
+		struct cache_rt *r = find(k->name);
+		if (r) {
+			if (!str_eq(r->conf.device, k->device) || r->conf.size != k->size ||
+			    r->conf.block_size != k->block_size ||
+			    !str_eq(r->conf.admission, k->admission) ||
+			    !str_eq(r->conf.write_policy, k->write_policy))
+				HL_WARN("daemon",
+				        "cache %s: changed settings take effect at the next "
+				        "restart",
+				        k->name);
+			continue;
+		}
+		rc = open_one(conf, k, err, errlen);
+	}
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **origin, char *err,
+                        size_t errlen)
+{
+	struct hl_origin *wrapped;
+	struct cache_rt *r;
+	char **names;
+	int rc;
+
+	pthread_mutex_lock(&g_lock);
+	r = find(disk->cache);
+	if (!r) {
+		pthread_mutex_unlock(&g_lock);
+		return fail(err, errlen, -ENOENT, "disk %s: cache '%s' is not open", disk->name,
+		            disk->cache);
+	}
+	rc = hl_cache_engine_attach(r->c, disk->name, disk->cache_quota, *origin, &wrapped);
+	if (rc) {
+		pthread_mutex_unlock(&g_lock);
+		return fail(err, errlen, rc, "disk %s: cache %s: %s", disk->name, disk->cache,
+		            rc == -EEXIST   ? "the disk is still attached (restart to change it)"
+		            : rc == -ENOSPC ? "cache_quota does not fit in the cache"
+		                            : strerror(-rc));
+	}
+	*origin = wrapped;
+	for (size_t i = 0; i < r->n_disks; i++)
+		if (!strcmp(r->disks[i], disk->name))
+			goto out;
+	names = realloc(r->disks, (r->n_disks + 1) * sizeof(*names));
+	if (names) {
+		r->disks = names;
+		r->disks[r->n_disks] = strdup(disk->name);
+		if (r->disks[r->n_disks])
+			r->n_disks++;
+	}
+out:
+	pthread_mutex_unlock(&g_lock);
+	return 0;
+}
+
+void daemon_caches_close(void)
+{
+	pthread_mutex_lock(&g_lock);
+	while (g_caches) {
+		struct cache_rt *r = g_caches;
+		g_caches = r->next;
+		hl_cache_engine_close(r->c);
+		rt_free(r);
+	}
+	pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- stats ---- */
+
+static json_t *u64_array(const uint64_t *v, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_integer((json_int_t)v[i]));
+	return a;
+}
+
+static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
+{
+	const struct hl_cache_stats *k = &s->core;
+	json_t *o = json_object();
+	json_t *bounds = json_array();
+
+#define PUT(name, v) json_object_set_new(o, name, json_integer((json_int_t)(v)))
+	PUT("read_reqs", k->read_reqs);
+	PUT("read_hits", k->read_hits);
+	PUT("read_partial", k->read_partial);
+	PUT("read_misses", k->read_misses);
+	PUT("read_bypass", k->read_bypass);
+	PUT("admissions", k->admissions);
+	PUT("rejections", k->rejections);
+	PUT("evictions", k->evictions);
+	PUT("fills_dropped", k->fills_dropped);
+	PUT("write_reqs", k->write_reqs);
+	PUT("write_updates", k->write_updates);
+	PUT("invalidations", k->invalidations);
+	PUT("bytes_read", k->bytes_read);
+	PUT("bytes_read_cache", k->bytes_read_cache);
+	PUT("bytes_read_origin", k->bytes_read_origin);
+	PUT("bytes_read_ram", k->bytes_read_ram);
+	PUT("bytes_written", k->bytes_written);
+	PUT("bytes_cache_write", k->bytes_cache_write);
+	PUT("window_fills", k->window_fills);
+	PUT("dev_errors", s->dev_errors);
+	PUT("origin_errors", s->origin_errors);
+	PUT("hit_retries", s->hit_retries);
+	PUT("passthrough_ios", s->passthrough_ios);
+	PUT("block_size", s->block_size);
+	PUT("recommended_block_size", s->recommended_block_size);
+	if (whole) {
+		PUT("meta_syncs", s->meta_syncs);
+		PUT("meta_waits", s->meta_waits);
+		PUT("nslots", s->nslots);
+		PUT("used_slots", s->used_slots);
+		PUT("window_slots", s->window_slots);
+	}
+#undef PUT
+	json_object_set_new(
+	    o, "hit_ratio",
+	    json_real(k->bytes_read ? (double)k->bytes_read_cache / (double)k->bytes_read : 0.0));
+	json_object_set_new(o, "passthrough", json_boolean(s->passthrough));
+	json_object_set_new(o, "read_hit_latency_log2_us",
+	                    u64_array(s->read_hit_lat, HL_CACHE_LAT_BUCKETS));
+	json_object_set_new(o, "read_miss_latency_log2_us",
+	                    u64_array(s->read_miss_lat, HL_CACHE_LAT_BUCKETS));
+	for (size_t i = 0; i < HL_CACHE_SIZE_BUCKETS; i++)
+		json_array_append_new(bounds, json_integer(i + 1 < HL_CACHE_SIZE_BUCKETS
+		                                               ? (json_int_t)hl_cache_size_bounds[i]
+		                                               : -1));
+	json_object_set_new(o, "io_length_bounds", bounds);
+	json_object_set_new(o, "read_io_length", u64_array(s->read_size, HL_CACHE_SIZE_BUCKETS));
+	json_object_set_new(o, "write_io_length", u64_array(s->write_size, HL_CACHE_SIZE_BUCKETS));
+	return o;
+}
+
+json_t *daemon_cache_stats_json(void)
+{
+	json_t *all = json_object();
+	struct hl_cache_engine_stats s;
+
+	pthread_mutex_lock(&g_lock);
+	for (struct cache_rt *r = g_caches; r; r = r->next) {
+		json_t *o, *disks = json_object();
+		if (hl_cache_engine_stats_get(r->c, NULL, &s))
+			continue;
+		o = stats_json(&s, true);
+		json_object_set_new(o, "device", json_string(r->conf.device));
+		for (size_t i = 0; i < r->n_disks; i++)
+			if (!hl_cache_engine_stats_get(r->c, r->disks[i], &s))
+				json_object_set_new(disks, r->disks[i], stats_json(&s, false));
+		json_object_set_new(o, "disks", disks);
+		json_object_set_new(all, r->conf.name, o);
+	}
+	pthread_mutex_unlock(&g_lock);
+	return all;
+}

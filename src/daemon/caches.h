@@ -1,0 +1,42 @@
+/*
+ * caches.h - the daemon's read caches (src/daemon/caches.c): one cache
+ * engine per [cache NAME] section, attached to the disks that name it, and
+ * their counters for the control socket. Main thread or the thread that
+ * applies configuration; stats from any thread.
+ */
+#ifndef HL_DAEMON_CACHES_H
+#define HL_DAEMON_CACHES_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "hotlun/conf.h"
+#include "hotlun/origin.h"
+
+/**
+ * Open every [cache] section of conf that is not open yet (warm restart or
+ * format; blocking). A section already open keeps running as it is (a
+ * changed device, size or policy needs a restart: logged). Map files live
+ * in conf->state_dir. @return 0 or -errno with a message in err.
+ */
+int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen);
+
+/**
+ * Put disk->cache in front of *origin (after the throttle): on success
+ * *origin is the cached origin, which owns the one it wraps; on error
+ * *origin is unchanged and still the caller's. Blocking. @return 0 or
+ * -errno with a message in err.
+ */
+int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **origin, char *err,
+                        size_t errlen);
+
+/** Close every cache (clean shutdown: the next start is warm). After every disk is closed. */
+void daemon_caches_close(void);
+
+/**
+ * Counters of every cache and of each disk attached to it, as a new JSON
+ * object {"NAME": {..., "disks": {"DISK": {...}}}} (caller owns it).
+ */
+json_t *daemon_cache_stats_json(void);
+
+#endif
