@@ -48,12 +48,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HL_CACHE_SECTOR        4096u          /* valid-bit granularity */
-#define HL_CACHE_MIN_BLOCK     4096u
-#define HL_CACHE_MAX_BLOCK     (1024u * 1024) /* 256 sectors per block */
-#define HL_CACHE_MAX_LUNS      65536u         /* lun ids are 16 bits */
-#define HL_CACHE_MAX_BLOCK_NR  ((1ull << 48) - 1)
-#define HL_CACHE_NO_SLOT       UINT32_MAX
+#define HL_CACHE_SECTOR       4096u /* valid-bit granularity */
+#define HL_CACHE_MIN_BLOCK    4096u
+#define HL_CACHE_MAX_BLOCK    (1024u * 1024) /* 256 sectors per block */
+#define HL_CACHE_MAX_LUNS     65536u         /* lun ids are 16 bits */
+#define HL_CACHE_MAX_BLOCK_NR ((1ull << 48) - 1)
+#define HL_CACHE_NO_SLOT      UINT32_MAX
 
 /* ------------------------------------------------------------------ */
 /* Admission policies                                                 */
@@ -107,7 +107,7 @@ int hl_admit_parse(const char *s, enum hl_admit_kind *kind, uint32_t *param);
 
 /** Opaque admission state; the core owns one. Exposed for unit tests only. */
 int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param,
-		    struct hl_admit **out);
+                    struct hl_admit **out);
 void hl_admit_destroy(struct hl_admit *a);
 void hl_admit_access(struct hl_admit *a, uint64_t key, bool miss);
 bool hl_admit_should(struct hl_admit *a, uint64_t key, bool have_free, uint64_t victim_key);
@@ -132,8 +132,8 @@ struct hl_cache_params {
 	uint32_t admit_param;     /* N for nhit */
 	uint64_t seq_bypass;      /* sequential streams longer than this bypass; 0: off */
 	enum hl_cache_write_mode write_mode;
-	bool fill_whole_block;    /* on admission fill the whole block, not only the request */
-	bool admit_free;          /* admit freely while free slots remain (default true) */
+	bool fill_whole_block; /* on admission fill the whole block, not only the request */
+	bool admit_free;       /* admit freely while free slots remain (default true) */
 	/*
 	 * RAM probation window in front of the SSD: misses the admission policy
 	 * refuses are kept in RAM (no SSD write), so a block re-read soon after
@@ -160,26 +160,26 @@ struct hl_cache_stats {
 	uint64_t evictions;     /* valid slots reused for another block */
 	uint64_t fills_dropped; /* fills/updates not installed because a write raced them */
 	uint64_t write_reqs;
-	uint64_t write_updates;     /* cache blocks updated by a write-through */
-	uint64_t invalidations;     /* cache blocks (partly) dropped by writes or ranges */
-	uint64_t bytes_read;        /* bytes of read requests */
-	uint64_t bytes_read_cache;  /* ... served from the cache device */
-	uint64_t bytes_read_origin; /* ... read from the origin */
-	uint64_t bytes_written;     /* bytes of write requests */
-	uint64_t bytes_cache_write; /* bytes written to the cache device (fills + updates) */
+	uint64_t write_updates;      /* cache blocks updated by a write-through */
+	uint64_t invalidations;      /* cache blocks (partly) dropped by writes or ranges */
+	uint64_t bytes_read;         /* bytes of read requests */
+	uint64_t bytes_read_cache;   /* ... served from the cache device */
+	uint64_t bytes_read_origin;  /* ... read from the origin */
+	uint64_t bytes_written;      /* bytes of write requests */
+	uint64_t bytes_cache_write;  /* bytes written to the cache device (fills + updates) */
 	uint64_t bytes_cache_update; /* part of bytes_cache_write from write-through updates */
-	uint64_t bytes_read_ram;    /* part of bytes_read_cache served by the RAM window */
-	uint64_t window_fills;      /* misses kept in the RAM window instead of the SSD */
+	uint64_t bytes_read_ram;     /* part of bytes_read_cache served by the RAM window */
+	uint64_t window_fills;       /* misses kept in the RAM window instead of the SSD */
 };
 
 /** What the caller does for one cache block of a request. */
 enum hl_cache_io_kind {
-	HL_CACHE_IO_HIT = 0,  /* read [first, first+nsect) from slot; origin not needed */
-	HL_CACHE_IO_PARTIAL,  /* some sectors valid: read the origin; may fill the rest */
-	HL_CACHE_IO_MISS,     /* read the origin; may fill */
-	HL_CACHE_IO_UPDATE,   /* write request touching a cached block */
-	HL_CACHE_IO_PROMOTE,  /* copy sectors [fill_first, +fill_nsect) of RAM window slot
-				 src_slot into SSD slot `slot` (not part of the request) */
+	HL_CACHE_IO_HIT = 0, /* read [first, first+nsect) from slot; origin not needed */
+	HL_CACHE_IO_PARTIAL, /* some sectors valid: read the origin; may fill the rest */
+	HL_CACHE_IO_MISS,    /* read the origin; may fill */
+	HL_CACHE_IO_UPDATE,  /* write request touching a cached block */
+	HL_CACHE_IO_PROMOTE, /* copy sectors [fill_first, +fill_nsect) of RAM window slot
+	                        src_slot into SSD slot `slot` (not part of the request) */
 };
 
 /**
@@ -188,25 +188,25 @@ enum hl_cache_io_kind {
  * pointers into the core.
  */
 struct hl_cache_io {
-	uint64_t block;      /* cache block number on the LUN */
-	uint32_t slot;       /* HL_CACHE_NO_SLOT when the block is not cached */
-	uint32_t ticket;     /* slot generation when the io started */
-	uint32_t src_slot;   /* PROMOTE: the window slot holding the data */
-	uint16_t first;      /* first 4K sector of the block in the request */
-	uint16_t nsect;      /* sectors of the block in the request */
-	uint16_t fill_first; /* sectors to write into the slot (fill/update) */
-	uint16_t fill_nsect; /* 0: nothing to write into the slot */
-	uint8_t kind;        /* enum hl_cache_io_kind */
-	uint8_t pinned;      /* the io holds a pin on slot (released by io_end) */
+	uint64_t block;       /* cache block number on the LUN */
+	uint32_t slot;        /* HL_CACHE_NO_SLOT when the block is not cached */
+	uint32_t ticket;      /* slot generation when the io started */
+	uint32_t src_slot;    /* PROMOTE: the window slot holding the data */
+	uint16_t first;       /* first 4K sector of the block in the request */
+	uint16_t nsect;       /* sectors of the block in the request */
+	uint16_t fill_first;  /* sectors to write into the slot (fill/update) */
+	uint16_t fill_nsect;  /* 0: nothing to write into the slot */
+	uint8_t kind;         /* enum hl_cache_io_kind */
+	uint8_t pinned;       /* the io holds a pin on slot (released by io_end) */
 	uint8_t meta_barrier; /* the slot's on-device record must be made invalid first */
-	uint8_t admitted;    /* the slot was newly given to this block */
-	uint8_t ram;         /* slot is a RAM window slot (hl_cache_core_info().window_slots) */
-	uint8_t rmw_head;    /* UPDATE: sector fill_first is only partly written: read its
-				old content from the slot at write_begin time and merge */
-	uint8_t rmw_tail;    /* UPDATE: same for sector fill_first + fill_nsect - 1 */
-	uint8_t started;     /* core-private: io_start granted the slot's data to this io */
-	uint8_t wip;         /* core-private: a write to an uncached block is tracked */
-	uint8_t wip_failed;  /* core-private */
+	uint8_t admitted;     /* the slot was newly given to this block */
+	uint8_t ram;          /* slot is a RAM window slot (hl_cache_core_info().window_slots) */
+	uint8_t rmw_head;     /* UPDATE: sector fill_first is only partly written: read its
+	                         old content from the slot at write_begin time and merge */
+	uint8_t rmw_tail;     /* UPDATE: same for sector fill_first + fill_nsect - 1 */
+	uint8_t started;      /* core-private: io_start granted the slot's data to this io */
+	uint8_t wip;          /* core-private: a write to an uncached block is tracked */
+	uint8_t wip_failed;   /* core-private */
 };
 
 struct hl_cache_core;
@@ -246,7 +246,7 @@ uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint
  * nblocks), -EINVAL (len 0 or range past 2^48 blocks).
  */
 int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
-		       struct hl_cache_io *ios, uint32_t max);
+                       struct hl_cache_io *ios, uint32_t max);
 
 /**
  * Before writing [off, off+len) to the origin: cached sectors it touches
@@ -259,7 +259,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
  * @return number of ios, -ENOENT, -E2BIG, -EINVAL.
  */
 int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
-			      struct hl_cache_io *ios, uint32_t max);
+                              struct hl_cache_io *ios, uint32_t max);
 
 /**
  * The origin write of io finished (origin_ok: it succeeded). On return
@@ -268,7 +268,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
  * the io is finished already (do not call io_end).
  */
 void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
-			     bool origin_ok);
+                             bool origin_ok);
 
 /**
  * Just before writing fill, update or promotion data into io->slot (on the
@@ -290,7 +290,7 @@ bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cac
  * started; unpins.
  */
 void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
-			  bool written);
+                          bool written);
 
 /**
  * Drop [off, off+len) of lun from the cache (UNMAP, WRITE SAME, PREEMPT AND
@@ -304,14 +304,14 @@ int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_
 
 /** Geometry and RAM use. */
 struct hl_cache_core_info {
-	uint64_t nslots;         /* SSD slots: 0 .. nslots-1 */
-	uint64_t window_slots;   /* RAM window slots: nslots .. nslots+window_slots-1 */
-	uint64_t used_slots;     /* slots holding a block (SSD and window) */
+	uint64_t nslots;       /* SSD slots: 0 .. nslots-1 */
+	uint64_t window_slots; /* RAM window slots: nslots .. nslots+window_slots-1 */
+	uint64_t used_slots;   /* slots holding a block (SSD and window) */
 	uint32_t block_size;
-	size_t ram_bytes;        /* index + slots + valid bits + bitmaps, excluding admission
-				    and the window's data buffers */
-	size_t admit_ram_bytes;  /* the admission policy's sketch */
-	double ram_per_block;    /* ram_bytes / nslots */
+	size_t ram_bytes;       /* index + slots + valid bits + bitmaps, excluding admission
+	                           and the window's data buffers */
+	size_t admit_ram_bytes; /* the admission policy's sketch */
+	double ram_per_block;   /* ram_bytes / nslots */
 };
 void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info *out);
 
@@ -321,7 +321,7 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
  * non-NULL. @return slot or HL_CACHE_NO_SLOT.
  */
 uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_t block,
-			    uint8_t *valid);
+                            uint8_t *valid);
 
 /* ---- metadata view of slots, for persistence (cache_meta.c) ---- */
 
@@ -335,14 +335,14 @@ struct hl_cache_slot_rec {
 
 /** Current state of slot: @return true and *rec when it holds valid sectors. */
 bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
-			    struct hl_cache_slot_rec *rec);
+                            struct hl_cache_slot_rec *rec);
 
 /**
  * Install a recovered slot (warm restart) before any I/O. The LUN must be
  * registered. @return 0, -EEXIST (block already cached), -EINVAL.
  */
 int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
-			       const struct hl_cache_slot_rec *rec);
+                               const struct hl_cache_slot_rec *rec);
 
 /**
  * Slots whose persisted record may be out of date: iterate with *cursor
@@ -366,7 +366,7 @@ uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c);
  * Stale claims of the slot registered before epoch are forgotten.
  */
 void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
-				  uint64_t epoch);
+                                  uint64_t epoch);
 
 /**
  * True when an on-device record may still claim data of [off, off+len) on
@@ -376,7 +376,7 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
  * crash cannot bring the old data back.
  */
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
-				    uint64_t len);
+                                    uint64_t len);
 
 /* ------------------------------------------------------------------ */
 /* Cache device and on-device metadata                                */
@@ -399,8 +399,8 @@ struct hl_cache_dev_ops {
 
 struct hl_cache_dev {
 	const struct hl_cache_dev_ops *ops;
-	uint64_t size;     /* bytes */
-	int fd;            /* -1 for memory devices */
+	uint64_t size; /* bytes */
+	int fd;        /* -1 for memory devices */
 	void *priv;
 };
 
@@ -427,15 +427,15 @@ void hl_cache_dev_close(struct hl_cache_dev *d);
 /** Geometry of a formatted cache device (see docs/cache-format.md). */
 struct hl_cache_layout {
 	uint32_t block_size;
-	uint32_t rec_size;     /* bytes per slot record */
+	uint32_t rec_size; /* bytes per slot record */
 	uint64_t nslots;
-	uint64_t meta_off;     /* first record page */
-	uint64_t meta_len;     /* bytes of record pages */
-	uint64_t data_off;     /* slot i's data is at data_off + i * block_size */
+	uint64_t meta_off; /* first record page */
+	uint64_t meta_len; /* bytes of record pages */
+	uint64_t data_off; /* slot i's data is at data_off + i * block_size */
 	/* filled by format/load: the device's identity */
 	uint8_t uuid[16];
-	uint32_t seed;         /* record CRC seed derived from uuid */
-	uint64_t sb_seq;       /* sequence number of the last superblock written */
+	uint32_t seed;   /* record CRC seed derived from uuid */
+	uint64_t sb_seq; /* sequence number of the last superblock written */
 };
 
 /** Compute the layout for a device of dev_size bytes and block_size. @return 0/-EINVAL/-ENOSPC. */
@@ -462,7 +462,7 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
  * record page (one page write). Blocking. @return 0 or -errno.
  */
 int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-			     struct hl_cache_core *c, uint32_t slot);
+                             struct hl_cache_core *c, uint32_t slot);
 
 /**
  * Invalidate slot's on-device record (the meta barrier before its data is
@@ -470,14 +470,13 @@ int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layou
  * Blocking. @return 0 or -errno.
  */
 int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-			  struct hl_cache_core *c, uint32_t slot);
+                          struct hl_cache_core *c, uint32_t slot);
 
 /** Write every dirty record page, flush. Blocking. @return 0 or -errno. */
 int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-		       struct hl_cache_core *c);
+                       struct hl_cache_core *c);
 
 /** Clean shutdown: sync, then mark the superblock closed. Blocking. @return 0 or -errno. */
-int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l,
-			struct hl_cache_core *c);
+int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struct hl_cache_core *c);
 
 #endif

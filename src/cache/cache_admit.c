@@ -26,12 +26,12 @@ struct hl_admit {
 	const struct hl_admit_ops *ops;
 	uint32_t param;
 	/* sketch */
-	uint64_t *words;      /* SKETCH_ROWS rows of width/16 words */
-	uint64_t width;       /* counters per row, power of two */
-	uint64_t *door;       /* doorkeeper bloom filter, door_bits bits */
-	uint64_t door_bits;   /* power of two; 0: no doorkeeper */
-	uint64_t additions;   /* since the last aging */
-	uint64_t sample;      /* age after this many additions */
+	uint64_t *words;    /* SKETCH_ROWS rows of width/16 words */
+	uint64_t width;     /* counters per row, power of two */
+	uint64_t *door;     /* doorkeeper bloom filter, door_bits bits */
+	uint64_t door_bits; /* power of two; 0: no doorkeeper */
+	uint64_t additions; /* since the last aging */
+	uint64_t sample;    /* age after this many additions */
 	uint64_t agings;
 };
 
@@ -71,7 +71,7 @@ static void sketch_fini(struct hl_admit *a)
 
 /* Counter position of key in row r: word index and shift within the word. */
 static inline void sketch_pos(const struct hl_admit *a, uint64_t h, int r, uint64_t *w,
-			      unsigned *shift)
+                              unsigned *shift)
 {
 	uint64_t hr = cache_hash(h + (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull);
 	uint64_t idx = hr & (a->width - 1);
@@ -214,30 +214,33 @@ static bool nhit_should(struct hl_admit *a, uint64_t key, bool have_free, uint64
 }
 
 static const struct hl_admit_ops admit_ops[HL_ADMIT__COUNT] = {
-	[HL_ADMIT_FREQ] = {
-		.name = "freq",
-		.init = freq_init,
-		.fini = sketch_fini,
-		.on_access = freq_access,
-		.should_admit = freq_should,
-		.admit_returning = freq_returning,
-		.estimate = freq_estimate,
-		.mem_bytes = sketch_mem,
-	},
-	[HL_ADMIT_ALWAYS] = {
-		.name = "always",
-		.init = always_init,
-		.fini = always_fini,
-	},
-	[HL_ADMIT_NHIT] = {
-		.name = "nhit",
-		.init = nhit_init,
-		.fini = sketch_fini,
-		.on_access = nhit_access,
-		.should_admit = nhit_should,
-		.estimate = sketch_estimate,
-		.mem_bytes = sketch_mem,
-	},
+    [HL_ADMIT_FREQ] =
+        {
+            .name = "freq",
+            .init = freq_init,
+            .fini = sketch_fini,
+            .on_access = freq_access,
+            .should_admit = freq_should,
+            .admit_returning = freq_returning,
+            .estimate = freq_estimate,
+            .mem_bytes = sketch_mem,
+        },
+    [HL_ADMIT_ALWAYS] =
+        {
+            .name = "always",
+            .init = always_init,
+            .fini = always_fini,
+        },
+    [HL_ADMIT_NHIT] =
+        {
+            .name = "nhit",
+            .init = nhit_init,
+            .fini = sketch_fini,
+            .on_access = nhit_access,
+            .should_admit = nhit_should,
+            .estimate = sketch_estimate,
+            .mem_bytes = sketch_mem,
+        },
 };
 
 const struct hl_admit_ops *hl_admit_ops_get(enum hl_admit_kind kind)
@@ -271,8 +274,7 @@ int hl_admit_parse(const char *s, enum hl_admit_kind *kind, uint32_t *param)
 	return -EINVAL;
 }
 
-int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param,
-		    struct hl_admit **out)
+int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param, struct hl_admit **out)
 {
 	const struct hl_admit_ops *ops = hl_admit_ops_get(kind);
 	struct hl_admit *a;

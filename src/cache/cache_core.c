@@ -28,15 +28,15 @@ struct seq_stream {
 /* A contiguous range of slots with its own CLOCK hand. */
 struct cache_part {
 	uint32_t first, n;
-	uint32_t hand;       /* absolute slot number */
-	uint32_t nfree;      /* FREE slots in the range */
-	uint32_t free_hint;  /* absolute slot where the search for a FREE slot starts */
-	int owner;           /* lun id of a quota partition, -1 shared pool, -2 unowned */
+	uint32_t hand;      /* absolute slot number */
+	uint32_t nfree;     /* FREE slots in the range */
+	uint32_t free_hint; /* absolute slot where the search for a FREE slot starts */
+	int owner;          /* lun id of a quota partition, -1 shared pool, -2 unowned */
 };
 
 struct cache_lun {
 	uint16_t id;
-	uint16_t part;       /* index into c->parts */
+	uint16_t part; /* index into c->parts */
 	struct hl_cache_stats st;
 	struct seq_stream seq[SEQ_STREAMS];
 	uint64_t seq_clock;
@@ -52,20 +52,20 @@ struct cache_stale {
 
 struct hl_cache_core {
 	struct hl_cache_params p;
-	uint32_t spb;        /* 4K sectors per block */
-	uint32_t vbytes;     /* valid-bit bytes per slot */
+	uint32_t spb;    /* 4K sectors per block */
+	uint32_t vbytes; /* valid-bit bytes per slot */
 	uint32_t block_shift;
-	uint64_t nslots;     /* SSD slots */
-	uint64_t nwin;       /* RAM window slots, numbered after the SSD slots */
-	uint64_t ntotal;     /* nslots + nwin */
+	uint64_t nslots; /* SSD slots */
+	uint64_t nwin;   /* RAM window slots, numbered after the SSD slots */
+	uint64_t ntotal; /* nslots + nwin */
 	uint64_t used;
 	struct cache_slot *slots;
-	uint8_t *valid;      /* nslots * vbytes */
-	uint64_t *freemap;   /* bit set: slot FREE */
-	uint64_t *dirtymap;  /* bit set: on-device record may be out of date */
+	uint8_t *valid;     /* nslots * vbytes */
+	uint64_t *freemap;  /* bit set: slot FREE */
+	uint64_t *dirtymap; /* bit set: on-device record may be out of date */
 	struct cache_index ix;
 	struct hl_admit *admit;
-	struct cache_part win;  /* the RAM window (n == 0: off) */
+	struct cache_part win; /* the RAM window (n == 0: off) */
 	/*
 	 * Ghost of the window: keys it dropped without promotion, in two
 	 * rotating bloom filters of ghost_cap keys each (about the last 0.5-1x
@@ -137,7 +137,7 @@ static void vset(uint8_t *v, uint32_t first, uint32_t n)
 static void vclear(uint8_t *v, uint32_t first, uint32_t n)
 {
 	for (uint32_t i = first; i < first + n; i++)
-		v[i / 8] &= (uint8_t)~(1u << (i % 8));
+		v[i / 8] &= (uint8_t) ~(1u << (i % 8));
 }
 
 static inline bool vtest(const uint8_t *v, uint32_t i)
@@ -258,8 +258,12 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	for (uint64_t i = 0; i < c->ntotal; i++)
 		bit_set(c->freemap, i);
 	c->win = (struct cache_part){
-		.first = (uint32_t)nslots, .n = (uint32_t)c->nwin, .hand = (uint32_t)nslots,
-		.nfree = (uint32_t)c->nwin, .free_hint = (uint32_t)nslots, .owner = -3,
+	    .first = (uint32_t)nslots,
+	    .n = (uint32_t)c->nwin,
+	    .hand = (uint32_t)nslots,
+	    .nfree = (uint32_t)c->nwin,
+	    .free_hint = (uint32_t)nslots,
+	    .owner = -3,
 	};
 	c->ghost_cap = nslots / 2 + 8;
 	c->ghost_bits = 64;
@@ -272,8 +276,12 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		return -ENOMEM;
 	}
 	c->parts[0] = (struct cache_part){
-		.first = 0, .n = (uint32_t)nslots, .hand = 0, .nfree = (uint32_t)nslots,
-		.free_hint = 0, .owner = -1,
+	    .first = 0,
+	    .n = (uint32_t)nslots,
+	    .hand = 0,
+	    .nfree = (uint32_t)nslots,
+	    .free_hint = 0,
+	    .owner = -1,
 	};
 	c->nparts = 1;
 	*out = c;
@@ -483,7 +491,8 @@ int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_
 				}
 			}
 			for (uint32_t s = first; s < pool->first + pool->n; s++) {
-				if ((c->slots[s].state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED) {
+				if ((c->slots[s].state & CACHE_SLOT_STATE_MASK) ==
+				    CACHE_SLOT_USED) {
 					c->st.evictions++;
 					slot_release(c, s);
 				}
@@ -494,9 +503,11 @@ int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_
 				pool->hand = pool->first;
 			pi = c->nparts++;
 			pt = &c->parts[pi];
-			*pt = (struct cache_part){ .first = first, .n = (uint32_t)want,
-						   .hand = first, .nfree = (uint32_t)want,
-						   .free_hint = first };
+			*pt = (struct cache_part){.first = first,
+			                          .n = (uint32_t)want,
+			                          .hand = first,
+			                          .nfree = (uint32_t)want,
+			                          .free_hint = first};
 		}
 		pt->owner = lun;
 		l->part = (uint16_t)pi;
@@ -542,7 +553,7 @@ uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint
 
 /* The sectors of block b that [off, off+len) touches: [*first, *first + *n). */
 static void block_sectors(const struct hl_cache_core *c, uint64_t b, uint64_t off, uint64_t len,
-			  uint32_t *first, uint32_t *n)
+                          uint32_t *first, uint32_t *n)
 {
 	uint64_t bstart = b << c->block_shift, bend = bstart + c->p.block_size;
 	uint64_t s = HL_MAX(off, bstart), e = HL_MIN(off + len, bend);
@@ -594,7 +605,7 @@ static void stats_add(struct cache_lun *l, struct hl_cache_stats *g, size_t fiel
 
 /* Bytes of [off, off+len) that fall in sectors [first, first+n) of block b. */
 static uint64_t sect_bytes(const struct hl_cache_core *c, uint64_t b, uint32_t first, uint32_t n,
-			   uint64_t off, uint64_t len)
+                           uint64_t off, uint64_t len)
 {
 	uint64_t s = (b << c->block_shift) + (uint64_t)first * HL_CACHE_SECTOR;
 	uint64_t e = s + (uint64_t)n * HL_CACHE_SECTOR;
@@ -605,7 +616,7 @@ static uint64_t sect_bytes(const struct hl_cache_core *c, uint64_t b, uint32_t f
 
 /* Bytes of the request served from valid sectors of block b. */
 static uint64_t valid_bytes(const struct hl_cache_core *c, const uint8_t *v, uint64_t b,
-			    uint32_t first, uint32_t n, uint64_t off, uint64_t len)
+                            uint32_t first, uint32_t n, uint64_t off, uint64_t len)
 {
 	uint64_t bytes = 0;
 	uint32_t i = first;
@@ -690,7 +701,7 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
  * to the SSD (if *nextra < max_extra) or dropped. @return slot or NO_SLOT.
  */
 static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cache_io *extra,
-			    uint32_t *nextra, uint32_t max_extra)
+                            uint32_t *nextra, uint32_t max_extra)
 {
 	struct cache_part *pt = &c->win;
 	uint32_t s;
@@ -704,8 +715,7 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 		if (s == HL_CACHE_NO_SLOT)
 			return HL_CACHE_NO_SLOT;
 		advance_hand(pt, s);
-		bool ok = !empty && *nextra < max_extra &&
-			  window_promote(c, s, &extra[*nextra]);
+		bool ok = !empty && *nextra < max_extra && window_promote(c, s, &extra[*nextra]);
 		if (ok) {
 			(*nextra)++;
 			s = HL_CACHE_NO_SLOT; /* s is busy copying: look for another */
@@ -728,9 +738,9 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
  * (bypass) only use the window and are never promoted from it unless
  * re-read there. @return slot or NO_SLOT (nothing cached).
  */
-static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_t key,
-			   bool bypass, struct hl_cache_io *io, struct hl_cache_io *extra,
-			   uint32_t *nextra, uint32_t max_extra)
+static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_t key, bool bypass,
+                           struct hl_cache_io *io, struct hl_cache_io *extra, uint32_t *nextra,
+                           uint32_t max_extra)
 {
 	struct cache_part *pt = &c->parts[l->part];
 	uint32_t s = HL_CACHE_NO_SLOT;
@@ -787,7 +797,7 @@ ssd:
 }
 
 int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
-		       struct hl_cache_io *ios, uint32_t max)
+                       struct hl_cache_io *ios, uint32_t max)
 {
 	struct cache_lun *l = c->luns[lun];
 	uint32_t nb, nhit_blocks = 0, nextra = 0;
@@ -842,7 +852,8 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 				nhit_blocks++;
 			} else {
 				io->kind = nv ? HL_CACHE_IO_PARTIAL : HL_CACHE_IO_MISS;
-				/* Fill the gap [first invalid, last invalid] unless a write is in flight. */
+				/* Fill the gap [first invalid, last invalid] unless a write is in
+				 * flight. */
 				if (!sl->writers) {
 					uint32_t a = first, z = first + n - 1;
 					while (vtest(v, a))
@@ -908,7 +919,7 @@ bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cac
 }
 
 void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
-			  bool written)
+                          bool written)
 {
 	struct cache_lun *l = c->luns[lun];
 	struct cache_slot *sl;
@@ -927,8 +938,8 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 
 		if (io->fill_nsect) {
 			bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
-				    sl->key == cache_key(lun, io->block) &&
-				    sl->gen == io->ticket && !sl->writers;
+			            sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
+			            !sl->writers;
 			if (written && l && s < c->nslots)
 				STAT(c, l, bytes_cache_write,
 				     (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
@@ -953,8 +964,8 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 	}
 	if (io->fill_nsect) {
 		bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
-			    sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
-			    !sl->writers;
+		            sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
+		            !sl->writers;
 		if (written && l && s < c->nslots) {
 			STAT(c, l, bytes_cache_write, (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
 			if (io->kind == HL_CACHE_IO_UPDATE)
@@ -1067,7 +1078,7 @@ static void wip_del(struct hl_cache_core *c, uint64_t key)
 /* ---- write ---- */
 
 int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
-			      struct hl_cache_io *ios, uint32_t max)
+                              struct hl_cache_io *ios, uint32_t max)
 {
 	struct cache_lun *l = c->luns[lun];
 	uint32_t nb, k = 0;
@@ -1105,7 +1116,8 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 				if (vcount(slot_valid(c, s), first, n)) {
 					vclear(slot_valid(c, s), first, n);
 					mark_dirty(c, s);
-					io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+					io->meta_barrier =
+					    (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
 				}
 			}
 			if (wip_add(c, cache_key(lun, b)) == 0) {
@@ -1128,8 +1140,8 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		uint64_t bstart = b << c->block_shift;
 		uint64_t ws = HL_MAX(off, bstart), we = HL_MIN(off + len, bstart + c->p.block_size);
 		int32_t last = (int32_t)(first + n - 1), us = (int32_t)first, ue = last;
-		bool head_part = (ws % HL_CACHE_SECTOR) != 0 ||
-				 (n == 1 && (we % HL_CACHE_SECTOR) != 0);
+		bool head_part =
+		    (ws % HL_CACHE_SECTOR) != 0 || (n == 1 && (we % HL_CACHE_SECTOR) != 0);
 		bool tail_part = (we % HL_CACHE_SECTOR) != 0;
 		const uint8_t *v = slot_valid(c, s);
 		bool rmw_head = false, rmw_tail = false;
@@ -1178,7 +1190,7 @@ too_big:
 }
 
 void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
-			     bool origin_ok)
+                             bool origin_ok)
 {
 	struct cache_lun *l = c->luns[lun];
 	struct cache_slot *sl;
@@ -1216,7 +1228,7 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
 /* ---- range invalidation ---- */
 
 static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32_t s,
-			    uint32_t first, uint32_t n)
+                            uint32_t first, uint32_t n)
 {
 	struct cache_slot *sl = &c->slots[s];
 
@@ -1294,13 +1306,13 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->used_slots = c->used;
 	out->block_size = c->p.block_size;
 	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
-			 cache_index_mem_bytes(&c->ix);
+	                 cache_index_mem_bytes(&c->ix);
 	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit) + 2 * c->ghost_bits / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
 }
 
 uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_t block,
-			    uint8_t *valid)
+                            uint8_t *valid)
 {
 	uint32_t s = cache_index_find(&c->ix, cache_key(lun, block));
 
@@ -1313,7 +1325,7 @@ uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_
 }
 
 bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
-			    struct hl_cache_slot_rec *rec)
+                            struct hl_cache_slot_rec *rec)
 {
 	const struct cache_slot *sl;
 
@@ -1332,7 +1344,7 @@ bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
 }
 
 int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
-			       const struct hl_cache_slot_rec *rec)
+                               const struct hl_cache_slot_rec *rec)
 {
 	struct cache_lun *l;
 	struct cache_part *pt;
@@ -1396,7 +1408,7 @@ uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c)
 }
 
 void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
-				  uint64_t epoch)
+                                  uint64_t epoch)
 {
 	if (slot >= c->nslots)
 		return;
@@ -1427,7 +1439,8 @@ static void stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 		uint64_t cap = c->stale_cap ? c->stale_cap * 2 : 256;
 		struct cache_stale *n = realloc(c->stale, cap * sizeof(*n));
 		if (!n) {
-			/* Cannot track it: make every write sync until the records are rewritten. */
+			/* Cannot track it: make every write sync until the records are rewritten.
+			 */
 			c->stale_overflow = true;
 			return;
 		}
@@ -1435,14 +1448,14 @@ static void stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 		c->stale_cap = cap;
 	}
 	c->meta_epoch++;
-	c->stale[c->nstale++] = (struct cache_stale){ .key = key, .slot = slot,
-						      .epoch = c->meta_epoch };
+	c->stale[c->nstale++] =
+	    (struct cache_stale){.key = key, .slot = slot, .epoch = c->meta_epoch};
 	uint64_t b = stale_bit(key);
 	c->stale_bloom[b / 64] |= 1ull << (b % 64);
 }
 
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
-				    uint64_t len)
+                                    uint64_t len)
 {
 	uint64_t b0, b1;
 

@@ -48,8 +48,8 @@ static int file_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint
 	if (off > d->size || len > d->size - off)
 		return -EINVAL;
 	while (done < len) {
-		ssize_t n = pwrite(d->fd, (const char *)buf + done, len - done,
-				   (off_t)(off + done));
+		ssize_t n =
+		    pwrite(d->fd, (const char *)buf + done, len - done, (off_t)(off + done));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -73,11 +73,11 @@ static void file_close(struct hl_cache_dev *d)
 }
 
 static const struct hl_cache_dev_ops file_ops = {
-	.name = "file",
-	.pread = file_pread,
-	.pwrite = file_pwrite,
-	.flush = file_flush,
-	.close = file_close,
+    .name = "file",
+    .pread = file_pread,
+    .pwrite = file_pwrite,
+    .flush = file_flush,
+    .close = file_close,
 };
 
 int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev **out)
@@ -188,11 +188,11 @@ static void mem_close(struct hl_cache_dev *d)
 }
 
 static const struct hl_cache_dev_ops mem_ops = {
-	.name = "mem",
-	.pread = mem_pread,
-	.pwrite = mem_pwrite,
-	.flush = mem_flush,
-	.close = mem_close,
+    .name = "mem",
+    .pread = mem_pread,
+    .pwrite = mem_pwrite,
+    .flush = mem_flush,
+    .close = mem_close,
 };
 
 int hl_cache_dev_open_mem(uint64_t size, struct hl_cache_dev **out)

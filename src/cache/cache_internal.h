@@ -44,34 +44,34 @@ static inline uint64_t cache_hash(uint64_t x)
  * at least one) so the record size does not depend on the block size.
  */
 struct cache_slot {
-	uint64_t key;     /* lun << 48 | block; meaningful when state != FREE */
-	uint32_t gen;     /* bumped by every change of content: fills/updates check it */
-	uint8_t state;    /* CACHE_SLOT_* | CACHE_SLOT_F_* */
-	uint8_t clock;    /* CLOCK reference counter, 0..CACHE_CLOCK_MAX */
-	uint8_t pins;     /* reads of the slot's data and fills in flight */
-	uint8_t writers;  /* origin writes in flight that touch the block */
+	uint64_t key;    /* lun << 48 | block; meaningful when state != FREE */
+	uint32_t gen;    /* bumped by every change of content: fills/updates check it */
+	uint8_t state;   /* CACHE_SLOT_* | CACHE_SLOT_F_* */
+	uint8_t clock;   /* CLOCK reference counter, 0..CACHE_CLOCK_MAX */
+	uint8_t pins;    /* reads of the slot's data and fills in flight */
+	uint8_t writers; /* origin writes in flight that touch the block */
 };
 
 _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes");
 
-#define CACHE_SLOT_FREE        0x00
-#define CACHE_SLOT_USED        0x01 /* in the index, owns key */
-#define CACHE_SLOT_MOVING      0x02 /* window slot being copied to the SSD: not indexed */
-#define CACHE_SLOT_STATE_MASK  0x0f
+#define CACHE_SLOT_FREE         0x00
+#define CACHE_SLOT_USED         0x01 /* in the index, owns key */
+#define CACHE_SLOT_MOVING       0x02 /* window slot being copied to the SSD: not indexed */
+#define CACHE_SLOT_STATE_MASK   0x0f
 #define CACHE_SLOT_F_DISK_VALID 0x10 /* the on-device record may claim valid data */
 #define CACHE_SLOT_F_NOPROMOTE  0x20 /* window slot of a sequential stream: never promoted */
 #define CACHE_SLOT_F_WRITING    0x40 /* an io is writing data into the slot (io_start..io_end) */
-#define CACHE_CLOCK_MAX        3
+#define CACHE_CLOCK_MAX         3
 
 /* ---- index: open addressing, linear probing, backward-shift deletion ---- */
 
 #define CACHE_INDEX_EMPTY UINT32_MAX
 
 struct cache_index {
-	uint32_t *tab;   /* tag << slot_bits | slot; CACHE_INDEX_EMPTY when unused */
-	uint64_t cap;    /* entries; about 4/3 of the slot count (load <= 0.75) */
+	uint32_t *tab; /* tag << slot_bits | slot; CACHE_INDEX_EMPTY when unused */
+	uint64_t cap;  /* entries; about 4/3 of the slot count (load <= 0.75) */
 	uint64_t count;
-	uint32_t slot_bits, slot_mask; /* the spare high bits hold a hash tag */
+	uint32_t slot_bits, slot_mask;  /* the spare high bits hold a hash tag */
 	const struct cache_slot *slots; /* to read keys while probing */
 };
 
@@ -94,6 +94,6 @@ size_t cache_index_mem_bytes(const struct cache_index *ix);
  * (may be NULL), device I/O outside it. Callers serialise syncs.
  */
 int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-			   struct hl_cache_core *c, pthread_mutex_t *lock);
+                           struct hl_cache_core *c, pthread_mutex_t *lock);
 
 #endif

@@ -22,15 +22,15 @@
 #include "cache/cache_internal.h"
 #include "hotlun/util.h"
 
-#define SB_SIZE      4096u
-#define PAGE         4096u
-#define SB_MAGIC     "HLCACHE"
-#define SB_VERSION   1u
-#define SB_CLEAN     1u
-#define SB_OPEN      2u
-#define REC_MAGIC    0x4c48u
-#define REC_F_VALID  0x01u
-#define LOAD_CHUNK   (1024u * 1024)
+#define SB_SIZE     4096u
+#define PAGE        4096u
+#define SB_MAGIC    "HLCACHE"
+#define SB_VERSION  1u
+#define SB_CLEAN    1u
+#define SB_OPEN     2u
+#define REC_MAGIC   0x4c48u
+#define REC_F_VALID 0x01u
+#define LOAD_CHUNK  (1024u * 1024)
 
 /* ---- CRC-32C (Castagnoli), bitwise table built once ---- */
 
@@ -211,7 +211,7 @@ static int sb_write(struct hl_cache_dev *d, struct sb *s)
 /* ---- records ---- */
 
 static void rec_encode(const struct hl_cache_layout *l, uint32_t seed, uint32_t slot,
-		       const struct hl_cache_slot_rec *r, bool valid, uint8_t *b)
+                       const struct hl_cache_slot_rec *r, bool valid, uint8_t *b)
 {
 	uint32_t vb = vbytes_of(l->block_size);
 
@@ -228,7 +228,7 @@ static void rec_encode(const struct hl_cache_layout *l, uint32_t seed, uint32_t 
 
 /* @return true when the record is intact and claims data. */
 static bool rec_decode(const struct hl_cache_layout *l, uint32_t seed, uint32_t slot,
-		       const uint8_t *b, struct hl_cache_slot_rec *r)
+                       const uint8_t *b, struct hl_cache_slot_rec *r)
 {
 	uint32_t vb = vbytes_of(l->block_size);
 
@@ -248,7 +248,7 @@ static bool rec_decode(const struct hl_cache_layout *l, uint32_t seed, uint32_t 
  * claiming data are reported persisted only after the caller's flush.
  */
 static void page_encode(const struct hl_cache_layout *l, struct hl_cache_core *c, uint64_t page,
-			uint8_t *buf, uint8_t *claims)
+                        uint8_t *buf, uint8_t *claims)
 {
 	uint64_t per = PAGE / l->rec_size, first = page * per;
 
@@ -262,14 +262,14 @@ static void page_encode(const struct hl_cache_layout *l, struct hl_cache_core *c
 }
 
 static int page_write(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-		      struct hl_cache_core *c, uint64_t page, uint8_t *buf, uint8_t *claims)
+                      struct hl_cache_core *c, uint64_t page, uint8_t *buf, uint8_t *claims)
 {
 	page_encode(l, c, page, buf, claims);
 	return d->ops->pwrite(d, buf, PAGE, l->meta_off + page * PAGE);
 }
 
-static void page_persisted(const struct hl_cache_layout *l, struct hl_cache_core *c,
-			   uint64_t page, const uint8_t *claims, uint64_t epoch)
+static void page_persisted(const struct hl_cache_layout *l, struct hl_cache_core *c, uint64_t page,
+                           const uint8_t *claims, uint64_t epoch)
 {
 	uint64_t per = PAGE / l->rec_size, first = page * per;
 
@@ -297,7 +297,7 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 		rc = d->ops->flush(d);
 	for (uint64_t off = 0; !rc && off < l->meta_len; off += LOAD_CHUNK)
 		rc = d->ops->pwrite(d, buf, (size_t)HL_MIN((uint64_t)LOAD_CHUNK, l->meta_len - off),
-				    l->meta_off + off);
+		                    l->meta_off + off);
 	if (!rc)
 		rc = d->ops->flush(d);
 	free(buf);
@@ -347,8 +347,8 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 	if (!s)
 		goto out;
 	if (hl_cache_layout_compute(d->size, s->block_size, l) || l->nslots != s->nslots ||
-	    l->rec_size != s->rec_size || l->data_off != s->data_off || l->meta_off != s->meta_off ||
-	    s->dev_size != d->size)
+	    l->rec_size != s->rec_size || l->data_off != s->data_off ||
+	    l->meta_off != s->meta_off || s->dev_size != d->size)
 		goto out;
 	hl_cache_core_info(c, &info);
 	if (info.block_size != s->block_size || info.nslots != s->nslots)
@@ -386,7 +386,7 @@ out:
 }
 
 int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-			  struct hl_cache_core *c, uint32_t slot)
+                          struct hl_cache_core *c, uint32_t slot)
 {
 	uint8_t *buf = abuf(PAGE);
 	uint8_t claims[PAGE / 32];
@@ -410,7 +410,7 @@ int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *
 }
 
 int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-			     struct hl_cache_core *c, uint32_t slot)
+                             struct hl_cache_core *c, uint32_t slot)
 {
 	/* Data first: a record must never claim sectors whose write may not be durable. */
 	int rc = d->ops->flush(d);
@@ -424,7 +424,7 @@ int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layou
  * newer one).
  */
 int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-			   struct hl_cache_core *c, pthread_mutex_t *lock)
+                           struct hl_cache_core *c, pthread_mutex_t *lock)
 {
 	uint64_t per = PAGE / l->rec_size, npages = HL_DIV_ROUND_UP(l->nslots, per);
 	uint64_t cursor = 0, epoch, ndirty = 0, k;
@@ -497,13 +497,12 @@ out:
 }
 
 int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-		       struct hl_cache_core *c)
+                       struct hl_cache_core *c)
 {
 	return cache_meta_sync_locked(d, l, c, NULL);
 }
 
-int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l,
-			struct hl_cache_core *c)
+int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struct hl_cache_core *c)
 {
 	struct sb s;
 	int rc = hl_cache_meta_sync(d, l, c);

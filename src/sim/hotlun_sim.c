@@ -67,12 +67,12 @@ static double now_s(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: hotlun-sim [--format vscsi|msr|blocks] --size 5%%|2G[,..] --block 4K[,..]\n"
-		"                  --policy default,lru,arc,s3fifo,belady[,always,nhit:N]\n"
-		"                  [--seq-bypass BYTES] [--write-mode update|invalidate]\n"
-		"                  [--window BYTES|auto] [--json] TRACE\n"
-		"  --size   cache size in bytes or percent of the trace's read footprint\n"
-		"  default  hotlun's configured policy (freq admission, CLOCK, 1M seq bypass)\n");
+	        "usage: hotlun-sim [--format vscsi|msr|blocks] --size 5%%|2G[,..] --block 4K[,..]\n"
+	        "                  --policy default,lru,arc,s3fifo,belady[,always,nhit:N]\n"
+	        "                  [--seq-bypass BYTES] [--write-mode update|invalidate]\n"
+	        "                  [--window BYTES|auto] [--json] TRACE\n"
+	        "  --size   cache size in bytes or percent of the trace's read footprint\n"
+	        "  default  hotlun's configured policy (freq admission, CLOCK, 1M seq bypass)\n");
 }
 
 static int split_list(char *s, char **out, unsigned *n)
@@ -158,8 +158,8 @@ static int build_accesses(const struct sim_trace *t, uint32_t bs, struct access_
 }
 
 static int run_ref(const struct sim_ref_ops *ops, const struct sim_trace *t, uint32_t bs,
-		   uint64_t cap, const struct access_seq *a, enum hl_cache_write_mode wm,
-		   struct sim_result *res)
+                   uint64_t cap, const struct access_seq *a, enum hl_cache_write_mode wm,
+                   struct sim_result *res)
 {
 	struct sim_ref *r;
 	uint64_t idx = 0;
@@ -179,10 +179,12 @@ static int run_ref(const struct sim_ref_ops *ops, const struct sim_trace *t, uin
 			bool all = true;
 			for (uint64_t b = b0; b <= b1; b++) {
 				bool adm;
-				bool hit = ops->access(r, key_of(q->lun, b), idx, a->next[idx], &adm);
+				bool hit =
+				    ops->access(r, key_of(q->lun, b), idx, a->next[idx], &adm);
 				idx++;
 				if (hit) {
-					uint64_t s = HL_MAX(off, b * bs), e = HL_MIN(off + len, (b + 1) * bs);
+					uint64_t s = HL_MAX(off, b * bs),
+					         e = HL_MIN(off + len, (b + 1) * bs);
 					hit_bytes += e - s;
 				} else {
 					all = false;
@@ -211,9 +213,10 @@ static int run_ref(const struct sim_ref_ops *ops, const struct sim_trace *t, uin
 				 * The 4K sectors of the block that the write touches
 				 * (partly written ones by read-modify-write, as hotlun).
 				 */
-				uint64_t s = HL_MAX(off, b * bs) / HL_CACHE_SECTOR * HL_CACHE_SECTOR;
-				uint64_t e = HL_ALIGN_UP(HL_MIN(off + len, (b + 1) * bs),
-							 HL_CACHE_SECTOR);
+				uint64_t s =
+				    HL_MAX(off, b * bs) / HL_CACHE_SECTOR * HL_CACHE_SECTOR;
+				uint64_t e =
+				    HL_ALIGN_UP(HL_MIN(off + len, (b + 1) * bs), HL_CACHE_SECTOR);
 				res->cache_write_bytes += e - s;
 				res->cache_update_bytes += e - s;
 			}
@@ -225,7 +228,7 @@ static int run_ref(const struct sim_ref_ops *ops, const struct sim_trace *t, uin
 }
 
 static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs, uint64_t cap,
-		      const struct sim_opts *o, struct sim_result *res)
+                      const struct sim_opts *o, struct sim_result *res)
 {
 	struct hl_cache_params p;
 	struct hl_cache_core *c;
@@ -243,8 +246,7 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 	p.seq_bypass = o->seq_bypass;
 	p.write_mode = o->write_mode;
 	p.window_bytes = o->window_bytes;
-	if (strcmp(policy, "default") &&
-	    hl_admit_parse(policy, &p.admit, &p.admit_param)) {
+	if (strcmp(policy, "default") && hl_admit_parse(policy, &p.admit, &p.admit_param)) {
 		fprintf(stderr, "hotlun-sim: unknown policy '%s'\n", policy);
 		return -EINVAL;
 	}
@@ -355,8 +357,8 @@ static void print_row(const struct sim_result *r)
 
 static const struct sim_ref_ops *ref_ops(const char *name)
 {
-	static const struct sim_ref_ops *const all[] = { &sim_ref_lru, &sim_ref_arc,
-							 &sim_ref_s3fifo, &sim_ref_belady };
+	static const struct sim_ref_ops *const all[] = {&sim_ref_lru, &sim_ref_arc, &sim_ref_s3fifo,
+	                                                &sim_ref_belady};
 	for (size_t i = 0; i < HL_ARRAY_SIZE(all); i++)
 		if (!strcmp(all[i]->name, name))
 			return all[i];
@@ -366,19 +368,19 @@ static const struct sim_ref_ops *ref_ops(const char *name)
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-		{ "format", required_argument, NULL, 'f' },
-		{ "size", required_argument, NULL, 's' },
-		{ "block", required_argument, NULL, 'b' },
-		{ "policy", required_argument, NULL, 'p' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "seq-bypass", required_argument, NULL, 'q' },
-		{ "write-mode", required_argument, NULL, 'w' },
-		{ "window", required_argument, NULL, 'W' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	    {"format", required_argument, NULL, 'f'},
+	    {"size", required_argument, NULL, 's'},
+	    {"block", required_argument, NULL, 'b'},
+	    {"policy", required_argument, NULL, 'p'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"seq-bypass", required_argument, NULL, 'q'},
+	    {"write-mode", required_argument, NULL, 'w'},
+	    {"window", required_argument, NULL, 'W'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
-	struct sim_opts o = { .fmt = SIM_FMT_AUTO, .seq_bypass = 1024 * 1024,
-			      .window_bytes = HL_CACHE_WINDOW_AUTO };
+	struct sim_opts o = {
+	    .fmt = SIM_FMT_AUTO, .seq_bypass = 1024 * 1024, .window_bytes = HL_CACHE_WINDOW_AUTO};
 	char *blist[MAX_LIST];
 	unsigned nb = 0;
 	struct sim_trace t;
@@ -456,10 +458,10 @@ int main(int argc, char **argv)
 		blist[nb++] = "4K";
 	for (unsigned i = 0; i < nb; i++) {
 		uint64_t v;
-		if (hl_parse_size(blist[i], &v) || v < HL_CACHE_MIN_BLOCK || v > HL_CACHE_MAX_BLOCK ||
-		    (v & (v - 1))) {
+		if (hl_parse_size(blist[i], &v) || v < HL_CACHE_MIN_BLOCK ||
+		    v > HL_CACHE_MAX_BLOCK || (v & (v - 1))) {
 			fprintf(stderr, "hotlun-sim: bad --block '%s' (4K..1M, power of two)\n",
-				blist[i]);
+			        blist[i]);
 			return 2;
 		}
 		o.blocks[o.nblocks++] = (uint32_t)v;
@@ -517,9 +519,11 @@ int main(int argc, char **argv)
 			if (cap < 1)
 				cap = 1;
 			for (unsigned pi = 0; pi < o.npolicies && !rc; pi++) {
-				struct sim_result res = { .policy = o.policies[pi], .block = bs,
-							  .cache_blocks = cap,
-							  .footprint = a.footprint, .size_pct = pct };
+				struct sim_result res = {.policy = o.policies[pi],
+				                         .block = bs,
+				                         .cache_blocks = cap,
+				                         .footprint = a.footprint,
+				                         .size_pct = pct};
 				const struct sim_ref_ops *ops = ref_ops(o.policies[pi]);
 				if (ops)
 					rc = run_ref(ops, &t, bs, cap, &a, o.write_mode, &res);

@@ -65,7 +65,8 @@ struct sim_ref_ops {
 	 * next-use index, UINT64_MAX for never). @return true on a hit;
 	 * *admitted is set when a miss was given a place.
 	 */
-	bool (*access)(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next, bool *admitted);
+	bool (*access)(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next,
+	               bool *admitted);
 	bool (*contains)(struct sim_ref *r, uint64_t key);
 	void (*remove)(struct sim_ref *r, uint64_t key);
 };

@@ -121,13 +121,13 @@ struct sim_ref {
 	uint64_t cap;
 	struct pool p;
 	struct list l[4];
-	uint64_t target;  /* ARC: p; S3-FIFO: small queue size */
+	uint64_t target; /* ARC: p; S3-FIFO: small queue size */
 	/* Belady */
 	struct sim_map next_of; /* key -> index into heap-free next array */
 	uint64_t *heap_next;
 	uint64_t *heap_key;
 	uint64_t heap_n, heap_cap;
-	uint64_t *cur_next;      /* per pool node: its current next use */
+	uint64_t *cur_next; /* per pool node: its current next use */
 };
 
 static int lru_create(uint64_t cap, struct sim_ref **out)
@@ -156,8 +156,7 @@ static void ref_destroy(struct sim_ref *r)
 	free(r);
 }
 
-static bool lru_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next,
-		       bool *admitted)
+static bool lru_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next, bool *admitted)
 {
 	uint32_t i = pool_find(&r->p, key);
 	*admitted = false;
@@ -194,12 +193,12 @@ static void any_remove(struct sim_ref *r, uint64_t key)
 }
 
 const struct sim_ref_ops sim_ref_lru = {
-	.name = "lru",
-	.create = lru_create,
-	.destroy = ref_destroy,
-	.access = lru_access,
-	.contains = any_contains,
-	.remove = any_remove,
+    .name = "lru",
+    .create = lru_create,
+    .destroy = ref_destroy,
+    .access = lru_access,
+    .contains = any_contains,
+    .remove = any_remove,
 };
 
 /* ---------------- ARC ---------------- */
@@ -247,8 +246,7 @@ static void arc_drop_tail(struct sim_ref *r, int l)
 	pool_put(&r->p, v);
 }
 
-static bool arc_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next,
-		       bool *admitted)
+static bool arc_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next, bool *admitted)
 {
 	uint32_t i = pool_find(&r->p, key);
 	uint64_t c = r->cap;
@@ -294,12 +292,12 @@ static bool arc_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t n
 }
 
 const struct sim_ref_ops sim_ref_arc = {
-	.name = "arc",
-	.create = arc_create,
-	.destroy = ref_destroy,
-	.access = arc_access,
-	.contains = any_contains,
-	.remove = any_remove,
+    .name = "arc",
+    .create = arc_create,
+    .destroy = ref_destroy,
+    .access = arc_access,
+    .contains = any_contains,
+    .remove = any_remove,
 };
 
 /* ---------------- S3-FIFO ---------------- */
@@ -371,8 +369,7 @@ static void s3_evict(struct sim_ref *r)
 		s3_evict_main(r);
 }
 
-static bool s3_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next,
-		      bool *admitted)
+static bool s3_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next, bool *admitted)
 {
 	uint32_t i = pool_find(&r->p, key);
 
@@ -400,12 +397,12 @@ static bool s3_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t ne
 }
 
 const struct sim_ref_ops sim_ref_s3fifo = {
-	.name = "s3fifo",
-	.create = s3_create,
-	.destroy = ref_destroy,
-	.access = s3_access,
-	.contains = any_contains,
-	.remove = any_remove,
+    .name = "s3fifo",
+    .create = s3_create,
+    .destroy = ref_destroy,
+    .access = s3_access,
+    .contains = any_contains,
+    .remove = any_remove,
 };
 
 /* ---------------- Belady with bypass ---------------- */
@@ -505,8 +502,7 @@ static void heap_push(struct sim_ref *r, uint64_t next, uint64_t key)
 	}
 }
 
-static bool bel_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next,
-		       bool *admitted)
+static bool bel_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t next, bool *admitted)
 {
 	uint32_t i = pool_find(&r->p, key);
 
@@ -537,10 +533,10 @@ static bool bel_access(struct sim_ref *r, uint64_t key, uint64_t idx, uint64_t n
 }
 
 const struct sim_ref_ops sim_ref_belady = {
-	.name = "belady",
-	.create = bel_create,
-	.destroy = ref_destroy,
-	.access = bel_access,
-	.contains = any_contains,
-	.remove = any_remove,
+    .name = "belady",
+    .create = bel_create,
+    .destroy = ref_destroy,
+    .access = bel_access,
+    .contains = any_contains,
+    .remove = any_remove,
 };

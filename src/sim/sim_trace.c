@@ -27,7 +27,7 @@ const char *sim_format_name(enum sim_format f)
 }
 
 static int push(struct sim_trace *t, uint64_t off, uint32_t len, uint16_t lun, bool write,
-		bool in_blocks)
+                bool in_blocks)
 {
 	if (t->n == t->cap) {
 		size_t cap = t->cap ? t->cap * 2 : 65536;
@@ -38,8 +38,7 @@ static int push(struct sim_trace *t, uint64_t off, uint32_t len, uint16_t lun, b
 		t->cap = cap;
 	}
 	t->reqs[t->n++] = (struct sim_req){
-		.off = off, .len = len, .lun = lun, .write = write, .in_blocks = in_blocks
-	};
+	    .off = off, .len = len, .lun = lun, .write = write, .in_blocks = in_blocks};
 	if (write)
 		t->nwrites++;
 	else
@@ -66,9 +65,15 @@ static inline uint64_t le64(const uint8_t *p)
 static int op_kind(uint16_t op)
 {
 	switch (op) {
-	case 0x08: case 0x28: case 0xa8: case 0x88:
+	case 0x08:
+	case 0x28:
+	case 0xa8:
+	case 0x88:
 		return 0;
-	case 0x0a: case 0x2a: case 0xaa: case 0x8a:
+	case 0x0a:
+	case 0x2a:
+	case 0xaa:
+	case 0x8a:
 		return 1;
 	default:
 		return -1;
@@ -113,8 +118,8 @@ static int load_vscsi(FILE *f, const char *path, struct sim_trace *t)
 		}
 		int k = op_kind(op);
 		if (ver >> 8 != (rsz == 32 ? 1 : 2)) {
-			fprintf(stderr, "hotlun-sim: %s: record %" PRIu64 ": bad version 0x%x\n", path,
-				nrec, ver);
+			fprintf(stderr, "hotlun-sim: %s: record %" PRIu64 ": bad version 0x%x\n",
+			        path, nrec, ver);
 			return -EINVAL;
 		}
 		if (k < 0 || !len || lba > (UINT64_MAX >> 10)) {
@@ -131,7 +136,7 @@ static int load_vscsi(FILE *f, const char *path, struct sim_trace *t)
 	}
 	if (skipped)
 		fprintf(stderr, "hotlun-sim: %s: skipped %" PRIu64 " non read/write records\n",
-			path, skipped);
+		        path, skipped);
 	return 0;
 }
 
@@ -154,7 +159,8 @@ static int load_msr(FILE *f, const char *path, struct sim_trace *t)
 		int nf = 0;
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
-			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": line too long\n", path, lineno);
+			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": line too long\n", path,
+			        lineno);
 			return -EINVAL;
 		}
 		line[strcspn(line, "\r\n")] = 0;
@@ -164,7 +170,7 @@ static int load_msr(FILE *f, const char *path, struct sim_trace *t)
 			fld[nf++] = p;
 		if (nf < 6) {
 			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": expected 7 fields\n", path,
-				lineno);
+			        lineno);
 			return -EINVAL;
 		}
 		char *end;
@@ -172,7 +178,8 @@ static int load_msr(FILE *f, const char *path, struct sim_trace *t)
 		if (*end) {
 			if (lineno == 1)
 				continue; /* a header line */
-			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": bad disk number\n", path, lineno);
+			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": bad disk number\n", path,
+			        lineno);
 			return -EINVAL;
 		}
 		bool write;
@@ -182,7 +189,7 @@ static int load_msr(FILE *f, const char *path, struct sim_trace *t)
 			write = true;
 		else {
 			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": bad type '%s'\n", path, lineno,
-				fld[3]);
+			        fld[3]);
 			return -EINVAL;
 		}
 		uint64_t off = strtoull(fld[4], &end, 10);
@@ -236,7 +243,7 @@ static int load_blocks(FILE *f, const char *path, struct sim_trace *t)
 			end++;
 		if (errno || end == p || *end || *p == '-' || b > (1ull << 40)) {
 			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": not a block number\n", path,
-				lineno);
+			        lineno);
 			return -EINVAL;
 		}
 		rc = push(t, b, 1, 0, false, true);

@@ -124,13 +124,13 @@ static void test_nhit(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "parse and ops table", test_parse },
-	{ "sketch counts, doorkeeper, saturation", test_sketch_counts },
-	{ "sketch aging halves counters", test_sketch_aging },
-	{ "freq: candidate vs victim, free space", test_freq_vs_victim },
-	{ "always admits", test_always },
-	{ "nhit:N admits on the Nth miss", test_nhit },
-	{ NULL, NULL },
+    {"parse and ops table", test_parse},
+    {"sketch counts, doorkeeper, saturation", test_sketch_counts},
+    {"sketch aging halves counters", test_sketch_aging},
+    {"freq: candidate vs victim, free space", test_freq_vs_victim},
+    {"always admits", test_always},
+    {"nhit:N admits on the Nth miss", test_nhit},
+    {NULL, NULL},
 };
 
 int main(void)

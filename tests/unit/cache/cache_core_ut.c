@@ -267,7 +267,7 @@ static void test_io_start(void)
 	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 0, 64 * K, r1, 2), 1);
 	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 0, 4 * K, w, 2), 1);
 	hl_cache_core_write_end(c, 0, &w[0], true);
-	CU_ASSERT_TRUE(hl_cache_core_io_start(c, 0, &w[0])); /* the update may write */
+	CU_ASSERT_TRUE(hl_cache_core_io_start(c, 0, &w[0]));   /* the update may write */
 	CU_ASSERT_FALSE(hl_cache_core_io_start(c, 0, &r1[0])); /* the stale fill may not */
 	hl_cache_core_io_end(c, 0, &r1[0], false);
 	hl_cache_core_io_end(c, 0, &w[0], true);
@@ -458,7 +458,7 @@ static void scan_case(uint32_t bs, bool sequential, uint64_t window)
 	CU_ASSERT((double)hits / (double)reads >= 0.90);
 	if ((double)hits / (double)reads < 0.90)
 		fprintf(stderr, "scan bs=%u seq=%d: hot hit ratio %.3f\n", bs, sequential,
-			(double)hits / (double)reads);
+		        (double)hits / (double)reads);
 	free(order);
 	hl_cache_core_destroy(c);
 }
@@ -553,7 +553,8 @@ static void test_window_promotion(void)
 			if (ios[i].block != 300)
 				continue;
 			promoted = true;
-			CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 300 * 64 * K, 4 * K, w, 2), 1);
+			CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 300 * 64 * K, 4 * K, w, 2),
+			                1);
 			hl_cache_core_write_end(c, 0, &w[0], true);
 			if (w[0].fill_nsect)
 				hl_cache_core_io_end(c, 0, &w[0], true);
@@ -579,7 +580,7 @@ static void test_ram_per_block(void)
 	hl_cache_core_info(c, &info);
 	CU_ASSERT_EQUAL(info.nslots, 1 << 20);
 	fprintf(stderr, "\n  RAM per 64K block: %.2f bytes (sketch %.2f bytes/block extra)\n",
-		info.ram_per_block, (double)info.admit_ram_bytes / (double)info.nslots);
+	        info.ram_per_block, (double)info.admit_ram_bytes / (double)info.nslots);
 	CU_ASSERT(info.ram_per_block <= 24.0);
 	hl_cache_core_destroy(c);
 	/* With the default RAM window the window's own records are included. */
@@ -606,22 +607,22 @@ static void test_seq_bypass(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "parameter checks", test_create_params },
-	{ "hit, miss, partial hit and byte accounting", test_hit_miss_partial },
-	{ "valid bits, sub-sector writes, write-through update", test_valid_bits_and_writes },
-	{ "invalidate write mode", test_invalidate_mode },
-	{ "a fill that raced a write is dropped", test_fill_races_write },
-	{ "overlapping writes install nothing", test_overlapping_writes },
-	{ "io_start: no stale or overlapping slot data writes", test_io_start },
-	{ "a write in flight to an uncached block blocks its fills", test_write_to_uncached_block },
-	{ "range invalidation and in-flight fills", test_range_invalidate },
-	{ "LUNs, quotas, LUN removal", test_luns_and_quota },
-	{ "scan resistance: hot set keeps >= 90% hits", test_scan_resistance },
-	{ "scan with admit-all flushes the hot set", test_scan_always_fails },
-	{ "RAM window and promotion to the SSD", test_window_promotion },
-	{ "RAM per cache block <= 24 bytes at 64K", test_ram_per_block },
-	{ "sequential streams bypass", test_seq_bypass },
-	{ NULL, NULL },
+    {"parameter checks", test_create_params},
+    {"hit, miss, partial hit and byte accounting", test_hit_miss_partial},
+    {"valid bits, sub-sector writes, write-through update", test_valid_bits_and_writes},
+    {"invalidate write mode", test_invalidate_mode},
+    {"a fill that raced a write is dropped", test_fill_races_write},
+    {"overlapping writes install nothing", test_overlapping_writes},
+    {"io_start: no stale or overlapping slot data writes", test_io_start},
+    {"a write in flight to an uncached block blocks its fills", test_write_to_uncached_block},
+    {"range invalidation and in-flight fills", test_range_invalidate},
+    {"LUNs, quotas, LUN removal", test_luns_and_quota},
+    {"scan resistance: hot set keeps >= 90% hits", test_scan_resistance},
+    {"scan with admit-all flushes the hot set", test_scan_always_fails},
+    {"RAM window and promotion to the SSD", test_window_promotion},
+    {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
+    {"sequential streams bypass", test_seq_bypass},
+    {NULL, NULL},
 };
 
 int main(void)

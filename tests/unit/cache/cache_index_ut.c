@@ -86,7 +86,7 @@ static void test_duplicate_and_full(void)
 
 static void test_lun_in_key(void)
 {
-	struct cache_slot slots[4] = { { .key = cache_key(1, 42) }, { .key = cache_key(2, 42) } };
+	struct cache_slot slots[4] = {{.key = cache_key(1, 42)}, {.key = cache_key(2, 42)}};
 	struct cache_index ix;
 
 	CU_ASSERT_FATAL(cache_index_init(&ix, 4, slots) == 0);
@@ -97,7 +97,7 @@ static void test_lun_in_key(void)
 	CU_ASSERT_EQUAL(cache_index_find(&ix, cache_key(3, 42)), HL_CACHE_NO_SLOT);
 	CU_ASSERT_EQUAL(cache_key_lun(cache_key(65535, HL_CACHE_MAX_BLOCK_NR)), 65535);
 	CU_ASSERT_EQUAL(cache_key_block(cache_key(65535, HL_CACHE_MAX_BLOCK_NR)),
-			HL_CACHE_MAX_BLOCK_NR);
+	                HL_CACHE_MAX_BLOCK_NR);
 	cache_index_fini(&ix);
 }
 
@@ -115,11 +115,11 @@ static void test_bytes_per_slot(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "insert/find/remove against a model", test_insert_find_remove },
-	{ "duplicate key and full table", test_duplicate_and_full },
-	{ "lun is part of the key", test_lun_in_key },
-	{ "index bytes per slot", test_bytes_per_slot },
-	{ NULL, NULL },
+    {"insert/find/remove against a model", test_insert_find_remove},
+    {"duplicate key and full table", test_duplicate_and_full},
+    {"lun is part of the key", test_lun_in_key},
+    {"index bytes per slot", test_bytes_per_slot},
+    {NULL, NULL},
 };
 
 int main(void)

@@ -72,7 +72,7 @@ static int dev_io(struct rig *r, int rc)
 
 /* Write the origin's current content of sectors [first, first+n) of block into slot. */
 static int put_data(struct rig *r, uint16_t lun, uint32_t slot, uint64_t block, uint32_t first,
-		    uint32_t n)
+                    uint32_t n)
 {
 	uint8_t *buf = NULL;
 	int rc;
@@ -82,17 +82,18 @@ static int put_data(struct rig *r, uint16_t lun, uint32_t slot, uint64_t block, 
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t sect = block * SPB + first + i;
 		fill_sector(buf + (size_t)i * HL_CACHE_SECTOR, lun, sect,
-			    sect < LUNSECT ? origin[lun][sect] : 0);
+		            sect < LUNSECT ? origin[lun][sect] : 0);
 	}
 	rc = r->d->ops->pwrite(r->d, buf, (size_t)n * HL_CACHE_SECTOR,
-			       r->l.data_off + (uint64_t)slot * BS + (uint64_t)first * HL_CACHE_SECTOR);
+	                       r->l.data_off + (uint64_t)slot * BS +
+	                           (uint64_t)first * HL_CACHE_SECTOR);
 	free(buf);
 	return dev_io(r, rc);
 }
 
 /* Check sectors of a slot against the origin. @return sectors that differ. */
 static unsigned check_data(struct rig *r, uint16_t lun, uint32_t slot, uint64_t block,
-			   const uint8_t *valid)
+                           const uint8_t *valid)
 {
 	uint8_t *buf = NULL, *want;
 	unsigned bad = 0;
@@ -128,12 +129,13 @@ static void finish_read(struct rig *r, uint16_t lun, struct hl_cache_io *ios, in
 		}
 		if (io->fill_nsect && !r->crashed) {
 			if (io->meta_barrier)
-				ok = dev_io(r, hl_cache_meta_barrier(r->d, &r->l, r->c, io->slot)) == 0;
+				ok = dev_io(r, hl_cache_meta_barrier(r->d, &r->l, r->c,
+				                                     io->slot)) == 0;
 			else
 				ok = true;
 			if (ok)
 				ok = put_data(r, lun, io->slot, io->block, io->fill_first,
-					      io->fill_nsect) == 0;
+				              io->fill_nsect) == 0;
 		}
 		hl_cache_core_io_end(r->c, lun, io, ok);
 	}
@@ -176,7 +178,8 @@ static void do_write(struct rig *r, uint16_t lun, uint64_t off, uint64_t len)
 		sync |= ios[i].meta_barrier;
 	origin_ok = !r->crashed && (!sync || dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c)) == 0);
 	if (origin_ok) {
-		for (uint64_t s = off / HL_CACHE_SECTOR; s <= (off + len - 1) / HL_CACHE_SECTOR; s++)
+		for (uint64_t s = off / HL_CACHE_SECTOR; s <= (off + len - 1) / HL_CACHE_SECTOR;
+		     s++)
 			if (s < LUNSECT)
 				origin[lun][s]++;
 	}
@@ -185,8 +188,8 @@ static void do_write(struct rig *r, uint16_t lun, uint64_t off, uint64_t len)
 		hl_cache_core_write_end(r->c, lun, io, origin_ok);
 		if (!io->fill_nsect)
 			continue;
-		bool ok = !r->crashed &&
-			  put_data(r, lun, io->slot, io->block, io->fill_first, io->fill_nsect) == 0;
+		bool ok = !r->crashed && put_data(r, lun, io->slot, io->block, io->fill_first,
+		                                  io->fill_nsect) == 0;
 		hl_cache_core_io_end(r->c, lun, io, ok);
 	}
 }
@@ -196,7 +199,8 @@ static void do_invalidate(struct rig *r, uint16_t lun, uint64_t off, uint64_t le
 	hl_cache_core_invalidate(r->c, lun, off, len);
 	/* UNMAP completes only once the records no longer claim the range. */
 	if (!r->crashed && !dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c))) {
-		for (uint64_t s = off / HL_CACHE_SECTOR; s <= (off + len - 1) / HL_CACHE_SECTOR; s++)
+		for (uint64_t s = off / HL_CACHE_SECTOR; s <= (off + len - 1) / HL_CACHE_SECTOR;
+		     s++)
 			if (s < LUNSECT)
 				origin[lun][s] += 1000; /* the origin now reads differently */
 	}
@@ -368,7 +372,7 @@ static void test_torn_write_every_step(void)
 	CU_ASSERT(total > 300);
 
 	for (n = 0; n <= total; n++) {
-		static const size_t torn[] = { 0, 512, 1000, 2048, 4095 };
+		static const size_t torn[] = {0, 512, 1000, 2048, 4095};
 		rig_start(&r, 1u << 20);
 		hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
 		workload(&r, ops);
@@ -385,7 +389,7 @@ static void test_torn_write_every_step(void)
 		hl_cache_dev_close(r.d);
 		if (bad) {
 			fprintf(stderr, "stale data after a crash at write %llu\n",
-				(unsigned long long)n);
+			        (unsigned long long)n);
 			break;
 		}
 	}
@@ -462,13 +466,13 @@ static void test_file_device(void)
 }
 
 static const struct hl_test tests[] = {
-	{ "layout of records and data", test_layout },
-	{ "warm restart after a clean close", test_warm_restart },
-	{ "torn, foreign and missing superblocks", test_bad_superblock },
-	{ "crash (torn write) at every device write: nothing stale", test_torn_write_every_step },
-	{ "write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction },
-	{ "O_DIRECT file device", test_file_device },
-	{ NULL, NULL },
+    {"layout of records and data", test_layout},
+    {"warm restart after a clean close", test_warm_restart},
+    {"torn, foreign and missing superblocks", test_bad_superblock},
+    {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
+    {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
+    {"O_DIRECT file device", test_file_device},
+    {NULL, NULL},
 };
 
 int main(void)
