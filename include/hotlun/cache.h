@@ -206,7 +206,6 @@ struct hl_cache_io {
 	uint8_t rmw_tail;     /* UPDATE: same for sector fill_first + fill_nsect - 1 */
 	uint8_t started;      /* core-private: io_start granted the slot's data to this io */
 	uint8_t wip;          /* core-private: a write to an uncached block is tracked */
-	uint8_t wip_failed;   /* core-private */
 };
 
 struct hl_cache_core;

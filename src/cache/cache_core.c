@@ -42,7 +42,8 @@ struct cache_lun {
 	uint64_t seq_clock;
 };
 
-#define MAX_PARTS 256
+#define MAX_PARTS         256
+#define CACHE_WIP_BUCKETS 65536u
 
 struct cache_stale {
 	uint64_t key;
@@ -79,13 +80,11 @@ struct hl_cache_core {
 	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
 	/*
 	 * Origin writes in flight to blocks that were not cached when they
-	 * began (key -> count): such a block must not be admitted meanwhile,
-	 * or a fill widened to the whole block could install pre-write data.
+	 * began: such a block must not be admitted meanwhile, or a fill
+	 * widened to the whole block could install pre-write data.
 	 */
-	uint64_t *wip_keys;
-	uint32_t *wip_cnt;
-	uint64_t wip_cap, wip_n;
-	uint64_t wip_failed; /* writes that could not be tracked: no admission at all meanwhile */
+	uint32_t *wip;  /* CACHE_WIP_BUCKETS counters */
+	uint64_t wip_n; /* writes counted in it */
 	/* stale on-device claims: slots released while their record claimed data */
 	struct cache_stale *stale;
 	uint64_t nstale, stale_cap, meta_epoch;
@@ -241,7 +240,8 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->freemap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
 	c->dirtymap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
 	c->luns = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->luns));
-	if (!c->slots || !c->valid || !c->freemap || !c->dirtymap || !c->luns)
+	c->wip = calloc(CACHE_WIP_BUCKETS, sizeof(*c->wip));
+	if (!c->slots || !c->valid || !c->freemap || !c->dirtymap || !c->luns || !c->wip)
 		goto nomem;
 	if (cache_index_init(&c->ix, c->ntotal, c->slots))
 		goto nomem;
@@ -252,6 +252,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		free(c->freemap);
 		free(c->dirtymap);
 		free(c->luns);
+		free(c->wip);
 		free(c);
 		return -EINVAL;
 	}
@@ -292,6 +293,7 @@ nomem:
 	free(c->freemap);
 	free(c->dirtymap);
 	free(c->luns);
+	free(c->wip);
 	free(c);
 	return -ENOMEM;
 }
@@ -307,8 +309,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->ghost[0]);
 	free(c->ghost[1]);
 	free(c->stale);
-	free(c->wip_keys);
-	free(c->wip_cnt);
+	free(c->wip);
 	cache_index_fini(&c->ix);
 	free(c->slots);
 	free(c->valid);
@@ -320,7 +321,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 /* ---- slot life cycle ---- */
 
 static void stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot);
-static uint32_t *wip_find(const struct hl_cache_core *c, uint64_t key);
+static bool wip_find(const struct hl_cache_core *c, uint64_t key);
 
 /* Give slot s (FREE) to key. */
 static void slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key)
@@ -869,7 +870,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			continue;
 		}
 		io->kind = HL_CACHE_IO_MISS;
-		if (wip_find(c, key) || c->wip_failed)
+		if (wip_find(c, key))
 			continue; /* an origin write to it is in flight: do not fill */
 		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
 		if (s == HL_CACHE_NO_SLOT)
@@ -904,6 +905,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 
 bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io)
 {
+	struct cache_lun *l = c->luns[lun];
 	struct cache_slot *sl;
 
 	if (io->slot >= c->ntotal || !io->fill_nsect || io->started)
@@ -911,8 +913,12 @@ bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cac
 	sl = &c->slots[io->slot];
 	if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
 	    sl->key != cache_key(lun, io->block) || sl->gen != io->ticket || sl->writers ||
-	    (sl->state & CACHE_SLOT_F_WRITING))
+	    (sl->state & CACHE_SLOT_F_WRITING)) {
+		/* Raced by a write, an invalidation or another fill: dropped. */
+		if (l)
+			STAT(c, l, fills_dropped, 1);
 		return false;
+	}
 	sl->state |= CACHE_SLOT_F_WRITING;
 	io->started = 1;
 	return true;
@@ -988,90 +994,46 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 	}
 }
 
-/* ---- writes in flight to uncached blocks (open addressing, backward-shift delete) ---- */
+/*
+ * ---- writes in flight to uncached blocks ----
+ * A counting bloom filter: two 32-bit counters per key. A false positive
+ * only skips one admission while some other write is in flight.
+ */
 
-static uint32_t *wip_find(const struct hl_cache_core *c, uint64_t key)
+static inline void wip_pos(uint64_t key, uint32_t *a, uint32_t *b)
 {
+	uint64_t h = cache_hash(key ^ 0x3c6ef372fe94f82bull);
+	*a = (uint32_t)(h & (CACHE_WIP_BUCKETS - 1));
+	*b = (uint32_t)((h >> 32) & (CACHE_WIP_BUCKETS - 1));
+}
+
+static bool wip_find(const struct hl_cache_core *c, uint64_t key)
+{
+	uint32_t a, b;
+
 	if (!c->wip_n)
-		return NULL;
-	for (uint64_t i = cache_hash(key) & (c->wip_cap - 1);; i = (i + 1) & (c->wip_cap - 1)) {
-		if (!c->wip_cnt[i])
-			return NULL;
-		if (c->wip_keys[i] == key)
-			return &c->wip_cnt[i];
-	}
+		return false;
+	wip_pos(key, &a, &b);
+	return c->wip[a] && c->wip[b];
 }
 
-static int wip_grow(struct hl_cache_core *c)
+static void wip_add(struct hl_cache_core *c, uint64_t key)
 {
-	uint64_t cap = c->wip_cap ? c->wip_cap * 2 : 64, oldcap = c->wip_cap;
-	uint64_t *keys = calloc(cap, sizeof(*keys)), *ok = c->wip_keys;
-	uint32_t *cnt = calloc(cap, sizeof(*cnt)), *oc = c->wip_cnt;
+	uint32_t a, b;
 
-	if (!keys || !cnt) {
-		free(keys);
-		free(cnt);
-		return -ENOMEM;
-	}
-	for (uint64_t j = 0; j < oldcap; j++) {
-		if (!oc[j])
-			continue;
-		uint64_t i = cache_hash(ok[j]) & (cap - 1);
-		while (cnt[i])
-			i = (i + 1) & (cap - 1);
-		keys[i] = ok[j];
-		cnt[i] = oc[j];
-	}
-	free(ok);
-	free(oc);
-	c->wip_keys = keys;
-	c->wip_cnt = cnt;
-	c->wip_cap = cap;
-	return 0;
-}
-
-static int wip_add(struct hl_cache_core *c, uint64_t key)
-{
-	uint32_t *n = wip_find(c, key);
-	uint64_t i;
-
-	if (n) {
-		if (*n == UINT32_MAX)
-			return -EBUSY;
-		(*n)++;
-		return 0;
-	}
-	if ((c->wip_n + 1) * 2 > c->wip_cap && wip_grow(c))
-		return -ENOMEM;
-	for (i = cache_hash(key) & (c->wip_cap - 1); c->wip_cnt[i]; i = (i + 1) & (c->wip_cap - 1))
-		;
-	c->wip_keys[i] = key;
-	c->wip_cnt[i] = 1;
+	wip_pos(key, &a, &b);
+	c->wip[a]++;
+	c->wip[b]++;
 	c->wip_n++;
-	return 0;
 }
 
 static void wip_del(struct hl_cache_core *c, uint64_t key)
 {
-	uint32_t *n = wip_find(c, key);
-	uint64_t mask = c->wip_cap - 1, hole, j;
+	uint32_t a, b;
 
-	if (!n || --(*n))
-		return;
-	hole = (uint64_t)(n - c->wip_cnt);
-	j = hole;
-	for (;;) {
-		j = (j + 1) & mask;
-		if (!c->wip_cnt[j])
-			break;
-		uint64_t home = cache_hash(c->wip_keys[j]) & mask;
-		if (((j - home) & mask) >= ((j - hole) & mask)) {
-			c->wip_keys[hole] = c->wip_keys[j];
-			c->wip_cnt[hole] = c->wip_cnt[j];
-			hole = j;
-		}
-	}
-	c->wip_cnt[hole] = 0;
+	wip_pos(key, &a, &b);
+	c->wip[a]--;
+	c->wip[b]--;
 	c->wip_n--;
 }
 
@@ -1120,12 +1082,8 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 					    (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
 				}
 			}
-			if (wip_add(c, cache_key(lun, b)) == 0) {
-				io->wip = 1;
-			} else {
-				io->wip_failed = 1;
-				c->wip_failed++;
-			}
+			wip_add(c, cache_key(lun, b));
+			io->wip = 1;
 			continue;
 		}
 		sl = &c->slots[s];
@@ -1199,10 +1157,6 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
 	if (io->wip) {
 		wip_del(c, cache_key(lun, io->block));
 		io->wip = 0;
-	}
-	if (io->wip_failed) {
-		c->wip_failed--;
-		io->wip_failed = 0;
 	}
 	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal) {
 		io->fill_nsect = 0;
