@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/cache_internal.h"
 #include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/log.h"
@@ -89,6 +90,7 @@ struct hl_cache_engine {
 	struct hl_origin *data;   /* slot data: O_DIRECT file origin on the device */
 	uint8_t *window;          /* RAM window data: nwin * bs, 4 KiB aligned */
 
+	pthread_mutex_t sync_lock; /* serialises record syncs (meta thread, attach); before lock */
 	pthread_mutex_t lock;
 	struct hl_cache_core *core; /* lock */
 	struct map_ent **ents;      /* lock; the array grows only on the main thread */
@@ -238,7 +240,7 @@ static void dev_error(struct hl_cache_engine *c, struct map_ent *e, int rc)
 /* Requests                                                           */
 /* ------------------------------------------------------------------ */
 
-enum sub_kind { SUB_HIT, SUB_RUN, SUB_RETRY, SUB_FILL, SUB_WRITE };
+enum sub_kind { SUB_HIT, SUB_RUN, SUB_RETRY, SUB_FILL, SUB_WRITE, SUB_SKIPPED };
 
 struct eng_req;
 
@@ -459,27 +461,39 @@ static void fills_done(struct eng_req *req)
 static void fills_submit(struct eng_req *req, uint32_t first)
 {
 	struct hl_cache_engine *c = req->c;
+	uint16_t lun = req->ent->id;
 
 	req->inside_submit = false;
 	req->pending = 1;
 	req->phase_done = fills_done;
+	/* Claim the slots' data first: a stale io must not land after a current one. */
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = first; i < req->nsub; i++) {
+		struct eng_sub *s = &req->subs[i];
+		if (s->kind != SUB_FILL)
+			continue;
+		if (atomic_load(&c->failed) ||
+		    !hl_cache_core_io_start(c->core, lun, &req->ios[s->k])) {
+			hl_cache_core_io_end(c->core, lun, &req->ios[s->k], false);
+			s->kind = SUB_SKIPPED;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
 	for (uint32_t i = first; i < req->nsub; i++) {
 		struct eng_sub *s = &req->subs[i];
 		struct hl_cache_io *io = &req->ios[s->k];
-		int rc = -EIO;
+		int rc;
 
 		if (s->kind != SUB_FILL)
 			continue;
-		if (!atomic_load(&c->failed))
-			rc = sub_submit(s, c->data, HL_IO_WRITE,
-			                c->layout.data_off + (uint64_t)io->slot * c->bs +
-			                    (uint64_t)io->fill_first * SECT,
-			                (uint64_t)io->fill_nsect * SECT);
+		rc = sub_submit(s, c->data, HL_IO_WRITE,
+		                c->layout.data_off + (uint64_t)io->slot * c->bs +
+		                    (uint64_t)io->fill_first * SECT,
+		                (uint64_t)io->fill_nsect * SECT);
 		if (rc) {
-			if (!atomic_load(&c->failed))
-				dev_error(c, req->ent, rc);
+			dev_error(c, req->ent, rc);
 			pthread_mutex_lock(&c->lock);
-			hl_cache_core_io_end(c->core, req->ent->id, io, false);
+			hl_cache_core_io_end(c->core, lun, io, false);
 			pthread_mutex_unlock(&c->lock);
 		}
 	}
@@ -517,7 +531,13 @@ static bool fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
 
 	*written = false;
 	if (io->ram) {
+		bool ok;
 		if (io->slot < c->nslots || io->slot - c->nslots >= c->nwin)
+			goto drop;
+		pthread_mutex_lock(&c->lock);
+		ok = hl_cache_core_io_start(c->core, req->ent->id, io);
+		pthread_mutex_unlock(&c->lock);
+		if (!ok) /* stale, or another io is writing the slot */
 			goto drop;
 		memcpy(c->window + (uint64_t)(io->slot - c->nslots) * c->bs +
 		           (uint64_t)io->fill_first * SECT,
@@ -754,6 +774,8 @@ static void sub_cb(struct hl_origin_io *io, int result)
 		break;
 	case SUB_WRITE:
 		req->status = result;
+		break;
+	case SUB_SKIPPED:
 		break;
 	}
 	sub_done(req);
@@ -1229,12 +1251,15 @@ static void *meta_main(void *arg)
 		if (!c->dead && !atomic_load(&c->failed) &&
 		    (list || (periodic && ch != synced_changes))) {
 			/*
-			 * The cache mutex is held for the whole flush: no fill can be
-			 * installed between its data flush and its record writes.
+			 * Records are snapshotted under the cache mutex, the device I/O
+			 * (data flush, record pages, flush) runs without it: reactors
+			 * never wait for the device. A record only claims sectors whose
+			 * fill completed before the snapshot, and the data flush comes
+			 * after it.
 			 */
-			pthread_mutex_lock(&c->lock);
-			rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
-			pthread_mutex_unlock(&c->lock);
+			pthread_mutex_lock(&c->sync_lock);
+			rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
+			pthread_mutex_unlock(&c->sync_lock);
 			cnt_add(&c->meta_syncs, 1);
 			synced_changes = ch;
 			if (rc) {
@@ -1477,6 +1502,7 @@ static void cache_free(struct hl_cache_engine *c)
 	free(c->device);
 	free(c->map_path);
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->sync_lock);
 	pthread_mutex_destroy(&c->mlock);
 	pthread_cond_destroy(&c->mcond);
 	free(c);
@@ -1529,6 +1555,7 @@ int hl_cache_engine_open(const struct hl_cache_engine_config *cfg, struct hl_cac
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->sync_lock, NULL);
 	pthread_mutex_init(&c->mlock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1646,6 +1673,7 @@ int hl_cache_engine_attach(struct hl_cache_engine *c, const char *disk_name, uin
 	ident = origin_ident(inner->uri);
 	if (strchr(ident, '\n'))
 		return -EINVAL;
+	pthread_mutex_lock(&c->sync_lock); /* no record sync of the meta thread meanwhile */
 	pthread_mutex_lock(&c->lock);
 	e = ent_find(c, disk_name);
 	if (e && e->attached) {
@@ -1732,6 +1760,7 @@ int hl_cache_engine_attach(struct hl_cache_engine *c, const char *disk_name, uin
 	          changed ? ", new" : ", warm");
 out:
 	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->sync_lock);
 	return rc;
 }
 
