@@ -45,7 +45,8 @@ static uint64_t pow2_at_least(uint64_t v)
 
 static int sketch_init(struct hl_admit *a, uint64_t nslots, bool doorkeeper)
 {
-	a->width = pow2_at_least(nslots);
+	/* At least 1024 counters a row: tiny caches still get usable estimates. */
+	a->width = pow2_at_least(HL_MAX(nslots, 1024));
 	a->words = calloc(SKETCH_ROWS * (a->width / 16), sizeof(uint64_t));
 	if (!a->words)
 		return -ENOMEM;
@@ -73,7 +74,8 @@ static void sketch_fini(struct hl_admit *a)
 static inline void sketch_pos(const struct hl_admit *a, uint64_t h, int r, uint64_t *w,
                               unsigned *shift)
 {
-	uint64_t hr = cache_hash(h + (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull);
+	/* Double hashing (Kirsch-Mitzenmacher): row r probes lo + r * hi. */
+	uint64_t hr = (h & 0xffffffffu) + (uint64_t)r * ((h >> 32) | 1);
 	uint64_t idx = hr & (a->width - 1);
 	*w = (uint64_t)r * (a->width / 16) + idx / 16;
 	*shift = (unsigned)(idx % 16) * 4;
