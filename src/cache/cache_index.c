@@ -18,15 +18,24 @@ static inline uint64_t home_of_hash(const struct cache_index *ix, uint64_t h)
 	return (uint64_t)(((unsigned __int128)h * ix->cap) >> 64);
 }
 
-static inline uint64_t home_of(const struct cache_index *ix, uint64_t key)
+/*
+ * The index hash is one multiplication (Fibonacci hashing): the home comes
+ * from the high bits of the product, which depend on every key bit.
+ */
+static inline uint64_t ix_hash(uint64_t key)
 {
-	return home_of_hash(ix, cache_hash(key));
+	return key * 0x9e3779b97f4a7c15ull;
 }
 
-/* Tag bits come from the low end of the hash; the home from the high end. */
+static inline uint64_t home_of(const struct cache_index *ix, uint64_t key)
+{
+	return home_of_hash(ix, ix_hash(key));
+}
+
+/* Tag bits come from the middle of the product; the home from its high end. */
 static inline uint32_t tag_of(const struct cache_index *ix, uint64_t h)
 {
-	return (uint32_t)(h & (UINT32_MAX >> ix->slot_bits)) << ix->slot_bits;
+	return (uint32_t)((h >> 24) & (UINT32_MAX >> ix->slot_bits)) << ix->slot_bits;
 }
 
 static inline uint32_t entry_slot(const struct cache_index *ix, uint32_t e)
@@ -63,7 +72,7 @@ void cache_index_fini(struct cache_index *ix)
 
 uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 {
-	uint64_t h = cache_hash(key), i = home_of_hash(ix, h);
+	uint64_t h = ix_hash(key), i = home_of_hash(ix, h);
 	uint32_t tag = tag_of(ix, h);
 
 	for (;;) {
@@ -80,7 +89,7 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 int cache_index_insert(struct cache_index *ix, uint32_t slot)
 {
 	uint64_t key = ix->slots[slot].key;
-	uint64_t h = cache_hash(key), i;
+	uint64_t h = ix_hash(key), i;
 	uint32_t tag = tag_of(ix, h);
 
 	/* One slot less than cap stays empty so probes always terminate. */
@@ -110,7 +119,7 @@ static inline uint64_t dist(const struct cache_index *ix, uint64_t from, uint64_
 
 int cache_index_remove(struct cache_index *ix, uint64_t key)
 {
-	uint64_t h = cache_hash(key), i = home_of_hash(ix, h);
+	uint64_t h = ix_hash(key), i = home_of_hash(ix, h);
 	uint32_t tag = tag_of(ix, h);
 
 	for (;;) {
