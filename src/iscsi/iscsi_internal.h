@@ -133,6 +133,7 @@ struct iscsi_task {
 	uint32_t edtl;
 	uint64_t lun_raw;
 	bool aborted;          /* by a TMF or connection close: discard the response */
+	bool in_window;        /* counted in conn->nactive (the CmdSN window) */
 	struct iscsi_tmf *tmf; /* the TMF waiting for this task, if any */
 	/* write side */
 	uint32_t imm_len;   /* immediate data bytes */

@@ -77,7 +77,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	hl_list_add_tail(&c->tasks, &t->link);
 	hl_list_add_tail(&c->itt_hash[itt_bucket(t->itt)], &t->hash_link);
 	c->ntasks++;
-	c->nactive++;
+	t->in_window = false; /* counted once its CmdSN is accepted (handle_scsi_cmd) */
 	return t;
 }
 
@@ -87,6 +87,9 @@ static void task_deactivate(struct iscsi_task *t)
 	if (t->state != TASK_DONE) {
 		t->state = TASK_DONE;
 		hl_list_del(&t->hash_link);
+	}
+	if (t->in_window) {
+		t->in_window = false;
 		t->conn->nactive--;
 	}
 }
@@ -487,6 +490,15 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 		t = task_alloc(c, h);
 		if (!t)
 			return -ENOMEM;
+	}
+	/*
+	 * A queued command takes a window slot. MaxCmdSN = ExpCmdSN + free slots - 1
+	 * then never decreases: each accepted command moves both by one.
+	 * Immediate commands do not consume CmdSN and take no slot.
+	 */
+	if (!bhs_immediate(h)) {
+		t->in_window = true;
+		c->nactive++;
 	}
 	const struct hl_scsi_lun_map *map = c->sess->target->luns;
 	uint64_t lun = iscsi_lun_decode(t->lun_raw);

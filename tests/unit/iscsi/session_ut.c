@@ -907,10 +907,14 @@ static void test_cmdsn_window_full(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	for (int i = 0; i < ISCSI_QUEUE_DEPTH; i++) {
+	for (int i = 0; i < ISCSI_QUEUE_DEPTH - 1; i++) {
 		scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
 		itt++;
 	}
+	/* the last slot taken by a write with immediate data (counted once, not twice) */
+	static const uint8_t blk[512];
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 512, blk, 512);
+	itt++;
 	pump();
 	CU_ASSERT_EQUAL(npending, ISCSI_QUEUE_DEPTH);
 	/* the window is closed: MaxCmdSN = ExpCmdSN - 1, one more command is dropped */
