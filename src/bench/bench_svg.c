@@ -82,6 +82,7 @@ struct frame {
 	double tmax;
 	double ymin, ymax; /* linear, or log10 of the value for a log panel */
 	bool log;
+	bool us; /* values are microseconds (else counts) */
 };
 
 static double fx(const struct frame *fr, double t)
@@ -136,7 +137,10 @@ static void axes(FILE *f, const struct frame *fr, const char *ylabel, double war
 				        "stroke=\"%s\"/>\n",
 				        PLOT_L, y, PLOT_R, y, m == 1 ? "#cccccc" : "#f0f0f0");
 				if (m == 1 || (fine && (m == 2 || m == 5))) {
-					fmt_us(buf, sizeof(buf), v);
+					if (fr->us)
+						fmt_us(buf, sizeof(buf), v);
+					else
+						fmt_count(buf, sizeof(buf), v);
 					fprintf(f,
 					        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
 					        "text-anchor=\"end\">%s</text>\n",
@@ -240,7 +244,7 @@ static void series_line(FILE *f, const struct frame *fr, const struct bench_seri
 
 int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, const char *title)
 {
-	double tmax = 0, imax = 0, lmin = INFINITY, lmax = 0, warm_end = 0;
+	double tmax = 0, imax = 0, imin = INFINITY, lmin = INFINITY, lmax = 0, warm_end = 0;
 
 	for (size_t r = 0; r < nruns; r++) {
 		for (size_t i = 0; i < runs[r].n; i++) {
@@ -249,6 +253,8 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 				tmax = s->t;
 			if (s->iops > imax)
 				imax = s->iops;
+			if (s->iops > 0 && s->iops < imin)
+				imin = s->iops;
 			if (s->p50_us > 0 && s->p50_us < lmin)
 				lmin = s->p50_us;
 			if (s->p99_us > lmax)
@@ -284,10 +290,22 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 
 	struct frame p1 = {.top = ly + 22, .tmax = tmax, .ymin = 0, .log = false};
 	p1.bottom = p1.top + P_HEIGHT;
-	double step = nice_step(imax * 1.05, 5);
-	p1.ymax = ceil(imax * 1.05 / step) * step;
+	if (isfinite(imin) && imax / imin >= 50) {
+		/*
+		 * A cold and a warm cache (200 against 20,000 IOPS) on one linear
+		 * axis leave the slow run flat on the floor: use decades instead.
+		 */
+		p1.log = true;
+		p1.ymin = floor(log10(imin));
+		p1.ymax = ceil(log10(imax));
+		if (p1.ymax <= p1.ymin)
+			p1.ymax = p1.ymin + 1;
+	} else {
+		double step = nice_step(imax * 1.05, 5);
+		p1.ymax = ceil(imax * 1.05 / step) * step;
+	}
 
-	struct frame p2 = {.top = p1.bottom + P_GAP, .tmax = tmax, .log = true};
+	struct frame p2 = {.top = p1.bottom + P_GAP, .tmax = tmax, .log = true, .us = true};
 	p2.bottom = p2.top + P_HEIGHT;
 	p2.ymin = floor(log10(lmin));
 	p2.ymax = ceil(log10(lmax));
@@ -323,7 +341,7 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 		fprintf(f, "</text>\n");
 	}
 
-	axes(f, &p1, "IOPS", warm_end);
+	axes(f, &p1, p1.log ? "IOPS (log scale)" : "IOPS", warm_end);
 	fprintf(f,
 	        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">IOPS</text>\n",
 	        PLOT_R - 40, p1.top - 6);

@@ -153,6 +153,35 @@ static void test_svg_two_runs(void)
 	bench_series_free(&runs[1]);
 }
 
+static void test_svg_iops_log_scale_when_runs_differ_100x(void)
+{
+	struct bench_series runs[2];
+	char *buf = NULL;
+	size_t len = 0;
+
+	make_run(&runs[0], "origin", 1, 0);
+	make_run(&runs[1], "cache", 0.001, 0); /* 0.2 .. 9.2 IOPS against 500 .. 9200 */
+	FILE *f = open_memstream(&buf, &len);
+	CU_ASSERT_FATAL(f != NULL);
+	CU_ASSERT(bench_svg_write(f, runs, 2, "t") == 0);
+	fclose(f);
+	CU_ASSERT(strstr(buf, "IOPS (log scale)") != NULL);
+	CU_ASSERT(strstr(buf, ">10k<") != NULL && strstr(buf, ">0.1<") != NULL);
+	free(buf);
+
+	/* the two runs of test_svg_two_runs differ by 2x: linear */
+	runs[1].s[0].iops = 1000;
+	for (size_t i = 0; i < runs[1].n; i++)
+		runs[1].s[i].iops = runs[0].s[i].iops / 2;
+	f = open_memstream(&buf, &len);
+	CU_ASSERT(bench_svg_write(f, runs, 2, "t") == 0);
+	fclose(f);
+	CU_ASSERT(strstr(buf, "IOPS (log scale)") == NULL);
+	free(buf);
+	bench_series_free(&runs[0]);
+	bench_series_free(&runs[1]);
+}
+
 static void test_svg_empty_and_single_point(void)
 {
 	struct bench_series se = {.label = "one"};
@@ -199,6 +228,8 @@ static const struct hl_test tests[] = {
     {"CSV columns are found by name", test_csv_columns_by_name},
     {"bad CSV is refused with its line", test_csv_bad_input},
     {"SVG of two runs: structure and escaping", test_svg_two_runs},
+    {"SVG IOPS axis goes logarithmic for 100x apart runs",
+     test_svg_iops_log_scale_when_runs_differ_100x},
     {"SVG with no samples or one sample", test_svg_empty_and_single_point},
     {"SVG file written via rename", test_svg_file_is_atomic},
     {NULL, NULL},
