@@ -372,6 +372,44 @@ static void test_range_invalidate(void)
 	hl_cache_core_destroy(c);
 }
 
+static void test_clock_eviction(void)
+{
+	struct hl_cache_params p;
+	struct hl_cache_core *c;
+	struct hl_cache_stats st;
+	struct hl_cache_io ios[4];
+
+	hl_cache_params_default(&p);
+	p.capacity = 4 * 64 * K; /* 4 slots */
+	p.admit = HL_ADMIT_ALWAYS;
+	p.window_bytes = 0;
+	CU_ASSERT_FATAL(hl_cache_core_create(&p, &c) == 0);
+	hl_cache_core_lun_add(c, 0, 0);
+	/* Blocks 10, 20, 30, 40 fill the slots; 10 and 30 are read again. */
+	for (uint64_t b = 10; b <= 40; b += 10)
+		rd(c, 0, b * 64 * K, 64 * K);
+	CU_ASSERT_EQUAL(rd(c, 0, 10 * 64 * K, 64 * K), R_HIT);
+	CU_ASSERT_EQUAL(rd(c, 0, 30 * 64 * K, 64 * K), R_HIT);
+	/* The hand passes 10 (referenced: second chance) and evicts 20. */
+	rd(c, 0, 50 * 64 * K, 64 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 20, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 10, NULL), HL_CACHE_NO_SLOT);
+	/* Next it passes 30 (referenced) and evicts 40. */
+	rd(c, 0, 60 * 64 * K, 64 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 40, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 30, NULL), HL_CACHE_NO_SLOT);
+	/* A pinned block (read in flight) is never the victim. */
+	CU_ASSERT_EQUAL(hl_cache_core_read(c, 0, 50 * 64 * K, 64 * K, ios, 4), 1);
+	CU_ASSERT_EQUAL(ios[0].kind, HL_CACHE_IO_HIT);
+	for (uint64_t b = 70; b < 90; b++)
+		rd(c, 0, b * 3 * 64 * K, 64 * K);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 50, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_io_end(c, 0, &ios[0], false);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.evictions, 2 + 20);
+	hl_cache_core_destroy(c);
+}
+
 static void test_luns_and_quota(void)
 {
 	struct hl_cache_core *c = mk(64 * 64 * K, 64 * K, 0); /* 64 slots */
@@ -616,6 +654,7 @@ static const struct hl_test tests[] = {
     {"io_start: no stale or overlapping slot data writes", test_io_start},
     {"a write in flight to an uncached block blocks its fills", test_write_to_uncached_block},
     {"range invalidation and in-flight fills", test_range_invalidate},
+    {"CLOCK eviction: second chance, pinned blocks stay", test_clock_eviction},
     {"LUNs, quotas, LUN removal", test_luns_and_quota},
     {"scan resistance: hot set keeps >= 90% hits", test_scan_resistance},
     {"scan with admit-all flushes the hot set", test_scan_always_fails},
