@@ -129,9 +129,6 @@ static struct co_priv *co_of(struct hl_origin *o)
 	return hl_origin_priv(o);
 }
 
-/* Only one cache may be open per process: cache_meta.c keeps per-device state in a global. */
-static atomic_bool g_cache_open;
-
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                      */
 /* ------------------------------------------------------------------ */
@@ -1545,15 +1542,9 @@ int hl_cache_engine_open(const struct hl_cache_engine_config *cfg, struct hl_cac
 		       cfg->write_policy);
 		return -EINVAL;
 	}
-	if (atomic_exchange(&g_cache_open, true)) {
-		HL_ERR("cache", "cache %s: only one cache per process for now", cfg->name);
-		return -EBUSY;
-	}
 	c = calloc(1, sizeof(*c));
-	if (!c) {
-		atomic_store(&g_cache_open, false);
+	if (!c)
 		return -ENOMEM;
-	}
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->sync_lock, NULL);
 	pthread_mutex_init(&c->mlock, NULL);
@@ -1654,7 +1645,6 @@ fail_dev:
 	HL_ERR("cache", "cache %s: %s: metadata: %s", c->name, cfg->device, strerror(-rc));
 fail:
 	cache_free(c);
-	atomic_store(&g_cache_open, false);
 	return rc;
 }
 
@@ -1809,7 +1799,6 @@ void hl_cache_engine_close(struct hl_cache_engine *c)
 		meta_kill(c);
 	}
 	cache_free(c);
-	atomic_store(&g_cache_open, false);
 }
 
 /* ------------------------------------------------------------------ */

@@ -329,7 +329,6 @@ static void cache_crash(struct hl_cache_engine *c)
 	pthread_join(c->meta_thr, NULL);
 	c->meta_started = false;
 	cache_free(c);
-	atomic_store(&g_cache_open, false);
 }
 
 /* ---- tests ---- */
@@ -806,6 +805,53 @@ static void test_prefetch_discard(void)
 	free(buf);
 }
 
+/* Two caches in one process, each on its own device: both restart warm. */
+static void test_two_caches(void)
+{
+	struct fake f, g;
+	struct hl_cache_engine *c[2];
+	struct hl_origin *o[2];
+	struct hl_cache_engine_stats st;
+	char dev[2][64], map[2][80];
+	uint8_t *buf = malloc(4 * BS);
+
+	fake_init(&f, LUN_SIZE, 10);
+	fake_init(&g, LUN_SIZE, 11);
+	for (int i = 0; i < 2; i++) {
+		dev_name();
+		strcpy(dev[i], g_dev);
+		strcpy(map[i], g_map);
+	}
+	for (int round = 0; round < 2; round++) {
+		reactor_up();
+		for (int i = 0; i < 2; i++) {
+			strcpy(g_dev, dev[i]);
+			c[i] = cache_open(NULL);
+			o[i] = attach(c[i], i ? &g : &f, i ? "fake:g" : "fake:f");
+		}
+		for (int i = 0; i < 2; i++) {
+			CU_ASSERT_EQUAL(do_io(o[i], HL_IO_READ, BS, 4 * BS, buf), 0);
+			CU_ASSERT(memcmp(buf, (i ? g.mem : f.mem) + BS, 4 * BS) == 0);
+			CU_ASSERT(wait_inflight(c[i], 0));
+			stats(c[i], &st);
+			/* Second round: served by its own cache after the restart. */
+			CU_ASSERT_EQUAL(st.core.bytes_read_cache, round ? 4 * BS : 0);
+		}
+		reactor_down();
+		for (int i = 0; i < 2; i++) {
+			hl_origin_close(o[i]);
+			hl_cache_engine_close(c[i]);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		unlink(dev[i]);
+		unlink(map[i]);
+	}
+	free(f.mem);
+	free(g.mem);
+	free(buf);
+}
+
 static void test_recommend(void)
 {
 	uint64_t r[HL_CACHE_SIZE_BUCKETS] = {0};
@@ -836,6 +882,7 @@ int main(void)
 	    {"a failing origin: error returned, blocks dropped", test_origin_failure},
 	    {"prefetch warms; discard and compare-and-write drop; flush passes",
 	     test_prefetch_discard},
+	    {"two caches in one process restart warm", test_two_caches},
 	    {"recommended block size", test_recommend},
 	    {NULL, NULL},
 	};
