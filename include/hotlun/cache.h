@@ -8,9 +8,9 @@
  *  - the policy core (struct hl_cache_core): index, slots, admission,
  *    eviction, write/invalidate rules and stats as pure functions with no
  *    I/O. hotlun-sim drives it directly; the daemon drives it through the
- *    engine below. Not thread-safe: the caller serialises calls (the engine
- *    holds one mutex around every core call; they are all O(1) amortised
- *    per cache block).
+ *    cache engine (include/hotlun/cache_engine.h). Not thread-safe: the
+ *    caller serialises calls (the engine holds one mutex around every core
+ *    call; they are all O(1) amortised per cache block).
  *
  *  - the device side (struct hl_cache_dev + metadata): the cache device with
  *    O_DIRECT, an in-memory device with fault injection for tests, and the
