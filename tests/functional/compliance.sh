@@ -17,7 +17,15 @@ DOC=$HL_SRCDIR/docs/compliance.md
 hl_target_start --size 128M
 hl_log "iscsi-test-cu -d -t $FAMILIES $HL_URL"
 rc=0
-iscsi-test-cu -d -t "$FAMILIES" "$HL_URL" >"$T/cu.out" 2>&1 || rc=$?
+# The selected families take ~10 s; a hang (e.g. a command never answered)
+# is reported with the test it happened in.
+timeout -k 5 "${HL_CU_TIMEOUT:-300}" iscsi-test-cu -d -t "$FAMILIES" "$HL_URL" >"$T/cu.out" 2>&1 || rc=$?
+if [ $rc = 124 ] || [ $rc = 137 ]; then
+	tail -n 20 "$T/cu.out" >&2
+	echo "---- hotlund log (last lines) ----" >&2
+	tail -n 20 "$HL_LOG" >&2
+	hl_fail "iscsi-test-cu hung in $(grep -E '^Suite: |^  Test: ' "$T/cu.out" | tail -2 | tr -s ' \n' ' ')(killed after ${HL_CU_TIMEOUT:-300} s)"
+fi
 hl_check_alive
 hl_target_stop
 
