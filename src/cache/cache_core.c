@@ -220,8 +220,9 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->p = *p;
 	c->nslots = nslots;
 	if (p->window_bytes == HL_CACHE_WINDOW_AUTO) {
+		/* 1% of the cache, at least 16 MiB, at most 64 MiB of RAM. */
 		uint64_t w = nslots / 100;
-		w = HL_MAX(w, 64);
+		w = HL_MAX(w, (16ull << 20) / p->block_size);
 		w = HL_MIN(w, (64ull << 20) / p->block_size);
 		c->nwin = w;
 	} else {
