@@ -100,6 +100,7 @@ struct hl_cache_engine {
 	atomic_bool failed;   /* pass-through: the device failed */
 	atomic_long inflight; /* requests not yet freed */
 	atomic_ulong changes; /* bumped when metadata may need a flush */
+	atomic_ulong synced;  /* the value of changes the last record flush covered */
 	struct eng_counters st;
 	uint64_t meta_syncs, meta_waits; /* atomics */
 
@@ -1215,6 +1216,8 @@ static void *meta_main(void *arg)
 {
 	struct hl_cache_engine *c = arg;
 	unsigned long synced_changes = atomic_load(&c->changes);
+
+	atomic_store(&c->synced, synced_changes);
 	struct timespec next;
 
 	clock_gettime(CLOCK_MONOTONIC, &next);
@@ -1259,6 +1262,8 @@ static void *meta_main(void *arg)
 			pthread_mutex_unlock(&c->sync_lock);
 			cnt_add(&c->meta_syncs, 1);
 			synced_changes = ch;
+			if (!rc)
+				atomic_store(&c->synced, ch);
 			if (rc) {
 				dev_error(c, NULL, rc);
 				meta_kill(c);
@@ -1870,6 +1875,8 @@ int hl_cache_engine_stats_get(struct hl_cache_engine *c, const char *disk,
 		out->nslots = info.nslots;
 		out->used_slots = info.used_slots;
 		out->window_slots = info.window_slots;
+		out->inflight = (uint64_t)atomic_load(&c->inflight);
+		out->meta_dirty = atomic_load(&c->changes) != atomic_load(&c->synced);
 	}
 	out->block_size = c->bs;
 	out->recommended_block_size = recommend_block(out->read_size);
