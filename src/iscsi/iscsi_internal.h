@@ -119,6 +119,7 @@ struct iscsi_r2t {
 };
 
 struct iscsi_tmf;
+struct iscsi_xreset;
 
 struct iscsi_task {
 	struct hl_scsi_cmd cmd;
@@ -132,9 +133,10 @@ struct iscsi_task {
 	uint32_t cmd_sn;
 	uint32_t edtl;
 	uint64_t lun_raw;
-	bool aborted;          /* by a TMF or connection close: discard the response */
-	bool in_window;        /* counted in conn->nactive (the CmdSN window) */
-	struct iscsi_tmf *tmf; /* the TMF waiting for this task, if any */
+	bool aborted;                /* by a TMF or connection close: discard the response */
+	bool in_window;              /* counted in conn->nactive (the CmdSN window) */
+	struct iscsi_tmf *tmf;       /* the TMF waiting for this task, if any */
+	struct iscsi_xreset *xreset; /* another session's reset waiting for this task */
 	/* write side */
 	uint32_t imm_len;   /* immediate data bytes */
 	uint32_t received;  /* data bytes placed in the buffer */

@@ -8,6 +8,7 @@
  * its buffer has been sent.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -17,6 +18,7 @@
 
 static void task_exec(struct iscsi_task *t);
 static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf);
+static void xreset_put(struct iscsi_xreset *xr);
 
 static inline unsigned itt_bucket(uint32_t itt)
 {
@@ -62,6 +64,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->lun_raw = bhs_lun(req);
 	t->aborted = false;
 	t->tmf = NULL;
+	t->xreset = NULL;
 	t->imm_len = 0;
 	t->received = 0;
 	t->unsol_len = 0;
@@ -266,10 +269,14 @@ static void task_done(struct hl_scsi_cmd *cmd)
 	c->nexec--;
 	if (t->aborted || c->state == CONN_CLOSED) {
 		struct iscsi_tmf *tmf = t->tmf;
+		struct iscsi_xreset *xr = t->xreset;
 		t->tmf = NULL;
+		t->xreset = NULL;
 		task_finish(t);
 		if (tmf && --tmf->waiting == 0)
 			tmf_maybe_complete(c, tmf);
+		if (xr)
+			xreset_put(xr);
 	} else {
 		task_deactivate(t);
 		task_respond(c, t);
@@ -338,6 +345,11 @@ static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
 /* Data collection moved on: run the command or ask for more. */
 static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
 {
+	if (t->aborted) {
+		/* aborted by another session's reset while its data was arriving */
+		task_finish(t);
+		return;
+	}
 	if (t->received >= t->edtl) {
 		task_exec(t);
 		return;
@@ -850,6 +862,164 @@ static void tmf_abort_task(struct iscsi_tmf *tmf, struct iscsi_task *t)
 	}
 }
 
+/*
+ * Resets that reach other sessions (LUN RESET, CLEAR TASK SET, TARGET WARM
+ * RESET): every reactor aborts the affected tasks of its other sessions
+ * (their responses are discarded: TAS=0) and the TMF answers only once the
+ * last of them has left the scsi layer. `remaining` counts reactor scans and
+ * remote tasks still running; the last one hands the result back to the
+ * TMF's reactor, which checks that the TMF still exists before using it.
+ */
+struct iscsi_xreset {
+	struct hl_iscsi_server *srv;
+	struct hl_lu *lu;                  /* NULL: every LU of map */
+	const struct hl_scsi_lun_map *map; /* the target of the resetting session */
+	uint64_t origin_nexus;
+	struct hl_reactor *origin_reactor;
+	struct iscsi_tmf *tmf; /* dereferenced on origin_reactor only, after a check */
+	atomic_uint remaining;
+};
+
+static bool xreset_affects(const struct iscsi_xreset *xr, const struct hl_lu *lu)
+{
+	if (!lu)
+		return false;
+	if (xr->lu)
+		return lu == xr->lu;
+	for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++)
+		if (xr->map->lu[i] == lu)
+			return true;
+	return false;
+}
+
+static void xreset_done(void *arg)
+{
+	struct iscsi_xreset *xr = arg;
+	struct hl_iscsi_server *srv = xr->srv;
+	struct hl_reactor *me = hl_reactor_current();
+	struct iscsi_conn *c, *origin = NULL;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+	{
+		/* only our own connections' fields are read past the reactor check */
+		if (c->reactor == me && c->state == CONN_FFP && c->sess &&
+		    c->sess->nexus.id == xr->origin_nexus) {
+			origin = c;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&srv->lock);
+	if (origin) {
+		struct iscsi_tmf *tmf;
+		hl_list_for_each_entry(tmf, &origin->tmfs, link)
+		{
+			if (tmf != xr->tmf)
+				continue;
+			iscsi_conn_enter(origin);
+			if (--tmf->waiting == 0)
+				tmf_maybe_complete(origin, tmf);
+			iscsi_conn_leave(origin);
+			break;
+		}
+	}
+	iscsi_call_done(srv);
+	free(xr);
+}
+
+static void xreset_put(struct iscsi_xreset *xr)
+{
+	struct hl_iscsi_server *srv = xr->srv;
+
+	if (atomic_fetch_sub(&xr->remaining, 1) != 1)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	srv->pending_calls++;
+	pthread_mutex_unlock(&srv->lock);
+	if (hl_reactor_call(xr->origin_reactor, xreset_done, xr) < 0) {
+		/* out of memory: the TMF stays unanswered and the initiator escalates */
+		HL_ERR(ISCSI_LOG, "cannot finish a reset: no memory");
+		iscsi_call_done(srv);
+		free(xr);
+	}
+}
+
+static void xreset_scan(void *arg)
+{
+	struct iscsi_xreset *xr = arg;
+	struct hl_iscsi_server *srv = xr->srv;
+	struct hl_reactor *me = hl_reactor_current();
+	struct iscsi_conn **mine = NULL, *c;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+	{
+		if (c->reactor != me || c->state != CONN_FFP || !c->sess ||
+		    c->sess->type != ISCSI_SESSION_NORMAL || c->sess->nexus.id == xr->origin_nexus)
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? 2 * cap : 16;
+			struct iscsi_conn **nm = realloc(mine, nc * sizeof(*nm));
+			if (!nm)
+				break;
+			mine = nm;
+			cap = nc;
+		}
+		mine[n++] = c;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct iscsi_task *t, *tmp;
+		c = mine[i];
+		iscsi_conn_enter(c);
+		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
+		{
+			if (t->state == TASK_DONE || t->aborted || !xreset_affects(xr, t->cmd.lu))
+				continue;
+			/* a DATA_OUT task may be receiving right now: drop it when its data is in
+			 */
+			t->aborted = true;
+			if (t->state == TASK_EXEC) {
+				t->xreset = xr;
+				atomic_fetch_add(&xr->remaining, 1);
+			}
+		}
+		iscsi_conn_leave(c);
+	}
+	free(mine);
+	iscsi_call_done(srv);
+	xreset_put(xr);
+}
+
+/* Reach the other sessions; the TMF waits for them (best effort without memory). */
+static void xreset_start(struct iscsi_conn *c, struct iscsi_tmf *tmf, struct hl_lu *lu)
+{
+	struct hl_iscsi_server *srv = c->srv;
+	struct iscsi_xreset *xr = calloc(1, sizeof(*xr));
+
+	if (!xr)
+		return;
+	xr->srv = srv;
+	xr->lu = lu;
+	xr->map = c->sess->target->luns;
+	xr->origin_nexus = c->sess->nexus.id;
+	xr->origin_reactor = c->reactor;
+	xr->tmf = tmf;
+	atomic_init(&xr->remaining, srv->n_reactors + 1); /* +1: ours, while dispatching */
+	tmf->waiting++;
+	for (unsigned i = 0; i < srv->n_reactors; i++) {
+		pthread_mutex_lock(&srv->lock);
+		srv->pending_calls++;
+		pthread_mutex_unlock(&srv->lock);
+		if (hl_reactor_call(srv->reactors[i], xreset_scan, xr) < 0) {
+			iscsi_call_done(srv);
+			xreset_put(xr);
+		}
+	}
+	xreset_put(xr);
+}
+
 static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 {
 	const struct iscsi_bhs *h = &rx->bhs;
@@ -899,6 +1069,8 @@ static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 		}
 		if (fn == ISCSI_TMF_LUN_RESET)
 			tmf->reset_lu = lu;
+		if (fn != ISCSI_TMF_ABORT_TASK_SET)
+			xreset_start(c, tmf, lu); /* the task set is shared by every initiator */
 		break;
 	case ISCSI_TMF_TARGET_WARM_RESET:
 	case ISCSI_TMF_TARGET_COLD_RESET:
@@ -909,6 +1081,8 @@ static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 		}
 		tmf->reset_target = true;
 		tmf->cold = fn == ISCSI_TMF_TARGET_COLD_RESET;
+		if (!tmf->cold) /* a cold reset ends the other sessions instead */
+			xreset_start(c, tmf, NULL);
 		break;
 	case ISCSI_TMF_CLEAR_ACA:
 		tmf->response = ISCSI_TMF_RSP_NOT_SUPPORTED;

@@ -1,5 +1,5 @@
 // clang-format off
-// fuzz-sources: src/iscsi/pdu.c src/iscsi/conn.c src/iscsi/login.c src/iscsi/session.c src/iscsi/discovery.c src/iscsi/server.c src/iscsi/text.c src/iscsi/params.c src/iscsi/chap.c src/iscsi/crc32c.c src/log/log.c src/util/util.c src/event/reactor.c src/event/workers.c
+// fuzz-sources: src/iscsi/pdu.c src/iscsi/conn.c src/iscsi/login.c src/iscsi/session.c src/iscsi/discovery.c src/iscsi/server.c src/iscsi/text.c src/iscsi/params.c src/iscsi/chap.c src/iscsi/crc32c.c src/log/log.c src/util/util.c
 // fuzz-libs: -lcrypto -pthread
 // clang-format on
 /*
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hotlun/log.h"
@@ -80,6 +81,94 @@ void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_
 {
 }
 
+/* ---- fake reactor: calls queue up and run in pump() ---- */
+
+static int fake_reactor_mem;
+static struct hl_reactor *reactor = (struct hl_reactor *)&fake_reactor_mem;
+static struct {
+	hl_call_fn fn;
+	void *arg;
+} calls[1024];
+static int ncalls;
+
+uint64_t hl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct hl_reactor *hl_reactor_current(void)
+{
+	return reactor;
+}
+
+int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
+{
+	if (ncalls >= 1024)
+		return -ENOMEM;
+	calls[ncalls].fn = fn;
+	calls[ncalls].arg = arg;
+	ncalls++;
+	return 0;
+}
+
+static void run_calls(void)
+{
+	while (ncalls) {
+		hl_call_fn fn = calls[0].fn;
+		void *arg = calls[0].arg;
+		memmove(calls, calls + 1, (size_t)(--ncalls) * sizeof(calls[0]));
+		fn(arg);
+	}
+}
+
+void hl_event_init(struct hl_event *ev, int fd, hl_event_fn fn, void *arg)
+{
+	ev->fd = fd;
+	ev->fn = fn;
+	ev->arg = arg;
+	ev->events = 0;
+	ev->reactor = NULL;
+}
+
+int hl_event_add(struct hl_reactor *r, struct hl_event *ev, uint32_t events)
+{
+	ev->reactor = r;
+	ev->events = events;
+	return 0;
+}
+
+int hl_event_mod(struct hl_event *ev, uint32_t events)
+{
+	ev->events = events;
+	return 0;
+}
+
+void hl_event_del(struct hl_event *ev)
+{
+	ev->reactor = NULL;
+}
+
+void hl_timer_init(struct hl_timer *t, hl_timer_fn fn, void *arg)
+{
+	t->fn = fn;
+	t->arg = arg;
+	t->heap_idx = (size_t)-1;
+	t->reactor = NULL;
+}
+
+void hl_timer_start(struct hl_reactor *r, struct hl_timer *t, uint64_t delay_ms)
+{
+	t->reactor = r;
+	t->heap_idx = 0;
+}
+
+void hl_timer_stop(struct hl_timer *t)
+{
+	t->heap_idx = (size_t)-1;
+}
+
 /* ---- rx-only mode ---- */
 
 static int rx_hdr(void *ctx, struct iscsi_rx *rx)
@@ -107,7 +196,6 @@ static const struct iscsi_rx_ops rx_ops = {.header = rx_hdr, .pdu = rx_pdu};
 
 /* ---- connection mode ---- */
 
-static struct hl_reactor *reactor;
 static struct hl_iscsi_server *srv;
 static struct hl_scsi_lun_map map;
 
@@ -119,8 +207,6 @@ static void init_once(void)
 
 	hl_log_open(false, HL_LOG_ERR - 1); /* silent */
 	signal(SIGPIPE, SIG_IGN);           /* our own writes into a closed socketpair */
-	if (hl_reactor_create(&reactor, "fuzz") < 0)
-		abort();
 	map.lu[0] = (struct hl_lu *)&fake_lu_storage;
 	sc.reactors = &reactor;
 	sc.n_reactors = 1;
@@ -167,8 +253,10 @@ static void pump(struct iscsi_conn *c, int fd)
 {
 	for (int i = 0; i < 4 && alive(c); i++) {
 		c->ev.fn(&c->ev, EPOLLIN | EPOLLOUT);
+		run_calls();
 		drain(fd);
 	}
+	run_calls();
 }
 
 static size_t login_pdu(uint8_t *out, bool digests)
@@ -238,9 +326,11 @@ static void run_conn(const uint8_t *data, size_t size, int mode, bool digests, s
 	pump(c, sv[1]);
 	while (nheld)
 		complete(held[--nheld]);
+	run_calls();
 	if (alive(c))
 		iscsi_conn_close(c, "fuzz end");
-	if (alive(c))
+	run_calls();
+	if (alive(c) || srv->pending_calls)
 		abort(); /* a connection with no task in flight must be freed on close */
 	close(sv[1]);
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hl_test.h"
@@ -89,23 +90,129 @@ void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_
 }
 
 /* ------------------------------------------------------------------ */
-/* Harness: a server with one (not running) reactor, a socketpair.     */
+/* Fake reactor: events and timers are recorded, cross-reactor calls   */
+/* queue up and run in pump(). The real event.c is not linked.         */
 
-static struct hl_reactor *reactor;
+static int fake_reactor_mem;
+static struct hl_reactor *reactor = (struct hl_reactor *)&fake_reactor_mem;
+struct fake_call {
+	hl_call_fn fn;
+	void *arg;
+};
+static struct fake_call calls[256];
+static int ncalls;
+
+uint64_t hl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct hl_reactor *hl_reactor_current(void)
+{
+	return reactor;
+}
+
+int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
+{
+	if (ncalls >= 256)
+		return -ENOMEM;
+	calls[ncalls].fn = fn;
+	calls[ncalls].arg = arg;
+	ncalls++;
+	return 0;
+}
+
+static void run_calls(void)
+{
+	while (ncalls) {
+		struct fake_call fc = calls[0];
+		memmove(calls, calls + 1, (size_t)(--ncalls) * sizeof(calls[0]));
+		fc.fn(fc.arg);
+	}
+}
+
+void hl_event_init(struct hl_event *ev, int fd, hl_event_fn fn, void *arg)
+{
+	ev->fd = fd;
+	ev->fn = fn;
+	ev->arg = arg;
+	ev->events = 0;
+	ev->reactor = NULL;
+}
+
+int hl_event_add(struct hl_reactor *r, struct hl_event *ev, uint32_t events)
+{
+	ev->reactor = r;
+	ev->events = events;
+	return 0;
+}
+
+int hl_event_mod(struct hl_event *ev, uint32_t events)
+{
+	ev->events = events;
+	return 0;
+}
+
+void hl_event_del(struct hl_event *ev)
+{
+	ev->reactor = NULL;
+}
+
+void hl_timer_init(struct hl_timer *t, hl_timer_fn fn, void *arg)
+{
+	t->fn = fn;
+	t->arg = arg;
+	t->heap_idx = (size_t)-1;
+	t->reactor = NULL;
+}
+
+void hl_timer_start(struct hl_reactor *r, struct hl_timer *t, uint64_t delay_ms)
+{
+	t->reactor = r;
+	t->deadline_ns = hl_now_ns() + delay_ms * 1000000ull;
+	t->heap_idx = 0;
+}
+
+void hl_timer_stop(struct hl_timer *t)
+{
+	t->heap_idx = (size_t)-1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Harness: a server, and up to two initiators over socketpairs.       */
+
 static struct hl_iscsi_server *srv;
 static struct hl_scsi_lun_map map;
-static struct iscsi_conn *conn;
-static int cfd = -1; /* the initiator's end */
-static uint32_t cmdsn, itt = 0x100, expstatsn;
+static bool rx_hd, rx_dd;
 
 struct rpdu {
 	struct iscsi_bhs bhs;
 	uint32_t dsl;
 	uint8_t data[65536];
 };
-static struct rpdu got[64];
-static int ngot;
-static bool rx_hd, rx_dd;
+
+struct peer {
+	struct iscsi_conn *p_conn;
+	int p_fd; /* the initiator's end */
+	struct iscsi_rx p_rcv;
+	struct rpdu p_got[64];
+	int p_ngot;
+	uint32_t p_cmdsn, p_itt, p_expstatsn;
+	bool open;
+};
+static struct peer peers[2];
+static struct peer *P = &peers[0];
+/* the tests speak through the current peer */
+#define conn      (P->p_conn)
+#define cfd       (P->p_fd)
+#define rcv       (P->p_rcv)
+#define got       (P->p_got)
+#define ngot      (P->p_ngot)
+#define cmdsn     (P->p_cmdsn)
+#define itt       (P->p_itt)
+#define expstatsn (P->p_expstatsn)
 
 static int rcv_header(void *ctx, struct iscsi_rx *rx)
 {
@@ -114,28 +221,48 @@ static int rcv_header(void *ctx, struct iscsi_rx *rx)
 
 static int rcv_pdu(void *ctx, struct iscsi_rx *rx)
 {
-	if (ngot >= 64)
+	struct peer *p = ctx;
+	if (p->p_ngot >= 64)
 		return -ENOSPC;
-	got[ngot].bhs = rx->bhs;
-	got[ngot].dsl = rx->dsl;
+	p->p_got[p->p_ngot].bhs = rx->bhs;
+	p->p_got[p->p_ngot].dsl = rx->dsl;
 	if (rx->dsl)
-		memcpy(got[ngot].data, rx->data, HL_MIN(rx->dsl, (uint32_t)sizeof(got[0].data)));
-	ngot++;
+		memcpy(p->p_got[p->p_ngot].data, rx->data,
+		       HL_MIN(rx->dsl, (uint32_t)sizeof(p->p_got[0].data)));
+	p->p_ngot++;
 	return 0;
 }
 
 static const struct iscsi_rx_ops rcv_ops = {.header = rcv_header, .pdu = rcv_pdu};
-static struct iscsi_rx rcv;
+
+static void peer_open(struct peer *p)
+{
+	int sv[2];
+
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	fcntl(sv[1], F_SETFL, O_NONBLOCK);
+	p->p_fd = sv[1];
+	CU_ASSERT_FATAL(iscsi_conn_create(srv, sv[0], 1, false, &p->p_conn) == 0);
+	pthread_mutex_lock(&srv->lock);
+	hl_list_add_tail(&srv->conns, &p->p_conn->srv_link);
+	srv->n_conns++;
+	pthread_mutex_unlock(&srv->lock);
+	iscsi_conn_start(p->p_conn);
+	iscsi_rx_init(&p->p_rcv, &rcv_ops, p, 1 << 20);
+	p->p_ngot = 0;
+	p->p_cmdsn = 1;
+	p->p_itt = 0x100;
+	p->p_expstatsn = 0;
+	p->open = true;
+}
 
 static void setup(void)
 {
 	struct hl_iscsi_server_config sc = {0};
 	struct hl_iscsi_target_config tc = {0};
-	int sv[2];
 	static const char *acl[] = {"iqn.2026-11.io.hotlun:someone-else"};
 
-	if (!reactor)
-		CU_ASSERT_FATAL(hl_reactor_create(&reactor, "ut") == 0);
 	memset(&map, 0, sizeof(map));
 	map.lu[0] = fake_lu;
 	sc.reactors = &reactor;
@@ -160,46 +287,43 @@ static void setup(void)
 	tc.n_allow = 1;
 	CU_ASSERT_FATAL(hl_iscsi_target_add(srv, &tc) == 0);
 
-	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-	fcntl(sv[0], F_SETFL, O_NONBLOCK);
-	fcntl(sv[1], F_SETFL, O_NONBLOCK);
-	cfd = sv[1];
-	CU_ASSERT_FATAL(iscsi_conn_create(srv, sv[0], 1, false, &conn) == 0);
-	pthread_mutex_lock(&srv->lock);
-	hl_list_add_tail(&srv->conns, &conn->srv_link);
-	srv->n_conns++;
-	pthread_mutex_unlock(&srv->lock);
-	iscsi_conn_start(conn);
-	iscsi_rx_init(&rcv, &rcv_ops, NULL, 1 << 20);
+	ncalls = 0;
+	P = &peers[0];
+	peer_open(&peers[0]);
 	rx_hd = rx_dd = false;
-	ngot = 0;
 	npending = 0;
 	defer_exec = false;
 	fake_xfer_len = 0;
-	cmdsn = 1;
-	expstatsn = 0;
 	lu_resets = nexus_gone = 0;
 }
 
-static bool conn_alive(void)
+static bool peer_alive(const struct peer *p)
 {
 	bool alive = false;
 	struct iscsi_conn *c;
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link) if (c == conn) alive = true;
+	hl_list_for_each_entry(c, &srv->conns, srv_link) if (c == p->p_conn) alive = true;
 	pthread_mutex_unlock(&srv->lock);
 	return alive;
 }
 
+static bool conn_alive(void)
+{
+	return peer_alive(P);
+}
+
 static void teardown(void)
 {
-	if (conn_alive())
-		iscsi_conn_close(conn, "test end");
-	/* complete what the fake still holds so the connection can go */
+	for (int i = 0; i < 2; i++) {
+		if (peers[i].open && peer_alive(&peers[i]))
+			iscsi_conn_close(peers[i].p_conn, "test end");
+	}
+	/* complete what the fake still holds so the connections can go */
 	while (npending)
 		fake_complete(pending[--npending]);
+	run_calls();
 	CU_ASSERT_EQUAL(srv->n_conns, 0);
-	/* the server's portals/targets are freed without reactor calls: none pending */
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
 	pthread_mutex_lock(&srv->lock);
 	srv->stopping = true;
 	pthread_mutex_unlock(&srv->lock);
@@ -214,23 +338,35 @@ static void teardown(void)
 	free(srv->reactors);
 	free(srv);
 	srv = NULL;
-	close(cfd);
-	iscsi_rx_fini(&rcv);
+	for (int i = 0; i < 2; i++) {
+		if (!peers[i].open)
+			continue;
+		close(peers[i].p_fd);
+		iscsi_rx_fini(&peers[i].p_rcv);
+		peers[i].open = false;
+	}
+	P = &peers[0];
 }
 
-/* Let the connection process what the initiator sent, then collect its answers. */
+/* Let the connections process what the initiators sent, run queued calls, collect answers. */
 static void pump(void)
 {
 	uint8_t buf[65536];
 
 	for (int round = 0; round < 8; round++) {
-		if (conn_alive())
-			conn->ev.fn(&conn->ev, EPOLLIN | EPOLLOUT);
-		for (;;) {
-			ssize_t n = read(cfd, buf, sizeof(buf));
-			if (n <= 0)
-				break;
-			CU_ASSERT_EQUAL(iscsi_rx_feed(&rcv, buf, (size_t)n), n);
+		for (int i = 0; i < 2; i++) {
+			struct peer *p = &peers[i];
+			if (!p->open)
+				continue;
+			if (peer_alive(p))
+				p->p_conn->ev.fn(&p->p_conn->ev, EPOLLIN | EPOLLOUT);
+			run_calls();
+			for (;;) {
+				ssize_t n = read(p->p_fd, buf, sizeof(buf));
+				if (n <= 0)
+					break;
+				CU_ASSERT_EQUAL(iscsi_rx_feed(&p->p_rcv, buf, (size_t)n), n);
+			}
 		}
 	}
 }
@@ -1175,6 +1311,101 @@ static void test_discovery_chap(void)
 	teardown();
 }
 
+static void test_session_reinstatement(void)
+{
+	setup();
+	login_ok(NULL);
+	uint16_t tsih = conn->sess->tsih;
+	/* a second login with the same ISID and initiator name replaces the session */
+	P = &peers[1];
+	peer_open(P);
+	login_ok(NULL);
+	CU_ASSERT_NOT_EQUAL(conn->sess->tsih, tsih);
+	CU_ASSERT_TRUE(peer_alive(&peers[1]));
+	CU_ASSERT_FALSE(peer_alive(&peers[0]));
+	CU_ASSERT_EQUAL(nexus_gone, 1);
+	/* a login naming the live session's TSIH (same CID) takes it over, keeping the TSIH */
+	tsih = conn->sess->tsih;
+	P = &peers[0];
+	close(cfd);
+	iscsi_rx_fini(&rcv);
+	peer_open(P);
+	{
+		struct iscsi_bhs h;
+		uint8_t data[512];
+		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT "|" OPS_KEYS);
+		memset(&h, 0, sizeof(h));
+		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+		h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
+		memcpy(&h.b[8], isid, 6);
+		hl_put_be16(&h.b[14], tsih);
+		bhs_put32(&h, 24, cmdsn);
+		send_pdu(&h, data, (uint32_t)n);
+	}
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(hl_get_be16(&got[0].bhs.b[14]), tsih);
+	CU_ASSERT_TRUE(peer_alive(&peers[0]));
+	CU_ASSERT_FALSE(peer_alive(&peers[1]));
+	teardown();
+}
+
+static void test_lun_reset_other_session(void)
+{
+	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
+	char spec[1024];
+
+	setup();
+	defer_exec = true;
+	/* session A (peer 1, another initiator) has a read in the scsi layer */
+	P = &peers[1];
+	peer_open(P);
+	snprintf(spec, sizeof(spec), "InitiatorName=%s-b|TargetName=%s|" OPS_KEYS, INI, TGT);
+	{
+		struct iscsi_bhs h;
+		uint8_t data[1024];
+		size_t n = kv(data, spec);
+		memset(&h, 0, sizeof(h));
+		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+		h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
+		memcpy(&h.b[8], isid2, 6);
+		bhs_put32(&h, 24, cmdsn);
+		send_pdu(&h, data, (uint32_t)n);
+	}
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	ngot = 0;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, 1);
+	/* session B (peer 0) resets the LUN: the answer waits for A's read */
+	P = &peers[0];
+	login_ok(NULL);
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_LUN_RESET;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	CU_ASSERT_EQUAL(peers[1].p_ngot, 0);
+	fake_complete(pending[--npending]);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TMF_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	CU_ASSERT_EQUAL(peers[1].p_ngot, 0); /* A's read was aborted: no response (TAS=0) */
+	CU_ASSERT_TRUE(peer_alive(&peers[1]));
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"login: operational stage straight to FFP", test_login_operational_only},
     {"login: security then operational stage", test_login_security_then_operational},
@@ -1196,6 +1427,8 @@ static const struct hl_test tests[] = {
     {"text: SendTargets continuation in a normal session", test_text_continuation},
     {"NOP-In ping on idle, answer, timeout", test_nop_ping},
     {"discovery CHAP", test_discovery_chap},
+    {"session and connection reinstatement", test_session_reinstatement},
+    {"LUN reset reaches other sessions and waits for them", test_lun_reset_other_session},
     {NULL, NULL},
 };
 
