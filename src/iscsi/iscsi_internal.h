@@ -38,7 +38,7 @@
 #define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
 #define ISCSI_BUF_CLASSES      13           /* 4 KiB .. 16 MiB */
 #define ISCSI_BUF_CACHE_DEPTH  8
-#define ISCSI_BUF_CACHE_MAX    (32u << 20) /* cached free buffers per connection */
+#define ISCSI_BUF_CACHE_MAX    (16u << 20) /* cached free buffers per connection */
 
 struct iscsi_conn;
 struct iscsi_task;
@@ -182,6 +182,10 @@ struct iscsi_session {
 	struct iscsi_conn *conn;
 	struct hl_reactor *reactor;
 	bool nexus_used; /* a command reached the scsi layer */
+	/* for the control socket, set once at registration */
+	int64_t since;                    /* login time (epoch seconds) */
+	char portal[64];                  /* local address:port */
+	char peer[64];                    /* initiator address:port */
 };
 
 enum iscsi_auth_state {

@@ -148,6 +148,18 @@ static bool ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
 	return d == 0;
 }
 
+/*
+ * iSCSI names (RFC 3722) are printable and have no spaces; anything else is
+ * refused before it reaches a log line or a comparison.
+ */
+static bool name_ok(const char *n)
+{
+	for (const unsigned char *p = (const unsigned char *)n; *p; p++)
+		if (*p < 0x21 || *p > 0x7e)
+			return false;
+	return true;
+}
+
 /* First PDU: names, session type, target lookup, ACL, TSIH checks. */
 static int login_identify(struct iscsi_conn *c, const struct iscsi_kvlist *kv, const char **why)
 {
@@ -166,8 +178,12 @@ static int login_identify(struct iscsi_conn *c, const struct iscsi_kvlist *kv, c
 		*why = "no InitiatorName";
 		return ISCSI_LOGIN_MISSING_PARAMETER;
 	}
-	if (strlen(iname) > HL_ISCSI_NAME_MAX) {
-		*why = "InitiatorName too long";
+	if (strlen(iname) > HL_ISCSI_NAME_MAX || !name_ok(iname)) {
+		*why = "InitiatorName too long or not printable";
+		return ISCSI_LOGIN_INITIATOR_ERROR;
+	}
+	if (tname && (strlen(tname) > HL_ISCSI_NAME_MAX || !name_ok(tname))) {
+		*why = "TargetName too long or not printable";
 		return ISCSI_LOGIN_INITIATOR_ERROR;
 	}
 	hl_strlcpy(l->initiator_name, iname, sizeof(l->initiator_name));

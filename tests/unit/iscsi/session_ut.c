@@ -593,6 +593,8 @@ static void test_login_errors(void)
 	                  ISCSI_LOGIN_TRANSIT | (1 << 2) | 1,
 	                  ISCSI_LOGIN_INITIATOR_ERROR); /* NSG <= CSG */
 	expect_login_fail("no-equals-sign", op, ISCSI_LOGIN_INITIATOR_ERROR);
+	expect_login_fail("InitiatorName=iqn.x:evil\n2026 fake log line|TargetName=" TGT, op,
+	                  ISCSI_LOGIN_INITIATOR_ERROR); /* names are printable, without spaces */
 
 	/* unsupported version */
 	setup();
