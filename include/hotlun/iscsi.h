@@ -94,6 +94,9 @@ struct hl_iscsi_session_info {
 	uint16_t tsih;
 	uint16_t tpgt;
 	uint64_t nexus_id;
+	char portal[64];   /* local address:port the session logged in through */
+	char peer[64];     /* initiator's address:port */
+	int64_t since;     /* login time, seconds since the epoch */
 };
 
 /**

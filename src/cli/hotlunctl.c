@@ -337,22 +337,51 @@ static void on_sigint(int sig)
 	interrupted = 1;
 }
 
+static uint64_t jint(json_t *o, const char *k)
+{
+	return (uint64_t)json_integer_value(json_object_get(o, k));
+}
+
 static void print_stats_text(json_t *r)
 {
 	const char *name;
-	json_t *disk;
-	json_t *disks = json_object_get(r, "disks");
+	json_t *disk, *cache;
+	json_t *disks = json_object_get(r, "disks"), *caches = json_object_get(r, "caches");
 
-	printf("%-20s %12s %10s %s\n", "disk", "size", "block", "origin");
+	printf("%-16s %8s %10s %10s %9s %9s %6s %-10s %7s\n", "disk", "size", "reads", "writes",
+	       "read MB", "write MB", "errors", "cache", "hit %");
 	json_object_foreach(disks, name, disk) {
-		char sz[32];
-		hl_format_size((uint64_t)json_integer_value(json_object_get(disk, "size_bytes")), sz,
-			       sizeof(sz));
-		printf("%-20s %12s %10lld %s\n", name, sz,
-		       (long long)json_integer_value(json_object_get(disk, "block_size")),
-		       json_string_value(json_object_get(disk, "origin")));
+		char sz[32], hit[16] = "-";
+		const char *cname = json_string_value(json_object_get(disk, "cache"));
+		json_t *cd = cname ? json_object_get(json_object_get(json_object_get(caches, cname),
+								     "disks"),
+						     name)
+				   : NULL;
+		if (cd && jint(cd, "read_reqs"))
+			snprintf(hit, sizeof(hit), "%.1f",
+				 100.0 * (double)jint(cd, "read_hits") / (double)jint(cd, "read_reqs"));
+		hl_format_size(jint(disk, "size_bytes"), sz, sizeof(sz));
+		printf("%-16s %8s %10llu %10llu %9.1f %9.1f %6llu %-10s %7s\n", name, sz,
+		       (unsigned long long)jint(disk, "read_cmds"),
+		       (unsigned long long)jint(disk, "write_cmds"), jint(disk, "read_bytes") / 1e6,
+		       jint(disk, "write_bytes") / 1e6, (unsigned long long)jint(disk, "errors"),
+		       cname ? cname : "-", hit);
 	}
-	printf("sessions: %lld\n", (long long)json_integer_value(json_object_get(r, "sessions")));
+	if (json_object_size(caches)) {
+		printf("\n%-16s %10s %10s %10s %10s %12s %s\n", "cache", "reads", "hits", "admitted",
+		       "evicted", "SSD MB written", "state");
+		json_object_foreach(caches, name, cache) {
+			printf("%-16s %10llu %10llu %10llu %10llu %12.1f %s\n", name,
+			       (unsigned long long)jint(cache, "read_reqs"),
+			       (unsigned long long)jint(cache, "read_hits"),
+			       (unsigned long long)jint(cache, "admissions"),
+			       (unsigned long long)jint(cache, "evictions"),
+			       jint(cache, "bytes_cache_write") / 1e6,
+			       json_is_true(json_object_get(cache, "passthrough")) ? "PASS-THROUGH"
+										  : "ok");
+		}
+	}
+	printf("\nsessions: %llu\n", (unsigned long long)jint(r, "sessions"));
 }
 
 static int cmd_stats(const char *path, int argc, char **argv)

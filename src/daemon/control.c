@@ -292,6 +292,14 @@ static void session_cb(void *arg, const struct hl_iscsi_session_info *s)
 	add_child(parent, node_new(name, path, summary));
 }
 
+static void session_json_cb(void *arg, const struct hl_iscsi_session_info *s)
+{
+	json_array_append_new(arg, json_pack("{s:s, s:s, s:s, s:i, s:i, s:s, s:s, s:I}", "initiator",
+					     s->initiator, "target", s->target, "isid", s->isid,
+					     "tsih", (int)s->tsih, "tpgt", (int)s->tpgt, "portal",
+					     s->portal, "peer", s->peer, "since", (json_int_t)s->since));
+}
+
 static json_t *tree(struct daemon *d)
 {
 	const struct hl_conf *c = d->conf;
@@ -741,17 +749,33 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 	(void)err;
 	(void)errlen;
 	hl_list_for_each_entry(rt, &d->disks, link) {
+		struct disk_counters c;
 		json_t *o = json_pack("{s:s, s:I, s:i, s:b}", "origin", rt->conf.origin, "size_bytes",
 				      (json_int_t)(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu)),
 				      "block_size", (int)hl_lu_block_size(rt->lu), "read_only",
 				      rt->conf.read_only);
+		daemon_counters_read(rt->counters, &c);
+		json_object_set_new(o, "read_cmds", json_integer((json_int_t)c.read_cmds));
+		json_object_set_new(o, "write_cmds", json_integer((json_int_t)c.write_cmds));
+		json_object_set_new(o, "other_cmds", json_integer((json_int_t)c.other_cmds));
+		json_object_set_new(o, "read_bytes", json_integer((json_int_t)c.read_bytes));
+		json_object_set_new(o, "write_bytes", json_integer((json_int_t)c.write_bytes));
+		json_object_set_new(o, "errors", json_integer((json_int_t)c.errors));
+		json_t *rl = json_array(), *wl = json_array();
+		for (int i = 0; i < HL_DISK_LAT_BUCKETS; i++) {
+			json_array_append_new(rl, json_integer((json_int_t)c.read_lat[i]));
+			json_array_append_new(wl, json_integer((json_int_t)c.write_lat[i]));
+		}
+		json_object_set_new(o, "read_latency_log2_us", rl);
+		json_object_set_new(o, "write_latency_log2_us", wl);
+		if (rt->conf.cache)
+			json_object_set_new(o, "cache", json_string(rt->conf.cache));
 		json_object_set_new(disks, rt->conf.name, o);
 	}
-	json_t *sessions = node_new("sessions", "/sessions", NULL);
-	int n = hl_iscsi_sessions_list(d->server, session_cb, sessions);
-	json_decref(sessions);
-	*result = json_pack("{s:o, s:i, s:o}", "disks", disks, "sessions", n, "caches",
-			    daemon_cache_stats_json());
+	json_t *list = json_array();
+	int n = hl_iscsi_sessions_list(d->server, session_json_cb, list);
+	*result = json_pack("{s:o, s:i, s:o, s:o}", "disks", disks, "sessions", n, "session_list",
+			    list, "caches", daemon_cache_stats_json());
 	return 0;
 }
 

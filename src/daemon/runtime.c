@@ -128,6 +128,13 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 			return rc;
 		}
 	}
+	/* topmost, so it counts every command the LU issues, cached or not */
+	rc = daemon_count_origin(&origin, &rt->counters);
+	if (rc) {
+		hl_origin_close(origin);
+		disk_free(rt);
+		return fail(err, errlen, rc, "disk %s: out of memory", cd->name);
+	}
 	memset(&lc, 0, sizeof(lc));
 	lc.name = cd->name;
 	lc.block_size = cd->block_size;

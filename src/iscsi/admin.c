@@ -123,6 +123,9 @@ int hl_iscsi_sessions_list(struct hl_iscsi_server *srv,
 		info.tsih = s->tsih;
 		info.tpgt = s->tpgt;
 		info.nexus_id = s->nexus.id;
+		info.since = s->since;
+		hl_strlcpy(info.portal, s->portal, sizeof(info.portal));
+		hl_strlcpy(info.peer, s->peer, sizeof(info.peer));
 		fn(arg, &info);
 		n++;
 	}

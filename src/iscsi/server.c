@@ -301,6 +301,11 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 				iscsi_session_kill_locked(srv, o, "session reinstatement");
 		}
 	}
+	s->since = (int64_t)time(NULL);
+	if (s->conn) {
+		hl_format_sockaddr(&s->conn->local, s->portal, sizeof(s->portal));
+		hl_format_sockaddr(&s->conn->peer, s->peer, sizeof(s->peer));
+	}
 	hl_list_add_tail(&srv->sessions, &s->link);
 	s->registered = true;
 	pthread_mutex_unlock(&srv->lock);

@@ -1,0 +1,180 @@
+/*
+ * diskstats.c - per-disk command counters: an origin wrapper placed right
+ * under the LU, so it sees every block command the SCSI layer issues for
+ * the disk (hits and misses alike, before any cache) and times it.
+ *
+ * The wrapped request cannot carry our state: io->priv belongs to whatever
+ * backend runs below. So each request gets a small shadow request from a
+ * per-thread free list; the caller's io is completed from the shadow's
+ * completion. Counters are atomics shared by every reactor.
+ */
+#include "daemon/daemon_internal.h"
+
+#include "hotlun/event.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct shadow_io {
+	struct hl_origin_io io;         /* what the inner origin sees */
+	struct hl_origin_io *outer;     /* the caller's request */
+	struct disk_counters *counters;
+	uint64_t start_ns;
+	struct shadow_io *next_free;
+};
+
+struct counted_origin {
+	struct hl_origin *inner;
+	struct disk_counters *counters; /* owned */
+};
+
+static __thread struct shadow_io *free_shadows;
+static __thread unsigned n_free_shadows;
+
+static struct counted_origin *co_of(struct hl_origin *o)
+{
+	return hl_origin_priv(o);
+}
+
+static unsigned log2_bucket(uint64_t us)
+{
+	unsigned b = 0;
+	while (us && b < HL_DISK_LAT_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	return b;
+}
+
+static void add(uint64_t *c, uint64_t v)
+{
+	__atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+}
+
+static void shadow_done(struct hl_origin_io *io, int result)
+{
+	struct shadow_io *s = hl_container_of(io, struct shadow_io, io);
+	struct hl_origin_io *outer = s->outer;
+	struct disk_counters *c = s->counters;
+	uint64_t us = (hl_now_ns() - s->start_ns) / 1000;
+
+	switch (io->op) {
+	case HL_IO_READ:
+		add(&c->read_cmds, 1);
+		add(&c->read_lat[log2_bucket(us)], 1);
+		if (result == 0)
+			add(&c->read_bytes, io->length);
+		break;
+	case HL_IO_WRITE:
+		add(&c->write_cmds, 1);
+		add(&c->write_lat[log2_bucket(us)], 1);
+		if (result == 0)
+			add(&c->write_bytes, io->length);
+		break;
+	default:
+		add(&c->other_cmds, 1);
+		break;
+	}
+	if (result < 0 && result != -EILSEQ) /* a miscompare is an answer, not an error */
+		add(&c->errors, 1);
+	outer->miscompare_offset = io->miscompare_offset;
+
+	if (n_free_shadows < 1024) {
+		s->next_free = free_shadows;
+		free_shadows = s;
+		n_free_shadows++;
+	} else {
+		free(s);
+	}
+	outer->cb(outer, result);
+}
+
+static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
+{
+	struct counted_origin *co = co_of(o);
+	struct shadow_io *s = free_shadows;
+	int rc;
+
+	if (s) {
+		free_shadows = s->next_free;
+		n_free_shadows--;
+	} else {
+		s = malloc(sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+	}
+	memset(&s->io, 0, sizeof(s->io));
+	s->io.op = outer->op;
+	s->io.flags = outer->flags;
+	s->io.offset = outer->offset;
+	s->io.length = outer->length;
+	s->io.iov = outer->iov;
+	s->io.iovcnt = outer->iovcnt;
+	s->io.cb = shadow_done;
+	s->outer = outer;
+	s->counters = co->counters;
+	s->start_ns = hl_now_ns();
+	rc = hl_origin_submit(co->inner, &s->io);
+	if (rc < 0) {
+		s->next_free = free_shadows;
+		free_shadows = s;
+		n_free_shadows++;
+	}
+	return rc;
+}
+
+static void counted_close(struct hl_origin *o)
+{
+	struct counted_origin *co = co_of(o);
+	hl_origin_close(co->inner);
+	free(co->counters);
+}
+
+static int counted_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
+{
+	(void)o, (void)target, (void)opts;
+	return -EINVAL; /* only made by daemon_count_origin */
+}
+
+static const struct hl_origin_ops counted_ops = {
+	.name = "counted",
+	.scheme = NULL,
+	.priv_size = sizeof(struct counted_origin),
+	.open = counted_open,
+	.close = counted_close,
+	.submit = counted_submit,
+};
+
+int daemon_count_origin(struct hl_origin **origin, struct disk_counters **counters)
+{
+	struct hl_origin *inner = *origin;
+	struct hl_origin *o = calloc(1, sizeof(*o) + sizeof(struct counted_origin));
+	struct disk_counters *c = calloc(1, sizeof(*c));
+
+	if (!o || !c || !(o->uri = strdup(inner->uri ? inner->uri : ""))) {
+		free(o);
+		free(c);
+		return -ENOMEM;
+	}
+	o->ops = &counted_ops;
+	o->size = inner->size;
+	o->phys_block_size = inner->phys_block_size;
+	o->read_only = inner->read_only;
+	o->can_discard = inner->can_discard;
+	o->zeroes_after_discard = inner->zeroes_after_discard;
+	co_of(o)->inner = inner;
+	co_of(o)->counters = c;
+	*origin = o;
+	*counters = c;
+	return 0;
+}
+
+void daemon_counters_read(const struct disk_counters *c, struct disk_counters *out)
+{
+	const uint64_t *src = (const uint64_t *)c;
+	uint64_t *dst = (uint64_t *)out;
+
+	for (size_t i = 0; i < sizeof(*c) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
