@@ -763,6 +763,22 @@ static void put_kv(FILE *f, const char *key, const char *v)
 	fputs("\"\n", f);
 }
 
+/* A size as people write it: "2G", "64K", or plain bytes when not a whole unit. */
+static void put_size(FILE *f, const char *key, uint64_t v)
+{
+	static const char units[] = "KMGT";
+	int u = -1;
+
+	while (u < 3 && v && v % 1024 == 0) {
+		v /= 1024;
+		u++;
+	}
+	if (u < 0)
+		fprintf(f, "%s = %llu\n", key, (unsigned long long)v);
+	else
+		fprintf(f, "%s = %llu%c\n", key, (unsigned long long)v, units[u]);
+}
+
 static void put_opt(FILE *f, const char *key, const char *v)
 {
 	if (v)
@@ -794,8 +810,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		const struct hl_conf_cache *k = &c->caches[i];
 		fprintf(f, "\n[cache %s]\n", k->name);
 		put_kv(f, "device", k->device);
-		fprintf(f, "size = %llu\n", (unsigned long long)k->size);
-		fprintf(f, "block_size = %u\n", k->block_size);
+		put_size(f, "size", k->size);
+		put_size(f, "block_size", k->block_size);
 		put_opt(f, "admission", k->admission);
 		put_opt(f, "write_policy", k->write_policy);
 	}
@@ -808,7 +824,7 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 			fprintf(f, "read_only = yes\n");
 		put_opt(f, "cache", d->cache);
 		if (d->cache_quota)
-			fprintf(f, "cache_quota = %llu\n", (unsigned long long)d->cache_quota);
+			put_size(f, "cache_quota", d->cache_quota);
 		if (d->origin_iops)
 			fprintf(f, "origin_iops = %u\n", d->origin_iops);
 		if (d->origin_mbps)
