@@ -13,8 +13,11 @@
 #  3. kill -9 serves no stale block: pattern A is written and read (admitted,
 #     its record flushed), pattern B written, the front killed at once; after
 #     the restart the range reads back B;
-#  4. the same with the SAN's disk swapped for another file under the same
-#     name: the front must not serve the old disk's blocks.
+#  4. hotlun-bench --verify, 70% reads / 30% writes at 64 in flight on a hot
+#     set, in invalidate and update mode: no read returns anything but the
+#     last completed write (writes race fills, hits and updates);
+#  5. the SAN's disk swapped for another file under the same name: the
+#     front must not serve the old disk's blocks.
 . "$(dirname "$0")/lib.sh"
 hl_need qemu-img qemu-io python3
 qemu-img --help 2>/dev/null | grep -qw iscsi || hl_skip "qemu-img has no iscsi driver (install qemu-block-extra)"
@@ -71,6 +74,40 @@ stat() {
 		"$T/stats.json" "$1" || { cat "$T/stats.json" >&2; hl_fail "no cache stats for disk san"; }
 }
 
+# cstat KEY: a counter of the whole cache "ssd".
+cstat() {
+	"$CTL" --socket "$ST/ctl.sock" stats --json >"$T/stats.json" 2>"$T/stats.err" ||
+		{ cat "$T/stats.err" >&2; hl_fail "hotlunctl stats failed"; }
+	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"][sys.argv[2]])' \
+		"$T/stats.json" "$1" || { cat "$T/stats.json" >&2; hl_fail "no stats for cache ssd"; }
+}
+
+# wait_cstat KEY MIN: wait (up to 20 s) until the cache counter KEY reaches MIN.
+wait_cstat() {
+	local i v
+	for i in $(seq 1 200); do
+		v=$(cstat "$1")
+		[ "$v" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	hl_fail "cache counter $1 stayed at $v (< $2)"
+}
+
+# wait_idle_synced: no request left (fills done), then no record change left unflushed.
+wait_idle_synced() {
+	local i
+	for i in $(seq 1 200); do
+		[ "$(cstat inflight)" = 0 ] && break
+		sleep 0.1
+	done
+	[ "$(cstat inflight)" = 0 ] || hl_fail "requests still in flight"
+	for i in $(seq 1 200); do
+		[ "$(cstat meta_dirty)" = False ] && return 0
+		sleep 0.1
+	done
+	hl_fail "slot records never flushed"
+}
+
 compare_front() {
 	qemu-img compare -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/q.out" 2>&1 ||
 		{ cat "$T/q.out" >&2; hl_fail "$1: qemu-img compare through the front: differs"; }
@@ -112,7 +149,7 @@ PY
 cmp -s -n $IMG "$T/src.img" "$SAN_DISK" || hl_fail "the SAN's file differs from what was written through the front"
 chunks read "shuf -i 0-$((NCHUNK - 1))" >"$T/read1.cmds"
 io "first read" "$T/read1.cmds"
-sleep 0.5 # fills finish after the replies
+wait_cstat used_slots "$NCHUNK" # fills finish after the replies
 c1=$(stat bytes_read_cache)
 o1=$(stat bytes_read_origin)
 chunks read "shuf -i 0-$((NCHUNK - 1))" >"$T/read2.cmds"
@@ -147,7 +184,8 @@ OFF=$((4 * 1024 * 1024))
 kill9() {
 	qemu-io -f raw -c "write -P $2 $OFF 1M" "$FRONT_URL" >"$T/io.out" 2>&1 || { cat "$T/io.out" >&2; hl_fail "$1: write A"; }
 	qemu-io -f raw -c "read -P $2 $OFF 1M" "$FRONT_URL" >"$T/io.out" 2>&1 || { cat "$T/io.out" >&2; hl_fail "$1: read A"; }
-	sleep 1.5 # fills done and their records flushed: the device now claims A
+	# Fills done, then their records flushed: the device now claims A.
+	wait_idle_synced
 	local ca
 	ca=$(stat bytes_read_cache)
 	qemu-io -f raw -c "read -P $2 $OFF 1M" "$FRONT_URL" >"$T/io.out" 2>&1 || { cat "$T/io.out" >&2; hl_fail "$1: read A again"; }
@@ -180,7 +218,24 @@ hl_log "after kill -9: B reads back; $c4 B served from the cache"
 [ "$c4" -ge $((IMG / 2)) ] || hl_fail "after kill -9 the warm cache was lost ($c4 bytes from cache)"
 hl_stop "$FRONT_PID"
 
-# ---- 4. another disk behind the same name: no old block
+# ---- 4. mixed load with verification: 64 in flight, 70% reads / 30% writes on
+# a hot set, in update mode and in invalidate mode (writes race fills and hits;
+# every read is checked against the last completed write of its block)
+BENCH=$HL_BUILDDIR/hotlun-bench
+for mode in invalidate update; do
+	sed -i '/^write_policy = /d' "$T/front.conf"
+	sed -i "s/^admission = always\$/admission = always\nwrite_policy = $mode/" "$T/front.conf"
+	front_start
+	"$BENCH" --workload hotset:90/10 --range 32M --offset 16M --bs 4K:60,64K:30,8K:10 --read 70 \
+		--qd 64 --time 8 --verify --quiet --seed 3 "$FRONT_URL" >"$T/bench.out" 2>&1 ||
+		{ tail -20 "$T/bench.out" >&2; hl_fail "$mode mode: hotlun-bench --verify failed"; }
+	grep -q "verify_errors=0" "$T/bench.out" || { tail -5 "$T/bench.out" >&2; hl_fail "$mode mode: verify errors"; }
+	hl_log "$mode mode: $(tail -1 "$T/bench.out" | grep -o 'iops=[0-9]*') with --verify, $(stat bytes_read_cache) B from cache"
+	[ "$(stat bytes_read_cache)" -gt 0 ] || hl_fail "$mode mode: the cache served nothing under the mixed load"
+	hl_stop "$FRONT_PID"
+done
+
+# ---- 5. another disk behind the same name: no old block
 hl_stop "$SAN_PID"
 head -c $SIZE /dev/urandom >"$T/other.img"
 hl_target_start --disk "$T/other.img"
