@@ -746,9 +746,25 @@ static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
 			rc = iscsi_sendtargets(c, value, &tb);
 			if (rc == -EINVAL)
 				rc = iscsi_textbuf_add(&tb, key, "Reject");
+		} else if (strcmp(key, "MaxRecvDataSegmentLength") == 0) {
+			/* declarative and allowed in FFP: the initiator changes what it accepts */
+			char answer[256] = "";
+			struct iscsi_params p = c->params;
+			enum iscsi_neg_result nr = iscsi_negotiate_key(
+			    &p, &c->lim, c->sess->type, key, value, answer, sizeof(answer));
+			if (nr == ISCSI_NEG_PROTOCOL_ERROR || nr == ISCSI_NEG_NOT_HANDLED)
+				rc = iscsi_textbuf_add(&tb, key, "Reject");
+			else
+				c->params.max_recv_dsl_initiator = p.max_recv_dsl_initiator;
 		} else {
-			/* operational keys are not renegotiated in FFP by this target */
-			rc = iscsi_textbuf_add(&tb, key, "NotUnderstood");
+			/* other known keys are not renegotiated in FFP by this target */
+			char answer[256] = "";
+			struct iscsi_params p = c->params;
+			enum iscsi_neg_result nr = iscsi_negotiate_key(
+			    &p, &c->lim, c->sess->type, key, value, answer, sizeof(answer));
+			bool known =
+			    nr != ISCSI_NEG_NOT_HANDLED && strcmp(answer, "NotUnderstood") != 0;
+			rc = iscsi_textbuf_add(&tb, key, known ? "Reject" : "NotUnderstood");
 		}
 	}
 	iscsi_kvlist_free(&kv);

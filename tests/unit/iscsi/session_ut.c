@@ -1225,6 +1225,17 @@ static void test_text_continuation(void)
 	CU_ASSERT_EQUAL(bhs_w20(&got[0].bhs), ISCSI_RSVD_TAG);
 	CU_ASSERT_TRUE(got[0].dsl > 0 && got[0].dsl < 512);
 	hl_list_init(&srv->portals);
+	/* keys in FFP: MaxRecvDataSegmentLength may be redeclared; others are refused */
+	ngot = 0;
+	n = kv(data, "MaxRecvDataSegmentLength=4096|InitialR2T=No|X-foo=1");
+	bhs_set_itt(&h, ++itt);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	send_pdu(&h, data, (uint32_t)n);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(conn->params.max_recv_dsl_initiator, 4096);
+	CU_ASSERT_TRUE(has_kv(&got[0], "InitialR2T=Reject"));
+	CU_ASSERT_TRUE(has_kv(&got[0], "X-foo=NotUnderstood"));
 	teardown();
 }
 
