@@ -26,6 +26,8 @@ struct hl_conf_disk {
 	uint32_t origin_iops;  /* throttle, 0 = none */
 	uint32_t origin_mbps;
 	uint32_t origin_latency_ms;
+	char *rbd_conf;        /* rbd: origins: ceph.conf path, or NULL */
+	char *rbd_id;          /* rbd: origins: cephx user id, or NULL */
 	int line;              /* line of the section header, for errors */
 };
 

@@ -225,6 +225,10 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 		return parse_u32(p, key, v, 1000000, &d->origin_mbps);
 	if (strcmp(key, "origin_latency_ms") == 0)
 		return parse_u32(p, key, v, 60000, &d->origin_latency_ms);
+	if (strcmp(key, "rbd_conf") == 0)
+		return set_str(p, &d->rbd_conf, v);
+	if (strcmp(key, "rbd_id") == 0)
+		return set_str(p, &d->rbd_id, v);
 	return perr(p, "unknown key '%s' in [disk %s]", key, d->name);
 }
 
@@ -678,6 +682,8 @@ static void free_disk(struct hl_conf_disk *d)
 	free(d->name);
 	free(d->origin);
 	free(d->cache);
+	free(d->rbd_conf);
+	free(d->rbd_id);
 }
 
 static void free_cache(struct hl_conf_cache *k)
@@ -831,6 +837,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 			fprintf(f, "origin_mbps = %u\n", d->origin_mbps);
 		if (d->origin_latency_ms)
 			fprintf(f, "origin_latency_ms = %u\n", d->origin_latency_ms);
+		put_opt(f, "rbd_conf", d->rbd_conf);
+		put_opt(f, "rbd_id", d->rbd_id);
 	}
 	for (size_t i = 0; i < c->n_targets; i++) {
 		const struct hl_conf_target *t = &c->targets[i];
@@ -1051,6 +1059,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		struct hl_conf_disk *d = &c->disks[p.index];
 		if (strcmp(key, "cache") == 0)
 			return unset_str(&d->cache);
+		if (strcmp(key, "rbd_conf") == 0)
+			return unset_str(&d->rbd_conf);
+		if (strcmp(key, "rbd_id") == 0)
+			return unset_str(&d->rbd_id);
 		if (strcmp(key, "cache_quota") == 0)
 			d->cache_quota = 0;
 		else if (strcmp(key, "origin_iops") == 0)

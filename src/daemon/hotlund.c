@@ -54,6 +54,9 @@ static void print_version(void)
 	for (const struct hl_origin_ops *const *b = hl_origin_backends; *b; b++)
 		printf(" %s", (*b)->name);
 	printf("\n");
+#ifndef HAVE_RBD
+	printf("rbd: not built (configure found no librbd; install librbd-dev and rebuild)\n");
+#endif
 }
 
 /* ---- the demo: a built-in config with its files under one folder ---- */

@@ -59,6 +59,14 @@ static void disk_conf_free(struct hl_conf_disk *c)
 	free(c->name);
 	free(c->origin);
 	free(c->cache);
+	free(c->rbd_conf);
+	free(c->rbd_id);
+}
+
+static bool dup_opt(char **dst, const char *src)
+{
+	*dst = src ? strdup(src) : NULL;
+	return !src || *dst;
 }
 
 static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *src)
@@ -66,8 +74,9 @@ static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *s
 	*dst = *src;
 	dst->name = strdup(src->name);
 	dst->origin = strdup(src->origin);
-	dst->cache = src->cache ? strdup(src->cache) : NULL;
-	if (!dst->name || !dst->origin || (src->cache && !dst->cache)) {
+	bool ok = dup_opt(&dst->cache, src->cache) & dup_opt(&dst->rbd_conf, src->rbd_conf) &
+		  dup_opt(&dst->rbd_id, src->rbd_id);
+	if (!dst->name || !dst->origin || !ok) {
 		disk_conf_free(dst);
 		return -ENOMEM;
 	}
@@ -80,7 +89,8 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 	return !str_eq(a->origin, b->origin) || a->block_size != b->block_size ||
 	       a->read_only != b->read_only || a->origin_iops != b->origin_iops ||
 	       a->origin_mbps != b->origin_mbps || a->origin_latency_ms != b->origin_latency_ms ||
-	       !str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota;
+	       !str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota ||
+	       !str_eq(a->rbd_conf, b->rbd_conf) || !str_eq(a->rbd_id, b->rbd_id);
 }
 
 static void disk_free(struct disk_rt *rt)
@@ -94,7 +104,12 @@ static void disk_free(struct disk_rt *rt)
 static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct disk_rt **out,
 		     char *err, size_t errlen)
 {
-	struct hl_origin_opts opts = {.read_only = cd->read_only};
+	struct hl_origin_opts opts = {
+		.read_only = cd->read_only,
+		.block_size = cd->block_size,
+		.rbd_conf = cd->rbd_conf,
+		.rbd_id = cd->rbd_id,
+	};
 	struct hl_origin *origin;
 	struct hl_lu_config lc;
 	struct disk_rt *rt;
