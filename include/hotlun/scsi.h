@@ -134,7 +134,7 @@ struct hl_scsi_cmd {
 	uint64_t priv[4];
 	/* range lock (src/scsi/range.c): writes share, COMPARE AND WRITE excludes */
 	uint64_t rl_lba;
-	uint32_t rl_count;
+	uint64_t rl_count;
 	uint8_t rl_mode;
 	struct hl_reactor *reactor;                /* where exec ran: waiters resume there */
 	void (*rl_resume)(struct hl_scsi_cmd *cmd); /* run once a waited-for lock is granted */
