@@ -75,6 +75,10 @@ struct hl_origin_io {
 struct hl_origin_opts {
 	bool read_only;
 	bool direct;       /* file: O_DIRECT (default off: the page cache is the origin's cache) */
+	uint32_t block_size; /* the disk's logical block size, 0 = unknown; iscsi: open fails
+	                        (-EINVAL) unless it is a multiple of the SAN's */
+	const char *rbd_conf;  /* rbd: ceph.conf path (NULL: /etc/ceph/ceph.conf) */
+	const char *rbd_id;    /* rbd: cephx user id without "client." (NULL: admin) */
 };
 
 /** A backend. Members are mandatory unless marked optional. */

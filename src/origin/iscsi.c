@@ -1326,7 +1326,6 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 	uint32_t rnd = 0;
 	int rc;
 
-	(void)opts;
 	rc = origin_iscsi_url_parse(target, &io->url);
 	if (rc) {
 		HL_ERR(ISC_COMPONENT,
@@ -1369,6 +1368,14 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 	iscsi_destroy_context(ctx);
 	if (rc)
 		goto fail;
+	if (opts->block_size && opts->block_size % io->bs) {
+		HL_ERR(ISC_COMPONENT,
+		       "%s: the disk's block_size %u is not a multiple of the SAN's logical block "
+		       "size %u",
+		       o->uri, opts->block_size, io->bs);
+		rc = -EINVAL;
+		goto fail;
+	}
 	return 0;
 fail:
 	pthread_mutex_destroy(&io->lock);

@@ -10,6 +10,8 @@
 #  3. the SAN stays away longer than the retry limit (timeout=4 in the URL):
 #     the front still answers INQUIRY, reads fail quickly with MEDIUM or
 #     HARDWARE ERROR sense, and everything works again once the SAN is back;
+#     then the SAN hangs (SIGSTOP): a read fails within the limit instead of
+#     hanging, and the front recovers when the SAN resumes (SIGCONT);
 #  4. CHAP on the origin URL (user%secret@): right secret works, a wrong one
 #     makes the front refuse to start with a clear error.
 # Steps 2-4 need a restartable hotlund SAN and are skipped with HL_TARGET=tgt.
@@ -146,6 +148,30 @@ for i in $(seq 1 60); do
 done
 [ $ok = 1 ] || { cat "$T/up.out" >&2; hl_fail "the front did not recover after the SAN came back"; }
 hl_log "recovered after the SAN came back (attempt $i)"
+
+# ---- 3b. a SAN that hangs (SIGSTOP: TCP stays up, nothing answers): errors, not hangs
+kill -STOP "$SAN_PID"
+t0=$SECONDS
+if timeout 60 qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/hung.out" 2>&1; then
+	kill -CONT "$SAN_PID"
+	hl_fail "a read through the front succeeded while the SAN was stopped"
+fi
+dt=$((SECONDS - t0))
+kill -CONT "$SAN_PID"
+[ $dt -le $((RETRY_S + 4)) ] || hl_fail "a read against a hung SAN took $dt s (limit ${RETRY_S} s)"
+grep -Eq 'SENSE KEY:.*\((3|4)\) ASCQ' "$T/hung.out" || { cat "$T/hung.out" >&2; hl_fail "hung SAN: no medium/hardware error sense"; }
+hl_check_alive "$FRONT_PID"
+ok=0
+for i in $(seq 1 60); do
+	if qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/up.out" 2>&1; then
+		ok=1
+		break
+	fi
+	sleep 0.25
+done
+[ $ok = 1 ] || { cat "$T/up.out" >&2; hl_fail "the front did not recover after the SAN resumed"; }
+hl_log "hung SAN: the read failed after $dt s, then the front recovered (attempt $i)"
+
 head -c $((4 * 1024 * 1024)) /dev/urandom >"$T/small.img"
 qemu-img convert -n -f raw -O raw "$T/small.img" "$FRONT_URL" >"$T/q.out" 2>&1 || { cat "$T/q.out" >&2; hl_fail "write after recovery"; }
 cmp -s "$T/small.img" <(head -c $((4 * 1024 * 1024)) "$SAN_DISK") || hl_fail "write after recovery did not reach the SAN"

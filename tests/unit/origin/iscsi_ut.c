@@ -803,6 +803,21 @@ static void test_read_only_refused(void)
 	close_on(cli_r, o);
 }
 
+static void test_block_size_opt(void)
+{
+	char uri[256];
+	struct hl_origin *o = NULL;
+	struct hl_origin_opts opts = {.block_size = 4096};
+
+	snprintf(uri, sizeof(uri), "iscsi://127.0.0.1:%u/%s/0", san.port, IQN);
+	CU_ASSERT_FATAL(hl_origin_open(uri, &opts, &o) == 0); /* 4096 on 512-byte SAN blocks */
+	close_on(cli_r, o);
+	o = NULL;
+	opts.block_size = 520; /* not a multiple of 512 */
+	CU_ASSERT_EQUAL(hl_origin_open(uri, &opts, &o), -EINVAL);
+	CU_ASSERT_PTR_NULL(o);
+}
+
 static const struct hl_test tests[] = {
     {"URL: host, default port, target, LUN", test_url_basic},
     {"URL: user%secret and port", test_url_port_chap},
@@ -826,6 +841,7 @@ static const struct hl_test tests[] = {
     {"one session per reactor", test_two_reactors},
     {"more I/O than the queue depth", test_queue_depth},
     {"read-only origin", test_read_only_refused},
+    {"the disk's block size must be a multiple of the SAN's", test_block_size_opt},
     {"reconnect: I/O waits for the SAN and succeeds", test_reconnect},
     {"outage past the limit: -EIO, fast failure, recovery", test_outage_limit},
     {NULL, NULL},
