@@ -1,0 +1,318 @@
+/*
+ * hotlun_snmp.c - hotlun-snmp, the AgentX subagent: options, the link to
+ * hotlund's control socket (polled on a timer, reconnected when it
+ * drops), and net-snmp's main loop. net-snmp code runs only in this
+ * process, never in hotlund's data path.
+ *
+ *   hotlun-snmp [--socket CONTROL_SOCKET | --config FILE] [--agentx AGENTX_SOCKET]
+ *
+ * Each poll asks hotlund for "version", "stats" and each cache's settings,
+ * builds a new snapshot (snmp_model.c), compares it with the previous one
+ * for notifications, and swaps it in; requests are served from the
+ * snapshot until the next poll (snmp_agent.c).
+ */
+#include "config.h"
+
+#include "hotlun/conf.h"
+#include "hotlun/ctl.h"
+#include "hotlun/log.h"
+#include "snmp/snmp_internal.h"
+
+#include <net-snmp/net-snmp-config.h>
+#include <net-snmp/net-snmp-includes.h>
+#include <net-snmp/agent/net-snmp-agent-includes.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_CONFIG HL_SYSCONFDIR "/hotlun/hotlun.conf"
+#define DEFAULT_SOCKET HL_LOCALSTATEDIR "/lib/hotlun/hotlund.sock"
+#define DEFAULT_AGENTX "/var/agentx/master" /* net-snmp's standard AgentX socket */
+#define CTL_TIMEOUT_S 2
+
+static volatile sig_atomic_t g_stop;
+static const char *g_socket;
+static int g_fd = -1;
+static bool g_was_up = true; /* so the first failure is logged */
+static struct snmp_snapshot g_snap_store[2];
+static struct snmp_snapshot *g_snap = &g_snap_store[0];
+static struct snmp_watch g_watch;
+static unsigned g_poll_ms = 1000;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void ctl_close(void)
+{
+	if (g_fd >= 0)
+		close(g_fd);
+	g_fd = -1;
+}
+
+/* One request; the "result" member (new reference) or NULL, with err set. */
+static json_t *ctl_result(const char *cmd, json_t *args, char *err, size_t errlen)
+{
+	json_t *reply = NULL, *res;
+	int rc = hl_ctl_call(g_fd, cmd, args, &reply);
+
+	json_decref(args);
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", cmd, strerror(-rc));
+		ctl_close();
+		return NULL;
+	}
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		const char *e = json_string_value(json_object_get(reply, "error"));
+		snprintf(err, errlen, "%s: %s", cmd, e ? e : "failed");
+		json_decref(reply);
+		return NULL;
+	}
+	res = json_incref(json_object_get(reply, "result"));
+	json_decref(reply);
+	if (!res)
+		snprintf(err, errlen, "%s: no result", cmd);
+	return res;
+}
+
+static int ctl_open(char *err, size_t errlen)
+{
+	struct timeval tv = {.tv_sec = CTL_TIMEOUT_S};
+
+	if (g_fd >= 0)
+		return 0;
+	g_fd = hl_ctl_connect(g_socket);
+	if (g_fd < 0) {
+		snprintf(err, errlen, "cannot connect to %s: %s", g_socket, strerror(-g_fd));
+		g_fd = -1;
+		return -1;
+	}
+	/* A stuck hotlund must not stall the master's requests for long. */
+	setsockopt(g_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(g_fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return 0;
+}
+
+/* Ask hotlund for everything a snapshot needs; 0 or -1 with err set. */
+static int fetch(struct snmp_snapshot *out, char *err, size_t errlen)
+{
+	json_t *version = NULL, *stats = NULL, *confs = json_object(), *v;
+	const char *name;
+	int rc = -1;
+
+	if (ctl_open(err, errlen))
+		goto out;
+	version = ctl_result("version", NULL, err, errlen);
+	if (!version)
+		goto out;
+	stats = ctl_result("stats", NULL, err, errlen);
+	if (!stats)
+		goto out;
+	json_object_foreach(json_object_get(stats, "caches"), name, v)
+	{
+		char path[512];
+		json_t *c;
+		snprintf(path, sizeof(path), "/caches/%s", name);
+		c = ctl_result("get", json_pack("{s:s}", "path", path), err, errlen);
+		if (!c) {
+			if (g_fd < 0)
+				goto out; /* the link broke; a refused get is only a missing field */
+			continue;
+		}
+		json_object_set_new(confs, name, c);
+	}
+	if (snmp_snapshot_build(stats, version, confs, out)) {
+		snprintf(err, errlen, "stats: unexpected reply");
+		goto out;
+	}
+	rc = 0;
+out:
+	json_decref(version);
+	json_decref(stats);
+	json_decref(confs);
+	return rc;
+}
+
+static void poll_once(unsigned int reg, void *arg)
+{
+	struct snmp_snapshot *next = g_snap == &g_snap_store[0] ? &g_snap_store[1] : &g_snap_store[0];
+	char err[512] = "";
+
+	(void)reg;
+	(void)arg;
+	snmp_snapshot_free(next);
+	if (fetch(next, err, sizeof(err)) == 0) {
+		if (!g_was_up)
+			HL_NOTICE("snmp", "connected to hotlund %s at %s", next->version, g_socket);
+		g_was_up = true;
+		snmp_watch_update(&g_watch, next, now_s(), snmp_agent_notify, NULL);
+	} else {
+		if (g_was_up)
+			HL_WARN("snmp", "hotlund unreachable (%s); retrying every poll", err);
+		g_was_up = false;
+		snmp_snapshot_free(next); /* unreachable: empty tables */
+	}
+	/* Between requests (alarms never run inside a PDU): safe to swap. */
+	g_snap = next;
+	snmp_snapshot_free(next == &g_snap_store[0] ? &g_snap_store[1] : &g_snap_store[0]);
+}
+
+static char *socket_from_config(const char *path)
+{
+	struct hl_conf *c;
+	char err[512];
+	char *s = NULL;
+
+	if (access(path, R_OK) != 0)
+		return NULL;
+	if (hl_conf_load(path, &c, err, sizeof(err)) == 0) {
+		s = c->control_socket ? strdup(c->control_socket) : NULL;
+		hl_conf_free(c);
+	} else {
+		HL_WARN("snmp", "%s", err);
+	}
+	return s;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	g_stop = 1;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: hotlun-snmp [options]\n"
+		"An AgentX subagent serving HOTLUN-MIB from hotlund's control socket.\n"
+		"  --socket PATH     hotlund's control socket (default: control_socket of\n"
+		"                    the config file, else " DEFAULT_SOCKET ")\n"
+		"  --config FILE     hotlund's config file (default " DEFAULT_CONFIG ")\n"
+		"  --agentx SOCKET   the master's AgentX socket (default " DEFAULT_AGENTX ";\n"
+		"                    also tcp:HOST:PORT)\n"
+		"  --interval MS     poll hotlund every MS milliseconds (default 1000)\n"
+		"  --ping SECONDS    check the master every SECONDS, reconnect (default 5)\n"
+		"  --log-level L     err, warning, notice, info, debug (default notice)\n"
+		"  --syslog          log to syslog instead of stderr\n"
+		"  --help, --version\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"socket", required_argument, NULL, 's'},
+		{"config", required_argument, NULL, 'c'},
+		{"agentx", required_argument, NULL, 'x'},
+		{"interval", required_argument, NULL, 'i'},
+		{"ping", required_argument, NULL, 'p'},
+		{"log-level", required_argument, NULL, 'l'},
+		{"syslog", no_argument, NULL, 'S'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *config = NULL, *agentx = DEFAULT_AGENTX;
+	char *from_conf = NULL, *end;
+	int level = HL_LOG_NOTICE, ping = 5, c;
+	bool use_syslog = false;
+	long n;
+
+	while ((c = getopt_long(argc, argv, "s:c:x:i:p:l:ShV", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': g_socket = optarg; break;
+		case 'c': config = optarg; break;
+		case 'x': agentx = optarg; break;
+		case 'i':
+			n = strtol(optarg, &end, 10);
+			if (*end || n < 100 || n > 3600000) {
+				fprintf(stderr, "hotlun-snmp: --interval: 100..3600000 ms\n");
+				return 2;
+			}
+			g_poll_ms = (unsigned)n;
+			break;
+		case 'p':
+			n = strtol(optarg, &end, 10);
+			if (*end || n < 1 || n > 3600) {
+				fprintf(stderr, "hotlun-snmp: --ping: 1..3600 s\n");
+				return 2;
+			}
+			ping = (int)n;
+			break;
+		case 'l':
+			level = hl_log_level_parse(optarg);
+			if (level < 0) {
+				fprintf(stderr, "hotlun-snmp: unknown log level %s\n", optarg);
+				return 2;
+			}
+			break;
+		case 'S': use_syslog = true; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("hotlun-snmp %s\n", PACKAGE_VERSION); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+	hl_log_open(use_syslog, level);
+	if (!g_socket) {
+		from_conf = socket_from_config(config ? config : DEFAULT_CONFIG);
+		g_socket = from_conf ? from_conf : DEFAULT_SOCKET;
+	}
+
+	struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: wake the select */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	/* The subagent needs no MIB files; don't let net-snmp look for any. */
+	setenv("MIBS", "", 1);
+	if (use_syslog)
+		snmp_enable_calllog();
+	else
+		snmp_enable_stderrlog();
+	netsnmp_ds_set_boolean(NETSNMP_DS_APPLICATION_ID, NETSNMP_DS_AGENT_ROLE, 1);
+	netsnmp_ds_set_string(NETSNMP_DS_APPLICATION_ID, NETSNMP_DS_AGENT_X_SOCKET, agentx);
+	init_agent("hotlun-snmp");
+	/*
+	 * Ping the master and reopen the session when it went away. After
+	 * init_agent, which sets its own default (15 s); an agentxPingInterval
+	 * line in hotlun-snmp.conf, read by init_snmp, still wins.
+	 */
+	netsnmp_ds_set_int(NETSNMP_DS_APPLICATION_ID, NETSNMP_DS_AGENT_AGENTX_PING_INTERVAL, ping);
+	if (snmp_agent_register(&g_snap, &g_poll_ms)) {
+		HL_ERR("snmp", "cannot register HOTLUN-MIB with the agent library");
+		return 1;
+	}
+	init_snmp("hotlun-snmp");
+	HL_NOTICE("snmp", "hotlun-snmp %s: control socket %s, AgentX %s, poll every %u ms",
+		  PACKAGE_VERSION, g_socket, agentx, g_poll_ms);
+
+	poll_once(0, NULL);
+	struct timeval iv = {.tv_sec = g_poll_ms / 1000, .tv_usec = (g_poll_ms % 1000) * 1000};
+	snmp_alarm_register_hr(iv, SA_REPEAT, poll_once, NULL);
+
+	while (!g_stop)
+		agent_check_and_process(1);
+
+	HL_NOTICE("snmp", "stopping");
+	snmp_shutdown("hotlun-snmp");
+	ctl_close();
+	snmp_snapshot_free(&g_snap_store[0]);
+	snmp_snapshot_free(&g_snap_store[1]);
+	snmp_watch_free(&g_watch);
+	free(from_conf);
+	return 0;
+}

@@ -1,0 +1,367 @@
+#!/bin/bash
+# snmp_agent.sh - hotlun-snmp against a real snmpd and a real hotlund.
+#
+# A private snmpd (AgentX master on a private socket, SNMP on a free
+# loopback UDP port) and hotlun-snmp serve HOTLUN-MIB; a known workload
+# (hotlun-bench with exact command counts) runs through hotlund; then
+# snmpget/snmpwalk must show, for each counter, exactly the control
+# socket's value, and the counter's growth must equal the workload's count.
+# Also: the session table while a session is logged in, stable disk
+# indexes, and reconnection to both sides (hotlund restart, snmpd restart).
+#
+# OIDs are resolved from contrib/HOTLUN-MIB.txt itself (a small parser
+# below), so the MIB and the subagent must agree; no IETF MIB files are
+# needed on the machine.
+
+. "$(dirname "$0")/lib.sh"
+
+hl_need snmpd snmpget snmpwalk python3
+HL_SNMP=$HL_BUILDDIR/hotlun-snmp
+HL_BENCH=$HL_BUILDDIR/hotlun-bench
+HL_CTL=$HL_BUILDDIR/hotlunctl
+[ -x "$HL_SNMP" ] || hl_missing "$HL_SNMP not built"
+[ -x "$HL_BENCH" ] || hl_missing "$HL_BENCH not built"
+[ -x "$HL_CTL" ] || hl_missing "$HL_CTL not built"
+MIB=$HL_SRCDIR/contrib/HOTLUN-MIB.txt
+
+T=$(hl_tmpdir)
+IQN=$HL_IQN_PREFIX:snmp
+INITIATOR=iqn.2026-11.io.hotlun:snmp-test-initiator
+
+# ---------------------------------------------------------------- helpers
+
+# oid NAME: the numeric OID of a HOTLUN-MIB object, from the MIB file.
+declare -A OIDS
+while read -r name num; do
+	OIDS[$name]=$num
+done < <(python3 - "$MIB" <<'EOF'
+import re, sys
+text = re.sub(r'--[^\n]*', '', open(sys.argv[1]).read())
+text = re.sub(r'IMPORTS.*?;', '', text, count=1, flags=re.S)
+known = {'enterprises': '1.3.6.1.4.1'}
+defs = re.findall(r'(\w+)\s+(?:OBJECT-TYPE|OBJECT\s+IDENTIFIER|MODULE-IDENTITY|NOTIFICATION-TYPE)'
+                  r'.*?::=\s*\{\s*(\w+)\s+(\d+)\s*\}', text, re.S)
+while defs:
+    left = [d for d in defs if d[1] not in known]
+    for name, parent, n in defs:
+        if parent in known:
+            known[name] = known[parent] + '.' + n
+    if len(left) == len(defs):
+        sys.exit('unresolved: %s' % left)
+    defs = left
+for k, v in known.items():
+    print(k, v)
+EOF
+)
+[ -n "${OIDS[hlDiskReadCmds]:-}" ] || hl_error "cannot parse OIDs from $MIB"
+oid() {
+	[ -n "${OIDS[$1]:-}" ] || hl_error "no $1 in HOTLUN-MIB"
+	echo ".${OIDS[$1]}"
+}
+
+# udp_free_port: a UDP port on 127.0.0.1 that nothing is bound to now.
+udp_free_port() {
+	python3 -c 'import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+SNMP_PORT=$(udp_free_port) || hl_error "no free UDP port"
+SNMP_AGENT=udp:127.0.0.1:$SNMP_PORT
+SNMPOPTS=(-v2c -c public -t 2 -r 1 -On -Oqv -m "" -M /nonexistent)
+
+# sget OBJECT INDEX: one value (quotes stripped); empty when absent.
+sget() {
+	local v
+	v=$(snmpget "${SNMPOPTS[@]}" "$SNMP_AGENT" "$(oid "$1").$2" 2>/dev/null) || return 1
+	case $v in
+	"No Such"*) return 1 ;;
+	esac
+	v=${v#\"}
+	echo "${v%\"}"
+}
+
+# swalk OBJECT: "index value" lines of a column.
+swalk() {
+	local base
+	base=$(oid "$1")
+	snmpwalk -v2c -c public -t 2 -r 1 -On -Oq -m "" -M /nonexistent "$SNMP_AGENT" "$base" 2>/dev/null |
+		sed -n "s|^$base\.\([0-9.]*\) \"\{0,1\}\([^\"]*\)\"\{0,1\}\$|\1 \2|p"
+}
+
+# stats: the control socket's stats, saved to $T/stats.json.
+stats() {
+	"$HL_CTL" --socket "$T/ctl.sock" stats --json >"$T/stats.json" || hl_fail "hotlunctl stats failed"
+}
+
+# ctl PYEXPR: evaluate a Python expression over s (the stats just saved).
+ctl() {
+	python3 -c "import json; s = json.load(open('$T/stats.json')); print($1)"
+}
+
+# wait_equal DESC OBJECT INDEX PYEXPR: poll (the subagent caches ~200 ms)
+# until the SNMP value equals the control socket's; fail after 10 s.
+wait_equal() {
+	local desc=$1 obj=$2 idx=$3 expr=$4 want got i
+	for i in $(seq 1 50); do
+		stats
+		want=$(ctl "$expr")
+		got=$(sget "$obj" "$idx")
+		[ "$got" = "$want" ] && {
+			echo "$got"
+			return 0
+		}
+		sleep 0.2
+	done
+	hl_fail "$desc: SNMP $obj.$idx = '$got', control socket = '$want'"
+}
+
+# wait_for DESC CMD...: retry CMD for up to 20 s.
+wait_for() {
+	local desc=$1 i
+	shift
+	for i in $(seq 1 100); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	hl_fail "timed out waiting for: $desc"
+}
+
+# sis OBJECT INDEX WANT: true when the SNMP value is WANT (for wait_for).
+sis() {
+	[ "$(sget "$1" "$2")" = "$3" ]
+}
+
+# has_session: true when the session table holds exactly our initiator.
+has_session() {
+	[ "$(swalk hlSessionInitiator | awk '{ print $2 }')" = "$INITIATOR" ]
+}
+
+# disk_index NAME: the hlDiskIndex of a disk, found by walking hlDiskName.
+disk_index() {
+	swalk hlDiskName | awk -v n="$1" '$2 == n { print $1 }'
+}
+
+bench() {
+	"$HL_BENCH" --quiet --initiator "$INITIATOR" --bs 4K --qd 4 --seed 7 "$@" >>"$T/bench.log" 2>&1 ||
+		hl_fail "hotlun-bench $* failed (see $T/bench.log)"
+}
+
+start_snmpd() {
+	cat >"$T/snmpd.conf" <<EOF
+master agentx
+agentXSocket unix:$T/agentx.sock
+agentXTimeout 5
+rocommunity public 127.0.0.1
+EOF
+	rm -f "$T/agentx.sock"
+	# -C: only this file; MIBS= : no MIB files (Debian ships few; not needed).
+	SNMPD_LOG=$T/snmpd.$((${SNMPD_N:-0} + 1)).log
+	SNMPD_N=$((${SNMPD_N:-0} + 1))
+	hl_spawn snmpd "$SNMPD_LOG" env MIBS= snmpd -f -Lo -C -c "$T/snmpd.conf" \
+		-p "$T/snmpd.pid" "$SNMP_AGENT"
+	SNMPD_PID=$HL_LAST_PID
+	wait_for "snmpd's AgentX socket" test -S "$T/agentx.sock"
+}
+
+# ---------------------------------------------------------------- setup
+
+hl_make_disk "$T/d0.img" 64M
+hl_make_disk "$T/d1.img" 16M
+mkdir -p "$T/state"
+PORT=$(hl_free_port)
+cat >"$T/hotlund.conf" <<EOF
+[global]
+portal = 127.0.0.1:$PORT
+state_dir = $T/state
+control_socket = $T/ctl.sock
+[cache c0]
+device = $T/c0.cache
+size = 64M
+block_size = 64K
+[disk d0]
+origin = file:$T/d0.img
+cache = c0
+[disk d1]
+origin = file:$T/d1.img
+[target $IQN]
+lun.0 = d0
+lun.1 = d1
+allow = ALL
+EOF
+hl_start_hotlund "$T/hotlund.conf"
+HL_URL0=iscsi://127.0.0.1:$PORT/$IQN/0
+HL_URL1=iscsi://127.0.0.1:$PORT/$IQN/1
+
+start_snmpd
+hl_spawn hotlun-snmp "$T/hotlun-snmp.log" "$HL_SNMP" --socket "$T/ctl.sock" \
+	--agentx "$T/agentx.sock" --interval 200 --ping 1 --log-level info
+SUB_PID=$HL_LAST_PID
+wait_for "hlDaemonReachable = true" sis hlDaemonReachable 0 1
+hl_log "subagent registered; snmpd on $SNMP_AGENT"
+
+# ---------------------------------------------------------------- indexes
+
+D0=$(disk_index d0)
+D1=$(disk_index d1)
+C0=$(swalk hlCacheName | awk '$2 == "c0" { print $1 }')
+[ -n "$D0" ] && [ -n "$D1" ] && [ -n "$C0" ] || hl_fail "disks/cache missing from the tables: $(swalk hlDiskName)"
+# The documented index: 31-bit FNV-1a of the name.
+fnv() {
+	python3 -c 'import sys
+h = 2166136261
+for b in sys.argv[1].encode():
+    h = ((h ^ b) * 16777619) & 0xffffffff
+h &= 0x7fffffff
+print(h or 1)' "$1"
+}
+[ "$D0" = "$(fnv d0)" ] || hl_fail "hlDiskIndex of d0 is $D0, not FNV-1a(d0) = $(fnv d0)"
+[ "$C0" = "$(fnv c0)" ] || hl_fail "hlCacheIndex of c0 is $C0, not $(fnv c0)"
+hl_log "ok: indexes d0=$D0 d1=$D1 c0=$C0 (name hashes)"
+
+[ "$(sget hlDiskCacheName "$D0")" = c0 ] || hl_fail "hlDiskCacheName of d0"
+[ -z "$(sget hlDiskCacheName "$D1")" ] || hl_fail "hlDiskCacheName of d1 must be empty"
+[ "$(sget hlDiskSize "$D0")" = 67108864 ] || hl_fail "hlDiskSize of d0: $(sget hlDiskSize "$D0")"
+[ "$(sget hlDiskSize "$D1")" = 16777216 ] || hl_fail "hlDiskSize of d1"
+[ "$(sget hlDiskOrigin "$D1")" = "file:$T/d1.img" ] || hl_fail "hlDiskOrigin of d1"
+[ "$(sget hlCacheBlockSize "$C0")" = 65536 ] || hl_fail "hlCacheBlockSize"
+[ "$(sget hlCacheAdmissionPolicy "$C0")" = frequency ] || hl_fail "hlCacheAdmissionPolicy: $(sget hlCacheAdmissionPolicy "$C0")"
+[ "$(sget hlCacheState "$C0")" = 1 ] || hl_fail "hlCacheState must be active(1)"
+[ "$(sget hlDiskOriginState "$D0")" = 1 ] || hl_fail "hlDiskOriginState must be ok(1)"
+
+# ---------------------------------------------------------------- workload
+
+declare -A BEFORE
+snap_counters() { # PREFIX: save the SNMP counters that the workload moves
+	local k
+	for k in "hlDiskReadCmds $D0" "hlDiskWriteCmds $D0" "hlDiskReadCmds $D1" \
+		"hlDiskWriteCmds $D1" "hlDiskReadBytes $D0" "hlDiskWriteBytes $D1"; do
+		BEFORE[$1 $k]=$(sget $k) || hl_fail "snmpget $k"
+	done
+}
+stats
+CTL_R0=$(ctl "s['disks']['d0']['read_cmds']")
+CTL_W0=$(ctl "s['disks']['d0']['write_cmds']")
+CTL_R1=$(ctl "s['disks']['d1']['read_cmds']")
+CTL_W1=$(ctl "s['disks']['d1']['write_cmds']")
+wait_equal "baseline d0 reads" hlDiskReadCmds "$D0" "s['disks']['d0']['read_cmds']" >/dev/null
+snap_counters pre
+
+# d0: 1000 reads over 8 MiB (so some hit the cache), then 200 writes;
+# d1 (no cache): 500 reads and 300 writes.
+N_R0=1000 N_W0=200 N_R1=500 N_W1=300
+bench --workload uniform --range 8M --read 100 --count $N_R0 "$HL_URL0"
+bench --workload uniform --range 8M --read 0 --count $N_W0 "$HL_URL0"
+bench --workload uniform --read 100 --count $N_R1 "$HL_URL1"
+bench --workload uniform --read 0 --count $N_W1 "$HL_URL1"
+
+# Control socket deltas equal the workload exactly.
+stats
+[ $(($(ctl "s['disks']['d0']['read_cmds']") - CTL_R0)) = $N_R0 ] || hl_fail "control socket: d0 read_cmds grew by $(($(ctl "s['disks']['d0']['read_cmds']") - CTL_R0)), not $N_R0"
+[ $(($(ctl "s['disks']['d0']['write_cmds']") - CTL_W0)) = $N_W0 ] || hl_fail "control socket: d0 write_cmds delta"
+[ $(($(ctl "s['disks']['d1']['read_cmds']") - CTL_R1)) = $N_R1 ] || hl_fail "control socket: d1 read_cmds delta"
+[ $(($(ctl "s['disks']['d1']['write_cmds']") - CTL_W1)) = $N_W1 ] || hl_fail "control socket: d1 write_cmds delta"
+
+# Each SNMP counter equals the control socket's value...
+R0=$(wait_equal "d0 reads" hlDiskReadCmds "$D0" "s['disks']['d0']['read_cmds']")
+W0=$(wait_equal "d0 writes" hlDiskWriteCmds "$D0" "s['disks']['d0']['write_cmds']")
+R1=$(wait_equal "d1 reads" hlDiskReadCmds "$D1" "s['disks']['d1']['read_cmds']")
+W1=$(wait_equal "d1 writes" hlDiskWriteCmds "$D1" "s['disks']['d1']['write_cmds']")
+# ... and grew by exactly the workload's count.
+[ $((R0 - BEFORE[pre hlDiskReadCmds $D0])) = $N_R0 ] || hl_fail "hlDiskReadCmds(d0) grew by $((R0 - BEFORE[pre hlDiskReadCmds $D0])), not $N_R0"
+[ $((W0 - BEFORE[pre hlDiskWriteCmds $D0])) = $N_W0 ] || hl_fail "hlDiskWriteCmds(d0) delta"
+[ $((R1 - BEFORE[pre hlDiskReadCmds $D1])) = $N_R1 ] || hl_fail "hlDiskReadCmds(d1) delta"
+[ $((W1 - BEFORE[pre hlDiskWriteCmds $D1])) = $N_W1 ] || hl_fail "hlDiskWriteCmds(d1) delta"
+RB0=$(wait_equal "d0 read bytes" hlDiskReadBytes "$D0" "s['disks']['d0']['read_bytes']")
+[ $((RB0 - BEFORE[pre hlDiskReadBytes $D0])) = $((N_R0 * 4096)) ] || hl_fail "hlDiskReadBytes(d0) delta"
+WB1=$(wait_equal "d1 write bytes" hlDiskWriteBytes "$D1" "s['disks']['d1']['write_bytes']")
+[ $((WB1 - BEFORE[pre hlDiskWriteBytes $D1])) = $((N_W1 * 4096)) ] || hl_fail "hlDiskWriteBytes(d1) delta"
+hl_log "ok: command counters: d0 r=$R0 w=$W0, d1 r=$R1 w=$W1 (deltas $N_R0/$N_W0/$N_R1/$N_W1)"
+
+# Hits and misses: the cache's per-disk counters; a disk without a cache
+# has no hits and all its reads are misses.
+CD="s['caches']['c0']['disks']['d0']"
+HITS=$(wait_equal "d0 hits" hlDiskReadHits "$D0" "$CD['read_hits']")
+MISSES=$(wait_equal "d0 misses" hlDiskReadMisses "$D0" "$CD['read_misses'] + $CD['read_bypass']")
+wait_equal "d0 partial hits" hlDiskReadPartialHits "$D0" "$CD['read_partial']" >/dev/null
+[ "$HITS" -gt 0 ] || hl_fail "no cache hits for d0: the workload should produce some"
+[ $((HITS + MISSES + $(sget hlDiskReadPartialHits "$D0"))) = "$R0" ] || hl_fail "d0: hits + partial + misses != reads"
+wait_equal "d0 bytes from cache" hlDiskBytesFromCache "$D0" "$CD['bytes_read_cache'] + $CD['bytes_read_ram']" >/dev/null
+wait_equal "d0 bytes from origin" hlDiskBytesFromOrigin "$D0" "$CD['bytes_read_origin']" >/dev/null
+[ "$(sget hlDiskReadHits "$D1")" = 0 ] || hl_fail "d1 has no cache: hits must be 0"
+[ "$(sget hlDiskReadMisses "$D1")" = "$R1" ] || hl_fail "d1: misses must equal reads"
+[ "$(sget hlDiskBytesFromOrigin "$D1")" = "$(sget hlDiskReadBytes "$D1")" ] || hl_fail "d1: bytes from origin"
+wait_equal "d0 errors" hlDiskErrors "$D0" "s['disks']['d0']['errors']" >/dev/null
+hl_log "ok: d0 hits=$HITS misses=$MISSES; d1 hits=0 misses=$R1"
+
+# Cache table.
+C="s['caches']['c0']"
+for pair in "hlCacheReadReqs:$C['read_reqs']" "hlCacheReadHits:$C['read_hits']" \
+	"hlCacheReadMisses:$C['read_misses'] + $C['read_bypass']" \
+	"hlCacheAdmissions:$C['admissions']" "hlCacheRejections:$C['rejections']" \
+	"hlCacheEvictions:$C['evictions']" "hlCacheDeviceBytesWritten:$C['bytes_cache_write']" \
+	"hlCacheBytesFromOrigin:$C['bytes_read_origin']" "hlCacheDeviceErrors:$C['dev_errors']" \
+	"hlCacheUsed:$C['used_slots'] * $C['block_size']" "hlCacheSize:$C['nslots'] * $C['block_size']"; do
+	wait_equal "cache ${pair%%:*}" "${pair%%:*}" "$C0" "${pair#*:}" >/dev/null
+done
+DBW=$(sget hlCacheDeviceBytesWritten "$C0")
+[ "$DBW" -gt 0 ] || hl_fail "hlCacheDeviceBytesWritten is 0 after a read workload with admissions"
+[ "$(sget hlCacheName "$C0")" = c0 ] || hl_fail "hlCacheName"
+hl_log "ok: cache table (device bytes written $DBW)"
+
+# Latency histograms: the buckets sum to the command counts.
+RSUM=$(swalk hlLatencyReads | awk -v d="$D0" 'index($1, d ".") == 1 { s += $2 } END { print s + 0 }')
+[ "$RSUM" = "$R0" ] || hl_fail "hlLatencyReads over d0's buckets sum to $RSUM, not $R0"
+[ "$(sget hlDiskReadLatencyMedian "$D0")" -gt 0 ] || hl_fail "hlDiskReadLatencyMedian is 0"
+
+# ---------------------------------------------------------------- sessions
+
+"$HL_BENCH" --quiet --initiator "$INITIATOR" --workload uniform --qd 1 --time 6 "$HL_URL1" \
+	>>"$T/bench.log" 2>&1 &
+BG=$!
+wait_for "a session in hlSessionTable" has_session
+TSIH=$(swalk hlSessionInitiator | awk '{ print $1 }')
+[ "$(sget hlSessionTarget "$TSIH")" = "$IQN" ] || hl_fail "hlSessionTarget: $(sget hlSessionTarget "$TSIH")"
+[ "$(sget hlSessionPortal "$TSIH")" = "127.0.0.1:$PORT" ] || hl_fail "hlSessionPortal: $(sget hlSessionPortal "$TSIH")"
+case $(sget hlSessionPeer "$TSIH") in
+127.0.0.1:*) ;;
+*) hl_fail "hlSessionPeer: $(sget hlSessionPeer "$TSIH")" ;;
+esac
+# DateAndTime of the login: this year, UTC.
+SINCE=$(snmpget -v2c -c public -On -Oqvx -m "" -M /nonexistent "$SNMP_AGENT" "$(oid hlSessionConnectedSince).$TSIH" 2>/dev/null)
+YEAR=$(printf '%d' "0x$(echo "$SINCE" | tr -d ' "' | cut -c1-4)")
+[ "$YEAR" = "$(date -u +%Y)" ] || hl_fail "hlSessionConnectedSince: '$SINCE' (year $YEAR)"
+[ "$(sget hlSessionCount 0)" -ge 1 ] || hl_fail "hlSessionCount"
+wait "$BG" || hl_fail "background hotlun-bench failed"
+hl_log "ok: session table (tsih $TSIH, $INITIATOR)"
+
+# ---------------------------------------------------------------- reconnects
+
+# hotlund goes away: the subagent says so and serves empty tables; when it
+# is back, the subagent reconnects by itself.
+hl_stop "$HL_PID"
+wait_for "hlDaemonReachable = false" sis hlDaemonReachable 0 2
+[ -z "$(swalk hlDiskName)" ] || hl_fail "disk table not empty while hotlund is down"
+hl_start_hotlund "$T/hotlund.conf"
+wait_for "hlDaemonReachable = true again" sis hlDaemonReachable 0 1
+wait_for "d0 back with counters from zero" sis hlDiskReadCmds "$D0" 0
+hl_log "ok: reconnected to a restarted hotlund (same index $D0)"
+
+# snmpd goes away and comes back: the subagent pings (every 1 s here) and
+# registers again.
+kill -TERM "$SNMPD_PID"
+wait "$SNMPD_PID" 2>/dev/null
+hl_forget "$SNMPD_PID"
+start_snmpd
+wait_for "subagent registered with the new snmpd" sis hlDiskName "$D0" d0
+hl_alive "$SUB_PID" || hl_fail "hotlun-snmp died (see $T/hotlun-snmp.log)"
+hl_log "ok: re-registered with a restarted snmpd"
+
+bench --workload uniform --read 100 --count 50 "$HL_URL0"
+wait_equal "after both restarts" hlDiskReadCmds "$D0" "s['disks']['d0']['read_cmds']" >/dev/null
+
+hl_stop "$SUB_PID"
+hl_stop "$SNMPD_PID"
+hl_stop "$HL_PID"
+hl_log "PASS"

@@ -1,0 +1,299 @@
+/* model_ut.c - hotlun-snmp's model: JSON stats to table rows, indexes, histograms, notifications. */
+#include "hl_test.h"
+#include "snmp/snmp_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* A stats reply shaped like hotlund's: d0 behind cache c0, d1 without one. */
+static const char *STATS =
+	"{\"disks\": {"
+	"  \"d1\": {\"origin\": \"file:/x/d1\", \"size_bytes\": 1048576, \"block_size\": 512,"
+	"          \"read_only\": true, \"read_cmds\": 7, \"write_cmds\": 3, \"other_cmds\": 1,"
+	"          \"read_bytes\": 28672, \"write_bytes\": 12288, \"errors\": 0,"
+	"          \"read_latency_log2_us\": [0, 0, 0, 0, 7, 0], \"write_latency_log2_us\": [0, 0, 0, 0, 0, 3]},"
+	"  \"d0\": {\"origin\": \"file:/x/d0\", \"size_bytes\": 8589934592, \"block_size\": 4096,"
+	"          \"read_only\": false, \"cache\": \"c0\", \"read_cmds\": 100, \"write_cmds\": 0,"
+	"          \"read_bytes\": 409600, \"errors\": 2,"
+	"          \"read_latency_log2_us\": [0, 1, 48, 50, 0, 1], \"write_latency_log2_us\": [0, 0, 0, 0, 0, 0]}"
+	"}, \"caches\": {"
+	"  \"c0\": {\"device\": \"/dev/nvme0n1\", \"block_size\": 65536, \"nslots\": 10, \"used_slots\": 4,"
+	"          \"read_reqs\": 100, \"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
+	"          \"read_bypass\": 5, \"admissions\": 9, \"rejections\": 2, \"evictions\": 1,"
+	"          \"bytes_cache_write\": 589824, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 0,"
+	"          \"bytes_read_origin\": 163840, \"dev_errors\": 0, \"passthrough\": false,"
+	"          \"disks\": {\"d0\": {\"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
+	"                    \"read_bypass\": 5, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 4096,"
+	"                    \"bytes_read_origin\": 159744}}}"
+	"}, \"sessions\": 2, \"session_list\": ["
+	"  {\"initiator\": \"iqn.b\", \"target\": \"iqn.t\", \"isid\": \"23d000000002\", \"tsih\": 9,"
+	"   \"tpgt\": 1, \"portal\": \"127.0.0.1:3260\", \"peer\": \"127.0.0.1:5000\", \"since\": 1800000000},"
+	"  {\"initiator\": \"iqn.a\", \"target\": \"iqn.t\", \"isid\": \"23d000000001\", \"tsih\": 3,"
+	"   \"tpgt\": 1, \"portal\": \"127.0.0.1:3260\", \"peer\": \"127.0.0.1:5001\", \"since\": 1800000001}"
+	"]}";
+
+static json_t *load(const char *text)
+{
+	json_error_t e;
+	json_t *j = json_loads(text, 0, &e);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	return j;
+}
+
+static const struct snmp_disk *disk(const struct snmp_snapshot *s, const char *name)
+{
+	for (size_t i = 0; i < s->n_disks; i++)
+		if (!strcmp(s->disks[i].name, name))
+			return &s->disks[i];
+	return NULL;
+}
+
+static void build(struct snmp_snapshot *s, const char *stats_text)
+{
+	json_t *stats = load(stats_text);
+	json_t *ver = load("{\"version\": \"0.1.0\"}");
+	json_t *conf = load("{\"c0\": {\"admission\": \"frequency\", \"size\": 1048576}}");
+	CU_ASSERT_EQUAL_FATAL(snmp_snapshot_build(stats, ver, conf, s), 0);
+	json_decref(stats);
+	json_decref(ver);
+	json_decref(conf);
+}
+
+static void test_index_is_stable_hash(void)
+{
+	/* FNV-1a of "d0" is 0x2ab2a76e... fixed by the algorithm, not by position. */
+	uint32_t a = snmp_name_index("d0"), b = snmp_name_index("d1");
+	CU_ASSERT(a >= 1 && a <= 0x7fffffffu);
+	CU_ASSERT_NOT_EQUAL(a, b);
+	CU_ASSERT_EQUAL(a, snmp_name_index("d0"));
+	CU_ASSERT_EQUAL(snmp_name_index(""), 2166136261u & 0x7fffffffu);
+
+	struct snmp_snapshot s;
+	build(&s, STATS);
+	CU_ASSERT_EQUAL(disk(&s, "d0")->index, a);
+	CU_ASSERT_EQUAL(disk(&s, "d1")->index, b);
+	/* Rows sorted by index, as GETNEXT order wants. */
+	CU_ASSERT(s.disks[0].index < s.disks[1].index);
+	snmp_snapshot_free(&s);
+}
+
+static void test_disk_counters(void)
+{
+	struct snmp_snapshot s;
+	build(&s, STATS);
+	CU_ASSERT_TRUE(s.reachable);
+	CU_ASSERT_STRING_EQUAL(s.version, "0.1.0");
+	CU_ASSERT_EQUAL(s.n_disks, 2);
+
+	const struct snmp_disk *d0 = disk(&s, "d0"), *d1 = disk(&s, "d1");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d1);
+	CU_ASSERT_EQUAL(d0->size, 8589934592ull);
+	CU_ASSERT_EQUAL(d0->block_size, 4096);
+	CU_ASSERT_STRING_EQUAL(d0->cache, "c0");
+	CU_ASSERT_EQUAL(d0->read_cmds, 100);
+	CU_ASSERT_EQUAL(d0->errors, 2);
+	/* Hits and misses come from the cache's per-disk counters. */
+	CU_ASSERT_EQUAL(d0->hits, 60);
+	CU_ASSERT_EQUAL(d0->partial_hits, 5);
+	CU_ASSERT_EQUAL(d0->misses, 35); /* misses + bypass */
+	CU_ASSERT_EQUAL(d0->bytes_from_cache, 245760 + 4096);
+	CU_ASSERT_EQUAL(d0->bytes_from_origin, 159744);
+	CU_ASSERT_EQUAL(d0->hit_ratio, 6100); /* 249856 / 409600 */
+
+	/* No cache: no hits, every read a miss, every byte from the origin. */
+	CU_ASSERT_STRING_EQUAL(d1->cache, "");
+	CU_ASSERT_TRUE(d1->read_only);
+	CU_ASSERT_EQUAL(d1->hits, 0);
+	CU_ASSERT_EQUAL(d1->misses, 7);
+	CU_ASSERT_EQUAL(d1->bytes_from_origin, 28672);
+	CU_ASSERT_EQUAL(d1->hit_ratio, 0);
+	snmp_snapshot_free(&s);
+}
+
+static void test_cache_row(void)
+{
+	struct snmp_snapshot s;
+	build(&s, STATS);
+	CU_ASSERT_EQUAL_FATAL(s.n_caches, 1);
+	const struct snmp_cache *c = &s.caches[0];
+	CU_ASSERT_STRING_EQUAL(c->name, "c0");
+	CU_ASSERT_STRING_EQUAL(c->device, "/dev/nvme0n1");
+	CU_ASSERT_STRING_EQUAL(c->admission, "frequency");
+	CU_ASSERT_EQUAL(c->index, snmp_name_index("c0"));
+	CU_ASSERT_EQUAL(c->size, 10 * 65536);
+	CU_ASSERT_EQUAL(c->used, 4 * 65536);
+	CU_ASSERT_EQUAL(c->state, SNMP_CACHE_ACTIVE);
+	CU_ASSERT_EQUAL(c->misses, 35);
+	CU_ASSERT_EQUAL(c->dev_bytes_written, 589824);
+	CU_ASSERT_EQUAL(c->hit_ratio, 6000);
+	snmp_snapshot_free(&s);
+}
+
+static void test_sessions_sorted_by_tsih(void)
+{
+	struct snmp_snapshot s;
+	build(&s, STATS);
+	CU_ASSERT_EQUAL(s.n_sessions_total, 2);
+	CU_ASSERT_EQUAL_FATAL(s.n_sessions, 2);
+	CU_ASSERT_EQUAL(s.sessions[0].tsih, 3);
+	CU_ASSERT_STRING_EQUAL(s.sessions[0].initiator, "iqn.a");
+	CU_ASSERT_EQUAL(s.sessions[0].since, 1800000001);
+	CU_ASSERT_STRING_EQUAL(s.sessions[1].peer, "127.0.0.1:5000");
+	snmp_snapshot_free(&s);
+}
+
+static void test_latency_rows_and_quantiles(void)
+{
+	struct snmp_snapshot s;
+	build(&s, STATS);
+	const struct snmp_disk *d0 = disk(&s, "d0"), *d1 = disk(&s, "d1");
+	CU_ASSERT_EQUAL(d0->n_lat, 6);
+	CU_ASSERT_EQUAL(s.n_lat, 12);
+	/* d0 reads: 1 in [1,2), 48 in [2,4), 50 in [4,8), 1 in the open bucket. */
+	CU_ASSERT_EQUAL(d0->read_p50, 8);
+	CU_ASSERT_EQUAL(d0->read_p99, 8);
+	CU_ASSERT_EQUAL(snmp_lat_quantile(d0->read_lat, 6, 1.0), UINT32_MAX);
+	CU_ASSERT_EQUAL(d1->read_p50, 16);
+	CU_ASSERT_EQUAL(d1->write_p99, UINT32_MAX);
+	CU_ASSERT_EQUAL(d0->write_p50, 0); /* no writes */
+	CU_ASSERT_EQUAL(snmp_lat_bound(0, 6), 1);
+	CU_ASSERT_EQUAL(snmp_lat_bound(4, 6), 16);
+	/* Latency rows: (disk index, bucket 1..n), disks in index order. */
+	CU_ASSERT_PTR_EQUAL(s.lat[0].disk, &s.disks[0]);
+	CU_ASSERT_EQUAL(s.lat[0].bucket, 1);
+	CU_ASSERT_EQUAL(s.lat[5].bucket, 6);
+	CU_ASSERT_PTR_EQUAL(s.lat[6].disk, &s.disks[1]);
+	snmp_snapshot_free(&s);
+}
+
+static void test_bad_and_partial_input(void)
+{
+	struct snmp_snapshot s;
+	json_t *j = load("[1, 2]");
+	CU_ASSERT_EQUAL(snmp_snapshot_build(j, NULL, NULL, &s), -EPROTO);
+	json_decref(j);
+	/* An empty object and wrong member types give empty tables, not a crash. */
+	j = load("{\"disks\": 5, \"caches\": [], \"session_list\": {\"a\": 1}, \"sessions\": \"x\"}");
+	CU_ASSERT_EQUAL_FATAL(snmp_snapshot_build(j, NULL, NULL, &s), 0);
+	CU_ASSERT_EQUAL(s.n_disks + s.n_caches + s.n_sessions, 0);
+	snmp_snapshot_free(&s);
+	json_decref(j);
+	/* Sessions with TSIH 0 or a duplicate TSIH are dropped. */
+	j = load("{\"session_list\": [{\"tsih\": 0}, {\"tsih\": 5}, {\"tsih\": 5}, {\"tsih\": 70000}]}");
+	CU_ASSERT_EQUAL_FATAL(snmp_snapshot_build(j, NULL, NULL, &s), 0);
+	CU_ASSERT_EQUAL(s.n_sessions, 1);
+	snmp_snapshot_free(&s);
+	json_decref(j);
+}
+
+static int n_events;
+static enum snmp_event last_ev;
+static const char *last_name;
+
+static void on_event(void *ctx, enum snmp_event ev, const void *row)
+{
+	(void)ctx;
+	n_events++;
+	last_ev = ev;
+	last_name = ev == SNMP_EV_CACHE_FAILED || ev == SNMP_EV_CACHE_RECOVERED
+			    ? ((const struct snmp_cache *)row)->name
+			    : ((const struct snmp_disk *)row)->name;
+}
+
+static void poll_with(struct snmp_watch *w, const char *errors, const char *passthrough, double t,
+		      struct snmp_snapshot *s)
+{
+	char text[1024];
+	snprintf(text, sizeof(text),
+		 "{\"disks\": {\"d0\": {\"errors\": %s, \"cache\": \"c0\"}},"
+		 " \"caches\": {\"c0\": {\"passthrough\": %s}}}",
+		 errors, passthrough);
+	build(s, text);
+	CU_ASSERT_EQUAL(snmp_watch_update(w, s, t, on_event, NULL), 0);
+}
+
+static void test_watch_origin_and_cache(void)
+{
+	struct snmp_watch w = {0};
+	struct snmp_snapshot s;
+
+	n_events = 0;
+	/* Errors at the first sighting are a baseline, not an event. */
+	poll_with(&w, "4", "false", 0, &s);
+	CU_ASSERT_EQUAL(n_events, 0);
+	CU_ASSERT_EQUAL(s.disks[0].origin_state, SNMP_ORIGIN_OK);
+	snmp_snapshot_free(&s);
+
+	poll_with(&w, "6", "false", 1, &s);
+	CU_ASSERT_EQUAL(n_events, 1);
+	CU_ASSERT_EQUAL(last_ev, SNMP_EV_ORIGIN_LOST);
+	CU_ASSERT_STRING_EQUAL(last_name, "d0");
+	CU_ASSERT_EQUAL(s.disks[0].origin_state, SNMP_ORIGIN_FAILING);
+	snmp_snapshot_free(&s);
+
+	/* More errors: still failing, no second notification. */
+	poll_with(&w, "9", "false", 5, &s);
+	CU_ASSERT_EQUAL(n_events, 1);
+	snmp_snapshot_free(&s);
+	/* Quiet, but not for long enough. */
+	poll_with(&w, "9", "false", 5 + SNMP_ORIGIN_QUIET_S - 1, &s);
+	CU_ASSERT_EQUAL(n_events, 1);
+	CU_ASSERT_EQUAL(s.disks[0].origin_state, SNMP_ORIGIN_FAILING);
+	snmp_snapshot_free(&s);
+	poll_with(&w, "9", "false", 5 + SNMP_ORIGIN_QUIET_S, &s);
+	CU_ASSERT_EQUAL(n_events, 2);
+	CU_ASSERT_EQUAL(last_ev, SNMP_EV_ORIGIN_RECOVERED);
+	CU_ASSERT_EQUAL(s.disks[0].origin_state, SNMP_ORIGIN_OK);
+	snmp_snapshot_free(&s);
+
+	/* The cache fails, stays failed (one event), recovers. */
+	poll_with(&w, "9", "true", 20, &s);
+	CU_ASSERT_EQUAL(n_events, 3);
+	CU_ASSERT_EQUAL(last_ev, SNMP_EV_CACHE_FAILED);
+	CU_ASSERT_STRING_EQUAL(last_name, "c0");
+	snmp_snapshot_free(&s);
+	poll_with(&w, "9", "true", 21, &s);
+	CU_ASSERT_EQUAL(n_events, 3);
+	snmp_snapshot_free(&s);
+	poll_with(&w, "9", "false", 22, &s);
+	CU_ASSERT_EQUAL(n_events, 4);
+	CU_ASSERT_EQUAL(last_ev, SNMP_EV_CACHE_RECOVERED);
+	snmp_snapshot_free(&s);
+
+	/* A counter that goes down (hotlund restarted) is a new baseline. */
+	poll_with(&w, "0", "false", 23, &s);
+	CU_ASSERT_EQUAL(n_events, 4);
+	CU_ASSERT_EQUAL(s.disks[0].origin_state, SNMP_ORIGIN_OK);
+	snmp_snapshot_free(&s);
+	snmp_watch_free(&w);
+}
+
+static void test_watch_cache_failed_at_start(void)
+{
+	struct snmp_watch w = {0};
+	struct snmp_snapshot s;
+
+	n_events = 0;
+	poll_with(&w, "0", "true", 0, &s);
+	CU_ASSERT_EQUAL(n_events, 1);
+	CU_ASSERT_EQUAL(last_ev, SNMP_EV_CACHE_FAILED);
+	snmp_snapshot_free(&s);
+	snmp_watch_free(&w);
+}
+
+int main(void)
+{
+	static const struct hl_test tests[] = {
+		{"index is a stable hash of the name", test_index_is_stable_hash},
+		{"disk counters, hits and misses", test_disk_counters},
+		{"cache row", test_cache_row},
+		{"sessions sorted by tsih", test_sessions_sorted_by_tsih},
+		{"latency rows and quantiles", test_latency_rows_and_quantiles},
+		{"bad and partial input", test_bad_and_partial_input},
+		{"watch: origin loss and cache failure", test_watch_origin_and_cache},
+		{"watch: cache already failed at start", test_watch_cache_failed_at_start},
+		{NULL, NULL},
+	};
+	return hl_test_run("snmp_model", tests);
+}
