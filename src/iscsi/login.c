@@ -513,15 +513,15 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	struct iscsi_textbuf tb = {0};
 	bool first_rsp = !l->tpgt_sent;
 
-	/* RFC 7143 6.1: a key may appear only once in one negotiation step */
-	for (size_t i = 0; i < kv.n; i++) {
-		for (size_t j = i + 1; j < kv.n; j++) {
-			if (strcmp(kv.kv[i].key, kv.kv[j].key) == 0) {
-				status = ISCSI_LOGIN_INITIATOR_ERROR;
-				why = "key sent twice";
-				goto fail;
-			}
-		}
+	/* RFC 7143 6.1: a key may appear only once in one negotiation step (O(n log n)) */
+	const char *dup = NULL;
+	int drc = iscsi_kvlist_find_duplicate(&kv, &dup);
+	if (drc == -EEXIST) {
+		status = ISCSI_LOGIN_INITIATOR_ERROR;
+		why = "key sent twice";
+		goto fail;
+	} else if (drc < 0) {
+		goto nomem;
 	}
 
 	if (first_rsp) {

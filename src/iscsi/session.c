@@ -736,7 +736,12 @@ static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
 	free(ts->req);
 	ts->req = NULL;
 	ts->req_len = 0;
+	const char *dup = NULL;
+	if (rc == 0 && iscsi_kvlist_find_duplicate(&kv, &dup) < 0)
+		rc =
+		    -EINVAL; /* a key twice (e.g. many SendTargets): refuse, do not multiply work */
 	if (rc < 0) {
+		iscsi_kvlist_free(&kv);
 		iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
 		return 0;
 	}

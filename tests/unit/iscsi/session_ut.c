@@ -593,6 +593,8 @@ static void test_login_errors(void)
 	                  ISCSI_LOGIN_TRANSIT | (1 << 2) | 1,
 	                  ISCSI_LOGIN_INITIATOR_ERROR); /* NSG <= CSG */
 	expect_login_fail("no-equals-sign", op, ISCSI_LOGIN_INITIATOR_ERROR);
+	expect_login_fail("InitiatorName=" INI "|TargetName=" TGT "|TargetName=" TGT, op,
+	                  ISCSI_LOGIN_INITIATOR_ERROR); /* a key twice */
 	expect_login_fail("InitiatorName=iqn.x:evil\n2026 fake log line|TargetName=" TGT, op,
 	                  ISCSI_LOGIN_INITIATOR_ERROR); /* names are printable, without spaces */
 
@@ -686,6 +688,14 @@ static void test_login_discovery(void)
 	CU_ASSERT_EQUAL_FATAL(ngot, 2);
 	CU_ASSERT_TRUE(has_kv(&got[0], "SendTargets=Reject"));
 	CU_ASSERT_TRUE(has_kv(&got[1], "sENDtARGETS=NotUnderstood"));
+	/* the same key twice in one request is refused */
+	ngot = 0;
+	n = kv(data, "SendTargets=All|SendTargets=All");
+	bhs_set_itt(&h, ++itt);
+	send_pdu(&h, data, (uint32_t)n);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_REJECT);
 	/* SCSI commands are not allowed in a discovery session */
 	ngot = 0;
 	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
