@@ -805,6 +805,70 @@ static void test_prefetch_discard(void)
 	free(buf);
 }
 
+/* A map that cannot be trusted formats the cache; a changed quota drops the disk's blocks. */
+static void test_map_and_quota(void)
+{
+	struct fake f;
+	struct hl_cache_engine *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(4 * BS);
+	FILE *m;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 12);
+	for (int step = 0; step < 4; step++) {
+		uint64_t quota = step == 3 ? 2 * M : M;
+		reactor_up();
+		c = cache_open(NULL);
+		CU_ASSERT_FATAL(
+		    hl_cache_engine_attach(c, "disk0", quota, fake_origin(&f, "fake:q"), &o) == 0);
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+		CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+		CU_ASSERT(wait_inflight(c, 0));
+		stats(c, &st);
+		/* 0: cold; 1: warm; 2: after a corrupt map: cold; 3: other quota: cold. */
+		CU_ASSERT_EQUAL(st.core.bytes_read_cache, step == 1 ? 4 * BS : 0);
+		reactor_down();
+		hl_origin_close(o);
+		hl_cache_engine_close(c);
+		if (step == 1) {
+			m = fopen(g_map, "w");
+			CU_ASSERT_FATAL(m != NULL);
+			fputs("hotlun-cache-map 1\nstate clean\ngeometry garbage\n", m);
+			fclose(m);
+		}
+		if (step == 2) {
+			/* Warm again with the same quota before the quota changes. */
+			reactor_up();
+			c = cache_open(NULL);
+			CU_ASSERT_FATAL(hl_cache_engine_attach(c, "disk0", M,
+			                                       fake_origin(&f, "fake:q"), &o) == 0);
+			CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+			CU_ASSERT(wait_inflight(c, 0));
+			stats(c, &st);
+			CU_ASSERT_EQUAL(st.core.bytes_read_cache, 4 * BS);
+			reactor_down();
+			hl_origin_close(o);
+			hl_cache_engine_close(c);
+		}
+	}
+	/* Attaching the same disk twice is refused; a quota larger than the cache too. */
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:q");
+	struct hl_origin *inner = fake_origin(&f, "fake:q"), *o2 = NULL;
+	CU_ASSERT_EQUAL(hl_cache_engine_attach(c, "disk0", 0, inner, &o2), -EEXIST);
+	CU_ASSERT_EQUAL(hl_cache_engine_attach(c, "disk1", 64 * M, inner, &o2), -ENOSPC);
+	hl_origin_close(inner);
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_engine_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 /* Two caches in one process, each on its own device: both restart warm. */
 static void test_two_caches(void)
 {
@@ -883,6 +947,7 @@ int main(void)
 	    {"prefetch warms; discard and compare-and-write drop; flush passes",
 	     test_prefetch_discard},
 	    {"two caches in one process restart warm", test_two_caches},
+	    {"an untrusted map formats; a changed quota drops the blocks", test_map_and_quota},
 	    {"recommended block size", test_recommend},
 	    {NULL, NULL},
 	};
