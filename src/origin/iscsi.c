@@ -1357,10 +1357,18 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 	}
 	iscsi_set_timeout(ctx, 10);
 	if (iscsi_full_connect_sync(ctx, io->portal, (int)io->url.lun) != 0) {
+		const char *err = iscsi_get_error(ctx);
+
 		HL_ERR(ISC_COMPONENT, "%s: cannot log in to %s as %s: %s", o->uri, io->portal,
-		       io->initiator, iscsi_get_error(ctx));
+		       io->initiator, err);
+		/* libiscsi keeps the reason as text only; map the common ones for the caller */
+		if (strstr(err, "timed out"))
+			rc = -ETIMEDOUT;
+		else if (strstr(err, "Authentication") || strstr(err, "Authorization"))
+			rc = -EACCES;
+		else
+			rc = -ECONNREFUSED;
 		iscsi_destroy_context(ctx);
-		rc = -ECONNREFUSED;
 		goto fail;
 	}
 	rc = probe(o, ctx);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #define IQN      "iqn.2026-11.io.hotlun:ut-san"
+#define IQN_CHAP "iqn.2026-11.io.hotlun:ut-san-chap"
 #define SAN_SIZE (32u << 20)
 
 /* ---------------------------------------------------------------- URL */
@@ -283,6 +284,11 @@ static int san_listen(void)
 	tc.name = IQN;
 	tc.luns = &san.map;
 	tc.allow_all = true;
+	if (hl_iscsi_target_add(san.srv, &tc))
+		return -1;
+	tc.name = IQN_CHAP;
+	hl_strlcpy(tc.chap.user, "utuser", sizeof(tc.chap.user));
+	hl_strlcpy(tc.chap.secret, "ut-secret-1234", sizeof(tc.chap.secret));
 	if (hl_iscsi_target_add(san.srv, &tc))
 		return -1;
 	snprintf(portal, sizeof(portal), "127.0.0.1:%u", san.port);
@@ -803,6 +809,26 @@ static void test_read_only_refused(void)
 	close_on(cli_r, o);
 }
 
+static void test_chap(void)
+{
+	char uri[256];
+	struct hl_origin *o = NULL;
+	uint8_t buf[512];
+
+	snprintf(uri, sizeof(uri), "iscsi://utuser%%ut-secret-1234@127.0.0.1:%u/%s/0", san.port,
+	         IQN_CHAP);
+	CU_ASSERT_FATAL(hl_origin_open(uri, NULL, &o) == 0);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 512, buf), 0); /* the I/O session logs in too */
+	close_on(cli_r, o);
+	o = NULL;
+	snprintf(uri, sizeof(uri), "iscsi://utuser%%wrong-secret-99@127.0.0.1:%u/%s/0", san.port,
+	         IQN_CHAP);
+	CU_ASSERT_EQUAL(hl_origin_open(uri, NULL, &o), -EACCES);
+	snprintf(uri, sizeof(uri), "iscsi://127.0.0.1:%u/%s/0", san.port, IQN_CHAP);
+	CU_ASSERT_EQUAL(hl_origin_open(uri, NULL, &o), -EACCES);
+	CU_ASSERT_PTR_NULL(o);
+}
+
 static void test_block_size_opt(void)
 {
 	char uri[256];
@@ -841,6 +867,7 @@ static const struct hl_test tests[] = {
     {"one session per reactor", test_two_reactors},
     {"more I/O than the queue depth", test_queue_depth},
     {"read-only origin", test_read_only_refused},
+    {"CHAP: right secret logs in, wrong or missing is -EACCES", test_chap},
     {"the disk's block size must be a multiple of the SAN's", test_block_size_opt},
     {"reconnect: I/O waits for the SAN and succeeds", test_reconnect},
     {"outage past the limit: -EIO, fast failure, recovery", test_outage_limit},
