@@ -529,7 +529,8 @@ static void caw_compared(struct hl_scsi_cmd *cmd, int result)
 	}
 }
 
-static void caw_start(struct hl_scsi_cmd *cmd)
+/* Emulation: read the range, compare in memory, write on a match (all under the range lock). */
+static void caw_emulate(struct hl_scsi_cmd *cmd)
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
@@ -547,6 +548,53 @@ static void caw_start(struct hl_scsi_cmd *cmd)
 		sbc_submit_failed(cmd, rc, false);
 		scsi_cmd_complete(cmd);
 	}
+}
+
+/* An origin without an optional op (COMPARE AND WRITE, PRE-FETCH) refuses it like this. */
+static bool origin_refuses_op(int rc)
+{
+	return rc == -EOPNOTSUPP || rc == -EINVAL;
+}
+
+static void caw_forwarded(struct hl_scsi_cmd *cmd, int result)
+{
+	if (result == -EILSEQ) {
+		/* INFORMATION: offset of the first differing byte in the verify data */
+		scsi_sense_info(cmd, HL_SK_MISCOMPARE, SCSI_ASC_MISCOMPARE,
+		                cmd->io.miscompare_offset);
+	} else if (result == -EOPNOTSUPP) {
+		caw_emulate(cmd);
+		return;
+	} else if (result < 0) {
+		sbc_io_error(cmd, result, true);
+	} else {
+		scsi_set_good(cmd);
+	}
+	scsi_cmd_complete(cmd);
+}
+
+/*
+ * First offer the whole operation to the origin (a SAN that does COMPARE AND
+ * WRITE itself is atomic against writers that do not go through hotlun);
+ * an origin that cannot gets the emulation. The exclusive range lock is held
+ * either way, so writes through this LU cannot slip in between.
+ */
+static void caw_start(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	cmd->iov[0].iov_base = cmd->data;
+	cmd->iov[0].iov_len = 2 * (size_t)p->aux;
+	int rc = scsi_block_io(cmd, HL_IO_COMPARE_AND_WRITE, p->count, p->lba,
+	                       p->aux / cmd->lu->block_size, cmd->iov, 1, caw_forwarded);
+	if (rc == 0)
+		return;
+	if (origin_refuses_op(rc)) {
+		caw_emulate(cmd);
+		return;
+	}
+	sbc_submit_failed(cmd, rc, true);
+	scsi_cmd_complete(cmd);
 }
 
 enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd)
@@ -587,6 +635,55 @@ enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd)
 	p->count = (a.flags & 0x08) ? HL_IO_FUA : 0;
 	if (scsi_range_lock(cmd, a.lba, a.count, true, caw_start))
 		caw_start(cmd);
+	return SCSI_PENDING;
+}
+
+/* ---- PRE-FETCH ---- */
+
+static void prefetch_done(struct hl_scsi_cmd *cmd, int result)
+{
+	if (result < 0 && !origin_refuses_op(result))
+		sbc_io_error(cmd, result, false);
+	else
+		scsi_set_good(cmd);
+	scsi_cmd_complete(cmd);
+}
+
+/*
+ * Asks the storage below to warm its cache with the range. Without a cache
+ * it refuses (-EINVAL) and the command is GOOD: SBC-3 reports GOOD when the
+ * blocks could not all be cached. CONDITION MET is never returned, since
+ * initiators (libiscsi's tests among them) treat it as a failure; IMMED is
+ * accepted and answered after the warming.
+ */
+enum scsi_exec_result sbc_prefetch(struct hl_scsi_cmd *cmd)
+{
+	uint64_t lba;
+	uint64_t count;
+
+	if (cmd->cdb[0] == 0x34) {
+		lba = hl_get_be32(cmd->cdb + 2);
+		count = hl_get_be16(cmd->cdb + 7);
+	} else {
+		lba = hl_get_be64(cmd->cdb + 2);
+		count = hl_get_be32(cmd->cdb + 10);
+	}
+	if (!sbc_lba_range_ok(cmd, lba, count))
+		return SCSI_DONE;
+	scsi_set_good(cmd);
+	if (count == 0)
+		count = cmd->lu->num_blocks - lba; /* to the end of the medium */
+	if (count == 0)
+		return SCSI_DONE;
+	count = HL_MIN(count, (uint64_t)UINT32_MAX);
+	int rc =
+	    scsi_block_io(cmd, HL_IO_PREFETCH, 0, lba, (uint32_t)count, NULL, 0, prefetch_done);
+	if (rc < 0) {
+		if (rc == -EINVAL || rc == -EOPNOTSUPP)
+			return SCSI_DONE; /* nothing to warm */
+		sbc_submit_failed(cmd, rc, false);
+		return SCSI_DONE;
+	}
 	return SCSI_PENDING;
 }
 

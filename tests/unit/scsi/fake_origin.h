@@ -26,7 +26,10 @@ struct fake_origin {
 	unsigned n_queued;
 	int submit_rc;   /* returned by submit when nonzero (cb never runs) */
 	int fail_result; /* completion result for every I/O when nonzero */
-	unsigned n_read, n_write, n_flush, n_fua, n_discard, n_zeroes;
+	unsigned n_read, n_write, n_flush, n_fua, n_discard, n_zeroes, n_caw, n_prefetch;
+	bool caw_native;  /* performs HL_IO_COMPARE_AND_WRITE itself (else -EOPNOTSUPP at submit) */
+	bool prefetch_ok; /* accepts HL_IO_PREFETCH (else -EINVAL at submit, like a cacheless
+	                     origin) */
 	uint64_t last_offset, last_length;
 };
 
@@ -52,6 +55,10 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 
 	if (f->submit_rc)
 		return f->submit_rc;
+	if (io->op == HL_IO_COMPARE_AND_WRITE && !f->caw_native)
+		return -EOPNOTSUPP;
+	if (io->op == HL_IO_PREFETCH && !f->prefetch_ok)
+		return -EINVAL;
 	/* priv[0]: the submitting reactor, so tests can complete the I/O there */
 	io->priv[0] = (uint64_t)(uintptr_t)hl_reactor_current();
 	pthread_mutex_lock(&f->lock);
@@ -109,6 +116,23 @@ static inline void fake_run_one(struct hl_origin *o, struct hl_origin_io *io)
 		result = f->fail_result;
 	} else if (io->op == HL_IO_FLUSH) {
 		f->n_flush++;
+	} else if (io->op == HL_IO_PREFETCH) {
+		f->n_prefetch++;
+	} else if (io->op == HL_IO_COMPARE_AND_WRITE && f->mem && io->iovcnt == 1 &&
+	           io->iov[0].iov_len == 2 * io->length && io->offset <= o->size &&
+	           io->length <= o->size - io->offset) {
+		const uint8_t *d = io->iov[0].iov_base;
+		f->n_caw++;
+		result = 0;
+		for (uint64_t i = 0; i < io->length; i++) {
+			if (f->mem[io->offset + i] != d[i]) {
+				io->miscompare_offset = i;
+				result = -EILSEQ;
+				break;
+			}
+		}
+		if (result == 0)
+			memcpy(f->mem + io->offset, d + io->length, io->length);
 	} else if ((io->op == HL_IO_DISCARD || io->op == HL_IO_WRITE_ZEROES) && f->mem &&
 	           io->offset <= o->size && io->length <= o->size - io->offset) {
 		/* both read back as zeroes here (zeroes_after_discard) */

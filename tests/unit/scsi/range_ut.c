@@ -172,6 +172,43 @@ static void test_caw_failing_read_releases_the_range(void)
 	lu_teardown();
 }
 
+static void test_caw_forwarded_to_a_capable_origin(void)
+{
+	struct tcmd t, w;
+	uint8_t cdb[16], c[10];
+	uint8_t buf[2 * BS], x[BS];
+
+	lu_setup();
+	fake_of(origin)->caw_native = true;
+	memset(medium() + 4 * BS, 'A', BS);
+	memset(buf, 'A', BS);
+	memset(buf + BS, 'B', BS);
+	cdb_caw(cdb, 4, 1);
+	run(&t, cdb, 16, buf, sizeof(buf), true);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(fake_of(origin)->n_caw, 1);
+	CU_ASSERT_EQUAL(fake_of(origin)->n_read, 0); /* not emulated */
+	CU_ASSERT_EQUAL(medium()[4 * BS], 'B');
+	/* the origin's miscompare offset reaches the sense data */
+	memset(buf, 'B', BS);
+	buf[100] = 'Z';
+	run(&t, cdb, 16, buf, sizeof(buf), true);
+	ASSERT_SENSE(t, HL_SK_MISCOMPARE, 0x1d, 0x00);
+	CU_ASSERT_EQUAL(hl_get_be32(t.cmd.sense + 3), 100);
+	/* the range stays locked while the origin works */
+	memset(buf, 'B', BS);
+	start(&t, cdb, 16, buf, sizeof(buf), true);
+	CU_ASSERT_EQUAL(queued(), 1);
+	memset(x, 'X', BS);
+	cdb_rw10(c, 0x2a, 4, 1);
+	start(&w, c, 10, x, BS, true);
+	CU_ASSERT_EQUAL(queued(), 1);
+	fake_drain(origin);
+	CU_ASSERT_EQUAL(t.done + w.done, 2);
+	CU_ASSERT_EQUAL(medium()[4 * BS], 'X');
+	lu_teardown();
+}
+
 /* ---- two reactors: a waiter resumes on the reactor it started on ---- */
 
 struct mt_cmd {
@@ -289,6 +326,7 @@ static const struct hl_test tests[] = {
     {"CAW waits for writes, blocks later ones", test_caw_waits_for_writes_and_blocks_later_ones},
     {"writes do not wait for each other", test_writes_do_not_wait_for_each_other},
     {"a failed CAW releases its range", test_caw_failing_read_releases_the_range},
+    {"CAW forwarded to a capable origin", test_caw_forwarded_to_a_capable_origin},
     {"a waiter resumes on its own reactor", test_waiter_resumes_on_its_own_reactor},
     {NULL, NULL},
 };

@@ -752,6 +752,37 @@ static void test_sync_cache(void)
 	lu_teardown();
 }
 
+static void test_prefetch(void)
+{
+	struct tcmd t;
+	uint8_t cdb[16];
+
+	lu_setup();
+	cdb_rw10(cdb, 0x34, 100, 8); /* no cache below: GOOD, nothing happens */
+	run(&t, cdb, 10, NULL, 0, false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(fake_of(origin)->n_prefetch, 0);
+	fake_of(origin)->prefetch_ok = true;
+	run(&t, cdb, 10, NULL, 0, false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(fake_of(origin)->n_prefetch, 1);
+	CU_ASSERT_EQUAL(fake_of(origin)->last_offset, 100 * BS);
+	CU_ASSERT_EQUAL(fake_of(origin)->last_length, 8 * BS);
+	cdb_rw16(cdb, 0x90, 10, 0); /* length 0: to the end of the medium */
+	cdb[1] = 0x02;              /* IMMED */
+	run(&t, cdb, 16, NULL, 0, false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(fake_of(origin)->last_length, (uint64_t)(NBLOCKS - 10) * BS);
+	cdb_rw16(cdb, 0x90, NBLOCKS - 1, 2);
+	run(&t, cdb, 16, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x21, 0x00);
+	fake_of(origin)->fail_result = -EIO;
+	cdb_rw16(cdb, 0x90, 0, 1);
+	run(&t, cdb, 16, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_MEDIUM_ERROR, 0x11, 0x00);
+	lu_teardown();
+}
+
 static void test_start_stop_unit(void)
 {
 	struct tcmd t;
@@ -1112,6 +1143,7 @@ static const struct hl_test tests[] = {
     {"VERIFY BYTCHK 3 one-block pattern", test_verify_bytchk3_one_block_pattern},
     {"WRITE AND VERIFY", test_write_and_verify},
     {"SYNCHRONIZE CACHE", test_sync_cache},
+    {"PRE-FETCH", test_prefetch},
     {"START STOP UNIT", test_start_stop_unit},
     {"MODE SENSE(6) all pages", test_mode_sense6_all_pages},
     {"MODE SENSE(6) DBD, one page, short allocation", test_mode_sense6_dbd_and_single_page},
