@@ -74,6 +74,15 @@ int hl_cache_engine_attach(struct hl_cache_engine *c, const char *disk_name, uin
                            struct hl_origin *inner, struct hl_origin **out);
 
 /**
+ * The reactors are stopping: stop the metadata thread without handing
+ * anything back to them (I/Os still waiting for a record flush are
+ * abandoned, as every other I/O in flight at shutdown). Call after the
+ * reactors stopped and before they are destroyed; hl_cache_engine_close()
+ * follows. Blocking; NULL is harmless.
+ */
+void hl_cache_engine_quiesce(struct hl_cache_engine *c);
+
+/**
  * Persist the metadata (a clean shutdown keeps the warm cache) and free c.
  * Every wrapper from hl_cache_engine_attach must be closed first, and no I/O may
  * be in flight. Blocking; NULL is harmless.

@@ -111,6 +111,7 @@ struct hl_cache_engine {
 	pthread_cond_t mcond;
 	struct meta_wait *mw_head, **mw_tail; /* mlock */
 	bool mstop;                           /* mlock */
+	atomic_bool mdrop;                    /* reactors are gone: the meta thread posts nothing */
 	bool fail_pending;                    /* mlock: kill the on-device metadata */
 	bool dead; /* meta thread (then close): no more metadata writes */
 	uint32_t interval_ms;
@@ -1205,11 +1206,19 @@ static void meta_kill(struct hl_cache_engine *c)
 	}
 }
 
-static void meta_post(struct meta_wait *w)
+static void meta_post(struct hl_cache_engine *c, struct meta_wait *w)
 {
 	/* The reactor's call queue may be momentarily full: retry, this is not a reactor. */
-	while (hl_reactor_call(w->r, meta_wait_post, w) == -ENOMEM)
+	for (int i = 0; !atomic_load(&c->mdrop); i++) {
+		if (hl_reactor_call(w->r, meta_wait_post, w) != -ENOMEM)
+			return;
+		if (i == 5000) {
+			HL_ERR("cache", "cache %s: a reactor takes no calls; an I/O is lost",
+			       c->name);
+			return;
+		}
 		usleep(1000);
+	}
 }
 
 static void *meta_main(void *arg)
@@ -1282,7 +1291,7 @@ static void *meta_main(void *arg)
 			struct meta_wait *w = list;
 			list = w->next;
 			w->rc = rc;
-			meta_post(w);
+			meta_post(c, w);
 		}
 		pthread_mutex_lock(&c->mlock);
 		if (stop && !c->mw_head)
@@ -1759,6 +1768,19 @@ out:
 	return rc;
 }
 
+void hl_cache_engine_quiesce(struct hl_cache_engine *c)
+{
+	if (!c || !c->meta_started)
+		return;
+	pthread_mutex_lock(&c->mlock);
+	c->mstop = true;
+	atomic_store(&c->mdrop, true);
+	pthread_cond_signal(&c->mcond);
+	pthread_mutex_unlock(&c->mlock);
+	pthread_join(c->meta_thr, NULL);
+	c->meta_started = false;
+}
+
 void hl_cache_engine_close(struct hl_cache_engine *c)
 {
 	struct hl_cache_stats st;
@@ -1772,6 +1794,7 @@ void hl_cache_engine_close(struct hl_cache_engine *c)
 		pthread_cond_signal(&c->mcond);
 		pthread_mutex_unlock(&c->mlock);
 		pthread_join(c->meta_thr, NULL);
+		c->meta_started = false;
 	}
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->attached)

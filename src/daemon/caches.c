@@ -174,6 +174,14 @@ out:
 	return 0;
 }
 
+void daemon_caches_quiesce(void)
+{
+	pthread_mutex_lock(&g_lock);
+	for (struct cache_rt *r = g_caches; r; r = r->next)
+		hl_cache_engine_quiesce(r->c);
+	pthread_mutex_unlock(&g_lock);
+}
+
 void daemon_caches_close(void)
 {
 	pthread_mutex_lock(&g_lock);

@@ -30,6 +30,12 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen);
 int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **origin, char *err,
                         size_t errlen);
 
+/**
+ * After the reactors stopped (joined) and before they are destroyed: no
+ * cache hands work back to a reactor any more. daemon_caches_close() follows.
+ */
+void daemon_caches_quiesce(void);
+
 /** Close every cache (clean shutdown: the next start is warm). After every disk is closed. */
 void daemon_caches_close(void);
 

@@ -188,6 +188,7 @@ static void stop(struct daemon *d)
 			hl_reactor_join(d->reactors[i]);
 		}
 	}
+	daemon_caches_quiesce(); /* no cache posts to a reactor about to be destroyed */
 	hl_workers_stop();
 	for (unsigned i = 0; i < d->n_reactors; i++)
 		hl_reactor_destroy(d->reactors[i]);
