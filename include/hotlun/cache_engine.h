@@ -1,5 +1,5 @@
 /*
- * cache_engine.h - the read cache in the data path: one struct hl_cache_engine per
+ * cache_engine.h - the read cache in the data path: one struct hl_cache per
  * [cache NAME] section (a cache device shared by several disks) and, per
  * disk, a "cached origin" that presents the same struct hl_origin interface
  * as the origin it wraps, so the SCSI layer does not change when a disk
@@ -17,10 +17,10 @@
  *    error to the initiator); a failing origin returns its error and drops
  *    the affected blocks.
  *
- * Threading: hl_cache_engine_open/attach/close run on the main thread before the
+ * Threading: hl_cache_open/attach/close run on the main thread before the
  * reactors start or after they stopped. The wrapper origin's submit runs on
  * any reactor thread (several at once), completions on the submitting one.
- * hl_cache_engine_stats_get may run on any thread.
+ * hl_cache_get_stats may run on any thread.
  */
 #ifndef HOTLUN_CACHE_ENGINE_H
 #define HOTLUN_CACHE_ENGINE_H
@@ -31,10 +31,10 @@
 #include "hotlun/cache.h"
 #include "hotlun/origin.h"
 
-struct hl_cache_engine;
+struct hl_cache;
 
-/** One [cache NAME] section. Strings are the caller's; copied by hl_cache_engine_open. */
-struct hl_cache_engine_config {
+/** One [cache NAME] section. Strings are the caller's; copied by hl_cache_open. */
+struct hl_cache_config {
 	const char *name;         /* for logs and stats */
 	const char *device;       /* file or block device path */
 	uint64_t size;            /* bytes; 0: the device's current size */
@@ -54,11 +54,11 @@ struct hl_cache_engine_config {
  * Open (creating or extending a regular file to cfg->size) the cache
  * device, compute its layout, and load the metadata of a clean or unclean
  * earlier run (warm restart) or format it. Blocking; main thread.
- * *out is the caller's; free with hl_cache_engine_close(). @return 0 or -errno
+ * *out is the caller's; free with hl_cache_close(). @return 0 or -errno
  * (-EINVAL for a bad admission/write_policy/block_size, -ENOSPC for a device
  * too small for one block).
  */
-int hl_cache_engine_open(const struct hl_cache_engine_config *cfg, struct hl_cache_engine **out);
+int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out);
 
 /**
  * Give disk `disk_name` a place in the cache and wrap `inner` in a cached
@@ -70,24 +70,24 @@ int hl_cache_engine_open(const struct hl_cache_engine_config *cfg, struct hl_cac
  * the disk and closes inner); on error the caller keeps inner.
  * @return 0, -EEXIST (disk already attached), -ENOSPC (quota), -errno.
  */
-int hl_cache_engine_attach(struct hl_cache_engine *c, const char *disk_name, uint64_t quota_bytes,
-                           struct hl_origin *inner, struct hl_origin **out);
+int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
+                    struct hl_origin *inner, struct hl_origin **out);
 
 /**
  * The reactors are stopping: stop the metadata thread without handing
  * anything back to them (I/Os still waiting for a record flush are
  * abandoned, as every other I/O in flight at shutdown). Call after the
- * reactors stopped and before they are destroyed; hl_cache_engine_close()
+ * reactors stopped and before they are destroyed; hl_cache_close()
  * follows. Blocking; NULL is harmless.
  */
-void hl_cache_engine_quiesce(struct hl_cache_engine *c);
+void hl_cache_quiesce(struct hl_cache *c);
 
 /**
  * Persist the metadata (a clean shutdown keeps the warm cache) and free c.
- * Every wrapper from hl_cache_engine_attach must be closed first, and no I/O may
+ * Every wrapper from hl_cache_attach must be closed first, and no I/O may
  * be in flight. Blocking; NULL is harmless.
  */
-void hl_cache_engine_close(struct hl_cache_engine *c);
+void hl_cache_close(struct hl_cache *c);
 
 /** Latency histogram buckets: bucket i counts [2^i, 2^(i+1)) microseconds, 0 also in 0. */
 #define HL_CACHE_LAT_BUCKETS 26
@@ -100,7 +100,7 @@ extern const uint32_t hl_cache_size_bounds[HL_CACHE_SIZE_BUCKETS];
 /** Bucket of a request of len bytes. */
 unsigned hl_cache_size_bucket(uint64_t len);
 
-/** What hl_cache_engine_stats_get reports (for the whole cache or one disk). */
+/** What hl_cache_get_stats reports (for the whole cache or one disk). */
 struct hl_cache_engine_stats {
 	struct hl_cache_stats core;                   /* the policy core's counters */
 	uint64_t read_hit_lat[HL_CACHE_LAT_BUCKETS];  /* reads served wholly by the cache */
@@ -130,10 +130,9 @@ struct hl_cache_engine_stats {
  * Counters of the whole cache (disk NULL) or of one attached or mapped disk.
  * Any thread. @return 0 or -ENOENT (unknown disk).
  */
-int hl_cache_engine_stats_get(struct hl_cache_engine *c, const char *disk,
-                              struct hl_cache_engine_stats *out);
+int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_engine_stats *out);
 
 /** The cache's name, as configured. */
-const char *hl_cache_engine_name(const struct hl_cache_engine *c);
+const char *hl_cache_name(const struct hl_cache *c);
 
 #endif

@@ -81,7 +81,7 @@ struct meta_wait {
 	int rc;
 };
 
-struct hl_cache_engine {
+struct hl_cache {
 	char *name, *device, *map_path;
 	uint32_t bs, shift;
 	uint64_t nslots, nwin;
@@ -119,7 +119,7 @@ struct hl_cache_engine {
 
 /* Behind each cached origin. */
 struct co_priv {
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *inner;
 	struct map_ent *ent;
 };
@@ -220,7 +220,7 @@ static unsigned lat_bucket(uint64_t ns)
 /* Device failure -> pass-through                                     */
 /* ------------------------------------------------------------------ */
 
-static void dev_error(struct hl_cache_engine *c, struct map_ent *e, int rc)
+static void dev_error(struct hl_cache *c, struct map_ent *e, int rc)
 {
 	cnt_add(&c->st.dev_errors, 1);
 	if (e)
@@ -256,7 +256,7 @@ struct eng_sub {
 };
 
 struct eng_req {
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct co_priv *co;
 	struct map_ent *ent;
 	struct hl_origin_io *uio; /* the caller's; valid until replied */
@@ -318,7 +318,7 @@ static struct eng_req *req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 
 static void req_free(struct eng_req *req)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 
 	for (uint32_t i = 0; i < req->nsub; i++)
 		if (req->subs[i].own)
@@ -395,7 +395,7 @@ static void sub_done(struct eng_req *req)
 
 static void reply(struct eng_req *req, int status)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	struct map_ent *e = req->ent;
 	struct hl_origin_io *uio = req->uio;
 
@@ -432,7 +432,7 @@ static void meta_wait_post(void *arg)
 /* Run done(w) on the request's reactor after a metadata flush that starts from now on. */
 static void meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	struct meta_wait *w = &req->mw;
 
 	cnt_add(&c->meta_waits, 1);
@@ -459,7 +459,7 @@ static void fills_done(struct eng_req *req)
 /* Submit the FILL subs from index first on; the request is freed when they are done. */
 static void fills_submit(struct eng_req *req, uint32_t first)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	uint16_t lun = req->ent->id;
 
 	req->inside_submit = false;
@@ -525,7 +525,7 @@ static void fills_after_barrier(struct meta_wait *w)
 static bool fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, uint8_t *data,
                          bool data_owned, bool *written)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	struct eng_sub *s;
 
 	*written = false;
@@ -574,7 +574,7 @@ drop:
 /* End (under the lock) every io that no FILL sub will end, then start the fills. */
 static void fills_start(struct eng_req *req, uint32_t first_fill, bool barrier)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	bool any = false;
 
 	pthread_mutex_lock(&c->lock);
@@ -606,7 +606,7 @@ static void fills_start(struct eng_req *req, uint32_t first_fill, bool barrier)
 /* Reads                                                              */
 /* ------------------------------------------------------------------ */
 
-static inline uint64_t blk_start(const struct hl_cache_engine *c, uint64_t b)
+static inline uint64_t blk_start(const struct hl_cache *c, uint64_t b)
 {
 	return b << c->shift;
 }
@@ -617,7 +617,7 @@ static inline bool io_fills(const struct hl_cache_io *io)
 }
 
 /* True when an origin write in flight on e overlaps cache block b. Under c->lock. */
-static bool write_overlaps(const struct hl_cache_engine *c, struct map_ent *e, uint64_t b)
+static bool write_overlaps(const struct hl_cache *c, struct map_ent *e, uint64_t b)
 {
 	uint64_t s = blk_start(c, b), end = s + c->bs;
 	struct eng_req *w;
@@ -633,7 +633,7 @@ static bool write_overlaps(const struct hl_cache_engine *c, struct map_ent *e, u
 /* After the reply: write what the origin returned (and promotions) into the slots. */
 static void read_fill_phase(struct eng_req *req)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	uint32_t first_fill = req->nsub;
 	bool barrier = false;
 
@@ -683,7 +683,7 @@ static void read_fill_phase(struct eng_req *req)
 
 static void read_done(struct eng_req *req)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 
 	if (req->status) {
 		pthread_mutex_lock(&c->lock);
@@ -719,7 +719,7 @@ static void copy_out(struct eng_req *req, const uint8_t *buf, uint64_t lo, uint6
 /* A planned hit could not be read from the cache device: read its part from the origin. */
 static void hit_retry(struct eng_req *req, struct eng_sub *s, int rc)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	struct hl_cache_io *io = &req->ios[s->k];
 	uint64_t b0 = blk_start(c, io->block);
 
@@ -741,7 +741,7 @@ static void sub_cb(struct hl_origin_io *io, int result)
 {
 	struct eng_sub *s = io->arg;
 	struct eng_req *req = s->req;
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 
 	switch (s->kind) {
 	case SUB_HIT:
@@ -782,7 +782,7 @@ static void sub_cb(struct hl_origin_io *io, int result)
 
 static void start_hit(struct eng_req *req, uint32_t k)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	struct hl_cache_io *io = &req->ios[k];
 	uint64_t bytes = (uint64_t)io->nsect * SECT;
 	struct eng_sub *s = sub_new(req, SUB_HIT, k);
@@ -806,7 +806,7 @@ static void start_hit(struct eng_req *req, uint32_t k)
 /* One origin read for blocks ka..kb (none a hit), widened to the sectors their fills need. */
 static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	struct hl_cache_io *a = &req->ios[ka], *z = &req->ios[kb];
 	uint64_t lo = HL_MAX(req->off, blk_start(c, a->block));
 	uint64_t hi = HL_MIN(req->off + req->len, blk_start(c, z->block + 1));
@@ -841,7 +841,7 @@ static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
 static int co_read(struct hl_origin *o, struct hl_origin_io *uio)
 {
 	struct co_priv *co = co_of(o);
-	struct hl_cache_engine *c = co->c;
+	struct hl_cache *c = co->c;
 	uint32_t nb = hl_cache_core_nblocks(c->core, uio->offset, uio->length);
 	struct eng_req *req;
 	int n;
@@ -904,7 +904,7 @@ static int co_read(struct hl_origin *o, struct hl_origin_io *uio)
 /* The origin write finished (req->status): end the core's ios, update slots, reply. */
 static void write_done(struct eng_req *req)
 {
-	struct hl_cache_engine *c = req->c;
+	struct hl_cache *c = req->c;
 	uint16_t lun = req->ent->id;
 	int result = req->status;
 	uint32_t first_fill = req->nsub;
@@ -1015,7 +1015,7 @@ static void write_after_sync(struct meta_wait *w)
 static int co_write(struct hl_origin *o, struct hl_origin_io *uio)
 {
 	struct co_priv *co = co_of(o);
-	struct hl_cache_engine *c = co->c;
+	struct hl_cache *c = co->c;
 	uint32_t nb = hl_cache_core_nblocks(c->core, uio->offset, uio->length);
 	bool huge = uio->op != HL_IO_WRITE && nb > 16384;
 	struct eng_req *req;
@@ -1117,7 +1117,7 @@ static int prefetch_noop(struct hl_origin_io *io)
 static int co_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
 	struct co_priv *co = co_of(o);
-	struct hl_cache_engine *c = co->c;
+	struct hl_cache *c = co->c;
 	struct map_ent *e = co->ent;
 	int rc;
 
@@ -1158,7 +1158,7 @@ static int co_open(struct hl_origin *o, const char *target, const struct hl_orig
 	(void)o;
 	(void)target;
 	(void)opts;
-	return -EOPNOTSUPP; /* only made by hl_cache_engine_attach() */
+	return -EOPNOTSUPP; /* only made by hl_cache_attach() */
 }
 
 static void co_close(struct hl_origin *o)
@@ -1185,10 +1185,10 @@ static const struct hl_origin_ops cache_origin_ops = {
 /* Metadata thread                                                    */
 /* ------------------------------------------------------------------ */
 
-static int map_write(struct hl_cache_engine *c, const char *state);
+static int map_write(struct hl_cache *c, const char *state);
 
 /* The device failed: make sure a restart cannot trust its metadata. Meta thread. */
-static void meta_kill(struct hl_cache_engine *c)
+static void meta_kill(struct hl_cache *c)
 {
 	uint8_t *z;
 
@@ -1206,7 +1206,7 @@ static void meta_kill(struct hl_cache_engine *c)
 	}
 }
 
-static void meta_post(struct hl_cache_engine *c, struct meta_wait *w)
+static void meta_post(struct hl_cache *c, struct meta_wait *w)
 {
 	/* The reactor's call queue may be momentarily full: retry, this is not a reactor. */
 	for (int i = 0; !atomic_load(&c->mdrop); i++) {
@@ -1223,7 +1223,7 @@ static void meta_post(struct hl_cache_engine *c, struct meta_wait *w)
 
 static void *meta_main(void *arg)
 {
-	struct hl_cache_engine *c = arg;
+	struct hl_cache *c = arg;
 	unsigned long synced_changes = atomic_load(&c->changes);
 
 	atomic_store(&c->synced, synced_changes);
@@ -1313,9 +1313,9 @@ static void *meta_main(void *arg)
  *   next ID
  *   disk ID QUOTA SIZE NAME IDENT...
  * A missing or unreadable map, a "failed" state or another geometry make
- * hl_cache_engine_open format the device: LUN ids are only meaningful with it.
+ * hl_cache_open format the device: LUN ids are only meaningful with it.
  */
-static int map_write(struct hl_cache_engine *c, const char *state)
+static int map_write(struct hl_cache *c, const char *state)
 {
 	char *tmp = NULL, *dir = NULL;
 	FILE *f;
@@ -1391,7 +1391,7 @@ static struct map_ent *ent_new(uint16_t id, uint64_t quota, uint64_t size, const
 	return e;
 }
 
-static int ents_push(struct hl_cache_engine *c, struct map_ent *e)
+static int ents_push(struct hl_cache *c, struct map_ent *e)
 {
 	struct map_ent **n = realloc(c->ents, (c->n_ents + 1) * sizeof(*n));
 
@@ -1403,7 +1403,7 @@ static int ents_push(struct hl_cache_engine *c, struct map_ent *e)
 }
 
 /* @return true when the map is usable for this device (else: format). */
-static bool map_load(struct hl_cache_engine *c)
+static bool map_load(struct hl_cache *c)
 {
 	FILE *f = fopen(c->map_path, "r");
 	char line[4096], state[32] = "", name[256];
@@ -1451,7 +1451,7 @@ out:
 	return ok;
 }
 
-static struct map_ent *ent_find(struct hl_cache_engine *c, const char *name)
+static struct map_ent *ent_find(struct hl_cache *c, const char *name)
 {
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (!strcmp(c->ents[i]->name, name))
@@ -1459,7 +1459,7 @@ static struct map_ent *ent_find(struct hl_cache_engine *c, const char *name)
 	return NULL;
 }
 
-static bool id_used(struct hl_cache_engine *c, uint16_t id)
+static bool id_used(struct hl_cache *c, uint16_t id)
 {
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->id == id)
@@ -1468,7 +1468,7 @@ static bool id_used(struct hl_cache_engine *c, uint16_t id)
 }
 
 /* A LUN id never handed out by this map (ids only grow, wrapping after 65535). */
-static int id_alloc(struct hl_cache_engine *c, uint16_t *out)
+static int id_alloc(struct hl_cache *c, uint16_t *out)
 {
 	for (uint32_t tries = 0; tries < HL_CACHE_MAX_LUNS; tries++) {
 		uint16_t id = c->next_id++;
@@ -1496,7 +1496,7 @@ static const char *origin_ident(const char *uri)
 /* Open, attach, close                                                */
 /* ------------------------------------------------------------------ */
 
-static void cache_free(struct hl_cache_engine *c)
+static void cache_free(struct hl_cache *c)
 {
 	if (!c)
 		return;
@@ -1519,11 +1519,11 @@ static void cache_free(struct hl_cache_engine *c)
 	free(c);
 }
 
-int hl_cache_engine_open(const struct hl_cache_engine_config *cfg, struct hl_cache_engine **out)
+int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 {
 	struct hl_cache_params p;
 	struct hl_cache_core_info info;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	pthread_condattr_t ca;
 	const char *adm;
 	char *uri = NULL;
@@ -1662,8 +1662,8 @@ fail:
 	return rc;
 }
 
-int hl_cache_engine_attach(struct hl_cache_engine *c, const char *disk_name, uint64_t quota_bytes,
-                           struct hl_origin *inner, struct hl_origin **out)
+int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
+                    struct hl_origin *inner, struct hl_origin **out)
 {
 	const char *ident;
 	struct map_ent *e;
@@ -1768,7 +1768,7 @@ out:
 	return rc;
 }
 
-void hl_cache_engine_quiesce(struct hl_cache_engine *c)
+void hl_cache_quiesce(struct hl_cache *c)
 {
 	if (!c || !c->meta_started)
 		return;
@@ -1781,7 +1781,7 @@ void hl_cache_engine_quiesce(struct hl_cache_engine *c)
 	c->meta_started = false;
 }
 
-void hl_cache_engine_close(struct hl_cache_engine *c)
+void hl_cache_close(struct hl_cache *c)
 {
 	struct hl_cache_stats st;
 	int rc;
@@ -1872,8 +1872,7 @@ static uint32_t recommend_block(const uint64_t *rsize)
 	return p;
 }
 
-int hl_cache_engine_stats_get(struct hl_cache_engine *c, const char *disk,
-                              struct hl_cache_engine_stats *out)
+int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_engine_stats *out)
 {
 	struct hl_cache_core_info info;
 	struct map_ent *e = NULL;
@@ -1907,7 +1906,7 @@ int hl_cache_engine_stats_get(struct hl_cache_engine *c, const char *disk,
 	return 0;
 }
 
-const char *hl_cache_engine_name(const struct hl_cache_engine *c)
+const char *hl_cache_name(const struct hl_cache *c)
 {
 	return c->name;
 }

@@ -1,5 +1,5 @@
 /*
- * caches.c - the daemon's read caches: one hl_cache_engine per [cache NAME]
+ * caches.c - the daemon's read caches: one struct hl_cache per [cache NAME]
  * section, opened before the disks that use it, stacked on a disk's origin
  * (above the throttle), closed after every logical unit is gone; and their
  * counters as JSON for the control socket's "stats" command.
@@ -21,7 +21,7 @@
 struct cache_rt {
 	struct cache_rt *next;
 	struct hl_conf_cache conf; /* strings owned */
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	char **disks; /* names attached (for stats) */
 	size_t n_disks;
 };
@@ -70,7 +70,7 @@ static void rt_free(struct cache_rt *r)
 static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, char *err,
                     size_t errlen)
 {
-	struct hl_cache_engine_config cfg;
+	struct hl_cache_config cfg;
 	struct cache_rt *r;
 	char *map = NULL;
 	int rc;
@@ -98,7 +98,7 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	cfg.admission = k->admission;
 	cfg.write_policy = k->write_policy;
 	cfg.map_path = map; /* NULL: beside the device */
-	rc = hl_cache_engine_open(&cfg, &r->c);
+	rc = hl_cache_open(&cfg, &r->c);
 	free(map);
 	if (rc) {
 		rt_free(r);
@@ -150,7 +150,7 @@ int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **orig
 		return fail(err, errlen, -ENOENT, "disk %s: cache '%s' is not open", disk->name,
 		            disk->cache);
 	}
-	rc = hl_cache_engine_attach(r->c, disk->name, disk->cache_quota, *origin, &wrapped);
+	rc = hl_cache_attach(r->c, disk->name, disk->cache_quota, *origin, &wrapped);
 	if (rc) {
 		pthread_mutex_unlock(&g_lock);
 		return fail(err, errlen, rc, "disk %s: cache %s: %s", disk->name, disk->cache,
@@ -178,7 +178,7 @@ void daemon_caches_quiesce(void)
 {
 	pthread_mutex_lock(&g_lock);
 	for (struct cache_rt *r = g_caches; r; r = r->next)
-		hl_cache_engine_quiesce(r->c);
+		hl_cache_quiesce(r->c);
 	pthread_mutex_unlock(&g_lock);
 }
 
@@ -188,7 +188,7 @@ void daemon_caches_close(void)
 	while (g_caches) {
 		struct cache_rt *r = g_caches;
 		g_caches = r->next;
-		hl_cache_engine_close(r->c);
+		hl_cache_close(r->c);
 		rt_free(r);
 	}
 	pthread_mutex_unlock(&g_lock);
@@ -273,12 +273,12 @@ json_t *daemon_cache_stats_json(void)
 	pthread_mutex_lock(&g_lock);
 	for (struct cache_rt *r = g_caches; r; r = r->next) {
 		json_t *o, *disks = json_object();
-		if (hl_cache_engine_stats_get(r->c, NULL, &s))
+		if (hl_cache_get_stats(r->c, NULL, &s))
 			continue;
 		o = stats_json(&s, true);
 		json_object_set_new(o, "device", json_string(r->conf.device));
 		for (size_t i = 0; i < r->n_disks; i++)
-			if (!hl_cache_engine_stats_get(r->c, r->disks[i], &s))
+			if (!hl_cache_get_stats(r->c, r->disks[i], &s))
 				json_object_set_new(disks, r->disks[i], stats_json(&s, false));
 		json_object_set_new(o, "disks", disks);
 		json_object_set_new(all, r->conf.name, o);

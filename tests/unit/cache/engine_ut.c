@@ -251,7 +251,7 @@ static int do_io(struct hl_origin *o, enum hl_io_op op, uint64_t off, uint64_t l
 }
 
 /* Wait until the cache has no request left (fills done), or until `left` remain. */
-static bool wait_inflight(struct hl_cache_engine *c, long left)
+static bool wait_inflight(struct hl_cache *c, long left)
 {
 	for (int i = 0; i < 5000; i++) {
 		if (atomic_load(&c->inflight) == left)
@@ -279,7 +279,7 @@ static void dev_name(void)
 	fd = mkstemp(g_dev);
 	CU_ASSERT_FATAL(fd >= 0);
 	close(fd);
-	unlink(g_dev); /* hl_cache_engine_open creates it */
+	unlink(g_dev); /* hl_cache_open creates it */
 	snprintf(g_map, sizeof(g_map), "%s.map", g_dev);
 }
 
@@ -289,9 +289,9 @@ static void dev_remove(void)
 	unlink(g_map);
 }
 
-static struct hl_cache_engine *cache_open(const char *policy)
+static struct hl_cache *cache_open(const char *policy)
 {
-	struct hl_cache_engine_config cfg = {
+	struct hl_cache_config cfg = {
 	    .name = "ut",
 	    .device = g_dev,
 	    .size = 8 * M,
@@ -300,27 +300,27 @@ static struct hl_cache_engine *cache_open(const char *policy)
 	    .write_policy = policy,
 	    .meta_interval_ms = 50,
 	};
-	struct hl_cache_engine *c = NULL;
+	struct hl_cache *c = NULL;
 
-	CU_ASSERT_FATAL(hl_cache_engine_open(&cfg, &c) == 0);
+	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
 	return c;
 }
 
-static struct hl_origin *attach(struct hl_cache_engine *c, struct fake *f, const char *uri)
+static struct hl_origin *attach(struct hl_cache *c, struct fake *f, const char *uri)
 {
 	struct hl_origin *o = NULL;
 
-	CU_ASSERT_FATAL(hl_cache_engine_attach(c, "disk0", 0, fake_origin(f, uri), &o) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_origin(f, uri), &o) == 0);
 	return o;
 }
 
-static void stats(struct hl_cache_engine *c, struct hl_cache_engine_stats *st)
+static void stats(struct hl_cache *c, struct hl_cache_engine_stats *st)
 {
-	CU_ASSERT_FATAL(hl_cache_engine_stats_get(c, "disk0", st) == 0);
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, "disk0", st) == 0);
 }
 
 /* A crash: the metadata thread stops, nothing is flushed or marked clean. */
-static void cache_crash(struct hl_cache_engine *c)
+static void cache_crash(struct hl_cache *c)
 {
 	pthread_mutex_lock(&c->mlock);
 	c->mstop = true;
@@ -336,7 +336,7 @@ static void cache_crash(struct hl_cache_engine *c)
 static void test_hit_after_admission(void)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(BS);
@@ -370,7 +370,7 @@ static void test_hit_after_admission(void)
 	wait_inflight(c, 0);
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -379,7 +379,7 @@ static void test_hit_after_admission(void)
 static void test_unaligned_and_partial(void)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(4 * BS);
@@ -413,7 +413,7 @@ static void test_unaligned_and_partial(void)
 
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -422,7 +422,7 @@ static void test_unaligned_and_partial(void)
 static void write_then_read(const char *policy, bool expect_cache)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(BS), *w = malloc(8 * K);
@@ -470,7 +470,7 @@ static void write_then_read(const char *policy, bool expect_cache)
 
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -490,7 +490,7 @@ static void test_write_invalidate(void)
 static void test_fill_raced_write(void)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	struct step rd;
 	uint8_t *buf = malloc(BS), *w = malloc(4 * K);
@@ -545,7 +545,7 @@ static void test_fill_raced_write(void)
 
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -555,7 +555,7 @@ static void test_fill_raced_write(void)
 static void test_warm_restart(void)
 {
 	struct fake f, g;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(8 * BS);
@@ -569,7 +569,7 @@ static void test_warm_restart(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 
 	/* Same disk, same origin: hits without touching the origin. */
 	fake_init(&g, LUN_SIZE, 5);
@@ -585,7 +585,7 @@ static void test_warm_restart(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	free(g.mem);
 
 	/* Another origin under the same disk name: no old block may be served. */
@@ -599,7 +599,7 @@ static void test_warm_restart(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 
 	dev_remove();
 	free(f.mem);
@@ -610,7 +610,7 @@ static void test_warm_restart(void)
 static void test_crash_no_stale(void)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	uint8_t *buf = malloc(BS), *w = malloc(BS);
 
@@ -639,7 +639,7 @@ static void test_crash_no_stale(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -649,7 +649,7 @@ static void test_crash_no_stale(void)
 static void test_device_failure(void)
 {
 	struct fake f, bad;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o, *real;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(4 * BS), *w = malloc(BS);
@@ -687,7 +687,7 @@ static void test_device_failure(void)
 	hl_origin_close(o);
 	hl_origin_close(c->data);
 	c->data = real;
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 
 	/* The restart does not trust that device's metadata: a cold cache, right data. */
 	reactor_up();
@@ -700,7 +700,7 @@ static void test_device_failure(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(bad.mem);
@@ -711,7 +711,7 @@ static void test_device_failure(void)
 static void test_origin_failure(void)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(2 * BS), *w = malloc(BS);
@@ -750,7 +750,7 @@ static void test_origin_failure(void)
 
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -760,7 +760,7 @@ static void test_origin_failure(void)
 static void test_prefetch_discard(void)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	uint8_t *buf = malloc(4 * BS);
 
@@ -799,7 +799,7 @@ static void test_prefetch_discard(void)
 
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -809,7 +809,7 @@ static void test_prefetch_discard(void)
 static void test_map_and_quota(void)
 {
 	struct fake f;
-	struct hl_cache_engine *c;
+	struct hl_cache *c;
 	struct hl_origin *o;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(4 * BS);
@@ -821,8 +821,8 @@ static void test_map_and_quota(void)
 		uint64_t quota = step == 3 ? 2 * M : M;
 		reactor_up();
 		c = cache_open(NULL);
-		CU_ASSERT_FATAL(
-		    hl_cache_engine_attach(c, "disk0", quota, fake_origin(&f, "fake:q"), &o) == 0);
+		CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", quota, fake_origin(&f, "fake:q"), &o) ==
+		                0);
 		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 		CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
 		CU_ASSERT(wait_inflight(c, 0));
@@ -831,7 +831,7 @@ static void test_map_and_quota(void)
 		CU_ASSERT_EQUAL(st.core.bytes_read_cache, step == 1 ? 4 * BS : 0);
 		reactor_down();
 		hl_origin_close(o);
-		hl_cache_engine_close(c);
+		hl_cache_close(c);
 		if (step == 1) {
 			m = fopen(g_map, "w");
 			CU_ASSERT_FATAL(m != NULL);
@@ -842,15 +842,15 @@ static void test_map_and_quota(void)
 			/* Warm again with the same quota before the quota changes. */
 			reactor_up();
 			c = cache_open(NULL);
-			CU_ASSERT_FATAL(hl_cache_engine_attach(c, "disk0", M,
-			                                       fake_origin(&f, "fake:q"), &o) == 0);
+			CU_ASSERT_FATAL(
+			    hl_cache_attach(c, "disk0", M, fake_origin(&f, "fake:q"), &o) == 0);
 			CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 			CU_ASSERT(wait_inflight(c, 0));
 			stats(c, &st);
 			CU_ASSERT_EQUAL(st.core.bytes_read_cache, 4 * BS);
 			reactor_down();
 			hl_origin_close(o);
-			hl_cache_engine_close(c);
+			hl_cache_close(c);
 		}
 	}
 	/* Attaching the same disk twice is refused; a quota larger than the cache too. */
@@ -858,12 +858,12 @@ static void test_map_and_quota(void)
 	c = cache_open(NULL);
 	o = attach(c, &f, "fake:q");
 	struct hl_origin *inner = fake_origin(&f, "fake:q"), *o2 = NULL;
-	CU_ASSERT_EQUAL(hl_cache_engine_attach(c, "disk0", 0, inner, &o2), -EEXIST);
-	CU_ASSERT_EQUAL(hl_cache_engine_attach(c, "disk1", 64 * M, inner, &o2), -ENOSPC);
+	CU_ASSERT_EQUAL(hl_cache_attach(c, "disk0", 0, inner, &o2), -EEXIST);
+	CU_ASSERT_EQUAL(hl_cache_attach(c, "disk1", 64 * M, inner, &o2), -ENOSPC);
 	hl_origin_close(inner);
 	reactor_down();
 	hl_origin_close(o);
-	hl_cache_engine_close(c);
+	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -873,7 +873,7 @@ static void test_map_and_quota(void)
 static void test_two_caches(void)
 {
 	struct fake f, g;
-	struct hl_cache_engine *c[2];
+	struct hl_cache *c[2];
 	struct hl_origin *o[2];
 	struct hl_cache_engine_stats st;
 	char dev[2][64], map[2][80];
@@ -904,7 +904,7 @@ static void test_two_caches(void)
 		reactor_down();
 		for (int i = 0; i < 2; i++) {
 			hl_origin_close(o[i]);
-			hl_cache_engine_close(c[i]);
+			hl_cache_close(c[i]);
 		}
 	}
 	for (int i = 0; i < 2; i++) {
