@@ -2,7 +2,8 @@
  * snmp_agent.c - the net-snmp side of hotlun-snmp: registers the
  * HOTLUN-MIB scalars and tables with the agent library (the table
  * iterator helper over the current snapshot's row arrays) and sends the
- * notifications through the AgentX master.
+ * notifications through the AgentX master (no Counter64 in them, so that
+ * SNMPv1 trap sinks get them too).
  *
  * Every table is described by one struct table_def (its OID, columns,
  * how to list rows and read a column), and one handler serves them all.
@@ -448,25 +449,19 @@ void snmp_agent_notify(void *ctx, enum snmp_event ev, const void *row)
 				  (const u_char *)which, (n + 1) * sizeof(oid));
 	if (ev == SNMP_EV_CACHE_FAILED || ev == SNMP_EV_CACHE_RECOVERED) {
 		const struct snmp_cache *c = row;
-		for (unsigned col = 2; col <= 3; col++) {
-			cache_value(c, col, &v);
-			add_column(&vars, cache_oid, OID_LENGTH(cache_oid), col, c->index, &v);
-		}
-		if (ev == SNMP_EV_CACHE_FAILED) {
-			cache_value(c, 18, &v);
-			add_column(&vars, cache_oid, OID_LENGTH(cache_oid), 18, c->index, &v);
+		static const unsigned cols[] = {2, 3, 8}; /* name, device, state */
+		for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++) {
+			cache_value(c, cols[i], &v);
+			add_column(&vars, cache_oid, OID_LENGTH(cache_oid), cols[i], c->index, &v);
 		}
 		snmp_log(LOG_WARNING, "hotlun-snmp: cache %s %s\n", c->name,
 			 ev == SNMP_EV_CACHE_FAILED ? "failed: pass-through" : "active again");
 	} else {
 		const struct snmp_disk *d = row;
-		for (unsigned col = 2; col <= 3; col++) {
-			disk_value(d, col, &v);
-			add_column(&vars, disk_oid, OID_LENGTH(disk_oid), col, d->index, &v);
-		}
-		if (ev == SNMP_EV_ORIGIN_LOST) {
-			disk_value(d, 14, &v);
-			add_column(&vars, disk_oid, OID_LENGTH(disk_oid), 14, d->index, &v);
+		static const unsigned cols[] = {2, 3, 7}; /* name, origin, origin state */
+		for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++) {
+			disk_value(d, cols[i], &v);
+			add_column(&vars, disk_oid, OID_LENGTH(disk_oid), cols[i], d->index, &v);
 		}
 		snmp_log(LOG_WARNING, "hotlun-snmp: disk %s: origin %s\n", d->name,
 			 ev == SNMP_EV_ORIGIN_LOST ? "failing" : "ok again");

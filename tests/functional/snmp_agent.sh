@@ -9,161 +9,12 @@
 # Also: the session table while a session is logged in, stable disk
 # indexes, and reconnection to both sides (hotlund restart, snmpd restart).
 #
-# OIDs are resolved from contrib/HOTLUN-MIB.txt itself (a small parser
-# below), so the MIB and the subagent must agree; no IETF MIB files are
-# needed on the machine.
+# OIDs are resolved from contrib/HOTLUN-MIB.txt itself (snmp_lib.sh)
+# so the MIB and the subagent must agree; no IETF MIB files are needed.
 
 . "$(dirname "$0")/lib.sh"
-
-hl_need snmpd snmpget snmpwalk python3
-HL_SNMP=$HL_BUILDDIR/hotlun-snmp
-HL_BENCH=$HL_BUILDDIR/hotlun-bench
-HL_CTL=$HL_BUILDDIR/hotlunctl
-[ -x "$HL_SNMP" ] || hl_missing "$HL_SNMP not built"
-[ -x "$HL_BENCH" ] || hl_missing "$HL_BENCH not built"
-[ -x "$HL_CTL" ] || hl_missing "$HL_CTL not built"
-MIB=$HL_SRCDIR/contrib/HOTLUN-MIB.txt
-
-T=$(hl_tmpdir)
+. "$(dirname "$0")/snmp_lib.sh"
 IQN=$HL_IQN_PREFIX:snmp
-INITIATOR=iqn.2026-11.io.hotlun:snmp-test-initiator
-
-# ---------------------------------------------------------------- helpers
-
-# oid NAME: the numeric OID of a HOTLUN-MIB object, from the MIB file.
-declare -A OIDS
-while read -r name num; do
-	OIDS[$name]=$num
-done < <(python3 - "$MIB" <<'EOF'
-import re, sys
-text = re.sub(r'--[^\n]*', '', open(sys.argv[1]).read())
-text = re.sub(r'IMPORTS.*?;', '', text, count=1, flags=re.S)
-known = {'enterprises': '1.3.6.1.4.1'}
-defs = re.findall(r'(\w+)\s+(?:OBJECT-TYPE|OBJECT\s+IDENTIFIER|MODULE-IDENTITY|NOTIFICATION-TYPE)'
-                  r'.*?::=\s*\{\s*(\w+)\s+(\d+)\s*\}', text, re.S)
-while defs:
-    left = [d for d in defs if d[1] not in known]
-    for name, parent, n in defs:
-        if parent in known:
-            known[name] = known[parent] + '.' + n
-    if len(left) == len(defs):
-        sys.exit('unresolved: %s' % left)
-    defs = left
-for k, v in known.items():
-    print(k, v)
-EOF
-)
-[ -n "${OIDS[hlDiskReadCmds]:-}" ] || hl_error "cannot parse OIDs from $MIB"
-oid() {
-	[ -n "${OIDS[$1]:-}" ] || hl_error "no $1 in HOTLUN-MIB"
-	echo ".${OIDS[$1]}"
-}
-
-# udp_free_port: a UDP port on 127.0.0.1 that nothing is bound to now.
-udp_free_port() {
-	python3 -c 'import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
-SNMP_PORT=$(udp_free_port) || hl_error "no free UDP port"
-SNMP_AGENT=udp:127.0.0.1:$SNMP_PORT
-SNMPOPTS=(-v2c -c public -t 2 -r 1 -On -Oqv -m "" -M /nonexistent)
-
-# sget OBJECT INDEX: one value (quotes stripped); empty when absent.
-sget() {
-	local v
-	v=$(snmpget "${SNMPOPTS[@]}" "$SNMP_AGENT" "$(oid "$1").$2" 2>/dev/null) || return 1
-	case $v in
-	"No Such"*) return 1 ;;
-	esac
-	v=${v#\"}
-	echo "${v%\"}"
-}
-
-# swalk OBJECT: "index value" lines of a column.
-swalk() {
-	local base
-	base=$(oid "$1")
-	snmpwalk -v2c -c public -t 2 -r 1 -On -Oq -m "" -M /nonexistent "$SNMP_AGENT" "$base" 2>/dev/null |
-		sed -n "s|^$base\.\([0-9.]*\) \"\{0,1\}\([^\"]*\)\"\{0,1\}\$|\1 \2|p"
-}
-
-# stats: the control socket's stats, saved to $T/stats.json.
-stats() {
-	"$HL_CTL" --socket "$T/ctl.sock" stats --json >"$T/stats.json" || hl_fail "hotlunctl stats failed"
-}
-
-# ctl PYEXPR: evaluate a Python expression over s (the stats just saved).
-ctl() {
-	python3 -c "import json; s = json.load(open('$T/stats.json')); print($1)"
-}
-
-# wait_equal DESC OBJECT INDEX PYEXPR: poll (the subagent caches ~200 ms)
-# until the SNMP value equals the control socket's; fail after 10 s.
-wait_equal() {
-	local desc=$1 obj=$2 idx=$3 expr=$4 want got i
-	for i in $(seq 1 50); do
-		stats
-		want=$(ctl "$expr")
-		got=$(sget "$obj" "$idx")
-		[ "$got" = "$want" ] && {
-			echo "$got"
-			return 0
-		}
-		sleep 0.2
-	done
-	hl_fail "$desc: SNMP $obj.$idx = '$got', control socket = '$want'"
-}
-
-# wait_for DESC CMD...: retry CMD for up to 20 s.
-wait_for() {
-	local desc=$1 i
-	shift
-	for i in $(seq 1 100); do
-		"$@" >/dev/null 2>&1 && return 0
-		sleep 0.2
-	done
-	hl_fail "timed out waiting for: $desc"
-}
-
-# sis OBJECT INDEX WANT: true when the SNMP value is WANT (for wait_for).
-sis() {
-	[ "$(sget "$1" "$2")" = "$3" ]
-}
-
-# has_session: true when the session table holds exactly our initiator.
-has_session() {
-	[ "$(swalk hlSessionInitiator | awk '{ print $2 }')" = "$INITIATOR" ]
-}
-
-# disk_index NAME: the hlDiskIndex of a disk, found by walking hlDiskName.
-disk_index() {
-	swalk hlDiskName | awk -v n="$1" '$2 == n { print $1 }'
-}
-
-bench() {
-	"$HL_BENCH" --quiet --initiator "$INITIATOR" --bs 4K --qd 4 --seed 7 "$@" >>"$T/bench.log" 2>&1 ||
-		hl_fail "hotlun-bench $* failed (see $T/bench.log)"
-}
-
-start_snmpd() {
-	cat >"$T/snmpd.conf" <<EOF
-master agentx
-agentXSocket unix:$T/agentx.sock
-agentXTimeout 5
-rocommunity public 127.0.0.1
-EOF
-	rm -f "$T/agentx.sock"
-	# -C: only this file; MIBS= : no MIB files (Debian ships few; not needed).
-	SNMPD_LOG=$T/snmpd.$((${SNMPD_N:-0} + 1)).log
-	SNMPD_N=$((${SNMPD_N:-0} + 1))
-	hl_spawn snmpd "$SNMPD_LOG" env MIBS= snmpd -f -Lo -C -c "$T/snmpd.conf" \
-		-p "$T/snmpd.pid" "$SNMP_AGENT"
-	SNMPD_PID=$HL_LAST_PID
-	wait_for "snmpd's AgentX socket" test -S "$T/agentx.sock"
-}
 
 # ---------------------------------------------------------------- setup
 
@@ -195,10 +46,7 @@ HL_URL0=iscsi://127.0.0.1:$PORT/$IQN/0
 HL_URL1=iscsi://127.0.0.1:$PORT/$IQN/1
 
 start_snmpd
-hl_spawn hotlun-snmp "$T/hotlun-snmp.log" "$HL_SNMP" --socket "$T/ctl.sock" \
-	--agentx "$T/agentx.sock" --interval 200 --ping 1 --log-level info
-SUB_PID=$HL_LAST_PID
-wait_for "hlDaemonReachable = true" sis hlDaemonReachable 0 1
+start_subagent
 hl_log "subagent registered; snmpd on $SNMP_AGENT"
 
 # ---------------------------------------------------------------- indexes

@@ -1,0 +1,127 @@
+#!/bin/bash
+# snmp_traps.sh - hotlun-snmp's origin notifications, received for real.
+#
+# A SAN hotlund serves a LUN; a front hotlund exports it as disk e0 through
+# the iscsi origin (retry limit 2 s). A private snmpd sends notifications
+# to a private snmptrapd. The SAN is frozen (SIGSTOP): reads through the
+# front fail, e0's error counter grows, and hlOriginLoss must arrive with
+# e0's name, origin and error count, and hlDiskOriginState must say
+# failing(2). The SAN resumes: after 10 s without errors hlOriginRecovered
+# must arrive and the state return to ok(1).
+#
+# (hlCacheDeviceFailure follows the same path from the cache's passthrough
+# flag; its state machine is unit-tested in tests/unit/snmp/model_ut.c.)
+
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/snmp_lib.sh"
+hl_need snmptrapd
+SAN_RETRY_S=2
+
+# ---- the SAN (disk0 on a sparse file) and the front
+hl_target_start --size 64M
+SAN_PID=$HL_PID SAN_URL=$HL_URL
+FRONT_IQN=$HL_IQN_PREFIX:snmp-traps-front
+FRONT_PORT=$(hl_free_port)
+mkdir -p "$T/front-state"
+cat >"$T/front.conf" <<EOF
+[global]
+portal = 127.0.0.1:$FRONT_PORT
+state_dir = $T/front-state
+control_socket = $T/ctl.sock
+[disk e0]
+origin = $SAN_URL?timeout=$SAN_RETRY_S
+[target $FRONT_IQN]
+lun.0 = e0
+allow = ALL
+EOF
+hl_start_hotlund "$T/front.conf"
+FRONT_PID=$HL_PID
+FRONT_URL=iscsi://127.0.0.1:$FRONT_PORT/$FRONT_IQN/0
+
+# ---- snmptrapd, snmpd sending to it, the subagent
+TRAP_PORT=$(udp_free_port) || hl_error "no free UDP port"
+cat >"$T/snmptrapd.conf" <<EOF
+disableAuthorization yes
+EOF
+hl_spawn snmptrapd "$T/traps.log" env MIBS= snmptrapd -f -Lo -C -c "$T/snmptrapd.conf" -On \
+	-p "$T/snmptrapd.pid" "udp:127.0.0.1:$TRAP_PORT"
+TRAPD_PID=$HL_LAST_PID
+SNMPD_EXTRA="trap2sink 127.0.0.1:$TRAP_PORT public"
+start_snmpd
+start_subagent
+sleep 1 # let snmptrapd bind before anything is sent
+
+E0=$(disk_index e0)
+[ -n "$E0" ] || hl_fail "e0 missing from hlDiskTable"
+bench --workload uniform --read 100 --count 100 "$FRONT_URL"
+wait_for "e0 ok(1)" sis hlDiskOriginState "$E0" 1
+
+LOSS=$(oid hlOriginLoss)
+RECOVERED=$(oid hlOriginRecovered)
+# trap_seen NOTIFICATION-OID: snmptrapd logged it (with -On, numeric).
+trap_seen() {
+	grep -Eq -- "${1//./\\.}([[:space:]]|\$)" "$T/traps.log"
+}
+trap_seen "$LOSS" && hl_fail "hlOriginLoss before any failure"
+
+# ---- freeze the SAN: reads fail after the retry limit
+# (a failing test must not leave it stopped: lib.sh's cleanup sends SIGTERM)
+trap 'rc=$?; kill -CONT "$SAN_PID" 2>/dev/null; (exit $rc); hl_cleanup' EXIT
+kill -STOP "$SAN_PID"
+"$HL_BENCH" --quiet --initiator "$INITIATOR" --workload uniform --read 100 --qd 1 --count 3 \
+	"$FRONT_URL" >"$T/fail.out" 2>&1 && {
+	kill -CONT "$SAN_PID"
+	hl_fail "reads succeeded while the SAN was frozen"
+}
+wait_for "hlOriginLoss at snmptrapd" trap_seen "$LOSS"
+kill -CONT "$SAN_PID"
+ERR=$(sget hlDiskErrors "$E0")
+[ "${ERR:-0}" -gt 0 ] || hl_fail "hlDiskErrors is '$ERR' after failed reads"
+[ "$(sget hlDiskOriginState "$E0")" = 2 ] || hl_fail "hlDiskOriginState is not failing(2)"
+# The notification carries e0's name and origin.
+# The notification carries e0's name, origin and state (snmptrapd prints a
+# notification's varbinds on one line).
+LINE=$(grep -E -- "${LOSS//./\\.}([[:space:]]|\$)" "$T/traps.log")
+case $LINE in
+*"$(oid hlDiskName).$E0 = STRING: \"e0\""*) ;;
+*) hl_fail "hlOriginLoss without hlDiskName e0: $LINE" ;;
+esac
+case $LINE in
+*"$(oid hlDiskOrigin).$E0 = STRING: \"$SAN_URL?timeout=$SAN_RETRY_S\""*) ;;
+*) hl_fail "hlOriginLoss without hlDiskOrigin: $LINE" ;;
+esac
+case $LINE in
+*"$(oid hlDiskOriginState).$E0 = INTEGER: 2"*) ;;
+*) hl_fail "hlOriginLoss without hlDiskOriginState failing(2): $LINE" ;;
+esac
+hl_log "ok: hlOriginLoss received (errors $ERR), state failing(2)"
+
+# ---- the SAN is back: reads work; 10 s without errors -> recovered
+ok=0
+for i in $(seq 1 40); do
+	if "$HL_BENCH" --quiet --initiator "$INITIATOR" --workload uniform --read 100 --qd 1 \
+		--count 5 "$FRONT_URL" >"$T/up.out" 2>&1; then
+		ok=1
+		break
+	fi
+	sleep 0.5
+done
+[ $ok = 1 ] || { cat "$T/up.out" >&2; hl_fail "reads through the front did not recover"; }
+ERR2=$(sget hlDiskErrors "$E0")
+for i in $(seq 1 120); do
+	trap_seen "$RECOVERED" && break
+	sleep 0.25
+done
+trap_seen "$RECOVERED" || { cat "$T/traps.log" >&2; hl_fail "no hlOriginRecovered within 30 s"; }
+[ "$(sget hlDiskOriginState "$E0")" = 1 ] || hl_fail "hlDiskOriginState not ok(1) after recovery"
+[ "$(sget hlDiskErrors "$E0")" = "$ERR2" ] || hl_fail "errors grew after recovery"
+N_LOSS=$(grep -cE -- "${LOSS//./\\.}([[:space:]]|\$)" "$T/traps.log")
+[ "$N_LOSS" = 1 ] || hl_fail "$N_LOSS hlOriginLoss notifications for one outage (want 1)"
+hl_log "ok: hlOriginRecovered received, state ok(1)"
+
+hl_stop "$SUB_PID"
+hl_stop "$SNMPD_PID"
+hl_stop "$TRAPD_PID"
+hl_stop "$FRONT_PID"
+hl_stop "$SAN_PID"
+hl_log "PASS"
