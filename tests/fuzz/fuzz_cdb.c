@@ -1,5 +1,5 @@
 // clang-format off
-// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c src/scsi/sense.c src/scsi/pr.c src/scsi/range.c src/scsi/ua.c src/event/reactor.c src/log/log.c src/util/util.c
+// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c src/scsi/sense.c src/scsi/pr.c src/scsi/range.c src/scsi/lbp.c src/scsi/ua.c src/event/reactor.c src/log/log.c src/util/util.c
 // fuzz-libs: -lpthread
 // clang-format on
 /*
@@ -13,7 +13,8 @@
  *   [0]      flags: bits 0-1 direction (1 in, 2 out, 3 both marked),
  *            bit 2 read-only LU, bit 3 LUN without LU, bit 4 LUN reset first,
  *            bit 5 nexus gone after, bit 6 origin I/O fails, bit 7 submit fails
- *   [1]      bits 0-5: CDB length (taken mod 33); bit 7: second nexus (another initiator)
+ *   [1]      bits 0-5: CDB length (taken mod 33); bit 6: the origin does COMPARE AND WRITE
+ *            and PRE-FETCH itself; bit 7: second nexus (another initiator)
  *   [2..33]  CDB bytes
  *   [34..35] transport buffer length (big-endian, capped at 64 KiB)
  *   [36..]   data-out bytes (zero-filled beyond the input)
@@ -61,6 +62,11 @@ static void setup(void)
 		memset(cfg.naa, 0x60 + i, sizeof(cfg.naa));
 		strcpy(cfg.serial, "FUZZ");
 		origins[i] = fake_origin_new(LU_SIZE, true);
+		if (origins[i] && i == 0) {
+			/* the writable LU is thin: UNMAP, WRITE SAME with UNMAP, GET LBA STATUS */
+			origins[i]->can_discard = true;
+			origins[i]->zeroes_after_discard = true;
+		}
 		if (!origins[i] || hl_lu_create(&cfg, origins[i], &lus[i]))
 			abort();
 	}
@@ -108,6 +114,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cmd.done = cmd_done;
 
 	fake_of(o)->fail_result = (flags & 0x40) ? -EIO : 0;
+	fake_of(o)->caw_native = (data[1] & 0x40) != 0;
+	fake_of(o)->prefetch_ok = (data[1] & 0x40) != 0;
 	fake_of(o)->submit_rc = (flags & 0x80) ? -ENOMEM : 0;
 	if (flags & 0x10)
 		hl_lu_reset(lus[which], NULL);
