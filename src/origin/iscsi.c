@@ -45,8 +45,11 @@
  *
  * Failures: sense data becomes -errno (origin_iscsi_sense_errno); UNIT
  * ATTENTION, BUSY, TASK SET FULL, ABORTED COMMAND and NOT READY (becoming
- * ready) are retried. A lost connection (socket error, command timeout,
- * login timeout) tears the context down: its I/Os go back to the session's
+ * ready) are retried. A lost connection (socket error; a SAN that completes
+ * nothing and does not answer a NOP-Out either, for timeout/2 (1..5 s) each;
+ * a login that takes 5 s; a command older than max(60 s, 2 x timeout), the
+ * backstop for a SAN that answers pings but never completes) tears the
+ * context down: its I/Os go back to the session's
  * queue (a COMPARE AND WRITE that may have reached the SAN fails with -EIO
  * instead: repeating it could report a false miscompare) and the session
  * reconnects with exponential back-off from 100 ms to 5 s, forever. Queued
@@ -86,9 +89,10 @@
 #define ISC_WAIT_MAX           4096 /* I/Os queued per session while it cannot send */
 #define ISC_BACKOFF_MIN_MS     100
 #define ISC_BACKOFF_MAX_MS     5000
-#define ISC_CONNECT_TIMEOUT_MS 5000        /* TCP connect + login + TEST UNIT READY */
-#define ISC_CMD_TIMEOUT_S      10          /* a command the SAN holds longer means a sick session */
-#define ISC_TICK_MS            250         /* libiscsi timeouts, queue deadlines, login timeout */
+#define ISC_CONNECT_TIMEOUT_MS 5000 /* TCP connect + login + TEST UNIT READY */
+#define ISC_CMD_TIMEOUT_MIN_S  60   /* backstop: a command older than this kills the session */
+#define ISC_PROBE_MAX_MS       5000 /* no answer for this long: ping; then as long again: dead */
+#define ISC_TICK_MS            250  /* libiscsi timeouts, queue deadlines, login timeout */
 #define ISC_ZERO_BYTES         (1u << 20)  /* WRITE_ZEROES without WRITE SAME: bytes per WRITE */
 #define ISC_WS_DEFAULT_BYTES   (64u << 20) /* WRITE SAME length when the SAN gives no limit */
 #define ISC_UNMAP_MAX_DESC     64
@@ -109,7 +113,8 @@ struct isc_origin {
 	char initiator[ORIGIN_ISCSI_NAME_MAX];
 	uint64_t id; /* never reused: keys the per-thread session cache */
 	uint64_t timeout_ns;
-	uint32_t bs; /* the SAN's logical block size */
+	uint64_t probe_ns; /* silence with commands in flight before a NOP-Out, and its timeout */
+	uint32_t bs;       /* the SAN's logical block size */
 	uint64_t nblocks;
 	uint64_t max_xfer;  /* bytes per READ/WRITE command, 0 = no limit */
 	uint32_t max_unmap; /* blocks per UNMAP descriptor */
@@ -143,8 +148,9 @@ struct isc_session {
 	bool in_lib;    /* inside a libiscsi call that may run our callbacks */
 	bool logged_up; /* was UP at least once (for the log) */
 	bool dead_logged;
-	bool started;  /* tick armed, first connect begun */
-	uint16_t qual; /* ISID qualifier */
+	bool started;     /* tick armed, first connect begun */
+	bool nop_pending; /* a NOP-Out probe is out */
+	uint16_t qual;    /* ISID qualifier */
 	struct hl_event ev;
 	struct hl_timer tick;
 	struct hl_timer retry;
@@ -156,6 +162,8 @@ struct isc_session {
 	uint32_t backoff_ms;
 	uint64_t down_since_ns; /* 0 while UP */
 	uint64_t connect_start_ns;
+	uint64_t last_rx_ns; /* last completion or NOP-In while commands were in flight */
+	uint64_t nop_sent_ns;
 };
 
 /* Per-I/O state in hl_origin_io.priv. */
@@ -498,7 +506,12 @@ static struct iscsi_context *context_make(struct isc_origin *io, uint16_t qual)
 	}
 	/* We reconnect ourselves: libiscsi's reconnect would hide the outage and its length. */
 	iscsi_set_noautoreconnect(ctx, 1);
-	iscsi_set_timeout(ctx, (int)HL_MIN((uint32_t)ISC_CMD_TIMEOUT_S, io->url.timeout_s));
+	/*
+	 * Liveness is judged by progress and NOP-Out (session_tick), not by
+	 * command age: a busy SAN may hold a queued command long and still be
+	 * healthy. This is only the backstop for one that answers pings forever.
+	 */
+	iscsi_set_timeout(ctx, (int)HL_MAX((uint32_t)ISC_CMD_TIMEOUT_MIN_S, 2 * io->url.timeout_s));
 	iscsi_set_tcp_keepalive(ctx, 10, 3, 5);
 	return ctx;
 }
@@ -584,6 +597,20 @@ static void connect_cb(struct iscsi_context *ctx, int status, void *data, void *
 	s->logged_up = true;
 	s->dead_logged = false;
 	s->down_since_ns = 0;
+	s->nop_pending = false;
+	s->last_rx_ns = hl_now_ns();
+}
+
+static void nop_cb(struct iscsi_context *ctx, int status, void *data, void *priv)
+{
+	struct isc_session *s = priv;
+
+	(void)data;
+	if (ctx != s->ctx) /* cancelled by a teardown */
+		return;
+	s->nop_pending = false;
+	if (status == SCSI_STATUS_GOOD)
+		s->last_rx_ns = hl_now_ns();
 }
 
 static void session_connect(struct isc_session *s)
@@ -631,7 +658,10 @@ static void session_fail(struct isc_session *s, const char *why)
 	char err[160];
 	size_t n;
 
-	hl_strlcpy(err, ctx ? iscsi_get_error(ctx) : "", sizeof(err));
+	/* libiscsi's last error says why a socket failed; for our own verdicts it is stale */
+	bool lib_said = !strcmp(why, "connection") || !strcmp(why, "command timeout");
+
+	hl_strlcpy(err, ctx && lib_said ? iscsi_get_error(ctx) : "-", sizeof(err));
 	n = strcspn(err, "\r\n");
 	err[n] = '\0';
 	/* with our own reconnect, libiscsi's last word on a dropped socket is this */
@@ -667,6 +697,7 @@ static void session_fail(struct isc_session *s, const char *why)
 			waitq_push(s, ioo, true);
 	}
 	s->broken = false;
+	s->nop_pending = false;
 	if (!s->down_since_ns)
 		s->down_since_ns = hl_now_ns();
 	if (was_up)
@@ -721,11 +752,19 @@ static void session_tick(struct hl_timer *t)
 
 	if (s->state == ISC_UP) {
 		s->in_lib = true;
-		rc = iscsi_service(s->ctx, 0); /* libiscsi's command timeouts */
+		rc = iscsi_service(s->ctx, 0); /* libiscsi's (backstop) command timeouts */
 		s->in_lib = false;
 		if (rc < 0 || s->broken) {
 			session_fail(s, "command timeout");
 			rc = 0;
+		} else if (s->ninflight && s->nop_pending && now - s->nop_sent_ns > io->probe_ns) {
+			session_fail(s, "no answer to commands or NOP-Out");
+		} else if (s->ninflight && !s->nop_pending && now - s->last_rx_ns > io->probe_ns) {
+			/* commands out and silence: is the SAN alive? */
+			if (iscsi_nop_out_async(s->ctx, nop_cb, NULL, 0, s) == 0) {
+				s->nop_pending = true;
+				s->nop_sent_ns = now;
+			}
 		}
 	} else if (s->state == ISC_CONNECTING &&
 	           now - s->connect_start_ns > ISC_CONNECT_TIMEOUT_MS * 1000000ull) {
@@ -969,6 +1008,8 @@ static int io_start(struct isc_session *s, struct hl_origin_io *ioo)
 	}
 	iio->task = task;
 	iio->cur_blocks = (uint32_t)(len / io->bs);
+	if (!s->ninflight)
+		s->last_rx_ns = hl_now_ns(); /* silence is measured from here */
 	hl_list_add_tail(&s->inflight, &iio->link);
 	s->ninflight++;
 	return 0;
@@ -1043,6 +1084,9 @@ static void task_cb(struct iscsi_context *ctx, int status, void *data, void *pri
 	(void)data;
 	hl_list_del(&iio->link);
 	s->ninflight--;
+	if (status != SCSI_STATUS_CANCELLED && status != SCSI_STATUS_TIMEOUT &&
+	    status != SCSI_STATUS_ERROR)
+		s->last_rx_ns = hl_now_ns();
 	iio->task = NULL;
 	if (status == SCSI_STATUS_CHECK_CONDITION) {
 		rc = check_condition(s, ioo, task);
@@ -1347,6 +1391,7 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 	io->isid_rnd = rnd & 0xffffff;
 	io->id = atomic_fetch_add(&isc_next_id, 1);
 	io->timeout_ns = (uint64_t)io->url.timeout_s * 1000000000ull;
+	io->probe_ns = HL_MIN(io->timeout_ns / 2, ISC_PROBE_MAX_MS * 1000000ull);
 	pthread_mutex_init(&io->lock, NULL);
 	hl_list_init(&io->sessions);
 

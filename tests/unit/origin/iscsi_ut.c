@@ -20,6 +20,7 @@
 #include <iscsi/iscsi.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -717,6 +718,32 @@ static void test_outage_limit(void)
 	close_on(cli_r, o);
 }
 
+static void san_sleep(void *arg)
+{
+	usleep((useconds_t)(uintptr_t)arg);
+}
+
+/* The SAN stops answering (its reactor is blocked, TCP stays up): the NOP-Out probe finds out,
+ * the I/O fails by its limit instead of hanging, and the session comes back afterwards. */
+static void test_hung_san(void)
+{
+	struct hl_origin *o = open_san("?timeout=1");
+	uint8_t r[4096];
+	uint64_t t0, dt;
+
+	CU_ASSERT_FATAL(o != NULL);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 4096, r), 0);
+	CU_ASSERT_FATAL(hl_reactor_call(san.r, san_sleep, (void *)(uintptr_t)3000000) == 0);
+	t0 = hl_now_ns();
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 4096, r), -EIO);
+	dt = hl_now_ns() - t0;
+	CU_ASSERT(dt < 2500000000ull); /* before the SAN wakes up (3 s) */
+	usleep(2500000);               /* the SAN is back */
+	wait_sessions_up(o, 1, 8000);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 4096, r), 0);
+	close_on(cli_r, o);
+}
+
 /* Many I/Os in flight at once on one session, more than its queue depth. */
 struct burst {
 	struct hl_origin *o;
@@ -871,6 +898,7 @@ static const struct hl_test tests[] = {
     {"the disk's block size must be a multiple of the SAN's", test_block_size_opt},
     {"reconnect: I/O waits for the SAN and succeeds", test_reconnect},
     {"outage past the limit: -EIO, fast failure, recovery", test_outage_limit},
+    {"a SAN that stops answering: -EIO by the limit, then recovery", test_hung_san},
     {NULL, NULL},
 };
 
