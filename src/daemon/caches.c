@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "daemon/caches.h"
 #include "hotlun/cache_engine.h"
@@ -110,6 +111,47 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	return 0;
 }
 
+/* The same file (or block device) under two names? Paths that do not exist compare as text. */
+static bool same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	if (stat(a, &sa) == 0 && stat(b, &sb) == 0) {
+		if (S_ISBLK(sa.st_mode) && S_ISBLK(sb.st_mode))
+			return sa.st_rdev == sb.st_rdev;
+		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	}
+	return strcmp(a, b) == 0;
+}
+
+/* A file: origin's path (or a bare path), else NULL. */
+static const char *origin_path(const char *uri)
+{
+	if (!strncmp(uri, "file:", 5))
+		return uri + 5;
+	return strchr(uri, ':') ? NULL : uri;
+}
+
+/* A cache device must not be another cache's device or a disk's origin. */
+static int check_device(const struct hl_conf *conf, const struct hl_conf_cache *k, char *err,
+                        size_t errlen)
+{
+	for (size_t j = 0; j < conf->n_caches; j++) {
+		const struct hl_conf_cache *o = &conf->caches[j];
+		if (o != k && same_file(o->device, k->device))
+			return fail(err, errlen, -EINVAL,
+			            "cache %s: device %s is also cache %s's device", k->name,
+			            k->device, o->name);
+	}
+	for (size_t j = 0; j < conf->n_disks; j++) {
+		const char *p = origin_path(conf->disks[j].origin);
+		if (p && same_file(p, k->device))
+			return fail(err, errlen, -EINVAL, "cache %s: device %s is disk %s's origin",
+			            k->name, k->device, conf->disks[j].name);
+	}
+	return 0;
+}
+
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 {
 	int rc = 0;
@@ -129,7 +171,9 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 				        k->name);
 			continue;
 		}
-		rc = open_one(conf, k, err, errlen);
+		rc = check_device(conf, k, err, errlen);
+		if (!rc)
+			rc = open_one(conf, k, err, errlen);
 	}
 	pthread_mutex_unlock(&g_lock);
 	return rc;

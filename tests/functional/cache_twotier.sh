@@ -17,7 +17,8 @@
 #     set, in invalidate and update mode: no read returns anything but the
 #     last completed write (writes race fills, hits and updates);
 #  5. the SAN's disk swapped for another file under the same name: the
-#     front must not serve the old disk's blocks.
+#     front must not serve the old disk's blocks;
+#  6. a cache device that is also a disk's origin is refused at start-up.
 . "$(dirname "$0")/lib.sh"
 hl_need qemu-img qemu-io python3
 qemu-img --help 2>/dev/null | grep -qw iscsi || hl_skip "qemu-img has no iscsi driver (install qemu-block-extra)"
@@ -246,4 +247,30 @@ qemu-img compare -f raw -F raw "$T/other.img" "$FRONT_URL" >"$T/q.out" 2>&1 ||
 	{ cat "$T/q.out" >&2; hl_fail "another origin: the front served the old disk's blocks"; }
 hl_stop "$FRONT_PID"
 hl_target_stop
+
+# ---- 6. a cache device that is a disk's origin is refused with a clear error
+BAD_PORT=$(hl_free_port)
+truncate -s 32M "$T/shared.img"
+cat >"$T/bad.conf" <<EOF
+[global]
+portal = 127.0.0.1:$BAD_PORT
+state_dir = $T/bad-state
+control_socket = $T/bad-state/ctl.sock
+
+[cache ssd]
+device = $T/shared.img
+size = 32M
+
+[disk d]
+origin = file:$T/shared.img
+cache = ssd
+
+[target $FRONT_IQN]
+lun.0 = d
+allow = ALL
+EOF
+if timeout 20 "$HL_HOTLUND" --config "$T/bad.conf" >"$T/bad.log" 2>&1; then
+	hl_fail "hotlund started with its cache device on a disk's origin"
+fi
+grep -q "cache ssd: device .* is disk d's origin" "$T/bad.log" || { cat "$T/bad.log" >&2; hl_fail "no clear error for a cache device shared with an origin"; }
 hl_log "PASS"
