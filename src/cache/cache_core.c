@@ -31,6 +31,7 @@ struct cache_part {
 	uint32_t hand;      /* absolute slot number */
 	uint32_t nfree;     /* FREE slots in the range */
 	uint32_t free_hint; /* absolute slot where the search for a FREE slot starts */
+	uint64_t exhausted; /* call number in which every slot was found busy */
 	int owner;          /* lun id of a quota partition, -1 shared pool, -2 unowned */
 };
 
@@ -91,6 +92,7 @@ struct hl_cache_core {
 	uint64_t stale_bloom[64];
 	bool stale_overflow;
 	struct hl_cache_stats st;
+	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
 };
 
 void hl_cache_params_default(struct hl_cache_params *p)
@@ -219,6 +221,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		return -ENOMEM;
 	c->p = *p;
 	c->nslots = nslots;
+	c->call = 1; /* partitions start with exhausted == 0 */
 	if (p->window_bytes == HL_CACHE_WINDOW_AUTO) {
 		/* 1% of the cache, at least 16 MiB, at most 64 MiB of RAM. */
 		uint64_t w = nslots / 100;
@@ -419,6 +422,13 @@ static uint32_t part_find_victim(struct hl_cache_core *c, struct cache_part *pt,
 	uint32_t end = pt->first + pt->n;
 
 	*empty = false;
+	/*
+	 * Pins are only dropped by io_end, never inside one read call: once a
+	 * sweep found every slot busy, later blocks of the same call (a huge
+	 * request pinning the whole partition) need not sweep again.
+	 */
+	if (pt->exhausted == c->call)
+		return HL_CACHE_NO_SLOT;
 	if (pt->hand < pt->first || pt->hand >= end)
 		pt->hand = pt->first;
 	for (uint64_t k = 0; k < limit; k++) {
@@ -437,6 +447,7 @@ static uint32_t part_find_victim(struct hl_cache_core *c, struct cache_part *pt,
 		if (++pt->hand == end)
 			pt->hand = pt->first;
 	}
+	pt->exhausted = c->call;
 	return HL_CACHE_NO_SLOT;
 }
 
@@ -813,6 +824,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 	nb = hl_cache_core_nblocks(c, off, len);
 	if (nb > max)
 		return -E2BIG;
+	c->call++;
 	bypass = seq_bypass(c, l, off, len);
 	b0 = off >> c->block_shift;
 	for (uint32_t k = 0; k < nb; k++) {

@@ -26,6 +26,15 @@ const char *sim_format_name(enum sim_format f)
 	}
 }
 
+/* Requests a real trace cannot hold (garbage records) are skipped, not replayed. */
+#define SIM_MAX_REQ (256u << 20)
+#define SIM_MAX_OFF (1ull << 56)
+
+static bool plausible(uint64_t off, uint64_t len)
+{
+	return len && len <= SIM_MAX_REQ && off < SIM_MAX_OFF && off + len <= SIM_MAX_OFF;
+}
+
 static int push(struct sim_trace *t, uint64_t off, uint32_t len, uint16_t lun, bool write,
                 bool in_blocks)
 {
@@ -122,7 +131,7 @@ static int load_vscsi(FILE *f, const char *path, struct sim_trace *t)
 			        path, nrec, ver);
 			return -EINVAL;
 		}
-		if (k < 0 || !len || lba > (UINT64_MAX >> 10)) {
+		if (k < 0 || lba > (UINT64_MAX >> 10) || !plausible(lba * 512, len)) {
 			skipped++;
 			continue;
 		}
@@ -135,7 +144,9 @@ static int load_vscsi(FILE *f, const char *path, struct sim_trace *t)
 		return -EINVAL;
 	}
 	if (skipped)
-		fprintf(stderr, "hotlun-sim: %s: skipped %" PRIu64 " non read/write records\n",
+		fprintf(stderr,
+		        "hotlun-sim: %s: skipped %" PRIu64
+		        " records (not read/write, or implausible length/offset)\n",
 		        path, skipped);
 	return 0;
 }
@@ -204,6 +215,11 @@ static int load_msr(FILE *f, const char *path, struct sim_trace *t)
 		}
 		if (!size)
 			continue;
+		if (!plausible(off, size)) {
+			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": implausible offset/size\n",
+			        path, lineno);
+			return -EINVAL;
+		}
 		unsigned l;
 		for (l = 0; l < nluns; l++)
 			if (luns[l].disk == disk && !strncmp(luns[l].host, fld[1], 31))
