@@ -6,10 +6,11 @@
  *
  *   hotlun-snmp [--socket CONTROL_SOCKET | --config FILE] [--agentx AGENTX_SOCKET]
  *
- * Each poll asks hotlund for "version", "stats" and each cache's settings,
- * builds a new snapshot (snmp_model.c), compares it with the previous one
- * for notifications, and swaps it in; requests are served from the
- * snapshot until the next poll (snmp_agent.c).
+ * Each poll asks hotlund for "version", "stats", each cache's settings and
+ * the iSCSI portals and targets (for ISCSI-MIB), builds a new snapshot
+ * (snmp_model.c), compares it with the previous one for notifications,
+ * and swaps it in; requests are served from the snapshot until the next
+ * poll (snmp_agent.c).
  */
 #include "config.h"
 
@@ -35,7 +36,7 @@
 #define DEFAULT_CONFIG HL_SYSCONFDIR "/hotlun/hotlun.conf"
 #define DEFAULT_SOCKET HL_LOCALSTATEDIR "/lib/hotlun/hotlund.sock"
 #define DEFAULT_AGENTX "/var/agentx/master" /* net-snmp's standard AgentX socket */
-#define CTL_TIMEOUT_S 2
+#define CTL_TIMEOUT_S  2
 
 static volatile sig_atomic_t g_stop;
 static const char *g_socket;
@@ -104,6 +105,45 @@ static int ctl_open(char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * The ISCSI-MIB side: portals (from the global parameters) and targets
+ * with their aliases. A refused request only leaves those tables empty;
+ * -1 with err set, and g_fd < 0 when the link broke.
+ */
+static int fetch_iscsi(struct snmp_snapshot *out, char *err, size_t errlen)
+{
+	json_t *global, *tree, *targets = json_object(), *child;
+	size_t i;
+	int rc = -1;
+
+	global = ctl_result("get", json_pack("{s:s}", "path", "/"), err, errlen);
+	if (!global)
+		goto out;
+	tree = ctl_result("ls", json_pack("{s:s}", "path", "/iscsi"), err, errlen);
+	if (!tree)
+		goto out;
+	json_array_foreach(json_object_get(tree, "children"), i, child)
+	{
+		const char *iqn = json_string_value(json_object_get(child, "name"));
+		char path[512];
+		json_t *t;
+		if (!iqn)
+			continue;
+		snprintf(path, sizeof(path), "/iscsi/%s", iqn);
+		t = ctl_result("get", json_pack("{s:s}", "path", path), err, errlen);
+		if (!t && g_fd < 0)
+			break;
+		json_object_set_new(targets, iqn, t ? t : json_object());
+	}
+	json_decref(tree);
+	if (g_fd >= 0 && snmp_snapshot_add_iscsi(out, global, targets) == 0)
+		rc = 0;
+out:
+	json_decref(global);
+	json_decref(targets);
+	return rc;
+}
+
 /* Ask hotlund for everything a snapshot needs; 0 or -1 with err set. */
 static int fetch(struct snmp_snapshot *out, char *err, size_t errlen)
 {
@@ -127,13 +167,18 @@ static int fetch(struct snmp_snapshot *out, char *err, size_t errlen)
 		c = ctl_result("get", json_pack("{s:s}", "path", path), err, errlen);
 		if (!c) {
 			if (g_fd < 0)
-				goto out; /* the link broke; a refused get is only a missing field */
+				goto out; /* the link broke; a refused get is only a missing field
+				           */
 			continue;
 		}
 		json_object_set_new(confs, name, c);
 	}
 	if (snmp_snapshot_build(stats, version, confs, out)) {
 		snprintf(err, errlen, "stats: unexpected reply");
+		goto out;
+	}
+	if (fetch_iscsi(out, err, errlen) && g_fd < 0) {
+		snmp_snapshot_free(out);
 		goto out;
 	}
 	rc = 0;
@@ -146,7 +191,8 @@ out:
 
 static void poll_once(unsigned int reg, void *arg)
 {
-	struct snmp_snapshot *next = g_snap == &g_snap_store[0] ? &g_snap_store[1] : &g_snap_store[0];
+	struct snmp_snapshot *next =
+	    g_snap == &g_snap_store[0] ? &g_snap_store[1] : &g_snap_store[0];
 	char err[512] = "";
 
 	(void)reg;
@@ -193,34 +239,28 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: hotlun-snmp [options]\n"
-		"An AgentX subagent serving HOTLUN-MIB from hotlund's control socket.\n"
-		"  --socket PATH     hotlund's control socket (default: control_socket of\n"
-		"                    the config file, else " DEFAULT_SOCKET ")\n"
-		"  --config FILE     hotlund's config file (default " DEFAULT_CONFIG ")\n"
-		"  --agentx SOCKET   the master's AgentX socket (default " DEFAULT_AGENTX ";\n"
-		"                    also tcp:HOST:PORT)\n"
-		"  --interval MS     poll hotlund every MS milliseconds (default 1000)\n"
-		"  --ping SECONDS    check the master every SECONDS, reconnect (default 5)\n"
-		"  --log-level L     err, warning, notice, info, debug (default notice)\n"
-		"  --syslog          log to syslog instead of stderr\n"
-		"  --help, --version\n");
+	fprintf(f, "Usage: hotlun-snmp [options]\n"
+	           "An AgentX subagent serving HOTLUN-MIB from hotlund's control socket.\n"
+	           "  --socket PATH     hotlund's control socket (default: control_socket of\n"
+	           "                    the config file, else " DEFAULT_SOCKET ")\n"
+	           "  --config FILE     hotlund's config file (default " DEFAULT_CONFIG ")\n"
+	           "  --agentx SOCKET   the master's AgentX socket (default " DEFAULT_AGENTX ";\n"
+	           "                    also tcp:HOST:PORT)\n"
+	           "  --interval MS     poll hotlund every MS milliseconds (default 1000)\n"
+	           "  --ping SECONDS    check the master every SECONDS, reconnect (default 5)\n"
+	           "  --log-level L     err, warning, notice, info, debug (default notice)\n"
+	           "  --syslog          log to syslog instead of stderr\n"
+	           "  --help, --version\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"config", required_argument, NULL, 'c'},
-		{"agentx", required_argument, NULL, 'x'},
-		{"interval", required_argument, NULL, 'i'},
-		{"ping", required_argument, NULL, 'p'},
-		{"log-level", required_argument, NULL, 'l'},
-		{"syslog", no_argument, NULL, 'S'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+	    {"socket", required_argument, NULL, 's'}, {"config", required_argument, NULL, 'c'},
+	    {"agentx", required_argument, NULL, 'x'}, {"interval", required_argument, NULL, 'i'},
+	    {"ping", required_argument, NULL, 'p'},   {"log-level", required_argument, NULL, 'l'},
+	    {"syslog", no_argument, NULL, 'S'},       {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
 	};
 	const char *config = NULL, *agentx = DEFAULT_AGENTX;
 	char *from_conf = NULL, *end;
@@ -230,9 +270,15 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "s:c:x:i:p:l:ShV", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': g_socket = optarg; break;
-		case 'c': config = optarg; break;
-		case 'x': agentx = optarg; break;
+		case 's':
+			g_socket = optarg;
+			break;
+		case 'c':
+			config = optarg;
+			break;
+		case 'x':
+			agentx = optarg;
+			break;
 		case 'i':
 			n = strtol(optarg, &end, 10);
 			if (*end || n < 100 || n > 3600000) {
@@ -256,10 +302,18 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'S': use_syslog = true; break;
-		case 'h': usage(stdout); return 0;
-		case 'V': printf("hotlun-snmp %s\n", PACKAGE_VERSION); return 0;
-		default: usage(stderr); return 2;
+		case 'S':
+			use_syslog = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("hotlun-snmp %s\n", PACKAGE_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -298,7 +352,7 @@ int main(int argc, char **argv)
 	}
 	init_snmp("hotlun-snmp");
 	HL_NOTICE("snmp", "hotlun-snmp %s: control socket %s, AgentX %s, poll every %u ms",
-		  PACKAGE_VERSION, g_socket, agentx, g_poll_ms);
+	          PACKAGE_VERSION, g_socket, agentx, g_poll_ms);
 
 	poll_once(0, NULL);
 	struct timeval iv = {.tv_sec = g_poll_ms / 1000, .tv_usec = (g_poll_ms % 1000) * 1000};

@@ -85,10 +85,11 @@ static void date_and_time(struct value *v, int64_t unix_s)
 static void set_value(netsnmp_variable_list *vb, const struct value *v)
 {
 	if (v->type == ASN_COUNTER64) {
-		struct counter64 c = {.high = (u_long)(v->n >> 32), .low = (u_long)(v->n & 0xffffffffu)};
+		struct counter64 c = {.high = (u_long)(v->n >> 32),
+		                      .low = (u_long)(v->n & 0xffffffffu)};
 		snmp_set_var_typed_value(vb, ASN_COUNTER64, &c, sizeof(c));
-	} else if (v->type == ASN_OCTET_STR) {
-		snmp_set_var_typed_value(vb, ASN_OCTET_STR, v->s, v->len);
+	} else if (v->type == ASN_OCTET_STR || v->type == ASN_OBJECT_ID) {
+		snmp_set_var_typed_value(vb, v->type, v->s, v->len);
 	} else {
 		snmp_set_var_typed_integer(vb, v->type, (long)v->n);
 	}
@@ -102,11 +103,11 @@ struct table_def {
 	const char *name;
 	const oid *base;
 	size_t base_len;
-	unsigned max_col;  /* columns 2..max_col are readable (1 is the index) */
-	unsigned n_index;  /* Unsigned32 index parts: 1 or 2 */
+	unsigned min_col, max_col; /* readable columns; value() may skip some (-1) */
+	unsigned n_index;          /* Unsigned32 index parts: 1 to 3 */
 	size_t (*count)(const struct snmp_snapshot *s);
 	const void *(*row)(const struct snmp_snapshot *s, size_t i);
-	void (*index)(const void *row, uint32_t idx[2]);
+	void (*index)(const void *row, uint32_t idx[3]);
 	int (*value)(const void *row, unsigned col, struct value *v); /* 0 or -1: no such column */
 };
 
@@ -120,7 +121,7 @@ static const void *disk_row(const struct snmp_snapshot *s, size_t i)
 	return &s->disks[i];
 }
 
-static void disk_index(const void *row, uint32_t idx[2])
+static void disk_index(const void *row, uint32_t idx[3])
 {
 	idx[0] = ((const struct snmp_disk *)row)->index;
 }
@@ -130,30 +131,77 @@ static int disk_value(const void *row, unsigned col, struct value *v)
 	const struct snmp_disk *d = row;
 
 	switch (col) {
-	case 2: text(v, d->name); break;
-	case 3: text(v, d->origin); break;
-	case 4: num(v, ASN_COUNTER64, d->size); break;
-	case 5: num(v, ASN_UNSIGNED, d->block_size); break;
-	case 6: num(v, ASN_INTEGER, TRUTH(d->read_only)); break;
-	case 7: num(v, ASN_INTEGER, (uint64_t)d->origin_state); break;
-	case 8: text(v, d->cache); break;
-	case 9: num(v, ASN_COUNTER64, d->read_cmds); break;
-	case 10: num(v, ASN_COUNTER64, d->write_cmds); break;
-	case 11: num(v, ASN_COUNTER64, d->other_cmds); break;
-	case 12: num(v, ASN_COUNTER64, d->read_bytes); break;
-	case 13: num(v, ASN_COUNTER64, d->write_bytes); break;
-	case 14: num(v, ASN_COUNTER64, d->errors); break;
-	case 15: num(v, ASN_COUNTER64, d->hits); break;
-	case 16: num(v, ASN_COUNTER64, d->partial_hits); break;
-	case 17: num(v, ASN_COUNTER64, d->misses); break;
-	case 18: num(v, ASN_GAUGE, d->hit_ratio); break;
-	case 19: num(v, ASN_COUNTER64, d->bytes_from_cache); break;
-	case 20: num(v, ASN_COUNTER64, d->bytes_from_origin); break;
-	case 21: num(v, ASN_GAUGE, d->read_p50); break;
-	case 22: num(v, ASN_GAUGE, d->read_p99); break;
-	case 23: num(v, ASN_GAUGE, d->write_p50); break;
-	case 24: num(v, ASN_GAUGE, d->write_p99); break;
-	default: return -1;
+	case 2:
+		text(v, d->name);
+		break;
+	case 3:
+		text(v, d->origin);
+		break;
+	case 4:
+		num(v, ASN_COUNTER64, d->size);
+		break;
+	case 5:
+		num(v, ASN_UNSIGNED, d->block_size);
+		break;
+	case 6:
+		num(v, ASN_INTEGER, TRUTH(d->read_only));
+		break;
+	case 7:
+		num(v, ASN_INTEGER, (uint64_t)d->origin_state);
+		break;
+	case 8:
+		text(v, d->cache);
+		break;
+	case 9:
+		num(v, ASN_COUNTER64, d->read_cmds);
+		break;
+	case 10:
+		num(v, ASN_COUNTER64, d->write_cmds);
+		break;
+	case 11:
+		num(v, ASN_COUNTER64, d->other_cmds);
+		break;
+	case 12:
+		num(v, ASN_COUNTER64, d->read_bytes);
+		break;
+	case 13:
+		num(v, ASN_COUNTER64, d->write_bytes);
+		break;
+	case 14:
+		num(v, ASN_COUNTER64, d->errors);
+		break;
+	case 15:
+		num(v, ASN_COUNTER64, d->hits);
+		break;
+	case 16:
+		num(v, ASN_COUNTER64, d->partial_hits);
+		break;
+	case 17:
+		num(v, ASN_COUNTER64, d->misses);
+		break;
+	case 18:
+		num(v, ASN_GAUGE, d->hit_ratio);
+		break;
+	case 19:
+		num(v, ASN_COUNTER64, d->bytes_from_cache);
+		break;
+	case 20:
+		num(v, ASN_COUNTER64, d->bytes_from_origin);
+		break;
+	case 21:
+		num(v, ASN_GAUGE, d->read_p50);
+		break;
+	case 22:
+		num(v, ASN_GAUGE, d->read_p99);
+		break;
+	case 23:
+		num(v, ASN_GAUGE, d->write_p50);
+		break;
+	case 24:
+		num(v, ASN_GAUGE, d->write_p99);
+		break;
+	default:
+		return -1;
 	}
 	return 0;
 }
@@ -168,7 +216,7 @@ static const void *cache_row(const struct snmp_snapshot *s, size_t i)
 	return &s->caches[i];
 }
 
-static void cache_index(const void *row, uint32_t idx[2])
+static void cache_index(const void *row, uint32_t idx[3])
 {
 	idx[0] = ((const struct snmp_cache *)row)->index;
 }
@@ -178,25 +226,62 @@ static int cache_value(const void *row, unsigned col, struct value *v)
 	const struct snmp_cache *c = row;
 
 	switch (col) {
-	case 2: text(v, c->name); break;
-	case 3: text(v, c->device); break;
-	case 4: num(v, ASN_COUNTER64, c->size); break;
-	case 5: num(v, ASN_COUNTER64, c->used); break;
-	case 6: num(v, ASN_UNSIGNED, c->block_size); break;
-	case 7: text(v, c->admission); break;
-	case 8: num(v, ASN_INTEGER, (uint64_t)c->state); break;
-	case 9: num(v, ASN_COUNTER64, c->read_reqs); break;
-	case 10: num(v, ASN_COUNTER64, c->hits); break;
-	case 11: num(v, ASN_COUNTER64, c->misses); break;
-	case 12: num(v, ASN_COUNTER64, c->admissions); break;
-	case 13: num(v, ASN_COUNTER64, c->rejections); break;
-	case 14: num(v, ASN_COUNTER64, c->evictions); break;
-	case 15: num(v, ASN_COUNTER64, c->dev_bytes_written); break;
-	case 16: num(v, ASN_COUNTER64, c->bytes_from_cache); break;
-	case 17: num(v, ASN_COUNTER64, c->bytes_from_origin); break;
-	case 18: num(v, ASN_COUNTER64, c->dev_errors); break;
-	case 19: num(v, ASN_GAUGE, c->hit_ratio); break;
-	default: return -1;
+	case 2:
+		text(v, c->name);
+		break;
+	case 3:
+		text(v, c->device);
+		break;
+	case 4:
+		num(v, ASN_COUNTER64, c->size);
+		break;
+	case 5:
+		num(v, ASN_COUNTER64, c->used);
+		break;
+	case 6:
+		num(v, ASN_UNSIGNED, c->block_size);
+		break;
+	case 7:
+		text(v, c->admission);
+		break;
+	case 8:
+		num(v, ASN_INTEGER, (uint64_t)c->state);
+		break;
+	case 9:
+		num(v, ASN_COUNTER64, c->read_reqs);
+		break;
+	case 10:
+		num(v, ASN_COUNTER64, c->hits);
+		break;
+	case 11:
+		num(v, ASN_COUNTER64, c->misses);
+		break;
+	case 12:
+		num(v, ASN_COUNTER64, c->admissions);
+		break;
+	case 13:
+		num(v, ASN_COUNTER64, c->rejections);
+		break;
+	case 14:
+		num(v, ASN_COUNTER64, c->evictions);
+		break;
+	case 15:
+		num(v, ASN_COUNTER64, c->dev_bytes_written);
+		break;
+	case 16:
+		num(v, ASN_COUNTER64, c->bytes_from_cache);
+		break;
+	case 17:
+		num(v, ASN_COUNTER64, c->bytes_from_origin);
+		break;
+	case 18:
+		num(v, ASN_COUNTER64, c->dev_errors);
+		break;
+	case 19:
+		num(v, ASN_GAUGE, c->hit_ratio);
+		break;
+	default:
+		return -1;
 	}
 	return 0;
 }
@@ -211,7 +296,7 @@ static const void *session_row(const struct snmp_snapshot *s, size_t i)
 	return &s->sessions[i];
 }
 
-static void session_index(const void *row, uint32_t idx[2])
+static void session_index(const void *row, uint32_t idx[3])
 {
 	idx[0] = ((const struct snmp_iscsi_session *)row)->tsih;
 }
@@ -221,14 +306,29 @@ static int session_value(const void *row, unsigned col, struct value *v)
 	const struct snmp_iscsi_session *s = row;
 
 	switch (col) {
-	case 2: text(v, s->initiator); break;
-	case 3: text(v, s->isid); break;
-	case 4: text(v, s->target); break;
-	case 5: text(v, s->portal); break;
-	case 6: text(v, s->peer); break;
-	case 7: date_and_time(v, s->since); break;
-	case 8: num(v, ASN_UNSIGNED, s->tpgt); break;
-	default: return -1;
+	case 2:
+		text(v, s->initiator);
+		break;
+	case 3:
+		text(v, s->isid);
+		break;
+	case 4:
+		text(v, s->target);
+		break;
+	case 5:
+		text(v, s->portal);
+		break;
+	case 6:
+		text(v, s->peer);
+		break;
+	case 7:
+		date_and_time(v, s->since);
+		break;
+	case 8:
+		num(v, ASN_UNSIGNED, s->tpgt);
+		break;
+	default:
+		return -1;
 	}
 	return 0;
 }
@@ -243,7 +343,7 @@ static const void *lat_row(const struct snmp_snapshot *s, size_t i)
 	return &s->lat[i];
 }
 
-static void lat_index(const void *row, uint32_t idx[2])
+static void lat_index(const void *row, uint32_t idx[3])
 {
 	const struct snmp_lat_row *r = row;
 
@@ -257,34 +357,288 @@ static int lat_value(const void *row, unsigned col, struct value *v)
 	unsigned b = r->bucket - 1;
 
 	switch (col) {
-	case 2: num(v, ASN_UNSIGNED, snmp_lat_bound(b, r->disk->n_lat)); break;
-	case 3: num(v, ASN_COUNTER64, r->disk->read_lat[b]); break;
-	case 4: num(v, ASN_COUNTER64, r->disk->write_lat[b]); break;
-	default: return -1;
+	case 2:
+		num(v, ASN_UNSIGNED, snmp_lat_bound(b, r->disk->n_lat));
+		break;
+	case 3:
+		num(v, ASN_COUNTER64, r->disk->read_lat[b]);
+		break;
+	case 4:
+		num(v, ASN_COUNTER64, r->disk->write_lat[b]);
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * ISCSI-MIB (RFC 4544, revised by RFC 7147) under mib-2.142: the parts
+ * that describe the instance, its portals, its target nodes and their
+ * sessions, as far as hotlund's control socket knows them. Columns whose
+ * facts hotlund does not export (negotiation preferences, login and
+ * session-failure counters, discontinuity times) are not served: a GET
+ * answers noSuchInstance and a walk skips them. One instance, index 1.
+ */
+#define ISCSI_MIB 1, 3, 6, 1, 2, 1, 142
+static const oid iscsi_inst_oid[] = {ISCSI_MIB, 1, 1, 1};      /* iscsiInstanceAttributesTable */
+static const oid iscsi_portal_oid[] = {ISCSI_MIB, 1, 2, 1};    /* iscsiPortalAttributesTable */
+static const oid iscsi_tgtportal_oid[] = {ISCSI_MIB, 1, 3, 1}; /* iscsiTgtPortalAttributesTable */
+static const oid iscsi_node_oid[] = {ISCSI_MIB, 1, 5, 1};      /* iscsiNodeAttributesTable */
+static const oid iscsi_ssn_oid[] = {ISCSI_MIB, 1, 10, 1};      /* iscsiSessionAttributesTable */
+#define ISCSI_INSTANCE   1
+#define ISCSI_PORTAL_TAG 1 /* one portal group, shared by every target */
+
+static size_t inst_count(const struct snmp_snapshot *s)
+{
+	return s->reachable ? 1 : 0;
+}
+
+static const void *inst_row(const struct snmp_snapshot *s, size_t i)
+{
+	return s;
+}
+
+static void inst_index(const void *row, uint32_t idx[3])
+{
+	idx[0] = ISCSI_INSTANCE;
+}
+
+static int inst_value(const void *row, unsigned col, struct value *v)
+{
+	const struct snmp_snapshot *s = row;
+
+	switch (col) {
+	case 2: /* iscsiInstDescr */
+		text(v, "hotlun iSCSI target with an SSD read cache");
+		break;
+	case 3: /* VersionMin: RFC 7143 is version 0 */
+		num(v, ASN_UNSIGNED, 0);
+		break;
+	case 4: /* VersionMax */
+		num(v, ASN_UNSIGNED, 0);
+		break;
+	case 5: /* VendorID */
+		text(v, "hotlun project");
+		break;
+	case 6: /* VendorVersion */
+		text(v, s->version);
+		break;
+	case 7: /* PortalNumber */
+		num(v, ASN_UNSIGNED, s->n_portals);
+		break;
+	case 8: /* NodeNumber */
+		num(v, ASN_UNSIGNED, s->n_nodes);
+		break;
+	case 9: /* SessionNumber */
+		num(v, ASN_UNSIGNED, s->n_sessions);
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+static size_t portal_count(const struct snmp_snapshot *s)
+{
+	return s->n_portals;
+}
+
+static const void *portal_row(const struct snmp_snapshot *s, size_t i)
+{
+	return &s->portals[i];
+}
+
+static void portal_index(const void *row, uint32_t idx[3])
+{
+	idx[0] = ISCSI_INSTANCE;
+	idx[1] = ((const struct snmp_portal *)row)->index;
+	idx[2] = 0; /* iscsiTgtPortalNodeIndexOrZero: the tag is the same for every node */
+}
+
+static int portal_value(const void *row, unsigned col, struct value *v)
+{
+	const struct snmp_portal *p = row;
+	static const char target_role = (char)0x80; /* BITS { targetTypePortal(0) } */
+
+	switch (col) {
+	case 2: /* iscsiPortalRowStatus: active */
+		num(v, ASN_INTEGER, 1);
+		break;
+	case 3: /* iscsiPortalRoles */
+		v->type = ASN_OCTET_STR;
+		v->s = &target_role;
+		v->len = 1;
+		break;
+	case 4: /* AddrType */
+		num(v, ASN_INTEGER, (uint64_t)p->addr_type);
+		break;
+	case 5: /* Addr */
+		v->type = ASN_OCTET_STR;
+		v->s = p->addr_type == 16 ? p->host : (const char *)p->addr;
+		v->len = p->addr_len;
+		break;
+	case 6: /* Protocol: TCP */
+		num(v, ASN_UNSIGNED, 6);
+		break;
+	case 13: /* StorageType: readOnly (from the config) */
+		num(v, ASN_INTEGER, 5);
+		break;
+	case 14: /* Descr */
+		text(v, p->text);
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+static int tgtportal_value(const void *row, unsigned col, struct value *v)
+{
+	const struct snmp_portal *p = row;
+
+	switch (col) {
+	case 2: /* iscsiTgtPortalPort */
+		num(v, ASN_UNSIGNED, p->port);
+		break;
+	case 3: /* iscsiTgtPortalTag */
+		num(v, ASN_UNSIGNED, ISCSI_PORTAL_TAG);
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+static size_t node_count(const struct snmp_snapshot *s)
+{
+	return s->n_nodes;
+}
+
+static const void *node_row(const struct snmp_snapshot *s, size_t i)
+{
+	return &s->nodes[i];
+}
+
+static void node_index(const void *row, uint32_t idx[3])
+{
+	idx[0] = ISCSI_INSTANCE;
+	idx[1] = ((const struct snmp_node *)row)->index;
+}
+
+static int node_value(const void *row, unsigned col, struct value *v)
+{
+	const struct snmp_node *n = row;
+	static const char target_role = (char)0x80; /* BITS { targetTypeNode(0) } */
+	static const oid zero_dot_zero[] = {0, 0};
+
+	switch (col) {
+	case 2: /* iscsiNodeName */
+		text(v, n->name);
+		break;
+	case 3: /* iscsiNodeAlias */
+		text(v, n->alias);
+		break;
+	case 4: /* iscsiNodeRoles */
+		v->type = ASN_OCTET_STR;
+		v->s = &target_role;
+		v->len = 1;
+		break;
+	case 5: /* iscsiNodeTransportType: no SCSI-MIB row to point at */
+		v->type = ASN_OBJECT_ID;
+		v->s = (const char *)zero_dot_zero;
+		v->len = sizeof(zero_dot_zero);
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+/* Session rows need the snapshot (for the node index): rows are its sessions. */
+static const struct snmp_snapshot *ssn_snap(void);
+
+static void ssn_index(const void *row, uint32_t idx[3])
+{
+	const struct snmp_iscsi_session *s = row;
+
+	idx[0] = ISCSI_INSTANCE;
+	idx[1] = snmp_node_index(ssn_snap(), s->target); /* 0: discovery session */
+	idx[2] = s->tsih;
+}
+
+static int ssn_value(const void *row, unsigned col, struct value *v)
+{
+	const struct snmp_iscsi_session *s = row;
+	unsigned i;
+
+	switch (col) {
+	case 3: /* iscsiSsnDirection: inboundSession */
+		num(v, ASN_INTEGER, 1);
+		break;
+	case 4: /* iscsiSsnInitiatorName */
+		text(v, s->initiator);
+		break;
+	case 5: /* iscsiSsnTargetName: empty when inbound */
+		text(v, "");
+		break;
+	case 6: /* iscsiSsnTSIH */
+		num(v, ASN_UNSIGNED, s->tsih);
+		break;
+	case 7: /* iscsiSsnISID: 6 octets from hex */
+		if (strlen(s->isid) != 12)
+			return -1;
+		for (i = 0; i < 6; i++) {
+			unsigned byte;
+			if (sscanf(s->isid + 2 * i, "%2x", &byte) != 1)
+				return -1;
+			v->buf[i] = (u_char)byte;
+		}
+		v->type = ASN_OCTET_STR;
+		v->s = (const char *)v->buf;
+		v->len = 6;
+		break;
+	default:
+		return -1;
 	}
 	return 0;
 }
 
 static const struct table_def tables[] = {
-	{"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 24, 1, disk_count, disk_row, disk_index,
-	 disk_value},
-	{"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 19, 1, cache_count, cache_row,
-	 cache_index, cache_value},
-	{"hlSessionTable", session_oid, OID_LENGTH(session_oid), 8, 1, session_count, session_row,
-	 session_index, session_value},
-	{"hlDiskLatencyTable", lat_oid, OID_LENGTH(lat_oid), 4, 2, lat_count, lat_row, lat_index,
-	 lat_value},
+    {"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 2, 24, 1, disk_count, disk_row, disk_index,
+     disk_value},
+    {"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 2, 19, 1, cache_count, cache_row,
+     cache_index, cache_value},
+    {"hlSessionTable", session_oid, OID_LENGTH(session_oid), 2, 8, 1, session_count, session_row,
+     session_index, session_value},
+    {"hlDiskLatencyTable", lat_oid, OID_LENGTH(lat_oid), 2, 4, 2, lat_count, lat_row, lat_index,
+     lat_value},
+    {"iscsiInstanceAttributesTable", iscsi_inst_oid, OID_LENGTH(iscsi_inst_oid), 2, 9, 1,
+     inst_count, inst_row, inst_index, inst_value},
+    {"iscsiPortalAttributesTable", iscsi_portal_oid, OID_LENGTH(iscsi_portal_oid), 2, 14, 2,
+     portal_count, portal_row, portal_index, portal_value},
+    {"iscsiTgtPortalAttributesTable", iscsi_tgtportal_oid, OID_LENGTH(iscsi_tgtportal_oid), 2, 3, 3,
+     portal_count, portal_row, portal_index, tgtportal_value},
+    {"iscsiNodeAttributesTable", iscsi_node_oid, OID_LENGTH(iscsi_node_oid), 2, 5, 2, node_count,
+     node_row, node_index, node_value},
+    {"iscsiSessionAttributesTable", iscsi_ssn_oid, OID_LENGTH(iscsi_ssn_oid), 3, 7, 3,
+     session_count, session_row, ssn_index, ssn_value},
 };
+
+static const struct snmp_snapshot *ssn_snap(void)
+{
+	return *g_cur;
+}
 
 /*
  * Iterator hooks: the loop context is the next row's position (+1, so the
  * first row is not NULL), the data context the row itself.
  */
 static netsnmp_variable_list *iter_at(size_t pos, void **loop_ctx, void **data_ctx,
-				      netsnmp_variable_list *idx, const struct table_def *t)
+                                      netsnmp_variable_list *idx, const struct table_def *t)
 {
 	const struct snmp_snapshot *s = *g_cur;
-	uint32_t ix[2] = {0, 0};
+	uint32_t ix[3] = {0, 0, 0};
 	const void *row;
 
 	if (!s || pos >= t->count(s))
@@ -300,19 +654,19 @@ static netsnmp_variable_list *iter_at(size_t pos, void **loop_ctx, void **data_c
 }
 
 static netsnmp_variable_list *iter_first(void **loop_ctx, void **data_ctx,
-					 netsnmp_variable_list *idx, netsnmp_iterator_info *ii)
+                                         netsnmp_variable_list *idx, netsnmp_iterator_info *ii)
 {
 	return iter_at(0, loop_ctx, data_ctx, idx, ii->myvoid);
 }
 
 static netsnmp_variable_list *iter_next(void **loop_ctx, void **data_ctx,
-					netsnmp_variable_list *idx, netsnmp_iterator_info *ii)
+                                        netsnmp_variable_list *idx, netsnmp_iterator_info *ii)
 {
 	return iter_at((size_t)(uintptr_t)*loop_ctx, loop_ctx, data_ctx, idx, ii->myvoid);
 }
 
 static int table_handler(netsnmp_mib_handler *handler, netsnmp_handler_registration *reg,
-			 netsnmp_agent_request_info *reqinfo, netsnmp_request_info *requests)
+                         netsnmp_agent_request_info *reqinfo, netsnmp_request_info *requests)
 {
 	const struct table_def *t = handler->myvoid;
 
@@ -341,7 +695,7 @@ static int register_table(const struct table_def *t)
 	netsnmp_iterator_info *ii;
 
 	reg = netsnmp_create_handler_registration(t->name, table_handler, t->base, t->base_len,
-						  HANDLER_CAN_RONLY);
+	                                          HANDLER_CAN_RONLY);
 	ti = SNMP_MALLOC_TYPEDEF(netsnmp_table_registration_info);
 	ii = SNMP_MALLOC_TYPEDEF(netsnmp_iterator_info);
 	if (!reg || !ti || !ii) {
@@ -350,11 +704,13 @@ static int register_table(const struct table_def *t)
 		return -ENOMEM;
 	}
 	reg->handler->myvoid = (void *)t;
-	if (t->n_index == 2)
+	if (t->n_index == 3)
+		netsnmp_table_helper_add_indexes(ti, ASN_UNSIGNED, ASN_UNSIGNED, ASN_UNSIGNED, 0);
+	else if (t->n_index == 2)
 		netsnmp_table_helper_add_indexes(ti, ASN_UNSIGNED, ASN_UNSIGNED, 0);
 	else
 		netsnmp_table_helper_add_indexes(ti, ASN_UNSIGNED, 0);
-	ti->min_column = 2;
+	ti->min_column = t->min_col;
 	ti->max_column = t->max_col;
 	ii->get_first_data_point = iter_first;
 	ii->get_next_data_point = iter_next;
@@ -366,7 +722,7 @@ static int register_table(const struct table_def *t)
 /* ---- scalars (hlAgent) ---- */
 
 static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registration *reg,
-			  netsnmp_agent_request_info *reqinfo, netsnmp_request_info *requests)
+                          netsnmp_agent_request_info *reqinfo, netsnmp_request_info *requests)
 {
 	const struct snmp_snapshot *s = *g_cur;
 
@@ -382,11 +738,21 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 			continue;
 		}
 		switch (r->requestvb->name[OID_LENGTH(agent_oid)]) {
-		case 1: num(&v, ASN_INTEGER, TRUTH(up)); break;
-		case 2: text(&v, up ? s->version : ""); break;
-		case 3: num(&v, ASN_GAUGE, up ? s->n_sessions_total : 0); break;
-		case 4: num(&v, ASN_UNSIGNED, *g_poll_ms); break;
-		default: netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT); continue;
+		case 1:
+			num(&v, ASN_INTEGER, TRUTH(up));
+			break;
+		case 2:
+			text(&v, up ? s->version : "");
+			break;
+		case 3:
+			num(&v, ASN_GAUGE, up ? s->n_sessions_total : 0);
+			break;
+		case 4:
+			num(&v, ASN_UNSIGNED, *g_poll_ms);
+			break;
+		default:
+			netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT);
+			continue;
 		}
 		set_value(r->requestvb, &v);
 	}
@@ -401,7 +767,7 @@ int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_m
 	g_cur = cur;
 	g_poll_ms = poll_ms;
 	reg = netsnmp_create_handler_registration("hlAgent", scalar_handler, agent_oid,
-						  OID_LENGTH(agent_oid), HANDLER_CAN_RONLY);
+	                                          OID_LENGTH(agent_oid), HANDLER_CAN_RONLY);
 	if (!reg)
 		return -ENOMEM;
 	if (netsnmp_register_scalar_group(reg, 1, 4) != MIB_REGISTERED_OK)
@@ -416,7 +782,7 @@ int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_m
 
 /* Append column `col` of row `index` of table `t` with value v to *vars. */
 static void add_column(netsnmp_variable_list **vars, const oid *base, size_t base_len, unsigned col,
-		       uint32_t index, const struct value *v)
+                       uint32_t index, const struct value *v)
 {
 	oid name[MAX_OID_LEN];
 	netsnmp_variable_list *vb;
@@ -440,13 +806,21 @@ void snmp_agent_notify(void *ctx, enum snmp_event ev, const void *row)
 	(void)ctx;
 	memcpy(which, notif_oid, sizeof(notif_oid));
 	switch (ev) {
-	case SNMP_EV_CACHE_FAILED: which[n] = 1; break;
-	case SNMP_EV_CACHE_RECOVERED: which[n] = 2; break;
-	case SNMP_EV_ORIGIN_LOST: which[n] = 3; break;
-	case SNMP_EV_ORIGIN_RECOVERED: which[n] = 4; break;
+	case SNMP_EV_CACHE_FAILED:
+		which[n] = 1;
+		break;
+	case SNMP_EV_CACHE_RECOVERED:
+		which[n] = 2;
+		break;
+	case SNMP_EV_ORIGIN_LOST:
+		which[n] = 3;
+		break;
+	case SNMP_EV_ORIGIN_RECOVERED:
+		which[n] = 4;
+		break;
 	}
 	snmp_varlist_add_variable(&vars, trap_oid_oid, OID_LENGTH(trap_oid_oid), ASN_OBJECT_ID,
-				  (const u_char *)which, (n + 1) * sizeof(oid));
+	                          (const u_char *)which, (n + 1) * sizeof(oid));
 	if (ev == SNMP_EV_CACHE_FAILED || ev == SNMP_EV_CACHE_RECOVERED) {
 		const struct snmp_cache *c = row;
 		static const unsigned cols[] = {2, 3, 8}; /* name, device, state */
@@ -455,7 +829,7 @@ void snmp_agent_notify(void *ctx, enum snmp_event ev, const void *row)
 			add_column(&vars, cache_oid, OID_LENGTH(cache_oid), cols[i], c->index, &v);
 		}
 		snmp_log(LOG_WARNING, "hotlun-snmp: cache %s %s\n", c->name,
-			 ev == SNMP_EV_CACHE_FAILED ? "failed: pass-through" : "active again");
+		         ev == SNMP_EV_CACHE_FAILED ? "failed: pass-through" : "active again");
 	} else {
 		const struct snmp_disk *d = row;
 		static const unsigned cols[] = {2, 3, 7}; /* name, origin, origin state */
@@ -464,7 +838,7 @@ void snmp_agent_notify(void *ctx, enum snmp_event ev, const void *row)
 			add_column(&vars, disk_oid, OID_LENGTH(disk_oid), cols[i], d->index, &v);
 		}
 		snmp_log(LOG_WARNING, "hotlun-snmp: disk %s: origin %s\n", d->name,
-			 ev == SNMP_EV_ORIGIN_LOST ? "failing" : "ok again");
+		         ev == SNMP_EV_ORIGIN_LOST ? "failing" : "ok again");
 	}
 	send_v2trap(vars);
 	snmp_free_varbind(vars);

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SNMP_LAT_BUCKETS 64          /* most buckets kept per histogram */
-#define SNMP_ORIGIN_QUIET_S 10       /* error-free seconds before "ok" again */
+#define SNMP_LAT_BUCKETS    64 /* most buckets kept per histogram */
+#define SNMP_ORIGIN_QUIET_S 10 /* error-free seconds before "ok" again */
 
 enum snmp_origin_state { SNMP_ORIGIN_OK = 1, SNMP_ORIGIN_FAILING = 2 };
 enum snmp_cache_state { SNMP_CACHE_ACTIVE = 1, SNMP_CACHE_PASSTHROUGH = 2 };
@@ -32,9 +32,9 @@ struct snmp_disk {
 	int origin_state; /* enum snmp_origin_state, set by snmp_watch_update */
 	uint64_t read_cmds, write_cmds, other_cmds, read_bytes, write_bytes, errors;
 	uint64_t hits, partial_hits, misses, bytes_from_cache, bytes_from_origin;
-	uint32_t hit_ratio; /* hundredths of a percent */
+	uint32_t hit_ratio;                                /* hundredths of a percent */
 	uint32_t read_p50, read_p99, write_p50, write_p99; /* microseconds */
-	unsigned n_lat;     /* buckets in read_lat / write_lat */
+	unsigned n_lat;                                    /* buckets in read_lat / write_lat */
 	uint64_t read_lat[SNMP_LAT_BUCKETS], write_lat[SNMP_LAT_BUCKETS];
 };
 
@@ -56,6 +56,23 @@ struct snmp_iscsi_session {
 	uint32_t tpgt;
 };
 
+/* An iSCSI target node (ISCSI-MIB iscsiNodeAttributesTable). */
+struct snmp_node {
+	uint32_t index; /* iscsiNodeIndex: snmp_name_index() of the IQN, unique */
+	char *name, *alias;
+};
+
+/* A listening portal (ISCSI-MIB iscsiPortalAttributesTable). */
+struct snmp_portal {
+	uint32_t index; /* iscsiPortalIndex: snmp_name_index() of "ADDR:PORT" */
+	char *text;     /* as configured, "ADDR:PORT" or "[ADDR]:PORT" */
+	int addr_type;  /* InetAddressType: ipv4(1), ipv6(2), dns(16) */
+	unsigned char addr[16];
+	size_t addr_len; /* 4, 16, or strlen of the name for dns */
+	char *host;      /* the address part as text */
+	uint32_t port;
+};
+
 /* One row of hlDiskLatencyTable: a (disk, bucket) pair. */
 struct snmp_lat_row {
 	const struct snmp_disk *disk;
@@ -67,10 +84,13 @@ struct snmp_snapshot {
 	char *version;
 	uint32_t n_sessions_total; /* "sessions" (may exceed n_sessions if the list is cut) */
 	size_t n_disks, n_caches, n_sessions, n_lat;
-	struct snmp_disk *disks;       /* sorted by index */
-	struct snmp_cache *caches;     /* sorted by index */
+	struct snmp_disk *disks;             /* sorted by index */
+	struct snmp_cache *caches;           /* sorted by index */
 	struct snmp_iscsi_session *sessions; /* sorted by tsih */
-	struct snmp_lat_row *lat;      /* sorted by (disk index, bucket) */
+	struct snmp_lat_row *lat;            /* sorted by (disk index, bucket) */
+	size_t n_nodes, n_portals;
+	struct snmp_node *nodes;     /* sorted by index */
+	struct snmp_portal *portals; /* sorted by index */
 };
 
 /** The stable table index of a name: 31-bit FNV-1a, 0 becomes 1. */
@@ -87,7 +107,20 @@ uint32_t snmp_name_index(const char *name);
  * -EPROTO when `stats` is not an object, -ENOMEM.
  */
 int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
-			struct snmp_snapshot *out);
+                        struct snmp_snapshot *out);
+
+/**
+ * Add the iSCSI instance's nodes and portals (for the ISCSI-MIB tables) to
+ * a built snapshot, from {"cmd":"get","args":{"path":"/"}} (`global`, for
+ * its "portal" list) and an object mapping each target's IQN to the result
+ * of {"cmd":"get","args":{"path":"/iscsi/IQN"}} (for its alias); both
+ * borrowed, either may be NULL. @return 0 or -ENOMEM (the snapshot keeps
+ * what it had).
+ */
+int snmp_snapshot_add_iscsi(struct snmp_snapshot *s, json_t *global, json_t *targets);
+
+/** The iscsiNodeIndex of target `iqn` in `s`, 0 when it has none (discovery sessions). */
+uint32_t snmp_node_index(const struct snmp_snapshot *s, const char *iqn);
 
 /** Free what a snapshot owns and zero it (safe on a zeroed snapshot). */
 void snmp_snapshot_free(struct snmp_snapshot *s);
@@ -132,14 +165,14 @@ typedef void (*snmp_event_fn)(void *ctx, enum snmp_event ev, const void *row);
  * pass-through is reported once). Items gone from `s` are forgotten.
  * @return 0 or -ENOMEM (then nothing is reported).
  */
-int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_s,
-		      snmp_event_fn fn, void *ctx);
+int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_s, snmp_event_fn fn,
+                      void *ctx);
 
 void snmp_watch_free(struct snmp_watch *w);
 
 /* ---- net-snmp side (snmp_agent.c) ---- */
 
-/** Register the HOTLUN-MIB scalars and tables; they serve *cur (caller keeps). */
+/** Register the HOTLUN-MIB and ISCSI-MIB objects; they serve *cur (caller keeps). */
 int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_ms);
 
 /** Send the notification for `ev` about `row` of the current snapshot through the master. */

@@ -6,6 +6,7 @@
  */
 #include "snmp/snmp_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,11 +89,11 @@ static unsigned hist_read(json_t *o, const char *key, uint64_t *out)
 		if (i >= SNMP_LAT_BUCKETS)
 			break;
 		out[i] = json_is_integer(v) && json_integer_value(v) > 0
-				 ? (uint64_t)json_integer_value(v)
-				 : 0;
+		             ? (uint64_t)json_integer_value(v)
+		             : 0;
 	}
 	return json_array_size(a) < SNMP_LAT_BUCKETS ? (unsigned)json_array_size(a)
-						      : SNMP_LAT_BUCKETS;
+	                                             : SNMP_LAT_BUCKETS;
 }
 
 /*
@@ -158,13 +159,13 @@ static int disk_cmp(const void *a, const void *b)
 static int cache_cmp(const void *a, const void *b)
 {
 	return by_u32(&((const struct snmp_cache *)a)->index,
-		      &((const struct snmp_cache *)b)->index);
+	              &((const struct snmp_cache *)b)->index);
 }
 
 static int session_cmp(const void *a, const void *b)
 {
 	return by_u32(&((const struct snmp_iscsi_session *)a)->tsih,
-		      &((const struct snmp_iscsi_session *)b)->tsih);
+	              &((const struct snmp_iscsi_session *)b)->tsih);
 }
 
 static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *caches)
@@ -189,7 +190,7 @@ static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *
 	json_t *cd = NULL;
 	if (d->cache[0])
 		cd = json_object_get(json_object_get(json_object_get(caches, d->cache), "disks"),
-				     name);
+		                     name);
 	if (json_is_object(cd)) {
 		d->hits = u64(cd, "read_hits");
 		d->partial_hits = u64(cd, "read_partial");
@@ -223,7 +224,7 @@ static int build_cache(struct snmp_cache *c, const char *name, json_t *o, json_t
 	c->size = u64(o, "nslots") * c->block_size;
 	c->used = u64(o, "used_slots") * c->block_size;
 	c->state = json_is_true(json_object_get(o, "passthrough")) ? SNMP_CACHE_PASSTHROUGH
-								    : SNMP_CACHE_ACTIVE;
+	                                                           : SNMP_CACHE_ACTIVE;
 	c->read_reqs = u64(o, "read_reqs");
 	c->hits = u64(o, "read_hits");
 	c->misses = u64(o, "read_misses") + u64(o, "read_bypass");
@@ -254,7 +255,7 @@ static int build_session(struct snmp_iscsi_session *s, json_t *o)
 }
 
 int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
-			struct snmp_snapshot *out)
+                        struct snmp_snapshot *out)
 {
 	json_t *disks, *caches, *list;
 	const char **keys = NULL;
@@ -312,7 +313,7 @@ int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
 		struct snmp_cache *c = &out->caches[i];
 		out->n_caches++;
 		if (build_cache(c, keys[i], json_object_get(caches, keys[i]),
-				json_object_get(cache_conf, keys[i])))
+		                json_object_get(cache_conf, keys[i])))
 			goto fail;
 		c->index = unique_index(keys[i], taken, i);
 		taken[i] = c->index;
@@ -354,9 +355,126 @@ fail:
 	return rc;
 }
 
+static int node_cmp(const void *a, const void *b)
+{
+	return by_u32(&((const struct snmp_node *)a)->index, &((const struct snmp_node *)b)->index);
+}
+
+static int portal_cmp(const void *a, const void *b)
+{
+	return by_u32(&((const struct snmp_portal *)a)->index,
+	              &((const struct snmp_portal *)b)->index);
+}
+
+/* "1.2.3.4:3260", "[::1]:3260" or "host:3260" into address type, bytes and port. */
+static int parse_portal(struct snmp_portal *p, const char *text)
+{
+	const char *colon = strrchr(text, ':');
+	size_t hlen;
+	char *end;
+
+	p->text = strdup(text);
+	if (!p->text)
+		return -ENOMEM;
+	if (!colon)
+		colon = text + strlen(text);
+	hlen = (size_t)(colon - text);
+	if (hlen >= 2 && text[0] == '[' && text[hlen - 1] == ']') {
+		text++;
+		hlen -= 2;
+	}
+	p->host = strndup(text, hlen);
+	if (!p->host)
+		return -ENOMEM;
+	p->port = *colon ? (uint32_t)strtoul(colon + 1, &end, 10) : 3260;
+	if (inet_pton(AF_INET, p->host, p->addr) == 1) {
+		p->addr_type = 1;
+		p->addr_len = 4;
+	} else if (inet_pton(AF_INET6, p->host, p->addr) == 1) {
+		p->addr_type = 2;
+		p->addr_len = 16;
+	} else {
+		p->addr_type = 16; /* dns: the name itself (SIZE 1..255) */
+		p->addr_len = strlen(p->host);
+	}
+	return 0;
+}
+
+int snmp_snapshot_add_iscsi(struct snmp_snapshot *s, json_t *global, json_t *targets)
+{
+	json_t *portals = json_object_get(global, "portal");
+	const char **keys;
+	uint32_t *taken;
+	size_t n, i;
+
+	keys = sorted_keys(json_is_object(targets) ? targets : NULL, &n);
+	taken = calloc(n ? n : 1, sizeof(*taken));
+	s->nodes = calloc(n ? n : 1, sizeof(*s->nodes));
+	if (!keys || !taken || !s->nodes)
+		goto nomem;
+	for (i = 0; i < n; i++) {
+		struct snmp_node *nd = &s->nodes[i];
+		s->n_nodes++;
+		nd->name = strdup(keys[i]);
+		nd->alias = str(json_object_get(targets, keys[i]), "alias");
+		if (!nd->name || !nd->alias)
+			goto nomem;
+		nd->index = unique_index(keys[i], taken, i);
+		taken[i] = nd->index;
+	}
+	qsort(s->nodes, s->n_nodes, sizeof(*s->nodes), node_cmp);
+	free(keys);
+	free(taken);
+	keys = NULL;
+
+	n = json_is_array(portals) ? json_array_size(portals) : 0;
+	taken = calloc(n ? n : 1, sizeof(*taken));
+	s->portals = calloc(n ? n : 1, sizeof(*s->portals));
+	if (!taken || !s->portals)
+		goto nomem;
+	for (i = 0; i < n; i++) {
+		const char *text = json_string_value(json_array_get(portals, i));
+		struct snmp_portal *p = &s->portals[s->n_portals];
+		if (!text)
+			continue;
+		s->n_portals++;
+		if (parse_portal(p, text))
+			goto nomem;
+		p->index = unique_index(text, taken, s->n_portals - 1);
+		taken[s->n_portals - 1] = p->index;
+	}
+	qsort(s->portals, s->n_portals, sizeof(*s->portals), portal_cmp);
+	free(taken);
+	return 0;
+
+nomem:
+	free(keys);
+	free(taken);
+	return -ENOMEM;
+}
+
+uint32_t snmp_node_index(const struct snmp_snapshot *s, const char *iqn)
+{
+	for (size_t i = 0; i < s->n_nodes; i++)
+		if (!strcmp(s->nodes[i].name, iqn))
+			return s->nodes[i].index;
+	return 0;
+}
+
 void snmp_snapshot_free(struct snmp_snapshot *s)
 {
 	size_t i;
+
+	for (i = 0; i < s->n_nodes; i++) {
+		free(s->nodes[i].name);
+		free(s->nodes[i].alias);
+	}
+	for (i = 0; i < s->n_portals; i++) {
+		free(s->portals[i].text);
+		free(s->portals[i].host);
+	}
+	free(s->nodes);
+	free(s->portals);
 
 	for (i = 0; i < s->n_disks; i++) {
 		free(s->disks[i].name);
@@ -432,8 +550,8 @@ static void forget_unseen(struct snmp_watch_item *v, size_t *n)
 	*n = j;
 }
 
-int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_s,
-		      snmp_event_fn fn, void *ctx)
+int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_s, snmp_event_fn fn,
+                      void *ctx)
 {
 	size_t n = s->n_disks > s->n_caches ? s->n_disks : s->n_caches;
 	const char **names = calloc(n ? n : 1, sizeof(*names));
@@ -469,7 +587,7 @@ int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_
 			}
 			it->errors = d->errors;
 		} else if (it->state == SNMP_ORIGIN_FAILING &&
-			   now_s - it->last_error_s >= SNMP_ORIGIN_QUIET_S) {
+		           now_s - it->last_error_s >= SNMP_ORIGIN_QUIET_S) {
 			it->state = SNMP_ORIGIN_OK;
 			d->origin_state = it->state;
 			fn(ctx, SNMP_EV_ORIGIN_RECOVERED, d);
@@ -482,8 +600,9 @@ int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_
 		int before = it->state < 0 ? SNMP_CACHE_ACTIVE : it->state;
 		it->state = c->state;
 		if (before != c->state)
-			fn(ctx, c->state == SNMP_CACHE_PASSTHROUGH ? SNMP_EV_CACHE_FAILED
-								   : SNMP_EV_CACHE_RECOVERED,
+			fn(ctx,
+			   c->state == SNMP_CACHE_PASSTHROUGH ? SNMP_EV_CACHE_FAILED
+			                                      : SNMP_EV_CACHE_RECOVERED,
 			   c);
 	}
 	forget_unseen(w->disks, &w->n_disks);

@@ -7,7 +7,9 @@
 # snmpget/snmpwalk must show, for each counter, exactly the control
 # socket's value, and the counter's growth must equal the workload's count.
 # Also: the session table while a session is logged in, stable disk
-# indexes, and reconnection to both sides (hotlund restart, snmpd restart).
+# indexes, the ISCSI-MIB rows (RFC 4544) for the instance, portal, target
+# and session, and reconnection to both sides (hotlund restart, snmpd
+# restart).
 #
 # OIDs are resolved from contrib/HOTLUN-MIB.txt itself (snmp_lib.sh)
 # so the MIB and the subagent must agree; no IETF MIB files are needed.
@@ -96,10 +98,11 @@ CTL_W1=$(ctl "s['disks']['d1']['write_cmds']")
 wait_equal "baseline d0 reads" hlDiskReadCmds "$D0" "s['disks']['d0']['read_cmds']" >/dev/null
 snap_counters pre
 
-# d0: 1000 reads over 8 MiB (so some hit the cache), then 200 writes;
+# d0: 1000 reads over 8 MiB (so some hit the cache; one at a time, so a
+# block's fill is installed before the next read of it), then 200 writes;
 # d1 (no cache): 500 reads and 300 writes.
 N_R0=1000 N_W0=200 N_R1=500 N_W1=300
-bench --workload uniform --range 8M --read 100 --count $N_R0 "$HL_URL0"
+bench --workload uniform --range 8M --read 100 --count $N_R0 --qd 1 "$HL_URL0"
 bench --workload uniform --range 8M --read 0 --count $N_W0 "$HL_URL0"
 bench --workload uniform --read 100 --count $N_R1 "$HL_URL1"
 bench --workload uniform --read 0 --count $N_W1 "$HL_URL1"
@@ -181,6 +184,33 @@ SINCE=$(snmpget -v2c -c public -On -Oqvx -m "" -M /nonexistent "$SNMP_AGENT" "$(
 YEAR=$(printf '%d' "0x$(echo "$SINCE" | tr -d ' "' | cut -c1-4)")
 [ "$YEAR" = "$(date -u +%Y)" ] || hl_fail "hlSessionConnectedSince: '$SINCE' (year $YEAR)"
 [ "$(sget hlSessionCount 0)" -ge 1 ] || hl_fail "hlSessionCount"
+
+# The same session and the instance through the standard ISCSI-MIB
+# (RFC 4544/7147, mib-2.142; numeric OIDs: the MIB is not in Debian).
+ISCSI=.1.3.6.1.2.1.142.1
+nget() {
+	local v
+	v=$(snmpget "${SNMPOPTS[@]}" "$SNMP_AGENT" "$1" 2>/dev/null) || return 1
+	v=${v#\"}
+	echo "${v%\"}"
+}
+NODE=$(fnv "$IQN")
+PORTAL=$(fnv "127.0.0.1:$PORT")
+[ "$(nget $ISCSI.1.1.1.5.1)" = "hotlun project" ] || hl_fail "iscsiInstVendorID"
+[ "$(nget $ISCSI.1.1.1.7.1)" = 1 ] || hl_fail "iscsiInstPortalNumber: $(nget $ISCSI.1.1.1.7.1)"
+[ "$(nget $ISCSI.1.1.1.8.1)" = 1 ] || hl_fail "iscsiInstNodeNumber: $(nget $ISCSI.1.1.1.8.1)"
+[ "$(nget $ISCSI.1.1.1.9.1)" -ge 1 ] || hl_fail "iscsiInstSessionNumber"
+[ "$(nget $ISCSI.2.1.1.5.1.$PORTAL)" = "7F 00 00 01 " ] || [ "$(nget $ISCSI.2.1.1.5.1.$PORTAL)" = "7F 00 00 01" ] ||
+	hl_fail "iscsiPortalAddr: '$(nget $ISCSI.2.1.1.5.1.$PORTAL)'"
+[ "$(nget $ISCSI.3.1.1.2.1.$PORTAL.0)" = "$PORT" ] || hl_fail "iscsiTgtPortalPort: $(nget $ISCSI.3.1.1.2.1.$PORTAL.0)"
+[ "$(nget $ISCSI.5.1.1.2.1.$NODE)" = "$IQN" ] || hl_fail "iscsiNodeName: $(nget $ISCSI.5.1.1.2.1.$NODE)"
+[ "$(nget $ISCSI.10.1.1.4.1.$NODE.$TSIH)" = "$INITIATOR" ] || hl_fail "iscsiSsnInitiatorName: $(nget $ISCSI.10.1.1.4.1.$NODE.$TSIH)"
+[ "$(nget $ISCSI.10.1.1.6.1.$NODE.$TSIH)" = "$TSIH" ] || hl_fail "iscsiSsnTSIH"
+[ "$(nget $ISCSI.10.1.1.3.1.$NODE.$TSIH)" = 1 ] || hl_fail "iscsiSsnDirection must be inboundSession(1)"
+ISID=$(sget hlSessionIsid "$TSIH")
+GOT=$(nget $ISCSI.10.1.1.7.1.$NODE.$TSIH | tr -d ' ' | tr 'A-F' 'a-f')
+[ "$GOT" = "$ISID" ] || hl_fail "iscsiSsnISID '$GOT' != hlSessionIsid '$ISID'"
+hl_log "ok: ISCSI-MIB instance, portal, node and session rows"
 wait "$BG" || hl_fail "background hotlun-bench failed"
 hl_log "ok: session table (tsih $TSIH, $INITIATOR)"
 

@@ -1,4 +1,5 @@
-/* model_ut.c - hotlun-snmp's model: JSON stats to table rows, indexes, histograms, notifications. */
+/* model_ut.c - hotlun-snmp's model: JSON stats to table rows, indexes, histograms, notifications.
+ */
 #include "hl_test.h"
 #include "snmp/snmp_internal.h"
 
@@ -7,30 +8,36 @@
 
 /* A stats reply shaped like hotlund's: d0 behind cache c0, d1 without one. */
 static const char *STATS =
-	"{\"disks\": {"
-	"  \"d1\": {\"origin\": \"file:/x/d1\", \"size_bytes\": 1048576, \"block_size\": 512,"
-	"          \"read_only\": true, \"read_cmds\": 7, \"write_cmds\": 3, \"other_cmds\": 1,"
-	"          \"read_bytes\": 28672, \"write_bytes\": 12288, \"errors\": 0,"
-	"          \"read_latency_log2_us\": [0, 0, 0, 0, 7, 0], \"write_latency_log2_us\": [0, 0, 0, 0, 0, 3]},"
-	"  \"d0\": {\"origin\": \"file:/x/d0\", \"size_bytes\": 8589934592, \"block_size\": 4096,"
-	"          \"read_only\": false, \"cache\": \"c0\", \"read_cmds\": 100, \"write_cmds\": 0,"
-	"          \"read_bytes\": 409600, \"errors\": 2,"
-	"          \"read_latency_log2_us\": [0, 1, 48, 50, 0, 1], \"write_latency_log2_us\": [0, 0, 0, 0, 0, 0]}"
-	"}, \"caches\": {"
-	"  \"c0\": {\"device\": \"/dev/nvme0n1\", \"block_size\": 65536, \"nslots\": 10, \"used_slots\": 4,"
-	"          \"read_reqs\": 100, \"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
-	"          \"read_bypass\": 5, \"admissions\": 9, \"rejections\": 2, \"evictions\": 1,"
-	"          \"bytes_cache_write\": 589824, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 0,"
-	"          \"bytes_read_origin\": 163840, \"dev_errors\": 0, \"passthrough\": false,"
-	"          \"disks\": {\"d0\": {\"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
-	"                    \"read_bypass\": 5, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 4096,"
-	"                    \"bytes_read_origin\": 159744}}}"
-	"}, \"sessions\": 2, \"session_list\": ["
-	"  {\"initiator\": \"iqn.b\", \"target\": \"iqn.t\", \"isid\": \"23d000000002\", \"tsih\": 9,"
-	"   \"tpgt\": 1, \"portal\": \"127.0.0.1:3260\", \"peer\": \"127.0.0.1:5000\", \"since\": 1800000000},"
-	"  {\"initiator\": \"iqn.a\", \"target\": \"iqn.t\", \"isid\": \"23d000000001\", \"tsih\": 3,"
-	"   \"tpgt\": 1, \"portal\": \"127.0.0.1:3260\", \"peer\": \"127.0.0.1:5001\", \"since\": 1800000001}"
-	"]}";
+    "{\"disks\": {"
+    "  \"d1\": {\"origin\": \"file:/x/d1\", \"size_bytes\": 1048576, \"block_size\": 512,"
+    "          \"read_only\": true, \"read_cmds\": 7, \"write_cmds\": 3, \"other_cmds\": 1,"
+    "          \"read_bytes\": 28672, \"write_bytes\": 12288, \"errors\": 0,"
+    "          \"read_latency_log2_us\": [0, 0, 0, 0, 7, 0], \"write_latency_log2_us\": [0, 0, 0, "
+    "0, 0, 3]},"
+    "  \"d0\": {\"origin\": \"file:/x/d0\", \"size_bytes\": 8589934592, \"block_size\": 4096,"
+    "          \"read_only\": false, \"cache\": \"c0\", \"read_cmds\": 100, \"write_cmds\": 0,"
+    "          \"read_bytes\": 409600, \"errors\": 2,"
+    "          \"read_latency_log2_us\": [0, 1, 48, 50, 0, 1], \"write_latency_log2_us\": [0, 0, "
+    "0, 0, 0, 0]}"
+    "}, \"caches\": {"
+    "  \"c0\": {\"device\": \"/dev/nvme0n1\", \"block_size\": 65536, \"nslots\": 10, "
+    "\"used_slots\": 4,"
+    "          \"read_reqs\": 100, \"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
+    "          \"read_bypass\": 5, \"admissions\": 9, \"rejections\": 2, \"evictions\": 1,"
+    "          \"bytes_cache_write\": 589824, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 0,"
+    "          \"bytes_read_origin\": 163840, \"dev_errors\": 0, \"passthrough\": false,"
+    "          \"disks\": {\"d0\": {\"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
+    "                    \"read_bypass\": 5, \"bytes_read_cache\": 245760, \"bytes_read_ram\": "
+    "4096,"
+    "                    \"bytes_read_origin\": 159744}}}"
+    "}, \"sessions\": 2, \"session_list\": ["
+    "  {\"initiator\": \"iqn.b\", \"target\": \"iqn.t\", \"isid\": \"23d000000002\", \"tsih\": 9,"
+    "   \"tpgt\": 1, \"portal\": \"127.0.0.1:3260\", \"peer\": \"127.0.0.1:5000\", \"since\": "
+    "1800000000},"
+    "  {\"initiator\": \"iqn.a\", \"target\": \"iqn.t\", \"isid\": \"23d000000001\", \"tsih\": 3,"
+    "   \"tpgt\": 1, \"portal\": \"127.0.0.1:3260\", \"peer\": \"127.0.0.1:5001\", \"since\": "
+    "1800000001}"
+    "]}";
 
 static json_t *load(const char *text)
 {
@@ -174,17 +181,68 @@ static void test_bad_and_partial_input(void)
 	CU_ASSERT_EQUAL(snmp_snapshot_build(j, NULL, NULL, &s), -EPROTO);
 	json_decref(j);
 	/* An empty object and wrong member types give empty tables, not a crash. */
-	j = load("{\"disks\": 5, \"caches\": [], \"session_list\": {\"a\": 1}, \"sessions\": \"x\"}");
+	j = load(
+	    "{\"disks\": 5, \"caches\": [], \"session_list\": {\"a\": 1}, \"sessions\": \"x\"}");
 	CU_ASSERT_EQUAL_FATAL(snmp_snapshot_build(j, NULL, NULL, &s), 0);
 	CU_ASSERT_EQUAL(s.n_disks + s.n_caches + s.n_sessions, 0);
 	snmp_snapshot_free(&s);
 	json_decref(j);
 	/* Sessions with TSIH 0 or a duplicate TSIH are dropped. */
-	j = load("{\"session_list\": [{\"tsih\": 0}, {\"tsih\": 5}, {\"tsih\": 5}, {\"tsih\": 70000}]}");
+	j = load(
+	    "{\"session_list\": [{\"tsih\": 0}, {\"tsih\": 5}, {\"tsih\": 5}, {\"tsih\": 70000}]}");
 	CU_ASSERT_EQUAL_FATAL(snmp_snapshot_build(j, NULL, NULL, &s), 0);
 	CU_ASSERT_EQUAL(s.n_sessions, 1);
 	snmp_snapshot_free(&s);
 	json_decref(j);
+}
+
+static void test_iscsi_nodes_and_portals(void)
+{
+	struct snmp_snapshot s;
+	build(&s, STATS);
+	json_t *global =
+	    load("{\"portal\": [\"127.0.0.1:3260\", \"[::1]:3261\", \"san.example:3262\", 7]}");
+	json_t *targets =
+	    load("{\"iqn.t\": {\"alias\": \"vmware datastore\"}, \"iqn.u\": {\"alias\": null}}");
+	CU_ASSERT_EQUAL_FATAL(snmp_snapshot_add_iscsi(&s, global, targets), 0);
+	CU_ASSERT_EQUAL_FATAL(s.n_nodes, 2);
+	CU_ASSERT_EQUAL_FATAL(s.n_portals, 3); /* the non-string entry is skipped */
+	CU_ASSERT_EQUAL(snmp_node_index(&s, "iqn.t"), snmp_name_index("iqn.t"));
+	CU_ASSERT_EQUAL(snmp_node_index(&s, ""), 0); /* discovery: no node */
+	for (size_t i = 0; i < s.n_nodes; i++)
+		if (!strcmp(s.nodes[i].name, "iqn.t"))
+			CU_ASSERT_STRING_EQUAL(s.nodes[i].alias, "vmware datastore");
+	for (size_t i = 0; i < s.n_portals; i++) {
+		const struct snmp_portal *p = &s.portals[i];
+		CU_ASSERT_EQUAL(p->index, snmp_name_index(p->text));
+		if (!strcmp(p->text, "127.0.0.1:3260")) {
+			CU_ASSERT_EQUAL(p->addr_type, 1);
+			CU_ASSERT_EQUAL(p->addr_len, 4);
+			CU_ASSERT_EQUAL(p->addr[0], 127);
+			CU_ASSERT_EQUAL(p->addr[3], 1);
+			CU_ASSERT_EQUAL(p->port, 3260);
+		} else if (!strcmp(p->text, "[::1]:3261")) {
+			CU_ASSERT_EQUAL(p->addr_type, 2);
+			CU_ASSERT_EQUAL(p->addr_len, 16);
+			CU_ASSERT_EQUAL(p->addr[15], 1);
+			CU_ASSERT_EQUAL(p->port, 3261);
+		} else {
+			CU_ASSERT_STRING_EQUAL(p->text, "san.example:3262");
+			CU_ASSERT_EQUAL(p->addr_type, 16);
+			CU_ASSERT_STRING_EQUAL(p->host, "san.example");
+			CU_ASSERT_EQUAL(p->addr_len, strlen("san.example"));
+			CU_ASSERT_EQUAL(p->port, 3262);
+		}
+	}
+	json_decref(global);
+	json_decref(targets);
+	snmp_snapshot_free(&s);
+
+	/* Nothing known: empty tables, no crash. */
+	build(&s, STATS);
+	CU_ASSERT_EQUAL(snmp_snapshot_add_iscsi(&s, NULL, NULL), 0);
+	CU_ASSERT_EQUAL(s.n_nodes + s.n_portals, 0);
+	snmp_snapshot_free(&s);
 }
 
 static int n_events;
@@ -197,18 +255,18 @@ static void on_event(void *ctx, enum snmp_event ev, const void *row)
 	n_events++;
 	last_ev = ev;
 	last_name = ev == SNMP_EV_CACHE_FAILED || ev == SNMP_EV_CACHE_RECOVERED
-			    ? ((const struct snmp_cache *)row)->name
-			    : ((const struct snmp_disk *)row)->name;
+	                ? ((const struct snmp_cache *)row)->name
+	                : ((const struct snmp_disk *)row)->name;
 }
 
 static void poll_with(struct snmp_watch *w, const char *errors, const char *passthrough, double t,
-		      struct snmp_snapshot *s)
+                      struct snmp_snapshot *s)
 {
 	char text[1024];
 	snprintf(text, sizeof(text),
-		 "{\"disks\": {\"d0\": {\"errors\": %s, \"cache\": \"c0\"}},"
-		 " \"caches\": {\"c0\": {\"passthrough\": %s}}}",
-		 errors, passthrough);
+	         "{\"disks\": {\"d0\": {\"errors\": %s, \"cache\": \"c0\"}},"
+	         " \"caches\": {\"c0\": {\"passthrough\": %s}}}",
+	         errors, passthrough);
 	build(s, text);
 	CU_ASSERT_EQUAL(snmp_watch_update(w, s, t, on_event, NULL), 0);
 }
@@ -285,15 +343,16 @@ static void test_watch_cache_failed_at_start(void)
 int main(void)
 {
 	static const struct hl_test tests[] = {
-		{"index is a stable hash of the name", test_index_is_stable_hash},
-		{"disk counters, hits and misses", test_disk_counters},
-		{"cache row", test_cache_row},
-		{"sessions sorted by tsih", test_sessions_sorted_by_tsih},
-		{"latency rows and quantiles", test_latency_rows_and_quantiles},
-		{"bad and partial input", test_bad_and_partial_input},
-		{"watch: origin loss and cache failure", test_watch_origin_and_cache},
-		{"watch: cache already failed at start", test_watch_cache_failed_at_start},
-		{NULL, NULL},
+	    {"index is a stable hash of the name", test_index_is_stable_hash},
+	    {"disk counters, hits and misses", test_disk_counters},
+	    {"cache row", test_cache_row},
+	    {"sessions sorted by tsih", test_sessions_sorted_by_tsih},
+	    {"latency rows and quantiles", test_latency_rows_and_quantiles},
+	    {"bad and partial input", test_bad_and_partial_input},
+	    {"iscsi nodes and portals", test_iscsi_nodes_and_portals},
+	    {"watch: origin loss and cache failure", test_watch_origin_and_cache},
+	    {"watch: cache already failed at start", test_watch_cache_failed_at_start},
+	    {NULL, NULL},
 	};
 	return hl_test_run("snmp_model", tests);
 }
