@@ -435,7 +435,7 @@ static void test_stale_claim_after_eviction(void)
 
 static void test_file_device(void)
 {
-	char path[] = "/tmp/hl-cache-ut-XXXXXX";
+	char path[] = "/var/tmp/hl-cache-ut-XXXXXX";
 	int fd = mkstemp(path);
 	struct hl_cache_dev *d;
 	struct hl_cache_layout l;
@@ -445,7 +445,7 @@ static void test_file_device(void)
 	close(fd);
 	int rc = hl_cache_dev_open_file(path, 4u << 20, &d);
 	if (rc == -EINVAL) {
-		/* tmpfs has no O_DIRECT; nothing to test on this machine's /tmp. */
+		/* This file system has no O_DIRECT: nothing to test here. */
 		unlink(path);
 		return;
 	}
