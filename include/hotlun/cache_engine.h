@@ -111,6 +111,7 @@ struct hl_cache_engine_stats {
 	uint64_t origin_errors;   /* origin read/write errors returned to the initiator */
 	uint64_t hit_retries;     /* planned hits re-read from the origin after a device error */
 	uint64_t passthrough_ios; /* I/Os forwarded untouched while in pass-through */
+	uint64_t promotions;      /* RAM window blocks copied to the SSD */
 	uint64_t meta_syncs;      /* metadata flushes done (whole cache only) */
 	uint64_t meta_waits;      /* I/Os that waited for a metadata flush (whole cache only) */
 	uint64_t nslots, used_slots, window_slots; /* geometry (whole cache only) */

@@ -60,6 +60,7 @@ struct eng_counters {
 	uint64_t rsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t wsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t dev_errors, origin_errors, hit_retries, passthrough_ios;
+	uint64_t promotions; /* RAM window blocks copied to the SSD */
 };
 
 /* A disk the cache knows: attached now, or mapped by an earlier run. */
@@ -763,10 +764,15 @@ static void sub_cb(struct hl_origin_io *io, int result)
 		}
 		break;
 	case SUB_FILL:
-		if (result)
+		if (result) {
 			dev_error(c, req->ent, result);
-		else
+		} else {
 			atomic_fetch_add(&c->changes, 1);
+			if (req->ios[s->k].kind == HL_CACHE_IO_PROMOTE) {
+				cnt_add(&c->st.promotions, 1);
+				cnt_add(&req->ent->st.promotions, 1);
+			}
+		}
 		pthread_mutex_lock(&c->lock);
 		hl_cache_core_io_end(c->core, req->ent->id, &req->ios[s->k], result == 0);
 		pthread_mutex_unlock(&c->lock);
@@ -1847,6 +1853,7 @@ static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_s
 	out->origin_errors = cnt_get(&s->origin_errors);
 	out->hit_retries = cnt_get(&s->hit_retries);
 	out->passthrough_ios = cnt_get(&s->passthrough_ios);
+	out->promotions = cnt_get(&s->promotions);
 }
 
 /* The most common read-size bucket, rounded up to a power of two, clamped to 4K..1M. */

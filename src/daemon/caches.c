@@ -279,6 +279,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 	PUT("origin_errors", s->origin_errors);
 	PUT("hit_retries", s->hit_retries);
 	PUT("passthrough_ios", s->passthrough_ios);
+	PUT("promotions", s->promotions);
 	PUT("block_size", s->block_size);
 	PUT("recommended_block_size", s->recommended_block_size);
 	if (whole) {

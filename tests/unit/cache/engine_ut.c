@@ -869,6 +869,94 @@ static void test_map_and_quota(void)
 	free(buf);
 }
 
+/*
+ * A working set larger than the SSD part: misses the admission policy turns
+ * down live in the RAM window (hits from RAM), window blocks get promoted to
+ * the SSD (PROMOTE copies) and SSD blocks evicted; every read stays right.
+ */
+static void test_window_and_promotion(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_stats cs;
+	struct hl_cache_config cfg = {
+	    .name = "ut",
+	    .size = 8 * M,
+	    .block_size = BS,
+	    .admission = "frequency",
+	    .meta_interval_ms = 50,
+	};
+	const uint64_t lun = 32 * M, nblk = lun / BS;
+	uint8_t *buf = malloc(BS);
+	uint32_t *order = malloc(nblk * sizeof(*order));
+	bool ok = true;
+
+	dev_name();
+	cfg.device = g_dev;
+	fake_init(&f, lun, 13);
+	for (uint32_t i = 0; i < nblk; i++)
+		order[i] = (uint32_t)((i * 37 + 11) % nblk); /* a fixed non-sequential order */
+	reactor_up();
+	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	o = attach(c, &f, "fake:win");
+	/* Three passes over 512 blocks (the SSD holds ~120), hot blocks 0..63 read more often. */
+	for (int pass = 0; pass < 3 && ok; pass++) {
+		for (uint32_t i = 0; i < nblk && ok; i++) {
+			uint64_t b = order[i];
+			for (int rep = 0; rep < (b < 64 ? 3 : 1) && ok; rep++) {
+				ok = do_io(o, HL_IO_READ, b * BS, BS, buf) == 0 &&
+				     memcmp(buf, f.mem + b * BS, BS) == 0;
+				if (rep == 0)
+					ok = ok && wait_inflight(c, 0);
+			}
+		}
+	}
+	CU_ASSERT(ok);
+	CU_ASSERT(wait_inflight(c, 0));
+	pthread_mutex_lock(&c->lock);
+	hl_cache_core_stats(c->core, -1, &cs);
+	pthread_mutex_unlock(&c->lock);
+	CU_ASSERT(cs.window_fills > 0);
+	CU_ASSERT(cs.bytes_read_ram > 0);
+	CU_ASSERT(cs.evictions > 0);
+	CU_ASSERT(cs.admissions > c->nslots);
+	struct hl_cache_engine_stats es;
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &es) == 0);
+	CU_ASSERT(es.promotions > 0); /* PROMOTE copies from RAM to the SSD were written */
+	/* The hot blocks are served from the cache (SSD or RAM), with the right data. */
+	uint64_t before = cs.bytes_read_cache;
+	for (uint64_t b = 0; b < 64 && ok; b++)
+		ok = do_io(o, HL_IO_READ, b * BS, BS, buf) == 0 &&
+		     memcmp(buf, f.mem + b * BS, BS) == 0;
+	CU_ASSERT(ok);
+	CU_ASSERT(wait_inflight(c, 0));
+	pthread_mutex_lock(&c->lock);
+	hl_cache_core_stats(c->core, -1, &cs);
+	pthread_mutex_unlock(&c->lock);
+	CU_ASSERT(cs.bytes_read_cache - before >= 32 * BS);
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+
+	/* Restart: what was promoted to the SSD is still right. */
+	reactor_up();
+	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	o = attach(c, &f, "fake:win");
+	for (uint64_t b = 0; b < nblk && ok; b++)
+		ok = do_io(o, HL_IO_READ, b * BS, BS, buf) == 0 &&
+		     memcmp(buf, f.mem + b * BS, BS) == 0;
+	CU_ASSERT(ok);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(order);
+}
+
 /* Two caches in one process, each on its own device: both restart warm. */
 static void test_two_caches(void)
 {
@@ -946,6 +1034,8 @@ int main(void)
 	    {"a failing origin: error returned, blocks dropped", test_origin_failure},
 	    {"prefetch warms; discard and compare-and-write drop; flush passes",
 	     test_prefetch_discard},
+	    {"RAM window hits, promotions and evictions keep the data right",
+	     test_window_and_promotion},
 	    {"two caches in one process restart warm", test_two_caches},
 	    {"an untrusted map formats; a changed quota drops the blocks", test_map_and_quota},
 	    {"recommended block size", test_recommend},
