@@ -68,6 +68,11 @@ trap_seen "$LOSS" && hl_fail "hlOriginLoss before any failure"
 # (a failing test must not leave it stopped: lib.sh's cleanup sends SIGTERM)
 trap 'rc=$?; kill -CONT "$SAN_PID" 2>/dev/null; (exit $rc); hl_cleanup' EXIT
 kill -STOP "$SAN_PID"
+# SIGSTOP is asynchronous: wait until every thread of the SAN is stopped.
+for i in $(seq 1 100); do
+	awk '{ print $3 }' /proc/"$SAN_PID"/task/*/stat 2>/dev/null | grep -qv '^[Tt]$' || break
+	sleep 0.05
+done
 "$HL_BENCH" --quiet --initiator "$INITIATOR" --workload uniform --read 100 --qd 1 --count 3 \
 	"$FRONT_URL" >"$T/fail.out" 2>&1 && {
 	kill -CONT "$SAN_PID"
