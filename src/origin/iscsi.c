@@ -125,6 +125,7 @@ struct isc_origin {
 	atomic_bool no_ws;     /* WRITE SAME(16) was refused once: write zeroes */
 	atomic_bool no_sync16; /* SYNCHRONIZE CACHE(16) was refused once: use (10) */
 	atomic_bool no_sync;   /* neither exists: the SAN has no volatile cache to flush */
+	atomic_bool no_caw;    /* COMPARE AND WRITE was refused once (B0 promised it) */
 	uint32_t isid_rnd;
 	pthread_mutex_t lock; /* guards sessions and nsessions */
 	struct hl_list sessions;
@@ -1061,6 +1062,8 @@ static int check_condition(struct isc_session *s, struct hl_origin_io *ioo, stru
 		ioo->miscompare_offset = sense.info_valid ? sense.info : 0;
 		return rc;
 	}
+	if (rc == -EOPNOTSUPP && ioo->op != HL_IO_READ && ioo->op != HL_IO_WRITE)
+		return rc; /* task_cb falls back and says so once */
 	if (rc && rc != -EAGAIN)
 		HL_WARN_RL(ISC_COMPONENT,
 		           "iscsi://%s/%s/%u: op %d at %llu+%llu: sense %x/%02x/%02x (%s)",
@@ -1114,6 +1117,13 @@ static void task_cb(struct iscsi_context *ctx, int status, void *data, void *pri
 		}
 	} else if (rc == -EOPNOTSUPP && ioo->op == HL_IO_WRITE_ZEROES) {
 		rc = -EAGAIN; /* another session found out first; the retry writes zeroes */
+	} else if (rc == -EOPNOTSUPP && ioo->op == HL_IO_COMPARE_AND_WRITE) {
+		/* the caller emulates it; later ones are refused at submit */
+		if (!atomic_exchange(&io->no_caw, true))
+			HL_NOTICE(ISC_COMPONENT,
+			          "iscsi://%s: the SAN refuses COMPARE AND WRITE (its Block Limits "
+			          "page offers it): not forwarded any more",
+			          io->portal);
 	}
 
 	switch (rc) {
@@ -1158,7 +1168,7 @@ static int caw_check(struct hl_origin *o, const struct hl_origin_io *ioo)
 	struct isc_origin *io = io_of(o);
 	uint64_t sum = 0;
 
-	if (!io->max_caw)
+	if (!io->max_caw || atomic_load_explicit(&io->no_caw, memory_order_relaxed))
 		return -EOPNOTSUPP;
 	if (!ioo->cb || ioo->iovcnt < 0 || ioo->iovcnt > IOV_MAX || (ioo->iovcnt && !ioo->iov))
 		return -EINVAL;
