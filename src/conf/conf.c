@@ -250,8 +250,8 @@ static int cache_key(struct parser *p, const char *key, const char *v)
 	if (strcmp(key, "admission") == 0) {
 		uint64_t n;
 		if (strcmp(v, "frequency") && strcmp(v, "always") &&
-		    !(strncmp(v, "nhit:", 5) == 0 && !hl_parse_u64(v + 5, &n) && n >= 1 && n <= 255))
-			return perr(p, "admission: must be frequency, always or nhit:N, got '%s'", v);
+		    !(strncmp(v, "nhit:", 5) == 0 && !hl_parse_u64(v + 5, &n) && n >= 1 && n <= 15))
+			return perr(p, "admission: must be frequency, always or nhit:N (N 1..15), got '%s'", v);
 		return set_str(p, &c->admission, v);
 	}
 	if (strcmp(key, "write_policy") == 0) {

@@ -87,6 +87,7 @@ static void test_errors_name_file_and_line(void)
 	parse_err("[disk d]\norigin=/x\ncache = c\n", "t.conf:1:", "no [cache] section");
 	parse_err("[cache c]\ndevice=/x\nsize=1G\nblock_size=3K\n", "t.conf:4:", "power of two");
 	parse_err("[cache c]\ndevice=/x\nsize=1G\nadmission = lfu\n", "t.conf:4:", "nhit:N");
+	parse_err("[cache c]\ndevice=/x\nsize=1G\nadmission = nhit:16\n", "t.conf:4:", "1..15");
 }
 
 static void test_chap_rules(void)
