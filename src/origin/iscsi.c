@@ -40,27 +40,33 @@
  * WRITE_ZEROES -> WRITE SAME(16) of a zero block (UNMAP bit when the SAN
  * reads unmapped blocks as zeroes), WRITE(16) of zeroes where WRITE SAME is
  * refused; COMPARE_AND_WRITE -> COMPARE AND WRITE when the SAN reports a
- * maximum compare-and-write length. The I/O's offset and length must be
- * multiples of the SAN's logical block size (else -EINVAL).
+ * maximum compare-and-write length (-EOPNOTSUPP otherwise, and from the
+ * first time the SAN refuses the opcode anyway). The I/O's offset and length
+ * must be multiples of the SAN's logical block size (else -EINVAL); with
+ * hl_origin_opts.block_size set, open() refuses a disk block size that is not
+ * a multiple of it.
  *
  * Failures: sense data becomes -errno (origin_iscsi_sense_errno); UNIT
  * ATTENTION, BUSY, TASK SET FULL, ABORTED COMMAND and NOT READY (becoming
- * ready) are retried. A lost connection (socket error; a SAN that completes
- * nothing and does not answer a NOP-Out either, for timeout/2 (1..5 s) each;
- * a login that takes 5 s; a command older than max(60 s, 2 x timeout), the
- * backstop for a SAN that answers pings but never completes) tears the
- * context down: its I/Os go back to the session's
- * queue (a COMPARE AND WRITE that may have reached the SAN fails with -EIO
- * instead: repeating it could report a false miscompare) and the session
- * reconnects with exponential back-off from 100 ms to 5 s, forever. Queued
- * I/Os are retried after a reconnect until `timeout` after their submission,
- * then fail with -EIO. While a session has been down longer than `timeout`,
+ * ready) are retried. A session is lost on a socket error; when, with
+ * commands out, the SAN completes nothing for min(timeout/2, 5 s) and then
+ * does not answer a NOP-Out for as long (a hung SAN keeps TCP up); when a
+ * login takes 5 s; and, as a backstop for a SAN that answers pings but never
+ * completes, when a command is older than max(60 s, 2 x timeout). Command
+ * age alone is no verdict: a busy SAN may hold queued commands long. A lost
+ * session's context is destroyed, its I/Os go back to the session's queue (a
+ * COMPARE AND WRITE that may have reached the SAN fails with -EIO instead:
+ * repeating it could report a false miscompare), and the session reconnects
+ * with exponential back-off from 100 ms to 5 s, forever. Queued I/Os are
+ * retried after a reconnect until `timeout` after their submission, then
+ * fail with -EIO. While a session has been down longer than `timeout`,
  * submit fails at once with -EIO; the queue is bounded (-EAGAIN beyond).
  *
  * Lifetime: close() must run either on the reactor thread of every session
  * (none in the daemon) or after those reactors stopped; it never touches a
  * reactor that is not the current one, since the daemon destroys reactors
- * before it closes origins.
+ * before it closes origins. I/O still queued then (against the contract) is
+ * dropped without a callback: the callers' reactors may be gone.
  */
 #include "config.h"
 
