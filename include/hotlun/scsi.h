@@ -70,6 +70,12 @@ struct hl_lu_config {
 	char serial[33];       /* unit serial number (VPD 80), printable ASCII */
 	bool read_only;        /* write protect: writes get DATA PROTECT */
 	bool write_cache;      /* WCE reported in the caching mode page (true for buffered file origins) */
+	/**
+	 * Daemon state directory (copied; NULL: none). Persistent reservations
+	 * registered with APTPL = 1 are kept there (pr-<NAA>) and reloaded by
+	 * hl_lu_create; without it APTPL is refused (PTPL_C = 0).
+	 */
+	const char *state_dir;
 };
 
 /** A SCSI target port, for VPD 83 target port / relative port / TPG designators. */

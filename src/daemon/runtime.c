@@ -156,6 +156,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	lc.read_only = cd->read_only || origin->read_only;
 	lc.write_cache = true; /* buffered origins: SYNCHRONIZE CACHE and FUA matter */
 	daemon_disk_identity(d->install_id, cd->name, lc.naa, lc.serial);
+	lc.state_dir = d->conf->state_dir; /* APTPL persistent reservations (scsi) */
 	rc = hl_lu_create(&lc, origin, &rt->lu);
 	if (rc) {
 		uint64_t size = origin->size;

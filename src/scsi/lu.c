@@ -39,8 +39,18 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 		free(lu);
 		return -rc;
 	}
+	if (cfg->state_dir) {
+		lu->state_dir = strdup(cfg->state_dir);
+		if (!lu->state_dir) {
+			pthread_mutex_destroy(&lu->lock);
+			free(lu->name);
+			free(lu);
+			return -ENOMEM;
+		}
+	}
 	lu->cfg = *cfg;
 	lu->cfg.name = lu->name;
+	lu->cfg.state_dir = lu->state_dir;
 	lu->cfg.serial[sizeof(lu->cfg.serial) - 1] = '\0';
 	/* a write-protected origin makes a write-protected LU */
 	lu->cfg.read_only = cfg->read_only || origin->read_only;
@@ -62,6 +72,15 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 	hl_list_init(&lu->nexuses);
 	hl_list_init(&lu->pr_regs);
 	scsi_range_init(lu);
+	rc = scsi_pr_load(lu);
+	if (rc) {
+		scsi_rsv_fini(lu);
+		pthread_mutex_destroy(&lu->lock);
+		free(lu->state_dir);
+		free(lu->name);
+		free(lu);
+		return rc;
+	}
 	*out = lu;
 	return 0;
 }
@@ -74,6 +93,7 @@ void hl_lu_destroy(struct hl_lu *lu)
 	scsi_rsv_fini(lu);
 	pthread_mutex_destroy(&lu->lock);
 	hl_origin_close(lu->origin);
+	free(lu->state_dir);
 	free(lu->name);
 	free(lu);
 }

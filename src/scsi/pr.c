@@ -4,8 +4,13 @@
  *
  * Persistent registrations belong to an I_T nexus *identity* (initiator
  * port name + relative target port), not to a session: they survive the
- * session and apply to the next one with the same identity. They do not
- * survive a restart (APTPL is refused, PTPL_C = 0).
+ * session and apply to the next one with the same identity. When the last
+ * REGISTER carried APTPL = 1 they also survive a restart: the whole PR state
+ * of the LU is written to state_dir/pr-<NAA> (temp file, fsync, rename,
+ * fsync of the directory) after every change, and read back by hl_lu_create.
+ * The write happens on the reactor under lu->lock: PR OUT is rare and small,
+ * and doing it before status is returned is what makes GOOD mean "kept".
+ * Without a state_dir APTPL is refused (PTPL_C = 0).
  *
  * Compatible reservation handling (CRH = 1): RESERVE fails with RESERVATION
  * CONFLICT while any persistent registration exists, RELEASE then completes
@@ -13,8 +18,13 @@
  *
  * All state lives in the LU under lu->lock; every entry point here takes it.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hotlun/log.h"
 #include "scsi/scsi_internal.h"
@@ -147,6 +157,170 @@ static void reg_remove(struct hl_lu *lu, struct scsi_pr_reg *r, uint64_t by)
 		}
 	}
 	free(r);
+}
+
+/* ---- APTPL: the PR state in state_dir ---- */
+
+#define PR_FILE_MAGIC "hotlun-pr 1"
+
+static void pr_path(const struct hl_lu *lu, char *buf, size_t n, const char *suffix)
+{
+	char hex[33];
+
+	for (unsigned i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", lu->cfg.naa[i]);
+	snprintf(buf, n, "%s/pr-%s%s", lu->state_dir, hex, suffix);
+}
+
+static void fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		(void)fsync(fd);
+		close(fd);
+	}
+}
+
+/*
+ * Make the file match the state: written when APTPL is on, removed when it
+ * is off. lu->lock held. @return 0 or -errno (logged).
+ */
+static int pr_persist(struct hl_lu *lu)
+{
+	char path[4096], tmp[4112];
+	struct scsi_pr_reg *r;
+	int idx = 0, holder = -1;
+	FILE *f;
+
+	if (!lu->state_dir)
+		return 0;
+	pr_path(lu, path, sizeof(path), "");
+	if (!lu->pr_aptpl) {
+		if (unlink(path) == 0)
+			fsync_dir(lu->state_dir);
+		else if (errno != ENOENT)
+			HL_WARN(SCSI_COMPONENT, "%s: cannot remove %s: %s", lu->name, path,
+			        strerror(errno));
+		return 0;
+	}
+	pr_path(lu, tmp, sizeof(tmp), ".tmp");
+	f = fopen(tmp, "we");
+	if (!f)
+		goto fail;
+	hl_list_for_each_entry(r, &lu->pr_regs, link)
+	{
+		if (r == lu->pr_holder)
+			holder = idx;
+		idx++;
+	}
+	fprintf(f, "%s\ngeneration %" PRIu32 "\ntype %u %d\n", PR_FILE_MAGIC, lu->pr_generation,
+	        lu->pr_type, holder);
+	hl_list_for_each_entry(r, &lu->pr_regs, link)
+	{
+		fprintf(f, "reg %016" PRIx64 " %u %u %s\n", r->key, r->rel_port, r->all_tg_pt ? 1 : 0,
+		        r->initiator_port);
+	}
+	fputs("end\n", f);
+	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+		int e = errno;
+		fclose(f);
+		unlink(tmp);
+		errno = e;
+		goto fail;
+	}
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		int e = errno;
+		unlink(tmp);
+		errno = e;
+		goto fail;
+	}
+	fsync_dir(lu->state_dir);
+	return 0;
+fail:;
+	int rc = -errno;
+	HL_ERR(SCSI_COMPONENT, "%s: cannot save persistent reservations to %s: %s", lu->name, path,
+	       strerror(-rc));
+	return rc;
+}
+
+int scsi_pr_load(struct hl_lu *lu)
+{
+	char path[4096], line[512];
+	unsigned type = 0, n = 0;
+	int holder = -1;
+	uint32_t gen = 0;
+	bool ok = false;
+	FILE *f;
+
+	if (!lu->state_dir)
+		return 0;
+	pr_path(lu, path, sizeof(path), "");
+	f = fopen(path, "re");
+	if (!f) {
+		if (errno != ENOENT)
+			HL_WARN(SCSI_COMPONENT, "%s: cannot read %s: %s", lu->name, path,
+			        strerror(errno));
+		return 0;
+	}
+	if (!fgets(line, sizeof(line), f) || strncmp(line, PR_FILE_MAGIC "\n", 12) != 0)
+		goto bad;
+	if (!fgets(line, sizeof(line), f) || sscanf(line, "generation %" SCNu32, &gen) != 1)
+		goto bad;
+	if (!fgets(line, sizeof(line), f) || sscanf(line, "type %u %d", &type, &holder) != 2)
+		goto bad;
+	if (type && !type_valid((uint8_t)type))
+		goto bad;
+	while (fgets(line, sizeof(line), f)) {
+		uint64_t key;
+		unsigned rel, all;
+		int pos = 0;
+
+		if (strcmp(line, "end\n") == 0) {
+			ok = true;
+			break;
+		}
+		if (sscanf(line, "reg %" SCNx64 " %u %u %n", &key, &rel, &all, &pos) != 3 || !pos ||
+		    rel > 0xffff || all > 1 || key == 0 || n >= SCSI_PR_MAX_REGS)
+			goto bad;
+		char *iport = line + pos;
+		iport[strcspn(iport, "\n")] = '\0';
+		if (!*iport || strlen(iport) >= sizeof(((struct scsi_pr_reg *)0)->initiator_port))
+			goto bad;
+		struct scsi_pr_reg *r = calloc(1, sizeof(*r));
+		if (!r) {
+			fclose(f);
+			scsi_rsv_fini(lu);
+			return -ENOMEM;
+		}
+		hl_strlcpy(r->initiator_port, iport, sizeof(r->initiator_port));
+		r->rel_port = (uint16_t)rel;
+		r->all_tg_pt = all;
+		r->key = key;
+		hl_list_add_tail(&lu->pr_regs, &r->link);
+		if ((int)n == holder)
+			lu->pr_holder = r;
+		n++;
+	}
+	if (!ok || (type && !type_all_registrants((uint8_t)type) && !lu->pr_holder) ||
+	    (type && n == 0))
+		goto bad;
+	fclose(f);
+	lu->pr_n_regs = n;
+	lu->pr_generation = gen;
+	lu->pr_type = (uint8_t)type;
+	if (type_all_registrants(lu->pr_type))
+		lu->pr_holder = NULL;
+	lu->pr_aptpl = true;
+	HL_NOTICE(SCSI_COMPONENT, "%s: %u persistent reservation registration(s) restored%s",
+	          lu->name, n, type ? " with a reservation" : "");
+	return 0;
+bad:
+	fclose(f);
+	scsi_rsv_fini(lu);
+	HL_WARN(SCSI_COMPONENT, "%s: %s is damaged; starting without persistent reservations",
+	        lu->name, path);
+	return 0;
 }
 
 /* ---- conflicts ---- */
@@ -297,8 +471,10 @@ enum scsi_exec_result spc_pr_in(struct hl_scsi_cmd *cmd)
 		break;
 	case 2: /* REPORT CAPABILITIES */
 		hl_put_be16(buf, 8);
-		buf[2] = 0x10 | 0x04; /* CRH, ATP_C; no SIP_C, no PTPL_C */
-		buf[3] = 0x80;        /* TMV; ALLOW COMMANDS 0: no information */
+		/* CRH, ATP_C, PTPL_C when there is somewhere to keep the state; no SIP_C */
+		buf[2] = (uint8_t)(0x10 | 0x04 | (lu->state_dir ? 0x01 : 0));
+		/* TMV; ALLOW COMMANDS 0: no information; PTPL_A */
+		buf[3] = (uint8_t)(0x80 | (lu->pr_aptpl ? 0x01 : 0));
 		buf[4] =
 		    0x80 | 0x40 | 0x20 | 0x08 | 0x02; /* WR_EX_AR EX_AC_RO WR_EX_RO EX_AC WR_EX */
 		buf[5] = 0x01;                        /* EX_AC_AR */
@@ -541,7 +717,9 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 		scsi_sense_invalid_param(cmd, 20, 3);
 		return SCSI_DONE;
 	}
-	if (d[20] & 0x01) { /* APTPL: state is not kept across power loss (PTPL_C = 0) */
+	/* APTPL counts for the register service actions only (SPC-4 6.16.3) */
+	bool aptpl = (d[20] & 0x01) && (p.sa == PRO_REGISTER || p.sa == PRO_REGISTER_IGNORE);
+	if (aptpl && !lu->state_dir) { /* nowhere to keep it: PTPL_C = 0 */
 		scsi_sense_invalid_param(cmd, 20, 0);
 		return SCSI_DONE;
 	}
@@ -574,6 +752,13 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 			 * change */
 			pr_preempt(cmd, &p, r);
 		}
+	}
+	if (cmd->status == HL_SAM_GOOD) {
+		bool was = lu->pr_aptpl;
+		if (p.sa == PRO_REGISTER || p.sa == PRO_REGISTER_IGNORE)
+			lu->pr_aptpl = aptpl;
+		if ((lu->pr_aptpl || was) && pr_persist(lu) != 0 && lu->pr_aptpl)
+			HL_WARN(SCSI_COMPONENT, "%s: PR state changed but not saved", lu->name);
 	}
 	pthread_mutex_unlock(&lu->lock);
 	return SCSI_DONE;

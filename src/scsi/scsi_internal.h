@@ -59,6 +59,7 @@ struct hl_lu {
 	uint8_t lbppbe; /* logical blocks per physical block exponent */
 	bool thin;      /* the origin can deallocate: logical block provisioning (LBPME) */
 	bool lbprz;     /* deallocated blocks read back as zeroes */
+	char *state_dir; /* owned copy of cfg.state_dir, or NULL (then APTPL is refused) */
 
 	pthread_mutex_t lock;   /* guards everything below */
 	struct hl_list nexuses; /* struct scsi_lu_nexus; guarded by lock */
@@ -68,6 +69,7 @@ struct hl_lu {
 	uint32_t pr_generation; /* guarded by lock */
 	uint8_t pr_type;        /* persistent reservation type, 0 = not reserved; guarded by lock */
 	struct scsi_pr_reg *pr_holder; /* holder of a non all-registrants type; guarded by lock */
+	bool pr_aptpl; /* last valid APTPL bit: PR state is kept in state_dir; guarded by lock */
 	struct hl_list rl_active;      /* commands holding an LBA range; guarded by lock */
 	struct hl_list rl_waiting;     /* commands waiting for one, FIFO; guarded by lock */
 	unsigned rl_n_exclusive;       /* exclusive holders in rl_active; guarded by lock */
@@ -269,6 +271,13 @@ void scsi_rsv_nexus_gone(struct hl_lu *lu, uint64_t nexus_id);
 
 /** Free registrations (LU teardown). */
 void scsi_rsv_fini(struct hl_lu *lu);
+
+/**
+ * Load the persistent reservation state saved with APTPL = 1 from
+ * lu->state_dir (LU creation, before any command). A missing file is no
+ * state; a damaged one is logged and ignored. @return 0 or -errno (-ENOMEM).
+ */
+int scsi_pr_load(struct hl_lu *lu);
 
 enum scsi_exec_result spc_reserve(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_release(struct hl_scsi_cmd *cmd);

@@ -2,6 +2,8 @@
  * pr_ut.c - reservations (src/scsi/pr.c): RESERVE/RELEASE(6/10) and
  * persistent reservations, driven through hl_scsi_cmd_exec by two nexuses.
  */
+#include <unistd.h>
+
 #include "scsi_ut_util.h"
 
 enum { WE = 1, EA = 3, WE_RO = 5, EA_RO = 6, WE_AR = 7, EA_AR = 8 };
@@ -394,6 +396,79 @@ static void test_pr_in_capabilities_and_full_status(void)
 	lu_teardown();
 }
 
+/* A fresh LU (same identity as test_cfg) keeping its PR state in dir. */
+static void setup_state(const char *dir)
+{
+	struct hl_lu_config cfg = test_cfg();
+
+	cfg.state_dir = dir;
+	lu_setup_cfg(cfg, (uint64_t)NBLOCKS * BS, 0);
+	simple(&nexus_a, 0x00);
+	simple(&nexus_b, 0x00);
+}
+
+static void test_aptpl_survives_restart(void)
+{
+	char dir[] = "/tmp/hl_pr_ut.XXXXXX", path[128];
+	uint8_t buf[512];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+	setup_state(dir);
+	pr_in(&nexus_a, 2, buf, 8);
+	CU_ASSERT_EQUAL(buf[2] & 0x01, 0x01); /* PTPL_C */
+	CU_ASSERT_EQUAL(buf[3] & 0x01, 0);    /* PTPL_A */
+	pr_out_full(&nexus_a, REG, 0, 0, 0xa, 0x01, 24);
+	CU_ASSERT_EQUAL(t.cmd.status, GOOD);
+	pr_out_full(&nexus_b, REG_IGNORE, 0, 0, 0xb, 0x01, 24);
+	CU_ASSERT_EQUAL(t.cmd.status, GOOD);
+	CU_ASSERT_EQUAL(pr_out(&nexus_a, RESV, WE_RO, 0xa, 0), GOOD);
+	CU_ASSERT_EQUAL(do_write(&nexus_b), GOOD); /* registrants only: B may write */
+	pr_in(&nexus_a, 2, buf, 8);
+	CU_ASSERT_EQUAL(buf[3] & 0x01, 0x01); /* PTPL_A */
+	pr_in(&nexus_a, 0, buf, sizeof(buf));
+	uint32_t gen = hl_get_be32(buf);
+	snprintf(path, sizeof(path), "%s/pr-606162636465666768696a6b6c6d6e6f", dir);
+	CU_ASSERT_EQUAL(access(path, R_OK), 0);
+	lu_teardown();
+
+	/* "restart": a new LU with the same identity and state_dir */
+	setup_state(dir);
+	pr_in(&nexus_a, 0, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf), gen);
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 16);
+	CU_ASSERT_EQUAL(hl_get_be64(buf + 8), 0xa);
+	CU_ASSERT_EQUAL(hl_get_be64(buf + 16), 0xb);
+	pr_in(&nexus_b, 1, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 16);
+	CU_ASSERT_EQUAL(hl_get_be64(buf + 8), 0xa);
+	CU_ASSERT_EQUAL(buf[21], WE_RO);
+	CU_ASSERT_EQUAL(do_write(&nexus_a), GOOD);
+	pr_out(&nexus_b, REG, 0, 0xb, 0); /* B unregisters (APTPL 0): now a stranger */
+	CU_ASSERT_EQUAL(t.cmd.status, GOOD);
+	CU_ASSERT_EQUAL(do_write(&nexus_b), CONFLICT);
+	/* the last APTPL was 0: the state file is gone, nothing survives the next restart */
+	CU_ASSERT_NOT_EQUAL(access(path, F_OK), 0);
+	lu_teardown();
+	setup_state(dir);
+	pr_in(&nexus_a, 0, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 0);
+	CU_ASSERT_EQUAL(do_write(&nexus_b), GOOD);
+	lu_teardown();
+
+	/* a damaged file is ignored, not fatal */
+	FILE *f = fopen(path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs("hotlun-pr 1\ngeneration 3\ntype 1 7\nreg zz\n", f);
+	fclose(f);
+	setup_state(dir);
+	pr_in(&nexus_a, 1, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 0);
+	CU_ASSERT_EQUAL(do_write(&nexus_b), GOOD);
+	lu_teardown();
+	unlink(path);
+	rmdir(dir);
+}
+
 static const struct hl_test tests[] = {
     {"RESERVE(6/10) conflicts for another nexus", test_reserve6_conflicts_for_other_nexus},
     {"RESERVE ends with LUN reset and nexus loss", test_reserve6_ends_with_reset_and_nexus_loss},
@@ -408,6 +483,7 @@ static const struct hl_test tests[] = {
     {"PREEMPT of an all-registrants reservation", test_preempt_all_registrants},
     {"PR OUT parameter errors", test_pr_out_bad_parameters},
     {"PR IN capabilities and full status", test_pr_in_capabilities_and_full_status},
+    {"APTPL: the PR state survives a restart", test_aptpl_survives_restart},
     {NULL, NULL},
 };
 
