@@ -13,6 +13,7 @@
 #include "hotlun/event.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,45 @@ struct counted_origin {
 
 static __thread struct shadow_io *free_shadows;
 static __thread unsigned n_free_shadows;
+/*
+ * A free list lives as long as its thread: the key's destructor frees it when
+ * a reactor thread exits (without it every shadow cached by a reactor leaks at
+ * shutdown). The key's value is only a non-NULL flag that arms the destructor.
+ */
+static pthread_key_t shadows_key;
+static pthread_once_t shadows_key_once = PTHREAD_ONCE_INIT;
+
+static void shadows_free_all(void *unused)
+{
+	(void)unused;
+	while (free_shadows) {
+		struct shadow_io *s = free_shadows;
+		free_shadows = s->next_free;
+		free(s);
+	}
+	n_free_shadows = 0;
+}
+
+static void shadows_key_make(void)
+{
+	pthread_key_create(&shadows_key, shadows_free_all);
+}
+
+/* Put s on this thread's free list (or free it when the list is full). */
+static void shadow_put(struct shadow_io *s)
+{
+	if (n_free_shadows >= 1024) {
+		free(s);
+		return;
+	}
+	if (!free_shadows) {
+		pthread_once(&shadows_key_once, shadows_key_make);
+		pthread_setspecific(shadows_key, &free_shadows);
+	}
+	s->next_free = free_shadows;
+	free_shadows = s;
+	n_free_shadows++;
+}
 
 static struct counted_origin *co_of(struct hl_origin *o)
 {
@@ -80,13 +120,7 @@ static void shadow_done(struct hl_origin_io *io, int result)
 		add(&c->errors, 1);
 	outer->miscompare_offset = io->miscompare_offset;
 
-	if (n_free_shadows < 1024) {
-		s->next_free = free_shadows;
-		free_shadows = s;
-		n_free_shadows++;
-	} else {
-		free(s);
-	}
+	shadow_put(s);
 	outer->cb(outer, result);
 }
 
@@ -116,11 +150,8 @@ static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 	s->counters = co->counters;
 	s->start_ns = hl_now_ns();
 	rc = hl_origin_submit(co->inner, &s->io);
-	if (rc < 0) {
-		s->next_free = free_shadows;
-		free_shadows = s;
-		n_free_shadows++;
-	}
+	if (rc < 0)
+		shadow_put(s);
 	return rc;
 }
 
