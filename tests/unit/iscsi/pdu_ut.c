@@ -69,14 +69,16 @@ static size_t build(uint8_t *out, uint8_t op, const void *ahs, uint32_t ahs_len,
 	hl_put_be24(&out[5], dsl);
 	hl_put_be32(&out[16], 0x1234);
 	n = ISCSI_BHS_LEN;
-	memcpy(out + n, ahs, ahs_len);
+	if (ahs_len) /* ahs may be NULL; memcpy(p, NULL, 0) is still UB */
+		memcpy(out + n, ahs, ahs_len);
 	n += ahs_len;
 	if (hd) {
 		put_le32(out + n, iscsi_crc32c(0, out, n));
 		n += 4;
 	}
 	size_t dstart = n;
-	memcpy(out + n, data, dsl);
+	if (dsl)
+		memcpy(out + n, data, dsl);
 	n += dsl;
 	while (n & 3)
 		out[n++] = 0;
