@@ -134,9 +134,18 @@ hl_log "ok: command counters: d0 r=$R0 w=$W0, d1 r=$R1 w=$W1 (deltas $N_R0/$N_W0
 # has no hits and all its reads are misses.
 CD="s['caches']['c0']['disks']['d0']"
 HITS=$(wait_equal "d0 hits" hlDiskReadHits "$D0" "$CD['read_hits']")
+if [ "$HITS" = 0 ]; then
+	# The hit mapping is only tested with hits to map. Seen once under
+	# load: every fill dropped in the first pass; a second pass re-reads
+	# blocks admitted by then (this does not touch the counted deltas above).
+	hl_log "no hits after the first pass (fills_dropped $(ctl "$CD['fills_dropped']")); reading again"
+	bench --workload uniform --range 8M --read 100 --count 500 --qd 1 "$HL_URL0"
+	HITS=$(wait_equal "d0 hits" hlDiskReadHits "$D0" "$CD['read_hits']")
+	R0=$(wait_equal "d0 reads" hlDiskReadCmds "$D0" "s['disks']['d0']['read_cmds']")
+fi
 MISSES=$(wait_equal "d0 misses" hlDiskReadMisses "$D0" "$CD['read_misses'] + $CD['read_bypass']")
 wait_equal "d0 partial hits" hlDiskReadPartialHits "$D0" "$CD['read_partial']" >/dev/null
-[ "$HITS" -gt 0 ] || hl_fail "no cache hits for d0: the workload should produce some"
+[ "$HITS" -gt 0 ] || hl_fail "no cache hits for d0 after two passes over 8 MiB (fills_dropped $(ctl "$CD['fills_dropped']")): a cache problem, see its stats in $T/stats.json"
 [ $((HITS + MISSES + $(sget hlDiskReadPartialHits "$D0"))) = "$R0" ] || hl_fail "d0: hits + partial + misses != reads"
 wait_equal "d0 bytes from cache" hlDiskBytesFromCache "$D0" "$CD['bytes_read_cache'] + $CD['bytes_read_ram']" >/dev/null
 wait_equal "d0 bytes from origin" hlDiskBytesFromOrigin "$D0" "$CD['bytes_read_origin']" >/dev/null
