@@ -1,0 +1,54 @@
+# tests/functional/cu_check.sh - sourced after lib.sh: judge one iscsi-test-cu
+# output the way compliance.sh does. CUnit counts a test that skipped part of
+# itself ("[SKIPPED] ...") as passed, so every skip is collected and must be
+# listed (as "| Suite.Test |") in docs/compliance.md, or the run fails.
+
+# hl_cu_check OUTFILE STATUS MIN_TESTS: fail on a missing summary, any failed
+# test, a test that did not run, fewer than MIN_TESTS tests, or an
+# undocumented skip. Sets CU_TOTAL CU_PASSED CU_FAILED CU_SKIPS.
+hl_cu_check() {
+	local out=$1 rc=$2 min=$3 doc=$HL_SRCDIR/docs/compliance.md
+	local total ran passed failed inactive key reason undocumented=0
+	read -r total ran passed failed inactive < <(awk '$1 == "tests" && NF == 6 {print $2, $3, $4, $5, $6}' "$out")
+	if [ -z "${total:-}" ]; then
+		tail -n 40 "$out" >&2
+		hl_fail "$out: no CUnit run summary (iscsi-test-cu status $rc)"
+	fi
+	awk '
+		/^Suite: / { suite = $2 }
+		/^  Test: / { test = $2 }
+		/\[SKIPPED\]/ {
+			r = $0; sub(/.*\[SKIPPED\] */, "", r)
+			key = suite "." test
+			if (!(key in seen)) { seen[key] = 1; print key "\t" r }
+		}' "$out" >"$out.skips"
+	while IFS=$'\t' read -r key reason; do
+		if ! grep -Fq "| $key |" "$doc" 2>/dev/null; then
+			echo "UNDOCUMENTED SKIP: $key: $reason" >&2
+			undocumented=$((undocumented + 1))
+		fi
+	done <"$out.skips"
+	CU_TOTAL=$total CU_PASSED=$passed CU_FAILED=$failed CU_SKIPS=$(wc -l <"$out.skips")
+	hl_log "$(basename "$out"): $total tests, $ran ran, $passed passed, $failed failed, $inactive inactive, $CU_SKIPS skipped inside a test (status $rc)"
+	if [ "$failed" != 0 ] || [ "$rc" != 0 ]; then
+		grep -E -A6 '\.\.\.FAILED' "$out" >&2
+		hl_fail "$failed conformance test(s) failed (iscsi-test-cu status $rc)"
+	fi
+	[ "$ran" = "$total" ] && [ "$inactive" = 0 ] || hl_fail "not every selected test ran"
+	[ "$total" -ge "$min" ] || hl_fail "only $total tests selected (want >= $min)"
+	[ "$undocumented" = 0 ] || hl_fail "$undocumented skip(s) not listed in docs/compliance.md"
+}
+
+# hl_cu_run OUTFILE TIMEOUT ARGS...: iscsi-test-cu ARGS under a time limit;
+# a hang fails with the test it happened in. Sets CU_RC.
+hl_cu_run() {
+	local out=$1 limit=$2
+	shift 2
+	CU_RC=0
+	timeout -k 5 "$limit" iscsi-test-cu "$@" >"$out" 2>&1 || CU_RC=$?
+	if [ $CU_RC = 124 ] || [ $CU_RC = 137 ]; then
+		tail -n 20 "$out" >&2
+		tail -n 20 "${HL_LOG:-/dev/null}" >&2
+		hl_fail "iscsi-test-cu hung in $(grep -E '^Suite: |^  Test: ' "$out" | tail -2 | tr -s ' \n' ' ')(killed after $limit s)"
+	fi
+}

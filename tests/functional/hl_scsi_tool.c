@@ -1,0 +1,420 @@
+/*
+ * hl_scsi_tool.c - a small libiscsi (sync API) client for the functional
+ * tests of the SCSI layer's hypervisor commands: it owns the COMPARE AND
+ * WRITE hammer (caw_concurrency.sh) and one-shot persistent reservation
+ * commands (pr_restart.sh). Built as a check program; never installed.
+ *
+ *   hl_scsi_tool caw URL[,URL2] CLIENTS ITERATIONS
+ *       CLIENTS threads, each with its own session (alternating between the
+ *       URLs), increment a counter in LBA 16 with COMPARE AND WRITE (read,
+ *       CAW old -> old + 1, retry on MISCOMPARE) while writing their own
+ *       neighbouring block (15, 17, 14, 18, ...) on every round. Checks: the
+ *       counter equals the number of successful CAWs, no MISCOMPARE when the
+ *       block still held the compared value (the counter only grows, so an
+ *       unchanged block proves the miscompare false), each neighbour holds
+ *       its owner's last write. Exit 0 when all hold, 1 otherwise.
+ *
+ *   hl_scsi_tool pr URL ISID OP [ARGS]
+ *       One command in a fresh session whose initiator port is fixed by
+ *       ISID (a number), so that separate runs are the same I_T nexus.
+ *       OP: register KEY SAKEY APTPL | register-ignore SAKEY APTPL |
+ *           reserve KEY TYPE | release KEY TYPE | preempt KEY SAKEY TYPE |
+ *           clear KEY | read-keys | read-rsv | caps | write LBA | read LBA
+ *       Prints one line: GOOD, CONFLICT or CHECK <key>/<asc>/<ascq> for OUT
+ *       commands and writes; for IN commands "gen G keys K1 K2 ...",
+ *       "gen G type T key K" (or "gen G none"), "ptpl_c C ptpl_a A".
+ *       Exit 0 when the command completed (whatever its status), 2 on a
+ *       usage or connection error.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+
+#define CAW_LBA 16
+#define BS_MAX  4096
+
+static const char *urls[2];
+static int n_urls;
+static int block_size = 512;
+
+/* Log in to url as initiator `iname` (ISID from isid when non-zero); NULL on failure. */
+static struct iscsi_context *login(const char *url, const char *iname, uint32_t isid, int *lun)
+{
+	struct iscsi_context *iscsi = iscsi_create_context(iname);
+	struct iscsi_url *u;
+
+	if (!iscsi)
+		return NULL;
+	u = iscsi_parse_full_url(iscsi, url);
+	if (!u) {
+		fprintf(stderr, "bad URL %s: %s\n", url, iscsi_get_error(iscsi));
+		iscsi_destroy_context(iscsi);
+		return NULL;
+	}
+	if (isid)
+		iscsi_set_isid_random(iscsi, isid, 0);
+	iscsi_set_targetname(iscsi, u->target);
+	iscsi_set_session_type(iscsi, ISCSI_SESSION_NORMAL);
+	iscsi_set_header_digest(iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
+	*lun = u->lun;
+	if (iscsi_full_connect_sync(iscsi, u->portal, u->lun) != 0) {
+		fprintf(stderr, "login to %s failed: %s\n", url, iscsi_get_error(iscsi));
+		iscsi_destroy_url(u);
+		iscsi_destroy_context(iscsi);
+		return NULL;
+	}
+	iscsi_destroy_url(u);
+	return iscsi;
+}
+
+static void logout(struct iscsi_context *iscsi)
+{
+	iscsi_logout_sync(iscsi);
+	iscsi_destroy_context(iscsi);
+}
+
+/* Clear the unit attentions a new session starts with. */
+static void clear_ua(struct iscsi_context *iscsi, int lun)
+{
+	for (int i = 0; i < 8; i++) {
+		struct scsi_task *t = iscsi_testunitready_sync(iscsi, lun);
+		bool ua = t && t->status == SCSI_STATUS_CHECK_CONDITION &&
+		          t->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+		if (t)
+			scsi_free_scsi_task(t);
+		if (!ua)
+			return;
+	}
+}
+
+/* ---------------------------------------------------------------- caw */
+
+struct client {
+	pthread_t thread;
+	int id;
+	int iterations;
+	uint64_t lba; /* the neighbour block it owns */
+	/* results */
+	unsigned long cas_ok, miscompares, false_miscompares, errors;
+	uint64_t last_seq;
+};
+
+static void fill_pattern(uint8_t *b, int id, uint64_t seq)
+{
+	for (int i = 0; i < block_size; i += 16) {
+		memcpy(b + i, &seq, 8);
+		uint64_t tag = 0x484c000000000000ull | (uint64_t)id << 32 | (uint32_t)i;
+		memcpy(b + i + 8, &tag, 8);
+	}
+}
+
+static bool read_block(struct iscsi_context *iscsi, int lun, uint64_t lba, uint8_t *out)
+{
+	struct scsi_task *t =
+	    iscsi_read16_sync(iscsi, lun, lba, (uint32_t)block_size, block_size, 0, 0, 0, 0, 0);
+	bool ok = t && t->status == SCSI_STATUS_GOOD && t->datain.size == block_size;
+
+	if (ok)
+		memcpy(out, t->datain.data, (size_t)block_size);
+	if (t)
+		scsi_free_scsi_task(t);
+	return ok;
+}
+
+static void *client_run(void *arg)
+{
+	struct client *c = arg;
+	char iname[128];
+	int lun;
+	uint8_t cur[BS_MAX], buf[2 * BS_MAX], nb[BS_MAX];
+
+	snprintf(iname, sizeof(iname), "iqn.2026-11.io.hotlun.test:caw-%d", c->id);
+	struct iscsi_context *iscsi = login(urls[c->id % n_urls], iname, 0, &lun);
+	if (!iscsi) {
+		c->errors++;
+		return NULL;
+	}
+	clear_ua(iscsi, lun);
+	for (int it = 0; it < c->iterations && c->errors < 10;) {
+		/* a plain write next door, racing the other clients' CAWs */
+		fill_pattern(nb, c->id, (uint64_t)it + 1);
+		struct scsi_task *t = iscsi_write16_sync(iscsi, lun, c->lba, nb, (uint32_t)block_size,
+		                                         block_size, 0, 0, 0, 0, 0);
+		if (!t || t->status != SCSI_STATUS_GOOD)
+			c->errors++;
+		else
+			c->last_seq = (uint64_t)it + 1;
+		if (t)
+			scsi_free_scsi_task(t);
+
+		if (!read_block(iscsi, lun, CAW_LBA, cur)) {
+			c->errors++;
+			continue;
+		}
+		uint64_t v;
+		memcpy(&v, cur, 8);
+		memcpy(buf, cur, (size_t)block_size);
+		memcpy(buf + block_size, cur, (size_t)block_size);
+		uint64_t nv = v + 1;
+		memcpy(buf + block_size, &nv, 8);
+		buf[block_size + 8] = (uint8_t)c->id;
+		t = iscsi_compareandwrite_sync(iscsi, lun, CAW_LBA, buf, 2u * (uint32_t)block_size,
+		                               block_size, 0, 0, 0, 0, 0);
+		if (t && t->status == SCSI_STATUS_GOOD) {
+			c->cas_ok++;
+			it++;
+		} else if (t && t->status == SCSI_STATUS_CHECK_CONDITION &&
+		           t->sense.key == SCSI_SENSE_MISCOMPARE) {
+			c->miscompares++;
+			uint8_t now[BS_MAX];
+			uint64_t nowv;
+			/* the counter only grows: if it still reads v, nobody changed it */
+			if (read_block(iscsi, lun, CAW_LBA, now)) {
+				memcpy(&nowv, now, 8);
+				if (nowv == v)
+					c->false_miscompares++;
+			}
+		} else {
+			fprintf(stderr, "client %d: COMPARE AND WRITE status %d sense %x/%04x\n",
+			        c->id, t ? t->status : -1, t ? t->sense.key : 0,
+			        t ? t->sense.ascq : 0);
+			c->errors++;
+		}
+		if (t)
+			scsi_free_scsi_task(t);
+	}
+	logout(iscsi);
+	return NULL;
+}
+
+static int cmd_caw(int nclients, int iterations)
+{
+	struct client cl[64];
+	uint8_t zero[BS_MAX] = {0}, b[BS_MAX];
+	int lun, rc = 0;
+
+	if (nclients < 1 || nclients > 64 || iterations < 1)
+		return 2;
+	struct iscsi_context *iscsi = login(urls[0], "iqn.2026-11.io.hotlun.test:caw-main", 0, &lun);
+	if (!iscsi)
+		return 2;
+	clear_ua(iscsi, lun);
+	struct scsi_task *t = iscsi_readcapacity16_sync(iscsi, lun);
+	if (t && t->status == SCSI_STATUS_GOOD) {
+		struct scsi_readcapacity16 *rc16 = scsi_datain_unmarshall(t);
+		if (rc16 && rc16->block_length <= BS_MAX)
+			block_size = (int)rc16->block_length;
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+	/* the counter starts at 0 */
+	t = iscsi_write16_sync(iscsi, lun, CAW_LBA, zero, (uint32_t)block_size, block_size, 0, 0, 0,
+	                       0, 0);
+	if (!t || t->status != SCSI_STATUS_GOOD) {
+		fprintf(stderr, "cannot zero the counter block\n");
+		return 2;
+	}
+	scsi_free_scsi_task(t);
+
+	for (int i = 0; i < nclients; i++) {
+		memset(&cl[i], 0, sizeof(cl[i]));
+		cl[i].id = i;
+		cl[i].iterations = iterations;
+		cl[i].lba = i % 2 == 0 ? CAW_LBA - 1 - (uint64_t)i / 2 : CAW_LBA + 1 + (uint64_t)i / 2;
+		if (pthread_create(&cl[i].thread, NULL, client_run, &cl[i]) != 0)
+			return 2;
+	}
+	unsigned long ok = 0, mis = 0, fmis = 0, err = 0;
+	for (int i = 0; i < nclients; i++) {
+		pthread_join(cl[i].thread, NULL);
+		ok += cl[i].cas_ok;
+		mis += cl[i].miscompares;
+		fmis += cl[i].false_miscompares;
+		err += cl[i].errors;
+	}
+	uint64_t v = 0;
+	if (!read_block(iscsi, lun, CAW_LBA, b)) {
+		fprintf(stderr, "cannot read the counter\n");
+		rc = 1;
+	}
+	memcpy(&v, b, 8);
+	printf("clients %d successful_caw %lu miscompares %lu false_miscompares %lu errors %lu "
+	       "counter %" PRIu64 "\n",
+	       nclients, ok, mis, fmis, err, v);
+	if (v != ok || ok != (unsigned long)nclients * (unsigned long)iterations) {
+		fprintf(stderr, "LOST UPDATE: counter %" PRIu64 ", successful CAWs %lu\n", v, ok);
+		rc = 1;
+	}
+	if (fmis || err)
+		rc = 1;
+	for (int i = 0; i < nclients; i++) {
+		uint8_t want[BS_MAX];
+		fill_pattern(want, i, cl[i].last_seq);
+		if (!read_block(iscsi, lun, cl[i].lba, b) || memcmp(b, want, (size_t)block_size)) {
+			fprintf(stderr, "neighbour block %" PRIu64 " of client %d is not its last write\n",
+			        cl[i].lba, i);
+			rc = 1;
+		}
+	}
+	logout(iscsi);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- pr */
+
+static void print_status(const struct scsi_task *t)
+{
+	if (!t)
+		printf("ERROR\n");
+	else if (t->status == SCSI_STATUS_GOOD)
+		printf("GOOD\n");
+	else if (t->status == SCSI_STATUS_RESERVATION_CONFLICT)
+		printf("CONFLICT\n");
+	else if (t->status == SCSI_STATUS_CHECK_CONDITION)
+		printf("CHECK %x/%02x/%02x\n", t->sense.key, (t->sense.ascq >> 8) & 0xff,
+		       t->sense.ascq & 0xff);
+	else
+		printf("STATUS %d\n", t->status);
+}
+
+static uint64_t num(const char *s)
+{
+	return strtoull(s, NULL, 0);
+}
+
+static int cmd_pr(uint32_t isid, int argc, char **argv)
+{
+	char iname[128];
+	int lun;
+
+	if (argc < 1)
+		return 2;
+	snprintf(iname, sizeof(iname), "iqn.2026-11.io.hotlun.test:pr-%" PRIu32, isid);
+	struct iscsi_context *iscsi = login(urls[0], iname, isid, &lun);
+	if (!iscsi)
+		return 2;
+	clear_ua(iscsi, lun);
+
+	const char *op = argv[0];
+	struct scsi_persistent_reserve_out_basic p;
+	struct scsi_task *t = NULL;
+	int sa = -1, type = 0;
+
+	memset(&p, 0, sizeof(p));
+	if (!strcmp(op, "register") && argc == 4) {
+		sa = SCSI_PERSISTENT_RESERVE_REGISTER;
+		p.reservation_key = num(argv[1]);
+		p.service_action_reservation_key = num(argv[2]);
+		p.aptpl = (uint8_t)num(argv[3]);
+	} else if (!strcmp(op, "register-ignore") && argc == 3) {
+		sa = SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY;
+		p.service_action_reservation_key = num(argv[1]);
+		p.aptpl = (uint8_t)num(argv[2]);
+	} else if ((!strcmp(op, "reserve") || !strcmp(op, "release")) && argc == 3) {
+		sa = !strcmp(op, "reserve") ? SCSI_PERSISTENT_RESERVE_RESERVE
+		                            : SCSI_PERSISTENT_RESERVE_RELEASE;
+		p.reservation_key = num(argv[1]);
+		type = (int)num(argv[2]);
+	} else if (!strcmp(op, "preempt") && argc == 4) {
+		sa = SCSI_PERSISTENT_RESERVE_PREEMPT;
+		p.reservation_key = num(argv[1]);
+		p.service_action_reservation_key = num(argv[2]);
+		type = (int)num(argv[3]);
+	} else if (!strcmp(op, "clear") && argc == 2) {
+		sa = SCSI_PERSISTENT_RESERVE_CLEAR;
+		p.reservation_key = num(argv[1]);
+	}
+	if (sa >= 0) {
+		t = iscsi_persistent_reserve_out_sync(iscsi, lun, sa, 0, type, &p);
+		print_status(t);
+	} else if (!strcmp(op, "read-keys") || !strcmp(op, "read-rsv") || !strcmp(op, "caps")) {
+		int in_sa = !strcmp(op, "read-keys") ? SCSI_PERSISTENT_RESERVE_READ_KEYS
+		            : !strcmp(op, "read-rsv") ? SCSI_PERSISTENT_RESERVE_READ_RESERVATION
+		                                      : SCSI_PERSISTENT_RESERVE_REPORT_CAPABILITIES;
+		t = iscsi_persistent_reserve_in_sync(iscsi, lun, in_sa, 1024);
+		if (!t || t->status != SCSI_STATUS_GOOD) {
+			print_status(t);
+		} else {
+			const uint8_t *d = t->datain.data;
+			int n = t->datain.size;
+			uint32_t gen = n >= 4 ? (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 |
+			                            (uint32_t)d[2] << 8 | d[3]
+			                      : 0;
+			uint32_t len = n >= 8 ? (uint32_t)d[4] << 24 | (uint32_t)d[5] << 16 |
+			                            (uint32_t)d[6] << 8 | d[7]
+			                      : 0;
+			if (!strcmp(op, "caps")) {
+				printf("ptpl_c %d ptpl_a %d\n", n > 2 ? d[2] & 1 : -1,
+				       n > 3 ? d[3] & 1 : -1);
+			} else if (!strcmp(op, "read-keys")) {
+				printf("gen %" PRIu32 " keys", gen);
+				for (uint32_t o = 8; o + 8 <= 8 + len && (int)o + 8 <= n; o += 8) {
+					uint64_t k = 0;
+					for (int i = 0; i < 8; i++)
+						k = k << 8 | d[o + (uint32_t)i];
+					printf(" 0x%" PRIx64, k);
+				}
+				printf("\n");
+			} else if (len >= 16 && n >= 24) {
+				uint64_t k = 0;
+				for (int i = 0; i < 8; i++)
+					k = k << 8 | d[8 + i];
+				printf("gen %" PRIu32 " type %d key 0x%" PRIx64 "\n", gen, d[21] & 0x0f,
+				       k);
+			} else {
+				printf("gen %" PRIu32 " none\n", gen);
+			}
+		}
+	} else if ((!strcmp(op, "write") || !strcmp(op, "read")) && argc == 2) {
+		uint8_t b[BS_MAX];
+		memset(b, 0x5a, sizeof(b));
+		if (!strcmp(op, "write"))
+			t = iscsi_write16_sync(iscsi, lun, num(argv[1]), b, 512, 512, 0, 0, 0, 0, 0);
+		else
+			t = iscsi_read16_sync(iscsi, lun, num(argv[1]), 512, 512, 0, 0, 0, 0, 0);
+		print_status(t);
+	} else {
+		fprintf(stderr, "unknown pr operation or wrong arguments: %s\n", op);
+		logout(iscsi);
+		return 2;
+	}
+	int rc = t ? 0 : 2;
+	if (!t)
+		fprintf(stderr, "%s: %s\n", op, iscsi_get_error(iscsi));
+	if (t)
+		scsi_free_scsi_task(t);
+	logout(iscsi);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 3) {
+		char *u = strdup(argv[2]);
+		char *comma = u ? strchr(u, ',') : NULL;
+		if (!u)
+			return 2;
+		urls[0] = u;
+		n_urls = 1;
+		if (comma) {
+			*comma = '\0';
+			urls[1] = comma + 1;
+			n_urls = 2;
+		}
+		if (!strcmp(argv[1], "caw") && argc == 5)
+			return cmd_caw(atoi(argv[3]), atoi(argv[4]));
+		if (!strcmp(argv[1], "pr") && argc >= 5)
+			return cmd_pr((uint32_t)num(argv[3]), argc - 4, argv + 4);
+	}
+	fprintf(stderr, "usage: %s caw URL[,URL2] CLIENTS ITERATIONS\n"
+	                "       %s pr URL ISID OP [ARGS]\n",
+	        argv[0], argv[0]);
+	return 2;
+}
