@@ -33,6 +33,7 @@ struct scsi_lu_nexus {
 	uint64_t nexus_id;
 	char initiator_port[272]; /* copied from the nexus, to match PR registrations */
 	uint16_t rel_port;        /* relative target port identifier, 0 when unknown */
+	uint16_t tpg_id;          /* its target port group (ALUA), 0 when unknown */
 	uint8_t n_ua;
 	struct {
 		uint8_t asc, ascq;
@@ -310,6 +311,7 @@ enum scsi_exec_result spc_request_sense(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_test_unit_ready(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_mode_sense(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd);
 
 /* ---- sbc.c: block commands ---- */
 

@@ -36,6 +36,7 @@ static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
 	b[2] = 0x06;        /* SPC-4 */
 	b[3] = 0x10 | 0x02; /* HISUP, response data format 2 */
 	b[4] = INQ_STD_LEN - 5;
+	b[5] = 0x10; /* TPGS 01b: implicit ALUA (REPORT TARGET PORT GROUPS, no SET) */
 	b[7] = 0x02; /* CMDQUE */
 	put_padded(b + 8, VENDOR_ID, 8);
 	put_padded(b + 16, PRODUCT_ID, 16);
@@ -472,5 +473,78 @@ enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd)
 	}
 	len = put_one_command(buf, d, rctd);
 	scsi_data_in(cmd, buf, len, alloc);
+	return SCSI_DONE;
+}
+
+/* ---- REPORT TARGET PORT GROUPS (MAINTENANCE IN / 0Ah) ---- */
+
+#define RTPG_MAX_PORTS 64
+
+/*
+ * One target port group per iSCSI portal group (TPG id = TPGT, relative port
+ * id = TPGT): every port is active/optimized, the only state offered, so a
+ * host with paths through several portals uses them all. The ports listed
+ * are the asking nexus's and those of every nexus the LU has seen.
+ */
+enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	bool extended = (cmd->cdb[1] >> 5) == 1;
+	uint32_t alloc = hl_get_be32(cmd->cdb + 6);
+	struct {
+		uint16_t tpg, rel;
+	} ports[RTPG_MAX_PORTS];
+	unsigned n = 0;
+	const struct hl_scsi_port *me = cmd->nexus ? cmd->nexus->port : NULL;
+	struct scsi_lu_nexus *ln;
+
+	ports[n].tpg = me ? me->tpg_id : 1;
+	ports[n].rel = me ? me->rel_port_id : 1;
+	n++;
+	pthread_mutex_lock(&lu->lock);
+	hl_list_for_each_entry(ln, &lu->nexuses, link)
+	{
+		bool seen = !ln->tpg_id || !ln->rel_port;
+		for (unsigned i = 0; i < n && !seen; i++)
+			seen = ports[i].tpg == ln->tpg_id && ports[i].rel == ln->rel_port;
+		if (!seen && n < RTPG_MAX_PORTS) {
+			ports[n].tpg = ln->tpg_id;
+			ports[n].rel = ln->rel_port;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&lu->lock);
+
+	uint8_t buf[8 + RTPG_MAX_PORTS * (8 + 4)];
+	uint32_t off = extended ? 8 : 4;
+	bool done[RTPG_MAX_PORTS] = {false};
+
+	memset(buf, 0, sizeof(buf));
+	for (unsigned i = 0; i < n; i++) {
+		if (done[i])
+			continue;
+		uint8_t *g = buf + off;
+		g[0] = 0x00; /* PREF 0, asymmetric access state 0: active/optimized */
+		g[1] = 0x01; /* AO_SUP */
+		hl_put_be16(g + 2, ports[i].tpg);
+		g[5] = 0x00; /* status code: no transition */
+		off += 8;
+		uint8_t count = 0;
+		for (unsigned j = i; j < n; j++) {
+			if (done[j] || ports[j].tpg != ports[i].tpg)
+				continue;
+			done[j] = true;
+			hl_put_be16(buf + off + 2, ports[j].rel);
+			off += 4;
+			count++;
+		}
+		g[7] = count;
+	}
+	hl_put_be32(buf, off - 4);
+	if (extended) {
+		buf[4] = 0x10; /* FORMAT TYPE 001b */
+		buf[5] = 0;    /* implicit transition time: none */
+	}
+	scsi_data_in(cmd, buf, off, alloc);
 	return SCSI_DONE;
 }

@@ -54,6 +54,7 @@ static struct scsi_lu_nexus *nexus_get(struct hl_lu *lu, const struct hl_scsi_ne
 	if (nexus) {
 		hl_strlcpy(n->initiator_port, nexus->initiator_port, sizeof(n->initiator_port));
 		n->rel_port = nexus->port ? nexus->port->rel_port_id : 0;
+		n->tpg_id = nexus->port ? nexus->port->tpg_id : 0;
 	}
 	scsi_ua_push(n, SCSI_ASC_POWER_ON_RESET);
 	hl_list_add_tail(&lu->nexuses, &n->link);

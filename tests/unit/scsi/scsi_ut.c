@@ -81,6 +81,7 @@ static void test_inquiry_standard(void)
 	CU_ASSERT_EQUAL(buf[2], 0x06);
 	CU_ASSERT_EQUAL(buf[3], 0x12);
 	CU_ASSERT_EQUAL(buf[4], 91);
+	CU_ASSERT_EQUAL(buf[5] & 0x30, 0x10); /* TPGS: implicit ALUA */
 	CU_ASSERT_EQUAL(buf[7] & 0x02, 0x02);
 	CU_ASSERT_EQUAL(memcmp(buf + 8, "HOTLUN  hotlun disk     ", 24), 0);
 	CU_ASSERT_EQUAL(hl_get_be16(buf + 60), 0x0460);
@@ -1098,6 +1099,53 @@ static void test_request_sense_reports_and_clears_ua(void)
 	lu_teardown();
 }
 
+static void test_report_target_port_groups(void)
+{
+	static const struct hl_scsi_port port2 = {
+	    .name = "iqn.2026-11.io.hotlun:t0,t,0x0002", .rel_port_id = 2, .tpg_id = 2};
+	struct hl_scsi_nexus nexus_c = {
+	    .id = 3, .initiator_port = "iqn.2026-11.test:c,i,0x000000000003", .port = &port2};
+	struct tcmd t;
+	uint8_t cdb[12] = {0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+	uint8_t tur[6] = {0}, buf[256];
+
+	lu_setup();
+	/* one port seen: one group, active/optimized, holding relative port 1 */
+	run(&t, cdb, 12, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(hl_get_be32(buf), 12);
+	CU_ASSERT_EQUAL(t.cmd.data_in_len, 16);
+	CU_ASSERT_EQUAL(buf[4] & 0x0f, 0); /* active/optimized */
+	CU_ASSERT_EQUAL(buf[5] & 0x01, 1); /* AO_SUP */
+	CU_ASSERT_EQUAL(hl_get_be16(buf + 6), port.tpg_id);
+	CU_ASSERT_EQUAL(buf[11], 1);
+	CU_ASSERT_EQUAL(hl_get_be16(buf + 14), port.rel_port_id);
+	/* a nexus through a second portal group adds its group */
+	run_full(&t, &nexus_c, 0, tur, 6, NULL, 0, false);
+	cdb[1] = 0x2a; /* extended header */
+	run(&t, cdb, 12, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(hl_get_be32(buf), 4 + 2 * 12);
+	CU_ASSERT_EQUAL(buf[4], 0x10);
+	CU_ASSERT_EQUAL(hl_get_be16(buf + 8 + 2), 1);
+	CU_ASSERT_EQUAL(hl_get_be16(buf + 8 + 8 + 2), 1);
+	CU_ASSERT_EQUAL(hl_get_be16(buf + 20 + 2), 2);
+	CU_ASSERT_EQUAL(hl_get_be16(buf + 20 + 8 + 2), 2);
+	/* short allocation length: cut, length field intact */
+	cdb[1] = 0x0a;
+	cdb[8] = 0;
+	cdb[9] = 4;
+	run(&t, cdb, 12, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(t.cmd.data_in_len, 4);
+	CU_ASSERT_EQUAL(hl_get_be32(buf), 24);
+	/* parameter data format 010b is reserved */
+	cdb[1] = 0x4a;
+	run(&t, cdb, 12, buf, sizeof(buf), false);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+	lu_teardown();
+}
+
 static void test_lu_create_rejects_bad_geometry(void)
 {
 	struct hl_lu_config cfg = test_cfg();
@@ -1118,6 +1166,7 @@ static const struct hl_test tests[] = {
     {"INQUIRY standard data", test_inquiry_standard},
     {"INQUIRY allocation length honoured", test_inquiry_alloc_length},
     {"INQUIRY invalid fields", test_inquiry_bad_fields},
+    {"REPORT TARGET PORT GROUPS", test_report_target_port_groups},
     {"VPD 00 lists only pages that answer", test_vpd_supported_pages_all_answer},
     {"VPD 80 serial", test_vpd_serial},
     {"VPD 83 designators", test_vpd83_layout},
