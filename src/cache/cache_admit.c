@@ -51,7 +51,8 @@ static int sketch_init(struct hl_admit *a, uint64_t nslots, bool doorkeeper)
 	if (!a->words)
 		return -ENOMEM;
 	if (doorkeeper) {
-		a->door_bits = pow2_at_least(nslots * 4);
+		/* At least one 64-bit word: door[] is indexed by bit / 64. */
+		a->door_bits = pow2_at_least(HL_MAX(nslots * 4, 64));
 		a->door = calloc(a->door_bits / 64, sizeof(uint64_t));
 		if (!a->door) {
 			free(a->words);

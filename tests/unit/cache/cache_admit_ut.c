@@ -123,6 +123,24 @@ static void test_nhit(void)
 	hl_admit_destroy(a);
 }
 
+/*
+ * A cache of a few slots: the doorkeeper used to get 0 words (nslots * 4 < 64
+ * bits) and every access read and wrote past it (ASan: heap-buffer-overflow).
+ */
+static void test_tiny_cache(void)
+{
+	struct hl_admit *a;
+	uint64_t k = cache_key(2, 5);
+
+	for (uint64_t nslots = 0; nslots <= 16; nslots++) {
+		CU_ASSERT_FATAL(hl_admit_create(HL_ADMIT_FREQ, nslots, 0, &a) == 0);
+		for (int i = 0; i < 3; i++)
+			hl_admit_access(a, k, true);
+		CU_ASSERT_TRUE(hl_admit_estimate(a, k) >= 1);
+		hl_admit_destroy(a);
+	}
+}
+
 static const struct hl_test tests[] = {
     {"parse and ops table", test_parse},
     {"sketch counts, doorkeeper, saturation", test_sketch_counts},
@@ -130,6 +148,7 @@ static const struct hl_test tests[] = {
     {"freq: candidate vs victim, free space", test_freq_vs_victim},
     {"always admits", test_always},
     {"nhit:N admits on the Nth miss", test_nhit},
+    {"freq on a cache of 0..16 slots", test_tiny_cache},
     {NULL, NULL},
 };
 
