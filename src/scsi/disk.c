@@ -46,6 +46,11 @@ CMD(reserve6, "RESERVE(6)", spc_reserve, INFO, 6,
     0x16, 0x00, 0x00, 0x00, 0x00, 0x00);
 CMD(release6, "RELEASE(6)", spc_release, INFO | SCSI_F_RSV2_ALLOW, 6,
     0x17, 0x00, 0x00, 0x00, 0x00, 0x00);
+/* MODE SELECT: PF, SP; conflicts under reservations like any state change */
+CMD(mode_select6, "MODE SELECT(6)", spc_mode_select, SCSI_F_DATA_OUT, 6,
+    0x15, 0x11, 0x00, 0x00, 0xff, 0x00);
+CMD(mode_select10, "MODE SELECT(10)", spc_mode_select, SCSI_F_DATA_OUT, 10,
+    0x55, 0x11, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00);
 CMD(mode_sense6, "MODE SENSE(6)", spc_mode_sense, SCSI_F_PR_READ, 6,
     0x1a, 0x08, 0xff, 0xff, 0xff, 0x00);
 CMD(start_stop_unit, "START STOP UNIT", sbc_start_stop, 0, 6,
@@ -167,6 +172,7 @@ const struct scsi_opcode scsi_disk_ops[256] = {
 	[0x08] = ONE(read6),
 	[0x0a] = ONE(write6),
 	[0x12] = ONE(inquiry),
+	[0x15] = ONE(mode_select6),
 	[0x16] = ONE(reserve6),
 	[0x17] = ONE(release6),
 	[0x1a] = ONE(mode_sense6),
@@ -180,6 +186,7 @@ const struct scsi_opcode scsi_disk_ops[256] = {
 	[0x35] = ONE(sync_cache10),
 	[0x41] = ONE(write_same10),
 	[0x42] = ONE(unmap),
+	[0x55] = ONE(mode_select10),
 	[0x56] = ONE(reserve10),
 	[0x57] = ONE(release10),
 	[0x5a] = ONE(mode_sense10),

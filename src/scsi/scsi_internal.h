@@ -310,6 +310,7 @@ enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_request_sense(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_test_unit_ready(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_mode_sense(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_mode_select(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd);
 

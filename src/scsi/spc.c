@@ -381,6 +381,116 @@ enum scsi_exec_result spc_mode_sense(struct hl_scsi_cmd *cmd)
 	return SCSI_DONE;
 }
 
+/* ---- MODE SELECT ---- */
+
+/*
+ * Nothing is changeable (MODE SENSE's changeable values are all 0): WCE
+ * cannot be honoured off, buffered origins always cache writes until
+ * SYNCHRONIZE CACHE or FUA. So MODE SELECT accepts exactly what MODE SENSE
+ * reports as current (what an initiator writes back after reading it) and
+ * rejects any change with INVALID FIELD IN PARAMETER LIST pointing at the
+ * first byte that differs.
+ */
+enum scsi_exec_result spc_mode_select(struct hl_scsi_cmd *cmd)
+{
+	const struct hl_lu *lu = cmd->lu;
+	bool ten = cmd->cdb[0] == 0x55;
+	uint32_t plen = ten ? hl_get_be16(cmd->cdb + 7) : cmd->cdb[4];
+	uint32_t hdr = ten ? 8 : 4;
+	const uint8_t *d = cmd->data;
+	uint8_t cur[64];
+
+	cmd->xfer_len = plen;
+	if (cmd->cdb[1] & 0x01) { /* SP: pages cannot be saved */
+		scsi_sense_invalid_cdb(cmd, 1, 0);
+		return SCSI_DONE;
+	}
+	if (plen == 0) {
+		scsi_set_good(cmd);
+		return SCSI_DONE;
+	}
+	if (scsi_dout_len(cmd) < plen) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
+		return SCSI_DONE;
+	}
+	if (plen < hdr) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+		return SCSI_DONE;
+	}
+	/* header: MODE DATA LENGTH and the device-specific parameter are reserved here */
+	uint32_t medium = ten ? 2 : 1;
+	if (d[medium] != 0) {
+		scsi_sense_invalid_param(cmd, (uint16_t)medium, -1);
+		return SCSI_DONE;
+	}
+	bool longlba = ten && (d[4] & 0x01);
+	uint32_t bd_len = ten ? hl_get_be16(d + 6) : d[3];
+	uint32_t bd_size = longlba ? 16 : 8;
+	if (bd_len % bd_size || bd_len > bd_size || hdr + bd_len > plen) {
+		scsi_sense_invalid_param(cmd, (uint16_t)(ten ? 6 : 3), -1);
+		return SCSI_DONE;
+	}
+	if (bd_len) {
+		/* one block descriptor: the number of blocks may be 0 (unchanged) or the
+		 * current one, the block length must be the current one */
+		const uint8_t *bd = d + hdr;
+		uint64_t nb = longlba ? hl_get_be64(bd) : hl_get_be32(bd);
+		uint64_t cur_nb = longlba ? lu->num_blocks : HL_MIN(lu->num_blocks, UINT32_MAX);
+		uint32_t bl = longlba ? hl_get_be32(bd + 12)
+		                      : (uint32_t)bd[5] << 16 | (uint32_t)bd[6] << 8 | bd[7];
+		if (nb != 0 && nb != cur_nb) {
+			scsi_sense_invalid_param(cmd, (uint16_t)hdr, -1);
+			return SCSI_DONE;
+		}
+		if (bl != lu->block_size) {
+			scsi_sense_invalid_param(cmd, (uint16_t)(hdr + (longlba ? 12 : 5)), -1);
+			return SCSI_DONE;
+		}
+	}
+	for (uint32_t off = hdr + bd_len; off < plen;) {
+		if (plen - off < 2) {
+			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+			return SCSI_DONE;
+		}
+		const uint8_t *pg = d + off;
+		uint8_t code = pg[0] & 0x3f;
+		uint32_t len = 2u + pg[1];
+		uint32_t cur_len = 0;
+		if (pg[0] & 0x40) { /* SPF: no page here has subpages */
+			scsi_sense_invalid_param(cmd, (uint16_t)off, 6);
+			return SCSI_DONE;
+		}
+		for (unsigned i = 0; i < HL_ARRAY_SIZE(mode_pages); i++) {
+			if (mode_pages[i].page == code) {
+				memset(cur, 0, sizeof(cur));
+				cur_len = mode_pages[i].build(lu, PC_CURRENT, cur);
+			}
+		}
+		if (!cur_len) {
+			scsi_sense_invalid_param(cmd, (uint16_t)off, 5);
+			return SCSI_DONE;
+		}
+		if (len != cur_len) {
+			scsi_sense_invalid_param(cmd, (uint16_t)(off + 1), -1);
+			return SCSI_DONE;
+		}
+		if (off + len > plen) {
+			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+			return SCSI_DONE;
+		}
+		/* byte 0 bit 7 (PS) is reserved in MODE SELECT: not compared */
+		for (uint32_t i = 2; i < len; i++) {
+			if (pg[i] != cur[i]) {
+				scsi_sense_invalid_param(cmd, (uint16_t)(off + i), -1);
+				return SCSI_DONE;
+			}
+		}
+		off += len;
+	}
+	scsi_set_good(cmd);
+	return SCSI_DONE;
+}
+
 /* ---- REPORT SUPPORTED OPERATION CODES ---- */
 
 #define RSOC_TIMEOUTS_LEN 12

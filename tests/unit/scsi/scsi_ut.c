@@ -1146,6 +1146,78 @@ static void test_report_target_port_groups(void)
 	lu_teardown();
 }
 
+static void test_mode_select_accepts_current_rejects_changes(void)
+{
+	struct tcmd t;
+	uint8_t ms6[6] = {0x1a, 0, 0x3f, 0, 255, 0};
+	uint8_t sel6[6] = {0x15, 0x10, 0, 0, 0, 0};
+	uint8_t buf[255], par[255];
+
+	lu_setup();
+	run(&t, ms6, 6, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	uint32_t n = t.cmd.data_in_len;
+	CU_ASSERT_TRUE(n > 12);
+	/* writing back what MODE SENSE said (mode data length reserved: 0) is GOOD */
+	memcpy(par, buf, n);
+	par[0] = 0;
+	sel6[4] = (uint8_t)n;
+	run(&t, sel6, 6, par, n, true);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(t.cmd.xfer_len, n);
+	/* no parameter data: nothing to do */
+	sel6[4] = 0;
+	run(&t, sel6, 6, NULL, 0, true);
+	ASSERT_GOOD(t);
+	/* clearing WCE (caching page byte 2) is not changeable */
+	uint32_t caching = 4 + 8; /* header + block descriptor; the caching page comes first */
+	CU_ASSERT_EQUAL(par[caching], 0x08);
+	par[caching + 2] ^= 0x04;
+	sel6[4] = (uint8_t)n;
+	run(&t, sel6, 6, par, n, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00);
+	CU_ASSERT_EQUAL(hl_get_be16(t.cmd.sense + 16), caching + 2);
+	par[caching + 2] ^= 0x04;
+	/* another block length */
+	par[4 + 6] ^= 0x01;
+	run(&t, sel6, 6, par, n, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00);
+	par[4 + 6] ^= 0x01;
+	/* an unknown page */
+	par[caching] = 0x19;
+	run(&t, sel6, 6, par, n, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00);
+	par[caching] = 0x08;
+	/* SP: saving is not supported */
+	sel6[1] = 0x11;
+	run(&t, sel6, 6, par, n, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+	/* MODE SELECT(10): one control page, no block descriptor */
+	uint8_t ms10[10] = {0x5a, 0x08, 0x0a, 0, 0, 0, 0, 0, 255, 0};
+	run(&t, ms10, 10, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	n = t.cmd.data_in_len;
+	CU_ASSERT_EQUAL(n, 8 + 12);
+	memcpy(par, buf, n);
+	par[0] = par[1] = 0;
+	uint8_t sel10[10] = {0x55, 0x10, 0, 0, 0, 0, 0, 0, (uint8_t)n, 0};
+	run(&t, sel10, 10, par, n, true);
+	ASSERT_GOOD(t);
+	par[8 + 3] = 0x00; /* queue algorithm modifier */
+	run(&t, sel10, 10, par, n, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00);
+	/* fewer bytes than the parameter list length */
+	run(&t, sel10, 10, par, 4, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x0e, 0x03);
+	/* a page cut short by the parameter list length */
+	memcpy(par, buf, n);
+	par[0] = par[1] = 0;
+	sel10[8] = (uint8_t)(n - 2);
+	run(&t, sel10, 10, par, n - 2, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00);
+	lu_teardown();
+}
+
 static void test_lu_create_rejects_bad_geometry(void)
 {
 	struct hl_lu_config cfg = test_cfg();
@@ -1167,6 +1239,7 @@ static const struct hl_test tests[] = {
     {"INQUIRY allocation length honoured", test_inquiry_alloc_length},
     {"INQUIRY invalid fields", test_inquiry_bad_fields},
     {"REPORT TARGET PORT GROUPS", test_report_target_port_groups},
+    {"MODE SELECT accepts the current values only", test_mode_select_accepts_current_rejects_changes},
     {"VPD 00 lists only pages that answer", test_vpd_supported_pages_all_answer},
     {"VPD 80 serial", test_vpd_serial},
     {"VPD 83 designators", test_vpd83_layout},
