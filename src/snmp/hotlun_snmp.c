@@ -341,6 +341,12 @@ int main(int argc, char **argv)
 	netsnmp_ds_set_string(NETSNMP_DS_APPLICATION_ID, NETSNMP_DS_AGENT_X_SOCKET, agentx);
 	init_agent("hotlun-snmp");
 	/*
+	 * Alarms (the poll) must run from the main loop, never from SIGALRM in
+	 * the middle of a request: the snapshot swap relies on it. init_agent
+	 * sets this already; say it here, where the reliance is.
+	 */
+	netsnmp_ds_set_boolean(NETSNMP_DS_LIBRARY_ID, NETSNMP_DS_LIB_ALARM_DONT_USE_SIG, 1);
+	/*
 	 * Ping the master and reopen the session when it went away. After
 	 * init_agent, which sets its own default (15 s); an agentxPingInterval
 	 * line in hotlun-snmp.conf, read by init_snmp, still wins.
