@@ -10,6 +10,9 @@
 #                 (default ./scenario-<name>; the images are deleted at the end
 #                 unless KEEP_IMAGES=1)
 #   TIME WARMUP QD SESSIONS   override the scenario's hotlun-bench settings
+#   CACHE_DEV     file (default): the cache device is a file in $OUT, on
+#                 whatever disk holds it; ram: a loop device over a file in
+#                 /dev/shm (root; a RAM-speed "SSD", detached at the end)
 set -euo pipefail
 
 SCENARIO=$(basename "$0" .sh)
@@ -19,6 +22,7 @@ OUT=${OUT:-$PWD/scenario-$SCENARIO}
 mkdir -p "$OUT"
 SC_PIDS=()
 SC_TGT_CPORTS=()
+SC_LOOPS=()
 
 say() { printf '[%s] %s: %s\n' "$(date +%T)" "$SCENARIO" "$*" >&2; }
 die() {
@@ -50,6 +54,11 @@ sc_cleanup() {
 		# tgtd ignores SIGTERM while it has targets
 		kill -KILL "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
+	done
+	local l
+	for l in "${SC_LOOPS[@]}"; do
+		losetup -d "${l%%=*}" 2>/dev/null || true
+		rm -f "${l#*=}"
 	done
 	local c
 	for c in "${SC_TGT_CPORTS[@]}"; do
@@ -101,12 +110,19 @@ make_image() {
 start_hotlund() {
 	local name=$1 port=$2 origin=$3 csize=$4
 	shift 4
-	local st=$OUT/$name.state conf=$OUT/$name.conf kv disk_keys=
+	local st=$OUT/$name.state conf=$OUT/$name.conf kv disk_keys= cdev=$OUT/$name-cache.img
 	rm -rf "$st"
 	mkdir -p "$st"
 	for kv in "$@"; do
 		disk_keys+="${kv%%=*} = ${kv#*=}"$'\n'
 	done
+	if [ "$csize" != 0 ] && [ "${CACHE_DEV:-file}" = ram ]; then
+		local shm=/dev/shm/hotlun-scenario.$$.$name.img
+		truncate -s "$csize" "$shm"
+		cdev=$(losetup -f --show "$shm") || die "losetup failed (CACHE_DEV=ram needs root)"
+		SC_LOOPS+=("$cdev=$shm")
+		say "cache device $cdev (RAM, over $shm)"
+	fi
 	{
 		echo "; written by contrib/scenarios/$SCENARIO.sh"
 		echo "[global]"
@@ -117,7 +133,7 @@ start_hotlund() {
 		echo
 		if [ "$csize" != 0 ]; then
 			echo "[cache ssd]"
-			echo "device = $OUT/$name-cache.img"
+			echo "device = $cdev"
 			echo "size = $csize"
 			echo "block_size = ${CACHE_BLOCK:-64K}"
 			echo "admission = ${ADMISSION:-frequency}"
@@ -132,7 +148,9 @@ start_hotlund() {
 		echo "lun.0 = origin"
 		echo "allow = ALL"
 	} >"$conf"
-	[ "$csize" != 0 ] && truncate -s "$csize" "$OUT/$name-cache.img"
+	if [ "$csize" != 0 ]; then
+		truncate -s "$csize" "$OUT/$name-cache.img"
+	fi
 	"$HOTLUND" --check-config "$conf" >/dev/null || die "hotlund refuses $conf"
 	"$HOTLUND" --config "$conf" </dev/null >"$OUT/$name.log" 2>&1 &
 	LAST_PID=$!

@@ -11,7 +11,9 @@
 #   TIME=10 contrib/scenarios/hotlund-vs-tgt.sh
 #
 # Knobs: SIZE (1G) CACHE_SIZE (1G) TIME (30) WARMUP (10) QD (64) SESSIONS (1)
-# WORKLOAD (uniform) HOT_RANGE (256M) PERF=0 (skip iscsi-perf) FILL=0 (sparse).
+# WORKLOAD (uniform) HOT_RANGE (256M) PERF=0 (skip iscsi-perf) FILL=0 (sparse)
+# CACHE_DEV (ram: hotlund's cache on a loop device over /dev/shm, as tgt
+# reads from the page cache; file: on disk).
 . "$(dirname "$0")/common.sh"
 SIZE=${SIZE:-1G}
 CACHE_SIZE=${CACHE_SIZE:-1G}
@@ -22,6 +24,8 @@ SESSIONS=${SESSIONS:-1}
 WORKLOAD=${WORKLOAD:-uniform}
 HOT_RANGE=${HOT_RANGE:-256M}
 FILL=${FILL:-1}
+# tgt serves the file from the page cache; give hotlund's cache RAM too
+CACHE_DEV=${CACHE_DEV:-ram}
 load=(--workload "$WORKLOAD" --bs 4K --qd "$QD" --sessions "$SESSIONS")
 
 make_image "$OUT/origin.img" "$SIZE"
