@@ -46,6 +46,7 @@ static struct snmp_snapshot g_snap_store[2];
 static struct snmp_snapshot *g_snap = &g_snap_store[0];
 static struct snmp_watch g_watch;
 static unsigned g_poll_ms = 1000;
+static int64_t g_connected_at; /* hlCountersResetAt: counters may have restarted then */
 
 static double now_s(void)
 {
@@ -99,6 +100,7 @@ static int ctl_open(char *err, size_t errlen)
 		g_fd = -1;
 		return -1;
 	}
+	g_connected_at = (int64_t)time(NULL);
 	/* A stuck hotlund must not stall the master's requests for long. */
 	setsockopt(g_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(g_fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -181,6 +183,7 @@ static int fetch(struct snmp_snapshot *out, char *err, size_t errlen)
 		snmp_snapshot_free(out);
 		goto out;
 	}
+	out->connected_at = g_connected_at;
 	rc = 0;
 out:
 	json_decref(version);

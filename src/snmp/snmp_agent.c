@@ -750,6 +750,13 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 		case 4:
 			num(&v, ASN_UNSIGNED, *g_poll_ms);
 			break;
+		case 5:
+			if (!up) {
+				netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHINSTANCE);
+				continue;
+			}
+			date_and_time(&v, s->connected_at);
+			break;
 		default:
 			netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT);
 			continue;
@@ -770,7 +777,7 @@ int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_m
 	                                          OID_LENGTH(agent_oid), HANDLER_CAN_RONLY);
 	if (!reg)
 		return -ENOMEM;
-	if (netsnmp_register_scalar_group(reg, 1, 4) != MIB_REGISTERED_OK)
+	if (netsnmp_register_scalar_group(reg, 1, 5) != MIB_REGISTERED_OK)
 		return -EEXIST;
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
 		if ((rc = register_table(&tables[i])))

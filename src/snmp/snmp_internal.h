@@ -83,6 +83,7 @@ struct snmp_snapshot {
 	bool reachable;
 	char *version;
 	uint32_t n_sessions_total; /* "sessions" (may exceed n_sessions if the list is cut) */
+	int64_t connected_at;      /* unix seconds: when the subagent last connected to hotlund */
 	size_t n_disks, n_caches, n_sessions, n_lat;
 	struct snmp_disk *disks;             /* sorted by index */
 	struct snmp_cache *caches;           /* sorted by index */

@@ -227,13 +227,18 @@ hl_log "ok: session table (tsih $TSIH, $INITIATOR)"
 
 # hotlund goes away: the subagent says so and serves empty tables; when it
 # is back, the subagent reconnects by itself.
+RESET_AT=$(snmpget "${SNMPOPTS[@]}" -Ox "$SNMP_AGENT" "$(oid hlCountersResetAt).0")
+[ -n "$RESET_AT" ] || hl_fail "hlCountersResetAt missing"
+sleep 1.1 # DateAndTime here has whole seconds: make the next connection's differ
 hl_stop "$HL_PID"
 wait_for "hlDaemonReachable = false" sis hlDaemonReachable 0 2
 [ -z "$(swalk hlDiskName)" ] || hl_fail "disk table not empty while hotlund is down"
 hl_start_hotlund "$T/hotlund.conf"
 wait_for "hlDaemonReachable = true again" sis hlDaemonReachable 0 1
 wait_for "d0 back with counters from zero" sis hlDiskReadCmds "$D0" 0
-hl_log "ok: reconnected to a restarted hotlund (same index $D0)"
+NEW_RESET_AT=$(snmpget "${SNMPOPTS[@]}" -Ox "$SNMP_AGENT" "$(oid hlCountersResetAt).0")
+[ "$NEW_RESET_AT" != "$RESET_AT" ] || hl_fail "hlCountersResetAt did not change across a hotlund restart ($RESET_AT)"
+hl_log "ok: reconnected to a restarted hotlund (same index $D0), hlCountersResetAt moved"
 
 # snmpd goes away and comes back: the subagent pings (every 1 s here) and
 # registers again.
