@@ -253,25 +253,32 @@ static void usage(FILE *f)
 	           "  --ping SECONDS    check the master every SECONDS, reconnect (default 5)\n"
 	           "  --log-level L     err, warning, notice, info, debug (default notice)\n"
 	           "  --syslog          log to syslog instead of stderr\n"
+	           "  --no-iscsi-mib    serve HOTLUN-MIB only, not the standard ISCSI-MIB\n"
 	           "  --help, --version\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"socket", required_argument, NULL, 's'}, {"config", required_argument, NULL, 'c'},
-	    {"agentx", required_argument, NULL, 'x'}, {"interval", required_argument, NULL, 'i'},
-	    {"ping", required_argument, NULL, 'p'},   {"log-level", required_argument, NULL, 'l'},
-	    {"syslog", no_argument, NULL, 'S'},       {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+	    {"socket", required_argument, NULL, 's'},
+	    {"config", required_argument, NULL, 'c'},
+	    {"agentx", required_argument, NULL, 'x'},
+	    {"interval", required_argument, NULL, 'i'},
+	    {"ping", required_argument, NULL, 'p'},
+	    {"log-level", required_argument, NULL, 'l'},
+	    {"syslog", no_argument, NULL, 'S'},
+	    {"no-iscsi-mib", no_argument, NULL, 'I'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *config = NULL, *agentx = DEFAULT_AGENTX;
 	char *from_conf = NULL, *end;
 	int level = HL_LOG_NOTICE, ping = 5, c;
-	bool use_syslog = false;
+	bool use_syslog = false, iscsi_mib = true;
 	long n;
 
-	while ((c = getopt_long(argc, argv, "s:c:x:i:p:l:ShV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:c:x:i:p:l:SIhV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			g_socket = optarg;
@@ -307,6 +314,9 @@ int main(int argc, char **argv)
 			break;
 		case 'S':
 			use_syslog = true;
+			break;
+		case 'I':
+			iscsi_mib = false;
 			break;
 		case 'h':
 			usage(stdout);
@@ -355,7 +365,7 @@ int main(int argc, char **argv)
 	 * line in hotlun-snmp.conf, read by init_snmp, still wins.
 	 */
 	netsnmp_ds_set_int(NETSNMP_DS_APPLICATION_ID, NETSNMP_DS_AGENT_AGENTX_PING_INTERVAL, ping);
-	if (snmp_agent_register(&g_snap, &g_poll_ms)) {
+	if (snmp_agent_register(&g_snap, &g_poll_ms, iscsi_mib)) {
 		HL_ERR("snmp", "cannot register HOTLUN-MIB with the agent library");
 		return 1;
 	}

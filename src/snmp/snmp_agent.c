@@ -766,7 +766,7 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 	return SNMP_ERR_NOERROR;
 }
 
-int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_ms)
+int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_ms, bool iscsi_mib)
 {
 	netsnmp_handler_registration *reg;
 	int rc;
@@ -779,9 +779,12 @@ int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_m
 		return -ENOMEM;
 	if (netsnmp_register_scalar_group(reg, 1, 5) != MIB_REGISTERED_OK)
 		return -EEXIST;
-	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		if (!iscsi_mib && !strncmp(tables[i].name, "iscsi", 5))
+			continue; /* ISCSI-MIB left to another subagent */
 		if ((rc = register_table(&tables[i])))
 			return rc;
+	}
 	return 0;
 }
 

@@ -173,8 +173,12 @@ void snmp_watch_free(struct snmp_watch *w);
 
 /* ---- net-snmp side (snmp_agent.c) ---- */
 
-/** Register the HOTLUN-MIB and ISCSI-MIB objects; they serve *cur (caller keeps). */
-int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_ms);
+/**
+ * Register the HOTLUN-MIB objects, and the ISCSI-MIB ones when `iscsi_mib`;
+ * they serve *cur (caller keeps). @return 0, -ENOMEM, or -EEXIST when the
+ * agent library refused a registration.
+ */
+int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_ms, bool iscsi_mib);
 
 /** Send the notification for `ev` about `row` of the current snapshot through the master. */
 void snmp_agent_notify(void *ctx, enum snmp_event ev, const void *row);
