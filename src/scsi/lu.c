@@ -5,9 +5,38 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hotlun/log.h"
 #include "scsi/scsi_internal.h"
+
+/* Every live LU, for EXTENDED COPY target descriptors (matched by NAA). */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct hl_list registry = {&registry, &registry}; /* guarded by registry_lock */
+
+struct hl_lu *scsi_lu_find_by_naa(const uint8_t naa[16])
+{
+	struct hl_lu *lu, *found = NULL;
+
+	pthread_mutex_lock(&registry_lock);
+	hl_list_for_each_entry(lu, &registry, registry_link)
+	{
+		if (memcmp(lu->cfg.naa, naa, 16) == 0) {
+			found = lu;
+			found->holds++;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&registry_lock);
+	return found;
+}
+
+void scsi_lu_release(struct hl_lu *lu)
+{
+	pthread_mutex_lock(&registry_lock);
+	lu->holds--;
+	pthread_mutex_unlock(&registry_lock);
+}
 
 int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struct hl_lu **out)
 {
@@ -72,6 +101,7 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 	hl_list_init(&lu->nexuses);
 	hl_list_init(&lu->pr_regs);
 	scsi_range_init(lu);
+	hl_list_init(&lu->xcopy_results);
 	rc = scsi_pr_load(lu);
 	if (rc) {
 		scsi_rsv_fini(lu);
@@ -81,6 +111,9 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 		free(lu);
 		return rc;
 	}
+	pthread_mutex_lock(&registry_lock);
+	hl_list_add_tail(&registry, &lu->registry_link);
+	pthread_mutex_unlock(&registry_lock);
 	*out = lu;
 	return 0;
 }
@@ -89,6 +122,20 @@ void hl_lu_destroy(struct hl_lu *lu)
 {
 	if (!lu)
 		return;
+	/*
+	 * Out of the registry first, so no new copy finds it; then wait for the
+	 * EXTENDED COPY commands of other LUs that still use it (bounded: a copy
+	 * moves at most its segments' blocks).
+	 */
+	pthread_mutex_lock(&registry_lock);
+	hl_list_del(&lu->registry_link);
+	while (lu->holds) {
+		pthread_mutex_unlock(&registry_lock);
+		usleep(1000);
+		pthread_mutex_lock(&registry_lock);
+	}
+	pthread_mutex_unlock(&registry_lock);
+	scsi_xcopy_fini(lu);
 	scsi_ua_fini(lu);
 	scsi_rsv_fini(lu);
 	pthread_mutex_destroy(&lu->lock);
@@ -131,6 +178,7 @@ void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_
 		if (map->lu[i]) {
 			scsi_ua_nexus_gone(map->lu[i], nexus->id);
 			scsi_rsv_nexus_gone(map->lu[i], nexus->id);
+			scsi_xcopy_nexus_gone(map->lu[i], nexus->id);
 		}
 	}
 }

@@ -51,8 +51,12 @@ struct scsi_pr_reg {
 
 #define SCSI_PR_MAX_REGS 256
 
+struct scsi_xcopy_result;
+
 struct hl_lu {
 	char *name;
+	struct hl_list registry_link; /* in the daemon-wide LU list (lu.c), guarded by its mutex */
+	unsigned holds;               /* references from hl_lu_find_by_naa; guarded by that mutex */
 	struct hl_lu_config cfg; /* cfg.name points at name */
 	struct hl_origin *origin;
 	uint64_t num_blocks;
@@ -74,6 +78,7 @@ struct hl_lu {
 	struct hl_list rl_active;      /* commands holding an LBA range; guarded by lock */
 	struct hl_list rl_waiting;     /* commands waiting for one, FIFO; guarded by lock */
 	unsigned rl_n_exclusive;       /* exclusive holders in rl_active; guarded by lock */
+	struct hl_list xcopy_results;  /* struct scsi_xcopy_result, held per nexus; guarded by lock */
 };
 
 /* ---- command table ---- */
@@ -284,6 +289,31 @@ enum scsi_exec_result spc_reserve(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_release(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_pr_in(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd);
+
+/* ---- lu.c: the daemon-wide LU registry (EXTENDED COPY finds its copy targets there) ---- */
+
+/**
+ * The LU whose NAA designator (VPD 83) is naa, with a hold taken (the LU is
+ * not destroyed until scsi_lu_release); NULL when no LU has it.
+ */
+struct hl_lu *scsi_lu_find_by_naa(const uint8_t naa[16]);
+
+/** Drop a hold taken by scsi_lu_find_by_naa. */
+void scsi_lu_release(struct hl_lu *lu);
+
+/* ---- xcopy.c: EXTENDED COPY (LID1), RECEIVE COPY RESULTS, VPD 8F ---- */
+
+enum scsi_exec_result spc_extended_copy(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_receive_copy_results(struct hl_scsi_cmd *cmd);
+
+/** VPD 8F (third-party copy) into b; returns its length. */
+uint32_t scsi_vpd_third_party_copy(uint8_t *b);
+
+/** The nexus ended: drop the copy results held for it. */
+void scsi_xcopy_nexus_gone(struct hl_lu *lu, uint64_t nexus_id);
+
+/** Free held copy results (LU teardown). */
+void scsi_xcopy_fini(struct hl_lu *lu);
 
 /* ---- range.c: LBA range locks (COMPARE AND WRITE atomicity) ---- */
 

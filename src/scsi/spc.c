@@ -1,6 +1,6 @@
 /*
  * spc.c - the primary (SPC-4) commands a disk answers from its own state:
- * INQUIRY and its VPD pages, REPORT LUNS, REQUEST SENSE, TEST UNIT READY,
+ * INQUIRY and its VPD pages (8Fh lives in xcopy.c), REPORT LUNS, REQUEST SENSE, TEST UNIT READY,
  * MODE SENSE(6/10) and REPORT SUPPORTED OPERATION CODES.
  *
  * Every handler builds the full parameter data in a local buffer and lets
@@ -36,7 +36,8 @@ static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
 	b[2] = 0x06;        /* SPC-4 */
 	b[3] = 0x10 | 0x02; /* HISUP, response data format 2 */
 	b[4] = INQ_STD_LEN - 5;
-	b[5] = 0x10; /* TPGS 01b: implicit ALUA (REPORT TARGET PORT GROUPS, no SET) */
+	/* TPGS 01b: implicit ALUA (REPORT TARGET PORT GROUPS, no SET); 3PC: EXTENDED COPY */
+	b[5] = 0x10 | 0x08;
 	b[7] = 0x02; /* CMDQUE */
 	put_padded(b + 8, VENDOR_ID, 8);
 	put_padded(b + 16, PRODUCT_ID, 16);
@@ -49,7 +50,7 @@ static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
 
 /* Pages listed in VPD 00, in ascending order: only fully implemented ones. */
 /* Pages listed in VPD 00, in ascending order: only fully implemented ones. B2 only on thin LUs. */
-static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2};
+static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0x8f, 0xb0, 0xb1, 0xb2};
 
 static bool vpd_page_offered(const struct hl_lu *lu, uint8_t page)
 {
@@ -185,6 +186,9 @@ enum scsi_exec_result spc_inquiry(struct hl_scsi_cmd *cmd)
 		break;
 	case 0x83:
 		len = vpd_device_id(cmd, buf);
+		break;
+	case 0x8f:
+		len = scsi_vpd_third_party_copy(buf);
 		break;
 	case 0xb0:
 		len = vpd_block_limits(cmd->lu, buf);

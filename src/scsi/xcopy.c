@@ -1,0 +1,538 @@
+/*
+ * xcopy.c - EXTENDED COPY (LID1, SPC-4 6.4), RECEIVE COPY RESULTS (COPY
+ * STATUS, OPERATING PARAMETERS) and the Third-party Copy VPD page (8Fh):
+ * the copy offload hypervisors use to clone and move virtual disks.
+ *
+ * Copy targets are identification descriptors (E4h) naming an LU of this
+ * daemon by its NAA designator (VPD 83), found through the LU registry
+ * (lu.c) with a hold that keeps it alive until the copy ends. Segments are
+ * block-to-block (02h). The copy runs inside the command: each chunk (at
+ * most XCOPY_CHUNK bytes) is read from the source origin and written to the
+ * destination under a shared range lock of the destination LU, so COMPARE
+ * AND WRITE stays atomic against copies as against any write, and the
+ * origin stack below each LU (cache included) keeps its blocks coherent.
+ *
+ * Results (list identifier usage 00b/01b) are held per I_T nexus in the LU
+ * the command was sent to, under lu->lock, until the nexus goes.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hotlun/log.h"
+#include "scsi/scsi_internal.h"
+
+#define XCOPY_HDR_LEN       16
+#define XCOPY_TGT_DESC_LEN  32
+#define XCOPY_SEG_B2B_LEN   28
+#define XCOPY_MAX_TGT_DESC  8
+#define XCOPY_MAX_SEG_DESC  64
+#define XCOPY_MAX_LIST_LEN  (XCOPY_MAX_TGT_DESC * XCOPY_TGT_DESC_LEN + \
+                             XCOPY_MAX_SEG_DESC * XCOPY_SEG_B2B_LEN)
+#define XCOPY_CHUNK         (1u << 20)
+#define XCOPY_MAX_HELD      16 /* held results per LU; the oldest goes first */
+
+#define SK_COPY_ABORTED 0x0a
+
+#define DESC_SEG_B2B 0x02
+#define DESC_TGT_ID  0xe4
+
+/* ASC/ASCQ of EXTENDED COPY errors (SPC-4 annex) */
+#define ASC_TOO_MANY_TGT    0x26, 0x06
+#define ASC_UNSUPP_TGT      0x26, 0x07
+#define ASC_TOO_MANY_SEG    0x26, 0x08
+#define ASC_UNSUPP_SEG      0x26, 0x09
+#define ASC_UNREACHABLE     0x08, 0x04
+#define ASC_NOT_REACHABLE   0x0d, 0x02
+
+/** Results of one finished copy, held for RECEIVE COPY RESULTS. */
+struct scsi_xcopy_result {
+	struct hl_list link; /* in hl_lu.xcopy_results */
+	uint64_t nexus_id;
+	uint8_t list_id;
+	uint8_t status;    /* copy manager status: 0 ok, 1 failed */
+	uint16_t segments; /* segments processed */
+	uint64_t bytes;    /* bytes copied */
+};
+
+struct xcopy_seg {
+	uint16_t src, dst; /* target descriptor indexes */
+	uint32_t nblocks;
+	uint64_t src_lba, dst_lba;
+};
+
+struct xcopy_job {
+	struct hl_lu *tgt[XCOPY_MAX_TGT_DESC]; /* held (scsi_lu_find_by_naa) */
+	unsigned n_tgt;
+	struct xcopy_seg seg[XCOPY_MAX_SEG_DESC];
+	unsigned n_seg;
+	unsigned cur;        /* segment being copied */
+	uint32_t done;       /* blocks of it already copied */
+	uint32_t chunk;      /* blocks in the chunk in flight */
+	uint32_t total;      /* blocks copied over all segments */
+	uint8_t list_id;
+	bool hold;           /* keep the results */
+	struct hl_lu *home;  /* the LU the command was sent to (cmd->lu outside the write phase) */
+	struct hl_origin_io io;
+	struct iovec iov;
+	uint8_t data[];      /* XCOPY_CHUNK bytes */
+};
+
+static struct xcopy_job *job_of(struct hl_scsi_cmd *cmd)
+{
+	return (struct xcopy_job *)(void *)scsi_priv(cmd)->bounce;
+}
+
+/* ---- held results ---- */
+
+static void result_store(struct hl_lu *lu, uint64_t nexus_id, const struct xcopy_job *j,
+                         uint8_t status)
+{
+	struct scsi_xcopy_result *r, *tmp, *old = NULL;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&lu->lock);
+	hl_list_for_each_entry_safe(r, tmp, &lu->xcopy_results, link)
+	{
+		if (r->nexus_id == nexus_id && r->list_id == j->list_id) {
+			hl_list_del(&r->link);
+			free(r);
+			continue;
+		}
+		if (!old)
+			old = r;
+		n++;
+	}
+	if (n >= XCOPY_MAX_HELD && old) {
+		hl_list_del(&old->link);
+		free(old);
+	}
+	r = calloc(1, sizeof(*r));
+	if (r) {
+		r->nexus_id = nexus_id;
+		r->list_id = j->list_id;
+		r->status = status;
+		r->segments = (uint16_t)j->cur;
+		r->bytes = (uint64_t)j->total * lu->block_size;
+		hl_list_add_tail(&lu->xcopy_results, &r->link);
+	}
+	pthread_mutex_unlock(&lu->lock);
+}
+
+void scsi_xcopy_nexus_gone(struct hl_lu *lu, uint64_t nexus_id)
+{
+	struct scsi_xcopy_result *r, *tmp;
+
+	pthread_mutex_lock(&lu->lock);
+	hl_list_for_each_entry_safe(r, tmp, &lu->xcopy_results, link)
+	{
+		if (r->nexus_id == nexus_id) {
+			hl_list_del(&r->link);
+			free(r);
+		}
+	}
+	pthread_mutex_unlock(&lu->lock);
+}
+
+void scsi_xcopy_fini(struct hl_lu *lu)
+{
+	struct scsi_xcopy_result *r, *tmp;
+
+	hl_list_for_each_entry_safe(r, tmp, &lu->xcopy_results, link)
+	{
+		hl_list_del(&r->link);
+		free(r);
+	}
+}
+
+/* ---- the copy ---- */
+
+static uint64_t nexus_id(const struct hl_scsi_cmd *cmd)
+{
+	return cmd->nexus ? cmd->nexus->id : 0;
+}
+
+/* End the command: release the LUs, keep the results, complete. */
+static void job_finish(struct hl_scsi_cmd *cmd, bool ok)
+{
+	struct xcopy_job *j = job_of(cmd);
+
+	cmd->lu = j->home;
+	if (j->hold)
+		result_store(j->home, nexus_id(cmd), j, ok ? 0 : 1);
+	for (unsigned i = 0; i < j->n_tgt; i++) {
+		if (j->tgt[i])
+			scsi_lu_release(j->tgt[i]);
+		j->tgt[i] = NULL;
+	}
+	j->n_tgt = 0;
+	if (ok)
+		scsi_set_good(cmd);
+	scsi_cmd_complete(cmd); /* frees the job (it is the bounce buffer) */
+}
+
+/* COPY ABORTED with an ASC; the copy stops. */
+static void job_abort(struct hl_scsi_cmd *cmd, uint8_t asc, uint8_t ascq)
+{
+	struct xcopy_job *j = job_of(cmd);
+
+	cmd->lu = j->home;
+	hl_scsi_set_sense(cmd, SK_COPY_ABORTED, asc, ascq);
+	job_finish(cmd, false);
+}
+
+static void copy_next(struct hl_scsi_cmd *cmd);
+
+static void write_done(struct hl_origin_io *io, int result)
+{
+	struct hl_scsi_cmd *cmd = io->arg;
+	struct xcopy_job *j = job_of(cmd);
+
+	scsi_range_unlock(cmd); /* cmd->lu is the destination while it holds the lock */
+	cmd->lu = j->home;
+	if (result < 0) {
+		HL_WARN_RL(SCSI_COMPONENT, "%s: EXTENDED COPY write error %d",
+		           j->tgt[j->seg[j->cur].dst]->name, result);
+		job_abort(cmd, SCSI_ASC_WRITE_ERROR);
+		return;
+	}
+	j->done += j->chunk;
+	j->total += j->chunk;
+	copy_next(cmd);
+}
+
+/* The destination range is locked (cmd->lu = destination): write the chunk. */
+static void write_locked(struct hl_scsi_cmd *cmd)
+{
+	struct xcopy_job *j = job_of(cmd);
+	const struct xcopy_seg *s = &j->seg[j->cur];
+	struct hl_lu *dst = j->tgt[s->dst];
+
+	memset(&j->io, 0, sizeof(j->io));
+	j->io.op = HL_IO_WRITE;
+	j->io.offset = (s->dst_lba + j->done) * dst->block_size;
+	j->io.length = (uint64_t)j->chunk * dst->block_size;
+	j->iov.iov_base = j->data;
+	j->iov.iov_len = j->io.length;
+	j->io.iov = &j->iov;
+	j->io.iovcnt = 1;
+	j->io.cb = write_done;
+	j->io.arg = cmd;
+	int rc = hl_origin_submit(dst->origin, &j->io);
+	if (rc < 0)
+		write_done(&j->io, rc);
+}
+
+static void read_done(struct hl_origin_io *io, int result)
+{
+	struct hl_scsi_cmd *cmd = io->arg;
+	struct xcopy_job *j = job_of(cmd);
+	const struct xcopy_seg *s = &j->seg[j->cur];
+
+	if (result < 0) {
+		HL_WARN_RL(SCSI_COMPONENT, "%s: EXTENDED COPY read error %d", j->tgt[s->src]->name,
+		           result);
+		job_abort(cmd, SCSI_ASC_READ_ERROR);
+		return;
+	}
+	/* writes share the destination range; COMPARE AND WRITE excludes it */
+	cmd->lu = j->tgt[s->dst];
+	if (scsi_range_lock(cmd, s->dst_lba + j->done, j->chunk, false, write_locked))
+		write_locked(cmd);
+}
+
+static void copy_next(struct hl_scsi_cmd *cmd)
+{
+	struct xcopy_job *j = job_of(cmd);
+
+	while (j->cur < j->n_seg && j->done >= j->seg[j->cur].nblocks) {
+		j->cur++;
+		j->done = 0;
+	}
+	if (j->cur >= j->n_seg) {
+		job_finish(cmd, true);
+		return;
+	}
+	const struct xcopy_seg *s = &j->seg[j->cur];
+	struct hl_lu *src = j->tgt[s->src];
+	j->chunk = HL_MIN(s->nblocks - j->done, XCOPY_CHUNK / src->block_size);
+	memset(&j->io, 0, sizeof(j->io));
+	j->io.op = HL_IO_READ;
+	j->io.offset = (s->src_lba + j->done) * src->block_size;
+	j->io.length = (uint64_t)j->chunk * src->block_size;
+	j->iov.iov_base = j->data;
+	j->iov.iov_len = j->io.length;
+	j->io.iov = &j->iov;
+	j->io.iovcnt = 1;
+	j->io.cb = read_done;
+	j->io.arg = cmd;
+	int rc = hl_origin_submit(src->origin, &j->io);
+	if (rc < 0)
+		read_done(&j->io, rc);
+}
+
+/* ---- EXTENDED COPY: parameter list ---- */
+
+static void sense_param(struct hl_scsi_cmd *cmd, uint8_t asc, uint8_t ascq)
+{
+	hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, asc, ascq);
+}
+
+/* Parse target descriptor t (32 bytes at d); false with sense set on error. */
+static bool parse_target(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const uint8_t *d,
+                         uint16_t off)
+{
+	if (d[0] != DESC_TGT_ID) {
+		sense_param(cmd, ASC_UNSUPP_TGT);
+		return false;
+	}
+	/* LU ID TYPE is ignored (SPC-4); NUL is obsolete; only block devices */
+	if ((d[1] & 0x1f) != 0) {
+		scsi_sense_invalid_param(cmd, (uint16_t)(off + 1), 4);
+		return false;
+	}
+	const uint8_t *des = d + 4;
+	bool naa = (des[0] & 0x0f) == 0x1 && (des[1] & 0x30) == 0 && (des[1] & 0x0f) == 0x3 &&
+	           des[3] == 16;
+	struct hl_lu *lu = naa ? scsi_lu_find_by_naa(des + 4) : NULL;
+	if (!lu) {
+		hl_scsi_set_sense(cmd, SK_COPY_ABORTED, ASC_NOT_REACHABLE);
+		return false;
+	}
+	j->tgt[j->n_tgt++] = lu;
+	uint32_t bs = (uint32_t)d[29] << 16 | (uint32_t)d[30] << 8 | d[31];
+	if (bs != lu->block_size) {
+		scsi_sense_invalid_param(cmd, (uint16_t)(off + 29), -1);
+		return false;
+	}
+	return true;
+}
+
+static bool parse_segment(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const uint8_t *d,
+                          uint16_t off)
+{
+	struct xcopy_seg *s = &j->seg[j->n_seg];
+
+	if (d[0] != DESC_SEG_B2B) {
+		sense_param(cmd, ASC_UNSUPP_SEG);
+		return false;
+	}
+	if (hl_get_be16(d + 2) != XCOPY_SEG_B2B_LEN - 4) {
+		scsi_sense_invalid_param(cmd, (uint16_t)(off + 2), -1);
+		return false;
+	}
+	s->src = hl_get_be16(d + 4);
+	s->dst = hl_get_be16(d + 6);
+	s->nblocks = hl_get_be16(d + 10);
+	s->src_lba = hl_get_be64(d + 12);
+	s->dst_lba = hl_get_be64(d + 20);
+	if (s->src >= j->n_tgt || s->dst >= j->n_tgt) {
+		hl_scsi_set_sense(cmd, SK_COPY_ABORTED, ASC_UNREACHABLE);
+		return false;
+	}
+	struct hl_lu *src = j->tgt[s->src], *dst = j->tgt[s->dst];
+	if (src->block_size != dst->block_size) {
+		/* DC and byte counts across block sizes are not supported */
+		scsi_sense_invalid_param(cmd, (uint16_t)(off + 6), -1);
+		return false;
+	}
+	if (s->src_lba > src->num_blocks || s->nblocks > src->num_blocks - s->src_lba ||
+	    s->dst_lba > dst->num_blocks || s->nblocks > dst->num_blocks - s->dst_lba) {
+		hl_scsi_set_sense(cmd, SK_COPY_ABORTED, SCSI_ASC_NO_ADDITIONAL);
+		return false;
+	}
+	if (dst->cfg.read_only) {
+		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, SCSI_ASC_WRITE_PROTECTED);
+		return false;
+	}
+	j->n_seg++;
+	return true;
+}
+
+enum scsi_exec_result spc_extended_copy(struct hl_scsi_cmd *cmd)
+{
+	uint32_t plen = hl_get_be32(cmd->cdb + 10);
+	const uint8_t *d = cmd->data;
+
+	cmd->xfer_len = plen;
+	if (plen == 0) {
+		scsi_set_good(cmd);
+		return SCSI_DONE;
+	}
+	if (scsi_dout_len(cmd) < plen) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
+		return SCSI_DONE;
+	}
+	if (plen < XCOPY_HDR_LEN) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+		return SCSI_DONE;
+	}
+	uint8_t usage = (d[1] >> 3) & 0x03;
+	uint32_t tlen = hl_get_be16(d + 2);
+	uint32_t slen = hl_get_be32(d + 8);
+	uint32_t inline_len = hl_get_be32(d + 12);
+	if (usage == 0x01) { /* reserved */
+		scsi_sense_invalid_param(cmd, 1, 4);
+		return SCSI_DONE;
+	}
+	if (usage == 0x03 && d[0] != 0) { /* no list identifier: the field must be 0 */
+		scsi_sense_invalid_param(cmd, 0, -1);
+		return SCSI_DONE;
+	}
+	if ((uint64_t)XCOPY_HDR_LEN + tlen + slen + inline_len > plen ||
+	    (uint64_t)tlen + slen > XCOPY_MAX_LIST_LEN) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+		return SCSI_DONE;
+	}
+	if (inline_len) { /* no inline data: MAXIMUM INLINE DATA LENGTH is 0 */
+		scsi_sense_invalid_param(cmd, 12, -1);
+		return SCSI_DONE;
+	}
+	if (tlen % XCOPY_TGT_DESC_LEN) {
+		scsi_sense_invalid_param(cmd, 2, -1);
+		return SCSI_DONE;
+	}
+	if (tlen / XCOPY_TGT_DESC_LEN > XCOPY_MAX_TGT_DESC) {
+		sense_param(cmd, ASC_TOO_MANY_TGT);
+		return SCSI_DONE;
+	}
+	/* segment descriptors are counted by their own length fields */
+	unsigned n_seg = 0;
+	for (uint32_t off = 0; off + 4 <= slen; n_seg++) {
+		off += 4u + hl_get_be16(d + XCOPY_HDR_LEN + tlen + off + 2);
+	}
+	if (n_seg > XCOPY_MAX_SEG_DESC) {
+		sense_param(cmd, ASC_TOO_MANY_SEG);
+		return SCSI_DONE;
+	}
+
+	struct xcopy_job *j = calloc(1, sizeof(*j) + XCOPY_CHUNK);
+	if (!j) {
+		cmd->status = HL_SAM_BUSY;
+		return SCSI_DONE;
+	}
+	scsi_priv(cmd)->bounce = (uint8_t *)j; /* freed by scsi_cmd_complete */
+	j->home = cmd->lu;
+	j->list_id = d[0];
+	j->hold = usage == 0x00;
+
+	bool ok = true;
+	for (uint32_t off = 0; ok && off < tlen; off += XCOPY_TGT_DESC_LEN)
+		ok = parse_target(cmd, j, d + XCOPY_HDR_LEN + off, (uint16_t)(XCOPY_HDR_LEN + off));
+	for (uint32_t off = 0; ok && off < slen;) {
+		const uint8_t *sd = d + XCOPY_HDR_LEN + tlen + off;
+		if (slen - off < 4 || slen - off < 4u + hl_get_be16(sd + 2)) {
+			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+			ok = false;
+			break;
+		}
+		if (sd[0] == DESC_SEG_B2B && slen - off < XCOPY_SEG_B2B_LEN) {
+			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+			ok = false;
+			break;
+		}
+		ok = parse_segment(cmd, j, sd, (uint16_t)(XCOPY_HDR_LEN + tlen + off));
+		off += 4u + hl_get_be16(sd + 2);
+	}
+	if (!ok) {
+		j->hold = false; /* nothing started: no results to keep */
+		job_finish(cmd, false);
+		return SCSI_PENDING;
+	}
+	copy_next(cmd);
+	return SCSI_PENDING;
+}
+
+/* ---- RECEIVE COPY RESULTS ---- */
+
+enum scsi_exec_result spc_receive_copy_results(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	uint8_t sa = cmd->cdb[1] & 0x1f;
+	uint8_t list_id = cmd->cdb[2];
+	uint32_t alloc = hl_get_be32(cmd->cdb + 10);
+	uint8_t buf[64];
+
+	memset(buf, 0, sizeof(buf));
+	if (sa == 0x03) { /* OPERATING PARAMETERS */
+		buf[4] = 0x01; /* SNLID: list identifier usage 11b supported */
+		hl_put_be16(buf + 8, XCOPY_MAX_TGT_DESC);
+		hl_put_be16(buf + 10, XCOPY_MAX_SEG_DESC);
+		hl_put_be32(buf + 12, XCOPY_MAX_LIST_LEN);
+		hl_put_be32(buf + 16, 0xffffu * lu->block_size); /* maximum segment length */
+		hl_put_be16(buf + 34, 1);                         /* total concurrent copies */
+		buf[36] = 1;                                      /* maximum concurrent copies */
+		buf[43] = 2;                                      /* implemented descriptors */
+		buf[44] = DESC_SEG_B2B;
+		buf[45] = DESC_TGT_ID;
+		hl_put_be32(buf, 46 - 4);
+		scsi_data_in(cmd, buf, 46, alloc);
+		return SCSI_DONE;
+	}
+	/* COPY STATUS: the results held for this nexus and list identifier */
+	struct scsi_xcopy_result *r;
+	bool found = false;
+	pthread_mutex_lock(&lu->lock);
+	hl_list_for_each_entry(r, &lu->xcopy_results, link)
+	{
+		if (r->nexus_id == nexus_id(cmd) && r->list_id == list_id) {
+			buf[4] = r->status;
+			hl_put_be16(buf + 5, r->segments);
+			/* TRANSFER COUNT UNITS: bytes, or KiB, MiB... when it would not fit */
+			uint8_t unit = 0;
+			while ((r->bytes >> (10 * unit)) > UINT32_MAX)
+				unit++;
+			buf[7] = unit;
+			hl_put_be32(buf + 8, (uint32_t)(r->bytes >> (10 * unit)));
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lu->lock);
+	if (!found) {
+		scsi_sense_invalid_cdb(cmd, 2, -1);
+		return SCSI_DONE;
+	}
+	hl_put_be32(buf, 8);
+	scsi_data_in(cmd, buf, 12, alloc);
+	return SCSI_DONE;
+}
+
+/* ---- VPD 8F: Third-party Copy ---- */
+
+uint32_t scsi_vpd_third_party_copy(uint8_t *b)
+{
+	uint32_t off = 4;
+
+	/* Supported Commands (0001h): EXTENDED COPY (LID1), RECEIVE COPY RESULTS */
+	uint8_t *d = b + off;
+	hl_put_be16(d, 0x0001);
+	d[4] = 2 + 1 + 2 + 2; /* command list length */
+	d[5] = 0x83;
+	d[6] = 1;
+	d[7] = 0x00;
+	d[8] = 0x84;
+	d[9] = 2;
+	d[10] = 0x00;
+	d[11] = 0x03;
+	hl_put_be16(d + 2, 8); /* 1 + 7 bytes, padded to a multiple of 4 */
+	off += 4 + 8;
+
+	/* Supported Descriptors (0008h) */
+	d = b + off;
+	hl_put_be16(d, 0x0008);
+	d[4] = 2;
+	d[5] = DESC_SEG_B2B;
+	d[6] = DESC_TGT_ID;
+	hl_put_be16(d + 2, 4);
+	off += 4 + 4;
+
+	/* Supported CSCD IDs (000Ch): none besides the identification descriptor */
+	d = b + off;
+	hl_put_be16(d, 0x000c);
+	hl_put_be16(d + 2, 4);
+	off += 4 + 4;
+
+	hl_put_be16(b + 2, (uint16_t)(off - 4));
+	return off;
+}
