@@ -22,6 +22,7 @@ qemu-img --help 2>/dev/null | grep -qw iscsi || hl_skip "qemu-img has no iscsi d
 T=$(hl_tmpdir)
 SIZE=$((64 * 1024 * 1024))
 RETRY_S=4
+QTO=60 # no client may hang the test (qemu's libiscsi reconnects forever)
 FRONT_IQN=$HL_IQN_PREFIX:origin-iscsi-front
 
 # ---- the SAN
@@ -60,13 +61,13 @@ grep -q "origin: iscsi://.*: 131072 blocks of 512 bytes" "$FRONT_LOG" ||
 	{ cat "$FRONT_LOG" >&2; hl_fail "the front did not log the SAN's capacity"; }
 
 # ---- 1. data through both tiers
-qemu-img info "$FRONT_URL" >"$T/info.out" 2>&1 || { cat "$T/info.out" >&2; hl_fail "qemu-img info through the front"; }
+timeout $QTO qemu-img info "$FRONT_URL" >"$T/info.out" 2>&1 || { cat "$T/info.out" >&2; hl_fail "qemu-img info through the front"; }
 grep -q "virtual size: 64 MiB ($SIZE bytes)" "$T/info.out" || { cat "$T/info.out" >&2; hl_fail "front LUN size is not 64 MiB"; }
 head -c $SIZE /dev/urandom >"$T/src.img"
-qemu-img convert -n -f raw -O raw "$T/src.img" "$FRONT_URL" >"$T/q.out" 2>&1 ||
+timeout $QTO qemu-img convert -n -f raw -O raw "$T/src.img" "$FRONT_URL" >"$T/q.out" 2>&1 ||
 	{ cat "$T/q.out" >&2; hl_fail "qemu-img convert through the front failed"; }
 for url in "$FRONT_URL" "$SAN_URL"; do
-	qemu-img compare -f raw -F raw "$T/src.img" "$url" >"$T/q.out" 2>&1 ||
+	timeout $QTO qemu-img compare -f raw -F raw "$T/src.img" "$url" >"$T/q.out" 2>&1 ||
 		{ cat "$T/q.out" >&2; hl_fail "qemu-img compare against $url: differs"; }
 	grep -q 'Images are identical' "$T/q.out" || { cat "$T/q.out" >&2; hl_fail "compare $url"; }
 done
@@ -88,19 +89,26 @@ san_restart() {
 
 # ---- 2. short outage while reads run through the front: nothing fails
 : >"$T/loop.out"
-(
-	end=$((SECONDS + 14))
-	i=0
+# read_loop: full-image reads through the front for 14 s, one line per read
+# in loop.out. Started with hl_spawn, so the EXIT trap stops it; on SIGTERM
+# it stops its current reader too.
+read_loop() {
+	local end=$((SECONDS + 14)) i=0 child=
+	trap '[ -n "$child" ] && kill "$child" 2>/dev/null; exit 143' TERM
 	while [ $SECONDS -lt $end ]; do
 		i=$((i + 1))
-		if qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/loop.$i.err" 2>&1; then
+		timeout $QTO qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/loop.$i.err" 2>&1 &
+		child=$!
+		if wait "$child"; then
 			echo "ok $i $(date +%s.%N)" >>"$T/loop.out"
 		else
 			echo "FAIL $i $(date +%s.%N) $(tr '\n' ' ' <"$T/loop.$i.err")" >>"$T/loop.out"
 		fi
+		child=
 	done
-) &
-LOOP_PID=$!
+}
+hl_spawn readloop "$T/readloop.log" read_loop
+LOOP_PID=$HL_LAST_PID
 sleep 2
 hl_log "stopping the SAN (pid $SAN_PID)"
 t_down=$(date +%s.%N)
@@ -109,7 +117,8 @@ sleep 2
 san_restart
 t_up=$(date +%s.%N)
 hl_log "SAN back (pid $SAN_PID)"
-wait $LOOP_PID
+wait "$LOOP_PID"
+hl_forget "$LOOP_PID"
 grep -q FAIL "$T/loop.out" && { cat "$T/loop.out" >&2; hl_fail "reads through the front failed during a short SAN outage"; }
 n_ok=$(grep -c '^ok' "$T/loop.out")
 n_after=$(awk -v t="$t_up" '$1 == "ok" && $3 > t' "$T/loop.out" | wc -l)
@@ -124,10 +133,10 @@ hl_log "short outage ($(awk -v a="$t_down" -v b="$t_up" 'BEGIN{printf "%.1f", b-
 # ---- 3. outage longer than the retry limit: errors, not hangs; then recovery
 hl_stop "$SAN_PID"
 sleep $((RETRY_S + 2))
-iscsi-inq "$FRONT_URL" >"$T/inq.out" 2>&1 || { cat "$T/inq.out" >&2; hl_fail "the front does not answer INQUIRY while the SAN is away"; }
+timeout $QTO iscsi-inq "$FRONT_URL" >"$T/inq.out" 2>&1 || { cat "$T/inq.out" >&2; hl_fail "the front does not answer INQUIRY while the SAN is away"; }
 grep -q DIRECT_ACCESS "$T/inq.out" || hl_fail "INQUIRY through the front"
 t0=$SECONDS
-if qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/down.out" 2>&1; then
+if timeout $QTO qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/down.out" 2>&1; then
 	hl_fail "a read through the front succeeded while the SAN was away"
 fi
 [ $((SECONDS - t0)) -le 3 ] || hl_fail "a failing read took $((SECONDS - t0)) s (must fail fast after the limit)"
@@ -140,7 +149,7 @@ hl_log "long outage: INQUIRY answered, reads fail fast with $(grep -Eo 'SENSE KE
 san_restart
 ok=0
 for i in $(seq 1 60); do
-	if qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/up.out" 2>&1; then
+	if timeout $QTO qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/up.out" 2>&1; then
 		ok=1
 		break
 	fi
@@ -152,7 +161,7 @@ hl_log "recovered after the SAN came back (attempt $i)"
 # ---- 3b. a SAN that hangs (SIGSTOP: TCP stays up, nothing answers): errors, not hangs
 kill -STOP "$SAN_PID"
 t0=$SECONDS
-if timeout 60 qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/hung.out" 2>&1; then
+if timeout $QTO qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/hung.out" 2>&1; then
 	kill -CONT "$SAN_PID"
 	hl_fail "a read through the front succeeded while the SAN was stopped"
 fi
@@ -163,7 +172,7 @@ grep -Eq 'SENSE KEY:.*\((3|4)\) ASCQ' "$T/hung.out" || { cat "$T/hung.out" >&2; 
 hl_check_alive "$FRONT_PID"
 ok=0
 for i in $(seq 1 60); do
-	if qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/up.out" 2>&1; then
+	if timeout $QTO qemu-img compare -q -f raw -F raw "$T/src.img" "$FRONT_URL" >"$T/up.out" 2>&1; then
 		ok=1
 		break
 	fi
@@ -173,7 +182,7 @@ done
 hl_log "hung SAN: the read failed after $dt s, then the front recovered (attempt $i)"
 
 head -c $((4 * 1024 * 1024)) /dev/urandom >"$T/small.img"
-qemu-img convert -n -f raw -O raw "$T/small.img" "$FRONT_URL" >"$T/q.out" 2>&1 || { cat "$T/q.out" >&2; hl_fail "write after recovery"; }
+timeout $QTO qemu-img convert -n -f raw -O raw "$T/small.img" "$FRONT_URL" >"$T/q.out" 2>&1 || { cat "$T/q.out" >&2; hl_fail "write after recovery"; }
 cmp -s "$T/small.img" <(head -c $((4 * 1024 * 1024)) "$SAN_DISK") || hl_fail "write after recovery did not reach the SAN"
 hl_stop "$FRONT_PID"
 hl_stop "$SAN_PID"
@@ -186,7 +195,7 @@ FRONT_URL=iscsi://127.0.0.1:$FRONT_PORT/$FRONT_IQN/0
 front_config "$T/front-chap.conf" "iscsi://hlorigin%origin-secret-42@127.0.0.1:$HL_PORT/$HL_IQN/$HL_LUN"
 hl_start_hotlund "$T/front-chap.conf"
 FRONT_PID=$HL_PID
-qemu-img compare -f raw -F raw "$SAN_DISK" "$FRONT_URL" >"$T/q.out" 2>&1 ||
+timeout $QTO qemu-img compare -f raw -F raw "$SAN_DISK" "$FRONT_URL" >"$T/q.out" 2>&1 ||
 	{ cat "$T/q.out" >&2; hl_fail "front with a CHAP origin: image differs from the SAN's file"; }
 hl_stop "$FRONT_PID"
 front_config "$T/front-bad.conf" "iscsi://hlorigin%wrong-secret@127.0.0.1:$HL_PORT/$HL_IQN/$HL_LUN"
