@@ -495,6 +495,80 @@ enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd)
 	return SCSI_PENDING;
 }
 
+/* ---- ORWRITE(16) ---- */
+
+/*
+ * priv: lba, count = blocks, aux = origin flags of the write. Like COMPARE
+ * AND WRITE's emulation: the range is held exclusively from the read
+ * through the write, so the OR is atomic against every other write.
+ */
+static void orwrite_read(struct hl_scsi_cmd *cmd, int result)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	size_t n = (size_t)p->count * cmd->lu->block_size;
+
+	if (result < 0) {
+		sbc_io_error(cmd, result, false);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		p->bounce[i] |= cmd->data[i];
+	cmd->iov[0].iov_base = p->bounce;
+	cmd->iov[0].iov_len = n;
+	int rc = scsi_block_io(cmd, HL_IO_WRITE, p->aux, p->lba, p->count, cmd->iov, 1, write_done);
+	if (rc < 0) {
+		sbc_submit_failed(cmd, rc, true);
+		scsi_cmd_complete(cmd);
+	}
+}
+
+static void orwrite_start(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	size_t n = (size_t)p->count * cmd->lu->block_size;
+
+	p->bounce = malloc(n);
+	if (!p->bounce) {
+		cmd->status = HL_SAM_BUSY;
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	cmd->iov[0].iov_base = p->bounce;
+	cmd->iov[0].iov_len = n;
+	int rc = scsi_block_io(cmd, HL_IO_READ, 0, p->lba, p->count, cmd->iov, 1, orwrite_read);
+	if (rc < 0) {
+		sbc_submit_failed(cmd, rc, false);
+		scsi_cmd_complete(cmd);
+	}
+}
+
+enum scsi_exec_result sbc_orwrite(struct hl_scsi_cmd *cmd)
+{
+	struct hl_lu *lu = cmd->lu;
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	struct rw_args a;
+	uint32_t nbytes;
+
+	rw_decode(cmd->cdb, &a);
+	if (!rw_check(cmd, &a, true))
+		return SCSI_DONE;
+	cmd->xfer_len = a.count * lu->block_size;
+	if (scsi_write_protected(cmd))
+		return SCSI_DONE;
+	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
+		return SCSI_DONE;
+	scsi_set_good(cmd);
+	if (nbytes == 0)
+		return SCSI_DONE;
+	p->lba = a.lba;
+	p->count = nbytes / lu->block_size;
+	p->aux = (a.flags & 0x08) ? HL_IO_FUA : 0;
+	if (scsi_range_lock(cmd, a.lba, p->count, true, orwrite_start))
+		orwrite_start(cmd);
+	return SCSI_PENDING;
+}
+
 /* ---- COMPARE AND WRITE ---- */
 
 /*

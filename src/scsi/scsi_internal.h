@@ -354,6 +354,7 @@ enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_sync_cache(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result sbc_orwrite(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_prefetch(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_start_stop(struct hl_scsi_cmd *cmd);
 

@@ -1218,6 +1218,35 @@ static void test_mode_select_accepts_current_rejects_changes(void)
 	lu_teardown();
 }
 
+static void test_orwrite(void)
+{
+	struct tcmd t;
+	uint8_t cdb[16], buf[2 * BS];
+
+	lu_setup();
+	memset(medium() + 10 * BS, 0x0f, 2 * BS);
+	memset(buf, 0x30, sizeof(buf));
+	cdb_rw16(cdb, 0x8b, 10, 2);
+	run(&t, cdb, 16, buf, sizeof(buf), true);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(medium()[10 * BS], 0x3f);
+	CU_ASSERT_EQUAL(medium()[12 * BS - 1], 0x3f);
+	CU_ASSERT_EQUAL(medium()[12 * BS], 0x00);
+	/* ORPROTECT: no protection information */
+	cdb[1] = 0x20;
+	run(&t, cdb, 16, buf, sizeof(buf), true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+	/* beyond the end */
+	cdb_rw16(cdb, 0x8b, NBLOCKS - 1, 2);
+	run(&t, cdb, 16, buf, sizeof(buf), true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x21, 0x00);
+	/* zero blocks: nothing happens */
+	cdb_rw16(cdb, 0x8b, 0, 0);
+	run(&t, cdb, 16, NULL, 0, true);
+	ASSERT_GOOD(t);
+	lu_teardown();
+}
+
 static void test_lu_create_rejects_bad_geometry(void)
 {
 	struct hl_lu_config cfg = test_cfg();
@@ -1239,6 +1268,7 @@ static const struct hl_test tests[] = {
     {"INQUIRY allocation length honoured", test_inquiry_alloc_length},
     {"INQUIRY invalid fields", test_inquiry_bad_fields},
     {"REPORT TARGET PORT GROUPS", test_report_target_port_groups},
+    {"ORWRITE(16)", test_orwrite},
     {"MODE SELECT accepts the current values only", test_mode_select_accepts_current_rejects_changes},
     {"VPD 00 lists only pages that answer", test_vpd_supported_pages_all_answer},
     {"VPD 80 serial", test_vpd_serial},
