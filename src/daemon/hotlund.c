@@ -174,7 +174,19 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 		       d->conf->targets[0].name);
 		fflush(stdout);
 	}
-	return daemon_control_start(d);
+	/*
+	 * From daemon_control_start() on, d->conf belongs to the control thread:
+	 * a client may apply a change (and free the old conf) at once. Copy what
+	 * the start-up notice needs before that.
+	 */
+	char ctl_path[1024];
+	hl_strlcpy(ctl_path, d->conf->control_socket ? d->conf->control_socket : "(none)",
+		   sizeof(ctl_path));
+	rc = daemon_control_start(d);
+	if (rc == 0)
+		HL_NOTICE("daemon", "hotlund %s running (%u reactor thread(s), control socket %s)",
+			  PACKAGE_VERSION, d->n_reactors, ctl_path);
+	return rc;
 }
 
 static void stop(struct daemon *d)
@@ -337,11 +349,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	rc = start(&d, loaded, demo != NULL);
-	if (rc == 0) {
-		HL_NOTICE("daemon", "hotlund %s running (%u reactor thread(s), control socket %s)",
-			  PACKAGE_VERSION, d.n_reactors, d.conf->control_socket);
-		rc = wait_for_signals(&d);
-	}
+	if (rc == 0)
+		rc = wait_for_signals(&d); /* d.conf is the control thread's now */
 	stop(&d);
 	return rc ? 1 : 0;
 }
