@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "hotlun/log.h"
@@ -46,6 +47,7 @@ enum {
 	PRO_PREEMPT = 4,
 	PRO_PREEMPT_ABORT = 5,
 	PRO_REGISTER_IGNORE = 6,
+	PRO_REGISTER_MOVE = 7,
 };
 
 #define PR_PARAM_LEN 24
@@ -686,6 +688,79 @@ static void pr_preempt(struct hl_scsi_cmd *cmd, const struct pr_params *p, struc
 	scsi_set_good(cmd);
 }
 
+/*
+ * REGISTER AND MOVE (SPC-4 5.9.9): the holder registers another I_T nexus
+ * (TransportID + relative target port) with the service action key and hands
+ * it the reservation, same type; UNREG drops the holder's own registration.
+ * lu->lock held; d is the whole parameter list (plen bytes).
+ */
+static void pr_register_move(struct hl_scsi_cmd *cmd, const struct pr_params *p,
+                             struct scsi_pr_reg *r, const uint8_t *d, uint32_t plen)
+{
+	struct hl_lu *lu = cmd->lu;
+	uint32_t tid_len = hl_get_be32(d + 20);
+	bool unreg = d[17] & 0x02;
+	uint16_t rel = hl_get_be16(d + 18);
+	char iport[272];
+
+	if (!lu->pr_type || type_all_registrants(lu->pr_type) || !is_holder(lu, r)) {
+		set_conflict(cmd);
+		return;
+	}
+	if (p->sa_key == 0) {
+		scsi_sense_invalid_param(cmd, 8, -1);
+		return;
+	}
+	/* iSCSI TransportID, initiator port format: "name,i,0xISID", NUL-terminated */
+	const uint8_t *tid = d + 24;
+	if (tid_len < 4 || (tid[0] & 0xcf) != 0x45) {
+		scsi_sense_invalid_param(cmd, 24, -1);
+		return;
+	}
+	uint32_t n = hl_get_be16(tid + 2);
+	if (n + 4 > tid_len || n + 4 > plen - 24 || n == 0 || n >= sizeof(iport)) {
+		scsi_sense_invalid_param(cmd, 26, -1);
+		return;
+	}
+	memcpy(iport, tid + 4, n);
+	iport[n] = '\0';
+	if (!strstr(iport, ",i,0x") || rel == 0) {
+		scsi_sense_invalid_param(cmd, rel == 0 ? 18 : 28, -1);
+		return;
+	}
+	if (strcasecmp(iport, nexus_port_name(cmd)) == 0 && rel == nexus_rel_port(cmd)) {
+		scsi_sense_invalid_param(cmd, 28, -1); /* moving to itself */
+		return;
+	}
+	struct scsi_pr_reg *dst = NULL, *o;
+	hl_list_for_each_entry(o, &lu->pr_regs, link)
+	{
+		if (strcasecmp(o->initiator_port, iport) == 0 && (o->all_tg_pt || o->rel_port == rel)) {
+			dst = o;
+			break;
+		}
+	}
+	if (!dst) {
+		if (lu->pr_n_regs >= SCSI_PR_MAX_REGS || !(dst = calloc(1, sizeof(*dst)))) {
+			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_NO_REG_RESOURCES);
+			return;
+		}
+		hl_strlcpy(dst->initiator_port, iport, sizeof(dst->initiator_port));
+		dst->rel_port = rel;
+		hl_list_add_tail(&lu->pr_regs, &dst->link);
+		lu->pr_n_regs++;
+	}
+	dst->key = p->sa_key;
+	lu->pr_holder = dst;
+	if (unreg) {
+		hl_list_del(&r->link);
+		lu->pr_n_regs--;
+		free(r);
+	}
+	lu->pr_generation++;
+	scsi_set_good(cmd);
+}
+
 enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 {
 	struct hl_lu *lu = cmd->lu;
@@ -696,31 +771,36 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 	p.sa = cmd->cdb[1] & 0x1f;
 	p.scope = cmd->cdb[2] >> 4;
 	p.type = cmd->cdb[2] & 0x0f;
-	if (p.sa > PRO_REGISTER_IGNORE) {
-		/* REGISTER AND MOVE and later service actions are not supported */
+	if (p.sa > PRO_REGISTER_MOVE) {
+		/* REPLACE LOST RESERVATION and later service actions are not supported */
 		scsi_sense_invalid_cdb(cmd, 1, 4);
 		return SCSI_DONE;
 	}
 	cmd->xfer_len = plen;
-	if (plen != PR_PARAM_LEN) {
+	if (p.sa == PRO_REGISTER_MOVE ? plen < PR_PARAM_LEN + 4 || plen > 24 + 4 + 256
+	                              : plen != PR_PARAM_LEN) {
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
 		return SCSI_DONE;
 	}
-	if (scsi_dout_len(cmd) < PR_PARAM_LEN) {
+	if (scsi_dout_len(cmd) < plen) {
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
 		return SCSI_DONE;
 	}
 	p.key = hl_get_be64(d);
 	p.sa_key = hl_get_be64(d + 8);
-	p.all_tg_pt = d[20] & 0x04;
-	if (d[20] & 0x08) { /* SPEC_I_PT: not supported (SIP_C = 0) */
+	p.all_tg_pt = p.sa != PRO_REGISTER_MOVE && (d[20] & 0x04);
+	/* REGISTER AND MOVE has its own layout: APTPL in byte 17, no SPEC_I_PT */
+	uint8_t flags = p.sa == PRO_REGISTER_MOVE ? (uint8_t)(d[17] & 0x01) : d[20];
+	if (flags & 0x08) { /* SPEC_I_PT: not supported (SIP_C = 0) */
 		scsi_sense_invalid_param(cmd, 20, 3);
 		return SCSI_DONE;
 	}
 	/* APTPL counts for the register service actions only (SPC-4 6.16.3) */
-	bool aptpl = (d[20] & 0x01) && (p.sa == PRO_REGISTER || p.sa == PRO_REGISTER_IGNORE);
+	bool reg_sa = p.sa == PRO_REGISTER || p.sa == PRO_REGISTER_IGNORE ||
+	              p.sa == PRO_REGISTER_MOVE;
+	bool aptpl = (flags & 0x01) && reg_sa;
 	if (aptpl && !lu->state_dir) { /* nowhere to keep it: PTPL_C = 0 */
-		scsi_sense_invalid_param(cmd, 20, 0);
+		scsi_sense_invalid_param(cmd, p.sa == PRO_REGISTER_MOVE ? 17 : 20, 0);
 		return SCSI_DONE;
 	}
 	bool needs_type = p.sa == PRO_RESERVE || p.sa == PRO_RELEASE || p.sa == PRO_PREEMPT ||
@@ -747,6 +827,8 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 			pr_release(cmd, &p, r);
 		} else if (p.sa == PRO_CLEAR) {
 			pr_clear(cmd);
+		} else if (p.sa == PRO_REGISTER_MOVE) {
+			pr_register_move(cmd, &p, r, d, plen);
 		} else {
 			/* PREEMPT AND ABORT: the transport aborts the preempted tasks; same state
 			 * change */
@@ -755,7 +837,7 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 	}
 	if (cmd->status == HL_SAM_GOOD) {
 		bool was = lu->pr_aptpl;
-		if (p.sa == PRO_REGISTER || p.sa == PRO_REGISTER_IGNORE)
+		if (reg_sa)
 			lu->pr_aptpl = aptpl;
 		if ((lu->pr_aptpl || was) && pr_persist(lu) != 0 && lu->pr_aptpl)
 			HL_WARN(SCSI_COMPONENT, "%s: PR state changed but not saved", lu->name);

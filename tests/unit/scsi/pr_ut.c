@@ -347,7 +347,9 @@ static void test_pr_out_bad_parameters(void)
 	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00));
 	pr_out(&nexus_a, RESV, 0x10 | WE, 0xa, 0); /* scope 1 */
 	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00));
-	pr_out(&nexus_a, 7, WE, 0xa, 0); /* REGISTER AND MOVE */
+	pr_out(&nexus_a, 7, WE, 0xa, 0); /* REGISTER AND MOVE without its TransportID */
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00));
+	pr_out(&nexus_a, 8, WE, 0xa, 0); /* REPLACE LOST RESERVATION */
 	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00));
 	/* fewer data-out bytes than the parameter list */
 	uint8_t cdb[10] = {0x5f, REG};
@@ -393,6 +395,72 @@ static void test_pr_in_capabilities_and_full_status(void)
 	uint8_t cdb[10] = {0x5e, 4, 0, 0, 0, 0, 0, 0, 64, 0};
 	run_full(&t, &nexus_a, 0, cdb, 10, buf, 64, false);
 	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00));
+	lu_teardown();
+}
+
+/* REGISTER AND MOVE from n to the initiator port `to` on relative port rel. */
+static void register_move(const struct hl_scsi_nexus *n, uint64_t key, uint64_t sa_key,
+                          const char *to, uint16_t rel, bool unreg)
+{
+	uint8_t cdb[10] = {0x5f, 7, WE};
+	uint8_t param[24 + 4 + 64] = {0};
+	size_t len = strlen(to);
+	uint32_t tid = (uint32_t)HL_ALIGN_UP(len + 1, 4);
+
+	hl_put_be64(param, key);
+	hl_put_be64(param + 8, sa_key);
+	param[17] = unreg ? 0x02 : 0;
+	hl_put_be16(param + 18, rel);
+	hl_put_be32(param + 20, 4 + tid);
+	param[24] = 0x45;
+	hl_put_be16(param + 26, (uint16_t)tid);
+	memcpy(param + 28, to, len);
+	hl_put_be32(cdb + 5, 24 + 4 + tid);
+	run_full(&t, n, 0, cdb, 10, param, 24 + 4 + tid, true);
+}
+
+static void test_register_and_move(void)
+{
+	uint8_t buf[64];
+
+	setup2();
+	CU_ASSERT_EQUAL(pr_out(&nexus_a, REG, 0, 0, 0xa), GOOD);
+	/* no reservation: nothing to move */
+	register_move(&nexus_a, 0xa, 0xb, nexus_b.initiator_port, 1, false);
+	CU_ASSERT_EQUAL(t.cmd.status, CONFLICT);
+	CU_ASSERT_EQUAL(pr_out(&nexus_a, RESV, EA, 0xa, 0), GOOD);
+	CU_ASSERT_EQUAL(do_read(&nexus_b), CONFLICT);
+	/* a wrong key, a zero service action key, moving to itself */
+	register_move(&nexus_a, 0xc, 0xb, nexus_b.initiator_port, 1, false);
+	CU_ASSERT_EQUAL(t.cmd.status, CONFLICT);
+	register_move(&nexus_a, 0xa, 0, nexus_b.initiator_port, 1, false);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
+	register_move(&nexus_a, 0xa, 0xb, nexus_a.initiator_port, 1, false);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
+	/* B, not registered yet, gets key 0xb and the reservation; A stays registered */
+	pr_in(&nexus_a, 0, buf, sizeof(buf));
+	uint32_t gen = hl_get_be32(buf);
+	register_move(&nexus_a, 0xa, 0xb, nexus_b.initiator_port, 1, false);
+	CU_ASSERT_EQUAL(t.cmd.status, GOOD);
+	pr_in(&nexus_a, 1, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf), gen + 1);
+	CU_ASSERT_EQUAL(hl_get_be64(buf + 8), 0xb);
+	CU_ASSERT_EQUAL(buf[21], EA);
+	CU_ASSERT_EQUAL(do_read(&nexus_b), GOOD);
+	CU_ASSERT_EQUAL(do_read(&nexus_a), CONFLICT);
+	pr_in(&nexus_b, 0, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 16);
+	/* A is no longer the holder */
+	register_move(&nexus_a, 0xa, 0xa, nexus_b.initiator_port, 1, false);
+	CU_ASSERT_EQUAL(t.cmd.status, CONFLICT);
+	/* back to A with UNREG: B's registration goes */
+	register_move(&nexus_b, 0xb, 0xa2, nexus_a.initiator_port, 1, true);
+	CU_ASSERT_EQUAL(t.cmd.status, GOOD);
+	pr_in(&nexus_a, 0, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 8);
+	CU_ASSERT_EQUAL(hl_get_be64(buf + 8), 0xa2);
+	CU_ASSERT_EQUAL(do_read(&nexus_a), GOOD);
+	CU_ASSERT_EQUAL(do_read(&nexus_b), CONFLICT);
 	lu_teardown();
 }
 
@@ -484,6 +552,7 @@ static const struct hl_test tests[] = {
     {"PR OUT parameter errors", test_pr_out_bad_parameters},
     {"PR IN capabilities and full status", test_pr_in_capabilities_and_full_status},
     {"APTPL: the PR state survives a restart", test_aptpl_survives_restart},
+    {"REGISTER AND MOVE", test_register_and_move},
     {NULL, NULL},
 };
 
