@@ -9,13 +9,40 @@
 # failing(2). The SAN resumes: after 10 s without errors hlOriginRecovered
 # must arrive and the state return to ok(1).
 #
-# (hlCacheDeviceFailure follows the same path from the cache's passthrough
-# flag; its state machine is unit-tested in tests/unit/snmp/model_ut.c.)
+# The front also has a cache c0 whose device lives on a 6 MiB tmpfs (when
+# the test may mount one, i.e. runs as root): reads through its disk f0
+# fill the tmpfs, the device write fails with ENOSPC, the cache goes to
+# pass-through (reads still succeed), and hlCacheDeviceFailure must arrive
+# with c0's name, device and state, and hlCacheState read passthrough(2).
 
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/snmp_lib.sh"
 hl_need snmptrapd
 SAN_RETRY_S=2
+
+# A small tmpfs for the cache device, outside the scratch folder (rm -rf
+# cannot remove a mount point); unmounted at exit.
+MNT=
+if [ "$(id -u)" = 0 ]; then
+	MNT=$(mktemp -d "${TMPDIR:-/tmp}/hotlun-snmp-tmpfs.XXXXXX") || hl_error "mktemp failed"
+	if mount -t tmpfs -o size=6m hotlun-snmp-test "$MNT" 2>"$T/mount.err"; then
+		hl_log "cache device tmpfs (6 MiB) on $MNT"
+	else
+		hl_log "cannot mount a tmpfs ($(cat "$T/mount.err")): cache failure part skipped"
+		rmdir "$MNT"
+		MNT=
+	fi
+else
+	hl_log "not root: cannot mount a tmpfs, the cache failure part is skipped"
+fi
+unmount_tmpfs() {
+	[ -n "$MNT" ] || return 0
+	umount "$MNT" 2>/dev/null && rmdir "$MNT"
+}
+# A failing test must not leave the SAN stopped (lib.sh's cleanup sends
+# SIGTERM) nor the tmpfs mounted (after cleanup: hotlund holds the device).
+SAN_PID=
+trap 'rc=$?; [ -n "$SAN_PID" ] && kill -CONT "$SAN_PID" 2>/dev/null; (exit $rc); hl_cleanup; rc=$?; unmount_tmpfs; exit $rc' EXIT
 
 # ---- the SAN (disk0 on a sparse file) and the front
 hl_target_start --size 64M
@@ -34,6 +61,19 @@ origin = $SAN_URL?timeout=$SAN_RETRY_S
 lun.0 = e0
 allow = ALL
 EOF
+if [ -n "$MNT" ]; then
+	hl_make_disk "$T/f0.img" 64M
+	cat >>"$T/front.conf" <<EOF
+lun.1 = f0
+[cache c0]
+device = $MNT/c0.cache
+size = 64M
+block_size = 64K
+[disk f0]
+origin = file:$T/f0.img
+cache = c0
+EOF
+fi
 hl_start_hotlund "$T/front.conf"
 FRONT_PID=$HL_PID
 FRONT_URL=iscsi://127.0.0.1:$FRONT_PORT/$FRONT_IQN/0
@@ -65,8 +105,6 @@ trap_seen() {
 trap_seen "$LOSS" && hl_fail "hlOriginLoss before any failure"
 
 # ---- freeze the SAN: reads fail after the retry limit
-# (a failing test must not leave it stopped: lib.sh's cleanup sends SIGTERM)
-trap 'rc=$?; kill -CONT "$SAN_PID" 2>/dev/null; (exit $rc); hl_cleanup' EXIT
 kill -STOP "$SAN_PID"
 # SIGSTOP is asynchronous: wait until every thread of the SAN is stopped.
 for i in $(seq 1 100); do
@@ -123,6 +161,32 @@ trap_seen "$RECOVERED" || { cat "$T/traps.log" >&2; hl_fail "no hlOriginRecovere
 N_LOSS=$(grep -cE -- "${LOSS//./\\.}([[:space:]]|\$)" "$T/traps.log")
 [ "$N_LOSS" = 1 ] || hl_fail "$N_LOSS hlOriginLoss notifications for one outage (want 1)"
 hl_log "ok: hlOriginRecovered received, state ok(1)"
+
+# ---- the cache device fills up: pass-through and hlCacheDeviceFailure
+if [ -n "$MNT" ]; then
+	C0=$(swalk hlCacheName | awk '$2 == "c0" { print $1 }')
+	[ -n "$C0" ] || hl_fail "c0 missing from hlCacheTable"
+	[ "$(sget hlCacheState "$C0")" = 1 ] || hl_fail "hlCacheState must start active(1)"
+	FAILED=$(oid hlCacheDeviceFailure)
+	trap_seen "$FAILED" && hl_fail "hlCacheDeviceFailure before any failure"
+	# 400 random 64 KiB reads admit far more than 6 MiB: ENOSPC.
+	bench --workload uniform --bs 64K --qd 1 --read 100 --count 400 \
+		"iscsi://127.0.0.1:$FRONT_PORT/$FRONT_IQN/1"
+	wait_for "hlCacheDeviceFailure at snmptrapd" trap_seen "$FAILED"
+	[ "$(sget hlCacheState "$C0")" = 2 ] || hl_fail "hlCacheState is not passthrough(2)"
+	[ "$(sget hlCacheDeviceErrors "$C0")" -gt 0 ] || hl_fail "hlCacheDeviceErrors is 0"
+	LINE=$(grep -E -- "${FAILED//./\\.}([[:space:]]|\$)" "$T/traps.log")
+	case $LINE in
+	*"$(oid hlCacheName).$C0 = STRING: \"c0\""*"$(oid hlCacheDevice).$C0 = STRING: \"$MNT/c0.cache\""*"$(oid hlCacheState).$C0 = INTEGER: 2"*) ;;
+	*) hl_fail "hlCacheDeviceFailure without c0's name, device and state: $LINE" ;;
+	esac
+	# Pass-through serves reads from the origin: no errors for the initiator.
+	F0=$(disk_index f0)
+	[ "$(sget hlDiskErrors "$F0")" = 0 ] || hl_fail "f0 reads failed while the cache went to pass-through"
+	N_FAILED=$(grep -cE -- "${FAILED//./\\.}([[:space:]]|\$)" "$T/traps.log")
+	[ "$N_FAILED" = 1 ] || hl_fail "$N_FAILED hlCacheDeviceFailure notifications (want 1)"
+	hl_log "ok: hlCacheDeviceFailure received, c0 passthrough(2), f0 reads without errors"
+fi
 
 hl_stop "$SUB_PID"
 hl_stop "$SNMPD_PID"
