@@ -1,5 +1,6 @@
 #!/bin/bash
-# snmp_traps.sh - hotlun-snmp's origin notifications, received for real.
+# snmp_traps.sh - hotlun-snmp's notifications (origin loss and recovery, cache
+# device failure), received for real by a private snmptrapd.
 #
 # A SAN hotlund serves a LUN; a front hotlund exports it as disk e0 through
 # the iscsi origin (retry limit 2 s). A private snmpd sends notifications
