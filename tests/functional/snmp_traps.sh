@@ -6,7 +6,7 @@
 # the iscsi origin (retry limit 2 s). A private snmpd sends notifications
 # to a private snmptrapd. The SAN is frozen (SIGSTOP): reads through the
 # front fail, e0's error counter grows, and hlOriginLoss must arrive with
-# e0's name, origin and error count, and hlDiskOriginState must say
+# e0's name, origin and state, and hlDiskOriginState must say
 # failing(2). The SAN resumes: after 10 s without errors hlOriginRecovered
 # must arrive and the state return to ok(1).
 #
