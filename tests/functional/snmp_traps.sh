@@ -122,7 +122,6 @@ kill -CONT "$SAN_PID"
 ERR=$(sget hlDiskErrors "$E0")
 [ "${ERR:-0}" -gt 0 ] || hl_fail "hlDiskErrors is '$ERR' after failed reads"
 [ "$(sget hlDiskOriginState "$E0")" = 2 ] || hl_fail "hlDiskOriginState is not failing(2)"
-# The notification carries e0's name and origin.
 # The notification carries e0's name, origin and state (snmptrapd prints a
 # notification's varbinds on one line).
 LINE=$(grep -E -- "${LOSS//./\\.}([[:space:]]|\$)" "$T/traps.log")
