@@ -218,6 +218,12 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 void hl_cache_core_destroy(struct hl_cache_core *c);
 
 /**
+ * Switch the admission policy of a running core (cached blocks stay; the new
+ * policy starts with empty counts). @return 0, -EINVAL (bad kind/param), -ENOMEM.
+ */
+int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind, uint32_t param);
+
+/**
  * Register a LUN. quota_bytes 0: the LUN shares the pool; otherwise it gets
  * a private partition of that many bytes carved out of the pool (like a
  * per-disk reservation), evicting only its own blocks. @return 0, -EEXIST,

@@ -80,6 +80,12 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
  * reactors stopped and before they are destroyed; hl_cache_close()
  * follows. Blocking; NULL is harmless.
  */
+/**
+ * Change the admission policy while running ("frequency", "always", "nhit:N";
+ * NULL = default). Cached blocks stay. Any thread. @return 0 or -EINVAL/-ENOMEM.
+ */
+int hl_cache_set_admission(struct hl_cache *c, const char *admission);
+
 void hl_cache_quiesce(struct hl_cache *c);
 
 /**

@@ -302,6 +302,24 @@ nomem:
 	return -ENOMEM;
 }
 
+int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind, uint32_t param)
+{
+	struct hl_admit *a;
+	int rc;
+
+	if (kind >= HL_ADMIT__COUNT)
+		return -EINVAL;
+	/* A fresh policy: the old sketch's counts mean nothing to another policy. */
+	rc = hl_admit_create(kind, c->nslots, param, &a);
+	if (rc)
+		return rc;
+	hl_admit_destroy(c->admit);
+	c->admit = a;
+	c->p.admit = kind;
+	c->p.admit_param = param;
+	return 0;
+}
+
 void hl_cache_core_destroy(struct hl_cache_core *c)
 {
 	if (!c)

@@ -1774,6 +1774,23 @@ out:
 	return rc;
 }
 
+int hl_cache_set_admission(struct hl_cache *c, const char *admission)
+{
+	const char *adm = !admission || !strcmp(admission, "frequency") ? "freq" : admission;
+	enum hl_admit_kind kind;
+	uint32_t param;
+	int rc;
+
+	if (hl_admit_parse(adm, &kind, &param))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	rc = hl_cache_core_set_admission(c->core, kind, param);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		HL_NOTICE("cache", "cache %s: admission now %s", c->name, adm);
+	return rc;
+}
+
 void hl_cache_quiesce(struct hl_cache *c)
 {
 	if (!c || !c->meta_started)

@@ -163,12 +163,29 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 		if (r) {
 			if (!str_eq(r->conf.device, k->device) || r->conf.size != k->size ||
 			    r->conf.block_size != k->block_size ||
-			    !str_eq(r->conf.admission, k->admission) ||
-			    !str_eq(r->conf.write_policy, k->write_policy))
-				HL_WARN("daemon",
-				        "cache %s: changed settings take effect at the next "
-				        "restart",
-				        k->name);
+			    !str_eq(r->conf.write_policy, k->write_policy)) {
+				rc = fail(err, errlen, -EINVAL,
+				          "cache %s: device, size, block_size and write_policy "
+				          "change only with a restart",
+				          k->name);
+				break;
+			}
+			if (!str_eq(r->conf.admission, k->admission)) {
+				char *adm = k->admission ? strdup(k->admission) : NULL;
+				if (k->admission && !adm) {
+					rc = -ENOMEM;
+					break;
+				}
+				rc = hl_cache_set_admission(r->c, k->admission);
+				if (rc) {
+					free(adm);
+					rc = fail(err, errlen, rc, "cache %s: admission %s: %s",
+					          k->name, k->admission, strerror(-rc));
+					break;
+				}
+				free(r->conf.admission);
+				r->conf.admission = adm;
+			}
 			continue;
 		}
 		rc = check_device(conf, k, err, errlen);

@@ -74,5 +74,12 @@ if disk == "cached":
 print(disk, "counters match:", {k: delta(k) for k in want})
 PY
 done
+# the admission policy changes while running; geometry changes are refused
+CTL=$HL_BUILDDIR/hotlunctl
+"$CTL" --socket "$sock" /caches/c0 set admission=nhit:2 || hl_fail "admission change refused"
+"$CTL" --socket "$sock" /caches/c0 get admission | grep -qx 'admission=nhit:2' || hl_fail "admission not changed"
+grep -q 'cache c0: admission now nhit:2' "$HL_LOG" || hl_fail "the engine did not switch policy"
+err=$("$CTL" --socket "$sock" /caches/c0 set block_size=4K 2>&1) && hl_fail "block_size changed at run time"
+grep -q 'restart' <<<"$err" || hl_fail "refusal does not say why: $err"
 hl_stop
 echo "stats_counts: OK"

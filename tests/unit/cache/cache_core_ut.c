@@ -81,6 +81,37 @@ static void test_create_params(void)
 	CU_ASSERT_EQUAL(hl_cache_core_create(&p, &c), -EINVAL);
 }
 
+/* The admission policy can change while running; blocks stay, the new rule applies at once. */
+static void test_set_admission_at_run_time(void)
+{
+	struct hl_cache_params p;
+	struct hl_cache_core *c = NULL;
+	struct hl_cache_stats a, b;
+	uint8_t v[32];
+
+	hl_cache_params_default(&p);
+	p.capacity = 4 * M;
+	p.block_size = 64 * K;
+	p.window_bytes = 0;
+	p.admit = HL_ADMIT_ALWAYS;
+	CU_ASSERT_FATAL(hl_cache_core_create(&p, &c) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 0, 0) == 0);
+	for (uint64_t blk = 0; blk < 64; blk++) /* fill every slot */
+		rd(c, 0, blk * 64 * K, 4 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_set_admission(c, HL_ADMIT_NHIT, 0), -EINVAL);
+	CU_ASSERT_EQUAL(hl_cache_core_set_admission(c, HL_ADMIT__COUNT, 1), -EINVAL);
+	CU_ASSERT_EQUAL(hl_cache_core_set_admission(c, HL_ADMIT_NHIT, 2), 0);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 3, v), HL_CACHE_NO_SLOT); /* blocks stay */
+	hl_cache_core_stats(c, -1, &a);
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 4 * K), R_MISS); /* first miss: refused */
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 100, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_stats(c, -1, &b);
+	CU_ASSERT_EQUAL(b.rejections, a.rejections + 1);
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 4 * K), R_MISS); /* second miss: admitted */
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 100, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_destroy(c);
+}
+
 static void test_hit_miss_partial(void)
 {
 	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
@@ -646,6 +677,7 @@ static void test_seq_bypass(void)
 
 static const struct hl_test tests[] = {
     {"parameter checks", test_create_params},
+    {"set admission at run time", test_set_admission_at_run_time},
     {"hit, miss, partial hit and byte accounting", test_hit_miss_partial},
     {"valid bits, sub-sector writes, write-through update", test_valid_bits_and_writes},
     {"invalidate write mode", test_invalidate_mode},
