@@ -20,6 +20,9 @@
 const struct hl_origin_ops *const hl_origin_backends[] = {
     &origin_file_ops,
     &origin_iscsi_ops,
+#ifdef HAVE_RBD
+    &origin_rbd_ops,
+#endif
     NULL,
 };
 

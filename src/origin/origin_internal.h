@@ -10,6 +10,12 @@
 
 extern const struct hl_origin_ops origin_file_ops;
 extern const struct hl_origin_ops origin_iscsi_ops;
+#ifdef HAVE_RBD
+extern const struct hl_origin_ops origin_rbd_ops;
+/** Split "POOL/IMAGE[@SNAP]" (rbd.c). @return 0, -EINVAL, -ENAMETOOLONG. */
+int origin_rbd_parse(const char *target, char *pool, size_t pool_len, char *image,
+		     size_t image_len, char *snap, size_t snap_len);
+#endif
 extern const struct hl_origin_ops origin_throttle_ops;
 
 /**
