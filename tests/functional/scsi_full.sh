@@ -3,20 +3,17 @@
 # family, destructive tests allowed) against hotlund on a file LUN, then a
 # second run with two URLs to the same LUN through two portals (multipath,
 # reservation and COMPARE AND WRITE tests from two I_T nexuses). Both must end
-# with 0 failed tests; every skip must be listed in docs/compliance.md.
-#
-# The LUN has 4096-byte blocks (HL_FULL_BS): on a file origin a 512-byte LU
-# reports 8 logical blocks per physical block (the filesystem's 4 KiB), and
-# GetLBAStatus.UnmapSingle of libiscsi 1.19 expects, for a request at LBA
-# i + 1, a descriptor at LBA i + lbppb, which holds only when lbppb is 1 (see
-# docs/compliance.md). The required families still run at 512 bytes
-# (compliance.sh).
+# with no failed test except the known test defects listed in
+# docs/compliance.md ("Known failures": one, GetLBAStatus.UnmapSingle, which
+# assumes one logical block per physical block); every skip must be listed
+# there too. HL_FULL_BS sets the LU's block size (default 512, what the
+# suite's reservation tests assume).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/cu_check.sh"
 hl_need iscsi-test-cu
 
 T=$(hl_tmpdir)
-BS=${HL_FULL_BS:-4096}
+BS=${HL_FULL_BS:-512}
 LIMIT=${HL_CU_TIMEOUT:-1200}
 hl_make_disk "$T/disk0.img" 128M
 HL_IQN=$HL_IQN_PREFIX:scsi-full
