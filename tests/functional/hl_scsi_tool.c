@@ -25,6 +25,14 @@
  *       "gen G type T key K" (or "gen G none"), "ptpl_c C ptpl_a A".
  *       Exit 0 when the command completed (whatever its status), 2 on a
  *       usage or connection error.
+ *
+ *   hl_scsi_tool cached URL
+ *       Cache coherence of the commands that change blocks behind the read
+ *       path: for UNMAP, WRITE SAME (with and without UNMAP), EXTENDED COPY,
+ *       COMPARE AND WRITE and ORWRITE, a 64 KiB range is written and read
+ *       until warm (three reads, 200 ms apart, so the cache admits it), then
+ *       changed by the command and read back: it must hold the new data.
+ *       Prints one line per command; exit 0 when all hold, 1 otherwise.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -33,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
@@ -267,6 +276,190 @@ static int cmd_caw(int nclients, int iterations)
 	return rc;
 }
 
+/* ---------------------------------------------------------------- cached */
+
+#define COH_BLOCKS 128
+
+static struct iscsi_context *coh_iscsi;
+static int coh_lun;
+
+static bool coh_status(struct scsi_task *t, const char *what)
+{
+	bool ok = t && t->status == SCSI_STATUS_GOOD;
+
+	if (!ok)
+		fprintf(stderr, "%s: status %d sense %x/%04x\n", what, t ? t->status : -1,
+		        t ? t->sense.key : 0, t ? t->sense.ascq : 0);
+	if (t)
+		scsi_free_scsi_task(t);
+	return ok;
+}
+
+static bool coh_write(uint64_t lba, uint8_t v, uint32_t n)
+{
+	uint8_t *b = malloc((size_t)n * 512);
+	if (!b)
+		return false;
+	memset(b, v, (size_t)n * 512);
+	bool ok = coh_status(iscsi_write16_sync(coh_iscsi, coh_lun, lba, b, n * 512, 512, 0, 0, 0, 0,
+	                                        0),
+	                     "WRITE(16)");
+	free(b);
+	return ok;
+}
+
+/* Read [lba, +n) and check every byte is v. */
+static bool coh_check(uint64_t lba, uint8_t v, uint32_t n)
+{
+	struct scsi_task *t =
+	    iscsi_read16_sync(coh_iscsi, coh_lun, lba, n * 512, 512, 0, 0, 0, 0, 0);
+	bool ok = t && t->status == SCSI_STATUS_GOOD && t->datain.size == (int)(n * 512);
+
+	for (int i = 0; ok && i < t->datain.size; i++) {
+		if (t->datain.data[i] != v) {
+			fprintf(stderr, "LBA %" PRIu64 " byte %d: 0x%02x, want 0x%02x (stale?)\n",
+			        lba + (uint64_t)i / 512, i % 512, t->datain.data[i], v);
+			ok = false;
+		}
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+	return ok;
+}
+
+static bool coh_warm(uint64_t lba, uint8_t v, uint32_t n)
+{
+	for (int i = 0; i < 3; i++) {
+		if (!coh_check(lba, v, n))
+			return false;
+		usleep(200 * 1000);
+	}
+	return true;
+}
+
+static bool coh_report(const char *what, bool ok)
+{
+	printf("%s %s\n", what, ok ? "coherent" : "STALE-OR-ERROR");
+	return ok;
+}
+
+/* The LU's NAA designator from VPD 83 (16 bytes); false when there is none. */
+static bool coh_naa(uint8_t *naa)
+{
+	struct scsi_task *t = iscsi_inquiry_sync(coh_iscsi, coh_lun, 1, 0x83, 255);
+	bool found = false;
+
+	if (t && t->status == SCSI_STATUS_GOOD) {
+		const uint8_t *d = t->datain.data;
+		int len = t->datain.size;
+		for (int off = 4; off + 4 <= len && !found; off += 4 + d[off + 3]) {
+			if ((d[off + 1] & 0x3f) == 0x03 && d[off + 3] == 16 && off + 20 <= len) {
+				memcpy(naa, d + off + 4, 16);
+				found = true;
+			}
+		}
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+	return found;
+}
+
+static int cmd_cached(void)
+{
+	uint8_t blk[512], caw[1024], naa[16];
+	int fails = 0;
+
+	coh_iscsi = login(urls[0], "iqn.2026-11.io.hotlun.test:cached", 0, &coh_lun);
+	if (!coh_iscsi)
+		return 2;
+	clear_ua(coh_iscsi, coh_lun);
+
+	/* UNMAP: the LU reports LBPRZ, so unmapped blocks read back as zeroes */
+	uint64_t r = 2048;
+	bool ok = coh_write(r, 0xa1, COH_BLOCKS) && coh_warm(r, 0xa1, COH_BLOCKS);
+	struct unmap_list ul = {.lba = r, .num = COH_BLOCKS};
+	ok = ok && coh_status(iscsi_unmap_sync(coh_iscsi, coh_lun, 0, 0, &ul, 1), "UNMAP");
+	fails += !coh_report("UNMAP", ok && coh_check(r, 0x00, COH_BLOCKS));
+
+	/* WRITE SAME(16), data */
+	r += 2048;
+	memset(blk, 0xb2, sizeof(blk));
+	ok = coh_write(r, 0xa2, COH_BLOCKS) && coh_warm(r, 0xa2, COH_BLOCKS);
+	ok = ok && coh_status(iscsi_writesame16_sync(coh_iscsi, coh_lun, r, blk, 512, COH_BLOCKS, 0,
+	                                             0, 0, 0),
+	                      "WRITE SAME(16)");
+	fails += !coh_report("WRITE_SAME", ok && coh_check(r, 0xb2, COH_BLOCKS));
+
+	/* WRITE SAME(16) with UNMAP and a zero block */
+	r += 2048;
+	memset(blk, 0, sizeof(blk));
+	ok = coh_write(r, 0xa3, COH_BLOCKS) && coh_warm(r, 0xa3, COH_BLOCKS);
+	ok = ok && coh_status(iscsi_writesame16_sync(coh_iscsi, coh_lun, r, blk, 512, COH_BLOCKS, 0,
+	                                             1, 0, 0),
+	                      "WRITE SAME(16) UNMAP");
+	fails += !coh_report("WRITE_SAME_UNMAP", ok && coh_check(r, 0x00, COH_BLOCKS));
+
+	/* EXTENDED COPY into a warm destination */
+	r += 2048;
+	uint64_t src = r + 1024;
+	ok = coh_naa(naa) && coh_write(src, 0xc4, COH_BLOCKS) && coh_write(r, 0xa4, COH_BLOCKS) &&
+	     coh_warm(r, 0xa4, COH_BLOCKS);
+	if (ok) {
+		uint8_t par[16 + 32 + 28];
+		memset(par, 0, sizeof(par));
+		par[1] = 2 << 3; /* list identifier usage 10b: no results held */
+		par[3] = 32;
+		par[11] = 28;
+		par[16] = 0xe4;
+		par[20] = 0x01;
+		par[21] = 0x03;
+		par[23] = 16;
+		memcpy(par + 24, naa, 16);
+		par[46] = 0x02; /* block size 512 */
+		uint8_t *sd = par + 48;
+		sd[0] = 0x02;
+		sd[3] = 0x18;
+		sd[10] = COH_BLOCKS >> 8;
+		sd[11] = COH_BLOCKS & 0xff;
+		for (int i = 0; i < 8; i++) {
+			sd[12 + i] = (uint8_t)(src >> (56 - 8 * i));
+			sd[20 + i] = (uint8_t)(r >> (56 - 8 * i));
+		}
+		struct iscsi_data data = {.size = sizeof(par), .data = par};
+		ok = coh_status(iscsi_extended_copy_sync(coh_iscsi, coh_lun, &data), "EXTENDED COPY");
+	}
+	fails += !coh_report("EXTENDED_COPY", ok && coh_check(r, 0xc4, COH_BLOCKS));
+
+	/* COMPARE AND WRITE on a warm block */
+	r += 2048;
+	memset(caw, 0xa5, 512);
+	memset(caw + 512, 0xb5, 512);
+	ok = coh_write(r, 0xa5, 1) && coh_warm(r, 0xa5, 1);
+	ok = ok && coh_status(iscsi_compareandwrite_sync(coh_iscsi, coh_lun, r, caw, 1024, 512, 0,
+	                                                 0, 0, 0, 0),
+	                      "COMPARE AND WRITE");
+	fails += !coh_report("COMPARE_AND_WRITE", ok && coh_check(r, 0xb5, 1));
+
+	/* ORWRITE on a warm range */
+	r += 2048;
+	ok = coh_write(r, 0x0f, COH_BLOCKS) && coh_warm(r, 0x0f, COH_BLOCKS);
+	if (ok) {
+		uint8_t *b = malloc(COH_BLOCKS * 512);
+		ok = b != NULL;
+		if (b) {
+			memset(b, 0x30, COH_BLOCKS * 512);
+			ok = coh_status(iscsi_orwrite_sync(coh_iscsi, coh_lun, r, b, COH_BLOCKS * 512,
+			                                   512, 0, 0, 0, 0, 0),
+			                "ORWRITE");
+			free(b);
+		}
+	}
+	fails += !coh_report("ORWRITE", ok && coh_check(r, 0x3f, COH_BLOCKS));
+
+	logout(coh_iscsi);
+	return fails ? 1 : 0;
+}
+
 /* ---------------------------------------------------------------- pr */
 
 static void print_status(const struct scsi_task *t)
@@ -410,11 +603,14 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(argv[1], "caw") && argc == 5)
 			return cmd_caw(atoi(argv[3]), atoi(argv[4]));
+		if (!strcmp(argv[1], "cached") && argc == 3)
+			return cmd_cached();
 		if (!strcmp(argv[1], "pr") && argc >= 5)
 			return cmd_pr((uint32_t)num(argv[3]), argc - 4, argv + 4);
 	}
 	fprintf(stderr, "usage: %s caw URL[,URL2] CLIENTS ITERATIONS\n"
-	                "       %s pr URL ISID OP [ARGS]\n",
-	        argv[0], argv[0]);
+	                "       %s pr URL ISID OP [ARGS]\n"
+	                "       %s cached URL\n",
+	        argv[0], argv[0], argv[0]);
 	return 2;
 }

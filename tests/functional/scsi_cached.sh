@@ -1,0 +1,49 @@
+#!/bin/bash
+# scsi_cached.sh - the commands that change blocks without a plain WRITE keep
+# a cached disk coherent: on a file LUN with an SSD cache in front (admission
+# "always"), hl_scsi_tool warms a range, changes it with UNMAP, WRITE SAME
+# (with and without UNMAP), EXTENDED COPY, COMPARE AND WRITE or ORWRITE, and
+# reads it back: it must hold the new data, never the cached old one. The
+# cache's counters must show reads served from the cache device, so the
+# ranges really were cached when they were changed.
+. "$(dirname "$0")/lib.sh"
+TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
+CTL=$HL_BUILDDIR/hotlunctl
+[ -x "$TOOL" ] || hl_missing "$TOOL not built (make check builds it)"
+[ -x "$CTL" ] || hl_missing "$CTL not built"
+hl_need python3
+
+T=$(hl_tmpdir)
+hl_make_disk "$T/disk0.img" 64M
+hl_make_disk "$T/cache.img" 32M
+HL_IQN=$HL_IQN_PREFIX:scsi-cached
+HL_PORT=$(hl_free_port)
+hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img"
+sed -i "s|^origin = file:.*|&\ncache = ssd|" "$T/hotlund.conf"
+cat >>"$T/hotlund.conf" <<CONF
+
+[cache ssd]
+device = $T/cache.img
+size = 24M
+block_size = 64K
+admission = always
+CONF
+hl_start_hotlund "$T/hotlund.conf"
+URL=iscsi://127.0.0.1:$HL_PORT/$HL_IQN/0
+
+if ! "$TOOL" cached "$URL" >"$T/cached.out" 2>"$T/cached.err"; then
+	cat "$T/cached.out" "$T/cached.err" >&2
+	hl_fail "a command left stale data in the cache (or failed)"
+fi
+while read -r line; do hl_log "$line"; done <"$T/cached.out"
+[ "$(grep -c coherent "$T/cached.out")" = 6 ] || hl_fail "not every command was checked"
+
+"$CTL" --socket "$(hl_tmpdir)/state/ctl.sock" stats --json >"$T/stats.json" ||
+	hl_fail "hotlunctl stats failed"
+hits=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"]["disks"]["disk0"]["bytes_read_cache"])' "$T/stats.json") ||
+	{ cat "$T/stats.json" >&2; hl_fail "no cache stats for disk0"; }
+hl_log "bytes read from the cache device: $hits"
+[ "$hits" -gt 0 ] || hl_fail "no read was served by the cache: the test proved nothing"
+hl_check_alive
+hl_target_stop
+hl_log "PASS"
