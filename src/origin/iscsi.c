@@ -150,7 +150,7 @@ struct isc_session {
 	struct hl_origin *o;
 	struct hl_reactor *reactor;
 	struct iscsi_context *ctx; /* NULL while DOWN */
-	enum isc_state state;
+	enum isc_state state; /* written on reactor only; see set_state() */
 	bool broken;    /* libiscsi reported the connection gone; torn down after it returns */
 	bool in_lib;    /* inside a libiscsi call that may run our callbacks */
 	bool logged_up; /* was UP at least once (for the log) */
@@ -172,6 +172,16 @@ struct isc_session {
 	uint64_t last_rx_ns; /* last completion or NOP-In while commands were in flight */
 	uint64_t nop_sent_ns;
 };
+
+/*
+ * state is written only on the session's reactor (plain reads there are
+ * fine), but origin_iscsi_sessions_up() reads it from any thread: the store
+ * is atomic so that read is not a data race (ThreadSanitizer, iscsi_ut).
+ */
+static inline void set_state(struct isc_session *s, enum isc_state st)
+{
+	__atomic_store_n(&s->state, st, __ATOMIC_RELAXED);
+}
 
 /* Per-I/O state in hl_origin_io.priv. */
 struct isc_io {
@@ -592,7 +602,7 @@ static void connect_cb(struct iscsi_context *ctx, int status, void *data, void *
 	}
 	if (s->state != ISC_CONNECTING)
 		return;
-	s->state = ISC_UP;
+	set_state(s, ISC_UP);
 	s->backoff_ms = ISC_BACKOFF_MIN_MS;
 	if (s->logged_up)
 		HL_NOTICE(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u restored after %llu ms",
@@ -642,12 +652,12 @@ static void session_connect(struct isc_session *s)
 		goto retry;
 	}
 	s->ctx = ctx;
-	s->state = ISC_CONNECTING;
+	set_state(s, ISC_CONNECTING);
 	s->connect_start_ns = hl_now_ns();
 	update_events(s);
 	return;
 retry:
-	s->state = ISC_DOWN;
+	set_state(s, ISC_DOWN);
 	hl_timer_start(s->reactor, &s->retry, s->backoff_ms);
 	s->backoff_ms = HL_MIN(s->backoff_ms * 2, (uint32_t)ISC_BACKOFF_MAX_MS);
 }
@@ -682,7 +692,7 @@ static void session_fail(struct isc_session *s, const char *why)
 		         err);
 	hl_event_del(&s->ev);
 	s->ctx = NULL;
-	s->state = ISC_DOWN;
+	set_state(s, ISC_DOWN);
 	if (ctx) {
 		/* Cancels what libiscsi still holds; task_cb requeues each (s->ctx is NULL now). */
 		s->in_lib = true;
@@ -1478,7 +1488,7 @@ unsigned origin_iscsi_sessions_up(struct hl_origin *o)
 
 	pthread_mutex_lock(&io->lock);
 	for (struct hl_list *l = io->sessions.next; l != &io->sessions; l = l->next)
-		n += ((struct isc_session *)l)->state == ISC_UP;
+		n += __atomic_load_n(&((struct isc_session *)l)->state, __ATOMIC_RELAXED) == ISC_UP;
 	pthread_mutex_unlock(&io->lock);
 	return n;
 }
