@@ -321,14 +321,28 @@ uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c)
 	return exp + (uint32_t)(ISCSI_QUEUE_DEPTH - used) - 1;
 }
 
+uint32_t iscsi_conn_window_end(struct iscsi_conn *c)
+{
+	uint32_t max = iscsi_conn_max_cmd_sn(c);
+
+	if (c->max_cmd_sn_told && sn_lt(max, c->max_cmd_sn_sent))
+		return c->max_cmd_sn_sent;
+	return max;
+}
+
 void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 {
 	bhs_put32(h, 24, c->stat_sn);
 	if (advance)
 		c->stat_sn++;
 	if (c->sess) {
+		uint32_t max = iscsi_conn_max_cmd_sn(c);
 		bhs_put32(h, 28, c->sess->exp_cmd_sn);
-		bhs_put32(h, 32, iscsi_conn_max_cmd_sn(c));
+		bhs_put32(h, 32, max);
+		if (!c->max_cmd_sn_told || sn_lt(c->max_cmd_sn_sent, max)) {
+			c->max_cmd_sn_sent = max;
+			c->max_cmd_sn_told = true;
+		}
 	} else if (c->login) {
 		bhs_put32(h, 28, c->login->cmd_sn);
 		bhs_put32(h, 32, c->login->cmd_sn);

@@ -183,9 +183,9 @@ struct iscsi_session {
 	struct hl_reactor *reactor;
 	bool nexus_used; /* a command reached the scsi layer */
 	/* for the control socket, set once at registration */
-	int64_t since;                    /* login time (epoch seconds) */
-	char portal[64];                  /* local address:port */
-	char peer[64];                    /* initiator address:port */
+	int64_t since;   /* login time (epoch seconds) */
+	char portal[64]; /* local address:port */
+	char peer[64];   /* initiator address:port */
 };
 
 enum iscsi_auth_state {
@@ -271,6 +271,8 @@ struct iscsi_conn {
 	struct iscsi_params_limits lim;
 	uint32_t stat_sn;
 	uint32_t exp_stat_sn;
+	uint32_t max_cmd_sn_sent; /* highest MaxCmdSN advertised in FFP (when max_cmd_sn_told) */
+	bool max_cmd_sn_told;
 	uint16_t cid;
 
 	struct iscsi_login *login;
@@ -323,7 +325,14 @@ int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const vo
 void iscsi_conn_flush(struct iscsi_conn *c);
 /** Fill StatSN (advance when `advance`), ExpCmdSN, MaxCmdSN at offsets 24/28/32. */
 void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance);
+/** MaxCmdSN from the free window slots: ExpCmdSN + (ISCSI_QUEUE_DEPTH - active) - 1. */
 uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c);
+/**
+ * The last CmdSN the initiator may send: the highest MaxCmdSN ever advertised on this
+ * connection, or the current one if higher. An initiator ignores a MaxCmdSN lower than one it
+ * has seen (RFC 7143 4.2.2.1), so a command up to this one is never dropped for the window.
+ */
+uint32_t iscsi_conn_window_end(struct iscsi_conn *c);
 void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
 /** Handle one received PDU (dispatch by phase and opcode). */
 int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx);

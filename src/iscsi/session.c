@@ -124,23 +124,46 @@ static int data_buf_alloc(struct iscsi_task *t)
 
 /* ---- CmdSN window ---- */
 
-/* @return true when the PDU is to be processed (and ExpCmdSN advanced for non-immediate). */
+/*
+ * @return true when the PDU is to be processed (and ExpCmdSN advanced for non-immediate).
+ * RFC 7143 4.2.2.1: a non-immediate command outside [ExpCmdSN, MaxCmdSN] or a duplicate is
+ * silently ignored. The window is only ever closed by accepted commands (a command takes its
+ * slot after this check, see handle_scsi_cmd), so an initiator that respects the MaxCmdSN it
+ * was given never lands here; and a CmdSN up to the highest MaxCmdSN ever advertised is
+ * honoured even if the free slots say otherwise (the initiator ignores a lower MaxCmdSN:
+ * dropping it would leave a gap every later command queues behind forever).
+ */
 static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 {
 	struct iscsi_session *s = c->sess;
 	uint32_t sn = bhs_cmdsn(h);
+	uint32_t max = iscsi_conn_window_end(c);
+	const char *why;
 
 	c->exp_stat_sn = bhs_expstatsn(h);
 	if (bhs_immediate(h))
 		return true;
-	if (sn == s->exp_cmd_sn && sn_le(sn, iscsi_conn_max_cmd_sn(c))) {
+	if (sn == s->exp_cmd_sn && sn_le(sn, max)) {
+		if (sn_lt(iscsi_conn_max_cmd_sn(c), sn))
+			HL_WARN_RL(
+			    ISCSI_LOG,
+			    "%s: CmdSN %u beyond the free slots (MaxCmdSN now %u) but within "
+			    "the advertised %u: accepted",
+			    c->peer_str, sn, iscsi_conn_max_cmd_sn(c), max);
 		s->exp_cmd_sn++;
 		return true;
 	}
+	if (sn_lt(sn, s->exp_cmd_sn))
+		why = "duplicate or stale";
+	else if (sn_lt(max, sn))
+		why = "beyond MaxCmdSN";
+	else
+		why = "ahead of ExpCmdSN (gap)";
 	HL_WARN_RL(ISCSI_LOG,
-	           "%s: %s CmdSN %u outside the window (ExpCmdSN %u, MaxCmdSN %u): dropped",
-	           c->peer_str, iscsi_opcode_name(bhs_opcode(h)), sn, s->exp_cmd_sn,
-	           iscsi_conn_max_cmd_sn(c));
+	           "%s: %s itt 0x%x CmdSN %u outside the window (ExpCmdSN %u, MaxCmdSN %u, %u "
+	           "active): %s, dropped",
+	           c->peer_str, iscsi_opcode_name(bhs_opcode(h)), bhs_itt(h), sn, s->exp_cmd_sn,
+	           max, c->nactive, why);
 	return false;
 }
 

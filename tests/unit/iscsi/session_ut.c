@@ -1093,6 +1093,131 @@ static void test_cmdsn_window_full(void)
 	teardown();
 }
 
+/*
+ * An initiator that behaves like libiscsi 1.19 (Write10.Async): it keeps the highest
+ * MaxCmdSN it has seen (RFC 7143 4.2.2.1: a lower one is ignored), sends every command
+ * whose CmdSN is within it and queues the rest. 600 commands, mostly 4 KiB writes with
+ * all their data immediate, against an LU that completes them late and out of order.
+ * No command may be dropped: each is answered, MaxCmdSN never goes back and ExpCmdSN ends
+ * one past the last CmdSN. Before the fix a write with immediate data that arrived in the
+ * last free slot was counted before its CmdSN was checked, fell outside its own window,
+ * was dropped, and every later command queued behind the gap forever.
+ */
+static void test_cmdsn_window_initiator_model(void)
+{
+	static uint8_t blk[4096];
+	const int total = 600;
+	int sent = 0, done = 0, stalls = 0, max_pending = 0;
+	unsigned seed = 12345;
+
+	setup();
+	login_ok(NULL);
+	uint32_t maxsn = bhs_w32(&got[0].bhs); /* the Login Response's MaxCmdSN */
+	uint32_t first = cmdsn;
+	defer_exec = true;
+	while (done < total) {
+		int progress = 0;
+		/* send what the window allows, a few at a time so the socketpair never fills */
+		for (int burst = 0; burst < 16 && sent < total && sn_le(cmdsn, maxsn); burst++) {
+			if (sent % 5 == 4)
+				scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
+			else if (sent % 7 == 6)
+				scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+			else
+				scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 4096, blk, 4096);
+			itt++;
+			sent++;
+			progress++;
+		}
+		pump();
+		max_pending = HL_MAX(max_pending, npending);
+		/* the slow LU completes a few commands, not in arrival order */
+		seed = seed * 1103515245u + 12345u;
+		int n = npending ? (int)(seed >> 16) % 6 + (sent == total ? 8 : 1) : 0;
+		for (int i = 0; i < n && npending; i++) {
+			seed = seed * 1103515245u + 12345u;
+			int k = (int)((seed >> 16) % (unsigned)npending);
+			struct hl_scsi_cmd *cmd = pending[k];
+			memmove(pending + k, pending + k + 1,
+			        (size_t)(npending - k - 1) * sizeof(pending[0]));
+			npending--;
+			fake_complete(cmd);
+			progress++;
+		}
+		pump();
+		for (int i = 0; i < ngot; i++) {
+			const struct iscsi_bhs *b = &got[i].bhs;
+			uint32_t m = bhs_w32(b);
+			uint8_t op = bhs_opcode(b);
+			CU_ASSERT_TRUE(sn_le(maxsn, m)); /* MaxCmdSN never decreases */
+			if (sn_lt(maxsn, m))
+				maxsn = m;
+			if (op == ISCSI_OP_SCSI_RSP ||
+			    (op == ISCSI_OP_DATA_IN && (b->b[1] & ISCSI_DATAIN_STATUS)))
+				done++;
+			else if (op != ISCSI_OP_DATA_IN)
+				CU_FAIL("unexpected PDU");
+		}
+		ngot = 0;
+		if (!progress && ++stalls > 3) {
+			CU_FAIL("initiator stalled: a command in the window was dropped");
+			break;
+		}
+	}
+	CU_ASSERT_EQUAL(done, total);
+	CU_ASSERT_EQUAL(npending, 0);
+	CU_ASSERT_EQUAL(max_pending, ISCSI_QUEUE_DEPTH); /* the window was really filled */
+	CU_ASSERT_EQUAL(conn->sess->exp_cmd_sn, first + (uint32_t)total);
+	CU_ASSERT_EQUAL(conn->nactive, 0);
+	teardown();
+}
+
+/*
+ * MaxCmdSN is a promise: once advertised, a command up to it is accepted even if the free
+ * slots were to say otherwise (the initiator ignores a lower MaxCmdSN). White-box: slots are
+ * taken behind the window's back, as an accounting slip would.
+ */
+static void test_cmdsn_window_promise(void)
+{
+	setup();
+	login_ok(NULL);
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	itt++;
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	uint32_t max = bhs_w32(&got[0].bhs);
+	CU_ASSERT_EQUAL(max, cmdsn + ISCSI_QUEUE_DEPTH - 1);
+	ngot = 0;
+	conn->nactive += 10;
+	CU_ASSERT_TRUE(sn_lt(iscsi_conn_max_cmd_sn(conn), max));
+	CU_ASSERT_EQUAL(iscsi_conn_window_end(conn), max);
+	defer_exec = true;
+	while (sn_le(cmdsn, max)) {
+		for (int i = 0; i < 16 && sn_le(cmdsn, max); i++) {
+			scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+			itt++;
+		}
+		pump();
+	}
+	CU_ASSERT_EQUAL(npending, ISCSI_QUEUE_DEPTH);
+	CU_ASSERT_EQUAL(conn->sess->exp_cmd_sn, max + 1);
+	/* one past the promise is still dropped */
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
+	itt++;
+	pump();
+	CU_ASSERT_EQUAL(npending, ISCSI_QUEUE_DEPTH);
+	CU_ASSERT_EQUAL(conn->sess->exp_cmd_sn, max + 1);
+	conn->nactive -= 10;
+	while (npending) {
+		for (int i = 0; i < 32 && npending; i++)
+			fake_complete(pending[--npending]);
+		pump();
+		ngot = 0;
+	}
+	CU_ASSERT_EQUAL(conn->nactive, 0);
+	teardown();
+}
+
 static void test_reject_and_digests(void)
 {
 	setup();
@@ -1444,6 +1569,9 @@ static const struct hl_test tests[] = {
     {"write: bad DataSN rejected, session survives", test_data_out_errors},
     {"CmdSN window, NOP-Out during stalled I/O", test_cmdsn_window},
     {"CmdSN window closes when the queue is full", test_cmdsn_window_full},
+    {"CmdSN window: libiscsi-like initiator, writes with immediate data, slow LU",
+     test_cmdsn_window_initiator_model},
+    {"CmdSN window: an advertised MaxCmdSN is honoured", test_cmdsn_window_promise},
     {"Reject, digests, framing loss", test_reject_and_digests},
     {"TMF: abort waits for the task; LUN reset", test_tmf_abort_waits},
     {"logout closes", test_logout},
