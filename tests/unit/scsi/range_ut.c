@@ -15,9 +15,16 @@ static void cdb_caw(uint8_t *cdb, uint64_t lba, uint8_t n)
 	cdb[13] = n;
 }
 
+/* n_queued is written under the fake origin's lock (by reactor threads): read it there too. */
 static unsigned queued(void)
 {
-	return __atomic_load_n(&fake_of(origin)->n_queued, __ATOMIC_ACQUIRE);
+	struct fake_origin *f = fake_of(origin);
+	unsigned n;
+
+	pthread_mutex_lock(&f->lock);
+	n = f->n_queued;
+	pthread_mutex_unlock(&f->lock);
+	return n;
 }
 
 static void test_caw_writes_when_equal(void)
@@ -276,6 +283,16 @@ static bool wait_until(const unsigned *v, unsigned want)
 	return false;
 }
 
+static bool wait_queued(unsigned want)
+{
+	for (int i = 0; i < 2000; i++) {
+		if (queued() == want)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
 static void test_waiter_resumes_on_its_own_reactor(void)
 {
 	struct hl_reactor *r1, *r2;
@@ -294,7 +311,7 @@ static void test_waiter_resumes_on_its_own_reactor(void)
 
 	cdb_rw16(cw, 0x8a, 10, 2);
 	mt_start(r1, &w, cw, x, sizeof(x));
-	CU_ASSERT_TRUE(wait_until(&fake_of(origin)->n_queued, 1));
+	CU_ASSERT_TRUE(wait_queued(1));
 	cdb_caw(cc, 11, 1);
 	mt_start(r2, &caw, cc, y, sizeof(y));
 	usleep(20000);
@@ -303,9 +320,9 @@ static void test_waiter_resumes_on_its_own_reactor(void)
 	CU_ASSERT_PTR_EQUAL(mt_complete_next(), r1); /* the write, on r1 */
 	CU_ASSERT_TRUE(wait_until(&w.done, 1));
 	CU_ASSERT_PTR_EQUAL(w.done_on, r1);
-	CU_ASSERT_TRUE(wait_until(&fake_of(origin)->n_queued, 1));
+	CU_ASSERT_TRUE(wait_queued(1));
 	CU_ASSERT_PTR_EQUAL(mt_complete_next(), r2); /* the CAW's read went out from r2 */
-	CU_ASSERT_TRUE(wait_until(&fake_of(origin)->n_queued, 1));
+	CU_ASSERT_TRUE(wait_queued(1));
 	CU_ASSERT_PTR_EQUAL(mt_complete_next(), r2); /* and its write */
 	CU_ASSERT_TRUE(wait_until(&caw.done, 1));
 	CU_ASSERT_PTR_EQUAL(caw.done_on, r2);
