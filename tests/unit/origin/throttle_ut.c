@@ -54,8 +54,8 @@ static void load_submit(struct load *l, struct hl_origin_io *io)
 	io->length = io->op == HL_IO_FLUSH ? 0 : l->len;
 	if (hl_origin_submit(l->o, io))
 		l->errors++;
-	else
-		l->outstanding++;
+	else /* atomic: the test thread polls it while the reactor runs */
+		__atomic_fetch_add(&l->outstanding, 1, __ATOMIC_RELEASE);
 }
 
 static void load_cb(struct hl_origin_io *io, int result)
@@ -65,7 +65,7 @@ static void load_cb(struct hl_origin_io *io, int result)
 	uint64_t now = hl_now_ns();
 	uint64_t lat = now - l->st[slot];
 
-	l->outstanding--;
+	__atomic_fetch_sub(&l->outstanding, 1, __ATOMIC_RELEASE);
 	if (hl_reactor_current() != l->reactor)
 		l->wrong_reactor++;
 	if (result)

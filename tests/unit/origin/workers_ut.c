@@ -162,7 +162,8 @@ static void rt_done(void *arg)
 
 	it->done_reactor = hl_reactor_current();
 	it->done_thread = pthread_self();
-	it->done_calls++;
+	/* read by the test thread while reactors run: atomic, like that read */
+	__atomic_fetch_add(&it->done_calls, 1, __ATOMIC_RELEASE);
 }
 
 static void rt_submit(void *arg)
