@@ -308,6 +308,19 @@ static bool parse_target(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const uin
 	return true;
 }
 
+/* Would `opcode` on lu conflict with a reservation for cmd's nexus? (status set if so) */
+static bool lu_conflict(struct hl_scsi_cmd *cmd, struct hl_lu *lu, uint8_t opcode)
+{
+	const struct scsi_cmd_desc *d = scsi_cmd_lookup(lu, opcode, 0);
+	struct hl_lu *home = cmd->lu;
+	bool conflict;
+
+	cmd->lu = lu;
+	conflict = d && scsi_rsv_conflict(cmd, d);
+	cmd->lu = home;
+	return conflict;
+}
+
 static bool parse_segment(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const uint8_t *d,
                           uint16_t off)
 {
@@ -345,6 +358,14 @@ static bool parse_segment(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const ui
 		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, SCSI_ASC_WRITE_PROTECTED);
 		return false;
 	}
+	/*
+	 * The command's own LU passed dispatch's reservation check as a write;
+	 * another LU must let this nexus read (source) or write (destination)
+	 * as READ(16) / WRITE(16) would.
+	 */
+	if ((src != j->home && lu_conflict(cmd, src, 0x88)) ||
+	    (dst != j->home && lu_conflict(cmd, dst, 0x8a)))
+		return false;
 	j->n_seg++;
 	return true;
 }

@@ -183,6 +183,34 @@ static void test_copy_errors(void)
 	put_seg(par + 16 + 32 * 9, 0, 0, 1, 0, 1);
 	xcopy(par, 16 + 32 * 9 + 28);
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x06);
+	/* another LU reserved (exclusive access) through another nexus: RESERVATION CONFLICT */
+	uint8_t reg[24] = {0}, rcdb[10] = {0x5f, 0, 0, 0, 0, 0, 0, 0, 24, 0};
+	map.lu[1] = lu2;
+	hl_put_be64(reg + 8, 0xb);
+	run_full(&t, &nexus_b, 1, (uint8_t[6]){0}, 6, NULL, 0, false); /* power-on UA */
+	run_full(&t, &nexus_b, 1, rcdb, 10, reg, 24, true);
+	ASSERT_GOOD(t);
+	hl_put_be64(reg, 0xb);
+	hl_put_be64(reg + 8, 0);
+	rcdb[1] = 1;
+	rcdb[2] = 3; /* RESERVE, exclusive access */
+	run_full(&t, &nexus_b, 1, rcdb, 10, reg, 24, true);
+	ASSERT_GOOD(t);
+	hdr(par, 1, 2, 64, 28);
+	put_tgt(par + 16, test_cfg().naa);
+	put_tgt(par + 48, naa2);
+	put_seg(par + 80, 1, 0, 1, 0, 1); /* reading it */
+	xcopy(par, 16 + 64 + 28);
+	CU_ASSERT_EQUAL(t.cmd.status, HL_SAM_RESERVATION_CONFLICT);
+	put_seg(par + 80, 0, 1, 1, 0, 1); /* writing it */
+	xcopy(par, 16 + 64 + 28);
+	CU_ASSERT_EQUAL(t.cmd.status, HL_SAM_RESERVATION_CONFLICT);
+	hl_lu_reset(lu2, NULL);
+	rcdb[1] = 3; /* CLEAR */
+	run_full(&t, &nexus_b, 1, (uint8_t[6]){0}, 6, NULL, 0, false); /* reset UA */
+	run_full(&t, &nexus_b, 1, rcdb, 10, reg, 24, true);
+	ASSERT_GOOD(t);
+	map.lu[1] = NULL;
 	/* a read-only destination */
 	lu2->cfg.read_only = true;
 	hdr(par, 1, 2, 64, 28);
