@@ -19,7 +19,8 @@
  *       ISID (a number), so that separate runs are the same I_T nexus.
  *       OP: register KEY SAKEY APTPL | register-ignore SAKEY APTPL |
  *           reserve KEY TYPE | release KEY TYPE | preempt KEY SAKEY TYPE |
- *           clear KEY | read-keys | read-rsv | caps | write LBA | read LBA
+ *           clear KEY | read-keys | read-rsv | caps | write LBA | read LBA |
+ *           prefetch LBA BLOCKS | read-range LBA BLOCKS
  *       Prints one line: GOOD, CONFLICT or CHECK <key>/<asc>/<ascq> for OUT
  *       commands and writes; for IN commands "gen G keys K1 K2 ...",
  *       "gen G type T key K" (or "gen G none"), "ptpl_c C ptpl_a A".
@@ -565,6 +566,13 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 				printf("gen %" PRIu32 " none\n", gen);
 			}
 		}
+	} else if (!strcmp(op, "prefetch") && argc == 3) {
+		t = iscsi_prefetch16_sync(iscsi, lun, num(argv[1]), (int)num(argv[2]), 0, 0);
+		print_status(t);
+	} else if (!strcmp(op, "read-range") && argc == 3) {
+		uint32_t n = (uint32_t)num(argv[2]);
+		t = iscsi_read16_sync(iscsi, lun, num(argv[1]), n * 512, 512, 0, 0, 0, 0, 0);
+		print_status(t);
 	} else if ((!strcmp(op, "write") || !strcmp(op, "read")) && argc == 2) {
 		uint8_t b[BS_MAX];
 		memset(b, 0x5a, sizeof(b));

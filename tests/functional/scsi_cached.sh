@@ -5,7 +5,9 @@
 # (with and without UNMAP), EXTENDED COPY, COMPARE AND WRITE or ORWRITE, and
 # reads it back: it must hold the new data, never the cached old one. The
 # cache's counters must show reads served from the cache device, so the
-# ranges really were cached when they were changed.
+# ranges really were cached when they were changed. Then PRE-FETCH warms
+# the cache: the first read of a prefetched range comes from the cache
+# device.
 . "$(dirname "$0")/lib.sh"
 TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
 CTL=$HL_BUILDDIR/hotlunctl
@@ -38,12 +40,48 @@ fi
 while read -r line; do hl_log "$line"; done <"$T/cached.out"
 [ "$(grep -c coherent "$T/cached.out")" = 6 ] || hl_fail "not every command was checked"
 
-"$CTL" --socket "$(hl_tmpdir)/state/ctl.sock" stats --json >"$T/stats.json" ||
-	hl_fail "hotlunctl stats failed"
-hits=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"]["disks"]["disk0"]["bytes_read_cache"])' "$T/stats.json") ||
-	{ cat "$T/stats.json" >&2; hl_fail "no cache stats for disk0"; }
+# cache_read: bytes disk0 has read from the cache device so far
+cache_read() {
+	"$CTL" --socket "$(hl_tmpdir)/state/ctl.sock" stats --json >"$T/stats.json" ||
+		hl_fail "hotlunctl stats failed"
+	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"]["disks"]["disk0"]["bytes_read_cache"])' "$T/stats.json" ||
+		{ cat "$T/stats.json" >&2; hl_fail "no cache stats for disk0"; }
+}
+hits=$(cache_read)
 hl_log "bytes read from the cache device: $hits"
 [ "$hits" -gt 0 ] || hl_fail "no read was served by the cache: the test proved nothing"
+
+# inflight: the cache's requests in flight (fills included)
+inflight() {
+	"$CTL" --socket "$(hl_tmpdir)/state/ctl.sock" stats --json >"$T/stats.json" ||
+		hl_fail "hotlunctl stats failed"
+	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"]["inflight"])' "$T/stats.json" ||
+		{ cat "$T/stats.json" >&2; hl_fail "no cache stats"; }
+}
+settle() {
+	for i in $(seq 1 100); do
+		[ "$(inflight)" = 0 ] && return 0
+		sleep 0.05
+	done
+	hl_fail "cache requests still in flight"
+}
+pf() { "$TOOL" pr "$URL" 9 "$@"; }
+# control: the first read of a range never read before is not served by the cache
+settle
+before=$(cache_read)
+[ "$(pf read-range 45056 2048)" = GOOD ] || hl_fail "read failed"
+after=$(cache_read)
+hl_log "first read without PRE-FETCH: $((after - before)) bytes from the cache device"
+[ $((after - before)) -eq 0 ] || hl_fail "a never-read range came from the cache: the PRE-FETCH check would prove nothing"
+# PRE-FETCH(16) 1 MiB never read before, let the fill land, then read it once
+[ "$(pf prefetch 40960 2048)" = GOOD ] || hl_fail "PRE-FETCH(16) failed"
+settle
+sleep 0.2
+before=$(cache_read)
+[ "$(pf read-range 40960 2048)" = GOOD ] || hl_fail "read after PRE-FETCH failed"
+after=$(cache_read)
+hl_log "first read after PRE-FETCH: $((after - before)) bytes from the cache device"
+[ $((after - before)) -ge 1048576 ] || hl_fail "PRE-FETCH did not warm the cache"
 hl_check_alive
 hl_target_stop
 hl_log "PASS"
