@@ -220,8 +220,8 @@ static int pr_persist(struct hl_lu *lu)
 	        lu->pr_type, holder);
 	hl_list_for_each_entry(r, &lu->pr_regs, link)
 	{
-		fprintf(f, "reg %016" PRIx64 " %u %u %s\n", r->key, r->rel_port, r->all_tg_pt ? 1 : 0,
-		        r->initiator_port);
+		fprintf(f, "reg %016" PRIx64 " %u %u %s\n", r->key, r->rel_port,
+		        r->all_tg_pt ? 1 : 0, r->initiator_port);
 	}
 	fputs("end\n", f);
 	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
@@ -735,7 +735,8 @@ static void pr_register_move(struct hl_scsi_cmd *cmd, const struct pr_params *p,
 	struct scsi_pr_reg *dst = NULL, *o;
 	hl_list_for_each_entry(o, &lu->pr_regs, link)
 	{
-		if (strcasecmp(o->initiator_port, iport) == 0 && (o->all_tg_pt || o->rel_port == rel)) {
+		if (strcasecmp(o->initiator_port, iport) == 0 &&
+		    (o->all_tg_pt || o->rel_port == rel)) {
 			dst = o;
 			break;
 		}
@@ -796,8 +797,8 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 		return SCSI_DONE;
 	}
 	/* APTPL counts for the register service actions only (SPC-4 6.16.3) */
-	bool reg_sa = p.sa == PRO_REGISTER || p.sa == PRO_REGISTER_IGNORE ||
-	              p.sa == PRO_REGISTER_MOVE;
+	bool reg_sa =
+	    p.sa == PRO_REGISTER || p.sa == PRO_REGISTER_IGNORE || p.sa == PRO_REGISTER_MOVE;
 	bool aptpl = (flags & 0x01) && reg_sa;
 	if (aptpl && !lu->state_dir) { /* nowhere to keep it: PTPL_C = 0 */
 		scsi_sense_invalid_param(cmd, p.sa == PRO_REGISTER_MOVE ? 17 : 20, 0);

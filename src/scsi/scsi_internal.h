@@ -57,13 +57,13 @@ struct hl_lu {
 	char *name;
 	struct hl_list registry_link; /* in the daemon-wide LU list (lu.c), guarded by its mutex */
 	unsigned holds;               /* references from hl_lu_find_by_naa; guarded by that mutex */
-	struct hl_lu_config cfg; /* cfg.name points at name */
+	struct hl_lu_config cfg;      /* cfg.name points at name */
 	struct hl_origin *origin;
 	uint64_t num_blocks;
 	uint32_t block_size;
-	uint8_t lbppbe; /* logical blocks per physical block exponent */
-	bool thin;      /* the origin can deallocate: logical block provisioning (LBPME) */
-	bool lbprz;     /* deallocated blocks read back as zeroes */
+	uint8_t lbppbe;  /* logical blocks per physical block exponent */
+	bool thin;       /* the origin can deallocate: logical block provisioning (LBPME) */
+	bool lbprz;      /* deallocated blocks read back as zeroes */
 	char *state_dir; /* owned copy of cfg.state_dir, or NULL (then APTPL is refused) */
 
 	pthread_mutex_t lock;   /* guards everything below */
@@ -75,10 +75,11 @@ struct hl_lu {
 	uint8_t pr_type;        /* persistent reservation type, 0 = not reserved; guarded by lock */
 	struct scsi_pr_reg *pr_holder; /* holder of a non all-registrants type; guarded by lock */
 	bool pr_aptpl; /* last valid APTPL bit: PR state is kept in state_dir; guarded by lock */
-	struct hl_list rl_active;      /* commands holding an LBA range; guarded by lock */
-	struct hl_list rl_waiting;     /* commands waiting for one, FIFO; guarded by lock */
-	unsigned rl_n_exclusive;       /* exclusive holders in rl_active; guarded by lock */
-	struct hl_list xcopy_results;  /* struct scsi_xcopy_result, held per nexus; guarded by lock */
+	struct hl_list rl_active;  /* commands holding an LBA range; guarded by lock */
+	struct hl_list rl_waiting; /* commands waiting for one, FIFO; guarded by lock */
+	unsigned rl_n_exclusive;   /* exclusive holders in rl_active; guarded by lock */
+	struct hl_list
+	    xcopy_results; /* struct scsi_xcopy_result, held per nexus; guarded by lock */
 };
 
 /* ---- command table ---- */

@@ -22,15 +22,15 @@
 #include "hotlun/log.h"
 #include "scsi/scsi_internal.h"
 
-#define XCOPY_HDR_LEN       16
-#define XCOPY_TGT_DESC_LEN  32
-#define XCOPY_SEG_B2B_LEN   28
-#define XCOPY_MAX_TGT_DESC  8
-#define XCOPY_MAX_SEG_DESC  64
-#define XCOPY_MAX_LIST_LEN  (XCOPY_MAX_TGT_DESC * XCOPY_TGT_DESC_LEN + \
-                             XCOPY_MAX_SEG_DESC * XCOPY_SEG_B2B_LEN)
-#define XCOPY_CHUNK         (1u << 20)
-#define XCOPY_MAX_HELD      16 /* held results per LU; the oldest goes first */
+#define XCOPY_HDR_LEN      16
+#define XCOPY_TGT_DESC_LEN 32
+#define XCOPY_SEG_B2B_LEN  28
+#define XCOPY_MAX_TGT_DESC 8
+#define XCOPY_MAX_SEG_DESC 64
+#define XCOPY_MAX_LIST_LEN                                                                         \
+	(XCOPY_MAX_TGT_DESC * XCOPY_TGT_DESC_LEN + XCOPY_MAX_SEG_DESC * XCOPY_SEG_B2B_LEN)
+#define XCOPY_CHUNK    (1u << 20)
+#define XCOPY_MAX_HELD 16 /* held results per LU; the oldest goes first */
 
 #define SK_COPY_ABORTED 0x0a
 
@@ -38,12 +38,12 @@
 #define DESC_TGT_ID  0xe4
 
 /* ASC/ASCQ of EXTENDED COPY errors (SPC-4 annex) */
-#define ASC_TOO_MANY_TGT    0x26, 0x06
-#define ASC_UNSUPP_TGT      0x26, 0x07
-#define ASC_TOO_MANY_SEG    0x26, 0x08
-#define ASC_UNSUPP_SEG      0x26, 0x09
-#define ASC_UNREACHABLE     0x08, 0x04
-#define ASC_NOT_REACHABLE   0x0d, 0x02
+#define ASC_TOO_MANY_TGT  0x26, 0x06
+#define ASC_UNSUPP_TGT    0x26, 0x07
+#define ASC_TOO_MANY_SEG  0x26, 0x08
+#define ASC_UNSUPP_SEG    0x26, 0x09
+#define ASC_UNREACHABLE   0x08, 0x04
+#define ASC_NOT_REACHABLE 0x0d, 0x02
 
 /** Results of one finished copy, held for RECEIVE COPY RESULTS. */
 struct scsi_xcopy_result {
@@ -66,16 +66,16 @@ struct xcopy_job {
 	unsigned n_tgt;
 	struct xcopy_seg seg[XCOPY_MAX_SEG_DESC];
 	unsigned n_seg;
-	unsigned cur;        /* segment being copied */
-	uint32_t done;       /* blocks of it already copied */
-	uint32_t chunk;      /* blocks in the chunk in flight */
-	uint32_t total;      /* blocks copied over all segments */
+	unsigned cur;   /* segment being copied */
+	uint32_t done;  /* blocks of it already copied */
+	uint32_t chunk; /* blocks in the chunk in flight */
+	uint32_t total; /* blocks copied over all segments */
 	uint8_t list_id;
-	bool hold;           /* keep the results */
-	struct hl_lu *home;  /* the LU the command was sent to (cmd->lu outside the write phase) */
+	bool hold;          /* keep the results */
+	struct hl_lu *home; /* the LU the command was sent to (cmd->lu outside the write phase) */
 	struct hl_origin_io io;
 	struct iovec iov;
-	uint8_t data[];      /* XCOPY_CHUNK bytes */
+	uint8_t data[]; /* XCOPY_CHUNK bytes */
 };
 
 static struct xcopy_job *job_of(struct hl_scsi_cmd *cmd)
@@ -475,15 +475,15 @@ enum scsi_exec_result spc_receive_copy_results(struct hl_scsi_cmd *cmd)
 	uint8_t buf[64];
 
 	memset(buf, 0, sizeof(buf));
-	if (sa == 0x03) { /* OPERATING PARAMETERS */
+	if (sa == 0x03) {      /* OPERATING PARAMETERS */
 		buf[4] = 0x01; /* SNLID: list identifier usage 11b supported */
 		hl_put_be16(buf + 8, XCOPY_MAX_TGT_DESC);
 		hl_put_be16(buf + 10, XCOPY_MAX_SEG_DESC);
 		hl_put_be32(buf + 12, XCOPY_MAX_LIST_LEN);
 		hl_put_be32(buf + 16, 0xffffu * lu->block_size); /* maximum segment length */
-		hl_put_be16(buf + 34, 1);                         /* total concurrent copies */
-		buf[36] = 1;                                      /* maximum concurrent copies */
-		buf[43] = 2;                                      /* implemented descriptors */
+		hl_put_be16(buf + 34, 1);                        /* total concurrent copies */
+		buf[36] = 1;                                     /* maximum concurrent copies */
+		buf[43] = 2;                                     /* implemented descriptors */
 		buf[44] = DESC_SEG_B2B;
 		buf[45] = DESC_TGT_ID;
 		hl_put_be32(buf, 46 - 4);

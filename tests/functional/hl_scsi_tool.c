@@ -155,8 +155,8 @@ static void *client_run(void *arg)
 	for (int it = 0; it < c->iterations && c->errors < 10;) {
 		/* a plain write next door, racing the other clients' CAWs */
 		fill_pattern(nb, c->id, (uint64_t)it + 1);
-		struct scsi_task *t = iscsi_write16_sync(iscsi, lun, c->lba, nb, (uint32_t)block_size,
-		                                         block_size, 0, 0, 0, 0, 0);
+		struct scsi_task *t = iscsi_write16_sync(
+		    iscsi, lun, c->lba, nb, (uint32_t)block_size, block_size, 0, 0, 0, 0, 0);
 		if (!t || t->status != SCSI_STATUS_GOOD)
 			c->errors++;
 		else
@@ -212,7 +212,8 @@ static int cmd_caw(int nclients, int iterations)
 
 	if (nclients < 1 || nclients > 64 || iterations < 1)
 		return 2;
-	struct iscsi_context *iscsi = login(urls[0], "iqn.2026-11.io.hotlun.test:caw-main", 0, &lun);
+	struct iscsi_context *iscsi =
+	    login(urls[0], "iqn.2026-11.io.hotlun.test:caw-main", 0, &lun);
 	if (!iscsi)
 		return 2;
 	clear_ua(iscsi, lun);
@@ -237,7 +238,8 @@ static int cmd_caw(int nclients, int iterations)
 		memset(&cl[i], 0, sizeof(cl[i]));
 		cl[i].id = i;
 		cl[i].iterations = iterations;
-		cl[i].lba = i % 2 == 0 ? CAW_LBA - 1 - (uint64_t)i / 2 : CAW_LBA + 1 + (uint64_t)i / 2;
+		cl[i].lba =
+		    i % 2 == 0 ? CAW_LBA - 1 - (uint64_t)i / 2 : CAW_LBA + 1 + (uint64_t)i / 2;
 		if (pthread_create(&cl[i].thread, NULL, client_run, &cl[i]) != 0)
 			return 2;
 	}
@@ -268,7 +270,8 @@ static int cmd_caw(int nclients, int iterations)
 		uint8_t want[BS_MAX];
 		fill_pattern(want, i, cl[i].last_seq);
 		if (!read_block(iscsi, lun, cl[i].lba, b) || memcmp(b, want, (size_t)block_size)) {
-			fprintf(stderr, "neighbour block %" PRIu64 " of client %d is not its last write\n",
+			fprintf(stderr,
+			        "neighbour block %" PRIu64 " of client %d is not its last write\n",
 			        cl[i].lba, i);
 			rc = 1;
 		}
@@ -302,9 +305,9 @@ static bool coh_write(uint64_t lba, uint8_t v, uint32_t n)
 	if (!b)
 		return false;
 	memset(b, v, (size_t)n * 512);
-	bool ok = coh_status(iscsi_write16_sync(coh_iscsi, coh_lun, lba, b, n * 512, 512, 0, 0, 0, 0,
-	                                        0),
-	                     "WRITE(16)");
+	bool ok =
+	    coh_status(iscsi_write16_sync(coh_iscsi, coh_lun, lba, b, n * 512, 512, 0, 0, 0, 0, 0),
+	               "WRITE(16)");
 	free(b);
 	return ok;
 }
@@ -427,7 +430,8 @@ static int cmd_cached(void)
 			sd[20 + i] = (uint8_t)(r >> (56 - 8 * i));
 		}
 		struct iscsi_data data = {.size = sizeof(par), .data = par};
-		ok = coh_status(iscsi_extended_copy_sync(coh_iscsi, coh_lun, &data), "EXTENDED COPY");
+		ok = coh_status(iscsi_extended_copy_sync(coh_iscsi, coh_lun, &data),
+		                "EXTENDED COPY");
 	}
 	fails += !coh_report("EXTENDED_COPY", ok && coh_check(r, 0xc4, COH_BLOCKS));
 
@@ -449,8 +453,8 @@ static int cmd_cached(void)
 		ok = b != NULL;
 		if (b) {
 			memset(b, 0x30, COH_BLOCKS * 512);
-			ok = coh_status(iscsi_orwrite_sync(coh_iscsi, coh_lun, r, b, COH_BLOCKS * 512,
-			                                   512, 0, 0, 0, 0, 0),
+			ok = coh_status(iscsi_orwrite_sync(coh_iscsi, coh_lun, r, b,
+			                                   COH_BLOCKS * 512, 512, 0, 0, 0, 0, 0),
 			                "ORWRITE");
 			free(b);
 		}
@@ -529,7 +533,7 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 		t = iscsi_persistent_reserve_out_sync(iscsi, lun, sa, 0, type, &p);
 		print_status(t);
 	} else if (!strcmp(op, "read-keys") || !strcmp(op, "read-rsv") || !strcmp(op, "caps")) {
-		int in_sa = !strcmp(op, "read-keys") ? SCSI_PERSISTENT_RESERVE_READ_KEYS
+		int in_sa = !strcmp(op, "read-keys")  ? SCSI_PERSISTENT_RESERVE_READ_KEYS
 		            : !strcmp(op, "read-rsv") ? SCSI_PERSISTENT_RESERVE_READ_RESERVATION
 		                                      : SCSI_PERSISTENT_RESERVE_REPORT_CAPABILITIES;
 		t = iscsi_persistent_reserve_in_sync(iscsi, lun, in_sa, 1024);
@@ -560,8 +564,8 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 				uint64_t k = 0;
 				for (int i = 0; i < 8; i++)
 					k = k << 8 | d[8 + i];
-				printf("gen %" PRIu32 " type %d key 0x%" PRIx64 "\n", gen, d[21] & 0x0f,
-				       k);
+				printf("gen %" PRIu32 " type %d key 0x%" PRIx64 "\n", gen,
+				       d[21] & 0x0f, k);
 			} else {
 				printf("gen %" PRIu32 " none\n", gen);
 			}
@@ -577,7 +581,8 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 		uint8_t b[BS_MAX];
 		memset(b, 0x5a, sizeof(b));
 		if (!strcmp(op, "write"))
-			t = iscsi_write16_sync(iscsi, lun, num(argv[1]), b, 512, 512, 0, 0, 0, 0, 0);
+			t = iscsi_write16_sync(iscsi, lun, num(argv[1]), b, 512, 512, 0, 0, 0, 0,
+			                       0);
 		else
 			t = iscsi_read16_sync(iscsi, lun, num(argv[1]), 512, 512, 0, 0, 0, 0, 0);
 		print_status(t);
@@ -616,9 +621,10 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[1], "pr") && argc >= 5)
 			return cmd_pr((uint32_t)num(argv[3]), argc - 4, argv + 4);
 	}
-	fprintf(stderr, "usage: %s caw URL[,URL2] CLIENTS ITERATIONS\n"
-	                "       %s pr URL ISID OP [ARGS]\n"
-	                "       %s cached URL\n",
+	fprintf(stderr,
+	        "usage: %s caw URL[,URL2] CLIENTS ITERATIONS\n"
+	        "       %s pr URL ISID OP [ARGS]\n"
+	        "       %s cached URL\n",
 	        argv[0], argv[0], argv[0]);
 	return 2;
 }

@@ -206,7 +206,7 @@ static void test_copy_errors(void)
 	xcopy(par, 16 + 64 + 28);
 	CU_ASSERT_EQUAL(t.cmd.status, HL_SAM_RESERVATION_CONFLICT);
 	hl_lu_reset(lu2, NULL);
-	rcdb[1] = 3; /* CLEAR */
+	rcdb[1] = 3;                                                   /* CLEAR */
 	run_full(&t, &nexus_b, 1, (uint8_t[6]){0}, 6, NULL, 0, false); /* reset UA */
 	run_full(&t, &nexus_b, 1, rcdb, 10, reg, 24, true);
 	ASSERT_GOOD(t);
