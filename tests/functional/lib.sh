@@ -220,6 +220,17 @@ hl_stop() {
 	esac
 }
 
+# hl_descendants PID: every live descendant of PID, children first listed
+# before their own children (not the subshell this runs in).
+hl_descendants() {
+	local c
+	for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+		[ "$c" = "$BASHPID" ] && continue
+		echo "$c"
+		hl_descendants "$c"
+	done
+}
+
 hl_cleanup() {
 	local rc=$? i pid
 	set +x
@@ -246,6 +257,19 @@ hl_cleanup() {
 		fi
 		wait "$pid" 2>/dev/null
 	done
+	# Anything else the script started in the background without hl_spawn
+	# (a client loop, a `( ... ) &`) is stopped too, so no test leaves
+	# processes behind, even when it fails half-way.
+	local stray
+	stray=$(hl_descendants $$)
+	if [ -n "$stray" ]; then
+		for pid in $stray; do
+			echo "$HL_TEST_NAME: stopping stray process $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)" >&2
+		done
+		kill -TERM $stray 2>/dev/null
+		sleep 0.5
+		kill -KILL $stray 2>/dev/null
+	fi
 	[ -n "${HL_TGT_CPORT:-}" ] && rm -f "/var/run/tgtd/socket.$HL_TGT_CPORT" \
 		"/var/run/tgtd/socket.$HL_TGT_CPORT.lock" 2>/dev/null
 	if [ -n "$HL_TMP" ] && [ -d "$HL_TMP" ]; then
