@@ -351,6 +351,12 @@ void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 
 void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
 {
+	iscsi_conn_send_reject_close(c, bad, reason, false);
+}
+
+void iscsi_conn_send_reject_close(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason,
+                                  bool close_after)
+{
 	struct iscsi_bhs h;
 	uint8_t *copy = malloc(ISCSI_BHS_LEN);
 
@@ -365,7 +371,7 @@ void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, u
 	iscsi_conn_fill_sn(c, &h, true);
 	HL_INFO(ISCSI_LOG, "%s: reject %s itt 0x%x reason 0x%02x", c->peer_str,
 	        iscsi_opcode_name(bhs_opcode(bad)), bhs_itt(bad), reason);
-	iscsi_conn_queue(c, &h, copy, ISCSI_BHS_LEN, NULL, copy, false);
+	iscsi_conn_queue(c, &h, copy, ISCSI_BHS_LEN, NULL, copy, close_after);
 }
 
 /* ---- timers ---- */

@@ -334,6 +334,9 @@ uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c);
  */
 uint32_t iscsi_conn_window_end(struct iscsi_conn *c);
 void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
+/** Reject, then close the connection once it is sent when `close_after`. */
+void iscsi_conn_send_reject_close(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason,
+                                  bool close_after);
 /** Handle one received PDU (dispatch by phase and opcode). */
 int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx);
 void iscsi_conn_params_applied(struct iscsi_conn *c);

@@ -1142,6 +1142,30 @@ static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 	return 0;
 }
 
+/*
+ * A discarded PDU that carried the expected CmdSN leaves a hole in the command sequence: every
+ * later command would wait behind it. Only a retry with the same CmdSN fills it, and at ERL 0
+ * initiators fail the task on the Reject instead (libiscsi does), so the connection is closed
+ * and the initiator's session recovery re-issues what was outstanding.
+ */
+static bool digest_leaves_gap(struct iscsi_conn *c, const struct iscsi_bhs *h)
+{
+	uint32_t sn = bhs_cmdsn(h);
+
+	switch (bhs_opcode(h)) {
+	case ISCSI_OP_SCSI_CMD:
+	case ISCSI_OP_NOP_OUT:
+	case ISCSI_OP_TEXT_REQ:
+	case ISCSI_OP_LOGOUT_REQ:
+	case ISCSI_OP_TMF_REQ:
+		break;
+	default:
+		return false;
+	}
+	return c->params.error_recovery_level == 0 && !bhs_immediate(h) &&
+	       sn == c->sess->exp_cmd_sn && sn_le(sn, iscsi_conn_window_end(c));
+}
+
 int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 {
 	const struct iscsi_bhs *h = &rx->bhs;
@@ -1152,7 +1176,16 @@ int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 			task_finish(c->rx_task);
 			c->rx_task = NULL;
 		}
-		iscsi_conn_send_reject(c, h, ISCSI_REJECT_DATA_DIGEST);
+		bool gap = digest_leaves_gap(c, h);
+		iscsi_conn_send_reject_close(c, h, ISCSI_REJECT_DATA_DIGEST, gap);
+		if (gap) {
+			HL_NOTICE(
+			    ISCSI_LOG,
+			    "%s: data digest error on %s CmdSN %u at ERL 0: the CmdSN cannot be "
+			    "retried in this connection, closing after the Reject",
+			    c->peer_str, iscsi_opcode_name(bhs_opcode(h)), bhs_cmdsn(h));
+			c->state = CONN_LOGOUT; /* read nothing more */
+		}
 		return 0;
 	}
 	switch (bhs_opcode(h)) {

@@ -1255,6 +1255,52 @@ static void test_reject_and_digests(void)
 	teardown();
 }
 
+/*
+ * A data digest error discards the PDU (Reject 0x02). An immediate PDU takes no CmdSN and the
+ * connection stays; a command at ExpCmdSN would leave a CmdSN hole every later command waits
+ * behind, so at ERL 0 the connection closes after the Reject (and the write is not executed).
+ */
+static void test_digest_error_cmdsn_gap(void)
+{
+	static const uint8_t blk[512] = {0x5a};
+	struct iscsi_bhs h;
+
+	setup();
+	login_ok("MaxRecvDataSegmentLength=8192|HeaderDigest=CRC32C|DataDigest=CRC32C");
+	rx_hd = rx_dd = true;
+	rcv.header_digest = rcv.data_digest = true;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	rx_dd = false;
+	send_pdu(&h, "ping", 4);
+	send_raw("\x01\x02\x03\x04", 4); /* wrong data digest */
+	rx_dd = true;
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_REJECT);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_REJECT_DATA_DIGEST);
+	CU_ASSERT_TRUE_FATAL(conn_alive());
+	CU_ASSERT_EQUAL(conn->sess->exp_cmd_sn, cmdsn);
+	ngot = 0;
+	itt++;
+	last_write_len = 0;
+	rx_dd = false;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 512, blk, 512);
+	send_raw("\x01\x02\x03\x04", 4);
+	rx_dd = true;
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_REJECT);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_REJECT_DATA_DIGEST);
+	CU_ASSERT_EQUAL(last_write_len, 0);
+	CU_ASSERT_FALSE(conn_alive());
+	teardown();
+}
+
 static void test_tmf_abort_waits(void)
 {
 	setup();
@@ -1573,6 +1619,7 @@ static const struct hl_test tests[] = {
      test_cmdsn_window_initiator_model},
     {"CmdSN window: an advertised MaxCmdSN is honoured", test_cmdsn_window_promise},
     {"Reject, digests, framing loss", test_reject_and_digests},
+    {"data digest error: Reject; a CmdSN hole closes the connection", test_digest_error_cmdsn_gap},
     {"TMF: abort waits for the task; LUN reset", test_tmf_abort_waits},
     {"logout closes", test_logout},
     {"text: SendTargets continuation in a normal session", test_text_continuation},
