@@ -34,7 +34,8 @@ health_loop() {
 			"$opts" >"$T/health.cmp" 2>&1; then
 			echo "$(date +%T.%3N) compare #$n failed: $(tail -1 "$T/health.cmp")" >>"$T/health.fail"
 		fi
-		echo "$n" >"$T/health.count"
+		# rename, so the count read after the loop is stopped is never a torn write
+		echo "$n" >"$T/health.count.new" && mv -f "$T/health.count.new" "$T/health.count"
 	done
 }
 
