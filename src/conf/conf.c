@@ -38,6 +38,7 @@ struct parser {
 	enum section_kind kind;
 	size_t index;  /* the current disk/cache/target, in its array */
 	bool seen_global;
+	int global_line; /* line of [global], for errors found after the file is read */
 };
 
 static int perr(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -351,6 +352,7 @@ static int open_section(struct parser *p, char *hdr)
 		if (p->seen_global)
 			return perr(p, "[global] appears twice");
 		p->seen_global = true;
+		p->global_line = p->line;
 		p->kind = SEC_GLOBAL;
 		return 0;
 	}
@@ -554,7 +556,7 @@ static int check(struct parser *p)
 			return perr(p, "[target %s]: mutual_secret must differ from chap_secret (RFC 7143 9.2.1)",
 				    t->name);
 	}
-	p->line = 0;
+	p->line = p->global_line; /* 0 for a configuration built at run time: no FILE:LINE then */
 	if ((rc = check_chap(p, "discovery_chap", c->discovery_chap_user, c->discovery_chap_secret)))
 		return rc;
 

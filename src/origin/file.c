@@ -777,7 +777,14 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		o->zeroes_after_discard = false;
 	} else if (S_ISREG(st.st_mode)) {
 		o->size = (uint64_t)st.st_size;
-		o->phys_block_size = (uint32_t)st.st_blksize;
+		/*
+		 * A file has no physical sector: st_blksize is the filesystem's
+		 * preferred I/O size, not a unit writes are atomic in. Reporting it
+		 * as the LU's physical block (LBPPBE) would tell initiators to
+		 * align to something that does not exist, so leave it unknown
+		 * (the LU then reports one logical block per physical block).
+		 */
+		o->phys_block_size = 0;
 		if (!o->read_only) {
 			/*
 			 * Probe hole punching where it cannot hurt: past EOF with

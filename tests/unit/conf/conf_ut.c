@@ -93,6 +93,7 @@ static void test_errors_name_file_and_line(void)
 static void test_chap_rules(void)
 {
 	parse_err("[target iqn.2026-11.io.hotlun:t]\nchap_user = u\n", "t.conf:1:", "go together");
+	parse_err("\n[global]\ndiscovery_chap_user = d\n", "t.conf:2:", "go together");
 	parse_err("[target iqn.2026-11.io.hotlun:t]\nchap_user=u\nchap_secret=s3cretsecret\n"
 		  "mutual_user=t\nmutual_secret=s3cretsecret\n",
 		  "t.conf:1:", "must differ");
