@@ -98,7 +98,11 @@ rc=$?
 hl_forget "$perf_pid"
 [ $rc -eq 0 ] || hl_fail "the busy session was disturbed (iscsi-perf exit $rc): $(tail -3 "$tmp/perf.log")"
 grep -q 'iops average' "$tmp/perf.log" || hl_fail "iscsi-perf made no progress"
-sleep 0.5 # its logout reaches the daemon
+# wait until its logout has reached the daemon (slow on a loaded machine)
+for _ in $(seq 100); do
+	"$CTL" --socket "$sock" ls /sessions | grep -q '\[0 session(s)\]' && break
+	sleep 0.1
+done
 "$CTL" --socket "$sock" ls >"$tmp/ls.before" || hl_fail "ls"
 grep -q 'iqn.2026-11.io.hotlun:new' "$tmp/ls.before" || hl_fail "ls misses the new target"
 
