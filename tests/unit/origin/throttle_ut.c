@@ -188,8 +188,12 @@ static void test_latency_pipelined(void)
 	load_init(&l, o, HL_IO_READ, 4096, 8, 1000);
 	load_run(&l, 1000);
 	printf("\n    +20 ms, qd 8: %lu completions in 1 s ", l.in_window);
-	/* 8 per ~20-22 ms (timers have 1 ms granularity); serialised it would be ~50 */
-	CU_ASSERT_TRUE(l.in_window >= 8 * 1000 / 25 && l.in_window <= 8 * 1000 / 20);
+	/*
+	 * 8 per ~20-22 ms (timers have 1 ms granularity): ~360-400. Serialised it
+	 * would be ~50; the floor (8 per 40 ms) proves the pipelining while leaving
+	 * room for a loaded CI machine's late timer wake-ups.
+	 */
+	CU_ASSERT_TRUE(l.in_window >= 8 * 1000 / 40 && l.in_window <= 8 * 1000 / 20);
 	free(l.buf);
 	hl_origin_close(o);
 }
