@@ -307,6 +307,19 @@ hl_start_hotlund() {
 	hl_spawn hotlund "$HL_LOG" ${HL_WRAPPER:-} "$HL_HOTLUND" --config "$conf"
 	HL_PID=$HL_LAST_PID
 	hl_wait_port "$HL_PID" "$host" "$port" "$HL_LOG"
+	# The control socket comes up after the configuration is applied (slow
+	# under valgrind): tests that use it may start only once it is there.
+	local sock
+	sock=$(sed -n 's/^[[:space:]]*control_socket[[:space:]]*=[[:space:]]*\([^[:space:];#]*\).*/\1/p' "$conf" | head -1)
+	if [ -n "$sock" ]; then
+		local i
+		for i in $(seq 1 300); do
+			[ -S "$sock" ] && break
+			hl_alive "$HL_PID" || hl_fail "hotlund exited at start: $(tail -5 "$HL_LOG")"
+			sleep 0.1
+		done
+		[ -S "$sock" ] || hl_fail "hotlund's control socket $sock never appeared"
+	fi
 }
 
 # hl_check_alive: fail when the current hotlund has died (e.g. after bad input).
