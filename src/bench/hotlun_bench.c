@@ -108,6 +108,8 @@ struct bench {
 	int fatal;
 };
 
+#define DRAIN_LIMIT_NS (10ULL * 1000000000ULL) /* how long the end waits for in-flight I/O */
+
 static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig)
@@ -517,6 +519,12 @@ static int run(struct bench *b)
 		}
 		if (b->phase == PH_DRAIN && b->inflight == 0)
 			break;
+		/* A dead target never answers what is in flight: do not wait forever. */
+		if (b->phase == PH_DRAIN && now_ns() - b->t_end > DRAIN_LIMIT_NS) {
+			fprintf(stderr, "\nhotlun-bench: %u I/O(s) still unanswered %d s after the end; giving up\n",
+			        (unsigned)b->inflight, (int)(DRAIN_LIMIT_NS / 1000000000ULL));
+			return -ETIMEDOUT;
+		}
 		if (b->fatal)
 			return b->fatal;
 
