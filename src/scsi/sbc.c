@@ -286,27 +286,42 @@ static void write_start(struct hl_scsi_cmd *cmd)
 	}
 }
 
-enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd)
+/*
+ * What WRITE and ORWRITE check before they touch the medium: CDB fields and
+ * range, write protection, the Data-Out actually received. Fills p->lba,
+ * p->count (whole blocks received) and p->aux (FUA). @return false when the
+ * command is finished already (status set: an error, or nothing to write).
+ */
+static bool write_setup(struct hl_scsi_cmd *cmd, struct rw_args *a)
 {
 	struct hl_lu *lu = cmd->lu;
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
-	struct rw_args a;
 	uint32_t nbytes;
 
-	rw_decode(cmd->cdb, &a);
-	if (!rw_check(cmd, &a, true))
-		return SCSI_DONE;
-	cmd->xfer_len = a.count * lu->block_size;
+	rw_decode(cmd->cdb, a);
+	if (!rw_check(cmd, a, true))
+		return false;
+	cmd->xfer_len = a->count * lu->block_size;
 	if (scsi_write_protected(cmd))
-		return SCSI_DONE;
+		return false;
 	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
-		return SCSI_DONE;
+		return false;
 	scsi_set_good(cmd);
 	if (nbytes == 0)
-		return SCSI_DONE;
-	p->lba = a.lba;
+		return false;
+	p->lba = a->lba;
 	p->count = nbytes / lu->block_size;
-	p->aux = (a.flags & 0x08) ? HL_IO_FUA : 0;
+	p->aux = (a->flags & 0x08) ? HL_IO_FUA : 0;
+	return true;
+}
+
+enum scsi_exec_result sbc_write(struct hl_scsi_cmd *cmd)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	struct rw_args a;
+
+	if (!write_setup(cmd, &a))
+		return SCSI_DONE;
 	/* shared: waits only for a COMPARE AND WRITE on an overlapping range */
 	if (scsi_range_lock(cmd, p->lba, p->count, false, write_start))
 		write_start(cmd);
@@ -545,25 +560,11 @@ static void orwrite_start(struct hl_scsi_cmd *cmd)
 
 enum scsi_exec_result sbc_orwrite(struct hl_scsi_cmd *cmd)
 {
-	struct hl_lu *lu = cmd->lu;
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 	struct rw_args a;
-	uint32_t nbytes;
 
-	rw_decode(cmd->cdb, &a);
-	if (!rw_check(cmd, &a, true))
+	if (!write_setup(cmd, &a))
 		return SCSI_DONE;
-	cmd->xfer_len = a.count * lu->block_size;
-	if (scsi_write_protected(cmd))
-		return SCSI_DONE;
-	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
-		return SCSI_DONE;
-	scsi_set_good(cmd);
-	if (nbytes == 0)
-		return SCSI_DONE;
-	p->lba = a.lba;
-	p->count = nbytes / lu->block_size;
-	p->aux = (a.flags & 0x08) ? HL_IO_FUA : 0;
 	if (scsi_range_lock(cmd, a.lba, p->count, true, orwrite_start))
 		orwrite_start(cmd);
 	return SCSI_PENDING;
