@@ -715,6 +715,22 @@ enum scsi_exec_result sbc_compare_and_write(struct hl_scsi_cmd *cmd)
 
 /* ---- PRE-FETCH ---- */
 
+/*
+ * PRE-FETCH and SYNCHRONIZE CACHE share one CDB layout: the 10-byte form
+ * (34h/35h) has a 4-byte LBA at 2 and a 2-byte count
+ * at 7, the 16-byte form (90h/91h) an 8-byte LBA at 2 and a 4-byte count at 10.
+ */
+static void lba_count_10_16(const uint8_t *cdb, uint64_t *lba, uint32_t *count)
+{
+	if (cdb[0] < 0x80) {
+		*lba = hl_get_be32(cdb + 2);
+		*count = hl_get_be16(cdb + 7);
+	} else {
+		*lba = hl_get_be64(cdb + 2);
+		*count = hl_get_be32(cdb + 10);
+	}
+}
+
 static void prefetch_done(struct hl_scsi_cmd *cmd, int result)
 {
 	if (result < 0 && !origin_refuses_op(result))
@@ -735,14 +751,10 @@ enum scsi_exec_result sbc_prefetch(struct hl_scsi_cmd *cmd)
 {
 	uint64_t lba;
 	uint64_t count;
+	uint32_t n;
 
-	if (cmd->cdb[0] == 0x34) {
-		lba = hl_get_be32(cmd->cdb + 2);
-		count = hl_get_be16(cmd->cdb + 7);
-	} else {
-		lba = hl_get_be64(cmd->cdb + 2);
-		count = hl_get_be32(cmd->cdb + 10);
-	}
+	lba_count_10_16(cmd->cdb, &lba, &n);
+	count = n;
 	if (!sbc_lba_range_ok(cmd, lba, count))
 		return SCSI_DONE;
 	scsi_set_good(cmd);
@@ -778,13 +790,7 @@ enum scsi_exec_result sbc_sync_cache(struct hl_scsi_cmd *cmd)
 	uint64_t lba;
 	uint32_t count;
 
-	if (cmd->cdb[0] == 0x35) {
-		lba = hl_get_be32(cmd->cdb + 2);
-		count = hl_get_be16(cmd->cdb + 7);
-	} else {
-		lba = hl_get_be64(cmd->cdb + 2);
-		count = hl_get_be32(cmd->cdb + 10);
-	}
+	lba_count_10_16(cmd->cdb, &lba, &count);
 	if (!sbc_lba_range_ok(cmd, lba, count))
 		return SCSI_DONE;
 	/* the origin flushes everything: the range only had to be valid. IMMED is honoured by
