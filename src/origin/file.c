@@ -13,6 +13,14 @@
  * lacks the operation (BLKDISCARD, BLKZEROOUT), the blocking syscall runs on
  * the shared worker pool (hl_work_submit) and completes on the same reactor.
  *
+ * A file on a memory filesystem (tmpfs, ramfs) is different: its reads and
+ * writes are memory copies that never wait for a device, but tmpfs has no
+ * non-blocking read path, so io_uring hands every one of them to a kernel
+ * worker thread (a wake-up and a context switch per I/O; measured: a 4 KiB
+ * random-read LUN on /dev/shm served 129k IOPS through io_uring, 166k from
+ * the page cache of an ext4 file). Reads and writes of such files are done
+ * inline on the reactor and their callbacks run from a zero-delay timer.
+ *
  * Short transfers are resubmitted for the remainder; a read that hits EOF of
  * a regular file (the file shrank) fills the rest with zeroes.
  */
@@ -36,7 +44,9 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -45,6 +55,7 @@
 #define FILE_CQ_ENTRIES 4096 /* also the cap on I/Os in the kernel per ring (no CQ overflow) */
 
 bool origin_file_force_workers;
+atomic_ulong origin_file_inline_ios;
 /*
  * SINGLE_ISSUER and COOP_TASKRUN are safe because only the owning thread
  * touches a ring; SUBMIT_ALL keeps one bad SQE from stalling the rest.
@@ -62,6 +73,7 @@ unsigned origin_file_ring_flags =
 struct file_origin {
 	int fd;
 	bool blkdev;
+	bool memfs; /* tmpfs/ramfs: reads and writes are done inline */
 	atomic_bool no_zero_range; /* fallocate(ZERO_RANGE) said EOPNOTSUPP once */
 	atomic_bool no_punch_hole; /* fallocate(PUNCH_HOLE) said EOPNOTSUPP once */
 };
@@ -90,6 +102,8 @@ struct file_ring {
 	unsigned pending;  /* inflight + backlog */
 	bool defer_taskrun;
 	struct hl_origin_io *backlog_head, *backlog_tail; /* waiting for an SQE */
+	struct hl_origin_io *done_head, *done_tail;       /* memfs I/O done inline */
+	struct hl_timer done_timer;                       /* runs their callbacks */
 };
 
 static __thread struct file_ring *tl_ring;
@@ -292,6 +306,7 @@ static int work_submit(struct hl_origin_io *io)
 
 static void ring_event(struct hl_event *ev, uint32_t revents);
 static void ring_retry(struct hl_timer *t);
+static void ring_done_fire(struct hl_timer *t);
 
 /* detach: unregister from the reactor first (false when the reactor may be gone). */
 static void ring_destroy(struct file_ring *ring, bool detach)
@@ -300,6 +315,7 @@ static void ring_destroy(struct file_ring *ring, bool detach)
 		return;
 	if (detach) {
 		hl_timer_stop(&ring->retry);
+		hl_timer_stop(&ring->done_timer);
 		hl_event_del(&ring->ev);
 	}
 	io_uring_queue_exit(&ring->ring);
@@ -389,6 +405,7 @@ static struct file_ring *ring_create(void)
 	}
 	hl_event_init(&ring->ev, ring->efd, ring_event, ring);
 	hl_timer_init(&ring->retry, ring_retry, ring);
+	hl_timer_init(&ring->done_timer, ring_done_fire, ring);
 	pthread_once(&ring_key_once, ring_key_make);
 	pthread_setspecific(ring_key, ring);
 	tl_ring = ring;
@@ -576,6 +593,7 @@ static void ring_idle_check(struct file_ring *ring)
 {
 	if (ring->pending == 0) {
 		hl_timer_stop(&ring->retry);
+		hl_timer_stop(&ring->done_timer);
 		hl_event_del(&ring->ev);
 		ring->reactor = NULL;
 	}
@@ -631,6 +649,40 @@ static void ring_retry(struct hl_timer *t)
 	if (ring->backlog_head && !ring->inflight && !hl_timer_pending(&ring->retry))
 		hl_timer_start(ring->reactor, &ring->retry, 1);
 	ring_idle_check(ring);
+}
+
+/* Run the callbacks of the memfs I/Os done inline, oldest first (only those there now). */
+static void ring_done_fire(struct hl_timer *t)
+{
+	struct file_ring *ring = t->arg;
+	struct hl_origin_io *io = ring->done_head;
+
+	ring->done_head = ring->done_tail = NULL;
+	while (io) {
+		struct hl_origin_io *next = fio_of(io)->next;
+
+		ring_release(ring);
+		fio_finish(io, fio_of(io)->result);
+		io = next;
+	}
+	ring_idle_check(ring);
+}
+
+/* A read or write of a memfs file: do it now, call back from the ring's done timer. */
+static void ring_inline(struct file_ring *ring, struct hl_origin_io *io)
+{
+	struct file_io *fio = fio_of(io);
+
+	fio->result = blocking_rw(io, fio, fo_of(fio->o)->fd);
+	atomic_fetch_add_explicit(&origin_file_inline_ios, 1, memory_order_relaxed);
+	fio->next = NULL;
+	if (ring->done_tail)
+		fio_of(ring->done_tail)->next = io;
+	else
+		ring->done_head = io;
+	ring->done_tail = io;
+	if (!hl_timer_pending(&ring->done_timer))
+		hl_timer_start(ring->reactor, &ring->done_timer, 0);
 }
 
 /* The ring of this thread, watched by reactor r; NULL: use the worker pool. */
@@ -692,6 +744,10 @@ static int file_submit(struct hl_origin *o, struct hl_origin_io *io)
 	if (!ring)
 		return rc ? rc : work_submit(io);
 	ring->pending++;
+	if (fo->memfs && (io->op == HL_IO_READ || io->op == HL_IO_WRITE)) {
+		ring_inline(ring, io);
+		return 0;
+	}
 	ring_queue(ring, io);
 	ring_flush(ring);
 	return 0;
@@ -776,7 +832,11 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		/* BLKDISCARD promises nothing about what reads return afterwards. */
 		o->zeroes_after_discard = false;
 	} else if (S_ISREG(st.st_mode)) {
+		struct statfs sfs;
+
 		o->size = (uint64_t)st.st_size;
+		fo->memfs = fstatfs(fo->fd, &sfs) == 0 &&
+		            (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC);
 		/*
 		 * A file has no physical sector: st_blksize is the filesystem's
 		 * preferred I/O size, not a unit writes are atomic in. Reporting it
@@ -804,9 +864,10 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		rc = -EINVAL; /* a directory, socket, fifo... */
 		goto fail;
 	}
-	HL_INFO("origin", "%s: %s, %llu bytes%s%s", o->uri, fo->blkdev ? "block device" : "file",
-	        (unsigned long long)o->size, opts->direct ? ", O_DIRECT" : "",
-	        o->can_discard ? ", discard" : "");
+	HL_INFO("origin", "%s: %s, %llu bytes%s%s%s", o->uri,
+	        fo->blkdev ? "block device" : "file", (unsigned long long)o->size,
+	        opts->direct ? ", O_DIRECT" : "", o->can_discard ? ", discard" : "",
+	        fo->memfs ? ", in memory (I/O done inline)" : "");
 	return 0;
 fail:
 	close(fo->fd);

@@ -8,6 +8,8 @@
 
 #include "hotlun/origin.h"
 
+#include <stdatomic.h>
+
 extern const struct hl_origin_ops origin_file_ops;
 extern const struct hl_origin_ops origin_iscsi_ops;
 #ifdef HAVE_RBD
@@ -45,6 +47,9 @@ extern bool origin_file_force_workers;
 
 /** Extra IORING_SETUP_* flags for new rings (default chosen by measurement, see file.c). */
 extern unsigned origin_file_ring_flags;
+
+/** Reads and writes of memory-filesystem files done inline so far (all threads). For tests. */
+extern atomic_ulong origin_file_inline_ios;
 
 /** Tear down this thread's ring now (no I/O may be in flight on it). For tests. */
 void origin_file_thread_fini(void);

@@ -18,7 +18,9 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 
 #define FSIZE (1u << 20)
@@ -459,13 +461,31 @@ static void do_direct(void)
 	CU_ASSERT_TRUE(ut_all(buf + 4096, 8192, 0x42));
 	CU_ASSERT_TRUE(ut_check_pattern(buf + 12288, 12288, 4096, 12));
 	CU_ASSERT_EQUAL(io_sync(o, HL_IO_FLUSH, 0, 0, NULL, 0), 0);
-	/* misaligned buffer: the kernel's EINVAL reaches the callback */
-	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf + 1, 4096), -EINVAL);
+	/* misaligned buffer: the kernel's EINVAL reaches the callback (tmpfs has no alignment) */
+	if (strcmp(ut_temp_dir, "/dev/shm"))
+		CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf + 1, 4096), -EINVAL);
 	hl_origin_close(o);
 out:
 	unlink(path);
 	free(path);
 	free(buf);
+}
+
+/*
+ * The memfs mode: the same tests on files in /dev/shm (tmpfs), whose reads
+ * and writes file.c does inline; the macro checks that path was taken.
+ */
+static bool memfs_begin(void)
+{
+	struct statfs sfs;
+
+	set_mode(false);
+	if (statfs("/dev/shm", &sfs) || sfs.f_type != TMPFS_MAGIC) {
+		printf("\n    (/dev/shm is not tmpfs: skipped) ");
+		return false;
+	}
+	ut_temp_dir = "/dev/shm";
+	return true;
 }
 
 #define MODE_TESTS(fn)                                                                             \
@@ -479,6 +499,15 @@ out:
 		set_mode(true);                                                                    \
 		do_##fn();                                                                         \
 		set_mode(false);                                                                   \
+	}                                                                                          \
+	static void fn##_memfs(void)                                                               \
+	{                                                                                          \
+		unsigned long before = atomic_load(&origin_file_inline_ios);                      \
+		if (!memfs_begin())                                                                \
+			return;                                                                    \
+		do_##fn();                                                                         \
+		ut_temp_dir = "/tmp";                                                              \
+		CU_ASSERT_TRUE(atomic_load(&origin_file_inline_ios) > before);                    \
 	}
 
 MODE_TESTS(read_write)
@@ -877,18 +906,25 @@ static const struct hl_test tests[] = {
     {"open sets size, block size, discard", test_open_properties},
     {"read/write/fua/flush (io_uring)", read_write_uring},
     {"read/write/fua/flush (workers)", read_write_workers},
+    {"read/write/fua/flush (tmpfs, inline)", read_write_memfs},
     {"discard, write zeroes (io_uring)", discard_and_zeroes_uring},
     {"discard, write zeroes (workers)", discard_and_zeroes_workers},
+    {"discard, write zeroes (tmpfs, inline)", discard_and_zeroes_memfs},
     {"short read at EOF fills zeroes (io_uring)", short_read_at_eof_uring},
     {"short read at EOF fills zeroes (workers)", short_read_at_eof_workers},
+    {"short read at EOF fills zeroes (tmpfs, inline)", short_read_at_eof_memfs},
     {"errors: EINVAL, EROFS, EBADF (io_uring)", errors_uring},
     {"errors: EINVAL, EROFS, EBADF (workers)", errors_workers},
+    {"errors: EINVAL, EROFS, EBADF (tmpfs, inline)", errors_memfs},
     {"5000 reads in flight (io_uring)", many_in_flight_uring},
     {"5000 reads in flight (workers)", many_in_flight_workers},
+    {"5000 reads in flight (tmpfs, inline)", many_in_flight_memfs},
     {"new reactor on same thread (io_uring)", new_reactor_same_thread_uring},
     {"new reactor on same thread (workers)", new_reactor_same_thread_workers},
+    {"new reactor on same thread (tmpfs, inline)", new_reactor_same_thread_memfs},
     {"O_DIRECT (io_uring)", direct_uring},
     {"O_DIRECT (workers)", direct_workers},
+    {"O_DIRECT (tmpfs, inline)", direct_memfs},
     {"io_uring denied (seccomp): worker pool, one NOTICE", test_uring_denied},
     {"block device (io_uring)", test_block_device_uring},
     {"block device (workers)", test_block_device_workers},

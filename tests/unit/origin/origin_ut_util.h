@@ -79,10 +79,16 @@ static inline uint8_t ut_pattern(uint64_t off, uint8_t seed)
 	return (uint8_t)((off * 131 + (off >> 12) * 7 + seed) | 1); /* never 0 */
 }
 
+/* Where ut_tempfile makes its files (the memfs tests point it at /dev/shm). */
+static const char *ut_temp_dir = "/tmp";
+
 static inline char *ut_tempfile(uint64_t size, uint8_t seed)
 {
-	char tmpl[] = "/tmp/hl-origin-ut-XXXXXX";
-	int fd = mkstemp(tmpl);
+	char tmpl[64];
+	int fd;
+
+	snprintf(tmpl, sizeof(tmpl), "%s/hl-origin-ut-XXXXXX", ut_temp_dir);
+	fd = mkstemp(tmpl);
 	uint8_t *buf;
 
 	if (fd < 0)
