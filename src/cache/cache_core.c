@@ -693,9 +693,16 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 			return false;
 	} else {
 		s = part_find_victim(c, pt, &empty);
-		if (s == HL_CACHE_NO_SLOT ||
-		    !hl_admit_should(c->admit, key, empty && c->p.admit_free, c->slots[s].key))
+		if (s == HL_CACHE_NO_SLOT)
 			return false;
+		if ((ws->state & CACHE_SLOT_F_RETURNED) && !empty) {
+			/* Back from the ghost: ties with the victim go to the newcomer. */
+			if (!hl_admit_should_returning(c->admit, key, c->slots[s].key))
+				return false;
+		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free,
+		                            c->slots[s].key)) {
+			return false;
+		}
 		if (!empty)
 			STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
 		slot_release(c, s);
@@ -728,6 +735,20 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 }
 
 /*
+ * May window slot w compete for the SSD as it leaves the window? With
+ * frequency admission only a block that came back after the window had
+ * dropped it (a ghost hit): re-reads while a block sits in the window are
+ * correlated references of one burst (2Q's A1in rule), and what the
+ * window already served does not earn an SSD write. A block proves reuse
+ * beyond the window's reach by returning. always and nhit:N promote as
+ * before (they count every access).
+ */
+static bool window_may_promote(const struct hl_cache_core *c, uint32_t w)
+{
+	return c->p.admit != HL_ADMIT_FREQ || (c->slots[w].state & CACHE_SLOT_F_RETURNED);
+}
+
+/*
  * Give key a RAM window slot. The window's CLOCK victim is either promoted
  * to the SSD (if *nextra < max_extra) or dropped. @return slot or NO_SLOT.
  */
@@ -746,7 +767,8 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 		if (s == HL_CACHE_NO_SLOT)
 			return HL_CACHE_NO_SLOT;
 		advance_hand(pt, s);
-		bool ok = !empty && *nextra < max_extra && window_promote(c, s, &extra[*nextra]);
+		bool ok = !empty && *nextra < max_extra && window_may_promote(c, s) &&
+		          window_promote(c, s, &extra[*nextra]);
 		if (ok) {
 			(*nextra)++;
 			s = HL_CACHE_NO_SLOT; /* s is busy copying: look for another */
@@ -775,7 +797,7 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 {
 	struct cache_part *pt = &c->parts[l->part];
 	uint32_t s = HL_CACHE_NO_SLOT;
-	bool empty = false;
+	bool empty = false, returning, freq = c->p.admit == HL_ADMIT_FREQ;
 
 	if (!bypass)
 		s = part_find_free(c, pt);
@@ -783,7 +805,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		slot_take(c, pt, s, key);
 		goto ssd;
 	}
-	if (!bypass && c->win.n && ghost_test(c, key)) {
+	returning = !bypass && c->win.n && ghost_test(c, key);
+	if (returning && !freq) {
 		/* Back soon after the window dropped it: compete for the SSD right away. */
 		s = part_find_victim(c, pt, &empty);
 		if (s != HL_CACHE_NO_SLOT &&
@@ -815,6 +838,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	if (s != HL_CACHE_NO_SLOT) {
 		if (bypass)
 			c->slots[s].state |= CACHE_SLOT_F_NOPROMOTE;
+		else if (returning)
+			c->slots[s].state |= CACHE_SLOT_F_RETURNED;
 		io->ram = 1;
 		io->admitted = 1;
 		STAT(c, l, window_fills, 1);

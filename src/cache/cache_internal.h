@@ -61,6 +61,7 @@ _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes"
 #define CACHE_SLOT_F_DISK_VALID 0x10 /* the on-device record may claim valid data */
 #define CACHE_SLOT_F_NOPROMOTE  0x20 /* window slot of a sequential stream: never promoted */
 #define CACHE_SLOT_F_WRITING    0x40 /* an io is writing data into the slot (io_start..io_end) */
+#define CACHE_SLOT_F_RETURNED   0x80 /* window slot of a block back from the ghost: may be promoted */
 #define CACHE_CLOCK_MAX         3
 
 /* ---- index: open addressing, linear probing, backward-shift deletion ---- */

@@ -587,7 +587,21 @@ static void test_window_promotion(void)
 	CU_ASSERT_EQUAL(st.bytes_cache_write, w0);
 	CU_ASSERT_EQUAL(st.bytes_read_ram, 64 * K);
 	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) >= 16);
-	/* Make block 100 hot, then push it out of the window: it is promoted. */
+	/*
+	 * Re-reads while in the window are one burst: pushed out of the window,
+	 * block 100 is dropped (into the ghost), not promoted.
+	 */
+	for (int i = 0; i < 6; i++)
+		rd(c, 0, 100 * 64 * K, 64 * K);
+	for (int b = 150; b < 170; b++) {
+		n = hl_cache_core_read(c, 0, (uint64_t)b * 3 * 64 * K, 64 * K, ios, 8);
+		CU_ASSERT_EQUAL(n, 1);
+		for (int i = 0; i < n; i++)
+			hl_cache_core_io_end(c, 0, &ios[i], true);
+	}
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 100, NULL), HL_CACHE_NO_SLOT);
+	/* It comes back (a ghost hit), is read again, then leaves the window: promoted. */
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_MISS);
 	for (int i = 0; i < 6; i++)
 		rd(c, 0, 100 * 64 * K, 64 * K);
 	bool promoted = false;
@@ -612,6 +626,9 @@ static void test_window_promotion(void)
 	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) < 16);
 	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_HIT);
 	/* A promotion raced by a write is dropped. */
+	rd(c, 0, 300 * 64 * K, 64 * K);
+	for (int b = 350; b < 370; b++)
+		rd(c, 0, (uint64_t)b * 3 * 64 * K, 64 * K);
 	for (int i = 0; i < 8; i++)
 		rd(c, 0, 300 * 64 * K, 64 * K);
 	promoted = false;
