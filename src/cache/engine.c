@@ -173,6 +173,26 @@ static void iov_to_buf(const struct iovec *iov, int cnt, uint64_t pos, void *dst
 	}
 }
 
+/*
+ * The caller's buffer for LUN bytes [lo, lo + len) of req if it is one
+ * contiguous piece of one iovec that O_DIRECT can read into (4 KiB-aligned
+ * address; lo and len are whole sectors already), else NULL.
+ */
+static uint8_t *iov_span(const struct iovec *iov, int cnt, uint64_t pos, uint64_t len)
+{
+	for (int i = 0; i < cnt; i++) {
+		if (pos >= iov[i].iov_len) {
+			pos -= iov[i].iov_len;
+			continue;
+		}
+		if (iov[i].iov_len - pos < len)
+			return NULL;
+		uint8_t *p = (uint8_t *)iov[i].iov_base + pos;
+		return ((uintptr_t)p & 4095) ? NULL : p;
+	}
+	return NULL;
+}
+
 /* Copy len bytes of src to byte pos of the iovecs. */
 static void buf_to_iov(const struct iovec *iov, int cnt, uint64_t pos, const void *src,
                        uint64_t len)
@@ -251,6 +271,7 @@ struct eng_sub {
 	struct iovec iov;
 	uint8_t *buf; /* owned when own */
 	bool own;
+	bool direct; /* HIT/RETRY: buf is the caller's buffer itself, no copy */
 	uint8_t kind;
 	uint32_t k;      /* HIT/FILL/RETRY: index in ios; RUN: first block */
 	uint64_t lo, hi; /* RUN/RETRY: LUN bytes held by buf */
@@ -731,7 +752,10 @@ static void hit_retry(struct eng_req *req, struct eng_sub *s, int rc)
 	s->kind = SUB_RETRY;
 	s->lo = HL_MAX(req->off, b0);
 	s->hi = HL_MIN(req->off + req->len, b0 + c->bs);
-	/* s->buf holds the block's requested sectors, which cover [lo, hi). */
+	/*
+	 * s->buf holds the block's requested sectors, which cover [lo, hi); a
+	 * direct hit's sectors are exactly [lo, hi), so buf is where they go.
+	 */
 	s->iov.iov_base = s->buf;
 	rc = sub_submit(s, req->co->inner, HL_IO_READ, s->lo, s->hi - s->lo);
 	if (rc && !req->status)
@@ -748,7 +772,7 @@ static void sub_cb(struct hl_origin_io *io, int result)
 	case SUB_HIT:
 		if (result) {
 			hit_retry(req, s, result);
-		} else {
+		} else if (!s->direct) {
 			struct hl_cache_io *cio = &req->ios[s->k];
 			uint64_t lo = blk_start(c, cio->block) + (uint64_t)cio->first * SECT;
 			copy_out(req, s->buf, lo, lo + (uint64_t)cio->nsect * SECT);
@@ -759,7 +783,7 @@ static void sub_cb(struct hl_origin_io *io, int result)
 		if (result) {
 			if (!req->status)
 				req->status = result;
-		} else {
+		} else if (!s->direct) {
 			copy_out(req, s->buf, s->lo, s->hi);
 		}
 		break;
@@ -791,14 +815,23 @@ static void start_hit(struct eng_req *req, uint32_t k)
 	struct hl_cache *c = req->c;
 	struct hl_cache_io *io = &req->ios[k];
 	uint64_t bytes = (uint64_t)io->nsect * SECT;
+	uint64_t lo = blk_start(c, io->block) + (uint64_t)io->first * SECT;
 	struct eng_sub *s = sub_new(req, SUB_HIT, k);
 	int rc = -EIO;
 
-	if (!s || !(s->buf = abuf(bytes))) {
+	if (!s) {
 		req->status = -ENOMEM;
 		return;
 	}
-	s->own = true;
+	/* Most hits are whole sectors of the request: read them straight into its buffer. */
+	if (!req->no_data && lo >= req->off && lo + bytes <= req->off + req->len)
+		s->buf = iov_span(req->uio->iov, req->uio->iovcnt, lo - req->off, bytes);
+	s->direct = s->buf != NULL;
+	if (!s->buf && !(s->buf = abuf(bytes))) {
+		req->status = -ENOMEM;
+		return;
+	}
+	s->own = !s->direct;
 	s->iov.iov_base = s->buf;
 	if (!atomic_load(&c->failed))
 		rc = sub_submit(s, c->data, HL_IO_READ,
@@ -1157,6 +1190,29 @@ static int co_submit(struct hl_origin *o, struct hl_origin_io *io)
 	    io->op == HL_IO_COMPARE_AND_WRITE)
 		return co_write(o, io);
 	return hl_origin_submit(co->inner, io);
+}
+
+/*
+ * The origin's events (origin.h; its own thread). A resize drops the blocks
+ * between the old and the new end (after a shrink they lie past the end; a
+ * grow must read back what the origin has there now, not what was cached
+ * before an earlier shrink). Fenced: other clients may write the origin now,
+ * so nothing cached can be trusted. Then the event goes up to the LU.
+ */
+static void co_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_event ev,
+                            uint64_t old_size)
+{
+	struct hl_origin *o = arg;
+	struct co_priv *co = co_of(o);
+	uint64_t size = __atomic_load_n(&inner->size, __ATOMIC_ACQUIRE);
+	uint64_t lo = ev == HL_ORIGIN_FENCED ? 0 : HL_MIN(size, old_size);
+	uint64_t hi = ev == HL_ORIGIN_FENCED ? UINT64_MAX : HL_MAX(size, old_size);
+
+	pthread_mutex_lock(&co->c->lock);
+	hl_cache_core_invalidate(co->c->core, co->ent->id, lo, hi - lo);
+	pthread_mutex_unlock(&co->c->lock);
+	atomic_fetch_add(&co->c->changes, 1); /* the records follow within meta_interval_ms */
+	hl_origin_notify(o, ev, size);
 }
 
 static int co_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
@@ -1764,6 +1820,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->inner = inner;
 	co->ent = e;
 	e->attached = true;
+	hl_origin_listen(inner, co_origin_event, o);
 	*out = o;
 	rc = 0;
 	HL_NOTICE("cache", "cache %s: disk %s attached (lun id %u%s)", c->name, disk_name, e->id,
