@@ -81,6 +81,27 @@ struct hl_origin_opts {
 	const char *rbd_id;    /* rbd: cephx user id without "client." (NULL: admin) */
 };
 
+/** What an origin reports between I/Os, to the layer that listens (hl_origin_listen). */
+enum hl_origin_event {
+	/** o->size changed (it already holds the new size; the listener gets the old one). */
+	HL_ORIGIN_RESIZED = 1,
+	/**
+	 * The origin shut this gateway out (Ceph: blocklisted, exclusive lock
+	 * lost): other clients may now write it, and its I/O fails with
+	 * -ESHUTDOWN until it is reopened. Reported once.
+	 */
+	HL_ORIGIN_FENCED,
+};
+
+/**
+ * An origin event listener. Runs on a thread of the backend (never inside
+ * submit, never on a reactor that serves connections), one event at a time
+ * per origin: it must be thread-safe, take only short locks and never wait
+ * for I/O. old_size is the size before HL_ORIGIN_RESIZED (else o->size).
+ */
+typedef void (*hl_origin_event_fn)(void *arg, struct hl_origin *o, enum hl_origin_event ev,
+				   uint64_t old_size);
+
 /** A backend. Members are mandatory unless marked optional. */
 struct hl_origin_ops {
 	const char *name;   /* "file" */
@@ -106,6 +127,9 @@ struct hl_origin {
 	bool read_only;
 	bool can_discard;
 	bool zeroes_after_discard;
+	/* the one listener of this origin's events (hl_origin_listen); atomics */
+	hl_origin_event_fn listener;
+	void *listener_arg;
 	/* backend private state follows (ops->priv_size bytes) */
 	_Alignas(16) unsigned char priv[];
 };
@@ -131,6 +155,29 @@ static inline int hl_origin_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
 	return o->ops->submit(o, io);
 }
+
+/**
+ * Make fn(arg, ...) the listener of o's events (NULL: none), replacing any
+ * earlier one. The layer directly above o registers (the LU, or a wrapper
+ * that forwards). Call before I/O starts or while no event can be delivered
+ * (an event raised while it changes may reach either listener). Any thread.
+ */
+void hl_origin_listen(struct hl_origin *o, hl_origin_event_fn fn, void *arg);
+
+/**
+ * For backends: o's size is now new_size (stored atomically) or o was
+ * fenced; tell the listener, if any. Runs the listener on the calling thread,
+ * so call it from the backend's own service thread (see hl_origin_event_fn).
+ * A resize to the current size reports nothing.
+ */
+void hl_origin_notify(struct hl_origin *o, enum hl_origin_event ev, uint64_t new_size);
+
+/**
+ * For wrappers without size logic of their own (throttle, counters): listen
+ * to inner and pass each event up to outer, copying inner's new size into
+ * outer first. outer must outlive the forwarding (it is closed with inner).
+ */
+void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer);
 
 /**
  * Wrap `inner` in a throttle that models a slow SAN: at most `iops` requests

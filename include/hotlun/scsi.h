@@ -151,6 +151,11 @@ struct hl_scsi_cmd {
  * Create an LU over `origin` (the LU takes ownership of origin and closes it
  * in hl_lu_destroy). @return 0 or -errno (-EINVAL for a bad block size or an
  * origin whose size is not a multiple of it).
+ *
+ * The LU listens to the origin's events (hl_origin_listen): when the origin
+ * reports a new size, the LU's block count follows (hl_lu_num_blocks, READ
+ * CAPACITY, the LBA range checks) and every I_T nexus gets the unit
+ * attention CAPACITY DATA HAS CHANGED (2Ah/09h).
  */
 int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struct hl_lu **out);
 
@@ -158,6 +163,7 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 void hl_lu_destroy(struct hl_lu *lu);
 
 const char *hl_lu_name(const struct hl_lu *lu);
+/** Current capacity in logical blocks; changes when the origin is resized (any thread). */
 uint64_t hl_lu_num_blocks(const struct hl_lu *lu);
 uint32_t hl_lu_block_size(const struct hl_lu *lu);
 

@@ -196,6 +196,7 @@ int daemon_count_origin(struct hl_origin **origin, struct disk_counters **counte
 	o->zeroes_after_discard = inner->zeroes_after_discard;
 	co_of(o)->inner = inner;
 	co_of(o)->counters = c;
+	hl_origin_forward_events(inner, o); /* a resize or fence reaches the LU */
 	*origin = o;
 	*counters = c;
 	return 0;

@@ -1,6 +1,7 @@
 /*
  * origin.c - the explicit table of origin backends, URI scheme dispatch
- * (hl_origin_open/close) and the checks every backend applies to an I/O.
+ * (hl_origin_open/close), the checks every backend applies to an I/O, and
+ * the event path (resize, fencing) from a backend up through its wrappers.
  */
 #include "config.h"
 
@@ -145,4 +146,52 @@ void hl_origin_close(struct hl_origin *o)
 		return;
 	o->ops->close(o);
 	origin_free(o);
+}
+
+/* ---- events ---- */
+
+void hl_origin_listen(struct hl_origin *o, hl_origin_event_fn fn, void *arg)
+{
+	/* arg first: a notifier that sees the new fn must see its arg */
+	__atomic_store_n(&o->listener_arg, arg, __ATOMIC_RELEASE);
+	__atomic_store_n(&o->listener, fn, __ATOMIC_RELEASE);
+}
+
+static void tell(struct hl_origin *o, enum hl_origin_event ev, uint64_t old_size)
+{
+	hl_origin_event_fn fn = __atomic_load_n(&o->listener, __ATOMIC_ACQUIRE);
+
+	if (fn)
+		fn(__atomic_load_n(&o->listener_arg, __ATOMIC_ACQUIRE), o, ev, old_size);
+}
+
+void hl_origin_notify(struct hl_origin *o, enum hl_origin_event ev, uint64_t new_size)
+{
+	uint64_t old = __atomic_load_n(&o->size, __ATOMIC_ACQUIRE);
+
+	if (ev == HL_ORIGIN_RESIZED) {
+		if (new_size == old)
+			return;
+		/*
+		 * Readers on the I/O path load o->size plainly: an aligned 64-bit
+		 * store is not torn on the platforms hotlun builds for, and an I/O
+		 * racing the change is checked against either size (the backend
+		 * refuses what lies past its real end).
+		 */
+		__atomic_store_n(&o->size, new_size, __ATOMIC_RELEASE);
+	}
+	tell(o, ev, old);
+}
+
+static void forward(void *arg, struct hl_origin *inner, enum hl_origin_event ev, uint64_t old_size)
+{
+	struct hl_origin *outer = arg;
+
+	(void)old_size;
+	hl_origin_notify(outer, ev, __atomic_load_n(&inner->size, __ATOMIC_ACQUIRE));
+}
+
+void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer)
+{
+	hl_origin_listen(inner, forward, outer);
 }

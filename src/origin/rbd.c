@@ -13,8 +13,21 @@
  *
  * Snapshots (`@SNAP`) open read-only; writes to them fail with -EROFS.
  *
- * Not yet: a resize of the image while hotlund runs is not noticed (the
- * capacity stays what it was at open).
+ * Events (origin.h). Each image has a service thread of its own (an hl
+ * reactor named rbd-watch) that never serves connections. librbd calls the
+ * update watch (rbd_update_watch) on one of its threads when the image
+ * header changes; that callback only queues a size check on the service
+ * thread, which asks librbd for the size (rbd_get_size may wait for a header
+ * refresh from the cluster, so it must not run on an I/O reactor) and
+ * reports HL_ORIGIN_RESIZED. When the cluster shuts this client out
+ * (-ESHUTDOWN, i.e. Ceph's EBLOCKLISTED: `ceph osd blocklist add`, or an
+ * exclusive lock broken by another client) or refuses a write to a
+ * writable image with -EROFS (the exclusive lock is held elsewhere), the
+ * origin becomes fenced: HL_ORIGIN_FENCED is reported once from the service
+ * thread, and every later I/O fails at once with -ESHUTDOWN, because
+ * another client may own the image now. It stays fenced until the disk is
+ * opened again (a restart, or a configuration change that reopens it);
+ * docs/hotlun.conf.5 says what initiators see.
  */
 #include "config.h"
 
@@ -24,6 +37,7 @@
 #include "hotlun/log.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 #include <stdio.h>
@@ -40,10 +54,25 @@ struct rbd_origin {
 	char pool[128];
 	char name[256];
 	char snap[256];
+	struct hl_reactor *svc;   /* service thread: size checks, event delivery */
+	uint64_t watch_handle;
+	bool watching;
+	atomic_bool check_queued; /* a size check is queued on svc */
+	atomic_bool fenced;       /* the cluster shut us out: I/O fails with -ESHUTDOWN */
+	struct hl_timer probe;    /* svc: the periodic fence probe */
 };
+
+/*
+ * How often the service thread asks the cluster whether this client is
+ * still welcome. A blocklisted client learns it only from a reply of the
+ * cluster, and a disk served wholly from the cache sends nothing: without
+ * the probe its stale hits could go on for as long as the blocklist lasts.
+ */
+#define RBD_PROBE_MS 1000
 
 /* Per-request state, kept in io->priv (this backend is always the bottom of its stack). */
 struct rbd_io {
+	struct hl_origin *origin;
 	struct hl_reactor *reactor;
 	rbd_completion_t completion;
 	void *bounce;      /* compare-and-write: flat copy of compare + write data */
@@ -93,6 +122,16 @@ int origin_rbd_parse(const char *target, char *pool, size_t pool_len, char *imag
 
 static void rbd_close_all(struct rbd_origin *r)
 {
+	/* no new watch callback, then no queued check or event runs any more */
+	if (r->watching)
+		rbd_update_unwatch(r->image, r->watch_handle);
+	r->watching = false;
+	if (r->svc) {
+		hl_reactor_stop(r->svc); /* joined: its timer heap is ours to touch now */
+		hl_timer_stop(&r->probe);
+		hl_reactor_destroy(r->svc);
+		r->svc = NULL;
+	}
 	if (r->image)
 		rbd_close(r->image);
 	if (r->ioctx)
@@ -102,6 +141,135 @@ static void rbd_close_all(struct rbd_origin *r)
 	r->image = NULL;
 	r->ioctx = NULL;
 	r->cluster = NULL;
+}
+
+/* On the service thread. */
+static void rbd_fenced_event(void *arg)
+{
+	hl_origin_notify(arg, HL_ORIGIN_FENCED, 0);
+}
+
+/* On a reactor (a completion) or the service thread: fence once, report from the service thread. */
+static void rbd_fence(struct hl_origin *o, int why)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	if (atomic_exchange(&r->fenced, true))
+		return;
+	HL_ERR(RBD_LOG,
+	       "%s: the cluster shut this gateway out (%s); every I/O to the image now fails "
+	       "until the disk is reopened",
+	       o->uri, why == -EROFS ? "write refused: exclusive lock held by another client"
+	                             : "blocklisted");
+	while (hl_reactor_call(r->svc, rbd_fenced_event, o) < 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * On the service thread: one read-only round trip to the OSD that holds the
+ * image header (its watcher list). Ceph answers a blocklisted client's ops
+ * with -EBLOCKLISTED (-ESHUTDOWN), whatever the op. @return true when fenced.
+ */
+static bool rbd_fence_probe(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	rbd_image_watcher_t w[8];
+	size_t n = 8;
+	int rc;
+
+	if (atomic_load(&r->fenced))
+		return true;
+	rc = rbd_watchers_list(r->image, w, &n);
+	if (rc == 0)
+		rbd_watchers_list_cleanup(w, n);
+	if (rc == -ESHUTDOWN) {
+		rbd_fence(o, rc);
+		return true;
+	}
+	return false;
+}
+
+static void rbd_probe_fire(struct hl_timer *t)
+{
+	struct hl_origin *o = t->arg;
+	struct rbd_origin *r = ro_of(o);
+
+	if (!rbd_fence_probe(o))
+		hl_timer_start(r->svc, &r->probe, RBD_PROBE_MS);
+}
+
+static void rbd_probe_start(void *arg)
+{
+	struct hl_origin *o = arg;
+	struct rbd_origin *r = ro_of(o);
+
+	hl_timer_init(&r->probe, rbd_probe_fire, o);
+	hl_timer_start(r->svc, &r->probe, RBD_PROBE_MS);
+}
+
+/* On the service thread: the header changed (or the watch failed); maybe the size did. */
+static void rbd_size_check(void *arg)
+{
+	struct hl_origin *o = arg;
+	struct rbd_origin *r = ro_of(o);
+	uint64_t size;
+	int rc;
+
+	atomic_store(&r->check_queued, false); /* a change from now on queues another check */
+	if (rbd_fence_probe(o))
+		return;
+	rc = rbd_get_size(r->image, &size);
+	if (rc == -ESHUTDOWN) {
+		rbd_fence(o, rc);
+		return;
+	}
+	if (rc < 0) {
+		HL_WARN(RBD_LOG, "%s: cannot read the image size after a header change: %s", o->uri,
+		        strerror(-rc));
+		return;
+	}
+	uint64_t old = __atomic_load_n(&o->size, __ATOMIC_ACQUIRE);
+	if (size != old) {
+		HL_NOTICE(RBD_LOG, "%s: image resized: %llu -> %llu bytes", o->uri,
+		          (unsigned long long)old, (unsigned long long)size);
+		hl_origin_notify(o, HL_ORIGIN_RESIZED, size);
+	}
+}
+
+/* On a librbd thread: only queue the check (never call librbd back from here). */
+static void rbd_watch_cb(void *arg)
+{
+	struct hl_origin *o = arg;
+	struct rbd_origin *r = ro_of(o);
+
+	if (atomic_exchange(&r->check_queued, true))
+		return;
+	if (hl_reactor_call(r->svc, rbd_size_check, o) < 0) {
+		atomic_store(&r->check_queued, false);
+		HL_ERR_RL(RBD_LOG, "%s: out of memory: an image header change is not checked",
+		          o->uri);
+	}
+}
+
+static int rbd_watch_start(struct hl_origin *o, struct rbd_origin *r)
+{
+	int rc = hl_reactor_create(&r->svc, "rbd-watch");
+
+	if (rc)
+		return rc;
+	rc = hl_reactor_start(r->svc);
+	if (rc) {
+		hl_reactor_destroy(r->svc);
+		r->svc = NULL;
+		return rc;
+	}
+	rc = rbd_update_watch(r->image, &r->watch_handle, rbd_watch_cb, o);
+	if (rc < 0)
+		return rc;
+	r->watching = true;
+	return hl_reactor_call(r->svc, rbd_probe_start, o);
 }
 
 static int origin_rbd_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
@@ -169,6 +337,12 @@ static int origin_rbd_open(struct hl_origin *o, const char *target, const struct
 	o->can_discard = !o->read_only;
 	o->zeroes_after_discard = true; /* librbd discards read back as zeroes */
 	o->phys_block_size = 4096;
+	rc = rbd_watch_start(o, r);
+	if (rc < 0) {
+		HL_ERR(RBD_LOG, "rbd:%s: cannot watch the image for resizes: %s", target,
+		       strerror(-rc));
+		goto fail;
+	}
 	return 0;
 fail:
 	rbd_close_all(r);
@@ -187,6 +361,12 @@ static void rbd_finish(void *arg)
 	struct rbd_io *rio = rio_of(io);
 	ssize_t res = rio->result;
 	int result = res < 0 ? (int)res : 0;
+
+	/* -EROFS on a writable image: librbd could not get the exclusive lock */
+	if (result == -ESHUTDOWN || (result == -EROFS && !rio->origin->read_only)) {
+		rbd_fence(rio->origin, result);
+		result = -ESHUTDOWN;
+	}
 
 	/* a miscompare arrives as -EILSEQ, with io->miscompare_offset set by librbd */
 	free(rio->bounce);
@@ -245,7 +425,10 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 	} else if (o->read_only) {
 		return -EROFS;
 	}
+	if (atomic_load(&r->fenced))
+		return -ESHUTDOWN;
 	memset(rio, 0, sizeof(*rio));
+	rio->origin = o;
 	rio->reactor = hl_reactor_current();
 	if (!rio->reactor)
 		return -EINVAL;

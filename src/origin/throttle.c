@@ -181,6 +181,7 @@ int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbp
 	o->read_only = inner->read_only;
 	o->can_discard = inner->can_discard;
 	o->zeroes_after_discard = inner->zeroes_after_discard;
+	hl_origin_forward_events(inner, o); /* a resize or fence reaches the layer above */
 	HL_INFO("origin", "%s: throttled to %u IOPS, %u MB/s, +%u ms", inner->uri, iops, mbps,
 	        latency_ms);
 	*out = o;

@@ -1,6 +1,7 @@
 /*
- * lu.c - logical unit lifetime and the task management events the SCSI
- * layer must see (LUN reset, nexus loss).
+ * lu.c - logical unit lifetime, the task management events the SCSI layer
+ * must see (LUN reset, nexus loss), and what the origin reports about itself
+ * (a new capacity: CAPACITY DATA HAS CHANGED to every I_T nexus).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -36,6 +37,44 @@ void scsi_lu_release(struct hl_lu *lu)
 	pthread_mutex_lock(&registry_lock);
 	lu->holds--;
 	pthread_mutex_unlock(&registry_lock);
+}
+
+/* SPC-4: the unit attention after the medium's capacity changed */
+#define SCSI_ASC_CAPACITY_CHANGED 0x2a, 0x09
+
+/*
+ * The origin's events (origin.h: on the origin's own thread, not a reactor).
+ * A new size becomes the LU's block count at once, so READ CAPACITY answers
+ * it and I/O past the new end gets LBA OUT OF RANGE (the range checks read
+ * num_blocks, an aligned 64-bit word); every nexus that knows the LU gets
+ * the unit attention, and nexuses that meet it later start with POWER ON.
+ */
+static void lu_origin_event(void *arg, struct hl_origin *o, enum hl_origin_event ev,
+			    uint64_t old_size)
+{
+	struct hl_lu *lu = arg;
+	uint64_t size = __atomic_load_n(&o->size, __ATOMIC_ACQUIRE);
+
+	if (ev == HL_ORIGIN_FENCED) {
+		HL_ERR(SCSI_COMPONENT, "%s: the origin shut this gateway out (fenced); its I/O fails",
+		       lu->name);
+		return;
+	}
+	if (ev != HL_ORIGIN_RESIZED)
+		return;
+	uint64_t blocks = size / lu->block_size;
+	if (size % lu->block_size)
+		HL_WARN(SCSI_COMPONENT,
+			"%s: new origin size %llu is not a multiple of %u; the last partial block "
+			"is not exported",
+			lu->name, (unsigned long long)size, lu->block_size);
+	if (blocks == __atomic_load_n(&lu->num_blocks, __ATOMIC_ACQUIRE))
+		return;
+	HL_NOTICE(SCSI_COMPONENT, "%s: capacity changed: %llu -> %llu bytes (%llu blocks)",
+		  lu->name, (unsigned long long)old_size, (unsigned long long)size,
+		  (unsigned long long)blocks);
+	__atomic_store_n(&lu->num_blocks, blocks, __ATOMIC_RELEASE);
+	scsi_ua_queue_all(lu, 0, SCSI_ASC_CAPACITY_CHANGED);
 }
 
 int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struct hl_lu **out)
@@ -114,6 +153,7 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 	pthread_mutex_lock(&registry_lock);
 	hl_list_add_tail(&registry, &lu->registry_link);
 	pthread_mutex_unlock(&registry_lock);
+	hl_origin_listen(origin, lu_origin_event, lu);
 	*out = lu;
 	return 0;
 }
@@ -135,11 +175,12 @@ void hl_lu_destroy(struct hl_lu *lu)
 		pthread_mutex_lock(&registry_lock);
 	}
 	pthread_mutex_unlock(&registry_lock);
+	/* first: once the origin is closed no event of it can reach this LU (lu_origin_event) */
+	hl_origin_close(lu->origin);
 	scsi_xcopy_fini(lu);
 	scsi_ua_fini(lu);
 	scsi_rsv_fini(lu);
 	pthread_mutex_destroy(&lu->lock);
-	hl_origin_close(lu->origin);
 	free(lu->state_dir);
 	free(lu->name);
 	free(lu);
@@ -152,7 +193,7 @@ const char *hl_lu_name(const struct hl_lu *lu)
 
 uint64_t hl_lu_num_blocks(const struct hl_lu *lu)
 {
-	return lu->num_blocks;
+	return __atomic_load_n(&lu->num_blocks, __ATOMIC_ACQUIRE);
 }
 
 uint32_t hl_lu_block_size(const struct hl_lu *lu)

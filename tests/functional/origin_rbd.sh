@@ -1,22 +1,38 @@
 #!/bin/bash
 # origin_rbd.sh - issue 9: a Ceph RBD image as a disk's origin, on a
-# throw-away single-node cluster this test starts itself (RAM-backed,
-# loopback only, stopped at the end):
+# throw-away single-node cluster this test starts itself (mini_ceph.sh:
+# RAM-backed, loopback only, stopped by PID at the end):
 #  - qemu-img writes through hotlund; `rbd export` of the image is identical;
-#  - a cached RBD disk survives kill -9 without serving a stale block;
+#  - a snapshot origin (@SNAP) is a write-protected LUN;
+#  - `rbd resize` while a session is logged in, without and with the cache:
+#    the next command gets UNIT ATTENTION / CAPACITY DATA HAS CHANGED, READ
+#    CAPACITY(16) answers the new size, a read past the new end gets LBA OUT
+#    OF RANGE, and a block cached before a shrink reads back as the image has
+#    it (zeroes) after the image grows again;
+#  - the concurrent verifier (hotlun-bench --verify, 3 sessions, 50% reads)
+#    through a cached RBD disk with hotlund killed (-9) and restarted mid-run:
+#    no read returns anything but the block's last acknowledged write, and a
+#    fresh read-only verify pass finds every block's pattern;
+#  - the cluster blocklists the gateway's client of a cached disk: the next
+#    read of a cached block fails with sense (never the cached data), other
+#    disks keep working, hotlund still stops cleanly;
 #  - an image replaced with `rbd import` while hotlund is stopped is served
-#    fresh after restart (its image id changed: the cache drops its blocks);
-#  - a snapshot origin (@SNAP) is a write-protected LUN.
+#    fresh after restart (its image id changed: the cache drops its blocks).
 . "$(dirname "$0")/lib.sh"
-hl_need qemu-img python3 rbd ceph-mon ceph-osd cmp
+hl_need qemu-img python3 rbd ceph ceph-mon ceph-osd cmp
 "$HL_BUILDDIR/hotlund" --version | grep -qw rbd || hl_skip "hotlund built without librbd"
-MINI_CEPH=${HL_MINI_CEPH:-$HL_SRCDIR/../shared/tools/mini-ceph.sh}
-[ -x "$MINI_CEPH" ] || hl_skip "no single-node Ceph helper at $MINI_CEPH"
+MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
+SESSION=$HL_BUILDDIR/tests/functional/hl_session_cmds
+BENCH=$HL_BUILDDIR/hotlun-bench
+[ -x "$SESSION" ] || hl_missing "$SESSION not built (make check builds it)"
+[ -x "$BENCH" ] || hl_missing "$BENCH not built"
 
 tmp=$(hl_tmpdir)
 cluster=$tmp/ceph
-MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:128M >"$tmp/ceph-up.log" 2>&1 ||
-	hl_fail "single-node Ceph did not start: $(tail -5 "$tmp/ceph-up.log")"
+rc=0
+MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:128M rsz:64M fence:16M >"$tmp/ceph-up.log" 2>&1 || rc=$?
+[ $rc = 3 ] && hl_skip "$(tail -1 "$tmp/ceph-up.log")"
+[ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$tmp/ceph-up.log")"
 ceph_down() { MINI_CEPH_QUIET=1 "$MINI_CEPH" down "$cluster" >/dev/null 2>&1; }
 # hotlund goes first: librbd cannot close an image once the cluster is gone
 trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; sleep 1; ceph_down; (exit $rc); hl_cleanup' EXIT
@@ -47,13 +63,92 @@ rbd_id = admin
 origin = rbd:rbd/origin@empty
 rbd_conf = $cluster/ceph.conf
 
+[disk rsz]
+origin = rbd:rbd/rsz
+rbd_conf = $cluster/ceph.conf
+
+[disk fence]
+origin = rbd:rbd/fence
+rbd_conf = $cluster/ceph.conf
+cache = c0
+
 [target iqn.2026-11.io.hotlun:rbd]
 lun.0 = plain
 lun.1 = snap
+lun.2 = rsz
+lun.3 = fence
 allow = ALL
 CONF
 hl_start_hotlund "$tmp/c.conf"
 url=iscsi://127.0.0.1:$port/iqn.2026-11.io.hotlun:rbd
+
+# ---- sessions driven line by line (hl_session_cmds), to see what the next command gets
+declare -A SFD
+sess_start() { # NAME URL
+	mkfifo "$tmp/$1.in"
+	"$SESSION" "$2" <"$tmp/$1.in" >"$tmp/$1.out" 2>&1 &
+	HL_PIDS+=($!)
+	HL_PID_NAMES+=("session-$1")
+	local fd
+	exec {fd}>"$tmp/$1.in"
+	SFD[$1]=$fd
+}
+sess_end() { # NAME: end of input, the session logs out
+	local fd=${SFD[$1]}
+	exec {fd}>&-
+}
+sess() { # NAME COMMAND: run it, print its one-line answer
+	local n i
+	n=$(wc -l <"$tmp/$1.out")
+	echo "$2" >&"${SFD[$1]}"
+	for i in $(seq 300); do
+		[ "$(wc -l <"$tmp/$1.out")" -gt "$n" ] && break
+		sleep 0.05
+	done
+	[ "$(wc -l <"$tmp/$1.out")" -gt "$n" ] || hl_fail "session $1: no answer to '$2': $(tail -3 "$tmp/$1.out")"
+	tail -n 1 "$tmp/$1.out"
+}
+expect() { # NAME COMMAND ANSWER-REGEX WHAT
+	local a
+	a=$(sess "$1" "$2")
+	[[ $a =~ ^$3$ ]] || hl_fail "$4: '$2' answered '$a', expected '$3'"
+}
+# wait_log REGEX N: until the current hotlund's log has more than N lines matching REGEX
+wait_log() {
+	local i
+	for i in $(seq 200); do
+		[ "$(grep -cE "$1" "$HL_LOG")" -gt "$2" ] && return 0
+		sleep 0.05
+	done
+	hl_fail "hotlund never logged '$1': $(tail -3 "$HL_LOG")"
+}
+
+# resize_check LABEL: the rsz image is 64 MiB (131072 blocks of 512) on entry and on exit
+resize_check() {
+	local n
+	sess_start "$1" "$url/2"
+	expect "$1" rc16 "GOOD blocks=131072 bs=512" "$1: capacity before"
+	expect "$1" "write 131000" GOOD "$1: write near the end"
+	expect "$1" "read 131000" "GOOD first=5a" "$1: read it"
+	expect "$1" "read 131000" "GOOD first=5a" "$1: read it again (cached when the disk has a cache)"
+	n=$(grep -cE "rsz: capacity changed: .* -> 33554432 bytes" "$HL_LOG")
+	rbd resize --allow-shrink --size 32M rbd/rsz >/dev/null 2>&1 || hl_fail "rbd resize (shrink)"
+	wait_log "rsz: capacity changed: .* -> 33554432 bytes" "$n"
+	expect "$1" tur "CHECK 6/2a/09" "$1: after the shrink, the next command"
+	expect "$1" tur GOOD "$1: the unit attention is reported once"
+	expect "$1" rc16 "GOOD blocks=65536 bs=512" "$1: capacity after the shrink"
+	expect "$1" "read 65535" "GOOD first=00" "$1: last block after the shrink"
+	expect "$1" "read 65536" "CHECK 5/21/00" "$1: first block past the new end"
+	expect "$1" "read 131000" "CHECK 5/21/00" "$1: the cached block past the new end"
+	n=$(grep -cE "rsz: capacity changed: .* -> 67108864 bytes" "$HL_LOG")
+	rbd resize --size 64M rbd/rsz >/dev/null 2>&1 || hl_fail "rbd resize (grow)"
+	wait_log "rsz: capacity changed: .* -> 67108864 bytes" "$n"
+	expect "$1" "read 0" "CHECK 6/2a/09" "$1: after the grow, the next command"
+	expect "$1" rc16 "GOOD blocks=131072 bs=512" "$1: capacity after the grow"
+	expect "$1" "read 131000" "GOOD first=00" "$1: a block cut off by the shrink reads as the image has it"
+	sess_end "$1"
+	hl_log "$1: resize reported (UA 2A/09), READ CAPACITY follows, LBA OUT OF RANGE past the end"
+}
 
 head -c 32M /dev/urandom >"$tmp/a.img"
 qemu-img convert -n -f raw -O raw "$tmp/a.img" "$url/0" || hl_fail "qemu-img convert to the RBD LUN"
@@ -65,28 +160,71 @@ out=$(iscsi-inq "$url/1" 2>&1) || hl_fail "iscsi-inq on the snapshot LUN: $out"
 if qemu-img convert -n -f raw -O raw "$tmp/a.img" "$url/1" 2>/dev/null; then
 	hl_fail "a write to a snapshot LUN succeeded"
 fi
+resize_check uncached
 hl_stop
 
-# --- cached RBD disk: kill -9 serves no stale block ---
-sed -i 's/^origin = rbd:rbd\/origin$/origin = rbd:rbd\/origin\ncache = c0/' "$tmp/c.conf"
+# ---- cached RBD disks
+sed -i 's/^origin = rbd:rbd\/\(origin\|rsz\)$/&\ncache = c0/' "$tmp/c.conf"
 hl_start_hotlund "$tmp/c.conf"
-qemu-img convert -n -f raw -O raw "$tmp/a.img" "$url/0" || hl_fail "write A through the cache"
-"$HL_BUILDDIR/hotlun-bench" --quiet --workload seq --bs 64K --qd 4 --read 100 --count 512 "$url/0" >/dev/null 2>&1 ||
-	hl_fail "reading A back through the cache"
-head -c 32M /dev/urandom >"$tmp/b.img"
-qemu-img convert -n -f raw -O raw "$tmp/b.img" "$url/0" || hl_fail "write B through the cache"
+resize_check cached
+
+# The concurrent verifier through the cache, hotlund killed (-9) mid-run and
+# restarted: libiscsi reconnects and the run goes on, so every read after the
+# restart is checked against the last write the run saw acknowledged (a
+# stale cached block shows up as an older generation).
+RANGE=16M
+"$BENCH" --quiet --workload seq --read 0 --verify --bs 64K --qd 8 --range $RANGE \
+	--count 256 "$url/0" >"$tmp/fill.out" 2>&1 || hl_fail "verify fill: $(tail -3 "$tmp/fill.out")"
+"$BENCH" --quiet --workload uniform --read 50 --verify --sessions 3 --qd 8 --bs 4K,64K \
+	--range $RANGE --time 10 "$url/0" >"$tmp/mixed.out" 2>"$tmp/mixed.err" &
+bpid=$!
+HL_PIDS+=($bpid)
+HL_PID_NAMES+=(hotlun-bench)
+sleep 4
 kill -KILL "$HL_PID"
 wait "$HL_PID" 2>/dev/null
 hl_forget "$HL_PID"
+hl_log "hotlund killed (-9) under the verified load"
 hl_start_hotlund "$tmp/c.conf"
-rm -f "$tmp/export.img"
-rbd export rbd/origin "$tmp/export.img" >"$tmp/export.log" 2>&1 || hl_fail "rbd export: $(tail -3 "$tmp/export.log")"
-cmp -n $((32 << 20)) "$tmp/b.img" "$tmp/export.img" || hl_fail "after kill -9 the image lacks B"
-qemu-img convert -f raw -O raw "$url/0" "$tmp/read.img" || hl_fail "read after kill -9"
-cmp -n $((32 << 20)) "$tmp/b.img" "$tmp/read.img" || hl_fail "stale data served after kill -9"
+wait $bpid
+brc=$?
+hl_forget $bpid
+[ $brc = 0 ] || hl_fail "verified load across kill -9: status $brc: $(tail -5 "$tmp/mixed.err")"
+summary=$(tail -n 1 "$tmp/mixed.out")
+[[ $summary =~ verify_errors=0 ]] || hl_fail "mismatches across kill -9: $summary"
+ios=$(tr ' ' '\n' <<<"$summary" | sed -n 's/^ios=//p')
+[ "${ios:-0}" -gt 200 ] || hl_fail "too little I/O across the kill: $summary"
+"$BENCH" --quiet --workload seq --read 100 --verify --bs 64K --qd 8 --range $RANGE \
+	--count 256 "$url/0" >"$tmp/check.out" 2>&1 || hl_fail "fresh verify after kill -9: $(tail -5 "$tmp/check.out")"
+grep -q "verify: 256 blocks checked, 0 mismatches\|verify_errors=0" "$tmp/check.out" ||
+	hl_fail "fresh verify after kill -9: $(tail -2 "$tmp/check.out")"
+hl_log "kill -9 under hotlun-bench --verify (3 sessions, 50% reads): $summary"
 
-# --- rbd import while hotlund is stopped: served fresh ---
-"$HL_BUILDDIR/hotlun-bench" --quiet --workload seq --bs 64K --qd 4 --read 100 --count 512 "$url/0" >/dev/null 2>&1
+# Fencing: the cluster blocklists the client of the cached disk "fence".
+sess_start fence "$url/3"
+expect fence "write 10" GOOD "fence: write"
+expect fence "read 10" "GOOD first=5a" "fence: read"
+expect fence "read 10" "GOOD first=5a" "fence: read again (cached)"
+# every watcher: the killed hotlund's may still be listed until its watch times out
+addrs=$(rbd status rbd/fence | sed -n 's/.*watcher=\([^ ]*\).*/\1/p')
+hl_log "watchers of rbd/fence: $(echo $addrs)"
+[ -n "$addrs" ] || hl_fail "no watcher of rbd/fence: $(rbd status rbd/fence 2>&1)"
+n=$(grep -cE "rbd/fence.*shut this gateway out" "$HL_LOG")
+for addr in $addrs; do
+	ceph osd blocklist add "$addr" >/dev/null 2>&1 || hl_fail "ceph osd blocklist add $addr"
+done
+wait_log "rbd/fence.*shut this gateway out" "$n"
+a=$(sess fence "read 10")
+[[ $a =~ ^CHECK ]] || hl_fail "fence: a blocklisted disk answered a read of a cached block with '$a'"
+a2=$(sess fence "write 10")
+[[ $a2 =~ ^CHECK ]] || hl_fail "fence: a blocklisted disk accepted a write ('$a2')"
+sess_end fence
+hl_log "fenced disk: read -> $a, write -> $a2"
+qemu-img convert -f raw -O raw "$url/0" "$tmp/after-fence.img" || hl_fail "another disk stopped working after the fence"
+for addr in $addrs; do ceph osd blocklist rm "$addr" >/dev/null 2>&1; done
+
+# ---- rbd import while hotlund is stopped: served fresh
+"$BENCH" --quiet --workload seq --bs 64K --qd 4 --read 100 --count 512 "$url/0" >/dev/null 2>&1
 hl_stop
 head -c 128M /dev/urandom >"$tmp/c.img"
 rbd snap purge rbd/origin >/dev/null 2>&1
