@@ -11,8 +11,8 @@
 #                 unless KEEP_IMAGES=1)
 #   TIME WARMUP QD SESSIONS   override the scenario's hotlun-bench settings
 #   CACHE_DEV     file (default): the cache device is a file in $OUT, on
-#                 whatever disk holds it; ram: a loop device over a file in
-#                 /dev/shm (root; a RAM-speed "SSD", detached at the end)
+#                 whatever disk holds it; ram: a file in /dev/shm (a
+#                 RAM-speed "SSD", deleted at the end)
 set -euo pipefail
 
 SCENARIO=$(basename "$0" .sh)
@@ -22,7 +22,7 @@ OUT=${OUT:-$PWD/scenario-$SCENARIO}
 mkdir -p "$OUT"
 SC_PIDS=()
 SC_TGT_CPORTS=()
-SC_LOOPS=()
+SC_SHM=()
 
 say() { printf '[%s] %s: %s\n' "$(date +%T)" "$SCENARIO" "$*" >&2; }
 die() {
@@ -55,10 +55,9 @@ sc_cleanup() {
 		kill -KILL "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 	done
-	local l
-	for l in "${SC_LOOPS[@]}"; do
-		losetup -d "${l%%=*}" 2>/dev/null || true
-		rm -f "${l#*=}"
+	local f
+	for f in "${SC_SHM[@]}"; do
+		rm -f "$f" "$f.map"
 	done
 	local c
 	for c in "${SC_TGT_CPORTS[@]}"; do
@@ -117,11 +116,10 @@ start_hotlund() {
 		disk_keys+="${kv%%=*} = ${kv#*=}"$'\n'
 	done
 	if [ "$csize" != 0 ] && [ "${CACHE_DEV:-file}" = ram ]; then
-		local shm=/dev/shm/hotlun-scenario.$$.$name.img
-		truncate -s "$csize" "$shm"
-		cdev=$(losetup -f --show "$shm") || die "losetup failed (CACHE_DEV=ram needs root)"
-		SC_LOOPS+=("$cdev=$shm")
-		say "cache device $cdev (RAM, over $shm)"
+		# A file in tmpfs: hotlund reads and writes it inline (memory copies).
+		cdev=/dev/shm/hotlun-scenario.$$.$name.img
+		SC_SHM+=("$cdev")
+		say "cache device $cdev (RAM)"
 	fi
 	{
 		echo "; written by contrib/scenarios/$SCENARIO.sh"
@@ -149,7 +147,7 @@ start_hotlund() {
 		echo "allow = ALL"
 	} >"$conf"
 	if [ "$csize" != 0 ]; then
-		truncate -s "$csize" "$OUT/$name-cache.img"
+		truncate -s "$csize" "$cdev"
 	fi
 	"$HOTLUND" --check-config "$conf" >/dev/null || die "hotlund refuses $conf"
 	"$HOTLUND" --config "$conf" </dev/null >"$OUT/$name.log" 2>&1 &

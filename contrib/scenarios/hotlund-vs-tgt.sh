@@ -12,7 +12,7 @@
 #
 # Knobs: SIZE (1G) CACHE_SIZE (1G) TIME (30) WARMUP (10) QD (64) SESSIONS (1)
 # WORKLOAD (uniform) HOT_RANGE (256M) PERF=0 (skip iscsi-perf) FILL=0 (sparse)
-# CACHE_DEV (ram: hotlund's cache on a loop device over /dev/shm, as tgt
+# CACHE_DEV (ram: hotlund's cache in a /dev/shm file, as tgt
 # reads from the page cache; file: on disk).
 . "$(dirname "$0")/common.sh"
 SIZE=${SIZE:-1G}

@@ -22,7 +22,9 @@
 # usage: tests/bench/cache_field.sh [BUILDDIR]
 # environment: TIME (default 60), RANGE (default 64M), SIZE (LUN, default 1G),
 #              IOPS_LIST (default "200 4000"), BS_LIST (default "4K 64K"),
-#              REFS (default 1; 0 skips the reference runs), HL_OUT (default ./cache-field)
+#              REFS (default 1; 0 skips the reference runs), HL_OUT (default ./cache-field),
+#              CACHE_DIR (where the cache device file lives; default the run's
+#              temp dir on the local disk; /dev/shm makes it a RAM-speed "SSD")
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
@@ -38,6 +40,9 @@ REFS=${REFS:-1} # 0: only the cached runs (the origin alone counts as its nomina
 OUT=${HL_OUT:-$PWD/cache-field}
 mkdir -p "$OUT"
 T=$(hl_tmpdir)
+CDIR=${CACHE_DIR:-$T}
+CDEV=$CDIR/hotlun-cache-field.$$.img
+trap 'rm -f "$CDEV" "$CDEV.map"; hl_cleanup' EXIT
 IQN=$HL_IQN_PREFIX:cache-field
 
 DISK=$T/origin.img
@@ -50,7 +55,7 @@ run() {
 	local label=$1 iops=$2 cbs=$3 port st conf
 	port=$(hl_free_port)
 	st=$T/state-$label
-	rm -rf "$st" "$T/cache.img" "$T/cache.img.map"
+	rm -rf "$st" "$CDEV" "$CDEV.map"
 	mkdir -p "$st"
 	conf=$T/$label.conf
 	{
@@ -58,7 +63,7 @@ run() {
 			"$port" "$st" "$st"
 		printf 'log_level = notice\nthreads = 2\n\n'
 		if [ "$cbs" != - ]; then
-			printf '[cache ssd]\ndevice = %s\nsize = 1G\nblock_size = %s\n\n' "$T/cache.img" "$cbs"
+			printf '[cache ssd]\ndevice = %s\nsize = 1G\nblock_size = %s\n\n' "$CDEV" "$cbs"
 		fi
 		printf '[disk d]\norigin = file:%s\n' "$DISK"
 		[ "$iops" != 0 ] && printf 'origin_iops = %s\n' "$iops"
