@@ -79,6 +79,8 @@ struct hl_origin_opts {
 	                        (-EINVAL) unless it is a multiple of the SAN's */
 	const char *rbd_conf;  /* rbd: ceph.conf path (NULL: /etc/ceph/ceph.conf) */
 	const char *rbd_id;    /* rbd: cephx user id without "client." (NULL: admin) */
+	bool eof_error;        /* file: a read that reaches EOF fails (-EIO) instead of
+	                          reading zeroes past it (a cache device that shrank) */
 };
 
 /** What an origin reports between I/Os, to the layer that listens (hl_origin_listen). */

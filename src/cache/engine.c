@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -146,6 +147,12 @@ static inline uint64_t cnt_get(const uint64_t *p)
 	return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
+/* LUN byte offset of cache block b. */
+static inline uint64_t blk_start(const struct hl_cache *c, uint64_t b)
+{
+	return b << c->shift;
+}
+
 static void *abuf(size_t len)
 {
 	void *p = NULL;
@@ -256,11 +263,46 @@ static void dev_error(struct hl_cache *c, struct map_ent *e, int rc)
 	pthread_mutex_unlock(&c->mlock);
 }
 
+/*
+ * The device file shrank under us (truncated): its holes read as zeroes,
+ * and a write past the new end would hide that from the end-of-file check
+ * of the data reads. Any thread. @return true when it did (pass-through).
+ */
+static bool device_check_size(struct hl_cache *c)
+{
+	struct stat st;
+
+	if (c->dev->fd < 0 || fstat(c->dev->fd, &st) || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size >= c->dev->size)
+		return false;
+	if (!atomic_load(&c->failed))
+		HL_ERR("cache", "cache %s: %s shrank to %llu bytes (expected %llu)", c->name,
+		       c->device, (unsigned long long)st.st_size, (unsigned long long)c->dev->size);
+	dev_error(c, NULL, -EIO);
+	return true;
+}
+
 /* ------------------------------------------------------------------ */
 /* Requests                                                           */
 /* ------------------------------------------------------------------ */
 
-enum sub_kind { SUB_HIT, SUB_RUN, SUB_RETRY, SUB_FILL, SUB_WRITE, SUB_SKIPPED };
+/*
+ * SUB_BUF: no I/O, owns the bounce buffer of a stitched run (RUN pieces and
+ * PHIT pieces read into it). SUB_PHIT: valid sectors of a PARTIAL block,
+ * read from the cache device. SUB_RMW: the old content of a partly written
+ * sector, read from the slot before an update merges and writes it.
+ */
+enum sub_kind {
+	SUB_HIT,
+	SUB_RUN,
+	SUB_RETRY,
+	SUB_FILL,
+	SUB_WRITE,
+	SUB_SKIPPED,
+	SUB_BUF,
+	SUB_PHIT,
+	SUB_RMW,
+};
 
 struct eng_req;
 
@@ -273,8 +315,11 @@ struct eng_sub {
 	bool own;
 	bool direct; /* HIT/RETRY: buf is the caller's buffer itself, no copy */
 	uint8_t kind;
-	uint32_t k;      /* HIT/FILL/RETRY: index in ios; RUN: first block */
-	uint64_t lo, hi; /* RUN/RETRY: LUN bytes held by buf */
+	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
+	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
+	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
+	uint32_t peer;    /* RMW: the FILL sub it merges into */
+	uint64_t lo, hi;  /* RUN/RETRY/BUF/PHIT: LUN bytes held by buf; RMW: the sector */
 };
 
 struct eng_req {
@@ -294,9 +339,11 @@ struct eng_req {
 	bool all_hit, in_wlist, replied, inside_submit, no_data;
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;
-	int32_t *run_of; /* per block of a read: its RUN sub, or -1 */
+	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */
 	uint8_t *iof;    /* per io: IOF_* */
+	uint8_t *vmap;   /* read: bit i = sector off/SECT + i valid in a PARTIAL block */
 	struct eng_sub *subs;
+	bool subs_heap; /* subs was reallocated for a stitched read */
 };
 
 /* eng_req.iof */
@@ -310,9 +357,14 @@ static struct eng_req *req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
                                uint32_t maxios, uint32_t maxsub)
 {
 	struct co_priv *co = co_of(o);
+	size_t vbytes = nb ? (size_t)((HL_ALIGN_UP(uio->offset + uio->length, (uint64_t)SECT) -
+	                               uio->offset / SECT * SECT) /
+	                                  SECT / 8 +
+	                              1)
+	                   : 0;
 	size_t sz = sizeof(struct eng_req) + (size_t)maxsub * sizeof(struct eng_sub) +
 	            (size_t)maxios * sizeof(struct hl_cache_io) + (size_t)nb * sizeof(int32_t) +
-	            maxios;
+	            maxios + vbytes;
 	struct eng_req *req = malloc(sz);
 
 	if (!req)
@@ -322,6 +374,7 @@ static struct eng_req *req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 	req->ios = (struct hl_cache_io *)(req->subs + maxsub);
 	req->run_of = (int32_t *)(req->ios + maxios);
 	req->iof = (uint8_t *)(req->run_of + nb);
+	req->vmap = req->iof + maxios; /* written before read, only for PARTIAL blocks */
 	req->maxsub = maxsub;
 	req->c = co->c;
 	req->co = co;
@@ -345,6 +398,8 @@ static void req_free(struct eng_req *req)
 	for (uint32_t i = 0; i < req->nsub; i++)
 		if (req->subs[i].own)
 			free(req->subs[i].buf);
+	if (req->subs_heap)
+		free(req->subs);
 	free(req);
 	atomic_fetch_sub(&c->inflight, 1);
 }
@@ -478,6 +533,128 @@ static void fills_done(struct eng_req *req)
 	req_free(req);
 }
 
+/* Write FILL sub s's data into its slot (io_start granted it); its completion ends the io. */
+static void fill_write(struct eng_req *req, struct eng_sub *s)
+{
+	struct hl_cache *c = req->c;
+	struct hl_cache_io *io = &req->ios[s->k];
+	int rc;
+
+	rc = sub_submit(s, c->data, HL_IO_WRITE,
+	                c->layout.data_off + (uint64_t)io->slot * c->bs +
+	                    (uint64_t)io->fill_first * SECT,
+	                (uint64_t)io->fill_nsect * SECT);
+	if (rc) {
+		dev_error(c, req->ent, rc);
+		pthread_mutex_lock(&c->lock);
+		hl_cache_core_io_end(c->core, req->ent->id, io, false);
+		pthread_mutex_unlock(&c->lock);
+	}
+}
+
+/* LUN bytes of the first and last sector of an update's fill range. */
+static void fill_range(const struct eng_req *req, const struct hl_cache_io *io, uint64_t *fs,
+                       uint64_t *fe)
+{
+	*fs = ((uint64_t)io->block << req->c->shift) + (uint64_t)io->fill_first * SECT;
+	*fe = *fs + (uint64_t)io->fill_nsect * SECT;
+}
+
+/*
+ * The sectors of an update's fill range the write covers only partly
+ * (LUN bytes, at most two: head and tail). @return how many.
+ */
+static int rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, uint64_t out[2])
+{
+	uint64_t fs, fe, end = req->off + req->len;
+	int n = 0;
+
+	fill_range(req, io, &fs, &fe);
+	if (fs < req->off || fs + SECT > end)
+		out[n++] = fs;
+	if (io->fill_nsect > 1 && fe > end)
+		out[n++] = fe - SECT;
+	return n;
+}
+
+/* One SUB_RMW read of FILL sub f finished (or never started): write f once all are merged. */
+static void rmw_piece_done(struct eng_req *req, struct eng_sub *f)
+{
+	struct hl_cache *c = req->c;
+
+	if (--f->rmw_wait)
+		return;
+	if (!f->rmw_failed && !atomic_load(&c->failed)) {
+		fill_write(req, f);
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	hl_cache_core_io_end(c->core, req->ent->id, &req->ios[f->k], false);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Merge the old bytes of sector r->lo (read into r->buf) that the write left alone into f. */
+static void rmw_merge(struct eng_req *req, struct eng_sub *f, const struct eng_sub *r)
+{
+	uint64_t fs, fe, sp = r->lo, se = sp + SECT, end = req->off + req->len;
+	uint8_t *dst;
+
+	fill_range(req, &req->ios[f->k], &fs, &fe);
+	dst = f->buf + (sp - fs);
+	if (req->off > sp)
+		memcpy(dst, r->buf, HL_MIN(req->off, se) - sp);
+	if (end < se) {
+		uint64_t a = HL_MAX(end, sp);
+		memcpy(dst + (a - sp), r->buf + (a - sp), se - a);
+	}
+}
+
+/*
+ * Read-modify-write (docs/cache-policy.md, point 7): io_start already gave
+ * FILL sub s the slot, so nothing else writes it until io_end, and the
+ * partly written sectors were valid when the write began (the core's
+ * rmw_head/rmw_tail): their old bytes on the device are the ones to keep.
+ * A write that began since then bumped the slot's generation: io_end drops
+ * the update whatever the device now holds. @return false when s has no
+ * partly written sector (write it now).
+ */
+static bool rmw_start(struct eng_req *req, struct eng_sub *s)
+{
+	struct hl_cache *c = req->c;
+	struct hl_cache_io *io = &req->ios[s->k];
+	uint64_t sect[2];
+	int n = rmw_sectors(req, io, sect);
+
+	if (!n)
+		return false;
+	s->rmw_wait = (uint8_t)(n + 1); /* + our hold while submitting */
+	for (int i = 0; i < n; i++) {
+		struct eng_sub *r = sub_new(req, SUB_RMW, s->k);
+		int rc = -ENOMEM;
+
+		if (r && (r->buf = abuf(SECT))) {
+			r->own = true;
+			r->lo = sect[i];
+			r->peer = (uint32_t)(s - req->subs);
+			r->iov.iov_base = r->buf;
+			rc = atomic_load(&c->failed)
+			         ? -EIO
+			         : sub_submit(r, c->data, HL_IO_READ,
+			                      c->layout.data_off + (uint64_t)io->slot * c->bs +
+			                          (sect[i] - blk_start(c, io->block)),
+			                      SECT);
+		}
+		if (rc) {
+			if (rc != -ENOMEM && !atomic_load(&c->failed))
+				dev_error(c, req->ent, rc);
+			s->rmw_failed = true;
+			rmw_piece_done(req, s);
+		}
+	}
+	rmw_piece_done(req, s);
+	return true;
+}
+
 /* Submit the FILL subs from index first on; the request is freed when they are done. */
 static void fills_submit(struct eng_req *req, uint32_t first)
 {
@@ -500,23 +677,15 @@ static void fills_submit(struct eng_req *req, uint32_t first)
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	for (uint32_t i = first; i < req->nsub; i++) {
+	for (uint32_t i = first, n = req->nsub; i < n; i++) {
 		struct eng_sub *s = &req->subs[i];
-		struct hl_cache_io *io = &req->ios[s->k];
-		int rc;
 
 		if (s->kind != SUB_FILL)
 			continue;
-		rc = sub_submit(s, c->data, HL_IO_WRITE,
-		                c->layout.data_off + (uint64_t)io->slot * c->bs +
-		                    (uint64_t)io->fill_first * SECT,
-		                (uint64_t)io->fill_nsect * SECT);
-		if (rc) {
-			dev_error(c, req->ent, rc);
-			pthread_mutex_lock(&c->lock);
-			hl_cache_core_io_end(c->core, lun, io, false);
-			pthread_mutex_unlock(&c->lock);
-		}
+		/* An update with partly written sectors first reads their old content. */
+		if (req->op == HL_IO_WRITE && rmw_start(req, s))
+			continue;
+		fill_write(req, s);
 	}
 	phase_end(req);
 }
@@ -627,11 +796,6 @@ static void fills_start(struct eng_req *req, uint32_t first_fill, bool barrier)
 /* ------------------------------------------------------------------ */
 /* Reads                                                              */
 /* ------------------------------------------------------------------ */
-
-static inline uint64_t blk_start(const struct hl_cache *c, uint64_t b)
-{
-	return b << c->shift;
-}
 
 static inline bool io_fills(const struct hl_cache_io *io)
 {
@@ -762,6 +926,19 @@ static void hit_retry(struct eng_req *req, struct eng_sub *s, int rc)
 		req->status = rc;
 }
 
+/* A stitched piece of valid sectors could not be read from the cache device: use the origin. */
+static void piece_retry(struct eng_req *req, struct eng_sub *s, int rc)
+{
+	dev_error(req->c, req->ent, rc);
+	cnt_add(&req->c->st.hit_retries, 1);
+	cnt_add(&req->ent->st.hit_retries, 1);
+	s->kind = SUB_RETRY;
+	s->hi = HL_MIN(s->hi, req->co->inner->size); /* a last sector cut by the LUN end */
+	rc = sub_submit(s, req->co->inner, HL_IO_READ, s->lo, s->hi - s->lo);
+	if (rc && !req->status)
+		req->status = rc;
+}
+
 static void sub_cb(struct hl_origin_io *io, int result)
 {
 	struct eng_sub *s = io->arg;
@@ -788,6 +965,9 @@ static void sub_cb(struct hl_origin_io *io, int result)
 		}
 		break;
 	case SUB_FILL:
+		/* A write past the end of a truncated file would extend it: look. */
+		if (!result && device_check_size(c))
+			result = -EIO;
 		if (result) {
 			dev_error(c, req->ent, result);
 		} else {
@@ -801,10 +981,28 @@ static void sub_cb(struct hl_origin_io *io, int result)
 		hl_cache_core_io_end(c->core, req->ent->id, &req->ios[s->k], result == 0);
 		pthread_mutex_unlock(&c->lock);
 		break;
+	case SUB_PHIT:
+		if (result)
+			piece_retry(req, s, result);
+		else
+			copy_out(req, s->buf, s->lo, s->hi);
+		break;
+	case SUB_RMW: {
+		struct eng_sub *f = &req->subs[s->peer];
+		if (result) {
+			dev_error(c, req->ent, result);
+			f->rmw_failed = true;
+		} else {
+			rmw_merge(req, f, s);
+		}
+		rmw_piece_done(req, f);
+		break;
+	}
 	case SUB_WRITE:
 		req->status = result;
 		break;
 	case SUB_SKIPPED:
+	case SUB_BUF:
 		break;
 	}
 	sub_done(req);
@@ -842,6 +1040,140 @@ static void start_hit(struct eng_req *req, uint32_t k)
 		hit_retry(req, s, rc);
 }
 
+/* Is sector p (LUN byte, sector-aligned) of the request valid in its PARTIAL block? */
+static bool sect_cached(const struct eng_req *req, uint64_t p)
+{
+	uint64_t s0 = req->off / SECT, i;
+	uint64_t k;
+
+	if (p < s0 * SECT || p >= req->off + req->len)
+		return false;
+	k = (p >> req->c->shift) - req->ios[0].block;
+	if (k >= req->nb || req->ios[k].kind != HL_CACHE_IO_PARTIAL)
+		return false;
+	i = p / SECT - s0;
+	return (req->vmap[i / 8] >> (i % 8)) & 1;
+}
+
+/* Valid sectors [p, q) of one PARTIAL block, into buf: from the RAM window or the device. */
+static void start_piece_hit(struct eng_req *req, uint8_t *buf, uint64_t p, uint64_t q)
+{
+	struct hl_cache *c = req->c;
+	uint32_t k = (uint32_t)((p >> c->shift) - req->ios[0].block);
+	struct hl_cache_io *io = &req->ios[k];
+	uint64_t in_blk = p - blk_start(c, io->block);
+	struct eng_sub *s = sub_new(req, SUB_PHIT, k);
+	int rc = -EIO;
+
+	if (!s) {
+		req->status = -ENOMEM;
+		return;
+	}
+	s->buf = buf;
+	s->lo = p;
+	s->hi = q;
+	s->iov.iov_base = buf;
+	if (io->ram) {
+		/* Pinned RAM window slot: copy now. */
+		if (io->slot >= c->nslots && io->slot - c->nslots < c->nwin) {
+			memcpy(buf, c->window + (uint64_t)(io->slot - c->nslots) * c->bs + in_blk,
+			       q - p);
+			copy_out(req, buf, p, q);
+			s->kind = SUB_SKIPPED;
+			return;
+		}
+	} else if (!atomic_load(&c->failed)) {
+		rc = sub_submit(s, c->data, HL_IO_READ,
+		                c->layout.data_off + (uint64_t)io->slot * c->bs + in_blk, q - p);
+	}
+	if (rc)
+		piece_retry(req, s, rc);
+}
+
+/*
+ * A run [lo, hi) with PARTIAL blocks, stitched: the valid sectors of the
+ * request come from the cache (one read per contiguous extent in a slot),
+ * every other extent from the origin, all into one bounce buffer (a SUB_BUF
+ * that the fills use like a RUN's). Valid sectors inside a fill's range are
+ * written back with what the cache held: a write since the plan would have
+ * made the fill stale.
+ */
+static void start_stitched(struct eng_req *req, uint32_t ka, uint32_t kb, uint64_t lo, uint64_t hi)
+{
+	struct hl_cache *c = req->c;
+	struct eng_sub *b = sub_new(req, SUB_BUF, ka);
+	uint8_t *buf = abuf(HL_ALIGN_UP(hi - lo, (uint64_t)SECT));
+
+	if (!b || !buf) {
+		free(buf);
+		req->status = -ENOMEM;
+		return;
+	}
+	b->buf = buf;
+	b->own = true;
+	b->lo = lo;
+	b->hi = hi;
+	for (uint32_t k = ka; k <= kb; k++)
+		req->run_of[k] = (int32_t)(b - req->subs);
+	for (uint64_t p = lo, q; p < hi && !req->status; p = q) {
+		bool cached = sect_cached(req, p);
+
+		for (q = p + SECT; q < hi && sect_cached(req, q) == cached; q += SECT)
+			if (cached && (q >> c->shift) != (p >> c->shift))
+				break; /* another slot */
+		if (cached) {
+			start_piece_hit(req, buf + (p - lo), p, q);
+		} else {
+			struct eng_sub *s = sub_new(req, SUB_RUN, ka);
+			int rc;
+
+			if (!s) {
+				req->status = -ENOMEM;
+				return;
+			}
+			q = HL_MIN(q, hi);
+			s->buf = buf + (p - lo);
+			s->lo = p;
+			s->hi = q;
+			s->iov.iov_base = s->buf;
+			rc = sub_submit(s, req->co->inner, HL_IO_READ, p, q - p);
+			if (rc && !req->status)
+				req->status = rc;
+		}
+	}
+}
+
+/*
+ * The valid sectors of the request's PARTIAL blocks into req->vmap (under
+ * the cache mutex, right after the plan). @return how many sectors the
+ * PARTIAL blocks have in the request (0: nothing to stitch).
+ */
+static uint32_t vmap_fill(struct eng_req *req)
+{
+	struct hl_cache *c = req->c;
+	uint64_t s0 = req->off / SECT;
+	uint32_t spb = c->bs / SECT, total = 0;
+
+	for (uint32_t k = 0; k < req->nb && k < req->nios; k++) {
+		struct hl_cache_io *io = &req->ios[k];
+		uint8_t v[32];
+
+		if (io->kind != HL_CACHE_IO_PARTIAL)
+			continue;
+		if (hl_cache_core_peek(c->core, req->ent->id, io->block, v) != io->slot)
+			memset(v, 0, sizeof(v)); /* cannot be: the slot is pinned */
+		for (uint32_t i = io->first; i < (uint32_t)io->first + io->nsect; i++) {
+			uint64_t x = io->block * spb + i - s0;
+			if ((v[i / 8] >> (i % 8)) & 1)
+				req->vmap[x / 8] |= (uint8_t)(1u << (x % 8));
+			else
+				req->vmap[x / 8] &= (uint8_t) ~(1u << (x % 8));
+		}
+		total += io->nsect;
+	}
+	return total;
+}
+
 /* One origin read for blocks ka..kb (none a hit), widened to the sectors their fills need. */
 static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
 {
@@ -860,6 +1192,12 @@ static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
 	lo = lo / SECT * SECT;
 	hi = HL_ALIGN_UP(hi, (uint64_t)SECT);
 	hi = HL_MIN(hi, req->co->inner->size);
+	for (uint32_t k = ka; k <= kb; k++) {
+		if (req->ios[k].kind == HL_CACHE_IO_PARTIAL) {
+			start_stitched(req, ka, kb, lo, hi);
+			return;
+		}
+	}
 	s = sub_new(req, SUB_RUN, ka);
 	if (!s || !(s->buf = abuf(hi - lo))) {
 		req->status = -ENOMEM;
@@ -882,6 +1220,8 @@ static int co_read(struct hl_origin *o, struct hl_origin_io *uio)
 	struct co_priv *co = co_of(o);
 	struct hl_cache *c = co->c;
 	uint32_t nb = hl_cache_core_nblocks(c->core, uio->offset, uio->length);
+	uint32_t partial_sect = 0;
+	bool partial = false;
 	struct eng_req *req;
 	int n;
 
@@ -895,13 +1235,27 @@ static int co_read(struct hl_origin *o, struct hl_origin_io *uio)
 		struct hl_cache_io *io = &req->ios[k];
 		if (io_fills(io) && write_overlaps(c, co->ent, io->block))
 			io->fill_nsect = 0; /* the origin may still return pre-write data */
+		if (io->kind == HL_CACHE_IO_PARTIAL)
+			partial = true;
 	}
+	req->nios = n > 0 ? (uint32_t)n : 0;
+	if (partial)
+		partial_sect = vmap_fill(req);
 	pthread_mutex_unlock(&c->lock);
 	if (n < 0) {
 		req_free(req);
 		return n == -ENOMEM ? -ENOMEM : -EINVAL;
 	}
-	req->nios = (uint32_t)n;
+	if (partial_sect) {
+		/* Stitched runs: one sub per extent besides the usual ones (see start_stitched). */
+		uint32_t need = 4 * nb + 1 + partial_sect;
+		struct eng_sub *subs = need > req->maxsub ? calloc(need, sizeof(*subs)) : NULL;
+		if (subs) {
+			req->subs = subs;
+			req->subs_heap = true;
+			req->maxsub = need;
+		}
+	}
 	req->pending = 1;
 	req->inside_submit = true;
 	req->all_hit = true;
@@ -940,6 +1294,30 @@ static int co_read(struct hl_origin *o, struct hl_origin_io *uio)
 /* Writes, discards, write-zeroes                                     */
 /* ------------------------------------------------------------------ */
 
+/*
+ * Update RAM window slot of io with the written bytes [wlo, whi) (the
+ * slot's other bytes, partly written sectors included, stay). @return true
+ * when written (end io with written = true).
+ */
+static bool ram_update(struct eng_req *req, struct hl_cache_io *io, uint64_t wlo, uint64_t whi)
+{
+	struct hl_cache *c = req->c;
+	bool ok;
+
+	if (io->slot < c->nslots || io->slot - c->nslots >= c->nwin)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	ok = hl_cache_core_io_start(c->core, req->ent->id, io);
+	pthread_mutex_unlock(&c->lock);
+	if (!ok)
+		return false;
+	iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off,
+	           c->window + (uint64_t)(io->slot - c->nslots) * c->bs +
+	               (wlo - blk_start(c, io->block)),
+	           whi - wlo);
+	return true;
+}
+
 /* The origin write finished (req->status): end the core's ios, update slots, reply. */
 static void write_done(struct eng_req *req)
 {
@@ -970,11 +1348,18 @@ static void write_done(struct eng_req *req)
 		          (unsigned long long)req->off, (unsigned long long)req->len,
 		          strerror(-result));
 
-	/* Update mode: copy the new data of the cached blocks while the caller's buffer is ours. */
+	/*
+	 * Update mode: copy the new data of the cached blocks while the caller's
+	 * buffer is ours. A sector the write covers only partly is in the fill
+	 * range only if it was valid when the write began (rmw_head/rmw_tail):
+	 * its old bytes are merged in after the reply (rmw_start), or at once
+	 * in a RAM window slot, whose old bytes stay where they are.
+	 */
 	for (uint32_t k = 0; k < req->nios; k++) {
 		struct hl_cache_io *io = &req->ios[k];
-		uint64_t b0, fs, fe;
+		uint64_t fs, fe, wlo, whi, sect[2];
 		uint8_t *tmp;
+		int nrmw;
 		bool w;
 
 		req->iof[k] = 0;
@@ -982,24 +1367,21 @@ static void write_done(struct eng_req *req)
 			req->iof[k] = IOF_DONE; /* write_end finished it */
 			continue;
 		}
-		/*
-		 * Partly written head/tail sectors are left out (no read-modify-
-		 * write): write_begin already stopped serving them.
-		 */
-		if (io->rmw_head) {
-			io->fill_first++;
-			io->fill_nsect--;
+		fill_range(req, io, &fs, &fe);
+		nrmw = rmw_sectors(req, io, sect);
+		if (nrmw > (int)io->rmw_head + (int)io->rmw_tail)
+			continue; /* a partly written sector the core did not know valid: never */
+		wlo = HL_MAX(fs, req->off);
+		whi = HL_MIN(fe, req->off + req->len);
+		if (io->ram) {
+			if (ram_update(req, io, wlo, whi))
+				req->iof[k] = IOF_WRITTEN;
+			continue;
 		}
-		if (io->rmw_tail && io->fill_nsect)
-			io->fill_nsect--;
-		if (!io->fill_nsect)
+		if (atomic_load(&c->failed) || !(tmp = abuf(fe - fs)))
 			continue;
-		b0 = blk_start(c, io->block);
-		fs = b0 + (uint64_t)io->fill_first * SECT;
-		fe = fs + (uint64_t)io->fill_nsect * SECT;
-		if (fs < req->off || fe > req->off + req->len || !(tmp = abuf(fe - fs)))
-			continue;
-		iov_to_buf(req->uio->iov, req->uio->iovcnt, fs - req->off, tmp, fe - fs);
+		iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off, tmp + (wlo - fs),
+		           whi - wlo);
 		if (fill_prepare(req, io, k, tmp, true, &w))
 			req->iof[k] = IOF_QUEUED;
 		else if (w)
@@ -1063,7 +1445,8 @@ static int co_write(struct hl_origin *o, struct hl_origin_io *uio)
 
 	if (!uio->length)
 		return hl_origin_submit(co->inner, uio);
-	req = req_new(o, uio, 0, huge ? 0 : nb, huge ? 1 : nb + 1);
+	/* subs: the origin write, one FILL per block, two SUB_RMW (head and tail sector). */
+	req = req_new(o, uio, 0, huge ? 0 : nb, huge ? 1 : nb + 3);
 	if (!req)
 		return -ENOMEM;
 	pthread_mutex_lock(&c->lock);
@@ -1316,6 +1699,8 @@ static void *meta_main(void *arg)
 		c->fail_pending = false;
 		pthread_mutex_unlock(&c->mlock);
 
+		if (periodic && !atomic_load(&c->failed) && device_check_size(c))
+			fail = true; /* meta_kill is idempotent: the flag it raised is harmless */
 		if (fail)
 			meta_kill(c);
 		unsigned long ch = atomic_load(&c->changes);
@@ -1581,6 +1966,43 @@ static void cache_free(struct hl_cache *c)
 	free(c);
 }
 
+/*
+ * Before the device is opened (which extends a regular file to its size):
+ * a file shorter than the device its map describes was truncated, and its
+ * records may claim slots whose data is gone (a hole reads as zeroes).
+ * Refuse it rather than extend it and serve the holes as data. A map that
+ * says "failed", or none, formats the device anyway. @return 0 or -EIO.
+ */
+static int device_shrank(struct hl_cache *c)
+{
+	char line[256], state[32] = "";
+	unsigned long long devsize = 0;
+	unsigned bs;
+	unsigned long long nslots;
+	struct stat st;
+	bool claims = false;
+	FILE *f;
+
+	if (stat(c->device, &st) || !S_ISREG(st.st_mode))
+		return 0;
+	f = fopen(c->map_path, "r");
+	if (!f)
+		return 0;
+	if (fgets(line, sizeof(line), f) && !strncmp(line, MAP_MAGIC, strlen(MAP_MAGIC)) &&
+	    fgets(line, sizeof(line), f) && sscanf(line, "state %31s", state) == 1 &&
+	    strcmp(state, "failed") && fgets(line, sizeof(line), f) &&
+	    sscanf(line, "geometry %u %llu %llu", &bs, &nslots, &devsize) == 3)
+		claims = true;
+	fclose(f);
+	if (!claims || (uint64_t)st.st_size >= devsize)
+		return 0;
+	HL_ERR("cache",
+	       "cache %s: %s is %llu bytes, smaller than the %llu bytes its map %s describes "
+	       "(truncated?): refusing the cache; delete the map to format the device",
+	       c->name, c->device, (unsigned long long)st.st_size, devsize, c->map_path);
+	return -EIO;
+}
+
 int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 {
 	struct hl_cache_params p;
@@ -1642,6 +2064,9 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	if (!c->name || !c->device || !c->map_path)
 		goto fail;
 
+	rc = device_shrank(c);
+	if (rc)
+		goto fail;
 	rc = hl_cache_dev_open_file(cfg->device, cfg->size, &c->dev);
 	if (rc) {
 		HL_ERR("cache", "cache %s: cannot open %s: %s", c->name, cfg->device,
@@ -1695,7 +2120,9 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	rc = -ENOMEM;
 	if (asprintf(&uri, "file:%s", cfg->device) < 0)
 		goto fail;
-	rc = hl_origin_open(uri, &(struct hl_origin_opts){.direct = true}, &c->data);
+	/* A read past the end of a device that shrank must fail, never return zeroes. */
+	rc = hl_origin_open(uri, &(struct hl_origin_opts){.direct = true, .eof_error = true},
+	                    &c->data);
 	free(uri);
 	if (rc) {
 		HL_ERR("cache", "cache %s: cannot open %s for data I/O: %s", c->name, cfg->device,

@@ -22,7 +22,9 @@
  * inline on the reactor and their callbacks run from a zero-delay timer.
  *
  * Short transfers are resubmitted for the remainder; a read that hits EOF of
- * a regular file (the file shrank) fills the rest with zeroes.
+ * a regular file (the file shrank) fills the rest with zeroes, or fails with
+ * -EIO when the opener asked for it (hl_origin_opts.eof_error: a cache
+ * device, whose holes must never be served as data).
  */
 #include "config.h"
 
@@ -73,7 +75,8 @@ unsigned origin_file_ring_flags =
 struct file_origin {
 	int fd;
 	bool blkdev;
-	bool memfs; /* tmpfs/ramfs: reads and writes are done inline */
+	bool memfs;                /* tmpfs/ramfs: reads and writes are done inline */
+	bool eof_error;            /* a read short at EOF fails instead of reading zeroes */
 	atomic_bool no_zero_range; /* fallocate(ZERO_RANGE) said EOPNOTSUPP once */
 	atomic_bool no_punch_hole; /* fallocate(PUNCH_HOLE) said EOPNOTSUPP once */
 };
@@ -196,7 +199,7 @@ static int blocking_rw(struct hl_origin_io *io, struct file_io *fio, int fd)
 			return -errno;
 		}
 		if (n == 0) {
-			if (io->op == HL_IO_WRITE)
+			if (io->op == HL_IO_WRITE || fo_of(fio->o)->eof_error)
 				return -EIO;
 			iov_zero_from(io, fio->done);
 			return 0;
@@ -554,7 +557,7 @@ static void ring_complete(struct file_ring *ring, struct hl_origin_io *io, int r
 			break;
 		}
 		if (res == 0) {
-			if (io->op == HL_IO_WRITE) {
+			if (io->op == HL_IO_WRITE || fo->eof_error) {
 				res = -EIO;
 				break;
 			}
@@ -794,6 +797,7 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		target += 2;
 	if (opts->direct)
 		flags |= O_DIRECT;
+	fo->eof_error = opts->eof_error;
 	/*
 	 * A writable block device is opened exclusively (O_EXCL on a block
 	 * device): EBUSY when it is mounted, in an md/LVM stack or served by

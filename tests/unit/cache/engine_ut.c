@@ -45,6 +45,7 @@ struct fake {
 	uint8_t *mem;
 	uint64_t size;
 	int reads, writes;           /* submitted; reactor thread, read when idle */
+	uint64_t read_bytes;         /* bytes of the reads submitted; likewise */
 	int fail_reads, fail_writes; /* atomics: 1 = -EIO */
 	int hold_reads, hold_writes; /* atomics: keep completions until fake_release() */
 	struct hl_origin_io *held[64];
@@ -104,6 +105,7 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 	fio->rc = 0;
 	if (io->op == HL_IO_READ) {
 		f->reads++;
+		f->read_bytes += io->length;
 		if (__atomic_load_n(&f->fail_reads, __ATOMIC_RELAXED))
 			fio->rc = -EIO;
 		else
@@ -447,7 +449,7 @@ static void write_then_read(const char *policy, bool expect_cache)
 		uint8_t v[32];
 		hl_cache_core_peek(c->core, c->ents[0]->id, 5, v);
 		CU_ASSERT_EQUAL(v[0], 0xff);
-		CU_ASSERT_EQUAL(v[1], 0xfb); /* sector 10 (40K..44K) only partly written */
+		CU_ASSERT_EQUAL(v[1], 0xff); /* sector 10 (40K..44K) partly written: merged */
 	}
 	int reads = f.reads;
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
@@ -456,12 +458,12 @@ static void write_then_read(const char *policy, bool expect_cache)
 	stats(c, &st);
 	if (expect_cache) {
 		/*
-		 * Every sector but the partly written one is valid (the core counts
-		 * them as cache bytes; the engine reads a partial block from the
-		 * origin whole), and the update wrote the new data into the slot.
+		 * Every sector is valid, the partly written one by read-modify-
+		 * write: the whole read comes from the cache device.
 		 */
-		CU_ASSERT(st.core.write_updates >= 1);
-		CU_ASSERT_EQUAL(st.core.bytes_read_cache, BS - 4 * K);
+		CU_ASSERT(st.core.write_updates >= 2);
+		CU_ASSERT_EQUAL(st.core.bytes_read_cache, BS);
+		CU_ASSERT_EQUAL(f.reads, reads);
 
 	} else {
 		CU_ASSERT(f.reads > reads);
@@ -1004,6 +1006,347 @@ static void test_two_caches(void)
 	free(buf);
 }
 
+/* Counters of disk0 that the stitching tests compare. */
+struct snap {
+	uint64_t cache, origin, partial, hits, retries;
+	int reads;
+	uint64_t read_bytes;
+};
+
+static void snap(struct hl_cache *c, struct fake *f, struct snap *s)
+{
+	struct hl_cache_engine_stats st;
+
+	stats(c, &st);
+	s->cache = st.core.bytes_read_cache;
+	s->origin = st.core.bytes_read_origin;
+	s->partial = st.core.read_partial;
+	s->hits = st.core.read_hits;
+	s->retries = st.hit_retries;
+	s->reads = f->reads;
+	s->read_bytes = f->read_bytes;
+}
+
+/*
+ * A PARTIAL block is stitched: its valid sectors come from the cache device,
+ * only the missing extents from the origin (one read each, merged across a
+ * block boundary), and the counters say exactly that. The gap's fill
+ * completes the block.
+ */
+static void test_partial_stitched(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct snap a, b;
+	uint8_t *buf = malloc(4 * BS), *w = malloc(8 * K);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 11);
+	reactor_up();
+	c = cache_open("invalidate");
+	o = attach(c, &f, "fake:stitch");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* One hole: sectors 3-4 dropped by a write. */
+	memset(w, 0x5a, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 12 * K, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	snap(c, &f, &a);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, BS) == 0);
+	CU_ASSERT(buf[12 * K] == 0x5a);
+	snap(c, &f, &b);
+	CU_ASSERT_EQUAL(b.reads - a.reads, 1);
+	CU_ASSERT_EQUAL(b.read_bytes - a.read_bytes, 8 * K);
+	CU_ASSERT_EQUAL(b.partial - a.partial, 1);
+	CU_ASSERT_EQUAL(b.cache - a.cache, BS - 8 * K);
+	CU_ASSERT_EQUAL(b.origin - a.origin, 8 * K);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* The gap was filled: a full hit now. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, BS) == 0);
+	snap(c, &f, &a);
+	CU_ASSERT_EQUAL(a.reads, b.reads);
+	CU_ASSERT_EQUAL(a.hits - b.hits, 1);
+
+	/* Two holes (sectors 3 and 10, 512-byte writes): two origin reads of 4K. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 12 * K + 512, 512, w), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 40 * K, 1024, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	snap(c, &f, &a);
+	/* Unaligned request inside the block: [2.5K, 47K). */
+	uint64_t off = 5 * BS + 2560, len = 47 * K - 2560;
+	memset(buf, 0, len);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, off, len, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + off, len) == 0);
+	snap(c, &f, &b);
+	CU_ASSERT_EQUAL(b.reads - a.reads, 2);
+	CU_ASSERT_EQUAL(b.read_bytes - a.read_bytes, 8 * K);
+	CU_ASSERT_EQUAL(b.origin - a.origin, 8 * K);
+	CU_ASSERT_EQUAL(b.cache - a.cache, len - 8 * K);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, BS) == 0);
+	snap(c, &f, &a);
+	CU_ASSERT_EQUAL(a.reads, b.reads); /* the fill covered [3, 10], valid ones included */
+
+	/* A miss block and the missing head of the next one: one origin read. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	snap(c, &f, &a);
+	off = 5 * BS - 16 * K, len = 48 * K;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, off, len, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + off, len) == 0);
+	snap(c, &f, &b);
+	CU_ASSERT_EQUAL(b.reads - a.reads, 1);
+	CU_ASSERT_EQUAL(b.read_bytes - a.read_bytes, BS + 8 * K); /* block 4 filled whole */
+	CU_ASSERT_EQUAL(b.cache - a.cache, 24 * K);
+	CU_ASSERT_EQUAL(b.origin - a.origin, 24 * K);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* The cache device fails under a partial read: the valid part comes from the origin. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 60 * K, 4 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	struct fake bad;
+	struct hl_origin *real = c->data;
+	fake_init(&bad, 8 * M, 0);
+	bad.fail_reads = bad.fail_writes = 1;
+	c->data = fake_origin(&bad, "fake:bad-ssd");
+	snap(c, &f, &a);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, BS) == 0);
+	snap(c, &f, &b);
+	CU_ASSERT(b.retries > a.retries);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	reactor_down();
+	hl_origin_close(o);
+	hl_origin_close(c->data);
+	free(bad.mem);
+	c->data = real;
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+/*
+ * Misaligned writes (sector-63 guests: 3584 bytes past a 4K boundary) keep
+ * a cached block whole by read-modify-write, and the merged sectors hold
+ * exactly what the origin holds.
+ */
+static void test_rmw_misaligned(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct snap a, b;
+	uint8_t *buf = malloc(BS), *w = malloc(16 * K), v[32];
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 12);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:rmw");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 7 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	for (int i = 0; i < 16 * (int)K; i++)
+		w[i] = (uint8_t)(i * 7 + 3);
+	/* 4K at 3584: partly sectors 0 and 1; 8K + 512 at 20K + 3584: 5 and 8 partly. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 7 * BS + 3584, 4 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 7 * BS + 20 * K + 3584, 8 * K + 512, w + 100), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* A 512-byte write inside one sector. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 7 * BS + 50 * K + 1024, 512, w + 7), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	hl_cache_core_peek(c->core, c->ents[0]->id, 7, v);
+	CU_ASSERT(v[0] == 0xff && v[1] == 0xff);
+	snap(c, &f, &a);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 7 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 7 * BS, BS) == 0);
+	CU_ASSERT(memcmp(buf + 3584, w, 4 * K) == 0);
+	snap(c, &f, &b);
+	CU_ASSERT_EQUAL(b.reads, a.reads); /* served by the cache device */
+	CU_ASSERT_EQUAL(b.hits - a.hits, 1);
+
+	/* A misaligned write to a sector that is not valid leaves it invalid (no fill). */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 9 * BS + 512, 512, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c->core, c->ents[0]->id, 9, NULL), HL_CACHE_NO_SLOT);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+/*
+ * Raced misaligned writes to one sector never leave a stale merge: two in
+ * flight together (the earlier update is dropped, and the later one finds
+ * the sector invalid), and many pairs that overlap in time with their
+ * updates' device I/O. After each, a read returns what the origin holds.
+ */
+static void test_rmw_race(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct step s1, s2, r;
+	uint8_t *buf = malloc(BS), *w1 = malloc(4 * K), *w2 = malloc(4 * K);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 13);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:race");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	memset(w1, 0x11, 4 * K);
+	memset(w2, 0x22, 4 * K);
+	__atomic_store_n(&f.hold_writes, 1, __ATOMIC_RELAXED);
+	io_start(&s1, o, HL_IO_WRITE, 2 * BS + 3584, 1024, w1);
+	io_start(&s2, o, HL_IO_WRITE, 2 * BS + 3072, 1024, w2);
+	for (int i = 0; i < 1000 && __atomic_load_n(&f.nheld, __ATOMIC_ACQUIRE) < 2; i++)
+		usleep(1000);
+	__atomic_store_n(&f.hold_writes, 0, __ATOMIC_RELAXED);
+	release_held(&f);
+	CU_ASSERT_EQUAL(io_wait(&s1), 0);
+	CU_ASSERT_EQUAL(io_wait(&s2), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* Pairs without holds, with a read in between: the updates' RMW races the next write. */
+	for (int i = 0; i < 200; i++) {
+		uint64_t at = 2 * BS + (uint64_t)(i % 16) * 4 * K + 512 * (uint64_t)(i % 7 + 1);
+		memset(w1, (uint8_t)(2 * i + 1), 4 * K);
+		memset(w2, (uint8_t)(2 * i + 2), 4 * K);
+		io_start(&s1, o, HL_IO_WRITE, at, 4 * K - 512, w1);
+		io_start(&r, o, HL_IO_READ, 2 * BS, BS, buf);
+		io_start(&s2, o, HL_IO_WRITE, at + 1024, 4 * K, w2);
+		CU_ASSERT_EQUAL(io_wait(&s1), 0);
+		CU_ASSERT_EQUAL(io_wait(&r), 0);
+		CU_ASSERT_EQUAL(io_wait(&s2), 0);
+		if (i % 3 == 0)
+			CU_ASSERT(wait_inflight(c, 0));
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+		if (memcmp(buf, f.mem + 2 * BS, BS)) {
+			CU_FAIL("stale data after a raced pair");
+			break;
+		}
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w1);
+	free(w2);
+}
+
+/*
+ * The cache device file is truncated under a running cache: a hit past the
+ * new end is an I/O error (never zeroes), re-read from the origin, and the
+ * cache goes pass-through. A device shorter than its map says is refused.
+ */
+static void test_device_truncated(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	struct hl_cache_config cfg = {
+	    .name = "ut", .size = 8 * M, .block_size = BS, .admission = "always"};
+	uint8_t *buf = malloc(4 * BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 14);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:trunc");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	int reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT_EQUAL(f.reads, reads); /* hits */
+
+	CU_ASSERT_FATAL(truncate(g_dev, (off_t)c->layout.data_off) == 0);
+	memset(buf, 0, 4 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT(f.reads > reads);
+	stats(c, &st);
+	CU_ASSERT(st.passthrough);
+	CU_ASSERT(st.hit_retries >= 1);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+
+	/* The map says "failed": the next open formats (and is allowed). */
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:trunc");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c); /* clean: the map claims the blocks */
+
+	/* Truncated while stopped: refused, not extended (its holes would read as zeroes). */
+	CU_ASSERT_FATAL(truncate(g_dev, 4 * (off_t)M) == 0);
+	cfg.device = g_dev;
+	c = NULL;
+	CU_ASSERT_EQUAL(hl_cache_open(&cfg, &c), -EIO);
+	struct stat sb;
+	CU_ASSERT(stat(g_dev, &sb) == 0 && sb.st_size == 4 * (off_t)M);
+
+	/* A fill that extends a truncated file while running is caught too. */
+	unlink(g_map);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:trunc2");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(truncate(g_dev, (off_t)c->layout.data_off) == 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 8 * BS, BS, buf), 0); /* miss, fill past the end */
+	CU_ASSERT(wait_inflight(c, 0));
+	stats(c, &st);
+	CU_ASSERT(st.passthrough);
+	memset(buf, 0, 2 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 7 * BS, 2 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 7 * BS, 2 * BS) == 0);
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 static void test_recommend(void)
 {
 	uint64_t r[HL_CACHE_SIZE_BUCKETS] = {0};
@@ -1038,6 +1381,10 @@ int main(void)
 	     test_window_and_promotion},
 	    {"two caches in one process restart warm", test_two_caches},
 	    {"an untrusted map formats; a changed quota drops the blocks", test_map_and_quota},
+	    {"partial hits are stitched from cache and origin", test_partial_stitched},
+	    {"misaligned writes keep cached sectors by read-modify-write", test_rmw_misaligned},
+	    {"raced misaligned writes never leave a stale merge", test_rmw_race},
+	    {"a truncated cache device is never served as zeroes", test_device_truncated},
 	    {"recommended block size", test_recommend},
 	    {NULL, NULL},
 	};
