@@ -13,6 +13,11 @@
  *
  * Snapshots (`@SNAP`) open read-only; writes to them fail with -EROFS.
  *
+ * A writable image is opened with its exclusive lock held in exclusive mode
+ * (rbd_lock_acquire): no other client can write it while hotlund has it open,
+ * so nothing changes behind the cache. Another client that tries gets EROFS
+ * from librbd; `rbd lock break` fences this gateway (below).
+ *
  * Events (origin.h). Each image has a service thread of its own (an hl
  * reactor named rbd-watch) that never serves connections. librbd calls the
  * update watch (rbd_update_watch) on one of its threads when the image
@@ -59,6 +64,7 @@ struct rbd_origin {
 	bool watching;
 	atomic_bool check_queued; /* a size check is queued on svc */
 	atomic_bool fenced;       /* the cluster shut us out: I/O fails with -ESHUTDOWN */
+	bool locked;              /* we hold the exclusive lock in exclusive mode */
 	struct hl_timer probe;    /* svc: the periodic fence probe */
 };
 
@@ -181,6 +187,14 @@ static bool rbd_fence_probe(struct hl_origin *o)
 
 	if (atomic_load(&r->fenced))
 		return true;
+	if (r->locked) {
+		int owner = 1;
+		/* only `rbd lock break` (which blocklists us too) takes it in exclusive mode */
+		if (rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && !owner) {
+			rbd_fence(o, -EROFS);
+			return true;
+		}
+	}
 	rc = rbd_watchers_list(r->image, w, &n);
 	if (rc == 0)
 		rbd_watchers_list_cleanup(w, n);
@@ -318,6 +332,28 @@ static int origin_rbd_open(struct hl_origin *o, const char *target, const struct
 	rc = rbd_get_size(r->image, &size);
 	if (rc < 0)
 		goto fail;
+	if (!r->snap[0] && !opts->read_only) {
+		/*
+		 * Hold the image's exclusive lock for as long as it is open, with
+		 * lock transitions off: librbd would otherwise hand the lock to any
+		 * other client that asks, and that client's writes would never reach
+		 * the cache, which would then serve old blocks. Others can still
+		 * read, snapshot and resize it (librbd forwards those to the owner).
+		 */
+		rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+		if (rc == 0) {
+			r->locked = true;
+		} else if (rc == -EINVAL || rc == -EOPNOTSUPP) {
+			HL_WARN(RBD_LOG,
+				"rbd:%s: the image has no exclusive-lock feature: other clients may "
+				"write it behind this gateway (and its cache)",
+				target);
+		} else {
+			HL_ERR(RBD_LOG, "rbd:%s: cannot take the image's exclusive lock: %s", target,
+			       strerror(-rc));
+			goto fail;
+		}
+	}
 	/*
 	 * The URI names the image by its id too. A cache keeps a disk's blocks
 	 * across restarts only while its origin's URI and size are unchanged, so

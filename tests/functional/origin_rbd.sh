@@ -4,6 +4,7 @@
 # RAM-backed, loopback only, stopped by PID at the end):
 #  - qemu-img writes through hotlund; `rbd export` of the image is identical;
 #  - a snapshot origin (@SNAP) is a write-protected LUN;
+#  - another client cannot write an image hotlund has open (exclusive lock);
 #  - `rbd resize` while a session is logged in, without and with the cache:
 #    the next command gets UNIT ATTENTION / CAPACITY DATA HAS CHANGED, READ
 #    CAPACITY(16) answers the new size, a read past the new end gets LBA OUT
@@ -161,9 +162,16 @@ if qemu-img convert -n -f raw -O raw "$tmp/a.img" "$url/1" 2>/dev/null; then
 	hl_fail "a write to a snapshot LUN succeeded"
 fi
 resize_check uncached
-hl_stop
 
 # ---- cached RBD disks
+# while hotlund has a writable image open, no other client can write it
+# (it holds the exclusive lock with transitions off), so nothing changes
+# behind the cache
+if rbd bench --io-type write --io-size 4K --io-total 4K rbd/origin >"$tmp/other.log" 2>&1; then
+	hl_fail "another client wrote an image that hotlund has open"
+fi
+grep -q "Read-only file system" "$tmp/other.log" || hl_fail "other writer: $(tail -2 "$tmp/other.log")"
+hl_stop
 sed -i 's/^origin = rbd:rbd\/\(origin\|rsz\)$/&\ncache = c0/' "$tmp/c.conf"
 hl_start_hotlund "$tmp/c.conf"
 resize_check cached
