@@ -52,6 +52,25 @@ struct cache_stale {
 	uint32_t slot;
 };
 
+/*
+ * RAM update buffer (write coalescing; off unless cache_core_set_update_buffer()).
+ * An update of a block cached on the SSD goes to RAM instead of the device;
+ * the oldest buffered blocks are written back when the buffer holds more
+ * than cap bytes, so repeated writes between write-backs cost one device
+ * write, and updates of blocks evicted meanwhile cost none. A map from SSD
+ * slot to its pending (in RAM, not on the device) sectors, and a FIFO of
+ * slots in buffering order (stale entries are skipped when popped).
+ */
+struct cache_ub {
+	uint64_t cap, bytes; /* byte limit; pending bytes now */
+	uint32_t *map_slot;  /* map_size entries, UINT32_MAX: empty */
+	uint8_t *map_bits;   /* map_size * vbytes pending bits */
+	uint64_t map_size;   /* power of two, >= 2 * (cap / 4K + 2) */
+	uint64_t n;          /* entries in the map */
+	uint32_t *fifo;      /* ring of slots, fifo_cap entries */
+	uint64_t fifo_head, fifo_tail, fifo_cap;
+};
+
 struct hl_cache_core {
 	struct hl_cache_params p;
 	uint32_t spb;    /* 4K sectors per block */
@@ -93,6 +112,7 @@ struct hl_cache_core {
 	bool stale_overflow;
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
+	struct cache_ub ub;
 };
 
 void hl_cache_params_default(struct hl_cache_params *p)
@@ -165,6 +185,113 @@ static bool vempty(const struct hl_cache_core *c, const uint8_t *v)
 static inline void mark_dirty(struct hl_cache_core *c, uint32_t s)
 {
 	bit_set(c->dirtymap, s);
+}
+
+/* ---- RAM update buffer ---- */
+
+static inline uint64_t ub_home(const struct cache_ub *u, uint32_t slot)
+{
+	return cache_hash(slot) & (u->map_size - 1);
+}
+
+/* Map position of slot's entry, or UINT64_MAX. */
+static uint64_t ub_find(const struct hl_cache_core *c, uint32_t slot)
+{
+	const struct cache_ub *u = &c->ub;
+	uint64_t i;
+
+	if (!u->cap)
+		return UINT64_MAX;
+	for (i = ub_home(u, slot); u->map_slot[i] != UINT32_MAX; i = (i + 1) & (u->map_size - 1))
+		if (u->map_slot[i] == slot)
+			return i;
+	return UINT64_MAX;
+}
+
+static inline uint8_t *ub_bits(const struct hl_cache_core *c, uint64_t i)
+{
+	return c->ub.map_bits + i * c->vbytes;
+}
+
+/* Remove entry i (its pending bytes must already be uncounted): backward shift. */
+static void ub_remove(struct hl_cache_core *c, uint64_t i)
+{
+	struct cache_ub *u = &c->ub;
+	uint64_t hole = i, j = i, m = u->map_size - 1;
+
+	for (;;) {
+		j = (j + 1) & m;
+		if (u->map_slot[j] == UINT32_MAX)
+			break;
+		uint64_t home = ub_home(u, u->map_slot[j]);
+		if (((j - home) & m) >= ((j - hole) & m)) {
+			u->map_slot[hole] = u->map_slot[j];
+			memcpy(ub_bits(c, hole), ub_bits(c, j), c->vbytes);
+			hole = j;
+		}
+	}
+	u->map_slot[hole] = UINT32_MAX;
+	memset(ub_bits(c, hole), 0, c->vbytes);
+	u->n--;
+}
+
+static uint32_t vcount(const uint8_t *v, uint32_t first, uint32_t n);
+static void vset(uint8_t *v, uint32_t first, uint32_t n);
+static void vclear(uint8_t *v, uint32_t first, uint32_t n);
+
+/* Sectors [first, first+n) of slot s are no longer pending (overwritten or dropped). */
+static void ub_clear(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n)
+{
+	uint64_t i = ub_find(c, s);
+	uint8_t *b;
+
+	if (i == UINT64_MAX)
+		return;
+	b = ub_bits(c, i);
+	c->ub.bytes -= (uint64_t)vcount(b, first, n) * HL_CACHE_SECTOR;
+	vclear(b, first, n);
+	if (!vcount(b, 0, c->spb))
+		ub_remove(c, i);
+}
+
+/*
+ * Sectors [first, first+n) of slot s now live in the buffer. @return false
+ * when the buffer cannot track another block (the caller then leaves the
+ * sectors invalid: the data is only in RAM and would otherwise be lost).
+ */
+static bool ub_add(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n)
+{
+	struct cache_ub *u = &c->ub;
+	uint64_t i = ub_find(c, s);
+	uint8_t *b;
+
+	if (i == UINT64_MAX) {
+		if (u->n * 2 >= u->map_size)
+			return false;
+		if (u->fifo_tail - u->fifo_head == u->fifo_cap) {
+			/* Ring full of stale entries: keep only the slots still buffered. */
+			uint64_t k = u->fifo_head;
+			for (uint64_t j = u->fifo_head; j != u->fifo_tail; j++) {
+				uint32_t x = u->fifo[j % u->fifo_cap];
+				if (ub_find(c, x) != UINT64_MAX)
+					u->fifo[k++ % u->fifo_cap] = x;
+			}
+			u->fifo_tail = k;
+			if (u->fifo_tail - u->fifo_head == u->fifo_cap)
+				return false;
+		}
+		for (i = ub_home(u, s); u->map_slot[i] != UINT32_MAX;
+		     i = (i + 1) & (u->map_size - 1))
+			;
+		u->map_slot[i] = s;
+		u->n++;
+		u->fifo[u->fifo_tail++ % u->fifo_cap] = s;
+	}
+	b = ub_bits(c, i);
+	u->bytes -= (uint64_t)vcount(b, 0, c->spb) * HL_CACHE_SECTOR;
+	vset(b, first, n);
+	u->bytes += (uint64_t)vcount(b, 0, c->spb) * HL_CACHE_SECTOR;
+	return true;
 }
 
 /* ---- ghost: keys the window dropped recently (two rotating bloom filters) ---- */
@@ -330,6 +457,9 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	hl_admit_destroy(c->admit);
 	free(c->ghost[0]);
 	free(c->ghost[1]);
+	free(c->ub.map_slot);
+	free(c->ub.map_bits);
+	free(c->ub.fifo);
 	free(c->stale);
 	free(c->wip);
 	cache_index_fini(&c->ix);
@@ -371,6 +501,7 @@ static void slot_release(struct hl_cache_core *c, uint32_t s)
 		cache_index_remove(&c->ix, sl->key);
 	if (sl->state & CACHE_SLOT_F_DISK_VALID)
 		stale_add(c, sl->key, s);
+	ub_clear(c, s, 0, c->spb); /* buffered updates of an evicted block are never written */
 	sl->state = (uint8_t)(sl->state & CACHE_SLOT_F_DISK_VALID);
 	sl->gen++;
 	sl->clock = 0;
@@ -1028,13 +1159,19 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 		bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
 		            sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
 		            !sl->writers;
-		if (written && l && s < c->nslots) {
+		/* An update into the RAM update buffer writes nothing to the device. */
+		bool to_ub = io->kind == HL_CACHE_IO_UPDATE && io->src_slot == CACHE_IO_UB_SRC &&
+		             io->ram && s < c->nslots;
+		if (written && l && s < c->nslots && !to_ub) {
 			STAT(c, l, bytes_cache_write, (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
 			if (io->kind == HL_CACHE_IO_UPDATE)
 				STAT(c, l, bytes_cache_update,
 				     (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
 		}
-		if (written && same) {
+		if (written && same && to_ub) {
+			if (ub_add(c, s, io->fill_first, io->fill_nsect))
+				vset(slot_valid(c, s), io->fill_first, io->fill_nsect);
+		} else if (written && same) {
 			vset(slot_valid(c, s), io->fill_first, io->fill_nsect);
 			mark_dirty(c, s);
 		} else if (written && l) {
@@ -1131,6 +1268,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			io->slot = HL_CACHE_NO_SLOT;
 			if (s != HL_CACHE_NO_SLOT) {
 				c->slots[s].gen++;
+				ub_clear(c, s, first, n);
 				if (vcount(slot_valid(c, s), first, n)) {
 					vclear(slot_valid(c, s), first, n);
 					mark_dirty(c, s);
@@ -1178,6 +1316,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		 * If the on-device record still claims them, it must be rewritten
 		 * (meta barrier) before the write is acknowledged.
 		 */
+		ub_clear(c, s, first, n);
 		if (vcount(slot_valid(c, s), first, n)) {
 			vclear(slot_valid(c, s), first, n);
 			mark_dirty(c, s);
@@ -1191,6 +1330,12 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			io->fill_nsect = (uint16_t)(ue - us + 1);
 			io->rmw_head = rmw_head;
 			io->rmw_tail = rmw_tail;
+			if (c->ub.cap && s < c->nslots) {
+				/* To the RAM update buffer (rmw reads the old sector from the
+				 * slot). */
+				io->src_slot = CACHE_IO_UB_SRC;
+				io->ram = 1;
+			}
 		}
 		if (c->p.write_mode == HL_CACHE_WRITE_INVALIDATE)
 			STAT(c, l, invalidations, 1);
@@ -1242,6 +1387,7 @@ static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32
 {
 	struct cache_slot *sl = &c->slots[s];
 
+	ub_clear(c, s, first, n);
 	if (vcount(slot_valid(c, s), first, n)) {
 		vclear(slot_valid(c, s), first, n);
 		mark_dirty(c, s);
@@ -1316,7 +1462,8 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->used_slots = c->used;
 	out->block_size = c->p.block_size;
 	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
-	                 cache_index_mem_bytes(&c->ix);
+	                 cache_index_mem_bytes(&c->ix) +
+	                 c->ub.map_size * (sizeof(uint32_t) * 2 + c->vbytes);
 	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit) + 2 * c->ghost_bits / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
 }
@@ -1350,6 +1497,16 @@ bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
 	rec->lun = cache_key_lun(sl->key);
 	rec->block = cache_key_block(sl->key);
 	memcpy(rec->valid, slot_valid(c, slot), c->vbytes);
+	uint64_t ui = ub_find(c, slot);
+	if (ui != UINT64_MAX) {
+		/* Sectors whose current data is only in the RAM update buffer. */
+		bool any = false;
+		for (uint32_t i = 0; i < c->vbytes; i++) {
+			rec->valid[i] &= (uint8_t)~ub_bits(c, ui)[i];
+			any |= rec->valid[i] != 0;
+		}
+		return any;
+	}
 	return true;
 }
 
@@ -1484,4 +1641,98 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
 				return true;
 	}
 	return b1 - b0 >= 4096; /* huge ranges: be safe */
+}
+
+/* ---- RAM update buffer: configuration and write-back ---- */
+
+int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
+{
+	struct cache_ub *u = &c->ub, n = {0};
+
+	if (u->n)
+		return -EBUSY;
+	if (bytes) {
+		uint64_t want = 2 * (bytes / HL_CACHE_SECTOR + 2);
+		n.cap = bytes;
+		n.map_size = 16;
+		while (n.map_size < want)
+			n.map_size <<= 1;
+		n.fifo_cap = n.map_size;
+		n.map_slot = malloc(n.map_size * sizeof(*n.map_slot));
+		n.map_bits = calloc(n.map_size, c->vbytes);
+		n.fifo = malloc(n.fifo_cap * sizeof(*n.fifo));
+		if (!n.map_slot || !n.map_bits || !n.fifo) {
+			free(n.map_slot);
+			free(n.map_bits);
+			free(n.fifo);
+			return -ENOMEM;
+		}
+		memset(n.map_slot, 0xff, n.map_size * sizeof(*n.map_slot));
+	}
+	free(u->map_slot);
+	free(u->map_bits);
+	free(u->fifo);
+	*u = n;
+	return 0;
+}
+
+uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits)
+{
+	uint64_t i = ub_find(c, slot);
+
+	if (bits)
+		memset(bits, 0, c->vbytes);
+	if (i == UINT64_MAX)
+		return 0;
+	if (bits)
+		memcpy(bits, ub_bits(c, i), c->vbytes);
+	return (uint64_t)vcount(ub_bits(c, i), 0, c->spb) * HL_CACHE_SECTOR;
+}
+
+bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+{
+	struct cache_ub *u = &c->ub;
+
+	while (u->bytes > u->cap && u->fifo_head != u->fifo_tail) {
+		uint32_t s = u->fifo[u->fifo_head % u->fifo_cap], a, z;
+		uint64_t i = ub_find(c, s);
+		struct cache_slot *sl = &c->slots[s];
+		uint8_t *b;
+
+		if (i == UINT64_MAX) {
+			u->fifo_head++; /* stale: dropped since it was buffered */
+			continue;
+		}
+		b = ub_bits(c, i);
+		for (a = 0; !vtest(b, a); a++)
+			;
+		for (z = a; z + 1 < c->spb && vtest(b, z + 1); z++)
+			;
+		/* Not served while it is copied; valid again when the copy completes. */
+		vclear(slot_valid(c, s), a, z - a + 1);
+		ub_clear(c, s, a, z - a + 1);
+		if (ub_find(c, s) == UINT64_MAX)
+			u->fifo_head++;
+		if (sl->pins == UINT8_MAX || sl->writers) {
+			/* Busy: drop these sectors instead (they stay invalid). */
+			mark_dirty(c, s);
+			slot_maybe_release(c, s);
+			continue;
+		}
+		memset(io, 0, sizeof(*io));
+		io->kind = HL_CACHE_IO_UPDATE;
+		io->block = cache_key_block(sl->key);
+		io->slot = s;
+		io->src_slot = CACHE_IO_UB_SRC;
+		io->ticket = sl->gen;
+		io->first = (uint16_t)a;
+		io->nsect = (uint16_t)(z - a + 1);
+		io->fill_first = (uint16_t)a;
+		io->fill_nsect = (uint16_t)(z - a + 1);
+		sl->pins++;
+		io->pinned = 1;
+		*lun = cache_key_lun(sl->key);
+		return true;
+	}
+	return false;
 }

@@ -86,6 +86,42 @@ int cache_index_insert(struct cache_index *ix, uint32_t slot);
 int cache_index_remove(struct cache_index *ix, uint64_t key);
 size_t cache_index_mem_bytes(const struct cache_index *ix);
 
+/* ---- RAM update buffer (write coalescing; cache_core.c) ---- */
+
+/*
+ * io->src_slot of an UPDATE io that involves the RAM update buffer:
+ *  - io->ram == 1 (from write_begin): write the new data into the buffer's
+ *    copy of (slot, sectors), not to the device; io_end(written) then makes
+ *    the sectors valid and pending (served from the buffer).
+ *  - io->ram == 0 (from cache_core_ub_writeback): copy the buffer's data of
+ *    (slot, fill range) to the device; io_end(written) makes them valid on
+ *    the device, io_end(!written) leaves them invalid. Either way the buffer
+ *    copy of those sectors may then be freed.
+ */
+#define CACHE_IO_UB_SRC 0xfffffffeu
+
+/**
+ * Enable (bytes > 0) or disable the RAM update buffer: updates of blocks
+ * cached on the device go to RAM and are written back, oldest first, when
+ * more than bytes are pending. Off by default. @return 0, -EBUSY (updates
+ * are pending), -ENOMEM.
+ */
+int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes);
+
+/**
+ * Pending bytes of slot (sectors whose current data is only in the buffer);
+ * bits (may be NULL, caller's, >= block_size / 32 KiB bytes) gets them.
+ */
+uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits);
+
+/**
+ * Next write-back the buffer needs (it holds more than its limit): fills
+ * *io (a pinned UPDATE, src_slot CACHE_IO_UB_SRC, ram 0) and *lun, which
+ * the caller completes with hl_cache_core_io_end(). Call until false after
+ * every write_end. Sectors it dropped (slot busy) stay invalid.
+ */
+bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
+
 /* ---- metadata (cache_meta.c) ---- */
 
 #include <pthread.h>

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/cache_internal.h"
 #include "hotlun/cache.h"
 #include "hotlun/util.h"
 #include "sim/sim.h"
@@ -39,6 +40,7 @@ struct sim_opts {
 	uint64_t seq_bypass;
 	enum hl_cache_write_mode write_mode;
 	uint64_t window_bytes;
+	uint64_t update_buffer; /* RAM update buffer bytes (0: off, as the daemon today) */
 	const char *trace;
 };
 
@@ -54,6 +56,7 @@ struct sim_result {
 	double ram_per_block;
 	size_t admit_ram;
 	uint64_t window_slots, bytes_hit_ram;
+	uint64_t ub_pending; /* update-buffer bytes never written back by the end */
 };
 
 /* CPU time of this (single-threaded) process: speed is not skewed by other load. */
@@ -70,9 +73,11 @@ static void usage(FILE *f)
 	        "usage: hotlun-sim [--format vscsi|msr|blocks] --size 5%%|2G[,..] --block 4K[,..]\n"
 	        "                  --policy default,lru,arc,s3fifo,belady[,always,nhit:N]\n"
 	        "                  [--seq-bypass BYTES] [--write-mode update|invalidate]\n"
-	        "                  [--window BYTES|auto] [--json] TRACE\n"
+	        "                  [--window BYTES|auto] [--update-buffer BYTES] [--json] TRACE\n"
 	        "  --size   cache size in bytes or percent of the trace's read footprint\n"
-	        "  default  hotlun's configured policy (freq admission, CLOCK, 1M seq bypass)\n");
+	        "  default  hotlun's configured policy (freq admission, CLOCK, 1M seq bypass)\n"
+	        "  --update-buffer  RAM for updates of cached blocks, written back oldest\n"
+	        "           first (write coalescing; freq admission only; default 0: off)\n");
 }
 
 static int split_list(char *s, char **out, unsigned *n)
@@ -261,7 +266,10 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 	if (!ios)
 		return -ENOMEM;
 	rc = hl_cache_core_create(&p, &c);
+	if (!rc && o->update_buffer && p.admit == HL_ADMIT_FREQ)
+		rc = cache_core_set_update_buffer(c, o->update_buffer);
 	if (rc) {
+		hl_cache_core_destroy(c);
 		free(ios);
 		fprintf(stderr, "hotlun-sim: cache create: %s\n", strerror(-rc));
 		return rc;
@@ -285,6 +293,10 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 				if (ios[k].fill_nsect)
 					hl_cache_core_io_end(c, q->lun, &ios[k], true);
 			}
+			struct hl_cache_io wb;
+			uint16_t wl;
+			while (n > 0 && cache_core_ub_writeback(c, &wl, &wb))
+				hl_cache_core_io_end(c, wl, &wb, true);
 		}
 		if (n < 0) {
 			fprintf(stderr, "hotlun-sim: request %zu: %s\n", i, strerror(-n));
@@ -311,6 +323,8 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 	res->admit_ram = info.admit_ram_bytes;
 	res->window_slots = info.window_slots;
 	res->bytes_hit_ram = st.bytes_read_ram;
+	for (uint64_t s = 0; o->update_buffer && s < info.nslots; s++)
+		res->ub_pending += cache_core_ub_pending(c, (uint32_t)s, NULL);
 	hl_cache_core_destroy(c);
 	free(ios);
 	return rc;
@@ -335,9 +349,10 @@ static void print_json(const struct sim_result *r, const struct sim_opts *o, boo
 		printf(", \"admissions\": %" PRIu64 ", \"rejections\": %" PRIu64
 		       ", \"evictions\": %" PRIu64 ", \"seq_bypass_reads\": %" PRIu64
 		       ", \"ram_bytes_per_block\": %.2f, \"admit_ram_bytes\": %zu"
-		       ", \"window_blocks\": %" PRIu64 ", \"bytes_hit_ram\": %" PRIu64,
+		       ", \"window_blocks\": %" PRIu64 ", \"bytes_hit_ram\": %" PRIu64
+		       ", \"update_buffer_pending_bytes\": %" PRIu64,
 		       r->admissions, r->rejections, r->evictions, r->bypass, r->ram_per_block,
-		       r->admit_ram, r->window_slots, r->bytes_hit_ram);
+		       r->admit_ram, r->window_slots, r->bytes_hit_ram, r->ub_pending);
 	printf(", \"seconds\": %.6f, \"requests_per_sec\": %.0f}", r->seconds,
 	       r->seconds > 0 ? req / r->seconds : 0.0);
 }
@@ -376,6 +391,7 @@ int main(int argc, char **argv)
 	    {"seq-bypass", required_argument, NULL, 'q'},
 	    {"write-mode", required_argument, NULL, 'w'},
 	    {"window", required_argument, NULL, 'W'},
+	    {"update-buffer", required_argument, NULL, 'U'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -387,7 +403,7 @@ int main(int argc, char **argv)
 	bool first = true;
 	int opt, rc = 0;
 
-	while ((opt = getopt_long(argc, argv, "f:s:b:p:jq:w:W:h", lopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "f:s:b:p:jq:w:W:U:h", lopts, NULL)) != -1) {
 		switch (opt) {
 		case 'f':
 			if (!strcmp(optarg, "vscsi"))
@@ -437,6 +453,12 @@ int main(int argc, char **argv)
 				o.window_bytes = HL_CACHE_WINDOW_AUTO;
 			else if (hl_parse_size(optarg, &o.window_bytes)) {
 				fprintf(stderr, "hotlun-sim: bad --window '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'U':
+			if (hl_parse_size(optarg, &o.update_buffer)) {
+				fprintf(stderr, "hotlun-sim: bad --update-buffer '%s'\n", optarg);
 				return 2;
 			}
 			break;

@@ -692,6 +692,93 @@ static void test_seq_bypass(void)
 	hl_cache_core_destroy(c);
 }
 
+/* A write and the update buffer's write-backs it makes due. @return write-backs done. */
+static int wr_ub(struct hl_cache_core *c, uint64_t off, uint64_t len, bool wb_ok)
+{
+	struct hl_cache_io io;
+	uint16_t lun;
+	int k = 0;
+
+	wr(c, 0, off, len);
+	while (cache_core_ub_writeback(c, &lun, &io)) {
+		CU_ASSERT_EQUAL(io.kind, HL_CACHE_IO_UPDATE);
+		CU_ASSERT_EQUAL(io.src_slot, CACHE_IO_UB_SRC);
+		CU_ASSERT_EQUAL(io.ram, 0);
+		hl_cache_core_io_end(c, lun, &io, wb_ok);
+		k++;
+	}
+	return k;
+}
+
+static void test_update_buffer(void)
+{
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 0);
+	struct hl_cache_stats st;
+	struct hl_cache_slot_rec rec;
+	struct hl_cache_io ios[4];
+	uint32_t s;
+	uint64_t w0;
+	int n;
+
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_MISS); /* free space: filled on the SSD */
+	s = hl_cache_core_peek(c, 0, 0, NULL);
+	CU_ASSERT_FATAL(s != HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(cache_core_set_update_buffer(c, 8 * K), 0);
+	hl_cache_core_stats(c, -1, &st);
+	w0 = st.bytes_cache_write;
+
+	/* An update of a cached block goes to RAM: no device write, still served. */
+	n = hl_cache_core_write_begin(c, 0, 0, 4 * K, ios, 4);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(ios[0].src_slot, CACHE_IO_UB_SRC);
+	CU_ASSERT_EQUAL(ios[0].ram, 1);
+	hl_cache_core_write_end(c, 0, &ios[0], true);
+	hl_cache_core_io_end(c, 0, &ios[0], true);
+	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 4 * K);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 8 * K), R_HIT);
+	/* The on-device record never claims a sector whose data is only in RAM. */
+	CU_ASSERT_TRUE(hl_cache_core_slot_get(c, s, &rec));
+	CU_ASSERT_EQUAL(rec.valid[0] & 1, 0);
+	CU_ASSERT_EQUAL(rec.valid[0] & 2, 2);
+
+	/* Repeated writes of the same sector coalesce. */
+	CU_ASSERT_EQUAL(wr_ub(c, 0, 4 * K, true), 0);
+	CU_ASSERT_EQUAL(wr_ub(c, 0, 4 * K, true), 0);
+	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 4 * K);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.bytes_cache_write, w0);
+
+	/* Over the limit: the oldest block is written back once, as one run. */
+	CU_ASSERT_EQUAL(wr_ub(c, 4 * K, 8 * K, true), 1);
+	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 0);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.bytes_cache_write, w0 + 12 * K);
+	CU_ASSERT_TRUE(hl_cache_core_slot_get(c, s, &rec));
+	CU_ASSERT_EQUAL(rec.valid[0] & 7, 7);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_HIT);
+
+	/* A write-back that fails leaves its sectors invalid (never stale). */
+	CU_ASSERT_EQUAL(wr_ub(c, 20 * K, 4 * K, false), 0);
+	CU_ASSERT_EQUAL(wr_ub(c, 28 * K, 8 * K, false), 1);
+	CU_ASSERT_EQUAL(rd(c, 0, 20 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, 28 * K, 8 * K), R_HIT);
+
+	/* Invalidated or evicted: the buffered update is dropped, not written. */
+	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 8 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 0, 28 * K, 4 * K), 0);
+	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 4 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 0, 0, 64 * K), 0);
+	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 0);
+	hl_cache_core_stats(c, -1, &st);
+	w0 = st.bytes_cache_write;
+	for (int i = 0; i < 8; i++)
+		wr_ub(c, 0, 4 * K, true);
+	hl_cache_core_stats(c, -1, &st);
+	CU_ASSERT_EQUAL(st.bytes_cache_write, w0); /* block 0 is no longer cached */
+	CU_ASSERT_EQUAL(cache_core_set_update_buffer(c, 0), 0);
+	hl_cache_core_destroy(c);
+}
+
 static const struct hl_test tests[] = {
     {"parameter checks", test_create_params},
     {"set admission at run time", test_set_admission_at_run_time},
@@ -710,6 +797,7 @@ static const struct hl_test tests[] = {
     {"RAM window and promotion to the SSD", test_window_promotion},
     {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
     {"sequential streams bypass", test_seq_bypass},
+    {"RAM update buffer: coalescing, write-back, drops", test_update_buffer},
     {NULL, NULL},
 };
 
