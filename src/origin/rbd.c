@@ -286,6 +286,22 @@ static int rbd_watch_start(struct hl_origin *o, struct rbd_origin *r)
 	return hl_reactor_call(r->svc, rbd_probe_start, o);
 }
 
+/*
+ * librados waits for ever by default when the cluster does not answer; a
+ * gateway must answer its initiators (and be able to stop). Unless ceph.conf
+ * says otherwise, ops fail with -ETIMEDOUT after RBD_OP_TIMEOUT, as on a
+ * ceph-iscsi gateway and like the iscsi origin's timeout.
+ */
+#define RBD_OP_TIMEOUT "30"
+
+static void conf_default(rados_t cluster, const char *key, const char *value)
+{
+	char cur[64];
+
+	if (rados_conf_get(cluster, key, cur, sizeof(cur)) == 0 && strtod(cur, NULL) == 0)
+		rados_conf_set(cluster, key, value);
+}
+
 static int origin_rbd_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
 {
 	struct rbd_origin *r = ro_of(o);
@@ -309,6 +325,8 @@ static int origin_rbd_open(struct hl_origin *o, const char *target, const struct
 	}
 	/* Writes must be on the OSDs when they complete: no client-side write-back cache. */
 	rados_conf_set(r->cluster, "rbd_cache", "false");
+	conf_default(r->cluster, "rados_osd_op_timeout", RBD_OP_TIMEOUT);
+	conf_default(r->cluster, "rados_mon_op_timeout", RBD_OP_TIMEOUT);
 	rc = rados_connect(r->cluster);
 	if (rc < 0) {
 		HL_ERR(RBD_LOG, "rbd:%s: cannot connect to the cluster (%s): %s", target, conf,
