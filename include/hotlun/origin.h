@@ -102,7 +102,7 @@ enum hl_origin_event {
  * for I/O. old_size is the size before HL_ORIGIN_RESIZED (else o->size).
  */
 typedef void (*hl_origin_event_fn)(void *arg, struct hl_origin *o, enum hl_origin_event ev,
-				   uint64_t old_size);
+                                   uint64_t old_size);
 
 /** A backend. Members are mandatory unless marked optional. */
 struct hl_origin_ops {

@@ -59,7 +59,7 @@ struct rbd_origin {
 	char pool[128];
 	char name[256];
 	char snap[256];
-	struct hl_reactor *svc;   /* service thread: size checks, event delivery */
+	struct hl_reactor *svc; /* service thread: size checks, event delivery */
 	uint64_t watch_handle;
 	bool watching;
 	atomic_bool check_queued; /* a size check is queued on svc */
@@ -81,12 +81,12 @@ struct rbd_io {
 	struct hl_origin *origin;
 	struct hl_reactor *reactor;
 	rbd_completion_t completion;
-	void *bounce;      /* compare-and-write: flat copy of compare + write data */
+	void *bounce; /* compare-and-write: flat copy of compare + write data */
 	ssize_t result;
 };
 
 _Static_assert(sizeof(struct rbd_io) <= sizeof(((struct hl_origin_io *)0)->priv),
-	       "rbd_io must fit in hl_origin_io.priv");
+               "rbd_io must fit in hl_origin_io.priv");
 
 static struct rbd_origin *ro_of(struct hl_origin *o)
 {
@@ -99,8 +99,8 @@ static struct rbd_io *rio_of(struct hl_origin_io *io)
 }
 
 /* Parse "POOL/IMAGE[@SNAP]". */
-int origin_rbd_parse(const char *target, char *pool, size_t pool_len, char *image,
-		     size_t image_len, char *snap, size_t snap_len)
+int origin_rbd_parse(const char *target, char *pool, size_t pool_len, char *image, size_t image_len,
+                     char *snap, size_t snap_len)
 {
 	const char *slash = strchr(target, '/');
 	const char *at;
@@ -165,8 +165,9 @@ static void rbd_fence(struct hl_origin *o, int why)
 	HL_ERR(RBD_LOG,
 	       "%s: the cluster shut this gateway out (%s); every I/O to the image now fails "
 	       "until the disk is reopened",
-	       o->uri, why == -EROFS ? "write refused: exclusive lock held by another client"
-	                             : "blocklisted");
+	       o->uri,
+	       why == -EROFS ? "write refused: exclusive lock held by another client"
+	                     : "blocklisted");
 	while (hl_reactor_call(r->svc, rbd_fenced_event, o) < 0) {
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
@@ -302,15 +303,17 @@ static void conf_default(rados_t cluster, const char *key, const char *value)
 		rados_conf_set(cluster, key, value);
 }
 
-static int origin_rbd_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
+static int origin_rbd_open(struct hl_origin *o, const char *target,
+                           const struct hl_origin_opts *opts)
 {
 	struct rbd_origin *r = ro_of(o);
-	const char *conf = opts->rbd_conf && opts->rbd_conf[0] ? opts->rbd_conf : "/etc/ceph/ceph.conf";
+	const char *conf =
+	    opts->rbd_conf && opts->rbd_conf[0] ? opts->rbd_conf : "/etc/ceph/ceph.conf";
 	uint64_t size;
 	int rc;
 
 	rc = origin_rbd_parse(target, r->pool, sizeof(r->pool), r->name, sizeof(r->name), r->snap,
-			      sizeof(r->snap));
+	                      sizeof(r->snap));
 	if (rc) {
 		HL_ERR(RBD_LOG, "rbd:%s: expected rbd:POOL/IMAGE[@SNAP]", target);
 		return rc;
@@ -362,13 +365,14 @@ static int origin_rbd_open(struct hl_origin *o, const char *target, const struct
 		if (rc == 0) {
 			r->locked = true;
 		} else if (rc == -EINVAL || rc == -EOPNOTSUPP) {
-			HL_WARN(RBD_LOG,
-				"rbd:%s: the image has no exclusive-lock feature: other clients may "
-				"write it behind this gateway (and its cache)",
-				target);
+			HL_WARN(
+			    RBD_LOG,
+			    "rbd:%s: the image has no exclusive-lock feature: other clients may "
+			    "write it behind this gateway (and its cache)",
+			    target);
 		} else {
-			HL_ERR(RBD_LOG, "rbd:%s: cannot take the image's exclusive lock: %s", target,
-			       strerror(-rc));
+			HL_ERR(RBD_LOG, "rbd:%s: cannot take the image's exclusive lock: %s",
+			       target, strerror(-rc));
 			goto fail;
 		}
 	}
@@ -382,7 +386,7 @@ static int origin_rbd_open(struct hl_origin *o, const char *target, const struct
 	char id[128], *uri;
 	if (rbd_get_id(r->image, id, sizeof(id)) == 0 &&
 	    asprintf(&uri, "rbd:%s/%s%s%s#id=%s", r->pool, r->name, r->snap[0] ? "@" : "", r->snap,
-		     id) >= 0) {
+	             id) >= 0) {
 		free(o->uri);
 		o->uri = uri;
 	}
@@ -444,9 +448,10 @@ static void rbd_complete(rbd_completion_t c, void *arg)
 	}
 }
 
-/* COMPARE AND WRITE: iov holds length bytes to compare, then length to write; librbd wants flat buffers. */
+/* COMPARE AND WRITE: iov holds length bytes to compare, then length to write; librbd wants flat
+ * buffers. */
 static int rbd_submit_caw(struct hl_origin *o, struct rbd_origin *r, struct hl_origin_io *io,
-			  struct rbd_io *rio)
+                          struct rbd_io *rio)
 {
 	size_t total = 0, off = 0;
 
@@ -462,8 +467,8 @@ static int rbd_submit_caw(struct hl_origin *o, struct rbd_origin *r, struct hl_o
 		off += io->iov[i].iov_len;
 	}
 	return (int)rbd_aio_compare_and_write(r->image, io->offset, io->length, rio->bounce,
-					      (char *)rio->bounce + io->length, rio->completion,
-					      &io->miscompare_offset, 0);
+	                                      (char *)rio->bounce + io->length, rio->completion,
+	                                      &io->miscompare_offset, 0);
 }
 
 static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
@@ -492,25 +497,29 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 
 	if (io->op == HL_IO_COMPARE_AND_WRITE) /* outside the enum: see origin.h */
 		rc = rbd_submit_caw(o, r, io, rio);
-	else switch (io->op) {
-	case HL_IO_READ:
-		rc = rbd_aio_readv(r->image, io->iov, io->iovcnt, io->offset, rio->completion);
-		break;
-	case HL_IO_WRITE:
-		rc = rbd_aio_writev(r->image, io->iov, io->iovcnt, io->offset, rio->completion);
-		break;
-	case HL_IO_FLUSH:
-		rc = rbd_aio_flush(r->image, rio->completion);
-		break;
-	case HL_IO_DISCARD:
-		rc = rbd_aio_discard(r->image, io->offset, io->length, rio->completion);
-		break;
-	case HL_IO_WRITE_ZEROES:
-		rc = rbd_aio_write_zeroes(r->image, io->offset, io->length, rio->completion, 0, 0);
-		break;
-	default:
-		rc = -EOPNOTSUPP;
-	}
+	else
+		switch (io->op) {
+		case HL_IO_READ:
+			rc = rbd_aio_readv(r->image, io->iov, io->iovcnt, io->offset,
+			                   rio->completion);
+			break;
+		case HL_IO_WRITE:
+			rc = rbd_aio_writev(r->image, io->iov, io->iovcnt, io->offset,
+			                    rio->completion);
+			break;
+		case HL_IO_FLUSH:
+			rc = rbd_aio_flush(r->image, rio->completion);
+			break;
+		case HL_IO_DISCARD:
+			rc = rbd_aio_discard(r->image, io->offset, io->length, rio->completion);
+			break;
+		case HL_IO_WRITE_ZEROES:
+			rc = rbd_aio_write_zeroes(r->image, io->offset, io->length, rio->completion,
+			                          0, 0);
+			break;
+		default:
+			rc = -EOPNOTSUPP;
+		}
 	if (rc < 0) {
 		rbd_aio_release(rio->completion);
 		free(rio->bounce);
@@ -521,10 +530,10 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 }
 
 const struct hl_origin_ops origin_rbd_ops = {
-	.name = "rbd",
-	.scheme = "rbd:",
-	.priv_size = sizeof(struct rbd_origin),
-	.open = origin_rbd_open,
-	.close = origin_rbd_close,
-	.submit = origin_rbd_submit,
+    .name = "rbd",
+    .scheme = "rbd:",
+    .priv_size = sizeof(struct rbd_origin),
+    .open = origin_rbd_open,
+    .close = origin_rbd_close,
+    .submit = origin_rbd_submit,
 };

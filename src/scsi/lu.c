@@ -50,14 +50,14 @@ void scsi_lu_release(struct hl_lu *lu)
  * the unit attention, and nexuses that meet it later start with POWER ON.
  */
 static void lu_origin_event(void *arg, struct hl_origin *o, enum hl_origin_event ev,
-			    uint64_t old_size)
+                            uint64_t old_size)
 {
 	struct hl_lu *lu = arg;
 	uint64_t size = __atomic_load_n(&o->size, __ATOMIC_ACQUIRE);
 
 	if (ev == HL_ORIGIN_FENCED) {
-		HL_ERR(SCSI_COMPONENT, "%s: the origin shut this gateway out (fenced); its I/O fails",
-		       lu->name);
+		HL_ERR(SCSI_COMPONENT,
+		       "%s: the origin shut this gateway out (fenced); its I/O fails", lu->name);
 		return;
 	}
 	if (ev != HL_ORIGIN_RESIZED)
@@ -65,14 +65,14 @@ static void lu_origin_event(void *arg, struct hl_origin *o, enum hl_origin_event
 	uint64_t blocks = size / lu->block_size;
 	if (size % lu->block_size)
 		HL_WARN(SCSI_COMPONENT,
-			"%s: new origin size %llu is not a multiple of %u; the last partial block "
-			"is not exported",
-			lu->name, (unsigned long long)size, lu->block_size);
+		        "%s: new origin size %llu is not a multiple of %u; the last partial block "
+		        "is not exported",
+		        lu->name, (unsigned long long)size, lu->block_size);
 	if (blocks == __atomic_load_n(&lu->num_blocks, __ATOMIC_ACQUIRE))
 		return;
 	HL_NOTICE(SCSI_COMPONENT, "%s: capacity changed: %llu -> %llu bytes (%llu blocks)",
-		  lu->name, (unsigned long long)old_size, (unsigned long long)size,
-		  (unsigned long long)blocks);
+	          lu->name, (unsigned long long)old_size, (unsigned long long)size,
+	          (unsigned long long)blocks);
 	__atomic_store_n(&lu->num_blocks, blocks, __ATOMIC_RELEASE);
 	scsi_ua_queue_all(lu, 0, SCSI_ASC_CAPACITY_CHANGED);
 }

@@ -99,8 +99,8 @@ int main(int argc, char **argv)
 			print_task(iscsi_read16_sync(iscsi, url->lun, lba, bs, bs, 0, 0, 0, 0, 0));
 		} else if (sscanf(line, "write %" SCNu64, &lba) == 1) {
 			memset(buf, 0x5a, bs);
-			print_task(iscsi_write16_sync(iscsi, url->lun, lba, buf, bs, bs, 0, 0, 0, 0,
-			                              0));
+			print_task(
+			    iscsi_write16_sync(iscsi, url->lun, lba, buf, bs, bs, 0, 0, 0, 0, 0));
 		} else {
 			printf("UNKNOWN\n");
 			fflush(stdout);
