@@ -266,7 +266,8 @@ static void dev_error(struct hl_cache *c, struct map_ent *e, int rc)
 /*
  * The device file shrank under us (truncated): its holes read as zeroes,
  * and a write past the new end would hide that from the end-of-file check
- * of the data reads. Any thread. @return true when it did (pass-through).
+ * of the data reads. Any thread. @return true when it did (the caller
+ * reports the device error: pass-through).
  */
 static bool device_check_size(struct hl_cache *c)
 {
@@ -278,7 +279,6 @@ static bool device_check_size(struct hl_cache *c)
 	if (!atomic_load(&c->failed))
 		HL_ERR("cache", "cache %s: %s shrank to %llu bytes (expected %llu)", c->name,
 		       c->device, (unsigned long long)st.st_size, (unsigned long long)c->dev->size);
-	dev_error(c, NULL, -EIO);
 	return true;
 }
 
@@ -1699,8 +1699,10 @@ static void *meta_main(void *arg)
 		c->fail_pending = false;
 		pthread_mutex_unlock(&c->mlock);
 
-		if (periodic && !atomic_load(&c->failed) && device_check_size(c))
-			fail = true; /* meta_kill is idempotent: the flag it raised is harmless */
+		if (periodic && !atomic_load(&c->failed) && device_check_size(c)) {
+			dev_error(c, NULL, -EIO);
+			fail = true; /* meta_kill is idempotent: dev_error's flag is harmless */
+		}
 		if (fail)
 			meta_kill(c);
 		unsigned long ch = atomic_load(&c->changes);
