@@ -21,7 +21,7 @@
 #    fresh after restart (its image id changed: the cache drops its blocks).
 . "$(dirname "$0")/lib.sh"
 hl_need qemu-img python3 rbd ceph ceph-mon ceph-osd cmp
-"$HL_BUILDDIR/hotlund" --version | grep -qw rbd || hl_skip "hotlund built without librbd"
+"$HL_BUILDDIR/hotlund" --version | grep -q "^origin backends:.* rbd" || hl_skip "hotlund built without librbd"
 MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
 SESSION=$HL_BUILDDIR/tests/functional/hl_session_cmds
 BENCH=$HL_BUILDDIR/hotlun-bench
@@ -222,10 +222,14 @@ for addr in $addrs; do
 	ceph osd blocklist add "$addr" >/dev/null 2>&1 || hl_fail "ceph osd blocklist add $addr"
 done
 wait_log "rbd/fence.*shut this gateway out" "$n"
+# NOT READY / LOGICAL UNIT NOT READY, MANUAL INTERVENTION REQUIRED is the
+# intended answer (docs/hotlun.conf.5); MEDIUM ERROR is what the SCSI layer
+# gives every failed origin I/O today
 a=$(sess fence "read 10")
-[[ $a =~ ^CHECK ]] || hl_fail "fence: a blocklisted disk answered a read of a cached block with '$a'"
+[[ $a =~ ^CHECK\ (2/04/03|3/11/00)$ ]] ||
+	hl_fail "fence: a blocklisted disk answered a read of a cached block with '$a'"
 a2=$(sess fence "write 10")
-[[ $a2 =~ ^CHECK ]] || hl_fail "fence: a blocklisted disk accepted a write ('$a2')"
+[[ $a2 =~ ^CHECK\ (2/04/03|3/0c/00)$ ]] || hl_fail "fence: a blocklisted disk answered a write with '$a2'"
 sess_end fence
 hl_log "fenced disk: read -> $a, write -> $a2"
 qemu-img convert -f raw -O raw "$url/0" "$tmp/after-fence.img" || hl_fail "another disk stopped working after the fence"
