@@ -425,6 +425,18 @@ static void rbd_finish(void *arg)
 		rbd_fence(rio->origin, result);
 		result = -ESHUTDOWN;
 	}
+	/*
+	 * librbd clips I/O at the image's end: a read that an image shrink
+	 * overtook returns fewer bytes (the rest of the buffer was never
+	 * filled), never GOOD with garbage. (A clipped write reports success:
+	 * what it dropped lies past the new end, as if the shrink came after.)
+	 */
+	if (result == 0 && io->op == HL_IO_READ && res != (ssize_t)io->length) {
+		HL_WARN_RL(RBD_LOG, "%s: read at %llu: %zd of %llu bytes (image shrunk meanwhile)",
+		           rio->origin->uri, (unsigned long long)io->offset, res,
+		           (unsigned long long)io->length);
+		result = -EIO;
+	}
 
 	/* a miscompare arrives as -EILSEQ, with io->miscompare_offset set by librbd */
 	free(rio->bounce);
