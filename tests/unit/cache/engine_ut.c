@@ -1,14 +1,18 @@
 /*
- * engine_ut.c - the cache engine (src/cache/engine.c) driven through a real
+ * engine_ut.c - the cache engine (src/cache/engine*.c) driven through a real
  * reactor thread: an in-memory fake origin (reads snapshot their data at
  * submit, completions can be held back to build races, failures on demand)
  * in front of a real temp-file cache device opened with O_DIRECT.
  *
- * The .c is included so tests can reach the cache's insides: swap the data
- * origin for a failing one (device failure) and stop a cache without its
- * clean shutdown (a crash).
+ * The .c files are included so tests can reach the cache's insides: swap
+ * the data origin for a failing one (device failure) and stop a cache
+ * without its clean shutdown (a crash). All four, so that none of them is
+ * also linked from libhotlun.
  */
 #include "../../../src/cache/engine.c"
+#include "../../../src/cache/engine_origin.c"
+#include "../../../src/cache/engine_read.c"
+#include "../../../src/cache/engine_write.c"
 
 #include "hl_test.h"
 
@@ -316,6 +320,40 @@ static struct hl_origin *attach(struct hl_cache *c, struct fake *f, const char *
 	return o;
 }
 
+/* Start the reactor, open the cache on g_dev and attach f as disk0 (its origin URI uri). */
+static struct hl_origin *cache_up(struct hl_cache **c, const char *policy, struct fake *f,
+                                  const char *uri)
+{
+	reactor_up();
+	*c = cache_open(policy);
+	return attach(*c, f, uri);
+}
+
+/* Stop the reactor, then close the disk and the cache cleanly. */
+static void cache_down(struct hl_cache *c, struct hl_origin *o)
+{
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+}
+
+/* A test's start: a new device name, f filled from seed (LUN_SIZE), then cache_up(). */
+static struct hl_origin *fixture_up(struct hl_cache **c, const char *policy, struct fake *f,
+                                    uint8_t seed, const char *uri)
+{
+	dev_name();
+	fake_init(f, LUN_SIZE, seed);
+	return cache_up(c, policy, f, uri);
+}
+
+/* A test's end: cache_down(), then the device, its map and f's memory go. */
+static void fixture_down(struct hl_cache *c, struct hl_origin *o, struct fake *f)
+{
+	cache_down(c, o);
+	dev_remove();
+	free(f->mem);
+}
+
 static void stats(struct hl_cache *c, struct hl_cache_engine_stats *st)
 {
 	CU_ASSERT_FATAL(hl_cache_get_stats(c, "disk0", st) == 0);
@@ -343,11 +381,7 @@ static void test_hit_after_admission(void)
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 1);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:a");
+	o = fixture_up(&c, NULL, &f, 1, "fake:a");
 
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
@@ -370,11 +404,7 @@ static void test_hit_after_admission(void)
 	CU_ASSERT_EQUAL(st.recommended_block_size, 64 * K);
 
 	wait_inflight(c, 0);
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 }
 
@@ -386,11 +416,7 @@ static void test_unaligned_and_partial(void)
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(4 * BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 2);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:b");
+	o = fixture_up(&c, NULL, &f, 2, "fake:b");
 
 	/* 512-byte aligned, spanning three cache blocks. */
 	uint64_t off = BS - 3 * 512, len = BS + 9 * 512 + BS / 2;
@@ -413,11 +439,7 @@ static void test_unaligned_and_partial(void)
 	stats(c, &st);
 	CU_ASSERT(st.core.bytes_read_cache >= len);
 
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 }
 
@@ -429,11 +451,7 @@ static void write_then_read(const char *policy, bool expect_cache)
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(BS), *w = malloc(8 * K);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 3);
-	reactor_up();
-	c = cache_open(policy);
-	o = attach(c, &f, "fake:c");
+	o = fixture_up(&c, policy, &f, 3, "fake:c");
 
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
@@ -470,11 +488,7 @@ static void write_then_read(const char *policy, bool expect_cache)
 	}
 	CU_ASSERT(wait_inflight(c, 0));
 
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 	free(w);
 }
@@ -497,11 +511,7 @@ static void test_fill_raced_write(void)
 	struct step rd;
 	uint8_t *buf = malloc(BS), *w = malloc(4 * K);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 4);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:d");
+	o = fixture_up(&c, NULL, &f, 4, "fake:d");
 
 	/* A miss whose origin read (old data) is held while a write to the block completes. */
 	__atomic_store_n(&f.hold_reads, 1, __ATOMIC_RELAXED);
@@ -545,11 +555,7 @@ static void test_fill_raced_write(void)
 	CU_ASSERT(memcmp(buf, f.mem + 9 * BS, BS) == 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 	free(w);
 }
@@ -562,22 +568,14 @@ static void test_warm_restart(void)
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(8 * BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 5);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:warm");
+	o = fixture_up(&c, NULL, &f, 5, "fake:warm");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
+	cache_down(c, o);
 
 	/* Same disk, same origin: hits without touching the origin. */
 	fake_init(&g, LUN_SIZE, 5);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &g, "fake:warm");
+	o = cache_up(&c, NULL, &g, "fake:warm");
 	memset(buf, 0, 8 * BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
 	CU_ASSERT(memcmp(buf, g.mem, 8 * BS) == 0);
@@ -585,23 +583,17 @@ static void test_warm_restart(void)
 	stats(c, &st);
 	CU_ASSERT_EQUAL(st.core.bytes_read_cache, 8 * BS);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
+	cache_down(c, o);
 	free(g.mem);
 
 	/* Another origin under the same disk name: no old block may be served. */
 	fake_init(&g, LUN_SIZE, 77);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &g, "fake:other");
+	o = cache_up(&c, NULL, &g, "fake:other");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
 	CU_ASSERT(memcmp(buf, g.mem, 8 * BS) == 0);
 	CU_ASSERT(g.reads > 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
+	cache_down(c, o);
 
 	dev_remove();
 	free(f.mem);
@@ -616,11 +608,7 @@ static void test_crash_no_stale(void)
 	struct hl_origin *o;
 	uint8_t *buf = malloc(BS), *w = malloc(BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 6);
-	reactor_up();
-	c = cache_open("invalidate");
-	o = attach(c, &f, "fake:crash");
+	o = fixture_up(&c, "invalidate", &f, 6, "fake:crash");
 	memset(w, 0xa1, BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, BS, w), 0);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
@@ -633,17 +621,11 @@ static void test_crash_no_stale(void)
 	hl_origin_close(o);
 	cache_crash(c); /* no clean shutdown */
 
-	reactor_up();
-	c = cache_open("invalidate");
-	o = attach(c, &f, "fake:crash");
+	o = cache_up(&c, "invalidate", &f, "fake:crash");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
 	CU_ASSERT(buf[0] == 0xb2 && buf[BS - 1] == 0xb2);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 	free(w);
 }
@@ -660,9 +642,7 @@ static void test_device_failure(void)
 	fake_init(&f, LUN_SIZE, 7);
 	fake_init(&bad, 8 * M, 0);
 	bad.fail_reads = bad.fail_writes = 1;
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:dev");
+	o = cache_up(&c, NULL, &f, "fake:dev");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
@@ -692,19 +672,13 @@ static void test_device_failure(void)
 	hl_cache_close(c);
 
 	/* The restart does not trust that device's metadata: a cold cache, right data. */
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:dev");
+	o = cache_up(&c, NULL, &f, "fake:dev");
 	int reads = f.reads;
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
 	CU_ASSERT(f.reads > reads);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(bad.mem);
 	free(buf);
 	free(w);
@@ -718,11 +692,7 @@ static void test_origin_failure(void)
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(2 * BS), *w = malloc(BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 8);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:err");
+	o = fixture_up(&c, NULL, &f, 8, "fake:err");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c->core, c->ents[0]->id, 0, NULL), HL_CACHE_NO_SLOT);
@@ -750,11 +720,7 @@ static void test_origin_failure(void)
 	CU_ASSERT_FALSE(st.passthrough);
 	CU_ASSERT(wait_inflight(c, 0));
 
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 	free(w);
 }
@@ -766,11 +732,7 @@ static void test_prefetch_discard(void)
 	struct hl_origin *o;
 	uint8_t *buf = malloc(4 * BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 9);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:pf");
+	o = fixture_up(&c, NULL, &f, 9, "fake:pf");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_PREFETCH, 8 * BS, 4 * BS, NULL), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	int reads = f.reads;
@@ -799,11 +761,7 @@ static void test_prefetch_discard(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_FLUSH, 0, 0, NULL), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 }
 
@@ -831,9 +789,7 @@ static void test_map_and_quota(void)
 		stats(c, &st);
 		/* 0: cold; 1: warm; 2: after a corrupt map: cold; 3: other quota: cold. */
 		CU_ASSERT_EQUAL(st.core.bytes_read_cache, step == 1 ? 4 * BS : 0);
-		reactor_down();
-		hl_origin_close(o);
-		hl_cache_close(c);
+		cache_down(c, o);
 		if (step == 1) {
 			m = fopen(g_map, "w");
 			CU_ASSERT_FATAL(m != NULL);
@@ -850,24 +806,16 @@ static void test_map_and_quota(void)
 			CU_ASSERT(wait_inflight(c, 0));
 			stats(c, &st);
 			CU_ASSERT_EQUAL(st.core.bytes_read_cache, 4 * BS);
-			reactor_down();
-			hl_origin_close(o);
-			hl_cache_close(c);
+			cache_down(c, o);
 		}
 	}
 	/* Attaching the same disk twice is refused; a quota larger than the cache too. */
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:q");
+	o = cache_up(&c, NULL, &f, "fake:q");
 	struct hl_origin *inner = fake_origin(&f, "fake:q"), *o2 = NULL;
 	CU_ASSERT_EQUAL(hl_cache_attach(c, "disk0", 0, inner, &o2), -EEXIST);
 	CU_ASSERT_EQUAL(hl_cache_attach(c, "disk1", 64 * M, inner, &o2), -ENOSPC);
 	hl_origin_close(inner);
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 }
 
@@ -937,9 +885,7 @@ static void test_window_and_promotion(void)
 	hl_cache_core_stats(c->core, -1, &cs);
 	pthread_mutex_unlock(&c->lock);
 	CU_ASSERT(cs.bytes_read_cache - before >= 32 * BS);
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
+	cache_down(c, o);
 
 	/* Restart: what was promoted to the SSD is still right. */
 	reactor_up();
@@ -950,11 +896,7 @@ static void test_window_and_promotion(void)
 		     memcmp(buf, f.mem + b * BS, BS) == 0;
 	CU_ASSERT(ok);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 	free(order);
 }
@@ -1041,11 +983,7 @@ static void test_partial_stitched(void)
 	struct snap a, b;
 	uint8_t *buf = malloc(4 * BS), *w = malloc(8 * K);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 11);
-	reactor_up();
-	c = cache_open("invalidate");
-	o = attach(c, &f, "fake:stitch");
+	o = fixture_up(&c, "invalidate", &f, 11, "fake:stitch");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
@@ -1148,11 +1086,7 @@ static void test_rmw_misaligned(void)
 	struct snap a, b;
 	uint8_t *buf = malloc(BS), *w = malloc(16 * K), v[32];
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 12);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:rmw");
+	o = fixture_up(&c, NULL, &f, 12, "fake:rmw");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 7 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
@@ -1183,11 +1117,7 @@ static void test_rmw_misaligned(void)
 	CU_ASSERT_EQUAL(hl_cache_core_peek(c->core, c->ents[0]->id, 9, NULL), HL_CACHE_NO_SLOT);
 
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 	free(w);
 }
@@ -1206,11 +1136,7 @@ static void test_rmw_race(void)
 	struct step s1, s2, r;
 	uint8_t *buf = malloc(BS), *w1 = malloc(4 * K), *w2 = malloc(4 * K);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 13);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:race");
+	o = fixture_up(&c, NULL, &f, 13, "fake:race");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
@@ -1254,11 +1180,7 @@ static void test_rmw_race(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
 
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 	free(w1);
 	free(w2);
@@ -1279,11 +1201,7 @@ static void test_device_truncated(void)
 	    .name = "ut", .size = 8 * M, .block_size = BS, .admission = "always"};
 	uint8_t *buf = malloc(4 * BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 14);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:trunc");
+	o = fixture_up(&c, NULL, &f, 14, "fake:trunc");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	int reads = f.reads;
@@ -1301,20 +1219,14 @@ static void test_device_truncated(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
+	cache_down(c, o);
 
 	/* The map says "failed": the next open formats (and is allowed). */
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:trunc");
+	o = cache_up(&c, NULL, &f, "fake:trunc");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c); /* clean: the map claims the blocks */
+	cache_down(c, o); /* clean: the map claims the blocks */
 
 	/* Truncated while stopped: refused, not extended (its holes would read as zeroes). */
 	CU_ASSERT_FATAL(truncate(g_dev, 4 * (off_t)M) == 0);
@@ -1326,9 +1238,7 @@ static void test_device_truncated(void)
 
 	/* A fill that extends a truncated file while running is caught too. */
 	unlink(g_map);
-	reactor_up();
-	c = cache_open(NULL);
-	o = attach(c, &f, "fake:trunc2");
+	o = cache_up(&c, NULL, &f, "fake:trunc2");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_FATAL(truncate(g_dev, (off_t)c->layout.data_off) == 0);
@@ -1339,11 +1249,7 @@ static void test_device_truncated(void)
 	memset(buf, 0, 2 * BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 7 * BS, 2 * BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem + 7 * BS, 2 * BS) == 0);
-	reactor_down();
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	fixture_down(c, o, &f);
 	free(buf);
 }
 

@@ -1,0 +1,379 @@
+/*
+ * engine_internal.h - what the files of the cache engine share (nothing
+ * here leaves src/cache): the cache and its disks (struct hl_cache,
+ * map_ent), a cached origin's private data, a request and its sub-I/Os,
+ * the counters, small hot-path helpers, and the functions one engine file
+ * calls in another.
+ *
+ * The engine's files:
+ *  - engine.c: open, attach, close, quiesce; device failure -> pass-through;
+ *    the metadata thread; the disk-name -> LUN-id map file; stats export;
+ *  - engine_origin.c: the cached origin (ops table, submit checks and
+ *    dispatch, origin events) and the request machinery (requests, subs,
+ *    phases, the sub completion dispatcher, the reply);
+ *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
+ *    and the fills a read plans;
+ *  - engine_write.c: WRITE, discard, write-zeroes, COMPARE AND WRITE, and
+ *    the fills, updates and read-modify-writes that run after a reply.
+ *
+ * Ordering rules kept by these files (see docs/cache-engine.md for the reasoning):
+ *  - a read replies as soon as its data is in the caller's buffers; fills
+ *    run afterwards from bounce buffers the request owns;
+ *  - a fill whose slot record may still claim old data (io->meta_barrier)
+ *    waits for a metadata flush before its data write;
+ *  - a write whose range some on-device record may still claim (a barrier
+ *    io, or hl_cache_core_write_needs_sync) waits for a metadata flush
+ *    before the origin write, so a crash cannot bring old data back;
+ *  - every origin write/discard is listed on its disk (wlist) from before
+ *    write_begin until write_end: a read planned meanwhile does not fill
+ *    the blocks it overlaps. The core only tracks writers of blocks that
+ *    are cached when the write begins; a block admitted by a read that
+ *    starts while an origin write to it is in flight could otherwise be
+ *    filled with the pre-write data.
+ *  - the metadata thread holds the cache mutex for a whole metadata flush,
+ *    so no fill is installed between its data flush and its record writes.
+ */
+#ifndef HOTLUN_CACHE_ENGINE_INTERNAL_H
+#define HOTLUN_CACHE_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "cache/cache_internal.h"
+#include "hotlun/cache_engine.h"
+#include "hotlun/event.h"
+#include "hotlun/util.h"
+
+#define SECT HL_CACHE_SECTOR
+
+/* ------------------------------------------------------------------ */
+/* State                                                              */
+/* ------------------------------------------------------------------ */
+
+/* Counters updated with relaxed atomics from every reactor. */
+struct eng_counters {
+	uint64_t hit_lat[HL_CACHE_LAT_BUCKETS];
+	uint64_t miss_lat[HL_CACHE_LAT_BUCKETS];
+	uint64_t rsize[HL_CACHE_SIZE_BUCKETS];
+	uint64_t wsize[HL_CACHE_SIZE_BUCKETS];
+	uint64_t dev_errors, origin_errors, hit_retries, passthrough_ios;
+	uint64_t promotions; /* RAM window blocks copied to the SSD */
+};
+
+/* A disk the cache knows: attached now, or mapped by an earlier run. */
+struct map_ent {
+	uint16_t id; /* LUN id in the core */
+	uint64_t quota;
+	uint64_t size; /* origin identity: size ... */
+	char *name;
+	char *ident;          /* ... and URI without throttle wrappers */
+	bool attached;        /* guarded by hl_cache.lock */
+	struct hl_list wlist; /* origin writes in flight (eng_req.wlink); hl_cache.lock */
+	struct eng_counters st;
+};
+
+struct meta_wait {
+	struct meta_wait *next;
+	struct hl_reactor *r;
+	void (*done)(struct meta_wait *w);
+	int rc;
+};
+
+struct hl_cache {
+	char *name, *device, *map_path;
+	uint32_t bs, shift;
+	uint64_t nslots, nwin;
+	struct hl_cache_layout layout;
+	struct hl_cache_dev *dev; /* metadata I/O: meta thread, open and close only */
+	struct hl_origin *data;   /* slot data: O_DIRECT file origin on the device */
+	uint8_t *window;          /* RAM window data: nwin * bs, 4 KiB aligned */
+
+	pthread_mutex_t sync_lock; /* serialises record syncs (meta thread, attach); before lock */
+	pthread_mutex_t lock;
+	struct hl_cache_core *core; /* lock */
+	struct map_ent **ents;      /* lock; the array grows only on the main thread */
+	size_t n_ents;
+	uint16_t next_id; /* lock */
+
+	atomic_bool failed;   /* pass-through: the device failed */
+	atomic_long inflight; /* requests not yet freed */
+	atomic_ulong changes; /* bumped when metadata may need a flush */
+	atomic_ulong synced;  /* the value of changes the last record flush covered */
+	struct eng_counters st;
+	uint64_t meta_syncs, meta_waits; /* atomics */
+
+	/* metadata thread */
+	pthread_t meta_thr;
+	bool meta_started;
+	pthread_mutex_t mlock;
+	pthread_cond_t mcond;
+	struct meta_wait *mw_head, **mw_tail; /* mlock */
+	bool mstop;                           /* mlock */
+	atomic_bool mdrop;                    /* reactors are gone: the meta thread posts nothing */
+	bool fail_pending;                    /* mlock: kill the on-device metadata */
+	bool dead; /* meta thread (then close): no more metadata writes */
+	uint32_t interval_ms;
+};
+
+/* Behind each cached origin. */
+struct co_priv {
+	struct hl_cache *c;
+	struct hl_origin *inner;
+	struct map_ent *ent;
+};
+
+/* The ops of the origin hl_cache_attach() returns (engine_origin.c). */
+extern const struct hl_origin_ops cache_origin_ops;
+
+static inline struct co_priv *co_of(struct hl_origin *o)
+{
+	return hl_origin_priv(o);
+}
+
+/* ------------------------------------------------------------------ */
+/* Requests                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * SUB_BUF: no I/O, owns the bounce buffer of a stitched run (RUN pieces and
+ * PHIT pieces read into it). SUB_PHIT: valid sectors of a PARTIAL block,
+ * read from the cache device. SUB_RMW: the old content of a partly written
+ * sector, read from the slot before an update merges and writes it.
+ */
+enum sub_kind {
+	SUB_HIT,
+	SUB_RUN,
+	SUB_RETRY,
+	SUB_FILL,
+	SUB_WRITE,
+	SUB_SKIPPED,
+	SUB_BUF,
+	SUB_PHIT,
+	SUB_RMW,
+};
+
+struct eng_req;
+
+/* One I/O a request makes: to the cache device or to the origin. */
+struct eng_sub {
+	struct hl_origin_io io;
+	struct eng_req *req;
+	struct iovec iov;
+	uint8_t *buf; /* owned when own */
+	bool own;
+	bool direct; /* HIT/RETRY: buf is the caller's buffer itself, no copy */
+	uint8_t kind;
+	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
+	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
+	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
+	uint32_t peer;    /* RMW: the FILL sub it merges into */
+	uint64_t lo, hi;  /* RUN/RETRY/BUF/PHIT: LUN bytes held by buf; RMW: the sector */
+};
+
+struct eng_req {
+	struct hl_cache *c;
+	struct co_priv *co;
+	struct map_ent *ent;
+	struct hl_origin_io *uio; /* the caller's; valid until replied */
+	struct hl_reactor *r;
+	struct hl_timer defer;
+	struct meta_wait mw;
+	struct hl_list wlink; /* ent->wlist while a write is in flight */
+	void (*phase_done)(struct eng_req *req);
+	uint64_t off, len, t0;
+	enum hl_io_op op;
+	int pending;
+	int status;
+	bool all_hit, in_wlist, replied, inside_submit, no_data;
+	uint32_t nb, nios, nsub, maxsub;
+	struct hl_cache_io *ios;
+	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */
+	uint8_t *iof;    /* per io: IOF_* */
+	uint8_t *vmap;   /* read: bit i = sector off/SECT + i valid in a PARTIAL block */
+	struct eng_sub *subs;
+	bool subs_heap; /* subs was reallocated for a stitched read */
+};
+
+/* eng_req.iof */
+#define IOF_QUEUED  0x1 /* a FILL sub calls io_end when its write completes */
+#define IOF_WRITTEN 0x2 /* finished at once, data in place (RAM window) */
+#define IOF_DONE    0x4 /* already finished by the core (write_end): no io_end */
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                      */
+/* ------------------------------------------------------------------ */
+
+static inline void cnt_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t cnt_get(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+/* LUN byte offset of cache block b. */
+static inline uint64_t blk_start(const struct hl_cache *c, uint64_t b)
+{
+	return b << c->shift;
+}
+
+static inline void *abuf(size_t len)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, 4096, HL_ALIGN_UP(len ? len : 1, (size_t)4096)))
+		return NULL;
+	return p;
+}
+
+/* Copy len bytes at byte pos of the iovecs into dst. */
+static inline void iov_to_buf(const struct iovec *iov, int cnt, uint64_t pos, void *dst,
+                              uint64_t len)
+{
+	uint8_t *d = dst;
+
+	for (int i = 0; i < cnt && len; i++) {
+		if (pos >= iov[i].iov_len) {
+			pos -= iov[i].iov_len;
+			continue;
+		}
+		size_t n = HL_MIN(iov[i].iov_len - pos, len);
+		memcpy(d, (const uint8_t *)iov[i].iov_base + pos, n);
+		d += n;
+		len -= n;
+		pos = 0;
+	}
+}
+
+/*
+ * The caller's buffer for LUN bytes [lo, lo + len) of req if it is one
+ * contiguous piece of one iovec that O_DIRECT can read into (4 KiB-aligned
+ * address; lo and len are whole sectors already), else NULL.
+ */
+static inline uint8_t *iov_span(const struct iovec *iov, int cnt, uint64_t pos, uint64_t len)
+{
+	for (int i = 0; i < cnt; i++) {
+		if (pos >= iov[i].iov_len) {
+			pos -= iov[i].iov_len;
+			continue;
+		}
+		if (iov[i].iov_len - pos < len)
+			return NULL;
+		uint8_t *p = (uint8_t *)iov[i].iov_base + pos;
+		return ((uintptr_t)p & 4095) ? NULL : p;
+	}
+	return NULL;
+}
+
+/* Copy len bytes of src to byte pos of the iovecs. */
+static inline void buf_to_iov(const struct iovec *iov, int cnt, uint64_t pos, const void *src,
+                              uint64_t len)
+{
+	const uint8_t *s = src;
+
+	for (int i = 0; i < cnt && len; i++) {
+		if (pos >= iov[i].iov_len) {
+			pos -= iov[i].iov_len;
+			continue;
+		}
+		size_t n = HL_MIN(iov[i].iov_len - pos, len);
+		memcpy((uint8_t *)iov[i].iov_base + pos, s, n);
+		s += n;
+		len -= n;
+		pos = 0;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared between the engine's files                                  */
+/* ------------------------------------------------------------------ */
+
+/* engine.c */
+
+/**
+ * Count a cache-device error (on disk e too, may be NULL) and, the first
+ * time, switch the cache to pass-through: the metadata thread then makes
+ * the on-device metadata untrustworthy. Any thread.
+ */
+void engine_dev_error(struct hl_cache *c, struct map_ent *e, int rc);
+
+/**
+ * The device file shrank under us (truncated): its holes read as zeroes,
+ * and a write past the new end would hide that from the end-of-file check
+ * of the data reads. Any thread. @return true when it did (the caller
+ * reports the device error: pass-through).
+ */
+bool engine_device_check_size(struct hl_cache *c);
+
+/**
+ * Run done(w) on the request's reactor after a metadata flush that starts
+ * from now on (w is req->mw; w->rc says how the flush went). Returns at once.
+ */
+void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
+
+/* engine_origin.c */
+
+/**
+ * A request for uio on cached origin o (on the current reactor), with room
+ * for nb blocks, maxios core ios and maxsub subs. @return NULL (no memory).
+ */
+struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, uint32_t nb,
+                               uint32_t maxios, uint32_t maxsub);
+/** Free req and the buffers its subs own. */
+void engine_req_free(struct eng_req *req);
+/** The next sub of req (zeroed), or NULL when all maxsub are used. */
+struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t k);
+/**
+ * Submit sub s to origin o at off: the buffer is s->iov. Completion goes
+ * through engine_sub_cb and holds the current phase. @return 0 or -errno
+ * (no callback).
+ */
+int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, uint64_t off,
+                      uint64_t len);
+/** Completion of every sub's origin io: the per-kind work, then the phase hold ends. */
+void engine_sub_cb(struct hl_origin_io *io, int result);
+/** The submitter's hold on the current phase ends (never completes inside submit). */
+void engine_phase_end(struct eng_req *req);
+/** Complete the caller's io with status (once; counts latency and errors). */
+void engine_reply(struct eng_req *req, int status);
+/** Forwarded by the inner origin (hl_origin_listen); arg is the cached origin. */
+void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_event ev,
+                         uint64_t old_size);
+
+/* engine_read.c */
+
+/** READ and PREFETCH of length > 0 on cached origin o. @return 0 or -errno (no callback). */
+int engine_read(struct hl_origin *o, struct hl_origin_io *uio);
+/** A HIT, RUN, RETRY or PHIT sub finished (engine_sub_cb). */
+void engine_read_sub_done(struct eng_sub *s, int result);
+
+/* engine_write.c */
+
+/** WRITE, DISCARD, WRITE ZEROES, COMPARE AND WRITE on cached origin o. @return 0 or -errno. */
+int engine_write(struct hl_origin *o, struct hl_origin_io *uio);
+/** A FILL or RMW sub finished (engine_sub_cb). */
+void engine_fill_sub_done(struct eng_sub *s, int result);
+/**
+ * Prepare writing sectors [fill_first, +fill_nsect) of io's slot from data
+ * (valid until the request is freed, or copied here; freed here when
+ * data_owned). A RAM window slot is copied at once. @return true when a
+ * FILL sub is queued (its completion calls io_end); otherwise *written
+ * says how the caller ends io.
+ */
+bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, uint8_t *data,
+                         bool data_owned, bool *written);
+/**
+ * After the reply: end (under the lock) every io that no FILL sub will end
+ * (req->iof says how), then start the fills from sub first_fill on, after a
+ * metadata flush when barrier. Frees req when they are done.
+ */
+void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier);
+
+#endif

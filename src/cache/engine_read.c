@@ -1,0 +1,480 @@
+/*
+ * engine_read.c - READ and PRE-FETCH through the cache: plan under the
+ * cache mutex, whole hits read from the cache device (straight into the
+ * caller's buffer when it can), misses read from the origin in runs widened
+ * to what their fills need, PARTIAL blocks stitched from valid sectors and
+ * origin extents, a failed hit retried from the origin; the reply, then the
+ * fills and promotions of what the read brought (engine_write.c writes them).
+ *
+ * Shared state and the ordering rules: engine_internal.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/engine_internal.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+static inline bool io_fills(const struct hl_cache_io *io)
+{
+	return io->slot != HL_CACHE_NO_SLOT && io->fill_nsect;
+}
+
+/* True when an origin write in flight on e overlaps cache block b. Under c->lock. */
+static bool write_overlaps(const struct hl_cache *c, struct map_ent *e, uint64_t b)
+{
+	uint64_t s = blk_start(c, b), end = s + c->bs;
+	struct eng_req *w;
+
+	hl_list_for_each_entry(w, &e->wlist, wlink)
+	{
+		if (w->off < end && s < w->off + w->len)
+			return true;
+	}
+	return false;
+}
+
+/* After the reply: write what the origin returned (and promotions) into the slots. */
+static void read_fill_phase(struct eng_req *req)
+{
+	struct hl_cache *c = req->c;
+	uint32_t first_fill = req->nsub;
+	bool barrier = false;
+
+	for (uint32_t k = 0; k < req->nios; k++) {
+		struct hl_cache_io *io = &req->ios[k];
+		uint8_t *data;
+		bool w;
+
+		req->iof[k] = 0;
+		if (!io_fills(io))
+			continue;
+		if (io->kind == HL_CACHE_IO_PROMOTE) {
+			if (io->src_slot < c->nslots || io->src_slot - c->nslots >= c->nwin)
+				continue;
+			/* The window slot is pinned and MOVING: its data is stable. */
+			data = c->window + (uint64_t)(io->src_slot - c->nslots) * c->bs +
+			       (uint64_t)io->fill_first * SECT;
+		} else {
+			if (req->run_of[k] < 0)
+				continue;
+			struct eng_sub *run = &req->subs[req->run_of[k]];
+			uint64_t b0 = blk_start(c, io->block);
+			uint64_t fs = b0 + (uint64_t)io->fill_first * SECT;
+			uint64_t fe = fs + (uint64_t)io->fill_nsect * SECT;
+			/* Only whole sectors the origin read returned (the LUN end may cut it). */
+			fs = HL_MAX(fs, run->lo);
+			fe = HL_MIN(fe, run->hi);
+			if (fe <= fs)
+				continue;
+			fs = b0 + HL_DIV_ROUND_UP(fs - b0, (uint64_t)SECT) * SECT;
+			fe = b0 + (fe - b0) / SECT * SECT;
+			if (fe <= fs)
+				continue;
+			io->fill_first = (uint16_t)((fs - b0) / SECT);
+			io->fill_nsect = (uint16_t)((fe - fs) / SECT);
+			data = run->buf + (fs - run->lo);
+		}
+		if (engine_fill_prepare(req, io, k, data, false, &w)) {
+			req->iof[k] = IOF_QUEUED;
+			barrier |= io->meta_barrier != 0;
+		} else if (w) {
+			req->iof[k] = IOF_WRITTEN;
+		}
+	}
+	engine_fills_start(req, first_fill, barrier);
+}
+
+static void read_done(struct eng_req *req)
+{
+	struct hl_cache *c = req->c;
+
+	if (req->status) {
+		pthread_mutex_lock(&c->lock);
+		for (uint32_t k = 0; k < req->nios; k++)
+			hl_cache_core_io_end(c->core, req->ent->id, &req->ios[k], false);
+		if (req->status != -ENOMEM)
+			hl_cache_core_invalidate(c->core, req->ent->id, req->off, req->len);
+		pthread_mutex_unlock(&c->lock);
+		atomic_fetch_add(&c->changes, 1);
+		if (req->status != -ENOMEM)
+			HL_ERR_RL("cache", "cache %s: disk %s: origin read at %llu+%llu: %s",
+			          c->name, req->ent->name, (unsigned long long)req->off,
+			          (unsigned long long)req->len, strerror(-req->status));
+		/* A prefetch that failed warmed nothing; that is not an error. */
+		engine_reply(req, req->op == HL_IO_READ ? req->status : 0);
+		engine_req_free(req);
+		return;
+	}
+	engine_reply(req, 0);
+	read_fill_phase(req);
+}
+
+/* Copy the part of [lo, hi) (held in buf) that the caller asked for into its buffers. */
+static void copy_out(struct eng_req *req, const uint8_t *buf, uint64_t lo, uint64_t hi)
+{
+	uint64_t s = HL_MAX(lo, req->off), e = HL_MIN(hi, req->off + req->len);
+
+	if (e <= s || req->no_data)
+		return;
+	buf_to_iov(req->uio->iov, req->uio->iovcnt, s - req->off, buf + (s - lo), e - s);
+}
+
+/* A planned hit could not be read from the cache device: read its part from the origin. */
+static void hit_retry(struct eng_req *req, struct eng_sub *s, int rc)
+{
+	struct hl_cache *c = req->c;
+	struct hl_cache_io *io = &req->ios[s->k];
+	uint64_t b0 = blk_start(c, io->block);
+
+	engine_dev_error(c, req->ent, rc);
+	cnt_add(&c->st.hit_retries, 1);
+	cnt_add(&req->ent->st.hit_retries, 1);
+	req->all_hit = false;
+	s->kind = SUB_RETRY;
+	s->lo = HL_MAX(req->off, b0);
+	s->hi = HL_MIN(req->off + req->len, b0 + c->bs);
+	/*
+	 * s->buf holds the block's requested sectors, which cover [lo, hi); a
+	 * direct hit's sectors are exactly [lo, hi), so buf is where they go.
+	 */
+	s->iov.iov_base = s->buf;
+	rc = engine_sub_submit(s, req->co->inner, HL_IO_READ, s->lo, s->hi - s->lo);
+	if (rc && !req->status)
+		req->status = rc;
+}
+
+/* A stitched piece of valid sectors could not be read from the cache device: use the origin. */
+static void piece_retry(struct eng_req *req, struct eng_sub *s, int rc)
+{
+	engine_dev_error(req->c, req->ent, rc);
+	cnt_add(&req->c->st.hit_retries, 1);
+	cnt_add(&req->ent->st.hit_retries, 1);
+	s->kind = SUB_RETRY;
+	s->hi = HL_MIN(s->hi, req->co->inner->size); /* a last sector cut by the LUN end */
+	rc = engine_sub_submit(s, req->co->inner, HL_IO_READ, s->lo, s->hi - s->lo);
+	if (rc && !req->status)
+		req->status = rc;
+}
+
+/* A HIT, RUN, RETRY or PHIT sub finished: copy its data out, or retry from the origin. */
+void engine_read_sub_done(struct eng_sub *s, int result)
+{
+	struct eng_req *req = s->req;
+	struct hl_cache *c = req->c;
+
+	switch (s->kind) {
+	case SUB_HIT:
+		if (result) {
+			hit_retry(req, s, result);
+		} else if (!s->direct) {
+			struct hl_cache_io *cio = &req->ios[s->k];
+			uint64_t lo = blk_start(c, cio->block) + (uint64_t)cio->first * SECT;
+			copy_out(req, s->buf, lo, lo + (uint64_t)cio->nsect * SECT);
+		}
+		break;
+	case SUB_RETRY:
+	case SUB_RUN:
+		if (result) {
+			if (!req->status)
+				req->status = result;
+		} else if (!s->direct) {
+			copy_out(req, s->buf, s->lo, s->hi);
+		}
+		break;
+	case SUB_PHIT:
+		if (result)
+			piece_retry(req, s, result);
+		else
+			copy_out(req, s->buf, s->lo, s->hi);
+		break;
+	default:
+		break;
+	}
+}
+
+static void start_hit(struct eng_req *req, uint32_t k)
+{
+	struct hl_cache *c = req->c;
+	struct hl_cache_io *io = &req->ios[k];
+	uint64_t bytes = (uint64_t)io->nsect * SECT;
+	uint64_t lo = blk_start(c, io->block) + (uint64_t)io->first * SECT;
+	struct eng_sub *s = engine_sub_new(req, SUB_HIT, k);
+	int rc = -EIO;
+
+	if (!s) {
+		req->status = -ENOMEM;
+		return;
+	}
+	/* Most hits are whole sectors of the request: read them straight into its buffer. */
+	if (!req->no_data && lo >= req->off && lo + bytes <= req->off + req->len)
+		s->buf = iov_span(req->uio->iov, req->uio->iovcnt, lo - req->off, bytes);
+	s->direct = s->buf != NULL;
+	if (!s->buf && !(s->buf = abuf(bytes))) {
+		req->status = -ENOMEM;
+		return;
+	}
+	s->own = !s->direct;
+	s->iov.iov_base = s->buf;
+	if (!atomic_load(&c->failed))
+		rc = engine_sub_submit(s, c->data, HL_IO_READ,
+		                       c->layout.data_off + (uint64_t)io->slot * c->bs +
+		                           (uint64_t)io->first * SECT,
+		                       bytes);
+	if (rc)
+		hit_retry(req, s, rc);
+}
+
+/* Is sector p (LUN byte, sector-aligned) of the request valid in its PARTIAL block? */
+static bool sect_cached(const struct eng_req *req, uint64_t p)
+{
+	uint64_t s0 = req->off / SECT, i;
+	uint64_t k;
+
+	if (p < s0 * SECT || p >= req->off + req->len)
+		return false;
+	k = (p >> req->c->shift) - req->ios[0].block;
+	if (k >= req->nb || req->ios[k].kind != HL_CACHE_IO_PARTIAL)
+		return false;
+	i = p / SECT - s0;
+	return (req->vmap[i / 8] >> (i % 8)) & 1;
+}
+
+/* Valid sectors [p, q) of one PARTIAL block, into buf: from the RAM window or the device. */
+static void start_piece_hit(struct eng_req *req, uint8_t *buf, uint64_t p, uint64_t q)
+{
+	struct hl_cache *c = req->c;
+	uint32_t k = (uint32_t)((p >> c->shift) - req->ios[0].block);
+	struct hl_cache_io *io = &req->ios[k];
+	uint64_t in_blk = p - blk_start(c, io->block);
+	struct eng_sub *s = engine_sub_new(req, SUB_PHIT, k);
+	int rc = -EIO;
+
+	if (!s) {
+		req->status = -ENOMEM;
+		return;
+	}
+	s->buf = buf;
+	s->lo = p;
+	s->hi = q;
+	s->iov.iov_base = buf;
+	if (io->ram) {
+		/* Pinned RAM window slot: copy now. */
+		if (io->slot >= c->nslots && io->slot - c->nslots < c->nwin) {
+			memcpy(buf, c->window + (uint64_t)(io->slot - c->nslots) * c->bs + in_blk,
+			       q - p);
+			copy_out(req, buf, p, q);
+			s->kind = SUB_SKIPPED;
+			return;
+		}
+	} else if (!atomic_load(&c->failed)) {
+		rc = engine_sub_submit(s, c->data, HL_IO_READ,
+		                       c->layout.data_off + (uint64_t)io->slot * c->bs + in_blk,
+		                       q - p);
+	}
+	if (rc)
+		piece_retry(req, s, rc);
+}
+
+/*
+ * A run [lo, hi) with PARTIAL blocks, stitched: the valid sectors of the
+ * request come from the cache (one read per contiguous extent in a slot),
+ * every other extent from the origin, all into one bounce buffer (a SUB_BUF
+ * that the fills use like a RUN's). Valid sectors inside a fill's range are
+ * written back with what the cache held: a write since the plan would have
+ * made the fill stale.
+ */
+static void start_stitched(struct eng_req *req, uint32_t ka, uint32_t kb, uint64_t lo, uint64_t hi)
+{
+	struct hl_cache *c = req->c;
+	struct eng_sub *b = engine_sub_new(req, SUB_BUF, ka);
+	uint8_t *buf = abuf(HL_ALIGN_UP(hi - lo, (uint64_t)SECT));
+
+	if (!b || !buf) {
+		free(buf);
+		req->status = -ENOMEM;
+		return;
+	}
+	b->buf = buf;
+	b->own = true;
+	b->lo = lo;
+	b->hi = hi;
+	for (uint32_t k = ka; k <= kb; k++)
+		req->run_of[k] = (int32_t)(b - req->subs);
+	for (uint64_t p = lo, q; p < hi && !req->status; p = q) {
+		bool cached = sect_cached(req, p);
+
+		for (q = p + SECT; q < hi && sect_cached(req, q) == cached; q += SECT)
+			if (cached && (q >> c->shift) != (p >> c->shift))
+				break; /* another slot */
+		if (cached) {
+			start_piece_hit(req, buf + (p - lo), p, q);
+		} else {
+			struct eng_sub *s = engine_sub_new(req, SUB_RUN, ka);
+			int rc;
+
+			if (!s) {
+				req->status = -ENOMEM;
+				return;
+			}
+			q = HL_MIN(q, hi);
+			s->buf = buf + (p - lo);
+			s->lo = p;
+			s->hi = q;
+			s->iov.iov_base = s->buf;
+			rc = engine_sub_submit(s, req->co->inner, HL_IO_READ, p, q - p);
+			if (rc && !req->status)
+				req->status = rc;
+		}
+	}
+}
+
+/*
+ * The valid sectors of the request's PARTIAL blocks into req->vmap (under
+ * the cache mutex, right after the plan). @return how many sectors the
+ * PARTIAL blocks have in the request (0: nothing to stitch).
+ */
+static uint32_t vmap_fill(struct eng_req *req)
+{
+	struct hl_cache *c = req->c;
+	uint64_t s0 = req->off / SECT;
+	uint32_t spb = c->bs / SECT, total = 0;
+
+	for (uint32_t k = 0; k < req->nb && k < req->nios; k++) {
+		struct hl_cache_io *io = &req->ios[k];
+		uint8_t v[32];
+
+		if (io->kind != HL_CACHE_IO_PARTIAL)
+			continue;
+		if (hl_cache_core_peek(c->core, req->ent->id, io->block, v) != io->slot)
+			memset(v, 0, sizeof(v)); /* cannot be: the slot is pinned */
+		for (uint32_t i = io->first; i < (uint32_t)io->first + io->nsect; i++) {
+			uint64_t x = io->block * spb + i - s0;
+			if ((v[i / 8] >> (i % 8)) & 1)
+				req->vmap[x / 8] |= (uint8_t)(1u << (x % 8));
+			else
+				req->vmap[x / 8] &= (uint8_t) ~(1u << (x % 8));
+		}
+		total += io->nsect;
+	}
+	return total;
+}
+
+/* One origin read for blocks ka..kb (none a hit), widened to the sectors their fills need. */
+static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
+{
+	struct hl_cache *c = req->c;
+	struct hl_cache_io *a = &req->ios[ka], *z = &req->ios[kb];
+	uint64_t lo = HL_MAX(req->off, blk_start(c, a->block));
+	uint64_t hi = HL_MIN(req->off + req->len, blk_start(c, z->block + 1));
+	struct eng_sub *s;
+	int rc;
+
+	if (io_fills(a))
+		lo = HL_MIN(lo, blk_start(c, a->block) + (uint64_t)a->fill_first * SECT);
+	if (io_fills(z))
+		hi = HL_MAX(hi, blk_start(c, z->block) +
+		                    (uint64_t)(z->fill_first + z->fill_nsect) * SECT);
+	lo = lo / SECT * SECT;
+	hi = HL_ALIGN_UP(hi, (uint64_t)SECT);
+	hi = HL_MIN(hi, req->co->inner->size);
+	for (uint32_t k = ka; k <= kb; k++) {
+		if (req->ios[k].kind == HL_CACHE_IO_PARTIAL) {
+			start_stitched(req, ka, kb, lo, hi);
+			return;
+		}
+	}
+	s = engine_sub_new(req, SUB_RUN, ka);
+	if (!s || !(s->buf = abuf(hi - lo))) {
+		req->status = -ENOMEM;
+		return;
+	}
+	s->own = true;
+	s->lo = lo;
+	s->hi = hi;
+	for (uint32_t k = ka; k <= kb; k++)
+		req->run_of[k] = (int32_t)(s - req->subs);
+	s->iov.iov_base = s->buf;
+	rc = engine_sub_submit(s, req->co->inner, HL_IO_READ, lo, hi - lo);
+	if (rc && !req->status)
+		req->status = rc;
+}
+
+/* READ and PREFETCH (a read whose data nobody wants: it only warms the cache). */
+int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
+{
+	struct co_priv *co = co_of(o);
+	struct hl_cache *c = co->c;
+	uint32_t nb = hl_cache_core_nblocks(c->core, uio->offset, uio->length);
+	uint32_t partial_sect = 0;
+	bool partial = false;
+	struct eng_req *req;
+	int n;
+
+	req = engine_req_new(o, uio, nb, 2 * nb, 3 * nb + 1);
+	if (!req)
+		return -ENOMEM;
+	req->no_data = uio->op != HL_IO_READ;
+	pthread_mutex_lock(&c->lock);
+	n = hl_cache_core_read(c->core, co->ent->id, uio->offset, uio->length, req->ios, 2 * nb);
+	for (int k = 0; k < n && k < (int)nb; k++) {
+		struct hl_cache_io *io = &req->ios[k];
+		if (io_fills(io) && write_overlaps(c, co->ent, io->block))
+			io->fill_nsect = 0; /* the origin may still return pre-write data */
+		if (io->kind == HL_CACHE_IO_PARTIAL)
+			partial = true;
+	}
+	req->nios = n > 0 ? (uint32_t)n : 0;
+	if (partial)
+		partial_sect = vmap_fill(req);
+	pthread_mutex_unlock(&c->lock);
+	if (n < 0) {
+		engine_req_free(req);
+		return n == -ENOMEM ? -ENOMEM : -EINVAL;
+	}
+	if (partial_sect) {
+		/* Stitched runs: one sub per extent besides the usual ones (see start_stitched). */
+		uint32_t need = 4 * nb + 1 + partial_sect;
+		struct eng_sub *subs = need > req->maxsub ? calloc(need, sizeof(*subs)) : NULL;
+		if (subs) {
+			req->subs = subs;
+			req->subs_heap = true;
+			req->maxsub = need;
+		}
+	}
+	req->pending = 1;
+	req->inside_submit = true;
+	req->all_hit = true;
+	req->phase_done = read_done;
+	for (uint32_t k = 0; k < nb; k++)
+		req->run_of[k] = -1;
+	for (uint32_t k = 0; k < nb && !req->status;) {
+		struct hl_cache_io *io = &req->ios[k];
+		if (io->kind == HL_CACHE_IO_HIT) {
+			if (io->ram) {
+				/* Pinned RAM window slot: copy now. */
+				uint64_t lo = blk_start(c, io->block) + (uint64_t)io->first * SECT;
+				copy_out(req,
+				         c->window + (uint64_t)(io->slot - c->nslots) * c->bs +
+				             (uint64_t)io->first * SECT,
+				         lo, lo + (uint64_t)io->nsect * SECT);
+			} else {
+				start_hit(req, k);
+			}
+			k++;
+			continue;
+		}
+		req->all_hit = false;
+		uint32_t kb = k;
+		while (kb + 1 < nb && req->ios[kb + 1].kind != HL_CACHE_IO_HIT)
+			kb++;
+		start_run(req, k, kb);
+		k = kb + 1;
+	}
+	engine_phase_end(req);
+	req->inside_submit = false;
+	return 0;
+}
