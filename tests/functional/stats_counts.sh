@@ -107,6 +107,21 @@ if command -v qemu-io >/dev/null; then
 		done
 		hl_fail "cache c1 never idle"
 	}
+	# read_counts WHAT REQS HITS PARTIAL MISSES CACHE_KIB ORIGIN_KIB: disk inv's read
+	# counters moved by exactly that from $tmp/before.json to $tmp/after.json.
+	read_counts() {
+		python3 - "$tmp/before.json" "$tmp/after.json" "${@:2}" <<'PY' || hl_fail "$1: counters do not match"
+import json, sys
+b, a = (json.load(open(f))["caches"]["c1"]["disks"]["inv"] for f in sys.argv[1:3])
+keys = ("read_reqs", "read_hits", "read_partial", "read_misses",
+        "bytes_read_cache", "bytes_read_origin")
+n = [int(v) for v in sys.argv[3:9]]
+want = dict(zip(keys, n[:4] + [n[4] * 1024, n[5] * 1024]))
+got = {k: a[k] - b[k] for k in keys}
+assert got == want, (got, want)
+PY
+		echo "$1 counters match"
+	}
 	qio "read -P 0 0 64k"; idle
 	qio "write -P 0x5a 16k 8k"; idle
 	stats >"$tmp/before.json" || hl_fail "stats"
@@ -139,32 +154,13 @@ PY
 	qemu-io -f raw -c "read -P 0 0 16k" -c "read -P 0x5a 16k 8k" -c "read -P 0x33 40k 8k" "$url" \
 		>"$tmp/qio.out" 2>&1 || hl_fail "qemu-io data check: $(tail -2 "$tmp/qio.out")"
 	stats >"$tmp/after.json" || hl_fail "stats"
-	python3 - "$tmp/before.json" "$tmp/after.json" <<'PY' || hl_fail "partial hit: counters do not match"
-import json, sys
-b, a = (json.load(open(f))["caches"]["c1"]["disks"]["inv"] for f in sys.argv[1:3])
-K = 1024
-got = {k: a[k] - b[k] for k in ("read_reqs", "read_hits", "read_partial", "read_misses",
-                                "bytes_read_cache", "bytes_read_origin")}
-want = {"read_reqs": 3, "read_hits": 2, "read_partial": 0, "read_misses": 1,
-        "bytes_read_cache": 24 * K, "bytes_read_origin": 8 * K}
-assert got == want, (got, want)
-PY
+	read_counts "true partial hit" 3 2 0 1 24 8
 	idle
 	qio "write -P 0x44 8k 4k"; idle
 	stats >"$tmp/before.json" || hl_fail "stats"
 	qio "read 0 64k"
 	stats >"$tmp/after.json" || hl_fail "stats"
-	python3 - "$tmp/before.json" "$tmp/after.json" <<'PY' || hl_fail "stitched partial hit: counters do not match"
-import json, sys
-b, a = (json.load(open(f))["caches"]["c1"]["disks"]["inv"] for f in sys.argv[1:3])
-K = 1024
-got = {k: a[k] - b[k] for k in ("read_reqs", "read_hits", "read_partial", "read_misses",
-                                "bytes_read_cache", "bytes_read_origin")}
-want = {"read_reqs": 1, "read_hits": 0, "read_partial": 1, "read_misses": 0,
-        "bytes_read_cache": 60 * K, "bytes_read_origin": 4 * K}
-assert got == want, (got, want)
-print("stitched partial hit counters match:", got)
-PY
+	read_counts "stitched partial hit" 1 0 1 0 60 4
 	# the stitched reply is right, byte for byte
 	qemu-io -f raw -c "read -P 0 0 8k" -c "read -P 0x44 8k 4k" -c "read -P 0 12k 4k" \
 		-c "read -P 0x5a 16k 8k" -c "read -P 0 24k 16k" -c "read -P 0x33 40k 8k" \
