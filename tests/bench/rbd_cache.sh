@@ -61,12 +61,16 @@ state_dir = $tmp/state
 device = $tmp/c0.cache
 size = 512M
 block_size = 4K
+# both disks read the same image, so both read-only: a writable RBD disk
+# holds the image's exclusive lock, which only one of them could have
 [disk plain]
 origin = rbd:rbd/hot
 rbd_conf = $CEPH_CONF
+read_only = yes
 [disk cached]
 origin = rbd:rbd/hot
 rbd_conf = $CEPH_CONF
+read_only = yes
 cache = c0
 [target iqn.2026-11.io.hotlun:rbd]
 lun.0 = plain
@@ -75,7 +79,7 @@ allow = ALL
 CONF
 "$BUILD/hotlund" --config "$tmp/c.conf" >"$tmp/hotlund.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
 url=iscsi://127.0.0.1:$port/iqn.2026-11.io.hotlun:rbd
 run() { # run NAME LUN
