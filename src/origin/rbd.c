@@ -371,8 +371,12 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 			    "write it behind this gateway (and its cache)",
 			    target);
 		} else {
-			HL_ERR(RBD_LOG, "rbd:%s: cannot take the image's exclusive lock: %s",
-			       target, strerror(-rc));
+			HL_ERR(RBD_LOG, "rbd:%s: cannot take the image's exclusive lock: %s%s",
+			       target, strerror(-rc),
+			       rc == -EROFS
+			           ? " (another client holds it: a writable rbd disk needs "
+			             "the image to itself)"
+			           : "");
 			goto fail;
 		}
 	}
