@@ -40,6 +40,13 @@ void hl_origin_close(struct hl_origin *o)
 	free(o);
 }
 
+/* The LU listens to its origin's events (resize); the fake raises none. */
+void hl_origin_listen(struct hl_origin *o, hl_origin_event_fn fn, void *arg)
+{
+	o->listener = fn;
+	o->listener_arg = arg;
+}
+
 static struct hl_lu *lus[2];
 static struct hl_origin *origins[2];
 static struct hl_scsi_lun_map map;
