@@ -49,9 +49,26 @@ int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uin
 	return hl_origin_submit(lu->origin, io);
 }
 
+/*
+ * -ESHUTDOWN: the origin fenced this gateway (origin.h HL_ORIGIN_FENCED: a
+ * Ceph blocklist or a lost exclusive lock). Not a medium defect at this LBA
+ * and not transient: NOT READY, LOGICAL UNIT NOT READY, MANUAL INTERVENTION
+ * REQUIRED (SPC-4): an administrator must act (hotlund does not reopen a
+ * fenced image), so retrying with BUSY would spin for ever.
+ */
+static bool origin_fenced(struct hl_scsi_cmd *cmd, int rc)
+{
+	if (rc != -ESHUTDOWN)
+		return false;
+	hl_scsi_set_sense(cmd, HL_SK_NOT_READY, 0x04, 0x03);
+	return true;
+}
+
 /* An origin that cannot take the request now is a transient condition, not a failure. */
 void sbc_submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
 {
+	if (origin_fenced(cmd, rc))
+		return;
 	if (rc == -ENOMEM || rc == -EAGAIN || rc == -EBUSY) {
 		cmd->status = HL_SAM_BUSY;
 		cmd->sense_len = 0;
@@ -68,6 +85,8 @@ void sbc_io_error(struct hl_scsi_cmd *cmd, int result, bool write)
 {
 	HL_WARN_RL(SCSI_COMPONENT, "%s: origin %s error %d", cmd->lu->name,
 	           write ? "write" : "read", result);
+	if (origin_fenced(cmd, result))
+		return;
 	if (write && result == -ENOSPC)
 		hl_scsi_set_sense(cmd, HL_SK_DATA_PROTECT, 0x27,
 		                  0x07); /* space allocation failed */
