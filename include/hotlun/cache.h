@@ -366,6 +366,15 @@ void hl_cache_core_slot_set_dirty(struct hl_cache_core *c, uint32_t slot);
 uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c);
 
 /**
+ * A record of slot that claims valid sectors was just snapshotted and is
+ * about to be written: from now on the device may claim them, so a slot
+ * reused or a cached sector overwritten before that write is durable needs
+ * a barrier like any persisted claim. Call under the lock that guards c,
+ * in the same critical section as the snapshot.
+ */
+void hl_cache_core_slot_claim_pending(struct hl_cache_core *c, uint32_t slot);
+
+/**
  * The record of slot, as snapshotted at epoch, is durable on the device
  * (written and flushed). claims_valid: the record claimed valid sectors.
  * Stale claims of the slot registered before epoch are forgotten.

@@ -1574,6 +1574,18 @@ uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c)
 	return c->meta_epoch;
 }
 
+void hl_cache_core_slot_claim_pending(struct hl_cache_core *c, uint32_t slot)
+{
+	/*
+	 * Setting the flag at the snapshot, not when the write completes, closes
+	 * a window: a snapshot of (block Y, sector k valid) in flight while Y's
+	 * slot went to block X would otherwise see no claim, skip the barrier,
+	 * and let X's data land under a record that is about to claim Y.
+	 */
+	if (slot < c->nslots)
+		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+}
+
 void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
                                   uint64_t epoch)
 {

@@ -244,8 +244,10 @@ static bool rec_decode(const struct hl_cache_layout *l, uint32_t seed, uint32_t 
 }
 
 /*
- * Write record page `page` from the RAM state of its slots. Records
- * claiming data are reported persisted only after the caller's flush.
+ * Write record page `page` from the RAM state of its slots. A slot whose
+ * record claims data counts as claimed on the device from this snapshot on
+ * (barriers needed before its data changes); the claim is reported
+ * persisted only after the caller's flush.
  */
 static void page_encode(const struct hl_cache_layout *l, struct hl_cache_core *c, uint64_t page,
                         uint8_t *buf, uint8_t *claims)
@@ -258,6 +260,8 @@ static void page_encode(const struct hl_cache_layout *l, struct hl_cache_core *c
 		bool v = hl_cache_core_slot_get(c, (uint32_t)(first + i), &r);
 		rec_encode(l, l->seed, (uint32_t)(first + i), &r, v, buf + i * l->rec_size);
 		claims[i] = v;
+		if (v)
+			hl_cache_core_slot_claim_pending(c, (uint32_t)(first + i));
 	}
 }
 

@@ -433,6 +433,86 @@ static void test_stale_claim_after_eviction(void)
 	hl_cache_dev_close(r.d);
 }
 
+/*
+ * A sync snapshots the records, then writes them without the lock. What
+ * happens to a slot in between must treat the snapshot's claims as if they
+ * were already on the device: here a fill reuses a slot whose block the
+ * snapshot claims (it must take a barrier before its data lands), or a
+ * write changes a sector the snapshot claims (it must sync before the
+ * origin sees it). Then the gateway dies before the next sync. Found by
+ * tests/functional/cache_verify.sh as misdirected data after kill -9.
+ */
+static struct rig *race_rig;
+static int race_action; /* 0 idle, 1 evict by a fill, 2 overwrite a claimed sector */
+static bool race_write_waits; /* action 2: the write waits for a sync before the origin */
+static struct hl_cache_dev_ops race_ops;
+static const struct hl_cache_dev_ops *race_orig;
+
+static int race_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off)
+{
+	struct rig *r = race_rig;
+	int rc = race_orig->pwrite(d, buf, len, off);
+	int action = race_action;
+
+	if (rc || !action || off < r->l.meta_off || off >= r->l.data_off)
+		return rc;
+	race_action = 0;
+	if (action == 1) {
+		do_read(r, 1, 0, BS, true); /* evicts a LUN 0 block; its fill waits */
+		return rc;
+	}
+	/* A write of sector 0 (cached, claimed by the snapshot) starts. */
+	struct hl_cache_io ios[16];
+	int n = hl_cache_core_write_begin(r->c, 0, 0, HL_CACHE_SECTOR, ios, 16);
+	bool sync = hl_cache_core_write_needs_sync(r->c, 0, 0, HL_CACHE_SECTOR);
+
+	for (int i = 0; i < n; i++)
+		sync |= ios[i].meta_barrier;
+	race_write_waits = sync;
+	if (!sync)
+		origin[0][0]++; /* no sync needed: the origin has it at once */
+	return rc;
+}
+
+static void race_one(int action)
+{
+	struct rig r;
+	int restored;
+
+	rig_start(&r, 1u << 20);
+	for (uint64_t b = 0; b < r.l.nslots; b++)
+		do_read(&r, 0, b * BS, BS, false); /* every slot holds a LUN 0 block, unsynced */
+	race_rig = &r;
+	race_orig = r.d->ops;
+	race_ops = *r.d->ops;
+	race_ops.pwrite = race_pwrite;
+	r.d->ops = &race_ops;
+	race_action = action;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+	CU_ASSERT_EQUAL(race_action, 0); /* the race happened */
+	if (r.npend)
+		finish_pending(&r); /* the fill: barrier (if it knows it needs one), data */
+	if (action == 2 && race_write_waits) {
+		/* The sync the write asked for, then the origin write. */
+		CU_ASSERT_EQUAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+		origin[0][0]++;
+	}
+	/* (action 2: the gateway dies before the update reaches the cache) */
+	r.d->ops = race_orig;
+	CU_ASSERT_FALSE(r.crashed);
+	/* The gateway dies now: no further sync. */
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT(restored > 0);
+	hl_cache_core_destroy(r.c);
+	hl_cache_dev_close(r.d);
+}
+
+static void test_claims_of_a_sync_in_flight(void)
+{
+	race_one(1);
+	race_one(2);
+}
+
 static void test_file_device(void)
 {
 	char path[] = "/var/tmp/hl-cache-ut-XXXXXX";
@@ -468,6 +548,7 @@ static void test_file_device(void)
 static const struct hl_test tests[] = {
     {"layout of records and data", test_layout},
     {"warm restart after a clean close", test_warm_restart},
+    {"claims of a sync in flight need barriers", test_claims_of_a_sync_in_flight},
     {"torn, foreign and missing superblocks", test_bad_superblock},
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
