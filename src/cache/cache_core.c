@@ -1090,6 +1090,27 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 	return (int)(nb + nextra);
 }
 
+/*
+ * A PROMOTE copies the window's sectors fill_first..+fill_nsect in one
+ * write, holes (sectors not valid in the window) included: their bytes are
+ * whatever the window slot held, an older version of the block (an update
+ * that was dropped) or another block's. A fill of the SSD slot that began
+ * after the promotion holds the same ticket (fills do not bump the
+ * generation) and may already have made such a sector valid with the
+ * origin's data: the copy would put the window's old bytes under it. True
+ * when the SSD slot has a valid sector in a hole of the copy.
+ */
+static bool promote_hides_fill(const struct hl_cache_core *c, const struct hl_cache_io *io)
+{
+	const uint8_t *sv = slot_valid(c, io->slot), *wv = slot_valid(c, io->src_slot);
+	uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
+
+	for (uint32_t i = io->fill_first; i < e && i < c->spb; i++)
+		if (vtest(sv, i) && !vtest(wv, i))
+			return true;
+	return false;
+}
+
 bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io)
 {
 	struct cache_lun *l = c->luns[lun];
@@ -1102,6 +1123,12 @@ bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cac
 	    sl->key != cache_key(lun, io->block) || sl->gen != io->ticket || sl->writers ||
 	    (sl->state & CACHE_SLOT_F_WRITING)) {
 		/* Raced by a write, an invalidation or another fill: dropped. */
+		if (l)
+			STAT(c, l, fills_dropped, 1);
+		return false;
+	}
+	if (io->kind == HL_CACHE_IO_PROMOTE && io->src_slot < c->ntotal &&
+	    promote_hides_fill(c, io)) {
 		if (l)
 			STAT(c, l, fills_dropped, 1);
 		return false;
@@ -1121,6 +1148,7 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal)
 		return;
 	sl = &c->slots[s];
+	bool started = io->started;
 	if (io->started) {
 		sl->state &= (uint8_t)~CACHE_SLOT_F_WRITING;
 		io->started = 0;
@@ -1129,6 +1157,20 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 		struct cache_slot *ws = &c->slots[io->src_slot];
 		const uint8_t *wv = slot_valid(c, io->src_slot);
 
+		if (io->fill_nsect && started && sl->key == cache_key(lun, io->block)) {
+			/*
+			 * The copy wrote the window's holes too: none of them may stay
+			 * valid in the slot (io_start saw none, and none can have been
+			 * filled since; this only keeps it so).
+			 */
+			uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
+			for (uint32_t i = io->fill_first; i < e && i < c->spb; i++) {
+				if (!vtest(wv, i) && vtest(slot_valid(c, s), i)) {
+					vclear(slot_valid(c, s), i, 1);
+					mark_dirty(c, s);
+				}
+			}
+		}
 		if (io->fill_nsect) {
 			bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
 			            sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&

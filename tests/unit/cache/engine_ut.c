@@ -901,6 +901,120 @@ static void test_window_and_promotion(void)
 	free(order);
 }
 
+/* The n-th block of a fixed order over nblk blocks, never contiguous (no sequential bypass). */
+static uint64_t perm(uint64_t n, uint64_t nblk)
+{
+	return (n * 37 + 11) % nblk;
+}
+
+/*
+ * A PROMOTE copies the window slot's first..last valid sector in one write,
+ * holes included. A hole (a sector whose update was dropped: its window
+ * bytes are older than the origin) must never land over a sector that a
+ * fill made valid in the SSD slot meanwhile: both ios carry the same ticket
+ * (fills do not bump the generation), so only the promotion can see it.
+ * Found by cache_verify.sh as "stale data (older write)" in a whole-block hit.
+ */
+static void test_promote_hole_raced_fill(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_config cfg = {
+	    .name = "ut",
+	    .size = 8 * M,
+	    .block_size = BS,
+	    .admission = "always",
+	    .meta_interval_ms = 50,
+	};
+	const uint64_t lun = 32 * M, nblk = lun / BS;
+	uint8_t *buf = malloc(BS), *w4 = malloc(4 * K), *w5 = malloc(4 * K);
+	struct step s4, s5, rx;
+	uint64_t i = 0, b, x;
+	uint8_t v[32];
+	bool ok = true;
+
+	dev_name();
+	cfg.device = g_dev;
+	fake_init(&f, lun, 21);
+	reactor_up();
+	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	o = attach(c, &f, "fake:hole");
+	CU_ASSERT_FATAL(c->nslots + c->nwin + 1 < nblk);
+	/* Fill the SSD part (free slots are admitted directly). */
+	for (; i < c->nslots && ok; i++)
+		ok = do_io(o, HL_IO_READ, perm(i, nblk) * BS, BS, buf) == 0 && wait_inflight(c, 0);
+	/* Block b misses into the (empty) RAM window: its first slot, the hand's first victim. */
+	b = perm(i, nblk);
+	i++;
+	ok = ok && do_io(o, HL_IO_READ, b * BS, BS, buf) == 0 && wait_inflight(c, 0);
+	CU_ASSERT_FATAL(ok);
+	CU_ASSERT_FATAL(hl_cache_core_peek(c->core, c->ents[0]->id, b, NULL) == c->nslots);
+
+	/*
+	 * Two 4K writes into b at once (update mode): the first to finish sees
+	 * the other in flight and drops its update, so sector 4 becomes a hole
+	 * in the window slot whose bytes are older than the origin.
+	 */
+	memset(w4, 0x44, 4 * K);
+	memset(w5, 0x55, 4 * K);
+	__atomic_store_n(&f.hold_writes, 1, __ATOMIC_RELAXED);
+	io_start(&s4, o, HL_IO_WRITE, b * BS + 4 * 4 * K, 4 * K, w4);
+	io_start(&s5, o, HL_IO_WRITE, b * BS + 5 * 4 * K, 4 * K, w5);
+	CU_ASSERT(wait_inflight(c, 2));
+	__atomic_store_n(&f.hold_writes, 0, __ATOMIC_RELAXED);
+	release_held(&f);
+	CU_ASSERT_EQUAL(io_wait(&s4), 0);
+	CU_ASSERT_EQUAL(io_wait(&s5), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	hl_cache_core_peek(c->core, c->ents[0]->id, b, v);
+	CU_ASSERT_EQUAL(v[0] & 0x10, 0); /* the hole */
+	CU_ASSERT_EQUAL(v[1], 0xff);
+
+	/* Fill the rest of the window; b stays its CLOCK victim (never re-read). */
+	for (uint64_t n = 1; n < c->nwin && ok; n++, i++)
+		ok = do_io(o, HL_IO_READ, perm(i, nblk) * BS, BS, buf) == 0 && wait_inflight(c, 0);
+	CU_ASSERT_FATAL(ok);
+
+	/* Miss x evicts b from the window: b is promoted, the copy waits behind x's held read. */
+	x = perm(i, nblk);
+	__atomic_store_n(&f.hold_reads, 1, __ATOMIC_RELAXED);
+	io_start(&rx, o, HL_IO_READ, x * BS, BS, buf);
+	CU_ASSERT(wait_inflight(c, 1));
+	__atomic_store_n(&f.hold_reads, 0, __ATOMIC_RELAXED);
+	CU_ASSERT(hl_cache_core_peek(c->core, c->ents[0]->id, b, NULL) < c->nslots);
+
+	/* Meanwhile a read of sector 4 misses in b's new SSD slot and fills it (current data). */
+	uint8_t *r4 = malloc(4 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS + 4 * 4 * K, 4 * K, r4), 0);
+	CU_ASSERT(r4[0] == 0x44 && r4[4 * K - 1] == 0x44);
+	CU_ASSERT(wait_inflight(c, 1));
+
+	/* The promotion runs now; whatever it writes, sector 4 must read the origin's data. */
+	release_held(&f);
+	CU_ASSERT_EQUAL(io_wait(&rx), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + b * BS, BS) == 0);
+	CU_ASSERT(buf[4 * 4 * K] == 0x44 && buf[5 * 4 * K] == 0x55);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* And after a restart (the records of b's slot claim only sectors that are right). */
+	cache_down(c, o);
+	reactor_up();
+	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	o = attach(c, &f, "fake:hole");
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + b * BS, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w4);
+	free(w5);
+	free(r4);
+}
+
 /* Two caches in one process, each on its own device: both restart warm. */
 static void test_two_caches(void)
 {
@@ -1285,6 +1399,8 @@ int main(void)
 	     test_prefetch_discard},
 	    {"RAM window hits, promotions and evictions keep the data right",
 	     test_window_and_promotion},
+	    {"a promotion's copy never lands a hole over a sector filled meanwhile",
+	     test_promote_hole_raced_fill},
 	    {"two caches in one process restart warm", test_two_caches},
 	    {"an untrusted map formats; a changed quota drops the blocks", test_map_and_quota},
 	    {"partial hits are stitched from cache and origin", test_partial_stitched},
