@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/uio.h>
 
 struct hl_origin;
@@ -70,6 +71,26 @@ struct hl_origin_io {
 	/* Backend-private scratch, so backends need no allocation per I/O. */
 	uint64_t priv[8];
 };
+
+/**
+ * Fill io (zeroed first) as a copy of the request fields of outer (op,
+ * flags, offset, length, iov) with its own completion: what a wrapper sends
+ * to the origin it wraps. outer's iov stays outer's (valid until its cb).
+ */
+static inline void hl_origin_io_forward(struct hl_origin_io *io, const struct hl_origin_io *outer,
+                                        void (*cb)(struct hl_origin_io *io, int result),
+                                        void *arg)
+{
+	memset(io, 0, sizeof(*io));
+	io->op = outer->op;
+	io->flags = outer->flags;
+	io->offset = outer->offset;
+	io->length = outer->length;
+	io->iov = outer->iov;
+	io->iovcnt = outer->iovcnt;
+	io->cb = cb;
+	io->arg = arg;
+}
 
 /** Options from the [disk] section that backends may use. */
 struct hl_origin_opts {

@@ -441,14 +441,7 @@ static int write_issue(struct eng_req *req)
 	memset(s, 0, sizeof(*s));
 	s->req = req;
 	s->kind = SUB_WRITE;
-	s->io.op = uio->op;
-	s->io.flags = uio->flags;
-	s->io.offset = uio->offset;
-	s->io.length = uio->length;
-	s->io.iov = uio->iov;
-	s->io.iovcnt = uio->iovcnt;
-	s->io.cb = engine_sub_cb;
-	s->io.arg = s;
+	hl_origin_io_forward(&s->io, uio, engine_sub_cb, s);
 	req->pending = 1;
 	req->phase_done = write_done;
 	rc = hl_origin_submit(req->co->inner, &s->io);

@@ -138,14 +138,7 @@ static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 		if (!s)
 			return -ENOMEM;
 	}
-	memset(&s->io, 0, sizeof(s->io));
-	s->io.op = outer->op;
-	s->io.flags = outer->flags;
-	s->io.offset = outer->offset;
-	s->io.length = outer->length;
-	s->io.iov = outer->iov;
-	s->io.iovcnt = outer->iovcnt;
-	s->io.cb = shadow_done;
+	hl_origin_io_forward(&s->io, outer, shadow_done, NULL);
 	s->outer = outer;
 	s->counters = co->counters;
 	s->start_ns = hl_now_ns();

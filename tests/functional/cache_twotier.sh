@@ -28,7 +28,6 @@ T=$(hl_tmpdir)
 SIZE=$((64 * 1024 * 1024))
 IMG=$((16 * 1024 * 1024))
 FRONT_IQN=$HL_IQN_PREFIX:cache-twotier-front
-CTL=$HL_BUILDDIR/hotlunctl
 
 # ---- the SAN
 hl_target_start --size $SIZE
@@ -67,21 +66,9 @@ front_start() {
 	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
 }
 
-# stat KEY: a counter of disk "san" in cache "ssd", from the control socket.
-stat() {
-	"$CTL" --socket "$ST/ctl.sock" stats --json >"$T/stats.json" 2>"$T/stats.err" ||
-		{ cat "$T/stats.err" >&2; hl_fail "hotlunctl stats failed"; }
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"]["disks"]["san"][sys.argv[2]])' \
-		"$T/stats.json" "$1" || { cat "$T/stats.json" >&2; hl_fail "no cache stats for disk san"; }
-}
-
-# cstat KEY: a counter of the whole cache "ssd".
-cstat() {
-	"$CTL" --socket "$ST/ctl.sock" stats --json >"$T/stats.json" 2>"$T/stats.err" ||
-		{ cat "$T/stats.err" >&2; hl_fail "hotlunctl stats failed"; }
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"][sys.argv[2]])' \
-		"$T/stats.json" "$1" || { cat "$T/stats.json" >&2; hl_fail "no stats for cache ssd"; }
-}
+# stat KEY: a counter of disk "san" in cache "ssd"; cstat KEY: of the whole cache.
+stat() { hl_cache_stat "$ST/ctl.sock" ssd "$1" san; }
+cstat() { hl_cache_stat "$ST/ctl.sock" ssd "$1"; }
 
 # wait_cstat KEY MIN: wait (up to 20 s) until the cache counter KEY reaches MIN.
 wait_cstat() {

@@ -29,7 +29,6 @@
 hl_need python3
 [ "$HL_TARGET" = tgt ] && hl_skip "the front under test is hotlund; nothing to run against tgt"
 BENCH=$HL_BUILDDIR/hotlun-bench
-CTL=$HL_BUILDDIR/hotlunctl
 [ -x "$BENCH" ] || hl_missing "$BENCH not built"
 
 T=$(hl_tmpdir)
@@ -83,13 +82,7 @@ front_start() {
 	hl_start_hotlund "$T/front.conf"
 	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
 }
-# cstat KEY: a counter of the whole cache "ssd" from the control socket.
-cstat() {
-	"$CTL" --socket "$ST/ctl.sock" stats --json >"$T/stats.json" 2>"$T/stats.err" ||
-		{ cat "$T/stats.err" >&2; hl_fail "hotlunctl stats failed"; }
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"][sys.argv[2]])' \
-		"$T/stats.json" "$1" || { cat "$T/stats.json" >&2; hl_fail "no stats for cache ssd"; }
-}
+cstat() { hl_cache_stat "$ST/ctl.sock" ssd "$1"; }
 front_start
 
 # Every block gets a verify pattern first, so the final read-only pass can

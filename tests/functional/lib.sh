@@ -322,6 +322,19 @@ hl_start_hotlund() {
 	fi
 }
 
+# hl_cache_stat SOCKET CACHE KEY [DISK]: one statistics counter of cache
+# CACHE (or of disk DISK in it), read over hotlund's control socket.
+hl_cache_stat() {
+	local sock=$1 cache=$2 key=$3 disk=${4:-} out
+	out=$("$HL_BUILDDIR/hotlunctl" --socket "$sock" stats --json 2>&1) ||
+		hl_fail "hotlunctl stats failed: $out"
+	python3 -c '
+import json, sys
+c = json.loads(sys.argv[1])["caches"][sys.argv[2]]
+print((c["disks"][sys.argv[4]] if sys.argv[4] else c)[sys.argv[3]])' "$out" "$cache" "$key" "$disk" ||
+		hl_fail "no statistic $key for cache $cache${disk:+ disk $disk}: $out"
+}
+
 # hl_check_alive: fail when the current hotlund has died (e.g. after bad input).
 hl_check_alive() {
 	local pid=${1:-$HL_PID}

@@ -41,23 +41,13 @@ while read -r line; do hl_log "$line"; done <"$T/cached.out"
 [ "$(grep -c coherent "$T/cached.out")" = 6 ] || hl_fail "not every command was checked"
 
 # cache_read: bytes disk0 has read from the cache device so far
-cache_read() {
-	"$CTL" --socket "$(hl_tmpdir)/state/ctl.sock" stats --json >"$T/stats.json" ||
-		hl_fail "hotlunctl stats failed"
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"]["disks"]["disk0"]["bytes_read_cache"])' "$T/stats.json" ||
-		{ cat "$T/stats.json" >&2; hl_fail "no cache stats for disk0"; }
-}
+cache_read() { hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" ssd bytes_read_cache disk0; }
 hits=$(cache_read)
 hl_log "bytes read from the cache device: $hits"
 [ "$hits" -gt 0 ] || hl_fail "no read was served by the cache: the test proved nothing"
 
 # inflight: the cache's requests in flight (fills included)
-inflight() {
-	"$CTL" --socket "$(hl_tmpdir)/state/ctl.sock" stats --json >"$T/stats.json" ||
-		hl_fail "hotlunctl stats failed"
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caches"]["ssd"]["inflight"])' "$T/stats.json" ||
-		{ cat "$T/stats.json" >&2; hl_fail "no cache stats"; }
-}
+inflight() { hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" ssd inflight; }
 settle() {
 	for i in $(seq 1 100); do
 		[ "$(inflight)" = 0 ] && return 0
