@@ -75,6 +75,7 @@ struct rbd_origin {
  * the probe its stale hits could go on for as long as the blocklist lasts.
  */
 #define RBD_PROBE_MS 1000
+#define RBD_LOCK_WAIT_S 60 /* at open: longest wait for a crashed client's lock */
 
 /* Per-request state, kept in io->priv (this backend is always the bottom of its stack). */
 struct rbd_io {
@@ -190,9 +191,24 @@ static bool rbd_fence_probe(struct hl_origin *o)
 		return true;
 	if (r->locked) {
 		int owner = 1;
-		/* only `rbd lock break` (which blocklists us too) takes it in exclusive mode */
+		/*
+		 * Only `rbd lock break` (which blocklists us too) takes it from us in
+		 * exclusive mode. Not owning it without being blocklisted happens
+		 * after a restart that followed a crash: the dead gateway's lock is
+		 * broken when its watch times out, and ours with it. Nobody else
+		 * can have written the image then (they would have had to blocklist
+		 * us), so taking the lock again is safe; failing that, we are fenced.
+		 */
 		if (rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && !owner) {
-			rbd_fence(o, -EROFS);
+			int lrc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+			if (lrc == 0 && rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner) {
+				HL_WARN(RBD_LOG,
+				        "%s: exclusive lock lost without a blocklist (a crashed "
+				        "gateway's lock was broken); taken again",
+				        o->uri);
+				return false;
+			}
+			rbd_fence(o, lrc == -ESHUTDOWN ? lrc : -EROFS);
 			return true;
 		}
 	}
@@ -213,6 +229,12 @@ static void rbd_probe_fire(struct hl_timer *t)
 
 	if (!rbd_fence_probe(o))
 		hl_timer_start(r->svc, &r->probe, RBD_PROBE_MS);
+}
+
+/* On the service thread: a probe right now (an I/O saw the lock missing). */
+static void rbd_probe_now(void *arg)
+{
+	rbd_fence_probe(arg);
 }
 
 static void rbd_probe_start(void *arg)
@@ -362,6 +384,27 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 		 * read, snapshot and resize it (librbd forwards those to the owner).
 		 */
 		rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+		/*
+		 * After a crash the dead gateway may still hold the lock until its
+		 * watch times out (30 s by default): acquire can return 0 before
+		 * the lock is ours. Serving then would fail writes with EROFS; wait
+		 * until we own it (or give up after RBD_LOCK_WAIT_S).
+		 */
+		for (int i = 0; rc == 0 && i < RBD_LOCK_WAIT_S * 4; i++) {
+			int owner = 0;
+			if (rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner)
+				break;
+			if (i == 0)
+				HL_NOTICE(RBD_LOG,
+				          "rbd:%s: waiting for the exclusive lock (held by a "
+				          "client that may have crashed)",
+				          target);
+			struct timespec ts = {0, 250000000};
+			nanosleep(&ts, NULL);
+			rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+			if (i + 1 == RBD_LOCK_WAIT_S * 4)
+				rc = -EROFS;
+		}
 		if (rc == 0) {
 			r->locked = true;
 		} else if (rc == -EINVAL || rc == -EOPNOTSUPP) {
@@ -424,10 +467,18 @@ static void rbd_finish(void *arg)
 	ssize_t res = rio->result;
 	int result = res < 0 ? (int)res : 0;
 
-	/* -EROFS on a writable image: librbd could not get the exclusive lock */
-	if (result == -ESHUTDOWN || (result == -EROFS && !rio->origin->read_only)) {
+	if (result == -ESHUTDOWN) {
 		rbd_fence(rio->origin, result);
-		result = -ESHUTDOWN;
+	} else if (result == -EROFS && !rio->origin->read_only) {
+		/*
+		 * A writable image refused a write: we do not own its exclusive lock
+		 * right now. The probe decides, on the service thread: taken again
+		 * (a crashed gateway's lock was broken) or fenced. This write failed
+		 * and did not reach the image (the cache drops the range).
+		 */
+		if (hl_reactor_call(ro_of(rio->origin)->svc, rbd_probe_now, rio->origin) < 0)
+			rbd_fence(rio->origin, result);
+		result = -EIO;
 	}
 	/*
 	 * librbd clips I/O at the image's end: a read that an image shrink
