@@ -524,6 +524,24 @@ static void slot_release(struct hl_cache_core *c, uint32_t s)
 	}
 }
 
+/*
+ * Valid sectors of slot s were just cleared in RAM while s keeps its block.
+ * If s's record may claim them (on the device, or in a sync's snapshot in
+ * flight), it does so until a snapshot taken from now on is durable: until
+ * then any write to the block must sync first, also one that finds the
+ * sectors already invalid in RAM (a second write, or a write after an
+ * UNMAP, while the first one's sync is pending). The stale-claim list says
+ * so to hl_cache_core_write_needs_sync(). @return true when s may claim
+ * them (the caller's io needs a barrier).
+ */
+static bool slot_unclaim(struct hl_cache_core *c, uint32_t s)
+{
+	if (!(c->slots[s].state & CACHE_SLOT_F_DISK_VALID))
+		return false;
+	stale_add(c, c->slots[s].key, s);
+	return true;
+}
+
 /* Release s if it no longer holds anything and nobody uses it. */
 static void slot_maybe_release(struct hl_cache_core *c, uint32_t s)
 {
@@ -1168,6 +1186,7 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 				if (!vtest(wv, i) && vtest(slot_valid(c, s), i)) {
 					vclear(slot_valid(c, s), i, 1);
 					mark_dirty(c, s);
+					slot_unclaim(c, s);
 				}
 			}
 		}
@@ -1314,8 +1333,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 				if (vcount(slot_valid(c, s), first, n)) {
 					vclear(slot_valid(c, s), first, n);
 					mark_dirty(c, s);
-					io->meta_barrier =
-					    (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+					io->meta_barrier = slot_unclaim(c, s);
 				}
 			}
 			wip_add(c, cache_key(lun, b));
@@ -1362,7 +1380,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		if (vcount(slot_valid(c, s), first, n)) {
 			vclear(slot_valid(c, s), first, n);
 			mark_dirty(c, s);
-			io->meta_barrier = (sl->state & CACHE_SLOT_F_DISK_VALID) != 0;
+			io->meta_barrier = slot_unclaim(c, s);
 		}
 		sl->gen++;
 		io->ticket = sl->gen;
@@ -1433,6 +1451,7 @@ static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32
 	if (vcount(slot_valid(c, s), first, n)) {
 		vclear(slot_valid(c, s), first, n);
 		mark_dirty(c, s);
+		slot_unclaim(c, s);
 		STAT(c, l, invalidations, 1);
 	}
 	sl->gen++;

@@ -513,6 +513,60 @@ static void test_claims_of_a_sync_in_flight(void)
 	race_one(2);
 }
 
+/*
+ * Two writes touch one cached sector that the record on the device claims.
+ * The first clears it in RAM and waits for a sync (barrier) before its
+ * origin write; the second, arriving meanwhile, finds the sector already
+ * invalid in RAM. It must wait for a sync too: the record still claims the
+ * sector's old data until a snapshot taken after the first write's
+ * write_begin is on the device. If the second write went to the origin at
+ * once and the gateway died before that sync, the old record would bring the
+ * old data back over an acknowledged write. Here the second write covers
+ * only part of the sector (misaligned I/O, a read-modify-write candidate),
+ * as two initiators' (or one's non-overlapping 512-byte) writes do; the same
+ * holds for a range invalidation (UNMAP) whose sync is still pending.
+ */
+static void second_write_one(bool first_is_unmap)
+{
+	struct rig r;
+	struct hl_cache_io ios[16];
+	int restored, n;
+	bool sync;
+
+	rig_start(&r, 1u << 20);
+	do_read(&r, 0, 0, BS, false); /* block 0 cached, every sector valid */
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0); /* ... and claimed */
+	if (first_is_unmap) {
+		/* An UNMAP of sector 0: dropped in RAM, its sync not done yet. */
+		CU_ASSERT_EQUAL(hl_cache_core_invalidate(r.c, 0, 0, HL_CACHE_SECTOR), 0);
+	} else {
+		/* Write 1 of bytes [0, 3584) of sector 0: it needs a sync first, still queued. */
+		n = hl_cache_core_write_begin(r.c, 0, 0, 3584, ios, 16);
+		CU_ASSERT_EQUAL_FATAL(n, 1);
+		CU_ASSERT_TRUE(ios[0].meta_barrier);
+	}
+	/* Write 2 of bytes [3584, 4096): the sector is not valid in RAM any more. */
+	sync = hl_cache_core_write_needs_sync(r.c, 0, 3584, 512);
+	n = hl_cache_core_write_begin(r.c, 0, 3584, 512, ios, 16);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	sync |= ios[0].meta_barrier != 0;
+	CU_ASSERT_TRUE(sync);
+	if (sync)
+		CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+	origin[0][0]++; /* write 2 reached the origin and was acknowledged */
+	/* The gateway dies now (write 1's origin write never happened). */
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT(restored > 0); /* the block's other sectors are still claimed */
+	hl_cache_core_destroy(r.c);
+	hl_cache_dev_close(r.d);
+}
+
+static void test_second_write_before_barrier(void)
+{
+	second_write_one(false);
+	second_write_one(true);
+}
+
 static void test_file_device(void)
 {
 	char path[] = "/var/tmp/hl-cache-ut-XXXXXX";
@@ -552,6 +606,8 @@ static const struct hl_test tests[] = {
     {"torn, foreign and missing superblocks", test_bad_superblock},
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
+    {"a second write to a sector whose unclaim is pending syncs too",
+     test_second_write_before_barrier},
     {"O_DIRECT file device", test_file_device},
     {NULL, NULL},
 };
