@@ -378,9 +378,19 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 				break;
 			if (!rec_decode(l, l->seed, (uint32_t)slot, buf + i * l->rec_size, &r))
 				continue;
-			/* Unknown LUNs, duplicates and out-of-partition slots are dropped. */
-			if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0)
+			/*
+			 * Unknown LUNs, duplicates and out-of-partition slots are dropped,
+			 * but their records still claim data on the device: the slot must
+			 * take a barrier before it is reused, and the next sync rewrites
+			 * the record, or a later crash could restore the old claim over
+			 * another block's data.
+			 */
+			if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0) {
 				restored++;
+			} else {
+				hl_cache_core_slot_claim_pending(c, (uint32_t)slot);
+				hl_cache_core_slot_set_dirty(c, (uint32_t)slot);
+			}
 		}
 	}
 	rc = restored;

@@ -567,6 +567,37 @@ static void test_second_write_before_barrier(void)
 	second_write_one(true);
 }
 
+/*
+ * Records the load drops (here: their LUN is not configured this time)
+ * still claim data on the device. A slot they name that is reused must take
+ * a barrier first, or a crash before the next sync brings the old claim
+ * back over the new block's data.
+ */
+static void test_dropped_records_still_claim(void)
+{
+	struct rig r;
+	int restored;
+
+	rig_start(&r, 1u << 20);
+	for (uint64_t b = 0; b < r.l.nslots; b++)
+		do_read(&r, 1, b * BS, BS, false); /* every slot holds a LUN 1 block */
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+	/* Restart without LUN 1: every record is dropped. */
+	hl_cache_core_destroy(r.c);
+	hl_cache_dev_mem_reset(r.d);
+	r.c = new_core(&r.l);
+	hl_cache_core_lun_remove(r.c, 1);
+	CU_ASSERT_EQUAL(hl_cache_meta_load(r.d, r.c, &r.l), 0);
+	/* LUN 0 fills the free slots (each fill takes its barrier if it knows). */
+	for (uint64_t b = 0; b < r.l.nslots; b++)
+		do_read(&r, 0, b * BS, BS, false);
+	CU_ASSERT_FALSE(r.crashed);
+	/* Crash before any sync; the next start has LUN 1 again. */
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	hl_cache_core_destroy(r.c);
+	hl_cache_dev_close(r.d);
+}
+
 static void test_file_device(void)
 {
 	char path[] = "/var/tmp/hl-cache-ut-XXXXXX";
@@ -603,6 +634,7 @@ static const struct hl_test tests[] = {
     {"layout of records and data", test_layout},
     {"warm restart after a clean close", test_warm_restart},
     {"claims of a sync in flight need barriers", test_claims_of_a_sync_in_flight},
+    {"records dropped at load still claim until rewritten", test_dropped_records_still_claim},
     {"torn, foreign and missing superblocks", test_bad_superblock},
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
