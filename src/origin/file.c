@@ -57,6 +57,7 @@
 #define FILE_CQ_ENTRIES 4096 /* also the cap on I/Os in the kernel per ring (no CQ overflow) */
 
 bool origin_file_force_workers;
+int origin_file_excl_wait_ms = 10000;
 atomic_ulong origin_file_inline_ios;
 /*
  * SINGLE_ISSUER and COOP_TASKRUN are safe because only the owning thread
@@ -806,6 +807,20 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 	if (!o->read_only && stat(target, &st) == 0 && S_ISBLK(st.st_mode))
 		flags |= O_EXCL;
 	fo->fd = open(target, flags);
+	/*
+	 * A hotlund killed a moment ago may still hold the device: its in-flight
+	 * io_uring requests keep the exclusive claim until they complete. Give
+	 * them up to origin_file_excl_wait_ms before calling the device busy.
+	 */
+	for (int waited = 0; fo->fd < 0 && errno == EBUSY && (flags & O_EXCL) &&
+	                     waited < origin_file_excl_wait_ms;
+	     waited += 100) {
+		if (waited == 0)
+			HL_NOTICE("origin", "%s: block device busy; waiting up to %d ms for it",
+			          target, origin_file_excl_wait_ms);
+		usleep(100 * 1000);
+		fo->fd = open(target, flags);
+	}
 	if (fo->fd < 0) {
 		rc = -errno;
 		if (rc == -EBUSY)

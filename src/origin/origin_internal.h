@@ -45,6 +45,9 @@ int origin_io_check(const struct hl_origin *o, const struct hl_origin_io *io);
 /** Force the worker-pool path (as if io_uring setup had failed). */
 extern bool origin_file_force_workers;
 
+/** How long opening a busy writable block device waits for it (ms; a crashed user's I/O drains). */
+extern int origin_file_excl_wait_ms;
+
 /** Extra IORING_SETUP_* flags for new rings (default chosen by measurement, see file.c). */
 extern unsigned origin_file_ring_flags;
 

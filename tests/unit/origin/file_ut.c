@@ -566,7 +566,9 @@ static void do_block_device(void)
 		/* writable block devices are exclusive; read-only opens may share */
 		struct hl_origin *o2 = NULL;
 		struct hl_origin_opts ro = {.read_only = true};
+		origin_file_excl_wait_ms = 300; /* a busy device is waited for a while */
 		CU_ASSERT_EQUAL(hl_origin_open(dev, NULL, &o2), -EBUSY);
+		origin_file_excl_wait_ms = 10000;
 		CU_ASSERT_PTR_NULL(o2);
 		CU_ASSERT_EQUAL(hl_origin_open(dev, &ro, &o2), 0);
 		hl_origin_close(o2);
