@@ -55,29 +55,9 @@ else
 	CDEV=$T/cache.img
 	hl_log "no loop device (not root?): the failing-device step is skipped"
 fi
-cat >"$T/front.conf" <<EOF
-# written by $HL_TEST_NAME
-[global]
-portal = 127.0.0.1:$FRONT_PORT
-state_dir = $ST
-control_socket = $ST/ctl.sock
-log_level = info
-threads = 2
-
-[cache ssd]
-device = $CDEV
-size = 16M
-block_size = 64K
-admission = always
-
-[disk san]
-origin = iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0
-cache = ssd
-
-[target $FRONT_IQN]
-lun.0 = san
-allow = ALL
-EOF
+hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
+	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0" \
+	device="$CDEV" size=16M block_size=64K admission=always
 front_start() {
 	hl_start_hotlund "$T/front.conf"
 	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG

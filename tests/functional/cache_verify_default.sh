@@ -36,28 +36,9 @@ FRONT_IQN=$HL_IQN_PREFIX:cache-verify-default
 URL=iscsi://127.0.0.1:$FRONT_PORT/$FRONT_IQN/0
 ST=$T/front-state
 mkdir -p "$ST"
-cat >"$T/front.conf" <<EOF
-# written by $HL_TEST_NAME
-[global]
-portal = 127.0.0.1:$FRONT_PORT
-state_dir = $ST
-control_socket = $ST/ctl.sock
-log_level = info
-threads = 2
-
-[cache ssd]
-device = $T/cache.img
-size = 16M
-block_size = 64K
-
-[disk san]
-origin = iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0
-cache = ssd
-
-[target $FRONT_IQN]
-lun.0 = san
-allow = ALL
-EOF
+hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
+	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0" \
+	device="$T/cache.img" size=16M block_size=64K
 front_start() {
 	hl_start_hotlund "$T/front.conf"
 	FRONT_PID=$HL_PID

@@ -322,6 +322,25 @@ hl_start_hotlund() {
 	fi
 }
 
+# hl_cache_front_conf FILE PORT STATE_DIR IQN ORIGIN KEY=VALUE...: a hotlund
+# config with one cache "ssd" (the KEY=VALUE pairs are its section), one disk
+# "san" on ORIGIN cached by it, served as LUN 0 of IQN on 127.0.0.1:PORT, with
+# its state and control socket in STATE_DIR.
+hl_cache_front_conf() {
+	local file=$1 port=$2 st=$3 iqn=$4 origin=$5 kv
+	shift 5
+	{
+		printf '# written by %s\n[global]\nportal = 127.0.0.1:%s\n' "$HL_TEST_NAME" "$port"
+		printf 'state_dir = %s\ncontrol_socket = %s/ctl.sock\n' "$st" "$st"
+		printf 'log_level = info\nthreads = 2\n\n[cache ssd]\n'
+		for kv in "$@"; do
+			printf '%s = %s\n' "${kv%%=*}" "${kv#*=}"
+		done
+		printf '\n[disk san]\norigin = %s\ncache = ssd\n\n' "$origin"
+		printf '[target %s]\nlun.0 = san\nallow = ALL\n' "$iqn"
+	} >"$file"
+}
+
 # hl_cache_stat SOCKET CACHE KEY [DISK]: one statistics counter of cache
 # CACHE (or of disk DISK in it), read over hotlund's control socket.
 hl_cache_stat() {
