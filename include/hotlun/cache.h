@@ -375,6 +375,17 @@ uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c);
 void hl_cache_core_slot_claim_pending(struct hl_cache_core *c, uint32_t slot);
 
 /**
+ * The load found rec at slot claiming data but did not restore it (unknown
+ * LUN, a duplicate, outside the LUN's partition). The device still claims
+ * those sectors until the slot's record is rewritten: the slot takes a
+ * barrier before reuse, its page is written by the next sync, and until
+ * then a write to rec's block (its LUN attached later, or the duplicate's
+ * block) syncs first, as for any stale claim.
+ */
+void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
+                                     const struct hl_cache_slot_rec *rec);
+
+/**
  * The record of slot, as snapshotted at epoch, is durable on the device
  * (written and flushed). claims_valid: the record claimed valid sectors.
  * Stale claims of the slot registered before epoch are forgotten.

@@ -1647,6 +1647,17 @@ void hl_cache_core_slot_claim_pending(struct hl_cache_core *c, uint32_t slot)
 		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
 }
 
+void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
+                                     const struct hl_cache_slot_rec *rec)
+{
+	if (slot >= c->nslots)
+		return;
+	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+	mark_dirty(c, slot);
+	if (rec->block <= HL_CACHE_MAX_BLOCK_NR)
+		stale_add(c, cache_key(rec->lun, rec->block), slot);
+}
+
 void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
                                   uint64_t epoch)
 {

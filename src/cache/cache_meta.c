@@ -381,16 +381,15 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 			/*
 			 * Unknown LUNs, duplicates and out-of-partition slots are dropped,
 			 * but their records still claim data on the device: the slot must
-			 * take a barrier before it is reused, and the next sync rewrites
-			 * the record, or a later crash could restore the old claim over
-			 * another block's data.
+			 * take a barrier before it is reused, the next sync rewrites the
+			 * record, and a write to the block syncs first (a stale claim), or
+			 * a later crash could restore the old claim over another block's
+			 * data or over the block's newer content.
 			 */
-			if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0) {
+			if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0)
 				restored++;
-			} else {
-				hl_cache_core_slot_claim_pending(c, (uint32_t)slot);
-				hl_cache_core_slot_set_dirty(c, (uint32_t)slot);
-			}
+			else
+				hl_cache_core_slot_drop_claimed(c, (uint32_t)slot, &r);
 		}
 	}
 	rc = restored;

@@ -598,6 +598,41 @@ static void test_dropped_records_still_claim(void)
 	hl_cache_dev_close(r.d);
 }
 
+/*
+ * The same dropped records when their LUN comes back without a restart (a
+ * disk attached later): the device still claims its blocks' old content,
+ * so a write to one of them must sync first (the sync rewrites the dropped
+ * records), or a crash right after it would restore the old data at the
+ * next start.
+ */
+static void test_dropped_claim_then_write(void)
+{
+	struct rig r;
+	int restored;
+
+	rig_start(&r, 1u << 20);
+	for (uint64_t b = 0; b < r.l.nslots; b++)
+		do_read(&r, 1, b * BS, BS, false);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+	hl_cache_core_destroy(r.c);
+	hl_cache_dev_mem_reset(r.d);
+	r.c = new_core(&r.l);
+	hl_cache_core_lun_remove(r.c, 1);
+	CU_ASSERT_EQUAL(hl_cache_meta_load(r.d, r.c, &r.l), 0);
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(r.c, 1, 0) == 0);
+	/* Nothing of LUN 1 is cached, but the device still claims block 2. */
+	CU_ASSERT_EQUAL(hl_cache_core_peek(r.c, 1, 2, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(r.c, 1, 2 * BS, 4096));
+	do_write(&r, 1, 2 * BS, 4096);
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(r.c, 1, 2 * BS, 4096));
+	/* Crash at the next device write: the restart must not serve the old sector. */
+	hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d), 0);
+	do_read(&r, 0, 0, BS, false);
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	hl_cache_core_destroy(r.c);
+	hl_cache_dev_close(r.d);
+}
+
 static void test_file_device(void)
 {
 	char path[] = "/var/tmp/hl-cache-ut-XXXXXX";
@@ -635,6 +670,8 @@ static const struct hl_test tests[] = {
     {"warm restart after a clean close", test_warm_restart},
     {"claims of a sync in flight need barriers", test_claims_of_a_sync_in_flight},
     {"records dropped at load still claim until rewritten", test_dropped_records_still_claim},
+    {"a write to a block whose dropped record still claims it syncs first",
+     test_dropped_claim_then_write},
     {"torn, foreign and missing superblocks", test_bad_superblock},
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
