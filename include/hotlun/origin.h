@@ -102,6 +102,9 @@ struct hl_origin_opts {
 	const char *rbd_id;    /* rbd: cephx user id without "client." (NULL: admin) */
 	bool eof_error;        /* file: a read that reaches EOF fails (-EIO) instead of
 	                          reading zeroes past it (a cache device that shrank) */
+	bool exclusive;        /* file: a regular file is locked (flock) like a writable
+	                          block device is (O_EXCL): -EBUSY while another process
+	                          holds it, after waiting as for a busy block device */
 };
 
 /** What an origin reports between I/Os, to the layer that listens (hl_origin_listen). */

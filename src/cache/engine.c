@@ -545,6 +545,27 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		       strerror(-rc));
 		goto fail;
 	}
+	/*
+	 * The data side first, exclusively (O_EXCL on a block device, a lock on
+	 * a file): it waits until a hotlund killed a moment ago has no I/O left
+	 * in flight on the device, so the metadata is read only once nothing
+	 * else can change it, and a second hotlund on the same device fails
+	 * instead of corrupting it. A read past the end of a device that shrank
+	 * must fail, never return zeroes.
+	 */
+	rc = -ENOMEM;
+	if (asprintf(&uri, "file:%s", cfg->device) < 0)
+		goto fail;
+	rc = hl_origin_open(uri,
+	                    &(struct hl_origin_opts){.direct = true, .eof_error = true,
+	                                             .exclusive = true},
+	                    &c->data);
+	free(uri);
+	if (rc) {
+		HL_ERR("cache", "cache %s: cannot open %s for data I/O: %s", c->name, cfg->device,
+		       strerror(-rc));
+		goto fail;
+	}
 	rc = hl_cache_layout_compute(c->dev->size, c->bs, &c->layout);
 	if (rc) {
 		HL_ERR("cache", "cache %s: %s: too small for one %u-byte block", c->name,
@@ -589,18 +610,6 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	rc = map_write(c, "open");
 	if (rc)
 		goto fail;
-	rc = -ENOMEM;
-	if (asprintf(&uri, "file:%s", cfg->device) < 0)
-		goto fail;
-	/* A read past the end of a device that shrank must fail, never return zeroes. */
-	rc = hl_origin_open(uri, &(struct hl_origin_opts){.direct = true, .eof_error = true},
-	                    &c->data);
-	free(uri);
-	if (rc) {
-		HL_ERR("cache", "cache %s: cannot open %s for data I/O: %s", c->name, cfg->device,
-		       strerror(-rc));
-		goto fail;
-	}
 	rc = -pthread_create(&c->meta_thr, NULL, meta_main, c);
 	if (rc)
 		goto fail;

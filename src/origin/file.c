@@ -47,6 +47,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <linux/magic.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -784,6 +785,31 @@ static int sysfs_queue_u64(dev_t dev, const char *name, uint64_t *out)
 	return -ENOENT;
 }
 
+/*
+ * Lock a regular file for this process alone (opts.exclusive: a cache
+ * device). The lock belongs to the open file, so it lasts while anything
+ * holds it: a hotlund killed a moment ago keeps it until its in-flight
+ * io_uring requests complete, like the exclusive claim of a block device.
+ * Waits up to origin_file_excl_wait_ms. @return 0 or -EBUSY.
+ */
+static int file_lock_exclusive(int fd, const char *target)
+{
+	for (int waited = 0;; waited += 100) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		if (waited >= origin_file_excl_wait_ms)
+			break;
+		if (waited == 0)
+			HL_NOTICE("origin", "%s: file locked by another process; waiting up to %d ms",
+			          target, origin_file_excl_wait_ms);
+		usleep(100 * 1000);
+	}
+	HL_ERR("origin", "%s: in use by another process (another hotlund?)", target);
+	return -EBUSY;
+}
+
 static int file_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
 {
 	struct file_origin *fo = fo_of(o);
@@ -852,6 +878,12 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		o->zeroes_after_discard = false;
 	} else if (S_ISREG(st.st_mode)) {
 		struct statfs sfs;
+
+		if (opts->exclusive) {
+			rc = file_lock_exclusive(fo->fd, target);
+			if (rc)
+				goto fail;
+		}
 
 		o->size = (uint64_t)st.st_size;
 		fo->memfs = fstatfs(fo->fd, &sfs) == 0 &&

@@ -170,6 +170,31 @@ static void test_open_properties(void)
 	free(path);
 }
 
+/*
+ * opts.exclusive (a cache device) locks a regular file: a second exclusive
+ * open fails with -EBUSY after the wait, a plain open still works, and the
+ * lock goes with the last user of the first open.
+ */
+static void test_exclusive_file(void)
+{
+	char *path = ut_tempfile(FSIZE, 1);
+	struct hl_origin_opts ex = {.exclusive = true};
+	struct hl_origin *o = NULL, *o2 = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open(path, &ex, &o), 0);
+	origin_file_excl_wait_ms = 200;
+	CU_ASSERT_EQUAL(hl_origin_open(path, &ex, &o2), -EBUSY);
+	CU_ASSERT_PTR_NULL(o2);
+	CU_ASSERT_EQUAL(hl_origin_open(path, NULL, &o2), 0);
+	hl_origin_close(o2);
+	hl_origin_close(o);
+	CU_ASSERT_EQUAL(hl_origin_open(path, &ex, &o2), 0);
+	origin_file_excl_wait_ms = 10000;
+	hl_origin_close(o2);
+	unlink(path);
+	free(path);
+}
+
 /* ---- data round trips (run in both modes) ---- */
 
 static void do_read_write(void)
@@ -906,6 +931,7 @@ static void test_bench_page_cache(void)
 static const struct hl_test tests[] = {
     {"origin table, schemes, bare path", test_table_and_schemes},
     {"open sets size, block size, discard", test_open_properties},
+    {"exclusive open locks a file", test_exclusive_file},
     {"read/write/fua/flush (io_uring)", read_write_uring},
     {"read/write/fua/flush (workers)", read_write_workers},
     {"read/write/fua/flush (tmpfs, inline)", read_write_memfs},
