@@ -65,6 +65,8 @@ struct session {
 	unsigned *idle; /* stack of idle slot indices */
 	unsigned nidle;
 	unsigned inflight;
+	uint64_t reconnect_ns; /* last time libiscsi was seen reconnecting (0: never) */
+	int last_fd;           /* the socket changes when libiscsi reconnects */
 };
 
 enum phase { PH_WARMUP, PH_MEASURE, PH_DRAIN };
@@ -156,9 +158,11 @@ static void verify_unlock(struct bench *b, const struct bench_io *io)
 	memset(b->lock_map + first, 0, n);
 }
 
-static void verify_report(struct bench *b, const struct bench_io *io,
+static void verify_report(struct bench *b, const struct slot *sl,
                           const struct bench_pattern_result *res)
 {
+	const struct bench_io *io = &sl->io;
+
 	b->verify_errors++;
 	if (b->verify_errors > MAX_VERIFY_REPORTS) {
 		if (b->verify_errors == MAX_VERIFY_REPORTS + 1)
@@ -188,7 +192,10 @@ static void verify_report(struct bench *b, const struct bench_io *io,
 	default:
 		break;
 	}
-	fputc('\n', stderr);
+	/* When and where: a mismatch right after a reconnect points at the restart. */
+	fprintf(stderr, " [session %u, issued %.1f ms before the check%s]\n",
+	        (unsigned)(sl->sess - b->sess), (double)(now_ns() - sl->t0) / 1e6,
+	        sl->sess->reconnect_ns > sl->t0 ? ", re-sent after a reconnect" : "");
 }
 
 /* Check a completed read unit by unit, each against what this run knows of it. */
@@ -215,7 +222,7 @@ static void verify_read(struct bench *b, const struct slot *sl)
 		b->verify_checked++;
 		if (bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, expect,
 		                        allow_foreign, &res) != BENCH_PAT_OK)
-			verify_report(b, &sl->io, &res);
+			verify_report(b, sl, &res);
 	}
 }
 
@@ -373,6 +380,12 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 			verify_unlock(b, &sl->io);
 		return -ENOMEM;
 	}
+	/*
+	 * --verify: poison the buffer of a read first, so bytes the target never
+	 * sent show up as garbage instead of as the previous I/O's data.
+	 */
+	if (!sl->io.write && b->o.verify)
+		memset(sl->buf, 0xa5, sl->io.len);
 	/* Data-In lands straight in our buffer: no copy, and --verify reads it there. */
 	if (!sl->io.write && scsi_task_add_data_in_buffer(task, (int)sl->io.len, sl->buf) != 0) {
 		fprintf(stderr, "hotlun-bench: cannot attach read buffer\n");
@@ -530,10 +543,17 @@ static int run(struct bench *b)
 
 		for (unsigned i = 0; i < b->nsess; i++) {
 			pfd[i].fd = iscsi_get_fd(b->sess[i].iscsi);
+			if (pfd[i].fd != b->sess[i].last_fd) {
+				if (b->sess[i].last_fd)
+					b->sess[i].reconnect_ns = now_ns();
+				b->sess[i].last_fd = pfd[i].fd;
+			}
 			pfd[i].events = (short)iscsi_which_events(b->sess[i].iscsi);
 			pfd[i].revents = 0;
-			if (pfd[i].events == 0)
+			if (pfd[i].events == 0) {
 				pfd[i].fd = -1; /* reconnecting: libiscsi asks us to wait */
+				b->sess[i].reconnect_ns = now_ns();
+			}
 		}
 		uint64_t now = now_ns();
 		uint64_t next = b->t_tick + 1000000000ULL;
