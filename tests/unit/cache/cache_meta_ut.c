@@ -573,21 +573,26 @@ static void test_second_write_before_barrier(void)
  * a barrier first, or a crash before the next sync brings the old claim
  * back over the new block's data.
  */
+/* Every slot holds a LUN 1 block, synced; then a restart without LUN 1 drops every record. */
+static void restart_without_lun1(struct rig *r)
+{
+	rig_start(r, 1u << 20);
+	for (uint64_t b = 0; b < r->l.nslots; b++)
+		do_read(r, 1, b * BS, BS, false);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r->d, &r->l, r->c), 0);
+	hl_cache_core_destroy(r->c);
+	hl_cache_dev_mem_reset(r->d);
+	r->c = new_core(&r->l);
+	hl_cache_core_lun_remove(r->c, 1);
+	CU_ASSERT_EQUAL(hl_cache_meta_load(r->d, r->c, &r->l), 0);
+}
+
 static void test_dropped_records_still_claim(void)
 {
 	struct rig r;
 	int restored;
 
-	rig_start(&r, 1u << 20);
-	for (uint64_t b = 0; b < r.l.nslots; b++)
-		do_read(&r, 1, b * BS, BS, false); /* every slot holds a LUN 1 block */
-	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
-	/* Restart without LUN 1: every record is dropped. */
-	hl_cache_core_destroy(r.c);
-	hl_cache_dev_mem_reset(r.d);
-	r.c = new_core(&r.l);
-	hl_cache_core_lun_remove(r.c, 1);
-	CU_ASSERT_EQUAL(hl_cache_meta_load(r.d, r.c, &r.l), 0);
+	restart_without_lun1(&r);
 	/* LUN 0 fills the free slots (each fill takes its barrier if it knows). */
 	for (uint64_t b = 0; b < r.l.nslots; b++)
 		do_read(&r, 0, b * BS, BS, false);
@@ -610,15 +615,7 @@ static void test_dropped_claim_then_write(void)
 	struct rig r;
 	int restored;
 
-	rig_start(&r, 1u << 20);
-	for (uint64_t b = 0; b < r.l.nslots; b++)
-		do_read(&r, 1, b * BS, BS, false);
-	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
-	hl_cache_core_destroy(r.c);
-	hl_cache_dev_mem_reset(r.d);
-	r.c = new_core(&r.l);
-	hl_cache_core_lun_remove(r.c, 1);
-	CU_ASSERT_EQUAL(hl_cache_meta_load(r.d, r.c, &r.l), 0);
+	restart_without_lun1(&r);
 	CU_ASSERT_FATAL(hl_cache_core_lun_add(r.c, 1, 0) == 0);
 	/* Nothing of LUN 1 is cached, but the device still claims block 2. */
 	CU_ASSERT_EQUAL(hl_cache_core_peek(r.c, 1, 2, NULL), HL_CACHE_NO_SLOT);
