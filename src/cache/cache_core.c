@@ -483,7 +483,8 @@ static void slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s
 	bit_clear(c->freemap, s);
 	pt->nfree--;
 	sl->key = key;
-	sl->state = (uint8_t)((sl->state & CACHE_SLOT_F_DISK_VALID) | CACHE_SLOT_USED);
+	sl->state = (uint8_t)((sl->state & (CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER)) |
+	                      CACHE_SLOT_USED);
 	sl->clock = 0;
 	sl->gen++;
 	memset(slot_valid(c, s), 0, c->vbytes);
@@ -499,10 +500,12 @@ static void slot_release(struct hl_cache_core *c, uint32_t s)
 
 	if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED)
 		cache_index_remove(&c->ix, sl->key);
-	if (sl->state & CACHE_SLOT_F_DISK_VALID)
+	if (sl->state & CACHE_SLOT_F_DISK_VALID) {
 		stale_add(c, sl->key, s);
+		sl->state |= CACHE_SLOT_F_CLAIMS_OTHER; /* for whoever takes the slot next */
+	}
 	ub_clear(c, s, 0, c->spb); /* buffered updates of an evicted block are never written */
-	sl->state = (uint8_t)(sl->state & CACHE_SLOT_F_DISK_VALID);
+	sl->state = (uint8_t)(sl->state & (CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER));
 	sl->gen++;
 	sl->clock = 0;
 	memset(slot_valid(c, s), 0, c->vbytes);
@@ -1151,6 +1154,17 @@ bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cac
 			STAT(c, l, fills_dropped, 1);
 		return false;
 	}
+	/*
+	 * The slot's record may still claim the block it held before: only the
+	 * io that took the slot waits for the barrier that ends this (its
+	 * meta_barrier); any other fill or update of the new block that gets
+	 * here first would put the new block's data under the old claim.
+	 */
+	if (sl->state & CACHE_SLOT_F_CLAIMS_OTHER) {
+		if (l)
+			STAT(c, l, fills_dropped, 1);
+		return false;
+	}
 	sl->state |= CACHE_SLOT_F_WRITING;
 	io->started = 1;
 	return true;
@@ -1652,7 +1666,7 @@ void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
 {
 	if (slot >= c->nslots)
 		return;
-	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER;
 	mark_dirty(c, slot);
 	if (rec->block <= HL_CACHE_MAX_BLOCK_NR)
 		stale_add(c, cache_key(rec->lun, rec->block), slot);
@@ -1663,6 +1677,8 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 {
 	if (slot >= c->nslots)
 		return;
+	bool other = false;
+
 	if (claims_valid)
 		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
 	else
@@ -1672,8 +1688,18 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 			c->stale[i] = c->stale[--c->nstale];
 			continue;
 		}
+		if (c->stale[i].slot == slot)
+			other = true; /* released (or dropped) after the snapshot */
 		i++;
 	}
+	/*
+	 * A record that claims nothing claims no other block. One that claims
+	 * the snapshot's block claims the current one unless the slot changed
+	 * hands since the snapshot, which left a newer stale claim. Without
+	 * stale tracking (no memory for it) nothing is cleared.
+	 */
+	if (!claims_valid || (!other && !c->stale_overflow))
+		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_CLAIMS_OTHER;
 	if (!c->nstale)
 		memset(c->stale_bloom, 0, sizeof(c->stale_bloom));
 }

@@ -57,7 +57,15 @@ _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes"
 #define CACHE_SLOT_FREE         0x00
 #define CACHE_SLOT_USED         0x01 /* in the index, owns key */
 #define CACHE_SLOT_MOVING       0x02 /* window slot being copied to the SSD: not indexed */
-#define CACHE_SLOT_STATE_MASK   0x0f
+#define CACHE_SLOT_STATE_MASK   0x07
+/*
+ * The on-device record (or a sync's snapshot in flight) may claim a block
+ * other than the slot's current one (the slot was released or dropped at
+ * load while claimed): no data may be written into the slot until a record
+ * written after that is durable, or a crash restores the other block's
+ * claim over this block's data (hl_cache_core_io_start refuses).
+ */
+#define CACHE_SLOT_F_CLAIMS_OTHER 0x08
 #define CACHE_SLOT_F_DISK_VALID 0x10 /* the on-device record may claim valid data */
 #define CACHE_SLOT_F_NOPROMOTE  0x20 /* window slot of a sequential stream: never promoted */
 #define CACHE_SLOT_F_WRITING    0x40 /* an io is writing data into the slot (io_start..io_end) */

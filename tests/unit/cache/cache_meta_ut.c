@@ -133,6 +133,9 @@ static void finish_read(struct rig *r, uint16_t lun, struct hl_cache_io *ios, in
 				                                     io->slot)) == 0;
 			else
 				ok = true;
+			/* As the engine: the core grants the slot's data first. */
+			if (ok)
+				ok = hl_cache_core_io_start(r->c, lun, io);
 			if (ok)
 				ok = put_data(r, lun, io->slot, io->block, io->fill_first,
 				              io->fill_nsect) == 0;
@@ -188,8 +191,8 @@ static void do_write(struct rig *r, uint16_t lun, uint64_t off, uint64_t len)
 		hl_cache_core_write_end(r->c, lun, io, origin_ok);
 		if (!io->fill_nsect)
 			continue;
-		bool ok = !r->crashed && put_data(r, lun, io->slot, io->block, io->fill_first,
-		                                  io->fill_nsect) == 0;
+		bool ok = !r->crashed && hl_cache_core_io_start(r->c, lun, io) &&
+		          put_data(r, lun, io->slot, io->block, io->fill_first, io->fill_nsect) == 0;
 		hl_cache_core_io_end(r->c, lun, io, ok);
 	}
 }
@@ -630,6 +633,41 @@ static void test_dropped_claim_then_write(void)
 	hl_cache_dev_close(r.d);
 }
 
+/*
+ * A slot given to a new block while its record still claims the old one:
+ * only the io that took it waits for the barrier. A second read of the new
+ * block (another sector, found in the slot with nothing valid) planned
+ * before that barrier must not write into the slot either, or a crash
+ * before the barrier restores the old block with the new one's sector
+ * (found by tests/functional/cache_verify.sh with kill -9: one 4 KiB
+ * sector of another block at the same offset).
+ */
+static void test_second_fill_before_take_barrier(void)
+{
+	struct rig r;
+	uint64_t fresh = 3 * LUNSECT / SPB / 4; /* a block no slot holds */
+	int restored;
+
+	rig_start(&r, 1u << 20);
+	for (uint64_t b = 0; b < r.l.nslots; b++)
+		do_read(&r, 0, b * BS, BS, false);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+	/* Evicts a claimed block; the fill waits (deferred) for its barrier. */
+	do_read(&r, 1, fresh * BS, HL_CACHE_SECTOR, true);
+	CU_ASSERT_EQUAL_FATAL(r.npend, 1);
+	CU_ASSERT_TRUE(r.pend[0].meta_barrier);
+	/* Another sector of the same block, from the slot it now has. */
+	do_read(&r, 1, fresh * BS + HL_CACHE_SECTOR, HL_CACHE_SECTOR, false);
+	/* The device dies at the barrier: the old record stays. */
+	hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d), 0);
+	finish_pending(&r);
+	CU_ASSERT_TRUE(r.crashed);
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT(restored > 0);
+	hl_cache_core_destroy(r.c);
+	hl_cache_dev_close(r.d);
+}
+
 static void test_file_device(void)
 {
 	char path[] = "/var/tmp/hl-cache-ut-XXXXXX";
@@ -669,6 +707,8 @@ static const struct hl_test tests[] = {
     {"records dropped at load still claim until rewritten", test_dropped_records_still_claim},
     {"a write to a block whose dropped record still claims it syncs first",
      test_dropped_claim_then_write},
+    {"a second fill of a newly taken slot waits for its barrier",
+     test_second_fill_before_take_barrier},
     {"torn, foreign and missing superblocks", test_bad_superblock},
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
