@@ -83,8 +83,8 @@ static void ub_sweep(struct hl_cache *c)
 			c->ub_count--;
 		}
 	}
-	/* Sweep again once as many entries went stale as the limit holds. */
-	c->ub_sweep_at = c->ub_count + c->ub_cap / SECT + 64;
+	/* Sweep again once a quarter of the limit went stale: at most 1.25x the limit in RAM. */
+	c->ub_sweep_at = c->ub_count + c->ub_cap / SECT / 4 + 64;
 }
 
 /*
@@ -131,7 +131,7 @@ int engine_ub_init(struct hl_cache *c, uint64_t bytes)
 	}
 	c->ub_tab_mask = n - 1;
 	c->ub_cap = bytes;
-	c->ub_sweep_at = bytes / SECT + 64;
+	c->ub_sweep_at = bytes / SECT + bytes / SECT / 4 + 64;
 	return 0;
 }
 
