@@ -1775,11 +1775,13 @@ uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uin
 	return (uint64_t)vcount(ub_bits(c, i), 0, c->spb) * HL_CACHE_SECTOR;
 }
 
-bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+/* The next write-back while more than limit bytes are pending (see cache_core_ub_writeback). */
+static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
+                         struct hl_cache_io *io)
 {
 	struct cache_ub *u = &c->ub;
 
-	while (u->bytes > u->cap && u->fifo_head != u->fifo_tail) {
+	while (u->bytes > limit && u->fifo_head != u->fifo_tail) {
 		uint32_t s = u->fifo[u->fifo_head % u->fifo_cap], a, z;
 		uint64_t i = ub_find(c, s);
 		struct cache_slot *sl = &c->slots[s];
@@ -1821,4 +1823,14 @@ bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_c
 		return true;
 	}
 	return false;
+}
+
+bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+{
+	return ub_writeback(c, c->ub.cap, lun, io);
+}
+
+bool cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+{
+	return ub_writeback(c, 0, lun, io);
 }

@@ -801,6 +801,13 @@ void hl_cache_close(struct hl_cache *c)
 		c->data = NULL;
 	}
 	if (!c->dead && !atomic_load(&c->failed)) {
+		/*
+		 * Keep the update buffer's sectors warm: write them back first (the
+		 * records below claim them only once the device flush in the close's
+		 * sync made them durable). Not while I/O is still in flight.
+		 */
+		if (c->data)
+			engine_ub_drain(c);
 		pthread_mutex_lock(&c->lock);
 		rc = hl_cache_meta_close(c->dev, &c->layout, c->core);
 		pthread_mutex_unlock(&c->lock);

@@ -43,8 +43,9 @@
  *    write-back takes its sectors out of the core (no longer pending, not
  *    valid) and copies them out of the store in one hold, then writes the
  *    device like a fill (io_start .. io_end). No record ever claims a
- *    pending sector (hl_cache_core_slot_get masks them), so a crash or a
- *    stop loses them and the origin serves them.
+ *    pending sector (hl_cache_core_slot_get masks them), so a crash loses
+ *    them and the origin serves them; a clean stop writes them back
+ *    (engine_ub_drain) before the records that claim them.
  */
 #ifndef HOTLUN_CACHE_ENGINE_INTERNAL_H
 #define HOTLUN_CACHE_ENGINE_INTERNAL_H
@@ -418,6 +419,13 @@ void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier);
 int engine_ub_init(struct hl_cache *c, uint64_t bytes);
 /** Free the store (close, crash). */
 void engine_ub_fini(struct hl_cache *c);
+/**
+ * A clean stop: write every pending sector to the device (synchronous
+ * device writes, no reactor needed), so that the records the close writes
+ * next claim them. Main thread, nothing in flight. @return 0 or -errno
+ * (sectors not written stay invalid: the origin serves them).
+ */
+int engine_ub_drain(struct hl_cache *c);
 /** Bytes the store holds now (pending or not yet swept). Any thread. */
 uint64_t engine_ub_bytes(struct hl_cache *c);
 /**

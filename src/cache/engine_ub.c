@@ -2,8 +2,9 @@
  * engine_ub.c - the RAM update buffer in the daemon (docs/cache-policy.md,
  * rule 8 and "Engine contract"): the store of sector copies whose current
  * data is only in RAM, the install of an update into it, the write-backs
- * the core asks for, and the copies that reads (served sectors) and
- * read-modify-writes (old head/tail sector) take of it.
+ * the core asks for, the copies that reads (served sectors) and
+ * read-modify-writes (old head/tail sector) take of it, and the write-back
+ * of everything at a clean stop.
  *
  * The core decides which sectors are pending; this file keeps their bytes.
  * Every store access is under c->lock, and so is every change of the core,
@@ -355,6 +356,54 @@ static void wb_submit(struct ub_wb *wb)
 		pthread_mutex_unlock(&c->lock);
 		wb_free(wb);
 	}
+}
+
+int engine_ub_drain(struct hl_cache *c)
+{
+	struct hl_cache_io io;
+	uint16_t lun;
+	uint8_t *buf = NULL;
+	uint64_t done = 0;
+	int rc = 0;
+
+	if (!c->ub_cap)
+		return 0;
+	if (c->bs && !(buf = abuf(c->bs)))
+		rc = -ENOMEM;
+	pthread_mutex_lock(&c->lock);
+	while (cache_core_ub_drain(c->core, &lun, &io)) {
+		bool ok = !rc;
+
+		for (uint32_t i = 0; ok && i < io.fill_nsect; i++) {
+			struct ub_ent *e =
+			    ub_ent_find(c, ub_key(io.slot, (uint32_t)io.fill_first + i));
+			ok = e != NULL;
+			if (ok)
+				memcpy(buf + (size_t)i * SECT, e->data, SECT);
+		}
+		ok = ok && hl_cache_core_io_start(c->core, lun, &io);
+		if (ok) {
+			/* No reactor is left: a synchronous O_DIRECT write, like the records'. */
+			rc = c->dev->ops->pwrite(c->dev, buf, (size_t)io.fill_nsect * SECT,
+			                         c->layout.data_off + (uint64_t)io.slot * c->bs +
+			                             (uint64_t)io.fill_first * SECT);
+			ok = !rc;
+			done += ok ? (uint64_t)io.fill_nsect * SECT : 0;
+		}
+		/* Installed: the records written next claim them. Otherwise they stay invalid. */
+		hl_cache_core_io_end(c->core, lun, &io, ok);
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(buf);
+	if (rc)
+		HL_ERR("cache",
+		       "cache %s: writing the update buffer back at the stop: %s "
+		       "(its sectors are read from the origin after the restart)",
+		       c->name, strerror(-rc));
+	else if (done)
+		HL_INFO("cache", "cache %s: %llu KiB of the update buffer written back", c->name,
+		        (unsigned long long)(done >> 10));
+	return rc;
 }
 
 void engine_ub_install(struct eng_req *req, struct eng_sub *s)

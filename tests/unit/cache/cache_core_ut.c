@@ -819,6 +819,19 @@ static void test_update_buffer_fifo_duplicates(void)
 	CU_ASSERT_EQUAL(wr_ub(c, 184 * K, 4 * K, true), 1);
 	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s0, NULL), 0);
 	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s2, NULL), 60 * K);
+	/* A clean stop drains everything, under the limit or not. */
+	{
+		struct hl_cache_io io;
+		uint16_t lun;
+		int n = 0;
+		while (cache_core_ub_drain(c, &lun, &io)) {
+			hl_cache_core_io_end(c, lun, &io, true);
+			n++;
+		}
+		CU_ASSERT(n >= 2);
+		CU_ASSERT_EQUAL(cache_core_ub_pending(c, s2, NULL), 0);
+		CU_ASSERT_EQUAL(rd(c, 0, 128 * K, 64 * K), R_HIT);
+	}
 	hl_cache_core_destroy(c);
 }
 

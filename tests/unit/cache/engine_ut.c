@@ -1731,16 +1731,19 @@ static void test_ub_sweeps(void)
 }
 
 /*
- * Buffered sectors are lost by a clean stop and by a crash, never served
- * old: after the restart they are read from the origin (new data) and the
- * block's other sectors are still cached (warm).
+ * A clean stop writes the buffered sectors back before the records that
+ * claim them: after the restart they are served from the cache with the
+ * new data. A crash loses them, never serving the older device copy: they
+ * are read from the origin (new data) and the block's other sectors are
+ * still cached (warm).
  */
-static void test_ub_restart_loses_buffer(void)
+static void test_ub_stop_and_crash(void)
 {
 	struct fake f;
 	struct hl_cache *c;
 	struct hl_origin *o;
 	uint8_t *buf = malloc(BS), *w = malloc(8 * K), v[32];
+	int reads;
 
 	o = fixture_up(&c, NULL, &f, 24, "fake:ub4");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
@@ -1753,20 +1756,20 @@ static void test_ub_restart_loses_buffer(void)
 	CU_ASSERT_EQUAL(ub_pending(c, 6), 8 * K);
 	usleep(200 * 1000); /* another flush while the sectors are buffered */
 
-	/* Clean stop: the records never claim buffered sectors. */
+	/* Clean stop: written back, then claimed. */
 	cache_down(c, o);
 	o = cache_up(&c, NULL, &f, "fake:ub4");
 	hl_cache_core_peek(c->core, c->ents[0]->id, 6, v);
-	CU_ASSERT_EQUAL(v[0], 0xfc); /* sectors 0-1 gone, 2-7 still cached */
+	CU_ASSERT_EQUAL(v[0], 0xff);
 	CU_ASSERT_EQUAL(v[1], 0xff);
-	int reads = f.reads;
+	reads = f.reads;
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem + 6 * BS, BS) == 0);
-	CU_ASSERT(buf[0] == 0x77);
-	CU_ASSERT(f.reads > reads);
+	CU_ASSERT(buf[0] == 0x77 && buf[8 * K - 1] == 0x77);
+	CU_ASSERT_EQUAL(f.reads, reads); /* from the cache device */
 	CU_ASSERT(wait_inflight(c, 0));
 
-	/* Crash: buffered again, then no clean shutdown. */
+	/* Crash: buffered again, a flush, then no clean shutdown. */
 	memset(w, 0x88, 8 * K);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 6 * BS + 16 * K, 8 * K, w), 0);
 	CU_ASSERT(wait_inflight(c, 0));
@@ -1777,10 +1780,13 @@ static void test_ub_restart_loses_buffer(void)
 	cache_crash(c);
 	o = cache_up(&c, NULL, &f, "fake:ub4");
 	hl_cache_core_peek(c->core, c->ents[0]->id, 6, v);
-	CU_ASSERT_EQUAL(v[0] & 0x30, 0); /* sectors 4-5 gone */
+	CU_ASSERT_EQUAL(v[0], 0xcf); /* sectors 4-5 gone, the others still cached */
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	reads = f.reads;
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem + 6 * BS, BS) == 0);
-	CU_ASSERT(buf[16 * K] == 0x88);
+	CU_ASSERT(buf[16 * K] == 0x88 && buf[0] == 0x77);
+	CU_ASSERT(f.reads > reads);
 
 	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
@@ -1824,8 +1830,8 @@ int main(void)
 	    {"update buffer: a write while a write-back is in flight",
 	     test_ub_write_during_writeback},
 	    {"update buffer: buffered sectors keep their copies across sweeps", test_ub_sweeps},
-	    {"update buffer: a restart or crash loses buffered sectors, serves the origin",
-	     test_ub_restart_loses_buffer},
+	    {"update buffer: a clean stop writes it back; a crash loses it, serves the origin",
+	     test_ub_stop_and_crash},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
