@@ -152,7 +152,6 @@ static bool rmw_start(struct eng_req *req, struct eng_sub *s)
 		if (s->ub && rmw_from_buffer(req, s, sect[i]))
 			continue;
 		r = engine_sub_new(req, SUB_RMW, s->k);
-
 		if (r && (r->buf = abuf(SECT))) {
 			r->own = true;
 			r->lo = sect[i];
