@@ -145,6 +145,13 @@ struct hl_cache_params {
 
 #define HL_CACHE_WINDOW_AUTO UINT64_MAX
 
+/*
+ * RAM update buffer (docs/cache-policy.md, rule 8): updates of blocks cached
+ * on the SSD stay in RAM and are written back oldest first once more than
+ * this many bytes are pending. The default of the daemon and hotlun-sim.
+ */
+#define HL_CACHE_UPDATE_BUFFER_DEFAULT (16ull << 20)
+
 /** Defaults: 64 KiB blocks, freq admission, 1 MiB sequential bypass, update mode. */
 void hl_cache_params_default(struct hl_cache_params *p);
 

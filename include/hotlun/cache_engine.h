@@ -48,7 +48,16 @@ struct hl_cache_config {
 	 */
 	const char *map_path;
 	uint32_t meta_interval_ms; /* periodic metadata flush; 0: 1000 */
+	/*
+	 * RAM update buffer bytes (write coalescing, docs/cache-policy.md rule
+	 * 8): 0: HL_CACHE_UPDATE_BUFFER_DEFAULT; HL_CACHE_UPDATE_BUFFER_OFF: off
+	 * (every update of a cached block is written to the device at once).
+	 */
+	uint64_t update_buffer;
 };
+
+/** hl_cache_config.update_buffer: no RAM update buffer. */
+#define HL_CACHE_UPDATE_BUFFER_OFF UINT64_MAX
 
 /**
  * Open (creating or extending a regular file to cfg->size) the cache
@@ -118,6 +127,8 @@ struct hl_cache_engine_stats {
 	uint64_t hit_retries;     /* planned hits re-read from the origin after a device error */
 	uint64_t passthrough_ios; /* I/Os forwarded untouched while in pass-through */
 	uint64_t promotions;      /* RAM window blocks copied to the SSD */
+	uint64_t ub_writebacks;   /* RAM update buffer write-backs to the device (whole cache) */
+	uint64_t ub_bytes;        /* bytes held by the update buffer now (whole cache) */
 	uint64_t meta_syncs;      /* metadata flushes done (whole cache only) */
 	uint64_t meta_waits;      /* I/Os that waited for a metadata flush (whole cache only) */
 	uint64_t nslots, used_slots, window_slots; /* geometry (whole cache only) */

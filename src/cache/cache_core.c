@@ -59,12 +59,16 @@ struct cache_stale {
  * than cap bytes, so repeated writes between write-backs cost one device
  * write, and updates of blocks evicted meanwhile cost none. A map from SSD
  * slot to its pending (in RAM, not on the device) sectors, and a FIFO of
- * slots in buffering order (stale entries are skipped when popped).
+ * slots in buffering order. A FIFO position is live only while it is the
+ * one its slot's map entry names: a slot dropped and buffered again gets
+ * a new position, and its old ones are stale (skipped when popped, dropped
+ * when the ring is compacted), so the ring never fills with duplicates.
  */
 struct cache_ub {
 	uint64_t cap, bytes; /* byte limit; pending bytes now */
 	uint32_t *map_slot;  /* map_size entries, UINT32_MAX: empty */
 	uint8_t *map_bits;   /* map_size * vbytes pending bits */
+	uint64_t *map_seq;   /* the entry's FIFO position (older positions of its slot are stale) */
 	uint64_t map_size;   /* power of two, >= 2 * (cap / 4K + 2) */
 	uint64_t n;          /* entries in the map */
 	uint32_t *fifo;      /* ring of slots, fifo_cap entries */
@@ -226,6 +230,7 @@ static void ub_remove(struct hl_cache_core *c, uint64_t i)
 		uint64_t home = ub_home(u, u->map_slot[j]);
 		if (((j - home) & m) >= ((j - hole) & m)) {
 			u->map_slot[hole] = u->map_slot[j];
+			u->map_seq[hole] = u->map_seq[j];
 			memcpy(ub_bits(c, hole), ub_bits(c, j), c->vbytes);
 			hole = j;
 		}
@@ -269,21 +274,25 @@ static bool ub_add(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t
 		if (u->n * 2 >= u->map_size)
 			return false;
 		if (u->fifo_tail - u->fifo_head == u->fifo_cap) {
-			/* Ring full of stale entries: keep only the slots still buffered. */
+			/* Ring full: keep only the live positions, in order (k <= j). */
 			uint64_t k = u->fifo_head;
 			for (uint64_t j = u->fifo_head; j != u->fifo_tail; j++) {
 				uint32_t x = u->fifo[j % u->fifo_cap];
-				if (ub_find(c, x) != UINT64_MAX)
-					u->fifo[k++ % u->fifo_cap] = x;
+				uint64_t xi = ub_find(c, x);
+				if (xi == UINT64_MAX || u->map_seq[xi] != j)
+					continue;
+				u->map_seq[xi] = k;
+				u->fifo[k++ % u->fifo_cap] = x;
 			}
 			u->fifo_tail = k;
 			if (u->fifo_tail - u->fifo_head == u->fifo_cap)
-				return false;
+				return false; /* cannot be: at most map_size / 2 live */
 		}
 		for (i = ub_home(u, s); u->map_slot[i] != UINT32_MAX;
 		     i = (i + 1) & (u->map_size - 1))
 			;
 		u->map_slot[i] = s;
+		u->map_seq[i] = u->fifo_tail;
 		u->n++;
 		u->fifo[u->fifo_tail++ % u->fifo_cap] = s;
 	}
@@ -459,6 +468,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->ghost[1]);
 	free(c->ub.map_slot);
 	free(c->ub.map_bits);
+	free(c->ub.map_seq);
 	free(c->ub.fifo);
 	free(c->stale);
 	free(c->wip);
@@ -1538,7 +1548,7 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->block_size = c->p.block_size;
 	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
 	                 cache_index_mem_bytes(&c->ix) +
-	                 c->ub.map_size * (sizeof(uint32_t) * 2 + c->vbytes);
+	                 c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
 	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit) + 2 * c->ghost_bits / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
 }
@@ -1770,10 +1780,12 @@ int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
 		n.fifo_cap = n.map_size;
 		n.map_slot = malloc(n.map_size * sizeof(*n.map_slot));
 		n.map_bits = calloc(n.map_size, c->vbytes);
+		n.map_seq = calloc(n.map_size, sizeof(*n.map_seq));
 		n.fifo = malloc(n.fifo_cap * sizeof(*n.fifo));
-		if (!n.map_slot || !n.map_bits || !n.fifo) {
+		if (!n.map_slot || !n.map_bits || !n.map_seq || !n.fifo) {
 			free(n.map_slot);
 			free(n.map_bits);
+			free(n.map_seq);
 			free(n.fifo);
 			return -ENOMEM;
 		}
@@ -1781,6 +1793,7 @@ int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
 	}
 	free(u->map_slot);
 	free(u->map_bits);
+	free(u->map_seq);
 	free(u->fifo);
 	*u = n;
 	return 0;
@@ -1799,18 +1812,20 @@ uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uin
 	return (uint64_t)vcount(ub_bits(c, i), 0, c->spb) * HL_CACHE_SECTOR;
 }
 
-bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+/* The next write-back while more than limit bytes are pending (see cache_core_ub_writeback). */
+static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
+                         struct hl_cache_io *io)
 {
 	struct cache_ub *u = &c->ub;
 
-	while (u->bytes > u->cap && u->fifo_head != u->fifo_tail) {
+	while (u->bytes > limit && u->fifo_head != u->fifo_tail) {
 		uint32_t s = u->fifo[u->fifo_head % u->fifo_cap], a, z;
 		uint64_t i = ub_find(c, s);
 		struct cache_slot *sl = &c->slots[s];
 		uint8_t *b;
 
-		if (i == UINT64_MAX) {
-			u->fifo_head++; /* stale: dropped since it was buffered */
+		if (i == UINT64_MAX || u->map_seq[i] != u->fifo_head) {
+			u->fifo_head++; /* stale: dropped (and maybe buffered again) since */
 			continue;
 		}
 		b = ub_bits(c, i);
@@ -1845,4 +1860,14 @@ bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_c
 		return true;
 	}
 	return false;
+}
+
+bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+{
+	return ub_writeback(c, c->ub.cap, lun, io);
+}
+
+bool cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+{
+	return ub_writeback(c, 0, lun, io);
 }

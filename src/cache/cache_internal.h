@@ -130,6 +130,13 @@ uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uin
  */
 bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
 
+/**
+ * cache_core_ub_writeback() regardless of the limit: the next write-back
+ * while anything is pending (a clean stop empties the buffer). Same
+ * contract for *io.
+ */
+bool cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
+
 /* ---- metadata (cache_meta.c) ---- */
 
 #include <pthread.h>

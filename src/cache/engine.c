@@ -423,6 +423,7 @@ static void cache_free(struct hl_cache *c)
 		hl_origin_close(c->data);
 	if (c->dev)
 		hl_cache_dev_close(c->dev);
+	engine_ub_fini(c);
 	hl_cache_core_destroy(c->core);
 	for (size_t i = 0; i < c->n_ents; i++)
 		ent_free(c->ents[i]);
@@ -483,6 +484,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	pthread_condattr_t ca;
 	const char *adm;
 	char *uri = NULL;
+	uint64_t ub;
 	bool usable;
 	int rc, restored = 0;
 
@@ -577,6 +579,10 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	rc = hl_cache_core_create(&p, &c->core);
 	if (rc)
 		goto fail;
+	ub = cfg->update_buffer ? cfg->update_buffer : HL_CACHE_UPDATE_BUFFER_DEFAULT;
+	rc = engine_ub_init(c, ub == HL_CACHE_UPDATE_BUFFER_OFF ? 0 : ub);
+	if (rc)
+		goto fail;
 	hl_cache_core_info(c->core, &info);
 	c->nwin = info.window_slots;
 	if (c->nwin) {
@@ -616,11 +622,11 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	c->meta_started = true;
 	HL_NOTICE("cache",
 	          "cache %s: %s, %llu blocks of %u KiB (+%llu in RAM), admission %s, "
-	          "%s; %s",
+	          "%s, update buffer %llu KiB; %s",
 	          c->name, cfg->device, (unsigned long long)c->nslots, c->bs / 1024,
 	          (unsigned long long)c->nwin, adm,
 	          cfg->write_policy ? cfg->write_policy : "update",
-	          usable ? "warm restart" : "formatted");
+	          (unsigned long long)(c->ub_cap >> 10), usable ? "warm restart" : "formatted");
 	if (usable)
 		HL_NOTICE("cache", "cache %s: %d block(s) restored", c->name, restored);
 	*out = c;
@@ -804,6 +810,13 @@ void hl_cache_close(struct hl_cache *c)
 		c->data = NULL;
 	}
 	if (!c->dead && !atomic_load(&c->failed)) {
+		/*
+		 * Keep the update buffer's sectors warm: write them back first (the
+		 * records below claim them only once the device flush in the close's
+		 * sync made them durable). Not while I/O is still in flight.
+		 */
+		if (c->data)
+			engine_ub_drain(c);
 		pthread_mutex_lock(&c->lock);
 		rc = hl_cache_meta_close(c->dev, &c->layout, c->core);
 		pthread_mutex_unlock(&c->lock);
@@ -849,6 +862,7 @@ static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_s
 	out->hit_retries = cnt_get(&s->hit_retries);
 	out->passthrough_ios = cnt_get(&s->passthrough_ios);
 	out->promotions = cnt_get(&s->promotions);
+	out->ub_writebacks = cnt_get(&s->ub_writebacks);
 }
 
 /* The most common read-size bucket, rounded up to a power of two, clamped to 4K..1M. */
@@ -895,6 +909,7 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 	counters_copy(e ? &e->st : &c->st, out);
 	if (!e) {
 		out->meta_syncs = cnt_get(&c->meta_syncs);
+		out->ub_bytes = engine_ub_bytes(c);
 		out->meta_waits = cnt_get(&c->meta_waits);
 		out->nslots = info.nslots;
 		out->used_slots = info.used_slots;

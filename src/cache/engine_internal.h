@@ -14,7 +14,9 @@
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
  *    and the fills a read plans;
  *  - engine_write.c: WRITE, discard, write-zeroes, COMPARE AND WRITE, and
- *    the fills, updates and read-modify-writes that run after a reply.
+ *    the fills, updates and read-modify-writes that run after a reply;
+ *  - engine_ub.c: the RAM update buffer's store of sector copies, its
+ *    write-backs, and the copies reads and read-modify-writes take of it.
  *
  * Ordering rules kept by these files (see docs/cache-engine.md for the reasoning):
  *  - a read replies as soon as its data is in the caller's buffers; fills
@@ -32,6 +34,18 @@
  *    filled with the pre-write data.
  *  - the metadata thread holds the cache mutex for a whole metadata flush,
  *    so no fill is installed between its data flush and its record writes.
+ *  - RAM update buffer (engine_ub.c): an update of a device slot puts its
+ *    sectors in the store and makes them valid and pending in the core in
+ *    one hold of the cache mutex, after io_start granted the slot; the
+ *    store's copy of a sector is current whenever the core lists it
+ *    pending. A read copies the pending sectors it will serve while it
+ *    plans (same mutex hold) and lays them over what the device returns. A
+ *    write-back takes its sectors out of the core (no longer pending, not
+ *    valid) and copies them out of the store in one hold, then writes the
+ *    device like a fill (io_start .. io_end). No record ever claims a
+ *    pending sector (hl_cache_core_slot_get masks them), so a crash loses
+ *    them and the origin serves them; a clean stop writes them back
+ *    (engine_ub_drain) before the records that claim them.
  */
 #ifndef HOTLUN_CACHE_ENGINE_INTERNAL_H
 #define HOTLUN_CACHE_ENGINE_INTERNAL_H
@@ -62,7 +76,8 @@ struct eng_counters {
 	uint64_t rsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t wsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t dev_errors, origin_errors, hit_retries, passthrough_ios;
-	uint64_t promotions; /* RAM window blocks copied to the SSD */
+	uint64_t promotions;    /* RAM window blocks copied to the SSD */
+	uint64_t ub_writebacks; /* update buffer write-backs completed */
 };
 
 /* A disk the cache knows: attached now, or mapped by an earlier run. */
@@ -92,6 +107,16 @@ struct hl_cache {
 	struct hl_cache_dev *dev; /* metadata I/O: meta thread, open and close only */
 	struct hl_origin *data;   /* slot data: O_DIRECT file origin on the device */
 	uint8_t *window;          /* RAM window data: nwin * bs, 4 KiB aligned */
+	/*
+	 * RAM update buffer (engine_ub.c): copies of pending sectors keyed by
+	 * (slot, sector), chained in ub_tab. Entries the core no longer lists
+	 * are freed by a sweep once ub_count passes ub_sweep_at.
+	 */
+	uint64_t ub_cap;        /* bytes; 0: off */
+	struct ub_ent **ub_tab; /* lock */
+	uint64_t ub_tab_mask;   /* buckets - 1 */
+	uint64_t ub_count;      /* lock: entries (pending or stale) */
+	uint64_t ub_sweep_at;   /* lock */
 
 	pthread_mutex_t sync_lock; /* serialises record syncs (meta thread, attach); before lock */
 	pthread_mutex_t lock;
@@ -170,6 +195,7 @@ struct eng_sub {
 	uint8_t kind;
 	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
 	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
+	bool ub;          /* FILL: an update into the RAM update buffer, not the device */
 	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
 	uint32_t peer;    /* RMW: the FILL sub it merges into */
 	uint64_t lo, hi;  /* RUN/RETRY/BUF/PHIT: LUN bytes held by buf; RMW: the sector */
@@ -195,6 +221,17 @@ struct eng_req {
 	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */
 	uint8_t *iof;    /* per io: IOF_* */
 	uint8_t *vmap;   /* read: bit i = sector off/SECT + i valid in a PARTIAL block */
+	/*
+	 * Update buffer. Read: copies of the pending sectors it serves (ov_n
+	 * sectors, LUN byte offsets in ov_off), laid over the device's data.
+	 * Write: the old content of a partly written head/tail sector that was
+	 * pending when the write began (rmw_off[i] == UINT64_MAX: none).
+	 */
+	uint8_t *ov;
+	uint64_t *ov_off;
+	uint32_t ov_n;
+	uint8_t *rmw_old[2];
+	uint64_t rmw_off[2];
 	struct eng_sub *subs;
 	bool subs_heap; /* subs was reallocated for a stitched read */
 };
@@ -375,5 +412,41 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
  * metadata flush when barrier. Frees req when they are done.
  */
 void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier);
+
+/* engine_ub.c */
+
+/** Set up the update buffer of bytes (0: none) at open. @return 0 or -ENOMEM. */
+int engine_ub_init(struct hl_cache *c, uint64_t bytes);
+/** Free the store (close, crash). */
+void engine_ub_fini(struct hl_cache *c);
+/**
+ * A clean stop: write every pending sector to the device (synchronous
+ * device writes, no reactor needed), so that the records the close writes
+ * next claim them. Main thread, nothing in flight. @return 0 or -errno
+ * (sectors not written stay invalid: the origin serves them).
+ */
+int engine_ub_drain(struct hl_cache *c);
+/** Bytes the store holds now (pending or not yet swept). Any thread. */
+uint64_t engine_ub_bytes(struct hl_cache *c);
+/**
+ * Under c->lock, right after hl_cache_core_read(): copy the pending sectors
+ * of the request's HIT and PARTIAL device blocks into req->ov. @return 0
+ * or -ENOMEM (the caller fails the read).
+ */
+int engine_ub_read_plan(struct eng_req *req);
+/** Lay the pending copies of req that fall in [lo, hi) over buf (which holds [lo, hi)). */
+void engine_ub_overlay(const struct eng_req *req, uint8_t *buf, uint64_t lo, uint64_t hi);
+/**
+ * Under c->lock, before hl_cache_core_write_begin() of a WRITE: keep a
+ * copy of the partly written head/tail sector if it is pending (its
+ * device copy is older). @return 0 or -ENOMEM.
+ */
+int engine_ub_write_plan(struct eng_req *req);
+/**
+ * FILL sub s (s->ub; io_start granted, read-modify-write merged) holds the
+ * new data of its update: put it in the store, end the io, and start the
+ * write-backs the buffer needs. Any reactor; takes c->lock.
+ */
+void engine_ub_install(struct eng_req *req, struct eng_sub *s);
 
 #endif

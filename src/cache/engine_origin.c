@@ -82,6 +82,10 @@ void engine_req_free(struct eng_req *req)
 			free(req->subs[i].buf);
 	if (req->subs_heap)
 		free(req->subs);
+	free(req->ov);
+	free(req->ov_off);
+	free(req->rmw_old[0]);
+	free(req->rmw_old[1]);
 	free(req);
 	atomic_fetch_sub(&c->inflight, 1);
 }

@@ -170,10 +170,14 @@ void engine_read_sub_done(struct eng_sub *s, int result)
 	case SUB_HIT:
 		if (result) {
 			hit_retry(req, s, result);
-		} else if (!s->direct) {
+		} else {
 			struct hl_cache_io *cio = &req->ios[s->k];
 			uint64_t lo = blk_start(c, cio->block) + (uint64_t)cio->first * SECT;
-			copy_out(req, s->buf, lo, lo + (uint64_t)cio->nsect * SECT);
+			uint64_t hi = lo + (uint64_t)cio->nsect * SECT;
+			/* Sectors whose current data is in the RAM update buffer. */
+			engine_ub_overlay(req, s->buf, lo, hi);
+			if (!s->direct)
+				copy_out(req, s->buf, lo, hi);
 		}
 		break;
 	case SUB_RETRY:
@@ -186,10 +190,12 @@ void engine_read_sub_done(struct eng_sub *s, int result)
 		}
 		break;
 	case SUB_PHIT:
-		if (result)
+		if (result) {
 			piece_retry(req, s, result);
-		else
+		} else {
+			engine_ub_overlay(req, s->buf, s->lo, s->hi);
 			copy_out(req, s->buf, s->lo, s->hi);
+		}
 		break;
 	default:
 		break;
@@ -430,6 +436,12 @@ int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
 	req->nios = n > 0 ? (uint32_t)n : 0;
 	if (partial)
 		partial_sect = vmap_fill(req);
+	if (n > 0 && engine_ub_read_plan(req)) {
+		/* No memory for the buffered sectors' copies: nothing was started. */
+		for (int k = 0; k < n; k++)
+			hl_cache_core_io_end(c->core, co->ent->id, &req->ios[k], false);
+		n = -ENOMEM;
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (n < 0) {
 		engine_req_free(req);

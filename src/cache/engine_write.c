@@ -34,6 +34,10 @@ static void fill_write(struct eng_req *req, struct eng_sub *s)
 	struct hl_cache_io *io = &req->ios[s->k];
 	int rc;
 
+	if (s->ub) {
+		engine_ub_install(req, s); /* RAM only: no device write now */
+		return;
+	}
 	rc = engine_sub_submit(s, c->data, HL_IO_WRITE,
 	                       c->layout.data_off + (uint64_t)io->slot * c->bs +
 	                           (uint64_t)io->fill_first * SECT,
@@ -104,6 +108,25 @@ static void rmw_merge(struct eng_req *req, struct eng_sub *f, const struct eng_s
 }
 
 /*
+ * An update into the RAM update buffer whose partly written sector p was
+ * pending when the write began: its old bytes are the copy the write took
+ * then (the device's are older). Merge them now. @return false when p was
+ * not pending (its device copy is the current one: read it).
+ */
+static bool rmw_from_buffer(struct eng_req *req, struct eng_sub *f, uint64_t p)
+{
+	for (int i = 0; i < 2; i++) {
+		if (req->rmw_old[i] && req->rmw_off[i] == p) {
+			struct eng_sub old = {.lo = p, .buf = req->rmw_old[i]};
+			rmw_merge(req, f, &old);
+			f->rmw_wait--;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
  * Read-modify-write (docs/cache-policy.md, point 7): io_start already gave
  * FILL sub s the slot, so nothing else writes it until io_end, and the
  * partly written sectors were valid when the write began (the core's
@@ -123,9 +146,12 @@ static bool rmw_start(struct eng_req *req, struct eng_sub *s)
 		return false;
 	s->rmw_wait = (uint8_t)(n + 1); /* + our hold while submitting */
 	for (int i = 0; i < n; i++) {
-		struct eng_sub *r = engine_sub_new(req, SUB_RMW, s->k);
+		struct eng_sub *r;
 		int rc = -ENOMEM;
 
+		if (s->ub && rmw_from_buffer(req, s, sect[i]))
+			continue;
+		r = engine_sub_new(req, SUB_RMW, s->k);
 		if (r && (r->buf = abuf(SECT))) {
 			r->own = true;
 			r->lo = sect[i];
@@ -356,6 +382,38 @@ static bool ram_update(struct eng_req *req, struct hl_cache_io *io, uint64_t wlo
 	return true;
 }
 
+/*
+ * Queue the update of device slot io into the RAM update buffer: a FILL sub
+ * (s->ub) holding the fill range with the written bytes [wlo, whi); its
+ * partly written sectors are merged when it starts (rmw_start), and
+ * fill_write puts it in the store instead of on the device. @return true
+ * when queued.
+ */
+static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, uint64_t wlo,
+                       uint64_t whi)
+{
+	struct hl_cache *c = req->c;
+	uint64_t fs, fe;
+	struct eng_sub *s;
+
+	if (io->slot >= c->nslots || atomic_load(&c->failed))
+		return false;
+	fill_range(req, io, &fs, &fe);
+	s = engine_sub_new(req, SUB_FILL, k);
+	if (!s)
+		return false;
+	s->buf = abuf(fe - fs);
+	if (!s->buf) {
+		req->nsub--;
+		return false;
+	}
+	s->own = true;
+	s->ub = true;
+	s->iov.iov_base = s->buf;
+	iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off, s->buf + (wlo - fs), whi - wlo);
+	return true;
+}
+
 /* The origin write finished (req->status): end the core's ios, update slots, reply. */
 static void write_done(struct eng_req *req)
 {
@@ -411,6 +469,12 @@ static void write_done(struct eng_req *req)
 			continue; /* a partly written sector the core did not know valid: never */
 		wlo = HL_MAX(fs, req->off);
 		whi = HL_MIN(fe, req->off + req->len);
+		if (io->src_slot == CACHE_IO_UB_SRC) {
+			/* RAM update buffer: the new sectors go to the store after the reply. */
+			if (ub_prepare(req, io, k, wlo, whi))
+				req->iof[k] = IOF_QUEUED;
+			continue;
+		}
 		if (io->ram) {
 			if (ram_update(req, io, wlo, whi))
 				req->iof[k] = IOF_WRITTEN;
@@ -486,8 +550,16 @@ int engine_write(struct hl_origin *o, struct hl_origin_io *uio)
 		hl_cache_core_invalidate(c->core, co->ent->id, uio->offset, uio->length);
 		sync = true;
 	} else {
-		n = hl_cache_core_write_begin(c->core, co->ent->id, uio->offset, uio->length,
-		                              req->ios, nb);
+		/* The old bytes of a pending partly written sector: before write_begin drops it. */
+		rc = engine_ub_write_plan(req);
+		n = rc ? rc
+		       : hl_cache_core_write_begin(c->core, co->ent->id, uio->offset, uio->length,
+		                                   req->ios, nb);
+		if (n == -ENOMEM) {
+			pthread_mutex_unlock(&c->lock);
+			engine_req_free(req);
+			return -ENOMEM;
+		}
 		if (n < 0) {
 			pthread_mutex_unlock(&c->lock);
 			engine_req_free(req);

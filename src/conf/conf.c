@@ -260,6 +260,17 @@ static int cache_key(struct parser *p, const char *key, const char *v)
 			return perr(p, "write_policy: must be update or invalidate, got '%s'", v);
 		return set_str(p, &c->write_policy, v);
 	}
+	if (strcmp(key, "update_buffer") == 0) {
+		uint64_t x;
+		if (strcmp(v, "off") == 0)
+			x = 0;
+		else if (hl_parse_size(v, &x) || x % 4096 || x > (4ull << 30))
+			return perr(p, "update_buffer: must be 0 (off) or a multiple of 4K up to 4G "
+			               "(e.g. 16M), got '%s'", v);
+		c->update_buffer = x;
+		c->update_buffer_set = true;
+		return 0;
+	}
 	return perr(p, "unknown key '%s' in [cache %s]", key, c->name);
 }
 
@@ -822,6 +833,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_size(f, "block_size", k->block_size);
 		put_opt(f, "admission", k->admission);
 		put_opt(f, "write_policy", k->write_policy);
+		if (k->update_buffer_set)
+			put_size(f, "update_buffer", k->update_buffer);
 	}
 	for (size_t i = 0; i < c->n_disks; i++) {
 		const struct hl_conf_disk *d = &c->disks[i];
@@ -1085,6 +1098,11 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			return unset_str(&k->admission);
 		if (strcmp(key, "write_policy") == 0)
 			return unset_str(&k->write_policy);
+		if (strcmp(key, "update_buffer") == 0) {
+			k->update_buffer = 0;
+			k->update_buffer_set = false;
+			return 0;
+		}
 		return perr(&p, "%s cannot be unset", key);
 	}
 	struct hl_conf_target *t = &c->targets[p.index];

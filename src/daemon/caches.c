@@ -85,6 +85,8 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	r->conf.write_policy = k->write_policy ? strdup(k->write_policy) : NULL;
 	r->conf.size = k->size;
 	r->conf.block_size = k->block_size;
+	r->conf.update_buffer = k->update_buffer;
+	r->conf.update_buffer_set = k->update_buffer_set;
 	if (!r->conf.name || !r->conf.device || (k->admission && !r->conf.admission) ||
 	    (k->write_policy && !r->conf.write_policy) ||
 	    (conf->state_dir && asprintf(&map, "%s/cache-%s.map", conf->state_dir, k->name) < 0)) {
@@ -98,6 +100,9 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	cfg.block_size = k->block_size;
 	cfg.admission = k->admission;
 	cfg.write_policy = k->write_policy;
+	if (k->update_buffer_set)
+		cfg.update_buffer =
+		    k->update_buffer ? k->update_buffer : HL_CACHE_UPDATE_BUFFER_OFF;
 	cfg.map_path = map; /* NULL: beside the device */
 	rc = hl_cache_open(&cfg, &r->c);
 	free(map);
@@ -163,10 +168,12 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 		if (r) {
 			if (!str_eq(r->conf.device, k->device) || r->conf.size != k->size ||
 			    r->conf.block_size != k->block_size ||
-			    !str_eq(r->conf.write_policy, k->write_policy)) {
+			    !str_eq(r->conf.write_policy, k->write_policy) ||
+			    r->conf.update_buffer_set != k->update_buffer_set ||
+			    r->conf.update_buffer != k->update_buffer) {
 				rc = fail(err, errlen, -EINVAL,
-				          "cache %s: device, size, block_size and write_policy "
-				          "change only with a restart",
+				          "cache %s: device, size, block_size, write_policy and "
+				          "update_buffer change only with a restart",
 				          k->name);
 				break;
 			}
@@ -300,6 +307,8 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 	PUT("block_size", s->block_size);
 	PUT("recommended_block_size", s->recommended_block_size);
 	if (whole) {
+		PUT("update_buffer_writebacks", s->ub_writebacks);
+		PUT("update_buffer_bytes", s->ub_bytes);
 		PUT("meta_syncs", s->meta_syncs);
 		PUT("meta_waits", s->meta_waits);
 		PUT("nslots", s->nslots);

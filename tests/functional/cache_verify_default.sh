@@ -5,7 +5,9 @@
 #   SAN   a first hotlund serving a file LUN (the slow origin),
 #   front a hotlund whose disk is iscsi://SAN behind a 16 MiB cache with the
 #         default admission (frequency: the RAM window, its ghost and
-#         promotions of returning blocks, docs/cache-policy.md points 2-5).
+#         promotions of returning blocks, docs/cache-policy.md points 2-5)
+#         and a 1 MiB RAM update buffer (point 8; small, so that write-backs
+#         run all the time and race the writes and the kill).
 # Two verified loads at once (every write carries its LBA and a generation,
 # every read must return the last acknowledged write):
 #   - hotset over 48 MiB with 3584-byte, 4K and 64K I/O: 3584-byte writes at
@@ -38,7 +40,7 @@ ST=$T/front-state
 mkdir -p "$ST"
 hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
 	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0" \
-	device="$T/cache.img" size=16M block_size=64K
+	device="$T/cache.img" size=16M block_size=64K update_buffer=1M
 front_start() {
 	hl_start_hotlund "$T/front.conf"
 	FRONT_PID=$HL_PID
@@ -68,7 +70,8 @@ counts=$(python3 -c '
 import json, sys
 c = json.loads(sys.argv[1])["caches"]["ssd"]
 print(" ".join("%s=%d" % (k, c[k]) for k in sys.argv[2:]))' "$out" \
-	window_fills promotions write_updates read_partial read_bypass read_hits) ||
+	window_fills promotions write_updates read_partial read_bypass read_hits \
+	update_buffer_writebacks) ||
 	hl_fail "no cache counters: $out"
 hl_log "under load: $counts"
 [[ " $counts" =~ =0( |$) ]] && hl_fail "a path of the default policy did not run: $counts"

@@ -6,13 +6,14 @@
  *
  * The .c files are included so tests can reach the cache's insides: swap
  * the data origin for a failing one (device failure) and stop a cache
- * without its clean shutdown (a crash). All four, so that none of them is
- * also linked from libhotlun.
+ * without its clean shutdown (a crash). All five (engine_ub.c is the update
+ * buffer), so that none of them is also linked from libhotlun.
  */
 #include "../../../src/cache/engine.c"
 #include "../../../src/cache/engine_origin.c"
 #include "../../../src/cache/engine_read.c"
 #include "../../../src/cache/engine_write.c"
+#include "../../../src/cache/engine_ub.c"
 
 #include "hl_test.h"
 
@@ -295,9 +296,13 @@ static void dev_remove(void)
 	unlink(g_map);
 }
 
+/* update_buffer of the caches cache_open() opens (0: the default, 16 MiB). */
+static uint64_t g_ub;
+
 static struct hl_cache *cache_open(const char *policy)
 {
 	struct hl_cache_config cfg = {
+	    .update_buffer = g_ub,
 	    .name = "ut",
 	    .device = g_dev,
 	    .size = 8 * M,
@@ -1383,6 +1388,412 @@ static void test_recommend(void)
 	CU_ASSERT_EQUAL(hl_cache_size_bucket(524289), HL_CACHE_SIZE_BUCKETS - 1);
 }
 
+/* ---- RAM update buffer ---- */
+
+/* Run test with the update buffer off: the device-update paths. */
+static void with_ub_off(void (*test)(void))
+{
+	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
+	test();
+	g_ub = 0;
+}
+
+static void test_write_update_ub_off(void)
+{
+	with_ub_off(test_write_update);
+}
+
+static void test_rmw_misaligned_ub_off(void)
+{
+	with_ub_off(test_rmw_misaligned);
+}
+
+static void test_rmw_race_ub_off(void)
+{
+	with_ub_off(test_rmw_race);
+}
+
+/*
+ * Replace the cache's data origin by a fake device d (memory, holds on
+ * demand) before any I/O: the tests see what reaches the device and when.
+ * Returns the real one, which ub_dev_restore() puts back before the close.
+ */
+static struct hl_origin *ub_dev_swap(struct hl_cache *c, struct fake *d)
+{
+	struct hl_origin *real = c->data;
+
+	fake_init(d, 8 * M, 0);
+	c->data = fake_origin(d, "fake:ssd");
+	return real;
+}
+
+static void ub_dev_restore(struct hl_cache *c, struct hl_origin *real, struct fake *d)
+{
+	hl_origin_close(c->data);
+	c->data = real;
+	free(d->mem);
+}
+
+/* Pending (buffered) bytes of the block's slot. */
+static uint64_t ub_pending(struct hl_cache *c, uint64_t block)
+{
+	uint32_t s;
+	uint64_t n;
+
+	pthread_mutex_lock(&c->lock);
+	s = hl_cache_core_peek(c->core, c->ents[0]->id, block, NULL);
+	n = s == HL_CACHE_NO_SLOT ? 0 : cache_core_ub_pending(c->core, s, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+/* The device bytes of sector i of block's slot, in the fake device d. */
+static const uint8_t *ub_dev_sector(struct hl_cache *c, struct fake *d, uint64_t block, uint32_t i)
+{
+	uint32_t s = hl_cache_core_peek(c->core, c->ents[0]->id, block, NULL);
+
+	CU_ASSERT_FATAL(s < c->nslots);
+	return d->mem + c->layout.data_off + (uint64_t)s * c->bs + (uint64_t)i * SECT;
+}
+
+/*
+ * An update of a block cached on the device stays in RAM: no device write,
+ * the device keeps the old sectors, and a read is a hit served from the
+ * buffer. A misaligned write into a buffered sector merges with the
+ * buffer's copy (no device read), and the result is served too.
+ */
+static void test_ub_read_from_buffer(void)
+{
+	struct fake f, d;
+	struct hl_cache *c;
+	struct hl_origin *o, *real;
+	struct snap a, b;
+	uint8_t *buf = malloc(BS), *w = malloc(8 * K), old[SECT];
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 21);
+	reactor_up();
+	c = cache_open(NULL);
+	real = ub_dev_swap(c, &d);
+	o = attach(c, &f, "fake:ub1");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(d.writes, 1); /* the fill */
+	memcpy(old, ub_dev_sector(c, &d, 5, 4), SECT);
+
+	memset(w, 0x55, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 16 * K, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(d.writes, 1); /* no device write for the update */
+	CU_ASSERT_EQUAL(ub_pending(c, 5), 8 * K);
+	CU_ASSERT(memcmp(ub_dev_sector(c, &d, 5, 4), old, SECT) == 0); /* device: old data */
+
+	snap(c, &f, &a);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, BS) == 0);
+	CU_ASSERT(buf[16 * K] == 0x55 && buf[24 * K - 1] == 0x55);
+	snap(c, &f, &b);
+	CU_ASSERT_EQUAL(b.reads, a.reads); /* a hit: the origin was not read */
+	CU_ASSERT_EQUAL(b.hits - a.hits, 1);
+	/* A part of the request only: a bounce buffer and an unaligned start. */
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS + 15 * K + 512, 2 * K, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS + 15 * K + 512, 2 * K) == 0);
+
+	/* 1K at 16K + 512: sector 4 partly, its old bytes from the buffer (no device read). */
+	int dreads = d.reads;
+	memset(w, 0x66, K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 16 * K + 512, K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(d.reads, dreads);
+	CU_ASSERT_EQUAL(ub_pending(c, 5), 8 * K);
+	/*
+	 * 1K at 12K + 3584: sectors 3 (not buffered: its old bytes from the
+	 * device) and 4 (buffered: from the buffer) partly.
+	 */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS + 12 * K + 3584, K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(d.reads, dreads + 1);
+	CU_ASSERT_EQUAL(ub_pending(c, 5), 12 * K);
+	snap(c, &f, &a);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, BS) == 0);
+	CU_ASSERT(buf[16 * K - 1] == 0x66 && buf[16 * K + 1535] == 0x66);
+	CU_ASSERT(buf[16 * K + 1536] == 0x55 && buf[24 * K - 1] == 0x55);
+	snap(c, &f, &b);
+	CU_ASSERT_EQUAL(b.reads, a.reads);
+	CU_ASSERT_EQUAL(b.hits - a.hits, 1);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	ub_dev_restore(c, real, &d);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+/*
+ * A write or an invalidation of a buffered sector drops it from the
+ * buffer: a DISCARD of one buffered sector, then a write of another, then a
+ * failed origin write (the range is dropped); every read returns what the
+ * origin holds.
+ */
+static void test_ub_invalidate_pending(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS), *w = malloc(8 * K);
+
+	o = fixture_up(&c, NULL, &f, 22, "fake:ub2");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(w, 0x33, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS + 8 * K, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 4), 8 * K);
+
+	/* Discard sector 2: no longer buffered, the origin's zeroes are read. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_DISCARD, 4 * BS + 8 * K, 4 * K, NULL), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 4), 4 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 4 * BS, BS) == 0);
+	CU_ASSERT(buf[8 * K] == 0 && buf[12 * K] == 0x33);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* A write of sector 3 replaces its buffered copy. */
+	memset(w, 0x44, 4 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS + 12 * K, 4 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 4 * BS, BS) == 0);
+	CU_ASSERT(buf[12 * K] == 0x44);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* A failed origin write of a buffered sector drops it (the origin decides). */
+	__atomic_store_n(&f.fail_writes, 1, __ATOMIC_RELAXED);
+	memset(w, 0x99, 4 * K);
+	CU_ASSERT(do_io(o, HL_IO_WRITE, 4 * BS + 12 * K, 4 * K, w) < 0);
+	__atomic_store_n(&f.fail_writes, 0, __ATOMIC_RELAXED);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 4), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 4 * BS, BS) == 0);
+	CU_ASSERT(buf[12 * K] == 0x44);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
+/*
+ * A buffer of 4 KiB: an 8 KiB update is written back at once. A write of
+ * those sectors while the write-back is held in flight: the write-back
+ * lands after the write but is not installed (its sectors stay invalid),
+ * and every read returns the newest data. Then a write-back that completes
+ * is installed, counted as a cache-device write, and kept by a restart.
+ */
+static void test_ub_write_during_writeback(void)
+{
+	struct fake f, d;
+	struct hl_cache *c;
+	struct hl_origin *o, *real;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(BS), *w = malloc(8 * K), v[32];
+	uint64_t cw;
+
+	g_ub = 4 * K;
+	dev_name();
+	fake_init(&f, LUN_SIZE, 23);
+	reactor_up();
+	c = cache_open(NULL);
+	real = ub_dev_swap(c, &d);
+	o = attach(c, &f, "fake:ub3");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	stats(c, &st);
+	cw = st.core.bytes_cache_write;
+
+	/* The update goes to the buffer, which is over its limit: a write-back, held. */
+	__atomic_store_n(&d.hold_writes, 1, __ATOMIC_RELAXED);
+	memset(w, 0x11, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 3 * BS, 8 * K, w), 0);
+	for (int i = 0; i < 1000 && __atomic_load_n(&d.nheld, __ATOMIC_ACQUIRE) < 1; i++)
+		usleep(1000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&d.nheld, __ATOMIC_ACQUIRE), 1);
+	CU_ASSERT_EQUAL(ub_pending(c, 3), 0); /* taken out for the write-back */
+	CU_ASSERT(wait_inflight(c, 1));       /* only the write-back is left */
+
+	/* A newer write of the same sectors while the write-back is in flight. */
+	memset(w, 0x22, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 3 * BS, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 1));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	CU_ASSERT(buf[0] == 0x22);
+	CU_ASSERT(wait_inflight(c, 1));
+	__atomic_store_n(&d.hold_writes, 0, __ATOMIC_RELAXED);
+	release_held(&d);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* The old write-back reached the device but claims nothing. */
+	CU_ASSERT(ub_dev_sector(c, &d, 3, 0)[0] == 0x11);
+	hl_cache_core_peek(c->core, c->ents[0]->id, 3, v);
+	CU_ASSERT_EQUAL(v[0] & 3, 0);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	CU_ASSERT(buf[0] == 0x22 && buf[8 * K - 1] == 0x22);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* A write-back that completes: installed and counted. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	stats(c, &st);
+	cw = st.core.bytes_cache_write;
+	memset(w, 0x77, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 6 * BS + 4 * K, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 6), 0);
+	hl_cache_core_peek(c->core, c->ents[0]->id, 6, v);
+	CU_ASSERT_EQUAL(v[0], 0xff);
+	CU_ASSERT(ub_dev_sector(c, &d, 6, 1)[0] == 0x77 && ub_dev_sector(c, &d, 6, 2)[0] == 0x77);
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.core.bytes_cache_write - cw, 8 * K);
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, NULL, &st), 0);
+	CU_ASSERT_EQUAL(st.ub_writebacks, 2); /* device writes done: the stale one too */
+	int reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 6 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	ub_dev_restore(c, real, &d);
+	hl_cache_close(c);
+	g_ub = 0;
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+/*
+ * A 64 KiB buffer under many updates: write-backs leave copies behind that
+ * the store sweeps away from time to time; every buffered sector must keep
+ * its copy (a sweep in the middle of an update's install once freed the
+ * sectors installed just before it), so every read succeeds with the
+ * origin's data.
+ */
+static void test_ub_sweeps(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(16 * BS), *w = malloc(16 * K);
+
+	g_ub = 64 * K;
+	o = fixture_up(&c, NULL, &f, 25, "fake:ub5");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 16 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	for (int i = 0; i < 600; i++) {
+		uint64_t b = (uint64_t)(i * 7 % 16);
+		uint64_t at = b * BS + (uint64_t)(i * 5 % 13) * 4 * K;
+		int rc;
+		memset(w, (uint8_t)(i + 1), 16 * K);
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, at, 12 * K, w), 0);
+		CU_ASSERT(wait_inflight(c, 0));
+		rc = do_io(o, HL_IO_READ, b * BS, BS, buf);
+		if (rc || memcmp(buf, f.mem + b * BS, BS)) {
+			CU_FAIL("a read after an update failed or returned wrong data");
+			break;
+		}
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 16 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 16 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, NULL, &st), 0);
+	CU_ASSERT(st.ub_writebacks > 100);
+	CU_ASSERT(st.ub_bytes <= 2 * (64 * K + 64 * SECT));
+	fixture_down(c, o, &f);
+	g_ub = 0;
+	free(buf);
+	free(w);
+}
+
+/*
+ * A clean stop writes the buffered sectors back before the records that
+ * claim them: after the restart they are served from the cache with the
+ * new data. A crash loses them, never serving the older device copy: they
+ * are read from the origin (new data) and the block's other sectors are
+ * still cached (warm).
+ */
+static void test_ub_stop_and_crash(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS), *w = malloc(8 * K), v[32];
+	int reads;
+
+	o = fixture_up(&c, NULL, &f, 24, "fake:ub4");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	usleep(200 * 1000); /* periodic metadata flush: the record claims the block */
+	CU_ASSERT(cnt_get(&c->meta_syncs) > 0);
+	memset(w, 0x77, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 6 * BS, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 6), 8 * K);
+	usleep(200 * 1000); /* another flush while the sectors are buffered */
+
+	/* Clean stop: written back, then claimed. */
+	cache_down(c, o);
+	o = cache_up(&c, NULL, &f, "fake:ub4");
+	hl_cache_core_peek(c->core, c->ents[0]->id, 6, v);
+	CU_ASSERT_EQUAL(v[0], 0xff);
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 6 * BS, BS) == 0);
+	CU_ASSERT(buf[0] == 0x77 && buf[8 * K - 1] == 0x77);
+	CU_ASSERT_EQUAL(f.reads, reads); /* from the cache device */
+	CU_ASSERT(wait_inflight(c, 0));
+
+	/* Crash: buffered again, a flush, then no clean shutdown. */
+	memset(w, 0x88, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 6 * BS + 16 * K, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 6), 8 * K);
+	usleep(200 * 1000);
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c);
+	o = cache_up(&c, NULL, &f, "fake:ub4");
+	hl_cache_core_peek(c->core, c->ents[0]->id, 6, v);
+	CU_ASSERT_EQUAL(v[0], 0xcf); /* sectors 4-5 gone, the others still cached */
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 6 * BS, BS) == 0);
+	CU_ASSERT(buf[16 * K] == 0x88 && buf[0] == 0x77);
+	CU_ASSERT(f.reads > reads);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -1408,6 +1819,19 @@ int main(void)
 	    {"raced misaligned writes never leave a stale merge", test_rmw_race},
 	    {"a truncated cache device is never served as zeroes", test_device_truncated},
 	    {"recommended block size", test_recommend},
+	    {"update buffer off: write-through update", test_write_update_ub_off},
+	    {"update buffer off: misaligned writes merge on the device",
+	     test_rmw_misaligned_ub_off},
+	    {"update buffer off: raced misaligned writes", test_rmw_race_ub_off},
+	    {"update buffer: a read is served from the buffer, not the device",
+	     test_ub_read_from_buffer},
+	    {"update buffer: a write or invalidation of a buffered sector drops it",
+	     test_ub_invalidate_pending},
+	    {"update buffer: a write while a write-back is in flight",
+	     test_ub_write_during_writeback},
+	    {"update buffer: buffered sectors keep their copies across sweeps", test_ub_sweeps},
+	    {"update buffer: a clean stop writes it back; a crash loses it, serves the origin",
+	     test_ub_stop_and_crash},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);

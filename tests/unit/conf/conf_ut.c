@@ -88,6 +88,10 @@ static void test_errors_name_file_and_line(void)
 	parse_err("[cache c]\ndevice=/x\nsize=1G\nblock_size=3K\n", "t.conf:4:", "power of two");
 	parse_err("[cache c]\ndevice=/x\nsize=1G\nadmission = lfu\n", "t.conf:4:", "nhit:N");
 	parse_err("[cache c]\ndevice=/x\nsize=1G\nadmission = nhit:16\n", "t.conf:4:", "1..15");
+	parse_err("[cache c]\ndevice=/x\nupdate_buffer = 16Q\n", "t.conf:3:", "update_buffer");
+	parse_err("[cache c]\ndevice=/x\nupdate_buffer = 5000\n", "t.conf:3:", "multiple of 4K");
+	parse_err("[cache c]\ndevice=/x\nupdate_buffer = 8G\n", "t.conf:3:", "up to 4G");
+	parse_err("[cache c]\ndevice=/x\nupdate_buffer = -1\n", "t.conf:3:", "update_buffer");
 }
 
 static void test_chap_rules(void)
@@ -113,7 +117,8 @@ static void test_write_round_trip(void)
 	const char *text = "[global]\nportal = 127.0.0.1:3261\nportal = [::1]:3262\n"
 			   "state_dir = /tmp/x\nlog_level = debug\n"
 			   "[cache ssd0]\ndevice = /tmp/c\nsize = 2G\nblock_size = 64K\n"
-			   "admission = nhit:2\n"
+			   "admission = nhit:2\nupdate_buffer = 32M\n"
+			   "[cache ssd1]\ndevice = /tmp/d\nsize = 1G\nupdate_buffer = off\n"
 			   "[disk a]\norigin = file:/tmp/a\nblock_size = 4096\ncache = ssd0\n"
 			   "origin_iops = 200\n"
 			   "[target iqn.2026-11.io.hotlun:t]\nlun.3 = a\nalias = \"x ; \\\"q\\\" \\\\ y\"\n"
@@ -138,6 +143,10 @@ static void test_write_round_trip(void)
 		CU_ASSERT_STRING_EQUAL(c2->targets[0].alias, "x ; \"q\" \\ y");
 		CU_ASSERT_EQUAL(c2->disks[0].origin_iops, 200);
 		CU_ASSERT_EQUAL(c2->caches[0].block_size, 65536);
+		CU_ASSERT(c2->caches[0].update_buffer_set);
+		CU_ASSERT_EQUAL(c2->caches[0].update_buffer, 32 * 1024 * 1024);
+		CU_ASSERT(c2->caches[1].update_buffer_set);
+		CU_ASSERT_EQUAL(c2->caches[1].update_buffer, 0);
 		CU_ASSERT_EQUAL(c2->log_level, HL_LOG_DEBUG);
 		free(buf2);
 		hl_conf_free(c2);
