@@ -1,15 +1,19 @@
 /*
  * cache_internal.h - what the files of src/cache share: the key packing,
- * the hash, the (lun, block) -> slot index and the packed slot record.
+ * the hash, the (lun, block) -> slot index, the packed slot record, and
+ * the policy core's state and helpers (struct hl_cache_core).
  * Nothing here is exported outside src/cache (and its unit tests).
  */
 #ifndef HOTLUN_CACHE_INTERNAL_H
 #define HOTLUN_CACHE_INTERNAL_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "hotlun/cache.h"
+#include "hotlun/util.h"
 
 /* A key packs the 16-bit lun id above a 48-bit cache block number. */
 static inline uint64_t cache_key(uint16_t lun, uint64_t block)
@@ -94,7 +98,291 @@ int cache_index_insert(struct cache_index *ix, uint32_t slot);
 int cache_index_remove(struct cache_index *ix, uint64_t key);
 size_t cache_index_mem_bytes(const struct cache_index *ix);
 
-/* ---- RAM update buffer (write coalescing; cache_core.c) ---- */
+/*
+ * ---- the policy core (struct hl_cache_core) ----
+ * Its state and the helpers its files share: cache_core.c (create/destroy,
+ * slot life cycle, CLOCK partitions, LUNs, stats), cache_read.c (read
+ * planning, admission, the RAM window), cache_io.c (io_start/io_end),
+ * cache_write.c (writes, range invalidation), cache_claims.c (on-device
+ * claim bookkeeping for cache_meta.c), cache_ub.c (RAM update buffer).
+ */
+
+#define CACHE_SEQ_STREAMS 8
+
+struct cache_seq_stream {
+	uint64_t next_off; /* where the stream continues */
+	uint64_t len;      /* bytes seen so far */
+	uint64_t last;     /* request counter at last use (LRU replacement) */
+};
+
+/* A contiguous range of slots with its own CLOCK hand. */
+struct cache_part {
+	uint32_t first, n;
+	uint32_t hand;      /* absolute slot number */
+	uint32_t nfree;     /* FREE slots in the range */
+	uint32_t free_hint; /* absolute slot where the search for a FREE slot starts */
+	uint64_t exhausted; /* call number in which every slot was found busy */
+	int owner;          /* lun id of a quota partition, -1 shared pool, -2 unowned */
+};
+
+struct cache_lun {
+	uint16_t id;
+	uint16_t part; /* index into c->parts */
+	struct hl_cache_stats st;
+	struct cache_seq_stream seq[CACHE_SEQ_STREAMS];
+	uint64_t seq_clock;
+};
+
+#define CACHE_MAX_PARTS   256
+#define CACHE_WIP_BUCKETS 65536u
+
+struct cache_stale {
+	uint64_t key;
+	uint64_t epoch;
+	uint32_t slot;
+};
+
+/*
+ * RAM update buffer (write coalescing; off unless cache_core_set_update_buffer()).
+ * An update of a block cached on the SSD goes to RAM instead of the device;
+ * the oldest buffered blocks are written back when the buffer holds more
+ * than cap bytes, so repeated writes between write-backs cost one device
+ * write, and updates of blocks evicted meanwhile cost none. A map from SSD
+ * slot to its pending (in RAM, not on the device) sectors, and a FIFO of
+ * slots in buffering order. A FIFO position is live only while it is the
+ * one its slot's map entry names: a slot dropped and buffered again gets
+ * a new position, and its old ones are stale (skipped when popped, dropped
+ * when the ring is compacted), so the ring never fills with duplicates.
+ */
+struct cache_ub {
+	uint64_t cap, bytes; /* byte limit; pending bytes now */
+	uint32_t *map_slot;  /* map_size entries, UINT32_MAX: empty */
+	uint8_t *map_bits;   /* map_size * vbytes pending bits */
+	uint64_t *map_seq;   /* the entry's FIFO position (older positions of its slot are stale) */
+	uint64_t map_size;   /* power of two, >= 2 * (cap / 4K + 2) */
+	uint64_t n;          /* entries in the map */
+	uint32_t *fifo;      /* ring of slots, fifo_cap entries */
+	uint64_t fifo_head, fifo_tail, fifo_cap;
+};
+
+struct hl_cache_core {
+	struct hl_cache_params p;
+	uint32_t spb;    /* 4K sectors per block */
+	uint32_t vbytes; /* valid-bit bytes per slot */
+	uint32_t block_shift;
+	uint64_t nslots; /* SSD slots */
+	uint64_t nwin;   /* RAM window slots, numbered after the SSD slots */
+	uint64_t ntotal; /* nslots + nwin */
+	uint64_t used;
+	struct cache_slot *slots;
+	uint8_t *valid;     /* nslots * vbytes */
+	uint64_t *freemap;  /* bit set: slot FREE */
+	uint64_t *dirtymap; /* bit set: on-device record may be out of date */
+	struct cache_index ix;
+	struct hl_admit *admit;
+	struct cache_part win; /* the RAM window (n == 0: off) */
+	/*
+	 * Ghost of the window: keys it dropped without promotion, in two
+	 * rotating bloom filters of ghost_cap keys each (about the last 0.5-1x
+	 * nslots drops). A miss found here competes for the SSD at once.
+	 */
+	uint64_t *ghost[2];
+	uint64_t ghost_bits, ghost_n, ghost_cap;
+	int ghost_cur;
+	struct cache_part parts[CACHE_MAX_PARTS];
+	uint32_t nparts;
+	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
+	/*
+	 * Origin writes in flight to blocks that were not cached when they
+	 * began: such a block must not be admitted meanwhile, or a fill
+	 * widened to the whole block could install pre-write data.
+	 */
+	uint32_t *wip;  /* CACHE_WIP_BUCKETS counters */
+	uint64_t wip_n; /* writes counted in it */
+	/* stale on-device claims: slots released while their record claimed data */
+	struct cache_stale *stale;
+	uint64_t nstale, stale_cap, meta_epoch;
+	uint64_t stale_bloom[64];
+	bool stale_overflow;
+	struct hl_cache_stats st;
+	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
+	struct cache_ub ub;
+};
+
+/* ---- bit helpers ---- */
+
+static inline void cache_bit_set(uint64_t *m, uint64_t i)
+{
+	m[i / 64] |= 1ull << (i % 64);
+}
+
+static inline void cache_bit_clear(uint64_t *m, uint64_t i)
+{
+	m[i / 64] &= ~(1ull << (i % 64));
+}
+
+static inline bool cache_bit_test(const uint64_t *m, uint64_t i)
+{
+	return m[i / 64] >> (i % 64) & 1;
+}
+
+static inline uint8_t *cache_slot_valid(const struct hl_cache_core *c, uint32_t s)
+{
+	return c->valid + (uint64_t)s * c->vbytes;
+}
+
+static inline void cache_vset(uint8_t *v, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = first; i < first + n; i++)
+		v[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+static inline void cache_vclear(uint8_t *v, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = first; i < first + n; i++)
+		v[i / 8] &= (uint8_t) ~(1u << (i % 8));
+}
+
+static inline bool cache_vtest(const uint8_t *v, uint32_t i)
+{
+	return v[i / 8] >> (i % 8) & 1;
+}
+
+static inline uint32_t cache_vcount(const uint8_t *v, uint32_t first, uint32_t n)
+{
+	uint32_t k = 0;
+	for (uint32_t i = first; i < first + n; i++)
+		k += cache_vtest(v, i);
+	return k;
+}
+
+static inline bool cache_vempty(const struct hl_cache_core *c, const uint8_t *v)
+{
+	for (uint32_t i = 0; i < c->vbytes; i++)
+		if (v[i])
+			return false;
+	return true;
+}
+
+static inline void cache_mark_dirty(struct hl_cache_core *c, uint32_t s)
+{
+	cache_bit_set(c->dirtymap, s);
+}
+
+/* The pending-sector bits of RAM update buffer map entry i (cache_ub.c). */
+static inline uint8_t *cache_ub_bits(const struct hl_cache_core *c, uint64_t i)
+{
+	return c->ub.map_bits + i * c->vbytes;
+}
+
+/* ---- request helpers ---- */
+
+/* The sectors of block b that [off, off+len) touches: [*first, *first + *n). */
+static inline void cache_block_sectors(const struct hl_cache_core *c, uint64_t b, uint64_t off,
+                                       uint64_t len, uint32_t *first, uint32_t *n)
+{
+	uint64_t bstart = b << c->block_shift, bend = bstart + c->p.block_size;
+	uint64_t s = HL_MAX(off, bstart), e = HL_MIN(off + len, bend);
+	uint32_t f = (uint32_t)((s - bstart) / HL_CACHE_SECTOR);
+	uint32_t l = (uint32_t)((e - bstart - 1) / HL_CACHE_SECTOR);
+	*first = f;
+	*n = l - f + 1;
+}
+
+static inline int cache_check_range(const struct hl_cache_core *c, uint64_t off, uint64_t len)
+{
+	if (!len || off + len < off || ((off + len - 1) >> c->block_shift) > HL_CACHE_MAX_BLOCK_NR)
+		return -EINVAL;
+	return 0;
+}
+
+static inline void cache_stats_add(struct cache_lun *l, struct hl_cache_stats *g, size_t field,
+                                   uint64_t v)
+{
+	*(uint64_t *)((char *)&l->st + field) += v;
+	*(uint64_t *)((char *)g + field) += v;
+}
+
+#define CACHE_STAT(c, l, f, v)                                                                     \
+	cache_stats_add((l), &(c)->st, offsetof(struct hl_cache_stats, f), (v))
+
+/* ---- CLOCK ---- */
+
+static inline void cache_advance_hand(struct cache_part *pt, uint32_t s)
+{
+	pt->hand = s + 1;
+	if (pt->hand >= pt->first + pt->n)
+		pt->hand = pt->first;
+}
+
+/*
+ * ---- writes in flight to uncached blocks ----
+ * A counting bloom filter: two 32-bit counters per key. A false positive
+ * only skips one admission while some other write is in flight.
+ */
+
+static inline void cache_wip_pos(uint64_t key, uint32_t *a, uint32_t *b)
+{
+	uint64_t h = cache_hash(key ^ 0x3c6ef372fe94f82bull);
+	*a = (uint32_t)(h & (CACHE_WIP_BUCKETS - 1));
+	*b = (uint32_t)((h >> 32) & (CACHE_WIP_BUCKETS - 1));
+}
+
+static inline bool cache_wip_find(const struct hl_cache_core *c, uint64_t key)
+{
+	uint32_t a, b;
+
+	if (!c->wip_n)
+		return false;
+	cache_wip_pos(key, &a, &b);
+	return c->wip[a] && c->wip[b];
+}
+
+/* ---- functions the core's files share ---- */
+
+/* cache_core.c: slot life cycle and CLOCK partitions */
+/** Give slot s (FREE) of partition pt to key. */
+void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key);
+/** Make a USED slot FREE (it must be unpinned and have no writers). */
+void cache_slot_release(struct hl_cache_core *c, uint32_t s);
+/** Release s if it no longer holds anything and nobody uses it. */
+void cache_slot_maybe_release(struct hl_cache_core *c, uint32_t s);
+/** A FREE slot in the partition, or HL_CACHE_NO_SLOT. */
+uint32_t cache_part_find_free(struct hl_cache_core *c, struct cache_part *pt);
+/** The partition's CLOCK victim (*empty: it holds no valid sector), or HL_CACHE_NO_SLOT. */
+uint32_t cache_part_find_victim(struct hl_cache_core *c, struct cache_part *pt, bool *empty);
+
+/* cache_claims.c: stale on-device claims */
+/** A slot whose record may claim key stops holding it: remember the stale claim. */
+void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot);
+
+/* cache_ub.c: pending sectors of the RAM update buffer */
+/** Map position of slot's entry, or UINT64_MAX. */
+uint64_t cache_ub_find(const struct hl_cache_core *c, uint32_t slot);
+/** Sectors [first, first+n) of slot s are no longer pending. */
+void cache_ub_clear(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
+/** Sectors [first, first+n) of slot s now live in the buffer; false: cannot track them. */
+bool cache_ub_add(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
+
+/*
+ * Valid sectors of slot s were just cleared in RAM while s keeps its block.
+ * If s's record may claim them (on the device, or in a sync's snapshot in
+ * flight), it does so until a snapshot taken from now on is durable: until
+ * then any write to the block must sync first, also one that finds the
+ * sectors already invalid in RAM (a second write, or a write after an
+ * UNMAP, while the first one's sync is pending). The stale-claim list says
+ * so to hl_cache_core_write_needs_sync(). @return true when s may claim
+ * them (the caller's io needs a barrier).
+ */
+static inline bool cache_slot_unclaim(struct hl_cache_core *c, uint32_t s)
+{
+	if (!(c->slots[s].state & CACHE_SLOT_F_DISK_VALID))
+		return false;
+	cache_stale_add(c, c->slots[s].key, s);
+	return true;
+}
+
+/* ---- RAM update buffer (write coalescing; cache_ub.c) ---- */
 
 /*
  * io->src_slot of an UPDATE io that involves the RAM update buffer:

@@ -1,0 +1,210 @@
+/*
+ * cache_claims.c - the policy core's side of the on-device slot records:
+ * what a slot's record says (slot_get, masking update buffer sectors),
+ * restoring slots at load, the dirty map and metadata epoch, the
+ * DISK_VALID / CLAIMS_OTHER flags, and the stale claims that make a write
+ * wait for a record flush (hl_cache_core_write_needs_sync). Used by
+ * cache_meta.c; the format is in docs/cache-format.md.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_internal.h"
+
+bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
+                            struct hl_cache_slot_rec *rec)
+{
+	const struct cache_slot *sl;
+
+	memset(rec, 0, sizeof(*rec));
+	if (slot >= c->nslots)
+		return false;
+	sl = &c->slots[slot];
+	rec->gen = sl->gen;
+	if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
+	    cache_vempty(c, cache_slot_valid(c, slot)))
+		return false;
+	rec->lun = cache_key_lun(sl->key);
+	rec->block = cache_key_block(sl->key);
+	memcpy(rec->valid, cache_slot_valid(c, slot), c->vbytes);
+	uint64_t ui = cache_ub_find(c, slot);
+	if (ui != UINT64_MAX) {
+		/* Sectors whose current data is only in the RAM update buffer. */
+		bool any = false;
+		for (uint32_t i = 0; i < c->vbytes; i++) {
+			rec->valid[i] &= (uint8_t)~cache_ub_bits(c, ui)[i];
+			any |= rec->valid[i] != 0;
+		}
+		return any;
+	}
+	return true;
+}
+
+int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
+                               const struct hl_cache_slot_rec *rec)
+{
+	struct cache_lun *l;
+	struct cache_part *pt;
+	uint64_t key;
+
+	if (slot >= c->nslots || rec->block > HL_CACHE_MAX_BLOCK_NR)
+		return -EINVAL;
+	l = c->luns[rec->lun];
+	if (!l)
+		return -ENOENT;
+	pt = &c->parts[l->part];
+	if (slot < pt->first || slot >= pt->first + pt->n || !cache_bit_test(c->freemap, slot))
+		return -EINVAL;
+	key = cache_key(rec->lun, rec->block);
+	if (cache_index_find(&c->ix, key) != HL_CACHE_NO_SLOT)
+		return -EEXIST;
+	c->slots[slot].gen = rec->gen;
+	cache_slot_take(c, pt, slot, key);
+	c->slots[slot].gen = rec->gen;
+	memcpy(cache_slot_valid(c, slot), rec->valid, c->vbytes);
+	/* Bits past the block's sectors are meaningless: clear them. */
+	if (c->spb < 8)
+		cache_slot_valid(c, slot)[0] &= (uint8_t)((1u << c->spb) - 1);
+	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+	if (cache_vempty(c, cache_slot_valid(c, slot))) {
+		cache_slot_release(c, slot);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+uint32_t hl_cache_core_next_dirty(struct hl_cache_core *c, uint64_t *cursor)
+{
+	uint64_t i = *cursor;
+
+	while (i < c->nslots) {
+		uint64_t w = c->dirtymap[i / 64] >> (i % 64);
+		if (w) {
+			i += (uint64_t)__builtin_ctzll(w);
+			if (i >= c->nslots)
+				break;
+			cache_bit_clear(c->dirtymap, i);
+			*cursor = i + 1;
+			return (uint32_t)i;
+		}
+		i = (i / 64 + 1) * 64;
+	}
+	*cursor = c->nslots;
+	return HL_CACHE_NO_SLOT;
+}
+
+void hl_cache_core_slot_set_dirty(struct hl_cache_core *c, uint32_t slot)
+{
+	if (slot < c->nslots)
+		cache_mark_dirty(c, slot);
+}
+
+uint64_t hl_cache_core_meta_epoch(const struct hl_cache_core *c)
+{
+	return c->meta_epoch;
+}
+
+void hl_cache_core_slot_claim_pending(struct hl_cache_core *c, uint32_t slot)
+{
+	/*
+	 * Setting the flag at the snapshot, not when the write completes, closes
+	 * a window: a snapshot of (block Y, sector k valid) in flight while Y's
+	 * slot went to block X would otherwise see no claim, skip the barrier,
+	 * and let X's data land under a record that is about to claim Y.
+	 */
+	if (slot < c->nslots)
+		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+}
+
+void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
+                                     const struct hl_cache_slot_rec *rec)
+{
+	if (slot >= c->nslots)
+		return;
+	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER;
+	cache_mark_dirty(c, slot);
+	if (rec->block <= HL_CACHE_MAX_BLOCK_NR)
+		cache_stale_add(c, cache_key(rec->lun, rec->block), slot);
+}
+
+void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
+                                  uint64_t epoch)
+{
+	if (slot >= c->nslots)
+		return;
+	bool other = false;
+
+	if (claims_valid)
+		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+	else
+		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_DISK_VALID;
+	for (uint64_t i = 0; i < c->nstale;) {
+		if (c->stale[i].slot == slot && c->stale[i].epoch < epoch) {
+			c->stale[i] = c->stale[--c->nstale];
+			continue;
+		}
+		if (c->stale[i].slot == slot)
+			other = true; /* released (or dropped) after the snapshot */
+		i++;
+	}
+	/*
+	 * A record that claims nothing claims no other block. One that claims
+	 * the snapshot's block claims the current one unless the slot changed
+	 * hands since the snapshot, which left a newer stale claim. Without
+	 * stale tracking (no memory for it) nothing is cleared.
+	 */
+	if (!claims_valid || (!other && !c->stale_overflow))
+		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_CLAIMS_OTHER;
+	if (!c->nstale)
+		memset(c->stale_bloom, 0, sizeof(c->stale_bloom));
+}
+
+static inline uint64_t stale_bit(uint64_t key)
+{
+	return cache_hash(key ^ 0x2545f4914f6cdd1dull) % (64 * 64);
+}
+
+/* A slot whose record may claim key stops holding it: remember the stale claim. */
+void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
+{
+	if (c->nstale == c->stale_cap) {
+		uint64_t cap = c->stale_cap ? c->stale_cap * 2 : 256;
+		struct cache_stale *n = realloc(c->stale, cap * sizeof(*n));
+		if (!n) {
+			/* Cannot track it: make every write sync until the records are rewritten.
+			 */
+			c->stale_overflow = true;
+			return;
+		}
+		c->stale = n;
+		c->stale_cap = cap;
+	}
+	c->meta_epoch++;
+	c->stale[c->nstale++] =
+	    (struct cache_stale){.key = key, .slot = slot, .epoch = c->meta_epoch};
+	uint64_t b = stale_bit(key);
+	c->stale_bloom[b / 64] |= 1ull << (b % 64);
+}
+
+bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
+                                    uint64_t len)
+{
+	uint64_t b0, b1;
+
+	if (!c->nstale && !c->stale_overflow)
+		return false;
+	if (c->stale_overflow || !len)
+		return c->stale_overflow;
+	b0 = off >> c->block_shift;
+	b1 = (off + len - 1) >> c->block_shift;
+	for (uint64_t b = b0; b <= b1 && b - b0 < 4096; b++) {
+		uint64_t key = cache_key(lun, b), bit = stale_bit(key);
+		if (!(c->stale_bloom[bit / 64] >> (bit % 64) & 1))
+			continue;
+		for (uint64_t i = 0; i < c->nstale; i++)
+			if (c->stale[i].key == key)
+				return true;
+	}
+	return b1 - b0 >= 4096; /* huge ranges: be safe */
+}

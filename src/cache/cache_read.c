@@ -1,0 +1,401 @@
+/*
+ * cache_read.c - the read side of the policy core: hl_cache_core_read()
+ * plans each cache block of a request (hit, partial, miss, fill range),
+ * runs the admission call for misses (straight to the SSD while it has
+ * free slots, else through the RAM window), promotes window victims to the
+ * SSD, keeps the window's ghost and detects sequential streams (bypass).
+ * No I/O: the caller carries out the ios it returns.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "cache/cache_internal.h"
+#include "hotlun/util.h"
+
+/* ---- ghost: keys the window dropped recently (two rotating bloom filters) ---- */
+
+static void ghost_add(struct hl_cache_core *c, uint64_t key)
+{
+	uint64_t h = cache_hash(key ^ 0x7f4a7c159e3779b9ull);
+	if (!c->ghost_bits)
+		return;
+	if (c->ghost_n >= c->ghost_cap) {
+		c->ghost_cur ^= 1;
+		memset(c->ghost[c->ghost_cur], 0, c->ghost_bits / 8);
+		c->ghost_n = 0;
+	}
+	for (int i = 0; i < 3; i++) {
+		uint64_t b = (h >> (i * 21)) & (c->ghost_bits - 1);
+		cache_bit_set(c->ghost[c->ghost_cur], b);
+	}
+	c->ghost_n++;
+}
+
+static bool ghost_test(const struct hl_cache_core *c, uint64_t key)
+{
+	uint64_t h = cache_hash(key ^ 0x7f4a7c159e3779b9ull);
+	if (!c->ghost_bits)
+		return false;
+	for (int g = 0; g < 2; g++) {
+		bool in = true;
+		for (int i = 0; i < 3 && in; i++)
+			in = cache_bit_test(c->ghost[g], (h >> (i * 21)) & (c->ghost_bits - 1));
+		if (in)
+			return true;
+	}
+	return false;
+}
+
+/* ---- request helpers ---- */
+
+/* Sequential detection: true when this request continues a stream past the threshold. */
+static bool seq_bypass(struct hl_cache_core *c, struct cache_lun *l, uint64_t off, uint64_t len)
+{
+	struct cache_seq_stream *st, *lru = &l->seq[0];
+
+	if (!c->p.seq_bypass)
+		return false;
+	l->seq_clock++;
+	for (int i = 0; i < CACHE_SEQ_STREAMS; i++) {
+		st = &l->seq[i];
+		if (st->len && st->next_off == off) {
+			st->len += len;
+			st->next_off = off + len;
+			st->last = l->seq_clock;
+			return st->len > c->p.seq_bypass;
+		}
+		if (st->last < lru->last)
+			lru = st;
+	}
+	lru->next_off = off + len;
+	lru->len = len;
+	lru->last = l->seq_clock;
+	return len > c->p.seq_bypass;
+}
+
+/* Bytes of [off, off+len) that fall in sectors [first, first+n) of block b. */
+static uint64_t sect_bytes(const struct hl_cache_core *c, uint64_t b, uint32_t first, uint32_t n,
+                           uint64_t off, uint64_t len)
+{
+	uint64_t s = (b << c->block_shift) + (uint64_t)first * HL_CACHE_SECTOR;
+	uint64_t e = s + (uint64_t)n * HL_CACHE_SECTOR;
+	s = HL_MAX(s, off);
+	e = HL_MIN(e, off + len);
+	return e > s ? e - s : 0;
+}
+
+/* Bytes of the request served from valid sectors of block b. */
+static uint64_t valid_bytes(const struct hl_cache_core *c, const uint8_t *v, uint64_t b,
+                            uint32_t first, uint32_t n, uint64_t off, uint64_t len)
+{
+	uint64_t bytes = 0;
+	uint32_t i = first;
+
+	while (i < first + n) {
+		if (!cache_vtest(v, i)) {
+			i++;
+			continue;
+		}
+		uint32_t j = i;
+		while (j < first + n && cache_vtest(v, j))
+			j++;
+		bytes += sect_bytes(c, b, i, j - i, off, len);
+		i = j;
+	}
+	return bytes;
+}
+
+/* ---- read ---- */
+
+/*
+ * Try to move window slot w to the SSD (W-TinyLFU style: the window's
+ * victim competes with the SSD's CLOCK victim through the admission
+ * policy). On success w leaves the index, becomes MOVING and pinned, the
+ * key gets an SSD slot, and *io describes the copy. @return true if started.
+ */
+static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_io *io)
+{
+	struct cache_slot *ws = &c->slots[w];
+	uint64_t key = ws->key;
+	struct cache_lun *l = c->luns[cache_key_lun(key)];
+	struct cache_part *pt;
+	const uint8_t *v = cache_slot_valid(c, w);
+	uint32_t s, a, z;
+	bool empty = false;
+
+	if (!l || (ws->state & CACHE_SLOT_F_NOPROMOTE))
+		return false;
+	pt = &c->parts[l->part];
+	s = cache_part_find_free(c, pt);
+	if (s != HL_CACHE_NO_SLOT) {
+		if (!hl_admit_should(c->admit, key, c->p.admit_free, 0))
+			return false;
+	} else {
+		s = cache_part_find_victim(c, pt, &empty);
+		if (s == HL_CACHE_NO_SLOT)
+			return false;
+		if ((ws->state & CACHE_SLOT_F_RETURNED) && !empty) {
+			/* Back from the ghost: ties with the victim go to the newcomer. */
+			if (!hl_admit_should_returning(c->admit, key, c->slots[s].key))
+				return false;
+		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free,
+		                            c->slots[s].key)) {
+			return false;
+		}
+		if (!empty)
+			CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
+		cache_slot_release(c, s);
+		cache_advance_hand(pt, s);
+	}
+	for (a = 0; !cache_vtest(v, a); a++)
+		;
+	for (z = c->spb - 1; !cache_vtest(v, z); z--)
+		;
+	/* The key moves to the SSD slot now, so writes and fills see one place. */
+	cache_index_remove(&c->ix, key);
+	ws->state = (uint8_t)((ws->state & CACHE_SLOT_F_DISK_VALID) | CACHE_SLOT_MOVING);
+	ws->pins++;
+	cache_slot_take(c, pt, s, key);
+	c->used--; /* w is no longer counted as holding a block */
+	c->slots[s].pins++;
+	memset(io, 0, sizeof(*io));
+	io->kind = HL_CACHE_IO_PROMOTE;
+	io->block = cache_key_block(key);
+	io->slot = s;
+	io->src_slot = w;
+	io->ticket = c->slots[s].gen;
+	io->fill_first = (uint16_t)a;
+	io->fill_nsect = (uint16_t)(z - a + 1);
+	io->pinned = 1;
+	io->admitted = 1;
+	io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+	CACHE_STAT(c, l, admissions, 1);
+	return true;
+}
+
+/*
+ * May window slot w compete for the SSD as it leaves the window? With
+ * frequency admission only a block that came back after the window had
+ * dropped it (a ghost hit): re-reads while a block sits in the window are
+ * correlated references of one burst (2Q's A1in rule), and what the
+ * window already served does not earn an SSD write. A block proves reuse
+ * beyond the window's reach by returning. always and nhit:N promote as
+ * before (they count every access).
+ */
+static bool window_may_promote(const struct hl_cache_core *c, uint32_t w)
+{
+	return c->p.admit != HL_ADMIT_FREQ || (c->slots[w].state & CACHE_SLOT_F_RETURNED);
+}
+
+/*
+ * Give key a RAM window slot. The window's CLOCK victim is either promoted
+ * to the SSD (if *nextra < max_extra) or dropped. @return slot or NO_SLOT.
+ */
+static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cache_io *extra,
+                            uint32_t *nextra, uint32_t max_extra)
+{
+	struct cache_part *pt = &c->win;
+	uint32_t s;
+	bool empty;
+
+	if (!pt->n)
+		return HL_CACHE_NO_SLOT;
+	s = cache_part_find_free(c, pt);
+	for (int tries = 0; s == HL_CACHE_NO_SLOT && tries < 4; tries++) {
+		s = cache_part_find_victim(c, pt, &empty);
+		if (s == HL_CACHE_NO_SLOT)
+			return HL_CACHE_NO_SLOT;
+		cache_advance_hand(pt, s);
+		bool ok = !empty && *nextra < max_extra && window_may_promote(c, s) &&
+		          window_promote(c, s, &extra[*nextra]);
+		if (ok) {
+			(*nextra)++;
+			s = HL_CACHE_NO_SLOT; /* s is busy copying: look for another */
+			continue;
+		}
+		if (!empty && !(c->slots[s].state & CACHE_SLOT_F_NOPROMOTE))
+			ghost_add(c, c->slots[s].key);
+		cache_slot_release(c, s);
+	}
+	if (s == HL_CACHE_NO_SLOT)
+		return HL_CACHE_NO_SLOT;
+	cache_slot_take(c, pt, s, key);
+	return s;
+}
+
+/*
+ * A miss of key in l's partition: while the SSD has free slots it is
+ * admitted there directly (warm-up); otherwise it goes to the RAM window
+ * and competes for the SSD when it leaves the window. Sequential streams
+ * (bypass) only use the window and are never promoted from it unless
+ * re-read there. @return slot or NO_SLOT (nothing cached).
+ */
+static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_t key, bool bypass,
+                           struct hl_cache_io *io, struct hl_cache_io *extra, uint32_t *nextra,
+                           uint32_t max_extra)
+{
+	struct cache_part *pt = &c->parts[l->part];
+	uint32_t s = HL_CACHE_NO_SLOT;
+	bool empty = false, returning, freq = c->p.admit == HL_ADMIT_FREQ;
+
+	if (!bypass)
+		s = cache_part_find_free(c, pt);
+	if (s != HL_CACHE_NO_SLOT && hl_admit_should(c->admit, key, c->p.admit_free, 0)) {
+		cache_slot_take(c, pt, s, key);
+		goto ssd;
+	}
+	returning = !bypass && c->win.n && ghost_test(c, key);
+	if (returning && !freq) {
+		/* Back soon after the window dropped it: compete for the SSD right away. */
+		s = cache_part_find_victim(c, pt, &empty);
+		if (s != HL_CACHE_NO_SLOT &&
+		    hl_admit_should_returning(c->admit, key, c->slots[s].key)) {
+			if (!empty)
+				CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l,
+				           evictions, 1);
+			cache_slot_release(c, s);
+			cache_slot_take(c, pt, s, key);
+			cache_advance_hand(pt, s);
+			goto ssd;
+		}
+	}
+	if (!bypass && !c->win.n) {
+		/* No window: compare with the SSD victim right away. */
+		s = cache_part_find_victim(c, pt, &empty);
+		if (s != HL_CACHE_NO_SLOT &&
+		    hl_admit_should(c->admit, key, empty && c->p.admit_free, c->slots[s].key)) {
+			if (!empty)
+				CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l,
+				           evictions, 1);
+			cache_slot_release(c, s);
+			cache_slot_take(c, pt, s, key);
+			cache_advance_hand(pt, s);
+			goto ssd;
+		}
+	}
+	if (!bypass)
+		CACHE_STAT(c, l, rejections, 1);
+	s = window_take(c, key, extra, nextra, max_extra);
+	if (s != HL_CACHE_NO_SLOT) {
+		if (bypass)
+			c->slots[s].state |= CACHE_SLOT_F_NOPROMOTE;
+		else if (returning)
+			c->slots[s].state |= CACHE_SLOT_F_RETURNED;
+		io->ram = 1;
+		io->admitted = 1;
+		CACHE_STAT(c, l, window_fills, 1);
+	}
+	return s;
+ssd:
+	io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+	io->admitted = 1;
+	CACHE_STAT(c, l, admissions, 1);
+	return s;
+}
+
+int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+                       struct hl_cache_io *ios, uint32_t max)
+{
+	struct cache_lun *l = c->luns[lun];
+	uint32_t nb, nhit_blocks = 0, nextra = 0;
+	uint64_t hit_bytes = 0, ram_bytes = 0, b0;
+	bool bypass;
+
+	if (!l)
+		return -ENOENT;
+	if (cache_check_range(c, off, len))
+		return -EINVAL;
+	nb = hl_cache_core_nblocks(c, off, len);
+	if (nb > max)
+		return -E2BIG;
+	c->call++;
+	bypass = seq_bypass(c, l, off, len);
+	b0 = off >> c->block_shift;
+	for (uint32_t k = 0; k < nb; k++) {
+		struct hl_cache_io *io = &ios[k];
+		uint64_t b = b0 + k, key = cache_key(lun, b);
+		uint32_t s = cache_index_find(&c->ix, key), first, n;
+
+		cache_block_sectors(c, b, off, len, &first, &n);
+		memset(io, 0, sizeof(*io));
+		io->block = b;
+		io->slot = s;
+		io->first = (uint16_t)first;
+		io->nsect = (uint16_t)n;
+		hl_admit_access(c->admit, key, s == HL_CACHE_NO_SLOT);
+		if (s != HL_CACHE_NO_SLOT) {
+			struct cache_slot *sl = &c->slots[s];
+			const uint8_t *v = cache_slot_valid(c, s);
+			uint32_t nv = cache_vcount(v, first, n);
+
+			if (sl->clock < CACHE_CLOCK_MAX && nv)
+				sl->clock++;
+			if (nv)
+				sl->state &= (uint8_t)~CACHE_SLOT_F_NOPROMOTE;
+			io->ticket = sl->gen;
+			io->ram = s >= c->nslots;
+			if (sl->pins == UINT8_MAX) {
+				/* Too many users: serve this block from the origin, untouched. */
+				io->kind = HL_CACHE_IO_MISS;
+				io->slot = HL_CACHE_NO_SLOT;
+				io->ram = 0;
+				continue;
+			}
+			uint64_t vb = valid_bytes(c, v, b, first, n, off, len);
+			hit_bytes += vb;
+			if (io->ram)
+				ram_bytes += vb;
+			if (nv == n) {
+				io->kind = HL_CACHE_IO_HIT;
+				nhit_blocks++;
+			} else {
+				io->kind = nv ? HL_CACHE_IO_PARTIAL : HL_CACHE_IO_MISS;
+				/* Fill the gap [first invalid, last invalid] unless a write is in
+				 * flight. */
+				if (!sl->writers) {
+					uint32_t a = first, z = first + n - 1;
+					while (cache_vtest(v, a))
+						a++;
+					while (cache_vtest(v, z))
+						z--;
+					io->fill_first = (uint16_t)a;
+					io->fill_nsect = (uint16_t)(z - a + 1);
+				}
+			}
+			sl->pins++;
+			io->pinned = 1;
+			continue;
+		}
+		io->kind = HL_CACHE_IO_MISS;
+		if (cache_wip_find(c, key))
+			continue; /* an origin write to it is in flight: do not fill */
+		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
+		if (s == HL_CACHE_NO_SLOT)
+			continue;
+		io->slot = s;
+		io->ticket = c->slots[s].gen;
+		c->slots[s].pins++;
+		io->pinned = 1;
+		if (c->p.fill_whole_block) {
+			io->fill_first = 0;
+			io->fill_nsect = (uint16_t)c->spb;
+		} else {
+			io->fill_first = (uint16_t)first;
+			io->fill_nsect = (uint16_t)n;
+		}
+	}
+	CACHE_STAT(c, l, read_reqs, 1);
+	CACHE_STAT(c, l, bytes_read, len);
+	CACHE_STAT(c, l, bytes_read_cache, hit_bytes);
+	CACHE_STAT(c, l, bytes_read_ram, ram_bytes);
+	CACHE_STAT(c, l, bytes_read_origin, len - hit_bytes);
+	if (bypass)
+		CACHE_STAT(c, l, read_bypass, 1);
+	if (nhit_blocks == nb)
+		CACHE_STAT(c, l, read_hits, 1);
+	else if (hit_bytes)
+		CACHE_STAT(c, l, read_partial, 1);
+	else
+		CACHE_STAT(c, l, read_misses, 1);
+	return (int)(nb + nextra);
+}

@@ -1,0 +1,246 @@
+/*
+ * cache_write.c - the write side of the policy core: which cached sectors a
+ * write stops serving and which it updates (hl_cache_core_write_begin/
+ * write_end, read-modify-write of partial sectors), the writes in flight to
+ * uncached blocks (kept from being admitted), and range invalidation.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "cache/cache_internal.h"
+#include "hotlun/util.h"
+
+/*
+ * ---- writes in flight to uncached blocks ----
+ * Counted in a counting bloom filter (described with its lookup,
+ * cache_wip_find, in cache_internal.h).
+ */
+
+static void wip_add(struct hl_cache_core *c, uint64_t key)
+{
+	uint32_t a, b;
+
+	cache_wip_pos(key, &a, &b);
+	c->wip[a]++;
+	c->wip[b]++;
+	c->wip_n++;
+}
+
+static void wip_del(struct hl_cache_core *c, uint64_t key)
+{
+	uint32_t a, b;
+
+	cache_wip_pos(key, &a, &b);
+	c->wip[a]--;
+	c->wip[b]--;
+	c->wip_n--;
+}
+
+/* ---- write ---- */
+
+int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+                              struct hl_cache_io *ios, uint32_t max)
+{
+	struct cache_lun *l = c->luns[lun];
+	uint32_t nb, k = 0;
+	uint64_t b0;
+
+	if (!l)
+		return -ENOENT;
+	if (cache_check_range(c, off, len))
+		return -EINVAL;
+	nb = hl_cache_core_nblocks(c, off, len);
+	b0 = off >> c->block_shift;
+	CACHE_STAT(c, l, write_reqs, 1);
+	CACHE_STAT(c, l, bytes_written, len);
+	for (uint32_t i = 0; i < nb; i++) {
+		uint64_t b = b0 + i;
+		uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;
+		struct cache_slot *sl;
+		struct hl_cache_io *io;
+
+		if (k == max)
+			goto too_big;
+		io = &ios[k++];
+		cache_block_sectors(c, b, off, len, &first, &n);
+		memset(io, 0, sizeof(*io));
+		io->block = b;
+		io->slot = s;
+		io->first = (uint16_t)first;
+		io->nsect = (uint16_t)n;
+		io->kind = HL_CACHE_IO_UPDATE;
+		if (s == HL_CACHE_NO_SLOT || c->slots[s].writers == UINT8_MAX) {
+			/* Not cached (or too many writers to count): keep it from being filled. */
+			io->slot = HL_CACHE_NO_SLOT;
+			if (s != HL_CACHE_NO_SLOT) {
+				c->slots[s].gen++;
+				cache_ub_clear(c, s, first, n);
+				if (cache_vcount(cache_slot_valid(c, s), first, n)) {
+					cache_vclear(cache_slot_valid(c, s), first, n);
+					cache_mark_dirty(c, s);
+					io->meta_barrier = cache_slot_unclaim(c, s);
+				}
+			}
+			wip_add(c, cache_key(lun, b));
+			io->wip = 1;
+			continue;
+		}
+		sl = &c->slots[s];
+		io->ram = s >= c->nslots;
+		/*
+		 * Update range: fully covered sectors, plus a partly covered head
+		 * or tail sector that was valid (read-modify-write: the engine
+		 * merges the new bytes into the old sector, which stays intact on
+		 * the device because nothing else writes the slot while a writer
+		 * is in flight).
+		 */
+		uint64_t bstart = b << c->block_shift;
+		uint64_t ws = HL_MAX(off, bstart), we = HL_MIN(off + len, bstart + c->p.block_size);
+		int32_t last = (int32_t)(first + n - 1), us = (int32_t)first, ue = last;
+		bool head_part =
+		    (ws % HL_CACHE_SECTOR) != 0 || (n == 1 && (we % HL_CACHE_SECTOR) != 0);
+		bool tail_part = (we % HL_CACHE_SECTOR) != 0;
+		const uint8_t *v = cache_slot_valid(c, s);
+		bool rmw_head = false, rmw_tail = false;
+		if (head_part) {
+			if (cache_vtest(v, first))
+				rmw_head = true;
+			else
+				us = first + 1;
+		}
+		if (tail_part && last != (int32_t)first) {
+			if (cache_vtest(v, last))
+				rmw_tail = true;
+			else
+				ue = last - 1;
+		} else if (tail_part && !rmw_head) {
+			ue = (int32_t)first - 1; /* single partial sector, not valid: nothing */
+		}
+		/*
+		 * Every touched sector stops being served; racing fills go stale.
+		 * If the on-device record still claims them, it must be rewritten
+		 * (meta barrier) before the write is acknowledged.
+		 */
+		cache_ub_clear(c, s, first, n);
+		if (cache_vcount(cache_slot_valid(c, s), first, n)) {
+			cache_vclear(cache_slot_valid(c, s), first, n);
+			cache_mark_dirty(c, s);
+			io->meta_barrier = cache_slot_unclaim(c, s);
+		}
+		sl->gen++;
+		io->ticket = sl->gen;
+		sl->writers++;
+		if (c->p.write_mode == HL_CACHE_WRITE_UPDATE && ue >= us) {
+			io->fill_first = (uint16_t)us;
+			io->fill_nsect = (uint16_t)(ue - us + 1);
+			io->rmw_head = rmw_head;
+			io->rmw_tail = rmw_tail;
+			if (c->ub.cap && s < c->nslots) {
+				/* To the RAM update buffer (rmw reads the old sector from the
+				 * slot). */
+				io->src_slot = CACHE_IO_UB_SRC;
+				io->ram = 1;
+			}
+		}
+		if (c->p.write_mode == HL_CACHE_WRITE_INVALIDATE)
+			CACHE_STAT(c, l, invalidations, 1);
+	}
+	return (int)k;
+too_big:
+	/* Undo: the caller will not call write_end for these. */
+	for (uint32_t i = 0; i < k; i++)
+		hl_cache_core_write_end(c, lun, &ios[i], false);
+	return -E2BIG;
+}
+
+void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
+                             bool origin_ok)
+{
+	struct cache_lun *l = c->luns[lun];
+	struct cache_slot *sl;
+	uint32_t s = io->slot;
+
+	if (io->wip) {
+		wip_del(c, cache_key(lun, io->block));
+		io->wip = 0;
+	}
+	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal) {
+		io->fill_nsect = 0;
+		return;
+	}
+	sl = &c->slots[s];
+	if (sl->writers)
+		sl->writers--;
+	if (io->fill_nsect && origin_ok && sl->gen == io->ticket && !sl->writers &&
+	    sl->pins < UINT8_MAX && sl->key == cache_key(lun, io->block)) {
+		sl->pins++;
+		io->pinned = 1;
+		if (l)
+			CACHE_STAT(c, l, write_updates, 1);
+		return;
+	}
+	if (io->fill_nsect && l)
+		CACHE_STAT(c, l, fills_dropped, 1);
+	io->fill_nsect = 0;
+	cache_slot_maybe_release(c, s);
+}
+
+/* ---- range invalidation ---- */
+
+static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32_t s,
+                            uint32_t first, uint32_t n)
+{
+	struct cache_slot *sl = &c->slots[s];
+
+	cache_ub_clear(c, s, first, n);
+	if (cache_vcount(cache_slot_valid(c, s), first, n)) {
+		cache_vclear(cache_slot_valid(c, s), first, n);
+		cache_mark_dirty(c, s);
+		cache_slot_unclaim(c, s);
+		CACHE_STAT(c, l, invalidations, 1);
+	}
+	sl->gen++;
+	cache_slot_maybe_release(c, s);
+}
+
+int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len)
+{
+	struct cache_lun *l = c->luns[lun];
+	uint64_t end, b0, b1;
+
+	if (!l)
+		return -ENOENT;
+	if (!len)
+		return 0;
+	end = (len > UINT64_MAX - off) ? UINT64_MAX : off + len;
+	b0 = off >> c->block_shift;
+	b1 = (end - 1) >> c->block_shift;
+	if (b1 > HL_CACHE_MAX_BLOCK_NR)
+		b1 = HL_CACHE_MAX_BLOCK_NR;
+	if (b1 - b0 + 1 <= c->ix.count) {
+		for (uint64_t b = b0; b <= b1; b++) {
+			uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;
+			if (s == HL_CACHE_NO_SLOT)
+				continue;
+			cache_block_sectors(c, b, off, end - off, &first, &n);
+			invalidate_slot(c, l, s, first, n);
+		}
+		return 0;
+	}
+	/* A range larger than the cache: walk the slots instead of the blocks. */
+	for (uint64_t s = 0; s < c->ntotal; s++) {
+		struct cache_slot *sl = &c->slots[s];
+		uint64_t b;
+		uint32_t first, n;
+
+		if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
+		    cache_key_lun(sl->key) != lun)
+			continue;
+		b = cache_key_block(sl->key);
+		if (b < b0 || b > b1)
+			continue;
+		cache_block_sectors(c, b, off, end - off, &first, &n);
+		invalidate_slot(c, l, (uint32_t)s, first, n);
+	}
+	return 0;
+}
