@@ -618,7 +618,15 @@ static void test_crash_no_stale(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, BS, w), 0);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	usleep(200 * 1000); /* periodic metadata flush: the record now claims the block */
+	/*
+	 * The next periodic metadata flush makes the record claim the block
+	 * (waited for, not assumed after a fixed sleep: a busy machine may run
+	 * the metadata thread late).
+	 */
+	unsigned long changes = atomic_load(&c->changes);
+	for (int i = 0; i < 1000 && atomic_load(&c->synced) < changes; i++)
+		usleep(10 * 1000);
+	CU_ASSERT(atomic_load(&c->synced) >= changes);
 	CU_ASSERT(cnt_get(&c->meta_syncs) > 0);
 	memset(w, 0xb2, BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, BS, w), 0);
