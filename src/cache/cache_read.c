@@ -107,6 +107,16 @@ static uint64_t valid_bytes(const struct hl_cache_core *c, const uint8_t *v, uin
 
 /* ---- read ---- */
 
+/* Free the partition's CLOCK victim s for a newcomer (counted as an eviction unless empty). */
+static void evict_victim(struct hl_cache_core *c, struct cache_lun *l, struct cache_part *pt,
+                         uint32_t s, bool empty)
+{
+	if (!empty)
+		CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
+	cache_slot_release(c, s);
+	cache_advance_hand(pt, s);
+}
+
 /*
  * Try to move window slot w to the SSD (W-TinyLFU style: the window's
  * victim competes with the SSD's CLOCK victim through the admission
@@ -142,10 +152,7 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 		                            c->slots[s].key)) {
 			return false;
 		}
-		if (!empty)
-			CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
-		cache_slot_release(c, s);
-		cache_advance_hand(pt, s);
+		evict_victim(c, l, pt, s, empty);
 	}
 	for (a = 0; !cache_vtest(v, a); a++)
 		;
@@ -250,12 +257,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		s = cache_part_find_victim(c, pt, &empty);
 		if (s != HL_CACHE_NO_SLOT &&
 		    hl_admit_should_returning(c->admit, key, c->slots[s].key)) {
-			if (!empty)
-				CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l,
-				           evictions, 1);
-			cache_slot_release(c, s);
+			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
-			cache_advance_hand(pt, s);
 			goto ssd;
 		}
 	}
@@ -264,12 +267,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		s = cache_part_find_victim(c, pt, &empty);
 		if (s != HL_CACHE_NO_SLOT &&
 		    hl_admit_should(c->admit, key, empty && c->p.admit_free, c->slots[s].key)) {
-			if (!empty)
-				CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l,
-				           evictions, 1);
-			cache_slot_release(c, s);
+			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
-			cache_advance_hand(pt, s);
 			goto ssd;
 		}
 	}
