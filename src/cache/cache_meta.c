@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cache/cache_internal.h"
+#include "cache/cache_trace.h"
 #include "hotlun/util.h"
 
 #define SB_SIZE     4096u
@@ -249,6 +250,15 @@ static bool rec_decode(const struct hl_cache_layout *l, uint32_t seed, uint32_t 
  * (barriers needed before its data changes); the claim is reported
  * persisted only after the caller's flush.
  */
+static void trace_rec(enum cache_trace_ev ev, uint32_t slot, uint32_t aux,
+                      const struct hl_cache_slot_rec *r)
+{
+	uint64_t v;
+
+	memcpy(&v, r->valid, sizeof(v));
+	cache_trace(ev, 0, r->lun, slot, aux, r->block, v, r->gen);
+}
+
 static void page_encode(const struct hl_cache_layout *l, struct hl_cache_core *c, uint64_t page,
                         uint8_t *buf, uint8_t *claims)
 {
@@ -260,6 +270,8 @@ static void page_encode(const struct hl_cache_layout *l, struct hl_cache_core *c
 		bool v = hl_cache_core_slot_get(c, (uint32_t)(first + i), &r);
 		rec_encode(l, l->seed, (uint32_t)(first + i), &r, v, buf + i * l->rec_size);
 		claims[i] = v;
+		if (v)
+			trace_rec(CT_RECORD, (uint32_t)(first + i), (uint32_t)page, &r);
 		if (v)
 			hl_cache_core_slot_claim_pending(c, (uint32_t)(first + i));
 	}
@@ -277,6 +289,7 @@ static void page_persisted(const struct hl_cache_layout *l, struct hl_cache_core
 {
 	uint64_t per = PAGE / l->rec_size, first = page * per;
 
+	cache_trace(CT_PERSIST, 0, 0, (uint32_t)first, (uint32_t)page, 0, epoch, 0);
 	for (uint64_t i = 0; i < per && first + i < l->nslots; i++)
 		hl_cache_core_slot_persisted(c, (uint32_t)(first + i), claims[i], epoch);
 }
@@ -386,10 +399,13 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 			 * a later crash could restore the old claim over another block's
 			 * data or over the block's newer content.
 			 */
-			if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0)
+			if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0) {
 				restored++;
-			else
+				trace_rec(CT_RESTORE, (uint32_t)slot, 0, &r);
+			} else {
 				hl_cache_core_slot_drop_claimed(c, (uint32_t)slot, &r);
+				trace_rec(CT_RESTORE, (uint32_t)slot, 1, &r);
+			}
 		}
 	}
 	rc = restored;
@@ -483,11 +499,13 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout 
 		pthread_mutex_unlock(lock);
 	if (rc || !ndirty)
 		goto out;
+	cache_trace(CT_SYNC, 0, 0, 0, 0, 0, ndirty, 0);
 	rc = d->ops->flush(d); /* data of every claimed sector is durable before its claim */
 	for (uint64_t i = 0; !rc && i < ndirty; i++)
 		rc = d->ops->pwrite(d, bufs + i * PAGE, PAGE, l->meta_off + list[i] * PAGE);
 	if (!rc)
 		rc = d->ops->flush(d);
+	cache_trace(CT_SYNC, 1, 0, 0, (uint32_t)rc, 0, ndirty, 0);
 	if (lock)
 		pthread_mutex_lock(lock);
 	for (uint64_t i = 0; i < ndirty; i++) {

@@ -538,6 +538,8 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	if (!c->name || !c->device || !c->map_path)
 		goto fail;
 
+	cache_trace_init();
+	cache_trace(CT_START, 0, 0, 0, 0, c->bs, 0, 0);
 	rc = device_shrank(c);
 	if (rc)
 		goto fail;

@@ -59,6 +59,7 @@
 #include <sys/uio.h>
 
 #include "cache/cache_internal.h"
+#include "cache/cache_trace.h"
 #include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/util.h"
@@ -192,6 +193,7 @@ struct eng_sub {
 	uint8_t *buf; /* owned when own */
 	bool own;
 	bool direct; /* HIT/RETRY: buf is the caller's buffer itself, no copy */
+	bool dev;    /* the I/O goes to the cache device (traced) */
 	uint8_t kind;
 	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
 	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */

@@ -104,6 +104,36 @@ struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t
 	return s;
 }
 
+/* The block a cache-device sub reads or writes, or UINT64_MAX (subs with no io). */
+static uint64_t sub_block(const struct eng_sub *s)
+{
+	switch (s->kind) {
+	case SUB_HIT:
+	case SUB_FILL:
+	case SUB_PHIT:
+	case SUB_RMW:
+		return s->req->ios[s->k].block;
+	default:
+		return UINT64_MAX;
+	}
+}
+
+static uint32_t sub_ticket(const struct eng_sub *s)
+{
+	return sub_block(s) == UINT64_MAX ? 0 : s->req->ios[s->k].ticket;
+}
+
+/* Trace a cache-device sub (cache_trace.h): slot and byte offset in it come from the offset. */
+static void sub_trace(const struct eng_sub *s, enum cache_trace_ev ev, uint32_t aux)
+{
+	const struct hl_cache *c = s->req->c;
+	uint64_t rel = s->io.offset - c->layout.data_off;
+	unsigned kind = s->kind | (s->io.op == HL_IO_WRITE ? 0x80u : 0);
+
+	cache_trace(ev, kind, s->req->ent->id, (uint32_t)(rel >> c->shift), aux, sub_block(s),
+	            rel & (c->bs - 1), s->io.length);
+}
+
 /* Submit sub to origin o at off: the buffer is sub->iov. @return 0 or -errno (no callback). */
 int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, uint64_t off,
                       uint64_t len)
@@ -119,6 +149,9 @@ int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, 
 	s->iov.iov_len = len;
 	s->io.cb = engine_sub_cb;
 	s->io.arg = s;
+	s->dev = o == s->req->c->data;
+	if (s->dev)
+		sub_trace(s, CT_SUB, s->kind == SUB_BUF ? 0 : sub_ticket(s));
 	s->req->pending++;
 	rc = hl_origin_submit(o, &s->io);
 	if (rc)
@@ -188,6 +221,8 @@ void engine_sub_cb(struct hl_origin_io *io, int result)
 	struct eng_sub *s = io->arg;
 	struct eng_req *req = s->req;
 
+	if (s->dev)
+		sub_trace(s, CT_DONE, (uint32_t)result);
 	switch (s->kind) {
 	case SUB_HIT:
 	case SUB_RETRY:

@@ -253,6 +253,8 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
 		memcpy(c->window + (uint64_t)(io->slot - c->nslots) * c->bs +
 		           (uint64_t)io->fill_first * SECT,
 		       data, (size_t)io->fill_nsect * SECT);
+		cache_trace(CT_RAM, 0, req->ent->id, io->slot, 0, io->block, io->fill_first,
+		            io->fill_nsect);
 		*written = true;
 		goto drop;
 	}
@@ -375,6 +377,7 @@ static bool ram_update(struct eng_req *req, struct hl_cache_io *io, uint64_t wlo
 	pthread_mutex_unlock(&c->lock);
 	if (!ok)
 		return false;
+	cache_trace(CT_RAM, 1, req->ent->id, io->slot, 0, io->block, wlo, whi - wlo);
 	iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off,
 	           c->window + (uint64_t)(io->slot - c->nslots) * c->bs +
 	               (wlo - blk_start(c, io->block)),

@@ -413,6 +413,75 @@ static void test_hit_after_admission(void)
 	free(buf);
 }
 
+/*
+ * HOTLUN_CACHE_TRACE's file (cache_trace.h): a miss's fill and the next
+ * hit appear as device I/O of the same slot and block, submitted and
+ * completed, and the records a sync writes name them too.
+ */
+static void test_trace(void)
+{
+	char dir[] = "/tmp/hl-trace-ut-XXXXXX", path[64];
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS);
+	bool fill = false, fill_done = false, hit = false, rec = false;
+	uint32_t slot = UINT32_MAX;
+	unsigned long changes;
+
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	CU_ASSERT_FATAL(cache_trace_open(dir) == 0);
+	o = fixture_up(&c, NULL, &f, 5, "fake:trace");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 7 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 7 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	changes = atomic_load(&c->changes);
+	for (int i = 0; i < 1000 && atomic_load(&c->synced) < changes; i++)
+		usleep(10 * 1000);
+	fixture_down(c, o, &f);
+	cache_trace_close();
+
+	snprintf(path, sizeof(path), "%s/cache-trace.%d", dir, (int)getpid());
+	FILE *fp = fopen(path, "rb");
+	CU_ASSERT_FATAL(fp != NULL);
+	char magic[8];
+	uint64_t used;
+	CU_ASSERT_EQUAL(fread(magic, 1, 8, fp), 8);
+	CU_ASSERT(memcmp(magic, "HLCTRACE", 8) == 0);
+	CU_ASSERT_EQUAL(fseek(fp, 16, SEEK_SET), 0);
+	CU_ASSERT_EQUAL(fread(&used, sizeof(used), 1, fp), 1);
+	CU_ASSERT(used > 3);
+	CU_ASSERT_EQUAL(fseek(fp, 64, SEEK_SET), 0);
+	for (uint64_t i = 0; i < used; i++) {
+		struct cache_trace_rec r;
+		CU_ASSERT_FATAL(fread(&r, sizeof(r), 1, fp) == 1);
+		CU_ASSERT(r.ns != 0);
+		CU_ASSERT_EQUAL(r.pid, (uint32_t)getpid());
+		if (r.block != 7)
+			continue;
+		if (r.ev == CT_SUB && r.kind == (SUB_FILL | 0x80)) {
+			fill = true;
+			slot = r.slot;
+			CU_ASSERT_EQUAL(r.b, BS);
+		} else if (r.ev == CT_DONE && r.kind == (SUB_FILL | 0x80)) {
+			fill_done = r.slot == slot && r.aux == 0;
+		} else if (r.ev == CT_SUB && r.kind == SUB_HIT) {
+			hit = r.slot == slot;
+		} else if (r.ev == CT_RECORD) {
+			rec = r.slot == slot && r.a != 0;
+		}
+	}
+	fclose(fp);
+	CU_ASSERT(fill);
+	CU_ASSERT(fill_done);
+	CU_ASSERT(hit);
+	CU_ASSERT(rec);
+	unlink(path);
+	rmdir(dir);
+	free(buf);
+}
+
 static void test_unaligned_and_partial(void)
 {
 	struct fake f;
@@ -1806,6 +1875,7 @@ int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"hits are served from the cache after admission", test_hit_after_admission},
+	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
 	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
 	    {"write-through update: a read after a write returns new data", test_write_update},
 	    {"invalidate mode: a written block is read from the origin", test_write_invalidate},

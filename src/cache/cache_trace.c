@@ -1,0 +1,135 @@
+/*
+ * cache_trace.c - the optional binary trace of the cache's device I/O and
+ * records (cache_trace.h): one shared, memory-mapped file per process,
+ * appended to lock-free from every thread.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/cache_trace.h"
+#include "hotlun/log.h"
+
+#define TRACE_MAGIC    "HLCTRACE"
+#define TRACE_HDR      64
+#define TRACE_BYTES    (256ull << 20) /* 5.5 M records; sparse until written */
+#define TRACE_ENV      "HOTLUN_CACHE_TRACE"
+
+struct cache_trace_file {
+	char magic[8];
+	uint32_t version;
+	uint32_t rec_size;
+	_Atomic uint64_t used;
+	uint64_t cap;
+};
+
+_Static_assert(sizeof(struct cache_trace_file) <= TRACE_HDR, "trace header fits 64 bytes");
+
+struct cache_trace_file *cache_trace_on;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t trace_pid; /* getpid() is a system call: once, at open */
+
+int cache_trace_open(const char *dir)
+{
+	char path[PATH_MAX];
+	struct cache_trace_file *f;
+	void *m;
+	int fd, rc = 0;
+
+	pthread_mutex_lock(&trace_lock);
+	if (cache_trace_on)
+		goto out;
+	if (snprintf(path, sizeof(path), "%s/cache-trace.%d", dir, (int)getpid()) >=
+	    (int)sizeof(path)) {
+		rc = -ENAMETOOLONG;
+		goto out;
+	}
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (ftruncate(fd, (off_t)TRACE_BYTES) != 0) {
+		rc = -errno;
+		close(fd);
+		goto out;
+	}
+	m = mmap(NULL, TRACE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) {
+		rc = -errno;
+		goto out;
+	}
+	f = m;
+	memcpy(f->magic, TRACE_MAGIC, 8);
+	f->version = 1;
+	f->rec_size = sizeof(struct cache_trace_rec);
+	f->cap = (TRACE_BYTES - TRACE_HDR) / sizeof(struct cache_trace_rec);
+	atomic_store(&f->used, 0);
+	trace_pid = (uint32_t)getpid();
+	cache_trace_on = f;
+	HL_NOTICE("cache", "tracing the cache's device I/O into %s", path);
+out:
+	pthread_mutex_unlock(&trace_lock);
+	return rc;
+}
+
+void cache_trace_init(void)
+{
+	const char *dir = getenv(TRACE_ENV);
+	int rc;
+
+	if (!dir || !*dir || cache_trace_on)
+		return;
+	rc = cache_trace_open(dir);
+	if (rc)
+		HL_WARN("cache", "%s=%s: cannot trace: %s", TRACE_ENV, dir, strerror(-rc));
+}
+
+void cache_trace_close(void)
+{
+	pthread_mutex_lock(&trace_lock);
+	if (cache_trace_on) {
+		munmap(cache_trace_on, TRACE_BYTES);
+		cache_trace_on = NULL;
+	}
+	pthread_mutex_unlock(&trace_lock);
+}
+
+void cache_trace_put(enum cache_trace_ev ev, unsigned kind, unsigned lun, uint32_t slot,
+                     uint32_t aux, uint64_t block, uint64_t a, uint64_t b)
+{
+	struct cache_trace_file *f = cache_trace_on;
+	struct cache_trace_rec *r;
+	struct timespec ts;
+	uint64_t i;
+
+	if (!f)
+		return;
+	i = atomic_fetch_add_explicit(&f->used, 1, memory_order_relaxed);
+	if (i >= f->cap)
+		return; /* full: the first records are the ones kept */
+	r = (struct cache_trace_rec *)((char *)f + TRACE_HDR) + i;
+	r->pid = trace_pid;
+	r->ev = (uint8_t)ev;
+	r->kind = (uint8_t)kind;
+	r->lun = (uint16_t)lun;
+	r->slot = slot;
+	r->aux = aux;
+	r->block = block;
+	r->a = a;
+	r->b = b;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	atomic_thread_fence(memory_order_release);
+	r->ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
