@@ -296,6 +296,21 @@ static inline int cache_check_range(const struct hl_cache_core *c, uint64_t off,
 	return 0;
 }
 
+/*
+ * A read's or write's start: its LUN (into *l) and its range checked.
+ * @return the cache blocks it spans, or -ENOENT (no such LUN) / -EINVAL.
+ */
+static inline int64_t cache_req_start(struct hl_cache_core *c, uint16_t lun, uint64_t off,
+                                      uint64_t len, struct cache_lun **l)
+{
+	*l = c->luns[lun];
+	if (!*l)
+		return -ENOENT;
+	if (cache_check_range(c, off, len))
+		return -EINVAL;
+	return hl_cache_core_nblocks(c, off, len);
+}
+
 static inline void cache_stats_add(struct cache_lun *l, struct hl_cache_stats *g, size_t field,
                                    uint64_t v)
 {

@@ -295,18 +295,17 @@ ssd:
 int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
                        struct hl_cache_io *ios, uint32_t max)
 {
-	struct cache_lun *l = c->luns[lun];
+	struct cache_lun *l;
 	uint32_t nb, nhit_blocks = 0, nextra = 0;
 	uint64_t hit_bytes = 0, ram_bytes = 0, b0;
 	bool bypass;
+	int64_t span = cache_req_start(c, lun, off, len, &l);
 
-	if (!l)
-		return -ENOENT;
-	if (cache_check_range(c, off, len))
-		return -EINVAL;
-	nb = hl_cache_core_nblocks(c, off, len);
-	if (nb > max)
+	if (span < 0)
+		return (int)span;
+	if (span > max)
 		return -E2BIG;
+	nb = (uint32_t)span;
 	c->call++;
 	bypass = seq_bypass(c, l, off, len);
 	b0 = off >> c->block_shift;

@@ -41,15 +41,14 @@ static void wip_del(struct hl_cache_core *c, uint64_t key)
 int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
                               struct hl_cache_io *ios, uint32_t max)
 {
-	struct cache_lun *l = c->luns[lun];
+	struct cache_lun *l;
 	uint32_t nb, k = 0;
 	uint64_t b0;
+	int64_t span = cache_req_start(c, lun, off, len, &l);
 
-	if (!l)
-		return -ENOENT;
-	if (cache_check_range(c, off, len))
-		return -EINVAL;
-	nb = hl_cache_core_nblocks(c, off, len);
+	if (span < 0)
+		return (int)span;
+	nb = (uint32_t)span;
 	b0 = off >> c->block_shift;
 	CACHE_STAT(c, l, write_reqs, 1);
 	CACHE_STAT(c, l, bytes_written, len);

@@ -408,11 +408,28 @@ static void test_torn_write_every_step(void)
  * (the fill's barrier is still pending) X is written at the origin; then
  * the device dies. The old record must not bring X's old data back.
  */
+/*
+ * The device dies at its next write (the pending fill's barrier or data):
+ * the restart must restore only sectors that match the origin, and keep
+ * some. Ends the rig.
+ */
+static void crash_at_pending_fill(struct rig *r)
+{
+	int restored;
+
+	hl_cache_dev_mem_fail_at(r->d, hl_cache_dev_mem_writes(r->d), 0);
+	finish_pending(r);
+	CU_ASSERT_TRUE(r->crashed);
+	CU_ASSERT_EQUAL(recover_and_check(r, &restored), 0);
+	CU_ASSERT(restored > 0);
+	hl_cache_core_destroy(r->c);
+	hl_cache_dev_close(r->d);
+}
+
 static void test_stale_claim_after_eviction(void)
 {
 	struct rig r;
 	uint64_t x = UINT64_MAX;
-	int restored;
 
 	rig_start(&r, 1u << 20);
 	for (uint64_t b = 0; b < r.l.nslots; b++)
@@ -427,13 +444,7 @@ static void test_stale_claim_after_eviction(void)
 	do_write(&r, 0, x * BS, BS);
 	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(r.c, 0, x * BS, 4096));
 	/* The device dies at the next write (the pending fill's barrier). */
-	hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d), 0);
-	finish_pending(&r);
-	CU_ASSERT_TRUE(r.crashed);
-	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
-	CU_ASSERT(restored > 0);
-	hl_cache_core_destroy(r.c);
-	hl_cache_dev_close(r.d);
+	crash_at_pending_fill(&r);
 }
 
 /*
@@ -646,7 +657,6 @@ static void test_second_fill_before_take_barrier(void)
 {
 	struct rig r;
 	uint64_t fresh = 3 * LUNSECT / SPB / 4; /* a block no slot holds */
-	int restored;
 
 	rig_start(&r, 1u << 20);
 	for (uint64_t b = 0; b < r.l.nslots; b++)
@@ -659,13 +669,7 @@ static void test_second_fill_before_take_barrier(void)
 	/* Another sector of the same block, from the slot it now has. */
 	do_read(&r, 1, fresh * BS + HL_CACHE_SECTOR, HL_CACHE_SECTOR, false);
 	/* The device dies at the barrier: the old record stays. */
-	hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d), 0);
-	finish_pending(&r);
-	CU_ASSERT_TRUE(r.crashed);
-	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
-	CU_ASSERT(restored > 0);
-	hl_cache_core_destroy(r.c);
-	hl_cache_dev_close(r.d);
+	crash_at_pending_fill(&r);
 }
 
 static void test_file_device(void)
