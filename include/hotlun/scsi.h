@@ -101,6 +101,9 @@ struct hl_scsi_lun_map {
 	struct hl_lu *lu[HL_SCSI_MAX_LUNS];
 };
 
+/** Preempted nexuses a PREEMPT AND ABORT lists (hl_scsi_cmd.abort_nexus). */
+#define HL_SCSI_ABORT_NEXUS_MAX 16
+
 /** One SCSI command. The transport owns it; the scsi layer uses the private part. */
 struct hl_scsi_cmd {
 	/* ---- in: filled by the transport ---- */
@@ -128,6 +131,18 @@ struct hl_scsi_cmd {
 	uint8_t status;        /* HL_SAM_* */
 	uint8_t sense_len;
 	uint8_t sense[HL_SENSE_MAX];
+	/**
+	 * A PERSISTENT RESERVE OUT / PREEMPT AND ABORT that succeeded: the I_T
+	 * nexuses (hl_scsi_nexus.id) it preempted, whose tasks on cmd->lu the
+	 * transport must abort as ABORT TASK SET would (SPC-4 5.12.11.2.4) and
+	 * wait for before it reports this command's status: a preempted
+	 * initiator's write still in flight must not land after the new holder
+	 * was told it owns the LU. abort_others: more nexuses than fit here, so
+	 * abort the tasks of every nexus but the issuer's.
+	 */
+	uint64_t abort_nexus[HL_SCSI_ABORT_NEXUS_MAX];
+	uint8_t n_abort_nexus;
+	bool abort_others;
 
 	void (*done)(struct hl_scsi_cmd *cmd);
 	void *arg;             /* for the transport */

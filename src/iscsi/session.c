@@ -283,6 +283,8 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 
 /* ---- SCSI command completion ---- */
 
+static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
+
 static void task_done(struct hl_scsi_cmd *cmd)
 {
 	struct iscsi_task *t = hl_container_of(cmd, struct iscsi_task, cmd);
@@ -300,6 +302,9 @@ static void task_done(struct hl_scsi_cmd *cmd)
 			tmf_maybe_complete(c, tmf);
 		if (xr)
 			xreset_put(xr);
+	} else if (t->cmd.status == HL_SAM_GOOD && (t->cmd.n_abort_nexus || t->cmd.abort_others) &&
+	           preempt_abort_start(c, t)) {
+		/* PREEMPT AND ABORT: answered once the preempted tasks are gone (xreset_done) */
 	} else {
 		task_deactivate(t);
 		task_respond(c, t);
@@ -921,8 +926,28 @@ struct iscsi_xreset {
 	uint64_t origin_nexus;
 	struct hl_reactor *origin_reactor;
 	struct iscsi_tmf *tmf; /* dereferenced on origin_reactor only, after a check */
+	/*
+	 * PREEMPT AND ABORT instead of a TMF: the PERSISTENT RESERVE OUT task to
+	 * answer when done (it keeps its connection alive until then), and the
+	 * preempted nexuses whose tasks go (all others when all_others).
+	 */
+	struct iscsi_task *task;
+	uint64_t nexus[HL_SCSI_ABORT_NEXUS_MAX];
+	unsigned n_nexus;
+	bool all_others;
 	atomic_uint remaining;
 };
+
+/* Is session nexus id one whose tasks xr aborts? (A reset: every other session.) */
+static bool xreset_targets(const struct iscsi_xreset *xr, uint64_t id)
+{
+	if (!xr->task || xr->all_others)
+		return true;
+	for (unsigned i = 0; i < xr->n_nexus; i++)
+		if (xr->nexus[i] == id)
+			return true;
+	return false;
+}
 
 static bool xreset_affects(const struct iscsi_xreset *xr, const struct hl_lu *lu)
 {
@@ -943,6 +968,32 @@ static void xreset_done(void *arg)
 	struct hl_reactor *me = hl_reactor_current();
 	struct iscsi_conn *c, *origin = NULL;
 
+	if (xr->task) {
+		/* the preempted tasks left the scsi layer: answer the PREEMPT AND ABORT */
+		struct iscsi_task *t = xr->task;
+		c = t->conn;
+		iscsi_conn_enter(c);
+		if (!t->aborted && c->state != CONN_CLOSED) {
+			task_deactivate(t);
+			task_respond(c, t);
+			task_finish(t);
+		} else {
+			/* aborted meanwhile (a TMF, a reset, the connection): as task_done does */
+			struct iscsi_tmf *tmf = t->tmf;
+			struct iscsi_xreset *other = t->xreset;
+			t->tmf = NULL;
+			t->xreset = NULL;
+			task_finish(t);
+			if (tmf && --tmf->waiting == 0)
+				tmf_maybe_complete(c, tmf);
+			if (other)
+				xreset_put(other);
+		}
+		iscsi_conn_leave(c);
+		iscsi_call_done(srv);
+		free(xr);
+		return;
+	}
 	pthread_mutex_lock(&srv->lock);
 	hl_list_for_each_entry(c, &srv->conns, srv_link)
 	{
@@ -1000,7 +1051,8 @@ static void xreset_scan(void *arg)
 	hl_list_for_each_entry(c, &srv->conns, srv_link)
 	{
 		if (c->reactor != me || c->state != CONN_FFP || !c->sess ||
-		    c->sess->type != ISCSI_SESSION_NORMAL || c->sess->nexus.id == xr->origin_nexus)
+		    c->sess->type != ISCSI_SESSION_NORMAL ||
+		    c->sess->nexus.id == xr->origin_nexus || !xreset_targets(xr, c->sess->nexus.id))
 			continue;
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 16;
@@ -1062,6 +1114,50 @@ static void xreset_start(struct iscsi_conn *c, struct iscsi_tmf *tmf, struct hl_
 		}
 	}
 	xreset_put(xr);
+}
+
+/*
+ * PREEMPT AND ABORT (SPC-4 5.12.11.2.4): the preempted nexuses' tasks on
+ * the LU are aborted in every session (no response for them: TAS=0), and
+ * the command is answered only once the last of them has left the scsi
+ * layer, so a preempted initiator's write still in flight reaches the
+ * origin before the new holder hears it owns the LU, never after. Sessions
+ * whose nexus the scsi layer did not list keep their tasks. @return false
+ * without memory (the command is answered at once: tasks not aborted).
+ */
+static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	struct hl_iscsi_server *srv = c->srv;
+	struct iscsi_xreset *xr = calloc(1, sizeof(*xr));
+
+	if (!xr) {
+		HL_ERR(ISCSI_LOG, "%s: PREEMPT AND ABORT: no memory to abort the preempted tasks",
+		       c->peer_str);
+		return false;
+	}
+	xr->srv = srv;
+	xr->lu = t->cmd.lu;
+	xr->map = c->sess->target->luns;
+	xr->origin_nexus = c->sess->nexus.id;
+	xr->origin_reactor = c->reactor;
+	xr->task = t;
+	xr->n_nexus = t->cmd.n_abort_nexus;
+	memcpy(xr->nexus, t->cmd.abort_nexus, xr->n_nexus * sizeof(xr->nexus[0]));
+	xr->all_others = t->cmd.abort_others;
+	HL_INFO(ISCSI_LOG, "%s: PREEMPT AND ABORT: aborting the tasks of %u preempted nexus(es)%s",
+	        c->peer_str, xr->n_nexus, xr->all_others ? " (and every other one)" : "");
+	atomic_init(&xr->remaining, srv->n_reactors + 1); /* +1: ours, while dispatching */
+	for (unsigned i = 0; i < srv->n_reactors; i++) {
+		pthread_mutex_lock(&srv->lock);
+		srv->pending_calls++;
+		pthread_mutex_unlock(&srv->lock);
+		if (hl_reactor_call(srv->reactors[i], xreset_scan, xr) < 0) {
+			iscsi_call_done(srv);
+			xreset_put(xr);
+		}
+	}
+	xreset_put(xr);
+	return true;
 }
 
 static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)

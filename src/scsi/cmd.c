@@ -133,6 +133,8 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 	cmd->xfer_len = 0;
 	cmd->status = HL_SAM_GOOD;
 	cmd->sense_len = 0;
+	cmd->n_abort_nexus = 0;
+	cmd->abort_others = false;
 	cmd->rl_mode = 0;
 	cmd->reactor = hl_reactor_current();
 	if (!cmd->data)

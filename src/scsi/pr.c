@@ -636,15 +636,52 @@ static unsigned remove_key(struct hl_lu *lu, uint64_t key, const struct scsi_pr_
 	return n;
 }
 
+/*
+ * PREEMPT AND ABORT: list in cmd the known nexuses (other than the issuer's)
+ * of the registrations about to go: every one but keep (all == true), or
+ * those with key. The transport aborts their tasks on the LU before it
+ * answers (hl_scsi_cmd.abort_nexus). lu->lock held.
+ */
+static void collect_preempted(struct hl_lu *lu, struct hl_scsi_cmd *cmd,
+                              const struct scsi_pr_reg *keep, bool all, uint64_t key)
+{
+	uint64_t by = nexus_id(cmd);
+	struct scsi_pr_reg *r;
+	struct scsi_lu_nexus *n;
+
+	hl_list_for_each_entry(r, &lu->pr_regs, link)
+	{
+		if (r == keep || (!all && r->key != key))
+			continue;
+		hl_list_for_each_entry(n, &lu->nexuses, link)
+		{
+			bool dup = false;
+			if (n->nexus_id == by || !reg_matches(r, n->initiator_port, n->rel_port))
+				continue;
+			for (unsigned i = 0; i < cmd->n_abort_nexus; i++)
+				dup |= cmd->abort_nexus[i] == n->nexus_id;
+			if (dup)
+				continue;
+			if (cmd->n_abort_nexus == HL_SCSI_ABORT_NEXUS_MAX)
+				cmd->abort_others = true;
+			else
+				cmd->abort_nexus[cmd->n_abort_nexus++] = n->nexus_id;
+		}
+	}
+}
+
 static void pr_preempt(struct hl_scsi_cmd *cmd, const struct pr_params *p, struct scsi_pr_reg *r)
 {
 	struct hl_lu *lu = cmd->lu;
 	uint64_t by = nexus_id(cmd);
+	bool abort = p->sa == PRO_PREEMPT_ABORT;
 
 	if (lu->pr_type && type_all_registrants(lu->pr_type) && p->sa_key == 0) {
 		/* SPC-4 5.9.11.4.3: preempting an all-registrants reservation removes everyone else
 		 */
 		struct scsi_pr_reg *o, *tmp;
+		if (abort)
+			collect_preempted(lu, cmd, r, true, 0);
 		hl_list_for_each_entry_safe(o, tmp, &lu->pr_regs, link)
 		{
 			if (o == r)
@@ -668,6 +705,8 @@ static void pr_preempt(struct hl_scsi_cmd *cmd, const struct pr_params *p, struc
 		/* preempting the holder: its key's registrations go, the reservation becomes ours
 		 */
 		uint8_t old_type = lu->pr_type;
+		if (abort)
+			collect_preempted(lu, cmd, r, false, p->sa_key);
 		remove_key(lu, p->sa_key, r, by);
 		lu->pr_type = p->type;
 		lu->pr_holder = type_all_registrants(p->type) ? NULL : r;
@@ -678,7 +717,11 @@ static void pr_preempt(struct hl_scsi_cmd *cmd, const struct pr_params *p, struc
 		return;
 	}
 	/* no reservation, or another key: remove those registrations, the reservation stays */
+	if (abort)
+		collect_preempted(lu, cmd, r, false, p->sa_key);
 	if (remove_key(lu, p->sa_key, r, by) == 0) {
+		cmd->n_abort_nexus = 0;
+		cmd->abort_others = false;
 		set_conflict(cmd);
 		return;
 	}
@@ -831,8 +874,8 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 		} else if (p.sa == PRO_REGISTER_MOVE) {
 			pr_register_move(cmd, &p, r, d, plen);
 		} else {
-			/* PREEMPT AND ABORT: the transport aborts the preempted tasks; same state
-			 * change */
+			/* PREEMPT AND ABORT: the same state change; pr_preempt lists the
+			 * preempted nexuses, whose tasks the transport aborts before it answers */
 			pr_preempt(cmd, &p, r);
 		}
 	}

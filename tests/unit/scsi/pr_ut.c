@@ -7,7 +7,7 @@
 #include "scsi_ut_util.h"
 
 enum { WE = 1, EA = 3, WE_RO = 5, EA_RO = 6, WE_AR = 7, EA_AR = 8 };
-enum { REG = 0, RESV = 1, REL = 2, CLEAR = 3, PREEMPT = 4, REG_IGNORE = 6 };
+enum { REG = 0, RESV = 1, REL = 2, CLEAR = 3, PREEMPT = 4, PREEMPT_ABORT = 5, REG_IGNORE = 6 };
 
 static struct tcmd t;
 
@@ -316,6 +316,38 @@ static void test_preempt(void)
 	lu_teardown();
 }
 
+/*
+ * PREEMPT AND ABORT names the preempted nexuses for the transport to abort
+ * their tasks (hl_scsi_cmd.abort_nexus); PREEMPT and a failed one do not.
+ */
+static void test_preempt_and_abort_lists_nexuses(void)
+{
+	setup2();
+	pr_out(&nexus_a, REG, 0, 0, 0xa);
+	pr_out(&nexus_b, REG, 0, 0, 0xb);
+	pr_out(&nexus_a, RESV, WE, 0xa, 0);
+	CU_ASSERT_EQUAL(pr_out(&nexus_b, PREEMPT_ABORT, EA, 0xb, 0x77), CONFLICT);
+	CU_ASSERT_EQUAL(t.cmd.n_abort_nexus, 0);
+	CU_ASSERT_EQUAL(pr_out(&nexus_b, PREEMPT_ABORT, EA, 0xb, 0xa), GOOD);
+	CU_ASSERT_EQUAL(t.cmd.n_abort_nexus, 1);
+	CU_ASSERT_EQUAL(t.cmd.abort_nexus[0], nexus_a.id);
+	CU_ASSERT_FALSE(t.cmd.abort_others);
+	CU_ASSERT_TRUE(ua_is(&nexus_a, 0x2a, 0x05));
+	/* a plain PREEMPT aborts nothing */
+	pr_out(&nexus_a, REG, 0, 0, 0xa);
+	CU_ASSERT_EQUAL(pr_out(&nexus_b, PREEMPT, EA, 0xb, 0xa), GOOD);
+	CU_ASSERT_EQUAL(t.cmd.n_abort_nexus, 0);
+	CU_ASSERT_TRUE(ua_is(&nexus_a, 0x2a, 0x05));
+	/* an all-registrants reservation: everyone else is preempted */
+	CU_ASSERT_EQUAL(pr_out(&nexus_a, REG, 0, 0, 0xa), GOOD);
+	pr_out(&nexus_b, REL, EA, 0xb, 0);
+	pr_out(&nexus_b, RESV, WE_AR, 0xb, 0);
+	CU_ASSERT_EQUAL(pr_out(&nexus_b, PREEMPT_ABORT, EA, 0xb, 0), GOOD);
+	CU_ASSERT_EQUAL(t.cmd.n_abort_nexus, 1);
+	CU_ASSERT_EQUAL(t.cmd.abort_nexus[0], nexus_a.id);
+	lu_teardown();
+}
+
 static void test_preempt_all_registrants(void)
 {
 	uint8_t buf[64];
@@ -549,6 +581,7 @@ static const struct hl_test tests[] = {
     {"CLEAR", test_clear},
     {"PREEMPT", test_preempt},
     {"PREEMPT of an all-registrants reservation", test_preempt_all_registrants},
+    {"PREEMPT AND ABORT lists the preempted nexuses", test_preempt_and_abort_lists_nexuses},
     {"PR OUT parameter errors", test_pr_out_bad_parameters},
     {"PR IN capabilities and full status", test_pr_in_capabilities_and_full_status},
     {"APTPL: the PR state survives a restart", test_aptpl_survives_restart},
