@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hotlun/cache.h"
 #include "hotlun/util.h"
@@ -294,6 +295,17 @@ static inline int cache_check_range(const struct hl_cache_core *c, uint64_t off,
 	if (!len || off + len < off || ((off + len - 1) >> c->block_shift) > HL_CACHE_MAX_BLOCK_NR)
 		return -EINVAL;
 	return 0;
+}
+
+/* A fresh io for block b (slot s, HL_CACHE_NO_SLOT if uncached), sectors [first, first+n). */
+static inline void cache_io_init(struct hl_cache_io *io, uint64_t b, uint32_t s, uint32_t first,
+                                 uint32_t n)
+{
+	memset(io, 0, sizeof(*io));
+	io->block = b;
+	io->slot = s;
+	io->first = (uint16_t)first;
+	io->nsect = (uint16_t)n;
 }
 
 /*

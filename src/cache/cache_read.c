@@ -315,11 +315,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 		uint32_t s = cache_index_find(&c->ix, key), first, n;
 
 		cache_block_sectors(c, b, off, len, &first, &n);
-		memset(io, 0, sizeof(*io));
-		io->block = b;
-		io->slot = s;
-		io->first = (uint16_t)first;
-		io->nsect = (uint16_t)n;
+		cache_io_init(io, b, s, first, n);
 		hl_admit_access(c->admit, key, s == HL_CACHE_NO_SLOT);
 		if (s != HL_CACHE_NO_SLOT) {
 			struct cache_slot *sl = &c->slots[s];

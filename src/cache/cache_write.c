@@ -62,11 +62,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			goto too_big;
 		io = &ios[k++];
 		cache_block_sectors(c, b, off, len, &first, &n);
-		memset(io, 0, sizeof(*io));
-		io->block = b;
-		io->slot = s;
-		io->first = (uint16_t)first;
-		io->nsect = (uint16_t)n;
+		cache_io_init(io, b, s, first, n);
 		io->kind = HL_CACHE_IO_UPDATE;
 		if (s == HL_CACHE_NO_SLOT || c->slots[s].writers == UINT8_MAX) {
 			/* Not cached (or too many writers to count): keep it from being filled. */

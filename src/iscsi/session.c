@@ -1088,22 +1088,27 @@ static void xreset_scan(void *arg)
 	xreset_put(xr);
 }
 
-/* Reach the other sessions; the TMF waits for them (best effort without memory). */
-static void xreset_start(struct iscsi_conn *c, struct iscsi_tmf *tmf, struct hl_lu *lu)
+/* A cross-session abort from connection c on lu (NULL: every LU of its target). */
+static struct iscsi_xreset *xreset_new(struct iscsi_conn *c, struct hl_lu *lu)
 {
-	struct hl_iscsi_server *srv = c->srv;
 	struct iscsi_xreset *xr = calloc(1, sizeof(*xr));
 
 	if (!xr)
-		return;
-	xr->srv = srv;
+		return NULL;
+	xr->srv = c->srv;
 	xr->lu = lu;
 	xr->map = c->sess->target->luns;
 	xr->origin_nexus = c->sess->nexus.id;
 	xr->origin_reactor = c->reactor;
-	xr->tmf = tmf;
-	atomic_init(&xr->remaining, srv->n_reactors + 1); /* +1: ours, while dispatching */
-	tmf->waiting++;
+	atomic_init(&xr->remaining, c->srv->n_reactors + 1); /* +1: ours, while dispatching */
+	return xr;
+}
+
+/* Send xr to every reactor's scan; the last one to finish runs xreset_done. */
+static void xreset_dispatch(struct iscsi_xreset *xr)
+{
+	struct hl_iscsi_server *srv = xr->srv;
+
 	for (unsigned i = 0; i < srv->n_reactors; i++) {
 		pthread_mutex_lock(&srv->lock);
 		srv->pending_calls++;
@@ -1114,6 +1119,18 @@ static void xreset_start(struct iscsi_conn *c, struct iscsi_tmf *tmf, struct hl_
 		}
 	}
 	xreset_put(xr);
+}
+
+/* Reach the other sessions; the TMF waits for them (best effort without memory). */
+static void xreset_start(struct iscsi_conn *c, struct iscsi_tmf *tmf, struct hl_lu *lu)
+{
+	struct iscsi_xreset *xr = xreset_new(c, lu);
+
+	if (!xr)
+		return;
+	xr->tmf = tmf;
+	tmf->waiting++;
+	xreset_dispatch(xr);
 }
 
 /*
@@ -1127,36 +1144,20 @@ static void xreset_start(struct iscsi_conn *c, struct iscsi_tmf *tmf, struct hl_
  */
 static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t)
 {
-	struct hl_iscsi_server *srv = c->srv;
-	struct iscsi_xreset *xr = calloc(1, sizeof(*xr));
+	struct iscsi_xreset *xr = xreset_new(c, t->cmd.lu);
 
 	if (!xr) {
 		HL_ERR(ISCSI_LOG, "%s: PREEMPT AND ABORT: no memory to abort the preempted tasks",
 		       c->peer_str);
 		return false;
 	}
-	xr->srv = srv;
-	xr->lu = t->cmd.lu;
-	xr->map = c->sess->target->luns;
-	xr->origin_nexus = c->sess->nexus.id;
-	xr->origin_reactor = c->reactor;
 	xr->task = t;
 	xr->n_nexus = t->cmd.n_abort_nexus;
 	memcpy(xr->nexus, t->cmd.abort_nexus, xr->n_nexus * sizeof(xr->nexus[0]));
 	xr->all_others = t->cmd.abort_others;
 	HL_INFO(ISCSI_LOG, "%s: PREEMPT AND ABORT: aborting the tasks of %u preempted nexus(es)%s",
 	        c->peer_str, xr->n_nexus, xr->all_others ? " (and every other one)" : "");
-	atomic_init(&xr->remaining, srv->n_reactors + 1); /* +1: ours, while dispatching */
-	for (unsigned i = 0; i < srv->n_reactors; i++) {
-		pthread_mutex_lock(&srv->lock);
-		srv->pending_calls++;
-		pthread_mutex_unlock(&srv->lock);
-		if (hl_reactor_call(srv->reactors[i], xreset_scan, xr) < 0) {
-			iscsi_call_done(srv);
-			xreset_put(xr);
-		}
-	}
-	xreset_put(xr);
+	xreset_dispatch(xr);
 	return true;
 }
 
