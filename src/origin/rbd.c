@@ -74,8 +74,10 @@ struct rbd_origin {
  * cluster, and a disk served wholly from the cache sends nothing: without
  * the probe its stale hits could go on for as long as the blocklist lasts.
  */
-#define RBD_PROBE_MS 1000
-#define RBD_LOCK_WAIT_S 60 /* at open: longest wait for a crashed client's lock */
+#define RBD_PROBE_MS      1000
+#define RBD_LOCK_WAIT_S   60 /* at open: longest wait for a crashed client's lock */
+#define RBD_RELOCK_WAIT_S 15 /* lost without a blocklist: how long to try to take it again */
+#define RBD_WRITE_RETRIES 3  /* a write refused for the lock: resubmitted after it is ours */
 
 /* Per-request state, kept in io->priv (this backend is always the bottom of its stack). */
 struct rbd_io {
@@ -84,6 +86,7 @@ struct rbd_io {
 	rbd_completion_t completion;
 	void *bounce; /* compare-and-write: flat copy of compare + write data */
 	ssize_t result;
+	unsigned retries; /* times refused for the exclusive lock and resubmitted */
 };
 
 _Static_assert(sizeof(struct rbd_io) <= sizeof(((struct hl_origin_io *)0)->priv),
@@ -200,13 +203,27 @@ static bool rbd_fence_probe(struct hl_origin *o)
 		 * us), so taking the lock again is safe; failing that, we are fenced.
 		 */
 		if (rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && !owner) {
-			int lrc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
-			if (lrc == 0 && rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner) {
-				HL_WARN(RBD_LOG,
-				        "%s: exclusive lock lost without a blocklist (a crashed "
-				        "gateway's lock was broken); taken again",
-				        o->uri);
-				return false;
+			/*
+			 * The lock moves in steps (the dead client's watch expires,
+			 * its lock is broken, ours goes with it): keep asking for a
+			 * while, as open does, before calling it lost. Only a
+			 * blocklist (-ESHUTDOWN) ends this at once.
+			 */
+			int lrc = 0;
+			for (int i = 0; i < RBD_RELOCK_WAIT_S * 4; i++) {
+				lrc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+				if (lrc == -ESHUTDOWN)
+					break;
+				if (lrc == 0 &&
+				    rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner) {
+					HL_WARN(RBD_LOG,
+					        "%s: exclusive lock lost without a blocklist (a "
+					        "crashed gateway's lock was broken); taken again",
+					        o->uri);
+					return false;
+				}
+				struct timespec ts = {0, 250000000};
+				nanosleep(&ts, NULL);
 			}
 			rbd_fence(o, lrc == -ESHUTDOWN ? lrc : -EROFS);
 			return true;
@@ -235,6 +252,41 @@ static void rbd_probe_fire(struct hl_timer *t)
 static void rbd_probe_now(void *arg)
 {
 	rbd_fence_probe(arg);
+}
+
+static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io);
+
+/* On the submitting reactor: the write again, the lock being ours (or fenced: it fails). */
+static void rbd_resubmit(void *arg)
+{
+	struct hl_origin_io *io = arg;
+	struct rbd_io *rio = rio_of(io);
+	unsigned retries = rio->retries;
+	int rc = origin_rbd_submit(rio->origin, io);
+
+	if (rc)
+		io->cb(io, rc == -ESHUTDOWN ? rc : -EIO);
+	else
+		rio_of(io)->retries = retries;
+}
+
+/*
+ * On the service thread: a write was refused because we did not own the
+ * exclusive lock. Probe (which takes the lock again unless we are fenced),
+ * then send the write back to its reactor to go out again: it never reached
+ * the image, and the initiator should not see a lock hand-over that ends
+ * with the lock ours.
+ */
+static void rbd_probe_and_resubmit(void *arg)
+{
+	struct hl_origin_io *io = arg;
+	struct rbd_io *rio = rio_of(io);
+
+	rbd_fence_probe(rio->origin);
+	while (hl_reactor_call(rio->reactor, rbd_resubmit, io) < 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 static void rbd_probe_start(void *arg)
@@ -473,11 +525,26 @@ static void rbd_finish(void *arg)
 		/*
 		 * A writable image refused a write: we do not own its exclusive lock
 		 * right now. The probe decides, on the service thread: taken again
-		 * (a crashed gateway's lock was broken) or fenced. This write failed
-		 * and did not reach the image (the cache drops the range).
+		 * (a crashed gateway's lock was broken) or fenced. The write did not
+		 * reach the image: a plain write, discard or write-zeroes goes out
+		 * again once the probe is done (a few times at most); anything else
+		 * fails (the cache drops the range).
 		 */
-		if (hl_reactor_call(ro_of(rio->origin)->svc, rbd_probe_now, rio->origin) < 0)
+		bool again = (io->op == HL_IO_WRITE || io->op == HL_IO_DISCARD ||
+		              io->op == HL_IO_WRITE_ZEROES) &&
+		             rio->retries < RBD_WRITE_RETRIES;
+		if (again) {
+			rio->retries++;
+			free(rio->bounce);
+			rio->bounce = NULL;
+			if (hl_reactor_call(ro_of(rio->origin)->svc, rbd_probe_and_resubmit, io) ==
+			    0)
+				return;
 			rbd_fence(rio->origin, result);
+		} else if (hl_reactor_call(ro_of(rio->origin)->svc, rbd_probe_now, rio->origin) <
+		           0) {
+			rbd_fence(rio->origin, result);
+		}
 		result = -EIO;
 	}
 	/*
