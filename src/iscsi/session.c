@@ -285,6 +285,21 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 
 static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
 
+/* An aborted task leaves: no response; the TMF or reset waiting for it hears of it. */
+static void task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	struct iscsi_tmf *tmf = t->tmf;
+	struct iscsi_xreset *xr = t->xreset;
+
+	t->tmf = NULL;
+	t->xreset = NULL;
+	task_finish(t);
+	if (tmf && --tmf->waiting == 0)
+		tmf_maybe_complete(c, tmf);
+	if (xr)
+		xreset_put(xr);
+}
+
 static void task_done(struct hl_scsi_cmd *cmd)
 {
 	struct iscsi_task *t = hl_container_of(cmd, struct iscsi_task, cmd);
@@ -293,15 +308,7 @@ static void task_done(struct hl_scsi_cmd *cmd)
 	iscsi_conn_enter(c);
 	c->nexec--;
 	if (t->aborted || c->state == CONN_CLOSED) {
-		struct iscsi_tmf *tmf = t->tmf;
-		struct iscsi_xreset *xr = t->xreset;
-		t->tmf = NULL;
-		t->xreset = NULL;
-		task_finish(t);
-		if (tmf && --tmf->waiting == 0)
-			tmf_maybe_complete(c, tmf);
-		if (xr)
-			xreset_put(xr);
+		task_finish_aborted(c, t);
 	} else if (t->cmd.status == HL_SAM_GOOD && (t->cmd.n_abort_nexus || t->cmd.abort_others) &&
 	           preempt_abort_start(c, t)) {
 		/* PREEMPT AND ABORT: answered once the preempted tasks are gone (xreset_done) */
@@ -978,16 +985,8 @@ static void xreset_done(void *arg)
 			task_respond(c, t);
 			task_finish(t);
 		} else {
-			/* aborted meanwhile (a TMF, a reset, the connection): as task_done does */
-			struct iscsi_tmf *tmf = t->tmf;
-			struct iscsi_xreset *other = t->xreset;
-			t->tmf = NULL;
-			t->xreset = NULL;
-			task_finish(t);
-			if (tmf && --tmf->waiting == 0)
-				tmf_maybe_complete(c, tmf);
-			if (other)
-				xreset_put(other);
+			task_finish_aborted(
+			    c, t); /* aborted meanwhile: a TMF, a reset, the connection */
 		}
 		iscsi_conn_leave(c);
 		iscsi_call_done(srv);
