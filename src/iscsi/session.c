@@ -985,8 +985,8 @@ static void xreset_done(void *arg)
 			task_respond(c, t);
 			task_finish(t);
 		} else {
-			task_finish_aborted(
-			    c, t); /* aborted meanwhile: a TMF, a reset, the connection */
+			/* aborted meanwhile: a TMF, a reset, the connection */
+			task_finish_aborted(c, t);
 		}
 		iscsi_conn_leave(c);
 		iscsi_call_done(srv);
