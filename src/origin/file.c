@@ -786,28 +786,42 @@ static int sysfs_queue_u64(dev_t dev, const char *name, uint64_t *out)
 }
 
 /*
+ * One step of waiting for a device or file another process holds (a
+ * hotlund killed a moment ago keeps it until its in-flight io_uring
+ * requests complete): the first step says so, each sleeps 100 ms.
+ * @return false once origin_file_excl_wait_ms have passed.
+ */
+static bool excl_wait_step(int *waited, const char *target, const char *what)
+{
+	if (*waited >= origin_file_excl_wait_ms)
+		return false;
+	if (*waited == 0)
+		HL_NOTICE("origin", "%s: %s; waiting up to %d ms for it", target, what,
+		          origin_file_excl_wait_ms);
+	usleep(100 * 1000);
+	*waited += 100;
+	return true;
+}
+
+/*
  * Lock a regular file for this process alone (opts.exclusive: a cache
  * device). The lock belongs to the open file, so it lasts while anything
- * holds it: a hotlund killed a moment ago keeps it until its in-flight
- * io_uring requests complete, like the exclusive claim of a block device.
- * Waits up to origin_file_excl_wait_ms. @return 0 or -EBUSY.
+ * holds it, like the exclusive claim of a block device. @return 0 or -EBUSY.
  */
 static int file_lock_exclusive(int fd, const char *target)
 {
-	for (int waited = 0;; waited += 100) {
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-			return 0;
+	int waited = 0;
+
+	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-		if (waited >= origin_file_excl_wait_ms)
-			break;
-		if (waited == 0)
-			HL_NOTICE("origin", "%s: file locked by another process; waiting up to %d ms",
-			          target, origin_file_excl_wait_ms);
-		usleep(100 * 1000);
+		if (!excl_wait_step(&waited, target, "file locked by another process")) {
+			HL_ERR("origin", "%s: in use by another process (another hotlund?)",
+			       target);
+			return -EBUSY;
+		}
 	}
-	HL_ERR("origin", "%s: in use by another process (another hotlund?)", target);
-	return -EBUSY;
+	return 0;
 }
 
 static int file_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
@@ -832,21 +846,11 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 	 */
 	if (!o->read_only && stat(target, &st) == 0 && S_ISBLK(st.st_mode))
 		flags |= O_EXCL;
-	fo->fd = open(target, flags);
-	/*
-	 * A hotlund killed a moment ago may still hold the device: its in-flight
-	 * io_uring requests keep the exclusive claim until they complete. Give
-	 * them up to origin_file_excl_wait_ms before calling the device busy.
-	 */
-	for (int waited = 0; fo->fd < 0 && errno == EBUSY && (flags & O_EXCL) &&
-	                     waited < origin_file_excl_wait_ms;
-	     waited += 100) {
-		if (waited == 0)
-			HL_NOTICE("origin", "%s: block device busy; waiting up to %d ms for it",
-			          target, origin_file_excl_wait_ms);
-		usleep(100 * 1000);
-		fo->fd = open(target, flags);
-	}
+	/* A busy exclusive device may be a killed hotlund's, still draining: wait. */
+	int waited = 0;
+	while ((fo->fd = open(target, flags)) < 0 && errno == EBUSY && (flags & O_EXCL) &&
+	       excl_wait_step(&waited, target, "block device busy"))
+		;
 	if (fo->fd < 0) {
 		rc = -errno;
 		if (rc == -EBUSY)
