@@ -255,6 +255,8 @@ static void trace_rec(enum cache_trace_ev ev, uint32_t slot, uint32_t aux,
 {
 	uint64_t v;
 
+	if (!cache_trace_on)
+		return;
 	memcpy(&v, r->valid, sizeof(v));
 	cache_trace(ev, 0, r->lun, slot, aux, r->block, v, r->gen);
 }

@@ -118,20 +118,27 @@ static uint64_t sub_block(const struct eng_sub *s)
 	}
 }
 
-static uint32_t sub_ticket(const struct eng_sub *s)
-{
-	return sub_block(s) == UINT64_MAX ? 0 : s->req->ios[s->k].ticket;
-}
-
-/* Trace a cache-device sub (cache_trace.h): slot and byte offset in it come from the offset. */
-static void sub_trace(const struct eng_sub *s, enum cache_trace_ev ev, uint32_t aux)
+/*
+ * Trace a cache-device sub (cache_trace.h): slot and byte offset in it come
+ * from the offset; aux is the io's ticket at submission, the result at
+ * completion. Nothing is computed when tracing is off (the hot path).
+ */
+static void sub_trace(const struct eng_sub *s, enum cache_trace_ev ev, int result)
 {
 	const struct hl_cache *c = s->req->c;
-	uint64_t rel = s->io.offset - c->layout.data_off;
-	unsigned kind = s->kind | (s->io.op == HL_IO_WRITE ? 0x80u : 0);
+	uint64_t rel, block;
+	uint32_t aux;
 
-	cache_trace(ev, kind, s->req->ent->id, (uint32_t)(rel >> c->shift), aux, sub_block(s),
-	            rel & (c->bs - 1), s->io.length);
+	if (!cache_trace_on)
+		return;
+	rel = s->io.offset - c->layout.data_off;
+	block = sub_block(s);
+	if (ev != CT_SUB)
+		aux = (uint32_t)result;
+	else
+		aux = block == UINT64_MAX ? 0 : s->req->ios[s->k].ticket;
+	cache_trace(ev, s->kind | (s->io.op == HL_IO_WRITE ? 0x80u : 0), s->req->ent->id,
+	            (uint32_t)(rel >> c->shift), aux, block, rel & (c->bs - 1), s->io.length);
 }
 
 /* Submit sub to origin o at off: the buffer is sub->iov. @return 0 or -errno (no callback). */
@@ -151,7 +158,7 @@ int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, 
 	s->io.arg = s;
 	s->dev = o == s->req->c->data;
 	if (s->dev)
-		sub_trace(s, CT_SUB, s->kind == SUB_BUF ? 0 : sub_ticket(s));
+		sub_trace(s, CT_SUB, 0);
 	s->req->pending++;
 	rc = hl_origin_submit(o, &s->io);
 	if (rc)
@@ -222,7 +229,7 @@ void engine_sub_cb(struct hl_origin_io *io, int result)
 	struct eng_req *req = s->req;
 
 	if (s->dev)
-		sub_trace(s, CT_DONE, (uint32_t)result);
+		sub_trace(s, CT_DONE, result);
 	switch (s->kind) {
 	case SUB_HIT:
 	case SUB_RETRY:
