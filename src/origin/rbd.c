@@ -179,6 +179,41 @@ static void rbd_fence(struct hl_origin *o, int why)
 }
 
 /*
+ * Take the image's exclusive lock and wait until librbd says it is ours:
+ * after a crash the dead gateway keeps it until its watch times out, and
+ * acquire can return 0 before that. Asks every 250 ms for up to wait_s. An
+ * acquire error ends it at once unless retry_errors (a blocklist,
+ * -ESHUTDOWN, always does); waiting_for names the disk in a notice when it
+ * has to wait. @return 0 once ours, else the last error (-EROFS: not ours).
+ */
+static int rbd_lock_take(struct rbd_origin *r, int wait_s, bool retry_errors,
+                         const char *waiting_for)
+{
+	int rc = -EROFS;
+
+	for (int i = 0; i < wait_s * 4; i++) {
+		int owner = 0;
+
+		if (i) {
+			struct timespec ts = {0, 250000000};
+			nanosleep(&ts, NULL);
+		}
+		rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+		if (rc == 0 && rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner)
+			return 0;
+		if (rc == -ESHUTDOWN || (rc && !retry_errors))
+			return rc;
+		if (i == 0 && waiting_for)
+			HL_NOTICE(
+			    RBD_LOG,
+			    "rbd:%s: waiting for the exclusive lock (held by a client that may "
+			    "have crashed)",
+			    waiting_for);
+	}
+	return rc ? rc : -EROFS;
+}
+
+/*
  * On the service thread: one read-only round trip to the OSD that holds the
  * image header (its watcher list). Ceph answers a blocklisted client's ops
  * with -EBLOCKLISTED (-ESHUTDOWN), whatever the op. @return true when fenced.
@@ -209,21 +244,13 @@ static bool rbd_fence_probe(struct hl_origin *o)
 			 * while, as open does, before calling it lost. Only a
 			 * blocklist (-ESHUTDOWN) ends this at once.
 			 */
-			int lrc = 0;
-			for (int i = 0; i < RBD_RELOCK_WAIT_S * 4; i++) {
-				lrc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
-				if (lrc == -ESHUTDOWN)
-					break;
-				if (lrc == 0 &&
-				    rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner) {
-					HL_WARN(RBD_LOG,
-					        "%s: exclusive lock lost without a blocklist (a "
-					        "crashed gateway's lock was broken); taken again",
-					        o->uri);
-					return false;
-				}
-				struct timespec ts = {0, 250000000};
-				nanosleep(&ts, NULL);
+			int lrc = rbd_lock_take(r, RBD_RELOCK_WAIT_S, true, NULL);
+			if (lrc == 0) {
+				HL_WARN(RBD_LOG,
+				        "%s: exclusive lock lost without a blocklist (a crashed "
+				        "gateway's lock was broken); taken again",
+				        o->uri);
+				return false;
 			}
 			rbd_fence(o, lrc == -ESHUTDOWN ? lrc : -EROFS);
 			return true;
@@ -434,29 +461,11 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 		 * other client that asks, and that client's writes would never reach
 		 * the cache, which would then serve old blocks. Others can still
 		 * read, snapshot and resize it (librbd forwards those to the owner).
+		 * After a crash the dead gateway may still hold it until its watch
+		 * times out (30 s by default): serving before the lock is ours would
+		 * fail writes with EROFS, so wait (at most RBD_LOCK_WAIT_S).
 		 */
-		rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
-		/*
-		 * After a crash the dead gateway may still hold the lock until its
-		 * watch times out (30 s by default): acquire can return 0 before
-		 * the lock is ours. Serving then would fail writes with EROFS; wait
-		 * until we own it (or give up after RBD_LOCK_WAIT_S).
-		 */
-		for (int i = 0; rc == 0 && i < RBD_LOCK_WAIT_S * 4; i++) {
-			int owner = 0;
-			if (rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner)
-				break;
-			if (i == 0)
-				HL_NOTICE(RBD_LOG,
-				          "rbd:%s: waiting for the exclusive lock (held by a "
-				          "client that may have crashed)",
-				          target);
-			struct timespec ts = {0, 250000000};
-			nanosleep(&ts, NULL);
-			rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
-			if (i + 1 == RBD_LOCK_WAIT_S * 4)
-				rc = -EROFS;
-		}
+		rc = rbd_lock_take(r, RBD_LOCK_WAIT_S, false, target);
 		if (rc == 0) {
 			r->locked = true;
 		} else if (rc == -EINVAL || rc == -EOPNOTSUPP) {
