@@ -41,10 +41,6 @@ hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
 	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/$SAN_LUN" \
 	device="$T/cache.img" size=48M block_size=64K admission=always
 
-front_start() {
-	hl_start_hotlund "$T/front.conf"
-	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
-}
 
 # stat KEY: a counter of disk "san" in cache "ssd"; cstat KEY: of the whole cache.
 stat() { hl_cache_stat "$ST/ctl.sock" ssd "$1" san; }
@@ -105,7 +101,7 @@ chunks() {
 chunks write "seq 0 $((NCHUNK - 1))" >"$T/write.cmds"
 
 # ---- 1. write through the front, read twice (random order)
-front_start
+hl_front_start "$T/front.conf"
 grep -q "cache ssd: .*formatted" "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; hl_fail "the cache was not formatted on first start"; }
 io "write" "$T/write.cmds"
 python3 - "$T/src.img" "$NCHUNK" <<'PY'
@@ -132,7 +128,7 @@ compare_front "sequential compare"
 # ---- 2. clean restart keeps the cache
 hl_stop "$FRONT_PID"
 grep -q "cache ssd: .* reads" "$FRONT_LOG" || hl_fail "no cache summary at shutdown"
-front_start
+hl_front_start "$T/front.conf"
 grep -q "cache ssd: .*warm restart" "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; hl_fail "no warm restart"; }
 restored=$(sed -n 's/.*cache ssd: \([0-9]*\) block(s) restored.*/\1/p' "$FRONT_LOG")
 [ "${restored:-0}" -ge $((IMG / 65536 * 9 / 10)) ] || { cat "$FRONT_LOG" >&2; hl_fail "only ${restored:-0} blocks restored"; }
@@ -163,7 +159,7 @@ kill9() {
 	wait "$FRONT_PID" 2>/dev/null
 	hl_forget "$FRONT_PID"
 	hl_log "$1: front killed (-9) right after writing B"
-	front_start
+	hl_front_start "$T/front.conf"
 	qemu-io -f raw -c "read -P $3 $OFF 1M" "$FRONT_URL" >"$T/io.out" 2>&1 ||
 		{ cat "$T/io.out" >&2; hl_fail "$1: after kill -9 the range does not read back B"; }
 	grep -q "Pattern verification failed" "$T/io.out" && { cat "$T/io.out" >&2; hl_fail "$1: stale data after kill -9"; }
@@ -173,7 +169,7 @@ kill9 "update mode" 0xa1 0xb2
 # barrier before the origin write keeps A from coming back.
 hl_stop "$FRONT_PID"
 sed -i 's/^admission = always$/admission = always\nwrite_policy = invalidate/' "$T/front.conf"
-front_start
+hl_front_start "$T/front.conf"
 kill9 "invalidate mode" 0xc3 0xb2
 # The rest of the image is still right (and still cached: the unclean stop kept the records).
 cp "$T/src.img" "$T/src2.img"
@@ -193,7 +189,7 @@ BENCH=$HL_BUILDDIR/hotlun-bench
 for mode in invalidate update; do
 	sed -i '/^write_policy = /d' "$T/front.conf"
 	sed -i "s/^admission = always\$/admission = always\nwrite_policy = $mode/" "$T/front.conf"
-	front_start
+	hl_front_start "$T/front.conf"
 	"$BENCH" --workload hotset:90/10 --range 32M --offset 16M --bs 4K:60,64K:30,8K:10 --read 70 \
 		--qd 64 --time 8 --verify --quiet --seed 3 "$FRONT_URL" >"$T/bench.out" 2>&1 ||
 		{ tail -20 "$T/bench.out" >&2; hl_fail "$mode mode: hotlun-bench --verify failed"; }
@@ -208,7 +204,7 @@ hl_stop "$SAN_PID"
 head -c $SIZE /dev/urandom >"$T/other.img"
 hl_target_start --disk "$T/other.img"
 sed -i "s|^origin = iscsi://.*|origin = iscsi://127.0.0.1:$HL_PORT/$HL_IQN/$HL_LUN|" "$T/front.conf"
-front_start
+hl_front_start "$T/front.conf"
 grep -q "disk san: origin or quota changed" "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; hl_fail "origin change not noticed"; }
 qemu-img compare -f raw -F raw "$T/other.img" "$FRONT_URL" >"$T/q.out" 2>&1 ||
 	{ cat "$T/q.out" >&2; hl_fail "another origin: the front served the old disk's blocks"; }

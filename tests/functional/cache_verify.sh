@@ -29,10 +29,7 @@
 # the front says the cache failed after step 4 and still serves the LUN, and a
 # final read-only verify pass finds every block's pattern.
 . "$(dirname "$0")/lib.sh"
-hl_need python3
-[ "$HL_TARGET" = tgt ] && hl_skip "the front under test is hotlund; nothing to run against tgt"
-BENCH=$HL_BUILDDIR/hotlun-bench
-[ -x "$BENCH" ] || hl_missing "$BENCH not built"
+hl_cache_front_prereqs
 
 T=$(hl_tmpdir)
 RANGE=48M
@@ -62,12 +59,8 @@ fi
 hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
 	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0" \
 	device="$CDEV" size=16M block_size=64K admission=always
-front_start() {
-	hl_start_hotlund "$T/front.conf"
-	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
-}
 cstat() { hl_cache_stat "$ST/ctl.sock" ssd "$1"; }
-front_start
+hl_front_start "$T/front.conf"
 
 # Every block gets a verify pattern first, so the final read-only pass can
 # require one everywhere.
@@ -90,14 +83,14 @@ for ((i = 1; i <= KILL9; i++)); do
 	kill -KILL "$FRONT_PID"
 	wait "$FRONT_PID" 2>/dev/null
 	hl_forget "$FRONT_PID"
-	front_start
+	hl_front_start "$T/front.conf"
 	hl_log "1. front killed (-9) and restarted ($i of $KILL9)"
 	sleep 6
 done
 
 # 2. clean restart of the front
 hl_stop "$FRONT_PID"
-front_start
+hl_front_start "$T/front.conf"
 grep -q "block(s) restored" "$FRONT_LOG" || hl_fail "warm restart restored nothing: $(grep 'cache ssd' "$FRONT_LOG" | tail -3)"
 hl_log "2. front restarted cleanly: $(grep -o '[0-9]* block(s) restored' "$FRONT_LOG")"
 sleep 6

@@ -22,10 +22,7 @@
 # Pass: no mismatch in either load, and before the kill the front had used
 # the window, promoted from it, read-modify-written and bypassed.
 . "$(dirname "$0")/lib.sh"
-hl_need python3
-[ "$HL_TARGET" = tgt ] && hl_skip "the front under test is hotlund; nothing to run against tgt"
-BENCH=$HL_BUILDDIR/hotlun-bench
-[ -x "$BENCH" ] || hl_missing "$BENCH not built"
+hl_cache_front_prereqs
 
 T=$(hl_tmpdir)
 RUNTIME=22
@@ -41,11 +38,7 @@ mkdir -p "$ST"
 hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
 	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0" \
 	device="$T/cache.img" size=16M block_size=64K update_buffer=1M
-front_start() {
-	hl_start_hotlund "$T/front.conf"
-	FRONT_PID=$HL_PID
-}
-front_start
+hl_front_start "$T/front.conf"
 
 # Every block gets a verify pattern first.
 "$BENCH" --quiet --workload seq --read 0 --verify --bs 64K --qd 8 --count 1024 "$URL" \
@@ -79,7 +72,7 @@ hl_log "under load: $counts"
 kill -KILL "$FRONT_PID"
 wait "$FRONT_PID" 2>/dev/null
 hl_forget "$FRONT_PID"
-front_start
+hl_front_start "$T/front.conf"
 hl_log "front killed (-9) and restarted"
 
 fail=

@@ -322,6 +322,22 @@ hl_start_hotlund() {
 	fi
 }
 
+# hl_cache_front_prereqs: what the cached two-tier verifier tests need
+# (python3, hotlund as the front, hotlun-bench built); sets BENCH.
+hl_cache_front_prereqs() {
+	hl_need python3
+	[ "$HL_TARGET" = tgt ] && hl_skip "the front under test is hotlund; nothing to run against tgt"
+	BENCH=$HL_BUILDDIR/hotlun-bench
+	[ -x "$BENCH" ] || hl_missing "$BENCH not built"
+}
+
+# hl_front_start CONF: start the caching front hotlund; sets FRONT_PID and
+# FRONT_LOG (tests restart it by calling this again).
+hl_front_start() {
+	hl_start_hotlund "$1"
+	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
+}
+
 # hl_cache_front_conf FILE PORT STATE_DIR IQN ORIGIN KEY=VALUE...: a hotlund
 # config with one cache "ssd" (the KEY=VALUE pairs are its section), one disk
 # "san" on ORIGIN cached by it, served as LUN 0 of IQN on 127.0.0.1:PORT, with
