@@ -59,7 +59,8 @@ void origin_file_thread_fini(void);
 
 
 /*
- * iscsi backend (iscsi.c): the parts unit tests reach.
+ * iscsi backend (iscsi.c; URL and sense mapping in iscsi_url.c): the parts unit
+ * tests reach.
  */
 #define ORIGIN_ISCSI_DEFAULT_PORT 3260
 #define ORIGIN_ISCSI_DEFAULT_TIMEOUT_S 30
