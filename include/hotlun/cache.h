@@ -138,7 +138,7 @@ struct hl_cache_params {
 	 * RAM probation window in front of the SSD: misses the admission policy
 	 * refuses are kept in RAM (no SSD write), so a block re-read soon after
 	 * its miss still hits. HL_CACHE_WINDOW_AUTO: 1% of capacity, at least
-	 * 16 MiB, at most 64 MiB. 0: off.
+	 * 16 MiB and 256 blocks, at most 64 MiB. 0: off.
 	 */
 	uint64_t window_bytes;
 };

@@ -55,9 +55,15 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->nslots = nslots;
 	c->call = 1; /* partitions start with exhausted == 0 */
 	if (p->window_bytes == HL_CACHE_WINDOW_AUTO) {
-		/* 1% of the cache, at least 16 MiB, at most 64 MiB of RAM. */
+		/*
+		 * 1% of the cache, at least 16 MiB and at least 256 blocks, at
+		 * most 64 MiB of RAM. The window sees reuse per block: 16 MiB is
+		 * 256 blocks of 64 KiB but only 16 of 1 MiB, too few to hold a
+		 * block until its next read (docs/cache-policy.md, rule 4).
+		 */
 		uint64_t w = nslots / 100;
 		w = HL_MAX(w, (16ull << 20) / p->block_size);
+		w = HL_MAX(w, 256);
 		w = HL_MIN(w, (64ull << 20) / p->block_size);
 		c->nwin = w;
 	} else {

@@ -676,6 +676,31 @@ static void test_ram_per_block(void)
 	hl_cache_core_destroy(c);
 }
 
+/* The automatic window's size: 1% of the cache within [16 MiB, 64 MiB], and >= 256 blocks. */
+static void test_window_auto_size(void)
+{
+	static const struct {
+		uint64_t cap;
+		uint32_t bs;
+		uint64_t want; /* window slots */
+	} t[] = {
+	    {1ull << 30, 4 * K, 4096},           /* 16 MiB floor: 4096 blocks of 4K */
+	    {1ull << 30, 64 * K, 256},           /* 16 MiB = 256 blocks of 64K */
+	    {1ull << 30, 256 * K, 256},          /* 256 blocks = 64 MiB, not 64 */
+	    {1ull << 30, 1024 * K, 64},          /* 256 blocks capped at 64 MiB */
+	    {16ull << 30, 64 * K, 1024},         /* 1% of 16 GiB capped at 64 MiB */
+	    {(uint64_t)3200 * M, 4 * K, 8192},   /* 1% = 32 MiB between the bounds */
+	};
+	struct hl_cache_core_info info;
+
+	for (size_t i = 0; i < HL_ARRAY_SIZE(t); i++) {
+		struct hl_cache_core *c = mk(t[i].cap, t[i].bs, HL_CACHE_WINDOW_AUTO);
+		hl_cache_core_info(c, &info);
+		CU_ASSERT_EQUAL(info.window_slots, t[i].want);
+		hl_cache_core_destroy(c);
+	}
+}
+
 static void test_seq_bypass(void)
 {
 	struct hl_cache_core *c = mk(64 * M, 64 * K, 0);
@@ -852,6 +877,7 @@ static const struct hl_test tests[] = {
     {"scan with admit-all flushes the hot set", test_scan_always_fails},
     {"RAM window and promotion to the SSD", test_window_promotion},
     {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
+    {"automatic RAM window size, >= 256 blocks", test_window_auto_size},
     {"sequential streams bypass", test_seq_bypass},
     {"RAM update buffer: coalescing, write-back, drops", test_update_buffer},
     {"RAM update buffer: a block buffered again is never refused",
