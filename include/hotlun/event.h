@@ -53,6 +53,13 @@ uint64_t hl_now_ns(void);
  */
 int hl_reactor_create(struct hl_reactor **out, const char *name);
 
+/**
+ * Busy-poll window: before sleeping in epoll_wait the loop keeps looking for
+ * events, without sleeping, for up to `us` microseconds (never past its next
+ * timer). 0 (the default): sleep at once. Any thread may call it.
+ */
+void hl_reactor_set_poll_us(struct hl_reactor *r, unsigned us);
+
 /** Destroy a stopped reactor. Registered events and timers must be gone. */
 void hl_reactor_destroy(struct hl_reactor *r);
 
