@@ -62,6 +62,10 @@ struct hl_conf_target {
 	int line;
 };
 
+/* [global] poll_us when unset: see hl_reactor_set_poll_us and hotlun.conf(5). */
+#define HL_CONF_POLL_US_DEFAULT 50
+#define HL_CONF_POLL_US_MAX     1000
+
 struct hl_conf {
 	char *path;            /* file it came from, or "<builtin>" */
 	char **portals;
@@ -70,6 +74,7 @@ struct hl_conf {
 	char *control_socket;
 	int log_level;         /* HL_LOG_* */
 	unsigned threads;      /* reactor threads, 0 = one per core */
+	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
 	char *discovery_chap_user, *discovery_chap_secret;
 	struct hl_conf_disk *disks;
 	size_t n_disks;

@@ -183,6 +183,13 @@ static int global_key(struct parser *p, const char *key, const char *v)
 	}
 	if (strcmp(key, "threads") == 0)
 		return parse_u32(p, key, v, 64, &c->threads);
+	if (strcmp(key, "poll_us") == 0) {
+		unsigned us = 0;
+		int rc = parse_u32(p, key, v, HL_CONF_POLL_US_MAX, &us);
+		if (rc == 0)
+			c->poll_us = (int)us;
+		return rc;
+	}
 	if (strcmp(key, "discovery_chap_user") == 0)
 		return set_str(p, &c->discovery_chap_user, v);
 	if (strcmp(key, "discovery_chap_secret") == 0)
@@ -598,6 +605,7 @@ int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf
 	if (!p.conf)
 		return -ENOMEM;
 	p.conf->log_level = HL_LOG_NOTICE;
+	p.conf->poll_us = -1;
 	p.conf->path = strdup(name);
 	if (!p.conf->path) {
 		free(p.conf);
@@ -821,6 +829,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 	if (c->threads) {
 		snprintf(num, sizeof(num), "%u", c->threads);
 		put_kv(f, "threads", num);
+	}
+	if (c->poll_us >= 0) {
+		snprintf(num, sizeof(num), "%d", c->poll_us);
+		put_kv(f, "poll_us", num);
 	}
 	put_opt(f, "discovery_chap_user", c->discovery_chap_user);
 	put_opt(f, "discovery_chap_secret", c->discovery_chap_secret);
@@ -1066,6 +1078,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "threads") == 0) {
 			c->threads = 0;
+			return 0;
+		}
+		if (strcmp(key, "poll_us") == 0) {
+			c->poll_us = -1;
 			return 0;
 		}
 		return perr(&p, "%s cannot be unset", key);

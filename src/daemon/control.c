@@ -419,6 +419,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "state_dir", c->state_dir);
 		put_str(o, "control_socket", c->control_socket);
 		json_object_set_new(o, "threads", json_integer(c->threads));
+		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "log_level", json_integer(c->log_level));
 		break;
 	}

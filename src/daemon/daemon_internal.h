@@ -87,6 +87,12 @@ struct daemon {
  */
 int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, size_t errlen);
 
+/** The reactors' busy-poll window in microseconds ([global] poll_us or its default). */
+static inline unsigned daemon_poll_us(const struct hl_conf *c)
+{
+	return c->poll_us < 0 ? HL_CONF_POLL_US_DEFAULT : (unsigned)c->poll_us;
+}
+
 /** A copy of conf with its globals only: what runs before the first daemon_apply. */
 struct hl_conf *daemon_conf_skeleton(const struct hl_conf *conf);
 

@@ -124,6 +124,7 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 		rc = hl_reactor_create(&d->reactors[i], name);
 		if (rc)
 			return rc;
+		hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(loaded));
 		rc = hl_reactor_start(d->reactors[i]);
 		if (rc)
 			return rc;

@@ -502,6 +502,9 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 
 	if (next->log_level != cur->log_level)
 		hl_log_level = next->log_level;
+	if (daemon_poll_us(next) != daemon_poll_us(cur))
+		for (unsigned i = 0; i < d->n_reactors; i++)
+			hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(next));
 	return rc;
 }
 

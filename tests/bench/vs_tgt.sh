@@ -12,7 +12,8 @@
 #
 # usage: tests/bench/vs_tgt.sh [BUILDDIR]
 # environment: SECONDS_PER_RUN (default 10), ROUNDS (default 3),
-#              SIZE (backing file, default 1G), HL_OUT (default ./vs-tgt)
+#              SIZE (backing file, default 1G), HL_OUT (default ./vs-tgt),
+#              HL_GLOBAL_EXTRA (a line for hotlund's [global], e.g. "poll_us = 0")
 # Needs root (tgtd).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)

@@ -6,7 +6,7 @@
 # tree. Also: the issue's one-shot sequence, SIGHUP reload, and refusing to
 # remove a LUN in use unless forced.
 . "$(dirname "$0")/lib.sh"
-hl_need tmux iscsi-ls iscsi-perf
+hl_need tmux iscsi-ls iscsi-perf iscsi-inq
 
 CTL=$HL_BUILDDIR/hotlunctl
 [ -x "$CTL" ] || hl_error "no $CTL"
@@ -120,5 +120,15 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 "$CTL" --socket "$sock" /iscsi/$HL_IQN get alias | grep -q 'alias=reloaded' || hl_fail "SIGHUP did not apply the file"
+
+# --- poll_us (the reactors' busy-poll window) changes at once, in range only ---
+"$CTL" --socket "$sock" / get poll_us | grep -qx 'poll_us=50' || hl_fail "poll_us default: $("$CTL" --socket "$sock" / get poll_us)"
+"$CTL" --socket "$sock" / set poll_us=0 || hl_fail "set poll_us=0"
+"$CTL" --socket "$sock" / get poll_us | grep -qx 'poll_us=0' || hl_fail "poll_us not 0 after set"
+out=$("$CTL" --socket "$sock" / set poll_us=5000 2>&1) && hl_fail "poll_us=5000 accepted"
+grep -q 'poll_us: expected a whole number from 0 to 1000' <<<"$out" || hl_fail "poll_us=5000: unclear error: $out"
+iscsi-inq "iscsi://127.0.0.1:$port/$HL_IQN/0" >/dev/null || hl_fail "LUN not served with poll_us=0"
+"$CTL" --socket "$sock" / set poll_us=200 || hl_fail "set poll_us=200"
+iscsi-inq "iscsi://127.0.0.1:$port/$HL_IQN/0" >/dev/null || hl_fail "LUN not served with poll_us=200"
 hl_stop
 echo "admin_shell: OK"

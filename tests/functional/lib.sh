@@ -413,6 +413,7 @@ ${extra_portal}
 state_dir = $st
 control_socket = $st/ctl.sock
 log_level = ${HL_LOG_LEVEL:-info}
+${HL_GLOBAL_EXTRA:-}
 
 [disk disk0]
 origin = file:$disk

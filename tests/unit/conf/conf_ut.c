@@ -92,6 +92,8 @@ static void test_errors_name_file_and_line(void)
 	parse_err("[cache c]\ndevice=/x\nupdate_buffer = 5000\n", "t.conf:3:", "multiple of 4K");
 	parse_err("[cache c]\ndevice=/x\nupdate_buffer = 8G\n", "t.conf:3:", "up to 4G");
 	parse_err("[cache c]\ndevice=/x\nupdate_buffer = -1\n", "t.conf:3:", "update_buffer");
+	parse_err("[global]\npoll_us = 1001\n", "t.conf:2:", "poll_us: expected a whole number from 0 to 1000");
+	parse_err("[global]\npoll_us = -5\n", "t.conf:2:", "poll_us");
 }
 
 static void test_chap_rules(void)
@@ -115,7 +117,7 @@ static void test_chap_rules(void)
 static void test_write_round_trip(void)
 {
 	const char *text = "[global]\nportal = 127.0.0.1:3261\nportal = [::1]:3262\n"
-			   "state_dir = /tmp/x\nlog_level = debug\n"
+			   "state_dir = /tmp/x\nlog_level = debug\npoll_us = 0\n"
 			   "[cache ssd0]\ndevice = /tmp/c\nsize = 2G\nblock_size = 64K\n"
 			   "admission = nhit:2\nupdate_buffer = 32M\n"
 			   "[cache ssd1]\ndevice = /tmp/d\nsize = 1G\nupdate_buffer = off\n"
@@ -148,6 +150,7 @@ static void test_write_round_trip(void)
 		CU_ASSERT(c2->caches[1].update_buffer_set);
 		CU_ASSERT_EQUAL(c2->caches[1].update_buffer, 0);
 		CU_ASSERT_EQUAL(c2->log_level, HL_LOG_DEBUG);
+		CU_ASSERT_EQUAL(c2->poll_us, 0); /* 0 (off) is kept, not taken for unset */
 		free(buf2);
 		hl_conf_free(c2);
 	}
@@ -163,6 +166,7 @@ static void test_defaults(void)
 	CU_ASSERT_EQUAL(c->n_portals, 1);
 	CU_ASSERT_STRING_EQUAL(c->portals[0], "0.0.0.0:3260");
 	CU_ASSERT_PTR_NOT_NULL(c->state_dir);
+	CU_ASSERT_EQUAL(c->poll_us, -1); /* unset: the daemon uses HL_CONF_POLL_US_DEFAULT */
 	hl_conf_free(c);
 }
 
@@ -215,10 +219,16 @@ static void test_runtime_edits(void)
 	CU_ASSERT_EQUAL(hl_conf_unset(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "allow", "ALL",
 				      err, sizeof(err)), 0);
 	CU_ASSERT_FALSE(c->targets[0].allow_all);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "poll_us", "20", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(c->poll_us, 20);
+	CU_ASSERT_EQUAL(hl_conf_unset(c, HL_CONF_GLOBAL, NULL, "poll_us", NULL, err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(c->poll_us, -1);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "poll_us", "200", err, sizeof(err)), 0);
 	CU_ASSERT_EQUAL(hl_conf_dup(c, &d), 0);
 	if (d) {
 		CU_ASSERT_EQUAL(d->n_disks, 1);
 		CU_ASSERT_EQUAL(d->targets[0].n_luns, 1);
+		CU_ASSERT_EQUAL(d->poll_us, 200);
 		hl_conf_free(d);
 	}
 	hl_conf_free(c);
