@@ -22,7 +22,6 @@
 
 static void conn_event(struct hl_event *ev, uint32_t revents);
 static void conn_maybe_free(struct iscsi_conn *c);
-static void buf_cache_drop(struct iscsi_conn *c);
 
 static void conn_enter(struct iscsi_conn *c)
 {
@@ -406,6 +405,7 @@ static void nop_tick(struct hl_timer *t)
 			iscsi_conn_close(c, "nop timeout");
 		} else if (!c->nop_outstanding && now - c->last_rx_ns >= interval) {
 			struct iscsi_bhs h;
+			iscsi_conn_buf_trim(c); /* idle for an interval: give the kept buffers back */
 			memset(&h, 0, sizeof(h));
 			h.b[0] = ISCSI_OP_NOP_IN;
 			h.b[1] = ISCSI_FLAG_FINAL;
@@ -566,7 +566,7 @@ static void conn_maybe_free(struct iscsi_conn *c)
 		hl_list_del(&t->link);
 		free(t);
 	}
-	buf_cache_drop(c);
+	iscsi_conn_buf_trim(c);
 	iscsi_rx_fini(&c->rx);
 	free(c->rbuf);
 	iscsi_conn_unlink(c);
@@ -616,7 +616,7 @@ void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap)
 	free(p);
 }
 
-static void buf_cache_drop(struct iscsi_conn *c)
+void iscsi_conn_buf_trim(struct iscsi_conn *c)
 {
 	for (unsigned k = 0; k < ISCSI_BUF_CLASSES; k++) {
 		while (c->buf_cached[k])

@@ -827,6 +827,44 @@ static void test_read_segmentation(void)
 	teardown();
 }
 
+/*
+ * Data buffers come back for reuse up to 64 MiB per connection: 32 reads of
+ * 1 MiB in flight reuse the same 32 buffers (with a cache of 8, 24 of them
+ * were fresh allocations each time); the kept buffers can be given back.
+ */
+static void test_data_buffer_reuse(void)
+{
+	enum { N = 32 };
+	void *p[N], *q[N];
+	uint32_t cap[N];
+	struct iscsi_conn *c;
+
+	setup();
+	login_ok(NULL);
+	c = P->p_conn;
+	for (int i = 0; i < N; i++) {
+		p[i] = iscsi_buf_get(c, 1u << 20, &cap[i]);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(p[i]);
+		CU_ASSERT_EQUAL(cap[i], 1u << 20);
+	}
+	for (int i = 0; i < N; i++)
+		iscsi_buf_put(c, p[i], cap[i]);
+	CU_ASSERT_EQUAL(c->buf_cache_bytes, (uint64_t)N << 20);
+	int reused = 0;
+	for (int i = 0; i < N; i++) {
+		q[i] = iscsi_buf_get(c, 1u << 20, &cap[i]);
+		for (int j = 0; j < N; j++)
+			reused += q[i] == p[j];
+	}
+	CU_ASSERT_EQUAL(reused, N);
+	CU_ASSERT_EQUAL(c->buf_cache_bytes, 0);
+	for (int i = 0; i < N; i++)
+		iscsi_buf_put(c, q[i], cap[i]);
+	iscsi_conn_buf_trim(c);
+	CU_ASSERT_EQUAL(c->buf_cache_bytes, 0);
+	teardown();
+}
+
 static void test_read_residuals(void)
 {
 	setup();
@@ -1608,6 +1646,7 @@ static const struct hl_test tests[] = {
     {"login: request and response continuation", test_login_continuation},
     {"login: CHAP one-way, mutual, wrong secret, reflection", test_login_chap},
     {"read: Data-In segmentation, bursts, status", test_read_segmentation},
+    {"data buffers: 32 x 1 MiB reused, trimmed", test_data_buffer_reuse},
     {"read: residual overflow/underflow", test_read_residuals},
     {"EDTL above the transfer cap; buffer share exhausted", test_edtl_too_large},
     {"write: R2T generation", test_write_r2t},
