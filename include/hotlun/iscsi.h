@@ -53,6 +53,14 @@ struct hl_iscsi_server_config {
 /** @return 0 or -errno. */
 int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_iscsi_server **out);
 
+/**
+ * Replace the discovery CHAP credentials (empty user: no authentication).
+ * Any thread; applies to discovery logins that start afterwards, a login
+ * under way keeps the credentials it started with.
+ */
+void hl_iscsi_server_set_discovery_chap(struct hl_iscsi_server *srv,
+                                        const struct hl_iscsi_chap *chap);
+
 /** Add a target before or after portals open. @return 0, -EEXIST, -EINVAL, -ENOMEM. */
 int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg);
 

@@ -297,10 +297,6 @@ static int restart_only(const struct hl_conf *cur, const struct hl_conf *next, c
 			    "control_socket cannot change while running; restart hotlund");
 	if (cur->threads != next->threads)
 		return fail(err, errlen, -EINVAL, "threads cannot change while running; restart hotlund");
-	if (!str_eq(cur->discovery_chap_user, next->discovery_chap_user) ||
-	    !str_eq(cur->discovery_chap_secret, next->discovery_chap_secret))
-		return fail(err, errlen, -EINVAL,
-			    "discovery CHAP cannot change while running yet; restart hotlund");
 	return 0;
 }
 
@@ -502,6 +498,18 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 
 	if (next->log_level != cur->log_level)
 		hl_log_level = next->log_level;
+	if (!str_eq(cur->discovery_chap_user, next->discovery_chap_user) ||
+	    !str_eq(cur->discovery_chap_secret, next->discovery_chap_secret)) {
+		struct hl_iscsi_chap chap = {0};
+		if (next->discovery_chap_user && next->discovery_chap_secret) {
+			hl_strlcpy(chap.user, next->discovery_chap_user, sizeof(chap.user));
+			hl_strlcpy(chap.secret, next->discovery_chap_secret, sizeof(chap.secret));
+		}
+		hl_iscsi_server_set_discovery_chap(d->server, &chap);
+		explicit_bzero(&chap, sizeof(chap));
+		HL_NOTICE("daemon", "discovery CHAP %s for new discovery logins",
+		          next->discovery_chap_user ? "required" : "no longer required");
+	}
 	if (daemon_poll_us(next) != daemon_poll_us(cur))
 		for (unsigned i = 0; i < d->n_reactors; i++)
 			hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(next));

@@ -77,7 +77,7 @@ struct hl_iscsi_server {
 	unsigned n_reactors;
 	uint32_t nop_interval_s;
 	uint32_t nop_timeout_s;
-	struct hl_iscsi_chap discovery_chap;
+	struct hl_iscsi_chap discovery_chap; /* guarded by lock once the server runs */
 	struct iscsi_params_limits lim;
 
 	pthread_mutex_t lock;
@@ -216,6 +216,9 @@ struct iscsi_login {
 	enum iscsi_session_type type;
 	bool type_seen;
 	struct iscsi_target *target;
+	/* a discovery login's CHAP credentials, copied from the server at first use */
+	struct hl_iscsi_chap disc_chap;
+	bool disc_chap_taken;
 	/* request continuation (C bit) */
 	uint8_t *req;
 	size_t req_len;

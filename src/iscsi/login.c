@@ -23,8 +23,8 @@ void iscsi_login_free(struct iscsi_login *l)
 		return;
 	free(l->req);
 	iscsi_textbuf_free(&l->rsp);
-	/* wipe the challenge: it is part of a secret exchange */
-	memset(l, 0, sizeof(*l));
+	/* wipe the challenge and the discovery secret (kept from the optimizer) */
+	explicit_bzero(l, sizeof(*l));
 	free(l);
 }
 
@@ -134,8 +134,16 @@ static const struct hl_iscsi_chap *login_chap(struct iscsi_conn *c)
 {
 	struct iscsi_login *l = c->login;
 
-	if (l->type == ISCSI_SESSION_DISCOVERY)
-		return &c->srv->discovery_chap;
+	if (l->type == ISCSI_SESSION_DISCOVERY) {
+		/* One copy for the whole login: the credentials may change meanwhile. */
+		if (!l->disc_chap_taken) {
+			pthread_mutex_lock(&c->srv->lock);
+			l->disc_chap = c->srv->discovery_chap;
+			pthread_mutex_unlock(&c->srv->lock);
+			l->disc_chap_taken = true;
+		}
+		return &l->disc_chap;
+	}
 	return l->target ? &l->target->chap : NULL;
 }
 

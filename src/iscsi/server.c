@@ -525,6 +525,14 @@ static bool wait_idle(struct hl_iscsi_server *srv, bool conns_too)
 	return true;
 }
 
+void hl_iscsi_server_set_discovery_chap(struct hl_iscsi_server *srv,
+                                        const struct hl_iscsi_chap *chap)
+{
+	pthread_mutex_lock(&srv->lock);
+	srv->discovery_chap = *chap;
+	pthread_mutex_unlock(&srv->lock);
+}
+
 void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 {
 	bool ok;

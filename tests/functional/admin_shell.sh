@@ -3,8 +3,9 @@
 # pseudo-terminal (tmux), builds a disk, a target, a LUN and an ACL at run
 # time; iscsi-ls then sees the new target; a session busy on another target
 # is not disturbed; saveconfig, restart, and `hotlunctl ls` prints the same
-# tree. Also: the issue's one-shot sequence, SIGHUP reload, and refusing to
-# remove a LUN in use unless forced.
+# tree. Also: the issue's one-shot sequence, SIGHUP reload, refusing to
+# remove a LUN in use unless forced, and global keys that apply at once
+# (poll_us, discovery CHAP).
 . "$(dirname "$0")/lib.sh"
 hl_need tmux iscsi-ls iscsi-perf iscsi-inq
 
@@ -130,5 +131,16 @@ grep -q 'poll_us: expected a whole number from 0 to 1000' <<<"$out" || hl_fail "
 iscsi-inq "iscsi://127.0.0.1:$port/$HL_IQN/0" >/dev/null || hl_fail "LUN not served with poll_us=0"
 "$CTL" --socket "$sock" / set poll_us=200 || hl_fail "set poll_us=200"
 iscsi-inq "iscsi://127.0.0.1:$port/$HL_IQN/0" >/dev/null || hl_fail "LUN not served with poll_us=200"
+
+# --- discovery CHAP turned on and off while running (new discovery logins) ---
+"$CTL" --socket "$sock" / set discovery_chap_user=disc discovery_chap_secret=discsecret12 ||
+	hl_fail "set discovery CHAP"
+iscsi-ls "iscsi://127.0.0.1:$port" >"$tmp/ls.nochap" 2>&1 && hl_fail "discovery without CHAP accepted: $(cat "$tmp/ls.nochap")"
+out=$(iscsi-ls "iscsi://disc%discsecret12@127.0.0.1:$port") || hl_fail "discovery with CHAP refused"
+grep -q "$HL_IQN" <<<"$out" || hl_fail "discovery with CHAP lists no target: $out"
+iscsi-ls "iscsi://disc%wrongsecret1@127.0.0.1:$port" >/dev/null 2>&1 && hl_fail "a wrong discovery secret accepted"
+"$CTL" --socket "$sock" / set discovery_chap_user= discovery_chap_secret= || hl_fail "unset discovery CHAP"
+out=$(iscsi-ls "iscsi://127.0.0.1:$port") || hl_fail "discovery still wants CHAP after unset"
+grep -q "$HL_IQN" <<<"$out" || hl_fail "discovery lists no target after unset: $out"
 hl_stop
 echo "admin_shell: OK"

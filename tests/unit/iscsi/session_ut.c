@@ -1543,6 +1543,66 @@ static void test_discovery_chap(void)
 	teardown();
 }
 
+/*
+ * Discovery CHAP changed while the server runs: a login under way keeps the
+ * credentials it started with, a login that starts afterwards gets the new.
+ */
+static void test_discovery_chap_change(void)
+{
+	struct hl_iscsi_chap on = {0}, off = {0};
+	uint8_t ch[64], rsp[16];
+	char hex[64], spec[256];
+
+	hl_strlcpy(on.user, "disc", sizeof(on.user));
+	hl_strlcpy(on.secret, "discsecret12", sizeof(on.secret));
+	setup();
+	hl_iscsi_server_set_discovery_chap(srv, &on);
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 1,
+	          "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=CHAP,None");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_TRUE(has_kv(&got[0], "AuthMethod=CHAP"));
+	/* CHAP turned off in the middle: this login still completes CHAP with the old secret */
+	hl_iscsi_server_set_discovery_chap(srv, &off);
+	ngot = 0;
+	login_pdu(0, "CHAP_A=5");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	const char *id_s = get_kv(&got[0], "CHAP_I"), *c_s = get_kv(&got[0], "CHAP_C");
+	CU_ASSERT_FATAL(id_s && c_s);
+	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
+	iscsi_chap_compute(ISCSI_CHAP_MD5, (uint8_t)atoi(id_s), "discsecret12", ch, (size_t)clen,
+	                   rsp);
+	iscsi_chap_encode_hex(rsp, 16, hex, sizeof(hex));
+	snprintf(spec, sizeof(spec), "CHAP_N=disc|CHAP_R=%s", hex);
+	ngot = 0;
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 3, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL_FATAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(conn->sess->type, ISCSI_SESSION_DISCOVERY);
+	/* A new discovery login needs no authentication now... */
+	P = &peers[1];
+	peer_open(P);
+	ngot = 0;
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 3,
+	          "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=None");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	teardown();
+
+	/* ...and when CHAP is turned on, one without it is refused. */
+	setup();
+	hl_iscsi_server_set_discovery_chap(srv, &on);
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 3,
+	          "InitiatorName=" INI "|SessionType=Discovery|AuthMethod=None");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), ISCSI_LOGIN_AUTH_FAILED);
+	teardown();
+}
+
 static void test_session_reinstatement(void)
 {
 	setup();
@@ -1664,6 +1724,7 @@ static const struct hl_test tests[] = {
     {"text: SendTargets continuation in a normal session", test_text_continuation},
     {"NOP-In ping on idle, answer, timeout", test_nop_ping},
     {"discovery CHAP", test_discovery_chap},
+    {"discovery CHAP changed while running", test_discovery_chap_change},
     {"session and connection reinstatement", test_session_reinstatement},
     {"LUN reset reaches other sessions and waits for them", test_lun_reset_other_session},
     {NULL, NULL},
