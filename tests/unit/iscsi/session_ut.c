@@ -1500,6 +1500,34 @@ static void test_nop_ping(void)
 	teardown();
 }
 
+/*
+ * The rest of a discovery login that chose CHAP, as user "disc" with secret
+ * "discsecret12": CHAP_A, then the answer to the target's challenge.
+ * @return the final Login Response's status.
+ */
+static int discovery_chap_answer(void)
+{
+	uint8_t ch[64], rsp[16];
+	char hex[64], spec[256];
+
+	ngot = 0;
+	login_pdu(0, "CHAP_A=5");
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	const char *id_s = get_kv(&got[0], "CHAP_I"), *c_s = get_kv(&got[0], "CHAP_C");
+	CU_ASSERT_FATAL(id_s && c_s);
+	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
+	iscsi_chap_compute(ISCSI_CHAP_MD5, (uint8_t)atoi(id_s), "discsecret12", ch, (size_t)clen,
+	                   rsp);
+	iscsi_chap_encode_hex(rsp, 16, hex, sizeof(hex));
+	snprintf(spec, sizeof(spec), "CHAP_N=disc|CHAP_R=%s", hex);
+	ngot = 0;
+	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 3, spec);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	return login_status(&got[0]);
+}
+
 static void test_discovery_chap(void)
 {
 	setup();
@@ -1520,24 +1548,7 @@ static void test_discovery_chap(void)
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_TRUE(has_kv(&got[0], "AuthMethod=CHAP"));
-	ngot = 0;
-	login_pdu(0, "CHAP_A=5");
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	const char *id_s = get_kv(&got[0], "CHAP_I"), *c_s = get_kv(&got[0], "CHAP_C");
-	CU_ASSERT_FATAL(id_s && c_s);
-	uint8_t ch[64], rsp[16];
-	char hex[64], spec[256];
-	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
-	iscsi_chap_compute(ISCSI_CHAP_MD5, (uint8_t)atoi(id_s), "discsecret12", ch, (size_t)clen,
-	                   rsp);
-	iscsi_chap_encode_hex(rsp, 16, hex, sizeof(hex));
-	snprintf(spec, sizeof(spec), "CHAP_N=disc|CHAP_R=%s", hex);
-	ngot = 0;
-	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 3, spec);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(discovery_chap_answer(), 0);
 	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
 	CU_ASSERT_EQUAL(conn->sess->type, ISCSI_SESSION_DISCOVERY);
 	teardown();
@@ -1550,8 +1561,6 @@ static void test_discovery_chap(void)
 static void test_discovery_chap_change(void)
 {
 	struct hl_iscsi_chap on = {0}, off = {0};
-	uint8_t ch[64], rsp[16];
-	char hex[64], spec[256];
 
 	hl_strlcpy(on.user, "disc", sizeof(on.user));
 	hl_strlcpy(on.secret, "discsecret12", sizeof(on.secret));
@@ -1564,22 +1573,7 @@ static void test_discovery_chap_change(void)
 	CU_ASSERT_TRUE(has_kv(&got[0], "AuthMethod=CHAP"));
 	/* CHAP turned off in the middle: this login still completes CHAP with the old secret */
 	hl_iscsi_server_set_discovery_chap(srv, &off);
-	ngot = 0;
-	login_pdu(0, "CHAP_A=5");
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	const char *id_s = get_kv(&got[0], "CHAP_I"), *c_s = get_kv(&got[0], "CHAP_C");
-	CU_ASSERT_FATAL(id_s && c_s);
-	int clen = iscsi_chap_decode(c_s, ch, sizeof(ch));
-	iscsi_chap_compute(ISCSI_CHAP_MD5, (uint8_t)atoi(id_s), "discsecret12", ch, (size_t)clen,
-	                   rsp);
-	iscsi_chap_encode_hex(rsp, 16, hex, sizeof(hex));
-	snprintf(spec, sizeof(spec), "CHAP_N=disc|CHAP_R=%s", hex);
-	ngot = 0;
-	login_pdu(ISCSI_LOGIN_TRANSIT | (0 << 2) | 3, spec);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL_FATAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL_FATAL(discovery_chap_answer(), 0);
 	CU_ASSERT_EQUAL(conn->sess->type, ISCSI_SESSION_DISCOVERY);
 	/* A new discovery login needs no authentication now... */
 	P = &peers[1];
