@@ -22,6 +22,7 @@
 
 struct hl_reactor;
 struct hl_iscsi_server;
+struct hl_iscsi_chap;
 struct hl_ctl_server;
 
 #define HL_DISK_LAT_BUCKETS 24 /* bucket i: latency < 2^i microseconds (last: the rest) */
@@ -92,6 +93,9 @@ static inline unsigned daemon_poll_us(const struct hl_conf *c)
 {
 	return c->poll_us < 0 ? HL_CONF_POLL_US_DEFAULT : (unsigned)c->poll_us;
 }
+
+/** conf's discovery CHAP credentials for the iSCSI server (all zero when unset). */
+void daemon_discovery_chap(const struct hl_conf *c, struct hl_iscsi_chap *out);
 
 /** A copy of conf with its globals only: what runs before the first daemon_apply. */
 struct hl_conf *daemon_conf_skeleton(const struct hl_conf *conf);

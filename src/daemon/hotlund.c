@@ -138,12 +138,7 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	sc.n_reactors = d->n_reactors;
 	sc.nop_interval_s = 30;
 	sc.nop_timeout_s = 30;
-	if (loaded->discovery_chap_user && loaded->discovery_chap_secret) {
-		hl_strlcpy(sc.discovery_chap.user, loaded->discovery_chap_user,
-			   sizeof(sc.discovery_chap.user));
-		hl_strlcpy(sc.discovery_chap.secret, loaded->discovery_chap_secret,
-			   sizeof(sc.discovery_chap.secret));
-	}
+	daemon_discovery_chap(loaded, &sc.discovery_chap);
 	return hl_iscsi_server_create(&sc, &d->server);
 }
 

@@ -500,11 +500,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		hl_log_level = next->log_level;
 	if (!str_eq(cur->discovery_chap_user, next->discovery_chap_user) ||
 	    !str_eq(cur->discovery_chap_secret, next->discovery_chap_secret)) {
-		struct hl_iscsi_chap chap = {0};
-		if (next->discovery_chap_user && next->discovery_chap_secret) {
-			hl_strlcpy(chap.user, next->discovery_chap_user, sizeof(chap.user));
-			hl_strlcpy(chap.secret, next->discovery_chap_secret, sizeof(chap.secret));
-		}
+		struct hl_iscsi_chap chap;
+		daemon_discovery_chap(next, &chap);
 		hl_iscsi_server_set_discovery_chap(d->server, &chap);
 		explicit_bzero(&chap, sizeof(chap));
 		HL_NOTICE("daemon", "discovery CHAP %s for new discovery logins",
@@ -536,6 +533,15 @@ int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, 
 	hl_conf_free(d->conf);
 	d->conf = next; /* even after a partial failure: it names what was attempted */
 	return rc;
+}
+
+void daemon_discovery_chap(const struct hl_conf *c, struct hl_iscsi_chap *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (c->discovery_chap_user && c->discovery_chap_secret) {
+		hl_strlcpy(out->user, c->discovery_chap_user, sizeof(out->user));
+		hl_strlcpy(out->secret, c->discovery_chap_secret, sizeof(out->secret));
+	}
 }
 
 struct hl_conf *daemon_conf_skeleton(const struct hl_conf *conf)
