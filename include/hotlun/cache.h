@@ -231,6 +231,12 @@ void hl_cache_core_destroy(struct hl_cache_core *c);
 int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind, uint32_t param);
 
 /**
+ * Switch what writes do to cached blocks from the next write_begin on
+ * (writes already begun finish as they began). @return 0 or -EINVAL.
+ */
+int hl_cache_core_set_write_mode(struct hl_cache_core *c, enum hl_cache_write_mode mode);
+
+/**
  * Register a LUN. quota_bytes 0: the LUN shares the pool; otherwise it gets
  * a private partition of that many bytes carved out of the pool (like a
  * per-disk reservation), evicting only its own blocks. @return 0, -EEXIST,

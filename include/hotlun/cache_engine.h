@@ -83,18 +83,35 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
                     struct hl_origin *inner, struct hl_origin **out);
 
 /**
+ * Change the admission policy while running ("frequency", "always", "nhit:N";
+ * NULL = default). Cached blocks stay. Any thread. @return 0 or -EINVAL/-ENOMEM.
+ */
+int hl_cache_set_admission(struct hl_cache *c, const char *admission);
+
+/**
+ * Change what writes do to cached blocks while running ("update" or
+ * "invalidate"; NULL = update), from the next write on; cached blocks
+ * stay. Any thread. @return 0 or -EINVAL.
+ */
+int hl_cache_set_write_policy(struct hl_cache *c, const char *write_policy);
+
+/**
+ * Resize the RAM update buffer while running (bytes, a multiple of 4 KiB;
+ * 0 = off). What it holds is written to the cache device first; updates
+ * go straight to the device meanwhile, and reads and writes go on (each
+ * write-back runs outside the cache mutex). Blocking (the write-backs are
+ * synchronous); not a reactor thread. @return 0, -EINVAL, -ENOMEM (the old
+ * size stays, emptied).
+ */
+int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes);
+
+/**
  * The reactors are stopping: stop the metadata thread without handing
  * anything back to them (I/Os still waiting for a record flush are
  * abandoned, as every other I/O in flight at shutdown). Call after the
  * reactors stopped and before they are destroyed; hl_cache_close()
  * follows. Blocking; NULL is harmless.
  */
-/**
- * Change the admission policy while running ("frequency", "always", "nhit:N";
- * NULL = default). Cached blocks stay. Any thread. @return 0 or -EINVAL/-ENOMEM.
- */
-int hl_cache_set_admission(struct hl_cache *c, const char *admission);
-
 void hl_cache_quiesce(struct hl_cache *c);
 
 /**

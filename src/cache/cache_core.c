@@ -158,6 +158,14 @@ int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind
 	return 0;
 }
 
+int hl_cache_core_set_write_mode(struct hl_cache_core *c, enum hl_cache_write_mode mode)
+{
+	if (mode > HL_CACHE_WRITE_INVALIDATE)
+		return -EINVAL;
+	c->p.write_mode = mode;
+	return 0;
+}
+
 void hl_cache_core_destroy(struct hl_cache_core *c)
 {
 	if (!c)

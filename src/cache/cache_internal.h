@@ -164,6 +164,7 @@ struct cache_ub {
 	uint64_t n;          /* entries in the map */
 	uint32_t *fifo;      /* ring of slots, fifo_cap entries */
 	uint64_t fifo_head, fifo_tail, fifo_cap;
+	bool closed;         /* no new updates come in (a resize drains it) */
 };
 
 struct hl_cache_core {
@@ -430,6 +431,14 @@ static inline bool cache_slot_unclaim(struct hl_cache_core *c, uint32_t s)
  * are pending), -ENOMEM.
  */
 int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes);
+
+/**
+ * Stop (closed) or resume taking updates into the buffer: while closed,
+ * write_begin sends the updates of cached blocks to the device, so that
+ * cache_core_ub_drain() can empty the buffer while writes go on (before
+ * cache_core_set_update_buffer() resizes it, which also reopens it).
+ */
+void cache_core_ub_close(struct hl_cache_core *c, bool closed);
 
 /**
  * Pending bytes of slot (sectors whose current data is only in the buffer);

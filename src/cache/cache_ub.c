@@ -149,6 +149,11 @@ int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
 	return 0;
 }
 
+void cache_core_ub_close(struct hl_cache_core *c, bool closed)
+{
+	c->ub.closed = closed;
+}
+
 uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits)
 {
 	uint64_t i = cache_ub_find(c, slot);

@@ -130,7 +130,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			io->fill_nsect = (uint16_t)(ue - us + 1);
 			io->rmw_head = rmw_head;
 			io->rmw_tail = rmw_tail;
-			if (c->ub.cap && s < c->nslots) {
+			if (c->ub.cap && !c->ub.closed && s < c->nslots) {
 				/* To the RAM update buffer (rmw reads the old sector from the
 				 * slot). */
 				io->src_slot = CACHE_IO_UB_SRC;

@@ -476,6 +476,17 @@ static int device_shrank(struct hl_cache *c)
 	return -EIO;
 }
 
+static int write_mode_parse(const char *s, enum hl_cache_write_mode *out)
+{
+	if (!s || !strcmp(s, "update"))
+		*out = HL_CACHE_WRITE_UPDATE;
+	else if (!strcmp(s, "invalidate"))
+		*out = HL_CACHE_WRITE_INVALIDATE;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 {
 	struct hl_cache_params p;
@@ -505,11 +516,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		HL_ERR("cache", "cache %s: unknown admission \"%s\"", cfg->name, cfg->admission);
 		return -EINVAL;
 	}
-	if (!cfg->write_policy || !strcmp(cfg->write_policy, "update")) {
-		p.write_mode = HL_CACHE_WRITE_UPDATE;
-	} else if (!strcmp(cfg->write_policy, "invalidate")) {
-		p.write_mode = HL_CACHE_WRITE_INVALIDATE;
-	} else {
+	if (write_mode_parse(cfg->write_policy, &p.write_mode)) {
 		HL_ERR("cache", "cache %s: unknown write_policy \"%s\"", cfg->name,
 		       cfg->write_policy);
 		return -EINVAL;
@@ -761,6 +768,22 @@ int hl_cache_set_admission(struct hl_cache *c, const char *admission)
 	pthread_mutex_unlock(&c->lock);
 	if (rc == 0)
 		HL_NOTICE("cache", "cache %s: admission now %s", c->name, adm);
+	return rc;
+}
+
+int hl_cache_set_write_policy(struct hl_cache *c, const char *write_policy)
+{
+	enum hl_cache_write_mode mode;
+	int rc;
+
+	if (write_mode_parse(write_policy, &mode))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	rc = hl_cache_core_set_write_mode(c->core, mode);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		HL_NOTICE("cache", "cache %s: write_policy now %s", c->name,
+		          write_policy ? write_policy : "update");
 	return rc;
 }
 

@@ -358,21 +358,22 @@ static void wb_submit(struct ub_wb *wb)
 	}
 }
 
-int engine_ub_drain(struct hl_cache *c)
+/*
+ * Write every pending sector to the device, synchronously; c->lock held on
+ * entry and on return. live (the reactors run): the lock is dropped around
+ * each device write, whose run is pinned and not served until its io_end,
+ * like any write-back, so I/O goes on meanwhile; a device error then turns
+ * the cache into pass-through. At a stop (!live) nothing else runs.
+ * @return 0 or the first device error; *done gets the bytes written.
+ */
+static int ub_drain_locked(struct hl_cache *c, uint8_t *buf, bool live, uint64_t *done)
 {
 	struct hl_cache_io io;
 	uint16_t lun;
-	uint8_t *buf = NULL;
-	uint64_t done = 0;
-	int rc = 0;
+	int rc = buf ? 0 : -ENOMEM;
 
-	if (!c->ub_cap)
-		return 0;
-	if (c->bs && !(buf = abuf(c->bs)))
-		rc = -ENOMEM;
-	pthread_mutex_lock(&c->lock);
 	while (cache_core_ub_drain(c->core, &lun, &io)) {
-		bool ok = !rc;
+		bool ok = !rc && !atomic_load(&c->failed);
 
 		for (uint32_t i = 0; ok && i < io.fill_nsect; i++) {
 			struct ub_ent *e =
@@ -383,16 +384,40 @@ int engine_ub_drain(struct hl_cache *c)
 		}
 		ok = ok && hl_cache_core_io_start(c->core, lun, &io);
 		if (ok) {
-			/* No reactor is left: a synchronous O_DIRECT write, like the records'. */
+			if (live)
+				pthread_mutex_unlock(&c->lock);
+			/* Not through a reactor: an O_DIRECT write, like the records'. */
 			rc = c->dev->ops->pwrite(c->dev, buf, (size_t)io.fill_nsect * SECT,
 			                         c->layout.data_off + (uint64_t)io.slot * c->bs +
 			                             (uint64_t)io.fill_first * SECT);
+			if (live && rc)
+				engine_dev_error(c, NULL, rc);
+			if (live && !rc) {
+				atomic_fetch_add(&c->changes, 1);
+				cnt_add(&c->st.ub_writebacks, 1);
+			}
+			if (live)
+				pthread_mutex_lock(&c->lock);
 			ok = !rc;
-			done += ok ? (uint64_t)io.fill_nsect * SECT : 0;
+			*done += ok ? (uint64_t)io.fill_nsect * SECT : 0;
 		}
 		/* Installed: the records written next claim them. Otherwise they stay invalid. */
 		hl_cache_core_io_end(c->core, lun, &io, ok);
 	}
+	return rc;
+}
+
+int engine_ub_drain(struct hl_cache *c)
+{
+	uint8_t *buf;
+	uint64_t done = 0;
+	int rc;
+
+	if (!c->ub_cap)
+		return 0;
+	buf = abuf(c->bs);
+	pthread_mutex_lock(&c->lock);
+	rc = ub_drain_locked(c, buf, false, &done);
 	pthread_mutex_unlock(&c->lock);
 	free(buf);
 	if (rc)
@@ -403,6 +428,82 @@ int engine_ub_drain(struct hl_cache *c)
 	else if (done)
 		HL_INFO("cache", "cache %s: %llu KiB of the update buffer written back", c->name,
 		        (unsigned long long)(done >> 10));
+	return rc;
+}
+
+/* Rehash the store into a table sized for bytes (kept as it is without memory). Under c->lock. */
+static void ub_tab_resize(struct hl_cache *c, struct ub_ent **tab, uint64_t mask)
+{
+	struct ub_ent **old = c->ub_tab;
+	uint64_t old_mask = c->ub_tab_mask;
+
+	c->ub_tab = tab;
+	c->ub_tab_mask = mask;
+	for (uint64_t b = 0; old && b <= old_mask; b++) {
+		struct ub_ent *e = old[b];
+		while (e) {
+			struct ub_ent *n = e->next;
+			e->next = *ub_bucket(c, e->key);
+			*ub_bucket(c, e->key) = e;
+			e = n;
+		}
+	}
+	free(old);
+}
+
+int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes)
+{
+	struct ub_ent **tab = NULL;
+	uint64_t n = 64, done = 0;
+	uint8_t *buf;
+	int rc = 0, wrc;
+
+	if (bytes % SECT)
+		return -EINVAL;
+	while (n < bytes / SECT)
+		n <<= 1;
+	buf = abuf(c->bs);
+	if (!buf || (bytes && !(tab = calloc(n, sizeof(*tab))))) {
+		free(buf);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (bytes == c->ub_cap) {
+		pthread_mutex_unlock(&c->lock);
+		free(tab);
+		free(buf);
+		return 0;
+	}
+	/*
+	 * Updates go to the device from now on; write back what is pending
+	 * (updates already on their way into the buffer land in it and are
+	 * drained too: the loop ends with the buffer empty, under the lock).
+	 */
+	cache_core_ub_close(c->core, true);
+	wrc = ub_drain_locked(c, buf, true, &done);
+	rc = cache_core_set_update_buffer(c->core, bytes);
+	if (rc) {
+		cache_core_ub_close(c->core, false); /* the old size, empty */
+		free(tab);
+	} else {
+		/*
+		 * Turned off, the store stays (an update begun before may still
+		 * install into it; its sectors are refused by the core and swept).
+		 */
+		if (tab)
+			ub_tab_resize(c, tab, n - 1);
+		c->ub_cap = bytes;
+		ub_sweep(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(buf);
+	if (wrc)
+		HL_ERR("cache", "cache %s: writing the update buffer back: %s", c->name,
+		       strerror(-wrc));
+	if (!rc)
+		HL_NOTICE("cache", "cache %s: update buffer now %llu KiB (%llu KiB written back)",
+		          c->name, (unsigned long long)(bytes >> 10),
+		          (unsigned long long)(done >> 10));
 	return rc;
 }
 
@@ -422,6 +523,8 @@ void engine_ub_install(struct eng_req *req, struct eng_sub *s)
 		                s->buf + (size_t)i * SECT) == 0;
 	/* Valid and pending only now, with the store's copies in place (or dropped). */
 	hl_cache_core_io_end(c->core, req->ent->id, io, ok);
+	if (!c->ub_cap)
+		ub_sweep(c); /* begun before the buffer was turned off: refused, not kept */
 	while (more) {
 		n = 0;
 		while (n < WB_BATCH && more) {

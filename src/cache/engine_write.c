@@ -108,10 +108,12 @@ static void rmw_merge(struct eng_req *req, struct eng_sub *f, const struct eng_s
 }
 
 /*
- * An update into the RAM update buffer whose partly written sector p was
- * pending when the write began: its old bytes are the copy the write took
- * then (the device's are older). Merge them now. @return false when p was
- * not pending (its device copy is the current one: read it).
+ * An update whose partly written sector p was pending in the RAM update
+ * buffer when the write began: its old bytes are the copy the write took
+ * then (the device's are older). Merge them now. The update usually goes
+ * into the buffer too; while a resize drains the buffer it goes to the
+ * device. @return false when p was not pending (its device copy is the
+ * current one: read it).
  */
 static bool rmw_from_buffer(struct eng_req *req, struct eng_sub *f, uint64_t p)
 {
@@ -149,7 +151,7 @@ static bool rmw_start(struct eng_req *req, struct eng_sub *s)
 		struct eng_sub *r;
 		int rc = -ENOMEM;
 
-		if (s->ub && rmw_from_buffer(req, s, sect[i]))
+		if (rmw_from_buffer(req, s, sect[i]))
 			continue;
 		r = engine_sub_new(req, SUB_RMW, s->k);
 		if (r && (r->buf = abuf(SECT))) {

@@ -1807,6 +1807,174 @@ static void test_ub_sweeps(void)
 	free(w);
 }
 
+/* Sector i of block's slot as the cache device file holds it. */
+static void dev_sector(struct hl_cache *c, uint64_t block, uint32_t i, uint8_t *out)
+{
+	uint32_t s = hl_cache_core_peek(c->core, c->ents[0]->id, block, NULL);
+	int fd = open(g_dev, O_RDONLY);
+
+	CU_ASSERT_FATAL(s < c->nslots && fd >= 0);
+	CU_ASSERT_EQUAL(pread(fd, out, SECT,
+	                      (off_t)(c->layout.data_off + (uint64_t)s * c->bs + (uint64_t)i * SECT)),
+	                SECT);
+	close(fd);
+}
+
+/*
+ * The update buffer resized while running: what it holds is written to the
+ * device first (then served from there), an update already on its way into
+ * the buffer when it is turned off is refused (its sectors come from the
+ * origin), updates go to the device while it is off and to RAM again once
+ * it is back.
+ */
+static void test_ub_resize(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	struct step held;
+	uint8_t *buf = malloc(2 * BS), *w = malloc(8 * K), sect[SECT];
+	uint64_t wb;
+	int reads;
+
+	o = fixture_up(&c, NULL, &f, 26, "fake:ub6");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, 2 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(w, 0x5a, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 2 * BS + 4 * K, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 2), 8 * K);
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, NULL, &st), 0);
+	wb = st.ub_writebacks;
+
+	/* An update of block 3 on its way into the buffer (its origin write held). */
+	__atomic_store_n(&f.hold_writes, 1, __ATOMIC_RELAXED);
+	memset(w, 0x6b, 8 * K);
+	io_start(&held, o, HL_IO_WRITE, 3 * BS, 8 * K, w);
+	for (int i = 0; i < 1000 && __atomic_load_n(&f.nheld, __ATOMIC_ACQUIRE) < 1; i++)
+		usleep(1000);
+	CU_ASSERT_EQUAL_FATAL(__atomic_load_n(&f.nheld, __ATOMIC_ACQUIRE), 1);
+
+	CU_ASSERT_EQUAL(hl_cache_set_update_buffer(c, 5000), -EINVAL);
+	CU_ASSERT_EQUAL(hl_cache_set_update_buffer(c, 0), 0);
+	CU_ASSERT_EQUAL(ub_pending(c, 2), 0);
+	CU_ASSERT_EQUAL(c->ub_cap, 0);
+	dev_sector(c, 2, 1, sect); /* written back */
+	CU_ASSERT(sect[0] == 0x5a && sect[SECT - 1] == 0x5a);
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, NULL, &st), 0);
+	CU_ASSERT_EQUAL(st.ub_writebacks, wb + 1);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads); /* a hit, from the device */
+
+	__atomic_store_n(&f.hold_writes, 0, __ATOMIC_RELAXED);
+	release_held(&f);
+	CU_ASSERT_EQUAL(io_wait(&held), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 3), 0);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	CU_ASSERT(buf[0] == 0x6b);
+	CU_ASSERT_EQUAL(f.reads, reads + 1); /* the refused sectors: from the origin */
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, NULL, &st), 0);
+	CU_ASSERT_EQUAL(st.ub_bytes, 0); /* its copies did not stay behind */
+
+	/* Off: an update is written to the device at once. */
+	memset(w, 0x7c, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 2 * BS, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	dev_sector(c, 2, 0, sect);
+	CU_ASSERT(sect[0] == 0x7c);
+
+	/* On again: updates stay in RAM. */
+	CU_ASSERT_EQUAL(hl_cache_set_update_buffer(c, 64 * K), 0);
+	CU_ASSERT_EQUAL(hl_cache_set_update_buffer(c, 64 * K), 0); /* unchanged */
+	memset(w, 0x8d, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 2 * BS, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 2), 8 * K);
+	dev_sector(c, 2, 0, sect);
+	CU_ASSERT(sect[0] == 0x7c);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads);
+
+	/*
+	 * While a resize drains the buffer, updates go to the device: one that
+	 * writes part of a buffered sector merges with the buffer's copy (the
+	 * device's is older).
+	 */
+	pthread_mutex_lock(&c->lock);
+	cache_core_ub_close(c->core, true);
+	pthread_mutex_unlock(&c->lock);
+	memset(w, 0x9e, K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 2 * BS + 512, K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 2), 4 * K); /* sector 1 still buffered */
+	dev_sector(c, 2, 0, sect);
+	CU_ASSERT(sect[0] == 0x8d && sect[512] == 0x9e && sect[1536] == 0x8d);
+	pthread_mutex_lock(&c->lock);
+	cache_core_ub_close(c->core, false);
+	pthread_mutex_unlock(&c->lock);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
+/*
+ * write_policy changed while running: invalidate drops what a write
+ * touches (the next read of it goes to the origin), update keeps it current.
+ */
+static void test_write_policy_live(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS), *w = malloc(8 * K);
+	int reads;
+
+	o = fixture_up(&c, NULL, &f, 27, "fake:wp");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_set_write_policy(c, "sometimes"), -EINVAL);
+	CU_ASSERT_EQUAL(hl_cache_set_write_policy(c, "invalidate"), 0);
+	memset(w, 0x21, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 4), 0);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 4 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads + 1); /* the dropped sectors */
+	CU_ASSERT(wait_inflight(c, 0));
+
+	CU_ASSERT_EQUAL(hl_cache_set_write_policy(c, NULL), 0); /* update */
+	memset(w, 0x32, 8 * K);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, 8 * K, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(ub_pending(c, 4), 8 * K);
+	reads = f.reads;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 4 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, reads);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
 /*
  * A clean stop writes the buffered sectors back before the records that
  * claim them: after the restart they are served from the cache with the
@@ -1908,6 +2076,8 @@ int main(void)
 	    {"update buffer: a write while a write-back is in flight",
 	     test_ub_write_during_writeback},
 	    {"update buffer: buffered sectors keep their copies across sweeps", test_ub_sweeps},
+	    {"update buffer resized while running", test_ub_resize},
+	    {"write_policy changed while running", test_write_policy_live},
 	    {"update buffer: a clean stop writes it back; a crash loses it, serves the origin",
 	     test_ub_stop_and_crash},
 	    {NULL, NULL},
