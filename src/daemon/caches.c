@@ -157,6 +157,12 @@ static int check_device(const struct hl_conf *conf, const struct hl_conf_cache *
 	return 0;
 }
 
+/* The update buffer a section asks for, in bytes (0: off). */
+static uint64_t ub_bytes(const struct hl_conf_cache *k)
+{
+	return k->update_buffer_set ? k->update_buffer : HL_CACHE_UPDATE_BUFFER_DEFAULT;
+}
+
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 {
 	int rc = 0;
@@ -167,37 +173,71 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 		struct cache_rt *r = find(k->name);
 		if (r) {
 			if (!str_eq(r->conf.device, k->device) || r->conf.size != k->size ||
-			    r->conf.block_size != k->block_size ||
-			    !str_eq(r->conf.write_policy, k->write_policy) ||
-			    r->conf.update_buffer_set != k->update_buffer_set ||
-			    r->conf.update_buffer != k->update_buffer) {
+			    r->conf.block_size != k->block_size)
 				rc = fail(err, errlen, -EINVAL,
-				          "cache %s: device, size, block_size, write_policy and "
-				          "update_buffer change only with a restart",
+				          "cache %s: device, size and block_size change only with a "
+				          "restart",
 				          k->name);
-				break;
-			}
-			if (!str_eq(r->conf.admission, k->admission)) {
-				char *adm = k->admission ? strdup(k->admission) : NULL;
-				if (k->admission && !adm) {
-					rc = -ENOMEM;
-					break;
-				}
-				rc = hl_cache_set_admission(r->c, k->admission);
-				if (rc) {
-					free(adm);
-					rc = fail(err, errlen, rc, "cache %s: admission %s: %s",
-					          k->name, k->admission, strerror(-rc));
-					break;
-				}
-				free(r->conf.admission);
-				r->conf.admission = adm;
-			}
-			continue;
+			continue; /* the rest: daemon_caches_apply */
 		}
 		rc = check_device(conf, k, err, errlen);
 		if (!rc)
 			rc = open_one(conf, k, err, errlen);
+	}
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+/* Replace *dst with a copy of src (NULL allowed). @return false without memory. */
+static bool set_str(char **dst, const char *src)
+{
+	char *n = src ? strdup(src) : NULL;
+
+	if (src && !n)
+		return false;
+	free(*dst);
+	*dst = n;
+	return true;
+}
+
+int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < conf->n_caches; i++) {
+		const struct hl_conf_cache *k = &conf->caches[i];
+		struct cache_rt *r = find(k->name);
+		int e;
+
+		if (!r)
+			continue;
+		if (ub_bytes(&r->conf) != ub_bytes(k)) {
+			e = hl_cache_set_update_buffer(r->c, ub_bytes(k));
+			if (e) {
+				rc = fail(err, errlen, e, "cache %s: update_buffer: %s", k->name,
+				          strerror(-e));
+			} else {
+				r->conf.update_buffer = k->update_buffer;
+				r->conf.update_buffer_set = k->update_buffer_set;
+			}
+		}
+		if (!str_eq(r->conf.write_policy, k->write_policy)) {
+			e = hl_cache_set_write_policy(r->c, k->write_policy);
+			if (!e && !set_str(&r->conf.write_policy, k->write_policy))
+				e = -ENOMEM;
+			if (e)
+				rc = fail(err, errlen, e, "cache %s: write_policy %s: %s", k->name,
+				          k->write_policy, strerror(-e));
+		}
+		if (!str_eq(r->conf.admission, k->admission)) {
+			e = hl_cache_set_admission(r->c, k->admission);
+			if (!e && !set_str(&r->conf.admission, k->admission))
+				e = -ENOMEM;
+			if (e)
+				rc = fail(err, errlen, e, "cache %s: admission %s: %s", k->name,
+				          k->admission, strerror(-e));
+		}
 	}
 	pthread_mutex_unlock(&g_lock);
 	return rc;

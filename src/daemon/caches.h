@@ -15,11 +15,21 @@
 
 /**
  * Open every [cache] section of conf that is not open yet (warm restart or
- * format; blocking). A section already open keeps running as it is (a
- * changed device, size or policy needs a restart: logged). Map files live
- * in conf->state_dir. @return 0 or -errno with a message in err.
+ * format; blocking). A section already open is refused if its device,
+ * size or block_size changed (they need a restart); its other settings are
+ * daemon_caches_apply's. Map files live in conf->state_dir. @return 0 or
+ * -errno with a message in err.
  */
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen);
+
+/**
+ * Give the open caches conf's admission, write_policy and update_buffer
+ * (a resized update buffer is written back first: blocking). The last
+ * step of a configuration change, when nothing can be refused any more.
+ * @return 0 or -errno (-ENOMEM) with a message in err; a setting that
+ * failed keeps its old value.
+ */
+int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen);
 
 /**
  * Put disk->cache in front of *origin (after the throttle): on success

@@ -18,7 +18,8 @@
 #     it half done): a stream longer than the sequential threshold bypasses
 #     the SSD (window only, never promoted unless re-read), competing with
 #     the hot set for the window; every block must still hold its pattern.
-# Halfway the front is killed (-9) and restarted at once.
+# Halfway the front is killed (-9) and restarted at once; then its update
+# buffer is resized and its write policy switched while the loads go on.
 # Pass: no mismatch in either load, and before the kill the front had used
 # the window, promoted from it, read-modify-written and bypassed.
 . "$(dirname "$0")/lib.sh"
@@ -74,6 +75,23 @@ wait "$FRONT_PID" 2>/dev/null
 hl_forget "$FRONT_PID"
 hl_front_start "$T/front.conf"
 hl_log "front killed (-9) and restarted"
+
+# Then the update buffer is resized (written back while the loads go on)
+# and the write policy switched, again and again, until the loads end.
+CTL="$HL_BUILDDIR/hotlunctl --socket $ST/ctl.sock"
+changes=0
+for step in 0:update 256K:invalidate 1M:update 0:invalidate 64K:update 1M:update; do
+	sleep 1
+	kill -0 "$HOT_PID" 2>/dev/null || break
+	$CTL /caches/ssd set update_buffer="${step%%:*}" write_policy="${step#*:}" \
+		>"$T/set.out" 2>&1 || hl_fail "live change $step refused: $(cat "$T/set.out")"
+	changes=$((changes + 1))
+done
+hl_log "$changes live changes of update_buffer and write_policy under load:"
+grep -o 'update buffer now.*' "$FRONT_LOG" >&2
+[ "$changes" -ge 4 ] || hl_fail "the loads ended before the live changes ran"
+grep -q 'update buffer now 0 KiB ([1-9][0-9]* KiB written back)' "$FRONT_LOG" ||
+	hl_fail "no resize wrote a buffer back under load"
 
 fail=
 for b in hot seq; do

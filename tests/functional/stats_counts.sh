@@ -167,8 +167,39 @@ PY
 		-c "read -P 0 48k 16k" "$url" >"$tmp/qio.out" 2>&1 &&
 		! grep -q "Pattern verification failed" "$tmp/qio.out" ||
 		hl_fail "stitched data wrong: $(grep -m2 -i fail "$tmp/qio.out")"
+
+	# write_policy and update_buffer change while running (cache c1, block 0 cached)
+	CTL=$HL_BUILDDIR/hotlunctl
+	qio "read 0 64k"; idle
+	"$CTL" --socket "$sock" /caches/c1 set write_policy=update || hl_fail "write_policy change refused"
+	grep -q 'cache c1: write_policy now update' "$HL_LOG" || hl_fail "the engine kept invalidating"
+	qio "write -P 0x66 0 4k"; idle
+	stats >"$tmp/before.json" || hl_fail "stats"
+	qio "read -P 0x66 0 4k"
+	stats >"$tmp/after.json" || hl_fail "stats"
+	read_counts "updated while running" 1 1 0 0 4 0
+	ub() { stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["caches"]["c1"]["update_buffer_bytes"])'; }
+	[ "$(ub)" -ge 4096 ] || hl_fail "the update is not in the RAM update buffer ($(ub) bytes)"
+	"$CTL" --socket "$sock" /caches/c1 set update_buffer=0 || hl_fail "update_buffer change refused"
+	"$CTL" --socket "$sock" /caches/c1 get update_buffer | grep -qx 'update_buffer=0' ||
+		hl_fail "update_buffer not shown as 0"
+	grep -q 'cache c1: update buffer now 0 KiB (4 KiB written back)' "$HL_LOG" ||
+		hl_fail "the buffer was not written back: $(grep 'update buffer now' "$HL_LOG")"
+	[ "$(ub)" = 0 ] || hl_fail "update buffer still holds $(ub) bytes"
+	stats >"$tmp/before.json" || hl_fail "stats"
+	qio "read -P 0x66 0 4k"
+	stats >"$tmp/after.json" || hl_fail "stats"
+	read_counts "written back, served from the cache device" 1 1 0 0 4 0
+	"$CTL" --socket "$sock" /caches/c1 set write_policy=invalidate update_buffer=8M ||
+		hl_fail "second change refused"
+	grep -q 'cache c1: update buffer now 8192 KiB' "$HL_LOG" || hl_fail "update buffer not back on"
+	qio "write -P 0x77 0 4k"; idle
+	stats >"$tmp/before.json" || hl_fail "stats"
+	qio "read -P 0x77 0 4k"
+	stats >"$tmp/after.json" || hl_fail "stats"
+	read_counts "invalidated again" 1 0 0 1 0 4
 else
-	echo "stats_counts: qemu-io missing: partial-hit case skipped"
+	echo "stats_counts: qemu-io missing: partial-hit and live-change cases skipped"
 fi
 
 # the admission policy changes while running; geometry changes are refused
