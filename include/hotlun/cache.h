@@ -324,7 +324,8 @@ int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_
 struct hl_cache_core_info {
 	uint64_t nslots;       /* SSD slots: 0 .. nslots-1 */
 	uint64_t window_slots; /* RAM window slots: nslots .. nslots+window_slots-1 */
-	uint64_t used_slots;   /* slots holding a block (SSD and window) */
+	uint64_t used_slots;   /* SSD slots holding a block (<= nslots) */
+	uint64_t window_used_slots; /* RAM window slots holding a block */
 	uint32_t block_size;
 	size_t ram_bytes;       /* index + slots + valid bits + bitmaps, excluding admission
 	                           and the window's data buffers */

@@ -149,6 +149,7 @@ struct hl_cache_engine_stats {
 	uint64_t meta_syncs;      /* metadata flushes done (whole cache only) */
 	uint64_t meta_waits;      /* I/Os that waited for a metadata flush (whole cache only) */
 	uint64_t nslots, used_slots, window_slots; /* geometry (whole cache only) */
+	uint64_t window_used_slots; /* RAM window slots holding a block (whole cache) */
 	uint64_t inflight; /* requests not finished (fills after the reply included; whole cache) */
 	bool meta_dirty;   /* slot records changed since the last record flush (whole cache) */
 	uint32_t block_size;

@@ -207,6 +207,7 @@ void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s,
 	memset(cache_slot_valid(c, s), 0, c->vbytes);
 	cache_index_insert(&c->ix, s); /* cannot fail: index has room for every slot */
 	c->used++;
+	c->win_used += s >= c->nslots;
 }
 
 /* Make a USED slot FREE (it must be unpinned and have no writers). */
@@ -230,6 +231,7 @@ void cache_slot_release(struct hl_cache_core *c, uint32_t s)
 	cache_bit_set(c->freemap, s);
 	cache_mark_dirty(c, s);
 	c->used--;
+	c->win_used -= s >= c->nslots;
 	if (s >= c->nslots)
 		pt = &c->win;
 	for (uint32_t i = 0; !pt && i < c->nparts; i++) {
@@ -447,7 +449,8 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 
 	out->nslots = c->nslots;
 	out->window_slots = c->nwin;
-	out->used_slots = c->used;
+	out->used_slots = c->used - c->win_used;
+	out->window_used_slots = c->win_used;
 	out->block_size = c->p.block_size;
 	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
 	                 cache_index_mem_bytes(&c->ix) +

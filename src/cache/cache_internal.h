@@ -175,7 +175,8 @@ struct hl_cache_core {
 	uint64_t nslots; /* SSD slots */
 	uint64_t nwin;   /* RAM window slots, numbered after the SSD slots */
 	uint64_t ntotal; /* nslots + nwin */
-	uint64_t used;
+	uint64_t used;     /* slots holding a block, SSD and window */
+	uint64_t win_used; /* of them in the RAM window */
 	struct cache_slot *slots;
 	uint8_t *valid;     /* nslots * vbytes */
 	uint64_t *freemap;  /* bit set: slot FREE */

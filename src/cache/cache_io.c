@@ -123,6 +123,7 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 			ws->pins--;
 		if ((ws->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_MOVING && !ws->pins) {
 			c->used++; /* cache_slot_release counts it out again */
+			c->win_used++;
 			cache_slot_release(c, io->src_slot);
 		}
 	}

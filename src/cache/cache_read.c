@@ -164,6 +164,7 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 	ws->pins++;
 	cache_slot_take(c, pt, s, key);
 	c->used--; /* w is no longer counted as holding a block */
+	c->win_used--;
 	c->slots[s].pins++;
 	memset(io, 0, sizeof(*io));
 	io->kind = HL_CACHE_IO_PROMOTE;

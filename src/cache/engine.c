@@ -939,6 +939,7 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 		out->nslots = info.nslots;
 		out->used_slots = info.used_slots;
 		out->window_slots = info.window_slots;
+		out->window_used_slots = info.window_used_slots;
 		out->inflight = (uint64_t)atomic_load(&c->inflight);
 		out->meta_dirty = atomic_load(&c->changes) != atomic_load(&c->synced);
 	}

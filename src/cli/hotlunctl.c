@@ -342,44 +342,114 @@ static uint64_t jint(json_t *o, const char *k)
 	return (uint64_t)json_integer_value(json_object_get(o, k));
 }
 
-static void print_stats_text(json_t *r)
+/* Counter k of o minus the same counter of prev (NULL: since the start). */
+static uint64_t jdelta(json_t *o, json_t *prev, const char *k)
+{
+	uint64_t now = jint(o, k), then = prev ? jint(prev, k) : 0;
+
+	return now >= then ? now - then : now; /* a restart in between: since then */
+}
+
+/* "n%" of part in whole, or "-" when whole is 0. */
+static const char *pct(uint64_t part, uint64_t whole, char *buf, size_t len)
+{
+	if (!whole)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.1f%%", 100.0 * (double)part / (double)whole);
+	return buf;
+}
+
+/*
+ * The counters as text: a line per disk, a block per cache. With prev (a
+ * --watch refresh, secs apart) the numbers are those of the last interval,
+ * as rates where that reads better; the first screen counts since the start.
+ */
+static void print_stats_text(json_t *r, json_t *prev, int secs)
 {
 	const char *name;
 	json_t *disk, *cache;
 	json_t *disks = json_object_get(r, "disks"), *caches = json_object_get(r, "caches");
+	json_t *pdisks = prev ? json_object_get(prev, "disks") : NULL;
+	json_t *pcaches = prev ? json_object_get(prev, "caches") : NULL;
+	char a[32], b[32], c[32];
 
-	printf("%-16s %8s %10s %10s %9s %9s %6s %-10s %7s\n", "disk", "size", "reads", "writes",
-	       "read MB", "write MB", "errors", "cache", "hit %");
+	char span[32] = "";
+
+	if (prev)
+		snprintf(span, sizeof(span), " in %d s", secs);
+	printf("%s\n", prev ? "the last interval (the disks per second)" : "since hotlund started");
+	printf("%-16s %8s %10s %10s %9s %9s %6s %-10s %7s\n", "disk", "size",
+	       prev ? "reads/s" : "reads", prev ? "writes/s" : "writes",
+	       prev ? "read MB/s" : "read MB", prev ? "wrt MB/s" : "write MB", "errors", "cache",
+	       "hit %");
 	json_object_foreach(disks, name, disk) {
-		char sz[32], hit[16] = "-";
+		char sz[32];
 		const char *cname = json_string_value(json_object_get(disk, "cache"));
+		json_t *pd = json_object_get(pdisks, name);
 		json_t *cd = cname ? json_object_get(json_object_get(json_object_get(caches, cname),
-								     "disks"),
-						     name)
-				   : NULL;
-		if (cd && jint(cd, "read_reqs"))
-			snprintf(hit, sizeof(hit), "%.1f",
-				 100.0 * (double)jint(cd, "read_hits") / (double)jint(cd, "read_reqs"));
+		                                                     "disks"),
+		                                     name)
+		                   : NULL;
+		json_t *pcd = cname && prev ? json_object_get(
+		                                  json_object_get(json_object_get(pcaches, cname),
+		                                                  "disks"),
+		                                  name)
+		                            : NULL;
+		double div = prev && secs > 0 ? (double)secs : 1.0;
+
 		hl_format_size(jint(disk, "size_bytes"), sz, sizeof(sz));
-		printf("%-16s %8s %10llu %10llu %9.1f %9.1f %6llu %-10s %7s\n", name, sz,
-		       (unsigned long long)jint(disk, "read_cmds"),
-		       (unsigned long long)jint(disk, "write_cmds"), jint(disk, "read_bytes") / 1e6,
-		       jint(disk, "write_bytes") / 1e6, (unsigned long long)jint(disk, "errors"),
-		       cname ? cname : "-", hit);
+		printf("%-16s %8s %10.0f %10.0f %9.1f %9.1f %6llu %-10s %7s\n", name, sz,
+		       (double)jdelta(disk, pd, "read_cmds") / div,
+		       (double)jdelta(disk, pd, "write_cmds") / div,
+		       (double)jdelta(disk, pd, "read_bytes") / 1e6 / div,
+		       (double)jdelta(disk, pd, "write_bytes") / 1e6 / div,
+		       (unsigned long long)jdelta(disk, pd, "errors"), cname ? cname : "-",
+		       cd ? pct(jdelta(cd, pcd, "read_hits"), jdelta(cd, pcd, "read_reqs"), a,
+		                sizeof(a))
+		          : "-");
 	}
-	if (json_object_size(caches)) {
-		printf("\n%-16s %10s %10s %10s %10s %12s %s\n", "cache", "reads", "hits", "admitted",
-		       "evicted", "SSD MB written", "state");
-		json_object_foreach(caches, name, cache) {
-			printf("%-16s %10llu %10llu %10llu %10llu %12.1f %s\n", name,
-			       (unsigned long long)jint(cache, "read_reqs"),
-			       (unsigned long long)jint(cache, "read_hits"),
-			       (unsigned long long)jint(cache, "admissions"),
-			       (unsigned long long)jint(cache, "evictions"),
-			       jint(cache, "bytes_cache_write") / 1e6,
-			       json_is_true(json_object_get(cache, "passthrough")) ? "PASS-THROUGH"
-										  : "ok");
-		}
+	json_object_foreach(caches, name, cache) {
+		json_t *pc = json_object_get(pcaches, name);
+		uint64_t reqs = jdelta(cache, pc, "read_reqs"), bytes = jdelta(cache, pc, "bytes_read");
+		uint64_t bs = jint(cache, "block_size"), rec = jint(cache, "recommended_block_size");
+		char bsz[32], rsz[32], ub[32];
+
+		printf("\ncache %s: %s, %llu blocks of %s", name,
+		       json_is_true(json_object_get(cache, "passthrough"))
+		           ? "PASS-THROUGH (device failed; disks served from their origins)"
+		           : "ok",
+		       (unsigned long long)jint(cache, "nslots"), hl_format_size(bs, bsz, sizeof(bsz)));
+		if (rec && rec != bs)
+			printf(" (the reads so far suggest %s blocks)",
+			       hl_format_size(rec, rsz, sizeof(rsz)));
+		printf("\n  reads    %llu%s: %s hits, %s partial, %s misses, %llu bypassed (sequential)\n",
+		       (unsigned long long)reqs, span, pct(jdelta(cache, pc, "read_hits"), reqs, a, sizeof(a)),
+		       pct(jdelta(cache, pc, "read_partial"), reqs, b, sizeof(b)),
+		       pct(jdelta(cache, pc, "read_misses"), reqs, c, sizeof(c)),
+		       (unsigned long long)jdelta(cache, pc, "read_bypass"));
+		printf("  bytes    %.1f MB read%s: %s from the cache (%s from RAM), %s from the origin\n",
+		       (double)bytes / 1e6, span, pct(jdelta(cache, pc, "bytes_read_cache"), bytes, a, sizeof(a)),
+		       pct(jdelta(cache, pc, "bytes_read_ram"), bytes, b, sizeof(b)),
+		       pct(jdelta(cache, pc, "bytes_read_origin"), bytes, c, sizeof(c)));
+		printf("  SSD      %llu of %llu blocks used, %.1f MB written%s; %llu admitted, "
+		       "%llu rejected, %llu promoted from RAM, %llu evicted\n",
+		       (unsigned long long)jint(cache, "used_slots"),
+		       (unsigned long long)jint(cache, "nslots"),
+		       (double)jdelta(cache, pc, "bytes_cache_write") / 1e6, span,
+		       (unsigned long long)jdelta(cache, pc, "admissions"),
+		       (unsigned long long)jdelta(cache, pc, "rejections"),
+		       (unsigned long long)jdelta(cache, pc, "promotions"),
+		       (unsigned long long)jdelta(cache, pc, "evictions"));
+		printf("  RAM      window %llu of %llu blocks; update buffer %s, %llu write-backs\n",
+		       (unsigned long long)jint(cache, "window_used_slots"),
+		       (unsigned long long)jint(cache, "window_slots"),
+		       hl_format_size(jint(cache, "update_buffer_bytes"), ub, sizeof(ub)),
+		       (unsigned long long)jdelta(cache, pc, "update_buffer_writebacks"));
+		if (jdelta(cache, pc, "dev_errors") || jdelta(cache, pc, "origin_errors"))
+			printf("  errors   %llu of the cache device, %llu of origins\n",
+			       (unsigned long long)jdelta(cache, pc, "dev_errors"),
+			       (unsigned long long)jdelta(cache, pc, "origin_errors"));
 	}
 	printf("\nsessions: %llu\n", (unsigned long long)jint(r, "sessions"));
 }
@@ -406,21 +476,26 @@ static int cmd_stats(const char *path, int argc, char **argv)
 	if (watch)
 		sigaction(SIGINT, &sa, &old);
 	interrupted = 0;
+	json_t *prev = NULL;
 	do {
 		json_t *r = request("stats", NULL);
-		if (!r)
+		if (!r) {
+			json_decref(prev);
 			return 1;
+		}
 		if (watch && isatty(STDOUT_FILENO))
 			printf("\033[H\033[2J");
 		if (as_json)
 			print_json(r);
 		else
-			print_stats_text(r);
-		json_decref(r);
+			print_stats_text(r, prev, watch);
+		json_decref(prev);
+		prev = r;
 		fflush(stdout);
 		if (watch)
 			sleep((unsigned)watch);
 	} while (watch && !interrupted);
+	json_decref(prev);
 	if (watch)
 		sigaction(SIGINT, &old, NULL);
 	return 0;

@@ -354,6 +354,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		PUT("nslots", s->nslots);
 		PUT("used_slots", s->used_slots);
 		PUT("window_slots", s->window_slots);
+		PUT("window_used_slots", s->window_used_slots);
 		PUT("inflight", s->inflight);
 		json_object_set_new(o, "meta_dirty", json_boolean(s->meta_dirty));
 	}
