@@ -76,6 +76,15 @@ _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes"
 #define CACHE_SLOT_F_WRITING    0x40 /* an io is writing data into the slot (io_start..io_end) */
 #define CACHE_SLOT_F_RETURNED   0x80 /* window slot of a block back from the ghost: may be promoted */
 #define CACHE_CLOCK_MAX         3
+/*
+ * The RAM window's CLOCK keeps a single reference bit (second chance): the
+ * window only filters by recency (like W-TinyLFU's LRU window, or 2Q's
+ * A1in FIFO); frequency is the sketch's job. With the SSD's 2-bit counter
+ * a block re-read in a burst outstayed newer ones, and a Zipf-like trace
+ * lost 0.7-1.4 points at some window sizes (24, 25, 32 MiB) that it gains
+ * with one bit (docs/cache-policy.md, rule 4).
+ */
+#define CACHE_WIN_CLOCK_MAX     1
 
 /* ---- index: open addressing, linear probing, backward-shift deletion ---- */
 

@@ -657,6 +657,39 @@ static void test_window_promotion(void)
 	hl_cache_core_destroy(c);
 }
 
+/*
+ * The window's CLOCK keeps one reference bit: a block read four times in a
+ * burst outstays one that was read once by one pass of the hand, not three.
+ */
+static void test_window_clock_one_bit(void)
+{
+	/* 16 SSD slots, 4 window slots. */
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
+	struct hl_cache_core_info info;
+	int b = 200;
+
+	for (int i = 0; i < 16; i++)
+		rd(c, 0, (uint64_t)i * 64 * K, 64 * K); /* warm-up fills the SSD */
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_MISS);
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_HIT);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) >= 16);
+	hl_cache_core_info(c, &info); /* the SSD's and the window's blocks counted apart */
+	CU_ASSERT_EQUAL(info.used_slots, 16);
+	CU_ASSERT_EQUAL(info.window_used_slots, 1);
+	/* Three new blocks take the free window slots, three more pass the hand once. */
+	for (; b < 200 + 6 * 3; b += 3)
+		CU_ASSERT_EQUAL(rd(c, 0, (uint64_t)b * 64 * K, 64 * K), R_MISS);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) >= 16); /* its second chance */
+	for (; b < 200 + 8 * 3; b += 3)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 100, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_EQUAL(info.used_slots, 16);
+	CU_ASSERT_EQUAL(info.window_used_slots, 4);
+	hl_cache_core_destroy(c);
+}
+
 static void test_ram_per_block(void)
 {
 	/* 64 GiB of 64 KiB blocks = 1 Mi slots. */
@@ -876,6 +909,7 @@ static const struct hl_test tests[] = {
     {"scan resistance: hot set keeps >= 90% hits", test_scan_resistance},
     {"scan with admit-all flushes the hot set", test_scan_always_fails},
     {"RAM window and promotion to the SSD", test_window_promotion},
+    {"the RAM window's CLOCK keeps one reference bit", test_window_clock_one_bit},
     {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
     {"automatic RAM window size, >= 256 blocks", test_window_auto_size},
     {"sequential streams bypass", test_seq_bypass},
