@@ -94,6 +94,31 @@ print(disk, "counters match:", {k: delta(k) for k in want})
 PY
 done
 
+# The text form says the same as the JSON (nothing runs between the two).
+stats >"$tmp/j1.json" || hl_fail "stats"
+"$HL_BUILDDIR/hotlunctl" --socket "$sock" stats >"$tmp/text.out" || hl_fail "stats (text)"
+stats >"$tmp/j2.json" || hl_fail "stats"
+python3 - "$tmp/j1.json" "$tmp/j2.json" "$tmp/text.out" <<'PY' || hl_fail "stats text: $(cat "$tmp/text.out")"
+import json, re, sys
+j1, j2 = (json.load(open(f)) for f in sys.argv[1:3])
+text = open(sys.argv[3]).read()
+c, c2 = j1["caches"]["c0"], j2["caches"]["c0"]
+keys = ("read_reqs", "read_hits", "used_slots", "nslots", "window_used_slots", "window_slots")
+assert all(c[k] == c2[k] for k in keys), "counters moved while idle"
+block = text[text.index("cache c0: ok"):].split("\n\n")[0]
+m = re.search(r"reads +(\d+): ([\d.]+)% hits", block)
+assert m and int(m.group(1)) == c["read_reqs"], block
+assert abs(float(m.group(2)) - 100.0 * c["read_hits"] / c["read_reqs"]) < 0.06, block
+m = re.search(r"SSD +(\d+) of (\d+) blocks used", block)
+assert m and (int(m.group(1)), int(m.group(2))) == (c["used_slots"], c["nslots"]), block
+assert c["used_slots"] <= c["nslots"], c
+m = re.search(r"window (\d+) of (\d+) blocks", block)
+assert m and (int(m.group(1)), int(m.group(2))) == (c["window_used_slots"], c["window_slots"]), block
+line = [l for l in text.splitlines() if l.startswith("cached ")][0]
+assert line.split()[2] == str(j1["disks"]["cached"]["read_cmds"]), line
+print("stats text matches the JSON")
+PY
+
 # Partial hit, stitched: block 0 (64K) cached, then an 8K write at 16K drops
 # sectors 4-5 (invalidate mode); a 64K read then takes 56K from the cache
 # device and exactly 8K from the origin.
