@@ -118,6 +118,13 @@ line = [l for l in text.splitlines() if l.startswith("cached ")][0]
 assert line.split()[2] == str(j1["disks"]["cached"]["read_cmds"]), line
 print("stats text matches the JSON")
 PY
+# --watch: the first screen counts since the start, the next ones the last
+# interval (nothing ran: no reads per second)
+timeout -s INT 2.5 "$HL_BUILDDIR/hotlunctl" --socket "$sock" stats --watch 1 >"$tmp/watch.out" 2>&1
+grep -q '^since hotlund started' "$tmp/watch.out" || hl_fail "stats --watch: no first screen"
+grep -q '^the last interval' "$tmp/watch.out" || hl_fail "stats --watch: no interval screen"
+awk '/^the last interval/ { on = 1 } on && $1 == "cached" { print $3; exit }' "$tmp/watch.out" |
+	grep -qx 0 || hl_fail "stats --watch: reads/s of an idle disk is not 0: $(cat "$tmp/watch.out")"
 
 # Partial hit, stitched: block 0 (64K) cached, then an 8K write at 16K drops
 # sectors 4-5 (invalidate mode); a 64K read then takes 56K from the cache
