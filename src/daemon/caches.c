@@ -200,6 +200,23 @@ static bool set_str(char **dst, const char *src)
 	return true;
 }
 
+/* A string setting of running cache r: *cur becomes want through set() if they differ. */
+static int apply_str(struct cache_rt *r, const char *key, char **cur, const char *want,
+                     int (*set)(struct hl_cache *, const char *), char *err, size_t errlen)
+{
+	int e;
+
+	if (str_eq(*cur, want))
+		return 0;
+	e = set(r->c, want);
+	if (!e && !set_str(cur, want))
+		e = -ENOMEM;
+	if (e)
+		return fail(err, errlen, e, "cache %s: %s %s: %s", r->conf.name, key,
+		            want ? want : "(default)", strerror(-e));
+	return 0;
+}
+
 int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 {
 	int rc = 0;
@@ -222,22 +239,12 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 				r->conf.update_buffer_set = k->update_buffer_set;
 			}
 		}
-		if (!str_eq(r->conf.write_policy, k->write_policy)) {
-			e = hl_cache_set_write_policy(r->c, k->write_policy);
-			if (!e && !set_str(&r->conf.write_policy, k->write_policy))
-				e = -ENOMEM;
-			if (e)
-				rc = fail(err, errlen, e, "cache %s: write_policy %s: %s", k->name,
-				          k->write_policy, strerror(-e));
-		}
-		if (!str_eq(r->conf.admission, k->admission)) {
-			e = hl_cache_set_admission(r->c, k->admission);
-			if (!e && !set_str(&r->conf.admission, k->admission))
-				e = -ENOMEM;
-			if (e)
-				rc = fail(err, errlen, e, "cache %s: admission %s: %s", k->name,
-				          k->admission, strerror(-e));
-		}
+		e = apply_str(r, "write_policy", &r->conf.write_policy, k->write_policy,
+		              hl_cache_set_write_policy, err, errlen);
+		rc = e ? e : rc;
+		e = apply_str(r, "admission", &r->conf.admission, k->admission,
+		              hl_cache_set_admission, err, errlen);
+		rc = e ? e : rc;
 	}
 	pthread_mutex_unlock(&g_lock);
 	return rc;

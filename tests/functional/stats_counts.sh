@@ -154,6 +154,14 @@ assert got == want, (got, want)
 PY
 		echo "$1 counters match"
 	}
+	# counted_read WHAT QEMU-IO-COMMAND REQS HITS PARTIAL MISSES CACHE_KIB ORIGIN_KIB:
+	# the command moves disk inv's read counters by exactly that
+	counted_read() {
+		stats >"$tmp/before.json" || hl_fail "stats"
+		qio "$2"
+		stats >"$tmp/after.json" || hl_fail "stats"
+		read_counts "$1" "${@:3}"
+	}
 	qio "read -P 0 0 64k"; idle
 	qio "write -P 0x5a 16k 8k"; idle
 	stats >"$tmp/before.json" || hl_fail "stats"
@@ -189,10 +197,7 @@ PY
 	read_counts "true partial hit" 3 2 0 1 24 8
 	idle
 	qio "write -P 0x44 8k 4k"; idle
-	stats >"$tmp/before.json" || hl_fail "stats"
-	qio "read 0 64k"
-	stats >"$tmp/after.json" || hl_fail "stats"
-	read_counts "stitched partial hit" 1 0 1 0 60 4
+	counted_read "stitched partial hit" "read 0 64k" 1 0 1 0 60 4
 	# the stitched reply is right, byte for byte
 	qemu-io -f raw -c "read -P 0 0 8k" -c "read -P 0x44 8k 4k" -c "read -P 0 12k 4k" \
 		-c "read -P 0x5a 16k 8k" -c "read -P 0 24k 16k" -c "read -P 0x33 40k 8k" \
@@ -206,10 +211,7 @@ PY
 	"$CTL" --socket "$sock" /caches/c1 set write_policy=update || hl_fail "write_policy change refused"
 	grep -q 'cache c1: write_policy now update' "$HL_LOG" || hl_fail "the engine kept invalidating"
 	qio "write -P 0x66 0 4k"; idle
-	stats >"$tmp/before.json" || hl_fail "stats"
-	qio "read -P 0x66 0 4k"
-	stats >"$tmp/after.json" || hl_fail "stats"
-	read_counts "updated while running" 1 1 0 0 4 0
+	counted_read "updated while running" "read -P 0x66 0 4k" 1 1 0 0 4 0
 	ub() { stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["caches"]["c1"]["update_buffer_bytes"])'; }
 	[ "$(ub)" -ge 4096 ] || hl_fail "the update is not in the RAM update buffer ($(ub) bytes)"
 	"$CTL" --socket "$sock" /caches/c1 set update_buffer=0 || hl_fail "update_buffer change refused"
@@ -218,18 +220,12 @@ PY
 	grep -q 'cache c1: update buffer now 0 KiB (4 KiB written back)' "$HL_LOG" ||
 		hl_fail "the buffer was not written back: $(grep 'update buffer now' "$HL_LOG")"
 	[ "$(ub)" = 0 ] || hl_fail "update buffer still holds $(ub) bytes"
-	stats >"$tmp/before.json" || hl_fail "stats"
-	qio "read -P 0x66 0 4k"
-	stats >"$tmp/after.json" || hl_fail "stats"
-	read_counts "written back, served from the cache device" 1 1 0 0 4 0
+	counted_read "written back, served from the cache device" "read -P 0x66 0 4k" 1 1 0 0 4 0
 	"$CTL" --socket "$sock" /caches/c1 set write_policy=invalidate update_buffer=8M ||
 		hl_fail "second change refused"
 	grep -q 'cache c1: update buffer now 8192 KiB' "$HL_LOG" || hl_fail "update buffer not back on"
 	qio "write -P 0x77 0 4k"; idle
-	stats >"$tmp/before.json" || hl_fail "stats"
-	qio "read -P 0x77 0 4k"
-	stats >"$tmp/after.json" || hl_fail "stats"
-	read_counts "invalidated again" 1 0 0 1 0 4
+	counted_read "invalidated again" "read -P 0x77 0 4k" 1 0 0 1 0 4
 else
 	echo "stats_counts: qemu-io missing: partial-hit and live-change cases skipped"
 fi
