@@ -1375,6 +1375,7 @@ static void test_rmw_race(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0)); /* its fill too: nothing in flight at the close */
 
 	fixture_down(c, o, &f);
 	free(buf);
