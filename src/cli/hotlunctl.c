@@ -561,10 +561,11 @@ static const char *const disk_params[] = {"origin=", "block_size=", "read_only="
 					  "cache_quota=", "origin_iops=", "origin_mbps=",
 					  "origin_latency_ms=", NULL};
 static const char *const cache_params[] = {"device=", "size=", "block_size=", "admission=",
-					   "write_policy=", NULL};
+					   "write_policy=", "update_buffer=", NULL};
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",
 					    "mutual_user=", "mutual_secret=", NULL};
-static const char *const global_params[] = {"log_level=", NULL};
+static const char *const global_params[] = {"log_level=", "poll_us=", "discovery_chap_user=",
+					    "discovery_chap_secret=", NULL};
 
 static const char *const *params_for(const char *path)
 {
