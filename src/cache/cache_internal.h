@@ -173,7 +173,7 @@ struct cache_ub {
 	uint64_t n;          /* entries in the map */
 	uint32_t *fifo;      /* ring of slots, fifo_cap entries */
 	uint64_t fifo_head, fifo_tail, fifo_cap;
-	bool closed;         /* no new updates come in (a resize drains it) */
+	bool closed;         /* no new updates come in (while a resize drains it) */
 };
 
 struct hl_cache_core {
@@ -185,7 +185,7 @@ struct hl_cache_core {
 	uint64_t nwin;   /* RAM window slots, numbered after the SSD slots */
 	uint64_t ntotal; /* nslots + nwin */
 	uint64_t used;     /* slots holding a block, SSD and window */
-	uint64_t win_used; /* of them in the RAM window */
+	uint64_t win_used; /* of those, RAM window slots */
 	struct cache_slot *slots;
 	uint8_t *valid;     /* nslots * vbytes */
 	uint64_t *freemap;  /* bit set: slot FREE */

@@ -322,8 +322,9 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			struct cache_slot *sl = &c->slots[s];
 			const uint8_t *v = cache_slot_valid(c, s);
 			uint32_t nv = cache_vcount(v, first, n);
+			uint8_t cmax = s < c->nslots ? CACHE_CLOCK_MAX : CACHE_WIN_CLOCK_MAX;
 
-			if (nv && sl->clock < (s < c->nslots ? CACHE_CLOCK_MAX : CACHE_WIN_CLOCK_MAX))
+			if (nv && sl->clock < cmax)
 				sl->clock++;
 			if (nv)
 				sl->state &= (uint8_t)~CACHE_SLOT_F_NOPROMOTE;

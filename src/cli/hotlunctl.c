@@ -350,6 +350,14 @@ static uint64_t jdelta(json_t *o, json_t *prev, const char *k)
 	return now >= then ? now - then : now; /* a restart in between: since then */
 }
 
+/* The counters of disk in cache (NULL when either is). */
+static json_t *cache_disk(json_t *caches, const char *cache, const char *disk)
+{
+	return cache ? json_object_get(json_object_get(json_object_get(caches, cache), "disks"),
+	                               disk)
+	             : NULL;
+}
+
 /* "n%" of part in whole, or "-" when whole is 0. */
 static const char *pct(uint64_t part, uint64_t whole, char *buf, size_t len)
 {
@@ -387,15 +395,7 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		char sz[32];
 		const char *cname = json_string_value(json_object_get(disk, "cache"));
 		json_t *pd = json_object_get(pdisks, name);
-		json_t *cd = cname ? json_object_get(json_object_get(json_object_get(caches, cname),
-		                                                     "disks"),
-		                                     name)
-		                   : NULL;
-		json_t *pcd = cname && prev ? json_object_get(
-		                                  json_object_get(json_object_get(pcaches, cname),
-		                                                  "disks"),
-		                                  name)
-		                            : NULL;
+		json_t *cd = cache_disk(caches, cname, name), *pcd = cache_disk(pcaches, cname, name);
 		double div = prev && secs > 0 ? (double)secs : 1.0;
 
 		hl_format_size(jint(disk, "size_bytes"), sz, sizeof(sz));
@@ -411,7 +411,8 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 	}
 	json_object_foreach(caches, name, cache) {
 		json_t *pc = json_object_get(pcaches, name);
-		uint64_t reqs = jdelta(cache, pc, "read_reqs"), bytes = jdelta(cache, pc, "bytes_read");
+		uint64_t reqs = jdelta(cache, pc, "read_reqs");
+		uint64_t bytes = jdelta(cache, pc, "bytes_read");
 		uint64_t bs = jint(cache, "block_size"), rec = jint(cache, "recommended_block_size");
 		char bsz[32], rsz[32], ub[32];
 
