@@ -323,7 +323,8 @@ int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_
 /** Geometry and RAM use. */
 struct hl_cache_core_info {
 	uint64_t nslots;       /* SSD slots: 0 .. nslots-1 */
-	uint64_t window_slots; /* RAM window slots: nslots .. nslots+window_slots-1 */
+	uint64_t window_slots; /* RAM window slots now: nslots .. nslots+window_slots-1 */
+	uint64_t window_max_slots; /* allocated: the window may borrow up to this (rule 9) */
 	uint64_t used_slots;   /* SSD slots holding a block (<= nslots) */
 	uint64_t window_used_slots; /* RAM window slots holding a block */
 	uint32_t block_size;

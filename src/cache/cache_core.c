@@ -39,6 +39,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 {
 	struct hl_cache_core *c;
 	uint64_t nslots;
+	uint32_t w0 = 0;
 
 	if (p->block_size < HL_CACHE_MIN_BLOCK || p->block_size > HL_CACHE_MAX_BLOCK ||
 	    (p->block_size & (p->block_size - 1)))
@@ -65,7 +66,9 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		w = HL_MAX(w, (16ull << 20) / p->block_size);
 		w = HL_MAX(w, 256);
 		w = HL_MIN(w, (64ull << 20) / p->block_size);
-		c->nwin = w;
+		/* Room to borrow up to 3/4 of a default update buffer (rule 9). */
+		c->nwin = w + (HL_CACHE_UPDATE_BUFFER_DEFAULT / 4 * 3) / p->block_size;
+		w0 = (uint32_t)w;
 	} else {
 		c->nwin = p->window_bytes / p->block_size;
 	}
@@ -102,9 +105,9 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		cache_bit_set(c->freemap, i);
 	c->win = (struct cache_part){
 	    .first = (uint32_t)nslots,
-	    .n = (uint32_t)c->nwin,
+	    .n = w0 ? w0 : (uint32_t)c->nwin,
 	    .hand = (uint32_t)nslots,
-	    .nfree = (uint32_t)c->nwin,
+	    .nfree = w0 ? w0 : (uint32_t)c->nwin,
 	    .free_hint = (uint32_t)nslots,
 	    .owner = -3,
 	};
@@ -114,7 +117,8 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		c->ghost_bits <<= 1;
 	c->ghost[0] = calloc(c->ghost_bits / 64, 8);
 	c->ghost[1] = calloc(c->ghost_bits / 64, 8);
-	if (!c->ghost[0] || !c->ghost[1]) {
+	if (!c->ghost[0] || !c->ghost[1] ||
+	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
 	}
@@ -176,6 +180,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	hl_admit_destroy(c->admit);
 	free(c->ghost[0]);
 	free(c->ghost[1]);
+	cache_split_fini(c);
 	free(c->ub.map_slot);
 	free(c->ub.map_bits);
 	free(c->ub.map_seq);
@@ -222,6 +227,7 @@ void cache_slot_release(struct hl_cache_core *c, uint32_t s)
 		cache_stale_add(c, sl->key, s);
 		sl->state |= CACHE_SLOT_F_CLAIMS_OTHER; /* for whoever takes the slot next */
 	}
+	cache_split_released(c, s);
 	/* Buffered updates of an evicted block are never written. */
 	cache_ub_clear(c, s, 0, c->spb);
 	sl->state = (uint8_t)(sl->state & (CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER));
@@ -448,7 +454,8 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	size_t bitmaps = 2 * HL_DIV_ROUND_UP(c->ntotal, 64) * sizeof(uint64_t);
 
 	out->nslots = c->nslots;
-	out->window_slots = c->nwin;
+	out->window_slots = c->win.n;
+	out->window_max_slots = c->nwin;
 	out->used_slots = c->used - c->win_used;
 	out->window_used_slots = c->win_used;
 	out->block_size = c->p.block_size;

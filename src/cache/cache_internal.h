@@ -176,6 +176,36 @@ struct cache_ub {
 	bool closed;         /* no new updates come in (while a resize drains it) */
 };
 
+/* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
+struct cache_bloom2 {
+	uint64_t *f[2];
+	uint64_t bits, n, cap;
+	int cur;
+};
+
+/*
+ * One RAM budget for the window and the update buffer (cache_split.c,
+ * docs/cache-policy.md rule 9): the window may borrow up to 3/4 of the
+ * buffer's bytes while that saves more cache-device writes; window bytes
+ * borrowed + ub.cap == ub_bytes. w0 == 0: off (an explicit window size,
+ * or no window).
+ */
+struct cache_split {
+	uint32_t w0;         /* the window's own slots (its automatic size) */
+	uint32_t wmax;       /* the most it may have now (w0 + what the buffer lends) */
+	uint32_t walloc;     /* window slots allocated (nwin) */
+	uint32_t step, band; /* slots moved at a time; the margin the estimates judge */
+	uint64_t ub_bytes;   /* the update buffer's configured bytes */
+	uint32_t *taken_at;  /* window slot -> the take count when it was filled */
+	uint64_t takes, epoch_takes;
+	uint64_t *promoted;          /* SSD slot bitmap: entered by a promotion */
+	struct cache_bloom2 drops;   /* keys the window dropped lately */
+	struct cache_bloom2 wbacks;  /* sectors written back lately */
+	double win_grow, win_shrink; /* window events (decayed), worth `worth` bytes each */
+	double buf_grow, buf_shrink; /* device bytes (decayed) */
+	double returns, promotions, followon; /* since the start */
+};
+
 struct hl_cache_core {
 	struct hl_cache_params p;
 	uint32_t spb;    /* 4K sectors per block */
@@ -219,6 +249,7 @@ struct hl_cache_core {
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
 	struct cache_ub ub;
+	struct cache_split split;
 };
 
 /* ---- bit helpers ---- */
@@ -470,6 +501,28 @@ bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_c
  * contract for *io.
  */
 bool cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
+
+/* ---- window / update buffer split (cache_split.c; no-ops when off) ---- */
+
+/** Turn the split on: the window owns w0 slots of the walloc allocated. @return 0 or -ENOMEM. */
+int cache_split_init(struct hl_cache_core *c, uint32_t w0, uint32_t walloc);
+void cache_split_fini(struct hl_cache_core *c);
+/** The update buffer is now bytes (0: off): what it lends, and ub.cap. */
+void cache_split_set_buffer(struct hl_cache_core *c, uint64_t bytes);
+/** Events: window slot s got a block; the window dropped key (to the ghost); */
+void cache_split_took(struct hl_cache_core *c, uint32_t s);
+void cache_split_dropped(struct hl_cache_core *c, uint64_t key);
+/** key came back from the ghost; a window hit on slot s; */
+void cache_split_returned(struct hl_cache_core *c, uint64_t key);
+void cache_split_window_hit(struct hl_cache_core *c, uint32_t s);
+/** SSD slot s got a promoted block; slot s was released; */
+void cache_split_promoted(struct hl_cache_core *c, uint32_t s);
+void cache_split_released(struct hl_cache_core *c, uint32_t s);
+/** a write updates sectors of SSD slot s (before the buffer drops them); a write-back. */
+void cache_split_update(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
+void cache_split_written_back(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
+/** cache_read.c: the window drops key: remembered by the ghost (and the split). */
+void cache_window_forget(struct hl_cache_core *c, uint64_t key);
 
 /* ---- metadata (cache_meta.c) ---- */
 

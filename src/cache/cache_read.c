@@ -46,6 +46,12 @@ static bool ghost_test(const struct hl_cache_core *c, uint64_t key)
 	return false;
 }
 
+void cache_window_forget(struct hl_cache_core *c, uint64_t key)
+{
+	ghost_add(c, key);
+	cache_split_dropped(c, key);
+}
+
 /* ---- request helpers ---- */
 
 /* Sequential detection: true when this request continues a stream past the threshold. */
@@ -166,6 +172,7 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 	c->used--; /* w is no longer counted as holding a block */
 	c->win_used--;
 	c->slots[s].pins++;
+	cache_split_promoted(c, s);
 	memset(io, 0, sizeof(*io));
 	io->kind = HL_CACHE_IO_PROMOTE;
 	io->block = cache_key_block(key);
@@ -222,12 +229,13 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 			continue;
 		}
 		if (!empty && !(c->slots[s].state & CACHE_SLOT_F_NOPROMOTE))
-			ghost_add(c, c->slots[s].key);
+			cache_window_forget(c, c->slots[s].key);
 		cache_slot_release(c, s);
 	}
 	if (s == HL_CACHE_NO_SLOT)
 		return HL_CACHE_NO_SLOT;
 	cache_slot_take(c, pt, s, key);
+	cache_split_took(c, s);
 	return s;
 }
 
@@ -253,6 +261,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		goto ssd;
 	}
 	returning = !bypass && c->win.n && ghost_test(c, key);
+	if (returning)
+		cache_split_returned(c, key);
 	if (returning && !freq) {
 		/* Back soon after the window dropped it: compete for the SSD right away. */
 		s = cache_part_find_victim(c, pt, &empty);
@@ -326,6 +336,8 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 
 			if (nv && sl->clock < cmax)
 				sl->clock++;
+			if (nv && s >= c->nslots)
+				cache_split_window_hit(c, s);
 			if (nv)
 				sl->state &= (uint8_t)~CACHE_SLOT_F_NOPROMOTE;
 			io->ticket = sl->gen;

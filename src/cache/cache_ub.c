@@ -146,6 +146,8 @@ int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
 	free(u->map_seq);
 	free(u->fifo);
 	*u = n;
+	if (c->split.w0)
+		cache_split_set_buffer(c, bytes); /* what the window may borrow of it */
 	return 0;
 }
 
@@ -199,6 +201,7 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 			cache_slot_maybe_release(c, s);
 			continue;
 		}
+		cache_split_written_back(c, s, a, z - a + 1);
 		memset(io, 0, sizeof(*io));
 		io->kind = HL_CACHE_IO_UPDATE;
 		io->block = cache_key_block(sl->key);

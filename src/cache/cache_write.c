@@ -116,6 +116,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		 * If the on-device record still claims them, it must be rewritten
 		 * (meta barrier) before the write is acknowledged.
 		 */
+		cache_split_update(c, s, first, n);
 		cache_ub_clear(c, s, first, n);
 		if (cache_vcount(cache_slot_valid(c, s), first, n)) {
 			cache_vclear(cache_slot_valid(c, s), first, n);

@@ -593,7 +593,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	if (rc)
 		goto fail;
 	hl_cache_core_info(c->core, &info);
-	c->nwin = info.window_slots;
+	c->nwin = info.window_max_slots; /* the window may grow to it (rule 9) */
 	if (c->nwin) {
 		c->window = abuf(c->nwin * c->bs);
 		rc = -ENOMEM;
@@ -630,10 +630,10 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		goto fail;
 	c->meta_started = true;
 	HL_NOTICE("cache",
-	          "cache %s: %s, %llu blocks of %u KiB (+%llu in RAM), admission %s, "
+	          "cache %s: %s, %llu blocks of %u KiB (+%llu in RAM, up to %llu), admission %s, "
 	          "%s, update buffer %llu KiB; %s",
 	          c->name, cfg->device, (unsigned long long)c->nslots, c->bs / 1024,
-	          (unsigned long long)c->nwin, adm,
+	          (unsigned long long)info.window_slots, (unsigned long long)c->nwin, adm,
 	          cfg->write_policy ? cfg->write_policy : "update",
 	          (unsigned long long)(c->ub_cap >> 10), usable ? "warm restart" : "formatted");
 	if (usable)

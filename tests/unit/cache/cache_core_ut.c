@@ -690,6 +690,75 @@ static void test_window_clock_one_bit(void)
 	hl_cache_core_destroy(c);
 }
 
+/* The window's slots now, the buffer's limit now, and that they add up. */
+static uint32_t split_window(struct hl_cache_core *c, uint64_t ub)
+{
+	struct hl_cache_core_info info;
+
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_EQUAL(c->ub.cap + (info.window_slots - c->split.w0) * c->p.block_size, ub);
+	CU_ASSERT(info.window_slots <= info.window_max_slots);
+	return (uint32_t)info.window_slots;
+}
+
+/*
+ * Rule 9: the automatic window borrows from the update buffer, a step at
+ * a time, while blocks come back soon after it dropped them (a bigger
+ * window would have kept them: fewer promotions), at most 3/4 of the
+ * buffer, the sum unchanged; it gives the RAM back when rewrites of
+ * written-back sectors say the buffer saves more, and at once when the
+ * buffer is resized.
+ */
+static void test_window_buffer_split(void)
+{
+	/* 1024 SSD slots of 64K; the window is 256 slots (16 MiB), 32 per step. */
+	struct hl_cache_core *c = mk(1024 * 64 * K, 64 * K, HL_CACHE_WINDOW_AUTO);
+	uint64_t ub = 16 * M;
+	uint32_t w0, w;
+	int hits = 0;
+
+	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, ub) == 0);
+	w0 = split_window(c, ub);
+	CU_ASSERT_EQUAL(w0, 256);
+	CU_ASSERT_EQUAL(c->split.wmax, 256 + 192);
+	/*
+	 * 1314 scattered blocks (never a sequential stream) read in turn: the
+	 * SSD takes 1024, the window cycles the other 290, each dropped 34
+	 * drops before it comes back. The window grows until they fit.
+	 */
+	for (int round = 0; round < 8; round++) {
+		hits = 0;
+		for (int i = 0; i < 1314; i++)
+			hits += rd(c, 0, (uint64_t)(1000 + i * 7) * 64 * K, 64 * K) == R_HIT;
+	}
+	w = split_window(c, ub);
+	CU_ASSERT(w >= 256 + 32);
+	CU_ASSERT(w <= 256 + 192);
+	CU_ASSERT_EQUAL(hits, 1314);
+
+	/* The buffer's case wins: the window gives a step back at its next decision. */
+	c->split.buf_grow = 1e12;
+	for (int i = 0; i < 100; i++)
+		rd(c, 0, (uint64_t)(50000 + i * 7) * 64 * K, 64 * K);
+	CU_ASSERT_EQUAL(split_window(c, ub), w - 32);
+	c->split.buf_grow = 0;
+
+	/* A smaller buffer lends less: the window shrinks to what it may borrow (3 MiB). */
+	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, 4 * M) == 0);
+	CU_ASSERT_EQUAL(split_window(c, 4 * M), w0 + 32);
+	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, 0) == 0);
+	CU_ASSERT_EQUAL(split_window(c, 0), w0);
+	CU_ASSERT_EQUAL(c->ub.cap, 0);
+	hl_cache_core_destroy(c);
+
+	/* An explicit window size: no split. */
+	c = mk(1024 * 64 * K, 64 * K, 256 * 64 * K);
+	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, ub) == 0);
+	CU_ASSERT_EQUAL(c->split.w0, 0);
+	CU_ASSERT_EQUAL(c->ub.cap, ub);
+	hl_cache_core_destroy(c);
+}
+
 static void test_ram_per_block(void)
 {
 	/* 64 GiB of 64 KiB blocks = 1 Mi slots. */
@@ -910,6 +979,7 @@ static const struct hl_test tests[] = {
     {"scan with admit-all flushes the hot set", test_scan_always_fails},
     {"RAM window and promotion to the SSD", test_window_promotion},
     {"the RAM window's CLOCK keeps one reference bit", test_window_clock_one_bit},
+    {"window and update buffer share their RAM (rule 9)", test_window_buffer_split},
     {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
     {"automatic RAM window size, >= 256 blocks", test_window_auto_size},
     {"sequential streams bypass", test_seq_bypass},
