@@ -111,13 +111,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	    .free_hint = (uint32_t)nslots,
 	    .owner = -3,
 	};
-	c->ghost_cap = nslots / 2 + 8;
-	c->ghost_bits = 64;
-	while (c->ghost_bits < c->ghost_cap * 10)
-		c->ghost_bits <<= 1;
-	c->ghost[0] = calloc(c->ghost_bits / 64, 8);
-	c->ghost[1] = calloc(c->ghost_bits / 64, 8);
-	if (!c->ghost[0] || !c->ghost[1] ||
+	if (cache_bloom2_init(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull) ||
 	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
@@ -178,8 +172,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 		free(c->luns[i]);
 	free(c->luns);
 	hl_admit_destroy(c->admit);
-	free(c->ghost[0]);
-	free(c->ghost[1]);
+	cache_bloom2_fini(&c->ghost);
 	cache_split_fini(c);
 	free(c->ub.map_slot);
 	free(c->ub.map_bits);
@@ -329,6 +322,56 @@ uint32_t cache_part_find_victim(struct hl_cache_core *c, struct cache_part *pt, 
 	return HL_CACHE_NO_SLOT;
 }
 
+/* ---- two rotating bloom filters ---- */
+
+int cache_bloom2_init(struct cache_bloom2 *b, uint64_t cap, uint64_t salt)
+{
+	b->cap = cap;
+	b->salt = salt;
+	for (b->bits = 64; b->bits < cap * 10; b->bits <<= 1)
+		;
+	b->f[0] = calloc(b->bits / 64, sizeof(uint64_t));
+	b->f[1] = calloc(b->bits / 64, sizeof(uint64_t));
+	return b->f[0] && b->f[1] ? 0 : -ENOMEM;
+}
+
+void cache_bloom2_fini(struct cache_bloom2 *b)
+{
+	free(b->f[0]);
+	free(b->f[1]);
+	memset(b, 0, sizeof(*b));
+}
+
+void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key)
+{
+	uint64_t h = cache_hash(key ^ b->salt);
+
+	if (!b->bits)
+		return;
+	if (b->n >= b->cap) {
+		b->cur ^= 1;
+		memset(b->f[b->cur], 0, b->bits / 8);
+		b->n = 0;
+	}
+	for (int i = 0; i < 3; i++)
+		cache_bit_set(b->f[b->cur], (h >> (i * 21)) & (b->bits - 1));
+	b->n++;
+}
+
+bool cache_bloom2_test(const struct cache_bloom2 *b, uint64_t key)
+{
+	uint64_t h = cache_hash(key ^ b->salt);
+
+	for (int g = 0; g < 2 && b->bits; g++) {
+		bool in = true;
+		for (int i = 0; i < 3 && in; i++)
+			in = cache_bit_test(b->f[g], (h >> (i * 21)) & (b->bits - 1));
+		if (in)
+			return true;
+	}
+	return false;
+}
+
 /* ---- LUNs and partitions ---- */
 
 int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_bytes)
@@ -462,7 +505,7 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
 	                 cache_index_mem_bytes(&c->ix) +
 	                 c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
-	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit) + 2 * c->ghost_bits / 8;
+	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit) + 2 * c->ghost.bits / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
 }
 

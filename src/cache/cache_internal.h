@@ -179,7 +179,7 @@ struct cache_ub {
 /* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
 struct cache_bloom2 {
 	uint64_t *f[2];
-	uint64_t bits, n, cap;
+	uint64_t bits, n, cap, salt;
 	int cur;
 };
 
@@ -224,13 +224,11 @@ struct hl_cache_core {
 	struct hl_admit *admit;
 	struct cache_part win; /* the RAM window (n == 0: off) */
 	/*
-	 * Ghost of the window: keys it dropped without promotion, in two
-	 * rotating bloom filters of ghost_cap keys each (about the last 0.5-1x
-	 * nslots drops). A miss found here competes for the SSD at once.
+	 * Ghost of the window: keys it dropped without promotion, about the
+	 * last 0.5-1x nslots drops. A miss found here has shown reuse beyond
+	 * the window's reach.
 	 */
-	uint64_t *ghost[2];
-	uint64_t ghost_bits, ghost_n, ghost_cap;
-	int ghost_cur;
+	struct cache_bloom2 ghost;
 	struct cache_part parts[CACHE_MAX_PARTS];
 	uint32_t nparts;
 	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
@@ -501,6 +499,16 @@ bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_c
  * contract for *io.
  */
 bool cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
+
+/* ---- two rotating bloom filters (cache_core.c) ---- */
+
+/** Room for cap keys per filter, hashed with salt. @return 0 or -ENOMEM (free with _fini). */
+int cache_bloom2_init(struct cache_bloom2 *b, uint64_t cap, uint64_t salt);
+void cache_bloom2_fini(struct cache_bloom2 *b);
+/** Remember key; the older filter is cleared for reuse once the newer holds cap keys. */
+void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key);
+/** Was key added among about the last cap..2 cap keys? (never for an unset b) */
+bool cache_bloom2_test(const struct cache_bloom2 *b, uint64_t key);
 
 /* ---- window / update buffer split (cache_split.c; no-ops when off) ---- */
 

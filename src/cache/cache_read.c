@@ -12,43 +12,11 @@
 #include "cache/cache_internal.h"
 #include "hotlun/util.h"
 
-/* ---- ghost: keys the window dropped recently (two rotating bloom filters) ---- */
-
-static void ghost_add(struct hl_cache_core *c, uint64_t key)
-{
-	uint64_t h = cache_hash(key ^ 0x7f4a7c159e3779b9ull);
-	if (!c->ghost_bits)
-		return;
-	if (c->ghost_n >= c->ghost_cap) {
-		c->ghost_cur ^= 1;
-		memset(c->ghost[c->ghost_cur], 0, c->ghost_bits / 8);
-		c->ghost_n = 0;
-	}
-	for (int i = 0; i < 3; i++) {
-		uint64_t b = (h >> (i * 21)) & (c->ghost_bits - 1);
-		cache_bit_set(c->ghost[c->ghost_cur], b);
-	}
-	c->ghost_n++;
-}
-
-static bool ghost_test(const struct hl_cache_core *c, uint64_t key)
-{
-	uint64_t h = cache_hash(key ^ 0x7f4a7c159e3779b9ull);
-	if (!c->ghost_bits)
-		return false;
-	for (int g = 0; g < 2; g++) {
-		bool in = true;
-		for (int i = 0; i < 3 && in; i++)
-			in = cache_bit_test(c->ghost[g], (h >> (i * 21)) & (c->ghost_bits - 1));
-		if (in)
-			return true;
-	}
-	return false;
-}
+/* ---- ghost: keys the window dropped recently ---- */
 
 void cache_window_forget(struct hl_cache_core *c, uint64_t key)
 {
-	ghost_add(c, key);
+	cache_bloom2_add(&c->ghost, key);
 	cache_split_dropped(c, key);
 }
 
@@ -260,7 +228,7 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		cache_slot_take(c, pt, s, key);
 		goto ssd;
 	}
-	returning = !bypass && c->win.n && ghost_test(c, key);
+	returning = !bypass && c->win.n && cache_bloom2_test(&c->ghost, key);
 	if (returning)
 		cache_split_returned(c, key);
 	if (returning && !freq) {

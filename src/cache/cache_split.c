@@ -35,46 +35,6 @@
 #define SPLIT_EPS    (4.0 * HL_CACHE_SECTOR) /* smaller gains are noise */
 #define SPLIT_SALT   0x51ed27a3b1f4c9d1ull
 
-/* ---- two rotating bloom filters: the last cap .. 2 cap keys added ---- */
-
-static int bloom2_init(struct cache_bloom2 *b, uint64_t cap)
-{
-	b->cap = cap;
-	for (b->bits = 64; b->bits < cap * 10; b->bits <<= 1)
-		;
-	b->f[0] = calloc(b->bits / 64, sizeof(uint64_t));
-	b->f[1] = calloc(b->bits / 64, sizeof(uint64_t));
-	return b->f[0] && b->f[1] ? 0 : -ENOMEM;
-}
-
-static void bloom2_add(struct cache_bloom2 *b, uint64_t key)
-{
-	uint64_t h = cache_hash(key ^ SPLIT_SALT);
-
-	if (b->n >= b->cap) {
-		b->cur ^= 1;
-		memset(b->f[b->cur], 0, b->bits / 8);
-		b->n = 0;
-	}
-	for (int i = 0; i < 3; i++)
-		cache_bit_set(b->f[b->cur], (h >> (i * 21)) & (b->bits - 1));
-	b->n++;
-}
-
-static bool bloom2_test(const struct cache_bloom2 *b, uint64_t key)
-{
-	uint64_t h = cache_hash(key ^ SPLIT_SALT);
-
-	for (int g = 0; g < 2; g++) {
-		bool in = true;
-		for (int i = 0; i < 3 && in; i++)
-			in = cache_bit_test(b->f[g], (h >> (i * 21)) & (b->bits - 1));
-		if (in)
-			return true;
-	}
-	return false;
-}
-
 /* ---- set-up ---- */
 
 int cache_split_init(struct hl_cache_core *c, uint32_t w0, uint32_t wmax_alloc)
@@ -89,8 +49,8 @@ int cache_split_init(struct hl_cache_core *c, uint32_t w0, uint32_t wmax_alloc)
 	x->band = (uint32_t)HL_MAX(SPLIT_BAND / bs, 2);
 	x->taken_at = calloc(wmax_alloc, sizeof(*x->taken_at));
 	x->promoted = calloc(HL_DIV_ROUND_UP(c->nslots, 64), sizeof(uint64_t));
-	if (!x->taken_at || !x->promoted || bloom2_init(&x->drops, x->band / 2 + 1) ||
-	    bloom2_init(&x->wbacks, SPLIT_BAND / HL_CACHE_SECTOR / 2))
+	if (!x->taken_at || !x->promoted || cache_bloom2_init(&x->drops, x->band / 2 + 1, SPLIT_SALT) ||
+	    cache_bloom2_init(&x->wbacks, SPLIT_BAND / HL_CACHE_SECTOR / 2, SPLIT_SALT))
 		return -ENOMEM;
 	return 0;
 }
@@ -101,10 +61,8 @@ void cache_split_fini(struct hl_cache_core *c)
 
 	free(x->taken_at);
 	free(x->promoted);
-	for (int g = 0; g < 2; g++) {
-		free(x->drops.f[g]);
-		free(x->wbacks.f[g]);
-	}
+	cache_bloom2_fini(&x->drops);
+	cache_bloom2_fini(&x->wbacks);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -198,7 +156,7 @@ void cache_split_took(struct hl_cache_core *c, uint32_t s)
 void cache_split_dropped(struct hl_cache_core *c, uint64_t key)
 {
 	if (c->split.w0)
-		bloom2_add(&c->split.drops, key);
+		cache_bloom2_add(&c->split.drops, key);
 }
 
 void cache_split_returned(struct hl_cache_core *c, uint64_t key)
@@ -208,7 +166,7 @@ void cache_split_returned(struct hl_cache_core *c, uint64_t key)
 	if (!x->w0)
 		return;
 	x->returns += 1;
-	if (bloom2_test(&x->drops, key))
+	if (cache_bloom2_test(&x->drops, key))
 		x->win_grow += 1;
 }
 
@@ -262,7 +220,7 @@ void cache_split_update(struct hl_cache_core *c, uint32_t s, uint32_t first, uin
 		if (pending && cache_vtest(pending, j)) {
 			if (oldest)
 				x->buf_shrink += HL_CACHE_SECTOR;
-		} else if (bloom2_test(&x->wbacks, sector_key(s, j))) {
+		} else if (cache_bloom2_test(&x->wbacks, sector_key(s, j))) {
 			x->buf_grow += HL_CACHE_SECTOR;
 		}
 	}
@@ -275,7 +233,7 @@ void cache_split_written_back(struct hl_cache_core *c, uint32_t s, uint32_t firs
 	if (!x->w0 || x->wmax == x->w0)
 		return;
 	for (uint32_t j = first; j < first + n; j++)
-		bloom2_add(&x->wbacks, sector_key(s, j));
+		cache_bloom2_add(&x->wbacks, sector_key(s, j));
 	if (cache_bit_test(x->promoted, s))
 		x->followon += (double)n * HL_CACHE_SECTOR;
 }
