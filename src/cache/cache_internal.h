@@ -529,8 +529,12 @@ void cache_split_released(struct hl_cache_core *c, uint32_t s);
 /** a write updates sectors of SSD slot s (before the buffer drops them); a write-back. */
 void cache_split_update(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
 void cache_split_written_back(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
-/** cache_read.c: the window drops key: remembered by the ghost (and the split). */
-void cache_window_forget(struct hl_cache_core *c, uint64_t key);
+/**
+ * cache_read.c: window slot s (USED, idle) is dropped; its block is
+ * remembered by the ghost (and the split) unless it held nothing or was a
+ * sequential stream's.
+ */
+void cache_window_drop(struct hl_cache_core *c, uint32_t s);
 
 /* ---- metadata (cache_meta.c) ---- */
 

@@ -14,10 +14,15 @@
 
 /* ---- ghost: keys the window dropped recently ---- */
 
-void cache_window_forget(struct hl_cache_core *c, uint64_t key)
+void cache_window_drop(struct hl_cache_core *c, uint32_t s)
 {
-	cache_bloom2_add(&c->ghost, key);
-	cache_split_dropped(c, key);
+	const struct cache_slot *sl = &c->slots[s];
+
+	if (!(sl->state & CACHE_SLOT_F_NOPROMOTE) && !cache_vempty(c, cache_slot_valid(c, s))) {
+		cache_bloom2_add(&c->ghost, sl->key);
+		cache_split_dropped(c, sl->key);
+	}
+	cache_slot_release(c, s);
 }
 
 /* ---- request helpers ---- */
@@ -196,9 +201,7 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 			s = HL_CACHE_NO_SLOT; /* s is busy copying: look for another */
 			continue;
 		}
-		if (!empty && !(c->slots[s].state & CACHE_SLOT_F_NOPROMOTE))
-			cache_window_forget(c, c->slots[s].key);
-		cache_slot_release(c, s);
+		cache_window_drop(c, s);
 	}
 	if (s == HL_CACHE_NO_SLOT)
 		return HL_CACHE_NO_SLOT;

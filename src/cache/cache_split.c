@@ -79,14 +79,9 @@ static bool window_shrink(struct hl_cache_core *c)
 		if (st != CACHE_SLOT_FREE && (st != CACHE_SLOT_USED || sl->pins || sl->writers))
 			return false;
 	}
-	for (uint32_t s = pt->first + nn; s < pt->first + pt->n; s++) {
-		const struct cache_slot *sl = &c->slots[s];
-		if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED)
-			continue;
-		if (!(sl->state & CACHE_SLOT_F_NOPROMOTE) && !cache_vempty(c, cache_slot_valid(c, s)))
-			cache_window_forget(c, sl->key);
-		cache_slot_release(c, s);
-	}
+	for (uint32_t s = pt->first + nn; s < pt->first + pt->n; s++)
+		if ((c->slots[s].state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED)
+			cache_window_drop(c, s);
 	/* The slots are FREE now and outside the window's range. */
 	pt->nfree -= x->step;
 	pt->n = nn;
@@ -103,6 +98,14 @@ static uint64_t borrowed(const struct hl_cache_core *c)
 	return (uint64_t)(c->win.n - c->split.w0) * c->p.block_size;
 }
 
+/* The buffer's limit: what it has not lent to the window. */
+static void buffer_keeps_rest(struct hl_cache_core *c)
+{
+	uint64_t lent = borrowed(c);
+
+	c->ub.cap = c->split.ub_bytes > lent ? c->split.ub_bytes - lent : 0;
+}
+
 void cache_split_set_buffer(struct hl_cache_core *c, uint64_t bytes)
 {
 	struct cache_split *x = &c->split;
@@ -113,7 +116,7 @@ void cache_split_set_buffer(struct hl_cache_core *c, uint64_t bytes)
 	while (c->win.n > x->wmax && window_shrink(c))
 		;
 	/* A busy slot may keep the window above wmax until a later decision. */
-	c->ub.cap = bytes > borrowed(c) ? bytes - borrowed(c) : 0;
+	buffer_keeps_rest(c);
 }
 
 /* ---- events ---- */
@@ -146,7 +149,7 @@ void cache_split_took(struct hl_cache_core *c, uint32_t s)
 	} else if (buf_up > SPLIT_EPS && c->win.n >= x->w0 + x->step) {
 		window_shrink(c);
 	}
-	c->ub.cap = x->ub_bytes > borrowed(c) ? x->ub_bytes - borrowed(c) : 0;
+	buffer_keeps_rest(c);
 	x->win_grow *= SPLIT_DECAY;
 	x->win_shrink *= SPLIT_DECAY;
 	x->buf_grow *= SPLIT_DECAY;

@@ -112,15 +112,23 @@ static int ub_ent_put(struct hl_cache *c, uint32_t slot, uint32_t sect, const ui
 	return 0;
 }
 
-int engine_ub_init(struct hl_cache *c, uint64_t bytes)
+/* Buckets of the store's table for a buffer of bytes: a power of two, about a sector each. */
+static uint64_t ub_tab_buckets(uint64_t bytes)
 {
 	uint64_t n = 64;
+
+	while (n < bytes / SECT)
+		n <<= 1;
+	return n;
+}
+
+int engine_ub_init(struct hl_cache *c, uint64_t bytes)
+{
+	uint64_t n = ub_tab_buckets(bytes);
 	int rc;
 
 	if (!bytes)
 		return 0;
-	while (n < bytes / SECT)
-		n <<= 1;
 	c->ub_tab = calloc(n, sizeof(*c->ub_tab));
 	if (!c->ub_tab)
 		return -ENOMEM;
@@ -454,14 +462,12 @@ static void ub_tab_resize(struct hl_cache *c, struct ub_ent **tab, uint64_t mask
 int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes)
 {
 	struct ub_ent **tab = NULL;
-	uint64_t n = 64, done = 0;
+	uint64_t n = ub_tab_buckets(bytes), done = 0;
 	uint8_t *buf;
 	int rc = 0, wrc;
 
 	if (bytes % SECT)
 		return -EINVAL;
-	while (n < bytes / SECT)
-		n <<= 1;
 	buf = abuf(c->bs);
 	if (!buf || (bytes && !(tab = calloc(n, sizeof(*tab))))) {
 		free(buf);

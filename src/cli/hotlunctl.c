@@ -380,9 +380,7 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 	json_t *disks = json_object_get(r, "disks"), *caches = json_object_get(r, "caches");
 	json_t *pdisks = prev ? json_object_get(prev, "disks") : NULL;
 	json_t *pcaches = prev ? json_object_get(prev, "caches") : NULL;
-	char a[32], b[32], c[32];
-
-	char span[32] = "";
+	char a[32], b[32], c[32], span[32] = "";
 
 	if (prev)
 		snprintf(span, sizeof(span), " in %d s", secs);

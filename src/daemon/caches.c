@@ -157,12 +157,6 @@ static int check_device(const struct hl_conf *conf, const struct hl_conf_cache *
 	return 0;
 }
 
-/* The update buffer a section asks for, in bytes (0: off). */
-static uint64_t ub_bytes(const struct hl_conf_cache *k)
-{
-	return k->update_buffer_set ? k->update_buffer : HL_CACHE_UPDATE_BUFFER_DEFAULT;
-}
-
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 {
 	int rc = 0;
@@ -229,8 +223,8 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 
 		if (!r)
 			continue;
-		if (ub_bytes(&r->conf) != ub_bytes(k)) {
-			e = hl_cache_set_update_buffer(r->c, ub_bytes(k));
+		if (daemon_cache_update_buffer(&r->conf) != daemon_cache_update_buffer(k)) {
+			e = hl_cache_set_update_buffer(r->c, daemon_cache_update_buffer(k));
 			if (e) {
 				rc = fail(err, errlen, e, "cache %s: update_buffer: %s", k->name,
 				          strerror(-e));

@@ -10,8 +10,15 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "hotlun/cache.h"
 #include "hotlun/conf.h"
 #include "hotlun/origin.h"
+
+/** The RAM update buffer a [cache] section asks for, in bytes (0: off). */
+static inline uint64_t daemon_cache_update_buffer(const struct hl_conf_cache *k)
+{
+	return k->update_buffer_set ? k->update_buffer : HL_CACHE_UPDATE_BUFFER_DEFAULT;
+}
 
 /**
  * Open every [cache] section of conf that is not open yet (warm restart or

@@ -12,7 +12,6 @@
 
 #include "daemon/daemon_internal.h"
 
-#include "hotlun/cache.h"
 #include "hotlun/ctl.h"
 #include "hotlun/event.h"
 #include "hotlun/iscsi.h"
@@ -451,9 +450,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "admission", k->admission ? k->admission : "frequency");
 		put_str(o, "write_policy", k->write_policy ? k->write_policy : "update");
 		json_object_set_new(o, "update_buffer",
-				    json_integer((json_int_t)(k->update_buffer_set
-								  ? k->update_buffer
-								  : HL_CACHE_UPDATE_BUFFER_DEFAULT)));
+				    json_integer((json_int_t)daemon_cache_update_buffer(k)));
 		break;
 	}
 	case N_TARGET: {
