@@ -1811,6 +1811,19 @@ static void test_ub_sweeps(void)
 	free(w);
 }
 
+/*
+ * Read block b (BS bytes) into buf through o and check it against the
+ * origin. @return how many origin reads it took (0: served by the cache).
+ */
+static int read_block(struct hl_origin *o, struct fake *f, uint64_t b, uint8_t *buf)
+{
+	int reads = f->reads;
+
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f->mem + b * BS, BS) == 0);
+	return f->reads - reads;
+}
+
 /* Sector i of block's slot as the cache device file holds it. */
 static void dev_sector(struct hl_cache *c, uint64_t block, uint32_t i, uint8_t *out)
 {
@@ -1840,7 +1853,6 @@ static void test_ub_resize(void)
 	struct step held;
 	uint8_t *buf = malloc(2 * BS), *w = malloc(8 * K), sect[SECT];
 	uint64_t wb;
-	int reads;
 
 	o = fixture_up(&c, NULL, &f, 26, "fake:ub6");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, 2 * BS, buf), 0);
@@ -1868,21 +1880,15 @@ static void test_ub_resize(void)
 	CU_ASSERT(sect[0] == 0x5a && sect[SECT - 1] == 0x5a);
 	CU_ASSERT_EQUAL(hl_cache_get_stats(c, NULL, &st), 0);
 	CU_ASSERT_EQUAL(st.ub_writebacks, wb + 1);
-	reads = f.reads;
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
-	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
-	CU_ASSERT_EQUAL(f.reads, reads); /* a hit, from the device */
+	CU_ASSERT_EQUAL(read_block(o, &f, 2, buf), 0); /* a hit, from the device */
 
 	__atomic_store_n(&f.hold_writes, 0, __ATOMIC_RELAXED);
 	release_held(&f);
 	CU_ASSERT_EQUAL(io_wait(&held), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_EQUAL(ub_pending(c, 3), 0);
-	reads = f.reads;
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 3 * BS, BS, buf), 0);
-	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	CU_ASSERT_EQUAL(read_block(o, &f, 3, buf), 1); /* the refused sectors: from the origin */
 	CU_ASSERT(buf[0] == 0x6b);
-	CU_ASSERT_EQUAL(f.reads, reads + 1); /* the refused sectors: from the origin */
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_EQUAL(hl_cache_get_stats(c, NULL, &st), 0);
 	CU_ASSERT_EQUAL(st.ub_bytes, 0); /* its copies did not stay behind */
@@ -1903,10 +1909,7 @@ static void test_ub_resize(void)
 	CU_ASSERT_EQUAL(ub_pending(c, 2), 8 * K);
 	dev_sector(c, 2, 0, sect);
 	CU_ASSERT(sect[0] == 0x7c);
-	reads = f.reads;
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
-	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
-	CU_ASSERT_EQUAL(f.reads, reads);
+	CU_ASSERT_EQUAL(read_block(o, &f, 2, buf), 0);
 
 	/*
 	 * While a resize drains the buffer, updates go to the device: one that
@@ -1925,10 +1928,7 @@ static void test_ub_resize(void)
 	pthread_mutex_lock(&c->lock);
 	cache_core_ub_close(c->core, false);
 	pthread_mutex_unlock(&c->lock);
-	reads = f.reads;
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, BS, buf), 0);
-	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
-	CU_ASSERT_EQUAL(f.reads, reads);
+	CU_ASSERT_EQUAL(read_block(o, &f, 2, buf), 0);
 
 	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
@@ -1946,7 +1946,6 @@ static void test_write_policy_live(void)
 	struct hl_cache *c;
 	struct hl_origin *o;
 	uint8_t *buf = malloc(BS), *w = malloc(8 * K);
-	int reads;
 
 	o = fixture_up(&c, NULL, &f, 27, "fake:wp");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
@@ -1957,10 +1956,7 @@ static void test_write_policy_live(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, 8 * K, w), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_EQUAL(ub_pending(c, 4), 0);
-	reads = f.reads;
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
-	CU_ASSERT(memcmp(buf, f.mem + 4 * BS, BS) == 0);
-	CU_ASSERT_EQUAL(f.reads, reads + 1); /* the dropped sectors */
+	CU_ASSERT_EQUAL(read_block(o, &f, 4, buf), 1); /* the dropped sectors */
 	CU_ASSERT(wait_inflight(c, 0));
 
 	CU_ASSERT_EQUAL(hl_cache_set_write_policy(c, NULL), 0); /* update */
@@ -1968,10 +1964,7 @@ static void test_write_policy_live(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, 8 * K, w), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_EQUAL(ub_pending(c, 4), 8 * K);
-	reads = f.reads;
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
-	CU_ASSERT(memcmp(buf, f.mem + 4 * BS, BS) == 0);
-	CU_ASSERT_EQUAL(f.reads, reads);
+	CU_ASSERT_EQUAL(read_block(o, &f, 4, buf), 0);
 
 	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
