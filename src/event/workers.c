@@ -4,10 +4,18 @@
  * worker runs work(arg), and done(arg) is posted back to the submitting
  * reactor with hl_reactor_call().
  *
- * One mutex + condvar FIFO; the pool starts on first use when nobody called
- * hl_workers_start(). hl_workers_stop() lets the workers finish the queue
- * first, so every accepted item still gets its done call (its reactor must
- * still be running then).
+ * A mutex-guarded FIFO and a counting semaphore: one post per queued item,
+ * plus one per worker when the pool stops. The pool starts on first use when
+ * nobody called hl_workers_start(). hl_workers_stop() lets the workers finish
+ * the queue first, so every accepted item still gets its done call (its
+ * reactor must still be running then).
+ *
+ * Why not a condition variable: glibc before 2.41 (Debian 12 has 2.36) can
+ * lose a pthread_cond_signal wake-up (sourceware bug 25847). Here that left
+ * an item queued while every worker slept: caught as a 4 KiB page-cache read
+ * that never completed (CI, once; a stress loop, twice in 2,000 rounds), and
+ * at queue depth 1 nothing else would have come along to wake a worker. A
+ * semaphore's count cannot lose a post.
  */
 #include "config.h"
 
@@ -16,6 +24,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -36,7 +45,7 @@ struct work_item {
 };
 
 static pthread_mutex_t wq_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wq_cond = PTHREAD_COND_INITIALIZER;
+static sem_t wq_sem;                        /* posts: queued items + stop tokens */
 static struct work_item *wq_head, *wq_tail; /* guarded by wq_lock */
 static bool wq_stopping;                    /* guarded by wq_lock */
 static pthread_t *wq_threads;               /* guarded by wq_lock */
@@ -69,14 +78,16 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct work_item *it;
 
+		while (sem_wait(&wq_sem) != 0) /* EINTR only */
+			;
 		pthread_mutex_lock(&wq_lock);
-		while (!wq_head && !wq_stopping)
-			pthread_cond_wait(&wq_cond, &wq_lock);
 		it = wq_head;
-		if (!it) { /* stopping, and the queue is drained */
+		if (!it) { /* a stop token, and the queue is drained */
 			pthread_mutex_unlock(&wq_lock);
 			break;
 		}
+		/* An item (or a stop token while items remain: the item's own post
+		 * is left for a worker that then finds the queue empty and exits). */
 		wq_head = it->next;
 		if (!wq_head)
 			wq_tail = NULL;
@@ -104,6 +115,7 @@ int hl_workers_start(unsigned nthreads)
 		rc = -ENOMEM;
 		goto out;
 	}
+	sem_init(&wq_sem, 0, 0); /* no waiters now: the last pool's threads were joined */
 	for (wq_nthreads = 0; wq_nthreads < nthreads; wq_nthreads++) {
 		char name[16];
 
@@ -142,8 +154,9 @@ void hl_workers_stop(void)
 	wq_stopping = true;
 	threads = wq_threads;
 	n = wq_nthreads;
-	pthread_cond_broadcast(&wq_cond);
 	pthread_mutex_unlock(&wq_lock);
+	for (unsigned i = 0; i < n; i++)
+		sem_post(&wq_sem); /* one stop token per worker */
 
 	for (unsigned i = 0; i < n; i++)
 		pthread_join(threads[i], NULL);
@@ -186,7 +199,7 @@ int hl_work_submit(hl_work_fn work, hl_call_fn done, void *arg)
 	else
 		wq_head = it;
 	wq_tail = it;
-	pthread_cond_signal(&wq_cond);
 	pthread_mutex_unlock(&wq_lock);
+	sem_post(&wq_sem);
 	return 0;
 }
