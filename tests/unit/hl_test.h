@@ -9,6 +9,8 @@
  *
  * Exit status is 0 only when every test ran and passed (automake's harness
  * reads it); CUnit's basic interface prints the per-test lines and summary.
+ * HL_TEST_ONLY=text runs only the tests whose name contains text (to chase
+ * one test, e.g. in a loop under load).
  */
 #ifndef HL_TEST_H
 #define HL_TEST_H
@@ -16,6 +18,8 @@
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct hl_test {
 	const char *name;
@@ -29,7 +33,11 @@ static inline int hl_test_run(const char *suite_name, const struct hl_test *test
 	CU_pSuite suite = CU_add_suite(suite_name, NULL, NULL);
 	if (!suite)
 		return 99;
+	const char *only = getenv("HL_TEST_ONLY");
+
 	for (const struct hl_test *t = tests; t->name; t++) {
+		if (only && *only && !strstr(t->name, only))
+			continue;
 		if (!CU_add_test(suite, t->name, t->fn))
 			return 99;
 	}
