@@ -268,6 +268,24 @@ static bool wait_inflight(struct hl_cache *c, long left)
 	return false;
 }
 
+/*
+ * Wait until a metadata flush took its snapshot after every change made so
+ * far (the metadata thread stores `synced` after the flush it snapshotted
+ * at that count). Waited for, never assumed after a fixed sleep: on a busy
+ * machine the thread runs late.
+ */
+static bool wait_synced(struct hl_cache *c)
+{
+	unsigned long changes = atomic_load(&c->changes);
+
+	for (int i = 0; i < 3000; i++) {
+		if (atomic_load(&c->synced) >= changes)
+			return true;
+		usleep(10 * 1000);
+	}
+	return false;
+}
+
 static void release_held(struct fake *f)
 {
 	CU_ASSERT_FATAL(hl_reactor_call(R, fake_release_fn, f) == 0);
@@ -687,15 +705,8 @@ static void test_crash_no_stale(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, BS, w), 0);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 4 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	/*
-	 * The next periodic metadata flush makes the record claim the block
-	 * (waited for, not assumed after a fixed sleep: a busy machine may run
-	 * the metadata thread late).
-	 */
-	unsigned long changes = atomic_load(&c->changes);
-	for (int i = 0; i < 1000 && atomic_load(&c->synced) < changes; i++)
-		usleep(10 * 1000);
-	CU_ASSERT(atomic_load(&c->synced) >= changes);
+	/* The next periodic metadata flush makes the record claim the block. */
+	CU_ASSERT(wait_synced(c));
 	CU_ASSERT(cnt_get(&c->meta_syncs) > 0);
 	memset(w, 0xb2, BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 4 * BS, BS, w), 0);
@@ -1990,13 +2001,13 @@ static void test_ub_stop_and_crash(void)
 	o = fixture_up(&c, NULL, &f, 24, "fake:ub4");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 6 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	usleep(200 * 1000); /* periodic metadata flush: the record claims the block */
+	CU_ASSERT(wait_synced(c)); /* periodic metadata flush: the record claims the block */
 	CU_ASSERT(cnt_get(&c->meta_syncs) > 0);
 	memset(w, 0x77, 8 * K);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 6 * BS, 8 * K, w), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_EQUAL(ub_pending(c, 6), 8 * K);
-	usleep(200 * 1000); /* another flush while the sectors are buffered */
+	CU_ASSERT(wait_synced(c)); /* another flush while the sectors are buffered */
 
 	/* Clean stop: written back, then claimed. */
 	cache_down(c, o);
@@ -2016,7 +2027,7 @@ static void test_ub_stop_and_crash(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 6 * BS + 16 * K, 8 * K, w), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_EQUAL(ub_pending(c, 6), 8 * K);
-	usleep(200 * 1000);
+	CU_ASSERT(wait_synced(c)); /* the flush the crash must not undo */
 	reactor_down();
 	hl_origin_close(o);
 	cache_crash(c);
