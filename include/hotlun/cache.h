@@ -141,9 +141,18 @@ struct hl_cache_params {
 	 * 16 MiB and 256 blocks, at most 64 MiB. 0: off.
 	 */
 	uint64_t window_bytes;
+	/*
+	 * Write budget (docs/cache-policy.md, rule 10), in percent: while the
+	 * cache device has written less than this share of what an admit-all
+	 * cache would have written (a block per missed block), frequency
+	 * admission also lets in blocks that come back from further away,
+	 * re-read sequential streams among them. 0: never. Default 25.
+	 */
+	uint32_t write_budget_pct;
 };
 
-#define HL_CACHE_WINDOW_AUTO UINT64_MAX
+#define HL_CACHE_WINDOW_AUTO          UINT64_MAX
+#define HL_CACHE_WRITE_BUDGET_DEFAULT 25
 
 /*
  * RAM update buffer (docs/cache-policy.md, rule 8): updates of blocks cached
@@ -229,6 +238,8 @@ void hl_cache_core_destroy(struct hl_cache_core *c);
  * policy starts with empty counts). @return 0, -EINVAL (bad kind/param), -ENOMEM.
  */
 int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind, uint32_t param);
+/** Change the write budget (percent, 0..100; rule 10). @return 0 or -EINVAL. */
+int hl_cache_core_set_write_budget(struct hl_cache_core *c, uint32_t pct);
 
 /**
  * Switch what writes do to cached blocks from the next write_begin on
@@ -330,8 +341,15 @@ struct hl_cache_core_info {
 	uint32_t block_size;
 	size_t ram_bytes;       /* index + slots + valid bits + bitmaps, excluding admission
 	                           and the window's data buffers */
-	size_t admit_ram_bytes; /* the admission policy's sketch */
+	size_t admit_ram_bytes; /* the admission policy's sketch and the window's ghosts */
 	double ram_per_block;   /* ram_bytes / nslots */
+	/*
+	 * Rule 10's measure (recent, halved as it ages): cache-device bytes
+	 * written, pending update-buffer bytes included, per byte an admit-all
+	 * cache would have written (a block per missed block). 0 before any miss.
+	 */
+	double write_ratio;
+	uint32_t write_budget_pct; /* the configured budget for that ratio (percent) */
 };
 void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info *out);
 

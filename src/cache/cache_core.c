@@ -31,6 +31,7 @@ void hl_cache_params_default(struct hl_cache_params *p)
 	p->fill_whole_block = true;
 	p->admit_free = true;
 	p->window_bytes = HL_CACHE_WINDOW_AUTO;
+	p->write_budget_pct = HL_CACHE_WRITE_BUDGET_DEFAULT;
 }
 
 /* ---- create / destroy ---- */
@@ -47,7 +48,8 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	nslots = p->capacity / p->block_size;
 	if (nslots < 1 || nslots >= UINT32_MAX - 1)
 		return -EINVAL;
-	if ((unsigned)p->admit >= HL_ADMIT__COUNT || p->write_mode > HL_CACHE_WRITE_INVALIDATE)
+	if ((unsigned)p->admit >= HL_ADMIT__COUNT || p->write_mode > HL_CACHE_WRITE_INVALIDATE ||
+	    p->write_budget_pct > 100)
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
@@ -112,6 +114,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	    .owner = -3,
 	};
 	if (cache_bloom2_init(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull) ||
+	    cache_bloom2_init(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull) ||
 	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
@@ -156,6 +159,14 @@ int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind
 	return 0;
 }
 
+int hl_cache_core_set_write_budget(struct hl_cache_core *c, uint32_t pct)
+{
+	if (pct > 100)
+		return -EINVAL;
+	c->p.write_budget_pct = pct;
+	return 0;
+}
+
 int hl_cache_core_set_write_mode(struct hl_cache_core *c, enum hl_cache_write_mode mode)
 {
 	if (mode > HL_CACHE_WRITE_INVALIDATE)
@@ -173,6 +184,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->luns);
 	hl_admit_destroy(c->admit);
 	cache_bloom2_fini(&c->ghost);
+	cache_bloom2_fini(&c->far_ghost);
 	cache_split_fini(c);
 	free(c->ub.map_slot);
 	free(c->ub.map_bits);
@@ -505,8 +517,12 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
 	                 cache_index_mem_bytes(&c->ix) +
 	                 c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
-	out->admit_ram_bytes = hl_admit_mem_bytes(c->admit) + 2 * c->ghost.bits / 8;
+	out->admit_ram_bytes =
+	    hl_admit_mem_bytes(c->admit) + 2 * (c->ghost.bits + c->far_ghost.bits) / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
+	out->write_ratio =
+	    c->budget.admit_all > 0 ? cache_budget_written(c) / c->budget.admit_all : 0;
+	out->write_budget_pct = c->p.write_budget_pct;
 }
 
 uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_t block,

@@ -206,6 +206,20 @@ struct cache_split {
 	double returns, promotions, followon; /* since the start */
 };
 
+/*
+ * The write budget's measure (rule 10): cache-device bytes written (the
+ * update buffer's pending bytes included) and the bytes an admit-all cache
+ * would have written, a block per missed block; both halve whenever the
+ * second passes CACHE_BUDGET_HORIZON times the cache's size, so the ratio
+ * follows the recent workload.
+ */
+struct cache_budget {
+	double written, admit_all;
+	double last; /* device bytes + pending bytes at the last look */
+};
+
+#define CACHE_BUDGET_HORIZON 8
+
 struct hl_cache_core {
 	struct hl_cache_params p;
 	uint32_t spb;    /* 4K sectors per block */
@@ -229,6 +243,13 @@ struct hl_cache_core {
 	 * the window's reach.
 	 */
 	struct cache_bloom2 ghost;
+	/*
+	 * Rule 10 (cache_read.c): the far ghost remembers the window's drops
+	 * further back (about the last 1-2x nslots), sequential streams' too;
+	 * it counts only while the cache device is within its write budget.
+	 */
+	struct cache_bloom2 far_ghost;
+	struct cache_budget budget;
 	struct cache_part parts[CACHE_MAX_PARTS];
 	uint32_t nparts;
 	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
@@ -372,6 +393,22 @@ static inline void cache_stats_add(struct cache_lun *l, struct hl_cache_stats *g
 
 #define CACHE_STAT(c, l, f, v)                                                                     \
 	cache_stats_add((l), &(c)->st, offsetof(struct hl_cache_stats, f), (v))
+
+/* ---- write budget (rule 10) ---- */
+
+/* Device bytes written so far plus the update buffer's pending bytes. */
+static inline double cache_budget_raw(const struct hl_cache_core *c)
+{
+	return (double)(c->st.bytes_cache_write + c->ub.bytes);
+}
+
+/* The budget's written bytes as of now (pending bytes dropped unwritten count back out). */
+static inline double cache_budget_written(const struct hl_cache_core *c)
+{
+	double w = c->budget.written + cache_budget_raw(c) - c->budget.last;
+
+	return w > 0 ? w : 0;
+}
 
 /* ---- CLOCK ---- */
 

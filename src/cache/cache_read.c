@@ -18,11 +18,42 @@ void cache_window_drop(struct hl_cache_core *c, uint32_t s)
 {
 	const struct cache_slot *sl = &c->slots[s];
 
-	if (!(sl->state & CACHE_SLOT_F_NOPROMOTE) && !cache_vempty(c, cache_slot_valid(c, s))) {
-		cache_bloom2_add(&c->ghost, sl->key);
-		cache_split_dropped(c, sl->key);
+	if (!cache_vempty(c, cache_slot_valid(c, s))) {
+		cache_bloom2_add(&c->far_ghost, sl->key);
+		if (!(sl->state & CACHE_SLOT_F_NOPROMOTE)) {
+			cache_bloom2_add(&c->ghost, sl->key);
+			cache_split_dropped(c, sl->key);
+		}
 	}
 	cache_slot_release(c, s);
+}
+
+/* ---- the write budget (rule 10) ---- */
+
+/* A read found block-size bytes missing that an admit-all cache would have written. */
+static void budget_missed(struct hl_cache_core *c)
+{
+	c->budget.admit_all += (double)(1ull << c->block_shift);
+}
+
+/*
+ * Is the cache device within its write budget? Takes in what was written
+ * since the last look, and halves both sums once the admit-all bytes pass
+ * CACHE_BUDGET_HORIZON cache sizes (so the ratio follows the workload).
+ */
+static bool budget_open(struct hl_cache_core *c)
+{
+	double raw = cache_budget_raw(c);
+
+	if (!c->p.write_budget_pct)
+		return false;
+	c->budget.written = cache_budget_written(c);
+	c->budget.last = raw;
+	if (c->budget.admit_all > CACHE_BUDGET_HORIZON * (double)(c->nslots << c->block_shift)) {
+		c->budget.written /= 2;
+		c->budget.admit_all /= 2;
+	}
+	return c->budget.written * 100 < (double)c->p.write_budget_pct * c->budget.admit_all;
 }
 
 /* ---- request helpers ---- */
@@ -124,8 +155,15 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 		if (s == HL_CACHE_NO_SLOT)
 			return false;
 		if ((ws->state & CACHE_SLOT_F_RETURNED) && !empty) {
-			/* Back from the ghost: ties with the victim go to the newcomer. */
-			if (!hl_admit_should_returning(c->admit, key, c->slots[s].key))
+			/*
+			 * Back from the ghost: ties with the victim go to the newcomer,
+			 * except while rule 10 lets more blocks return (they must be
+			 * more frequent than what they displace).
+			 */
+			if (budget_open(c)
+			        ? hl_admit_estimate(c->admit, key) <=
+			              hl_admit_estimate(c->admit, c->slots[s].key)
+			        : !hl_admit_should_returning(c->admit, key, c->slots[s].key))
 				return false;
 		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free,
 		                            c->slots[s].key)) {
@@ -215,7 +253,8 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
  * admitted there directly (warm-up); otherwise it goes to the RAM window
  * and competes for the SSD when it leaves the window. Sequential streams
  * (bypass) only use the window and are never promoted from it unless
- * re-read there. @return slot or NO_SLOT (nothing cached).
+ * re-read there, or re-read after the window dropped them while the cache
+ * is within its write budget (rule 10). @return slot or NO_SLOT.
  */
 static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_t key, bool bypass,
                            struct hl_cache_io *io, struct hl_cache_io *extra, uint32_t *nextra,
@@ -234,6 +273,17 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	returning = !bypass && c->win.n && cache_bloom2_test(&c->ghost, key);
 	if (returning)
 		cache_split_returned(c, key);
+	else if (freq && c->win.n && budget_open(c) &&
+	         (cache_bloom2_test(&c->far_ghost, key) ||
+	          (bypass && cache_bloom2_test(&c->ghost, key)))) {
+		/*
+		 * Rule 10: within the write budget a block also returns from
+		 * further back, and a sequential stream that re-reads what the
+		 * window held is admitted like any returning block.
+		 */
+		returning = true;
+		bypass = false;
+	}
 	if (returning && !freq) {
 		/* Back soon after the window dropped it: compete for the SSD right away. */
 		s = cache_part_find_victim(c, pt, &empty);
@@ -328,6 +378,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 				io->kind = HL_CACHE_IO_HIT;
 				nhit_blocks++;
 			} else {
+				budget_missed(c);
 				io->kind = nv ? HL_CACHE_IO_PARTIAL : HL_CACHE_IO_MISS;
 				/* Fill the gap [first invalid, last invalid] unless a write is in
 				 * flight. */
@@ -346,6 +397,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			continue;
 		}
 		io->kind = HL_CACHE_IO_MISS;
+		budget_missed(c);
 		if (cache_wip_find(c, key))
 			continue; /* an origin write to it is in flight: do not fill */
 		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);

@@ -41,6 +41,7 @@ struct sim_opts {
 	enum hl_cache_write_mode write_mode;
 	uint64_t window_bytes;
 	uint64_t update_buffer; /* RAM update buffer bytes (0: off); the daemon's default */
+	uint32_t write_budget;  /* percent (rule 10) */
 	const char *trace;
 };
 
@@ -73,12 +74,15 @@ static void usage(FILE *f)
 	        "usage: hotlun-sim [--format vscsi|msr|blocks] --size 5%%|2G[,..] --block 4K[,..]\n"
 	        "                  --policy default,lru,arc,s3fifo,belady[,always,nhit:N]\n"
 	        "                  [--seq-bypass BYTES] [--write-mode update|invalidate]\n"
-	        "                  [--window BYTES|auto] [--update-buffer BYTES] [--json] TRACE\n"
+	        "                  [--window BYTES|auto] [--update-buffer BYTES]\n"
+	        "                  [--write-budget PCT] [--json] TRACE\n"
 	        "  --size   cache size in bytes or percent of the trace's read footprint\n"
 	        "  default  hotlun's configured policy (freq admission, CLOCK, 1M seq bypass)\n"
 	        "  --update-buffer  RAM for updates of cached blocks, written back oldest\n"
 	        "           first (write coalescing; default 16M as in hotlund; 0: off).\n"
-	        "           Bytes still buffered at the end count as cache writes.\n");
+	        "           Bytes still buffered at the end count as cache writes.\n"
+	        "  --write-budget  admission relaxes while the cache device wrote less than\n"
+	        "           PCT%% of what an admit-all cache would (default 25; 0: never).\n");
 }
 
 static int split_list(char *s, char **out, unsigned *n)
@@ -252,6 +256,7 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 	p.seq_bypass = o->seq_bypass;
 	p.write_mode = o->write_mode;
 	p.window_bytes = o->window_bytes;
+	p.write_budget_pct = o->write_budget;
 	if (strcmp(policy, "default") && hl_admit_parse(policy, &p.admit, &p.admit_param)) {
 		fprintf(stderr, "hotlun-sim: unknown policy '%s'\n", policy);
 		return -EINVAL;
@@ -401,20 +406,22 @@ int main(int argc, char **argv)
 	    {"write-mode", required_argument, NULL, 'w'},
 	    {"window", required_argument, NULL, 'W'},
 	    {"update-buffer", required_argument, NULL, 'U'},
+	    {"write-budget", required_argument, NULL, 'B'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct sim_opts o = {.fmt = SIM_FMT_AUTO,
 	                     .seq_bypass = 1024 * 1024,
 	                     .window_bytes = HL_CACHE_WINDOW_AUTO,
-	                     .update_buffer = HL_CACHE_UPDATE_BUFFER_DEFAULT};
+	                     .update_buffer = HL_CACHE_UPDATE_BUFFER_DEFAULT,
+	                     .write_budget = HL_CACHE_WRITE_BUDGET_DEFAULT};
 	char *blist[MAX_LIST];
 	unsigned nb = 0;
 	struct sim_trace t;
 	bool first = true;
 	int opt, rc = 0;
 
-	while ((opt = getopt_long(argc, argv, "f:s:b:p:jq:w:W:U:h", lopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "f:s:b:p:jq:w:W:U:B:h", lopts, NULL)) != -1) {
 		switch (opt) {
 		case 'f':
 			if (!strcmp(optarg, "vscsi"))
@@ -473,6 +480,19 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'B': {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+
+			if (end == optarg || (*end && strcmp(end, "%")) || v > 100) {
+				fprintf(stderr,
+				        "hotlun-sim: bad --write-budget '%s' (0-100, percent)\n",
+				        optarg);
+				return 2;
+			}
+			o.write_budget = (uint32_t)v;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -117,6 +117,10 @@ bad "bad block size" --size 8K --block 3K "$T/cyc.blocks"
 bad "bad policy" --size 8K --policy mru "$T/cyc.blocks"
 bad "bad nhit" --size 8K --policy nhit:0 "$T/cyc.blocks"
 bad "empty trace" --format blocks --size 8K /dev/null
+bad "write budget over 100%" --size 8K --write-budget 101 "$T/cyc.blocks"
+bad "write budget not a number" --size 8K --write-budget x "$T/cyc.blocks"
+"$SIM" --size 8K --write-budget 0 "$T/cyc.blocks" >/dev/null || fail "--write-budget 0"
+"$SIM" --size 8K --write-budget 40% "$T/cyc.blocks" >/dev/null || fail "--write-budget 40%"
 
 [ $fails -eq 0 ] && echo "PASS: sim_cli" && exit 0
 exit 1

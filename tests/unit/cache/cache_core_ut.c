@@ -819,6 +819,63 @@ static void test_seq_bypass(void)
 	hl_cache_core_destroy(c);
 }
 
+/*
+ * Rule 10's scenario: a full 16-slot SSD, then a sequential stream of 40
+ * blocks (the part past 1 MiB bypasses: the window holds it, never the
+ * SSD), pushed out of the window, and read again. @return how many of the
+ * bypassed blocks the SSD holds after the second read (promoted from the
+ * window on their way out). *ratio: the info's write_ratio before it.
+ */
+static int budget_case(uint32_t pct, uint32_t misses, double *ratio)
+{
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
+	struct hl_cache_core_info info;
+	int in_ssd = 0;
+
+	CU_ASSERT_EQUAL(hl_cache_core_set_write_budget(c, pct), 0);
+	for (int b = 0; b < 16; b++)
+		rd(c, 0, (uint64_t)b * 3 * 64 * K, 64 * K); /* warm-up: 16 blocks written */
+	for (uint32_t i = 0; i < misses; i++) /* misses the window serves: nothing written */
+		rd(c, 0, (uint64_t)(5000 + 3 * i) * 64 * K, 64 * K);
+	for (int b = 1000; b < 1040; b++)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
+	for (int b = 3000; b < 3030; b += 3) /* out of the window */
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
+	hl_cache_core_info(c, &info);
+	*ratio = info.write_ratio;
+	for (int b = 1000; b < 1040; b++)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
+	for (int b = 4000; b < 4030; b += 3)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
+	for (int b = 1016; b < 1040; b++)
+		in_ssd += hl_cache_core_peek(c, 0, (uint64_t)b, NULL) < 16;
+	hl_cache_core_destroy(c);
+	return in_ssd;
+}
+
+/*
+ * Rule 10: while the cache device has written less than its budget's share
+ * of what an admit-all cache would have, a re-read sequential stream earns
+ * the SSD like a block back from the ghost; over the budget, or with the
+ * budget 0, it never does (the stream stays bypassed).
+ */
+static void test_write_budget(void)
+{
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
+	double ratio;
+
+	CU_ASSERT_EQUAL(hl_cache_core_set_write_budget(c, 101), -EINVAL);
+	hl_cache_core_destroy(c);
+	/* 16 blocks written for 16 + 90 + 40 + 10 blocks missed: 0.10 */
+	CU_ASSERT(budget_case(25, 90, &ratio) > 0);
+	CU_ASSERT(ratio > 0.09 && ratio < 0.11);
+	CU_ASSERT_EQUAL(budget_case(0, 90, &ratio), 0);
+	CU_ASSERT_EQUAL(budget_case(5, 90, &ratio), 0); /* over a 5% budget */
+	/* 16 written for 16 + 40 + 10 missed: 0.24 */
+	CU_ASSERT(budget_case(50, 0, &ratio) > 0);
+	CU_ASSERT(ratio > 0.23 && ratio < 0.25);
+}
+
 /* A write and the update buffer's write-backs it makes due. @return write-backs done. */
 static int wr_ub(struct hl_cache_core *c, uint64_t off, uint64_t len, bool wb_ok)
 {
@@ -980,6 +1037,7 @@ static const struct hl_test tests[] = {
     {"RAM window and promotion to the SSD", test_window_promotion},
     {"the RAM window's CLOCK keeps one reference bit", test_window_clock_one_bit},
     {"window and update buffer share their RAM (rule 9)", test_window_buffer_split},
+    {"a re-read stream earns the SSD within the write budget (rule 10)", test_write_budget},
     {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
     {"automatic RAM window size, >= 256 blocks", test_window_auto_size},
     {"sequential streams bypass", test_seq_bypass},
