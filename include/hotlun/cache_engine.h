@@ -54,10 +54,18 @@ struct hl_cache_config {
 	 * (every update of a cached block is written to the device at once).
 	 */
 	uint64_t update_buffer;
+	/*
+	 * Write budget in percent (docs/cache-policy.md rule 10): 0:
+	 * HL_CACHE_WRITE_BUDGET_DEFAULT; HL_CACHE_WRITE_BUDGET_OFF: 0% (never
+	 * relax admission).
+	 */
+	uint32_t write_budget;
 };
 
 /** hl_cache_config.update_buffer: no RAM update buffer. */
 #define HL_CACHE_UPDATE_BUFFER_OFF UINT64_MAX
+/** hl_cache_config.write_budget: 0%. */
+#define HL_CACHE_WRITE_BUDGET_OFF UINT32_MAX
 
 /**
  * Open (creating or extending a regular file to cfg->size) the cache
@@ -94,6 +102,9 @@ int hl_cache_set_admission(struct hl_cache *c, const char *admission);
  * stay. Any thread. @return 0 or -EINVAL.
  */
 int hl_cache_set_write_policy(struct hl_cache *c, const char *write_policy);
+
+/** Change the write budget while running (percent 0..100). Any thread. @return 0 or -EINVAL. */
+int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct);
 
 /**
  * Resize the RAM update buffer while running (bytes, a multiple of 4 KiB;
@@ -152,6 +163,12 @@ struct hl_cache_engine_stats {
 	uint64_t window_used_slots; /* RAM window slots holding a block (whole cache) */
 	uint64_t inflight; /* requests not finished (fills after the reply included; whole cache) */
 	bool meta_dirty;   /* slot records changed since the last record flush (whole cache) */
+	/*
+	 * Recent cache-device writes per byte an admit-all cache would have
+	 * written (whole cache; rule 10's measure), and the budget for it.
+	 */
+	double write_ratio;
+	uint32_t write_budget_pct;
 	uint32_t block_size;
 	/*
 	 * Suggested cache block size from the read sizes seen: the most common

@@ -5,7 +5,8 @@
  *
  *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads
  *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...
- *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer
+ *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer,
+ *                   write_budget
  *   [target IQN]    lun.N, allow, alias, chap_user, chap_secret, mutual_user, mutual_secret
  */
 #ifndef HOTLUN_CONF_H
@@ -40,6 +41,8 @@ struct hl_conf_cache {
 	char *write_policy;    /* "update" (default) or "invalidate" */
 	uint64_t update_buffer; /* RAM update buffer bytes, 0 = off; when update_buffer_set */
 	bool update_buffer_set; /* false: the cache's default (16 MiB) */
+	uint32_t write_budget;  /* percent 0..100 (rule 10); when write_budget_set */
+	bool write_budget_set;  /* false: the cache's default (25%) */
 	int line;
 };
 

@@ -516,6 +516,14 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		HL_ERR("cache", "cache %s: unknown admission \"%s\"", cfg->name, cfg->admission);
 		return -EINVAL;
 	}
+	if (cfg->write_budget == HL_CACHE_WRITE_BUDGET_OFF)
+		p.write_budget_pct = 0;
+	else if (cfg->write_budget > 100) {
+		HL_ERR("cache", "cache %s: write_budget %u%% is over 100%%", cfg->name,
+		       cfg->write_budget);
+		return -EINVAL;
+	} else if (cfg->write_budget)
+		p.write_budget_pct = cfg->write_budget;
 	if (write_mode_parse(cfg->write_policy, &p.write_mode)) {
 		HL_ERR("cache", "cache %s: unknown write_policy \"%s\"", cfg->name,
 		       cfg->write_policy);
@@ -787,6 +795,18 @@ int hl_cache_set_write_policy(struct hl_cache *c, const char *write_policy)
 	return rc;
 }
 
+int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = hl_cache_core_set_write_budget(c->core, pct);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		HL_NOTICE("cache", "cache %s: write_budget now %u%%", c->name, pct);
+	return rc;
+}
+
 void hl_cache_quiesce(struct hl_cache *c)
 {
 	if (!c || !c->meta_started)
@@ -942,6 +962,8 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 		out->window_used_slots = info.window_used_slots;
 		out->inflight = (uint64_t)atomic_load(&c->inflight);
 		out->meta_dirty = atomic_load(&c->changes) != atomic_load(&c->synced);
+		out->write_ratio = info.write_ratio;
+		out->write_budget_pct = info.write_budget_pct;
 	}
 	out->block_size = c->bs;
 	out->recommended_block_size = recommend_block(out->read_size);

@@ -440,6 +440,15 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		       (unsigned long long)jdelta(cache, pc, "rejections"),
 		       (unsigned long long)jdelta(cache, pc, "promotions"),
 		       (unsigned long long)jdelta(cache, pc, "evictions"));
+		{
+			double ratio = json_real_value(json_object_get(cache, "write_ratio")) * 100;
+			uint64_t budget = jint(cache, "write_budget_pct");
+
+			printf("  wear     the SSD writes %.1f%% of what an admit-all cache would "
+			       "(recently); budget %llu%%%s\n",
+			       ratio, (unsigned long long)budget,
+			       ratio < (double)budget ? ", so admission is relaxed" : "");
+		}
 		printf("  RAM      window %llu of %llu blocks; update buffer %s, %llu write-backs\n",
 		       (unsigned long long)jint(cache, "window_used_slots"),
 		       (unsigned long long)jint(cache, "window_slots"),
@@ -560,7 +569,7 @@ static const char *const disk_params[] = {"origin=", "block_size=", "read_only="
 					  "cache_quota=", "origin_iops=", "origin_mbps=",
 					  "origin_latency_ms=", NULL};
 static const char *const cache_params[] = {"device=", "size=", "block_size=", "admission=",
-					   "write_policy=", "update_buffer=", NULL};
+					   "write_policy=", "update_buffer=", "write_budget=", NULL};
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",
 					    "mutual_user=", "mutual_secret=", NULL};
 static const char *const global_params[] = {"log_level=", "poll_us=", "discovery_chap_user=",

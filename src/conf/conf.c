@@ -278,6 +278,25 @@ static int cache_key(struct parser *p, const char *key, const char *v)
 		c->update_buffer_set = true;
 		return 0;
 	}
+	if (strcmp(key, "write_budget") == 0) {
+		size_t n = strlen(v);
+		char num[16] = "";
+		uint64_t x;
+
+		if (n && n < sizeof(num)) { /* "25%" or "25" */
+			memcpy(num, v, n + 1);
+			if (num[n - 1] == '%')
+				num[n - 1] = 0;
+		}
+		if (strcmp(v, "off") == 0)
+			x = 0;
+		else if (!num[0] || hl_parse_u64(num, &x) || x > 100)
+			return perr(p, "write_budget: must be a percentage 0..100 (e.g. 25%%; 0 or "
+			               "off: never relax admission), got '%s'", v);
+		c->write_budget = (uint32_t)x;
+		c->write_budget_set = true;
+		return 0;
+	}
 	return perr(p, "unknown key '%s' in [cache %s]", key, c->name);
 }
 
@@ -847,6 +866,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_opt(f, "write_policy", k->write_policy);
 		if (k->update_buffer_set)
 			put_size(f, "update_buffer", k->update_buffer);
+		if (k->write_budget_set)
+			fprintf(f, "write_budget = %u%%\n", k->write_budget);
 	}
 	for (size_t i = 0; i < c->n_disks; i++) {
 		const struct hl_conf_disk *d = &c->disks[i];
@@ -1117,6 +1138,11 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		if (strcmp(key, "update_buffer") == 0) {
 			k->update_buffer = 0;
 			k->update_buffer_set = false;
+			return 0;
+		}
+		if (strcmp(key, "write_budget") == 0) {
+			k->write_budget = 0;
+			k->write_budget_set = false;
 			return 0;
 		}
 		return perr(&p, "%s cannot be unset", key);

@@ -87,6 +87,8 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	r->conf.block_size = k->block_size;
 	r->conf.update_buffer = k->update_buffer;
 	r->conf.update_buffer_set = k->update_buffer_set;
+	r->conf.write_budget = k->write_budget;
+	r->conf.write_budget_set = k->write_budget_set;
 	if (!r->conf.name || !r->conf.device || (k->admission && !r->conf.admission) ||
 	    (k->write_policy && !r->conf.write_policy) ||
 	    (conf->state_dir && asprintf(&map, "%s/cache-%s.map", conf->state_dir, k->name) < 0)) {
@@ -103,6 +105,8 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	if (k->update_buffer_set)
 		cfg.update_buffer =
 		    k->update_buffer ? k->update_buffer : HL_CACHE_UPDATE_BUFFER_OFF;
+	cfg.write_budget =
+	    daemon_cache_write_budget(k) ? daemon_cache_write_budget(k) : HL_CACHE_WRITE_BUDGET_OFF;
 	cfg.map_path = map; /* NULL: beside the device */
 	rc = hl_cache_open(&cfg, &r->c);
 	free(map);
@@ -233,6 +237,16 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 				r->conf.update_buffer_set = k->update_buffer_set;
 			}
 		}
+		if (daemon_cache_write_budget(&r->conf) != daemon_cache_write_budget(k)) {
+			e = hl_cache_set_write_budget(r->c, daemon_cache_write_budget(k));
+			if (e) {
+				rc = fail(err, errlen, e, "cache %s: write_budget: %s", k->name,
+				          strerror(-e));
+			} else {
+				r->conf.write_budget = k->write_budget;
+				r->conf.write_budget_set = k->write_budget_set;
+			}
+		}
 		e = apply_str(r, "write_policy", &r->conf.write_policy, k->write_policy,
 		              hl_cache_set_write_policy, err, errlen);
 		rc = e ? e : rc;
@@ -357,6 +371,8 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		PUT("window_slots", s->window_slots);
 		PUT("window_used_slots", s->window_used_slots);
 		PUT("inflight", s->inflight);
+		PUT("write_budget_pct", s->write_budget_pct);
+		json_object_set_new(o, "write_ratio", json_real(s->write_ratio));
 		json_object_set_new(o, "meta_dirty", json_boolean(s->meta_dirty));
 	}
 #undef PUT

@@ -20,6 +20,12 @@ static inline uint64_t daemon_cache_update_buffer(const struct hl_conf_cache *k)
 	return k->update_buffer_set ? k->update_buffer : HL_CACHE_UPDATE_BUFFER_DEFAULT;
 }
 
+/** The write budget a [cache] section asks for, in percent (rule 10). */
+static inline uint32_t daemon_cache_write_budget(const struct hl_conf_cache *k)
+{
+	return k->write_budget_set ? k->write_budget : HL_CACHE_WRITE_BUDGET_DEFAULT;
+}
+
 /**
  * Open every [cache] section of conf that is not open yet (warm restart or
  * format; blocking). A section already open is refused if its device,

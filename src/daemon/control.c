@@ -451,6 +451,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "write_policy", k->write_policy ? k->write_policy : "update");
 		json_object_set_new(o, "update_buffer",
 				    json_integer((json_int_t)daemon_cache_update_buffer(k)));
+		json_object_set_new(o, "write_budget", json_integer(daemon_cache_write_budget(k)));
 		break;
 	}
 	case N_TARGET: {

@@ -84,7 +84,7 @@ grep -q 'Size:31M\|Size:32M' <<<"$out" || hl_fail "new LUN not listed: $out"
 "$CTL" --socket "$sock" /iscsi/iqn.2026-11.io.hotlun:new/tpg1/luns create /disks/d1 >/dev/null || hl_fail "create lun"
 "$CTL" --socket "$sock" /iscsi/iqn.2026-11.io.hotlun:new/tpg1/acls create ALL >/dev/null || hl_fail "create acl"
 # help (and tab completion, from the same list) names every settable parameter
-"$CTL" --socket "$sock" /caches help | grep -q '^Parameters at /caches:.* write_policy update_buffer$' ||
+"$CTL" --socket "$sock" /caches help | grep -q '^Parameters at /caches:.* write_policy update_buffer write_budget$' ||
 	hl_fail "cache parameters: $("$CTL" --socket "$sock" /caches help)"
 "$CTL" --socket "$sock" / help | grep -q '^Parameters at /: log_level poll_us discovery_chap_user discovery_chap_secret$' ||
 	hl_fail "global parameters: $("$CTL" --socket "$sock" / help)"

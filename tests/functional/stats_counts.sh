@@ -114,6 +114,13 @@ assert m and (int(m.group(1)), int(m.group(2))) == (c["used_slots"], c["nslots"]
 assert c["used_slots"] <= c["nslots"], c
 m = re.search(r"window (\d+) of (\d+) blocks", block)
 assert m and (int(m.group(1)), int(m.group(2))) == (c["window_used_slots"], c["window_slots"]), block
+m = re.search(r"wear +the SSD writes ([\d.]+)% of what an admit-all cache would "
+              r"\(recently\); budget (\d+)%", block)
+assert m and abs(float(m.group(1)) - 100 * c["write_ratio"]) < 0.06, block
+assert int(m.group(2)) == c["write_budget_pct"] == 25, block
+# warm-up: the misses were filled (whole blocks), so the device wrote about
+# what an admit-all cache would have
+assert c["bytes_cache_write"] > 0 and 0.5 < c["write_ratio"] < 2, c
 line = [l for l in text.splitlines() if l.startswith("cached ")][0]
 assert line.split()[2] == str(j1["disks"]["cached"]["read_cmds"]), line
 print("stats text matches the JSON")
@@ -235,6 +242,15 @@ CTL=$HL_BUILDDIR/hotlunctl
 "$CTL" --socket "$sock" /caches/c0 set admission=nhit:2 || hl_fail "admission change refused"
 "$CTL" --socket "$sock" /caches/c0 get admission | grep -qx 'admission=nhit:2' || hl_fail "admission not changed"
 grep -q 'cache c0: admission now nhit:2' "$HL_LOG" || hl_fail "the engine did not switch policy"
+# and the write budget (rule 10)
+"$CTL" --socket "$sock" /caches/c0 set write_budget=40% || hl_fail "write_budget change refused"
+"$CTL" --socket "$sock" /caches/c0 get write_budget | grep -qx 'write_budget=40' ||
+	hl_fail "write_budget not shown as 40"
+grep -q 'cache c0: write_budget now 40%' "$HL_LOG" || hl_fail "the engine kept its write budget"
+[ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["caches"]["c0"]["write_budget_pct"])')" = 40 ] ||
+	hl_fail "stats do not show the new write budget"
+err=$("$CTL" --socket "$sock" /caches/c0 set write_budget=101 2>&1) && hl_fail "write_budget 101 accepted"
+grep -q '0..100' <<<"$err" || hl_fail "refusal does not say why: $err"
 err=$("$CTL" --socket "$sock" /caches/c0 set block_size=4K 2>&1) && hl_fail "block_size changed at run time"
 grep -q 'restart' <<<"$err" || hl_fail "refusal does not say why: $err"
 hl_stop

@@ -92,6 +92,10 @@ static void test_errors_name_file_and_line(void)
 	parse_err("[cache c]\ndevice=/x\nupdate_buffer = 5000\n", "t.conf:3:", "multiple of 4K");
 	parse_err("[cache c]\ndevice=/x\nupdate_buffer = 8G\n", "t.conf:3:", "up to 4G");
 	parse_err("[cache c]\ndevice=/x\nupdate_buffer = -1\n", "t.conf:3:", "update_buffer");
+	parse_err("[cache c]\ndevice=/x\nwrite_budget = 101%\n", "t.conf:3:", "0..100");
+	parse_err("[cache c]\ndevice=/x\nwrite_budget = %\n", "t.conf:3:", "write_budget");
+	parse_err("[cache c]\ndevice=/x\nwrite_budget = 25x\n", "t.conf:3:", "write_budget");
+	parse_err("[cache c]\ndevice=/x\nwrite_budget = -5\n", "t.conf:3:", "write_budget");
 	parse_err("[global]\npoll_us = 1001\n", "t.conf:2:", "poll_us: expected a whole number from 0 to 1000");
 	parse_err("[global]\npoll_us = -5\n", "t.conf:2:", "poll_us");
 }
@@ -119,8 +123,9 @@ static void test_write_round_trip(void)
 	const char *text = "[global]\nportal = 127.0.0.1:3261\nportal = [::1]:3262\n"
 			   "state_dir = /tmp/x\nlog_level = debug\npoll_us = 0\n"
 			   "[cache ssd0]\ndevice = /tmp/c\nsize = 2G\nblock_size = 64K\n"
-			   "admission = nhit:2\nupdate_buffer = 32M\n"
+			   "admission = nhit:2\nupdate_buffer = 32M\nwrite_budget = 40%\n"
 			   "[cache ssd1]\ndevice = /tmp/d\nsize = 1G\nupdate_buffer = off\n"
+			   "write_budget = off\n"
 			   "[disk a]\norigin = file:/tmp/a\nblock_size = 4096\ncache = ssd0\n"
 			   "origin_iops = 200\n"
 			   "[target iqn.2026-11.io.hotlun:t]\nlun.3 = a\nalias = \"x ; \\\"q\\\" \\\\ y\"\n"
@@ -149,6 +154,10 @@ static void test_write_round_trip(void)
 		CU_ASSERT_EQUAL(c2->caches[0].update_buffer, 32 * 1024 * 1024);
 		CU_ASSERT(c2->caches[1].update_buffer_set);
 		CU_ASSERT_EQUAL(c2->caches[1].update_buffer, 0);
+		CU_ASSERT(c2->caches[0].write_budget_set);
+		CU_ASSERT_EQUAL(c2->caches[0].write_budget, 40);
+		CU_ASSERT(c2->caches[1].write_budget_set); /* off: 0%, kept */
+		CU_ASSERT_EQUAL(c2->caches[1].write_budget, 0);
 		CU_ASSERT_EQUAL(c2->log_level, HL_LOG_DEBUG);
 		CU_ASSERT_EQUAL(c2->poll_us, 0); /* 0 (off) is kept, not taken for unset */
 		free(buf2);
