@@ -195,7 +195,7 @@ static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *
 		d->hits = u64(cd, "read_hits");
 		d->partial_hits = u64(cd, "read_partial");
 		d->misses = u64(cd, "read_misses") + u64(cd, "read_bypass");
-		d->bytes_from_cache = u64(cd, "bytes_read_cache") + u64(cd, "bytes_read_ram");
+		d->bytes_from_cache = u64(cd, "bytes_read_cache"); /* RAM window's included */
 		d->bytes_from_origin = u64(cd, "bytes_read_origin");
 	} else {
 		d->misses = d->read_cmds;
@@ -232,7 +232,7 @@ static int build_cache(struct snmp_cache *c, const char *name, json_t *o, json_t
 	c->rejections = u64(o, "rejections");
 	c->evictions = u64(o, "evictions");
 	c->dev_bytes_written = u64(o, "bytes_cache_write");
-	c->bytes_from_cache = u64(o, "bytes_read_cache") + u64(o, "bytes_read_ram");
+	c->bytes_from_cache = u64(o, "bytes_read_cache"); /* RAM window's included */
 	c->bytes_from_origin = u64(o, "bytes_read_origin");
 	c->dev_errors = u64(o, "dev_errors");
 	c->hit_ratio = ratio(c->bytes_from_cache, c->bytes_from_cache + c->bytes_from_origin);

@@ -147,8 +147,11 @@ MISSES=$(wait_equal "d0 misses" hlDiskReadMisses "$D0" "$CD['read_misses'] + $CD
 wait_equal "d0 partial hits" hlDiskReadPartialHits "$D0" "$CD['read_partial']" >/dev/null
 [ "$HITS" -gt 0 ] || hl_fail "no cache hits for d0 after two passes over 8 MiB (fills_dropped $(ctl "$CD['fills_dropped']")): a cache problem, see its stats in $T/stats.json"
 [ $((HITS + MISSES + $(sget hlDiskReadPartialHits "$D0"))) = "$R0" ] || hl_fail "d0: hits + partial + misses != reads"
-wait_equal "d0 bytes from cache" hlDiskBytesFromCache "$D0" "$CD['bytes_read_cache'] + $CD['bytes_read_ram']" >/dev/null
-wait_equal "d0 bytes from origin" hlDiskBytesFromOrigin "$D0" "$CD['bytes_read_origin']" >/dev/null
+FROM_CACHE=$(wait_equal "d0 bytes from cache" hlDiskBytesFromCache "$D0" "$CD['bytes_read_cache']")
+FROM_ORIGIN=$(wait_equal "d0 bytes from origin" hlDiskBytesFromOrigin "$D0" "$CD['bytes_read_origin']")
+# every byte read came from one place (the RAM window's bytes are cache bytes, counted once)
+[ $((FROM_CACHE + FROM_ORIGIN)) = "$(ctl "$CD['bytes_read']")" ] ||
+	hl_fail "d0: bytes from cache + from origin != bytes read"
 [ "$(sget hlDiskReadHits "$D1")" = 0 ] || hl_fail "d1 has no cache: hits must be 0"
 [ "$(sget hlDiskReadMisses "$D1")" = "$R1" ] || hl_fail "d1: misses must equal reads"
 [ "$(sget hlDiskBytesFromOrigin "$D1")" = "$(sget hlDiskReadBytes "$D1")" ] || hl_fail "d1: bytes from origin"
@@ -161,7 +164,8 @@ for pair in "hlCacheReadReqs:$C['read_reqs']" "hlCacheReadHits:$C['read_hits']" 
 	"hlCacheReadMisses:$C['read_misses'] + $C['read_bypass']" \
 	"hlCacheAdmissions:$C['admissions']" "hlCacheRejections:$C['rejections']" \
 	"hlCacheEvictions:$C['evictions']" "hlCacheDeviceBytesWritten:$C['bytes_cache_write']" \
-	"hlCacheBytesFromOrigin:$C['bytes_read_origin']" "hlCacheDeviceErrors:$C['dev_errors']" \
+	"hlCacheBytesFromCache:$C['bytes_read_cache']" "hlCacheBytesFromOrigin:$C['bytes_read_origin']" \
+	"hlCacheDeviceErrors:$C['dev_errors']" \
 	"hlCacheUsed:$C['used_slots'] * $C['block_size']" "hlCacheSize:$C['nslots'] * $C['block_size']"; do
 	wait_equal "cache ${pair%%:*}" "${pair%%:*}" "$C0" "${pair#*:}" >/dev/null
 done
