@@ -280,6 +280,12 @@ static int cache_value(const void *row, unsigned col, struct value *v)
 	case 19:
 		num(v, ASN_GAUGE, c->hit_ratio);
 		break;
+	case 20:
+		num(v, ASN_GAUGE, c->write_ratio);
+		break;
+	case 21:
+		num(v, ASN_UNSIGNED, c->write_budget);
+		break;
 	default:
 		return -1;
 	}
@@ -607,7 +613,7 @@ static int ssn_value(const void *row, unsigned col, struct value *v)
 static const struct table_def tables[] = {
     {"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 2, 24, 1, disk_count, disk_row, disk_index,
      disk_value},
-    {"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 2, 19, 1, cache_count, cache_row,
+    {"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 2, 21, 1, cache_count, cache_row,
      cache_index, cache_value},
     {"hlSessionTable", session_oid, OID_LENGTH(session_oid), 2, 8, 1, session_count, session_row,
      session_index, session_value},

@@ -47,6 +47,8 @@ struct snmp_cache {
 	uint64_t read_reqs, hits, misses, admissions, rejections, evictions;
 	uint64_t dev_bytes_written, bytes_from_cache, bytes_from_origin, dev_errors;
 	uint32_t hit_ratio;
+	uint32_t write_ratio;  /* hundredths of a percent of an admit-all cache's writes */
+	uint32_t write_budget; /* percent */
 };
 
 struct snmp_iscsi_session {

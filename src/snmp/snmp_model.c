@@ -236,6 +236,12 @@ static int build_cache(struct snmp_cache *c, const char *name, json_t *o, json_t
 	c->bytes_from_origin = u64(o, "bytes_read_origin");
 	c->dev_errors = u64(o, "dev_errors");
 	c->hit_ratio = ratio(c->bytes_from_cache, c->bytes_from_cache + c->bytes_from_origin);
+	{
+		double w = json_number_value(json_object_get(o, "write_ratio")) * 10000.0;
+
+		c->write_ratio = w <= 0 ? 0 : w >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)(w + 0.5);
+	}
+	c->write_budget = (uint32_t)u64(o, "write_budget_pct");
 	return 0;
 }
 

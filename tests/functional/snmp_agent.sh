@@ -166,7 +166,8 @@ for pair in "hlCacheReadReqs:$C['read_reqs']" "hlCacheReadHits:$C['read_hits']" 
 	"hlCacheEvictions:$C['evictions']" "hlCacheDeviceBytesWritten:$C['bytes_cache_write']" \
 	"hlCacheBytesFromCache:$C['bytes_read_cache']" "hlCacheBytesFromOrigin:$C['bytes_read_origin']" \
 	"hlCacheDeviceErrors:$C['dev_errors']" \
-	"hlCacheUsed:$C['used_slots'] * $C['block_size']" "hlCacheSize:$C['nslots'] * $C['block_size']"; do
+	"hlCacheUsed:$C['used_slots'] * $C['block_size']" "hlCacheSize:$C['nslots'] * $C['block_size']" \
+	"hlCacheWriteRatio:int($C['write_ratio'] * 10000 + 0.5)" "hlCacheWriteBudget:$C['write_budget_pct']"; do
 	wait_equal "cache ${pair%%:*}" "${pair%%:*}" "$C0" "${pair#*:}" >/dev/null
 done
 DBW=$(sget hlCacheDeviceBytesWritten "$C0")

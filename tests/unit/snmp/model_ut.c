@@ -21,7 +21,7 @@ static const char *STATS =
     "0, 0, 0, 0]}"
     "}, \"caches\": {"
     "  \"c0\": {\"device\": \"/dev/nvme0n1\", \"block_size\": 65536, \"nslots\": 10, "
-    "\"used_slots\": 4,"
+    "\"used_slots\": 4, \"write_ratio\": 0.1234, \"write_budget_pct\": 25,"
     "          \"read_reqs\": 100, \"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
     "          \"read_bypass\": 5, \"admissions\": 9, \"rejections\": 2, \"evictions\": 1,"
     "          \"bytes_cache_write\": 589824, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 0,"
@@ -135,6 +135,8 @@ static void test_cache_row(void)
 	CU_ASSERT_EQUAL(c->misses, 35);
 	CU_ASSERT_EQUAL(c->dev_bytes_written, 589824);
 	CU_ASSERT_EQUAL(c->hit_ratio, 6000);
+	CU_ASSERT_EQUAL(c->write_ratio, 1234); /* hundredths of a percent */
+	CU_ASSERT_EQUAL(c->write_budget, 25);
 	snmp_snapshot_free(&s);
 }
 
