@@ -350,6 +350,7 @@ struct hl_cache_core_info {
 	 */
 	double write_ratio;
 	uint32_t write_budget_pct; /* the configured budget for that ratio (percent) */
+	bool write_budget_open;    /* admission is relaxed now (frequency admission, a window) */
 };
 void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info *out);
 

@@ -169,6 +169,7 @@ struct hl_cache_engine_stats {
 	 */
 	double write_ratio;
 	uint32_t write_budget_pct;
+	bool write_budget_open; /* admission relaxed now (rule 10) */
 	uint32_t block_size;
 	/*
 	 * Suggested cache block size from the read sizes seen: the most common

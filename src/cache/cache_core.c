@@ -115,6 +115,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	};
 	if (cache_bloom2_init(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull) ||
 	    cache_bloom2_init(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull) ||
+	    !(c->win_far = calloc(HL_DIV_ROUND_UP(c->nwin + 1, 64), sizeof(uint64_t))) ||
 	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
@@ -185,6 +186,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	hl_admit_destroy(c->admit);
 	cache_bloom2_fini(&c->ghost);
 	cache_bloom2_fini(&c->far_ghost);
+	free(c->win_far);
 	cache_split_fini(c);
 	free(c->ub.map_slot);
 	free(c->ub.map_bits);
@@ -520,9 +522,9 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->admit_ram_bytes =
 	    hl_admit_mem_bytes(c->admit) + 2 * (c->ghost.bits + c->far_ghost.bits) / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;
-	out->write_ratio =
-	    c->budget.admit_all > 0 ? cache_budget_written(c) / c->budget.admit_all : 0;
+	out->write_ratio = cache_budget_ratio(c);
 	out->write_budget_pct = c->p.write_budget_pct;
+	out->write_budget_open = cache_budget_is_open(c);
 }
 
 uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_t block,

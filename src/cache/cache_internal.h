@@ -207,15 +207,16 @@ struct cache_split {
 };
 
 /*
- * The write budget's measure (rule 10): cache-device bytes written (the
- * update buffer's pending bytes included) and the bytes an admit-all cache
- * would have written, a block per missed block; both halve whenever the
- * second passes CACHE_BUDGET_HORIZON times the cache's size, so the ratio
- * follows the recent workload.
+ * The write budget's measure (rule 10): cache-device bytes written and the
+ * bytes an admit-all cache would have written, a block per missed block;
+ * both halve whenever the second passes CACHE_BUDGET_HORIZON times the
+ * cache's size (at a miss, whatever the policy), so the ratio follows the
+ * recent workload. The update buffer's pending bytes are added when the
+ * ratio is read (they are not history: at most the buffer's size).
  */
 struct cache_budget {
 	double written, admit_all;
-	double last; /* device bytes + pending bytes at the last look */
+	uint64_t last; /* st.bytes_cache_write when written last took it in */
 };
 
 #define CACHE_BUDGET_HORIZON 8
@@ -250,6 +251,7 @@ struct hl_cache_core {
 	 */
 	struct cache_bloom2 far_ghost;
 	struct cache_budget budget;
+	uint64_t *win_far; /* window slot (- nslots) holds a rule-10 return: nwin bits */
 	struct cache_part parts[CACHE_MAX_PARTS];
 	uint32_t nparts;
 	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
@@ -396,18 +398,28 @@ static inline void cache_stats_add(struct cache_lun *l, struct hl_cache_stats *g
 
 /* ---- write budget (rule 10) ---- */
 
-/* Device bytes written so far plus the update buffer's pending bytes. */
-static inline double cache_budget_raw(const struct hl_cache_core *c)
+/* Device bytes written since the budget last took them in. */
+static inline uint64_t cache_budget_new_bytes(const struct hl_cache_core *c)
 {
-	return (double)(c->st.bytes_cache_write + c->ub.bytes);
+	return c->st.bytes_cache_write >= c->budget.last ? c->st.bytes_cache_write - c->budget.last
+	                                                 : 0;
 }
 
-/* The budget's written bytes as of now (pending bytes dropped unwritten count back out). */
-static inline double cache_budget_written(const struct hl_cache_core *c)
+/* The recent device writes per admit-all byte, pending update bytes included (0: no miss yet). */
+static inline double cache_budget_ratio(const struct hl_cache_core *c)
 {
-	double w = c->budget.written + cache_budget_raw(c) - c->budget.last;
+	if (c->budget.admit_all <= 0)
+		return 0;
+	return (c->budget.written + (double)cache_budget_new_bytes(c) + (double)c->ub.bytes) /
+	       c->budget.admit_all;
+}
 
-	return w > 0 ? w : 0;
+/* Does rule 10 relax admission now? Frequency admission with a window only. */
+static inline bool cache_budget_is_open(const struct hl_cache_core *c)
+{
+	return c->p.write_budget_pct && c->p.admit == HL_ADMIT_FREQ && c->win.n &&
+	       (c->budget.written + (double)cache_budget_new_bytes(c) + (double)c->ub.bytes) * 100 <
+	           (double)c->p.write_budget_pct * c->budget.admit_all;
 }
 
 /* ---- CLOCK ---- */

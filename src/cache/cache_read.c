@@ -30,30 +30,23 @@ void cache_window_drop(struct hl_cache_core *c, uint32_t s)
 
 /* ---- the write budget (rule 10) ---- */
 
-/* A read found block-size bytes missing that an admit-all cache would have written. */
+/*
+ * A read found a block's bytes missing that an admit-all cache would have
+ * written. Once those bytes pass CACHE_BUDGET_HORIZON cache sizes, the
+ * device bytes written so far are taken in and both sums halve, so the
+ * ratio follows the workload (for every policy: it is also a statistic).
+ */
 static void budget_missed(struct hl_cache_core *c)
 {
-	c->budget.admit_all += (double)(1ull << c->block_shift);
-}
+	struct cache_budget *b = &c->budget;
 
-/*
- * Is the cache device within its write budget? Takes in what was written
- * since the last look, and halves both sums once the admit-all bytes pass
- * CACHE_BUDGET_HORIZON cache sizes (so the ratio follows the workload).
- */
-static bool budget_open(struct hl_cache_core *c)
-{
-	double raw = cache_budget_raw(c);
-
-	if (!c->p.write_budget_pct)
-		return false;
-	c->budget.written = cache_budget_written(c);
-	c->budget.last = raw;
-	if (c->budget.admit_all > CACHE_BUDGET_HORIZON * (double)(c->nslots << c->block_shift)) {
-		c->budget.written /= 2;
-		c->budget.admit_all /= 2;
+	b->admit_all += (double)(1ull << c->block_shift);
+	if (b->admit_all > CACHE_BUDGET_HORIZON * (double)(c->nslots << c->block_shift)) {
+		b->written += (double)cache_budget_new_bytes(c);
+		b->last = c->st.bytes_cache_write;
+		b->written /= 2;
+		b->admit_all /= 2;
 	}
-	return c->budget.written * 100 < (double)c->p.write_budget_pct * c->budget.admit_all;
 }
 
 /* ---- request helpers ---- */
@@ -160,7 +153,7 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 			 * except while rule 10 lets more blocks return (they must be
 			 * more frequent than what they displace).
 			 */
-			if (budget_open(c)
+			if (cache_budget_is_open(c)
 			        ? hl_admit_estimate(c->admit, key) <=
 			              hl_admit_estimate(c->admit, c->slots[s].key)
 			        : !hl_admit_should_returning(c->admit, key, c->slots[s].key))
@@ -210,7 +203,12 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
  */
 static bool window_may_promote(const struct hl_cache_core *c, uint32_t w)
 {
-	return c->p.admit != HL_ADMIT_FREQ || (c->slots[w].state & CACHE_SLOT_F_RETURNED);
+	if (c->p.admit != HL_ADMIT_FREQ)
+		return true;
+	if (!(c->slots[w].state & CACHE_SLOT_F_RETURNED))
+		return false;
+	/* A rule-10 return only while the budget is still open (else rules 5 and 6). */
+	return !cache_bit_test(c->win_far, w - c->nslots) || cache_budget_is_open(c);
 }
 
 /*
@@ -245,6 +243,7 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 		return HL_CACHE_NO_SLOT;
 	cache_slot_take(c, pt, s, key);
 	cache_split_took(c, s);
+	cache_bit_clear(c->win_far, s - c->nslots);
 	return s;
 }
 
@@ -262,7 +261,7 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 {
 	struct cache_part *pt = &c->parts[l->part];
 	uint32_t s = HL_CACHE_NO_SLOT;
-	bool empty = false, returning, freq = c->p.admit == HL_ADMIT_FREQ;
+	bool empty = false, returning, far = false, freq = c->p.admit == HL_ADMIT_FREQ;
 
 	if (!bypass)
 		s = cache_part_find_free(c, pt);
@@ -273,16 +272,18 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	returning = !bypass && c->win.n && cache_bloom2_test(&c->ghost, key);
 	if (returning)
 		cache_split_returned(c, key);
-	else if (freq && c->win.n && budget_open(c) &&
+	else if (cache_budget_is_open(c) &&
 	         (cache_bloom2_test(&c->far_ghost, key) ||
 	          (bypass && cache_bloom2_test(&c->ghost, key)))) {
 		/*
 		 * Rule 10: within the write budget a block also returns from
 		 * further back, and a sequential stream that re-reads what the
-		 * window held is admitted like any returning block.
+		 * window held is admitted like any returning block. Counted as
+		 * a return for rule 9 (its promotions are counted there too).
 		 */
-		returning = true;
+		returning = far = true;
 		bypass = false;
+		cache_split_returned(c, key);
 	}
 	if (returning && !freq) {
 		/* Back soon after the window dropped it: compete for the SSD right away. */
@@ -312,6 +313,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 			c->slots[s].state |= CACHE_SLOT_F_NOPROMOTE;
 		else if (returning)
 			c->slots[s].state |= CACHE_SLOT_F_RETURNED;
+		if (far)
+			cache_bit_set(c->win_far, s - c->nslots);
 		io->ram = 1;
 		io->admitted = 1;
 		CACHE_STAT(c, l, window_fills, 1);

@@ -964,6 +964,7 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 		out->meta_dirty = atomic_load(&c->changes) != atomic_load(&c->synced);
 		out->write_ratio = info.write_ratio;
 		out->write_budget_pct = info.write_budget_pct;
+		out->write_budget_open = info.write_budget_open;
 	}
 	out->block_size = c->bs;
 	out->recommended_block_size = recommend_block(out->read_size);

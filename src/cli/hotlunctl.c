@@ -447,7 +447,9 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			printf("  wear     the SSD writes %.1f%% of what an admit-all cache would "
 			       "(recently); budget %llu%%%s\n",
 			       ratio, (unsigned long long)budget,
-			       ratio < (double)budget ? ", so admission is relaxed" : "");
+			       json_is_true(json_object_get(cache, "write_budget_open"))
+			           ? ", so admission is relaxed"
+			           : "");
 		}
 		printf("  RAM      window %llu of %llu blocks; update buffer %s, %llu write-backs\n",
 		       (unsigned long long)jint(cache, "window_used_slots"),

@@ -373,6 +373,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		PUT("inflight", s->inflight);
 		PUT("write_budget_pct", s->write_budget_pct);
 		json_object_set_new(o, "write_ratio", json_real(s->write_ratio));
+		json_object_set_new(o, "write_budget_open", json_boolean(s->write_budget_open));
 		json_object_set_new(o, "meta_dirty", json_boolean(s->meta_dirty));
 	}
 #undef PUT

@@ -115,7 +115,12 @@ int hl_workers_start(unsigned nthreads)
 		rc = -ENOMEM;
 		goto out;
 	}
-	sem_init(&wq_sem, 0, 0); /* no waiters now: the last pool's threads were joined */
+	if (sem_init(&wq_sem, 0, 0)) { /* destroyed by the last stop, if any */
+		rc = -errno;
+		free(wq_threads);
+		wq_threads = NULL;
+		goto out;
+	}
 	for (wq_nthreads = 0; wq_nthreads < nthreads; wq_nthreads++) {
 		char name[16];
 
@@ -162,6 +167,7 @@ void hl_workers_stop(void)
 		pthread_join(threads[i], NULL);
 
 	pthread_mutex_lock(&wq_lock);
+	sem_destroy(&wq_sem); /* every worker joined: nobody waits on it */
 	free(wq_threads);
 	wq_threads = NULL;
 	wq_nthreads = 0;

@@ -826,12 +826,14 @@ static void test_seq_bypass(void)
  * bypassed blocks the SSD holds after the second read (promoted from the
  * window on their way out). *ratio: the info's write_ratio before it.
  */
-static int budget_case(uint32_t pct, uint32_t misses, double *ratio)
+static int budget_run(uint32_t pct, enum hl_admit_kind kind, uint32_t param, uint32_t misses,
+                      double *ratio, struct hl_cache_stats *st)
 {
 	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
 	struct hl_cache_core_info info;
 	int in_ssd = 0;
 
+	CU_ASSERT_EQUAL(hl_cache_core_set_admission(c, kind, param), 0);
 	CU_ASSERT_EQUAL(hl_cache_core_set_write_budget(c, pct), 0);
 	for (int b = 0; b < 16; b++)
 		rd(c, 0, (uint64_t)b * 3 * 64 * K, 64 * K); /* warm-up: 16 blocks written */
@@ -849,8 +851,18 @@ static int budget_case(uint32_t pct, uint32_t misses, double *ratio)
 		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
 	for (int b = 1016; b < 1040; b++)
 		in_ssd += hl_cache_core_peek(c, 0, (uint64_t)b, NULL) < 16;
+	hl_cache_core_stats(c, -1, st);
+	/* 16 x 64 KiB, 8 x over: the admit-all sum has halved, and stays below 8 cache sizes */
+	CU_ASSERT(c->budget.admit_all <= 8.0 * 16 * 64 * K + 64 * K);
 	hl_cache_core_destroy(c);
 	return in_ssd;
+}
+
+static int budget_case(uint32_t pct, uint32_t misses, double *ratio)
+{
+	struct hl_cache_stats st;
+
+	return budget_run(pct, HL_ADMIT_FREQ, 0, misses, ratio, &st);
 }
 
 /*
@@ -874,6 +886,24 @@ static void test_write_budget(void)
 	/* 16 written for 16 + 40 + 10 missed: 0.24 */
 	CU_ASSERT(budget_case(50, 0, &ratio) > 0);
 	CU_ASSERT(ratio > 0.23 && ratio < 0.25);
+	/*
+	 * 266 blocks missed, 16 written at the start: the sums halved three
+	 * times (at 129, 193 and 257 missed), so the warm-up's writes weigh
+	 * less: 2 / 73.1 blocks, not the lifetime 16 / 266. Also at budget 0.
+	 */
+	CU_ASSERT_EQUAL(budget_case(0, 200, &ratio), 0);
+	CU_ASSERT(ratio > 0.026 && ratio < 0.029);
+	/* Rule 10 is frequency admission's: always and nhit:N do the same at any budget. */
+	for (int k = 0; k < 2; k++) {
+		struct hl_cache_stats a, b;
+		enum hl_admit_kind kind = k ? HL_ADMIT_NHIT : HL_ADMIT_ALWAYS;
+
+		budget_run(0, kind, 3, 90, &ratio, &a);
+		budget_run(100, kind, 3, 90, &ratio, &b);
+		CU_ASSERT_EQUAL(a.admissions, b.admissions);
+		CU_ASSERT_EQUAL(a.read_hits, b.read_hits);
+		CU_ASSERT_EQUAL(a.bytes_cache_write, b.bytes_cache_write);
+	}
 }
 
 /* A write and the update buffer's write-backs it makes due. @return write-backs done. */

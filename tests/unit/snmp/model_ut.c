@@ -24,7 +24,7 @@ static const char *STATS =
     "\"used_slots\": 4, \"write_ratio\": 0.1234, \"write_budget_pct\": 25,"
     "          \"read_reqs\": 100, \"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
     "          \"read_bypass\": 5, \"admissions\": 9, \"rejections\": 2, \"evictions\": 1,"
-    "          \"bytes_cache_write\": 589824, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 0,"
+    "          \"bytes_cache_write\": 589824, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 8192,"
     "          \"bytes_read_origin\": 163840, \"dev_errors\": 0, \"passthrough\": false,"
     "          \"disks\": {\"d0\": {\"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
     "                    \"read_bypass\": 5, \"bytes_read_cache\": 245760, \"bytes_read_ram\": "
@@ -134,7 +134,8 @@ static void test_cache_row(void)
 	CU_ASSERT_EQUAL(c->state, SNMP_CACHE_ACTIVE);
 	CU_ASSERT_EQUAL(c->misses, 35);
 	CU_ASSERT_EQUAL(c->dev_bytes_written, 589824);
-	CU_ASSERT_EQUAL(c->hit_ratio, 6000);
+	CU_ASSERT_EQUAL(c->bytes_from_cache, 245760); /* its 8192 RAM bytes are in it */
+	CU_ASSERT_EQUAL(c->hit_ratio, 6000);          /* 245760 / 409600 */
 	CU_ASSERT_EQUAL(c->write_ratio, 1234); /* hundredths of a percent */
 	CU_ASSERT_EQUAL(c->write_budget, 25);
 	snmp_snapshot_free(&s);
