@@ -87,7 +87,10 @@ url=iscsi://127.0.0.1:$port/iqn.2026-11.io.hotlun:rbd
 declare -A SFD
 sess_start() { # NAME URL
 	mkfifo "$tmp/$1.in"
-	"$SESSION" "$2" <"$tmp/$1.in" >"$tmp/$1.out" 2>&1 &
+	# The output file exists before the session starts: the child opens it
+	# only after the FIFO's rendezvous, and sess() may count its lines first.
+	: >"$tmp/$1.out"
+	"$SESSION" "$2" <"$tmp/$1.in" >>"$tmp/$1.out" 2>&1 &
 	HL_PIDS+=($!)
 	HL_PID_NAMES+=("session-$1")
 	local fd
