@@ -827,7 +827,7 @@ static void test_seq_bypass(void)
  * window on their way out). *ratio: the info's write_ratio before it.
  */
 static int budget_run(uint32_t pct, enum hl_admit_kind kind, uint32_t param, uint32_t misses,
-                      double *ratio, struct hl_cache_stats *st)
+                      double *ratio, struct hl_cache_stats *st, bool close_then, int *tail)
 {
 	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
 	struct hl_cache_core_info info;
@@ -847,10 +847,15 @@ static int budget_run(uint32_t pct, enum hl_admit_kind kind, uint32_t param, uin
 	*ratio = info.write_ratio;
 	for (int b = 1000; b < 1040; b++)
 		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
+	if (close_then) /* the last four stream blocks are in the window now */
+		CU_ASSERT_EQUAL(hl_cache_core_set_write_budget(c, 0), 0);
 	for (int b = 4000; b < 4030; b += 3)
 		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
 	for (int b = 1016; b < 1040; b++)
 		in_ssd += hl_cache_core_peek(c, 0, (uint64_t)b, NULL) < 16;
+	*tail = 0;
+	for (int b = 1036; b < 1040; b++)
+		*tail += hl_cache_core_peek(c, 0, (uint64_t)b, NULL) < 16;
 	hl_cache_core_stats(c, -1, st);
 	/* 16 x 64 KiB, 8 x over: the admit-all sum has halved, and stays below 8 cache sizes */
 	CU_ASSERT(c->budget.admit_all <= 8.0 * 16 * 64 * K + 64 * K);
@@ -861,8 +866,9 @@ static int budget_run(uint32_t pct, enum hl_admit_kind kind, uint32_t param, uin
 static int budget_case(uint32_t pct, uint32_t misses, double *ratio)
 {
 	struct hl_cache_stats st;
+	int tail;
 
-	return budget_run(pct, HL_ADMIT_FREQ, 0, misses, ratio, &st);
+	return budget_run(pct, HL_ADMIT_FREQ, 0, misses, ratio, &st, false, &tail);
 }
 
 /*
@@ -898,11 +904,28 @@ static void test_write_budget(void)
 		struct hl_cache_stats a, b;
 		enum hl_admit_kind kind = k ? HL_ADMIT_NHIT : HL_ADMIT_ALWAYS;
 
-		budget_run(0, kind, 3, 90, &ratio, &a);
-		budget_run(100, kind, 3, 90, &ratio, &b);
+		int tail;
+
+		budget_run(0, kind, 3, 90, &ratio, &a, false, &tail);
+		budget_run(100, kind, 3, 90, &ratio, &b, false, &tail);
 		CU_ASSERT_EQUAL(a.admissions, b.admissions);
 		CU_ASSERT_EQUAL(a.read_hits, b.read_hits);
 		CU_ASSERT_EQUAL(a.bytes_cache_write, b.bytes_cache_write);
+	}
+	/*
+	 * A stream block let in while the budget was open is promoted only if
+	 * it still is when the block leaves the window: the last four, in the
+	 * window when the budget drops to 0, stay out of the SSD.
+	 */
+	{
+		struct hl_cache_stats st;
+		int open_tail, closed_tail;
+
+		/* (at 50% and no extra misses the budget stays open to the end) */
+		CU_ASSERT(budget_run(50, HL_ADMIT_FREQ, 0, 0, &ratio, &st, false, &open_tail) > 0);
+		CU_ASSERT(open_tail > 0);
+		budget_run(50, HL_ADMIT_FREQ, 0, 0, &ratio, &st, true, &closed_tail);
+		CU_ASSERT_EQUAL(closed_tail, 0);
 	}
 }
 
