@@ -947,6 +947,30 @@ static int wr_ub(struct hl_cache_core *c, uint64_t off, uint64_t len, bool wb_ok
 	return k;
 }
 
+/*
+ * Rule 10's ratio counts an update once: pending in the update buffer, then
+ * written back to the device (a planned write-back is not counted twice or
+ * lost before it completes).
+ */
+static void test_write_ratio_update_buffer(void)
+{
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 0);
+	struct hl_cache_core_info info;
+
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_MISS); /* filled: 64K written for 64K missed */
+	CU_ASSERT_EQUAL(cache_core_set_update_buffer(c, 8 * K), 0);
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_DOUBLE_EQUAL(info.write_ratio, 1.0, 1e-9);
+	CU_ASSERT_EQUAL(wr_ub(c, 0, 8 * K, true), 0); /* pending, not over the limit */
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_DOUBLE_EQUAL(info.write_ratio, 72.0 / 64, 1e-9);
+	CU_ASSERT(wr_ub(c, 16 * K, 4 * K, true) > 0); /* over it: a run written back */
+	CU_ASSERT(c->ub.bytes < 12 * K);
+	hl_cache_core_info(c, &info);
+	CU_ASSERT_DOUBLE_EQUAL(info.write_ratio, 76.0 / 64, 1e-9); /* 12K: written + pending */
+	hl_cache_core_destroy(c);
+}
+
 static void test_update_buffer(void)
 {
 	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 0);
@@ -1091,6 +1115,8 @@ static const struct hl_test tests[] = {
     {"the RAM window's CLOCK keeps one reference bit", test_window_clock_one_bit},
     {"window and update buffer share their RAM (rule 9)", test_window_buffer_split},
     {"a re-read stream earns the SSD within the write budget (rule 10)", test_write_budget},
+    {"the write ratio counts an update once (buffered, then written back)",
+     test_write_ratio_update_buffer},
     {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
     {"automatic RAM window size, >= 256 blocks", test_window_auto_size},
     {"sequential streams bypass", test_seq_bypass},
