@@ -146,6 +146,9 @@ int hl_parse_size(const char *s, uint64_t *out);
 /** Parse a whole unsigned decimal number (no sign, no junk). @return 0 or -EINVAL/-ERANGE. */
 int hl_parse_u64(const char *s, uint64_t *out);
 
+/** Parse a whole percentage 0..100, "25" or "25%". @return 0 or -EINVAL/-ERANGE. */
+int hl_parse_percent(const char *s, uint32_t *out);
+
 /** Parse "yes|no|true|false|on|off|1|0". @return 0 or -EINVAL. */
 int hl_parse_bool(const char *s, bool *out);
 

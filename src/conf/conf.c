@@ -279,21 +279,14 @@ static int cache_key(struct parser *p, const char *key, const char *v)
 		return 0;
 	}
 	if (strcmp(key, "write_budget") == 0) {
-		size_t n = strlen(v);
-		char num[16] = "";
-		uint64_t x;
+		uint32_t x;
 
-		if (n && n < sizeof(num)) { /* "25%" or "25" */
-			memcpy(num, v, n + 1);
-			if (num[n - 1] == '%')
-				num[n - 1] = 0;
-		}
 		if (strcmp(v, "off") == 0)
 			x = 0;
-		else if (!num[0] || hl_parse_u64(num, &x) || x > 100)
+		else if (hl_parse_percent(v, &x))
 			return perr(p, "write_budget: must be a percentage 0..100 (e.g. 25%%; 0 or "
 			               "off: never relax admission), got '%s'", v);
-		c->write_budget = (uint32_t)x;
+		c->write_budget = x;
 		c->write_budget_set = true;
 		return 0;
 	}

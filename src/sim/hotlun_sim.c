@@ -480,19 +480,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'B': {
-			char *end;
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (end == optarg || (*end && strcmp(end, "%")) || v > 100) {
+		case 'B':
+			if (hl_parse_percent(optarg, &o.write_budget)) {
 				fprintf(stderr,
 				        "hotlun-sim: bad --write-budget '%s' (0-100, percent)\n",
 				        optarg);
 				return 2;
 			}
-			o.write_budget = (uint32_t)v;
 			break;
-		}
 		case 'h':
 			usage(stdout);
 			return 0;

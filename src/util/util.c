@@ -32,6 +32,28 @@ int hl_parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
+int hl_parse_percent(const char *s, uint32_t *out)
+{
+	char num[8];
+	size_t n = s ? strlen(s) : 0;
+	uint64_t v;
+	int rc;
+
+	if (n && s[n - 1] == '%')
+		n--;
+	if (n == 0 || n >= sizeof(num))
+		return -EINVAL;
+	memcpy(num, s, n);
+	num[n] = 0;
+	rc = hl_parse_u64(num, &v);
+	if (rc)
+		return rc;
+	if (v > 100)
+		return -ERANGE;
+	*out = (uint32_t)v;
+	return 0;
+}
+
 int hl_parse_size(const char *s, uint64_t *out)
 {
 	char num[32];

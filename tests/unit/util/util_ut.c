@@ -47,6 +47,26 @@ static void test_parse_u64_and_bool(void)
 	CU_ASSERT_EQUAL(hl_parse_bool("maybe", &b), -EINVAL);
 }
 
+static void test_parse_percent(void)
+{
+	uint32_t p = 7;
+
+	CU_ASSERT_EQUAL(hl_parse_percent("25%", &p), 0);
+	CU_ASSERT_EQUAL(p, 25);
+	CU_ASSERT_EQUAL(hl_parse_percent("0", &p), 0);
+	CU_ASSERT_EQUAL(p, 0);
+	CU_ASSERT_EQUAL(hl_parse_percent("100", &p), 0);
+	CU_ASSERT_EQUAL(p, 100);
+	CU_ASSERT_EQUAL(hl_parse_percent("101%", &p), -ERANGE);
+	CU_ASSERT_EQUAL(hl_parse_percent("%", &p), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_percent("", &p), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_percent("25x", &p), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_percent("-5", &p), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_percent("25%%", &p), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_percent("00000000001", &p), -EINVAL); /* too long */
+	CU_ASSERT_EQUAL(p, 100);
+}
+
 static void test_portal_parse_and_format(void)
 {
 	struct sockaddr_storage ss;
@@ -122,6 +142,7 @@ static const struct hl_test tests[] = {
 	{"size suffixes", test_parse_size_suffixes},
 	{"size junk rejected", test_parse_size_rejects_junk},
 	{"u64 and bool", test_parse_u64_and_bool},
+	{"percent", test_parse_percent},
 	{"portal parse/format", test_portal_parse_and_format},
 	{"big-endian accessors", test_be_accessors},
 	{"list order, safe delete", test_list_order_and_safe_delete},
