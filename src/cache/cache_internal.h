@@ -405,21 +405,23 @@ static inline uint64_t cache_budget_new_bytes(const struct hl_cache_core *c)
 	                                                 : 0;
 }
 
-/* The recent device writes per admit-all byte, pending update bytes included (0: no miss yet). */
+/* The recent device bytes written, the update buffer's pending bytes included. */
+static inline double cache_budget_written(const struct hl_cache_core *c)
+{
+	return c->budget.written + (double)cache_budget_new_bytes(c) + (double)c->ub.bytes;
+}
+
+/* The recent device writes per admit-all byte (0: no miss yet). */
 static inline double cache_budget_ratio(const struct hl_cache_core *c)
 {
-	if (c->budget.admit_all <= 0)
-		return 0;
-	return (c->budget.written + (double)cache_budget_new_bytes(c) + (double)c->ub.bytes) /
-	       c->budget.admit_all;
+	return c->budget.admit_all > 0 ? cache_budget_written(c) / c->budget.admit_all : 0;
 }
 
 /* Does rule 10 relax admission now? Frequency admission with a window only. */
 static inline bool cache_budget_is_open(const struct hl_cache_core *c)
 {
 	return c->p.write_budget_pct && c->p.admit == HL_ADMIT_FREQ && c->win.n &&
-	       (c->budget.written + (double)cache_budget_new_bytes(c) + (double)c->ub.bytes) * 100 <
-	           (double)c->p.write_budget_pct * c->budget.admit_all;
+	       cache_budget_written(c) * 100 < (double)c->p.write_budget_pct * c->budget.admit_all;
 }
 
 /* ---- CLOCK ---- */
