@@ -61,42 +61,70 @@ static void print_version(void)
 
 /* ---- the demo: a built-in config with its files under one folder ---- */
 
-static int demo_prepare(const char *dir, const char *portal, char **out_text)
+/* A sparse file of 1 GiB, created on first use and kept afterwards. */
+static int demo_origin_file(const char *dir, const char *name)
 {
 	char path[4096];
-	int fd, rc;
+	struct stat st;
+	int fd, rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		fprintf(stderr, "hotlund: %s: %s\n", path, strerror(-rc));
+		return rc;
+	}
+	if (fstat(fd, &st) == 0 && st.st_size == 0 && ftruncate(fd, 1ll << 30) < 0) {
+		rc = -errno;
+		fprintf(stderr, "hotlund: %s: %s\n", path, strerror(-rc));
+	}
+	close(fd);
+	return rc;
+}
+
+/*
+ * The demo shows what hotlun is for: LUN 0 is a slow origin (throttled to
+ * 200 IOPS, a SATA-class SAN LUN) behind a 256 MiB cache file with 4 KiB
+ * blocks; LUN 1 is the same kind of origin with no cache, to compare with.
+ * The two origins are separate files: two disks on one file would be two
+ * writers the cache knows nothing about.
+ */
+static int demo_prepare(const char *dir, const char *portal, char **out_text)
+{
+	int rc;
 
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
 		fprintf(stderr, "hotlund: cannot create %s: %s\n", dir, strerror(errno));
 		return -errno;
 	}
-	snprintf(path, sizeof(path), "%s/demo-origin.img", dir);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = -errno;
-		fprintf(stderr, "hotlund: %s: %s\n", path, strerror(errno));
+	if ((rc = demo_origin_file(dir, "demo-origin.img")) ||
+	    (rc = demo_origin_file(dir, "demo-origin-direct.img")))
 		return rc;
-	}
-	struct stat st;
-	if (fstat(fd, &st) == 0 && st.st_size == 0 && ftruncate(fd, 1ll << 30) < 0) {
-		rc = -errno;
-		close(fd);
-		fprintf(stderr, "hotlund: %s: %s\n", path, strerror(-rc));
-		return rc;
-	}
-	close(fd);
 	if (asprintf(out_text,
 		     "[global]\n"
 		     "portal = %s\n"
 		     "state_dir = %s\n"
 		     "\n"
+		     "[cache demo-ssd]\n"
+		     "device = %s/demo-cache.img\n"
+		     "size = 256M\n"
+		     "block_size = 4K\n"
+		     "\n"
 		     "[disk demo]\n"
 		     "origin = file:%s/demo-origin.img\n"
+		     "origin_iops = 200\n"
+		     "cache = demo-ssd\n"
+		     "\n"
+		     "[disk direct]\n"
+		     "origin = file:%s/demo-origin-direct.img\n"
+		     "origin_iops = 200\n"
 		     "\n"
 		     "[target iqn.2026-11.io.hotlun:demo]\n"
 		     "lun.0 = demo\n"
+		     "lun.1 = direct\n"
 		     "allow = ALL\n",
-		     portal, dir, dir) < 0)
+		     portal, dir, dir, dir, dir) < 0)
 		return -ENOMEM;
 	return 0;
 }
