@@ -114,6 +114,17 @@ struct hl_iscsi_session_info {
 int hl_iscsi_sessions_list(struct hl_iscsi_server *srv,
 			   void (*fn)(void *arg, const struct hl_iscsi_session_info *info), void *arg);
 
+/**
+ * Before a planned stop (a restart, an upgrade): stop accepting connections,
+ * ask every initiator to log out and come back (Async Message event 1, "target
+ * requests logout", within timeout_s), and wait up to timeout_s for the
+ * sessions to end. A session's Logout Response waits for the commands it
+ * still has executing and tells the initiator to wait time2wait_s before it
+ * logs in again. Main thread. @return the sessions still open at the end.
+ */
+unsigned hl_iscsi_server_drain(struct hl_iscsi_server *srv, unsigned timeout_s,
+                               unsigned time2wait_s);
+
 /** Close portals, end every session (waiting for in-flight commands), free. Main thread. */
 void hl_iscsi_server_destroy(struct hl_iscsi_server *srv);
 

@@ -28,6 +28,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/*
+ * On SIGTERM: how long initiators get to log out (Async Message event 1), and
+ * the Time2Wait their Logout Response asks them to wait before they come back
+ * (a restart of hotlund takes about a second).
+ */
+#define DRAIN_TIMEOUT_S   5
+#define DRAIN_TIME2WAIT_S 1
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -375,6 +383,14 @@ int main(int argc, char **argv)
 	rc = start(&d, loaded, demo != NULL);
 	if (rc == 0)
 		rc = wait_for_signals(&d); /* d.conf is the control thread's now */
+	if (rc == 0) {
+		/*
+		 * A planned stop: every initiator is asked to log out and come
+		 * back, so a restart (an upgrade) costs them a pause, not an I/O
+		 * error; the commands they have in flight finish first.
+		 */
+		hl_iscsi_server_drain(d.server, DRAIN_TIMEOUT_S, DRAIN_TIME2WAIT_S);
+	}
 	stop(&d);
 	return rc ? 1 : 0;
 }

@@ -92,6 +92,7 @@ struct hl_iscsi_server {
 	unsigned rr;                    /* lock: next reactor */
 	uint16_t next_tsih;             /* lock */
 	bool stopping;                  /* lock */
+	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
 	unsigned pending_calls;         /* lock: destroy waits for these */
 };
 
@@ -318,6 +319,11 @@ struct iscsi_conn {
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
 	uint8_t buf_cached[ISCSI_BUF_CLASSES];
 	uint64_t buf_cache_bytes;
+
+	/* a closing Logout waits for the commands still executing (nexec) */
+	bool logout_pending;
+	uint8_t logout_response;
+	uint32_t logout_itt;
 };
 
 /* ---- conn.c ---- */
@@ -344,6 +350,13 @@ uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c);
  */
 uint32_t iscsi_conn_window_end(struct iscsi_conn *c);
 void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
+/**
+ * Ask the initiator to log out within `within_s` seconds (Async Message, event 1).
+ * Reactor of c. @return 0, -ENOTCONN (not a normal session in FFP), -ENOMEM.
+ */
+int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s);
+/** Time2Wait for Logout Responses (seconds; 0 unless the server is draining). */
+uint16_t iscsi_server_time2wait(struct hl_iscsi_server *srv);
 /** Reject, then close the connection once it is sent when `close_after`. */
 void iscsi_conn_send_reject_close(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason,
                                   bool close_after);

@@ -525,6 +525,119 @@ static bool wait_idle(struct hl_iscsi_server *srv, bool conns_too)
 	return true;
 }
 
+/* ---- drain: every initiator asked to log out, for a restart ---- */
+
+uint16_t iscsi_server_time2wait(struct hl_iscsi_server *srv)
+{
+	return (uint16_t)atomic_load(&srv->time2wait_s);
+}
+
+struct drain_req {
+	struct hl_iscsi_server *srv;
+	uint16_t within_s;
+};
+
+static void request_logouts(void *arg)
+{
+	struct drain_req *q = arg;
+	struct hl_iscsi_server *srv = q->srv;
+	struct hl_reactor *me = hl_reactor_current();
+	struct iscsi_conn **conns = NULL;
+	size_t n = 0, cap = 0;
+	struct iscsi_conn *c;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+	{
+		if (c->reactor != me)
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			struct iscsi_conn **nv = realloc(conns, nc * sizeof(*nv));
+			if (!nv)
+				break;
+			conns = nv;
+			cap = nc;
+		}
+		conns[n++] = c;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	/* only this reactor frees its connections: they stay valid here */
+	for (size_t i = 0; i < n; i++) {
+		iscsi_conn_enter(conns[i]);
+		if (iscsi_conn_request_logout(conns[i], q->within_s) == 0)
+			iscsi_conn_flush(conns[i]);
+		iscsi_conn_leave(conns[i]);
+	}
+	free(conns);
+	iscsi_call_done(srv);
+	free(q);
+}
+
+static unsigned normal_sessions_locked(struct hl_iscsi_server *srv)
+{
+	struct iscsi_session *o;
+	unsigned n = 0;
+
+	hl_list_for_each_entry(o, &srv->sessions, link)
+		n += o->type == ISCSI_SESSION_NORMAL;
+	return n;
+}
+
+unsigned hl_iscsi_server_drain(struct hl_iscsi_server *srv, unsigned timeout_s,
+                               unsigned time2wait_s)
+{
+	struct timespec now, end;
+	unsigned left, asked;
+
+	if (!srv)
+		return 0;
+	atomic_store(&srv->time2wait_s, time2wait_s > 3600 ? 3600 : time2wait_s);
+	pthread_mutex_lock(&srv->lock);
+	srv->pending_calls++;
+	asked = normal_sessions_locked(srv);
+	pthread_mutex_unlock(&srv->lock);
+	/* no new connections: an initiator that logs out must not come back to us */
+	if (hl_reactor_call(srv->reactors[0], portals_disarm, srv) < 0)
+		iscsi_call_done(srv);
+	for (unsigned i = 0; i < srv->n_reactors; i++) {
+		struct drain_req *q = malloc(sizeof(*q));
+		if (!q)
+			break;
+		q->srv = srv;
+		q->within_s = (uint16_t)(timeout_s > 3600 ? 3600 : timeout_s);
+		pthread_mutex_lock(&srv->lock);
+		srv->pending_calls++;
+		pthread_mutex_unlock(&srv->lock);
+		if (hl_reactor_call(srv->reactors[i], request_logouts, q) < 0) {
+			iscsi_call_done(srv);
+			free(q);
+		}
+	}
+	if (asked)
+		HL_NOTICE(ISCSI_LOG, "asked %u session(s) to log out (within %u s, back after %u s)",
+		          asked, timeout_s, time2wait_s);
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += timeout_s;
+	for (;;) {
+		pthread_mutex_lock(&srv->lock);
+		left = normal_sessions_locked(srv);
+		pthread_mutex_unlock(&srv->lock);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (left == 0 || now.tv_sec > end.tv_sec ||
+		    (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
+			break;
+		struct timespec nap = {0, 10 * 1000 * 1000};
+		nanosleep(&nap, NULL);
+	}
+	if (left)
+		HL_WARN(ISCSI_LOG, "%u of %u session(s) did not log out within %u s; closing them",
+		        left, asked, timeout_s);
+	else if (asked)
+		HL_NOTICE(ISCSI_LOG, "all %u session(s) logged out", asked);
+	return left;
+}
+
 void hl_iscsi_server_set_discovery_chap(struct hl_iscsi_server *srv,
                                         const struct hl_iscsi_chap *chap)
 {

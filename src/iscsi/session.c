@@ -284,6 +284,7 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 /* ---- SCSI command completion ---- */
 
 static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
+static int logout_respond(struct iscsi_conn *c);
 
 /* An aborted task leaves: no response; the TMF or reset waiting for it hears of it. */
 static void task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
@@ -317,6 +318,8 @@ static void task_done(struct hl_scsi_cmd *cmd)
 		task_respond(c, t);
 		task_finish(t);
 	}
+	if (c->logout_pending && c->nexec == 0 && c->state == CONN_LOGOUT)
+		logout_respond(c);
 	iscsi_conn_leave(c);
 }
 
@@ -819,6 +822,43 @@ static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
 	return 0;
 }
 
+/*
+ * The Logout Response of a connection that closes: StatSN is filled when it is
+ * queued, after the responses of the commands that were still executing.
+ * While the server drains for a restart, Time2Wait tells the initiator how
+ * long to wait before it logs in again.
+ */
+static int logout_respond(struct iscsi_conn *c)
+{
+	struct iscsi_bhs rsp;
+
+	c->logout_pending = false;
+	memset(&rsp, 0, sizeof(rsp));
+	rsp.b[0] = ISCSI_OP_LOGOUT_RSP;
+	rsp.b[1] = ISCSI_FLAG_FINAL;
+	rsp.b[2] = c->logout_response;
+	bhs_set_itt(&rsp, c->logout_itt);
+	iscsi_conn_fill_sn(c, &rsp, true);
+	/* Time2Retain stays 0: nothing to recover at ERL 0 */
+	hl_put_be16(&rsp.b[40], iscsi_server_time2wait(c->srv));
+	return iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL,
+	                        c->logout_response == ISCSI_LOGOUT_RSP_OK);
+}
+
+/*
+ * A closing logout drops the tasks still collecting data (no more PDUs are
+ * read, so they could never complete), but lets the commands inside the scsi
+ * layer finish and answer first: the initiator that logs out because the
+ * target asked it to (a restart) then gets a status for every command it
+ * sent, instead of having to retry them after the next login.
+ */
+static void ffp_drop_tasks(struct iscsi_conn *c, bool abort_executing);
+
+static void logout_drop_unfinished(struct iscsi_conn *c)
+{
+	ffp_drop_tasks(c, false);
+}
+
 static int handle_logout(struct iscsi_conn *c, struct iscsi_rx *rx)
 {
 	const struct iscsi_bhs *h = &rx->bhs;
@@ -835,22 +875,36 @@ static int handle_logout(struct iscsi_conn *c, struct iscsi_rx *rx)
 		iscsi_conn_send_reject(c, h, ISCSI_REJECT_INVALID_PDU_FIELD);
 		return 0;
 	}
-	struct iscsi_bhs rsp;
-	memset(&rsp, 0, sizeof(rsp));
-	rsp.b[0] = ISCSI_OP_LOGOUT_RSP;
-	rsp.b[1] = ISCSI_FLAG_FINAL;
-	rsp.b[2] = response;
-	bhs_set_itt(&rsp, bhs_itt(h));
-	iscsi_conn_fill_sn(c, &rsp, true);
-	/* Time2Wait / Time2Retain stay 0: nothing to recover at ERL 0 */
-	bool close = response == ISCSI_LOGOUT_RSP_OK;
+	c->logout_itt = bhs_itt(h);
+	c->logout_response = response;
 	HL_INFO(ISCSI_LOG, "%s: logout (reason %u)", c->peer_str, reason);
-	if (close) {
-		c->state = CONN_LOGOUT;
-		/* tasks still collecting data will never complete: drop them now */
-		iscsi_ffp_abort_all(c);
+	if (response != ISCSI_LOGOUT_RSP_OK)
+		return logout_respond(c);
+	c->state = CONN_LOGOUT;
+	logout_drop_unfinished(c);
+	if (c->nexec) {
+		c->logout_pending = true; /* task_done answers once the last one is done */
+		return 0;
 	}
-	return iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, close);
+	return logout_respond(c);
+}
+
+int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s)
+{
+	struct iscsi_bhs h;
+
+	if (c->state != CONN_FFP || !c->sess || c->sess->type != ISCSI_SESSION_NORMAL)
+		return -ENOTCONN;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_ASYNC_MSG;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, 0xffffffffu);
+	iscsi_conn_fill_sn(c, &h, true);
+	h.b[36] = ISCSI_ASYNC_LOGOUT_REQUEST;
+	hl_put_be16(&h.b[42], within_s); /* Parameter3: log out within this many seconds */
+	HL_INFO(ISCSI_LOG, "%s: asking %s to log out within %u s", c->peer_str,
+	        c->sess->initiator_name, within_s);
+	return iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
 }
 
 /* ---- task management ---- */
@@ -1307,7 +1361,12 @@ int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	}
 }
 
-void iscsi_ffp_abort_all(struct iscsi_conn *c)
+/*
+ * Drop the tasks still collecting data and the TMFs; the tasks inside the scsi
+ * layer are marked aborted (no response) when abort_executing, else they keep
+ * running and answer (a logout waits for them).
+ */
+static void ffp_drop_tasks(struct iscsi_conn *c, bool abort_executing)
 {
 	struct iscsi_task *t, *tmp;
 
@@ -1321,8 +1380,9 @@ void iscsi_ffp_abort_all(struct iscsi_conn *c)
 		if (t->state == TASK_DATA_OUT) {
 			task_finish(t);
 		} else if (t->state == TASK_EXEC) {
-			t->aborted = true;
-			t->tmf = NULL;
+			if (abort_executing)
+				t->aborted = true;
+			t->tmf = NULL; /* the TMFs below are dropped unanswered */
 		}
 	}
 	while (!hl_list_empty(&c->tmfs)) {
@@ -1330,6 +1390,11 @@ void iscsi_ffp_abort_all(struct iscsi_conn *c)
 		hl_list_del(&tmf->link);
 		free(tmf);
 	}
+}
+
+void iscsi_ffp_abort_all(struct iscsi_conn *c)
+{
+	ffp_drop_tasks(c, true);
 }
 
 void iscsi_session_free(struct iscsi_session *s)
