@@ -38,7 +38,7 @@ finish() {
 	sleep 10
 }
 
-. /hlvm.conf # PORTAL_IP PORTAL_PORT TARGET INITIATOR IO_MB CHAP_USER CHAP_SECRET DIGEST SIZE_BYTES STEP_TIMEOUT
+. /hlvm.conf # PORTAL_IP PORTAL_PORT TARGET INITIATOR IO_MB CHAP_USER CHAP_SECRET DIGEST SIZE_BYTES STEP_TIMEOUT RESTART_S
 say "kernel $(uname -r); portal $PORTAL_IP:$PORTAL_PORT target $TARGET digest $DIGEST chap ${CHAP_USER:+yes}"
 
 for m in $(cat /etc/hlvm-modules); do
@@ -170,6 +170,31 @@ if dd if="$DEV" of=/dev/null bs="$LBS" skip=$((LAST + 1)) count=1 iflag=direct 2
 	[ "$n" = 0 ] && ok "read past the end returns nothing" || bad "read past the end returned $n bytes"
 else
 	ok "read past the end refused"
+fi
+
+# A restart of the target under I/O (RESTART_S > 0): the host restarts
+# hotlund once it sees the marker; every O_DIRECT write and read-back of the
+# loop must succeed and match (the kernel retries through the re-login).
+if [ "${RESTART_S:-0}" -gt 0 ]; then
+	echo "HLVM-MARK: RESTART"
+	end=$(($(cut -d. -f1 /proc/uptime) + RESTART_S))
+	n=0 errs=0
+	while [ "$(cut -d. -f1 /proc/uptime)" -lt "$end" ]; do
+		off=$((n % IO_MB))
+		dd if=/dev/urandom of=/tmp/chunk bs=64k count=1 2>/dev/null
+		if ! dd if=/tmp/chunk of="$DEV" bs=64k seek=$((off * 16)) count=1 oflag=direct conv=fsync 2>/tmp/dd.err; then
+			errs=$((errs + 1))
+			show /tmp/dd.err
+		elif [ "$(dd if="$DEV" bs=64k skip=$((off * 16)) count=1 iflag=direct 2>/dev/null | md5sum)" != "$(md5sum </tmp/chunk)" ]; then
+			errs=$((errs + 1))
+			say "chunk $n read back differs"
+		fi
+		dd if=/tmp/chunk of=/tmp/pat bs=64k seek=$((off * 16)) count=1 conv=notrunc 2>/dev/null
+		n=$((n + 1))
+	done
+	PAT=$(md5sum </tmp/pat | cut -d' ' -f1)
+	if [ "$errs" = 0 ]; then ok "$n writes + read-backs across the target's restart, no error"; else bad "$errs of $n writes/read-backs failed across the restart"; fi
+	grep -a 'logout' /tmp/iscsid.log | tail -3 | sed 's/^/HLVM:    | iscsid: /'
 fi
 
 if logout; then ok "logout"; else

@@ -4,7 +4,9 @@
 # open-iscsi's iscsid/iscsiadm in an initramfs, and runs
 # tests/functional/vm_guest_init.sh as PID 1: discovery, login, size check,
 # O_DIRECT write/read-back, last block, logout, login again, data intact.
-# Two boots: plain, then one-way CHAP with CRC32C header and data digests.
+# Three boots: plain, then one-way CHAP with CRC32C header and data digests,
+# then plain again with hotlund restarted (SIGTERM, start) under write +
+# read-back I/O, which must see no error.
 # After each boot the host checks that the backing file holds exactly what
 # the guest wrote.
 #
@@ -127,7 +129,9 @@ flock -u 9
 
 # ---------------------------------------------------------------- one boot
 
-# boot LABEL DIGEST [CHAP_USER CHAP_SECRET]
+# boot LABEL DIGEST [CHAP_USER CHAP_SECRET]; RESTART_S=N in the environment:
+# the guest runs N seconds of write + read-back I/O and the host restarts
+# hotlund (SIGTERM, start again) as soon as that I/O has begun.
 boot() {
 	local label=$1 digest=$2 user=${3:-} secret=${4:-} run=$T/$1
 	mkdir -p "$run/cfg"
@@ -143,6 +147,7 @@ boot() {
 		q DIGEST "$digest"
 		q SIZE_BYTES "$SIZE"
 		q STEP_TIMEOUT 60
+		q RESTART_S "${RESTART_S:-0}"
 	} >"$run/cfg/hlvm.conf"
 	cp "$HL_SRCDIR/tests/functional/vm_guest_init.sh" "$run/cfg/init"
 	chmod 755 "$run/cfg/init"
@@ -158,7 +163,24 @@ boot() {
 		-kernel "$CACHE/vmlinuz" -initrd "$run/initrd.gz" \
 		-append "console=ttyS0 quiet loglevel=3 panic=-1 oops=panic" \
 		-netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
-		</dev/null >"$run/qemu.out" 2>&1 || rc=$?
+		</dev/null >"$run/qemu.out" 2>&1 &
+	local qemu=$!
+	if [ "${RESTART_S:-0}" -gt 0 ]; then
+		local deadline=$((SECONDS + VM_TIMEOUT))
+		until tr -d '\r' 2>/dev/null <"$run/console.log" | grep -aq '^HLVM-MARK: RESTART'; do
+			kill -0 "$qemu" 2>/dev/null || break
+			[ $SECONDS -lt $deadline ] || break
+			sleep 0.2
+		done
+		if tr -d '\r' <"$run/console.log" | grep -aq '^HLVM-MARK: RESTART'; then
+			sleep 2 # mid-I/O
+			hl_log "$label: restarting hotlund under the guest's I/O"
+			hl_target_restart
+			grep -q 'all 1 session(s) logged out' "$(hl_tmpdir)"/hotlund.*.log ||
+				hl_fail "$label: the kernel initiator did not log out when asked"
+		fi
+	fi
+	wait "$qemu" || rc=$?
 	tr -d '\r' <"$run/console.log" | grep -a '^HLVM' | sed "s/^/  [$label] /"
 	hl_check_alive
 	local verdict md5
@@ -185,5 +207,10 @@ hl_target_stop
 
 hl_target_start --disk "$HL_DISK" --chap vmuser vm-secret-4567
 boot chap-crc32c CRC32C vmuser vm-secret-4567
+hl_target_stop
+
+# A restart of hotlund under the kernel initiator's I/O: no I/O error.
+hl_target_start --disk "$HL_DISK"
+RESTART_S=20 boot restart None
 hl_target_stop
 hl_log "PASS"
