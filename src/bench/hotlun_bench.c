@@ -5,8 +5,11 @@
  * get_fd / which_events / service from one poll loop), the run phases
  * (warm-up, measure, drain), per-second and overall statistics, the
  * --verify bookkeeping (a generation per block and a lock per block so that
- * no two in-flight I/Os overlap), and the reports: terminal progress, CSV,
- * SVG and the one-line summary that scripts parse.
+ * no two in-flight I/Os overlap), the paths of a multipath session (--path:
+ * ALUA states from REPORT TARGET PORT GROUPS, I/O on one path at a time, a
+ * move on connection loss, ALUA sense or a path that stops answering, as
+ * ESXi's MRU policy does), and the reports: terminal progress, CSV, SVG and
+ * the one-line summary that scripts parse.
  */
 #include "bench/bench_internal.h"
 
@@ -30,6 +33,7 @@
 #define MAX_VERIFY_REPORTS 20
 #define MAX_COMPARE        15
 #define VERIFY_MAX_UNITS   (512ULL << 20)
+#define MAX_PATHS          8
 
 struct opts {
 	struct bench_workload_spec spec;
@@ -43,6 +47,9 @@ struct opts {
 	bool verify, quiet;
 	uint64_t seed;
 	bool seed_set;
+	const char *paths[MAX_PATHS - 1]; /* --path: more portals of the same target */
+	unsigned npaths;
+	double path_timeout_s; /* a path whose oldest I/O is older than this is down */
 };
 
 struct bench;
@@ -51,10 +58,39 @@ struct slot {
 	struct session *sess;
 	uint8_t *buf; /* max I/O size; the data of the write or the read (owned) */
 	struct bench_io io;
-	uint64_t t0;      /* submit time, ns */
+	uint64_t t0;      /* submit time, ns (the first one: a command sent again keeps it) */
+	uint64_t t_sent;  /* when this attempt went out */
+	bool resend;      /* the next submit sends the same command again */
 	uint64_t gen;     /* --verify: generation a write carries */
 	bool planned;     /* io is chosen but not started (verify lock busy, or a retry) */
+	bool busy;        /* sent, not answered */
+	unsigned path;    /* the path it was sent on */
 	unsigned retries; /* unit attentions in a row for this I/O */
+};
+
+/*
+ * ALUA states as REPORT TARGET PORT GROUPS gives them (SPC-4 6.37), and two of
+ * ours: not known yet, and no connection.
+ */
+enum path_state {
+	PATH_AO = 0x0,
+	PATH_ANO = 0x1,
+	PATH_STANDBY = 0x2,
+	PATH_UNAVAILABLE = 0x3,
+	PATH_TRANSITIONING = 0xf,
+	PATH_UNKNOWN = 0x10,
+	PATH_DOWN = 0x11,
+};
+
+struct path {
+	char portal[256];
+	struct iscsi_context *iscsi; /* NULL while down and not logging in again */
+	enum path_state state;
+	int tpg;              /* target port group (VPD 83h), -1 unknown */
+	bool relogin;         /* iscsi is a login again of a down path */
+	bool connecting;      /* ... still under way */
+	int login_status;     /* its result, seen after iscsi_service returns */
+	uint64_t next_try_ns; /* a down path logs in again from then on */
 };
 
 struct session {
@@ -67,6 +103,8 @@ struct session {
 	unsigned inflight;
 	uint64_t reconnect_ns; /* last time libiscsi was seen reconnecting (0: never) */
 	int last_fd;           /* the socket changes when libiscsi reconnects */
+	struct path paths[MAX_PATHS]; /* path 0 is the URL's portal; iscsi == the active one's */
+	unsigned npaths, active;
 };
 
 enum phase { PH_WARMUP, PH_MEASURE, PH_DRAIN };
@@ -94,6 +132,9 @@ struct bench {
 	uint64_t inflight;
 	uint64_t measured_done; /* completions in the measure phase */
 	uint64_t ua_retries;    /* commands run again after a unit attention */
+	uint64_t failovers;     /* moves of a session to another path */
+	uint64_t path_retries;  /* commands sent again on another path */
+	char target[256], user[256], passwd[256]; /* for logins on --path portals */
 
 	/* --verify */
 	uint32_t *gen_map;  /* per workload unit: last good write counter, 0 unknown */
@@ -235,11 +276,279 @@ static void verify_wrote(struct bench *b, const struct slot *sl, bool good)
 		b->gen_map[first + i] = good ? (uint32_t)sl->gen : 0;
 }
 
+/* ---- multipath (--path): one path at a time, most recently used ---- */
+
+static const char *path_state_str(enum path_state st)
+{
+	switch (st) {
+	case PATH_AO:
+		return "active/optimized";
+	case PATH_ANO:
+		return "active/non-optimized";
+	case PATH_STANDBY:
+		return "standby";
+	case PATH_UNAVAILABLE:
+		return "unavailable";
+	case PATH_TRANSITIONING:
+		return "transitioning";
+	case PATH_UNKNOWN:
+		return "unknown";
+	case PATH_DOWN:
+		return "down";
+	}
+	return "?";
+}
+
+/* Lower is better; PATH_DOWN is never chosen. */
+static int path_rank(enum path_state st)
+{
+	switch (st) {
+	case PATH_AO:
+		return 0;
+	case PATH_ANO:
+		return 1;
+	case PATH_UNKNOWN:
+		return 2;
+	case PATH_TRANSITIONING:
+		return 3;
+	case PATH_STANDBY:
+		return 4;
+	case PATH_UNAVAILABLE:
+		return 5;
+	case PATH_DOWN:
+		break;
+	}
+	return 99;
+}
+
+static bool path_usable(enum path_state st)
+{
+	return st == PATH_AO || st == PATH_ANO || st == PATH_UNKNOWN;
+}
+
+/*
+ * Most recently used: a session stays on its path while that path can take
+ * I/O, and moves (to the best state, the next path first on a tie) only when
+ * it cannot. @return false when no path is left at all.
+ */
+static bool path_choose(struct bench *b, struct session *s, const char *why)
+{
+	unsigned best = s->active;
+	int br = path_rank(s->paths[s->active].state);
+
+	if (!path_usable(s->paths[s->active].state)) {
+		for (unsigned k = 1; k < s->npaths; k++) {
+			unsigned i = (s->active + k) % s->npaths;
+			int r = path_rank(s->paths[i].state);
+			if (r < br) {
+				best = i;
+				br = r;
+			}
+		}
+	}
+	if (best != s->active) {
+		fprintf(stderr, "\npath: session %u moves from %s to %s (%s; %s there)\n",
+		        (unsigned)(s - b->sess), s->paths[s->active].portal, s->paths[best].portal,
+		        why, path_state_str(s->paths[best].state));
+		s->active = best;
+		b->failovers++;
+	}
+	s->iscsi = br < 99 ? s->paths[s->active].iscsi : NULL;
+	return s->iscsi != NULL;
+}
+
+/* Take a path down: move the session off it, then drop its connection. */
+static void path_down(struct bench *b, struct session *s, unsigned i, const char *why)
+{
+	struct path *p = &s->paths[i];
+	struct iscsi_context *ctx = p->iscsi;
+
+	if (p->state != PATH_DOWN)
+		fprintf(stderr, "\npath: session %u: %s is down (%s)\n", (unsigned)(s - b->sess),
+		        p->portal, why);
+	p->state = PATH_DOWN;
+	p->iscsi = NULL;
+	p->relogin = false;
+	p->connecting = false;
+	p->next_try_ns = now_ns() + 1000000000ULL;
+	if (i == s->active)
+		path_choose(b, s, why);
+	/* its commands come back CANCELLED and go out again on the active path */
+	if (ctx)
+		iscsi_destroy_context(ctx);
+}
+
+static struct iscsi_context *path_context(struct bench *b)
+{
+	struct iscsi_context *ctx = iscsi_create_context(b->o.initiator);
+
+	if (!ctx)
+		return NULL;
+	iscsi_set_targetname(ctx, b->target);
+	iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
+	iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE_CRC32C);
+	if (b->user[0])
+		iscsi_set_initiator_username_pwd(ctx, b->user, b->passwd);
+	/* a lost connection is a failed path: its commands move, libiscsi does not retry */
+	iscsi_set_noautoreconnect(ctx, 1);
+	return ctx;
+}
+
+static void path_login_done(struct iscsi_context *iscsi, int status, void *data, void *private)
+{
+	struct path *p = private;
+
+	(void)iscsi;
+	(void)data;
+	p->connecting = false;
+	p->login_status = status == SCSI_STATUS_GOOD ? 0 : -1;
+}
+
+/* After a poll round: log in again on down paths, finish the logins that ended. */
+static void paths_tend(struct bench *b, struct session *s, uint64_t now)
+{
+	for (unsigned i = 0; i < s->npaths; i++) {
+		struct path *p = &s->paths[i];
+		if (p->state != PATH_DOWN || p->connecting)
+			continue;
+		if (p->iscsi && p->relogin) { /* a login just ended */
+			p->relogin = false;
+			if (p->login_status == 0) {
+				p->state = PATH_UNKNOWN;
+				fprintf(stderr, "\npath: session %u: %s is back\n",
+				        (unsigned)(s - b->sess), p->portal);
+				if (!s->iscsi)
+					path_choose(b, s, "a path came back");
+				continue;
+			}
+			iscsi_destroy_context(p->iscsi);
+			p->iscsi = NULL;
+			p->next_try_ns = now + 2000000000ULL;
+			continue;
+		}
+		if (now < p->next_try_ns || b->phase == PH_DRAIN)
+			continue;
+		p->iscsi = path_context(b);
+		if (!p->iscsi)
+			continue;
+		p->relogin = true;
+		p->connecting = true;
+		p->login_status = -1;
+		if (iscsi_full_connect_async(p->iscsi, p->portal, s->lun, path_login_done, p) != 0) {
+			iscsi_destroy_context(p->iscsi);
+			p->iscsi = NULL;
+			p->relogin = false;
+			p->connecting = false;
+			p->next_try_ns = now + 2000000000ULL;
+		}
+	}
+	/* an active path whose oldest command went unanswered too long is down (a hung gateway) */
+	if (s->iscsi && b->o.path_timeout_s > 0) {
+		uint64_t limit = (uint64_t)(b->o.path_timeout_s * 1e9);
+		for (unsigned j = 0; j < b->o.qd; j++) {
+			const struct slot *sl = &s->slots[j];
+			if (sl->busy && sl->path == s->active && now - sl->t_sent > limit) {
+				path_down(b, s, s->active, "a command unanswered for too long");
+				break;
+			}
+		}
+	}
+}
+
+/* A session with several paths: which state sense data puts a path in, if any. */
+static bool alua_sense(const struct scsi_task *task, enum path_state *st)
+{
+	if (!task || task->sense.key != SCSI_SENSE_NOT_READY)
+		return false;
+	switch (task->sense.ascq) {
+	case 0x040a:
+		*st = PATH_TRANSITIONING;
+		return true;
+	case 0x040b:
+		*st = PATH_STANDBY;
+		return true;
+	case 0x040c:
+		*st = PATH_UNAVAILABLE;
+		return true;
+	}
+	return false;
+}
+
+/* VPD 83h's target port group designator, or -1. */
+static int path_read_tpg(struct iscsi_context *ctx, int lun)
+{
+	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, 0x83, 1024);
+	int tpg = -1;
+
+	if (t && t->status == SCSI_STATUS_GOOD && t->datain.size >= 4) {
+		const uint8_t *d = t->datain.data;
+		size_t len = 4 + ((size_t)d[2] << 8 | d[3]);
+		if (len > (size_t)t->datain.size)
+			len = (size_t)t->datain.size;
+		for (size_t off = 4; off + 4 <= len; off += 4 + d[off + 3]) {
+			unsigned assoc = (d[off + 1] >> 4) & 3, type = d[off + 1] & 0xf;
+			if (assoc == 1 && type == 5 && d[off + 3] >= 4 && off + 8 <= len)
+				tpg = d[off + 6] << 8 | d[off + 7];
+		}
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+	return tpg;
+}
+
+/* REPORT TARGET PORT GROUPS through ctx: each path's state from its group's. */
+static void paths_read_states(struct session *s, struct iscsi_context *ctx)
+{
+	unsigned char cdb[12] = {0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0};
+	struct scsi_task *t = scsi_create_task(12, cdb, SCSI_XFER_READ, 4096);
+
+	if (!t)
+		return;
+	if (iscsi_scsi_command_sync(ctx, s->lun, t, NULL) && t->status == SCSI_STATUS_GOOD &&
+	    t->datain.size >= 4) {
+		const uint8_t *d = t->datain.data;
+		size_t len = 4 + ((size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3]);
+		if (len > (size_t)t->datain.size)
+			len = (size_t)t->datain.size;
+		for (size_t off = 4; off + 8 <= len; off += 8 + 4 * (size_t)d[off + 7]) {
+			int group = d[off + 2] << 8 | d[off + 3];
+			for (unsigned i = 0; i < s->npaths; i++)
+				if (s->paths[i].state != PATH_DOWN && s->paths[i].tpg == group)
+					s->paths[i].state = (enum path_state)(d[off] & 0x0f);
+		}
+	}
+	scsi_free_scsi_task(t);
+}
+
 /* ---- I/O ---- */
 
 static void close_interval(struct bench *b, uint64_t now);
 static int submit(struct bench *b, struct session *s, struct slot *sl);
 static bool may_issue(const struct bench *b);
+
+/* The command ended unexecuted or must go again: the same I/O is sent again. */
+static void requeue(struct bench *b, struct session *s, struct slot *sl, struct scsi_task *task)
+{
+	if (b->o.verify) {
+		if (sl->io.write)
+			verify_wrote(b, sl, false); /* it may or may not have been written */
+		verify_unlock(b, &sl->io);
+	}
+	if (task)
+		scsi_free_scsi_task(task);
+	s->inflight--;
+	b->inflight--;
+	sl->planned = true; /* the same I/O goes out again */
+	sl->resend = true;  /* its latency counts from the first attempt */
+	if (may_issue(b) && !b->fatal) {
+		int rc = submit(b, s, sl);
+		if (rc == 0)
+			return;
+		if (rc < 0)
+			b->fatal = rc;
+	}
+	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+}
 
 static void io_done(struct iscsi_context *iscsi, int status, void *command_data, void *private)
 {
@@ -251,6 +560,7 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 	uint64_t lat = now - sl->t0;
 	bool good = status == SCSI_STATUS_GOOD;
 
+	sl->busy = false;
 	if (status == SCSI_STATUS_CHECK_CONDITION && task &&
 	    task->sense.key == SCSI_SENSE_UNIT_ATTENTION && sl->retries < 5) {
 		/*
@@ -260,26 +570,37 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 		if (b->ua_retries++ < 5)
 			fprintf(stderr, "\nunit attention (%s): command retried\n",
 			        scsi_sense_ascq_str(task->sense.ascq));
-		if (b->o.verify) {
-			if (sl->io.write)
-				verify_wrote(b, sl, false);
-			verify_unlock(b, &sl->io);
-		}
-		scsi_free_scsi_task(task);
-		s->inflight--;
-		b->inflight--;
 		sl->retries++;
-		sl->planned = true; /* the same I/O goes out again */
-		if (may_issue(b) && !b->fatal) {
-			int rc = submit(b, s, sl);
-			if (rc == 0)
-				return;
-			if (rc < 0)
-				b->fatal = rc;
-		}
-		s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+		requeue(b, s, sl, task);
 		return;
 	}
+	enum path_state st;
+	if (s->npaths > 1 && sl->path < s->npaths &&
+	    (status == SCSI_STATUS_CANCELLED || status == SCSI_STATUS_ERROR ||
+	     status == SCSI_STATUS_TIMEOUT ||
+	     (status == SCSI_STATUS_CHECK_CONDITION && alua_sense(task, &st) && sl->retries < 100))) {
+		/*
+		 * The path failed this command (its connection is gone) or says it
+		 * cannot take I/O (ALUA sense): the command goes out again on the
+		 * session's path, another one if this one is not usable any more.
+		 */
+		struct path *p = &s->paths[sl->path];
+		if (status == SCSI_STATUS_CHECK_CONDITION) {
+			sl->retries++;
+			p->state = st;
+		} else if (p->iscsi == iscsi) {
+			p->state = PATH_DOWN; /* its context goes after this round (paths_reap) */
+		}
+		if (sl->path == s->active)
+			path_choose(b, s, status == SCSI_STATUS_CHECK_CONDITION ? path_state_str(st)
+			                                                         : "connection lost");
+		b->path_retries++;
+		requeue(b, s, sl, task);
+		return;
+	}
+	if (good && s->npaths > 1 && sl->path < s->npaths &&
+	    !path_usable(s->paths[sl->path].state) && s->paths[sl->path].state != PATH_DOWN)
+		s->paths[sl->path].state = PATH_AO; /* it took I/O: the group has changed */
 	sl->retries = 0;
 
 	if (!good) {
@@ -355,6 +676,8 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 		bench_workload_next(&b->wl, &b->rng, &sl->io);
 		sl->planned = true;
 	}
+	if (!s->iscsi)
+		return 1; /* no path left: wait for one to come back */
 	if (b->o.verify && !verify_lock(b, &sl->io))
 		return 1;
 	sl->planned = false;
@@ -367,7 +690,10 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 		bench_pattern_fill(sl->buf, sl->io.len, sl->io.offset,
 		                   (uint64_t)b->run_stamp << 32 | sl->gen);
 	}
-	sl->t0 = now_ns();
+	sl->t_sent = now_ns();
+	if (!sl->resend)
+		sl->t0 = sl->t_sent;
+	sl->resend = false;
 	if (sl->io.write)
 		task = iscsi_write16_task(s->iscsi, s->lun, lba, sl->buf, sl->io.len,
 		                          (int)b->lun_block, 0, 0, 0, 0, 0, io_done, sl);
@@ -393,6 +719,8 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 	}
 	s->inflight++;
 	b->inflight++;
+	sl->busy = true;
+	sl->path = s->active;
 	return 0;
 }
 
@@ -518,7 +846,9 @@ static void run_clock(struct bench *b, uint64_t now)
 
 static int run(struct bench *b)
 {
-	struct pollfd pfd[MAX_SESSIONS];
+	struct pollfd pfd[MAX_SESSIONS * MAX_PATHS];
+	struct iscsi_context *pctx[MAX_SESSIONS * MAX_PATHS];
+	struct session *psess[MAX_SESSIONS * MAX_PATHS];
 
 	b->t_start = b->t_tick = now_ns();
 	b->phase = b->o.warmup_s > 0 ? PH_WARMUP : PH_MEASURE;
@@ -541,44 +871,76 @@ static int run(struct bench *b)
 		if (b->fatal)
 			return b->fatal;
 
+		/* every connection of every session: the active paths and the others */
+		unsigned np = 0;
 		for (unsigned i = 0; i < b->nsess; i++) {
-			pfd[i].fd = iscsi_get_fd(b->sess[i].iscsi);
-			if (pfd[i].fd != b->sess[i].last_fd) {
-				if (b->sess[i].last_fd)
-					b->sess[i].reconnect_ns = now_ns();
-				b->sess[i].last_fd = pfd[i].fd;
+			struct session *s = &b->sess[i];
+			if (s->npaths > 1) {
+				for (unsigned k = 0; k < s->npaths; k++) {
+					if (!s->paths[k].iscsi)
+						continue;
+					pctx[np] = s->paths[k].iscsi;
+					psess[np] = s;
+					pfd[np].fd = iscsi_get_fd(pctx[np]);
+					pfd[np].events = (short)iscsi_which_events(pctx[np]);
+					pfd[np].revents = 0;
+					np++;
+				}
+				continue;
 			}
-			pfd[i].events = (short)iscsi_which_events(b->sess[i].iscsi);
-			pfd[i].revents = 0;
-			if (pfd[i].events == 0) {
-				pfd[i].fd = -1; /* reconnecting: libiscsi asks us to wait */
-				b->sess[i].reconnect_ns = now_ns();
+			pctx[np] = s->iscsi;
+			psess[np] = s;
+			pfd[np].fd = iscsi_get_fd(s->iscsi);
+			if (pfd[np].fd != s->last_fd) {
+				if (s->last_fd)
+					s->reconnect_ns = now_ns();
+				s->last_fd = pfd[np].fd;
 			}
+			pfd[np].events = (short)iscsi_which_events(s->iscsi);
+			pfd[np].revents = 0;
+			if (pfd[np].events == 0) {
+				pfd[np].fd = -1; /* reconnecting: libiscsi asks us to wait */
+				s->reconnect_ns = now_ns();
+			}
+			np++;
 		}
 		uint64_t now = now_ns();
 		uint64_t next = b->t_tick + 1000000000ULL;
 		int timeout = next > now ? (int)((next - now) / 1000000ULL) + 1 : 0;
 		if (timeout > 100)
 			timeout = 100;
-		int n = poll(pfd, b->nsess, timeout);
+		int n = poll(pfd, np, timeout);
 		if (n < 0 && errno != EINTR) {
 			perror("hotlun-bench: poll");
 			return -errno;
 		}
-		for (unsigned i = 0; i < b->nsess && n > 0; i++) {
-			if (!pfd[i].revents)
+		for (unsigned i = 0; i < np; i++) {
+			/* idle round: let libiscsi run its timers (timeouts, reconnect) */
+			if (n > 0 && !pfd[i].revents)
 				continue;
-			if (iscsi_service(b->sess[i].iscsi, pfd[i].revents) < 0) {
-				fprintf(stderr, "\nhotlun-bench: session %u: %s\n", i,
-				        iscsi_get_error(b->sess[i].iscsi));
+			if (iscsi_service(pctx[i], n > 0 ? pfd[i].revents : 0) >= 0)
+				continue;
+			struct session *s = psess[i];
+			if (s->npaths <= 1) {
+				fprintf(stderr, "\nhotlun-bench: session %u: %s\n",
+				        (unsigned)(s - b->sess), iscsi_get_error(pctx[i]));
 				return -EIO;
 			}
+			for (unsigned k = 0; k < s->npaths; k++)
+				if (s->paths[k].iscsi == pctx[i])
+					path_down(b, s, k, iscsi_get_error(pctx[i]));
 		}
 		now = now_ns();
-		if (n == 0) {
-			/* idle round: let libiscsi run its timers (timeouts, reconnect) */
-			for (unsigned i = 0; i < b->nsess; i++)
-				iscsi_service(b->sess[i].iscsi, 0);
+		for (unsigned i = 0; i < b->nsess; i++) {
+			struct session *s = &b->sess[i];
+			if (s->npaths <= 1)
+				continue;
+			/* paths_reap: contexts of paths that failed inside a callback */
+			for (unsigned k = 0; k < s->npaths; k++)
+				if (s->paths[k].state == PATH_DOWN && s->paths[k].iscsi &&
+				    !s->paths[k].relogin)
+					path_down(b, s, k, "connection lost");
+			paths_tend(b, s, now);
 		}
 		run_clock(b, now);
 	}
@@ -588,6 +950,66 @@ static int run(struct bench *b)
 }
 
 /* ---- setup ---- */
+
+/* The --path portals of a session: log in on each, read the ALUA states, pick one. */
+static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
+{
+	unsigned live = 0;
+
+	s->npaths = 1 + b->o.npaths;
+	for (unsigned k = 0; k < s->npaths; k++) {
+		struct path *p = &s->paths[k];
+		if (k > 0)
+			snprintf(p->portal, sizeof(p->portal), "%s", b->o.paths[k - 1]);
+		p->tpg = -1;
+		p->state = PATH_UNKNOWN;
+		if (k == 0) { /* the URL's, logged in already (or down from the start) */
+			p->iscsi = s->iscsi;
+			if (!p->iscsi) {
+				p->state = PATH_DOWN;
+				p->next_try_ns = now_ns() + 1000000000ULL;
+				continue;
+			}
+			iscsi_set_noautoreconnect(p->iscsi, 1);
+		} else {
+			p->iscsi = path_context(b);
+			if (!p->iscsi)
+				return -ENOMEM;
+			if (iscsi_full_connect_sync(p->iscsi, p->portal, s->lun) != 0) {
+				fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx,
+				        p->portal, iscsi_get_error(p->iscsi));
+				iscsi_destroy_context(p->iscsi);
+				p->iscsi = NULL;
+				p->state = PATH_DOWN;
+				p->next_try_ns = now_ns() + 1000000000ULL;
+				continue;
+			}
+		}
+		p->tpg = path_read_tpg(p->iscsi, s->lun);
+		live++;
+	}
+	if (!live)
+		return -ECONNREFUSED;
+	for (unsigned k = 0; k < s->npaths; k++)
+		if (s->paths[k].iscsi) {
+			paths_read_states(s, s->paths[k].iscsi);
+			break;
+		}
+	/* start on the best path: active/optimized first */
+	s->active = 0;
+	int br = path_rank(s->paths[0].state);
+	for (unsigned k = 1; k < s->npaths; k++)
+		if (path_rank(s->paths[k].state) < br) {
+			br = path_rank(s->paths[k].state);
+			s->active = k;
+		}
+	s->iscsi = s->paths[s->active].iscsi;
+	for (unsigned k = 0; k < s->npaths; k++)
+		fprintf(stderr, "hotlun-bench: session %u path %u %s: target port group %d, %s%s\n", idx,
+		        k, s->paths[k].portal, s->paths[k].tpg, path_state_str(s->paths[k].state),
+		        k == s->active ? " (in use)" : "");
+	return 0;
+}
 
 static int session_open(struct bench *b, struct session *s, unsigned idx)
 {
@@ -610,15 +1032,25 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 	iscsi_set_header_digest(s->iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
 	if (url->user[0])
 		iscsi_set_initiator_username_pwd(s->iscsi, url->user, url->passwd);
+	snprintf(b->target, sizeof(b->target), "%s", url->target);
+	snprintf(b->user, sizeof(b->user), "%s", url->user);
+	snprintf(b->passwd, sizeof(b->passwd), "%s", url->passwd);
+	snprintf(s->paths[0].portal, sizeof(s->paths[0].portal), "%s", url->portal);
+	s->lun = url->lun;
 	if (iscsi_full_connect_sync(s->iscsi, url->portal, url->lun) != 0) {
 		fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx,
 		        url->portal, iscsi_get_error(s->iscsi));
 		iscsi_destroy_url(url);
-		return -ECONNREFUSED;
+		if (!b->o.npaths)
+			return -ECONNREFUSED;
+		iscsi_destroy_context(s->iscsi);
+		s->iscsi = NULL;
+		s->paths[0].state = PATH_DOWN;
 	}
-	s->lun = url->lun;
 	iscsi_destroy_url(url);
-	return 0;
+	if (!b->o.npaths)
+		return 0;
+	return session_paths_open(b, s, idx);
 }
 
 static int read_capacity(struct bench *b)
@@ -683,6 +1115,18 @@ static void teardown(struct bench *b)
 	b->stop_issue = true; /* callbacks of cancelled commands must not start new ones */
 	for (unsigned i = 0; i < b->nsess; i++) {
 		struct session *s = &b->sess[i];
+		if (s->npaths > 1) {
+			for (unsigned k = 0; k < s->npaths; k++) {
+				struct path *p = &s->paths[k];
+				if (!p->iscsi)
+					continue;
+				if (s->inflight == 0 && p->state != PATH_DOWN)
+					iscsi_logout_sync(p->iscsi);
+				iscsi_destroy_context(p->iscsi);
+				p->iscsi = NULL;
+			}
+			s->iscsi = NULL;
+		}
 		if (s->iscsi) {
 			if (s->inflight == 0)
 				iscsi_logout_sync(s->iscsi);
@@ -725,6 +1169,13 @@ static void usage(FILE *f)
 	        "  --count N       measure exactly N I/Os (overrides --time)\n"
 	        "  --warmup S      run S seconds before measuring        (default 0)\n"
 	        "  --initiator IQN initiator name                        (default %s)\n"
+	        "paths (one LUN through several portals, e.g. two gateways):\n"
+	        "  --path H:P      another portal of the URL's target (repeatable, up to %d);\n"
+	        "                  I/O goes to one path at a time, chosen from REPORT TARGET\n"
+	        "                  PORT GROUPS (active/optimized first), and moves to another\n"
+	        "                  on connection loss, ALUA sense (standby, transitioning,\n"
+	        "                  unavailable) or an unanswered command (most recently used)\n"
+	        "  --path-timeout S  a command unanswered this long fails its path (default 5)\n"
 	        "output:\n"
 	        "  --csv FILE      per-second series (IOPS, MB/s, p50/p99/p99.9 latency)\n"
 	        "  --svg FILE      chart of this run (IOPS and latency over time)\n"
@@ -738,7 +1189,7 @@ static void usage(FILE *f)
 	        "\n"
 	        "The last line printed is the summary: ... iops= mbps= p50_us= p99_us= ...\n"
 	        "Exit status: 0 ok, 1 I/O errors or verify mismatches, 2 usage or setup error.\n",
-	        DEFAULT_INITIATOR);
+	        DEFAULT_INITIATOR, MAX_PATHS - 1);
 }
 
 enum {
@@ -762,6 +1213,8 @@ enum {
 	OPT_QUIET,
 	OPT_COMPARE,
 	OPT_INITIATOR,
+	OPT_PATH,
+	OPT_PATH_TIMEOUT,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -787,6 +1240,8 @@ static const struct option long_opts[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"compare", required_argument, NULL, OPT_COMPARE},
     {"initiator", required_argument, NULL, OPT_INITIATOR},
+    {"path", required_argument, NULL, OPT_PATH},
+    {"path-timeout", required_argument, NULL, OPT_PATH_TIMEOUT},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -895,10 +1350,14 @@ static void print_summary(struct bench *b)
 	printf("summary: label=%s workload=%s bs=%s qd=%u sessions=%u read=%s time_s=%.2f "
 	       "ios=%" PRIu64 " reads=%" PRIu64 " writes=%" PRIu64 " iops=%.0f mbps=%.1f "
 	       "p50_us=%.0f p99_us=%.0f p999_us=%.0f max_us=%.0f errors=%" PRIu64
-	       " retries=%" PRIu64 " verify_errors=%" PRIu64 "\n",
+	       " retries=%" PRIu64 " verify_errors=%" PRIu64,
 	       label, wl, bs, b->o.qd, b->nsess, readpct, secs, ios, b->all.reads, b->all.writes,
 	       all.iops, all.mbps, all.p50_us, all.p99_us, all.p999_us, all.max_us, b->all.errors,
 	       b->ua_retries, b->verify_errors);
+	if (b->o.npaths)
+		printf(" paths=%u failovers=%" PRIu64 " path_retries=%" PRIu64, 1 + b->o.npaths,
+		       b->failovers, b->path_retries);
+	printf("\n");
 	fflush(stdout);
 }
 
@@ -921,6 +1380,7 @@ int main(int argc, char **argv)
 	o->spec.bs[0].size = 4096;
 	o->spec.bs[0].weight = 1;
 	o->initiator = DEFAULT_INITIATOR;
+	o->path_timeout_s = 5;
 
 	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (c) {
@@ -1007,6 +1467,22 @@ int main(int argc, char **argv)
 		case OPT_INITIATOR:
 			o->initiator = optarg;
 			break;
+		case OPT_PATH:
+			if (o->npaths >= MAX_PATHS - 1 || !optarg[0] || strlen(optarg) >= 256) {
+				fprintf(stderr, "hotlun-bench: --path: at most %d portals of up to 255 "
+				                "characters\n", MAX_PATHS - 1);
+				return 2;
+			}
+			o->paths[o->npaths++] = optarg;
+			break;
+		case OPT_PATH_TIMEOUT: {
+			char *end;
+			double secs = strtod(optarg, &end);
+			if (*end || end == optarg || secs < 0 || secs > 3600)
+				return bad_arg("path-timeout", optarg);
+			o->path_timeout_s = secs;
+			break;
+		}
 		case 'h':
 		case OPT_HELP:
 			usage(stdout);

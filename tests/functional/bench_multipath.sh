@@ -1,0 +1,94 @@
+#!/bin/bash
+# bench_multipath.sh - hotlun-bench as a multipath client (issue 17 item 6):
+# one LUN through two portals of hotlund, path 0 through a TCP forwarder.
+#  1. the forwarder is killed mid-run: the session moves to the other path,
+#     the commands in flight go again there; 0 errors, 0 verify mismatches;
+#     a forwarder started again on the same port makes the path come back;
+#  2. the forwarder is stopped (SIGSTOP, a hung gateway): after
+#     --path-timeout the path is declared down and the session moves; the
+#     longest I/O spans the timeout; 0 errors, 0 mismatches.
+# Each path's target port group and ALUA state come from VPD 83h and REPORT
+# TARGET PORT GROUPS and are printed.
+. "$(dirname "$0")/lib.sh"
+
+hl_need python3
+BENCH=$HL_BUILDDIR/hotlun-bench
+[ -x "$BENCH" ] || hl_missing "$BENCH not built"
+T=$(hl_tmpdir)
+hl_target_start --size 128M --portal2
+PX=$(hl_free_port)
+url=iscsi://127.0.0.1:$PX/$HL_IQN/0
+
+forward() {
+	hl_spawn tcp_forward "$T/fwd.$1.log" python3 "$HL_SRCDIR/tests/functional/tcp_forward.py" \
+		"$PX" "127.0.0.1:$HL_PORT"
+	FWD=$HL_LAST_PID
+	for _ in $(seq 1 100); do
+		grep -q ready "$T/fwd.$1.log" && return 0
+		sleep 0.05
+	done
+	hl_fail "the forwarder did not start: $(cat "$T/fwd.$1.log")"
+}
+
+field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2"; }
+
+# ---- 1. path lost
+forward 1
+"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 8 --path "127.0.0.1:$HL_PORT2" \
+	"$url" >"$T/kill.out" 2>"$T/kill.err" &
+bench=$!
+HL_PIDS+=("$bench")
+HL_PID_NAMES+=(hotlun-bench)
+sleep 2.5
+kill -KILL "$FWD"
+wait "$FWD" 2>/dev/null
+hl_forget "$FWD"
+sleep 1.5
+forward 2
+wait "$bench"
+rc=$?
+hl_forget "$bench"
+cat "$T/kill.err" >&2
+sum=$(tail -n 1 "$T/kill.out")
+hl_log "kill: $sum"
+[ $rc = 0 ] || hl_fail "hotlun-bench exited $rc across a lost path"
+grep -q "path 0 127.0.0.1:$PX: target port group 1, active/optimized (in use)" "$T/kill.err" ||
+	hl_fail "path 0's target port group and ALUA state not read"
+grep -q "moves from 127.0.0.1:$PX to 127.0.0.1:$HL_PORT2 (connection lost" "$T/kill.err" ||
+	hl_fail "the session did not move to the other path"
+grep -q "127.0.0.1:$PX is back" "$T/kill.err" || hl_fail "the lost path did not come back"
+[ "$(field errors "$sum")" = 0 ] && [ "$(field verify_errors "$sum")" = 0 ] ||
+	hl_fail "errors across a lost path: $sum"
+[ "$(field failovers "$sum")" -ge 1 ] || hl_fail "no failover counted: $sum"
+kill -KILL "$FWD"
+wait "$FWD" 2>/dev/null
+hl_forget "$FWD"
+
+# ---- 2. path hung (SIGSTOP): --path-timeout
+forward 3
+"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 8 --path-timeout 1.5 \
+	--path "127.0.0.1:$HL_PORT2" "$url" >"$T/stop.out" 2>"$T/stop.err" &
+bench=$!
+HL_PIDS+=("$bench")
+HL_PID_NAMES+=(hotlun-bench)
+sleep 2.5
+kill -STOP "$FWD"
+wait "$bench"
+rc=$?
+hl_forget "$bench"
+kill -KILL "$FWD" # never continued: what it holds must not reach the target later
+wait "$FWD" 2>/dev/null
+hl_forget "$FWD"
+cat "$T/stop.err" >&2
+sum=$(tail -n 1 "$T/stop.out")
+hl_log "stop: $sum"
+[ $rc = 0 ] || hl_fail "hotlun-bench exited $rc across a hung path"
+grep -q "127.0.0.1:$PX is down (a command unanswered for too long)" "$T/stop.err" ||
+	hl_fail "the hung path was not declared down"
+[ "$(field errors "$sum")" = 0 ] && [ "$(field verify_errors "$sum")" = 0 ] ||
+	hl_fail "errors across a hung path: $sum"
+max=$(field max_us "$sum")
+[ "$max" -ge 1500000 ] || hl_fail "the longest I/O ($max us) does not span the 1.5 s path timeout"
+[ "$max" -lt 10000000 ] || hl_fail "the longest I/O took $max us: the move took too long"
+hl_target_stop
+exit 0
