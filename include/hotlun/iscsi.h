@@ -88,6 +88,14 @@ int hl_iscsi_target_update(struct hl_iscsi_server *srv, const struct hl_iscsi_ta
  */
 int hl_iscsi_target_remove(struct hl_iscsi_server *srv, const char *name, bool force);
 
+/**
+ * The LUN map of target `name` changed (the caller already stored the new
+ * inventory in it): every session of the target gets REPORTED LUNS DATA HAS
+ * CHANGED on its next command (hl_scsi_luns_changed). Any thread.
+ * @return the number of sessions told.
+ */
+unsigned hl_iscsi_target_luns_changed(struct hl_iscsi_server *srv, const char *name);
+
 /** Normal sessions currently logged in to target `name`. */
 unsigned hl_iscsi_target_sessions(struct hl_iscsi_server *srv, const char *name);
 

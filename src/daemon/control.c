@@ -519,9 +519,18 @@ static bool arg_force(json_t *args)
 }
 
 /* Check and apply an edited copy (which this takes). */
+/* Name the control client asking for the change in daemon_apply's log lines. */
+static void change_by_client(struct daemon *d, const char *what, bool force)
+{
+	const char *who = hl_ctl_caller(d->ctl);
+	snprintf(d->change_by, sizeof(d->change_by), "%s from the control socket (%s)%s", what,
+		 who ? who : "unknown peer", force ? " with force" : "");
+}
+
 static int commit_change(struct daemon *d, struct hl_conf *next, bool force, char *err,
 			 size_t errlen)
 {
+	change_by_client(d, "a change", force);
 	int rc = hl_conf_check(next, err, errlen);
 	if (rc) {
 		hl_conf_free(next);
@@ -851,6 +860,7 @@ void daemon_reload(struct daemon *d)
 		HL_ERR("daemon", "reload: %s (nothing changed)", err);
 		return;
 	}
+	snprintf(d->change_by, sizeof(d->change_by), "a reload (SIGHUP)");
 	rc = daemon_apply(d, next, false, err, sizeof(err));
 	if (rc)
 		HL_ERR("daemon", "reload: %s", err);
@@ -870,6 +880,7 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 	rc = hl_conf_load(d->config_path, &next, err, errlen);
 	if (rc)
 		return rc;
+	change_by_client(d, "a reload", arg_force(args));
 	return daemon_apply(d, next, arg_force(args), err, errlen);
 }
 
