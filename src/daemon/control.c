@@ -462,6 +462,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "mutual_user", t->mutual_user);
 		json_object_set_new(o, "mutual_secret",
 				    t->mutual_secret ? json_string("********") : json_null());
+		json_object_set_new(o, "allow_target_reset", json_boolean(t->allow_target_reset));
 		json_object_set_new(o, "sessions",
 				    json_integer(hl_iscsi_target_sessions(d->server, t->name)));
 		break;

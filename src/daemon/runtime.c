@@ -207,6 +207,7 @@ static void target_config(const struct hl_conf_target *t, const struct hl_scsi_l
 	tc->n_allow = t->n_allow;
 	fill_chap(&tc->chap, t->chap_user, t->chap_secret);
 	fill_chap(&tc->mutual, t->mutual_user, t->mutual_secret);
+	tc->allow_target_reset = t->allow_target_reset;
 }
 
 static bool target_settings_changed(const struct hl_conf_target *a, const struct hl_conf_target *b)
@@ -214,7 +215,8 @@ static bool target_settings_changed(const struct hl_conf_target *a, const struct
 	if (!str_eq(a->alias, b->alias) || a->allow_all != b->allow_all ||
 	    a->n_allow != b->n_allow || !str_eq(a->chap_user, b->chap_user) ||
 	    !str_eq(a->chap_secret, b->chap_secret) || !str_eq(a->mutual_user, b->mutual_user) ||
-	    !str_eq(a->mutual_secret, b->mutual_secret))
+	    !str_eq(a->mutual_secret, b->mutual_secret) ||
+	    a->allow_target_reset != b->allow_target_reset)
 		return true;
 	for (size_t i = 0; i < a->n_allow; i++) {
 		if (strcmp(a->allow[i], b->allow[i]) != 0)

@@ -1692,6 +1692,93 @@ static void test_lun_reset_other_session(void)
 	teardown();
 }
 
+/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
+static void login_second_initiator(struct peer *p)
+{
+	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
+	struct iscsi_bhs h;
+	uint8_t data[1024];
+	struct peer *saved = P;
+
+	P = p;
+	peer_open(P);
+	size_t n = kv(data, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
+	memcpy(&h.b[8], isid2, 6);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, data, (uint32_t)n);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
+	ngot = 0;
+	itt++;
+	P = saved;
+}
+
+static void send_target_reset(uint8_t fn)
+{
+	struct iscsi_bhs h;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL | fn;
+	bhs_set_itt(&h, itt++);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	bhs_put32(&h, 28, expstatsn);
+	send_pdu(&h, NULL, 0);
+}
+
+/*
+ * TARGET WARM/COLD RESET reach every initiator of the target: refused with
+ * "function authorization failed" (6) unless the target allows them; then a
+ * cold reset closes the other initiator's session too.
+ */
+static void test_target_reset_authorization(void)
+{
+	setup();
+	login_second_initiator(&peers[1]);
+	P = &peers[0];
+	login_ok(NULL);
+	send_target_reset(ISCSI_TMF_TARGET_COLD_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TMF_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_AUTH_FAILED);
+	ngot = 0;
+	send_target_reset(ISCSI_TMF_TARGET_WARM_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_AUTH_FAILED);
+	CU_ASSERT_EQUAL(lu_resets, 0);
+	CU_ASSERT_TRUE(peer_alive(&peers[0]));
+	CU_ASSERT_TRUE(peer_alive(&peers[1]));
+	CU_ASSERT_EQUAL(peers[1].p_ngot, 0);
+
+	/* allowed (read when the request comes, so it applies to this session) */
+	struct iscsi_target *t = iscsi_target_find(srv, TGT);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+	t->allow_target_reset = true;
+	ngot = 0;
+	send_target_reset(ISCSI_TMF_TARGET_WARM_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	CU_ASSERT_TRUE(peer_alive(&peers[1]));
+	ngot = 0;
+	send_target_reset(ISCSI_TMF_TARGET_COLD_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_FALSE(peer_alive(&peers[1]));
+	CU_ASSERT_FALSE(peer_alive(&peers[0]));
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"login: operational stage straight to FFP", test_login_operational_only},
     {"login: security then operational stage", test_login_security_then_operational},
@@ -1721,6 +1808,8 @@ static const struct hl_test tests[] = {
     {"discovery CHAP changed while running", test_discovery_chap_change},
     {"session and connection reinstatement", test_session_reinstatement},
     {"LUN reset reaches other sessions and waits for them", test_lun_reset_other_session},
+    {"TARGET WARM/COLD RESET: function authorization failed unless allowed",
+     test_target_reset_authorization},
     {NULL, NULL},
 };
 
