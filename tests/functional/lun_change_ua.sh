@@ -6,7 +6,8 @@
 # (3Fh/0Eh), once, and REPORT LUNS then lists the new LUN. The LUN, in use,
 # deleted with force -> what docs/control.md says: the sessions stay, the
 # LUN answers LOGICAL UNIT NOT SUPPORTED (25h/00h), LUN 0 reports 3Fh/0Eh,
-# and the log names the LUN, the target, the sessions and who asked.
+# and the log names the LUN, the target, the sessions and who asked. A
+# reload (SIGHUP) that adds it back tells the sessions too.
 . "$(dirname "$0")/lib.sh"
 hl_need python3
 
@@ -22,8 +23,8 @@ sock=$tmp/state/ctl.sock
 hl_start_hotlund "$tmp/hotlund.conf"
 "$CTL" --socket "$sock" /disks create d1 origin=file:"$tmp/d1.img" >/dev/null || hl_fail "create disk d1"
 
-PORT=$port IQN=$HL_IQN CTL=$CTL SOCK=$sock SRC=$HL_SRCDIR python3 - <<'EOF' || hl_fail "scenario failed (see above)"
-import os, struct, subprocess, sys
+PORT=$port IQN=$HL_IQN CTL=$CTL SOCK=$sock SRC=$HL_SRCDIR CONF=$tmp/hotlund.conf HOTLUND_PID=$HL_PID python3 - <<'EOF' || hl_fail "scenario failed (see above)"
+import os, signal, struct, subprocess, sys, time
 sys.path.insert(0, os.environ["SRC"] + "/tests/functional")
 import pdu_client as pc
 
@@ -88,6 +89,22 @@ expect(a, "a", 0, GOOD)
 if report_luns(a) != [0]:
     sys.exit("REPORT LUNS after the delete: %r" % report_luns(a))
 expect(b, "b", 0, CHANGED)
+
+# a reload that adds the LUN back (the file edited by hand, then SIGHUP)
+ctl("saveconfig")
+with open(os.environ["CONF"], "a") as f:   # the target's section is the file's last
+    f.write("lun.1 = d1\n")
+os.kill(int(os.environ["HOTLUND_PID"]), signal.SIGHUP)
+deadline = time.monotonic() + 30
+while True:
+    st, _, sense = b.scsi(TUR)
+    if (st, pc.sense_key(sense)) == CHANGED:
+        break
+    if st or time.monotonic() > deadline:
+        sys.exit("no REPORTED LUNS DATA HAS CHANGED after the reload: 0x%02x %r" % (st, pc.sense_key(sense)))
+    time.sleep(0.1)
+if report_luns(b) != [0, 1]:
+    sys.exit("REPORT LUNS after the reload: %r" % report_luns(b))
 a.ping()
 b.ping()
 a.logout()
@@ -99,5 +116,7 @@ grep -q "LUN 1 (disk d1) added by a change from the control socket (pid [0-9]* u
 	hl_fail "the add is not logged as documented: $(grep 'LUN 1' "$HL_LOG")"
 grep -q "LUN 1 (disk d1) removed by a change from the control socket (pid [0-9]* uid [0-9]*) with force; 2 session(s) stay logged in" "$HL_LOG" ||
 	hl_fail "the forced delete is not logged as documented: $(grep 'LUN 1' "$HL_LOG")"
+grep -q "LUN 1 (disk d1) added by a reload (SIGHUP); 2 session(s) told" "$HL_LOG" ||
+	hl_fail "the reload's add is not logged: $(grep 'LUN 1' "$HL_LOG")"
 hl_target_stop
 hl_log "PASS"
