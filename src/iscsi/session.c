@@ -874,15 +874,24 @@ static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t 
 static const char *tmf_name(uint8_t fn)
 {
 	switch (fn) {
-	case ISCSI_TMF_ABORT_TASK: return "ABORT TASK";
-	case ISCSI_TMF_ABORT_TASK_SET: return "ABORT TASK SET";
-	case ISCSI_TMF_CLEAR_ACA: return "CLEAR ACA";
-	case ISCSI_TMF_CLEAR_TASK_SET: return "CLEAR TASK SET";
-	case ISCSI_TMF_LUN_RESET: return "LOGICAL UNIT RESET";
-	case ISCSI_TMF_TARGET_WARM_RESET: return "TARGET WARM RESET";
-	case ISCSI_TMF_TARGET_COLD_RESET: return "TARGET COLD RESET";
-	case ISCSI_TMF_TASK_REASSIGN: return "TASK REASSIGN";
-	default: return "unknown function";
+	case ISCSI_TMF_ABORT_TASK:
+		return "ABORT TASK";
+	case ISCSI_TMF_ABORT_TASK_SET:
+		return "ABORT TASK SET";
+	case ISCSI_TMF_CLEAR_ACA:
+		return "CLEAR ACA";
+	case ISCSI_TMF_CLEAR_TASK_SET:
+		return "CLEAR TASK SET";
+	case ISCSI_TMF_LUN_RESET:
+		return "LOGICAL UNIT RESET";
+	case ISCSI_TMF_TARGET_WARM_RESET:
+		return "TARGET WARM RESET";
+	case ISCSI_TMF_TARGET_COLD_RESET:
+		return "TARGET COLD RESET";
+	case ISCSI_TMF_TASK_REASSIGN:
+		return "TASK REASSIGN";
+	default:
+		return "unknown function";
 	}
 }
 
@@ -906,13 +915,19 @@ static void tmf_log(struct iscsi_conn *c, const struct iscsi_tmf *tmf, unsigned 
 		return;
 	}
 	switch (tmf->response) {
-	case ISCSI_TMF_RSP_COMPLETE: what = "done"; break;
+	case ISCSI_TMF_RSP_COMPLETE:
+		what = "done";
+		break;
 	case ISCSI_TMF_RSP_AUTH_FAILED:
 		what = "refused (function authorization failed: the target's allow_target_reset "
 		       "is off)";
 		break;
-	case ISCSI_TMF_RSP_NO_LUN: what = "refused (no such LUN)"; break;
-	default: what = "not done"; break;
+	case ISCSI_TMF_RSP_NO_LUN:
+		what = "refused (no such LUN)";
+		break;
+	default:
+		what = "not done";
+		break;
 	}
 	if (tmf->function == ISCSI_TMF_LUN_RESET || tmf->function == ISCSI_TMF_CLEAR_TASK_SET)
 		HL_NOTICE(ISCSI_LOG, "%s of LUN %llu from initiator %s at %s on target %s: %s",

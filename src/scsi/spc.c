@@ -247,7 +247,8 @@ enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd)
 	scsi_data_in(cmd, buf, 8 + 8 * n, alloc);
 	/* the nexus now has the new inventory (SAM-5 5.14, LUICLR in SPC-4) */
 	if (cmd->nexus)
-		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id, SCSI_ASC_REPORTED_LUNS_CHANGED);
+		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id,
+		                  SCSI_ASC_REPORTED_LUNS_CHANGED);
 	return SCSI_DONE;
 }
 

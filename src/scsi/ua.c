@@ -95,7 +95,8 @@ bool scsi_ua_report(struct hl_scsi_cmd *cmd, uint8_t *asc, uint8_t *ascq)
 		return false;
 	/* an inventory change is heard once per nexus, not once per LU */
 	if (*asc == 0x3f && *ascq == 0x0e && cmd->nexus)
-		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id, SCSI_ASC_REPORTED_LUNS_CHANGED);
+		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id,
+		                  SCSI_ASC_REPORTED_LUNS_CHANGED);
 	return true;
 }
 
