@@ -89,6 +89,20 @@ void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_
 	nexus_gone++;
 }
 
+/* hl_iscsi_target_luns_changed's calls into the scsi layer, recorded */
+static uint64_t luns_changed_nexus[4];
+static const struct hl_scsi_lun_map *luns_changed_map;
+static unsigned n_luns_changed;
+
+unsigned hl_scsi_luns_changed(const struct hl_scsi_lun_map *m, const struct hl_scsi_nexus *nexus)
+{
+	if (n_luns_changed < 4)
+		luns_changed_nexus[n_luns_changed] = nexus->id;
+	n_luns_changed++;
+	luns_changed_map = m;
+	return 1;
+}
+
 /* ------------------------------------------------------------------ */
 /* Fake reactor: events and timers are recorded, cross-reactor calls   */
 /* queue up and run in pump(). The real event.c is not linked.         */
@@ -295,6 +309,8 @@ static void setup(void)
 	defer_exec = false;
 	fake_xfer_len = 0;
 	lu_resets = nexus_gone = 0;
+	n_luns_changed = 0;
+	luns_changed_map = NULL;
 }
 
 static bool peer_alive(const struct peer *p)
@@ -1779,6 +1795,30 @@ static void test_target_reset_authorization(void)
 	teardown();
 }
 
+/* A LUN map change reaches every session of that target, and only those. */
+static void test_luns_changed_sessions(void)
+{
+	setup();
+	login_second_initiator(&peers[1]);
+	P = &peers[0];
+	login_ok(NULL);
+	CU_ASSERT_EQUAL(hl_iscsi_target_luns_changed(srv, TGT_CHAP), 0);
+	CU_ASSERT_EQUAL(n_luns_changed, 0);
+	CU_ASSERT_EQUAL(hl_iscsi_target_luns_changed(srv, TGT), 2);
+	CU_ASSERT_EQUAL_FATAL(n_luns_changed, 2);
+	CU_ASSERT_PTR_EQUAL(luns_changed_map, &map);
+	uint64_t a = peers[0].p_conn->sess->nexus.id, b = peers[1].p_conn->sess->nexus.id;
+	CU_ASSERT_TRUE((luns_changed_nexus[0] == a && luns_changed_nexus[1] == b) ||
+	               (luns_changed_nexus[0] == b && luns_changed_nexus[1] == a));
+	/* a session that logged out is not told */
+	iscsi_conn_close(peers[1].p_conn, "test");
+	run_calls();
+	n_luns_changed = 0;
+	CU_ASSERT_EQUAL(hl_iscsi_target_luns_changed(srv, TGT), 1);
+	CU_ASSERT_EQUAL(luns_changed_nexus[0], a);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"login: operational stage straight to FFP", test_login_operational_only},
     {"login: security then operational stage", test_login_security_then_operational},
@@ -1810,6 +1850,7 @@ static const struct hl_test tests[] = {
     {"LUN reset reaches other sessions and waits for them", test_lun_reset_other_session},
     {"TARGET WARM/COLD RESET: function authorization failed unless allowed",
      test_target_reset_authorization},
+    {"LUN map changed: every session of the target is told", test_luns_changed_sessions},
     {NULL, NULL},
 };
 
