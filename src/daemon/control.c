@@ -519,7 +519,6 @@ static bool arg_force(json_t *args)
 	return json_is_true(json_object_get(args, "force"));
 }
 
-/* Check and apply an edited copy (which this takes). */
 /* Name the control client asking for the change in daemon_apply's log lines. */
 static void change_by_client(struct daemon *d, const char *what, bool force)
 {
@@ -528,15 +527,16 @@ static void change_by_client(struct daemon *d, const char *what, bool force)
 		 who ? who : "unknown peer", force ? " with force" : "");
 }
 
+/* Check and apply an edited copy (which this takes). */
 static int commit_change(struct daemon *d, struct hl_conf *next, bool force, char *err,
 			 size_t errlen)
 {
-	change_by_client(d, "a change", force);
 	int rc = hl_conf_check(next, err, errlen);
 	if (rc) {
 		hl_conf_free(next);
 		return rc;
 	}
+	change_by_client(d, "a change", force);
 	return daemon_apply(d, next, force, err, errlen);
 }
 
