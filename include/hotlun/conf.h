@@ -62,6 +62,7 @@ struct hl_conf_target {
 	size_t n_allow;
 	char *chap_user, *chap_secret;
 	char *mutual_user, *mutual_secret;
+	bool allow_target_reset; /* TARGET WARM/COLD RESET accepted (default: refused) */
 	int line;
 };
 

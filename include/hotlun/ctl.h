@@ -46,6 +46,13 @@ struct hl_ctl_command {
 int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 			 const struct hl_ctl_command *cmds, void *ctx, struct hl_ctl_server **out);
 
+/**
+ * Who sent the request whose handler runs now ("pid N uid N", from the
+ * socket's peer credentials), for logs; NULL outside a handler. Control
+ * reactor thread only.
+ */
+const char *hl_ctl_caller(const struct hl_ctl_server *srv);
+
 /** Close every client and the listening socket, unlink the path. Call on r's thread or after r stopped. */
 void hl_ctl_server_destroy(struct hl_ctl_server *srv);
 

@@ -38,6 +38,14 @@ struct hl_iscsi_target_config {
 	size_t n_allow;
 	struct hl_iscsi_chap chap;         /* one-way CHAP (target authenticates initiator) */
 	struct hl_iscsi_chap mutual;       /* mutual CHAP (initiator authenticates target) */
+	/**
+	 * Accept TARGET WARM RESET and TARGET COLD RESET task management
+	 * requests. They reach every initiator of the target (a cold reset
+	 * closes their sessions), so by default they are refused with "function
+	 * authorization failed" (RFC 7143 11.6.1, response 6). Read when the
+	 * request arrives: a change applies to sessions already logged in.
+	 */
+	bool allow_target_reset;
 };
 
 /** Server-wide options. */
@@ -76,8 +84,9 @@ int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_
 /* ---- changes at run time (control socket, reload) ---- */
 
 /**
- * Replace a target's settings (alias, ACL, CHAP, LUN map pointer). New logins
- * see them at once; open sessions keep what they logged in with.
+ * Replace a target's settings (alias, ACL, CHAP, LUN map pointer,
+ * allow_target_reset). New logins see them at once; open sessions keep what
+ * they logged in with, except allow_target_reset, which applies at once.
  * @return 0, -ENOENT, -ENOMEM.
  */
 int hl_iscsi_target_update(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg);
@@ -87,6 +96,14 @@ int hl_iscsi_target_update(struct hl_iscsi_server *srv, const struct hl_iscsi_ta
  * unless force, which closes them. @return 0, -ENOENT, -EBUSY.
  */
 int hl_iscsi_target_remove(struct hl_iscsi_server *srv, const char *name, bool force);
+
+/**
+ * The LUN map of target `name` changed (the caller already stored the new
+ * inventory in it): every session of the target gets REPORTED LUNS DATA HAS
+ * CHANGED on its next command (hl_scsi_luns_changed). Any thread.
+ * @return the number of sessions told.
+ */
+unsigned hl_iscsi_target_luns_changed(struct hl_iscsi_server *srv, const char *name);
 
 /** Normal sessions currently logged in to target `name`. */
 unsigned hl_iscsi_target_sessions(struct hl_iscsi_server *srv, const char *name);

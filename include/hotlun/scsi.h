@@ -195,6 +195,19 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd);
  */
 void hl_lu_reset(struct hl_lu *lu, const struct hl_scsi_nexus *by);
 
+/**
+ * The LUN inventory of a target changed (an LU added to, removed from or
+ * replaced in map, which already shows the new inventory): establish
+ * REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh, SPC-4 6.33) for nexus on every
+ * LU now in map, so its next command to any LUN of the target reports it.
+ * A nexus that had not used one of those LUs yet gets POWER ON first there.
+ * Reported once per nexus: reporting it on one LU, or a REPORT LUNS, clears
+ * it on all of them. A map with no LU left holds no unit attention (SPC-4:
+ * commands to an LUN without LU get LOGICAL UNIT NOT SUPPORTED instead).
+ * Any thread; takes each LU's lock. @return the number of LUs it was queued on.
+ */
+unsigned hl_scsi_luns_changed(const struct hl_scsi_lun_map *map, const struct hl_scsi_nexus *nexus);
+
 /** The nexus ended (session closed): drop its per-LU state in every LU of map. */
 void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_nexus *nexus);
 

@@ -573,7 +573,8 @@ static const char *const disk_params[] = {"origin=", "block_size=", "read_only="
 static const char *const cache_params[] = {"device=", "size=", "block_size=", "admission=",
 					   "write_policy=", "update_buffer=", "write_budget=", NULL};
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",
-					    "mutual_user=", "mutual_secret=", NULL};
+					    "mutual_user=", "mutual_secret=",
+					    "allow_target_reset=", NULL};
 static const char *const global_params[] = {"log_level=", "poll_us=", "discovery_chap_user=",
 					    "discovery_chap_secret=", NULL};
 

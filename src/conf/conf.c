@@ -352,6 +352,11 @@ static int target_key(struct parser *p, const char *key, const char *v)
 		return set_str(p, &t->mutual_user, v);
 	if (strcmp(key, "mutual_secret") == 0)
 		return set_str(p, &t->mutual_secret, v);
+	if (strcmp(key, "allow_target_reset") == 0) {
+		if (hl_parse_bool(v, &t->allow_target_reset))
+			return perr(p, "allow_target_reset: expected yes or no, got '%s'", v);
+		return 0;
+	}
 	return perr(p, "unknown key '%s' in [target %s]", key, t->name);
 }
 
@@ -895,6 +900,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_opt(f, "chap_secret", t->chap_secret);
 		put_opt(f, "mutual_user", t->mutual_user);
 		put_opt(f, "mutual_secret", t->mutual_secret);
+		if (t->allow_target_reset)
+			fprintf(f, "allow_target_reset = yes\n");
 	}
 	return ferror(f) ? -EIO : 0;
 }
@@ -1175,6 +1182,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 	if (strcmp(key, "mutual_user") == 0 || strcmp(key, "mutual_secret") == 0) {
 		unset_str(&t->mutual_user);
 		return unset_str(&t->mutual_secret);
+	}
+	if (strcmp(key, "allow_target_reset") == 0) {
+		t->allow_target_reset = false;
+		return 0;
 	}
 	return perr(&p, "%s cannot be unset", key);
 }

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -26,6 +27,7 @@ struct ctl_client {
 	char *out;            /* reply bytes not yet sent */
 	size_t out_len, out_off;
 	bool closing;         /* close once out is flushed */
+	char who[64];         /* "pid N uid N" of the peer (SO_PEERCRED), for logs */
 };
 
 struct hl_ctl_server {
@@ -35,6 +37,7 @@ struct hl_ctl_server {
 	const struct hl_ctl_command *cmds;
 	void *ctx;
 	struct hl_list clients;
+	const char *caller;   /* the client whose request runs now (hl_ctl_caller) */
 };
 
 static void client_close(struct ctl_client *c)
@@ -95,7 +98,7 @@ static int cmd_help(struct hl_ctl_server *srv, json_t **result)
 	return 0;
 }
 
-static json_t *dispatch(struct hl_ctl_server *srv, const char *line, size_t len)
+static json_t *dispatch(struct hl_ctl_server *srv, const char *who, const char *line, size_t len)
 {
 	json_error_t jerr;
 	json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr), *result = NULL;
@@ -146,7 +149,9 @@ static json_t *dispatch(struct hl_ctl_server *srv, const char *line, size_t len)
 			snprintf(err, sizeof(err), "unknown command \"%.64s\" (try \"help\")", name);
 			rc = -ENOENT;
 		} else {
+			srv->caller = who;
 			rc = c->fn(srv->ctx, args, &result, err, sizeof(err));
+			srv->caller = NULL;
 		}
 	}
 	json_decref(empty);
@@ -221,7 +226,7 @@ static void client_read(struct ctl_client *c)
 				return;
 			}
 			if (len && !(len == 1 && c->in[start] == '\r'))
-				client_reply(c, dispatch(c->srv, c->in + start, len));
+				client_reply(c, dispatch(c->srv, c->who, c->in + start, len));
 			start += len + 1;
 		}
 		memmove(c->in, c->in + start, c->in_len - start);
@@ -269,6 +274,13 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 			continue;
 		}
 		c->srv = srv;
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+			snprintf(c->who, sizeof(c->who), "pid %d uid %u", (int)cred.pid,
+				 (unsigned)cred.uid);
+		else
+			snprintf(c->who, sizeof(c->who), "an unknown peer");
 		hl_event_init(&c->ev, fd, client_event, c);
 		if (hl_event_add(srv->reactor, &c->ev, EPOLLIN) < 0) {
 			close(fd);
@@ -277,6 +289,11 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 		}
 		hl_list_add_tail(&srv->clients, &c->link);
 	}
+}
+
+const char *hl_ctl_caller(const struct hl_ctl_server *srv)
+{
+	return srv && srv->caller ? srv->caller : NULL;
 }
 
 int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,

@@ -462,6 +462,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "mutual_user", t->mutual_user);
 		json_object_set_new(o, "mutual_secret",
 				    t->mutual_secret ? json_string("********") : json_null());
+		json_object_set_new(o, "allow_target_reset", json_boolean(t->allow_target_reset));
 		json_object_set_new(o, "sessions",
 				    json_integer(hl_iscsi_target_sessions(d->server, t->name)));
 		break;
@@ -518,6 +519,14 @@ static bool arg_force(json_t *args)
 	return json_is_true(json_object_get(args, "force"));
 }
 
+/* Name the control client asking for the change in daemon_apply's log lines. */
+static void change_by_client(struct daemon *d, const char *what, bool force)
+{
+	const char *who = hl_ctl_caller(d->ctl);
+	snprintf(d->change_by, sizeof(d->change_by), "%s from the control socket (%s)%s", what,
+		 who ? who : "unknown peer", force ? " with force" : "");
+}
+
 /* Check and apply an edited copy (which this takes). */
 static int commit_change(struct daemon *d, struct hl_conf *next, bool force, char *err,
 			 size_t errlen)
@@ -527,6 +536,7 @@ static int commit_change(struct daemon *d, struct hl_conf *next, bool force, cha
 		hl_conf_free(next);
 		return rc;
 	}
+	change_by_client(d, "a change", force);
 	return daemon_apply(d, next, force, err, errlen);
 }
 
@@ -851,6 +861,7 @@ void daemon_reload(struct daemon *d)
 		HL_ERR("daemon", "reload: %s (nothing changed)", err);
 		return;
 	}
+	snprintf(d->change_by, sizeof(d->change_by), "a reload (SIGHUP)");
 	rc = daemon_apply(d, next, false, err, sizeof(err));
 	if (rc)
 		HL_ERR("daemon", "reload: %s", err);
@@ -870,6 +881,7 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 	rc = hl_conf_load(d->config_path, &next, err, errlen);
 	if (rc)
 		return rc;
+	change_by_client(d, "a reload", arg_force(args));
 	return daemon_apply(d, next, arg_force(args), err, errlen);
 }
 

@@ -77,6 +77,8 @@ struct daemon {
 	struct hl_reactor *ctl_reactor;
 	struct hl_ctl_server *ctl;
 	struct hl_iscsi_server *server;
+	/* who asked for the change daemon_apply is making, for its log lines */
+	char change_by[128];
 };
 
 /**

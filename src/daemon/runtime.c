@@ -207,6 +207,7 @@ static void target_config(const struct hl_conf_target *t, const struct hl_scsi_l
 	tc->n_allow = t->n_allow;
 	fill_chap(&tc->chap, t->chap_user, t->chap_secret);
 	fill_chap(&tc->mutual, t->mutual_user, t->mutual_secret);
+	tc->allow_target_reset = t->allow_target_reset;
 }
 
 static bool target_settings_changed(const struct hl_conf_target *a, const struct hl_conf_target *b)
@@ -214,7 +215,8 @@ static bool target_settings_changed(const struct hl_conf_target *a, const struct
 	if (!str_eq(a->alias, b->alias) || a->allow_all != b->allow_all ||
 	    a->n_allow != b->n_allow || !str_eq(a->chap_user, b->chap_user) ||
 	    !str_eq(a->chap_secret, b->chap_secret) || !str_eq(a->mutual_user, b->mutual_user) ||
-	    !str_eq(a->mutual_secret, b->mutual_secret))
+	    !str_eq(a->mutual_secret, b->mutual_secret) ||
+	    a->allow_target_reset != b->allow_target_reset)
 		return true;
 	for (size_t i = 0; i < a->n_allow; i++) {
 		if (strcmp(a->allow[i], b->allow[i]) != 0)
@@ -326,7 +328,8 @@ static int prepare(struct daemon *d, const struct hl_conf *next, bool force, str
 			const char *nd = lun_disk(nt, t->luns[j].lun);
 			if (!str_eq(nd, t->luns[j].disk))
 				return fail(err, errlen, -EBUSY,
-					    "LUN %u of target %s is in use (%u session(s)); force to remove it",
+					    "LUN %u of target %s is in use (%u session(s)); with force it goes "
+					    "and the sessions are told (REPORTED LUNS DATA HAS CHANGED)",
 					    t->luns[j].lun, t->name, n);
 		}
 	}
@@ -386,6 +389,44 @@ static struct hl_lu *lu_of(struct daemon *d, const char *disk)
 {
 	struct disk_rt *rt = disk ? daemon_disk_find(d, disk) : NULL;
 	return rt ? rt->lu : NULL;
+}
+
+/*
+ * Target nt's LUN map now shows its new inventory (changed[n]: slot n got
+ * another LU or none): every session of the target hears REPORTED LUNS DATA
+ * HAS CHANGED on its next command. Sessions stay logged in; a removed LUN
+ * answers LOGICAL UNIT NOT SUPPORTED from now on, and commands already
+ * running on it finish (its LU stays open while the disk is configured, or
+ * until exit when the disk went too: disk_drop).
+ */
+static void luns_changed(struct daemon *d, const struct hl_conf_target *ot,
+			 const struct hl_conf_target *nt, const bool *changed)
+{
+	unsigned n_sess = hl_iscsi_target_luns_changed(d->server, nt->name);
+	const char *by = d->change_by[0] ? d->change_by : "start-up";
+
+	for (uint32_t n = 0; n < HL_SCSI_MAX_LUNS; n++) {
+		if (!changed[n])
+			continue;
+		const char *was = ot ? lun_disk(ot, n) : NULL, *now = lun_disk(nt, n);
+		if (!now)
+			HL_NOTICE("daemon",
+				  "target %s: LUN %u (disk %s) removed by %s; %u session(s) stay "
+				  "logged in: LUN %u answers LOGICAL UNIT NOT SUPPORTED, the other "
+				  "LUNs report REPORTED LUNS DATA HAS CHANGED",
+				  nt->name, n, was ? was : "?", by, n_sess, n);
+		else if (!was)
+			HL_NOTICE("daemon",
+				  "target %s: LUN %u (disk %s) added by %s; %u session(s) told "
+				  "REPORTED LUNS DATA HAS CHANGED",
+				  nt->name, n, now, by, n_sess);
+		else
+			HL_NOTICE("daemon",
+				  "target %s: LUN %u is now disk %s (was %s%s) by %s; %u session(s) "
+				  "told REPORTED LUNS DATA HAS CHANGED",
+				  nt->name, n, now, was, strcmp(was, now) ? "" : ", reopened", by,
+				  n_sess);
+	}
 }
 
 static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, bool force,
@@ -454,11 +495,17 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 			continue;
 		}
 		/* LUN map edited in place: each slot is one pointer, stored atomically */
+		bool changed[HL_SCSI_MAX_LUNS] = {false};
+		bool any = false;
 		for (uint32_t n = 0; n < HL_SCSI_MAX_LUNS; n++) {
 			struct hl_lu *lu = lu_of(d, lun_disk(nt, n));
-			if (__atomic_load_n(&t->map->lu[n], __ATOMIC_RELAXED) != lu)
+			if (__atomic_load_n(&t->map->lu[n], __ATOMIC_RELAXED) != lu) {
 				__atomic_store_n(&t->map->lu[n], lu, __ATOMIC_RELEASE);
+				changed[n] = any = true;
+			}
 		}
+		if (any)
+			luns_changed(d, ot, nt, changed);
 		if (ot && target_settings_changed(ot, nt)) {
 			target_config(nt, t->map, &tc);
 			int r = hl_iscsi_target_update(d->server, &tc);
@@ -525,6 +572,7 @@ int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, 
 	err[0] = '\0';
 	rc = prepare(d, next, force, &p, err, errlen);
 	if (rc) {
+		d->change_by[0] = '\0';
 		if (!err[0])
 			snprintf(err, errlen, "%s", strerror(-rc));
 		plan_rollback(d, &p);
@@ -532,6 +580,7 @@ int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, 
 		return rc;
 	}
 	rc = commit(d, next, &p, force, err, errlen);
+	d->change_by[0] = '\0';
 	free(p.disks);
 	free(p.portals_added);
 	hl_conf_free(d->conf);

@@ -96,6 +96,27 @@ int hl_iscsi_target_remove(struct hl_iscsi_server *srv, const char *name, bool f
 	return 0;
 }
 
+unsigned hl_iscsi_target_luns_changed(struct hl_iscsi_server *srv, const char *name)
+{
+	struct iscsi_session *s;
+	unsigned n = 0;
+
+	/*
+	 * Under srv->lock a listed session's nexus is alive: it is unlisted
+	 * before hl_scsi_nexus_gone runs, so no UA state outlives its nexus.
+	 */
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(s, &srv->sessions, link) {
+		if (s->type != ISCSI_SESSION_NORMAL || !s->target ||
+		    strcasecmp(s->target->name, name) != 0)
+			continue;
+		hl_scsi_luns_changed(s->target->luns, &s->nexus);
+		n++;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return n;
+}
+
 unsigned hl_iscsi_target_sessions(struct hl_iscsi_server *srv, const char *name)
 {
 	pthread_mutex_lock(&srv->lock);

@@ -60,6 +60,7 @@ struct iscsi_target {
 	size_t n_allow;
 	struct hl_iscsi_chap chap;
 	struct hl_iscsi_chap mutual;
+	bool allow_target_reset; /* TARGET WARM/COLD RESET accepted */
 };
 
 struct iscsi_portal {
@@ -168,6 +169,7 @@ struct iscsi_tmf {
 	unsigned waiting; /* tasks still in the scsi layer */
 	uint8_t function;
 	uint8_t response;
+	uint64_t lun;           /* the request's LUN, for the log */
 	struct hl_lu *reset_lu; /* hl_lu_reset after the tasks are gone */
 	bool reset_target;
 	bool cold;

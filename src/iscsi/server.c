@@ -86,6 +86,7 @@ struct iscsi_target *iscsi_target_new(const struct hl_iscsi_target_config *cfg)
 	t->allow_all = cfg->allow_all;
 	t->chap = cfg->chap;
 	t->mutual = cfg->mutual;
+	t->allow_target_reset = cfg->allow_target_reset;
 	if (cfg->n_allow) {
 		t->allow = calloc(cfg->n_allow, sizeof(char *));
 		if (!t->allow) {

@@ -925,8 +925,92 @@ static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t 
 	iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, close_after);
 }
 
+static const char *tmf_name(uint8_t fn)
+{
+	switch (fn) {
+	case ISCSI_TMF_ABORT_TASK:
+		return "ABORT TASK";
+	case ISCSI_TMF_ABORT_TASK_SET:
+		return "ABORT TASK SET";
+	case ISCSI_TMF_CLEAR_ACA:
+		return "CLEAR ACA";
+	case ISCSI_TMF_CLEAR_TASK_SET:
+		return "CLEAR TASK SET";
+	case ISCSI_TMF_LUN_RESET:
+		return "LOGICAL UNIT RESET";
+	case ISCSI_TMF_TARGET_WARM_RESET:
+		return "TARGET WARM RESET";
+	case ISCSI_TMF_TARGET_COLD_RESET:
+		return "TARGET COLD RESET";
+	case ISCSI_TMF_TASK_REASSIGN:
+		return "TASK REASSIGN";
+	default:
+		return "unknown function";
+	}
+}
+
+/*
+ * Who reset what, for the functions that reach other initiators' tasks or
+ * sessions (LUN RESET, CLEAR TASK SET, TARGET WARM/COLD RESET): an
+ * administrator must be able to tell which initiator disturbed the others.
+ * ABORT TASK SET only aborts the requesting session's own tasks here.
+ */
+static void tmf_log(struct iscsi_conn *c, const struct iscsi_tmf *tmf, unsigned others_closed)
+{
+	const char *what;
+
+	switch (tmf->function) {
+	case ISCSI_TMF_CLEAR_TASK_SET:
+	case ISCSI_TMF_LUN_RESET:
+	case ISCSI_TMF_TARGET_WARM_RESET:
+	case ISCSI_TMF_TARGET_COLD_RESET:
+		break;
+	default:
+		return;
+	}
+	switch (tmf->response) {
+	case ISCSI_TMF_RSP_COMPLETE:
+		what = "done";
+		break;
+	case ISCSI_TMF_RSP_AUTH_FAILED:
+		what = "refused (function authorization failed: the target's allow_target_reset "
+		       "is off)";
+		break;
+	case ISCSI_TMF_RSP_NO_LUN:
+		what = "refused (no such LUN)";
+		break;
+	default:
+		what = "not done";
+		break;
+	}
+	if (tmf->function == ISCSI_TMF_LUN_RESET || tmf->function == ISCSI_TMF_CLEAR_TASK_SET)
+		HL_NOTICE(ISCSI_LOG, "%s of LUN %llu from initiator %s at %s on target %s: %s",
+		          tmf_name(tmf->function), (unsigned long long)tmf->lun,
+		          c->sess->initiator_name, c->peer_str, c->sess->target->name, what);
+	else if (tmf->cold && tmf->response == ISCSI_TMF_RSP_COMPLETE)
+		HL_NOTICE(ISCSI_LOG,
+		          "%s from initiator %s at %s on target %s: done, closing %u other "
+		          "session(s) and this one",
+		          tmf_name(tmf->function), c->sess->initiator_name, c->peer_str,
+		          c->sess->target->name, others_closed);
+	else
+		HL_NOTICE(ISCSI_LOG, "%s from initiator %s at %s on target %s: %s",
+		          tmf_name(tmf->function), c->sess->initiator_name, c->peer_str,
+		          c->sess->target->name, what);
+}
+
+/* TARGET WARM/COLD RESET: allowed by the target's current settings (not the login's)? */
+static bool target_reset_allowed(struct iscsi_conn *c)
+{
+	const struct iscsi_target *now = iscsi_target_find(c->srv, c->sess->target->name);
+
+	return now ? now->allow_target_reset : c->sess->target->allow_target_reset;
+}
+
 static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf)
 {
+	unsigned closed = 0;
+
 	if (tmf->waiting)
 		return;
 	hl_list_del(&tmf->link);
@@ -948,12 +1032,15 @@ static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf)
 			hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
 			{
 				if (o != c->sess && o->type == ISCSI_SESSION_NORMAL && o->target &&
-				    strcasecmp(o->target->name, c->sess->target->name) == 0)
+				    strcasecmp(o->target->name, c->sess->target->name) == 0) {
 					iscsi_session_kill_locked(srv, o, "target cold reset");
+					closed++;
+				}
 			}
 			pthread_mutex_unlock(&srv->lock);
 			c->state = CONN_LOGOUT;
 		}
+		tmf_log(c, tmf, closed);
 	}
 	free(tmf);
 }
@@ -1236,6 +1323,7 @@ static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 
 	const struct hl_scsi_lun_map *map = c->sess->target->luns;
 	uint64_t lun = iscsi_lun_decode(bhs_lun(h));
+	tmf->lun = lun;
 	struct hl_lu *lu = (map && lun < HL_SCSI_MAX_LUNS) ? map->lu[lun] : NULL;
 
 	switch (fn) {
@@ -1268,6 +1356,15 @@ static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
 		break;
 	case ISCSI_TMF_TARGET_WARM_RESET:
 	case ISCSI_TMF_TARGET_COLD_RESET:
+		/*
+		 * Both reach every initiator of the target (their tasks aborted, a
+		 * cold reset closes their sessions): only when the administrator
+		 * allows it, as LIO does (RFC 7143 11.6.1: response 6).
+		 */
+		if (!target_reset_allowed(c)) {
+			tmf->response = ISCSI_TMF_RSP_AUTH_FAILED;
+			break;
+		}
 		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
 		{
 			if (t->state != TASK_DONE)

@@ -107,7 +107,7 @@ static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
 	}
 	if (cmd->lu && !(d->flags & SCSI_F_UA_PASS)) {
 		uint8_t asc, ascq;
-		if (scsi_ua_take(cmd->lu, cmd->nexus, &asc, &ascq)) {
+		if (scsi_ua_report(cmd, &asc, &ascq)) {
 			hl_scsi_set_sense(cmd, HL_SK_UNIT_ATTENTION, asc, ascq);
 			return SCSI_DONE;
 		}

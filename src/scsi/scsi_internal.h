@@ -242,6 +242,7 @@ static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
 #define SCSI_ASC_REGISTRATIONS_PREEMPTED 0x2a, 0x05
 #define SCSI_ASC_INVALID_RELEASE         0x26, 0x04
 #define SCSI_ASC_NO_REG_RESOURCES        0x55, 0x04
+#define SCSI_ASC_REPORTED_LUNS_CHANGED   0x3f, 0x0e
 
 /* ---- ua.c ---- */
 
@@ -253,8 +254,23 @@ static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
  */
 bool scsi_ua_take(struct hl_lu *lu, const struct hl_scsi_nexus *nexus, uint8_t *asc, uint8_t *ascq);
 
+/**
+ * scsi_ua_take for cmd's LU and nexus, reporting the condition to cmd's
+ * nexus: REPORTED LUNS DATA HAS CHANGED is then cleared on every other LU
+ * of cmd->map too (it concerns the target, and is reported once).
+ */
+bool scsi_ua_report(struct hl_scsi_cmd *cmd, uint8_t *asc, uint8_t *ascq);
+
 /** Queue a unit attention for every known nexus of lu except `except_id` (0: none). */
 void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_t ascq);
+
+/**
+ * Clear a pending asc/ascq for nexus_id on lu and on every LU of map (either
+ * may be NULL): REPORTED LUNS DATA HAS CHANGED once the nexus heard it on one
+ * LU or ran REPORT LUNS. Takes each LU's lock in turn.
+ */
+void scsi_ua_clear_map(const struct hl_scsi_lun_map *map, struct hl_lu *lu, uint64_t nexus_id,
+                       uint8_t asc, uint8_t ascq);
 
 /** Queue one unit attention on one nexus state; lu->lock held. */
 void scsi_ua_push(struct scsi_lu_nexus *n, uint8_t asc, uint8_t ascq);

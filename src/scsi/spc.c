@@ -245,6 +245,10 @@ enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd)
 	}
 	hl_put_be32(buf, 8 * n);
 	scsi_data_in(cmd, buf, 8 + 8 * n, alloc);
+	/* the nexus now has the new inventory (SAM-5 5.14, LUICLR in SPC-4) */
+	if (cmd->nexus)
+		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id,
+		                  SCSI_ASC_REPORTED_LUNS_CHANGED);
 	return SCSI_DONE;
 }
 
@@ -262,7 +266,7 @@ enum scsi_exec_result spc_request_sense(struct hl_scsi_cmd *cmd)
 	if (!cmd->lu) {
 		scsi_sense_build(buf, &len, desc, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_LU_NOT_SUPPORTED,
 		                 false, 0);
-	} else if (scsi_ua_take(cmd->lu, cmd->nexus, &asc, &ascq)) {
+	} else if (scsi_ua_report(cmd, &asc, &ascq)) {
 		/* SPC-4 5.14: REQUEST SENSE reports and clears the oldest unit attention */
 		scsi_sense_build(buf, &len, desc, HL_SK_UNIT_ATTENTION, asc, ascq, false, 0);
 	} else {

@@ -7,6 +7,11 @@
  * When the queue is full the newest condition replaces the last one, so the
  * initiator still learns that something happened (SPC-4 allows reporting the
  * most important one).
+ *
+ * REPORTED LUNS DATA HAS CHANGED belongs to the target's LUN inventory, not
+ * to one LU: it is queued on every LU of the nexus's LUN map and, once
+ * reported on any of them (or once the nexus ran REPORT LUNS), cleared on
+ * all of them (SPC-4's LUICLR behaviour), so an initiator hears it once.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -84,6 +89,17 @@ bool scsi_ua_take(struct hl_lu *lu, const struct hl_scsi_nexus *nexus, uint8_t *
 	return found;
 }
 
+bool scsi_ua_report(struct hl_scsi_cmd *cmd, uint8_t *asc, uint8_t *ascq)
+{
+	if (!scsi_ua_take(cmd->lu, cmd->nexus, asc, ascq))
+		return false;
+	/* an inventory change is heard once per nexus, not once per LU */
+	if (*asc == 0x3f && *ascq == 0x0e && cmd->nexus)
+		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id,
+		                  SCSI_ASC_REPORTED_LUNS_CHANGED);
+	return true;
+}
+
 void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_t ascq)
 {
 	struct scsi_lu_nexus *n;
@@ -95,6 +111,64 @@ void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_
 			scsi_ua_push(n, asc, ascq);
 	}
 	pthread_mutex_unlock(&lu->lock);
+}
+
+/* lu->lock held: drop a pending asc/ascq from n (no-op when absent). */
+static void ua_remove(struct scsi_lu_nexus *n, uint8_t asc, uint8_t ascq)
+{
+	for (unsigned i = 0; i < n->n_ua; i++) {
+		if (n->ua[i].asc != asc || n->ua[i].ascq != ascq)
+			continue;
+		n->n_ua--;
+		for (unsigned j = i; j < n->n_ua; j++)
+			n->ua[j] = n->ua[j + 1];
+		return;
+	}
+}
+
+/* Drop asc/ascq pending for nexus_id on lu, if any. */
+static void ua_clear(struct hl_lu *lu, uint64_t nexus_id, uint8_t asc, uint8_t ascq)
+{
+	pthread_mutex_lock(&lu->lock);
+	struct scsi_lu_nexus *n = nexus_find(lu, nexus_id);
+	if (n)
+		ua_remove(n, asc, ascq);
+	pthread_mutex_unlock(&lu->lock);
+}
+
+void scsi_ua_clear_map(const struct hl_scsi_lun_map *map, struct hl_lu *lu, uint64_t nexus_id,
+                       uint8_t asc, uint8_t ascq)
+{
+	/* lu too: it may have left the map since the command was addressed to it */
+	if (lu)
+		ua_clear(lu, nexus_id, asc, ascq);
+	for (unsigned i = 0; map && i < HL_SCSI_MAX_LUNS; i++) {
+		struct hl_lu *l = __atomic_load_n(&map->lu[i], __ATOMIC_ACQUIRE);
+		if (l && l != lu)
+			ua_clear(l, nexus_id, asc, ascq);
+	}
+}
+
+unsigned hl_scsi_luns_changed(const struct hl_scsi_lun_map *map, const struct hl_scsi_nexus *nexus)
+{
+	unsigned n_lu = 0;
+
+	if (!map || !nexus)
+		return 0;
+	for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++) {
+		struct hl_lu *lu = __atomic_load_n(&map->lu[i], __ATOMIC_ACQUIRE);
+		if (!lu)
+			continue;
+		pthread_mutex_lock(&lu->lock);
+		/* a nexus new to this LU starts with POWER ON, then hears of the inventory */
+		struct scsi_lu_nexus *n = nexus_get(lu, nexus);
+		if (n) {
+			scsi_ua_push(n, SCSI_ASC_REPORTED_LUNS_CHANGED);
+			n_lu++;
+		}
+		pthread_mutex_unlock(&lu->lock);
+	}
+	return n_lu;
 }
 
 void scsi_ua_nexus_gone(struct hl_lu *lu, uint64_t nexus_id)

@@ -19,7 +19,10 @@ hl_make_disk "$T/disk0.img" 128M
 HL_IQN=$HL_IQN_PREFIX:scsi-full
 HL_PORT=$(hl_free_port)
 HL_PORT2=$(hl_free_port)
-hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img" "PORTAL2=$HL_PORT2"
+# The suite sends TARGET WARM and COLD RESET (Reserve6.Target*Reset checks
+# that they release a reservation); hotlund refuses them unless the target
+# allows them (hotlun.conf(5) allow_target_reset), so this target does.
+hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img" "PORTAL2=$HL_PORT2" allow_target_reset=yes
 sed -i "s|^origin = file:.*|&\nblock_size = $BS|" "$T/hotlund.conf"
 hl_start_hotlund "$T/hotlund.conf"
 hl_wait_port "$HL_PID" 127.0.0.1 "$HL_PORT2" "$HL_LOG"

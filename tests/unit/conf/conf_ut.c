@@ -98,6 +98,8 @@ static void test_errors_name_file_and_line(void)
 	parse_err("[cache c]\ndevice=/x\nwrite_budget = -5\n", "t.conf:3:", "write_budget");
 	parse_err("[global]\npoll_us = 1001\n", "t.conf:2:", "poll_us: expected a whole number from 0 to 1000");
 	parse_err("[global]\npoll_us = -5\n", "t.conf:2:", "poll_us");
+	parse_err("[target iqn.2026-11.io.hotlun:t]\nallow_target_reset = maybe\n", "t.conf:2:",
+		  "allow_target_reset");
 }
 
 static void test_chap_rules(void)
@@ -129,7 +131,7 @@ static void test_write_round_trip(void)
 			   "[disk a]\norigin = file:/tmp/a\nblock_size = 4096\ncache = ssd0\n"
 			   "origin_iops = 200\n"
 			   "[target iqn.2026-11.io.hotlun:t]\nlun.3 = a\nalias = \"x ; \\\"q\\\" \\\\ y\"\n"
-			   "chap_user = u\nchap_secret = 0123456789ab\n";
+			   "chap_user = u\nchap_secret = 0123456789ab\nallow_target_reset = yes\n";
 	struct hl_conf *c = parse_ok(text);
 	char *buf = NULL;
 	size_t len = 0;
@@ -160,6 +162,7 @@ static void test_write_round_trip(void)
 		CU_ASSERT_EQUAL(c2->caches[1].write_budget, 0);
 		CU_ASSERT_EQUAL(c2->log_level, HL_LOG_DEBUG);
 		CU_ASSERT_EQUAL(c2->poll_us, 0); /* 0 (off) is kept, not taken for unset */
+		CU_ASSERT_TRUE(c2->targets[0].allow_target_reset);
 		free(buf2);
 		hl_conf_free(c2);
 	}

@@ -89,6 +89,20 @@ void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_
 	nexus_gone++;
 }
 
+/* hl_iscsi_target_luns_changed's calls into the scsi layer, recorded */
+static uint64_t luns_changed_nexus[4];
+static const struct hl_scsi_lun_map *luns_changed_map;
+static unsigned n_luns_changed;
+
+unsigned hl_scsi_luns_changed(const struct hl_scsi_lun_map *m, const struct hl_scsi_nexus *nexus)
+{
+	if (n_luns_changed < 4)
+		luns_changed_nexus[n_luns_changed] = nexus->id;
+	n_luns_changed++;
+	luns_changed_map = m;
+	return 1;
+}
+
 /* ------------------------------------------------------------------ */
 /* Fake reactor: events and timers are recorded, cross-reactor calls   */
 /* queue up and run in pump(). The real event.c is not linked.         */
@@ -295,6 +309,8 @@ static void setup(void)
 	defer_exec = false;
 	fake_xfer_len = 0;
 	lu_resets = nexus_gone = 0;
+	n_luns_changed = 0;
+	luns_changed_map = NULL;
 }
 
 static bool peer_alive(const struct peer *p)
@@ -1692,6 +1708,117 @@ static void test_lun_reset_other_session(void)
 	teardown();
 }
 
+/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
+static void login_second_initiator(struct peer *p)
+{
+	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
+	struct iscsi_bhs h;
+	uint8_t data[1024];
+	struct peer *saved = P;
+
+	P = p;
+	peer_open(P);
+	size_t n = kv(data, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
+	memcpy(&h.b[8], isid2, 6);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, data, (uint32_t)n);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
+	ngot = 0;
+	itt++;
+	P = saved;
+}
+
+static void send_target_reset(uint8_t fn)
+{
+	struct iscsi_bhs h;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL | fn;
+	bhs_set_itt(&h, itt++);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	bhs_put32(&h, 28, expstatsn);
+	send_pdu(&h, NULL, 0);
+}
+
+/*
+ * TARGET WARM/COLD RESET reach every initiator of the target: refused with
+ * "function authorization failed" (6) unless the target allows them; then a
+ * cold reset closes the other initiator's session too.
+ */
+static void test_target_reset_authorization(void)
+{
+	setup();
+	login_second_initiator(&peers[1]);
+	P = &peers[0];
+	login_ok(NULL);
+	send_target_reset(ISCSI_TMF_TARGET_COLD_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TMF_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_AUTH_FAILED);
+	ngot = 0;
+	send_target_reset(ISCSI_TMF_TARGET_WARM_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_AUTH_FAILED);
+	CU_ASSERT_EQUAL(lu_resets, 0);
+	CU_ASSERT_TRUE(peer_alive(&peers[0]));
+	CU_ASSERT_TRUE(peer_alive(&peers[1]));
+	CU_ASSERT_EQUAL(peers[1].p_ngot, 0);
+
+	/* allowed (read when the request comes, so it applies to this session) */
+	struct iscsi_target *t = iscsi_target_find(srv, TGT);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+	t->allow_target_reset = true;
+	ngot = 0;
+	send_target_reset(ISCSI_TMF_TARGET_WARM_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	CU_ASSERT_TRUE(peer_alive(&peers[1]));
+	ngot = 0;
+	send_target_reset(ISCSI_TMF_TARGET_COLD_RESET);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_FALSE(peer_alive(&peers[1]));
+	CU_ASSERT_FALSE(peer_alive(&peers[0]));
+	teardown();
+}
+
+/* A LUN map change reaches every session of that target, and only those. */
+static void test_luns_changed_sessions(void)
+{
+	setup();
+	login_second_initiator(&peers[1]);
+	P = &peers[0];
+	login_ok(NULL);
+	CU_ASSERT_EQUAL(hl_iscsi_target_luns_changed(srv, TGT_CHAP), 0);
+	CU_ASSERT_EQUAL(n_luns_changed, 0);
+	CU_ASSERT_EQUAL(hl_iscsi_target_luns_changed(srv, TGT), 2);
+	CU_ASSERT_EQUAL_FATAL(n_luns_changed, 2);
+	CU_ASSERT_PTR_EQUAL(luns_changed_map, &map);
+	uint64_t a = peers[0].p_conn->sess->nexus.id, b = peers[1].p_conn->sess->nexus.id;
+	CU_ASSERT_TRUE((luns_changed_nexus[0] == a && luns_changed_nexus[1] == b) ||
+	               (luns_changed_nexus[0] == b && luns_changed_nexus[1] == a));
+	/* a session that logged out is not told */
+	iscsi_conn_close(peers[1].p_conn, "test");
+	run_calls();
+	n_luns_changed = 0;
+	CU_ASSERT_EQUAL(hl_iscsi_target_luns_changed(srv, TGT), 1);
+	CU_ASSERT_EQUAL(luns_changed_nexus[0], a);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"login: operational stage straight to FFP", test_login_operational_only},
     {"login: security then operational stage", test_login_security_then_operational},
@@ -1721,6 +1848,9 @@ static const struct hl_test tests[] = {
     {"discovery CHAP changed while running", test_discovery_chap_change},
     {"session and connection reinstatement", test_session_reinstatement},
     {"LUN reset reaches other sessions and waits for them", test_lun_reset_other_session},
+    {"TARGET WARM/COLD RESET: function authorization failed unless allowed",
+     test_target_reset_authorization},
+    {"LUN map changed: every session of the target is told", test_luns_changed_sessions},
     {NULL, NULL},
 };
 

@@ -1074,6 +1074,72 @@ static void test_ua_sequence(void)
 	lu_teardown();
 }
 
+/*
+ * A LUN added to or removed from the target: every nexus hears REPORTED LUNS
+ * DATA HAS CHANGED on its next command to any LU of the target, once (it is
+ * cleared on the other LUs when reported, or by REPORT LUNS).
+ */
+static void test_luns_changed_ua(void)
+{
+	struct tcmd t;
+	uint8_t tur[6] = {0};
+	uint8_t rl[12] = {0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+	uint8_t buf[256];
+	struct hl_lu_config cfg = test_cfg();
+	struct hl_lu *lu2;
+
+	lu_setup(); /* nexus A has used LUN 0; nexus B nothing yet */
+	cfg.name = "d1";
+	cfg.naa[15] ^= 0xff;
+	struct hl_origin *o2 = fake_origin_new((uint64_t)NBLOCKS * BS, true);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(o2);
+	CU_ASSERT_EQUAL_FATAL(hl_lu_create(&cfg, o2, &lu2), 0);
+
+	/* LUN 1 added */
+	map.lu[1] = lu2;
+	CU_ASSERT_EQUAL(hl_scsi_luns_changed(&map, &nexus_a), 2);
+	CU_ASSERT_EQUAL(hl_scsi_luns_changed(&map, &nexus_b), 2);
+	run_full(&t, &nexus_a, 0, tur, 6, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x3f, 0x0e);
+	run_full(&t, &nexus_a, 0, tur, 6, NULL, 0, false);
+	ASSERT_GOOD(t);
+	/* new to A: POWER ON there, and 3F/0E already heard on LUN 0 */
+	run_full(&t, &nexus_a, 1, tur, 6, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x29, 0x00);
+	run_full(&t, &nexus_a, 1, tur, 6, NULL, 0, false);
+	ASSERT_GOOD(t);
+	/* B: POWER ON first, then REPORT LUNS shows both and clears 3F/0E everywhere */
+	run_full(&t, &nexus_b, 0, tur, 6, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x29, 0x00);
+	run_full(&t, &nexus_b, 0, rl, 12, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(hl_get_be32(buf), 16);
+	CU_ASSERT_EQUAL(buf[8 + 1], 0);
+	CU_ASSERT_EQUAL(buf[16 + 1], 1);
+	run_full(&t, &nexus_b, 0, tur, 6, NULL, 0, false);
+	ASSERT_GOOD(t);
+	run_full(&t, &nexus_b, 1, tur, 6, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x29, 0x00);
+	run_full(&t, &nexus_b, 1, tur, 6, NULL, 0, false);
+	ASSERT_GOOD(t);
+
+	/* LUN 1 removed: LUN 1 is gone, LUN 0 carries the news */
+	map.lu[1] = NULL;
+	CU_ASSERT_EQUAL(hl_scsi_luns_changed(&map, &nexus_a), 1);
+	run_full(&t, &nexus_a, 1, tur, 6, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x25, 0x00);
+	run_full(&t, &nexus_a, 0, tur, 6, NULL, 0, false);
+	ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x3f, 0x0e);
+	run_full(&t, &nexus_a, 0, tur, 6, NULL, 0, false);
+	ASSERT_GOOD(t);
+	/* nobody left to hold it */
+	map.lu[0] = NULL;
+	CU_ASSERT_EQUAL(hl_scsi_luns_changed(&map, &nexus_a), 0);
+	map.lu[0] = lu;
+	hl_lu_destroy(lu2);
+	lu_teardown();
+}
+
 static void test_request_sense_reports_and_clears_ua(void)
 {
 	struct tcmd t;
@@ -1306,6 +1372,7 @@ static const struct hl_test tests[] = {
     {"usage mask is enforced", test_rsoc_usage_mask_is_enforced},
     {"RSOC timeouts and unsupported commands", test_rsoc_rctd_and_unsupported},
     {"unit attention sequence", test_ua_sequence},
+    {"LUN inventory change: REPORTED LUNS DATA HAS CHANGED once per nexus", test_luns_changed_ua},
     {"REQUEST SENSE reports and clears UA", test_request_sense_reports_and_clears_ua},
     {"LU geometry checks", test_lu_create_rejects_bad_geometry},
     {NULL, NULL},
