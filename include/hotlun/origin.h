@@ -147,7 +147,7 @@ struct hl_origin_ops {
 
 struct hl_origin {
 	const struct hl_origin_ops *ops;
-	char *uri;                  /* as configured; owned */
+	char *uri;                  /* as configured, secret masked (hl_uri_redact); owned */
 	uint64_t size;              /* bytes */
 	uint32_t phys_block_size;   /* hint, 0 when unknown */
 	bool read_only;
