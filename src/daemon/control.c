@@ -803,8 +803,12 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 	}
 	json_t *list = json_array();
 	int n = hl_iscsi_sessions_list(d->server, session_json_cb, list);
-	*result = json_pack("{s:o, s:i, s:o, s:o}", "disks", disks, "sessions", n, "session_list",
-			    list, "caches", daemon_cache_stats_json());
+	struct hl_iscsi_auth_stats auth;
+	hl_iscsi_auth_stats_get(d->server, &auth);
+	*result = json_pack("{s:o, s:i, s:o, s:o, s:{s:I, s:I}}", "disks", disks, "sessions", n,
+			    "session_list", list, "caches", daemon_cache_stats_json(), "iscsi",
+			    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",
+			    (json_int_t)auth.chap_throttled);
 	return 0;
 }
 

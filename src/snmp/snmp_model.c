@@ -296,6 +296,8 @@ int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
 	out->reachable = true;
 	out->version = str(version, "version");
 	out->n_sessions_total = (uint32_t)u64(stats, "sessions");
+	out->auth_failures = u64(json_object_get(stats, "iscsi"), "auth_failures");
+	out->auth_throttled = u64(json_object_get(stats, "iscsi"), "auth_throttled");
 	if (!out->version)
 		goto fail;
 
