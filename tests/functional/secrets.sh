@@ -8,8 +8,10 @@
 # line, no SNMP value (snmpwalk of the whole HOTLUN-MIB), no file under
 # state_dir. Also: get / shows discovery CHAP masked; a map written with the
 # secret (the old format) still matches the same origin (warm) and is
-# rewritten without it; a secret file readable by others is refused with
-# FILE:LINE; a CHAP secret under 12 bytes gets a warning.
+# rewritten without it; mutual CHAP toward the SAN (origin_mutual_*) works
+# and a wrong answer from the SAN is refused; a secret file readable by
+# others is refused with FILE:LINE; a CHAP secret under 12 bytes gets a
+# warning.
 . "$(dirname "$0")/lib.sh"
 [ "$HL_TARGET" = tgt ] && hl_skip "the front under test is hotlund; the SAN is hotlund too"
 . "$(dirname "$0")/snmp_lib.sh"
@@ -21,7 +23,7 @@ FRONT_IQN=$HL_IQN_PREFIX:secrets-front
 
 # ---- the SAN, with CHAP (the same account for both front disks)
 hl_target_start --size 16M --chap hlorigin "$URL_SECRET"
-SAN_PID=$HL_PID SAN_PORT=$HL_PORT SAN_IQN=$HL_IQN
+SAN_PID=$HL_PID SAN_PORT=$HL_PORT SAN_IQN=$HL_IQN SAN_CONF=$T/hotlund.conf
 
 # The front reads the second disk's secret from a file only root can read
 # (the SAN has one account: the same secret).
@@ -165,6 +167,39 @@ grep -q "disk san attached (lun id [0-9]*, warm)" "$FRONT_LOG" ||
 grep -q "$URL_SECRET" "$MAP" && hl_fail "the old map was not rewritten without the secret"
 hl_log "ok: an old-format map matched (warm) and was rewritten without the secret"
 hl_stop "$FRONT_PID"
+
+# ---- mutual CHAP toward the SAN (origin_mutual_*): the SAN must answer right
+MUTUAL=Km6-MUTUALLEAK-8wQ
+SECRETS+=("$MUTUAL")
+printf 'mutual_user = hlsan\nmutual_secret = %s\n' "$MUTUAL" >>"$SAN_CONF"
+hl_stop "$SAN_PID"
+hl_start_hotlund "$SAN_CONF"
+SAN_PID=$HL_PID
+cp "$CONF" "$T/front-nomutual.conf"
+sed -i "/^origin_chap_secret_file = /a origin_mutual_user = hlsan\norigin_mutual_secret = $MUTUAL" "$CONF"
+hl_start_hotlund "$CONF"
+FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
+timeout 30 iscsi-inq "iscsi://front%short6@127.0.0.1:$FRONT_PORT/$FRONT_IQN/1" >"$T/inq.out" 2>&1 ||
+	{ cat "$T/inq.out" >&2; hl_fail "INQUIRY through the front's mutual-CHAP disk"; }
+"${CTL[@]}" /disks/keys get >"$T/get-keys.out" 2>&1 || hl_fail "get /disks/keys"
+grep -q 'origin_mutual_secret.*\*\*\*\*\*\*\*\*' "$T/get-keys.out" || { cat "$T/get-keys.out" >&2; hl_fail "origin_mutual_secret not shown masked"; }
+leaks "$T/get-keys.out"
+hl_stop "$FRONT_PID"
+leaks "$FRONT_LOG" "$ST"
+sed -i "s/^origin_mutual_secret = .*/origin_mutual_secret = not-what-the-san-says/" "$CONF"
+hl_spawn hotlund "$T/front-badmutual.log" "$HL_HOTLUND" --config "$CONF"
+BAD_PID=$HL_LAST_PID
+for i in $(seq 1 200); do hl_alive "$BAD_PID" || break; sleep 0.05; done
+hl_alive "$BAD_PID" && hl_fail "the front started although the SAN's mutual CHAP answer is wrong"
+wait "$BAD_PID"
+hl_forget "$BAD_PID"
+grep -q "disk keys: cannot open origin iscsi://127.0.0.1:$SAN_PORT/" "$T/front-badmutual.log" ||
+	{ cat "$T/front-badmutual.log" >&2; hl_fail "no clear error for a SAN that fails mutual CHAP"; }
+grep -q "Invalid CHAP_R response from the target" "$T/front-badmutual.log" ||
+	{ cat "$T/front-badmutual.log" >&2; hl_fail "the front did not check the SAN's mutual CHAP answer"; }
+leaks "$T/front-badmutual.log"
+cp "$T/front-nomutual.conf" "$CONF"
+hl_log "ok: mutual CHAP toward the SAN: right answer works, a wrong one is refused at start"
 
 # ---- a secret file others can read is refused, with FILE:LINE
 chmod 644 "$T/origin.secret"
