@@ -17,6 +17,9 @@
 
 #define CHAP_CHALLENGE_LEN 16
 
+/* A refusal during a CHAP back-off: its rate-limited warning says it; login_fail stays quiet. */
+static const char why_throttled[] = "CHAP throttled after repeated failures";
+
 void iscsi_login_free(struct iscsi_login *l)
 {
 	if (!l)
@@ -53,11 +56,12 @@ static int login_fail(struct iscsi_conn *c, uint16_t status, const char *why)
 	struct iscsi_login *l = c->login;
 	struct iscsi_bhs h;
 
-	HL_NOTICE(ISCSI_LOG, "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
-	          l->initiator_name[0] ? l->initiator_name : "?",
-	          l->target_name[0] ? l->target_name
-	                            : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
-	          status, why);
+	HL_LOG(why == why_throttled ? HL_LOG_DEBUG : HL_LOG_NOTICE, ISCSI_LOG,
+	       "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
+	       l->initiator_name[0] ? l->initiator_name : "?",
+	       l->target_name[0] ? l->target_name
+	                         : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
+	       status, why);
 	login_rsp_header(c, &h, (uint8_t)(l->cur_stage << 2), status, l->tsih);
 	c->state = CONN_LOGOUT; /* read nothing more; close once the response is out */
 	iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, true);
@@ -354,7 +358,7 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 		           "initiator, %u from this address; %llu ms of back-off left",
 		           c->peer_str, l->initiator_name, gv.name_failures, gv.addr_failures,
 		           (unsigned long long)gv.wait_ms);
-		*why = "CHAP throttled after repeated failures";
+		*why = why_throttled;
 		return ISCSI_LOGIN_AUTH_FAILED;
 	}
 	int glen = iscsi_chap_decode(r, got, sizeof(got));

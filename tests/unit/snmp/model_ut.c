@@ -137,6 +137,24 @@ static void test_origin_secret_masked(void)
 	free(text);
 }
 
+/* hlAuthFailures / hlAuthThrottled come from stats' "iscsi" object (0 when absent). */
+static void test_auth_counters(void)
+{
+	struct snmp_snapshot s;
+	char buf[8192];
+
+	build(&s, STATS);
+	CU_ASSERT_EQUAL(s.auth_failures, 0);
+	CU_ASSERT_EQUAL(s.auth_throttled, 0);
+	snmp_snapshot_free(&s);
+	snprintf(buf, sizeof(buf), "%.*s, \"iscsi\": {\"auth_failures\": 7, \"auth_throttled\": 40}}",
+	         (int)strlen(STATS) - 1, STATS);
+	build(&s, buf);
+	CU_ASSERT_EQUAL(s.auth_failures, 7);
+	CU_ASSERT_EQUAL(s.auth_throttled, 40);
+	snmp_snapshot_free(&s);
+}
+
 static void test_cache_row(void)
 {
 	struct snmp_snapshot s;
@@ -374,6 +392,7 @@ int main(void)
 	    {"iscsi nodes and portals", test_iscsi_nodes_and_portals},
 	    {"watch: origin loss and cache failure", test_watch_origin_and_cache},
 	    {"hlDiskOrigin masks an origin's secret", test_origin_secret_masked},
+	    {"hlAuthFailures and hlAuthThrottled", test_auth_counters},
 	    {"watch: cache already failed at start", test_watch_cache_failed_at_start},
 	    {NULL, NULL},
 	};
