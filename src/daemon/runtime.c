@@ -54,6 +54,14 @@ struct disk_rt *daemon_disk_find(struct daemon *d, const char *name)
 	return NULL;
 }
 
+static void free_secret(char *s)
+{
+	if (s) {
+		explicit_bzero(s, strlen(s));
+		free(s);
+	}
+}
+
 static void disk_conf_free(struct hl_conf_disk *c)
 {
 	free(c->name);
@@ -64,15 +72,9 @@ static void disk_conf_free(struct hl_conf_disk *c)
 	free(c->ochap.user);
 	free(c->ochap.secret_file);
 	free(c->ochap.mutual_user);
-	if (c->ochap.secret)
-		explicit_bzero(c->ochap.secret, strlen(c->ochap.secret));
-	if (c->ochap.file_secret)
-		explicit_bzero(c->ochap.file_secret, strlen(c->ochap.file_secret));
-	if (c->ochap.mutual_secret)
-		explicit_bzero(c->ochap.mutual_secret, strlen(c->ochap.mutual_secret));
-	free(c->ochap.secret);
-	free(c->ochap.file_secret);
-	free(c->ochap.mutual_secret);
+	free_secret(c->ochap.secret);
+	free_secret(c->ochap.file_secret);
+	free_secret(c->ochap.mutual_secret);
 }
 
 static bool dup_opt(char **dst, const char *src)
