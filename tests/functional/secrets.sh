@@ -84,7 +84,7 @@ OUT=$T/control.out
 : >"$OUT"
 "${CTL[@]}" ls >>"$OUT" 2>&1 || hl_fail "hotlunctl ls failed"
 "${CTL[@]}" stats --json >>"$OUT" 2>&1 || hl_fail "hotlunctl stats failed"
-python3 - "$T/ctl.sock" >>"$OUT" <<'EOF' || hl_fail "walking the control tree failed"
+python3 - "$T/ctl.sock" "$URL_SECRET" "$T/origin.secret" >>"$OUT" <<'EOF' || hl_fail "walking the control tree failed"
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
@@ -114,8 +114,26 @@ r = call("set", path="/disks/san", params={"origin": san["origin"]})
 assert r["ok"], r
 r = call("set", path="/", params={"discovery_chap_secret": "********"})
 assert r["ok"], r
+# the origin's credentials set through the control plane: from the file to the keys
+# (the disk is reopened with them), shown write-only
+def quiet_set(path, params): # the request holds a secret: not printed
+    f.write(json.dumps({"cmd": "set", "args": {"path": path, "params": params}}) + "\n")
+    f.flush()
+    r = json.loads(f.readline())
+    print(json.dumps(r))
+    assert r["ok"], r
+quiet_set("/disks/keys", {"origin_chap_secret_file": None, "origin_chap_user": "hlorigin",
+                          "origin_chap_secret": sys.argv[2]})
+keys = call("get", path="/disks/keys")["result"]
+assert keys["origin_chap_secret"] == "********" and keys["origin_chap_secret_file"] is None, keys
+assert keys["size_bytes"] == 16 << 20, keys
+# ... and back to the file
+quiet_set("/disks/keys", {"origin_chap_secret": None, "origin_chap_user": "hlorigin",
+                          "origin_chap_secret_file": sys.argv[3]})
+keys = call("get", path="/disks/keys")["result"]
+assert keys["origin_chap_secret"] is None and keys["origin_chap_secret_file"] == sys.argv[3], keys
 EOF
-hl_log "ok: get / shows discovery_chap_secret as ********; get/set round trip of masked values"
+hl_log "ok: get / shows discovery_chap_secret as ********; get/set round trip of masked values; origin_chap_* set through the control plane"
 
 # ---- SNMP: every value of HOTLUN-MIB
 start_snmpd
