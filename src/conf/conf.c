@@ -481,12 +481,16 @@ static int target_key(struct parser *p, const char *key, const char *v)
 	if (strcmp(key, "chap_user") == 0)
 		return set_str(p, &t->chap_user, v);
 	if (strcmp(key, "chap_secret") == 0) {
+		if (t->chap_secret && strcmp(v, HL_CONF_SECRET_MASK) == 0)
+			return 0; /* what get shows: unchanged */
 		warn_short_secret(p, t->name, key, v);
 		return set_str(p, &t->chap_secret, v);
 	}
 	if (strcmp(key, "mutual_user") == 0)
 		return set_str(p, &t->mutual_user, v);
 	if (strcmp(key, "mutual_secret") == 0) {
+		if (t->mutual_secret && strcmp(v, HL_CONF_SECRET_MASK) == 0)
+			return 0;
 		warn_short_secret(p, t->name, key, v);
 		return set_str(p, &t->mutual_secret, v);
 	}

@@ -290,6 +290,23 @@ static void test_origin_chap_keys(void)
 				    err, sizeof(err)), 0);
 	CU_ASSERT_STRING_EQUAL(c->disks[0].ochap.secret, "Sxx-0123456789");
 	hl_conf_free(c);
+	{
+		const char t[] = "[global]\ndiscovery_chap_user = d\ndiscovery_chap_secret = Dxx-0123456789\n"
+				 "[target iqn.2026-11.io.hotlun:t]\nchap_user = u\nchap_secret = Txx-0123456789\n"
+				 "mutual_user = m\nmutual_secret = Mxx-0123456789\n";
+		c = parse_ok(t);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "chap_secret",
+					    HL_CONF_SECRET_MASK, err, sizeof(err)), 0);
+		CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "mutual_secret",
+					    HL_CONF_SECRET_MASK, err, sizeof(err)), 0);
+		CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "discovery_chap_secret",
+					    HL_CONF_SECRET_MASK, err, sizeof(err)), 0);
+		CU_ASSERT_STRING_EQUAL(c->targets[0].chap_secret, "Txx-0123456789");
+		CU_ASSERT_STRING_EQUAL(c->targets[0].mutual_secret, "Mxx-0123456789");
+		CU_ASSERT_STRING_EQUAL(c->discovery_chap_secret, "Dxx-0123456789");
+		hl_conf_free(c);
+	}
 
 	/* a file readable by root only: read; the config keeps the path, not the secret */
 	secret_file(path, "Fzz-0123456789\n", 0600);
