@@ -80,8 +80,9 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out);
 /**
  * Give disk `disk_name` a place in the cache and wrap `inner` in a cached
  * origin. The disk keeps its LUN id (and its cached blocks) across restarts
- * as long as its origin identity (inner's URI without throttle wrappers, and
- * size) and quota are unchanged; otherwise its old blocks are dropped.
+ * as long as its origin identity (inner's URI without throttle wrappers and
+ * credentials, and size) and quota are unchanged; otherwise its old blocks
+ * are dropped. The map file never holds credentials.
  * quota_bytes 0: share the pool. Blocking; main thread, before I/O starts.
  * On success the wrapper owns inner (hl_origin_close on the wrapper detaches
  * the disk and closes inner); on error the caller keeps inner.

@@ -4,7 +4,8 @@
  * sections and keys are errors.
  *
  *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads
- *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...
+ *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...,
+ *                   origin_chap_user, origin_chap_secret[_file], origin_mutual_user/_secret
  *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer,
  *                   write_budget
  *   [target IQN]    lun.N, allow, alias, chap_user, chap_secret, mutual_user, mutual_secret
@@ -16,6 +17,30 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/** What the control plane shows instead of a secret (and takes back as "unchanged"). */
+#define HL_CONF_SECRET_MASK "********"
+
+/** RFC 7143 asks for secrets of at least 96 bits of randomness: shorter ones get a warning. */
+#define HL_CONF_CHAP_SECRET_MIN 12
+
+/**
+ * CHAP credentials of an iscsi: origin given as [disk] keys instead of in
+ * the URL (user%secret@). All NULL when unset.
+ */
+struct hl_conf_origin_chap {
+	char *user;        /* origin_chap_user */
+	char *secret;      /* origin_chap_secret (written back by saveconfig) */
+	char *secret_file; /* origin_chap_secret_file: a file only its owner (root) can read */
+	char *file_secret; /* what secret_file held when the file was read; never written */
+	char *mutual_user, *mutual_secret; /* origin_mutual_*: what the SAN must answer with */
+};
+
+/** The origin's CHAP secret from the keys (origin_chap_secret or its file), or NULL. */
+static inline const char *hl_conf_origin_secret(const struct hl_conf_origin_chap *o)
+{
+	return o->secret ? o->secret : o->file_secret;
+}
 
 struct hl_conf_disk {
 	char *name;
@@ -29,6 +54,7 @@ struct hl_conf_disk {
 	uint32_t origin_latency_ms;
 	char *rbd_conf;        /* rbd: origins: ceph.conf path, or NULL */
 	char *rbd_id;          /* rbd: origins: cephx user id, or NULL */
+	struct hl_conf_origin_chap ochap; /* iscsi: origins: CHAP toward the SAN as keys */
 	int line;              /* line of the section header, for errors */
 };
 

@@ -142,6 +142,15 @@ int hl_iscsi_sessions_list(struct hl_iscsi_server *srv,
 unsigned hl_iscsi_server_drain(struct hl_iscsi_server *srv, unsigned timeout_s,
                                unsigned time2wait_s);
 
+/** Login authentication counters since the server started. */
+struct hl_iscsi_auth_stats {
+	uint64_t chap_failures;  /* wrong CHAP responses */
+	uint64_t chap_throttled; /* CHAP responses refused unchecked during a back-off */
+};
+
+/** Read the authentication counters. Any thread. */
+void hl_iscsi_auth_stats_get(struct hl_iscsi_server *srv, struct hl_iscsi_auth_stats *out);
+
 /** Close portals, end every session (waiting for in-flight commands), free. Main thread. */
 void hl_iscsi_server_destroy(struct hl_iscsi_server *srv);
 

@@ -102,6 +102,10 @@ struct hl_origin_opts {
 	const char *rbd_id;    /* rbd: cephx user id without "client." (NULL: admin) */
 	bool eof_error;        /* file: a read that reaches EOF fails (-EIO) instead of
 	                          reading zeroes past it (a cache device that shrank) */
+	const char *chap_user;   /* iscsi: CHAP toward the SAN when the URL has no user%secret@ */
+	const char *chap_secret; /* (open copies them; NULL: none) */
+	const char *mutual_user; /* iscsi: mutual CHAP: the SAN must answer with these */
+	const char *mutual_secret;
 	bool exclusive;        /* file: a regular file is locked (flock) like a writable
 	                          block device is (O_EXCL): -EBUSY while another process
 	                          holds it, after waiting as for a busy block device */
@@ -147,7 +151,7 @@ struct hl_origin_ops {
 
 struct hl_origin {
 	const struct hl_origin_ops *ops;
-	char *uri;                  /* as configured; owned */
+	char *uri;                  /* as configured, secret masked (hl_uri_redact); owned */
 	uint64_t size;              /* bytes */
 	uint32_t phys_block_size;   /* hint, 0 when unknown */
 	bool read_only;

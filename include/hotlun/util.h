@@ -160,6 +160,18 @@ const char *hl_format_size(uint64_t v, char *buf, size_t len);
 /** Copy at most n-1 bytes and always terminate. @return strlen(src). */
 size_t hl_strlcpy(char *dst, const char *src, size_t n);
 
+/**
+ * An origin URI fit to leave the process (control replies, SNMP, logs,
+ * errors, files in state_dir): every "SCHEME://USERINFO@" in uri (wrappers
+ * such as "throttle(...):iscsi://..." nest several) loses its secret.
+ * USERINFO is "user%secret" or "user:secret" and becomes "user%***" or
+ * "user:***"; without a separator all of it is taken as secret ("***").
+ * With strip, the whole "USERINFO@" is dropped instead (an identity that
+ * does not change with the credentials). Truncates to len - 1 bytes.
+ * @return buf.
+ */
+const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len);
+
 /** 64-bit FNV-1a, for stable identifiers derived from names. */
 uint64_t hl_hash64(const void *data, size_t len, uint64_t seed);
 

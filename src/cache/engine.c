@@ -321,11 +321,29 @@ static int ents_push(struct hl_cache *c, struct map_ent *e)
 	return 0;
 }
 
+/*
+ * The origin's identity: its URI without throttle(...) wrappers (lab knobs,
+ * not identity) and without credentials ("user%secret@": not identity
+ * either, and the map must never hold a secret). Maps written before
+ * credentials were dropped from it are read through this same function, so
+ * their disks still match; the map is rewritten at open without them.
+ */
+static const char *origin_ident(const char *uri, char *buf, size_t len)
+{
+	while (!strncmp(uri, "throttle(", 9)) {
+		const char *p = strstr(uri, "):");
+		if (!p)
+			break;
+		uri = p + 2;
+	}
+	return hl_uri_redact(uri, true, buf, len);
+}
+
 /* @return true when the map is usable for this device (else: format). */
 static bool map_load(struct hl_cache *c)
 {
 	FILE *f = fopen(c->map_path, "r");
-	char line[4096], state[32] = "", name[256];
+	char line[4096], state[32] = "", name[256], ident[4096];
 	unsigned bs = 0, next = 0, id;
 	unsigned long long nslots = 0, devsize = 0, quota, size;
 	bool ok = false;
@@ -352,7 +370,8 @@ static bool map_load(struct hl_cache *c)
 		        4 ||
 		    id > 0xffff)
 			goto out;
-		e = ent_new((uint16_t)id, quota, size, name, line + pos);
+		e = ent_new((uint16_t)id, quota, size, name,
+		            origin_ident(line + pos, ident, sizeof(ident)));
 		if (!e || ents_push(c, e)) {
 			ent_free(e);
 			goto out;
@@ -397,18 +416,6 @@ static int id_alloc(struct hl_cache *c, uint16_t *out)
 		}
 	}
 	return -ENOSPC;
-}
-
-/* The origin's identity: its URI without throttle(...) wrappers (lab knobs, not identity). */
-static const char *origin_ident(const char *uri)
-{
-	while (!strncmp(uri, "throttle(", 9)) {
-		const char *p = strstr(uri, "):");
-		if (!p)
-			break;
-		uri = p + 2;
-	}
-	return uri;
 }
 
 /* ------------------------------------------------------------------ */
@@ -658,6 +665,7 @@ fail:
 int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
                     struct hl_origin *inner, struct hl_origin **out)
 {
+	char ident_buf[3800]; /* a map line (4096 bytes) must hold it */
 	const char *ident;
 	struct map_ent *e;
 	struct hl_origin *o;
@@ -667,7 +675,9 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 
 	if (!c || !disk_name || !*disk_name || !inner || !out || strpbrk(disk_name, " \t\n"))
 		return -EINVAL;
-	ident = origin_ident(inner->uri);
+	if (strlen(inner->uri) >= sizeof(ident_buf))
+		return -ENAMETOOLONG;
+	ident = origin_ident(inner->uri, ident_buf, sizeof(ident_buf));
 	if (strchr(ident, '\n'))
 		return -EINVAL;
 	pthread_mutex_lock(&c->sync_lock); /* no record sync of the meta thread meanwhile */

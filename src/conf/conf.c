@@ -12,12 +12,15 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef HL_LOCALSTATEDIR
 #define HL_LOCALSTATEDIR "/var" /* set by configure; this default serves the fuzz build */
@@ -39,6 +42,7 @@ struct parser {
 	size_t index;  /* the current disk/cache/target, in its array */
 	bool seen_global;
 	int global_line; /* line of [global], for errors found after the file is read */
+	bool dup;        /* hl_conf_dup: the text was written by us; no files, no warnings */
 };
 
 static int perr(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -157,6 +161,93 @@ static bool valid_iscsi_name(const char *s)
 	return false;
 }
 
+/* ---- secrets ---- */
+
+/*
+ * A CHAP secret that an initiator could guess online: warn when it is
+ * shorter than RFC 7143 asks (96 bits of randomness, 12 bytes at best). Not
+ * for hl_conf_dup's copies, which would repeat it at every control change.
+ */
+static void warn_short_secret(struct parser *p, const char *what, const char *key, const char *v)
+{
+	if (p->dup || strlen(v) >= HL_CONF_CHAP_SECRET_MIN)
+		return;
+	if (p->line > 0)
+		HL_WARN("conf", "%s:%d: %s%s%s is %zu bytes: RFC 7143 asks for at least %d bytes of "
+		        "random (96 bits) against online guessing", p->name, p->line, what,
+		        *what ? " " : "", key, strlen(v), HL_CONF_CHAP_SECRET_MIN);
+	else
+		HL_WARN("conf", "%s%s%s is %zu bytes: RFC 7143 asks for at least %d bytes of "
+		        "random (96 bits) against online guessing", what, *what ? " " : "", key,
+		        strlen(v), HL_CONF_CHAP_SECRET_MIN);
+}
+
+/*
+ * Read a secret from `path`: a regular file owned by this process's user
+ * and readable by nobody else; its first line is the secret (1..255 bytes,
+ * printable). Checked on the open descriptor, so the file checked is the
+ * file read.
+ */
+static int read_secret_file(struct parser *p, const char *key, const char *path, char **out)
+{
+	char buf[512];
+	struct stat st;
+	ssize_t n;
+	size_t len;
+	int fd;
+
+	if (!*path || path[0] != '/')
+		return perr(p, "%s: '%s' is not an absolute path", key, path);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return perr(p, "%s: %s: %s", key, path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return perr(p, "%s: %s is not a regular file", key, path);
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		close(fd);
+		return perr(p, "%s: %s is accessible to its group or others (mode %04o): "
+		            "chmod 600 it", key, path, (unsigned)(st.st_mode & 07777));
+	}
+	if (st.st_uid != geteuid()) {
+		close(fd);
+		return perr(p, "%s: %s belongs to uid %u, not to hotlund's user (uid %u)", key, path,
+		            (unsigned)st.st_uid, (unsigned)geteuid());
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return perr(p, "%s: %s: %s", key, path, strerror(errno));
+	buf[n] = '\0';
+	len = strcspn(buf, "\r\n");
+	buf[len] = '\0';
+	for (size_t i = 0; i < len; i++) {
+		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f) {
+			explicit_bzero(buf, sizeof(buf));
+			return perr(p, "%s: %s: the secret has a control character", key, path);
+		}
+	}
+	if (len < 1 || len > 255) {
+		explicit_bzero(buf, sizeof(buf));
+		return perr(p, "%s: %s: the first line must hold the secret (1..255 bytes)", key,
+		            path);
+	}
+	*out = strdup(buf);
+	explicit_bzero(buf, sizeof(buf));
+	return *out ? 0 : perr(p, "out of memory");
+}
+
+/* Free and forget a secret. */
+static void free_secret(char **s)
+{
+	if (*s) {
+		explicit_bzero(*s, strlen(*s));
+		free(*s);
+		*s = NULL;
+	}
+}
+
 /* ---- [global] ---- */
 
 static int global_key(struct parser *p, const char *key, const char *v)
@@ -192,8 +283,12 @@ static int global_key(struct parser *p, const char *key, const char *v)
 	}
 	if (strcmp(key, "discovery_chap_user") == 0)
 		return set_str(p, &c->discovery_chap_user, v);
-	if (strcmp(key, "discovery_chap_secret") == 0)
+	if (strcmp(key, "discovery_chap_secret") == 0) {
+		if (c->discovery_chap_secret && strcmp(v, HL_CONF_SECRET_MASK) == 0)
+			return 0; /* what get shows: unchanged */
+		warn_short_secret(p, "", key, v);
 		return set_str(p, &c->discovery_chap_secret, v);
+	}
 	return perr(p, "unknown key '%s' in [global]", key);
 }
 
@@ -206,7 +301,46 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 	if (strcmp(key, "origin") == 0) {
 		if (!*v)
 			return perr(p, "origin: empty");
+		if (strstr(v, "%***@") || strstr(v, ":***@")) {
+			/* what get shows for a URL with credentials: the running one, unchanged */
+			char shown[2 * CONF_MAX_VALUE + 16];
+			if (d->origin && strcmp(hl_uri_redact(d->origin, false, shown, sizeof(shown)),
+			                        v) == 0)
+				return 0;
+			return perr(p, "origin: '***' stands for a secret that is not shown: give the "
+			               "secret, or use origin_chap_user and origin_chap_secret");
+		}
 		return set_str(p, &d->origin, v);
+	}
+	if (strcmp(key, "origin_chap_user") == 0)
+		return set_str(p, &d->ochap.user, v);
+	if (strcmp(key, "origin_chap_secret") == 0) {
+		if (d->ochap.secret && strcmp(v, HL_CONF_SECRET_MASK) == 0)
+			return 0; /* what get shows: unchanged */
+		free_secret(&d->ochap.secret);
+		return set_str(p, &d->ochap.secret, v);
+	}
+	if (strcmp(key, "origin_chap_secret_file") == 0) {
+		char *secret = NULL;
+		int rc;
+		if (!p->dup && (rc = read_secret_file(p, key, v, &secret)))
+			return rc;
+		rc = set_str(p, &d->ochap.secret_file, v);
+		if (rc) {
+			free_secret(&secret);
+			return rc;
+		}
+		free_secret(&d->ochap.file_secret);
+		d->ochap.file_secret = secret;
+		return 0;
+	}
+	if (strcmp(key, "origin_mutual_user") == 0)
+		return set_str(p, &d->ochap.mutual_user, v);
+	if (strcmp(key, "origin_mutual_secret") == 0) {
+		if (d->ochap.mutual_secret && strcmp(v, HL_CONF_SECRET_MASK) == 0)
+			return 0;
+		free_secret(&d->ochap.mutual_secret);
+		return set_str(p, &d->ochap.mutual_secret, v);
 	}
 	if (strcmp(key, "block_size") == 0) {
 		uint64_t x;
@@ -346,12 +480,20 @@ static int target_key(struct parser *p, const char *key, const char *v)
 	}
 	if (strcmp(key, "chap_user") == 0)
 		return set_str(p, &t->chap_user, v);
-	if (strcmp(key, "chap_secret") == 0)
+	if (strcmp(key, "chap_secret") == 0) {
+		if (t->chap_secret && strcmp(v, HL_CONF_SECRET_MASK) == 0)
+			return 0; /* what get shows: unchanged */
+		warn_short_secret(p, t->name, key, v);
 		return set_str(p, &t->chap_secret, v);
+	}
 	if (strcmp(key, "mutual_user") == 0)
 		return set_str(p, &t->mutual_user, v);
-	if (strcmp(key, "mutual_secret") == 0)
+	if (strcmp(key, "mutual_secret") == 0) {
+		if (t->mutual_secret && strcmp(v, HL_CONF_SECRET_MASK) == 0)
+			return 0;
+		warn_short_secret(p, t->name, key, v);
 		return set_str(p, &t->mutual_secret, v);
+	}
 	if (strcmp(key, "allow_target_reset") == 0) {
 		if (hl_parse_bool(v, &t->allow_target_reset))
 			return perr(p, "allow_target_reset: expected yes or no, got '%s'", v);
@@ -541,6 +683,45 @@ static int check_chap(struct parser *p, const char *what, const char *user, cons
 	return 0;
 }
 
+/* The [disk] origin_chap_* / origin_mutual_* keys, against the origin URL. */
+static int check_origin_chap(struct parser *p, const struct hl_conf_disk *d)
+{
+	const struct hl_conf_origin_chap *o = &d->ochap;
+	bool keys = o->user || o->secret || o->secret_file || o->mutual_user || o->mutual_secret;
+	bool url_creds, chap;
+	char bare[2 * CONF_MAX_VALUE + 16];
+
+	if (!keys)
+		return 0;
+	if (strncasecmp(d->origin, "iscsi:", 6) != 0)
+		return perr(p, "[disk %s]: origin_chap_* and origin_mutual_* are for iscsi: origins",
+		            d->name);
+	url_creds = strcmp(hl_uri_redact(d->origin, true, bare, sizeof(bare)), d->origin) != 0;
+	if (o->secret && o->secret_file)
+		return perr(p, "[disk %s]: origin_chap_secret and origin_chap_secret_file: give one",
+		            d->name);
+	if (!o->user != !(o->secret || o->secret_file))
+		return perr(p, "[disk %s]: origin_chap_user and origin_chap_secret (or "
+		            "origin_chap_secret_file) go together", d->name);
+	if (o->user && url_creds)
+		return perr(p, "[disk %s]: the origin URL has credentials (user%%secret@) and "
+		            "origin_chap_user is set: use one of them", d->name);
+	if ((o->user && strlen(o->user) > 255) || (o->secret && strlen(o->secret) > 255))
+		return perr(p, "[disk %s]: origin_chap_user and _secret are at most 255 bytes",
+		            d->name);
+	chap = o->user || url_creds;
+	if (!o->mutual_user != !o->mutual_secret)
+		return perr(p, "[disk %s]: origin_mutual_user and origin_mutual_secret go together",
+		            d->name);
+	if (o->mutual_user && !chap)
+		return perr(p, "[disk %s]: mutual CHAP toward the origin needs origin_chap_user "
+		            "and a secret too", d->name);
+	if (o->mutual_user && (strlen(o->mutual_user) > 255 || strlen(o->mutual_secret) > 255))
+		return perr(p, "[disk %s]: origin_mutual_user and _secret are at most 255 bytes",
+		            d->name);
+	return 0;
+}
+
 static int check(struct parser *p)
 {
 	struct hl_conf *c = p->conf;
@@ -556,6 +737,8 @@ static int check(struct parser *p)
 		if (d->cache && !hl_conf_find_cache(c, d->cache))
 			return perr(p, "[disk %s] uses cache '%s', which no [cache] section defines",
 				    d->name, d->cache);
+		if ((rc = check_origin_chap(p, d)))
+			return rc;
 	}
 	for (size_t i = 0; i < c->n_caches; i++) {
 		struct hl_conf_cache *k = &c->caches[i];
@@ -608,10 +791,10 @@ static int check(struct parser *p)
 	return 0;
 }
 
-int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf **out, char *err,
-		  size_t errlen)
+static int parse_text(const char *text, size_t len, const char *name, bool dup,
+                      struct hl_conf **out, char *err, size_t errlen)
 {
-	struct parser p = {.name = name, .err = err, .errlen = errlen};
+	struct parser p = {.name = name, .err = err, .errlen = errlen, .dup = dup};
 	char line[CONF_MAX_LINE];
 	size_t pos = 0;
 	int rc = 0;
@@ -659,6 +842,12 @@ out:
 	}
 	*out = p.conf;
 	return 0;
+}
+
+int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf **out, char *err,
+		  size_t errlen)
+{
+	return parse_text(text, len, name, false, out, err, errlen);
 }
 
 int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen)
@@ -722,6 +911,12 @@ static void free_disk(struct hl_conf_disk *d)
 	free(d->cache);
 	free(d->rbd_conf);
 	free(d->rbd_id);
+	free(d->ochap.user);
+	free_secret(&d->ochap.secret);
+	free(d->ochap.secret_file);
+	free_secret(&d->ochap.file_secret);
+	free(d->ochap.mutual_user);
+	free_secret(&d->ochap.mutual_secret);
 }
 
 static void free_cache(struct hl_conf_cache *k)
@@ -885,6 +1080,11 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 			fprintf(f, "origin_latency_ms = %u\n", d->origin_latency_ms);
 		put_opt(f, "rbd_conf", d->rbd_conf);
 		put_opt(f, "rbd_id", d->rbd_id);
+		put_opt(f, "origin_chap_user", d->ochap.user);
+		put_opt(f, "origin_chap_secret", d->ochap.secret);
+		put_opt(f, "origin_chap_secret_file", d->ochap.secret_file); /* the path, not the secret */
+		put_opt(f, "origin_mutual_user", d->ochap.mutual_user);
+		put_opt(f, "origin_mutual_secret", d->ochap.mutual_secret);
 	}
 	for (size_t i = 0; i < c->n_targets; i++) {
 		const struct hl_conf_target *t = &c->targets[i];
@@ -971,8 +1171,21 @@ int hl_conf_dup(const struct hl_conf *c, struct hl_conf **out)
 	rc = hl_conf_write(c, f);
 	fclose(f);
 	if (rc == 0)
-		rc = hl_conf_parse(buf, len, c->path, out, err, sizeof(err));
+		rc = parse_text(buf, len, c->path, true, out, err, sizeof(err));
+	if (buf)
+		explicit_bzero(buf, len); /* it held the secrets */
 	free(buf);
+	/* Secrets read from files are not in the text: the copy takes them as read. */
+	for (size_t i = 0; rc == 0 && i < (*out)->n_disks; i++) {
+		struct hl_conf_disk *d = &(*out)->disks[i];
+		const struct hl_conf_disk *src = hl_conf_find_disk(c, d->name);
+		if (src && src->ochap.file_secret && d->ochap.secret_file &&
+		    !(d->ochap.file_secret = strdup(src->ochap.file_secret))) {
+			hl_conf_free(*out);
+			*out = NULL;
+			rc = -ENOMEM;
+		}
+	}
 	return rc;
 }
 
@@ -1115,6 +1328,20 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			return unset_str(&d->rbd_conf);
 		if (strcmp(key, "rbd_id") == 0)
 			return unset_str(&d->rbd_id);
+		if (strcmp(key, "origin_chap_user") == 0 || strcmp(key, "origin_chap_secret") == 0 ||
+		    strcmp(key, "origin_chap_secret_file") == 0) {
+			if (d->ochap.mutual_user)
+				return perr(&p, "unset origin_mutual_user first");
+			unset_str(&d->ochap.user);
+			free_secret(&d->ochap.secret);
+			free_secret(&d->ochap.file_secret);
+			return unset_str(&d->ochap.secret_file);
+		}
+		if (strcmp(key, "origin_mutual_user") == 0 || strcmp(key, "origin_mutual_secret") == 0) {
+			unset_str(&d->ochap.mutual_user);
+			free_secret(&d->ochap.mutual_secret);
+			return 0;
+		}
 		if (strcmp(key, "cache_quota") == 0)
 			d->cache_quota = 0;
 		else if (strcmp(key, "origin_iops") == 0)

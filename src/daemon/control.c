@@ -199,7 +199,7 @@ static const char *fmt_size(uint64_t v, char *buf, size_t len)
 
 static json_t *disk_node(struct daemon *d, const struct hl_conf_disk *cd)
 {
-	char path[512], summary[1024], sz[32] = "?";
+	char path[512], summary[1024], sz[32] = "?", origin[2200];
 	struct disk_rt *rt = daemon_disk_find(d, cd->name);
 	unsigned users = 0;
 
@@ -212,7 +212,8 @@ static json_t *disk_node(struct daemon *d, const struct hl_conf_disk *cd)
 	if (rt)
 		fmt_size(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu), sz, sizeof(sz));
 	snprintf(path, sizeof(path), "/disks/%s", cd->name);
-	snprintf(summary, sizeof(summary), "%s, %s%s%s%s, %u session(s)", sz, cd->origin,
+	snprintf(summary, sizeof(summary), "%s, %s%s%s%s, %u session(s)", sz,
+		 hl_uri_redact(cd->origin, false, origin, sizeof(origin)),
 		 cd->read_only ? ", read-only" : "", cd->cache ? ", cache " : "",
 		 cd->cache ? cd->cache : "", users);
 	return node_new(cd->name, path, summary);
@@ -404,6 +405,20 @@ static void put_str(json_t *o, const char *k, const char *v)
 	json_object_set_new(o, k, v ? json_string(v) : json_null());
 }
 
+/* A secret as get shows it: set or not, never its value. */
+static void put_secret(json_t *o, const char *k, const char *v)
+{
+	put_str(o, k, v ? HL_CONF_SECRET_MASK : NULL);
+}
+
+/* An origin URI as it may leave the process: credentials masked (hl_uri_redact). */
+static void put_origin(json_t *o, const char *k, const char *uri)
+{
+	char shown[2200];
+
+	put_str(o, k, uri ? hl_uri_redact(uri, false, shown, sizeof(shown)) : NULL);
+}
+
 static int object_params(struct daemon *d, const struct node *nd, json_t **out, char *err,
 			 size_t errlen)
 {
@@ -421,12 +436,19 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "log_level", json_integer(c->log_level));
+		put_str(o, "discovery_chap_user", c->discovery_chap_user);
+		put_secret(o, "discovery_chap_secret", c->discovery_chap_secret);
 		break;
 	}
 	case N_DISK: {
 		const struct hl_conf_disk *k = hl_conf_find_disk(c, nd->name);
 		struct disk_rt *rt = daemon_disk_find(d, nd->name);
-		put_str(o, "origin", k->origin);
+		put_origin(o, "origin", k->origin);
+		put_str(o, "origin_chap_user", k->ochap.user);
+		put_secret(o, "origin_chap_secret", k->ochap.secret);
+		put_str(o, "origin_chap_secret_file", k->ochap.secret_file);
+		put_str(o, "origin_mutual_user", k->ochap.mutual_user);
+		put_secret(o, "origin_mutual_secret", k->ochap.mutual_secret);
 		json_object_set_new(o, "block_size", json_integer(k->block_size));
 		json_object_set_new(o, "read_only", json_boolean(k->read_only));
 		put_str(o, "cache", k->cache);
@@ -764,7 +786,10 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 	(void)errlen;
 	hl_list_for_each_entry(rt, &d->disks, link) {
 		struct disk_counters c;
-		json_t *o = json_pack("{s:s, s:I, s:i, s:b}", "origin", rt->conf.origin, "size_bytes",
+		char shown[2200];
+		json_t *o = json_pack("{s:s, s:I, s:i, s:b}", "origin",
+				      hl_uri_redact(rt->conf.origin, false, shown, sizeof(shown)),
+				      "size_bytes",
 				      (json_int_t)(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu)),
 				      "block_size", (int)hl_lu_block_size(rt->lu), "read_only",
 				      rt->conf.read_only);
@@ -788,8 +813,12 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 	}
 	json_t *list = json_array();
 	int n = hl_iscsi_sessions_list(d->server, session_json_cb, list);
-	*result = json_pack("{s:o, s:i, s:o, s:o}", "disks", disks, "sessions", n, "session_list",
-			    list, "caches", daemon_cache_stats_json());
+	struct hl_iscsi_auth_stats auth;
+	hl_iscsi_auth_stats_get(d->server, &auth);
+	*result = json_pack("{s:o, s:i, s:o, s:o, s:{s:I, s:I}}", "disks", disks, "sessions", n,
+			    "session_list", list, "caches", daemon_cache_stats_json(), "iscsi",
+			    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",
+			    (json_int_t)auth.chap_throttled);
 	return 0;
 }
 

@@ -54,6 +54,14 @@ struct disk_rt *daemon_disk_find(struct daemon *d, const char *name)
 	return NULL;
 }
 
+static void free_secret(char *s)
+{
+	if (s) {
+		explicit_bzero(s, strlen(s));
+		free(s);
+	}
+}
+
 static void disk_conf_free(struct hl_conf_disk *c)
 {
 	free(c->name);
@@ -61,6 +69,12 @@ static void disk_conf_free(struct hl_conf_disk *c)
 	free(c->cache);
 	free(c->rbd_conf);
 	free(c->rbd_id);
+	free(c->ochap.user);
+	free(c->ochap.secret_file);
+	free(c->ochap.mutual_user);
+	free_secret(c->ochap.secret);
+	free_secret(c->ochap.file_secret);
+	free_secret(c->ochap.mutual_secret);
 }
 
 static bool dup_opt(char **dst, const char *src)
@@ -75,7 +89,13 @@ static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *s
 	dst->name = strdup(src->name);
 	dst->origin = strdup(src->origin);
 	bool ok = dup_opt(&dst->cache, src->cache) & dup_opt(&dst->rbd_conf, src->rbd_conf) &
-		  dup_opt(&dst->rbd_id, src->rbd_id);
+		  dup_opt(&dst->rbd_id, src->rbd_id) &
+		  dup_opt(&dst->ochap.user, src->ochap.user) &
+		  dup_opt(&dst->ochap.secret, src->ochap.secret) &
+		  dup_opt(&dst->ochap.secret_file, src->ochap.secret_file) &
+		  dup_opt(&dst->ochap.file_secret, src->ochap.file_secret) &
+		  dup_opt(&dst->ochap.mutual_user, src->ochap.mutual_user) &
+		  dup_opt(&dst->ochap.mutual_secret, src->ochap.mutual_secret);
 	if (!dst->name || !dst->origin || !ok) {
 		disk_conf_free(dst);
 		return -ENOMEM;
@@ -90,7 +110,11 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 	       a->read_only != b->read_only || a->origin_iops != b->origin_iops ||
 	       a->origin_mbps != b->origin_mbps || a->origin_latency_ms != b->origin_latency_ms ||
 	       !str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota ||
-	       !str_eq(a->rbd_conf, b->rbd_conf) || !str_eq(a->rbd_id, b->rbd_id);
+	       !str_eq(a->rbd_conf, b->rbd_conf) || !str_eq(a->rbd_id, b->rbd_id) ||
+	       !str_eq(a->ochap.user, b->ochap.user) ||
+	       !str_eq(hl_conf_origin_secret(&a->ochap), hl_conf_origin_secret(&b->ochap)) ||
+	       !str_eq(a->ochap.mutual_user, b->ochap.mutual_user) ||
+	       !str_eq(a->ochap.mutual_secret, b->ochap.mutual_secret);
 }
 
 static void disk_free(struct disk_rt *rt)
@@ -109,7 +133,12 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		.block_size = cd->block_size,
 		.rbd_conf = cd->rbd_conf,
 		.rbd_id = cd->rbd_id,
+		.chap_user = cd->ochap.user,
+		.chap_secret = hl_conf_origin_secret(&cd->ochap),
+		.mutual_user = cd->ochap.mutual_user,
+		.mutual_secret = cd->ochap.mutual_secret,
 	};
+	char shown[2200]; /* the origin as logs may show it (hl_uri_redact) */
 	struct hl_origin *origin;
 	struct hl_lu_config lc;
 	struct disk_rt *rt;
@@ -123,11 +152,12 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		free(rt);
 		return rc;
 	}
+	hl_uri_redact(cd->origin, false, shown, sizeof(shown));
 	rc = hl_origin_open(cd->origin, &opts, &origin);
 	if (rc) {
 		disk_free(rt);
 		return fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
-			    cd->origin, strerror(-rc));
+			    shown, strerror(-rc));
 	}
 	rc = daemon_wrap_origin(cd, &origin);
 	if (rc) {
@@ -166,7 +196,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 			    "disk %s: %s (origin size %llu is not a whole number of %u-byte blocks?)",
 			    cd->name, strerror(-rc), (unsigned long long)size, cd->block_size);
 	}
-	HL_NOTICE("daemon", "disk %s: %s, %llu blocks of %u bytes%s", cd->name, cd->origin,
+	HL_NOTICE("daemon", "disk %s: %s, %llu blocks of %u bytes%s", cd->name, shown,
 		  (unsigned long long)hl_lu_num_blocks(rt->lu), cd->block_size,
 		  lc.read_only ? ", read-only" : "");
 	*out = rt;

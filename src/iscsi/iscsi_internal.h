@@ -21,6 +21,7 @@
 #include "hotlun/iscsi.h"
 #include "hotlun/scsi.h"
 #include "hotlun/util.h"
+#include "iscsi/chap_guard.h"
 #include "iscsi/iscsi_text.h"
 #include "iscsi/pdu.h"
 
@@ -79,6 +80,7 @@ struct hl_iscsi_server {
 	uint32_t nop_interval_s;
 	uint32_t nop_timeout_s;
 	struct hl_iscsi_chap discovery_chap; /* guarded by lock once the server runs */
+	struct chap_guard chap_guard;        /* its own lock: throttles CHAP guessing */
 	struct iscsi_params_limits lim;
 
 	pthread_mutex_t lock;

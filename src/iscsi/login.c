@@ -17,6 +17,9 @@
 
 #define CHAP_CHALLENGE_LEN 16
 
+/* A refusal during a CHAP back-off: its rate-limited warning says it; login_fail stays quiet. */
+static const char why_throttled[] = "CHAP throttled after repeated failures";
+
 void iscsi_login_free(struct iscsi_login *l)
 {
 	if (!l)
@@ -53,11 +56,12 @@ static int login_fail(struct iscsi_conn *c, uint16_t status, const char *why)
 	struct iscsi_login *l = c->login;
 	struct iscsi_bhs h;
 
-	HL_NOTICE(ISCSI_LOG, "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
-	          l->initiator_name[0] ? l->initiator_name : "?",
-	          l->target_name[0] ? l->target_name
-	                            : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
-	          status, why);
+	HL_LOG(why == why_throttled ? HL_LOG_DEBUG : HL_LOG_NOTICE, ISCSI_LOG,
+	       "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
+	       l->initiator_name[0] ? l->initiator_name : "?",
+	       l->target_name[0] ? l->target_name
+	                         : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
+	       status, why);
 	login_rsp_header(c, &h, (uint8_t)(l->cur_stage << 2), status, l->tsih);
 	c->state = CONN_LOGOUT; /* read nothing more; close once the response is out */
 	iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, true);
@@ -344,11 +348,32 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 		*why = "CHAP_N or CHAP_R missing";
 		return ISCSI_LOGIN_AUTH_FAILED;
 	}
+	/* Online guessing: in a back-off, refused without a verdict (chap_guard.c). */
+	const char *scope = l->type == ISCSI_SESSION_NORMAL && l->target ? l->target->name : "";
+	struct chap_guard_verdict gv;
+	if (!chap_guard_allow(&c->srv->chap_guard, scope, l->initiator_name, &c->peer, hl_now_ns(),
+	                      &gv)) {
+		HL_WARN_RL(ISCSI_LOG,
+		           "%s: CHAP response of '%s' refused unchecked: %u wrong in a row from this "
+		           "initiator, %u from this address; %llu ms of back-off left",
+		           c->peer_str, l->initiator_name, gv.name_failures, gv.addr_failures,
+		           (unsigned long long)gv.wait_ms);
+		*why = why_throttled;
+		return ISCSI_LOGIN_AUTH_FAILED;
+	}
 	int glen = iscsi_chap_decode(r, got, sizeof(got));
 	if (strcmp(n, chap->user) != 0 || glen != (int)dlen ||
 	    iscsi_chap_compute((enum iscsi_chap_alg)l->chap_alg, l->chap_id, chap->secret,
 	                       l->chap_c, l->chap_c_len, want) < 0 ||
 	    !ct_equal(want, got, dlen)) {
+		chap_guard_failed(&c->srv->chap_guard, scope, l->initiator_name, &c->peer,
+		                  hl_now_ns(), &gv);
+		if (gv.wait_ms)
+			HL_WARN_RL(ISCSI_LOG,
+			           "%s: CHAP of '%s' failed (%u in a row from this initiator, %u from "
+			           "this address): its next %llu ms of CHAP responses are refused",
+			           c->peer_str, l->initiator_name, gv.name_failures, gv.addr_failures,
+			           (unsigned long long)gv.wait_ms);
 		*why = "CHAP response does not match";
 		return ISCSI_LOGIN_AUTH_FAILED;
 	}
@@ -386,6 +411,7 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 		    iscsi_textbuf_add(tb, "CHAP_R", hex) < 0)
 			return ISCSI_LOGIN_OUT_OF_RESOURCES;
 	}
+	chap_guard_passed(&c->srv->chap_guard, scope, l->initiator_name, &c->peer);
 	l->auth = AUTH_DONE;
 	return 0;
 }

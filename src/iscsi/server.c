@@ -48,6 +48,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->nop_timeout_s = cfg->nop_timeout_s;
 	srv->discovery_chap = cfg->discovery_chap;
 	iscsi_params_limits_default(&srv->lim);
+	chap_guard_init(&srv->chap_guard);
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	hl_list_init(&srv->targets);
@@ -58,6 +59,11 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->next_tsih = (uint16_t)(time(NULL) & 0xfff) + 1;
 	*out = srv;
 	return 0;
+}
+
+void hl_iscsi_auth_stats_get(struct hl_iscsi_server *srv, struct hl_iscsi_auth_stats *out)
+{
+	chap_guard_counters(&srv->chap_guard, &out->chap_failures, &out->chap_throttled);
 }
 
 /* ---- targets ---- */
@@ -699,6 +705,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 	}
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);
+	chap_guard_fini(&srv->chap_guard);
 	free(srv->reactors);
 	free(srv);
 }

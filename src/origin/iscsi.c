@@ -6,7 +6,10 @@
  *
  * host may be a name, an IPv4 address or an IPv6 address in brackets; port
  * defaults to 3260; user%secret enables CHAP (no percent-decoding: the user
- * cannot contain '%', neither part '@' or '/'). Query keys:
+ * cannot contain '%', neither part '@' or '/'). The credentials may come
+ * from the [disk] keys instead (hl_origin_opts.chap_*, which also carry
+ * mutual CHAP: the SAN's answer is checked by libiscsi); o->uri, which the
+ * layers above log and show, never holds the secret. Query keys:
  *   initiator=IQN  initiator name (default iqn.2026-11.io.hotlun:origin:<hostname>,
  *                  the same for every session, so one SAN ACL covers them all)
  *   timeout=S      how long an I/O may wait for a lost SAN before it fails
@@ -116,6 +119,7 @@ struct isc_origin {
 	struct origin_iscsi_url url;
 	char portal[ORIGIN_ISCSI_HOST_MAX + 16];
 	char initiator[ORIGIN_ISCSI_NAME_MAX];
+	char mutual_user[256], mutual_secret[256]; /* mutual CHAP: what the SAN answers with */
 	uint64_t id; /* never reused: keys the per-thread session cache */
 	uint64_t timeout_ns;
 	uint64_t probe_ns; /* silence with commands in flight before a NOP-Out, and its timeout */
@@ -231,7 +235,9 @@ static struct iscsi_context *context_make(struct isc_origin *io, uint16_t qual)
 	    iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE_CRC32C) ||
 	    iscsi_set_isid_random(ctx, io->isid_rnd, qual) ||
 	    (io->url.user[0] &&
-	     iscsi_set_initiator_username_pwd(ctx, io->url.user, io->url.secret))) {
+	     iscsi_set_initiator_username_pwd(ctx, io->url.user, io->url.secret)) ||
+	    (io->mutual_user[0] &&
+	     iscsi_set_target_username_pwd(ctx, io->mutual_user, io->mutual_secret))) {
 		HL_ERR(ISC_COMPONENT, "iscsi://%s/%s: cannot set up a context: %s", io->portal,
 		       io->url.target, iscsi_get_error(ctx));
 		iscsi_destroy_context(ctx);
@@ -1105,6 +1111,46 @@ static int probe(struct hl_origin *o, struct iscsi_context *ctx)
 	return 0;
 }
 
+static void wipe_credentials(struct isc_origin *io)
+{
+	explicit_bzero(io->url.secret, sizeof(io->url.secret));
+	explicit_bzero(io->mutual_secret, sizeof(io->mutual_secret));
+}
+
+/* CHAP credentials from the [disk] keys (opts), when the URL has none. */
+static int take_credentials(struct hl_origin *o, struct isc_origin *io,
+                            const struct hl_origin_opts *opts)
+{
+	if (opts->chap_user) {
+		if (io->url.user[0]) {
+			HL_ERR(ISC_COMPONENT, "%s: CHAP credentials both in the URL and as keys", o->uri);
+			return -EINVAL;
+		}
+		if (!opts->chap_secret || !*opts->chap_user || !*opts->chap_secret ||
+		    hl_strlcpy(io->url.user, opts->chap_user, sizeof(io->url.user)) >=
+		        sizeof(io->url.user) ||
+		    hl_strlcpy(io->url.secret, opts->chap_secret, sizeof(io->url.secret)) >=
+		        sizeof(io->url.secret)) {
+			HL_ERR(ISC_COMPONENT, "%s: bad CHAP user or secret (1..255 bytes each)", o->uri);
+			return -EINVAL;
+		}
+	}
+	if (opts->mutual_user) {
+		if (!io->url.user[0] || !opts->mutual_secret || !*opts->mutual_user ||
+		    !*opts->mutual_secret ||
+		    hl_strlcpy(io->mutual_user, opts->mutual_user, sizeof(io->mutual_user)) >=
+		        sizeof(io->mutual_user) ||
+		    hl_strlcpy(io->mutual_secret, opts->mutual_secret, sizeof(io->mutual_secret)) >=
+		        sizeof(io->mutual_secret)) {
+			HL_ERR(ISC_COMPONENT,
+			       "%s: mutual CHAP needs CHAP credentials and a user and secret "
+			       "(1..255 bytes each)", o->uri);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
 {
 	struct isc_origin *io = io_of(o);
@@ -1120,6 +1166,9 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 		       o->uri);
 		return rc;
 	}
+	rc = take_credentials(o, io, opts);
+	if (rc)
+		return rc;
 	if (io->url.ipv6)
 		snprintf(io->portal, sizeof(io->portal), "[%s]:%u", io->url.host, io->url.port);
 	else
@@ -1174,6 +1223,7 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 	return 0;
 fail:
 	pthread_mutex_destroy(&io->lock);
+	wipe_credentials(io);
 	return rc;
 }
 
@@ -1191,6 +1241,7 @@ static void iscsi_close(struct hl_origin *o)
 	}
 	pthread_mutex_unlock(&io->lock);
 	pthread_mutex_destroy(&io->lock);
+	wipe_credentials(io);
 	for (unsigned i = 0; i < TL_CACHE; i++) {
 		if (tl_cache[i].id == io->id)
 			tl_cache[i].id = 0;

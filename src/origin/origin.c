@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include "hotlun/util.h"
 #include "origin/origin_internal.h"
 
 #include <ctype.h>
@@ -33,7 +34,11 @@ int origin_alloc(const struct hl_origin_ops *ops, const char *uri, struct hl_ori
 
 	if (!o)
 		return -ENOMEM;
-	o->uri = strdup(uri);
+	/* o->uri is what the layers above show and log: never the secret (the backend's open gets it) */
+	size_t n = 2 * strlen(uri) + 16; /* "***" may be longer than a short secret */
+	o->uri = malloc(n);
+	if (o->uri)
+		hl_uri_redact(uri, false, o->uri, n);
 	if (!o->uri) {
 		free(o);
 		return -ENOMEM;

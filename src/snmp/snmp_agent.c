@@ -763,6 +763,12 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 			}
 			date_and_time(&v, s->connected_at);
 			break;
+		case 6:
+			num(&v, ASN_COUNTER64, up ? s->auth_failures : 0);
+			break;
+		case 7:
+			num(&v, ASN_COUNTER64, up ? s->auth_throttled : 0);
+			break;
 		default:
 			netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT);
 			continue;
@@ -783,7 +789,7 @@ int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_m
 	                                          OID_LENGTH(agent_oid), HANDLER_CAN_RONLY);
 	if (!reg)
 		return -ENOMEM;
-	if (netsnmp_register_scalar_group(reg, 1, 5) != MIB_REGISTERED_OK)
+	if (netsnmp_register_scalar_group(reg, 1, 7) != MIB_REGISTERED_OK)
 		return -EEXIST;
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
 		if (!iscsi_mib && !strncmp(tables[i].name, "iscsi", 5))

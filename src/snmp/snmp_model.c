@@ -4,6 +4,7 @@
  * watches successive snapshots for the state changes that become
  * notifications. No net-snmp code here: this is what the unit test drives.
  */
+#include "hotlun/util.h"
 #include "snmp/snmp_internal.h"
 
 #include <arpa/inet.h>
@@ -168,10 +169,27 @@ static int session_cmp(const void *a, const void *b)
 	              &((const struct snmp_iscsi_session *)b)->tsih);
 }
 
+/*
+ * The origin as HOTLUN-MIB promises it, without credentials: hotlund masks
+ * them already; this holds even for a daemon that would not.
+ */
+static char *origin_str(json_t *o)
+{
+	const char *s = json_string_value(json_object_get(o, "origin"));
+	size_t n;
+	char *buf;
+
+	if (!s)
+		s = "";
+	n = 2 * strlen(s) + 16; /* "***" may be longer than a short secret */
+	buf = malloc(n);
+	return buf ? (char *)hl_uri_redact(s, false, buf, n) : NULL;
+}
+
 static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *caches)
 {
 	d->name = strdup(name);
-	d->origin = str(o, "origin");
+	d->origin = origin_str(o);
 	d->cache = str(o, "cache");
 	if (!d->name || !d->origin || !d->cache)
 		return -ENOMEM;
@@ -278,6 +296,8 @@ int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
 	out->reachable = true;
 	out->version = str(version, "version");
 	out->n_sessions_total = (uint32_t)u64(stats, "sessions");
+	out->auth_failures = u64(json_object_get(stats, "iscsi"), "auth_failures");
+	out->auth_throttled = u64(json_object_get(stats, "iscsi"), "auth_throttled");
 	if (!out->version)
 		goto fail;
 

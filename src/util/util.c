@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 
@@ -162,6 +163,69 @@ size_t hl_strlcpy(char *dst, const char *src, size_t n)
 		dst[c] = '\0';
 	}
 	return len;
+}
+
+/* Append [s, s+n) to buf at *o, keeping room for the terminator. */
+static void append(char *buf, size_t len, size_t *o, const char *s, size_t n)
+{
+	size_t room = len - 1 - *o;
+
+	if (n > room)
+		n = room;
+	memcpy(buf + *o, s, n);
+	*o += n;
+}
+
+/*
+ * The userinfo ends at the last '@' before the first '/' after "//": the
+ * rule the iscsi origin's parser uses, so what it takes as the secret is
+ * what is hidden here. No byte of a secret is ever copied, so a truncated
+ * result cannot hold part of one.
+ */
+const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
+{
+	const char *p = uri;
+	size_t o = 0;
+
+	if (!len)
+		return buf;
+	while (*p) {
+		const char *sep = strstr(p, "://"), *auth, *end, *at = NULL;
+
+		if (!sep) {
+			append(buf, len, &o, p, strlen(p));
+			break;
+		}
+		auth = sep + 3;
+		append(buf, len, &o, p, (size_t)(auth - p));
+		end = auth + strcspn(auth, "/");
+		for (const char *c = auth; c < end; c++) {
+			if (*c == '@')
+				at = c;
+		}
+		p = auth;
+		if (!at) {
+			/* "user%secret" that lost its '@' cannot be a host: hide it too */
+			const char *pct = memchr(auth, '%', (size_t)(end - auth));
+
+			if (pct && !strip) {
+				append(buf, len, &o, auth, (size_t)(pct - auth) + 1);
+				append(buf, len, &o, "***", 3);
+				p = end;
+			}
+			continue;
+		}
+		if (!strip) {
+			size_t user = strcspn(auth, "%:");
+
+			if (auth + user < at)
+				append(buf, len, &o, auth, user + 1); /* the user and its separator */
+			append(buf, len, &o, "***@", 4);
+		}
+		p = at + 1;
+	}
+	buf[o] = '\0';
+	return buf;
 }
 
 uint64_t hl_hash64(const void *data, size_t len, uint64_t seed)

@@ -8,7 +8,7 @@ responses) and check the protocol's answer. Python standard library only.
 
 Subcommands:
   vpd83  --portal H:P --target IQN [--lun N]   print the VPD 0x83 designators as hex
-  badinput --portal H:P --target IQN [--chap-user U --chap-secret S]
+  badinput --portal H:P --target IQN [--chap-user U --chap-secret S] [--source ADDR]
            run the bad-input battery; one line per case; exit 1 if any failed
   login  --portal H:P --target IQN [--chap-user U --chap-secret S] [--digest]
            log in, TEST UNIT READY, log out (exit 0 on success)
@@ -137,8 +137,9 @@ def pad4(b):
 class Conn:
     """One TCP connection speaking raw iSCSI."""
 
-    def __init__(self, host, port, timeout=10.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host, port, timeout=10.0, source=None):
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self.hd = False   # header digest in use
@@ -507,7 +508,7 @@ def designators(page):
 
 def connect(args, **kw):
     host, _, port = args.portal.rpartition(":")
-    return Conn(host.strip("[]"), int(port), **kw)
+    return Conn(host.strip("[]"), int(port), source=args.source, **kw)
 
 
 def chap_of(args):
@@ -817,6 +818,24 @@ def cmd_badinput(args):
             return expect_login_status(r, [2], "skipping CHAP_N/CHAP_R")
         B.run("chap_skip_response", chap_skip_response)
 
+        def chap_backoff_then_login():
+            # The wrong responses above put this initiator and address in
+            # hotlund's CHAP back-off (a few seconds): the right secret is
+            # refused (0x0201) until it ends, then accepted.
+            t0 = time.monotonic()
+            refused = 0
+            while True:
+                try:
+                    B.logged_in().close()
+                    return "right secret accepted after %.1f s (%d refused)" % (
+                        time.monotonic() - t0, refused)
+                except AssertionError:
+                    refused += 1
+                    if time.monotonic() - t0 > 40:
+                        raise
+                    time.sleep(0.25)
+        B.run("chap_backoff_then_login", chap_backoff_then_login)
+
     # ---- full feature phase
     def reserved_opcode():
         c = B.logged_in()
@@ -1038,6 +1057,7 @@ def main():
     ap.add_argument("--chap-user")
     ap.add_argument("--chap-secret")
     ap.add_argument("--digest", action="store_true")
+    ap.add_argument("--source", help="local address to connect from (e.g. 127.0.0.2)")
     args = ap.parse_args()
     try:
         return {"vpd83": cmd_vpd83, "badinput": cmd_badinput, "login": cmd_login}[args.command](args)

@@ -912,6 +912,78 @@ static void test_map_and_quota(void)
 	free(buf);
 }
 
+/* Does the map file hold `needle`? */
+static bool map_holds(const char *needle)
+{
+	char text[8192] = "";
+	FILE *m = fopen(g_map, "r");
+	size_t n;
+
+	CU_ASSERT_FATAL(m != NULL);
+	n = fread(text, 1, sizeof(text) - 1, m);
+	text[n] = '\0';
+	fclose(m);
+	return strstr(text, needle) != NULL;
+}
+
+/*
+ * The map names the origin without its credentials; a map written with
+ * them (the old format) still matches the same origin, is rewritten
+ * without them at open, and never matches another origin.
+ */
+static void test_map_without_secret(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(4 * BS);
+	char text[8192];
+	size_t n;
+	FILE *m;
+
+	o = fixture_up(&c, NULL, &f, 9, "iscsi://bob%Zq7-MAPSECRET@h:3260/iqn.x:t/0");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+	CU_ASSERT(!map_holds("MAPSECRET"));
+	CU_ASSERT(!map_holds("bob"));
+	CU_ASSERT(map_holds(" iscsi://h:3260/iqn.x:t/0\n"));
+
+	/* An old map with the secret in it: same origin (now shown masked), warm. */
+	m = fopen(g_map, "r");
+	CU_ASSERT_FATAL(m != NULL);
+	n = fread(text, 1, sizeof(text) - 1, m);
+	text[n] = '\0';
+	fclose(m);
+	char *at = strstr(text, "iscsi://h:3260");
+	CU_ASSERT_FATAL(at != NULL);
+	m = fopen(g_map, "w");
+	CU_ASSERT_FATAL(m != NULL);
+	fprintf(m, "%.*siscsi://bob%%Zq7-MAPSECRET@%s", (int)(at - text), text, at + 8);
+	fclose(m);
+	CU_ASSERT(map_holds("MAPSECRET"));
+	f.reads = 0;
+	o = cache_up(&c, NULL, &f, "iscsi://bob%***@h:3260/iqn.x:t/0");
+	CU_ASSERT(!map_holds("MAPSECRET")); /* rewritten at open */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.core.bytes_read_cache, 4 * BS);
+	CU_ASSERT_EQUAL(f.reads, 0);
+	cache_down(c, o);
+
+	/* The same credentials on another LUN: cold. */
+	o = cache_up(&c, NULL, &f, "iscsi://bob%***@h:3260/iqn.x:t/1");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.core.bytes_read_cache, 0);
+	fixture_down(c, o, &f);
+	free(buf);
+}
+
 /*
  * A working set larger than the SSD part: misses the admission policy turns
  * down live in the RAM window (hits from RAM), window blocks get promoted to
@@ -2068,6 +2140,8 @@ int main(void)
 	     test_promote_hole_raced_fill},
 	    {"two caches in one process restart warm", test_two_caches},
 	    {"an untrusted map formats; a changed quota drops the blocks", test_map_and_quota},
+	    {"the map names the origin without credentials; an old map still matches",
+	     test_map_without_secret},
 	    {"partial hits are stitched from cache and origin", test_partial_stitched},
 	    {"misaligned writes keep cached sectors by read-modify-write", test_rmw_misaligned},
 	    {"raced misaligned writes never leave a stale merge", test_rmw_race},

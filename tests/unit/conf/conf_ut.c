@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static struct hl_conf *parse_ok(const char *text)
 {
@@ -246,6 +248,156 @@ static void test_runtime_edits(void)
 	hl_conf_free(c);
 }
 
+static const char ochap_base[] = "[global]\n"
+				  "[disk d]\n"
+				  "origin = iscsi://10.0.0.1/iqn.2026-11.io.san:t/0\n";
+
+/* Parse ochap_base plus `extra` lines. */
+static struct hl_conf *ochap_parse(const char *extra, char *err, size_t errlen, int *rc)
+{
+	char text[2048];
+	struct hl_conf *c = NULL;
+
+	snprintf(text, sizeof(text), "%s%s", ochap_base, extra);
+	*rc = hl_conf_parse(text, strlen(text), "t.conf", &c, err, errlen);
+	return c;
+}
+
+/* A secret file with `mode`; path in path (size 64). */
+static void secret_file(char *path, const char *content, mode_t mode)
+{
+	strcpy(path, "/tmp/hl-conf-ut-XXXXXX");
+	int fd = mkstemp(path);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(write(fd, content, strlen(content)) == (ssize_t)strlen(content));
+	CU_ASSERT_FATAL(fchmod(fd, mode) == 0);
+	close(fd);
+}
+
+/* The origin's CHAP credentials as [disk] keys, from a root-only file, and their errors. */
+static void test_origin_chap_keys(void)
+{
+	char err[512], path[64], extra[512];
+	struct hl_conf *c, *d;
+	int rc;
+
+	c = ochap_parse("origin_chap_user = hl\norigin_chap_secret = Sxx-0123456789\n"
+			"origin_mutual_user = san\norigin_mutual_secret = Myy-0123456789\n",
+			err, sizeof(err), &rc);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	CU_ASSERT_STRING_EQUAL(c->disks[0].ochap.user, "hl");
+	CU_ASSERT_STRING_EQUAL(hl_conf_origin_secret(&c->disks[0].ochap), "Sxx-0123456789");
+	CU_ASSERT_STRING_EQUAL(c->disks[0].ochap.mutual_secret, "Myy-0123456789");
+	/* the control plane's "********" (what get shows) leaves the secret as it is */
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "d", "origin_chap_secret", HL_CONF_SECRET_MASK,
+				    err, sizeof(err)), 0);
+	CU_ASSERT_STRING_EQUAL(c->disks[0].ochap.secret, "Sxx-0123456789");
+	hl_conf_free(c);
+	{
+		const char t[] = "[global]\ndiscovery_chap_user = d\ndiscovery_chap_secret = Dxx-0123456789\n"
+				 "[target iqn.2026-11.io.hotlun:t]\nchap_user = u\nchap_secret = Txx-0123456789\n"
+				 "mutual_user = m\nmutual_secret = Mxx-0123456789\n";
+		c = parse_ok(t);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "chap_secret",
+					    HL_CONF_SECRET_MASK, err, sizeof(err)), 0);
+		CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, "iqn.2026-11.io.hotlun:t", "mutual_secret",
+					    HL_CONF_SECRET_MASK, err, sizeof(err)), 0);
+		CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "discovery_chap_secret",
+					    HL_CONF_SECRET_MASK, err, sizeof(err)), 0);
+		CU_ASSERT_STRING_EQUAL(c->targets[0].chap_secret, "Txx-0123456789");
+		CU_ASSERT_STRING_EQUAL(c->targets[0].mutual_secret, "Mxx-0123456789");
+		CU_ASSERT_STRING_EQUAL(c->discovery_chap_secret, "Dxx-0123456789");
+		hl_conf_free(c);
+	}
+
+	/* a file readable by root only: read; the config keeps the path, not the secret */
+	secret_file(path, "Fzz-0123456789\n", 0600);
+	snprintf(extra, sizeof(extra), "origin_chap_user = hl\norigin_chap_secret_file = %s\n", path);
+	c = ochap_parse(extra, err, sizeof(err), &rc);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	CU_ASSERT_STRING_EQUAL(hl_conf_origin_secret(&c->disks[0].ochap), "Fzz-0123456789");
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_PTR_NULL(strstr(text, "Fzz"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, path));
+	free(text);
+	/* a copy keeps the secret read, even once the file is gone */
+	unlink(path);
+	CU_ASSERT_EQUAL_FATAL(hl_conf_dup(c, &d), 0);
+	CU_ASSERT_STRING_EQUAL(hl_conf_origin_secret(&d->disks[0].ochap), "Fzz-0123456789");
+	hl_conf_free(d);
+	hl_conf_free(c);
+
+	/* group- or world-readable: refused with FILE:LINE */
+	secret_file(path, "Fzz-0123456789\n", 0640);
+	snprintf(extra, sizeof(extra), "origin_chap_user = hl\norigin_chap_secret_file = %s\n", path);
+	c = ochap_parse(extra, err, sizeof(err), &rc);
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	CU_ASSERT_PTR_NULL(c);
+	CU_ASSERT_EQUAL(strncmp(err, "t.conf:5: origin_chap_secret_file", 33), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "chmod 600"));
+	chmod(path, 0604);
+	c = ochap_parse(extra, err, sizeof(err), &rc);
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "t.conf:5:"));
+	unlink(path);
+	c = ochap_parse(extra, err, sizeof(err), &rc);
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "No such file"));
+
+	/* combinations */
+	c = ochap_parse("origin_chap_user = hl\n", err, sizeof(err), &rc);
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "go together"));
+	c = ochap_parse("origin_mutual_user = s\norigin_mutual_secret = Myy-0123456789\n", err,
+			sizeof(err), &rc);
+	CU_ASSERT_EQUAL(rc, -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "needs origin_chap_user"));
+	{
+		const char both[] = "[global]\n[disk d]\n"
+				    "origin = iscsi://u%Sxx-0123456789@10.0.0.1/iqn.2026-11.io.san:t/0\n"
+				    "origin_chap_user = hl\norigin_chap_secret = Sxx-0123456789\n";
+		CU_ASSERT_EQUAL(hl_conf_parse(both, strlen(both), "t.conf", &c, err, sizeof(err)),
+				-EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err, "use one of them"));
+		CU_ASSERT_PTR_NULL(strstr(err, "Sxx")); /* an error never shows the secret */
+	}
+	{
+		const char file_origin[] = "[global]\n[disk d]\norigin = file:/x\n"
+					   "origin_chap_user = hl\norigin_chap_secret = s\n";
+		CU_ASSERT_EQUAL(hl_conf_parse(file_origin, strlen(file_origin), "t.conf", &c, err,
+					      sizeof(err)), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err, "iscsi: origins"));
+	}
+}
+
+/* get shows an origin URL's secret as ***; set takes that back unchanged, and nothing else with ***. */
+static void test_masked_origin_round_trip(void)
+{
+	const char text[] = "[global]\n[disk d]\n"
+			    "origin = iscsi://u%Sxx-0123456789@10.0.0.1/iqn.2026-11.io.san:t/0\n";
+	struct hl_conf *c = parse_ok(text);
+	char err[512];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "d", "origin",
+				    "iscsi://u%***@10.0.0.1/iqn.2026-11.io.san:t/0", err, sizeof(err)),
+			0);
+	CU_ASSERT_STRING_EQUAL(c->disks[0].origin,
+			       "iscsi://u%Sxx-0123456789@10.0.0.1/iqn.2026-11.io.san:t/0");
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "d", "origin",
+				    "iscsi://u%***@10.0.0.2/iqn.2026-11.io.san:t/0", err, sizeof(err)),
+			-EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "not shown"));
+	CU_ASSERT_STRING_EQUAL(c->disks[0].origin,
+			       "iscsi://u%Sxx-0123456789@10.0.0.1/iqn.2026-11.io.san:t/0");
+	hl_conf_free(c);
+}
+
 static const struct hl_test tests[] = {
 	{"runtime edits", test_runtime_edits},
 	{"issue example parses", test_issue_example_parses},
@@ -254,6 +406,8 @@ static const struct hl_test tests[] = {
 	{"write round trip", test_write_round_trip},
 	{"defaults", test_defaults},
 	{"NUL and long lines", test_nul_and_long_lines_rejected},
+	{"origin CHAP keys and secret file", test_origin_chap_keys},
+	{"masked origin round trip", test_masked_origin_round_trip},
 	{NULL, NULL},
 };
 

@@ -119,6 +119,42 @@ static void test_disk_counters(void)
 	snmp_snapshot_free(&s);
 }
 
+/* hlDiskOrigin never carries an origin's CHAP secret, whatever the daemon sends. */
+static void test_origin_secret_masked(void)
+{
+	struct snmp_snapshot s;
+	char *text = strdup(STATS), *at = strstr(text, "file:/x/d0");
+	size_t head = (size_t)(at - text);
+	char buf[8192];
+
+	snprintf(buf, sizeof(buf), "%.*siscsi://u%%Sn7-MIBSECRET@h/iqn.x:t/0%s", (int)head, text,
+	         at + strlen("file:/x/d0"));
+	build(&s, buf);
+	const struct snmp_disk *d0 = disk(&s, "d0");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d0);
+	CU_ASSERT_STRING_EQUAL(d0->origin, "iscsi://u%***@h/iqn.x:t/0");
+	snmp_snapshot_free(&s);
+	free(text);
+}
+
+/* hlAuthFailures / hlAuthThrottled come from stats' "iscsi" object (0 when absent). */
+static void test_auth_counters(void)
+{
+	struct snmp_snapshot s;
+	char buf[8192];
+
+	build(&s, STATS);
+	CU_ASSERT_EQUAL(s.auth_failures, 0);
+	CU_ASSERT_EQUAL(s.auth_throttled, 0);
+	snmp_snapshot_free(&s);
+	snprintf(buf, sizeof(buf), "%.*s, \"iscsi\": {\"auth_failures\": 7, \"auth_throttled\": 40}}",
+	         (int)strlen(STATS) - 1, STATS);
+	build(&s, buf);
+	CU_ASSERT_EQUAL(s.auth_failures, 7);
+	CU_ASSERT_EQUAL(s.auth_throttled, 40);
+	snmp_snapshot_free(&s);
+}
+
 static void test_cache_row(void)
 {
 	struct snmp_snapshot s;
@@ -355,6 +391,8 @@ int main(void)
 	    {"bad and partial input", test_bad_and_partial_input},
 	    {"iscsi nodes and portals", test_iscsi_nodes_and_portals},
 	    {"watch: origin loss and cache failure", test_watch_origin_and_cache},
+	    {"hlDiskOrigin masks an origin's secret", test_origin_secret_masked},
+	    {"hlAuthFailures and hlAuthThrottled", test_auth_counters},
 	    {"watch: cache already failed at start", test_watch_cache_failed_at_start},
 	    {NULL, NULL},
 	};

@@ -138,7 +138,41 @@ static void test_format_size(void)
 	CU_ASSERT_STRING_EQUAL(hl_format_size(100, buf, sizeof(buf)), "100");
 }
 
+static void test_uri_redact(void)
+{
+	char buf[256], small[16];
+
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("iscsi://bob%S3cr3t-xyz@10.0.0.1:3260/iqn.x:t/0", false,
+	                                     buf, sizeof(buf)),
+	                       "iscsi://bob%***@10.0.0.1:3260/iqn.x:t/0");
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("iscsi://bob%S3cr3t-xyz@10.0.0.1:3260/iqn.x:t/0", true,
+	                                     buf, sizeof(buf)),
+	                       "iscsi://10.0.0.1:3260/iqn.x:t/0");
+	/* user:secret, a secret with '%' and ':' in it, no separator at all */
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("x://u:p%a:ss@h/p", false, buf, sizeof(buf)),
+	                       "x://u:***@h/p");
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("x://onlysecret@h/p", false, buf, sizeof(buf)),
+	                       "x://***@h/p");
+	/* the last '@' before the path ends the userinfo (as the iscsi parser reads it) */
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("iscsi://u%a@b@h/t/0", false, buf, sizeof(buf)),
+	                       "iscsi://u%***@h/t/0");
+	/* '@' in the path is not userinfo; nested wrappers are all redacted */
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("iscsi://h/t@x/0", false, buf, sizeof(buf)),
+	                       "iscsi://h/t@x/0");
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("cache(c):throttle(1,2,3):iscsi://u%zz@h/t/0", false,
+	                                     buf, sizeof(buf)),
+	                       "cache(c):throttle(1,2,3):iscsi://u%***@h/t/0");
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("file:/var/x%y@z", false, buf, sizeof(buf)),
+	                       "file:/var/x%y@z");
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("iscsi://u%zzzzzzzzzzzzzzzz@h/t/0", false, small,
+	                                     sizeof(small)),
+	                       "iscsi://u%***@h");
+	CU_ASSERT_STRING_EQUAL(hl_uri_redact("iscsi://u%secret", false, buf, sizeof(buf)),
+	                       "iscsi://u%***"); /* the '@' forgotten: still hidden */
+}
+
 static const struct hl_test tests[] = {
+	{"uri redact", test_uri_redact},
 	{"size suffixes", test_parse_size_suffixes},
 	{"size junk rejected", test_parse_size_rejects_junk},
 	{"u64 and bool", test_parse_u64_and_bool},
