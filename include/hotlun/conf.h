@@ -106,6 +106,13 @@ const struct hl_conf_cache *hl_conf_find_cache(const struct hl_conf *conf, const
 /** Write conf back as INI text that hl_conf_parse reads to the same structs. @return 0 or -errno. */
 int hl_conf_write(const struct hl_conf *conf, FILE *f);
 
+/**
+ * True when a and b are the same configuration: the writer (which writes
+ * every key that differs from its default) gives the same text for both.
+ * saveconfig uses it to check that the file it wrote reads back as what runs.
+ */
+bool hl_conf_same(const struct hl_conf *a, const struct hl_conf *b);
+
 /* ---- changes at run time: the control socket and reload edit a copy, check it, apply it ---- */
 
 enum hl_conf_kind {

@@ -157,6 +157,21 @@ static bool valid_iscsi_name(const char *s)
 	return false;
 }
 
+/*
+ * A value is one line of the file: a control character (a newline above all)
+ * would let a value set through the control socket become keys of its own
+ * when saveconfig writes it, so no value may hold one, whichever way it came.
+ */
+static int check_value_chars(struct parser *p, const char *key, const char *v)
+{
+	for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+		if (*c < 0x20 || *c == 0x7f)
+			return perr(p, "%s: control character 0x%02x in the value (values are one "
+				       "line of printable text)", key, *c);
+	}
+	return 0;
+}
+
 /* ---- [global] ---- */
 
 static int global_key(struct parser *p, const char *key, const char *v)
@@ -505,6 +520,9 @@ static int parse_line(struct parser *p, char *line)
 		return perr(p, "missing key before '='");
 	char *val = eq + 1;
 	int rc = clean_value(p, val);
+	if (rc)
+		return rc;
+	rc = check_value_chars(p, key, val);
 	if (rc)
 		return rc;
 
@@ -899,6 +917,27 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 	return ferror(f) ? -EIO : 0;
 }
 
+bool hl_conf_same(const struct hl_conf *a, const struct hl_conf *b)
+{
+	char *ta = NULL, *tb = NULL;
+	size_t la = 0, lb = 0;
+	FILE *fa = open_memstream(&ta, &la), *fb = open_memstream(&tb, &lb);
+	bool same = false;
+
+	if (fa && fb && hl_conf_write(a, fa) == 0 && hl_conf_write(b, fb) == 0) {
+		fflush(fa);
+		fflush(fb);
+		same = la == lb && memcmp(ta, tb, la) == 0;
+	}
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	free(ta);
+	free(tb);
+	return same;
+}
+
 /* ---- changes at run time (control socket, reload) ---- */
 
 static const char *const kind_names[] = {
@@ -1037,6 +1076,9 @@ int hl_conf_set(struct hl_conf *c, enum hl_conf_kind kind, const char *name, con
 		return rc;
 	if (strlen(value) > CONF_MAX_VALUE)
 		return perr(&p, "%s: value longer than %d bytes", key, CONF_MAX_VALUE);
+	rc = check_value_chars(&p, key, value);
+	if (rc)
+		return rc;
 	switch (p.kind) {
 	case SEC_GLOBAL:
 		return global_key(&p, key, value);

@@ -806,6 +806,23 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 		unlink(tmp);
 		return err_out(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
 	}
+	/*
+	 * Read what was written with the parser that will read it at the next
+	 * start: a value the writer could not keep on its line would otherwise
+	 * become keys of its own there (or leave a file that no longer loads).
+	 */
+	struct hl_conf *back = NULL;
+	char why[512];
+	rc = hl_conf_load(tmp, &back, why, sizeof(why));
+	if (rc == 0 && !hl_conf_same(conf, back))
+		rc = -EPROTO;
+	hl_conf_free(back);
+	if (rc) {
+		unlink(tmp);
+		return err_out(err, errlen, -EIO, "saveconfig: what was written does not read back as "
+			       "the running configuration (%s); %s left unchanged",
+			       rc == -EPROTO ? "it reads as a different one" : why, path);
+	}
 	/* numbered backups: path.N-1 -> path.N ... path -> path.1 (a hard link: path never vanishes) */
 	for (int i = SAVECONFIG_BACKUPS - 1; i >= 1; i--) {
 		snprintf(from, sizeof(from), "%s.%d", path, i);
