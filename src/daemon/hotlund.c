@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include "hotlun/conf.h"
+#include "hotlun/ctl.h"
 #include "hotlun/event.h"
 #include "hotlun/iscsi.h"
 #include "hotlun/log.h"
@@ -148,6 +149,23 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 	char err[1024];
 	int rc;
 
+	/*
+	 * Before anything is opened: a second hotlund given the same control
+	 * socket would take the path from the one that runs (and delete it when
+	 * it stops), leaving that one without hotlunctl or SNMP.
+	 */
+	rc = hl_ctl_socket_in_use(loaded->control_socket);
+	if (rc) {
+		if (rc > 0)
+			HL_ERR("daemon", "control socket %s answers: another hotlund runs with it; "
+			       "not starting (stop that one, or give this one its own "
+			       "control_socket)", loaded->control_socket);
+		else
+			HL_ERR("daemon", "control socket %s: %s", loaded->control_socket,
+			       rc == -EEXIST ? "exists and is not a socket" : strerror(-rc));
+		hl_conf_free(loaded);
+		return rc > 0 ? -EADDRINUSE : rc;
+	}
 	rc = start_threads(d, loaded);
 	if (rc) {
 		HL_ERR("daemon", "start-up: %s", strerror(-rc));
