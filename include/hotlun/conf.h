@@ -30,6 +30,7 @@ struct hl_conf_disk {
 	char *rbd_conf;        /* rbd: origins: ceph.conf path, or NULL */
 	char *rbd_id;          /* rbd: origins: cephx user id, or NULL */
 	int line;              /* line of the section header, for errors */
+	int origin_line;       /* line of origin =, 0 when not from a file */
 };
 
 struct hl_conf_cache {
@@ -44,6 +45,7 @@ struct hl_conf_cache {
 	uint32_t write_budget;  /* percent 0..100 (rule 10); when write_budget_set */
 	bool write_budget_set;  /* false: the cache's default (25%) */
 	int line;
+	int device_line, size_line; /* lines of device = and size =, 0 when not from a file */
 };
 
 struct hl_conf_lun {

@@ -221,6 +221,7 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 	if (strcmp(key, "origin") == 0) {
 		if (!*v)
 			return perr(p, "origin: empty");
+		d->origin_line = p->line;
 		return set_str(p, &d->origin, v);
 	}
 	if (strcmp(key, "block_size") == 0) {
@@ -261,11 +262,14 @@ static int cache_key(struct parser *p, const char *key, const char *v)
 {
 	struct hl_conf_cache *c = &p->conf->caches[p->index];
 
-	if (strcmp(key, "device") == 0)
+	if (strcmp(key, "device") == 0) {
+		c->device_line = p->line;
 		return set_str(p, &c->device, v);
+	}
 	if (strcmp(key, "size") == 0) {
 		if (hl_parse_size(v, &c->size) || c->size == 0)
 			return perr(p, "size: '%s' is not a size (e.g. 2G)", v);
+		c->size_line = p->line;
 		return 0;
 	}
 	if (strcmp(key, "block_size") == 0)

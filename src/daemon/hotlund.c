@@ -338,6 +338,9 @@ int main(int argc, char **argv)
 		if (rc == 0 && config && !(d.config_path = realpath(config, NULL)))
 			rc = -errno;
 	}
+	/* what start-up would trip over in the files it names, with FILE:LINE, before it starts */
+	if (rc == 0 && (rc = daemon_preflight(loaded, err, sizeof(err))) != 0)
+		hl_conf_free(loaded);
 	if (rc) {
 		fprintf(stderr, "hotlund: %s\n", err);
 		return 1;
