@@ -651,6 +651,44 @@ static int set_params(struct hl_conf *next, enum hl_conf_kind kind, const char *
 	return 0;
 }
 
+#define SECRET_SHOWN "********" /* how get shows a secret that is set */
+
+/*
+ * params without the secrets given back as get shows them: a secret shown as
+ * ******** and set to that is kept, so what get printed can be set back
+ * without turning every secret into eight asterisks. Where no secret is set,
+ * the asterisks are refused rather than taken as one. *out: a new reference.
+ */
+static int without_masked_secrets(struct daemon *d, const struct node *nd, json_t *params,
+				  json_t **out, char *err, size_t errlen)
+{
+	json_t *shown = NULL, *v;
+	const char *key;
+	int rc;
+
+	*out = json_copy(params);
+	if (!*out)
+		return -ENOMEM;
+	json_object_foreach(params, key, v) {
+		if (!json_is_string(v) || strcmp(json_string_value(v), SECRET_SHOWN) != 0)
+			continue;
+		if (!shown && (rc = object_params(d, nd, &shown, err, errlen)) != 0) {
+			json_decref(*out);
+			return rc;
+		}
+		const char *now = json_string_value(json_object_get(shown, key));
+		if (!now || strcmp(now, SECRET_SHOWN) != 0) {
+			json_decref(shown);
+			json_decref(*out);
+			return err_out(err, errlen, -EINVAL, "%s: %s is how get shows a secret that "
+				       "is set, not a secret", key, SECRET_SHOWN);
+		}
+		json_object_del(*out, key);
+	}
+	json_decref(shown);
+	return 0;
+}
+
 /* set disk=NAME on .../luns/lunN: the lun.N key of its target (what get there shows). */
 static int set_lun(struct daemon *d, const struct node *nd, json_t *params, bool force, char *err,
 		   size_t errlen)
@@ -714,10 +752,14 @@ static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t e
 			return err_out(err, errlen, -EINVAL, "%s is read-only (a run-time value, not a "
 				       "configuration key)", shown_only[i]);
 	}
-	rc = hl_conf_dup(d->conf, &next);
+	json_t *todo = NULL;
+	rc = without_masked_secrets(d, &nd, params, &todo, err, errlen);
 	if (rc)
 		return rc;
-	rc = set_params(next, kind, name, params, err, errlen);
+	rc = hl_conf_dup(d->conf, &next);
+	if (rc == 0)
+		rc = set_params(next, kind, name, todo, err, errlen);
+	json_decref(todo);
 	if (rc) {
 		hl_conf_free(next);
 		return rc;

@@ -113,16 +113,17 @@ def sh(*argv):
     return p.returncode, p.stdout, p.stderr
 
 # Read-only: run-time values, the portal list (created/deleted under portals),
-# masked secrets (******** is not the secret), and a session (nothing to set).
+# and a session (nothing to set). A secret shows as ********: given back, it
+# keeps the secret (checked below with a CHAP login).
 READ_ONLY = {"size_bytes", "blocks", "sessions", "portal"}
-SECRET = {"chap_secret", "mutual_secret", "discovery_chap_secret"}
 
 paths = []
 def walk(node):
     paths.append(node["path"])
     for c in node["children"]:
         walk(c)
-walk(ask("ls", path="/")["result"])
+tree_before = ask("ls", path="/")["result"]
+walk(tree_before)
 assert any(p.startswith("/sessions/") for p in paths), paths
 assert any(p.startswith("/caches/") for p in paths), paths
 with_params = settable = 0
@@ -144,8 +145,6 @@ for p in paths:
                 rc, _, err = sh(p, "set", line)
                 assert rc != 0 and ("read-only" in err or "portals are created" in err), (p, line, err)
             continue
-        if key in SECRET and before[key] is not None:
-            continue
         settable += 1
         rc, _, err = sh(p, "set", line)               # as the shell prints it
         assert rc == 0, ("hotlunctl set refused what get printed", p, line, err)
@@ -154,9 +153,23 @@ for p in paths:
     after = ask("get", path=p)["result"]
     assert after == before, ("set back changed", p, before, after)
 # and the whole tree once more, every node as it was
+assert ask("ls", path="/")["result"] == tree_before, "the tree changed"
+# a masked secret where none is set is refused, not taken as the secret
+r = ask("set", path="/iscsi/" + [p for p in paths if p.endswith(":test")][0].split("/")[2],
+        params={"chap_user": "u", "chap_secret": "********"})
+assert r["ok"] is False and "how get shows a secret" in r["error"], r
 print("walked %d nodes, %d with parameters, %d values set back" % (len(paths), with_params, settable))
 assert settable >= 25, settable
 PY
+# the walk set chap_secret=******** back: the secret is still the one in the file
+hl_need iscsi-inq
+"$CTL" --socket "$sock" "/iscsi/$iqn2/tpg1/acls" create iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-inq >/dev/null ||
+	hl_fail "ACL for iscsi-inq"
+out=$(iscsi-inq "iscsi://walker%0123456789abcdef@127.0.0.1:$port/$iqn2/0" 2>&1) ||
+	hl_fail "CHAP login with the file's secret after the walk: $out"
+iscsi-inq "iscsi://walker%********@127.0.0.1:$port/$iqn2/0" >/dev/null 2>&1 &&
+	hl_fail "the secret became ********"
+hl_log "ok: the secret survived the round trip"
 hl_check_alive
 hl_alive "$perf" || hl_fail "the session's iscsi-perf died: $(tail -3 "$tmp/perf.log")"
 hl_stop "$perf"
