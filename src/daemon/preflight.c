@@ -10,6 +10,8 @@
  */
 #include "daemon/daemon_internal.h"
 
+#include "hotlun/log.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,6 +128,7 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 	int sline = k->size_line ? k->size_line : k->line;
 	char dir[4096], a[32], b[32];
 	uint64_t have = 0, bytes;
+	bool full_size = false; /* a file an earlier run made at its size */
 	struct statvfs vfs;
 	struct stat st;
 
@@ -145,6 +148,7 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 				       "device is a regular file or a block device", k->name,
 				       k->device, kind_of(st.st_mode));
 		have = (uint64_t)st.st_blocks * 512; /* what it already holds on disk */
+		full_size = (uint64_t)st.st_size >= k->size;
 		hl_strlcpy(dir, k->device, sizeof(dir));
 	} else if (errno == ENOENT) {
 		/* created at start: its folder must be there */
@@ -166,10 +170,22 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 		return at_line(err, errlen, c, dline, "[cache %s] device %s: %s", k->name, k->device,
 			       strerror(errno));
 	uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-	if (k->size > have && k->size - have > avail)
+	if (k->size <= have || k->size - have <= avail)
+		return 0;
+	/*
+	 * A file an earlier run made at its full size starts as it is (its
+	 * cached blocks are kept); a full file system then makes the cache
+	 * pass reads through when it fills, which is worth a warning, not a
+	 * target that does not start.
+	 */
+	if (!full_size)
 		return at_line(err, errlen, c, sline, "[cache %s] size %s does not fit: the file "
 			       "system of %s has %s free (a cache file grows to its size)", k->name,
 			       human(k->size, a, sizeof(a)), k->device, human(avail, b, sizeof(b)));
+	HL_WARN("daemon", "%s:%d: [cache %s] the file system of %s has %s free for the %s the "
+		"cache file does not hold yet: cache writes will fail (reads pass through) once it "
+		"is full", c->path,
+		sline, k->name, dir, human(avail, b, sizeof(b)), human(k->size - have, a, sizeof(a)));
 	return 0;
 }
 

@@ -5,7 +5,8 @@
 # cache device that is not a file or block device or whose folder is
 # missing, and a cache larger than the free space of its file system. Each
 # is an error naming FILE:LINE of the key; --config refuses the same way
-# before it starts. A good configuration is still OK.
+# before it starts. A good configuration is still OK; a cache file that an
+# earlier run made at its full size gets a warning, not a refusal.
 . "$(dirname "$0")/lib.sh"
 
 tmp=$(hl_tmpdir)
@@ -53,6 +54,14 @@ expect "$tmp/c.conf" 9 "is a directory"
 conf "$tmp/c.conf" "file:$tmp/d.img" "$tmp/nofolder/ssd.img" 64M
 expect "$tmp/c.conf" 9 "nofolder: No such file or directory"
 [ -e "$tmp/ssd.img" ] && hl_fail "--check-config created the cache file"
+
+# a cache file an earlier run made at its size starts as it is, with a warning
+truncate -s "$huge" "$tmp/ssd.img" || hl_error "truncate $huge"
+conf "$tmp/c.conf" "file:$tmp/d.img" "$tmp/ssd.img" "$huge"
+out=$("$HL_HOTLUND" --check-config "$tmp/c.conf" 2>&1) || hl_fail "existing full-size cache file refused: $out"
+grep -qF "$tmp/c.conf:10: [cache ssd] the file system of $tmp/ssd.img has" <<<"$out" ||
+	hl_fail "no warning about the cache file's room: $out"
+rm -f "$tmp/ssd.img"
 
 # --config refuses the same way, with FILE:LINE, and never listens
 conf "$tmp/c.conf" "$tmp/adir"
