@@ -383,10 +383,15 @@ void hl_ctl_server_destroy(struct hl_ctl_server *srv)
 	hl_list_for_each_entry_safe(c, tmp, &srv->clients, link)
 		client_close(c);
 	hl_event_del(&srv->listen_ev);
-	close(srv->listen_ev.fd);
-	/* Not a path another server has bound since (a stale-socket takeover after a hang). */
+	/*
+	 * Not a path another server has bound since (a stale-socket takeover
+	 * after a hang, a file removed by hand). Compared before the close: our
+	 * bound socket holds its inode, so no other file can have its number.
+	 */
 	struct stat st;
-	if (lstat(srv->path, &st) == 0 && st.st_dev == srv->dev && st.st_ino == srv->ino)
+	bool ours = lstat(srv->path, &st) == 0 && st.st_dev == srv->dev && st.st_ino == srv->ino;
+	close(srv->listen_ev.fd);
+	if (ours)
 		unlink(srv->path);
 	free(srv);
 }
