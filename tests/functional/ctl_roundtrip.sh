@@ -173,4 +173,5 @@ hl_log "ok: the secret survived the round trip"
 hl_check_alive
 hl_alive "$perf" || hl_fail "the session's iscsi-perf died: $(tail -3 "$tmp/perf.log")"
 hl_stop "$perf"
+hl_stop # a clean exit (under ASan: no leak)
 hl_log "PASS"
