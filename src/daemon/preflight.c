@@ -28,10 +28,10 @@
 #include <unistd.h>
 
 static int at_line(char *err, size_t errlen, const struct hl_conf *c, int line, const char *fmt,
-		   ...) __attribute__((format(printf, 5, 6)));
+                   ...) __attribute__((format(printf, 5, 6)));
 
 static int at_line(char *err, size_t errlen, const struct hl_conf *c, int line, const char *fmt,
-		   ...)
+                   ...)
 {
 	char msg[768];
 	va_list ap;
@@ -58,7 +58,8 @@ static const char *origin_path(const char *uri)
 	}
 	/* any other scheme (iscsi:, rbd:...) is not a local file */
 	if (isalpha((unsigned char)uri[0])) {
-		while (isalnum((unsigned char)uri[i]) || uri[i] == '+' || uri[i] == '-' || uri[i] == '.')
+		while (isalnum((unsigned char)uri[i]) || uri[i] == '+' || uri[i] == '-' ||
+		       uri[i] == '.')
 			i++;
 		if (uri[i] == ':')
 			return NULL;
@@ -68,8 +69,15 @@ static const char *origin_path(const char *uri)
 
 static const char *kind_of(mode_t m)
 {
-	return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device (not a block device)"
-	       : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+	if (S_ISDIR(m))
+		return "a directory";
+	if (S_ISCHR(m))
+		return "a character device (not a block device)";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISSOCK(m))
+		return "a socket";
+	return "not a regular file";
 }
 
 /* A block device's size in bytes, opened read-only and shared. @return 0 or -errno. */
@@ -92,7 +100,7 @@ static const char *human(uint64_t v, char *buf, size_t len)
 }
 
 static int check_origin(const struct hl_conf *c, const struct hl_conf_disk *d, char *err,
-			size_t errlen)
+                        size_t errlen)
 {
 	const char *path = origin_path(d->origin);
 	int line = d->origin_line ? d->origin_line : d->line;
@@ -103,7 +111,7 @@ static int check_origin(const struct hl_conf *c, const struct hl_conf_disk *d, c
 		return 0;
 	if (stat(path, &st) < 0)
 		return at_line(err, errlen, c, line, "[disk %s] origin %s: %s", d->name, path,
-			       strerror(errno));
+		               strerror(errno));
 	if (S_ISREG(st.st_mode)) {
 		bytes = (uint64_t)st.st_size;
 	} else if (S_ISBLK(st.st_mode)) {
@@ -111,18 +119,21 @@ static int check_origin(const struct hl_conf *c, const struct hl_conf_disk *d, c
 		if (blockdev_size(path, &bytes))
 			return 0;
 	} else {
-		return at_line(err, errlen, c, line, "[disk %s] origin %s is %s; an origin is a "
-			       "regular file or a block device", d->name, path, kind_of(st.st_mode));
+		return at_line(err, errlen, c, line,
+		               "[disk %s] origin %s is %s; an origin is a "
+		               "regular file or a block device",
+		               d->name, path, kind_of(st.st_mode));
 	}
 	if (bytes < d->block_size)
-		return at_line(err, errlen, c, line, "[disk %s] origin %s is %s (%" PRIu64 " bytes): "
-			       "smaller than one %u-byte block", d->name, path,
-			       bytes ? "too small" : "empty", bytes, d->block_size);
+		return at_line(err, errlen, c, line,
+		               "[disk %s] origin %s is %s (%" PRIu64 " bytes): "
+		               "smaller than one %u-byte block",
+		               d->name, path, bytes ? "too small" : "empty", bytes, d->block_size);
 	return 0;
 }
 
 static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, char *err,
-		       size_t errlen)
+                       size_t errlen)
 {
 	int dline = k->device_line ? k->device_line : k->line;
 	int sline = k->size_line ? k->size_line : k->line;
@@ -137,16 +148,18 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 			if (blockdev_size(k->device, &bytes))
 				return 0; /* as for an origin: start-up will say */
 			if (bytes < k->size)
-				return at_line(err, errlen, c, sline, "[cache %s] size %s is larger "
-					       "than device %s (%s)", k->name,
-					       human(k->size, a, sizeof(a)), k->device,
-					       human(bytes, b, sizeof(b)));
+				return at_line(err, errlen, c, sline,
+				               "[cache %s] size %s is larger "
+				               "than device %s (%s)",
+				               k->name, human(k->size, a, sizeof(a)), k->device,
+				               human(bytes, b, sizeof(b)));
 			return 0;
 		}
 		if (!S_ISREG(st.st_mode))
-			return at_line(err, errlen, c, dline, "[cache %s] device %s is %s; a cache "
-				       "device is a regular file or a block device", k->name,
-				       k->device, kind_of(st.st_mode));
+			return at_line(err, errlen, c, dline,
+			               "[cache %s] device %s is %s; a cache "
+			               "device is a regular file or a block device",
+			               k->name, k->device, kind_of(st.st_mode));
 		have = (uint64_t)st.st_blocks * 512; /* what it already holds on disk */
 		full_size = (uint64_t)st.st_size >= k->size;
 		hl_strlcpy(dir, k->device, sizeof(dir));
@@ -157,18 +170,20 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 		hl_strlcpy(dir, dirname(copy), sizeof(dir));
 		if (stat(dir, &st) < 0)
 			return at_line(err, errlen, c, dline, "[cache %s] device %s: folder %s: %s",
-				       k->name, k->device, dir, strerror(errno));
+			               k->name, k->device, dir, strerror(errno));
 		if (!S_ISDIR(st.st_mode))
-			return at_line(err, errlen, c, dline, "[cache %s] device %s: %s is not a "
-				       "folder", k->name, k->device, dir);
+			return at_line(err, errlen, c, dline,
+			               "[cache %s] device %s: %s is not a "
+			               "folder",
+			               k->name, k->device, dir);
 	} else {
-		return at_line(err, errlen, c, dline, "[cache %s] device %s: %s", k->name, k->device,
-			       strerror(errno));
+		return at_line(err, errlen, c, dline, "[cache %s] device %s: %s", k->name,
+		               k->device, strerror(errno));
 	}
 	/* A cache file is sparse at first and fills up to its size: that room must exist. */
 	if (statvfs(dir, &vfs) < 0)
-		return at_line(err, errlen, c, dline, "[cache %s] device %s: %s", k->name, k->device,
-			       strerror(errno));
+		return at_line(err, errlen, c, dline, "[cache %s] device %s: %s", k->name,
+		               k->device, strerror(errno));
 	uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	if (k->size <= have || k->size - have <= avail)
 		return 0;
@@ -179,13 +194,17 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 	 * target that does not start.
 	 */
 	if (!full_size)
-		return at_line(err, errlen, c, sline, "[cache %s] size %s does not fit: the file "
-			       "system of %s has %s free (a cache file grows to its size)", k->name,
-			       human(k->size, a, sizeof(a)), k->device, human(avail, b, sizeof(b)));
-	HL_WARN("daemon", "%s:%d: [cache %s] the file system of %s has %s free for the %s the "
-		"cache file does not hold yet: cache writes will fail (reads pass through) once it "
-		"is full", c->path,
-		sline, k->name, dir, human(avail, b, sizeof(b)), human(k->size - have, a, sizeof(a)));
+		return at_line(err, errlen, c, sline,
+		               "[cache %s] size %s does not fit: the file "
+		               "system of %s has %s free (a cache file grows to its size)",
+		               k->name, human(k->size, a, sizeof(a)), k->device,
+		               human(avail, b, sizeof(b)));
+	HL_WARN("daemon",
+	        "%s:%d: [cache %s] the file system of %s has %s free for the %s the "
+	        "cache file does not hold yet: cache writes will fail (reads pass through) once it "
+	        "is full",
+	        c->path, sline, k->name, dir, human(avail, b, sizeof(b)),
+	        human(k->size - have, a, sizeof(a)));
 	return 0;
 }
 
