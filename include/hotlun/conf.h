@@ -56,6 +56,7 @@ struct hl_conf_disk {
 	char *rbd_id;          /* rbd: origins: cephx user id, or NULL */
 	struct hl_conf_origin_chap ochap; /* iscsi: origins: CHAP toward the SAN as keys */
 	int line;              /* line of the section header, for errors */
+	int origin_line;       /* line of origin =, 0 when not from a file */
 };
 
 struct hl_conf_cache {
@@ -70,6 +71,7 @@ struct hl_conf_cache {
 	uint32_t write_budget;  /* percent 0..100 (rule 10); when write_budget_set */
 	bool write_budget_set;  /* false: the cache's default (25%) */
 	int line;
+	int device_line, size_line; /* lines of device = and size =, 0 when not from a file */
 };
 
 struct hl_conf_lun {
@@ -132,6 +134,13 @@ const struct hl_conf_cache *hl_conf_find_cache(const struct hl_conf *conf, const
 
 /** Write conf back as INI text that hl_conf_parse reads to the same structs. @return 0 or -errno. */
 int hl_conf_write(const struct hl_conf *conf, FILE *f);
+
+/**
+ * True when a and b are the same configuration: the writer (which writes
+ * every key that differs from its default) gives the same text for both.
+ * saveconfig uses it to check that the file it wrote reads back as what runs.
+ */
+bool hl_conf_same(const struct hl_conf *a, const struct hl_conf *b);
 
 /* ---- changes at run time: the control socket and reload edit a copy, check it, apply it ---- */
 

@@ -39,9 +39,17 @@ struct hl_ctl_command {
 };
 
 /**
- * Listen on `path` (an existing socket file is replaced; a regular file
- * there is an error) with permissions `mode`, serving the NULL-terminated
- * table `cmds` (caller keeps) with `ctx`. @return 0 or -errno.
+ * Whether a server answers on `path`: 1 when a connect succeeds (a live
+ * server), 0 when nothing is there or only a stale socket file is,
+ * -EEXIST when path is not a socket, other -errno when it cannot be told.
+ */
+int hl_ctl_socket_in_use(const char *path);
+
+/**
+ * Listen on `path` with permissions `mode`, serving the NULL-terminated
+ * table `cmds` (caller keeps) with `ctx`. A stale socket file there is
+ * replaced; a live one (hl_ctl_socket_in_use) is -EADDRINUSE and is left
+ * alone; anything else there is -EEXIST. @return 0 or -errno.
  */
 int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 			 const struct hl_ctl_command *cmds, void *ctx, struct hl_ctl_server **out);
@@ -53,7 +61,11 @@ int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
  */
 const char *hl_ctl_caller(const struct hl_ctl_server *srv);
 
-/** Close every client and the listening socket, unlink the path. Call on r's thread or after r stopped. */
+/**
+ * Close every client and the listening socket, and unlink the path if it is
+ * still the socket this server bound (same device and inode). Call on r's
+ * thread or after r stopped.
+ */
 void hl_ctl_server_destroy(struct hl_ctl_server *srv);
 
 /**

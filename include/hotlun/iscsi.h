@@ -111,6 +111,20 @@ unsigned hl_iscsi_target_sessions(struct hl_iscsi_server *srv, const char *name)
 /** Stop listening on a portal given as in hl_iscsi_portal_add. @return 0, -ENOENT, -EINVAL. */
 int hl_iscsi_portal_remove(struct hl_iscsi_server *srv, const char *portal);
 
+/** What login negotiated for a session and its connection (RFC 7143 section 13). */
+struct hl_iscsi_negotiated {
+	bool header_digest, data_digest;  /* CRC32C, else None */
+	uint32_t max_recv_dsl_initiator;  /* MaxRecvDataSegmentLength the initiator declared */
+	uint32_t max_recv_dsl_target;     /* ... and the one hotlund declared */
+	uint32_t max_connections;
+	bool initial_r2t, immediate_data;
+	uint32_t max_burst_length, first_burst_length;
+	uint32_t default_time2wait, default_time2retain;
+	uint32_t max_outstanding_r2t;
+	bool data_pdu_in_order, data_sequence_in_order;
+	uint32_t error_recovery_level;
+};
+
 /** What the control socket shows of a session. */
 struct hl_iscsi_session_info {
 	char initiator[HL_ISCSI_NAME_MAX + 1];
@@ -122,6 +136,8 @@ struct hl_iscsi_session_info {
 	char portal[64];   /* local address:port the session logged in through */
 	char peer[64];     /* initiator's address:port */
 	int64_t since;     /* login time, seconds since the epoch */
+	uint16_t cid;      /* of its one connection (MaxConnections is 1) */
+	struct hl_iscsi_negotiated neg; /* as login left them */
 };
 
 /**

@@ -29,6 +29,9 @@ extern int hl_log_level;
  */
 void hl_log_open(bool use_syslog, int level);
 
+/** The name hl_log_level_parse takes for level ("info"), NULL when out of range. */
+const char *hl_log_level_name(int level);
+
 /** Parse "err|warn|notice|info|debug"; returns the level or -EINVAL. */
 int hl_log_level_parse(const char *name);
 

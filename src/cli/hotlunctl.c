@@ -578,8 +578,12 @@ static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret
 static const char *const global_params[] = {"log_level=", "poll_us=", "discovery_chap_user=",
 					    "discovery_chap_secret=", NULL};
 
+static const char *const lun_params[] = {"disk=", NULL};
+
 static const char *const *params_for(const char *path)
 {
+	if (strncmp(path, "/iscsi/", 7) == 0 && strstr(path, "/tpg1/luns/lun"))
+		return lun_params;
 	if (strncmp(path, "/disks", 6) == 0)
 		return disk_params;
 	if (strncmp(path, "/caches", 7) == 0)

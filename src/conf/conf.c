@@ -248,6 +248,21 @@ static void free_secret(char **s)
 	}
 }
 
+/*
+ * A value is one line of the file: a control character (a newline above all)
+ * would let a value set through the control socket become keys of its own
+ * when saveconfig writes it, so no value may hold one, whichever way it came.
+ */
+static int check_value_chars(struct parser *p, const char *key, const char *v)
+{
+	for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+		if (*c < 0x20 || *c == 0x7f)
+			return perr(p, "%s: control character 0x%02x in the value (values are one "
+				       "line of printable text)", key, *c);
+	}
+	return 0;
+}
+
 /* ---- [global] ---- */
 
 static int global_key(struct parser *p, const char *key, const char *v)
@@ -310,6 +325,7 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 			return perr(p, "origin: '***' stands for a secret that is not shown: give the "
 			               "secret, or use origin_chap_user and origin_chap_secret");
 		}
+		d->origin_line = p->line;
 		return set_str(p, &d->origin, v);
 	}
 	if (strcmp(key, "origin_chap_user") == 0)
@@ -380,11 +396,14 @@ static int cache_key(struct parser *p, const char *key, const char *v)
 {
 	struct hl_conf_cache *c = &p->conf->caches[p->index];
 
-	if (strcmp(key, "device") == 0)
+	if (strcmp(key, "device") == 0) {
+		c->device_line = p->line;
 		return set_str(p, &c->device, v);
+	}
 	if (strcmp(key, "size") == 0) {
 		if (hl_parse_size(v, &c->size) || c->size == 0)
 			return perr(p, "size: '%s' is not a size (e.g. 2G)", v);
+		c->size_line = p->line;
 		return 0;
 	}
 	if (strcmp(key, "block_size") == 0)
@@ -652,6 +671,9 @@ static int parse_line(struct parser *p, char *line)
 		return perr(p, "missing key before '='");
 	char *val = eq + 1;
 	int rc = clean_value(p, val);
+	if (rc)
+		return rc;
+	rc = check_value_chars(p, key, val);
 	if (rc)
 		return rc;
 
@@ -1106,6 +1128,27 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 	return ferror(f) ? -EIO : 0;
 }
 
+bool hl_conf_same(const struct hl_conf *a, const struct hl_conf *b)
+{
+	char *ta = NULL, *tb = NULL;
+	size_t la = 0, lb = 0;
+	FILE *fa = open_memstream(&ta, &la), *fb = open_memstream(&tb, &lb);
+	bool same = false;
+
+	if (fa && fb && hl_conf_write(a, fa) == 0 && hl_conf_write(b, fb) == 0) {
+		fflush(fa);
+		fflush(fb);
+		same = la == lb && memcmp(ta, tb, la) == 0;
+	}
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	free(ta);
+	free(tb);
+	return same;
+}
+
 /* ---- changes at run time (control socket, reload) ---- */
 
 static const char *const kind_names[] = {
@@ -1257,6 +1300,9 @@ int hl_conf_set(struct hl_conf *c, enum hl_conf_kind kind, const char *name, con
 		return rc;
 	if (strlen(value) > CONF_MAX_VALUE)
 		return perr(&p, "%s: value longer than %d bytes", key, CONF_MAX_VALUE);
+	rc = check_value_chars(&p, key, value);
+	if (rc)
+		return rc;
 	switch (p.kind) {
 	case SEC_GLOBAL:
 		return global_key(&p, key, value);

@@ -34,6 +34,8 @@ struct hl_ctl_server {
 	struct hl_reactor *reactor;
 	struct hl_event listen_ev;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	dev_t dev; /* the socket file bind() made: destroy unlinks path only while it is still it */
+	ino_t ino;
 	const struct hl_ctl_command *cmds;
 	void *ctx;
 	struct hl_list clients;
@@ -296,6 +298,35 @@ const char *hl_ctl_caller(const struct hl_ctl_server *srv)
 	return srv && srv->caller ? srv->caller : NULL;
 }
 
+int hl_ctl_socket_in_use(const char *path)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	hl_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/*
+	 * Someone listens there: connect succeeds, or (backlog full) EAGAIN.
+	 * Nobody does: ECONNREFUSED, the file of a server that is gone.
+	 */
+	rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+	if (rc < 0)
+		rc = errno == ECONNREFUSED ? 0 : errno == EAGAIN ? 1 : -errno;
+	else
+		rc = 1;
+	close(fd);
+	return rc;
+}
+
 int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 			 const struct hl_ctl_command *cmds, void *ctx, struct hl_ctl_server **out)
 {
@@ -305,11 +336,13 @@ int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 
 	if (strlen(path) >= sizeof(sun.sun_path))
 		return -ENAMETOOLONG;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return -EEXIST;
+	rc = hl_ctl_socket_in_use(path);
+	if (rc > 0)
+		return -EADDRINUSE; /* a live server: never take its path away */
+	if (rc < 0)
+		return rc;
+	if (lstat(path, &st) == 0)
 		unlink(path); /* a stale socket from an earlier run */
-	}
 	struct hl_ctl_server *srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
@@ -330,13 +363,22 @@ int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 	mode_t old = umask(0777);
 	rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun));
 	umask(old);
-	if (rc < 0 || chmod(path, mode) < 0 || listen(fd, 16) < 0) {
+	if (rc < 0) {
+		/* EADDRINUSE: another server bound it since the check; the path is its */
+		rc = -errno;
+		close(fd);
+		free(srv);
+		return rc;
+	}
+	if (lstat(path, &st) < 0 || chmod(path, mode) < 0 || listen(fd, 16) < 0) {
 		rc = -errno;
 		close(fd);
 		unlink(path);
 		free(srv);
 		return rc;
 	}
+	srv->dev = st.st_dev;
+	srv->ino = st.st_ino;
 	hl_event_init(&srv->listen_ev, fd, listen_event, srv);
 	rc = hl_event_add(r, &srv->listen_ev, EPOLLIN);
 	if (rc) {
@@ -358,8 +400,16 @@ void hl_ctl_server_destroy(struct hl_ctl_server *srv)
 	hl_list_for_each_entry_safe(c, tmp, &srv->clients, link)
 		client_close(c);
 	hl_event_del(&srv->listen_ev);
+	/*
+	 * Not a path another server has bound since (a stale-socket takeover
+	 * after a hang, a file removed by hand). Compared before the close: our
+	 * bound socket holds its inode, so no other file can have its number.
+	 */
+	struct stat st;
+	bool ours = lstat(srv->path, &st) == 0 && st.st_dev == srv->dev && st.st_ino == srv->ino;
 	close(srv->listen_ev.fd);
-	unlink(srv->path);
+	if (ours)
+		unlink(srv->path);
 	free(srv);
 }
 

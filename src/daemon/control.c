@@ -34,7 +34,7 @@
 
 enum node_kind {
 	N_ROOT, N_DISKS, N_DISK, N_CACHES, N_CACHE, N_ISCSI, N_TARGET, N_TPG,
-	N_LUNS, N_LUN, N_ACLS, N_ACL, N_PORTALS, N_PORTAL, N_SESSIONS,
+	N_LUNS, N_LUN, N_ACLS, N_ACL, N_PORTALS, N_PORTAL, N_SESSIONS, N_SESSION,
 };
 
 struct node {
@@ -79,6 +79,33 @@ static int split(const char *path, char parts[8][256])
 	return n;
 }
 
+struct session_query {
+	uint64_t tsih;
+	bool found;
+	struct hl_iscsi_session_info *out;
+};
+
+static void session_find_cb(void *arg, const struct hl_iscsi_session_info *s)
+{
+	struct session_query *q = arg;
+
+	if (!q->found && s->tsih == q->tsih) {
+		*q->out = *s;
+		q->found = true;
+	}
+}
+
+/* The session /sessions/<tsih> names. @return 0 or -ENOENT. */
+static int session_find(struct daemon *d, const char *tsih, struct hl_iscsi_session_info *out)
+{
+	struct session_query q = {.out = out};
+
+	if (hl_parse_u64(tsih, &q.tsih) || q.tsih > UINT16_MAX)
+		return -ENOENT;
+	hl_iscsi_sessions_list(d->server, session_find_cb, &q);
+	return q.found ? 0 : -ENOENT;
+}
+
 static int parse_path(struct daemon *d, const char *path, struct node *nd, char *err, size_t errlen)
 {
 	char parts[8][256];
@@ -111,6 +138,15 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 	}
 	if (strcmp(parts[0], "sessions") == 0 && n == 1) {
 		nd->kind = N_SESSIONS;
+		return 0;
+	}
+	if (strcmp(parts[0], "sessions") == 0 && n == 2) {
+		struct hl_iscsi_session_info info;
+		nd->kind = N_SESSION;
+		hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
+		if (session_find(d, nd->name, &info))
+			return err_out(err, errlen, -ENOENT, "no session %s (ls /sessions lists them)",
+				       parts[1]);
 		return 0;
 	}
 	if (strcmp(parts[0], "iscsi") != 0)
@@ -368,6 +404,7 @@ static void node_path(const struct node *nd, char *out, size_t len)
 	case N_PORTALS: snprintf(out, len, "/iscsi/%s/tpg1/portals", nd->name); break;
 	case N_PORTAL: snprintf(out, len, "/iscsi/%s/tpg1/portals/%s", nd->name, nd->leaf); break;
 	case N_SESSIONS: snprintf(out, len, "/sessions"); break;
+	case N_SESSION: snprintf(out, len, "/sessions/%s", nd->name); break;
 	}
 }
 
@@ -419,6 +456,40 @@ static void put_origin(json_t *o, const char *k, const char *uri)
 	put_str(o, k, uri ? hl_uri_redact(uri, false, shown, sizeof(shown)) : NULL);
 }
 
+static json_t *yes_no(bool v)
+{
+	return json_string(v ? "Yes" : "No");
+}
+
+/* A session as `get /sessions/<tsih>` shows it: who, where, and what login negotiated. */
+static json_t *session_params(const struct hl_iscsi_session_info *s)
+{
+	const struct hl_iscsi_negotiated *n = &s->neg;
+	json_t *neg = json_object(), *conn;
+
+	json_object_set_new(neg, "MaxConnections", json_integer(n->max_connections));
+	json_object_set_new(neg, "InitialR2T", yes_no(n->initial_r2t));
+	json_object_set_new(neg, "ImmediateData", yes_no(n->immediate_data));
+	json_object_set_new(neg, "MaxBurstLength", json_integer(n->max_burst_length));
+	json_object_set_new(neg, "FirstBurstLength", json_integer(n->first_burst_length));
+	json_object_set_new(neg, "DefaultTime2Wait", json_integer(n->default_time2wait));
+	json_object_set_new(neg, "DefaultTime2Retain", json_integer(n->default_time2retain));
+	json_object_set_new(neg, "MaxOutstandingR2T", json_integer(n->max_outstanding_r2t));
+	json_object_set_new(neg, "DataPDUInOrder", yes_no(n->data_pdu_in_order));
+	json_object_set_new(neg, "DataSequenceInOrder", yes_no(n->data_sequence_in_order));
+	json_object_set_new(neg, "ErrorRecoveryLevel", json_integer(n->error_recovery_level));
+	conn = json_pack("{s:i, s:s, s:s, s:s, s:s, s:I, s:I}", "cid", (int)s->cid, "portal",
+			 s->portal, "peer", s->peer, "HeaderDigest",
+			 n->header_digest ? "CRC32C" : "None", "DataDigest",
+			 n->data_digest ? "CRC32C" : "None", "MaxRecvDataSegmentLength_initiator",
+			 (json_int_t)n->max_recv_dsl_initiator, "MaxRecvDataSegmentLength_target",
+			 (json_int_t)n->max_recv_dsl_target);
+	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:o, s:[o]}", "initiator",
+			 s->initiator, "target", s->target, "isid", s->isid, "tsih", (int)s->tsih,
+			 "tpgt", (int)s->tpgt, "portal", s->portal, "peer", s->peer, "since",
+			 (json_int_t)s->since, "negotiated", neg, "connections", conn);
+}
+
 static int object_params(struct daemon *d, const struct node *nd, json_t **out, char *err,
 			 size_t errlen)
 {
@@ -435,7 +506,8 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "control_socket", c->control_socket);
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
-		json_object_set_new(o, "log_level", json_integer(c->log_level));
+		/* by name, as set and the file take it */
+		put_str(o, "log_level", hl_log_level_name(c->log_level));
 		put_str(o, "discovery_chap_user", c->discovery_chap_user);
 		put_secret(o, "discovery_chap_secret", c->discovery_chap_secret);
 		break;
@@ -495,6 +567,16 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		for (size_t i = 0; i < t->n_luns; i++)
 			if (t->luns[i].lun == lun)
 				put_str(o, "disk", t->luns[i].disk);
+		break;
+	}
+	case N_SESSION: {
+		struct hl_iscsi_session_info s;
+		if (session_find(d, nd->name, &s)) {
+			json_decref(o);
+			return err_out(err, errlen, -ENOENT, "no session %s", nd->name);
+		}
+		json_decref(o);
+		o = session_params(&s);
 		break;
 	}
 	default:
@@ -601,6 +683,78 @@ static int set_params(struct hl_conf *next, enum hl_conf_kind kind, const char *
 	return 0;
 }
 
+#define SECRET_SHOWN "********" /* how get shows a secret that is set */
+
+/*
+ * params without the secrets given back as get shows them: a secret shown as
+ * ******** and set to that is kept, so what get printed can be set back
+ * without turning every secret into eight asterisks. Where no secret is set,
+ * the asterisks are refused rather than taken as one. *out: a new reference.
+ */
+static int without_masked_secrets(struct daemon *d, const struct node *nd, json_t *params,
+				  json_t **out, char *err, size_t errlen)
+{
+	json_t *shown = NULL, *v;
+	const char *key;
+	int rc;
+
+	*out = json_copy(params);
+	if (!*out)
+		return -ENOMEM;
+	json_object_foreach(params, key, v) {
+		if (!json_is_string(v) || strcmp(json_string_value(v), SECRET_SHOWN) != 0)
+			continue;
+		if (!shown && (rc = object_params(d, nd, &shown, err, errlen)) != 0) {
+			json_decref(*out);
+			return rc;
+		}
+		const char *now = json_string_value(json_object_get(shown, key));
+		if (!now || strcmp(now, SECRET_SHOWN) != 0) {
+			json_decref(shown);
+			json_decref(*out);
+			return err_out(err, errlen, -EINVAL, "%s: %s is how get shows a secret that "
+				       "is set, not a secret", key, SECRET_SHOWN);
+		}
+		json_object_del(*out, key);
+	}
+	json_decref(shown);
+	return 0;
+}
+
+/* set disk=NAME on .../luns/lunN: the lun.N key of its target (what get there shows). */
+static int set_lun(struct daemon *d, const struct node *nd, json_t *params, bool force, char *err,
+		   size_t errlen)
+{
+	const char *key, *disk = NULL;
+	char lun_key[300];
+	struct hl_conf *next;
+	json_t *v;
+	int rc;
+
+	json_object_foreach(params, key, v) {
+		if (strcmp(key, "disk") != 0)
+			return err_out(err, errlen, -EINVAL, "a LUN has only disk (the [disk] it serves), "
+				       "not %s", key);
+		if (!json_is_string(v))
+			return err_out(err, errlen, -EINVAL, "disk: expected a disk name");
+		disk = json_string_value(v);
+	}
+	if (!disk)
+		return 0;
+	snprintf(lun_key, sizeof(lun_key), "lun.%s", nd->leaf + 3);
+	rc = hl_conf_dup(d->conf, &next);
+	if (rc)
+		return rc;
+	rc = hl_conf_unset(next, HL_CONF_TARGET, nd->name, lun_key, NULL, err, errlen);
+	if (rc == 0)
+		rc = hl_conf_set(next, HL_CONF_TARGET, nd->name, lun_key, disk, err, errlen);
+	if (rc) {
+		hl_conf_free(next);
+		return rc;
+	}
+	return commit_change(d, next, force, err, errlen);
+}
+
 static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
@@ -616,15 +770,28 @@ static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t e
 	rc = parse_path(d, path, &nd, err, errlen);
 	if (rc)
 		return rc;
+	if (nd.kind == N_LUN)
+		return set_lun(d, &nd, params, arg_force(args), err, errlen);
 	if (nd.kind != N_ROOT && nd.kind != N_DISK && nd.kind != N_CACHE && nd.kind != N_TARGET)
 		return err_out(err, errlen, -EINVAL, "nothing to set on %s", path);
 	enum hl_conf_kind kind = section_of(&nd, &name);
 	if (json_object_get(params, "portal"))
 		return err_out(err, errlen, -EINVAL, "portals are created and deleted under .../tpg1/portals");
-	rc = hl_conf_dup(d->conf, &next);
+	/* what get shows beside the configuration: a clear word instead of "unknown key" */
+	static const char *const shown_only[] = {"size_bytes", "blocks", "sessions"};
+	for (size_t i = 0; i < HL_ARRAY_SIZE(shown_only); i++) {
+		if (json_object_get(params, shown_only[i]))
+			return err_out(err, errlen, -EINVAL, "%s is read-only (a run-time value, not a "
+				       "configuration key)", shown_only[i]);
+	}
+	json_t *todo = NULL;
+	rc = without_masked_secrets(d, &nd, params, &todo, err, errlen);
 	if (rc)
 		return rc;
-	rc = set_params(next, kind, name, params, err, errlen);
+	rc = hl_conf_dup(d->conf, &next);
+	if (rc == 0)
+		rc = set_params(next, kind, name, todo, err, errlen);
+	json_decref(todo);
 	if (rc) {
 		hl_conf_free(next);
 		return rc;
@@ -686,8 +853,16 @@ static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_
 		const char *disk = strncmp(name, "/disks/", 7) == 0 ? name + 7 : name;
 		const struct hl_conf_target *t = hl_conf_find_target(next, nd.name);
 		json_t *jl = params ? json_object_get(params, "lun") : NULL;
-		int lun = jl ? (json_is_integer(jl) ? (int)json_integer_value(jl) : -2)
-			     : next_free_lun(t);
+		uint64_t given = UINT64_MAX;
+		int lun = next_free_lun(t);
+		if (jl) {
+			/* a number, or a string of digits as hotlunctl's lun=N sends it */
+			if (json_is_integer(jl) && json_integer_value(jl) >= 0)
+				given = (uint64_t)json_integer_value(jl);
+			else if (json_is_string(jl) && hl_parse_u64(json_string_value(jl), &given))
+				given = UINT64_MAX;
+			lun = given < HL_SCSI_MAX_LUNS ? (int)given : -1;
+		}
 		if (lun < 0 || lun >= HL_SCSI_MAX_LUNS) {
 			rc = err_out(err, errlen, -EINVAL, "lun: expected 0..%d", HL_SCSI_MAX_LUNS - 1);
 			break;
@@ -844,6 +1019,23 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 	if (rc) {
 		unlink(tmp);
 		return err_out(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
+	}
+	/*
+	 * Read what was written with the parser that will read it at the next
+	 * start: a value the writer could not keep on its line would otherwise
+	 * become keys of its own there (or leave a file that no longer loads).
+	 */
+	struct hl_conf *back = NULL;
+	char why[512];
+	rc = hl_conf_load(tmp, &back, why, sizeof(why));
+	if (rc == 0 && !hl_conf_same(conf, back))
+		rc = -EPROTO;
+	hl_conf_free(back);
+	if (rc) {
+		unlink(tmp);
+		return err_out(err, errlen, -EIO, "saveconfig: what was written does not read back as "
+			       "the running configuration (%s); %s left unchanged",
+			       rc == -EPROTO ? "it reads as a different one" : why, path);
 	}
 	/* numbered backups: path.N-1 -> path.N ... path -> path.1 (a hard link: path never vanishes) */
 	for (int i = SAVECONFIG_BACKUPS - 1; i >= 1; i--) {

@@ -137,6 +137,15 @@ int daemon_state_dir_init(const char *state_dir, uint64_t *install_id);
 void daemon_disk_identity(uint64_t install_id, const char *disk_name, uint8_t naa[16],
 			  char serial[33]);
 
+/**
+ * Check the files conf names without taking them (preflight.c): local
+ * origins exist, are regular files or block devices and hold at least a
+ * block; cache devices are regular files or block devices, or can be
+ * created, and have room for their size. For --check-config and start-up.
+ * @return 0 or -EINVAL with "FILE:LINE: message" in err.
+ */
+int daemon_preflight(const struct hl_conf *conf, char *err, size_t errlen);
+
 /** Wrap *origin with the throttle when the [disk] section asks for one. @return 0 or -errno. */
 int daemon_wrap_origin(const struct hl_conf_disk *disk, struct hl_origin **origin);
 

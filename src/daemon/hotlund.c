@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include "hotlun/conf.h"
+#include "hotlun/ctl.h"
 #include "hotlun/event.h"
 #include "hotlun/iscsi.h"
 #include "hotlun/log.h"
@@ -184,6 +185,23 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 	char err[1024];
 	int rc;
 
+	/*
+	 * Before anything is opened: a second hotlund given the same control
+	 * socket would take the path from the one that runs (and delete it when
+	 * it stops), leaving that one without hotlunctl or SNMP.
+	 */
+	rc = hl_ctl_socket_in_use(loaded->control_socket);
+	if (rc) {
+		if (rc > 0)
+			HL_ERR("daemon", "control socket %s answers: another hotlund runs with it; "
+			       "not starting (stop that one, or give this one its own "
+			       "control_socket)", loaded->control_socket);
+		else
+			HL_ERR("daemon", "control socket %s: %s", loaded->control_socket,
+			       rc == -EEXIST ? "exists and is not a socket" : strerror(-rc));
+		hl_conf_free(loaded);
+		return rc > 0 ? -EADDRINUSE : rc;
+	}
 	rc = start_threads(d, loaded);
 	if (rc) {
 		HL_ERR("daemon", "start-up: %s", strerror(-rc));
@@ -356,6 +374,9 @@ int main(int argc, char **argv)
 		if (rc == 0 && config && !(d.config_path = realpath(config, NULL)))
 			rc = -errno;
 	}
+	/* what start-up would trip over in the files it names, with FILE:LINE, before it starts */
+	if (rc == 0 && (rc = daemon_preflight(loaded, err, sizeof(err))) != 0)
+		hl_conf_free(loaded);
 	if (rc) {
 		fprintf(stderr, "hotlund: %s\n", err);
 		return 1;

@@ -147,6 +147,8 @@ int hl_iscsi_sessions_list(struct hl_iscsi_server *srv,
 		info.since = s->since;
 		hl_strlcpy(info.portal, s->portal, sizeof(info.portal));
 		hl_strlcpy(info.peer, s->peer, sizeof(info.peer));
+		info.cid = s->cid;
+		info.neg = s->neg;
 		fn(arg, &info);
 		n++;
 	}

@@ -198,6 +198,7 @@ struct iscsi_session {
 	int64_t since;   /* login time (epoch seconds) */
 	char portal[64]; /* local address:port */
 	char peer[64];   /* initiator address:port */
+	struct hl_iscsi_negotiated neg; /* what login negotiated */
 };
 
 enum iscsi_auth_state {

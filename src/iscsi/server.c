@@ -310,8 +310,26 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 	}
 	s->since = (int64_t)time(NULL);
 	if (s->conn) {
+		const struct iscsi_params *pr = &s->conn->params;
 		hl_format_sockaddr(&s->conn->local, s->portal, sizeof(s->portal));
 		hl_format_sockaddr(&s->conn->peer, s->peer, sizeof(s->peer));
+		s->neg = (struct hl_iscsi_negotiated){
+			.header_digest = pr->header_digest,
+			.data_digest = pr->data_digest,
+			.max_recv_dsl_initiator = pr->max_recv_dsl_initiator,
+			.max_recv_dsl_target = pr->max_recv_dsl_target,
+			.max_connections = pr->max_connections,
+			.initial_r2t = pr->initial_r2t,
+			.immediate_data = pr->immediate_data,
+			.max_burst_length = pr->max_burst_length,
+			.first_burst_length = pr->first_burst_length,
+			.default_time2wait = pr->default_time2wait,
+			.default_time2retain = pr->default_time2retain,
+			.max_outstanding_r2t = pr->max_outstanding_r2t,
+			.data_pdu_in_order = pr->data_pdu_in_order,
+			.data_sequence_in_order = pr->data_sequence_in_order,
+			.error_recovery_level = pr->error_recovery_level,
+		};
 	}
 	hl_list_add_tail(&srv->sessions, &s->link);
 	s->registered = true;

@@ -30,6 +30,11 @@ void hl_log_open(bool use_syslog, int level)
 	hl_log_level = level;
 }
 
+const char *hl_log_level_name(int level)
+{
+	return level >= HL_LOG_ERR && level <= HL_LOG_DEBUG ? level_names[level] : NULL;
+}
+
 int hl_log_level_parse(const char *name)
 {
 	for (int l = HL_LOG_ERR; l <= HL_LOG_DEBUG; l++) {

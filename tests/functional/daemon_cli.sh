@@ -17,7 +17,8 @@ grep -q 'file' <<<"$out" || hl_fail "--version does not list the file backend: '
 "$HOTLUND" --config a --check-config b >/dev/null 2>&1
 [ $? -eq 2 ] || hl_fail "--config with --check-config should exit 2"
 
-# The issue's example, as written (paths need not exist to be checked).
+# The issue's example, as written but for its origin, which must now exist
+# (--check-config checks the files it names: check_config.sh).
 cat >"$tmp/example.conf" <<'CONF'
 [global]
 portal = 127.0.0.1:3260          ; repeatable; IPv6 as [::1]:3260
@@ -33,6 +34,8 @@ allow = ALL                      ; or a list of initiator IQNs
 # chap_user = ... / chap_secret = ...            one-way CHAP
 # mutual_user = ... / mutual_secret = ...        mutual CHAP
 CONF
+hl_make_disk "$tmp/vm-store.img" 16M
+sed -i "s|/srv/vm-store.img|$tmp/vm-store.img|" "$tmp/example.conf"
 out=$("$HOTLUND" --check-config "$tmp/example.conf") || hl_fail "example config rejected: $out"
 grep -q 'OK' <<<"$out" || hl_fail "--check-config printed '$out'"
 
@@ -56,7 +59,9 @@ printf '[global]\nportal = 127.0.0.1:%s\nstate_dir = %s/state\n[disk d]\norigin 
 	"$port" "$tmp" "$tmp" >"$tmp/ok.conf"
 hl_start_hotlund "$tmp/ok.conf"
 [ -s "$tmp/state/install-id" ] || hl_fail "no install-id in state_dir"
-err=$(timeout 10 "$HOTLUND" --config "$tmp/ok.conf" 2>&1)
+# (its own control socket: the same one is refused first, see ctl_socket.sh)
+sed "s|^state_dir = .*|&\ncontrol_socket = $tmp/second.sock|" "$tmp/ok.conf" >"$tmp/ok2.conf"
+err=$(timeout 10 "$HOTLUND" --config "$tmp/ok2.conf" 2>&1)
 rc=$?
 [ $rc -eq 1 ] || hl_fail "second daemon on a busy portal: exit $rc, want 1"
 grep -qi 'in use' <<<"$err" || hl_fail "busy portal not reported: '$err'"

@@ -1,7 +1,7 @@
 // fuzz-sources: src/conf/conf.c src/util/util.c src/log/log.c
 /*
  * fuzz_conf.c - libFuzzer harness for the INI config parser: any bytes must
- * either parse (and then survive a write/parse round trip) or fail with a
+ * either parse (and then survive a write/parse round trip unchanged) or fail with a
  * FILE:LINE message, never crash or leak.
  */
 #include "hotlun/conf.h"
@@ -32,6 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct hl_conf *c2 = NULL;
 		if (hl_conf_parse(buf, len, "rt.conf", &c2, err, sizeof(err)) != 0)
 			abort(); /* what we write, we must read back */
+		if (!hl_conf_same(c, c2))
+			abort(); /* ... as the same configuration (what saveconfig checks) */
 		hl_conf_free(c2);
 		free(buf);
 	}

@@ -395,10 +395,94 @@ static void test_masked_origin_round_trip(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "not shown"));
 	CU_ASSERT_STRING_EQUAL(c->disks[0].origin,
 			       "iscsi://u%Sxx-0123456789@10.0.0.1/iqn.2026-11.io.san:t/0");
+}
+
+/* issue 19 item 4: a value may not carry a control character, whichever way it comes */
+static void test_control_chars_refused(void)
+{
+	struct hl_conf *c = parse_ok("[disk a]\norigin = /a\n[target iqn.2026-11.io.hotlun:t]\n"
+				     "lun.0 = a\n");
+	static const char *const bad[] = {"x\nallow = ALL", "x\rchap_user = u", "x\001y",
+					  "x\ty", "x\177", "\n"};
+	const char *t = "iqn.2026-11.io.hotlun:t";
+	char err[256];
+
+	if (!c)
+		return;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, t, "alias", bad[i], err, sizeof(err)),
+				-EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err, "alias: control character"));
+		CU_ASSERT_PTR_NULL(c->targets[0].alias);
+	}
+	/* every kind of string value goes through the same gate */
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_DISK, "a", "origin", "/a\n[disk b]", err,
+				    sizeof(err)), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(c->disks[0].origin, "/a");
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, t, "chap_user", "u\nallow = ALL", err,
+				    sizeof(err)), -EINVAL);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, t, "lun.1", "a\n", err, sizeof(err)),
+			-EINVAL);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "state_dir", "/s\n", err, sizeof(err)),
+			-EINVAL);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "discovery_chap_user", "d\x1b", err,
+				    sizeof(err)), -EINVAL);
+	CU_ASSERT_FALSE(c->targets[0].allow_all);
+	CU_ASSERT_EQUAL(c->targets[0].n_luns, 1);
+	/* printable oddities stay allowed and are quoted by the writer */
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_TARGET, t, "alias", " a ; b # \"c\" \\ ", err,
+				    sizeof(err)), 0);
+	hl_conf_free(c);
+
+	/* in a file: FILE:LINE of the value (a CR before the newline is still fine) */
+	parse_err("[global]\nstate_dir = /a\033b\n", "t.conf:2:", "state_dir: control character 0x1b");
+	parse_err("[global]\r\nstate_dir = \"/a\rb\"\r\n", "t.conf:2:", "0x0d");
+	c = parse_ok("[global]\r\nstate_dir = /a\r\n");
+	if (c)
+		CU_ASSERT_STRING_EQUAL(c->state_dir, "/a");
+	hl_conf_free(c);
+}
+
+/* What saveconfig relies on: a configuration the writer cannot keep reads back as another one. */
+static void test_same_after_write(void)
+{
+	struct hl_conf *c = parse_ok("[disk a]\norigin = /a\n[target iqn.2026-11.io.hotlun:t]\n"
+				     "lun.0 = a\nalias = \" x ; y \"\n");
+	struct hl_conf *back = NULL;
+	char *text = NULL, err[256];
+	size_t len = 0;
+	FILE *f;
+
+	if (!c)
+		return;
+	f = open_memstream(&text, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_EQUAL(hl_conf_parse(text, len, "w.conf", &back, err, sizeof(err)), 0);
+	CU_ASSERT_TRUE(back && hl_conf_same(c, back));
+	hl_conf_free(back);
+	back = NULL;
+	free(text);
+	text = NULL;
+
+	/* a newline that got past the gates (as it once did through `set alias`) */
+	free(c->targets[0].alias);
+	c->targets[0].alias = strdup("x\nallow = ALL");
+	f = open_memstream(&text, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	int rc = hl_conf_parse(text, len, "w.conf", &back, err, sizeof(err));
+	CU_ASSERT_TRUE(rc != 0 || !hl_conf_same(c, back));
+	if (rc == 0)
+		CU_ASSERT_TRUE(back->targets[0].allow_all); /* the injection the check catches */
+	hl_conf_free(back);
+	free(text);
 	hl_conf_free(c);
 }
 
 static const struct hl_test tests[] = {
+	{"control characters refused", test_control_chars_refused},
+	{"same after write", test_same_after_write},
 	{"runtime edits", test_runtime_edits},
 	{"issue example parses", test_issue_example_parses},
 	{"errors name file:line", test_errors_name_file_and_line},

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static int calls;
@@ -158,7 +159,72 @@ static void test_oversized_request_is_refused(void)
 	close(fd);
 }
 
+/* A socket file at p that nobody listens on (what a killed server leaves). @return its inode. */
+static ino_t stale_socket(const char *p)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", p);
+	CU_ASSERT_EQUAL(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	close(fd);
+	CU_ASSERT_EQUAL(stat(p, &st), 0);
+	return st.st_ino;
+}
+
+/* issue 19 item 6: the path belongs to the server that answers on it */
+static void test_socket_ownership(void)
+{
+	struct hl_reactor *r2 = NULL;
+	struct hl_ctl_server *other = NULL;
+	char p2[80];
+	struct stat st;
+
+	/* a live server: reported, and a second server does not take its path */
+	CU_ASSERT_EQUAL(hl_ctl_socket_in_use(path), 1);
+	CU_ASSERT_EQUAL(hl_ctl_server_create(r, path, 0600, cmds, NULL, &other), -EADDRINUSE);
+	int fd = hl_ctl_connect(path);
+	CU_ASSERT_TRUE(fd >= 0);
+	json_t *reply = call(fd, "echo", NULL);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	close(fd);
+
+	/* a stale file is taken over; nothing there is free; a regular file is not ours */
+	snprintf(p2, sizeof(p2), "%s.2", path);
+	unlink(p2);
+	CU_ASSERT_EQUAL(hl_ctl_socket_in_use(p2), 0);
+	stale_socket(p2);
+	CU_ASSERT_EQUAL(hl_ctl_socket_in_use(p2), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r2, "ctl2"), 0); /* never started: destroy is ours */
+	CU_ASSERT_EQUAL_FATAL(hl_ctl_server_create(r2, p2, 0600, cmds, NULL, &other), 0);
+	CU_ASSERT_EQUAL(hl_ctl_socket_in_use(p2), 1);
+
+	/* someone else's socket at the path by the time it stops: left alone */
+	unlink(p2);
+	ino_t theirs = stale_socket(p2);
+	hl_ctl_server_destroy(other);
+	CU_ASSERT_EQUAL(stat(p2, &st), 0);
+	CU_ASSERT_EQUAL(st.st_ino, theirs);
+	unlink(p2);
+
+	/* its own socket is removed */
+	CU_ASSERT_EQUAL_FATAL(hl_ctl_server_create(r2, p2, 0600, cmds, NULL, &other), 0);
+	hl_ctl_server_destroy(other);
+	CU_ASSERT_NOT_EQUAL(stat(p2, &st), 0);
+
+	FILE *f = fopen(p2, "w");
+	if (f)
+		fclose(f);
+	CU_ASSERT_EQUAL(hl_ctl_socket_in_use(p2), -EEXIST);
+	CU_ASSERT_EQUAL(hl_ctl_server_create(r2, p2, 0600, cmds, NULL, &other), -EEXIST);
+	unlink(p2);
+	hl_reactor_destroy(r2);
+}
+
 static const struct hl_test tests[] = {
+	{"socket ownership", test_socket_ownership},
 	{"good request, socket mode", test_good_request_and_socket_mode},
 	{"bad requests get errors", test_bad_requests_get_errors_and_connection_survives},
 	{"oversized request refused", test_oversized_request_is_refused},
