@@ -48,6 +48,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->nop_timeout_s = cfg->nop_timeout_s;
 	srv->discovery_chap = cfg->discovery_chap;
 	iscsi_params_limits_default(&srv->lim);
+	iscsi_wb_init(&srv->wb, cfg->write_buffer_limit);
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	hl_list_init(&srv->targets);
@@ -583,6 +584,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 		hl_list_del(&t->link);
 		iscsi_target_free(t);
 	}
+	iscsi_wb_fini(&srv->wb);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);
 	free(srv->reactors);

@@ -77,6 +77,9 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	memset(t->r2t, 0, sizeof(t->r2t));
 	t->datasn = 0;
 	t->buf_len = 0;
+	t->wb.need = 0;
+	t->wb.charged = 0;
+	t->wb.waiting = false;
 	hl_list_add_tail(&c->tasks, &t->link);
 	hl_list_add_tail(&c->itt_hash[itt_bucket(t->itt)], &t->hash_link);
 	c->ntasks++;
@@ -87,6 +90,8 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 /* The task leaves the active set: its CmdSN slot opens before its response is built. */
 static void task_deactivate(struct iscsi_task *t)
 {
+	/* likewise its write budget, so the response can reopen a window the budget closed */
+	iscsi_task_wb_release(t);
 	if (t->state != TASK_DONE) {
 		t->state = TASK_DONE;
 		hl_list_del(&t->hash_link);
@@ -122,6 +127,117 @@ static int data_buf_alloc(struct iscsi_task *t)
 	return 0;
 }
 
+/* ---- write buffer budget (wbudget.c has the accounting) ---- */
+
+void iscsi_task_wb_release(struct iscsi_task *t)
+{
+	struct iscsi_conn *c = t->conn;
+
+	if (!t->wb.need)
+		return;
+	if (t->wb.waiting)
+		c->wb_waiting--;
+	iscsi_wb_release(&c->srv->wb, &t->wb);
+	c->wb_promised -= t->wb.need;
+	t->wb.need = 0;
+}
+
+/*
+ * A WRITE asks the budget for its transfer. `final`: the F bit (no
+ * unsolicited Data-Out follows), `imm`: immediate data bytes. What the
+ * initiator sends unasked must be taken or the command refused; the rest
+ * arrives only when we send R2Ts, so the command may wait for it.
+ */
+static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task *t, bool final,
+                                         uint32_t imm)
+{
+	uint64_t unasked = final ? imm : HL_MIN(c->params.first_burst_length, t->edtl);
+	enum iscsi_wb_verdict v;
+
+	if (unasked < imm)
+		unasked = imm;
+	v = iscsi_wb_admit(&c->srv->wb, &t->wb, c->wb_promised, t->edtl, unasked,
+	                   &c->wb_conn_limit);
+	if (v == ISCSI_WB_FULL) {
+		HL_LOG_RL(HL_LOG_NOTICE, ISCSI_LOG,
+		             "%s: WRITE itt 0x%x of %u bytes: write buffer budget spent (this "
+		             "connection claims %llu of %llu bytes), TASK SET FULL",
+		             c->peer_str, t->itt, t->edtl, (unsigned long long)c->wb_promised,
+		             (unsigned long long)c->wb_conn_limit);
+		return v;
+	}
+	c->wb_promised += t->wb.need;
+	if (v == ISCSI_WB_WAIT) {
+		c->wb_waiting++;
+		if (c->reactor && !hl_timer_pending(&c->wb_timer))
+			hl_timer_start(c->reactor, &c->wb_timer, ISCSI_WB_RETRY_MS);
+	}
+	return v;
+}
+
+/* A deferred task asks again. @return true when it may have its R2Ts. */
+static bool write_grant(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	if (!t->wb.waiting)
+		return true;
+	if (!iscsi_wb_grant(&c->srv->wb, &t->wb))
+		return false;
+	c->wb_waiting--;
+	return true;
+}
+
+static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t);
+
+/* Grant the connection's deferred tasks in their order, as far as the budget goes. */
+static void write_retry(struct iscsi_conn *c)
+{
+	struct iscsi_task *t, *tmp;
+
+	hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
+	{
+		if (!c->wb_waiting)
+			break;
+		if (t->state != TASK_DATA_OUT || !t->wb.waiting)
+			continue;
+		if (t->aborted) {
+			task_finish(t); /* by another session's reset: its data will never come */
+			continue;
+		}
+		if (!write_grant(c, t))
+			break;
+		if (t->unsol_done)
+			task_data_progress(c, t);
+	}
+}
+
+void iscsi_wb_tick(struct hl_timer *tm)
+{
+	struct iscsi_conn *c = tm->arg;
+
+	iscsi_conn_enter(c);
+	if (c->state == CONN_FFP) {
+		write_retry(c);
+		if (c->wb_waiting)
+			hl_timer_start(c->reactor, &c->wb_timer, ISCSI_WB_RETRY_MS);
+	}
+	iscsi_conn_leave(c);
+}
+
+/*
+ * A connection whose unfinished writes claim half its cap, or that holds any
+ * while the budget is short, gets no new CmdSN slots: its MaxCmdSN stays
+ * where it was until those writes finish (their responses reopen it), so a
+ * well-behaved initiator stops sending WRITEs that would meet TASK SET FULL.
+ */
+bool iscsi_wb_window_closed(struct iscsi_conn *c)
+{
+	if (!c->wb_promised)
+		return false;
+	if (c->wb_waiting || 2 * c->wb_promised >= c->wb_conn_limit)
+		return true;
+	return iscsi_wb_pressure(&c->srv->wb);
+}
+
 /* ---- CmdSN window ---- */
 
 /*
@@ -144,7 +260,7 @@ static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 	if (bhs_immediate(h))
 		return true;
 	if (sn == s->exp_cmd_sn && sn_le(sn, max)) {
-		if (sn_lt(iscsi_conn_max_cmd_sn(c), sn))
+		if (sn_lt(iscsi_conn_max_cmd_sn(c), sn) && !iscsi_wb_window_closed(c))
 			HL_WARN_RL(
 			    ISCSI_LOG,
 			    "%s: CmdSN %u beyond the free slots (MaxCmdSN now %u) but within "
@@ -281,6 +397,20 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 	task_finish(t);
 }
 
+/*
+ * TASK SET FULL: no buffer for it now (the connection's or the server's
+ * write budget, or the connection's buffers); the initiator retries once
+ * earlier commands are done. Data-Out that follows finds no task and is dropped.
+ */
+static void task_set_full(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	t->cmd.data_in = false;
+	t->cmd.status = HL_SAM_TASK_SET_FULL;
+	task_deactivate(t);
+	send_scsi_rsp(c, t);
+	iscsi_task_put(t);
+}
+
 /* ---- SCSI command completion ---- */
 
 static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
@@ -317,6 +447,8 @@ static void task_done(struct hl_scsi_cmd *cmd)
 		task_respond(c, t);
 		task_finish(t);
 	}
+	if (c->wb_waiting && c->state == CONN_FFP)
+		write_retry(c); /* its budget came back: this connection's deferred R2Ts first */
 	iscsi_conn_leave(c);
 }
 
@@ -390,6 +522,8 @@ static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
 		return;
 	}
 	if (t->unsol_done) {
+		if (t->wb.waiting && !write_grant(c, t))
+			return; /* R2Ts wait for write budget (write_retry) */
 		if (t->r2t_next_offset < t->imm_len + t->unsol_received)
 			t->r2t_next_offset = t->imm_len + t->unsol_received;
 		r2t_issue(c, t);
@@ -411,6 +545,7 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 	c->rx_task = NULL;
 	c->rx_dout = NULL;
 	c->rx_dout_reject = 0;
+	c->rx_wb_full = false;
 	if (rx->dsl == 0)
 		return 0;
 	if (op == ISCSI_OP_SCSI_CMD) {
@@ -424,6 +559,11 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 		struct iscsi_task *t = task_alloc(c, h);
 		if (!t)
 			return -ENOMEM;
+		if (write_admit(c, t, bhs_flags(h) & ISCSI_FLAG_FINAL, rx->dsl) == ISCSI_WB_FULL) {
+			task_finish(t);
+			c->rx_wb_full = true; /* the handler answers TASK SET FULL */
+			return 0;
+		}
 		if (data_buf_alloc(t) < 0) {
 			task_finish(t);
 			return -ENOMEM;
@@ -576,15 +716,15 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	}
 	if (!(w || r))
 		t->edtl = 0;
+	if (w && t->edtl && !t->wb.need &&
+	    (c->rx_wb_full || write_admit(c, t, f, rx->dsl) == ISCSI_WB_FULL)) {
+		task_set_full(c, t);
+		return 0;
+	}
 	if (!t->cmd.data && t->edtl) {
 		rc = data_buf_alloc(t);
 		if (rc == -EBUSY) {
-			/* the initiator retries once earlier commands free their buffers */
-			t->cmd.data_in = false;
-			t->cmd.status = HL_SAM_TASK_SET_FULL;
-			task_deactivate(t);
-			send_scsi_rsp(c, t);
-			iscsi_task_put(t);
+			task_set_full(c, t);
 			return 0;
 		}
 		if (rc < 0) {
@@ -592,6 +732,8 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 			                     0x03); /* insufficient resources */
 			return 0;
 		}
+		if (w && rx->dsl) /* immediate data that arrived before its buffer */
+			memcpy(t->cmd.data, rx->data, rx->dsl);
 	}
 	if (!w) {
 		task_exec(t);
