@@ -316,9 +316,6 @@ uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c)
 {
 	uint32_t exp = c->sess ? c->sess->exp_cmd_sn : 0;
 	unsigned used = HL_MIN(c->nactive, (unsigned)ISCSI_QUEUE_DEPTH);
-
-	if (c->sess && iscsi_wb_window_closed(c))
-		used = ISCSI_QUEUE_DEPTH; /* no new slots while its writes hold the budget */
 	/* a window of zero (MaxCmdSN = ExpCmdSN - 1) is legal and closes the queue */
 	return exp + (uint32_t)(ISCSI_QUEUE_DEPTH - used) - 1;
 }
@@ -340,8 +337,17 @@ void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 	if (c->sess) {
 		uint32_t max = iscsi_conn_max_cmd_sn(c);
 		bool closed = iscsi_wb_window_closed(c);
-		if (closed && !c->wb_window_closed)
-			atomic_fetch_add(&c->srv->wb.window_closed, 1);
+		if (closed) {
+			/*
+			 * No new slots while its writes hold the budget: a zero window
+			 * now, which the initiator reads as "no more than before" (it
+			 * ignores a MaxCmdSN below one it has seen). What was advertised
+			 * stays valid (iscsi_conn_window_end).
+			 */
+			max = c->sess->exp_cmd_sn - 1;
+			if (!c->wb_window_closed)
+				atomic_fetch_add(&c->srv->wb.window_closed, 1);
+		}
 		c->wb_window_closed = closed;
 		bhs_put32(h, 28, c->sess->exp_cmd_sn);
 		bhs_put32(h, 32, max);

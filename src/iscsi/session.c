@@ -260,7 +260,7 @@ static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 	if (bhs_immediate(h))
 		return true;
 	if (sn == s->exp_cmd_sn && sn_le(sn, max)) {
-		if (sn_lt(iscsi_conn_max_cmd_sn(c), sn) && !iscsi_wb_window_closed(c))
+		if (sn_lt(iscsi_conn_max_cmd_sn(c), sn))
 			HL_WARN_RL(
 			    ISCSI_LOG,
 			    "%s: CmdSN %u beyond the free slots (MaxCmdSN now %u) but within "
