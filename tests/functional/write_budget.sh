@@ -103,5 +103,15 @@ if [ -x "$BENCH" ]; then
 		hl_fail "libiscsi writes after the hoarders left: $(tail -3 "$tmp/bench.out")"
 fi
 [ "$(wb held_bytes)" = 0 ] || hl_fail "held_bytes $(wb held_bytes) after the writes"
+
+# live: the limit changes through the control socket, and what get shows, set takes back
+"$HL_BUILDDIR/hotlunctl" --socket "$sock" / set write_buffer_limit=128M >/dev/null ||
+	hl_fail "set write_buffer_limit=128M"
+[ "$(wb limit)" = $((128 << 20)) ] || hl_fail "limit $(wb limit) after set 128M"
+[ "$(wb conn_limit)" = $((32 << 20)) ] || hl_fail "conn_limit $(wb conn_limit) after set 128M"
+shown=$("$HL_BUILDDIR/hotlunctl" --socket "$sock" / get write_buffer_limit | sed -n "s/.*write_buffer_limit[^0-9]*\([0-9]*\).*/\1/p")
+[ "$shown" = $((128 << 20)) ] || hl_fail "get / shows write_buffer_limit '$shown'"
+"$HL_BUILDDIR/hotlunctl" --socket "$sock" / set write_buffer_limit="$shown" >/dev/null ||
+	hl_fail "set write_buffer_limit=$shown (what get shows) refused"
 hl_check_alive
 hl_log "PASS"
