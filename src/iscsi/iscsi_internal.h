@@ -75,7 +75,7 @@ struct iscsi_wbudget {
 	uint64_t deferred;      /* lock: WRITEs whose R2Ts waited */
 	uint64_t task_set_full; /* lock: WRITEs answered TASK SET FULL */
 	atomic_uint_fast64_t window_closed; /* responses that held MaxCmdSN back */
-	atomic_bool pressure;   /* someone waits, or 7/8 of the limit is spent */
+	atomic_bool pressure;               /* someone waits, or 7/8 of the limit is spent */
 	/* data buffers kept for reuse by all connections (conn.c): at most half the limit */
 	atomic_uint_fast64_t buf_cache_total;
 	atomic_uint_fast64_t buf_cache_max;
@@ -223,8 +223,8 @@ struct iscsi_task {
 	unsigned r2t_active;
 	struct iscsi_r2t r2t[ISCSI_MAX_R2T];
 	/* read side */
-	uint32_t datasn;  /* next Data-In DataSN */
-	uint32_t buf_len; /* bytes allocated for cmd.data */
+	uint32_t datasn;          /* next Data-In DataSN */
+	uint32_t buf_len;         /* bytes allocated for cmd.data */
 	struct iscsi_wb_claim wb; /* write budget (need 0: none) */
 	uint8_t sense_buf[2 + HL_SENSE_MAX];
 };

@@ -160,10 +160,10 @@ static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task
 	                   &c->wb_conn_limit);
 	if (v == ISCSI_WB_FULL) {
 		HL_LOG_RL(HL_LOG_NOTICE, ISCSI_LOG,
-		             "%s: WRITE itt 0x%x of %u bytes: write buffer budget spent (this "
-		             "connection claims %llu of %llu bytes), TASK SET FULL",
-		             c->peer_str, t->itt, t->edtl, (unsigned long long)c->wb_promised,
-		             (unsigned long long)c->wb_conn_limit);
+		          "%s: WRITE itt 0x%x of %u bytes: write buffer budget spent (this "
+		          "connection claims %llu of %llu bytes), TASK SET FULL",
+		          c->peer_str, t->itt, t->edtl, (unsigned long long)c->wb_promised,
+		          (unsigned long long)c->wb_conn_limit);
 		return v;
 	}
 	c->wb_promised += t->wb.need;

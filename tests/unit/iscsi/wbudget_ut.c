@@ -33,9 +33,9 @@ static void test_go_charges_whole_transfer(void)
 
 	setup(64 * MiB);
 	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &a, 0, 1000, 0, &cl), ISCSI_WB_GO);
-	CU_ASSERT_EQUAL(a.need, 4096);   /* rounded to 4 KiB */
+	CU_ASSERT_EQUAL(a.need, 4096); /* rounded to 4 KiB */
 	CU_ASSERT_EQUAL(a.charged, 4096);
-	CU_ASSERT_EQUAL(cl, 16 * MiB);  /* limit / 4 */
+	CU_ASSERT_EQUAL(cl, 16 * MiB); /* limit / 4 */
 	CU_ASSERT_EQUAL(stats().held, 4096);
 	iscsi_wb_release(&b, &a);
 	iscsi_wb_release(&b, &a); /* idempotent */
@@ -132,8 +132,9 @@ static void test_waiters_take_at_most_a_quarter(void)
 	setup(128 * MiB);
 	fill(g, 8);
 	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &head, 0, 32 * MiB, 0, NULL), ISCSI_WB_WAIT);
+	/* 48 MiB free, but the oldest waiter's 32 MiB is kept */
 	for (int i = 0; i < 3; i++)
-		iscsi_wb_release(&b, &g[i]); /* 48 MiB free, but the oldest waiter's 32 MiB is kept */
+		iscsi_wb_release(&b, &g[i]);
 	for (int i = 0; i < 200; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		enum iscsi_wb_verdict v = iscsi_wb_admit(&b, &w[i], 0, 32 * MiB, 256 * KiB, NULL);
