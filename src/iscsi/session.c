@@ -109,21 +109,57 @@ static void task_finish(struct iscsi_task *t)
 	iscsi_task_put(t);
 }
 
+/*
+ * The buffer a task needs now: its whole transfer, or while it waits for
+ * write budget only what the initiator sends unasked (data_buf_grow adds
+ * the rest once the budget is granted).
+ */
+static uint32_t data_buf_need(const struct iscsi_task *t)
+{
+	return t->wb.waiting ? (uint32_t)HL_MIN(t->wb.charged, (uint64_t)t->edtl) : t->edtl;
+}
+
 /* @return 0, -ENOMEM, or -EBUSY when the connection already holds its share of buffers. */
 static int data_buf_alloc(struct iscsi_task *t)
 {
 	struct iscsi_conn *c = t->conn;
+	uint32_t len = data_buf_need(t);
 	void *p = NULL;
 
-	if (t->edtl == 0)
+	if (len == 0)
 		return 0;
-	if (c->buf_bytes + t->edtl > ISCSI_CONN_BUF_MAX)
+	if (c->buf_bytes + len > ISCSI_CONN_BUF_MAX)
 		return -EBUSY;
-	p = iscsi_buf_get(c, t->edtl, &t->buf_len);
+	p = iscsi_buf_get(c, len, &t->buf_len);
 	if (!p)
 		return -ENOMEM;
 	t->cmd.data = p;
 	c->buf_bytes += t->buf_len;
+	return 0;
+}
+
+/*
+ * A task that waited got its budget: move what arrived into a buffer for the
+ * whole transfer. Only while no PDU is being received into the old one.
+ */
+static int data_buf_grow(struct iscsi_task *t)
+{
+	struct iscsi_conn *c = t->conn;
+	uint32_t cap;
+	void *p;
+
+	if (t->cmd.data && t->buf_len >= t->edtl)
+		return 0;
+	p = iscsi_buf_get(c, t->edtl, &cap);
+	if (!p)
+		return -ENOMEM;
+	if (t->cmd.data) {
+		memcpy(p, t->cmd.data, t->received);
+		iscsi_buf_put(c, t->cmd.data, t->buf_len);
+	}
+	c->buf_bytes += cap - t->buf_len;
+	t->cmd.data = p;
+	t->buf_len = cap;
 	return 0;
 }
 
@@ -175,14 +211,27 @@ static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task
 	return v;
 }
 
-/* A deferred task asks again. @return true when it may have its R2Ts. */
+static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
+                                 uint8_t asc, uint8_t ascq);
+
+/*
+ * A deferred task asks again, once its unsolicited data is in (its buffer
+ * moves when granted). @return true when it may have its R2Ts; false when
+ * it waits on, or was answered for want of memory (t is gone then).
+ */
 static bool write_grant(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	if (!t->wb.waiting)
 		return true;
+	if (!t->unsol_done || t == c->rx_task || t == c->rx_dout)
+		return false;
 	if (!iscsi_wb_grant(&c->srv->wb, &t->wb))
 		return false;
 	c->wb_waiting--;
+	if (data_buf_grow(t) < 0) {
+		task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* no memory */
+		return false;
+	}
 	return true;
 }
 
@@ -203,10 +252,11 @@ static void write_retry(struct iscsi_conn *c)
 			task_finish(t); /* by another session's reset: its data will never come */
 			continue;
 		}
+		if (!t->unsol_done)
+			continue; /* asks when its unsolicited data is in (task_data_progress) */
 		if (!write_grant(c, t))
 			break;
-		if (t->unsol_done)
-			task_data_progress(c, t);
+		task_data_progress(c, t);
 	}
 }
 
@@ -517,13 +567,14 @@ static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
 		task_finish(t);
 		return;
 	}
+	/* a task waiting for write budget has a buffer for its unsolicited data only */
+	if (t->wb.waiting && (!t->unsol_done || !write_grant(c, t)))
+		return; /* its R2Ts wait (write_retry asks again) */
 	if (t->received >= t->edtl) {
 		task_exec(t);
 		return;
 	}
 	if (t->unsol_done) {
-		if (t->wb.waiting && !write_grant(c, t))
-			return; /* R2Ts wait for write budget (write_retry) */
 		if (t->r2t_next_offset < t->imm_len + t->unsol_received)
 			t->r2t_next_offset = t->imm_len + t->unsol_received;
 		r2t_issue(c, t);
@@ -721,7 +772,7 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 		task_set_full(c, t);
 		return 0;
 	}
-	if (!t->cmd.data && t->edtl) {
+	if (!t->cmd.data && data_buf_need(t)) {
 		rc = data_buf_alloc(t);
 		if (rc == -EBUSY) {
 			task_set_full(c, t);

@@ -1093,6 +1093,53 @@ static void test_write_budget(void)
 	teardown();
 }
 
+static void test_write_budget_unsolicited_waits(void)
+{
+	uint8_t buf[16384];
+	struct iscsi_wb_claim hog = {0}, hog2 = {0};
+	struct hl_iscsi_write_stats ws;
+
+	for (unsigned i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 31 + 5);
+	setup();
+	hl_iscsi_server_set_write_limit(srv, 32u << 20);
+	login_ok("MaxRecvDataSegmentLength=8192|InitialR2T=No|ImmediateData=Yes|"
+	         "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=1");
+	conn->params.initial_r2t = false;
+	/* 8 KiB left: room for the 8 KiB that comes unasked, not for the 16 KiB write */
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog2, 0, (16u << 20) - 8192, 0, NULL),
+	                ISCSI_WB_GO);
+	scsi_cmd(ISCSI_CMD_WRITE, 0x2a, 16384, buf, 4096);
+	data_out(ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0); /* its unsolicited data is taken, no R2T for the rest */
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.waiting, 1);
+	CU_ASSERT_EQUAL(ws.waiting_bytes, 8192);
+	CU_ASSERT_TRUE(conn->buf_bytes < 16384); /* a buffer for what came, not the transfer */
+	iscsi_wb_release(&srv->wb, &hog);
+	conn->wb_timer.fn(&conn->wb_timer);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 8192);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
+	uint32_t ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	data_out(ttt, 0, 8192, buf + 8192, 8192, true);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(last_write_len, 16384);
+	CU_ASSERT_EQUAL(memcmp(last_write, buf, 16384), 0); /* what came first was moved along */
+	iscsi_wb_release(&srv->wb, &hog2);
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.held, 0);
+	teardown();
+}
+
 static void test_write_budget_conn_close(void)
 {
 	struct iscsi_wb_claim hog = {0};
@@ -1820,6 +1867,7 @@ static const struct hl_test tests[] = {
     {"write: R2T generation", test_write_r2t},
     {"write: immediate + unsolicited + R2T", test_write_immediate_unsolicited},
     {"write: budget spent: TASK SET FULL, R2T deferred, window held", test_write_budget},
+    {"write: budget: unsolicited data taken while R2Ts wait", test_write_budget_unsolicited_waits},
     {"write: budget given back when the connection closes", test_write_budget_conn_close},
     {"write: bad DataSN rejected, session survives", test_data_out_errors},
     {"CmdSN window, NOP-Out during stalled I/O", test_cmdsn_window},
