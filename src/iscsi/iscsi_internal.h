@@ -38,7 +38,14 @@
 #define ISCSI_TX_HIGH          (32u << 20)  /* stop reading while more than this waits to be sent */
 #define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
 #define ISCSI_BUF_CLASSES      13           /* 4 KiB .. 16 MiB */
-#define ISCSI_WB_RETRY_MS      10 /* how often a connection's deferred R2Ts ask the budget again */
+/*
+ * How often a connection's deferred R2Ts ask the write budget again: every
+ * 10 ms while one of them is the oldest waiter (everyone else keeps room
+ * for it), otherwise backing off to 80 ms, so thousands of waiting
+ * connections cost little CPU.
+ */
+#define ISCSI_WB_RETRY_MS     10
+#define ISCSI_WB_RETRY_MAX_MS 80
 /*
  * Free data buffers a connection keeps for reuse, per size class and in all:
  * enough for 64 reads of 1 MiB in flight (with fewer, 1 MiB reads at queue
@@ -106,6 +113,8 @@ enum iscsi_wb_verdict iscsi_wb_admit(struct iscsi_wbudget *b, struct iscsi_wb_cl
                                      uint64_t *conn_limit);
 /** A waiting claim asks again. @return true when the whole need is charged now (or was). */
 bool iscsi_wb_grant(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl);
+/** Is cl the oldest waiter? */
+bool iscsi_wb_is_head(struct iscsi_wbudget *b, const struct iscsi_wb_claim *cl);
 /** Give back what cl charged (and leave the queue). Idempotent. */
 void iscsi_wb_release(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl);
 uint64_t iscsi_wb_conn_limit(struct iscsi_wbudget *b);
@@ -388,6 +397,7 @@ struct iscsi_conn {
 	unsigned wb_waiting;         /* its tasks waiting for write budget (R2T deferred) */
 	bool wb_window_closed;       /* last MaxCmdSN sent was held back */
 	struct hl_timer wb_timer;    /* retries the waiting tasks while wb_waiting */
+	unsigned wb_retry_ms;        /* its current period */
 	/* recently freed data buffers by size class (4 KiB << k): reused without page faults */
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
 	uint8_t buf_cached[ISCSI_BUF_CLASSES];

@@ -205,8 +205,10 @@ static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task
 	c->wb_promised += t->wb.need;
 	if (v == ISCSI_WB_WAIT) {
 		c->wb_waiting++;
-		if (c->reactor && !hl_timer_pending(&c->wb_timer))
-			hl_timer_start(c->reactor, &c->wb_timer, ISCSI_WB_RETRY_MS);
+		if (c->reactor && !hl_timer_pending(&c->wb_timer)) {
+			c->wb_retry_ms = ISCSI_WB_RETRY_MS;
+			hl_timer_start(c->reactor, &c->wb_timer, c->wb_retry_ms);
+		}
 	}
 	return v;
 }
@@ -216,29 +218,32 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 
 /*
  * A deferred task asks again, once its unsolicited data is in (its buffer
- * moves when granted). @return true when it may have its R2Ts; false when
- * it waits on, or was answered for want of memory (t is gone then).
+ * moves when granted). @return 1 when it may have its R2Ts, 0 when it waits
+ * on, -ENOMEM when it was answered for want of memory (t is gone then).
  */
-static bool write_grant(struct iscsi_conn *c, struct iscsi_task *t)
+static int write_grant(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	if (!t->wb.waiting)
-		return true;
+		return 1;
 	if (!t->unsol_done || t == c->rx_task || t == c->rx_dout)
-		return false;
+		return 0;
 	if (!iscsi_wb_grant(&c->srv->wb, &t->wb))
-		return false;
+		return 0;
 	c->wb_waiting--;
 	if (data_buf_grow(t) < 0) {
 		task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* no memory */
-		return false;
+		return -ENOMEM;
 	}
-	return true;
+	return 1;
 }
 
 static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t);
 
-/* Grant the connection's deferred tasks in their order, as far as the budget goes. */
-static void write_retry(struct iscsi_conn *c)
+/*
+ * Grant the connection's deferred tasks in their order, as far as the budget
+ * goes. @return true when a task that is still waiting is the oldest waiter.
+ */
+static bool write_retry(struct iscsi_conn *c)
 {
 	struct iscsi_task *t, *tmp;
 
@@ -254,10 +259,14 @@ static void write_retry(struct iscsi_conn *c)
 		}
 		if (!t->unsol_done)
 			continue; /* asks when its unsolicited data is in (task_data_progress) */
-		if (!write_grant(c, t))
-			break;
+		int rc = write_grant(c, t);
+		if (rc < 0)
+			continue;
+		if (rc == 0)
+			return iscsi_wb_is_head(&c->srv->wb, &t->wb);
 		task_data_progress(c, t);
 	}
+	return false;
 }
 
 void iscsi_wb_tick(struct hl_timer *tm)
@@ -266,9 +275,14 @@ void iscsi_wb_tick(struct hl_timer *tm)
 
 	iscsi_conn_enter(c);
 	if (c->state == CONN_FFP) {
-		write_retry(c);
+		unsigned before = c->wb_waiting;
+		bool head = write_retry(c);
+		if (head || c->wb_waiting < before)
+			c->wb_retry_ms = ISCSI_WB_RETRY_MS;
+		else if (c->wb_retry_ms < ISCSI_WB_RETRY_MAX_MS)
+			c->wb_retry_ms *= 2;
 		if (c->wb_waiting)
-			hl_timer_start(c->reactor, &c->wb_timer, ISCSI_WB_RETRY_MS);
+			hl_timer_start(c->reactor, &c->wb_timer, c->wb_retry_ms);
 	}
 	iscsi_conn_leave(c);
 }
@@ -568,8 +582,8 @@ static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
 		return;
 	}
 	/* a task waiting for write budget has a buffer for its unsolicited data only */
-	if (t->wb.waiting && (!t->unsol_done || !write_grant(c, t)))
-		return; /* its R2Ts wait (write_retry asks again) */
+	if (t->wb.waiting && (!t->unsol_done || write_grant(c, t) <= 0))
+		return; /* its R2Ts wait (write_retry asks again), or it was answered */
 	if (t->received >= t->edtl) {
 		task_exec(t);
 		return;

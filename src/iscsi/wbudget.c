@@ -203,6 +203,15 @@ bool iscsi_wb_grant(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl)
 	return ok;
 }
 
+bool iscsi_wb_is_head(struct iscsi_wbudget *b, const struct iscsi_wb_claim *cl)
+{
+	pthread_mutex_lock(&b->lock);
+	bool head = cl->waiting && !hl_list_empty(&b->waiters) &&
+	            hl_list_first(&b->waiters, struct iscsi_wb_claim, link) == cl;
+	pthread_mutex_unlock(&b->lock);
+	return head;
+}
+
 void iscsi_wb_release(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl)
 {
 	if (!cl->charged && !cl->waiting)

@@ -201,10 +201,14 @@ static void test_oldest_waiter_first(void)
 	fill(g, 4);
 	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &old, 0, 16 * MiB, 0, NULL), ISCSI_WB_WAIT);
 	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &young, 0, 1 * MiB, 0, NULL), ISCSI_WB_WAIT);
+	CU_ASSERT_TRUE(iscsi_wb_is_head(&b, &old));
+	CU_ASSERT_FALSE(iscsi_wb_is_head(&b, &young));
+	CU_ASSERT_FALSE(iscsi_wb_is_head(&b, &g[0]));
 	iscsi_wb_release(&b, &g[0]); /* 16 MiB free: exactly what the oldest needs */
 	CU_ASSERT_FALSE(iscsi_wb_grant(&b, &young));
 	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &newcomer, 0, 1 * MiB, 0, NULL), ISCSI_WB_WAIT);
 	CU_ASSERT_TRUE(iscsi_wb_grant(&b, &old));
+	CU_ASSERT_TRUE(iscsi_wb_is_head(&b, &young)); /* next in line */
 	iscsi_wb_release(&b, &g[1]);
 	CU_ASSERT_TRUE(iscsi_wb_grant(&b, &young));
 	CU_ASSERT_TRUE(iscsi_wb_grant(&b, &newcomer));
