@@ -112,7 +112,10 @@ void iscsi_wb_set_limit(struct iscsi_wbudget *b, uint64_t limit)
 
 /*
  * b->lock held. Does `more` fit for claim `cl` (NULL: a newcomer)? Unless
- * cl is the oldest waiter, the oldest waiter's remainder is kept free.
+ * cl is the oldest waiter, the oldest waiter's remainder is kept free. The
+ * oldest waiter always fits once no granted command holds anything (only
+ * waiters' unsolicited data): after the limit was lowered below what the
+ * waiters hold, the queue still drains, one command at a time.
  */
 static bool fits(const struct iscsi_wbudget *b, const struct iscsi_wb_claim *cl, uint64_t more)
 {
@@ -123,6 +126,8 @@ static bool fits(const struct iscsi_wbudget *b, const struct iscsi_wb_claim *cl,
 		    hl_list_first(&b->waiters, struct iscsi_wb_claim, link);
 		if (head != cl)
 			keep = head->need - head->charged;
+		else if (b->used == b->wait_charged)
+			return true;
 	}
 	return b->used + keep + more <= b->limit;
 }

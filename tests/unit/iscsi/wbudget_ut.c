@@ -273,6 +273,52 @@ static void test_lower_limit_keeps_charges(void)
 	iscsi_wb_fini(&b);
 }
 
+static void test_waiters_above_a_lowered_limit_drain(void)
+{
+	static struct iscsi_wb_claim g[16], w[400];
+	int waiting = 0, n = 0;
+
+	setup(256 * MiB);
+	fill(g, 16);
+	/* the oldest waiter sends nothing unasked; the budget keeps 16 MiB for it */
+	memset(&w[n], 0, sizeof(w[n]));
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &w[n++], 0, 16 * MiB, 0, NULL), ISCSI_WB_WAIT);
+	waiting++;
+	/* as granted writes finish, waiters with 256 KiB of unsolicited data pile up */
+	for (int k = 0; k < 4; k++) {
+		iscsi_wb_release(&b, &g[k]);
+		for (;;) {
+			CU_ASSERT_FATAL(n < 400);
+			memset(&w[n], 0, sizeof(w[n]));
+			enum iscsi_wb_verdict v =
+			    iscsi_wb_admit(&b, &w[n], 0, 16 * MiB, 256 * KiB, NULL);
+			CU_ASSERT_NOT_EQUAL(v, ISCSI_WB_GO);
+			n++;
+			if (v != ISCSI_WB_WAIT)
+				break;
+			waiting++;
+		}
+	}
+	CU_ASSERT_EQUAL(stats().waiting_bytes, 64 * MiB); /* the quarter */
+	/* the limit drops below what the waiters hold; the granted finish */
+	iscsi_wb_set_limit(&b, 32 * MiB);
+	for (int i = 4; i < 16; i++)
+		iscsi_wb_release(&b, &g[i]);
+	/* the queue still drains, oldest first */
+	int granted = 0;
+	for (int i = 0; i < n; i++) {
+		if (!w[i].waiting)
+			continue;
+		CU_ASSERT_TRUE_FATAL(iscsi_wb_grant(&b, &w[i]));
+		granted++;
+		iscsi_wb_release(&b, &w[i]);
+	}
+	CU_ASSERT_EQUAL(granted, waiting);
+	CU_ASSERT_EQUAL(stats().held, 0);
+	CU_ASSERT_EQUAL(stats().waiting, 0);
+	iscsi_wb_fini(&b);
+}
+
 static const struct hl_test tests[] = {
     {"a granted WRITE charges its whole transfer", test_go_charges_whole_transfer},
     {"the per-connection cap answers TASK SET FULL", test_conn_cap_is_task_set_full},
@@ -284,6 +330,7 @@ static const struct hl_test tests[] = {
     {"a waiter released leaves the queue", test_release_while_waiting},
     {"limits: default, minimum, per connection", test_limits},
     {"a lower limit keeps what is charged", test_lower_limit_keeps_charges},
+    {"waiters above a lowered limit still drain", test_waiters_above_a_lowered_limit_drain},
     {NULL, NULL},
 };
 
