@@ -3,7 +3,8 @@
  * and (later) writing back. Errors name file:line and what is wrong; unknown
  * sections and keys are errors.
  *
- *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads
+ *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads,
+ *                   poll_us, discovery CHAP, write_buffer_limit
  *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...,
  *                   origin_chap_user, origin_chap_secret[_file], origin_mutual_user/_secret
  *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer,
@@ -97,6 +98,9 @@ struct hl_conf_target {
 /* [global] poll_us when unset: see hl_reactor_set_poll_us and hotlun.conf(5). */
 #define HL_CONF_POLL_US_DEFAULT 50
 #define HL_CONF_POLL_US_MAX     1000
+/* [global] write_buffer_limit: at least twice the largest transfer (HL_ISCSI_WRITE_LIMIT_MIN) */
+#define HL_CONF_WRITE_BUFFER_MIN (32ull << 20)
+#define HL_CONF_WRITE_BUFFER_MAX (1ull << 50)
 
 struct hl_conf {
 	char *path;            /* file it came from, or "<builtin>" */
@@ -107,6 +111,7 @@ struct hl_conf {
 	int log_level;         /* HL_LOG_* */
 	unsigned threads;      /* reactor threads, 0 = one per core */
 	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
+	uint64_t write_buffer_limit; /* bytes of unfinished WRITE data, 0: unset (from RAM) */
 	char *discovery_chap_user, *discovery_chap_secret;
 	struct hl_conf_disk *disks;
 	size_t n_disks;

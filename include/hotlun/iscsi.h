@@ -56,7 +56,14 @@ struct hl_iscsi_server_config {
 	uint32_t nop_timeout_s;        /* drop the connection when a ping is unanswered */
 	/** Discovery CHAP; empty = discovery without authentication. */
 	struct hl_iscsi_chap discovery_chap;
+	/** Write buffer budget in bytes, 0 = the default (see hl_iscsi_server_set_write_limit). */
+	uint64_t write_buffer_limit;
 };
+
+/* Write buffer budget bounds ([global] write_buffer_limit, hotlun.conf(5)). */
+#define HL_ISCSI_WRITE_LIMIT_MIN         (32ull << 20) /* twice the largest transfer */
+#define HL_ISCSI_WRITE_LIMIT_DEFAULT_MIN (256ull << 20)
+#define HL_ISCSI_WRITE_LIMIT_DEFAULT_MAX (8ull << 30)
 
 /** @return 0 or -errno. */
 int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_iscsi_server **out);
@@ -166,6 +173,31 @@ struct hl_iscsi_auth_stats {
 
 /** Read the authentication counters. Any thread. */
 void hl_iscsi_auth_stats_get(struct hl_iscsi_server *srv, struct hl_iscsi_auth_stats *out);
+
+/**
+ * Bytes of WRITE data that unfinished commands of all connections may hold
+ * together; 0 = 1/8 of physical memory within [256 MiB, 8 GiB]; values
+ * below HL_ISCSI_WRITE_LIMIT_MIN are raised to it. One connection may hold
+ * a quarter of it (at least one largest transfer, at most 256 MiB). Any
+ * thread; commands already admitted keep what they hold.
+ */
+void hl_iscsi_server_set_write_limit(struct hl_iscsi_server *srv, uint64_t bytes);
+
+/** What the write buffer budget shows (control socket stats). */
+struct hl_iscsi_write_stats {
+	uint64_t limit;         /* bytes */
+	uint64_t conn_limit;    /* bytes one connection may claim */
+	uint64_t held;          /* bytes charged by unfinished WRITEs now */
+	uint64_t peak;          /* highest held since start */
+	uint64_t waiting;       /* WRITEs whose R2Ts wait for budget now */
+	uint64_t waiting_bytes; /* bytes those hold (their unsolicited data) */
+	uint64_t r2t_deferred;  /* WRITEs that had to wait, since start */
+	uint64_t task_set_full; /* WRITEs answered TASK SET FULL, since start */
+	uint64_t window_closed; /* responses whose MaxCmdSN was held back, since start */
+};
+
+/** Any thread. */
+void hl_iscsi_write_stats(struct hl_iscsi_server *srv, struct hl_iscsi_write_stats *out);
 
 /** Close portals, end every session (waiting for in-flight commands), free. Main thread. */
 void hl_iscsi_server_destroy(struct hl_iscsi_server *srv);

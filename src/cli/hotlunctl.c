@@ -462,6 +462,19 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			       (unsigned long long)jdelta(cache, pc, "origin_errors"));
 	}
 	printf("\nsessions: %llu\n", (unsigned long long)jint(r, "sessions"));
+	json_t *wb = json_object_get(r, "write_buffers");
+	if (wb) {
+		json_t *pwb = prev ? json_object_get(prev, "write_buffers") : NULL;
+		char held[32], peak[32], lim[32];
+		printf("write buffers: %s held by unfinished WRITEs (peak %s) of %s; %llu waiting "
+		       "for R2T; %llu deferred, %llu TASK SET FULL%s\n",
+		       hl_format_size(jint(wb, "held_bytes"), held, sizeof(held)),
+		       hl_format_size(jint(wb, "peak_bytes"), peak, sizeof(peak)),
+		       hl_format_size(jint(wb, "limit"), lim, sizeof(lim)),
+		       (unsigned long long)jint(wb, "waiting"),
+		       (unsigned long long)jdelta(wb, pwb, "r2t_deferred"),
+		       (unsigned long long)jdelta(wb, pwb, "task_set_full"), span);
+	}
 }
 
 static int cmd_stats(const char *path, int argc, char **argv)

@@ -296,6 +296,16 @@ static int global_key(struct parser *p, const char *key, const char *v)
 			c->poll_us = (int)us;
 		return rc;
 	}
+	if (strcmp(key, "write_buffer_limit") == 0) {
+		uint64_t x;
+		if (hl_parse_size(v, &x) || x < HL_CONF_WRITE_BUFFER_MIN || x > HL_CONF_WRITE_BUFFER_MAX)
+			return perr(p,
+				    "write_buffer_limit: '%s' is not a size of at least 32M (twice "
+				    "the largest transfer)",
+				    v);
+		c->write_buffer_limit = x;
+		return 0;
+	}
 	if (strcmp(key, "discovery_chap_user") == 0)
 		return set_str(p, &c->discovery_chap_user, v);
 	if (strcmp(key, "discovery_chap_secret") == 0) {
@@ -1068,6 +1078,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		snprintf(num, sizeof(num), "%d", c->poll_us);
 		put_kv(f, "poll_us", num);
 	}
+	if (c->write_buffer_limit)
+		put_size(f, "write_buffer_limit", c->write_buffer_limit);
 	put_opt(f, "discovery_chap_user", c->discovery_chap_user);
 	put_opt(f, "discovery_chap_secret", c->discovery_chap_secret);
 
@@ -1362,6 +1374,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "poll_us") == 0) {
 			c->poll_us = -1;
+			return 0;
+		}
+		if (strcmp(key, "write_buffer_limit") == 0) {
+			c->write_buffer_limit = 0;
 			return 0;
 		}
 		return perr(&p, "%s cannot be unset", key);

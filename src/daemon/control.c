@@ -506,6 +506,9 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "control_socket", c->control_socket);
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
+		struct hl_iscsi_write_stats ws;
+		hl_iscsi_write_stats(d->server, &ws);
+		json_object_set_new(o, "write_buffer_limit", json_integer((json_int_t)ws.limit));
 		/* by name, as set and the file take it */
 		put_str(o, "log_level", hl_log_level_name(c->log_level));
 		put_str(o, "discovery_chap_user", c->discovery_chap_user);
@@ -990,10 +993,20 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 	int n = hl_iscsi_sessions_list(d->server, session_json_cb, list);
 	struct hl_iscsi_auth_stats auth;
 	hl_iscsi_auth_stats_get(d->server, &auth);
-	*result = json_pack("{s:o, s:i, s:o, s:o, s:{s:I, s:I}}", "disks", disks, "sessions", n,
-			    "session_list", list, "caches", daemon_cache_stats_json(), "iscsi",
+	struct hl_iscsi_write_stats ws;
+	hl_iscsi_write_stats(d->server, &ws);
+	json_t *wb = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "limit",
+			       (json_int_t)ws.limit, "conn_limit", (json_int_t)ws.conn_limit,
+			       "held_bytes", (json_int_t)ws.held, "peak_bytes", (json_int_t)ws.peak,
+			       "waiting", (json_int_t)ws.waiting, "waiting_bytes",
+			       (json_int_t)ws.waiting_bytes, "r2t_deferred",
+			       (json_int_t)ws.r2t_deferred, "task_set_full",
+			       (json_int_t)ws.task_set_full, "window_closed",
+			       (json_int_t)ws.window_closed);
+	*result = json_pack("{s:o, s:i, s:o, s:o, s:{s:I, s:I}, s:o}", "disks", disks, "sessions",
+			    n, "session_list", list, "caches", daemon_cache_stats_json(), "iscsi",
 			    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",
-			    (json_int_t)auth.chap_throttled);
+			    (json_int_t)auth.chap_throttled, "write_buffers", wb);
 	return 0;
 }
 

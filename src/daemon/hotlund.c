@@ -176,7 +176,18 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	sc.nop_interval_s = 30;
 	sc.nop_timeout_s = 30;
 	daemon_discovery_chap(loaded, &sc.discovery_chap);
-	return hl_iscsi_server_create(&sc, &d->server);
+	sc.write_buffer_limit = loaded->write_buffer_limit;
+	rc = hl_iscsi_server_create(&sc, &d->server);
+	if (rc == 0) {
+		struct hl_iscsi_write_stats ws;
+		hl_iscsi_write_stats(d->server, &ws);
+		HL_NOTICE("daemon",
+		          "write buffer limit %llu MiB for unfinished WRITEs (%llu MiB per "
+		          "connection)%s",
+		          (unsigned long long)(ws.limit >> 20), (unsigned long long)(ws.conn_limit >> 20),
+		          sc.write_buffer_limit ? "" : ", the default from physical memory");
+	}
+	return rc;
 }
 
 /* Takes loaded. */

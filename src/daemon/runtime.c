@@ -584,6 +584,14 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		HL_NOTICE("daemon", "discovery CHAP %s for new discovery logins",
 		          next->discovery_chap_user ? "required" : "no longer required");
 	}
+	if (next->write_buffer_limit != cur->write_buffer_limit) {
+		struct hl_iscsi_write_stats ws;
+		hl_iscsi_server_set_write_limit(d->server, next->write_buffer_limit);
+		hl_iscsi_write_stats(d->server, &ws);
+		HL_NOTICE("daemon", "write buffer limit %llu bytes (%llu per connection)%s",
+		          (unsigned long long)ws.limit, (unsigned long long)ws.conn_limit,
+		          next->write_buffer_limit ? "" : ", the default from physical memory");
+	}
 	if (daemon_poll_us(next) != daemon_poll_us(cur))
 		for (unsigned i = 0; i < d->n_reactors; i++)
 			hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(next));

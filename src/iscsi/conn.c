@@ -336,6 +336,19 @@ void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 		c->stat_sn++;
 	if (c->sess) {
 		uint32_t max = iscsi_conn_max_cmd_sn(c);
+		bool closed = iscsi_wb_window_closed(c);
+		if (closed) {
+			/*
+			 * No new slots while its writes hold the budget: a zero window
+			 * now, which the initiator reads as "no more than before" (it
+			 * ignores a MaxCmdSN below one it has seen). What was advertised
+			 * stays valid (iscsi_conn_window_end).
+			 */
+			max = c->sess->exp_cmd_sn - 1;
+			if (!c->wb_window_closed)
+				atomic_fetch_add(&c->srv->wb.window_closed, 1);
+		}
+		c->wb_window_closed = closed;
 		bhs_put32(h, 28, c->sess->exp_cmd_sn);
 		bhs_put32(h, 32, max);
 		if (!c->max_cmd_sn_told || sn_lt(c->max_cmd_sn_sent, max)) {
@@ -465,6 +478,7 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	c->text.ttt = ISCSI_RSVD_TAG;
 	hl_timer_init(&c->login_timer, login_timeout, c);
 	hl_timer_init(&c->nop_timer, nop_tick, c);
+	hl_timer_init(&c->wb_timer, iscsi_wb_tick, c);
 	if (fd >= 0) {
 		sl = sizeof(c->local);
 		getsockname(fd, (struct sockaddr *)&c->local, &sl);
@@ -528,6 +542,7 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	}
 	hl_timer_stop(&c->login_timer);
 	hl_timer_stop(&c->nop_timer);
+	hl_timer_stop(&c->wb_timer);
 	while (!hl_list_empty(&c->txq)) {
 		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
 		hl_list_del(&tx->link);
@@ -595,6 +610,7 @@ void *iscsi_buf_get(struct iscsi_conn *c, uint32_t len, uint32_t *cap)
 	if (c->buf_cached[k]) {
 		p = c->buf_cache[k][--c->buf_cached[k]];
 		c->buf_cache_bytes -= size;
+		atomic_fetch_sub(&c->srv->wb.buf_cache_total, size);
 	} else if (posix_memalign(&p, 4096, size) != 0) {
 		return NULL;
 	}
@@ -606,9 +622,14 @@ void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap)
 {
 	unsigned k = buf_class(cap);
 
+	/* kept buffers are resident memory too: all connections together keep at most
+	 * half the write buffer budget (an idle connection cannot park 64 MiB each) */
+	struct iscsi_wbudget *wb = &c->srv->wb;
 	if (c->state != CONN_CLOSED && (4096u << k) == cap &&
 	    c->buf_cached[k] < ISCSI_BUF_CACHE_DEPTH &&
-	    c->buf_cache_bytes + cap <= ISCSI_BUF_CACHE_MAX) {
+	    c->buf_cache_bytes + cap <= ISCSI_BUF_CACHE_MAX &&
+	    atomic_load(&wb->buf_cache_total) + cap <= atomic_load(&wb->buf_cache_max)) {
+		atomic_fetch_add(&wb->buf_cache_total, cap);
 		c->buf_cache[k][c->buf_cached[k]++] = p;
 		c->buf_cache_bytes += cap;
 		return;
@@ -622,6 +643,7 @@ void iscsi_conn_buf_trim(struct iscsi_conn *c)
 		while (c->buf_cached[k])
 			free(c->buf_cache[k][--c->buf_cached[k]]);
 	}
+	atomic_fetch_sub(&c->srv->wb.buf_cache_total, c->buf_cache_bytes);
 	c->buf_cache_bytes = 0;
 }
 
@@ -632,6 +654,7 @@ void iscsi_task_put(struct iscsi_task *t)
 
 	if (--t->refs > 0)
 		return;
+	iscsi_task_wb_release(t); /* normally gone already (task_deactivate) */
 	hl_list_del(&t->link);
 	if (t->cmd.data)
 		iscsi_buf_put(c, t->cmd.data, t->buf_len);

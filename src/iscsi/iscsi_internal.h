@@ -13,6 +13,7 @@
 #define HL_ISCSI_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -39,6 +40,14 @@
 #define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
 #define ISCSI_BUF_CLASSES      13           /* 4 KiB .. 16 MiB */
 /*
+ * How often a connection's deferred R2Ts ask the write budget again: every
+ * 10 ms while one of them is the oldest waiter (everyone else keeps room
+ * for it), otherwise backing off to 80 ms, so thousands of waiting
+ * connections cost little CPU.
+ */
+#define ISCSI_WB_RETRY_MS     10
+#define ISCSI_WB_RETRY_MAX_MS 80
+/*
  * Free data buffers a connection keeps for reuse, per size class and in all:
  * enough for 64 reads of 1 MiB in flight (with fewer, 1 MiB reads at queue
  * depth 16 or 32 paid a fresh, page-faulting allocation for most commands
@@ -50,6 +59,72 @@
 
 struct iscsi_conn;
 struct iscsi_task;
+
+/*
+ * The write buffer budget (wbudget.c): bytes of WRITE data held by commands
+ * that have not finished, over all connections and reactors.
+ */
+struct iscsi_wb_claim {
+	struct hl_list link; /* budget->waiters while waiting (budget lock) */
+	uint64_t need;       /* the whole transfer, 4 KiB rounded (0: no claim) */
+	uint64_t charged;    /* bytes counted in budget->used (budget lock) */
+	bool waiting;        /* queued for the rest of need (budget lock) */
+};
+
+struct iscsi_wbudget {
+	pthread_mutex_t lock;
+	uint64_t limit;         /* lock */
+	uint64_t conn_limit;    /* lock: what one connection's unfinished writes may claim */
+	uint64_t used;          /* lock: bytes charged */
+	uint64_t peak;          /* lock */
+	uint64_t wait_charged;  /* lock: bytes charged by waiting claims (<= limit / 4) */
+	unsigned n_waiting;     /* lock */
+	struct hl_list waiters; /* lock: claims waiting for R2T budget, oldest first */
+	uint64_t deferred;      /* lock: WRITEs whose R2Ts waited */
+	uint64_t task_set_full; /* lock: WRITEs answered TASK SET FULL */
+	atomic_uint_fast64_t window_closed; /* responses that held MaxCmdSN back */
+	atomic_bool pressure;               /* someone waits, or 7/8 of the limit is spent */
+	/* data buffers kept for reuse by all connections (conn.c): at most half the limit */
+	atomic_uint_fast64_t buf_cache_total;
+	atomic_uint_fast64_t buf_cache_max;
+};
+
+enum iscsi_wb_verdict {
+	ISCSI_WB_GO = 0, /* the whole transfer is charged */
+	ISCSI_WB_WAIT,   /* the unasked part is charged; R2Ts wait for iscsi_wb_grant */
+	ISCSI_WB_FULL,   /* nothing charged: answer TASK SET FULL */
+};
+
+/** limit 0: the default from physical memory. */
+void iscsi_wb_init(struct iscsi_wbudget *b, uint64_t limit);
+void iscsi_wb_fini(struct iscsi_wbudget *b);
+/** Change the limit (0: default); claims already charged stay. */
+void iscsi_wb_set_limit(struct iscsi_wbudget *b, uint64_t limit);
+/** 1/8 of phys, clamped to [HL_ISCSI_WRITE_LIMIT_DEFAULT_MIN, ..._DEFAULT_MAX]. */
+uint64_t iscsi_wb_default_limit(uint64_t phys);
+/** The per-connection cap for a budget: limit / 4 within [HL_SCSI_MAX_XFER, ISCSI_CONN_BUF_MAX]. */
+uint64_t iscsi_wb_conn_limit_for(uint64_t limit);
+/**
+ * A WRITE of `need` bytes arrives, of which the initiator sends `unasked`
+ * without R2T; its connection's claims already promise `conn_promised`
+ * bytes. Fills cl (caller keeps it; it must stay put while charged).
+ */
+enum iscsi_wb_verdict iscsi_wb_admit(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl,
+                                     uint64_t conn_promised, uint64_t need, uint64_t unasked,
+                                     uint64_t *conn_limit);
+/** A waiting claim asks again. @return true when the whole need is charged now (or was). */
+bool iscsi_wb_grant(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl);
+/** Is cl the oldest waiter? */
+bool iscsi_wb_is_head(struct iscsi_wbudget *b, const struct iscsi_wb_claim *cl);
+/** Give back what cl charged (and leave the queue). Idempotent. */
+void iscsi_wb_release(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl);
+uint64_t iscsi_wb_conn_limit(struct iscsi_wbudget *b);
+void iscsi_wb_stats(struct iscsi_wbudget *b, struct hl_iscsi_write_stats *out);
+/** Cheap, unlocked: is the budget under pressure (close windows of connections holding data)? */
+static inline bool iscsi_wb_pressure(struct iscsi_wbudget *b)
+{
+	return atomic_load_explicit(&b->pressure, memory_order_relaxed);
+}
 
 struct iscsi_target {
 	struct hl_list link; /* srv->targets, under srv->lock */
@@ -97,6 +172,7 @@ struct hl_iscsi_server {
 	bool stopping;                  /* lock */
 	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
 	unsigned pending_calls;         /* lock: destroy waits for these */
+	struct iscsi_wbudget wb;        /* its own lock */
 };
 
 /* One entry of a connection's send queue: header, data, pad+digest. */
@@ -160,8 +236,9 @@ struct iscsi_task {
 	unsigned r2t_active;
 	struct iscsi_r2t r2t[ISCSI_MAX_R2T];
 	/* read side */
-	uint32_t datasn;  /* next Data-In DataSN */
-	uint32_t buf_len; /* bytes allocated for cmd.data */
+	uint32_t datasn;          /* next Data-In DataSN */
+	uint32_t buf_len;         /* bytes allocated for cmd.data */
+	struct iscsi_wb_claim wb; /* write budget (need 0: none) */
 	uint8_t sense_buf[2 + HL_SENSE_MAX];
 };
 
@@ -320,6 +397,13 @@ struct iscsi_conn {
 	unsigned busy;               /* entry points running: defer free and flush */
 	uint64_t tx_bytes;           /* bytes queued, not yet sent */
 	uint64_t buf_bytes;          /* data buffers held by this connection's tasks */
+	uint64_t wb_promised;        /* write budget claimed by this connection's tasks */
+	uint64_t wb_conn_limit;      /* the budget's per-connection cap, as of the last WRITE */
+	bool rx_wb_full;             /* the arriving SCSI Command was refused write budget */
+	unsigned wb_waiting;         /* its tasks waiting for write budget (R2T deferred) */
+	bool wb_window_closed;       /* last MaxCmdSN sent was held back */
+	struct hl_timer wb_timer;    /* retries the waiting tasks while wb_waiting */
+	unsigned wb_retry_ms;        /* its current period */
 	/* recently freed data buffers by size class (4 KiB << k): reused without page faults */
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
 	uint8_t buf_cached[ISCSI_BUF_CLASSES];
@@ -381,6 +465,14 @@ void *iscsi_buf_get(struct iscsi_conn *c, uint32_t len, uint32_t *cap);
 void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap);
 /** Free the buffers kept for reuse (those in use stay). */
 void iscsi_conn_buf_trim(struct iscsi_conn *c);
+
+/* ---- session.c: the write budget's connection side ---- */
+/** Give back the task's write budget claim (idempotent). */
+void iscsi_task_wb_release(struct iscsi_task *t);
+/** Should MaxCmdSN stop opening (the connection holds much write data, or the budget is short)? */
+bool iscsi_wb_window_closed(struct iscsi_conn *c);
+/** c->wb_timer: ask the budget again for the connection's deferred R2Ts. */
+void iscsi_wb_tick(struct hl_timer *tm);
 
 /* ---- login.c ---- */
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);

@@ -49,6 +49,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->discovery_chap = cfg->discovery_chap;
 	iscsi_params_limits_default(&srv->lim);
 	chap_guard_init(&srv->chap_guard);
+	iscsi_wb_init(&srv->wb, cfg->write_buffer_limit);
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	hl_list_init(&srv->targets);
@@ -721,6 +722,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 		hl_list_del(&t->link);
 		iscsi_target_free(t);
 	}
+	iscsi_wb_fini(&srv->wb);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);
 	chap_guard_fini(&srv->chap_guard);

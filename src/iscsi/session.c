@@ -77,6 +77,9 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	memset(t->r2t, 0, sizeof(t->r2t));
 	t->datasn = 0;
 	t->buf_len = 0;
+	t->wb.need = 0;
+	t->wb.charged = 0;
+	t->wb.waiting = false;
 	hl_list_add_tail(&c->tasks, &t->link);
 	hl_list_add_tail(&c->itt_hash[itt_bucket(t->itt)], &t->hash_link);
 	c->ntasks++;
@@ -87,6 +90,8 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 /* The task leaves the active set: its CmdSN slot opens before its response is built. */
 static void task_deactivate(struct iscsi_task *t)
 {
+	/* likewise its write budget, so the response can reopen a window the budget closed */
+	iscsi_task_wb_release(t);
 	if (t->state != TASK_DONE) {
 		t->state = TASK_DONE;
 		hl_list_del(&t->hash_link);
@@ -104,22 +109,197 @@ static void task_finish(struct iscsi_task *t)
 	iscsi_task_put(t);
 }
 
+/*
+ * The buffer a task needs now: its whole transfer, or while it waits for
+ * write budget only what the initiator sends unasked (data_buf_grow adds
+ * the rest once the budget is granted).
+ */
+static uint32_t data_buf_need(const struct iscsi_task *t)
+{
+	return t->wb.waiting ? (uint32_t)HL_MIN(t->wb.charged, (uint64_t)t->edtl) : t->edtl;
+}
+
 /* @return 0, -ENOMEM, or -EBUSY when the connection already holds its share of buffers. */
 static int data_buf_alloc(struct iscsi_task *t)
 {
 	struct iscsi_conn *c = t->conn;
+	uint32_t len = data_buf_need(t);
 	void *p = NULL;
 
-	if (t->edtl == 0)
+	if (len == 0)
 		return 0;
-	if (c->buf_bytes + t->edtl > ISCSI_CONN_BUF_MAX)
+	if (c->buf_bytes + len > ISCSI_CONN_BUF_MAX)
 		return -EBUSY;
-	p = iscsi_buf_get(c, t->edtl, &t->buf_len);
+	p = iscsi_buf_get(c, len, &t->buf_len);
 	if (!p)
 		return -ENOMEM;
 	t->cmd.data = p;
 	c->buf_bytes += t->buf_len;
 	return 0;
+}
+
+/*
+ * A task that waited got its budget: move what arrived into a buffer for the
+ * whole transfer. Only while no PDU is being received into the old one.
+ */
+static int data_buf_grow(struct iscsi_task *t)
+{
+	struct iscsi_conn *c = t->conn;
+	uint32_t cap;
+	void *p;
+
+	if (t->cmd.data && t->buf_len >= t->edtl)
+		return 0;
+	p = iscsi_buf_get(c, t->edtl, &cap);
+	if (!p)
+		return -ENOMEM;
+	if (t->cmd.data) {
+		memcpy(p, t->cmd.data, t->received);
+		iscsi_buf_put(c, t->cmd.data, t->buf_len);
+	}
+	c->buf_bytes += cap - t->buf_len;
+	t->cmd.data = p;
+	t->buf_len = cap;
+	return 0;
+}
+
+/* ---- write buffer budget (wbudget.c has the accounting) ---- */
+
+void iscsi_task_wb_release(struct iscsi_task *t)
+{
+	struct iscsi_conn *c = t->conn;
+
+	if (!t->wb.need)
+		return;
+	if (t->wb.waiting)
+		c->wb_waiting--;
+	iscsi_wb_release(&c->srv->wb, &t->wb);
+	c->wb_promised -= t->wb.need;
+	t->wb.need = 0;
+}
+
+/*
+ * A WRITE asks the budget for its transfer. `final`: the F bit (no
+ * unsolicited Data-Out follows), `imm`: immediate data bytes. What the
+ * initiator sends unasked must be taken or the command refused; the rest
+ * arrives only when we send R2Ts, so the command may wait for it.
+ */
+static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task *t, bool final,
+                                         uint32_t imm)
+{
+	uint64_t unasked = final ? imm : HL_MIN(c->params.first_burst_length, t->edtl);
+	enum iscsi_wb_verdict v;
+
+	if (unasked < imm)
+		unasked = imm;
+	v = iscsi_wb_admit(&c->srv->wb, &t->wb, c->wb_promised, t->edtl, unasked,
+	                   &c->wb_conn_limit);
+	if (v == ISCSI_WB_FULL) {
+		HL_LOG_RL(HL_LOG_NOTICE, ISCSI_LOG,
+		          "%s: WRITE itt 0x%x of %u bytes: write buffer budget spent (this "
+		          "connection claims %llu of %llu bytes), TASK SET FULL",
+		          c->peer_str, t->itt, t->edtl, (unsigned long long)c->wb_promised,
+		          (unsigned long long)c->wb_conn_limit);
+		return v;
+	}
+	c->wb_promised += t->wb.need;
+	if (v == ISCSI_WB_WAIT) {
+		c->wb_waiting++;
+		if (c->reactor && !hl_timer_pending(&c->wb_timer)) {
+			c->wb_retry_ms = ISCSI_WB_RETRY_MS;
+			hl_timer_start(c->reactor, &c->wb_timer, c->wb_retry_ms);
+		}
+	}
+	return v;
+}
+
+static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
+                                 uint8_t asc, uint8_t ascq);
+
+/*
+ * A deferred task asks again, once its unsolicited data is in (its buffer
+ * moves when granted). @return 1 when it may have its R2Ts, 0 when it waits
+ * on, -ENOMEM when it was answered for want of memory (t is gone then).
+ */
+static int write_grant(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	if (!t->wb.waiting)
+		return 1;
+	if (!t->unsol_done || t == c->rx_task || t == c->rx_dout)
+		return 0;
+	if (!iscsi_wb_grant(&c->srv->wb, &t->wb))
+		return 0;
+	c->wb_waiting--;
+	if (data_buf_grow(t) < 0) {
+		task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* no memory */
+		return -ENOMEM;
+	}
+	return 1;
+}
+
+static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t);
+
+/*
+ * Grant the connection's deferred tasks in their order, as far as the budget
+ * goes. @return true when a task that is still waiting is the oldest waiter.
+ */
+static bool write_retry(struct iscsi_conn *c)
+{
+	struct iscsi_task *t, *tmp;
+
+	hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
+	{
+		if (!c->wb_waiting)
+			break;
+		if (t->state != TASK_DATA_OUT || !t->wb.waiting)
+			continue;
+		if (t->aborted) {
+			task_finish(t); /* by another session's reset: its data will never come */
+			continue;
+		}
+		if (!t->unsol_done)
+			continue; /* asks when its unsolicited data is in (task_data_progress) */
+		int rc = write_grant(c, t);
+		if (rc < 0)
+			continue;
+		if (rc == 0)
+			return iscsi_wb_is_head(&c->srv->wb, &t->wb);
+		task_data_progress(c, t);
+	}
+	return false;
+}
+
+void iscsi_wb_tick(struct hl_timer *tm)
+{
+	struct iscsi_conn *c = tm->arg;
+
+	iscsi_conn_enter(c);
+	if (c->state == CONN_FFP) {
+		unsigned before = c->wb_waiting;
+		bool head = write_retry(c);
+		if (head || c->wb_waiting < before)
+			c->wb_retry_ms = ISCSI_WB_RETRY_MS;
+		else if (c->wb_retry_ms < ISCSI_WB_RETRY_MAX_MS)
+			c->wb_retry_ms *= 2;
+		if (c->wb_waiting)
+			hl_timer_start(c->reactor, &c->wb_timer, c->wb_retry_ms);
+	}
+	iscsi_conn_leave(c);
+}
+
+/*
+ * A connection whose unfinished writes claim half its cap, or that holds any
+ * while the budget is short, gets no new CmdSN slots: its MaxCmdSN stays
+ * where it was until those writes finish (their responses reopen it), so a
+ * well-behaved initiator stops sending WRITEs that would meet TASK SET FULL.
+ */
+bool iscsi_wb_window_closed(struct iscsi_conn *c)
+{
+	if (!c->wb_promised)
+		return false;
+	if (c->wb_waiting || 2 * c->wb_promised >= c->wb_conn_limit)
+		return true;
+	return iscsi_wb_pressure(&c->srv->wb);
 }
 
 /* ---- CmdSN window ---- */
@@ -281,6 +461,20 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 	task_finish(t);
 }
 
+/*
+ * TASK SET FULL: no buffer for it now (the connection's or the server's
+ * write budget, or the connection's buffers); the initiator retries once
+ * earlier commands are done. Data-Out that follows finds no task and is dropped.
+ */
+static void task_set_full(struct iscsi_conn *c, struct iscsi_task *t)
+{
+	t->cmd.data_in = false;
+	t->cmd.status = HL_SAM_TASK_SET_FULL;
+	task_deactivate(t);
+	send_scsi_rsp(c, t);
+	iscsi_task_put(t);
+}
+
 /* ---- SCSI command completion ---- */
 
 static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
@@ -318,6 +512,8 @@ static void task_done(struct hl_scsi_cmd *cmd)
 		task_respond(c, t);
 		task_finish(t);
 	}
+	if (c->wb_waiting && c->state == CONN_FFP)
+		write_retry(c); /* its budget came back: this connection's deferred R2Ts first */
 	if (c->logout_pending && c->nexec == 0 && c->state == CONN_LOGOUT)
 		logout_respond(c);
 	iscsi_conn_leave(c);
@@ -388,6 +584,9 @@ static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
 		task_finish(t);
 		return;
 	}
+	/* a task waiting for write budget has a buffer for its unsolicited data only */
+	if (t->wb.waiting && (!t->unsol_done || write_grant(c, t) <= 0))
+		return; /* its R2Ts wait (write_retry asks again), or it was answered */
 	if (t->received >= t->edtl) {
 		task_exec(t);
 		return;
@@ -414,6 +613,7 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 	c->rx_task = NULL;
 	c->rx_dout = NULL;
 	c->rx_dout_reject = 0;
+	c->rx_wb_full = false;
 	if (rx->dsl == 0)
 		return 0;
 	if (op == ISCSI_OP_SCSI_CMD) {
@@ -427,6 +627,11 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 		struct iscsi_task *t = task_alloc(c, h);
 		if (!t)
 			return -ENOMEM;
+		if (write_admit(c, t, bhs_flags(h) & ISCSI_FLAG_FINAL, rx->dsl) == ISCSI_WB_FULL) {
+			task_finish(t);
+			c->rx_wb_full = true; /* the handler answers TASK SET FULL */
+			return 0;
+		}
 		if (data_buf_alloc(t) < 0) {
 			task_finish(t);
 			return -ENOMEM;
@@ -579,15 +784,15 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	}
 	if (!(w || r))
 		t->edtl = 0;
-	if (!t->cmd.data && t->edtl) {
+	if (w && t->edtl && !t->wb.need &&
+	    (c->rx_wb_full || write_admit(c, t, f, rx->dsl) == ISCSI_WB_FULL)) {
+		task_set_full(c, t);
+		return 0;
+	}
+	if (!t->cmd.data && data_buf_need(t)) {
 		rc = data_buf_alloc(t);
 		if (rc == -EBUSY) {
-			/* the initiator retries once earlier commands free their buffers */
-			t->cmd.data_in = false;
-			t->cmd.status = HL_SAM_TASK_SET_FULL;
-			task_deactivate(t);
-			send_scsi_rsp(c, t);
-			iscsi_task_put(t);
+			task_set_full(c, t);
 			return 0;
 		}
 		if (rc < 0) {
@@ -595,6 +800,8 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 			                     0x03); /* insufficient resources */
 			return 0;
 		}
+		if (w && rx->dsl) /* immediate data that arrived before its buffer */
+			memcpy(t->cmd.data, rx->data, rx->dsl);
 	}
 	if (!w) {
 		task_exec(t);

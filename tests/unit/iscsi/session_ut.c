@@ -1022,6 +1022,167 @@ static void test_write_immediate_unsolicited(void)
 	teardown();
 }
 
+/* An immediate NOP-Out ping; @return the NOP-In's MaxCmdSN minus its ExpCmdSN, plus 1 (the window). */
+static int32_t ping_window(void)
+{
+	struct iscsi_bhs h;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, 0x7777);
+	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
+	bhs_put32(&h, 24, cmdsn);
+	bhs_put32(&h, 28, expstatsn);
+	ngot = 0;
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_NOP_IN);
+	int32_t w = (int32_t)(bhs_w32(&got[0].bhs) - bhs_w28(&got[0].bhs)) + 1;
+	ngot = 0;
+	return w;
+}
+
+static void test_write_budget(void)
+{
+	uint8_t buf[32768];
+	struct iscsi_wb_claim hog1 = {0}, hog2 = {0};
+	struct hl_iscsi_write_stats ws;
+
+	for (unsigned i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7);
+	setup();
+	hl_iscsi_server_set_write_limit(srv, 32u << 20);
+	login_ok(NULL); /* InitialR2T=Yes, ImmediateData=Yes, FirstBurstLength 8192 */
+	/* other connections hold the whole budget */
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog1, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog2, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
+	/* immediate data with no room for it: TASK SET FULL, no R2T */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 8192, buf, 4096);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_TASK_SET_FULL);
+	ngot = 0;
+	itt++;
+	/* a write whose data all comes by R2T waits for the budget: no R2T yet */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 32768, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	CU_ASSERT_TRUE(hl_timer_pending(&conn->wb_timer));
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.waiting, 1);
+	CU_ASSERT_EQUAL(ws.r2t_deferred, 1);
+	CU_ASSERT_EQUAL(ws.task_set_full, 1);
+	CU_ASSERT_EQUAL(ws.held, 32u << 20);
+	/* meanwhile the connection is advertised no new command slots */
+	CU_ASSERT_EQUAL(ping_window(), 0);
+	conn->wb_timer.fn(&conn->wb_timer); /* still no room */
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	/* budget comes back: the retry sends the R2Ts */
+	iscsi_wb_release(&srv->wb, &hog1);
+	conn->wb_timer.fn(&conn->wb_timer);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[1].bhs), ISCSI_OP_R2T);
+	uint32_t ttt0 = bhs_w20(&got[0].bhs), ttt1 = bhs_w20(&got[1].bhs);
+	ngot = 0;
+	data_out(ttt0, 0, 0, buf, 8192, false);
+	data_out(ttt0, 1, 8192, buf + 8192, 8192, true);
+	data_out(ttt1, 0, 16384, buf + 16384, 8192, false);
+	data_out(ttt1, 1, 24576, buf + 24576, 8192, true);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(memcmp(last_write, buf, 32768), 0);
+	/* its response reopened the window; only hog2 is held */
+	CU_ASSERT(ping_window() > 1);
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.waiting, 0);
+	CU_ASSERT_EQUAL(ws.held, 16u << 20);
+	CU_ASSERT_EQUAL(conn->wb_promised, 0);
+	iscsi_wb_release(&srv->wb, &hog2);
+	teardown();
+}
+
+static void test_write_budget_unsolicited_waits(void)
+{
+	uint8_t buf[16384];
+	struct iscsi_wb_claim hog = {0}, hog2 = {0};
+	struct hl_iscsi_write_stats ws;
+
+	for (unsigned i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 31 + 5);
+	setup();
+	hl_iscsi_server_set_write_limit(srv, 32u << 20);
+	login_ok("MaxRecvDataSegmentLength=8192|InitialR2T=No|ImmediateData=Yes|"
+	         "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=1");
+	conn->params.initial_r2t = false;
+	/* 8 KiB left: room for the 8 KiB that comes unasked, not for the 16 KiB write */
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog2, 0, (16u << 20) - 8192, 0, NULL),
+	                ISCSI_WB_GO);
+	scsi_cmd(ISCSI_CMD_WRITE, 0x2a, 16384, buf, 4096);
+	data_out(ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0); /* its unsolicited data is taken, no R2T for the rest */
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.waiting, 1);
+	CU_ASSERT_EQUAL(ws.waiting_bytes, 8192);
+	CU_ASSERT_TRUE(conn->buf_bytes < 16384); /* a buffer for what came, not the transfer */
+	iscsi_wb_release(&srv->wb, &hog);
+	conn->wb_timer.fn(&conn->wb_timer);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 8192);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
+	uint32_t ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	data_out(ttt, 0, 8192, buf + 8192, 8192, true);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(last_write_len, 16384);
+	CU_ASSERT_EQUAL(memcmp(last_write, buf, 16384), 0); /* what came first was moved along */
+	iscsi_wb_release(&srv->wb, &hog2);
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.held, 0);
+	teardown();
+}
+
+static void test_write_budget_conn_close(void)
+{
+	struct iscsi_wb_claim hog = {0};
+	struct hl_iscsi_write_stats ws;
+
+	setup();
+	hl_iscsi_server_set_write_limit(srv, 32u << 20);
+	login_ok(NULL);
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
+	/* one write granted (16 MiB, its data never comes), one waiting */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16u << 20, NULL, 0);
+	itt++;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 1u << 20, NULL, 0);
+	pump();
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.held, 32u << 20);
+	CU_ASSERT_EQUAL(ws.waiting, 0); /* its connection is at its cap: TASK SET FULL */
+	CU_ASSERT_EQUAL(ws.task_set_full, 1);
+	iscsi_wb_release(&srv->wb, &hog);
+	/* the connection goes: what it held comes back */
+	iscsi_conn_close(conn, "test");
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.held, 0);
+	CU_ASSERT_EQUAL(ws.peak, 32u << 20);
+	teardown();
+}
+
 static void test_data_out_errors(void)
 {
 	uint8_t buf[8192] = {0};
@@ -1832,6 +1993,9 @@ static const struct hl_test tests[] = {
     {"EDTL above the transfer cap; buffer share exhausted", test_edtl_too_large},
     {"write: R2T generation", test_write_r2t},
     {"write: immediate + unsolicited + R2T", test_write_immediate_unsolicited},
+    {"write: budget spent: TASK SET FULL, R2T deferred, window held", test_write_budget},
+    {"write: budget: unsolicited data taken while R2Ts wait", test_write_budget_unsolicited_waits},
+    {"write: budget given back when the connection closes", test_write_budget_conn_close},
     {"write: bad DataSN rejected, session survives", test_data_out_errors},
     {"CmdSN window, NOP-Out during stalled I/O", test_cmdsn_window},
     {"CmdSN window closes when the queue is full", test_cmdsn_window_full},

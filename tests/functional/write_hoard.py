@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""write_hoard.py - connections that start big WRITEs and never finish them.
+
+Owns: the "memory held by unfinished writes" attack of issue 19, built on
+pdu_client.py's raw PDUs. Each connection logs in (ImmediateData=Yes,
+InitialR2T=No, so each WRITE brings immediate and unsolicited data), sends
+--cmds WRITE(10)s of --size bytes, answers every R2T with Data-Out but
+withholds the last 4 KiB of each command, and then holds everything.
+
+  write_hoard.py --portal H:P --target IQN [--conns N] [--cmds 16] [--size 16M]
+                 [--lun N] [--settle S]
+
+Once every connection is idle (no PDU for --settle seconds) it prints one
+line: READY conns=N sent=BYTES r2t=N r2t_bytes=BYTES task_set_full=N other=N
+held_cmds=N max_r2t_bytes=BYTES errors=N, then holds the connections until
+SIGTERM. held_cmds counts WRITEs that got all their data but the last 4 KiB
+(or wait for R2T); r2t_bytes what all R2Ts asked for, max_r2t_bytes the most
+one connection was asked for. Exit 1 when no connection could log in.
+
+  write_hoard.py --probe --portal H:P --target IQN [--wait S]
+
+A well-behaved initiator: one 1 MiB WRITE with 64 KiB of immediate data,
+the rest by R2T. Prints "WAITING" when no R2T came within --wait seconds
+(or "TASK SET FULL" and exits 2), then answers the R2Ts when they come and
+prints "STATUS 0xNN"; exit 0 on GOOD.
+"""
+
+import argparse
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdu_client as pc  # noqa: E402
+
+WITHHOLD = 4096
+CHUNK = b"\xa5" * (256 * 1024)
+
+
+def data_out(c, itt, ttt, datasn, offset, length, final, lun):
+    b = bytearray(48)
+    b[0] = pc.OP_DATA_OUT
+    b[1] = 0x80 if final else 0
+    struct.pack_into(">H", b, 8, lun)
+    struct.pack_into(">I", b, 16, itt)
+    struct.pack_into(">I", b, 20, ttt)
+    struct.pack_into(">I", b, 28, c.exp_statsn)
+    struct.pack_into(">I", b, 36, datasn)
+    struct.pack_into(">I", b, 40, offset)
+    return c.build(b, CHUNK[:length])
+
+
+def login(c, target, initiator):
+    """Log in asking for immediate and unsolicited data (the most a WRITE brings unasked)."""
+    r = c.login_step(0, 1, True, [("InitiatorName", initiator), ("SessionType", "Normal"),
+                                  ("TargetName", target), ("AuthMethod", "None")])
+    pc.check_login_ok(r)
+    ops = [("HeaderDigest", "None"), ("DataDigest", "None"), ("ErrorRecoveryLevel", "0"),
+           ("InitialR2T", "No"), ("ImmediateData", "Yes"),
+           ("MaxBurstLength", "1048576"), ("FirstBurstLength", "262144"),
+           ("MaxRecvDataSegmentLength", "262144"), ("MaxConnections", "1"),
+           ("DefaultTime2Wait", "2"), ("DefaultTime2Retain", "0"),
+           ("MaxOutstandingR2T", "4"), ("DataPDUInOrder", "Yes"),
+           ("DataSequenceInOrder", "Yes")]
+    r = c.login_step(1, 3, True, ops)
+    pc.check_login_ok(r)
+    for _ in range(4):
+        if r.flags & 0x80 and (r.flags & 3) == 3:
+            break
+        r = c.login_step(1, 3, True, [])
+        pc.check_login_ok(r)
+    else:
+        raise AssertionError("target never transited to full feature phase")
+    k = c.target_keys
+    if "MaxRecvDataSegmentLength" in k:
+        c.mrdsl = int(k["MaxRecvDataSegmentLength"])
+    c.cmdsn = r.u32(28)
+
+
+class Hoarder(threading.Thread):
+    def __init__(self, args, idx):
+        super().__init__(daemon=True)
+        self.args, self.idx = args, idx
+        self.sent = 0
+        self.r2t = 0
+        self.r2t_bytes = 0
+        self.tsf = 0
+        self.other = 0
+        self.held = 0
+        self.error = None
+        self.ready = threading.Event()
+        self.conn = None
+
+    def send_range(self, c, itt, ttt, offset, length, edtl):
+        """Data-Out for [offset, offset+length), minus what lies in the last 4 KiB."""
+        asked_end = offset + length
+        end = min(asked_end, edtl - WITHHOLD)
+        seg = min(c.mrdsl, len(CHUNK))
+        sn = 0
+        out = []
+        while offset < end:
+            n = min(seg, end - offset)
+            out.append(data_out(c, itt, ttt, sn, offset, n,
+                                offset + n == end and end == asked_end, self.args.lun))
+            sn += 1
+            offset += n
+            self.sent += n
+        if out:
+            c.send_raw(b"".join(out))
+        return end
+
+    def run(self):
+        a = self.args
+        try:
+            host, port = a.portal.rsplit(":", 1)
+            c = pc.Conn(host, int(port), timeout=30.0)
+            self.conn = c
+            login(c, a.target, "iqn.2026-11.io.hotlun:hoard%d" % self.idx)
+            k = c.target_keys
+            fb = int(k.get("FirstBurstLength", "65536"))
+            imm_ok = k.get("ImmediateData", "No") == "Yes"
+            unsol_ok = k.get("InitialR2T", "Yes") == "No"
+            edtl = a.size
+            blocks = edtl // 512
+            cmds = {}
+            for i in range(a.cmds):
+                itt = c.next_itt()
+                imm = min(c.mrdsl, fb, edtl) if imm_ok else 0
+                final = not unsol_ok or imm >= min(fb, edtl)
+                bhs = c.scsi_bhs(pc.cdb_write10(0, blocks), lun=a.lun,
+                                 write_len=edtl, itt=itt, final=final)
+                c.send(bhs, CHUNK[:imm])
+                c.cmdsn += 1
+                self.sent += imm
+                if not final:
+                    self.send_range(c, itt, 0xFFFFFFFF, imm, min(fb, edtl) - imm, edtl)
+                cmds[itt] = imm
+            while True:
+                try:
+                    r = c.recv(timeout=a.settle)
+                except pc.Timeout:
+                    break
+                if r.opcode == pc.OP_R2T:
+                    self.r2t += 1
+                    off, ln = r.u32(40), r.u32(44)
+                    self.r2t_bytes += ln
+                    self.send_range(c, r.itt, r.u32(20), off, ln, edtl)
+                elif r.opcode == pc.OP_SCSI_RSP:
+                    if r.bhs[3] == 0x28:
+                        self.tsf += 1
+                    else:
+                        self.other += 1
+                    cmds.pop(r.itt, None)
+                elif r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:
+                    c.nop_reply(r)
+            self.held = len(cmds)
+        except Exception as e:  # noqa: BLE001 - reported by main
+            self.error = "%s: %s" % (type(e).__name__, e)
+        finally:
+            self.ready.set()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--portal", required=True)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--lun", type=int, default=0)
+    ap.add_argument("--conns", type=int, default=8)
+    ap.add_argument("--cmds", type=int, default=16)
+    ap.add_argument("--size", default="16M")
+    ap.add_argument("--settle", type=float, default=2.0)
+    ap.add_argument("--probe", action="store_true")
+    ap.add_argument("--wait", type=float, default=3.0)
+    a = ap.parse_args()
+    if a.probe:
+        return probe(a)
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    a.size = int(a.size[:-1]) * mult[a.size[-1]] if a.size[-1] in mult else int(a.size)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    hs = [Hoarder(a, i) for i in range(a.conns)]
+    for h in hs:
+        h.start()
+    for h in hs:
+        h.ready.wait()
+    errs = [h.error for h in hs if h.error]
+    for e in errs[:5]:
+        print("error: %s" % e, file=sys.stderr)
+    print("READY conns=%d sent=%d r2t=%d r2t_bytes=%d task_set_full=%d other=%d held_cmds=%d "
+          "max_r2t_bytes=%d errors=%d" % (
+              a.conns, sum(h.sent for h in hs), sum(h.r2t for h in hs),
+              sum(h.r2t_bytes for h in hs), sum(h.tsf for h in hs),
+              sum(h.other for h in hs), sum(h.held for h in hs),
+              max(h.r2t_bytes for h in hs), len(errs)), flush=True)
+    if len(errs) == a.conns:
+        return 1
+    while True:
+        time.sleep(3600)  # hold every connection until SIGTERM
+
+
+def probe(a):
+    host, port = a.portal.rsplit(":", 1)
+    c = pc.Conn(host, int(port), timeout=30.0)
+    c.login(a.target, initiator="iqn.2026-11.io.hotlun:probe")
+    c.clear_ua(a.lun)
+    edtl, imm = 1 << 20, 65536
+    itt = c.next_itt()
+    c.send(c.scsi_bhs(pc.cdb_write10(4096, edtl // 512), lun=a.lun, write_len=edtl, itt=itt),
+           CHUNK[:imm])
+    c.cmdsn += 1
+    said_waiting = False
+    t0 = time.monotonic()
+    deadline = t0 + 120
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            print("no answer within 120 s", flush=True)
+            return 1
+        timeout = min(left, a.wait) if not said_waiting else left
+        try:
+            r = c.recv(timeout=timeout)
+        except pc.Timeout:
+            if not said_waiting:
+                print("WAITING", flush=True)
+                said_waiting = True
+            continue
+        if r.opcode == pc.OP_R2T:
+            print("R2T after %.2f s" % (time.monotonic() - t0), flush=True)
+            off, ln = r.u32(40), r.u32(44)
+            seg = min(c.mrdsl, len(CHUNK))
+            out, sn, end = [], 0, off + ln
+            while off < end:
+                n = min(seg, end - off)
+                out.append(data_out(c, itt, r.u32(20), sn, off, n, off + n == end, a.lun))
+                sn += 1
+                off += n
+            c.send_raw(b"".join(out))
+        elif r.opcode == pc.OP_SCSI_RSP and r.itt == itt:
+            if r.bhs[3] == 0x28:
+                print("TASK SET FULL", flush=True)
+                return 2
+            print("STATUS 0x%02x" % r.bhs[3], flush=True)
+            c.logout()
+            return 0 if r.bhs[3] == 0 else 1
+        elif r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:
+            c.nop_reply(r)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
