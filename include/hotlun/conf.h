@@ -4,7 +4,7 @@
  * sections and keys are errors.
  *
  *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads,
- *                   poll_us, discovery CHAP, write_buffer_limit
+ *                   poll_us, discovery CHAP, write_buffer_limit, logout_timeout
  *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...,
  *                   origin_chap_user, origin_chap_secret[_file], origin_mutual_user/_secret
  *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer,
@@ -101,6 +101,9 @@ struct hl_conf_target {
 /* [global] write_buffer_limit: at least twice the largest transfer (HL_ISCSI_WRITE_LIMIT_MIN) */
 #define HL_CONF_WRITE_BUFFER_MIN (32ull << 20)
 #define HL_CONF_WRITE_BUFFER_MAX (1ull << 50)
+/* [global] logout_timeout: seconds initiators get to log out on a planned stop */
+#define HL_CONF_LOGOUT_TIMEOUT_DEFAULT 5
+#define HL_CONF_LOGOUT_TIMEOUT_MAX     600
 
 struct hl_conf {
 	char *path;            /* file it came from, or "<builtin>" */
@@ -112,6 +115,7 @@ struct hl_conf {
 	unsigned threads;      /* reactor threads, 0 = one per core */
 	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
 	uint64_t write_buffer_limit; /* bytes of unfinished WRITE data, 0: unset (from RAM) */
+	int logout_timeout;    /* planned stop: seconds to wait for logouts, -1: unset */
 	char *discovery_chap_user, *discovery_chap_secret;
 	struct hl_conf_disk *disks;
 	size_t n_disks;

@@ -296,6 +296,13 @@ static int global_key(struct parser *p, const char *key, const char *v)
 			c->poll_us = (int)us;
 		return rc;
 	}
+	if (strcmp(key, "logout_timeout") == 0) {
+		unsigned s = 0;
+		int rc = parse_u32(p, key, v, HL_CONF_LOGOUT_TIMEOUT_MAX, &s);
+		if (rc == 0)
+			c->logout_timeout = (int)s;
+		return rc;
+	}
 	if (strcmp(key, "write_buffer_limit") == 0) {
 		uint64_t x;
 		if (hl_parse_size(v, &x) || x < HL_CONF_WRITE_BUFFER_MIN || x > HL_CONF_WRITE_BUFFER_MAX)
@@ -838,6 +845,7 @@ static int parse_text(const char *text, size_t len, const char *name, bool dup,
 		return -ENOMEM;
 	p.conf->log_level = HL_LOG_NOTICE;
 	p.conf->poll_us = -1;
+	p.conf->logout_timeout = -1;
 	p.conf->path = strdup(name);
 	if (!p.conf->path) {
 		free(p.conf);
@@ -1080,6 +1088,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 	}
 	if (c->write_buffer_limit)
 		put_size(f, "write_buffer_limit", c->write_buffer_limit);
+	if (c->logout_timeout >= 0) {
+		snprintf(num, sizeof(num), "%d", c->logout_timeout);
+		put_kv(f, "logout_timeout", num);
+	}
 	put_opt(f, "discovery_chap_user", c->discovery_chap_user);
 	put_opt(f, "discovery_chap_secret", c->discovery_chap_secret);
 
@@ -1378,6 +1390,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "write_buffer_limit") == 0) {
 			c->write_buffer_limit = 0;
+			return 0;
+		}
+		if (strcmp(key, "logout_timeout") == 0) {
+			c->logout_timeout = -1;
 			return 0;
 		}
 		return perr(&p, "%s cannot be unset", key);

@@ -10,6 +10,7 @@
 #ifndef HL_DAEMON_INTERNAL_H
 #define HL_DAEMON_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,6 +80,8 @@ struct daemon {
 	struct hl_iscsi_server *server;
 	/* who asked for the change daemon_apply is making, for its log lines */
 	char change_by[128];
+	/* [global] logout_timeout as it runs: read by the main thread at a planned stop */
+	_Atomic unsigned logout_timeout_s;
 };
 
 /**
@@ -89,6 +92,12 @@ struct daemon {
  * sessions is refused (-EBUSY) unless force. @return 0 or -errno with err.
  */
 int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, size_t errlen);
+
+/** Seconds initiators get to log out on a planned stop ([global] logout_timeout or its default). */
+static inline unsigned daemon_logout_timeout(const struct hl_conf *c)
+{
+	return c->logout_timeout < 0 ? HL_CONF_LOGOUT_TIMEOUT_DEFAULT : (unsigned)c->logout_timeout;
+}
 
 /** The reactors' busy-poll window in microseconds ([global] poll_us or its default). */
 static inline unsigned daemon_poll_us(const struct hl_conf *c)

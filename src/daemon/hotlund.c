@@ -30,11 +30,10 @@
 #include <unistd.h>
 
 /*
- * On SIGTERM: how long initiators get to log out (Async Message event 1), and
- * the Time2Wait their Logout Response asks them to wait before they come back
- * (a restart of hotlund takes about a second).
+ * On SIGTERM: the Time2Wait the Logout Responses ask initiators to wait
+ * before they come back (a restart of hotlund takes well under a second);
+ * how long they get to log out is [global] logout_timeout.
  */
-#define DRAIN_TIMEOUT_S   5
 #define DRAIN_TIME2WAIT_S 1
 
 static void usage(FILE *f)
@@ -421,7 +420,9 @@ int main(int argc, char **argv)
 		 * back, so a restart (an upgrade) costs them a pause, not an I/O
 		 * error; the commands they have in flight finish first.
 		 */
-		hl_iscsi_server_drain(d.server, DRAIN_TIMEOUT_S, DRAIN_TIME2WAIT_S);
+		unsigned t = atomic_load(&d.logout_timeout_s);
+		if (t)
+			hl_iscsi_server_drain(d.server, t, DRAIN_TIME2WAIT_S);
 	}
 	stop(&d);
 	return rc ? 1 : 0;

@@ -592,6 +592,7 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		          (unsigned long long)ws.limit, (unsigned long long)ws.conn_limit,
 		          next->write_buffer_limit ? "" : ", the default from physical memory");
 	}
+	atomic_store(&d->logout_timeout_s, daemon_logout_timeout(next));
 	if (daemon_poll_us(next) != daemon_poll_us(cur))
 		for (unsigned i = 0; i < d->n_reactors; i++)
 			hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(next));

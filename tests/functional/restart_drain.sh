@@ -8,7 +8,8 @@
 #  2. libiscsi (hotlun-bench --verify, reads and writes) across a restart of
 #     hotlund with a cache: 0 errors, 0 mismatches;
 #  3. the warm cache: the read hit ratio after the restart is >= 90% of the
-#     ratio before it.
+#     ratio before it;
+#  4. logout_timeout = 0, set live: the stop asks nobody to log out.
 . "$(dirname "$0")/lib.sh"
 
 hl_need python3 iscsi-inq
@@ -109,5 +110,22 @@ after=$(hit_ratio)
 hl_log "read hit ratio before the restart $before, after $after"
 python3 -c "import sys; b, a = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if b > 0.5 and a >= 0.9 * b else 1)" \
 	"$before" "$after" || hl_fail "hit ratio after the restart $after, before $before (need >= 90% of it, before > 50%)"
+
+# ---- 4. logout_timeout = 0 (set live): a stop closes sessions at once, asks nobody
+"$HL_BUILDDIR/hotlunctl" --socket "$sock" / set logout_timeout=0 >/dev/null ||
+	hl_fail "set logout_timeout=0 refused"
+[ "$("$HL_BUILDDIR/hotlunctl" --socket "$sock" / get logout_timeout)" = "logout_timeout=0" ] ||
+	hl_fail "get logout_timeout: $("$HL_BUILDDIR/hotlunctl" --socket "$sock" / get logout_timeout)"
+"$BENCH" --quiet --read 100 --qd 4 --time 20 "$url" >"$T/held.out" 2>&1 &
+held=$!
+HL_PIDS+=("$held")
+HL_PID_NAMES+=(hotlun-bench)
+sleep 1.5
+log=$FRONT_LOG
 hl_stop "$FRONT_PID"
+kill -TERM "$held" 2>/dev/null
+wait "$held" 2>/dev/null
+hl_forget "$held"
+grep -q 'log out' "$log" && hl_fail "logout_timeout=0 still asked the session to log out"
+grep -q 'normal session .* established' "$log" || hl_fail "the held session never logged in"
 exit 0

@@ -186,7 +186,27 @@ static void test_defaults(void)
 	CU_ASSERT_PTR_NOT_NULL(c->state_dir);
 	CU_ASSERT_EQUAL(c->poll_us, -1); /* unset: the daemon uses HL_CONF_POLL_US_DEFAULT */
 	CU_ASSERT_EQUAL(c->write_buffer_limit, 0); /* unset: the default from physical memory */
+	CU_ASSERT_EQUAL(c->logout_timeout, -1);    /* unset: HL_CONF_LOGOUT_TIMEOUT_DEFAULT */
 	hl_conf_free(c);
+}
+
+/* [global] logout_timeout: 0..600, written back as set, 0 kept (not "unset") */
+static void test_logout_timeout(void)
+{
+	struct hl_conf *c = parse_ok("[global]\nlogout_timeout = 0\n");
+	char *text = NULL;
+	size_t len = 0;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->logout_timeout, 0);
+	FILE *f = open_memstream(&text, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "logout_timeout = 0\n"));
+	free(text);
+	hl_conf_free(c);
+	parse_err("[global]\nlogout_timeout = 601\n", "t.conf:2:", "logout_timeout");
+	parse_err("[global]\nlogout_timeout = soon\n", "t.conf:2:", "logout_timeout");
 }
 
 static void test_nul_and_long_lines_rejected(void)
@@ -494,6 +514,7 @@ static const struct hl_test tests[] = {
 	{"CHAP rules", test_chap_rules},
 	{"write round trip", test_write_round_trip},
 	{"defaults", test_defaults},
+	{"logout_timeout", test_logout_timeout},
 	{"NUL and long lines", test_nul_and_long_lines_rejected},
 	{"origin CHAP keys and secret file", test_origin_chap_keys},
 	{"masked origin round trip", test_masked_origin_round_trip},
