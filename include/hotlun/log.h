@@ -2,7 +2,8 @@
  * log.h - leveled logging shared by every module.
  *
  * The level is checked before any formatting, so a disabled HL_DEBUG costs a
- * compare. Messages go to stderr (default, with a timestamp) or syslog.
+ * compare. Messages go to stderr (default, with a timestamp; when stderr is
+ * journald's stream, with a "<N>" priority prefix instead) or syslog.
  * On the I/O path use the _RL variants: at most a few lines per second per
  * call site, with a count of what was suppressed.
  */
@@ -25,9 +26,20 @@ extern int hl_log_level;
 
 /**
  * Choose the sink and level. Safe to call again (e.g. after fork).
- * @param use_syslog  true: syslog(3) with ident "hotlund"; false: stderr.
+ * @param use_syslog  true: syslog(3) under the ident (hl_log_set_ident);
+ *                    false: stderr, in journald's format when
+ *                    hl_log_stderr_is_journal().
  */
 void hl_log_open(bool use_syslog, int level);
+
+/**
+ * The name the program logs under in syslog (default: its file name, as
+ * run). Call before hl_log_open(); the string is copied (at most 31 bytes).
+ */
+void hl_log_set_ident(const char *ident);
+
+/** True when stderr is the journald stream systemd named in JOURNAL_STREAM. */
+bool hl_log_stderr_is_journal(void);
 
 /** Parse "err|warn|notice|info|debug"; returns the level or -EINVAL. */
 int hl_log_level_parse(const char *name);
