@@ -6,6 +6,11 @@
  * journald's stream, with a "<N>" priority prefix instead) or syslog.
  * On the I/O path use the _RL variants: at most a few lines per second per
  * call site, with a count of what was suppressed.
+ *
+ * Levels (journalctl -p warning shows err and warn): err and warn are for
+ * what an admin must act on (a failing origin or cache device, a config that
+ * does not apply, a stuck reactor); what one initiator or connection does
+ * (resets, logins, protocol slips) is notice or below.
  */
 #ifndef HOTLUN_LOG_H
 #define HOTLUN_LOG_H
@@ -55,8 +60,11 @@ struct hl_log_rl {
 	uint32_t suppressed;
 };
 
-/** True when the call site may print now (at most 5 lines per second). */
-bool hl_log_rl_allow(struct hl_log_rl *rl);
+/**
+ * True when the call site may print now (at most 5 lines per second). The
+ * count of lines it held back is logged at `level`, the site's own.
+ */
+bool hl_log_rl_allow(struct hl_log_rl *rl, int level);
 
 #define HL_LOG(level, comp, ...)                                                                   \
 	do {                                                                                       \
@@ -74,11 +82,13 @@ bool hl_log_rl_allow(struct hl_log_rl *rl);
 #define HL_LOG_RL(level, comp, ...)                                                                \
 	do {                                                                                       \
 		static struct hl_log_rl hl_rl_;                                                    \
-		if ((level) <= hl_log_level && hl_log_rl_allow(&hl_rl_))                           \
+		if ((level) <= hl_log_level && hl_log_rl_allow(&hl_rl_, (level)))                           \
 			hl_log_write((level), (comp), __VA_ARGS__);                                \
 	} while (0)
 
-#define HL_ERR_RL(comp, ...)  HL_LOG_RL(HL_LOG_ERR, comp, __VA_ARGS__)
-#define HL_WARN_RL(comp, ...) HL_LOG_RL(HL_LOG_WARN, comp, __VA_ARGS__)
+#define HL_ERR_RL(comp, ...)    HL_LOG_RL(HL_LOG_ERR, comp, __VA_ARGS__)
+#define HL_WARN_RL(comp, ...)   HL_LOG_RL(HL_LOG_WARN, comp, __VA_ARGS__)
+#define HL_NOTICE_RL(comp, ...) HL_LOG_RL(HL_LOG_NOTICE, comp, __VA_ARGS__)
+#define HL_INFO_RL(comp, ...)   HL_LOG_RL(HL_LOG_INFO, comp, __VA_ARGS__)
 
 #endif

@@ -114,7 +114,7 @@ void hl_log_write(int level, const char *component, const char *fmt, ...)
 	errno = saved_errno;
 }
 
-bool hl_log_rl_allow(struct hl_log_rl *rl)
+bool hl_log_rl_allow(struct hl_log_rl *rl, int level)
 {
 	/* Racy across threads by design: a lost update only changes how many lines pass. */
 	struct timespec ts;
@@ -126,8 +126,9 @@ bool hl_log_rl_allow(struct hl_log_rl *rl)
 		rl->window_start_ns = now;
 		rl->printed = 0;
 		rl->suppressed = 0;
+		/* at the call site's level: a debug flood must not surface as a warning */
 		if (suppressed)
-			hl_log_write(HL_LOG_WARN, "log", "%u similar messages suppressed", suppressed);
+			hl_log_write(level, "log", "%u similar messages suppressed", suppressed);
 	}
 	if (rl->printed < 5) {
 		rl->printed++;

@@ -6,11 +6,14 @@
 #     without timestamps, net-snmp's own messages included;
 #   - with JOURNAL_STREAM naming another file (a child whose stderr was
 #     redirected), the usual timestamped lines;
+#   - a session's lines name its initiator and target, and what one
+#     initiator does (a login, a logout, a connection reset) stays below
+#     warning, so `journalctl -p warning` does not show it;
 #   - hotlun-snmp --syslog logs under its own name, not hotlund's (a
 #     private /dev/log in a mount namespace catches what it sends).
 . "$(dirname "$0")/lib.sh"
 
-hl_need python3 unshare mount timeout
+hl_need python3 unshare mount timeout iscsi-inq
 [ "$HL_TARGET" = tgt ] && hl_skip "tests hotlun's own logging"
 HOTLUND=$HL_BUILDDIR/hotlund
 SNMP=$HL_BUILDDIR/hotlun-snmp
@@ -44,12 +47,26 @@ HL_PID=$pid HL_LOG=$log
 for _ in $(seq 1 100); do hl_port_open 127.0.0.1 "$port" && break; hl_check_alive; sleep 0.1; done
 hl_port_open 127.0.0.1 "$port" || hl_fail "hotlund did not start: $(cat "$log")"
 for _ in $(seq 1 50); do grep -q 'running' "$log" && break; sleep 0.1; done
+# one session that logs in and out, one connection reset by its peer (RST)
+iqn=$HL_IQN_PREFIX:journal
+ini=iqn.2026-11.io.hotlun.test:journal-initiator
+iscsi-inq -i "$ini" "iscsi://127.0.0.1:$port/$iqn/0" >/dev/null || hl_fail "iscsi-inq failed"
+python3 -c '
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+s.close()' "$port"
+sleep 0.5
 hl_stop "$pid"
 cat "$log" >&2
 grep -qE '^<5>daemon: hotlund .* running' "$log" || hl_fail "no <5> notice for the start: $(head -3 "$log")"
 grep -qE '^<5>daemon: SIGTERM: stopping' "$log" || hl_fail "no <5> notice for the stop"
 grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2} ' "$log" && hl_fail "timestamps in journal mode: $(head -2 "$log")"
 every_line_prefixed "$log"
+grep -qE "^<[0-7]>iscsi: 127\.0\.0\.1:[0-9]+ $ini -> $iqn: " "$log" ||
+	hl_fail "no session line names initiator and target: $(grep iscsi "$log")"
+noisy=$(grep -E '^<[0-4]>' "$log")
+[ -z "$noisy" ] || hl_fail "a session's login, logout or reset logged at warning or above: $noisy"
 
 # ---- hotlund: a start-up error is <3>
 printf '[global]\nportal = 127.0.0.1:%s\nstate_dir = %s/state\n[disk d]\norigin = file:%s/missing.img\n[target %s:journal]\nlun.0 = d\nallow = ALL\n' \
