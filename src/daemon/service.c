@@ -163,10 +163,16 @@ void daemon_service_ready(struct daemon *d)
 		notify("READY=1");
 }
 
-struct reload_job {
+/*
+ * What a posted reload runs. One for the process, filled before the first
+ * post (the queue's lock orders that write before the control thread's
+ * reads) and never written again; nothing is allocated that a stop could
+ * strand in the control reactor's queue.
+ */
+static struct reload_job {
 	struct daemon *d;
 	void (*reload)(struct daemon *d);
-};
+} g_reload_job;
 
 static void reload_cb(void *arg)
 {
@@ -174,23 +180,19 @@ static void reload_cb(void *arg)
 
 	job->reload(job->d);
 	ready_cb(job->d);
-	free(job);
 }
 
 void daemon_service_reload(struct daemon *d, void (*reload)(struct daemon *d))
 {
-	struct reload_job *job = malloc(sizeof(*job));
-
 	/* MONOTONIC_USEC: systemd 253+ wants it with RELOADING=1; older ones ignore it */
 	notify("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)(hl_now_ns() / 1000));
-	if (job) {
-		job->d = d;
-		job->reload = reload;
-		/* every change runs on the control thread, one at a time */
-		if (hl_reactor_call(d->ctl_reactor, reload_cb, job) == 0)
-			return;
-		free(job);
+	if (!g_reload_job.d) {
+		g_reload_job.d = d;
+		g_reload_job.reload = reload;
 	}
+	/* every change runs on the control thread, one at a time */
+	if (hl_reactor_call(d->ctl_reactor, reload_cb, &g_reload_job) == 0)
+		return;
 	HL_ERR("daemon", "SIGHUP: out of memory, not reloaded");
 	notify("READY=1");
 }
