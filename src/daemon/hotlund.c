@@ -346,7 +346,8 @@ int main(int argc, char **argv)
 			rc = -errno;
 	}
 	if (rc) {
-		fprintf(stderr, "hotlund: %s\n", err);
+		/* an error priority in the journal, so -p err shows why a start failed */
+		fprintf(stderr, "%shotlund: %s\n", hl_log_stderr_is_journal() ? "<3>" : "", err);
 		return 1;
 	}
 	if (check) {

@@ -76,6 +76,14 @@ log=$tmp/hotlund-error.log
 JOURNAL_STREAM=$(stream_id "$log") timeout 10 "$HOTLUND" --config "$tmp/missing.conf" 2>>"$log" >/dev/null </dev/null
 grep -qE '^<3>[a-z]+: .*missing\.img' "$log" || hl_fail "start-up error not at <3>: $(cat "$log")"
 
+# ---- a configuration error (hotlund.service's ExecStartPre=--check-config) is <3> too
+log=$tmp/check-config.log
+: >"$log"
+printf '[global]\nportal = 127.0.0.1:1\nbogus_key = 1\n' >"$tmp/bad.conf"
+JOURNAL_STREAM=$(stream_id "$log") "$HOTLUND" --check-config "$tmp/bad.conf" 2>>"$log" >/dev/null </dev/null
+grep -qE "^<3>hotlund: .*bad\.conf:3: unknown key 'bogus_key'" "$log" ||
+	hl_fail "--check-config error not at <3>: $(cat "$log")"
+
 # ---- JOURNAL_STREAM that names another file: plain lines
 log=$tmp/hotlund-plain.log
 : >"$log"
