@@ -73,6 +73,13 @@ int hl_reactor_start(struct hl_reactor *r);
 void hl_reactor_stop(struct hl_reactor *r);
 void hl_reactor_join(struct hl_reactor *r);
 
+/**
+ * How many times r's loop has gone round (any thread may read it). A
+ * watchdog that sees it stand still while a call it posted (hl_reactor_call)
+ * is pending knows the thread is stuck in a callback.
+ */
+uint64_t hl_reactor_heartbeat(const struct hl_reactor *r);
+
 /** The reactor running on this thread, or NULL. */
 struct hl_reactor *hl_reactor_current(void);
 

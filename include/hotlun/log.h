@@ -2,9 +2,15 @@
  * log.h - leveled logging shared by every module.
  *
  * The level is checked before any formatting, so a disabled HL_DEBUG costs a
- * compare. Messages go to stderr (default, with a timestamp) or syslog.
+ * compare. Messages go to stderr (default, with a timestamp; when stderr is
+ * journald's stream, with a "<N>" priority prefix instead) or syslog.
  * On the I/O path use the _RL variants: at most a few lines per second per
  * call site, with a count of what was suppressed.
+ *
+ * Levels (journalctl -p warning shows err and warn): err and warn are for
+ * what an admin must act on (a failing origin or cache device, a config that
+ * does not apply, a stuck reactor); what one initiator or connection does
+ * (resets, logins, protocol slips) is notice or below.
  */
 #ifndef HOTLUN_LOG_H
 #define HOTLUN_LOG_H
@@ -25,12 +31,23 @@ extern int hl_log_level;
 
 /**
  * Choose the sink and level. Safe to call again (e.g. after fork).
- * @param use_syslog  true: syslog(3) with ident "hotlund"; false: stderr.
+ * @param use_syslog  true: syslog(3) under the ident (hl_log_set_ident);
+ *                    false: stderr, in journald's format when
+ *                    hl_log_stderr_is_journal().
  */
 void hl_log_open(bool use_syslog, int level);
 
 /** The name hl_log_level_parse takes for level ("info"), NULL when out of range. */
 const char *hl_log_level_name(int level);
+
+/**
+ * The name the program logs under in syslog (default: its file name, as
+ * run). Call before hl_log_open(); the string is copied (at most 31 bytes).
+ */
+void hl_log_set_ident(const char *ident);
+
+/** True when stderr is the journald stream systemd named in JOURNAL_STREAM. */
+bool hl_log_stderr_is_journal(void);
 
 /** Parse "err|warn|notice|info|debug"; returns the level or -EINVAL. */
 int hl_log_level_parse(const char *name);
@@ -46,8 +63,11 @@ struct hl_log_rl {
 	uint32_t suppressed;
 };
 
-/** True when the call site may print now (at most 5 lines per second). */
-bool hl_log_rl_allow(struct hl_log_rl *rl);
+/**
+ * True when the call site may print now (at most 5 lines per second). The
+ * count of lines it held back is logged at `level`, the site's own.
+ */
+bool hl_log_rl_allow(struct hl_log_rl *rl, int level);
 
 #define HL_LOG(level, comp, ...)                                                                   \
 	do {                                                                                       \
@@ -65,11 +85,13 @@ bool hl_log_rl_allow(struct hl_log_rl *rl);
 #define HL_LOG_RL(level, comp, ...)                                                                \
 	do {                                                                                       \
 		static struct hl_log_rl hl_rl_;                                                    \
-		if ((level) <= hl_log_level && hl_log_rl_allow(&hl_rl_))                           \
+		if ((level) <= hl_log_level && hl_log_rl_allow(&hl_rl_, (level)))                           \
 			hl_log_write((level), (comp), __VA_ARGS__);                                \
 	} while (0)
 
-#define HL_ERR_RL(comp, ...)  HL_LOG_RL(HL_LOG_ERR, comp, __VA_ARGS__)
-#define HL_WARN_RL(comp, ...) HL_LOG_RL(HL_LOG_WARN, comp, __VA_ARGS__)
+#define HL_ERR_RL(comp, ...)    HL_LOG_RL(HL_LOG_ERR, comp, __VA_ARGS__)
+#define HL_WARN_RL(comp, ...)   HL_LOG_RL(HL_LOG_WARN, comp, __VA_ARGS__)
+#define HL_NOTICE_RL(comp, ...) HL_LOG_RL(HL_LOG_NOTICE, comp, __VA_ARGS__)
+#define HL_INFO_RL(comp, ...)   HL_LOG_RL(HL_LOG_INFO, comp, __VA_ARGS__)
 
 #endif

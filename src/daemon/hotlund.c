@@ -17,6 +17,7 @@
 #include "hotlun/util.h"
 
 #include "daemon/daemon_internal.h"
+#include "daemon/service.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +65,11 @@ static void print_version(void)
 	printf("\n");
 #ifndef HAVE_RBD
 	printf("rbd: not built (configure found no librbd; install librbd-dev and rebuild)\n");
+#endif
+#ifdef HAVE_LIBSYSTEMD
+	printf("systemd: sd_notify (readiness, reload, watchdog, status)\n");
+#else
+	printf("systemd: not built (configure found no libsystemd; install libsystemd-dev)\n");
 #endif
 }
 
@@ -243,9 +249,12 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 	hl_strlcpy(ctl_path, d->conf->control_socket ? d->conf->control_socket : "(none)",
 		   sizeof(ctl_path));
 	rc = daemon_control_start(d);
-	if (rc == 0)
+	if (rc == 0) {
 		HL_NOTICE("daemon", "hotlund %s running (%u reactor thread(s), control socket %s)",
 			  PACKAGE_VERSION, d->n_reactors, ctl_path);
+		/* daemon_apply opened every cache and portal synchronously */
+		daemon_service_ready(d);
+	}
 	return rc;
 }
 
@@ -271,36 +280,51 @@ static void stop(struct daemon *d)
 	free(d->config_path);
 }
 
-static void reload_cb(void *arg)
+/* The signals the main thread takes (blocked everywhere else). */
+static void signal_set(sigset_t *set, bool test_hook)
 {
-	daemon_reload(arg);
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	if (test_hook)
+		sigaddset(set, SIGUSR1);
 }
 
-static int wait_for_signals(struct daemon *d)
+static int wait_for_signals(struct daemon *d, bool test_hook)
 {
 	sigset_t set;
 	siginfo_t si;
 
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
+	signal_set(&set, test_hook);
 	for (;;) {
-		int sig = sigwaitinfo(&set, &si);
+		/* between signals: the watchdog and status line (service.c) */
+		daemon_service_tick(d);
+		int ms = daemon_service_tick_ms(), sig;
+		if (ms < 0) {
+			sig = sigwaitinfo(&set, &si);
+		} else {
+			struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+			sig = sigtimedwait(&set, &si, &ts);
+		}
 		if (sig < 0) {
-			if (errno == EINTR)
+			if (errno == EINTR || errno == EAGAIN)
 				continue;
 			return -errno;
 		}
+		if (sig == SIGUSR1) {
+			daemon_service_test_toggle_stall(d);
+			continue;
+		}
 		if (sig == SIGHUP) {
-			/* every change runs on the control thread, one at a time */
 			if (!d->config_path)
 				HL_NOTICE("daemon", "SIGHUP: no configuration file to reload");
-			else if (hl_reactor_call(d->ctl_reactor, reload_cb, d) < 0)
-				HL_ERR("daemon", "SIGHUP: out of memory, not reloaded");
+			else
+				daemon_service_reload(d, daemon_reload);
 			continue;
 		}
 		HL_NOTICE("daemon", "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+		daemon_service_stopping();
 		return 0;
 	}
 }
@@ -370,6 +394,7 @@ int main(int argc, char **argv)
 	hl_list_init(&d.targets);
 	hl_list_init(&d.retired_disks);
 	hl_list_init(&d.retired_targets);
+	hl_log_set_ident("hotlund");
 	hl_log_open(false, HL_LOG_WARN);
 	if (demo) {
 		char *text = NULL;
@@ -388,7 +413,8 @@ int main(int argc, char **argv)
 	if (rc == 0 && (rc = daemon_preflight(loaded, err, sizeof(err))) != 0)
 		hl_conf_free(loaded);
 	if (rc) {
-		fprintf(stderr, "hotlund: %s\n", err);
+		/* an error priority in the journal, so -p err shows why a start failed */
+		fprintf(stderr, "%shotlund: %s\n", hl_log_stderr_is_journal() ? "<3>" : "", err);
 		return 1;
 	}
 	if (check) {
@@ -401,19 +427,17 @@ int main(int argc, char **argv)
 	if (log_level >= 0)
 		loaded->log_level = log_level;
 	hl_log_open(use_syslog, loaded->log_level);
+	bool test_hook = daemon_service_init();
 
 	/* Block the signals we wait for in every thread created from here on. */
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
+	signal_set(&set, test_hook);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	rc = start(&d, loaded, demo != NULL);
 	if (rc == 0)
-		rc = wait_for_signals(&d); /* d.conf is the control thread's now */
+		rc = wait_for_signals(&d, test_hook); /* d.conf is the control thread's now */
 	if (rc == 0) {
 		/*
 		 * A planned stop: every initiator is asked to log out and come

@@ -61,6 +61,7 @@ struct hl_reactor {
 	pthread_t thread;
 	bool has_thread;
 	_Atomic uint64_t poll_ns; /* busy-poll window, 0: off */
+	_Atomic uint64_t heartbeat; /* loop passes; read by the watchdog (any thread) */
 };
 
 static __thread struct hl_reactor *current_reactor;
@@ -352,6 +353,11 @@ static void wake_drain(struct hl_event *ev, uint32_t revents)
 
 /* ---- the loop ---- */
 
+uint64_t hl_reactor_heartbeat(const struct hl_reactor *r)
+{
+	return atomic_load_explicit(&r->heartbeat, memory_order_relaxed);
+}
+
 void hl_reactor_set_poll_us(struct hl_reactor *r, unsigned us)
 {
 	atomic_store_explicit(&r->poll_ns, (uint64_t)us * 1000, memory_order_relaxed);
@@ -381,6 +387,7 @@ int hl_reactor_run(struct hl_reactor *r)
 
 	current_reactor = r;
 	while (!r->stopping) {
+		atomic_fetch_add_explicit(&r->heartbeat, 1, memory_order_relaxed);
 		int timeout = timers_run(r);
 		if (r->stopping)
 			break;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -490,6 +491,18 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	}
 	*out = c;
 	return 0;
+}
+
+void iscsi_conn_name_session(struct iscsi_conn *c)
+{
+	const struct iscsi_session *s = c->sess;
+	char addr[64];
+
+	if (!s)
+		return;
+	hl_strlcpy(addr, c->peer_str, sizeof(addr));
+	snprintf(c->peer_str, sizeof(c->peer_str), "%s %s -> %s", addr, s->initiator_name,
+		 s->target ? s->target->name : "discovery");
 }
 
 void iscsi_conn_start(void *arg)

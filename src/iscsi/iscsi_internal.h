@@ -27,6 +27,8 @@
 #include "iscsi/pdu.h"
 
 #define ISCSI_LOG "iscsi"
+/* a socket address, the initiator's and the target's names: the log prefix of a connection */
+#define HL_ISCSI_PEER_STR_LEN  (64 + 2 * (HL_ISCSI_NAME_MAX + 1) + 16)
 
 /* Tunables (not negotiated). */
 #define ISCSI_QUEUE_DEPTH      128 /* commands in flight per session (CmdSN window) */
@@ -346,7 +348,8 @@ struct iscsi_conn {
 	int fd;
 	uint32_t ev_mask;
 	struct sockaddr_storage local, peer;
-	char peer_str[64];
+	/* "ADDR:PORT" while logging in, then "ADDR:PORT INITIATOR -> TARGET": log prefix */
+	char peer_str[HL_ISCSI_PEER_STR_LEN];
 	uint16_t tpgt;
 	bool local_wildcard; /* accepted on a wildcard portal */
 	enum iscsi_conn_state state;
@@ -422,6 +425,11 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 void iscsi_conn_start(void *arg);
 /** Close now: socket gone, tasks aborted; freed when no task is in the scsi layer. */
 void iscsi_conn_close(struct iscsi_conn *c, const char *why);
+/**
+ * Login succeeded: from now on c's log lines name its session's initiator
+ * and target ("ADDR:PORT INITIATOR -> TARGET", or "-> discovery").
+ */
+void iscsi_conn_name_session(struct iscsi_conn *c);
 /** Queue a PDU; bhs is copied, data stays the caller's (task ref) or is owned. @return 0/-ENOMEM.
  */
 int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const void *data,

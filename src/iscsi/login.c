@@ -110,6 +110,7 @@ static int login_send_piece(struct iscsi_conn *c)
 		        c->params.max_recv_dsl_initiator, c->params.first_burst_length,
 		        c->params.max_burst_length, c->params.initial_r2t ? "Yes" : "No",
 		        c->params.immediate_data ? "Yes" : "No", c->params.max_outstanding_r2t);
+		iscsi_conn_name_session(c);
 		c->state = CONN_FFP;
 		c->login = NULL;
 		iscsi_login_free(l);

@@ -325,7 +325,7 @@ static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 		return true;
 	if (sn == s->exp_cmd_sn && sn_le(sn, max)) {
 		if (sn_lt(iscsi_conn_max_cmd_sn(c), sn))
-			HL_WARN_RL(
+			HL_INFO_RL(
 			    ISCSI_LOG,
 			    "%s: CmdSN %u beyond the free slots (MaxCmdSN now %u) but within "
 			    "the advertised %u: accepted",
@@ -339,7 +339,7 @@ static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 		why = "beyond MaxCmdSN";
 	else
 		why = "ahead of ExpCmdSN (gap)";
-	HL_WARN_RL(ISCSI_LOG,
+	HL_NOTICE_RL(ISCSI_LOG,
 	           "%s: %s itt 0x%x CmdSN %u outside the window (ExpCmdSN %u, MaxCmdSN %u, %u "
 	           "active): %s, dropped",
 	           c->peer_str, iscsi_opcode_name(bhs_opcode(h)), bhs_itt(h), sn, s->exp_cmd_sn,

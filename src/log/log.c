@@ -1,32 +1,68 @@
 /*
- * log.c - the logging sink: stderr with a timestamp, or syslog.
+ * log.c - the logging sink: stderr with a timestamp, stderr for journald
+ * (a "<N>" priority prefix and no timestamp, the sd-daemon(3) convention),
+ * or syslog under the program's own name.
  */
 #include "hotlun/log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
+#include <unistd.h>
 
 int hl_log_level = HL_LOG_NOTICE;
 static bool log_to_syslog;
+static bool log_to_journal;
+/* openlog() keeps the pointer, so the name lives here; empty: the program's file name */
+static char log_ident[32];
 
 static const char *const level_names[] = {
 	[HL_LOG_ERR] = "err",     [HL_LOG_WARN] = "warn",   [HL_LOG_NOTICE] = "notice",
 	[HL_LOG_INFO] = "info",   [HL_LOG_DEBUG] = "debug",
 };
 
+void hl_log_set_ident(const char *ident)
+{
+	snprintf(log_ident, sizeof(log_ident), "%s", ident ? ident : "");
+}
+
+bool hl_log_stderr_is_journal(void)
+{
+	/*
+	 * systemd sets JOURNAL_STREAM=DEV:INO when it connects stdout/stderr to
+	 * journald. Compare with stderr itself: a child whose stderr was
+	 * redirected inherits the variable but not the stream.
+	 */
+	const char *env = getenv("JOURNAL_STREAM");
+	uintmax_t dev, ino;
+	struct stat st;
+	char extra;
+
+	if (!env || sscanf(env, "%ju:%ju%c", &dev, &ino, &extra) != 2)
+		return false;
+	if (fstat(STDERR_FILENO, &st) < 0)
+		return false;
+	return (uintmax_t)st.st_dev == dev && (uintmax_t)st.st_ino == ino;
+}
+
 void hl_log_open(bool use_syslog, int level)
 {
+	if (!log_ident[0])
+		hl_log_set_ident(program_invocation_short_name);
 	if (log_to_syslog && !use_syslog)
 		closelog();
 	log_to_syslog = use_syslog;
+	log_to_journal = !use_syslog && hl_log_stderr_is_journal();
 	if (use_syslog)
-		openlog("hotlund", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+		openlog(log_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
 	hl_log_level = level;
 }
 
@@ -65,6 +101,9 @@ void hl_log_write(int level, const char *component, const char *fmt, ...)
 
 	if (log_to_syslog) {
 		syslog(level, "%s: %s", component, msg);
+	} else if (log_to_journal) {
+		/* journald reads the priority from the prefix and stamps the time itself */
+		fprintf(stderr, "<%d>%s: %s\n", level, component, msg);
 	} else {
 		struct timespec ts;
 		struct tm tm;
@@ -80,7 +119,7 @@ void hl_log_write(int level, const char *component, const char *fmt, ...)
 	errno = saved_errno;
 }
 
-bool hl_log_rl_allow(struct hl_log_rl *rl)
+bool hl_log_rl_allow(struct hl_log_rl *rl, int level)
 {
 	/* Racy across threads by design: a lost update only changes how many lines pass. */
 	struct timespec ts;
@@ -92,8 +131,9 @@ bool hl_log_rl_allow(struct hl_log_rl *rl)
 		rl->window_start_ns = now;
 		rl->printed = 0;
 		rl->suppressed = 0;
+		/* at the call site's level: a debug flood must not surface as a warning */
 		if (suppressed)
-			hl_log_write(HL_LOG_WARN, "log", "%u similar messages suppressed", suppressed);
+			hl_log_write(level, "log", "%u similar messages suppressed", suppressed);
 	}
 	if (rl->printed < 5) {
 		rl->printed++;

@@ -64,6 +64,18 @@ static bool origin_fenced(struct hl_scsi_cmd *cmd, int rc)
 	return true;
 }
 
+/* Who sent cmd, for log lines an admin reads: initiator name and target port. */
+static const char *nexus_initiator(const struct hl_scsi_cmd *cmd)
+{
+	return cmd->nexus && cmd->nexus->initiator_name ? cmd->nexus->initiator_name : "-";
+}
+
+static const char *nexus_target(const struct hl_scsi_cmd *cmd)
+{
+	return cmd->nexus && cmd->nexus->port && cmd->nexus->port->name ? cmd->nexus->port->name
+									 : "-";
+}
+
 /* An origin that cannot take the request now is a transient condition, not a failure. */
 void sbc_submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
 {
@@ -74,7 +86,8 @@ void sbc_submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
 		cmd->sense_len = 0;
 		return;
 	}
-	HL_WARN_RL(SCSI_COMPONENT, "%s: submit failed: %d", cmd->lu->name, rc);
+	HL_WARN_RL(SCSI_COMPONENT, "disk %s: submit failed: %s (initiator %s, target %s)",
+	           cmd->lu->name, strerror(-rc), nexus_initiator(cmd), nexus_target(cmd));
 	if (write)
 		hl_scsi_set_sense(cmd, HL_SK_MEDIUM_ERROR, SCSI_ASC_WRITE_ERROR);
 	else
@@ -83,8 +96,9 @@ void sbc_submit_failed(struct hl_scsi_cmd *cmd, int rc, bool write)
 
 void sbc_io_error(struct hl_scsi_cmd *cmd, int result, bool write)
 {
-	HL_WARN_RL(SCSI_COMPONENT, "%s: origin %s error %d", cmd->lu->name,
-	           write ? "write" : "read", result);
+	HL_WARN_RL(SCSI_COMPONENT, "disk %s: origin %s error: %s (initiator %s, target %s)",
+	           cmd->lu->name, write ? "write" : "read", strerror(-result), nexus_initiator(cmd),
+	           nexus_target(cmd));
 	if (origin_fenced(cmd, result))
 		return;
 	if (write && result == -ENOSPC)

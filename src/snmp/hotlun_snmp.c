@@ -240,6 +240,24 @@ static void on_signal(int sig)
 	g_stop = 1;
 }
 
+/*
+ * net-snmp's own messages through our sink, so that in syslog and the
+ * journal they carry a priority and this program's name like ours do.
+ */
+static int netsnmp_log(int major, int minor, void *server_arg, void *client_arg)
+{
+	const struct snmp_log_message *m = server_arg;
+	int level = m->priority < HL_LOG_ERR ? HL_LOG_ERR : m->priority;
+	size_t len = strlen(m->msg);
+
+	(void)major, (void)minor, (void)client_arg;
+	while (len && (m->msg[len - 1] == '\n' || m->msg[len - 1] == '\r'))
+		len--;
+	if (len && level <= hl_log_level)
+		hl_log_write(level, "net-snmp", "%.*s", (int)len, m->msg);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: hotlun-snmp [options]\n"
@@ -333,6 +351,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* its own name in syslog and the journal, not the daemon's */
+	hl_log_set_ident("hotlun-snmp");
 	hl_log_open(use_syslog, level);
 	if (!g_socket) {
 		from_conf = socket_from_config(config ? config : DEFAULT_CONFIG);
@@ -346,9 +366,11 @@ int main(int argc, char **argv)
 
 	/* The subagent needs no MIB files; don't let net-snmp look for any. */
 	setenv("MIBS", "", 1);
-	if (use_syslog)
+	if (use_syslog || hl_log_stderr_is_journal()) {
+		snmp_register_callback(SNMP_CALLBACK_LIBRARY, SNMP_CALLBACK_LOGGING, netsnmp_log,
+				       NULL);
 		snmp_enable_calllog();
-	else
+	} else
 		snmp_enable_stderrlog();
 	netsnmp_ds_set_boolean(NETSNMP_DS_APPLICATION_ID, NETSNMP_DS_AGENT_ROLE, 1);
 	netsnmp_ds_set_string(NETSNMP_DS_APPLICATION_ID, NETSNMP_DS_AGENT_X_SOCKET, agentx);

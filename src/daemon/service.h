@@ -1,0 +1,56 @@
+/*
+ * service.h - hotlund under a service manager (src/daemon/service.c):
+ * readiness, reload and stop notifications, a status line and the
+ * watchdog, through sd_notify(3) when systemd started the daemon
+ * (NOTIFY_SOCKET set). Without it, or built without libsystemd, every
+ * call here does nothing and the main thread sleeps as before.
+ *
+ * Threads: everything here is called from the main thread (the one that
+ * waits for signals), except what it posts to the control reactor.
+ */
+#ifndef HL_DAEMON_SERVICE_H
+#define HL_DAEMON_SERVICE_H
+
+#include <stdbool.h>
+
+struct daemon;
+
+/**
+ * Read the service manager's environment (NOTIFY_SOCKET, WATCHDOG_USEC) and
+ * the test hook HL_TEST_STALL_REACTOR. Before any thread starts.
+ * @return true when the test hook asks for SIGUSR1 (the caller waits for it).
+ */
+bool daemon_service_init(void);
+
+/**
+ * Every portal listens, every cache is loaded and the control socket is up:
+ * READY=1 with the first STATUS= line. After daemon_control_start().
+ */
+void daemon_service_ready(struct daemon *d);
+
+/** A SIGHUP arrived: RELOADING=1 now; READY=1 once the reload ran (posted). */
+void daemon_service_reload(struct daemon *d, void (*reload)(struct daemon *d));
+
+/** SIGTERM/SIGINT: STOPPING=1, and release a reactor the test hook stalled. */
+void daemon_service_stopping(void);
+
+/**
+ * How long the main thread may wait for a signal before the next
+ * daemon_service_tick(), in milliseconds; -1: forever (nothing to do).
+ */
+int daemon_service_tick_ms(void);
+
+/**
+ * Periodic work on the main thread: WATCHDOG=1 when every reactor made
+ * progress since the last check, a fresh STATUS= every few seconds.
+ */
+void daemon_service_tick(struct daemon *d);
+
+/**
+ * Test hook (HL_TEST_STALL_REACTOR=N set): SIGUSR1 makes reactor N (the
+ * control reactor when N is "ctl") block in a callback until the next
+ * SIGUSR1 or SIGTERM, so a test can see the watchdog pings stop.
+ */
+void daemon_service_test_toggle_stall(struct daemon *d);
+
+#endif
