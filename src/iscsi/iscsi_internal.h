@@ -34,7 +34,22 @@
 #define ISCSI_LOGIN_DSL        8192 /* data segment limit before MaxRecvDataSegmentLength is known */
 #define ISCSI_IOV_MAX          64
 #define ISCSI_ITT_HASH         256
-#define ISCSI_TX_HIGH          (32u << 20)  /* stop reading while more than this waits to be sent */
+/*
+ * Read data a connection may have on its way out: queued to send (tx_bytes)
+ * plus READs in the scsi layer (rd_inflight). Above it the connection takes
+ * no further PDU (even from what it has already received) until its
+ * initiator reads, so one that never reads costs the reactor at most this
+ * much work, and a burst of large READs is spread over reactor turns.
+ */
+#define ISCSI_TX_HIGH          (32u << 20)
+/* At most this many bytes are written per flush; the rest on the next EPOLLOUT. */
+#define ISCSI_TX_PER_TURN      (4u << 20)
+/*
+ * READ data a connection may start per reactor turn (at least one command):
+ * the data of a READ may be copied on the reactor (page-cache hits complete
+ * inside the submit), so a burst of large READs is spread over turns.
+ */
+#define ISCSI_RX_READ_PER_TURN (4u << 20)
 #define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
 #define ISCSI_BUF_CLASSES      13           /* 4 KiB .. 16 MiB */
 /*
@@ -156,6 +171,7 @@ struct iscsi_task {
 	unsigned r2t_active;
 	struct iscsi_r2t r2t[ISCSI_MAX_R2T];
 	/* read side */
+	uint32_t rd_charge; /* bytes counted in conn->rd_inflight while in the scsi layer */
 	uint32_t datasn;  /* next Data-In DataSN */
 	uint32_t buf_len; /* bytes allocated for cmd.data */
 	uint8_t sense_buf[2 + HL_SENSE_MAX];
@@ -270,6 +286,11 @@ struct iscsi_conn {
 
 	struct iscsi_rx rx;
 	uint8_t *rbuf;
+	uint32_t rbuf_off, rbuf_len; /* received bytes not yet fed to rx (it yielded) */
+	struct hl_timer rx_timer;    /* feeds them once the connection may take PDUs again */
+	uint64_t rd_inflight;        /* EDTL of READs in the scsi layer (see ISCSI_TX_HIGH) */
+	uint64_t rd_started;         /* EDTL of every READ started (ISCSI_RX_READ_PER_TURN) */
+	uint64_t rd_turn_mark;       /* rd_started when this turn's receive began */
 
 	struct hl_list txq;
 	struct hl_list tx_free;
