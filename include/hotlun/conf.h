@@ -3,7 +3,8 @@
  * and (later) writing back. Errors name file:line and what is wrong; unknown
  * sections and keys are errors.
  *
- *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads
+ *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads,
+ *                   poll_us, max_pending_logins, max_pending_logins_per_addr
  *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...
  *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer,
  *                   write_budget
@@ -68,6 +69,8 @@ struct hl_conf_target {
 /* [global] poll_us when unset: see hl_reactor_set_poll_us and hotlun.conf(5). */
 #define HL_CONF_POLL_US_DEFAULT 50
 #define HL_CONF_POLL_US_MAX     1000
+/* [global] max_pending_logins{,_per_addr}: 1 .. this (unset: HL_ISCSI_MAX_PENDING_LOGINS...) */
+#define HL_CONF_PENDING_LOGINS_MAX 1000000
 
 struct hl_conf {
 	char *path;            /* file it came from, or "<builtin>" */
@@ -78,6 +81,8 @@ struct hl_conf {
 	int log_level;         /* HL_LOG_* */
 	unsigned threads;      /* reactor threads, 0 = one per core */
 	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
+	unsigned max_pending_logins;          /* per portal, 0: unset (the iscsi default) */
+	unsigned max_pending_logins_per_addr; /* per source address, 0: unset */
 	char *discovery_chap_user, *discovery_chap_secret;
 	struct hl_conf_disk *disks;
 	size_t n_disks;

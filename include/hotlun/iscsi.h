@@ -48,7 +48,14 @@ struct hl_iscsi_server_config {
 	uint32_t nop_timeout_s;        /* drop the connection when a ping is unanswered */
 	/** Discovery CHAP; empty = discovery without authentication. */
 	struct hl_iscsi_chap discovery_chap;
+	/** Connections that have not finished login, per portal and per source address (0: default). */
+	unsigned max_pending_logins;
+	unsigned max_pending_logins_per_addr;
 };
+
+/* Defaults of hl_iscsi_server_config.max_pending_logins{,_per_addr}; see hotlun.conf(5). */
+#define HL_ISCSI_MAX_PENDING_LOGINS          1024
+#define HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR 64
 
 /** @return 0 or -errno. */
 int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_iscsi_server **out);
@@ -60,6 +67,13 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
  */
 void hl_iscsi_server_set_discovery_chap(struct hl_iscsi_server *srv,
                                         const struct hl_iscsi_chap *chap);
+
+/**
+ * Replace the pending-login caps (0: the default). Any thread; connections
+ * already accepted stay, new ones are checked against the new values.
+ */
+void hl_iscsi_server_set_login_limits(struct hl_iscsi_server *srv, unsigned max_pending,
+                                      unsigned max_pending_per_addr);
 
 /** Add a target before or after portals open. @return 0, -EEXIST, -EINVAL, -ENOMEM. */
 int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg);

@@ -421,6 +421,13 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "log_level", json_integer(c->log_level));
+		json_object_set_new(o, "max_pending_logins",
+				    json_integer(c->max_pending_logins ? c->max_pending_logins
+								      : HL_ISCSI_MAX_PENDING_LOGINS));
+		json_object_set_new(o, "max_pending_logins_per_addr",
+				    json_integer(c->max_pending_logins_per_addr
+						     ? c->max_pending_logins_per_addr
+						     : HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR));
 		break;
 	}
 	case N_DISK: {

@@ -73,7 +73,8 @@ static int rx_pdu_cb(void *ctx, struct iscsi_rx *rx)
 	 * The rest of the received bytes wait (conn_rx_kick): until the initiator
 	 * reads, or for the next turn when this one started enough READ data.
 	 */
-	if (rc == 0 && (conn_tx_full(c) || c->rd_started - c->rd_turn_mark >= ISCSI_RX_READ_PER_TURN))
+	if (rc == 0 &&
+	    (conn_tx_full(c) || c->rd_started - c->rd_turn_mark >= ISCSI_RX_READ_PER_TURN))
 		iscsi_rx_yield(rx);
 	return rc;
 }
@@ -580,6 +581,7 @@ void iscsi_conn_params_applied(struct iscsi_conn *c)
 	c->tx_ddigest = c->params.data_digest;
 	c->rx.max_dsl = HL_MAX(c->params.max_recv_dsl_target, c->lim.max_recv_dsl);
 	hl_timer_stop(&c->login_timer);
+	iscsi_conn_pending_release(c);
 	if (c->srv->nop_interval_s && c->sess && c->reactor)
 		hl_timer_start(c->reactor, &c->nop_timer, (uint64_t)c->srv->nop_interval_s * 1000);
 }
@@ -601,6 +603,7 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_timer_stop(&c->nop_timer);
 	hl_timer_stop(&c->rx_timer);
 	c->rbuf_off = c->rbuf_len = 0;
+	iscsi_conn_pending_release(c);
 	while (!hl_list_empty(&c->txq)) {
 		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
 		hl_list_del(&tx->link);

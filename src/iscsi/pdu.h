@@ -312,7 +312,7 @@ struct iscsi_rx {
 	uint32_t buf_cap;
 	const struct iscsi_rx_ops *ops;
 	void *ctx;
-	int error; /* first error, sticky */
+	int error;  /* first error, sticky */
 	bool yield; /* set by ops->pdu through iscsi_rx_yield: stop after this PDU */
 };
 

@@ -11,7 +11,11 @@ Subcommands:
   badinput --portal H:P --target IQN [--chap-user U --chap-secret S]
            run the bad-input battery; one line per case; exit 1 if any failed
   login  --portal H:P --target IQN [--chap-user U --chap-secret S] [--digest]
+           [--source ADDR]
            log in, TEST UNIT READY, log out (exit 0 on success)
+  idle   --portal H:P --count N --hold S [--source ADDR]
+           open N TCP connections that never log in, print how many the
+           target closed within a second, keep the rest open S seconds
   slowreader --portal H:P --target IQN [--reads N] [--ios N] [--max-ms MS]
            one session queues N READs of 16 MiB and never reads its socket;
            a second session then measures 4 KiB READ latency; exit 1 when the
@@ -141,8 +145,9 @@ def pad4(b):
 class Conn:
     """One TCP connection speaking raw iSCSI."""
 
-    def __init__(self, host, port, timeout=10.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host, port, timeout=10.0, source=None):
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self.hd = False   # header digest in use
@@ -511,7 +516,7 @@ def designators(page):
 
 def connect(args, **kw):
     host, _, port = args.portal.rpartition(":")
-    return Conn(host.strip("[]"), int(port), **kw)
+    return Conn(host.strip("[]"), int(port), source=getattr(args, "source", None), **kw)
 
 
 def chap_of(args):
@@ -1033,6 +1038,37 @@ def cmd_badinput(args):
     return 1 if B.failed else 0
 
 
+# ---------------------------------------------------------------- idle connections
+
+def cmd_idle(args):
+    """N connections that never send a PDU; report how many the target closes at once."""
+    host, _, port = args.portal.rpartition(":")
+    socks = []
+    for _ in range(args.count):
+        s = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
+        if args.source:
+            s.bind((args.source, 0))
+        s.settimeout(5)
+        s.connect((host.strip("[]"), int(port)))
+        socks.append(s)
+    time.sleep(1.0)
+    closed = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                closed += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+    print("idle: opened %d, closed by the target %d" % (args.count, closed), flush=True)
+    time.sleep(args.hold)
+    for s in socks:
+        s.close()
+    return 0
+
+
 # ---------------------------------------------------------------- slow reader
 
 def cmd_slowreader(args):
@@ -1095,22 +1131,27 @@ def cmd_slowreader(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["vpd83", "badinput", "login", "slowreader"])
+    ap.add_argument("command", choices=["vpd83", "badinput", "login", "slowreader", "idle"])
     ap.add_argument("--portal", required=True)
-    ap.add_argument("--target", required=True)
+    ap.add_argument("--target")
+    ap.add_argument("--count", type=int, default=10, help="idle: connections to open")
+    ap.add_argument("--hold", type=float, default=10, help="idle: seconds to keep them")
     ap.add_argument("--lun", type=int, default=0)
     ap.add_argument("--chap-user")
     ap.add_argument("--chap-secret")
     ap.add_argument("--digest", action="store_true")
+    ap.add_argument("--source", help="local address to connect from (e.g. 127.0.0.2)")
     ap.add_argument("--reads", type=int, default=32, help="slowreader: 16 MiB READs queued")
     ap.add_argument("--ios", type=int, default=200, help="slowreader: probe READs")
     ap.add_argument("--seconds", type=float, default=20, help="slowreader: probe time limit")
     ap.add_argument("--max-ms", type=float, default=200, help="slowreader: worst latency allowed")
     ap.add_argument("--lba-span", type=int, default=1 << 21, help="slowreader: blocks of the LUN")
     args = ap.parse_args()
+    if args.command != "idle" and not args.target:
+        ap.error("--target is required")
     try:
         return {"vpd83": cmd_vpd83, "badinput": cmd_badinput, "login": cmd_login,
-                "slowreader": cmd_slowreader}[args.command](args)
+                "slowreader": cmd_slowreader, "idle": cmd_idle}[args.command](args)
     except (AssertionError, Closed, Timeout, OSError) as e:
         print("error: %s: %s" % (type(e).__name__, e), file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ struct seen {
 	uint32_t ahs_len[16];
 	uint8_t *dst; /* when set, header() routes data there */
 	bool discard;
-	int fail_at; /* header() fails for this PDU index (-1 never) */
+	int fail_at;  /* header() fails for this PDU index (-1 never) */
 	int yield_at; /* pdu() yields after this PDU index (0: never; 1 = the first) */
 };
 
