@@ -6,8 +6,10 @@
 #    are lifted here so they do not stop them first): the reactor must not
 #    spin on the ready listening socket (CPU over 2 s < 0.5 s) nor flood the
 #    log (hotlund before the fix burnt a whole core retrying accept);
+#    a hotlunctl started meanwhile must not make the control thread spin
+#    either (its accept had the same loop);
 # 3. a real iscsi-inq started meanwhile waits in the listen backlog and logs
-#    in promptly once the idle connections go away;
+#    in promptly once the idle connections go away, and hotlunctl answers;
 # 4. with the usual soft limit of 1,024 (hard 4,096), a config of 1,100
 #    disks starts (it did not before: every disk takes a descriptor).
 . "$(dirname "$0")/lib.sh"
@@ -36,6 +38,9 @@ for _ in $(seq 1 100); do
 done
 cat "$T/idle.out"
 grep -q 'accept: Too many open files' "$HL_LOG" || hl_fail "hotlund never ran out of descriptors (the test did not exhaust them)"
+hl_spawn hotlunctl "$T/ctl.out" "$HL_BUILDDIR/hotlunctl" --socket "$(hl_tmpdir)/state/ctl.sock" / get max_pending_logins
+CTLPID=$HL_LAST_PID
+sleep 0.5
 tck=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$HL_PID/stat"; }
 c0=$(cpu)
@@ -63,6 +68,15 @@ hl_forget "$INQ"
 [ $rc -eq 0 ] || { cat "$T/inq.out" >&2; hl_fail "iscsi-inq failed (status $rc) after descriptors were freed"; }
 grep -q 'DIRECT_ACCESS' "$T/inq.out" || hl_fail "iscsi-inq printed no INQUIRY data"
 grep -q 'accepting again after' "$HL_LOG" || hl_fail "no log line saying accepting resumed"
+for _ in $(seq 1 100); do
+	hl_alive "$CTLPID" || break
+	sleep 0.1
+done
+wait "$CTLPID"
+rc=$?
+hl_forget "$CTLPID"
+[ $rc -eq 0 ] && grep -qx 'max_pending_logins=1000' "$T/ctl.out" ||
+	{ cat "$T/ctl.out" >&2; hl_fail "hotlunctl failed (status $rc) after descriptors were freed"; }
 hl_check_alive
 hl_target_stop
 
