@@ -61,6 +61,12 @@ static bool conn_tx_full(const struct iscsi_conn *c)
 	return c->tx_bytes + c->rd_inflight > ISCSI_TX_HIGH;
 }
 
+/* May the connection take another PDU in this reactor turn? */
+static bool conn_may_take(const struct iscsi_conn *c)
+{
+	return !conn_tx_full(c) && c->rd_started - c->rd_turn_mark < ISCSI_RX_READ_PER_TURN;
+}
+
 static int rx_pdu_cb(void *ctx, struct iscsi_rx *rx)
 {
 	struct iscsi_conn *c = ctx;
@@ -73,8 +79,7 @@ static int rx_pdu_cb(void *ctx, struct iscsi_rx *rx)
 	 * The rest of the received bytes wait (conn_rx_kick): until the initiator
 	 * reads, or for the next turn when this one started enough READ data.
 	 */
-	if (rc == 0 &&
-	    (conn_tx_full(c) || c->rd_started - c->rd_turn_mark >= ISCSI_RX_READ_PER_TURN))
+	if (rc == 0 && !conn_may_take(c))
 		iscsi_rx_yield(rx);
 	return rc;
 }
@@ -133,7 +138,8 @@ static void conn_read(struct iscsi_conn *c)
 	/* bytes left over from a yield go first, in order */
 	if (c->rbuf_off < c->rbuf_len && !conn_feed(c))
 		return;
-	for (int i = 0; i < RX_READS_PER_EVENT && c->state != CONN_CLOSED; i++) {
+	for (int i = 0; i < RX_READS_PER_EVENT && c->state != CONN_CLOSED && conn_may_take(c);
+	     i++) {
 		ssize_t n = recv(c->fd, c->rbuf, ISCSI_RBUF_SIZE, 0);
 		if (n == 0) {
 			iscsi_conn_close(c, "peer closed");
@@ -149,8 +155,7 @@ static void conn_read(struct iscsi_conn *c)
 		}
 		c->rbuf_off = 0;
 		c->rbuf_len = (uint32_t)n;
-		if (!conn_feed(c) || (size_t)n < ISCSI_RBUF_SIZE || conn_tx_full(c) ||
-		    c->rd_started - c->rd_turn_mark >= ISCSI_RX_READ_PER_TURN)
+		if (!conn_feed(c) || (size_t)n < ISCSI_RBUF_SIZE)
 			return;
 	}
 }
