@@ -442,20 +442,24 @@ static struct iscsi_pending_addr *pending_admit(struct hl_iscsi_server *srv, str
 	p->refused++;
 	if (!p->refusing) {
 		p->refusing = true;
+		hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf));
 		if (strcmp(*why, "max_pending_logins") == 0)
 			HL_WARN(
 			    ISCSI_LOG,
 			    "portal %s: %u connections have not finished login (max_pending_logins "
 			    "%u); closing new ones until fewer wait",
-			    hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)), p->n_pending,
-			    srv->max_pending);
+			    pbuf, p->n_pending, srv->max_pending);
+		else if (a)
+			HL_WARN(
+			    ISCSI_LOG,
+			    "portal %s: %s has %u connections that have not finished login "
+			    "(max_pending_logins_per_addr %u); closing its new ones until fewer "
+			    "wait",
+			    pbuf, peer_host(peer, abuf, sizeof(abuf)), a->n,
+			    srv->max_pending_per_addr);
 		else
-			HL_WARN(ISCSI_LOG,
-			        "portal %s: %s has %u connections that have not finished login (%s "
-			        "%u); closing its new ones until fewer wait",
-			        hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)),
-			        peer_host(peer, abuf, sizeof(abuf)), a ? a->n : 0, *why,
-			        srv->max_pending_per_addr);
+			HL_WARN(ISCSI_LOG, "portal %s: out of memory; closing new connections",
+			        pbuf);
 	}
 	pthread_mutex_unlock(&srv->lock);
 	return NULL;
