@@ -4,7 +4,8 @@
  * sections and keys are errors.
  *
  *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads,
- *                   poll_us, discovery CHAP, write_buffer_limit, logout_timeout
+ *                   poll_us, discovery CHAP, write_buffer_limit, logout_timeout,
+ *                   max_pending_logins, max_pending_logins_per_addr
  *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...,
  *                   origin_chap_user, origin_chap_secret[_file], origin_mutual_user/_secret
  *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer,
@@ -104,6 +105,8 @@ struct hl_conf_target {
 /* [global] logout_timeout: seconds initiators get to log out on a planned stop */
 #define HL_CONF_LOGOUT_TIMEOUT_DEFAULT 5
 #define HL_CONF_LOGOUT_TIMEOUT_MAX     600
+/* [global] max_pending_logins{,_per_addr}: 1 .. this (unset: HL_ISCSI_MAX_PENDING_LOGINS...) */
+#define HL_CONF_PENDING_LOGINS_MAX 1000000
 
 struct hl_conf {
 	char *path;            /* file it came from, or "<builtin>" */
@@ -116,6 +119,8 @@ struct hl_conf {
 	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
 	uint64_t write_buffer_limit; /* bytes of unfinished WRITE data, 0: unset (from RAM) */
 	int logout_timeout;    /* planned stop: seconds to wait for logouts, -1: unset */
+	unsigned max_pending_logins;          /* per portal, 0: unset (the iscsi default) */
+	unsigned max_pending_logins_per_addr; /* per source address, 0: unset */
 	char *discovery_chap_user, *discovery_chap_secret;
 	struct hl_conf_disk *disks;
 	size_t n_disks;

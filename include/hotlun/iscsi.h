@@ -58,12 +58,19 @@ struct hl_iscsi_server_config {
 	struct hl_iscsi_chap discovery_chap;
 	/** Write buffer budget in bytes, 0 = the default (see hl_iscsi_server_set_write_limit). */
 	uint64_t write_buffer_limit;
+	/** Connections that have not finished login, per portal and per source address (0: default). */
+	unsigned max_pending_logins;
+	unsigned max_pending_logins_per_addr;
 };
 
 /* Write buffer budget bounds ([global] write_buffer_limit, hotlun.conf(5)). */
 #define HL_ISCSI_WRITE_LIMIT_MIN         (32ull << 20) /* twice the largest transfer */
 #define HL_ISCSI_WRITE_LIMIT_DEFAULT_MIN (256ull << 20)
 #define HL_ISCSI_WRITE_LIMIT_DEFAULT_MAX (8ull << 30)
+
+/* Defaults of hl_iscsi_server_config.max_pending_logins{,_per_addr}; see hotlun.conf(5). */
+#define HL_ISCSI_MAX_PENDING_LOGINS          1024
+#define HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR 64
 
 /** @return 0 or -errno. */
 int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_iscsi_server **out);
@@ -75,6 +82,13 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
  */
 void hl_iscsi_server_set_discovery_chap(struct hl_iscsi_server *srv,
                                         const struct hl_iscsi_chap *chap);
+
+/**
+ * Replace the pending-login caps (0: the default). Any thread; connections
+ * already accepted stay, new ones are checked against the new values.
+ */
+void hl_iscsi_server_set_login_limits(struct hl_iscsi_server *srv, unsigned max_pending,
+                                      unsigned max_pending_per_addr);
 
 /** Add a target before or after portals open. @return 0, -EEXIST, -EINVAL, -ENOMEM. */
 int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg);

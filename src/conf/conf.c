@@ -313,6 +313,17 @@ static int global_key(struct parser *p, const char *key, const char *v)
 		c->write_buffer_limit = x;
 		return 0;
 	}
+	if (strcmp(key, "max_pending_logins") == 0 ||
+	    strcmp(key, "max_pending_logins_per_addr") == 0) {
+		unsigned n = 0;
+		int rc = parse_u32(p, key, v, HL_CONF_PENDING_LOGINS_MAX, &n);
+		if (rc == 0 && n == 0)
+			rc = perr(p, "%s: must be at least 1", key);
+		if (rc == 0)
+			*(strcmp(key, "max_pending_logins") == 0 ? &c->max_pending_logins
+			                                          : &c->max_pending_logins_per_addr) = n;
+		return rc;
+	}
 	if (strcmp(key, "discovery_chap_user") == 0)
 		return set_str(p, &c->discovery_chap_user, v);
 	if (strcmp(key, "discovery_chap_secret") == 0) {
@@ -1092,6 +1103,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		snprintf(num, sizeof(num), "%d", c->logout_timeout);
 		put_kv(f, "logout_timeout", num);
 	}
+	if (c->max_pending_logins)
+		fprintf(f, "max_pending_logins = %u\n", c->max_pending_logins);
+	if (c->max_pending_logins_per_addr)
+		fprintf(f, "max_pending_logins_per_addr = %u\n", c->max_pending_logins_per_addr);
 	put_opt(f, "discovery_chap_user", c->discovery_chap_user);
 	put_opt(f, "discovery_chap_secret", c->discovery_chap_secret);
 
@@ -1394,6 +1409,14 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "logout_timeout") == 0) {
 			c->logout_timeout = -1;
+			return 0;
+		}
+		if (strcmp(key, "max_pending_logins") == 0) {
+			c->max_pending_logins = 0;
+			return 0;
+		}
+		if (strcmp(key, "max_pending_logins_per_addr") == 0) {
+			c->max_pending_logins_per_addr = 0;
 			return 0;
 		}
 		return perr(&p, "%s cannot be unset", key);

@@ -30,9 +30,14 @@ struct ctl_client {
 	char who[64];         /* "pid N uid N" of the peer (SO_PEERCRED), for logs */
 };
 
+/* Out of descriptors, the listening socket is not watched and retried this often. */
+#define CTL_ACCEPT_RETRY_MS 100
+
 struct hl_ctl_server {
 	struct hl_reactor *reactor;
 	struct hl_event listen_ev;
+	struct hl_timer accept_retry; /* armed while accept is paused (out of descriptors) */
+	bool accept_paused;           /* logged once per episode */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	dev_t dev; /* the socket file bind() made: destroy unlinks path only while it is still it */
 	ino_t ino;
@@ -258,6 +263,16 @@ static void client_event(struct hl_event *ev, uint32_t revents)
 	client_update_events(c);
 }
 
+static void listen_event(struct hl_event *ev, uint32_t revents);
+
+static void accept_retry(struct hl_timer *t)
+{
+	struct hl_ctl_server *srv = t->arg;
+
+	if (hl_event_add(srv->reactor, &srv->listen_ev, EPOLLIN) < 0)
+		hl_timer_start(srv->reactor, &srv->accept_retry, CTL_ACCEPT_RETRY_MS);
+}
+
 static void listen_event(struct hl_event *ev, uint32_t revents)
 {
 	struct hl_ctl_server *srv = ev->arg;
@@ -266,9 +281,25 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 	for (;;) {
 		int fd = accept4(ev->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				/*
+				 * The socket stays readable: retrying now would spin the
+				 * reactor. Stop watching it; the client waits in the backlog.
+				 */
+				if (!srv->accept_paused)
+					HL_WARN("ctl", "accept: %s; not accepting until a descriptor is free",
+						strerror(errno));
+				srv->accept_paused = true;
+				hl_event_del(&srv->listen_ev);
+				hl_timer_start(srv->reactor, &srv->accept_retry, CTL_ACCEPT_RETRY_MS);
+			} else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
 				HL_WARN_RL("ctl", "accept: %s", strerror(errno));
+			}
 			return;
+		}
+		if (srv->accept_paused) {
+			srv->accept_paused = false;
+			HL_NOTICE("ctl", "accepting control connections again");
 		}
 		struct ctl_client *c = calloc(1, sizeof(*c));
 		if (!c) {
@@ -380,6 +411,7 @@ int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 	srv->dev = st.st_dev;
 	srv->ino = st.st_ino;
 	hl_event_init(&srv->listen_ev, fd, listen_event, srv);
+	hl_timer_init(&srv->accept_retry, accept_retry, srv);
 	rc = hl_event_add(r, &srv->listen_ev, EPOLLIN);
 	if (rc) {
 		close(fd);
@@ -400,6 +432,7 @@ void hl_ctl_server_destroy(struct hl_ctl_server *srv)
 	hl_list_for_each_entry_safe(c, tmp, &srv->clients, link)
 		client_close(c);
 	hl_event_del(&srv->listen_ev);
+	hl_timer_stop(&srv->accept_retry);
 	/*
 	 * Not a path another server has bound since (a stale-socket takeover
 	 * after a hang, a file removed by hand). Compared before the close: our

@@ -514,6 +514,13 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "log_level", hl_log_level_name(c->log_level));
 		put_str(o, "discovery_chap_user", c->discovery_chap_user);
 		put_secret(o, "discovery_chap_secret", c->discovery_chap_secret);
+		json_object_set_new(o, "max_pending_logins",
+				    json_integer(c->max_pending_logins ? c->max_pending_logins
+								      : HL_ISCSI_MAX_PENDING_LOGINS));
+		json_object_set_new(o, "max_pending_logins_per_addr",
+				    json_integer(c->max_pending_logins_per_addr
+						     ? c->max_pending_logins_per_addr
+						     : HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR));
 		break;
 	}
 	case N_DISK: {

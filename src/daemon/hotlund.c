@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -145,6 +146,49 @@ static int demo_prepare(const char *dir, const char *portal, char **out_text)
 
 /* ---- start and stop ---- */
 
+/* Descriptors the daemon keeps for itself: reactors, rings, workers, control clients, logs. */
+#define NOFILE_RESERVE 64
+
+/*
+ * Every session and every disk takes a descriptor; the usual soft limit of
+ * 1,024 is far below what a target serves (a config of ~1,010 disks did not
+ * start). Raise the soft limit to the hard one before anything opens, and
+ * say how much room that leaves. Nothing in hotlund uses select(), so
+ * descriptors above 1,023 are fine.
+ */
+static void raise_nofile_limit(void)
+{
+	struct rlimit rl;
+	rlim_t was;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		HL_WARN("daemon", "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+		return;
+	}
+	was = rl.rlim_cur;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+			HL_WARN("daemon", "cannot raise the open-file limit from %llu to %llu: %s",
+				(unsigned long long)was, (unsigned long long)rl.rlim_max,
+				strerror(errno));
+			rl.rlim_cur = was;
+		}
+	}
+	unsigned long long room =
+	    rl.rlim_cur > NOFILE_RESERVE ? (unsigned long long)(rl.rlim_cur - NOFILE_RESERVE) : 0;
+	if (rl.rlim_cur != was)
+		HL_NOTICE("daemon",
+			  "open-file limit raised from %llu to %llu (the hard limit): room for about "
+			  "%llu sessions and disks together",
+			  (unsigned long long)was, (unsigned long long)rl.rlim_cur, room);
+	else
+		HL_NOTICE("daemon",
+			  "open-file limit %llu (the hard limit): room for about %llu sessions and "
+			  "disks together",
+			  (unsigned long long)rl.rlim_cur, room);
+}
+
 /* Reactors, workers and the (empty) iSCSI server; reads loaded, does not keep it. */
 static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 {
@@ -180,6 +224,8 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	sc.n_reactors = d->n_reactors;
 	sc.nop_interval_s = 30;
 	sc.nop_timeout_s = 30;
+	sc.max_pending_logins = loaded->max_pending_logins;
+	sc.max_pending_logins_per_addr = loaded->max_pending_logins_per_addr;
 	daemon_discovery_chap(loaded, &sc.discovery_chap);
 	sc.write_buffer_limit = loaded->write_buffer_limit;
 	rc = hl_iscsi_server_create(&sc, &d->server);
@@ -427,6 +473,7 @@ int main(int argc, char **argv)
 	if (log_level >= 0)
 		loaded->log_level = log_level;
 	hl_log_open(use_syslog, loaded->log_level);
+	raise_nofile_limit();
 	bool test_hook = daemon_service_init();
 
 	/* Block the signals we wait for in every thread created from here on. */

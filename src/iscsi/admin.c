@@ -166,6 +166,7 @@ static void portal_close_cb(void *arg)
 	struct portal_close *pc = arg;
 
 	hl_event_del(&pc->p->ev);
+	hl_timer_stop(&pc->p->retry);
 	close(pc->p->fd);
 	free(pc->p);
 	iscsi_call_done(pc->srv);
@@ -209,6 +210,7 @@ int hl_iscsi_portal_remove(struct hl_iscsi_server *srv, const char *portal)
 		return -ENOENT;
 	}
 	hl_list_del(&found->link);
+	iscsi_portal_forget_locked(srv, found);
 	srv->pending_calls++;
 	pthread_mutex_unlock(&srv->lock);
 	pc->srv = srv;

@@ -23,6 +23,7 @@
 
 static void conn_event(struct hl_event *ev, uint32_t revents);
 static void conn_maybe_free(struct iscsi_conn *c);
+static void conn_rx_kick(struct iscsi_conn *c);
 
 static void conn_enter(struct iscsi_conn *c)
 {
@@ -36,8 +37,10 @@ static void conn_leave(struct iscsi_conn *c)
 		return;
 	}
 	/* still busy while flushing: a close inside must not free under us */
-	if (c->state != CONN_CLOSED)
+	if (c->state != CONN_CLOSED) {
 		iscsi_conn_flush(c);
+		conn_rx_kick(c);
+	}
 	c->busy = 0;
 	conn_maybe_free(c);
 }
@@ -53,13 +56,33 @@ static int rx_header_cb(void *ctx, struct iscsi_rx *rx)
 	return 0;
 }
 
+/* Has the connection as much read data on its way out as it may (ISCSI_TX_HIGH)? */
+static bool conn_tx_full(const struct iscsi_conn *c)
+{
+	return c->tx_bytes + c->rd_inflight > ISCSI_TX_HIGH;
+}
+
+/* May the connection take another PDU in this reactor turn? */
+static bool conn_may_take(const struct iscsi_conn *c)
+{
+	return !conn_tx_full(c) && c->rd_started - c->rd_turn_mark < ISCSI_RX_READ_PER_TURN;
+}
+
 static int rx_pdu_cb(void *ctx, struct iscsi_rx *rx)
 {
 	struct iscsi_conn *c = ctx;
+	int rc;
 
 	c->last_rx_ns = hl_now_ns();
 	c->nop_outstanding = false;
-	return iscsi_conn_handle_pdu(c, rx);
+	rc = iscsi_conn_handle_pdu(c, rx);
+	/*
+	 * The rest of the received bytes wait (conn_rx_kick): until the initiator
+	 * reads, or for the next turn when this one started enough READ data.
+	 */
+	if (rc == 0 && !conn_may_take(c))
+		iscsi_rx_yield(rx);
+	return rc;
 }
 
 static const struct iscsi_rx_ops conn_rx_ops = {
@@ -88,9 +111,36 @@ int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx)
 	}
 }
 
+/*
+ * Feed the received bytes not yet taken. @return true when all were taken;
+ * false when the rx yielded (the rest stays in rbuf) or the connection closed.
+ */
+static bool conn_feed(struct iscsi_conn *c)
+{
+	long rc = iscsi_rx_feed(&c->rx, c->rbuf + c->rbuf_off, c->rbuf_len - c->rbuf_off);
+
+	if (rc < 0) {
+		if (c->state != CONN_CLOSED)
+			HL_NOTICE(ISCSI_LOG, "%s: receive error (%s), closing", c->peer_str,
+			          rc == -EBADMSG ? "header digest" : strerror((int)-rc));
+		iscsi_conn_close(c, "protocol error");
+		return false;
+	}
+	c->rbuf_off += (uint32_t)rc;
+	if (c->rbuf_off < c->rbuf_len)
+		return false;
+	c->rbuf_off = c->rbuf_len = 0;
+	return c->state != CONN_CLOSED;
+}
+
 static void conn_read(struct iscsi_conn *c)
 {
-	for (int i = 0; i < RX_READS_PER_EVENT && c->state != CONN_CLOSED; i++) {
+	c->rd_turn_mark = c->rd_started;
+	/* bytes left over from a yield go first, in order */
+	if (c->rbuf_off < c->rbuf_len && !conn_feed(c))
+		return;
+	for (int i = 0; i < RX_READS_PER_EVENT && c->state != CONN_CLOSED && conn_may_take(c);
+	     i++) {
 		ssize_t n = recv(c->fd, c->rbuf, ISCSI_RBUF_SIZE, 0);
 		if (n == 0) {
 			iscsi_conn_close(c, "peer closed");
@@ -104,17 +154,35 @@ static void conn_read(struct iscsi_conn *c)
 			iscsi_conn_close(c, "recv error");
 			return;
 		}
-		long rc = iscsi_rx_feed(&c->rx, c->rbuf, (size_t)n);
-		if (rc < 0) {
-			if (c->state != CONN_CLOSED)
-				HL_NOTICE(ISCSI_LOG, "%s: receive error (%s), closing", c->peer_str,
-				          rc == -EBADMSG ? "header digest" : strerror((int)-rc));
-			iscsi_conn_close(c, "protocol error");
-			return;
-		}
-		if ((size_t)n < ISCSI_RBUF_SIZE || c->tx_bytes > ISCSI_TX_HIGH)
+		c->rbuf_off = 0;
+		c->rbuf_len = (uint32_t)n;
+		if (!conn_feed(c) || (size_t)n < ISCSI_RBUF_SIZE)
 			return;
 	}
+}
+
+/* The connection yielded with bytes left in rbuf and may take PDUs again: feed them. */
+static void rx_resume(struct hl_timer *t)
+{
+	struct iscsi_conn *c = t->arg;
+
+	conn_enter(c);
+	c->rd_turn_mark = c->rd_started;
+	if (c->state != CONN_CLOSED && c->rbuf_off < c->rbuf_len && !conn_tx_full(c))
+		conn_feed(c);
+	conn_leave(c);
+}
+
+/*
+ * Called when an entry point ends: leftover bytes are fed from a timer on
+ * the next reactor turn, not from here, so a connection that yielded takes
+ * its turn after the others (and never inside another connection's call).
+ */
+static void conn_rx_kick(struct iscsi_conn *c)
+{
+	if (c->rbuf_off < c->rbuf_len && !conn_tx_full(c) && !hl_timer_pending(&c->rx_timer) &&
+	    c->reactor)
+		hl_timer_start(c->reactor, &c->rx_timer, 0);
 }
 
 static void conn_set_mask(struct iscsi_conn *c, uint32_t mask)
@@ -127,12 +195,13 @@ static void conn_set_mask(struct iscsi_conn *c, uint32_t mask)
 
 /*
  * What to watch: always EPOLLOUT while something waits to be sent; EPOLLIN
- * only while the send queue is below the high-water mark, so an initiator
- * that does not read its responses cannot make us queue without bound.
+ * only while the read data on its way out is below the high-water mark and
+ * nothing received waits in rbuf, so an initiator that does not read its
+ * responses cannot make us queue (or read from the cache) without bound.
  */
 static uint32_t conn_wanted_mask(const struct iscsi_conn *c)
 {
-	uint32_t m = c->tx_bytes > ISCSI_TX_HIGH ? 0 : EPOLLIN;
+	uint32_t m = conn_tx_full(c) || c->rbuf_off < c->rbuf_len ? 0 : EPOLLIN;
 
 	if (!hl_list_empty(&c->txq))
 		m |= EPOLLOUT;
@@ -147,7 +216,7 @@ static void conn_event(struct hl_event *ev, uint32_t revents)
 	if (revents & EPOLLOUT)
 		iscsi_conn_flush(c);
 	if (c->state != CONN_CLOSED && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
-	    c->tx_bytes <= ISCSI_TX_HIGH)
+	    !conn_tx_full(c))
 		conn_read(c);
 	conn_leave(c);
 }
@@ -244,12 +313,18 @@ int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const vo
 	return 0;
 }
 
+/*
+ * Write what the socket takes, up to ISCSI_TX_PER_TURN bytes: a connection
+ * whose peer reads fast does not keep the reactor from the others either;
+ * EPOLLOUT stays on while anything is left and brings us back.
+ */
 void iscsi_conn_flush(struct iscsi_conn *c)
 {
 	struct iovec iov[ISCSI_IOV_MAX];
 	bool close_now = false;
+	size_t sent = 0;
 
-	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq)) {
+	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq) && sent < ISCSI_TX_PER_TURN) {
 		int cnt = 0;
 		uint32_t skip = c->tx_off;
 		struct iscsi_tx *tx;
@@ -287,6 +362,7 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 		}
 		size_t left = (size_t)n + c->tx_off;
 		c->tx_bytes -= (size_t)n;
+		sent += (size_t)n;
 		c->tx_off = 0;
 		while (!hl_list_empty(&c->txq)) {
 			tx = hl_list_first(&c->txq, struct iscsi_tx, link);
@@ -480,6 +556,7 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	hl_timer_init(&c->login_timer, login_timeout, c);
 	hl_timer_init(&c->nop_timer, nop_tick, c);
 	hl_timer_init(&c->wb_timer, iscsi_wb_tick, c);
+	hl_timer_init(&c->rx_timer, rx_resume, c);
 	if (fd >= 0) {
 		sl = sizeof(c->local);
 		getsockname(fd, (struct sockaddr *)&c->local, &sl);
@@ -536,6 +613,7 @@ void iscsi_conn_params_applied(struct iscsi_conn *c)
 	c->tx_ddigest = c->params.data_digest;
 	c->rx.max_dsl = HL_MAX(c->params.max_recv_dsl_target, c->lim.max_recv_dsl);
 	hl_timer_stop(&c->login_timer);
+	iscsi_conn_pending_release(c);
 	if (c->srv->nop_interval_s && c->sess && c->reactor)
 		hl_timer_start(c->reactor, &c->nop_timer, (uint64_t)c->srv->nop_interval_s * 1000);
 }
@@ -556,6 +634,9 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_timer_stop(&c->login_timer);
 	hl_timer_stop(&c->nop_timer);
 	hl_timer_stop(&c->wb_timer);
+	hl_timer_stop(&c->rx_timer);
+	c->rbuf_off = c->rbuf_len = 0;
+	iscsi_conn_pending_release(c);
 	while (!hl_list_empty(&c->txq)) {
 		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
 		hl_list_del(&tx->link);

@@ -38,7 +38,22 @@
 #define ISCSI_LOGIN_DSL        8192 /* data segment limit before MaxRecvDataSegmentLength is known */
 #define ISCSI_IOV_MAX          64
 #define ISCSI_ITT_HASH         256
-#define ISCSI_TX_HIGH          (32u << 20)  /* stop reading while more than this waits to be sent */
+/*
+ * Read data a connection may have on its way out: queued to send (tx_bytes)
+ * plus READs in the scsi layer (rd_inflight). Above it the connection takes
+ * no further PDU (even from what it has already received) until its
+ * initiator reads, so one that never reads costs the reactor at most this
+ * much work, and a burst of large READs is spread over reactor turns.
+ */
+#define ISCSI_TX_HIGH (32u << 20)
+/* At most this many bytes are written per flush; the rest on the next EPOLLOUT. */
+#define ISCSI_TX_PER_TURN (4u << 20)
+/*
+ * READ data a connection may start per reactor turn (at least one command):
+ * the data of a READ may be copied on the reactor (page-cache hits complete
+ * inside the submit), so a burst of large READs is spread over turns.
+ */
+#define ISCSI_RX_READ_PER_TURN (4u << 20)
 #define ISCSI_CONN_BUF_MAX     (256u << 20) /* data buffers one connection may hold */
 #define ISCSI_BUF_CLASSES      13           /* 4 KiB .. 16 MiB */
 /*
@@ -141,6 +156,10 @@ struct iscsi_target {
 	bool allow_target_reset; /* TARGET WARM/COLD RESET accepted */
 };
 
+/* How long a portal stops accepting when the process is out of descriptors. */
+#define ISCSI_ACCEPT_RETRY_MS 100
+#define ISCSI_PENDING_BUCKETS 64
+
 struct iscsi_portal {
 	struct hl_list link; /* srv->portals */
 	struct hl_iscsi_server *srv;
@@ -149,6 +168,21 @@ struct iscsi_portal {
 	struct sockaddr_storage addr; /* bound address */
 	uint16_t tpgt;
 	bool wildcard;
+	/* out of descriptors: not watched, retried from a timer (reactors[0] only) */
+	struct hl_timer retry;
+	bool fd_paused;
+	uint64_t fd_paused_ns;
+	/* connections accepted here that have not finished login (srv->lock) */
+	unsigned n_pending;
+	bool refusing;         /* srv->lock: a pending-login cap refuses connections */
+	unsigned long refused; /* srv->lock: refused in this episode */
+};
+
+/* Connections from one source address that have not finished login (srv->lock). */
+struct iscsi_pending_addr {
+	struct hl_list link; /* srv->pending_addrs[] */
+	uint8_t key[17];     /* address family, then the address (port not included) */
+	unsigned n;
 };
 
 struct hl_iscsi_server {
@@ -175,6 +209,9 @@ struct hl_iscsi_server {
 	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
 	unsigned pending_calls;         /* lock: destroy waits for these */
 	struct iscsi_wbudget wb;        /* its own lock */
+	unsigned max_pending;           /* lock: per portal, connections still in login */
+	unsigned max_pending_per_addr;  /* lock: the same per source address */
+	struct hl_list pending_addrs[ISCSI_PENDING_BUCKETS]; /* lock: iscsi_pending_addr */
 };
 
 /* One entry of a connection's send queue: header, data, pad+digest. */
@@ -238,6 +275,7 @@ struct iscsi_task {
 	unsigned r2t_active;
 	struct iscsi_r2t r2t[ISCSI_MAX_R2T];
 	/* read side */
+	uint32_t rd_charge;       /* bytes counted in conn->rd_inflight while in the scsi layer */
 	uint32_t datasn;          /* next Data-In DataSN */
 	uint32_t buf_len;         /* bytes allocated for cmd.data */
 	struct iscsi_wb_claim wb; /* write budget (need 0: none) */
@@ -353,9 +391,17 @@ struct iscsi_conn {
 	uint16_t tpgt;
 	bool local_wildcard; /* accepted on a wildcard portal */
 	enum iscsi_conn_state state;
+	/* counted against the pending-login caps until login ends (srv->lock) */
+	struct iscsi_portal *pend_portal;
+	struct iscsi_pending_addr *pend_addr;
 
 	struct iscsi_rx rx;
 	uint8_t *rbuf;
+	uint32_t rbuf_off, rbuf_len; /* received bytes not yet fed to rx (it yielded) */
+	struct hl_timer rx_timer;    /* feeds them once the connection may take PDUs again */
+	uint64_t rd_inflight;        /* EDTL of READs in the scsi layer (see ISCSI_TX_HIGH) */
+	uint64_t rd_started;         /* EDTL of every READ started (ISCSI_RX_READ_PER_TURN) */
+	uint64_t rd_turn_mark;       /* rd_started when this turn's receive began */
 
 	struct hl_list txq;
 	struct hl_list tx_free;
@@ -535,5 +581,9 @@ int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const c
 void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s);
 uint64_t iscsi_nexus_id_next(void);
 void iscsi_conn_unlink(struct iscsi_conn *c);
+/** The connection finished login or closed: it no longer counts against the pending caps. */
+void iscsi_conn_pending_release(struct iscsi_conn *c);
+/** Portal p is being removed: no connection counts against it any more (srv->lock held). */
+void iscsi_portal_forget_locked(struct hl_iscsi_server *srv, struct iscsi_portal *p);
 
 #endif

@@ -163,7 +163,8 @@ long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len)
 
 	if (rx->error)
 		return rx->error;
-	while (off < len) {
+	rx->yield = false;
+	while (off < len && !rx->yield) {
 		size_t avail = len - off;
 		size_t n;
 

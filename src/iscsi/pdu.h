@@ -315,7 +315,8 @@ struct iscsi_rx {
 	uint32_t buf_cap;
 	const struct iscsi_rx_ops *ops;
 	void *ctx;
-	int error; /* first error, sticky */
+	int error;  /* first error, sticky */
+	bool yield; /* set by ops->pdu through iscsi_rx_yield: stop after this PDU */
 };
 
 /** Initialise; caller keeps ops and ctx. */
@@ -330,5 +331,15 @@ void iscsi_rx_fini(struct iscsi_rx *rx);
  * segment), or what a callback returned. After an error the rx is dead.
  */
 long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len);
+
+/**
+ * From ops->pdu: stop feeding once this PDU is handled. iscsi_rx_feed then
+ * returns the bytes consumed so far (less than len); the caller keeps the
+ * rest and feeds it again later (back-pressure without losing framing).
+ */
+static inline void iscsi_rx_yield(struct iscsi_rx *rx)
+{
+	rx->yield = true;
+}
 
 #endif

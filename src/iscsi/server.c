@@ -3,9 +3,23 @@
  * the first reactor), accepting and handing connections to reactors round
  * robin, the session registry (TSIH, reinstatement) and an orderly
  * shutdown that reaches each reactor through hl_reactor_call and waits.
+ *
+ * Accepting is where the network can exhaust the process (issue 19):
+ * - Out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM), a listening socket
+ *   stays readable; retrying at once would spin the reactor. The portal
+ *   stops being watched and a timer retries every ISCSI_ACCEPT_RETRY_MS;
+ *   the waiting peers sit in the listen backlog meanwhile. One line is
+ *   logged when it starts and one when accepting works again.
+ * - Connections that have not finished login cost a descriptor and memory
+ *   and prove nothing: at most max_pending per portal and
+ *   max_pending_per_addr per source address; beyond that a new connection
+ *   is closed at once (the peer sees a plain close). Also logged once per
+ *   episode.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +61,13 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->nop_interval_s = cfg->nop_interval_s;
 	srv->nop_timeout_s = cfg->nop_timeout_s;
 	srv->discovery_chap = cfg->discovery_chap;
+	srv->max_pending =
+	    cfg->max_pending_logins ? cfg->max_pending_logins : HL_ISCSI_MAX_PENDING_LOGINS;
+	srv->max_pending_per_addr = cfg->max_pending_logins_per_addr
+	                                ? cfg->max_pending_logins_per_addr
+	                                : HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR;
+	for (unsigned i = 0; i < ISCSI_PENDING_BUCKETS; i++)
+		hl_list_init(&srv->pending_addrs[i]);
 	iscsi_params_limits_default(&srv->lim);
 	chap_guard_init(&srv->chap_guard);
 	iscsi_wb_init(&srv->wb, cfg->write_buffer_limit);
@@ -348,11 +369,172 @@ void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session 
 	pthread_mutex_unlock(&srv->lock);
 }
 
+/* ---- connections that have not finished login ---- */
+
+static void pending_key(const struct sockaddr_storage *ss, uint8_t key[17])
+{
+	memset(key, 0, 17);
+	key[0] = (uint8_t)ss->ss_family;
+	if (ss->ss_family == AF_INET)
+		memcpy(key + 1, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	else if (ss->ss_family == AF_INET6)
+		memcpy(key + 1, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+}
+
+/* The source address without its port, for the log. */
+static const char *peer_host(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	const void *a = ss->ss_family == AF_INET6
+	                    ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+	                    : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+
+	if (!inet_ntop(ss->ss_family, a, buf, (socklen_t)len))
+		hl_strlcpy(buf, "?", len);
+	return buf;
+}
+
+static struct hl_list *pending_bucket(struct hl_iscsi_server *srv, const uint8_t key[17])
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (int i = 0; i < 17; i++)
+		h = (h ^ key[i]) * 16777619u;
+	return &srv->pending_addrs[h % ISCSI_PENDING_BUCKETS];
+}
+
+/* The entry of this source address (NULL when none and !create, or ENOMEM). Lock held. */
+static struct iscsi_pending_addr *pending_addr_get(struct hl_iscsi_server *srv,
+                                                   const struct sockaddr_storage *peer, bool create)
+{
+	uint8_t key[17];
+	struct hl_list *b;
+	struct iscsi_pending_addr *a;
+
+	pending_key(peer, key);
+	b = pending_bucket(srv, key);
+	hl_list_for_each_entry(a, b, link)
+	{
+		if (memcmp(a->key, key, sizeof(key)) == 0)
+			return a;
+	}
+	if (!create || !(a = calloc(1, sizeof(*a))))
+		return NULL;
+	memcpy(a->key, key, sizeof(key));
+	hl_list_add_tail(b, &a->link);
+	return a;
+}
+
+static void pending_put_locked(struct iscsi_portal *p, struct iscsi_pending_addr *a)
+{
+	if (p)
+		p->n_pending--;
+	if (a && --a->n == 0) {
+		hl_list_del(&a->link);
+		free(a);
+	}
+}
+
+/*
+ * Count a new connection from peer on portal p against the caps.
+ * @return the address entry (counted), or NULL: refused (*why says which cap).
+ */
+static struct iscsi_pending_addr *pending_admit(struct hl_iscsi_server *srv, struct iscsi_portal *p,
+                                                const struct sockaddr_storage *peer,
+                                                const char **why)
+{
+	struct iscsi_pending_addr *a;
+	char pbuf[80], abuf[80];
+
+	pthread_mutex_lock(&srv->lock);
+	a = pending_addr_get(srv, peer, false);
+	if (p->n_pending >= srv->max_pending) {
+		*why = "max_pending_logins";
+	} else if (a && a->n >= srv->max_pending_per_addr) {
+		*why = "max_pending_logins_per_addr";
+	} else if (!a && !(a = pending_addr_get(srv, peer, true))) {
+		*why = "no memory";
+	} else {
+		a->n++;
+		p->n_pending++;
+		if (p->refusing) {
+			HL_NOTICE(ISCSI_LOG, "portal %s: accepting connections again (%lu refused)",
+			          hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)), p->refused);
+			p->refusing = false;
+			p->refused = 0;
+		}
+		pthread_mutex_unlock(&srv->lock);
+		return a;
+	}
+	p->refused++;
+	if (!p->refusing) {
+		p->refusing = true;
+		hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf));
+		if (strcmp(*why, "max_pending_logins") == 0)
+			HL_WARN(
+			    ISCSI_LOG,
+			    "portal %s: %u connections have not finished login (max_pending_logins "
+			    "%u); closing new ones until fewer wait",
+			    pbuf, p->n_pending, srv->max_pending);
+		else if (a)
+			HL_WARN(
+			    ISCSI_LOG,
+			    "portal %s: %s has %u connections that have not finished login "
+			    "(max_pending_logins_per_addr %u); closing its new ones until fewer "
+			    "wait",
+			    pbuf, peer_host(peer, abuf, sizeof(abuf)), a->n,
+			    srv->max_pending_per_addr);
+		else
+			HL_WARN(ISCSI_LOG, "portal %s: out of memory; closing new connections",
+			        pbuf);
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return NULL;
+}
+
+void iscsi_conn_pending_release(struct iscsi_conn *c)
+{
+	struct hl_iscsi_server *srv = c->srv;
+
+	pthread_mutex_lock(&srv->lock);
+	if (c->pend_portal || c->pend_addr)
+		pending_put_locked(c->pend_portal, c->pend_addr);
+	c->pend_portal = NULL;
+	c->pend_addr = NULL;
+	pthread_mutex_unlock(&srv->lock);
+}
+
+void hl_iscsi_server_set_login_limits(struct hl_iscsi_server *srv, unsigned max_pending,
+                                      unsigned max_pending_per_addr)
+{
+	pthread_mutex_lock(&srv->lock);
+	srv->max_pending = max_pending ? max_pending : HL_ISCSI_MAX_PENDING_LOGINS;
+	srv->max_pending_per_addr =
+	    max_pending_per_addr ? max_pending_per_addr : HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR;
+	pthread_mutex_unlock(&srv->lock);
+}
+
+/* A portal goes away: connections still in login stop counting against it. Lock held. */
+void iscsi_portal_forget_locked(struct hl_iscsi_server *srv, struct iscsi_portal *p)
+{
+	struct iscsi_conn *c;
+
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+	{
+		if (c->pend_portal == p)
+			c->pend_portal = NULL;
+	}
+	p->n_pending = 0;
+}
+
 void iscsi_conn_unlink(struct iscsi_conn *c)
 {
 	struct hl_iscsi_server *srv = c->srv;
 
 	pthread_mutex_lock(&srv->lock);
+	if (c->pend_portal || c->pend_addr)
+		pending_put_locked(c->pend_portal, c->pend_addr);
+	c->pend_portal = NULL;
+	c->pend_addr = NULL;
 	if (!hl_list_empty(&c->srv_link)) {
 		hl_list_del(&c->srv_link);
 		srv->n_conns--;
@@ -378,25 +560,86 @@ static void conn_start_checked(void *arg)
 	iscsi_conn_start(c);
 }
 
+static void portal_accept(struct hl_event *ev, uint32_t revents);
+
+/* Out of descriptors (or memory): stop watching the portal, retry from a timer. */
+static void portal_pause(struct iscsi_portal *p, int err)
+{
+	char buf[80];
+
+	hl_event_del(&p->ev);
+	hl_timer_start(hl_reactor_current(), &p->retry, ISCSI_ACCEPT_RETRY_MS);
+	if (p->fd_paused)
+		return;
+	struct rlimit rl = {0};
+	getrlimit(RLIMIT_NOFILE, &rl);
+	p->fd_paused = true;
+	p->fd_paused_ns = hl_now_ns();
+	HL_WARN(ISCSI_LOG,
+	        "portal %s: accept: %s (open-file limit %llu); not accepting until a descriptor "
+	        "is free",
+	        hl_format_sockaddr(&p->addr, buf, sizeof(buf)), strerror(err),
+	        (unsigned long long)rl.rlim_cur);
+}
+
+static void portal_retry(struct hl_timer *t)
+{
+	struct iscsi_portal *p = t->arg;
+
+	hl_event_init(&p->ev, p->fd, portal_accept, p);
+	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0)
+		hl_timer_start(hl_reactor_current(), &p->retry, ISCSI_ACCEPT_RETRY_MS);
+}
+
+static bool accept_out_of_fds(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
 static void portal_accept(struct hl_event *ev, uint32_t revents)
 {
 	struct iscsi_portal *p = ev->arg;
 	struct hl_iscsi_server *srv = p->srv;
 
+	(void)revents;
 	for (int i = 0; i < 64; i++) {
-		int fd = accept4(p->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd =
+		    accept4(p->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-			    errno != ECONNABORTED)
+			if (accept_out_of_fds(errno))
+				portal_pause(p, errno);
+			else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			         errno != ECONNABORTED)
 				HL_WARN_RL(ISCSI_LOG, "accept: %s", strerror(errno));
 			return;
 		}
+		if (p->fd_paused) {
+			char buf[80];
+			p->fd_paused = false;
+			HL_NOTICE(ISCSI_LOG,
+			          "portal %s: accepting again after %.1f s without descriptors",
+			          hl_format_sockaddr(&p->addr, buf, sizeof(buf)),
+			          (double)(hl_now_ns() - p->fd_paused_ns) / 1e9);
+		}
+		const char *why = NULL;
+		struct iscsi_pending_addr *pa = pending_admit(srv, p, &peer, &why);
+		if (!pa) {
+			close(fd); /* the peer sees a plain close */
+			continue;
+		}
 		struct iscsi_conn *c;
 		if (iscsi_conn_create(srv, fd, p->tpgt, p->wildcard, &c) < 0) {
+			pthread_mutex_lock(&srv->lock);
+			pending_put_locked(p, pa);
+			pthread_mutex_unlock(&srv->lock);
 			close(fd);
 			continue;
 		}
 		pthread_mutex_lock(&srv->lock);
+		c->pend_portal = p;
+		c->pend_addr = pa;
 		if (srv->stopping) {
 			pthread_mutex_unlock(&srv->lock);
 			iscsi_conn_close(c, "server stopping");
@@ -422,6 +665,7 @@ static void portal_arm(void *arg)
 	struct iscsi_portal *p = arg;
 
 	hl_event_init(&p->ev, p->fd, portal_accept, p);
+	hl_timer_init(&p->retry, portal_retry, p);
 	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0)
 		HL_ERR(ISCSI_LOG, "cannot watch a portal socket");
 	iscsi_call_done(p->srv);
@@ -502,6 +746,7 @@ static void portals_disarm(void *arg)
 	{
 		if (p->ev.reactor)
 			hl_event_del(&p->ev);
+		hl_timer_stop(&p->retry);
 	}
 	pthread_mutex_unlock(&srv->lock);
 	iscsi_call_done(srv);

@@ -76,6 +76,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->r2t_active = 0;
 	memset(t->r2t, 0, sizeof(t->r2t));
 	t->datasn = 0;
+	t->rd_charge = 0;
 	t->buf_len = 0;
 	t->wb.need = 0;
 	t->wb.charged = 0;
@@ -502,6 +503,8 @@ static void task_done(struct hl_scsi_cmd *cmd)
 
 	iscsi_conn_enter(c);
 	c->nexec--;
+	c->rd_inflight -= t->rd_charge;
+	t->rd_charge = 0;
 	if (t->aborted || c->state == CONN_CLOSED) {
 		task_finish_aborted(c, t);
 	} else if (t->cmd.status == HL_SAM_GOOD && (t->cmd.n_abort_nexus || t->cmd.abort_others) &&
@@ -525,6 +528,10 @@ static void task_exec(struct iscsi_task *t)
 
 	t->state = TASK_EXEC;
 	c->nexec++;
+	/* READ data on its way out: the connection stops taking PDUs above ISCSI_TX_HIGH */
+	t->rd_charge = bhs_flags(&t->req) & ISCSI_CMD_READ ? t->edtl : 0;
+	c->rd_inflight += t->rd_charge;
+	c->rd_started += t->rd_charge;
 	c->sess->nexus_used = true;
 	t->cmd.done = task_done;
 	t->cmd.arg = t;

@@ -57,6 +57,9 @@
 #define FILE_SQ_ENTRIES 256
 #define FILE_CQ_ENTRIES 4096 /* also the cap on I/Os in the kernel per ring (no CQ overflow) */
 
+/* Reads at least this large never run inline on the reactor (ring_prep). */
+#define FILE_ASYNC_READ_MIN (1u << 20)
+
 bool origin_file_force_workers;
 int origin_file_excl_wait_ms = 10000;
 atomic_ulong origin_file_inline_ios;
@@ -70,6 +73,8 @@ atomic_ulong origin_file_inline_ios;
  * (no IPIs) rather than for a measured gain. Cached buffered reads complete
  * inside io_uring_submit (the CQE is there on return; we still defer the
  * callback to the eventfd); ext4 buffered writes and cold reads do not.
+ * Reads of FILE_ASYNC_READ_MIN or more are sent to io-wq (IOSQE_ASYNC), so
+ * their copy never runs on the reactor (see ring_prep).
  */
 unsigned origin_file_ring_flags =
     IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER;
@@ -453,6 +458,15 @@ static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
 	switch (io->op) {
 	case HL_IO_READ:
 		io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		/*
+		 * A page-cache hit is copied inside io_uring_submit, on the reactor:
+		 * 16 MiB took 20-150 ms there, stalling every connection of that
+		 * reactor (issue 19, item 3: 4 KiB READs of another session waited
+		 * that long behind one that queued 16 MiB READs; 3-7 ms with this).
+		 * Large reads go to the kernel's io-wq workers instead.
+		 */
+		if (io->length >= FILE_ASYNC_READ_MIN)
+			io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		break;
 	case HL_IO_WRITE:
 		io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);

@@ -11,7 +11,15 @@ Subcommands:
   badinput --portal H:P --target IQN [--chap-user U --chap-secret S] [--source ADDR]
            run the bad-input battery; one line per case; exit 1 if any failed
   login  --portal H:P --target IQN [--chap-user U --chap-secret S] [--digest]
+           [--source ADDR]
            log in, TEST UNIT READY, log out (exit 0 on success)
+  idle   --portal H:P --count N --hold S [--source ADDR]
+           open N TCP connections that never log in, print how many the
+           target closed within a second, keep the rest open S seconds
+  slowreader --portal H:P --target IQN [--reads N] [--ios N] [--max-ms MS]
+           one session queues N READs of 16 MiB and never reads its socket;
+           a second session then measures 4 KiB READ latency; exit 1 when the
+           worst one exceeds MS (a connection that cannot send stalls others)
 """
 
 import argparse
@@ -508,7 +516,7 @@ def designators(page):
 
 def connect(args, **kw):
     host, _, port = args.portal.rpartition(":")
-    return Conn(host.strip("[]"), int(port), source=args.source, **kw)
+    return Conn(host.strip("[]"), int(port), source=getattr(args, "source", None), **kw)
 
 
 def chap_of(args):
@@ -1048,19 +1056,120 @@ def cmd_badinput(args):
     return 1 if B.failed else 0
 
 
+# ---------------------------------------------------------------- idle connections
+
+def cmd_idle(args):
+    """N connections that never send a PDU; report how many the target closes at once."""
+    host, _, port = args.portal.rpartition(":")
+    socks = []
+    for _ in range(args.count):
+        s = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
+        if args.source:
+            s.bind((args.source, 0))
+        s.settimeout(5)
+        s.connect((host.strip("[]"), int(port)))
+        socks.append(s)
+    time.sleep(1.0)
+    closed = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                closed += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+    print("idle: opened %d, closed by the target %d" % (args.count, closed), flush=True)
+    time.sleep(args.hold)
+    for s in socks:
+        s.close()
+    return 0
+
+
+# ---------------------------------------------------------------- slow reader
+
+def cmd_slowreader(args):
+    """A session that queues large READs and never reads must not stall others."""
+    import threading
+    probe = connect(args)
+    probe.login(args.target, initiator="iqn.2026-11.io.hotlun:latency-probe")
+    probe.clear_ua(args.lun)
+    big = connect(args)
+    # a small receive buffer: the target's socket fills at once
+    big.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    big.login(args.target, initiator="iqn.2026-11.io.hotlun:slow-reader")
+    big.clear_ua(args.lun)
+    lat = []
+    err = []
+    started = threading.Event()
+
+    def probe_loop():
+        t_end = time.monotonic() + args.seconds
+        try:
+            while len(lat) < args.ios and time.monotonic() < t_end:
+                t0 = time.monotonic()
+                st, _, sense = probe.scsi(cdb_read10((len(lat) * 8) % 4096, 8), lun=args.lun,
+                                          read_len=4096, timeout=30)
+                lat.append((time.monotonic() - t0) * 1000.0)
+                if st != 0:
+                    raise AssertionError("probe READ: status 0x%02x sense %s" % (st, sense.hex()))
+                if len(lat) == 5:
+                    started.set()
+                time.sleep(0.005)
+        except Exception as e:   # noqa: BLE001 - reported below
+            err.append(e)
+        started.set()
+
+    th = threading.Thread(target=probe_loop)
+    th.start()
+    started.wait()
+    blocks = (16 << 20) // 512
+    for i in range(args.reads):
+        lba = (i * blocks) % max(1, args.lba_span - blocks)
+        big.send(big.scsi_bhs(cdb_read10(lba, blocks), lun=args.lun, read_len=16 << 20))
+        big.cmdsn += 1
+    # `big` is never read again
+    th.join()
+    if err:
+        raise err[0]
+    lat_sorted = sorted(lat)
+    p50 = lat_sorted[len(lat) // 2]
+    worst = lat_sorted[-1]
+    print("slowreader: %d probe READs while %d x 16 MiB READs wait: p50 %.2f ms, max %.1f ms"
+          " (worst five: %s)" % (len(lat), args.reads, p50, worst,
+                                 " ".join("%.1f" % x for x in lat_sorted[-5:])))
+    probe.logout()
+    probe.close()
+    big.close()
+    if len(lat) < min(args.ios, 20):
+        print("slowreader: only %d probe READs completed" % len(lat))
+        return 1
+    return 0 if worst <= args.max_ms else 1
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["vpd83", "badinput", "login"])
+    ap.add_argument("command", choices=["vpd83", "badinput", "login", "slowreader", "idle"])
     ap.add_argument("--portal", required=True)
-    ap.add_argument("--target", required=True)
+    ap.add_argument("--target")
+    ap.add_argument("--count", type=int, default=10, help="idle: connections to open")
+    ap.add_argument("--hold", type=float, default=10, help="idle: seconds to keep them")
     ap.add_argument("--lun", type=int, default=0)
     ap.add_argument("--chap-user")
     ap.add_argument("--chap-secret")
     ap.add_argument("--digest", action="store_true")
     ap.add_argument("--source", help="local address to connect from (e.g. 127.0.0.2)")
+    ap.add_argument("--reads", type=int, default=32, help="slowreader: 16 MiB READs queued")
+    ap.add_argument("--ios", type=int, default=200, help="slowreader: probe READs")
+    ap.add_argument("--seconds", type=float, default=20, help="slowreader: probe time limit")
+    ap.add_argument("--max-ms", type=float, default=200, help="slowreader: worst latency allowed")
+    ap.add_argument("--lba-span", type=int, default=1 << 21, help="slowreader: blocks of the LUN")
     args = ap.parse_args()
+    if args.command != "idle" and not args.target:
+        ap.error("--target is required")
     try:
-        return {"vpd83": cmd_vpd83, "badinput": cmd_badinput, "login": cmd_login}[args.command](args)
+        return {"vpd83": cmd_vpd83, "badinput": cmd_badinput, "login": cmd_login,
+                "slowreader": cmd_slowreader, "idle": cmd_idle}[args.command](args)
     except (AssertionError, Closed, Timeout, OSError) as e:
         print("error: %s: %s" % (type(e).__name__, e), file=sys.stderr)
         return 1

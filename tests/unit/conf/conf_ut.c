@@ -505,9 +505,41 @@ static void test_same_after_write(void)
 	hl_conf_free(c);
 }
 
+/* [global] max_pending_logins{,_per_addr}: 1..1000000, kept by the writer, unset to 0 (default). */
+static void test_pending_login_keys(void)
+{
+	char err[256];
+	struct hl_conf *d = NULL;
+
+	parse_err("[global]\nmax_pending_logins = 0\n", "t.conf:2:", "at least 1");
+	parse_err("[global]\nmax_pending_logins_per_addr = 1000001\n", "t.conf:2:",
+		  "max_pending_logins_per_addr: expected a whole number");
+	parse_err("[global]\nmax_pending_logins = many\n", "t.conf:2:", "max_pending_logins");
+	struct hl_conf *c = parse_ok("[global]\nmax_pending_logins = 8\nmax_pending_logins_per_addr = 4\n");
+	if (!c)
+		return;
+	CU_ASSERT_EQUAL(c->max_pending_logins, 8);
+	CU_ASSERT_EQUAL(c->max_pending_logins_per_addr, 4);
+	CU_ASSERT_EQUAL(hl_conf_dup(c, &d), 0); /* through the writer and the parser */
+	if (d) {
+		CU_ASSERT_EQUAL(d->max_pending_logins, 8);
+		CU_ASSERT_EQUAL(d->max_pending_logins_per_addr, 4);
+		hl_conf_free(d);
+	}
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "max_pending_logins_per_addr", "6", err,
+				    sizeof(err)), 0);
+	CU_ASSERT_EQUAL(c->max_pending_logins_per_addr, 6);
+	CU_ASSERT_EQUAL(c->max_pending_logins, 8);
+	CU_ASSERT_EQUAL(hl_conf_unset(c, HL_CONF_GLOBAL, NULL, "max_pending_logins", NULL, err,
+				      sizeof(err)), 0);
+	CU_ASSERT_EQUAL(c->max_pending_logins, 0);
+	hl_conf_free(c);
+}
+
 static const struct hl_test tests[] = {
 	{"control characters refused", test_control_chars_refused},
 	{"same after write", test_same_after_write},
+	{"[global] max_pending_logins keys", test_pending_login_keys},
 	{"runtime edits", test_runtime_edits},
 	{"issue example parses", test_issue_example_parses},
 	{"errors name file:line", test_errors_name_file_and_line},

@@ -20,7 +20,8 @@ struct seen {
 	uint32_t ahs_len[16];
 	uint8_t *dst; /* when set, header() routes data there */
 	bool discard;
-	int fail_at; /* header() fails for this PDU index (-1 never) */
+	int fail_at;  /* header() fails for this PDU index (-1 never) */
+	int yield_at; /* pdu() yields after this PDU index (0: never; 1 = the first) */
 };
 
 static int hdr_cb(void *ctx, struct iscsi_rx *rx)
@@ -44,6 +45,8 @@ static int pdu_cb(void *ctx, struct iscsi_rx *rx)
 	s->ahs_len[i] = rx->ahs_len;
 	if (rx->data && rx->dsl <= 64)
 		memcpy(s->data[i], rx->data, rx->dsl);
+	if (s->yield_at == s->n)
+		iscsi_rx_yield(rx);
 	return 0;
 }
 
@@ -264,6 +267,27 @@ static void test_rx_callback_error(void)
 	iscsi_rx_fini(&rx);
 }
 
+/* A callback that yields stops the feed after its PDU; the rest is fed again later. */
+static void test_rx_yield(void)
+{
+	uint8_t buf[512];
+	struct seen s = {.fail_at = -1, .yield_at = 1};
+	struct iscsi_rx rx;
+	uint8_t data[5] = {1, 2, 3, 4, 5};
+	size_t n1 = build(buf, ISCSI_OP_NOP_OUT, NULL, 0, data, sizeof(data), false, false);
+	size_t n2 = build(buf + n1, ISCSI_OP_SCSI_CMD, NULL, 0, NULL, 0, false, false);
+
+	iscsi_rx_init(&rx, &ops, &s, 8192);
+	CU_ASSERT_EQUAL(iscsi_rx_feed(&rx, buf, n1 + n2), (long)n1);
+	CU_ASSERT_EQUAL(s.n, 1);
+	CU_ASSERT_EQUAL(s.op[0], ISCSI_OP_NOP_OUT);
+	/* the next feed starts a new call: no yield pending, the rest goes through */
+	CU_ASSERT_EQUAL(iscsi_rx_feed(&rx, buf + n1, n2), (long)n2);
+	CU_ASSERT_EQUAL(s.n, 2);
+	CU_ASSERT_EQUAL(s.op[1], ISCSI_OP_SCSI_CMD);
+	iscsi_rx_fini(&rx);
+}
+
 static const struct hl_test tests[] = {
     {"BHS accessors", test_bhs_accessors},
     {"serial number arithmetic", test_sn_arith},
@@ -276,6 +300,7 @@ static const struct hl_test tests[] = {
     {"rx: oversized data segment", test_rx_oversized},
     {"rx: data to caller's buffer or discarded", test_rx_dst_and_discard},
     {"rx: callback error stops", test_rx_callback_error},
+    {"rx: a yield stops after the PDU, the rest feeds later", test_rx_yield},
     {NULL, NULL},
 };
 

@@ -41,6 +41,7 @@ static uint32_t fake_xfer_len; /* 0: xfer_len = data_len */
 static uint8_t last_write[65536];
 static uint32_t last_write_len;
 static int lu_resets, nexus_gone;
+static int nexec_total; /* commands that reached the fake scsi layer */
 
 void hl_scsi_set_sense(struct hl_scsi_cmd *cmd, uint8_t key, uint8_t asc, uint8_t ascq)
 {
@@ -72,6 +73,7 @@ static void fake_complete(struct hl_scsi_cmd *cmd)
 
 void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 {
+	nexec_total++;
 	if (defer_exec && npending < 256) {
 		pending[npending++] = cmd;
 		return;
@@ -306,6 +308,7 @@ static void setup(void)
 	peer_open(&peers[0]);
 	rx_hd = rx_dd = false;
 	npending = 0;
+	nexec_total = 0;
 	defer_exec = false;
 	fake_xfer_len = 0;
 	lu_resets = nexus_gone = 0;
@@ -1980,8 +1983,73 @@ static void test_luns_changed_sessions(void)
 	teardown();
 }
 
+/* What the reactor does for a due timer. */
+static void fire_timer(struct hl_timer *t)
+{
+	t->heap_idx = (size_t)-1;
+	t->fn(t);
+}
+
+/*
+ * An initiator that sends READs and does not read its socket: the connection
+ * starts one 16 MiB READ per turn (ISCSI_RX_READ_PER_TURN) and none while
+ * more than ISCSI_TX_HIGH of READ data is on its way out; the commands it
+ * has received wait, in order, and start once the initiator reads.
+ */
+static void test_slow_reader_parks(void)
+{
+	enum { N = 10 };
+	const uint32_t len = 16u << 20;
+	static uint8_t sink[1 << 16];
+
+	setup();
+	login_ok(NULL);
+	struct iscsi_conn *c = P->p_conn;
+	defer_exec = true;
+	for (int i = 0; i < N; i++) {
+		scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, len, NULL, 0);
+		itt++;
+	}
+	c->ev.fn(&c->ev, EPOLLIN);
+	CU_ASSERT_EQUAL(nexec_total, 1); /* one turn, one large READ */
+	CU_ASSERT_TRUE(c->rbuf_off < c->rbuf_len);
+	CU_ASSERT_TRUE_FATAL(hl_timer_pending(&c->rx_timer));
+	CU_ASSERT_EQUAL(c->ev_mask & EPOLLIN, 0); /* received bytes wait: no more reading */
+	fire_timer(&c->rx_timer);
+	CU_ASSERT_EQUAL(nexec_total, 2);
+	CU_ASSERT_TRUE_FATAL(hl_timer_pending(&c->rx_timer));
+	fire_timer(&c->rx_timer);
+	CU_ASSERT_EQUAL(nexec_total, 3); /* 48 MiB on its way out: over ISCSI_TX_HIGH */
+	CU_ASSERT_FALSE(hl_timer_pending(&c->rx_timer));
+	/* the READs complete; the initiator still reads nothing: nothing else starts */
+	while (npending)
+		fake_complete(pending[--npending]);
+	CU_ASSERT_TRUE(c->tx_bytes > ISCSI_TX_HIGH / 2);
+	c->ev.fn(&c->ev, EPOLLIN | EPOLLOUT);
+	CU_ASSERT_EQUAL(nexec_total, 3);
+	CU_ASSERT_FALSE(hl_timer_pending(&c->rx_timer));
+	/* the initiator reads: the rest start, a bounded number per turn */
+	for (int turn = 0; turn < 100000 && (nexec_total < N || npending || c->tx_bytes); turn++) {
+		int before = nexec_total;
+		while (read(cfd, sink, sizeof(sink)) > 0)
+			;
+		c->ev.fn(&c->ev, EPOLLOUT);
+		if (hl_timer_pending(&c->rx_timer))
+			fire_timer(&c->rx_timer);
+		CU_ASSERT_TRUE(nexec_total - before <= 2);
+		while (npending)
+			fake_complete(pending[--npending]);
+	}
+	CU_ASSERT_EQUAL(nexec_total, N);
+	CU_ASSERT_EQUAL(c->tx_bytes, 0);
+	CU_ASSERT_EQUAL(c->rd_inflight, 0);
+	CU_ASSERT_TRUE(conn_alive());
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"login: operational stage straight to FFP", test_login_operational_only},
+    {"a connection that cannot send stops taking READs", test_slow_reader_parks},
     {"login: security then operational stage", test_login_security_then_operational},
     {"login: error statuses", test_login_errors},
     {"login: discovery session and SendTargets", test_login_discovery},
