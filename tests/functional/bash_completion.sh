@@ -50,7 +50,8 @@ expect "saveconfig set stats" "${S[@]}" s
 expect "cd create" "${S[@]}" /disks c
 expect "cache= cache_quota=" "${S[@]}" /disks/disk0 set ca
 expect "admission" "${S[@]}" /caches get adm
-expect "log_level=" "${S[@]}" set lo
+expect "log_level=" "${S[@]}" set log_
+expect "logout_timeout=" "${S[@]}" set logo
 expect "/caches/" "${S[@]}" ls /ca
 expect "--json --watch" "${S[@]}" stats -
 # a disk created at run time shows up at once: the tree is the daemon's
