@@ -3,6 +3,8 @@
  * (a "<N>" priority prefix and no timestamp, the sd-daemon(3) convention),
  * or syslog under the program's own name.
  */
+#include "config.h" /* _GNU_SOURCE: program_invocation_short_name */
+
 #include "hotlun/log.h"
 
 #include <errno.h>
