@@ -1197,19 +1197,22 @@ static void tmf_log(struct iscsi_conn *c, const struct iscsi_tmf *tmf, unsigned 
 		what = "not done";
 		break;
 	}
+	/* the address alone: peer_str names initiator and target too once logged in */
+	char addr[64];
+	hl_format_sockaddr(&c->peer, addr, sizeof(addr));
 	if (tmf->function == ISCSI_TMF_LUN_RESET || tmf->function == ISCSI_TMF_CLEAR_TASK_SET)
 		HL_NOTICE(ISCSI_LOG, "%s of LUN %llu from initiator %s at %s on target %s: %s",
 		          tmf_name(tmf->function), (unsigned long long)tmf->lun,
-		          c->sess->initiator_name, c->peer_str, c->sess->target->name, what);
+		          c->sess->initiator_name, addr, c->sess->target->name, what);
 	else if (tmf->cold && tmf->response == ISCSI_TMF_RSP_COMPLETE)
 		HL_NOTICE(ISCSI_LOG,
 		          "%s from initiator %s at %s on target %s: done, closing %u other "
 		          "session(s) and this one",
-		          tmf_name(tmf->function), c->sess->initiator_name, c->peer_str,
+		          tmf_name(tmf->function), c->sess->initiator_name, addr,
 		          c->sess->target->name, others_closed);
 	else
 		HL_NOTICE(ISCSI_LOG, "%s from initiator %s at %s on target %s: %s",
-		          tmf_name(tmf->function), c->sess->initiator_name, c->peer_str,
+		          tmf_name(tmf->function), c->sess->initiator_name, addr,
 		          c->sess->target->name, what);
 }
 
