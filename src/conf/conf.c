@@ -198,7 +198,8 @@ static int read_secret_file(struct parser *p, const char *key, const char *path,
 
 	if (!*path || path[0] != '/')
 		return perr(p, "%s: '%s' is not an absolute path", key, path);
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO there must not hang the control thread in open() */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return perr(p, "%s: %s: %s", key, path, strerror(errno));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {

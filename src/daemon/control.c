@@ -1028,9 +1028,26 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
 		return err_out(err, errlen, -ENAMETOOLONG, "%s: path too long", path);
-	f = fopen(tmp, "w");
-	if (!f)
+	/*
+	 * The file holds CHAP secrets: never readable by others, whatever the
+	 * umask. It keeps the original's owner and group, and its group read
+	 * bit if it had one (an admin group); a new file is 0600.
+	 */
+	struct stat ost;
+	bool had = stat(path, &ost) == 0;
+	mode_t mode = had ? (ost.st_mode & 0640) | 0600 : 0600;
+	unlink(tmp); /* a leftover of a failed save */
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
 		return err_out(err, errlen, -errno, "%s: %s", tmp, strerror(errno));
+	if (had && fchown(fd, ost.st_uid, ost.st_gid) < 0)
+		HL_DEBUG("daemon", "saveconfig: %s keeps hotlund's owner: %s", tmp, strerror(errno));
+	if (fchmod(fd, mode) < 0 || !(f = fdopen(fd, "w"))) {
+		rc = -errno;
+		close(fd);
+		unlink(tmp);
+		return err_out(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
+	}
 	fprintf(f, "; written by hotlund %s (saveconfig)\n", PACKAGE_VERSION);
 	rc = hl_conf_write(conf, f);
 	if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))

@@ -126,7 +126,14 @@ bool chap_guard_allow(struct chap_guard *g, const char *scope, const char *initi
 	a = find(g->addrs, addr_key(scope, peer), now_ns);
 	v->name_failures = n ? n->failures : 0;
 	v->addr_failures = a ? a->failures : 0;
-	v->wait_ms = HL_MAX(wait_of(n, now_ns), wait_of(a, now_ns));
+	/*
+	 * An initiator name is no secret: a name's back-off binds only the
+	 * addresses that failed too. Otherwise anyone could lock a host out by
+	 * guessing under its name; this way the host, from a clean address, is
+	 * still checked (and let in), and each new address an attacker uses
+	 * gets one answer checked before the name's back-off holds it too.
+	 */
+	v->wait_ms = HL_MAX(v->addr_failures ? wait_of(n, now_ns) : 0, wait_of(a, now_ns));
 	ok = v->wait_ms == 0;
 	if (!ok)
 		g->throttled++;

@@ -206,6 +206,7 @@ struct hl_iscsi_server {
 	unsigned rr;                    /* lock: next reactor */
 	uint16_t next_tsih;             /* lock */
 	bool stopping;                  /* lock */
+	bool draining;                  /* lock: hl_iscsi_server_drain ran: no new sessions */
 	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
 	unsigned pending_calls;         /* lock: destroy waits for these */
 	struct iscsi_wbudget wb;        /* its own lock */
@@ -459,6 +460,7 @@ struct iscsi_conn {
 	uint64_t buf_cache_bytes;
 
 	/* a closing Logout waits for the commands still executing (nexec) */
+	unsigned n_deferred; /* PREEMPT AND ABORTs out of the scsi layer, answered by xreset_done */
 	bool logout_pending;
 	uint8_t logout_response;
 	uint32_t logout_itt;

@@ -276,7 +276,7 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 	struct iscsi_session *o, *tmp;
 
 	pthread_mutex_lock(&srv->lock);
-	if (srv->stopping) {
+	if (srv->stopping || srv->draining) {
 		pthread_mutex_unlock(&srv->lock);
 		return -ESHUTDOWN;
 	}
@@ -736,9 +736,15 @@ int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_
 
 /* ---- shutdown ---- */
 
-static void portals_disarm(void *arg)
+/*
+ * Stop watching every portal's listening socket (connections wait in the
+ * backlog). With stop_listening (a drain) the socket is also shut down: it
+ * resets its backlog and answers SYNs with a reset, so an initiator that
+ * logs out and reconnects is refused at once instead of waiting unanswered
+ * until the process exits, and retries against the next process.
+ */
+static void portals_quiesce(struct hl_iscsi_server *srv, bool stop_listening)
 {
-	struct hl_iscsi_server *srv = arg;
 	struct iscsi_portal *p;
 
 	pthread_mutex_lock(&srv->lock);
@@ -747,9 +753,21 @@ static void portals_disarm(void *arg)
 		if (p->ev.reactor)
 			hl_event_del(&p->ev);
 		hl_timer_stop(&p->retry);
+		if (stop_listening)
+			shutdown(p->fd, SHUT_RDWR);
 	}
 	pthread_mutex_unlock(&srv->lock);
 	iscsi_call_done(srv);
+}
+
+static void portals_disarm(void *arg)
+{
+	portals_quiesce(arg, false);
+}
+
+static void portals_stop_listening(void *arg)
+{
+	portals_quiesce(arg, true);
 }
 
 static void reactor_shutdown(void *arg)
@@ -866,10 +884,11 @@ unsigned hl_iscsi_server_drain(struct hl_iscsi_server *srv, unsigned timeout_s,
 	atomic_store(&srv->time2wait_s, time2wait_s > 3600 ? 3600 : time2wait_s);
 	pthread_mutex_lock(&srv->lock);
 	srv->pending_calls++;
+	srv->draining = true; /* a login still under way is refused (service unavailable) */
 	asked = normal_sessions_locked(srv);
 	pthread_mutex_unlock(&srv->lock);
 	/* no new connections: an initiator that logs out must not come back to us */
-	if (hl_reactor_call(srv->reactors[0], portals_disarm, srv) < 0)
+	if (hl_reactor_call(srv->reactors[0], portals_stop_listening, srv) < 0)
 		iscsi_call_done(srv);
 	for (unsigned i = 0; i < srv->n_reactors; i++) {
 		struct drain_req *q = malloc(sizeof(*q));

@@ -480,6 +480,7 @@ static void task_set_full(struct iscsi_conn *c, struct iscsi_task *t)
 
 static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
 static int logout_respond(struct iscsi_conn *c);
+static void logout_maybe_respond(struct iscsi_conn *c);
 
 /* An aborted task leaves: no response; the TMF or reset waiting for it hears of it. */
 static void task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
@@ -510,6 +511,7 @@ static void task_done(struct hl_scsi_cmd *cmd)
 	} else if (t->cmd.status == HL_SAM_GOOD && (t->cmd.n_abort_nexus || t->cmd.abort_others) &&
 	           preempt_abort_start(c, t)) {
 		/* PREEMPT AND ABORT: answered once the preempted tasks are gone (xreset_done) */
+		c->n_deferred++;
 	} else {
 		task_deactivate(t);
 		task_respond(c, t);
@@ -517,8 +519,7 @@ static void task_done(struct hl_scsi_cmd *cmd)
 	}
 	if (c->wb_waiting && c->state == CONN_FFP)
 		write_retry(c); /* its budget came back: this connection's deferred R2Ts first */
-	if (c->logout_pending && c->nexec == 0 && c->state == CONN_LOGOUT)
-		logout_respond(c);
+	logout_maybe_respond(c);
 	iscsi_conn_leave(c);
 }
 
@@ -1059,6 +1060,13 @@ static int logout_respond(struct iscsi_conn *c)
 	                        c->logout_response == ISCSI_LOGOUT_RSP_OK);
 }
 
+/* A deferred Logout Response goes once no command of c is left to answer. */
+static void logout_maybe_respond(struct iscsi_conn *c)
+{
+	if (c->logout_pending && c->nexec == 0 && c->n_deferred == 0 && c->state == CONN_LOGOUT)
+		logout_respond(c);
+}
+
 /*
  * A closing logout drops the tasks still collecting data (no more PDUs are
  * read, so they could never complete), but lets the commands inside the scsi
@@ -1096,8 +1104,8 @@ static int handle_logout(struct iscsi_conn *c, struct iscsi_rx *rx)
 		return logout_respond(c);
 	c->state = CONN_LOGOUT;
 	logout_drop_unfinished(c);
-	if (c->nexec) {
-		c->logout_pending = true; /* task_done answers once the last one is done */
+	if (c->nexec || c->n_deferred) {
+		c->logout_pending = true; /* task_done / xreset_done answer once the last is done */
 		return 0;
 	}
 	return logout_respond(c);
@@ -1346,6 +1354,8 @@ static void xreset_done(void *arg)
 			/* aborted meanwhile: a TMF, a reset, the connection */
 			task_finish_aborted(c, t);
 		}
+		c->n_deferred--;
+		logout_maybe_respond(c);
 		iscsi_conn_leave(c);
 		iscsi_call_done(srv);
 		free(xr);
@@ -1407,8 +1417,9 @@ static void xreset_scan(void *arg)
 	pthread_mutex_lock(&srv->lock);
 	hl_list_for_each_entry(c, &srv->conns, srv_link)
 	{
-		if (c->reactor != me || c->state != CONN_FFP || !c->sess ||
-		    c->sess->type != ISCSI_SESSION_NORMAL ||
+		/* CONN_LOGOUT too: a closing logout lets its executing commands finish */
+		if (c->reactor != me || (c->state != CONN_FFP && c->state != CONN_LOGOUT) ||
+		    !c->sess || c->sess->type != ISCSI_SESSION_NORMAL ||
 		    c->sess->nexus.id == xr->origin_nexus || !xreset_targets(xr, c->sess->nexus.id))
 			continue;
 		if (n == cap) {

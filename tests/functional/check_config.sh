@@ -74,4 +74,21 @@ conf "$tmp/c.conf" "file:$tmp/d.img" "$tmp/ssd.img" 64M
 hl_run "a good configuration" "$HL_HOTLUND" --check-config "$tmp/c.conf"
 conf "$tmp/c.conf" "iscsi://127.0.0.1:1/iqn.2026-11.io.example:nowhere/0"
 hl_run "a remote origin is not checked as a file" "$HL_HOTLUND" --check-config "$tmp/c.conf"
+# a FIFO named as the origin's CHAP secret file: refused at once, never a hang
+mkfifo "$tmp/secret.fifo" || hl_error "mkfifo"
+cat >"$tmp/f.conf" <<CONF
+[global]
+portal = 127.0.0.1:$port
+state_dir = $tmp/state
+[disk d]
+origin = iscsi://127.0.0.1:1/iqn.2026-11.io.example:nowhere/0
+origin_chap_user = u
+origin_chap_secret_file = $tmp/secret.fifo
+CONF
+out=$(timeout 10 "$HL_HOTLUND" --check-config "$tmp/f.conf" 2>&1)
+rc=$?
+[ $rc = 124 ] && hl_fail "--check-config hung on a FIFO as the secret file"
+[ $rc = 0 ] && hl_fail "a FIFO was taken as the secret file: $out"
+grep -qF "$tmp/f.conf:7: origin_chap_secret_file: $tmp/secret.fifo is not a regular file" <<<"$out" ||
+	hl_fail "FIFO secret file: $out"
 hl_log "PASS"

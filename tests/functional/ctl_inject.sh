@@ -18,6 +18,7 @@ hl_write_config "$conf" "$port" "$tmp/d.img"
 sock=$tmp/state/ctl.sock
 iqn=$HL_IQN_PREFIX:test
 tgt=/iscsi/$iqn
+chmod 0644 "$conf" # as an editor under umask 022 would leave it
 hl_start_hotlund "$conf"
 
 # the issue's reproduction through the shell: a newline inside one argument
@@ -91,6 +92,9 @@ hl_run "reload from the saved file" "$CTL" --socket "$sock" reload
 getall >"$tmp/after.txt"
 diff -u "$tmp/before.txt" "$tmp/after.txt" >&2 || hl_fail "reloading the saved file changed the state"
 grep -q '^alias= a ; b # "c" \\ d $' "$tmp/after.txt" || hl_fail "alias not kept: $(cat "$tmp/after.txt")"
+# the saved file holds secrets: whatever the umask, nobody else may read it
+mode=$(stat -c %a "$conf")
+[ "$mode" = 640 ] || hl_fail "saveconfig left $conf with mode $mode (want 640: the 0644 original without other-read)"
 hl_check_alive
 hl_stop # a clean exit (under ASan: no leak)
 hl_log "PASS"

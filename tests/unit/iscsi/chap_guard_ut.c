@@ -85,7 +85,11 @@ static void test_backoff_doubles_to_cap(void)
 	teardown();
 }
 
-/* Another name from the same address, or the same name from elsewhere: still throttled. */
+/*
+ * Another name from the same address: still throttled. The same name from
+ * elsewhere: throttled only where that address failed too (a name is no
+ * secret: guessing under a host's name must not lock the host out).
+ */
 static void test_names_and_addresses_apart(void)
 {
 	struct sockaddr_storage a = v4("10.0.0.1"), b = v4("10.0.0.2");
@@ -110,6 +114,11 @@ static void test_names_and_addresses_apart(void)
 		struct sockaddr_storage x = v4(addr);
 		chap_guard_failed(&g, "iqn.t", "iqn.one", &x, now, &v);
 	}
+	/* b never failed: the victim's own host is still checked */
+	CU_ASSERT_TRUE(chap_guard_allow(&g, "iqn.t", "iqn.one", &b, now, &v));
+	CU_ASSERT_TRUE(chap_guard_allow(&g, "iqn.t", "iqn.other", &b, now, &v));
+	/* one wrong answer from b: now the name's back-off holds b too */
+	chap_guard_failed(&g, "iqn.t", "iqn.one", &b, now, &v);
 	CU_ASSERT_FALSE(chap_guard_allow(&g, "iqn.t", "iqn.one", &b, now, &v));
 	CU_ASSERT_TRUE(chap_guard_allow(&g, "iqn.t", "iqn.other", &b, now, &v));
 	teardown();
@@ -130,7 +139,7 @@ static void test_names_and_addresses_apart(void)
 /* Counts are per secret; a right response clears that name and address; entries expire. */
 static void test_reset_and_expiry(void)
 {
-	struct sockaddr_storage a = v4("10.0.0.1"), b = v4("10.0.0.2");
+	struct sockaddr_storage a = v4("10.0.0.1");
 	struct chap_guard_verdict v;
 	uint64_t now = 7 * S;
 
@@ -139,7 +148,8 @@ static void test_reset_and_expiry(void)
 		chap_guard_failed(&g, "iqn.t", "iqn.x", &a, now, &v);
 	/* a right answer for another target's secret clears nothing here */
 	chap_guard_passed(&g, "iqn.other", "iqn.x", &a);
-	CU_ASSERT_FALSE(chap_guard_allow(&g, "iqn.t", "iqn.x", &b, now, &v));
+	CU_ASSERT_FALSE(chap_guard_allow(&g, "iqn.t", "iqn.x", &a, now, &v));
+	CU_ASSERT_EQUAL(v.name_failures, 3);
 	CU_ASSERT_FALSE(chap_guard_allow(&g, "iqn.t", "iqn.y", &a, now, &v));
 	/* counts are per secret: the other target is not throttled */
 	CU_ASSERT_TRUE(chap_guard_allow(&g, "iqn.other", "iqn.x", &a, now, &v));
