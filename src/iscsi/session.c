@@ -1040,8 +1040,9 @@ static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
 /*
  * The Logout Response of a connection that closes: StatSN is filled when it is
  * queued, after the responses of the commands that were still executing.
- * While the server drains for a restart, Time2Wait tells the initiator how
- * long to wait before it logs in again.
+ * While the server drains for a restart, Time2Wait says how long to wait
+ * before logging in again (RFC 7143 11.15.2: below ErrorRecoveryLevel 2 the
+ * initiator may ignore it; it is a hint, nothing depends on it).
  */
 static int logout_respond(struct iscsi_conn *c)
 {
