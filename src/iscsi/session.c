@@ -470,7 +470,12 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 static void task_set_full(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	t->cmd.data_in = false;
-	t->cmd.status = HL_SAM_TASK_SET_FULL;
+	/*
+	 * SAM-5: TASK SET FULL when this nexus has other commands in the task
+	 * set (an initiator may lower its queue depth), BUSY when it has none
+	 * (the target is busy for everyone: retry later, queue depth kept).
+	 */
+	t->cmd.status = c->nactive > (t->in_window ? 1u : 0u) ? HL_SAM_TASK_SET_FULL : HL_SAM_BUSY;
 	task_deactivate(t);
 	send_scsi_rsp(c, t);
 	iscsi_task_put(t);

@@ -930,14 +930,17 @@ static void test_edtl_too_large(void)
 	CU_ASSERT_EQUAL(got[0].dsl, 2 + 18);
 	CU_ASSERT_EQUAL(got[0].data[2 + 2], HL_SK_ILLEGAL_REQUEST);
 	CU_ASSERT_EQUAL(got[0].data[2 + 12], 0x24);
-	/* a connection that already holds its share of buffers gets TASK SET FULL */
+	/*
+	 * a connection that already holds its share of buffers is refused: BUSY
+	 * while it has no other command in the task set (SAM-5), else TASK SET FULL
+	 */
 	ngot = 0;
 	itt++;
 	conn->buf_bytes = ISCSI_CONN_BUF_MAX - 100;
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_TASK_SET_FULL);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_BUSY);
 	conn->buf_bytes = 0;
 	ngot = 0;
 	itt++;
@@ -1061,12 +1064,12 @@ static void test_write_budget(void)
 	/* other connections hold the whole budget */
 	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog1, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
 	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog2, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
-	/* immediate data with no room for it: TASK SET FULL, no R2T */
+	/* immediate data with no room for it: refused, no R2T (BUSY: no other command here) */
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 8192, buf, 4096);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_TASK_SET_FULL);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_BUSY);
 	ngot = 0;
 	itt++;
 	/* a write whose data all comes by R2T waits for the budget: no R2T yet */
