@@ -488,7 +488,15 @@ static void nop_tick(struct hl_timer *t)
 	    1000000000ull;
 
 	conn_enter(c);
-	if (c->state == CONN_FFP) {
+	struct iscsi_task *late = c->state == CONN_FFP ? iscsi_dataout_overdue(c, now) : NULL;
+	if (late) {
+		/* it holds write budget others may need; at ERL 0 only a close ends it */
+		HL_NOTICE(ISCSI_LOG,
+		          "%s: WRITE itt 0x%x: no data from the initiator for %us (%u of %u bytes "
+		          "in), closing",
+		          c->peer_str, late->itt, ISCSI_DATAOUT_TIMEOUT_S, late->received, late->edtl);
+		iscsi_conn_close(c, "Data-Out timeout");
+	} else if (c->state == CONN_FFP) {
 		if (c->nop_outstanding && now - c->nop_sent_ns >= timeout) {
 			HL_NOTICE(ISCSI_LOG, "%s: NOP-In ping unanswered for %us, closing",
 			          c->peer_str, (unsigned)(timeout / 1000000000ull));

@@ -35,6 +35,14 @@
 #define ISCSI_MAX_R2T          4   /* our cap on outstanding R2Ts per task */
 #define ISCSI_RBUF_SIZE        (128 * 1024)
 #define ISCSI_LOGIN_TIMEOUT_MS 30000
+/*
+ * A WRITE whose data the initiator owes (unsolicited data, or an R2T it was
+ * sent) and that saw none of it for this long: the connection is closed (at
+ * ERL 0 nothing else can end the task), so an initiator that takes write
+ * budget and never finishes its WRITEs holds it for about a minute at most
+ * (checked on the NOP timer, every nop_interval_s).
+ */
+#define ISCSI_DATAOUT_TIMEOUT_S 30
 #define ISCSI_LOGIN_DSL        8192 /* data segment limit before MaxRecvDataSegmentLength is known */
 #define ISCSI_IOV_MAX          64
 #define ISCSI_ITT_HASH         256
@@ -271,6 +279,7 @@ struct iscsi_task {
 	uint32_t unsol_received;
 	uint32_t unsol_next_datasn;
 	bool unsol_done;
+	uint64_t dout_ns;         /* last sign of its data: the command, an R2T sent, a Data-Out */
 	uint32_t r2t_next_offset; /* first byte not yet solicited */
 	uint32_t r2tsn;
 	unsigned r2t_active;
@@ -500,6 +509,8 @@ void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, u
  * Reactor of c. @return 0, -ENOTCONN (not a normal session in FFP), -ENOMEM.
  */
 int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s);
+/** A WRITE of c whose data is overdue (ISCSI_DATAOUT_TIMEOUT_S), or NULL. Reactor of c. */
+struct iscsi_task *iscsi_dataout_overdue(struct iscsi_conn *c, uint64_t now_ns);
 /** Time2Wait for Logout Responses (seconds; 0 unless the server is draining). */
 uint16_t iscsi_server_time2wait(struct hl_iscsi_server *srv);
 /** Reject, then close the connection once it is sent when `close_after`. */

@@ -71,6 +71,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->unsol_received = 0;
 	t->unsol_next_datasn = 0;
 	t->unsol_done = true;
+	t->dout_ns = hl_now_ns();
 	t->r2t_next_offset = 0;
 	t->r2tsn = 0;
 	t->r2t_active = 0;
@@ -546,6 +547,21 @@ static void task_exec(struct iscsi_task *t)
 
 /* ---- R2T ---- */
 
+struct iscsi_task *iscsi_dataout_overdue(struct iscsi_conn *c, uint64_t now_ns)
+{
+	struct iscsi_task *t;
+
+	hl_list_for_each_entry(t, &c->tasks, link)
+	{
+		/* owed by the initiator: unsolicited data, or an R2T's (not our budget) */
+		if (t->state != TASK_DATA_OUT || t->aborted || (t->unsol_done && !t->r2t_active))
+			continue;
+		if (t->dout_ns && now_ns - t->dout_ns > ISCSI_DATAOUT_TIMEOUT_S * 1000000000ull)
+			return t;
+	}
+	return NULL;
+}
+
 static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	unsigned max = HL_MIN(c->params.max_outstanding_r2t ? c->params.max_outstanding_r2t : 1,
@@ -573,6 +589,7 @@ static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
 		r->next_datasn = 0;
 		t->r2t_next_offset += len;
 		t->r2t_active++;
+		t->dout_ns = hl_now_ns();
 
 		struct iscsi_bhs h;
 		memset(&h, 0, sizeof(h));
@@ -663,6 +680,7 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 			return 0; /* unknown or finished task: drop silently */
 		c->rx_dout = t;
 		c->rx_dout_reject = ISCSI_REJECT_PROTOCOL_ERROR;
+		t->dout_ns = hl_now_ns();
 		if ((uint64_t)off + len > t->edtl)
 			return 0;
 		if (ttt == ISCSI_RSVD_TAG) {

@@ -2050,7 +2050,35 @@ static void test_slow_reader_parks(void)
 	teardown();
 }
 
+/*
+ * A WRITE whose R2T went unanswered for ISCSI_DATAOUT_TIMEOUT_S closes its
+ * connection (on the NOP timer): an initiator cannot hold write budget by
+ * never sending the data it was asked for. A recent R2T keeps it open.
+ */
+static void test_dataout_timeout(void)
+{
+	struct iscsi_task *t, *w = NULL;
+
+	setup();
+	login_ok(NULL); /* InitialR2T=Yes */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	ngot = 0;
+	hl_list_for_each_entry(t, &conn->tasks, link) if (t->state == TASK_DATA_OUT) w = t;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	fire_timer(&conn->nop_timer); /* the R2T is fresh: nothing happens */
+	CU_ASSERT_TRUE(conn_alive());
+	w->dout_ns = hl_now_ns() - (ISCSI_DATAOUT_TIMEOUT_S + 1) * 1000000000ull;
+	fire_timer(&conn->nop_timer);
+	run_calls();
+	CU_ASSERT_FALSE(conn_alive());
+	teardown();
+}
+
 static const struct hl_test tests[] = {
+    {"a WRITE whose data never comes closes its connection", test_dataout_timeout},
     {"login: operational stage straight to FFP", test_login_operational_only},
     {"a connection that cannot send stops taking READs", test_slow_reader_parks},
     {"login: security then operational stage", test_login_security_then_operational},
