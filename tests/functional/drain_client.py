@@ -5,7 +5,8 @@ Logs in, sends one READ that the (slow) origin will take a while to answer,
 prints "SENT" and waits for the target's Async Message. Then it logs out as
 RFC 7143 11.9.1 asks and records the order of what comes back: the READ's
 data and status must arrive before the Logout Response, whose Time2Wait is
-checked. Prints one line "async=E within=S read_before_logout=B time2wait=T"
+checked, and the Async Message, the READ's status and the Logout Response
+carry consecutive StatSNs. Prints one line "async=E within=S read_before_logout=B time2wait=T"
 and exits 0 when the target behaved, 1 otherwise.
 
   drain_client.py --portal H:P --target IQN [--time2wait T] [--within S]
@@ -40,11 +41,13 @@ def main():
 
     event = within = None
     read_done = False
+    statsns = []  # StatSN of the Async Message, the READ's status, the Logout Response
     while event is None:
         r = c.recv(timeout=30.0)
         if r.opcode == pc.OP_ASYNC:
             event = r.bhs[36]
             within = struct.unpack(">H", r.bhs[42:44])[0]
+            statsns.append(r.u32(24))
         elif r.itt == read_itt and (r.opcode == pc.OP_SCSI_RSP or
                                     (r.opcode == pc.OP_DATA_IN and r.flags & 0x01)):
             read_done = True
@@ -69,16 +72,21 @@ def main():
                 print("the READ ended with status 0x%02x" % status)
                 return 1
             read_done = True
+            statsns.append(r.u32(24))
         elif r.opcode == pc.OP_LOGOUT_RSP:
             if r.bhs[2] != 0:
                 print("logout response %d" % r.bhs[2])
                 return 1
             time2wait = struct.unpack(">H", r.bhs[40:42])[0]
+            statsns.append(r.u32(24))
     closed = c.expect_closed(timeout=10.0)
-    print("async=%d within=%d read_before_logout=%d time2wait=%d closed=%d" %
-          (event, within, read_done, time2wait, closed))
+    # each status-carrying PDU takes the next StatSN, in the order sent
+    statsn_ok = len(statsns) == 3 and all(
+        (statsns[i] + 1) & 0xFFFFFFFF == statsns[i + 1] for i in range(2))
+    print("async=%d within=%d read_before_logout=%d time2wait=%d closed=%d statsn=%s" %
+          (event, within, read_done, time2wait, closed, ",".join(map(str, statsns))))
     ok = (event == 1 and within == args.within and read_done and
-          time2wait == args.time2wait and closed)
+          time2wait == args.time2wait and closed and statsn_ok)
     return 0 if ok else 1
 
 

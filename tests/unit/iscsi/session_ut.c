@@ -1582,6 +1582,60 @@ static void test_logout(void)
 	teardown();
 }
 
+/*
+ * A closing Logout with a command still in the scsi layer: the Logout
+ * Response waits for that command's status, which comes first, with the
+ * StatSN before the logout's; then the connection closes.
+ */
+static void test_logout_waits_for_commands(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0); /* TEST UNIT READY, held by the fake */
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, 1);
+	CU_ASSERT_EQUAL(ngot, 0);
+	itt++;
+	cmdsn++;
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_LOGOUT_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION;
+	bhs_set_itt(&h, itt);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0); /* no Logout Response while the command runs */
+	CU_ASSERT_TRUE(conn_alive());
+	fake_complete(pending[--npending]);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[1].bhs), ISCSI_OP_LOGOUT_RSP);
+	CU_ASSERT_EQUAL(got[1].bhs.b[2], ISCSI_LOGOUT_RSP_OK);
+	CU_ASSERT_EQUAL(bhs_w24(&got[1].bhs), bhs_w24(&got[0].bhs) + 1); /* StatSN order */
+	CU_ASSERT_FALSE(conn_alive());
+	teardown();
+}
+
+/* The Async Message asking for a logout: event 1, Parameter3, the next StatSN. */
+static void test_request_logout(void)
+{
+	setup();
+	login_ok(NULL);
+	CU_ASSERT_EQUAL(iscsi_conn_request_logout(conn, 7), 0);
+	iscsi_conn_flush(conn);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_ASYNC_MSG);
+	CU_ASSERT_EQUAL(got[0].bhs.b[36], ISCSI_ASYNC_LOGOUT_REQUEST);
+	CU_ASSERT_EQUAL(hl_get_be16(&got[0].bhs.b[42]), 7);
+	CU_ASSERT_EQUAL(bhs_itt(&got[0].bhs), 0xffffffffu);
+	CU_ASSERT_TRUE(conn_alive());
+	teardown();
+}
+
 static void test_text_continuation(void)
 {
 	struct iscsi_portal fake[30];
@@ -2105,6 +2159,8 @@ static const struct hl_test tests[] = {
     {"data digest error: Reject; a CmdSN hole closes the connection", test_digest_error_cmdsn_gap},
     {"TMF: abort waits for the task; LUN reset", test_tmf_abort_waits},
     {"logout closes", test_logout},
+    {"logout waits for the commands still executing", test_logout_waits_for_commands},
+    {"a target-requested logout: Async Message event 1", test_request_logout},
     {"text: SendTargets continuation in a normal session", test_text_continuation},
     {"NOP-In ping on idle, answer, timeout", test_nop_ping},
     {"discovery CHAP", test_discovery_chap},
