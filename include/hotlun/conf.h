@@ -29,6 +29,8 @@ struct hl_conf_disk {
 	uint32_t origin_latency_ms;
 	char *rbd_conf;        /* rbd: origins: ceph.conf path, or NULL */
 	char *rbd_id;          /* rbd: origins: cephx user id, or NULL */
+	bool exclusive;        /* nobody else writes the origin while hotlund is down
+	                          (hl_origin_opts.sole_writer) */
 	int line;              /* line of the section header, for errors */
 };
 

@@ -237,6 +237,11 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 		return set_str(p, &d->rbd_conf, v);
 	if (strcmp(key, "rbd_id") == 0)
 		return set_str(p, &d->rbd_id, v);
+	if (strcmp(key, "exclusive") == 0) {
+		if (hl_parse_bool(v, &d->exclusive))
+			return perr(p, "exclusive: expected yes or no, got '%s'", v);
+		return 0;
+	}
 	return perr(p, "unknown key '%s' in [disk %s]", key, d->name);
 }
 
@@ -880,6 +885,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 			fprintf(f, "origin_latency_ms = %u\n", d->origin_latency_ms);
 		put_opt(f, "rbd_conf", d->rbd_conf);
 		put_opt(f, "rbd_id", d->rbd_id);
+		if (d->exclusive)
+			fprintf(f, "exclusive = yes\n");
 	}
 	for (size_t i = 0; i < c->n_targets; i++) {
 		const struct hl_conf_target *t = &c->targets[i];
@@ -1118,6 +1125,8 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			d->origin_latency_ms = 0;
 		else if (strcmp(key, "read_only") == 0)
 			d->read_only = false;
+		else if (strcmp(key, "exclusive") == 0)
+			d->exclusive = false;
 		else
 			return perr(&p, "%s cannot be unset", key);
 		return 0;

@@ -90,7 +90,8 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 	       a->read_only != b->read_only || a->origin_iops != b->origin_iops ||
 	       a->origin_mbps != b->origin_mbps || a->origin_latency_ms != b->origin_latency_ms ||
 	       !str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota ||
-	       !str_eq(a->rbd_conf, b->rbd_conf) || !str_eq(a->rbd_id, b->rbd_id);
+	       !str_eq(a->rbd_conf, b->rbd_conf) || !str_eq(a->rbd_id, b->rbd_id) ||
+	       a->exclusive != b->exclusive;
 }
 
 static void disk_free(struct disk_rt *rt)
@@ -109,6 +110,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		.block_size = cd->block_size,
 		.rbd_conf = cd->rbd_conf,
 		.rbd_id = cd->rbd_id,
+		.sole_writer = cd->exclusive,
 	};
 	struct hl_origin *origin;
 	struct hl_lu_config lc;

@@ -243,6 +243,30 @@ static void test_runtime_edits(void)
 	hl_conf_free(c);
 }
 
+/* issue 17: [disk] exclusive (warm restarts of origins that cannot prove themselves unchanged) */
+static void test_disk_exclusive(void)
+{
+	struct hl_conf *c;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	parse_err("[disk d]\norigin = /x\nexclusive = maybe\n", "t.conf:3:",
+	          "exclusive: expected yes or no");
+	c = parse_ok("[disk d]\norigin = /dev/sdz\nexclusive = yes\n[disk e]\norigin = /y\n");
+	if (!c)
+		return;
+	CU_ASSERT(c->disks[0].exclusive);
+	CU_ASSERT_FALSE(c->disks[1].exclusive);
+	f = open_memstream(&buf, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "exclusive = yes\n"));
+	CU_ASSERT_PTR_NULL(strstr(strstr(buf, "[disk e]"), "exclusive"));
+	free(buf);
+	hl_conf_free(c);
+}
+
 static const struct hl_test tests[] = {
 	{"runtime edits", test_runtime_edits},
 	{"issue example parses", test_issue_example_parses},
@@ -251,6 +275,7 @@ static const struct hl_test tests[] = {
 	{"write round trip", test_write_round_trip},
 	{"defaults", test_defaults},
 	{"NUL and long lines", test_nul_and_long_lines_rejected},
+	{"[disk] exclusive", test_disk_exclusive},
 	{NULL, NULL},
 };
 
