@@ -197,6 +197,14 @@ struct hl_origin_ops {
 	 * proofs needed (rbd: remove their snapshots). Blocking.
 	 */
 	void (*proof_release)(struct hl_origin *o, const char *tag, const char *proof);
+	/**
+	 * Optional. A text that names the origin's data the same way on every
+	 * gateway that reaches it, and never names other data (rbd: cluster
+	 * fsid, pool id, image id, snapshot); the daemon derives the LU's
+	 * identity (VPD 80h/83h) from it, so gateways of one image agree.
+	 * Main thread, after open. @return 0 or -EOPNOTSUPP.
+	 */
+	int (*identity)(struct hl_origin *o, char *buf, size_t len);
 };
 
 struct hl_origin {
@@ -253,6 +261,9 @@ int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char 
  */
 int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proof,
                           hl_origin_changed_fn changed, void *arg, char *why, size_t whylen);
+
+/** See hl_origin_ops.identity. @return 0 or -EOPNOTSUPP (none, or it does not fit). */
+int hl_origin_identity(struct hl_origin *o, char *buf, size_t len);
 
 /** See hl_origin_ops.proof_release (nothing when the backend has none). */
 void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *proof);

@@ -242,6 +242,19 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 			return perr(p, "exclusive: expected yes or no, got '%s'", v);
 		return 0;
 	}
+	if (strcmp(key, "serial") == 0) {
+		if (!hl_serial_valid(v))
+			return perr(p, "serial: expected 1 to 32 printable ASCII characters without "
+			               "blanks, got '%s'", v);
+		return set_str(p, &d->serial, v);
+	}
+	if (strcmp(key, "naa") == 0) {
+		uint8_t naa[16];
+		if (hl_parse_naa(v, naa))
+			return perr(p, "naa: expected 32 hex digits starting with 6 (NAA 6, IEEE "
+			               "registered extended), got '%s'", v);
+		return set_str(p, &d->naa, v);
+	}
 	return perr(p, "unknown key '%s' in [disk %s]", key, d->name);
 }
 
@@ -722,6 +735,8 @@ static void free_disk(struct hl_conf_disk *d)
 	free(d->cache);
 	free(d->rbd_conf);
 	free(d->rbd_id);
+	free(d->serial);
+	free(d->naa);
 }
 
 static void free_cache(struct hl_conf_cache *k)
@@ -887,6 +902,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_opt(f, "rbd_id", d->rbd_id);
 		if (d->exclusive)
 			fprintf(f, "exclusive = yes\n");
+		put_opt(f, "serial", d->serial);
+		put_opt(f, "naa", d->naa);
 	}
 	for (size_t i = 0; i < c->n_targets; i++) {
 		const struct hl_conf_target *t = &c->targets[i];
@@ -1115,6 +1132,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			return unset_str(&d->rbd_conf);
 		if (strcmp(key, "rbd_id") == 0)
 			return unset_str(&d->rbd_id);
+		if (strcmp(key, "serial") == 0)
+			return unset_str(&d->serial);
+		if (strcmp(key, "naa") == 0)
+			return unset_str(&d->naa);
 		if (strcmp(key, "cache_quota") == 0)
 			d->cache_quota = 0;
 		else if (strcmp(key, "origin_iops") == 0)

@@ -61,6 +61,8 @@ static void disk_conf_free(struct hl_conf_disk *c)
 	free(c->cache);
 	free(c->rbd_conf);
 	free(c->rbd_id);
+	free(c->serial);
+	free(c->naa);
 }
 
 static bool dup_opt(char **dst, const char *src)
@@ -75,7 +77,8 @@ static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *s
 	dst->name = strdup(src->name);
 	dst->origin = strdup(src->origin);
 	bool ok = dup_opt(&dst->cache, src->cache) & dup_opt(&dst->rbd_conf, src->rbd_conf) &
-		  dup_opt(&dst->rbd_id, src->rbd_id);
+		  dup_opt(&dst->rbd_id, src->rbd_id) & dup_opt(&dst->serial, src->serial) &
+		  dup_opt(&dst->naa, src->naa);
 	if (!dst->name || !dst->origin || !ok) {
 		disk_conf_free(dst);
 		return -ENOMEM;
@@ -83,7 +86,10 @@ static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *s
 	return 0;
 }
 
-/* What needs the disk to be reopened (the LU's identity stays: it derives from the name). */
+/*
+ * What needs the disk to be reopened (the LU's identity stays unless serial
+ * or naa change: it derives from the name, or from the origin).
+ */
 static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk *b)
 {
 	return !str_eq(a->origin, b->origin) || a->block_size != b->block_size ||
@@ -91,7 +97,8 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 	       a->origin_mbps != b->origin_mbps || a->origin_latency_ms != b->origin_latency_ms ||
 	       !str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota ||
 	       !str_eq(a->rbd_conf, b->rbd_conf) || !str_eq(a->rbd_id, b->rbd_id) ||
-	       a->exclusive != b->exclusive;
+	       a->exclusive != b->exclusive || !str_eq(a->serial, b->serial) ||
+	       !str_eq(a->naa, b->naa);
 }
 
 static void disk_free(struct disk_rt *rt)
@@ -115,6 +122,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	struct hl_origin *origin;
 	struct hl_lu_config lc;
 	struct disk_rt *rt;
+	char ident[HL_ORIGIN_PROOF_MAX];
+	bool shared_ident;
 	int rc;
 
 	rt = calloc(1, sizeof(*rt));
@@ -131,6 +140,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		return fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
 			    cd->origin, strerror(-rc));
 	}
+	/* Before any wrapper: what names the origin's data for every gateway (rbd: the image). */
+	shared_ident = hl_origin_identity(origin, ident, sizeof(ident)) == 0;
 	rc = daemon_wrap_origin(cd, &origin);
 	if (rc) {
 		hl_origin_close(origin);
@@ -157,7 +168,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	lc.block_size = cd->block_size;
 	lc.read_only = cd->read_only || origin->read_only;
 	lc.write_cache = true; /* buffered origins: SYNCHRONIZE CACHE and FUA matter */
-	daemon_disk_identity(d->install_id, cd->name, lc.naa, lc.serial);
+	daemon_disk_identity(d->install_id, cd->name, shared_ident ? ident : NULL, cd->serial,
+			     cd->naa, lc.naa, lc.serial);
 	lc.state_dir = d->conf->state_dir; /* APTPL persistent reservations (scsi) */
 	rc = hl_lu_create(&lc, origin, &rt->lu);
 	if (rc) {

@@ -252,3 +252,8 @@ void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *p
 	if (o->ops->proof_release)
 		o->ops->proof_release(o, tag, proof);
 }
+
+int hl_origin_identity(struct hl_origin *o, char *buf, size_t len)
+{
+	return o->ops->identity ? o->ops->identity(o, buf, len) : -EOPNOTSUPP;
+}

@@ -883,6 +883,26 @@ static void rbd_proof_release(struct hl_origin *o, const char *tag, const char *
 	free(snaps);
 }
 
+/* ---- identity ---- */
+
+/*
+ * The cluster's fsid, the pool's id and the image's id (and the snapshot):
+ * what every gateway of this image reads alike, and what a new image of the
+ * same name (rbd rm + create) does not share.
+ */
+static int rbd_identity(struct hl_origin *o, char *buf, size_t len)
+{
+	struct rbd_origin *r = ro_of(o);
+	char fsid[64];
+	int n;
+
+	if (!r->image_id[0] || rados_cluster_fsid(r->cluster, fsid, sizeof(fsid)) < 0)
+		return -EOPNOTSUPP;
+	n = snprintf(buf, len, "rbd:%s:%lld:%s%s%s", fsid, (long long)rados_ioctx_get_id(r->ioctx),
+	             r->image_id, r->snap[0] ? "@" : "", r->snap);
+	return n < 0 || (size_t)n >= len ? -EOPNOTSUPP : 0;
+}
+
 const struct hl_origin_ops origin_rbd_ops = {
     .name = "rbd",
     .scheme = "rbd:",
@@ -893,4 +913,5 @@ const struct hl_origin_ops origin_rbd_ops = {
     .proof_take = rbd_proof_take,
     .proof_check = rbd_proof_check,
     .proof_release = rbd_proof_release,
+    .identity = rbd_identity,
 };
