@@ -89,6 +89,8 @@ struct file_origin {
 	 * hole-punch probe, which moves ctime). Warm restart proofs.
 	 */
 	struct file_stamp opened, settled;
+	long fs_type;     /* statfs f_type of a regular file's filesystem */
+	bool fs_stamps;   /* ... one whose ctime proves changes (stamp_fs_trusted) */
 };
 
 /* Per-I/O state in hl_origin_io.priv. */
@@ -832,6 +834,28 @@ static int file_lock_exclusive(int fd, const char *target)
 	return 0;
 }
 
+/*
+ * Local filesystems whose ctime the kernel itself stamps on every change
+ * (overlayfs reports the ctime of the real upper or lower inode, which the
+ * kernel stamps too; a copy-up changes the inode number: cold). Elsewhere
+ * (NFS: the server's clock and attribute caching; FUSE: whatever the daemon
+ * reports) a file cannot prove itself unchanged: cold unless exclusive = yes.
+ */
+static bool stamp_fs_trusted(long type)
+{
+	switch ((unsigned long)type) {
+	case EXT4_SUPER_MAGIC: /* also ext2 and ext3 */
+	case XFS_SUPER_MAGIC:
+	case BTRFS_SUPER_MAGIC:
+	case F2FS_SUPER_MAGIC:
+	case TMPFS_MAGIC:
+	case OVERLAYFS_SUPER_MAGIC:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void stamp_of(const struct stat *st, struct file_stamp *s)
 {
 	s->dev = (uint64_t)st->st_dev;
@@ -929,6 +953,10 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		o->size = (uint64_t)st.st_size;
 		fo->memfs = fstatfs(fo->fd, &sfs) == 0 &&
 		            (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC);
+		if (fstatfs(fo->fd, &sfs) == 0) {
+			fo->fs_type = (long)sfs.f_type;
+			fo->fs_stamps = stamp_fs_trusted(sfs.f_type);
+		}
 		/*
 		 * A file has no physical sector: st_blksize is the filesystem's
 		 * preferred I/O size, not a unit writes are atomic in. Reporting it
@@ -1092,8 +1120,8 @@ static int file_proof_take(struct hl_origin *o, const char *tag, bool final, cha
 	int waited = 0;
 
 	(void)tag;
-	if (fo->blkdev)
-		return -EOPNOTSUPP; /* a block device records no change time */
+	if (fo->blkdev || !fo->fs_stamps)
+		return -EOPNOTSUPP; /* a block device records no change time (see stamp_fs_trusted) */
 	/* Last: our writes reach the disk with the inode that stamps them (power loss). */
 	if (final && !o->read_only && fsync(fo->fd))
 		return -EAGAIN;
@@ -1127,6 +1155,10 @@ static int file_proof_check(struct hl_origin *o, const char *tag, const char *pr
 	(void)arg;
 	if (fo->blkdev) {
 		snprintf(why, whylen, "block device cannot prove it unchanged (exclusive = yes?)");
+		return -ESTALE;
+	}
+	if (!fo->fs_stamps) {
+		snprintf(why, whylen, "filesystem 0x%lx cannot prove it unchanged", fo->fs_type);
 		return -ESTALE;
 	}
 	if (origin_file_stamp_parse(proof, &was)) {
