@@ -460,6 +460,17 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			printf("  errors   %llu of the cache device, %llu of origins\n",
 			       (unsigned long long)jdelta(cache, pc, "dev_errors"),
 			       (unsigned long long)jdelta(cache, pc, "origin_errors"));
+		{
+			/* what the last start kept of each disk's blocks, and why (issue 17) */
+			json_t *cdisks = json_object_get(cache, "disks"), *cdisk;
+			const char *dname;
+
+			json_object_foreach(cdisks, dname, cdisk) {
+				const char *ws = json_string_value(json_object_get(cdisk, "warm_start"));
+				if (ws && *ws)
+					printf("  start    disk %s: %s\n", dname, ws);
+			}
+		}
 	}
 	printf("\nsessions: %llu\n", (unsigned long long)jint(r, "sessions"));
 }

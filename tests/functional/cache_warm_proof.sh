@@ -91,6 +91,9 @@ hl_log "1. clean stop + rewrite: $stale stale block(s); warm_start: $(stat_of wa
 stat_of warm_start san | grep -q "file changed: ctime" || hl_fail "warm_start gives no reason: $(stat_of warm_start san)"
 grep -q "warm start: kept 0 block(s), dropped .*file changed: ctime" "$FRONT_LOG" ||
 	hl_fail "no notice about the dropped blocks in the log"
+"$HL_BUILDDIR/hotlunctl" --socket "$SOCK" stats >"$T/stats.txt" 2>&1 || hl_fail "hotlunctl stats"
+grep -q "^  start    disk san: kept 0, dropped [0-9]* (file changed: ctime)$" "$T/stats.txt" ||
+	{ cat "$T/stats.txt" >&2; hl_fail "hotlunctl stats does not show what the start dropped"; }
 
 # ---- 2. clean stop, nothing changed: warm
 warm 2
