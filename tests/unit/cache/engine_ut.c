@@ -830,6 +830,20 @@ static void test_proof_unchanged_warm(void)
 	struct hl_cache_engine_stats st;
 
 	proof_warm(&f, 22, "fake:proof");
+	/* the map records the proof the clean stop took */
+	{
+		char line[256];
+		bool v2 = false, proof = false;
+		FILE *m = fopen(g_map, "r");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+		while (fgets(line, sizeof(line), m)) {
+			v2 |= !strcmp(line, "hotlun-cache-map 2\n");
+			proof |= !strcmp(line, "proof 0 fake:0\n");
+		}
+		fclose(m);
+		CU_ASSERT(v2);
+		CU_ASSERT(proof);
+	}
 	f.reads = 0;
 	proof_restart(&f, "fake:proof", &st);
 	CU_ASSERT_EQUAL(st.warm_kept, 8);
