@@ -533,7 +533,8 @@ static void proofs_refresh(struct hl_cache *c)
 	pthread_mutex_lock(&c->sync_lock);
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
-		if (!e->inner || hl_origin_proof_take(e->inner, e->tag, false, proof, sizeof(proof)))
+		if (!e->inner ||
+		    hl_origin_proof_take(e->inner, e->tag, false, proof, sizeof(proof)))
 			continue;
 		if (e->proof && !strcmp(e->proof, proof)) {
 			free(e->cand);
@@ -571,8 +572,8 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 	if (rc) {
 		if (!e->proof)
 			HL_NOTICE("cache",
-			          "cache %s: disk %s: %s: its cached blocks will be dropped at the next "
-			          "start",
+			          "cache %s: disk %s: %s: its cached blocks will be dropped at "
+			          "the next start",
 			          c->name, e->name,
 			          rc == -EOPNOTSUPP ? "the origin cannot prove itself unchanged "
 			                              "(exclusive = yes declares it)"

@@ -466,7 +466,8 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			const char *dname;
 
 			json_object_foreach(cdisks, dname, cdisk) {
-				const char *ws = json_string_value(json_object_get(cdisk, "warm_start"));
+				const char *ws =
+				    json_string_value(json_object_get(cdisk, "warm_start"));
 				if (ws && *ws)
 					printf("  start    disk %s: %s\n", dname, ws);
 			}

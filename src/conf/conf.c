@@ -244,8 +244,8 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 	}
 	if (strcmp(key, "serial") == 0) {
 		if (!hl_serial_valid(v))
-			return perr(p, "serial: expected 1 to 32 printable ASCII characters without "
-			               "blanks, got '%s'", v);
+			return perr(p, "serial: expected 1 to 32 printable ASCII characters "
+			               "without blanks, got '%s'", v);
 		return set_str(p, &d->serial, v);
 	}
 	if (strcmp(key, "naa") == 0) {

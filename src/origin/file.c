@@ -865,22 +865,36 @@ static void stamp_of(const struct stat *st, struct file_stamp *s)
 	s->ctime_ns = st->st_ctim.tv_nsec;
 }
 
-/* An unnamed temporary file beside path (O_TMPFILE; gone at close), or -1. */
-static int probe_fd(const char *path)
+/*
+ * An unnamed temporary file beside the file target names (O_TMPFILE, gone
+ * at close; symlinks resolved) on the filesystem dev (the origin's), or -1.
+ */
+static int probe_fd(const char *target, dev_t dev)
 {
-	char dir[PATH_MAX];
+	char path[PATH_MAX], dir[PATH_MAX];
+
+	if (!realpath(target, path))
+		return -1;
 	const char *slash = strrchr(path, '/');
 	size_t n = slash ? (size_t)(slash - path) : 0;
 
 	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else if (n == 0)
+		return -1;
+	if (n == 0)
 		snprintf(dir, sizeof(dir), "/");
 	else if (n < sizeof(dir))
 		snprintf(dir, sizeof(dir), "%.*s", (int)n, path);
 	else
 		return -1;
-	return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	struct stat st;
+
+	/* Another filesystem after all (a bind-mounted file): probe the origin. */
+	if (fd >= 0 && (fstat(fd, &st) || st.st_dev != dev)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
 }
 
 static int file_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
@@ -975,9 +989,10 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 			 * instead, and the origin itself only where that fails.
 			 */
 			off_t probe = (off_t)HL_ALIGN_UP(o->size, 1u << 20) + (1 << 20);
-			int pfd = probe_fd(target);
-			if (fallocate(pfd >= 0 ? pfd : fo->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			              pfd >= 0 ? 0 : probe, 4096) == 0) {
+			int pfd = probe_fd(target, st.st_dev);
+			int pmode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+			off_t poff = pfd >= 0 ? 0 : probe;
+			if (fallocate(pfd >= 0 ? pfd : fo->fd, pmode, poff, 4096) == 0) {
 				o->can_discard = true;
 				o->zeroes_after_discard = true;
 			} else {
@@ -1072,7 +1087,8 @@ static bool stamp_settled(const struct file_stamp *s)
 	}
 	if (clock_gettime(CLOCK_REALTIME_COARSE, &now))
 		return false;
-	return (int64_t)now.tv_sec > end_s || ((int64_t)now.tv_sec == end_s && now.tv_nsec > end_ns);
+	return (int64_t)now.tv_sec > end_s ||
+	       ((int64_t)now.tv_sec == end_s && now.tv_nsec > end_ns);
 }
 
 static bool stamp_eq(const struct file_stamp *a, const struct file_stamp *b)
@@ -1121,7 +1137,7 @@ static int file_proof_take(struct hl_origin *o, const char *tag, bool final, cha
 
 	(void)tag;
 	if (fo->blkdev || !fo->fs_stamps)
-		return -EOPNOTSUPP; /* a block device records no change time (see stamp_fs_trusted) */
+		return -EOPNOTSUPP; /* no change time (a block device), or untrusted */
 	/* Last: our writes reach the disk with the inode that stamps them (power loss). */
 	if (final && !o->read_only && fsync(fo->fd))
 		return -EAGAIN;

@@ -734,17 +734,15 @@ static int rbd_proof_take(struct hl_origin *o, const char *tag, bool final, char
 	char name[160];
 	struct timespec now;
 	uint64_t id;
-	int rc;
+	int rc, n;
 
 	if (!r->image_id[0])
 		return -EOPNOTSUPP;
 	if (r->snap[0]) {
 		if (snap_id_of(r->image, r->snap, &id))
 			return -EAGAIN;
-		return snprintf(proof, len, "rbdsnap:%s:%llu", r->image_id, (unsigned long long)id) <
-		               (int)len
-		           ? 0
-		           : -EOPNOTSUPP;
+		n = snprintf(proof, len, "rbdsnap:%s:%llu", r->image_id, (unsigned long long)id);
+		return n >= 0 && (size_t)n < len ? 0 : -EOPNOTSUPP;
 	}
 	if (o->read_only)
 		return -EOPNOTSUPP; /* cannot make marks */
@@ -839,7 +837,8 @@ static int rbd_proof_check(struct hl_origin *o, const char *tag, const char *pro
 		rc = rbd_diff_iterate2(r->image, name, 0, size, 1, 1, diff_cb, &d);
 		if (rc >= 0) {
 			snprintf(why, whylen, "rbd diff since the mark: %llu extent(s), %llu MiB",
-			         (unsigned long long)d.extents, (unsigned long long)(d.bytes >> 20));
+			         (unsigned long long)d.extents,
+			         (unsigned long long)(d.bytes >> 20));
 			return 0;
 		}
 	}
