@@ -581,7 +581,7 @@ static const struct command commands[] = {
 /* Parameters each kind of node takes, for completion and help. */
 static const char *const disk_params[] = {"origin=", "block_size=", "read_only=", "cache=",
 					  "cache_quota=", "origin_iops=", "origin_mbps=",
-					  "origin_latency_ms=", NULL};
+					  "origin_latency_ms=", "exclusive=", "serial=", "naa=", NULL};
 static const char *const cache_params[] = {"device=", "size=", "block_size=", "admission=",
 					   "write_policy=", "update_buffer=", "write_budget=", NULL};
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",

@@ -22,6 +22,7 @@ conf() {
 [global]
 portal = 127.0.0.1:$2
 state_dir = $3
+control_socket = $3/ctl.sock
 log_level = info
 
 [disk shared]
@@ -76,6 +77,18 @@ nb=$(naa_of "iscsi://127.0.0.1:$PB/$IQN/1")
 hl_log "disk without the keys: gateway A $sa $na, gateway B $sb $nb"
 [ -n "$sa" ] && [ -n "$sb" ] && [ "$sa" != "$sb" ] || hl_fail "file disks without serial got '$sa' and '$sb' (expected two per-gateway serials)"
 [ "${na:0:1}" = 6 ] && [ "$na" != "$nb" ] || hl_fail "file disks without naa got $na and $nb"
+
+# set while running (hotlunctl): the disk is reopened with the new identity
+"$HL_BUILDDIR/hotlunctl" --socket "$T/a/ctl.sock" /disks/own set serial=GW-LUN-0002 \
+	naa=6001405abcdef0123456789abcdef002 >"$T/set.out" 2>&1 || { cat "$T/set.out" >&2; hl_fail "hotlunctl set serial naa"; }
+sa=$(serial_of "iscsi://127.0.0.1:$PA/$IQN/1")
+na=$(naa_of "iscsi://127.0.0.1:$PA/$IQN/1")
+hl_log "set while running: $sa $na"
+[ "$sa" = GW-LUN-0002 ] && [ "$na" = 6001405abcdef0123456789abcdef002 ] || hl_fail "hotlunctl set did not change the identity: $sa $na"
+if "$HL_BUILDDIR/hotlunctl" --socket "$T/a/ctl.sock" /disks/own set naa=7bad >"$T/set.out" 2>&1; then
+	hl_fail "hotlunctl set took a bad naa"
+fi
+grep -q "naa: expected 32 hex digits" "$T/set.out" || { cat "$T/set.out" >&2; hl_fail "no clear error for a bad naa"; }
 hl_stop "$A"
 hl_stop "$B"
 
