@@ -12,7 +12,10 @@
 #     holds (0 stale blocks), and most reads come from the cache;
 #  3. while running, the mark of the earlier run is replaced by a new one
 #     (one mark per disk on the image); the mark snapshot removed by the
-#     admin while hotlund is down -> the next start is cold.
+#     admin while hotlund is down -> the next start is cold;
+#  4. hotlund killed (-9) once its running mark is recorded, another client
+#     writes 64 KiB: the restart drops that object's blocks, keeps the rest,
+#     0 stale blocks.
 . "$(dirname "$0")/lib.sh"
 hl_cache_front_prereqs
 hl_need qemu-img qemu-io rbd ceph ceph-mon ceph-osd
@@ -131,6 +134,36 @@ hl_log "3. mark removed while down: warm_start: $ws"
 grep -q "mark snapshot gone" <<<"$ws" || hl_fail "warm_start gives no reason: $ws"
 stale=$(stale_blocks)
 [ "$stale" = 0 ] || hl_fail "$stale stale block(s) after a cold start"
+
+# ---- 4. killed (-9) once the running mark is recorded, another client writes:
+# the changed objects are dropped, the rest kept, nothing stale
+"$BENCH" --workload uniform --bs 64K --count 6000 --qd 8 --seed 4 --quiet "$URL" \
+	>"$T/bench.out" 2>&1 || { cat "$T/bench.out" >&2; hl_fail "warm-up reads failed"; }
+settle
+for i in $(seq 1 100); do
+	grep -q "^proof [0-9]* rbd:" "$ST/cache-ssd.map" && break
+	sleep 0.1
+done
+grep -q "^proof [0-9]* rbd:" "$ST/cache-ssd.map" || hl_fail "no mark recorded while running: $(cat "$ST/cache-ssd.map")"
+USED=$(stat_of used_slots)
+kill -KILL "$FRONT_PID"
+wait "$FRONT_PID" 2>/dev/null
+hl_forget "$FRONT_PID"
+# the dead gateway's lock goes when its watch times out (5 s in mini_ceph)
+timeout 60 qemu-io -f raw -c "write -P 0x7e 24M 64K" "$RBD_URL" >"$T/io.out" 2>&1 ||
+	{ cat "$T/io.out" >&2; hl_fail "qemu-io write after the kill failed"; }
+python3 - "$T/want.img" <<'PY'
+import sys
+f = open(sys.argv[1], 'r+b')
+f.seek(24 << 20); f.write(b'\x7e' * 65536)
+PY
+hl_front_start "$T/hotlund.conf"
+stale=$(stale_blocks)
+ws=$(stat_of warm_start san)
+hl_log "4. kill -9 ($USED blocks cached), another client wrote: $stale stale block(s); warm_start: $ws"
+[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a crash and another client's write"
+grep -q "rbd diff since the mark" <<<"$ws" || hl_fail "no diff after the crash: $ws"
+[ "$(stat_of warm_kept san)" -ge $((USED - 128)) ] || hl_fail "a crash kept only $(stat_of warm_kept san) of $USED blocks"
 hl_check_alive "$FRONT_PID"
 hl_stop "$FRONT_PID"
 hl_log "PASS"
