@@ -328,6 +328,9 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
  */
 int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len);
 
+/** Blocks of lun held in a slot now (SSD or RAM window). Walks every slot: for starts, not I/O. */
+uint64_t hl_cache_core_lun_blocks(const struct hl_cache_core *c, uint16_t lun);
+
 /** Counters of the whole cache, or of one LUN (lun >= 0). @return 0 or -ENOENT. */
 int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_stats *out);
 

@@ -179,6 +179,13 @@ struct hl_cache_engine_stats {
 	 */
 	uint32_t recommended_block_size;
 	bool passthrough; /* the cache device failed */
+	/*
+	 * One disk only: what its last attach kept of the blocks cached before
+	 * (the origin proved them unchanged) and dropped, and why, as text:
+	 * "kept N, dropped M (file changed: ctime)", or "new disk".
+	 */
+	uint64_t warm_kept, warm_dropped;
+	char warm_start[HL_ORIGIN_WHY_MAX + 64];
 };
 
 /**

@@ -57,6 +57,10 @@ struct hl_conf_disk {
 	char *rbd_conf;        /* rbd: origins: ceph.conf path, or NULL */
 	char *rbd_id;          /* rbd: origins: cephx user id, or NULL */
 	struct hl_conf_origin_chap ochap; /* iscsi: origins: CHAP toward the SAN as keys */
+	bool exclusive;        /* nobody else writes the origin while hotlund is down
+	                          (hl_origin_opts.sole_writer) */
+	char *serial;          /* LU identity (VPD 80h), or NULL: derived (hl_serial_valid) */
+	char *naa;             /* LU identity (VPD 83h NAA 6), or NULL: derived (hl_parse_naa) */
 	int line;              /* line of the section header, for errors */
 	int origin_line;       /* line of origin =, 0 when not from a file */
 };

@@ -109,6 +109,10 @@ struct hl_origin_opts {
 	bool exclusive;        /* file: a regular file is locked (flock) like a writable
 	                          block device is (O_EXCL): -EBUSY while another process
 	                          holds it, after waiting as for a busy block device */
+	bool sole_writer;      /* [disk] exclusive = yes: the admin declares that nobody
+	                          else writes the origin while hotlund is down, so an
+	                          origin that cannot prove it unchanged is trusted
+	                          anyway (hl_origin_proof_take) */
 };
 
 /** What an origin reports between I/Os, to the layer that listens (hl_origin_listen). */
@@ -132,6 +136,25 @@ enum hl_origin_event {
 typedef void (*hl_origin_event_fn)(void *arg, struct hl_origin *o, enum hl_origin_event ev,
                                    uint64_t old_size);
 
+/*
+ * Warm restart proofs (docs/cache-engine.md, "Proving the origin unchanged").
+ * A cache keeps blocks across a stop only if the origin can show that
+ * nobody else wrote it meanwhile. While running, and last at close, the
+ * cache asks the origin for a proof (a short token it stores durably with
+ * its metadata); at the next start it hands the token back and the origin
+ * says what may have changed since: nothing, some byte ranges, or "cannot
+ * tell" (then every cached block of the disk is dropped).
+ */
+
+/** Room for a proof token, terminating NUL included. */
+#define HL_ORIGIN_PROOF_MAX 192
+
+/** Room for the reason hl_origin_proof_check() gives. */
+#define HL_ORIGIN_WHY_MAX 96
+
+/** A byte range that may have changed (hl_origin_proof_check). */
+typedef void (*hl_origin_changed_fn)(void *arg, uint64_t offset, uint64_t length);
+
 /** A backend. Members are mandatory unless marked optional. */
 struct hl_origin_ops {
 	const char *name;   /* "file" */
@@ -147,6 +170,45 @@ struct hl_origin_ops {
 	void (*close)(struct hl_origin *o);
 	/** Asynchronous submit; see struct hl_origin_io. @return 0 (cb runs once) or -errno (cb never runs). */
 	int (*submit)(struct hl_origin *o, struct hl_origin_io *io);
+	/**
+	 * Optional (missing: the origin can prove nothing). Record the origin's
+	 * state now, for proof_check at a later start. `tag` names this
+	 * gateway's cache and disk ([A-Za-z0-9._-], < 64 bytes): a backend that
+	 * keeps a mark inside the origin (an rbd snapshot) names it from the
+	 * tag. `final`: the last proof before close; no I/O is in flight and
+	 * every write completed; the backend makes its writes durable and may
+	 * wait (a few seconds at most) for an exact proof. Writes that complete
+	 * after the proof is taken must make proof_check report them (or
+	 * "cannot tell"). On 0 `proof` holds a token without blanks, which the
+	 * caller stores durably before it calls proof_release.
+	 * Blocking: main or metadata thread, never a reactor.
+	 * @return 0; -EAGAIN: no exact proof now (keep the previous one, try
+	 * again later); -EOPNOTSUPP: this origin never proves anything.
+	 */
+	int (*proof_take)(struct hl_origin *o, const char *tag, bool final, char *proof,
+	                  size_t len);
+	/**
+	 * Optional. At start, before any cached block is trusted: calls
+	 * changed(arg, ...) for every byte range that may have changed since
+	 * `proof` (a token proof_take made) and returns 0 (the rest is proven
+	 * unchanged), or returns -ESTALE (cannot tell: drop everything).
+	 * `why` gets a short reason either way. Blocking; main thread.
+	 */
+	int (*proof_check)(struct hl_origin *o, const char *tag, const char *proof,
+	                   hl_origin_changed_fn changed, void *arg, char *why, size_t whylen);
+	/**
+	 * Optional. `proof` is stored durably now: forget marks that only older
+	 * proofs needed (rbd: remove their snapshots). Blocking.
+	 */
+	void (*proof_release)(struct hl_origin *o, const char *tag, const char *proof);
+	/**
+	 * Optional. A text that names the origin's data the same way on every
+	 * gateway that reaches it, and never names other data (rbd: cluster
+	 * fsid, pool id, image id, snapshot); the daemon derives the LU's
+	 * identity (VPD 80h/83h) from it, so gateways of one image agree.
+	 * Main thread, after open. @return 0 or -EOPNOTSUPP.
+	 */
+	int (*identity)(struct hl_origin *o, char *buf, size_t len);
 };
 
 struct hl_origin {
@@ -157,6 +219,7 @@ struct hl_origin {
 	bool read_only;
 	bool can_discard;
 	bool zeroes_after_discard;
+	bool sole_writer;           /* hl_origin_opts.sole_writer */
 	/* the one listener of this origin's events (hl_origin_listen); atomics */
 	hl_origin_event_fn listener;
 	void *listener_arg;
@@ -185,6 +248,29 @@ static inline int hl_origin_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
 	return o->ops->submit(o, io);
 }
+
+/**
+ * See hl_origin_ops.proof_take. An origin that cannot prove anything
+ * (no proof_take, or -EOPNOTSUPP) still gets a proof when the admin
+ * declared it sole_writer ("excl:SIZE"). @return 0, -EAGAIN, -EOPNOTSUPP.
+ */
+int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                         size_t len);
+
+/**
+ * See hl_origin_ops.proof_check; also checks the "excl:" proofs of
+ * hl_origin_proof_take (still sole_writer, same size). A NULL or empty
+ * proof, or a backend without proof_check, gives -ESTALE. `why` is
+ * always set. @return 0 or -ESTALE.
+ */
+int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                          hl_origin_changed_fn changed, void *arg, char *why, size_t whylen);
+
+/** See hl_origin_ops.identity. @return 0 or -EOPNOTSUPP (none, or it does not fit). */
+int hl_origin_identity(struct hl_origin *o, char *buf, size_t len);
+
+/** See hl_origin_ops.proof_release (nothing when the backend has none). */
+void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *proof);
 
 /**
  * Make fn(arg, ...) the listener of o's events (NULL: none), replacing any

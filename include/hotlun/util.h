@@ -152,6 +152,21 @@ int hl_parse_percent(const char *s, uint32_t *out);
 /** Parse "yes|no|true|false|on|off|1|0". @return 0 or -EINVAL. */
 int hl_parse_bool(const char *s, bool *out);
 
+/**
+ * Parse an NAA 6 (IEEE Registered Extended) designator: 32 hex digits, the
+ * first one 6 (NAA 6, then the 24-bit IEEE company id, 36 bits vendor
+ * specific, 64 bits extension), optionally after "naa." as Linux shows it.
+ * @return 0 (out filled, 16 bytes) or -EINVAL.
+ */
+int hl_parse_naa(const char *s, uint8_t out[16]);
+
+/**
+ * A VPD 80h unit serial number the config may set: 1 to 32 printable ASCII
+ * characters, no blank (SPC-4 wants ASCII; a blank would be trimmed by
+ * tools that compare serials). @return true when s is one.
+ */
+bool hl_serial_valid(const char *s);
+
 /** Format a byte count with a binary suffix ("64K", "1.5G") into buf. */
 const char *hl_format_size(uint64_t v, char *buf, size_t len);
 

@@ -494,6 +494,19 @@ uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint
 
 /* ---- stats and introspection ---- */
 
+uint64_t hl_cache_core_lun_blocks(const struct hl_cache_core *c, uint16_t lun)
+{
+	uint64_t n = 0;
+
+	for (uint64_t s = 0; s < c->ntotal; s++) {
+		const struct cache_slot *sl = &c->slots[s];
+		if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
+		    cache_key_lun(sl->key) == lun)
+			n++;
+	}
+	return n;
+}
+
 int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_stats *out)
 {
 	if (lun < 0) {

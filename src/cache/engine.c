@@ -4,8 +4,9 @@
  * attach and close of cached origins, quiesce, the admission switch; device
  * failure -> pass-through; the metadata thread (periodic and requested
  * record flushes, killing the on-device metadata of a failed device); the
- * disk-name -> LUN-id map file; and the engine stats (latency and size
- * histograms).
+ * disk-name -> LUN-id map file; the warm restart proofs (a disk's cached
+ * blocks are trusted at attach only as far as its origin proves itself
+ * unchanged); and the engine stats (latency and size histograms).
  *
  * The data path is in engine_origin.c, engine_read.c and engine_write.c;
  * shared state and the ordering rules: engine_internal.h.
@@ -30,7 +31,9 @@
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
-#define MAP_MAGIC   "hotlun-cache-map 1"
+/* Version 2 adds the proof lines; a version 1 map is read, its disks have no proof. */
+#define MAP_MAGIC   "hotlun-cache-map "
+#define MAP_VERSION 2
 #define SB_KILL_LEN 8192u /* both superblock copies (docs/cache-format.md) */
 
 /* ------------------------------------------------------------------ */
@@ -101,6 +104,7 @@ void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
 }
 
 static int map_write(struct hl_cache *c, const char *state);
+static void proofs_refresh(struct hl_cache *c);
 
 /* The device failed: make sure a restart cannot trust its metadata. Meta thread. */
 static void meta_kill(struct hl_cache *c)
@@ -111,7 +115,9 @@ static void meta_kill(struct hl_cache *c)
 		return;
 	c->dead = true;
 	/* The map says "failed" (a restart formats), and both superblocks are wiped. */
+	pthread_mutex_lock(&c->sync_lock); /* map writers hold it */
 	map_write(c, "failed");
+	pthread_mutex_unlock(&c->sync_lock);
 	z = abuf(SB_KILL_LEN);
 	if (z) {
 		memset(z, 0, SB_KILL_LEN);
@@ -197,6 +203,8 @@ static void *meta_main(void *arg)
 				meta_kill(c);
 			}
 		}
+		if (periodic && !c->dead && !atomic_load(&c->failed))
+			proofs_refresh(c);
 		if (periodic) {
 			clock_gettime(CLOCK_MONOTONIC, &next);
 			next.tv_sec += c->interval_ms / 1000;
@@ -226,13 +234,15 @@ static void *meta_main(void *arg)
 
 /*
  * Text, rewritten atomically (tmp + fsync + rename):
- *   hotlun-cache-map 1
+ *   hotlun-cache-map 2
  *   state open|clean|failed
  *   geometry BLOCK_SIZE NSLOTS DEVICE_SIZE
  *   next ID
  *   disk ID QUOTA SIZE NAME IDENT...
+ *   proof ID TOKEN            (version 2; absent: no proof)
  * A missing or unreadable map, a "failed" state or another geometry make
  * hl_cache_open format the device: LUN ids are only meaningful with it.
+ * Writers hold sync_lock (or run alone: open, close).
  */
 static int map_write(struct hl_cache *c, const char *state)
 {
@@ -247,13 +257,17 @@ static int map_write(struct hl_cache *c, const char *state)
 		rc = -errno;
 		goto out;
 	}
-	fprintf(f, "%s\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, state, c->bs,
-	        (unsigned long long)c->nslots, (unsigned long long)c->dev->size, c->next_id);
+	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, MAP_VERSION,
+	        state, c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size,
+	        c->next_id);
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
 		fprintf(f, "disk %u %llu %llu %s %s\n", e->id, (unsigned long long)e->quota,
 		        (unsigned long long)e->size, e->name, e->ident);
 	}
+	for (size_t i = 0; i < c->n_ents; i++)
+		if (c->ents[i]->proof)
+			fprintf(f, "proof %u %s\n", c->ents[i]->id, c->ents[i]->proof);
 	if (fflush(f) || fsync(fileno(f)))
 		rc = -errno;
 	if (fclose(f) && !rc)
@@ -287,6 +301,8 @@ static void ent_free(struct map_ent *e)
 		return;
 	free(e->name);
 	free(e->ident);
+	free(e->proof);
+	free(e->cand);
 	free(e);
 }
 
@@ -339,6 +355,18 @@ static const char *origin_ident(const char *uri, char *buf, size_t len)
 	return hl_uri_redact(uri, true, buf, len);
 }
 
+/* "hotlun-cache-map N": a version this code reads (1 or 2). */
+static bool map_version(const char *line, int *version)
+{
+	int n = 0;
+
+	if (strncmp(line, MAP_MAGIC, strlen(MAP_MAGIC)) ||
+	    sscanf(line + strlen(MAP_MAGIC), "%d", &n) != 1 || n < 1 || n > MAP_VERSION)
+		return false;
+	*version = n;
+	return true;
+}
+
 /* @return true when the map is usable for this device (else: format). */
 static bool map_load(struct hl_cache *c)
 {
@@ -347,11 +375,11 @@ static bool map_load(struct hl_cache *c)
 	unsigned bs = 0, next = 0, id;
 	unsigned long long nslots = 0, devsize = 0, quota, size;
 	bool ok = false;
-	int pos;
+	int pos, version;
 
 	if (!f)
 		return false;
-	if (!fgets(line, sizeof(line), f) || strncmp(line, MAP_MAGIC, strlen(MAP_MAGIC)))
+	if (!fgets(line, sizeof(line), f) || !map_version(line, &version))
 		goto out;
 	if (!fgets(line, sizeof(line), f) || sscanf(line, "state %31s", state) != 1 ||
 	    !strcmp(state, "failed"))
@@ -366,6 +394,18 @@ static bool map_load(struct hl_cache *c)
 	while (fgets(line, sizeof(line), f)) {
 		struct map_ent *e;
 		line[strcspn(line, "\n")] = 0;
+		if (version >= 2 && !strncmp(line, "proof ", 6)) {
+			if (sscanf(line, "proof %u %n", &id, &pos) != 1 || !line[pos] ||
+			    strlen(line + pos) >= HL_ORIGIN_PROOF_MAX || strpbrk(line + pos, " \t"))
+				goto out;
+			for (size_t i = 0; i < c->n_ents; i++) {
+				if (c->ents[i]->id != id)
+					continue;
+				free(c->ents[i]->proof);
+				c->ents[i]->proof = strdup(line + pos); /* NULL: no proof, cold */
+			}
+			continue;
+		}
 		if (sscanf(line, "disk %u %llu %llu %255s %n", &id, &quota, &size, name, &pos) !=
 		        4 ||
 		    id > 0xffff)
@@ -419,6 +459,144 @@ static int id_alloc(struct hl_cache *c, uint16_t *out)
 }
 
 /* ------------------------------------------------------------------ */
+/* Warm restart proofs                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A disk's cached blocks match its origin as long as only this gateway
+ * writes it (the ordering rules of docs/cache-format.md). Across a stop,
+ * somebody else may have written it; the origin proves what did not
+ * change (hl_origin_ops.proof_take/check), and attach drops the rest.
+ * The proof may be older than the records: it only has to show that
+ * nobody wrote the origin after it was taken, and any write after it
+ * (ours included) makes the check fail or report the range.
+ */
+
+/* The tag that names this disk's marks in its origin: the cache's uuid and the LUN id. */
+static void ent_tag(const struct hl_cache *c, uint16_t id, char tag[64])
+{
+	const uint8_t *u = c->layout.uuid;
+
+	snprintf(tag, 64, "%02x%02x%02x%02x%02x%02x%02x%02x-%u", u[0], u[1], u[2], u[3], u[4],
+	         u[5], u[6], u[7], id);
+}
+
+/* Byte ranges an origin reports changed since a proof. */
+struct changed_list {
+	struct {
+		uint64_t off, len;
+	} *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static void changed_add(void *arg, uint64_t off, uint64_t len)
+{
+	struct changed_list *l = arg;
+
+	if (l->nomem || !len)
+		return;
+	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
+		l->v[l->n - 1].len += len; /* adjacent: merge */
+		return;
+	}
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		void *v = realloc(l->v, cap * sizeof(*l->v));
+		if (!v) {
+			l->nomem = true;
+			return;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].off = off;
+	l->v[l->n].len = len;
+	l->n++;
+}
+
+/* Replace *dst with a copy of src. @return false without memory (*dst unchanged). */
+static bool str_set(char **dst, const char *src)
+{
+	char *n = strdup(src);
+
+	if (!n)
+		return false;
+	free(*dst);
+	*dst = n;
+	return true;
+}
+
+/*
+ * Periodic, meta thread: a proof that the origin gave twice in a row (it was
+ * quiet for one interval) is recorded, so that a crash after writes stopped
+ * restarts warm. Holding sync_lock keeps the disk attached meanwhile.
+ */
+static void proofs_refresh(struct hl_cache *c)
+{
+	char proof[HL_ORIGIN_PROOF_MAX];
+	bool write = false;
+
+	pthread_mutex_lock(&c->sync_lock);
+	for (size_t i = 0; i < c->n_ents; i++) {
+		struct map_ent *e = c->ents[i];
+		if (!e->inner ||
+		    hl_origin_proof_take(e->inner, e->tag, false, proof, sizeof(proof)))
+			continue;
+		if (e->proof && !strcmp(e->proof, proof)) {
+			free(e->cand);
+			e->cand = NULL;
+			continue;
+		}
+		if (!e->cand || strcmp(e->cand, proof)) {
+			str_set(&e->cand, proof);
+			continue;
+		}
+		pthread_mutex_lock(&c->lock);
+		free(e->proof);
+		e->proof = e->cand;
+		pthread_mutex_unlock(&c->lock);
+		e->cand = NULL;
+		write = true;
+	}
+	if (write && map_write(c, "open") == 0) {
+		for (size_t i = 0; i < c->n_ents; i++)
+			if (c->ents[i]->inner && c->ents[i]->proof)
+				hl_origin_proof_release(c->ents[i]->inner, c->ents[i]->tag,
+				                        c->ents[i]->proof);
+	}
+	pthread_mutex_unlock(&c->sync_lock);
+}
+
+void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin *inner)
+{
+	char proof[HL_ORIGIN_PROOF_MAX];
+	int rc = hl_origin_proof_take(inner, e->tag, true, proof, sizeof(proof));
+
+	pthread_mutex_lock(&c->sync_lock);
+	free(e->cand);
+	e->cand = NULL;
+	if (rc) {
+		if (!e->proof)
+			HL_NOTICE("cache",
+			          "cache %s: disk %s: %s: its cached blocks will be dropped at "
+			          "the next start",
+			          c->name, e->name,
+			          rc == -EOPNOTSUPP ? "the origin cannot prove itself unchanged "
+			                              "(exclusive = yes declares it)"
+			                            : "no proof of the origin");
+	} else if (!c->dead && !atomic_load(&c->failed) &&
+	           (!e->proof || strcmp(e->proof, proof))) {
+		pthread_mutex_lock(&c->lock);
+		bool ok = str_set(&e->proof, proof);
+		pthread_mutex_unlock(&c->lock);
+		if (ok && map_write(c, "open") == 0)
+			hl_origin_proof_release(inner, e->tag, proof);
+	}
+	pthread_mutex_unlock(&c->sync_lock);
+}
+
+/* ------------------------------------------------------------------ */
 /* Open, attach, close                                                */
 /* ------------------------------------------------------------------ */
 
@@ -461,6 +639,7 @@ static int device_shrank(struct hl_cache *c)
 	unsigned long long nslots;
 	struct stat st;
 	bool claims = false;
+	int version;
 	FILE *f;
 
 	if (stat(c->device, &st) || !S_ISREG(st.st_mode))
@@ -468,7 +647,7 @@ static int device_shrank(struct hl_cache *c)
 	f = fopen(c->map_path, "r");
 	if (!f)
 		return 0;
-	if (fgets(line, sizeof(line), f) && !strncmp(line, MAP_MAGIC, strlen(MAP_MAGIC)) &&
+	if (fgets(line, sizeof(line), f) && map_version(line, &version) &&
 	    fgets(line, sizeof(line), f) && sscanf(line, "state %31s", state) == 1 &&
 	    strcmp(state, "failed") && fgets(line, sizeof(line), f) &&
 	    sscanf(line, "geometry %u %llu %llu", &bs, &nslots, &devsize) == 3)
@@ -670,8 +849,12 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	struct map_ent *e;
 	struct hl_origin *o;
 	struct co_priv *co;
-	bool changed = false, sync = false;
-	int rc = 0;
+	struct changed_list chg = {0};
+	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
+	char *proof = NULL;
+	bool changed = false, sync = false, check = false;
+	uint64_t replaced = 0;
+	int rc = 0, prc = -ESTALE;
 
 	if (!c || !disk_name || !*disk_name || !inner || !out || strpbrk(disk_name, " \t\n"))
 		return -EINVAL;
@@ -680,6 +863,31 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	ident = origin_ident(inner->uri, ident_buf, sizeof(ident_buf));
 	if (strchr(ident, '\n'))
 		return -EINVAL;
+	/*
+	 * The disk's blocks from an earlier run are trusted only as far as the
+	 * origin proves itself unchanged since (it may take a while: rbd diffs
+	 * the image): ask it before the locks are taken, nothing is served yet.
+	 * Entries change only on this (main) thread, so e is still e below.
+	 */
+	pthread_mutex_lock(&c->lock);
+	e = ent_find(c, disk_name);
+	if (e && !e->attached && !strcmp(e->ident, ident) && e->size == inner->size &&
+	    e->quota == quota_bytes) {
+		check = true;
+		proof = e->proof ? strdup(e->proof) : NULL; /* NULL: cold */
+		ent_tag(c, e->id, tag);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (check) {
+		prc = hl_origin_proof_check(inner, tag, proof, changed_add, &chg, why, sizeof(why));
+		if (!prc && chg.nomem) {
+			prc = -ESTALE;
+			snprintf(why, sizeof(why), "out of memory for the changed ranges");
+		}
+		if (!proof && !prc)
+			prc = -ESTALE; /* a backend must never vouch for no proof */
+	}
+	free(proof);
 	pthread_mutex_lock(&c->sync_lock); /* no record sync of the meta thread meanwhile */
 	pthread_mutex_lock(&c->lock);
 	e = ent_find(c, disk_name);
@@ -687,12 +895,42 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		rc = -EEXIST;
 		goto out;
 	}
+	if (e && check) {
+		uint64_t before = hl_cache_core_lun_blocks(c->core, e->id), after;
+
+		if (prc)
+			hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
+		for (size_t i = 0; !prc && i < chg.n; i++)
+			hl_cache_core_invalidate(c->core, e->id, chg.v[i].off, chg.v[i].len);
+		after = hl_cache_core_lun_blocks(c->core, e->id);
+		/* Before any I/O: the dropped blocks' records must stop claiming data. */
+		sync = prc || chg.n;
+		if (prc && e->proof) {
+			free(e->proof); /* it proves nothing any more */
+			e->proof = NULL;
+			changed = true;
+		}
+		e->warm_checked = true;
+		e->warm_kept = after;
+		e->warm_dropped = before - after;
+		snprintf(e->warm_why, sizeof(e->warm_why), "%s", why);
+		if (prc || before != after)
+			HL_NOTICE("cache",
+			          "cache %s: disk %s: warm start: kept %llu block(s), dropped %llu "
+			          "(%s%s)",
+			          c->name, disk_name, (unsigned long long)after,
+			          (unsigned long long)(before - after), prc ? "cold: " : "", why);
+		else
+			HL_INFO("cache", "cache %s: disk %s: warm start: kept %llu block(s) (%s)",
+			        c->name, disk_name, (unsigned long long)after, why);
+	}
 	if (e && (strcmp(e->ident, ident) || e->size != inner->size || e->quota != quota_bytes)) {
 		/* Another origin (or quota) under the old name: its blocks must never be served. */
 		HL_NOTICE("cache",
 		          "cache %s: disk %s: origin or quota changed (%s, %llu bytes): "
 		          "dropping its cached blocks",
 		          c->name, disk_name, ident, (unsigned long long)inner->size);
+		replaced = hl_cache_core_lun_blocks(c->core, e->id);
 		hl_cache_core_lun_remove(c->core, e->id);
 		for (size_t i = 0; i < c->n_ents; i++) {
 			if (c->ents[i] == e) {
@@ -726,6 +964,11 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 			HL_ERR("cache", "cache %s: disk %s: %s", c->name, disk_name, strerror(-rc));
 			ent_free(e);
 			goto out;
+		}
+		if (replaced) {
+			e->warm_checked = true;
+			e->warm_dropped = replaced;
+			snprintf(e->warm_why, sizeof(e->warm_why), "origin, size or quota changed");
 		}
 		changed = true;
 	}
@@ -761,6 +1004,8 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->inner = inner;
 	co->ent = e;
 	e->attached = true;
+	ent_tag(c, e->id, e->tag);
+	e->inner = inner; /* proofs from now on (sync_lock held) */
 	hl_origin_listen(inner, engine_origin_event, o);
 	*out = o;
 	rc = 0;
@@ -769,6 +1014,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 out:
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->sync_lock);
+	free(chg.v);
 	return rc;
 }
 
@@ -954,6 +1200,15 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 	if (disk) {
 		e = ent_find(c, disk);
 		rc = e ? hl_cache_core_stats(c->core, e->id, &out->core) : -ENOENT;
+		if (e && e->warm_checked) {
+			out->warm_kept = e->warm_kept;
+			out->warm_dropped = e->warm_dropped;
+			snprintf(out->warm_start, sizeof(out->warm_start),
+			         "kept %llu, dropped %llu (%s)", (unsigned long long)e->warm_kept,
+			         (unsigned long long)e->warm_dropped, e->warm_why);
+		} else if (e) {
+			snprintf(out->warm_start, sizeof(out->warm_start), "new disk");
+		}
 	} else {
 		rc = hl_cache_core_stats(c->core, -1, &out->core);
 	}

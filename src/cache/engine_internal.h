@@ -91,6 +91,20 @@ struct map_ent {
 	bool attached;        /* guarded by hl_cache.lock */
 	struct hl_list wlist; /* origin writes in flight (eng_req.wlink); hl_cache.lock */
 	struct eng_counters st;
+	/*
+	 * Warm restart proof (docs/cache-engine.md, "Proving the origin
+	 * unchanged"): the token the origin gave, stored in the map; NULL:
+	 * none, the next start drops the disk's blocks. proof and inner are
+	 * guarded by hl_cache.sync_lock (and written under lock too).
+	 */
+	char *proof;
+	char *cand;               /* meta thread: taken at the last tick, not yet recorded */
+	struct hl_origin *inner;  /* the origin below while attached (proofs are taken from it) */
+	char tag[64];             /* names this cache's marks in the origin: uuid and LUN id */
+	/* what the last attach found, for the stats (hl_cache.lock) */
+	bool warm_checked;
+	uint64_t warm_kept, warm_dropped;
+	char warm_why[HL_ORIGIN_WHY_MAX];
 };
 
 struct meta_wait {
@@ -356,6 +370,14 @@ bool engine_device_check_size(struct hl_cache *c);
  * from now on (w is req->mw; w->rc says how the flush went). Returns at once.
  */
 void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
+
+/**
+ * Disk e was detached (e->inner is NULL already) and its origin `inner`
+ * has no I/O left: take the final proof from it and store it in the map,
+ * then let the origin forget older marks. Main thread, before inner is
+ * closed. Blocking (the origin may wait a few seconds for an exact proof).
+ */
+void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin *inner);
 
 /* engine_origin.c */
 

@@ -368,9 +368,14 @@ static void co_close(struct hl_origin *o)
 {
 	struct co_priv *co = co_of(o);
 
+	pthread_mutex_lock(&co->c->sync_lock);
 	pthread_mutex_lock(&co->c->lock);
 	co->ent->attached = false; /* its blocks stay: a restart finds them */
+	co->ent->inner = NULL;     /* the meta thread takes no more proofs from it */
 	pthread_mutex_unlock(&co->c->lock);
+	pthread_mutex_unlock(&co->c->sync_lock);
+	/* No I/O is in flight: what the origin holds now is what the blocks match. */
+	engine_proof_final(co->c, co->ent, co->inner);
 	hl_origin_close(co->inner);
 	co->inner = NULL;
 }

@@ -460,6 +460,18 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			printf("  errors   %llu of the cache device, %llu of origins\n",
 			       (unsigned long long)jdelta(cache, pc, "dev_errors"),
 			       (unsigned long long)jdelta(cache, pc, "origin_errors"));
+		{
+			/* what the last start kept of each disk's blocks, and why (issue 17) */
+			json_t *cdisks = json_object_get(cache, "disks"), *cdisk;
+			const char *dname;
+
+			json_object_foreach(cdisks, dname, cdisk) {
+				const char *ws =
+				    json_string_value(json_object_get(cdisk, "warm_start"));
+				if (ws && *ws)
+					printf("  start    disk %s: %s\n", dname, ws);
+			}
+		}
 	}
 	printf("\nsessions: %llu\n", (unsigned long long)jint(r, "sessions"));
 	json_t *wb = json_object_get(r, "write_buffers");
@@ -582,7 +594,7 @@ static const struct command commands[] = {
 /* Parameters each kind of node takes, for completion and help. */
 static const char *const disk_params[] = {"origin=", "block_size=", "read_only=", "cache=",
 					  "cache_quota=", "origin_iops=", "origin_mbps=",
-					  "origin_latency_ms=", NULL};
+					  "origin_latency_ms=", "exclusive=", "serial=", "naa=", NULL};
 static const char *const cache_params[] = {"device=", "size=", "block_size=", "admission=",
 					   "write_policy=", "update_buffer=", "write_budget=", NULL};
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",

@@ -416,6 +416,24 @@ static int disk_key(struct parser *p, const char *key, const char *v)
 		return set_str(p, &d->rbd_conf, v);
 	if (strcmp(key, "rbd_id") == 0)
 		return set_str(p, &d->rbd_id, v);
+	if (strcmp(key, "exclusive") == 0) {
+		if (hl_parse_bool(v, &d->exclusive))
+			return perr(p, "exclusive: expected yes or no, got '%s'", v);
+		return 0;
+	}
+	if (strcmp(key, "serial") == 0) {
+		if (!hl_serial_valid(v))
+			return perr(p, "serial: expected 1 to 32 printable ASCII characters "
+			               "without blanks, got '%s'", v);
+		return set_str(p, &d->serial, v);
+	}
+	if (strcmp(key, "naa") == 0) {
+		uint8_t naa[16];
+		if (hl_parse_naa(v, naa))
+			return perr(p, "naa: expected 32 hex digits starting with 6 (NAA 6, IEEE "
+			               "registered extended), got '%s'", v);
+		return set_str(p, &d->naa, v);
+	}
 	return perr(p, "unknown key '%s' in [disk %s]", key, d->name);
 }
 
@@ -969,6 +987,8 @@ static void free_disk(struct hl_conf_disk *d)
 	free_secret(&d->ochap.file_secret);
 	free(d->ochap.mutual_user);
 	free_secret(&d->ochap.mutual_secret);
+	free(d->serial);
+	free(d->naa);
 }
 
 static void free_cache(struct hl_conf_cache *k)
@@ -1147,6 +1167,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_opt(f, "origin_chap_secret_file", d->ochap.secret_file); /* the path, not the secret */
 		put_opt(f, "origin_mutual_user", d->ochap.mutual_user);
 		put_opt(f, "origin_mutual_secret", d->ochap.mutual_secret);
+		if (d->exclusive)
+			fprintf(f, "exclusive = yes\n");
+		put_opt(f, "serial", d->serial);
+		put_opt(f, "naa", d->naa);
 	}
 	for (size_t i = 0; i < c->n_targets; i++) {
 		const struct hl_conf_target *t = &c->targets[i];
@@ -1444,6 +1468,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			free_secret(&d->ochap.mutual_secret);
 			return 0;
 		}
+		if (strcmp(key, "serial") == 0)
+			return unset_str(&d->serial);
+		if (strcmp(key, "naa") == 0)
+			return unset_str(&d->naa);
 		if (strcmp(key, "cache_quota") == 0)
 			d->cache_quota = 0;
 		else if (strcmp(key, "origin_iops") == 0)
@@ -1454,6 +1482,8 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			d->origin_latency_ms = 0;
 		else if (strcmp(key, "read_only") == 0)
 			d->read_only = false;
+		else if (strcmp(key, "exclusive") == 0)
+			d->exclusive = false;
 		else
 			return perr(&p, "%s cannot be unset", key);
 		return 0;

@@ -361,6 +361,12 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 	PUT("promotions", s->promotions);
 	PUT("block_size", s->block_size);
 	PUT("recommended_block_size", s->recommended_block_size);
+	if (!whole) {
+		/* what the last start kept of this disk's blocks (docs/cache-engine.md) */
+		PUT("warm_kept", s->warm_kept);
+		PUT("warm_dropped", s->warm_dropped);
+		json_object_set_new(o, "warm_start", json_string(s->warm_start));
+	}
 	if (whole) {
 		PUT("update_buffer_writebacks", s->ub_writebacks);
 		PUT("update_buffer_bytes", s->ub_bytes);

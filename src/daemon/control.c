@@ -539,6 +539,9 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		json_object_set_new(o, "origin_iops", json_integer(k->origin_iops));
 		json_object_set_new(o, "origin_mbps", json_integer(k->origin_mbps));
 		json_object_set_new(o, "origin_latency_ms", json_integer(k->origin_latency_ms));
+		json_object_set_new(o, "exclusive", json_boolean(k->exclusive)); /* issue 17 */
+		put_str(o, "serial", k->serial);
+		put_str(o, "naa", k->naa);
 		if (rt) {
 			json_object_set_new(o, "size_bytes",
 					    json_integer((json_int_t)(hl_lu_num_blocks(rt->lu) *

@@ -140,10 +140,15 @@ int daemon_state_dir_init(const char *state_dir, uint64_t *install_id);
 
 /**
  * The stable identity of a disk: a NAA-6 registered extended designator
- * (16 bytes) and a unit serial number, both derived from the install id and
- * the disk's name, so they survive restarts and are the same on every portal.
+ * (16 bytes, VPD 83h) and a unit serial number (VPD 80h). Each is, first
+ * found: what the [disk] section sets (conf_naa, conf_serial: validated
+ * already); derived from origin_ident (hl_origin_identity: the same on every
+ * gateway that serves the same data, e.g. an rbd image); derived from the
+ * install id and the disk's name (this gateway only). Stable across
+ * restarts and the same on every portal. NULL strings: not set.
  */
-void daemon_disk_identity(uint64_t install_id, const char *disk_name, uint8_t naa[16],
+void daemon_disk_identity(uint64_t install_id, const char *disk_name, const char *origin_ident,
+			  const char *conf_serial, const char *conf_naa, uint8_t naa[16],
 			  char serial[33]);
 
 /**

@@ -75,6 +75,8 @@ static void disk_conf_free(struct hl_conf_disk *c)
 	free_secret(c->ochap.secret);
 	free_secret(c->ochap.file_secret);
 	free_secret(c->ochap.mutual_secret);
+	free(c->serial);
+	free(c->naa);
 }
 
 static bool dup_opt(char **dst, const char *src)
@@ -95,7 +97,8 @@ static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *s
 		  dup_opt(&dst->ochap.secret_file, src->ochap.secret_file) &
 		  dup_opt(&dst->ochap.file_secret, src->ochap.file_secret) &
 		  dup_opt(&dst->ochap.mutual_user, src->ochap.mutual_user) &
-		  dup_opt(&dst->ochap.mutual_secret, src->ochap.mutual_secret);
+		  dup_opt(&dst->ochap.mutual_secret, src->ochap.mutual_secret) &
+		  dup_opt(&dst->serial, src->serial) & dup_opt(&dst->naa, src->naa);
 	if (!dst->name || !dst->origin || !ok) {
 		disk_conf_free(dst);
 		return -ENOMEM;
@@ -103,7 +106,10 @@ static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *s
 	return 0;
 }
 
-/* What needs the disk to be reopened (the LU's identity stays: it derives from the name). */
+/*
+ * What needs the disk to be reopened (the LU's identity stays unless serial
+ * or naa change: it derives from the name, or from the origin).
+ */
 static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk *b)
 {
 	return !str_eq(a->origin, b->origin) || a->block_size != b->block_size ||
@@ -114,7 +120,9 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 	       !str_eq(a->ochap.user, b->ochap.user) ||
 	       !str_eq(hl_conf_origin_secret(&a->ochap), hl_conf_origin_secret(&b->ochap)) ||
 	       !str_eq(a->ochap.mutual_user, b->ochap.mutual_user) ||
-	       !str_eq(a->ochap.mutual_secret, b->ochap.mutual_secret);
+	       !str_eq(a->ochap.mutual_secret, b->ochap.mutual_secret) ||
+	       a->exclusive != b->exclusive || !str_eq(a->serial, b->serial) ||
+	       !str_eq(a->naa, b->naa);
 }
 
 static void disk_free(struct disk_rt *rt)
@@ -137,11 +145,14 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		.chap_secret = hl_conf_origin_secret(&cd->ochap),
 		.mutual_user = cd->ochap.mutual_user,
 		.mutual_secret = cd->ochap.mutual_secret,
+		.sole_writer = cd->exclusive,
 	};
 	char shown[2200]; /* the origin as logs may show it (hl_uri_redact) */
 	struct hl_origin *origin;
 	struct hl_lu_config lc;
 	struct disk_rt *rt;
+	char ident[HL_ORIGIN_PROOF_MAX];
+	bool shared_ident;
 	int rc;
 
 	rt = calloc(1, sizeof(*rt));
@@ -159,6 +170,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		return fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
 			    shown, strerror(-rc));
 	}
+	/* Before any wrapper: what names the origin's data for every gateway (rbd: the image). */
+	shared_ident = hl_origin_identity(origin, ident, sizeof(ident)) == 0;
 	rc = daemon_wrap_origin(cd, &origin);
 	if (rc) {
 		hl_origin_close(origin);
@@ -185,7 +198,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	lc.block_size = cd->block_size;
 	lc.read_only = cd->read_only || origin->read_only;
 	lc.write_cache = true; /* buffered origins: SYNCHRONIZE CACHE and FUA matter */
-	daemon_disk_identity(d->install_id, cd->name, lc.naa, lc.serial);
+	daemon_disk_identity(d->install_id, cd->name, shared_ident ? ident : NULL, cd->serial,
+			     cd->naa, lc.naa, lc.serial);
 	lc.state_dir = d->conf->state_dir; /* APTPL persistent reservations (scsi) */
 	rc = hl_lu_create(&lc, origin, &rt->lu);
 	if (rc) {

@@ -104,11 +104,17 @@ int daemon_state_dir_init(const char *state_dir, uint64_t *install_id)
 	return 0;
 }
 
-void daemon_disk_identity(uint64_t install_id, const char *disk_name, uint8_t naa[16],
+/* Identity seed of origin-derived identities: any gateway computes the same. */
+#define HL_ORIGIN_ID_SEED 0x686f746c756e4c55ull
+
+void daemon_disk_identity(uint64_t install_id, const char *disk_name, const char *origin_ident,
+			  const char *conf_serial, const char *conf_naa, uint8_t naa[16],
 			  char serial[33])
 {
-	uint64_t a = hl_hash64(disk_name, strlen(disk_name), install_id);
-	uint64_t b = hl_hash64(disk_name, strlen(disk_name), ~install_id ^ 0x5bd1e995u);
+	const char *key = origin_ident ? origin_ident : disk_name;
+	uint64_t seed = origin_ident ? HL_ORIGIN_ID_SEED : install_id;
+	uint64_t a = hl_hash64(key, strlen(key), seed);
+	uint64_t b = hl_hash64(key, strlen(key), ~seed ^ 0x5bd1e995u);
 
 	/* NAA 6 | company id (24) | vendor specific id (36) | extension (64) */
 	naa[0] = (uint8_t)(0x60 | (HL_NAA_COMPANY_ID >> 20));
@@ -118,6 +124,10 @@ void daemon_disk_identity(uint64_t install_id, const char *disk_name, uint8_t na
 	hl_put_be32(naa + 4, (uint32_t)a);
 	hl_put_be64(naa + 8, b);
 	snprintf(serial, 33, "%016" PRIx64, a ^ b);
+	if (conf_naa && hl_parse_naa(conf_naa, naa))
+		HL_ERR("daemon", "disk %s: naa %s: invalid (derived instead)", disk_name, conf_naa);
+	if (conf_serial && hl_serial_valid(conf_serial))
+		snprintf(serial, 33, "%s", conf_serial);
 }
 
 int daemon_wrap_origin(const struct hl_conf_disk *disk, struct hl_origin **origin)

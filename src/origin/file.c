@@ -35,6 +35,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <time.h>
 #include <limits.h>
 #include <liburing.h>
 #include <linux/falloc.h>
@@ -86,6 +88,14 @@ struct file_origin {
 	bool eof_error;            /* a read short at EOF fails instead of reading zeroes */
 	atomic_bool no_zero_range; /* fallocate(ZERO_RANGE) said EOPNOTSUPP once */
 	atomic_bool no_punch_hole; /* fallocate(PUNCH_HOLE) said EOPNOTSUPP once */
+	/*
+	 * A regular file's identity at open, before this origin changed
+	 * anything (opened: the first fstat; settled: after the open's own
+	 * hole-punch probe, which moves ctime). Warm restart proofs.
+	 */
+	struct file_stamp opened, settled;
+	long fs_type;     /* statfs f_type of a regular file's filesystem */
+	bool fs_stamps;   /* ... one whose ctime proves changes (stamp_fs_trusted) */
 };
 
 /* Per-I/O state in hl_origin_io.priv. */
@@ -838,6 +848,69 @@ static int file_lock_exclusive(int fd, const char *target)
 	return 0;
 }
 
+/*
+ * Local filesystems whose ctime the kernel itself stamps on every change
+ * (overlayfs reports the ctime of the real upper or lower inode, which the
+ * kernel stamps too; a copy-up changes the inode number: cold). Elsewhere
+ * (NFS: the server's clock and attribute caching; FUSE: whatever the daemon
+ * reports) a file cannot prove itself unchanged: cold unless exclusive = yes.
+ */
+static bool stamp_fs_trusted(long type)
+{
+	switch ((unsigned long)type) {
+	case EXT4_SUPER_MAGIC: /* also ext2 and ext3 */
+	case XFS_SUPER_MAGIC:
+	case BTRFS_SUPER_MAGIC:
+	case F2FS_SUPER_MAGIC:
+	case TMPFS_MAGIC:
+	case OVERLAYFS_SUPER_MAGIC:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void stamp_of(const struct stat *st, struct file_stamp *s)
+{
+	s->dev = (uint64_t)st->st_dev;
+	s->ino = (uint64_t)st->st_ino;
+	s->size = (uint64_t)st->st_size;
+	s->ctime_s = (int64_t)st->st_ctim.tv_sec;
+	s->ctime_ns = st->st_ctim.tv_nsec;
+}
+
+/*
+ * An unnamed temporary file beside the file target names (O_TMPFILE, gone
+ * at close; symlinks resolved) on the filesystem dev (the origin's), or -1.
+ */
+static int probe_fd(const char *target, dev_t dev)
+{
+	char path[PATH_MAX], dir[PATH_MAX];
+
+	if (!realpath(target, path))
+		return -1;
+	const char *slash = strrchr(path, '/');
+	size_t n = slash ? (size_t)(slash - path) : 0;
+
+	if (!slash)
+		return -1;
+	if (n == 0)
+		snprintf(dir, sizeof(dir), "/");
+	else if (n < sizeof(dir))
+		snprintf(dir, sizeof(dir), "%.*s", (int)n, path);
+	else
+		return -1;
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	struct stat st;
+
+	/* Another filesystem after all (a bind-mounted file): probe the origin. */
+	if (fd >= 0 && (fstat(fd, &st) || st.st_dev != dev)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
 static int file_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
 {
 	struct file_origin *fo = fo_of(o);
@@ -897,6 +970,8 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 	} else if (S_ISREG(st.st_mode)) {
 		struct statfs sfs;
 
+		stamp_of(&st, &fo->opened);
+
 		if (opts->exclusive) {
 			rc = file_lock_exclusive(fo->fd, target);
 			if (rc)
@@ -906,6 +981,10 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		o->size = (uint64_t)st.st_size;
 		fo->memfs = fstatfs(fo->fd, &sfs) == 0 &&
 		            (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC);
+		if (fstatfs(fo->fd, &sfs) == 0) {
+			fo->fs_type = (long)sfs.f_type;
+			fo->fs_stamps = stamp_fs_trusted(sfs.f_type);
+		}
 		/*
 		 * A file has no physical sector: st_blksize is the filesystem's
 		 * preferred I/O size, not a unit writes are atomic in. Reporting it
@@ -917,21 +996,35 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		if (!o->read_only) {
 			/*
 			 * Probe hole punching where it cannot hurt: past EOF with
-			 * KEEP_SIZE changes nothing, but an unsupported filesystem
-			 * says EOPNOTSUPP.
+			 * KEEP_SIZE changes no data, but an unsupported filesystem
+			 * says EOPNOTSUPP. It does move the file's ctime (ext4), which
+			 * is what proves the file unchanged across a restart: probe an
+			 * unnamed temporary file of the same folder (same filesystem)
+			 * instead, and the origin itself only where that fails.
 			 */
 			off_t probe = (off_t)HL_ALIGN_UP(o->size, 1u << 20) + (1 << 20);
-			if (fallocate(fo->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, probe,
-			              4096) == 0) {
+			int pfd = probe_fd(target, st.st_dev);
+			int pmode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+			off_t poff = pfd >= 0 ? 0 : probe;
+			if (fallocate(pfd >= 0 ? pfd : fo->fd, pmode, poff, 4096) == 0) {
 				o->can_discard = true;
 				o->zeroes_after_discard = true;
 			} else {
 				atomic_store(&fo->no_punch_hole, true);
 			}
+			if (pfd >= 0)
+				close(pfd);
 		}
 	} else {
 		rc = -EINVAL; /* a directory, socket, fifo... */
 		goto fail;
+	}
+	if (!fo->blkdev) {
+		if (fstat(fo->fd, &st)) {
+			rc = -errno;
+			goto fail;
+		}
+		stamp_of(&st, &fo->settled);
 	}
 	HL_INFO("origin", "%s: %s, %llu bytes%s%s%s", o->uri,
 	        fo->blkdev ? "block device" : "file", (unsigned long long)o->size,
@@ -953,6 +1046,176 @@ static void file_close(struct hl_origin *o)
 	fo->fd = -1;
 }
 
+/* ---- warm restart proofs ---- */
+
+/*
+ * A regular file proves itself unchanged by what the kernel records in its
+ * inode: device, inode number, size and change time (ctime). Every write,
+ * truncate, fallocate or chmod moves ctime to the current time, and no
+ * system call sets it (utimes sets atime and mtime only). Two limits:
+ *
+ *  - ctime is the time of the change truncated to the filesystem's
+ *    granularity (ns on ext4 with large inodes, xfs, btrfs, tmpfs; 1 s on
+ *    ext4 with 128-byte inodes; 10 ms on FAT), and the kernel stamps it
+ *    from a coarse clock (a timer tick, 1-10 ms). A change in the same
+ *    granule as the one recorded would leave ctime as it was. So a proof
+ *    is given only once the coarse clock has left the recorded granule
+ *    ("settled"): any later change stamps a later time. The granule is
+ *    guessed from the recorded nanoseconds (their trailing decimal zeros:
+ *    .120000000 -> 10 ms, .000000000 -> 1 s), which errs towards waiting.
+ *  - The clock is assumed not to step backwards by more than that across
+ *    the downtime (NTP slews; an admin setting the clock back past the
+ *    recorded ctime while another client writes is not covered), and the
+ *    filesystem is assumed local (an NFS file's ctime is the server's).
+ *
+ * Writes by another process while hotlund runs are out of scope here (one
+ * writer per LUN, ARCHITECTURE invariant 7); such a writer's changes after
+ * the proof still move ctime, except stores through a shared mapping into
+ * pages it dirtied before (the kernel stamps the first fault only).
+ */
+
+#define FILE_PROOF_WAIT_MS 3000 /* a final proof waits at most this long to settle */
+
+/* 10^(trailing decimal zeros of ns), 1 s for a whole second: the granule ctime may be cut to. */
+static long stamp_granule_ns(long ns)
+{
+	long g = 1;
+
+	if (!ns)
+		return 1000000000L;
+	while (ns % (g * 10) == 0)
+		g *= 10;
+	return g;
+}
+
+/* True when a change from now on can no longer get ctime s's value. */
+static bool stamp_settled(const struct file_stamp *s)
+{
+	struct timespec now;
+	int64_t end_s = s->ctime_s;
+	long end_ns = s->ctime_ns + stamp_granule_ns(s->ctime_ns);
+
+	if (end_ns >= 1000000000L) {
+		end_s += end_ns / 1000000000L;
+		end_ns %= 1000000000L;
+	}
+	if (clock_gettime(CLOCK_REALTIME_COARSE, &now))
+		return false;
+	return (int64_t)now.tv_sec > end_s ||
+	       ((int64_t)now.tv_sec == end_s && now.tv_nsec > end_ns);
+}
+
+static bool stamp_eq(const struct file_stamp *a, const struct file_stamp *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->ctime_s == b->ctime_s && a->ctime_ns == b->ctime_ns;
+}
+
+int origin_file_stamp_format(const struct file_stamp *s, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "file:%" PRIu64 ":%" PRIu64 ":%" PRIu64 ":%" PRId64 ".%09ld",
+	                 s->dev, s->ino, s->size, s->ctime_s, s->ctime_ns);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int origin_file_stamp_parse(const char *text, struct file_stamp *s)
+{
+	int n = -1;
+
+	if (sscanf(text, "file:%" SCNu64 ":%" SCNu64 ":%" SCNu64 ":%" SCNd64 ".%9ld%n", &s->dev,
+	           &s->ino, &s->size, &s->ctime_s, &s->ctime_ns, &n) != 5 ||
+	    n < 0 || text[n] || s->ctime_ns < 0 || s->ctime_ns > 999999999L)
+		return -EINVAL;
+	return 0;
+}
+
+const char *origin_file_stamp_diff(const struct file_stamp *was, const struct file_stamp *now)
+{
+	if (was->dev != now->dev || was->ino != now->ino)
+		return "file replaced (inode)";
+	if (was->size != now->size)
+		return "file changed: size";
+	if (was->ctime_s != now->ctime_s || was->ctime_ns != now->ctime_ns)
+		return "file changed: ctime";
+	return NULL;
+}
+
+static int file_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                           size_t len)
+{
+	struct file_origin *fo = fo_of(o);
+	struct file_stamp s, again;
+	struct stat st;
+	int waited = 0;
+
+	(void)tag;
+	if (fo->blkdev || !fo->fs_stamps)
+		return -EOPNOTSUPP; /* no change time (a block device), or untrusted */
+	/* Last: our writes reach the disk with the inode that stamps them (power loss). */
+	if (final && !o->read_only && fsync(fo->fd))
+		return -EAGAIN;
+	if (fstat(fo->fd, &st))
+		return -EAGAIN;
+	stamp_of(&st, &s);
+	while (!stamp_settled(&s)) {
+		if (!final || waited >= FILE_PROOF_WAIT_MS)
+			return -EAGAIN;
+		usleep(1000);
+		waited++;
+		if (fstat(fo->fd, &st))
+			return -EAGAIN;
+		stamp_of(&st, &again);
+		if (!stamp_eq(&s, &again))
+			s = again; /* changed meanwhile (not by us: no I/O in flight) */
+	}
+	return origin_file_stamp_format(&s, proof, len) ? -EOPNOTSUPP : 0;
+}
+
+static int file_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                            hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct file_origin *fo = fo_of(o);
+	struct file_stamp was, now;
+	const char *d;
+	struct stat st;
+
+	(void)tag;
+	(void)changed;
+	(void)arg;
+	if (fo->blkdev) {
+		snprintf(why, whylen, "block device cannot prove it unchanged (exclusive = yes?)");
+		return -ESTALE;
+	}
+	if (!fo->fs_stamps) {
+		snprintf(why, whylen, "filesystem 0x%lx cannot prove it unchanged", fo->fs_type);
+		return -ESTALE;
+	}
+	if (origin_file_stamp_parse(proof, &was)) {
+		snprintf(why, whylen, "not a file proof");
+		return -ESTALE;
+	}
+	/* As found at open, before this origin's own probe moved ctime ... */
+	d = origin_file_stamp_diff(&was, &fo->opened);
+	if (d) {
+		snprintf(why, whylen, "%s", d);
+		return -ESTALE;
+	}
+	/* ... and nobody changed it since. */
+	if (fstat(fo->fd, &st)) {
+		snprintf(why, whylen, "fstat: %s", strerror(errno));
+		return -ESTALE;
+	}
+	stamp_of(&st, &now);
+	d = origin_file_stamp_diff(&fo->settled, &now);
+	if (d) {
+		snprintf(why, whylen, "%s since open", d);
+		return -ESTALE;
+	}
+	snprintf(why, whylen, "file unchanged");
+	return 0;
+}
+
 const struct hl_origin_ops origin_file_ops = {
     .name = "file",
     .scheme = "file:",
@@ -960,4 +1223,6 @@ const struct hl_origin_ops origin_file_ops = {
     .open = file_open,
     .close = file_close,
     .submit = file_submit,
+    .proof_take = file_proof_take,
+    .proof_check = file_proof_check,
 };

@@ -1260,6 +1260,16 @@ unsigned origin_iscsi_sessions_up(struct hl_origin *o)
 	return n;
 }
 
+/*
+ * No warm restart proofs (proof_take/proof_check): nothing on a SAN LUN
+ * says whether another initiator wrote it while hotlund was down, so a
+ * cached disk on it starts cold unless the admin declares exclusive = yes
+ * (hl_origin_proof_take's "excl:" proof). The hook for a later change
+ * (issue 17): register a key and hold a persistent reservation with APTPL
+ * across the downtime; proof_take records the key and the reservation's
+ * generation, proof_check finds the reservation still ours (READ
+ * RESERVATION) -> unchanged, preempted or gone -> -ESTALE.
+ */
 const struct hl_origin_ops origin_iscsi_ops = {
     .name = "iscsi",
     .scheme = "iscsi:",

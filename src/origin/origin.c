@@ -1,7 +1,8 @@
 /*
  * origin.c - the explicit table of origin backends, URI scheme dispatch
- * (hl_origin_open/close), the checks every backend applies to an I/O, and
- * the event path (resize, fencing) from a backend up through its wrappers.
+ * (hl_origin_open/close), the checks every backend applies to an I/O, the
+ * event path (resize, fencing) from a backend up through its wrappers, and
+ * the warm restart proofs' common part (the "exclusive = yes" fallback).
  */
 #include "config.h"
 
@@ -9,6 +10,8 @@
 #include "origin/origin_internal.h"
 
 #include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -136,6 +139,7 @@ int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl
 	if (rc)
 		return rc;
 	o->read_only = opts->read_only;
+	o->sole_writer = opts->sole_writer;
 	rc = ops->open(o, target, opts);
 	if (rc) {
 		origin_free(o);
@@ -199,4 +203,62 @@ static void forward(void *arg, struct hl_origin *inner, enum hl_origin_event ev,
 void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer)
 {
 	hl_origin_listen(inner, forward, outer);
+}
+
+/* ---- warm restart proofs ---- */
+
+#define EXCL_PREFIX "excl:"
+
+int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                         size_t len)
+{
+	int rc = o->ops->proof_take ? o->ops->proof_take(o, tag, final, proof, len) : -EOPNOTSUPP;
+
+	if (rc != -EOPNOTSUPP || !o->sole_writer)
+		return rc;
+	/* The admin's word: nobody else writes it. The size still has to match. */
+	if ((size_t)snprintf(proof, len, EXCL_PREFIX "%" PRIu64, o->size) >= len)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                          hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "%s", "");
+	if (!proof || !*proof) {
+		snprintf(why, whylen, "no proof recorded");
+		return -ESTALE;
+	}
+	if (!strncmp(proof, EXCL_PREFIX, strlen(EXCL_PREFIX))) {
+		char want[48];
+
+		snprintf(want, sizeof(want), EXCL_PREFIX "%" PRIu64, o->size);
+		if (!o->sole_writer) {
+			snprintf(why, whylen, "exclusive = yes was removed");
+			return -ESTALE;
+		}
+		if (strcmp(proof, want)) {
+			snprintf(why, whylen, "origin size changed");
+			return -ESTALE;
+		}
+		snprintf(why, whylen, "exclusive = yes");
+		return 0;
+	}
+	if (!o->ops->proof_check) {
+		snprintf(why, whylen, "%s origin cannot prove it unchanged", o->ops->name);
+		return -ESTALE;
+	}
+	return o->ops->proof_check(o, tag, proof, changed, arg, why, whylen) ? -ESTALE : 0;
+}
+
+void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *proof)
+{
+	if (o->ops->proof_release)
+		o->ops->proof_release(o, tag, proof);
+}
+
+int hl_origin_identity(struct hl_origin *o, char *buf, size_t len)
+{
+	return o->ops->identity ? o->ops->identity(o, buf, len) : -EOPNOTSUPP;
 }

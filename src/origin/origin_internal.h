@@ -57,6 +57,20 @@ extern atomic_ulong origin_file_inline_ios;
 /** Tear down this thread's ring now (no I/O may be in flight on it). For tests. */
 void origin_file_thread_fini(void);
 
+/** What the kernel records about a regular file that any change moves (file.c, proofs). */
+struct file_stamp {
+	uint64_t dev, ino, size;
+	int64_t ctime_s;
+	long ctime_ns;
+};
+
+/** The proof token of s ("file:DEV:INO:SIZE:SEC.NSEC"). @return 0 or -ENAMETOOLONG. */
+int origin_file_stamp_format(const struct file_stamp *s, char *buf, size_t len);
+/** Parse what origin_file_stamp_format wrote. @return 0 or -EINVAL. */
+int origin_file_stamp_parse(const char *text, struct file_stamp *s);
+/** NULL when equal, else what differs ("file changed: ctime", ...). */
+const char *origin_file_stamp_diff(const struct file_stamp *was, const struct file_stamp *now);
+
 
 /*
  * iscsi backend (iscsi.c; URL and sense mapping in iscsi_url.c): the parts unit

@@ -66,6 +66,9 @@ struct rbd_origin {
 	atomic_bool fenced;       /* the cluster shut us out: I/O fails with -ESHUTDOWN */
 	bool locked;              /* we hold the exclusive lock in exclusive mode */
 	struct hl_timer probe;    /* svc: the periodic fence probe */
+	char image_id[128];       /* rbd_get_id; "" when unknown */
+	/* the proof of the mark this run made (proofs are taken on one thread at a time) */
+	char mark_proof[HL_ORIGIN_PROOF_MAX];
 };
 
 /*
@@ -489,12 +492,14 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 	 * across restarts only while its origin's URI and size are unchanged, so
 	 * an image deleted and made again (rbd import) is a new origin and its old
 	 * blocks are dropped. Writes by other clients into the same image while
-	 * hotlund is stopped are not seen (docs/cache-engine.md).
+	 * hotlund is stopped are found through the proofs below.
 	 */
-	char id[128], *uri;
-	if (rbd_get_id(r->image, id, sizeof(id)) == 0 &&
+	char *uri;
+	if (rbd_get_id(r->image, r->image_id, sizeof(r->image_id)) != 0)
+		r->image_id[0] = '\0';
+	if (r->image_id[0] &&
 	    asprintf(&uri, "rbd:%s/%s%s%s#id=%s", r->pool, r->name, r->snap[0] ? "@" : "", r->snap,
-	             id) >= 0) {
+	             r->image_id) >= 0) {
 		free(o->uri);
 		o->uri = uri;
 	}
@@ -672,6 +677,231 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 	return 0;
 }
 
+/* ---- warm restart proofs ---- */
+
+/*
+ * An image proves what changed since a moment by a snapshot taken then (a
+ * "mark"): rbd_diff_iterate2 from the mark to the image's head lists every
+ * extent written since, by anyone (this gateway included), fast with the
+ * object-map and fast-diff features. A cache keeps the blocks outside those
+ * extents. Marks are named hotlun-TAG-NS (TAG: the cache and disk, NS: the
+ * time it was taken), made at most once per run while running (the first
+ * proof after attach, so that a crash later on is warm for what did not
+ * change) and at every clean detach; a mark is removed only once the cache
+ * recorded a newer one durably (proof_release). A mark costs copy-on-write
+ * of each object on its first write after it. Proof: rbd:IMAGEID:SNAPID:NAME.
+ *
+ * An image opened at a snapshot (@SNAP) never changes while that snapshot
+ * exists: its proof names the snapshot's id (rbdsnap:IMAGEID:SNAPID).
+ */
+
+#define MARK_PREFIX "hotlun-"
+
+/* The id of snapshot `name`, or -ENOENT. */
+static int snap_id_of(rbd_image_t image, const char *name, uint64_t *id)
+{
+	rbd_snap_info_t *snaps = NULL;
+	int max = 16, n, rc = -ENOENT;
+
+	for (;;) {
+		snaps = calloc((size_t)max, sizeof(*snaps));
+		if (!snaps)
+			return -ENOMEM;
+		n = rbd_snap_list(image, snaps, &max);
+		if (n != -ERANGE)
+			break;
+		free(snaps);
+	}
+	if (n < 0) {
+		free(snaps);
+		return n;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(snaps[i].name, name)) {
+			*id = snaps[i].id;
+			rc = 0;
+		}
+	}
+	rbd_snap_list_end(snaps);
+	free(snaps);
+	return rc;
+}
+
+static int rbd_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                          size_t len)
+{
+	struct rbd_origin *r = ro_of(o);
+	char name[160];
+	struct timespec now;
+	uint64_t id;
+	int rc, n;
+
+	if (!r->image_id[0])
+		return -EOPNOTSUPP;
+	if (r->snap[0]) {
+		if (snap_id_of(r->image, r->snap, &id))
+			return -EAGAIN;
+		n = snprintf(proof, len, "rbdsnap:%s:%llu", r->image_id, (unsigned long long)id);
+		return n >= 0 && (size_t)n < len ? 0 : -EOPNOTSUPP;
+	}
+	if (o->read_only)
+		return -EOPNOTSUPP; /* cannot make marks */
+	if (atomic_load(&r->fenced))
+		return -EAGAIN; /* someone else may own the image now */
+	if (!final && r->mark_proof[0]) {
+		snprintf(proof, len, "%s", r->mark_proof);
+		return 0;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	snprintf(name, sizeof(name), MARK_PREFIX "%s-%lld%09ld", tag, (long long)now.tv_sec,
+	         now.tv_nsec);
+	rc = rbd_snap_create(r->image, name);
+	if (rc < 0) {
+		HL_WARN(RBD_LOG, "%s: cannot make the mark snapshot %s: %s", o->uri, name,
+		        strerror(-rc));
+		return -EAGAIN;
+	}
+	if (snap_id_of(r->image, name, &id))
+		return -EAGAIN;
+	if (snprintf(r->mark_proof, sizeof(r->mark_proof), "rbd:%s:%llu:%s", r->image_id,
+	             (unsigned long long)id, name) >= (int)sizeof(r->mark_proof) ||
+	    (size_t)snprintf(proof, len, "%s", r->mark_proof) >= len) {
+		r->mark_proof[0] = '\0';
+		rbd_snap_remove(r->image, name);
+		return -EOPNOTSUPP;
+	}
+	HL_DEBUG(RBD_LOG, "%s: mark snapshot %s", o->uri, name);
+	return 0;
+}
+
+struct diff_arg {
+	hl_origin_changed_fn changed;
+	void *arg;
+	uint64_t extents, bytes;
+};
+
+static int diff_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+	struct diff_arg *d = arg;
+
+	(void)exists; /* written or discarded since the mark: changed either way */
+	d->changed(d->arg, off, len);
+	d->extents++;
+	d->bytes += len;
+	return 0;
+}
+
+static int rbd_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                           hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	char img[128], name[160];
+	unsigned long long want;
+	uint64_t id, size;
+	int n = -1, rc;
+
+	(void)tag;
+	if (r->snap[0]) {
+		if (sscanf(proof, "rbdsnap:%127[^:]:%llu%n", img, &want, &n) != 2 || proof[n]) {
+			snprintf(why, whylen, "not an rbd snapshot proof");
+			return -ESTALE;
+		}
+		if (strcmp(img, r->image_id)) {
+			snprintf(why, whylen, "rbd image replaced");
+			return -ESTALE;
+		}
+		if (snap_id_of(r->image, r->snap, &id) || id != want) {
+			snprintf(why, whylen, "rbd snapshot replaced");
+			return -ESTALE;
+		}
+		snprintf(why, whylen, "rbd snapshot unchanged");
+		return 0;
+	}
+	if (sscanf(proof, "rbd:%127[^:]:%llu:%159s%n", img, &want, name, &n) != 3 || proof[n] ||
+	    strncmp(name, MARK_PREFIX, strlen(MARK_PREFIX))) {
+		snprintf(why, whylen, "not an rbd proof");
+		return -ESTALE;
+	}
+	if (strcmp(img, r->image_id)) {
+		snprintf(why, whylen, "rbd image replaced");
+		return -ESTALE;
+	}
+	rc = snap_id_of(r->image, name, &id);
+	if (rc || id != want) {
+		snprintf(why, whylen, "rbd mark snapshot %s", rc == -ENOENT ? "gone" : "replaced");
+		return -ESTALE;
+	}
+	rc = rbd_get_size(r->image, &size);
+	if (rc >= 0) {
+		struct diff_arg d = {.changed = changed, .arg = arg};
+		rc = rbd_diff_iterate2(r->image, name, 0, size, 1, 1, diff_cb, &d);
+		if (rc >= 0) {
+			snprintf(why, whylen, "rbd diff since the mark: %llu extent(s), %llu MiB",
+			         (unsigned long long)d.extents,
+			         (unsigned long long)(d.bytes >> 20));
+			return 0;
+		}
+	}
+	snprintf(why, whylen, "rbd diff failed: %s", strerror(-rc));
+	return -ESTALE;
+}
+
+static void rbd_proof_release(struct hl_origin *o, const char *tag, const char *proof)
+{
+	struct rbd_origin *r = ro_of(o);
+	char prefix[128], keep[160] = "";
+	rbd_snap_info_t *snaps = NULL;
+	unsigned long long id;
+	char img[128];
+	int max = 16, n;
+
+	if (r->snap[0] || o->read_only)
+		return;
+	if (sscanf(proof, "rbd:%127[^:]:%llu:%159s", img, &id, keep) != 3)
+		return;
+	snprintf(prefix, sizeof(prefix), MARK_PREFIX "%s-", tag);
+	for (;;) {
+		snaps = calloc((size_t)max, sizeof(*snaps));
+		if (!snaps)
+			return;
+		n = rbd_snap_list(r->image, snaps, &max);
+		if (n != -ERANGE)
+			break;
+		free(snaps);
+	}
+	for (int i = 0; i < n; i++) {
+		if (strncmp(snaps[i].name, prefix, strlen(prefix)) || !strcmp(snaps[i].name, keep))
+			continue;
+		int rc = rbd_snap_remove(r->image, snaps[i].name);
+		if (rc < 0)
+			HL_WARN(RBD_LOG, "%s: cannot remove the old mark snapshot %s: %s", o->uri,
+			        snaps[i].name, strerror(-rc));
+	}
+	if (n >= 0)
+		rbd_snap_list_end(snaps);
+	free(snaps);
+}
+
+/* ---- identity ---- */
+
+/*
+ * The cluster's fsid, the pool's id and the image's id (and the snapshot):
+ * what every gateway of this image reads alike, and what a new image of the
+ * same name (rbd rm + create) does not share.
+ */
+static int rbd_identity(struct hl_origin *o, char *buf, size_t len)
+{
+	struct rbd_origin *r = ro_of(o);
+	char fsid[64];
+	int n;
+
+	if (!r->image_id[0] || rados_cluster_fsid(r->cluster, fsid, sizeof(fsid)) < 0)
+		return -EOPNOTSUPP;
+	n = snprintf(buf, len, "rbd:%s:%lld:%s%s%s", fsid, (long long)rados_ioctx_get_id(r->ioctx),
+	             r->image_id, r->snap[0] ? "@" : "", r->snap);
+	return n < 0 || (size_t)n >= len ? -EOPNOTSUPP : 0;
+}
+
 const struct hl_origin_ops origin_rbd_ops = {
     .name = "rbd",
     .scheme = "rbd:",
@@ -679,4 +909,8 @@ const struct hl_origin_ops origin_rbd_ops = {
     .open = origin_rbd_open,
     .close = origin_rbd_close,
     .submit = origin_rbd_submit,
+    .proof_take = rbd_proof_take,
+    .proof_check = rbd_proof_check,
+    .proof_release = rbd_proof_release,
+    .identity = rbd_identity,
 };

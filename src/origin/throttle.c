@@ -140,6 +140,24 @@ static int throttle_open(struct hl_origin *o, const char *target, const struct h
 	return -EOPNOTSUPP; /* only made by hl_origin_throttle_wrap() */
 }
 
+/* Proofs are the wrapped origin's: a throttle changes timing, never content. */
+static int throttle_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                               size_t len)
+{
+	return hl_origin_proof_take(tr_of(o)->inner, tag, final, proof, len);
+}
+
+static int throttle_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                                hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	return hl_origin_proof_check(tr_of(o)->inner, tag, proof, changed, arg, why, whylen);
+}
+
+static void throttle_proof_release(struct hl_origin *o, const char *tag, const char *proof)
+{
+	hl_origin_proof_release(tr_of(o)->inner, tag, proof);
+}
+
 const struct hl_origin_ops origin_throttle_ops = {
     .name = "throttle",
     .scheme = NULL,
@@ -147,6 +165,9 @@ const struct hl_origin_ops origin_throttle_ops = {
     .open = throttle_open,
     .close = throttle_close,
     .submit = throttle_submit,
+    .proof_take = throttle_proof_take,
+    .proof_check = throttle_proof_check,
+    .proof_release = throttle_proof_release,
 };
 
 int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbps,
@@ -181,6 +202,7 @@ int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbp
 	o->read_only = inner->read_only;
 	o->can_discard = inner->can_discard;
 	o->zeroes_after_discard = inner->zeroes_after_discard;
+	o->sole_writer = inner->sole_writer;
 	hl_origin_forward_events(inner, o); /* a resize or fence reaches the layer above */
 	HL_INFO("origin", "%s: throttled to %u IOPS, %u MB/s, +%u ms", inner->uri, iops, mbps,
 	        latency_ms);

@@ -114,6 +114,47 @@ int hl_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+int hl_parse_naa(const char *s, uint8_t out[16])
+{
+	uint8_t v[16];
+
+	if (!s)
+		return -EINVAL;
+	if (!strncasecmp(s, "naa.", 4))
+		s += 4;
+	if (strlen(s) != 32 || s[0] != '6')
+		return -EINVAL;
+	for (int i = 0; i < 32; i++) {
+		int c = (unsigned char)s[i], d;
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			d = c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			d = c - 'A' + 10;
+		else
+			return -EINVAL;
+		if (i % 2 == 0)
+			v[i / 2] = (uint8_t)(d << 4);
+		else
+			v[i / 2] |= (uint8_t)d;
+	}
+	memcpy(out, v, 16);
+	return 0;
+}
+
+bool hl_serial_valid(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n < 1 || n > 32)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < 0x21 || s[i] > 0x7e)
+			return false;
+	return true;
+}
+
 int hl_parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = {"yes", "true", "on", "1"};

@@ -16,6 +16,8 @@
 #  4. hotlun-bench --verify, 70% reads / 30% writes at 64 in flight on a hot
 #     set, in invalidate and update mode: no read returns anything but the
 #     last completed write (writes race fills, hits and updates);
+#     without exclusive = yes in the front's [disk], a restart is cold (an
+#     iscsi origin cannot prove that nobody else wrote it);
 #  5. the SAN's disk swapped for another file under the same name: the
 #     front must not serve the old disk's blocks;
 #  6. a cache device that is also a disk's origin is refused at start-up.
@@ -40,6 +42,9 @@ mkdir -p "$ST"
 hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
 	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/$SAN_LUN" \
 	device="$T/cache.img" size=48M block_size=64K admission=always
+# Only the front writes the SAN: it may keep its blocks across restarts
+# (an iscsi origin cannot prove that itself; docs/cache-engine.md).
+sed -i 's/^cache = ssd$/&\nexclusive = yes/' "$T/front.conf"
 
 
 # stat KEY: a counter of disk "san" in cache "ssd"; cstat KEY: of the whole cache.
@@ -181,6 +186,20 @@ c4=$(stat bytes_read_cache)
 hl_log "after kill -9: B reads back; $c4 B served from the cache"
 [ "$c4" -ge $((IMG / 2)) ] || hl_fail "after kill -9 the warm cache was lost ($c4 bytes from cache)"
 hl_stop "$FRONT_PID"
+
+# ---- 3b. without exclusive = yes an iscsi origin cannot prove itself
+# unchanged: the restart drops the disk's blocks (cold, never stale)
+sed -i '/^exclusive = yes$/d' "$T/front.conf"
+hl_front_start "$T/front.conf"
+ws=$(stat warm_start)
+hl_log "without exclusive = yes: warm_start: $ws"
+[ "$(stat warm_kept)" = 0 ] && [ "$(stat warm_dropped)" -gt 0 ] ||
+	hl_fail "an iscsi origin without exclusive = yes restarted warm: $ws"
+grep -q "exclusive = yes was removed" <<<"$ws" || hl_fail "warm_start gives no reason: $ws"
+hl_stop "$FRONT_PID"
+grep -q "disk san: the origin cannot prove itself unchanged" "$FRONT_LOG" ||
+	hl_fail "no notice at stop that the next start drops the blocks"
+sed -i 's/^cache = ssd$/&\nexclusive = yes/' "$T/front.conf"
 
 # ---- 4. mixed load with verification: 64 in flight, 70% reads / 30% writes on
 # a hot set, in update mode and in invalidate mode (writes race fills and hits;

@@ -59,6 +59,9 @@ fi
 hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
 	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0" \
 	device="$CDEV" size=16M block_size=64K admission=always
+# Only the front writes the SAN: it may keep its blocks across restarts
+# (an iscsi origin cannot prove that itself; docs/cache-engine.md).
+sed -i 's/^cache = ssd$/&\nexclusive = yes/' "$T/front.conf"
 cstat() { hl_cache_stat "$ST/ctl.sock" ssd "$1"; }
 hl_front_start "$T/front.conf"
 

@@ -39,6 +39,9 @@ mkdir -p "$ST"
 hl_cache_front_conf "$T/front.conf" "$FRONT_PORT" "$ST" "$FRONT_IQN" \
 	"iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0" \
 	device="$T/cache.img" size=16M block_size=64K update_buffer=1M
+# Only the front writes the SAN: it may keep its blocks across restarts
+# (an iscsi origin cannot prove that itself; docs/cache-engine.md).
+sed -i 's/^cache = ssd$/&\nexclusive = yes/' "$T/front.conf"
 hl_front_start "$T/front.conf"
 
 # Every block gets a verify pattern first.

@@ -55,7 +55,39 @@ struct fake {
 	int hold_reads, hold_writes; /* atomics: keep completions until fake_release() */
 	struct hl_origin_io *held[64];
 	int nheld;
+	/*
+	 * Warm restart proofs: "fake:GEN", GEN bumped by every write (ours at
+	 * submit, or fake_external()). diff: proof_check reports the ranges
+	 * written since, like rbd; else any write since makes it -ESTALE, like
+	 * a file. no_proof: proof_take says -EOPNOTSUPP (a block device).
+	 */
+	uint64_t gen; /* atomic */
+	bool diff, no_proof;
+	struct {
+		uint64_t gen, off, len;
+	} wr[256];
+	int nwr; /* atomic; writes past 256 make proof_check say -ESTALE */
 };
+
+static void fake_wrote(struct fake *f, uint64_t off, uint64_t len)
+{
+	uint64_t g = __atomic_add_fetch(&f->gen, 1, __ATOMIC_SEQ_CST);
+	int i = __atomic_load_n(&f->nwr, __ATOMIC_SEQ_CST);
+
+	if (i < 256) {
+		f->wr[i].gen = g;
+		f->wr[i].off = off;
+		f->wr[i].len = len;
+	}
+	__atomic_store_n(&f->nwr, i + 1, __ATOMIC_SEQ_CST);
+}
+
+/* Another client writes the origin (while the cache is detached). */
+static void fake_external(struct fake *f, uint64_t off, uint64_t len, uint8_t val)
+{
+	memset(f->mem + off, val, len);
+	fake_wrote(f, off, len);
+}
 
 struct fake_io {
 	struct hl_timer t;
@@ -98,6 +130,7 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 		io->miscompare_offset = 0;
 		free(cmp);
 		f->writes++;
+		fake_wrote(f, io->offset, io->length);
 		hl_timer_init(&fio->t, fake_fire, io);
 		hl_timer_start(hl_reactor_current(), &fio->t, 0);
 		return 0;
@@ -118,6 +151,7 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 	} else if (io->op == HL_IO_WRITE || io->op == HL_IO_DISCARD ||
 	           io->op == HL_IO_WRITE_ZEROES) {
 		f->writes++;
+		fake_wrote(f, io->offset, io->length);
 		if (__atomic_load_n(&f->fail_writes, __ATOMIC_RELAXED))
 			fio->rc = -EIO;
 	}
@@ -142,13 +176,57 @@ static int fake_open(struct hl_origin *o, const char *t, const struct hl_origin_
 	return -EOPNOTSUPP;
 }
 
+static int fake_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                           size_t len)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+
+	(void)tag, (void)final;
+	if (f->no_proof)
+		return -EOPNOTSUPP;
+	snprintf(proof, len, "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f->gen, __ATOMIC_SEQ_CST));
+	return 0;
+}
+
+static int fake_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                            hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+	unsigned long long g;
+
+	(void)tag;
+	if (sscanf(proof, "fake:%llu", &g) != 1) {
+		snprintf(why, whylen, "not a fake proof");
+		return -ESTALE;
+	}
+	if (g == f->gen) {
+		snprintf(why, whylen, "fake unchanged");
+		return 0;
+	}
+	if (!f->diff || f->nwr > 256) {
+		snprintf(why, whylen, "fake changed");
+		return -ESTALE;
+	}
+	for (int i = 0; i < f->nwr; i++)
+		if (f->wr[i].gen > g)
+			changed(arg, f->wr[i].off, f->wr[i].len);
+	snprintf(why, whylen, "fake diff");
+	return 0;
+}
+
 static const struct hl_origin_ops fake_ops = {
     .name = "fake",
     .priv_size = sizeof(void *),
     .open = fake_open,
     .close = fake_close,
     .submit = fake_submit,
+    .proof_take = fake_proof_take,
+    .proof_check = fake_proof_check,
 };
+
+/* [disk] exclusive = yes for the fake origins made from now on */
+static bool g_sole_writer;
 
 static struct hl_origin *fake_origin(struct fake *f, const char *uri)
 {
@@ -158,6 +236,7 @@ static struct hl_origin *fake_origin(struct fake *f, const char *uri)
 	o->uri = strdup(uri);
 	o->size = f->size;
 	o->can_discard = true;
+	o->sole_writer = g_sole_writer;
 	*(struct fake **)hl_origin_priv(o) = f;
 	return o;
 }
@@ -691,6 +770,254 @@ static void test_warm_restart(void)
 	free(f.mem);
 	free(g.mem);
 	free(buf);
+}
+
+/* ---- warm restart proofs (issue 17) ---- */
+
+/* Warm blocks 0..7 through a fresh cache on f, stop cleanly. */
+static void proof_warm(struct fake *f, uint8_t seed, const char *uri)
+{
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(8 * BS);
+
+	o = fixture_up(&c, NULL, f, seed, uri);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+	free(buf);
+}
+
+/* Start again on f, read blocks 0..7: they must equal f; returns the stats of disk0. */
+static void proof_restart(struct fake *f, const char *uri, struct hl_cache_engine_stats *st)
+{
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(8 * BS);
+
+	o = cache_up(&c, NULL, f, uri);
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f->mem, 8 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, "disk0", st), 0);
+	cache_down(c, o);
+	free(buf);
+}
+
+static void test_proof_changed_origin_cold(void)
+{
+	struct fake f;
+	struct hl_cache_engine_stats st;
+
+	proof_warm(&f, 21, "fake:proof");
+	/* Another client writes one byte while the cache is down. */
+	fake_external(&f, 5 * BS + 100, 1, 0xee);
+	f.reads = 0;
+	proof_restart(&f, "fake:proof", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT_EQUAL(st.warm_dropped, 8);
+	CU_ASSERT(strstr(st.warm_start, "kept 0, dropped 8 (fake changed)") != NULL);
+	CU_ASSERT_EQUAL(st.core.bytes_read_cache, 0);
+	CU_ASSERT(f.reads > 0);
+	dev_remove();
+	free(f.mem);
+}
+
+static void test_proof_unchanged_warm(void)
+{
+	struct fake f;
+	struct hl_cache_engine_stats st;
+
+	proof_warm(&f, 22, "fake:proof");
+	/* the map records the proof the clean stop took */
+	{
+		char line[256];
+		bool v2 = false, proof = false;
+		FILE *m = fopen(g_map, "r");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+		while (fgets(line, sizeof(line), m)) {
+			v2 |= !strcmp(line, "hotlun-cache-map 2\n");
+			proof |= !strcmp(line, "proof 0 fake:0\n");
+		}
+		fclose(m);
+		CU_ASSERT(v2);
+		CU_ASSERT(proof);
+	}
+	f.reads = 0;
+	proof_restart(&f, "fake:proof", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 8);
+	CU_ASSERT_EQUAL(st.warm_dropped, 0);
+	CU_ASSERT_EQUAL(st.core.bytes_read_cache, 8 * BS);
+	CU_ASSERT_EQUAL(f.reads, 0);
+	dev_remove();
+	free(f.mem);
+}
+
+static void test_proof_diff_drops_changed_only(void)
+{
+	struct fake f;
+	struct hl_cache_engine_stats st;
+
+	proof_warm(&f, 23, "fake:proof");
+	f.diff = true;
+	fake_external(&f, 2 * BS + 4096, 8192, 0x5a); /* inside block 2 */
+	fake_external(&f, 7 * BS, BS, 0x5b);          /* all of block 7 */
+	f.reads = 0;
+	proof_restart(&f, "fake:proof", &st);
+	/* Block 2 keeps its other sectors (partly valid), block 7 is gone. */
+	CU_ASSERT_EQUAL(st.warm_kept, 7);
+	CU_ASSERT_EQUAL(st.warm_dropped, 1);
+	CU_ASSERT(st.core.bytes_read_cache < 7 * BS);
+	CU_ASSERT(st.core.bytes_read_cache >= 6 * BS);
+	CU_ASSERT(f.reads > 0);
+	dev_remove();
+	free(f.mem);
+}
+
+static void test_proof_none_cold_unless_sole_writer(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS);
+
+	/* No proof (a block device): cold, even though nothing changed. */
+	dev_name();
+	fake_init(&f, LUN_SIZE, 24);
+	f.no_proof = true;
+	o = cache_up(&c, NULL, &f, "fake:blk");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+	proof_restart(&f, "fake:blk", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT(strstr(st.warm_start, "no proof recorded") != NULL);
+
+	/* The admin declares the origin exclusive: warm. */
+	g_sole_writer = true;
+	o = cache_up(&c, NULL, &f, "fake:blk");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+	f.reads = 0;
+	proof_restart(&f, "fake:blk", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 8);
+	CU_ASSERT_EQUAL(f.reads, 0);
+	CU_ASSERT(strstr(st.warm_start, "exclusive = yes") != NULL);
+	/* ... and takes it back: cold again. */
+	g_sole_writer = false;
+	proof_restart(&f, "fake:blk", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT(strstr(st.warm_start, "exclusive = yes was removed") != NULL);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+/* A map of version 1 (no proofs) is read, and its disks start cold. */
+static void test_proof_old_map_cold(void)
+{
+	struct fake f;
+	struct hl_cache_engine_stats st;
+	char cmd[256];
+
+	proof_warm(&f, 25, "fake:proof");
+	snprintf(cmd, sizeof(cmd),
+	         "sed -i -e 's/^hotlun-cache-map 2$/hotlun-cache-map 1/' -e '/^proof /d' %s", g_map);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	proof_restart(&f, "fake:proof", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT_EQUAL(st.warm_dropped, 8);
+	CU_ASSERT(strstr(st.warm_start, "no proof recorded") != NULL);
+	dev_remove();
+	free(f.mem);
+}
+
+/* A crash: the proof recorded while running keeps it warm, any later write makes it cold. */
+static void test_proof_crash(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
+
+	o = fixture_up(&c, NULL, &f, 26, "fake:crash");
+	memset(w, 0x3c, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 3 * BS, BS, w), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* the records, then the proof (recorded after two quiet ticks) */
+	CU_ASSERT(wait_synced(c));
+	for (int i = 0; i < 300; i++) {
+		char want[32];
+		snprintf(want, sizeof(want), "fake:%llu", (unsigned long long)f.gen);
+		pthread_mutex_lock(&c->sync_lock);
+		bool ok = c->ents[0]->proof && !strcmp(c->ents[0]->proof, want);
+		pthread_mutex_unlock(&c->sync_lock);
+		if (ok)
+			break;
+		usleep(10 * 1000);
+	}
+	CU_ASSERT(wait_synced(c));
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c);
+	f.reads = 0;
+	proof_restart(&f, "fake:crash", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 8);
+	CU_ASSERT_EQUAL(f.reads, 0);
+
+	/* Crash again, another client writes meanwhile: cold. */
+	o = cache_up(&c, NULL, &f, "fake:crash");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c);
+	fake_external(&f, 0, 512, 0x77);
+	proof_restart(&f, "fake:crash", &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+
+	/*
+	 * An origin that reports what changed (rbd): a crash after the first
+	 * proof keeps what nobody wrote since, this gateway's own later writes
+	 * and another client's are dropped.
+	 */
+	f.diff = true;
+	o = cache_up(&c, NULL, &f, "fake:crash");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	for (int i = 0; i < 300; i++) {
+		pthread_mutex_lock(&c->sync_lock);
+		bool ok = c->ents[0]->proof != NULL;
+		pthread_mutex_unlock(&c->sync_lock);
+		if (ok)
+			break;
+		usleep(10 * 1000);
+	}
+	memset(w, 0x4d, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 6 * BS, BS, w), 0); /* ours, after the proof */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c);
+	fake_external(&f, 1 * BS, BS, 0x78); /* another client's */
+	f.reads = 0;
+	proof_restart(&f, "fake:crash", &st);
+	/* block 1 dropped by the diff; block 6's update was never claimed (rule 4) or is dropped */
+	CU_ASSERT_EQUAL(st.warm_kept, 6);
+	CU_ASSERT(st.warm_dropped >= 1);
+	CU_ASSERT(f.reads > 0);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
 }
 
 static void test_crash_no_stale(void)
@@ -2129,6 +2456,12 @@ int main(void)
 	    {"invalidate mode: a written block is read from the origin", test_write_invalidate},
 	    {"a fill that raced a write is dropped", test_fill_raced_write},
 	    {"warm restart keeps the blocks; another origin does not get them", test_warm_restart},
+	    {"proof: an origin written while down starts cold", test_proof_changed_origin_cold},
+	    {"proof: an unchanged origin starts warm", test_proof_unchanged_warm},
+	    {"proof: a diff drops only the changed blocks", test_proof_diff_drops_changed_only},
+	    {"proof: none is cold unless exclusive = yes", test_proof_none_cold_unless_sole_writer},
+	    {"proof: a version 1 map starts cold", test_proof_old_map_cold},
+	    {"proof: a crash is warm only while the origin is untouched", test_proof_crash},
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
 	    {"a failing cache device: pass-through with correct data", test_device_failure},
 	    {"a failing origin: error returned, blocks dropped", test_origin_failure},

@@ -536,6 +536,59 @@ static void test_pending_login_keys(void)
 	hl_conf_free(c);
 }
 
+/* issue 17: [disk] exclusive (warm restarts of origins that cannot prove themselves unchanged) */
+static void test_disk_exclusive(void)
+{
+	struct hl_conf *c;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	parse_err("[disk d]\norigin = /x\nexclusive = maybe\n", "t.conf:3:",
+	          "exclusive: expected yes or no");
+	c = parse_ok("[disk d]\norigin = /dev/sdz\nexclusive = yes\n[disk e]\norigin = /y\n");
+	if (!c)
+		return;
+	CU_ASSERT(c->disks[0].exclusive);
+	CU_ASSERT_FALSE(c->disks[1].exclusive);
+	f = open_memstream(&buf, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "exclusive = yes\n"));
+	CU_ASSERT_PTR_NULL(strstr(strstr(buf, "[disk e]"), "exclusive"));
+	free(buf);
+	hl_conf_free(c);
+}
+
+/* issue 17: [disk] serial and naa (one LU identity on several gateways) */
+static void test_disk_identity_keys(void)
+{
+	struct hl_conf *c;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	parse_err("[disk d]\norigin = /x\nserial = a b\n", "t.conf:3:", "serial: expected 1 to 32");
+	parse_err("[disk d]\norigin = /x\nserial = 0123456789abcdef0123456789abcdef0\n", "t.conf:3:",
+	          "serial");
+	parse_err("[disk d]\norigin = /x\nnaa = 5001405abcdef0123456789abcdef001\n", "t.conf:3:",
+	          "naa: expected 32 hex digits starting with 6");
+	parse_err("[disk d]\norigin = /x\nnaa = 6001405abcdef0123456789abcdef0\n", "t.conf:3:", "naa");
+	c = parse_ok("[disk d]\norigin = /x\nserial = GW-LUN-0001\n"
+	             "naa = naa.6001405abcdef0123456789abcdef001\n");
+	if (!c)
+		return;
+	CU_ASSERT_STRING_EQUAL(c->disks[0].serial, "GW-LUN-0001");
+	CU_ASSERT_STRING_EQUAL(c->disks[0].naa, "naa.6001405abcdef0123456789abcdef001");
+	f = open_memstream(&buf, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "serial = GW-LUN-0001\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "naa = naa.6001405abcdef0123456789abcdef001\n"));
+	free(buf);
+	hl_conf_free(c);
+}
+
 static const struct hl_test tests[] = {
 	{"control characters refused", test_control_chars_refused},
 	{"same after write", test_same_after_write},
@@ -550,6 +603,8 @@ static const struct hl_test tests[] = {
 	{"NUL and long lines", test_nul_and_long_lines_rejected},
 	{"origin CHAP keys and secret file", test_origin_chap_keys},
 	{"masked origin round trip", test_masked_origin_round_trip},
+	{"[disk] exclusive", test_disk_exclusive},
+	{"[disk] serial and naa", test_disk_identity_keys},
 	{NULL, NULL},
 };
 

@@ -949,7 +949,185 @@ static void test_bench_page_cache(void)
 	free(path);
 }
 
+/* ---- warm restart proofs ---- */
+
+static void test_proof_stamp_text(void)
+{
+	struct file_stamp a = {.dev = 2049, .ino = 77, .size = 1 << 20, .ctime_s = 1700000000,
+	                       .ctime_ns = 5}, b;
+	char buf[HL_ORIGIN_PROOF_MAX];
+
+	CU_ASSERT_EQUAL(origin_file_stamp_format(&a, buf, sizeof(buf)), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "file:2049:77:1048576:1700000000.000000005");
+	CU_ASSERT_EQUAL(origin_file_stamp_parse(buf, &b), 0);
+	CU_ASSERT_PTR_NULL(origin_file_stamp_diff(&a, &b));
+	CU_ASSERT_EQUAL(origin_file_stamp_format(&a, buf, 10), -ENAMETOOLONG);
+	/* what each field says when it differs */
+	b = a;
+	b.ctime_ns++;
+	CU_ASSERT_STRING_EQUAL(origin_file_stamp_diff(&a, &b), "file changed: ctime");
+	b = a;
+	b.ctime_s--;
+	CU_ASSERT_STRING_EQUAL(origin_file_stamp_diff(&a, &b), "file changed: ctime");
+	b = a;
+	b.size += 512;
+	CU_ASSERT_STRING_EQUAL(origin_file_stamp_diff(&a, &b), "file changed: size");
+	b = a;
+	b.ino++;
+	CU_ASSERT_STRING_EQUAL(origin_file_stamp_diff(&a, &b), "file replaced (inode)");
+	b = a;
+	b.dev++;
+	CU_ASSERT_STRING_EQUAL(origin_file_stamp_diff(&a, &b), "file replaced (inode)");
+	/* bad text */
+	CU_ASSERT_EQUAL(origin_file_stamp_parse("file:1:2:3:4", &b), -EINVAL);
+	CU_ASSERT_EQUAL(origin_file_stamp_parse("file:1:2:3:4.5x", &b), -EINVAL);
+	CU_ASSERT_EQUAL(origin_file_stamp_parse("rbd:1:2:3:4.5", &b), -EINVAL);
+	CU_ASSERT_EQUAL(origin_file_stamp_parse("", &b), -EINVAL);
+}
+
+static void no_range(void *arg, uint64_t off, uint64_t len)
+{
+	(void)off, (void)len;
+	(*(int *)arg)++;
+}
+
+static int reopen_check(const char *path, const char *proof, char *why, size_t whylen)
+{
+	struct hl_origin *o;
+	int n = 0, rc;
+
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	rc = hl_origin_proof_check(o, "t", proof, no_range, &n, why, whylen);
+	CU_ASSERT_EQUAL(n, 0); /* a file reports no ranges: all or nothing */
+	hl_origin_close(o);
+	return rc;
+}
+
+static void test_proof_file(void)
+{
+	char *path = ut_tempfile(1 << 20, 3);
+	char proof[HL_ORIGIN_PROOF_MAX], p2[HL_ORIGIN_PROOF_MAX], why[HL_ORIGIN_WHY_MAX];
+	struct hl_origin *o;
+	struct timespec ts[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+	int fd;
+
+	CU_ASSERT_FATAL(path != NULL);
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", true, proof, sizeof(proof)), 0);
+	/* nothing changed: the same proof, even after a non-final retry */
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", false, p2, sizeof(p2)), 0);
+	CU_ASSERT_STRING_EQUAL(proof, p2);
+	hl_origin_close(o);
+	CU_ASSERT_EQUAL(reopen_check(path, proof, why, sizeof(why)), 0);
+	CU_ASSERT_STRING_EQUAL(why, "file unchanged");
+	/* twice: the open's own probe must not count as a change */
+	CU_ASSERT_EQUAL(reopen_check(path, proof, why, sizeof(why)), 0);
+
+	/* a write of the same bytes still moves ctime */
+	fd = open(path, O_WRONLY);
+	CU_ASSERT_FATAL(fd >= 0);
+	uint8_t b = ut_pattern(4096, 3);
+	CU_ASSERT_EQUAL(pwrite(fd, &b, 1, 4096), 1);
+	close(fd);
+	CU_ASSERT_EQUAL(reopen_check(path, proof, why, sizeof(why)), -ESTALE);
+	CU_ASSERT_STRING_EQUAL(why, "file changed: ctime");
+
+	/* utimes cannot put it back: it sets mtime, and ctime moves again */
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", true, proof, sizeof(proof)), 0);
+	hl_origin_close(o);
+	CU_ASSERT_EQUAL(utimensat(AT_FDCWD, path, ts, 0), 0);
+	CU_ASSERT_EQUAL(reopen_check(path, proof, why, sizeof(why)), -ESTALE);
+
+	/* truncate */
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", true, proof, sizeof(proof)), 0);
+	hl_origin_close(o);
+	CU_ASSERT_EQUAL(truncate(path, 2 << 20), 0);
+	CU_ASSERT_EQUAL(reopen_check(path, proof, why, sizeof(why)), -ESTALE);
+	CU_ASSERT_STRING_EQUAL(why, "file changed: size");
+
+	/* replaced by another file of the same size */
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", true, proof, sizeof(proof)), 0);
+	hl_origin_close(o);
+	char *other = ut_tempfile(2 << 20, 3);
+	CU_ASSERT_EQUAL(rename(other, path), 0);
+	free(other);
+	CU_ASSERT_EQUAL(reopen_check(path, proof, why, sizeof(why)), -ESTALE);
+	CU_ASSERT_STRING_EQUAL(why, "file replaced (inode)");
+
+	/* a proof of another kind, or none */
+	CU_ASSERT_EQUAL(reopen_check(path, "excl:2097152", why, sizeof(why)), -ESTALE);
+	CU_ASSERT_EQUAL(reopen_check(path, "", why, sizeof(why)), -ESTALE);
+	CU_ASSERT_EQUAL(reopen_check(path, NULL, why, sizeof(why)), -ESTALE);
+	CU_ASSERT_EQUAL(reopen_check(path, "rbd:x", why, sizeof(why)), -ESTALE);
+	unlink(path);
+	free(path);
+}
+
+/* A change made while the origin is open (after its proof was checked) is seen too. */
+static void test_proof_change_after_open(void)
+{
+	char *path = ut_tempfile(1 << 20, 4);
+	char proof[HL_ORIGIN_PROOF_MAX], why[HL_ORIGIN_WHY_MAX];
+	struct hl_origin *o;
+	int n = 0, fd;
+
+	CU_ASSERT_FATAL(path != NULL);
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", true, proof, sizeof(proof)), 0);
+	hl_origin_close(o);
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	usleep(20 * 1000); /* past the clock tick of the open */
+	fd = open(path, O_WRONLY);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(pwrite(fd, "x", 1, 0), 1);
+	close(fd);
+	CU_ASSERT_EQUAL(hl_origin_proof_check(o, "t", proof, no_range, &n, why, sizeof(why)),
+	                -ESTALE);
+	CU_ASSERT_STRING_EQUAL(why, "file changed: ctime since open");
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+}
+
+/* A block device proves nothing unless the admin declares it exclusive. */
+static void test_proof_sole_writer(void)
+{
+	char *path = ut_tempfile(1 << 20, 5);
+	char proof[HL_ORIGIN_PROOF_MAX], why[HL_ORIGIN_WHY_MAX];
+	struct hl_origin_opts opts = {.sole_writer = true};
+	struct hl_origin *o;
+	int n = 0;
+
+	CU_ASSERT_FATAL(path != NULL);
+	/* a regular file gives its own proof even when declared exclusive */
+	CU_ASSERT_FATAL(hl_origin_open(path, &opts, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", true, proof, sizeof(proof)), 0);
+	CU_ASSERT(strncmp(proof, "file:", 5) == 0);
+	/* the admin's word, checked: still declared, same size */
+	CU_ASSERT_EQUAL(hl_origin_proof_check(o, "t", "excl:1048576", no_range, &n, why,
+	                                      sizeof(why)), 0);
+	CU_ASSERT_STRING_EQUAL(why, "exclusive = yes");
+	CU_ASSERT_EQUAL(hl_origin_proof_check(o, "t", "excl:4096", no_range, &n, why,
+	                                      sizeof(why)), -ESTALE);
+	CU_ASSERT_STRING_EQUAL(why, "origin size changed");
+	hl_origin_close(o);
+	CU_ASSERT_FATAL(hl_origin_open(path, NULL, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_check(o, "t", "excl:1048576", no_range, &n, why,
+	                                      sizeof(why)), -ESTALE);
+	CU_ASSERT_STRING_EQUAL(why, "exclusive = yes was removed");
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+}
+
 static const struct hl_test tests[] = {
+    {"proof: stamp text and compare", test_proof_stamp_text},
+    {"proof: a regular file changed, truncated, replaced", test_proof_file},
+    {"proof: a change after open is seen", test_proof_change_after_open},
+    {"proof: exclusive = yes", test_proof_sole_writer},
     {"origin table, schemes, bare path", test_table_and_schemes},
     {"open sets size, block size, discard", test_open_properties},
     {"exclusive open locks a file", test_exclusive_file},
