@@ -94,6 +94,7 @@ struct file_origin {
 	 * hole-punch probe, which moves ctime). Warm restart proofs.
 	 */
 	struct file_stamp opened, settled;
+	struct origin_lock *lock; /* a regular file's single-gateway lock (not a cache device) */
 	long fs_type;     /* statfs f_type of a regular file's filesystem */
 	bool fs_stamps;   /* ... one whose ctime proves changes (stamp_fs_trusted) */
 };
@@ -828,24 +829,116 @@ static bool excl_wait_step(int *waited, const char *target, const char *what)
 }
 
 /*
+ * A regular file as an origin has no cluster lock to decide who owns it, so
+ * it is served by one hotlund at a time (issue 17: a file origin stays
+ * single-gateway): two gateways on one file would each cache blocks the
+ * other overwrites. A writable origin takes an exclusive flock, a read-only
+ * one a shared flock, on a descriptor of its own; a second hotlund on the
+ * file is refused at start with a message that says why. Within one process
+ * the same file may be opened twice (a disk replaced while running opens the
+ * new origin before the old one closes), so the lock is per file per
+ * process: counted, and released with the last origin on the file.
+ */
+struct origin_lock {
+	struct origin_lock *next;
+	dev_t dev;
+	ino_t ino;
+	int fd;       /* holds the flock */
+	bool excl;    /* LOCK_EX (some opener writes) or LOCK_SH */
+	unsigned refs;
+};
+
+static pthread_mutex_t origin_locks_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct origin_lock *origin_locks; /* origin_locks_mu */
+
+/* flock(fd, how|LOCK_NB), waiting as for a busy block device (a killed hotlund's I/O). */
+static int origin_flock(int fd, int how, const char *target, const char *what)
+{
+	int waited = 0;
+
+	while (flock(fd, how | LOCK_NB) != 0) {
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		if (!excl_wait_step(&waited, target, what))
+			return -EBUSY;
+	}
+	return 0;
+}
+
+static int origin_lock_take(const char *target, const struct stat *st, bool excl,
+                            struct origin_lock **out)
+{
+	struct origin_lock *l;
+	int rc = 0;
+
+	pthread_mutex_lock(&origin_locks_mu);
+	for (l = origin_locks; l; l = l->next)
+		if (l->dev == st->st_dev && l->ino == st->st_ino)
+			break;
+	if (l) {
+		if (excl && !l->excl) {
+			rc = origin_flock(l->fd, LOCK_EX, target, "file origin used by another process");
+			l->excl = rc == 0;
+		}
+		if (rc == 0)
+			l->refs++;
+	} else if (!(l = calloc(1, sizeof(*l)))) {
+		rc = -ENOMEM;
+	} else if ((l->fd = open(target, O_RDONLY | O_CLOEXEC)) < 0) {
+		rc = -errno;
+		free(l);
+	} else if ((rc = origin_flock(l->fd, excl ? LOCK_EX : LOCK_SH, target,
+	                              "file origin used by another process")) != 0) {
+		close(l->fd);
+		free(l);
+	} else {
+		l->dev = st->st_dev;
+		l->ino = st->st_ino;
+		l->excl = excl;
+		l->refs = 1;
+		l->next = origin_locks;
+		origin_locks = l;
+	}
+	pthread_mutex_unlock(&origin_locks_mu);
+	if (rc == -EBUSY)
+		HL_ERR("origin",
+		       "%s: the file is %s by another process (another hotlund?); a file origin has "
+		       "no cluster lock, so it is served by one gateway at a time",
+		       target, excl ? "in use" : "being written");
+	*out = rc ? NULL : l;
+	return rc;
+}
+
+static void origin_lock_put(struct origin_lock *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&origin_locks_mu);
+	if (--l->refs == 0) {
+		for (struct origin_lock **pp = &origin_locks; *pp; pp = &(*pp)->next) {
+			if (*pp == l) {
+				*pp = l->next;
+				break;
+			}
+		}
+		close(l->fd); /* the flock goes with it */
+		free(l);
+	}
+	pthread_mutex_unlock(&origin_locks_mu);
+}
+
+/*
  * Lock a regular file for this process alone (opts.exclusive: a cache
  * device). The lock belongs to the open file, so it lasts while anything
  * holds it, like the exclusive claim of a block device. @return 0 or -EBUSY.
  */
 static int file_lock_exclusive(int fd, const char *target)
 {
-	int waited = 0;
+	int rc = origin_flock(fd, LOCK_EX, target, "file locked by another process");
 
-	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-		if (errno != EWOULDBLOCK && errno != EINTR)
-			return -errno;
-		if (!excl_wait_step(&waited, target, "file locked by another process")) {
-			HL_ERR("origin", "%s: in use by another process (another hotlund?)",
-			       target);
-			return -EBUSY;
-		}
-	}
-	return 0;
+	if (rc == -EBUSY)
+		HL_ERR("origin", "%s: in use by another process (another hotlund?)", target);
+	return rc;
 }
 
 /*
@@ -976,6 +1069,10 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 			rc = file_lock_exclusive(fo->fd, target);
 			if (rc)
 				goto fail;
+		} else {
+			rc = origin_lock_take(target, &st, !o->read_only, &fo->lock);
+			if (rc)
+				goto fail;
 		}
 
 		o->size = (uint64_t)st.st_size;
@@ -1032,6 +1129,8 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 	        fo->memfs ? ", in memory (I/O done inline)" : "");
 	return 0;
 fail:
+	origin_lock_put(fo->lock);
+	fo->lock = NULL;
 	close(fo->fd);
 	fo->fd = -1;
 	return rc;
@@ -1040,6 +1139,9 @@ fail:
 static void file_close(struct hl_origin *o)
 {
 	struct file_origin *fo = fo_of(o);
+
+	origin_lock_put(fo->lock);
+	fo->lock = NULL;
 
 	if (fo->fd >= 0)
 		close(fo->fd);

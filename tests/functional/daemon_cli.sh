@@ -59,11 +59,25 @@ printf '[global]\nportal = 127.0.0.1:%s\nstate_dir = %s/state\n[disk d]\norigin 
 	"$port" "$tmp" "$tmp" >"$tmp/ok.conf"
 hl_start_hotlund "$tmp/ok.conf"
 [ -s "$tmp/state/install-id" ] || hl_fail "no install-id in state_dir"
-# (its own control socket: the same one is refused first, see ctl_socket.sh)
-sed "s|^state_dir = .*|&\ncontrol_socket = $tmp/second.sock|" "$tmp/ok.conf" >"$tmp/ok2.conf"
+# (its own control socket: the same one is refused first, see ctl_socket.sh;
+# its own origin file: the same one is refused too, below)
+hl_make_disk "$tmp/d2.img" 64M
+sed -e "s|^state_dir = .*|&\ncontrol_socket = $tmp/second.sock|" -e "s|/d.img|/d2.img|" \
+	"$tmp/ok.conf" >"$tmp/ok2.conf"
 err=$(timeout 10 "$HOTLUND" --config "$tmp/ok2.conf" 2>&1)
 rc=$?
 [ $rc -eq 1 ] || hl_fail "second daemon on a busy portal: exit $rc, want 1"
 grep -qi 'in use' <<<"$err" || hl_fail "busy portal not reported: '$err'"
+
+# A second gateway on the same file origin (its own portal, state and
+# control socket) is refused: a file has no cluster lock (issue 17).
+port3=$(hl_free_port)
+sed -e "s|127.0.0.1:$port|127.0.0.1:$port3|" -e "s|^state_dir = .*|state_dir = $tmp/state3\ncontrol_socket = $tmp/third.sock|" \
+	"$tmp/ok.conf" >"$tmp/ok3.conf"
+err=$(timeout 30 "$HOTLUND" --config "$tmp/ok3.conf" 2>&1)
+rc=$?
+[ $rc -eq 1 ] || hl_fail "second gateway on the same file origin: exit $rc, want 1"
+grep -q "served by one gateway at a time" <<<"$err" || hl_fail "second gateway on one file not explained: '$err'"
+hl_port_open 127.0.0.1 "$port3" && hl_fail "the refused gateway listens"
 hl_stop
 echo "daemon_cli: OK"

@@ -21,6 +21,7 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 
 #define FSIZE (1u << 20)
@@ -177,8 +178,8 @@ static void test_open_properties(void)
 
 /*
  * opts.exclusive (a cache device) locks a regular file: a second exclusive
- * open fails with -EBUSY after the wait, a plain open still works, and the
- * lock goes with the last user of the first open.
+ * open fails with -EBUSY after the wait, so does an origin open of it, and
+ * the lock goes with the last user of the first open.
  */
 static void test_exclusive_file(void)
 {
@@ -190,8 +191,8 @@ static void test_exclusive_file(void)
 	origin_file_excl_wait_ms = 200;
 	CU_ASSERT_EQUAL(hl_origin_open(path, &ex, &o2), -EBUSY);
 	CU_ASSERT_PTR_NULL(o2);
-	CU_ASSERT_EQUAL(hl_origin_open(path, NULL, &o2), 0);
-	hl_origin_close(o2);
+	CU_ASSERT_EQUAL(hl_origin_open(path, NULL, &o2), -EBUSY);
+	CU_ASSERT_PTR_NULL(o2);
 	hl_origin_close(o);
 	CU_ASSERT_EQUAL(hl_origin_open(path, &ex, &o2), 0);
 	origin_file_excl_wait_ms = 10000;
@@ -698,6 +699,62 @@ static int uring_denied_child(const char *path, const char *logpath)
 	return 0;
 }
 
+/*
+ * A regular file as an origin is one gateway's (issue 17): another process's
+ * open of it fails with -EBUSY, writable or read-only; this process may open
+ * it again (a disk replaced while running) and the lock goes with the last
+ * of its opens. Read-only opens share the file.
+ */
+/*
+ * What another process (another hotlund) would get: flock(how) on its own
+ * open of path. 0: granted, 1: refused (the file is held), -1: error. A
+ * forked child has its own open file description, as a second hotlund has.
+ */
+static int flock_in_child(const char *path, int how)
+{
+	int status = -1;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			_exit(2);
+		_exit(flock(fd, how | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 1 : 2);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+static void test_origin_single_gateway(void)
+{
+	char *path = ut_tempfile(FSIZE, 2);
+	struct hl_origin_opts ro = {.read_only = true};
+	struct hl_origin *o = NULL, *o2 = NULL;
+
+	set_mode(false);
+	hl_workers_stop();
+	origin_file_excl_wait_ms = 200;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open(path, NULL, &o), 0);
+	CU_ASSERT_EQUAL(flock_in_child(path, LOCK_EX), 1); /* another gateway: refused */
+	CU_ASSERT_EQUAL(flock_in_child(path, LOCK_SH), 1); /* read-only too: we write it */
+	CU_ASSERT_EQUAL(hl_origin_open(path, NULL, &o2), 0); /* this process: again */
+	hl_origin_close(o);
+	CU_ASSERT_EQUAL(flock_in_child(path, LOCK_EX), 1); /* o2 still holds it */
+	hl_origin_close(o2);
+	CU_ASSERT_EQUAL(flock_in_child(path, LOCK_EX), 0); /* gone with the last open */
+	/* read-only gateways share a file nobody writes */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open(path, &ro, &o), 0);
+	CU_ASSERT_EQUAL(flock_in_child(path, LOCK_SH), 0);
+	CU_ASSERT_EQUAL(flock_in_child(path, LOCK_EX), 1);
+	hl_origin_close(o);
+	origin_file_excl_wait_ms = 10000;
+	unlink(path);
+	free(path);
+}
+
 static void test_uring_denied(void)
 {
 	char *path = ut_tempfile(FSIZE, 13);
@@ -1153,6 +1210,7 @@ static const struct hl_test tests[] = {
     {"O_DIRECT (workers)", direct_workers},
     {"O_DIRECT (tmpfs, inline)", direct_memfs},
     {"io_uring denied (seccomp): worker pool, one NOTICE", test_uring_denied},
+    {"a file origin is one gateway's (flock)", test_origin_single_gateway},
     {"block device (io_uring)", test_block_device_uring},
     {"block device (workers)", test_block_device_workers},
     {"bench: 4 KiB page-cache reads", test_bench_page_cache},
