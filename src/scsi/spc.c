@@ -230,6 +230,15 @@ enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd)
 		scsi_sense_invalid_cdb(cmd, 2, -1);
 		return SCSI_DONE;
 	}
+	/*
+	 * The nexus gets the new inventory (SAM-5 5.14, LUICLR in SPC-4): the
+	 * condition is cleared before the map is read, so a change made meanwhile
+	 * (its map stored before its unit attention is queued) is either in this
+	 * list or reported again, never lost.
+	 */
+	if (cmd->nexus)
+		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id,
+		                  SCSI_ASC_REPORTED_LUNS_CHANGED);
 	memset(buf, 0, sizeof(buf));
 	/* select 1 asks for well known LUs only: there are none */
 	if (select != 0x01) {
@@ -245,10 +254,6 @@ enum scsi_exec_result spc_report_luns(struct hl_scsi_cmd *cmd)
 	}
 	hl_put_be32(buf, 8 * n);
 	scsi_data_in(cmd, buf, 8 + 8 * n, alloc);
-	/* the nexus now has the new inventory (SAM-5 5.14, LUICLR in SPC-4) */
-	if (cmd->nexus)
-		scsi_ua_clear_map(cmd->map, cmd->lu, cmd->nexus->id,
-		                  SCSI_ASC_REPORTED_LUNS_CHANGED);
 	return SCSI_DONE;
 }
 
