@@ -64,6 +64,9 @@ allow = ALL
 EOF
 if [ -n "$MNT" ]; then
 	hl_make_disk "$T/f0.img" 64M
+	# made at its size (sparse) beforehand: the start-up check refuses a new
+	# cache file that cannot fit, and only warns about one an earlier run made
+	truncate -s 64M "$MNT/c0.cache" || hl_error "cannot create $MNT/c0.cache"
 	cat >>"$T/front.conf" <<EOF
 lun.1 = f0
 [cache c0]
