@@ -174,10 +174,27 @@ int hl_iscsi_sessions_list(struct hl_iscsi_server *srv,
  * requests logout", within timeout_s), and wait up to timeout_s for the
  * sessions to end. A session's Logout Response waits for the commands it
  * still has executing and tells the initiator to wait time2wait_s before it
- * logs in again. Main thread. @return the sessions still open at the end.
+ * logs in again. keep_listening: the listening sockets stay open (the next
+ * process inherits them: reconnects wait in their backlog), else they are
+ * shut down (reconnects are refused at once). Main thread. @return the
+ * sessions still open at the end.
  */
 unsigned hl_iscsi_server_drain(struct hl_iscsi_server *srv, unsigned timeout_s,
-                               unsigned time2wait_s);
+                               unsigned time2wait_s, bool keep_listening);
+
+/**
+ * Listening sockets the previous process handed over (systemd's fd store,
+ * LISTEN_FDS): a later hl_iscsi_portal_add for the same address uses one
+ * instead of binding a new socket. The server takes the fds (closes those
+ * that are not listening sockets). Main thread, before the portals are added.
+ */
+void hl_iscsi_server_inherit(struct hl_iscsi_server *srv, const int *fds, unsigned n);
+
+/** Close the handed-over sockets no portal took. Main thread, after the portals. */
+void hl_iscsi_server_inherit_done(struct hl_iscsi_server *srv);
+
+/** The portals' listening sockets (to hand over to the next process). @return how many. */
+unsigned hl_iscsi_server_listen_fds(struct hl_iscsi_server *srv, int *fds, unsigned max);
 
 /** Login authentication counters since the server started. */
 struct hl_iscsi_auth_stats {

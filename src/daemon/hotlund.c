@@ -230,6 +230,12 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	sc.write_buffer_limit = loaded->write_buffer_limit;
 	rc = hl_iscsi_server_create(&sc, &d->server);
 	if (rc == 0) {
+		/* the previous process's listening sockets, from systemd's fd store */
+		int fds[64];
+		unsigned n = daemon_service_listen_fds(fds, 64);
+		hl_iscsi_server_inherit(d->server, fds, n);
+	}
+	if (rc == 0) {
 		struct hl_iscsi_write_stats ws;
 		hl_iscsi_write_stats(d->server, &ws);
 		HL_NOTICE("daemon",
@@ -277,6 +283,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 		return -ENOMEM;
 	}
 	rc = daemon_apply(d, loaded, false, err, sizeof(err));
+	hl_iscsi_server_inherit_done(d->server); /* sockets no portal took */
 	if (rc) {
 		HL_ERR("daemon", "%s", err);
 		return rc;
@@ -489,11 +496,17 @@ int main(int argc, char **argv)
 		/*
 		 * A planned stop: every initiator is asked to log out and come
 		 * back, so a restart (an upgrade) costs them a pause, not an I/O
-		 * error; the commands they have in flight finish first.
+		 * error; the commands they have in flight finish first. Under
+		 * systemd the listening sockets go to its fd store first: the
+		 * initiators' reconnects wait in their backlog for the next
+		 * process instead of being refused and backing off.
 		 */
+		int fds[64];
+		unsigned nfds = hl_iscsi_server_listen_fds(d.server, fds, 64);
+		bool kept = daemon_service_store_fds(fds, nfds);
 		unsigned t = atomic_load(&d.logout_timeout_s);
 		if (t)
-			hl_iscsi_server_drain(d.server, t, DRAIN_TIME2WAIT_S);
+			hl_iscsi_server_drain(d.server, t, DRAIN_TIME2WAIT_S, kept);
 	}
 	stop(&d);
 	return rc ? 1 : 0;

@@ -203,6 +203,49 @@ void daemon_service_stopping(void)
 	notify("STOPPING=1\nSTATUS=stopping");
 }
 
+/* ---- listening sockets across a restart (systemd's fd store) ---- */
+
+unsigned daemon_service_listen_fds(int *fds, unsigned max)
+{
+	unsigned n = 0;
+#ifdef HAVE_LIBSYSTEMD
+	int got = sd_listen_fds(1); /* unsets LISTEN_*: children do not see them */
+
+	for (int i = 0; i < got; i++) {
+		if ((unsigned)i < max)
+			fds[n++] = SD_LISTEN_FDS_START + i;
+		else
+			close(SD_LISTEN_FDS_START + i);
+	}
+	if (n)
+		HL_NOTICE("daemon", "%u listening socket(s) handed over by the service manager", n);
+#endif
+	(void)fds;
+	(void)max;
+	return n;
+}
+
+bool daemon_service_store_fds(const int *fds, unsigned n)
+{
+#ifdef HAVE_LIBSYSTEMD
+	if (!g_notify || !n)
+		return false;
+	int rc = sd_pid_notify_with_fds(0, 0, "FDSTORE=1\nFDNAME=portal", fds, n);
+	if (rc <= 0) {
+		HL_INFO("daemon", "listening sockets not handed to the service manager: %s",
+			rc < 0 ? strerror(-rc) : "no NOTIFY_SOCKET");
+		return false;
+	}
+	HL_INFO("daemon", "%u listening socket(s) handed to the service manager for the next start",
+		n);
+	return true;
+#else
+	(void)fds;
+	(void)n;
+	return false;
+#endif
+}
+
 /* ---- the watchdog (main thread) ---- */
 
 static void poke_cb(void *arg)

@@ -35,6 +35,23 @@ void daemon_service_reload(struct daemon *d, void (*reload)(struct daemon *d));
 void daemon_service_stopping(void);
 
 /**
+ * Listening sockets the service manager passes (LISTEN_FDS: the previous
+ * process's portals, kept in its fd store across a restart): up to max of
+ * them into fds (the caller takes them). Before any thread starts.
+ * @return how many.
+ */
+unsigned daemon_service_listen_fds(int *fds, unsigned max);
+
+/**
+ * Hand the portals' listening sockets to the service manager (FDSTORE=1;
+ * hotlund.service has FileDescriptorStoreMax=), so that connections made
+ * while hotlund restarts wait in their backlog for the next process.
+ * @return true when the manager took them (the caller then keeps them
+ * listening); false without a service manager.
+ */
+bool daemon_service_store_fds(const int *fds, unsigned n);
+
+/**
  * How long the main thread may wait for a signal before the next
  * daemon_service_tick(), in milliseconds; -1: forever (nothing to do).
  */

@@ -35,6 +35,7 @@
 #define ISCSI_MAX_R2T          4   /* our cap on outstanding R2Ts per task */
 #define ISCSI_RBUF_SIZE        (128 * 1024)
 #define ISCSI_LOGIN_TIMEOUT_MS 30000
+#define ISCSI_INHERITED_MAX    64 /* listening sockets handed over at start */
 /*
  * A WRITE whose data the initiator owes (unsolicited data, or an R2T it was
  * sent) and that saw none of it for this long: the connection is closed (at
@@ -215,6 +216,12 @@ struct hl_iscsi_server {
 	uint16_t next_tsih;             /* lock */
 	bool stopping;                  /* lock */
 	bool draining;                  /* lock: hl_iscsi_server_drain ran: no new sessions */
+	/* listening sockets the previous process handed over (main thread, before portals) */
+	struct {
+		int fd;
+		struct sockaddr_storage addr;
+	} inherited[ISCSI_INHERITED_MAX];
+	unsigned n_inherited;
 	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
 	unsigned pending_calls;         /* lock: destroy waits for these */
 	struct iscsi_wbudget wb;        /* its own lock */

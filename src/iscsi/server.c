@@ -18,6 +18,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <stdatomic.h>
@@ -680,25 +681,115 @@ static bool addr_is_wildcard(const struct sockaddr_storage *ss)
 	return false;
 }
 
+/* ---- listening sockets handed over by the previous process ---- */
+
+static bool same_sockaddr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+		return x->sin6_port == y->sin6_port &&
+		       memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+	}
+	return false;
+}
+
+void hl_iscsi_server_inherit(struct hl_iscsi_server *srv, const int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n && srv->n_inherited < ISCSI_INHERITED_MAX; i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int listening = 0;
+		socklen_t ll = sizeof(listening);
+
+		if (getsockname(fds[i], (struct sockaddr *)&ss, &len) < 0 ||
+		    getsockopt(fds[i], SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) < 0 || !listening) {
+			close(fds[i]); /* not a listening socket of ours */
+			continue;
+		}
+		fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+		fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+		srv->inherited[srv->n_inherited].fd = fds[i];
+		srv->inherited[srv->n_inherited].addr = ss;
+		srv->n_inherited++;
+	}
+}
+
+/* An inherited listening socket on ss, taken out of the list, or -1. */
+static int inherited_take(struct hl_iscsi_server *srv, const struct sockaddr_storage *ss)
+{
+	for (unsigned i = 0; i < srv->n_inherited; i++) {
+		if (!same_sockaddr(&srv->inherited[i].addr, ss))
+			continue;
+		int fd = srv->inherited[i].fd;
+		srv->inherited[i] = srv->inherited[--srv->n_inherited];
+		return fd;
+	}
+	return -1;
+}
+
+void hl_iscsi_server_inherit_done(struct hl_iscsi_server *srv)
+{
+	char buf[80];
+
+	for (unsigned i = 0; i < srv->n_inherited; i++) {
+		HL_NOTICE(ISCSI_LOG, "listening socket %s handed over is not a portal any more; closed",
+		          hl_format_sockaddr(&srv->inherited[i].addr, buf, sizeof(buf)));
+		close(srv->inherited[i].fd);
+	}
+	srv->n_inherited = 0;
+}
+
+unsigned hl_iscsi_server_listen_fds(struct hl_iscsi_server *srv, int *fds, unsigned max)
+{
+	struct iscsi_portal *p;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(p, &srv->portals, link)
+	{
+		if (n < max)
+			fds[n++] = p->fd;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return n;
+}
+
 int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_t tpgt, char *bound,
                         size_t bound_len)
 {
 	struct sockaddr_storage ss;
 	unsigned sslen = sizeof(ss);
 	int one = 1, fd, rc;
+	bool handed_over = false;
 
 	if (!portal || hl_parse_portal(portal, HL_ISCSI_DEFAULT_PORT, &ss, &sslen) < 0)
 		return -EINVAL;
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (ss.ss_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, sslen) < 0 || listen(fd, 128) < 0) {
-		rc = -errno;
-		close(fd);
-		return rc;
+	/*
+	 * The previous process's socket (a restart under systemd, its fd store):
+	 * connections made while no process ran wait in its backlog, instead of
+	 * being refused, and are accepted now.
+	 */
+	fd = inherited_take(srv, &ss);
+	if (fd >= 0) {
+		handed_over = true;
+	} else {
+		fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (ss.ss_family == AF_INET6)
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+		if (bind(fd, (struct sockaddr *)&ss, sslen) < 0 || listen(fd, 128) < 0) {
+			rc = -errno;
+			close(fd);
+			return rc;
+		}
 	}
 	struct iscsi_portal *p = calloc(1, sizeof(*p));
 	if (!p) {
@@ -729,8 +820,9 @@ int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_
 		return rc;
 	}
 	char buf[80];
-	HL_NOTICE(ISCSI_LOG, "listening on %s (tpgt %u)",
-	          hl_format_sockaddr(&p->addr, buf, sizeof(buf)), p->tpgt);
+	HL_NOTICE(ISCSI_LOG, "listening on %s (tpgt %u)%s",
+	          hl_format_sockaddr(&p->addr, buf, sizeof(buf)), p->tpgt,
+	          handed_over ? ", the socket the previous process handed over" : "");
 	return 0;
 }
 
@@ -874,7 +966,7 @@ static unsigned normal_sessions_locked(struct hl_iscsi_server *srv)
 }
 
 unsigned hl_iscsi_server_drain(struct hl_iscsi_server *srv, unsigned timeout_s,
-                               unsigned time2wait_s)
+                               unsigned time2wait_s, bool keep_listening)
 {
 	struct timespec now, end;
 	unsigned left, asked;
@@ -887,8 +979,13 @@ unsigned hl_iscsi_server_drain(struct hl_iscsi_server *srv, unsigned timeout_s,
 	srv->draining = true; /* a login still under way is refused (service unavailable) */
 	asked = normal_sessions_locked(srv);
 	pthread_mutex_unlock(&srv->lock);
-	/* no new connections: an initiator that logs out must not come back to us */
-	if (hl_reactor_call(srv->reactors[0], portals_stop_listening, srv) < 0)
+	/*
+	 * No new connections: an initiator that logs out must not come back to
+	 * us. Refused at once, or (keep_listening: the sockets go to the next
+	 * process) left waiting in the backlog for the next process to accept.
+	 */
+	if (hl_reactor_call(srv->reactors[0],
+	                    keep_listening ? portals_disarm : portals_stop_listening, srv) < 0)
 		iscsi_call_done(srv);
 	for (unsigned i = 0; i < srv->n_reactors; i++) {
 		struct drain_req *q = malloc(sizeof(*q));

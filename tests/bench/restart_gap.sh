@@ -23,8 +23,10 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
 tmp=$(mktemp -d /tmp/hotlun-restart-gap.XXXXXX)
 pid=
+fake=
 cleanup() {
 	[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	[ -n "$fake" ] && kill -TERM "$fake" 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -90,7 +92,43 @@ for i in $(seq 1 "$ROUNDS"); do
 	read -r h1 r1 < <(stat)
 	python3 -c "import sys
 g, e, s, t, h0, r0, h1, r1 = sys.argv[1:]
-print('restart gap_s=%.2f stop_s=%s start_s=%s errors=%s hit_pct_after=%.1f' % (
+print('restart mode=plain gap_s=%.2f stop_s=%s start_s=%s errors=%s hit_pct_after=%.1f' % (
     int(g) / 1e6, s, t, e or '?', 100.0 * (int(h1) - int(h0)) / max(1, int(r1) - int(r0))))" \
 		"${max_us:-0}" "$errors" "$stop_s" "$start_s" "$h0" "$r0" "$h1" "$r1"
 done
+kill -TERM "$pid"
+wait "$pid" || true
+pid=
+
+# The same under a (stand-in) systemd with the fd store: the listening socket
+# goes to it at SIGTERM and comes back to the next process.
+mkfifo "$tmp/ctl"
+python3 "$SRC/tests/functional/fake_systemd.py" "$tmp/notify.log" -- "$BUILD/hotlund" \
+	--config "$tmp/hotlun.conf" <"$tmp/ctl" >"$tmp/systemd.out" 2>>"$tmp/hotlund.log" &
+fake=$!
+exec 7>"$tmp/ctl"
+until grep -q '^READY' "$tmp/systemd.out"; do sleep 0.05; done
+for i in $(seq 1 "$ROUNDS"); do
+	"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd 8 --time 8 "$url" >"$tmp/run.out" 2>"$tmp/run.err" &
+	bench=$!
+	sleep 3
+	n=$(grep -c '^RESTARTED' "$tmp/systemd.out" || true)
+	echo restart >&7
+	until [ "$(grep -c '^RESTARTED\|^NOT-READY' "$tmp/systemd.out")" -gt "$n" ]; do sleep 0.05; done
+	wait "$bench" || true
+	sum=$(tail -n 1 "$tmp/run.out")
+	max_us=$(sed -n 's/.* max_us=\([0-9]*\).*/\1/p' <<<"$sum")
+	errors=$(sed -n 's/.* errors=\([0-9]*\).*/\1/p' <<<"$sum")
+	ms=$(tail -n 1 "$tmp/systemd.out" | sed -n 's/.*gap_ms=\([0-9]*\).*/\1/p')
+	read -r h0 r0 < <(stat)
+	"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd 8 --time 5 "$url" >/dev/null
+	read -r h1 r1 < <(stat)
+	python3 -c "import sys
+g, e, ms, h0, r0, h1, r1 = sys.argv[1:]
+print('restart mode=handover gap_s=%.2f sigterm_to_ready_s=%.2f errors=%s hit_pct_after=%.1f' % (
+    int(g) / 1e6, int(ms or 0) / 1e3, e or '?', 100.0 * (int(h1) - int(h0)) / max(1, int(r1) - int(r0))))" \
+		"${max_us:-0}" "$errors" "$ms" "$h0" "$r0" "$h1" "$r1"
+done
+echo stop >&7
+exec 7>&-
+wait "$fake" || true
