@@ -378,7 +378,8 @@ static void path_down(struct bench *b, struct session *s, unsigned i, const char
 		iscsi_destroy_context(ctx);
 }
 
-static struct iscsi_context *path_context(struct bench *b)
+/* A context for the URL's target; with several paths, without libiscsi's reconnect. */
+static struct iscsi_context *path_context(struct bench *b, bool multipath)
 {
 	struct iscsi_context *ctx = iscsi_create_context(b->o.initiator);
 
@@ -390,7 +391,8 @@ static struct iscsi_context *path_context(struct bench *b)
 	if (b->user[0])
 		iscsi_set_initiator_username_pwd(ctx, b->user, b->passwd);
 	/* a lost connection is a failed path: its commands move, libiscsi does not retry */
-	iscsi_set_noautoreconnect(ctx, 1);
+	if (multipath)
+		iscsi_set_noautoreconnect(ctx, 1);
 	return ctx;
 }
 
@@ -428,7 +430,7 @@ static void paths_tend(struct bench *b, struct session *s, uint64_t now)
 		}
 		if (now < p->next_try_ns || b->phase == PH_DRAIN)
 			continue;
-		p->iscsi = path_context(b);
+		p->iscsi = path_context(b, true);
 		if (!p->iscsi)
 			continue;
 		p->relogin = true;
@@ -970,9 +972,8 @@ static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
 				p->next_try_ns = now_ns() + 1000000000ULL;
 				continue;
 			}
-			iscsi_set_noautoreconnect(p->iscsi, 1);
 		} else {
-			p->iscsi = path_context(b);
+			p->iscsi = path_context(b, true);
 			if (!p->iscsi)
 				return -ENOMEM;
 			if (iscsi_full_connect_sync(p->iscsi, p->portal, s->lun) != 0) {
@@ -1013,44 +1014,46 @@ static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
 
 static int session_open(struct bench *b, struct session *s, unsigned idx)
 {
+	struct iscsi_context *parse = iscsi_create_context(b->o.initiator);
 	struct iscsi_url *url;
+	char portal[256];
 
 	s->b = b;
-	s->iscsi = iscsi_create_context(b->o.initiator);
+	if (!parse) {
+		fprintf(stderr, "hotlun-bench: cannot create an iSCSI context\n");
+		return -ENOMEM;
+	}
+	url = iscsi_parse_full_url(parse, b->o.url);
+	if (!url) {
+		fprintf(stderr, "hotlun-bench: bad URL '%s': %s\n", b->o.url, iscsi_get_error(parse));
+		iscsi_destroy_context(parse);
+		return -EINVAL;
+	}
+	snprintf(b->target, sizeof(b->target), "%s", url->target);
+	snprintf(b->user, sizeof(b->user), "%s", url->user);
+	snprintf(b->passwd, sizeof(b->passwd), "%s", url->passwd);
+	snprintf(portal, sizeof(portal), "%s", url->portal);
+	s->lun = url->lun;
+	iscsi_destroy_url(url);
+	iscsi_destroy_context(parse);
+
+	s->iscsi = path_context(b, b->o.npaths > 0);
 	if (!s->iscsi) {
 		fprintf(stderr, "hotlun-bench: cannot create an iSCSI context\n");
 		return -ENOMEM;
 	}
-	url = iscsi_parse_full_url(s->iscsi, b->o.url);
-	if (!url) {
-		fprintf(stderr, "hotlun-bench: bad URL '%s': %s\n", b->o.url,
+	snprintf(s->paths[0].portal, sizeof(s->paths[0].portal), "%s", portal);
+	if (iscsi_full_connect_sync(s->iscsi, portal, s->lun) != 0) {
+		fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx, portal,
 		        iscsi_get_error(s->iscsi));
-		return -EINVAL;
-	}
-	iscsi_set_targetname(s->iscsi, url->target);
-	iscsi_set_session_type(s->iscsi, ISCSI_SESSION_NORMAL);
-	iscsi_set_header_digest(s->iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
-	if (url->user[0])
-		iscsi_set_initiator_username_pwd(s->iscsi, url->user, url->passwd);
-	snprintf(b->target, sizeof(b->target), "%s", url->target);
-	snprintf(b->user, sizeof(b->user), "%s", url->user);
-	snprintf(b->passwd, sizeof(b->passwd), "%s", url->passwd);
-	snprintf(s->paths[0].portal, sizeof(s->paths[0].portal), "%s", url->portal);
-	s->lun = url->lun;
-	if (iscsi_full_connect_sync(s->iscsi, url->portal, url->lun) != 0) {
-		fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx,
-		        url->portal, iscsi_get_error(s->iscsi));
-		iscsi_destroy_url(url);
 		if (!b->o.npaths)
 			return -ECONNREFUSED;
+		/* another path may do */
 		iscsi_destroy_context(s->iscsi);
 		s->iscsi = NULL;
 		s->paths[0].state = PATH_DOWN;
 	}
-	iscsi_destroy_url(url);
-	if (!b->o.npaths)
-		return 0;
-	return session_paths_open(b, s, idx);
+	return b->o.npaths ? session_paths_open(b, s, idx) : 0;
 }
 
 static int read_capacity(struct bench *b)

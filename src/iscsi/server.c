@@ -862,30 +862,14 @@ static void portals_stop_listening(void *arg)
 	portals_quiesce(arg, true);
 }
 
+static struct iscsi_conn **reactor_conns(struct hl_iscsi_server *srv, size_t *n);
+
 static void reactor_shutdown(void *arg)
 {
 	struct hl_iscsi_server *srv = arg;
-	struct hl_reactor *me = hl_reactor_current();
-	struct iscsi_conn **victims = NULL;
-	size_t n = 0, cap = 0;
-	struct iscsi_conn *c;
+	size_t n = 0;
+	struct iscsi_conn **victims = reactor_conns(srv, &n);
 
-	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link)
-	{
-		if (c->reactor != me || c->state == CONN_CLOSED)
-			continue;
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 16;
-			struct iscsi_conn **nv = realloc(victims, nc * sizeof(*nv));
-			if (!nv)
-				break;
-			victims = nv;
-			cap = nc;
-		}
-		victims[n++] = c;
-	}
-	pthread_mutex_unlock(&srv->lock);
 	for (size_t i = 0; i < n; i++)
 		iscsi_conn_close(victims[i], "server stopping");
 	free(victims);
@@ -906,6 +890,37 @@ static bool wait_idle(struct hl_iscsi_server *srv, bool conns_too)
 	return true;
 }
 
+/*
+ * The live connections of the calling reactor, in an array the caller frees
+ * (NULL, *n = 0 without any or without memory). Only this reactor frees
+ * them, so they stay valid on it after the lock is dropped.
+ */
+static struct iscsi_conn **reactor_conns(struct hl_iscsi_server *srv, size_t *n)
+{
+	struct hl_reactor *me = hl_reactor_current();
+	struct iscsi_conn **v = NULL, *c;
+	size_t cap = 0;
+
+	*n = 0;
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(c, &srv->conns, srv_link)
+	{
+		if (c->reactor != me || c->state == CONN_CLOSED)
+			continue;
+		if (*n == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			struct iscsi_conn **nv = realloc(v, nc * sizeof(*nv));
+			if (!nv)
+				break;
+			v = nv;
+			cap = nc;
+		}
+		v[(*n)++] = c;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return v;
+}
+
 /* ---- drain: every initiator asked to log out, for a restart ---- */
 
 uint16_t iscsi_server_time2wait(struct hl_iscsi_server *srv)
@@ -922,27 +937,9 @@ static void request_logouts(void *arg)
 {
 	struct drain_req *q = arg;
 	struct hl_iscsi_server *srv = q->srv;
-	struct hl_reactor *me = hl_reactor_current();
-	struct iscsi_conn **conns = NULL;
-	size_t n = 0, cap = 0;
-	struct iscsi_conn *c;
+	size_t n = 0;
+	struct iscsi_conn **conns = reactor_conns(srv, &n);
 
-	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link)
-	{
-		if (c->reactor != me)
-			continue;
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 16;
-			struct iscsi_conn **nv = realloc(conns, nc * sizeof(*nv));
-			if (!nv)
-				break;
-			conns = nv;
-			cap = nc;
-		}
-		conns[n++] = c;
-	}
-	pthread_mutex_unlock(&srv->lock);
 	/* only this reactor frees its connections: they stay valid here */
 	for (size_t i = 0; i < n; i++) {
 		iscsi_conn_enter(conns[i]);
