@@ -420,6 +420,7 @@ static void test_masked_origin_round_trip(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "not shown"));
 	CU_ASSERT_STRING_EQUAL(c->disks[0].origin,
 			       "iscsi://u%Sxx-0123456789@10.0.0.1/iqn.2026-11.io.san:t/0");
+	hl_conf_free(c);
 }
 
 /* issue 19 item 4: a value may not carry a control character, whichever way it comes */
