@@ -528,6 +528,19 @@ static void close_interval(struct bench *b, uint64_t now);
 static int submit(struct bench *b, struct session *s, struct slot *sl);
 static bool may_issue(const struct bench *b);
 
+/* A slot whose I/O ended: its next I/O (or the same one again) goes out, else it waits idle. */
+static void slot_next(struct bench *b, struct session *s, struct slot *sl)
+{
+	if (may_issue(b) && !b->fatal) {
+		int rc = submit(b, s, sl);
+		if (rc == 0)
+			return;
+		if (rc < 0)
+			b->fatal = rc;
+	}
+	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+}
+
 /* The command ended unexecuted or must go again: the same I/O is sent again. */
 static void requeue(struct bench *b, struct session *s, struct slot *sl, struct scsi_task *task)
 {
@@ -542,14 +555,7 @@ static void requeue(struct bench *b, struct session *s, struct slot *sl, struct 
 	b->inflight--;
 	sl->planned = true; /* the same I/O goes out again */
 	sl->resend = true;  /* its latency counts from the first attempt */
-	if (may_issue(b) && !b->fatal) {
-		int rc = submit(b, s, sl);
-		if (rc == 0)
-			return;
-		if (rc < 0)
-			b->fatal = rc;
-	}
-	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+	slot_next(b, s, sl);
 }
 
 static void io_done(struct iscsi_context *iscsi, int status, void *command_data, void *private)
@@ -659,14 +665,7 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 	 * poll round, as with any tight libiscsi loop, instead of waiting for
 	 * the refill pass after iscsi_service() returns.
 	 */
-	if (may_issue(b) && !b->fatal) {
-		int rc = submit(b, s, sl);
-		if (rc == 0)
-			return;
-		if (rc < 0)
-			b->fatal = rc;
-	}
-	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+	slot_next(b, s, sl);
 }
 
 /* Start one I/O on an idle slot. @return 0 started, 1 must wait (verify lock), <0 fatal. */

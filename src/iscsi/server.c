@@ -492,15 +492,21 @@ static struct iscsi_pending_addr *pending_admit(struct hl_iscsi_server *srv, str
 	return NULL;
 }
 
+/* c no longer counts as a pending login. Lock held. */
+static void pending_release_locked(struct iscsi_conn *c)
+{
+	if (c->pend_portal || c->pend_addr)
+		pending_put_locked(c->pend_portal, c->pend_addr);
+	c->pend_portal = NULL;
+	c->pend_addr = NULL;
+}
+
 void iscsi_conn_pending_release(struct iscsi_conn *c)
 {
 	struct hl_iscsi_server *srv = c->srv;
 
 	pthread_mutex_lock(&srv->lock);
-	if (c->pend_portal || c->pend_addr)
-		pending_put_locked(c->pend_portal, c->pend_addr);
-	c->pend_portal = NULL;
-	c->pend_addr = NULL;
+	pending_release_locked(c);
 	pthread_mutex_unlock(&srv->lock);
 }
 
@@ -532,10 +538,7 @@ void iscsi_conn_unlink(struct iscsi_conn *c)
 	struct hl_iscsi_server *srv = c->srv;
 
 	pthread_mutex_lock(&srv->lock);
-	if (c->pend_portal || c->pend_addr)
-		pending_put_locked(c->pend_portal, c->pend_addr);
-	c->pend_portal = NULL;
-	c->pend_addr = NULL;
+	pending_release_locked(c);
 	if (!hl_list_empty(&c->srv_link)) {
 		hl_list_del(&c->srv_link);
 		srv->n_conns--;
