@@ -111,6 +111,9 @@ struct hl_conf_target {
 #define HL_CONF_LOGOUT_TIMEOUT_MAX     600
 /* [global] max_pending_logins{,_per_addr}: 1 .. this (unset: HL_ISCSI_MAX_PENDING_LOGINS...) */
 #define HL_CONF_PENDING_LOGINS_MAX 1000000
+/* [global] gateway / gateways: ids 1 .. this, at most HL_CONF_GATEWAYS_MAX of them */
+#define HL_CONF_GATEWAY_MAX  255
+#define HL_CONF_GATEWAYS_MAX 16
 
 struct hl_conf {
 	char *path;            /* file it came from, or "<builtin>" */
@@ -126,6 +129,14 @@ struct hl_conf {
 	unsigned max_pending_logins;          /* per portal, 0: unset (the iscsi default) */
 	unsigned max_pending_logins_per_addr; /* per source address, 0: unset */
 	char *discovery_chap_user, *discovery_chap_secret;
+	/*
+	 * Several gateways, one LUN (docs/gateways.md): this gateway's id (its
+	 * ALUA target port group), 0: a lone gateway; and the ids of every
+	 * gateway that serves the same disks, this one included (sorted).
+	 */
+	unsigned gateway;
+	uint16_t gateways[HL_CONF_GATEWAYS_MAX];
+	size_t n_gateways;
 	struct hl_conf_disk *disks;
 	size_t n_disks;
 	struct hl_conf_cache *caches;

@@ -109,6 +109,12 @@ struct hl_origin_opts {
 	bool exclusive;        /* file: a regular file is locked (flock) like a writable
 	                          block device is (O_EXCL): -EBUSY while another process
 	                          holds it, after waiting as for a busy block device */
+	uint16_t gateway;      /* [global] gateway: one of several gateways serving this
+	                          origin. Ownership (the own_* ops) is then driven by the
+	                          ownership module (hotlun/owner.h): open takes nothing
+	                          (no lock, no reservation) and I/O other than reads for
+	                          proofs happens only while the origin is ours. 0: a lone
+	                          gateway (open takes what it needs, as always) */
 	bool sole_writer;      /* [disk] exclusive = yes: the admin declares that nobody
 	                          else writes the origin while hotlund is down, so an
 	                          origin that cannot prove it unchanged is trusted
@@ -154,6 +160,27 @@ typedef void (*hl_origin_event_fn)(void *arg, struct hl_origin *o, enum hl_origi
 
 /** A byte range that may have changed (hl_origin_proof_check). */
 typedef void (*hl_origin_changed_fn)(void *arg, uint64_t offset, uint64_t length);
+
+/*
+ * Ownership among gateways (docs/gateways.md). With several gateways on one
+ * origin, at most one owns it: only the owner writes it and serves cached
+ * data. The cluster behind the origin decides and enforces it (rbd: the
+ * image's exclusive lock, a break blocklists the old owner; a SAN LUN: a
+ * SCSI-3 persistent reservation, a takeover preempts the old owner's key).
+ * The ownership module (hotlun/owner.h) drives these ops from its own
+ * thread; they may block on the cluster (a few seconds at most).
+ */
+
+/** What one gateway can see of a disk's ownership (own_peek, own_renew). */
+struct hl_own_info {
+	uint16_t owner;     /* gateway id of the owner, 0: none or unknown */
+	uint64_t epoch;     /* the owner's epoch (each acquisition counts one up), 0: unknown */
+	uint64_t beat;      /* the owner's heartbeat: changes while it is alive and renews */
+	bool has_beat;      /* the backend publishes a heartbeat (rbd); without one a
+	                       standby never takes over on silence, only on request */
+	bool released;      /* the last owner handed the disk back (planned): take it */
+	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none */
+};
 
 /** A backend. Members are mandatory unless marked optional. */
 struct hl_origin_ops {
@@ -209,6 +236,39 @@ struct hl_origin_ops {
 	 * Main thread, after open. @return 0 or -EOPNOTSUPP.
 	 */
 	int (*identity)(struct hl_origin *o, char *buf, size_t len);
+
+	/* ---- ownership among gateways (all optional, all or none) ---- */
+	/**
+	 * Become the owner as gateway `gw` with `epoch`. Without force: only
+	 * when nobody owns the origin (free, or released). With force: take it
+	 * from a live-looking owner too, fencing that owner through the cluster
+	 * (blocklist, PR preempt) so that its later writes are refused. On 0
+	 * the cluster refuses writes from every other gateway. `why` gets a
+	 * short reason on failure. @return 0, -EBUSY (owned, no force),
+	 * -ESHUTDOWN (this gateway is fenced itself), or -errno.
+	 */
+	int (*own_acquire)(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
+	                   size_t whylen);
+	/**
+	 * The owner, every lease/4: prove through a round trip to the cluster
+	 * that the origin is still ours (and publish the heartbeat); fills info
+	 * (requester: a peer's request to hand over). @return 0, or -ESHUTDOWN:
+	 * fenced (another gateway took it), or -errno (cluster unreachable:
+	 * the lease runs out unless a later renew succeeds).
+	 */
+	int (*own_renew)(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info);
+	/**
+	 * Hand the origin over: every write completed and is durable; after
+	 * this another gateway may take it at once (info.released).
+	 */
+	int (*own_release)(struct hl_origin *o, uint16_t gw, uint64_t epoch);
+	/** A standby: who owns the origin now. @return 0 or -errno. */
+	int (*own_peek)(struct hl_origin *o, struct hl_own_info *info);
+	/**
+	 * A standby asks the owner to hand over (it sees the request at its
+	 * next own_renew). Optional: without it a request is a forced acquire.
+	 */
+	int (*own_request)(struct hl_origin *o, uint16_t gw);
 };
 
 struct hl_origin {

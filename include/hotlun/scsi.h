@@ -182,6 +182,74 @@ const char *hl_lu_name(const struct hl_lu *lu);
 uint64_t hl_lu_num_blocks(const struct hl_lu *lu);
 uint32_t hl_lu_block_size(const struct hl_lu *lu);
 
+/*
+ * Asymmetric logical unit access (SPC-4 5.15). Without an access provider an
+ * LU has one target port group per portal group, all active/optimized (a
+ * lone gateway). With one (hl_lu_set_access: several gateways, the ownership
+ * module decides), each gateway is one target port group and the provider
+ * gives every group's state for this LU; the scsi layer answers REPORT
+ * TARGET PORT GROUPS from it, refuses media access on a port whose group is
+ * standby/unavailable/transitioning with the matching NOT READY sense, and
+ * passes SET TARGET PORT GROUPS to it.
+ */
+enum hl_alua_state {
+	HL_ALUA_AO = 0x0,            /* active/optimized */
+	HL_ALUA_ANO = 0x1,           /* active/non-optimized */
+	HL_ALUA_STANDBY = 0x2,
+	HL_ALUA_UNAVAILABLE = 0x3,
+	HL_ALUA_OFFLINE = 0xe,
+	HL_ALUA_TRANSITIONING = 0xf,
+};
+
+/** One target port group as REPORT TARGET PORT GROUPS lists it. */
+struct hl_alua_group {
+	uint16_t id;               /* target port group id (the gateway id), >= 1 */
+	enum hl_alua_state state;  /* for this LU */
+	bool pref;                 /* PREF bit: the preferred group */
+	uint8_t status;            /* RTPG status code: 0 none, 1 changed by STPG, 2 implicit */
+};
+
+#define HL_ALUA_GROUPS_MAX 16
+
+/** What an LU asks its access provider. Called on reactors (and the control thread): must not block. */
+struct hl_lu_access {
+	/** Fill up to max groups (every gateway's, sorted by id). @return how many. */
+	unsigned (*groups)(void *arg, struct hl_alua_group *g, unsigned max);
+	/** The state of group tpg for this LU (a group it does not know: HL_ALUA_UNAVAILABLE). */
+	enum hl_alua_state (*state)(void *arg, uint16_t tpg);
+	/**
+	 * SET TARGET PORT GROUPS asked group tpg to become `state`, through a
+	 * port of group `via`. The provider starts what it does (asking for
+	 * ownership) and returns at once. @return 0 (accepted: GOOD), -EBUSY
+	 * (refused now, e.g. the rule against ownership ping-pong: SET TARGET
+	 * PORT GROUPS COMMAND FAILED), -EINVAL (a state it cannot set: INVALID
+	 * FIELD IN PARAMETER LIST).
+	 */
+	int (*set)(void *arg, uint16_t via, uint16_t tpg, enum hl_alua_state state);
+	/** Implicit transition time for the extended RTPG header, seconds (0: unspecified). */
+	uint8_t transition_time_s;
+};
+
+/**
+ * Give lu an access provider (NULL ops: none; back to all active/optimized).
+ * ops and arg must outlive the LU or the next call. Set before the LU is in
+ * a target's map.
+ */
+void hl_lu_set_access(struct hl_lu *lu, const struct hl_lu_access *ops, void *arg);
+
+/**
+ * The provider's states changed: every I_T nexus of lu gets ASYMMETRIC
+ * ACCESS STATE CHANGED (2Ah/06h) once. Any thread; takes lu->lock.
+ */
+void hl_lu_access_changed(struct hl_lu *lu);
+
+/**
+ * Media access commands (those an access state can refuse) of lu that
+ * passed the access check and have not completed yet: a planned handover
+ * waits for 0 after its group went TRANSITIONING. Any thread.
+ */
+unsigned hl_lu_busy(const struct hl_lu *lu);
+
 /** Execute cmd; see the file comment. Reactor thread only. */
 void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd);
 

@@ -266,6 +266,47 @@ static int check_value_chars(struct parser *p, const char *key, const char *v)
 
 /* ---- [global] ---- */
 
+/* gateways = 1,2[,...]: every gateway id of the cluster, sorted, no repeats */
+static int parse_gateways(struct parser *p, const char *v)
+{
+	struct hl_conf *c = p->conf;
+	const char *s = v;
+	size_t n = 0;
+
+	while (*s) {
+		char *end;
+		unsigned long g;
+
+		while (*s == ' ' || *s == ',')
+			s++;
+		if (!*s)
+			break;
+		errno = 0;
+		g = strtoul(s, &end, 10);
+		if (end == s || errno || g == 0 || g > HL_CONF_GATEWAY_MAX || *s == '-' || *s == '+')
+			return perr(p, "gateways: '%s' is not a list of gateway ids 1 to %u (e.g. 1,2)",
+			            v, HL_CONF_GATEWAY_MAX);
+		if (n == HL_CONF_GATEWAYS_MAX)
+			return perr(p, "gateways: more than %u gateways", HL_CONF_GATEWAYS_MAX);
+		for (size_t i = 0; i < n; i++)
+			if (c->gateways[i] == g)
+				return perr(p, "gateways: %lu is listed twice", g);
+		c->gateways[n++] = (uint16_t)g;
+		s = end;
+		if (*s && *s != ',' && *s != ' ')
+			return perr(p, "gateways: '%s' is not a list of gateway ids 1 to %u (e.g. 1,2)",
+			            v, HL_CONF_GATEWAY_MAX);
+	}
+	for (size_t i = 1; i < n; i++) /* sorted: RTPG lists them in this order */
+		for (size_t j = i; j > 0 && c->gateways[j - 1] > c->gateways[j]; j--) {
+			uint16_t t = c->gateways[j];
+			c->gateways[j] = c->gateways[j - 1];
+			c->gateways[j - 1] = t;
+		}
+	c->n_gateways = n;
+	return 0;
+}
+
 static int global_key(struct parser *p, const char *key, const char *v)
 {
 	struct hl_conf *c = p->conf;
@@ -325,6 +366,18 @@ static int global_key(struct parser *p, const char *key, const char *v)
 			                                          : &c->max_pending_logins_per_addr) = n;
 		return rc;
 	}
+	if (strcmp(key, "gateway") == 0) {
+		unsigned g = 0;
+		int rc = parse_u32(p, key, v, HL_CONF_GATEWAY_MAX, &g);
+		if (rc == 0 && g == 0)
+			rc = perr(p, "gateway: must be 1 to %u (leave it out for a lone gateway)",
+			          HL_CONF_GATEWAY_MAX);
+		if (rc == 0)
+			c->gateway = g;
+		return rc;
+	}
+	if (strcmp(key, "gateways") == 0)
+		return parse_gateways(p, v);
 	if (strcmp(key, "discovery_chap_user") == 0)
 		return set_str(p, &c->discovery_chap_user, v);
 	if (strcmp(key, "discovery_chap_secret") == 0) {
@@ -844,6 +897,17 @@ static int check(struct parser *p)
 				    t->name);
 	}
 	p->line = p->global_line; /* 0 for a configuration built at run time: no FILE:LINE then */
+	if (c->n_gateways && !c->gateway)
+		return perr(p, "gateways: set gateway = N too (this gateway's id in the list)");
+	if (c->gateway) {
+		bool listed = false;
+		for (size_t i = 0; i < c->n_gateways; i++)
+			listed |= c->gateways[i] == c->gateway;
+		if (!listed)
+			return perr(p, "gateway = %u is not in gateways (list every gateway, this one "
+			               "included, e.g. gateways = 1,2)",
+			            c->gateway);
+	}
 	if ((rc = check_chap(p, "discovery_chap", c->discovery_chap_user, c->discovery_chap_secret)))
 		return rc;
 
@@ -1128,6 +1192,14 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		fprintf(f, "max_pending_logins = %u\n", c->max_pending_logins);
 	if (c->max_pending_logins_per_addr)
 		fprintf(f, "max_pending_logins_per_addr = %u\n", c->max_pending_logins_per_addr);
+	if (c->gateway)
+		fprintf(f, "gateway = %u\n", c->gateway);
+	if (c->n_gateways) {
+		fprintf(f, "gateways = ");
+		for (size_t i = 0; i < c->n_gateways; i++)
+			fprintf(f, "%s%u", i ? "," : "", c->gateways[i]);
+		fprintf(f, "\n");
+	}
 	put_opt(f, "discovery_chap_user", c->discovery_chap_user);
 	put_opt(f, "discovery_chap_secret", c->discovery_chap_secret);
 
@@ -1434,6 +1506,14 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "logout_timeout") == 0) {
 			c->logout_timeout = -1;
+			return 0;
+		}
+		if (strcmp(key, "gateway") == 0) {
+			c->gateway = 0;
+			return 0;
+		}
+		if (strcmp(key, "gateways") == 0) {
+			c->n_gateways = 0;
 			return 0;
 		}
 		if (strcmp(key, "max_pending_logins") == 0) {
