@@ -92,6 +92,25 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
                     struct hl_origin *inner, struct hl_origin **out);
 
 /**
+ * This gateway became the owner of a shared disk (hotlun/owner.h): before
+ * anything cached is served, ask the origin what changed since the disk's
+ * last proof (other gateways wrote it meanwhile) and drop exactly that, or
+ * every block of the disk when it cannot tell. `cached` is the wrapper
+ * hl_cache_attach returned; no I/O of the disk is in flight. The result
+ * shows in the disk's warm_* statistics. Blocking (rbd diffs the image);
+ * not a reactor. @return 0 or -errno (the records could not be written:
+ * the disk must not be served).
+ */
+int hl_cache_revalidate(struct hl_origin *cached);
+
+/**
+ * A shared disk is about to be handed to another gateway: no I/O is in
+ * flight and every write completed; record a proof of the origin now (the
+ * mark the next hl_cache_revalidate diffs against). Blocking; not a reactor.
+ */
+void hl_cache_proof_now(struct hl_origin *cached);
+
+/**
  * Change the admission policy while running ("frequency", "always", "nhit:N";
  * NULL = default). Cached blocks stay. Any thread. @return 0 or -EINVAL/-ENOMEM.
  */

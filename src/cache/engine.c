@@ -596,6 +596,77 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 	pthread_mutex_unlock(&c->sync_lock);
 }
 
+int hl_cache_revalidate(struct hl_origin *o)
+{
+	struct co_priv *co;
+	struct hl_cache *c;
+	struct map_ent *e;
+	struct changed_list chg = {0};
+	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
+	char *proof = NULL;
+	uint64_t before, after;
+	bool nomem = false;
+	int prc, rc = 0;
+
+	if (!o || o->ops != &cache_origin_ops)
+		return -EINVAL;
+	co = co_of(o);
+	c = co->c;
+	e = co->ent;
+	pthread_mutex_lock(&c->lock);
+	if (e->proof && !(proof = strdup(e->proof)))
+		nomem = true;
+	ent_tag(c, e->id, tag);
+	pthread_mutex_unlock(&c->lock);
+	prc = hl_origin_proof_check(co->inner, tag, proof, changed_add, &chg, why, sizeof(why));
+	if (!prc && (chg.nomem || nomem)) {
+		prc = -ESTALE;
+		snprintf(why, sizeof(why), "out of memory for the changed ranges");
+	}
+	if (!proof && !prc)
+		prc = -ESTALE; /* a backend must never vouch for no proof */
+	free(proof);
+	pthread_mutex_lock(&c->sync_lock);
+	pthread_mutex_lock(&c->lock);
+	before = hl_cache_core_lun_blocks(c->core, e->id);
+	if (prc)
+		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
+	for (size_t i = 0; !prc && i < chg.n; i++)
+		hl_cache_core_invalidate(c->core, e->id, chg.v[i].off, chg.v[i].len);
+	after = hl_cache_core_lun_blocks(c->core, e->id);
+	bool proof_gone = prc && e->proof;
+	if (proof_gone) {
+		free(e->proof); /* it proves nothing any more */
+		e->proof = NULL;
+	}
+	e->warm_checked = true;
+	e->warm_kept = after;
+	e->warm_dropped = before - after;
+	snprintf(e->warm_why, sizeof(e->warm_why), "ownership: %s", why);
+	pthread_mutex_unlock(&c->lock);
+	/* Before the disk is served: the dropped blocks' records must stop claiming data. */
+	if (before != after && !c->dead)
+		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
+	if (!rc && proof_gone)
+		rc = map_write(c, "open");
+	pthread_mutex_unlock(&c->sync_lock);
+	free(chg.v);
+	HL_NOTICE("cache", "cache %s: disk %s: ownership gained: kept %llu block(s), dropped %llu (%s%s)",
+	          c->name, e->name, (unsigned long long)after, (unsigned long long)(before - after),
+	          prc ? "cold: " : "", why);
+	if (rc)
+		HL_ERR("cache", "cache %s: disk %s: cannot record the dropped blocks: %s", c->name,
+		       e->name, strerror(-rc));
+	return rc;
+}
+
+void hl_cache_proof_now(struct hl_origin *o)
+{
+	if (!o || o->ops != &cache_origin_ops)
+		return;
+	engine_proof_final(co_of(o)->c, co_of(o)->ent, co_of(o)->inner);
+}
+
 /* ------------------------------------------------------------------ */
 /* Open, attach, close                                                */
 /* ------------------------------------------------------------------ */

@@ -18,6 +18,7 @@
 #include "daemon/caches.h"
 #include "hotlun/conf.h"
 #include "hotlun/origin.h"
+#include "hotlun/owner.h"
 #include "hotlun/scsi.h"
 #include "hotlun/util.h"
 
@@ -46,7 +47,10 @@ struct disk_rt {
 	struct hl_conf_disk conf;   /* deep copy of the section it was opened from */
 	struct hl_lu *lu;
 	struct disk_counters *counters; /* owned by the counting origin inside lu */
+	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
+	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
 };
+
 
 /**
  * Put a counting wrapper on *origin (which it takes). *counters lives as
@@ -116,6 +120,12 @@ void daemon_release(struct daemon *d);
 
 /** Find an open disk by name. */
 struct disk_rt *daemon_disk_find(struct daemon *d, const char *name);
+
+/**
+ * A planned stop with peers: hand every disk this gateway owns to a peer
+ * (hl_owner_handover, all at once), waiting up to wait_ms. Blocking.
+ */
+void daemon_owners_handover(struct daemon *d, unsigned wait_ms);
 
 /** Start the control socket on its own reactor thread. @return 0 or -errno. */
 int daemon_control_start(struct daemon *d);

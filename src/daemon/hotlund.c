@@ -37,6 +37,8 @@
  * how long they get to log out is [global] logout_timeout.
  */
 #define DRAIN_TIME2WAIT_S 1
+/* A planned stop with peers: how long to wait for a peer to take the disks. */
+#define OWNER_HANDOVER_WAIT_MS 10000
 
 static void usage(FILE *f)
 {
@@ -489,6 +491,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	unsigned gateway = loaded->gateway; /* not changed at run time (docs/gateways.md) */
 	rc = start(&d, loaded, demo != NULL);
 	if (rc == 0)
 		rc = wait_for_signals(&d, test_hook); /* d.conf is the control thread's now */
@@ -501,6 +504,13 @@ int main(int argc, char **argv)
 		 * initiators' reconnects wait in their backlog for the next
 		 * process instead of being refused and backing off.
 		 */
+		/*
+		 * With peers, first hand every disk this gateway owns to one of
+		 * them (its commands finish, the peer's cache is made coherent),
+		 * so initiators move paths instead of waiting for us.
+		 */
+		if (gateway)
+			daemon_owners_handover(&d, OWNER_HANDOVER_WAIT_MS);
 		int fds[64];
 		unsigned nfds = hl_iscsi_server_listen_fds(d.server, fds, 64);
 		bool kept = daemon_service_store_fds(fds, nfds);

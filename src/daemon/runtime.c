@@ -13,11 +13,13 @@
  */
 #include "daemon/daemon_internal.h"
 
+#include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/iscsi.h"
 #include "hotlun/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,10 +129,99 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 
 static void disk_free(struct disk_rt *rt)
 {
+	hl_owner_destroy(rt->owner); /* before the LU: its hooks use the LU's origins */
 	if (rt->lu)
 		hl_lu_destroy(rt->lu);
 	disk_conf_free(&rt->conf);
 	free(rt);
+}
+
+/* The ownership object's hooks: the cache is made coherent before this gateway serves. */
+static int disk_gained(void *arg)
+{
+	struct disk_rt *rt = arg;
+
+	return rt->cached ? hl_cache_revalidate(rt->cached) : 0;
+}
+
+static void disk_releasing(void *arg)
+{
+	struct disk_rt *rt = arg;
+
+	if (rt->cached)
+		hl_cache_proof_now(rt->cached);
+}
+
+/*
+ * One of several gateways: the disk is served only while the origin's
+ * cluster says it is ours (hotlun/owner.h). An origin that cannot share
+ * ownership (a file) stays with the one gateway that holds it open.
+ */
+static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_origin *backend,
+			    char *err, size_t errlen)
+{
+	struct hl_owner_config oc = {
+		.disk = rt->conf.name,
+		.gateway = (uint16_t)d->conf->gateway,
+		.gateways = d->conf->gateways,
+		.n_gateways = (unsigned)d->conf->n_gateways,
+	};
+	struct hl_owner_hooks hooks = {disk_gained, disk_releasing, rt};
+	int rc = hl_owner_create(&oc, backend, rt->lu, &hooks, &rt->owner);
+
+	if (rc == -EOPNOTSUPP) {
+		HL_NOTICE("daemon",
+			  "disk %s: a %s origin cannot be shared between gateways: this gateway "
+			  "serves it alone (a second one is refused)",
+			  rt->conf.name, backend->ops->name);
+		return 0;
+	}
+	if (rc == 0)
+		rc = hl_owner_start(rt->owner);
+	if (rc)
+		return fail(err, errlen, rc, "disk %s: ownership: %s", rt->conf.name,
+			    strerror(-rc));
+	return 0;
+}
+
+struct handover_arg {
+	struct hl_owner *ow;
+	unsigned wait_ms;
+	pthread_t t;
+};
+
+static void *handover_main(void *arg)
+{
+	struct handover_arg *h = arg;
+
+	hl_owner_handover(h->ow, h->wait_ms);
+	return NULL;
+}
+
+void daemon_owners_handover(struct daemon *d, unsigned wait_ms)
+{
+	struct disk_rt *rt;
+	struct handover_arg *h;
+	size_t n = 0, i = 0;
+
+	hl_list_for_each_entry(rt, &d->disks, link)
+		n += rt->owner != NULL;
+	if (!n || !(h = calloc(n, sizeof(*h))))
+		return;
+	/* all disks at once: each waits for its commands and its peer */
+	hl_list_for_each_entry(rt, &d->disks, link) {
+		if (!rt->owner)
+			continue;
+		h[i].ow = rt->owner;
+		h[i].wait_ms = wait_ms;
+		if (pthread_create(&h[i].t, NULL, handover_main, &h[i]))
+			hl_owner_handover(rt->owner, wait_ms);
+		else
+			i++;
+	}
+	while (i--)
+		pthread_join(h[i].t, NULL);
+	free(h);
 }
 
 static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct disk_rt **out,
@@ -146,9 +237,10 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		.mutual_user = cd->ochap.mutual_user,
 		.mutual_secret = cd->ochap.mutual_secret,
 		.sole_writer = cd->exclusive,
+		.gateway = (uint16_t)d->conf->gateway,
 	};
 	char shown[2200]; /* the origin as logs may show it (hl_uri_redact) */
-	struct hl_origin *origin;
+	struct hl_origin *origin, *backend;
 	struct hl_lu_config lc;
 	struct disk_rt *rt;
 	char ident[HL_ORIGIN_PROOF_MAX];
@@ -170,6 +262,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		return fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
 			    shown, strerror(-rc));
 	}
+	backend = origin; /* the one with the ownership ops (several gateways) */
 	/* Before any wrapper: what names the origin's data for every gateway (rbd: the image). */
 	shared_ident = hl_origin_identity(origin, ident, sizeof(ident)) == 0;
 	rc = daemon_wrap_origin(cd, &origin);
@@ -185,6 +278,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 			disk_free(rt);
 			return rc;
 		}
+		rt->cached = origin;
 	}
 	/* topmost, so it counts every command the LU issues, cached or not */
 	rc = daemon_count_origin(&origin, &rt->counters);
@@ -209,6 +303,13 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		return fail(err, errlen, rc,
 			    "disk %s: %s (origin size %llu is not a whole number of %u-byte blocks?)",
 			    cd->name, strerror(-rc), (unsigned long long)size, cd->block_size);
+	}
+	if (d->conf->gateway) {
+		rc = disk_owner_start(d, rt, backend, err, errlen);
+		if (rc) {
+			disk_free(rt);
+			return rc;
+		}
 	}
 	HL_NOTICE("daemon", "disk %s: %s, %llu blocks of %u bytes%s", cd->name, shown,
 		  (unsigned long long)hl_lu_num_blocks(rt->lu), cd->block_size,
@@ -343,6 +444,11 @@ static int restart_only(const struct hl_conf *cur, const struct hl_conf *next, c
 			    "control_socket cannot change while running; restart hotlund");
 	if (cur->threads != next->threads)
 		return fail(err, errlen, -EINVAL, "threads cannot change while running; restart hotlund");
+	if (cur->gateway != next->gateway || cur->n_gateways != next->n_gateways ||
+	    memcmp(cur->gateways, next->gateways, cur->n_gateways * sizeof(cur->gateways[0])))
+		return fail(err, errlen, -EINVAL,
+			    "gateway and gateways cannot change while running; restart hotlund "
+			    "(its disks are handed to a peer first)");
 	return 0;
 }
 

@@ -1,0 +1,593 @@
+/*
+ * owner.c - which gateway owns a disk (hotlun/owner.h, docs/gateways.md).
+ *
+ * One thread per shared disk runs a small state machine over the origin's
+ * cluster operations (hl_origin_ops.own_*):
+ *
+ *   STANDBY --(released / nobody / owner silent for dead_ms / asked)--> ACQUIRING
+ *   ACQUIRING --(the cluster says ours, the fence waited out, cache made coherent)--> OWNER
+ *   OWNER --(a peer asked / planned stop)--> RELEASING --> STANDBY
+ *   OWNER --(renew: fenced)--> STANDBY
+ *
+ * Reactors read the result through the LU's access provider (the ALUA
+ * state of each gateway's group): two atomics and a clock read, no lock.
+ * The lease is what keeps a hung owner from serving stale data: an owner
+ * passes media commands only while its last successful renew was sent less
+ * than lease_ms ago, and a gateway that takes the disk by force (the old
+ * owner silent for dead_ms, then fenced by the cluster) waits lease_ms and
+ * a margin before it serves, so whatever the old owner may still believe
+ * has run out by then (clocks need only run at the same rate).
+ */
+#include "hotlun/owner.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+#define OWN_LOG "owner"
+
+/* How often a standby looks at the owner, and a forced takeover's margin on the lease. */
+#define PEEK_MS        250
+#define FENCE_MARGIN_MS 500
+/* A request (STPG, hotlunctl) unanswered this long by an owner without heartbeat: force. */
+#define REQUEST_WAIT_MS 3000
+/* A planned handover waits at most this long for the commands in flight. */
+#define DRAIN_MS       30000
+
+enum own_state {
+	ST_STANDBY = 0,
+	ST_ACQUIRING,
+	ST_OWNER,
+	ST_RELEASING,
+};
+
+static const char *const state_names[] = {
+	[ST_STANDBY] = "standby",
+	[ST_ACQUIRING] = "acquiring",
+	[ST_OWNER] = "owner",
+	[ST_RELEASING] = "releasing",
+};
+
+struct hl_owner {
+	char *disk;
+	uint16_t gw;
+	uint16_t gws[HL_ALUA_GROUPS_MAX];
+	unsigned n_gws;
+	unsigned lease_ms, dead_ms, hold_ms;
+	struct hl_origin *backend;
+	struct hl_lu *lu;
+	struct hl_owner_hooks hooks;
+	struct hl_lu_access access;
+
+	/* read by reactors */
+	_Atomic int state;             /* enum own_state */
+	_Atomic int64_t lease_until;   /* ms, monotonic: the owner serves before this */
+	_Atomic uint16_t owner_seen;   /* the owner as last seen (us when we own it) */
+
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;          /* guards what follows; never held over cluster calls */
+	pthread_cond_t cond;
+	bool stop;
+	bool kick;                     /* wake the thread now (a request, a handover, stop) */
+	bool want;                     /* asked for the disk (STPG, hotlunctl) */
+	bool give;                     /* asked to hand the disk over (planned) */
+	uint64_t give_seq, given_seq;  /* handover requests and completions */
+	uint64_t epoch;
+	uint64_t transitions, takeovers;
+	int64_t last_move;             /* ms of the last gain or loss, 0: never */
+	char last[96];
+	bool released_self;            /* the last move was our own planned release */
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the LU's access provider (reactors; no lock) ---- */
+
+static enum hl_alua_state own_group_state(struct hl_owner *ow)
+{
+	switch (atomic_load(&ow->state)) {
+	case ST_OWNER:
+		/* an owner whose lease ran out serves nothing until a renew succeeds */
+		return now_ms() < atomic_load(&ow->lease_until) ? HL_ALUA_AO
+		                                                : HL_ALUA_TRANSITIONING;
+	case ST_ACQUIRING:
+	case ST_RELEASING:
+		return HL_ALUA_TRANSITIONING;
+	default:
+		return HL_ALUA_STANDBY;
+	}
+}
+
+static enum hl_alua_state access_state(void *arg, uint16_t tpg)
+{
+	struct hl_owner *ow = arg;
+
+	if (tpg == ow->gw)
+		return own_group_state(ow);
+	for (unsigned i = 0; i < ow->n_gws; i++) {
+		if (ow->gws[i] != tpg)
+			continue;
+		/* a peer: active/optimized when it is the owner as we last saw it */
+		if (atomic_load(&ow->state) != ST_OWNER && atomic_load(&ow->owner_seen) == tpg)
+			return HL_ALUA_AO;
+		return HL_ALUA_STANDBY;
+	}
+	return HL_ALUA_UNAVAILABLE;
+}
+
+static unsigned access_groups(void *arg, struct hl_alua_group *g, unsigned max)
+{
+	struct hl_owner *ow = arg;
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < ow->n_gws && n < max; i++, n++) {
+		memset(&g[n], 0, sizeof(g[n]));
+		g[n].id = ow->gws[i];
+		g[n].state = access_state(ow, ow->gws[i]);
+	}
+	return n;
+}
+
+static int access_set(void *arg, uint16_t via, uint16_t tpg, enum hl_alua_state state)
+{
+	struct hl_owner *ow = arg;
+
+	(void)via;
+	if (state != HL_ALUA_AO && state != HL_ALUA_ANO)
+		return 0; /* only "make this group active" moves anything; others are noted */
+	if (tpg != ow->gw)
+		return 0; /* a peer's group: that gateway acts on its own STPG */
+	int rc = hl_owner_request(ow);
+	return rc == -EALREADY ? 0 : rc;
+}
+
+/* ---- the state machine (the owner's thread) ---- */
+
+static void set_last(struct hl_owner *ow, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void set_last(struct hl_owner *ow, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&ow->lock);
+	va_start(ap, fmt);
+	vsnprintf(ow->last, sizeof(ow->last), fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&ow->lock);
+}
+
+/* Our group's state changed: every nexus hears ASYMMETRIC ACCESS STATE CHANGED. */
+static void set_state(struct hl_owner *ow, enum own_state st)
+{
+	if (atomic_exchange(&ow->state, st) != (int)st && ow->lu)
+		hl_lu_access_changed(ow->lu);
+}
+
+static void moved(struct hl_owner *ow, bool forced, bool released)
+{
+	pthread_mutex_lock(&ow->lock);
+	ow->released_self = released;
+	ow->transitions++;
+	if (forced)
+		ow->takeovers++;
+	ow->last_move = now_ms();
+	pthread_mutex_unlock(&ow->lock);
+}
+
+/* Sleep up to ms, or until kicked. @return false when asked to stop. */
+static bool nap(struct hl_owner *ow, int64_t ms)
+{
+	struct timespec ts;
+	bool go;
+
+	if (ms < 1)
+		ms = 1;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&ow->lock);
+	if (!ow->stop && !ow->kick)
+		pthread_cond_timedwait(&ow->cond, &ow->lock, &ts);
+	ow->kick = false;
+	go = !ow->stop;
+	pthread_mutex_unlock(&ow->lock);
+	return go;
+}
+
+/* A renew: the lease runs from the moment it was sent. @return the op's result. */
+static int renew(struct hl_owner *ow, struct hl_own_info *info)
+{
+	int64_t sent = now_ms();
+	int rc;
+
+	memset(info, 0, sizeof(*info));
+	rc = ow->backend->ops->own_renew(ow->backend, ow->gw, ow->epoch, info);
+	if (rc == 0)
+		atomic_store(&ow->lease_until, sent + ow->lease_ms);
+	return rc;
+}
+
+/*
+ * Take the disk. force: the owner looks dead (or ignored a request it
+ * could not answer): the cluster fences it, and we wait out its lease.
+ */
+static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool force,
+                    const char *why)
+{
+	struct hl_own_info info;
+	char err[96] = "";
+	int64_t t0 = now_ms();
+	uint64_t epoch = (seen->epoch > ow->epoch ? seen->epoch : ow->epoch) + 1;
+	int rc;
+
+	set_state(ow, ST_ACQUIRING);
+	rc = ow->backend->ops->own_acquire(ow->backend, ow->gw, epoch, force, err, sizeof(err));
+	if (rc) {
+		set_state(ow, ST_STANDBY);
+		if (rc != -EBUSY)
+			HL_WARN(OWN_LOG, "disk %s: cannot take ownership (%s): %s%s%s", ow->disk, why,
+			        strerror(-rc), *err ? ": " : "", err);
+		return;
+	}
+	ow->epoch = epoch;
+	atomic_store(&ow->owner_seen, ow->gw);
+	if (force) {
+		/*
+		 * The old owner may still believe in its lease for lease_ms after
+		 * its last renew, which was sent before the fence: wait that out
+		 * (renewing, so that a third gateway sees us alive).
+		 */
+		int64_t until = now_ms() + ow->lease_ms + FENCE_MARGIN_MS;
+		while (now_ms() < until) {
+			renew(ow, &info);
+			if (!nap(ow, HL_MIN((int64_t)ow->lease_ms / 4, until - now_ms())))
+				break;
+		}
+	}
+	rc = ow->hooks.gained ? ow->hooks.gained(ow->hooks.arg) : 0;
+	if (rc == 0)
+		rc = renew(ow, &info);
+	if (rc) {
+		HL_ERR(OWN_LOG, "disk %s: took ownership but cannot serve (%s): giving it back",
+		       ow->disk, strerror(-rc));
+		ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+		atomic_store(&ow->lease_until, 0);
+		set_state(ow, ST_STANDBY);
+		return;
+	}
+	pthread_mutex_lock(&ow->lock);
+	ow->want = false;
+	pthread_mutex_unlock(&ow->lock);
+	moved(ow, force, false);
+	set_state(ow, ST_OWNER);
+	set_last(ow, "gained (%s) epoch %llu in %lld ms", why, (unsigned long long)epoch,
+	         (long long)(now_ms() - t0));
+	HL_NOTICE(OWN_LOG, "disk %s: this gateway (%u) owns it now (%s), epoch %llu, after %lld ms",
+	          ow->disk, ow->gw, why, (unsigned long long)epoch, (long long)(now_ms() - t0));
+}
+
+/* Planned: stop serving, let the commands in flight finish, record the proof, release. */
+static void release(struct hl_owner *ow, const char *why)
+{
+	int64_t t0 = now_ms(), deadline = t0 + DRAIN_MS;
+
+	set_state(ow, ST_RELEASING);
+	while (ow->lu && hl_lu_busy(ow->lu) && now_ms() < deadline)
+		nap(ow, 2);
+	if (ow->lu && hl_lu_busy(ow->lu))
+		HL_WARN(OWN_LOG, "disk %s: %u command(s) still running after %d s; releasing anyway",
+		        ow->disk, hl_lu_busy(ow->lu), DRAIN_MS / 1000);
+	if (ow->hooks.releasing)
+		ow->hooks.releasing(ow->hooks.arg);
+	int rc = ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+	atomic_store(&ow->lease_until, 0);
+	atomic_store(&ow->owner_seen, 0);
+	moved(ow, false, true);
+	set_state(ow, ST_STANDBY);
+	set_last(ow, "handed over (%s) in %lld ms", why, (long long)(now_ms() - t0));
+	HL_NOTICE(OWN_LOG, "disk %s: handed over (%s) in %lld ms%s%s", ow->disk, why,
+	          (long long)(now_ms() - t0), rc ? "; release: " : "", rc ? strerror(-rc) : "");
+}
+
+/* The cluster gave the disk to another gateway while we owned it. */
+static void fenced(struct hl_owner *ow, const struct hl_own_info *info)
+{
+	atomic_store(&ow->lease_until, 0);
+	atomic_store(&ow->owner_seen, info->owner);
+	moved(ow, false, false);
+	set_state(ow, ST_STANDBY);
+	set_last(ow, "lost: fenced by the cluster");
+	HL_ERR(OWN_LOG,
+	       "disk %s: another gateway took it (this one was fenced): serving nothing until it "
+	       "is ours again",
+	       ow->disk);
+}
+
+static void *owner_main(void *arg)
+{
+	struct hl_owner *ow = arg;
+	struct hl_own_info info;
+	uint64_t last_beat = 0;
+	uint16_t last_owner = 0;
+	int64_t beat_seen = now_ms(); /* when the owner's heartbeat last moved */
+	int64_t asked = 0;            /* when we asked the owner for the disk, 0: not yet */
+	int64_t refused_log = 0;
+	bool renew_failing = false;
+
+	for (;;) {
+		pthread_mutex_lock(&ow->lock);
+		bool stop = ow->stop, want = ow->want, give = ow->give_seq != ow->given_seq;
+		int64_t last_move = ow->last_move;
+		bool released_self = ow->released_self;
+		pthread_mutex_unlock(&ow->lock);
+		if (stop)
+			break;
+
+		if (atomic_load(&ow->state) == ST_OWNER) {
+			if (give) {
+				release(ow, "planned");
+				pthread_mutex_lock(&ow->lock);
+				ow->given_seq = ow->give_seq;
+				pthread_cond_broadcast(&ow->cond);
+				pthread_mutex_unlock(&ow->lock);
+				continue;
+			}
+			int rc = renew(ow, &info);
+			if (rc == -ESHUTDOWN) {
+				fenced(ow, &info);
+				beat_seen = now_ms();
+				continue;
+			}
+			if (rc && !renew_failing)
+				HL_WARN(OWN_LOG, "disk %s: cannot renew ownership: %s (the lease runs out "
+				        "in %lld ms)", ow->disk, strerror(-rc),
+				        (long long)(atomic_load(&ow->lease_until) - now_ms()));
+			renew_failing = rc != 0;
+			if (rc == 0 && info.requester && info.requester != ow->gw) {
+				if (now_ms() - last_move >= ow->hold_ms) {
+					char why[32];
+					snprintf(why, sizeof(why), "gateway %u asked", info.requester);
+					release(ow, why);
+					continue;
+				}
+				if (now_ms() - refused_log > 5000) {
+					refused_log = now_ms();
+					HL_NOTICE(OWN_LOG, "disk %s: gateway %u asks for it; kept for %lld ms "
+					          "more (moves at most every %u ms)", ow->disk, info.requester,
+					          (long long)(ow->hold_ms - (now_ms() - last_move)), ow->hold_ms);
+				}
+			}
+			nap(ow, ow->lease_ms / 4);
+			continue;
+		}
+
+		if (give) { /* nothing to hand over */
+			pthread_mutex_lock(&ow->lock);
+			ow->given_seq = ow->give_seq;
+			ow->want = false;
+			pthread_cond_broadcast(&ow->cond);
+			pthread_mutex_unlock(&ow->lock);
+			continue;
+		}
+		/* standby */
+		int rc = ow->backend->ops->own_peek(ow->backend, &info);
+		if (rc) {
+			HL_DEBUG(OWN_LOG, "disk %s: cannot see the owner: %s", ow->disk, strerror(-rc));
+			nap(ow, PEEK_MS);
+			continue;
+		}
+		if (info.epoch > ow->epoch)
+			ow->epoch = info.epoch;
+		if (info.owner != last_owner || info.beat != last_beat) {
+			last_owner = info.owner;
+			last_beat = info.beat;
+			beat_seen = now_ms();
+		}
+		if (atomic_exchange(&ow->owner_seen, info.released ? 0 : info.owner) !=
+		        (info.released ? 0 : info.owner) && ow->lu)
+			hl_lu_access_changed(ow->lu); /* the peers' groups changed */
+		if (!info.owner || info.released) {
+			/*
+			 * A disk we handed over ourselves is left to the peer that asked
+			 * (or that takes over from a stopping gateway) for hold_ms,
+			 * unless somebody asks us for it.
+			 */
+			if (want || !released_self || now_ms() - last_move >= ow->hold_ms) {
+				acquire(ow, &info, false, info.owner ? "released" : "nobody owned it");
+				asked = 0;
+			}
+		} else if (info.has_beat && now_ms() - beat_seen >= ow->dead_ms) {
+			char why[64];
+			snprintf(why, sizeof(why), "gateway %u silent for %lld ms", info.owner,
+			         (long long)(now_ms() - beat_seen));
+			HL_WARN(OWN_LOG, "disk %s: owner %s: taking over", ow->disk, why);
+			acquire(ow, &info, true, why);
+			beat_seen = now_ms();
+			asked = 0;
+		} else if (want) {
+			if (!asked) {
+				asked = now_ms();
+				if (ow->backend->ops->own_request &&
+				    ow->backend->ops->own_request(ow->backend, ow->gw) == 0)
+					HL_NOTICE(OWN_LOG, "disk %s: asked gateway %u to hand it over",
+					          ow->disk, info.owner);
+				else
+					asked = 1; /* no way to ask: force at once */
+			}
+			if (!info.has_beat && now_ms() - asked >= REQUEST_WAIT_MS) {
+				/* no heartbeat to tell a dead owner from a slow one: the request decides */
+				acquire(ow, &info, true, "requested; the owner did not answer");
+				asked = 0;
+			}
+		} else {
+			asked = 0;
+		}
+		if (atomic_load(&ow->state) != ST_OWNER)
+			nap(ow, PEEK_MS);
+	}
+	return NULL;
+}
+
+/* ---- API ---- */
+
+int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend,
+                    struct hl_lu *lu, const struct hl_owner_hooks *hooks, struct hl_owner **out)
+{
+	const struct hl_origin_ops *ops = backend ? backend->ops : NULL;
+	struct hl_owner *ow;
+	pthread_condattr_t ca;
+
+	if (!cfg || !backend || !out || !cfg->gateway || !cfg->n_gateways ||
+	    cfg->n_gateways > HL_ALUA_GROUPS_MAX)
+		return -EINVAL;
+	if (!ops->own_acquire || !ops->own_renew || !ops->own_release || !ops->own_peek)
+		return -EOPNOTSUPP;
+	ow = calloc(1, sizeof(*ow));
+	if (!ow)
+		return -ENOMEM;
+	ow->disk = strdup(cfg->disk ? cfg->disk : "?");
+	if (!ow->disk) {
+		free(ow);
+		return -ENOMEM;
+	}
+	ow->gw = cfg->gateway;
+	ow->n_gws = cfg->n_gateways;
+	memcpy(ow->gws, cfg->gateways, cfg->n_gateways * sizeof(ow->gws[0]));
+	ow->lease_ms = cfg->lease_ms ? cfg->lease_ms : HL_OWNER_LEASE_MS;
+	ow->dead_ms = cfg->dead_ms ? cfg->dead_ms : HL_OWNER_DEAD_MS;
+	ow->hold_ms = cfg->hold_ms ? cfg->hold_ms : HL_OWNER_HOLD_MS;
+	if (ow->dead_ms <= ow->lease_ms)
+		ow->dead_ms = ow->lease_ms + FENCE_MARGIN_MS; /* a silent owner's lease runs out first */
+	ow->backend = backend;
+	ow->lu = lu;
+	if (hooks)
+		ow->hooks = *hooks;
+	snprintf(ow->last, sizeof(ow->last), "started as standby");
+	pthread_mutex_init(&ow->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&ow->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	ow->access.groups = access_groups;
+	ow->access.state = access_state;
+	ow->access.set = access_set;
+	ow->access.transition_time_s = (uint8_t)((ow->dead_ms + ow->lease_ms + 999) / 1000 + 1);
+	if (lu)
+		hl_lu_set_access(lu, &ow->access, ow);
+	*out = ow;
+	return 0;
+}
+
+int hl_owner_start(struct hl_owner *ow)
+{
+	int rc = pthread_create(&ow->thread, NULL, owner_main, ow);
+
+	if (rc)
+		return -rc;
+	ow->started = true;
+	return 0;
+}
+
+int hl_owner_request(struct hl_owner *ow)
+{
+	int rc = 0;
+
+	if (atomic_load(&ow->state) == ST_OWNER)
+		return -EALREADY;
+	pthread_mutex_lock(&ow->lock);
+	if (ow->last_move && now_ms() - ow->last_move < ow->hold_ms)
+		rc = -EBUSY; /* moved a moment ago: no ping-pong */
+	else {
+		ow->want = true;
+		ow->kick = true;
+		pthread_cond_broadcast(&ow->cond);
+	}
+	pthread_mutex_unlock(&ow->lock);
+	return rc;
+}
+
+int hl_owner_handover(struct hl_owner *ow, unsigned wait_ms)
+{
+	int64_t deadline = now_ms() + wait_ms;
+	struct hl_own_info info;
+	uint64_t seq;
+
+	if (!ow->started)
+		return 0;
+	pthread_mutex_lock(&ow->lock);
+	seq = ++ow->give_seq;
+	ow->kick = true;
+	pthread_cond_broadcast(&ow->cond);
+	while (ow->given_seq < seq && !ow->stop)
+		pthread_cond_wait(&ow->cond, &ow->lock);
+	pthread_mutex_unlock(&ow->lock);
+	/* released; a peer polls every PEEK_MS: wait until one owns it */
+	while (now_ms() < deadline) {
+		if (atomic_load(&ow->state) == ST_OWNER)
+			return 0; /* taken back (nobody else wanted it) */
+		if (ow->backend->ops->own_peek(ow->backend, &info) == 0 && info.owner &&
+		    info.owner != ow->gw && !info.released)
+			return 0;
+		struct timespec ts = {0, 50 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
+void hl_owner_status(struct hl_owner *ow, struct hl_owner_status *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->state = state_names[atomic_load(&ow->state)];
+	st->alua = own_group_state(ow);
+	st->owner = atomic_load(&ow->owner_seen);
+	st->lease_left_ms = atomic_load(&ow->state) == ST_OWNER
+	                            ? atomic_load(&ow->lease_until) - now_ms()
+	                            : 0;
+	pthread_mutex_lock(&ow->lock);
+	st->epoch = ow->epoch;
+	st->transitions = ow->transitions;
+	st->takeovers = ow->takeovers;
+	snprintf(st->last, sizeof(st->last), "%s", ow->last);
+	pthread_mutex_unlock(&ow->lock);
+}
+
+void hl_owner_destroy(struct hl_owner *ow)
+{
+	if (!ow)
+		return;
+	if (ow->started) {
+		if (atomic_load(&ow->state) == ST_OWNER)
+			hl_owner_handover(ow, 0);
+		pthread_mutex_lock(&ow->lock);
+		ow->stop = true;
+		ow->kick = true;
+		pthread_cond_broadcast(&ow->cond);
+		pthread_mutex_unlock(&ow->lock);
+		pthread_join(ow->thread, NULL);
+	}
+	if (ow->lu)
+		hl_lu_set_access(ow->lu, NULL, NULL);
+	pthread_cond_destroy(&ow->cond);
+	pthread_mutex_destroy(&ow->lock);
+	free(ow->disk);
+	free(ow);
+}

@@ -1,0 +1,364 @@
+/*
+ * owner_ut - the ownership state machine (src/owner/owner.c) over a fake
+ * cluster: origins whose own_* ops share one in-memory "lock", with a
+ * heartbeat, a release flag, requests and fencing, and knobs that make a
+ * gateway hang (its renews fail and its heartbeat stops, as under SIGSTOP).
+ * Timings are scaled down (lease 200 ms, dead 400 ms, hold 1 s).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hl_test.h"
+#include "hotlun/owner.h"
+
+#define LEASE 200
+#define DEAD  400
+#define HOLD  1000
+
+struct cluster {
+	pthread_mutex_t lock;
+	uint16_t owner;     /* 0: free */
+	uint64_t epoch, beat;
+	bool released;
+	uint16_t requester;
+	unsigned fenced;    /* bit per gateway: its writes and renews are refused */
+	unsigned breaks;
+};
+
+struct fake_gw {
+	struct cluster *cl;
+	uint16_t gw;
+	atomic_bool hung;   /* renews fail, no heartbeat (SIGSTOP) */
+	atomic_int gained, releasing;
+};
+
+static struct fake_gw *gw_of(struct hl_origin *o)
+{
+	return *(struct fake_gw **)hl_origin_priv(o);
+}
+
+static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
+                     size_t len)
+{
+	struct fake_gw *g = gw_of(o);
+	struct cluster *c = g->cl;
+	int rc = 0;
+
+	(void)why;
+	(void)len;
+	if (atomic_load(&g->hung))
+		return -ETIMEDOUT;
+	pthread_mutex_lock(&c->lock);
+	if (c->fenced & (1u << gw))
+		c->fenced &= ~(1u << gw); /* a new client: usable again */
+	if (c->owner && !c->released && c->owner != gw) {
+		if (!force)
+			rc = -EBUSY;
+		else {
+			c->fenced |= 1u << c->owner;
+			c->breaks++;
+		}
+	}
+	if (!rc) {
+		c->owner = gw;
+		c->epoch = epoch;
+		c->released = false;
+		c->requester = 0;
+		c->beat++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info)
+{
+	struct fake_gw *g = gw_of(o);
+	struct cluster *c = g->cl;
+	int rc = 0;
+
+	(void)epoch;
+	if (atomic_load(&g->hung))
+		return -ETIMEDOUT;
+	pthread_mutex_lock(&c->lock);
+	if ((c->fenced & (1u << gw)) || c->owner != gw)
+		rc = -ESHUTDOWN;
+	else
+		c->beat++;
+	info->owner = c->owner;
+	info->epoch = c->epoch;
+	info->beat = c->beat;
+	info->has_beat = true;
+	info->requester = c->requester;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+static int f_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
+{
+	struct fake_gw *g = gw_of(o);
+	struct cluster *c = g->cl;
+
+	(void)epoch;
+	pthread_mutex_lock(&c->lock);
+	if (c->owner == gw) {
+		c->released = true;
+		c->requester = 0;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static int f_peek(struct hl_origin *o, struct hl_own_info *info)
+{
+	struct fake_gw *g = gw_of(o);
+	struct cluster *c = g->cl;
+
+	if (atomic_load(&g->hung))
+		return -ETIMEDOUT;
+	pthread_mutex_lock(&c->lock);
+	info->owner = c->owner;
+	info->epoch = c->epoch;
+	info->beat = c->beat;
+	info->has_beat = true;
+	info->released = c->released;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static int f_request(struct hl_origin *o, uint16_t gw)
+{
+	struct fake_gw *g = gw_of(o);
+
+	pthread_mutex_lock(&g->cl->lock);
+	g->cl->requester = gw;
+	pthread_mutex_unlock(&g->cl->lock);
+	return 0;
+}
+
+static const struct hl_origin_ops fake_ops = {
+	.name = "fake-cluster",
+	.own_acquire = f_acquire,
+	.own_renew = f_renew,
+	.own_release = f_release,
+	.own_peek = f_peek,
+	.own_request = f_request,
+};
+
+static int hook_gained(void *arg)
+{
+	atomic_fetch_add(&((struct fake_gw *)arg)->gained, 1);
+	return 0;
+}
+
+static void hook_releasing(void *arg)
+{
+	atomic_fetch_add(&((struct fake_gw *)arg)->releasing, 1);
+}
+
+struct pair {
+	struct cluster cl;
+	struct fake_gw g[2];
+	struct hl_origin *o[2];
+	struct hl_owner *ow[2];
+};
+
+static const uint16_t gws[2] = {1, 2};
+
+static void pair_start(struct pair *p, bool second_later)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->cl.lock, NULL);
+	for (int i = 0; i < 2; i++) {
+		p->g[i].cl = &p->cl;
+		p->g[i].gw = gws[i];
+		p->o[i] = calloc(1, sizeof(struct hl_origin) + 16);
+		p->o[i]->ops = &fake_ops;
+		*(struct fake_gw **)hl_origin_priv(p->o[i]) = &p->g[i];
+		struct hl_owner_config cfg = {
+			.disk = i ? "disk-b" : "disk-a",
+			.gateway = gws[i],
+			.gateways = gws,
+			.n_gateways = 2,
+			.lease_ms = LEASE,
+			.dead_ms = DEAD,
+			.hold_ms = HOLD,
+		};
+		struct hl_owner_hooks hooks = {hook_gained, hook_releasing, &p->g[i]};
+		CU_ASSERT_EQUAL_FATAL(hl_owner_create(&cfg, p->o[i], NULL, &hooks, &p->ow[i]), 0);
+	}
+	CU_ASSERT_EQUAL(hl_owner_start(p->ow[0]), 0);
+	if (second_later)
+		usleep(300 * 1000);
+	CU_ASSERT_EQUAL(hl_owner_start(p->ow[1]), 0);
+}
+
+static void pair_stop(struct pair *p)
+{
+	for (int i = 0; i < 2; i++) {
+		atomic_store(&p->g[i].hung, false);
+		hl_owner_destroy(p->ow[i]);
+		free(p->o[i]);
+	}
+	pthread_mutex_destroy(&p->cl.lock);
+}
+
+static enum hl_alua_state alua(struct hl_owner *ow)
+{
+	struct hl_owner_status st;
+
+	hl_owner_status(ow, &st);
+	return st.alua;
+}
+
+/* Wait up to ms for gateway i to be active/optimized; checks meanwhile that never both are. */
+static bool wait_ao(struct pair *p, int i, int ms, unsigned *both)
+{
+	for (int t = 0; t < ms; t += 2) {
+		bool a = alua(p->ow[0]) == HL_ALUA_AO, b = alua(p->ow[1]) == HL_ALUA_AO;
+		if (a && b)
+			(*both)++;
+		if ((i == 0 && a && !b) || (i == 1 && b && !a))
+			return true;
+		usleep(2000);
+	}
+	return false;
+}
+
+static void test_one_owner(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 2000, &both));
+	usleep(3 * LEASE * 1000); /* stays so: the standby sees a live owner */
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_STANDBY);
+	struct hl_owner_status st;
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT_EQUAL(st.owner, 1);
+	CU_ASSERT_STRING_EQUAL(st.state, "standby");
+	CU_ASSERT_EQUAL(atomic_load(&p.g[0].gained), 1);
+	CU_ASSERT_EQUAL(atomic_load(&p.g[1].gained), 0);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+static void test_planned_handover(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 3000), 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 2000, &both));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CU_ASSERT(s < 1.0); /* no lease to wait out: a peek interval and the hooks */
+	CU_ASSERT_EQUAL(atomic_load(&p.g[0].releasing), 1);
+	CU_ASSERT_EQUAL(atomic_load(&p.g[1].gained), 1);
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	/* the gateway that handed over does not take it back by itself */
+	usleep(3 * LEASE * 1000);
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_AO);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+static void test_forced_takeover(void)
+{
+	struct pair p;
+	unsigned both = 0;
+	struct timespec t0, t1;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	atomic_store(&p.g[0].hung, true); /* SIGSTOP: no renew, no heartbeat */
+	/* its lease runs out: it stops serving before anyone else starts */
+	usleep((LEASE + 50) * 1000);
+	CU_ASSERT_NOT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+	/* dead_ms of silence, then the old lease and a margin */
+	CU_ASSERT(ms >= DEAD + LEASE);
+	CU_ASSERT(ms < DEAD + LEASE + 1500);
+	CU_ASSERT_EQUAL(p.cl.breaks, 1);
+	/* SIGCONT: its renew says fenced; it becomes a standby, never AO again by itself */
+	atomic_store(&p.g[0].hung, false);
+	for (int t = 0; t < 1000 && alua(p.ow[0]) != HL_ALUA_STANDBY; t += 10)
+		usleep(10000);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_STANDBY);
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_AO);
+	struct hl_owner_status st;
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT_EQUAL(st.takeovers, 1);
+	hl_owner_status(p.ow[0], &st);
+	CU_ASSERT_EQUAL(st.owner, 2);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+static void test_request_and_hold(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	/* the owner just gained it: a request is refused on the standby's side too */
+	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), -EALREADY);
+	CU_ASSERT_EQUAL(hl_owner_request(p.ow[1]), 0); /* the standby never moved: may ask */
+	/* the owner holds it for HOLD ms after its gain, then hands it over */
+	usleep(HOLD / 2 * 1000);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	/* ping-pong: gateway 1 asks right back: refused for HOLD ms */
+	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), -EBUSY);
+	usleep((HOLD + 100) * 1000);
+	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 3000, &both));
+	struct hl_owner_status st;
+	hl_owner_status(p.ow[0], &st);
+	CU_ASSERT_EQUAL(st.transitions, 3); /* gained, lost, gained */
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+static void test_no_ops(void)
+{
+	static const struct hl_origin_ops plain = {.name = "plain"};
+	struct hl_origin *o = calloc(1, sizeof(*o));
+	struct hl_owner *ow;
+	struct hl_owner_config cfg = {.disk = "d", .gateway = 1, .gateways = gws, .n_gateways = 2};
+
+	o->ops = &plain;
+	CU_ASSERT_EQUAL(hl_owner_create(&cfg, o, NULL, NULL, &ow), -EOPNOTSUPP);
+	cfg.gateway = 0;
+	CU_ASSERT_EQUAL(hl_owner_create(&cfg, o, NULL, NULL, &ow), -EINVAL);
+	free(o);
+}
+
+static const struct hl_test tests[] = {
+	{"one owner, the other standby", test_one_owner},
+	{"planned handover, no lease wait, no break", test_planned_handover},
+	{"hung owner: fenced, lease waited out, never two AO", test_forced_takeover},
+	{"request honoured after the hold, ping-pong refused", test_request_and_hold},
+	{"origins without ownership ops", test_no_ops},
+	{NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("owner", tests);
+}
