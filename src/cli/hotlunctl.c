@@ -407,6 +407,20 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		                sizeof(a))
 		          : "-");
 	}
+	json_object_foreach(disks, name, disk) {
+		/* several gateways: who owns each shared disk (docs/gateways.md) */
+		json_t *ow = json_object_get(disk, "ownership");
+		if (!ow)
+			continue;
+		printf("  %-14s gateway %lld: %s, %s; owner gateway %lld, epoch %lld; %lld move(s), "
+		       "%lld takeover(s); last: %s\n",
+		       name, (long long)jint(ow, "gateway"),
+		       json_string_value(json_object_get(ow, "state")),
+		       json_string_value(json_object_get(ow, "alua")), (long long)jint(ow, "owner"),
+		       (long long)jint(ow, "epoch"), (long long)jint(ow, "transitions"),
+		       (long long)jint(ow, "takeovers"),
+		       json_string_value(json_object_get(ow, "last")));
+	}
 	json_object_foreach(caches, name, cache) {
 		json_t *pc = json_object_get(pcaches, name);
 		uint64_t reqs = jdelta(cache, pc, "read_reqs");
@@ -560,6 +574,44 @@ static int cmd_reload(const char *path, int argc, char **argv)
 	return cmd_simple("reload", NULL);
 }
 
+/* handover / takeover [DISK]: a shared disk moves between gateways (docs/gateways.md) */
+static int cmd_move(const char *verb, const char *path, int argc, char **argv)
+{
+	char target[1024];
+
+	if (argc > 0) {
+		char base[1024];
+		hl_strlcpy(base, cwd, sizeof(base));
+		hl_strlcpy(cwd, path, sizeof(cwd));
+		resolve(argv[0], target, sizeof(target));
+		hl_strlcpy(cwd, base, sizeof(cwd));
+	} else {
+		hl_strlcpy(target, path, sizeof(target));
+	}
+	json_t *r = request(verb, json_pack("{s:s}", "path", target));
+	if (!r)
+		return 1;
+	printf("%s: %s, %s; owner gateway %lld, epoch %lld\n", target,
+	       json_string_value(json_object_get(r, "state")),
+	       json_string_value(json_object_get(r, "alua")), (long long)jint(r, "owner"),
+	       (long long)jint(r, "epoch"));
+	const char *w = json_string_value(json_object_get(r, "warning"));
+	if (w)
+		printf("warning: %s\n", w);
+	json_decref(r);
+	return 0;
+}
+
+static int cmd_handover(const char *path, int argc, char **argv)
+{
+	return cmd_move("handover", path, argc, argv);
+}
+
+static int cmd_takeover(const char *path, int argc, char **argv)
+{
+	return cmd_move("takeover", path, argc, argv);
+}
+
 static int cmd_pwd(const char *path, int argc, char **argv)
 {
 	(void)path, (void)argc, (void)argv;
@@ -587,6 +639,10 @@ static const struct command commands[] = {
 	{"stats", "stats [--json] [--watch [S]]  counters (refreshing with --watch)", cmd_stats},
 	{"saveconfig", "saveconfig [FILE]         write the running configuration", cmd_saveconfig},
 	{"reload", "reload                    re-read the configuration file", cmd_reload},
+	{"handover", "handover [DISK]           hand a shared disk to a peer gateway (planned)",
+	 cmd_handover},
+	{"takeover", "takeover [DISK]           ask the owner of a shared disk to hand it here",
+	 cmd_takeover},
 	{"help", "help                      this list", cmd_help},
 	{NULL, NULL, NULL},
 };

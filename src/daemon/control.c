@@ -248,10 +248,20 @@ static json_t *disk_node(struct daemon *d, const struct hl_conf_disk *cd)
 	if (rt)
 		fmt_size(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu), sz, sizeof(sz));
 	snprintf(path, sizeof(path), "/disks/%s", cd->name);
-	snprintf(summary, sizeof(summary), "%s, %s%s%s%s, %u session(s)", sz,
+	char own[160] = "";
+	if (rt && rt->owner) {
+		struct hl_owner_status st;
+		hl_owner_status(rt->owner, &st);
+		if (st.owner)
+			snprintf(own, sizeof(own), ", %s (owner: gateway %u, epoch %llu)", st.state,
+				 st.owner, (unsigned long long)st.epoch);
+		else
+			snprintf(own, sizeof(own), ", %s (no owner)", st.state);
+	}
+	snprintf(summary, sizeof(summary), "%s, %s%s%s%s, %u session(s)%s", sz,
 		 hl_uri_redact(cd->origin, false, origin, sizeof(origin)),
 		 cd->read_only ? ", read-only" : "", cd->cache ? ", cache " : "",
-		 cd->cache ? cd->cache : "", users);
+		 cd->cache ? cd->cache : "", users, own);
 	return node_new(cd->name, path, summary);
 }
 
@@ -964,6 +974,109 @@ static int cmd_delete(void *ctx, json_t *args, json_t **result, char *err, size_
 
 /* ---- statistics ---- */
 
+static const char *alua_name(enum hl_alua_state s)
+{
+	switch (s) {
+	case HL_ALUA_AO:
+		return "active/optimized";
+	case HL_ALUA_ANO:
+		return "active/non-optimized";
+	case HL_ALUA_STANDBY:
+		return "standby";
+	case HL_ALUA_UNAVAILABLE:
+		return "unavailable";
+	case HL_ALUA_OFFLINE:
+		return "offline";
+	case HL_ALUA_TRANSITIONING:
+		return "transitioning";
+	}
+	return "?";
+}
+
+/* A shared disk's ownership (docs/gateways.md): what stats and ls show. */
+static json_t *owner_json(struct daemon *d, struct hl_owner *ow)
+{
+	struct hl_owner_status st;
+
+	hl_owner_status(ow, &st);
+	return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:s}", "gateway",
+			 (int)d->conf->gateway, "state", st.state, "alua", alua_name(st.alua),
+			 "owner", (int)st.owner, "epoch", (json_int_t)st.epoch, "transitions",
+			 (json_int_t)st.transitions, "takeovers", (json_int_t)st.takeovers,
+			 "lease_left_ms", (json_int_t)st.lease_left_ms, "last", st.last);
+}
+
+/* /disks/NAME handover | takeover: move a shared disk by hand. */
+static int owner_of(struct daemon *d, json_t *args, struct disk_rt **out, char *err,
+		    size_t errlen)
+{
+	const char *path = arg_str(args, "path");
+	struct node nd;
+	int rc;
+
+	if (!path)
+		return err_out(err, errlen, -EINVAL, "needs path (string): /disks/NAME");
+	rc = parse_path(d, path, &nd, err, errlen);
+	if (rc)
+		return rc;
+	if (nd.kind != N_DISK)
+		return err_out(err, errlen, -EINVAL, "%s is not a disk (/disks/NAME)", path);
+	*out = daemon_disk_find(d, nd.name);
+	if (!*out || !(*out)->owner)
+		return err_out(err, errlen, -EINVAL,
+			       "disk %s is not shared between gateways ([global] gateway, an rbd or "
+			       "iscsi origin)",
+			       nd.name);
+	return 0;
+}
+
+static int cmd_handover(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	struct disk_rt *rt;
+	struct hl_owner_status st;
+	int rc = owner_of(d, args, &rt, err, errlen);
+
+	if (rc)
+		return rc;
+	hl_owner_status(rt->owner, &st);
+	if (strcmp(st.state, "owner"))
+		return err_out(err, errlen, -EALREADY, "disk %s: this gateway does not own it (%s)",
+			       rt->conf.name, st.state);
+	HL_NOTICE("daemon", "disk %s: handover asked through the control socket", rt->conf.name);
+	rc = hl_owner_handover(rt->owner, 5000);
+	hl_owner_status(rt->owner, &st);
+	*result = owner_json(d, rt->owner);
+	if (rc == -ETIMEDOUT)
+		json_object_set_new(*result, "warning",
+				    json_string("released, but no peer took it within 5 s"));
+	return 0;
+}
+
+static int cmd_takeover(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	struct disk_rt *rt;
+	int rc = owner_of(d, args, &rt, err, errlen);
+
+	if (rc)
+		return rc;
+	rc = hl_owner_request(rt->owner);
+	if (rc == -EALREADY)
+		return err_out(err, errlen, rc, "disk %s: this gateway owns it already",
+			       rt->conf.name);
+	if (rc == -EBUSY)
+		return err_out(err, errlen, rc,
+			       "disk %s: ownership moved less than %u s ago; it moves at most that "
+			       "often (no ping-pong)",
+			       rt->conf.name, HL_OWNER_HOLD_MS / 1000);
+	if (rc)
+		return err_out(err, errlen, rc, "disk %s: %s", rt->conf.name, strerror(-rc));
+	HL_NOTICE("daemon", "disk %s: takeover asked through the control socket", rt->conf.name);
+	*result = owner_json(d, rt->owner);
+	return 0;
+}
+
 static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
@@ -998,6 +1111,8 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 		json_object_set_new(o, "write_latency_log2_us", wl);
 		if (rt->conf.cache)
 			json_object_set_new(o, "cache", json_string(rt->conf.cache));
+		if (rt->owner)
+			json_object_set_new(o, "ownership", owner_json(d, rt->owner));
 		json_object_set_new(disks, rt->conf.name, o);
 	}
 	json_t *list = json_array();
@@ -1166,6 +1281,8 @@ static const struct hl_ctl_command commands[] = {
 	{"create", "create name under path (with params)", cmd_create},
 	{"delete", "delete the object at path (force: even if in use)", cmd_delete},
 	{"stats", "counters of every disk and cache", cmd_stats},
+	{"handover", "hand the shared disk at path to a peer gateway (planned)", cmd_handover},
+	{"takeover", "ask the owner of the shared disk at path to hand it here", cmd_takeover},
 	{"saveconfig", "write the running configuration to its file (or file)", cmd_saveconfig},
 	{"reload", "re-read the configuration file and apply the difference", cmd_reload},
 	{NULL, NULL, NULL},
