@@ -409,9 +409,10 @@ static void *owner_main(void *arg)
 			/*
 			 * A disk we handed over ourselves is left to the peer that asked
 			 * (or that takes over from a stopping gateway) for hold_ms,
-			 * unless somebody asks us for it.
+			 * unless somebody asks us for it; one a peer released is taken.
 			 */
-			if (want || !released_self || now_ms() - last_move >= ow->hold_ms) {
+			bool ours = !info.owner || info.owner == ow->gw;
+			if (want || !released_self || !ours || now_ms() - last_move >= ow->hold_ms) {
 				acquire(ow, &info, false, info.owner ? "released" : "nobody owned it");
 				asked = 0;
 			}

@@ -269,6 +269,14 @@ static void test_planned_handover(void)
 	/* the gateway that handed over does not take it back by itself */
 	usleep(3 * LEASE * 1000);
 	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_AO);
+	/* failback: the peer hands it back, and the first gateway takes it at once */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[1], 3000), 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 2000, &both));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CU_ASSERT(s < 1.0);
+	CU_ASSERT_EQUAL(atomic_load(&p.g[0].gained), 2);
 	CU_ASSERT_EQUAL(both, 0);
 	pair_stop(&p);
 }
