@@ -128,9 +128,9 @@ typedef enum scsi_exec_result (*scsi_exec_fn)(struct hl_scsi_cmd *cmd);
  * refused with NOT READY, and SCSI_F_MEDIA commands that pass are counted
  * in hl_lu_busy until they complete.
  */
-#define SCSI_F_ALUA_SB    0x100u /* allowed in standby */
-#define SCSI_F_ALUA_UN    0x200u /* allowed in unavailable (and offline) */
-#define SCSI_F_ALUA_TR    0x400u /* allowed while transitioning */
+#define SCSI_F_ALUA_SB 0x100u /* allowed in standby */
+#define SCSI_F_ALUA_UN 0x200u /* allowed in unavailable (and offline) */
+#define SCSI_F_ALUA_TR 0x400u /* allowed while transitioning */
 
 #define SCSI_USAGE_MAX 16
 

@@ -30,7 +30,7 @@ static void put_padded(uint8_t *dst, const char *s, size_t n)
 
 /* ---- INQUIRY ---- */
 
-/* The asking port's target port group and its state for cmd->lu (active/optimized without a provider). */
+/* The asking port's group, and its state for cmd->lu (active/optimized without a provider). */
 static uint16_t asking_tpg(const struct hl_scsi_cmd *cmd)
 {
 	return cmd->nexus && cmd->nexus->port ? cmd->nexus->port->tpg_id : 0;
@@ -760,7 +760,7 @@ enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd)
 	off = acc ? rtpg_groups(cmd, acc, ports, n, buf, off) : rtpg_lone(ports, n, buf, off);
 	hl_put_be32(buf, off - 4);
 	if (extended) {
-		buf[4] = 0x10; /* FORMAT TYPE 001b */
+		buf[4] = 0x10;                             /* FORMAT TYPE 001b */
 		buf[5] = acc ? acc->transition_time_s : 0; /* implicit transition time, 0: none */
 	}
 	scsi_data_in(cmd, buf, off, alloc);

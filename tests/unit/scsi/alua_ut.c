@@ -75,7 +75,7 @@ static struct hl_scsi_nexus nx1 = {
 static struct hl_scsi_nexus nx2 = {
     .id = 12, .initiator_port = "iqn.2026-11.test:h,i,0x000000000012", .port = &gw1_t2};
 
-/* LU with the fake provider: group 1 (ours) in `mine`, group 2 in `other`; nx1's POWER ON consumed */
+/* An LU with the fake provider: group 1 (ours) `mine`, group 2 `other`; nx1 past POWER ON */
 static void alua_setup(enum hl_alua_state mine, enum hl_alua_state other)
 {
 	struct tcmd t;
@@ -410,8 +410,8 @@ static void test_stpg_reaches_provider(void)
 {
 	struct tcmd t;
 	uint8_t cdb[12];
-	uint8_t par[12] = {0xff, 0xff, 0xff, 0xff, /* reserved header: ignored */
-	                   HL_ALUA_AO, 0, 0, 2, HL_ALUA_STANDBY, 0, 0, 1};
+	/* the reserved header (all ones here) is ignored */
+	uint8_t par[12] = {0xff, 0xff, 0xff, 0xff, HL_ALUA_AO, 0, 0, 2, HL_ALUA_STANDBY, 0, 0, 1};
 
 	alua_setup(HL_ALUA_STANDBY, HL_ALUA_AO);
 	/* in standby: allowed, the way an initiator activates a standby path */
