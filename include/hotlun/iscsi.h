@@ -61,6 +61,14 @@ struct hl_iscsi_server_config {
 	/** Connections that have not finished login, per portal and per source address (0: default). */
 	unsigned max_pending_logins;
 	unsigned max_pending_logins_per_addr;
+	/**
+	 * This gateway's id when several gateways serve the same disks
+	 * ([global] gateway, 1..255), 0: a lone gateway. It names the SCSI
+	 * target ports of every session: target port group = gateway, relative
+	 * target port id = (gateway << 8) | (TPGT & 0xff); with 0 both are the
+	 * TPGT. @return of hl_iscsi_server_create: -EINVAL above 255.
+	 */
+	unsigned gateway;
 };
 
 /* Write buffer budget bounds ([global] write_buffer_limit, hotlun.conf(5)). */

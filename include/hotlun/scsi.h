@@ -247,6 +247,10 @@ void hl_lu_access_changed(struct hl_lu *lu);
  * Media access commands (those an access state can refuse) of lu that
  * passed the access check and have not completed yet: a planned handover
  * waits for 0 after its group went TRANSITIONING. Any thread.
+ * Counted only while lu has a provider. A command is counted before it asks
+ * state(), so once state() answers TRANSITIONING to every caller (the new
+ * state stored before this is called), a 0 here means no media command of
+ * lu is left to come through that group.
  */
 unsigned hl_lu_busy(const struct hl_lu *lu);
 

@@ -47,7 +47,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 {
 	struct hl_iscsi_server *srv;
 
-	if (!cfg || !cfg->reactors || cfg->n_reactors == 0)
+	if (!cfg || !cfg->reactors || cfg->n_reactors == 0 || cfg->gateway > 255)
 		return -EINVAL;
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
@@ -61,6 +61,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->n_reactors = cfg->n_reactors;
 	srv->nop_interval_s = cfg->nop_interval_s;
 	srv->nop_timeout_s = cfg->nop_timeout_s;
+	srv->gateway = (uint16_t)cfg->gateway;
 	srv->discovery_chap = cfg->discovery_chap;
 	srv->max_pending =
 	    cfg->max_pending_logins ? cfg->max_pending_logins : HL_ISCSI_MAX_PENDING_LOGINS;

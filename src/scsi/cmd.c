@@ -8,7 +8,10 @@
  *      SPC-4 exempts);
  *   4. CDB shorter than the command, or a bit set that the command's usage
  *      mask does not have: INVALID FIELD IN CDB with a field pointer;
- *   5. a reservation held through another nexus: RESERVATION CONFLICT;
+ *   5. with an ALUA access provider: the asking port's target port group
+ *      is not active and the command is not one its state allows: NOT
+ *      READY (access_allowed);
+ *   6. a reservation held through another nexus: RESERVATION CONFLICT;
  * then the handler. A write to a write-protected LU gets DATA PROTECT from
  * scsi_write_protected(), which handlers call after their own CDB checks
  * (SBC-3: an invalid field or LBA is reported before the medium's state).
@@ -59,7 +62,66 @@ void scsi_cmd_complete(struct hl_scsi_cmd *cmd)
 	free(p->bounce);
 	p->bounce = NULL;
 	scsi_range_unlock(cmd);
+	/* every command completes here exactly once: the one place it is uncounted */
+	if (cmd->state & SCSI_CMD_BUSY) {
+		cmd->state &= ~SCSI_CMD_BUSY;
+		__atomic_sub_fetch(&cmd->lu->busy, 1, __ATOMIC_RELEASE);
+	}
 	cmd->done(cmd);
+}
+
+/*
+ * ALUA (SPC-4 5.15.2.4): run d only if the state of the asking port's
+ * target port group allows it. A media command is counted in lu->busy
+ * before the state is read, with a full barrier: the ownership module
+ * moves its group to TRANSITIONING and then waits for hl_lu_busy() == 0,
+ * so either this command sees TRANSITIONING and is refused, or the
+ * handover sees it counted and waits for it (scsi_cmd_complete uncounts).
+ * A command refused here is uncounted by its completion like any other.
+ */
+static bool access_allowed(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *d,
+                           const struct hl_lu_access *acc)
+{
+	struct hl_lu *lu = cmd->lu;
+	const struct hl_scsi_port *port = cmd->nexus ? cmd->nexus->port : NULL;
+
+	if (d->flags & SCSI_F_MEDIA) {
+		__atomic_add_fetch(&lu->busy, 1, __ATOMIC_SEQ_CST);
+		cmd->state |= SCSI_CMD_BUSY;
+	}
+	void *arg = __atomic_load_n(&lu->access_arg, __ATOMIC_RELAXED);
+	switch (acc->state(arg, port ? port->tpg_id : 0)) {
+	case HL_ALUA_AO:
+	case HL_ALUA_ANO:
+		return true;
+	case HL_ALUA_STANDBY:
+		if (d->flags & SCSI_F_ALUA_SB)
+			return true;
+		hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_STANDBY);
+		return false;
+	case HL_ALUA_TRANSITIONING:
+		if (d->flags & SCSI_F_ALUA_TR)
+			return true;
+		hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_TRANSITION);
+		return false;
+	default:
+		/* unavailable; offline (a port that should not even get commands) and
+		 * unknown values are treated the same */
+		if (d->flags & SCSI_F_ALUA_UN)
+			return true;
+		hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_UNAVAILABLE);
+		return false;
+	}
+}
+
+/* Does lu offer any service action of op? An opcode with none is unsupported as a whole. */
+static bool any_sa_avail(const struct scsi_opcode *op, const struct hl_lu *lu)
+{
+	for (unsigned i = 0; i < op->n_sa; i++) {
+		if (scsi_cmd_avail(&op->sa[i], lu))
+			return true;
+	}
+	return false;
 }
 
 /* Bits set in the CDB that the command does not use; the control byte's vendor bits are free. */
@@ -99,7 +161,7 @@ static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
 		return SCSI_DONE;
 	}
 	if (!d) {
-		if (op->n_sa)
+		if (any_sa_avail(op, cmd->lu))
 			scsi_sense_invalid_cdb(cmd, 1, 4);
 		else
 			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
@@ -119,6 +181,11 @@ static enum scsi_exec_result dispatch(struct hl_scsi_cmd *cmd)
 	}
 	if (!cdb_fields_ok(cmd, d))
 		return SCSI_DONE;
+	if (cmd->lu) {
+		const struct hl_lu_access *acc = scsi_lu_access(cmd->lu);
+		if (acc && !access_allowed(cmd, d, acc))
+			return SCSI_DONE;
+	}
 	if (cmd->lu && scsi_rsv_conflict(cmd, d))
 		return SCSI_DONE;
 	return d->exec(cmd);
@@ -136,6 +203,7 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 	cmd->n_abort_nexus = 0;
 	cmd->abort_others = false;
 	cmd->rl_mode = 0;
+	cmd->state = 0;
 	cmd->reactor = hl_reactor_current();
 	if (!cmd->data)
 		cmd->data_len = 0; /* a transport bug must not become a wild write */

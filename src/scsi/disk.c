@@ -11,11 +11,23 @@
  * Reservation classes (SPC-4 table 63, SBC-3 table 13): INFO commands are
  * never blocked by a persistent reservation, RD ones are allowed under the
  * Write Exclusive types, everything else conflicts for non-holders.
+ *
+ * ALUA (SPC-4 5.15.2.4, only when the LU has an access provider): the
+ * SCSI_F_ALUA_* flags say which commands a port in standby, unavailable or
+ * transitioning state still runs; SPC-4's lists, of the commands we have,
+ * plus REPORT SUPPORTED OPERATION CODES everywhere and READ CAPACITY in
+ * standby (SPC-4 allows more; it touches no medium, and a host that scans
+ * a standby path must learn the same capacity on it as on the active one,
+ * or its multipath layer refuses the path).
  */
 #include "scsi/scsi_internal.h"
 
+/* allowed in every ALUA state; in standby and unavailable; in standby only */
+#define ALUA_ALL (SCSI_F_ALUA_SB | SCSI_F_ALUA_UN | SCSI_F_ALUA_TR)
+#define ALUA_SU  (SCSI_F_ALUA_SB | SCSI_F_ALUA_UN)
+#define ALUA_S   SCSI_F_ALUA_SB
 /* INQUIRY, REPORT LUNS, REQUEST SENSE: no LU needed, never blocked */
-#define NOLU (SCSI_F_NO_LU | SCSI_F_UA_PASS | SCSI_F_PR_ALLOW | SCSI_F_RSV2_ALLOW)
+#define NOLU (SCSI_F_NO_LU | SCSI_F_UA_PASS | SCSI_F_PR_ALLOW | SCSI_F_RSV2_ALLOW | ALUA_ALL)
 /* answered from LU state that no persistent reservation hides */
 #define INFO SCSI_F_PR_ALLOW
 #define RD   (SCSI_F_MEDIA | SCSI_F_PR_READ)
@@ -47,15 +59,15 @@ CMD(reserve6, "RESERVE(6)", spc_reserve, INFO, 6,
 CMD(release6, "RELEASE(6)", spc_release, INFO | SCSI_F_RSV2_ALLOW, 6,
     0x17, 0x00, 0x00, 0x00, 0x00, 0x00);
 /* MODE SELECT: PF, SP; conflicts under reservations like any state change */
-CMD(mode_select6, "MODE SELECT(6)", spc_mode_select, SCSI_F_DATA_OUT, 6,
+CMD(mode_select6, "MODE SELECT(6)", spc_mode_select, SCSI_F_DATA_OUT | ALUA_S, 6,
     0x15, 0x11, 0x00, 0x00, 0xff, 0x00);
-CMD(mode_select10, "MODE SELECT(10)", spc_mode_select, SCSI_F_DATA_OUT, 10,
+CMD(mode_select10, "MODE SELECT(10)", spc_mode_select, SCSI_F_DATA_OUT | ALUA_S, 10,
     0x55, 0x11, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00);
-CMD(mode_sense6, "MODE SENSE(6)", spc_mode_sense, SCSI_F_PR_READ, 6,
+CMD(mode_sense6, "MODE SENSE(6)", spc_mode_sense, SCSI_F_PR_READ | ALUA_S, 6,
     0x1a, 0x08, 0xff, 0xff, 0xff, 0x00);
 CMD(start_stop_unit, "START STOP UNIT", sbc_start_stop, 0, 6,
     0x1b, 0x01, 0x00, 0x0f, 0xf7, 0x00);
-CMD(read_capacity10, "READ CAPACITY(10)", sbc_read_capacity10, INFO, 10,
+CMD(read_capacity10, "READ CAPACITY(10)", sbc_read_capacity10, INFO | ALUA_S, 10,
     0x25, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x01, 0x00);
 CMD(read10, "READ(10)", sbc_read, RD, 10,
     0x28, RW_FLAGS, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0x00);
@@ -73,7 +85,7 @@ CMD(reserve10, "RESERVE(10)", spc_reserve, INFO, 10,
     0x56, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00);
 CMD(release10, "RELEASE(10)", spc_release, INFO | SCSI_F_RSV2_ALLOW, 10,
     0x57, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00);
-CMD(mode_sense10, "MODE SENSE(10)", spc_mode_sense, SCSI_F_PR_READ, 10,
+CMD(mode_sense10, "MODE SENSE(10)", spc_mode_sense, SCSI_F_PR_READ | ALUA_S, 10,
     0x5a, 0x18, 0xff, 0xff, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00);
 CMD(read16, "READ(16)", sbc_read, RD, 16,
     0x88, RW_FLAGS, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0x00);
@@ -118,18 +130,18 @@ CMD(verify12, "VERIFY(12)", sbc_verify, RD, 12,
 #define SA_CMD(sa, name, fn, flags, len, ...) {name, fn, flags, sa, len, {__VA_ARGS__}}
 
 static const struct scsi_cmd_desc persistent_reserve_in[] = {
-	SA_CMD(0x00, "PERSISTENT RESERVE IN: READ KEYS", spc_pr_in, INFO, 10,
+	SA_CMD(0x00, "PERSISTENT RESERVE IN: READ KEYS", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
-	SA_CMD(0x01, "PERSISTENT RESERVE IN: READ RESERVATION", spc_pr_in, INFO, 10,
+	SA_CMD(0x01, "PERSISTENT RESERVE IN: READ RESERVATION", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
-	SA_CMD(0x02, "PERSISTENT RESERVE IN: REPORT CAPABILITIES", spc_pr_in, INFO, 10,
+	SA_CMD(0x02, "PERSISTENT RESERVE IN: REPORT CAPABILITIES", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
-	SA_CMD(0x03, "PERSISTENT RESERVE IN: READ FULL STATUS", spc_pr_in, INFO, 10,
+	SA_CMD(0x03, "PERSISTENT RESERVE IN: READ FULL STATUS", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
 };
 
 /* PERSISTENT RESERVE OUT applies its own access rules (pr.c), never a class conflict. */
-#define PROUT (INFO | SCSI_F_DATA_OUT)
+#define PROUT (INFO | SCSI_F_DATA_OUT | ALUA_S)
 static const struct scsi_cmd_desc persistent_reserve_out[] = {
 	SA_CMD(0x00, "PERSISTENT RESERVE OUT: REGISTER", spc_pr_out, PROUT, 10,
 	       0x5f, 0x00, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
@@ -165,7 +177,7 @@ static const struct scsi_cmd_desc receive_copy_results[] = {
 };
 
 static const struct scsi_cmd_desc service_action_in16[] = {
-	SA_CMD(0x10, "READ CAPACITY(16)", sbc_read_capacity16, INFO, 16,
+	SA_CMD(0x10, "READ CAPACITY(16)", sbc_read_capacity16, INFO | ALUA_S, 16,
 	       0x9e, 0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
 	       0x01, 0x00),
 	{.name = "GET LBA STATUS", .exec = sbc_get_lba_status, .flags = RD, .sa = 0x12,
@@ -176,11 +188,25 @@ static const struct scsi_cmd_desc service_action_in16[] = {
 };
 
 static const struct scsi_cmd_desc maintenance_in[] = {
-	SA_CMD(0x0a, "REPORT TARGET PORT GROUPS", spc_report_tpgs, INFO | SCSI_F_RSV2_ALLOW, 12,
+	SA_CMD(0x0a, "REPORT TARGET PORT GROUPS", spc_report_tpgs,
+	       INFO | SCSI_F_RSV2_ALLOW | ALUA_ALL, 12,
 	       0xa3, 0x2a, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00),
 	SA_CMD(0x0c, "REPORT SUPPORTED OPERATION CODES", spc_report_opcodes,
-	       INFO | SCSI_F_RSV2_ALLOW, 12,
+	       INFO | SCSI_F_RSV2_ALLOW | ALUA_ALL, 12,
 	       0xa3, 0x0c, 0x87, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00),
+};
+
+/*
+ * SET TARGET PORT GROUPS: only LUs with an access provider offer it (the
+ * others answer INVALID COMMAND OPERATION CODE, as before it existed). It
+ * changes LU state like MODE SELECT, so it conflicts with reservations the
+ * same way; a transitioning port refuses it (SPC-4 5.15.2.5).
+ */
+static const struct scsi_cmd_desc maintenance_out[] = {
+	{.name = "SET TARGET PORT GROUPS", .exec = spc_set_tpgs,
+	 .flags = SCSI_F_DATA_OUT | ALUA_SU, .sa = 0x0a, .cdb_len = 12,
+	 .usage = {0xa4, 0x0a, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00},
+	 .avail = scsi_lu_has_access},
 };
 
 #define ONE(desc) {.cmd = &(desc)}
@@ -226,6 +252,7 @@ const struct scsi_opcode scsi_disk_ops[256] = {
 	[0x9e] = SA(service_action_in16),
 	[0xa0] = ONE(report_luns),
 	[0xa3] = SA(maintenance_in),
+	[0xa4] = SA(maintenance_out),
 	[0xa8] = ONE(read12),
 	[0xaa] = ONE(write12),
 	[0xae] = ONE(write_verify12),

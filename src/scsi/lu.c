@@ -1,7 +1,8 @@
 /*
  * lu.c - logical unit lifetime, the task management events the SCSI layer
  * must see (LUN reset, nexus loss), and what the origin reports about itself
- * (a new capacity: CAPACITY DATA HAS CHANGED to every I_T nexus).
+ * (a new capacity: CAPACITY DATA HAS CHANGED to every I_T nexus), and the
+ * access provider that gives its ALUA states (the gating itself is in cmd.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -199,6 +200,42 @@ uint64_t hl_lu_num_blocks(const struct hl_lu *lu)
 uint32_t hl_lu_block_size(const struct hl_lu *lu)
 {
 	return lu->block_size;
+}
+
+void hl_lu_set_access(struct hl_lu *lu, const struct hl_lu_access *ops, void *arg)
+{
+	pthread_mutex_lock(&lu->lock);
+	if (ops)
+		__atomic_store_n(&lu->access_arg, arg, __ATOMIC_RELAXED);
+	/* release: a reactor that sees ops sees its arg */
+	__atomic_store_n(&lu->access, ops, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&lu->lock);
+	HL_DEBUG(SCSI_COMPONENT, "%s: ALUA access provider %s", lu->name, ops ? "set" : "removed");
+}
+
+bool scsi_lu_has_access(const struct hl_lu *lu)
+{
+	return scsi_lu_access(lu) != NULL;
+}
+
+void hl_lu_access_changed(struct hl_lu *lu)
+{
+	if (!lu)
+		return;
+	/* queued once: scsi_ua_push drops a duplicate still pending */
+	scsi_ua_queue_all(lu, 0, SCSI_ASC_ALUA_CHANGED);
+}
+
+unsigned hl_lu_busy(const struct hl_lu *lu)
+{
+	/*
+	 * Pairs with the full barrier of the increment in cmd.c, which comes
+	 * before the command reads its group's state: the provider changed the
+	 * state before it calls this, so either the command sees the new state
+	 * or this load sees the command.
+	 */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return __atomic_load_n(&lu->busy, __ATOMIC_SEQ_CST);
 }
 
 void hl_lu_reset(struct hl_lu *lu, const struct hl_scsi_nexus *by)

@@ -80,7 +80,29 @@ struct hl_lu {
 	unsigned rl_n_exclusive;   /* exclusive holders in rl_active; guarded by lock */
 	struct hl_list
 	    xcopy_results; /* struct scsi_xcopy_result, held per nexus; guarded by lock */
+
+	/*
+	 * ALUA access provider (hl_lu_set_access), NULL: none, every port
+	 * active/optimized. Written under lock (access_arg first, then access
+	 * with release); read on reactors with one acquire load of access.
+	 */
+	const struct hl_lu_access *access;
+	void *access_arg;
+	/* media commands that passed the access check and are running (hl_lu_busy); atomic */
+	unsigned busy;
 };
+
+/** lu's access provider (NULL: none); its arg is lu->access_arg. Any thread. */
+static inline const struct hl_lu_access *scsi_lu_access(const struct hl_lu *lu)
+{
+	return __atomic_load_n(&lu->access, __ATOMIC_ACQUIRE);
+}
+
+/** Does lu have an access provider (SET TARGET PORT GROUPS is offered then)? */
+bool scsi_lu_has_access(const struct hl_lu *lu);
+
+/** hl_scsi_cmd.state bits */
+#define SCSI_CMD_BUSY 0x1u /* counted in lu->busy: scsi_cmd_complete uncounts it */
 
 /* ---- command table ---- */
 
@@ -100,6 +122,15 @@ typedef enum scsi_exec_result (*scsi_exec_fn)(struct hl_scsi_cmd *cmd);
 #define SCSI_F_PR_ALLOW   0x20u /* allowed whatever persistent reservation another nexus holds */
 #define SCSI_F_PR_READ    0x40u /* read class: allowed under Write Exclusive reservations */
 #define SCSI_F_RSV2_ALLOW 0x80u /* allowed while another nexus holds RESERVE(6/10) */
+/*
+ * ALUA (SPC-4 5.15.2.4), only with an access provider: what a port whose
+ * target port group is not active may still run. Everything else is
+ * refused with NOT READY, and SCSI_F_MEDIA commands that pass are counted
+ * in hl_lu_busy until they complete.
+ */
+#define SCSI_F_ALUA_SB 0x100u /* allowed in standby */
+#define SCSI_F_ALUA_UN 0x200u /* allowed in unavailable (and offline) */
+#define SCSI_F_ALUA_TR 0x400u /* allowed while transitioning */
 
 #define SCSI_USAGE_MAX 16
 
@@ -243,6 +274,11 @@ static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
 #define SCSI_ASC_INVALID_RELEASE         0x26, 0x04
 #define SCSI_ASC_NO_REG_RESOURCES        0x55, 0x04
 #define SCSI_ASC_REPORTED_LUNS_CHANGED   0x3f, 0x0e
+#define SCSI_ASC_ALUA_TRANSITION         0x04, 0x0a
+#define SCSI_ASC_ALUA_STANDBY            0x04, 0x0b
+#define SCSI_ASC_ALUA_UNAVAILABLE        0x04, 0x0c
+#define SCSI_ASC_ALUA_CHANGED            0x2a, 0x06
+#define SCSI_ASC_STPG_FAILED             0x67, 0x0a
 
 /* ---- ua.c ---- */
 
@@ -360,6 +396,7 @@ enum scsi_exec_result spc_mode_sense(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_mode_select(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd);
+enum scsi_exec_result spc_set_tpgs(struct hl_scsi_cmd *cmd);
 
 /* ---- sbc.c: block commands ---- */
 

@@ -1,12 +1,14 @@
 /*
  * spc.c - the primary (SPC-4) commands a disk answers from its own state:
  * INQUIRY and its VPD pages (8Fh lives in xcopy.c), REPORT LUNS, REQUEST SENSE, TEST UNIT READY,
- * MODE SENSE(6/10) and REPORT SUPPORTED OPERATION CODES.
+ * MODE SENSE(6/10), REPORT SUPPORTED OPERATION CODES, and REPORT / SET
+ * TARGET PORT GROUPS (ALUA, with the LU's access provider when it has one).
  *
  * Every handler builds the full parameter data in a local buffer and lets
  * scsi_data_in() cut it to the allocation length and the transport's buffer,
  * so a short allocation length never changes what the data says.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,16 +30,45 @@ static void put_padded(uint8_t *dst, const char *s, size_t n)
 
 /* ---- INQUIRY ---- */
 
+/* The asking port's group, and its state for cmd->lu (active/optimized without a provider). */
+static uint16_t asking_tpg(const struct hl_scsi_cmd *cmd)
+{
+	return cmd->nexus && cmd->nexus->port ? cmd->nexus->port->tpg_id : 0;
+}
+
+static enum hl_alua_state asking_state(const struct hl_scsi_cmd *cmd)
+{
+	const struct hl_lu_access *acc = cmd->lu ? scsi_lu_access(cmd->lu) : NULL;
+
+	if (!acc)
+		return HL_ALUA_AO;
+	return acc->state(__atomic_load_n(&cmd->lu->access_arg, __ATOMIC_RELAXED), asking_tpg(cmd));
+}
+
+/*
+ * Byte 0 of INQUIRY data for an LU: peripheral qualifier 000b and a direct
+ * access block device, or 001b (not accessible through this port now) when
+ * the asking port's group is unavailable (SPC-4 5.15.2.4.5).
+ */
+static uint8_t inquiry_byte0(const struct hl_scsi_cmd *cmd)
+{
+	return asking_state(cmd) == HL_ALUA_UNAVAILABLE ? 0x20 : 0x00;
+}
+
 static uint32_t inquiry_standard(const struct hl_scsi_cmd *cmd, uint8_t *b)
 {
 	memset(b, 0, INQ_STD_LEN);
 	/* no LU here: peripheral qualifier 011b, device type 1Fh */
-	b[0] = cmd->lu ? 0x00 : 0x7f;
+	b[0] = cmd->lu ? inquiry_byte0(cmd) : 0x7f;
 	b[2] = 0x06;        /* SPC-4 */
 	b[3] = 0x10 | 0x02; /* HISUP, response data format 2 */
 	b[4] = INQ_STD_LEN - 5;
-	/* TPGS 01b: implicit ALUA (REPORT TARGET PORT GROUPS, no SET); 3PC: EXTENDED COPY */
-	b[5] = 0x10 | 0x08;
+	/*
+	 * TPGS 01b: implicit ALUA only (REPORT TARGET PORT GROUPS); with an
+	 * access provider 11b: implicit and explicit (SET TARGET PORT GROUPS).
+	 * 3PC: EXTENDED COPY.
+	 */
+	b[5] = (cmd->lu && scsi_lu_access(cmd->lu) ? 0x30 : 0x10) | 0x08;
 	b[7] = 0x02; /* CMDQUE */
 	put_padded(b + 8, VENDOR_ID, 8);
 	put_padded(b + 16, PRODUCT_ID, 16);
@@ -207,7 +238,7 @@ enum scsi_exec_result spc_inquiry(struct hl_scsi_cmd *cmd)
 		scsi_sense_invalid_cdb(cmd, 2, 7);
 		return SCSI_DONE;
 	}
-	buf[0] = 0x00; /* peripheral qualifier 0, direct access block device */
+	buf[0] = inquiry_byte0(cmd); /* direct access block device */
 	buf[1] = page;
 	scsi_data_in(cmd, buf, len, alloc);
 	return SCSI_DONE;
@@ -602,24 +633,20 @@ enum scsi_exec_result spc_report_opcodes(struct hl_scsi_cmd *cmd)
 /* ---- REPORT TARGET PORT GROUPS (MAINTENANCE IN / 0Ah) ---- */
 
 #define RTPG_MAX_PORTS 64
+/* SUP bits of a target port group descriptor: T_SUP, U_SUP, S_SUP, AN_SUP, AO_SUP */
+#define RTPG_SUP_ALL 0x8f
 
-/*
- * One target port group per iSCSI portal group (TPG id = TPGT, relative port
- * id = TPGT): every port is active/optimized, the only state offered, so a
- * host with paths through several portals uses them all. The ports listed
- * are the asking nexus's and those of every nexus the LU has seen.
- */
-enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd)
+struct rtpg_port {
+	uint16_t tpg, rel;
+};
+
+/* The asking nexus's port first, then those of every other nexus the LU has seen. */
+static unsigned rtpg_local_ports(struct hl_scsi_cmd *cmd, struct rtpg_port *ports)
 {
 	struct hl_lu *lu = cmd->lu;
-	bool extended = (cmd->cdb[1] >> 5) == 1;
-	uint32_t alloc = hl_get_be32(cmd->cdb + 6);
-	struct {
-		uint16_t tpg, rel;
-	} ports[RTPG_MAX_PORTS];
-	unsigned n = 0;
 	const struct hl_scsi_port *me = cmd->nexus ? cmd->nexus->port : NULL;
 	struct scsi_lu_nexus *ln;
+	unsigned n = 0;
 
 	ports[n].tpg = me ? me->tpg_id : 1;
 	ports[n].rel = me ? me->rel_port_id : 1;
@@ -637,12 +664,19 @@ enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd)
 		}
 	}
 	pthread_mutex_unlock(&lu->lock);
+	return n;
+}
 
-	uint8_t buf[8 + RTPG_MAX_PORTS * (8 + 4)];
-	uint32_t off = extended ? 8 : 4;
+/*
+ * Without an access provider (a lone gateway): one target port group per
+ * iSCSI portal group (TPG id = TPGT, relative port id = TPGT), every port
+ * active/optimized, the only state offered, so a host with paths through
+ * several portals uses them all.
+ */
+static uint32_t rtpg_lone(const struct rtpg_port *ports, unsigned n, uint8_t *buf, uint32_t off)
+{
 	bool done[RTPG_MAX_PORTS] = {false};
 
-	memset(buf, 0, sizeof(buf));
 	for (unsigned i = 0; i < n; i++) {
 		if (done[i])
 			continue;
@@ -663,11 +697,154 @@ enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd)
 		}
 		g[7] = count;
 	}
+	return off;
+}
+
+/*
+ * With an access provider (several gateways): the groups it lists, one per
+ * gateway, each with its state for this LU. A group lists the ports of this
+ * gateway that the LU has seen in it; a group with none here (another
+ * gateway's) lists one port, the asking port's twin there: relative port id
+ * (group id << 8) | (the asking port's relative port id & 0xff), since
+ * every gateway runs the same targets with the same portal group tags and
+ * numbers its ports that way (docs/compliance.md, "ALUA").
+ */
+static uint32_t rtpg_groups(struct hl_scsi_cmd *cmd, const struct hl_lu_access *acc,
+                            const struct rtpg_port *ports, unsigned n, uint8_t *buf, uint32_t off)
+{
+	struct hl_alua_group g[HL_ALUA_GROUPS_MAX];
+	const struct hl_scsi_port *me = cmd->nexus ? cmd->nexus->port : NULL;
+	uint16_t my_rel = me ? me->rel_port_id : 1;
+	unsigned ng;
+
+	memset(g, 0, sizeof(g));
+	ng = acc->groups(__atomic_load_n(&cmd->lu->access_arg, __ATOMIC_RELAXED), g,
+	                 HL_ALUA_GROUPS_MAX);
+	ng = HL_MIN(ng, (unsigned)HL_ALUA_GROUPS_MAX);
+	for (unsigned i = 0; i < ng; i++) {
+		uint8_t *d = buf + off;
+		d[0] = (uint8_t)((g[i].pref ? 0x80 : 0) | (g[i].state & 0x0f));
+		d[1] = RTPG_SUP_ALL;
+		hl_put_be16(d + 2, g[i].id);
+		d[5] = g[i].status;
+		off += 8;
+		uint8_t count = 0;
+		for (unsigned j = 0; j < n; j++) {
+			if (ports[j].tpg != g[i].id)
+				continue;
+			hl_put_be16(buf + off + 2, ports[j].rel);
+			off += 4;
+			count++;
+		}
+		if (!count) {
+			hl_put_be16(buf + off + 2, (uint16_t)(g[i].id << 8 | (my_rel & 0xff)));
+			off += 4;
+			count++;
+		}
+		d[7] = count;
+	}
+	return off;
+}
+
+enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd)
+{
+	const struct hl_lu_access *acc = scsi_lu_access(cmd->lu);
+	bool extended = (cmd->cdb[1] >> 5) == 1;
+	uint32_t alloc = hl_get_be32(cmd->cdb + 6);
+	struct rtpg_port ports[RTPG_MAX_PORTS];
+	uint8_t buf[8 + RTPG_MAX_PORTS * 12 + HL_ALUA_GROUPS_MAX * 12];
+	uint32_t off = extended ? 8 : 4;
+	unsigned n = rtpg_local_ports(cmd, ports);
+
+	memset(buf, 0, sizeof(buf));
+	off = acc ? rtpg_groups(cmd, acc, ports, n, buf, off) : rtpg_lone(ports, n, buf, off);
 	hl_put_be32(buf, off - 4);
 	if (extended) {
-		buf[4] = 0x10; /* FORMAT TYPE 001b */
-		buf[5] = 0;    /* implicit transition time: none */
+		buf[4] = 0x10;                             /* FORMAT TYPE 001b */
+		buf[5] = acc ? acc->transition_time_s : 0; /* implicit transition time, 0: none */
 	}
 	scsi_data_in(cmd, buf, off, alloc);
+	return SCSI_DONE;
+}
+
+/* ---- SET TARGET PORT GROUPS (MAINTENANCE OUT / 0Ah) ---- */
+
+static bool stpg_state_ok(uint8_t state)
+{
+	/* the primary states an initiator may ask for; offline (a port's) is not offered */
+	return state == HL_ALUA_AO || state == HL_ALUA_ANO || state == HL_ALUA_STANDBY ||
+	       state == HL_ALUA_UNAVAILABLE;
+}
+
+/*
+ * Parameter list: 4 reserved bytes, then one 4-byte descriptor per group
+ * (asymmetric access state in byte 0 bits 3:0, target port group in bytes
+ * 2-3). Every descriptor is checked before the first reaches the provider,
+ * so a malformed list changes nothing (a provider refusing a later one
+ * does not undo an earlier one it accepted). The provider only starts the change (an
+ * ownership request): the states move later, announced by
+ * hl_lu_access_changed, and an initiator polls REPORT TARGET PORT GROUPS.
+ */
+enum scsi_exec_result spc_set_tpgs(struct hl_scsi_cmd *cmd)
+{
+	const struct hl_lu_access *acc = scsi_lu_access(cmd->lu);
+	uint32_t plen = hl_get_be32(cmd->cdb + 6);
+	const uint8_t *d = cmd->data;
+
+	cmd->xfer_len = plen;
+	if (!acc) { /* the provider went away after dispatch looked */
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
+		return SCSI_DONE;
+	}
+	if (plen == 0) {
+		scsi_set_good(cmd);
+		return SCSI_DONE;
+	}
+	if (scsi_dout_len(cmd) < plen) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
+		return SCSI_DONE;
+	}
+	if (plen < 4 || plen % 4 || (plen - 4) / 4 > HL_ALUA_GROUPS_MAX) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+		return SCSI_DONE;
+	}
+	for (uint32_t off = 4; off < plen; off += 4) {
+		if (d[off] & 0xf0) {
+			scsi_sense_invalid_param(cmd, (uint16_t)off, 7);
+			return SCSI_DONE;
+		}
+		if (!stpg_state_ok(d[off] & 0x0f)) {
+			scsi_sense_invalid_param(cmd, (uint16_t)off, 3);
+			return SCSI_DONE;
+		}
+		if (d[off + 1]) {
+			scsi_sense_invalid_param(cmd, (uint16_t)(off + 1), -1);
+			return SCSI_DONE;
+		}
+		/* one group named twice is an invalid list (SPC-4 6.45) */
+		for (uint32_t prev = 4; prev < off; prev += 4) {
+			if (hl_get_be16(d + prev + 2) == hl_get_be16(d + off + 2)) {
+				scsi_sense_invalid_param(cmd, (uint16_t)(off + 2), -1);
+				return SCSI_DONE;
+			}
+		}
+	}
+	void *arg = __atomic_load_n(&cmd->lu->access_arg, __ATOMIC_RELAXED);
+	for (uint32_t off = 4; off < plen; off += 4) {
+		uint16_t tpg = hl_get_be16(d + off + 2);
+		enum hl_alua_state state = (enum hl_alua_state)(d[off] & 0x0f);
+		int rc = acc->set(arg, asking_tpg(cmd), tpg, state);
+		if (rc == -EINVAL) {
+			/* a state this group cannot take, or a group the provider does not know */
+			scsi_sense_invalid_param(cmd, (uint16_t)off, 3);
+			return SCSI_DONE;
+		}
+		if (rc < 0) {
+			/* -EBUSY: refused now (SPC-4 5.15.2.5: a failed explicit transition) */
+			hl_scsi_set_sense(cmd, HL_SK_HARDWARE_ERROR, SCSI_ASC_STPG_FAILED);
+			return SCSI_DONE;
+		}
+	}
+	scsi_set_good(cmd);
 	return SCSI_DONE;
 }

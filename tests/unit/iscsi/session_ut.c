@@ -555,6 +555,49 @@ static void test_login_operational_only(void)
 	CU_ASSERT_EQUAL(nexus_gone, 1);
 }
 
+/* The SCSI target port a session uses follows the gateway id (ALUA, several gateways). */
+static void test_login_port_ids_follow_gateway(void)
+{
+	struct hl_iscsi_server_config sc = {0};
+	struct hl_iscsi_server *bad = NULL;
+	uint16_t rel, tpg;
+
+	iscsi_scsi_port_ids(0, 3, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, 3);
+	CU_ASSERT_EQUAL(tpg, 3);
+	iscsi_scsi_port_ids(0, 0, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, 1);
+	CU_ASSERT_EQUAL(tpg, 1);
+	iscsi_scsi_port_ids(2, 3, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, 0x0203);
+	CU_ASSERT_EQUAL(tpg, 2);
+	iscsi_scsi_port_ids(255, 0x1ff, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, 0xffff);
+	CU_ASSERT_EQUAL(tpg, 255);
+	sc.reactors = &reactor;
+	sc.n_reactors = 1;
+	sc.gateway = 256;
+	CU_ASSERT_EQUAL(hl_iscsi_server_create(&sc, &bad), -EINVAL);
+	CU_ASSERT_PTR_NULL(bad);
+
+	/* a lone gateway: the portal group tag (1 here) */
+	setup();
+	login_ok(NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(conn->sess);
+	CU_ASSERT_EQUAL(conn->sess->port.rel_port_id, 1);
+	CU_ASSERT_EQUAL(conn->sess->port.tpg_id, 1);
+	CU_ASSERT_PTR_EQUAL(conn->sess->nexus.port, &conn->sess->port);
+	teardown();
+	/* gateway 7: group 7, relative port 0x0701 */
+	setup();
+	srv->gateway = 7;
+	login_ok(NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(conn->sess);
+	CU_ASSERT_EQUAL(conn->sess->port.rel_port_id, 0x0701);
+	CU_ASSERT_EQUAL(conn->sess->port.tpg_id, 7);
+	teardown();
+}
+
 static void test_login_security_then_operational(void)
 {
 	char spec[512];
@@ -2134,6 +2177,7 @@ static void test_dataout_timeout(void)
 static const struct hl_test tests[] = {
     {"a WRITE whose data never comes closes its connection", test_dataout_timeout},
     {"login: operational stage straight to FFP", test_login_operational_only},
+    {"login: the SCSI port ids follow the gateway id", test_login_port_ids_follow_gateway},
     {"a connection that cannot send stops taking READs", test_slow_reader_parks},
     {"login: security then operational stage", test_login_security_then_operational},
     {"login: error statuses", test_login_errors},
