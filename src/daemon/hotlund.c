@@ -230,6 +230,7 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	sc.max_pending_logins_per_addr = loaded->max_pending_logins_per_addr;
 	daemon_discovery_chap(loaded, &sc.discovery_chap);
 	sc.write_buffer_limit = loaded->write_buffer_limit;
+	sc.gateway = (uint16_t)loaded->gateway; /* ALUA: each gateway one target port group */
 	rc = hl_iscsi_server_create(&sc, &d->server);
 	if (rc == 0) {
 		/* the previous process's listening sockets, from systemd's fd store */
