@@ -209,6 +209,32 @@ static void test_logout_timeout(void)
 	parse_err("[global]\nlogout_timeout = soon\n", "t.conf:2:", "logout_timeout");
 }
 
+/* [global] gateway / gateways: several gateways on one disk (docs/gateways.md) */
+static void test_gateways(void)
+{
+	struct hl_conf *c = parse_ok("[global]\ngateway = 2\ngateways = 3, 2,1\n");
+	char *text = NULL;
+	size_t len = 0;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->gateway, 2);
+	CU_ASSERT_EQUAL(c->n_gateways, 3);
+	CU_ASSERT_EQUAL(c->gateways[0], 1); /* sorted */
+	CU_ASSERT_EQUAL(c->gateways[2], 3);
+	FILE *f = open_memstream(&text, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "gateway = 2\ngateways = 1,2,3\n"));
+	free(text);
+	hl_conf_free(c);
+	parse_err("[global]\ngateway = 0\n", "t.conf:2:", "gateway");
+	parse_err("[global]\ngateway = 256\ngateways = 1\n", "t.conf:2:", "gateway");
+	parse_err("[global]\ngateway = 1\ngateways = 1,x\n", "t.conf:3:", "gateways");
+	parse_err("[global]\ngateway = 1\ngateways = 1,1\n", "t.conf:3:", "twice");
+	parse_err("[global]\ngateways = 1,2\n", "t.conf:1:", "set gateway");
+	parse_err("[global]\ngateway = 3\ngateways = 1,2\n", "t.conf:1:", "not in gateways");
+}
+
 static void test_nul_and_long_lines_rejected(void)
 {
 	struct hl_conf *c = NULL;
@@ -601,6 +627,7 @@ static const struct hl_test tests[] = {
 	{"write round trip", test_write_round_trip},
 	{"defaults", test_defaults},
 	{"logout_timeout", test_logout_timeout},
+	{"gateway and gateways", test_gateways},
 	{"NUL and long lines", test_nul_and_long_lines_rejected},
 	{"origin CHAP keys and secret file", test_origin_chap_keys},
 	{"masked origin round trip", test_masked_origin_round_trip},
