@@ -33,6 +33,17 @@
  * another client may own the image now. It stays fenced until the disk is
  * opened again (a restart, or a configuration change that reopens it);
  * docs/hotlun.conf.5 says what initiators see.
+ *
+ * Several gateways on one image (hl_origin_opts.gateway, docs/gateways.md):
+ * open takes no lock and never takes it back by itself; the ownership
+ * module decides through the own_* ops (below), which take the exclusive
+ * lock (breaking a silent owner's lock blocklists that owner's client),
+ * publish a heartbeat record every gateway can read, and hand the image
+ * over on request. Until it is ours, only reads pass (a standby's proofs);
+ * anything else fails at once with -ESHUTDOWN. A blocklisted gateway is
+ * not fenced for good: it reconnects (a new client, a new address) the next
+ * time it peeks, as a standby. HL_ORIGIN_FENCED is not reported then: the
+ * ownership module learns it from own_renew.
  */
 #include "config.h"
 
@@ -42,6 +53,7 @@
 #include "hotlun/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
@@ -69,6 +81,28 @@ struct rbd_origin {
 	char image_id[128];       /* rbd_get_id; "" when unknown */
 	/* the proof of the mark this run made (proofs are taken on one thread at a time) */
 	char mark_proof[HL_ORIGIN_PROOF_MAX];
+	/* for the reconnect (owned strings) */
+	char *conf;
+	char *id;
+	/*
+	 * Several gateways (gateway != 0). The reconnect after a blocklist
+	 * replaces cluster, ioctx and image: everything else that uses them
+	 * holds `handles` for reading meanwhile (a reactor only around an
+	 * rbd_aio_* call), the reconnect holds it for writing only to swap
+	 * them. gen counts the connections: a late result of an old one (its
+	 * I/O completing as it closes) fences nothing.
+	 */
+	uint16_t gateway;
+	pthread_rwlock_t handles;
+	bool handles_init;
+	atomic_uint gen;   /* written under handles (write) */
+	atomic_bool owned; /* own_acquire succeeded; no release or fence since */
+	/* the ownership thread's own (the own_* ops run on one thread) */
+	uint64_t beat;     /* the last heartbeat we wrote */
+	uint64_t done_seq; /* the last hand-over request (hotlun_request) dealt with */
+	uint16_t own_gw;
+	uint64_t own_epoch;
+	char own_addr[128]; /* our lock owner address, as the cluster reports it */
 };
 
 /*
@@ -90,6 +124,7 @@ struct rbd_io {
 	void *bounce; /* compare-and-write: flat copy of compare + write data */
 	ssize_t result;
 	unsigned retries; /* times refused for the exclusive lock and resubmitted */
+	unsigned gen;     /* rbd_origin.gen at submit */
 };
 
 _Static_assert(sizeof(struct rbd_io) <= sizeof(((struct hl_origin_io *)0)->priv),
@@ -103,6 +138,19 @@ static struct rbd_origin *ro_of(struct hl_origin *o)
 static struct rbd_io *rio_of(struct hl_origin_io *io)
 {
 	return (struct rbd_io *)io->priv;
+}
+
+/* Several gateways: keep the connection from being replaced (a lone gateway never replaces it). */
+static void handles_read(struct rbd_origin *r)
+{
+	if (r->gateway)
+		pthread_rwlock_rdlock(&r->handles);
+}
+
+static void handles_done(struct rbd_origin *r)
+{
+	if (r->gateway)
+		pthread_rwlock_unlock(&r->handles);
 }
 
 /* Parse "POOL/IMAGE[@SNAP]". */
@@ -133,6 +181,16 @@ int origin_rbd_parse(const char *target, char *pool, size_t pool_len, char *imag
 	return 0;
 }
 
+static void rbd_disconnect(rados_t cluster, rados_ioctx_t ioctx, rbd_image_t image)
+{
+	if (image)
+		rbd_close(image);
+	if (ioctx)
+		rados_ioctx_destroy(ioctx);
+	if (cluster)
+		rados_shutdown(cluster);
+}
+
 static void rbd_close_all(struct rbd_origin *r)
 {
 	/* no new watch callback, then no queued check or event runs any more */
@@ -145,15 +203,16 @@ static void rbd_close_all(struct rbd_origin *r)
 		hl_reactor_destroy(r->svc);
 		r->svc = NULL;
 	}
-	if (r->image)
-		rbd_close(r->image);
-	if (r->ioctx)
-		rados_ioctx_destroy(r->ioctx);
-	if (r->cluster)
-		rados_shutdown(r->cluster);
+	rbd_disconnect(r->cluster, r->ioctx, r->image);
 	r->image = NULL;
 	r->ioctx = NULL;
 	r->cluster = NULL;
+	free(r->conf);
+	free(r->id);
+	r->conf = r->id = NULL;
+	if (r->handles_init)
+		pthread_rwlock_destroy(&r->handles);
+	r->handles_init = false;
 }
 
 /* On the service thread. */
@@ -162,11 +221,33 @@ static void rbd_fenced_event(void *arg)
 	hl_origin_notify(arg, HL_ORIGIN_FENCED, 0);
 }
 
-/* On a reactor (a completion) or the service thread: fence once, report from the service thread. */
-static void rbd_fence(struct hl_origin *o, int why)
+/*
+ * On a reactor (a completion), the service thread or the ownership thread,
+ * without `handles`: fence once, report from the service thread. gen: the
+ * connection that saw it (several gateways: an old one's news is stale).
+ */
+static void rbd_fence(struct hl_origin *o, int why, unsigned gen)
 {
 	struct rbd_origin *r = ro_of(o);
 
+	if (r->gateway) {
+		bool first = false;
+
+		handles_read(r);
+		if (gen == atomic_load(&r->gen)) {
+			atomic_store(&r->owned, false);
+			first = !atomic_exchange(&r->fenced, true);
+		}
+		handles_done(r);
+		if (first)
+			HL_WARN(RBD_LOG,
+			        "%s: the cluster shut this gateway's client out (%s): the image "
+			        "is not ours; I/O fails until the client reconnects as a standby",
+			        o->uri,
+			        why == -EROFS ? "exclusive lock held by another client"
+			                      : "blocklisted");
+		return;
+	}
 	if (atomic_exchange(&r->fenced, true))
 		return;
 	HL_ERR(RBD_LOG,
@@ -226,6 +307,7 @@ static bool rbd_fence_probe(struct hl_origin *o)
 	struct rbd_origin *r = ro_of(o);
 	rbd_image_watcher_t w[8];
 	size_t n = 8;
+	unsigned gen;
 	int rc;
 
 	if (atomic_load(&r->fenced))
@@ -255,15 +337,18 @@ static bool rbd_fence_probe(struct hl_origin *o)
 				        o->uri);
 				return false;
 			}
-			rbd_fence(o, lrc == -ESHUTDOWN ? lrc : -EROFS);
+			rbd_fence(o, lrc == -ESHUTDOWN ? lrc : -EROFS, 0);
 			return true;
 		}
 	}
+	handles_read(r);
+	gen = atomic_load(&r->gen);
 	rc = rbd_watchers_list(r->image, w, &n);
+	handles_done(r);
 	if (rc == 0)
 		rbd_watchers_list_cleanup(w, n);
 	if (rc == -ESHUTDOWN) {
-		rbd_fence(o, rc);
+		rbd_fence(o, rc, gen);
 		return true;
 	}
 	return false;
@@ -274,7 +359,8 @@ static void rbd_probe_fire(struct hl_timer *t)
 	struct hl_origin *o = t->arg;
 	struct rbd_origin *r = ro_of(o);
 
-	if (!rbd_fence_probe(o))
+	/* several gateways: a fenced client reconnects, the probe goes on */
+	if (!rbd_fence_probe(o) || r->gateway)
 		hl_timer_start(r->svc, &r->probe, RBD_PROBE_MS);
 }
 
@@ -334,14 +420,18 @@ static void rbd_size_check(void *arg)
 	struct hl_origin *o = arg;
 	struct rbd_origin *r = ro_of(o);
 	uint64_t size;
+	unsigned gen;
 	int rc;
 
 	atomic_store(&r->check_queued, false); /* a change from now on queues another check */
 	if (rbd_fence_probe(o))
 		return;
+	handles_read(r);
+	gen = atomic_load(&r->gen);
 	rc = rbd_get_size(r->image, &size);
+	handles_done(r);
 	if (rc == -ESHUTDOWN) {
-		rbd_fence(o, rc);
+		rbd_fence(o, rc, gen);
 		return;
 	}
 	if (rc < 0) {
@@ -407,6 +497,66 @@ static void conf_default(rados_t cluster, const char *key, const char *value)
 		rados_conf_set(cluster, key, value);
 }
 
+/*
+ * A client of our own (r->conf, r->id) and the image opened through it:
+ * the three handles, or nothing on failure. `target` names the disk in errors.
+ */
+static int rbd_connect(struct rbd_origin *r, const char *target, bool read_only, rados_t *cluster,
+                       rados_ioctx_t *ioctx, rbd_image_t *image)
+{
+	rados_t c = NULL;
+	rados_ioctx_t io = NULL;
+	rbd_image_t img = NULL;
+	int rc;
+
+	rc = rados_create(&c, r->id);
+	if (rc < 0) {
+		c = NULL;
+		goto fail;
+	}
+	rc = rados_conf_read_file(c, r->conf);
+	if (rc < 0) {
+		HL_ERR(RBD_LOG, "rbd:%s: cannot read %s: %s", target, r->conf, strerror(-rc));
+		goto fail;
+	}
+	/* Writes must be on the OSDs when they complete: no client-side write-back cache. */
+	rados_conf_set(c, "rbd_cache", "false");
+	conf_default(c, "rados_osd_op_timeout", RBD_OP_TIMEOUT);
+	conf_default(c, "rados_mon_op_timeout", RBD_OP_TIMEOUT);
+	/* several gateways: a takeover fences the old owner (librbd's default, made sure) */
+	if (r->gateway)
+		rados_conf_set(c, "rbd_blocklist_on_break_lock", "true");
+	rc = rados_connect(c);
+	if (rc < 0) {
+		HL_ERR(RBD_LOG, "rbd:%s: cannot connect to the cluster (%s): %s", target, r->conf,
+		       strerror(-rc));
+		goto fail;
+	}
+	rc = rados_ioctx_create(c, r->pool, &io);
+	if (rc < 0) {
+		HL_ERR(RBD_LOG, "rbd:%s: pool %s: %s", target, r->pool, strerror(-rc));
+		io = NULL;
+		goto fail;
+	}
+	if (r->snap[0] || read_only)
+		rc = rbd_open_read_only(io, r->name, &img, r->snap[0] ? r->snap : NULL);
+	else
+		rc = rbd_open(io, r->name, &img, NULL);
+	if (rc < 0) {
+		HL_ERR(RBD_LOG, "rbd:%s: image %s%s%s: %s", target, r->name, r->snap[0] ? "@" : "",
+		       r->snap, strerror(-rc));
+		img = NULL;
+		goto fail;
+	}
+	*cluster = c;
+	*ioctx = io;
+	*image = img;
+	return 0;
+fail:
+	rbd_disconnect(c, io, img);
+	return rc < 0 ? rc : -EIO;
+}
+
 static int origin_rbd_open(struct hl_origin *o, const char *target,
                            const struct hl_origin_opts *opts)
 {
@@ -422,42 +572,26 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 		HL_ERR(RBD_LOG, "rbd:%s: expected rbd:POOL/IMAGE[@SNAP]", target);
 		return rc;
 	}
-	rc = rados_create(&r->cluster, opts->rbd_id && opts->rbd_id[0] ? opts->rbd_id : NULL);
+	r->gateway = opts->gateway;
+	if (r->gateway) {
+		rc = -pthread_rwlock_init(&r->handles, NULL);
+		if (rc)
+			return rc;
+		r->handles_init = true;
+	}
+	r->conf = strdup(conf);
+	r->id = opts->rbd_id && opts->rbd_id[0] ? strdup(opts->rbd_id) : NULL;
+	if (!r->conf || (opts->rbd_id && opts->rbd_id[0] && !r->id)) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	rc = rbd_connect(r, target, opts->read_only, &r->cluster, &r->ioctx, &r->image);
 	if (rc < 0)
 		goto fail;
-	rc = rados_conf_read_file(r->cluster, conf);
-	if (rc < 0) {
-		HL_ERR(RBD_LOG, "rbd:%s: cannot read %s: %s", target, conf, strerror(-rc));
-		goto fail;
-	}
-	/* Writes must be on the OSDs when they complete: no client-side write-back cache. */
-	rados_conf_set(r->cluster, "rbd_cache", "false");
-	conf_default(r->cluster, "rados_osd_op_timeout", RBD_OP_TIMEOUT);
-	conf_default(r->cluster, "rados_mon_op_timeout", RBD_OP_TIMEOUT);
-	rc = rados_connect(r->cluster);
-	if (rc < 0) {
-		HL_ERR(RBD_LOG, "rbd:%s: cannot connect to the cluster (%s): %s", target, conf,
-		       strerror(-rc));
-		goto fail;
-	}
-	rc = rados_ioctx_create(r->cluster, r->pool, &r->ioctx);
-	if (rc < 0) {
-		HL_ERR(RBD_LOG, "rbd:%s: pool %s: %s", target, r->pool, strerror(-rc));
-		goto fail;
-	}
-	if (r->snap[0] || opts->read_only)
-		rc = rbd_open_read_only(r->ioctx, r->name, &r->image, r->snap[0] ? r->snap : NULL);
-	else
-		rc = rbd_open(r->ioctx, r->name, &r->image, NULL);
-	if (rc < 0) {
-		HL_ERR(RBD_LOG, "rbd:%s: image %s%s%s: %s", target, r->name, r->snap[0] ? "@" : "",
-		       r->snap, strerror(-rc));
-		goto fail;
-	}
 	rc = rbd_get_size(r->image, &size);
 	if (rc < 0)
 		goto fail;
-	if (!r->snap[0] && !opts->read_only) {
+	if (!r->snap[0] && !opts->read_only && !r->gateway) {
 		/*
 		 * Hold the image's exclusive lock for as long as it is open, with
 		 * lock transitions off: librbd would otherwise hand the lock to any
@@ -497,9 +631,8 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 	char *uri;
 	if (rbd_get_id(r->image, r->image_id, sizeof(r->image_id)) != 0)
 		r->image_id[0] = '\0';
-	if (r->image_id[0] &&
-	    asprintf(&uri, "rbd:%s/%s%s%s#id=%s", r->pool, r->name, r->snap[0] ? "@" : "", r->snap,
-	             r->image_id) >= 0) {
+	if (r->image_id[0] && asprintf(&uri, "rbd:%s/%s%s%s#id=%s", r->pool, r->name,
+	                               r->snap[0] ? "@" : "", r->snap, r->image_id) >= 0) {
 		free(o->uri);
 		o->uri = uri;
 	}
@@ -534,7 +667,14 @@ static void rbd_finish(void *arg)
 	int result = res < 0 ? (int)res : 0;
 
 	if (result == -ESHUTDOWN) {
-		rbd_fence(rio->origin, result);
+		rbd_fence(rio->origin, result, rio->gen);
+	} else if (result == -EROFS && !rio->origin->read_only && ro_of(rio->origin)->gateway) {
+		/*
+		 * Several gateways: the lock is not ours (any more). Never taken
+		 * back from here (the ownership module decides, and learns it at
+		 * its next renew); the write did not reach the image.
+		 */
+		result = -ESHUTDOWN;
 	} else if (result == -EROFS && !rio->origin->read_only) {
 		/*
 		 * A writable image refused a write: we do not own its exclusive lock
@@ -554,10 +694,10 @@ static void rbd_finish(void *arg)
 			if (hl_reactor_call(ro_of(rio->origin)->svc, rbd_probe_and_resubmit, io) ==
 			    0)
 				return;
-			rbd_fence(rio->origin, result);
+			rbd_fence(rio->origin, result, 0);
 		} else if (hl_reactor_call(ro_of(rio->origin)->svc, rbd_probe_now, rio->origin) <
 		           0) {
-			rbd_fence(rio->origin, result);
+			rbd_fence(rio->origin, result, 0);
 		}
 		result = -EIO;
 	}
@@ -643,7 +783,12 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 	if (rc < 0)
 		return rc;
 
-	if (io->op == HL_IO_COMPARE_AND_WRITE) /* outside the enum: see origin.h */
+	handles_read(r);
+	rio->gen = atomic_load(&r->gen);
+	if (r->gateway &&
+	    (atomic_load(&r->fenced) || (io->op != HL_IO_READ && !atomic_load(&r->owned))))
+		rc = -ESHUTDOWN;                    /* not ours: only a standby's reads pass */
+	else if (io->op == HL_IO_COMPARE_AND_WRITE) /* outside the enum: see origin.h */
 		rc = rbd_submit_caw(o, r, io, rio);
 	else
 		switch (io->op) {
@@ -668,6 +813,7 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 		default:
 			rc = -EOPNOTSUPP;
 		}
+	handles_done(r);
 	if (rc < 0) {
 		rbd_aio_release(rio->completion);
 		free(rio->bounce);
@@ -727,8 +873,7 @@ static int snap_id_of(rbd_image_t image, const char *name, uint64_t *id)
 	return rc;
 }
 
-static int rbd_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
-                          size_t len)
+static int proof_take(struct hl_origin *o, const char *tag, bool final, char *proof, size_t len)
 {
 	struct rbd_origin *r = ro_of(o);
 	char name[160];
@@ -791,8 +936,8 @@ static int diff_cb(uint64_t off, size_t len, int exists, void *arg)
 	return 0;
 }
 
-static int rbd_proof_check(struct hl_origin *o, const char *tag, const char *proof,
-                           hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+static int proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                       hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
 {
 	struct rbd_origin *r = ro_of(o);
 	char img[128], name[160];
@@ -846,7 +991,7 @@ static int rbd_proof_check(struct hl_origin *o, const char *tag, const char *pro
 	return -ESTALE;
 }
 
-static void rbd_proof_release(struct hl_origin *o, const char *tag, const char *proof)
+static void proof_release(struct hl_origin *o, const char *tag, const char *proof)
 {
 	struct rbd_origin *r = ro_of(o);
 	char prefix[128], keep[160] = "";
@@ -882,6 +1027,48 @@ static void rbd_proof_release(struct hl_origin *o, const char *tag, const char *
 	free(snaps);
 }
 
+/*
+ * Several gateways: the proofs use the connection of the moment. A mark
+ * is a snapshot, which needs the lock: only the owner takes one, and only
+ * the owner removes old ones (a standby's librbd would ask the owner to).
+ * Checking a proof only reads, so a standby can (before it serves).
+ */
+static int rbd_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof, size_t len)
+{
+	struct rbd_origin *r = ro_of(o);
+	int rc;
+
+	if (r->gateway && !r->snap[0] && !o->read_only && !atomic_load(&r->owned))
+		return -EAGAIN;
+	handles_read(r);
+	rc = proof_take(o, tag, final, proof, len);
+	handles_done(r);
+	return rc;
+}
+
+static int rbd_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                           hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	int rc;
+
+	handles_read(r);
+	rc = proof_check(o, tag, proof, changed, arg, why, whylen);
+	handles_done(r);
+	return rc;
+}
+
+static void rbd_proof_release(struct hl_origin *o, const char *tag, const char *proof)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	if (r->gateway && !atomic_load(&r->owned))
+		return; /* the next release as owner removes them */
+	handles_read(r);
+	proof_release(o, tag, proof);
+	handles_done(r);
+}
+
 /* ---- identity ---- */
 
 /*
@@ -895,11 +1082,483 @@ static int rbd_identity(struct hl_origin *o, char *buf, size_t len)
 	char fsid[64];
 	int n;
 
-	if (!r->image_id[0] || rados_cluster_fsid(r->cluster, fsid, sizeof(fsid)) < 0)
+	handles_read(r);
+	if (!r->image_id[0] || rados_cluster_fsid(r->cluster, fsid, sizeof(fsid)) < 0) {
+		handles_done(r);
 		return -EOPNOTSUPP;
+	}
 	n = snprintf(buf, len, "rbd:%s:%lld:%s%s%s", fsid, (long long)rados_ioctx_get_id(r->ioctx),
 	             r->image_id, r->snap[0] ? "@" : "", r->snap);
+	handles_done(r);
 	return n < 0 || (size_t)n >= len ? -EOPNOTSUPP : 0;
+}
+
+/* ---- ownership among gateways (origin.h, hotlun/owner.h) ---- */
+
+/*
+ * The cluster decides who owns the image: the exclusive lock. Around it,
+ * a record every gateway can read, object hotlun_owner.IMAGEID in the
+ * image's pool, one line
+ *
+ *   owner=G epoch=E beat=N state=owned|released done=S addr=A
+ *
+ * written only by the lock's holder (at acquire, at every renew, at
+ * release): G its gateway id, E its epoch, N a heartbeat that goes on
+ * counting across owners, S the last hand-over request it dealt with, A
+ * its client's address as the lock shows it. A blocklisted client's write
+ * fails (-EBLOCKLISTED, i.e. -ESHUTDOWN): a renew's write that succeeds is
+ * its round trip proving the image still ours.
+ *
+ * Hand-over requests go to a second object, hotlun_request.IMAGEID,
+ * "gw=R seq=N", written only by the gateways that ask, so the owner's
+ * heartbeat never overwrites one. A request is pending while N > S.
+ */
+#define OWN_RECORD          "hotlun_owner."
+#define OWN_REQUEST         "hotlun_request."
+#define OWN_RELEASE_WAIT_MS 2000 /* the record says released: the lock follows at once */
+
+struct own_record {
+	uint16_t owner;
+	uint64_t epoch, beat, done;
+	bool released;
+	char addr[128];
+};
+
+static void own_oid(const struct rbd_origin *r, const char *prefix, char *oid, size_t len)
+{
+	snprintf(oid, len, "%s%s", prefix, r->image_id);
+}
+
+/* Under handles. A missing record reads as "nobody, ever". @return 0 or -errno. */
+static int record_read(struct rbd_origin *r, struct own_record *rec)
+{
+	char oid[160], buf[384], state[16];
+	unsigned owner;
+	unsigned long long epoch, beat, done;
+	int rc;
+
+	memset(rec, 0, sizeof(*rec));
+	own_oid(r, OWN_RECORD, oid, sizeof(oid));
+	rc = rados_read(r->ioctx, oid, buf, sizeof(buf) - 1, 0);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	buf[rc] = '\0';
+	if (sscanf(buf, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s", &owner,
+	           &epoch, &beat, state, &done, rec->addr) != 6 ||
+	    owner > UINT16_MAX || (strcmp(state, "owned") && strcmp(state, "released")))
+		return -EBADMSG;
+	rec->owner = (uint16_t)owner;
+	rec->epoch = epoch;
+	rec->beat = beat;
+	rec->done = done;
+	rec->released = !strcmp(state, "released");
+	return 0;
+}
+
+/* Under handles, holding the lock. */
+static int record_write(struct rbd_origin *r, const struct own_record *rec)
+{
+	char oid[160], buf[384];
+	int n;
+
+	own_oid(r, OWN_RECORD, oid, sizeof(oid));
+	n = snprintf(buf, sizeof(buf), "owner=%u epoch=%llu beat=%llu state=%s done=%llu addr=%s\n",
+	             rec->owner, (unsigned long long)rec->epoch, (unsigned long long)rec->beat,
+	             rec->released ? "released" : "owned", (unsigned long long)rec->done,
+	             rec->addr[0] ? rec->addr : "-");
+	return rados_write_full(r->ioctx, oid, buf, (size_t)n);
+}
+
+/* Under handles: the newest hand-over request (seq 0: none ever). */
+static int request_read(struct rbd_origin *r, uint16_t *gw, uint64_t *seq)
+{
+	char oid[160], buf[128];
+	unsigned g;
+	unsigned long long n;
+	int rc;
+
+	*gw = 0;
+	*seq = 0;
+	own_oid(r, OWN_REQUEST, oid, sizeof(oid));
+	rc = rados_read(r->ioctx, oid, buf, sizeof(buf) - 1, 0);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	buf[rc] = '\0';
+	if (sscanf(buf, "gw=%u seq=%llu", &g, &n) != 2 || g > UINT16_MAX)
+		return -EBADMSG;
+	*gw = (uint16_t)g;
+	*seq = n;
+	return 0;
+}
+
+/* Under handles: the client holding the lock (one round trip). @return 1 (addr set), 0: free. */
+static int lock_holder(struct rbd_origin *r, char *addr, size_t len)
+{
+	rbd_lock_mode_t mode;
+	char *owners[4];
+	size_t n = 4;
+	int rc = rbd_lock_get_owners(r->image, &mode, owners, &n);
+
+	if (rc == -ENOENT || (rc == 0 && n == 0))
+		return 0;
+	if (rc < 0)
+		return rc;
+	snprintf(addr, len, "%s", owners[0]);
+	rbd_lock_get_owners_cleanup(owners, n);
+	return 1;
+}
+
+static int own_check(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	if (!r->gateway || r->snap[0] || o->read_only || !r->image_id[0])
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+/*
+ * The ownership thread: this gateway's client was blocklisted (another
+ * gateway broke our lock). That client is of no use any more; a new one
+ * (a new address, not blocklisted) makes this gateway a standby that can
+ * peek and take the image again. Submissions fail meanwhile (fenced); I/O
+ * still in flight on the old client fails as it closes (its completions
+ * belong to an old generation: they fence nothing). The old client read
+ * through no cache of librbd's (rbd_cache off), so nothing it had read
+ * survives it.
+ */
+static int rbd_reconnect(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	rados_t c;
+	rados_ioctx_t io;
+	rbd_image_t img;
+	uint64_t wh;
+	bool watching;
+	int rc;
+
+	rc = rbd_connect(r, r->name, false, &c, &io, &img);
+	if (rc < 0)
+		return rc;
+	rc = rbd_update_watch(img, &wh, rbd_watch_cb, o);
+	if (rc < 0) {
+		rbd_disconnect(c, io, img);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&r->handles);
+	rados_t old_c = r->cluster;
+	rados_ioctx_t old_io = r->ioctx;
+	rbd_image_t old_img = r->image;
+	uint64_t old_wh = r->watch_handle;
+	watching = r->watching;
+	r->cluster = c;
+	r->ioctx = io;
+	r->image = img;
+	r->watch_handle = wh;
+	r->watching = true;
+	atomic_fetch_add(&r->gen, 1);
+	atomic_store(&r->owned, false);
+	atomic_store(&r->fenced, false);
+	pthread_rwlock_unlock(&r->handles);
+
+	if (watching)
+		rbd_update_unwatch(old_img, old_wh);
+	rbd_disconnect(old_c, old_io, old_img);
+	HL_NOTICE(RBD_LOG, "%s: reconnected to the cluster with a new client, as a standby",
+	          o->uri);
+	rbd_watch_cb(o); /* the size may have changed while the old client could not ask */
+	return 0;
+}
+
+static int reconnect_if_fenced(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	return atomic_load(&r->fenced) ? rbd_reconnect(o) : 0;
+}
+
+/*
+ * Under handles. The lock is held by `holder`, and no force: a planned
+ * release writes the record (state=released, addr=holder) before it
+ * releases the lock, so wait a moment for that. @return 0: free now, or
+ * -EBUSY.
+ */
+static int wait_released(struct rbd_origin *r, char *holder, size_t len)
+{
+	struct own_record rec;
+	int rc;
+
+	for (int i = 0; i < OWN_RELEASE_WAIT_MS / 100; i++) {
+		if (record_read(r, &rec) || !rec.released || strcmp(rec.addr, holder))
+			return -EBUSY;
+		struct timespec ts = {0, 100000000};
+		nanosleep(&ts, NULL);
+		rc = lock_holder(r, holder, len);
+		if (rc == 0)
+			return 0;
+		if (rc < 0)
+			return rc;
+	}
+	return -EBUSY;
+}
+
+/* Under handles: see rbd_own_acquire. */
+static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
+                       size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec;
+	char holder[128];
+	int is_owner = 0, rc;
+	uint16_t rgw;
+	uint64_t rseq;
+
+	rc = lock_holder(r, holder, sizeof(holder));
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot read the lock's owner: %s", strerror(-rc));
+		return rc;
+	}
+	if (rc == 1 && rbd_is_exclusive_lock_owner(r->image, &is_owner) == 0 && is_owner) {
+		/* ours already: only the record to write */
+	} else if (rc == 1 && !force) {
+		rc = wait_released(r, holder, sizeof(holder));
+		if (rc) {
+			snprintf(why, whylen, "exclusive lock held by %s", holder);
+			return rc;
+		}
+	} else if (rc == 1) {
+		/*
+		 * Takes the lock from a live-looking client: librbd blocklists it
+		 * first (rbd_blocklist_on_break_lock, set at connect), so whatever
+		 * it still sends is refused by the OSDs.
+		 */
+		rc = rbd_lock_break(r->image, RBD_LOCK_MODE_EXCLUSIVE, holder);
+		if (rc < 0 && rc != -ENOENT) {
+			snprintf(why, whylen, "cannot break the lock of %s: %s", holder,
+			         strerror(-rc));
+			return rc;
+		}
+		HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)", o->uri,
+		          holder);
+	}
+	if (!is_owner) {
+		/*
+		 * Against a live owner (a race with another gateway) librbd asks
+		 * it, it refuses (transitions are off in exclusive mode) and this
+		 * fails with -EROFS within a round trip or two.
+		 */
+		rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+		if (rc == 0 && (rbd_is_exclusive_lock_owner(r->image, &is_owner) < 0 || !is_owner))
+			rc = -EROFS;
+		if (rc < 0) {
+			snprintf(why, whylen, "cannot take the exclusive lock: %s", strerror(-rc));
+			return rc == -EROFS ? -EBUSY : rc;
+		}
+	}
+	/* ours: the heartbeat goes on from the last owner's, the requests it dealt with stay so */
+	rc = record_read(r, &rec);
+	if (rc == -ESHUTDOWN)
+		return rc;
+	if (rc)
+		HL_WARN(RBD_LOG, "%s: ownership record unreadable (%s): written anew", o->uri,
+		        strerror(-rc));
+	r->beat = rec.beat + 1;
+	r->done_seq = rec.done;
+	/* our own request (made as a standby) is served by this */
+	if (request_read(r, &rgw, &rseq) == 0 && rgw == gw && rseq > r->done_seq)
+		r->done_seq = rseq;
+	if (lock_holder(r, r->own_addr, sizeof(r->own_addr)) != 1)
+		r->own_addr[0] = '\0';
+	r->own_gw = gw;
+	r->own_epoch = epoch;
+	rec =
+	    (struct own_record){.owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
+	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
+	rc = record_write(r, &rec);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot write the ownership record: %s", strerror(-rc));
+		if (rc != -ESHUTDOWN)
+			rbd_lock_release(r->image); /* not serving: nobody should wait for us */
+		return rc;
+	}
+	atomic_store(&r->owned, true);
+	return 0;
+}
+
+/*
+ * See hl_origin_ops.own_acquire. Without force, -EBUSY at once while a
+ * live client holds the lock (a planned release is waited for, up to
+ * OWN_RELEASE_WAIT_MS). A fenced client reconnects first.
+ */
+static int rbd_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
+                           size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	unsigned gen;
+	int rc = own_check(o);
+
+	if (whylen)
+		why[0] = '\0';
+	if (rc) {
+		snprintf(why, whylen, "not an rbd image shared by gateways");
+		return rc;
+	}
+	rc = reconnect_if_fenced(o);
+	if (rc) {
+		snprintf(why, whylen, "cannot reconnect to the cluster: %s", strerror(-rc));
+		return rc;
+	}
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = own_acquire(o, gw, epoch, force, why, whylen);
+	handles_done(r);
+	if (rc == -ESHUTDOWN)
+		rbd_fence(o, rc, gen);
+	return rc;
+}
+
+static int rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec = {.owner = gw, .epoch = epoch};
+	int is_owner = 0, rc = own_check(o);
+	uint16_t rgw;
+	uint64_t rseq;
+	unsigned gen;
+
+	if (rc)
+		return rc;
+	memset(info, 0, sizeof(*info));
+	if (atomic_load(&r->fenced) || !atomic_load(&r->owned))
+		return -ESHUTDOWN;
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = rbd_is_exclusive_lock_owner(r->image, &is_owner);
+	if (rc == 0 && !is_owner)
+		rc = -ESHUTDOWN; /* lost it: only a break takes it in exclusive mode */
+	if (rc == 0) {
+		rec.beat = r->beat + 1;
+		rec.done = r->done_seq;
+		snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
+		rc = record_write(r, &rec);
+		if (rc == 0)
+			r->beat = rec.beat;
+	}
+	if (rc == 0 && request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq && rgw != gw)
+		info->requester = rgw;
+	handles_done(r);
+	if (rc == -ESHUTDOWN)
+		rbd_fence(o, rc, gen);
+	if (rc)
+		return rc;
+	info->owner = gw;
+	info->epoch = epoch;
+	info->beat = r->beat;
+	info->has_beat = true;
+	return 0;
+}
+
+static int rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec = {.owner = gw, .epoch = epoch, .released = true};
+	int rc = own_check(o), wrc, lrc;
+	uint16_t rgw;
+	uint64_t rseq;
+	unsigned gen;
+
+	if (rc)
+		return rc;
+	if (atomic_load(&r->fenced))
+		return -ESHUTDOWN;
+	if (!atomic_exchange(&r->owned, false))
+		return 0; /* not ours: nothing to give */
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = rbd_flush(r->image);
+	/* every request made so far is answered by this release */
+	if (request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq)
+		r->done_seq = rseq;
+	rec.beat = ++r->beat;
+	rec.done = r->done_seq;
+	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
+	/* the record first: a standby that reads "released" finds the lock free a moment later */
+	wrc = record_write(r, &rec);
+	lrc = rbd_lock_release(r->image);
+	handles_done(r);
+	rc = rc < 0 ? rc : wrc < 0 ? wrc : lrc;
+	if (rc == -ESHUTDOWN)
+		rbd_fence(o, rc, gen);
+	if (rc < 0)
+		HL_WARN(RBD_LOG, "%s: release: %s", o->uri, strerror(-rc));
+	return rc < 0 ? rc : 0;
+}
+
+static int rbd_own_peek(struct hl_origin *o, struct hl_own_info *info)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec;
+	int rc = own_check(o);
+	unsigned gen;
+
+	if (rc)
+		return rc;
+	memset(info, 0, sizeof(*info));
+	for (int tries = 0;; tries++) {
+		rc = reconnect_if_fenced(o);
+		if (rc)
+			return rc;
+		handles_read(r);
+		gen = atomic_load(&r->gen);
+		rc = record_read(r, &rec);
+		handles_done(r);
+		if (rc != -ESHUTDOWN || tries)
+			break;
+		rbd_fence(o, rc, gen); /* blocklisted: a new client, once */
+	}
+	if (rc)
+		return rc;
+	info->owner = rec.owner;
+	info->epoch = rec.epoch;
+	info->beat = rec.beat;
+	info->has_beat = true;
+	info->released = rec.released;
+	return 0;
+}
+
+static int rbd_own_request(struct hl_origin *o, uint16_t gw)
+{
+	struct rbd_origin *r = ro_of(o);
+	char oid[160], buf[64];
+	uint16_t rgw;
+	uint64_t rseq;
+	unsigned gen;
+	int rc = own_check(o), n;
+
+	if (rc)
+		return rc;
+	rc = reconnect_if_fenced(o);
+	if (rc)
+		return rc;
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = request_read(r, &rgw, &rseq);
+	if (rc == -EBADMSG)
+		rc = 0;
+	if (rc == 0) {
+		own_oid(r, OWN_REQUEST, oid, sizeof(oid));
+		n = snprintf(buf, sizeof(buf), "gw=%u seq=%llu\n", gw,
+		             (unsigned long long)(rseq + 1));
+		rc = rados_write_full(r->ioctx, oid, buf, (size_t)n);
+	}
+	handles_done(r);
+	if (rc == -ESHUTDOWN)
+		rbd_fence(o, rc, gen);
+	return rc;
 }
 
 const struct hl_origin_ops origin_rbd_ops = {
@@ -913,4 +1572,9 @@ const struct hl_origin_ops origin_rbd_ops = {
     .proof_check = rbd_proof_check,
     .proof_release = rbd_proof_release,
     .identity = rbd_identity,
+    .own_acquire = rbd_own_acquire,
+    .own_renew = rbd_own_renew,
+    .own_release = rbd_own_release,
+    .own_peek = rbd_own_peek,
+    .own_request = rbd_own_request,
 };

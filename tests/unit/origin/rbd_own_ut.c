@@ -1,0 +1,415 @@
+/*
+ * rbd_own_ut.c - the rbd origin's ownership ops (several gateways on one
+ * image, origin.h "Ownership among gateways") against a real single-node
+ * Ceph that this test starts and stops itself (tests/functional/mini_ceph.sh;
+ * exit 77, skipped, where Ceph is not installed). One image opened twice,
+ * as gateways 1 and 2: each hl_origin_open makes a client of its own, so
+ * the cluster can blocklist one without the other, as it would two hosts.
+ *
+ * The tests run in order and hand the ownership on from one to the next
+ * (each says in what state it leaves the image). The times of an acquire
+ * refused by a live owner, a planned hand-over and a forced takeover are
+ * printed (MEASURE lines).
+ */
+#include "config.h"
+
+#include "origin_ut_util.h"
+
+#include <sys/wait.h>
+
+#define IMG_SIZE (64u << 20)
+#define BLK      4096u
+#define FAR      (8u << 20) /* another rbd object than block 0's (diffs are per object) */
+
+static char dir[64], cluster[96], conf[128];
+static bool ceph_up;
+static struct hl_origin *g1, *g2;
+static uint64_t epoch1, epoch2;
+
+static int mini_ceph(const char *verb)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "MINI_CEPH_QUIET=1 %s %s %s %s >%s/ceph-%s.log 2>&1", MINI_CEPH,
+	         verb, cluster, strcmp(verb, "up") ? "" : "origin:64M", dir, verb);
+	int rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* ---- one I/O on a reactor of the test thread ---- */
+
+struct one_io {
+	struct hl_origin *o;
+	struct hl_origin_io io;
+	struct iovec iov;
+	int submit_rc;
+};
+
+static void one_start(void *arg)
+{
+	struct one_io *x = arg;
+	int rc = hl_origin_submit(x->o, &x->io);
+
+	if (rc) {
+		x->submit_rc = rc;
+		ut_done(rc);
+	}
+}
+
+/* @return the submit's error or the completion's result (-ETIMEDOUT: neither in 30 s) */
+static int do_io(struct hl_origin *o, enum hl_io_op op, uint64_t off, void *buf, size_t len)
+{
+	struct one_io x = {.o = o};
+
+	x.io.op = op;
+	x.io.offset = off;
+	x.io.length = len;
+	x.iov.iov_base = buf;
+	x.iov.iov_len = len;
+	x.io.iov = &x.iov;
+	x.io.iovcnt = 1;
+	x.io.cb = ut_cb;
+	x.io.arg = &x;
+	if (!ut_run(one_start, &x, 1, 30000))
+		return -ETIMEDOUT;
+	return x.submit_rc ? x.submit_rc : ut_last_result;
+}
+
+static int write_fill(struct hl_origin *o, uint64_t off, uint8_t v)
+{
+	uint8_t buf[BLK];
+
+	memset(buf, v, sizeof(buf));
+	return do_io(o, HL_IO_WRITE, off, buf, sizeof(buf));
+}
+
+/* the block at off reads back as all v, through o */
+static bool reads_fill(struct hl_origin *o, uint64_t off, uint8_t v)
+{
+	uint8_t buf[BLK];
+
+	memset(buf, 0xee, sizeof(buf));
+	return do_io(o, HL_IO_READ, off, buf, sizeof(buf)) == 0 && ut_all(buf, sizeof(buf), v);
+}
+
+static double ms_since(uint64_t t0)
+{
+	return (double)(hl_now_ns() - t0) / 1e6;
+}
+
+static int acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, double *ms)
+{
+	char why[HL_ORIGIN_WHY_MAX];
+	uint64_t t0 = hl_now_ns();
+	int rc = o->ops->own_acquire(o, gw, epoch, force, why, sizeof(why));
+
+	if (ms)
+		*ms = ms_since(t0);
+	if (rc)
+		printf("\n    gateway %u acquire%s: %s (%s)", gw, force ? " (force)" : "",
+		       strerror(-rc), why);
+	return rc;
+}
+
+static struct hl_own_info peek(struct hl_origin *o)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_EQUAL(o->ops->own_peek(o, &info), 0);
+	return info;
+}
+
+static struct hl_origin *open_gw(uint16_t gw)
+{
+	struct hl_origin_opts opts = {.rbd_conf = conf, .gateway = gw};
+	struct hl_origin *o = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	return o;
+}
+
+/* ---- the tests (in order) ---- */
+
+/* leaves: both open, nobody owns the image */
+static void test_open_takes_nothing(void)
+{
+	struct hl_own_info info;
+
+	g1 = open_gw(1);
+	g2 = open_gw(2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(g1->ops->own_acquire);
+	info = peek(g2);
+	CU_ASSERT_EQUAL(info.owner, 0);
+	CU_ASSERT_TRUE(info.has_beat);
+	/* not ours: writes refused at once, reads pass */
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x11), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(do_io(g1, HL_IO_DISCARD, 0, NULL, BLK), -ESHUTDOWN);
+	CU_ASSERT_TRUE(reads_fill(g1, 0, 0));
+	CU_ASSERT_TRUE(reads_fill(g2, 0, 0));
+	/* a mark snapshot needs the lock */
+	char proof[HL_ORIGIN_PROOF_MAX];
+	CU_ASSERT_EQUAL(g1->ops->proof_take(g1, "t", false, proof, sizeof(proof)), -EAGAIN);
+}
+
+/* leaves: 1 owns (epoch 1) */
+static void test_acquire_and_refuse(void)
+{
+	double ms;
+
+	epoch1 = 1;
+	CU_ASSERT_EQUAL(acquire(g1, 1, epoch1, false, &ms), 0);
+	printf("\n    MEASURE acquire of a free image: %.1f ms", ms);
+	CU_ASSERT_EQUAL(acquire(g2, 2, 1, false, &ms), -EBUSY);
+	printf("\n    MEASURE acquire refused (live owner): %.1f ms", ms);
+	CU_ASSERT(ms < 3000);
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x11), 0);
+	CU_ASSERT_TRUE(reads_fill(g1, 0, 0x11));
+	CU_ASSERT_TRUE(reads_fill(g2, 0, 0x11)); /* a standby reads what the owner wrote */
+	CU_ASSERT_EQUAL(write_fill(g2, BLK, 0x22), -ESHUTDOWN);
+	/* acquiring what is ours already is harmless */
+	CU_ASSERT_EQUAL(acquire(g1, 1, epoch1, false, NULL), 0);
+}
+
+/* leaves: 1 owns */
+static void test_peek_sees_heartbeat(void)
+{
+	struct hl_own_info a, b, r;
+
+	a = peek(g2);
+	CU_ASSERT_EQUAL(a.owner, 1);
+	CU_ASSERT_EQUAL(a.epoch, epoch1);
+	CU_ASSERT_FALSE(a.released);
+	CU_ASSERT_TRUE(a.has_beat);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
+	CU_ASSERT_EQUAL(r.owner, 1);
+	CU_ASSERT_EQUAL(r.requester, 0);
+	b = peek(g2);
+	CU_ASSERT_EQUAL(b.owner, 1);
+	CU_ASSERT(b.beat > a.beat);
+	CU_ASSERT_EQUAL(b.beat, r.beat);
+	/* without renews the beat stands still */
+	CU_ASSERT_EQUAL(peek(g2).beat, b.beat);
+}
+
+/* leaves: 1 owns, 2 asked for it */
+static void test_request_reaches_owner(void)
+{
+	struct hl_own_info r;
+
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
+	CU_ASSERT_EQUAL(r.requester, 2);
+	/* the request stands until the owner lets go */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
+	CU_ASSERT_EQUAL(r.requester, 2);
+}
+
+/* leaves: 2 owns (epoch 2) */
+static void test_release_then_acquire(void)
+{
+	struct hl_own_info info, r;
+	double ms;
+	uint64_t t0 = hl_now_ns();
+
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, epoch1), 0);
+	info = peek(g2);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	epoch2 = 2;
+	CU_ASSERT_EQUAL(acquire(g2, 2, epoch2, false, &ms), 0);
+	printf("\n    MEASURE planned hand-over: acquire %.1f ms, release+peek+acquire %.1f ms", ms,
+	       ms_since(t0));
+	info = peek(g1);
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_EQUAL(info.epoch, epoch2);
+	CU_ASSERT_FALSE(info.released);
+	/* the old owner knows it is not the owner, and writes nothing */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x33), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_fill(g2, 0, 0x44), 0);
+	CU_ASSERT_TRUE(reads_fill(g1, 0, 0x44));
+	/* the request was answered: nobody is asking any more */
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, epoch2, &r), 0);
+	CU_ASSERT_EQUAL(r.requester, 0);
+}
+
+static int blocklist_entries(void)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "ceph --conf %s osd blocklist ls 2>/dev/null | grep -c :", conf);
+	FILE *f = popen(cmd, "r");
+	int n = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%d", &n) != 1)
+		n = -1;
+	pclose(f);
+	return n;
+}
+
+/* leaves: 2 owns (epoch 3, by force), 1 fenced */
+static void test_forced_takeover(void)
+{
+	struct hl_own_info r;
+	double ms;
+
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, epoch2), 0);
+	epoch1 = 3;
+	CU_ASSERT_EQUAL(acquire(g1, 1, epoch1, false, &ms), 0);
+	printf("\n    MEASURE acquire after a release: %.1f ms", ms);
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x55), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
+
+	/* 1 "hangs": 2 breaks its lock */
+	int before = blocklist_entries();
+	epoch2 = 4;
+	CU_ASSERT_EQUAL(acquire(g2, 2, epoch2, true, &ms), 0);
+	printf("\n    MEASURE forced takeover (break + blocklist + acquire + record): %.1f ms", ms);
+	CU_ASSERT(blocklist_entries() > before);
+	/* 1 still thinks it owns the image: the cluster refuses its write all the same */
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x66), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x66), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, epoch1), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_fill(g2, 0, 0x77), 0);
+	CU_ASSERT_TRUE(reads_fill(g2, 0, 0x77));
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, epoch2, &r), 0);
+	CU_ASSERT_EQUAL(r.owner, 2);
+}
+
+/* leaves: nobody owns; 1 reconnected */
+static void test_fenced_comes_back(void)
+{
+	struct hl_own_info info, r;
+	char proof[HL_ORIGIN_PROOF_MAX];
+	uint64_t t0 = hl_now_ns();
+
+	/* the peek reconnects 1 with a new client: a standby again */
+	info = peek(g1);
+	printf("\n    MEASURE reconnect + peek of a fenced gateway: %.1f ms", ms_since(t0));
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_EQUAL(info.epoch, epoch2);
+	CU_ASSERT_TRUE(reads_fill(g1, 0, 0x77));
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x88), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(acquire(g1, 1, 5, false, NULL), -EBUSY);
+
+	/* 2 takes a mark, writes, and hands over */
+	CU_ASSERT_EQUAL(g2->ops->proof_take(g2, "own", true, proof, sizeof(proof)), 0);
+	CU_ASSERT_EQUAL(write_fill(g2, 8 * BLK, 0x99), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, epoch2), 0);
+	CU_ASSERT_TRUE(peek(g1).released);
+	epoch1 = 5;
+	CU_ASSERT_EQUAL(acquire(g1, 1, epoch1, false, NULL), 0);
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0xaa), 0);
+	CU_ASSERT_TRUE(reads_fill(g2, 0, 0xaa));
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
+	CU_ASSERT_TRUE(peek(g2).beat == r.beat);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, epoch1), 0);
+	info = peek(g2);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_EQUAL(info.owner, 1);
+}
+
+/* the extents a proof check lists */
+struct changed {
+	uint64_t extents;
+	bool has_0, has_far;
+};
+
+static void changed_cb(void *arg, uint64_t off, uint64_t len)
+{
+	struct changed *c = arg;
+
+	c->extents++;
+	if (off <= 0 && off + len >= BLK)
+		c->has_0 = true;
+	if (off <= FAR && off + len >= FAR + BLK)
+		c->has_far = true;
+}
+
+/* leaves: nobody owns */
+static void test_standby_checks_proof(void)
+{
+	char proof[HL_ORIGIN_PROOF_MAX], why[HL_ORIGIN_WHY_MAX];
+	struct changed c = {0};
+
+	CU_ASSERT_EQUAL(acquire(g1, 1, 6, false, NULL), 0);
+	CU_ASSERT_EQUAL(g1->ops->proof_take(g1, "own", true, proof, sizeof(proof)), 0);
+	CU_ASSERT_EQUAL(write_fill(g1, FAR, 0xbb), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 6), 0);
+	/* 2 is a standby: it reads the diff without the lock */
+	CU_ASSERT_EQUAL(g2->ops->proof_check(g2, "own", proof, changed_cb, &c, why, sizeof(why)),
+	                0);
+	printf("\n    proof check on a standby: %s", why);
+	CU_ASSERT_TRUE(c.has_far);
+	CU_ASSERT_FALSE(c.has_0);
+	CU_ASSERT_EQUAL(g2->ops->proof_take(g2, "own", true, proof, sizeof(proof)), -EAGAIN);
+}
+
+static void test_close(void)
+{
+	uint64_t t0 = hl_now_ns();
+
+	hl_origin_close(g1);
+	hl_origin_close(g2);
+	g1 = g2 = NULL;
+	printf("\n    closed both in %.1f ms", ms_since(t0));
+}
+
+static const struct hl_test tests[] = {
+    {"open as a gateway takes nothing; only reads pass", test_open_takes_nothing},
+    {"acquire; a second one without force: -EBUSY at once", test_acquire_and_refuse},
+    {"a standby's peek sees the owner's heartbeat", test_peek_sees_heartbeat},
+    {"a standby's request reaches the owner's renew", test_request_reaches_owner},
+    {"planned release, then acquire without force", test_release_then_acquire},
+    {"forced takeover blocklists the old owner", test_forced_takeover},
+    {"a fenced gateway comes back as a standby", test_fenced_comes_back},
+    {"a standby checks a proof the owner took", test_standby_checks_proof},
+    {"close", test_close},
+    {NULL, NULL},
+};
+
+static void ceph_down(void)
+{
+	char log[128];
+
+	if (ceph_up)
+		mini_ceph("down");
+	ceph_up = false;
+	snprintf(log, sizeof(log), "%s/ceph-up.log", dir);
+	unlink(log);
+	snprintf(log, sizeof(log), "%s/ceph-down.log", dir);
+	unlink(log);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	int rc;
+
+	snprintf(dir, sizeof(dir), "/tmp/hl-rbd-own-XXXXXX");
+	if (!mkdtemp(dir))
+		return 99;
+	snprintf(cluster, sizeof(cluster), "%s/ceph", dir);
+	snprintf(conf, sizeof(conf), "%s/ceph.conf", cluster);
+	rc = mini_ceph("up");
+	if (rc == 3) {
+		printf("SKIP: Ceph is not installed\n");
+		ceph_down();
+		return 77;
+	}
+	if (rc != 0) {
+		printf("single-node Ceph did not start (see %s/ceph-up.log)\n", dir);
+		return 99;
+	}
+	ceph_up = true;
+	rc = hl_test_run("rbd_own", tests);
+	if (g1 || g2) { /* a fatal assertion left them open: close before the cluster goes */
+		hl_origin_close(g1);
+		hl_origin_close(g2);
+	}
+	ceph_down();
+	return rc;
+}
