@@ -37,8 +37,9 @@
  * how long they get to log out is [global] logout_timeout.
  */
 #define DRAIN_TIME2WAIT_S 1
-/* A planned stop with peers: how long to wait for a peer to take the disks. */
-#define OWNER_HANDOVER_WAIT_MS 10000
+/* A planned stop with peers: how long to wait for a peer to take the disks (a standby
+ * looks every 250 ms and records its ownership before it diffs its cache). */
+#define OWNER_HANDOVER_WAIT_MS 3000
 
 static void usage(FILE *f)
 {
