@@ -1,0 +1,410 @@
+/*
+ * iscsi_own_ut.c - ownership among gateways on the iscsi: origin (SCSI-3
+ * persistent reservations on the SAN LUN). Two origins with gateway ids 1
+ * and 2 (each its own sessions, hence its own I_T nexuses) and a lone one
+ * (gateway 0) drive an in-process SAN: hotlun's own iSCSI server over a
+ * file LUN, whose PR code (pr.c) enforces the reservation, with a state
+ * directory so APTPL is accepted. The test thread plays the ownership
+ * thread (the own_* ops block); I/O goes through a client reactor.
+ */
+#include "config.h"
+
+#include "hl_test.h"
+#include "hotlun/event.h"
+#include "hotlun/iscsi.h"
+#include "hotlun/origin.h"
+#include "hotlun/scsi.h"
+#include "hotlun/util.h"
+#include "origin/origin_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define IQN      "iqn.2026-11.io.hotlun:ut-own-san"
+#define SAN_SIZE (8u << 20)
+#define BLK      4096
+
+static struct {
+	struct hl_reactor *r;
+	char path[64];
+	char state_dir[64];
+	struct hl_origin *origin;
+	struct hl_lu *lu;
+	struct hl_scsi_lun_map map;
+	struct hl_iscsi_server *srv;
+	uint16_t port;
+	bool ok;
+} san;
+
+static struct hl_reactor *cli_r;
+
+static void san_setup(void)
+{
+	struct hl_iscsi_server_config sc = {0};
+	struct hl_iscsi_target_config tc = {0};
+	struct hl_lu_config lc = {0};
+	char bound[64];
+	int fd;
+
+	strcpy(san.path, "/tmp/hl-own-ut-XXXXXX");
+	strcpy(san.state_dir, "/tmp/hl-own-ut-state-XXXXXX");
+	fd = mkstemp(san.path);
+	if (fd < 0 || ftruncate(fd, SAN_SIZE) || !mkdtemp(san.state_dir))
+		return;
+	close(fd);
+	if (hl_origin_open(san.path, NULL, &san.origin))
+		return;
+	lc.name = "san";
+	lc.block_size = 512;
+	lc.naa[0] = 0x60;
+	lc.naa[15] = 0x42;
+	strcpy(lc.serial, "UTOWN0001");
+	lc.write_cache = true;
+	lc.state_dir = san.state_dir;
+	if (hl_lu_create(&lc, san.origin, &san.lu))
+		return;
+	san.map.lu[0] = san.lu;
+	if (hl_reactor_create(&san.r, "san") || hl_reactor_start(san.r))
+		return;
+	sc.reactors = &san.r;
+	sc.n_reactors = 1;
+	if (hl_iscsi_server_create(&sc, &san.srv))
+		return;
+	tc.name = IQN;
+	tc.luns = &san.map;
+	tc.allow_all = true;
+	if (hl_iscsi_target_add(san.srv, &tc) ||
+	    hl_iscsi_portal_add(san.srv, "127.0.0.1:0", 1, bound, sizeof(bound)))
+		return;
+	san.port = (uint16_t)atoi(strrchr(bound, ':') + 1);
+	san.ok = true;
+}
+
+static void san_teardown(void)
+{
+	DIR *d;
+
+	hl_iscsi_server_destroy(san.srv);
+	if (san.r) {
+		hl_reactor_stop(san.r);
+		hl_reactor_join(san.r);
+		hl_reactor_destroy(san.r);
+	}
+	hl_lu_destroy(san.lu); /* closes the origin */
+	unlink(san.path);
+	d = opendir(san.state_dir); /* the SAN's APTPL file */
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+		char p[512];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", san.state_dir, e->d_name);
+		unlink(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(san.state_dir);
+}
+
+/* ---------------------------------------------------------------- client side */
+
+struct call {
+	struct hl_origin *o;
+	struct hl_origin_io io;
+	struct iovec iov;
+	sem_t done;
+	int result;
+};
+
+static void call_cb(struct hl_origin_io *io, int result)
+{
+	struct call *c = io->arg;
+
+	c->result = result;
+	sem_post(&c->done);
+}
+
+static void call_submit(void *arg)
+{
+	struct call *c = arg;
+	int rc = hl_origin_submit(c->o, &c->io);
+
+	if (rc) {
+		c->result = rc;
+		sem_post(&c->done);
+	}
+}
+
+/* One I/O of BLK bytes at block `blk` on the client reactor; its result. */
+static int run_io(struct hl_origin *o, enum hl_io_op op, uint64_t blk, void *buf)
+{
+	struct call c;
+
+	memset(&c, 0, sizeof(c));
+	sem_init(&c.done, 0, 0);
+	c.o = o;
+	c.iov.iov_base = buf;
+	c.iov.iov_len = BLK;
+	c.io.op = op;
+	c.io.offset = blk * BLK;
+	c.io.length = op == HL_IO_FLUSH ? 0 : BLK;
+	c.io.iov = buf ? &c.iov : NULL;
+	c.io.iovcnt = buf ? 1 : 0;
+	c.io.cb = call_cb;
+	c.io.arg = &c;
+	if (hl_reactor_call(cli_r, call_submit, &c))
+		return -999;
+	sem_wait(&c.done);
+	sem_destroy(&c.done);
+	return c.result;
+}
+
+static int write_block(struct hl_origin *o, uint64_t blk, uint8_t fill)
+{
+	uint8_t buf[BLK];
+
+	memset(buf, fill, sizeof(buf));
+	return run_io(o, HL_IO_WRITE, blk, buf);
+}
+
+/* 0 when block blk reads back as fill through o. */
+static int check_block(struct hl_origin *o, uint64_t blk, uint8_t fill)
+{
+	uint8_t buf[BLK];
+	int rc = run_io(o, HL_IO_READ, blk, buf);
+
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < sizeof(buf); i++) {
+		if (buf[i] != fill)
+			return -EILSEQ;
+	}
+	return 0;
+}
+
+struct closer {
+	struct hl_origin *o;
+	sem_t done;
+};
+
+static void close_fn(void *arg)
+{
+	struct closer *cl = arg;
+
+	hl_origin_close(cl->o);
+	sem_post(&cl->done);
+}
+
+/* Close on the client reactor, where the origin's I/O sessions live. */
+static void close_on_cli(struct hl_origin *o)
+{
+	struct closer cl = {.o = o};
+
+	sem_init(&cl.done, 0, 0);
+	CU_ASSERT_FATAL(hl_reactor_call(cli_r, close_fn, &cl) == 0);
+	sem_wait(&cl.done);
+	sem_destroy(&cl.done);
+}
+
+static struct hl_origin *open_gw(uint16_t gw)
+{
+	struct hl_origin_opts opts = {.gateway = gw};
+	struct hl_origin *o = NULL;
+	char uri[256];
+
+	snprintf(uri, sizeof(uri), "iscsi://127.0.0.1:%u/%s/0?timeout=5", san.port, IQN);
+	CU_ASSERT_EQUAL(hl_origin_open(uri, &opts, &o), 0);
+	return o;
+}
+
+static int acquire(struct hl_origin *o, uint16_t gw, bool force)
+{
+	char why[HL_ORIGIN_WHY_MAX] = "";
+	int rc = o->ops->own_acquire(o, gw, 1, force, why, sizeof(why));
+
+	if (rc)
+		fprintf(stderr, "    (gateway %u acquire%s: %d, %s)\n", gw, force ? " forced" : "",
+		        rc, why);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static struct hl_origin *g1, *g2, *lone;
+
+static void test_ops_present(void)
+{
+	CU_ASSERT_FATAL(san.ok);
+	g1 = open_gw(1);
+	g2 = open_gw(2);
+	lone = open_gw(0);
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_acquire);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_renew);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_release);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_peek);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_request);
+}
+
+static void test_free_disk(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_FALSE(info.has_beat);
+	/* a lone gateway is untouched by all this: it writes a free disk */
+	CU_ASSERT_EQUAL(write_block(lone, 0, 0x10), 0);
+	CU_ASSERT_EQUAL(lone->ops->own_peek(lone, &info), -EINVAL);
+	/* a gateway that does not own the disk does not write it */
+	CU_ASSERT_EQUAL(write_block(g1, 1, 0x11), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g1, 0, 0x10), 0); /* reads are fine */
+	/* the wrong gateway id for this origin */
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 2), -EINVAL);
+}
+
+static void test_acquire_busy(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 1, 0x21), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 1, 0x21), 0);
+	CU_ASSERT_EQUAL(run_io(g1, HL_IO_FLUSH, 0, NULL), 0);
+	CU_ASSERT_EQUAL(acquire(g2, 2, false), -EBUSY);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_FALSE(info.released);
+	/* the SAN itself refuses every other initiator's writes; reads pass */
+	CU_ASSERT_EQUAL(write_block(lone, 2, 0x22), -EBADE);
+	CU_ASSERT_EQUAL(check_block(lone, 1, 0x21), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 2, 0x22), -ESHUTDOWN);
+	/* the owner renews, nobody asks */
+	memset(&info, 0xff, sizeof(info));
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	CU_ASSERT_FALSE(info.has_beat);
+	CU_ASSERT_FALSE(info.released);
+	CU_ASSERT_NOT_EQUAL(info.epoch, 0);
+}
+
+static void test_request_release(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_EQUAL(info.requester, 2);
+	/* asking gives the requester no write on the disk it does not own */
+	CU_ASSERT_EQUAL(write_block(lone, 3, 0x33), -EBADE);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 3, 0x34), -ESHUTDOWN); /* released: not ours */
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 3, 0x35), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 3, 0x35), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_EQUAL(info.requester, 0); /* g1's old registrations were preempted */
+	/* the old owner's I/O sessions, registered while it owned the disk, are refused */
+	CU_ASSERT_EQUAL(write_block(lone, 4, 0x36), -EBADE);
+}
+
+static void test_forced_takeover(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(write_block(g2, 5, 0x41), 0); /* g2 owns and writes */
+	CU_ASSERT_EQUAL(acquire(g1, 1, false), -EBUSY);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, true), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	/* g2 still thinks it owns the disk: the SAN refuses its write (the fence) */
+	CU_ASSERT_EQUAL(write_block(g2, 5, 0x42), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_block(g2, 6, 0x43), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g1, 5, 0x41), 0); /* the refused write left nothing */
+	CU_ASSERT_EQUAL(write_block(g1, 5, 0x44), 0);
+	CU_ASSERT_EQUAL(check_block(g2, 5, 0x44), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	/* and back by a plain handover: g2 acquires again and writes */
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 6, 0x45), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 6, 0x46), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g1, 6, 0x45), 0);
+}
+
+static void test_reacquire_after_restart(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	/* g2 restarts while owning: a new process, new ISIDs, the reservation still its key */
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_EQUAL(acquire(g1, 1, false), -EBUSY);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0); /* its own key: taken back */
+	CU_ASSERT_EQUAL(write_block(g2, 7, 0x51), 0);
+	CU_ASSERT_EQUAL(check_block(lone, 7, 0x51), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+static void test_close(void)
+{
+	if (g1)
+		close_on_cli(g1);
+	if (g2)
+		close_on_cli(g2);
+	if (lone)
+		close_on_cli(lone);
+	g1 = g2 = lone = NULL;
+}
+
+static const struct hl_test tests[] = {
+    {"gateway origins have the ownership ops", test_ops_present},
+    {"a free disk: released, lone gateway writes, others do not", test_free_disk},
+    {"acquire; a second acquire without force is -EBUSY; the SAN fences others", test_acquire_busy},
+    {"a request is seen at renew; release; the requester acquires", test_request_release},
+    {"forced takeover: the old owner's writes and renew get -ESHUTDOWN", test_forced_takeover},
+    {"a restarted owner takes its own reservation back", test_reacquire_after_restart},
+    {"close", test_close},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	int rc;
+
+	san_setup();
+	if (hl_reactor_create(&cli_r, "cli") || hl_reactor_start(cli_r)) {
+		fprintf(stderr, "cannot start the client reactor\n");
+		return 99;
+	}
+	rc = hl_test_run("origin_iscsi_own", tests);
+	hl_reactor_stop(cli_r);
+	hl_reactor_join(cli_r);
+	hl_reactor_destroy(cli_r);
+	san_teardown();
+	return rc;
+}
