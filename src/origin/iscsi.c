@@ -179,6 +179,7 @@ struct isc_origin {
 	atomic_bool fenced;       /* the SAN refused a write, or a check found another holder */
 	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
 	atomic_bool no_aptpl;     /* the SAN refused APTPL = 1: registrations without it */
+	atomic_bool requested;    /* own_request registered our key: a failed acquire keeps it */
 	pthread_mutex_t ctl_lock; /* guards ctl: the ownership thread's PR session */
 	struct iscsi_context *ctl; /* ISID qualifier 0; NULL until the first own_* op */
 };
@@ -1593,9 +1594,9 @@ static int pr_out(struct hl_origin *o, int sa, uint64_t key, uint64_t sa_key)
 }
 
 /*
- * Register our key on the PR session's I_T nexus, with APTPL = 1 (the
- * reservation then survives a power loss of the SAN) unless the SAN
- * refuses it. ctl_lock held.
+ * Register sa_key on the PR session's I_T nexus (0: unregister it), with
+ * APTPL = 1 (the reservation then survives a power loss of the SAN)
+ * unless the SAN refuses it. ctl_lock held.
  */
 static int pr_register(struct hl_origin *o, uint64_t sa_key)
 {
@@ -1721,6 +1722,9 @@ static int iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RESERVE, io->pr_key, 0);
 		if (rc == -EBADE) {
 			snprintf(why, whylen, "another gateway reserved it first");
+			/* our key left registered would read as a request to the new owner */
+			if (!atomic_load(&io->requested))
+				pr_register(o, 0);
 			rc = -EBUSY;
 			goto out;
 		}
@@ -1771,6 +1775,7 @@ static int iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		goto out;
 	}
 	atomic_store(&io->fenced, false);
+	atomic_store(&io->requested, false);
 	atomic_fetch_add(&io->own_gen, 1);
 	atomic_store(&io->owned, true);
 	HL_INFO(ISC_COMPONENT, "%s: gateway %u holds the reservation (PRgeneration %u)", o->uri, gw,
@@ -1801,13 +1806,9 @@ static int iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
 	if (rc)
 		goto out;
 	pr_info(st, io->pr_key, info);
-	ours = st->held && st->holder == io->pr_key;
-	for (unsigned i = 0; ours && i < st->nkeys; i++) {
-		if (st->keys[i] == io->pr_key)
-			break;
-		if (i + 1 == st->nkeys)
-			ours = false;
-	}
+	ours = false;
+	for (unsigned i = 0; st->held && st->holder == io->pr_key && i < st->nkeys; i++)
+		ours |= st->keys[i] == io->pr_key;
 	if (!ours || atomic_load(&io->fenced)) {
 		if (!atomic_exchange(&io->fenced, true))
 			HL_WARN(ISC_COMPONENT, "%s: gateway %u lost the reservation (%s)", o->uri,
@@ -1880,6 +1881,8 @@ static int iscsi_own_request(struct hl_origin *o, uint16_t gw)
 		return -EINVAL;
 	pthread_mutex_lock(&io->ctl_lock);
 	rc = pr_register(o, io->pr_key);
+	if (rc == 0)
+		atomic_store(&io->requested, true);
 	pthread_mutex_unlock(&io->ctl_lock);
 	return rc;
 }

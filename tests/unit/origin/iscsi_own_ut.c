@@ -42,14 +42,39 @@ static struct {
 	bool ok;
 } san;
 
-static struct hl_reactor *cli_r;
+static struct hl_reactor *cli_r, *cli_r2;
 
-static void san_setup(void)
+/* The iSCSI server of the SAN on san.port (0: a free one, then kept); the LU stays. */
+static int san_listen(void)
 {
 	struct hl_iscsi_server_config sc = {0};
 	struct hl_iscsi_target_config tc = {0};
+	char portal[64], bound[64];
+
+	sc.reactors = &san.r;
+	sc.n_reactors = 1;
+	if (hl_iscsi_server_create(&sc, &san.srv))
+		return -1;
+	tc.name = IQN;
+	tc.luns = &san.map;
+	tc.allow_all = true;
+	snprintf(portal, sizeof(portal), "127.0.0.1:%u", san.port);
+	if (hl_iscsi_target_add(san.srv, &tc) ||
+	    hl_iscsi_portal_add(san.srv, portal, 1, bound, sizeof(bound)))
+		return -1;
+	san.port = (uint16_t)atoi(strrchr(bound, ':') + 1);
+	return 0;
+}
+
+static void san_stop(void)
+{
+	hl_iscsi_server_destroy(san.srv);
+	san.srv = NULL;
+}
+
+static void san_setup(void)
+{
 	struct hl_lu_config lc = {0};
-	char bound[64];
 	int fd;
 
 	strcpy(san.path, "/tmp/hl-own-ut-XXXXXX");
@@ -72,25 +97,15 @@ static void san_setup(void)
 	san.map.lu[0] = san.lu;
 	if (hl_reactor_create(&san.r, "san") || hl_reactor_start(san.r))
 		return;
-	sc.reactors = &san.r;
-	sc.n_reactors = 1;
-	if (hl_iscsi_server_create(&sc, &san.srv))
-		return;
-	tc.name = IQN;
-	tc.luns = &san.map;
-	tc.allow_all = true;
-	if (hl_iscsi_target_add(san.srv, &tc) ||
-	    hl_iscsi_portal_add(san.srv, "127.0.0.1:0", 1, bound, sizeof(bound)))
-		return;
-	san.port = (uint16_t)atoi(strrchr(bound, ':') + 1);
-	san.ok = true;
+	san.ok = san_listen() == 0;
 }
 
 static void san_teardown(void)
 {
 	DIR *d;
 
-	hl_iscsi_server_destroy(san.srv);
+	if (san.srv)
+		san_stop();
 	if (san.r) {
 		hl_reactor_stop(san.r);
 		hl_reactor_join(san.r);
@@ -141,8 +156,9 @@ static void call_submit(void *arg)
 	}
 }
 
-/* One I/O of BLK bytes at block `blk` on the client reactor; its result. */
-static int run_io(struct hl_origin *o, enum hl_io_op op, uint64_t blk, void *buf)
+/* One I/O of BLK bytes at block `blk` on reactor r; its result. */
+static int run_io_on(struct hl_reactor *r, struct hl_origin *o, enum hl_io_op op, uint64_t blk,
+                     void *buf)
 {
 	struct call c;
 
@@ -158,11 +174,16 @@ static int run_io(struct hl_origin *o, enum hl_io_op op, uint64_t blk, void *buf
 	c.io.iovcnt = buf ? 1 : 0;
 	c.io.cb = call_cb;
 	c.io.arg = &c;
-	if (hl_reactor_call(cli_r, call_submit, &c))
+	if (hl_reactor_call(r, call_submit, &c))
 		return -999;
 	sem_wait(&c.done);
 	sem_destroy(&c.done);
 	return c.result;
+}
+
+static int run_io(struct hl_origin *o, enum hl_io_op op, uint64_t blk, void *buf)
+{
+	return run_io_on(cli_r, o, op, blk, buf);
 }
 
 static int write_block(struct hl_origin *o, uint64_t blk, uint8_t fill)
@@ -201,7 +222,7 @@ static void close_fn(void *arg)
 	sem_post(&cl->done);
 }
 
-/* Close on the client reactor, where the origin's I/O sessions live. */
+/* Close on the client reactor, for an origin whose I/O sessions all live there. */
 static void close_on_cli(struct hl_origin *o)
 {
 	struct closer cl = {.o = o};
@@ -210,6 +231,20 @@ static void close_on_cli(struct hl_origin *o)
 	CU_ASSERT_FATAL(hl_reactor_call(cli_r, close_fn, &cl) == 0);
 	sem_wait(&cl.done);
 	sem_destroy(&cl.done);
+}
+
+static void stop_clients(void)
+{
+	struct hl_reactor **rs[] = {&cli_r, &cli_r2};
+
+	for (unsigned i = 0; i < 2; i++) {
+		if (!*rs[i])
+			continue;
+		hl_reactor_stop(*rs[i]);
+		hl_reactor_join(*rs[i]);
+		hl_reactor_destroy(*rs[i]);
+		*rs[i] = NULL;
+	}
 }
 
 static struct hl_origin *open_gw(uint16_t gw)
@@ -358,7 +393,7 @@ static void test_reacquire_after_restart(void)
 
 	CU_ASSERT_FATAL(g1 && g2 && lone);
 	/* g2 restarts while owning: a new process, new ISIDs, the reservation still its key */
-	close_on_cli(g2);
+	close_on_cli(g2); /* g2 only ever used cli_r */
 	g2 = open_gw(2);
 	CU_ASSERT_FATAL(g2 != NULL);
 	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
@@ -370,14 +405,53 @@ static void test_reacquire_after_restart(void)
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
 }
 
+/* The owner's sessions reconnect with their ISIDs: same I_T nexuses, registrations, reservation. */
+static void test_owner_reconnects(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 8, 0x61), 0);
+	san_stop();
+	usleep(300 * 1000);
+	CU_ASSERT_FATAL(san_listen() == 0);
+	CU_ASSERT_EQUAL(write_block(g1, 8, 0x62), 0); /* waits for the reconnect, then passes */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0); /* its PR session too */
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_EQUAL(write_block(lone, 8, 0x63), -EBADE); /* still fenced off */
+	CU_ASSERT_EQUAL(check_block(g2, 8, 0x62), 0);
+}
+
+/*
+ * A preempted owner that has not noticed yet opens a new I/O session (its
+ * first submit on another reactor): the session's registration finds the
+ * reservation held by another key, takes itself back out and refuses the
+ * write; nothing of it stays registered.
+ */
+static void test_fenced_new_session(void)
+{
+	struct hl_own_info info;
+	uint8_t buf[BLK];
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0); /* g1 owned it since the last test */
+	memset(buf, 0x71, sizeof(buf));
+	CU_ASSERT_EQUAL(run_io_on(cli_r2, g1, HL_IO_WRITE, 9, buf), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g2, 9, 0x00), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0); /* g1's new session is not left registered */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+/* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
-	if (g1)
-		close_on_cli(g1);
-	if (g2)
-		close_on_cli(g2);
-	if (lone)
-		close_on_cli(lone);
+	stop_clients();
+	hl_origin_close(g1);
+	hl_origin_close(g2);
+	hl_origin_close(lone);
 	g1 = g2 = lone = NULL;
 }
 
@@ -388,6 +462,8 @@ static const struct hl_test tests[] = {
     {"a request is seen at renew; release; the requester acquires", test_request_release},
     {"forced takeover: the old owner's writes and renew get -ESHUTDOWN", test_forced_takeover},
     {"a restarted owner takes its own reservation back", test_reacquire_after_restart},
+    {"the owner's sessions reconnect and keep writing", test_owner_reconnects},
+    {"a preempted owner's new session does not register itself back in", test_fenced_new_session},
     {"close", test_close},
     {NULL, NULL},
 };
@@ -397,14 +473,13 @@ int main(void)
 	int rc;
 
 	san_setup();
-	if (hl_reactor_create(&cli_r, "cli") || hl_reactor_start(cli_r)) {
+	if (hl_reactor_create(&cli_r, "cli") || hl_reactor_start(cli_r) ||
+	    hl_reactor_create(&cli_r2, "cli2") || hl_reactor_start(cli_r2)) {
 		fprintf(stderr, "cannot start the client reactor\n");
 		return 99;
 	}
 	rc = hl_test_run("origin_iscsi_own", tests);
-	hl_reactor_stop(cli_r);
-	hl_reactor_join(cli_r);
-	hl_reactor_destroy(cli_r);
+	stop_clients();
 	san_teardown();
 	return rc;
 }
