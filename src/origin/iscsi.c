@@ -180,6 +180,8 @@ struct isc_origin {
 	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
 	atomic_bool no_aptpl;     /* the SAN refused APTPL = 1: registrations without it */
 	atomic_bool requested;    /* own_request registered our key: a failed acquire keeps it */
+	atomic_uint proof_epoch;  /* counts proof_take calls: a session's next write re-registers */
+	atomic_uint writes_out;   /* gateway: writes submitted and not yet completed */
 	pthread_mutex_t ctl_lock; /* guards ctl: the ownership thread's PR session */
 	struct iscsi_context *ctl; /* ISID qualifier 0; NULL until the first own_* op */
 };
@@ -206,6 +208,7 @@ struct isc_session {
 	uint16_t qual;    /* ISID qualifier */
 	bool reg_busy;    /* gateway: the registration of this I_T nexus is in progress */
 	unsigned reg_want, reg_gen; /* own_gen being registered, own_gen registered */
+	unsigned proof_want, proof_seen; /* the same for proof_epoch (writes only) */
 	struct scsi_task *reg_task; /* its command in flight */
 	struct hl_event ev;
 	struct hl_timer tick;
@@ -270,6 +273,7 @@ static void session_retry(struct hl_timer *t);
 static void session_done_timer(struct hl_timer *t);
 static void session_dispatch(struct isc_session *s);
 static uint64_t pr_key_of(uint16_t gw);
+static bool op_writes(enum hl_io_op op);
 static void ctl_drop(struct isc_origin *io);
 
 /* A registration step ended (or was cancelled): nothing of it is in flight any more. */
@@ -333,6 +337,8 @@ static void drain_done(struct isc_session *s)
 		struct hl_origin_io *io = io_of_link(l);
 
 		hl_list_del(l);
+		if (io_of(s->o)->pr_key && op_writes(io->op))
+			atomic_fetch_sub(&io_of(s->o)->writes_out, 1);
 		io->cb(io, iio_of(io)->result);
 	}
 	hl_timer_stop(&s->done_t);
@@ -879,6 +885,7 @@ static void reg_check_cb(struct iscsi_context *ctx, int status, void *data, void
 	scsi_free_scsi_task(t);
 	if (holder == io->pr_key) {
 		s->reg_gen = s->reg_want;
+		s->proof_seen = s->proof_want;
 		return;
 	}
 	/*
@@ -918,22 +925,27 @@ static void reg_register_cb(struct iscsi_context *ctx, int status, void *data, v
  * ISID): while the origin is ours, a session registers our key (REGISTER
  * AND IGNORE EXISTING KEY, then READ RESERVATION to see that we still hold
  * it) before it sends anything, once per acquisition. A reconnect keeps
- * the ISID, hence the nexus and its registration. @return true: dispatch.
+ * the ISID, hence the nexus and its registration. The same registration,
+ * repeated before the first write after each proof_take, moves the SAN's
+ * PRgeneration: the write marker that makes proof_check see our own writes
+ * after a proof. @return true: dispatch op now.
  */
-static bool session_pr_ready(struct isc_session *s)
+static bool session_pr_ready(struct isc_session *s, enum hl_io_op op)
 {
 	struct isc_origin *io = io_of(s->o);
-	unsigned gen;
+	unsigned gen, pe;
 
 	if (!io->pr_key || !atomic_load_explicit(&io->owned, memory_order_acquire) ||
 	    atomic_load_explicit(&io->fenced, memory_order_acquire))
 		return true; /* writes are refused in dispatch; reads need no key */
 	if (s->reg_busy)
 		return false;
-	gen = atomic_load_explicit(&io->own_gen, memory_order_acquire);
-	if (s->reg_gen == gen)
+	gen = atomic_load(&io->own_gen);
+	pe = atomic_load(&io->proof_epoch);
+	if (s->reg_gen == gen && (!op_writes(op) || s->proof_seen == pe))
 		return true;
 	s->reg_want = gen;
+	s->proof_want = pe;
 	s->reg_task = pr_out_task(s, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0,
 	                          io->pr_key, reg_register_cb);
 	s->reg_busy = s->reg_task != NULL;
@@ -945,7 +957,7 @@ static void session_dispatch(struct isc_session *s)
 	struct isc_origin *io = io_of(s->o);
 	uint64_t now;
 
-	if (s->state != ISC_UP || s->broken || hl_list_empty(&s->waitq) || !session_pr_ready(s))
+	if (s->state != ISC_UP || s->broken || hl_list_empty(&s->waitq))
 		goto out;
 	now = hl_now_ns();
 	while (s->ninflight < io->url.qd && !hl_list_empty(&s->waitq)) {
@@ -953,6 +965,8 @@ static void session_dispatch(struct isc_session *s)
 		struct hl_origin_io *ioo = io_of_link(l);
 		int rc;
 
+		if (!session_pr_ready(s, ioo->op))
+			break;
 		hl_list_del(l);
 		s->nwait--;
 		if (iio_of(ioo)->deadline_ns <= now) {
@@ -1167,6 +1181,8 @@ static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
 	memset(iio, 0, sizeof(*iio));
 	iio->s = s;
 	iio->deadline_ns = now + io->timeout_ns;
+	if (io->pr_key && op_writes(ioo->op))
+		atomic_fetch_add(&io->writes_out, 1); /* before dispatch reads proof_epoch */
 	ioo->miscompare_offset = 0;
 	if (ioo->length == 0 && ioo->op != HL_IO_FLUSH) {
 		finish(s, ioo, 0);
@@ -1888,15 +1904,116 @@ static int iscsi_own_request(struct hl_origin *o, uint16_t gw)
 }
 
 /*
- * No warm restart proofs (proof_take/proof_check): nothing on a SAN LUN
- * says whether another initiator wrote it while hotlund was down, so a
- * cached disk on it starts cold unless the admin declares exclusive = yes
- * (hl_origin_proof_take's "excl:" proof). The hook for a later change
- * (issue 17): register a key and hold a persistent reservation with APTPL
- * across the downtime; proof_take records the key and the reservation's
- * generation, proof_check finds the reservation still ours (READ
- * RESERVATION) -> unchanged, preempted or gone -> -ESTALE.
+ * Warm restart proofs, for a gateway (hl_origin_opts.gateway; a lone
+ * gateway proves nothing: nothing on a SAN LUN tells whether another
+ * initiator wrote it while hotlund was down, and the disk starts cold
+ * unless the admin declares exclusive = yes, hl_origin_proof_take's
+ * "excl:" proof). The token is "iscsi-pr:KEY:PRGENERATION:SIZE", taken
+ * while our key holds the reservation (registrations with APTPL, so it
+ * survives a power loss of the SAN). While our key holds a registrants-only
+ * reservation only our nexuses can write, and every change of holder or
+ * registrations moves PRgeneration; our own writes after the proof move it
+ * too (each session re-registers before its first write after a proof,
+ * session_pr_ready). So: still our key, same PRgeneration -> unchanged;
+ * anything else -> cannot tell. A proof is not taken while a write is out:
+ * it could complete after the proof without having moved PRgeneration.
+ * A release ends what a proof can show (nothing is reserved then).
  */
+#define ISC_PROOF_PREFIX "iscsi-pr:"
+
+static int iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                            size_t len)
+{
+	struct isc_origin *io = io_of(o);
+	struct pr_state *st;
+	int rc, n;
+
+	(void)tag;
+	if (!io->pr_key)
+		return -EOPNOTSUPP;
+	/* first the epoch (later writes re-register), then the writes already out */
+	atomic_fetch_add(&io->proof_epoch, 1);
+	if (atomic_load(&io->writes_out) || !atomic_load(&io->owned) || atomic_load(&io->fenced))
+		return -EAGAIN;
+	st = malloc(sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_lock(&io->ctl_lock);
+	rc = final ? ctl_run(o, CTL_SYNC, 0, 0, 0, NULL) : 0;
+	if (rc == -EINVAL)
+		rc = 0; /* no SYNCHRONIZE CACHE: no volatile cache */
+	if (rc == 0)
+		rc = pr_read(o, st, false);
+	pthread_mutex_unlock(&io->ctl_lock);
+	if (rc == 0 && (!st->held || st->holder != io->pr_key))
+		rc = -EAGAIN; /* not ours (any more): the ownership module will hear it */
+	if (rc == 0) {
+		n = snprintf(proof, len, ISC_PROOF_PREFIX "%016llx:%u:%llu",
+		             (unsigned long long)io->pr_key, st->generation,
+		             (unsigned long long)o->size);
+		if (n < 0 || (size_t)n >= len)
+			rc = -EOPNOTSUPP;
+	} else if (rc != -EAGAIN) {
+		rc = -EAGAIN; /* the SAN did not answer: try again later */
+	}
+	free(st);
+	return rc;
+}
+
+static int iscsi_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                             hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct isc_origin *io = io_of(o);
+	unsigned long long key, size;
+	unsigned gen;
+	struct pr_state *st;
+	int n = 0, rc;
+
+	(void)tag;
+	(void)changed;
+	(void)arg;
+	if (!proof || strncmp(proof, ISC_PROOF_PREFIX, strlen(ISC_PROOF_PREFIX)) ||
+	    sscanf(proof + strlen(ISC_PROOF_PREFIX), "%16llx:%u:%llu%n", &key, &gen, &size, &n) !=
+	        3 ||
+	    proof[strlen(ISC_PROOF_PREFIX) + (size_t)n] != '\0') {
+		snprintf(why, whylen, "not a reservation proof");
+		return -ESTALE;
+	}
+	if (!io->pr_key) {
+		snprintf(why, whylen, "iscsi origin without a gateway id proves nothing");
+		return -ESTALE;
+	}
+	if (key != io->pr_key) {
+		snprintf(why, whylen, "the proof is of another gateway's key");
+		return -ESTALE;
+	}
+	if (size != o->size) {
+		snprintf(why, whylen, "size changed");
+		return -ESTALE;
+	}
+	st = malloc(sizeof(*st));
+	if (!st) {
+		snprintf(why, whylen, "out of memory");
+		return -ESTALE;
+	}
+	pthread_mutex_lock(&io->ctl_lock);
+	rc = pr_read(o, st, false);
+	pthread_mutex_unlock(&io->ctl_lock);
+	if (rc)
+		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
+	else if (!st->held)
+		snprintf(why, whylen, "no reservation (released or lost)");
+	else if (st->holder != io->pr_key)
+		snprintf(why, whylen, "reserved by key 0x%016llx", (unsigned long long)st->holder);
+	else if (st->generation != gen)
+		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
+	else
+		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
+	rc = !rc && st->held && st->holder == io->pr_key && st->generation == gen ? 0 : -ESTALE;
+	free(st);
+	return rc;
+}
+
 const struct hl_origin_ops origin_iscsi_ops = {
     .name = "iscsi",
     .scheme = "iscsi:",
@@ -1904,6 +2021,8 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .open = iscsi_open,
     .close = iscsi_close,
     .submit = iscsi_submit,
+    .proof_take = iscsi_proof_take,
+    .proof_check = iscsi_proof_check,
     .own_acquire = iscsi_own_acquire,
     .own_renew = iscsi_own_renew,
     .own_release = iscsi_own_release,

@@ -445,6 +445,60 @@ static void test_fenced_new_session(void)
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
 }
 
+static int check_proof(struct hl_origin *o, const char *proof)
+{
+	char why[HL_ORIGIN_WHY_MAX];
+	int rc = hl_origin_proof_check(o, "ut", proof, NULL, NULL, why, sizeof(why));
+
+	fprintf(stderr, "    (proof check: %d, %s)\n", rc, why);
+	return rc;
+}
+
+/*
+ * Warm restart proofs: our reservation and its PRgeneration. A quiet owner
+ * proves the same token twice; its own write after a proof, a peer's
+ * request, a takeover all make the check fail; a restart of the owner
+ * (reservation kept, APTPL) keeps it.
+ */
+static void test_proofs(void)
+{
+	char p1[HL_ORIGIN_PROOF_MAX], p2[HL_ORIGIN_PROOF_MAX], p3[HL_ORIGIN_PROOF_MAX];
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(lone, "ut", false, p1, sizeof(p1)), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(g2, "ut", false, p1, sizeof(p1)),
+	                -EAGAIN); /* not ours */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 10, 0x81), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p1, sizeof(p1)), 0);
+	CU_ASSERT_EQUAL(strncmp(p1, "iscsi-pr:686c756e00000002:", 26), 0);
+	CU_ASSERT_PTR_NULL(strchr(p1, ' '));
+	CU_ASSERT_EQUAL(check_block(g2, 10, 0x81), 0); /* reads do not move it */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p2, sizeof(p2)), 0);
+	CU_ASSERT_STRING_EQUAL(p1, p2);
+	CU_ASSERT_EQUAL(check_proof(g2, p1), 0);
+	/* our own write after the proof */
+	CU_ASSERT_EQUAL(write_block(g2, 10, 0x82), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p1), -ESTALE);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p2, sizeof(p2)), 0);
+	CU_ASSERT_STRING_NOT_EQUAL(p1, p2);
+	/* a peer's request moves PRgeneration too (cold rather than wrong) */
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 1), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p2), -ESTALE);
+	/* the final proof, then g2 stops without releasing (a crash) and starts again */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", true, p3, sizeof(p3)), 0);
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(check_proof(g2, p3), 0);
+	CU_ASSERT_EQUAL(check_proof(g1, p3), -ESTALE); /* another gateway's key */
+	CU_ASSERT_EQUAL(check_proof(lone, p3), -ESTALE);
+	/* a takeover while it was down */
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, true), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p3), -ESTALE);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -464,6 +518,7 @@ static const struct hl_test tests[] = {
     {"a restarted owner takes its own reservation back", test_reacquire_after_restart},
     {"the owner's sessions reconnect and keep writing", test_owner_reconnects},
     {"a preempted owner's new session does not register itself back in", test_fenced_new_session},
+    {"warm restart proofs: reservation and PRgeneration", test_proofs},
     {"close", test_close},
     {NULL, NULL},
 };
