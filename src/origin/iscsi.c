@@ -78,10 +78,10 @@
  * acquisition and checks (READ RESERVATION) that the reservation is still
  * ours, so a preempted gateway never registers itself back in. Since a
  * session keeps its ISID across reconnects, the nexus, its registration
- * and the reservation survive a reconnect. A takeover PREEMPTs the
- * holder's key: the SAN removes all of its registrations and refuses its
- * writes (RESERVATION CONFLICT, which then fails the write with
- * -ESHUTDOWN). Without a reservation a registrants-only LUN accepts
+ * and the reservation survive a reconnect. A takeover PREEMPTs (AND
+ * ABORTs) the holder's key: the SAN removes all of its registrations,
+ * drops its queued commands and refuses its writes (RESERVATION CONFLICT,
+ * which then fails the write with -ESHUTDOWN). Without a reservation a registrants-only LUN accepts
  * anyone's writes, so a new owner preempts every other hotlun key it finds
  * (an old owner's sessions, requests); keys of other initiators are left
  * alone, and a reservation they hold is never taken. A standby asks for
@@ -1745,8 +1745,15 @@ static int iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			goto out;
 		}
 	} else if (st->holder != io->pr_key) {
-		/* the fence: the holder's registrations go, the SAN refuses its writes */
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->holder);
+		/*
+		 * The fence: the holder's registrations go, the SAN refuses its
+		 * writes; AND ABORT also drops the commands it has queued there, so
+		 * none of its writes lands after this returns. PREEMPT alone where
+		 * the SAN lacks it (an old write may then still complete).
+		 */
+		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->pr_key, st->holder);
+		if (rc == -EINVAL)
+			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->holder);
 		if (rc == -EBADE) {
 			/* our registration went in between: another gateway preempted us */
 			snprintf(why, whylen, "preempted while taking over");
