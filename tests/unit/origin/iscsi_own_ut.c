@@ -1,0 +1,562 @@
+/*
+ * iscsi_own_ut.c - ownership among gateways on the iscsi: origin (SCSI-3
+ * persistent reservations on the SAN LUN). Two origins with gateway ids 1
+ * and 2 (each its own sessions, hence its own I_T nexuses) and a lone one
+ * (gateway 0) drive an in-process SAN: hotlun's own iSCSI server over a
+ * file LUN, whose PR code (pr.c) enforces the reservation, with a state
+ * directory so APTPL is accepted. The test thread plays the ownership
+ * thread (the own_* ops block); I/O goes through a client reactor.
+ *
+ * HL_OWN_SAN_URL=iscsi://host:port/iqn/lun runs the same tests against
+ * another SAN instead (a hotlund or tgtd that tests/functional/
+ * origin_iscsi_own.sh starts; a fresh, zeroed LUN without reservations);
+ * the test that restarts the SAN is then skipped.
+ */
+#include "config.h"
+
+#include "hl_test.h"
+#include "hotlun/event.h"
+#include "hotlun/iscsi.h"
+#include "hotlun/origin.h"
+#include "hotlun/scsi.h"
+#include "hotlun/util.h"
+#include "origin/origin_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define IQN      "iqn.2026-11.io.hotlun:ut-own-san"
+#define SAN_SIZE (8u << 20)
+#define BLK      4096
+
+static struct {
+	struct hl_reactor *r;
+	char path[64];
+	char state_dir[64];
+	struct hl_origin *origin;
+	struct hl_lu *lu;
+	struct hl_scsi_lun_map map;
+	struct hl_iscsi_server *srv;
+	uint16_t port;
+	bool ok;
+	const char *ext_url; /* HL_OWN_SAN_URL: an external SAN instead */
+} san;
+
+static struct hl_reactor *cli_r, *cli_r2;
+
+/* The iSCSI server of the SAN on san.port (0: a free one, then kept); the LU stays. */
+static int san_listen(void)
+{
+	struct hl_iscsi_server_config sc = {0};
+	struct hl_iscsi_target_config tc = {0};
+	char portal[64], bound[64];
+
+	sc.reactors = &san.r;
+	sc.n_reactors = 1;
+	if (hl_iscsi_server_create(&sc, &san.srv))
+		return -1;
+	tc.name = IQN;
+	tc.luns = &san.map;
+	tc.allow_all = true;
+	snprintf(portal, sizeof(portal), "127.0.0.1:%u", san.port);
+	if (hl_iscsi_target_add(san.srv, &tc) ||
+	    hl_iscsi_portal_add(san.srv, portal, 1, bound, sizeof(bound)))
+		return -1;
+	san.port = (uint16_t)atoi(strrchr(bound, ':') + 1);
+	return 0;
+}
+
+static void san_stop(void)
+{
+	hl_iscsi_server_destroy(san.srv);
+	san.srv = NULL;
+}
+
+static void san_setup(void)
+{
+	struct hl_lu_config lc = {0};
+	int fd;
+
+	san.ext_url = getenv("HL_OWN_SAN_URL");
+	if (san.ext_url && *san.ext_url) {
+		san.ok = true;
+		return;
+	}
+	san.ext_url = NULL;
+
+	strcpy(san.path, "/tmp/hl-own-ut-XXXXXX");
+	strcpy(san.state_dir, "/tmp/hl-own-ut-state-XXXXXX");
+	fd = mkstemp(san.path);
+	if (fd < 0 || ftruncate(fd, SAN_SIZE) || !mkdtemp(san.state_dir))
+		return;
+	close(fd);
+	if (hl_origin_open(san.path, NULL, &san.origin))
+		return;
+	lc.name = "san";
+	lc.block_size = 512;
+	lc.naa[0] = 0x60;
+	lc.naa[15] = 0x42;
+	strcpy(lc.serial, "UTOWN0001");
+	lc.write_cache = true;
+	lc.state_dir = san.state_dir;
+	if (hl_lu_create(&lc, san.origin, &san.lu))
+		return;
+	san.map.lu[0] = san.lu;
+	if (hl_reactor_create(&san.r, "san") || hl_reactor_start(san.r))
+		return;
+	san.ok = san_listen() == 0;
+}
+
+static void san_teardown(void)
+{
+	DIR *d;
+
+	if (san.ext_url)
+		return;
+	if (san.srv)
+		san_stop();
+	if (san.r) {
+		hl_reactor_stop(san.r);
+		hl_reactor_join(san.r);
+		hl_reactor_destroy(san.r);
+	}
+	hl_lu_destroy(san.lu); /* closes the origin */
+	unlink(san.path);
+	d = opendir(san.state_dir); /* the SAN's APTPL file */
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+		char p[512];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", san.state_dir, e->d_name);
+		unlink(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(san.state_dir);
+}
+
+/* ---------------------------------------------------------------- client side */
+
+struct call {
+	struct hl_origin *o;
+	struct hl_origin_io io;
+	struct iovec iov;
+	sem_t done;
+	int result;
+};
+
+static void call_cb(struct hl_origin_io *io, int result)
+{
+	struct call *c = io->arg;
+
+	c->result = result;
+	sem_post(&c->done);
+}
+
+static void call_submit(void *arg)
+{
+	struct call *c = arg;
+	int rc = hl_origin_submit(c->o, &c->io);
+
+	if (rc) {
+		c->result = rc;
+		sem_post(&c->done);
+	}
+}
+
+/* One I/O of BLK bytes at block `blk` on reactor r; its result. */
+static int run_io_on(struct hl_reactor *r, struct hl_origin *o, enum hl_io_op op, uint64_t blk,
+                     void *buf)
+{
+	struct call c;
+
+	memset(&c, 0, sizeof(c));
+	sem_init(&c.done, 0, 0);
+	c.o = o;
+	c.iov.iov_base = buf;
+	c.iov.iov_len = BLK;
+	c.io.op = op;
+	c.io.offset = blk * BLK;
+	c.io.length = op == HL_IO_FLUSH ? 0 : BLK;
+	c.io.iov = buf ? &c.iov : NULL;
+	c.io.iovcnt = buf ? 1 : 0;
+	c.io.cb = call_cb;
+	c.io.arg = &c;
+	if (hl_reactor_call(r, call_submit, &c))
+		return -999;
+	sem_wait(&c.done);
+	sem_destroy(&c.done);
+	return c.result;
+}
+
+static int run_io(struct hl_origin *o, enum hl_io_op op, uint64_t blk, void *buf)
+{
+	return run_io_on(cli_r, o, op, blk, buf);
+}
+
+static int write_block(struct hl_origin *o, uint64_t blk, uint8_t fill)
+{
+	uint8_t buf[BLK];
+
+	memset(buf, fill, sizeof(buf));
+	return run_io(o, HL_IO_WRITE, blk, buf);
+}
+
+/* 0 when block blk reads back as fill through o. */
+static int check_block(struct hl_origin *o, uint64_t blk, uint8_t fill)
+{
+	uint8_t buf[BLK];
+	int rc = run_io(o, HL_IO_READ, blk, buf);
+
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < sizeof(buf); i++) {
+		if (buf[i] != fill)
+			return -EILSEQ;
+	}
+	return 0;
+}
+
+struct closer {
+	struct hl_origin *o;
+	sem_t done;
+};
+
+static void close_fn(void *arg)
+{
+	struct closer *cl = arg;
+
+	hl_origin_close(cl->o);
+	sem_post(&cl->done);
+}
+
+/* Close on the client reactor, for an origin whose I/O sessions all live there. */
+static void close_on_cli(struct hl_origin *o)
+{
+	struct closer cl = {.o = o};
+
+	sem_init(&cl.done, 0, 0);
+	CU_ASSERT_FATAL(hl_reactor_call(cli_r, close_fn, &cl) == 0);
+	sem_wait(&cl.done);
+	sem_destroy(&cl.done);
+}
+
+static void stop_clients(void)
+{
+	struct hl_reactor **rs[] = {&cli_r, &cli_r2};
+
+	for (unsigned i = 0; i < 2; i++) {
+		if (!*rs[i])
+			continue;
+		hl_reactor_stop(*rs[i]);
+		hl_reactor_join(*rs[i]);
+		hl_reactor_destroy(*rs[i]);
+		*rs[i] = NULL;
+	}
+}
+
+static struct hl_origin *open_gw(uint16_t gw)
+{
+	struct hl_origin_opts opts = {.gateway = gw};
+	struct hl_origin *o = NULL;
+	char uri[256];
+
+	if (san.ext_url)
+		snprintf(uri, sizeof(uri), "%s?timeout=5", san.ext_url);
+	else
+		snprintf(uri, sizeof(uri), "iscsi://127.0.0.1:%u/%s/0?timeout=5", san.port, IQN);
+	CU_ASSERT_EQUAL(hl_origin_open(uri, &opts, &o), 0);
+	return o;
+}
+
+static int acquire(struct hl_origin *o, uint16_t gw, bool force)
+{
+	char why[HL_ORIGIN_WHY_MAX] = "";
+	int rc = o->ops->own_acquire(o, gw, 1, force, why, sizeof(why));
+
+	if (rc)
+		fprintf(stderr, "    (gateway %u acquire%s: %d, %s)\n", gw, force ? " forced" : "",
+		        rc, why);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static struct hl_origin *g1, *g2, *lone;
+
+static void test_ops_present(void)
+{
+	CU_ASSERT_FATAL(san.ok);
+	g1 = open_gw(1);
+	g2 = open_gw(2);
+	lone = open_gw(0);
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_acquire);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_renew);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_release);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_peek);
+	CU_ASSERT_PTR_NOT_NULL(g1->ops->own_request);
+}
+
+static void test_free_disk(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_FALSE(info.has_beat);
+	/* a lone gateway is untouched by all this: it writes a free disk */
+	CU_ASSERT_EQUAL(write_block(lone, 0, 0x10), 0);
+	CU_ASSERT_EQUAL(lone->ops->own_peek(lone, &info), -EINVAL);
+	/* a gateway that does not own the disk does not write it */
+	CU_ASSERT_EQUAL(write_block(g1, 1, 0x11), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g1, 0, 0x10), 0); /* reads are fine */
+	/* the wrong gateway id for this origin */
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 2), -EINVAL);
+}
+
+static void test_acquire_busy(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 1, 0x21), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 1, 0x21), 0);
+	CU_ASSERT_EQUAL(run_io(g1, HL_IO_FLUSH, 0, NULL), 0);
+	CU_ASSERT_EQUAL(acquire(g2, 2, false), -EBUSY);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_FALSE(info.released);
+	/* the SAN itself refuses every other initiator's writes; reads pass */
+	CU_ASSERT_EQUAL(write_block(lone, 2, 0x22), -EBADE);
+	CU_ASSERT_EQUAL(check_block(lone, 1, 0x21), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 2, 0x22), -ESHUTDOWN);
+	/* the owner renews, nobody asks */
+	memset(&info, 0xff, sizeof(info));
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	CU_ASSERT_FALSE(info.has_beat);
+	CU_ASSERT_FALSE(info.released);
+	CU_ASSERT_NOT_EQUAL(info.epoch, 0);
+}
+
+static void test_request_release(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_EQUAL(info.requester, 2);
+	/* asking gives the requester no write on the disk it does not own */
+	CU_ASSERT_EQUAL(write_block(lone, 3, 0x33), -EBADE);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 3, 0x34), -ESHUTDOWN); /* released: not ours */
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 3, 0x35), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 3, 0x35), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_EQUAL(info.requester, 0); /* g1's old registrations were preempted */
+	/* the old owner's I/O sessions, registered while it owned the disk, are refused */
+	CU_ASSERT_EQUAL(write_block(lone, 4, 0x36), -EBADE);
+}
+
+static void test_forced_takeover(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(write_block(g2, 5, 0x41), 0); /* g2 owns and writes */
+	CU_ASSERT_EQUAL(acquire(g1, 1, false), -EBUSY);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, true), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	/* g2 still thinks it owns the disk: the SAN refuses its write (the fence) */
+	CU_ASSERT_EQUAL(write_block(g2, 5, 0x42), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_block(g2, 6, 0x43), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g1, 5, 0x41), 0); /* the refused write left nothing */
+	CU_ASSERT_EQUAL(write_block(g1, 5, 0x44), 0);
+	CU_ASSERT_EQUAL(check_block(g2, 5, 0x44), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	/* and back by a plain handover: g2 acquires again and writes */
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 6, 0x45), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 6, 0x46), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g1, 6, 0x45), 0);
+}
+
+static void test_reacquire_after_restart(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	/* g2 restarts while owning: a new process, new ISIDs, the reservation still its key */
+	close_on_cli(g2); /* g2 only ever used cli_r */
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_EQUAL(acquire(g1, 1, false), -EBUSY);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0); /* its own key: taken back */
+	CU_ASSERT_EQUAL(write_block(g2, 7, 0x51), 0);
+	CU_ASSERT_EQUAL(check_block(lone, 7, 0x51), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+/* The owner's sessions reconnect with their ISIDs: same I_T nexuses, registrations, reservation. */
+static void test_owner_reconnects(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 8, 0x61), 0);
+	if (san.ext_url) {
+		fprintf(stderr, "    (external SAN: not restarted)\n");
+		return;
+	}
+	san_stop();
+	usleep(300 * 1000);
+	CU_ASSERT_FATAL(san_listen() == 0);
+	CU_ASSERT_EQUAL(write_block(g1, 8, 0x62), 0); /* waits for the reconnect, then passes */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0); /* its PR session too */
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_EQUAL(write_block(lone, 8, 0x63), -EBADE); /* still fenced off */
+	CU_ASSERT_EQUAL(check_block(g2, 8, 0x62), 0);
+}
+
+/*
+ * A preempted owner that has not noticed yet opens a new I/O session (its
+ * first submit on another reactor): the session's registration finds the
+ * reservation held by another key, takes itself back out and refuses the
+ * write; nothing of it stays registered.
+ */
+static void test_fenced_new_session(void)
+{
+	struct hl_own_info info;
+	uint8_t buf[BLK];
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0); /* g1 owned it since the last test */
+	memset(buf, 0x71, sizeof(buf));
+	CU_ASSERT_EQUAL(run_io_on(cli_r2, g1, HL_IO_WRITE, 9, buf), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g2, 9, 0x00), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0); /* g1's new session is not left registered */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+static int check_proof(struct hl_origin *o, const char *proof)
+{
+	char why[HL_ORIGIN_WHY_MAX];
+	int rc = hl_origin_proof_check(o, "ut", proof, NULL, NULL, why, sizeof(why));
+
+	fprintf(stderr, "    (proof check: %d, %s)\n", rc, why);
+	return rc;
+}
+
+/*
+ * Warm restart proofs: our reservation and its PRgeneration. A quiet owner
+ * proves the same token twice; its own write after a proof, a peer's
+ * request, a takeover all make the check fail; a restart of the owner
+ * (reservation kept, APTPL) keeps it.
+ */
+static void test_proofs(void)
+{
+	char p1[HL_ORIGIN_PROOF_MAX], p2[HL_ORIGIN_PROOF_MAX], p3[HL_ORIGIN_PROOF_MAX];
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(lone, "ut", false, p1, sizeof(p1)), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(g2, "ut", false, p1, sizeof(p1)),
+	                -EAGAIN); /* not ours */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 10, 0x81), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p1, sizeof(p1)), 0);
+	CU_ASSERT_EQUAL(strncmp(p1, "iscsi-pr:686c756e00000002:", 26), 0);
+	CU_ASSERT_PTR_NULL(strchr(p1, ' '));
+	CU_ASSERT_EQUAL(check_block(g2, 10, 0x81), 0); /* reads do not move it */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p2, sizeof(p2)), 0);
+	CU_ASSERT_STRING_EQUAL(p1, p2);
+	CU_ASSERT_EQUAL(check_proof(g2, p1), 0);
+	/* our own write after the proof */
+	CU_ASSERT_EQUAL(write_block(g2, 10, 0x82), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p1), -ESTALE);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p2, sizeof(p2)), 0);
+	CU_ASSERT_STRING_NOT_EQUAL(p1, p2);
+	/* a peer's request moves PRgeneration too (cold rather than wrong) */
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 1), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p2), -ESTALE);
+	/* the final proof, then g2 stops without releasing (a crash) and starts again */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", true, p3, sizeof(p3)), 0);
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(check_proof(g2, p3), 0);
+	CU_ASSERT_EQUAL(check_proof(g1, p3), -ESTALE); /* another gateway's key */
+	CU_ASSERT_EQUAL(check_proof(lone, p3), -ESTALE);
+	/* a takeover while it was down */
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, true), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p3), -ESTALE);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+}
+
+/* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
+static void test_close(void)
+{
+	stop_clients();
+	hl_origin_close(g1);
+	hl_origin_close(g2);
+	hl_origin_close(lone);
+	g1 = g2 = lone = NULL;
+}
+
+static const struct hl_test tests[] = {
+    {"gateway origins have the ownership ops", test_ops_present},
+    {"a free disk: released, lone gateway writes, others do not", test_free_disk},
+    {"acquire; a second acquire without force is -EBUSY; the SAN fences others", test_acquire_busy},
+    {"a request is seen at renew; release; the requester acquires", test_request_release},
+    {"forced takeover: the old owner's writes and renew get -ESHUTDOWN", test_forced_takeover},
+    {"a restarted owner takes its own reservation back", test_reacquire_after_restart},
+    {"the owner's sessions reconnect and keep writing", test_owner_reconnects},
+    {"a preempted owner's new session does not register itself back in", test_fenced_new_session},
+    {"warm restart proofs: reservation and PRgeneration", test_proofs},
+    {"close", test_close},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	int rc;
+
+	san_setup();
+	if (hl_reactor_create(&cli_r, "cli") || hl_reactor_start(cli_r) ||
+	    hl_reactor_create(&cli_r2, "cli2") || hl_reactor_start(cli_r2)) {
+		fprintf(stderr, "cannot start the client reactor\n");
+		return 99;
+	}
+	rc = hl_test_run("origin_iscsi_own", tests);
+	stop_clients();
+	san_teardown();
+	return rc;
+}
