@@ -1,0 +1,223 @@
+#!/bin/bash
+# gateway_san.sh - two hotlund gateways serve one SAN LUN (an iscsi://
+# origin: a third hotlund with a file LUN plays the SAN) under ALUA (issue
+# 17; docs/gateways.md). Ownership is a SCSI-3 persistent reservation on the
+# SAN LUN; a SAN gives no heartbeat, so a standby takes over only when asked:
+# here by hotlun-bench's SET TARGET PORT GROUPS after its path to the owner
+# failed, which the standby turns into a request and, unanswered for 3 s,
+# into a PREEMPT of the old owner's key (the SAN refuses its writes).
+#  0. one owner, one standby (NOT READY 04h/0Bh at login), one LU;
+#  1. kill: the owner SIGKILLed under verified load; 0 errors, 0 mismatches;
+#  2. planned: the new owner stopped (SIGTERM) under load; 0 errors;
+#  3. split brain: the owner frozen (SIGSTOP) under load, the peer takes
+#     over on request, new data written through it; the frozen gateway
+#     thawed and read through its own path at once: never the old data;
+#     it ends up a standby by itself (its key preempted);
+#  4. failback: the first gateway owns the LUN again after 1% of it was
+#     rewritten through the peer; an iscsi origin cannot tell what changed,
+#     so its cache starts cold for that LUN (0 kept) and nothing is stale.
+. "$(dirname "$0")/lib.sh"
+hl_cache_front_prereqs
+hl_need qemu-img qemu-io iscsi-inq bc
+qemu-img --help 2>/dev/null | grep -qw iscsi || hl_missing "qemu-img has no iscsi driver (install qemu-block-extra)"
+CTL=$HL_BUILDDIR/hotlunctl
+
+T=$(hl_tmpdir)
+# the SAN: a hotlund with a 64 MiB file LUN (PERSISTENT RESERVE with PREEMPT, APTPL)
+HL_IQN=$HL_IQN_PREFIX:gw-san-backend hl_target_start --size 64M
+SAN_PID=$HL_PID
+SAN_URL=$HL_URL
+trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done; (exit $rc); hl_cleanup' EXIT
+
+IQN=$HL_IQN_PREFIX:gw-san
+declare -A PORT PID SOCK
+PORT[1]=$(hl_free_port)
+PORT[2]=$(hl_free_port)
+while [ "${PORT[2]}" = "${PORT[1]}" ]; do PORT[2]=$(hl_free_port); done
+url() { echo "iscsi://127.0.0.1:${PORT[$1]}/$IQN/0"; }
+
+for g in 1 2; do
+	st=$T/gw$g
+	mkdir -p "$st"
+	truncate -s 96M "$st/cache.img"
+	SOCK[$g]=$st/ctl.sock
+	hl_cache_front_conf "$st/hotlund.conf" "${PORT[$g]}" "$st" "$IQN" "$SAN_URL" \
+		device="$st/cache.img" size=96M block_size=64K admission=always
+	# the LU's identity: set alike on both gateways (an iscsi origin has none to share)
+	sed -i "s|^cache = ssd$|&\nserial = gwsan0001\nnaa = 6001405aa0000000000000000000beef|" "$st/hotlund.conf"
+	sed -i "s|^threads = 2$|&\ngateway = $g\ngateways = 1,2|" "$st/hotlund.conf"
+done
+
+start_gw() {
+	hl_start_hotlund "$T/gw$1/hotlund.conf"
+	PID[$1]=$HL_PID
+	eval "LOG$1=\$HL_LOG"
+}
+# own G KEY: a field of gateway G's view of disk san's ownership
+own() {
+	local out
+	out=$("$CTL" --socket "${SOCK[$1]}" stats --json 2>/dev/null) || { echo "?"; return; }
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1])["disks"]["san"]["ownership"][sys.argv[2]])' \
+		"$out" "$2" 2>/dev/null || echo "?"
+}
+# wait_owner G SECONDS: until gateway G owns the image
+wait_owner() {
+	local i
+	for i in $(seq 1 $(($2 * 10))); do
+		[ "$(own "$1" state)" = owner ] && [ "$(own "$1" alua)" = active/optimized ] && return 0
+		sleep 0.1
+	done
+	hl_fail "gateway $1 does not own the image after $2 s: $(own "$1" state), last: $(own "$1" last)"
+}
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+# bench NAME SECONDS FIRST OTHER: verified load through both paths (FIRST's portal first)
+bench_start() {
+	"$BENCH" --verify --quiet --read 60 --qd 8 --bs 64K --range 48M --time "$2" \
+		--path-timeout 2 --path "127.0.0.1:${PORT[$4]}" "$(url "$3")" \
+		>"$T/$1.out" 2>"$T/$1.err" &
+	BENCH_PID=$!
+	HL_PIDS+=("$BENCH_PID")
+	HL_PID_NAMES+=(hotlun-bench)
+}
+bench_check() {
+	wait "$BENCH_PID"
+	local brc=$?
+	hl_forget "$BENCH_PID"
+	local sum
+	sum=$(tail -n 1 "$T/$1.out")
+	hl_log "$1: $sum"
+	grep "^path" "$T/$1.err" | head -20 >&2
+	[ $brc = 0 ] || { tail -20 "$T/$1.err" >&2; hl_fail "$1: hotlun-bench exited $brc"; }
+	[ "$(field errors "$sum")" = 0 ] || { tail -20 "$T/$1.err" >&2; hl_fail "$1: I/O errors: $sum"; }
+	[ "$(field verify_errors "$sum")" = 0 ] || hl_fail "$1: STALE or wrong data read: $sum"
+	LAST_SUM=$sum
+}
+
+# ---- 0. one LU, one owner, one standby
+head -c $((64 * 1024 * 1024)) /dev/urandom >"$T/want.img"
+start_gw 1
+wait_owner 1 20
+timeout 120 qemu-img convert -n -f raw -O raw "$T/want.img" "$(url 1)" ||
+	hl_fail "could not write the image through gateway 1"
+start_gw 2
+sleep 1
+[ "$(own 2 state)" = standby ] && [ "$(own 2 alua)" = standby ] && [ "$(own 2 owner)" = 1 ] ||
+	hl_fail "gateway 2 is not a standby of gateway 1: $(own 2 state) $(own 2 alua) owner $(own 2 owner)"
+serial() { iscsi-inq -e 1 -c 128 "$(url "$1")" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'; }
+SERIAL=$(serial 1)
+[ -n "$SERIAL" ] || hl_fail "no serial number through gateway 1"
+# a standby refuses media access with NOT READY, TARGET PORT IN STANDBY STATE
+# (libiscsi's login sends TEST UNIT READY, so its tools cannot even log in there)
+out=$(iscsi-inq -e 1 -c 128 "$(url 2)" 2>&1) && hl_fail "the standby answered TEST UNIT READY: $out"
+grep -q "NOT READY.*0x040b" <<<"$out" || hl_fail "the standby did not answer 04h/0Bh: $out"
+hl_log "0: gateway 1 owns, gateway 2 standby ($out)"
+
+# ---- 1. the owner killed under load
+bench_start kill 14 1 2
+sleep 4
+kill -KILL "${PID[1]}"
+wait "${PID[1]}" 2>/dev/null
+hl_forget "${PID[1]}"
+t0=$(date +%s.%N)
+wait_owner 2 20
+took=$(echo "$(date +%s.%N) - $t0" | bc)
+bench_check kill
+[ "$(own 2 takeovers)" -ge 1 ] || hl_fail "gateway 2's takeover was not counted"
+[ "$(serial 2)" = "$SERIAL" ] || hl_fail "gateway 2 shows another LU: $(serial 2), not $SERIAL"
+grep -q "moves from 127.0.0.1:${PORT[1]} to 127.0.0.1:${PORT[2]}" "$T/kill.err" ||
+	hl_fail "the session did not move to gateway 2"
+hl_log "1: kill: gateway 2 owner after ${took} s; longest I/O $(field max_us "$LAST_SUM") us"
+start_gw 1 # back as a standby, by itself
+sleep 1
+[ "$(own 1 state)" = standby ] || hl_fail "the restarted gateway 1 is not a standby: $(own 1 state)"
+
+# ---- 2. planned: SIGTERM the owner (gateway 2) under load
+bench_start planned 10 2 1
+sleep 3
+kill -TERM "${PID[2]}"
+wait "${PID[2]}" 2>/dev/null
+hl_forget "${PID[2]}"
+wait_owner 1 10
+bench_check planned
+max=$(field max_us "$LAST_SUM")
+[ "${max%.*}" -lt 5000000 ] || hl_fail "planned handover: the longest I/O took $max us"
+grep -rq "disk san: handed over (planned)" "$T" || hl_fail "gateway 2 did not log its handover"
+hl_log "2: planned: longest I/O $max us"
+start_gw 2
+sleep 1
+[ "$(own 2 state)" = standby ] || hl_fail "the restarted gateway 2 is not a standby"
+
+# ---- 3. split brain: freeze the owner (gateway 1), thaw it after the takeover
+bench_start freeze 14 1 2
+sleep 3
+kill -STOP "${PID[1]}"
+wait_owner 2 30
+bench_check freeze
+# new data through the new owner, then read through the thawed old owner at once
+qemu-io -f raw -c 'write -P 0x5a 0 64k' "$(url 2)" >"$T/w.out" 2>&1 || hl_fail "write through gateway 2: $(cat "$T/w.out")"
+python3 - "$T/want.img" <<'PY'
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    f.write(b'\x5a' * 65536)
+PY
+kill -CONT "${PID[1]}"
+qemu-io -f raw -r -c 'read -P 0x5a 0 64k' "$(url 1)" >"$T/r.out" 2>&1
+if grep -qi "pattern verification failed" "$T/r.out"; then
+	hl_fail "STALE: the thawed gateway served old data: $(cat "$T/r.out")"
+fi
+hl_log "3: read through the thawed gateway: $(grep -i -m1 "read\|error\|fail" "$T/r.out")"
+for i in $(seq 1 50); do
+	[ "$(own 1 state)" = standby ] && break
+	sleep 0.1
+done
+[ "$(own 1 state)" = standby ] && [ "$(own 1 owner)" = 2 ] ||
+	hl_fail "the thawed gateway 1 is not a standby of gateway 2: $(own 1 state), owner $(own 1 owner)"
+
+# ---- 4. failback keeps what did not change
+# everything through gateway 2 reads back as written (the bench wrote too: read it)
+rm -f "$T/now.img"
+timeout 120 qemu-img convert -f raw -O raw "$(url 2)" "$T/now.img" || hl_fail "read through gateway 2"
+cp "$T/now.img" "$T/want.img"
+# gateway 1 warms its cache while it owns the image (a planned move there and back)
+"$CTL" --socket "${SOCK[2]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
+wait_owner 1 10
+rm -f "$T/r1.img"
+timeout 120 qemu-img convert -f raw -O raw "$(url 1)" "$T/r1.img" || hl_fail "read through gateway 1"
+cmp -s "$T/r1.img" "$T/want.img" || hl_fail "gateway 1 reads differ from the image"
+"$CTL" --socket "${SOCK[1]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
+wait_owner 2 10
+# 1% of the image (640 KiB in 10 places) rewritten through gateway 2
+for k in 0 1 2 3 4 5 6 7 8 9; do
+	off=$((k * 6 * 1024 * 1024 + 4096))
+	qemu-io -f raw -c "write -P 0x$((k + 30)) $off 64k" "$(url 2)" >/dev/null 2>&1 || hl_fail "write through gateway 2"
+	python3 - "$T/want.img" "$off" "$((k + 30))" <<'PY'
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(int(sys.argv[2]))
+    f.write(bytes([int(sys.argv[3], 16)]) * 65536)
+PY
+done
+"$CTL" --socket "${SOCK[2]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
+wait_owner 1 10
+ws=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["caches"]["ssd"]["disks"]["san"]["warm_start"])' \
+	"$("$CTL" --socket "${SOCK[1]}" stats --json)")
+hl_log "4: failback: $ws"
+kept=$(sed -n 's/^kept \([0-9]*\), dropped \([0-9]*\).*/\1/p' <<<"$ws")
+[ "$kept" = 0 ] || hl_fail "an iscsi origin cannot tell what changed, yet the failback kept blocks: $ws"
+rm -f "$T/r1.img"
+timeout 120 qemu-img convert -f raw -O raw "$(url 1)" "$T/r1.img" || hl_fail "read through gateway 1"
+stale=$(python3 - "$T/want.img" "$T/r1.img" <<'PY'
+import sys
+a, b = open(sys.argv[1], 'rb'), open(sys.argv[2], 'rb')
+n = 0
+while True:
+    x, y = a.read(65536), b.read(65536)
+    if not x and not y:
+        break
+    n += x != y
+print(n)
+PY
+)
+[ "$stale" = 0 ] || hl_fail "STALE after failback: $stale block(s) differ"
+hl_log "4: 0 stale blocks after failback"
+exit 0
