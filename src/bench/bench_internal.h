@@ -1,7 +1,8 @@
 /*
  * bench_internal.h - what the files of hotlun-bench share: the random number
  * generator, the latency histogram, the workload generators, the trace
- * readers, the verify pattern, the per-second series (CSV) and the SVG plot.
+ * readers, the verify pattern, the per-second series (CSV), the SVG plot and
+ * the multipath decisions.
  *
  * hotlun-bench is a program, not part of libhotlun; these declarations are
  * private to src/bench and its unit tests. Nothing here blocks or allocates
@@ -335,5 +336,123 @@ int bench_svg_write(FILE *f, const struct bench_series *runs, size_t nruns, cons
 /** bench_svg_write() to a file path (written to path.tmp, then renamed). */
 int bench_svg_write_file(const char *path, const struct bench_series *runs, size_t nruns,
                          const char *title);
+
+/* ---- multipath decisions (bench_path.c) ---- */
+
+/*
+ * A path's ALUA state as REPORT TARGET PORT GROUPS gives it (SPC-4 6.37), and
+ * two of ours: not known yet, and no connection.
+ */
+enum bench_path_state {
+	BENCH_PATH_AO = 0x0,
+	BENCH_PATH_ANO = 0x1,
+	BENCH_PATH_STANDBY = 0x2,
+	BENCH_PATH_UNAVAILABLE = 0x3,
+	BENCH_PATH_TRANSITIONING = 0xf,
+	BENCH_PATH_UNKNOWN = 0x10,
+	BENCH_PATH_DOWN = 0x11,
+};
+
+#define BENCH_BACKOFF_MIN_NS (50ULL * 1000000ULL)  /* first wait without a usable path */
+#define BENCH_BACKOFF_MAX_NS (500ULL * 1000000ULL) /* the wait doubles up to this */
+#define BENCH_STPG_GAP_NS    1000000000ULL         /* at most one STPG a second per path */
+#define BENCH_STPG_PARAM_LEN 8                     /* 4 reserved bytes, one descriptor */
+
+/** What the decisions need to know of one path. */
+struct bench_path_view {
+	enum bench_path_state state;
+	bool reported;      /* state from this path's own REPORT TARGET PORT GROUPS */
+	bool explicit_alua; /* may be asked: INQUIRY TPGS explicit, group known, connected */
+	bool stpg_busy;     /* an STPG on it is unanswered */
+	uint64_t stpg_ns;   /* when the last STPG went out on it (ns), 0 never */
+};
+
+/** A session's stretch without a usable path, and its retry rounds. */
+struct bench_failover {
+	uint64_t since;      /* no usable path since then (ns), 0 while there is one */
+	uint64_t longest_ns; /* the longest stretch that has ended */
+	uint64_t backoff_ns; /* the wait after the next round */
+	uint64_t round_ns;   /* the next round starts then */
+	uint64_t round;      /* rounds so far (I/O parked in round r goes again in r + 1) */
+};
+
+enum bench_path_verdict {
+	BENCH_PATH_SEND, /* send it on the session's path */
+	BENCH_PATH_WAIT, /* keep it parked */
+	BENCH_PATH_FAIL, /* no usable path for too long: it fails */
+};
+
+const char *bench_path_state_str(enum bench_path_state st);
+
+/** Preference of a state, lower is better; DOWN is 99 (never chosen). */
+int bench_path_rank(enum bench_path_state st);
+
+/** AO, ANO or not known yet: I/O goes there without waiting. */
+bool bench_path_usable(enum bench_path_state st);
+
+/**
+ * May a retry round send I/O to this path: usable, transitioning (the
+ * transition ends by itself), or refused only by sense while the path's own
+ * report says nothing (the I/O is the probe).
+ */
+bool bench_path_may_try(const struct bench_path_view *v);
+
+/**
+ * Most recently used: the active path while it is usable, else the best
+ * ranked one (the next after active first on a tie). The result is DOWN only
+ * when every path is.
+ */
+unsigned bench_path_choose(const struct bench_path_view *v, unsigned n, unsigned active);
+
+/**
+ * Which path to send SET TARGET PORT GROUPS on (asking its own group to
+ * become active/optimized), or -1: only when no path is active/optimized or
+ * transitioning, to the best standby or active/non-optimized path that takes
+ * explicit ALUA, not within BENCH_STPG_GAP_NS of the last one on it.
+ */
+int bench_path_stpg_pick(const struct bench_path_view *v, unsigned n, unsigned active,
+                         uint64_t now);
+
+/**
+ * Tell whether the session has a usable path at @now. The first "no" starts a
+ * stretch and schedules round 1 at now + BENCH_BACKOFF_MIN_NS; a "yes" ends
+ * the stretch (its length counts towards the longest) and resets the backoff.
+ */
+void bench_failover_note(struct bench_failover *f, bool usable, uint64_t now);
+
+/**
+ * During a stretch: @return true when a retry round is due (the caller then
+ * reads the paths' states again); the next one is scheduled, the wait
+ * doubling up to BENCH_BACKOFF_MAX_NS.
+ */
+bool bench_failover_round(struct bench_failover *f, uint64_t now);
+
+/** The longest stretch without a usable path, the current one included. */
+uint64_t bench_failover_longest(const struct bench_failover *f, uint64_t now);
+
+/**
+ * What happens to an I/O on the session's path @active: sent when the path is
+ * usable; else parked until a round after @parked_round, then failed when the
+ * stretch is @timeout_ns old (0: never), else sent if the path may be tried.
+ */
+enum bench_path_verdict bench_path_decide(const struct bench_failover *f,
+                                          const struct bench_path_view *active,
+                                          uint64_t parked_round, uint64_t now, uint64_t timeout_ns);
+
+/** Standard INQUIRY's TPGS field (byte 5 bits 5:4; bit 5 set: explicit ALUA). */
+unsigned bench_inquiry_tpgs(const uint8_t *d, size_t size);
+
+/** VPD 83h's target port group designator, or -1. */
+int bench_vpd83_tpg(const uint8_t *d, size_t size);
+
+/**
+ * The state of target port group @group in REPORT TARGET PORT GROUPS data
+ * (length-only header). States I/O cannot use (offline, LBA dependent) come
+ * back unavailable. @return false when the group is not listed.
+ */
+bool bench_rtpg_state(const uint8_t *d, size_t size, int group, enum bench_path_state *st);
+
+/** SET TARGET PORT GROUPS asking @group to become active/optimized. */
+void bench_stpg_build(uint8_t cdb[12], uint8_t param[BENCH_STPG_PARAM_LEN], int group);
 
 #endif

@@ -8,7 +8,9 @@
  * no two in-flight I/Os overlap), the paths of a multipath session (--path:
  * ALUA states from REPORT TARGET PORT GROUPS, I/O on one path at a time, a
  * move on connection loss, ALUA sense or a path that stops answering, as
- * ESXi's MRU policy does), and the reports: terminal progress, CSV, SVG and
+ * ESXi's MRU policy does; with no usable path, I/O parked and retried in
+ * rounds and SET TARGET PORT GROUPS sent to a standby gateway, the decisions
+ * being bench_path.c's), and the reports: terminal progress, CSV, SVG and
  * the one-line summary that scripts parse.
  */
 #include "bench/bench_internal.h"
@@ -49,7 +51,8 @@ struct opts {
 	bool seed_set;
 	const char *paths[MAX_PATHS - 1]; /* --path: more portals of the same target */
 	unsigned npaths;
-	double path_timeout_s; /* a path whose oldest I/O is older than this is down */
+	double path_timeout_s;     /* a path whose oldest I/O is older than this is down */
+	double failover_timeout_s; /* I/O without a usable path this long fails (0 never) */
 };
 
 struct bench;
@@ -66,27 +69,23 @@ struct slot {
 	bool busy;        /* sent, not answered */
 	unsigned path;    /* the path it was sent on */
 	unsigned retries; /* unit attentions in a row for this I/O */
-};
-
-/*
- * ALUA states as REPORT TARGET PORT GROUPS gives them (SPC-4 6.37), and two of
- * ours: not known yet, and no connection.
- */
-enum path_state {
-	PATH_AO = 0x0,
-	PATH_ANO = 0x1,
-	PATH_STANDBY = 0x2,
-	PATH_UNAVAILABLE = 0x3,
-	PATH_TRANSITIONING = 0xf,
-	PATH_UNKNOWN = 0x10,
-	PATH_DOWN = 0x11,
+	/* no usable path: it goes again after this retry round (bench_path_decide) */
+	uint64_t parked_round;
 };
 
 struct path {
 	char portal[256];
+	struct session *sess;
 	struct iscsi_context *iscsi; /* NULL while down and not logging in again */
-	enum path_state state;
+	enum bench_path_state state;
+	bool reported;        /* state from its own REPORT TARGET PORT GROUPS */
 	int tpg;              /* target port group (VPD 83h), -1 unknown */
+	bool explicit_alua;   /* INQUIRY TPGS bit 5: takes SET TARGET PORT GROUPS */
+	uint64_t rtpg_ns;     /* a REPORT TARGET PORT GROUPS sent then is unanswered, 0 none */
+	bool stpg_busy;       /* a SET TARGET PORT GROUPS is unanswered */
+	uint64_t stpg_ns;     /* when the last one went out, 0 never */
+	/* its data-out: libiscsi points at it until the callback */
+	uint8_t stpg_param[BENCH_STPG_PARAM_LEN];
 	bool relogin;         /* iscsi is a login again of a down path */
 	bool connecting;      /* ... still under way */
 	int login_status;     /* its result, seen after iscsi_service returns */
@@ -105,6 +104,7 @@ struct session {
 	int last_fd;           /* the socket changes when libiscsi reconnects */
 	struct path paths[MAX_PATHS]; /* path 0 is the URL's portal; iscsi == the active one's */
 	unsigned npaths, active;
+	struct bench_failover fo; /* the stretch without a usable path, its retry rounds */
 };
 
 enum phase { PH_WARMUP, PH_MEASURE, PH_DRAIN };
@@ -134,6 +134,7 @@ struct bench {
 	uint64_t ua_retries;    /* commands run again after a unit attention */
 	uint64_t failovers;     /* moves of a session to another path */
 	uint64_t path_retries;  /* commands sent again on another path */
+	uint64_t stpgs;         /* SET TARGET PORT GROUPS sent */
 	char target[256], user[256], passwd[256]; /* for logins on --path portals */
 
 	/* --verify */
@@ -278,52 +279,30 @@ static void verify_wrote(struct bench *b, const struct slot *sl, bool good)
 
 /* ---- multipath (--path): one path at a time, most recently used ---- */
 
-static const char *path_state_str(enum path_state st)
+/* What the decisions of bench_path.c see of a path. */
+static struct bench_path_view path_view(const struct path *p)
 {
-	switch (st) {
-	case PATH_AO:
-		return "active/optimized";
-	case PATH_ANO:
-		return "active/non-optimized";
-	case PATH_STANDBY:
-		return "standby";
-	case PATH_UNAVAILABLE:
-		return "unavailable";
-	case PATH_TRANSITIONING:
-		return "transitioning";
-	case PATH_UNKNOWN:
-		return "unknown";
-	case PATH_DOWN:
-		return "down";
-	}
-	return "?";
+	return (struct bench_path_view){
+	    .state = p->state,
+	    .reported = p->reported,
+	    .explicit_alua = p->explicit_alua && p->tpg >= 0 && p->iscsi && !p->relogin,
+	    .stpg_busy = p->stpg_busy,
+	    .stpg_ns = p->stpg_ns,
+	};
 }
 
-/* Lower is better; PATH_DOWN is never chosen. */
-static int path_rank(enum path_state st)
+static void path_views(const struct session *s, struct bench_path_view *v)
 {
-	switch (st) {
-	case PATH_AO:
-		return 0;
-	case PATH_ANO:
-		return 1;
-	case PATH_UNKNOWN:
-		return 2;
-	case PATH_TRANSITIONING:
-		return 3;
-	case PATH_STANDBY:
-		return 4;
-	case PATH_UNAVAILABLE:
-		return 5;
-	case PATH_DOWN:
-		break;
-	}
-	return 99;
+	for (unsigned i = 0; i < s->npaths; i++)
+		v[i] = path_view(&s->paths[i]);
 }
 
-static bool path_usable(enum path_state st)
+static bool session_usable(const struct session *s)
 {
-	return st == PATH_AO || st == PATH_ANO || st == PATH_UNKNOWN;
+	for (unsigned i = 0; i < s->npaths; i++)
+		if (bench_path_usable(s->paths[i].state))
+			return true;
+	return false;
 }
 
 /*
@@ -333,27 +312,19 @@ static bool path_usable(enum path_state st)
  */
 static bool path_choose(struct bench *b, struct session *s, const char *why)
 {
-	unsigned best = s->active;
-	int br = path_rank(s->paths[s->active].state);
+	struct bench_path_view v[MAX_PATHS];
+	unsigned best;
 
-	if (!path_usable(s->paths[s->active].state)) {
-		for (unsigned k = 1; k < s->npaths; k++) {
-			unsigned i = (s->active + k) % s->npaths;
-			int r = path_rank(s->paths[i].state);
-			if (r < br) {
-				best = i;
-				br = r;
-			}
-		}
-	}
+	path_views(s, v);
+	best = bench_path_choose(v, s->npaths, s->active);
 	if (best != s->active) {
 		fprintf(stderr, "\npath: session %u moves from %s to %s (%s; %s there)\n",
 		        (unsigned)(s - b->sess), s->paths[s->active].portal, s->paths[best].portal,
-		        why, path_state_str(s->paths[best].state));
+		        why, bench_path_state_str(s->paths[best].state));
 		s->active = best;
 		b->failovers++;
 	}
-	s->iscsi = br < 99 ? s->paths[s->active].iscsi : NULL;
+	s->iscsi = s->paths[best].state != BENCH_PATH_DOWN ? s->paths[best].iscsi : NULL;
 	return s->iscsi != NULL;
 }
 
@@ -363,10 +334,10 @@ static void path_down(struct bench *b, struct session *s, unsigned i, const char
 	struct path *p = &s->paths[i];
 	struct iscsi_context *ctx = p->iscsi;
 
-	if (p->state != PATH_DOWN)
+	if (p->state != BENCH_PATH_DOWN)
 		fprintf(stderr, "\npath: session %u: %s is down (%s)\n", (unsigned)(s - b->sess),
 		        p->portal, why);
-	p->state = PATH_DOWN;
+	p->state = BENCH_PATH_DOWN;
 	p->iscsi = NULL;
 	p->relogin = false;
 	p->connecting = false;
@@ -376,6 +347,9 @@ static void path_down(struct bench *b, struct session *s, unsigned i, const char
 	/* its commands come back CANCELLED and go out again on the active path */
 	if (ctx)
 		iscsi_destroy_context(ctx);
+	p->reported = false;
+	p->rtpg_ns = 0;
+	p->stpg_busy = false;
 }
 
 /* A context for the URL's target; with several paths, without libiscsi's reconnect. */
@@ -406,19 +380,174 @@ static void path_login_done(struct iscsi_context *iscsi, int status, void *data,
 	p->login_status = status == SCSI_STATUS_GOOD ? 0 : -1;
 }
 
-/* After a poll round: log in again on down paths, finish the logins that ended. */
+/* ---- multipath: what each path's gateway says (ALUA), asked without blocking ---- */
+
+/* A session with several paths: which state sense data puts a path in, if any. */
+static bool alua_sense(const struct scsi_task *task, enum bench_path_state *st)
+{
+	if (!task || task->sense.key != SCSI_SENSE_NOT_READY)
+		return false;
+	switch (task->sense.ascq) {
+	case 0x040a:
+		*st = BENCH_PATH_TRANSITIONING;
+		return true;
+	case 0x040b:
+		*st = BENCH_PATH_STANDBY;
+		return true;
+	case 0x040c:
+		*st = BENCH_PATH_UNAVAILABLE;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * The callbacks below also run for a context being destroyed (path_down,
+ * teardown) with SCSI_STATUS_CANCELLED: they clear their flag, and use the
+ * answer only when it came from the path's current connection.
+ */
+static void path_rtpg_done(struct iscsi_context *iscsi, int status, void *command_data,
+                           void *private)
+{
+	struct path *p = private;
+	struct scsi_task *t = command_data;
+	enum bench_path_state st;
+
+	p->rtpg_ns = 0;
+	if (p->iscsi == iscsi && p->state != BENCH_PATH_DOWN) {
+		p->reported = status == SCSI_STATUS_GOOD && t &&
+		              bench_rtpg_state(t->datain.data, (size_t)t->datain.size, p->tpg, &st);
+		if (p->reported)
+			p->state = st;
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+}
+
+/* REPORT TARGET PORT GROUPS on path p: its state from its own gateway (one at a time). */
+static void path_ask_state(struct path *p, uint64_t now)
+{
+	unsigned char cdb[12] = {0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0};
+	struct scsi_task *t;
+
+	if (!p->iscsi || p->state == BENCH_PATH_DOWN || p->rtpg_ns)
+		return;
+	t = scsi_create_task(12, cdb, SCSI_XFER_READ, 4096);
+	if (!t)
+		return;
+	if (iscsi_scsi_command_async(p->iscsi, p->sess->lun, t, path_rtpg_done, NULL, p) != 0) {
+		scsi_free_scsi_task(t);
+		return;
+	}
+	p->rtpg_ns = now;
+}
+
+static void path_inquiry_done(struct iscsi_context *iscsi, int status, void *command_data,
+                              void *private)
+{
+	struct path *p = private;
+	struct scsi_task *t = command_data;
+
+	if (p->iscsi == iscsi && status == SCSI_STATUS_GOOD && t) {
+		if (t->cdb[1] & 1) /* EVPD: page 83h */
+			p->tpg = bench_vpd83_tpg(t->datain.data, (size_t)t->datain.size);
+		else
+			p->explicit_alua =
+			    bench_inquiry_tpgs(t->datain.data, (size_t)t->datain.size) & 2;
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+}
+
+/* A path that logged in again: what it is (explicit ALUA? its group) and its state. */
+static void path_ask_all(struct path *p, uint64_t now)
+{
+	/* one that cannot be sent leaves what was known: the path is only not asked with STPG */
+	(void)iscsi_inquiry_task(p->iscsi, p->sess->lun, 0, 0, 255, path_inquiry_done, p);
+	if (p->tpg < 0)
+		(void)iscsi_inquiry_task(p->iscsi, p->sess->lun, 1, 0x83, 1024, path_inquiry_done,
+		                         p);
+	path_ask_state(p, now);
+}
+
+static void path_stpg_done(struct iscsi_context *iscsi, int status, void *command_data,
+                           void *private)
+{
+	struct path *p = private;
+	struct scsi_task *t = command_data;
+	struct bench *b = p->sess->b;
+	static unsigned shown;
+
+	p->stpg_busy = false;
+	if (p->iscsi == iscsi && status == SCSI_STATUS_CHECK_CONDITION && t) {
+		/* refused (ABORTED COMMAND 67h/0Ah) or not taken: waiting goes on */
+		if (shown++ < 10)
+			fprintf(stderr, "\npath: session %u: %s answers STPG with %s, %s\n",
+			        (unsigned)(p->sess - b->sess), p->portal,
+			        scsi_sense_key_str(t->sense.key),
+			        scsi_sense_ascq_str(t->sense.ascq));
+		if (t->sense.key == SCSI_SENSE_ILLEGAL_REQUEST)
+			p->explicit_alua = false; /* it does not take STPG after all */
+	} else if (p->iscsi == iscsi && status == SCSI_STATUS_GOOD) {
+		path_ask_state(p, now_ns()); /* the move has begun: see it start */
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+}
+
+/*
+ * Explicit ALUA, as scsi_dh_alua and ESXi activate a standby path: with no
+ * active/optimized path, ask the best standby (or non-optimized) path's
+ * gateway to make its own group active/optimized; at most once a second.
+ */
+static void path_maybe_stpg(struct bench *b, struct session *s, uint64_t now)
+{
+	struct bench_path_view v[MAX_PATHS];
+	uint8_t cdb[12];
+	struct scsi_task *t;
+	int i;
+
+	path_views(s, v);
+	i = bench_path_stpg_pick(v, s->npaths, s->active, now);
+	if (i < 0 || b->phase == PH_DRAIN)
+		return;
+	struct path *p = &s->paths[i];
+	struct iscsi_data d = {.size = BENCH_STPG_PARAM_LEN, .data = p->stpg_param};
+
+	p->stpg_ns = now; /* also when it cannot be sent: tried again in a second */
+	bench_stpg_build(cdb, p->stpg_param, p->tpg);
+	t = scsi_create_task(12, cdb, SCSI_XFER_WRITE, BENCH_STPG_PARAM_LEN);
+	if (!t)
+		return;
+	if (iscsi_scsi_command_async(p->iscsi, s->lun, t, path_stpg_done, &d, p) != 0) {
+		scsi_free_scsi_task(t);
+		return;
+	}
+	p->stpg_busy = true;
+	b->stpgs++;
+	fprintf(stderr, "\npath: session %u asks %s to become active/optimized (STPG)\n",
+	        (unsigned)(s - b->sess), p->portal);
+}
+
+/*
+ * After a poll round: log in again on down paths, finish the logins that
+ * ended; while no path is usable, read the states again once per retry round
+ * and ask for active/optimized; fail a path that leaves a command unanswered.
+ */
 static void paths_tend(struct bench *b, struct session *s, uint64_t now)
 {
 	for (unsigned i = 0; i < s->npaths; i++) {
 		struct path *p = &s->paths[i];
-		if (p->state != PATH_DOWN || p->connecting)
+		if (p->state != BENCH_PATH_DOWN || p->connecting)
 			continue;
 		if (p->iscsi && p->relogin) { /* a login just ended */
 			p->relogin = false;
 			if (p->login_status == 0) {
-				p->state = PATH_UNKNOWN;
+				p->state = BENCH_PATH_UNKNOWN;
+				p->reported = false;
 				fprintf(stderr, "\npath: session %u: %s is back\n",
 				        (unsigned)(s - b->sess), p->portal);
+				path_ask_all(p, now);
 				if (!s->iscsi)
 					path_choose(b, s, "a path came back");
 				continue;
@@ -444,36 +573,33 @@ static void paths_tend(struct bench *b, struct session *s, uint64_t now)
 			p->next_try_ns = now + 2000000000ULL;
 		}
 	}
-	/* an active path whose oldest command went unanswered too long is down (a hung gateway) */
-	if (s->iscsi && b->o.path_timeout_s > 0) {
-		uint64_t limit = (uint64_t)(b->o.path_timeout_s * 1e9);
-		for (unsigned j = 0; j < b->o.qd; j++) {
-			const struct slot *sl = &s->slots[j];
-			if (sl->busy && sl->path == s->active && now - sl->t_sent > limit) {
-				path_down(b, s, s->active, "a command unanswered for too long");
-				break;
-			}
+	/* states may have changed (answers, reports): the best path, and is there one? */
+	if (!bench_path_usable(s->paths[s->active].state))
+		path_choose(b, s, "ALUA state");
+	bench_failover_note(&s->fo, session_usable(s), now);
+	if (bench_failover_round(&s->fo, now))
+		for (unsigned i = 0; i < s->npaths; i++)
+			path_ask_state(&s->paths[i], now);
+	path_maybe_stpg(b, s, now);
+
+	if (b->o.path_timeout_s <= 0)
+		return;
+	/* a path whose oldest command went unanswered too long is down (a hung gateway) */
+	uint64_t limit = (uint64_t)(b->o.path_timeout_s * 1e9);
+	for (unsigned j = 0; j < b->o.qd; j++) {
+		const struct slot *sl = &s->slots[j];
+		if (sl->busy && sl->path < s->npaths &&
+		    s->paths[sl->path].state != BENCH_PATH_DOWN && now - sl->t_sent > limit) {
+			path_down(b, s, sl->path, "a command unanswered for too long");
+			break;
 		}
 	}
-}
-
-/* A session with several paths: which state sense data puts a path in, if any. */
-static bool alua_sense(const struct scsi_task *task, enum path_state *st)
-{
-	if (!task || task->sense.key != SCSI_SENSE_NOT_READY)
-		return false;
-	switch (task->sense.ascq) {
-	case 0x040a:
-		*st = PATH_TRANSITIONING;
-		return true;
-	case 0x040b:
-		*st = PATH_STANDBY;
-		return true;
-	case 0x040c:
-		*st = PATH_UNAVAILABLE;
-		return true;
+	for (unsigned i = 0; i < s->npaths; i++) {
+		const struct path *p = &s->paths[i];
+		if (p->state != BENCH_PATH_DOWN && ((p->rtpg_ns && now - p->rtpg_ns > limit) ||
+		                                    (p->stpg_busy && now - p->stpg_ns > limit)))
+			path_down(b, s, i, "a command unanswered for too long");
 	}
-	return false;
 }
 
 /* VPD 83h's target port group designator, or -1. */
@@ -482,23 +608,27 @@ static int path_read_tpg(struct iscsi_context *ctx, int lun)
 	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, 0x83, 1024);
 	int tpg = -1;
 
-	if (t && t->status == SCSI_STATUS_GOOD && t->datain.size >= 4) {
-		const uint8_t *d = t->datain.data;
-		size_t len = 4 + ((size_t)d[2] << 8 | d[3]);
-		if (len > (size_t)t->datain.size)
-			len = (size_t)t->datain.size;
-		for (size_t off = 4; off + 4 <= len; off += 4 + d[off + 3]) {
-			unsigned assoc = (d[off + 1] >> 4) & 3, type = d[off + 1] & 0xf;
-			if (assoc == 1 && type == 5 && d[off + 3] >= 4 && off + 8 <= len)
-				tpg = d[off + 6] << 8 | d[off + 7];
-		}
-	}
+	if (t && t->status == SCSI_STATUS_GOOD)
+		tpg = bench_vpd83_tpg(t->datain.data, (size_t)t->datain.size);
 	if (t)
 		scsi_free_scsi_task(t);
 	return tpg;
 }
 
-/* REPORT TARGET PORT GROUPS through ctx: each path's state from its group's. */
+/* Standard INQUIRY: does the target take SET TARGET PORT GROUPS (TPGS explicit)? */
+static bool path_read_explicit(struct iscsi_context *ctx, int lun)
+{
+	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 0, 0, 255);
+	bool explicit_alua = false;
+
+	if (t && t->status == SCSI_STATUS_GOOD)
+		explicit_alua = bench_inquiry_tpgs(t->datain.data, (size_t)t->datain.size) & 2;
+	if (t)
+		scsi_free_scsi_task(t);
+	return explicit_alua;
+}
+
+/* REPORT TARGET PORT GROUPS through ctx (at setup): each path's state from its group's. */
 static void paths_read_states(struct session *s, struct iscsi_context *ctx)
 {
 	unsigned char cdb[12] = {0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0};
@@ -506,17 +636,15 @@ static void paths_read_states(struct session *s, struct iscsi_context *ctx)
 
 	if (!t)
 		return;
-	if (iscsi_scsi_command_sync(ctx, s->lun, t, NULL) && t->status == SCSI_STATUS_GOOD &&
-	    t->datain.size >= 4) {
-		const uint8_t *d = t->datain.data;
-		size_t len = 4 + ((size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3]);
-		if (len > (size_t)t->datain.size)
-			len = (size_t)t->datain.size;
-		for (size_t off = 4; off + 8 <= len; off += 8 + 4 * (size_t)d[off + 7]) {
-			int group = d[off + 2] << 8 | d[off + 3];
-			for (unsigned i = 0; i < s->npaths; i++)
-				if (s->paths[i].state != PATH_DOWN && s->paths[i].tpg == group)
-					s->paths[i].state = (enum path_state)(d[off] & 0x0f);
+	if (iscsi_scsi_command_sync(ctx, s->lun, t, NULL) && t->status == SCSI_STATUS_GOOD) {
+		for (unsigned i = 0; i < s->npaths; i++) {
+			struct path *p = &s->paths[i];
+			enum bench_path_state st;
+			if (p->state != BENCH_PATH_DOWN &&
+			    bench_rtpg_state(t->datain.data, (size_t)t->datain.size, p->tpg, &st)) {
+				p->state = st;
+				p->reported = true;
+			}
 		}
 	}
 	scsi_free_scsi_task(t);
@@ -539,6 +667,31 @@ static void slot_next(struct bench *b, struct session *s, struct slot *sl)
 			b->fatal = rc;
 	}
 	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
+}
+
+/*
+ * No path has been usable for --failover-timeout: a parked I/O fails. It is
+ * not in flight and holds no verify lock (requeue let go of both; a write
+ * among them is unknown there until written again).
+ */
+static void fail_parked(struct bench *b, struct session *s, struct slot *sl)
+{
+	static unsigned shown;
+
+	if (shown++ < 10)
+		fprintf(stderr, "\n%s at lba %" PRIu64 " failed: no usable path for %.1f s\n",
+		        sl->io.write ? "write" : "read", sl->io.offset / b->lun_block,
+		        (double)(now_ns() - s->fo.since) / 1e9);
+	if (b->phase != PH_DRAIN) {
+		b->sec.errors++;
+		if (b->phase == PH_MEASURE) {
+			b->all.errors++;
+			b->measured_done++;
+		}
+	}
+	sl->planned = false;
+	sl->resend = false;
+	sl->parked_round = s->fo.round; /* its successor waits for the next round */
 }
 
 /* The command ended unexecuted or must go again: the same I/O is sent again. */
@@ -582,33 +735,38 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 		requeue(b, s, sl, task);
 		return;
 	}
-	enum path_state st;
+	enum bench_path_state st;
 	if (s->npaths > 1 && sl->path < s->npaths &&
 	    (status == SCSI_STATUS_CANCELLED || status == SCSI_STATUS_ERROR ||
 	     status == SCSI_STATUS_TIMEOUT ||
-	     (status == SCSI_STATUS_CHECK_CONDITION && alua_sense(task, &st) && sl->retries < 100))) {
+	     (status == SCSI_STATUS_CHECK_CONDITION && alua_sense(task, &st)))) {
 		/*
 		 * The path failed this command (its connection is gone) or says it
 		 * cannot take I/O (ALUA sense): the command goes out again on the
 		 * session's path, another one if this one is not usable any more.
+		 * With none usable it is parked until the next retry round
+		 * (submit), and fails only when that lasts --failover-timeout.
 		 */
 		struct path *p = &s->paths[sl->path];
-		if (status == SCSI_STATUS_CHECK_CONDITION) {
-			sl->retries++;
+		if (status == SCSI_STATUS_CHECK_CONDITION)
 			p->state = st;
-		} else if (p->iscsi == iscsi) {
-			p->state = PATH_DOWN; /* its context goes after this round (paths_reap) */
-		}
+		else if (p->iscsi == iscsi)
+			p->state =
+			    BENCH_PATH_DOWN; /* its context goes after this round (paths_reap) */
 		if (sl->path == s->active)
-			path_choose(b, s, status == SCSI_STATUS_CHECK_CONDITION ? path_state_str(st)
-			                                                         : "connection lost");
+			path_choose(b, s,
+			            status == SCSI_STATUS_CHECK_CONDITION ? bench_path_state_str(st)
+			                                                  : "connection lost");
+		bench_failover_note(&s->fo, session_usable(s), now);
+		sl->parked_round = s->fo.round;
 		b->path_retries++;
 		requeue(b, s, sl, task);
 		return;
 	}
 	if (good && s->npaths > 1 && sl->path < s->npaths &&
-	    !path_usable(s->paths[sl->path].state) && s->paths[sl->path].state != PATH_DOWN)
-		s->paths[sl->path].state = PATH_AO; /* it took I/O: the group has changed */
+	    !bench_path_usable(s->paths[sl->path].state) &&
+	    s->paths[sl->path].state != BENCH_PATH_DOWN)
+		s->paths[sl->path].state = BENCH_PATH_AO; /* it took I/O: the group has changed */
 	sl->retries = 0;
 
 	if (!good) {
@@ -676,6 +834,19 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 	if (!sl->planned) {
 		bench_workload_next(&b->wl, &b->rng, &sl->io);
 		sl->planned = true;
+	}
+	if (s->npaths > 1) {
+		struct bench_path_view v = path_view(&s->paths[s->active]);
+		uint64_t timeout = (uint64_t)(b->o.failover_timeout_s * 1e9);
+		switch (bench_path_decide(&s->fo, &v, sl->parked_round, now_ns(), timeout)) {
+		case BENCH_PATH_SEND:
+			break;
+		case BENCH_PATH_WAIT:
+			return 1;
+		case BENCH_PATH_FAIL:
+			fail_parked(b, s, sl);
+			return 1;
+		}
 	}
 	if (!s->iscsi)
 		return 1; /* no path left: wait for one to come back */
@@ -910,6 +1081,12 @@ static int run(struct bench *b)
 		int timeout = next > now ? (int)((next - now) / 1000000ULL) + 1 : 0;
 		if (timeout > 100)
 			timeout = 100;
+		for (unsigned i = 0; i < b->nsess; i++) {
+			const struct bench_failover *f = &b->sess[i].fo;
+			if (f->since && f->round_ns > now &&
+			    (f->round_ns - now) / 1000000ULL < (uint64_t)timeout)
+				timeout = (int)((f->round_ns - now) / 1000000ULL) + 1;
+		}
 		int n = poll(pfd, np, timeout);
 		if (n < 0 && errno != EINTR) {
 			perror("hotlun-bench: poll");
@@ -938,7 +1115,7 @@ static int run(struct bench *b)
 				continue;
 			/* paths_reap: contexts of paths that failed inside a callback */
 			for (unsigned k = 0; k < s->npaths; k++)
-				if (s->paths[k].state == PATH_DOWN && s->paths[k].iscsi &&
+				if (s->paths[k].state == BENCH_PATH_DOWN && s->paths[k].iscsi &&
 				    !s->paths[k].relogin)
 					path_down(b, s, k, "connection lost");
 			paths_tend(b, s, now);
@@ -962,12 +1139,13 @@ static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
 		struct path *p = &s->paths[k];
 		if (k > 0)
 			snprintf(p->portal, sizeof(p->portal), "%s", b->o.paths[k - 1]);
+		p->sess = s;
 		p->tpg = -1;
-		p->state = PATH_UNKNOWN;
+		p->state = BENCH_PATH_UNKNOWN;
 		if (k == 0) { /* the URL's, logged in already (or down from the start) */
 			p->iscsi = s->iscsi;
 			if (!p->iscsi) {
-				p->state = PATH_DOWN;
+				p->state = BENCH_PATH_DOWN;
 				p->next_try_ns = now_ns() + 1000000000ULL;
 				continue;
 			}
@@ -980,12 +1158,13 @@ static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
 				        p->portal, iscsi_get_error(p->iscsi));
 				iscsi_destroy_context(p->iscsi);
 				p->iscsi = NULL;
-				p->state = PATH_DOWN;
+				p->state = BENCH_PATH_DOWN;
 				p->next_try_ns = now_ns() + 1000000000ULL;
 				continue;
 			}
 		}
 		p->tpg = path_read_tpg(p->iscsi, s->lun);
+		p->explicit_alua = path_read_explicit(p->iscsi, s->lun);
 		live++;
 	}
 	if (!live)
@@ -997,17 +1176,19 @@ static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
 		}
 	/* start on the best path: active/optimized first */
 	s->active = 0;
-	int br = path_rank(s->paths[0].state);
+	int br = bench_path_rank(s->paths[0].state);
 	for (unsigned k = 1; k < s->npaths; k++)
-		if (path_rank(s->paths[k].state) < br) {
-			br = path_rank(s->paths[k].state);
+		if (bench_path_rank(s->paths[k].state) < br) {
+			br = bench_path_rank(s->paths[k].state);
 			s->active = k;
 		}
 	s->iscsi = s->paths[s->active].iscsi;
 	for (unsigned k = 0; k < s->npaths; k++)
-		fprintf(stderr, "hotlun-bench: session %u path %u %s: target port group %d, %s%s\n", idx,
-		        k, s->paths[k].portal, s->paths[k].tpg, path_state_str(s->paths[k].state),
-		        k == s->active ? " (in use)" : "");
+		fprintf(stderr,
+		        "hotlun-bench: session %u path %u %s: target port group %d, %s%s%s\n", idx,
+		        k, s->paths[k].portal, s->paths[k].tpg,
+		        bench_path_state_str(s->paths[k].state), k == s->active ? " (in use)" : "",
+		        s->paths[k].explicit_alua ? ", explicit ALUA" : "");
 	return 0;
 }
 
@@ -1050,7 +1231,7 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 		/* another path may do */
 		iscsi_destroy_context(s->iscsi);
 		s->iscsi = NULL;
-		s->paths[0].state = PATH_DOWN;
+		s->paths[0].state = BENCH_PATH_DOWN;
 	}
 	return b->o.npaths ? session_paths_open(b, s, idx) : 0;
 }
@@ -1122,7 +1303,7 @@ static void teardown(struct bench *b)
 				struct path *p = &s->paths[k];
 				if (!p->iscsi)
 					continue;
-				if (s->inflight == 0 && p->state != PATH_DOWN)
+				if (s->inflight == 0 && p->state != BENCH_PATH_DOWN)
 					iscsi_logout_sync(p->iscsi);
 				iscsi_destroy_context(p->iscsi);
 				p->iscsi = NULL;
@@ -1176,8 +1357,14 @@ static void usage(FILE *f)
 	        "                  I/O goes to one path at a time, chosen from REPORT TARGET\n"
 	        "                  PORT GROUPS (active/optimized first), and moves to another\n"
 	        "                  on connection loss, ALUA sense (standby, transitioning,\n"
-	        "                  unavailable) or an unanswered command (most recently used)\n"
+	        "                  unavailable) or an unanswered command (most recently used).\n"
+	        "                  With no usable path, I/O waits (retries 50 ms .. 500 ms\n"
+	        "                  apart, states read again each time) and a standby path of\n"
+	        "                  an explicit-ALUA target is asked to become active/optimized\n"
+	        "                  (SET TARGET PORT GROUPS, at most once a second)\n"
 	        "  --path-timeout S  a command unanswered this long fails its path (default 5)\n"
+	        "  --failover-timeout S  I/O fails after S seconds without a usable path\n"
+	        "                  (default 60; 0 waits for ever)\n"
 	        "output:\n"
 	        "  --csv FILE      per-second series (IOPS, MB/s, p50/p99/p99.9 latency)\n"
 	        "  --svg FILE      chart of this run (IOPS and latency over time)\n"
@@ -1217,6 +1404,7 @@ enum {
 	OPT_INITIATOR,
 	OPT_PATH,
 	OPT_PATH_TIMEOUT,
+	OPT_FAILOVER_TIMEOUT,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -1244,6 +1432,7 @@ static const struct option long_opts[] = {
     {"initiator", required_argument, NULL, OPT_INITIATOR},
     {"path", required_argument, NULL, OPT_PATH},
     {"path-timeout", required_argument, NULL, OPT_PATH_TIMEOUT},
+    {"failover-timeout", required_argument, NULL, OPT_FAILOVER_TIMEOUT},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -1356,9 +1545,18 @@ static void print_summary(struct bench *b)
 	       label, wl, bs, b->o.qd, b->nsess, readpct, secs, ios, b->all.reads, b->all.writes,
 	       all.iops, all.mbps, all.p50_us, all.p99_us, all.p999_us, all.max_us, b->all.errors,
 	       b->ua_retries, b->verify_errors);
-	if (b->o.npaths)
-		printf(" paths=%u failovers=%" PRIu64 " path_retries=%" PRIu64, 1 + b->o.npaths,
-		       b->failovers, b->path_retries);
+	if (b->o.npaths) {
+		uint64_t no_path = 0;
+		for (unsigned i = 0; i < b->nsess; i++) {
+			uint64_t l = bench_failover_longest(&b->sess[i].fo, b->t_end);
+			if (l > no_path)
+				no_path = l;
+		}
+		printf(" paths=%u failovers=%" PRIu64 " path_retries=%" PRIu64 " stpg=%" PRIu64
+		       " no_path_max_s=%.3f",
+		       1 + b->o.npaths, b->failovers, b->path_retries, b->stpgs,
+		       (double)no_path / 1e9);
+	}
 	printf("\n");
 	fflush(stdout);
 }
@@ -1383,6 +1581,7 @@ int main(int argc, char **argv)
 	o->spec.bs[0].weight = 1;
 	o->initiator = DEFAULT_INITIATOR;
 	o->path_timeout_s = 5;
+	o->failover_timeout_s = 60;
 
 	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (c) {
@@ -1485,6 +1684,10 @@ int main(int argc, char **argv)
 			o->path_timeout_s = secs;
 			break;
 		}
+		case OPT_FAILOVER_TIMEOUT:
+			if (!parse_double(optarg, 0, 1e6, &o->failover_timeout_s))
+				return bad_arg("failover-timeout", optarg);
+			break;
 		case 'h':
 		case OPT_HELP:
 			usage(stdout);

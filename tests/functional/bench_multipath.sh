@@ -6,7 +6,13 @@
 #     a forwarder started again on the same port makes the path come back;
 #  2. the forwarder is stopped (SIGSTOP, a hung gateway): after
 #     --path-timeout the path is declared down and the session moves; the
-#     longest I/O spans the timeout; 0 errors, 0 mismatches.
+#     longest I/O spans the timeout; 0 errors, 0 mismatches;
+#  3. both paths through forwarders, both killed: no path is usable, the I/O
+#     waits (parked, retried with a growing backoff) instead of failing; the
+#     forwarders come back after 2.5 s: 0 errors, 0 mismatches, and the
+#     summary's no_path_max_s covers the outage;
+#  4. the same outage with --failover-timeout 1: the parked I/O fails after
+#     1 s without a usable path (errors, exit status 1), still 0 mismatches.
 # Each path's target port group and ALUA state come from VPD 83h and REPORT
 # TARGET PORT GROUPS and are printed.
 . "$(dirname "$0")/lib.sh"
@@ -19,9 +25,10 @@ hl_target_start --size 128M --portal2
 PX=$(hl_free_port)
 url=iscsi://127.0.0.1:$PX/$HL_IQN/0
 
+# forward N [LISTEN TARGET_PORT]: a forwarder (default: $PX to the first portal); sets FWD
 forward() {
 	hl_spawn tcp_forward "$T/fwd.$1.log" python3 "$HL_SRCDIR/tests/functional/tcp_forward.py" \
-		"$PX" "127.0.0.1:$HL_PORT"
+		"${2:-$PX}" "127.0.0.1:${3:-$HL_PORT}"
 	FWD=$HL_LAST_PID
 	for _ in $(seq 1 100); do
 		grep -q ready "$T/fwd.$1.log" && return 0
@@ -30,7 +37,13 @@ forward() {
 	hl_fail "the forwarder did not start: $(cat "$T/fwd.$1.log")"
 }
 
-field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2"; }
+unforward() {
+	kill -KILL "$1"
+	wait "$1" 2>/dev/null
+	hl_forget "$1"
+}
+
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
 # ---- 1. path lost
 forward 1
@@ -90,5 +103,52 @@ grep -q "127.0.0.1:$PX is down (a command unanswered for too long)" "$T/stop.err
 max=$(field max_us "$sum")
 [ "$max" -ge 1500000 ] || hl_fail "the longest I/O ($max us) does not span the 1.5 s path timeout"
 [ "$max" -lt 10000000 ] || hl_fail "the longest I/O took $max us: the move took too long"
+
+# ---- 3. every path lost for a while: the I/O waits for one to come back
+PY=$(hl_free_port)
+outage() { # outage NAME EXTRA-OPTIONS...: both forwarders killed at 2.5 s, back at 5 s
+	local name=$1
+	shift
+	forward "$name.a"
+	fa=$FWD
+	forward "$name.b" "$PY" "$HL_PORT2"
+	fb=$FWD
+	"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 8 --path "127.0.0.1:$PY" "$@" \
+		"$url" >"$T/$name.out" 2>"$T/$name.err" &
+	bench=$!
+	HL_PIDS+=("$bench")
+	HL_PID_NAMES+=(hotlun-bench)
+	sleep 2.5
+	unforward "$fa"
+	unforward "$fb"
+	sleep 2.5
+	forward "$name.c"
+	fa=$FWD
+	forward "$name.d" "$PY" "$HL_PORT2"
+	fb=$FWD
+	wait "$bench"
+	rc=$?
+	hl_forget "$bench"
+	unforward "$fa"
+	unforward "$fb"
+	cat "$T/$name.err" >&2
+	sum=$(tail -n 1 "$T/$name.out")
+	hl_log "$name: $sum"
+}
+outage lost
+[ $rc = 0 ] || hl_fail "hotlun-bench exited $rc across an outage of every path"
+[ "$(field errors "$sum")" = 0 ] && [ "$(field verify_errors "$sum")" = 0 ] ||
+	hl_fail "errors across an outage of every path: $sum"
+nopath=$(field no_path_max_s "$sum")
+awk -v n="$nopath" 'BEGIN { exit !(n >= 1.5 && n < 8) }' ||
+	hl_fail "no_path_max_s=$nopath does not match a 2.5 s outage: $sum"
+[ "$(field stpg "$sum")" = 0 ] || hl_fail "STPG sent to a target without explicit ALUA: $sum"
+
+# ---- 4. the same outage with --failover-timeout 1: the parked I/O fails, no mismatch
+outage fail --failover-timeout 1
+[ $rc = 1 ] || hl_fail "hotlun-bench exited $rc, not 1, when I/O failed for want of a path"
+[ "$(field errors "$sum")" -ge 1 ] || hl_fail "no I/O failed after --failover-timeout: $sum"
+[ "$(field verify_errors "$sum")" = 0 ] || hl_fail "mismatches after failed I/O: $sum"
+grep -q "failed: no usable path for" "$T/fail.err" || hl_fail "the failed I/O was not reported"
 hl_target_stop
 exit 0
