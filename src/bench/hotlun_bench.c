@@ -380,6 +380,31 @@ static void path_login_done(struct iscsi_context *iscsi, int status, void *data,
 	p->login_status = status == SCSI_STATUS_GOOD ? 0 : -1;
 }
 
+/*
+ * A path logs in without libiscsi's TEST UNIT READY (iscsi_full_connect):
+ * a standby gateway answers it NOT READY (04h/0Bh) and the login would
+ * fail, yet a standby path is one to keep: it reports states and takes SET
+ * TARGET PORT GROUPS. Unit attentions come with the first commands instead.
+ */
+static int path_connect_sync(struct iscsi_context *ctx, const char *portal, int lun,
+                             bool multipath)
+{
+	if (!multipath)
+		return iscsi_full_connect_sync(ctx, portal, lun);
+	if (iscsi_connect_sync(ctx, portal) != 0)
+		return -1;
+	return iscsi_login_sync(ctx);
+}
+
+static void path_connected(struct iscsi_context *iscsi, int status, void *data, void *private)
+{
+	struct path *p = private;
+
+	(void)data;
+	if (status != SCSI_STATUS_GOOD || iscsi_login_async(iscsi, path_login_done, p) != 0)
+		path_login_done(iscsi, SCSI_STATUS_ERROR, NULL, p);
+}
+
 /* ---- multipath: what each path's gateway says (ALUA), asked without blocking ---- */
 
 /* A session with several paths: which state sense data puts a path in, if any. */
@@ -565,7 +590,7 @@ static void paths_tend(struct bench *b, struct session *s, uint64_t now)
 		p->relogin = true;
 		p->connecting = true;
 		p->login_status = -1;
-		if (iscsi_full_connect_async(p->iscsi, p->portal, s->lun, path_login_done, p) != 0) {
+		if (iscsi_connect_async(p->iscsi, p->portal, path_connected, p) != 0) {
 			iscsi_destroy_context(p->iscsi);
 			p->iscsi = NULL;
 			p->relogin = false;
@@ -1153,7 +1178,7 @@ static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
 			p->iscsi = path_context(b, true);
 			if (!p->iscsi)
 				return -ENOMEM;
-			if (iscsi_full_connect_sync(p->iscsi, p->portal, s->lun) != 0) {
+			if (path_connect_sync(p->iscsi, p->portal, s->lun, true) != 0) {
 				fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx,
 				        p->portal, iscsi_get_error(p->iscsi));
 				iscsi_destroy_context(p->iscsi);
@@ -1223,7 +1248,7 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 		return -ENOMEM;
 	}
 	snprintf(s->paths[0].portal, sizeof(s->paths[0].portal), "%s", portal);
-	if (iscsi_full_connect_sync(s->iscsi, portal, s->lun) != 0) {
+	if (path_connect_sync(s->iscsi, portal, s->lun, b->o.npaths > 0) != 0) {
 		fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx, portal,
 		        iscsi_get_error(s->iscsi));
 		if (!b->o.npaths)
@@ -1236,10 +1261,25 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 	return b->o.npaths ? session_paths_open(b, s, idx) : 0;
 }
 
+/* A command answered UNIT ATTENTION is sent again (a login without TEST UNIT READY meets them). */
+static struct scsi_task *past_ua(struct scsi_task *task, struct iscsi_context *ctx, int lun,
+                                 bool rc16)
+{
+	for (int i = 0; i < 5 && task && task->status == SCSI_STATUS_CHECK_CONDITION &&
+	                task->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+	     i++) {
+		scsi_free_scsi_task(task);
+		task = rc16 ? iscsi_readcapacity16_sync(ctx, lun)
+		            : iscsi_readcapacity10_sync(ctx, lun, 0, 0);
+	}
+	return task;
+}
+
 static int read_capacity(struct bench *b)
 {
 	struct session *s = &b->sess[0];
-	struct scsi_task *task = iscsi_readcapacity16_sync(s->iscsi, s->lun);
+	struct scsi_task *task = past_ua(iscsi_readcapacity16_sync(s->iscsi, s->lun), s->iscsi,
+	                                 s->lun, true);
 
 	if (task && task->status == SCSI_STATUS_GOOD) {
 		struct scsi_readcapacity16 *rc16 = scsi_datain_unmarshall(task);
@@ -1251,7 +1291,8 @@ static int read_capacity(struct bench *b)
 	if (task)
 		scsi_free_scsi_task(task);
 	if (!b->lun_block) {
-		task = iscsi_readcapacity10_sync(s->iscsi, s->lun, 0, 0);
+		task = past_ua(iscsi_readcapacity10_sync(s->iscsi, s->lun, 0, 0), s->iscsi, s->lun,
+		               false);
 		if (task && task->status == SCSI_STATUS_GOOD) {
 			struct scsi_readcapacity10 *rc10 = scsi_datain_unmarshall(task);
 			if (rc10 && rc10->block_size) {

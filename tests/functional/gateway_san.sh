@@ -181,6 +181,9 @@ cp "$T/now.img" "$T/want.img"
 # gateway 1 warms its cache while it owns the image (a planned move there and back)
 "$CTL" --socket "${SOCK[2]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
 wait_owner 1 10
+# random reads fill the cache (a sequential pass would bypass it)
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 4 "$(url 1)" >"$T/warm.out" 2>&1 ||
+	hl_fail "warming through gateway 1: $(tail -3 "$T/warm.out")"
 rm -f "$T/r1.img"
 timeout 120 qemu-img convert -f raw -O raw "$(url 1)" "$T/r1.img" || hl_fail "read through gateway 1"
 cmp -s "$T/r1.img" "$T/want.img" || hl_fail "gateway 1 reads differ from the image"
