@@ -1,0 +1,203 @@
+#!/bin/bash
+# failover.sh - issue 17 benchmark: two hotlund gateways serve one rbd image
+# (a throw-away single-node Ceph, tests/functional/mini_ceph.sh) under ALUA;
+# hotlun-bench is the multipath initiator (--path for each gateway, MRU,
+# SET TARGET PORT GROUPS, --verify: every block read is checked against what
+# was written last). Prints one line per scenario:
+#
+#   failover scenario=kill gap_s=6.8 errors=0 stale=0
+#   failover scenario=freeze gap_s=6.8 errors=0 stale=0 old_path=refused
+#   failover scenario=planned gap_s=0.16 errors=0 stale=0
+#   failover scenario=failback gap_s=0.05 errors=0 stale=0 retained_pct=99.1 kept=4096 window_s=30
+#
+# gap_s     the longest I/O of the run: it was in flight at the event and
+#           completed through the other gateway, so it spans the event to the
+#           first I/O completed there;
+# errors    I/Os that failed (goal 0); stale: verify mismatches (must be 0);
+# kill      SIGKILL of the owner under 70% read / 30% write load;
+# freeze    SIGSTOP of the owner, SIGCONT after the takeover; old_path: what a
+#           READ already sent to the frozen gateway got when it woke up
+#           (refused = NOT READY; stale = old data: a failure);
+# planned   SIGTERM of the owner (it hands the image over first);
+# failback  the gateway that owned the image, warm, hands it over; 1% of the
+#           image is rewritten through the peer (64 KiB writes at random
+#           places); the image is handed back; retained_pct = its read hit
+#           ratio over its first window_s seconds after over its hit ratio
+#           before (uniform random 64 KiB reads over the image).
+#
+#   tests/bench/failover.sh            (BUILD=dir, default ./build; SIZE=256M)
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$SRC/build}
+SIZE=${SIZE:-256M}
+WINDOW=${WINDOW:-30}
+BENCH=$BUILD/hotlun-bench
+CTL=$BUILD/hotlunctl
+tmp=$(mktemp -d /tmp/hotlun-failover.XXXXXX)
+declare -A PORT PID SOCK
+cleanup() {
+	for g in 1 2; do
+		[ -n "${PID[$g]:-}" ] && kill -CONT "${PID[$g]}" 2>/dev/null && kill -TERM "${PID[$g]}" 2>/dev/null
+	done
+	sleep 4
+	for g in 1 2; do [ -n "${PID[$g]:-}" ] && kill -KILL "${PID[$g]}" 2>/dev/null; done
+	MINI_CEPH_QUIET=1 "$SRC/tests/functional/mini_ceph.sh" down "$tmp/ceph" >/dev/null 2>&1 || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+MINI_CEPH_QUIET=1 "$SRC/tests/functional/mini_ceph.sh" up "$tmp/ceph" "origin:$SIZE" >"$tmp/ceph.log" 2>&1 ||
+	{ tail -5 "$tmp/ceph.log" >&2; exit 1; }
+export CEPH_CONF=$tmp/ceph/ceph.conf
+iqn=iqn.2026-11.io.hotlun:failover
+PORT[1]=$(free_port)
+PORT[2]=$(free_port)
+for g in 1 2; do
+	mkdir -p "$tmp/gw$g"
+	truncate -s 512M "$tmp/gw$g/cache.img"
+	SOCK[$g]=$tmp/gw$g/ctl.sock
+	cat >"$tmp/gw$g/hotlun.conf" <<CONF
+[global]
+portal = 127.0.0.1:${PORT[$g]}
+state_dir = $tmp/gw$g
+control_socket = ${SOCK[$g]}
+log_level = notice
+gateway = $g
+gateways = 1,2
+
+[cache ssd]
+device = $tmp/gw$g/cache.img
+size = 512M
+block_size = 64K
+admission = always
+
+[disk d]
+origin = rbd:rbd/origin
+rbd_conf = $tmp/ceph/ceph.conf
+cache = ssd
+
+[target $iqn]
+lun.0 = d
+allow = ALL
+CONF
+done
+url() { echo "iscsi://127.0.0.1:${PORT[$1]}/$iqn/0"; }
+start() {
+	"$BUILD/hotlund" --config "$tmp/gw$1/hotlun.conf" >>"$tmp/gw$1.log" 2>&1 &
+	PID[$1]=$!
+	for _ in $(seq 1 100); do [ -S "${SOCK[$1]}" ] && return 0; sleep 0.1; done
+	echo "gateway $1 did not start" >&2
+	exit 1
+}
+stopped() { wait "${PID[$1]}" 2>/dev/null || true; PID[$1]=; }
+gstat() { # gstat G PYTHON-EXPRESSION-ON-r
+	"$CTL" --socket "${SOCK[$1]}" stats --json 2>/dev/null | python3 -c "import json,sys; r=json.load(sys.stdin); print($2)" 2>/dev/null || echo "?"
+}
+owner_is() {
+	for _ in $(seq 1 300); do
+		[ "$(gstat "$1" 'r["disks"]["d"]["ownership"]["alua"]')" = active/optimized ] && return 0
+		sleep 0.1
+	done
+	echo "gateway $1 never became the owner" >&2
+	exit 1
+}
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+# load NAME SECONDS FIRST OTHER [READ_PCT]: verified load through both paths (70% reads)
+load() {
+	"$BENCH" --verify --quiet --read "${5:-70}" --qd 8 --bs 64K --time "$2" --path-timeout 2 \
+		--path "127.0.0.1:${PORT[$4]}" "$(url "$3")" >"$tmp/$1.out" 2>"$tmp/$1.err" &
+	LOAD=$!
+}
+report() { # report NAME [extra]
+	wait "$LOAD" || true
+	local sum
+	sum=$(tail -n 1 "$tmp/$1.out")
+	local max errs stale
+	max=$(field max_us "$sum")
+	errs=$(field errors "$sum")
+	stale=$(field verify_errors "$sum")
+	printf 'failover scenario=%s gap_s=%.2f errors=%s stale=%s%s\n' "$1" \
+		"$(echo "${max:-0} / 1000000" | bc -l)" "${errs:-?}" "${stale:-?}" "${2:-}"
+}
+hits() { gstat "$1" 'r["caches"]["ssd"]["read_hits"]'; }
+reqs() { gstat "$1" 'r["caches"]["ssd"]["read_reqs"]'; }
+
+start 1
+owner_is 1
+start 2
+# warm gateway 1 with the whole image
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 20 "$(url 1)" >/dev/null 2>&1
+
+# ---- kill
+load kill 20 1 2
+sleep 5
+kill -KILL "${PID[1]}"
+stopped 1
+report kill
+start 1
+
+# ---- freeze (split brain)
+owner_is 2
+mkfifo "$tmp/qio.in"
+qemu-io -f raw "$(url 2)" <"$tmp/qio.in" >"$tmp/qio.out" 2>&1 &
+qio=$!
+exec 7>"$tmp/qio.in"
+echo "read 250M 64k" >&7
+load freeze 20 2 1
+sleep 5
+kill -STOP "${PID[2]}"
+echo "read -P 0x5a 250M 64k" >&7
+owner_is 1
+qemu-io -f raw -c 'write -P 0x5a 250M 64k' "$(url 1)" >/dev/null 2>&1
+kill -CONT "${PID[2]}"
+wait "$LOAD" || true
+echo quit >&7
+exec 7>&-
+for _ in $(seq 1 100); do kill -0 "$qio" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$qio" 2>/dev/null || true
+old=answered
+grep -qi "pattern verification failed" "$tmp/qio.out" && old=STALE
+grep -qi "NOT READY\|failed" "$tmp/qio.out" && ! grep -qi "pattern verification failed" "$tmp/qio.out" && old=refused
+sum=$(tail -n 1 "$tmp/freeze.out")
+printf 'failover scenario=freeze gap_s=%.2f errors=%s stale=%s old_path=%s\n' \
+	"$(echo "$(field max_us "$sum") / 1000000" | bc -l)" "$(field errors "$sum")" \
+	"$(field verify_errors "$sum")" "$old"
+
+# ---- planned: SIGTERM the owner (gateway 1)
+load planned 15 1 2
+sleep 5
+kill -TERM "${PID[1]}"
+stopped 1
+report planned
+start 1
+
+# ---- failback: gateway 1 warm, 1% rewritten through gateway 2, gateway 1 again
+"$CTL" --socket "${SOCK[2]}" handover /disks/d >/dev/null
+owner_is 1
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 20 "$(url 1)" >/dev/null 2>&1 # warm
+h0=$(hits 1) q0=$(reqs 1)
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$WINDOW" "$(url 1)" >/dev/null 2>&1
+h1=$(hits 1) q1=$(reqs 1)
+before=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
+"$CTL" --socket "${SOCK[1]}" handover /disks/d >/dev/null
+owner_is 2
+bytes=$(python3 -c "import sys; s='$SIZE'; m={'K':1<<10,'M':1<<20,'G':1<<30}; print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))")
+n=$((bytes / 100 / 65536))
+cmds=()
+for off in $(python3 -c "import random; print(' '.join(str(random.randrange($bytes // 65536) * 65536) for _ in range($n)))"); do
+	cmds+=(-c "write -P 0x77 $off 64k")
+done
+qemu-io -f raw "${cmds[@]}" "$(url 2)" >/dev/null 2>&1
+load failback 12 2 1 100 # reads only: the 1% stays 1%
+sleep 4
+"$CTL" --socket "${SOCK[2]}" handover /disks/d >/dev/null
+owner_is 1
+wait "$LOAD" || true
+kept=$(gstat 1 'r["caches"]["ssd"]["disks"]["d"]["warm_kept"]')
+h0=$(hits 1) q0=$(reqs 1)
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$WINDOW" "$(url 1)" >/dev/null 2>&1
+h1=$(hits 1) q1=$(reqs 1)
+after=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
+report failback "$(printf ' retained_pct=%.1f kept=%s window_s=%s hit_before_pct=%.1f hit_after_pct=%.1f' \
+	"$(echo "$after * 100 / $before" | bc -l)" "$kept" "$WINDOW" "$before" "$after")"
