@@ -104,6 +104,14 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 int hl_cache_revalidate(struct hl_origin *cached);
 
 /**
+ * A shared disk is not this gateway's (any more): other gateways write its
+ * origin, so the cache may not match it until the next hl_cache_revalidate.
+ * Take no proof of the disk meanwhile (not even at close): the last proof
+ * stays the mark that revalidation diffs against. Any thread; not blocking.
+ */
+void hl_cache_hold_proofs(struct hl_origin *cached);
+
+/**
  * A shared disk is about to be handed to another gateway: no I/O is in
  * flight and every write completed; record a proof of the origin now (the
  * mark the next hl_cache_revalidate diffs against). Blocking; not a reactor.

@@ -50,6 +50,13 @@ struct hl_owner_hooks {
 	 * a proof (the mark the next gain diffs against).
 	 */
 	void (*releasing)(void *arg);
+	/**
+	 * The disk is not ours any more (handed over, or fenced): until the
+	 * next gained, the cache must record no proof of it (the origin
+	 * changes under it; a proof taken then would vouch for blocks that
+	 * are stale by the time it is ours again). Also called at create.
+	 */
+	void (*lost)(void *arg);
 	void *arg;
 };
 

@@ -540,7 +540,7 @@ static void proofs_refresh(struct hl_cache *c)
 	pthread_mutex_lock(&c->sync_lock);
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
-		if (!e->inner ||
+		if (!e->inner || atomic_load(&e->proofs_held) ||
 		    hl_origin_proof_take(e->inner, e->tag, false, proof, sizeof(proof)))
 			continue;
 		if (e->proof && !strcmp(e->proof, proof)) {
@@ -571,7 +571,11 @@ static void proofs_refresh(struct hl_cache *c)
 void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin *inner)
 {
 	char proof[HL_ORIGIN_PROOF_MAX];
-	int rc = hl_origin_proof_take(inner, e->tag, true, proof, sizeof(proof));
+	int rc;
+
+	if (atomic_load(&e->proofs_held))
+		return; /* not ours: the cache may not match; the last proof stays */
+	rc = hl_origin_proof_take(inner, e->tag, true, proof, sizeof(proof));
 
 	pthread_mutex_lock(&c->sync_lock);
 	free(e->cand);
@@ -644,11 +648,14 @@ int hl_cache_revalidate(struct hl_origin *o)
 	e->warm_dropped = before - after;
 	snprintf(e->warm_why, sizeof(e->warm_why), "ownership: %s", why);
 	pthread_mutex_unlock(&c->lock);
+	/* the proofs_held flag stays set until the dropped blocks' records are written */
 	/* Before the disk is served: the dropped blocks' records must stop claiming data. */
 	if (before != after && !c->dead)
 		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
 	if (!rc && proof_gone)
 		rc = map_write(c, "open");
+	if (!rc)
+		atomic_store(&e->proofs_held, false); /* coherent: proofs from now on */
 	pthread_mutex_unlock(&c->sync_lock);
 	free(chg.v);
 	HL_NOTICE("cache", "cache %s: disk %s: ownership gained: kept %llu block(s), dropped %llu (%s%s)",
@@ -658,6 +665,12 @@ int hl_cache_revalidate(struct hl_origin *o)
 		HL_ERR("cache", "cache %s: disk %s: cannot record the dropped blocks: %s", c->name,
 		       e->name, strerror(-rc));
 	return rc;
+}
+
+void hl_cache_hold_proofs(struct hl_origin *o)
+{
+	if (o && o->ops == &cache_origin_ops)
+		atomic_store(&co_of(o)->ent->proofs_held, true);
 }
 
 void hl_cache_proof_now(struct hl_origin *o)

@@ -103,6 +103,7 @@ struct map_ent {
 	char tag[64];             /* names this cache's marks in the origin: uuid and LUN id */
 	/* what the last attach found, for the stats (hl_cache.lock) */
 	bool warm_checked;
+	_Atomic bool proofs_held; /* hl_cache_hold_proofs: no proof until hl_cache_revalidate */
 	uint64_t warm_kept, warm_dropped;
 	char warm_why[HL_ORIGIN_WHY_MAX];
 };

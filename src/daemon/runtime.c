@@ -152,6 +152,14 @@ static void disk_releasing(void *arg)
 		hl_cache_proof_now(rt->cached);
 }
 
+static void disk_lost(void *arg)
+{
+	struct disk_rt *rt = arg;
+
+	if (rt->cached)
+		hl_cache_hold_proofs(rt->cached);
+}
+
 /*
  * One of several gateways: the disk is served only while the origin's
  * cluster says it is ours (hotlun/owner.h). An origin that cannot share
@@ -166,7 +174,7 @@ static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_orig
 		.gateways = d->conf->gateways,
 		.n_gateways = (unsigned)d->conf->n_gateways,
 	};
-	struct hl_owner_hooks hooks = {disk_gained, disk_releasing, rt};
+	struct hl_owner_hooks hooks = {disk_gained, disk_releasing, disk_lost, rt};
 	int rc = hl_owner_create(&oc, backend, rt->lu, &hooks, &rt->owner);
 
 	if (rc == -EOPNOTSUPP) {

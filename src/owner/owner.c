@@ -270,6 +270,8 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 		HL_ERR(OWN_LOG, "disk %s: took ownership but cannot serve (%s): giving it back",
 		       ow->disk, strerror(-rc));
 		ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+		if (ow->hooks.lost)
+			ow->hooks.lost(ow->hooks.arg);
 		atomic_store(&ow->lease_until, 0);
 		set_state(ow, ST_STANDBY);
 		return;
@@ -299,6 +301,8 @@ static void release(struct hl_owner *ow, const char *why)
 	if (ow->hooks.releasing)
 		ow->hooks.releasing(ow->hooks.arg);
 	int rc = ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+	if (ow->hooks.lost)
+		ow->hooks.lost(ow->hooks.arg);
 	atomic_store(&ow->lease_until, 0);
 	atomic_store(&ow->owner_seen, 0);
 	moved(ow, false, true);
@@ -312,6 +316,8 @@ static void release(struct hl_owner *ow, const char *why)
 static void fenced(struct hl_owner *ow, const struct hl_own_info *info)
 {
 	atomic_store(&ow->lease_until, 0);
+	if (ow->hooks.lost)
+		ow->hooks.lost(ow->hooks.arg);
 	atomic_store(&ow->owner_seen, info->owner);
 	moved(ow, false, false);
 	set_state(ow, ST_STANDBY);
@@ -482,6 +488,8 @@ int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend
 	ow->lu = lu;
 	if (hooks)
 		ow->hooks = *hooks;
+	if (ow->hooks.lost)
+		ow->hooks.lost(ow->hooks.arg); /* a standby until the cluster says otherwise */
 	snprintf(ow->last, sizeof(ow->last), "started as standby");
 	pthread_mutex_init(&ow->lock, NULL);
 	pthread_condattr_init(&ca);

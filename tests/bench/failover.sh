@@ -1,6 +1,7 @@
 #!/bin/bash
 # failover.sh - issue 17 benchmark: two hotlund gateways serve one rbd image
 # (a throw-away single-node Ceph, tests/functional/mini_ceph.sh) under ALUA;
+# the verified load uses the first 240 MiB, the split-brain probe 250 MiB;
 # hotlun-bench is the multipath initiator (--path for each gateway, MRU,
 # SET TARGET PORT GROUPS, --verify: every block read is checked against what
 # was written last). Prints one line per scenario:
@@ -21,7 +22,9 @@
 # planned   SIGTERM of the owner (it hands the image over first);
 # failback  the gateway that owned the image, warm, hands it over; 1% of the
 #           image is rewritten through the peer (64 KiB writes at random
-#           places); the image is handed back; retained_pct = its read hit
+#           places); the image is handed back under read load; stale = 64 KiB
+#           blocks read back through it that differ from `rbd export` of the
+#           image; retained_pct = its read hit
 #           ratio over its first window_s seconds after over its hit ratio
 #           before (uniform random 64 KiB reads over the image).
 #
@@ -105,7 +108,7 @@ owner_is() {
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 # load NAME SECONDS FIRST OTHER [READ_PCT]: verified load through both paths (70% reads)
 load() {
-	"$BENCH" --verify --quiet --read "${5:-70}" --qd 8 --bs 64K --time "$2" --path-timeout 2 \
+	"$BENCH" --verify --quiet --read "${5:-70}" --qd 8 --bs 64K --range 240M --time "$2" --path-timeout 2 \
 		--path "127.0.0.1:${PORT[$4]}" "$(url "$3")" >"$tmp/$1.out" 2>"$tmp/$1.err" &
 	LOAD=$!
 }
@@ -189,15 +192,35 @@ for off in $(python3 -c "import random; print(' '.join(str(random.randrange($byt
 	cmds+=(-c "write -P 0x77 $off 64k")
 done
 qemu-io -f raw "${cmds[@]}" "$(url 2)" >/dev/null 2>&1
-load failback 12 2 1 100 # reads only: the 1% stays 1%
+# reads only (the 1% stays 1%), unverified: the qemu-io data carries no verify pattern
+"$BENCH" --quiet --read 100 --qd 8 --bs 64K --time 12 --path-timeout 2 \
+	--path "127.0.0.1:${PORT[1]}" "$(url 2)" >"$tmp/failback.out" 2>"$tmp/failback.err" &
+LOAD=$!
 sleep 4
 "$CTL" --socket "${SOCK[2]}" handover /disks/d >/dev/null
 owner_is 1
 wait "$LOAD" || true
 kept=$(gstat 1 'r["caches"]["ssd"]["disks"]["d"]["warm_kept"]')
+# stale: 64 KiB blocks read through gateway 1 that differ from the image in the cluster
+rbd export rbd/origin "$tmp/image.raw" >/dev/null 2>&1
+qemu-img convert -f raw -O raw "$(url 1)" "$tmp/read.raw"
+stale=$(python3 - "$tmp/image.raw" "$tmp/read.raw" <<'PY'
+import sys
+a, b = open(sys.argv[1], 'rb'), open(sys.argv[2], 'rb')
+n = 0
+while True:
+    x, y = a.read(65536), b.read(65536)
+    if not x and not y:
+        break
+    n += x != y
+print(n)
+PY
+)
 h0=$(hits 1) q0=$(reqs 1)
 "$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$WINDOW" "$(url 1)" >/dev/null 2>&1
 h1=$(hits 1) q1=$(reqs 1)
 after=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
-report failback "$(printf ' retained_pct=%.1f kept=%s window_s=%s hit_before_pct=%.1f hit_after_pct=%.1f' \
-	"$(echo "$after * 100 / $before" | bc -l)" "$kept" "$WINDOW" "$before" "$after")"
+sum=$(tail -n 1 "$tmp/failback.out")
+printf 'failover scenario=failback gap_s=%.2f errors=%s stale=%s retained_pct=%.1f kept=%s window_s=%s hit_before_pct=%.1f hit_after_pct=%.1f rewritten=%s\n' \
+	"$(echo "$(field max_us "$sum") / 1000000" | bc -l)" "$(field errors "$sum")" "$stale" \
+	"$(echo "$after * 100 / $before" | bc -l)" "$kept" "$WINDOW" "$before" "$after" "$n"

@@ -875,6 +875,59 @@ static void test_proof_diff_drops_changed_only(void)
 	free(f.mem);
 }
 
+/*
+ * Several gateways (hotlun/owner.h): while the disk is another gateway's the
+ * cache holds its proofs, so the last proof taken while it was ours stays
+ * the mark; when it is ours again hl_cache_revalidate drops exactly what the
+ * peer wrote meanwhile. Without the hold, the metadata thread would record a
+ * proof of the peer's data (the origin being quiet) and the revalidation
+ * would find nothing changed: block 3 would be served stale.
+ */
+static void test_ownership_hold_and_revalidate(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS);
+
+	o = fixture_up(&c, NULL, &f, 24, "fake:own");
+	f.diff = true;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	usleep(200 * 1000); /* quiet origin: the metadata thread records a proof */
+	hl_cache_hold_proofs(o); /* handed over */
+	fake_external(&f, 3 * BS, BS, 0x3c); /* the peer writes block 3 */
+	usleep(300 * 1000); /* several metadata intervals, the origin quiet again */
+	CU_ASSERT_EQUAL(hl_cache_revalidate(o), 0); /* ours again */
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, "disk0", &st), 0);
+	CU_ASSERT_EQUAL(st.warm_dropped, 1);
+	CU_ASSERT_EQUAL(st.warm_kept, 7);
+	CU_ASSERT(strstr(st.warm_start, "ownership: fake diff") != NULL);
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0); /* block 3 as the peer wrote it */
+	CU_ASSERT(wait_inflight(c, 0));
+	/* a held disk records no proof at close either */
+	hl_cache_hold_proofs(o);
+	fake_external(&f, 5 * BS, BS, 0x5c);
+	cache_down(c, o);
+	{
+		char line[256];
+		bool found = false;
+		FILE *m = fopen(g_map, "r");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+		while (fgets(line, sizeof(line), m))
+			found |= !strncmp(line, "proof 0 fake:", 13) &&
+			         strtoull(line + 13, NULL, 10) == __atomic_load_n(&f.gen, __ATOMIC_SEQ_CST);
+		fclose(m);
+		CU_ASSERT(!found);
+	}
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 static void test_proof_none_cold_unless_sole_writer(void)
 {
 	struct fake f;
@@ -2459,6 +2512,8 @@ int main(void)
 	    {"proof: an origin written while down starts cold", test_proof_changed_origin_cold},
 	    {"proof: an unchanged origin starts warm", test_proof_unchanged_warm},
 	    {"proof: a diff drops only the changed blocks", test_proof_diff_drops_changed_only},
+	    {"ownership: proofs held while not ours, revalidation drops the peer's writes",
+	     test_ownership_hold_and_revalidate},
 	    {"proof: none is cold unless exclusive = yes", test_proof_none_cold_unless_sole_writer},
 	    {"proof: a version 1 map starts cold", test_proof_old_map_cold},
 	    {"proof: a crash is warm only while the origin is untouched", test_proof_crash},

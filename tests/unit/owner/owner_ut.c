@@ -188,7 +188,8 @@ static void pair_start(struct pair *p, bool second_later)
 			.dead_ms = DEAD,
 			.hold_ms = HOLD,
 		};
-		struct hl_owner_hooks hooks = {hook_gained, hook_releasing, &p->g[i]};
+		struct hl_owner_hooks hooks = {
+			.gained = hook_gained, .releasing = hook_releasing, .arg = &p->g[i]};
 		CU_ASSERT_EQUAL_FATAL(hl_owner_create(&cfg, p->o[i], NULL, &hooks, &p->ow[i]), 0);
 	}
 	CU_ASSERT_EQUAL(hl_owner_start(p->ow[0]), 0);
