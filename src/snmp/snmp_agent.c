@@ -200,6 +200,21 @@ static int disk_value(const void *row, unsigned col, struct value *v)
 	case 24:
 		num(v, ASN_GAUGE, d->write_p99);
 		break;
+	case 25:
+		num(v, ASN_INTEGER, (uint64_t)d->alua);
+		break;
+	case 26:
+		num(v, ASN_UNSIGNED, d->owner_gw);
+		break;
+	case 27:
+		num(v, ASN_UNSIGNED, d->owner_epoch);
+		break;
+	case 28:
+		num(v, ASN_COUNTER64, d->owner_moves);
+		break;
+	case 29:
+		num(v, ASN_COUNTER64, d->takeovers);
+		break;
 	default:
 		return -1;
 	}
@@ -611,7 +626,7 @@ static int ssn_value(const void *row, unsigned col, struct value *v)
 }
 
 static const struct table_def tables[] = {
-    {"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 2, 24, 1, disk_count, disk_row, disk_index,
+    {"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 2, 29, 1, disk_count, disk_row, disk_index,
      disk_value},
     {"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 2, 21, 1, cache_count, cache_row,
      cache_index, cache_value},
@@ -840,6 +855,9 @@ void snmp_agent_notify(void *ctx, enum snmp_event ev, const void *row)
 	case SNMP_EV_ORIGIN_RECOVERED:
 		which[n] = 4;
 		break;
+	case SNMP_EV_ALUA_CHANGED:
+		which[n] = 5;
+		break;
 	}
 	snmp_varlist_add_variable(&vars, trap_oid_oid, OID_LENGTH(trap_oid_oid), ASN_OBJECT_ID,
 	                          (const u_char *)which, (n + 1) * sizeof(oid));
@@ -852,6 +870,15 @@ void snmp_agent_notify(void *ctx, enum snmp_event ev, const void *row)
 		}
 		snmp_log(LOG_WARNING, "hotlun-snmp: cache %s %s\n", c->name,
 		         ev == SNMP_EV_CACHE_FAILED ? "failed: pass-through" : "active again");
+	} else if (ev == SNMP_EV_ALUA_CHANGED) {
+		const struct snmp_disk *d = row;
+		static const unsigned cols[] = {2, 25, 26, 27}; /* name, ALUA state, owner, epoch */
+		for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++) {
+			disk_value(d, cols[i], &v);
+			add_column(&vars, disk_oid, OID_LENGTH(disk_oid), cols[i], d->index, &v);
+		}
+		snmp_log(LOG_NOTICE, "hotlun-snmp: disk %s: ALUA state %d, owner gateway %u\n",
+		         d->name, d->alua, (unsigned)d->owner_gw);
 	} else {
 		const struct snmp_disk *d = row;
 		static const unsigned cols[] = {2, 3, 7}; /* name, origin, origin state */

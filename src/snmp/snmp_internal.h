@@ -23,6 +23,21 @@
 enum snmp_origin_state { SNMP_ORIGIN_OK = 1, SNMP_ORIGIN_FAILING = 2 };
 enum snmp_cache_state { SNMP_CACHE_ACTIVE = 1, SNMP_CACHE_PASSTHROUGH = 2 };
 
+/*
+ * hlDiskAluaState: this gateway's ALUA group state for a disk, the SPC-4
+ * asymmetric access state codes, plus one value for a disk that only this
+ * gateway serves (no ownership: always accessible, never moves).
+ */
+enum snmp_alua_state {
+	SNMP_ALUA_ACTIVE_OPTIMIZED = 0x0,
+	SNMP_ALUA_ACTIVE_NON_OPTIMIZED = 0x1,
+	SNMP_ALUA_STANDBY = 0x2,
+	SNMP_ALUA_UNAVAILABLE = 0x3,
+	SNMP_ALUA_OFFLINE = 0xe,
+	SNMP_ALUA_TRANSITIONING = 0xf,
+	SNMP_ALUA_NOT_SHARED = 255,
+};
+
 struct snmp_disk {
 	uint32_t index; /* hlDiskIndex: snmp_name_index() of name, unique in the snapshot */
 	char *name, *origin, *cache; /* cache: "" without one */
@@ -36,6 +51,12 @@ struct snmp_disk {
 	uint32_t read_p50, read_p99, write_p50, write_p99; /* microseconds */
 	unsigned n_lat;                                    /* buckets in read_lat / write_lat */
 	uint64_t read_lat[SNMP_LAT_BUCKETS], write_lat[SNMP_LAT_BUCKETS];
+	/* ownership between gateways ("ownership" in stats; absent: not shared) */
+	int alua;             /* enum snmp_alua_state */
+	uint32_t owner_gw;    /* the owner's gateway id as last seen, 0: none known */
+	uint32_t owner_epoch; /* the owner's epoch, saturated at UINT32_MAX */
+	uint64_t owner_moves; /* times this gateway gained or lost the disk */
+	uint64_t takeovers;   /* of those: forced takeovers of a silent owner */
 };
 
 struct snmp_cache {
@@ -143,6 +164,7 @@ enum snmp_event {
 	SNMP_EV_CACHE_RECOVERED,
 	SNMP_EV_ORIGIN_LOST,
 	SNMP_EV_ORIGIN_RECOVERED,
+	SNMP_EV_ALUA_CHANGED, /* a disk's alua differs from the last poll's */
 };
 
 struct snmp_watch_item {
@@ -150,6 +172,7 @@ struct snmp_watch_item {
 	uint64_t errors;     /* disks: last hlDiskErrors seen */
 	double last_error_s; /* disks: when errors last grew */
 	int state;           /* disks: origin state; caches: cache state */
+	int alua;            /* disks: last hlDiskAluaState seen */
 	bool seen;           /* present in the latest snapshot */
 };
 
@@ -164,8 +187,9 @@ typedef void (*snmp_event_fn)(void *ctx, enum snmp_event ev, const void *row);
 /**
  * Compare snapshot `s` (a reachable one) with what the watcher remembers,
  * at time `now_s` (seconds, any monotonic origin): set each disk's
- * origin_state and call `fn` for each state change. A disk seen for the
- * first time starts ok with its current error count as the baseline; a
+ * origin_state and call `fn` for each state change (origin state, ALUA
+ * state). A disk seen for the first time starts ok with its current error
+ * count and ALUA state as the baseline; a
  * cache seen for the first time starts active (so a cache already in
  * pass-through is reported once). Items gone from `s` are forgotten.
  * @return 0 or -ENOMEM (then nothing is reported).

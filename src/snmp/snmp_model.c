@@ -186,6 +186,46 @@ static char *origin_str(json_t *o)
 	return buf ? (char *)hl_uri_redact(s, false, buf, n) : NULL;
 }
 
+/* hotlund's "alua" text (control.c, alua_name) as its SPC-4 code. */
+static int alua_code(const char *s)
+{
+	static const struct {
+		const char *name;
+		int code;
+	} names[] = {
+	    {"active/optimized", SNMP_ALUA_ACTIVE_OPTIMIZED},
+	    {"active/non-optimized", SNMP_ALUA_ACTIVE_NON_OPTIMIZED},
+	    {"standby", SNMP_ALUA_STANDBY},
+	    {"unavailable", SNMP_ALUA_UNAVAILABLE},
+	    {"offline", SNMP_ALUA_OFFLINE},
+	    {"transitioning", SNMP_ALUA_TRANSITIONING},
+	};
+
+	for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(s, names[i].name))
+			return names[i].code;
+	/* A state this subagent does not know: not one that serves I/O. */
+	return SNMP_ALUA_UNAVAILABLE;
+}
+
+/* The disk's "ownership" object: present only for a disk shared between gateways. */
+static void build_ownership(struct snmp_disk *d, json_t *own)
+{
+	uint64_t gw, epoch;
+
+	if (!json_is_object(own)) {
+		d->alua = SNMP_ALUA_NOT_SHARED;
+		return;
+	}
+	d->alua = alua_code(json_string_value(json_object_get(own, "alua")));
+	gw = u64(own, "owner");
+	d->owner_gw = gw <= 255 ? (uint32_t)gw : 0; /* gateway ids are 1..255 */
+	epoch = u64(own, "epoch");
+	d->owner_epoch = epoch < UINT32_MAX ? (uint32_t)epoch : UINT32_MAX;
+	d->owner_moves = u64(own, "transitions");
+	d->takeovers = u64(own, "takeovers");
+}
+
 static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *caches)
 {
 	d->name = strdup(name);
@@ -203,6 +243,7 @@ static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *
 	d->read_bytes = u64(o, "read_bytes");
 	d->write_bytes = u64(o, "write_bytes");
 	d->errors = u64(o, "errors");
+	build_ownership(d, json_object_get(o, "ownership"));
 
 	/* The cache's view of this disk, when it has a cache. */
 	json_t *cd = NULL;
@@ -601,6 +642,7 @@ int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_
 		if (it->state < 0) {
 			it->state = SNMP_ORIGIN_OK;
 			it->errors = d->errors;
+			it->alua = d->alua;
 		} else if (d->errors != it->errors) {
 			/* Grown (or reset by a restart of hotlund: a new baseline). */
 			if (d->errors > it->errors) {
@@ -619,6 +661,14 @@ int snmp_watch_update(struct snmp_watch *w, struct snmp_snapshot *s, double now_
 			fn(ctx, SNMP_EV_ORIGIN_RECOVERED, d);
 		}
 		d->origin_state = it->state;
+		/*
+		 * Every change seen between two polls; a move that passes through
+		 * transitioning faster than a poll shows only its end state.
+		 */
+		if (d->alua != it->alua) {
+			it->alua = d->alua;
+			fn(ctx, SNMP_EV_ALUA_CHANGED, d);
+		}
 	}
 	for (i = 0; i < s->n_caches; i++) {
 		struct snmp_cache *c = &s->caches[i];

@@ -54,6 +54,10 @@ expect "log_level=" "${S[@]}" set log_
 expect "logout_timeout=" "${S[@]}" set logo
 expect "/caches/" "${S[@]}" ls /ca
 expect "--json --watch" "${S[@]}" stats -
+expect "handover help" "${S[@]}" h
+expect "takeover" "${S[@]}" t
+expect "/disks/disk0/" "${S[@]}" handover ""
+expect "/disks/disk0/" "${S[@]}" takeover /disks/d
 # a disk created at run time shows up at once: the tree is the daemon's
 "$HL_BUILDDIR/hotlunctl" --socket "$sock" /disks create extra "origin=file:$HL_DISK" >/dev/null ||
 	hl_fail "hotlunctl create failed"

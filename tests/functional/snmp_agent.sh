@@ -79,6 +79,15 @@ hl_log "ok: indexes d0=$D0 d1=$D1 c0=$C0 (name hashes)"
 [ "$(sget hlCacheAdmissionPolicy "$C0")" = frequency ] || hl_fail "hlCacheAdmissionPolicy: $(sget hlCacheAdmissionPolicy "$C0")"
 [ "$(sget hlCacheState "$C0")" = 1 ] || hl_fail "hlCacheState must be active(1)"
 [ "$(sget hlDiskOriginState "$D0")" = 1 ] || hl_fail "hlDiskOriginState must be ok(1)"
+# A lone gateway shares no disk: notShared(255), no owner, nothing moved
+# (tests/functional/snmp_gateways.sh covers a gateway pair).
+for d in "$D0" "$D1"; do
+	[ "$(sget hlDiskAluaState "$d")" = 255 ] || hl_fail "hlDiskAluaState.$d: '$(sget hlDiskAluaState "$d")', not notShared(255)"
+	for o in hlDiskOwnerGateway hlDiskOwnerEpoch hlDiskOwnerMoves hlDiskTakeovers; do
+		[ "$(sget $o "$d")" = 0 ] || hl_fail "$o.$d: '$(sget $o "$d")', not 0 for a disk that is not shared"
+	done
+done
+hl_log "ok: ownership columns of unshared disks (notShared, 0)"
 
 # ---------------------------------------------------------------- workload
 

@@ -380,6 +380,90 @@ static void test_watch_cache_failed_at_start(void)
 	snmp_watch_free(&w);
 }
 
+/* A disk shared between gateways carries "ownership"; one that is not, none. */
+static void test_ownership(void)
+{
+	struct snmp_snapshot s;
+
+	build(&s, "{\"disks\": {"
+	          "  \"sh\": {\"ownership\": {\"gateway\": 2, \"state\": \"standby\","
+	          "          \"alua\": \"standby\", \"owner\": 1, \"epoch\": 7, \"transitions\": 3,"
+	          "          \"takeovers\": 1, \"lease_left_ms\": 0, \"last\": \"lost\"}},"
+	          "  \"tr\": {\"ownership\": {\"alua\": \"transitioning\", \"owner\": 0,"
+	          "          \"epoch\": 99999999999}},"
+	          "  \"ao\": {\"ownership\": {\"alua\": \"active/optimized\", \"owner\": 2,"
+	          "          \"epoch\": 8}},"
+	          "  \"odd\": {\"ownership\": {\"alua\": \"sideways\", \"owner\": 4096}},"
+	          "  \"lone\": {\"read_cmds\": 1}"
+	          "}}");
+	const struct snmp_disk *sh = disk(&s, "sh"), *tr = disk(&s, "tr"), *ao = disk(&s, "ao");
+	const struct snmp_disk *odd = disk(&s, "odd"), *lone = disk(&s, "lone");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(sh);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tr);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ao);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(odd);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(lone);
+	CU_ASSERT_EQUAL(sh->alua, SNMP_ALUA_STANDBY);
+	CU_ASSERT_EQUAL(sh->owner_gw, 1);
+	CU_ASSERT_EQUAL(sh->owner_epoch, 7);
+	CU_ASSERT_EQUAL(sh->owner_moves, 3);
+	CU_ASSERT_EQUAL(sh->takeovers, 1);
+	CU_ASSERT_EQUAL(ao->alua, SNMP_ALUA_ACTIVE_OPTIMIZED);
+	CU_ASSERT_EQUAL(ao->owner_gw, 2);
+	CU_ASSERT_EQUAL(tr->alua, SNMP_ALUA_TRANSITIONING);
+	CU_ASSERT_EQUAL(tr->owner_gw, 0);
+	CU_ASSERT_EQUAL(tr->owner_epoch, UINT32_MAX); /* saturates, never wraps back */
+	/* a state this subagent does not know is not reported as serving */
+	CU_ASSERT_EQUAL(odd->alua, SNMP_ALUA_UNAVAILABLE);
+	CU_ASSERT_EQUAL(odd->owner_gw, 0);
+	/* not shared: notShared(255), no owner, nothing counted */
+	CU_ASSERT_EQUAL(lone->alua, SNMP_ALUA_NOT_SHARED);
+	CU_ASSERT_EQUAL(lone->owner_gw, 0);
+	CU_ASSERT_EQUAL(lone->owner_epoch, 0);
+	CU_ASSERT_EQUAL(lone->owner_moves, 0);
+	CU_ASSERT_EQUAL(lone->takeovers, 0);
+	snmp_snapshot_free(&s);
+}
+
+static void poll_alua(struct snmp_watch *w, const char *alua, struct snmp_snapshot *s)
+{
+	char text[512];
+	snprintf(text, sizeof(text),
+	         "{\"disks\": {\"d0\": {\"ownership\": {\"alua\": \"%s\", \"owner\": 1}},"
+	         " \"d1\": {}}}",
+	         alua);
+	build(s, text);
+	CU_ASSERT_EQUAL(snmp_watch_update(w, s, 0, on_event, NULL), 0);
+}
+
+/* hlDiskAluaStateChanged: once per change seen between polls, never at the first sighting. */
+static void test_watch_alua(void)
+{
+	struct snmp_watch w = {0};
+	struct snmp_snapshot s;
+
+	n_events = 0;
+	poll_alua(&w, "active/optimized", &s);
+	CU_ASSERT_EQUAL(n_events, 0);
+	snmp_snapshot_free(&s);
+	poll_alua(&w, "active/optimized", &s);
+	CU_ASSERT_EQUAL(n_events, 0);
+	snmp_snapshot_free(&s);
+	poll_alua(&w, "transitioning", &s);
+	CU_ASSERT_EQUAL(n_events, 1);
+	CU_ASSERT_EQUAL(last_ev, SNMP_EV_ALUA_CHANGED);
+	CU_ASSERT_STRING_EQUAL(last_name, "d0");
+	snmp_snapshot_free(&s);
+	poll_alua(&w, "standby", &s);
+	CU_ASSERT_EQUAL(n_events, 2);
+	CU_ASSERT_EQUAL(last_ev, SNMP_EV_ALUA_CHANGED);
+	snmp_snapshot_free(&s);
+	poll_alua(&w, "standby", &s);
+	CU_ASSERT_EQUAL(n_events, 2); /* d1 (not shared) never reports */
+	snmp_snapshot_free(&s);
+	snmp_watch_free(&w);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -394,6 +478,8 @@ int main(void)
 	    {"hlDiskOrigin masks an origin's secret", test_origin_secret_masked},
 	    {"hlAuthFailures and hlAuthThrottled", test_auth_counters},
 	    {"watch: cache already failed at start", test_watch_cache_failed_at_start},
+	    {"ownership columns", test_ownership},
+	    {"watch: ALUA state changes", test_watch_alua},
 	    {NULL, NULL},
 	};
 	return hl_test_run("snmp_model", tests);
