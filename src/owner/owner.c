@@ -554,8 +554,10 @@ int hl_owner_handover(struct hl_owner *ow, unsigned wait_ms)
 		if (atomic_load(&ow->state) == ST_OWNER)
 			return 0; /* taken back (nobody else wanted it) */
 		if (ow->backend->ops->own_peek(ow->backend, &info) == 0 && info.owner &&
-		    info.owner != ow->gw && !info.released)
+		    info.owner != ow->gw && !info.released) {
+			atomic_store(&ow->owner_seen, info.owner);
 			return 0;
+		}
 		struct timespec ts = {0, 50 * 1000000};
 		nanosleep(&ts, NULL);
 	}

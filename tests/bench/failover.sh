@@ -26,7 +26,10 @@
 #           blocks read back through it that differ from `rbd export` of the
 #           image; retained_pct = its read hit
 #           ratio over its first window_s seconds after over its hit ratio
-#           before (uniform random 64 KiB reads over the image).
+#           before (uniform random 64 KiB reads over the image);
+# pingpong  both gateways ask for the image in turn (hotlunctl takeover, the
+#           same request as SET TARGET PORT GROUPS) every 0.5 s for 30 s:
+#           moves = ownership changes (the hold allows one per 10 s).
 #
 #   tests/bench/failover.sh            (BUILD=dir, default ./build; SIZE=256M)
 set -euo pipefail
@@ -39,6 +42,7 @@ CTL=$BUILD/hotlunctl
 tmp=$(mktemp -d /tmp/hotlun-failover.XXXXXX)
 declare -A PORT PID SOCK
 cleanup() {
+	local rc=$?
 	for g in 1 2; do
 		[ -n "${PID[$g]:-}" ] && kill -CONT "${PID[$g]}" 2>/dev/null && kill -TERM "${PID[$g]}" 2>/dev/null
 	done
@@ -46,6 +50,7 @@ cleanup() {
 	for g in 1 2; do [ -n "${PID[$g]:-}" ] && kill -KILL "${PID[$g]}" 2>/dev/null; done
 	MINI_CEPH_QUIET=1 "$SRC/tests/functional/mini_ceph.sh" down "$tmp/ceph" >/dev/null 2>&1 || true
 	rm -rf "$tmp"
+	exit $rc
 }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -221,6 +226,20 @@ h0=$(hits 1) q0=$(reqs 1)
 h1=$(hits 1) q1=$(reqs 1)
 after=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
 sum=$(tail -n 1 "$tmp/failback.out")
-printf 'failover scenario=failback gap_s=%.2f errors=%s stale=%s retained_pct=%.1f kept=%s window_s=%s hit_before_pct=%.1f hit_after_pct=%.1f rewritten=%s\n' \
+printf 'failover scenario=failback gap_s=%.2f errors=%s stale=%s retained_pct=%.2f kept=%s window_s=%s hit_before_pct=%.2f hit_after_pct=%.2f misses_after=%s rewritten=%s\n' \
 	"$(echo "$(field max_us "$sum") / 1000000" | bc -l)" "$(field errors "$sum")" "$stale" \
-	"$(echo "$after * 100 / $before" | bc -l)" "$kept" "$WINDOW" "$before" "$after" "$n"
+	"$(echo "$after * 100 / $before" | bc -l)" "$kept" "$WINDOW" "$before" "$after" \
+	"$(((q1 - q0) - (h1 - h0)))" "$n"
+
+# ---- ping-pong: both gateways ask for the image, alternately, every 0.5 s for 30 s
+e0=$(gstat 1 'r["disks"]["d"]["ownership"]["epoch"]')
+asks=0
+for i in $(seq 1 60); do
+	g=$((i % 2 + 1))
+	"$CTL" --socket "${SOCK[$g]}" takeover /disks/d >/dev/null 2>&1 || true
+	asks=$((asks + 1))
+	sleep 0.5
+done
+sleep 1
+e1=$(gstat 1 'r["disks"]["d"]["ownership"]["epoch"]')
+printf 'failover scenario=pingpong requests=%s seconds=30 moves=%s hold_s=10\n' "$asks" "$((e1 - e0))"
