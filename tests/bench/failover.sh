@@ -25,13 +25,14 @@
 #           places); the image is handed back under read load; stale = 64 KiB
 #           blocks read back through it that differ from `rbd export` of the
 #           image; retained_pct = its read hit
-#           ratio over its first window_s seconds after over its hit ratio
+#           ratio from the failback on (window_s: the failback load's rest
+#           and WINDOW=30 s more) over its hit ratio
 #           before (uniform random 64 KiB reads over the image);
 # pingpong  both gateways ask for the image in turn (hotlunctl takeover, the
 #           same request as SET TARGET PORT GROUPS) every 0.5 s for 30 s:
 #           moves = ownership changes (the hold allows one per 10 s).
 #
-#   tests/bench/failover.sh            (BUILD=dir, default ./build; SIZE=256M)
+#   tests/bench/failover.sh     (BUILD=dir, default ./build; SIZE=256M; KEEP=1 keeps the logs)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
@@ -49,7 +50,7 @@ cleanup() {
 	sleep 4
 	for g in 1 2; do [ -n "${PID[$g]:-}" ] && kill -KILL "${PID[$g]}" 2>/dev/null; done
 	MINI_CEPH_QUIET=1 "$SRC/tests/functional/mini_ceph.sh" down "$tmp/ceph" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
+	if [ -n "${KEEP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
 	exit $rc
 }
 trap cleanup EXIT
@@ -204,8 +205,13 @@ LOAD=$!
 sleep 4
 "$CTL" --socket "${SOCK[2]}" handover /disks/d >/dev/null
 owner_is 1
+h0=$(hits 1) q0=$(reqs 1) t0=$(date +%s.%N) # the window starts at the failback
 wait "$LOAD" || true
 kept=$(gstat 1 'r["caches"]["ssd"]["disks"]["d"]["warm_kept"]')
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$WINDOW" "$(url 1)" >/dev/null 2>&1
+h1=$(hits 1) q1=$(reqs 1)
+after=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
+window=$(printf '%.0f' "$(echo "$(date +%s.%N) - $t0" | bc -l)")
 # stale: 64 KiB blocks read through gateway 1 that differ from the image in the cluster
 rbd export rbd/origin "$tmp/image.raw" >/dev/null 2>&1
 qemu-img convert -f raw -O raw "$(url 1)" "$tmp/read.raw"
@@ -221,14 +227,10 @@ while True:
 print(n)
 PY
 )
-h0=$(hits 1) q0=$(reqs 1)
-"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$WINDOW" "$(url 1)" >/dev/null 2>&1
-h1=$(hits 1) q1=$(reqs 1)
-after=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
 sum=$(tail -n 1 "$tmp/failback.out")
 printf 'failover scenario=failback gap_s=%.2f errors=%s stale=%s retained_pct=%.2f kept=%s window_s=%s hit_before_pct=%.2f hit_after_pct=%.2f misses_after=%s rewritten=%s\n' \
 	"$(echo "$(field max_us "$sum") / 1000000" | bc -l)" "$(field errors "$sum")" "$stale" \
-	"$(echo "$after * 100 / $before" | bc -l)" "$kept" "$WINDOW" "$before" "$after" \
+	"$(echo "$after * 100 / $before" | bc -l)" "$kept" "$window" "$before" "$after" \
 	"$(((q1 - q0) - (h1 - h0)))" "$n"
 
 # ---- ping-pong: both gateways ask for the image, alternately, every 0.5 s for 30 s
