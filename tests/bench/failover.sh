@@ -45,10 +45,10 @@ declare -A PORT PID SOCK
 cleanup() {
 	local rc=$?
 	for g in 1 2; do
-		[ -n "${PID[$g]:-}" ] && kill -CONT "${PID[$g]}" 2>/dev/null && kill -TERM "${PID[$g]}" 2>/dev/null
+		[ -n "${PID[$g]:-}" ] && kill -CONT "${PID[$g]}" 2>/dev/null && kill -TERM "${PID[$g]}" 2>/dev/null || true
 	done
 	sleep 4
-	for g in 1 2; do [ -n "${PID[$g]:-}" ] && kill -KILL "${PID[$g]}" 2>/dev/null; done
+	for g in 1 2; do [ -n "${PID[$g]:-}" ] && kill -KILL "${PID[$g]}" 2>/dev/null || true; done
 	MINI_CEPH_QUIET=1 "$SRC/tests/functional/mini_ceph.sh" down "$tmp/ceph" >/dev/null 2>&1 || true
 	if [ -n "${KEEP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
 	exit $rc
