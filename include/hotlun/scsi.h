@@ -226,6 +226,13 @@ struct hl_lu_access {
 	 * FIELD IN PARAMETER LIST).
 	 */
 	int (*set)(void *arg, uint16_t via, uint16_t tpg, enum hl_alua_state state);
+	/**
+	 * Optional: may a media command that passed the access check still
+	 * complete with its data (this gateway still owns the LU, its lease
+	 * running)? Asked when a command that read data completes; false: its
+	 * data is not sent (NOT READY, 04h/0Ah). NULL: as state() says now.
+	 */
+	bool (*serving)(void *arg);
 	/** Implicit transition time for the extended RTPG header, seconds (0: unspecified). */
 	uint8_t transition_time_s;
 };

@@ -113,6 +113,20 @@ static enum hl_alua_state own_group_state(struct hl_owner *ow)
 	}
 }
 
+/*
+ * A command that started while we served may finish with its data while we
+ * still own the disk with a running lease: also during a planned release
+ * (the drain), not after the lease ran out (a freeze: another gateway may
+ * have written since).
+ */
+static bool access_serving(void *arg)
+{
+	struct hl_owner *ow = arg;
+	int st = atomic_load(&ow->state);
+
+	return (st == ST_OWNER || st == ST_RELEASING) && now_ms() < atomic_load(&ow->lease_until);
+}
+
 static enum hl_alua_state access_state(void *arg, uint16_t tpg)
 {
 	struct hl_owner *ow = arg;
@@ -499,6 +513,7 @@ int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend
 	ow->access.groups = access_groups;
 	ow->access.state = access_state;
 	ow->access.set = access_set;
+	ow->access.serving = access_serving;
 	ow->access.transition_time_s = (uint8_t)((ow->dead_ms + ow->lease_ms + 999) / 1000 + 1);
 	if (lu)
 		hl_lu_set_access(lu, &ow->access, ow);

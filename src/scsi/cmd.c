@@ -55,6 +55,35 @@ bool scsi_write_protected(struct hl_scsi_cmd *cmd)
 	return true;
 }
 
+/*
+ * A media command that read data passed the access check when it started;
+ * if its group is not active any more when it completes (this gateway was
+ * frozen in between, and its lease ran out: another gateway may have
+ * written the blocks since), its data is not sent: NOT READY, ASYMMETRIC
+ * ACCESS STATE TRANSITION, and the initiator reads again on another path.
+ * Checked last before the transport sends anything (docs/gateways.md, the
+ * bound on a split brain).
+ */
+static void access_recheck(struct hl_scsi_cmd *cmd)
+{
+	const struct hl_lu_access *acc = scsi_lu_access(cmd->lu);
+	const struct hl_scsi_port *port = cmd->nexus ? cmd->nexus->port : NULL;
+
+	if (!acc)
+		return;
+	void *arg = __atomic_load_n(&cmd->lu->access_arg, __ATOMIC_RELAXED);
+	if (acc->serving) {
+		if (acc->serving(arg))
+			return;
+	} else {
+		enum hl_alua_state st = acc->state(arg, port ? port->tpg_id : 0);
+		if (st == HL_ALUA_AO || st == HL_ALUA_ANO)
+			return;
+	}
+	cmd->data_in_len = 0;
+	hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_TRANSITION);
+}
+
 void scsi_cmd_complete(struct hl_scsi_cmd *cmd)
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
@@ -64,6 +93,8 @@ void scsi_cmd_complete(struct hl_scsi_cmd *cmd)
 	scsi_range_unlock(cmd);
 	/* every command completes here exactly once: the one place it is uncounted */
 	if (cmd->state & SCSI_CMD_BUSY) {
+		if (cmd->data_in_len && cmd->status == HL_SAM_GOOD)
+			access_recheck(cmd);
 		cmd->state &= ~SCSI_CMD_BUSY;
 		__atomic_sub_fetch(&cmd->lu->busy, 1, __ATOMIC_RELEASE);
 	}

@@ -20,6 +20,7 @@ struct fake_access {
 		enum hl_alua_state state;
 	} set[8];
 	unsigned n_state_calls;
+	bool not_serving; /* serving(): the lease ran out */
 };
 
 static struct fake_access fa;
@@ -58,10 +59,16 @@ static int fa_set(void *arg, uint16_t via, uint16_t tpg, enum hl_alua_state stat
 	return f->set_rc;
 }
 
+static bool fa_serving(void *arg)
+{
+	return !((struct fake_access *)arg)->not_serving;
+}
+
 static const struct hl_lu_access fa_ops = {
     .groups = fa_groups,
     .state = fa_state,
     .set = fa_set,
+    .serving = fa_serving,
     .transition_time_s = 5,
 };
 
@@ -589,6 +596,45 @@ static void test_busy_counts_media_commands(void)
 	lu_teardown();
 }
 
+/*
+ * A READ that passed the check while this gateway owned the LU completes
+ * after its lease ran out (it was frozen meanwhile): its data is not sent,
+ * NOT READY 04h/0Ah instead. A write that completes then keeps its status
+ * (the origin's cluster fenced what mattered), and so does a read during a
+ * planned release (serving() still true).
+ */
+static void test_read_completing_after_lease_refused(void)
+{
+	struct tcmd r, w, r2;
+	uint8_t rd[10], wr[10], rbuf[BS], wbuf[BS], rbuf2[BS];
+
+	alua_setup(HL_ALUA_AO, HL_ALUA_STANDBY);
+	cdb_rw10(rd, 0x28, 0, 1);
+	cdb_rw10(wr, 0x2a, 8, 1);
+	start_nx1(&r, rd, 10, rbuf, BS, false);
+	start_nx1(&w, wr, 10, wbuf, BS, true);
+	set_mine(HL_ALUA_TRANSITIONING);
+	fa.not_serving = true;
+	CU_ASSERT_TRUE(fake_step(origin));
+	CU_ASSERT_EQUAL(r.done, 1);
+	CU_ASSERT_TRUE(sense_is(&r.cmd, HL_SK_NOT_READY, 0x04, 0x0a));
+	CU_ASSERT_EQUAL(r.cmd.data_in_len, 0);
+	CU_ASSERT_TRUE(fake_step(origin));
+	CU_ASSERT_EQUAL(w.done, 1);
+	CU_ASSERT_EQUAL(w.cmd.status, HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(hl_lu_busy(lu), 0);
+	/* a planned release drains: the read started before it completes with data */
+	set_mine(HL_ALUA_AO);
+	fa.not_serving = false;
+	start_nx1(&r2, rd, 10, rbuf2, BS, false);
+	set_mine(HL_ALUA_TRANSITIONING);
+	CU_ASSERT_TRUE(fake_step(origin));
+	CU_ASSERT_EQUAL(r2.done, 1);
+	CU_ASSERT_EQUAL(r2.cmd.status, HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(r2.cmd.data_in_len, BS);
+	lu_teardown();
+}
+
 static void test_busy_uncounted_on_errors(void)
 {
 	struct tcmd t;
@@ -656,6 +702,8 @@ static const struct hl_test tests[] = {
     {"RSOC lists STPG with its usage mask when offered", test_rsoc_lists_stpg_with_provider},
     {"hl_lu_busy counts running media commands", test_busy_counts_media_commands},
     {"hl_lu_busy: every error path uncounts", test_busy_uncounted_on_errors},
+    {"a read completing after the lease ran out sends no data",
+     test_read_completing_after_lease_refused},
     {"removing the provider: back to all active/optimized", test_provider_removed},
     {NULL, NULL},
 };

@@ -1,0 +1,239 @@
+# tests/functional/gateway_lib.sh - sourced by the two-gateway tests
+# (gateway_rbd.sh, gateway_san.sh) after lib.sh: two hotlund gateways on one
+# origin, their configuration, and the scenarios both run (docs/gateways.md).
+# The caller sets T, IQN, BENCH (hl_cache_front_prereqs), GW_ORIGIN (the
+# origin URI) and GW_DISK_EXTRA (lines added to [disk san]), calls gw_setup,
+# then gw_scenarios, then checks the failback ($GW_WARM: what the gateway
+# that got the disk back kept, and why) its own way and calls gw_no_stale.
+
+declare -A PORT PID SOCK
+url() { echo "iscsi://127.0.0.1:${PORT[$1]}/$IQN/0"; }
+
+# gw_setup: the two gateways' configurations (gateway = 1 | 2, gateways = 1,2)
+gw_setup() {
+	local g st
+	PORT[1]=$(hl_free_port)
+	PORT[2]=$(hl_free_port)
+	while [ "${PORT[2]}" = "${PORT[1]}" ]; do PORT[2]=$(hl_free_port); done
+	for g in 1 2; do
+		st=$T/gw$g
+		mkdir -p "$st"
+		truncate -s 96M "$st/cache.img"
+		SOCK[$g]=$st/ctl.sock
+		hl_cache_front_conf "$st/hotlund.conf" "${PORT[$g]}" "$st" "$IQN" "$GW_ORIGIN" \
+			device="$st/cache.img" size=96M block_size=64K admission=always
+		[ -n "${GW_DISK_EXTRA:-}" ] && sed -i "s|^cache = ssd$|&\n$GW_DISK_EXTRA|" "$st/hotlund.conf"
+		sed -i "s|^threads = 2$|&\ngateway = $g\ngateways = 1,2|" "$st/hotlund.conf"
+	done
+}
+
+# stale_blocks A B: 64 KiB blocks that differ between two images
+stale_blocks() {
+	python3 - "$1" "$2" <<'PY'
+import sys
+a, b = open(sys.argv[1], 'rb'), open(sys.argv[2], 'rb')
+n = 0
+while True:
+    x, y = a.read(65536), b.read(65536)
+    if not x and not y:
+        break
+    n += x != y
+print(n)
+PY
+}
+
+start_gw() {
+	hl_start_hotlund "$T/gw$1/hotlund.conf"
+	PID[$1]=$HL_PID
+	eval "LOG$1=\$HL_LOG"
+}
+# own G KEY: a field of gateway G's view of disk san's ownership
+own() {
+	local out
+	out=$("$CTL" --socket "${SOCK[$1]}" stats --json 2>/dev/null) || { echo "?"; return; }
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1])["disks"]["san"]["ownership"][sys.argv[2]])' \
+		"$out" "$2" 2>/dev/null || echo "?"
+}
+# wait_owner G SECONDS: until gateway G owns the image
+wait_owner() {
+	local i
+	for i in $(seq 1 $(($2 * 10))); do
+		[ "$(own "$1" state)" = owner ] && [ "$(own "$1" alua)" = active/optimized ] && return 0
+		sleep 0.1
+	done
+	hl_fail "gateway $1 does not own the image after $2 s: $(own "$1" state), last: $(own "$1" last)"
+}
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+# bench NAME SECONDS FIRST OTHER: verified load through both paths (FIRST's portal first)
+bench_start() {
+	"$BENCH" --verify --quiet --read 60 --qd 8 --bs 64K --range 48M --time "$2" \
+		--path-timeout 2 --path "127.0.0.1:${PORT[$4]}" "$(url "$3")" \
+		>"$T/$1.out" 2>"$T/$1.err" &
+	BENCH_PID=$!
+	HL_PIDS+=("$BENCH_PID")
+	HL_PID_NAMES+=(hotlun-bench)
+}
+bench_check() {
+	wait "$BENCH_PID"
+	local brc=$?
+	hl_forget "$BENCH_PID"
+	local sum
+	sum=$(tail -n 1 "$T/$1.out")
+	hl_log "$1: $sum"
+	grep "^path" "$T/$1.err" | head -20 >&2
+	[ $brc = 0 ] || { tail -20 "$T/$1.err" >&2; hl_fail "$1: hotlun-bench exited $brc"; }
+	[ "$(field errors "$sum")" = 0 ] || { tail -20 "$T/$1.err" >&2; hl_fail "$1: I/O errors: $sum"; }
+	[ "$(field verify_errors "$sum")" = 0 ] || hl_fail "$1: STALE or wrong data read: $sum"
+	LAST_SUM=$sum
+}
+
+# gw_scenarios: 0 identity and standby, 1 kill, 2 planned, 3 freeze/thaw, 4 failback
+# (up to the failback's warm_start line in GW_WARM)
+gw_scenarios() {
+	# ---- 0. one LU, one owner, one standby
+	head -c $((64 * 1024 * 1024)) /dev/urandom >"$T/want.img"
+	start_gw 1
+	wait_owner 1 20
+	timeout 120 qemu-img convert -n -f raw -O raw "$T/want.img" "$(url 1)" ||
+		hl_fail "could not write the image through gateway 1"
+	start_gw 2
+	sleep 1
+	[ "$(own 2 state)" = standby ] && [ "$(own 2 alua)" = standby ] && [ "$(own 2 owner)" = 1 ] ||
+		hl_fail "gateway 2 is not a standby of gateway 1: $(own 2 state) $(own 2 alua) owner $(own 2 owner)"
+	serial() { iscsi-inq -e 1 -c 128 "$(url "$1")" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'; }
+	SERIAL=$(serial 1)
+	[ -n "$SERIAL" ] || hl_fail "no serial number through gateway 1"
+	# a standby refuses media access with NOT READY, TARGET PORT IN STANDBY STATE
+	# (libiscsi's login sends TEST UNIT READY, so its tools cannot even log in there)
+	out=$(iscsi-inq -e 1 -c 128 "$(url 2)" 2>&1) && hl_fail "the standby answered TEST UNIT READY: $out"
+	grep -q "NOT READY.*0x040b" <<<"$out" || hl_fail "the standby did not answer 04h/0Bh: $out"
+	hl_log "0: gateway 1 owns, gateway 2 standby ($out)"
+
+	# ---- 1. the owner killed under load
+	bench_start kill 14 1 2
+	sleep 4
+	kill -KILL "${PID[1]}"
+	wait "${PID[1]}" 2>/dev/null
+	hl_forget "${PID[1]}"
+	t0=$(date +%s.%N)
+	wait_owner 2 20
+	took=$(echo "$(date +%s.%N) - $t0" | bc)
+	bench_check kill
+	[ "$(own 2 takeovers)" -ge 1 ] || hl_fail "gateway 2's takeover was not counted"
+	[ "$(serial 2)" = "$SERIAL" ] || hl_fail "gateway 2 shows another LU: $(serial 2), not $SERIAL"
+	grep -q "moves from 127.0.0.1:${PORT[1]} to 127.0.0.1:${PORT[2]}" "$T/kill.err" ||
+		hl_fail "the session did not move to gateway 2"
+	hl_log "1: kill: gateway 2 owner after ${took} s; longest I/O $(field max_us "$LAST_SUM") us"
+	start_gw 1 # back as a standby, by itself
+	sleep 1
+	[ "$(own 1 state)" = standby ] || hl_fail "the restarted gateway 1 is not a standby: $(own 1 state)"
+
+	# ---- 2. planned: SIGTERM the owner (gateway 2) under load
+	bench_start planned 10 2 1
+	sleep 3
+	kill -TERM "${PID[2]}"
+	wait "${PID[2]}" 2>/dev/null
+	hl_forget "${PID[2]}"
+	wait_owner 1 10
+	bench_check planned
+	max=$(field max_us "$LAST_SUM")
+	[ "${max%.*}" -lt 5000000 ] || hl_fail "planned handover: the longest I/O took $max us"
+	grep -rq "disk san: handed over (planned)" "$T" || hl_fail "gateway 2 did not log its handover"
+	hl_log "2: planned: longest I/O $max us"
+	start_gw 2
+	sleep 1
+	[ "$(own 2 state)" = standby ] || hl_fail "the restarted gateway 2 is not a standby"
+
+	# ---- 3. split brain: freeze the owner (gateway 1), thaw it after the takeover
+	# a second client stays on the old owner's path: its READ at 56 MiB (outside
+	# the load's range, cached there) is sent while that gateway is frozen and
+	# reaches it only when it is thawed, after the new owner wrote there
+	mkfifo "$T/qio.in"
+	qemu-io -f raw "$(url 1)" <"$T/qio.in" >"$T/qio.out" 2>&1 &
+	QIO=$!
+	HL_PIDS+=("$QIO")
+	HL_PID_NAMES+=(qemu-io)
+	exec 7>"$T/qio.in"
+	echo "read 56M 64k" >&7 # logged in, and cached on gateway 1
+	bench_start freeze 14 1 2
+	sleep 3
+	kill -STOP "${PID[1]}"
+	echo "read -P 0x5a 56M 64k" >&7
+	wait_owner 2 30
+	qemu-io -f raw -c 'write -P 0x5a 56M 64k' "$(url 2)" >"$T/w.out" 2>&1 || hl_fail "write through gateway 2: $(cat "$T/w.out")"
+	python3 - "$T/want.img" <<-'PY'
+	import sys
+	with open(sys.argv[1], 'r+b') as f:
+	    f.seek(56 << 20)
+	    f.write(b'\x5a' * 65536)
+	PY
+	kill -CONT "${PID[1]}"
+	bench_check freeze
+	echo quit >&7
+	exec 7>&-
+	for i in $(seq 1 300); do hl_alive "$QIO" || break; sleep 0.1; done
+	hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "the old path's client hangs: $(cat "$T/qio.out")"; }
+	wait "$QIO" 2>/dev/null
+	hl_forget "$QIO"
+	if grep -qi "pattern verification failed" "$T/qio.out"; then
+		hl_fail "STALE: the thawed gateway served old data: $(cat "$T/qio.out")"
+	fi
+	grep -qi "read 65536/65536 bytes\|error\|fail" "$T/qio.out" ||
+		hl_fail "the old path's read got no answer: $(cat "$T/qio.out")"
+	hl_log "3: the old path's read after the thaw: $(grep -i "65536\|error\|fail" "$T/qio.out" | head -2 | tr '\n' ' ')"
+	# and a new client through the thawed gateway
+	qemu-io -f raw -r -c 'read -P 0x5a 56M 64k' "$(url 1)" >"$T/r.out" 2>&1
+	if grep -qi "pattern verification failed" "$T/r.out"; then
+		hl_fail "STALE: the thawed gateway served old data: $(cat "$T/r.out")"
+	fi
+	for i in $(seq 1 50); do
+		[ "$(own 1 state)" = standby ] && break
+		sleep 0.1
+	done
+	[ "$(own 1 state)" = standby ] && [ "$(own 1 owner)" = 2 ] ||
+		hl_fail "the thawed gateway 1 is not a standby of gateway 2: $(own 1 state), owner $(own 1 owner)"
+
+	# ---- 4. failback keeps what did not change
+	# everything through gateway 2 reads back as written (the bench wrote too: read it)
+	rm -f "$T/now.img"
+	timeout 120 qemu-img convert -f raw -O raw "$(url 2)" "$T/now.img" || hl_fail "read through gateway 2"
+	cp "$T/now.img" "$T/want.img"
+	# gateway 1 warms its cache while it owns the image (a planned move there and back)
+	"$CTL" --socket "${SOCK[2]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
+	wait_owner 1 10
+	# random reads fill the cache (a sequential pass would bypass it)
+	"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 4 "$(url 1)" >"$T/warm.out" 2>&1 ||
+		hl_fail "warming through gateway 1: $(tail -3 "$T/warm.out")"
+	rm -f "$T/r1.img"
+	timeout 120 qemu-img convert -f raw -O raw "$(url 1)" "$T/r1.img" || hl_fail "read through gateway 1"
+	cmp -s "$T/r1.img" "$T/want.img" || hl_fail "gateway 1 reads differ from the image"
+	"$CTL" --socket "${SOCK[1]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
+	wait_owner 2 10
+	# 1% of the image (640 KiB in 10 places) rewritten through gateway 2
+	for k in 0 1 2 3 4 5 6 7 8 9; do
+		off=$((k * 6 * 1024 * 1024 + 4096))
+		qemu-io -f raw -c "write -P 0x$((k + 30)) $off 64k" "$(url 2)" >/dev/null 2>&1 || hl_fail "write through gateway 2"
+		python3 - "$T/want.img" "$off" "$((k + 30))" <<-'PY'
+	import sys
+	with open(sys.argv[1], 'r+b') as f:
+	    f.seek(int(sys.argv[2]))
+	    f.write(bytes([int(sys.argv[3], 16)]) * 65536)
+	PY
+	done
+	"$CTL" --socket "${SOCK[2]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
+	wait_owner 1 10
+	ws=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["caches"]["ssd"]["disks"]["san"]["warm_start"])' \
+		"$("$CTL" --socket "${SOCK[1]}" stats --json)")
+	hl_log "4: failback: $ws"
+	GW_WARM=$ws
+}
+
+# gw_no_stale: everything read through gateway 1 is what the image holds
+gw_no_stale() {
+	local stale
+	rm -f "$T/r1.img"
+	timeout 120 qemu-img convert -f raw -O raw "$(url 1)" "$T/r1.img" || hl_fail "read through gateway 1"
+	stale=$(stale_blocks "$T/want.img" "$T/r1.img")
+	[ "$stale" = 0 ] || hl_fail "STALE after failback: $stale block(s) differ"
+	hl_log "4: 0 stale blocks after failback"
+}
