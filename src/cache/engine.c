@@ -575,9 +575,8 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 
 	if (atomic_load(&e->proofs_held))
 		return; /* not ours: the cache may not match; the last proof stays */
+	pthread_mutex_lock(&c->sync_lock); /* one proof at a time (the meta thread's too) */
 	rc = hl_origin_proof_take(inner, e->tag, true, proof, sizeof(proof));
-
-	pthread_mutex_lock(&c->sync_lock);
 	free(e->cand);
 	e->cand = NULL;
 	if (rc) {

@@ -175,7 +175,14 @@ static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_orig
 		.n_gateways = (unsigned)d->conf->n_gateways,
 	};
 	struct hl_owner_hooks hooks = {disk_gained, disk_releasing, disk_lost, rt};
-	int rc = hl_owner_create(&oc, backend, rt->lu, &hooks, &rt->owner);
+	int rc;
+
+	if (backend->read_only || rt->conf.read_only) {
+		/* nobody writes it through a gateway: every path may serve it (all active) */
+		HL_NOTICE("daemon", "disk %s: read-only: every gateway serves it", rt->conf.name);
+		return 0;
+	}
+	rc = hl_owner_create(&oc, backend, rt->lu, &hooks, &rt->owner);
 
 	if (rc == -EOPNOTSUPP) {
 		HL_NOTICE("daemon",

@@ -240,6 +240,76 @@ static int renew(struct hl_owner *ow, struct hl_own_info *info)
 	return rc;
 }
 
+/* The cache's revalidation, on a thread of its own while the owner's thread renews. */
+struct gain_job {
+	struct hl_owner *ow;
+	int rc;
+	bool done; /* under ow->lock */
+};
+
+static void *gain_main(void *arg)
+{
+	struct gain_job *job = arg;
+	struct hl_owner *ow = job->ow;
+	int rc = ow->hooks.gained(ow->hooks.arg);
+
+	pthread_mutex_lock(&ow->lock);
+	job->rc = rc;
+	job->done = true;
+	ow->kick = true;
+	pthread_cond_broadcast(&ow->cond);
+	pthread_mutex_unlock(&ow->lock);
+	return NULL;
+}
+
+/*
+ * Make the cache coherent (hooks.gained: an rbd diff may take a while on a
+ * large image) while renewing every lease/4, so that the peers keep seeing
+ * a heartbeat and do not take the disk by force meanwhile. @return the
+ * hook's result, or -ESHUTDOWN when the cluster fenced us in between.
+ */
+static int gain(struct hl_owner *ow)
+{
+	struct gain_job job = {.ow = ow};
+	struct hl_own_info info;
+	pthread_t t;
+	bool fenced = false, done = false;
+
+	if (!ow->hooks.gained)
+		return 0;
+	if (pthread_create(&t, NULL, gain_main, &job))
+		return ow->hooks.gained(ow->hooks.arg);
+	while (!done) {
+		int64_t next = now_ms() + ow->lease_ms / 4;
+		fenced |= renew(ow, &info) == -ESHUTDOWN;
+		pthread_mutex_lock(&ow->lock);
+		while (!job.done && now_ms() < next) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += 50 * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&ow->cond, &ow->lock, &ts);
+		}
+		done = job.done;
+		pthread_mutex_unlock(&ow->lock);
+	}
+	pthread_join(t, NULL);
+	return fenced ? -ESHUTDOWN : job.rc;
+}
+
+/* Hand a disk we just acquired back to the cluster without serving it. */
+static void give_back(struct hl_owner *ow)
+{
+	ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+	if (ow->hooks.lost)
+		ow->hooks.lost(ow->hooks.arg);
+	atomic_store(&ow->lease_until, 0);
+	set_state(ow, ST_STANDBY);
+}
+
 /*
  * Take the disk. force: the owner looks dead (or ignored a request it
  * could not answer): the cluster fences it, and we wait out its lease.
@@ -273,21 +343,19 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 		int64_t until = now_ms() + ow->lease_ms + FENCE_MARGIN_MS;
 		while (now_ms() < until) {
 			renew(ow, &info);
-			if (!nap(ow, HL_MIN((int64_t)ow->lease_ms / 4, until - now_ms())))
-				break;
+			if (!nap(ow, HL_MIN((int64_t)ow->lease_ms / 4, until - now_ms()))) {
+				give_back(ow); /* stopping: never serve before the wait is over */
+				return;
+			}
 		}
 	}
-	rc = ow->hooks.gained ? ow->hooks.gained(ow->hooks.arg) : 0;
+	rc = gain(ow);
 	if (rc == 0)
 		rc = renew(ow, &info);
 	if (rc) {
 		HL_ERR(OWN_LOG, "disk %s: took ownership but cannot serve (%s): giving it back",
 		       ow->disk, strerror(-rc));
-		ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
-		if (ow->hooks.lost)
-			ow->hooks.lost(ow->hooks.arg);
-		atomic_store(&ow->lease_until, 0);
-		set_state(ow, ST_STANDBY);
+		give_back(ow);
 		return;
 	}
 	pthread_mutex_lock(&ow->lock);
@@ -307,8 +375,17 @@ static void release(struct hl_owner *ow, const char *why)
 	int64_t t0 = now_ms(), deadline = t0 + DRAIN_MS;
 
 	set_state(ow, ST_RELEASING);
-	while (ow->lu && hl_lu_busy(ow->lu) && now_ms() < deadline)
-		nap(ow, 2);
+	/* the commands in flight finish; the heartbeat goes on meanwhile */
+	int64_t renewed = now_ms();
+	while (ow->lu && hl_lu_busy(ow->lu) && now_ms() < deadline) {
+		if (now_ms() - renewed >= ow->lease_ms / 4) {
+			struct hl_own_info info;
+			renewed = now_ms();
+			renew(ow, &info);
+		}
+		struct timespec ts = {0, 2 * 1000000};
+		nanosleep(&ts, NULL);
+	}
 	if (ow->lu && hl_lu_busy(ow->lu))
 		HL_WARN(OWN_LOG, "disk %s: %u command(s) still running after %d s; releasing anyway",
 		        ow->disk, hl_lu_busy(ow->lu), DRAIN_MS / 1000);
@@ -425,7 +502,16 @@ static void *owner_main(void *arg)
 		if (atomic_exchange(&ow->owner_seen, info.released ? 0 : info.owner) !=
 		        (info.released ? 0 : info.owner) && ow->lu)
 			hl_lu_access_changed(ow->lu); /* the peers' groups changed */
-		if (!info.owner || info.released) {
+		if (info.owner == ow->gw && !info.released && !info.has_beat) {
+			/*
+			 * The cluster says the disk is ours from an earlier run (a SAN
+			 * reservation kept across a crash or power loss): no heartbeat
+			 * tells whether another process of ours still serves it, so take
+			 * it as from a silent owner, lease wait included.
+			 */
+			acquire(ow, &info, true, "held by this gateway's earlier run");
+			asked = 0;
+		} else if (!info.owner || info.released) {
 			/*
 			 * A disk we handed over ourselves is left to the peer that asked
 			 * (or that takes over from a stopping gateway) for hold_ms,
@@ -433,7 +519,16 @@ static void *owner_main(void *arg)
 			 */
 			bool ours = !info.owner || info.owner == ow->gw;
 			if (want || !released_self || !ours || now_ms() - last_move >= ow->hold_ms) {
-				acquire(ow, &info, false, info.owner ? "released" : "nobody owned it");
+				/*
+				 * Released in the record, yet the cluster may still hold the
+				 * lock for the old owner (it died between the two steps):
+				 * once its heartbeat has been still for dead_ms, force.
+				 */
+				bool stuck = info.released && info.has_beat &&
+				             now_ms() - beat_seen >= ow->dead_ms;
+				acquire(ow, &info, stuck,
+				        stuck ? "released, but the lock stayed with the old owner"
+				        : info.owner ? "released" : "nobody owned it");
 				asked = 0;
 			}
 		} else if (info.has_beat && now_ms() - beat_seen >= ow->dead_ms) {

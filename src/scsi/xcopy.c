@@ -299,6 +299,17 @@ static bool parse_target(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const uin
 		hl_scsi_set_sense(cmd, SK_COPY_ABORTED, ASC_NOT_REACHABLE);
 		return false;
 	}
+	/*
+	 * With several gateways only the LU the command came to passed the
+	 * access check (and is drained by a handover); another LU may be a
+	 * standby here whose cached blocks a peer has rewritten: not a copy
+	 * target then. Initiators copy through reads and writes instead.
+	 */
+	if (lu != cmd->lu && (scsi_lu_access(lu) || scsi_lu_access(cmd->lu))) {
+		scsi_lu_release(lu);
+		hl_scsi_set_sense(cmd, SK_COPY_ABORTED, ASC_NOT_REACHABLE);
+		return false;
+	}
 	j->tgt[j->n_tgt++] = lu;
 	uint32_t bs = (uint32_t)d[29] << 16 | (uint32_t)d[30] << 8 | d[31];
 	if (bs != lu->block_size) {

@@ -28,13 +28,25 @@ struct cluster {
 	uint16_t requester;
 	unsigned fenced;    /* bit per gateway: its writes and renews are refused */
 	unsigned breaks;
+	bool no_beat;       /* like a SAN: no heartbeat to see */
+	bool stuck_lock;    /* released in the record, the lock still held: only force takes it */
+	int64_t break_ms;   /* when the last forced acquire fenced the owner */
 };
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 struct fake_gw {
 	struct cluster *cl;
 	uint16_t gw;
 	atomic_bool hung;   /* renews fail, no heartbeat (SIGSTOP) */
 	atomic_int gained, releasing;
+	int gained_sleep_ms; /* a slow revalidation */
 };
 
 static struct fake_gw *gw_of(struct hl_origin *o)
@@ -56,12 +68,15 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 	pthread_mutex_lock(&c->lock);
 	if (c->fenced & (1u << gw))
 		c->fenced &= ~(1u << gw); /* a new client: usable again */
-	if (c->owner && !c->released && c->owner != gw) {
+	if (c->owner && ((!c->released && (c->owner != gw || c->no_beat)) || c->stuck_lock)) {
 		if (!force)
 			rc = -EBUSY;
 		else {
-			c->fenced |= 1u << c->owner;
+			if (c->owner != gw)
+				c->fenced |= 1u << c->owner;
 			c->breaks++;
+			c->break_ms = mono_ms();
+			c->stuck_lock = false;
 		}
 	}
 	if (!rc) {
@@ -92,7 +107,7 @@ static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_o
 	info->owner = c->owner;
 	info->epoch = c->epoch;
 	info->beat = c->beat;
-	info->has_beat = true;
+	info->has_beat = !c->no_beat;
 	info->requester = c->requester;
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -124,7 +139,7 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	info->owner = c->owner;
 	info->epoch = c->epoch;
 	info->beat = c->beat;
-	info->has_beat = true;
+	info->has_beat = !c->no_beat;
 	info->released = c->released;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
@@ -151,7 +166,11 @@ static const struct hl_origin_ops fake_ops = {
 
 static int hook_gained(void *arg)
 {
-	atomic_fetch_add(&((struct fake_gw *)arg)->gained, 1);
+	struct fake_gw *g = arg;
+
+	if (g->gained_sleep_ms)
+		usleep(g->gained_sleep_ms * 1000);
+	atomic_fetch_add(&g->gained, 1);
 	return 0;
 }
 
@@ -168,6 +187,9 @@ struct pair {
 };
 
 static const uint16_t gws[2] = {1, 2};
+
+/* set up the cluster before the owners start (NULL: none) */
+static void (*g_preset)(struct pair *p);
 
 static void pair_start(struct pair *p, bool second_later)
 {
@@ -192,6 +214,8 @@ static void pair_start(struct pair *p, bool second_later)
 			.gained = hook_gained, .releasing = hook_releasing, .arg = &p->g[i]};
 		CU_ASSERT_EQUAL_FATAL(hl_owner_create(&cfg, p->o[i], NULL, &hooks, &p->ow[i]), 0);
 	}
+	if (g_preset)
+		g_preset(p);
 	CU_ASSERT_EQUAL(hl_owner_start(p->ow[0]), 0);
 	if (second_later)
 		usleep(300 * 1000);
@@ -302,6 +326,8 @@ static void test_forced_takeover(void)
 	CU_ASSERT(ms >= DEAD + LEASE);
 	CU_ASSERT(ms < DEAD + LEASE + 1500);
 	CU_ASSERT_EQUAL(p.cl.breaks, 1);
+	/* from the fence to serving: the old owner's whole lease and the margin */
+	CU_ASSERT(mono_ms() - p.cl.break_ms >= LEASE + 500);
 	/* SIGCONT: its renew says fenced; it becomes a standby, never AO again by itself */
 	atomic_store(&p.g[0].hung, false);
 	for (int t = 0; t < 1000 && alua(p.ow[0]) != HL_ALUA_STANDBY; t += 10)
@@ -344,6 +370,69 @@ static void test_request_and_hold(void)
 	pair_stop(&p);
 }
 
+static void preset_owner1_no_beat(struct pair *p)
+{
+	p->cl.owner = 1; /* a SAN reservation of gateway 1's earlier run */
+	p->cl.epoch = 7;
+	p->cl.no_beat = true;
+}
+
+/* a SAN (no heartbeat): the gateway whose earlier run holds the reservation takes it back */
+static void test_own_earlier_run(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	g_preset = preset_owner1_no_beat;
+	pair_start(&p, true);
+	g_preset = NULL;
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 3000, &both));
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_STANDBY);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+static void preset_released_but_locked(struct pair *p)
+{
+	p->cl.owner = 1; /* died between writing "released" and releasing the lock */
+	p->cl.released = true;
+	p->cl.stuck_lock = true;
+}
+
+/* released in the record, the lock stuck with a dead owner: forced once its heartbeat is still */
+static void test_released_but_locked(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	g_preset = preset_released_but_locked;
+	pair_start(&p, false);
+	g_preset = NULL;
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 4000, &both) || wait_ao(&p, 1, 4000, &both));
+	CU_ASSERT_EQUAL(p.cl.breaks, 1);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+/* a slow revalidation keeps the heartbeat going: the peer does not take over meanwhile */
+static void test_slow_gain_keeps_heartbeat(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	p.g[0].gained_sleep_ms = 3 * DEAD;
+	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 3000), 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 2000, &both));
+	usleep((HOLD + 100) * 1000);
+	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), 0); /* back to gateway 1: a slow gain */
+	CU_ASSERT_TRUE(wait_ao(&p, 0, HOLD + 3 * DEAD + 2000, &both));
+	CU_ASSERT_EQUAL(p.cl.breaks, 0); /* gateway 2 never saw it silent */
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
 static void test_no_ops(void)
 {
 	static const struct hl_origin_ops plain = {.name = "plain"};
@@ -363,6 +452,9 @@ static const struct hl_test tests[] = {
 	{"planned handover, no lease wait, no break", test_planned_handover},
 	{"hung owner: fenced, lease waited out, never two AO", test_forced_takeover},
 	{"request honoured after the hold, ping-pong refused", test_request_and_hold},
+	{"a SAN reservation of an earlier run is taken back", test_own_earlier_run},
+	{"released but the lock stuck with a dead owner: forced", test_released_but_locked},
+	{"a slow revalidation keeps the heartbeat", test_slow_gain_keeps_heartbeat},
 	{"origins without ownership ops", test_no_ops},
 	{NULL, NULL},
 };
