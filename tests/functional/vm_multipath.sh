@@ -213,6 +213,7 @@ stop_gw() { # G SIGNAL
 # on for IO_SECONDS.
 boot() {
 	local label=$1 owner=$2 standby=$3 run=$T/$1
+	rm -rf "$run" # a case may run twice: no old console log
 	mkdir -p "$run/cfg"
 	q() { printf "%s='%s'\n" "$1" "$2"; }
 	{

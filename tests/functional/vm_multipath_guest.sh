@@ -164,14 +164,14 @@ multipath -ll >/tmp/mpll.out 2>&1
 # owner's path is back: that group then counts prio 0 and is listed after
 # the standby's, and dm's first I/O goes to the standby group, whose
 # scsi_dh_alua activation sends SET TARGET PORT GROUPS and moves the disk.
-# Reload the map (multipath -r checks synchronously) so the test starts on
-# the owner's path.
+# Point dm at the owner's group (what multipathd's failback does when it
+# notices; multipath -r keeps the order) so the test starts on its path.
 if ! awk '/policy=/ {print; exit}' /tmp/mpll.out | grep -q 'prio=50'; then
-	say "NOTE: the map lists the standby's path group first; reloading it (multipath -r):"
-	show /tmp/mpll.out
-	multipath -r >/dev/null 2>&1
-	sleep 1
-	multipath -ll >/tmp/mpll.out 2>&1
+	G=$(awk '/policy=/ {n++; if ($0 ~ /prio=50 /) {print n; exit}}' /tmp/mpll.out)
+	MAP=$(awk '/^mpath/ {print $1; exit}' /tmp/mpll.out)
+	say "NOTE: the map lists the standby's path group first; switching $MAP to group $G:"
+	multipathd switchgroup map "$MAP" group "$G" >/tmp/sw.out 2>&1
+	show /tmp/sw.out
 fi
 say "multipath -ll:"
 show /tmp/mpll.out
@@ -225,6 +225,9 @@ chunk() { # index: write, read back, compare; log "start end" (uptime)
 t0=$(up)
 i=0
 while [ $i -lt "$NCH" ]; do chunk $i; i=$((i + 1)); done
+multipath -ll >/tmp/mpll1.out 2>&1
+grep -q 'prio=50 status=active' /tmp/mpll1.out && ok "the I/O goes through the owner's group" ||
+	{ bad "the I/O does not go through the owner's group:"; show /tmp/mpll1.out; }
 ok "$NCH chunks of $CHUNK_KB KiB written, read back, compared in $(awk -v a="$t0" -v b="$(up)" 'BEGIN{printf "%.2f", b-a}') s"
 if [ "${IO_SECONDS:-0}" -gt 0 ]; then
 	echo "HLVM-MARK: FAIL"
