@@ -71,6 +71,8 @@ struct hl_owner {
 	_Atomic int state;             /* enum own_state */
 	_Atomic int64_t lease_until;   /* ms, monotonic: the owner serves before this */
 	_Atomic uint16_t owner_seen;   /* the owner as last seen (us when we own it) */
+	_Atomic int64_t asking_until;  /* ms: a standby that asked for the disk reports
+	                                  transitioning until it owns it, at most this long */
 
 	pthread_t thread;
 	bool started;
@@ -109,7 +111,15 @@ static enum hl_alua_state own_group_state(struct hl_owner *ow)
 	case ST_RELEASING:
 		return HL_ALUA_TRANSITIONING;
 	default:
-		return HL_ALUA_STANDBY;
+		/*
+		 * Asked for the disk (STPG): transitioning, not standby, until it is
+		 * ours. An initiator that sent SET TARGET PORT GROUPS reads the
+		 * states again at once; Linux's scsi_dh_alua takes a standby answer
+		 * as "done, usable", sends its I/O, gets 04h/0Bh and fails the path,
+		 * while transitioning (04h/0Ah) makes it wait and retry.
+		 */
+		return now_ms() < atomic_load(&ow->asking_until) ? HL_ALUA_TRANSITIONING
+		                                                  : HL_ALUA_STANDBY;
 	}
 }
 
@@ -324,6 +334,7 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	int rc;
 
 	set_state(ow, ST_ACQUIRING);
+	atomic_store(&ow->asking_until, 0); /* from here the state says where it stands */
 	rc = ow->backend->ops->own_acquire(ow->backend, ow->gw, epoch, force, err, sizeof(err));
 	if (rc) {
 		set_state(ow, ST_STANDBY);
@@ -478,6 +489,7 @@ static void *owner_main(void *arg)
 		}
 
 		if (give) { /* nothing to hand over */
+			atomic_store(&ow->asking_until, 0);
 			pthread_mutex_lock(&ow->lock);
 			ow->given_seq = ow->give_seq;
 			ow->want = false;
@@ -609,7 +621,9 @@ int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend
 	ow->access.state = access_state;
 	ow->access.set = access_set;
 	ow->access.serving = access_serving;
-	ow->access.transition_time_s = (uint8_t)((ow->dead_ms + ow->lease_ms + 999) / 1000 + 1);
+	/* the longest a takeover takes: the owner silent or not answering, then its lease */
+	unsigned wait_ms = HL_MAX(ow->dead_ms, (unsigned)REQUEST_WAIT_MS);
+	ow->access.transition_time_s = (uint8_t)((wait_ms + ow->lease_ms + 999) / 1000 + 1);
 	if (lu)
 		hl_lu_set_access(lu, &ow->access, ow);
 	*out = ow;
@@ -636,6 +650,9 @@ int hl_owner_request(struct hl_owner *ow)
 	if (ow->last_move && now_ms() - ow->last_move < ow->hold_ms)
 		rc = -EBUSY; /* moved a moment ago: no ping-pong */
 	else {
+		/* transitioning while asking, bounded by the transition time we report */
+		atomic_store(&ow->asking_until,
+		             now_ms() + ow->access.transition_time_s * 1000 - FENCE_MARGIN_MS);
 		ow->want = true;
 		ow->kick = true;
 		pthread_cond_broadcast(&ow->cond);

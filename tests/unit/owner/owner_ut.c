@@ -353,13 +353,17 @@ static void test_request_and_hold(void)
 	/* the owner just gained it: a request is refused on the standby's side too */
 	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), -EALREADY);
 	CU_ASSERT_EQUAL(hl_owner_request(p.ow[1]), 0); /* the standby never moved: may ask */
+	/* asking: transitioning (04h/0Ah, "retry"), not standby (04h/0Bh, "use another path") */
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_TRANSITIONING);
 	/* the owner holds it for HOLD ms after its gain, then hands it over */
 	usleep(HOLD / 2 * 1000);
 	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_TRANSITIONING);
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
 	CU_ASSERT_EQUAL(p.cl.breaks, 0);
 	/* ping-pong: gateway 1 asks right back: refused for HOLD ms */
 	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), -EBUSY);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_STANDBY); /* a refused request changes nothing */
 	usleep((HOLD + 100) * 1000);
 	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), 0);
 	CU_ASSERT_TRUE(wait_ao(&p, 0, 3000, &both));

@@ -1,0 +1,303 @@
+#!/bin/bash
+# vm_multipath.sh - the Linux kernel's dm-multipath against a gateway pair
+# (docs/gateways.md): Debian's stock kernel under qemu with iscsi_tcp,
+# scsi_dh_alua and dm-multipath, open-iscsi and multipath-tools' multipathd
+# in an initramfs, tests/functional/vm_multipath_guest.sh as PID 1.
+# Two hotlund gateways serve one SAN LUN (a third hotlund with a file LUN is
+# the SAN, as in gateway_san.sh). Each boot logs in through both gateways and
+# checks one multipath device: the owner's path active (prio 50), the
+# standby's path a ghost (prio 1); then the guest runs O_DIRECT write +
+# read-back + compare while the host breaks the owner:
+#   term: SIGTERM of the owner (planned handover to the standby);
+#   kill: SIGKILL of the owner; the kernel's scsi_dh_alua sends SET TARGET
+#         PORT GROUPS through the standby, which preempts the dead owner
+#         after 3 s unanswered;
+#   stop: SIGSTOP of the owner (HL_VM_MP_STOP=1; SIGCONT after the I/O).
+# No I/O may fail; the longest chunk (the stall) is logged as
+# "<case>: stall N s".
+#
+# The kernel, busybox-static and multipath-tools (+ the libraries it needs
+# that a host may lack) .debs are fetched once with `apt-get download`
+# (nothing is installed) into $HL_VM_CACHE (default ~/.cache/hotlun-vm).
+# Environment: HL_VM_ACCEL=tcg|kvm (default tcg), HL_VM_TIMEOUT=240 (s per
+# boot), HL_VM_CACHE, HL_VM_MP_CASES="term kill" (add stop for SIGSTOP),
+# HL_VM_MP_STOP=1 (same as adding stop).
+. "$(dirname "$0")/lib.sh"
+hl_need qemu-system-x86_64 dpkg-deb apt-get gzip python3
+for t in iscsid iscsiadm; do
+	command -v $t >/dev/null || [ -x /usr/sbin/$t ] || [ -x /sbin/$t ] ||
+		hl_missing "$t missing (apt-get install open-iscsi)"
+done
+[ "$HL_TARGET" = tgt ] && hl_skip "the gateways under test are hotlund; nothing to run against tgt"
+export PATH=$PATH:/usr/sbin:/sbin
+
+CACHE=${HL_VM_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/hotlun-vm}
+IMG=$CACHE/mpath
+ACCEL=${HL_VM_ACCEL:-tcg}
+VM_TIMEOUT=${HL_VM_TIMEOUT:-240}
+CASES=${HL_VM_MP_CASES:-term kill}
+[ "${HL_VM_MP_STOP:-0}" = 1 ] && CASES="$CASES stop"
+MODULES="iscsi_tcp sd_mod virtio_pci virtio_net crc32c_generic scsi_dh_alua dm_multipath dm_round_robin dm_service_time"
+MP_DEBS="multipath-tools libaio1 libdevmapper1.02.1 liburcu8 libjson-c5 libedit2"
+T=$(hl_tmpdir)
+mkdir -p "$IMG" || hl_error "cannot create $IMG"
+
+# ---------------------------------------------------------------- image build
+
+decompress_ko() {
+	case $1 in
+	*.ko.xz) xz -dc "$1" ;;
+	*.ko.zst) zstd -dc "$1" ;;
+	*.ko.gz) gzip -dc "$1" ;;
+	*) cat "$1" ;;
+	esac
+}
+
+build_image() {
+	local B=$IMG/build kpkg pk need=
+	rm -rf "$B"
+	mkdir -p "$IMG/debs" "$B/k" "$B/x" "$B/root"
+	kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	[ -n "$kpkg" ] || hl_missing "cannot resolve linux-image-amd64 (no apt lists? run apt-get update)"
+	for pk in "$kpkg" busybox-static; do # vm_initiator.sh's, if it has them
+		ls "$IMG/debs/${pk}"_*.deb >/dev/null 2>&1 || ln -f "$CACHE/debs/${pk}"_*.deb "$IMG/debs/" 2>/dev/null
+	done
+	for pk in "$kpkg" busybox-static $MP_DEBS; do
+		ls "$IMG/debs/${pk}"_*.deb >/dev/null 2>&1 || need="$need $pk"
+	done
+	if [ -n "$need" ]; then
+		hl_log "downloading$need (apt-get download, nothing is installed)"
+		(cd "$IMG/debs" && apt-get download -q $need) >"$B/download.log" 2>&1 ||
+			{ cat "$B/download.log" >&2; hl_missing "apt-get download failed"; }
+	fi
+	dpkg-deb -x "$(ls "$IMG/debs/${kpkg}"_*.deb | head -1)" "$B/k" || hl_error "unpacking the kernel failed"
+	for pk in busybox-static $MP_DEBS; do
+		dpkg-deb -x "$(ls "$IMG/debs/${pk}"_*.deb | head -1)" "$B/x" || hl_error "unpacking $pk failed"
+	done
+	local vmlinuz kver moddir
+	vmlinuz=$(ls "$B"/k/boot/vmlinuz-* | head -1)
+	kver=${vmlinuz##*/vmlinuz-}
+	moddir=$B/k/lib/modules/$kver
+	[ -d "$moddir" ] || moddir=$B/k/usr/lib/modules/$kver
+	[ -d "$moddir" ] || hl_error "no modules for $kver"
+
+	local R=$B/root L=$B/root/lib/x86_64-linux-gnu
+	mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,lib/multipath,lib64,etc/iscsi,proc,sys,dev,run,tmp,var} "$L"
+	cp "$B/x/bin/busybox" "$R/bin/busybox"
+	ln -s busybox "$R/bin/sh"
+	# libraries: the unpacked .debs first (multipath-tools ships its own), then the host's
+	local xlp=$B/x/lib:$B/x/lib/x86_64-linux-gnu:$B/x/usr/lib/x86_64-linux-gnu
+	libs_of() {
+		local lib
+		LD_LIBRARY_PATH=$xlp ldd "$1" | grep -q 'not found' && hl_error "$1: $(LD_LIBRARY_PATH=$xlp ldd "$1" | grep 'not found')"
+		for lib in $(LD_LIBRARY_PATH=$xlp ldd "$1" | awk '/=> \// {print $3}'); do
+			cp -n "$(readlink -f "$lib")" "$L/${lib##*/}"
+		done
+	}
+	local t p
+	for t in iscsid iscsiadm; do
+		p=$(command -v $t)
+		cp "$(readlink -f "$p")" "$R/sbin/$t"
+		libs_of "$p"
+	done
+	for t in multipath multipathd; do
+		cp "$B/x/sbin/$t" "$R/sbin/$t"
+		libs_of "$B/x/sbin/$t"
+	done
+	for p in "$B"/x/lib/multipath/*.so; do
+		cp "$p" "$R/lib/multipath/"
+		libs_of "$p"
+	done
+	cp "$(readlink -f /lib64/ld-linux-x86-64.so.2)" "$R/lib64/ld-linux-x86-64.so.2"
+	# glibc loads libgcc_s at run time for pthread_cancel (multipathd's threads)
+	p=$(ls /lib/x86_64-linux-gnu/libgcc_s.so.1 /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 2>/dev/null | head -1)
+	[ -n "$p" ] || hl_missing "libgcc_s.so.1 not found on the host"
+	cp "$(readlink -f "$p")" "$L/libgcc_s.so.1"
+	echo 'root:x:0:0:root:/:/bin/sh' >"$R/etc/passwd"
+	echo 'root:x:0:' >"$R/etc/group"
+
+	# modules in dependency order, from each .ko's modinfo "depends=" field
+	declare -A where=() done_=()
+	local f n order=()
+	while IFS= read -r f; do
+		n=${f##*/}
+		n=${n%%.ko*}
+		where[${n//-/_}]=$f
+	done < <(find "$moddir/kernel" -name '*.ko*')
+	add_mod() {
+		local m=${1//-/_} d
+		[ -n "${done_[$m]:-}" ] && return
+		done_[$m]=1
+		[ -n "${where[$m]:-}" ] || return 0 # built into the kernel
+		for d in $(decompress_ko "${where[$m]}" | tr '\0' '\n' | sed -n 's/^depends=//p' | head -1 | tr ',' ' '); do
+			add_mod "$d"
+		done
+		order+=("$m")
+	}
+	for n in $MODULES; do add_mod "$n"; done
+	mkdir -p "$R/lib/modules"
+	: >"$R/etc/hlvm-modules"
+	for n in "${order[@]}"; do
+		decompress_ko "${where[$n]}" >"$R/lib/modules/$n.ko"
+		echo "/lib/modules/$n.ko" >>"$R/etc/hlvm-modules"
+	done
+	hl_log "kernel $kver; modules: ${order[*]}"
+	(cd "$R" && find . | LC_ALL=C sort | "$B/x/bin/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
+		gzip -6 >"$IMG/initramfs.gz.new" || hl_error "cpio failed"
+	cp "$B/x/bin/busybox" "$IMG/busybox"
+	cp "$vmlinuz" "$IMG/vmlinuz"
+	mv "$IMG/initramfs.gz.new" "$IMG/initramfs.gz"
+	echo "$kver" >"$IMG/kver"
+	rm -rf "$B"
+}
+
+exec 9>"$CACHE/.lock"
+flock -w 600 9 || hl_error "cannot lock $CACHE"
+if [ ! -s "$IMG/vmlinuz" ] || [ ! -s "$IMG/initramfs.gz" ] || [ ! -x "$IMG/busybox" ]; then
+	t0=$SECONDS
+	build_image
+	hl_log "VM image built in $((SECONDS - t0)) s"
+fi
+flock -u 9
+
+# ---------------------------------------------------------------- the gateway pair
+
+CTL=$HL_BUILDDIR/hotlunctl
+HL_IQN=$HL_IQN_PREFIX:vm-mp-san hl_target_start --size 64M
+SAN_URL=$HL_URL
+trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done; (exit $rc); hl_cleanup' EXIT
+
+IQN=$HL_IQN_PREFIX:vm-mp
+declare -A PORT PID SOCK
+PORT[1]=$(hl_free_port)
+PORT[2]=$(hl_free_port)
+while [ "${PORT[2]}" = "${PORT[1]}" ]; do PORT[2]=$(hl_free_port); done
+for g in 1 2; do
+	st=$T/gw$g
+	mkdir -p "$st"
+	truncate -s 96M "$st/cache.img"
+	SOCK[$g]=$st/ctl.sock
+	hl_cache_front_conf "$st/hotlund.conf" "${PORT[$g]}" "$st" "$IQN" "$SAN_URL" \
+		device="$st/cache.img" size=96M block_size=64K admission=always
+	sed -i "s|^cache = ssd$|&\nserial = vmmp0001\nnaa = 6001405aa0000000000000000000cafe|" "$st/hotlund.conf"
+	sed -i "s|^threads = 2$|&\ngateway = $g\ngateways = 1,2|" "$st/hotlund.conf"
+done
+start_gw() {
+	hl_start_hotlund "$T/gw$1/hotlund.conf"
+	PID[$1]=$HL_PID
+}
+# own G KEY: a field of gateway G's view of disk san's ownership
+own() {
+	local out
+	out=$("$CTL" --socket "${SOCK[$1]}" stats --json 2>/dev/null) || { echo "?"; return; }
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1])["disks"]["san"]["ownership"][sys.argv[2]])' \
+		"$out" "$2" 2>/dev/null || echo "?"
+}
+wait_state() { # G STATE SECONDS
+	for _ in $(seq 1 $(($3 * 10))); do
+		[ "$(own "$1" state)" = "$2" ] && return 0
+		sleep 0.1
+	done
+	hl_fail "gateway $1 is not $2 after $3 s: $(own "$1" state), last: $(own "$1" last)"
+}
+stop_gw() { # G SIGNAL
+	kill -"$2" "${PID[$1]}"
+	wait "${PID[$1]}" 2>/dev/null
+	hl_forget "${PID[$1]}"
+}
+
+# ---------------------------------------------------------------- one boot
+
+# boot CASE OWNER STANDBY IO_SECONDS: the guest logs in through both, the
+# host breaks OWNER as CASE says once the guest's I/O runs, which then goes
+# on for IO_SECONDS.
+boot() {
+	local label=$1 owner=$2 standby=$3 run=$T/$1
+	rm -rf "$run" # a case may run twice: no old console log
+	mkdir -p "$run/cfg"
+	q() { printf "%s='%s'\n" "$1" "$2"; }
+	{
+		q PORTALS "10.0.2.2:${PORT[1]} 10.0.2.2:${PORT[2]}"
+		q TARGET "$IQN"
+		q INITIATOR "iqn.2026-11.io.hotlun.test:vm-mp"
+		q IO_MB 4
+		q CHUNK_KB 256
+		q IO_SECONDS "$4"
+		q STEP_TIMEOUT 60
+	} >"$run/cfg/hlvm.conf"
+	cp "$HL_SRCDIR/tests/functional/vm_multipath_guest.sh" "$run/cfg/init"
+	chmod 755 "$run/cfg/init"
+	(cd "$run/cfg" && printf './init\n./hlvm.conf\n' | "$IMG/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
+		gzip >"$run/cfg.gz"
+	cat "$IMG/initramfs.gz" "$run/cfg.gz" >"$run/initrd.gz"
+
+	local t0=$SECONDS rc=0
+	hl_log "$label: booting $(cat "$IMG/kver") (accel=$ACCEL); gateway $owner owns, $standby standby"
+	timeout -k 5 "$VM_TIMEOUT" qemu-system-x86_64 -machine "pc,accel=$ACCEL" -cpu max -smp 1 -m 512 \
+		-nodefaults -no-user-config -display none -no-reboot \
+		-serial "file:$run/console.log" -monitor none \
+		-kernel "$IMG/vmlinuz" -initrd "$run/initrd.gz" \
+		-append "console=ttyS0 quiet loglevel=3 panic=-1 oops=panic" \
+		-netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
+		</dev/null >"$run/qemu.out" 2>&1 &
+	local qemu=$! deadline=$((SECONDS + VM_TIMEOUT)) marked=0
+	until tr -d '\r' 2>/dev/null <"$run/console.log" | grep -aq '^HLVM-MARK: FAIL'; do
+		kill -0 "$qemu" 2>/dev/null || break
+		[ $SECONDS -lt $deadline ] || break
+		sleep 0.2
+	done
+	tr -d '\r' <"$run/console.log" | grep -aq '^HLVM-MARK: FAIL' && marked=1
+	if [ $marked = 1 ]; then
+		sleep 2 # mid-I/O
+		if [ "$(own "$owner" state)" != owner ]; then
+			hl_fail "$label: gateway $owner no longer owns the disk when it should fail (the initiator moved it: $(own "$standby" last))"
+		fi
+		case $label in
+		term) stop_gw "$owner" TERM ;;
+		kill) stop_gw "$owner" KILL ;;
+		stop) kill -STOP "${PID[$owner]}" ;;
+		esac
+		hl_log "$label: SIGNAL sent to gateway $owner (pid ${PID[$owner]})"
+	fi
+	wait "$qemu" || rc=$?
+	[ "$label" = stop ] && kill -CONT "${PID[$owner]}"
+	tr -d '\r' <"$run/console.log" | grep -a '^HLVM' | sed "s/^/  [$label] /"
+	local verdict stall
+	verdict=$(tr -d '\r' <"$run/console.log" | grep -a '^HLVM-RESULT:' | tail -1)
+	case $verdict in
+	*PASS*) ;;
+	*FAIL*) hl_fail "$label: the guest reported failures (see the lines above)" ;;
+	*)
+		tail -n 30 "$run/console.log" >&2
+		cat "$run/qemu.out" >&2
+		hl_fail "$label: no verdict from the VM (qemu status $rc after $((SECONDS - t0)) s)"
+		;;
+	esac
+	[ $marked = 1 ] || hl_fail "$label: the guest never started its I/O under failure"
+	stall=$(tr -d '\r' <"$run/console.log" | sed -n 's/^HLVM-STALL: \([0-9.]*\).*/\1/p')
+	hl_log "$label: PASS in $((SECONDS - t0)) s; stall $stall s; gateway $standby: $(own "$standby" state), last: $(own "$standby" last)"
+}
+
+start_gw 1
+wait_state 1 owner 20
+start_gw 2
+wait_state 2 standby 10
+owner=1 standby=2
+for c in $CASES; do
+	case $c in
+	term) io_s=12 ;; # ~0.2 s stall
+	kill) io_s=25 ;; # path timeout 5 s, request unanswered 3 s, lease 2.5 s
+	*) io_s=40 ;;    # noop-out 5 + 5 s, then as kill
+	esac
+	boot "$c" $owner $standby $io_s
+	wait_state $standby owner 20
+	if [ "$c" = stop ]; then
+		wait_state $owner standby 20 # thawed, it finds itself preempted
+	else
+		start_gw $owner # back as a standby, by itself
+		wait_state $owner standby 10
+	fi
+	t=$owner owner=$standby standby=$t
+	sleep 10 # the hold after a move (docs/gateways.md rule 3)
+done
+hl_log "PASS"
