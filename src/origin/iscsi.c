@@ -1938,9 +1938,12 @@ static int iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, ch
 	(void)tag;
 	if (!io->pr_key)
 		return -EOPNOTSUPP;
+	/* not ours: no proof, and no epoch bump (it would make our sessions register again) */
+	if (!atomic_load(&io->owned) || atomic_load(&io->fenced))
+		return -EAGAIN;
 	/* first the epoch (later writes re-register), then the writes already out */
 	atomic_fetch_add(&io->proof_epoch, 1);
-	if (atomic_load(&io->writes_out) || !atomic_load(&io->owned) || atomic_load(&io->fenced))
+	if (atomic_load(&io->writes_out))
 		return -EAGAIN;
 	st = malloc(sizeof(*st));
 	if (!st)
