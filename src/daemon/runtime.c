@@ -543,6 +543,9 @@ static void disk_drop(struct daemon *d, struct disk_rt *rt, bool maybe_busy)
 {
 	hl_list_del(&rt->link);
 	if (maybe_busy) {
+		/* kept for its sessions, but a shared disk is handed to a peer now */
+		if (rt->owner)
+			hl_owner_handover(rt->owner, 0);
 		hl_list_add_tail(&d->retired_disks, &rt->link);
 		return;
 	}
@@ -607,6 +610,13 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 			/* maps still point at the old LU until step 2; step 5 closes it */
 			hl_list_del(&pd->replaces->link);
 			hl_list_add_tail(&d->retired_disks, &pd->replaces->link);
+			/*
+			 * A shared disk: the old one hands the disk over (its commands
+			 * drain, it stays a standby for its sessions), so the new one,
+			 * which started as a standby, takes it at its next look.
+			 */
+			if (pd->replaces->owner)
+				hl_owner_handover(pd->replaces->owner, 0);
 		}
 		hl_list_add_tail(&d->disks, &pd->rt->link);
 		pd->rt = NULL;
