@@ -391,9 +391,19 @@ static int path_connect_sync(struct iscsi_context *ctx, const char *portal, int 
 {
 	if (!multipath)
 		return iscsi_full_connect_sync(ctx, portal, lun);
-	if (iscsi_connect_sync(ctx, portal) != 0)
+	if (iscsi_connect_sync(ctx, portal) != 0 || iscsi_login_sync(ctx) != 0)
 		return -1;
-	return iscsi_login_sync(ctx);
+	/* the unit attentions a new nexus starts with (POWER ON), whatever the path's state */
+	for (int i = 0; i < 4; i++) {
+		struct scsi_task *t = iscsi_testunitready_sync(ctx, lun);
+		bool ua = t && t->status == SCSI_STATUS_CHECK_CONDITION &&
+		          t->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+		if (t)
+			scsi_free_scsi_task(t);
+		if (!ua)
+			break;
+	}
+	return 0;
 }
 
 static void path_connected(struct iscsi_context *iscsi, int status, void *data, void *private)
