@@ -124,8 +124,9 @@ struct disk_rt *daemon_disk_find(struct daemon *d, const char *name);
 /**
  * A planned stop with peers: hand every disk this gateway owns to a peer
  * (hl_owner_handover, all at once), waiting up to wait_ms. Blocking.
+ * @return how many disks this gateway owned.
  */
-void daemon_owners_handover(struct daemon *d, unsigned wait_ms);
+unsigned daemon_owners_handover(struct daemon *d, unsigned wait_ms);
 
 /** Start the control socket on its own reactor thread. @return 0 or -errno. */
 int daemon_control_start(struct daemon *d);

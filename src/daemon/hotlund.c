@@ -40,6 +40,8 @@
 /* A planned stop with peers: how long to wait for a peer to take the disks (a standby
  * looks every 250 ms and records its ownership before it diffs its cache). */
 #define OWNER_HANDOVER_WAIT_MS 3000
+/* ... and how long it then answers as a standby before it asks its sessions to log out */
+#define OWNER_LINGER_MS 2500
 
 static void usage(FILE *f)
 {
@@ -511,8 +513,16 @@ int main(int argc, char **argv)
 		 * them (its commands finish, the peer's cache is made coherent),
 		 * so initiators move paths instead of waiting for us.
 		 */
-		if (gateway)
-			daemon_owners_handover(&d, OWNER_HANDOVER_WAIT_MS);
+		if (gateway && daemon_owners_handover(&d, OWNER_HANDOVER_WAIT_MS)) {
+			/*
+			 * Stay a standby a moment before the sessions are asked to
+			 * leave: an initiator that saw "transitioning" re-reads the
+			 * states (Linux's scsi_dh_alua after 2 s) and finds the peer
+			 * active instead of a closed connection.
+			 */
+			struct timespec ts = {OWNER_LINGER_MS / 1000, (OWNER_LINGER_MS % 1000) * 1000000L};
+			nanosleep(&ts, NULL);
+		}
 		int fds[64];
 		unsigned nfds = hl_iscsi_server_listen_fds(d.server, fds, 64);
 		bool kept = daemon_service_store_fds(fds, nfds);

@@ -213,16 +213,23 @@ static void *handover_main(void *arg)
 	return NULL;
 }
 
-void daemon_owners_handover(struct daemon *d, unsigned wait_ms)
+unsigned daemon_owners_handover(struct daemon *d, unsigned wait_ms)
 {
 	struct disk_rt *rt;
 	struct handover_arg *h;
 	size_t n = 0, i = 0;
+	unsigned owned = 0;
 
-	hl_list_for_each_entry(rt, &d->disks, link)
-		n += rt->owner != NULL;
+	hl_list_for_each_entry(rt, &d->disks, link) {
+		struct hl_owner_status st;
+		if (!rt->owner)
+			continue;
+		n++;
+		hl_owner_status(rt->owner, &st);
+		owned += !strcmp(st.state, "owner");
+	}
 	if (!n || !(h = calloc(n, sizeof(*h))))
-		return;
+		return owned;
 	/* all disks at once: each waits for its commands and its peer */
 	hl_list_for_each_entry(rt, &d->disks, link) {
 		if (!rt->owner)
@@ -237,6 +244,7 @@ void daemon_owners_handover(struct daemon *d, unsigned wait_ms)
 	while (i--)
 		pthread_join(h[i].t, NULL);
 	free(h);
+	return owned;
 }
 
 static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct disk_rt **out,
