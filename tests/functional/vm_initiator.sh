@@ -17,6 +17,7 @@
 # boot), HL_VM_TIMEOUT=300 (s per boot), HL_VM_CACHE, HL_VM_IO_MB=4 (16 MiB and more
 # stalls for seconds in qemu's user-mode network under TCG, with tgt too).
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/vm_lib.sh"
 hl_need qemu-system-x86_64 dpkg-deb apt-get gzip
 for t in iscsid iscsiadm; do
 	command -v $t >/dev/null || [ -x /usr/sbin/$t ] || [ -x /sbin/$t ] ||
@@ -34,16 +35,6 @@ T=$(hl_tmpdir)
 mkdir -p "$CACHE" || hl_error "cannot create $CACHE"
 
 # ---------------------------------------------------------------- image build
-
-# decompress_ko FILE: the module on stdout, whatever its compression.
-decompress_ko() {
-	case $1 in
-	*.ko.xz) xz -dc "$1" ;;
-	*.ko.zst) zstd -dc "$1" ;;
-	*.ko.gz) gzip -dc "$1" ;;
-	*) cat "$1" ;;
-	esac
-}
 
 build_image() {
 	local B=$CACHE/build kpkg
@@ -82,38 +73,9 @@ build_image() {
 	echo 'root:x:0:0:root:/:/bin/sh' >"$R/etc/passwd"
 	echo 'root:x:0:' >"$R/etc/group"
 
-	# Modules in dependency order, from each .ko's modinfo "depends=" field.
-	declare -A where=() done_=()
-	local f n order=()
-	while IFS= read -r f; do
-		n=${f##*/}
-		n=${n%%.ko*}
-		where[${n//-/_}]=$f
-	done < <(find "$moddir/kernel" -name '*.ko*')
-	add_mod() {
-		local m=${1//-/_} d
-		[ -n "${done_[$m]:-}" ] && return
-		done_[$m]=1
-		[ -n "${where[$m]:-}" ] || return 0 # built into the kernel
-		for d in $(decompress_ko "${where[$m]}" | tr '\0' '\n' | sed -n 's/^depends=//p' | head -1 | tr ',' ' '); do
-			add_mod "$d"
-		done
-		order+=("$m")
-	}
-	for n in $MODULES; do add_mod "$n"; done
-	mkdir -p "$R/lib/modules"
-	: >"$R/etc/hlvm-modules"
-	for n in "${order[@]}"; do
-		decompress_ko "${where[$n]}" >"$R/lib/modules/$n.ko"
-		echo "/lib/modules/$n.ko" >>"$R/etc/hlvm-modules"
-	done
-	hl_log "kernel $kver; modules: ${order[*]}"
-	(cd "$R" && find . | LC_ALL=C sort | "$B/bb/bin/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
-		gzip -6 >"$CACHE/initramfs.gz.new" || hl_error "cpio failed"
-	cp "$B/bb/bin/busybox" "$CACHE/busybox"
-	cp "$vmlinuz" "$CACHE/vmlinuz"
-	mv "$CACHE/initramfs.gz.new" "$CACHE/initramfs.gz"
-	echo "$kver" >"$CACHE/kver"
+	vm_modules "$R" "$moddir" $MODULES
+	hl_log "kernel $kver; modules: ${VM_MODULES[*]}"
+	vm_pack "$R" "$B/bb/bin/busybox" "$vmlinuz" "$kver" "$CACHE"
 	rm -rf "$B"
 }
 

@@ -23,6 +23,7 @@
 # boot), HL_VM_CACHE, HL_VM_MP_CASES="term kill" (add stop for SIGSTOP),
 # HL_VM_MP_STOP=1 (same as adding stop).
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/vm_lib.sh"
 hl_need qemu-system-x86_64 dpkg-deb apt-get gzip python3
 for t in iscsid iscsiadm; do
 	command -v $t >/dev/null || [ -x /usr/sbin/$t ] || [ -x /sbin/$t ] ||
@@ -43,15 +44,6 @@ T=$(hl_tmpdir)
 mkdir -p "$IMG" || hl_error "cannot create $IMG"
 
 # ---------------------------------------------------------------- image build
-
-decompress_ko() {
-	case $1 in
-	*.ko.xz) xz -dc "$1" ;;
-	*.ko.zst) zstd -dc "$1" ;;
-	*.ko.gz) gzip -dc "$1" ;;
-	*) cat "$1" ;;
-	esac
-}
 
 build_image() {
 	local B=$IMG/build kpkg pk need=
@@ -116,38 +108,9 @@ build_image() {
 	echo 'root:x:0:0:root:/:/bin/sh' >"$R/etc/passwd"
 	echo 'root:x:0:' >"$R/etc/group"
 
-	# modules in dependency order, from each .ko's modinfo "depends=" field
-	declare -A where=() done_=()
-	local f n order=()
-	while IFS= read -r f; do
-		n=${f##*/}
-		n=${n%%.ko*}
-		where[${n//-/_}]=$f
-	done < <(find "$moddir/kernel" -name '*.ko*')
-	add_mod() {
-		local m=${1//-/_} d
-		[ -n "${done_[$m]:-}" ] && return
-		done_[$m]=1
-		[ -n "${where[$m]:-}" ] || return 0 # built into the kernel
-		for d in $(decompress_ko "${where[$m]}" | tr '\0' '\n' | sed -n 's/^depends=//p' | head -1 | tr ',' ' '); do
-			add_mod "$d"
-		done
-		order+=("$m")
-	}
-	for n in $MODULES; do add_mod "$n"; done
-	mkdir -p "$R/lib/modules"
-	: >"$R/etc/hlvm-modules"
-	for n in "${order[@]}"; do
-		decompress_ko "${where[$n]}" >"$R/lib/modules/$n.ko"
-		echo "/lib/modules/$n.ko" >>"$R/etc/hlvm-modules"
-	done
-	hl_log "kernel $kver; modules: ${order[*]}"
-	(cd "$R" && find . | LC_ALL=C sort | "$B/x/bin/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
-		gzip -6 >"$IMG/initramfs.gz.new" || hl_error "cpio failed"
-	cp "$B/x/bin/busybox" "$IMG/busybox"
-	cp "$vmlinuz" "$IMG/vmlinuz"
-	mv "$IMG/initramfs.gz.new" "$IMG/initramfs.gz"
-	echo "$kver" >"$IMG/kver"
+	vm_modules "$R" "$moddir" $MODULES
+	hl_log "kernel $kver; modules: ${VM_MODULES[*]}"
+	vm_pack "$R" "$B/x/bin/busybox" "$vmlinuz" "$kver" "$IMG"
 	rm -rf "$B"
 }
 
