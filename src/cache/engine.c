@@ -599,6 +599,52 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 	pthread_mutex_unlock(&c->sync_lock);
 }
 
+/*
+ * Ask inner what changed since `proof` (NULL: no proof) into chg. A failed
+ * allocation anywhere, or no proof at all, counts as "cannot tell".
+ * @return 0 (chg lists the changes) or -ESTALE (drop everything); why set.
+ */
+static int proof_changes(struct hl_origin *inner, const char *tag, const char *proof,
+                         bool nomem, struct changed_list *chg, char *why, size_t whylen)
+{
+	int prc = hl_origin_proof_check(inner, tag, proof, changed_add, chg, why, whylen);
+
+	if (!prc && (chg->nomem || nomem)) {
+		prc = -ESTALE;
+		snprintf(why, whylen, "out of memory for the changed ranges");
+	}
+	if (!proof && !prc)
+		prc = -ESTALE; /* a backend must never vouch for no proof */
+	return prc;
+}
+
+/*
+ * c->lock held: drop from e what proof_changes found (everything when prc),
+ * a proof that proves nothing any more included, and record the outcome in
+ * e's warm_* statistics ("PREFIX" + why). @return whether e's proof went.
+ */
+static bool drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
+                         const struct changed_list *chg, const char *prefix, const char *why)
+{
+	uint64_t before = hl_cache_core_lun_blocks(c->core, e->id), after;
+	bool proof_gone = prc && e->proof;
+
+	if (prc)
+		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
+	for (size_t i = 0; !prc && i < chg->n; i++)
+		hl_cache_core_invalidate(c->core, e->id, chg->v[i].off, chg->v[i].len);
+	after = hl_cache_core_lun_blocks(c->core, e->id);
+	if (proof_gone) {
+		free(e->proof);
+		e->proof = NULL;
+	}
+	e->warm_checked = true;
+	e->warm_kept = after;
+	e->warm_dropped = before - after;
+	snprintf(e->warm_why, sizeof(e->warm_why), "%s%s", prefix, why);
+	return proof_gone;
+}
+
 int hl_cache_revalidate(struct hl_origin *o)
 {
 	struct co_priv *co;
@@ -607,8 +653,7 @@ int hl_cache_revalidate(struct hl_origin *o)
 	struct changed_list chg = {0};
 	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
 	char *proof = NULL;
-	uint64_t before, after;
-	bool nomem = false;
+	bool nomem = false, proof_gone;
 	int prc, rc = 0;
 
 	if (!o || o->ops != &cache_origin_ops)
@@ -621,35 +666,16 @@ int hl_cache_revalidate(struct hl_origin *o)
 		nomem = true;
 	ent_tag(c, e->id, tag);
 	pthread_mutex_unlock(&c->lock);
-	prc = hl_origin_proof_check(co->inner, tag, proof, changed_add, &chg, why, sizeof(why));
-	if (!prc && (chg.nomem || nomem)) {
-		prc = -ESTALE;
-		snprintf(why, sizeof(why), "out of memory for the changed ranges");
-	}
-	if (!proof && !prc)
-		prc = -ESTALE; /* a backend must never vouch for no proof */
+	prc = proof_changes(co->inner, tag, proof, nomem, &chg, why, sizeof(why));
 	free(proof);
 	pthread_mutex_lock(&c->sync_lock);
 	pthread_mutex_lock(&c->lock);
-	before = hl_cache_core_lun_blocks(c->core, e->id);
-	if (prc)
-		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
-	for (size_t i = 0; !prc && i < chg.n; i++)
-		hl_cache_core_invalidate(c->core, e->id, chg.v[i].off, chg.v[i].len);
-	after = hl_cache_core_lun_blocks(c->core, e->id);
-	bool proof_gone = prc && e->proof;
-	if (proof_gone) {
-		free(e->proof); /* it proves nothing any more */
-		e->proof = NULL;
-	}
-	e->warm_checked = true;
-	e->warm_kept = after;
-	e->warm_dropped = before - after;
-	snprintf(e->warm_why, sizeof(e->warm_why), "ownership: %s", why);
+	proof_gone = drop_changes(c, e, prc, &chg, "ownership: ", why);
+	uint64_t after = e->warm_kept, dropped = e->warm_dropped;
 	pthread_mutex_unlock(&c->lock);
 	/* the proofs_held flag stays set until the dropped blocks' records are written */
 	/* Before the disk is served: the dropped blocks' records must stop claiming data. */
-	if (before != after && !c->dead)
+	if (dropped && !c->dead)
 		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
 	if (!rc && proof_gone)
 		rc = map_write(c, "open");
@@ -658,7 +684,7 @@ int hl_cache_revalidate(struct hl_origin *o)
 	pthread_mutex_unlock(&c->sync_lock);
 	free(chg.v);
 	HL_NOTICE("cache", "cache %s: disk %s: ownership gained: kept %llu block(s), dropped %llu (%s%s)",
-	          c->name, e->name, (unsigned long long)after, (unsigned long long)(before - after),
+	          c->name, e->name, (unsigned long long)after, (unsigned long long)dropped,
 	          prc ? "cold: " : "", why);
 	if (rc)
 		HL_ERR("cache", "cache %s: disk %s: cannot record the dropped blocks: %s", c->name,
@@ -961,15 +987,8 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		ent_tag(c, e->id, tag);
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (check) {
-		prc = hl_origin_proof_check(inner, tag, proof, changed_add, &chg, why, sizeof(why));
-		if (!prc && chg.nomem) {
-			prc = -ESTALE;
-			snprintf(why, sizeof(why), "out of memory for the changed ranges");
-		}
-		if (!proof && !prc)
-			prc = -ESTALE; /* a backend must never vouch for no proof */
-	}
+	if (check)
+		prc = proof_changes(inner, tag, proof, false, &chg, why, sizeof(why));
 	free(proof);
 	pthread_mutex_lock(&c->sync_lock); /* no record sync of the meta thread meanwhile */
 	pthread_mutex_lock(&c->lock);
@@ -979,24 +998,10 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		goto out;
 	}
 	if (e && check) {
-		uint64_t before = hl_cache_core_lun_blocks(c->core, e->id), after;
-
-		if (prc)
-			hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
-		for (size_t i = 0; !prc && i < chg.n; i++)
-			hl_cache_core_invalidate(c->core, e->id, chg.v[i].off, chg.v[i].len);
-		after = hl_cache_core_lun_blocks(c->core, e->id);
+		changed |= drop_changes(c, e, prc, &chg, "", why);
+		uint64_t after = e->warm_kept, before = after + e->warm_dropped;
 		/* Before any I/O: the dropped blocks' records must stop claiming data. */
 		sync = prc || chg.n;
-		if (prc && e->proof) {
-			free(e->proof); /* it proves nothing any more */
-			e->proof = NULL;
-			changed = true;
-		}
-		e->warm_checked = true;
-		e->warm_kept = after;
-		e->warm_dropped = before - after;
-		snprintf(e->warm_why, sizeof(e->warm_why), "%s", why);
 		if (prc || before != after)
 			HL_NOTICE("cache",
 			          "cache %s: disk %s: warm start: kept %llu block(s), dropped %llu "
