@@ -213,14 +213,11 @@ static void moved(struct hl_owner *ow, bool forced, bool released)
 	pthread_mutex_unlock(&ow->lock);
 }
 
-/* Sleep up to ms, or until kicked. @return false when asked to stop. */
-static bool nap(struct hl_owner *ow, int64_t ms)
+/* ms from now on the monotonic clock (ow->cond waits on it). */
+static struct timespec mono_after(int64_t ms)
 {
 	struct timespec ts;
-	bool go;
 
-	if (ms < 1)
-		ms = 1;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_sec += ms / 1000;
 	ts.tv_nsec += (ms % 1000) * 1000000;
@@ -228,6 +225,15 @@ static bool nap(struct hl_owner *ow, int64_t ms)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
+	return ts;
+}
+
+/* Sleep up to ms, or until kicked. @return false when asked to stop. */
+static bool nap(struct hl_owner *ow, int64_t ms)
+{
+	struct timespec ts = mono_after(ms < 1 ? 1 : ms);
+	bool go;
+
 	pthread_mutex_lock(&ow->lock);
 	if (!ow->stop && !ow->kick)
 		pthread_cond_timedwait(&ow->cond, &ow->lock, &ts);
@@ -290,19 +296,12 @@ static int gain(struct hl_owner *ow)
 	if (pthread_create(&t, NULL, gain_main, &job))
 		return ow->hooks.gained(ow->hooks.arg);
 	while (!done) {
-		int64_t next = now_ms() + ow->lease_ms / 4;
+		struct timespec next = mono_after(ow->lease_ms / 4);
 		fenced |= renew(ow, &info) == -ESHUTDOWN;
 		pthread_mutex_lock(&ow->lock);
-		while (!job.done && now_ms() < next) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			ts.tv_nsec += 50 * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&ow->cond, &ow->lock, &ts);
-		}
+		/* gain_main broadcasts when done; other wake-ups just wait on */
+		while (!job.done && pthread_cond_timedwait(&ow->cond, &ow->lock, &next) != ETIMEDOUT)
+			;
 		done = job.done;
 		pthread_mutex_unlock(&ow->lock);
 	}
