@@ -1,6 +1,27 @@
 /*
- * origin.h - the backing store behind a disk: one ops table per backend and
- * an explicit list of backends (src/origin/origin.c), no constructor magic.
+ * origin.h - the backing store behind a disk, and the stack of origins that
+ * the SCSI layer reads and writes through.
+ *
+ * Backends: one ops table each (file, iscsi, rbd) in an explicit list
+ * (src/origin/origin.c, hl_origin_backends), opened by URI scheme with
+ * hl_origin_open(); no constructor magic.
+ *
+ * Stacks: a disk's LU talks to ONE hl_origin, the top of a stack that the
+ * daemon builds per disk from its config (src/daemon/runtime.c), bottom up:
+ *
+ *     counted   per-disk command counters and latency (hl_origin_count_wrap, origin/)
+ *     cache     the read cache engine (hl_cache_attach, cache/engine/), if the disk has one
+ *     throttle  lab budget: IOPS, bandwidth, latency (hl_origin_throttle_wrap, origin/)
+ *     backend   file | iscsi | rbd (hl_origin_open)
+ *
+ * Every wrapper is made by hl_origin_wrap(): it copies the inner origin's
+ * geometry and flags, forwards its events, and takes it over, so closing
+ * the top closes the whole stack, each layer after its own close op. A
+ * wrapper overrides only what it changes: submit always; proof and identity
+ * ops it does not define are passed to the origin it wraps (a throttle or a
+ * counter changes timing, never content). The ownership ops (own_*) are a
+ * backend's alone: the ownership module calls them on the backend, which
+ * the daemon keeps a pointer to (hl_origin_base finds it too).
  *
  * Threading: hl_origin_submit() is called on a reactor thread and the
  * completion runs later on that same reactor thread, never inside submit.
@@ -185,20 +206,25 @@ struct hl_own_info {
 /** A backend. Members are mandatory unless marked optional. */
 struct hl_origin_ops {
 	const char *name;   /* "file" */
-	const char *scheme; /* URI prefix it claims, e.g. "file:" */
+	const char *scheme; /* URI prefix it claims, e.g. "file:"; NULL for a wrapper */
 	size_t priv_size;   /* bytes of private state allocated behind struct hl_origin */
 	/**
 	 * Open `target` (the URI with the scheme removed). Sets o->size and,
 	 * when known, o->phys_block_size, o->can_discard, o->zeroes_after_discard.
 	 * Runs on the main thread before reactors start. @return 0 or -errno.
+	 * NULL for a wrapper (made by hl_origin_wrap, never by URI).
 	 */
 	int (*open)(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts);
-	/** Release everything; no I/O is in flight. */
+	/**
+	 * Release everything; no I/O is in flight. A wrapper's close must not
+	 * close its inner origin: hl_origin_close() does that right after.
+	 */
 	void (*close)(struct hl_origin *o);
 	/** Asynchronous submit; see struct hl_origin_io. @return 0 (cb runs once) or -errno (cb never runs). */
 	int (*submit)(struct hl_origin *o, struct hl_origin_io *io);
 	/**
-	 * Optional (missing: the origin can prove nothing). Record the origin's
+	 * Optional (missing: the origin can prove nothing; in a wrapper: its
+	 * inner origin's). Record the origin's
 	 * state now, for proof_check at a later start. `tag` names this
 	 * gateway's cache and disk ([A-Za-z0-9._-], < 64 bytes): a backend that
 	 * keeps a mark inside the origin (an rbd snapshot) names it from the
@@ -280,6 +306,7 @@ struct hl_origin {
 	bool can_discard;
 	bool zeroes_after_discard;
 	bool sole_writer;           /* hl_origin_opts.sole_writer */
+	struct hl_origin *inner;    /* a wrapper: the origin it wraps (owned); a backend: NULL */
 	/* the one listener of this origin's events (hl_origin_listen); atomics */
 	hl_origin_event_fn listener;
 	void *listener_arg;
@@ -349,11 +376,33 @@ void hl_origin_listen(struct hl_origin *o, hl_origin_event_fn fn, void *arg);
 void hl_origin_notify(struct hl_origin *o, enum hl_origin_event ev, uint64_t new_size);
 
 /**
- * For wrappers without size logic of their own (throttle, counters): listen
- * to inner and pass each event up to outer, copying inner's new size into
- * outer first. outer must outlive the forwarding (it is closed with inner).
+ * For wrappers: listen to inner and pass each event up to outer, copying
+ * inner's new size into outer first (what hl_origin_wrap sets up). outer
+ * must outlive the forwarding (it is closed with inner).
  */
 void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer);
+
+/**
+ * Make a wrapper around `inner`, the one way a stack grows (see the head
+ * comment). The wrapper gets ops->priv_size zeroed bytes of private state
+ * (hl_origin_priv), the uri "LABEL:<inner's uri>" (label NULL: inner's
+ * uri), inner's size, phys_block_size, read_only, can_discard,
+ * zeroes_after_discard and sole_writer, and inner's events (a wrapper with
+ * size logic of its own replaces the forwarding with hl_origin_listen on
+ * inner). On 0 the wrapper owns inner: hl_origin_close(*out) runs
+ * ops->close, then closes inner. On error the caller keeps inner.
+ * Main thread, before I/O reaches the wrapper. @return 0, -EINVAL or -ENOMEM.
+ */
+int hl_origin_wrap(struct hl_origin *inner, const struct hl_origin_ops *ops, const char *label,
+                   struct hl_origin **out);
+
+/** The backend at the bottom of o's stack (o itself for a backend). */
+static inline struct hl_origin *hl_origin_base(struct hl_origin *o)
+{
+	while (o->inner)
+		o = o->inner;
+	return o;
+}
 
 /**
  * Wrap `inner` in a throttle that models a slow SAN: at most `iops` requests
@@ -369,6 +418,34 @@ void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer);
  */
 int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbps,
 			    uint32_t latency_ms, struct hl_origin **out);
+
+#define HL_ORIGIN_LAT_BUCKETS 24 /* bucket i: latency < 2^i microseconds (last: the rest) */
+
+/**
+ * Block commands of one disk as the layer above the counting wrapper
+ * issued them (hl_origin_count_wrap). Every member is a uint64_t updated
+ * atomically; read with hl_origin_counters_read.
+ */
+struct hl_origin_counters {
+	uint64_t read_cmds, write_cmds, other_cmds;
+	uint64_t read_bytes, write_bytes;
+	uint64_t errors;
+	uint64_t read_lat[HL_ORIGIN_LAT_BUCKETS];
+	uint64_t write_lat[HL_ORIGIN_LAT_BUCKETS];
+};
+
+/**
+ * Put a counting wrapper on `inner` (which it takes, as hl_origin_wrap):
+ * the top of a disk's stack, right under the LU, so it sees every block
+ * command for the disk (hits and misses alike) and times it. *counters
+ * lives as long as the wrapper. On error the caller keeps inner.
+ * @return 0 or -ENOMEM.
+ */
+int hl_origin_count_wrap(struct hl_origin *inner, struct hl_origin **out,
+                         struct hl_origin_counters **counters);
+
+/** A consistent-enough snapshot of c (each counter read atomically). Any thread. */
+void hl_origin_counters_read(const struct hl_origin_counters *c, struct hl_origin_counters *out);
 
 /** The explicit list of compiled-in backends, NULL-terminated (for --version and errors). */
 extern const struct hl_origin_ops *const hl_origin_backends[];

@@ -1073,23 +1073,17 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		if (rc)
 			goto out;
 	}
+	char *label;
 	rc = -ENOMEM;
-	o = calloc(1, sizeof(*o) + sizeof(struct co_priv));
-	if (!o)
+	if (asprintf(&label, "cache(%s)", c->name) < 0)
 		goto out;
-	if (asprintf(&o->uri, "cache(%s):%s", c->name, inner->uri) < 0) {
-		free(o);
+	rc = hl_origin_wrap(inner, &cache_origin_ops, label, &o);
+	free(label);
+	if (rc)
 		goto out;
-	}
-	o->ops = &cache_origin_ops;
-	o->size = inner->size;
-	o->phys_block_size = inner->phys_block_size;
-	o->read_only = inner->read_only;
-	o->can_discard = inner->can_discard;
-	o->zeroes_after_discard = inner->zeroes_after_discard;
 	co = co_of(o);
 	co->c = c;
-	co->inner = inner;
+	co->inner = inner; /* o->inner, at hand for the data path */
 	co->ent = e;
 	e->attached = true;
 	ent_tag(c, e->id, e->tag);

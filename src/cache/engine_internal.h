@@ -164,7 +164,7 @@ struct hl_cache {
 /* Behind each cached origin. */
 struct co_priv {
 	struct hl_cache *c;
-	struct hl_origin *inner;
+	struct hl_origin *inner; /* the wrapper's o->inner, at hand (hl_origin_close closes it) */
 	struct map_ent *ent;
 };
 

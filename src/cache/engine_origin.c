@@ -356,14 +356,6 @@ void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_even
 	hl_origin_notify(o, ev, size);
 }
 
-static int co_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
-{
-	(void)o;
-	(void)target;
-	(void)opts;
-	return -EOPNOTSUPP; /* only made by hl_cache_attach() */
-}
-
 static void co_close(struct hl_origin *o)
 {
 	struct co_priv *co = co_of(o);
@@ -376,15 +368,13 @@ static void co_close(struct hl_origin *o)
 	pthread_mutex_unlock(&co->c->sync_lock);
 	/* No I/O is in flight: what the origin holds now is what the blocks match. */
 	engine_proof_final(co->c, co->ent, co->inner);
-	hl_origin_close(co->inner);
-	co->inner = NULL;
+	/* hl_origin_close() closes the inner origin next */
 }
 
+/* Made only by hl_cache_attach() (hl_origin_wrap); proofs and identity are the inner origin's. */
 const struct hl_origin_ops cache_origin_ops = {
     .name = "cache",
-    .scheme = NULL,
     .priv_size = sizeof(struct co_priv),
-    .open = co_open,
     .close = co_close,
     .submit = co_submit,
 };

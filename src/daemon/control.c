@@ -1087,7 +1087,7 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 	(void)err;
 	(void)errlen;
 	hl_list_for_each_entry(rt, &d->disks, link) {
-		struct disk_counters c;
+		struct hl_origin_counters c;
 		char shown[2200];
 		json_t *o = json_pack("{s:s, s:I, s:i, s:b}", "origin",
 				      hl_uri_redact(rt->conf.origin, false, shown, sizeof(shown)),
@@ -1095,7 +1095,7 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 				      (json_int_t)(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu)),
 				      "block_size", (int)hl_lu_block_size(rt->lu), "read_only",
 				      rt->conf.read_only);
-		daemon_counters_read(rt->counters, &c);
+		hl_origin_counters_read(rt->counters, &c);
 		json_object_set_new(o, "read_cmds", json_integer((json_int_t)c.read_cmds));
 		json_object_set_new(o, "write_cmds", json_integer((json_int_t)c.write_cmds));
 		json_object_set_new(o, "other_cmds", json_integer((json_int_t)c.other_cmds));
@@ -1103,7 +1103,7 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 		json_object_set_new(o, "write_bytes", json_integer((json_int_t)c.write_bytes));
 		json_object_set_new(o, "errors", json_integer((json_int_t)c.errors));
 		json_t *rl = json_array(), *wl = json_array();
-		for (int i = 0; i < HL_DISK_LAT_BUCKETS; i++) {
+		for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++) {
 			json_array_append_new(rl, json_integer((json_int_t)c.read_lat[i]));
 			json_array_append_new(wl, json_integer((json_int_t)c.write_lat[i]));
 		}

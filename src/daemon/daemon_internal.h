@@ -27,39 +27,16 @@ struct hl_iscsi_server;
 struct hl_iscsi_chap;
 struct hl_ctl_server;
 
-#define HL_DISK_LAT_BUCKETS 24 /* bucket i: latency < 2^i microseconds (last: the rest) */
-
-/**
- * Block commands of one disk as the SCSI layer issued them (diskstats.c).
- * Every member is a uint64_t updated atomically; read with daemon_counters_read.
- */
-struct disk_counters {
-	uint64_t read_cmds, write_cmds, other_cmds;
-	uint64_t read_bytes, write_bytes;
-	uint64_t errors;
-	uint64_t read_lat[HL_DISK_LAT_BUCKETS];
-	uint64_t write_lat[HL_DISK_LAT_BUCKETS];
-};
-
 /** One opened disk: its LU (which owns the origin) and what it was opened with. */
 struct disk_rt {
 	struct hl_list link;        /* daemon.disks or daemon.retired_disks */
 	struct hl_conf_disk conf;   /* deep copy of the section it was opened from */
 	struct hl_lu *lu;
-	struct disk_counters *counters; /* owned by the counting origin inside lu */
+	struct hl_origin_counters *counters; /* owned by the counting origin inside lu */
 	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
 	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
 };
 
-
-/**
- * Put a counting wrapper on *origin (which it takes). *counters lives as
- * long as the wrapper. @return 0 or -ENOMEM (then *origin is unchanged).
- */
-int daemon_count_origin(struct hl_origin **origin, struct disk_counters **counters);
-
-/** A consistent-enough snapshot (each counter read atomically). */
-void daemon_counters_read(const struct disk_counters *c, struct disk_counters *out);
 
 /** One target's LUN map, given to the iSCSI server (which keeps pointing at it). */
 struct target_rt {

@@ -263,7 +263,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		.gateway = (uint16_t)d->conf->gateway,
 	};
 	char shown[2200]; /* the origin as logs may show it (hl_uri_redact) */
-	struct hl_origin *origin, *backend;
+	struct hl_origin *origin, *backend, *counted;
 	struct hl_lu_config lc;
 	struct disk_rt *rt;
 	char ident[HL_ORIGIN_PROOF_MAX];
@@ -304,12 +304,13 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		rt->cached = origin;
 	}
 	/* topmost, so it counts every command the LU issues, cached or not */
-	rc = daemon_count_origin(&origin, &rt->counters);
+	rc = hl_origin_count_wrap(origin, &counted, &rt->counters);
 	if (rc) {
 		hl_origin_close(origin);
 		disk_free(rt);
 		return fail(err, errlen, rc, "disk %s: out of memory", cd->name);
 	}
+	origin = counted;
 	memset(&lc, 0, sizeof(lc));
 	lc.name = cd->name;
 	lc.block_size = cd->block_size;

@@ -1,8 +1,10 @@
 /*
  * origin.c - the explicit table of origin backends, URI scheme dispatch
- * (hl_origin_open/close), the checks every backend applies to an I/O, the
- * event path (resize, fencing) from a backend up through its wrappers, and
- * the warm restart proofs' common part (the "exclusive = yes" fallback).
+ * (hl_origin_open/close), stacking (hl_origin_wrap), the checks every
+ * backend applies to an I/O, the event path (resize, fencing) from a
+ * backend up through its wrappers, and the warm restart proofs' common part
+ * (passed down a stack to the first layer that has them; the
+ * "exclusive = yes" fallback).
  */
 #include "config.h"
 
@@ -14,13 +16,14 @@
 #include <stdio.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 /*
- * Every backend that a URI can name. The throttle wrapper is not here: it is
- * stacked on an opened origin by hl_origin_throttle_wrap(), not named by URI.
+ * Every backend that a URI can name. Wrappers (throttle, counters, the
+ * cache) are not here: hl_origin_wrap() stacks them on an opened origin.
  */
 const struct hl_origin_ops *const hl_origin_backends[] = {
     &origin_file_ops,
@@ -37,7 +40,7 @@ int origin_alloc(const struct hl_origin_ops *ops, const char *uri, struct hl_ori
 
 	if (!o)
 		return -ENOMEM;
-	/* o->uri is what the layers above show and log: never the secret (the backend's open gets it) */
+	/* o->uri is what the layers above show and log: never the secret (open gets it) */
 	size_t n = 2 * strlen(uri) + 16; /* "***" may be longer than a short secret */
 	o->uri = malloc(n);
 	if (o->uri)
@@ -151,10 +154,42 @@ int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl
 
 void hl_origin_close(struct hl_origin *o)
 {
+	while (o) {
+		struct hl_origin *inner = o->inner;
+
+		o->ops->close(o);
+		origin_free(o);
+		o = inner; /* a wrapper owns the origin it wraps */
+	}
+}
+
+int hl_origin_wrap(struct hl_origin *inner, const struct hl_origin_ops *ops, const char *label,
+                   struct hl_origin **out)
+{
+	struct hl_origin *o;
+
+	if (!inner || !ops || !ops->submit || !ops->close || !out)
+		return -EINVAL;
+	o = calloc(1, sizeof(*o) + ops->priv_size);
 	if (!o)
-		return;
-	o->ops->close(o);
-	origin_free(o);
+		return -ENOMEM;
+	/* inner's uri is already what logs may show (origin_alloc redacted it) */
+	if (label ? asprintf(&o->uri, "%s:%s", label, inner->uri) < 0
+	          : !(o->uri = strdup(inner->uri))) {
+		free(o);
+		return -ENOMEM;
+	}
+	o->ops = ops;
+	o->size = inner->size;
+	o->phys_block_size = inner->phys_block_size;
+	o->read_only = inner->read_only;
+	o->can_discard = inner->can_discard;
+	o->zeroes_after_discard = inner->zeroes_after_discard;
+	o->sole_writer = inner->sole_writer;
+	o->inner = inner;
+	hl_origin_forward_events(inner, o); /* a resize or fence reaches the layer above */
+	*out = o;
+	return 0;
 }
 
 /* ---- events ---- */
@@ -209,10 +244,28 @@ void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer)
 
 #define EXCL_PREFIX "excl:"
 
-int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
-                         size_t len)
+/*
+ * The layer of o's stack that has the optional op at byte `member` of its
+ * ops table (a wrapper without it passes it down), or NULL.
+ */
+static struct hl_origin *prover_of(struct hl_origin *o, size_t member)
 {
-	int rc = o->ops->proof_take ? o->ops->proof_take(o, tag, final, proof, len) : -EOPNOTSUPP;
+	for (; o; o = o->inner) {
+		void (*fn)(void);
+
+		memcpy(&fn, (const char *)o->ops + member, sizeof(fn));
+		if (fn)
+			return o;
+	}
+	return NULL;
+}
+
+#define PROVER(o, op) prover_of((o), offsetof(struct hl_origin_ops, op))
+
+int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof, size_t len)
+{
+	struct hl_origin *p = PROVER(o, proof_take);
+	int rc = p ? p->ops->proof_take(p, tag, final, proof, len) : -EOPNOTSUPP;
 
 	if (rc != -EOPNOTSUPP || !o->sole_writer)
 		return rc;
@@ -245,20 +298,26 @@ int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proo
 		snprintf(why, whylen, "exclusive = yes");
 		return 0;
 	}
-	if (!o->ops->proof_check) {
-		snprintf(why, whylen, "%s origin cannot prove it unchanged", o->ops->name);
+	struct hl_origin *p = PROVER(o, proof_check);
+	if (!p) {
+		snprintf(why, whylen, "%s origin cannot prove it unchanged",
+		         hl_origin_base(o)->ops->name);
 		return -ESTALE;
 	}
-	return o->ops->proof_check(o, tag, proof, changed, arg, why, whylen) ? -ESTALE : 0;
+	return p->ops->proof_check(p, tag, proof, changed, arg, why, whylen) ? -ESTALE : 0;
 }
 
 void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *proof)
 {
-	if (o->ops->proof_release)
-		o->ops->proof_release(o, tag, proof);
+	struct hl_origin *p = PROVER(o, proof_release);
+
+	if (p)
+		p->ops->proof_release(p, tag, proof);
 }
 
 int hl_origin_identity(struct hl_origin *o, char *buf, size_t len)
 {
-	return o->ops->identity ? o->ops->identity(o, buf, len) : -EOPNOTSUPP;
+	struct hl_origin *p = PROVER(o, identity);
+
+	return p ? p->ops->identity(p, buf, len) : -EOPNOTSUPP;
 }

@@ -18,7 +18,6 @@ extern const struct hl_origin_ops origin_rbd_ops;
 int origin_rbd_parse(const char *target, char *pool, size_t pool_len, char *image,
 		     size_t image_len, char *snap, size_t snap_len);
 #endif
-extern const struct hl_origin_ops origin_throttle_ops;
 
 /**
  * Allocate a zeroed origin with ops->priv_size bytes of private state and a

@@ -31,9 +31,8 @@
 #include <string.h>
 
 struct throttle {
-	struct hl_origin *inner; /* owned */
-	uint64_t op_ns;          /* ns per operation, 0 = no IOPS limit */
-	uint64_t bytes_per_s;    /* 0 = no bandwidth limit */
+	uint64_t op_ns;       /* ns per operation, 0 = no IOPS limit */
+	uint64_t bytes_per_s; /* 0 = no bandwidth limit */
 	uint64_t latency_ns;
 	pthread_mutex_t lock;
 	uint64_t op_vt;   /* guarded by lock: ops bucket is empty at this time */
@@ -91,11 +90,10 @@ static void throttle_fire(struct hl_timer *timer)
 {
 	struct hl_origin_io *io = timer->arg;
 	struct throttle_io *tio = (struct throttle_io *)io->priv;
-	struct throttle *t = tr_of(tio->o);
 	int rc;
 
 	/* From here on priv belongs to the inner origin. */
-	rc = hl_origin_submit(t->inner, io);
+	rc = hl_origin_submit(tio->o->inner, io);
 	if (rc)
 		io->cb(io, rc); /* our submit already returned 0: report through the callback */
 }
@@ -116,7 +114,7 @@ static int throttle_submit(struct hl_origin *o, struct hl_origin_io *io)
 	now = hl_now_ns();
 	release = throttle_reserve(t, io, now) + t->latency_ns;
 	if (release <= now)
-		return hl_origin_submit(t->inner, io); /* the inner origin defers completion */
+		return hl_origin_submit(o->inner, io); /* the inner origin defers completion */
 	tio->o = o;
 	hl_timer_init(&tio->timer, throttle_fire, io);
 	hl_timer_start(r, &tio->timer, (release - now + 999999) / 1000000);
@@ -125,49 +123,16 @@ static int throttle_submit(struct hl_origin *o, struct hl_origin_io *io)
 
 static void throttle_close(struct hl_origin *o)
 {
-	struct throttle *t = tr_of(o);
-
-	hl_origin_close(t->inner);
-	t->inner = NULL;
-	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&tr_of(o)->lock);
 }
 
-static int throttle_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
-{
-	(void)o;
-	(void)target;
-	(void)opts;
-	return -EOPNOTSUPP; /* only made by hl_origin_throttle_wrap() */
-}
-
-/* Proofs are the wrapped origin's: a throttle changes timing, never content. */
-static int throttle_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
-                               size_t len)
-{
-	return hl_origin_proof_take(tr_of(o)->inner, tag, final, proof, len);
-}
-
-static int throttle_proof_check(struct hl_origin *o, const char *tag, const char *proof,
-                                hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
-{
-	return hl_origin_proof_check(tr_of(o)->inner, tag, proof, changed, arg, why, whylen);
-}
-
-static void throttle_proof_release(struct hl_origin *o, const char *tag, const char *proof)
-{
-	hl_origin_proof_release(tr_of(o)->inner, tag, proof);
-}
-
-const struct hl_origin_ops origin_throttle_ops = {
+/* Proofs and identity are the wrapped origin's (hl_origin_wrap): a throttle changes timing, never
+ * content. */
+static const struct hl_origin_ops origin_throttle_ops = {
     .name = "throttle",
-    .scheme = NULL,
     .priv_size = sizeof(struct throttle),
-    .open = throttle_open,
     .close = throttle_close,
     .submit = throttle_submit,
-    .proof_take = throttle_proof_take,
-    .proof_check = throttle_proof_check,
-    .proof_release = throttle_proof_release,
 };
 
 int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbps,
@@ -175,35 +140,21 @@ int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbp
 {
 	struct hl_origin *o;
 	struct throttle *t;
-	char *uri;
+	char label[80];
 	int rc;
 
 	if (!inner || !out)
 		return -EINVAL;
-	if (asprintf(&uri, "throttle(iops=%u,mbps=%u,latency_ms=%u):%s", iops, mbps, latency_ms,
-	             inner->uri) < 0)
-		return -ENOMEM;
-	rc = origin_alloc(&origin_throttle_ops, uri, &o);
-	free(uri);
+	snprintf(label, sizeof(label), "throttle(iops=%u,mbps=%u,latency_ms=%u)", iops, mbps,
+	         latency_ms);
+	rc = hl_origin_wrap(inner, &origin_throttle_ops, label, &o);
 	if (rc)
 		return rc;
 	t = tr_of(o);
-	rc = -pthread_mutex_init(&t->lock, NULL);
-	if (rc) {
-		origin_free(o);
-		return rc;
-	}
-	t->inner = inner;
+	t->lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; /* cannot fail, unlike _init */
 	t->op_ns = iops ? 1000000000ull / iops : 0;
 	t->bytes_per_s = (uint64_t)mbps * 1000000ull;
 	t->latency_ns = (uint64_t)latency_ms * 1000000ull;
-	o->size = inner->size;
-	o->phys_block_size = inner->phys_block_size;
-	o->read_only = inner->read_only;
-	o->can_discard = inner->can_discard;
-	o->zeroes_after_discard = inner->zeroes_after_discard;
-	o->sole_writer = inner->sole_writer;
-	hl_origin_forward_events(inner, o); /* a resize or fence reaches the layer above */
 	HL_INFO("origin", "%s: throttled to %u IOPS, %u MB/s, +%u ms", inner->uri, iops, mbps,
 	        latency_ms);
 	*out = o;

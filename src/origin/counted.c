@@ -1,16 +1,19 @@
 /*
- * diskstats.c - per-disk command counters: an origin wrapper placed right
- * under the LU, so it sees every block command the SCSI layer issues for
- * the disk (hits and misses alike, before any cache) and times it.
+ * counted.c - per-disk command counters: the origin wrapper at the top of a
+ * disk's stack, right under the LU, so it sees every block command the
+ * SCSI layer issues for the disk (hits and misses alike, before any cache)
+ * and times it (hl_origin_count_wrap).
  *
  * The wrapped request cannot carry our state: io->priv belongs to whatever
  * backend runs below. So each request gets a small shadow request from a
  * per-thread free list; the caller's io is completed from the shadow's
  * completion. Counters are atomics shared by every reactor.
  */
-#include "daemon/daemon_internal.h"
+#include "config.h"
 
 #include "hotlun/event.h"
+#include "hotlun/util.h"
+#include "origin/origin_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -18,16 +21,15 @@
 #include <string.h>
 
 struct shadow_io {
-	struct hl_origin_io io;         /* what the inner origin sees */
-	struct hl_origin_io *outer;     /* the caller's request */
-	struct disk_counters *counters;
+	struct hl_origin_io io;     /* what the inner origin sees */
+	struct hl_origin_io *outer; /* the caller's request */
+	struct hl_origin_counters *counters;
 	uint64_t start_ns;
 	struct shadow_io *next_free;
 };
 
 struct counted_origin {
-	struct hl_origin *inner;
-	struct disk_counters *counters; /* owned */
+	struct hl_origin_counters *counters; /* owned */
 };
 
 static __thread struct shadow_io *free_shadows;
@@ -80,7 +82,7 @@ static struct counted_origin *co_of(struct hl_origin *o)
 static unsigned log2_bucket(uint64_t us)
 {
 	unsigned b = 0;
-	while (us && b < HL_DISK_LAT_BUCKETS - 1) {
+	while (us && b < HL_ORIGIN_LAT_BUCKETS - 1) {
 		us >>= 1;
 		b++;
 	}
@@ -96,7 +98,7 @@ static void shadow_done(struct hl_origin_io *io, int result)
 {
 	struct shadow_io *s = hl_container_of(io, struct shadow_io, io);
 	struct hl_origin_io *outer = s->outer;
-	struct disk_counters *c = s->counters;
+	struct hl_origin_counters *c = s->counters;
 	uint64_t us = (hl_now_ns() - s->start_ns) / 1000;
 
 	switch (io->op) {
@@ -142,7 +144,7 @@ static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 	s->outer = outer;
 	s->counters = co->counters;
 	s->start_ns = hl_now_ns();
-	rc = hl_origin_submit(co->inner, &s->io);
+	rc = hl_origin_submit(o->inner, &s->io);
 	if (rc < 0)
 		shadow_put(s);
 	return rc;
@@ -150,52 +152,37 @@ static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 
 static void counted_close(struct hl_origin *o)
 {
-	struct counted_origin *co = co_of(o);
-	hl_origin_close(co->inner);
-	free(co->counters);
-}
-
-static int counted_open(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts)
-{
-	(void)o, (void)target, (void)opts;
-	return -EINVAL; /* only made by daemon_count_origin */
+	free(co_of(o)->counters);
 }
 
 static const struct hl_origin_ops counted_ops = {
-	.name = "counted",
-	.scheme = NULL,
-	.priv_size = sizeof(struct counted_origin),
-	.open = counted_open,
-	.close = counted_close,
-	.submit = counted_submit,
+    .name = "counted",
+    .priv_size = sizeof(struct counted_origin),
+    .close = counted_close,
+    .submit = counted_submit,
 };
 
-int daemon_count_origin(struct hl_origin **origin, struct disk_counters **counters)
+int hl_origin_count_wrap(struct hl_origin *inner, struct hl_origin **out,
+                         struct hl_origin_counters **counters)
 {
-	struct hl_origin *inner = *origin;
-	struct hl_origin *o = calloc(1, sizeof(*o) + sizeof(struct counted_origin));
-	struct disk_counters *c = calloc(1, sizeof(*c));
+	struct hl_origin_counters *c = calloc(1, sizeof(*c));
+	struct hl_origin *o;
+	int rc;
 
-	if (!o || !c || !(o->uri = strdup(inner->uri ? inner->uri : ""))) {
-		free(o);
-		free(c);
+	if (!c)
 		return -ENOMEM;
+	rc = hl_origin_wrap(inner, &counted_ops, NULL, &o);
+	if (rc) {
+		free(c);
+		return rc;
 	}
-	o->ops = &counted_ops;
-	o->size = inner->size;
-	o->phys_block_size = inner->phys_block_size;
-	o->read_only = inner->read_only;
-	o->can_discard = inner->can_discard;
-	o->zeroes_after_discard = inner->zeroes_after_discard;
-	co_of(o)->inner = inner;
 	co_of(o)->counters = c;
-	hl_origin_forward_events(inner, o); /* a resize or fence reaches the LU */
-	*origin = o;
+	*out = o;
 	*counters = c;
 	return 0;
 }
 
-void daemon_counters_read(const struct disk_counters *c, struct disk_counters *out)
+void hl_origin_counters_read(const struct hl_origin_counters *c, struct hl_origin_counters *out)
 {
 	const uint64_t *src = (const uint64_t *)c;
 	uint64_t *dst = (uint64_t *)out;

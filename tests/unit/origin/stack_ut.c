@@ -1,0 +1,271 @@
+/*
+ * stack_ut.c - stacking origins (hl_origin_wrap): what a wrapper carries
+ * over from the origin it wraps, events up through two layers, the close
+ * order of a stack, proofs and identity passed down to the first layer that
+ * has them, and the counting wrapper's counters.
+ */
+#include "config.h"
+
+#include "hl_test.h"
+#include "origin/origin_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- a fake backend that answers at once and logs what happens to it ---- */
+
+static char trail[256]; /* "close:NAME " per close, in order */
+
+struct fake {
+	const char *name;
+	int result; /* what every I/O completes with */
+};
+
+static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct fake *f = hl_origin_priv(o);
+
+	io->cb(io, f->result); /* inline: enough for counting; real backends defer */
+	return 0;
+}
+
+static void fake_close(struct hl_origin *o)
+{
+	struct fake *f = hl_origin_priv(o);
+
+	strncat(trail, "close:", sizeof(trail) - strlen(trail) - 1);
+	strncat(trail, f->name, sizeof(trail) - strlen(trail) - 1);
+	strncat(trail, " ", sizeof(trail) - strlen(trail) - 1);
+}
+
+static int fake_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                           size_t len)
+{
+	(void)tag, (void) final;
+	snprintf(proof, len, "proof-of-%s", ((struct fake *)hl_origin_priv(o))->name);
+	return 0;
+}
+
+static int fake_identity(struct hl_origin *o, char *buf, size_t len)
+{
+	snprintf(buf, len, "id-%s", ((struct fake *)hl_origin_priv(o))->name);
+	return 0;
+}
+
+static const struct hl_origin_ops backend_ops = {
+    .name = "fake",
+    .scheme = "fake:",
+    .priv_size = sizeof(struct fake),
+    .close = fake_close,
+    .submit = fake_submit,
+    .proof_take = fake_proof_take,
+    .identity = fake_identity,
+};
+
+/* A wrapper that passes I/O down and defines nothing else. */
+static int pass_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	return hl_origin_submit(o->inner, io);
+}
+
+static const struct hl_origin_ops pass_ops = {
+    .name = "pass",
+    .priv_size = sizeof(struct fake),
+    .close = fake_close,
+    .submit = pass_submit,
+};
+
+/* A wrapper with a proof of its own. */
+static const struct hl_origin_ops prover_ops = {
+    .name = "prover",
+    .priv_size = sizeof(struct fake),
+    .close = fake_close,
+    .submit = pass_submit,
+    .proof_take = fake_proof_take,
+};
+
+static struct hl_origin *backend(const char *name)
+{
+	struct hl_origin *o = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(origin_alloc(&backend_ops, "fake:x", &o), 0);
+	((struct fake *)hl_origin_priv(o))->name = name;
+	o->size = 1 << 20;
+	o->phys_block_size = 4096;
+	o->read_only = true;
+	o->can_discard = true;
+	o->zeroes_after_discard = true;
+	o->sole_writer = true;
+	return o;
+}
+
+static struct hl_origin *wrap(struct hl_origin *inner, const struct hl_origin_ops *ops,
+                              const char *label, const char *name)
+{
+	struct hl_origin *o = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(hl_origin_wrap(inner, ops, label, &o), 0);
+	((struct fake *)hl_origin_priv(o))->name = name;
+	return o;
+}
+
+static void test_wrap_carries_geometry_and_flags(void)
+{
+	struct hl_origin *b = backend("b");
+	struct hl_origin *w = wrap(b, &pass_ops, "pass(1)", "w");
+
+	CU_ASSERT_EQUAL(w->size, 1 << 20);
+	CU_ASSERT_EQUAL(w->phys_block_size, 4096);
+	CU_ASSERT_TRUE(w->read_only);
+	CU_ASSERT_TRUE(w->can_discard);
+	CU_ASSERT_TRUE(w->zeroes_after_discard);
+	CU_ASSERT_TRUE(w->sole_writer);
+	CU_ASSERT_PTR_EQUAL(w->inner, b);
+	CU_ASSERT_PTR_EQUAL(hl_origin_base(w), b);
+	CU_ASSERT_PTR_EQUAL(hl_origin_base(b), b);
+	CU_ASSERT_STRING_EQUAL(w->uri, "pass(1):fake:x");
+	trail[0] = 0;
+	hl_origin_close(w);
+	CU_ASSERT_STRING_EQUAL(trail,
+	                       "close:w close:b "); /* the wrapper first, then what it wraps */
+}
+
+static void test_wrap_refuses_bad_arguments(void)
+{
+	struct hl_origin *b = backend("b"), *o = NULL;
+	static const struct hl_origin_ops no_submit = {.name = "x", .close = fake_close};
+
+	CU_ASSERT_EQUAL(hl_origin_wrap(NULL, &pass_ops, NULL, &o), -EINVAL);
+	CU_ASSERT_EQUAL(hl_origin_wrap(b, &no_submit, NULL, &o), -EINVAL);
+	CU_ASSERT_PTR_NULL(o);
+	CU_ASSERT_PTR_NULL(b->inner);
+	trail[0] = 0;
+	hl_origin_close(b); /* the caller kept it */
+	CU_ASSERT_STRING_EQUAL(trail, "close:b ");
+}
+
+static int events;
+static uint64_t event_old, event_size;
+
+static void top_listener(void *arg, struct hl_origin *o, enum hl_origin_event ev, uint64_t old)
+{
+	(void)arg, (void)ev;
+	events++;
+	event_old = old;
+	event_size = o->size;
+}
+
+static void test_events_reach_the_top(void)
+{
+	struct hl_origin *b = backend("b");
+	struct hl_origin *w1 = wrap(b, &pass_ops, NULL, "w1");
+	struct hl_origin *w2 = wrap(w1, &pass_ops, NULL, "w2");
+
+	events = 0;
+	hl_origin_listen(w2, top_listener, NULL);
+	hl_origin_notify(b, HL_ORIGIN_RESIZED, 2 << 20);
+	CU_ASSERT_EQUAL(events, 1);
+	CU_ASSERT_EQUAL(event_old, 1 << 20);
+	CU_ASSERT_EQUAL(event_size, 2 << 20);
+	CU_ASSERT_EQUAL(w1->size, 2 << 20);
+	hl_origin_notify(b, HL_ORIGIN_FENCED, 0);
+	CU_ASSERT_EQUAL(events, 2);
+	CU_ASSERT_STRING_EQUAL(w2->uri, "fake:x");
+	trail[0] = 0;
+	hl_origin_close(w2);
+	CU_ASSERT_STRING_EQUAL(trail, "close:w2 close:w1 close:b ");
+}
+
+static void test_proofs_pass_down_to_the_first_that_has_them(void)
+{
+	struct hl_origin *b = backend("b");
+	struct hl_origin *w1 = wrap(b, &pass_ops, NULL, "w1");
+	struct hl_origin *w2 = wrap(w1, &prover_ops, NULL, "w2");
+	struct hl_origin *w3 = wrap(w2, &pass_ops, NULL, "w3");
+	char buf[64];
+
+	CU_ASSERT_EQUAL(hl_origin_proof_take(w1, "t", false, buf, sizeof(buf)), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "proof-of-b");
+	CU_ASSERT_EQUAL(hl_origin_proof_take(w3, "t", false, buf, sizeof(buf)), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "proof-of-w2");
+	CU_ASSERT_EQUAL(hl_origin_identity(w3, buf, sizeof(buf)), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "id-b");
+	/* nobody in the stack checks proofs: cannot tell, named after the backend */
+	CU_ASSERT_EQUAL(hl_origin_proof_check(w3, "t", "proof-of-b", NULL, NULL, buf, sizeof(buf)),
+	                -ESTALE);
+	CU_ASSERT_STRING_EQUAL(buf, "fake origin cannot prove it unchanged");
+	hl_origin_close(w3);
+}
+
+static int completions, last_result;
+
+static void io_done(struct hl_origin_io *io, int result)
+{
+	(void)io;
+	completions++;
+	last_result = result;
+}
+
+static void one(struct hl_origin *o, enum hl_io_op op, uint64_t len)
+{
+	static uint8_t buf[8192];
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct hl_origin_io io = {.op = op, .offset = 0, .length = len, .cb = io_done};
+
+	if (op == HL_IO_READ || op == HL_IO_WRITE) {
+		io.iov = &iov;
+		io.iovcnt = 1;
+	}
+	CU_ASSERT_EQUAL(hl_origin_submit(o, &io), 0);
+}
+
+static void test_counted_counts(void)
+{
+	struct hl_origin *b = backend("b"), *o = NULL;
+	struct hl_origin_counters *c = NULL, snap;
+	uint64_t read_lat = 0;
+
+	b->read_only = false;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_count_wrap(b, &o, &c), 0);
+	CU_ASSERT_FALSE(o->read_only);
+	completions = 0;
+	one(o, HL_IO_READ, 4096);
+	one(o, HL_IO_READ, 8192);
+	one(o, HL_IO_WRITE, 4096);
+	one(o, HL_IO_FLUSH, 0);
+	((struct fake *)hl_origin_priv(b))->result = -EIO;
+	one(o, HL_IO_READ, 4096);
+	((struct fake *)hl_origin_priv(b))->result = -EILSEQ; /* a miscompare: not an error */
+	one(o, HL_IO_WRITE, 4096);
+	CU_ASSERT_EQUAL(completions, 6);
+	hl_origin_counters_read(c, &snap);
+	CU_ASSERT_EQUAL(snap.read_cmds, 3);
+	CU_ASSERT_EQUAL(snap.write_cmds, 2);
+	CU_ASSERT_EQUAL(snap.other_cmds, 1);
+	CU_ASSERT_EQUAL(snap.read_bytes, 12288); /* the failed read moved nothing */
+	CU_ASSERT_EQUAL(snap.write_bytes, 4096);
+	CU_ASSERT_EQUAL(snap.errors, 1);
+	for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
+		read_lat += snap.read_lat[i];
+	CU_ASSERT_EQUAL(read_lat, 3);
+	trail[0] = 0;
+	hl_origin_close(o);
+	CU_ASSERT_STRING_EQUAL(trail, "close:b ");
+}
+
+static const struct hl_test tests[] = {
+    {"a wrapper carries geometry and flags, closes before its inner",
+     test_wrap_carries_geometry_and_flags},
+    {"bad arguments leave inner with the caller", test_wrap_refuses_bad_arguments},
+    {"events reach the top of a stack", test_events_reach_the_top},
+    {"proofs and identity pass down to the first layer that has them",
+     test_proofs_pass_down_to_the_first_that_has_them},
+    {"the counting wrapper counts commands, bytes, errors, latency", test_counted_counts},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("origin_stack", tests);
+}
