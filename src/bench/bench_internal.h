@@ -636,9 +636,10 @@ bool bench_mpath_alua_sense(const struct scsi_task *task, enum bench_path_state 
 void bench_mpath_tend(struct bench *b, struct bench_session *s, uint64_t now);
 
 /**
- * At setup: log in on the --path portals of session idx (path 0 is the
- * URL's, already logged in or down), read their groups and states, and start
- * on the best one. @return 0, -ENOMEM, or -ECONNREFUSED when no path logs in.
+ * At setup, blocking: log in on the --path portals of session idx (path 0 is
+ * the URL's, already logged in or down), read their groups and states, and
+ * start on the best one. @return 0, -ENOMEM, or -ECONNREFUSED when no path
+ * logs in.
  */
 int bench_mpath_open(struct bench *b, struct bench_session *s, unsigned idx);
 
