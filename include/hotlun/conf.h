@@ -1,16 +1,37 @@
 /*
- * conf.h - the INI configuration file: parsing into plain structs, checking,
- * and (later) writing back. Errors name file:line and what is wrong; unknown
- * sections and keys are errors.
+ * conf.h - the INI configuration file: parsing into plain structs, the
+ * checks across sections, writing it back (saveconfig: hl_conf_write), and
+ * changing it at run time with the file's own rules (hl_conf_set & co., for
+ * the control socket and reload). Errors name FILE:LINE and what is wrong;
+ * unknown sections and keys are errors.
  *
- *   [global]        portal (repeatable), state_dir, control_socket, log_level, threads,
- *                   poll_us, discovery CHAP, write_buffer_limit, logout_timeout,
- *                   max_pending_logins, max_pending_logins_per_addr
- *   [disk NAME]     origin, block_size, read_only, cache, cache_quota, origin_iops, ...,
- *                   origin_chap_user, origin_chap_secret[_file], origin_mutual_user/_secret
- *   [cache NAME]    device, size, block_size, admission, write_policy, update_buffer,
- *                   write_budget
- *   [target IQN]    lun.N, allow, alias, chap_user, chap_secret, mutual_user, mutual_secret
+ * Sections: [global], [disk NAME], [cache NAME], [target IQN]. Their keys,
+ * defaults and limits are listed in one place, hotlun.conf(5)
+ * (docs/hotlun.conf.5): a key added to the parser is added there, not here.
+ *
+ * Ownership: a struct hl_conf from hl_conf_load, hl_conf_parse or
+ * hl_conf_dup is the caller's, freed with hl_conf_free, which frees every
+ * string and array in it (the origin CHAP secrets are wiped first). Every
+ * char * in it is a heap copy that the conf owns: change them through
+ * hl_conf_set / hl_conf_unset (which free what they replace), never point
+ * them at memory of your own. Pointers into a conf (hl_conf_find_*, an
+ * element of disks/caches/targets, a string, hl_conf_origin_secret) are
+ * borrowed: valid until the conf is freed or changed where they point
+ * (adding or removing a section moves its kind's array; setting or unsetting
+ * a key frees the string it replaces or moves its list). Arguments (text,
+ * path, name, key, value) stay the caller's and are copied where kept; err
+ * is the caller's buffer; the FILE given to hl_conf_write is neither closed
+ * nor rewound.
+ *
+ * Threads: no locks and no global state (warnings go to the log), so calls
+ * on different confs may run on any threads at once, and several threads may
+ * read one conf (the functions that take it const) at once; a function that
+ * changes a conf (hl_conf_set, _unset, _section_add, _section_remove,
+ * hl_conf_check, hl_conf_free) needs it to itself. hl_conf_load and the
+ * keys that name a secret file (hl_conf_parse, hl_conf_set) read files
+ * synchronously: not for a reactor that serves I/O. hotlund loads on its
+ * main thread at start-up; from then on its running conf belongs to the
+ * control thread, which edits a copy and applies it (daemon_internal.h).
  */
 #ifndef HOTLUN_CONF_H
 #define HOTLUN_CONF_H

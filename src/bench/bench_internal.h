@@ -1,8 +1,9 @@
 /*
  * bench_internal.h - what the files of hotlun-bench share: the random number
  * generator, the latency histogram, the workload generators, the trace
- * readers, the verify pattern, the per-second series (CSV), the SVG plot and
- * the multipath decisions.
+ * readers, the verify pattern, the per-second series (CSV), the SVG plot, the
+ * multipath decisions (pure: bench_path.c), and the state of a run with the
+ * multipath glue around those decisions (libiscsi: bench_mpath.c).
  *
  * hotlun-bench is a program, not part of libhotlun; these declarations are
  * private to src/bench and its unit tests. Nothing here blocks or allocates
@@ -454,5 +455,195 @@ bool bench_rtpg_state(const uint8_t *d, size_t size, int group, enum bench_path_
 
 /** SET TARGET PORT GROUPS asking @group to become active/optimized. */
 void bench_stpg_build(uint8_t cdb[12], uint8_t param[BENCH_STPG_PARAM_LEN], int group);
+
+/* ---- a run's state: options, sessions, paths, slots (hotlun_bench.c, bench_mpath.c) ---- */
+
+struct iscsi_context;
+struct scsi_task;
+
+#define BENCH_MAX_SESSIONS 64
+#define BENCH_MAX_COMPARE  15
+#define BENCH_MAX_PATHS    8
+
+struct bench_opts {
+	struct bench_workload_spec spec;
+	unsigned qd, sessions;
+	double time_s, warmup_s;
+	uint64_t count;
+	uint64_t range_off, range_len; /* range_len 0: to the end of the LUN */
+	const char *csv, *svg, *label, *title, *url, *initiator;
+	const char *compare[BENCH_MAX_COMPARE]; /* --compare CSVs drawn with this run */
+	unsigned ncompare;
+	bool verify, quiet;
+	uint64_t seed;
+	bool seed_set;
+	const char *paths[BENCH_MAX_PATHS - 1]; /* --path: more portals of the same target */
+	unsigned npaths;
+	double path_timeout_s;     /* a path whose oldest I/O is older than this is down */
+	double failover_timeout_s; /* I/O without a usable path this long fails (0 never) */
+};
+
+struct bench;
+
+struct bench_slot {
+	struct bench_session *sess;
+	uint8_t *buf; /* max I/O size; the data of the write or the read (owned) */
+	struct bench_io io;
+	uint64_t t0;      /* submit time, ns (the first one: a command sent again keeps it) */
+	uint64_t t_sent;  /* when this attempt went out */
+	bool resend;      /* the next submit sends the same command again */
+	uint64_t gen;     /* --verify: generation a write carries */
+	bool planned;     /* io is chosen but not started (verify lock busy, or a retry) */
+	bool busy;        /* sent, not answered */
+	unsigned path;    /* the path it was sent on */
+	unsigned retries; /* unit attentions in a row for this I/O */
+	/* no usable path: it goes again after this retry round (bench_path_decide) */
+	uint64_t parked_round;
+};
+
+struct bench_path {
+	char portal[256];
+	struct bench_session *sess;
+	struct iscsi_context *iscsi; /* NULL while down and not logging in again */
+	enum bench_path_state state;
+	bool reported;      /* state from its own REPORT TARGET PORT GROUPS */
+	int tpg;            /* target port group (VPD 83h), -1 unknown */
+	bool explicit_alua; /* INQUIRY TPGS bit 5: takes SET TARGET PORT GROUPS */
+	uint64_t rtpg_ns;   /* a REPORT TARGET PORT GROUPS sent then is unanswered, 0 none */
+	bool stpg_busy;     /* a SET TARGET PORT GROUPS is unanswered */
+	uint64_t stpg_ns;   /* when the last one went out, 0 never */
+	/* its data-out: libiscsi points at it until the callback */
+	uint8_t stpg_param[BENCH_STPG_PARAM_LEN];
+	bool relogin;         /* iscsi is a login again of a down path */
+	bool connecting;      /* ... still under way */
+	int login_status;     /* its result, seen after iscsi_service returns */
+	uint64_t next_try_ns; /* a down path logs in again from then on */
+};
+
+struct bench_session {
+	struct bench *b;
+	struct iscsi_context *iscsi;
+	int lun;
+	struct bench_slot *slots;
+	unsigned *idle; /* stack of idle slot indices */
+	unsigned nidle;
+	unsigned inflight;
+	uint64_t reconnect_ns; /* last time libiscsi was seen reconnecting (0: never) */
+	int last_fd;           /* the socket changes when libiscsi reconnects */
+	/* path 0 is the URL's portal; iscsi == the active one's */
+	struct bench_path paths[BENCH_MAX_PATHS];
+	unsigned npaths, active;
+	struct bench_failover fo; /* the stretch without a usable path, its retry rounds */
+};
+
+enum bench_phase { BENCH_PH_WARMUP, BENCH_PH_MEASURE, BENCH_PH_DRAIN };
+
+struct bench_counters {
+	uint64_t reads, writes, bytes, errors;
+};
+
+struct bench {
+	struct bench_opts o;
+	struct bench_session sess[BENCH_MAX_SESSIONS];
+	unsigned nsess;
+	uint32_t lun_block;
+	uint64_t lun_bytes;
+	struct bench_trace trace;
+	struct bench_workload wl;
+	struct bench_rng rng;
+	bool has_writes;
+
+	enum bench_phase phase;
+	bool stop_issue;
+	uint64_t t_start, t_measure, t_end, t_tick;
+	struct bench_hist sec_hist, all_hist;
+	struct bench_counters sec, all;
+	uint64_t inflight;
+	uint64_t measured_done; /* completions in the measure phase */
+	uint64_t ua_retries;    /* commands run again after a unit attention */
+	uint64_t failovers;     /* moves of a session to another path */
+	uint64_t path_retries;  /* commands sent again on another path */
+	uint64_t stpgs;         /* SET TARGET PORT GROUPS sent */
+	/* for logins on --path portals */
+	char target[256], user[256], passwd[256];
+
+	/* --verify */
+	uint32_t *gen_map;  /* per workload unit: last good write counter, 0 unknown */
+	uint8_t *lock_map;  /* per workload unit: 1 while an I/O covers it */
+	uint32_t run_stamp; /* high half of every generation this run writes */
+	uint32_t write_counter;
+	uint64_t verify_errors;
+	uint64_t verify_checked;
+
+	FILE *csv;
+	struct bench_series series;
+	struct bench_series compare[BENCH_MAX_COMPARE]; /* read before the run starts */
+	bool progress;
+	int fatal;
+};
+
+/** CLOCK_MONOTONIC in nanoseconds (bench_util.c). */
+uint64_t bench_now_ns(void);
+
+/*
+ * ---- multipath (bench_mpath.c): the paths of a session around the decisions of bench_path.c ----
+ *
+ * A session with --path portals has one path per portal, uses one at a time
+ * (most recently used, as ESXi's MRU policy does) and learns each path's
+ * ALUA state from REPORT TARGET PORT GROUPS, asked without blocking. All of
+ * it runs on the one thread of hotlun-bench, from its poll loop.
+ */
+
+/** What the decisions of bench_path.c see of a path. */
+struct bench_path_view bench_mpath_view(const struct bench_path *p);
+
+/** Can any path of s take I/O now? */
+bool bench_mpath_usable(const struct bench_session *s);
+
+/**
+ * Most recently used: s stays on its path while that path can take I/O,
+ * and moves (to the best state, the next path first on a tie) only when it
+ * cannot; s->iscsi follows. @return false when no path is left at all.
+ */
+bool bench_mpath_choose(struct bench *b, struct bench_session *s, const char *why);
+
+/** Take path i of s down: move s off it, then drop its connection (its commands come back). */
+void bench_mpath_down(struct bench *b, struct bench_session *s, unsigned i, const char *why);
+
+/**
+ * A new libiscsi context for the URL's target (the caller's, or NULL without
+ * memory); with several paths (multipath), without libiscsi's reconnect.
+ */
+struct iscsi_context *bench_mpath_context(struct bench *b, bool multipath);
+
+/**
+ * Log ctx in to portal (blocking, at setup). With several paths, without the
+ * TEST UNIT READY that a standby gateway would fail; the unit attentions a
+ * new nexus starts with are taken instead. @return 0 or -1.
+ */
+int bench_mpath_connect_sync(struct iscsi_context *ctx, const char *portal, int lun,
+                             bool multipath);
+
+/** The ALUA state that task's sense data puts its path in, if any (NOT READY 04h/0Ah..0Ch). */
+bool bench_mpath_alua_sense(const struct scsi_task *task, enum bench_path_state *st);
+
+/**
+ * After a poll round: log in again on down paths, finish the logins that
+ * ended; while no path is usable, read the states again once per retry round
+ * and ask for active/optimized (STPG); take down a path that leaves a command
+ * unanswered for --path-timeout.
+ */
+void bench_mpath_tend(struct bench *b, struct bench_session *s, uint64_t now);
+
+/**
+ * At setup, blocking: log in on the --path portals of session idx (path 0 is
+ * the URL's, already logged in or down), read their groups and states, and
+ * start on the best one. @return 0, -ENOMEM, or -ECONNREFUSED when no path
+ * logs in.
+ */
+int bench_mpath_open(struct bench *b, struct bench_session *s, unsigned idx);
+
+/** No path has been usable for --failover-timeout: the parked I/O of slot sl fails. */
+void bench_mpath_fail_parked(struct bench *b, struct bench_session *s, struct bench_slot *sl);
 
 #endif

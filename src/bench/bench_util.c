@@ -1,6 +1,7 @@
 /*
  * bench_util.c - the small helpers of hotlun-bench: size parsing and
- * formatting, and the random number generator every workload draws from.
+ * formatting, the random number generator every workload draws from, and
+ * the clock.
  */
 #include "bench/bench_internal.h"
 
@@ -9,6 +10,7 @@
 #include <inttypes.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 int bench_parse_size(const char *s, uint64_t *out)
 {
@@ -125,4 +127,11 @@ uint64_t bench_rng_below(struct bench_rng *r, uint64_t n)
 		x = bench_rng_next(r);
 	} while (x >= limit);
 	return x % n;
+}
+
+uint64_t bench_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }

@@ -5,13 +5,10 @@
  * get_fd / which_events / service from one poll loop), the run phases
  * (warm-up, measure, drain), per-second and overall statistics, the
  * --verify bookkeeping (a generation per block and a lock per block so that
- * no two in-flight I/Os overlap), the paths of a multipath session (--path:
- * ALUA states from REPORT TARGET PORT GROUPS, I/O on one path at a time, a
- * move on connection loss, ALUA sense or a path that stops answering, as
- * ESXi's MRU policy does; with no usable path, I/O parked and retried in
- * rounds and SET TARGET PORT GROUPS sent to a standby gateway, the decisions
- * being bench_path.c's), and the reports: terminal progress, CSV, SVG and
- * the one-line summary that scripts parse.
+ * no two in-flight I/Os overlap), and the reports: terminal progress, CSV,
+ * SVG and the one-line summary that scripts parse. The paths of a multipath
+ * session (--path) are bench_mpath.c's; the structures both use are in
+ * bench_internal.h.
  */
 #include "bench/bench_internal.h"
 
@@ -30,127 +27,9 @@
 
 #define BENCH_VERSION      "0.1.0"
 #define DEFAULT_INITIATOR  "iqn.2026-11.org.hotlun:bench"
-#define MAX_SESSIONS       64
 #define MAX_QD             1024
 #define MAX_VERIFY_REPORTS 20
-#define MAX_COMPARE        15
 #define VERIFY_MAX_UNITS   (512ULL << 20)
-#define MAX_PATHS          8
-
-struct opts {
-	struct bench_workload_spec spec;
-	unsigned qd, sessions;
-	double time_s, warmup_s;
-	uint64_t count;
-	uint64_t range_off, range_len; /* range_len 0: to the end of the LUN */
-	const char *csv, *svg, *label, *title, *url, *initiator;
-	const char *compare[MAX_COMPARE]; /* --compare CSVs drawn with this run */
-	unsigned ncompare;
-	bool verify, quiet;
-	uint64_t seed;
-	bool seed_set;
-	const char *paths[MAX_PATHS - 1]; /* --path: more portals of the same target */
-	unsigned npaths;
-	double path_timeout_s;     /* a path whose oldest I/O is older than this is down */
-	double failover_timeout_s; /* I/O without a usable path this long fails (0 never) */
-};
-
-struct bench;
-
-struct slot {
-	struct session *sess;
-	uint8_t *buf; /* max I/O size; the data of the write or the read (owned) */
-	struct bench_io io;
-	uint64_t t0;      /* submit time, ns (the first one: a command sent again keeps it) */
-	uint64_t t_sent;  /* when this attempt went out */
-	bool resend;      /* the next submit sends the same command again */
-	uint64_t gen;     /* --verify: generation a write carries */
-	bool planned;     /* io is chosen but not started (verify lock busy, or a retry) */
-	bool busy;        /* sent, not answered */
-	unsigned path;    /* the path it was sent on */
-	unsigned retries; /* unit attentions in a row for this I/O */
-	/* no usable path: it goes again after this retry round (bench_path_decide) */
-	uint64_t parked_round;
-};
-
-struct path {
-	char portal[256];
-	struct session *sess;
-	struct iscsi_context *iscsi; /* NULL while down and not logging in again */
-	enum bench_path_state state;
-	bool reported;        /* state from its own REPORT TARGET PORT GROUPS */
-	int tpg;              /* target port group (VPD 83h), -1 unknown */
-	bool explicit_alua;   /* INQUIRY TPGS bit 5: takes SET TARGET PORT GROUPS */
-	uint64_t rtpg_ns;     /* a REPORT TARGET PORT GROUPS sent then is unanswered, 0 none */
-	bool stpg_busy;       /* a SET TARGET PORT GROUPS is unanswered */
-	uint64_t stpg_ns;     /* when the last one went out, 0 never */
-	/* its data-out: libiscsi points at it until the callback */
-	uint8_t stpg_param[BENCH_STPG_PARAM_LEN];
-	bool relogin;         /* iscsi is a login again of a down path */
-	bool connecting;      /* ... still under way */
-	int login_status;     /* its result, seen after iscsi_service returns */
-	uint64_t next_try_ns; /* a down path logs in again from then on */
-};
-
-struct session {
-	struct bench *b;
-	struct iscsi_context *iscsi;
-	int lun;
-	struct slot *slots;
-	unsigned *idle; /* stack of idle slot indices */
-	unsigned nidle;
-	unsigned inflight;
-	uint64_t reconnect_ns; /* last time libiscsi was seen reconnecting (0: never) */
-	int last_fd;           /* the socket changes when libiscsi reconnects */
-	struct path paths[MAX_PATHS]; /* path 0 is the URL's portal; iscsi == the active one's */
-	unsigned npaths, active;
-	struct bench_failover fo; /* the stretch without a usable path, its retry rounds */
-};
-
-enum phase { PH_WARMUP, PH_MEASURE, PH_DRAIN };
-
-struct counters {
-	uint64_t reads, writes, bytes, errors;
-};
-
-struct bench {
-	struct opts o;
-	struct session sess[MAX_SESSIONS];
-	unsigned nsess;
-	uint32_t lun_block;
-	uint64_t lun_bytes;
-	struct bench_trace trace;
-	struct bench_workload wl;
-	struct bench_rng rng;
-	bool has_writes;
-
-	enum phase phase;
-	bool stop_issue;
-	uint64_t t_start, t_measure, t_end, t_tick;
-	struct bench_hist sec_hist, all_hist;
-	struct counters sec, all;
-	uint64_t inflight;
-	uint64_t measured_done; /* completions in the measure phase */
-	uint64_t ua_retries;    /* commands run again after a unit attention */
-	uint64_t failovers;     /* moves of a session to another path */
-	uint64_t path_retries;  /* commands sent again on another path */
-	uint64_t stpgs;         /* SET TARGET PORT GROUPS sent */
-	char target[256], user[256], passwd[256]; /* for logins on --path portals */
-
-	/* --verify */
-	uint32_t *gen_map;  /* per workload unit: last good write counter, 0 unknown */
-	uint8_t *lock_map;  /* per workload unit: 1 while an I/O covers it */
-	uint32_t run_stamp; /* high half of every generation this run writes */
-	uint32_t write_counter;
-	uint64_t verify_errors;
-	uint64_t verify_checked;
-
-	FILE *csv;
-	struct bench_series series;
-	struct bench_series compare[MAX_COMPARE]; /* read before the run starts */
-	bool progress;
-	int fatal;
-};
 
 #define DRAIN_LIMIT_NS (10ULL * 1000000000ULL) /* how long the end waits for in-flight I/O */
 
@@ -163,12 +42,6 @@ static void on_signal(int sig)
 	got_signal = sig;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- --verify bookkeeping ---- */
 
@@ -200,7 +73,7 @@ static void verify_unlock(struct bench *b, const struct bench_io *io)
 	memset(b->lock_map + first, 0, n);
 }
 
-static void verify_report(struct bench *b, const struct slot *sl,
+static void verify_report(struct bench *b, const struct bench_slot *sl,
                           const struct bench_pattern_result *res)
 {
 	const struct bench_io *io = &sl->io;
@@ -236,12 +109,12 @@ static void verify_report(struct bench *b, const struct slot *sl,
 	}
 	/* When and where: a mismatch right after a reconnect points at the restart. */
 	fprintf(stderr, " [session %u, issued %.1f ms before the check%s]\n",
-	        (unsigned)(sl->sess - b->sess), (double)(now_ns() - sl->t0) / 1e6,
+	        (unsigned)(sl->sess - b->sess), (double)(bench_now_ns() - sl->t0) / 1e6,
 	        sl->sess->reconnect_ns > sl->t0 ? ", re-sent after a reconnect" : "");
 }
 
 /* Check a completed read unit by unit, each against what this run knows of it. */
-static void verify_read(struct bench *b, const struct slot *sl)
+static void verify_read(struct bench *b, const struct bench_slot *sl)
 {
 	uint64_t first, n;
 
@@ -268,7 +141,7 @@ static void verify_read(struct bench *b, const struct slot *sl)
 	}
 }
 
-static void verify_wrote(struct bench *b, const struct slot *sl, bool good)
+static void verify_wrote(struct bench *b, const struct bench_slot *sl, bool good)
 {
 	uint64_t first, n;
 
@@ -277,422 +150,15 @@ static void verify_wrote(struct bench *b, const struct slot *sl, bool good)
 		b->gen_map[first + i] = good ? (uint32_t)sl->gen : 0;
 }
 
-/* ---- multipath (--path): one path at a time, most recently used ---- */
-
-/* What the decisions of bench_path.c see of a path. */
-static struct bench_path_view path_view(const struct path *p)
-{
-	return (struct bench_path_view){
-	    .state = p->state,
-	    .reported = p->reported,
-	    .explicit_alua = p->explicit_alua && p->tpg >= 0 && p->iscsi && !p->relogin,
-	    .stpg_busy = p->stpg_busy,
-	    .stpg_ns = p->stpg_ns,
-	};
-}
-
-static void path_views(const struct session *s, struct bench_path_view *v)
-{
-	for (unsigned i = 0; i < s->npaths; i++)
-		v[i] = path_view(&s->paths[i]);
-}
-
-static bool session_usable(const struct session *s)
-{
-	for (unsigned i = 0; i < s->npaths; i++)
-		if (bench_path_usable(s->paths[i].state))
-			return true;
-	return false;
-}
-
-/*
- * Most recently used: a session stays on its path while that path can take
- * I/O, and moves (to the best state, the next path first on a tie) only when
- * it cannot. @return false when no path is left at all.
- */
-static bool path_choose(struct bench *b, struct session *s, const char *why)
-{
-	struct bench_path_view v[MAX_PATHS];
-	unsigned best;
-
-	path_views(s, v);
-	best = bench_path_choose(v, s->npaths, s->active);
-	if (best != s->active) {
-		fprintf(stderr, "\npath: session %u moves from %s to %s (%s; %s there)\n",
-		        (unsigned)(s - b->sess), s->paths[s->active].portal, s->paths[best].portal,
-		        why, bench_path_state_str(s->paths[best].state));
-		s->active = best;
-		b->failovers++;
-	}
-	s->iscsi = s->paths[best].state != BENCH_PATH_DOWN ? s->paths[best].iscsi : NULL;
-	return s->iscsi != NULL;
-}
-
-/* Take a path down: move the session off it, then drop its connection. */
-static void path_down(struct bench *b, struct session *s, unsigned i, const char *why)
-{
-	struct path *p = &s->paths[i];
-	struct iscsi_context *ctx = p->iscsi;
-
-	if (p->state != BENCH_PATH_DOWN)
-		fprintf(stderr, "\npath: session %u: %s is down (%s)\n", (unsigned)(s - b->sess),
-		        p->portal, why);
-	p->state = BENCH_PATH_DOWN;
-	p->iscsi = NULL;
-	p->relogin = false;
-	p->connecting = false;
-	p->next_try_ns = now_ns() + 1000000000ULL;
-	if (i == s->active)
-		path_choose(b, s, why);
-	/* its commands come back CANCELLED and go out again on the active path */
-	if (ctx)
-		iscsi_destroy_context(ctx);
-	p->reported = false;
-	p->rtpg_ns = 0;
-	p->stpg_busy = false;
-}
-
-/* A context for the URL's target; with several paths, without libiscsi's reconnect. */
-static struct iscsi_context *path_context(struct bench *b, bool multipath)
-{
-	struct iscsi_context *ctx = iscsi_create_context(b->o.initiator);
-
-	if (!ctx)
-		return NULL;
-	iscsi_set_targetname(ctx, b->target);
-	iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
-	iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE_CRC32C);
-	if (b->user[0])
-		iscsi_set_initiator_username_pwd(ctx, b->user, b->passwd);
-	/* a lost connection is a failed path: its commands move, libiscsi does not retry */
-	if (multipath)
-		iscsi_set_noautoreconnect(ctx, 1);
-	return ctx;
-}
-
-static void path_login_done(struct iscsi_context *iscsi, int status, void *data, void *private)
-{
-	struct path *p = private;
-
-	(void)iscsi;
-	(void)data;
-	p->connecting = false;
-	p->login_status = status == SCSI_STATUS_GOOD ? 0 : -1;
-}
-
-/*
- * A path logs in without libiscsi's TEST UNIT READY (iscsi_full_connect):
- * a standby gateway answers it NOT READY (04h/0Bh) and the login would
- * fail, yet a standby path is one to keep: it reports states and takes SET
- * TARGET PORT GROUPS. Unit attentions come with the first commands instead.
- */
-static int path_connect_sync(struct iscsi_context *ctx, const char *portal, int lun,
-                             bool multipath)
-{
-	if (!multipath)
-		return iscsi_full_connect_sync(ctx, portal, lun);
-	if (iscsi_connect_sync(ctx, portal) != 0 || iscsi_login_sync(ctx) != 0)
-		return -1;
-	/* the unit attentions a new nexus starts with (POWER ON), whatever the path's state */
-	for (int i = 0; i < 4; i++) {
-		struct scsi_task *t = iscsi_testunitready_sync(ctx, lun);
-		bool ua = t && t->status == SCSI_STATUS_CHECK_CONDITION &&
-		          t->sense.key == SCSI_SENSE_UNIT_ATTENTION;
-		if (t)
-			scsi_free_scsi_task(t);
-		if (!ua)
-			break;
-	}
-	return 0;
-}
-
-static void path_connected(struct iscsi_context *iscsi, int status, void *data, void *private)
-{
-	struct path *p = private;
-
-	(void)data;
-	if (status != SCSI_STATUS_GOOD || iscsi_login_async(iscsi, path_login_done, p) != 0)
-		path_login_done(iscsi, SCSI_STATUS_ERROR, NULL, p);
-}
-
-/* ---- multipath: what each path's gateway says (ALUA), asked without blocking ---- */
-
-/* A session with several paths: which state sense data puts a path in, if any. */
-static bool alua_sense(const struct scsi_task *task, enum bench_path_state *st)
-{
-	if (!task || task->sense.key != SCSI_SENSE_NOT_READY)
-		return false;
-	switch (task->sense.ascq) {
-	case 0x040a:
-		*st = BENCH_PATH_TRANSITIONING;
-		return true;
-	case 0x040b:
-		*st = BENCH_PATH_STANDBY;
-		return true;
-	case 0x040c:
-		*st = BENCH_PATH_UNAVAILABLE;
-		return true;
-	}
-	return false;
-}
-
-/*
- * The callbacks below also run for a context being destroyed (path_down,
- * teardown) with SCSI_STATUS_CANCELLED: they clear their flag, and use the
- * answer only when it came from the path's current connection.
- */
-static void path_rtpg_done(struct iscsi_context *iscsi, int status, void *command_data,
-                           void *private)
-{
-	struct path *p = private;
-	struct scsi_task *t = command_data;
-	enum bench_path_state st;
-
-	p->rtpg_ns = 0;
-	if (p->iscsi == iscsi && p->state != BENCH_PATH_DOWN) {
-		p->reported = status == SCSI_STATUS_GOOD && t &&
-		              bench_rtpg_state(t->datain.data, (size_t)t->datain.size, p->tpg, &st);
-		if (p->reported)
-			p->state = st;
-	}
-	if (t)
-		scsi_free_scsi_task(t);
-}
-
-/* REPORT TARGET PORT GROUPS on path p: its state from its own gateway (one at a time). */
-static void path_ask_state(struct path *p, uint64_t now)
-{
-	unsigned char cdb[12] = {0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0};
-	struct scsi_task *t;
-
-	if (!p->iscsi || p->state == BENCH_PATH_DOWN || p->rtpg_ns)
-		return;
-	t = scsi_create_task(12, cdb, SCSI_XFER_READ, 4096);
-	if (!t)
-		return;
-	if (iscsi_scsi_command_async(p->iscsi, p->sess->lun, t, path_rtpg_done, NULL, p) != 0) {
-		scsi_free_scsi_task(t);
-		return;
-	}
-	p->rtpg_ns = now;
-}
-
-static void path_inquiry_done(struct iscsi_context *iscsi, int status, void *command_data,
-                              void *private)
-{
-	struct path *p = private;
-	struct scsi_task *t = command_data;
-
-	if (p->iscsi == iscsi && status == SCSI_STATUS_GOOD && t) {
-		if (t->cdb[1] & 1) /* EVPD: page 83h */
-			p->tpg = bench_vpd83_tpg(t->datain.data, (size_t)t->datain.size);
-		else
-			p->explicit_alua =
-			    bench_inquiry_tpgs(t->datain.data, (size_t)t->datain.size) & 2;
-	}
-	if (t)
-		scsi_free_scsi_task(t);
-}
-
-/* A path that logged in again: what it is (explicit ALUA? its group) and its state. */
-static void path_ask_all(struct path *p, uint64_t now)
-{
-	/* one that cannot be sent leaves what was known: the path is only not asked with STPG */
-	(void)iscsi_inquiry_task(p->iscsi, p->sess->lun, 0, 0, 255, path_inquiry_done, p);
-	if (p->tpg < 0)
-		(void)iscsi_inquiry_task(p->iscsi, p->sess->lun, 1, 0x83, 1024, path_inquiry_done,
-		                         p);
-	path_ask_state(p, now);
-}
-
-static void path_stpg_done(struct iscsi_context *iscsi, int status, void *command_data,
-                           void *private)
-{
-	struct path *p = private;
-	struct scsi_task *t = command_data;
-	struct bench *b = p->sess->b;
-	static unsigned shown;
-
-	p->stpg_busy = false;
-	if (p->iscsi == iscsi && status == SCSI_STATUS_CHECK_CONDITION && t) {
-		/* refused (ABORTED COMMAND 67h/0Ah) or not taken: waiting goes on */
-		if (shown++ < 10)
-			fprintf(stderr, "\npath: session %u: %s answers STPG with %s, %s\n",
-			        (unsigned)(p->sess - b->sess), p->portal,
-			        scsi_sense_key_str(t->sense.key),
-			        scsi_sense_ascq_str(t->sense.ascq));
-		if (t->sense.key == SCSI_SENSE_ILLEGAL_REQUEST)
-			p->explicit_alua = false; /* it does not take STPG after all */
-	} else if (p->iscsi == iscsi && status == SCSI_STATUS_GOOD) {
-		path_ask_state(p, now_ns()); /* the move has begun: see it start */
-	}
-	if (t)
-		scsi_free_scsi_task(t);
-}
-
-/*
- * Explicit ALUA, as scsi_dh_alua and ESXi activate a standby path: with no
- * active/optimized path, ask the best standby (or non-optimized) path's
- * gateway to make its own group active/optimized; at most once a second.
- */
-static void path_maybe_stpg(struct bench *b, struct session *s, uint64_t now)
-{
-	struct bench_path_view v[MAX_PATHS];
-	uint8_t cdb[12];
-	struct scsi_task *t;
-	int i;
-
-	path_views(s, v);
-	i = bench_path_stpg_pick(v, s->npaths, s->active, now);
-	if (i < 0 || b->phase == PH_DRAIN)
-		return;
-	struct path *p = &s->paths[i];
-	struct iscsi_data d = {.size = BENCH_STPG_PARAM_LEN, .data = p->stpg_param};
-
-	p->stpg_ns = now; /* also when it cannot be sent: tried again in a second */
-	bench_stpg_build(cdb, p->stpg_param, p->tpg);
-	t = scsi_create_task(12, cdb, SCSI_XFER_WRITE, BENCH_STPG_PARAM_LEN);
-	if (!t)
-		return;
-	if (iscsi_scsi_command_async(p->iscsi, s->lun, t, path_stpg_done, &d, p) != 0) {
-		scsi_free_scsi_task(t);
-		return;
-	}
-	p->stpg_busy = true;
-	b->stpgs++;
-	fprintf(stderr, "\npath: session %u asks %s to become active/optimized (STPG)\n",
-	        (unsigned)(s - b->sess), p->portal);
-}
-
-/*
- * After a poll round: log in again on down paths, finish the logins that
- * ended; while no path is usable, read the states again once per retry round
- * and ask for active/optimized; fail a path that leaves a command unanswered.
- */
-static void paths_tend(struct bench *b, struct session *s, uint64_t now)
-{
-	for (unsigned i = 0; i < s->npaths; i++) {
-		struct path *p = &s->paths[i];
-		if (p->state != BENCH_PATH_DOWN || p->connecting)
-			continue;
-		if (p->iscsi && p->relogin) { /* a login just ended */
-			p->relogin = false;
-			if (p->login_status == 0) {
-				p->state = BENCH_PATH_UNKNOWN;
-				p->reported = false;
-				fprintf(stderr, "\npath: session %u: %s is back\n",
-				        (unsigned)(s - b->sess), p->portal);
-				path_ask_all(p, now);
-				if (!s->iscsi)
-					path_choose(b, s, "a path came back");
-				continue;
-			}
-			iscsi_destroy_context(p->iscsi);
-			p->iscsi = NULL;
-			p->next_try_ns = now + 2000000000ULL;
-			continue;
-		}
-		if (now < p->next_try_ns || b->phase == PH_DRAIN)
-			continue;
-		p->iscsi = path_context(b, true);
-		if (!p->iscsi)
-			continue;
-		p->relogin = true;
-		p->connecting = true;
-		p->login_status = -1;
-		if (iscsi_connect_async(p->iscsi, p->portal, path_connected, p) != 0) {
-			iscsi_destroy_context(p->iscsi);
-			p->iscsi = NULL;
-			p->relogin = false;
-			p->connecting = false;
-			p->next_try_ns = now + 2000000000ULL;
-		}
-	}
-	/* states may have changed (answers, reports): the best path, and is there one? */
-	if (!bench_path_usable(s->paths[s->active].state))
-		path_choose(b, s, "ALUA state");
-	bench_failover_note(&s->fo, session_usable(s), now);
-	if (bench_failover_round(&s->fo, now))
-		for (unsigned i = 0; i < s->npaths; i++)
-			path_ask_state(&s->paths[i], now);
-	path_maybe_stpg(b, s, now);
-
-	if (b->o.path_timeout_s <= 0)
-		return;
-	/* a path whose oldest command went unanswered too long is down (a hung gateway) */
-	uint64_t limit = (uint64_t)(b->o.path_timeout_s * 1e9);
-	for (unsigned j = 0; j < b->o.qd; j++) {
-		const struct slot *sl = &s->slots[j];
-		if (sl->busy && sl->path < s->npaths &&
-		    s->paths[sl->path].state != BENCH_PATH_DOWN && now - sl->t_sent > limit) {
-			path_down(b, s, sl->path, "a command unanswered for too long");
-			break;
-		}
-	}
-	for (unsigned i = 0; i < s->npaths; i++) {
-		const struct path *p = &s->paths[i];
-		if (p->state != BENCH_PATH_DOWN && ((p->rtpg_ns && now - p->rtpg_ns > limit) ||
-		                                    (p->stpg_busy && now - p->stpg_ns > limit)))
-			path_down(b, s, i, "a command unanswered for too long");
-	}
-}
-
-/* VPD 83h's target port group designator, or -1. */
-static int path_read_tpg(struct iscsi_context *ctx, int lun)
-{
-	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, 0x83, 1024);
-	int tpg = -1;
-
-	if (t && t->status == SCSI_STATUS_GOOD)
-		tpg = bench_vpd83_tpg(t->datain.data, (size_t)t->datain.size);
-	if (t)
-		scsi_free_scsi_task(t);
-	return tpg;
-}
-
-/* Standard INQUIRY: does the target take SET TARGET PORT GROUPS (TPGS explicit)? */
-static bool path_read_explicit(struct iscsi_context *ctx, int lun)
-{
-	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 0, 0, 255);
-	bool explicit_alua = false;
-
-	if (t && t->status == SCSI_STATUS_GOOD)
-		explicit_alua = bench_inquiry_tpgs(t->datain.data, (size_t)t->datain.size) & 2;
-	if (t)
-		scsi_free_scsi_task(t);
-	return explicit_alua;
-}
-
-/* REPORT TARGET PORT GROUPS through ctx (at setup): each path's state from its group's. */
-static void paths_read_states(struct session *s, struct iscsi_context *ctx)
-{
-	unsigned char cdb[12] = {0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0};
-	struct scsi_task *t = scsi_create_task(12, cdb, SCSI_XFER_READ, 4096);
-
-	if (!t)
-		return;
-	if (iscsi_scsi_command_sync(ctx, s->lun, t, NULL) && t->status == SCSI_STATUS_GOOD) {
-		for (unsigned i = 0; i < s->npaths; i++) {
-			struct path *p = &s->paths[i];
-			enum bench_path_state st;
-			if (p->state != BENCH_PATH_DOWN &&
-			    bench_rtpg_state(t->datain.data, (size_t)t->datain.size, p->tpg, &st)) {
-				p->state = st;
-				p->reported = true;
-			}
-		}
-	}
-	scsi_free_scsi_task(t);
-}
 
 /* ---- I/O ---- */
 
 static void close_interval(struct bench *b, uint64_t now);
-static int submit(struct bench *b, struct session *s, struct slot *sl);
+static int submit(struct bench *b, struct bench_session *s, struct bench_slot *sl);
 static bool may_issue(const struct bench *b);
 
 /* A slot whose I/O ended: its next I/O (or the same one again) goes out, else it waits idle. */
-static void slot_next(struct bench *b, struct session *s, struct slot *sl)
+static void slot_next(struct bench *b, struct bench_session *s, struct bench_slot *sl)
 {
 	if (may_issue(b) && !b->fatal) {
 		int rc = submit(b, s, sl);
@@ -704,33 +170,10 @@ static void slot_next(struct bench *b, struct session *s, struct slot *sl)
 	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
 }
 
-/*
- * No path has been usable for --failover-timeout: a parked I/O fails. It is
- * not in flight and holds no verify lock (requeue let go of both; a write
- * among them is unknown there until written again).
- */
-static void fail_parked(struct bench *b, struct session *s, struct slot *sl)
-{
-	static unsigned shown;
-
-	if (shown++ < 10)
-		fprintf(stderr, "\n%s at lba %" PRIu64 " failed: no usable path for %.1f s\n",
-		        sl->io.write ? "write" : "read", sl->io.offset / b->lun_block,
-		        (double)(now_ns() - s->fo.since) / 1e9);
-	if (b->phase != PH_DRAIN) {
-		b->sec.errors++;
-		if (b->phase == PH_MEASURE) {
-			b->all.errors++;
-			b->measured_done++;
-		}
-	}
-	sl->planned = false;
-	sl->resend = false;
-	sl->parked_round = s->fo.round; /* its successor waits for the next round */
-}
 
 /* The command ended unexecuted or must go again: the same I/O is sent again. */
-static void requeue(struct bench *b, struct session *s, struct slot *sl, struct scsi_task *task)
+static void requeue(struct bench *b, struct bench_session *s, struct bench_slot *sl,
+                    struct scsi_task *task)
 {
 	if (b->o.verify) {
 		if (sl->io.write)
@@ -748,11 +191,11 @@ static void requeue(struct bench *b, struct session *s, struct slot *sl, struct 
 
 static void io_done(struct iscsi_context *iscsi, int status, void *command_data, void *private)
 {
-	struct slot *sl = private;
-	struct session *s = sl->sess;
+	struct bench_slot *sl = private;
+	struct bench_session *s = sl->sess;
 	struct bench *b = s->b;
 	struct scsi_task *task = command_data;
-	uint64_t now = now_ns();
+	uint64_t now = bench_now_ns();
 	uint64_t lat = now - sl->t0;
 	bool good = status == SCSI_STATUS_GOOD;
 
@@ -774,7 +217,7 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 	if (s->npaths > 1 && sl->path < s->npaths &&
 	    (status == SCSI_STATUS_CANCELLED || status == SCSI_STATUS_ERROR ||
 	     status == SCSI_STATUS_TIMEOUT ||
-	     (status == SCSI_STATUS_CHECK_CONDITION && alua_sense(task, &st)))) {
+	     (status == SCSI_STATUS_CHECK_CONDITION && bench_mpath_alua_sense(task, &st)))) {
 		/*
 		 * The path failed this command (its connection is gone) or says it
 		 * cannot take I/O (ALUA sense): the command goes out again on the
@@ -782,17 +225,17 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 		 * With none usable it is parked until the next retry round
 		 * (submit), and fails only when that lasts --failover-timeout.
 		 */
-		struct path *p = &s->paths[sl->path];
+		struct bench_path *p = &s->paths[sl->path];
 		if (status == SCSI_STATUS_CHECK_CONDITION)
 			p->state = st;
 		else if (p->iscsi == iscsi)
 			p->state =
 			    BENCH_PATH_DOWN; /* its context goes after this round (paths_reap) */
 		if (sl->path == s->active)
-			path_choose(b, s,
+			bench_mpath_choose(b, s,
 			            status == SCSI_STATUS_CHECK_CONDITION ? bench_path_state_str(st)
 			                                                  : "connection lost");
-		bench_failover_note(&s->fo, session_usable(s), now);
+		bench_failover_note(&s->fo, bench_mpath_usable(s), now);
 		sl->parked_round = s->fo.round;
 		b->path_retries++;
 		requeue(b, s, sl, task);
@@ -827,9 +270,9 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 			verify_read(b, sl);
 		verify_unlock(b, &sl->io);
 	}
-	if (b->phase != PH_DRAIN) {
-		struct counters *c[2] = {&b->sec, &b->all};
-		unsigned nc = b->phase == PH_MEASURE ? 2 : 1;
+	if (b->phase != BENCH_PH_DRAIN) {
+		struct bench_counters *c[2] = {&b->sec, &b->all};
+		unsigned nc = b->phase == BENCH_PH_MEASURE ? 2 : 1;
 		for (unsigned i = 0; i < nc; i++) {
 			if (!good) {
 				c[i]->errors++;
@@ -843,10 +286,10 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 		}
 		if (good) {
 			bench_hist_add(&b->sec_hist, lat);
-			if (b->phase == PH_MEASURE)
+			if (b->phase == BENCH_PH_MEASURE)
 				bench_hist_add(&b->all_hist, lat);
 		}
-		if (b->phase == PH_MEASURE)
+		if (b->phase == BENCH_PH_MEASURE)
 			b->measured_done++;
 	}
 	if (task)
@@ -862,7 +305,7 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 }
 
 /* Start one I/O on an idle slot. @return 0 started, 1 must wait (verify lock), <0 fatal. */
-static int submit(struct bench *b, struct session *s, struct slot *sl)
+static int submit(struct bench *b, struct bench_session *s, struct bench_slot *sl)
 {
 	struct scsi_task *task;
 
@@ -871,15 +314,15 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 		sl->planned = true;
 	}
 	if (s->npaths > 1) {
-		struct bench_path_view v = path_view(&s->paths[s->active]);
+		struct bench_path_view v = bench_mpath_view(&s->paths[s->active]);
 		uint64_t timeout = (uint64_t)(b->o.failover_timeout_s * 1e9);
-		switch (bench_path_decide(&s->fo, &v, sl->parked_round, now_ns(), timeout)) {
+		switch (bench_path_decide(&s->fo, &v, sl->parked_round, bench_now_ns(), timeout)) {
 		case BENCH_PATH_SEND:
 			break;
 		case BENCH_PATH_WAIT:
 			return 1;
 		case BENCH_PATH_FAIL:
-			fail_parked(b, s, sl);
+			bench_mpath_fail_parked(b, s, sl);
 			return 1;
 		}
 	}
@@ -897,7 +340,7 @@ static int submit(struct bench *b, struct session *s, struct slot *sl)
 		bench_pattern_fill(sl->buf, sl->io.len, sl->io.offset,
 		                   (uint64_t)b->run_stamp << 32 | sl->gen);
 	}
-	sl->t_sent = now_ns();
+	sl->t_sent = bench_now_ns();
 	if (!sl->resend)
 		sl->t0 = sl->t_sent;
 	sl->resend = false;
@@ -935,12 +378,13 @@ static bool may_issue(const struct bench *b)
 {
 	if (b->stop_issue)
 		return false;
-	if (b->phase == PH_MEASURE && b->o.count && b->measured_done + b->inflight >= b->o.count)
+	if (b->phase == BENCH_PH_MEASURE && b->o.count &&
+	    b->measured_done + b->inflight >= b->o.count)
 		return false;
 	return true;
 }
 
-static int refill(struct bench *b, struct session *s)
+static int refill(struct bench *b, struct bench_session *s)
 {
 	/*
 	 * Try every idle slot; one whose planned I/O waits for busy blocks
@@ -968,7 +412,7 @@ static int refill(struct bench *b, struct session *s)
 /* ---- statistics and reports ---- */
 
 static void fill_sample(const struct bench *b, struct bench_sample *smp, double t, double secs,
-                        const struct bench_hist *h, const struct counters *c, char phase)
+                        const struct bench_hist *h, const struct bench_counters *c, char phase)
 {
 	memset(smp, 0, sizeof(*smp));
 	smp->t = t;
@@ -995,8 +439,8 @@ static void close_interval(struct bench *b, uint64_t now)
 	if (secs < 0.001 && b->sec.reads + b->sec.writes + b->sec.errors == 0)
 		return;
 	fill_sample(b, &smp, (double)(now - b->t_start) / 1e9, secs, &b->sec_hist, &b->sec,
-	            b->phase == PH_WARMUP ? 'w' : 'm');
-	if (b->phase != PH_DRAIN) {
+	            b->phase == BENCH_PH_WARMUP ? 'w' : 'm');
+	if (b->phase != BENCH_PH_DRAIN) {
 		if (bench_series_append(&b->series, &smp) == 0 && b->csv &&
 		    bench_csv_write_row(b->csv, &smp) != 0 && !b->fatal) {
 			fprintf(stderr, "hotlun-bench: writing %s failed\n", b->o.csv);
@@ -1006,8 +450,9 @@ static void close_interval(struct bench *b, uint64_t now)
 			fprintf(stderr,
 			        "\r%7.1fs %-7s iops %9.0f  MB/s %8.1f  p50 %8.0fus  p99 %8.0fus  "
 			        "err %" PRIu64 "  ",
-			        smp.t, b->phase == PH_WARMUP ? "warm-up" : "measure", smp.iops,
-			        smp.mbps, smp.p50_us, smp.p99_us, b->all.errors + b->sec.errors);
+			        smp.t, b->phase == BENCH_PH_WARMUP ? "warm-up" : "measure",
+			        smp.iops, smp.mbps, smp.p50_us, smp.p99_us,
+			        b->all.errors + b->sec.errors);
 	}
 	bench_hist_reset(&b->sec_hist);
 	memset(&b->sec, 0, sizeof(b->sec));
@@ -1021,12 +466,12 @@ static void run_clock(struct bench *b, uint64_t now)
 	 * Phase changes first: each closes the interval it ends, so the
 	 * one-second tick below never leaves a sliver of a row behind.
 	 */
-	if (b->phase == PH_WARMUP && (double)(now - b->t_start) >= b->o.warmup_s * 1e9) {
+	if (b->phase == BENCH_PH_WARMUP && (double)(now - b->t_start) >= b->o.warmup_s * 1e9) {
 		close_interval(b, now);
-		b->phase = PH_MEASURE;
+		b->phase = BENCH_PH_MEASURE;
 		b->t_measure = now;
 	}
-	if (b->phase == PH_MEASURE) {
+	if (b->phase == BENCH_PH_MEASURE) {
 		bool end = false;
 		if (got_signal)
 			end = true;
@@ -1036,14 +481,14 @@ static void run_clock(struct bench *b, uint64_t now)
 			end = (double)(now - b->t_measure) >= b->o.time_s * 1e9;
 		if (end) {
 			close_interval(b, now);
-			b->phase = PH_DRAIN;
+			b->phase = BENCH_PH_DRAIN;
 			b->t_end = now;
 			b->stop_issue = true;
 		}
 	}
-	if (b->phase == PH_WARMUP && got_signal) {
+	if (b->phase == BENCH_PH_WARMUP && got_signal) {
 		close_interval(b, now);
-		b->phase = PH_DRAIN;
+		b->phase = BENCH_PH_DRAIN;
 		b->t_measure = b->t_end = now;
 		b->stop_issue = true;
 	}
@@ -1053,12 +498,12 @@ static void run_clock(struct bench *b, uint64_t now)
 
 static int run(struct bench *b)
 {
-	struct pollfd pfd[MAX_SESSIONS * MAX_PATHS];
-	struct iscsi_context *pctx[MAX_SESSIONS * MAX_PATHS];
-	struct session *psess[MAX_SESSIONS * MAX_PATHS];
+	struct pollfd pfd[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
+	struct iscsi_context *pctx[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
+	struct bench_session *psess[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
 
-	b->t_start = b->t_tick = now_ns();
-	b->phase = b->o.warmup_s > 0 ? PH_WARMUP : PH_MEASURE;
+	b->t_start = b->t_tick = bench_now_ns();
+	b->phase = b->o.warmup_s > 0 ? BENCH_PH_WARMUP : BENCH_PH_MEASURE;
 	b->t_measure = b->t_start;
 
 	for (;;) {
@@ -1067,10 +512,10 @@ static int run(struct bench *b)
 			if (rc < 0)
 				return rc;
 		}
-		if (b->phase == PH_DRAIN && b->inflight == 0)
+		if (b->phase == BENCH_PH_DRAIN && b->inflight == 0)
 			break;
 		/* A dead target never answers what is in flight: do not wait forever. */
-		if (b->phase == PH_DRAIN && now_ns() - b->t_end > DRAIN_LIMIT_NS) {
+		if (b->phase == BENCH_PH_DRAIN && bench_now_ns() - b->t_end > DRAIN_LIMIT_NS) {
 			fprintf(stderr, "\nhotlun-bench: %u I/O(s) still unanswered %d s after the end; giving up\n",
 			        (unsigned)b->inflight, (int)(DRAIN_LIMIT_NS / 1000000000ULL));
 			return -ETIMEDOUT;
@@ -1081,7 +526,7 @@ static int run(struct bench *b)
 		/* every connection of every session: the active paths and the others */
 		unsigned np = 0;
 		for (unsigned i = 0; i < b->nsess; i++) {
-			struct session *s = &b->sess[i];
+			struct bench_session *s = &b->sess[i];
 			if (s->npaths > 1) {
 				for (unsigned k = 0; k < s->npaths; k++) {
 					if (!s->paths[k].iscsi)
@@ -1100,18 +545,18 @@ static int run(struct bench *b)
 			pfd[np].fd = iscsi_get_fd(s->iscsi);
 			if (pfd[np].fd != s->last_fd) {
 				if (s->last_fd)
-					s->reconnect_ns = now_ns();
+					s->reconnect_ns = bench_now_ns();
 				s->last_fd = pfd[np].fd;
 			}
 			pfd[np].events = (short)iscsi_which_events(s->iscsi);
 			pfd[np].revents = 0;
 			if (pfd[np].events == 0) {
 				pfd[np].fd = -1; /* reconnecting: libiscsi asks us to wait */
-				s->reconnect_ns = now_ns();
+				s->reconnect_ns = bench_now_ns();
 			}
 			np++;
 		}
-		uint64_t now = now_ns();
+		uint64_t now = bench_now_ns();
 		uint64_t next = b->t_tick + 1000000000ULL;
 		int timeout = next > now ? (int)((next - now) / 1000000ULL) + 1 : 0;
 		if (timeout > 100)
@@ -1133,7 +578,7 @@ static int run(struct bench *b)
 				continue;
 			if (iscsi_service(pctx[i], n > 0 ? pfd[i].revents : 0) >= 0)
 				continue;
-			struct session *s = psess[i];
+			struct bench_session *s = psess[i];
 			if (s->npaths <= 1) {
 				fprintf(stderr, "\nhotlun-bench: session %u: %s\n",
 				        (unsigned)(s - b->sess), iscsi_get_error(pctx[i]));
@@ -1141,93 +586,30 @@ static int run(struct bench *b)
 			}
 			for (unsigned k = 0; k < s->npaths; k++)
 				if (s->paths[k].iscsi == pctx[i])
-					path_down(b, s, k, iscsi_get_error(pctx[i]));
+					bench_mpath_down(b, s, k, iscsi_get_error(pctx[i]));
 		}
-		now = now_ns();
+		now = bench_now_ns();
 		for (unsigned i = 0; i < b->nsess; i++) {
-			struct session *s = &b->sess[i];
+			struct bench_session *s = &b->sess[i];
 			if (s->npaths <= 1)
 				continue;
 			/* paths_reap: contexts of paths that failed inside a callback */
 			for (unsigned k = 0; k < s->npaths; k++)
 				if (s->paths[k].state == BENCH_PATH_DOWN && s->paths[k].iscsi &&
 				    !s->paths[k].relogin)
-					path_down(b, s, k, "connection lost");
-			paths_tend(b, s, now);
+					bench_mpath_down(b, s, k, "connection lost");
+			bench_mpath_tend(b, s, now);
 		}
 		run_clock(b, now);
 	}
 	if (b->o.count && b->t_end < b->t_measure)
-		b->t_end = now_ns();
+		b->t_end = bench_now_ns();
 	return 0;
 }
 
 /* ---- setup ---- */
 
-/* The --path portals of a session: log in on each, read the ALUA states, pick one. */
-static int session_paths_open(struct bench *b, struct session *s, unsigned idx)
-{
-	unsigned live = 0;
-
-	s->npaths = 1 + b->o.npaths;
-	for (unsigned k = 0; k < s->npaths; k++) {
-		struct path *p = &s->paths[k];
-		if (k > 0)
-			snprintf(p->portal, sizeof(p->portal), "%s", b->o.paths[k - 1]);
-		p->sess = s;
-		p->tpg = -1;
-		p->state = BENCH_PATH_UNKNOWN;
-		if (k == 0) { /* the URL's, logged in already (or down from the start) */
-			p->iscsi = s->iscsi;
-			if (!p->iscsi) {
-				p->state = BENCH_PATH_DOWN;
-				p->next_try_ns = now_ns() + 1000000000ULL;
-				continue;
-			}
-		} else {
-			p->iscsi = path_context(b, true);
-			if (!p->iscsi)
-				return -ENOMEM;
-			if (path_connect_sync(p->iscsi, p->portal, s->lun, true) != 0) {
-				fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx,
-				        p->portal, iscsi_get_error(p->iscsi));
-				iscsi_destroy_context(p->iscsi);
-				p->iscsi = NULL;
-				p->state = BENCH_PATH_DOWN;
-				p->next_try_ns = now_ns() + 1000000000ULL;
-				continue;
-			}
-		}
-		p->tpg = path_read_tpg(p->iscsi, s->lun);
-		p->explicit_alua = path_read_explicit(p->iscsi, s->lun);
-		live++;
-	}
-	if (!live)
-		return -ECONNREFUSED;
-	for (unsigned k = 0; k < s->npaths; k++)
-		if (s->paths[k].iscsi) {
-			paths_read_states(s, s->paths[k].iscsi);
-			break;
-		}
-	/* start on the best path: active/optimized first */
-	s->active = 0;
-	int br = bench_path_rank(s->paths[0].state);
-	for (unsigned k = 1; k < s->npaths; k++)
-		if (bench_path_rank(s->paths[k].state) < br) {
-			br = bench_path_rank(s->paths[k].state);
-			s->active = k;
-		}
-	s->iscsi = s->paths[s->active].iscsi;
-	for (unsigned k = 0; k < s->npaths; k++)
-		fprintf(stderr,
-		        "hotlun-bench: session %u path %u %s: target port group %d, %s%s%s\n", idx,
-		        k, s->paths[k].portal, s->paths[k].tpg,
-		        bench_path_state_str(s->paths[k].state), k == s->active ? " (in use)" : "",
-		        s->paths[k].explicit_alua ? ", explicit ALUA" : "");
-	return 0;
-}
-
-static int session_open(struct bench *b, struct session *s, unsigned idx)
+static int session_open(struct bench *b, struct bench_session *s, unsigned idx)
 {
 	struct iscsi_context *parse = iscsi_create_context(b->o.initiator);
 	struct iscsi_url *url;
@@ -1252,13 +634,13 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 	iscsi_destroy_url(url);
 	iscsi_destroy_context(parse);
 
-	s->iscsi = path_context(b, b->o.npaths > 0);
+	s->iscsi = bench_mpath_context(b, b->o.npaths > 0);
 	if (!s->iscsi) {
 		fprintf(stderr, "hotlun-bench: cannot create an iSCSI context\n");
 		return -ENOMEM;
 	}
 	snprintf(s->paths[0].portal, sizeof(s->paths[0].portal), "%s", portal);
-	if (path_connect_sync(s->iscsi, portal, s->lun, b->o.npaths > 0) != 0) {
+	if (bench_mpath_connect_sync(s->iscsi, portal, s->lun, b->o.npaths > 0) != 0) {
 		fprintf(stderr, "hotlun-bench: session %u: login to %s failed: %s\n", idx, portal,
 		        iscsi_get_error(s->iscsi));
 		if (!b->o.npaths)
@@ -1268,7 +650,7 @@ static int session_open(struct bench *b, struct session *s, unsigned idx)
 		s->iscsi = NULL;
 		s->paths[0].state = BENCH_PATH_DOWN;
 	}
-	return b->o.npaths ? session_paths_open(b, s, idx) : 0;
+	return b->o.npaths ? bench_mpath_open(b, s, idx) : 0;
 }
 
 /* A command answered UNIT ATTENTION is sent again (a login without TEST UNIT READY meets them). */
@@ -1287,7 +669,7 @@ static struct scsi_task *past_ua(struct scsi_task *task, struct iscsi_context *c
 
 static int read_capacity(struct bench *b)
 {
-	struct session *s = &b->sess[0];
+	struct bench_session *s = &b->sess[0];
 	struct scsi_task *task = past_ua(iscsi_readcapacity16_sync(s->iscsi, s->lun), s->iscsi,
 	                                 s->lun, true);
 
@@ -1321,14 +703,14 @@ static int read_capacity(struct bench *b)
 	return 0;
 }
 
-static int slots_alloc(struct bench *b, struct session *s)
+static int slots_alloc(struct bench *b, struct bench_session *s)
 {
 	s->slots = calloc(b->o.qd, sizeof(*s->slots));
 	s->idle = calloc(b->o.qd, sizeof(*s->idle));
 	if (!s->slots || !s->idle)
 		return -ENOMEM;
 	for (unsigned i = 0; i < b->o.qd; i++) {
-		struct slot *sl = &s->slots[i];
+		struct bench_slot *sl = &s->slots[i];
 		void *p;
 		if (posix_memalign(&p, 4096, BENCH_ALIGN_UP(b->wl.max_len, 4096)))
 			return -ENOMEM;
@@ -1348,10 +730,10 @@ static void teardown(struct bench *b)
 {
 	b->stop_issue = true; /* callbacks of cancelled commands must not start new ones */
 	for (unsigned i = 0; i < b->nsess; i++) {
-		struct session *s = &b->sess[i];
+		struct bench_session *s = &b->sess[i];
 		if (s->npaths > 1) {
 			for (unsigned k = 0; k < s->npaths; k++) {
-				struct path *p = &s->paths[k];
+				struct bench_path *p = &s->paths[k];
 				if (!p->iscsi)
 					continue;
 				if (s->inflight == 0 && p->state != BENCH_PATH_DOWN)
@@ -1376,7 +758,7 @@ static void teardown(struct bench *b)
 	free(b->lock_map);
 	bench_trace_free(&b->trace);
 	bench_series_free(&b->series);
-	for (unsigned i = 0; i < MAX_COMPARE; i++)
+	for (unsigned i = 0; i < BENCH_MAX_COMPARE; i++)
 		bench_series_free(&b->compare[i]);
 }
 
@@ -1429,7 +811,7 @@ static void usage(FILE *f)
 	        "\n"
 	        "The last line printed is the summary: ... iops= mbps= p50_us= p99_us= ...\n"
 	        "Exit status: 0 ok, 1 I/O errors or verify mismatches, 2 usage or setup error.\n",
-	        DEFAULT_INITIATOR, MAX_PATHS - 1);
+	        DEFAULT_INITIATOR, BENCH_MAX_PATHS - 1);
 }
 
 enum {
@@ -1616,7 +998,7 @@ int main(int argc, char **argv)
 {
 	static struct bench bench;
 	struct bench *b = &bench;
-	struct opts *o = &b->o;
+	struct bench_opts *o = &b->o;
 	const char *plot = NULL;
 	char err[512];
 	uint64_t v;
@@ -1654,7 +1036,7 @@ int main(int argc, char **argv)
 			o->qd = (unsigned)v;
 			break;
 		case OPT_SESSIONS:
-			if (!parse_uint(optarg, 1, MAX_SESSIONS, &v))
+			if (!parse_uint(optarg, 1, BENCH_MAX_SESSIONS, &v))
 				return bad_arg("sessions", optarg);
 			o->sessions = (unsigned)v;
 			break;
@@ -1709,9 +1091,9 @@ int main(int argc, char **argv)
 			o->quiet = true;
 			break;
 		case OPT_COMPARE:
-			if (o->ncompare == MAX_COMPARE) {
+			if (o->ncompare == BENCH_MAX_COMPARE) {
 				fprintf(stderr, "hotlun-bench: at most %d --compare files\n",
-				        MAX_COMPARE);
+				        BENCH_MAX_COMPARE);
 				return 2;
 			}
 			o->compare[o->ncompare++] = optarg;
@@ -1720,9 +1102,10 @@ int main(int argc, char **argv)
 			o->initiator = optarg;
 			break;
 		case OPT_PATH:
-			if (o->npaths >= MAX_PATHS - 1 || !optarg[0] || strlen(optarg) >= 256) {
+			if (o->npaths >= BENCH_MAX_PATHS - 1 || !optarg[0] ||
+			    strlen(optarg) >= 256) {
 				fprintf(stderr, "hotlun-bench: --path: at most %d portals of up to 255 "
-				                "characters\n", MAX_PATHS - 1);
+				                "characters\n", BENCH_MAX_PATHS - 1);
 				return 2;
 			}
 			o->paths[o->npaths++] = optarg;
@@ -1882,8 +1265,8 @@ int main(int argc, char **argv)
 	int run_rc = run(b);
 	if (run_rc != 0) {
 		/* The measured part is still worth reporting; the status says it failed. */
-		if (b->phase != PH_DRAIN) {
-			b->t_end = now_ns();
+		if (b->phase != BENCH_PH_DRAIN) {
+			b->t_end = bench_now_ns();
 			close_interval(b, b->t_end);
 		}
 		print_summary(b);
@@ -1900,7 +1283,7 @@ int main(int argc, char **argv)
 			snprintf(title, sizeof(title), "hotlun-bench %s, bs %s, qd %u x %u", wl,
 			         o->spec.kind == BENCH_WL_TRACE ? "trace" : bs, o->qd, o->sessions);
 		/* earlier runs first, this run last (the last colour on top) */
-		struct bench_series runs[MAX_COMPARE + 1];
+		struct bench_series runs[BENCH_MAX_COMPARE + 1];
 		for (unsigned i = 0; i < o->ncompare; i++)
 			runs[i] = b->compare[i];
 		runs[o->ncompare] = b->series;
@@ -1919,3 +1302,4 @@ out:
 	teardown(b);
 	return rc;
 }
+

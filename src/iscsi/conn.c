@@ -756,7 +756,7 @@ void iscsi_task_put(struct iscsi_task *t)
 
 	if (--t->refs > 0)
 		return;
-	iscsi_task_wb_release(t); /* normally gone already (task_deactivate) */
+	iscsi_task_wb_release(t); /* normally gone already (iscsi_task_deactivate) */
 	hl_list_del(&t->link);
 	if (t->cmd.data)
 		iscsi_buf_put(c, t->cmd.data, t->buf_len);

@@ -567,6 +567,38 @@ int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
 /** Abort every task of the connection (it is closing); frees the ones not in scsi. */
 void iscsi_ffp_abort_all(struct iscsi_conn *c);
 void iscsi_session_free(struct iscsi_session *s);
+/** Is c's session a discovery session? */
+bool iscsi_session_is_discovery(const struct iscsi_conn *c);
+/**
+ * Check a PDU's CmdSN against the window, advancing ExpCmdSN for a non-immediate one.
+ * @return true to process the PDU, false when it was dropped (outside the window: no answer).
+ */
+bool iscsi_cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h);
+/** c's active task (collecting data or in the scsi layer) with this ITT, or NULL. */
+struct iscsi_task *iscsi_task_find(struct iscsi_conn *c, uint32_t itt);
+/** The task leaves the active set (CmdSN slot, write budget) before its response is built. */
+void iscsi_task_deactivate(struct iscsi_task *t);
+/** Response queued, or dropped: leave the active set and drop the active reference. */
+void iscsi_task_finish(struct iscsi_task *t);
+/** Queue the task's Data-In and/or SCSI Response from its finished command. */
+void iscsi_task_respond(struct iscsi_conn *c, struct iscsi_task *t);
+/** A closing logout's deferred Logout Response goes once no command of c is left to answer. */
+void iscsi_logout_maybe_respond(struct iscsi_conn *c);
+
+/* ---- tmf.c (task management, cross-session aborts) ---- */
+/** A Task Management Function Request in the full feature phase. @return 0 or -ENOMEM. */
+int iscsi_tmf_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/**
+ * An aborted task (by a TMF, a reset, its connection's close) left the scsi layer: finish it
+ * without a response and tell the TMF or cross-session reset that waits for it. Reactor of c.
+ */
+void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t);
+/**
+ * t's PERSISTENT RESERVE OUT preempted with abort (t->cmd.n_abort_nexus, abort_others): abort
+ * the preempted nexuses' tasks on its LU in every session and answer t once they are gone (the
+ * caller counts it in c->n_deferred). @return false without memory: answer t at once.
+ */
+bool iscsi_preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
 
 /* ---- discovery.c ---- */
 /**

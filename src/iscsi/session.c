@@ -2,30 +2,26 @@
  * session.c - the full feature phase of a connection: SCSI commands with
  * immediate, unsolicited and solicited (R2T) data, Data-In segmentation and
  * SCSI Response with residuals and sense, the CmdSN window, NOP-Out/NOP-In,
- * Text (SendTargets) with continuation, Logout, task management and Reject.
- * Tasks are the unit of ownership: a task holds its data buffer and is
- * freed when the scsi layer is done with it and the last PDU pointing into
- * its buffer has been sent.
+ * Text (SendTargets) with continuation, Logout and Reject; task management
+ * requests are handed to tmf.c. Tasks are the unit of ownership: a task
+ * holds its data buffer and is freed when the scsi layer is done with it and
+ * the last PDU pointing into its buffer has been sent.
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "hotlun/log.h"
 #include "iscsi/iscsi_internal.h"
 
 static void task_exec(struct iscsi_task *t);
-static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf);
-static void xreset_put(struct iscsi_xreset *xr);
 
 static inline unsigned itt_bucket(uint32_t itt)
 {
 	return (itt ^ (itt >> 8)) & (ISCSI_ITT_HASH - 1);
 }
 
-static struct iscsi_task *task_find(struct iscsi_conn *c, uint32_t itt)
+struct iscsi_task *iscsi_task_find(struct iscsi_conn *c, uint32_t itt)
 {
 	struct iscsi_task *t;
 
@@ -90,7 +86,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 }
 
 /* The task leaves the active set: its CmdSN slot opens before its response is built. */
-static void task_deactivate(struct iscsi_task *t)
+void iscsi_task_deactivate(struct iscsi_task *t)
 {
 	/* likewise its write budget, so the response can reopen a window the budget closed */
 	iscsi_task_wb_release(t);
@@ -105,9 +101,9 @@ static void task_deactivate(struct iscsi_task *t)
 }
 
 /* Response queued, or dropped: leave the active set and drop the active reference. */
-static void task_finish(struct iscsi_task *t)
+void iscsi_task_finish(struct iscsi_task *t)
 {
-	task_deactivate(t);
+	iscsi_task_deactivate(t);
 	iscsi_task_put(t);
 }
 
@@ -256,7 +252,8 @@ static bool write_retry(struct iscsi_conn *c)
 		if (t->state != TASK_DATA_OUT || !t->wb.waiting)
 			continue;
 		if (t->aborted) {
-			task_finish(t); /* by another session's reset: its data will never come */
+			/* by another session's reset: its data will never come */
+			iscsi_task_finish(t);
 			continue;
 		}
 		if (!t->unsol_done)
@@ -315,7 +312,7 @@ bool iscsi_wb_window_closed(struct iscsi_conn *c)
  * honoured even if the free slots say otherwise (the initiator ignores a lower MaxCmdSN:
  * dropping it would leave a gap every later command queues behind forever).
  */
-static bool cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
+bool iscsi_cmdsn_accept(struct iscsi_conn *c, const struct iscsi_bhs *h)
 {
 	struct iscsi_session *s = c->sess;
 	uint32_t sn = bhs_cmdsn(h);
@@ -436,7 +433,7 @@ static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t le
 	}
 }
 
-static void task_respond(struct iscsi_conn *c, struct iscsi_task *t)
+void iscsi_task_respond(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	uint32_t len = 0;
 
@@ -458,9 +455,9 @@ static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uin
 	t->cmd.data_in = false;
 	t->cmd.xfer_len = 0;
 	hl_scsi_set_sense(&t->cmd, key, asc, ascq);
-	task_deactivate(t);
+	iscsi_task_deactivate(t);
 	send_scsi_rsp(c, t);
-	task_finish(t);
+	iscsi_task_finish(t);
 }
 
 /*
@@ -477,31 +474,14 @@ static void task_set_full(struct iscsi_conn *c, struct iscsi_task *t)
 	 * (the target is busy for everyone: retry later, queue depth kept).
 	 */
 	t->cmd.status = c->nactive > (t->in_window ? 1u : 0u) ? HL_SAM_TASK_SET_FULL : HL_SAM_BUSY;
-	task_deactivate(t);
+	iscsi_task_deactivate(t);
 	send_scsi_rsp(c, t);
 	iscsi_task_put(t);
 }
 
 /* ---- SCSI command completion ---- */
 
-static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
 static int logout_respond(struct iscsi_conn *c);
-static void logout_maybe_respond(struct iscsi_conn *c);
-
-/* An aborted task leaves: no response; the TMF or reset waiting for it hears of it. */
-static void task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
-{
-	struct iscsi_tmf *tmf = t->tmf;
-	struct iscsi_xreset *xr = t->xreset;
-
-	t->tmf = NULL;
-	t->xreset = NULL;
-	task_finish(t);
-	if (tmf && --tmf->waiting == 0)
-		tmf_maybe_complete(c, tmf);
-	if (xr)
-		xreset_put(xr);
-}
 
 static void task_done(struct hl_scsi_cmd *cmd)
 {
@@ -513,19 +493,19 @@ static void task_done(struct hl_scsi_cmd *cmd)
 	c->rd_inflight -= t->rd_charge;
 	t->rd_charge = 0;
 	if (t->aborted || c->state == CONN_CLOSED) {
-		task_finish_aborted(c, t);
+		iscsi_task_finish_aborted(c, t);
 	} else if (t->cmd.status == HL_SAM_GOOD && (t->cmd.n_abort_nexus || t->cmd.abort_others) &&
-	           preempt_abort_start(c, t)) {
+	           iscsi_preempt_abort_start(c, t)) {
 		/* PREEMPT AND ABORT: answered once the preempted tasks are gone (xreset_done) */
 		c->n_deferred++;
 	} else {
-		task_deactivate(t);
-		task_respond(c, t);
-		task_finish(t);
+		iscsi_task_deactivate(t);
+		iscsi_task_respond(c, t);
+		iscsi_task_finish(t);
 	}
 	if (c->wb_waiting && c->state == CONN_FFP)
 		write_retry(c); /* its budget came back: this connection's deferred R2Ts first */
-	logout_maybe_respond(c);
+	iscsi_logout_maybe_respond(c);
 	iscsi_conn_leave(c);
 }
 
@@ -611,7 +591,7 @@ static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	if (t->aborted) {
 		/* aborted by another session's reset while its data was arriving */
-		task_finish(t);
+		iscsi_task_finish(t);
 		return;
 	}
 	/* a task waiting for write budget has a buffer for its unsolicited data only */
@@ -630,7 +610,7 @@ static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
 
 /* ---- receive-side header hooks ---- */
 
-static bool session_is_discovery(const struct iscsi_conn *c)
+bool iscsi_session_is_discovery(const struct iscsi_conn *c)
 {
 	return c->sess->type == ISCSI_SESSION_DISCOVERY;
 }
@@ -649,8 +629,8 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 	if (op == ISCSI_OP_SCSI_CMD) {
 		/* immediate data goes straight into the command's buffer */
 		uint32_t edtl = bhs_edtl(h);
-		if (session_is_discovery(c) || !(bhs_flags(h) & ISCSI_CMD_WRITE) ||
-		    rx->dsl > edtl || edtl > HL_SCSI_MAX_XFER || task_find(c, bhs_itt(h)))
+		if (iscsi_session_is_discovery(c) || !(bhs_flags(h) & ISCSI_CMD_WRITE) ||
+		    rx->dsl > edtl || edtl > HL_SCSI_MAX_XFER || iscsi_task_find(c, bhs_itt(h)))
 			return 0; /* the handler rejects or answers it; data lands in rx's buffer */
 		if (c->buf_bytes + edtl > ISCSI_CONN_BUF_MAX)
 			return 0; /* the handler answers TASK SET FULL */
@@ -658,12 +638,12 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 		if (!t)
 			return -ENOMEM;
 		if (write_admit(c, t, bhs_flags(h) & ISCSI_FLAG_FINAL, rx->dsl) == ISCSI_WB_FULL) {
-			task_finish(t);
+			iscsi_task_finish(t);
 			c->rx_wb_full = true; /* the handler answers TASK SET FULL */
 			return 0;
 		}
 		if (data_buf_alloc(t) < 0) {
-			task_finish(t);
+			iscsi_task_finish(t);
 			return -ENOMEM;
 		}
 		c->rx_task = t;
@@ -671,12 +651,12 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 		return 0;
 	}
 	if (op == ISCSI_OP_DATA_OUT) {
-		struct iscsi_task *t = task_find(c, bhs_itt(h));
+		struct iscsi_task *t = iscsi_task_find(c, bhs_itt(h));
 		uint32_t off = bhs_buf_offset(h), sn = bhs_datasn(h), ttt = bhs_ttt(h);
 		uint32_t len = rx->dsl;
 
 		rx->discard = true;
-		if (!t || t->state != TASK_DATA_OUT || session_is_discovery(c))
+		if (!t || t->state != TASK_DATA_OUT || iscsi_session_is_discovery(c))
 			return 0; /* unknown or finished task: drop silently */
 		c->rx_dout = t;
 		c->rx_dout_reject = ISCSI_REJECT_PROTOCOL_ERROR;
@@ -752,14 +732,14 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	uint8_t reason = 0;
 
 	c->rx_task = NULL;
-	if (!cmdsn_accept(c, h)) {
+	if (!iscsi_cmdsn_accept(c, h)) {
 		if (t)
-			task_finish(t);
+			iscsi_task_finish(t);
 		return 0;
 	}
-	if (session_is_discovery(c))
+	if (iscsi_session_is_discovery(c))
 		reason = ISCSI_REJECT_PROTOCOL_ERROR;
-	else if (!t && task_find(c, bhs_itt(h)))
+	else if (!t && iscsi_task_find(c, bhs_itt(h)))
 		reason = ISCSI_REJECT_TASK_IN_PROGRESS;
 	else if (rx->dsl && (!w || !c->params.immediate_data || rx->dsl > edtl ||
 	                     rx->dsl > c->params.first_burst_length))
@@ -768,7 +748,7 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 		reason = ISCSI_REJECT_PROTOCOL_ERROR;
 	if (reason) {
 		if (t)
-			task_finish(t);
+			iscsi_task_finish(t);
 		iscsi_conn_send_reject(c, h, reason);
 		return 0;
 	}
@@ -804,7 +784,7 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 		return 0;
 	}
 	if (rc < 0) {
-		task_finish(t);
+		iscsi_task_finish(t);
 		iscsi_conn_send_reject(c, h, ISCSI_REJECT_INVALID_PDU_FIELD);
 		return 0;
 	}
@@ -870,7 +850,7 @@ static int handle_data_out(struct iscsi_conn *c, struct iscsi_rx *rx)
 		HL_NOTICE(ISCSI_LOG, "%s: bad Data-Out for itt 0x%x (DataSN %u offset %u len %u)",
 		          c->peer_str, t->itt, bhs_datasn(h), bhs_buf_offset(h), rx->dsl);
 		iscsi_conn_send_reject(c, h, reason);
-		task_finish(t);
+		iscsi_task_finish(t);
 		return 0;
 	}
 	t->received += rx->dsl;
@@ -896,7 +876,7 @@ static int handle_nop_out(struct iscsi_conn *c, struct iscsi_rx *rx)
 {
 	const struct iscsi_bhs *h = &rx->bhs;
 
-	if (!cmdsn_accept(c, h))
+	if (!iscsi_cmdsn_accept(c, h))
 		return 0;
 	if (bhs_itt(h) == ISCSI_RSVD_TAG)
 		return 0; /* an answer to our ping, or a ping that wants no answer */
@@ -961,7 +941,7 @@ static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
 	struct iscsi_text_state *ts = &c->text;
 	uint32_t ttt = bhs_ttt(h);
 
-	if (!cmdsn_accept(c, h))
+	if (!iscsi_cmdsn_accept(c, h))
 		return 0;
 	if (ttt != ISCSI_RSVD_TAG) {
 		/* the initiator asks for the next piece of a long answer */
@@ -1085,7 +1065,7 @@ static int logout_respond(struct iscsi_conn *c)
 }
 
 /* A deferred Logout Response goes once no command of c is left to answer. */
-static void logout_maybe_respond(struct iscsi_conn *c)
+void iscsi_logout_maybe_respond(struct iscsi_conn *c)
 {
 	if (c->logout_pending && c->nexec == 0 && c->n_deferred == 0 && c->state == CONN_LOGOUT)
 		logout_respond(c);
@@ -1111,7 +1091,7 @@ static int handle_logout(struct iscsi_conn *c, struct iscsi_rx *rx)
 	uint8_t reason = bhs_flags(h) & 0x7f;
 	uint8_t response = ISCSI_LOGOUT_RSP_OK;
 
-	if (!cmdsn_accept(c, h))
+	if (!iscsi_cmdsn_accept(c, h))
 		return 0;
 	if (reason == ISCSI_LOGOUT_RECOVERY)
 		response = ISCSI_LOGOUT_RSP_NO_RECOVERY;
@@ -1153,494 +1133,6 @@ int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s)
 	return iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
 }
 
-/* ---- task management ---- */
-
-static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
-                     bool close_after)
-{
-	struct iscsi_bhs rsp;
-
-	memset(&rsp, 0, sizeof(rsp));
-	rsp.b[0] = ISCSI_OP_TMF_RSP;
-	rsp.b[1] = ISCSI_FLAG_FINAL;
-	rsp.b[2] = response;
-	bhs_set_itt(&rsp, bhs_itt(req));
-	iscsi_conn_fill_sn(c, &rsp, true);
-	HL_INFO(ISCSI_LOG, "%s: TMF function %u -> response %u", c->peer_str, bhs_flags(req) & 0x7f,
-	        response);
-	iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, close_after);
-}
-
-static const char *tmf_name(uint8_t fn)
-{
-	switch (fn) {
-	case ISCSI_TMF_ABORT_TASK:
-		return "ABORT TASK";
-	case ISCSI_TMF_ABORT_TASK_SET:
-		return "ABORT TASK SET";
-	case ISCSI_TMF_CLEAR_ACA:
-		return "CLEAR ACA";
-	case ISCSI_TMF_CLEAR_TASK_SET:
-		return "CLEAR TASK SET";
-	case ISCSI_TMF_LUN_RESET:
-		return "LOGICAL UNIT RESET";
-	case ISCSI_TMF_TARGET_WARM_RESET:
-		return "TARGET WARM RESET";
-	case ISCSI_TMF_TARGET_COLD_RESET:
-		return "TARGET COLD RESET";
-	case ISCSI_TMF_TASK_REASSIGN:
-		return "TASK REASSIGN";
-	default:
-		return "unknown function";
-	}
-}
-
-/*
- * Who reset what, for the functions that reach other initiators' tasks or
- * sessions (LUN RESET, CLEAR TASK SET, TARGET WARM/COLD RESET): an
- * administrator must be able to tell which initiator disturbed the others.
- * ABORT TASK SET only aborts the requesting session's own tasks here.
- */
-static void tmf_log(struct iscsi_conn *c, const struct iscsi_tmf *tmf, unsigned others_closed)
-{
-	const char *what;
-
-	switch (tmf->function) {
-	case ISCSI_TMF_CLEAR_TASK_SET:
-	case ISCSI_TMF_LUN_RESET:
-	case ISCSI_TMF_TARGET_WARM_RESET:
-	case ISCSI_TMF_TARGET_COLD_RESET:
-		break;
-	default:
-		return;
-	}
-	switch (tmf->response) {
-	case ISCSI_TMF_RSP_COMPLETE:
-		what = "done";
-		break;
-	case ISCSI_TMF_RSP_AUTH_FAILED:
-		what = "refused (function authorization failed: the target's allow_target_reset "
-		       "is off)";
-		break;
-	case ISCSI_TMF_RSP_NO_LUN:
-		what = "refused (no such LUN)";
-		break;
-	default:
-		what = "not done";
-		break;
-	}
-	/* the address alone: peer_str names initiator and target too once logged in */
-	char addr[64];
-	hl_format_sockaddr(&c->peer, addr, sizeof(addr));
-	if (tmf->function == ISCSI_TMF_LUN_RESET || tmf->function == ISCSI_TMF_CLEAR_TASK_SET)
-		HL_NOTICE(ISCSI_LOG, "%s of LUN %llu from initiator %s at %s on target %s: %s",
-		          tmf_name(tmf->function), (unsigned long long)tmf->lun,
-		          c->sess->initiator_name, addr, c->sess->target->name, what);
-	else if (tmf->cold && tmf->response == ISCSI_TMF_RSP_COMPLETE)
-		HL_NOTICE(ISCSI_LOG,
-		          "%s from initiator %s at %s on target %s: done, closing %u other "
-		          "session(s) and this one",
-		          tmf_name(tmf->function), c->sess->initiator_name, addr,
-		          c->sess->target->name, others_closed);
-	else
-		HL_NOTICE(ISCSI_LOG, "%s from initiator %s at %s on target %s: %s",
-		          tmf_name(tmf->function), c->sess->initiator_name, addr,
-		          c->sess->target->name, what);
-}
-
-/* TARGET WARM/COLD RESET: allowed by the target's current settings (not the login's)? */
-static bool target_reset_allowed(struct iscsi_conn *c)
-{
-	const struct iscsi_target *now = iscsi_target_find(c->srv, c->sess->target->name);
-
-	return now ? now->allow_target_reset : c->sess->target->allow_target_reset;
-}
-
-static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf)
-{
-	unsigned closed = 0;
-
-	if (tmf->waiting)
-		return;
-	hl_list_del(&tmf->link);
-	if (c->state == CONN_FFP) {
-		if (tmf->reset_lu)
-			hl_lu_reset(tmf->reset_lu, &c->sess->nexus);
-		if (tmf->reset_target && c->sess->target && c->sess->target->luns) {
-			for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++)
-				if (c->sess->target->luns->lu[i])
-					hl_lu_reset(c->sess->target->luns->lu[i], &c->sess->nexus);
-		}
-		tmf_send(c, &tmf->req, tmf->response, tmf->cold);
-		if (tmf->cold) {
-			/* a cold reset ends every session of the target, this one after its answer
-			 */
-			struct hl_iscsi_server *srv = c->srv;
-			struct iscsi_session *o, *tmp;
-			pthread_mutex_lock(&srv->lock);
-			hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
-			{
-				if (o != c->sess && o->type == ISCSI_SESSION_NORMAL && o->target &&
-				    strcasecmp(o->target->name, c->sess->target->name) == 0) {
-					iscsi_session_kill_locked(srv, o, "target cold reset");
-					closed++;
-				}
-			}
-			pthread_mutex_unlock(&srv->lock);
-			c->state = CONN_LOGOUT;
-		}
-		tmf_log(c, tmf, closed);
-	}
-	free(tmf);
-}
-
-/* Abort one task for a TMF: drop it now, or wait for the scsi layer. */
-static void tmf_abort_task(struct iscsi_tmf *tmf, struct iscsi_task *t)
-{
-	if (t->state == TASK_DATA_OUT) {
-		task_finish(t);
-	} else if (t->state == TASK_EXEC && !t->aborted) {
-		t->aborted = true;
-		if (tmf && !t->tmf) {
-			t->tmf = tmf;
-			tmf->waiting++;
-		}
-	}
-}
-
-/*
- * Resets that reach other sessions (LUN RESET, CLEAR TASK SET, TARGET WARM
- * RESET): every reactor aborts the affected tasks of its other sessions
- * (their responses are discarded: TAS=0) and the TMF answers only once the
- * last of them has left the scsi layer. `remaining` counts reactor scans and
- * remote tasks still running; the last one hands the result back to the
- * TMF's reactor, which checks that the TMF still exists before using it.
- */
-struct iscsi_xreset {
-	struct hl_iscsi_server *srv;
-	struct hl_lu *lu;                  /* NULL: every LU of map */
-	const struct hl_scsi_lun_map *map; /* the target of the resetting session */
-	uint64_t origin_nexus;
-	struct hl_reactor *origin_reactor;
-	struct iscsi_tmf *tmf; /* dereferenced on origin_reactor only, after a check */
-	/*
-	 * PREEMPT AND ABORT instead of a TMF: the PERSISTENT RESERVE OUT task to
-	 * answer when done (it keeps its connection alive until then), and the
-	 * preempted nexuses whose tasks go (all others when all_others).
-	 */
-	struct iscsi_task *task;
-	uint64_t nexus[HL_SCSI_ABORT_NEXUS_MAX];
-	unsigned n_nexus;
-	bool all_others;
-	atomic_uint remaining;
-};
-
-/* Is session nexus id one whose tasks xr aborts? (A reset: every other session.) */
-static bool xreset_targets(const struct iscsi_xreset *xr, uint64_t id)
-{
-	if (!xr->task || xr->all_others)
-		return true;
-	for (unsigned i = 0; i < xr->n_nexus; i++)
-		if (xr->nexus[i] == id)
-			return true;
-	return false;
-}
-
-static bool xreset_affects(const struct iscsi_xreset *xr, const struct hl_lu *lu)
-{
-	if (!lu)
-		return false;
-	if (xr->lu)
-		return lu == xr->lu;
-	for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++)
-		if (xr->map->lu[i] == lu)
-			return true;
-	return false;
-}
-
-static void xreset_done(void *arg)
-{
-	struct iscsi_xreset *xr = arg;
-	struct hl_iscsi_server *srv = xr->srv;
-	struct hl_reactor *me = hl_reactor_current();
-	struct iscsi_conn *c, *origin = NULL;
-
-	if (xr->task) {
-		/* the preempted tasks left the scsi layer: answer the PREEMPT AND ABORT */
-		struct iscsi_task *t = xr->task;
-		c = t->conn;
-		iscsi_conn_enter(c);
-		if (!t->aborted && c->state != CONN_CLOSED) {
-			task_deactivate(t);
-			task_respond(c, t);
-			task_finish(t);
-		} else {
-			/* aborted meanwhile: a TMF, a reset, the connection */
-			task_finish_aborted(c, t);
-		}
-		c->n_deferred--;
-		logout_maybe_respond(c);
-		iscsi_conn_leave(c);
-		iscsi_call_done(srv);
-		free(xr);
-		return;
-	}
-	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link)
-	{
-		/* only our own connections' fields are read past the reactor check */
-		if (c->reactor == me && c->state == CONN_FFP && c->sess &&
-		    c->sess->nexus.id == xr->origin_nexus) {
-			origin = c;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&srv->lock);
-	if (origin) {
-		struct iscsi_tmf *tmf;
-		hl_list_for_each_entry(tmf, &origin->tmfs, link)
-		{
-			if (tmf != xr->tmf)
-				continue;
-			iscsi_conn_enter(origin);
-			if (--tmf->waiting == 0)
-				tmf_maybe_complete(origin, tmf);
-			iscsi_conn_leave(origin);
-			break;
-		}
-	}
-	iscsi_call_done(srv);
-	free(xr);
-}
-
-static void xreset_put(struct iscsi_xreset *xr)
-{
-	struct hl_iscsi_server *srv = xr->srv;
-
-	if (atomic_fetch_sub(&xr->remaining, 1) != 1)
-		return;
-	pthread_mutex_lock(&srv->lock);
-	srv->pending_calls++;
-	pthread_mutex_unlock(&srv->lock);
-	if (hl_reactor_call(xr->origin_reactor, xreset_done, xr) < 0) {
-		/* out of memory: the TMF stays unanswered and the initiator escalates */
-		HL_ERR(ISCSI_LOG, "cannot finish a reset: no memory");
-		iscsi_call_done(srv);
-		free(xr);
-	}
-}
-
-static void xreset_scan(void *arg)
-{
-	struct iscsi_xreset *xr = arg;
-	struct hl_iscsi_server *srv = xr->srv;
-	struct hl_reactor *me = hl_reactor_current();
-	struct iscsi_conn **mine = NULL, *c;
-	size_t n = 0, cap = 0;
-
-	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link)
-	{
-		/* CONN_LOGOUT too: a closing logout lets its executing commands finish */
-		if (c->reactor != me || (c->state != CONN_FFP && c->state != CONN_LOGOUT) ||
-		    !c->sess || c->sess->type != ISCSI_SESSION_NORMAL ||
-		    c->sess->nexus.id == xr->origin_nexus || !xreset_targets(xr, c->sess->nexus.id))
-			continue;
-		if (n == cap) {
-			size_t nc = cap ? 2 * cap : 16;
-			struct iscsi_conn **nm = realloc(mine, nc * sizeof(*nm));
-			if (!nm)
-				break;
-			mine = nm;
-			cap = nc;
-		}
-		mine[n++] = c;
-	}
-	pthread_mutex_unlock(&srv->lock);
-	for (size_t i = 0; i < n; i++) {
-		struct iscsi_task *t, *tmp;
-		c = mine[i];
-		iscsi_conn_enter(c);
-		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
-		{
-			if (t->state == TASK_DONE || t->aborted || !xreset_affects(xr, t->cmd.lu))
-				continue;
-			/* a DATA_OUT task may be receiving right now: drop it when its data is in
-			 */
-			t->aborted = true;
-			if (t->state == TASK_EXEC) {
-				t->xreset = xr;
-				atomic_fetch_add(&xr->remaining, 1);
-			}
-		}
-		iscsi_conn_leave(c);
-	}
-	free(mine);
-	iscsi_call_done(srv);
-	xreset_put(xr);
-}
-
-/* A cross-session abort from connection c on lu (NULL: every LU of its target). */
-static struct iscsi_xreset *xreset_new(struct iscsi_conn *c, struct hl_lu *lu)
-{
-	struct iscsi_xreset *xr = calloc(1, sizeof(*xr));
-
-	if (!xr)
-		return NULL;
-	xr->srv = c->srv;
-	xr->lu = lu;
-	xr->map = c->sess->target->luns;
-	xr->origin_nexus = c->sess->nexus.id;
-	xr->origin_reactor = c->reactor;
-	atomic_init(&xr->remaining, c->srv->n_reactors + 1); /* +1: ours, while dispatching */
-	return xr;
-}
-
-/* Send xr to every reactor's scan; the last one to finish runs xreset_done. */
-static void xreset_dispatch(struct iscsi_xreset *xr)
-{
-	struct hl_iscsi_server *srv = xr->srv;
-
-	for (unsigned i = 0; i < srv->n_reactors; i++) {
-		pthread_mutex_lock(&srv->lock);
-		srv->pending_calls++;
-		pthread_mutex_unlock(&srv->lock);
-		if (hl_reactor_call(srv->reactors[i], xreset_scan, xr) < 0) {
-			iscsi_call_done(srv);
-			xreset_put(xr);
-		}
-	}
-	xreset_put(xr);
-}
-
-/* Reach the other sessions; the TMF waits for them (best effort without memory). */
-static void xreset_start(struct iscsi_conn *c, struct iscsi_tmf *tmf, struct hl_lu *lu)
-{
-	struct iscsi_xreset *xr = xreset_new(c, lu);
-
-	if (!xr)
-		return;
-	xr->tmf = tmf;
-	tmf->waiting++;
-	xreset_dispatch(xr);
-}
-
-/*
- * PREEMPT AND ABORT (SPC-4 5.12.11.2.4): the preempted nexuses' tasks on
- * the LU are aborted in every session (no response for them: TAS=0), and
- * the command is answered only once the last of them has left the scsi
- * layer, so a preempted initiator's write still in flight reaches the
- * origin before the new holder hears it owns the LU, never after. Sessions
- * whose nexus the scsi layer did not list keep their tasks. @return false
- * without memory (the command is answered at once: tasks not aborted).
- */
-static bool preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t)
-{
-	struct iscsi_xreset *xr = xreset_new(c, t->cmd.lu);
-
-	if (!xr) {
-		HL_ERR(ISCSI_LOG, "%s: PREEMPT AND ABORT: no memory to abort the preempted tasks",
-		       c->peer_str);
-		return false;
-	}
-	xr->task = t;
-	xr->n_nexus = t->cmd.n_abort_nexus;
-	memcpy(xr->nexus, t->cmd.abort_nexus, xr->n_nexus * sizeof(xr->nexus[0]));
-	xr->all_others = t->cmd.abort_others;
-	HL_INFO(ISCSI_LOG, "%s: PREEMPT AND ABORT: aborting the tasks of %u preempted nexus(es)%s",
-	        c->peer_str, xr->n_nexus, xr->all_others ? " (and every other one)" : "");
-	xreset_dispatch(xr);
-	return true;
-}
-
-static int handle_tmf(struct iscsi_conn *c, struct iscsi_rx *rx)
-{
-	const struct iscsi_bhs *h = &rx->bhs;
-	uint8_t fn = bhs_flags(h) & 0x7f;
-	struct iscsi_task *t, *tmp;
-
-	if (!cmdsn_accept(c, h))
-		return 0;
-	if (session_is_discovery(c)) {
-		iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
-		return 0;
-	}
-	struct iscsi_tmf *tmf = calloc(1, sizeof(*tmf));
-	if (!tmf)
-		return -ENOMEM;
-	tmf->req = *h;
-	tmf->function = fn;
-	tmf->response = ISCSI_TMF_RSP_COMPLETE;
-	hl_list_add_tail(&c->tmfs, &tmf->link);
-
-	const struct hl_scsi_lun_map *map = c->sess->target->luns;
-	uint64_t lun = iscsi_lun_decode(bhs_lun(h));
-	tmf->lun = lun;
-	struct hl_lu *lu = (map && lun < HL_SCSI_MAX_LUNS) ? map->lu[lun] : NULL;
-
-	switch (fn) {
-	case ISCSI_TMF_ABORT_TASK: {
-		uint32_t rtt = bhs_w20(h);
-		t = task_find(c, rtt);
-		if (!t || t->state == TASK_DONE)
-			tmf->response = ISCSI_TMF_RSP_NO_TASK;
-		else
-			tmf_abort_task(tmf, t);
-		break;
-	}
-	case ISCSI_TMF_ABORT_TASK_SET:
-	case ISCSI_TMF_CLEAR_TASK_SET:
-	case ISCSI_TMF_LUN_RESET:
-		if (!lu) {
-			tmf->response = ISCSI_TMF_RSP_NO_LUN;
-			break;
-		}
-		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
-		{
-			if (t->state != TASK_DONE && iscsi_lun_decode(t->lun_raw) == lun &&
-			    t->itt != bhs_itt(h))
-				tmf_abort_task(tmf, t);
-		}
-		if (fn == ISCSI_TMF_LUN_RESET)
-			tmf->reset_lu = lu;
-		if (fn != ISCSI_TMF_ABORT_TASK_SET)
-			xreset_start(c, tmf, lu); /* the task set is shared by every initiator */
-		break;
-	case ISCSI_TMF_TARGET_WARM_RESET:
-	case ISCSI_TMF_TARGET_COLD_RESET:
-		/*
-		 * Both reach every initiator of the target (their tasks aborted, a
-		 * cold reset closes their sessions): only when the administrator
-		 * allows it, as LIO does (RFC 7143 11.6.1: response 6).
-		 */
-		if (!target_reset_allowed(c)) {
-			tmf->response = ISCSI_TMF_RSP_AUTH_FAILED;
-			break;
-		}
-		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
-		{
-			if (t->state != TASK_DONE)
-				tmf_abort_task(tmf, t);
-		}
-		tmf->reset_target = true;
-		tmf->cold = fn == ISCSI_TMF_TARGET_COLD_RESET;
-		if (!tmf->cold) /* a cold reset ends the other sessions instead */
-			xreset_start(c, tmf, NULL);
-		break;
-	case ISCSI_TMF_CLEAR_ACA:
-		tmf->response = ISCSI_TMF_RSP_NOT_SUPPORTED;
-		break;
-	case ISCSI_TMF_TASK_REASSIGN:
-		tmf->response = ISCSI_TMF_RSP_REASSIGN_UNSUPPORTED;
-		break;
-	default:
-		tmf->response = ISCSI_TMF_RSP_REJECTED;
-		break;
-	}
-	tmf_maybe_complete(c, tmf);
-	return 0;
-}
-
 /*
  * A discarded PDU that carried the expected CmdSN leaves a hole in the command sequence: every
  * later command would wait behind it. Only a retry with the same CmdSN fills it, and at ERL 0
@@ -1672,7 +1164,7 @@ int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	if (!rx->ddigest_ok && bhs_opcode(h) != ISCSI_OP_DATA_OUT) {
 		/* RFC 7143 7.8: discard the PDU, answer Reject; it consumed no CmdSN */
 		if (c->rx_task) {
-			task_finish(c->rx_task);
+			iscsi_task_finish(c->rx_task);
 			c->rx_task = NULL;
 		}
 		bool gap = digest_leaves_gap(c, h);
@@ -1699,7 +1191,7 @@ int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	case ISCSI_OP_LOGOUT_REQ:
 		return handle_logout(c, rx);
 	case ISCSI_OP_TMF_REQ:
-		return handle_tmf(c, rx);
+		return iscsi_tmf_handle(c, rx);
 	case ISCSI_OP_LOGIN_REQ:
 		iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
 		return 0;
@@ -1720,14 +1212,14 @@ static void ffp_drop_tasks(struct iscsi_conn *c, bool abort_executing)
 	struct iscsi_task *t, *tmp;
 
 	if (c->rx_task) {
-		task_finish(c->rx_task);
+		iscsi_task_finish(c->rx_task);
 		c->rx_task = NULL;
 	}
 	c->rx_dout = NULL;
 	hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
 	{
 		if (t->state == TASK_DATA_OUT) {
-			task_finish(t);
+			iscsi_task_finish(t);
 		} else if (t->state == TASK_EXEC) {
 			if (abort_executing)
 				t->aborted = true;

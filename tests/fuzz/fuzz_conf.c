@@ -1,4 +1,4 @@
-// fuzz-sources: src/conf/conf.c src/util/util.c src/log/log.c
+// fuzz-sources: src/conf/conf.c src/conf/conf_check.c src/conf/conf_write.c src/util/util.c src/log/log.c
 /*
  * fuzz_conf.c - libFuzzer harness for the INI config parser: any bytes must
  * either parse (and then survive a write/parse round trip unchanged) or fail with a
