@@ -18,7 +18,7 @@
  *   qd=N           commands in flight per session (default 128)
  *
  * Design: one libiscsi context, i.e. one iSCSI session, per (origin, reactor),
- * made lazily by the first submit on that reactor, like file.c's per-thread
+ * made lazily by the first submit on that reactor, like file_uring.c's per-thread
  * ring. A context is not thread-safe, and with one per reactor every call on
  * it runs on its owner's thread: no locks and no cross-thread hand-off on the
  * I/O path, completions naturally on the submitting reactor, and the load is

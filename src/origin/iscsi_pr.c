@@ -628,7 +628,7 @@ int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw)
  * reservation only our nexuses can write, and every change of holder or
  * registrations moves PRgeneration; our own writes after the proof move it
  * too (each session re-registers before its first write after a proof,
- * session_pr_ready). So: still our key, same PRgeneration -> unchanged;
+ * origin_iscsi_pr_ready). So: still our key, same PRgeneration -> unchanged;
  * anything else -> cannot tell. A proof is not taken while a write is out:
  * it could complete after the proof without having moved PRgeneration.
  * A release ends what a proof can show (nothing is reserved then).
