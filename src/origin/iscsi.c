@@ -18,7 +18,7 @@
  *   qd=N           commands in flight per session (default 128)
  *
  * Design: one libiscsi context, i.e. one iSCSI session, per (origin, reactor),
- * made lazily by the first submit on that reactor, like file.c's per-thread
+ * made lazily by the first submit on that reactor, like file_uring.c's per-thread
  * ring. A context is not thread-safe, and with one per reactor every call on
  * it runs on its owner's thread: no locks and no cross-thread hand-off on the
  * I/O path, completions naturally on the submitting reactor, and the load is
@@ -65,32 +65,11 @@
  * fail with -EIO. While a session has been down longer than `timeout`,
  * submit fails at once with -EIO; the queue is bounded (-EAGAIN beyond).
  *
- * Ownership (hl_origin_opts.gateway != 0, several gateways on one LUN): a
- * SCSI-3 persistent reservation on the SAN LUN decides and enforces it.
- * Each gateway's key is "hlun" + its id (0x686c756e0000GGGG), so every
- * gateway can name the owner from READ RESERVATION. The owner holds a
- * WRITE EXCLUSIVE - REGISTRANTS ONLY reservation: every I/O session is its
- * own I_T nexus (one ISID each), and registrants-only is the type that lets
- * all of them write while holding one reservation; plain WRITE EXCLUSIVE
- * would let only the one nexus that reserved write. The reservation is
- * made by a separate session of the ownership thread (ISID qualifier 0);
- * each I/O session registers our key before its first command after an
- * acquisition and checks (READ RESERVATION) that the reservation is still
- * ours, so a preempted gateway never registers itself back in. Since a
- * session keeps its ISID across reconnects, the nexus, its registration
- * and the reservation survive a reconnect. A takeover PREEMPTs (AND
- * ABORTs) the holder's key: the SAN removes all of its registrations,
- * drops its queued commands and refuses its writes (RESERVATION CONFLICT,
- * which then fails the write with -ESHUTDOWN). Without a reservation a registrants-only LUN accepts
- * anyone's writes, so a new owner preempts every other hotlun key it finds
- * (an old owner's sessions, requests); keys of other initiators are left
- * alone, and a reservation they hold is never taken. A standby asks for
- * the disk by registering its key on its ownership session (which never
- * writes); release is SYNCHRONIZE CACHE + RELEASE, and "no reservation"
- * is what peers read as released. PR has no heartbeat (has_beat false) and
- * no place for the epoch: peers see PRgeneration as the epoch. Registrations
- * carry APTPL = 1 unless the SAN refuses it. While not the owner (or once
- * fenced) the origin refuses writes itself with -ESHUTDOWN.
+ * Ownership among gateways (hl_origin_opts.gateway != 0) is a SCSI-3
+ * persistent reservation on the SAN LUN, kept by iscsi_pr.c with the warm
+ * restart proofs built on it. This file only asks it before each command
+ * (origin_iscsi_pr_ready: a session registers our key once per acquisition)
+ * and refuses writes while the LUN is not ours (pr_write_refused).
  *
  * Lifetime: close() must run either on the reactor thread of every session
  * (none in the daemon) or after those reactors stopped; it never touches a
@@ -103,7 +82,7 @@
 #include "hotlun/event.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
-#include "origin/origin_internal.h"
+#include "origin/origin_iscsi.h"
 
 #include <errno.h>
 #include <iscsi/iscsi.h>
@@ -119,8 +98,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define ISC_COMPONENT "origin"
-
 #define ISC_WAIT_MAX           4096 /* I/Os queued per session while it cannot send */
 #define ISC_BACKOFF_MIN_MS     100
 #define ISC_BACKOFF_MAX_MS     5000
@@ -131,12 +108,6 @@
 #define ISC_ZERO_BYTES         (1u << 20)  /* WRITE_ZEROES without WRITE SAME: bytes per WRITE */
 #define ISC_WS_DEFAULT_BYTES   (64u << 20) /* WRITE SAME length when the SAN gives no limit */
 #define ISC_UNMAP_MAX_DESC     64
-#define ISC_PR_KEY_PREFIX      0x686c756e00000000ull /* "hlun": our keys; the gateway id below */
-#define ISC_PR_KEY_MASK        0xffffffffffff0000ull
-#define ISC_PR_TYPE            SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
-#define ISC_CTL_TIMEOUT_S      5   /* a PR command of the ownership thread */
-#define ISC_CTL_TRIES          5   /* unit attentions and one reconnect */
-#define ISC_PR_KEYS_MAX        256 /* READ KEYS: registrations looked at */
 
 _Static_assert(sizeof(struct iovec) == sizeof(struct scsi_iovec) &&
                    offsetof(struct iovec, iov_base) == offsetof(struct scsi_iovec, iov_base) &&
@@ -148,123 +119,6 @@ static unsigned char isc_zeroes[ISC_ZERO_BYTES];
 
 static atomic_uint_fast64_t isc_next_id = 1;
 
-struct isc_origin {
-	struct origin_iscsi_url url;
-	char portal[ORIGIN_ISCSI_HOST_MAX + 16];
-	char initiator[ORIGIN_ISCSI_NAME_MAX];
-	char mutual_user[256], mutual_secret[256]; /* mutual CHAP: what the SAN answers with */
-	uint64_t id; /* never reused: keys the per-thread session cache */
-	uint64_t timeout_ns;
-	uint64_t probe_ns; /* silence with commands in flight before a NOP-Out, and its timeout */
-	uint32_t bs;       /* the SAN's logical block size */
-	uint64_t nblocks;
-	uint64_t max_xfer;  /* bytes per READ/WRITE command, 0 = no limit */
-	uint32_t max_unmap; /* blocks per UNMAP descriptor */
-	uint32_t max_unmap_desc;
-	uint32_t max_ws;       /* blocks per WRITE SAME */
-	uint32_t max_caw;      /* blocks per COMPARE AND WRITE, 0 = unsupported */
-	bool ws_unmap;         /* WRITE SAME with UNMAP=1 deallocates and reads back zeroes */
-	atomic_bool no_ws;     /* WRITE SAME(16) was refused once: write zeroes */
-	atomic_bool no_sync16; /* SYNCHRONIZE CACHE(16) was refused once: use (10) */
-	atomic_bool no_sync;   /* neither exists: the SAN has no volatile cache to flush */
-	atomic_bool no_caw;    /* COMPARE AND WRITE was refused once (B0 promised it) */
-	uint32_t isid_rnd;
-	pthread_mutex_t lock; /* guards sessions and nsessions */
-	struct hl_list sessions;
-	unsigned nsessions;
-	/* ownership among gateways (hl_origin_opts.gateway); see "Ownership" above */
-	uint16_t gateway;
-	uint64_t pr_key;          /* ISC_PR_KEY_PREFIX | gateway; 0: a lone gateway, none of this */
-	atomic_bool owned;        /* own_acquire succeeded; no release or fence since */
-	atomic_bool fenced;       /* the SAN refused a write, or a check found another holder */
-	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
-	atomic_bool no_aptpl;     /* the SAN refused APTPL = 1: registrations without it */
-	atomic_bool requested;    /* own_request registered our key: a failed acquire keeps it */
-	atomic_uint proof_epoch;  /* counts proof_take calls: a session's next write re-registers */
-	atomic_uint writes_out;   /* gateway: writes submitted and not yet completed */
-	pthread_mutex_t ctl_lock; /* guards ctl: the ownership thread's PR session */
-	struct iscsi_context *ctl; /* ISID qualifier 0; NULL until the first own_* op */
-};
-
-enum isc_state {
-	ISC_DOWN = 0,   /* no context; the retry timer will connect */
-	ISC_CONNECTING, /* context made, login in progress */
-	ISC_UP,
-};
-
-/* One per (origin, reactor). Everything but `link` is touched only on `reactor`'s thread. */
-struct isc_session {
-	struct hl_list link; /* in isc_origin.sessions, guarded by its lock */
-	struct hl_origin *o;
-	struct hl_reactor *reactor;
-	struct iscsi_context *ctx; /* NULL while DOWN */
-	enum isc_state state; /* written on reactor only; see set_state() */
-	bool broken;    /* libiscsi reported the connection gone; torn down after it returns */
-	bool in_lib;    /* inside a libiscsi call that may run our callbacks */
-	bool logged_up; /* was UP at least once (for the log) */
-	bool dead_logged;
-	bool started;     /* tick armed, first connect begun */
-	bool nop_pending; /* a NOP-Out probe is out */
-	uint16_t qual;    /* ISID qualifier */
-	bool reg_busy;    /* gateway: the registration of this I_T nexus is in progress */
-	unsigned reg_want, reg_gen; /* own_gen being registered, own_gen registered */
-	unsigned proof_want, proof_seen; /* the same for proof_epoch (writes only) */
-	struct scsi_task *reg_task; /* its command in flight */
-	struct hl_event ev;
-	struct hl_timer tick;
-	struct hl_timer retry;
-	struct hl_timer done_t;
-	struct hl_list waitq;    /* not sent yet (or sent and to be repeated) */
-	struct hl_list inflight; /* given to libiscsi */
-	struct hl_list doneq;    /* finished; callbacks run from done_t / the end of a handler */
-	unsigned nwait, ninflight;
-	uint32_t backoff_ms;
-	uint64_t down_since_ns; /* 0 while UP */
-	uint64_t connect_start_ns;
-	uint64_t last_rx_ns; /* last completion or NOP-In while commands were in flight */
-	uint64_t nop_sent_ns;
-};
-
-/*
- * state is written only on the session's reactor (plain reads there are
- * fine), but origin_iscsi_sessions_up() reads it from any thread: the store
- * is atomic so that read is not a data race (ThreadSanitizer, iscsi_ut).
- */
-static inline void set_state(struct isc_session *s, enum isc_state st)
-{
-	__atomic_store_n(&s->state, st, __ATOMIC_RELAXED);
-}
-
-/* Per-I/O state in hl_origin_io.priv. */
-struct isc_io {
-	struct hl_list link; /* in one of the session's queues */
-	struct isc_session *s;
-	struct scsi_task *task;
-	uint64_t deadline_ns;
-	uint64_t done;           /* bytes finished by earlier commands of a split I/O */
-	struct iovec *chunk_iov; /* heap: iovecs of the current piece of a split READ/WRITE */
-	int result;
-	uint32_t cur_blocks; /* blocks the command in flight moves */
-};
-_Static_assert(sizeof(struct isc_io) <= sizeof(((struct hl_origin_io *)0)->priv),
-               "isc_io must fit in hl_origin_io.priv");
-
-static inline struct isc_io *iio_of(struct hl_origin_io *io)
-{
-	return (struct isc_io *)io->priv;
-}
-
-static inline struct hl_origin_io *io_of_link(struct hl_list *l)
-{
-	return (struct hl_origin_io *)((char *)l - offsetof(struct isc_io, link) -
-	                               offsetof(struct hl_origin_io, priv));
-}
-
-static inline struct isc_origin *io_of(struct hl_origin *o)
-{
-	return hl_origin_priv(o);
-}
-
 /* ---- sessions: context, events, timers ---- */
 
 static void session_event(struct hl_event *ev, uint32_t revents);
@@ -272,21 +126,8 @@ static void session_tick(struct hl_timer *t);
 static void session_retry(struct hl_timer *t);
 static void session_done_timer(struct hl_timer *t);
 static void session_dispatch(struct isc_session *s);
-static uint64_t pr_key_of(uint16_t gw);
-static bool op_writes(enum hl_io_op op);
-static void ctl_drop(struct isc_origin *io);
 
-/* A registration step ended (or was cancelled): nothing of it is in flight any more. */
-static struct scsi_task *reg_end(struct isc_session *s)
-{
-	struct scsi_task *t = s->reg_task;
-
-	s->reg_task = NULL;
-	s->reg_busy = false;
-	return t;
-}
-
-static struct iscsi_context *context_make(struct isc_origin *io, uint16_t qual)
+struct iscsi_context *origin_iscsi_context_make(struct isc_origin *io, uint16_t qual)
 {
 	struct iscsi_context *ctx = iscsi_create_context(io->initiator);
 
@@ -422,7 +263,7 @@ static void session_connect(struct isc_session *s)
 	struct iscsi_context *ctx;
 	int fd;
 
-	ctx = context_make(io, s->qual);
+	ctx = origin_iscsi_context_make(io, s->qual);
 	if (!ctx)
 		goto retry;
 	if (iscsi_full_connect_async(ctx, io->portal, (int)io->url.lun, connect_cb, s) != 0) {
@@ -500,7 +341,7 @@ static void session_fail(struct isc_session *s, const char *why)
 			waitq_push(s, ioo, true);
 	}
 	/* a registration step that libiscsi did not call back: start over after the reconnect */
-	scsi_free_scsi_task(reg_end(s));
+	origin_iscsi_reg_drop(s);
 	s->broken = false;
 	s->nop_pending = false;
 	if (!s->down_since_ns)
@@ -618,7 +459,7 @@ static void session_free(struct isc_session *s, bool detach)
 		s->in_lib = true;
 		iscsi_destroy_context(ctx);
 	}
-	scsi_free_scsi_task(reg_end(s));
+	origin_iscsi_reg_drop(s);
 	free(s);
 }
 
@@ -821,137 +662,6 @@ static int io_start(struct isc_session *s, struct hl_origin_io *ioo)
 	return 0;
 }
 
-/* ---- gateway: the data sessions' registrations ---- */
-
-/* Ops that change the medium: what a reservation of ISC_PR_TYPE refuses to non-registrants. */
-static bool op_writes(enum hl_io_op op)
-{
-	return op != HL_IO_READ && op != HL_IO_FLUSH;
-}
-
-/*
- * Gateway mode refuses writes here (-ESHUTDOWN) while the origin is not
- * ours or was found fenced: the SAN would refuse them anyway while another
- * gateway holds the reservation, but not while nobody does.
- */
-static bool pr_write_refused(const struct isc_origin *io, enum hl_io_op op)
-{
-	return io->pr_key && op_writes(op) &&
-	       (!atomic_load_explicit(&io->owned, memory_order_acquire) ||
-	        atomic_load_explicit(&io->fenced, memory_order_acquire));
-}
-
-static struct scsi_task *pr_out_task(struct isc_session *s, int sa, uint64_t key, uint64_t sa_key,
-                                     iscsi_command_cb cb)
-{
-	struct isc_origin *io = io_of(s->o);
-	struct scsi_persistent_reserve_out_basic p = {
-	    .reservation_key = key,
-	    .service_action_reservation_key = sa_key,
-	    .aptpl = !atomic_load_explicit(&io->no_aptpl, memory_order_relaxed),
-	};
-
-	/* libiscsi marshals p into the task's buffer: the stack copy may go */
-	return iscsi_persistent_reserve_out_task(
-	    s->ctx, (int)io->url.lun, sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU, ISC_PR_TYPE, &p, cb, s);
-}
-
-static void reg_unregister_cb(struct iscsi_context *ctx, int status, void *data, void *priv)
-{
-	struct isc_session *s = priv;
-
-	(void)ctx;
-	(void)status;
-	(void)data;
-	scsi_free_scsi_task(reg_end(s));
-}
-
-/* READ RESERVATION after REGISTER: the reservation must be ours, else we just opened a hole. */
-static void reg_check_cb(struct iscsi_context *ctx, int status, void *data, void *priv)
-{
-	struct isc_session *s = priv;
-	struct isc_origin *io = io_of(s->o);
-	struct scsi_task *t = reg_end(s);
-	uint64_t holder = 0;
-
-	(void)data;
-	if (ctx != s->ctx || status != SCSI_STATUS_GOOD) {
-		/* lost, or a unit attention: registered again from the start */
-		scsi_free_scsi_task(t);
-		return;
-	}
-	if (t->datain.size >= 24 && hl_get_be32(t->datain.data + 4) >= 16)
-		holder = hl_get_be64(t->datain.data + 8);
-	scsi_free_scsi_task(t);
-	if (holder == io->pr_key) {
-		s->reg_gen = s->reg_want;
-		s->proof_seen = s->proof_want;
-		return;
-	}
-	/*
-	 * Preempted between the acquisition and this session's first write:
-	 * under a registrants-only reservation our registration would let
-	 * this nexus write into the new owner's disk. Take it back.
-	 */
-	if (!atomic_exchange(&io->fenced, true))
-		HL_WARN(
-		    ISC_COMPONENT,
-		    "iscsi://%s/%s/%u: gateway %u: the reservation is held by key 0x%016llx, not "
-		    "ours: fenced",
-		    io->portal, io->url.target, io->url.lun, io->gateway,
-		    (unsigned long long)holder);
-	s->reg_task = pr_out_task(s, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, 0,
-	                          reg_unregister_cb);
-	s->reg_busy = s->reg_task != NULL;
-}
-
-static void reg_register_cb(struct iscsi_context *ctx, int status, void *data, void *priv)
-{
-	struct isc_session *s = priv;
-	struct scsi_task *t = reg_end(s);
-
-	(void)data;
-	scsi_free_scsi_task(t);
-	if (ctx != s->ctx || status != SCSI_STATUS_GOOD)
-		return; /* lost, or a unit attention: the next dispatch tries again */
-	s->reg_task = iscsi_persistent_reserve_in_task(s->ctx, (int)io_of(s->o)->url.lun,
-	                                               SCSI_PERSISTENT_RESERVE_READ_RESERVATION, 24,
-	                                               reg_check_cb, s);
-	s->reg_busy = s->reg_task != NULL;
-}
-
-/*
- * Registrations belong to an I_T nexus, and each session is one (its own
- * ISID): while the origin is ours, a session registers our key (REGISTER
- * AND IGNORE EXISTING KEY, then READ RESERVATION to see that we still hold
- * it) before it sends anything, once per acquisition. A reconnect keeps
- * the ISID, hence the nexus and its registration. The same registration,
- * repeated before the first write after each proof_take, moves the SAN's
- * PRgeneration: the write marker that makes proof_check see our own writes
- * after a proof. @return true: dispatch op now.
- */
-static bool session_pr_ready(struct isc_session *s, enum hl_io_op op)
-{
-	struct isc_origin *io = io_of(s->o);
-	unsigned gen, pe;
-
-	if (!io->pr_key || !atomic_load_explicit(&io->owned, memory_order_acquire) ||
-	    atomic_load_explicit(&io->fenced, memory_order_acquire))
-		return true; /* writes are refused in dispatch; reads need no key */
-	if (s->reg_busy)
-		return false;
-	gen = atomic_load(&io->own_gen);
-	pe = atomic_load(&io->proof_epoch);
-	if (s->reg_gen == gen && (!op_writes(op) || s->proof_seen == pe))
-		return true;
-	s->reg_want = gen;
-	s->proof_want = pe;
-	s->reg_task = pr_out_task(s, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0,
-	                          io->pr_key, reg_register_cb);
-	s->reg_busy = s->reg_task != NULL;
-	return false; /* a failure to queue is tried again at the next dispatch (tick) */
-}
-
 static void session_dispatch(struct isc_session *s)
 {
 	struct isc_origin *io = io_of(s->o);
@@ -965,7 +675,7 @@ static void session_dispatch(struct isc_session *s)
 		struct hl_origin_io *ioo = io_of_link(l);
 		int rc;
 
-		if (!session_pr_ready(s, ioo->op))
+		if (!origin_iscsi_pr_ready(s, ioo->op))
 			break;
 		hl_list_del(l);
 		s->nwait--;
@@ -1405,9 +1115,9 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 	pthread_mutex_init(&io->ctl_lock, NULL);
 	hl_list_init(&io->sessions);
 	io->gateway = opts ? opts->gateway : 0;
-	io->pr_key = io->gateway ? pr_key_of(io->gateway) : 0;
+	io->pr_key = io->gateway ? origin_iscsi_pr_key(io->gateway) : 0;
 
-	ctx = context_make(io, 0);
+	ctx = origin_iscsi_context_make(io, 0);
 	if (!ctx) {
 		rc = -ENOMEM;
 		goto fail;
@@ -1463,7 +1173,7 @@ static void iscsi_close(struct hl_origin *o)
 	}
 	pthread_mutex_unlock(&io->lock);
 	pthread_mutex_destroy(&io->lock);
-	ctl_drop(io);
+	origin_iscsi_ctl_drop(io);
 	pthread_mutex_destroy(&io->ctl_lock);
 	wipe_credentials(io);
 	for (unsigned i = 0; i < TL_CACHE; i++) {
@@ -1484,546 +1194,6 @@ unsigned origin_iscsi_sessions_up(struct hl_origin *o)
 	return n;
 }
 
-/* ---- ownership among gateways: SCSI-3 persistent reservations ---- */
-
-static uint64_t pr_key_of(uint16_t gw)
-{
-	return ISC_PR_KEY_PREFIX | gw;
-}
-
-/* The gateway id in one of our keys, 0 for anything else (a key of another initiator). */
-static uint16_t pr_key_gateway(uint64_t key)
-{
-	return (key & ISC_PR_KEY_MASK) == ISC_PR_KEY_PREFIX ? (uint16_t)key : 0;
-}
-
-/* The SAN's persistent reservation state, as READ RESERVATION and READ KEYS tell it. */
-struct pr_state {
-	uint32_t generation;
-	bool held;
-	uint64_t holder; /* the reservation key of the holder */
-	uint8_t type;
-	unsigned nkeys;
-	uint64_t keys[ISC_PR_KEYS_MAX];
-};
-
-static void ctl_drop(struct isc_origin *io)
-{
-	if (io->ctl) {
-		iscsi_destroy_context(io->ctl);
-		io->ctl = NULL;
-	}
-}
-
-/* The ownership thread's own session, ISID qualifier 0 (the data sessions use 1..N). ctl_lock held.
- */
-static int ctl_get(struct hl_origin *o)
-{
-	struct isc_origin *io = io_of(o);
-	struct iscsi_context *ctx;
-
-	if (io->ctl)
-		return 0;
-	ctx = context_make(io, 0);
-	if (!ctx)
-		return -ENOMEM;
-	iscsi_set_timeout(ctx, ISC_CTL_TIMEOUT_S);
-	if (iscsi_full_connect_sync(ctx, io->portal, (int)io->url.lun) != 0) {
-		HL_WARN_RL(ISC_COMPONENT, "%s: PR session: cannot log in: %s", o->uri,
-		           iscsi_get_error(ctx));
-		iscsi_destroy_context(ctx);
-		return -ENOTCONN;
-	}
-	io->ctl = ctx;
-	return 0;
-}
-
-enum ctl_cmd { CTL_PR_OUT, CTL_PR_IN, CTL_SYNC };
-
-/*
- * One command on the PR session, synchronously: unit attentions (a preempt
- * or a reset queues them) and transient states are repeated, a lost
- * session is made again. On 0 with CTL_PR_IN, *out holds the task (the
- * caller frees it). ctl_lock held. @return 0, -EBADE (RESERVATION
- * CONFLICT), -EINVAL (ILLEGAL REQUEST), -ENOTCONN, -EIO.
- */
-static int ctl_run(struct hl_origin *o, enum ctl_cmd cmd, int sa, uint64_t key, uint64_t sa_key,
-                   struct scsi_task **out)
-{
-	struct isc_origin *io = io_of(o);
-	int lun = (int)io->url.lun, rc = -ENOTCONN;
-
-	for (int i = 0; i < ISC_CTL_TRIES; i++) {
-		struct scsi_persistent_reserve_out_basic p = {
-		    .reservation_key = key,
-		    .service_action_reservation_key = sa_key,
-		    .aptpl = !atomic_load_explicit(&io->no_aptpl, memory_order_relaxed),
-		};
-		struct scsi_task *t = NULL;
-
-		rc = ctl_get(o);
-		if (rc)
-			return rc;
-		switch (cmd) {
-		case CTL_PR_OUT:
-			t = iscsi_persistent_reserve_out_sync(
-			    io->ctl, lun, sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU, ISC_PR_TYPE, &p);
-			break;
-		case CTL_PR_IN:
-			t = iscsi_persistent_reserve_in_sync(io->ctl, lun, sa,
-			                                     (uint16_t)(8 + 8 * ISC_PR_KEYS_MAX));
-			break;
-		case CTL_SYNC:
-			t = iscsi_synchronizecache10_sync(io->ctl, lun, 0, 0, 0, 0);
-			break;
-		}
-		if (!t || t->status == SCSI_STATUS_CANCELLED || t->status == SCSI_STATUS_TIMEOUT ||
-		    t->status == SCSI_STATUS_ERROR) {
-			HL_DEBUG(ISC_COMPONENT, "%s: PR session: %s", o->uri,
-			         iscsi_get_error(io->ctl));
-			scsi_free_scsi_task(t);
-			ctl_drop(io);
-			rc = -ENOTCONN;
-			continue;
-		}
-		if (t->status == SCSI_STATUS_CHECK_CONDITION)
-			rc = origin_iscsi_sense_errno(t->sense.key, t->sense.ascq >> 8,
-			                              t->sense.ascq & 0xff);
-		else
-			rc = origin_iscsi_status_errno(t->status);
-		if (rc == -EOPNOTSUPP || (rc == -EIO && t->status == SCSI_STATUS_CHECK_CONDITION &&
-		                          t->sense.key == SCSI_SENSE_ILLEGAL_REQUEST))
-			rc = -EINVAL;
-		if (rc == 0 && out)
-			*out = t;
-		else
-			scsi_free_scsi_task(t);
-		if (rc != -EAGAIN)
-			return rc;
-	}
-	return rc;
-}
-
-static int pr_out(struct hl_origin *o, int sa, uint64_t key, uint64_t sa_key)
-{
-	return ctl_run(o, CTL_PR_OUT, sa, key, sa_key, NULL);
-}
-
-/*
- * Register sa_key on the PR session's I_T nexus (0: unregister it), with
- * APTPL = 1 (the reservation then survives a power loss of the SAN)
- * unless the SAN refuses it. ctl_lock held.
- */
-static int pr_register(struct hl_origin *o, uint64_t sa_key)
-{
-	struct isc_origin *io = io_of(o);
-	int rc = pr_out(o, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, sa_key);
-
-	if (rc == -EINVAL && !atomic_exchange(&io->no_aptpl, true)) {
-		HL_NOTICE(ISC_COMPONENT,
-		          "%s: the SAN refuses APTPL: the reservation does not survive its restart",
-		          o->uri);
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, sa_key);
-	}
-	return rc;
-}
-
-/* READ RESERVATION, and READ KEYS when `keys`. ctl_lock held. */
-static int pr_read(struct hl_origin *o, struct pr_state *st, bool keys)
-{
-	struct scsi_task *t = NULL;
-	const uint8_t *d;
-	uint32_t len;
-	int rc;
-
-	memset(st, 0, sizeof(*st));
-	rc = ctl_run(o, CTL_PR_IN, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, 0, 0, &t);
-	if (rc)
-		return rc;
-	d = t->datain.data;
-	if (t->datain.size < 8) {
-		scsi_free_scsi_task(t);
-		return -EIO;
-	}
-	st->generation = hl_get_be32(d);
-	len = hl_get_be32(d + 4);
-	if (len >= 16 && t->datain.size >= 24) {
-		st->held = true;
-		st->holder = hl_get_be64(d + 8);
-		st->type = d[21] & 0x0f;
-	}
-	scsi_free_scsi_task(t);
-	if (!keys)
-		return 0;
-	t = NULL;
-	rc = ctl_run(o, CTL_PR_IN, SCSI_PERSISTENT_RESERVE_READ_KEYS, 0, 0, &t);
-	if (rc)
-		return rc;
-	d = t->datain.data;
-	if (t->datain.size >= 8) {
-		len = HL_MIN(hl_get_be32(d + 4), (uint32_t)t->datain.size - 8);
-		for (uint32_t off = 0; off + 8 <= len && st->nkeys < ISC_PR_KEYS_MAX; off += 8)
-			st->keys[st->nkeys++] = hl_get_be64(d + 8 + off);
-	}
-	scsi_free_scsi_task(t);
-	return 0;
-}
-
-static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info *info)
-{
-	memset(info, 0, sizeof(*info));
-	info->owner = st->held ? pr_key_gateway(st->holder) : 0;
-	info->epoch = st->generation;
-	info->has_beat = false; /* PR has no heartbeat: a standby takes over on request only */
-	info->released = !st->held;
-	for (unsigned i = 0; i < st->nkeys; i++) {
-		uint16_t gw = pr_key_gateway(st->keys[i]);
-
-		if (gw && st->keys[i] != self && st->keys[i] != st->holder) {
-			info->requester = gw;
-			break;
-		}
-	}
-}
-
-static int own_check_gw(struct isc_origin *io, uint16_t gw)
-{
-	return io->pr_key && gw == io->gateway ? 0 : -EINVAL;
-}
-
-/*
- * Take the reservation: register, then RESERVE (free) or PREEMPT (force,
- * or a holder with our own key: a previous life of this gateway, whose
- * PR session had another ISID). Then drop every other registration of
- * ours and of other gateways: stale ones of an old owner's data sessions
- * would still let it write, since a registrants-only reservation lets
- * every registrant write.
- */
-static int iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force,
-                             char *why, size_t whylen)
-{
-	struct isc_origin *io = io_of(o);
-	struct pr_state *st;
-	int rc;
-
-	(void)epoch; /* nowhere to keep it on the SAN: PRgeneration is what peers see */
-	if (own_check_gw(io, gw))
-		return -EINVAL;
-	st = malloc(sizeof(*st));
-	if (!st)
-		return -ENOMEM;
-	pthread_mutex_lock(&io->ctl_lock);
-	rc = pr_read(o, st, false);
-	if (rc) {
-		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
-		goto out;
-	}
-	if (st->held && st->holder != io->pr_key && !pr_key_gateway(st->holder)) {
-		snprintf(why, whylen, "reserved by another initiator (key 0x%016llx)",
-		         (unsigned long long)st->holder);
-		rc = -EBUSY;
-		goto out;
-	}
-	if (st->held && st->holder != io->pr_key && !force) {
-		snprintf(why, whylen, "owned by gateway %u", pr_key_gateway(st->holder));
-		rc = -EBUSY;
-		goto out;
-	}
-	rc = pr_register(o, io->pr_key);
-	if (rc) {
-		snprintf(why, whylen, "REGISTER: %s", strerror(-rc));
-		goto out;
-	}
-	if (!st->held) {
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RESERVE, io->pr_key, 0);
-		if (rc == -EBADE) {
-			snprintf(why, whylen, "another gateway reserved it first");
-			/* our key left registered would read as a request to the new owner */
-			if (!atomic_load(&io->requested))
-				pr_register(o, 0);
-			rc = -EBUSY;
-			goto out;
-		}
-	} else if (st->holder != io->pr_key) {
-		/*
-		 * The fence: the holder's registrations go, the SAN refuses its
-		 * writes; AND ABORT also drops the commands it has queued there, so
-		 * none of its writes lands after this returns. PREEMPT alone where
-		 * the SAN lacks it (an old write may then still complete).
-		 */
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->pr_key, st->holder);
-		if (rc == -EINVAL)
-			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->holder);
-		if (rc == -EBADE) {
-			/* our registration went in between: another gateway preempted us */
-			snprintf(why, whylen, "preempted while taking over");
-			rc = -ESHUTDOWN;
-			goto out;
-		}
-		if (rc == 0)
-			HL_NOTICE(ISC_COMPONENT, "%s: gateway %u preempted gateway %u", o->uri, gw,
-			          pr_key_gateway(st->holder));
-	}
-	if (rc) {
-		snprintf(why, whylen, "RESERVE/PREEMPT: %s", strerror(-rc));
-		goto out;
-	}
-	/* this nexus holds it now; preempting our own key removes our other registrations */
-	rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, io->pr_key);
-	if (rc == 0)
-		rc = pr_read(o, st, true);
-	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
-		if (st->keys[i] != io->pr_key && pr_key_gateway(st->keys[i])) {
-			bool seen = false;
-
-			/* one entry per registration: a key's first PREEMPT removed them all */
-			for (unsigned j = 0; j < i; j++)
-				seen |= st->keys[j] == st->keys[i];
-			if (!seen)
-				rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key,
-				            st->keys[i]);
-			if (rc == -EBADE)
-				rc = 0; /* gone meanwhile (it unregistered): nothing left to remove
-				         */
-		}
-	}
-	if (rc == 0 && (!st->held || st->holder != io->pr_key))
-		rc = -ESHUTDOWN;
-	if (rc) {
-		snprintf(why, whylen, "%s",
-		         rc == -EBADE || rc == -ESHUTDOWN ? "preempted while taking over"
-		                                          : strerror(-rc));
-		if (rc == -EBADE)
-			rc = -ESHUTDOWN;
-		goto out;
-	}
-	atomic_store(&io->fenced, false);
-	atomic_store(&io->requested, false);
-	atomic_fetch_add(&io->own_gen, 1);
-	atomic_store(&io->owned, true);
-	HL_INFO(ISC_COMPONENT, "%s: gateway %u holds the reservation (PRgeneration %u)", o->uri, gw,
-	        st->generation);
-out:
-	pthread_mutex_unlock(&io->ctl_lock);
-	free(st);
-	return rc;
-}
-
-static int iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
-                           struct hl_own_info *info)
-{
-	struct isc_origin *io = io_of(o);
-	struct pr_state *st;
-	bool ours;
-	int rc;
-
-	(void)epoch;
-	if (own_check_gw(io, gw))
-		return -EINVAL;
-	st = malloc(sizeof(*st));
-	if (!st)
-		return -ENOMEM;
-	pthread_mutex_lock(&io->ctl_lock);
-	rc = pr_read(o, st, true);
-	pthread_mutex_unlock(&io->ctl_lock);
-	if (rc)
-		goto out;
-	pr_info(st, io->pr_key, info);
-	ours = false;
-	for (unsigned i = 0; st->held && st->holder == io->pr_key && i < st->nkeys; i++)
-		ours |= st->keys[i] == io->pr_key;
-	if (!ours || atomic_load(&io->fenced)) {
-		if (!atomic_exchange(&io->fenced, true))
-			HL_WARN(ISC_COMPONENT, "%s: gateway %u lost the reservation (%s)", o->uri,
-			        gw, st->held ? "preempted" : "released or cleared");
-		atomic_store(&io->owned, false);
-		rc = -ESHUTDOWN;
-	}
-out:
-	free(st);
-	return rc;
-}
-
-/*
- * Hand over: SYNCHRONIZE CACHE (durable), then RELEASE. No reservation is
- * what peers read as released. Our registrations stay (without a
- * reservation they grant nothing); the next owner preempts them.
- */
-static int iscsi_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
-{
-	struct isc_origin *io = io_of(o);
-	int rc;
-
-	(void)epoch;
-	if (own_check_gw(io, gw))
-		return -EINVAL;
-	atomic_store(&io->owned, false);
-	pthread_mutex_lock(&io->ctl_lock);
-	rc = ctl_run(o, CTL_SYNC, 0, 0, 0, NULL);
-	if (rc == -EINVAL)
-		rc = 0; /* no SYNCHRONIZE CACHE: no volatile cache */
-	if (rc == 0)
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RELEASE, io->pr_key, 0);
-	if (rc == -EBADE)
-		rc = 0; /* not registered any more: preempted, nothing of ours to release */
-	pthread_mutex_unlock(&io->ctl_lock);
-	return rc;
-}
-
-static int iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info)
-{
-	struct isc_origin *io = io_of(o);
-	struct pr_state *st;
-	int rc;
-
-	if (!io->pr_key)
-		return -EINVAL;
-	st = malloc(sizeof(*st));
-	if (!st)
-		return -ENOMEM;
-	pthread_mutex_lock(&io->ctl_lock);
-	rc = pr_read(o, st, true);
-	pthread_mutex_unlock(&io->ctl_lock);
-	if (rc == 0) {
-		pr_info(st, io->pr_key, info);
-		if (st->held && !info->owner)
-			info->released =
-			    false; /* another initiator's reservation: not ours to take */
-	}
-	free(st);
-	return rc;
-}
-
-/* Ask: our key, registered on the PR session's nexus, is what the owner's renew reports. */
-static int iscsi_own_request(struct hl_origin *o, uint16_t gw)
-{
-	struct isc_origin *io = io_of(o);
-	int rc;
-
-	if (own_check_gw(io, gw))
-		return -EINVAL;
-	pthread_mutex_lock(&io->ctl_lock);
-	rc = pr_register(o, io->pr_key);
-	if (rc == 0)
-		atomic_store(&io->requested, true);
-	pthread_mutex_unlock(&io->ctl_lock);
-	return rc;
-}
-
-/*
- * Warm restart proofs, for a gateway (hl_origin_opts.gateway; a lone
- * gateway proves nothing: nothing on a SAN LUN tells whether another
- * initiator wrote it while hotlund was down, and the disk starts cold
- * unless the admin declares exclusive = yes, hl_origin_proof_take's
- * "excl:" proof). The token is "iscsi-pr:KEY:PRGENERATION:SIZE", taken
- * while our key holds the reservation (registrations with APTPL, so it
- * survives a power loss of the SAN). While our key holds a registrants-only
- * reservation only our nexuses can write, and every change of holder or
- * registrations moves PRgeneration; our own writes after the proof move it
- * too (each session re-registers before its first write after a proof,
- * session_pr_ready). So: still our key, same PRgeneration -> unchanged;
- * anything else -> cannot tell. A proof is not taken while a write is out:
- * it could complete after the proof without having moved PRgeneration.
- * A release ends what a proof can show (nothing is reserved then).
- */
-#define ISC_PROOF_PREFIX "iscsi-pr:"
-
-static int iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
-                            size_t len)
-{
-	struct isc_origin *io = io_of(o);
-	struct pr_state *st;
-	int rc, n;
-
-	(void)tag;
-	if (!io->pr_key)
-		return -EOPNOTSUPP;
-	/* not ours: no proof, and no epoch bump (it would make our sessions register again) */
-	if (!atomic_load(&io->owned) || atomic_load(&io->fenced))
-		return -EAGAIN;
-	/* first the epoch (later writes re-register), then the writes already out */
-	atomic_fetch_add(&io->proof_epoch, 1);
-	if (atomic_load(&io->writes_out))
-		return -EAGAIN;
-	st = malloc(sizeof(*st));
-	if (!st)
-		return -ENOMEM;
-	pthread_mutex_lock(&io->ctl_lock);
-	rc = final ? ctl_run(o, CTL_SYNC, 0, 0, 0, NULL) : 0;
-	if (rc == -EINVAL)
-		rc = 0; /* no SYNCHRONIZE CACHE: no volatile cache */
-	if (rc == 0)
-		rc = pr_read(o, st, false);
-	pthread_mutex_unlock(&io->ctl_lock);
-	if (rc == 0 && (!st->held || st->holder != io->pr_key))
-		rc = -EAGAIN; /* not ours (any more): the ownership module will hear it */
-	if (rc == 0) {
-		n = snprintf(proof, len, ISC_PROOF_PREFIX "%016llx:%u:%llu",
-		             (unsigned long long)io->pr_key, st->generation,
-		             (unsigned long long)o->size);
-		if (n < 0 || (size_t)n >= len)
-			rc = -EOPNOTSUPP;
-	} else if (rc != -EAGAIN) {
-		rc = -EAGAIN; /* the SAN did not answer: try again later */
-	}
-	free(st);
-	return rc;
-}
-
-static int iscsi_proof_check(struct hl_origin *o, const char *tag, const char *proof,
-                             hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
-{
-	struct isc_origin *io = io_of(o);
-	unsigned long long key, size;
-	unsigned gen;
-	struct pr_state *st;
-	int n = 0, rc;
-
-	(void)tag;
-	(void)changed;
-	(void)arg;
-	if (!proof || strncmp(proof, ISC_PROOF_PREFIX, strlen(ISC_PROOF_PREFIX)) ||
-	    sscanf(proof + strlen(ISC_PROOF_PREFIX), "%16llx:%u:%llu%n", &key, &gen, &size, &n) !=
-	        3 ||
-	    proof[strlen(ISC_PROOF_PREFIX) + (size_t)n] != '\0') {
-		snprintf(why, whylen, "not a reservation proof");
-		return -ESTALE;
-	}
-	if (!io->pr_key) {
-		snprintf(why, whylen, "iscsi origin without a gateway id proves nothing");
-		return -ESTALE;
-	}
-	if (key != io->pr_key) {
-		snprintf(why, whylen, "the proof is of another gateway's key");
-		return -ESTALE;
-	}
-	if (size != o->size) {
-		snprintf(why, whylen, "size changed");
-		return -ESTALE;
-	}
-	st = malloc(sizeof(*st));
-	if (!st) {
-		snprintf(why, whylen, "out of memory");
-		return -ESTALE;
-	}
-	pthread_mutex_lock(&io->ctl_lock);
-	rc = pr_read(o, st, false);
-	pthread_mutex_unlock(&io->ctl_lock);
-	if (rc)
-		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
-	else if (!st->held)
-		snprintf(why, whylen, "no reservation (released or lost)");
-	else if (st->holder != io->pr_key)
-		snprintf(why, whylen, "reserved by key 0x%016llx", (unsigned long long)st->holder);
-	else if (st->generation != gen)
-		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
-	else
-		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
-	rc = !rc && st->held && st->holder == io->pr_key && st->generation == gen ? 0 : -ESTALE;
-	free(st);
-	return rc;
-}
-
 const struct hl_origin_ops origin_iscsi_ops = {
     .name = "iscsi",
     .scheme = "iscsi:",
@@ -2031,11 +1201,11 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .open = iscsi_open,
     .close = iscsi_close,
     .submit = iscsi_submit,
-    .proof_take = iscsi_proof_take,
-    .proof_check = iscsi_proof_check,
-    .own_acquire = iscsi_own_acquire,
-    .own_renew = iscsi_own_renew,
-    .own_release = iscsi_own_release,
-    .own_peek = iscsi_own_peek,
-    .own_request = iscsi_own_request,
+    .proof_take = origin_iscsi_proof_take,
+    .proof_check = origin_iscsi_proof_check,
+    .own_acquire = origin_iscsi_own_acquire,
+    .own_renew = origin_iscsi_own_renew,
+    .own_release = origin_iscsi_own_release,
+    .own_peek = origin_iscsi_own_peek,
+    .own_request = origin_iscsi_own_request,
 };

@@ -47,7 +47,7 @@ extern bool origin_file_force_workers;
 /** How long opening a busy writable block device waits for it (ms; a crashed user's I/O drains). */
 extern int origin_file_excl_wait_ms;
 
-/** Extra IORING_SETUP_* flags for new rings (default chosen by measurement, see file.c). */
+/** Extra IORING_SETUP_* flags for new rings (default chosen by measurement, see file_uring.c). */
 extern unsigned origin_file_ring_flags;
 
 /** Reads and writes of memory-filesystem files done inline so far (all threads). For tests. */
@@ -56,7 +56,7 @@ extern atomic_ulong origin_file_inline_ios;
 /** Tear down this thread's ring now (no I/O may be in flight on it). For tests. */
 void origin_file_thread_fini(void);
 
-/** What the kernel records about a regular file that any change moves (file.c, proofs). */
+/** What the kernel records about a regular file that any change moves (file_proof.c). */
 struct file_stamp {
 	uint64_t dev, ino, size;
 	int64_t ctime_s;
@@ -72,8 +72,8 @@ const char *origin_file_stamp_diff(const struct file_stamp *was, const struct fi
 
 
 /*
- * iscsi backend (iscsi.c; URL and sense mapping in iscsi_url.c): the parts unit
- * tests reach.
+ * iscsi backend (iscsi.c, iscsi_pr.c; URL and sense mapping in iscsi_url.c):
+ * the parts unit tests reach.
  */
 #define ORIGIN_ISCSI_DEFAULT_PORT 3260
 #define ORIGIN_ISCSI_DEFAULT_TIMEOUT_S 30

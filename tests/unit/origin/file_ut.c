@@ -504,7 +504,7 @@ out:
 
 /*
  * The memfs mode: the same tests on files in /dev/shm (tmpfs), whose reads
- * and writes file.c does inline; the macro checks that path was taken.
+ * and writes file_uring.c does inline; the macro checks that path was taken.
  */
 static bool memfs_begin(void)
 {

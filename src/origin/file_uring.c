@@ -1,0 +1,527 @@
+/*
+ * file_uring.c - the file origin's io_uring path: one ring per reactor
+ * thread, and the inline reads and writes of files on a memory filesystem.
+ *
+ * Each reactor thread owns one io_uring, made lazily on its first submit
+ * and shared by every file origin used on that thread. The ring's completion
+ * eventfd is watched by the submitting reactor only while the ring has I/O
+ * outstanding, so a reactor can be destroyed (and another made on the same
+ * thread) whenever it is idle. Completions are reaped in the eventfd
+ * callback, never inside submit, even when the kernel finished the I/O
+ * inline (page-cache hits usually do).
+ *
+ * Where io_uring cannot be set up (seccomp, io_uring_disabled, old kernel) or
+ * lacks the operation (BLKDISCARD, BLKZEROOUT), the I/O goes to file.c's
+ * worker-pool path instead.
+ *
+ * A file on a memory filesystem (tmpfs, ramfs) is different: its reads and
+ * writes are memory copies that never wait for a device, but tmpfs has no
+ * non-blocking read path, so io_uring hands every one of them to a kernel
+ * worker thread (a wake-up and a context switch per I/O; measured: a 4 KiB
+ * random-read LUN on /dev/shm served 129k IOPS through io_uring, 166k from
+ * the page cache of an ext4 file). Reads and writes of such files are done
+ * inline on the reactor and their callbacks run from a zero-delay timer.
+ */
+#include "config.h"
+
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+#include "origin/origin_file.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <linux/falloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define FILE_SQ_ENTRIES 256
+#define FILE_CQ_ENTRIES 4096 /* also the cap on I/Os in the kernel per ring (no CQ overflow) */
+
+/* Reads at least this large never run inline on the reactor (ring_prep). */
+#define FILE_ASYNC_READ_MIN (1u << 20)
+
+bool origin_file_force_workers;
+atomic_ulong origin_file_inline_ios;
+/*
+ * SINGLE_ISSUER and COOP_TASKRUN are safe because only the owning thread
+ * touches a ring; SUBMIT_ALL keeps one bad SQE from stalling the rest.
+ * Measured (file_ut bench, kernel 6.18, ext4, 2 vCPUs, 4 KiB page-cache
+ * reads through this file): plain, COOP+SINGLE and SINGLE+DEFER_TASKRUN are
+ * within noise of each other (~200-350k IOPS at qd 1, 3-5 us per I/O end to
+ * end; DEFER was never ahead), so the flags are kept for what they promise
+ * (no IPIs) rather than for a measured gain. Cached buffered reads complete
+ * inside io_uring_submit (the CQE is there on return; we still defer the
+ * callback to the eventfd); ext4 buffered writes and cold reads do not.
+ * Reads of FILE_ASYNC_READ_MIN or more are sent to io-wq (IOSQE_ASYNC), so
+ * their copy never runs on the reactor (see ring_prep).
+ */
+unsigned origin_file_ring_flags =
+    IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER;
+
+/* One per reactor thread; touched only by that thread. */
+struct file_ring {
+	struct io_uring ring;
+	int efd;
+	struct hl_event ev;    /* efd, added to `reactor` while pending > 0 */
+	struct hl_timer retry; /* resubmit after io_uring_submit failed */
+	struct hl_reactor *reactor;
+	unsigned inflight; /* SQEs prepared and not yet reaped */
+	unsigned pending;  /* inflight + backlog */
+	bool defer_taskrun;
+	struct hl_origin_io *backlog_head, *backlog_tail; /* waiting for an SQE */
+	struct hl_origin_io *done_head, *done_tail;       /* memfs I/O done inline */
+	struct hl_timer done_timer;                       /* runs their callbacks */
+};
+
+static __thread struct file_ring *tl_ring;
+static __thread bool tl_ring_failed;
+static pthread_key_t ring_key;
+static pthread_once_t ring_key_once = PTHREAD_ONCE_INIT;
+static atomic_bool uring_fail_logged;
+
+/* ---- io_uring path ---- */
+
+static void ring_event(struct hl_event *ev, uint32_t revents);
+static void ring_retry(struct hl_timer *t);
+static void ring_done_fire(struct hl_timer *t);
+
+/* detach: unregister from the reactor first (false when the reactor may be gone). */
+static void ring_destroy(struct file_ring *ring, bool detach)
+{
+	if (!ring)
+		return;
+	if (detach) {
+		hl_timer_stop(&ring->retry);
+		hl_timer_stop(&ring->done_timer);
+		hl_event_del(&ring->ev);
+	}
+	io_uring_queue_exit(&ring->ring);
+	close(ring->efd);
+	free(ring);
+}
+
+static void ring_key_destructor(void *p)
+{
+	/*
+	 * Thread exit: the reactor may already be freed, so do not touch it.
+	 * Normally the ring is idle here; if not (a shutdown that did not drain),
+	 * closing the ring cancels what is left.
+	 */
+	ring_destroy(p, false);
+	tl_ring = NULL;
+}
+
+static void ring_key_make(void)
+{
+	pthread_key_create(&ring_key, ring_key_destructor);
+}
+
+void origin_file_thread_fini(void)
+{
+	if (tl_ring) {
+		pthread_setspecific(ring_key, NULL);
+		ring_destroy(tl_ring, true);
+		tl_ring = NULL;
+	}
+	tl_ring_failed = false;
+}
+
+static void uring_failed(int rc)
+{
+	tl_ring_failed = true;
+	if (!atomic_exchange(&uring_fail_logged, true))
+		HL_NOTICE("origin", "io_uring unavailable (%s): file origins use the worker pool",
+		          strerror(-rc));
+}
+
+static struct file_ring *ring_create(void)
+{
+	struct io_uring_params p;
+	struct file_ring *ring;
+	unsigned flags = origin_file_ring_flags;
+	int rc;
+
+	if (origin_file_force_workers)
+		return NULL;
+	ring = calloc(1, sizeof(*ring));
+	if (!ring) {
+		HL_ERR_RL("origin", "out of memory for an io_uring");
+		return NULL;
+	}
+	for (;;) {
+		memset(&p, 0, sizeof(p));
+		p.flags = IORING_SETUP_CQSIZE | flags;
+		p.cq_entries = FILE_CQ_ENTRIES;
+		rc = io_uring_queue_init_params(FILE_SQ_ENTRIES, &ring->ring, &p);
+		if (rc != -EINVAL || !flags)
+			break;
+		/* An older kernel that lacks one of the optional flags: drop them. */
+		flags = 0;
+	}
+	if (rc) {
+		free(ring);
+		uring_failed(rc);
+		return NULL;
+	}
+	ring->defer_taskrun = flags & IORING_SETUP_DEFER_TASKRUN;
+	ring->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ring->efd < 0) {
+		rc = -errno;
+		io_uring_queue_exit(&ring->ring);
+		free(ring);
+		uring_failed(rc);
+		return NULL;
+	}
+	rc = io_uring_register_eventfd(&ring->ring, ring->efd);
+	if (rc) {
+		close(ring->efd);
+		io_uring_queue_exit(&ring->ring);
+		free(ring);
+		uring_failed(rc);
+		return NULL;
+	}
+	hl_event_init(&ring->ev, ring->efd, ring_event, ring);
+	hl_timer_init(&ring->retry, ring_retry, ring);
+	hl_timer_init(&ring->done_timer, ring_done_fire, ring);
+	pthread_once(&ring_key_once, ring_key_make);
+	pthread_setspecific(ring_key, ring);
+	tl_ring = ring;
+	return ring;
+}
+
+static void ring_flush(struct file_ring *ring)
+{
+	int rc;
+
+	if (!io_uring_sq_ready(&ring->ring))
+		return;
+	rc = io_uring_submit(&ring->ring);
+	if (rc >= 0 && !io_uring_sq_ready(&ring->ring))
+		return;
+	/*
+	 * What the kernel did not take stays queued in the SQ ring (EAGAIN/EBUSY:
+	 * short of memory); no completion may come to push it, so retry shortly.
+	 */
+	if (rc < 0)
+		HL_WARN_RL("origin", "io_uring_submit: %s; retrying", strerror(-rc));
+	if (!hl_timer_pending(&ring->retry))
+		hl_timer_start(ring->reactor, &ring->retry, 1);
+}
+
+static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
+{
+	struct file_io *fio = fio_of(io);
+	struct file_origin *fo = fo_of(fio->o);
+	const struct iovec *iov = fio->rest ? fio->rest : io->iov;
+	int cnt = fio->rest ? fio->restcnt : io->iovcnt;
+	off_t off = (off_t)(io->offset + fio->done);
+
+	if (io->length == 0 && io->op != HL_IO_FLUSH) {
+		/* Nothing to move; still complete through the ring, never inline. */
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, io);
+		return;
+	}
+	switch (io->op) {
+	case HL_IO_READ:
+		io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		/*
+		 * A page-cache hit is copied inside io_uring_submit, on the reactor:
+		 * 16 MiB took 20-150 ms there, stalling every connection of that
+		 * reactor (issue 19, item 3: 4 KiB READs of another session waited
+		 * that long behind one that queued 16 MiB READs; 3-7 ms with this).
+		 * Large reads go to the kernel's io-wq workers instead.
+		 */
+		if (io->length >= FILE_ASYNC_READ_MIN)
+			io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+		break;
+	case HL_IO_WRITE:
+		io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		if (io->flags & HL_IO_FUA)
+			sqe->rw_flags = RWF_DSYNC;
+		break;
+	case HL_IO_FLUSH:
+		io_uring_prep_fsync(sqe, fo->fd, IORING_FSYNC_DATASYNC);
+		break;
+	case HL_IO_DISCARD: /* regular files only; block devices use the worker pool */
+		io_uring_prep_fallocate(sqe, fo->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		                        io->offset, io->length);
+		break;
+	case HL_IO_WRITE_ZEROES:
+		io_uring_prep_fallocate(sqe, fo->fd,
+		                        fo->blkdev ? FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE
+		                                   : zero_mode(fo, fio->zstep),
+		                        io->offset, io->length);
+		break;
+	}
+	io_uring_sqe_set_data(sqe, io);
+}
+
+/* The backlog and the done list: I/Os linked through file_io.next, oldest first. */
+static void io_list_append(struct hl_origin_io **head, struct hl_origin_io **tail,
+                           struct hl_origin_io *io)
+{
+	fio_of(io)->next = NULL;
+	if (*tail)
+		fio_of(*tail)->next = io;
+	else
+		*head = io;
+	*tail = io;
+}
+
+/* Give io an SQE now, or park it on the backlog until one frees up. */
+static void ring_queue(struct file_ring *ring, struct hl_origin_io *io)
+{
+	struct io_uring_sqe *sqe = NULL;
+
+	if (ring->inflight < FILE_CQ_ENTRIES && !ring->backlog_head) {
+		sqe = io_uring_get_sqe(&ring->ring);
+		if (!sqe) {
+			ring_flush(ring);
+			sqe = io_uring_get_sqe(&ring->ring);
+		}
+	}
+	if (!sqe) {
+		io_list_append(&ring->backlog_head, &ring->backlog_tail, io);
+		if (!ring->inflight && !hl_timer_pending(&ring->retry))
+			hl_timer_start(ring->reactor, &ring->retry, 1);
+		return;
+	}
+	ring_prep(sqe, io);
+	ring->inflight++;
+}
+
+static void backlog_drain(struct file_ring *ring)
+{
+	while (ring->backlog_head && ring->inflight < FILE_CQ_ENTRIES) {
+		struct hl_origin_io *io = ring->backlog_head;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring);
+		if (!sqe) {
+			ring_flush(ring);
+			sqe = io_uring_get_sqe(&ring->ring);
+			if (!sqe)
+				break;
+		}
+		ring->backlog_head = fio_of(io)->next;
+		if (!ring->backlog_head)
+			ring->backlog_tail = NULL;
+		ring_prep(sqe, io);
+		ring->inflight++;
+	}
+}
+
+/* The I/O leaves the ring (finished, or handed to the worker pool). */
+static void ring_release(struct file_ring *ring)
+{
+	ring->pending--;
+}
+
+static void ring_hand_to_workers(struct file_ring *ring, struct hl_origin_io *io)
+{
+	int rc;
+
+	ring_release(ring);
+	rc = origin_file_work_submit(io);
+	if (rc)
+		fio_finish(io, rc);
+}
+
+static void ring_complete(struct file_ring *ring, struct hl_origin_io *io, int res)
+{
+	struct file_io *fio = fio_of(io);
+	struct file_origin *fo = fo_of(fio->o);
+
+	ring->inflight--;
+	switch (io->op) {
+	case HL_IO_READ:
+	case HL_IO_WRITE:
+		if (res == -EAGAIN || res == -EINTR) {
+			ring_queue(ring, io);
+			return;
+		}
+		if (res < 0)
+			break;
+		fio->done += (uint64_t)res;
+		if (fio->done >= io->length) {
+			res = 0;
+			break;
+		}
+		if (res == 0) {
+			if (io->op == HL_IO_WRITE || fo->eof_error) {
+				res = -EIO;
+				break;
+			}
+			/* EOF: the file is shorter than it was */
+			origin_file_iov_zero_from(io, fio->done);
+			break;
+		}
+		res = origin_file_rest_build(io, fio);
+		if (res)
+			break;
+		ring_queue(ring, io);
+		return;
+	case HL_IO_WRITE_ZEROES:
+		if (res != -EOPNOTSUPP)
+			break;
+		if (fo->blkdev) {
+			ring_hand_to_workers(ring, io); /* BLKZEROOUT */
+			return;
+		}
+		if (zero_mode(fo, fio->zstep) & FALLOC_FL_ZERO_RANGE) {
+			atomic_store(&fo->no_zero_range, true);
+			fio->zstep = 1;
+			ring_queue(ring, io);
+		} else {
+			atomic_store(&fo->no_punch_hole, true);
+			ring_hand_to_workers(ring, io); /* writes zeroes */
+		}
+		return;
+	default:
+		break;
+	}
+	ring_release(ring);
+	fio_finish(io, res);
+}
+
+static void ring_idle_check(struct file_ring *ring)
+{
+	if (ring->pending == 0) {
+		hl_timer_stop(&ring->retry);
+		hl_timer_stop(&ring->done_timer);
+		hl_event_del(&ring->ev);
+		ring->reactor = NULL;
+	}
+}
+
+static void ring_reap(struct file_ring *ring)
+{
+	unsigned n;
+
+	if (ring->defer_taskrun || io_uring_cq_has_overflow(&ring->ring))
+		io_uring_get_events(&ring->ring);
+	/*
+	 * Only what is there now: a callback that submits an I/O which completes
+	 * inline must not keep this loop going forever. Its CQE signals the
+	 * eventfd again, so the reactor comes back after other events ran.
+	 */
+	n = io_uring_cq_ready(&ring->ring);
+	while (n--) {
+		struct io_uring_cqe *cqe;
+		struct hl_origin_io *io;
+		int res;
+
+		if (io_uring_peek_cqe(&ring->ring, &cqe))
+			break;
+		io = io_uring_cqe_get_data(cqe);
+		res = cqe->res;
+		io_uring_cqe_seen(&ring->ring, cqe);
+		ring_complete(ring, io, res);
+	}
+	backlog_drain(ring);
+	ring_flush(ring);
+	ring_idle_check(ring);
+}
+
+static void ring_event(struct hl_event *ev, uint32_t revents)
+{
+	struct file_ring *ring = ev->arg;
+	uint64_t v;
+
+	(void)revents;
+	/* Drain before reaping: a CQE posted after this read re-arms the eventfd. */
+	if (read(ring->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		HL_WARN_RL("origin", "io_uring eventfd read: %s", strerror(errno));
+	ring_reap(ring);
+}
+
+static void ring_retry(struct hl_timer *t)
+{
+	struct file_ring *ring = t->arg;
+
+	backlog_drain(ring);
+	ring_flush(ring);
+	if (ring->backlog_head && !ring->inflight && !hl_timer_pending(&ring->retry))
+		hl_timer_start(ring->reactor, &ring->retry, 1);
+	ring_idle_check(ring);
+}
+
+/* Run the callbacks of the memfs I/Os done inline, oldest first (only those there now). */
+static void ring_done_fire(struct hl_timer *t)
+{
+	struct file_ring *ring = t->arg;
+	struct hl_origin_io *io = ring->done_head;
+
+	ring->done_head = ring->done_tail = NULL;
+	while (io) {
+		struct hl_origin_io *next = fio_of(io)->next;
+
+		ring_release(ring);
+		fio_finish(io, fio_of(io)->result);
+		io = next;
+	}
+	ring_idle_check(ring);
+}
+
+/* A read or write of a memfs file: do it now, call back from the ring's done timer. */
+static void ring_inline(struct file_ring *ring, struct hl_origin_io *io)
+{
+	struct file_io *fio = fio_of(io);
+
+	fio->result = origin_file_blocking_rw(io, fio, fo_of(fio->o)->fd);
+	atomic_fetch_add_explicit(&origin_file_inline_ios, 1, memory_order_relaxed);
+	io_list_append(&ring->done_head, &ring->done_tail, io);
+	if (!hl_timer_pending(&ring->done_timer))
+		hl_timer_start(ring->reactor, &ring->done_timer, 0);
+}
+
+/* The ring of this thread, watched by reactor r; NULL: use the worker pool. */
+static struct file_ring *ring_get(struct hl_reactor *r, int *err)
+{
+	struct file_ring *ring = tl_ring;
+	int rc;
+
+	*err = 0;
+	if (!ring) {
+		if (tl_ring_failed || origin_file_force_workers)
+			return NULL;
+		ring = ring_create();
+		if (!ring)
+			return NULL;
+	}
+	if (!ring->reactor) {
+		rc = hl_event_add(r, &ring->ev, EPOLLIN);
+		if (rc) {
+			*err = rc;
+			return NULL;
+		}
+		ring->reactor = r;
+	} else if (ring->reactor != r) {
+		/* Another reactor on this thread still has I/O here: a caller bug. */
+		*err = -EBUSY;
+		return NULL;
+	}
+	return ring;
+}
+
+int origin_file_ring_submit(struct hl_reactor *r, struct hl_origin_io *io)
+{
+	struct file_origin *fo = fo_of(fio_of(io)->o);
+	struct file_ring *ring;
+	int rc;
+
+	ring = ring_get(r, &rc);
+	if (!ring)
+		return rc ? rc : origin_file_work_submit(io);
+	ring->pending++;
+	if (fo->memfs && (io->op == HL_IO_READ || io->op == HL_IO_WRITE)) {
+		ring_inline(ring, io);
+		return 0;
+	}
+	ring_queue(ring, io);
+	ring_flush(ring);
+	return 0;
+}

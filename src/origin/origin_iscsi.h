@@ -1,0 +1,198 @@
+/*
+ * origin_iscsi.h - what the two files of the iscsi origin share: the origin,
+ * its per-reactor sessions and per-I/O state (iscsi.c: sessions, I/O,
+ * open/close) and the gateways' SCSI-3 persistent reservations on the SAN
+ * LUN with their warm restart proofs (iscsi_pr.c). Not for other files of
+ * src/origin: what they reach of this backend is in origin_internal.h.
+ */
+#ifndef HOTLUN_ORIGIN_ISCSI_H
+#define HOTLUN_ORIGIN_ISCSI_H
+
+#include "hotlun/event.h"
+#include "hotlun/util.h"
+#include "origin/origin_internal.h"
+
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#define ISC_COMPONENT "origin"
+
+struct isc_origin {
+	struct origin_iscsi_url url;
+	char portal[ORIGIN_ISCSI_HOST_MAX + 16];
+	char initiator[ORIGIN_ISCSI_NAME_MAX];
+	char mutual_user[256], mutual_secret[256]; /* mutual CHAP: what the SAN answers with */
+	uint64_t id; /* never reused: keys the per-thread session cache */
+	uint64_t timeout_ns;
+	uint64_t probe_ns; /* silence with commands in flight before a NOP-Out, and its timeout */
+	uint32_t bs;       /* the SAN's logical block size */
+	uint64_t nblocks;
+	uint64_t max_xfer;  /* bytes per READ/WRITE command, 0 = no limit */
+	uint32_t max_unmap; /* blocks per UNMAP descriptor */
+	uint32_t max_unmap_desc;
+	uint32_t max_ws;       /* blocks per WRITE SAME */
+	uint32_t max_caw;      /* blocks per COMPARE AND WRITE, 0 = unsupported */
+	bool ws_unmap;         /* WRITE SAME with UNMAP=1 deallocates and reads back zeroes */
+	atomic_bool no_ws;     /* WRITE SAME(16) was refused once: write zeroes */
+	atomic_bool no_sync16; /* SYNCHRONIZE CACHE(16) was refused once: use (10) */
+	atomic_bool no_sync;   /* neither exists: the SAN has no volatile cache to flush */
+	atomic_bool no_caw;    /* COMPARE AND WRITE was refused once (B0 promised it) */
+	uint32_t isid_rnd;
+	pthread_mutex_t lock; /* guards sessions and nsessions */
+	struct hl_list sessions;
+	unsigned nsessions;
+	/* ownership among gateways (hl_origin_opts.gateway); see iscsi_pr.c */
+	uint16_t gateway;
+	uint64_t pr_key;          /* origin_iscsi_pr_key(gateway); 0: a lone gateway, none */
+	atomic_bool owned;        /* own_acquire succeeded; no release or fence since */
+	atomic_bool fenced;       /* the SAN refused a write, or a check found another holder */
+	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
+	atomic_bool no_aptpl;     /* the SAN refused APTPL = 1: registrations without it */
+	atomic_bool requested;    /* own_request registered our key: a failed acquire keeps it */
+	atomic_uint proof_epoch;  /* counts proof_take calls: a session's next write re-registers */
+	atomic_uint writes_out;   /* gateway: writes submitted and not yet completed */
+	pthread_mutex_t ctl_lock; /* guards ctl: the ownership thread's PR session */
+	struct iscsi_context *ctl; /* ISID qualifier 0; NULL until the first own_* op */
+};
+
+enum isc_state {
+	ISC_DOWN = 0,   /* no context; the retry timer will connect */
+	ISC_CONNECTING, /* context made, login in progress */
+	ISC_UP,
+};
+
+/* One per (origin, reactor). Everything but `link` is touched only on `reactor`'s thread. */
+struct isc_session {
+	struct hl_list link; /* in isc_origin.sessions, guarded by its lock */
+	struct hl_origin *o;
+	struct hl_reactor *reactor;
+	struct iscsi_context *ctx; /* NULL while DOWN */
+	enum isc_state state; /* written on reactor only; see set_state() */
+	bool broken;    /* libiscsi reported the connection gone; torn down after it returns */
+	bool in_lib;    /* inside a libiscsi call that may run our callbacks */
+	bool logged_up; /* was UP at least once (for the log) */
+	bool dead_logged;
+	bool started;     /* tick armed, first connect begun */
+	bool nop_pending; /* a NOP-Out probe is out */
+	uint16_t qual;    /* ISID qualifier */
+	bool reg_busy;    /* gateway: the registration of this I_T nexus is in progress */
+	unsigned reg_want, reg_gen; /* own_gen being registered, own_gen registered */
+	unsigned proof_want, proof_seen; /* the same for proof_epoch (writes only) */
+	struct scsi_task *reg_task; /* its command in flight */
+	struct hl_event ev;
+	struct hl_timer tick;
+	struct hl_timer retry;
+	struct hl_timer done_t;
+	struct hl_list waitq;    /* not sent yet (or sent and to be repeated) */
+	struct hl_list inflight; /* given to libiscsi */
+	struct hl_list doneq;    /* finished; callbacks run from done_t / the end of a handler */
+	unsigned nwait, ninflight;
+	uint32_t backoff_ms;
+	uint64_t down_since_ns; /* 0 while UP */
+	uint64_t connect_start_ns;
+	uint64_t last_rx_ns; /* last completion or NOP-In while commands were in flight */
+	uint64_t nop_sent_ns;
+};
+
+/*
+ * state is written only on the session's reactor (plain reads there are
+ * fine), but origin_iscsi_sessions_up() reads it from any thread: the store
+ * is atomic so that read is not a data race (ThreadSanitizer, iscsi_ut).
+ */
+static inline void set_state(struct isc_session *s, enum isc_state st)
+{
+	__atomic_store_n(&s->state, st, __ATOMIC_RELAXED);
+}
+
+/* Per-I/O state in hl_origin_io.priv. */
+struct isc_io {
+	struct hl_list link; /* in one of the session's queues */
+	struct isc_session *s;
+	struct scsi_task *task;
+	uint64_t deadline_ns;
+	uint64_t done;           /* bytes finished by earlier commands of a split I/O */
+	struct iovec *chunk_iov; /* heap: iovecs of the current piece of a split READ/WRITE */
+	int result;
+	uint32_t cur_blocks; /* blocks the command in flight moves */
+};
+_Static_assert(sizeof(struct isc_io) <= sizeof(((struct hl_origin_io *)0)->priv),
+               "isc_io must fit in hl_origin_io.priv");
+
+static inline struct isc_io *iio_of(struct hl_origin_io *io)
+{
+	return (struct isc_io *)io->priv;
+}
+
+static inline struct hl_origin_io *io_of_link(struct hl_list *l)
+{
+	return (struct hl_origin_io *)((char *)l - offsetof(struct isc_io, link) -
+	                               offsetof(struct hl_origin_io, priv));
+}
+
+static inline struct isc_origin *io_of(struct hl_origin *o)
+{
+	return hl_origin_priv(o);
+}
+
+/* ---- gateways: the data path's side of the reservation (iscsi_pr.c) ---- */
+
+/* Ops that change the medium: what a registrants-only reservation refuses to non-registrants. */
+static inline bool op_writes(enum hl_io_op op)
+{
+	return op != HL_IO_READ && op != HL_IO_FLUSH;
+}
+
+/*
+ * Gateway mode refuses writes here (-ESHUTDOWN) while the origin is not
+ * ours or was found fenced: the SAN would refuse them anyway while another
+ * gateway holds the reservation, but not while nobody does.
+ */
+static inline bool pr_write_refused(const struct isc_origin *io, enum hl_io_op op)
+{
+	return io->pr_key && op_writes(op) &&
+	       (!atomic_load_explicit(&io->owned, memory_order_acquire) ||
+	        atomic_load_explicit(&io->fenced, memory_order_acquire));
+}
+
+/** The reservation key of gateway gw: "hlun" + its id (0x686c756e0000GGGG). */
+uint64_t origin_iscsi_pr_key(uint16_t gw);
+
+/**
+ * Before s sends an op (reactor thread of s): registers our key on this
+ * session's I_T nexus once per acquisition, and again before the first
+ * write after each proof_take. @return true: send op now; false: a
+ * registration step is out (or could not be queued: the next dispatch
+ * asks again).
+ */
+bool origin_iscsi_pr_ready(struct isc_session *s, enum hl_io_op op);
+
+/** Forget a registration step libiscsi will not call back (its context is gone); frees its task. */
+void origin_iscsi_reg_drop(struct isc_session *s);
+
+/** Close the ownership thread's PR session, if any (ctl_lock held, or no own_* op can run). */
+void origin_iscsi_ctl_drop(struct isc_origin *io);
+
+/** See hl_origin_ops.own_acquire .. own_request (the ownership thread; ctl_lock taken inside). */
+int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force,
+                             char *why, size_t whylen);
+int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
+                           struct hl_own_info *info);
+int origin_iscsi_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch);
+int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info);
+int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw);
+
+/** See hl_origin_ops.proof_take / proof_check: "iscsi-pr:KEY:PRGENERATION:SIZE". */
+int origin_iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                            size_t len);
+int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                             hl_origin_changed_fn changed, void *arg, char *why, size_t whylen);
+
+/* ---- iscsi.c, for iscsi_pr.c ---- */
+
+/** A libiscsi context for this origin's LUN, ISID qualifier qual, not connected (NULL: failed). */
+struct iscsi_context *origin_iscsi_context_make(struct isc_origin *io, uint16_t qual);
+
+#endif

@@ -1,0 +1,157 @@
+/*
+ * origin_rbd.h - what the three files of the rbd origin share: the origin and
+ * its per-request state, and the calls between rbd.c (connection, open/close,
+ * I/O, the service thread and its watch), rbd_own.c (who may write the image:
+ * the exclusive lock, the fence, the gateways' ownership record and
+ * requests) and rbd_proof.c (mark snapshots and diffs for warm restarts, the
+ * image's identity). Built only with librbd (HAVE_RBD).
+ */
+#ifndef HOTLUN_ORIGIN_RBD_H
+#define HOTLUN_ORIGIN_RBD_H
+
+#include "hotlun/event.h"
+#include "origin/origin_internal.h"
+
+#include <pthread.h>
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#define RBD_LOG "origin"
+
+struct rbd_origin {
+	rados_t cluster;
+	rados_ioctx_t ioctx;
+	rbd_image_t image;
+	char pool[128];
+	char name[256];
+	char snap[256];
+	struct hl_reactor *svc; /* service thread: size checks, event delivery */
+	uint64_t watch_handle;
+	bool watching;
+	atomic_bool check_queued; /* a size check is queued on svc */
+	atomic_bool fenced;       /* the cluster shut us out: I/O fails with -ESHUTDOWN */
+	bool locked;              /* we hold the exclusive lock in exclusive mode */
+	struct hl_timer probe;    /* svc: the periodic fence probe */
+	char image_id[128];       /* rbd_get_id; "" when unknown */
+	/* the proof of the mark this run made (proofs are taken on one thread at a time) */
+	char mark_proof[HL_ORIGIN_PROOF_MAX];
+	/* for the reconnect (owned strings) */
+	char *conf;
+	char *id;
+	/*
+	 * Several gateways (gateway != 0). The reconnect after a blocklist
+	 * replaces cluster, ioctx and image: everything else that uses them
+	 * holds `handles` for reading meanwhile (a reactor only around an
+	 * rbd_aio_* call), the reconnect holds it for writing only to swap
+	 * them. gen counts the connections: a late result of an old one (its
+	 * I/O completing as it closes) fences nothing.
+	 */
+	uint16_t gateway;
+	pthread_rwlock_t handles;
+	bool handles_init;
+	atomic_uint gen;   /* written under handles (write) */
+	atomic_bool owned; /* own_acquire succeeded; no release or fence since */
+	/* the ownership thread's own (the own_* ops run on one thread) */
+	uint64_t beat;     /* the last heartbeat we wrote */
+	uint64_t done_seq; /* the last hand-over request (hotlun_request) dealt with */
+	uint16_t own_gw;
+	uint64_t own_epoch;
+	char own_addr[128]; /* our lock owner address, as the cluster reports it */
+};
+
+/* Per-request state, kept in io->priv (this backend is always the bottom of its stack). */
+struct rbd_io {
+	struct hl_origin *origin;
+	struct hl_reactor *reactor;
+	rbd_completion_t completion;
+	void *bounce; /* compare-and-write: flat copy of compare + write data */
+	ssize_t result;
+	unsigned retries; /* times refused for the exclusive lock and resubmitted */
+	unsigned gen;     /* rbd_origin.gen at submit */
+};
+
+_Static_assert(sizeof(struct rbd_io) <= sizeof(((struct hl_origin_io *)0)->priv),
+               "rbd_io must fit in hl_origin_io.priv");
+
+static inline struct rbd_origin *ro_of(struct hl_origin *o)
+{
+	return hl_origin_priv(o);
+}
+
+static inline struct rbd_io *rio_of(struct hl_origin_io *io)
+{
+	return (struct rbd_io *)io->priv;
+}
+
+/* Several gateways: keep the connection from being replaced (a lone gateway never replaces it). */
+static inline void handles_read(struct rbd_origin *r)
+{
+	if (r->gateway)
+		pthread_rwlock_rdlock(&r->handles);
+}
+
+static inline void handles_done(struct rbd_origin *r)
+{
+	if (r->gateway)
+		pthread_rwlock_unlock(&r->handles);
+}
+
+/* ---- rbd.c ---- */
+
+/**
+ * A client of our own (r->conf, r->id) and the image opened through it:
+ * the three handles, or nothing on failure. `target` names the disk in
+ * errors. @return 0 or -errno.
+ */
+int origin_rbd_connect(struct rbd_origin *r, const char *target, bool read_only, rados_t *cluster,
+                       rados_ioctx_t *ioctx, rbd_image_t *image);
+
+/** Close what origin_rbd_connect made (any of them may be NULL). */
+void origin_rbd_disconnect(rados_t cluster, rados_ioctx_t ioctx, rbd_image_t image);
+
+/** The update watch's callback (a librbd thread; arg: the origin): queues a size check. */
+void origin_rbd_watch_cb(void *arg);
+
+/* ---- rbd_own.c ---- */
+
+/**
+ * Fence once: later I/O fails with -ESHUTDOWN (a lone gateway reports
+ * HL_ORIGIN_FENCED from the service thread). Any thread, without `handles`.
+ * why: -ESHUTDOWN (blocklisted) or -EROFS (the lock is elsewhere); gen: the
+ * connection that saw it (several gateways: an old one's news is stale).
+ */
+void origin_rbd_fence(struct hl_origin *o, int why, unsigned gen);
+
+/**
+ * Take the exclusive lock and wait until librbd says it is ours, asking
+ * every 250 ms for up to wait_s. @return 0 once ours, else the last error
+ * (-EROFS: not ours; -ESHUTDOWN: blocklisted).
+ */
+int origin_rbd_lock_take(struct rbd_origin *r, int wait_s, bool retry_errors,
+                         const char *waiting_for);
+
+/** The service thread: is this client still welcome (lock, blocklist)? @return true when fenced. */
+bool origin_rbd_fence_probe(struct hl_origin *o);
+
+/** See hl_origin_ops.own_acquire .. own_request (the ownership thread). */
+int origin_rbd_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
+                           size_t whylen);
+int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
+                         struct hl_own_info *info);
+int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch);
+int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info);
+int origin_rbd_own_request(struct hl_origin *o, uint16_t gw);
+
+/* ---- rbd_proof.c ---- */
+
+/** See hl_origin_ops.proof_take, proof_check, proof_release and identity. */
+int origin_rbd_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                          size_t len);
+int origin_rbd_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                           hl_origin_changed_fn changed, void *arg, char *why, size_t whylen);
+void origin_rbd_proof_release(struct hl_origin *o, const char *tag, const char *proof);
+int origin_rbd_identity(struct hl_origin *o, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,651 @@
+/*
+ * rbd_own.c - who may write an rbd image: the exclusive lock a lone gateway
+ * holds from open to close, the fence (a blocklist, or the lock found
+ * elsewhere) and the service thread's probe that finds it, and, with several
+ * gateways, the ownership ops (own_*): the lock taken and handed over, the
+ * heartbeat record every gateway reads, hand-over requests, and the
+ * reconnect of a blocklisted client as a standby. The I/O path and the
+ * service thread are in rbd.c.
+ */
+#include "config.h"
+
+#include "origin/origin_rbd.h"
+
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RBD_RELOCK_WAIT_S 15 /* lost without a blocklist: how long to try to take it again */
+
+/* ---- the exclusive lock and the fence ---- */
+
+/* On the service thread. */
+static void rbd_fenced_event(void *arg)
+{
+	hl_origin_notify(arg, HL_ORIGIN_FENCED, 0);
+}
+
+/*
+ * On a reactor (a completion), the service thread or the ownership thread,
+ * without `handles`: fence once, report from the service thread. gen: the
+ * connection that saw it (several gateways: an old one's news is stale).
+ */
+void origin_rbd_fence(struct hl_origin *o, int why, unsigned gen)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	if (r->gateway) {
+		bool first = false;
+
+		handles_read(r);
+		if (gen == atomic_load(&r->gen)) {
+			atomic_store(&r->owned, false);
+			first = !atomic_exchange(&r->fenced, true);
+		}
+		handles_done(r);
+		if (first)
+			HL_WARN(RBD_LOG,
+			        "%s: the cluster shut this gateway's client out (%s): the image "
+			        "is not ours; I/O fails until the client reconnects as a standby",
+			        o->uri,
+			        why == -EROFS ? "exclusive lock held by another client"
+			                      : "blocklisted");
+		return;
+	}
+	if (atomic_exchange(&r->fenced, true))
+		return;
+	HL_ERR(RBD_LOG,
+	       "%s: the cluster shut this gateway out (%s); every I/O to the image now fails "
+	       "until the disk is reopened",
+	       o->uri,
+	       why == -EROFS ? "write refused: exclusive lock held by another client"
+	                     : "blocklisted");
+	while (hl_reactor_call(r->svc, rbd_fenced_event, o) < 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * Take the image's exclusive lock and wait until librbd says it is ours:
+ * after a crash the dead gateway keeps it until its watch times out, and
+ * acquire can return 0 before that. Asks every 250 ms for up to wait_s. An
+ * acquire error ends it at once unless retry_errors (a blocklist,
+ * -ESHUTDOWN, always does); waiting_for names the disk in a notice when it
+ * has to wait. @return 0 once ours, else the last error (-EROFS: not ours).
+ */
+int origin_rbd_lock_take(struct rbd_origin *r, int wait_s, bool retry_errors,
+                         const char *waiting_for)
+{
+	int rc = -EROFS;
+
+	for (int i = 0; i < wait_s * 4; i++) {
+		int owner = 0;
+
+		if (i) {
+			struct timespec ts = {0, 250000000};
+			nanosleep(&ts, NULL);
+		}
+		rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+		if (rc == 0 && rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && owner)
+			return 0;
+		if (rc == -ESHUTDOWN || (rc && !retry_errors))
+			return rc;
+		if (i == 0 && waiting_for)
+			HL_NOTICE(
+			    RBD_LOG,
+			    "rbd:%s: waiting for the exclusive lock (held by a client that may "
+			    "have crashed)",
+			    waiting_for);
+	}
+	return rc ? rc : -EROFS;
+}
+
+/*
+ * On the service thread: one read-only round trip to the OSD that holds the
+ * image header (its watcher list). Ceph answers a blocklisted client's ops
+ * with -EBLOCKLISTED (-ESHUTDOWN), whatever the op. @return true when fenced.
+ */
+bool origin_rbd_fence_probe(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	rbd_image_watcher_t w[8];
+	size_t n = 8;
+	unsigned gen;
+	int rc;
+
+	if (atomic_load(&r->fenced))
+		return true;
+	if (r->locked) {
+		int owner = 1;
+		/*
+		 * Only `rbd lock break` (which blocklists us too) takes it from us in
+		 * exclusive mode. Not owning it without being blocklisted happens
+		 * after a restart that followed a crash: the dead gateway's lock is
+		 * broken when its watch times out, and ours with it. Nobody else
+		 * can have written the image then (they would have had to blocklist
+		 * us), so taking the lock again is safe; failing that, we are fenced.
+		 */
+		if (rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && !owner) {
+			/*
+			 * The lock moves in steps (the dead client's watch expires,
+			 * its lock is broken, ours goes with it): keep asking for a
+			 * while, as open does, before calling it lost. Only a
+			 * blocklist (-ESHUTDOWN) ends this at once.
+			 */
+			int lrc = origin_rbd_lock_take(r, RBD_RELOCK_WAIT_S, true, NULL);
+			if (lrc == 0) {
+				HL_WARN(RBD_LOG,
+				        "%s: exclusive lock lost without a blocklist (a crashed "
+				        "gateway's lock was broken); taken again",
+				        o->uri);
+				return false;
+			}
+			origin_rbd_fence(o, lrc == -ESHUTDOWN ? lrc : -EROFS, 0);
+			return true;
+		}
+	}
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = rbd_watchers_list(r->image, w, &n);
+	handles_done(r);
+	if (rc == 0)
+		rbd_watchers_list_cleanup(w, n);
+	if (rc == -ESHUTDOWN) {
+		origin_rbd_fence(o, rc, gen);
+		return true;
+	}
+	return false;
+}
+
+/* ---- ownership among gateways (origin.h, hotlun/owner.h) ---- */
+
+/*
+ * The cluster decides who owns the image: the exclusive lock. Around it,
+ * a record every gateway can read, object hotlun_owner.IMAGEID in the
+ * image's pool, one line
+ *
+ *   owner=G epoch=E beat=N state=owned|released done=S addr=A
+ *
+ * written only by the lock's holder (at acquire, at every renew, at
+ * release): G its gateway id, E its epoch, N a heartbeat that goes on
+ * counting across owners, S the last hand-over request it dealt with, A
+ * its client's address as the lock shows it. A blocklisted client's write
+ * fails (-EBLOCKLISTED, i.e. -ESHUTDOWN): a renew's write that succeeds is
+ * its round trip proving the image still ours.
+ *
+ * Hand-over requests go to a second object, hotlun_request.IMAGEID,
+ * "gw=R seq=N", written only by the gateways that ask, so the owner's
+ * heartbeat never overwrites one. A request is pending while N > S.
+ */
+#define OWN_RECORD          "hotlun_owner."
+#define OWN_REQUEST         "hotlun_request."
+#define OWN_RELEASE_WAIT_MS 2000 /* the record says released: the lock follows at once */
+
+struct own_record {
+	uint16_t owner;
+	uint64_t epoch, beat, done;
+	bool released;
+	char addr[128];
+};
+
+static void own_oid(const struct rbd_origin *r, const char *prefix, char *oid, size_t len)
+{
+	snprintf(oid, len, "%s%s", prefix, r->image_id);
+}
+
+/* Under handles: object PREFIX.IMAGEID as a string. @return 0, -ENOENT (never written), -errno. */
+static int own_obj_read(struct rbd_origin *r, const char *prefix, char *buf, size_t len)
+{
+	char oid[160];
+	int rc;
+
+	own_oid(r, prefix, oid, sizeof(oid));
+	rc = rados_read(r->ioctx, oid, buf, len - 1, 0);
+	if (rc < 0)
+		return rc;
+	buf[rc] = '\0';
+	return 0;
+}
+
+/* Under handles: object PREFIX.IMAGEID := buf (n bytes), whole. */
+static int own_obj_write(struct rbd_origin *r, const char *prefix, const char *buf, int n)
+{
+	char oid[160];
+
+	own_oid(r, prefix, oid, sizeof(oid));
+	return rados_write_full(r->ioctx, oid, buf, (size_t)n);
+}
+
+/* Under handles. A missing record reads as "nobody, ever". @return 0 or -errno. */
+static int record_read(struct rbd_origin *r, struct own_record *rec)
+{
+	char buf[384], state[16];
+	unsigned owner;
+	unsigned long long epoch, beat, done;
+	int rc;
+
+	memset(rec, 0, sizeof(*rec));
+	rc = own_obj_read(r, OWN_RECORD, buf, sizeof(buf));
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	if (sscanf(buf, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s", &owner,
+	           &epoch, &beat, state, &done, rec->addr) != 6 ||
+	    owner > UINT16_MAX || (strcmp(state, "owned") && strcmp(state, "released")))
+		return -EBADMSG;
+	rec->owner = (uint16_t)owner;
+	rec->epoch = epoch;
+	rec->beat = beat;
+	rec->done = done;
+	rec->released = !strcmp(state, "released");
+	return 0;
+}
+
+/* Under handles, holding the lock. */
+static int record_write(struct rbd_origin *r, const struct own_record *rec)
+{
+	char buf[384];
+	int n;
+
+	n = snprintf(buf, sizeof(buf), "owner=%u epoch=%llu beat=%llu state=%s done=%llu addr=%s\n",
+	             rec->owner, (unsigned long long)rec->epoch, (unsigned long long)rec->beat,
+	             rec->released ? "released" : "owned", (unsigned long long)rec->done,
+	             rec->addr[0] ? rec->addr : "-");
+	return own_obj_write(r, OWN_RECORD, buf, n);
+}
+
+/* Under handles: the newest hand-over request (seq 0: none ever). */
+static int request_read(struct rbd_origin *r, uint16_t *gw, uint64_t *seq)
+{
+	char buf[128];
+	unsigned g;
+	unsigned long long n;
+	int rc;
+
+	*gw = 0;
+	*seq = 0;
+	rc = own_obj_read(r, OWN_REQUEST, buf, sizeof(buf));
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	if (sscanf(buf, "gw=%u seq=%llu", &g, &n) != 2 || g > UINT16_MAX)
+		return -EBADMSG;
+	*gw = (uint16_t)g;
+	*seq = n;
+	return 0;
+}
+
+/* Under handles: the client holding the lock (one round trip). @return 1 (addr set), 0: free. */
+static int lock_holder(struct rbd_origin *r, char *addr, size_t len)
+{
+	rbd_lock_mode_t mode;
+	char *owners[4];
+	size_t n = 4;
+	int rc = rbd_lock_get_owners(r->image, &mode, owners, &n);
+
+	if (rc == -ENOENT || (rc == 0 && n == 0))
+		return 0;
+	if (rc < 0)
+		return rc;
+	snprintf(addr, len, "%s", owners[0]);
+	rbd_lock_get_owners_cleanup(owners, n);
+	return 1;
+}
+
+static int own_check(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	if (!r->gateway || r->snap[0] || o->read_only || !r->image_id[0])
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+/*
+ * The ownership thread: this gateway's client was blocklisted (another
+ * gateway broke our lock). That client is of no use any more; a new one
+ * (a new address, not blocklisted) makes this gateway a standby that can
+ * peek and take the image again. Submissions fail meanwhile (fenced); I/O
+ * still in flight on the old client fails as it closes (its completions
+ * belong to an old generation: they fence nothing). The old client read
+ * through no cache of librbd's (rbd_cache off), so nothing it had read
+ * survives it.
+ */
+static int rbd_reconnect(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	rados_t c;
+	rados_ioctx_t io;
+	rbd_image_t img;
+	uint64_t wh;
+	bool watching;
+	int rc;
+
+	rc = origin_rbd_connect(r, r->name, false, &c, &io, &img);
+	if (rc < 0)
+		return rc;
+	rc = rbd_update_watch(img, &wh, origin_rbd_watch_cb, o);
+	if (rc < 0) {
+		origin_rbd_disconnect(c, io, img);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&r->handles);
+	rados_t old_c = r->cluster;
+	rados_ioctx_t old_io = r->ioctx;
+	rbd_image_t old_img = r->image;
+	uint64_t old_wh = r->watch_handle;
+	watching = r->watching;
+	r->cluster = c;
+	r->ioctx = io;
+	r->image = img;
+	r->watch_handle = wh;
+	r->watching = true;
+	atomic_fetch_add(&r->gen, 1);
+	atomic_store(&r->owned, false);
+	atomic_store(&r->fenced, false);
+	pthread_rwlock_unlock(&r->handles);
+
+	if (watching)
+		rbd_update_unwatch(old_img, old_wh);
+	origin_rbd_disconnect(old_c, old_io, old_img);
+	HL_NOTICE(RBD_LOG, "%s: reconnected to the cluster with a new client, as a standby",
+	          o->uri);
+	origin_rbd_watch_cb(o); /* the size may have changed while the old client could not ask */
+	return 0;
+}
+
+static int reconnect_if_fenced(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	return atomic_load(&r->fenced) ? rbd_reconnect(o) : 0;
+}
+
+/*
+ * Under handles. The lock is held by `holder`, and no force: a planned
+ * release writes the record (state=released, addr=holder) before it
+ * releases the lock, so wait a moment for that. @return 0: free now, or
+ * -EBUSY.
+ */
+static int wait_released(struct rbd_origin *r, char *holder, size_t len)
+{
+	struct own_record rec;
+	int rc;
+
+	for (int i = 0; i < OWN_RELEASE_WAIT_MS / 100; i++) {
+		if (record_read(r, &rec) || !rec.released || strcmp(rec.addr, holder))
+			return -EBUSY;
+		struct timespec ts = {0, 100000000};
+		nanosleep(&ts, NULL);
+		rc = lock_holder(r, holder, len);
+		if (rc == 0)
+			return 0;
+		if (rc < 0)
+			return rc;
+	}
+	return -EBUSY;
+}
+
+/* Under handles: see origin_rbd_own_acquire. */
+static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
+                       size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec;
+	char holder[128];
+	int is_owner = 0, rc;
+	uint16_t rgw;
+	uint64_t rseq;
+
+	rc = lock_holder(r, holder, sizeof(holder));
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot read the lock's owner: %s", strerror(-rc));
+		return rc;
+	}
+	if (rc == 1 && rbd_is_exclusive_lock_owner(r->image, &is_owner) == 0 && is_owner) {
+		/* ours already: only the record to write */
+	} else if (rc == 1 && !force) {
+		rc = wait_released(r, holder, sizeof(holder));
+		if (rc) {
+			snprintf(why, whylen, "exclusive lock held by %s", holder);
+			return rc;
+		}
+	} else if (rc == 1) {
+		/*
+		 * Takes the lock from a live-looking client: librbd blocklists it
+		 * first (rbd_blocklist_on_break_lock, set at connect), so whatever
+		 * it still sends is refused by the OSDs.
+		 */
+		rc = rbd_lock_break(r->image, RBD_LOCK_MODE_EXCLUSIVE, holder);
+		if (rc < 0 && rc != -ENOENT) {
+			snprintf(why, whylen, "cannot break the lock of %s: %s", holder,
+			         strerror(-rc));
+			return rc;
+		}
+		HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)", o->uri,
+		          holder);
+	}
+	if (!is_owner) {
+		/*
+		 * Against a live owner (a race with another gateway) librbd asks
+		 * it, it refuses (transitions are off in exclusive mode) and this
+		 * fails with -EROFS within a round trip or two.
+		 */
+		rc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+		if (rc == 0 && (rbd_is_exclusive_lock_owner(r->image, &is_owner) < 0 || !is_owner))
+			rc = -EROFS;
+		if (rc < 0) {
+			snprintf(why, whylen, "cannot take the exclusive lock: %s", strerror(-rc));
+			return rc == -EROFS ? -EBUSY : rc;
+		}
+	}
+	/* ours: the heartbeat goes on from the last owner's, the requests it dealt with stay so */
+	rc = record_read(r, &rec);
+	if (rc == -ESHUTDOWN)
+		return rc;
+	if (rc)
+		HL_WARN(RBD_LOG, "%s: ownership record unreadable (%s): written anew", o->uri,
+		        strerror(-rc));
+	r->beat = rec.beat + 1;
+	r->done_seq = rec.done;
+	/* our own request (made as a standby) is served by this */
+	if (request_read(r, &rgw, &rseq) == 0 && rgw == gw && rseq > r->done_seq)
+		r->done_seq = rseq;
+	if (lock_holder(r, r->own_addr, sizeof(r->own_addr)) != 1)
+		r->own_addr[0] = '\0';
+	r->own_gw = gw;
+	r->own_epoch = epoch;
+	rec =
+	    (struct own_record){.owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
+	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
+	rc = record_write(r, &rec);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot write the ownership record: %s", strerror(-rc));
+		if (rc != -ESHUTDOWN)
+			rbd_lock_release(r->image); /* not serving: nobody should wait for us */
+		return rc;
+	}
+	atomic_store(&r->owned, true);
+	return 0;
+}
+
+/*
+ * See hl_origin_ops.own_acquire. Without force, -EBUSY at once while a
+ * live client holds the lock (a planned release is waited for, up to
+ * OWN_RELEASE_WAIT_MS). A fenced client reconnects first.
+ */
+int origin_rbd_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
+                           size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	unsigned gen;
+	int rc = own_check(o);
+
+	if (whylen)
+		why[0] = '\0';
+	if (rc) {
+		snprintf(why, whylen, "not an rbd image shared by gateways");
+		return rc;
+	}
+	rc = reconnect_if_fenced(o);
+	if (rc) {
+		snprintf(why, whylen, "cannot reconnect to the cluster: %s", strerror(-rc));
+		return rc;
+	}
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = own_acquire(o, gw, epoch, force, why, whylen);
+	handles_done(r);
+	if (rc == -ESHUTDOWN)
+		origin_rbd_fence(o, rc, gen);
+	return rc;
+}
+
+int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec = {.owner = gw, .epoch = epoch};
+	int is_owner = 0, rc = own_check(o);
+	uint16_t rgw;
+	uint64_t rseq;
+	unsigned gen;
+
+	if (rc)
+		return rc;
+	memset(info, 0, sizeof(*info));
+	if (atomic_load(&r->fenced) || !atomic_load(&r->owned))
+		return -ESHUTDOWN;
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = rbd_is_exclusive_lock_owner(r->image, &is_owner);
+	if (rc == 0 && !is_owner)
+		rc = -ESHUTDOWN; /* lost it: only a break takes it in exclusive mode */
+	if (rc == 0) {
+		rec.beat = r->beat + 1;
+		rec.done = r->done_seq;
+		snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
+		rc = record_write(r, &rec);
+		if (rc == 0)
+			r->beat = rec.beat;
+	}
+	if (rc == 0 && request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq && rgw != gw)
+		info->requester = rgw;
+	handles_done(r);
+	if (rc == -ESHUTDOWN)
+		origin_rbd_fence(o, rc, gen);
+	if (rc)
+		return rc;
+	info->owner = gw;
+	info->epoch = epoch;
+	info->beat = r->beat;
+	info->has_beat = true;
+	return 0;
+}
+
+int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec = {.owner = gw, .epoch = epoch, .released = true};
+	int rc = own_check(o), wrc, lrc;
+	uint16_t rgw;
+	uint64_t rseq;
+	unsigned gen;
+
+	if (rc)
+		return rc;
+	if (atomic_load(&r->fenced))
+		return -ESHUTDOWN;
+	if (!atomic_exchange(&r->owned, false))
+		return 0; /* not ours: nothing to give */
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = rbd_flush(r->image);
+	/* every request made so far is answered by this release */
+	if (request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq)
+		r->done_seq = rseq;
+	rec.beat = ++r->beat;
+	rec.done = r->done_seq;
+	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
+	/* the record first: a standby that reads "released" finds the lock free a moment later */
+	wrc = record_write(r, &rec);
+	lrc = rbd_lock_release(r->image);
+	handles_done(r);
+	rc = rc < 0 ? rc : wrc < 0 ? wrc : lrc;
+	if (rc == -ESHUTDOWN)
+		origin_rbd_fence(o, rc, gen);
+	if (rc < 0)
+		HL_WARN(RBD_LOG, "%s: release: %s", o->uri, strerror(-rc));
+	return rc < 0 ? rc : 0;
+}
+
+int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct own_record rec;
+	int rc = own_check(o);
+	unsigned gen;
+
+	if (rc)
+		return rc;
+	memset(info, 0, sizeof(*info));
+	for (int tries = 0;; tries++) {
+		rc = reconnect_if_fenced(o);
+		if (rc)
+			return rc;
+		handles_read(r);
+		gen = atomic_load(&r->gen);
+		rc = record_read(r, &rec);
+		handles_done(r);
+		if (rc != -ESHUTDOWN || tries)
+			break;
+		origin_rbd_fence(o, rc, gen); /* blocklisted: a new client, once */
+	}
+	if (rc)
+		return rc;
+	info->owner = rec.owner;
+	info->epoch = rec.epoch;
+	info->beat = rec.beat;
+	info->has_beat = true;
+	info->released = rec.released;
+	return 0;
+}
+
+int origin_rbd_own_request(struct hl_origin *o, uint16_t gw)
+{
+	struct rbd_origin *r = ro_of(o);
+	char buf[64];
+	uint16_t rgw;
+	uint64_t rseq;
+	unsigned gen;
+	int rc = own_check(o), n;
+
+	if (rc)
+		return rc;
+	rc = reconnect_if_fenced(o);
+	if (rc)
+		return rc;
+	handles_read(r);
+	gen = atomic_load(&r->gen);
+	rc = request_read(r, &rgw, &rseq);
+	if (rc == -EBADMSG)
+		rc = 0;
+	if (rc == 0) {
+		n = snprintf(buf, sizeof(buf), "gw=%u seq=%llu\n", gw,
+		             (unsigned long long)(rseq + 1));
+		rc = own_obj_write(r, OWN_REQUEST, buf, n);
+	}
+	handles_done(r);
+	if (rc == -ESHUTDOWN)
+		origin_rbd_fence(o, rc, gen);
+	return rc;
+}

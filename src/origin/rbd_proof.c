@@ -1,0 +1,384 @@
+/*
+ * rbd_proof.c - what a cache may trust of an rbd image across a restart or
+ * an ownership change: warm restart proofs (mark snapshots, and
+ * rbd_diff_iterate2 from a mark to the head for what changed since), and the
+ * image's identity, which every gateway of the image reads alike. Who may
+ * write the image is rbd_own.c's; the I/O path is rbd.c's.
+ */
+#include "config.h"
+
+#include "origin/origin_rbd.h"
+
+#include "hotlun/log.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- warm restart proofs ---- */
+
+/*
+ * An image proves what changed since a moment by a snapshot taken then (a
+ * "mark"): rbd_diff_iterate2 from the mark to the image's head lists every
+ * extent written since, by anyone (this gateway included), fast with the
+ * object-map and fast-diff features. A cache keeps the blocks outside those
+ * extents. Marks are named hotlun-TAG-NS (TAG: the cache and disk, NS: the
+ * time it was taken), made at most once per run while running (the first
+ * proof after attach, so that a crash later on is warm for what did not
+ * change) and at every clean detach; a mark is removed only once the cache
+ * recorded a newer one durably (proof_release). A mark costs copy-on-write
+ * of each object on its first write after it. Proof: rbd:IMAGEID:SNAPID:NAME.
+ *
+ * An image opened at a snapshot (@SNAP) never changes while that snapshot
+ * exists: its proof names the snapshot's id (rbdsnap:IMAGEID:SNAPID).
+ */
+
+#define MARK_PREFIX "hotlun-"
+
+/*
+ * The image's snapshots into *out (free it with snaps_free), grown until
+ * librbd stops saying -ERANGE. @return how many, or -errno (*out NULL).
+ */
+static int snaps_list(rbd_image_t image, rbd_snap_info_t **out)
+{
+	rbd_snap_info_t *snaps;
+	int max = 16, n;
+
+	*out = NULL;
+	for (;;) {
+		snaps = calloc((size_t)max, sizeof(*snaps));
+		if (!snaps)
+			return -ENOMEM;
+		n = rbd_snap_list(image, snaps, &max);
+		if (n != -ERANGE)
+			break;
+		free(snaps);
+	}
+	if (n < 0) {
+		free(snaps);
+		return n;
+	}
+	*out = snaps;
+	return n;
+}
+
+static void snaps_free(rbd_snap_info_t *snaps)
+{
+	rbd_snap_list_end(snaps);
+	free(snaps);
+}
+
+/* The id of snapshot `name`, or -ENOENT. */
+static int snap_id_of(rbd_image_t image, const char *name, uint64_t *id)
+{
+	rbd_snap_info_t *snaps;
+	int n, rc = -ENOENT;
+
+	n = snaps_list(image, &snaps);
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(snaps[i].name, name)) {
+			*id = snaps[i].id;
+			rc = 0;
+		}
+	}
+	snaps_free(snaps);
+	return rc;
+}
+
+static int proof_take(struct hl_origin *o, const char *tag, bool final, char *proof, size_t len)
+{
+	struct rbd_origin *r = ro_of(o);
+	char name[160];
+	struct timespec now;
+	uint64_t id;
+	int rc, n;
+
+	if (!r->image_id[0])
+		return -EOPNOTSUPP;
+	if (r->snap[0]) {
+		if (snap_id_of(r->image, r->snap, &id))
+			return -EAGAIN;
+		n = snprintf(proof, len, "rbdsnap:%s:%llu", r->image_id, (unsigned long long)id);
+		return n >= 0 && (size_t)n < len ? 0 : -EOPNOTSUPP;
+	}
+	if (o->read_only)
+		return -EOPNOTSUPP; /* cannot make marks */
+	if (atomic_load(&r->fenced))
+		return -EAGAIN; /* someone else may own the image now */
+	if (!final && r->mark_proof[0]) {
+		snprintf(proof, len, "%s", r->mark_proof);
+		return 0;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	snprintf(name, sizeof(name), MARK_PREFIX "%s-%lld%09ld", tag, (long long)now.tv_sec,
+	         now.tv_nsec);
+	rc = rbd_snap_create(r->image, name);
+	if (rc < 0) {
+		HL_WARN(RBD_LOG, "%s: cannot make the mark snapshot %s: %s", o->uri, name,
+		        strerror(-rc));
+		return -EAGAIN;
+	}
+	if (snap_id_of(r->image, name, &id))
+		return -EAGAIN;
+	if (snprintf(r->mark_proof, sizeof(r->mark_proof), "rbd:%s:%llu:%s", r->image_id,
+	             (unsigned long long)id, name) >= (int)sizeof(r->mark_proof) ||
+	    (size_t)snprintf(proof, len, "%s", r->mark_proof) >= len) {
+		r->mark_proof[0] = '\0';
+		rbd_snap_remove(r->image, name);
+		return -EOPNOTSUPP;
+	}
+	HL_DEBUG(RBD_LOG, "%s: mark snapshot %s", o->uri, name);
+	return 0;
+}
+
+struct diff_arg {
+	hl_origin_changed_fn changed;
+	void *arg;
+	uint64_t extents, bytes;
+};
+
+static int diff_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+	struct diff_arg *d = arg;
+
+	(void)exists; /* written or discarded since the mark: changed either way */
+	d->changed(d->arg, off, len);
+	d->extents++;
+	d->bytes += len;
+	return 0;
+}
+
+/* Whole objects changed since a mark (the fast pass), to be narrowed down. */
+struct obj_list {
+	struct {
+		uint64_t off, len;
+	} *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static int obj_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+	struct obj_list *l = arg;
+
+	(void)exists;
+	if (l->nomem)
+		return 0;
+	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
+		l->v[l->n - 1].len += len;
+		return 0;
+	}
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		void *v = realloc(l->v, cap * sizeof(*l->v));
+		if (!v) {
+			l->nomem = true;
+			return 0;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].off = off;
+	l->v[l->n].len = len;
+	l->n++;
+	return 0;
+}
+
+/*
+ * At most this many bytes of changed objects are narrowed down to the exact
+ * extents written (one listing per object at the OSD); beyond it the rest is
+ * reported as whole objects. A failback after 1% of an image was rewritten
+ * in small writes touches about half of its 4 MiB objects: whole objects
+ * would drop half the cache, exact extents drop the 1%.
+ */
+#define RBD_EXACT_DIFF_MAX (64ull << 30)
+
+/*
+ * What changed since mark `name`: first whole objects (fast with the
+ * object-map and fast-diff features), then, object by object, the exact
+ * extents inside them.
+ */
+static int diff_since(rbd_image_t image, const char *name, uint64_t size, struct diff_arg *d)
+{
+	struct obj_list objs = {0};
+	uint64_t exact = 0;
+	int rc = rbd_diff_iterate2(image, name, 0, size, 1, 1, obj_cb, &objs);
+
+	if (rc >= 0 && objs.nomem)
+		rc = rbd_diff_iterate2(image, name, 0, size, 1, 1, diff_cb, d); /* whole, unsorted */
+	else if (rc >= 0) {
+		for (size_t i = 0; i < objs.n; i++) {
+			struct diff_arg one = *d;
+			int erc = -ERANGE;
+
+			one.extents = one.bytes = 0;
+			if (exact + objs.v[i].len <= RBD_EXACT_DIFF_MAX)
+				erc = rbd_diff_iterate2(image, name, objs.v[i].off, objs.v[i].len, 1, 0,
+				                        diff_cb, &one);
+			exact += objs.v[i].len;
+			if (erc < 0) {
+				/* not narrowed down (or failed half way): the whole objects */
+				diff_cb(objs.v[i].off, objs.v[i].len, 1, d);
+				continue;
+			}
+			d->extents += one.extents;
+			d->bytes += one.bytes;
+		}
+	}
+	free(objs.v);
+	return rc;
+}
+
+static int proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                       hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	char img[128], name[160];
+	unsigned long long want;
+	uint64_t id, size;
+	int n = -1, rc;
+
+	(void)tag;
+	if (r->snap[0]) {
+		if (sscanf(proof, "rbdsnap:%127[^:]:%llu%n", img, &want, &n) != 2 || proof[n]) {
+			snprintf(why, whylen, "not an rbd snapshot proof");
+			return -ESTALE;
+		}
+		if (strcmp(img, r->image_id)) {
+			snprintf(why, whylen, "rbd image replaced");
+			return -ESTALE;
+		}
+		if (snap_id_of(r->image, r->snap, &id) || id != want) {
+			snprintf(why, whylen, "rbd snapshot replaced");
+			return -ESTALE;
+		}
+		snprintf(why, whylen, "rbd snapshot unchanged");
+		return 0;
+	}
+	if (sscanf(proof, "rbd:%127[^:]:%llu:%159s%n", img, &want, name, &n) != 3 || proof[n] ||
+	    strncmp(name, MARK_PREFIX, strlen(MARK_PREFIX))) {
+		snprintf(why, whylen, "not an rbd proof");
+		return -ESTALE;
+	}
+	if (strcmp(img, r->image_id)) {
+		snprintf(why, whylen, "rbd image replaced");
+		return -ESTALE;
+	}
+	rc = snap_id_of(r->image, name, &id);
+	if (rc || id != want) {
+		snprintf(why, whylen, "rbd mark snapshot %s", rc == -ENOENT ? "gone" : "replaced");
+		return -ESTALE;
+	}
+	rc = rbd_get_size(r->image, &size);
+	if (rc >= 0) {
+		struct diff_arg d = {.changed = changed, .arg = arg};
+		rc = diff_since(r->image, name, size, &d);
+		if (rc >= 0) {
+			snprintf(why, whylen, "rbd diff since the mark: %llu extent(s), %llu MiB",
+			         (unsigned long long)d.extents,
+			         (unsigned long long)(d.bytes >> 20));
+			return 0;
+		}
+	}
+	snprintf(why, whylen, "rbd diff failed: %s", strerror(-rc));
+	return -ESTALE;
+}
+
+static void proof_release(struct hl_origin *o, const char *tag, const char *proof)
+{
+	struct rbd_origin *r = ro_of(o);
+	char prefix[128], keep[160] = "";
+	rbd_snap_info_t *snaps;
+	unsigned long long id;
+	char img[128];
+	int n;
+
+	if (r->snap[0] || o->read_only)
+		return;
+	if (sscanf(proof, "rbd:%127[^:]:%llu:%159s", img, &id, keep) != 3)
+		return;
+	snprintf(prefix, sizeof(prefix), MARK_PREFIX "%s-", tag);
+	n = snaps_list(r->image, &snaps);
+	if (n < 0)
+		return;
+	for (int i = 0; i < n; i++) {
+		if (strncmp(snaps[i].name, prefix, strlen(prefix)) || !strcmp(snaps[i].name, keep))
+			continue;
+		int rc = rbd_snap_remove(r->image, snaps[i].name);
+		if (rc < 0)
+			HL_WARN(RBD_LOG, "%s: cannot remove the old mark snapshot %s: %s", o->uri,
+			        snaps[i].name, strerror(-rc));
+	}
+	snaps_free(snaps);
+}
+
+/*
+ * Several gateways: the proofs use the connection of the moment. A mark
+ * is a snapshot, which needs the lock: only the owner takes one, and only
+ * the owner removes old ones (a standby's librbd would ask the owner to).
+ * Checking a proof only reads, so a standby can (before it serves).
+ */
+int origin_rbd_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof, size_t len)
+{
+	struct rbd_origin *r = ro_of(o);
+	int rc;
+
+	if (r->gateway && !r->snap[0] && !o->read_only && !atomic_load(&r->owned))
+		return -EAGAIN;
+	handles_read(r);
+	rc = proof_take(o, tag, final, proof, len);
+	handles_done(r);
+	return rc;
+}
+
+int origin_rbd_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                           hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	int rc;
+
+	handles_read(r);
+	rc = proof_check(o, tag, proof, changed, arg, why, whylen);
+	handles_done(r);
+	return rc;
+}
+
+void origin_rbd_proof_release(struct hl_origin *o, const char *tag, const char *proof)
+{
+	struct rbd_origin *r = ro_of(o);
+
+	if (r->gateway && !atomic_load(&r->owned))
+		return; /* the next release as owner removes them */
+	handles_read(r);
+	proof_release(o, tag, proof);
+	handles_done(r);
+}
+
+/* ---- identity ---- */
+
+/*
+ * The cluster's fsid, the pool's id and the image's id (and the snapshot):
+ * what every gateway of this image reads alike, and what a new image of the
+ * same name (rbd rm + create) does not share.
+ */
+int origin_rbd_identity(struct hl_origin *o, char *buf, size_t len)
+{
+	struct rbd_origin *r = ro_of(o);
+	char fsid[64];
+	int n;
+
+	handles_read(r);
+	if (!r->image_id[0] || rados_cluster_fsid(r->cluster, fsid, sizeof(fsid)) < 0) {
+		handles_done(r);
+		return -EOPNOTSUPP;
+	}
+	n = snprintf(buf, len, "rbd:%s:%lld:%s%s%s", fsid, (long long)rados_ioctx_get_id(r->ioctx),
+	             r->image_id, r->snap[0] ? "@" : "", r->snap);
+	handles_done(r);
+	return n < 0 || (size_t)n >= len ? -EOPNOTSUPP : 0;
+}
