@@ -176,6 +176,29 @@ static void test_no_provider_unchanged(void)
 
 /* ---- REPORT TARGET PORT GROUPS, INQUIRY ---- */
 
+/* The numbering iscsi names its sessions' ports with and RTPG names peers' ports with. */
+static void test_port_ids(void)
+{
+	uint16_t rel, tpg;
+
+	hl_scsi_port_ids(0, 3, &rel, &tpg); /* a lone gateway: the TPGT */
+	CU_ASSERT_EQUAL(rel, 3);
+	CU_ASSERT_EQUAL(tpg, 3);
+	hl_scsi_port_ids(0, 0, &rel, &tpg); /* 0 is reserved for both */
+	CU_ASSERT_EQUAL(rel, 1);
+	CU_ASSERT_EQUAL(tpg, 1);
+	hl_scsi_port_ids(2, 3, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, 0x0203);
+	CU_ASSERT_EQUAL(tpg, 2);
+	hl_scsi_port_ids(255, 0x1ff, &rel, &tpg); /* only the TPGT's low byte */
+	CU_ASSERT_EQUAL(rel, 0xffff);
+	CU_ASSERT_EQUAL(tpg, 255);
+	/* the ports of the fake nexuses below are numbered so */
+	hl_scsi_port_ids(1, 2, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, gw1_t2.rel_port_id);
+	CU_ASSERT_EQUAL(tpg, gw1_t2.tpg_id);
+}
+
 static void test_rtpg_two_groups(void)
 {
 	struct tcmd t;
@@ -687,6 +710,7 @@ static void test_provider_removed(void)
 
 static const struct hl_test tests[] = {
     {"no provider: TPGS 01b, RTPG all active/optimized, no STPG", test_no_provider_unchanged},
+    {"port ids: group = gateway, relative port = gateway << 8 | TPGT", test_port_ids},
     {"RTPG: the provider's groups, states, ports, transition time", test_rtpg_two_groups},
     {"INQUIRY with a provider: TPGS 11b, PQ 001b when unavailable", test_inquiry_with_provider},
     {"active/optimized and non-optimized run everything", test_active_states_run_everything},
