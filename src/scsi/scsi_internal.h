@@ -208,6 +208,17 @@ static inline struct scsi_cmd_priv *scsi_priv(struct hl_scsi_cmd *cmd)
  */
 bool scsi_write_protected(struct hl_scsi_cmd *cmd);
 
+/**
+ * The checks a command with a parameter list of plen bytes (its CDB's
+ * PARAMETER LIST LENGTH) makes before reading it, after its CDB checks: an
+ * empty list is GOOD with nothing to do; data-out shorter than plen is
+ * INVALID FIELD IN COMMAND INFORMATION UNIT; a list shorter than min_len
+ * (its header) is PARAMETER LIST LENGTH ERROR. The caller sets xfer_len.
+ * @return true when cmd->data holds a list of at least min_len bytes to
+ * parse; false when the command is done (status set).
+ */
+bool scsi_param_list_start(struct hl_scsi_cmd *cmd, uint32_t plen, uint32_t min_len);
+
 /** Finish a command a handler left pending: frees its bounce buffer and calls cmd->done. */
 void scsi_cmd_complete(struct hl_scsi_cmd *cmd);
 

@@ -449,18 +449,8 @@ enum scsi_exec_result spc_mode_select(struct hl_scsi_cmd *cmd)
 		scsi_sense_invalid_cdb(cmd, 1, 0);
 		return SCSI_DONE;
 	}
-	if (plen == 0) {
-		scsi_set_good(cmd);
+	if (!scsi_param_list_start(cmd, plen, hdr))
 		return SCSI_DONE;
-	}
-	if (scsi_dout_len(cmd) < plen) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
-		return SCSI_DONE;
-	}
-	if (plen < hdr) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
-		return SCSI_DONE;
-	}
 	/* header: MODE DATA LENGTH and the device-specific parameter are reserved here */
 	uint32_t medium = ten ? 2 : 1;
 	if (d[medium] != 0) {
@@ -798,15 +788,9 @@ enum scsi_exec_result spc_set_tpgs(struct hl_scsi_cmd *cmd)
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
 		return SCSI_DONE;
 	}
-	if (plen == 0) {
-		scsi_set_good(cmd);
+	if (!scsi_param_list_start(cmd, plen, 4))
 		return SCSI_DONE;
-	}
-	if (scsi_dout_len(cmd) < plen) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
-		return SCSI_DONE;
-	}
-	if (plen < 4 || plen % 4 || (plen - 4) / 4 > HL_ALUA_GROUPS_MAX) {
+	if (plen % 4 || (plen - 4) / 4 > HL_ALUA_GROUPS_MAX) {
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
 		return SCSI_DONE;
 	}

@@ -387,18 +387,8 @@ enum scsi_exec_result spc_extended_copy(struct hl_scsi_cmd *cmd)
 	const uint8_t *d = cmd->data;
 
 	cmd->xfer_len = plen;
-	if (plen == 0) {
-		scsi_set_good(cmd);
+	if (!scsi_param_list_start(cmd, plen, XCOPY_HDR_LEN))
 		return SCSI_DONE;
-	}
-	if (scsi_dout_len(cmd) < plen) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
-		return SCSI_DONE;
-	}
-	if (plen < XCOPY_HDR_LEN) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
-		return SCSI_DONE;
-	}
 	uint8_t usage = (d[1] >> 3) & 0x03;
 	uint32_t tlen = hl_get_be16(d + 2);
 	uint32_t slen = hl_get_be32(d + 8);

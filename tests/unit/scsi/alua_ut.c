@@ -526,7 +526,10 @@ static void test_stpg_bad_lists(void)
 	run_full(&t, &nx1, 0, cdb, 12, par, sizeof(par), true);
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00);
 	CU_ASSERT_EQUAL(hl_get_be16(t.cmd.sense + 16), 10);
-	/* a length that is not a header plus whole descriptors */
+	/* shorter than the header, and not a header plus whole descriptors */
+	stpg_cdb(cdb, 2);
+	run_full(&t, &nx1, 0, cdb, 12, par, 2, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00);
 	stpg_cdb(cdb, 6);
 	run_full(&t, &nx1, 0, cdb, 12, par, 6, true);
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00);
