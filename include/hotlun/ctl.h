@@ -76,4 +76,16 @@ void hl_ctl_server_destroy(struct hl_ctl_server *srv);
 int hl_ctl_connect(const char *path);
 int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply);
 
+/**
+ * Client side: the control socket the hotlund configuration file at path
+ * names ([global] control_socket, or its default under state_dir), for a
+ * client that was given no socket. A file this user cannot read (none
+ * there, no permission: a host or a user without the daemon's config) is
+ * no answer and no error: NULL with err "". A file that reads but does not
+ * load is NULL with the reason in err: the caller falls back to its
+ * default socket and should say why, since that may not be the daemon the
+ * file describes. @return a string the caller frees, or NULL.
+ */
+char *hl_ctl_socket_from_config(const char *path, char *err, size_t errlen);
+
 #endif

@@ -64,9 +64,10 @@ struct hl_iscsi_server_config {
 	/**
 	 * This gateway's id when several gateways serve the same disks
 	 * ([global] gateway, 1..255), 0: a lone gateway. It names the SCSI
-	 * target ports of every session: target port group = gateway, relative
-	 * target port id = (gateway << 8) | (TPGT & 0xff); with 0 both are the
-	 * TPGT. @return of hl_iscsi_server_create: -EINVAL above 255.
+	 * target ports of every session (hl_scsi_port_ids: target port group =
+	 * gateway, relative target port id = (gateway << 8) | (TPGT & 0xff);
+	 * with 0 both are the TPGT). @return of hl_iscsi_server_create: -EINVAL
+	 * above 255.
 	 */
 	unsigned gateway;
 };

@@ -86,6 +86,28 @@ struct hl_scsi_port {
 };
 
 /**
+ * The ids of the SCSI target port behind portal group tag `tpgt` on gateway
+ * `gateway` ([global] gateway, 1..255; 0: a lone gateway). With a gateway
+ * id: target port group = gateway, relative port id = (gateway << 8) |
+ * (tpgt & 0xff), so ports are unique across the gateways serving one LU and
+ * every gateway can name a peer's twin of a port; without one, both are the
+ * TPGT (1 for 0, which neither id may be). The one place this numbering is
+ * written: the transport names its sessions' ports with it, and REPORT
+ * TARGET PORT GROUPS names the ports of other gateways with it.
+ */
+static inline void hl_scsi_port_ids(uint16_t gateway, uint16_t tpgt, uint16_t *rel_port_id,
+                                    uint16_t *tpg_id)
+{
+	if (gateway) {
+		*tpg_id = gateway;
+		*rel_port_id = (uint16_t)(gateway << 8 | (tpgt & 0xff));
+		return;
+	}
+	*rel_port_id = tpgt ? tpgt : 1;
+	*tpg_id = tpgt ? tpgt : 1;
+}
+
+/**
  * An I_T nexus (for iSCSI: one session). Owned by the transport; valid
  * until hl_scsi_nexus_gone() returns.
  */

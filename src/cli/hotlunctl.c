@@ -10,7 +10,6 @@
  */
 #include "config.h"
 
-#include "hotlun/conf.h"
 #include "hotlun/ctl.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
@@ -905,22 +904,6 @@ static void run_shell(void)
 	completion_reset();
 }
 
-/* The control socket named in a config file, if it can be read. */
-static char *socket_from_config(const char *path)
-{
-	struct hl_conf *c;
-	char err[512];
-	char *s = NULL;
-
-	if (access(path, R_OK) != 0)
-		return NULL;
-	if (hl_conf_load(path, &c, err, sizeof(err)) == 0) {
-		s = strdup(c->control_socket);
-		hl_conf_free(c);
-	}
-	return s;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: hotlunctl [--socket PATH | --config FILE] [PATH] [COMMAND [ARGS...]]\n"
@@ -964,8 +947,12 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!socket_path) {
-		from_conf = socket_from_config(config ? config : DEFAULT_CONFIG);
+		char err[512];
+		from_conf =
+		    hl_ctl_socket_from_config(config ? config : DEFAULT_CONFIG, err, sizeof(err));
 		socket_path = from_conf ? from_conf : HL_LOCALSTATEDIR "/lib/hotlun/hotlund.sock";
+		if (err[0])
+			fprintf(stderr, "hotlunctl: warning: %s; trying %s\n", err, socket_path);
 	}
 	signal(SIGPIPE, SIG_IGN);
 

@@ -1,8 +1,10 @@
 /*
  * ctl.c - the control socket server and client: line framing, JSON
- * validation, dispatch through the caller's command table.
+ * validation, dispatch through the caller's command table; and where a
+ * client finds the socket when it is not told (the daemon's config file).
  */
 #include "hotlun/ctl.h"
+#include "hotlun/conf.h"
 #include "hotlun/event.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
@@ -465,6 +467,25 @@ int hl_ctl_connect(const char *path)
 		return rc;
 	}
 	return fd;
+}
+
+char *hl_ctl_socket_from_config(const char *path, char *err, size_t errlen)
+{
+	struct hl_conf *c;
+	char *s;
+
+	if (errlen)
+		err[0] = '\0';
+	if (access(path, R_OK) != 0)
+		return NULL;
+	if (hl_conf_load(path, &c, err, errlen) != 0)
+		return NULL;
+	/* hl_conf_load always sets it; a NULL here would be its bug, not a crash of ours */
+	s = c->control_socket ? strdup(c->control_socket) : NULL;
+	if (c->control_socket && !s)
+		snprintf(err, errlen, "%s: %s", path, strerror(ENOMEM));
+	hl_conf_free(c);
+	return s;
 }
 
 int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply)

@@ -8,14 +8,13 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "daemon/caches.h"
+#include "daemon/daemon_internal.h"
 #include "hotlun/cache_engine.h"
 #include "hotlun/log.h"
 
@@ -29,24 +28,6 @@ struct cache_rt {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* guards g_caches */
 static struct cache_rt *g_caches;
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
-static bool str_eq(const char *a, const char *b)
-{
-	return (!a && !b) || (a && b && !strcmp(a, b));
-}
 
 static struct cache_rt *find(const char *name)
 {
@@ -112,8 +93,8 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	free(map);
 	if (rc) {
 		rt_free(r);
-		return fail(err, errlen, rc, "cache %s: cannot open %s: %s", k->name, k->device,
-		            strerror(-rc));
+		return daemon_fail(err, errlen, rc, "cache %s: cannot open %s: %s", k->name,
+		                   k->device, strerror(-rc));
 	}
 	r->next = g_caches;
 	g_caches = r;
@@ -148,15 +129,16 @@ static int check_device(const struct hl_conf *conf, const struct hl_conf_cache *
 	for (size_t j = 0; j < conf->n_caches; j++) {
 		const struct hl_conf_cache *o = &conf->caches[j];
 		if (o != k && same_file(o->device, k->device))
-			return fail(err, errlen, -EINVAL,
-			            "cache %s: device %s is also cache %s's device", k->name,
-			            k->device, o->name);
+			return daemon_fail(err, errlen, -EINVAL,
+			                   "cache %s: device %s is also cache %s's device", k->name,
+			                   k->device, o->name);
 	}
 	for (size_t j = 0; j < conf->n_disks; j++) {
 		const char *p = origin_path(conf->disks[j].origin);
 		if (p && same_file(p, k->device))
-			return fail(err, errlen, -EINVAL, "cache %s: device %s is disk %s's origin",
-			            k->name, k->device, conf->disks[j].name);
+			return daemon_fail(err, errlen, -EINVAL,
+			                   "cache %s: device %s is disk %s's origin", k->name,
+			                   k->device, conf->disks[j].name);
 	}
 	return 0;
 }
@@ -170,12 +152,13 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 		const struct hl_conf_cache *k = &conf->caches[i];
 		struct cache_rt *r = find(k->name);
 		if (r) {
-			if (!str_eq(r->conf.device, k->device) || r->conf.size != k->size ||
+			if (!daemon_str_eq(r->conf.device, k->device) || r->conf.size != k->size ||
 			    r->conf.block_size != k->block_size)
-				rc = fail(err, errlen, -EINVAL,
-				          "cache %s: device, size and block_size change only with a "
-				          "restart",
-				          k->name);
+				rc = daemon_fail(
+				    err, errlen, -EINVAL,
+				    "cache %s: device, size and block_size change only with a "
+				    "restart",
+				    k->name);
 			continue; /* the rest: daemon_caches_apply */
 		}
 		rc = check_device(conf, k, err, errlen);
@@ -204,14 +187,14 @@ static int apply_str(struct cache_rt *r, const char *key, char **cur, const char
 {
 	int e;
 
-	if (str_eq(*cur, want))
+	if (daemon_str_eq(*cur, want))
 		return 0;
 	e = set(r->c, want);
 	if (!e && !set_str(cur, want))
 		e = -ENOMEM;
 	if (e)
-		return fail(err, errlen, e, "cache %s: %s %s: %s", r->conf.name, key,
-		            want ? want : "(default)", strerror(-e));
+		return daemon_fail(err, errlen, e, "cache %s: %s %s: %s", r->conf.name, key,
+		                   want ? want : "(default)", strerror(-e));
 	return 0;
 }
 
@@ -230,8 +213,8 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 		if (daemon_cache_update_buffer(&r->conf) != daemon_cache_update_buffer(k)) {
 			e = hl_cache_set_update_buffer(r->c, daemon_cache_update_buffer(k));
 			if (e) {
-				rc = fail(err, errlen, e, "cache %s: update_buffer: %s", k->name,
-				          strerror(-e));
+				rc = daemon_fail(err, errlen, e, "cache %s: update_buffer: %s",
+				                 k->name, strerror(-e));
 			} else {
 				r->conf.update_buffer = k->update_buffer;
 				r->conf.update_buffer_set = k->update_buffer_set;
@@ -240,8 +223,8 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 		if (daemon_cache_write_budget(&r->conf) != daemon_cache_write_budget(k)) {
 			e = hl_cache_set_write_budget(r->c, daemon_cache_write_budget(k));
 			if (e) {
-				rc = fail(err, errlen, e, "cache %s: write_budget: %s", k->name,
-				          strerror(-e));
+				rc = daemon_fail(err, errlen, e, "cache %s: write_budget: %s",
+				                 k->name, strerror(-e));
 			} else {
 				r->conf.write_budget = k->write_budget;
 				r->conf.write_budget_set = k->write_budget_set;
@@ -270,16 +253,17 @@ int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **orig
 	r = find(disk->cache);
 	if (!r) {
 		pthread_mutex_unlock(&g_lock);
-		return fail(err, errlen, -ENOENT, "disk %s: cache '%s' is not open", disk->name,
-		            disk->cache);
+		return daemon_fail(err, errlen, -ENOENT, "disk %s: cache '%s' is not open",
+		                   disk->name, disk->cache);
 	}
 	rc = hl_cache_attach(r->c, disk->name, disk->cache_quota, *origin, &wrapped);
 	if (rc) {
 		pthread_mutex_unlock(&g_lock);
-		return fail(err, errlen, rc, "disk %s: cache %s: %s", disk->name, disk->cache,
-		            rc == -EEXIST   ? "the disk is still attached (restart to change it)"
-		            : rc == -ENOSPC ? "cache_quota does not fit in the cache"
-		                            : strerror(-rc));
+		return daemon_fail(
+		    err, errlen, rc, "disk %s: cache %s: %s", disk->name, disk->cache,
+		    rc == -EEXIST   ? "the disk is still attached (restart to change it)"
+		    : rc == -ENOSPC ? "cache_quota does not fit in the cache"
+		                    : strerror(-rc));
 	}
 	*origin = wrapped;
 	for (size_t i = 0; i < r->n_disks; i++)

@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,18 +41,6 @@ struct node {
 	char name[256];     /* disk/cache/target name */
 	char leaf[256];     /* lunN, acl name, portal */
 };
-
-static int err_out(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int err_out(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return rc;
-}
 
 /* Split a path into at most 8 components; "" and "." are skipped. */
 static int split(const char *path, char parts[8][256])
@@ -113,7 +100,7 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 
 	memset(nd, 0, sizeof(*nd));
 	if (n < 0)
-		return err_out(err, errlen, -EINVAL, "path too long: %.64s", path);
+		return daemon_fail(err, errlen, -EINVAL, "path too long: %.64s", path);
 	if (n == 0) {
 		nd->kind = N_ROOT;
 		return 0;
@@ -122,7 +109,7 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 		nd->kind = n == 1 ? N_DISKS : N_DISK;
 		if (n == 2) {
 			if (!hl_conf_find_disk(d->conf, parts[1]))
-				return err_out(err, errlen, -ENOENT, "no disk %s", parts[1]);
+				return daemon_fail(err, errlen, -ENOENT, "no disk %s", parts[1]);
 			hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
 		}
 		return 0;
@@ -131,7 +118,7 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 		nd->kind = n == 1 ? N_CACHES : N_CACHE;
 		if (n == 2) {
 			if (!hl_conf_find_cache(d->conf, parts[1]))
-				return err_out(err, errlen, -ENOENT, "no cache %s", parts[1]);
+				return daemon_fail(err, errlen, -ENOENT, "no cache %s", parts[1]);
 			hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
 		}
 		return 0;
@@ -145,32 +132,33 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 		nd->kind = N_SESSION;
 		hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
 		if (session_find(d, nd->name, &info))
-			return err_out(err, errlen, -ENOENT, "no session %s (ls /sessions lists them)",
-				       parts[1]);
+			return daemon_fail(err, errlen, -ENOENT,
+			                   "no session %s (ls /sessions lists them)", parts[1]);
 		return 0;
 	}
 	if (strcmp(parts[0], "iscsi") != 0)
-		return err_out(err, errlen, -ENOENT, "no such path: %.200s", path);
+		return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
 	if (n == 1) {
 		nd->kind = N_ISCSI;
 		return 0;
 	}
 	const struct hl_conf_target *t = hl_conf_find_target(d->conf, parts[1]);
 	if (!t)
-		return err_out(err, errlen, -ENOENT, "no target %s", parts[1]);
+		return daemon_fail(err, errlen, -ENOENT, "no target %s", parts[1]);
 	hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
 	if (n == 2) {
 		nd->kind = N_TARGET;
 		return 0;
 	}
 	if (strcmp(parts[2], "tpg1") != 0)
-		return err_out(err, errlen, -ENOENT, "no such path: %.200s (only tpg1 exists)", path);
+		return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s (only tpg1 exists)",
+		                   path);
 	if (n == 3) {
 		nd->kind = N_TPG;
 		return 0;
 	}
 	if (n > 5)
-		return err_out(err, errlen, -ENOENT, "no such path: %.200s", path);
+		return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
 	if (n == 5)
 		hl_strlcpy(nd->leaf, parts[4], sizeof(nd->leaf));
 	if (strcmp(parts[3], "luns") == 0) {
@@ -178,14 +166,16 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 		if (n == 5) {
 			uint64_t lun;
 			if (strncmp(nd->leaf, "lun", 3) || hl_parse_u64(nd->leaf + 3, &lun))
-				return err_out(err, errlen, -ENOENT, "LUNs are named lunN, not %s", nd->leaf);
+				return daemon_fail(err, errlen, -ENOENT,
+				                   "LUNs are named lunN, not %s", nd->leaf);
 			char key[32];
 			snprintf(key, sizeof(key), "lun.%" PRIu64, lun);
 			bool found = false;
 			for (size_t i = 0; i < t->n_luns; i++)
 				found |= t->luns[i].lun == lun;
 			if (!found)
-				return err_out(err, errlen, -ENOENT, "target %s has no %s", t->name, nd->leaf);
+				return daemon_fail(err, errlen, -ENOENT, "target %s has no %s",
+				                   t->name, nd->leaf);
 		}
 		return 0;
 	}
@@ -196,8 +186,8 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 			for (size_t i = 0; i < t->n_allow; i++)
 				found |= strcmp(t->allow[i], nd->leaf) == 0;
 			if (!found)
-				return err_out(err, errlen, -ENOENT, "target %s has no ACL %s", t->name,
-					       nd->leaf);
+				return daemon_fail(err, errlen, -ENOENT, "target %s has no ACL %s",
+				                   t->name, nd->leaf);
 		}
 		return 0;
 	}
@@ -208,11 +198,11 @@ static int parse_path(struct daemon *d, const char *path, struct node *nd, char 
 			for (size_t i = 0; i < d->conf->n_portals; i++)
 				found |= strcmp(d->conf->portals[i], nd->leaf) == 0;
 			if (!found)
-				return err_out(err, errlen, -ENOENT, "no portal %s", nd->leaf);
+				return daemon_fail(err, errlen, -ENOENT, "no portal %s", nd->leaf);
 		}
 		return 0;
 	}
-	return err_out(err, errlen, -ENOENT, "no such path: %.200s", path);
+	return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
 }
 
 /* ---- reading the tree ---- */
@@ -432,7 +422,7 @@ static int cmd_ls(void *ctx, json_t *args, json_t **result, char *err, size_t er
 	int rc;
 
 	if (json_object_get(args, "path") && !path)
-		return err_out(err, errlen, -EINVAL, "path: expected a string");
+		return daemon_fail(err, errlen, -EINVAL, "path: expected a string");
 	rc = parse_path(d, path ? path : "/", &nd, err, errlen);
 	if (rc)
 		return rc;
@@ -597,7 +587,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		struct hl_iscsi_session_info s;
 		if (session_find(d, nd->name, &s)) {
 			json_decref(o);
-			return err_out(err, errlen, -ENOENT, "no session %s", nd->name);
+			return daemon_fail(err, errlen, -ENOENT, "no session %s", nd->name);
 		}
 		json_decref(o);
 		o = session_params(&s);
@@ -605,7 +595,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 	}
 	default:
 		json_decref(o);
-		return err_out(err, errlen, -EINVAL, "this node has no parameters");
+		return daemon_fail(err, errlen, -EINVAL, "this node has no parameters");
 	}
 	*out = o;
 	return 0;
@@ -619,7 +609,7 @@ static int cmd_get(void *ctx, json_t *args, json_t **result, char *err, size_t e
 	int rc;
 
 	if (!path)
-		return err_out(err, errlen, -EINVAL, "path: a string is required");
+		return daemon_fail(err, errlen, -EINVAL, "path: a string is required");
 	rc = parse_path(d, path, &nd, err, errlen);
 	if (rc)
 		return rc;
@@ -697,8 +687,9 @@ static int set_params(struct hl_conf *next, enum hl_conf_kind kind, const char *
 			rc = hl_conf_unset(next, kind, name, key, NULL, err, errlen);
 		} else {
 			if (value_text(v, text, sizeof(text)))
-				return err_out(err, errlen, -EINVAL,
-					       "%s: expected a string, a whole number or a boolean", key);
+				return daemon_fail(
+				    err, errlen, -EINVAL,
+				    "%s: expected a string, a whole number or a boolean", key);
 			rc = hl_conf_set(next, kind, name, key, text, err, errlen);
 		}
 		if (rc)
@@ -736,8 +727,10 @@ static int without_masked_secrets(struct daemon *d, const struct node *nd, json_
 		if (!now || strcmp(now, SECRET_SHOWN) != 0) {
 			json_decref(shown);
 			json_decref(*out);
-			return err_out(err, errlen, -EINVAL, "%s: %s is how get shows a secret that "
-				       "is set, not a secret", key, SECRET_SHOWN);
+			return daemon_fail(err, errlen, -EINVAL,
+			                   "%s: %s is how get shows a secret that "
+			                   "is set, not a secret",
+			                   key, SECRET_SHOWN);
 		}
 		json_object_del(*out, key);
 	}
@@ -757,10 +750,12 @@ static int set_lun(struct daemon *d, const struct node *nd, json_t *params, bool
 
 	json_object_foreach(params, key, v) {
 		if (strcmp(key, "disk") != 0)
-			return err_out(err, errlen, -EINVAL, "a LUN has only disk (the [disk] it serves), "
-				       "not %s", key);
+			return daemon_fail(err, errlen, -EINVAL,
+			                   "a LUN has only disk (the [disk] it serves), "
+			                   "not %s",
+			                   key);
 		if (!json_is_string(v))
-			return err_out(err, errlen, -EINVAL, "disk: expected a disk name");
+			return daemon_fail(err, errlen, -EINVAL, "disk: expected a disk name");
 		disk = json_string_value(v);
 	}
 	if (!disk)
@@ -790,23 +785,27 @@ static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t e
 
 	(void)result;
 	if (!path || !json_is_object(params))
-		return err_out(err, errlen, -EINVAL, "set needs path (string) and params (object)");
+		return daemon_fail(err, errlen, -EINVAL,
+		                   "set needs path (string) and params (object)");
 	rc = parse_path(d, path, &nd, err, errlen);
 	if (rc)
 		return rc;
 	if (nd.kind == N_LUN)
 		return set_lun(d, &nd, params, arg_force(args), err, errlen);
 	if (nd.kind != N_ROOT && nd.kind != N_DISK && nd.kind != N_CACHE && nd.kind != N_TARGET)
-		return err_out(err, errlen, -EINVAL, "nothing to set on %s", path);
+		return daemon_fail(err, errlen, -EINVAL, "nothing to set on %s", path);
 	enum hl_conf_kind kind = section_of(&nd, &name);
 	if (json_object_get(params, "portal"))
-		return err_out(err, errlen, -EINVAL, "portals are created and deleted under .../tpg1/portals");
+		return daemon_fail(err, errlen, -EINVAL,
+		                   "portals are created and deleted under .../tpg1/portals");
 	/* what get shows beside the configuration: a clear word instead of "unknown key" */
 	static const char *const shown_only[] = {"size_bytes", "blocks", "sessions"};
 	for (size_t i = 0; i < HL_ARRAY_SIZE(shown_only); i++) {
 		if (json_object_get(params, shown_only[i]))
-			return err_out(err, errlen, -EINVAL, "%s is read-only (a run-time value, not a "
-				       "configuration key)", shown_only[i]);
+			return daemon_fail(err, errlen, -EINVAL,
+			                   "%s is read-only (a run-time value, not a "
+			                   "configuration key)",
+			                   shown_only[i]);
 	}
 	json_t *todo = NULL;
 	rc = without_masked_secrets(d, &nd, params, &todo, err, errlen);
@@ -845,9 +844,9 @@ static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_
 	int rc;
 
 	if (!path || !name)
-		return err_out(err, errlen, -EINVAL, "create needs path and name (strings)");
+		return daemon_fail(err, errlen, -EINVAL, "create needs path and name (strings)");
 	if (params && !json_is_object(params))
-		return err_out(err, errlen, -EINVAL, "params: expected an object");
+		return daemon_fail(err, errlen, -EINVAL, "params: expected an object");
 	rc = parse_path(d, path, &nd, err, errlen);
 	if (rc)
 		return rc;
@@ -888,7 +887,8 @@ static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_
 			lun = given < HL_SCSI_MAX_LUNS ? (int)given : -1;
 		}
 		if (lun < 0 || lun >= HL_SCSI_MAX_LUNS) {
-			rc = err_out(err, errlen, -EINVAL, "lun: expected 0..%d", HL_SCSI_MAX_LUNS - 1);
+			rc = daemon_fail(err, errlen, -EINVAL, "lun: expected 0..%d",
+			                 HL_SCSI_MAX_LUNS - 1);
 			break;
 		}
 		char key[32];
@@ -906,7 +906,7 @@ static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_
 		snprintf(created, sizeof(created), "/iscsi/%s/tpg1/portals/%s", nd.name, name);
 		break;
 	default:
-		rc = err_out(err, errlen, -EINVAL, "nothing can be created under %s", path);
+		rc = daemon_fail(err, errlen, -EINVAL, "nothing can be created under %s", path);
 	}
 	if (rc) {
 		hl_conf_free(next);
@@ -928,7 +928,7 @@ static int cmd_delete(void *ctx, json_t *args, json_t **result, char *err, size_
 
 	(void)result;
 	if (!path)
-		return err_out(err, errlen, -EINVAL, "delete needs path (string)");
+		return daemon_fail(err, errlen, -EINVAL, "delete needs path (string)");
 	rc = parse_path(d, path, &nd, err, errlen);
 	if (rc)
 		return rc;
@@ -942,9 +942,9 @@ static int cmd_delete(void *ctx, json_t *args, json_t **result, char *err, size_
 		enum hl_conf_kind kind = section_of(&nd, &name);
 		if (kind == HL_CONF_TARGET && !arg_force(args) &&
 		    hl_iscsi_target_sessions(d->server, name)) {
-			rc = err_out(err, errlen, -EBUSY,
-				     "target %s has %u session(s); add force to close them", name,
-				     hl_iscsi_target_sessions(d->server, name));
+			rc = daemon_fail(err, errlen, -EBUSY,
+			                 "target %s has %u session(s); add force to close them",
+			                 name, hl_iscsi_target_sessions(d->server, name));
 			break;
 		}
 		rc = hl_conf_section_remove(next, kind, name, err, errlen);
@@ -963,7 +963,7 @@ static int cmd_delete(void *ctx, json_t *args, json_t **result, char *err, size_
 		rc = hl_conf_unset(next, HL_CONF_GLOBAL, NULL, "portal", nd.leaf, err, errlen);
 		break;
 	default:
-		rc = err_out(err, errlen, -EINVAL, "%s cannot be deleted", path);
+		rc = daemon_fail(err, errlen, -EINVAL, "%s cannot be deleted", path);
 	}
 	if (rc) {
 		hl_conf_free(next);
@@ -1015,18 +1015,19 @@ static int owner_of(struct daemon *d, json_t *args, struct disk_rt **out, char *
 	int rc;
 
 	if (!path)
-		return err_out(err, errlen, -EINVAL, "needs path (string): /disks/NAME");
+		return daemon_fail(err, errlen, -EINVAL, "needs path (string): /disks/NAME");
 	rc = parse_path(d, path, &nd, err, errlen);
 	if (rc)
 		return rc;
 	if (nd.kind != N_DISK)
-		return err_out(err, errlen, -EINVAL, "%s is not a disk (/disks/NAME)", path);
+		return daemon_fail(err, errlen, -EINVAL, "%s is not a disk (/disks/NAME)", path);
 	*out = daemon_disk_find(d, nd.name);
 	if (!*out || !(*out)->owner)
-		return err_out(err, errlen, -EINVAL,
-			       "disk %s is not shared between gateways ([global] gateway, an rbd or "
-			       "iscsi origin)",
-			       nd.name);
+		return daemon_fail(
+		    err, errlen, -EINVAL,
+		    "disk %s is not shared between gateways ([global] gateway, an rbd or "
+		    "iscsi origin)",
+		    nd.name);
 	return 0;
 }
 
@@ -1041,8 +1042,9 @@ static int cmd_handover(void *ctx, json_t *args, json_t **result, char *err, siz
 		return rc;
 	hl_owner_status(rt->owner, &st);
 	if (strcmp(st.state, "owner"))
-		return err_out(err, errlen, -EALREADY, "disk %s: this gateway does not own it (%s)",
-			       rt->conf.name, st.state);
+		return daemon_fail(err, errlen, -EALREADY,
+		                   "disk %s: this gateway does not own it (%s)", rt->conf.name,
+		                   st.state);
 	HL_NOTICE("daemon", "disk %s: handover asked through the control socket", rt->conf.name);
 	rc = hl_owner_handover(rt->owner, 5000);
 	hl_owner_status(rt->owner, &st);
@@ -1063,15 +1065,16 @@ static int cmd_takeover(void *ctx, json_t *args, json_t **result, char *err, siz
 		return rc;
 	rc = hl_owner_request(rt->owner);
 	if (rc == -EALREADY)
-		return err_out(err, errlen, rc, "disk %s: this gateway owns it already",
-			       rt->conf.name);
+		return daemon_fail(err, errlen, rc, "disk %s: this gateway owns it already",
+		                   rt->conf.name);
 	if (rc == -EBUSY)
-		return err_out(err, errlen, rc,
-			       "disk %s: ownership moved less than %u s ago; it moves at most that "
-			       "often (no ping-pong)",
-			       rt->conf.name, HL_OWNER_HOLD_MS / 1000);
+		return daemon_fail(
+		    err, errlen, rc,
+		    "disk %s: ownership moved less than %u s ago; it moves at most that "
+		    "often (no ping-pong)",
+		    rt->conf.name, HL_OWNER_HOLD_MS / 1000);
 	if (rc)
-		return err_out(err, errlen, rc, "disk %s: %s", rt->conf.name, strerror(-rc));
+		return daemon_fail(err, errlen, rc, "disk %s: %s", rt->conf.name, strerror(-rc));
 	HL_NOTICE("daemon", "disk %s: takeover asked through the control socket", rt->conf.name);
 	*result = owner_json(d, rt->owner);
 	return 0;
@@ -1145,7 +1148,7 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 	int rc;
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-		return err_out(err, errlen, -ENAMETOOLONG, "%s: path too long", path);
+		return daemon_fail(err, errlen, -ENAMETOOLONG, "%s: path too long", path);
 	/*
 	 * The file holds CHAP secrets: never readable by others, whatever the
 	 * umask. It keeps the original's owner and group, and its group read
@@ -1157,14 +1160,14 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 	unlink(tmp); /* a leftover of a failed save */
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
-		return err_out(err, errlen, -errno, "%s: %s", tmp, strerror(errno));
+		return daemon_fail(err, errlen, -errno, "%s: %s", tmp, strerror(errno));
 	if (had && fchown(fd, ost.st_uid, ost.st_gid) < 0)
 		HL_DEBUG("daemon", "saveconfig: %s keeps hotlund's owner: %s", tmp, strerror(errno));
 	if (fchmod(fd, mode) < 0 || !(f = fdopen(fd, "w"))) {
 		rc = -errno;
 		close(fd);
 		unlink(tmp);
-		return err_out(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
+		return daemon_fail(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
 	}
 	fprintf(f, "; written by hotlund %s (saveconfig)\n", PACKAGE_VERSION);
 	rc = hl_conf_write(conf, f);
@@ -1174,7 +1177,7 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 		rc = -errno;
 	if (rc) {
 		unlink(tmp);
-		return err_out(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
+		return daemon_fail(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
 	}
 	/*
 	 * Read what was written with the parser that will read it at the next
@@ -1189,9 +1192,10 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 	hl_conf_free(back);
 	if (rc) {
 		unlink(tmp);
-		return err_out(err, errlen, -EIO, "saveconfig: what was written does not read back as "
-			       "the running configuration (%s); %s left unchanged",
-			       rc == -EPROTO ? "it reads as a different one" : why, path);
+		return daemon_fail(err, errlen, -EIO,
+		                   "saveconfig: what was written does not read back as "
+		                   "the running configuration (%s); %s left unchanged",
+		                   rc == -EPROTO ? "it reads as a different one" : why, path);
 	}
 	/* numbered backups: path.N-1 -> path.N ... path -> path.1 (a hard link: path never vanishes) */
 	for (int i = SAVECONFIG_BACKUPS - 1; i >= 1; i--) {
@@ -1205,7 +1209,7 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 	if (rename(tmp, path) < 0) {
 		rc = -errno;
 		unlink(tmp);
-		return err_out(err, errlen, rc, "%s: %s", path, strerror(-rc));
+		return daemon_fail(err, errlen, rc, "%s: %s", path, strerror(-rc));
 	}
 	return 0;
 }
@@ -1218,7 +1222,7 @@ static int cmd_saveconfig(void *ctx, json_t *args, json_t **result, char *err, s
 	int rc;
 
 	if (!path)
-		return err_out(err, errlen, -EINVAL, "no configuration file: give file");
+		return daemon_fail(err, errlen, -EINVAL, "no configuration file: give file");
 	rc = daemon_save_config(d->conf, path, err, errlen);
 	if (rc)
 		return rc;
@@ -1254,7 +1258,7 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 
 	(void)result;
 	if (!d->config_path)
-		return err_out(err, errlen, -EINVAL, "no configuration file to reload");
+		return daemon_fail(err, errlen, -EINVAL, "no configuration file to reload");
 	rc = hl_conf_load(d->config_path, &next, err, errlen);
 	if (rc)
 		return rc;

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "daemon/caches.h"
 #include "hotlun/conf.h"
@@ -64,6 +65,20 @@ struct daemon {
 	/* [global] logout_timeout as it runs: read by the main thread at a planned stop */
 	_Atomic unsigned logout_timeout_s;
 };
+
+/**
+ * Write the printf-style message into err (errlen bytes) and return rc: the
+ * one line a failing step of apply, caches or control ends with, e.g.
+ * `return daemon_fail(err, errlen, -EINVAL, "no disk %s", name);`.
+ */
+int daemon_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/** Two optional strings (NULL: unset) are equal: both unset, or both set and the same. */
+static inline bool daemon_str_eq(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
 
 /**
  * Make the daemon run `next` (always taken: kept as d->conf, or freed when

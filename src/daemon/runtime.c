@@ -25,10 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+int daemon_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -36,11 +33,6 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 	vsnprintf(err, errlen, fmt, ap);
 	va_end(ap);
 	return rc;
-}
-
-static bool str_eq(const char *a, const char *b)
-{
-	return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
 /* ---- disks ---- */
@@ -114,17 +106,17 @@ static int disk_conf_copy(struct hl_conf_disk *dst, const struct hl_conf_disk *s
  */
 static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk *b)
 {
-	return !str_eq(a->origin, b->origin) || a->block_size != b->block_size ||
+	return !daemon_str_eq(a->origin, b->origin) || a->block_size != b->block_size ||
 	       a->read_only != b->read_only || a->origin_iops != b->origin_iops ||
 	       a->origin_mbps != b->origin_mbps || a->origin_latency_ms != b->origin_latency_ms ||
-	       !str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota ||
-	       !str_eq(a->rbd_conf, b->rbd_conf) || !str_eq(a->rbd_id, b->rbd_id) ||
-	       !str_eq(a->ochap.user, b->ochap.user) ||
-	       !str_eq(hl_conf_origin_secret(&a->ochap), hl_conf_origin_secret(&b->ochap)) ||
-	       !str_eq(a->ochap.mutual_user, b->ochap.mutual_user) ||
-	       !str_eq(a->ochap.mutual_secret, b->ochap.mutual_secret) ||
-	       a->exclusive != b->exclusive || !str_eq(a->serial, b->serial) ||
-	       !str_eq(a->naa, b->naa);
+	       !daemon_str_eq(a->cache, b->cache) || a->cache_quota != b->cache_quota ||
+	       !daemon_str_eq(a->rbd_conf, b->rbd_conf) || !daemon_str_eq(a->rbd_id, b->rbd_id) ||
+	       !daemon_str_eq(a->ochap.user, b->ochap.user) ||
+	       !daemon_str_eq(hl_conf_origin_secret(&a->ochap), hl_conf_origin_secret(&b->ochap)) ||
+	       !daemon_str_eq(a->ochap.mutual_user, b->ochap.mutual_user) ||
+	       !daemon_str_eq(a->ochap.mutual_secret, b->ochap.mutual_secret) ||
+	       a->exclusive != b->exclusive || !daemon_str_eq(a->serial, b->serial) ||
+	       !daemon_str_eq(a->naa, b->naa);
 }
 
 static void disk_free(struct disk_rt *rt)
@@ -194,8 +186,8 @@ static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_orig
 	if (rc == 0)
 		rc = hl_owner_start(rt->owner);
 	if (rc)
-		return fail(err, errlen, rc, "disk %s: ownership: %s", rt->conf.name,
-			    strerror(-rc));
+		return daemon_fail(err, errlen, rc, "disk %s: ownership: %s", rt->conf.name,
+		                   strerror(-rc));
 	return 0;
 }
 
@@ -282,8 +274,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	rc = hl_origin_open(cd->origin, &opts, &origin);
 	if (rc) {
 		disk_free(rt);
-		return fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
-			    shown, strerror(-rc));
+		return daemon_fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
+		                   shown, strerror(-rc));
 	}
 	backend = origin; /* the one with the ownership ops (several gateways) */
 	/* Before any wrapper: what names the origin's data for every gateway (rbd: the image). */
@@ -292,7 +284,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	if (rc) {
 		hl_origin_close(origin);
 		disk_free(rt);
-		return fail(err, errlen, rc, "disk %s: throttle: %s", cd->name, strerror(-rc));
+		return daemon_fail(err, errlen, rc, "disk %s: throttle: %s", cd->name,
+		                   strerror(-rc));
 	}
 	if (cd->cache) {
 		rc = daemon_attach_cache(cd, &origin, err, errlen);
@@ -308,7 +301,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	if (rc) {
 		hl_origin_close(origin);
 		disk_free(rt);
-		return fail(err, errlen, rc, "disk %s: out of memory", cd->name);
+		return daemon_fail(err, errlen, rc, "disk %s: out of memory", cd->name);
 	}
 	origin = counted;
 	memset(&lc, 0, sizeof(lc));
@@ -324,9 +317,10 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		uint64_t size = origin->size;
 		hl_origin_close(origin);
 		disk_free(rt);
-		return fail(err, errlen, rc,
-			    "disk %s: %s (origin size %llu is not a whole number of %u-byte blocks?)",
-			    cd->name, strerror(-rc), (unsigned long long)size, cd->block_size);
+		return daemon_fail(
+		    err, errlen, rc,
+		    "disk %s: %s (origin size %llu is not a whole number of %u-byte blocks?)",
+		    cd->name, strerror(-rc), (unsigned long long)size, cd->block_size);
 	}
 	if (d->conf->gateway) {
 		rc = disk_owner_start(d, rt, backend, err, errlen);
@@ -381,10 +375,11 @@ static void target_config(const struct hl_conf_target *t, const struct hl_scsi_l
 
 static bool target_settings_changed(const struct hl_conf_target *a, const struct hl_conf_target *b)
 {
-	if (!str_eq(a->alias, b->alias) || a->allow_all != b->allow_all ||
-	    a->n_allow != b->n_allow || !str_eq(a->chap_user, b->chap_user) ||
-	    !str_eq(a->chap_secret, b->chap_secret) || !str_eq(a->mutual_user, b->mutual_user) ||
-	    !str_eq(a->mutual_secret, b->mutual_secret) ||
+	if (!daemon_str_eq(a->alias, b->alias) || a->allow_all != b->allow_all ||
+	    a->n_allow != b->n_allow || !daemon_str_eq(a->chap_user, b->chap_user) ||
+	    !daemon_str_eq(a->chap_secret, b->chap_secret) ||
+	    !daemon_str_eq(a->mutual_user, b->mutual_user) ||
+	    !daemon_str_eq(a->mutual_secret, b->mutual_secret) ||
 	    a->allow_target_reset != b->allow_target_reset)
 		return true;
 	for (size_t i = 0; i < a->n_allow; i++) {
@@ -461,18 +456,21 @@ static unsigned disk_sessions(struct daemon *d, const char *name, const char **w
 static int restart_only(const struct hl_conf *cur, const struct hl_conf *next, char *err,
 			size_t errlen)
 {
-	if (!str_eq(cur->state_dir, next->state_dir))
-		return fail(err, errlen, -EINVAL, "state_dir cannot change while running; restart hotlund");
-	if (!str_eq(cur->control_socket, next->control_socket))
-		return fail(err, errlen, -EINVAL,
-			    "control_socket cannot change while running; restart hotlund");
+	if (!daemon_str_eq(cur->state_dir, next->state_dir))
+		return daemon_fail(err, errlen, -EINVAL,
+		                   "state_dir cannot change while running; restart hotlund");
+	if (!daemon_str_eq(cur->control_socket, next->control_socket))
+		return daemon_fail(err, errlen, -EINVAL,
+		                   "control_socket cannot change while running; restart hotlund");
 	if (cur->threads != next->threads)
-		return fail(err, errlen, -EINVAL, "threads cannot change while running; restart hotlund");
+		return daemon_fail(err, errlen, -EINVAL,
+		                   "threads cannot change while running; restart hotlund");
 	if (cur->gateway != next->gateway || cur->n_gateways != next->n_gateways ||
 	    memcmp(cur->gateways, next->gateways, cur->n_gateways * sizeof(cur->gateways[0])))
-		return fail(err, errlen, -EINVAL,
-			    "gateway and gateways cannot change while running; restart hotlund "
-			    "(its disks are handed to a peer first)");
+		return daemon_fail(
+		    err, errlen, -EINVAL,
+		    "gateway and gateways cannot change while running; restart hotlund "
+		    "(its disks are handed to a peer first)");
 	return 0;
 }
 
@@ -495,16 +493,18 @@ static int prepare(struct daemon *d, const struct hl_conf *next, bool force, str
 		if (!n)
 			continue;
 		if (!nt)
-			return fail(err, errlen, -EBUSY,
-				    "target %s has %u session(s); log them out first or force", t->name,
-				    n);
+			return daemon_fail(
+			    err, errlen, -EBUSY,
+			    "target %s has %u session(s); log them out first or force", t->name, n);
 		for (size_t j = 0; j < t->n_luns; j++) {
 			const char *nd = lun_disk(nt, t->luns[j].lun);
-			if (!str_eq(nd, t->luns[j].disk))
-				return fail(err, errlen, -EBUSY,
-					    "LUN %u of target %s is in use (%u session(s)); with force it goes "
-					    "and the sessions are told (REPORTED LUNS DATA HAS CHANGED)",
-					    t->luns[j].lun, t->name, n);
+			if (!daemon_str_eq(nd, t->luns[j].disk))
+				return daemon_fail(
+				    err, errlen, -EBUSY,
+				    "LUN %u of target %s is in use (%u session(s)); with force it "
+				    "goes "
+				    "and the sessions are told (REPORTED LUNS DATA HAS CHANGED)",
+				    t->luns[j].lun, t->name, n);
 		}
 	}
 
@@ -522,10 +522,11 @@ static int prepare(struct daemon *d, const struct hl_conf *next, bool force, str
 		if (old && !disk_changed(&old->conf, nd))
 			continue;
 		if (old && !force && disk_sessions(d, nd->name, &who))
-			return fail(err, errlen, -EBUSY,
-				    "disk %s is in use by target %s; its origin, block size or cache "
-				    "can change only without sessions (or force)",
-				    nd->name, who);
+			return daemon_fail(
+			    err, errlen, -EBUSY,
+			    "disk %s is in use by target %s; its origin, block size or cache "
+			    "can change only without sessions (or force)",
+			    nd->name, who);
 		struct pending_disk *pd = &p->disks[p->n_disks];
 		rc = disk_open(d, nd, &pd->rt, err, errlen);
 		if (rc)
@@ -540,7 +541,8 @@ static int prepare(struct daemon *d, const struct hl_conf *next, bool force, str
 			continue;
 		rc = hl_iscsi_portal_add(d->server, next->portals[i], 1, bound, sizeof(bound));
 		if (rc)
-			return fail(err, errlen, rc, "portal %s: %s", next->portals[i], strerror(-rc));
+			return daemon_fail(err, errlen, rc, "portal %s: %s", next->portals[i],
+			                   strerror(-rc));
 		p->portals_added[p->n_portals_added++] = next->portals[i];
 		HL_NOTICE("daemon", "listening on %s", bound);
 	}
@@ -656,8 +658,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 				if (t)
 					free(t->name);
 				free(t);
-				rc = fail(err, errlen, -ENOMEM, "out of memory adding target %s",
-					  nt->name);
+				rc = daemon_fail(err, errlen, -ENOMEM,
+				                 "out of memory adding target %s", nt->name);
 				continue;
 			}
 			for (size_t j = 0; j < nt->n_luns; j++)
@@ -665,7 +667,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 			target_config(nt, t->map, &tc);
 			int r = hl_iscsi_target_add(d->server, &tc);
 			if (r) {
-				rc = fail(err, errlen, r, "target %s: %s", nt->name, strerror(-r));
+				rc = daemon_fail(err, errlen, r, "target %s: %s", nt->name,
+				                 strerror(-r));
 				free(t->map);
 				free(t->name);
 				free(t);
@@ -694,7 +697,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 			target_config(nt, t->map, &tc);
 			int r = hl_iscsi_target_update(d->server, &tc);
 			if (r)
-				rc = fail(err, errlen, r, "target %s: %s", nt->name, strerror(-r));
+				rc = daemon_fail(err, errlen, r, "target %s: %s", nt->name,
+				                 strerror(-r));
 			else
 				HL_NOTICE("daemon", "target %s: settings changed", nt->name);
 		}
@@ -729,8 +733,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 
 	if (next->log_level != cur->log_level)
 		hl_log_level = next->log_level;
-	if (!str_eq(cur->discovery_chap_user, next->discovery_chap_user) ||
-	    !str_eq(cur->discovery_chap_secret, next->discovery_chap_secret)) {
+	if (!daemon_str_eq(cur->discovery_chap_user, next->discovery_chap_user) ||
+	    !daemon_str_eq(cur->discovery_chap_secret, next->discovery_chap_secret)) {
 		struct hl_iscsi_chap chap;
 		daemon_discovery_chap(next, &chap);
 		hl_iscsi_server_set_discovery_chap(d->server, &chap);

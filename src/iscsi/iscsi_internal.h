@@ -199,7 +199,7 @@ struct hl_iscsi_server {
 	unsigned n_reactors;
 	uint32_t nop_interval_s;
 	uint32_t nop_timeout_s;
-	uint16_t gateway; /* hl_iscsi_server_config.gateway: names the SCSI ports (login.c) */
+	uint16_t gateway; /* hl_iscsi_server_config.gateway: port ids (hl_scsi_port_ids) */
 	struct hl_iscsi_chap discovery_chap; /* guarded by lock once the server runs */
 	struct chap_guard chap_guard;        /* its own lock: throttles CHAP guessing */
 	struct iscsi_params_limits lim;
@@ -552,14 +552,6 @@ void iscsi_wb_tick(struct hl_timer *tm);
 /* ---- login.c ---- */
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
 void iscsi_login_free(struct iscsi_login *l);
-/**
- * The SCSI target port of a session through portal group tpgt on gateway
- * `gateway` (hl_iscsi_server_config.gateway): with a gateway id, target port
- * group = gateway and relative port id = (gateway << 8) | (tpgt & 0xff), so
- * ports are unique across the gateways serving one LUN; without one (0),
- * both are the TPGT (1 when 0).
- */
-void iscsi_scsi_port_ids(uint16_t gateway, uint16_t tpgt, uint16_t *rel_port_id, uint16_t *tpg_id);
 
 /* ---- session.c (full feature phase) ---- */
 int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx);

@@ -418,19 +418,6 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 }
 
 /* Create and register the session; the final response carries its TSIH. */
-void iscsi_scsi_port_ids(uint16_t gateway, uint16_t tpgt, uint16_t *rel_port_id, uint16_t *tpg_id)
-{
-	if (gateway) {
-		/* unique across gateways, and the same on each for one TPGT (docs/compliance.md) */
-		*tpg_id = gateway;
-		*rel_port_id = (uint16_t)(gateway << 8 | (tpgt & 0xff));
-		return;
-	}
-	/* 0 is reserved for both: a session without a portal group tag is port 1 */
-	*rel_port_id = tpgt ? tpgt : 1;
-	*tpg_id = tpgt ? tpgt : 1;
-}
-
 static int login_make_session(struct iscsi_conn *c, const char **why)
 {
 	struct iscsi_login *l = c->login;
@@ -459,7 +446,8 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 		snprintf(s->port_name, sizeof(s->port_name), "%s,t,0x%04x", s->target->name,
 		         s->tpgt);
 	s->port.name = s->port_name;
-	iscsi_scsi_port_ids(c->srv->gateway, s->tpgt, &s->port.rel_port_id, &s->port.tpg_id);
+	/* the numbering REPORT TARGET PORT GROUPS uses for this gateway's peers too */
+	hl_scsi_port_ids(c->srv->gateway, s->tpgt, &s->port.rel_port_id, &s->port.tpg_id);
 	s->nexus.port = &s->port;
 	int rc = iscsi_session_register(c->srv, s, l->tsih);
 	if (rc < 0) {

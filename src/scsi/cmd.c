@@ -47,6 +47,24 @@ void scsi_data_in(struct hl_scsi_cmd *cmd, const void *buf, uint32_t len, uint32
 	scsi_set_good(cmd);
 }
 
+bool scsi_param_list_start(struct hl_scsi_cmd *cmd, uint32_t plen, uint32_t min_len)
+{
+	if (plen == 0) {
+		scsi_set_good(cmd);
+		return false;
+	}
+	/* the transport carried less than the CDB announced: the list cannot be read */
+	if (scsi_dout_len(cmd) < plen) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
+		return false;
+	}
+	if (plen < min_len) {
+		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
+		return false;
+	}
+	return true;
+}
+
 bool scsi_write_protected(struct hl_scsi_cmd *cmd)
 {
 	if (!cmd->lu->cfg.read_only)

@@ -1,7 +1,7 @@
 /*
  * sbc.c - the block commands (SBC-3): READ CAPACITY, READ, WRITE, VERIFY,
  * WRITE AND VERIFY, SYNCHRONIZE CACHE, START STOP UNIT, and
- * scsi_block_io(), the one function through which every block request
+ * scsi_block_io_on(), the one function through which every block request
  * reaches the storage below (the origin today, the cache later).
  *
  * Transfer sizes: the CDB says how much the command transfers (xfer_len);
@@ -30,10 +30,10 @@ static void block_io_cb(struct hl_origin_io *io, int result)
 	scsi_priv(cmd)->io_done(cmd, result);
 }
 
-int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uint64_t lba,
-                  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done)
+int scsi_block_io_on(struct hl_scsi_cmd *cmd, struct hl_lu *lu, enum hl_io_op op, unsigned flags,
+                     uint64_t lba, uint32_t nblocks, struct iovec *iov, int iovcnt,
+                     scsi_io_done_fn done)
 {
-	struct hl_lu *lu = cmd->lu;
 	struct hl_origin_io *io = &cmd->io;
 
 	memset(io, 0, sizeof(*io));

@@ -208,6 +208,17 @@ static inline struct scsi_cmd_priv *scsi_priv(struct hl_scsi_cmd *cmd)
  */
 bool scsi_write_protected(struct hl_scsi_cmd *cmd);
 
+/**
+ * The checks a command with a parameter list of plen bytes (its CDB's
+ * PARAMETER LIST LENGTH) makes before reading it, after its CDB checks: an
+ * empty list is GOOD with nothing to do; data-out shorter than plen is
+ * INVALID FIELD IN COMMAND INFORMATION UNIT; a list shorter than min_len
+ * (its header) is PARAMETER LIST LENGTH ERROR. The caller sets xfer_len.
+ * @return true when cmd->data holds a list of at least min_len bytes to
+ * parse; false when the command is done (status set).
+ */
+bool scsi_param_list_start(struct hl_scsi_cmd *cmd, uint32_t plen, uint32_t min_len);
+
 /** Finish a command a handler left pending: frees its bounce buffer and calls cmd->done. */
 void scsi_cmd_complete(struct hl_scsi_cmd *cmd);
 
@@ -439,12 +450,23 @@ enum scsi_exec_result sbc_unmap(struct hl_scsi_cmd *cmd);
 enum scsi_exec_result sbc_get_lba_status(struct hl_scsi_cmd *cmd);
 
 /**
- * The one path every block request takes to the storage below (the origin
- * now, the cache later). Fills cmd->io from the arguments; `done` runs once
- * on the reactor when the I/O completes. @return 0 (done will run) or
- * -errno (done never runs).
+ * The one path every block request takes to the storage below: lu's origin
+ * stack. Fills cmd->io from the arguments (lba and nblocks in lu's blocks);
+ * `done` runs once on the reactor when the I/O completes. No access or range
+ * check: the caller made them. lu is cmd->lu but for EXTENDED COPY, whose
+ * source and destination may be other LUs while cmd->lu stays the one the
+ * command came to. @return 0 (done will run) or -errno (done never runs).
  */
-int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags, uint64_t lba,
-                  uint32_t nblocks, struct iovec *iov, int iovcnt, scsi_io_done_fn done);
+int scsi_block_io_on(struct hl_scsi_cmd *cmd, struct hl_lu *lu, enum hl_io_op op, unsigned flags,
+                     uint64_t lba, uint32_t nblocks, struct iovec *iov, int iovcnt,
+                     scsi_io_done_fn done);
+
+/** scsi_block_io_on the command's own LU. */
+static inline int scsi_block_io(struct hl_scsi_cmd *cmd, enum hl_io_op op, unsigned flags,
+                                uint64_t lba, uint32_t nblocks, struct iovec *iov, int iovcnt,
+                                scsi_io_done_fn done)
+{
+	return scsi_block_io_on(cmd, cmd->lu, op, flags, lba, nblocks, iov, iovcnt, done);
+}
 
 #endif

@@ -449,18 +449,8 @@ enum scsi_exec_result spc_mode_select(struct hl_scsi_cmd *cmd)
 		scsi_sense_invalid_cdb(cmd, 1, 0);
 		return SCSI_DONE;
 	}
-	if (plen == 0) {
-		scsi_set_good(cmd);
+	if (!scsi_param_list_start(cmd, plen, hdr))
 		return SCSI_DONE;
-	}
-	if (scsi_dout_len(cmd) < plen) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
-		return SCSI_DONE;
-	}
-	if (plen < hdr) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
-		return SCSI_DONE;
-	}
 	/* header: MODE DATA LENGTH and the device-specific parameter are reserved here */
 	uint32_t medium = ten ? 2 : 1;
 	if (d[medium] != 0) {
@@ -704,10 +694,10 @@ static uint32_t rtpg_lone(const struct rtpg_port *ports, unsigned n, uint8_t *bu
  * With an access provider (several gateways): the groups it lists, one per
  * gateway, each with its state for this LU. A group lists the ports of this
  * gateway that the LU has seen in it; a group with none here (another
- * gateway's) lists one port, the asking port's twin there: relative port id
- * (group id << 8) | (the asking port's relative port id & 0xff), since
- * every gateway runs the same targets with the same portal group tags and
- * numbers its ports that way (docs/compliance.md, "ALUA").
+ * gateway's) lists one port, the asking port's twin there: the port that
+ * gateway numbers (hl_scsi_port_ids) for the asking port's portal group tag
+ * (the low byte of its relative port id), since every gateway runs the same
+ * targets with the same portal group tags (docs/compliance.md, "ALUA").
  */
 static uint32_t rtpg_groups(struct hl_scsi_cmd *cmd, const struct hl_lu_access *acc,
                             const struct rtpg_port *ports, unsigned n, uint8_t *buf, uint32_t off)
@@ -737,7 +727,9 @@ static uint32_t rtpg_groups(struct hl_scsi_cmd *cmd, const struct hl_lu_access *
 			count++;
 		}
 		if (!count) {
-			hl_put_be16(buf + off + 2, (uint16_t)(g[i].id << 8 | (my_rel & 0xff)));
+			uint16_t twin_rel, twin_tpg;
+			hl_scsi_port_ids(g[i].id, my_rel & 0xff, &twin_rel, &twin_tpg);
+			hl_put_be16(buf + off + 2, twin_rel);
 			off += 4;
 			count++;
 		}
@@ -796,15 +788,9 @@ enum scsi_exec_result spc_set_tpgs(struct hl_scsi_cmd *cmd)
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
 		return SCSI_DONE;
 	}
-	if (plen == 0) {
-		scsi_set_good(cmd);
+	if (!scsi_param_list_start(cmd, plen, 4))
 		return SCSI_DONE;
-	}
-	if (scsi_dout_len(cmd) < plen) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
-		return SCSI_DONE;
-	}
-	if (plen < 4 || plen % 4 || (plen - 4) / 4 > HL_ALUA_GROUPS_MAX) {
+	if (plen % 4 || (plen - 4) / 4 > HL_ALUA_GROUPS_MAX) {
 		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
 		return SCSI_DONE;
 	}

@@ -7,8 +7,9 @@
  * daemon by its NAA designator (VPD 83), found through the LU registry
  * (lu.c) with a hold that keeps it alive until the copy ends. Segments are
  * block-to-block (02h). The copy runs inside the command: each chunk (at
- * most XCOPY_CHUNK bytes) is read from the source origin and written to the
- * destination under a shared range lock of the destination LU, so COMPARE
+ * most XCOPY_CHUNK bytes) is read from the source LU and written to the
+ * destination, both through scsi_block_io_on() like any block request, the
+ * write under a shared range lock of the destination LU, so COMPARE
  * AND WRITE stays atomic against copies as against any write, and the
  * origin stack below each LU (cache included) keeps its blocks coherent.
  *
@@ -73,9 +74,7 @@ struct xcopy_job {
 	uint8_t list_id;
 	bool hold;          /* keep the results */
 	struct hl_lu *home; /* the LU the command was sent to (cmd->lu outside the write phase) */
-	struct hl_origin_io io;
-	struct iovec iov;
-	uint8_t data[]; /* XCOPY_CHUNK bytes */
+	uint8_t data[];     /* XCOPY_CHUNK bytes */
 };
 
 static struct xcopy_job *job_of(struct hl_scsi_cmd *cmd)
@@ -183,9 +182,8 @@ static void job_abort(struct hl_scsi_cmd *cmd, uint8_t asc, uint8_t ascq)
 
 static void copy_next(struct hl_scsi_cmd *cmd);
 
-static void write_done(struct hl_origin_io *io, int result)
+static void write_done(struct hl_scsi_cmd *cmd, int result)
 {
-	struct hl_scsi_cmd *cmd = io->arg;
 	struct xcopy_job *j = job_of(cmd);
 
 	scsi_range_unlock(cmd); /* cmd->lu is the destination while it holds the lock */
@@ -208,24 +206,16 @@ static void write_locked(struct hl_scsi_cmd *cmd)
 	const struct xcopy_seg *s = &j->seg[j->cur];
 	struct hl_lu *dst = j->tgt[s->dst];
 
-	memset(&j->io, 0, sizeof(j->io));
-	j->io.op = HL_IO_WRITE;
-	j->io.offset = (s->dst_lba + j->done) * dst->block_size;
-	j->io.length = (uint64_t)j->chunk * dst->block_size;
-	j->iov.iov_base = j->data;
-	j->iov.iov_len = j->io.length;
-	j->io.iov = &j->iov;
-	j->io.iovcnt = 1;
-	j->io.cb = write_done;
-	j->io.arg = cmd;
-	int rc = hl_origin_submit(dst->origin, &j->io);
+	cmd->iov[0].iov_base = j->data;
+	cmd->iov[0].iov_len = (size_t)j->chunk * dst->block_size;
+	int rc = scsi_block_io_on(cmd, dst, HL_IO_WRITE, 0, s->dst_lba + j->done, j->chunk,
+	                          cmd->iov, 1, write_done);
 	if (rc < 0)
-		write_done(&j->io, rc);
+		write_done(cmd, rc);
 }
 
-static void read_done(struct hl_origin_io *io, int result)
+static void read_done(struct hl_scsi_cmd *cmd, int result)
 {
-	struct hl_scsi_cmd *cmd = io->arg;
 	struct xcopy_job *j = job_of(cmd);
 	const struct xcopy_seg *s = &j->seg[j->cur];
 
@@ -256,19 +246,13 @@ static void copy_next(struct hl_scsi_cmd *cmd)
 	const struct xcopy_seg *s = &j->seg[j->cur];
 	struct hl_lu *src = j->tgt[s->src];
 	j->chunk = HL_MIN(s->nblocks - j->done, XCOPY_CHUNK / src->block_size);
-	memset(&j->io, 0, sizeof(j->io));
-	j->io.op = HL_IO_READ;
-	j->io.offset = (s->src_lba + j->done) * src->block_size;
-	j->io.length = (uint64_t)j->chunk * src->block_size;
-	j->iov.iov_base = j->data;
-	j->iov.iov_len = j->io.length;
-	j->io.iov = &j->iov;
-	j->io.iovcnt = 1;
-	j->io.cb = read_done;
-	j->io.arg = cmd;
-	int rc = hl_origin_submit(src->origin, &j->io);
+	/* cmd->lu stays home while reading: the source LU only names the blocks */
+	cmd->iov[0].iov_base = j->data;
+	cmd->iov[0].iov_len = (size_t)j->chunk * src->block_size;
+	int rc = scsi_block_io_on(cmd, src, HL_IO_READ, 0, s->src_lba + j->done, j->chunk, cmd->iov,
+	                          1, read_done);
 	if (rc < 0)
-		read_done(&j->io, rc);
+		read_done(cmd, rc);
 }
 
 /* ---- EXTENDED COPY: parameter list ---- */
@@ -387,18 +371,8 @@ enum scsi_exec_result spc_extended_copy(struct hl_scsi_cmd *cmd)
 	const uint8_t *d = cmd->data;
 
 	cmd->xfer_len = plen;
-	if (plen == 0) {
-		scsi_set_good(cmd);
+	if (!scsi_param_list_start(cmd, plen, XCOPY_HDR_LEN))
 		return SCSI_DONE;
-	}
-	if (scsi_dout_len(cmd) < plen) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
-		return SCSI_DONE;
-	}
-	if (plen < XCOPY_HDR_LEN) {
-		hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_PARAM_LIST_LEN);
-		return SCSI_DONE;
-	}
 	uint8_t usage = (d[1] >> 3) & 0x03;
 	uint32_t tlen = hl_get_be16(d + 2);
 	uint32_t slen = hl_get_be32(d + 8);

@@ -14,7 +14,6 @@
  */
 #include "config.h"
 
-#include "hotlun/conf.h"
 #include "hotlun/ctl.h"
 #include "hotlun/log.h"
 #include "snmp/snmp_internal.h"
@@ -217,23 +216,6 @@ static void poll_once(unsigned int reg, void *arg)
 	snmp_snapshot_free(next == &g_snap_store[0] ? &g_snap_store[1] : &g_snap_store[0]);
 }
 
-static char *socket_from_config(const char *path)
-{
-	struct hl_conf *c;
-	char err[512];
-	char *s = NULL;
-
-	if (access(path, R_OK) != 0)
-		return NULL;
-	if (hl_conf_load(path, &c, err, sizeof(err)) == 0) {
-		s = c->control_socket ? strdup(c->control_socket) : NULL;
-		hl_conf_free(c);
-	} else {
-		HL_WARN("snmp", "%s", err);
-	}
-	return s;
-}
-
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -355,8 +337,12 @@ int main(int argc, char **argv)
 	hl_log_set_ident("hotlun-snmp");
 	hl_log_open(use_syslog, level);
 	if (!g_socket) {
-		from_conf = socket_from_config(config ? config : DEFAULT_CONFIG);
+		char err[512];
+		from_conf =
+		    hl_ctl_socket_from_config(config ? config : DEFAULT_CONFIG, err, sizeof(err));
 		g_socket = from_conf ? from_conf : DEFAULT_SOCKET;
+		if (err[0])
+			HL_WARN("snmp", "%s; watching %s", err, g_socket);
 	}
 
 	struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: wake the select */

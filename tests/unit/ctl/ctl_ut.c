@@ -223,12 +223,51 @@ static void test_socket_ownership(void)
 	hl_reactor_destroy(r2);
 }
 
+/* Write text to a temporary config file; its path into p. */
+static void write_conf(char *p, size_t len, const char *text)
+{
+	snprintf(p, len, "/tmp/hl-ctl-ut-%d.conf", (int)getpid());
+	FILE *f = fopen(p, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Where a client finds the socket: the config's control_socket, its default, or why not. */
+static void test_socket_from_config(void)
+{
+	char p[64], err[256];
+	char *s;
+
+	write_conf(p, sizeof(p), "[global]\ncontrol_socket = /run/x/hotlund.sock\n");
+	s = hl_ctl_socket_from_config(p, err, sizeof(err));
+	CU_ASSERT_STRING_EQUAL(s, "/run/x/hotlund.sock");
+	CU_ASSERT_STRING_EQUAL(err, "");
+	free(s);
+	/* not set: the default beside the state folder */
+	write_conf(p, sizeof(p), "[global]\nstate_dir = /var/tmp/hl\n");
+	s = hl_ctl_socket_from_config(p, err, sizeof(err));
+	CU_ASSERT_STRING_EQUAL(s, "/var/tmp/hl/hotlund.sock");
+	free(s);
+	/* a file that does not load: no socket, and why */
+	write_conf(p, sizeof(p), "[global]\nno_such_key = 1\n");
+	s = hl_ctl_socket_from_config(p, err, sizeof(err));
+	CU_ASSERT_PTR_NULL(s);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "no_such_key"));
+	/* no file: no socket, and nothing to say */
+	unlink(p);
+	s = hl_ctl_socket_from_config(p, err, sizeof(err));
+	CU_ASSERT_PTR_NULL(s);
+	CU_ASSERT_STRING_EQUAL(err, "");
+}
+
 static const struct hl_test tests[] = {
-	{"socket ownership", test_socket_ownership},
-	{"good request, socket mode", test_good_request_and_socket_mode},
-	{"bad requests get errors", test_bad_requests_get_errors_and_connection_survives},
-	{"oversized request refused", test_oversized_request_is_refused},
-	{NULL, NULL},
+    {"socket from a config file", test_socket_from_config},
+    {"socket ownership", test_socket_ownership},
+    {"good request, socket mode", test_good_request_and_socket_mode},
+    {"bad requests get errors", test_bad_requests_get_errors_and_connection_survives},
+    {"oversized request refused", test_oversized_request_is_refused},
+    {NULL, NULL},
 };
 
 int main(void)

@@ -176,6 +176,29 @@ static void test_no_provider_unchanged(void)
 
 /* ---- REPORT TARGET PORT GROUPS, INQUIRY ---- */
 
+/* The numbering iscsi names its sessions' ports with and RTPG names peers' ports with. */
+static void test_port_ids(void)
+{
+	uint16_t rel, tpg;
+
+	hl_scsi_port_ids(0, 3, &rel, &tpg); /* a lone gateway: the TPGT */
+	CU_ASSERT_EQUAL(rel, 3);
+	CU_ASSERT_EQUAL(tpg, 3);
+	hl_scsi_port_ids(0, 0, &rel, &tpg); /* 0 is reserved for both */
+	CU_ASSERT_EQUAL(rel, 1);
+	CU_ASSERT_EQUAL(tpg, 1);
+	hl_scsi_port_ids(2, 3, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, 0x0203);
+	CU_ASSERT_EQUAL(tpg, 2);
+	hl_scsi_port_ids(255, 0x1ff, &rel, &tpg); /* only the TPGT's low byte */
+	CU_ASSERT_EQUAL(rel, 0xffff);
+	CU_ASSERT_EQUAL(tpg, 255);
+	/* the ports of the fake nexuses below are numbered so */
+	hl_scsi_port_ids(1, 2, &rel, &tpg);
+	CU_ASSERT_EQUAL(rel, gw1_t2.rel_port_id);
+	CU_ASSERT_EQUAL(tpg, gw1_t2.tpg_id);
+}
+
 static void test_rtpg_two_groups(void)
 {
 	struct tcmd t;
@@ -503,7 +526,10 @@ static void test_stpg_bad_lists(void)
 	run_full(&t, &nx1, 0, cdb, 12, par, sizeof(par), true);
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00);
 	CU_ASSERT_EQUAL(hl_get_be16(t.cmd.sense + 16), 10);
-	/* a length that is not a header plus whole descriptors */
+	/* shorter than the header, and not a header plus whole descriptors */
+	stpg_cdb(cdb, 2);
+	run_full(&t, &nx1, 0, cdb, 12, par, 2, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00);
 	stpg_cdb(cdb, 6);
 	run_full(&t, &nx1, 0, cdb, 12, par, 6, true);
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00);
@@ -687,6 +713,7 @@ static void test_provider_removed(void)
 
 static const struct hl_test tests[] = {
     {"no provider: TPGS 01b, RTPG all active/optimized, no STPG", test_no_provider_unchanged},
+    {"port ids: group = gateway, relative port = gateway << 8 | TPGT", test_port_ids},
     {"RTPG: the provider's groups, states, ports, transition time", test_rtpg_two_groups},
     {"INQUIRY with a provider: TPGS 11b, PQ 001b when unavailable", test_inquiry_with_provider},
     {"active/optimized and non-optimized run everything", test_active_states_run_everything},

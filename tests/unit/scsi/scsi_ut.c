@@ -1235,6 +1235,10 @@ static void test_mode_select_accepts_current_rejects_changes(void)
 	sel6[4] = 0;
 	run(&t, sel6, 6, NULL, 0, true);
 	ASSERT_GOOD(t);
+	/* a list shorter than its header */
+	sel6[4] = 3;
+	run(&t, sel6, 6, par, 3, true);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00);
 	/* clearing WCE (caching page byte 2) is not changeable */
 	uint32_t caching = 4 + 8; /* header + block descriptor; the caching page comes first */
 	CU_ASSERT_EQUAL(par[caching], 0x08);

@@ -56,8 +56,11 @@ static void put_seg(uint8_t *d, uint16_t src, uint16_t dst, uint16_t n, uint64_t
 	hl_put_be64(d + 20, dlba);
 }
 
-/* Run EXTENDED COPY with a parameter list of len bytes; drive both origins to the end. */
-static void xcopy(uint8_t *par, uint32_t len)
+/*
+ * Run EXTENDED COPY announcing a parameter list of len bytes, of which the
+ * transport carried `carried`; drive both origins to the end.
+ */
+static void xcopy_carried(uint8_t *par, uint32_t len, uint32_t carried)
 {
 	uint8_t cdb[16] = {0x83};
 
@@ -69,13 +72,19 @@ static void xcopy(uint8_t *par, uint32_t len)
 	memcpy(t.cmd.cdb, cdb, 16);
 	t.cmd.cdb_len = 16;
 	t.cmd.data = par;
-	t.cmd.data_len = len;
-	t.cmd.data_out = len > 0;
+	t.cmd.data_len = carried;
+	t.cmd.data_out = carried > 0;
 	t.cmd.done = tcmd_done;
 	hl_scsi_cmd_exec(&t.cmd);
 	while (fake_step(origin) + fake_step(origin2))
 		;
 	CU_ASSERT_EQUAL(t.done, 1);
+}
+
+/* Run EXTENDED COPY with a parameter list of len bytes, all carried. */
+static void xcopy(uint8_t *par, uint32_t len)
+{
+	xcopy_carried(par, len, len);
 }
 
 static void hdr(uint8_t *p, uint8_t list_id, uint8_t usage, uint16_t tlen, uint32_t slen)
@@ -147,6 +156,12 @@ static void test_copy_errors(void)
 	/* an empty parameter list does nothing */
 	xcopy(par, 0);
 	ASSERT_GOOD(t);
+	/* a list shorter than its header */
+	xcopy(par, 15);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00);
+	/* less data than the CDB announced */
+	xcopy_carried(par, 16 + 32 + 28, 16);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x0e, 0x03);
 	/* header lengths beyond the parameter list */
 	hdr(par, 1, 2, 32, 28);
 	put_tgt(par + 16, test_cfg().naa);
