@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hotlun/cache.h"
 #include "hotlun/util.h"
 #include "sim/sim.h"

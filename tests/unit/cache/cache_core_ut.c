@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hl_test.h"
 
 #define K 1024ull

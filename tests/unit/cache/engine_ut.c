@@ -1,5 +1,5 @@
 /*
- * engine_ut.c - the cache engine (src/cache/engine*.c) driven through a real
+ * engine_ut.c - the cache engine (src/cache/engine/engine*.c) driven through a real
  * reactor thread: an in-memory fake origin (reads snapshot their data at
  * submit, completions can be held back to build races, failures on demand)
  * in front of a real temp-file cache device opened with O_DIRECT.
@@ -9,11 +9,11 @@
  * without its clean shutdown (a crash). All five (engine_ub.c is the update
  * buffer), so that none of them is also linked from libhotlun.
  */
-#include "../../../src/cache/engine.c"
-#include "../../../src/cache/engine_origin.c"
-#include "../../../src/cache/engine_read.c"
-#include "../../../src/cache/engine_write.c"
-#include "../../../src/cache/engine_ub.c"
+#include "../../../src/cache/engine/engine.c"
+#include "../../../src/cache/engine/engine_origin.c"
+#include "../../../src/cache/engine/engine_read.c"
+#include "../../../src/cache/engine/engine_write.c"
+#include "../../../src/cache/engine/engine_ub.c"
 
 #include "hl_test.h"
 

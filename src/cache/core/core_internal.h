@@ -1,11 +1,13 @@
 /*
- * cache_internal.h - what the files of src/cache share: the key packing,
- * the hash, the (lun, block) -> slot index, the packed slot record, and
- * the policy core's state and helpers (struct hl_cache_core).
- * Nothing here is exported outside src/cache (and its unit tests).
+ * core_internal.h - what the files of the cache's core (src/cache/core)
+ * share: the key packing, the hash, the (lun, block) -> slot index, the
+ * packed slot record, and the policy core's state and helpers (struct
+ * hl_cache_core). Nothing here is exported outside src/cache: the engine
+ * (src/cache/engine, the core's user) and the unit tests may include it;
+ * it never includes anything of the engine.
  */
-#ifndef HOTLUN_CACHE_INTERNAL_H
-#define HOTLUN_CACHE_INTERNAL_H
+#ifndef HOTLUN_CACHE_CORE_INTERNAL_H
+#define HOTLUN_CACHE_CORE_INTERNAL_H
 
 #include <errno.h>
 #include <stdbool.h>

@@ -7,13 +7,13 @@
 #include <errno.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hotlun/util.h"
 
 /*
  * ---- writes in flight to uncached blocks ----
  * Counted in a counting bloom filter (described with its lookup,
- * cache_wip_find, in cache_internal.h).
+ * cache_wip_find, in core_internal.h).
  */
 
 static void wip_add(struct hl_cache_core *c, uint64_t key)

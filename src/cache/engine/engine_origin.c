@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/engine_internal.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/event.h"
 #include "hotlun/util.h"
 

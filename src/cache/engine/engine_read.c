@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/engine_internal.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 

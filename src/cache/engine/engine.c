@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/engine_internal.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/log.h"

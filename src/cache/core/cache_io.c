@@ -5,7 +5,7 @@
  * rule in cache_core.c), for ios from reads, writes and update buffer
  * write-backs alike.
  */
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 
 /*
  * A PROMOTE copies the window's sectors fill_first..+fill_nsect in one

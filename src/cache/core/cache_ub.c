@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 
 /* ---- RAM update buffer ---- */
 

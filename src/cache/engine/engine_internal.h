@@ -58,8 +58,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "cache/cache_internal.h"
-#include "cache/cache_trace.h"
+#include "cache/core/core_internal.h"
+#include "cache/engine/cache_trace.h"
 #include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/util.h"
