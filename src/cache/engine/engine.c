@@ -118,7 +118,7 @@ static void meta_kill(struct hl_cache *c)
 	pthread_mutex_lock(&c->sync_lock); /* map writers hold it */
 	map_write(c, "failed");
 	pthread_mutex_unlock(&c->sync_lock);
-	z = abuf(SB_KILL_LEN);
+	z = dio_alloc(SB_KILL_LEN);
 	if (z) {
 		memset(z, 0, SB_KILL_LEN);
 		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
@@ -898,7 +898,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	hl_cache_core_info(c->core, &info);
 	c->nwin = info.window_max_slots; /* the window may grow to it (rule 9) */
 	if (c->nwin) {
-		c->window = abuf(c->nwin * c->bs);
+		c->window = dio_alloc(c->nwin * c->bs);
 		rc = -ENOMEM;
 		if (!c->window)
 			goto fail;

@@ -278,7 +278,12 @@ static inline uint64_t blk_start(const struct hl_cache *c, uint64_t b)
 	return b << c->shift;
 }
 
-static inline void *abuf(size_t len)
+/*
+ * A buffer for O_DIRECT I/O on the cache device (slot data, the RAM
+ * window): 4 KiB-aligned, its size rounded up to whole 4 KiB, not zeroed.
+ * Free with free(). @return NULL without memory.
+ */
+static inline void *dio_alloc(size_t len)
 {
 	void *p = NULL;
 

@@ -221,7 +221,7 @@ static void start_hit(struct eng_req *req, uint32_t k)
 	if (!req->no_data && lo >= req->off && lo + bytes <= req->off + req->len)
 		s->buf = iov_span(req->uio->iov, req->uio->iovcnt, lo - req->off, bytes);
 	s->direct = s->buf != NULL;
-	if (!s->buf && !(s->buf = abuf(bytes))) {
+	if (!s->buf && !(s->buf = dio_alloc(bytes))) {
 		req->status = -ENOMEM;
 		return;
 	}
@@ -299,7 +299,7 @@ static void start_stitched(struct eng_req *req, uint32_t ka, uint32_t kb, uint64
 {
 	struct hl_cache *c = req->c;
 	struct eng_sub *b = engine_sub_new(req, SUB_BUF, ka);
-	uint8_t *buf = abuf(HL_ALIGN_UP(hi - lo, (uint64_t)SECT));
+	uint8_t *buf = dio_alloc(HL_ALIGN_UP(hi - lo, (uint64_t)SECT));
 
 	if (!b || !buf) {
 		free(buf);
@@ -396,7 +396,7 @@ static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
 		}
 	}
 	s = engine_sub_new(req, SUB_RUN, ka);
-	if (!s || !(s->buf = abuf(hi - lo))) {
+	if (!s || !(s->buf = dio_alloc(hi - lo))) {
 		req->status = -ENOMEM;
 		return;
 	}

@@ -314,7 +314,7 @@ static struct ub_wb *wb_next(struct hl_cache *c, bool *more)
 		return NULL;
 	wb = calloc(1, sizeof(*wb));
 	if (wb)
-		wb->buf = abuf((size_t)io.fill_nsect * SECT);
+		wb->buf = dio_alloc((size_t)io.fill_nsect * SECT);
 	for (uint32_t i = 0; wb && wb->buf && i < io.fill_nsect; i++) {
 		struct ub_ent *e = ub_ent_find(c, ub_key(io.slot, (uint32_t)io.fill_first + i));
 		if (!e) { /* cannot be: the core listed these sectors pending */
@@ -423,7 +423,7 @@ int engine_ub_drain(struct hl_cache *c)
 
 	if (!c->ub_cap)
 		return 0;
-	buf = abuf(c->bs);
+	buf = dio_alloc(c->bs);
 	pthread_mutex_lock(&c->lock);
 	rc = ub_drain_locked(c, buf, false, &done);
 	pthread_mutex_unlock(&c->lock);
@@ -468,7 +468,7 @@ int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes)
 
 	if (bytes % SECT)
 		return -EINVAL;
-	buf = abuf(c->bs);
+	buf = dio_alloc(c->bs);
 	if (!buf || (bytes && !(tab = calloc(n, sizeof(*tab))))) {
 		free(buf);
 		return -ENOMEM;

@@ -154,7 +154,7 @@ static bool rmw_start(struct eng_req *req, struct eng_sub *s)
 		if (rmw_from_buffer(req, s, sect[i]))
 			continue;
 		r = engine_sub_new(req, SUB_RMW, s->k);
-		if (r && (r->buf = abuf(SECT))) {
+		if (r && (r->buf = dio_alloc(SECT))) {
 			r->own = true;
 			r->lo = sect[i];
 			r->peer = (uint32_t)(s - req->subs);
@@ -269,7 +269,7 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
 		s->buf = data;
 		s->own = data_owned;
 	} else {
-		s->buf = abuf((size_t)io->fill_nsect * SECT);
+		s->buf = dio_alloc((size_t)io->fill_nsect * SECT);
 		if (!s->buf) {
 			req->nsub--;
 			goto drop;
@@ -407,7 +407,7 @@ static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, 
 	s = engine_sub_new(req, SUB_FILL, k);
 	if (!s)
 		return false;
-	s->buf = abuf(fe - fs);
+	s->buf = dio_alloc(fe - fs);
 	if (!s->buf) {
 		req->nsub--;
 		return false;
@@ -485,7 +485,7 @@ static void write_done(struct eng_req *req)
 				req->iof[k] = IOF_WRITTEN;
 			continue;
 		}
-		if (atomic_load(&c->failed) || !(tmp = abuf(fe - fs)))
+		if (atomic_load(&c->failed) || !(tmp = dio_alloc(fe - fs)))
 			continue;
 		iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off, tmp + (wlo - fs),
 		           whi - wlo);
