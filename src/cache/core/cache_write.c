@@ -134,7 +134,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			if (c->ub.cap && !c->ub.closed && s < c->nslots) {
 				/* To the RAM update buffer (rmw reads the old sector from the
 				 * slot). */
-				io->src_slot = CACHE_IO_UB_SRC;
+				io->src_slot = HL_CACHE_IO_UB_SRC;
 				io->ram = 1;
 			}
 		}

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hotlun/cache.h"
+#include "hotlun/cache_engine.h"
 #include "hotlun/util.h"
 
 /* ---- file / block device ---- */

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/core/core_internal.h"
 #include "cache/engine/cache_trace.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/util.h"
 
 #define SB_SIZE     4096u

@@ -443,6 +443,15 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
  */
 void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier);
 
+/* cache_meta.c */
+
+/**
+ * hl_cache_meta_sync() for the engine: core accesses happen under lock
+ * (may be NULL), device I/O outside it. Callers serialise syncs.
+ */
+int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+                           struct hl_cache_core *c, pthread_mutex_t *lock);
+
 /* engine_ub.c */
 
 /** Set up the update buffer of bytes (0: none) at open. @return 0 or -ENOMEM. */

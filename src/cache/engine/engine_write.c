@@ -474,7 +474,7 @@ static void write_done(struct eng_req *req)
 			continue; /* a partly written sector the core did not know valid: never */
 		wlo = HL_MAX(fs, req->off);
 		whi = HL_MIN(fe, req->off + req->len);
-		if (io->src_slot == CACHE_IO_UB_SRC) {
+		if (io->src_slot == HL_CACHE_IO_UB_SRC) {
 			/* RAM update buffer: the new sectors go to the store after the reply. */
 			if (ub_prepare(req, io, k, wlo, whi))
 				req->iof[k] = IOF_QUEUED;

@@ -1986,7 +1986,7 @@ static uint64_t ub_pending(struct hl_cache *c, uint64_t block)
 
 	pthread_mutex_lock(&c->lock);
 	s = hl_cache_core_peek(c->core, c->ents[0]->id, block, NULL);
-	n = s == HL_CACHE_NO_SLOT ? 0 : cache_core_ub_pending(c->core, s, NULL);
+	n = s == HL_CACHE_NO_SLOT ? 0 : hl_cache_core_ub_pending(c->core, s, NULL);
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }
@@ -2380,7 +2380,7 @@ static void test_ub_resize(void)
 	 * device's is older).
 	 */
 	pthread_mutex_lock(&c->lock);
-	cache_core_ub_close(c->core, true);
+	hl_cache_core_ub_close(c->core, true);
 	pthread_mutex_unlock(&c->lock);
 	memset(w, 0x9e, K);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 2 * BS + 512, K, w), 0);
@@ -2389,7 +2389,7 @@ static void test_ub_resize(void)
 	dev_sector(c, 2, 0, sect);
 	CU_ASSERT(sect[0] == 0x8d && sect[512] == 0x9e && sect[1536] == 0x8d);
 	pthread_mutex_lock(&c->lock);
-	cache_core_ub_close(c->core, false);
+	hl_cache_core_ub_close(c->core, false);
 	pthread_mutex_unlock(&c->lock);
 	CU_ASSERT_EQUAL(read_block(o, &f, 2, buf), 0);
 
