@@ -14,7 +14,10 @@
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
  *    and the fills a read plans;
  *  - engine_write.c: WRITE, discard, write-zeroes, COMPARE AND WRITE, and
- *    the fills, updates and read-modify-writes that run after a reply;
+ *    the updates a write plans;
+ *  - engine_fill.c: what runs after a reply: fills, promotions, updates and
+ *    the read-modify-writes of partly written sectors (engine_read.c and
+ *    engine_write.c both call it; it calls neither);
  *  - engine_ub.c: the RAM update buffer's store of sector copies, its
  *    write-backs, and the copies reads and read-modify-writes take of it.
  *
@@ -425,6 +428,9 @@ void engine_read_sub_done(struct eng_sub *s, int result);
 
 /** WRITE, DISCARD, WRITE ZEROES, COMPARE AND WRITE on cached origin o. @return 0 or -errno. */
 int engine_write(struct hl_origin *o, struct hl_origin_io *uio);
+
+/* engine_fill.c */
+
 /** A FILL or RMW sub finished (engine_sub_cb). */
 void engine_fill_sub_done(struct eng_sub *s, int result);
 /**
@@ -442,6 +448,14 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
  * metadata flush when barrier. Frees req when they are done.
  */
 void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier);
+/** LUN bytes [*fs, *fe) of the sectors an update (or fill) io writes into its slot. */
+void engine_fill_range(const struct eng_req *req, const struct hl_cache_io *io, uint64_t *fs,
+                       uint64_t *fe);
+/**
+ * The sectors of an update's fill range that write req covers only partly
+ * (LUN bytes, at most two: head and tail). @return how many.
+ */
+int engine_rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, uint64_t out[2]);
 
 /* cache_meta.c */
 

@@ -4,7 +4,7 @@
  * caller's buffer when it can), misses read from the origin in runs widened
  * to what their fills need, PARTIAL blocks stitched from valid sectors and
  * origin extents, a failed hit retried from the origin; the reply, then the
- * fills and promotions of what the read brought (engine_write.c writes them).
+ * fills and promotions of what the read brought (engine_fill.c writes them).
  *
  * Shared state and the ordering rules: engine_internal.h.
  */

@@ -13,6 +13,7 @@
 #include "../../../src/cache/engine/engine_origin.c"
 #include "../../../src/cache/engine/engine_read.c"
 #include "../../../src/cache/engine/engine_write.c"
+#include "../../../src/cache/engine/engine_fill.c"
 #include "../../../src/cache/engine/engine_ub.c"
 
 #include "hl_test.h"
