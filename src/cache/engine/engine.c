@@ -1217,19 +1217,6 @@ void hl_cache_close(struct hl_cache *c)
 /* Stats                                                              */
 /* ------------------------------------------------------------------ */
 
-const uint32_t hl_cache_size_bounds[HL_CACHE_SIZE_BUCKETS] = {
-    512,   1024,  2048,  4095,  4096,  8191,   8192,   16383,  16384,
-    32768, 49152, 65535, 65536, 81920, 131072, 262144, 524288, UINT32_MAX,
-};
-
-unsigned hl_cache_size_bucket(uint64_t len)
-{
-	for (unsigned i = 0; i < HL_CACHE_SIZE_BUCKETS - 1; i++)
-		if (len <= hl_cache_size_bounds[i])
-			return i;
-	return HL_CACHE_SIZE_BUCKETS - 1;
-}
-
 static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_stats *out)
 {
 	for (unsigned i = 0; i < HL_CACHE_LAT_BUCKETS; i++) {

@@ -144,7 +144,7 @@ static bool rmw_start(struct eng_req *req, struct eng_sub *s)
 
 		if (rmw_from_buffer(req, s, sect[i]))
 			continue;
-		r = engine_sub_new(req, SUB_RMW, s->k);
+		r = engine_sub_new(req, SUB_RMW, s->k, engine_fill_sub_done);
 		if (r && (r->buf = dio_alloc(SECT))) {
 			r->own = true;
 			r->lo = sect[i];
@@ -253,7 +253,7 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
 	}
 	if (atomic_load(&c->failed))
 		goto drop;
-	s = engine_sub_new(req, SUB_FILL, k);
+	s = engine_sub_new(req, SUB_FILL, k, engine_fill_sub_done);
 	if (!s)
 		goto drop;
 	if (((uintptr_t)data & 4095) == 0) {

@@ -9,8 +9,9 @@
  *  - engine.c: open, attach, close, quiesce; device failure -> pass-through;
  *    the metadata thread; the disk-name -> LUN-id map file; stats export;
  *  - engine_origin.c: the cached origin (ops table, submit checks and
- *    dispatch, origin events) and the request machinery (requests, subs,
- *    phases, the sub completion dispatcher, the reply);
+ *    dispatch, origin events, close);
+ *  - engine_req.c: the request machinery (requests, subs, phases, the sub
+ *    completion, the reply);
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
  *    and the fills a read plans;
  *  - engine_write.c: WRITE, discard, write-zeroes, COMPARE AND WRITE, and
@@ -219,6 +220,8 @@ struct eng_sub {
 	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
 	uint32_t peer;    /* RMW: the FILL sub it merges into */
 	uint64_t lo, hi;  /* RUN/RETRY/BUF/PHIT: LUN bytes held by buf; RMW: the sector */
+	/* The per-kind work of its completion, from the file that made it (NULL: none). */
+	void (*done)(struct eng_sub *s, int result);
 };
 
 struct eng_req {
@@ -388,7 +391,7 @@ void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
  */
 void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin *inner);
 
-/* engine_origin.c */
+/* engine_req.c */
 
 /**
  * A request for uio on cached origin o (on the current reactor), with room
@@ -398,8 +401,12 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
                                uint32_t maxios, uint32_t maxsub);
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
-/** The next sub of req (zeroed), or NULL when all maxsub are used. */
-struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t k);
+/**
+ * The next sub of req (zeroed; done is the work its completion does before
+ * the phase hold ends, may be NULL), or NULL when all maxsub are used.
+ */
+struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t k,
+                               void (*done)(struct eng_sub *s, int result));
 /**
  * Submit sub s to origin o at off: the buffer is s->iov. Completion goes
  * through engine_sub_cb and holds the current phase. @return 0 or -errno
@@ -407,12 +414,15 @@ struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t
  */
 int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, uint64_t off,
                       uint64_t len);
-/** Completion of every sub's origin io: the per-kind work, then the phase hold ends. */
+/** Completion of every sub's origin io: the sub's done(), then the phase hold ends. */
 void engine_sub_cb(struct hl_origin_io *io, int result);
 /** The submitter's hold on the current phase ends (never completes inside submit). */
 void engine_phase_end(struct eng_req *req);
 /** Complete the caller's io with status (once; counts latency and errors). */
 void engine_reply(struct eng_req *req, int status);
+
+/* engine_origin.c */
+
 /** Forwarded by the inner origin (hl_origin_listen); arg is the cached origin. */
 void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_event ev,
                          uint64_t old_size);
@@ -421,8 +431,6 @@ void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_even
 
 /** READ and PREFETCH of length > 0 on cached origin o. @return 0 or -errno (no callback). */
 int engine_read(struct hl_origin *o, struct hl_origin_io *uio);
-/** A HIT, RUN, RETRY or PHIT sub finished (engine_sub_cb). */
-void engine_read_sub_done(struct eng_sub *s, int result);
 
 /* engine_write.c */
 
@@ -431,7 +439,7 @@ int engine_write(struct hl_origin *o, struct hl_origin_io *uio);
 
 /* engine_fill.c */
 
-/** A FILL or RMW sub finished (engine_sub_cb). */
+/** A FILL or RMW sub finished (its done(), through engine_sub_cb). */
 void engine_fill_sub_done(struct eng_sub *s, int result);
 /**
  * Prepare writing sectors [fill_first, +fill_nsect) of io's slot from data

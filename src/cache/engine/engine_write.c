@@ -59,7 +59,7 @@ static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, 
 	if (io->slot >= c->nslots || atomic_load(&c->failed))
 		return false;
 	engine_fill_range(req, io, &fs, &fe);
-	s = engine_sub_new(req, SUB_FILL, k);
+	s = engine_sub_new(req, SUB_FILL, k, engine_fill_sub_done);
 	if (!s)
 		return false;
 	s->buf = dio_alloc(fe - fs);
@@ -154,6 +154,12 @@ static void write_done(struct eng_req *req)
 	engine_fills_start(req, first_fill, false);
 }
 
+/* The origin write finished: its result is the request's. */
+static void write_sub_done(struct eng_sub *s, int result)
+{
+	s->req->status = result;
+}
+
 /* Issue the origin write. @return 0 or -errno (only when nothing was started). */
 static int write_issue(struct eng_req *req)
 {
@@ -165,6 +171,7 @@ static int write_issue(struct eng_req *req)
 	memset(s, 0, sizeof(*s));
 	s->req = req;
 	s->kind = SUB_WRITE;
+	s->done = write_sub_done;
 	hl_origin_io_forward(&s->io, uio, engine_sub_cb, s);
 	req->pending = 1;
 	req->phase_done = write_done;

@@ -11,6 +11,7 @@
  */
 #include "../../../src/cache/engine/engine.c"
 #include "../../../src/cache/engine/engine_origin.c"
+#include "../../../src/cache/engine/engine_req.c"
 #include "../../../src/cache/engine/engine_read.c"
 #include "../../../src/cache/engine/engine_write.c"
 #include "../../../src/cache/engine/engine_fill.c"
