@@ -3,19 +3,18 @@
  * its management side: open (device, layout, policy core, RAM window),
  * attach and close of cached origins, quiesce, the admission switch; device
  * failure -> pass-through; the metadata thread (periodic and requested
- * record flushes, killing the on-device metadata of a failed device); the
- * disk-name -> LUN-id map file; the warm restart proofs (a disk's cached
- * blocks are trusted at attach only as far as its origin proves itself
- * unchanged); and the engine stats (latency and size histograms).
+ * record flushes, killing the on-device metadata of a failed device); and
+ * the engine stats (latency and size histograms).
  *
- * The data path is in engine_origin.c, engine_read.c and engine_write.c;
- * shared state and the ordering rules: engine_internal.h.
+ * The disk-name -> LUN-id map file is in engine_map.c, the warm restart
+ * proofs (a disk's cached blocks are trusted at attach only as far as its
+ * origin proves itself unchanged) in engine_proof.c, the data path in
+ * engine_origin.c, engine_req.c, engine_read.c, engine_write.c and
+ * engine_fill.c; shared state and the ordering rules: engine_internal.h.
  */
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <sys/stat.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,9 +30,6 @@
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
-/* Version 2 adds the proof lines; a version 1 map is read, its disks have no proof. */
-#define MAP_MAGIC   "hotlun-cache-map "
-#define MAP_VERSION 2
 #define SB_KILL_LEN 8192u /* both superblock copies (docs/cache-format.md) */
 
 /* ------------------------------------------------------------------ */
@@ -103,9 +99,6 @@ void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
 	pthread_mutex_unlock(&c->mlock);
 }
 
-static int map_write(struct hl_cache *c, const char *state);
-static void proofs_refresh(struct hl_cache *c);
-
 /* The device failed: make sure a restart cannot trust its metadata. Meta thread. */
 static void meta_kill(struct hl_cache *c)
 {
@@ -116,7 +109,7 @@ static void meta_kill(struct hl_cache *c)
 	c->dead = true;
 	/* The map says "failed" (a restart formats), and both superblocks are wiped. */
 	pthread_mutex_lock(&c->sync_lock); /* map writers hold it */
-	map_write(c, "failed");
+	engine_map_write(c, "failed");
 	pthread_mutex_unlock(&c->sync_lock);
 	z = dio_alloc(SB_KILL_LEN);
 	if (z) {
@@ -204,7 +197,7 @@ static void *meta_main(void *arg)
 			}
 		}
 		if (periodic && !c->dead && !atomic_load(&c->failed))
-			proofs_refresh(c);
+			engine_proofs_refresh(c);
 		if (periodic) {
 			clock_gettime(CLOCK_MONOTONIC, &next);
 			next.tv_sec += c->interval_ms / 1000;
@@ -229,483 +222,6 @@ static void *meta_main(void *arg)
 }
 
 /* ------------------------------------------------------------------ */
-/* The disk map file                                                  */
-/* ------------------------------------------------------------------ */
-
-/*
- * Text, rewritten atomically (tmp + fsync + rename):
- *   hotlun-cache-map 2
- *   state open|clean|failed
- *   geometry BLOCK_SIZE NSLOTS DEVICE_SIZE
- *   next ID
- *   disk ID QUOTA SIZE NAME IDENT...
- *   proof ID TOKEN            (version 2; absent: no proof)
- * A missing or unreadable map, a "failed" state or another geometry make
- * hl_cache_open format the device: LUN ids are only meaningful with it.
- * Writers hold sync_lock (or run alone: open, close).
- */
-static int map_write(struct hl_cache *c, const char *state)
-{
-	char *tmp = NULL, *dir = NULL;
-	FILE *f;
-	int rc = 0, fd;
-
-	if (asprintf(&tmp, "%s.tmp", c->map_path) < 0)
-		return -ENOMEM;
-	f = fopen(tmp, "w");
-	if (!f) {
-		rc = -errno;
-		goto out;
-	}
-	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, MAP_VERSION,
-	        state, c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size,
-	        c->next_id);
-	for (size_t i = 0; i < c->n_ents; i++) {
-		struct map_ent *e = c->ents[i];
-		fprintf(f, "disk %u %llu %llu %s %s\n", e->id, (unsigned long long)e->quota,
-		        (unsigned long long)e->size, e->name, e->ident);
-	}
-	for (size_t i = 0; i < c->n_ents; i++)
-		if (c->ents[i]->proof)
-			fprintf(f, "proof %u %s\n", c->ents[i]->id, c->ents[i]->proof);
-	if (fflush(f) || fsync(fileno(f)))
-		rc = -errno;
-	if (fclose(f) && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, c->map_path))
-		rc = -errno;
-	if (!rc) {
-		dir = strdup(c->map_path);
-		if (dir) {
-			fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (fd >= 0) {
-				fsync(fd);
-				close(fd);
-			}
-		}
-	}
-out:
-	if (rc) {
-		HL_ERR("cache", "cache %s: cannot write %s: %s", c->name, c->map_path,
-		       strerror(-rc));
-		unlink(tmp);
-	}
-	free(dir);
-	free(tmp);
-	return rc;
-}
-
-static void ent_free(struct map_ent *e)
-{
-	if (!e)
-		return;
-	free(e->name);
-	free(e->ident);
-	free(e->proof);
-	free(e->cand);
-	free(e);
-}
-
-static struct map_ent *ent_new(uint16_t id, uint64_t quota, uint64_t size, const char *name,
-                               const char *ident)
-{
-	struct map_ent *e = calloc(1, sizeof(*e));
-
-	if (!e)
-		return NULL;
-	e->id = id;
-	e->quota = quota;
-	e->size = size;
-	e->name = strdup(name);
-	e->ident = strdup(ident);
-	hl_list_init(&e->wlist);
-	if (!e->name || !e->ident) {
-		ent_free(e);
-		return NULL;
-	}
-	return e;
-}
-
-static int ents_push(struct hl_cache *c, struct map_ent *e)
-{
-	struct map_ent **n = realloc(c->ents, (c->n_ents + 1) * sizeof(*n));
-
-	if (!n)
-		return -ENOMEM;
-	c->ents = n;
-	c->ents[c->n_ents++] = e;
-	return 0;
-}
-
-/*
- * The origin's identity: its URI without throttle(...) wrappers (lab knobs,
- * not identity) and without credentials ("user%secret@": not identity
- * either, and the map must never hold a secret). Maps written before
- * credentials were dropped from it are read through this same function, so
- * their disks still match; the map is rewritten at open without them.
- */
-static const char *origin_ident(const char *uri, char *buf, size_t len)
-{
-	while (!strncmp(uri, "throttle(", 9)) {
-		const char *p = strstr(uri, "):");
-		if (!p)
-			break;
-		uri = p + 2;
-	}
-	return hl_uri_redact(uri, true, buf, len);
-}
-
-/* "hotlun-cache-map N": a version this code reads (1 or 2). */
-static bool map_version(const char *line, int *version)
-{
-	int n = 0;
-
-	if (strncmp(line, MAP_MAGIC, strlen(MAP_MAGIC)) ||
-	    sscanf(line + strlen(MAP_MAGIC), "%d", &n) != 1 || n < 1 || n > MAP_VERSION)
-		return false;
-	*version = n;
-	return true;
-}
-
-/* @return true when the map is usable for this device (else: format). */
-static bool map_load(struct hl_cache *c)
-{
-	FILE *f = fopen(c->map_path, "r");
-	char line[4096], state[32] = "", name[256], ident[4096];
-	unsigned bs = 0, next = 0, id;
-	unsigned long long nslots = 0, devsize = 0, quota, size;
-	bool ok = false;
-	int pos, version;
-
-	if (!f)
-		return false;
-	if (!fgets(line, sizeof(line), f) || !map_version(line, &version))
-		goto out;
-	if (!fgets(line, sizeof(line), f) || sscanf(line, "state %31s", state) != 1 ||
-	    !strcmp(state, "failed"))
-		goto out;
-	if (!fgets(line, sizeof(line), f) ||
-	    sscanf(line, "geometry %u %llu %llu", &bs, &nslots, &devsize) != 3 || bs != c->bs ||
-	    nslots != c->nslots || devsize != c->dev->size)
-		goto out;
-	if (!fgets(line, sizeof(line), f) || sscanf(line, "next %u", &next) != 1 || next > 0xffff)
-		goto out;
-	c->next_id = (uint16_t)next;
-	while (fgets(line, sizeof(line), f)) {
-		struct map_ent *e;
-		line[strcspn(line, "\n")] = 0;
-		if (version >= 2 && !strncmp(line, "proof ", 6)) {
-			if (sscanf(line, "proof %u %n", &id, &pos) != 1 || !line[pos] ||
-			    strlen(line + pos) >= HL_ORIGIN_PROOF_MAX || strpbrk(line + pos, " \t"))
-				goto out;
-			for (size_t i = 0; i < c->n_ents; i++) {
-				if (c->ents[i]->id != id)
-					continue;
-				free(c->ents[i]->proof);
-				c->ents[i]->proof = strdup(line + pos); /* NULL: no proof, cold */
-			}
-			continue;
-		}
-		if (sscanf(line, "disk %u %llu %llu %255s %n", &id, &quota, &size, name, &pos) !=
-		        4 ||
-		    id > 0xffff)
-			goto out;
-		e = ent_new((uint16_t)id, quota, size, name,
-		            origin_ident(line + pos, ident, sizeof(ident)));
-		if (!e || ents_push(c, e)) {
-			ent_free(e);
-			goto out;
-		}
-	}
-	ok = true;
-out:
-	fclose(f);
-	if (!ok) {
-		for (size_t i = 0; i < c->n_ents; i++)
-			ent_free(c->ents[i]);
-		c->n_ents = 0;
-		c->next_id = 0;
-	}
-	return ok;
-}
-
-static struct map_ent *ent_find(struct hl_cache *c, const char *name)
-{
-	for (size_t i = 0; i < c->n_ents; i++)
-		if (!strcmp(c->ents[i]->name, name))
-			return c->ents[i];
-	return NULL;
-}
-
-static bool id_used(struct hl_cache *c, uint16_t id)
-{
-	for (size_t i = 0; i < c->n_ents; i++)
-		if (c->ents[i]->id == id)
-			return true;
-	return false;
-}
-
-/* A LUN id never handed out by this map (ids only grow, wrapping after 65535). */
-static int id_alloc(struct hl_cache *c, uint16_t *out)
-{
-	for (uint32_t tries = 0; tries < HL_CACHE_MAX_LUNS; tries++) {
-		uint16_t id = c->next_id++;
-		if (!id_used(c, id)) {
-			*out = id;
-			return 0;
-		}
-	}
-	return -ENOSPC;
-}
-
-/* ------------------------------------------------------------------ */
-/* Warm restart proofs                                                */
-/* ------------------------------------------------------------------ */
-
-/*
- * A disk's cached blocks match its origin as long as only this gateway
- * writes it (the ordering rules of docs/cache-format.md). Across a stop,
- * somebody else may have written it; the origin proves what did not
- * change (hl_origin_ops.proof_take/check), and attach drops the rest.
- * The proof may be older than the records: it only has to show that
- * nobody wrote the origin after it was taken, and any write after it
- * (ours included) makes the check fail or report the range.
- */
-
-/* The tag that names this disk's marks in its origin: the cache's uuid and the LUN id. */
-static void ent_tag(const struct hl_cache *c, uint16_t id, char tag[64])
-{
-	const uint8_t *u = c->layout.uuid;
-
-	snprintf(tag, 64, "%02x%02x%02x%02x%02x%02x%02x%02x-%u", u[0], u[1], u[2], u[3], u[4],
-	         u[5], u[6], u[7], id);
-}
-
-/* Byte ranges an origin reports changed since a proof. */
-struct changed_list {
-	struct {
-		uint64_t off, len;
-	} *v;
-	size_t n, cap;
-	bool nomem;
-};
-
-static void changed_add(void *arg, uint64_t off, uint64_t len)
-{
-	struct changed_list *l = arg;
-
-	if (l->nomem || !len)
-		return;
-	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
-		l->v[l->n - 1].len += len; /* adjacent: merge */
-		return;
-	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		void *v = realloc(l->v, cap * sizeof(*l->v));
-		if (!v) {
-			l->nomem = true;
-			return;
-		}
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n].off = off;
-	l->v[l->n].len = len;
-	l->n++;
-}
-
-/* Replace *dst with a copy of src. @return false without memory (*dst unchanged). */
-static bool str_set(char **dst, const char *src)
-{
-	char *n = strdup(src);
-
-	if (!n)
-		return false;
-	free(*dst);
-	*dst = n;
-	return true;
-}
-
-/*
- * Periodic, meta thread: a proof that the origin gave twice in a row (it was
- * quiet for one interval) is recorded, so that a crash after writes stopped
- * restarts warm. Holding sync_lock keeps the disk attached meanwhile.
- */
-static void proofs_refresh(struct hl_cache *c)
-{
-	char proof[HL_ORIGIN_PROOF_MAX];
-	bool write = false;
-
-	pthread_mutex_lock(&c->sync_lock);
-	for (size_t i = 0; i < c->n_ents; i++) {
-		struct map_ent *e = c->ents[i];
-		if (!e->inner || atomic_load(&e->proofs_held) ||
-		    hl_origin_proof_take(e->inner, e->tag, false, proof, sizeof(proof)))
-			continue;
-		if (e->proof && !strcmp(e->proof, proof)) {
-			free(e->cand);
-			e->cand = NULL;
-			continue;
-		}
-		if (!e->cand || strcmp(e->cand, proof)) {
-			str_set(&e->cand, proof);
-			continue;
-		}
-		pthread_mutex_lock(&c->lock);
-		free(e->proof);
-		e->proof = e->cand;
-		pthread_mutex_unlock(&c->lock);
-		e->cand = NULL;
-		write = true;
-	}
-	if (write && map_write(c, "open") == 0) {
-		for (size_t i = 0; i < c->n_ents; i++)
-			if (c->ents[i]->inner && c->ents[i]->proof)
-				hl_origin_proof_release(c->ents[i]->inner, c->ents[i]->tag,
-				                        c->ents[i]->proof);
-	}
-	pthread_mutex_unlock(&c->sync_lock);
-}
-
-void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin *inner)
-{
-	char proof[HL_ORIGIN_PROOF_MAX];
-	int rc;
-
-	if (atomic_load(&e->proofs_held))
-		return; /* not ours: the cache may not match; the last proof stays */
-	pthread_mutex_lock(&c->sync_lock); /* one proof at a time (the meta thread's too) */
-	rc = hl_origin_proof_take(inner, e->tag, true, proof, sizeof(proof));
-	free(e->cand);
-	e->cand = NULL;
-	if (rc) {
-		if (!e->proof)
-			HL_NOTICE("cache",
-			          "cache %s: disk %s: %s: its cached blocks will be dropped at "
-			          "the next start",
-			          c->name, e->name,
-			          rc == -EOPNOTSUPP ? "the origin cannot prove itself unchanged "
-			                              "(exclusive = yes declares it)"
-			                            : "no proof of the origin");
-	} else if (!c->dead && !atomic_load(&c->failed) &&
-	           (!e->proof || strcmp(e->proof, proof))) {
-		pthread_mutex_lock(&c->lock);
-		bool ok = str_set(&e->proof, proof);
-		pthread_mutex_unlock(&c->lock);
-		if (ok && map_write(c, "open") == 0)
-			hl_origin_proof_release(inner, e->tag, proof);
-	}
-	pthread_mutex_unlock(&c->sync_lock);
-}
-
-/*
- * Ask inner what changed since `proof` (NULL: no proof) into chg. A failed
- * allocation anywhere, or no proof at all, counts as "cannot tell".
- * @return 0 (chg lists the changes) or -ESTALE (drop everything); why set.
- */
-static int proof_changes(struct hl_origin *inner, const char *tag, const char *proof,
-                         bool nomem, struct changed_list *chg, char *why, size_t whylen)
-{
-	int prc = hl_origin_proof_check(inner, tag, proof, changed_add, chg, why, whylen);
-
-	if (!prc && (chg->nomem || nomem)) {
-		prc = -ESTALE;
-		snprintf(why, whylen, "out of memory for the changed ranges");
-	}
-	if (!proof && !prc)
-		prc = -ESTALE; /* a backend must never vouch for no proof */
-	return prc;
-}
-
-/*
- * c->lock held: drop from e what proof_changes found (everything when prc),
- * a proof that proves nothing any more included, and record the outcome in
- * e's warm_* statistics ("PREFIX" + why). @return whether e's proof went.
- */
-static bool drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
-                         const struct changed_list *chg, const char *prefix, const char *why)
-{
-	uint64_t before = hl_cache_core_lun_blocks(c->core, e->id), after;
-	bool proof_gone = prc && e->proof;
-
-	if (prc)
-		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
-	for (size_t i = 0; !prc && i < chg->n; i++)
-		hl_cache_core_invalidate(c->core, e->id, chg->v[i].off, chg->v[i].len);
-	after = hl_cache_core_lun_blocks(c->core, e->id);
-	if (proof_gone) {
-		free(e->proof);
-		e->proof = NULL;
-	}
-	e->warm_checked = true;
-	e->warm_kept = after;
-	e->warm_dropped = before - after;
-	snprintf(e->warm_why, sizeof(e->warm_why), "%s%s", prefix, why);
-	return proof_gone;
-}
-
-int hl_cache_revalidate(struct hl_origin *o)
-{
-	struct co_priv *co;
-	struct hl_cache *c;
-	struct map_ent *e;
-	struct changed_list chg = {0};
-	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
-	char *proof = NULL;
-	bool nomem = false, proof_gone;
-	int prc, rc = 0;
-
-	if (!o || o->ops != &cache_origin_ops)
-		return -EINVAL;
-	co = co_of(o);
-	c = co->c;
-	e = co->ent;
-	pthread_mutex_lock(&c->lock);
-	if (e->proof && !(proof = strdup(e->proof)))
-		nomem = true;
-	ent_tag(c, e->id, tag);
-	pthread_mutex_unlock(&c->lock);
-	prc = proof_changes(co->inner, tag, proof, nomem, &chg, why, sizeof(why));
-	free(proof);
-	pthread_mutex_lock(&c->sync_lock);
-	pthread_mutex_lock(&c->lock);
-	proof_gone = drop_changes(c, e, prc, &chg, "ownership: ", why);
-	uint64_t after = e->warm_kept, dropped = e->warm_dropped;
-	pthread_mutex_unlock(&c->lock);
-	/* the proofs_held flag stays set until the dropped blocks' records are written */
-	/* Before the disk is served: the dropped blocks' records must stop claiming data. */
-	if (dropped && !c->dead)
-		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
-	if (!rc && proof_gone)
-		rc = map_write(c, "open");
-	if (!rc)
-		atomic_store(&e->proofs_held, false); /* coherent: proofs from now on */
-	pthread_mutex_unlock(&c->sync_lock);
-	free(chg.v);
-	HL_NOTICE("cache", "cache %s: disk %s: ownership gained: kept %llu block(s), dropped %llu (%s%s)",
-	          c->name, e->name, (unsigned long long)after, (unsigned long long)dropped,
-	          prc ? "cold: " : "", why);
-	if (rc)
-		HL_ERR("cache", "cache %s: disk %s: cannot record the dropped blocks: %s", c->name,
-		       e->name, strerror(-rc));
-	return rc;
-}
-
-void hl_cache_hold_proofs(struct hl_origin *o)
-{
-	if (o && o->ops == &cache_origin_ops)
-		atomic_store(&co_of(o)->ent->proofs_held, true);
-}
-
-void hl_cache_proof_now(struct hl_origin *o)
-{
-	if (!o || o->ops != &cache_origin_ops)
-		return;
-	engine_proof_final(co_of(o)->c, co_of(o)->ent, co_of(o)->inner);
-}
-
-/* ------------------------------------------------------------------ */
 /* Open, attach, close                                                */
 /* ------------------------------------------------------------------ */
 
@@ -720,7 +236,7 @@ static void cache_free(struct hl_cache *c)
 	engine_ub_fini(c);
 	hl_cache_core_destroy(c->core);
 	for (size_t i = 0; i < c->n_ents; i++)
-		ent_free(c->ents[i]);
+		engine_ent_free(c->ents[i]);
 	free(c->ents);
 	free(c->window);
 	free(c->name);
@@ -731,44 +247,6 @@ static void cache_free(struct hl_cache *c)
 	pthread_mutex_destroy(&c->mlock);
 	pthread_cond_destroy(&c->mcond);
 	free(c);
-}
-
-/*
- * Before the device is opened (which extends a regular file to its size):
- * a file shorter than the device its map describes was truncated, and its
- * records may claim slots whose data is gone (a hole reads as zeroes).
- * Refuse it rather than extend it and serve the holes as data. A map that
- * says "failed", or none, formats the device anyway. @return 0 or -EIO.
- */
-static int device_shrank(struct hl_cache *c)
-{
-	char line[256], state[32] = "";
-	unsigned long long devsize = 0;
-	unsigned bs;
-	unsigned long long nslots;
-	struct stat st;
-	bool claims = false;
-	int version;
-	FILE *f;
-
-	if (stat(c->device, &st) || !S_ISREG(st.st_mode))
-		return 0;
-	f = fopen(c->map_path, "r");
-	if (!f)
-		return 0;
-	if (fgets(line, sizeof(line), f) && map_version(line, &version) &&
-	    fgets(line, sizeof(line), f) && sscanf(line, "state %31s", state) == 1 &&
-	    strcmp(state, "failed") && fgets(line, sizeof(line), f) &&
-	    sscanf(line, "geometry %u %llu %llu", &bs, &nslots, &devsize) == 3)
-		claims = true;
-	fclose(f);
-	if (!claims || (uint64_t)st.st_size >= devsize)
-		return 0;
-	HL_ERR("cache",
-	       "cache %s: %s is %llu bytes, smaller than the %llu bytes its map %s describes "
-	       "(truncated?): refusing the cache; delete the map to format the device",
-	       c->name, c->device, (unsigned long long)st.st_size, devsize, c->map_path);
-	return -EIO;
 }
 
 static int write_mode_parse(const char *s, enum hl_cache_write_mode *out)
@@ -850,7 +328,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 
 	cache_trace_init();
 	cache_trace(CT_START, 0, 0, 0, 0, c->bs, 0, 0);
-	rc = device_shrank(c);
+	rc = engine_map_device_shrank(c);
 	if (rc)
 		goto fail;
 	rc = hl_cache_dev_open_file(cfg->device, cfg->size, &c->dev);
@@ -904,7 +382,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 			goto fail;
 	}
 
-	usable = map_load(c);
+	usable = engine_map_load(c);
 	if (usable) {
 		for (size_t i = 0; i < c->n_ents; i++) {
 			rc = hl_cache_core_lun_add(c->core, c->ents[i]->id, c->ents[i]->quota);
@@ -925,7 +403,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		if (rc)
 			goto fail_dev;
 	}
-	rc = map_write(c, "open");
+	rc = engine_map_write(c, "open");
 	if (rc)
 		goto fail;
 	rc = -pthread_create(&c->meta_thr, NULL, meta_main, c);
@@ -969,7 +447,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		return -EINVAL;
 	if (strlen(inner->uri) >= sizeof(ident_buf))
 		return -ENAMETOOLONG;
-	ident = origin_ident(inner->uri, ident_buf, sizeof(ident_buf));
+	ident = engine_origin_ident(inner->uri, ident_buf, sizeof(ident_buf));
 	if (strchr(ident, '\n'))
 		return -EINVAL;
 	/*
@@ -979,26 +457,26 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	 * Entries change only on this (main) thread, so e is still e below.
 	 */
 	pthread_mutex_lock(&c->lock);
-	e = ent_find(c, disk_name);
+	e = engine_ent_find(c, disk_name);
 	if (e && !e->attached && !strcmp(e->ident, ident) && e->size == inner->size &&
 	    e->quota == quota_bytes) {
 		check = true;
 		proof = e->proof ? strdup(e->proof) : NULL; /* NULL: cold */
-		ent_tag(c, e->id, tag);
+		engine_ent_tag(c, e->id, tag);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (check)
-		prc = proof_changes(inner, tag, proof, false, &chg, why, sizeof(why));
+		prc = engine_proof_changes(inner, tag, proof, false, &chg, why, sizeof(why));
 	free(proof);
 	pthread_mutex_lock(&c->sync_lock); /* no record sync of the meta thread meanwhile */
 	pthread_mutex_lock(&c->lock);
-	e = ent_find(c, disk_name);
+	e = engine_ent_find(c, disk_name);
 	if (e && e->attached) {
 		rc = -EEXIST;
 		goto out;
 	}
 	if (e && check) {
-		changed |= drop_changes(c, e, prc, &chg, "", why);
+		changed |= engine_drop_changes(c, e, prc, &chg, "", why);
 		uint64_t after = e->warm_kept, before = after + e->warm_dropped;
 		/* Before any I/O: the dropped blocks' records must stop claiming data. */
 		sync = prc || chg.n;
@@ -1026,16 +504,16 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 				break;
 			}
 		}
-		ent_free(e);
+		engine_ent_free(e);
 		e = NULL;
 		sync = true;
 	}
 	if (!e) {
 		uint16_t id;
-		rc = id_alloc(c, &id);
+		rc = engine_ent_id_alloc(c, &id);
 		if (rc)
 			goto out;
-		e = ent_new(id, quota_bytes, inner->size, disk_name, ident);
+		e = engine_ent_new(id, quota_bytes, inner->size, disk_name, ident);
 		rc = -ENOMEM;
 		if (!e)
 			goto out;
@@ -1047,10 +525,10 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 			sync = true;
 		}
 		if (!rc)
-			rc = ents_push(c, e);
+			rc = engine_ent_add(c, e);
 		if (rc) {
 			HL_ERR("cache", "cache %s: disk %s: %s", c->name, disk_name, strerror(-rc));
-			ent_free(e);
+			engine_ent_free(e);
 			goto out;
 		}
 		if (replaced) {
@@ -1069,7 +547,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		}
 	}
 	if (changed) {
-		rc = map_write(c, "open");
+		rc = engine_map_write(c, "open");
 		if (rc)
 			goto out;
 	}
@@ -1086,7 +564,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->inner = inner; /* o->inner, at hand for the data path */
 	co->ent = e;
 	e->attached = true;
-	ent_tag(c, e->id, e->tag);
+	engine_ent_tag(c, e->id, e->tag);
 	e->inner = inner; /* proofs from now on (sync_lock held) */
 	hl_origin_listen(inner, engine_origin_event, o);
 	*out = o;
@@ -1206,7 +684,7 @@ void hl_cache_close(struct hl_cache *c)
 		if (rc)
 			HL_ERR("cache", "cache %s: saving metadata: %s (the next start is cold)",
 			       c->name, strerror(-rc));
-		map_write(c, rc ? "failed" : "clean");
+		engine_map_write(c, rc ? "failed" : "clean");
 	} else if (!c->dead) {
 		meta_kill(c);
 	}
@@ -1267,7 +745,7 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&c->lock);
 	if (disk) {
-		e = ent_find(c, disk);
+		e = engine_ent_find(c, disk);
 		rc = e ? hl_cache_core_stats(c->core, e->id, &out->core) : -ENOENT;
 		if (e && e->warm_checked) {
 			out->warm_kept = e->warm_kept;

@@ -7,7 +7,9 @@
  *
  * The engine's files:
  *  - engine.c: open, attach, close, quiesce; device failure -> pass-through;
- *    the metadata thread; the disk-name -> LUN-id map file; stats export;
+ *    the metadata thread; stats export;
+ *  - engine_map.c: the disk-name -> LUN-id map file and the disk entries;
+ *  - engine_proof.c: the warm restart proofs and the ownership revalidation;
  *  - engine_origin.c: the cached origin (ops table, submit checks and
  *    dispatch, origin events, close);
  *  - engine_req.c: the request machinery (requests, subs, phases, the sub
@@ -383,6 +385,73 @@ bool engine_device_check_size(struct hl_cache *c);
  */
 void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
 
+/* engine_map.c */
+
+/**
+ * Rewrite the map file atomically (tmp, fsync, rename) with state "open",
+ * "clean" or "failed", every disk and every proof. Writers hold
+ * c->sync_lock, or run alone (open, close). @return 0 or -errno (logged).
+ */
+int engine_map_write(struct hl_cache *c, const char *state);
+/**
+ * Read the map into c->ents and c->next_id. @return true when it is usable
+ * for this device (same geometry, not "failed"); false: format (c->ents is
+ * left empty).
+ */
+bool engine_map_load(struct hl_cache *c);
+/**
+ * Before the device is opened: a regular file shorter than the device its
+ * map describes was truncated, and its records may claim data that is
+ * gone. @return 0 or -EIO (logged: refuse the cache).
+ */
+int engine_map_device_shrank(struct hl_cache *c);
+/** A disk entry (strings copied; not listed yet). @return NULL without memory. */
+struct map_ent *engine_ent_new(uint16_t id, uint64_t quota, uint64_t size, const char *name,
+                               const char *ident);
+/** Free a disk entry and its strings (NULL is harmless). */
+void engine_ent_free(struct map_ent *e);
+/** List e in c->ents (c takes it). @return 0 or -ENOMEM. */
+int engine_ent_add(struct hl_cache *c, struct map_ent *e);
+/** The entry of disk name, or NULL. */
+struct map_ent *engine_ent_find(struct hl_cache *c, const char *name);
+/** A LUN id never handed out by the map. @return 0 or -ENOSPC. */
+int engine_ent_id_alloc(struct hl_cache *c, uint16_t *out);
+/**
+ * The identity of an origin URI as the map stores it (no throttle(...)
+ * wrappers, no credentials), in buf (len bytes). @return buf or uri.
+ */
+const char *engine_origin_ident(const char *uri, char *buf, size_t len);
+
+/* engine_proof.c */
+
+/* Byte ranges an origin reports changed since a proof. */
+struct changed_list {
+	struct {
+		uint64_t off, len;
+	} *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+/** The tag that names disk id's marks in its origin (the cache's uuid and the LUN id). */
+void engine_ent_tag(const struct hl_cache *c, uint16_t id, char tag[64]);
+/**
+ * Ask inner what changed since `proof` (NULL: no proof) into chg (the
+ * caller frees chg->v). nomem: the caller already ran out of memory.
+ * @return 0 (chg lists the changes) or -ESTALE (drop everything); why set.
+ */
+int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *proof,
+                         bool nomem, struct changed_list *chg, char *why, size_t whylen);
+/**
+ * c->lock held: drop from e what engine_proof_changes found (everything when
+ * prc), and a proof that proves nothing any more; record the outcome in
+ * e's warm_* statistics. @return whether e's proof went (the map needs
+ * rewriting).
+ */
+bool engine_drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
+                         const struct changed_list *chg, const char *prefix, const char *why);
+/** Meta thread, periodic: record the proofs the disks' origins gave twice in a row. */
+void engine_proofs_refresh(struct hl_cache *c);
 /**
  * Disk e was detached (e->inner is NULL already) and its origin `inner`
  * has no I/O left: take the final proof from it and store it in the map,

@@ -10,6 +10,8 @@
  * buffer), so that none of them is also linked from libhotlun.
  */
 #include "../../../src/cache/engine/engine.c"
+#include "../../../src/cache/engine/engine_map.c"
+#include "../../../src/cache/engine/engine_proof.c"
 #include "../../../src/cache/engine/engine_origin.c"
 #include "../../../src/cache/engine/engine_req.c"
 #include "../../../src/cache/engine/engine_read.c"
