@@ -1,225 +1,33 @@
 /*
  * engine.c - the read cache in hotlund's data path (include/hotlun/cache_engine.h),
  * its management side: open (device, layout, policy core, RAM window),
- * attach and close of cached origins, quiesce, the admission switch; device
- * failure -> pass-through; the metadata thread (periodic and requested
- * record flushes, killing the on-device metadata of a failed device); and
- * the engine stats (latency and size histograms).
+ * attach and close of cached origins, quiesce, the runtime settings
+ * (admission, write policy, write budget), and the engine stats (latency
+ * and size histograms).
  *
- * The disk-name -> LUN-id map file is in engine_map.c, the warm restart
- * proofs (a disk's cached blocks are trusted at attach only as far as its
- * origin proves itself unchanged) in engine_proof.c, the data path in
- * engine_origin.c, engine_req.c, engine_read.c, engine_write.c and
- * engine_fill.c; shared state and the ordering rules: engine_internal.h.
+ * The metadata thread and device failure -> pass-through are in
+ * engine_meta.c, the disk-name -> LUN-id map file in engine_map.c, the
+ * warm restart proofs (a disk's cached blocks are trusted at attach only
+ * as far as its origin proves itself unchanged) in engine_proof.c, the data
+ * path in engine_origin.c, engine_req.c, engine_read.c, engine_write.c,
+ * engine_fill.c and engine_ub.c; shared state and the ordering rules:
+ * engine_internal.h.
  */
 #include "config.h"
 
 #include <errno.h>
-#include <sys/stat.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cache/engine/engine_internal.h"
 #include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
-
-#define SB_KILL_LEN 8192u /* both superblock copies (docs/cache-format.md) */
-
-/* ------------------------------------------------------------------ */
-/* Device failure -> pass-through                                     */
-/* ------------------------------------------------------------------ */
-
-void engine_dev_error(struct hl_cache *c, struct map_ent *e, int rc)
-{
-	cnt_add(&c->st.dev_errors, 1);
-	if (e)
-		cnt_add(&e->st.dev_errors, 1);
-	if (atomic_exchange(&c->failed, true))
-		return;
-	HL_ERR("cache", "cache %s: device %s: I/O error (%s): switching to pass-through", c->name,
-	       c->device, strerror(-rc));
-	pthread_mutex_lock(&c->mlock);
-	c->fail_pending = true;
-	pthread_cond_signal(&c->mcond);
-	pthread_mutex_unlock(&c->mlock);
-}
-
-/*
- * The device file shrank under us (truncated): its holes read as zeroes,
- * and a write past the new end would hide that from the end-of-file check
- * of the data reads. Any thread. @return true when it did (the caller
- * reports the device error: pass-through).
- */
-bool engine_device_check_size(struct hl_cache *c)
-{
-	struct stat st;
-
-	if (c->dev->fd < 0 || fstat(c->dev->fd, &st) || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size >= c->dev->size)
-		return false;
-	if (!atomic_load(&c->failed))
-		HL_ERR("cache", "cache %s: %s shrank to %llu bytes (expected %llu)", c->name,
-		       c->device, (unsigned long long)st.st_size, (unsigned long long)c->dev->size);
-	return true;
-}
-
-/* ------------------------------------------------------------------ */
-/* Metadata thread                                                    */
-/* ------------------------------------------------------------------ */
-
-static void meta_wait_post(void *arg)
-{
-	struct meta_wait *w = arg;
-
-	w->done(w);
-}
-
-/* Run done(w) on the request's reactor after a metadata flush that starts from now on. */
-void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
-{
-	struct hl_cache *c = req->c;
-	struct meta_wait *w = &req->mw;
-
-	cnt_add(&c->meta_waits, 1);
-	w->next = NULL;
-	w->r = req->r;
-	w->done = done;
-	w->rc = 0;
-	pthread_mutex_lock(&c->mlock);
-	*c->mw_tail = w;
-	c->mw_tail = &w->next;
-	pthread_cond_signal(&c->mcond);
-	pthread_mutex_unlock(&c->mlock);
-}
-
-/* The device failed: make sure a restart cannot trust its metadata. Meta thread. */
-static void meta_kill(struct hl_cache *c)
-{
-	uint8_t *z;
-
-	if (c->dead)
-		return;
-	c->dead = true;
-	/* The map says "failed" (a restart formats), and both superblocks are wiped. */
-	pthread_mutex_lock(&c->sync_lock); /* map writers hold it */
-	engine_map_write(c, "failed");
-	pthread_mutex_unlock(&c->sync_lock);
-	z = dio_alloc(SB_KILL_LEN);
-	if (z) {
-		memset(z, 0, SB_KILL_LEN);
-		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
-			c->dev->ops->flush(c->dev);
-		free(z);
-	}
-}
-
-static void meta_post(struct hl_cache *c, struct meta_wait *w)
-{
-	/* The reactor's call queue may be momentarily full: retry, this is not a reactor. */
-	for (int i = 0; !atomic_load(&c->mdrop); i++) {
-		if (hl_reactor_call(w->r, meta_wait_post, w) != -ENOMEM)
-			return;
-		if (i == 5000) {
-			HL_ERR("cache", "cache %s: a reactor takes no calls; an I/O is lost",
-			       c->name);
-			return;
-		}
-		usleep(1000);
-	}
-}
-
-static void *meta_main(void *arg)
-{
-	struct hl_cache *c = arg;
-	unsigned long synced_changes = atomic_load(&c->changes);
-
-	atomic_store(&c->synced, synced_changes);
-	struct timespec next;
-
-	clock_gettime(CLOCK_MONOTONIC, &next);
-	pthread_mutex_lock(&c->mlock);
-	for (;;) {
-		struct meta_wait *list;
-		bool stop, fail, periodic = false;
-		int rc = 0;
-
-		while (!c->mw_head && !c->mstop && !c->fail_pending) {
-			struct timespec now;
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			if (now.tv_sec > next.tv_sec ||
-			    (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec)) {
-				periodic = true;
-				break;
-			}
-			pthread_cond_timedwait(&c->mcond, &c->mlock, &next);
-		}
-		list = c->mw_head;
-		c->mw_head = NULL;
-		c->mw_tail = &c->mw_head;
-		stop = c->mstop;
-		fail = c->fail_pending;
-		c->fail_pending = false;
-		pthread_mutex_unlock(&c->mlock);
-
-		if (periodic && !atomic_load(&c->failed) && engine_device_check_size(c)) {
-			engine_dev_error(c, NULL, -EIO);
-			fail = true; /* meta_kill is idempotent: dev_error's flag is harmless */
-		}
-		if (fail)
-			meta_kill(c);
-		unsigned long ch = atomic_load(&c->changes);
-		if (!c->dead && !atomic_load(&c->failed) &&
-		    (list || (periodic && ch != synced_changes))) {
-			/*
-			 * Records are snapshotted under the cache mutex, the device I/O
-			 * (data flush, record pages, flush) runs without it: reactors
-			 * never wait for the device. A record only claims sectors whose
-			 * fill completed before the snapshot, and the data flush comes
-			 * after it.
-			 */
-			pthread_mutex_lock(&c->sync_lock);
-			rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
-			pthread_mutex_unlock(&c->sync_lock);
-			cnt_add(&c->meta_syncs, 1);
-			synced_changes = ch;
-			if (!rc)
-				atomic_store(&c->synced, ch);
-			if (rc) {
-				engine_dev_error(c, NULL, rc);
-				meta_kill(c);
-			}
-		}
-		if (periodic && !c->dead && !atomic_load(&c->failed))
-			engine_proofs_refresh(c);
-		if (periodic) {
-			clock_gettime(CLOCK_MONOTONIC, &next);
-			next.tv_sec += c->interval_ms / 1000;
-			next.tv_nsec += (long)(c->interval_ms % 1000) * 1000000L;
-			if (next.tv_nsec >= 1000000000L) {
-				next.tv_sec++;
-				next.tv_nsec -= 1000000000L;
-			}
-		}
-		while (list) {
-			struct meta_wait *w = list;
-			list = w->next;
-			w->rc = rc;
-			meta_post(c, w);
-		}
-		pthread_mutex_lock(&c->mlock);
-		if (stop && !c->mw_head)
-			break;
-	}
-	pthread_mutex_unlock(&c->mlock);
-	return NULL;
-}
 
 /* ------------------------------------------------------------------ */
 /* Open, attach, close                                                */
@@ -406,10 +214,9 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	rc = engine_map_write(c, "open");
 	if (rc)
 		goto fail;
-	rc = -pthread_create(&c->meta_thr, NULL, meta_main, c);
+	rc = engine_meta_start(c);
 	if (rc)
 		goto fail;
-	c->meta_started = true;
 	HL_NOTICE("cache",
 	          "cache %s: %s, %llu blocks of %u KiB (+%llu in RAM, up to %llu), admission %s, "
 	          "%s, update buffer %llu KiB; %s",
@@ -625,15 +432,8 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
 
 void hl_cache_quiesce(struct hl_cache *c)
 {
-	if (!c || !c->meta_started)
-		return;
-	pthread_mutex_lock(&c->mlock);
-	c->mstop = true;
-	atomic_store(&c->mdrop, true);
-	pthread_cond_signal(&c->mcond);
-	pthread_mutex_unlock(&c->mlock);
-	pthread_join(c->meta_thr, NULL);
-	c->meta_started = false;
+	if (c)
+		engine_meta_stop(c, true);
 }
 
 void hl_cache_close(struct hl_cache *c)
@@ -643,14 +443,7 @@ void hl_cache_close(struct hl_cache *c)
 
 	if (!c)
 		return;
-	if (c->meta_started) {
-		pthread_mutex_lock(&c->mlock);
-		c->mstop = true;
-		pthread_cond_signal(&c->mcond);
-		pthread_mutex_unlock(&c->mlock);
-		pthread_join(c->meta_thr, NULL);
-		c->meta_started = false;
-	}
+	engine_meta_stop(c, false);
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->attached)
 			HL_WARN("cache", "cache %s: disk %s still attached at close", c->name,
@@ -686,7 +479,7 @@ void hl_cache_close(struct hl_cache *c)
 			       c->name, strerror(-rc));
 		engine_map_write(c, rc ? "failed" : "clean");
 	} else if (!c->dead) {
-		meta_kill(c);
+		engine_meta_kill(c);
 	}
 	cache_free(c);
 }

@@ -6,8 +6,10 @@
  * calls in another.
  *
  * The engine's files:
- *  - engine.c: open, attach, close, quiesce; device failure -> pass-through;
- *    the metadata thread; stats export;
+ *  - engine.c: open, attach, close, quiesce, the runtime settings; stats
+ *    export;
+ *  - engine_meta.c: the metadata thread (record flushes on request and
+ *    periodic, proof ticks); device failure -> pass-through;
  *  - engine_map.c: the disk-name -> LUN-id map file and the disk entries;
  *  - engine_proof.c: the warm restart proofs and the ownership revalidation;
  *  - engine_origin.c: the cached origin (ops table, submit checks and
@@ -362,7 +364,7 @@ static inline void buf_to_iov(const struct iovec *iov, int cnt, uint64_t pos, co
 /* Shared between the engine's files                                  */
 /* ------------------------------------------------------------------ */
 
-/* engine.c */
+/* engine_meta.c */
 
 /**
  * Count a cache-device error (on disk e too, may be NULL) and, the first
@@ -384,6 +386,23 @@ bool engine_device_check_size(struct hl_cache *c);
  * from now on (w is req->mw; w->rc says how the flush went). Returns at once.
  */
 void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
+
+/** Start the metadata thread (open). @return 0 or -errno. */
+int engine_meta_start(struct hl_cache *c);
+
+/**
+ * Stop the metadata thread once it has flushed what was asked of it (a
+ * no-op when it is not running). drop: the reactors are going, so it
+ * hands nothing back to them (quiesce). Main thread; blocking.
+ */
+void engine_meta_stop(struct hl_cache *c, bool drop);
+
+/**
+ * The device failed: mark the map "failed" and wipe both superblocks, so a
+ * restart formats the device instead of trusting it. Once (c->dead); the
+ * metadata thread, or close after it stopped.
+ */
+void engine_meta_kill(struct hl_cache *c);
 
 /* engine_map.c */
 

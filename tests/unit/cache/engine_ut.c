@@ -12,6 +12,7 @@
 #include "../../../src/cache/engine/engine.c"
 #include "../../../src/cache/engine/engine_map.c"
 #include "../../../src/cache/engine/engine_proof.c"
+#include "../../../src/cache/engine/engine_meta.c"
 #include "../../../src/cache/engine/engine_origin.c"
 #include "../../../src/cache/engine/engine_req.c"
 #include "../../../src/cache/engine/engine_read.c"
