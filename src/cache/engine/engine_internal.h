@@ -5,26 +5,38 @@
  * the counters, small hot-path helpers, and the functions one engine file
  * calls in another.
  *
- * The engine's files:
+ * The engine's files (src/cache/engine), and which of them each calls:
  *  - engine.c: open, attach, close, quiesce, the runtime settings; stats
- *    export;
- *  - engine_meta.c: the metadata thread (record flushes on request and
- *    periodic, proof ticks); device failure -> pass-through;
- *  - engine_map.c: the disk-name -> LUN-id map file and the disk entries;
- *  - engine_proof.c: the warm restart proofs and the ownership revalidation;
+ *    export. Calls map, proof, meta, ub; hands origin's ops and event
+ *    handler to hl_origin_wrap/listen, reads req's size buckets.
  *  - engine_origin.c: the cached origin (ops table, submit checks and
- *    dispatch, origin events, close);
- *  - engine_req.c: the request machinery (requests, subs, phases, the sub
- *    completion, the reply);
+ *    dispatch, origin events, close). Calls read, write, req, proof.
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
- *    and the fills a read plans;
+ *    and the fills a read plans. Calls fill, req, ub, meta.
  *  - engine_write.c: WRITE, discard, write-zeroes, COMPARE AND WRITE, and
- *    the updates a write plans;
+ *    the updates a write plans. Calls fill, req, ub, meta.
  *  - engine_fill.c: what runs after a reply: fills, promotions, updates and
- *    the read-modify-writes of partly written sectors (engine_read.c and
- *    engine_write.c both call it; it calls neither);
+ *    the read-modify-writes of partly written sectors. Calls req, ub, meta.
+ *  - engine_req.c: the request machinery (requests, subs, phases, the sub
+ *    completion, the reply). Calls none: each sub brings its completion's
+ *    work (eng_sub.done) from the file that made it.
  *  - engine_ub.c: the RAM update buffer's store of sector copies, its
  *    write-backs, and the copies reads and read-modify-writes take of it.
+ *    Calls meta.
+ *  - engine_proof.c: the warm restart proofs and the ownership
+ *    revalidation. Calls map (it only compares an origin's ops with
+ *    origin's table, to know a cached origin).
+ *  - engine_meta.c: the metadata thread (record flushes on request and
+ *    periodic, proof ticks); device failure -> pass-through. Calls proof,
+ *    map.
+ *  - engine_map.c: the disk-name -> LUN-id map file and the disk entries.
+ *    Calls none.
+ * No two of them call each other, directly or round a longer circle
+ * (engine.c -> origin -> read/write -> fill -> req/ub -> meta -> proof ->
+ * map). Below them: cache_meta.c (the on-device metadata), cache_dev.c
+ * (the device) and cache_trace.c, which call no engine file, and the core
+ * (hotlun/cache.h, src/cache/core/core_internal.h), which knows nothing of
+ * the engine.
  *
  * Ordering rules kept by these files (see docs/cache-engine.md for the reasoning):
  *  - a read replies as soon as its data is in the caller's buffers; fills

@@ -6,8 +6,8 @@
  *
  * The .c files are included so tests can reach the cache's insides: swap
  * the data origin for a failing one (device failure) and stop a cache
- * without its clean shutdown (a crash). All five (engine_ub.c is the update
- * buffer), so that none of them is also linked from libhotlun.
+ * without its clean shutdown (a crash). Every engine*.c of src/cache/engine,
+ * so that none of them is also linked from libhotlun.
  */
 #include "../../../src/cache/engine/engine.c"
 #include "../../../src/cache/engine/engine_map.c"
