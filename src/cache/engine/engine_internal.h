@@ -471,8 +471,8 @@ void engine_ent_tag(const struct hl_cache *c, uint16_t id, char tag[64]);
  * caller frees chg->v). nomem: the caller already ran out of memory.
  * @return 0 (chg lists the changes) or -ESTALE (drop everything); why set.
  */
-int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *proof,
-                         bool nomem, struct changed_list *chg, char *why, size_t whylen);
+int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *proof, bool nomem,
+                         struct changed_list *chg, char *why, size_t whylen);
 /**
  * c->lock held: drop from e what engine_proof_changes found (everything when
  * prc), and a proof that proves nothing any more; record the outcome in
