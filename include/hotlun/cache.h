@@ -1,20 +1,16 @@
 /*
- * cache.h - the read cache: a cache device (SSD file or block device) shared
- * by many LUNs, keyed by (lun id, cache block), with frequency admission,
- * CLOCK eviction, per-4 KiB valid bits and persistent metadata.
+ * cache.h - the read cache's core (src/cache/core): a cache shared by many
+ * LUNs, keyed by (lun id, cache block), with frequency admission, CLOCK
+ * eviction and per-4 KiB valid bits.
  *
- * Two layers are exported:
- *
- *  - the policy core (struct hl_cache_core): index, slots, admission,
- *    eviction, write/invalidate rules and stats as pure functions with no
- *    I/O. hotlun-sim drives it directly; the daemon drives it through the
- *    cache engine (include/hotlun/cache_engine.h). Not thread-safe: the
- *    caller serialises calls (the engine holds one mutex around every core
- *    call; they are all O(1) amortised per cache block).
- *
- *  - the device side (struct hl_cache_dev + metadata): the cache device with
- *    O_DIRECT, an in-memory device with fault injection for tests, and the
- *    on-device metadata (docs/cache-format.md).
+ * The policy core (struct hl_cache_core): index, slots, admission,
+ * eviction, write/invalidate rules, the RAM update buffer's bookkeeping and
+ * stats as pure functions with no I/O and no threads. hotlun-sim drives it
+ * directly, through this header only; the daemon drives it through the
+ * cache engine (include/hotlun/cache_engine.h, src/cache/engine), which
+ * also owns the cache device and its on-device metadata. Not thread-safe:
+ * the caller serialises calls (the engine holds one mutex around every core
+ * call; they are all O(1) amortised per cache block).
  *
  * Units: offsets and lengths are bytes on a LUN; the cache tracks 4 KiB
  * sectors (HL_CACHE_SECTOR). Nothing here knows SCSI or iSCSI.
@@ -365,7 +361,63 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_t block,
                             uint8_t *valid);
 
-/* ---- metadata view of slots, for persistence (cache_meta.c) ---- */
+/*
+ * ---- RAM update buffer (write coalescing; docs/cache-policy.md rule 8) ----
+ * The core keeps the books (which sectors of which slot are pending, and
+ * which block to write back next); the caller keeps the sector copies: the
+ * engine in RAM (src/cache/engine/engine_ub.c), hotlun-sim as accounting.
+ */
+
+/*
+ * hl_cache_io.src_slot of an UPDATE io that involves the RAM update buffer:
+ *  - io->ram == 1 (from write_begin): write the new data into the buffer's
+ *    copy of (slot, sectors), not to the device; io_end(written) then makes
+ *    the sectors valid and pending (served from the buffer).
+ *  - io->ram == 0 (from hl_cache_core_ub_writeback): copy the buffer's data
+ *    of (slot, fill range) to the device; io_end(written) makes them valid
+ *    on the device, io_end(!written) leaves them invalid. Either way the
+ *    buffer copy of those sectors may then be freed.
+ */
+#define HL_CACHE_IO_UB_SRC 0xfffffffeu
+
+/**
+ * Enable (bytes > 0) or disable the RAM update buffer: updates of blocks
+ * cached on the device go to RAM and are written back, oldest first, when
+ * more than bytes are pending. Off by default. @return 0, -EBUSY (updates
+ * are pending), -ENOMEM.
+ */
+int hl_cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes);
+
+/**
+ * Stop (closed) or resume taking updates into the buffer: while closed,
+ * write_begin sends the updates of cached blocks to the device, so that
+ * hl_cache_core_ub_drain() can empty the buffer while writes go on (before
+ * hl_cache_core_set_update_buffer() resizes it, which also reopens it).
+ */
+void hl_cache_core_ub_close(struct hl_cache_core *c, bool closed);
+
+/**
+ * Pending bytes of slot (sectors whose current data is only in the buffer);
+ * bits (may be NULL, caller's, >= block_size / 32 KiB bytes) gets them.
+ */
+uint64_t hl_cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits);
+
+/**
+ * Next write-back the buffer needs (it holds more than its limit): fills
+ * *io (a pinned UPDATE, src_slot HL_CACHE_IO_UB_SRC, ram 0) and *lun, which
+ * the caller completes with hl_cache_core_io_end(). Call until false after
+ * every write_end. Sectors it dropped (slot busy) stay invalid.
+ */
+bool hl_cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
+
+/**
+ * hl_cache_core_ub_writeback() regardless of the limit: the next write-back
+ * while anything is pending (a clean stop empties the buffer). Same
+ * contract for *io.
+ */
+bool hl_cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
+
+/* ---- metadata view of slots, for persistence (the engine's cache_meta.c) ---- */
 
 /** One slot as persisted. */
 struct hl_cache_slot_rec {
@@ -439,106 +491,5 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
  */
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
                                     uint64_t len);
-
-/* ------------------------------------------------------------------ */
-/* Cache device and on-device metadata                                */
-/* ------------------------------------------------------------------ */
-
-struct hl_cache_dev;
-
-/**
- * Device operations. Synchronous; the engine runs them on worker threads
- * (hl_work_submit) or through io_uring, never on a reactor. Buffers must be
- * aligned to 4 KiB for O_DIRECT devices.
- */
-struct hl_cache_dev_ops {
-	const char *name;
-	int (*pread)(struct hl_cache_dev *d, void *buf, size_t len, uint64_t off);
-	int (*pwrite)(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off);
-	int (*flush)(struct hl_cache_dev *d);
-	void (*close)(struct hl_cache_dev *d);
-};
-
-struct hl_cache_dev {
-	const struct hl_cache_dev_ops *ops;
-	uint64_t size; /* bytes */
-	int fd;        /* -1 for memory devices */
-	void *priv;
-};
-
-/**
- * Open (and for a regular file create/extend to size) a cache device with
- * O_DIRECT. size 0: use the existing size. @return 0 or -errno.
- */
-int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev **out);
-
-/**
- * An in-memory device for tests. After fail_after successful writes, the
- * next write is torn (only its first torn_bytes land) and every later
- * write/flush fails with -EIO (a crash). fail_after UINT64_MAX: never.
- */
-int hl_cache_dev_open_mem(uint64_t size, struct hl_cache_dev **out);
-void hl_cache_dev_mem_fail_at(struct hl_cache_dev *d, uint64_t fail_after, size_t torn_bytes);
-/** Writes that reached the memory device so far. */
-uint64_t hl_cache_dev_mem_writes(const struct hl_cache_dev *d);
-/** Clear the failure state (the "reboot" after a simulated crash); keeps the contents. */
-void hl_cache_dev_mem_reset(struct hl_cache_dev *d);
-
-void hl_cache_dev_close(struct hl_cache_dev *d);
-
-/** Geometry of a formatted cache device (see docs/cache-format.md). */
-struct hl_cache_layout {
-	uint32_t block_size;
-	uint32_t rec_size; /* bytes per slot record */
-	uint64_t nslots;
-	uint64_t meta_off; /* first record page */
-	uint64_t meta_len; /* bytes of record pages */
-	uint64_t data_off; /* slot i's data is at data_off + i * block_size */
-	/* filled by format/load: the device's identity */
-	uint8_t uuid[16];
-	uint32_t seed;   /* record CRC seed derived from uuid */
-	uint64_t sb_seq; /* sequence number of the last superblock written */
-};
-
-/** Compute the layout for a device of dev_size bytes and block_size. @return 0/-EINVAL/-ENOSPC. */
-int hl_cache_layout_compute(uint64_t dev_size, uint32_t block_size, struct hl_cache_layout *l);
-
-/**
- * Write a fresh superblock (empty cache, no valid slots) with a new uuid.
- * Every record page is zeroed. Blocking. @return 0 or -errno.
- */
-int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t block_size, struct hl_cache_layout *l);
-
-/**
- * Read the superblock and every slot record, restoring valid slots into c
- * (whose LUNs are registered by the caller first; records of unknown LUNs
- * are dropped). Marks the superblock "open" (persisted) before returning,
- * so that the caller may write to the device. Blocking.
- * @return number of slots restored, -ENODATA (no/foreign superblock, or
- * geometry differs: format instead), -errno.
- */
-int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l);
-
-/**
- * Persist the records of slot and every other dirty slot on the same
- * record page (one page write). Blocking. @return 0 or -errno.
- */
-int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-                             struct hl_cache_core *c, uint32_t slot);
-
-/**
- * Invalidate slot's on-device record (the meta barrier before its data is
- * overwritten): write the page with the slot marked empty, then flush.
- * Blocking. @return 0 or -errno.
- */
-int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-                          struct hl_cache_core *c, uint32_t slot);
-
-/** Write every dirty record page, flush. Blocking. @return 0 or -errno. */
-int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-                       struct hl_cache_core *c);
-
-/** Clean shutdown: sync, then mark the superblock closed. Blocking. @return 0 or -errno. */
-int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struct hl_cache_core *c);
 
 #endif

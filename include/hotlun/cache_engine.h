@@ -1,9 +1,12 @@
 /*
- * cache_engine.h - the read cache in the data path: one struct hl_cache per
- * [cache NAME] section (a cache device shared by several disks) and, per
- * disk, a "cached origin" that presents the same struct hl_origin interface
- * as the origin it wraps, so the SCSI layer does not change when a disk
- * gains a cache (docs/cache-engine.md).
+ * cache_engine.h - the read cache in the data path (src/cache/engine): one
+ * struct hl_cache per [cache NAME] section (a cache device shared by
+ * several disks) and, per disk, a "cached origin" that presents the same
+ * struct hl_origin interface as the origin it wraps, so the SCSI layer does
+ * not change when a disk gains a cache (docs/cache-engine.md). At its end,
+ * the device side the engine runs on: the cache device (O_DIRECT, and an
+ * in-memory device with fault injection for tests) and the on-device
+ * metadata (docs/cache-format.md).
  *
  * The policy (hit, miss, admission, eviction, fill races) is the core's
  * (hotlun/cache.h); this layer does the I/O around it:
@@ -223,5 +226,106 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 
 /** The cache's name, as configured. */
 const char *hl_cache_name(const struct hl_cache *c);
+
+/* ------------------------------------------------------------------ */
+/* Cache device and on-device metadata                                */
+/* ------------------------------------------------------------------ */
+
+struct hl_cache_dev;
+
+/**
+ * Device operations. Synchronous; the engine runs them on worker threads
+ * (hl_work_submit) or through io_uring, never on a reactor. Buffers must be
+ * aligned to 4 KiB for O_DIRECT devices.
+ */
+struct hl_cache_dev_ops {
+	const char *name;
+	int (*pread)(struct hl_cache_dev *d, void *buf, size_t len, uint64_t off);
+	int (*pwrite)(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off);
+	int (*flush)(struct hl_cache_dev *d);
+	void (*close)(struct hl_cache_dev *d);
+};
+
+struct hl_cache_dev {
+	const struct hl_cache_dev_ops *ops;
+	uint64_t size; /* bytes */
+	int fd;        /* -1 for memory devices */
+	void *priv;
+};
+
+/**
+ * Open (and for a regular file create/extend to size) a cache device with
+ * O_DIRECT. size 0: use the existing size. @return 0 or -errno.
+ */
+int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev **out);
+
+/**
+ * An in-memory device for tests. After fail_after successful writes, the
+ * next write is torn (only its first torn_bytes land) and every later
+ * write/flush fails with -EIO (a crash). fail_after UINT64_MAX: never.
+ */
+int hl_cache_dev_open_mem(uint64_t size, struct hl_cache_dev **out);
+void hl_cache_dev_mem_fail_at(struct hl_cache_dev *d, uint64_t fail_after, size_t torn_bytes);
+/** Writes that reached the memory device so far. */
+uint64_t hl_cache_dev_mem_writes(const struct hl_cache_dev *d);
+/** Clear the failure state (the "reboot" after a simulated crash); keeps the contents. */
+void hl_cache_dev_mem_reset(struct hl_cache_dev *d);
+
+void hl_cache_dev_close(struct hl_cache_dev *d);
+
+/** Geometry of a formatted cache device (see docs/cache-format.md). */
+struct hl_cache_layout {
+	uint32_t block_size;
+	uint32_t rec_size; /* bytes per slot record */
+	uint64_t nslots;
+	uint64_t meta_off; /* first record page */
+	uint64_t meta_len; /* bytes of record pages */
+	uint64_t data_off; /* slot i's data is at data_off + i * block_size */
+	/* filled by format/load: the device's identity */
+	uint8_t uuid[16];
+	uint32_t seed;   /* record CRC seed derived from uuid */
+	uint64_t sb_seq; /* sequence number of the last superblock written */
+};
+
+/** Compute the layout for a device of dev_size bytes and block_size. @return 0/-EINVAL/-ENOSPC. */
+int hl_cache_layout_compute(uint64_t dev_size, uint32_t block_size, struct hl_cache_layout *l);
+
+/**
+ * Write a fresh superblock (empty cache, no valid slots) with a new uuid.
+ * Every record page is zeroed. Blocking. @return 0 or -errno.
+ */
+int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t block_size, struct hl_cache_layout *l);
+
+/**
+ * Read the superblock and every slot record, restoring valid slots into c
+ * (whose LUNs are registered by the caller first; records of unknown LUNs
+ * are dropped). Marks the superblock "open" (persisted) before returning,
+ * so that the caller may write to the device. Blocking.
+ * @return number of slots restored, -ENODATA (no/foreign superblock, or
+ * geometry differs: format instead), -errno.
+ */
+int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l);
+
+/**
+ * Persist the records of slot and every other dirty slot on the same
+ * record page (one page write). Blocking. @return 0 or -errno.
+ */
+int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+                             struct hl_cache_core *c, uint32_t slot);
+
+/**
+ * Invalidate slot's on-device record (the meta barrier before its data is
+ * overwritten): write the page with the slot marked empty, then flush.
+ * Blocking. @return 0 or -errno.
+ */
+int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+                          struct hl_cache_core *c, uint32_t slot);
+
+/** Write every dirty record page, flush. Blocking. @return 0 or -errno. */
+int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+                       struct hl_cache_core *c);
+
+/** Clean shutdown: sync, then mark the superblock closed. Blocking. @return 0 or -errno. */
+int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struct hl_cache_core *c);
 
 #endif

@@ -21,7 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/cache_internal.h"
 #include "hotlun/cache.h"
 #include "hotlun/util.h"
 #include "sim/sim.h"
@@ -274,7 +273,7 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 	rc = hl_cache_core_create(&p, &c);
 	/* As hotlund: every hotlun policy has the buffer (update mode only writes into it). */
 	if (!rc && o->update_buffer)
-		rc = cache_core_set_update_buffer(c, o->update_buffer);
+		rc = hl_cache_core_set_update_buffer(c, o->update_buffer);
 	if (rc) {
 		hl_cache_core_destroy(c);
 		free(ios);
@@ -302,7 +301,7 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 			}
 			struct hl_cache_io wb;
 			uint16_t wl;
-			while (n > 0 && cache_core_ub_writeback(c, &wl, &wb))
+			while (n > 0 && hl_cache_core_ub_writeback(c, &wl, &wb))
 				hl_cache_core_io_end(c, wl, &wb, true);
 		}
 		if (n < 0) {
@@ -331,7 +330,7 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 	res->window_slots = info.window_slots;
 	res->bytes_hit_ram = st.bytes_read_ram;
 	for (uint64_t s = 0; o->update_buffer && s < info.nslots; s++)
-		res->ub_pending += cache_core_ub_pending(c, (uint32_t)s, NULL);
+		res->ub_pending += hl_cache_core_ub_pending(c, (uint32_t)s, NULL);
 	/*
 	 * The buffer only defers writes: what it still holds at the end is
 	 * charged as if written back (an upper bound; some of it would be

@@ -5,7 +5,7 @@
  */
 #include <errno.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hl_test.h"
 
 static void test_parse(void)

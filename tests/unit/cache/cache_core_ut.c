@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hl_test.h"
 
 #define K 1024ull
@@ -717,7 +717,7 @@ static void test_window_buffer_split(void)
 	uint32_t w0, w;
 	int hits = 0;
 
-	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, ub) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_set_update_buffer(c, ub) == 0);
 	w0 = split_window(c, ub);
 	CU_ASSERT_EQUAL(w0, 256);
 	CU_ASSERT_EQUAL(c->split.wmax, 256 + 192);
@@ -744,16 +744,16 @@ static void test_window_buffer_split(void)
 	c->split.buf_grow = 0;
 
 	/* A smaller buffer lends less: the window shrinks to what it may borrow (3 MiB). */
-	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, 4 * M) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_set_update_buffer(c, 4 * M) == 0);
 	CU_ASSERT_EQUAL(split_window(c, 4 * M), w0 + 32);
-	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, 0) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_set_update_buffer(c, 0) == 0);
 	CU_ASSERT_EQUAL(split_window(c, 0), w0);
 	CU_ASSERT_EQUAL(c->ub.cap, 0);
 	hl_cache_core_destroy(c);
 
 	/* An explicit window size: no split. */
 	c = mk(1024 * 64 * K, 64 * K, 256 * 64 * K);
-	CU_ASSERT_FATAL(cache_core_set_update_buffer(c, ub) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_set_update_buffer(c, ub) == 0);
 	CU_ASSERT_EQUAL(c->split.w0, 0);
 	CU_ASSERT_EQUAL(c->ub.cap, ub);
 	hl_cache_core_destroy(c);
@@ -937,9 +937,9 @@ static int wr_ub(struct hl_cache_core *c, uint64_t off, uint64_t len, bool wb_ok
 	int k = 0;
 
 	wr(c, 0, off, len);
-	while (cache_core_ub_writeback(c, &lun, &io)) {
+	while (hl_cache_core_ub_writeback(c, &lun, &io)) {
 		CU_ASSERT_EQUAL(io.kind, HL_CACHE_IO_UPDATE);
-		CU_ASSERT_EQUAL(io.src_slot, CACHE_IO_UB_SRC);
+		CU_ASSERT_EQUAL(io.src_slot, HL_CACHE_IO_UB_SRC);
 		CU_ASSERT_EQUAL(io.ram, 0);
 		hl_cache_core_io_end(c, lun, &io, wb_ok);
 		k++;
@@ -958,7 +958,7 @@ static void test_write_ratio_update_buffer(void)
 	struct hl_cache_core_info info;
 
 	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_MISS); /* filled: 64K written for 64K missed */
-	CU_ASSERT_EQUAL(cache_core_set_update_buffer(c, 8 * K), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_set_update_buffer(c, 8 * K), 0);
 	hl_cache_core_info(c, &info);
 	CU_ASSERT_DOUBLE_EQUAL(info.write_ratio, 1.0, 1e-9);
 	CU_ASSERT_EQUAL(wr_ub(c, 0, 8 * K, true), 0); /* pending, not over the limit */
@@ -984,18 +984,18 @@ static void test_update_buffer(void)
 	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_MISS); /* free space: filled on the SSD */
 	s = hl_cache_core_peek(c, 0, 0, NULL);
 	CU_ASSERT_FATAL(s != HL_CACHE_NO_SLOT);
-	CU_ASSERT_EQUAL(cache_core_set_update_buffer(c, 8 * K), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_set_update_buffer(c, 8 * K), 0);
 	hl_cache_core_stats(c, -1, &st);
 	w0 = st.bytes_cache_write;
 
 	/* An update of a cached block goes to RAM: no device write, still served. */
 	n = hl_cache_core_write_begin(c, 0, 0, 4 * K, ios, 4);
 	CU_ASSERT_EQUAL_FATAL(n, 1);
-	CU_ASSERT_EQUAL(ios[0].src_slot, CACHE_IO_UB_SRC);
+	CU_ASSERT_EQUAL(ios[0].src_slot, HL_CACHE_IO_UB_SRC);
 	CU_ASSERT_EQUAL(ios[0].ram, 1);
 	hl_cache_core_write_end(c, 0, &ios[0], true);
 	hl_cache_core_io_end(c, 0, &ios[0], true);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 4 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s, NULL), 4 * K);
 	CU_ASSERT_EQUAL(rd(c, 0, 0, 8 * K), R_HIT);
 	/* The on-device record never claims a sector whose data is only in RAM. */
 	CU_ASSERT_TRUE(hl_cache_core_slot_get(c, s, &rec));
@@ -1005,13 +1005,13 @@ static void test_update_buffer(void)
 	/* Repeated writes of the same sector coalesce. */
 	CU_ASSERT_EQUAL(wr_ub(c, 0, 4 * K, true), 0);
 	CU_ASSERT_EQUAL(wr_ub(c, 0, 4 * K, true), 0);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 4 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s, NULL), 4 * K);
 	hl_cache_core_stats(c, -1, &st);
 	CU_ASSERT_EQUAL(st.bytes_cache_write, w0);
 
 	/* Over the limit: the oldest block is written back once, as one run. */
 	CU_ASSERT_EQUAL(wr_ub(c, 4 * K, 8 * K, true), 1);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s, NULL), 0);
 	hl_cache_core_stats(c, -1, &st);
 	CU_ASSERT_EQUAL(st.bytes_cache_write, w0 + 12 * K);
 	CU_ASSERT_TRUE(hl_cache_core_slot_get(c, s, &rec));
@@ -1025,18 +1025,18 @@ static void test_update_buffer(void)
 	CU_ASSERT_EQUAL(rd(c, 0, 28 * K, 8 * K), R_HIT);
 
 	/* Invalidated or evicted: the buffered update is dropped, not written. */
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 8 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s, NULL), 8 * K);
 	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 0, 28 * K, 4 * K), 0);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 4 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s, NULL), 4 * K);
 	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 0, 0, 64 * K), 0);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s, NULL), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s, NULL), 0);
 	hl_cache_core_stats(c, -1, &st);
 	w0 = st.bytes_cache_write;
 	for (int i = 0; i < 8; i++)
 		wr_ub(c, 0, 4 * K, true);
 	hl_cache_core_stats(c, -1, &st);
 	CU_ASSERT_EQUAL(st.bytes_cache_write, w0); /* block 0 is no longer cached */
-	CU_ASSERT_EQUAL(cache_core_set_update_buffer(c, 0), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_set_update_buffer(c, 0), 0);
 	hl_cache_core_destroy(c);
 }
 
@@ -1062,35 +1062,35 @@ static void test_update_buffer_fifo_duplicates(void)
 	s0 = hl_cache_core_peek(c, 0, 0, NULL);
 	s2 = hl_cache_core_peek(c, 0, 2, NULL);
 	CU_ASSERT_FATAL(s0 != HL_CACHE_NO_SLOT && s2 != HL_CACHE_NO_SLOT);
-	CU_ASSERT_EQUAL(cache_core_set_update_buffer(c, 64 * K), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_set_update_buffer(c, 64 * K), 0);
 	hl_cache_core_stats(c, -1, &st);
 	w0 = st.bytes_cache_write;
 	/* Each write drops block 0's pending sector (write_begin) and buffers it again. */
 	for (int i = 0; i < 63; i++)
 		CU_ASSERT_EQUAL(wr_ub(c, 0, 4 * K, true), 0);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s0, NULL), 4 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s0, NULL), 4 * K);
 	CU_ASSERT_EQUAL(wr_ub(c, 64 * K, 4 * K, true), 0);
 	CU_ASSERT_EQUAL(wr_ub(c, 128 * K, 4 * K, true), 0);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s2, NULL), 4 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s2, NULL), 4 * K);
 	CU_ASSERT_EQUAL(rd(c, 0, 128 * K, 4 * K), R_HIT);
 	hl_cache_core_stats(c, -1, &st);
 	CU_ASSERT_EQUAL(st.bytes_cache_write, w0); /* all coalesced: nothing written */
 	/* The order survives the compaction: over the limit, block 0 is written back first. */
 	CU_ASSERT_EQUAL(wr_ub(c, 132 * K, 52 * K, true), 0);
 	CU_ASSERT_EQUAL(wr_ub(c, 184 * K, 4 * K, true), 1);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s0, NULL), 0);
-	CU_ASSERT_EQUAL(cache_core_ub_pending(c, s2, NULL), 60 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s0, NULL), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s2, NULL), 60 * K);
 	/* A clean stop drains everything, under the limit or not. */
 	{
 		struct hl_cache_io io;
 		uint16_t lun;
 		int n = 0;
-		while (cache_core_ub_drain(c, &lun, &io)) {
+		while (hl_cache_core_ub_drain(c, &lun, &io)) {
 			hl_cache_core_io_end(c, lun, &io, true);
 			n++;
 		}
 		CU_ASSERT(n >= 2);
-		CU_ASSERT_EQUAL(cache_core_ub_pending(c, s2, NULL), 0);
+		CU_ASSERT_EQUAL(hl_cache_core_ub_pending(c, s2, NULL), 0);
 		CU_ASSERT_EQUAL(rd(c, 0, 128 * K, 64 * K), R_HIT);
 	}
 	hl_cache_core_destroy(c);

@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hl_test.h"
 
 static uint64_t rng_state = 88172645463325252ull;

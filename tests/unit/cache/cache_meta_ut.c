@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cache/cache_internal.h"
+#include "hotlun/cache_engine.h"
 #include "hl_test.h"
 
 #define BS      16384u

@@ -1,19 +1,24 @@
 /*
- * engine_ut.c - the cache engine (src/cache/engine*.c) driven through a real
+ * engine_ut.c - the cache engine (src/cache/engine/engine*.c) driven through a real
  * reactor thread: an in-memory fake origin (reads snapshot their data at
  * submit, completions can be held back to build races, failures on demand)
  * in front of a real temp-file cache device opened with O_DIRECT.
  *
  * The .c files are included so tests can reach the cache's insides: swap
  * the data origin for a failing one (device failure) and stop a cache
- * without its clean shutdown (a crash). All five (engine_ub.c is the update
- * buffer), so that none of them is also linked from libhotlun.
+ * without its clean shutdown (a crash). Every engine*.c of src/cache/engine,
+ * so that none of them is also linked from libhotlun.
  */
-#include "../../../src/cache/engine.c"
-#include "../../../src/cache/engine_origin.c"
-#include "../../../src/cache/engine_read.c"
-#include "../../../src/cache/engine_write.c"
-#include "../../../src/cache/engine_ub.c"
+#include "../../../src/cache/engine/engine.c"
+#include "../../../src/cache/engine/engine_map.c"
+#include "../../../src/cache/engine/engine_proof.c"
+#include "../../../src/cache/engine/engine_meta.c"
+#include "../../../src/cache/engine/engine_origin.c"
+#include "../../../src/cache/engine/engine_req.c"
+#include "../../../src/cache/engine/engine_read.c"
+#include "../../../src/cache/engine/engine_write.c"
+#include "../../../src/cache/engine/engine_fill.c"
+#include "../../../src/cache/engine/engine_ub.c"
 
 #include "hl_test.h"
 
@@ -1986,7 +1991,7 @@ static uint64_t ub_pending(struct hl_cache *c, uint64_t block)
 
 	pthread_mutex_lock(&c->lock);
 	s = hl_cache_core_peek(c->core, c->ents[0]->id, block, NULL);
-	n = s == HL_CACHE_NO_SLOT ? 0 : cache_core_ub_pending(c->core, s, NULL);
+	n = s == HL_CACHE_NO_SLOT ? 0 : hl_cache_core_ub_pending(c->core, s, NULL);
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }
@@ -2380,7 +2385,7 @@ static void test_ub_resize(void)
 	 * device's is older).
 	 */
 	pthread_mutex_lock(&c->lock);
-	cache_core_ub_close(c->core, true);
+	hl_cache_core_ub_close(c->core, true);
 	pthread_mutex_unlock(&c->lock);
 	memset(w, 0x9e, K);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 2 * BS + 512, K, w), 0);
@@ -2389,7 +2394,7 @@ static void test_ub_resize(void)
 	dev_sector(c, 2, 0, sect);
 	CU_ASSERT(sect[0] == 0x8d && sect[512] == 0x9e && sect[1536] == 0x8d);
 	pthread_mutex_lock(&c->lock);
-	cache_core_ub_close(c->core, false);
+	hl_cache_core_ub_close(c->core, false);
 	pthread_mutex_unlock(&c->lock);
 	CU_ASSERT_EQUAL(read_block(o, &f, 2, buf), 0);
 

@@ -4,7 +4,7 @@
  * caller's buffer when it can), misses read from the origin in runs widened
  * to what their fills need, PARTIAL blocks stitched from valid sectors and
  * origin extents, a failed hit retried from the origin; the reply, then the
- * fills and promotions of what the read brought (engine_write.c writes them).
+ * fills and promotions of what the read brought (engine_fill.c writes them).
  *
  * Shared state and the ordering rules: engine_internal.h.
  */
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/engine_internal.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
@@ -163,7 +163,7 @@ static void piece_retry(struct eng_req *req, struct eng_sub *s, int rc)
 }
 
 /* A HIT, RUN, RETRY or PHIT sub finished: copy its data out, or retry from the origin. */
-void engine_read_sub_done(struct eng_sub *s, int result)
+static void read_sub_done(struct eng_sub *s, int result)
 {
 	struct eng_req *req = s->req;
 	struct hl_cache *c = req->c;
@@ -210,7 +210,7 @@ static void start_hit(struct eng_req *req, uint32_t k)
 	struct hl_cache_io *io = &req->ios[k];
 	uint64_t bytes = (uint64_t)io->nsect * SECT;
 	uint64_t lo = blk_start(c, io->block) + (uint64_t)io->first * SECT;
-	struct eng_sub *s = engine_sub_new(req, SUB_HIT, k);
+	struct eng_sub *s = engine_sub_new(req, SUB_HIT, k, read_sub_done);
 	int rc = -EIO;
 
 	if (!s) {
@@ -221,7 +221,7 @@ static void start_hit(struct eng_req *req, uint32_t k)
 	if (!req->no_data && lo >= req->off && lo + bytes <= req->off + req->len)
 		s->buf = iov_span(req->uio->iov, req->uio->iovcnt, lo - req->off, bytes);
 	s->direct = s->buf != NULL;
-	if (!s->buf && !(s->buf = abuf(bytes))) {
+	if (!s->buf && !(s->buf = dio_alloc(bytes))) {
 		req->status = -ENOMEM;
 		return;
 	}
@@ -258,7 +258,7 @@ static void start_piece_hit(struct eng_req *req, uint8_t *buf, uint64_t p, uint6
 	uint32_t k = (uint32_t)((p >> c->shift) - req->ios[0].block);
 	struct hl_cache_io *io = &req->ios[k];
 	uint64_t in_blk = p - blk_start(c, io->block);
-	struct eng_sub *s = engine_sub_new(req, SUB_PHIT, k);
+	struct eng_sub *s = engine_sub_new(req, SUB_PHIT, k, read_sub_done);
 	int rc = -EIO;
 
 	if (!s) {
@@ -298,8 +298,8 @@ static void start_piece_hit(struct eng_req *req, uint8_t *buf, uint64_t p, uint6
 static void start_stitched(struct eng_req *req, uint32_t ka, uint32_t kb, uint64_t lo, uint64_t hi)
 {
 	struct hl_cache *c = req->c;
-	struct eng_sub *b = engine_sub_new(req, SUB_BUF, ka);
-	uint8_t *buf = abuf(HL_ALIGN_UP(hi - lo, (uint64_t)SECT));
+	struct eng_sub *b = engine_sub_new(req, SUB_BUF, ka, NULL);
+	uint8_t *buf = dio_alloc(HL_ALIGN_UP(hi - lo, (uint64_t)SECT));
 
 	if (!b || !buf) {
 		free(buf);
@@ -321,7 +321,7 @@ static void start_stitched(struct eng_req *req, uint32_t ka, uint32_t kb, uint64
 		if (cached) {
 			start_piece_hit(req, buf + (p - lo), p, q);
 		} else {
-			struct eng_sub *s = engine_sub_new(req, SUB_RUN, ka);
+			struct eng_sub *s = engine_sub_new(req, SUB_RUN, ka, read_sub_done);
 			int rc;
 
 			if (!s) {
@@ -395,8 +395,8 @@ static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
 			return;
 		}
 	}
-	s = engine_sub_new(req, SUB_RUN, ka);
-	if (!s || !(s->buf = abuf(hi - lo))) {
+	s = engine_sub_new(req, SUB_RUN, ka, read_sub_done);
+	if (!s || !(s->buf = dio_alloc(hi - lo))) {
 		req->status = -ENOMEM;
 		return;
 	}

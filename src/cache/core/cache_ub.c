@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 
 /* ---- RAM update buffer ---- */
 
@@ -115,7 +115,7 @@ bool cache_ub_add(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t 
 
 /* ---- RAM update buffer: configuration and write-back ---- */
 
-int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
+int hl_cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
 {
 	struct cache_ub *u = &c->ub, n = {0};
 
@@ -151,12 +151,12 @@ int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes)
 	return 0;
 }
 
-void cache_core_ub_close(struct hl_cache_core *c, bool closed)
+void hl_cache_core_ub_close(struct hl_cache_core *c, bool closed)
 {
 	c->ub.closed = closed;
 }
 
-uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits)
+uint64_t hl_cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits)
 {
 	uint64_t i = cache_ub_find(c, slot);
 
@@ -169,7 +169,7 @@ uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uin
 	return (uint64_t)cache_vcount(cache_ub_bits(c, i), 0, c->spb) * HL_CACHE_SECTOR;
 }
 
-/* The next write-back while more than limit bytes are pending (see cache_core_ub_writeback). */
+/* The next write-back while more than limit bytes are pending (see hl_cache_core_ub_writeback). */
 static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
                          struct hl_cache_io *io)
 {
@@ -206,7 +206,7 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 		io->kind = HL_CACHE_IO_UPDATE;
 		io->block = cache_key_block(sl->key);
 		io->slot = s;
-		io->src_slot = CACHE_IO_UB_SRC;
+		io->src_slot = HL_CACHE_IO_UB_SRC;
 		io->ticket = sl->gen;
 		io->first = (uint16_t)a;
 		io->nsect = (uint16_t)(z - a + 1);
@@ -220,12 +220,12 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 	return false;
 }
 
-bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+bool hl_cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
 {
 	return ub_writeback(c, c->ub.cap, lun, io);
 }
 
-bool cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
+bool hl_cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io)
 {
 	return ub_writeback(c, 0, lun, io);
 }

@@ -5,7 +5,7 @@
  * admission, the RAM window), cache_io.c (io_start/io_end), cache_write.c
  * (the write and invalidation rules), cache_claims.c (on-device claim
  * bookkeeping) and cache_ub.c (the RAM update buffer); the state and
- * helpers they share are in cache_internal.h. Pure functions over RAM
+ * helpers they share are in core_internal.h. Pure functions over RAM
  * state: no I/O, no locks, no clock. hotlun-sim and the daemon's engine
  * run exactly this code.
  *
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hotlun/util.h"
 
 void hl_cache_params_default(struct hl_cache_params *p)

@@ -5,7 +5,7 @@
  * rule in cache_core.c), for ios from reads, writes and update buffer
  * write-backs alike.
  */
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 
 /*
  * A PROMOTE copies the window's sectors fill_first..+fill_nsect in one
@@ -132,7 +132,7 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 		            sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
 		            !sl->writers;
 		/* An update into the RAM update buffer writes nothing to the device. */
-		bool to_ub = io->kind == HL_CACHE_IO_UPDATE && io->src_slot == CACHE_IO_UB_SRC &&
+		bool to_ub = io->kind == HL_CACHE_IO_UPDATE && io->src_slot == HL_CACHE_IO_UB_SRC &&
 		             io->ram && s < c->nslots;
 		if (written && l && s < c->nslots && !to_ub) {
 			CACHE_STAT(c, l, bytes_cache_write,

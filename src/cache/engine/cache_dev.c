@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache/cache_internal.h"
+#include "hotlun/cache_engine.h"
 #include "hotlun/util.h"
 
 /* ---- file / block device ---- */

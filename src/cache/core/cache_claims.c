@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 
 bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
                             struct hl_cache_slot_rec *rec)

@@ -1,11 +1,13 @@
 /*
- * cache_internal.h - what the files of src/cache share: the key packing,
- * the hash, the (lun, block) -> slot index, the packed slot record, and
- * the policy core's state and helpers (struct hl_cache_core).
- * Nothing here is exported outside src/cache (and its unit tests).
+ * core_internal.h - what the files of the cache's core (src/cache/core)
+ * share: the key packing, the hash, the (lun, block) -> slot index, the
+ * packed slot record, and the policy core's state and helpers (struct
+ * hl_cache_core). Nothing here is exported outside src/cache: the engine
+ * (src/cache/engine, the core's user) and the unit tests may include it;
+ * it never includes anything of the engine.
  */
-#ifndef HOTLUN_CACHE_INTERNAL_H
-#define HOTLUN_CACHE_INTERNAL_H
+#ifndef HOTLUN_CACHE_CORE_INTERNAL_H
+#define HOTLUN_CACHE_CORE_INTERNAL_H
 
 #include <errno.h>
 #include <stdbool.h>
@@ -153,7 +155,7 @@ struct cache_stale {
 };
 
 /*
- * RAM update buffer (write coalescing; off unless cache_core_set_update_buffer()).
+ * RAM update buffer (write coalescing; off unless hl_cache_core_set_update_buffer()).
  * An update of a block cached on the SSD goes to RAM instead of the device;
  * the oldest buffered blocks are written back when the buffer holds more
  * than cap bytes, so repeated writes between write-backs cost one device
@@ -500,57 +502,6 @@ static inline bool cache_slot_unclaim(struct hl_cache_core *c, uint32_t s)
 	return true;
 }
 
-/* ---- RAM update buffer (write coalescing; cache_ub.c) ---- */
-
-/*
- * io->src_slot of an UPDATE io that involves the RAM update buffer:
- *  - io->ram == 1 (from write_begin): write the new data into the buffer's
- *    copy of (slot, sectors), not to the device; io_end(written) then makes
- *    the sectors valid and pending (served from the buffer).
- *  - io->ram == 0 (from cache_core_ub_writeback): copy the buffer's data of
- *    (slot, fill range) to the device; io_end(written) makes them valid on
- *    the device, io_end(!written) leaves them invalid. Either way the buffer
- *    copy of those sectors may then be freed.
- */
-#define CACHE_IO_UB_SRC 0xfffffffeu
-
-/**
- * Enable (bytes > 0) or disable the RAM update buffer: updates of blocks
- * cached on the device go to RAM and are written back, oldest first, when
- * more than bytes are pending. Off by default. @return 0, -EBUSY (updates
- * are pending), -ENOMEM.
- */
-int cache_core_set_update_buffer(struct hl_cache_core *c, uint64_t bytes);
-
-/**
- * Stop (closed) or resume taking updates into the buffer: while closed,
- * write_begin sends the updates of cached blocks to the device, so that
- * cache_core_ub_drain() can empty the buffer while writes go on (before
- * cache_core_set_update_buffer() resizes it, which also reopens it).
- */
-void cache_core_ub_close(struct hl_cache_core *c, bool closed);
-
-/**
- * Pending bytes of slot (sectors whose current data is only in the buffer);
- * bits (may be NULL, caller's, >= block_size / 32 KiB bytes) gets them.
- */
-uint64_t cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits);
-
-/**
- * Next write-back the buffer needs (it holds more than its limit): fills
- * *io (a pinned UPDATE, src_slot CACHE_IO_UB_SRC, ram 0) and *lun, which
- * the caller completes with hl_cache_core_io_end(). Call until false after
- * every write_end. Sectors it dropped (slot busy) stay invalid.
- */
-bool cache_core_ub_writeback(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
-
-/**
- * cache_core_ub_writeback() regardless of the limit: the next write-back
- * while anything is pending (a clean stop empties the buffer). Same
- * contract for *io.
- */
-bool cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_cache_io *io);
-
 /* ---- two rotating bloom filters (cache_core.c) ---- */
 
 /** Room for cap keys per filter, hashed with salt. @return 0 or -ENOMEM (free with _fini). */
@@ -586,16 +537,5 @@ void cache_split_written_back(struct hl_cache_core *c, uint32_t s, uint32_t firs
  * sequential stream's.
  */
 void cache_window_drop(struct hl_cache_core *c, uint32_t s);
-
-/* ---- metadata (cache_meta.c) ---- */
-
-#include <pthread.h>
-
-/**
- * hl_cache_meta_sync() for the engine: core accesses happen under lock
- * (may be NULL), device I/O outside it. Callers serialise syncs.
- */
-int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
-                           struct hl_cache_core *c, pthread_mutex_t *lock);
 
 #endif

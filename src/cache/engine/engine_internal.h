@@ -5,18 +5,38 @@
  * the counters, small hot-path helpers, and the functions one engine file
  * calls in another.
  *
- * The engine's files:
- *  - engine.c: open, attach, close, quiesce; device failure -> pass-through;
- *    the metadata thread; the disk-name -> LUN-id map file; stats export;
+ * The engine's files (src/cache/engine), and which of them each calls:
+ *  - engine.c: open, attach, close, quiesce, the runtime settings; stats
+ *    export. Calls map, proof, meta, ub; hands origin's ops and event
+ *    handler to hl_origin_wrap/listen, reads req's size buckets.
  *  - engine_origin.c: the cached origin (ops table, submit checks and
- *    dispatch, origin events) and the request machinery (requests, subs,
- *    phases, the sub completion dispatcher, the reply);
+ *    dispatch, origin events, close). Calls read, write, req, proof.
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
- *    and the fills a read plans;
+ *    and the fills a read plans. Calls fill, req, ub, meta.
  *  - engine_write.c: WRITE, discard, write-zeroes, COMPARE AND WRITE, and
- *    the fills, updates and read-modify-writes that run after a reply;
+ *    the updates a write plans. Calls fill, req, ub, meta.
+ *  - engine_fill.c: what runs after a reply: fills, promotions, updates and
+ *    the read-modify-writes of partly written sectors. Calls req, ub, meta.
+ *  - engine_req.c: the request machinery (requests, subs, phases, the sub
+ *    completion, the reply). Calls none: each sub brings its completion's
+ *    work (eng_sub.done) from the file that made it.
  *  - engine_ub.c: the RAM update buffer's store of sector copies, its
  *    write-backs, and the copies reads and read-modify-writes take of it.
+ *    Calls meta.
+ *  - engine_proof.c: the warm restart proofs and the ownership
+ *    revalidation. Calls map (it only compares an origin's ops with
+ *    origin's table, to know a cached origin).
+ *  - engine_meta.c: the metadata thread (record flushes on request and
+ *    periodic, proof ticks); device failure -> pass-through. Calls proof,
+ *    map.
+ *  - engine_map.c: the disk-name -> LUN-id map file and the disk entries.
+ *    Calls none.
+ * No two of them call each other, directly or round a longer circle
+ * (engine.c -> origin -> read/write -> fill -> req/ub -> meta -> proof ->
+ * map). Below them: cache_meta.c (the on-device metadata), cache_dev.c
+ * (the device) and cache_trace.c, which call no engine file, and the core
+ * (hotlun/cache.h, src/cache/core/core_internal.h), which knows nothing of
+ * the engine.
  *
  * Ordering rules kept by these files (see docs/cache-engine.md for the reasoning):
  *  - a read replies as soon as its data is in the caller's buffers; fills
@@ -58,8 +78,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "cache/cache_internal.h"
-#include "cache/cache_trace.h"
+#include "cache/core/core_internal.h"
+#include "cache/engine/cache_trace.h"
 #include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/util.h"
@@ -216,6 +236,8 @@ struct eng_sub {
 	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
 	uint32_t peer;    /* RMW: the FILL sub it merges into */
 	uint64_t lo, hi;  /* RUN/RETRY/BUF/PHIT: LUN bytes held by buf; RMW: the sector */
+	/* The per-kind work of its completion, from the file that made it (NULL: none). */
+	void (*done)(struct eng_sub *s, int result);
 };
 
 struct eng_req {
@@ -278,7 +300,12 @@ static inline uint64_t blk_start(const struct hl_cache *c, uint64_t b)
 	return b << c->shift;
 }
 
-static inline void *abuf(size_t len)
+/*
+ * A buffer for O_DIRECT I/O on the cache device (slot data, the RAM
+ * window): 4 KiB-aligned, its size rounded up to whole 4 KiB, not zeroed.
+ * Free with free(). @return NULL without memory.
+ */
+static inline void *dio_alloc(size_t len)
 {
 	void *p = NULL;
 
@@ -349,7 +376,7 @@ static inline void buf_to_iov(const struct iovec *iov, int cnt, uint64_t pos, co
 /* Shared between the engine's files                                  */
 /* ------------------------------------------------------------------ */
 
-/* engine.c */
+/* engine_meta.c */
 
 /**
  * Count a cache-device error (on disk e too, may be NULL) and, the first
@@ -372,6 +399,90 @@ bool engine_device_check_size(struct hl_cache *c);
  */
 void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
 
+/** Start the metadata thread (open). @return 0 or -errno. */
+int engine_meta_start(struct hl_cache *c);
+
+/**
+ * Stop the metadata thread once it has flushed what was asked of it (a
+ * no-op when it is not running). drop: the reactors are going, so it
+ * hands nothing back to them (quiesce). Main thread; blocking.
+ */
+void engine_meta_stop(struct hl_cache *c, bool drop);
+
+/**
+ * The device failed: mark the map "failed" and wipe both superblocks, so a
+ * restart formats the device instead of trusting it. Once (c->dead); the
+ * metadata thread, or close after it stopped.
+ */
+void engine_meta_kill(struct hl_cache *c);
+
+/* engine_map.c */
+
+/**
+ * Rewrite the map file atomically (tmp, fsync, rename) with state "open",
+ * "clean" or "failed", every disk and every proof. Writers hold
+ * c->sync_lock, or run alone (open, close). @return 0 or -errno (logged).
+ */
+int engine_map_write(struct hl_cache *c, const char *state);
+/**
+ * Read the map into c->ents and c->next_id. @return true when it is usable
+ * for this device (same geometry, not "failed"); false: format (c->ents is
+ * left empty).
+ */
+bool engine_map_load(struct hl_cache *c);
+/**
+ * Before the device is opened: a regular file shorter than the device its
+ * map describes was truncated, and its records may claim data that is
+ * gone. @return 0 or -EIO (logged: refuse the cache).
+ */
+int engine_map_device_shrank(struct hl_cache *c);
+/** A disk entry (strings copied; not listed yet). @return NULL without memory. */
+struct map_ent *engine_ent_new(uint16_t id, uint64_t quota, uint64_t size, const char *name,
+                               const char *ident);
+/** Free a disk entry and its strings (NULL is harmless). */
+void engine_ent_free(struct map_ent *e);
+/** List e in c->ents (c takes it). @return 0 or -ENOMEM. */
+int engine_ent_add(struct hl_cache *c, struct map_ent *e);
+/** The entry of disk name, or NULL. */
+struct map_ent *engine_ent_find(struct hl_cache *c, const char *name);
+/** A LUN id never handed out by the map. @return 0 or -ENOSPC. */
+int engine_ent_id_alloc(struct hl_cache *c, uint16_t *out);
+/**
+ * The identity of an origin URI as the map stores it (no throttle(...)
+ * wrappers, no credentials), in buf (len bytes). @return buf or uri.
+ */
+const char *engine_origin_ident(const char *uri, char *buf, size_t len);
+
+/* engine_proof.c */
+
+/* Byte ranges an origin reports changed since a proof. */
+struct changed_list {
+	struct {
+		uint64_t off, len;
+	} *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+/** The tag that names disk id's marks in its origin (the cache's uuid and the LUN id). */
+void engine_ent_tag(const struct hl_cache *c, uint16_t id, char tag[64]);
+/**
+ * Ask inner what changed since `proof` (NULL: no proof) into chg (the
+ * caller frees chg->v). nomem: the caller already ran out of memory.
+ * @return 0 (chg lists the changes) or -ESTALE (drop everything); why set.
+ */
+int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *proof, bool nomem,
+                         struct changed_list *chg, char *why, size_t whylen);
+/**
+ * c->lock held: drop from e what engine_proof_changes found (everything when
+ * prc), and a proof that proves nothing any more; record the outcome in
+ * e's warm_* statistics. @return whether e's proof went (the map needs
+ * rewriting).
+ */
+bool engine_drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
+                         const struct changed_list *chg, const char *prefix, const char *why);
+/** Meta thread, periodic: record the proofs the disks' origins gave twice in a row. */
+void engine_proofs_refresh(struct hl_cache *c);
 /**
  * Disk e was detached (e->inner is NULL already) and its origin `inner`
  * has no I/O left: take the final proof from it and store it in the map,
@@ -380,7 +491,7 @@ void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
  */
 void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin *inner);
 
-/* engine_origin.c */
+/* engine_req.c */
 
 /**
  * A request for uio on cached origin o (on the current reactor), with room
@@ -390,8 +501,12 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
                                uint32_t maxios, uint32_t maxsub);
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
-/** The next sub of req (zeroed), or NULL when all maxsub are used. */
-struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t k);
+/**
+ * The next sub of req (zeroed; done is the work its completion does before
+ * the phase hold ends, may be NULL), or NULL when all maxsub are used.
+ */
+struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t k,
+                               void (*done)(struct eng_sub *s, int result));
 /**
  * Submit sub s to origin o at off: the buffer is s->iov. Completion goes
  * through engine_sub_cb and holds the current phase. @return 0 or -errno
@@ -399,12 +514,15 @@ struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t
  */
 int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, uint64_t off,
                       uint64_t len);
-/** Completion of every sub's origin io: the per-kind work, then the phase hold ends. */
+/** Completion of every sub's origin io: the sub's done(), then the phase hold ends. */
 void engine_sub_cb(struct hl_origin_io *io, int result);
 /** The submitter's hold on the current phase ends (never completes inside submit). */
 void engine_phase_end(struct eng_req *req);
 /** Complete the caller's io with status (once; counts latency and errors). */
 void engine_reply(struct eng_req *req, int status);
+
+/* engine_origin.c */
+
 /** Forwarded by the inner origin (hl_origin_listen); arg is the cached origin. */
 void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_event ev,
                          uint64_t old_size);
@@ -413,14 +531,15 @@ void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_even
 
 /** READ and PREFETCH of length > 0 on cached origin o. @return 0 or -errno (no callback). */
 int engine_read(struct hl_origin *o, struct hl_origin_io *uio);
-/** A HIT, RUN, RETRY or PHIT sub finished (engine_sub_cb). */
-void engine_read_sub_done(struct eng_sub *s, int result);
 
 /* engine_write.c */
 
 /** WRITE, DISCARD, WRITE ZEROES, COMPARE AND WRITE on cached origin o. @return 0 or -errno. */
 int engine_write(struct hl_origin *o, struct hl_origin_io *uio);
-/** A FILL or RMW sub finished (engine_sub_cb). */
+
+/* engine_fill.c */
+
+/** A FILL or RMW sub finished (its done(), through engine_sub_cb). */
 void engine_fill_sub_done(struct eng_sub *s, int result);
 /**
  * Prepare writing sectors [fill_first, +fill_nsect) of io's slot from data
@@ -437,6 +556,23 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
  * metadata flush when barrier. Frees req when they are done.
  */
 void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier);
+/** LUN bytes [*fs, *fe) of the sectors an update (or fill) io writes into its slot. */
+void engine_fill_range(const struct eng_req *req, const struct hl_cache_io *io, uint64_t *fs,
+                       uint64_t *fe);
+/**
+ * The sectors of an update's fill range that write req covers only partly
+ * (LUN bytes, at most two: head and tail). @return how many.
+ */
+int engine_rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, uint64_t out[2]);
+
+/* cache_meta.c */
+
+/**
+ * hl_cache_meta_sync() for the engine: core accesses happen under lock
+ * (may be NULL), device I/O outside it. Callers serialise syncs.
+ */
+int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+                           struct hl_cache_core *c, pthread_mutex_t *lock);
 
 /* engine_ub.c */
 

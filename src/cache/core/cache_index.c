@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 
 /* Map a hash onto [0, cap) without a division or a power-of-two table. */
 static inline uint64_t home_of_hash(const struct cache_index *ix, uint64_t h)

@@ -21,13 +21,13 @@
  *
  * The sums decay by 1/10 at each decision (every quarter window of window
  * fills). Only with the automatic window and an update buffer; state in
- * struct cache_split (cache_internal.h).
+ * struct cache_split (core_internal.h).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 
 #define SPLIT_STEP   (2ull << 20) /* bytes moved at a time */
 #define SPLIT_BAND   (4ull << 20) /* the margin the estimates look at */

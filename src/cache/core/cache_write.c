@@ -7,13 +7,13 @@
 #include <errno.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hotlun/util.h"
 
 /*
  * ---- writes in flight to uncached blocks ----
  * Counted in a counting bloom filter (described with its lookup,
- * cache_wip_find, in cache_internal.h).
+ * cache_wip_find, in core_internal.h).
  */
 
 static void wip_add(struct hl_cache_core *c, uint64_t key)
@@ -134,7 +134,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			if (c->ub.cap && !c->ub.closed && s < c->nslots) {
 				/* To the RAM update buffer (rmw reads the old sector from the
 				 * slot). */
-				io->src_slot = CACHE_IO_UB_SRC;
+				io->src_slot = HL_CACHE_IO_UB_SRC;
 				io->ram = 1;
 			}
 		}

@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/core/core_internal.h"
 #include "hotlun/util.h"
 
 /* ---- ghost: keys the window dropped recently ---- */

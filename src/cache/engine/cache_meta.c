@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
-#include "cache/cache_trace.h"
+#include "cache/engine/cache_trace.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/util.h"
 
 #define SB_SIZE     4096u
@@ -183,7 +183,8 @@ static uint32_t seed_of(const uint8_t uuid[16])
 	return crc32c(0x48ac11, uuid, 16);
 }
 
-static void *abuf(size_t len)
+/* A zeroed, 4 KiB-aligned buffer for superblock and record pages (len: whole pages). */
+static void *page_zalloc(size_t len)
 {
 	void *p = NULL;
 	if (posix_memalign(&p, 4096, len))
@@ -195,7 +196,7 @@ static void *abuf(size_t len)
 /* Write the superblock to copy (seq & 1): the other copy survives a torn write. */
 static int sb_write(struct hl_cache_dev *d, struct sb *s)
 {
-	uint8_t *b = abuf(SB_SIZE);
+	uint8_t *b = page_zalloc(SB_SIZE);
 	int rc;
 
 	if (!b)
@@ -307,7 +308,7 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 	rc = hl_cache_layout_compute(d->size, bs, l);
 	if (rc)
 		return rc;
-	buf = abuf(LOAD_CHUNK);
+	buf = page_zalloc(LOAD_CHUNK);
 	if (!buf)
 		return -ENOMEM;
 	/* Kill both superblock copies first: a format torn anywhere leaves no cache. */
@@ -345,7 +346,7 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 
 int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l)
 {
-	uint8_t *buf = abuf(LOAD_CHUNK);
+	uint8_t *buf = page_zalloc(LOAD_CHUNK);
 	struct sb a, b, *s = NULL;
 	bool va, vb;
 	int rc, restored = 0;
@@ -419,7 +420,7 @@ out:
 int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *l,
                           struct hl_cache_core *c, uint32_t slot)
 {
-	uint8_t *buf = abuf(PAGE);
+	uint8_t *buf = page_zalloc(PAGE);
 	uint8_t claims[PAGE / 32];
 	uint64_t page = slot / (PAGE / l->rec_size);
 	uint64_t epoch = hl_cache_core_meta_epoch(c) + 1;

@@ -1,10 +1,11 @@
 /*
- * engine_write.c - WRITE, DISCARD, WRITE ZEROES and COMPARE AND WRITE
- * through the cache (write_begin, a metadata flush first when a record may
- * still claim the range, the origin write, write_end, the reply), and what
- * runs after a reply: the fills of a read, the updates of a write (the RAM
- * window at once, device slots from bounce buffers), and the
- * read-modify-write of sectors a write covers only partly.
+ * engine_fill.c - what runs after a request's reply: the fills of the
+ * blocks a read missed and the promotions of RAM window blocks it planned,
+ * and the updates of a write (the RAM window at once, device slots from
+ * bounce buffers, the RAM update buffer through engine_ub.c), with the
+ * read-modify-write of sectors a write covers only partly. engine_read.c
+ * and engine_write.c prepare them (engine_fill_prepare) and start them
+ * (engine_fills_start); neither calls the other.
  *
  * Shared state and the ordering rules: engine_internal.h.
  */
@@ -14,13 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/engine_internal.h"
-#include "hotlun/log.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/util.h"
-
-/* ------------------------------------------------------------------ */
-/* Fills and updates (after the reply)                                */
-/* ------------------------------------------------------------------ */
 
 static void fills_done(struct eng_req *req)
 {
@@ -50,24 +46,19 @@ static void fill_write(struct eng_req *req, struct eng_sub *s)
 	}
 }
 
-/* LUN bytes of the first and last sector of an update's fill range. */
-static void fill_range(const struct eng_req *req, const struct hl_cache_io *io, uint64_t *fs,
+void engine_fill_range(const struct eng_req *req, const struct hl_cache_io *io, uint64_t *fs,
                        uint64_t *fe)
 {
 	*fs = ((uint64_t)io->block << req->c->shift) + (uint64_t)io->fill_first * SECT;
 	*fe = *fs + (uint64_t)io->fill_nsect * SECT;
 }
 
-/*
- * The sectors of an update's fill range the write covers only partly
- * (LUN bytes, at most two: head and tail). @return how many.
- */
-static int rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, uint64_t out[2])
+int engine_rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, uint64_t out[2])
 {
 	uint64_t fs, fe, end = req->off + req->len;
 	int n = 0;
 
-	fill_range(req, io, &fs, &fe);
+	engine_fill_range(req, io, &fs, &fe);
 	if (fs < req->off || fs + SECT > end)
 		out[n++] = fs;
 	if (io->fill_nsect > 1 && fe > end)
@@ -97,7 +88,7 @@ static void rmw_merge(struct eng_req *req, struct eng_sub *f, const struct eng_s
 	uint64_t fs, fe, sp = r->lo, se = sp + SECT, end = req->off + req->len;
 	uint8_t *dst;
 
-	fill_range(req, &req->ios[f->k], &fs, &fe);
+	engine_fill_range(req, &req->ios[f->k], &fs, &fe);
 	dst = f->buf + (sp - fs);
 	if (req->off > sp)
 		memcpy(dst, r->buf, HL_MIN(req->off, se) - sp);
@@ -142,7 +133,7 @@ static bool rmw_start(struct eng_req *req, struct eng_sub *s)
 	struct hl_cache *c = req->c;
 	struct hl_cache_io *io = &req->ios[s->k];
 	uint64_t sect[2];
-	int n = rmw_sectors(req, io, sect);
+	int n = engine_rmw_sectors(req, io, sect);
 
 	if (!n)
 		return false;
@@ -153,8 +144,8 @@ static bool rmw_start(struct eng_req *req, struct eng_sub *s)
 
 		if (rmw_from_buffer(req, s, sect[i]))
 			continue;
-		r = engine_sub_new(req, SUB_RMW, s->k);
-		if (r && (r->buf = abuf(SECT))) {
+		r = engine_sub_new(req, SUB_RMW, s->k, engine_fill_sub_done);
+		if (r && (r->buf = dio_alloc(SECT))) {
 			r->own = true;
 			r->lo = sect[i];
 			r->peer = (uint32_t)(s - req->subs);
@@ -262,14 +253,14 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
 	}
 	if (atomic_load(&c->failed))
 		goto drop;
-	s = engine_sub_new(req, SUB_FILL, k);
+	s = engine_sub_new(req, SUB_FILL, k, engine_fill_sub_done);
 	if (!s)
 		goto drop;
 	if (((uintptr_t)data & 4095) == 0) {
 		s->buf = data;
 		s->own = data_owned;
 	} else {
-		s->buf = abuf((size_t)io->fill_nsect * SECT);
+		s->buf = dio_alloc((size_t)io->fill_nsect * SECT);
 		if (!s->buf) {
 			req->nsub--;
 			goto drop;
@@ -356,247 +347,4 @@ void engine_fill_sub_done(struct eng_sub *s, int result)
 	default:
 		break;
 	}
-}
-
-/* ------------------------------------------------------------------ */
-/* Writes, discards, write-zeroes                                     */
-/* ------------------------------------------------------------------ */
-
-/*
- * Update RAM window slot of io with the written bytes [wlo, whi) (the
- * slot's other bytes, partly written sectors included, stay). @return true
- * when written (end io with written = true).
- */
-static bool ram_update(struct eng_req *req, struct hl_cache_io *io, uint64_t wlo, uint64_t whi)
-{
-	struct hl_cache *c = req->c;
-	bool ok;
-
-	if (io->slot < c->nslots || io->slot - c->nslots >= c->nwin)
-		return false;
-	pthread_mutex_lock(&c->lock);
-	ok = hl_cache_core_io_start(c->core, req->ent->id, io);
-	pthread_mutex_unlock(&c->lock);
-	if (!ok)
-		return false;
-	cache_trace(CT_RAM, 1, req->ent->id, io->slot, 0, io->block, wlo, whi - wlo);
-	iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off,
-	           c->window + (uint64_t)(io->slot - c->nslots) * c->bs +
-	               (wlo - blk_start(c, io->block)),
-	           whi - wlo);
-	return true;
-}
-
-/*
- * Queue the update of device slot io into the RAM update buffer: a FILL sub
- * (s->ub) holding the fill range with the written bytes [wlo, whi); its
- * partly written sectors are merged when it starts (rmw_start), and
- * fill_write puts it in the store instead of on the device. @return true
- * when queued.
- */
-static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, uint64_t wlo,
-                       uint64_t whi)
-{
-	struct hl_cache *c = req->c;
-	uint64_t fs, fe;
-	struct eng_sub *s;
-
-	if (io->slot >= c->nslots || atomic_load(&c->failed))
-		return false;
-	fill_range(req, io, &fs, &fe);
-	s = engine_sub_new(req, SUB_FILL, k);
-	if (!s)
-		return false;
-	s->buf = abuf(fe - fs);
-	if (!s->buf) {
-		req->nsub--;
-		return false;
-	}
-	s->own = true;
-	s->ub = true;
-	s->iov.iov_base = s->buf;
-	iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off, s->buf + (wlo - fs), whi - wlo);
-	return true;
-}
-
-/* The origin write finished (req->status): end the core's ios, update slots, reply. */
-static void write_done(struct eng_req *req)
-{
-	struct hl_cache *c = req->c;
-	uint16_t lun = req->ent->id;
-	int result = req->status;
-	uint32_t first_fill = req->nsub;
-
-	pthread_mutex_lock(&c->lock);
-	if (req->in_wlist) {
-		hl_list_del(&req->wlink);
-		req->in_wlist = false;
-	}
-	for (uint32_t k = 0; k < req->nios; k++) {
-		if (req->op != HL_IO_WRITE)
-			req->ios[k].fill_nsect = 0; /* discard, zeroes, CAW: the range is dropped */
-		hl_cache_core_write_end(c->core, lun, &req->ios[k], result == 0);
-	}
-	if (result)
-		hl_cache_core_invalidate(c->core, lun, req->off, req->len);
-	pthread_mutex_unlock(&c->lock);
-	atomic_fetch_add(&c->changes, 1);
-	if (req->op == HL_IO_COMPARE_AND_WRITE)
-		req->uio->miscompare_offset = req->subs[0].io.miscompare_offset;
-	if (result && !(req->op == HL_IO_COMPARE_AND_WRITE && result == -EILSEQ))
-		HL_ERR_RL("cache", "cache %s: disk %s: origin %s at %llu+%llu: %s", c->name,
-		          req->ent->name, req->op == HL_IO_WRITE ? "write" : "discard/zeroes",
-		          (unsigned long long)req->off, (unsigned long long)req->len,
-		          strerror(-result));
-
-	/*
-	 * Update mode: copy the new data of the cached blocks while the caller's
-	 * buffer is ours. A sector the write covers only partly is in the fill
-	 * range only if it was valid when the write began (rmw_head/rmw_tail):
-	 * its old bytes are merged in after the reply (rmw_start), or at once
-	 * in a RAM window slot, whose old bytes stay where they are.
-	 */
-	for (uint32_t k = 0; k < req->nios; k++) {
-		struct hl_cache_io *io = &req->ios[k];
-		uint64_t fs, fe, wlo, whi, sect[2];
-		uint8_t *tmp;
-		int nrmw;
-		bool w;
-
-		req->iof[k] = 0;
-		if (!io->fill_nsect) {
-			req->iof[k] = IOF_DONE; /* write_end finished it */
-			continue;
-		}
-		fill_range(req, io, &fs, &fe);
-		nrmw = rmw_sectors(req, io, sect);
-		if (nrmw > (int)io->rmw_head + (int)io->rmw_tail)
-			continue; /* a partly written sector the core did not know valid: never */
-		wlo = HL_MAX(fs, req->off);
-		whi = HL_MIN(fe, req->off + req->len);
-		if (io->src_slot == CACHE_IO_UB_SRC) {
-			/* RAM update buffer: the new sectors go to the store after the reply. */
-			if (ub_prepare(req, io, k, wlo, whi))
-				req->iof[k] = IOF_QUEUED;
-			continue;
-		}
-		if (io->ram) {
-			if (ram_update(req, io, wlo, whi))
-				req->iof[k] = IOF_WRITTEN;
-			continue;
-		}
-		if (atomic_load(&c->failed) || !(tmp = abuf(fe - fs)))
-			continue;
-		iov_to_buf(req->uio->iov, req->uio->iovcnt, wlo - req->off, tmp + (wlo - fs),
-		           whi - wlo);
-		if (engine_fill_prepare(req, io, k, tmp, true, &w))
-			req->iof[k] = IOF_QUEUED;
-		else if (w)
-			req->iof[k] = IOF_WRITTEN;
-	}
-	engine_reply(req, result);
-	/* The barrier of these slots was taken before the origin write. */
-	engine_fills_start(req, first_fill, false);
-}
-
-/* Issue the origin write. @return 0 or -errno (only when nothing was started). */
-static int write_issue(struct eng_req *req)
-{
-	struct eng_sub *s = &req->subs[0];
-	struct hl_origin_io *uio = req->uio;
-	int rc;
-
-	req->nsub = 1;
-	memset(s, 0, sizeof(*s));
-	s->req = req;
-	s->kind = SUB_WRITE;
-	hl_origin_io_forward(&s->io, uio, engine_sub_cb, s);
-	req->pending = 1;
-	req->phase_done = write_done;
-	rc = hl_origin_submit(req->co->inner, &s->io);
-	if (rc)
-		req->pending = 0;
-	return rc;
-}
-
-static void write_after_sync(struct meta_wait *w)
-{
-	struct eng_req *req = hl_container_of(w, struct eng_req, mw);
-	int rc;
-
-	if (w->rc && !atomic_load(&req->c->failed))
-		engine_dev_error(req->c, req->ent, w->rc);
-	rc = write_issue(req);
-	if (rc) {
-		req->status = rc;
-		write_done(req);
-	}
-}
-
-int engine_write(struct hl_origin *o, struct hl_origin_io *uio)
-{
-	struct co_priv *co = co_of(o);
-	struct hl_cache *c = co->c;
-	uint32_t nb = hl_cache_core_nblocks(c->core, uio->offset, uio->length);
-	bool huge = uio->op != HL_IO_WRITE && nb > 16384;
-	struct eng_req *req;
-	bool sync = false;
-	int n = 0, rc;
-
-	if (!uio->length)
-		return hl_origin_submit(co->inner, uio);
-	/* subs: the origin write, one FILL per block, two SUB_RMW (head and tail sector). */
-	req = engine_req_new(o, uio, 0, huge ? 0 : nb, huge ? 1 : nb + 3);
-	if (!req)
-		return -ENOMEM;
-	pthread_mutex_lock(&c->lock);
-	if (huge) {
-		/* Too many blocks to list: drop the range, always flush the records first. */
-		hl_cache_core_invalidate(c->core, co->ent->id, uio->offset, uio->length);
-		sync = true;
-	} else {
-		/* The old bytes of a pending partly written sector: before write_begin drops it. */
-		rc = engine_ub_write_plan(req);
-		n = rc ? rc
-		       : hl_cache_core_write_begin(c->core, co->ent->id, uio->offset, uio->length,
-		                                   req->ios, nb);
-		if (n == -ENOMEM) {
-			pthread_mutex_unlock(&c->lock);
-			engine_req_free(req);
-			return -ENOMEM;
-		}
-		if (n < 0) {
-			pthread_mutex_unlock(&c->lock);
-			engine_req_free(req);
-			return -EINVAL;
-		}
-		sync =
-		    hl_cache_core_write_needs_sync(c->core, co->ent->id, uio->offset, uio->length);
-		for (int k = 0; k < n; k++)
-			sync |= req->ios[k].meta_barrier != 0;
-	}
-	req->nios = (uint32_t)n;
-	hl_list_add_tail(&co->ent->wlist, &req->wlink);
-	req->in_wlist = true;
-	pthread_mutex_unlock(&c->lock);
-	if (n)
-		atomic_fetch_add(&c->changes, 1);
-	if (sync && !atomic_load(&c->failed)) {
-		engine_meta_wait(req, write_after_sync);
-		return 0;
-	}
-	rc = write_issue(req);
-	if (rc) {
-		/* Nothing started: undo and let the caller see the error (no callback). */
-		pthread_mutex_lock(&c->lock);
-		hl_list_del(&req->wlink);
-		for (int k = 0; k < n; k++) {
-			req->ios[k].fill_nsect = 0;
-			hl_cache_core_write_end(c->core, co->ent->id, &req->ios[k], false);
-		}
-		pthread_mutex_unlock(&c->lock);
-		req->replied = true;
-		engine_req_free(req);
-	}
-	return rc;
 }

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/engine_internal.h"
+#include "cache/engine/engine_internal.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
@@ -63,7 +63,7 @@ static bool ub_ent_pending(struct hl_cache *c, uint64_t key)
 	uint8_t bits[HL_CACHE_MAX_BLOCK / SECT / 8];
 	uint32_t i = (uint32_t)(key & 0xffff);
 
-	if (!cache_core_ub_pending(c->core, (uint32_t)(key >> 16), bits))
+	if (!hl_cache_core_ub_pending(c->core, (uint32_t)(key >> 16), bits))
 		return false;
 	return (bits[i / 8] >> (i % 8)) & 1;
 }
@@ -132,7 +132,7 @@ int engine_ub_init(struct hl_cache *c, uint64_t bytes)
 	c->ub_tab = calloc(n, sizeof(*c->ub_tab));
 	if (!c->ub_tab)
 		return -ENOMEM;
-	rc = cache_core_set_update_buffer(c->core, bytes);
+	rc = hl_cache_core_set_update_buffer(c->core, bytes);
 	if (rc) {
 		free(c->ub_tab);
 		c->ub_tab = NULL;
@@ -185,7 +185,7 @@ int engine_ub_read_plan(struct eng_req *req)
 		struct hl_cache_io *io = &req->ios[k];
 
 		if ((io->kind != HL_CACHE_IO_HIT && io->kind != HL_CACHE_IO_PARTIAL) ||
-		    io->slot >= c->nslots || !cache_core_ub_pending(c->core, io->slot, bits))
+		    io->slot >= c->nslots || !hl_cache_core_ub_pending(c->core, io->slot, bits))
 			continue;
 		for (uint32_t i = io->first; i < (uint32_t)io->first + io->nsect; i++) {
 			struct ub_ent *e;
@@ -309,12 +309,12 @@ static struct ub_wb *wb_next(struct hl_cache *c, bool *more)
 	uint16_t lun;
 	struct ub_wb *wb;
 
-	*more = cache_core_ub_writeback(c->core, &lun, &io);
+	*more = hl_cache_core_ub_writeback(c->core, &lun, &io);
 	if (!*more)
 		return NULL;
 	wb = calloc(1, sizeof(*wb));
 	if (wb)
-		wb->buf = abuf((size_t)io.fill_nsect * SECT);
+		wb->buf = dio_alloc((size_t)io.fill_nsect * SECT);
 	for (uint32_t i = 0; wb && wb->buf && i < io.fill_nsect; i++) {
 		struct ub_ent *e = ub_ent_find(c, ub_key(io.slot, (uint32_t)io.fill_first + i));
 		if (!e) { /* cannot be: the core listed these sectors pending */
@@ -380,7 +380,7 @@ static int ub_drain_locked(struct hl_cache *c, uint8_t *buf, bool live, uint64_t
 	uint16_t lun;
 	int rc = buf ? 0 : -ENOMEM;
 
-	while (cache_core_ub_drain(c->core, &lun, &io)) {
+	while (hl_cache_core_ub_drain(c->core, &lun, &io)) {
 		bool ok = !rc && !atomic_load(&c->failed);
 
 		for (uint32_t i = 0; ok && i < io.fill_nsect; i++) {
@@ -423,7 +423,7 @@ int engine_ub_drain(struct hl_cache *c)
 
 	if (!c->ub_cap)
 		return 0;
-	buf = abuf(c->bs);
+	buf = dio_alloc(c->bs);
 	pthread_mutex_lock(&c->lock);
 	rc = ub_drain_locked(c, buf, false, &done);
 	pthread_mutex_unlock(&c->lock);
@@ -468,7 +468,7 @@ int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes)
 
 	if (bytes % SECT)
 		return -EINVAL;
-	buf = abuf(c->bs);
+	buf = dio_alloc(c->bs);
 	if (!buf || (bytes && !(tab = calloc(n, sizeof(*tab))))) {
 		free(buf);
 		return -ENOMEM;
@@ -485,11 +485,11 @@ int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes)
 	 * (updates already on their way into the buffer land in it and are
 	 * drained too: the loop ends with the buffer empty, under the lock).
 	 */
-	cache_core_ub_close(c->core, true);
+	hl_cache_core_ub_close(c->core, true);
 	wrc = ub_drain_locked(c, buf, true, &done);
-	rc = cache_core_set_update_buffer(c->core, bytes);
+	rc = hl_cache_core_set_update_buffer(c->core, bytes);
 	if (rc) {
-		cache_core_ub_close(c->core, false); /* the old size, empty */
+		hl_cache_core_ub_close(c->core, false); /* the old size, empty */
 		free(tab);
 	} else {
 		/*

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/cache_trace.h"
+#include "cache/engine/cache_trace.h"
 #include "hotlun/log.h"
 
 #define TRACE_MAGIC    "HLCTRACE"

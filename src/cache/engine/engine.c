@@ -1,0 +1,583 @@
+/*
+ * engine.c - the read cache in hotlund's data path (include/hotlun/cache_engine.h),
+ * its management side: open (device, layout, policy core, RAM window),
+ * attach and close of cached origins, quiesce, the runtime settings
+ * (admission, write policy, write budget), and the engine stats (latency
+ * and size histograms).
+ *
+ * The metadata thread and device failure -> pass-through are in
+ * engine_meta.c, the disk-name -> LUN-id map file in engine_map.c, the
+ * warm restart proofs (a disk's cached blocks are trusted at attach only
+ * as far as its origin proves itself unchanged) in engine_proof.c, the data
+ * path in engine_origin.c, engine_req.c, engine_read.c, engine_write.c,
+ * engine_fill.c and engine_ub.c; shared state and the ordering rules:
+ * engine_internal.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/engine/engine_internal.h"
+#include "hotlun/cache_engine.h"
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+/* ------------------------------------------------------------------ */
+/* Open, attach, close                                                */
+/* ------------------------------------------------------------------ */
+
+static void cache_free(struct hl_cache *c)
+{
+	if (!c)
+		return;
+	if (c->data)
+		hl_origin_close(c->data);
+	if (c->dev)
+		hl_cache_dev_close(c->dev);
+	engine_ub_fini(c);
+	hl_cache_core_destroy(c->core);
+	for (size_t i = 0; i < c->n_ents; i++)
+		engine_ent_free(c->ents[i]);
+	free(c->ents);
+	free(c->window);
+	free(c->name);
+	free(c->device);
+	free(c->map_path);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->sync_lock);
+	pthread_mutex_destroy(&c->mlock);
+	pthread_cond_destroy(&c->mcond);
+	free(c);
+}
+
+static int write_mode_parse(const char *s, enum hl_cache_write_mode *out)
+{
+	if (!s || !strcmp(s, "update"))
+		*out = HL_CACHE_WRITE_UPDATE;
+	else if (!strcmp(s, "invalidate"))
+		*out = HL_CACHE_WRITE_INVALIDATE;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
+{
+	struct hl_cache_params p;
+	struct hl_cache_core_info info;
+	struct hl_cache *c;
+	pthread_condattr_t ca;
+	const char *adm;
+	char *uri = NULL;
+	uint64_t ub;
+	bool usable;
+	int rc, restored = 0;
+
+	if (!cfg || !cfg->name || !cfg->device || !out)
+		return -EINVAL;
+	hl_cache_params_default(&p);
+	p.block_size = cfg->block_size ? cfg->block_size : p.block_size;
+	if (p.block_size < HL_CACHE_MIN_BLOCK || p.block_size > HL_CACHE_MAX_BLOCK ||
+	    (p.block_size & (p.block_size - 1))) {
+		HL_ERR("cache", "cache %s: block_size %u is not a power of two in 4K..1M",
+		       cfg->name, p.block_size);
+		return -EINVAL;
+	}
+	adm = cfg->admission;
+	if (!adm || !strcmp(adm, "frequency"))
+		adm = "freq";
+	if (hl_admit_parse(adm, &p.admit, &p.admit_param)) {
+		HL_ERR("cache", "cache %s: unknown admission \"%s\"", cfg->name, cfg->admission);
+		return -EINVAL;
+	}
+	if (cfg->write_budget == HL_CACHE_WRITE_BUDGET_OFF)
+		p.write_budget_pct = 0;
+	else if (cfg->write_budget > 100) {
+		HL_ERR("cache", "cache %s: write_budget %u%% is over 100%%", cfg->name,
+		       cfg->write_budget);
+		return -EINVAL;
+	} else if (cfg->write_budget)
+		p.write_budget_pct = cfg->write_budget;
+	if (write_mode_parse(cfg->write_policy, &p.write_mode)) {
+		HL_ERR("cache", "cache %s: unknown write_policy \"%s\"", cfg->name,
+		       cfg->write_policy);
+		return -EINVAL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->sync_lock, NULL);
+	pthread_mutex_init(&c->mlock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->mcond, &ca);
+	pthread_condattr_destroy(&ca);
+	c->mw_tail = &c->mw_head;
+	c->interval_ms = cfg->meta_interval_ms ? cfg->meta_interval_ms : 1000;
+	c->bs = p.block_size;
+	c->shift = (uint32_t)__builtin_ctz(p.block_size);
+	c->name = strdup(cfg->name);
+	c->device = strdup(cfg->device);
+	if (cfg->map_path)
+		c->map_path = strdup(cfg->map_path);
+	else if (asprintf(&c->map_path, "%s.map", cfg->device) < 0)
+		c->map_path = NULL;
+	rc = -ENOMEM;
+	if (!c->name || !c->device || !c->map_path)
+		goto fail;
+
+	cache_trace_init();
+	cache_trace(CT_START, 0, 0, 0, 0, c->bs, 0, 0);
+	rc = engine_map_device_shrank(c);
+	if (rc)
+		goto fail;
+	rc = hl_cache_dev_open_file(cfg->device, cfg->size, &c->dev);
+	if (rc) {
+		HL_ERR("cache", "cache %s: cannot open %s: %s", c->name, cfg->device,
+		       strerror(-rc));
+		goto fail;
+	}
+	/*
+	 * The data side first, exclusively (O_EXCL on a block device, a lock on
+	 * a file): it waits until a hotlund killed a moment ago has no I/O left
+	 * in flight on the device, so the metadata is read only once nothing
+	 * else can change it, and a second hotlund on the same device fails
+	 * instead of corrupting it. A read past the end of a device that shrank
+	 * must fail, never return zeroes.
+	 */
+	rc = -ENOMEM;
+	if (asprintf(&uri, "file:%s", cfg->device) < 0)
+		goto fail;
+	rc = hl_origin_open(uri,
+	                    &(struct hl_origin_opts){.direct = true, .eof_error = true,
+	                                             .exclusive = true},
+	                    &c->data);
+	free(uri);
+	if (rc) {
+		HL_ERR("cache", "cache %s: cannot open %s for data I/O: %s", c->name, cfg->device,
+		       strerror(-rc));
+		goto fail;
+	}
+	rc = hl_cache_layout_compute(c->dev->size, c->bs, &c->layout);
+	if (rc) {
+		HL_ERR("cache", "cache %s: %s: too small for one %u-byte block", c->name,
+		       cfg->device, c->bs);
+		goto fail;
+	}
+	c->nslots = c->layout.nslots;
+	p.capacity = c->nslots * c->bs;
+	rc = hl_cache_core_create(&p, &c->core);
+	if (rc)
+		goto fail;
+	ub = cfg->update_buffer ? cfg->update_buffer : HL_CACHE_UPDATE_BUFFER_DEFAULT;
+	rc = engine_ub_init(c, ub == HL_CACHE_UPDATE_BUFFER_OFF ? 0 : ub);
+	if (rc)
+		goto fail;
+	hl_cache_core_info(c->core, &info);
+	c->nwin = info.window_max_slots; /* the window may grow to it (rule 9) */
+	if (c->nwin) {
+		c->window = dio_alloc(c->nwin * c->bs);
+		rc = -ENOMEM;
+		if (!c->window)
+			goto fail;
+	}
+
+	usable = engine_map_load(c);
+	if (usable) {
+		for (size_t i = 0; i < c->n_ents; i++) {
+			rc = hl_cache_core_lun_add(c->core, c->ents[i]->id, c->ents[i]->quota);
+			if (rc)
+				HL_WARN("cache",
+				        "cache %s: disk %s: %s: its cached blocks are dropped",
+				        c->name, c->ents[i]->name, strerror(-rc));
+		}
+		rc = hl_cache_meta_load(c->dev, c->core, &c->layout);
+		if (rc >= 0)
+			restored = rc;
+		else if (rc != -ENODATA)
+			goto fail_dev;
+		usable = rc >= 0;
+	}
+	if (!usable) {
+		rc = hl_cache_meta_format(c->dev, c->bs, &c->layout);
+		if (rc)
+			goto fail_dev;
+	}
+	rc = engine_map_write(c, "open");
+	if (rc)
+		goto fail;
+	rc = engine_meta_start(c);
+	if (rc)
+		goto fail;
+	HL_NOTICE("cache",
+	          "cache %s: %s, %llu blocks of %u KiB (+%llu in RAM, up to %llu), admission %s, "
+	          "%s, update buffer %llu KiB; %s",
+	          c->name, cfg->device, (unsigned long long)c->nslots, c->bs / 1024,
+	          (unsigned long long)info.window_slots, (unsigned long long)c->nwin, adm,
+	          cfg->write_policy ? cfg->write_policy : "update",
+	          (unsigned long long)(c->ub_cap >> 10), usable ? "warm restart" : "formatted");
+	if (usable)
+		HL_NOTICE("cache", "cache %s: %d block(s) restored", c->name, restored);
+	*out = c;
+	return 0;
+fail_dev:
+	HL_ERR("cache", "cache %s: %s: metadata: %s", c->name, cfg->device, strerror(-rc));
+fail:
+	cache_free(c);
+	return rc;
+}
+
+int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
+                    struct hl_origin *inner, struct hl_origin **out)
+{
+	char ident_buf[3800]; /* a map line (4096 bytes) must hold it */
+	const char *ident;
+	struct map_ent *e;
+	struct hl_origin *o;
+	struct co_priv *co;
+	struct changed_list chg = {0};
+	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
+	char *proof = NULL;
+	bool changed = false, sync = false, check = false;
+	uint64_t replaced = 0;
+	int rc = 0, prc = -ESTALE;
+
+	if (!c || !disk_name || !*disk_name || !inner || !out || strpbrk(disk_name, " \t\n"))
+		return -EINVAL;
+	if (strlen(inner->uri) >= sizeof(ident_buf))
+		return -ENAMETOOLONG;
+	ident = engine_origin_ident(inner->uri, ident_buf, sizeof(ident_buf));
+	if (strchr(ident, '\n'))
+		return -EINVAL;
+	/*
+	 * The disk's blocks from an earlier run are trusted only as far as the
+	 * origin proves itself unchanged since (it may take a while: rbd diffs
+	 * the image): ask it before the locks are taken, nothing is served yet.
+	 * Entries change only on this (main) thread, so e is still e below.
+	 */
+	pthread_mutex_lock(&c->lock);
+	e = engine_ent_find(c, disk_name);
+	if (e && !e->attached && !strcmp(e->ident, ident) && e->size == inner->size &&
+	    e->quota == quota_bytes) {
+		check = true;
+		proof = e->proof ? strdup(e->proof) : NULL; /* NULL: cold */
+		engine_ent_tag(c, e->id, tag);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (check)
+		prc = engine_proof_changes(inner, tag, proof, false, &chg, why, sizeof(why));
+	free(proof);
+	pthread_mutex_lock(&c->sync_lock); /* no record sync of the meta thread meanwhile */
+	pthread_mutex_lock(&c->lock);
+	e = engine_ent_find(c, disk_name);
+	if (e && e->attached) {
+		rc = -EEXIST;
+		goto out;
+	}
+	if (e && check) {
+		changed |= engine_drop_changes(c, e, prc, &chg, "", why);
+		uint64_t after = e->warm_kept, before = after + e->warm_dropped;
+		/* Before any I/O: the dropped blocks' records must stop claiming data. */
+		sync = prc || chg.n;
+		if (prc || before != after)
+			HL_NOTICE("cache",
+			          "cache %s: disk %s: warm start: kept %llu block(s), dropped %llu "
+			          "(%s%s)",
+			          c->name, disk_name, (unsigned long long)after,
+			          (unsigned long long)(before - after), prc ? "cold: " : "", why);
+		else
+			HL_INFO("cache", "cache %s: disk %s: warm start: kept %llu block(s) (%s)",
+			        c->name, disk_name, (unsigned long long)after, why);
+	}
+	if (e && (strcmp(e->ident, ident) || e->size != inner->size || e->quota != quota_bytes)) {
+		/* Another origin (or quota) under the old name: its blocks must never be served. */
+		HL_NOTICE("cache",
+		          "cache %s: disk %s: origin or quota changed (%s, %llu bytes): "
+		          "dropping its cached blocks",
+		          c->name, disk_name, ident, (unsigned long long)inner->size);
+		replaced = hl_cache_core_lun_blocks(c->core, e->id);
+		hl_cache_core_lun_remove(c->core, e->id);
+		for (size_t i = 0; i < c->n_ents; i++) {
+			if (c->ents[i] == e) {
+				c->ents[i] = c->ents[--c->n_ents];
+				break;
+			}
+		}
+		engine_ent_free(e);
+		e = NULL;
+		sync = true;
+	}
+	if (!e) {
+		uint16_t id;
+		rc = engine_ent_id_alloc(c, &id);
+		if (rc)
+			goto out;
+		e = engine_ent_new(id, quota_bytes, inner->size, disk_name, ident);
+		rc = -ENOMEM;
+		if (!e)
+			goto out;
+		rc = hl_cache_core_lun_add(c->core, id, quota_bytes);
+		if (rc == -EEXIST) {
+			/* A LUN id the core knows but the map forgot: start it empty. */
+			hl_cache_core_lun_remove(c->core, id);
+			rc = hl_cache_core_lun_add(c->core, id, quota_bytes);
+			sync = true;
+		}
+		if (!rc)
+			rc = engine_ent_add(c, e);
+		if (rc) {
+			HL_ERR("cache", "cache %s: disk %s: %s", c->name, disk_name, strerror(-rc));
+			engine_ent_free(e);
+			goto out;
+		}
+		if (replaced) {
+			e->warm_checked = true;
+			e->warm_dropped = replaced;
+			snprintf(e->warm_why, sizeof(e->warm_why), "origin, size or quota changed");
+		}
+		changed = true;
+	}
+	if (sync && !c->dead) {
+		/* Before any I/O: the dropped blocks' records must stop claiming data. */
+		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
+		if (rc) {
+			HL_ERR("cache", "cache %s: metadata: %s", c->name, strerror(-rc));
+			goto out;
+		}
+	}
+	if (changed) {
+		rc = engine_map_write(c, "open");
+		if (rc)
+			goto out;
+	}
+	char *label;
+	rc = -ENOMEM;
+	if (asprintf(&label, "cache(%s)", c->name) < 0)
+		goto out;
+	rc = hl_origin_wrap(inner, &cache_origin_ops, label, &o);
+	free(label);
+	if (rc)
+		goto out;
+	co = co_of(o);
+	co->c = c;
+	co->inner = inner; /* o->inner, at hand for the data path */
+	co->ent = e;
+	e->attached = true;
+	engine_ent_tag(c, e->id, e->tag);
+	e->inner = inner; /* proofs from now on (sync_lock held) */
+	hl_origin_listen(inner, engine_origin_event, o);
+	*out = o;
+	rc = 0;
+	HL_NOTICE("cache", "cache %s: disk %s attached (lun id %u%s)", c->name, disk_name, e->id,
+	          changed ? ", new" : ", warm");
+out:
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->sync_lock);
+	free(chg.v);
+	return rc;
+}
+
+int hl_cache_set_admission(struct hl_cache *c, const char *admission)
+{
+	const char *adm = !admission || !strcmp(admission, "frequency") ? "freq" : admission;
+	enum hl_admit_kind kind;
+	uint32_t param;
+	int rc;
+
+	if (hl_admit_parse(adm, &kind, &param))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	rc = hl_cache_core_set_admission(c->core, kind, param);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		HL_NOTICE("cache", "cache %s: admission now %s", c->name, adm);
+	return rc;
+}
+
+int hl_cache_set_write_policy(struct hl_cache *c, const char *write_policy)
+{
+	enum hl_cache_write_mode mode;
+	int rc;
+
+	if (write_mode_parse(write_policy, &mode))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	rc = hl_cache_core_set_write_mode(c->core, mode);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		HL_NOTICE("cache", "cache %s: write_policy now %s", c->name,
+		          write_policy ? write_policy : "update");
+	return rc;
+}
+
+int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = hl_cache_core_set_write_budget(c->core, pct);
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		HL_NOTICE("cache", "cache %s: write_budget now %u%%", c->name, pct);
+	return rc;
+}
+
+void hl_cache_quiesce(struct hl_cache *c)
+{
+	if (c)
+		engine_meta_stop(c, true);
+}
+
+void hl_cache_close(struct hl_cache *c)
+{
+	struct hl_cache_stats st;
+	int rc;
+
+	if (!c)
+		return;
+	engine_meta_stop(c, false);
+	for (size_t i = 0; i < c->n_ents; i++)
+		if (c->ents[i]->attached)
+			HL_WARN("cache", "cache %s: disk %s still attached at close", c->name,
+			        c->ents[i]->name);
+	hl_cache_core_stats(c->core, -1, &st);
+	HL_NOTICE("cache",
+	          "cache %s: %llu reads (%llu hits, %llu partial, %llu misses), "
+	          "%llu MiB from cache, %llu MiB from origin, %llu writes",
+	          c->name, (unsigned long long)st.read_reqs, (unsigned long long)st.read_hits,
+	          (unsigned long long)st.read_partial, (unsigned long long)st.read_misses,
+	          (unsigned long long)(st.bytes_read_cache >> 20),
+	          (unsigned long long)(st.bytes_read_origin >> 20),
+	          (unsigned long long)st.write_reqs);
+	if (atomic_load(&c->inflight)) {
+		/* Fills still queued on stopped reactors: leave the data origin alone. */
+		HL_WARN("cache", "cache %s: %ld request(s) still in flight at close", c->name,
+		        (long)atomic_load(&c->inflight));
+		c->data = NULL;
+	}
+	if (!c->dead && !atomic_load(&c->failed)) {
+		/*
+		 * Keep the update buffer's sectors warm: write them back first (the
+		 * records below claim them only once the device flush in the close's
+		 * sync made them durable). Not while I/O is still in flight.
+		 */
+		if (c->data)
+			engine_ub_drain(c);
+		pthread_mutex_lock(&c->lock);
+		rc = hl_cache_meta_close(c->dev, &c->layout, c->core);
+		pthread_mutex_unlock(&c->lock);
+		if (rc)
+			HL_ERR("cache", "cache %s: saving metadata: %s (the next start is cold)",
+			       c->name, strerror(-rc));
+		engine_map_write(c, rc ? "failed" : "clean");
+	} else if (!c->dead) {
+		engine_meta_kill(c);
+	}
+	cache_free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stats                                                              */
+/* ------------------------------------------------------------------ */
+
+static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_stats *out)
+{
+	for (unsigned i = 0; i < HL_CACHE_LAT_BUCKETS; i++) {
+		out->read_hit_lat[i] = cnt_get(&s->hit_lat[i]);
+		out->read_miss_lat[i] = cnt_get(&s->miss_lat[i]);
+	}
+	for (unsigned i = 0; i < HL_CACHE_SIZE_BUCKETS; i++) {
+		out->read_size[i] = cnt_get(&s->rsize[i]);
+		out->write_size[i] = cnt_get(&s->wsize[i]);
+	}
+	out->dev_errors = cnt_get(&s->dev_errors);
+	out->origin_errors = cnt_get(&s->origin_errors);
+	out->hit_retries = cnt_get(&s->hit_retries);
+	out->passthrough_ios = cnt_get(&s->passthrough_ios);
+	out->promotions = cnt_get(&s->promotions);
+	out->ub_writebacks = cnt_get(&s->ub_writebacks);
+}
+
+/* The most common read-size bucket, rounded up to a power of two, clamped to 4K..1M. */
+static uint32_t recommend_block(const uint64_t *rsize)
+{
+	unsigned best = 0;
+	uint64_t n = 0;
+	uint32_t v, p = HL_CACHE_MIN_BLOCK;
+
+	for (unsigned i = 0; i < HL_CACHE_SIZE_BUCKETS; i++) {
+		if (rsize[i] >= n && rsize[i]) {
+			n = rsize[i];
+			best = i;
+		}
+	}
+	if (!n)
+		return 0;
+	v = hl_cache_size_bounds[best];
+	if (v > HL_CACHE_MAX_BLOCK)
+		return HL_CACHE_MAX_BLOCK;
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_engine_stats *out)
+{
+	struct hl_cache_core_info info;
+	struct map_ent *e = NULL;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&c->lock);
+	if (disk) {
+		e = engine_ent_find(c, disk);
+		rc = e ? hl_cache_core_stats(c->core, e->id, &out->core) : -ENOENT;
+		if (e && e->warm_checked) {
+			out->warm_kept = e->warm_kept;
+			out->warm_dropped = e->warm_dropped;
+			snprintf(out->warm_start, sizeof(out->warm_start),
+			         "kept %llu, dropped %llu (%s)", (unsigned long long)e->warm_kept,
+			         (unsigned long long)e->warm_dropped, e->warm_why);
+		} else if (e) {
+			snprintf(out->warm_start, sizeof(out->warm_start), "new disk");
+		}
+	} else {
+		rc = hl_cache_core_stats(c->core, -1, &out->core);
+	}
+	hl_cache_core_info(c->core, &info);
+	pthread_mutex_unlock(&c->lock);
+	if (rc)
+		return rc;
+	counters_copy(e ? &e->st : &c->st, out);
+	if (!e) {
+		out->meta_syncs = cnt_get(&c->meta_syncs);
+		out->ub_bytes = engine_ub_bytes(c);
+		out->meta_waits = cnt_get(&c->meta_waits);
+		out->nslots = info.nslots;
+		out->used_slots = info.used_slots;
+		out->window_slots = info.window_slots;
+		out->window_used_slots = info.window_used_slots;
+		out->inflight = (uint64_t)atomic_load(&c->inflight);
+		out->meta_dirty = atomic_load(&c->changes) != atomic_load(&c->synced);
+		out->write_ratio = info.write_ratio;
+		out->write_budget_pct = info.write_budget_pct;
+		out->write_budget_open = info.write_budget_open;
+	}
+	out->block_size = c->bs;
+	out->recommended_block_size = recommend_block(out->read_size);
+	out->passthrough = atomic_load(&c->failed);
+	return 0;
+}
+
+const char *hl_cache_name(const struct hl_cache *c)
+{
+	return c->name;
+}

@@ -1,0 +1,292 @@
+/*
+ * engine_map.c - a cache's disk map file: which disk (name, origin
+ * identity, size, quota) owns which LUN id of the core, the disks' warm
+ * restart proofs, and the state of the on-device metadata (open, clean,
+ * failed). LUN ids only mean something with the map, so a map that is
+ * missing, unreadable, "failed" or of another geometry makes hl_cache_open
+ * format the device. Also the disk entries (struct map_ent) themselves.
+ *
+ * Shared state: engine_internal.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/engine/engine_internal.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+/* Version 2 adds the proof lines; a version 1 map is read, its disks have no proof. */
+#define MAP_MAGIC   "hotlun-cache-map "
+#define MAP_VERSION 2
+
+/*
+ * Text, rewritten atomically (tmp + fsync + rename):
+ *   hotlun-cache-map 2
+ *   state open|clean|failed
+ *   geometry BLOCK_SIZE NSLOTS DEVICE_SIZE
+ *   next ID
+ *   disk ID QUOTA SIZE NAME IDENT...
+ *   proof ID TOKEN            (version 2; absent: no proof)
+ * A missing or unreadable map, a "failed" state or another geometry make
+ * hl_cache_open format the device: LUN ids are only meaningful with it.
+ * Writers hold sync_lock (or run alone: open, close).
+ */
+int engine_map_write(struct hl_cache *c, const char *state)
+{
+	char *tmp = NULL, *dir = NULL;
+	FILE *f;
+	int rc = 0, fd;
+
+	if (asprintf(&tmp, "%s.tmp", c->map_path) < 0)
+		return -ENOMEM;
+	f = fopen(tmp, "w");
+	if (!f) {
+		rc = -errno;
+		goto out;
+	}
+	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, MAP_VERSION,
+	        state, c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size,
+	        c->next_id);
+	for (size_t i = 0; i < c->n_ents; i++) {
+		struct map_ent *e = c->ents[i];
+		fprintf(f, "disk %u %llu %llu %s %s\n", e->id, (unsigned long long)e->quota,
+		        (unsigned long long)e->size, e->name, e->ident);
+	}
+	for (size_t i = 0; i < c->n_ents; i++)
+		if (c->ents[i]->proof)
+			fprintf(f, "proof %u %s\n", c->ents[i]->id, c->ents[i]->proof);
+	if (fflush(f) || fsync(fileno(f)))
+		rc = -errno;
+	if (fclose(f) && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, c->map_path))
+		rc = -errno;
+	if (!rc) {
+		dir = strdup(c->map_path);
+		if (dir) {
+			fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (fd >= 0) {
+				fsync(fd);
+				close(fd);
+			}
+		}
+	}
+out:
+	if (rc) {
+		HL_ERR("cache", "cache %s: cannot write %s: %s", c->name, c->map_path,
+		       strerror(-rc));
+		unlink(tmp);
+	}
+	free(dir);
+	free(tmp);
+	return rc;
+}
+
+void engine_ent_free(struct map_ent *e)
+{
+	if (!e)
+		return;
+	free(e->name);
+	free(e->ident);
+	free(e->proof);
+	free(e->cand);
+	free(e);
+}
+
+struct map_ent *engine_ent_new(uint16_t id, uint64_t quota, uint64_t size, const char *name,
+                               const char *ident)
+{
+	struct map_ent *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->id = id;
+	e->quota = quota;
+	e->size = size;
+	e->name = strdup(name);
+	e->ident = strdup(ident);
+	hl_list_init(&e->wlist);
+	if (!e->name || !e->ident) {
+		engine_ent_free(e);
+		return NULL;
+	}
+	return e;
+}
+
+int engine_ent_add(struct hl_cache *c, struct map_ent *e)
+{
+	struct map_ent **n = realloc(c->ents, (c->n_ents + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	c->ents = n;
+	c->ents[c->n_ents++] = e;
+	return 0;
+}
+
+/*
+ * The origin's identity: its URI without throttle(...) wrappers (lab knobs,
+ * not identity) and without credentials ("user%secret@": not identity
+ * either, and the map must never hold a secret). Maps written before
+ * credentials were dropped from it are read through this same function, so
+ * their disks still match; the map is rewritten at open without them.
+ */
+const char *engine_origin_ident(const char *uri, char *buf, size_t len)
+{
+	while (!strncmp(uri, "throttle(", 9)) {
+		const char *p = strstr(uri, "):");
+		if (!p)
+			break;
+		uri = p + 2;
+	}
+	return hl_uri_redact(uri, true, buf, len);
+}
+
+/* "hotlun-cache-map N": a version this code reads (1 or 2). */
+static bool map_version(const char *line, int *version)
+{
+	int n = 0;
+
+	if (strncmp(line, MAP_MAGIC, strlen(MAP_MAGIC)) ||
+	    sscanf(line + strlen(MAP_MAGIC), "%d", &n) != 1 || n < 1 || n > MAP_VERSION)
+		return false;
+	*version = n;
+	return true;
+}
+
+/* @return true when the map is usable for this device (else: format). */
+bool engine_map_load(struct hl_cache *c)
+{
+	FILE *f = fopen(c->map_path, "r");
+	char line[4096], state[32] = "", name[256], ident[4096];
+	unsigned bs = 0, next = 0, id;
+	unsigned long long nslots = 0, devsize = 0, quota, size;
+	bool ok = false;
+	int pos, version;
+
+	if (!f)
+		return false;
+	if (!fgets(line, sizeof(line), f) || !map_version(line, &version))
+		goto out;
+	if (!fgets(line, sizeof(line), f) || sscanf(line, "state %31s", state) != 1 ||
+	    !strcmp(state, "failed"))
+		goto out;
+	if (!fgets(line, sizeof(line), f) ||
+	    sscanf(line, "geometry %u %llu %llu", &bs, &nslots, &devsize) != 3 || bs != c->bs ||
+	    nslots != c->nslots || devsize != c->dev->size)
+		goto out;
+	if (!fgets(line, sizeof(line), f) || sscanf(line, "next %u", &next) != 1 || next > 0xffff)
+		goto out;
+	c->next_id = (uint16_t)next;
+	while (fgets(line, sizeof(line), f)) {
+		struct map_ent *e;
+		line[strcspn(line, "\n")] = 0;
+		if (version >= 2 && !strncmp(line, "proof ", 6)) {
+			if (sscanf(line, "proof %u %n", &id, &pos) != 1 || !line[pos] ||
+			    strlen(line + pos) >= HL_ORIGIN_PROOF_MAX || strpbrk(line + pos, " \t"))
+				goto out;
+			for (size_t i = 0; i < c->n_ents; i++) {
+				if (c->ents[i]->id != id)
+					continue;
+				free(c->ents[i]->proof);
+				c->ents[i]->proof = strdup(line + pos); /* NULL: no proof, cold */
+			}
+			continue;
+		}
+		if (sscanf(line, "disk %u %llu %llu %255s %n", &id, &quota, &size, name, &pos) !=
+		        4 ||
+		    id > 0xffff)
+			goto out;
+		e = engine_ent_new((uint16_t)id, quota, size, name,
+		                   engine_origin_ident(line + pos, ident, sizeof(ident)));
+		if (!e || engine_ent_add(c, e)) {
+			engine_ent_free(e);
+			goto out;
+		}
+	}
+	ok = true;
+out:
+	fclose(f);
+	if (!ok) {
+		for (size_t i = 0; i < c->n_ents; i++)
+			engine_ent_free(c->ents[i]);
+		c->n_ents = 0;
+		c->next_id = 0;
+	}
+	return ok;
+}
+
+struct map_ent *engine_ent_find(struct hl_cache *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_ents; i++)
+		if (!strcmp(c->ents[i]->name, name))
+			return c->ents[i];
+	return NULL;
+}
+
+static bool id_used(struct hl_cache *c, uint16_t id)
+{
+	for (size_t i = 0; i < c->n_ents; i++)
+		if (c->ents[i]->id == id)
+			return true;
+	return false;
+}
+
+/* A LUN id never handed out by this map (ids only grow, wrapping after 65535). */
+int engine_ent_id_alloc(struct hl_cache *c, uint16_t *out)
+{
+	for (uint32_t tries = 0; tries < HL_CACHE_MAX_LUNS; tries++) {
+		uint16_t id = c->next_id++;
+		if (!id_used(c, id)) {
+			*out = id;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+/*
+ * Before the device is opened (which extends a regular file to its size):
+ * a file shorter than the device its map describes was truncated, and its
+ * records may claim slots whose data is gone (a hole reads as zeroes).
+ * Refuse it rather than extend it and serve the holes as data. A map that
+ * says "failed", or none, formats the device anyway. @return 0 or -EIO.
+ */
+int engine_map_device_shrank(struct hl_cache *c)
+{
+	char line[256], state[32] = "";
+	unsigned long long devsize = 0;
+	unsigned bs;
+	unsigned long long nslots;
+	struct stat st;
+	bool claims = false;
+	int version;
+	FILE *f;
+
+	if (stat(c->device, &st) || !S_ISREG(st.st_mode))
+		return 0;
+	f = fopen(c->map_path, "r");
+	if (!f)
+		return 0;
+	if (fgets(line, sizeof(line), f) && map_version(line, &version) &&
+	    fgets(line, sizeof(line), f) && sscanf(line, "state %31s", state) == 1 &&
+	    strcmp(state, "failed") && fgets(line, sizeof(line), f) &&
+	    sscanf(line, "geometry %u %llu %llu", &bs, &nslots, &devsize) == 3)
+		claims = true;
+	fclose(f);
+	if (!claims || (uint64_t)st.st_size >= devsize)
+		return 0;
+	HL_ERR("cache",
+	       "cache %s: %s is %llu bytes, smaller than the %llu bytes its map %s describes "
+	       "(truncated?): refusing the cache; delete the map to format the device",
+	       c->name, c->device, (unsigned long long)st.st_size, devsize, c->map_path);
+	return -EIO;
+}

@@ -1,0 +1,240 @@
+/*
+ * engine_meta.c - a cache's metadata thread and device failure: the
+ * record flushes the data path waits for (engine_meta_wait) and the
+ * periodic ones, the disks' proof ticks (engine_proof.c), and, once the
+ * cache device failed (engine_dev_error: pass-through from then on), the
+ * kill of its on-device metadata so that a restart formats it. The record
+ * format and the flush itself are cache_meta.c's.
+ *
+ * Shared state and the ordering rules: engine_internal.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/engine/engine_internal.h"
+#include "hotlun/event.h"
+#include "hotlun/log.h"
+#include "hotlun/util.h"
+
+#define SB_KILL_LEN 8192u /* both superblock copies (docs/cache-format.md) */
+
+/* ------------------------------------------------------------------ */
+/* Device failure -> pass-through                                     */
+/* ------------------------------------------------------------------ */
+
+void engine_dev_error(struct hl_cache *c, struct map_ent *e, int rc)
+{
+	cnt_add(&c->st.dev_errors, 1);
+	if (e)
+		cnt_add(&e->st.dev_errors, 1);
+	if (atomic_exchange(&c->failed, true))
+		return;
+	HL_ERR("cache", "cache %s: device %s: I/O error (%s): switching to pass-through", c->name,
+	       c->device, strerror(-rc));
+	pthread_mutex_lock(&c->mlock);
+	c->fail_pending = true;
+	pthread_cond_signal(&c->mcond);
+	pthread_mutex_unlock(&c->mlock);
+}
+
+/*
+ * The device file shrank under us (truncated): its holes read as zeroes,
+ * and a write past the new end would hide that from the end-of-file check
+ * of the data reads. Any thread. @return true when it did (the caller
+ * reports the device error: pass-through).
+ */
+bool engine_device_check_size(struct hl_cache *c)
+{
+	struct stat st;
+
+	if (c->dev->fd < 0 || fstat(c->dev->fd, &st) || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size >= c->dev->size)
+		return false;
+	if (!atomic_load(&c->failed))
+		HL_ERR("cache", "cache %s: %s shrank to %llu bytes (expected %llu)", c->name,
+		       c->device, (unsigned long long)st.st_size, (unsigned long long)c->dev->size);
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Metadata thread                                                    */
+/* ------------------------------------------------------------------ */
+
+static void meta_wait_post(void *arg)
+{
+	struct meta_wait *w = arg;
+
+	w->done(w);
+}
+
+/* Run done(w) on the request's reactor after a metadata flush that starts from now on. */
+void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
+{
+	struct hl_cache *c = req->c;
+	struct meta_wait *w = &req->mw;
+
+	cnt_add(&c->meta_waits, 1);
+	w->next = NULL;
+	w->r = req->r;
+	w->done = done;
+	w->rc = 0;
+	pthread_mutex_lock(&c->mlock);
+	*c->mw_tail = w;
+	c->mw_tail = &w->next;
+	pthread_cond_signal(&c->mcond);
+	pthread_mutex_unlock(&c->mlock);
+}
+
+/* The device failed: make sure a restart cannot trust its metadata. Meta thread. */
+void engine_meta_kill(struct hl_cache *c)
+{
+	uint8_t *z;
+
+	if (c->dead)
+		return;
+	c->dead = true;
+	/* The map says "failed" (a restart formats), and both superblocks are wiped. */
+	pthread_mutex_lock(&c->sync_lock); /* map writers hold it */
+	engine_map_write(c, "failed");
+	pthread_mutex_unlock(&c->sync_lock);
+	z = dio_alloc(SB_KILL_LEN);
+	if (z) {
+		memset(z, 0, SB_KILL_LEN);
+		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
+			c->dev->ops->flush(c->dev);
+		free(z);
+	}
+}
+
+static void meta_post(struct hl_cache *c, struct meta_wait *w)
+{
+	/* The reactor's call queue may be momentarily full: retry, this is not a reactor. */
+	for (int i = 0; !atomic_load(&c->mdrop); i++) {
+		if (hl_reactor_call(w->r, meta_wait_post, w) != -ENOMEM)
+			return;
+		if (i == 5000) {
+			HL_ERR("cache", "cache %s: a reactor takes no calls; an I/O is lost",
+			       c->name);
+			return;
+		}
+		usleep(1000);
+	}
+}
+
+static void *meta_main(void *arg)
+{
+	struct hl_cache *c = arg;
+	unsigned long synced_changes = atomic_load(&c->changes);
+
+	atomic_store(&c->synced, synced_changes);
+	struct timespec next;
+
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	pthread_mutex_lock(&c->mlock);
+	for (;;) {
+		struct meta_wait *list;
+		bool stop, fail, periodic = false;
+		int rc = 0;
+
+		while (!c->mw_head && !c->mstop && !c->fail_pending) {
+			struct timespec now;
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (now.tv_sec > next.tv_sec ||
+			    (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec)) {
+				periodic = true;
+				break;
+			}
+			pthread_cond_timedwait(&c->mcond, &c->mlock, &next);
+		}
+		list = c->mw_head;
+		c->mw_head = NULL;
+		c->mw_tail = &c->mw_head;
+		stop = c->mstop;
+		fail = c->fail_pending;
+		c->fail_pending = false;
+		pthread_mutex_unlock(&c->mlock);
+
+		if (periodic && !atomic_load(&c->failed) && engine_device_check_size(c)) {
+			engine_dev_error(c, NULL, -EIO);
+			/* engine_meta_kill is idempotent: dev_error's flag is harmless */
+			fail = true;
+		}
+		if (fail)
+			engine_meta_kill(c);
+		unsigned long ch = atomic_load(&c->changes);
+		if (!c->dead && !atomic_load(&c->failed) &&
+		    (list || (periodic && ch != synced_changes))) {
+			/*
+			 * Records are snapshotted under the cache mutex, the device I/O
+			 * (data flush, record pages, flush) runs without it: reactors
+			 * never wait for the device. A record only claims sectors whose
+			 * fill completed before the snapshot, and the data flush comes
+			 * after it.
+			 */
+			pthread_mutex_lock(&c->sync_lock);
+			rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
+			pthread_mutex_unlock(&c->sync_lock);
+			cnt_add(&c->meta_syncs, 1);
+			synced_changes = ch;
+			if (!rc)
+				atomic_store(&c->synced, ch);
+			if (rc) {
+				engine_dev_error(c, NULL, rc);
+				engine_meta_kill(c);
+			}
+		}
+		if (periodic && !c->dead && !atomic_load(&c->failed))
+			engine_proofs_refresh(c);
+		if (periodic) {
+			clock_gettime(CLOCK_MONOTONIC, &next);
+			next.tv_sec += c->interval_ms / 1000;
+			next.tv_nsec += (long)(c->interval_ms % 1000) * 1000000L;
+			if (next.tv_nsec >= 1000000000L) {
+				next.tv_sec++;
+				next.tv_nsec -= 1000000000L;
+			}
+		}
+		while (list) {
+			struct meta_wait *w = list;
+			list = w->next;
+			w->rc = rc;
+			meta_post(c, w);
+		}
+		pthread_mutex_lock(&c->mlock);
+		if (stop && !c->mw_head)
+			break;
+	}
+	pthread_mutex_unlock(&c->mlock);
+	return NULL;
+}
+
+int engine_meta_start(struct hl_cache *c)
+{
+	int rc = -pthread_create(&c->meta_thr, NULL, meta_main, c);
+
+	if (!rc)
+		c->meta_started = true;
+	return rc;
+}
+
+void engine_meta_stop(struct hl_cache *c, bool drop)
+{
+	if (!c->meta_started)
+		return;
+	pthread_mutex_lock(&c->mlock);
+	c->mstop = true;
+	if (drop)
+		atomic_store(&c->mdrop, true);
+	pthread_cond_signal(&c->mcond);
+	pthread_mutex_unlock(&c->mlock);
+	pthread_join(c->meta_thr, NULL);
+	c->meta_started = false;
+}

@@ -1,0 +1,142 @@
+/*
+ * engine_origin.c - the cached origin: the wrapper hl_cache_attach() puts
+ * around a disk's real origin (ops table, submit checks and the request
+ * size histograms, dispatch to the read and write paths, pass-through once
+ * the device failed, the inner origin's resize/fence events, and the close
+ * that takes the disk's final proof).
+ *
+ * Shared state and the ordering rules: engine_internal.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/engine/engine_internal.h"
+#include "hotlun/event.h"
+#include "hotlun/util.h"
+
+static int co_check(const struct hl_origin *o, const struct hl_origin_io *io)
+{
+	uint64_t sum = 0;
+
+	if (!io->cb)
+		return -EINVAL;
+	if (io->offset > o->size || io->length > o->size - io->offset)
+		return -EINVAL;
+	if (io->op == HL_IO_READ || io->op == HL_IO_WRITE) {
+		if (io->iovcnt < 0 || (io->iovcnt && !io->iov))
+			return -EINVAL;
+		for (int i = 0; i < io->iovcnt; i++)
+			sum += io->iov[i].iov_len;
+		if (sum != io->length)
+			return -EINVAL;
+	}
+	if (io->op != HL_IO_READ && io->op != HL_IO_PREFETCH && o->read_only)
+		return -EROFS;
+	return 0;
+}
+
+static void prefetch_noop_fire(struct hl_timer *t)
+{
+	struct hl_origin_io *io = t->arg;
+
+	io->cb(io, 0);
+}
+
+/* Nothing to warm: complete from a timer (never inside submit). */
+static int prefetch_noop(struct hl_origin_io *io)
+{
+	struct hl_timer *t = (struct hl_timer *)io->priv;
+
+	_Static_assert(sizeof(struct hl_timer) <= sizeof(io->priv), "priv too small");
+	hl_timer_init(t, prefetch_noop_fire, io);
+	hl_timer_start(hl_reactor_current(), t, 0);
+	return 0;
+}
+
+static int co_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct co_priv *co = co_of(o);
+	struct hl_cache *c = co->c;
+	struct map_ent *e = co->ent;
+	int rc;
+
+	if (io->op == HL_IO_FLUSH)
+		return hl_origin_submit(co->inner, io);
+	rc = co_check(o, io);
+	if (rc)
+		return rc;
+	if (io->op == HL_IO_READ || io->op == HL_IO_WRITE) {
+		unsigned b = hl_cache_size_bucket(io->length);
+		uint64_t *h = io->op == HL_IO_READ ? c->st.rsize : c->st.wsize;
+		uint64_t *he = io->op == HL_IO_READ ? e->st.rsize : e->st.wsize;
+		cnt_add(&h[b], 1);
+		cnt_add(&he[b], 1);
+	}
+	if (!hl_reactor_current())
+		return -EINVAL;
+	if (atomic_load(&c->failed)) {
+		cnt_add(&c->st.passthrough_ios, 1);
+		cnt_add(&e->st.passthrough_ios, 1);
+		if (io->op == HL_IO_PREFETCH)
+			return prefetch_noop(io);
+		return hl_origin_submit(co->inner, io);
+	}
+	if (io->op == HL_IO_PREFETCH && !io->length)
+		return prefetch_noop(io);
+	if (io->op == HL_IO_READ || io->op == HL_IO_PREFETCH)
+		return io->length ? engine_read(o, io) : hl_origin_submit(co->inner, io);
+	/* COMPARE AND WRITE changes the range like a write (the cache drops it). */
+	if (io->op == HL_IO_WRITE || io->op == HL_IO_DISCARD || io->op == HL_IO_WRITE_ZEROES ||
+	    io->op == HL_IO_COMPARE_AND_WRITE)
+		return engine_write(o, io);
+	return hl_origin_submit(co->inner, io);
+}
+
+/*
+ * The origin's events (origin.h; its own thread). A resize drops the blocks
+ * between the old and the new end (after a shrink they lie past the end; a
+ * grow must read back what the origin has there now, not what was cached
+ * before an earlier shrink). Fenced: other clients may write the origin now,
+ * so nothing cached can be trusted. Then the event goes up to the LU.
+ */
+void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_event ev,
+                         uint64_t old_size)
+{
+	struct hl_origin *o = arg;
+	struct co_priv *co = co_of(o);
+	uint64_t size = __atomic_load_n(&inner->size, __ATOMIC_ACQUIRE);
+	uint64_t lo = ev == HL_ORIGIN_FENCED ? 0 : HL_MIN(size, old_size);
+	uint64_t hi = ev == HL_ORIGIN_FENCED ? UINT64_MAX : HL_MAX(size, old_size);
+
+	pthread_mutex_lock(&co->c->lock);
+	hl_cache_core_invalidate(co->c->core, co->ent->id, lo, hi - lo);
+	pthread_mutex_unlock(&co->c->lock);
+	atomic_fetch_add(&co->c->changes, 1); /* the records follow within meta_interval_ms */
+	hl_origin_notify(o, ev, size);
+}
+
+static void co_close(struct hl_origin *o)
+{
+	struct co_priv *co = co_of(o);
+
+	pthread_mutex_lock(&co->c->sync_lock);
+	pthread_mutex_lock(&co->c->lock);
+	co->ent->attached = false; /* its blocks stay: a restart finds them */
+	co->ent->inner = NULL;     /* the meta thread takes no more proofs from it */
+	pthread_mutex_unlock(&co->c->lock);
+	pthread_mutex_unlock(&co->c->sync_lock);
+	/* No I/O is in flight: what the origin holds now is what the blocks match. */
+	engine_proof_final(co->c, co->ent, co->inner);
+	/* hl_origin_close() closes the inner origin next */
+}
+
+/* Made only by hl_cache_attach() (hl_origin_wrap); proofs and identity are the inner origin's. */
+const struct hl_origin_ops cache_origin_ops = {
+    .name = "cache",
+    .priv_size = sizeof(struct co_priv),
+    .close = co_close,
+    .submit = co_submit,
+};

@@ -1,0 +1,249 @@
+/*
+ * engine_req.c - the request machinery the read, write and fill paths run
+ * on: a request and its subs (the I/Os it makes to the cache device and
+ * the origin), the phase hold that keeps a completion from running inside
+ * submit, the sub completion (a trace, then the sub's own work), the reply
+ * with the latency and error counters, and the request-size buckets.
+ *
+ * Shared state and the ordering rules: engine_internal.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/engine/engine_internal.h"
+#include "hotlun/event.h"
+#include "hotlun/util.h"
+
+static unsigned lat_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned b = 0;
+
+	while (us > 1 && b < HL_CACHE_LAT_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	return b;
+}
+
+const uint32_t hl_cache_size_bounds[HL_CACHE_SIZE_BUCKETS] = {
+    512,   1024,  2048,  4095,  4096,  8191,   8192,   16383,  16384,
+    32768, 49152, 65535, 65536, 81920, 131072, 262144, 524288, UINT32_MAX,
+};
+
+unsigned hl_cache_size_bucket(uint64_t len)
+{
+	for (unsigned i = 0; i < HL_CACHE_SIZE_BUCKETS - 1; i++)
+		if (len <= hl_cache_size_bounds[i])
+			return i;
+	return HL_CACHE_SIZE_BUCKETS - 1;
+}
+
+struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, uint32_t nb,
+                               uint32_t maxios, uint32_t maxsub)
+{
+	struct co_priv *co = co_of(o);
+	size_t vbytes = nb ? (size_t)((HL_ALIGN_UP(uio->offset + uio->length, (uint64_t)SECT) -
+	                               uio->offset / SECT * SECT) /
+	                                  SECT / 8 +
+	                              1)
+	                   : 0;
+	size_t sz = sizeof(struct eng_req) + (size_t)maxsub * sizeof(struct eng_sub) +
+	            (size_t)maxios * sizeof(struct hl_cache_io) + (size_t)nb * sizeof(int32_t) +
+	            maxios + vbytes;
+	struct eng_req *req = malloc(sz);
+
+	if (!req)
+		return NULL;
+	memset(req, 0, sizeof(*req));
+	req->subs = (struct eng_sub *)(req + 1);
+	req->ios = (struct hl_cache_io *)(req->subs + maxsub);
+	req->run_of = (int32_t *)(req->ios + maxios);
+	req->iof = (uint8_t *)(req->run_of + nb);
+	req->vmap = req->iof + maxios; /* written before read, only for PARTIAL blocks */
+	req->maxsub = maxsub;
+	req->c = co->c;
+	req->co = co;
+	req->ent = co->ent;
+	req->uio = uio;
+	req->r = hl_reactor_current();
+	req->off = uio->offset;
+	req->len = uio->length;
+	req->op = uio->op;
+	req->t0 = hl_now_ns();
+	req->nb = nb;
+	hl_list_init(&req->wlink);
+	atomic_fetch_add(&co->c->inflight, 1);
+	return req;
+}
+
+void engine_req_free(struct eng_req *req)
+{
+	struct hl_cache *c = req->c;
+
+	for (uint32_t i = 0; i < req->nsub; i++)
+		if (req->subs[i].own)
+			free(req->subs[i].buf);
+	if (req->subs_heap)
+		free(req->subs);
+	free(req->ov);
+	free(req->ov_off);
+	free(req->rmw_old[0]);
+	free(req->rmw_old[1]);
+	free(req);
+	atomic_fetch_sub(&c->inflight, 1);
+}
+
+struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t k,
+                               void (*done)(struct eng_sub *s, int result))
+{
+	struct eng_sub *s;
+
+	if (req->nsub == req->maxsub)
+		return NULL;
+	s = &req->subs[req->nsub++];
+	memset(s, 0, sizeof(*s));
+	s->req = req;
+	s->kind = (uint8_t)kind;
+	s->k = k;
+	s->done = done;
+	return s;
+}
+
+/* The block a cache-device sub reads or writes, or UINT64_MAX (subs with no io). */
+static uint64_t sub_block(const struct eng_sub *s)
+{
+	switch (s->kind) {
+	case SUB_HIT:
+	case SUB_FILL:
+	case SUB_PHIT:
+	case SUB_RMW:
+		return s->req->ios[s->k].block;
+	default:
+		return UINT64_MAX;
+	}
+}
+
+/*
+ * Trace a cache-device sub (cache_trace.h): slot and byte offset in it come
+ * from the offset; aux is the io's ticket at submission, the result at
+ * completion. Nothing is computed when tracing is off (the hot path).
+ */
+static void sub_trace(const struct eng_sub *s, enum cache_trace_ev ev, int result)
+{
+	const struct hl_cache *c = s->req->c;
+	uint64_t rel, block;
+	uint32_t aux;
+
+	if (!cache_trace_on)
+		return;
+	rel = s->io.offset - c->layout.data_off;
+	block = sub_block(s);
+	if (ev != CT_SUB)
+		aux = (uint32_t)result;
+	else
+		aux = block == UINT64_MAX ? 0 : s->req->ios[s->k].ticket;
+	cache_trace(ev, s->kind | (s->io.op == HL_IO_WRITE ? 0x80u : 0), s->req->ent->id,
+	            (uint32_t)(rel >> c->shift), aux, block, rel & (c->bs - 1), s->io.length);
+}
+
+/* Submit sub to origin o at off: the buffer is sub->iov. @return 0 or -errno (no callback). */
+int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, uint64_t off,
+                      uint64_t len)
+{
+	int rc;
+
+	s->io.op = op;
+	s->io.flags = 0;
+	s->io.offset = off;
+	s->io.length = len;
+	s->io.iov = &s->iov;
+	s->io.iovcnt = 1;
+	s->iov.iov_len = len;
+	s->io.cb = engine_sub_cb;
+	s->io.arg = s;
+	s->dev = o == s->req->c->data;
+	if (s->dev)
+		sub_trace(s, CT_SUB, 0);
+	s->req->pending++;
+	rc = hl_origin_submit(o, &s->io);
+	if (rc)
+		s->req->pending--;
+	return rc;
+}
+
+static void defer_fire(struct hl_timer *t)
+{
+	struct eng_req *req = t->arg;
+
+	req->phase_done(req);
+}
+
+/*
+ * The submitter's hold on the current phase ends. Inside the wrapper's
+ * submit the completion must not run (the origin contract), so a phase
+ * that finished already is continued from a zero-delay timer.
+ */
+void engine_phase_end(struct eng_req *req)
+{
+	if (--req->pending)
+		return;
+	if (req->inside_submit) {
+		hl_timer_init(&req->defer, defer_fire, req);
+		hl_timer_start(req->r, &req->defer, 0);
+		return;
+	}
+	req->phase_done(req);
+}
+
+static void sub_done(struct eng_req *req)
+{
+	if (--req->pending == 0)
+		req->phase_done(req);
+}
+
+void engine_reply(struct eng_req *req, int status)
+{
+	struct hl_cache *c = req->c;
+	struct map_ent *e = req->ent;
+	struct hl_origin_io *uio = req->uio;
+
+	if (req->replied)
+		return;
+	req->replied = true;
+	if (req->op == HL_IO_READ) {
+		unsigned b = lat_bucket(hl_now_ns() - req->t0);
+		if (req->all_hit) {
+			cnt_add(&c->st.hit_lat[b], 1);
+			cnt_add(&e->st.hit_lat[b], 1);
+		} else {
+			cnt_add(&c->st.miss_lat[b], 1);
+			cnt_add(&e->st.miss_lat[b], 1);
+		}
+	}
+	if (status && status != -ENOMEM && status != -EILSEQ) {
+		cnt_add(&c->st.origin_errors, 1);
+		cnt_add(&e->st.origin_errors, 1);
+	}
+	req->uio = NULL;
+	uio->cb(uio, status);
+}
+
+/*
+ * The per-kind work is the sub's own (s->done, set by the file that made
+ * it): this file calls none of the read, write and fill paths, they call it.
+ */
+void engine_sub_cb(struct hl_origin_io *io, int result)
+{
+	struct eng_sub *s = io->arg;
+	struct eng_req *req = s->req;
+
+	if (s->dev)
+		sub_trace(s, CT_DONE, result);
+	if (s->done)
+		s->done(s, result);
+	sub_done(req);
+}
