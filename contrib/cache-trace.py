@@ -13,7 +13,7 @@ you ask for, one per line, times in seconds from the first event.
 A slot's history with its block's shows crash-ordering bugs: which process
 wrote which block into the slot, and which record (RECORD: snapshotted by
 a sync, PERSIST: durable; RESTORE: found at the next start) claimed what.
-The file format is described in src/cache/cache_trace.h.
+The file format is described in src/cache/engine/cache_trace.h.
 """
 import argparse
 import collections
