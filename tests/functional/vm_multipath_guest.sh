@@ -244,9 +244,17 @@ EOF
 say "$N chunks, $ERRS I/O errors, $MISM mismatches; longest chunk ${MAX} s (started at $MAXAT)"
 echo "HLVM-STALL: $MAX $MAXAT"
 awk '$2-$1 > 0.5 {printf "HLVM:    | slow chunk: %s -> %s (%.2f s)\n", $1, $2, $2-$1}' /tmp/io.log
-# the stall ended before the I/O phase did: chunks ran after it
+# the stall ended before the I/O phase did: chunks ran after it (a longest
+# chunk under a second that happens to be the last one, in a VM slowed by its
+# host, is no stall; seen once in CI with a 0.12 s handover: 0.37 s at the end)
 AFTER=$(awk -v e="$(awk -v a="$MAXAT" -v m="$MAX" 'BEGIN{print a+m}')" '$1 >= e' /tmp/io.log | wc -l)
-[ "$AFTER" -gt 0 ] && ok "$AFTER chunks after the longest one" || bad "the I/O did not resume before the end"
+if [ "$AFTER" -gt 0 ]; then
+	ok "$AFTER chunks after the longest one"
+elif awk -v m="$MAX" 'BEGIN{exit !(m < 1.0)}'; then
+	ok "no stall: the longest chunk (${MAX} s) was the last one"
+else
+	bad "the I/O did not resume before the end"
+fi
 [ "$ERRS" = 0 ] || bad "$ERRS I/O errors"
 [ "$MISM" = 0 ] || bad "$MISM chunks read back differ"
 if [ "${IO_SECONDS:-0}" -gt 0 ]; then
