@@ -9,7 +9,16 @@
  * Every request is validated; a bad one gets an error reply and the
  * connection stays usable, except a line over HL_CTL_MAX_REQUEST bytes,
  * which gets an error reply and then the connection is closed (its framing
- * can no longer be trusted). Handlers run on the control reactor's thread.
+ * can no longer be trusted). Handlers run on the control reactor's thread,
+ * one request at a time.
+ *
+ * A request waits for its turn while another runs. One whose client has
+ * closed its connection meanwhile is not run. A request may carry
+ * "deadline" (ms since 1970, wall clock): when its turn comes after it, or
+ * after its client shut down its sending side (gave up), it is not run and
+ * gets {"ok": false, "error": "timed out before it ran; nothing was
+ * changed (...)"}; otherwise the reply is preceded by {"started": true},
+ * sent just before it runs (hl_ctl_call_timed).
  */
 #ifndef HOTLUN_CTL_H
 #define HOTLUN_CTL_H
@@ -87,5 +96,33 @@ int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply);
  * file describes. @return a string the caller frees, or NULL.
  */
 char *hl_ctl_socket_from_config(const char *path, char *err, size_t errlen);
+
+/**
+ * hl_ctl_call that waits at most timeout_ms for the request to start (0: no
+ * limit, as hl_ctl_call). The request carries a deadline timeout_ms ahead;
+ * when it has not started by then, the client shuts down its sending side
+ * and the server will not run it. `args`: caller keeps.
+ * @return 0 with *reply (new reference); -ETIMEDOUT: it did not start and
+ * will not run (close fd: it is shut for sending); -EINPROGRESS: it started
+ * but had not finished after timeout_ms: hl_ctl_wait_reply() reads its
+ * reply (it may have been refused at the last moment, as not run); other
+ * -errno: the connection failed.
+ */
+int hl_ctl_call_timed(int fd, const char *cmd, json_t *args, unsigned timeout_ms, json_t **reply);
+
+/**
+ * The reply of a request hl_ctl_call_timed left running (-EINPROGRESS):
+ * waits at most timeout_ms (-1: no limit). @return 0 with *reply, -ETIMEDOUT
+ * (call again), or another -errno.
+ */
+int hl_ctl_wait_reply(int fd, int timeout_ms, json_t **reply);
+
+/**
+ * Make jansson wipe each block before it frees it: requests and replies
+ * may hold secrets (set chap_secret=...) and a freed block keeps its bytes
+ * (in a core, in the heap) until reused. Process-wide; call once at start,
+ * before any JSON value exists (hotlund, hotlunctl).
+ */
+void hl_ctl_json_wipe(void);
 
 #endif

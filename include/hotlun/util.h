@@ -187,6 +187,38 @@ size_t hl_strlcpy(char *dst, const char *src, size_t n);
  */
 const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len);
 
+/* ---- secrets ---- */
+
+/** Longest secret (CHAP: RFC 7143 allows 255 bytes; hl_secret_file_read's buffer needs one more).
+ */
+#define HL_SECRET_MAX 255
+
+/** Wipe the string s (explicit_bzero, which the compiler keeps) and free it. NULL is fine. */
+void hl_secret_free(char *s);
+
+/**
+ * Read a secret from the file at path: a regular file owned by the effective
+ * user with no group or other permission bits (chmod 600); its first line is
+ * the secret, 1..HL_SECRET_MAX bytes without a control character. The checks
+ * are made on the opened descriptor (the file checked is the file read), and
+ * a FIFO cannot make the open hang. Every copy but buf is wiped.
+ * @param buf   receives the secret; at least HL_SECRET_MAX + 1 bytes
+ * @param err   on failure, why, starting with path ("PATH is accessible to ...")
+ * @return 0, or -errno (-EPERM for the ownership and mode checks, -EINVAL for
+ *         the content) with err set.
+ */
+int hl_secret_file_read(const char *path, char *buf, size_t len, char *err, size_t errlen);
+
+/**
+ * Overwrite 64 KiB of the calling thread's stack below the caller's frame.
+ * The dead frames of the configuration parser, of printf (writing a
+ * configuration) and of control handlers keep copies of the secrets they
+ * handled until something deeper reuses them; call this from a shallow
+ * frame once such work is done (hotlund after start, the control thread
+ * after each request).
+ */
+void hl_secret_wipe_stack(void);
+
 /** 64-bit FNV-1a, for stable identifiers derived from names. */
 uint64_t hl_hash64(const void *data, size_t len, uint64_t seed);
 

@@ -3,10 +3,14 @@
  * control socket. Interactive (libedit: history, tab completion of
  * commands, paths and parameter names) or one command per invocation:
  *
- *   hotlunctl [--socket S] [PATH] COMMAND [ARGS...]
+ *   hotlunctl [--socket S] [--timeout SECONDS] [PATH] COMMAND [ARGS...]
  *
  * All knowledge of objects lives in the daemon; this program turns words
- * into control requests (docs/control.md) and replies into text.
+ * into control requests (docs/control.md) and replies into text. Two things
+ * it does itself: a secret given as KEY=- or KEY=@FILE is read here, so it
+ * is never in argv or the history (which masks one typed inline), and each
+ * request waits at most --timeout for its turn, after which hotlund will
+ * not run it.
  */
 #include "config.h"
 
@@ -16,21 +20,28 @@
 
 #include <editline/readline.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_CONFIG HL_SYSCONFDIR "/hotlun/hotlun.conf"
+/* How long a request may wait for its turn (--timeout): hotlund runs one at a time. */
+#define DEFAULT_TIMEOUT_MS 5000
+#define MAX_TIMEOUT_S      86400
 
 static int ctl_fd = -1;
 static const char *socket_path;
 static char cwd[1024] = "/";
 static bool interactive;
+static unsigned timeout_ms = DEFAULT_TIMEOUT_MS; /* 0: no limit */
 
 /* ---- talking to the daemon ---- */
 
@@ -57,8 +68,25 @@ static json_t *request(const char *cmd, json_t *args)
 		json_decref(args);
 		return NULL;
 	}
-	rc = hl_ctl_call(ctl_fd, cmd, args, &reply);
+	rc = hl_ctl_call_timed(ctl_fd, cmd, args, timeout_ms, &reply);
 	json_decref(args);
+	if (rc == -EINPROGRESS) {
+		/* it started in time: the change is under way whatever we do now */
+		fprintf(stderr,
+		        "hotlunctl: %s started and runs longer than %.3g s; waiting for its result "
+		        "(Ctrl-C stops the waiting, not the %s)\n",
+		        cmd, timeout_ms / 1000.0, cmd);
+		rc = hl_ctl_wait_reply(ctl_fd, -1, &reply);
+	}
+	if (rc == -ETIMEDOUT) {
+		fprintf(stderr,
+		        "hotlunctl: no turn for %s within %.3g s (hotlund is busy with another "
+		        "request, or stuck): timed out before it ran; nothing was changed\n",
+		        cmd, timeout_ms / 1000.0);
+		close(ctl_fd); /* shut for sending: the next request reconnects */
+		ctl_fd = -1;
+		return NULL;
+	}
 	if (rc < 0) {
 		fprintf(stderr, "hotlunctl: %s: %s\n", socket_path, strerror(-rc));
 		close(ctl_fd);
@@ -147,6 +175,110 @@ static void print_json(json_t *v)
 	}
 }
 
+/* ---- secrets ---- */
+
+/* A key whose value is a secret: chap_secret, mutual_secret, origin_chap_secret, ... */
+static bool secret_key(const char *key, size_t len)
+{
+	static const char sfx[] = "_secret";
+
+	return len >= sizeof(sfx) - 1 &&
+	       memcmp(key + len - (sizeof(sfx) - 1), sfx, sizeof(sfx) - 1) == 0;
+}
+
+static volatile sig_atomic_t prompt_interrupted;
+
+static void on_prompt_sigint(int sig)
+{
+	(void)sig;
+	prompt_interrupted = 1;
+}
+
+/*
+ * KEY=-: the secret is the next line of standard input. On a terminal,
+ * asked for with echo off (Ctrl-C gives up and restores the terminal).
+ * @return 0 with the secret in buf, or -1 after a message.
+ */
+static int secret_from_stdin(const char *key, char *buf, size_t len)
+{
+	bool tty = isatty(STDIN_FILENO);
+	struct termios old, quiet;
+	struct sigaction sa = {.sa_handler = on_prompt_sigint}, old_sa;
+	bool restore = false;
+	char *got;
+
+	if (tty) {
+		fprintf(stderr, "%s (not shown): ", key);
+		fflush(stderr);
+		if (tcgetattr(STDIN_FILENO, &old) == 0) {
+			quiet = old;
+			quiet.c_lflag &= ~(tcflag_t)ECHO;
+			restore = tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet) == 0;
+		}
+		prompt_interrupted = 0;
+		sigaction(SIGINT, &sa, &old_sa); /* no SA_RESTART: fgets returns */
+	}
+	got = fgets(buf, (int)len, stdin);
+	if (tty) {
+		sigaction(SIGINT, &old_sa, NULL);
+		if (restore)
+			tcsetattr(STDIN_FILENO, TCSAFLUSH, &old);
+		fputc('\n', stderr);
+	}
+	if (!got || prompt_interrupted) {
+		clearerr(stdin);
+		explicit_bzero(buf, len);
+		fprintf(stderr, "error: %s: no secret on standard input\n", key);
+		return -1;
+	}
+	size_t n = strcspn(buf, "\r\n");
+	bool whole = buf[n] != '\0' || feof(stdin);
+	buf[n] = '\0';
+	if (!whole) { /* longer than buf: the rest of the line is not another command */
+		int ch;
+		while ((ch = getchar()) != EOF && ch != '\n')
+			;
+	}
+	if (!whole || n > HL_SECRET_MAX || n == 0) {
+		explicit_bzero(buf, len);
+		fprintf(stderr, "error: %s: %s\n", key,
+		        n == 0 && whole ? "no secret on standard input"
+		                        : "a secret is 1..255 bytes");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The value of KEY=VALUE for a secret key: "-" reads standard input, "@FILE"
+ * reads a file that only its owner may read (the rules of the configuration
+ * file's origin_chap_secret_file); anything else is the secret itself.
+ * @return a new JSON string (NULL after a message).
+ */
+static json_t *secret_value(const char *key, const char *v)
+{
+	char buf[HL_SECRET_MAX + 2], why[PATH_MAX + 128];
+	json_t *j;
+
+	if (strcmp(v, "-") == 0) {
+		if (secret_from_stdin(key, buf, sizeof(buf)))
+			return NULL;
+		v = buf;
+	} else if (v[0] == '@') {
+		if (hl_secret_file_read(v + 1, buf, sizeof(buf), why, sizeof(why))) {
+			fprintf(stderr, "error: %s: %s\n", key, why);
+			return NULL;
+		}
+		v = buf;
+	}
+	j = json_string(v);
+	if (v == buf)
+		explicit_bzero(buf, sizeof(buf));
+	if (!j)
+		fprintf(stderr, "error: %s: not valid UTF-8\n", key);
+	return j;
+}
+
 /* ---- commands ---- */
 
 static int parse_kv(json_t *params, const char *word)
@@ -165,7 +297,16 @@ static int parse_kv(json_t *params, const char *word)
 	memcpy(key, word, kl);
 	key[kl] = '\0';
 	/* key= with nothing unsets the key */
-	json_object_set_new(params, key, eq[1] ? json_string(eq + 1) : json_null());
+	json_t *v;
+	if (!eq[1])
+		v = json_null();
+	else if (secret_key(key, kl))
+		v = secret_value(key, eq + 1); /* says what was wrong */
+	else if (!(v = json_string(eq + 1)))
+		fprintf(stderr, "error: %s: not valid UTF-8\n", key);
+	if (!v)
+		return -EINVAL;
+	json_object_set_new(params, key, v);
 	return 0;
 }
 
@@ -866,6 +1007,75 @@ static char **complete(const char *text, int start, int end)
 	return rl_completion_matches(text, completion_gen);
 }
 
+/*
+ * line as the history keeps it: the value of each secret KEY=VALUE word
+ * masked as get shows it ("********", which set takes back as "unchanged"),
+ * an origin URL's credentials as "user%***@"; KEY=- and KEY=@FILE hold no
+ * secret and stay. Words are split as split_words does (quotes kept).
+ */
+static void history_line(const char *line, char *out, size_t len)
+{
+	size_t o = 0;
+	const char *p = line;
+
+	out[0] = '\0';
+	while (*p && o + 1 < len) {
+		if (*p == ' ' || *p == '\t') {
+			out[o++] = *p++;
+			continue;
+		}
+		const char *w = p;
+		bool quoted = false;
+		for (; *p && (quoted || (*p != ' ' && *p != '\t')); p++)
+			quoted ^= *p == '"';
+		size_t wl = (size_t)(p - w);
+		const char *eq = memchr(w, '=', wl);
+		char val[1100], shown[2200];
+		const char *put = NULL;
+		size_t put_len = wl;
+		if (eq && !memchr(w, '"', (size_t)(eq - w))) {
+			/* the value without its quotes, as split_words would give it */
+			size_t vl = 0;
+			for (const char *q = eq + 1; q < p && vl + 1 < sizeof(val); q++)
+				if (*q != '"')
+					val[vl++] = *q;
+			val[vl] = '\0';
+			if (secret_key(w, (size_t)(eq - w)) && vl && strcmp(val, "-") &&
+			    val[0] != '@')
+				put = "********";
+			else if ((size_t)(eq - w) == 6 && memcmp(w, "origin", 6) == 0 &&
+			         strcmp(hl_uri_redact(val, false, shown, sizeof(shown)), val))
+				put = shown;
+			explicit_bzero(val, sizeof(val));
+		}
+		if (put) {
+			o +=
+			    (size_t)snprintf(out + o, len - o, "%.*s%s", (int)(eq + 1 - w), w, put);
+		} else {
+			if (put_len > len - 1 - o)
+				put_len = len - 1 - o;
+			memcpy(out + o, w, put_len);
+			o += put_len;
+		}
+		if (o >= len)
+			o = len - 1;
+		out[o] = '\0';
+	}
+	out[o < len ? o : len - 1] = '\0';
+}
+
+/* Write the history only its owner can read (it names the whole tree). */
+static void save_history(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return;
+	fchmod(fd, 0600); /* a file an older hotlunctl left readable by others */
+	close(fd);
+	write_history(path);
+}
+
 static void run_shell(void)
 {
 	char prompt[1100], hist[PATH_MAX] = "";
@@ -887,9 +1097,12 @@ static void run_shell(void)
 			putchar('\n');
 			break;
 		}
-		char *words[64];
-		if (*line)
-			add_history(line);
+		char *words[64], kept[4096];
+		size_t len = strlen(line);
+		if (*line) {
+			history_line(line, kept, sizeof(kept));
+			add_history(kept);
+		}
 		int n = split_words(line, words, 64);
 		if (n == 1 && (strcmp(words[0], "exit") == 0 || strcmp(words[0], "quit") == 0)) {
 			free(line);
@@ -897,17 +1110,42 @@ static void run_shell(void)
 		}
 		run_words(n, words);
 		fflush(stdout);
+		explicit_bzero(line, len); /* a secret typed inline */
 		free(line);
 	}
 	if (hist[0])
-		write_history(hist);
+		save_history(hist);
 	completion_reset();
+}
+
+/* "5", "0.5", "0": seconds (0: no limit) into ms. @return 0 or -EINVAL. */
+static int parse_timeout(const char *s, unsigned *ms)
+{
+	char *end;
+	double v;
+
+	if (!*s || strspn(s, "0123456789.") != strlen(s))
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || v < 0 || v > MAX_TIMEOUT_S)
+		return -EINVAL;
+	*ms = (unsigned)(v * 1000 + 0.5);
+	if (*ms == 0 && v > 0)
+		*ms = 1;
+	return 0;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: hotlunctl [--socket PATH | --config FILE] [PATH] [COMMAND [ARGS...]]\n"
-		   "Without a command: an interactive shell. Commands:\n");
+	fprintf(f,
+	        "Usage: hotlunctl [--socket PATH | --config FILE] [--timeout SECONDS] [PATH] "
+	        "[COMMAND [ARGS...]]\n"
+	        "Without a command: an interactive shell. A request that has not started "
+	        "within\n--timeout (default %d s; 0: no limit) is given up and never runs. "
+	        "KEY=- reads a\nsecret from standard input, KEY=@FILE from a file "
+	        "(chmod 600). Commands:\n",
+	        DEFAULT_TIMEOUT_MS / 1000);
 	for (const struct command *c = commands; c->name; c++)
 		fprintf(f, "  %s\n", c->usage);
 }
@@ -917,6 +1155,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"socket", required_argument, NULL, 's'},
 		{"config", required_argument, NULL, 'c'},
+		{"timeout", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -925,15 +1164,25 @@ int main(int argc, char **argv)
 	char *from_conf = NULL;
 	int opt;
 
+	hl_ctl_json_wipe(); /* requests may hold a secret */
 	hl_log_open(false, HL_LOG_ERR);
 	/* "+": stop at the first word, so "stats --json" keeps its flag */
-	while ((opt = getopt_long(argc, argv, "+s:c:hV", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+s:c:t:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			socket_path = optarg;
 			break;
 		case 'c':
 			config = optarg;
+			break;
+		case 't':
+			if (parse_timeout(optarg, &timeout_ms)) {
+				fprintf(stderr,
+				        "hotlunctl: --timeout '%s': expected seconds, 0 to %d "
+				        "(0: no limit; a fraction like 0.5 is fine)\n",
+				        optarg, MAX_TIMEOUT_S);
+				return 2;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -972,6 +1221,7 @@ int main(int argc, char **argv)
 			if (r)
 				rc = r;
 		}
+		explicit_bzero(line, sizeof(line));
 	}
 	if (ctl_fd >= 0)
 		close(ctl_fd);

@@ -63,7 +63,7 @@ int conf_set_str(struct conf_parser *p, char **dst, const char *v)
 	char *s = strdup(v);
 	if (!s)
 		return conf_perr(p, "out of memory");
-	free(*dst);
+	hl_secret_free(*dst); /* any value may be a secret: the old one is wiped */
 	*dst = s;
 	return 0;
 }
@@ -167,61 +167,17 @@ static void warn_short_secret(struct conf_parser *p, const char *what, const cha
 		        what, *what ? " " : "", key, strlen(v), HL_CONF_CHAP_SECRET_MIN);
 }
 
-/*
- * Read a secret from `path`: a regular file owned by this process's user
- * and readable by nobody else; its first line is the secret (1..255 bytes,
- * printable). Checked on the open descriptor, so the file checked is the
- * file read.
- */
+/* Read a secret from `path` (hl_secret_file_read: the file's owner only, checked on the fd). */
 static int read_secret_file(struct conf_parser *p, const char *key, const char *path, char **out)
 {
-	char buf[512];
-	struct stat st;
-	ssize_t n;
-	size_t len;
-	int fd;
+	char buf[HL_SECRET_MAX + 1], why[CONF_MAX_VALUE + 200];
+	int rc;
 
 	if (!*path || path[0] != '/')
 		return conf_perr(p, "%s: '%s' is not an absolute path", key, path);
-	/* O_NONBLOCK: a FIFO there must not hang the control thread in open() */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return conf_perr(p, "%s: %s: %s", key, path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return conf_perr(p, "%s: %s is not a regular file", key, path);
-	}
-	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-		close(fd);
-		return conf_perr(p,
-		                 "%s: %s is accessible to its group or others (mode %04o): "
-		                 "chmod 600 it",
-		                 key, path, (unsigned)(st.st_mode & 07777));
-	}
-	if (st.st_uid != geteuid()) {
-		close(fd);
-		return conf_perr(p, "%s: %s belongs to uid %u, not to hotlund's user (uid %u)", key,
-		                 path, (unsigned)st.st_uid, (unsigned)geteuid());
-	}
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return conf_perr(p, "%s: %s: %s", key, path, strerror(errno));
-	buf[n] = '\0';
-	len = strcspn(buf, "\r\n");
-	buf[len] = '\0';
-	for (size_t i = 0; i < len; i++) {
-		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f) {
-			explicit_bzero(buf, sizeof(buf));
-			return conf_perr(p, "%s: %s: the secret has a control character", key,
-			                 path);
-		}
-	}
-	if (len < 1 || len > 255) {
-		explicit_bzero(buf, sizeof(buf));
-		return conf_perr(p, "%s: %s: the first line must hold the secret (1..255 bytes)",
-		                 key, path);
-	}
+	rc = hl_secret_file_read(path, buf, sizeof(buf), why, sizeof(why));
+	if (rc)
+		return conf_perr(p, "%s: %s", key, why);
 	*out = strdup(buf);
 	explicit_bzero(buf, sizeof(buf));
 	return *out ? 0 : conf_perr(p, "out of memory");
@@ -857,6 +813,7 @@ int conf_parse_text(const char *text, size_t len, const char *name, bool dup, st
 	}
 	rc = conf_check(&p);
 out:
+	explicit_bzero(line, sizeof(line)); /* a secret's line */
 	if (rc) {
 		hl_conf_free(p.conf);
 		return rc;
@@ -871,6 +828,18 @@ int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf
 	return conf_parse_text(text, len, name, false, out, err, errlen);
 }
 
+char *conf_grow_wiped(char *buf, size_t used, size_t old_cap, size_t cap)
+{
+	char *b = malloc(cap);
+
+	if (b && used)
+		memcpy(b, buf, used);
+	if (buf)
+		explicit_bzero(buf, old_cap);
+	free(buf);
+	return b;
+}
+
 int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "r");
@@ -883,22 +852,23 @@ int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errle
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return rc;
 	}
+	setvbuf(f, NULL, _IONBF, 0); /* no stdio buffer to hold (and leave behind) the secrets */
 	for (;;) {
 		if (cap - len < 4096) {
 			if (cap > (16u << 20)) {
 				fclose(f);
+				explicit_bzero(buf, cap);
 				free(buf);
 				snprintf(err, errlen, "%s: larger than 16 MiB", path);
 				return -EFBIG;
 			}
-			cap = cap ? cap * 2 : 8192;
-			char *b = realloc(buf, cap);
-			if (!b) {
+			size_t ncap = cap ? cap * 2 : 8192;
+			buf = conf_grow_wiped(buf, len, cap, ncap);
+			if (!buf) {
 				fclose(f);
-				free(buf);
 				return -ENOMEM;
 			}
-			buf = b;
+			cap = ncap;
 		}
 		size_t n = fread(buf + len, 1, cap - len, f);
 		len += n;
@@ -909,11 +879,13 @@ int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errle
 		rc = -EIO;
 		snprintf(err, errlen, "%s: read error", path);
 		fclose(f);
+		explicit_bzero(buf, cap);
 		free(buf);
 		return rc;
 	}
 	fclose(f);
 	rc = hl_conf_parse(buf, len, path, out, err, errlen);
+	explicit_bzero(buf, cap);
 	free(buf);
 	return rc;
 }
@@ -959,9 +931,9 @@ void conf_free_target(struct hl_conf_target *t)
 	free(t->luns);
 	free_strv(t->allow, t->n_allow);
 	free(t->chap_user);
-	free(t->chap_secret);
+	conf_free_secret(&t->chap_secret);
 	free(t->mutual_user);
-	free(t->mutual_secret);
+	conf_free_secret(&t->mutual_secret);
 }
 
 void hl_conf_free(struct hl_conf *c)
@@ -973,7 +945,7 @@ void hl_conf_free(struct hl_conf *c)
 	free(c->state_dir);
 	free(c->control_socket);
 	free(c->discovery_chap_user);
-	free(c->discovery_chap_secret);
+	conf_free_secret(&c->discovery_chap_secret);
 	for (size_t i = 0; i < c->n_disks; i++)
 		conf_free_disk(&c->disks[i]);
 	free(c->disks);

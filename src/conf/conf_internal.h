@@ -45,6 +45,13 @@ int conf_set_str(struct conf_parser *p, char **dst, const char *v);
 int conf_push_str(struct conf_parser *p, char ***arr, size_t *n, const char *v);
 /** Free and forget a secret (its bytes are wiped first). */
 void conf_free_secret(char **s);
+/**
+ * buf (used of old_cap bytes) moved to a new block of cap bytes, the old one
+ * wiped and freed: a configuration's text holds its secrets, and realloc
+ * would leave them in the block it frees. NULL when out of memory (buf is
+ * gone then too).
+ */
+char *conf_grow_wiped(char *buf, size_t used, size_t old_cap, size_t cap);
 /** Free what a section owns (not the section itself: it lives in its conf's array). */
 void conf_free_disk(struct hl_conf_disk *d);
 void conf_free_cache(struct hl_conf_cache *k);

@@ -165,24 +165,82 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 	return ferror(f) ? -EIO : 0;
 }
 
+/*
+ * hl_conf_write into memory: the text holds the secrets, so it is built
+ * without open_memstream (whose buffer grows by realloc, leaving copies in
+ * the blocks it frees) and through a stdio buffer of ours that is wiped.
+ */
+struct conf_text {
+	char *buf;
+	size_t len, cap;
+};
+
+static ssize_t conf_text_write(void *cookie, const char *data, size_t n)
+{
+	struct conf_text *t = cookie;
+
+	if (t->cap - t->len < n + 1) {
+		size_t cap = HL_MAX(t->cap * 2, t->len + n + 4096);
+		char *b = conf_grow_wiped(t->buf, t->len, t->cap, cap);
+		if (!b) {
+			t->buf = NULL;
+			t->len = t->cap = 0;
+			return 0; /* a write error for stdio */
+		}
+		t->buf = b;
+		t->cap = cap;
+	}
+	memcpy(t->buf + t->len, data, n);
+	t->len += n;
+	t->buf[t->len] = '\0';
+	return (ssize_t)n;
+}
+
+static void conf_text_free(struct conf_text *t)
+{
+	if (t->buf)
+		explicit_bzero(t->buf, t->cap);
+	free(t->buf);
+	t->buf = NULL;
+	t->len = t->cap = 0;
+}
+
+/* c as the file would hold it, in t (conf_text_free it). @return 0 or -ENOMEM. */
+static int conf_text(const struct hl_conf *c, struct conf_text *t)
+{
+	char iobuf[4096];
+	cookie_io_functions_t io = {.write = conf_text_write};
+	FILE *f;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	f = fopencookie(t, "w", io);
+	if (!f)
+		return -ENOMEM;
+	setvbuf(f, iobuf, _IOFBF, sizeof(iobuf));
+	rc = hl_conf_write(c, f);
+	if (fclose(f) != 0 && rc == 0)
+		rc = -ENOMEM;
+	explicit_bzero(iobuf, sizeof(iobuf));
+	if (rc == 0 && !t->buf) /* never empty ("[global]"): a failed write */
+		rc = -ENOMEM;
+	if (rc)
+		conf_text_free(t);
+	return rc;
+}
+
 bool hl_conf_same(const struct hl_conf *a, const struct hl_conf *b)
 {
-	char *ta = NULL, *tb = NULL;
-	size_t la = 0, lb = 0;
-	FILE *fa = open_memstream(&ta, &la), *fb = open_memstream(&tb, &lb);
+	struct conf_text ta, tb;
 	bool same = false;
 
-	if (fa && fb && hl_conf_write(a, fa) == 0 && hl_conf_write(b, fb) == 0) {
-		fflush(fa);
-		fflush(fb);
-		same = la == lb && memcmp(ta, tb, la) == 0;
+	if (conf_text(a, &ta) != 0)
+		return false;
+	if (conf_text(b, &tb) == 0) {
+		same = ta.len == tb.len && memcmp(ta.buf, tb.buf, ta.len) == 0;
+		conf_text_free(&tb);
 	}
-	if (fa)
-		fclose(fa);
-	if (fb)
-		fclose(fb);
-	free(ta);
-	free(tb);
+	conf_text_free(&ta);
 	return same;
 }
 
@@ -233,20 +291,14 @@ static int select_section(struct conf_parser *p, enum hl_conf_kind kind, const c
 
 int hl_conf_dup(const struct hl_conf *c, struct hl_conf **out)
 {
-	char *buf = NULL, err[512];
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	int rc;
+	struct conf_text text;
+	char err[512];
+	int rc = conf_text(c, &text);
 
-	if (!f)
-		return -ENOMEM;
-	rc = hl_conf_write(c, f);
-	fclose(f);
-	if (rc == 0)
-		rc = conf_parse_text(buf, len, c->path, true, out, err, sizeof(err));
-	if (buf)
-		explicit_bzero(buf, len); /* it held the secrets */
-	free(buf);
+	if (rc == 0) {
+		rc = conf_parse_text(text.buf, text.len, c->path, true, out, err, sizeof(err));
+		conf_text_free(&text);
+	}
 	/* Secrets read from files are not in the text: the copy takes them as read. */
 	for (size_t i = 0; rc == 0 && i < (*out)->n_disks; i++) {
 		struct hl_conf_disk *d = &(*out)->disks[i];

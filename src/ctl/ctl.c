@@ -1,7 +1,10 @@
 /*
  * ctl.c - the control socket server and client: line framing, JSON
- * validation, dispatch through the caller's command table; and where a
- * client finds the socket when it is not told (the daemon's config file).
+ * validation, dispatch through the caller's command table, request
+ * deadlines (a request its client gave up on never runs), wiping what
+ * may hold a secret (request buffers, JSON values) before it is freed;
+ * and where a client finds the socket when it is not told (the daemon's
+ * config file).
  */
 #include "hotlun/ctl.h"
 #include "hotlun/conf.h"
@@ -11,6 +14,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 struct ctl_client {
@@ -54,9 +61,35 @@ static void client_close(struct ctl_client *c)
 	hl_event_del(&c->ev);
 	close(c->ev.fd);
 	hl_list_del(&c->link);
+	/* requests may carry secrets (set chap_secret=...) */
+	if (c->in)
+		explicit_bzero(c->in, c->in_cap);
 	free(c->in);
 	free(c->out);
 	free(c);
+}
+
+/* Wall clock in ms since 1970: the clock a request's deadline is given in (hl_ctl_call_timed). */
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * What the peer has shut down, seen without reading: its whole connection
+ * (POLLHUP: closed, or killed), or with sending too, only its sending side
+ * (POLLRDHUP: a client that gave up waiting, hl_ctl_call_timed).
+ */
+static bool peer_shut(int fd, bool sending)
+{
+	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+
+	if (poll(&p, 1, 0) != 1)
+		return false;
+	return (p.revents & (POLLHUP | POLLERR)) || (sending && (p.revents & POLLRDHUP));
 }
 
 static void client_update_events(struct ctl_client *c)
@@ -107,11 +140,65 @@ static int cmd_help(struct hl_ctl_server *srv, json_t **result)
 	return 0;
 }
 
-static json_t *dispatch(struct hl_ctl_server *srv, const char *who, const char *line, size_t len)
+static void client_flush(struct ctl_client *c);
+
+/*
+ * Tell a client that its request with a deadline starts now, before it
+ * runs. Sent (earlier replies first) straight into the socket: a client
+ * that gives up shuts down its sending side and then reads what is there,
+ * so either it sees this line (and knows the request may run) or the check
+ * that follows sees its shutdown (and the request does not run). @return
+ * whether the line was delivered whole.
+ */
+static bool send_started(struct ctl_client *c)
 {
+	static const char line[] = "{\"started\":true}\n";
+	size_t len = sizeof(line) - 1;
+
+	client_flush(c);
+	if (c->out_len > c->out_off)
+		return false; /* the client does not read its replies: it cannot be told */
+	ssize_t n = send(c->ev.fd, line, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n == (ssize_t)len)
+		return true;
+	if (n > 0) { /* keep the framing: the rest goes out before the reply */
+		char *o = malloc(len - (size_t)n);
+		if (o) {
+			memcpy(o, line + n, len - (size_t)n);
+			free(c->out);
+			c->out = o;
+			c->out_len = len - (size_t)n;
+			c->out_off = 0;
+		} else {
+			c->closing = true;
+		}
+	}
+	return false;
+}
+
+#define NOT_RUN "timed out before it ran; nothing was changed"
+
+/* A request's "deadline": a whole number of ms since 1970, or absent (*ms = -1). */
+static int parse_deadline(json_t *req, int64_t *ms)
+{
+	json_t *v = json_object_get(req, "deadline");
+
+	*ms = -1;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return -EINVAL;
+	*ms = (int64_t)json_integer_value(v);
+	return 0;
+}
+
+static json_t *dispatch(struct ctl_client *cl, const char *line, size_t len)
+{
+	struct hl_ctl_server *srv = cl->srv;
 	json_error_t jerr;
 	json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr), *result = NULL;
 	char err[512] = "";
+	int64_t deadline;
 	int rc;
 
 	if (!req) {
@@ -135,33 +222,63 @@ static json_t *dispatch(struct hl_ctl_server *srv, const char *who, const char *
 	const char *key;
 	json_t *val;
 	json_object_foreach(req, key, val) {
-		if (strcmp(key, "cmd") && strcmp(key, "args")) {
+		if (strcmp(key, "cmd") && strcmp(key, "args") && strcmp(key, "deadline")) {
 			snprintf(err, sizeof(err), "unknown request member \"%.64s\"", key);
 			json_decref(req);
 			return error_reply(err);
 		}
 	}
+	if (parse_deadline(req, &deadline)) {
+		json_decref(req);
+		return error_reply("\"deadline\" must be a whole number of milliseconds since "
+		                   "1970-01-01 UTC");
+	}
 	const char *name = json_string_value(cmd);
-	json_t *empty = NULL;
-	if (!args)
-		args = empty = json_object();
-
-	if (strcmp(name, "help") == 0) {
-		rc = cmd_help(srv, &result);
-	} else {
-		const struct hl_ctl_command *c;
+	const struct hl_ctl_command *c = NULL;
+	if (strcmp(name, "help") != 0) {
 		for (c = srv->cmds; c && c->name; c++) {
 			if (strcmp(c->name, name) == 0)
 				break;
 		}
 		if (!c || !c->name) {
 			snprintf(err, sizeof(err), "unknown command \"%.64s\" (try \"help\")", name);
-			rc = -ENOENT;
-		} else {
-			srv->caller = who;
-			rc = c->fn(srv->ctx, args, &result, err, sizeof(err));
-			srv->caller = NULL;
+			json_decref(req);
+			return error_reply(err);
 		}
+	}
+	/*
+	 * Its turn has come. With a deadline: too late, or its client gave up
+	 * (hl_ctl_call_timed shuts down its sending side): it does not run.
+	 */
+	if (deadline >= 0) {
+		int64_t late = wall_ms() - deadline;
+		const char *why = NULL;
+		char late_s[96] = "";
+		if (late > 0) {
+			snprintf(late_s, sizeof(late_s),
+			         "its deadline passed %" PRId64 " ms before its turn", late);
+			why = late_s;
+		} else if (!send_started(cl)) {
+			why = "its client does not read its replies";
+		} else if (peer_shut(cl->ev.fd, true)) {
+			why = "its client gave up waiting";
+		}
+		if (why) {
+			HL_NOTICE("ctl", "%.64s from %s not run: %s", name, cl->who, why);
+			snprintf(err, sizeof(err), NOT_RUN " (%s)", why);
+			json_decref(req);
+			return error_reply(err);
+		}
+	}
+	json_t *empty = NULL;
+	if (!args)
+		args = empty = json_object();
+	if (!c) {
+		rc = cmd_help(srv, &result);
+	} else {
+		srv->caller = cl->who;
+		rc = c->fn(srv->ctx, args, &result, err, sizeof(err));
+		srv->caller = NULL;
 	}
 	json_decref(empty);
 	json_decref(req);
@@ -194,6 +311,23 @@ static void client_flush(struct ctl_client *c)
 	c->out_len = c->out_off = 0;
 }
 
+/*
+ * A request whose client has closed its connection is not run when its turn
+ * comes: nobody waits for it (a hotlunctl killed by Ctrl-C or by timeout(1)
+ * while the control thread was busy). Its line is still parsed for the log.
+ */
+static bool client_gone(struct ctl_client *c, const char *line, size_t len)
+{
+	if (!peer_shut(c->ev.fd, false))
+		return false;
+	json_t *req = json_loadb(line, len, 0, NULL);
+	const char *cmd = json_string_value(json_object_get(req, "cmd"));
+	HL_NOTICE("ctl", "%.64s from %s not run: its client closed the connection before its turn",
+	          cmd ? cmd : "a request", c->who);
+	json_decref(req);
+	return true;
+}
+
 static void client_read(struct ctl_client *c)
 {
 	for (;;) {
@@ -201,11 +335,17 @@ static void client_read(struct ctl_client *c)
 			size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
 			if (cap > HL_CTL_MAX_REQUEST + 8192)
 				cap = HL_CTL_MAX_REQUEST + 8192;
-			char *b = cap > c->in_cap ? realloc(c->in, cap) : NULL;
+			/* not realloc: the old block, wiped, must not keep a secret */
+			char *b = cap > c->in_cap ? malloc(cap) : NULL;
 			if (!b) {
 				client_reply(c, error_reply("request too large"));
 				c->closing = true;
 				return;
+			}
+			if (c->in) {
+				memcpy(b, c->in, c->in_len);
+				explicit_bzero(c->in, c->in_cap);
+				free(c->in);
 			}
 			c->in = b;
 			c->in_cap = cap;
@@ -234,11 +374,19 @@ static void client_read(struct ctl_client *c)
 				c->closing = true;
 				return;
 			}
-			if (len && !(len == 1 && c->in[start] == '\r'))
-				client_reply(c, dispatch(c->srv, c->who, c->in + start, len));
+			if (len && !(len == 1 && c->in[start] == '\r')) {
+				if (client_gone(c, c->in + start, len)) {
+					c->closing = true;
+					start = c->in_len; /* the rest is not run either */
+					break;
+				}
+				client_reply(c, dispatch(c, c->in + start, len));
+				hl_secret_wipe_stack(); /* what the handler's frames held */
+			}
 			start += len + 1;
 		}
 		memmove(c->in, c->in + start, c->in_len - start);
+		explicit_bzero(c->in + c->in_len - start, start); /* what was served */
 		c->in_len -= start;
 		if (c->in_len > HL_CTL_MAX_REQUEST) {
 			client_reply(c, error_reply("request too large"));
@@ -488,18 +636,22 @@ char *hl_ctl_socket_from_config(const char *path, char *err, size_t errlen)
 	return s;
 }
 
-int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply)
+/* Monotonic ms, for the client's own waiting. */
+static uint64_t mono_ms(void)
 {
-	json_t *req = json_pack("{s:s}", "cmd", cmd);
-	char *text;
-	size_t len, off = 0;
+	struct timespec ts;
 
-	if (!req)
-		return -ENOMEM;
-	if (args)
-		json_object_set(req, "args", args);
-	text = json_dumps(req, JSON_COMPACT);
-	json_decref(req);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Send req (cmd, args, ...) as one line; the text is wiped (it may hold a secret). */
+static int send_request(int fd, json_t *req)
+{
+	char *text = json_dumps(req, JSON_COMPACT);
+	size_t len, off = 0;
+	int rc = 0;
+
 	if (!text)
 		return -ENOMEM;
 	len = strlen(text);
@@ -509,47 +661,181 @@ int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			int rc = -errno;
-			free(text);
-			return rc;
+			rc = -errno;
+			break;
 		}
 		off += (size_t)n;
 	}
+	explicit_bzero(text, len);
 	free(text);
+	return rc;
+}
 
-	/* Read up to the newline; replies can be large (stats of many disks). */
+/*
+ * Read one line and parse it. Waits for its first byte until `until`
+ * (mono_ms; 0: no limit) and returns -ETIMEDOUT then; a line that has
+ * begun is read to its end. Bytes past the newline stay in the socket
+ * (peeked, then taken up to the newline): the next line may be the next
+ * call's. Replies can be large (stats of many disks).
+ */
+static int read_line(int fd, uint64_t until, json_t **out)
+{
 	size_t cap = 65536, have = 0;
-	char *buf = malloc(cap);
-	if (!buf)
-		return -ENOMEM;
+	char *buf = NULL;
+	int rc;
+
 	for (;;) {
-		if (have == cap) {
-			if (cap >= (64u << 20)) {
-				free(buf);
-				return -E2BIG;
+		if (have == 0 && until) {
+			uint64_t now = mono_ms();
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+			int wait = now >= until ? 0 : (int)HL_MIN(until - now, (uint64_t)INT32_MAX);
+			int n = poll(&p, 1, wait);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				rc = -errno;
+				break;
 			}
-			char *b = realloc(buf, cap * 2);
+			if (n == 0) {
+				rc = -ETIMEDOUT;
+				break;
+			}
+		}
+		if (!buf || have == cap) {
+			if (buf && cap >= (64u << 20)) {
+				rc = -E2BIG;
+				break;
+			}
+			size_t ncap = buf ? cap * 2 : cap;
+			char *b = realloc(buf, ncap);
 			if (!b) {
-				free(buf);
-				return -ENOMEM;
+				rc = -ENOMEM;
+				break;
 			}
 			buf = b;
-			cap *= 2;
+			cap = ncap;
 		}
-		ssize_t n = recv(fd, buf + have, cap - have, 0);
+		ssize_t n = recv(fd, buf + have, cap - have, MSG_PEEK);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			free(buf);
-			return n == 0 ? -ECONNRESET : -errno;
+			rc = n == 0 ? -ECONNRESET : -errno;
+			break;
 		}
 		char *nl = memchr(buf + have, '\n', (size_t)n);
-		have += (size_t)n;
+		size_t take = nl ? (size_t)(nl - (buf + have)) + 1 : (size_t)n;
+		ssize_t got = recv(fd, buf + have, take, MSG_WAITALL);
+		if (got != (ssize_t)take) {
+			rc = got < 0 ? -errno : -ECONNRESET;
+			break;
+		}
+		have += take;
 		if (nl) {
 			json_error_t jerr;
-			*reply = json_loadb(buf, (size_t)(nl - buf), 0, &jerr);
-			free(buf);
-			return *reply ? 0 : -EPROTO;
+			*out = json_loadb(buf, have - 1, 0, &jerr);
+			rc = *out ? 0 : -EPROTO;
+			break;
 		}
 	}
+	free(buf);
+	return rc;
+}
+
+/* A reply's first line for a request with a deadline: {"started": true}. */
+static bool is_started(json_t *line)
+{
+	return json_is_true(json_object_get(line, "started")) && !json_object_get(line, "ok");
+}
+
+int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply)
+{
+	json_t *req = json_pack("{s:s}", "cmd", cmd);
+	int rc;
+
+	if (!req)
+		return -ENOMEM;
+	if (args)
+		json_object_set(req, "args", args);
+	rc = send_request(fd, req);
+	json_decref(req);
+	return rc ? rc : read_line(fd, 0, reply);
+}
+
+int hl_ctl_call_timed(int fd, const char *cmd, json_t *args, unsigned timeout_ms, json_t **reply)
+{
+	json_t *req, *line = NULL;
+	bool started = false;
+	int rc;
+
+	if (!timeout_ms)
+		return hl_ctl_call(fd, cmd, args, reply);
+	uint64_t until = mono_ms() + timeout_ms;
+	req = json_pack("{s:s, s:I}", "cmd", cmd, "deadline", (json_int_t)(wall_ms() + timeout_ms));
+	if (!req)
+		return -ENOMEM;
+	if (args)
+		json_object_set(req, "args", args);
+	rc = send_request(fd, req);
+	json_decref(req);
+	while (rc == 0) {
+		rc = read_line(fd, until, &line);
+		if (rc == -ETIMEDOUT && started)
+			return -EINPROGRESS;
+		if (rc == -ETIMEDOUT) {
+			/*
+			 * Give up: the server sends "started" before it checks for this
+			 * shutdown, so what is in the socket now decides. Nothing: the
+			 * request will not run. "started": it may (hl_ctl_wait_reply).
+			 */
+			shutdown(fd, SHUT_WR);
+			rc = read_line(fd, mono_ms(), &line);
+			if (rc == -ETIMEDOUT || rc == -ECONNRESET)
+				return -ETIMEDOUT;
+			if (rc == 0 && is_started(line)) {
+				json_decref(line);
+				return -EINPROGRESS;
+			}
+		}
+		if (rc)
+			return rc;
+		if (!is_started(line)) {
+			*reply = line;
+			return 0;
+		}
+		json_decref(line);
+		started = true;
+	}
+	return rc;
+}
+
+int hl_ctl_wait_reply(int fd, int timeout_ms, json_t **reply)
+{
+	uint64_t until = timeout_ms < 0 ? 0 : mono_ms() + (uint64_t)timeout_ms;
+	json_t *line;
+	int rc;
+
+	for (;;) {
+		rc = read_line(fd, until, &line);
+		if (rc)
+			return rc;
+		if (!is_started(line)) {
+			*reply = line;
+			return 0;
+		}
+		json_decref(line); /* read before the caller's timeout */
+	}
+}
+
+/* jansson's free, wiping the block first (its usable size: jansson does not pass one). */
+static void wiping_free(void *p)
+{
+	if (p) {
+		explicit_bzero(p, malloc_usable_size(p));
+		free(p);
+	}
+}
+
+void hl_ctl_json_wipe(void)
+{
+	json_set_alloc_funcs(malloc, wiping_free);
 }

@@ -691,6 +691,7 @@ static int set_params(struct hl_conf *next, enum hl_conf_kind kind, const char *
 				    err, errlen, -EINVAL,
 				    "%s: expected a string, a whole number or a boolean", key);
 			rc = hl_conf_set(next, kind, name, key, text, err, errlen);
+			explicit_bzero(text, sizeof(text)); /* it may be a secret */
 		}
 		if (rc)
 			return rc;
@@ -1169,12 +1170,16 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 		unlink(tmp);
 		return daemon_fail(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
 	}
+	/* our stdio buffer, wiped after: the text holds the secrets */
+	char iobuf[4096];
+	setvbuf(f, iobuf, _IOFBF, sizeof(iobuf));
 	fprintf(f, "; written by hotlund %s (saveconfig)\n", PACKAGE_VERSION);
 	rc = hl_conf_write(conf, f);
 	if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
 		rc = -errno;
 	if (fclose(f) != 0 && rc == 0)
 		rc = -errno;
+	explicit_bzero(iobuf, sizeof(iobuf));
 	if (rc) {
 		unlink(tmp);
 		return daemon_fail(err, errlen, rc, "%s: %s", tmp, strerror(-rc));
@@ -1248,6 +1253,7 @@ void daemon_reload(struct daemon *d)
 		HL_ERR("daemon", "reload: %s", err);
 	else
 		HL_NOTICE("daemon", "reloaded %s", d->config_path);
+	hl_secret_wipe_stack(); /* the parser's frames held the file's secrets */
 }
 
 static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)

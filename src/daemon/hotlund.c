@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -235,6 +236,7 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	sc.write_buffer_limit = loaded->write_buffer_limit;
 	sc.gateway = (uint16_t)loaded->gateway; /* ALUA: each gateway one target port group */
 	rc = hl_iscsi_server_create(&sc, &d->server);
+	explicit_bzero(&sc.discovery_chap, sizeof(sc.discovery_chap)); /* the server has its copy */
 	if (rc == 0) {
 		/* the previous process's listening sockets, from systemd's fd store */
 		int fds[64];
@@ -408,6 +410,16 @@ int main(int argc, char **argv)
 	struct daemon d;
 	struct hl_conf *loaded = NULL;
 
+	/*
+	 * The configuration holds CHAP secrets: no core dump of this process
+	 * (one held the secret five times), and no ptrace or /proc/PID/mem by
+	 * another process of its user (its /proc files become root's). Before
+	 * anything is read. Freed JSON (control requests) is wiped.
+	 */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		fprintf(stderr, "hotlund: prctl(PR_SET_DUMPABLE): %s\n", strerror(errno));
+	hl_ctl_json_wipe();
+
 	while ((opt = getopt_long(argc, argv, "c:t:l:Vh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
@@ -497,6 +509,7 @@ int main(int argc, char **argv)
 
 	unsigned gateway = loaded->gateway; /* not changed at run time (docs/gateways.md) */
 	rc = start(&d, loaded, demo != NULL);
+	hl_secret_wipe_stack(); /* the parser's frames held the file's secrets */
 	if (rc == 0)
 		rc = wait_for_signals(&d, test_hook); /* d.conf is the control thread's now */
 	if (rc == 0) {

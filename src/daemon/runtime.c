@@ -666,6 +666,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 				t->map->lu[nt->luns[j].lun] = lu_of(d, nt->luns[j].disk);
 			target_config(nt, t->map, &tc);
 			int r = hl_iscsi_target_add(d->server, &tc);
+			explicit_bzero(&tc,
+			               sizeof(tc)); /* its CHAP secrets: the server has its copy */
 			if (r) {
 				rc = daemon_fail(err, errlen, r, "target %s: %s", nt->name,
 				                 strerror(-r));
@@ -696,6 +698,7 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		if (ot && target_settings_changed(ot, nt)) {
 			target_config(nt, t->map, &tc);
 			int r = hl_iscsi_target_update(d->server, &tc);
+			explicit_bzero(&tc, sizeof(tc));
 			if (r)
 				rc = daemon_fail(err, errlen, r, "target %s: %s", nt->name,
 				                 strerror(-r));

@@ -6,7 +6,9 @@
  * object and swaps it into srv->targets; the old one moves to
  * srv->targets_retired, because sessions and logins in progress may still
  * point at it (they keep the settings they logged in with). Retired
- * objects are freed with the server.
+ * objects are freed with the server; their CHAP secrets are wiped at once
+ * (retire()): logins copy them when they find the target, sessions never
+ * read them, and an old secret must not outlive its change in memory.
  */
 #include "iscsi/iscsi_internal.h"
 
@@ -30,6 +32,14 @@ static struct iscsi_target *find_locked(struct hl_iscsi_server *srv, const char 
 			return t;
 	}
 	return NULL;
+}
+
+/* Move t (already off srv->targets) to the retired list. srv->lock held. */
+static void retire(struct hl_iscsi_server *srv, struct iscsi_target *t)
+{
+	explicit_bzero(&t->chap, sizeof(t->chap));
+	explicit_bzero(&t->mutual, sizeof(t->mutual));
+	hl_list_add_tail(&srv->targets_retired, &t->link);
 }
 
 /* srv->lock held */
@@ -65,7 +75,7 @@ int hl_iscsi_target_update(struct hl_iscsi_server *srv, const struct hl_iscsi_ta
 	/* keep the order SendTargets reports */
 	hl_list_add(&old->link, &t->link);
 	hl_list_del(&old->link);
-	hl_list_add_tail(&srv->targets_retired, &old->link);
+	retire(srv, old);
 	pthread_mutex_unlock(&srv->lock);
 	return 0;
 }
@@ -86,7 +96,7 @@ int hl_iscsi_target_remove(struct hl_iscsi_server *srv, const char *name, bool f
 		return -EBUSY;
 	}
 	hl_list_del(&t->link);
-	hl_list_add_tail(&srv->targets_retired, &t->link);
+	retire(srv, t);
 	hl_list_for_each_entry_safe(s, tmp, &srv->sessions, link) {
 		if (s->type == ISCSI_SESSION_NORMAL && s->target &&
 		    strcasecmp(s->target->name, name) == 0)

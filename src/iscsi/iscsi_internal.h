@@ -160,6 +160,7 @@ struct iscsi_target {
 	bool allow_all;
 	char **allow;
 	size_t n_allow;
+	/* wiped when the target is retired (admin.c): logins copy them first */
 	struct hl_iscsi_chap chap;
 	struct hl_iscsi_chap mutual;
 	bool allow_target_reset; /* TARGET WARM/COLD RESET accepted */
@@ -357,8 +358,13 @@ struct iscsi_login {
 	enum iscsi_session_type type;
 	bool type_seen;
 	struct iscsi_target *target;
-	/* a discovery login's CHAP credentials, copied from the server at first use */
-	struct hl_iscsi_chap disc_chap;
+	/*
+	 * The login's CHAP credentials: a normal login's copied with its target
+	 * (iscsi_target_find_login), a discovery login's from the server at
+	 * first use. Copies, because they may change meanwhile, and a retired
+	 * target's are wiped. Wiped with the login.
+	 */
+	struct hl_iscsi_chap chap, mutual;
 	bool disc_chap_taken;
 	/* request continuation (C bit) */
 	uint8_t *req;
@@ -603,6 +609,14 @@ int iscsi_sendtargets(struct iscsi_conn *c, const char *value, struct iscsi_text
 
 /* ---- server.c ---- */
 struct iscsi_target *iscsi_target_find(struct hl_iscsi_server *srv, const char *name);
+/*
+ * iscsi_target_find for a login: also copies the target's CHAP credentials
+ * (either may be NULL) under the same hold of srv->lock, so they are the
+ * found target's, never those of one retired (and wiped) meanwhile.
+ */
+struct iscsi_target *iscsi_target_find_login(struct hl_iscsi_server *srv, const char *name,
+                                             struct hl_iscsi_chap *chap,
+                                             struct hl_iscsi_chap *mutual);
 
 /** A cross-reactor call of the server finished (pending_calls--, wake destroy). */
 void iscsi_call_done(struct hl_iscsi_server *srv);

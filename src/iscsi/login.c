@@ -26,7 +26,7 @@ void iscsi_login_free(struct iscsi_login *l)
 		return;
 	free(l->req);
 	iscsi_textbuf_free(&l->rsp);
-	/* wipe the challenge and the discovery secret (kept from the optimizer) */
+	/* wipe the challenge and the CHAP secrets (kept from the optimizer) */
 	explicit_bzero(l, sizeof(*l));
 	free(l);
 }
@@ -143,13 +143,13 @@ static const struct hl_iscsi_chap *login_chap(struct iscsi_conn *c)
 		/* One copy for the whole login: the credentials may change meanwhile. */
 		if (!l->disc_chap_taken) {
 			pthread_mutex_lock(&c->srv->lock);
-			l->disc_chap = c->srv->discovery_chap;
+			l->chap = c->srv->discovery_chap;
 			pthread_mutex_unlock(&c->srv->lock);
 			l->disc_chap_taken = true;
 		}
-		return &l->disc_chap;
+		return &l->chap;
 	}
-	return l->target ? &l->target->chap : NULL;
+	return l->target ? &l->chap : NULL; /* copied with the target */
 }
 
 static bool ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
@@ -216,7 +216,7 @@ static int login_identify(struct iscsi_conn *c, const struct iscsi_kvlist *kv, c
 			*why = "no TargetName";
 			return ISCSI_LOGIN_MISSING_PARAMETER;
 		}
-		l->target = iscsi_target_find(c->srv, tname);
+		l->target = iscsi_target_find_login(c->srv, tname, &l->chap, &l->mutual);
 		if (!l->target) {
 			*why = "no such target";
 			return ISCSI_LOGIN_NOT_FOUND;
@@ -380,7 +380,7 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 	}
 	if (mi || mc) {
 		const struct hl_iscsi_chap *mutual =
-		    l->type == ISCSI_SESSION_NORMAL && l->target ? &l->target->mutual : NULL;
+		    l->type == ISCSI_SESSION_NORMAL && l->target ? &l->mutual : NULL;
 		uint8_t ch[ISCSI_CHAP_BIN_MAX];
 		char *end = NULL;
 		if (!mi || !mc) {

@@ -97,8 +97,9 @@ void iscsi_target_free(struct iscsi_target *t)
 	for (size_t i = 0; i < t->n_allow; i++)
 		free(t->allow[i]);
 	free(t->allow);
-	memset(&t->chap, 0, sizeof(t->chap));
-	memset(&t->mutual, 0, sizeof(t->mutual));
+	/* explicit_bzero: a memset before free is a dead store the compiler may drop */
+	explicit_bzero(&t->chap, sizeof(t->chap));
+	explicit_bzero(&t->mutual, sizeof(t->mutual));
 	free(t);
 }
 
@@ -174,6 +175,28 @@ struct iscsi_target *iscsi_target_find(struct hl_iscsi_server *srv, const char *
 	}
 	pthread_mutex_unlock(&srv->lock);
 	return found; /* targets live as long as the server */
+}
+
+struct iscsi_target *iscsi_target_find_login(struct hl_iscsi_server *srv, const char *name,
+                                             struct hl_iscsi_chap *chap,
+                                             struct hl_iscsi_chap *mutual)
+{
+	struct iscsi_target *t, *found = NULL;
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(t, &srv->targets, link)
+	{
+		if (strcasecmp(t->name, name) == 0) {
+			found = t;
+			break;
+		}
+	}
+	if (found && chap)
+		*chap = found->chap;
+	if (found && mutual)
+		*mutual = found->mutual;
+	pthread_mutex_unlock(&srv->lock);
+	return found;
 }
 
 bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator)
@@ -1088,6 +1111,7 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);
 	chap_guard_fini(&srv->chap_guard);
+	explicit_bzero(&srv->discovery_chap, sizeof(srv->discovery_chap));
 	free(srv->reactors);
 	free(srv);
 }

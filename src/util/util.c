@@ -1,12 +1,13 @@
 /*
  * util.c - number, size and address parsing shared by the config parser,
- * the control socket and the tools.
+ * the control socket and the tools; reading and wiping secrets.
  */
 #include "hotlun/util.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int hl_parse_u64(const char *s, uint64_t *out)
 {
@@ -204,6 +207,85 @@ size_t hl_strlcpy(char *dst, const char *src, size_t n)
 		dst[c] = '\0';
 	}
 	return len;
+}
+
+void hl_secret_free(char *s)
+{
+	if (s) {
+		explicit_bzero(s, strlen(s));
+		free(s);
+	}
+}
+
+__attribute__((noinline)) void hl_secret_wipe_stack(void)
+{
+	char pad[64 * 1024];
+
+	explicit_bzero(pad, sizeof(pad));
+}
+
+int hl_secret_file_read(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+	char raw[2 * HL_SECRET_MAX + 2];
+	struct stat st;
+	ssize_t n;
+	size_t sl;
+	int fd, rc = 0;
+
+	if (len < HL_SECRET_MAX + 1) {
+		snprintf(err, errlen, "%s: no room for a secret", path);
+		return -EINVAL;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		snprintf(err, errlen, "%s is not a regular file", path);
+		return -EINVAL;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		close(fd);
+		snprintf(err, errlen,
+		         "%s is accessible to its group or others (mode %04o): chmod 600 it", path,
+		         (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	if (st.st_uid != geteuid()) {
+		close(fd);
+		snprintf(err, errlen, "%s belongs to uid %u, not to the user reading it (uid %u)",
+		         path, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -EPERM;
+	}
+	n = read(fd, raw, sizeof(raw) - 1);
+	if (n < 0)
+		rc = -errno;
+	close(fd);
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	raw[n] = '\0';
+	sl = strcspn(raw, "\r\n");
+	raw[sl] = '\0';
+	for (size_t i = 0; i < sl && !rc; i++) {
+		if ((unsigned char)raw[i] < 0x20 || raw[i] == 0x7f) {
+			snprintf(err, errlen, "%s: the secret has a control character", path);
+			rc = -EINVAL;
+		}
+	}
+	if (!rc && (sl < 1 || sl > HL_SECRET_MAX)) {
+		snprintf(err, errlen, "%s: the first line must hold the secret (1..%d bytes)", path,
+		         HL_SECRET_MAX);
+		rc = -EINVAL;
+	}
+	if (!rc)
+		memcpy(buf, raw, sl + 1);
+	explicit_bzero(raw, sizeof(raw));
+	return rc;
 }
 
 /* Append [s, s+n) to buf at *o, keeping room for the terminator. */

@@ -39,8 +39,10 @@ expect() {
 }
 
 S=(hotlunctl --socket "$sock")
-expect "--config --help --socket --version" hotlunctl --
+expect "--config --help --socket --timeout --version" hotlunctl --
 expect "/disks/" "${S[@]}" /di
+expect "/disks/" "${S[@]}" --timeout 3 /di
+expect "cd create" "${S[@]}" -t 3 /disks c
 expect "/disks/disk0/" "${S[@]}" /disks/
 expect "/iscsi/$HL_IQN/" "${S[@]}" /iscsi/
 expect "/iscsi/$HL_IQN/tpg1/acls/ /iscsi/$HL_IQN/tpg1/luns/ /iscsi/$HL_IQN/tpg1/portals/" \

@@ -1,8 +1,12 @@
-/* ctl_ut.c - the control socket: dispatch, validation, oversized requests. */
+/*
+ * ctl_ut.c - the control socket: dispatch, validation, oversized requests,
+ * deadlines (issue 24 item 6: a request its client gave up on never runs).
+ */
 #include "hl_test.h"
 #include "hotlun/ctl.h"
 #include "hotlun/event.h"
 #include "hotlun/log.h"
+#include "hotlun/util.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,15 +14,20 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static int calls;
+static int echo_calls; /* echo handlers run (the deadline tests count them) */
+static int hold;       /* block_fn waits while set */
+static int blocking;   /* block_fn is running */
 
 static int echo_fn(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	json_t *n = json_object_get(args, "n");
 	(void)ctx;
 	calls++;
+	__atomic_add_fetch(&echo_calls, 1, __ATOMIC_SEQ_CST);
 	if (n && !json_is_integer(n)) {
 		snprintf(err, errlen, "n: expected an integer");
 		return -EINVAL;
@@ -27,8 +36,30 @@ static int echo_fn(void *ctx, json_t *args, json_t **result, char *err, size_t e
 	return 0;
 }
 
+/* Holds the control thread while `hold` is set, as a long request does (at most 10 s). */
+static int block_fn(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	(void)ctx, (void)args, (void)result, (void)err, (void)errlen;
+	__atomic_store_n(&blocking, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 10000 && __atomic_load_n(&hold, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	__atomic_store_n(&blocking, 0, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+/* A request that takes 300 ms once started. */
+static int slow_fn(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	(void)ctx, (void)args, (void)err, (void)errlen;
+	usleep(300000);
+	*result = json_pack("{s:b}", "slow", 1);
+	return 0;
+}
+
 static const struct hl_ctl_command cmds[] = {
 	{"echo", "return args.n", echo_fn},
+	{"block", "hold the control thread while the test says so", block_fn},
+	{"slow", "take 300 ms", slow_fn},
 	{NULL, NULL, NULL},
 };
 
@@ -102,7 +133,7 @@ static void test_good_request_and_socket_mode(void)
 	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(reply, "result"), "n")), 7);
 	json_decref(reply);
 	reply = call(fd, "help", NULL);
-	CU_ASSERT_EQUAL(json_array_size(json_object_get(reply, "result")), 2);
+	CU_ASSERT_EQUAL(json_array_size(json_object_get(reply, "result")), 4);
 	json_decref(reply);
 	close(fd);
 }
@@ -156,6 +187,161 @@ static void test_oversized_request_is_refused(void)
 	json_t *reply = call(fd, "echo", NULL);
 	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
 	json_decref(reply);
+	close(fd);
+}
+
+static int64_t now_wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Send one request line with a deadline (ms since 1970). */
+static void send_with_deadline(int fd, const char *cmd, int64_t deadline)
+{
+	char line[128];
+	int n = snprintf(line, sizeof(line), "{\"cmd\":\"%s\",\"deadline\":%lld}\n", cmd,
+	                 (long long)deadline);
+	CU_ASSERT_EQUAL(send(fd, line, (size_t)n, MSG_NOSIGNAL), n);
+}
+
+/* Read one line (the test's replies are short). */
+static json_t *read_reply(int fd)
+{
+	char buf[1024];
+	size_t have = 0;
+	while (have < sizeof(buf) - 1) {
+		ssize_t n = recv(fd, buf + have, 1, 0);
+		if (n <= 0)
+			return NULL;
+		if (buf[have++] == '\n')
+			break;
+	}
+	return json_loadb(buf, have - 1, 0, NULL);
+}
+
+static void expect_started(json_t *line)
+{
+	CU_ASSERT_PTR_NOT_NULL_FATAL(line);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(line, "started")));
+	CU_ASSERT_PTR_NULL(json_object_get(line, "ok"));
+	json_decref(line);
+}
+
+static void test_deadline_checked_at_its_turn(void)
+{
+	int fd = hl_ctl_connect(path);
+	int before = __atomic_load_n(&echo_calls, __ATOMIC_SEQ_CST);
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+
+	/* passed: refused, not run */
+	send_with_deadline(fd, "echo", now_wall_ms() - 1500);
+	expect_error(read_reply(fd),
+	             "timed out before it ran; nothing was changed (its deadline passed");
+	CU_ASSERT_EQUAL(__atomic_load_n(&echo_calls, __ATOMIC_SEQ_CST), before);
+	/* ahead: "started", then the reply */
+	send_with_deadline(fd, "echo", now_wall_ms() + 10000);
+	expect_started(read_reply(fd));
+	json_t *reply = read_reply(fd);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	CU_ASSERT_EQUAL(__atomic_load_n(&echo_calls, __ATOMIC_SEQ_CST), before + 1);
+	/* not a whole number of ms */
+	static const char *const bad[] = {"{\"cmd\":\"echo\",\"deadline\":\"soon\"}\n",
+	                                  "{\"cmd\":\"echo\",\"deadline\":-5}\n",
+	                                  "{\"cmd\":\"echo\",\"deadline\":1.5}\n"};
+	for (size_t i = 0; i < HL_ARRAY_SIZE(bad); i++)
+		expect_error(raw(fd, bad[i], strlen(bad[i])), "\"deadline\" must be");
+	/* without one: no "started" line, as before */
+	reply = call(fd, "echo", NULL);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	close(fd);
+}
+
+/*
+ * While the control thread is held: a client that sent a request and closed
+ * its connection, one that gave up through hl_ctl_call_timed (-ETIMEDOUT
+ * after its timeout, connection still open) and one that shut down its
+ * sending side before its deadline are not run when the thread is free.
+ * The last reads "started" (sent before the check), then the refusal.
+ */
+static void test_given_up_requests_never_run(void)
+{
+	int holder = hl_ctl_connect(path), gone = hl_ctl_connect(path),
+	    timed = hl_ctl_connect(path);
+	int quit = hl_ctl_connect(path);
+	CU_ASSERT_TRUE_FATAL(holder >= 0 && gone >= 0 && timed >= 0 && quit >= 0);
+	int before = __atomic_load_n(&echo_calls, __ATOMIC_SEQ_CST);
+
+	__atomic_store_n(&hold, 1, __ATOMIC_SEQ_CST);
+	CU_ASSERT_EQUAL(send(holder, "{\"cmd\":\"block\"}\n", 16, MSG_NOSIGNAL), 16);
+	for (int i = 0; i < 500 && !__atomic_load_n(&blocking, __ATOMIC_SEQ_CST); i++)
+		usleep(10000);
+	CU_ASSERT_TRUE_FATAL(__atomic_load_n(&blocking, __ATOMIC_SEQ_CST));
+
+	CU_ASSERT_EQUAL(send(gone, "{\"cmd\":\"echo\"}\n", 15, MSG_NOSIGNAL), 15);
+	close(gone);
+	send_with_deadline(quit, "echo", now_wall_ms() + 60000);
+	shutdown(quit, SHUT_WR);
+	json_t *reply = NULL;
+	int64_t t0 = now_mono_ms();
+	CU_ASSERT_EQUAL(hl_ctl_call_timed(timed, "echo", NULL, 200, &reply), -ETIMEDOUT);
+	int64_t waited = now_mono_ms() - t0;
+	CU_ASSERT_TRUE(waited >= 190 && waited < 2000);
+
+	__atomic_store_n(&hold, 0, __ATOMIC_SEQ_CST);
+	reply = read_reply(holder);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	/* its deadline passed before its turn (or, if the turn came first, it gave up) */
+	reply = read_reply(timed);
+	if (reply && json_object_get(reply, "started")) {
+		json_decref(reply);
+		reply = read_reply(timed);
+	}
+	expect_error(reply, "timed out before it ran; nothing was changed");
+	expect_started(read_reply(quit));
+	expect_error(read_reply(quit),
+	             "timed out before it ran; nothing was changed (its client gave up");
+	close(timed);
+	close(quit);
+	/* one more round trip: everything queued before it has had its turn */
+	reply = call(holder, "help", NULL);
+	json_decref(reply);
+	CU_ASSERT_EQUAL(__atomic_load_n(&echo_calls, __ATOMIC_SEQ_CST), before);
+	close(holder);
+}
+
+/* Started in time but slower than the timeout: -EINPROGRESS, then hl_ctl_wait_reply. */
+static void test_call_timed_in_progress(void)
+{
+	int fd = hl_ctl_connect(path);
+	json_t *reply = NULL;
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+
+	CU_ASSERT_EQUAL(hl_ctl_call_timed(fd, "slow", NULL, 100, &reply), -EINPROGRESS);
+	CU_ASSERT_EQUAL(hl_ctl_wait_reply(fd, 5000, &reply), 0);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(reply, "result"), "slow")));
+	json_decref(reply);
+	/* in time: the reply, the connection usable; timeout 0 is hl_ctl_call */
+	json_t *args = json_pack("{s:i}", "n", 5);
+	CU_ASSERT_EQUAL(hl_ctl_call_timed(fd, "echo", args, 2000, &reply), 0);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(reply, "result"), "n")),
+	                5);
+	json_decref(reply);
+	CU_ASSERT_EQUAL(hl_ctl_call_timed(fd, "echo", args, 0, &reply), 0);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(reply, "ok")));
+	json_decref(reply);
+	json_decref(args);
 	close(fd);
 }
 
@@ -262,16 +448,20 @@ static void test_socket_from_config(void)
 }
 
 static const struct hl_test tests[] = {
-    {"socket from a config file", test_socket_from_config},
-    {"socket ownership", test_socket_ownership},
-    {"good request, socket mode", test_good_request_and_socket_mode},
-    {"bad requests get errors", test_bad_requests_get_errors_and_connection_survives},
-    {"oversized request refused", test_oversized_request_is_refused},
-    {NULL, NULL},
+	{"socket from a config file", test_socket_from_config},
+	{"socket ownership", test_socket_ownership},
+	{"good request, socket mode", test_good_request_and_socket_mode},
+	{"bad requests get errors", test_bad_requests_get_errors_and_connection_survives},
+	{"oversized request refused", test_oversized_request_is_refused},
+	{"deadline checked at its turn", test_deadline_checked_at_its_turn},
+	{"given-up requests never run", test_given_up_requests_never_run},
+	{"timed call in progress", test_call_timed_in_progress},
+	{NULL, NULL},
 };
 
 int main(void)
 {
+	hl_ctl_json_wipe();
 	hl_log_open(false, HL_LOG_ERR);
 	snprintf(path, sizeof(path), "/tmp/hl-ctl-ut-%d.sock", (int)getpid());
 	if (hl_reactor_create(&r, "ctl") || hl_reactor_start(r))

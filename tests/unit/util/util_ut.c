@@ -1,9 +1,12 @@
-/* util_ut.c - size/number/bool/portal parsing and the list helpers. */
+/* util_ut.c - size/number/bool/portal parsing, the list helpers, secret files. */
 #include "hl_test.h"
 #include "hotlun/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void test_parse_size_suffixes(void)
 {
@@ -171,7 +174,63 @@ static void test_uri_redact(void)
 	                       "iscsi://u%***"); /* the '@' forgotten: still hidden */
 }
 
+/* path holds content with mode (created anew). */
+static void put_file(const char *path, const char *content, mode_t mode)
+{
+	unlink(path);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CU_ASSERT_TRUE_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+	CU_ASSERT_EQUAL(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+/* issue 24 item 5: hotlunctl's KEY=@FILE and the config's *_secret_file share these rules */
+static void test_secret_file(void)
+{
+	char path[64], buf[HL_SECRET_MAX + 1], err[256], big[600];
+
+	snprintf(path, sizeof(path), "/tmp/hl-util-ut-%d.secret", (int)getpid());
+	put_file(path, "Sec-0123456789\nsecond line\n", 0600);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "Sec-0123456789");
+	put_file(path, "Sec-0123456789\r\n", 0400);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), 0);
+	CU_ASSERT_STRING_EQUAL(buf, "Sec-0123456789");
+
+	put_file(path, "Sec-0123456789\n", 0640);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), -EPERM);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(err, "accessible to its group or others (mode 0640): chmod 600"));
+	put_file(path, "Sec-0123456789\n", 0604);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), -EPERM);
+
+	put_file(path, "\nSec\n", 0600);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "1..255 bytes"));
+	put_file(path, "Sec\t0123\n", 0600);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "control character"));
+	memset(big, 'a', 256);
+	big[256] = '\0';
+	put_file(path, big, 0600);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), -EINVAL);
+	big[255] = '\0';
+	put_file(path, big, 0600);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(strlen(buf), 255);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, 100, err, sizeof(err)), -EINVAL);
+
+	unlink(path);
+	CU_ASSERT_EQUAL(hl_secret_file_read(path, buf, sizeof(buf), err, sizeof(err)), -ENOENT);
+	CU_ASSERT_EQUAL(hl_secret_file_read("/tmp", buf, sizeof(buf), err, sizeof(err)), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a regular file"));
+	hl_secret_free(NULL);
+	hl_secret_wipe_stack();
+}
+
 static const struct hl_test tests[] = {
+	{"secret file", test_secret_file},
 	{"uri redact", test_uri_redact},
 	{"size suffixes", test_parse_size_suffixes},
 	{"size junk rejected", test_parse_size_rejects_junk},
