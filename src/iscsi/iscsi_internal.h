@@ -226,6 +226,8 @@ struct hl_iscsi_server {
 	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
 	unsigned pending_calls;         /* lock: destroy waits for these */
 	struct iscsi_wbudget wb;        /* its own lock */
+	struct hl_timer tick;           /* reactors[0]: CHAP log summaries, every second */
+	bool tick_on;                   /* reactors[0] */
 	unsigned max_pending;           /* lock: per portal, connections still in login */
 	unsigned max_pending_per_addr;  /* lock: the same per source address */
 	struct hl_list pending_addrs[ISCSI_PENDING_BUCKETS]; /* lock: iscsi_pending_addr */
@@ -551,6 +553,8 @@ void iscsi_wb_tick(struct hl_timer *tm);
 
 /* ---- login.c ---- */
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/** Log the CHAP summary that is due, if any (chap_guard_log_due). Any thread. */
+void iscsi_chap_log(struct hl_iscsi_server *srv);
 void iscsi_login_free(struct iscsi_login *l);
 /**
  * The SCSI target port of a session through portal group tpgt on gateway

@@ -665,6 +665,15 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 	}
 }
 
+/* reactors[0], every second: a CHAP summary that is due (the last one of an episode). */
+static void server_tick(struct hl_timer *t)
+{
+	struct hl_iscsi_server *srv = t->arg;
+
+	iscsi_chap_log(srv);
+	hl_timer_start(hl_reactor_current(), &srv->tick, 1000);
+}
+
 static void portal_arm(void *arg)
 {
 	struct iscsi_portal *p = arg;
@@ -673,6 +682,11 @@ static void portal_arm(void *arg)
 	hl_timer_init(&p->retry, portal_retry, p);
 	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0)
 		HL_ERR(ISCSI_LOG, "cannot watch a portal socket");
+	if (!p->srv->tick_on) {
+		p->srv->tick_on = true;
+		hl_timer_init(&p->srv->tick, server_tick, p->srv);
+		hl_timer_start(hl_reactor_current(), &p->srv->tick, 1000);
+	}
 	iscsi_call_done(p->srv);
 }
 
@@ -853,6 +867,10 @@ static void portals_quiesce(struct hl_iscsi_server *srv, bool stop_listening)
 			shutdown(p->fd, SHUT_RDWR);
 	}
 	pthread_mutex_unlock(&srv->lock);
+	if (srv->tick_on) {
+		hl_timer_stop(&srv->tick);
+		srv->tick_on = false;
+	}
 	iscsi_call_done(srv);
 }
 
