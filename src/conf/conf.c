@@ -355,15 +355,23 @@ static int global_key(struct parser *p, const char *key, const char *v)
 		c->write_buffer_limit = x;
 		return 0;
 	}
-	if (strcmp(key, "max_pending_logins") == 0 ||
-	    strcmp(key, "max_pending_logins_per_addr") == 0) {
+	/* the caps on connections and sessions: 1 and up, or unset (derived) */
+	unsigned *cap = NULL;
+	if (strcmp(key, "max_pending_logins") == 0)
+		cap = &c->max_pending_logins;
+	else if (strcmp(key, "max_pending_logins_per_addr") == 0)
+		cap = &c->max_pending_logins_per_addr;
+	else if (strcmp(key, "max_sessions") == 0)
+		cap = &c->max_sessions;
+	else if (strcmp(key, "max_sessions_per_addr") == 0)
+		cap = &c->max_sessions_per_addr;
+	if (cap) {
 		unsigned n = 0;
 		int rc = parse_u32(p, key, v, HL_CONF_PENDING_LOGINS_MAX, &n);
 		if (rc == 0 && n == 0)
 			rc = perr(p, "%s: must be at least 1", key);
 		if (rc == 0)
-			*(strcmp(key, "max_pending_logins") == 0 ? &c->max_pending_logins
-			                                          : &c->max_pending_logins_per_addr) = n;
+			*cap = n;
 		return rc;
 	}
 	if (strcmp(key, "gateway") == 0) {
@@ -1192,6 +1200,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		fprintf(f, "max_pending_logins = %u\n", c->max_pending_logins);
 	if (c->max_pending_logins_per_addr)
 		fprintf(f, "max_pending_logins_per_addr = %u\n", c->max_pending_logins_per_addr);
+	if (c->max_sessions)
+		fprintf(f, "max_sessions = %u\n", c->max_sessions);
+	if (c->max_sessions_per_addr)
+		fprintf(f, "max_sessions_per_addr = %u\n", c->max_sessions_per_addr);
 	if (c->gateway)
 		fprintf(f, "gateway = %u\n", c->gateway);
 	if (c->n_gateways) {
@@ -1522,6 +1534,14 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "max_pending_logins_per_addr") == 0) {
 			c->max_pending_logins_per_addr = 0;
+			return 0;
+		}
+		if (strcmp(key, "max_sessions") == 0) {
+			c->max_sessions = 0;
+			return 0;
+		}
+		if (strcmp(key, "max_sessions_per_addr") == 0) {
+			c->max_sessions_per_addr = 0;
 			return 0;
 		}
 		return perr(&p, "%s cannot be unset", key);

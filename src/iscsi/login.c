@@ -24,6 +24,8 @@
  */
 static const char why_throttled[] = "CHAP throttled after repeated failures";
 static const char why_chap_wrong[] = "CHAP response does not match";
+/* A session cap refused the login: limits.c logs that once per episode. */
+static const char why_session_cap[] = "a session cap is reached";
 
 void iscsi_login_free(struct iscsi_login *l)
 {
@@ -60,7 +62,7 @@ static int login_fail(struct iscsi_conn *c, uint16_t status, const char *why)
 {
 	struct iscsi_login *l = c->login;
 	struct iscsi_bhs h;
-	bool quiet = why == why_throttled || why == why_chap_wrong;
+	bool quiet = why == why_throttled || why == why_chap_wrong || why == why_session_cap;
 
 	/* rate-limited: anyone can fail logins as fast as they can connect */
 	HL_LOG_RL(quiet ? HL_LOG_DEBUG : HL_LOG_NOTICE, ISCSI_LOG,
@@ -503,9 +505,16 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 	s->port.name = s->port_name;
 	iscsi_scsi_port_ids(c->srv->gateway, s->tpgt, &s->port.rel_port_id, &s->port.tpg_id);
 	s->nexus.port = &s->port;
-	int rc = iscsi_session_register(c->srv, s, l->tsih);
+	const char *cap = NULL;
+	int rc = iscsi_session_register(c->srv, s, l->tsih, &cap);
 	if (rc < 0) {
 		free(s);
+		if (rc == -EUSERS) {
+			/* the server logs the episode once; each refusal at debug level */
+			*why = why_session_cap;
+			HL_DEBUG(ISCSI_LOG, "%s: login refused: %s reached", c->peer_str, cap);
+			return ISCSI_LOGIN_OUT_OF_RESOURCES;
+		}
 		if (rc == -ENOENT && l->tsih) {
 			*why = "the session went away during login";
 			return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;
