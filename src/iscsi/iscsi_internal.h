@@ -166,6 +166,44 @@ struct iscsi_target {
 	bool allow_target_reset; /* TARGET WARM/COLD RESET accepted */
 };
 
+/*
+ * A condition a peer can make come and go (a cap refusing, a portal short of
+ * descriptors): logged once when it starts, and once when it has not
+ * happened for ISCSI_EPISODE_QUIET_S (server_tick notices), with how often
+ * and how long. Ending it at the first success instead let a peer that
+ * hovers at a cap write two lines per connection.
+ */
+#define ISCSI_EPISODE_QUIET_S 10
+struct iscsi_episode {
+	bool on;
+	uint64_t start_ns, last_ns;
+	unsigned long count;
+};
+
+/** It happened (again) at now_ns. @return true when this starts an episode (log it). */
+static inline bool iscsi_episode_hit(struct iscsi_episode *e, uint64_t now_ns)
+{
+	bool starts = !e->on;
+
+	if (starts) {
+		e->on = true;
+		e->start_ns = now_ns;
+		e->count = 0;
+	}
+	e->last_ns = now_ns;
+	e->count++;
+	return starts;
+}
+
+/** @return true once, when it has not happened for ISCSI_EPISODE_QUIET_S (log the end). */
+static inline bool iscsi_episode_over(struct iscsi_episode *e, uint64_t now_ns)
+{
+	if (!e->on || now_ns - e->last_ns < ISCSI_EPISODE_QUIET_S * 1000000000ull)
+		return false;
+	e->on = false;
+	return true;
+}
+
 /* How long a portal stops accepting when the process is out of descriptors. */
 #define ISCSI_ACCEPT_RETRY_MS 100
 #define ISCSI_PEER_BUCKETS    256
@@ -192,14 +230,12 @@ struct iscsi_portal {
 	/* out of descriptors: not watched, retried from a timer (reactors[0] only) */
 	struct hl_timer retry;
 	bool fd_paused;
-	uint64_t fd_paused_ns;
+	struct iscsi_episode fd_short; /* srv->lock: paused for want of descriptors */
 	/* connections accepted here that have not finished login (srv->lock) */
 	struct hl_list pending; /* srv->lock: iscsi_conn.pend_link */
 	unsigned n_pending;
-	bool refusing;         /* srv->lock: the per-source cap refuses connections */
-	unsigned long refused; /* srv->lock: refused in this episode */
-	bool evicting;         /* srv->lock: full: the longest silent connection makes room */
-	unsigned long evicted; /* srv->lock: evicted in this episode */
+	struct iscsi_episode refusing; /* srv->lock: the per-source cap closes connections */
+	struct iscsi_episode evicting; /* srv->lock: full: the least active one makes room */
 };
 
 /*
@@ -249,8 +285,7 @@ struct hl_iscsi_server {
 	struct hl_iscsi_login_limits caps;              /* lock: as configured (0: derived) */
 	struct hl_list peers[ISCSI_PEER_BUCKETS];       /* lock: struct iscsi_peer */
 	unsigned n_sessions, n_disc_sessions;           /* lock: registered */
-	bool sess_refusing;                             /* lock: a session cap refuses logins */
-	unsigned long sess_refused;                     /* lock: ... this many in this episode */
+	struct iscsi_episode sess_refusing;             /* lock: a session cap refuses logins */
 	struct hl_list evict;                           /* lock: conns for their reactor to close */
 	/* descriptors: the limit, the reserve, what connections hold and what the rest does */
 	_Atomic unsigned fd_limit;      /* the soft RLIMIT_NOFILE, refreshed when counting */
@@ -694,6 +729,8 @@ void iscsi_conn_pending_release(struct iscsi_conn *c);
 void iscsi_limits_conn_gone_locked(struct iscsi_conn *c);
 /** Portal p is being removed: no connection counts against it any more (srv->lock held). */
 void iscsi_portal_forget_locked(struct hl_iscsi_server *srv, struct iscsi_portal *p);
+/** Log the end of the episodes that are over (refusing, evicting, short of descriptors). */
+void iscsi_limits_tick(struct hl_iscsi_server *srv, uint64_t now_ns);
 /**
  * May session s register under the session caps (sessions of the same I_T,
  * which it replaces, do not count)? Counts it in. @return 0, or -EUSERS

@@ -244,27 +244,13 @@ static void peer_maybe_free(struct iscsi_peer *e)
 /* ---- connections that have not finished login ---- */
 
 /* c no longer counts as a pending login. Lock held. */
-static void pending_release_locked(struct hl_iscsi_server *srv, struct iscsi_conn *c)
+static void pending_release_locked(struct iscsi_conn *c)
 {
 	struct iscsi_portal *p = c->pend_portal;
 
 	if (p) {
 		hl_list_del(&c->pend_link);
 		p->n_pending--;
-		if (p->evicting) {
-			struct hl_iscsi_limits lim;
-			iscsi_limits_locked(srv, &lim);
-			if (p->n_pending <= lim.caps.max_pending_logins / 2) {
-				char pbuf[80];
-				HL_NOTICE(ISCSI_LOG,
-				          "portal %s: %u connections in login, below the cap again "
-				          "(%lu silent ones evicted to make room)",
-				          hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)),
-				          p->n_pending, p->evicted);
-				p->evicting = false;
-				p->evicted = 0;
-			}
-		}
 	}
 	if (c->pend_peer) {
 		c->pend_peer->n_pending--;
@@ -335,6 +321,7 @@ struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi
 	struct iscsi_peer *e;
 	struct iscsi_conn *victim = NULL;
 	char pbuf[80], abuf[80];
+	uint64_t now = hl_now_ns();
 
 	pthread_mutex_lock(&srv->lock);
 	iscsi_limits_locked(srv, &lim);
@@ -350,26 +337,16 @@ struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi
 		e->n_pending++;
 		p->n_pending++;
 		if (victim) {
-			pending_release_locked(srv, victim);
+			pending_release_locked(victim);
 			hl_list_add_tail(&srv->evict, &victim->evict_link);
 			srv->pending_calls++;
-			if (!p->evicting) {
-				p->evicting = true;
-				HL_WARN(
-				    ISCSI_LOG,
-				    "portal %s: %u connections have not finished login "
-				    "(max_pending_logins %u): closing the one silent longest for "
-				    "each new one",
-				    hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)), p->n_pending,
-				    lim.caps.max_pending_logins);
-			}
-			p->evicted++;
-		}
-		if (p->refusing) {
-			HL_NOTICE(ISCSI_LOG, "portal %s: accepting connections again (%lu refused)",
-			          hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)), p->refused);
-			p->refusing = false;
-			p->refused = 0;
+			if (iscsi_episode_hit(&p->evicting, now))
+				HL_WARN(ISCSI_LOG,
+				        "portal %s: %u connections have not finished login "
+				        "(max_pending_logins %u): closing the one silent longest for "
+				        "each new one",
+				        hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)), p->n_pending,
+				        lim.caps.max_pending_logins);
 		}
 		struct hl_reactor *r = victim ? victim->reactor : NULL;
 		pthread_mutex_unlock(&srv->lock);
@@ -377,18 +354,15 @@ struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi
 			iscsi_call_done(srv); /* stays queued; closed by its own timeout */
 		return e;
 	}
-	p->refused++;
-	if (!p->refusing) {
-		p->refusing = true;
+	if (iscsi_episode_hit(&p->refusing, now)) {
 		hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf));
 		if (e && strcmp(*why, "max_pending_logins_per_addr") == 0)
-			HL_WARN(
-			    ISCSI_LOG,
-			    "portal %s: %s has %u connections that have not finished login "
-			    "(max_pending_logins_per_addr %u); closing its new ones until fewer "
-			    "wait",
-			    pbuf, iscsi_source_str(&e->src, abuf, sizeof(abuf)), e->n_pending,
-			    lim.caps.max_pending_logins_per_addr);
+			HL_WARN(ISCSI_LOG,
+			        "portal %s: %s has %u connections that have not finished login "
+			        "(max_pending_logins_per_addr %u); closing the new ones of every "
+			        "source over it",
+			        pbuf, iscsi_source_str(&e->src, abuf, sizeof(abuf)), e->n_pending,
+			        lim.caps.max_pending_logins_per_addr);
 		else
 			HL_WARN(ISCSI_LOG, "portal %s: %s; closing new connections", pbuf,
 			        strcmp(*why, "no memory") == 0 ? "out of memory"
@@ -421,13 +395,13 @@ void iscsi_conn_pending_release(struct iscsi_conn *c)
 	struct hl_iscsi_server *srv = c->srv;
 
 	pthread_mutex_lock(&srv->lock);
-	pending_release_locked(srv, c);
+	pending_release_locked(c);
 	pthread_mutex_unlock(&srv->lock);
 }
 
 void iscsi_limits_conn_gone_locked(struct iscsi_conn *c)
 {
-	pending_release_locked(c->srv, c);
+	pending_release_locked(c);
 	hl_list_del(&c->evict_link); /* empty unless queued: harmless */
 }
 
@@ -477,24 +451,14 @@ int iscsi_sessions_admit_locked(struct hl_iscsi_server *srv, struct iscsi_sessio
 		cap = lim.caps.max_sessions_per_addr;
 	}
 	if (*why) {
-		srv->sess_refused++;
-		if (!srv->sess_refusing) {
-			srv->sess_refusing = true;
-			HL_WARN(
-			    ISCSI_LOG,
-			    "sessions: %s (%u) reached%s%s; refusing logins with 0x0302 (out of "
-			    "resources) until sessions end",
-			    *why, cap, e ? " by " : "",
-			    e ? iscsi_source_str(&e->src, abuf, sizeof(abuf)) : "");
-		}
+		if (iscsi_episode_hit(&srv->sess_refusing, hl_now_ns()))
+			HL_WARN(ISCSI_LOG,
+			        "sessions: %s (%u) reached%s%s; refusing logins with 0x0302 (out of "
+			        "resources) until sessions end",
+			        *why, cap, e ? " by " : "",
+			        e ? iscsi_source_str(&e->src, abuf, sizeof(abuf)) : "");
 		peer_maybe_free(e);
 		return -EUSERS;
-	}
-	if (srv->sess_refusing) {
-		HL_NOTICE(ISCSI_LOG, "sessions: logging in again (%lu refused at the session caps)",
-		          srv->sess_refused);
-		srv->sess_refusing = false;
-		srv->sess_refused = 0;
 	}
 	s->source = e;
 	if (e)
@@ -513,4 +477,44 @@ void iscsi_sessions_uncount_locked(struct hl_iscsi_server *srv, struct iscsi_ses
 		peer_maybe_free(s->source);
 		s->source = NULL;
 	}
+}
+
+/* ---- the end of an episode ---- */
+
+static double secs(const struct iscsi_episode *e)
+{
+	return (double)(e->last_ns - e->start_ns) / 1e9;
+}
+
+void iscsi_limits_tick(struct hl_iscsi_server *srv, uint64_t now_ns)
+{
+	struct iscsi_portal *p;
+	char pbuf[80];
+
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(p, &srv->portals, link)
+	{
+		hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf));
+		if (iscsi_episode_over(&p->refusing, now_ns))
+			HL_NOTICE(ISCSI_LOG,
+			          "portal %s: no connection closed at max_pending_logins_per_addr for "
+			          "%u s (%lu closed over %.1f s)",
+			          pbuf, ISCSI_EPISODE_QUIET_S, p->refusing.count, secs(&p->refusing));
+		if (iscsi_episode_over(&p->evicting, now_ns))
+			HL_NOTICE(ISCSI_LOG,
+			          "portal %s: no connection evicted for %u s (%lu silent ones evicted "
+			          "to make room over %.1f s)",
+			          pbuf, ISCSI_EPISODE_QUIET_S, p->evicting.count, secs(&p->evicting));
+		if (!p->fd_paused && iscsi_episode_over(&p->fd_short, now_ns))
+			HL_NOTICE(ISCSI_LOG,
+			          "portal %s: accepting again after %.1f s short of descriptors (%lu "
+			          "pauses); none for %u s",
+			          pbuf, secs(&p->fd_short), p->fd_short.count, ISCSI_EPISODE_QUIET_S);
+	}
+	if (iscsi_episode_over(&srv->sess_refusing, now_ns))
+		HL_NOTICE(ISCSI_LOG,
+		          "sessions: no login refused at the session caps for %u s (%lu refused over "
+		          "%.1f s)",
+		          ISCSI_EPISODE_QUIET_S, srv->sess_refusing.count, secs(&srv->sess_refusing));
+	pthread_mutex_unlock(&srv->lock);
 }

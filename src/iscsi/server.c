@@ -432,10 +432,14 @@ static void portal_pause(struct iscsi_portal *p, int err, unsigned in_use, unsig
 	hl_timer_start(hl_reactor_current(), &p->retry, ISCSI_ACCEPT_RETRY_MS);
 	if (p->fd_paused)
 		return;
+	p->fd_paused = true;
+	pthread_mutex_lock(&p->srv->lock);
+	bool starts = iscsi_episode_hit(&p->fd_short, hl_now_ns());
+	pthread_mutex_unlock(&p->srv->lock);
+	if (!starts)
+		return; /* logged when the episode started; its end says how many pauses */
 	struct rlimit rl = {0};
 	getrlimit(RLIMIT_NOFILE, &rl);
-	p->fd_paused = true;
-	p->fd_paused_ns = hl_now_ns();
 	hl_format_sockaddr(&p->addr, buf, sizeof(buf));
 	if (err)
 		HL_WARN(ISCSI_LOG,
@@ -490,12 +494,11 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 		}
 		atomic_fetch_add(&srv->n_conn_fds, 1);
 		if (p->fd_paused) {
-			char buf[80];
+			/* the episode's end is logged by server_tick once it stays away */
 			p->fd_paused = false;
-			HL_NOTICE(ISCSI_LOG,
-			          "portal %s: accepting again after %.1f s without descriptors",
-			          hl_format_sockaddr(&p->addr, buf, sizeof(buf)),
-			          (double)(hl_now_ns() - p->fd_paused_ns) / 1e9);
+			pthread_mutex_lock(&srv->lock);
+			p->fd_short.last_ns = hl_now_ns();
+			pthread_mutex_unlock(&srv->lock);
 		}
 		const char *why = NULL;
 		struct iscsi_peer *pe = iscsi_pending_admit(srv, p, &peer, &why);
@@ -530,12 +533,13 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 	}
 }
 
-/* reactors[0], every second: a CHAP summary that is due (the last one of an episode). */
+/* reactors[0], every second: a CHAP summary that is due, the end of the limits' episodes. */
 static void server_tick(struct hl_timer *t)
 {
 	struct hl_iscsi_server *srv = t->arg;
 
 	iscsi_chap_log(srv);
+	iscsi_limits_tick(srv, hl_now_ns());
 	hl_timer_start(hl_reactor_current(), &srv->tick, 1000);
 }
 

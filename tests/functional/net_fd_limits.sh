@@ -73,6 +73,12 @@ rc=$?
 hl_forget "$INQ"
 [ $rc -eq 0 ] || { cat "$T/inq.out" >&2; hl_fail "iscsi-inq failed (status $rc) after descriptors were freed"; }
 grep -q 'DIRECT_ACCESS' "$T/inq.out" || hl_fail "iscsi-inq printed no INQUIRY data"
+# the episode's end is logged once no pause happened for 10 s (a peer hovering at the
+# reserve cannot make it log two lines per connection)
+for _ in $(seq 1 150); do
+	grep -q 'accepting again after' "$HL_LOG" && break
+	sleep 0.1
+done
 grep -q 'accepting again after' "$HL_LOG" || hl_fail "no log line saying accepting resumed"
 for _ in $(seq 1 100); do
 	hl_alive "$CTLPID" || break
