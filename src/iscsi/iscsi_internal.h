@@ -234,6 +234,7 @@ struct iscsi_portal {
 	/* connections accepted here that have not finished login (srv->lock) */
 	struct hl_list pending; /* srv->lock: iscsi_conn.pend_link */
 	unsigned n_pending;
+	bool removed;           /* srv->lock: forgotten (iscsi_portal_forget_locked), to be freed */
 	struct iscsi_episode refusing; /* srv->lock: the per-source cap closes connections */
 	struct iscsi_episode evicting; /* srv->lock: full: the least active one makes room */
 };

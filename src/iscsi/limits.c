@@ -375,16 +375,19 @@ struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi
 void iscsi_pending_attach_locked(struct iscsi_conn *c, struct iscsi_portal *p, struct iscsi_peer *e,
                                  uint64_t now_ns)
 {
-	c->pend_portal = p;
 	c->pend_peer = e;
 	c->accept_ns = now_ns;
+	if (p->removed)
+		return; /* removed while this one was accepted: it counts for its source only */
+	c->pend_portal = p;
 	hl_list_add_tail(&p->pending, &c->pend_link);
 }
 
 void iscsi_pending_cancel(struct hl_iscsi_server *srv, struct iscsi_portal *p, struct iscsi_peer *e)
 {
 	pthread_mutex_lock(&srv->lock);
-	p->n_pending--;
+	if (!p->removed)
+		p->n_pending--;
 	e->n_pending--;
 	peer_maybe_free(e);
 	pthread_mutex_unlock(&srv->lock);
@@ -415,6 +418,7 @@ void iscsi_portal_forget_locked(struct hl_iscsi_server *srv, struct iscsi_portal
 		c->pend_portal = NULL;
 	}
 	p->n_pending = 0;
+	p->removed = true;
 }
 
 /* ---- logged-in sessions ---- */
