@@ -130,7 +130,10 @@ struct hl_conf_target {
 /* [global] logout_timeout: seconds initiators get to log out on a planned stop */
 #define HL_CONF_LOGOUT_TIMEOUT_DEFAULT 5
 #define HL_CONF_LOGOUT_TIMEOUT_MAX     600
-/* [global] max_pending_logins{,_per_addr}: 1 .. this (unset: HL_ISCSI_MAX_PENDING_LOGINS...) */
+/*
+ * [global] max_pending_logins{,_per_addr}, max_sessions{,_per_addr}: 1 .. this
+ * (unset: derived from the open-file limit, see hl_iscsi_login_limits)
+ */
 #define HL_CONF_PENDING_LOGINS_MAX 1000000
 /* [global] gateway / gateways: ids 1 .. this, at most HL_CONF_GATEWAYS_MAX of them */
 #define HL_CONF_GATEWAY_MAX  255
@@ -149,6 +152,8 @@ struct hl_conf {
 	int logout_timeout;    /* planned stop: seconds to wait for logouts, -1: unset */
 	unsigned max_pending_logins;          /* per portal, 0: unset (the iscsi default) */
 	unsigned max_pending_logins_per_addr; /* per source address, 0: unset */
+	unsigned max_sessions;                /* logged-in sessions, 0: unset */
+	unsigned max_sessions_per_addr;       /* ... per source address, 0: unset */
 	char *discovery_chap_user, *discovery_chap_secret;
 	/*
 	 * Several gateways, one LUN (docs/gateways.md): this gateway's id (its

@@ -48,6 +48,18 @@ struct hl_iscsi_target_config {
 	bool allow_target_reset;
 };
 
+/**
+ * Caps on what initiators hold ([global] keys of hotlun.conf(5)); 0 takes
+ * the default, derived from the open-file limit (hl_iscsi_server_limits
+ * says what applies). A "source" is an IPv4 address or an IPv6 /64.
+ */
+struct hl_iscsi_login_limits {
+	unsigned max_pending_logins;          /* per portal, connections that have not logged in */
+	unsigned max_pending_logins_per_addr; /* ... per source */
+	unsigned max_sessions;                /* logged-in sessions, normal and discovery */
+	unsigned max_sessions_per_addr;       /* ... per source */
+};
+
 /** Server-wide options. */
 struct hl_iscsi_server_config {
 	struct hl_reactor **reactors;  /* caller keeps; connections are spread over them */
@@ -58,9 +70,8 @@ struct hl_iscsi_server_config {
 	struct hl_iscsi_chap discovery_chap;
 	/** Write buffer budget in bytes, 0 = the default (see hl_iscsi_server_set_write_limit). */
 	uint64_t write_buffer_limit;
-	/** Connections that have not finished login, per portal and per source address (0: default). */
-	unsigned max_pending_logins;
-	unsigned max_pending_logins_per_addr;
+	/** Caps on connections and sessions (0: each derived from the open-file limit). */
+	struct hl_iscsi_login_limits limits;
 	/**
 	 * This gateway's id when several gateways serve the same disks
 	 * ([global] gateway, 1..255), 0: a lone gateway. It names the SCSI
@@ -77,9 +88,20 @@ struct hl_iscsi_server_config {
 #define HL_ISCSI_WRITE_LIMIT_DEFAULT_MIN (256ull << 20)
 #define HL_ISCSI_WRITE_LIMIT_DEFAULT_MAX (8ull << 30)
 
-/* Defaults of hl_iscsi_server_config.max_pending_logins{,_per_addr}; see hotlun.conf(5). */
+/*
+ * Defaults of hl_iscsi_login_limits (hotlun.conf(5)), from the room for
+ * connections: the open-file limit less the descriptors kept for the
+ * daemon's own files (hl_iscsi_fd_reserve) and, once
+ * hl_iscsi_server_check_room ran at start, less those the daemon held then
+ * (disks, caches, portals): pending logins a quarter of it per portal
+ * within [16, 1024], 64 per source; sessions half of it (at least 16), an
+ * eighth of them per source within [16, 1024]; discovery sessions at most
+ * an eighth of max_sessions in all.
+ */
 #define HL_ISCSI_MAX_PENDING_LOGINS          1024
 #define HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR 64
+/* An idle discovery session (no PDU but NOP-Outs) is asked to log out, then closed. */
+#define HL_ISCSI_DISCOVERY_IDLE_S 10
 
 /** @return 0 or -errno. */
 int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_iscsi_server **out);
@@ -93,11 +115,38 @@ void hl_iscsi_server_set_discovery_chap(struct hl_iscsi_server *srv,
                                         const struct hl_iscsi_chap *chap);
 
 /**
- * Replace the pending-login caps (0: the default). Any thread; connections
- * already accepted stay, new ones are checked against the new values.
+ * Replace the caps (0: the default). Any thread; connections and sessions
+ * already there stay, new ones are checked against the new values.
  */
-void hl_iscsi_server_set_login_limits(struct hl_iscsi_server *srv, unsigned max_pending,
-                                      unsigned max_pending_per_addr);
+void hl_iscsi_server_set_login_limits(struct hl_iscsi_server *srv,
+                                      const struct hl_iscsi_login_limits *lim);
+
+/** What applies now: the caps (defaults filled in) and the descriptors. */
+struct hl_iscsi_limits {
+	struct hl_iscsi_login_limits caps; /* none 0 */
+	unsigned max_discovery_sessions;   /* an eighth of caps.max_sessions (at least 4) */
+	unsigned fd_limit;                 /* the soft open-file limit */
+	unsigned fd_reserve;               /* hl_iscsi_fd_reserve(fd_limit) */
+};
+
+/** Any thread. */
+void hl_iscsi_server_limits(struct hl_iscsi_server *srv, struct hl_iscsi_limits *out);
+
+/**
+ * Descriptors kept for the daemon's own files under an open-file limit:
+ * portals stop accepting connections when fewer than this many are free,
+ * so the control socket, saveconfig, cache maps and origin reconnects
+ * still get one. max(64, limit / 16), at most half the limit.
+ */
+unsigned hl_iscsi_fd_reserve(unsigned fd_limit);
+
+/**
+ * Count the descriptors open now and log the room left for connections
+ * (limit less those and the reserve), from which the default caps are
+ * derived from now on; a warning when the caps allow more connections than
+ * that. Any thread; at start, once the disks, caches and portals are open.
+ */
+void hl_iscsi_server_check_room(struct hl_iscsi_server *srv);
 
 /** Add a target before or after portals open. @return 0, -EEXIST, -EINVAL, -ENOMEM. */
 int hl_iscsi_target_add(struct hl_iscsi_server *srv, const struct hl_iscsi_target_config *cfg);

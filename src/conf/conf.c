@@ -309,16 +309,23 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 		c->write_buffer_limit = x;
 		return 0;
 	}
-	if (strcmp(key, "max_pending_logins") == 0 ||
-	    strcmp(key, "max_pending_logins_per_addr") == 0) {
+	/* the caps on connections and sessions: 1 and up, or unset (derived) */
+	unsigned *cap = NULL;
+	if (strcmp(key, "max_pending_logins") == 0)
+		cap = &c->max_pending_logins;
+	else if (strcmp(key, "max_pending_logins_per_addr") == 0)
+		cap = &c->max_pending_logins_per_addr;
+	else if (strcmp(key, "max_sessions") == 0)
+		cap = &c->max_sessions;
+	else if (strcmp(key, "max_sessions_per_addr") == 0)
+		cap = &c->max_sessions_per_addr;
+	if (cap) {
 		unsigned n = 0;
 		int rc = parse_u32(p, key, v, HL_CONF_PENDING_LOGINS_MAX, &n);
 		if (rc == 0 && n == 0)
 			rc = conf_perr(p, "%s: must be at least 1", key);
 		if (rc == 0)
-			*(strcmp(key, "max_pending_logins") == 0
-			      ? &c->max_pending_logins
-			      : &c->max_pending_logins_per_addr) = n;
+			*cap = n;
 		return rc;
 	}
 	if (strcmp(key, "gateway") == 0) {

@@ -92,6 +92,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		fprintf(f, "max_pending_logins = %u\n", c->max_pending_logins);
 	if (c->max_pending_logins_per_addr)
 		fprintf(f, "max_pending_logins_per_addr = %u\n", c->max_pending_logins_per_addr);
+	if (c->max_sessions)
+		fprintf(f, "max_sessions = %u\n", c->max_sessions);
+	if (c->max_sessions_per_addr)
+		fprintf(f, "max_sessions_per_addr = %u\n", c->max_sessions_per_addr);
 	if (c->gateway)
 		fprintf(f, "gateway = %u\n", c->gateway);
 	if (c->n_gateways) {
@@ -471,6 +475,14 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "max_pending_logins_per_addr") == 0) {
 			c->max_pending_logins_per_addr = 0;
+			return 0;
+		}
+		if (strcmp(key, "max_sessions") == 0) {
+			c->max_sessions = 0;
+			return 0;
+		}
+		if (strcmp(key, "max_sessions_per_addr") == 0) {
+			c->max_sessions_per_addr = 0;
 			return 0;
 		}
 		return conf_perr(&p, "%s cannot be unset", key);

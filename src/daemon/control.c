@@ -514,13 +514,16 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "log_level", hl_log_level_name(c->log_level));
 		put_str(o, "discovery_chap_user", c->discovery_chap_user);
 		put_secret(o, "discovery_chap_secret", c->discovery_chap_secret);
+		/* the caps in force: the defaults are derived from the open-file limit */
+		struct hl_iscsi_limits lim;
+		hl_iscsi_server_limits(d->server, &lim);
 		json_object_set_new(o, "max_pending_logins",
-				    json_integer(c->max_pending_logins ? c->max_pending_logins
-								      : HL_ISCSI_MAX_PENDING_LOGINS));
+				    json_integer(lim.caps.max_pending_logins));
 		json_object_set_new(o, "max_pending_logins_per_addr",
-				    json_integer(c->max_pending_logins_per_addr
-						     ? c->max_pending_logins_per_addr
-						     : HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR));
+				    json_integer(lim.caps.max_pending_logins_per_addr));
+		json_object_set_new(o, "max_sessions", json_integer(lim.caps.max_sessions));
+		json_object_set_new(o, "max_sessions_per_addr",
+				    json_integer(lim.caps.max_sessions_per_addr));
 		break;
 	}
 	case N_DISK: {

@@ -18,6 +18,7 @@
 
 #include "daemon/caches.h"
 #include "hotlun/conf.h"
+#include "hotlun/iscsi.h"
 #include "hotlun/origin.h"
 #include "hotlun/owner.h"
 #include "hotlun/scsi.h"
@@ -99,6 +100,15 @@ static inline unsigned daemon_logout_timeout(const struct hl_conf *c)
 static inline unsigned daemon_poll_us(const struct hl_conf *c)
 {
 	return c->poll_us < 0 ? HL_CONF_POLL_US_DEFAULT : (unsigned)c->poll_us;
+}
+
+/** conf's caps on connections and sessions for the iSCSI server (0: unset, derived). */
+static inline void daemon_login_limits(const struct hl_conf *c, struct hl_iscsi_login_limits *out)
+{
+	out->max_pending_logins = c->max_pending_logins;
+	out->max_pending_logins_per_addr = c->max_pending_logins_per_addr;
+	out->max_sessions = c->max_sessions;
+	out->max_sessions_per_addr = c->max_sessions_per_addr;
 }
 
 /** conf's discovery CHAP credentials for the iSCSI server (all zero when unset). */

@@ -152,9 +152,6 @@ static int demo_prepare(const char *dir, const char *portal, char **out_text)
 
 /* ---- start and stop ---- */
 
-/* Descriptors the daemon keeps for itself: reactors, rings, workers, control clients, logs. */
-#define NOFILE_RESERVE 64
-
 /*
  * Every session and every disk takes a descriptor; the usual soft limit of
  * 1,024 is far below what a target serves (a config of ~1,010 disks did not
@@ -181,8 +178,11 @@ static void raise_nofile_limit(void)
 			rl.rlim_cur = was;
 		}
 	}
+	/* what portals leave free for the daemon's own files (hl_iscsi_fd_reserve) */
+	unsigned reserve = hl_iscsi_fd_reserve(rl.rlim_cur > UINT32_MAX / 2 ? UINT32_MAX / 2
+	                                                                    : (unsigned)rl.rlim_cur);
 	unsigned long long room =
-	    rl.rlim_cur > NOFILE_RESERVE ? (unsigned long long)(rl.rlim_cur - NOFILE_RESERVE) : 0;
+	    rl.rlim_cur > reserve ? (unsigned long long)(rl.rlim_cur - reserve) : 0;
 	if (rl.rlim_cur != was)
 		HL_NOTICE("daemon",
 			  "open-file limit raised from %llu to %llu (the hard limit): room for about "
@@ -230,8 +230,7 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	sc.n_reactors = d->n_reactors;
 	sc.nop_interval_s = 30;
 	sc.nop_timeout_s = 30;
-	sc.max_pending_logins = loaded->max_pending_logins;
-	sc.max_pending_logins_per_addr = loaded->max_pending_logins_per_addr;
+	daemon_login_limits(loaded, &sc.limits);
 	daemon_discovery_chap(loaded, &sc.discovery_chap);
 	sc.write_buffer_limit = loaded->write_buffer_limit;
 	sc.gateway = (uint16_t)loaded->gateway; /* ALUA: each gateway one target port group */
@@ -296,6 +295,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 		HL_ERR("daemon", "%s", err);
 		return rc;
 	}
+	hl_iscsi_server_check_room(d->server); /* disks and portals are open: what is left */
 	if (print_url && d->conf->n_targets && d->conf->n_portals) {
 		printf("iSCSI target ready: iscsi://%s/%s/0\n", d->conf->portals[0],
 		       d->conf->targets[0].name);

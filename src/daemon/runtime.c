@@ -757,10 +757,11 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 	if (daemon_poll_us(next) != daemon_poll_us(cur))
 		for (unsigned i = 0; i < d->n_reactors; i++)
 			hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(next));
-	if (next->max_pending_logins != cur->max_pending_logins ||
-	    next->max_pending_logins_per_addr != cur->max_pending_logins_per_addr)
-		hl_iscsi_server_set_login_limits(d->server, next->max_pending_logins,
-						 next->max_pending_logins_per_addr);
+	struct hl_iscsi_login_limits nl, cl;
+	daemon_login_limits(next, &nl);
+	daemon_login_limits(cur, &cl);
+	if (memcmp(&nl, &cl, sizeof(nl)) != 0)
+		hl_iscsi_server_set_login_limits(d->server, &nl);
 	/* 6. cache settings that change while running (write-backs: blocking) */
 	int r = daemon_caches_apply(next, err, errlen);
 	if (r)

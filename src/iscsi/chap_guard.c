@@ -1,35 +1,55 @@
 /*
- * chap_guard.c - throttles online CHAP guessing. After
- * CHAP_GUARD_FREE_FAILURES wrong responses in a row from one initiator name
- * or one source address, each further wrong response opens a back-off of
- * 1 s, 2 s, 4 s ... up to 30 s during which every CHAP response from that
- * name or address is refused at once with login status 0x0201
- * (authentication failure) without being checked: a guesser gets one
- * verdict per back-off, and no connection or timer is held meanwhile.
+ * chap_guard.c - throttles online CHAP guessing. What is guessed is a
+ * secret (a target's, or discovery's), so the budget belongs to the secret:
+ * after CHAP_GUARD_FREE_FAILURES wrong responses in a row, each further one
+ * opens a back-off of 1 s, 2 s, 4 s ... up to 30 s during which every CHAP
+ * response for that secret is refused at once with login status 0x0201
+ * (authentication failure), without being checked. Neither the initiator
+ * name nor the source address changes that: an attacker picks both (any
+ * name passes an `allow = ALL` ACL, and one host can bind thousands of
+ * addresses), so a limit per name or per address holds only against an
+ * attacker who does not vary them. Whatever the spread, a secret gets about
+ * 9 checks in the first minute and then one per 30 s.
+ *
+ * Such a budget alone would let anyone lock everybody out by guessing. So a
+ * host that has proved it knows the secret (a right response under its
+ * initiator name from its address, IPv6 counted whole) is remembered as
+ * known and gets a budget of its own, same numbers, that only its own
+ * failures touch: a known host that mistypes is back at once with the right
+ * secret, whatever the guessing around it. A host that has never logged in
+ * (or was forgotten: CHAP_GUARD_KNOWN hosts are remembered, and nothing
+ * across a restart) shares the budget with the guessers. Only a right
+ * response makes a host known, so no guesser can fill or flush that table.
+ *
  * Refusing rather than delaying the answer keeps the reactor and the
  * connection limits out of it; the price is that a right secret sent during
  * a back-off is refused too, which the initiator's normal login retry
- * (seconds) outlasts.
+ * outlasts. Two responses checked at the same time on two reactors could
+ * both slip into a back-off that the first of them opens: a response that
+ * could open one marks its budget as being checked, and the others wait.
  *
- * Names and addresses are tracked separately, so neither rotating names
- * from one host nor one name from many hosts escapes. IPv6 addresses count
- * by /64 (one host can take a whole /64). Both count per secret (the
- * target's, or discovery's): a right response resets that name and that
- * address for that secret only, so knowing one target's secret does not
- * buy more guesses at another's, and a host whose initiator mistyped a
- * secret is back to normal as soon as it logs in. Entries are forgotten
- * CHAP_GUARD_FORGET_S after their last failure; each table has
- * CHAP_GUARD_SLOTS entries and a full table gives up its oldest entry, so
- * memory stays bounded whatever arrives (~64 KiB per server).
+ * A right response resets the host's own budget only: it never gives the
+ * guessers' budget new free tries. Budgets are forgotten CHAP_GUARD_FORGET_S
+ * after their last failure. Memory is fixed (~250 KiB per server): one
+ * budget per secret (open addressing; a slot is reused once its budget is
+ * forgotten, never taken from a live one, and a response for a secret that
+ * finds no slot is refused) and CHAP_GUARD_KNOWN known hosts.
+ *
+ * The guard also decides what is logged: the first CHAP_GUARD_LOG_DETAIL
+ * failures and refusals of an episode one by one, then one summary per
+ * period (10 s, doubling up to 10 min), and one line when the episode ends
+ * (CHAP_GUARD_LOG_QUIET_S without an event). A guesser at thousands of
+ * attempts a second writes a handful of lines, not one per attempt.
  */
 #include "iscsi/chap_guard.h"
 
 #include "hotlun/util.h"
+#include "iscsi/source.h"
 
-#include <netinet/in.h>
 #include <string.h>
 
 #define NS_PER_MS 1000000ull
+#define NS_PER_S  1000000000ull
 
 void chap_guard_init(struct chap_guard *g)
 {
@@ -42,154 +62,292 @@ void chap_guard_fini(struct chap_guard *g)
 	pthread_mutex_destroy(&g->lock);
 }
 
-static uint64_t scope_seed(const char *scope)
+static uint64_t nonzero(uint64_t k)
 {
-	return hl_hash64(scope, strlen(scope), 0x73636f7065);
-}
-
-static uint64_t name_key(const char *scope, const char *name)
-{
-	uint64_t k = hl_hash64(name, strlen(name), scope_seed(scope) ^ 0x6e616d65);
-
 	return k ? k : 1;
 }
 
-static uint64_t addr_key(const char *scope, const struct sockaddr_storage *ss)
+static uint64_t secret_key(const char *scope)
 {
-	uint64_t seed = scope_seed(scope), k = seed;
+	return nonzero(hl_hash64(scope, strlen(scope), 0x73636f7065));
+}
 
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-		k = hl_hash64(&a->sin_addr, sizeof(a->sin_addr), seed ^ 4);
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-		const uint8_t *b = a->sin6_addr.s6_addr;
-		static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+static uint64_t known_key(const char *scope, const char *name, const struct sockaddr_storage *ss)
+{
+	struct iscsi_source src;
+	uint64_t seed = hl_hash64(scope, strlen(scope), 0x6b6e6f776e);
 
-		if (memcmp(b, v4mapped, 12) == 0)
-			k = hl_hash64(b + 12, 4, seed ^ 4); /* the same host as its IPv4 form */
-		else
-			k = hl_hash64(b, 8, seed ^ 6); /* its /64 */
+	seed = hl_hash64(name, strlen(name), seed);
+	iscsi_source_of(ss, true, &src);
+	return nonzero(hl_hash64(src.b, sizeof(src.b), seed));
+}
+
+/* A budget whose last failure is older than CHAP_GUARD_FORGET_S starts afresh. */
+static void maybe_forget(struct chap_guard_budget *b, uint64_t now_ns)
+{
+	if (b->failures && now_ns - b->last_fail_ns > CHAP_GUARD_FORGET_S * NS_PER_S) {
+		b->failures = 0;
+		b->until_ns = 0;
 	}
-	return k ? k : 1;
 }
 
-/* The entry of key in t, or NULL (an expired one is freed on the way). */
-static struct chap_guard_entry *find(struct chap_guard_entry *t, uint64_t key, uint64_t now_ns)
+static bool forgotten(const struct chap_guard_budget *b, uint64_t now_ns)
 {
-	for (size_t i = 0; i < CHAP_GUARD_SLOTS; i++) {
-		if (t[i].key != key)
-			continue;
-		if (now_ns - t[i].last_fail_ns > CHAP_GUARD_FORGET_S * 1000 * NS_PER_MS) {
-			memset(&t[i], 0, sizeof(t[i]));
-			return NULL;
+	return !b->failures || now_ns - b->last_fail_ns > CHAP_GUARD_FORGET_S * NS_PER_S;
+}
+
+/*
+ * The secrets' table, open addressing: a probe from key's home slot stops
+ * at the key or at a slot never used. A slot stays keyed once used (so
+ * probes keep passing it) and is reused by a new secret only once its own
+ * budget is forgotten.
+ */
+static struct chap_guard_budget *secret_find(struct chap_guard *g, uint64_t key, uint64_t now_ns)
+{
+	for (size_t j = 0, i = key % CHAP_GUARD_SECRETS; j < CHAP_GUARD_SECRETS; j++) {
+		struct chap_guard_budget *b = &g->secrets[(i + j) % CHAP_GUARD_SECRETS];
+
+		if (b->key == key) {
+			maybe_forget(b, now_ns);
+			return b;
 		}
-		return &t[i];
+		if (!b->key)
+			return NULL;
 	}
 	return NULL;
 }
 
-/* A slot for key: a free or expired one, else the one whose last failure is oldest. */
-static struct chap_guard_entry *take(struct chap_guard_entry *t, uint64_t key, uint64_t now_ns)
+/* The slot a new secret would take (not yet claimed), or NULL: none free. */
+static struct chap_guard_budget *secret_free_slot(struct chap_guard *g, uint64_t key,
+                                                  uint64_t now_ns)
 {
-	struct chap_guard_entry *e = find(t, key, now_ns), *oldest = &t[0];
+	for (size_t j = 0, i = key % CHAP_GUARD_SECRETS; j < CHAP_GUARD_SECRETS; j++) {
+		struct chap_guard_budget *b = &g->secrets[(i + j) % CHAP_GUARD_SECRETS];
 
-	if (e)
-		return e;
-	for (size_t i = 0; i < CHAP_GUARD_SLOTS; i++) {
-		if (!t[i].key || now_ns - t[i].last_fail_ns > CHAP_GUARD_FORGET_S * 1000 * NS_PER_MS) {
-			oldest = &t[i];
+		if (!b->key || (forgotten(b, now_ns) && !b->checking_ns))
+			return b;
+	}
+	return NULL;
+}
+
+static struct chap_guard_budget *secret_take(struct chap_guard *g, uint64_t key, uint64_t now_ns)
+{
+	struct chap_guard_budget *b = secret_find(g, key, now_ns);
+
+	if (b)
+		return b;
+	b = secret_free_slot(g, key, now_ns);
+	if (b) {
+		memset(b, 0, sizeof(*b));
+		b->key = key;
+	}
+	return b;
+}
+
+static struct chap_guard_budget *known_find(struct chap_guard *g, uint64_t key, uint64_t now_ns)
+{
+	for (size_t i = 0; i < CHAP_GUARD_KNOWN; i++) {
+		if (g->known[i].key == key) {
+			maybe_forget(&g->known[i], now_ns);
+			return &g->known[i];
+		}
+	}
+	return NULL;
+}
+
+/* A slot for a host that just passed: a free one, else the one that passed least recently. */
+static struct chap_guard_budget *known_take(struct chap_guard *g, uint64_t key, uint64_t now_ns)
+{
+	struct chap_guard_budget *b = known_find(g, key, now_ns), *oldest = &g->known[0];
+
+	if (b)
+		return b;
+	for (size_t i = 0; i < CHAP_GUARD_KNOWN; i++) {
+		if (!g->known[i].key) {
+			oldest = &g->known[i];
 			break;
 		}
-		if (t[i].last_fail_ns < oldest->last_fail_ns)
-			oldest = &t[i];
+		if (g->known[i].passed_ns < oldest->passed_ns)
+			oldest = &g->known[i];
 	}
 	memset(oldest, 0, sizeof(*oldest));
 	oldest->key = key;
 	return oldest;
 }
 
-static uint64_t wait_of(const struct chap_guard_entry *e, uint64_t now_ns)
+static uint64_t wait_of(const struct chap_guard_budget *b, uint64_t now_ns)
 {
-	return e && e->until_ns > now_ns ? (e->until_ns - now_ns + NS_PER_MS - 1) / NS_PER_MS : 0;
+	return b && b->until_ns > now_ns ? (b->until_ns - now_ns + NS_PER_MS - 1) / NS_PER_MS : 0;
+}
+
+/* Could one more failure against b open a back-off? */
+static bool next_failure_costs(const struct chap_guard_budget *b)
+{
+	return b && b->failures + 1 >= CHAP_GUARD_FREE_FAILURES;
+}
+
+/* One event (failure, or refusal unchecked) of the episode: log it one by one? Lock held. */
+static bool log_event(struct chap_guard *g, bool failed, const char *scope, const char *initiator,
+                      const struct sockaddr_storage *peer, uint64_t now_ns)
+{
+	struct chap_guard_log *l = &g->log;
+
+	if (!l->active) {
+		memset(l, 0, sizeof(*l));
+		l->active = true;
+		l->start_ns = l->period_start_ns = now_ns;
+		l->period_s = CHAP_GUARD_LOG_PERIOD_S;
+		l->detail_left = CHAP_GUARD_LOG_DETAIL;
+	}
+	l->last_ns = now_ns;
+	hl_strlcpy(l->last_initiator, initiator, sizeof(l->last_initiator));
+	hl_strlcpy(l->last_scope, scope, sizeof(l->last_scope));
+	l->last_peer = *peer;
+	if (failed)
+		l->ep_failed++;
+	else
+		l->ep_thr++;
+	if (l->detail_left) {
+		l->detail_left--;
+		return true;
+	}
+	if (failed)
+		l->quiet_failed++;
+	else
+		l->quiet_thr++;
+	l->ep_quiet++;
+	return false;
 }
 
 bool chap_guard_allow(struct chap_guard *g, const char *scope, const char *initiator,
                       const struct sockaddr_storage *peer, uint64_t now_ns,
                       struct chap_guard_verdict *v)
 {
-	struct chap_guard_entry *n, *a;
-	bool ok;
+	uint64_t sk = secret_key(scope);
+	struct chap_guard_budget *b;
+	bool ok, busy;
 
 	pthread_mutex_lock(&g->lock);
-	n = find(g->names, name_key(scope, initiator), now_ns);
-	a = find(g->addrs, addr_key(scope, peer), now_ns);
-	v->name_failures = n ? n->failures : 0;
-	v->addr_failures = a ? a->failures : 0;
-	/*
-	 * An initiator name is no secret: a name's back-off binds only the
-	 * addresses that failed too. Otherwise anyone could lock a host out by
-	 * guessing under its name; this way the host, from a clean address, is
-	 * still checked (and let in), and each new address an attacker uses
-	 * gets one answer checked before the name's back-off holds it too.
-	 */
-	v->wait_ms = HL_MAX(v->addr_failures ? wait_of(n, now_ns) : 0, wait_of(a, now_ns));
+	b = known_find(g, known_key(scope, initiator, peer), now_ns);
+	v->known = b != NULL;
+	if (!b)
+		b = secret_find(g, sk, now_ns);
+	v->failures = b ? b->failures : 0;
+	v->wait_ms = wait_of(b, now_ns);
+	v->log = false;
+	/* another response that may open a back-off is being checked: wait for its verdict */
+	busy = next_failure_costs(b) && b->checking_ns &&
+	       now_ns - b->checking_ns < CHAP_GUARD_CHECKING_MS * NS_PER_MS;
+	if (busy && !v->wait_ms)
+		v->wait_ms =
+		    (b->checking_ns + CHAP_GUARD_CHECKING_MS * NS_PER_MS - now_ns + NS_PER_MS - 1) /
+		    NS_PER_MS;
 	ok = v->wait_ms == 0;
-	if (!ok)
+	/* a secret that has no budget yet and no slot left for one: refused (fail closed) */
+	if (ok && !b && !secret_free_slot(g, sk, now_ns))
+		ok = false;
+	if (!ok) {
 		g->throttled++;
+		v->log = log_event(g, false, scope, initiator, peer, now_ns);
+	} else if (next_failure_costs(b)) {
+		b->checking_ns = now_ns;
+	}
 	pthread_mutex_unlock(&g->lock);
 	return ok;
 }
 
-/* One more failure for e: its back-off from now (none for the first few). */
-static void count_failure(struct chap_guard_entry *e, uint64_t now_ns)
+/* One more failure for b: its back-off from now (none for the first few). */
+static void count_failure(struct chap_guard_budget *b, uint64_t now_ns)
 {
 	uint64_t delay_ms = 0;
 
-	if (e->failures < UINT32_MAX)
-		e->failures++;
-	e->last_fail_ns = now_ns;
-	if (e->failures >= CHAP_GUARD_FREE_FAILURES) {
-		uint32_t shift = e->failures - CHAP_GUARD_FREE_FAILURES;
+	if (b->failures < UINT32_MAX)
+		b->failures++;
+	b->last_fail_ns = now_ns;
+	b->checking_ns = 0;
+	if (b->failures >= CHAP_GUARD_FREE_FAILURES) {
+		uint32_t shift = b->failures - CHAP_GUARD_FREE_FAILURES;
 
 		delay_ms = shift >= 16 ? CHAP_GUARD_DELAY_MAX_MS
 		                       : HL_MIN((uint64_t)CHAP_GUARD_DELAY_MIN_MS << shift,
 		                                (uint64_t)CHAP_GUARD_DELAY_MAX_MS);
 	}
-	e->until_ns = now_ns + delay_ms * NS_PER_MS;
+	b->until_ns = now_ns + delay_ms * NS_PER_MS;
 }
 
 void chap_guard_failed(struct chap_guard *g, const char *scope, const char *initiator,
                        const struct sockaddr_storage *peer, uint64_t now_ns,
                        struct chap_guard_verdict *v)
 {
-	struct chap_guard_entry *n, *a;
+	struct chap_guard_budget *b;
 
 	pthread_mutex_lock(&g->lock);
 	g->failures++;
-	n = take(g->names, name_key(scope, initiator), now_ns);
-	count_failure(n, now_ns);
-	a = take(g->addrs, addr_key(scope, peer), now_ns);
-	count_failure(a, now_ns);
-	v->name_failures = n->failures;
-	v->addr_failures = a->failures;
-	v->wait_ms = HL_MAX(wait_of(n, now_ns), wait_of(a, now_ns));
+	b = known_find(g, known_key(scope, initiator, peer), now_ns);
+	v->known = b != NULL;
+	if (!b)
+		b = secret_take(g, secret_key(scope), now_ns);
+	if (b)
+		count_failure(b, now_ns);
+	v->failures = b ? b->failures : 0;
+	v->wait_ms = wait_of(b, now_ns);
+	v->log = log_event(g, true, scope, initiator, peer, now_ns);
 	pthread_mutex_unlock(&g->lock);
 }
 
 void chap_guard_passed(struct chap_guard *g, const char *scope, const char *initiator,
-                       const struct sockaddr_storage *peer)
+                       const struct sockaddr_storage *peer, uint64_t now_ns)
 {
-	uint64_t nk = name_key(scope, initiator), ak = addr_key(scope, peer);
+	struct chap_guard_budget *b, *s;
 
 	pthread_mutex_lock(&g->lock);
-	for (size_t i = 0; i < CHAP_GUARD_SLOTS; i++) {
-		if (g->names[i].key == nk)
-			memset(&g->names[i], 0, sizeof(g->names[i]));
-		if (g->addrs[i].key == ak)
-			memset(&g->addrs[i], 0, sizeof(g->addrs[i]));
-	}
+	b = known_take(g, known_key(scope, initiator, peer), now_ns);
+	b->failures = 0;
+	b->until_ns = 0;
+	b->checking_ns = 0;
+	b->passed_ns = now_ns;
+	/* its check is over (it may have come through the secret's budget) */
+	s = secret_find(g, secret_key(scope), now_ns);
+	if (s)
+		s->checking_ns = 0;
 	pthread_mutex_unlock(&g->lock);
+}
+
+bool chap_guard_log_due(struct chap_guard *g, uint64_t now_ns, struct chap_guard_summary *s)
+{
+	struct chap_guard_log *l = &g->log;
+	bool due = false, quiet;
+
+	pthread_mutex_lock(&g->lock);
+	if (!l->active)
+		goto out;
+	quiet = now_ns - l->last_ns >= CHAP_GUARD_LOG_QUIET_S * NS_PER_S;
+	if (!quiet && now_ns - l->period_start_ns < (uint64_t)l->period_s * NS_PER_S)
+		goto out;
+	memset(s, 0, sizeof(*s));
+	s->failed = l->quiet_failed;
+	s->throttled = l->quiet_thr;
+	s->period_s = (uint32_t)((now_ns - l->period_start_ns + NS_PER_S / 2) / NS_PER_S);
+	s->ended = quiet;
+	s->ep_failed = l->ep_failed;
+	s->ep_thr = l->ep_thr;
+	s->ep_s = (l->last_ns - l->start_ns + NS_PER_S / 2) / NS_PER_S;
+	hl_strlcpy(s->initiator, l->last_initiator, sizeof(s->initiator));
+	hl_strlcpy(s->scope, l->last_scope, sizeof(s->scope));
+	s->peer = l->last_peer;
+	due = s->failed || s->throttled;
+	l->quiet_failed = l->quiet_thr = 0;
+	if (quiet) {
+		/* an episode whose every event was logged one by one needs no closing line */
+		due = l->ep_quiet > 0;
+		l->active = false;
+	} else {
+		l->period_start_ns = now_ns;
+		l->period_s = HL_MIN(2 * l->period_s, (uint32_t)CHAP_GUARD_LOG_PERIOD_MAX);
+	}
+out:
+	pthread_mutex_unlock(&g->lock);
+	return due;
 }
 
 void chap_guard_counters(struct chap_guard *g, uint64_t *failures, uint64_t *throttled)

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,8 @@ int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx)
 	         bhs_itt(&rx->bhs), rx->dsl);
 	switch (c->state) {
 	case CONN_LOGIN:
+		/* progress: a full portal evicts the connection that shows the least (server.c) */
+		atomic_store_explicit(&c->login_pdu_ns, hl_now_ns(), memory_order_relaxed);
 		if (op != ISCSI_OP_LOGIN_REQ) {
 			HL_NOTICE(ISCSI_LOG, "%s: %s during login, closing", c->peer_str,
 			          iscsi_opcode_name(op));
@@ -105,6 +108,8 @@ int iscsi_conn_handle_pdu(struct iscsi_conn *c, struct iscsi_rx *rx)
 		}
 		return iscsi_login_handle(c, rx);
 	case CONN_FFP:
+		if (op != ISCSI_OP_NOP_OUT) /* answering pings keeps no discovery session busy */
+			c->active_ns = hl_now_ns();
 		return iscsi_ffp_handle(c, rx);
 	default:
 		return 0; /* logged out or closing: ignore the rest */
@@ -527,6 +532,61 @@ static void nop_tick(struct hl_timer *t)
 	conn_leave(c);
 }
 
+/*
+ * A discovery session has one job (SendTargets); one that sits idle holds a
+ * descriptor for nothing, and an attacker holding hundreds of them took
+ * every descriptor. Idle for HL_ISCSI_DISCOVERY_IDLE_S (no PDU but
+ * NOP-Outs): asked to log out within ISCSI_DISCOVERY_LOGOUT_S (Async
+ * Message, event 1), closed when it is still there ISCSI_DISCOVERY_GRACE_S
+ * later.
+ */
+static void idle_tick(struct hl_timer *t)
+{
+	struct iscsi_conn *c = t->arg;
+	uint64_t now = hl_now_ns(), idle_ns = (uint64_t)HL_ISCSI_DISCOVERY_IDLE_S * 1000000000ull;
+	uint64_t next_ms = 1000;
+
+	conn_enter(c);
+	if (c->state != CONN_FFP || !c->sess || c->sess->type != ISCSI_SESSION_DISCOVERY) {
+		conn_leave(c);
+		return;
+	}
+	if (c->idle_asked_ns) {
+		if (now - c->idle_asked_ns >= (uint64_t)ISCSI_DISCOVERY_GRACE_S * 1000000000ull) {
+			HL_NOTICE_RL(ISCSI_LOG,
+			             "%s: discovery session idle and still there %u s after it was "
+			             "asked to log out; closing",
+			             c->peer_str, ISCSI_DISCOVERY_GRACE_S);
+			iscsi_conn_close(c, "discovery session idle");
+			conn_leave(c);
+			return;
+		}
+	} else if (now - c->active_ns >= idle_ns) {
+		HL_INFO(ISCSI_LOG, "%s: discovery session idle for %u s: asking it to log out",
+		        c->peer_str, HL_ISCSI_DISCOVERY_IDLE_S);
+		if (iscsi_conn_send_async_logout(c, ISCSI_DISCOVERY_LOGOUT_S) == 0)
+			c->idle_asked_ns = now;
+	} else {
+		next_ms = (idle_ns - (now - c->active_ns)) / 1000000ull + 1;
+	}
+	hl_timer_start(c->reactor, &c->idle_timer, next_ms);
+	conn_leave(c);
+}
+
+int iscsi_conn_send_async_logout(struct iscsi_conn *c, uint16_t within_s)
+{
+	struct iscsi_bhs h;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_ASYNC_MSG;
+	h.b[1] = ISCSI_FLAG_FINAL;
+	bhs_set_itt(&h, 0xffffffffu);
+	iscsi_conn_fill_sn(c, &h, true);
+	h.b[36] = ISCSI_ASYNC_LOGOUT_REQUEST;
+	hl_put_be16(&h.b[42], within_s); /* Parameter3: log out within this many seconds */
+	return iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
+}
+
 /* ---- lifetime ---- */
 
 int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool wildcard,
@@ -548,6 +608,8 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	c->local_wildcard = wildcard;
 	c->state = CONN_LOGIN;
 	hl_list_init(&c->srv_link);
+	hl_list_init(&c->pend_link);
+	hl_list_init(&c->evict_link);
 	hl_list_init(&c->txq);
 	hl_list_init(&c->tx_free);
 	hl_list_init(&c->tasks);
@@ -565,6 +627,7 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	hl_timer_init(&c->nop_timer, nop_tick, c);
 	hl_timer_init(&c->wb_timer, iscsi_wb_tick, c);
 	hl_timer_init(&c->rx_timer, rx_resume, c);
+	hl_timer_init(&c->idle_timer, idle_tick, c);
 	if (fd >= 0) {
 		sl = sizeof(c->local);
 		getsockname(fd, (struct sockaddr *)&c->local, &sl);
@@ -624,6 +687,10 @@ void iscsi_conn_params_applied(struct iscsi_conn *c)
 	iscsi_conn_pending_release(c);
 	if (c->srv->nop_interval_s && c->sess && c->reactor)
 		hl_timer_start(c->reactor, &c->nop_timer, (uint64_t)c->srv->nop_interval_s * 1000);
+	if (c->sess && c->sess->type == ISCSI_SESSION_DISCOVERY && c->reactor) {
+		c->active_ns = hl_now_ns();
+		hl_timer_start(c->reactor, &c->idle_timer, HL_ISCSI_DISCOVERY_IDLE_S * 1000);
+	}
 }
 
 void iscsi_conn_close(struct iscsi_conn *c, const char *why)
@@ -638,9 +705,13 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	if (c->fd >= 0) {
 		close(c->fd);
 		c->fd = -1;
+		if (c->fd_counted)
+			atomic_fetch_sub(&c->srv->n_conn_fds, 1);
+		c->fd_counted = false;
 	}
 	hl_timer_stop(&c->login_timer);
 	hl_timer_stop(&c->nop_timer);
+	hl_timer_stop(&c->idle_timer);
 	hl_timer_stop(&c->wb_timer);
 	hl_timer_stop(&c->rx_timer);
 	c->rbuf_off = c->rbuf_len = 0;

@@ -25,6 +25,7 @@
 #include "iscsi/chap_guard.h"
 #include "iscsi/iscsi_text.h"
 #include "iscsi/pdu.h"
+#include "iscsi/source.h"
 
 #define ISCSI_LOG "iscsi"
 /* a socket address, the initiator's and the target's names: the log prefix of a connection */
@@ -166,9 +167,58 @@ struct iscsi_target {
 	bool allow_target_reset; /* TARGET WARM/COLD RESET accepted */
 };
 
+/*
+ * A condition a peer can make come and go (a cap refusing, a portal short of
+ * descriptors): logged once when it starts, and once when it has not
+ * happened for ISCSI_EPISODE_QUIET_S (server_tick notices), with how often
+ * and how long. Ending it at the first success instead let a peer that
+ * hovers at a cap write two lines per connection.
+ */
+#define ISCSI_EPISODE_QUIET_S 10
+struct iscsi_episode {
+	bool on;
+	uint64_t start_ns, last_ns;
+	unsigned long count;
+};
+
+/** It happened (again) at now_ns. @return true when this starts an episode (log it). */
+static inline bool iscsi_episode_hit(struct iscsi_episode *e, uint64_t now_ns)
+{
+	bool starts = !e->on;
+
+	if (starts) {
+		e->on = true;
+		e->start_ns = now_ns;
+		e->count = 0;
+	}
+	e->last_ns = now_ns;
+	e->count++;
+	return starts;
+}
+
+/** @return true once, when it has not happened for ISCSI_EPISODE_QUIET_S (log the end). */
+static inline bool iscsi_episode_over(struct iscsi_episode *e, uint64_t now_ns)
+{
+	if (!e->on || now_ns - e->last_ns < ISCSI_EPISODE_QUIET_S * 1000000000ull)
+		return false;
+	e->on = false;
+	return true;
+}
+
 /* How long a portal stops accepting when the process is out of descriptors. */
 #define ISCSI_ACCEPT_RETRY_MS 100
-#define ISCSI_PENDING_BUCKETS 64
+#define ISCSI_PEER_BUCKETS    256
+/*
+ * Counting the open descriptors (/proc/self/fd) costs ~10 ms at tens of
+ * thousands: near the reserve at most every second, otherwise every 5 s.
+ * (The connections' own are counted exactly; the rest moves slowly, and the
+ * reserve absorbs what it does meanwhile.)
+ */
+#define ISCSI_FD_COUNT_NEAR_MS 1000
+#define ISCSI_FD_COUNT_FAR_MS  5000
+/* An idle discovery session gets this long to log out after it was asked to. */
+#define ISCSI_DISCOVERY_LOGOUT_S 2
+#define ISCSI_DISCOVERY_GRACE_S  5
 
 struct iscsi_portal {
 	struct hl_list link; /* srv->portals */
@@ -181,18 +231,25 @@ struct iscsi_portal {
 	/* out of descriptors: not watched, retried from a timer (reactors[0] only) */
 	struct hl_timer retry;
 	bool fd_paused;
-	uint64_t fd_paused_ns;
+	struct iscsi_episode fd_short; /* srv->lock: paused for want of descriptors */
 	/* connections accepted here that have not finished login (srv->lock) */
+	struct hl_list pending; /* srv->lock: iscsi_conn.pend_link */
 	unsigned n_pending;
-	bool refusing;         /* srv->lock: a pending-login cap refuses connections */
-	unsigned long refused; /* srv->lock: refused in this episode */
+	bool removed;           /* srv->lock: forgotten (iscsi_portal_forget_locked), to be freed */
+	struct iscsi_episode refusing; /* srv->lock: the per-source cap closes connections */
+	struct iscsi_episode evicting; /* srv->lock: full: the least active one makes room */
 };
 
-/* Connections from one source address that have not finished login (srv->lock). */
-struct iscsi_pending_addr {
-	struct hl_list link; /* srv->pending_addrs[] */
-	uint8_t key[17];     /* address family, then the address (port not included) */
-	unsigned n;
+/*
+ * One source (an IPv4 address, an IPv6 /64): its connections that have
+ * not finished login and its logged-in sessions (srv->lock). Freed when
+ * both are 0.
+ */
+struct iscsi_peer {
+	struct hl_list link; /* srv->peers[] */
+	struct iscsi_source src;
+	unsigned n_pending;
+	unsigned n_sessions;
 };
 
 struct hl_iscsi_server {
@@ -227,9 +284,19 @@ struct hl_iscsi_server {
 	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
 	unsigned pending_calls;         /* lock: destroy waits for these */
 	struct iscsi_wbudget wb;        /* its own lock */
-	unsigned max_pending;           /* lock: per portal, connections still in login */
-	unsigned max_pending_per_addr;  /* lock: the same per source address */
-	struct hl_list pending_addrs[ISCSI_PENDING_BUCKETS]; /* lock: iscsi_pending_addr */
+	struct hl_iscsi_login_limits caps;              /* lock: as configured (0: derived) */
+	struct hl_list peers[ISCSI_PEER_BUCKETS];       /* lock: struct iscsi_peer */
+	unsigned n_sessions, n_disc_sessions;           /* lock: registered */
+	struct iscsi_episode sess_refusing;             /* lock: a session cap refuses logins */
+	struct hl_list evict;                           /* lock: conns for their reactor to close */
+	/* descriptors: the limit, the reserve, what connections hold and what the rest does */
+	_Atomic unsigned fd_limit;      /* the soft RLIMIT_NOFILE, refreshed when counting */
+	_Atomic unsigned n_conn_fds;    /* sockets of accepted connections still open */
+	unsigned fd_room_at_start;      /* lock: room for connections once started (0: not yet) */
+	unsigned fd_other;              /* reactors[0]: other open descriptors, last counted */
+	uint64_t fd_other_ns;           /* reactors[0]: when */
+	struct hl_timer tick;           /* reactors[0]: CHAP log summaries, every second */
+	bool tick_on;                   /* reactors[0] */
 };
 
 /* One entry of a connection's send queue: header, data, pad+digest. */
@@ -335,6 +402,7 @@ struct iscsi_session {
 	char portal[64]; /* local address:port */
 	char peer[64];   /* initiator address:port */
 	struct hl_iscsi_negotiated neg; /* what login negotiated */
+	struct iscsi_peer *source;      /* srv->lock: counted in while registered */
 };
 
 enum iscsi_auth_state {
@@ -417,7 +485,16 @@ struct iscsi_conn {
 	enum iscsi_conn_state state;
 	/* counted against the pending-login caps until login ends (srv->lock) */
 	struct iscsi_portal *pend_portal;
-	struct iscsi_pending_addr *pend_addr;
+	struct iscsi_peer *pend_peer;
+	struct hl_list pend_link;       /* srv->lock: pend_portal->pending */
+	uint64_t accept_ns;             /* srv->lock: when it was accepted */
+	_Atomic uint64_t login_pdu_ns;  /* its last login PDU (0: it has sent none) */
+	struct hl_list evict_link;      /* srv->lock: srv->evict while queued there */
+	bool fd_counted;                /* its socket counts in srv->n_conn_fds */
+	/* discovery sessions: the last PDU but a NOP-Out, and the logout asked of it when idle */
+	uint64_t active_ns;
+	uint64_t idle_asked_ns;
+	struct hl_timer idle_timer;
 
 	struct iscsi_rx rx;
 	uint8_t *rbuf;
@@ -525,6 +602,11 @@ void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, u
 int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s);
 /** A WRITE of c whose data is overdue (ISCSI_DATAOUT_TIMEOUT_S), or NULL. Reactor of c. */
 struct iscsi_task *iscsi_dataout_overdue(struct iscsi_conn *c, uint64_t now_ns);
+/**
+ * Send an Async Message asking the initiator to log out within `within_s`
+ * seconds (event 1), whatever the session type. Reactor of c. @return 0, -ENOMEM.
+ */
+int iscsi_conn_send_async_logout(struct iscsi_conn *c, uint16_t within_s);
 /** Time2Wait for Logout Responses (seconds; 0 unless the server is draining). */
 uint16_t iscsi_server_time2wait(struct hl_iscsi_server *srv);
 /** Reject, then close the connection once it is sent when `close_after`. */
@@ -557,6 +639,8 @@ void iscsi_wb_tick(struct hl_timer *tm);
 
 /* ---- login.c ---- */
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/** Log the CHAP summary that is due, if any (chap_guard_log_due). Any thread. */
+void iscsi_chap_log(struct hl_iscsi_server *srv);
 void iscsi_login_free(struct iscsi_login *l);
 
 /* ---- session.c (full feature phase) ---- */
@@ -637,20 +721,63 @@ bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator);
  * reinstatement). want_tsih 0: assign a new TSIH. Otherwise the initiator
  * reinstates the connection of the live session want_tsih (same I_T and
  * CID): that session is closed and the new one takes over its TSIH.
+ * The session caps (max_sessions, its discovery share, max_sessions_per_addr)
+ * count the sessions a reinstatement replaces as gone.
  * @return 0, -ENOENT (no such session: 0x020a), -EBUSY (another CID: too
- * many connections), -ESHUTDOWN.
+ * many connections), -ESHUTDOWN, -EUSERS (a session cap: 0x0302).
  */
 int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
-                           uint16_t want_tsih);
+                           uint16_t want_tsih, const char **why);
+/** Is o a normal session of this I_T nexus (initiator, ISID, target by name)? */
+bool iscsi_same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
+                   const struct iscsi_target *target);
 /** Does a live session want_tsih of this I_T exist? @return 0, -ENOENT or -EBUSY (other CID). */
 int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
                              const uint8_t *isid, const struct iscsi_target *target, uint16_t cid);
 void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s);
 uint64_t iscsi_nexus_id_next(void);
 void iscsi_conn_unlink(struct iscsi_conn *c);
+
+/* ---- limits.c ---- */
+/** Caps as configured (0: derived), the sources' table, the descriptor limit. Before it runs. */
+void iscsi_limits_init(struct hl_iscsi_server *srv, const struct hl_iscsi_login_limits *caps);
+/** The caps in force, defaults filled in (srv->lock held). */
+void iscsi_limits_locked(struct hl_iscsi_server *srv, struct hl_iscsi_limits *out);
+/**
+ * reactors[0]: may a portal take one more connection and still leave the
+ * reserve free? *in_use and *reserve say how many descriptors, for the log.
+ */
+bool iscsi_fd_room(struct hl_iscsi_server *srv, unsigned *in_use, unsigned *reserve);
+/**
+ * Count a new connection from peer on portal p against the pending-login
+ * caps; a full portal evicts its least active pending connection (closed
+ * on its reactor). @return the source's entry, counted, or NULL: refused
+ * (*why names the cap).
+ */
+struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi_portal *p,
+                                       const struct sockaddr_storage *peer, const char **why);
+/** The admitted connection c exists: on p's pending list from now_ns (srv->lock held). */
+void iscsi_pending_attach_locked(struct iscsi_conn *c, struct iscsi_portal *p,
+                                 struct iscsi_peer *e, uint64_t now_ns);
+/** An admitted connection could not be made: give its counts back. */
+void iscsi_pending_cancel(struct hl_iscsi_server *srv, struct iscsi_portal *p,
+                          struct iscsi_peer *e);
 /** The connection finished login or closed: it no longer counts against the pending caps. */
 void iscsi_conn_pending_release(struct iscsi_conn *c);
+/** c is being freed: out of every count and queue here (srv->lock held). */
+void iscsi_limits_conn_gone_locked(struct iscsi_conn *c);
 /** Portal p is being removed: no connection counts against it any more (srv->lock held). */
 void iscsi_portal_forget_locked(struct hl_iscsi_server *srv, struct iscsi_portal *p);
+/** Log the end of the episodes that are over (refusing, evicting, short of descriptors). */
+void iscsi_limits_tick(struct hl_iscsi_server *srv, uint64_t now_ns);
+/**
+ * May session s register under the session caps (sessions of the same I_T,
+ * which it replaces, do not count)? Counts it in. @return 0, or -EUSERS
+ * (*why names the cap). srv->lock held.
+ */
+int iscsi_sessions_admit_locked(struct hl_iscsi_server *srv, struct iscsi_session *s,
+                                const char **why);
+/** s leaves the registry: out of the session counts (srv->lock held). */
+void iscsi_sessions_uncount_locked(struct hl_iscsi_server *srv, struct iscsi_session *s);
 
 #endif

@@ -17,8 +17,15 @@
 
 #define CHAP_CHALLENGE_LEN 16
 
-/* A refusal during a CHAP back-off: its rate-limited warning says it; login_fail stays quiet. */
+/*
+ * CHAP failures and refusals: the guard decides which are logged one by one
+ * (iscsi_chap_log); login_fail stays quiet about them, so a guesser at
+ * thousands of attempts a second writes a few lines and summaries.
+ */
 static const char why_throttled[] = "CHAP throttled after repeated failures";
+static const char why_chap_wrong[] = "CHAP response does not match";
+/* A session cap refused the login: limits.c logs that once per episode. */
+static const char why_session_cap[] = "a session cap is reached";
 
 void iscsi_login_free(struct iscsi_login *l)
 {
@@ -55,17 +62,42 @@ static int login_fail(struct iscsi_conn *c, uint16_t status, const char *why)
 {
 	struct iscsi_login *l = c->login;
 	struct iscsi_bhs h;
+	bool quiet = why == why_throttled || why == why_chap_wrong || why == why_session_cap;
 
-	HL_LOG(why == why_throttled ? HL_LOG_DEBUG : HL_LOG_NOTICE, ISCSI_LOG,
-	       "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
-	       l->initiator_name[0] ? l->initiator_name : "?",
-	       l->target_name[0] ? l->target_name
-	                         : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
-	       status, why);
+	/* rate-limited: anyone can fail logins as fast as they can connect */
+	HL_LOG_RL(quiet ? HL_LOG_DEBUG : HL_LOG_NOTICE, ISCSI_LOG,
+	          "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
+	          l->initiator_name[0] ? l->initiator_name : "?",
+	          l->target_name[0] ? l->target_name
+	                            : (l->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "?"),
+	          status, why);
 	login_rsp_header(c, &h, (uint8_t)(l->cur_stage << 2), status, l->tsih);
 	c->state = CONN_LOGOUT; /* read nothing more; close once the response is out */
 	iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, true);
 	return 0;
+}
+
+void iscsi_chap_log(struct hl_iscsi_server *srv)
+{
+	struct chap_guard_summary s;
+	char peer[80];
+
+	if (!chap_guard_log_due(&srv->chap_guard, hl_now_ns(), &s))
+		return;
+	hl_format_sockaddr(&s.peer, peer, sizeof(peer));
+	if (s.ended)
+		HL_NOTICE(ISCSI_LOG,
+		          "CHAP guessing episode over after %llu s: %llu wrong responses, %llu "
+		          "refused unchecked; the last from %s as '%s' to '%s'",
+		          (unsigned long long)s.ep_s, (unsigned long long)s.ep_failed,
+		          (unsigned long long)s.ep_thr, peer, s.initiator,
+		          s.scope[0] ? s.scope : "discovery");
+	else
+		HL_WARN(ISCSI_LOG,
+		        "CHAP: %llu wrong responses and %llu refused unchecked in the last %u s were "
+		        "not logged one by one; the latest from %s as '%s' to '%s'",
+		        (unsigned long long)s.failed, (unsigned long long)s.throttled, s.period_s, peer,
+		        s.initiator, s.scope[0] ? s.scope : "discovery");
 }
 
 /* Send one piece of the pending response text. */
@@ -351,14 +383,17 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 	}
 	/* Online guessing: in a back-off, refused without a verdict (chap_guard.c). */
 	const char *scope = l->type == ISCSI_SESSION_NORMAL && l->target ? l->target->name : "";
+	struct chap_guard *guard = &c->srv->chap_guard;
 	struct chap_guard_verdict gv;
-	if (!chap_guard_allow(&c->srv->chap_guard, scope, l->initiator_name, &c->peer, hl_now_ns(),
-	                      &gv)) {
-		HL_WARN_RL(ISCSI_LOG,
-		           "%s: CHAP response of '%s' refused unchecked: %u wrong in a row from this "
-		           "initiator, %u from this address; %llu ms of back-off left",
-		           c->peer_str, l->initiator_name, gv.name_failures, gv.addr_failures,
-		           (unsigned long long)gv.wait_ms);
+	if (!chap_guard_allow(guard, scope, l->initiator_name, &c->peer, hl_now_ns(), &gv)) {
+		if (gv.log)
+			HL_WARN(ISCSI_LOG,
+			        "%s: CHAP response of '%s' refused unchecked: %u wrong in a row %s; "
+			        "%llu ms of back-off left",
+			        c->peer_str, l->initiator_name, gv.failures,
+			        gv.known ? "from this host" : "from hosts not known to this secret",
+			        (unsigned long long)gv.wait_ms);
+		iscsi_chap_log(c->srv);
 		*why = why_throttled;
 		return ISCSI_LOGIN_AUTH_FAILED;
 	}
@@ -367,17 +402,27 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 	    iscsi_chap_compute((enum iscsi_chap_alg)l->chap_alg, l->chap_id, chap->secret,
 	                       l->chap_c, l->chap_c_len, want) < 0 ||
 	    !ct_equal(want, got, dlen)) {
-		chap_guard_failed(&c->srv->chap_guard, scope, l->initiator_name, &c->peer,
-		                  hl_now_ns(), &gv);
-		if (gv.wait_ms)
-			HL_WARN_RL(ISCSI_LOG,
-			           "%s: CHAP of '%s' failed (%u in a row from this initiator, %u from "
-			           "this address): its next %llu ms of CHAP responses are refused",
-			           c->peer_str, l->initiator_name, gv.name_failures, gv.addr_failures,
-			           (unsigned long long)gv.wait_ms);
-		*why = "CHAP response does not match";
+		chap_guard_failed(guard, scope, l->initiator_name, &c->peer, hl_now_ns(), &gv);
+		if (gv.log) {
+			char next[80] = "";
+			if (gv.wait_ms)
+				snprintf(next, sizeof(next),
+				         ": the next %llu ms of %s CHAP responses are refused",
+				         (unsigned long long)gv.wait_ms, gv.known ? "its" : "their");
+			/* a warning when it opens a back-off: someone may be guessing */
+			HL_LOG(gv.wait_ms ? HL_LOG_WARN : HL_LOG_NOTICE, ISCSI_LOG,
+			       "%s: CHAP of '%s' to '%s' failed (%u in a row %s)%s", c->peer_str, l->initiator_name, scope[0] ? scope : "discovery",
+			        gv.failures,
+			        gv.known ? "from this host, which logged in before"
+			                 : "from hosts not known to this secret",
+			        next);
+		}
+		iscsi_chap_log(c->srv);
+		*why = why_chap_wrong;
 		return ISCSI_LOGIN_AUTH_FAILED;
 	}
+	/* the secret is known to this host: its own budget from now on, whatever follows */
+	chap_guard_passed(guard, scope, l->initiator_name, &c->peer, hl_now_ns());
 	if (mi || mc) {
 		const struct hl_iscsi_chap *mutual =
 		    l->type == ISCSI_SESSION_NORMAL && l->target ? &l->mutual : NULL;
@@ -412,7 +457,6 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 		    iscsi_textbuf_add(tb, "CHAP_R", hex) < 0)
 			return ISCSI_LOGIN_OUT_OF_RESOURCES;
 	}
-	chap_guard_passed(&c->srv->chap_guard, scope, l->initiator_name, &c->peer);
 	l->auth = AUTH_DONE;
 	return 0;
 }
@@ -449,9 +493,16 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 	/* the numbering REPORT TARGET PORT GROUPS uses for this gateway's peers too */
 	hl_scsi_port_ids(c->srv->gateway, s->tpgt, &s->port.rel_port_id, &s->port.tpg_id);
 	s->nexus.port = &s->port;
-	int rc = iscsi_session_register(c->srv, s, l->tsih);
+	const char *cap = NULL;
+	int rc = iscsi_session_register(c->srv, s, l->tsih, &cap);
 	if (rc < 0) {
 		free(s);
+		if (rc == -EUSERS) {
+			/* the server logs the episode once; each refusal at debug level */
+			*why = why_session_cap;
+			HL_DEBUG(ISCSI_LOG, "%s: login refused: %s reached", c->peer_str, cap);
+			return ISCSI_LOGIN_OUT_OF_RESOURCES;
+		}
 		if (rc == -ENOENT && l->tsih) {
 			*why = "the session went away during login";
 			return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;

@@ -4,17 +4,20 @@
  * robin, the session registry (TSIH, reinstatement) and an orderly
  * shutdown that reaches each reactor through hl_reactor_call and waits.
  *
- * Accepting is where the network can exhaust the process (issue 19):
- * - Out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM), a listening socket
- *   stays readable; retrying at once would spin the reactor. The portal
- *   stops being watched and a timer retries every ISCSI_ACCEPT_RETRY_MS;
- *   the waiting peers sit in the listen backlog meanwhile. One line is
- *   logged when it starts and one when accepting works again.
- * - Connections that have not finished login cost a descriptor and memory
- *   and prove nothing: at most max_pending per portal and
- *   max_pending_per_addr per source address; beyond that a new connection
- *   is closed at once (the peer sees a plain close). Also logged once per
- *   episode.
+ * Accepting is where the network can exhaust the process (issues 19, 24):
+ * - Before each accept the portal asks limits.c whether a descriptor can
+ *   be spent on a connection and still leave the daemon its reserve; if
+ *   not, or when accept itself runs out (EMFILE, ENFILE, ENOBUFS, ENOMEM;
+ *   the listening socket stays readable and retrying at once would spin
+ *   the reactor), the portal stops being watched and a timer retries every
+ *   ISCSI_ACCEPT_RETRY_MS; the waiting peers sit in the listen backlog
+ *   meanwhile. One line is logged when it starts and one when accepting
+ *   works again.
+ * - A connection that has not finished login is counted against the
+ *   pending-login caps (limits.c): a source over its cap is closed at once,
+ *   a full portal closes its least active pending connection instead.
+ * - Logged-in sessions are counted against the session caps when they
+ *   register here (limits.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -63,13 +66,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->nop_timeout_s = cfg->nop_timeout_s;
 	srv->gateway = (uint16_t)cfg->gateway;
 	srv->discovery_chap = cfg->discovery_chap;
-	srv->max_pending =
-	    cfg->max_pending_logins ? cfg->max_pending_logins : HL_ISCSI_MAX_PENDING_LOGINS;
-	srv->max_pending_per_addr = cfg->max_pending_logins_per_addr
-	                                ? cfg->max_pending_logins_per_addr
-	                                : HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR;
-	for (unsigned i = 0; i < ISCSI_PENDING_BUCKETS; i++)
-		hl_list_init(&srv->pending_addrs[i]);
+	iscsi_limits_init(srv, &cfg->limits);
 	iscsi_params_limits_default(&srv->lim);
 	chap_guard_init(&srv->chap_guard);
 	iscsi_wb_init(&srv->wb, cfg->write_buffer_limit);
@@ -256,6 +253,7 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
 {
 	hl_list_del(&o->link);
 	o->registered = false;
+	iscsi_sessions_uncount_locked(srv, o);
 	struct kill_req *k = malloc(sizeof(*k));
 	if (k) {
 		k->srv = srv;
@@ -269,8 +267,8 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
 	}
 }
 
-static bool same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
-                    const struct iscsi_target *target)
+bool iscsi_same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
+                   const struct iscsi_target *target)
 {
 	/* by name: a target updated at run time is a new object with the same name */
 	return o->type == ISCSI_SESSION_NORMAL && o->target && target &&
@@ -287,7 +285,7 @@ int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const c
 	pthread_mutex_lock(&srv->lock);
 	hl_list_for_each_entry(o, &srv->sessions, link)
 	{
-		if (o->tsih == tsih && same_it(o, initiator, isid, target)) {
+		if (o->tsih == tsih && iscsi_same_it(o, initiator, isid, target)) {
 			rc = o->cid == cid ? 0 : -EBUSY;
 			break;
 		}
@@ -296,7 +294,8 @@ int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const c
 	return rc;
 }
 
-int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s, uint16_t want_tsih)
+int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s, uint16_t want_tsih,
+                           const char **why)
 {
 	struct iscsi_session *o, *tmp;
 
@@ -306,24 +305,37 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 		return -ESHUTDOWN;
 	}
 	if (want_tsih) {
-		/* connection reinstatement at ERL 0: the old session goes, its TSIH stays */
+		/* the session to reinstate must exist before anything is counted */
 		int rc = -ENOENT;
-		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
+		hl_list_for_each_entry(o, &srv->sessions, link)
 		{
-			if (o->tsih != want_tsih ||
-			    !same_it(o, s->initiator_name, s->isid, s->target))
-				continue;
-			if (o->cid != s->cid) {
-				rc = -EBUSY;
+			if (o->tsih == want_tsih &&
+			    iscsi_same_it(o, s->initiator_name, s->isid, s->target)) {
+				rc = o->cid == s->cid ? 0 : -EBUSY;
 				break;
 			}
-			iscsi_session_kill_locked(srv, o, "connection reinstatement");
-			rc = 0;
-			break;
 		}
 		if (rc < 0) {
 			pthread_mutex_unlock(&srv->lock);
 			return rc;
+		}
+	}
+	/* the caps, before a reinstatement closes anything (the replaced ones do not count) */
+	int crc = iscsi_sessions_admit_locked(srv, s, why);
+	if (crc < 0) {
+		pthread_mutex_unlock(&srv->lock);
+		return crc;
+	}
+	if (want_tsih) {
+		/* connection reinstatement at ERL 0: the old session (checked above) goes, its
+		 * TSIH stays */
+		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
+		{
+			if (o->tsih == want_tsih &&
+			    iscsi_same_it(o, s->initiator_name, s->isid, s->target)) {
+				iscsi_session_kill_locked(srv, o, "connection reinstatement");
+				break;
+			}
 		}
 		s->tsih = want_tsih;
 	} else {
@@ -331,6 +343,7 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 		for (unsigned tries = 0;; tries++) {
 			bool used = false;
 			if (tries > 65536) {
+				iscsi_sessions_uncount_locked(srv, s);
 				pthread_mutex_unlock(&srv->lock);
 				return -EBUSY;
 			}
@@ -351,7 +364,7 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 	if (s->type == ISCSI_SESSION_NORMAL) {
 		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
 		{
-			if (same_it(o, s->initiator_name, s->isid, s->target))
+			if (iscsi_same_it(o, s->initiator_name, s->isid, s->target))
 				iscsi_session_kill_locked(srv, o, "session reinstatement");
 		}
 	}
@@ -390,179 +403,19 @@ void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session 
 	if (s->registered) {
 		hl_list_del(&s->link);
 		s->registered = false;
+		iscsi_sessions_uncount_locked(srv, s);
 	}
 	pthread_mutex_unlock(&srv->lock);
 }
 
-/* ---- connections that have not finished login ---- */
-
-static void pending_key(const struct sockaddr_storage *ss, uint8_t key[17])
-{
-	memset(key, 0, 17);
-	key[0] = (uint8_t)ss->ss_family;
-	if (ss->ss_family == AF_INET)
-		memcpy(key + 1, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-	else if (ss->ss_family == AF_INET6)
-		memcpy(key + 1, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
-}
-
-/* The source address without its port, for the log. */
-static const char *peer_host(const struct sockaddr_storage *ss, char *buf, size_t len)
-{
-	const void *a = ss->ss_family == AF_INET6
-	                    ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
-	                    : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
-
-	if (!inet_ntop(ss->ss_family, a, buf, (socklen_t)len))
-		hl_strlcpy(buf, "?", len);
-	return buf;
-}
-
-static struct hl_list *pending_bucket(struct hl_iscsi_server *srv, const uint8_t key[17])
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-
-	for (int i = 0; i < 17; i++)
-		h = (h ^ key[i]) * 16777619u;
-	return &srv->pending_addrs[h % ISCSI_PENDING_BUCKETS];
-}
-
-/* The entry of this source address (NULL when none and !create, or ENOMEM). Lock held. */
-static struct iscsi_pending_addr *pending_addr_get(struct hl_iscsi_server *srv,
-                                                   const struct sockaddr_storage *peer, bool create)
-{
-	uint8_t key[17];
-	struct hl_list *b;
-	struct iscsi_pending_addr *a;
-
-	pending_key(peer, key);
-	b = pending_bucket(srv, key);
-	hl_list_for_each_entry(a, b, link)
-	{
-		if (memcmp(a->key, key, sizeof(key)) == 0)
-			return a;
-	}
-	if (!create || !(a = calloc(1, sizeof(*a))))
-		return NULL;
-	memcpy(a->key, key, sizeof(key));
-	hl_list_add_tail(b, &a->link);
-	return a;
-}
-
-static void pending_put_locked(struct iscsi_portal *p, struct iscsi_pending_addr *a)
-{
-	if (p)
-		p->n_pending--;
-	if (a && --a->n == 0) {
-		hl_list_del(&a->link);
-		free(a);
-	}
-}
-
-/*
- * Count a new connection from peer on portal p against the caps.
- * @return the address entry (counted), or NULL: refused (*why says which cap).
- */
-static struct iscsi_pending_addr *pending_admit(struct hl_iscsi_server *srv, struct iscsi_portal *p,
-                                                const struct sockaddr_storage *peer,
-                                                const char **why)
-{
-	struct iscsi_pending_addr *a;
-	char pbuf[80], abuf[80];
-
-	pthread_mutex_lock(&srv->lock);
-	a = pending_addr_get(srv, peer, false);
-	if (p->n_pending >= srv->max_pending) {
-		*why = "max_pending_logins";
-	} else if (a && a->n >= srv->max_pending_per_addr) {
-		*why = "max_pending_logins_per_addr";
-	} else if (!a && !(a = pending_addr_get(srv, peer, true))) {
-		*why = "no memory";
-	} else {
-		a->n++;
-		p->n_pending++;
-		if (p->refusing) {
-			HL_NOTICE(ISCSI_LOG, "portal %s: accepting connections again (%lu refused)",
-			          hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf)), p->refused);
-			p->refusing = false;
-			p->refused = 0;
-		}
-		pthread_mutex_unlock(&srv->lock);
-		return a;
-	}
-	p->refused++;
-	if (!p->refusing) {
-		p->refusing = true;
-		hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf));
-		if (strcmp(*why, "max_pending_logins") == 0)
-			HL_WARN(
-			    ISCSI_LOG,
-			    "portal %s: %u connections have not finished login (max_pending_logins "
-			    "%u); closing new ones until fewer wait",
-			    pbuf, p->n_pending, srv->max_pending);
-		else if (a)
-			HL_WARN(
-			    ISCSI_LOG,
-			    "portal %s: %s has %u connections that have not finished login "
-			    "(max_pending_logins_per_addr %u); closing its new ones until fewer "
-			    "wait",
-			    pbuf, peer_host(peer, abuf, sizeof(abuf)), a->n,
-			    srv->max_pending_per_addr);
-		else
-			HL_WARN(ISCSI_LOG, "portal %s: out of memory; closing new connections",
-			        pbuf);
-	}
-	pthread_mutex_unlock(&srv->lock);
-	return NULL;
-}
-
-/* c no longer counts as a pending login. Lock held. */
-static void pending_release_locked(struct iscsi_conn *c)
-{
-	if (c->pend_portal || c->pend_addr)
-		pending_put_locked(c->pend_portal, c->pend_addr);
-	c->pend_portal = NULL;
-	c->pend_addr = NULL;
-}
-
-void iscsi_conn_pending_release(struct iscsi_conn *c)
-{
-	struct hl_iscsi_server *srv = c->srv;
-
-	pthread_mutex_lock(&srv->lock);
-	pending_release_locked(c);
-	pthread_mutex_unlock(&srv->lock);
-}
-
-void hl_iscsi_server_set_login_limits(struct hl_iscsi_server *srv, unsigned max_pending,
-                                      unsigned max_pending_per_addr)
-{
-	pthread_mutex_lock(&srv->lock);
-	srv->max_pending = max_pending ? max_pending : HL_ISCSI_MAX_PENDING_LOGINS;
-	srv->max_pending_per_addr =
-	    max_pending_per_addr ? max_pending_per_addr : HL_ISCSI_MAX_PENDING_LOGINS_PER_ADDR;
-	pthread_mutex_unlock(&srv->lock);
-}
-
-/* A portal goes away: connections still in login stop counting against it. Lock held. */
-void iscsi_portal_forget_locked(struct hl_iscsi_server *srv, struct iscsi_portal *p)
-{
-	struct iscsi_conn *c;
-
-	hl_list_for_each_entry(c, &srv->conns, srv_link)
-	{
-		if (c->pend_portal == p)
-			c->pend_portal = NULL;
-	}
-	p->n_pending = 0;
-}
+/* ---- connections ---- */
 
 void iscsi_conn_unlink(struct iscsi_conn *c)
 {
 	struct hl_iscsi_server *srv = c->srv;
 
 	pthread_mutex_lock(&srv->lock);
-	pending_release_locked(c);
+	iscsi_limits_conn_gone_locked(c);
 	if (!hl_list_empty(&c->srv_link)) {
 		hl_list_del(&c->srv_link);
 		srv->n_conns--;
@@ -590,8 +443,11 @@ static void conn_start_checked(void *arg)
 
 static void portal_accept(struct hl_event *ev, uint32_t revents);
 
-/* Out of descriptors (or memory): stop watching the portal, retry from a timer. */
-static void portal_pause(struct iscsi_portal *p, int err)
+/*
+ * Out of descriptors (err), or into the reserve kept for the daemon (err 0,
+ * in_use of them held): stop watching the portal, retry from a timer.
+ */
+static void portal_pause(struct iscsi_portal *p, int err, unsigned in_use, unsigned reserve)
 {
 	char buf[80];
 
@@ -599,15 +455,26 @@ static void portal_pause(struct iscsi_portal *p, int err)
 	hl_timer_start(hl_reactor_current(), &p->retry, ISCSI_ACCEPT_RETRY_MS);
 	if (p->fd_paused)
 		return;
+	p->fd_paused = true;
+	pthread_mutex_lock(&p->srv->lock);
+	bool starts = iscsi_episode_hit(&p->fd_short, hl_now_ns());
+	pthread_mutex_unlock(&p->srv->lock);
+	if (!starts)
+		return; /* logged when the episode started; its end says how many pauses */
 	struct rlimit rl = {0};
 	getrlimit(RLIMIT_NOFILE, &rl);
-	p->fd_paused = true;
-	p->fd_paused_ns = hl_now_ns();
-	HL_WARN(ISCSI_LOG,
-	        "portal %s: accept: %s (open-file limit %llu); not accepting until a descriptor "
-	        "is free",
-	        hl_format_sockaddr(&p->addr, buf, sizeof(buf)), strerror(err),
-	        (unsigned long long)rl.rlim_cur);
+	hl_format_sockaddr(&p->addr, buf, sizeof(buf));
+	if (err)
+		HL_WARN(ISCSI_LOG,
+		        "portal %s: accept: %s (open-file limit %llu); not accepting until a "
+		        "descriptor is free",
+		        buf, strerror(err), (unsigned long long)rl.rlim_cur);
+	else
+		HL_WARN(ISCSI_LOG,
+		        "portal %s: %u descriptors of the open-file limit %llu in use, the last %u "
+		        "are kept for the daemon (control socket, cache maps, origin reconnects); "
+		        "new connections wait in the listen backlog until some close",
+		        buf, in_use, (unsigned long long)rl.rlim_cur, reserve);
 }
 
 static void portal_retry(struct hl_timer *t)
@@ -628,46 +495,47 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 {
 	struct iscsi_portal *p = ev->arg;
 	struct hl_iscsi_server *srv = p->srv;
+	unsigned in_use, reserve;
 
 	(void)revents;
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
+		if (!iscsi_fd_room(srv, &in_use, &reserve)) {
+			portal_pause(p, 0, in_use, reserve);
+			return;
+		}
 		int fd =
 		    accept4(p->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (accept_out_of_fds(errno))
-				portal_pause(p, errno);
+				portal_pause(p, errno, 0, 0);
 			else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
 			         errno != ECONNABORTED)
 				HL_WARN_RL(ISCSI_LOG, "accept: %s", strerror(errno));
 			return;
 		}
+		atomic_fetch_add(&srv->n_conn_fds, 1);
 		if (p->fd_paused) {
-			char buf[80];
+			/* the episode's end is logged by server_tick once it stays away */
 			p->fd_paused = false;
-			HL_NOTICE(ISCSI_LOG,
-			          "portal %s: accepting again after %.1f s without descriptors",
-			          hl_format_sockaddr(&p->addr, buf, sizeof(buf)),
-			          (double)(hl_now_ns() - p->fd_paused_ns) / 1e9);
+			pthread_mutex_lock(&srv->lock);
+			p->fd_short.last_ns = hl_now_ns();
+			pthread_mutex_unlock(&srv->lock);
 		}
 		const char *why = NULL;
-		struct iscsi_pending_addr *pa = pending_admit(srv, p, &peer, &why);
-		if (!pa) {
+		struct iscsi_peer *pe = iscsi_pending_admit(srv, p, &peer, &why);
+		struct iscsi_conn *c = NULL;
+		if (!pe || iscsi_conn_create(srv, fd, p->tpgt, p->wildcard, &c) < 0) {
+			if (pe)
+				iscsi_pending_cancel(srv, p, pe);
 			close(fd); /* the peer sees a plain close */
+			atomic_fetch_sub(&srv->n_conn_fds, 1);
 			continue;
 		}
-		struct iscsi_conn *c;
-		if (iscsi_conn_create(srv, fd, p->tpgt, p->wildcard, &c) < 0) {
-			pthread_mutex_lock(&srv->lock);
-			pending_put_locked(p, pa);
-			pthread_mutex_unlock(&srv->lock);
-			close(fd);
-			continue;
-		}
+		c->fd_counted = true;
 		pthread_mutex_lock(&srv->lock);
-		c->pend_portal = p;
-		c->pend_addr = pa;
+		iscsi_pending_attach_locked(c, p, pe, hl_now_ns());
 		if (srv->stopping) {
 			pthread_mutex_unlock(&srv->lock);
 			iscsi_conn_close(c, "server stopping");
@@ -688,6 +556,16 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 	}
 }
 
+/* reactors[0], every second: a CHAP summary that is due, the end of the limits' episodes. */
+static void server_tick(struct hl_timer *t)
+{
+	struct hl_iscsi_server *srv = t->arg;
+
+	iscsi_chap_log(srv);
+	iscsi_limits_tick(srv, hl_now_ns());
+	hl_timer_start(hl_reactor_current(), &srv->tick, 1000);
+}
+
 static void portal_arm(void *arg)
 {
 	struct iscsi_portal *p = arg;
@@ -696,6 +574,11 @@ static void portal_arm(void *arg)
 	hl_timer_init(&p->retry, portal_retry, p);
 	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0)
 		HL_ERR(ISCSI_LOG, "cannot watch a portal socket");
+	if (!p->srv->tick_on) {
+		p->srv->tick_on = true;
+		hl_timer_init(&p->srv->tick, server_tick, p->srv);
+		hl_timer_start(hl_reactor_current(), &p->srv->tick, 1000);
+	}
 	iscsi_call_done(p->srv);
 }
 
@@ -830,6 +713,7 @@ int hl_iscsi_portal_add(struct hl_iscsi_server *srv, const char *portal, uint16_
 	p->tpgt = tpgt ? tpgt : 1;
 	p->wildcard = addr_is_wildcard(&p->addr);
 	hl_list_init(&p->link);
+	hl_list_init(&p->pending);
 	if (bound && bound_len)
 		hl_format_sockaddr(&p->addr, bound, bound_len);
 	pthread_mutex_lock(&srv->lock);
@@ -876,6 +760,10 @@ static void portals_quiesce(struct hl_iscsi_server *srv, bool stop_listening)
 			shutdown(p->fd, SHUT_RDWR);
 	}
 	pthread_mutex_unlock(&srv->lock);
+	if (srv->tick_on) {
+		hl_timer_stop(&srv->tick);
+		srv->tick_on = false;
+	}
 	iscsi_call_done(srv);
 }
 

@@ -532,7 +532,10 @@ static void test_same_after_write(void)
 	hl_conf_free(c);
 }
 
-/* [global] max_pending_logins{,_per_addr}: 1..1000000, kept by the writer, unset to 0 (default). */
+/*
+ * [global] max_pending_logins{,_per_addr}, max_sessions{,_per_addr}: 1..1000000, kept by the
+ * writer, unset to 0 (default).
+ */
 static void test_pending_login_keys(void)
 {
 	char err[256];
@@ -560,6 +563,22 @@ static void test_pending_login_keys(void)
 	CU_ASSERT_EQUAL(hl_conf_unset(c, HL_CONF_GLOBAL, NULL, "max_pending_logins", NULL, err,
 				      sizeof(err)), 0);
 	CU_ASSERT_EQUAL(c->max_pending_logins, 0);
+	hl_conf_free(c);
+
+	/* issue 24: the session caps follow the same rules */
+	parse_err("[global]\nmax_sessions = 0\n", "t.conf:2:", "at least 1");
+	c = parse_ok("[global]\nmax_sessions = 300\nmax_sessions_per_addr = 20\n");
+	if (!c)
+		return;
+	CU_ASSERT_EQUAL(hl_conf_dup(c, &d), 0);
+	if (d) {
+		CU_ASSERT_EQUAL(d->max_sessions, 300);
+		CU_ASSERT_EQUAL(d->max_sessions_per_addr, 20);
+		hl_conf_free(d);
+	}
+	CU_ASSERT_EQUAL(hl_conf_unset(c, HL_CONF_GLOBAL, NULL, "max_sessions_per_addr", NULL, err,
+				      sizeof(err)), 0);
+	CU_ASSERT_EQUAL(c->max_sessions_per_addr, 0);
 	hl_conf_free(c);
 }
 
