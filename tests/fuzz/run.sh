@@ -167,7 +167,7 @@ for h in "${harnesses[@]}"; do
 	mkdir -p "$work/bin" "$work/corpus/$name" "$work/artifacts/$name"
 	# shellcheck disable=SC2086 # libs and cflags are word lists by design
 	if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-I "$srcdir/include" -I "$srcdir/src" -I "$cfgdir" $cflags \
+		-D_GNU_SOURCE -I "$srcdir/include" -I "$srcdir/src" -I "$cfgdir" $cflags \
 		"$h" "${srcs[@]}" $libs -o "$bin" 2>"$work/$name.build.log"; then
 		cat "$work/$name.build.log" >&2
 		summary+=("$name: BUILD FAILED")
