@@ -1883,7 +1883,12 @@ static void test_device_truncated(void)
 	CU_ASSERT(f.reads > reads);
 	stats(c, &st);
 	CU_ASSERT(st.passthrough);
-	CU_ASSERT(st.hit_retries >= 1);
+	/*
+	 * Either the read found the short device (a hit retried from the origin)
+	 * or the metadata thread's periodic size check got there first (then the
+	 * read went to the origin in pass-through): seen under a load of 12.
+	 */
+	CU_ASSERT(st.hit_retries >= 1 || st.passthrough_ios >= 1);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
 	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
 	CU_ASSERT(wait_inflight(c, 0));
