@@ -1112,6 +1112,23 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 		}
 		json_object_set_new(o, "read_latency_log2_us", rl);
 		json_object_set_new(o, "write_latency_log2_us", wl);
+		/* reads by where their data came from (hotlun/origin.h, hl_io_source) */
+		static const char *const src_name[HL_IO_SRC_N] = {"uncached", "hit", "partial",
+		                                                  "miss"};
+		json_t *bysrc = json_object(), *nssrc = json_object();
+		for (int k = 0; k < HL_IO_SRC_N; k++) {
+			json_t *a = json_array();
+			for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
+				json_array_append_new(a, json_integer((json_int_t)c.read_src_lat[k][i]));
+			json_object_set_new(bysrc, src_name[k], a);
+			json_object_set_new(nssrc, src_name[k],
+			                    json_integer((json_int_t)c.read_src_ns[k]));
+		}
+		json_object_set_new(o, "read_latency_by_source_log2_us", bysrc);
+		json_object_set_new(o, "read_ns_by_source", nssrc);
+		json_object_set_new(o, "read_ns", json_integer((json_int_t)c.read_ns));
+		json_object_set_new(o, "write_ns", json_integer((json_int_t)c.write_ns));
+		json_object_set_new(o, "latency_recorded", json_boolean(c.timed));
 		if (rt->conf.cache)
 			json_object_set_new(o, "cache", json_string(rt->conf.cache));
 		if (rt->owner)

@@ -33,7 +33,7 @@ struct disk_rt {
 	struct hl_list link;        /* daemon.disks or daemon.retired_disks */
 	struct hl_conf_disk conf;   /* deep copy of the section it was opened from */
 	struct hl_lu *lu;
-	struct hl_origin_counters *counters; /* owned by the counting origin inside lu */
+	struct hl_origin_stats *counters; /* owned by the counting origin inside lu */
 	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
 	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
 };

@@ -504,6 +504,12 @@ static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_s
 	out->passthrough_ios = cnt_get(&s->passthrough_ios);
 	out->promotions = cnt_get(&s->promotions);
 	out->ub_writebacks = cnt_get(&s->ub_writebacks);
+	for (unsigned i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++) {
+		out->origin_read_lat[i] = cnt_get(&s->origin_read_lat[i]);
+		out->origin_write_lat[i] = cnt_get(&s->origin_write_lat[i]);
+	}
+	out->origin_read_ns = cnt_get(&s->origin_read_ns);
+	out->origin_write_ns = cnt_get(&s->origin_write_ns);
 }
 
 /* The most common read-size bucket, rounded up to a power of two, clamped to 4K..1M. */
