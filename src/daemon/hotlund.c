@@ -313,12 +313,14 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 			  PACKAGE_VERSION, d->n_reactors, ctl_path);
 		/* daemon_apply opened every cache and portal synchronously */
 		daemon_service_ready(d);
+		daemon_exporter_start(d);
 	}
 	return rc;
 }
 
 static void stop(struct daemon *d)
 {
+	daemon_exporter_stop(d);
 	daemon_control_stop(d);
 	if (d->server)
 		hl_iscsi_server_destroy(d->server);

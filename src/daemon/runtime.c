@@ -758,6 +758,7 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 	    next->max_pending_logins_per_addr != cur->max_pending_logins_per_addr)
 		hl_iscsi_server_set_login_limits(d->server, next->max_pending_logins,
 						 next->max_pending_logins_per_addr);
+	daemon_exporter_apply(d, cur, next);
 	/* 6. cache settings that change while running (write-backs: blocking) */
 	int r = daemon_caches_apply(next, err, errlen);
 	if (r)
