@@ -440,13 +440,10 @@ int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbp
 static inline unsigned hl_origin_lat_bucket(uint64_t ns)
 {
 	uint64_t us = ns / 1000;
-	unsigned b = 0;
+	/* the bit length of us: one instruction on the I/O path, not a loop */
+	unsigned b = us ? 64u - (unsigned)__builtin_clzll(us) : 0;
 
-	while (us && b < HL_ORIGIN_LAT_BUCKETS - 1) {
-		us >>= 1;
-		b++;
-	}
-	return b;
+	return b < HL_ORIGIN_LAT_BUCKETS - 1 ? b : HL_ORIGIN_LAT_BUCKETS - 1;
 }
 
 /** The live counters of one counting wrapper (opaque; hl_origin_counters_read). */
