@@ -32,8 +32,8 @@ typedef json_t *(*hl_metrics_snapshot_fn)(void *arg);
 
 /** What the endpoint serves and where. */
 struct hl_metrics_config {
-	const char *listen;       /* "ADDRESS:PORT" ("[::1]:9520" for IPv6); copied */
-	struct hl_reactor *r;     /* where snapshot runs; never a data-path reactor */
+	const char *listen;   /* "ADDRESS:PORT" ("[::1]:9520" for IPv6); copied */
+	struct hl_reactor *r; /* where snapshot runs; never a data-path reactor */
 	hl_metrics_snapshot_fn snapshot;
 	void *arg;
 };

@@ -456,23 +456,28 @@ static void print_latency(json_t *disks, json_t *pdisks, json_t *caches, json_t 
 
 	printf("\n%-16s %-22s %10s %8s %8s %8s %8s\n", "latency", "of", "commands", "p50", "p99",
 	       "p99.9", "mean");
-	json_object_foreach(disks, name, disk) {
+	json_object_foreach(disks, name, disk)
+	{
 		json_t *pd = json_object_get(pdisks, name);
 		json_t *by = json_object_get(disk, "read_latency_by_source_log2_us");
 		json_t *pby = json_object_get(pd, "read_latency_by_source_log2_us");
 		json_t *ns = json_object_get(disk, "read_ns_by_source");
 		json_t *pns = json_object_get(pd, "read_ns_by_source");
 		const char *cname = json_string_value(json_object_get(disk, "cache"));
-		json_t *cd = cache_disk(caches, cname, name), *pcd = cache_disk(pcaches, cname, name);
+		json_t *cd = cache_disk(caches, cname, name),
+		       *pcd = cache_disk(pcaches, cname, name);
 
 		if (!by) { /* an older hotlund: every read together */
-			latency_row(name, "read", disk, pd, "read_latency_log2_us", disk, pd, "read_ns");
+			latency_row(name, "read", disk, pd, "read_latency_log2_us", disk, pd,
+			            "read_ns");
 		} else {
 			for (size_t i = 0; i < sizeof(srcs) / sizeof(srcs[0]); i++) {
 				/* the rows' histograms sit one level down: wrap them */
-				json_t *o = json_pack("{s:O}", "h", json_object_get(by, srcs[i][0]));
-				json_t *p = pby ? json_pack("{s:O}", "h", json_object_get(pby, srcs[i][0]))
-				                : NULL;
+				json_t *o =
+				    json_pack("{s:O}", "h", json_object_get(by, srcs[i][0]));
+				json_t *p =
+				    pby ? json_pack("{s:O}", "h", json_object_get(pby, srcs[i][0]))
+				        : NULL;
 				latency_row(name, srcs[i][1], o, p, "h", ns, pns, srcs[i][0]);
 				json_decref(o);
 				json_decref(p);
@@ -559,7 +564,8 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			       hl_format_size(rec, rsz, sizeof(rsz)));
 		printf("\n  reads    %llu%s: %s hits, %s partial, %s misses (%llu of all these "
 		       "sequential, not admitted)\n",
-		       (unsigned long long)reqs, span, pct(jdelta(cache, pc, "read_hits"), reqs, a, sizeof(a)),
+		       (unsigned long long)reqs, span,
+		       pct(jdelta(cache, pc, "read_hits"), reqs, a, sizeof(a)),
 		       pct(jdelta(cache, pc, "read_partial"), reqs, b, sizeof(b)),
 		       pct(jdelta(cache, pc, "read_misses"), reqs, c, sizeof(c)),
 		       (unsigned long long)jdelta(cache, pc, "read_bypass"));
@@ -778,12 +784,11 @@ static const char *const cache_params[] = {"device=", "size=", "block_size=", "a
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",
 					    "mutual_user=", "mutual_secret=",
 					    "allow_target_reset=", NULL};
-static const char *const global_params[] = {
-    "log_level=",          "poll_us=",
-    "write_buffer_limit=", "logout_timeout=",
-    "max_pending_logins=", "max_pending_logins_per_addr=",
-    "discovery_chap_user=", "discovery_chap_secret=", "metrics_listen=",
-    NULL};
+static const char *const global_params[] = {"log_level=",           "poll_us=",
+                                            "write_buffer_limit=",  "logout_timeout=",
+                                            "max_pending_logins=",  "max_pending_logins_per_addr=",
+                                            "discovery_chap_user=", "discovery_chap_secret=",
+                                            "metrics_listen=",      NULL};
 
 static const char *const lun_params[] = {"disk=", NULL};
 

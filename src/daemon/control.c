@@ -1099,7 +1099,7 @@ static json_t *process_json(void)
 	}
 	getrlimit(RLIMIT_NOFILE, &rl);
 	return json_pack("{s:I, s:I}", "open_fds", open_fds, "max_fds",
-			 (json_int_t)(rl.rlim_cur == RLIM_INFINITY ? INT64_MAX : rl.rlim_cur));
+	                 (json_int_t)(rl.rlim_cur == RLIM_INFINITY ? INT64_MAX : rl.rlim_cur));
 }
 
 static void session_target_cb(void *arg, const struct hl_iscsi_session_info *s)
@@ -1154,7 +1154,8 @@ json_t *daemon_stats(struct daemon *d)
 		for (int k = 0; k < HL_IO_SRC_N; k++) {
 			json_t *a = json_array();
 			for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
-				json_array_append_new(a, json_integer((json_int_t)c.read_src_lat[k][i]));
+				json_array_append_new(
+				    a, json_integer((json_int_t)c.read_src_lat[k][i]));
 			json_object_set_new(bysrc, src_name[k], a);
 			json_object_set_new(nssrc, src_name[k],
 			                    json_integer((json_int_t)c.read_src_ns[k]));
@@ -1193,15 +1194,14 @@ json_t *daemon_stats(struct daemon *d)
 	json_t *targets = json_object();
 	for (size_t i = 0; i < d->conf->n_targets; i++)
 		json_object_set_new(targets, d->conf->targets[i].name,
-				    json_pack("{s:i}", "sessions", 0));
+		                    json_pack("{s:i}", "sessions", 0));
 	hl_iscsi_sessions_list(d->server, session_target_cb, targets);
-	return json_pack("{s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:{s:I, s:I}, s:o, s:o}", "version",
-			 PACKAGE_VERSION, "gateway", (int)d->conf->gateway, "disks", disks,
-			 "sessions", n, "session_list", list, "targets", targets, "caches",
-			 daemon_cache_stats_json(), "iscsi", "auth_failures",
-			 (json_int_t)auth.chap_failures, "auth_throttled",
-			 (json_int_t)auth.chap_throttled, "write_buffers", wb, "process",
-			 process_json());
+	return json_pack(
+	    "{s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:{s:I, s:I}, s:o, s:o}", "version",
+	    PACKAGE_VERSION, "gateway", (int)d->conf->gateway, "disks", disks, "sessions", n,
+	    "session_list", list, "targets", targets, "caches", daemon_cache_stats_json(), "iscsi",
+	    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",
+	    (json_int_t)auth.chap_throttled, "write_buffers", wb, "process", process_json());
 }
 
 static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)

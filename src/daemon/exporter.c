@@ -75,8 +75,7 @@ void daemon_exporter_start(struct daemon *d)
 		HL_ERR("daemon", "metrics endpoint: out of memory");
 }
 
-void daemon_exporter_apply(struct daemon *d, const struct hl_conf *cur,
-                           const struct hl_conf *next)
+void daemon_exporter_apply(struct daemon *d, const struct hl_conf *cur, const struct hl_conf *next)
 {
 	const char *a = listen_off(cur->metrics_listen) ? NULL : cur->metrics_listen;
 	const char *b = listen_off(next->metrics_listen) ? NULL : next->metrics_listen;

@@ -56,7 +56,7 @@ static void usage(FILE *f)
 		"      --demo DIR           run a demo target from the built-in configuration,\n"
 		"                           keeping its origin file and state under DIR\n"
 		"      --portal ADDR:PORT   with --demo: where to listen (default 127.0.0.1:3260)\n"
-		"      --metrics ADDR:PORT  with --demo: serve Prometheus metrics there (default: none)\n"
+		"      --metrics ADDR:PORT  with --demo: serve Prometheus metrics there (default off)\n"
 		"  -l, --log-level LEVEL    err, warn, notice (default), info or debug\n"
 		"      --syslog             log to syslog instead of stderr\n"
 		"  -V, --version            print the version and the compiled-in backends\n"

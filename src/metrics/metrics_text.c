@@ -134,8 +134,7 @@ static const struct fam fams[F_N] = {
     [F_DISK_WRITE_LAT] = {"hotlun_disk_write_latency_seconds", "histogram", "WRITE latency"},
     [F_OWN_ALUA] = {"hotlun_disk_alua_state", "gauge",
                     "this gateway's ALUA state for a shared disk (1: the state it is in)"},
-    [F_OWN_IS_OWNER] = {"hotlun_disk_owned", "gauge",
-                        "1 when this gateway owns the shared disk"},
+    [F_OWN_IS_OWNER] = {"hotlun_disk_owned", "gauge", "1 when this gateway owns the shared disk"},
     [F_OWN_OWNER] = {"hotlun_disk_owner_gateway", "gauge",
                      "the gateway id that owns the shared disk, as last seen (0: none)"},
     [F_OWN_EPOCH] = {"hotlun_disk_owner_epoch", "gauge", "the owner's epoch, as last seen"},
@@ -209,8 +208,7 @@ static const struct fam fams[F_N] = {
     [F_TARGET_SESSIONS] = {"hotlun_iscsi_target_sessions", "gauge",
                            "iSCSI sessions logged in to a target"},
     [F_SESSIONS] = {"hotlun_iscsi_sessions", "gauge", "iSCSI sessions (all targets)"},
-    [F_AUTH_FAILURES] = {"hotlun_iscsi_auth_failures_total", "counter",
-                         "wrong CHAP responses"},
+    [F_AUTH_FAILURES] = {"hotlun_iscsi_auth_failures_total", "counter", "wrong CHAP responses"},
     [F_AUTH_THROTTLED] = {"hotlun_iscsi_auth_throttled_total", "counter",
                           "CHAP responses refused unchecked during a back-off"},
     [F_WB_LIMIT] = {"hotlun_iscsi_write_buffer_limit_bytes", "gauge",
@@ -223,8 +221,7 @@ static const struct fam fams[F_N] = {
                    "the most ever held since the start"},
     [F_WB_WAITING] = {"hotlun_iscsi_write_buffer_waiting_commands", "gauge",
                       "WRITEs whose R2Ts wait for budget now"},
-    [F_WB_WAITING_BYTES] = {"hotlun_iscsi_write_buffer_waiting_bytes", "gauge",
-                            "bytes those hold"},
+    [F_WB_WAITING_BYTES] = {"hotlun_iscsi_write_buffer_waiting_bytes", "gauge", "bytes those hold"},
     [F_WB_DEFERRED] = {"hotlun_iscsi_write_buffer_deferred_total", "counter",
                        "WRITEs that had to wait for budget"},
     [F_WB_TASK_SET_FULL] = {"hotlun_iscsi_task_set_full_total", "counter",
@@ -402,8 +399,8 @@ static void origin_kind(const char *uri, char *out, size_t len)
 }
 
 static const char *const alua_states[] = {
-    "active/optimized", "active/non-optimized", "standby", "unavailable", "offline",
-    "transitioning",
+    "active/optimized", "active/non-optimized", "standby", "unavailable",
+    "offline",          "transitioning",
 };
 
 static void render_ownership(struct render *r, const char *disk, json_t *ow)
@@ -424,7 +421,8 @@ static void render_ownership(struct render *r, const char *disk, json_t *ow)
 	counter(r, F_OWN_TAKEOVERS, &l, ow, "takeovers");
 	if (has(ow, "lease_left_ms"))
 		sample_d(r, F_OWN_LEASE, "", &l,
-		         owner ? (double)json_integer_value(json_object_get(ow, "lease_left_ms")) / 1e3
+		         owner ? (double)json_integer_value(json_object_get(ow, "lease_left_ms")) /
+		                     1e3
 		               : 0.0);
 }
 
@@ -536,7 +534,8 @@ static void render_cache(struct render *r, const char *cache, json_t *o)
 	if (has(o, "write_ratio"))
 		sample_d(r, F_CACHE_WRITE_RATIO, "", &l, dbl(o, "write_ratio"));
 	if (has(o, "write_budget_pct"))
-		sample_d(r, F_CACHE_WRITE_BUDGET, "", &l, (double)u64(o, "write_budget_pct") / 100.0);
+		sample_d(r, F_CACHE_WRITE_BUDGET, "", &l,
+		         (double)u64(o, "write_budget_pct") / 100.0);
 	sample_u(r, F_CACHE_PASSTHROUGH, "", &l, json_is_true(json_object_get(o, "passthrough")));
 	counter(r, F_CACHE_PASSTHROUGH_IOS, &l, o, "passthrough_ios");
 	counter(r, F_CACHE_DEV_ERRORS, &l, o, "dev_errors");

@@ -794,7 +794,9 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 			num(&v, ASN_COUNTER64, up ? s->wb_peak : 0);
 			break;
 		case 11:
-			num(&v, ASN_GAUGE, up ? (uint32_t)(s->wb_waiting < UINT32_MAX ? s->wb_waiting : UINT32_MAX) : 0);
+			num(&v, ASN_GAUGE,
+			    up ? (uint32_t)(s->wb_waiting < UINT32_MAX ? s->wb_waiting : UINT32_MAX)
+			       : 0);
 			break;
 		case 12:
 			num(&v, ASN_COUNTER64, up ? s->wb_deferred : 0);

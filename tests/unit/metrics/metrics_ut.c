@@ -26,7 +26,8 @@ static const char *STATS =
     "          \"read_ns_by_source\": {\"hit\": 500000000, \"miss\": 1000000000, \"partial\": 0,"
     "              \"uncached\": 0},"
     "          \"write_latency_log2_us\": [0, 3, 0],"
-    "          \"ownership\": {\"gateway\": 2, \"state\": \"owner\", \"alua\": \"active/optimized\","
+    "          \"ownership\": {\"gateway\": 2, \"state\": \"owner\", \"alua\": "
+    "\"active/optimized\","
     "              \"owner\": 2, \"epoch\": 5, \"transitions\": 3, \"takeovers\": 1,"
     "              \"lease_left_ms\": 2500, \"last\": \"x\"}},"
     "  \"d1\": {\"origin\": \"file:/x/d1\", \"read_cmds\": 0}"
@@ -75,7 +76,8 @@ static void test_counters_and_units(void)
 	CU_ASSERT(has_line(t, "hotlun_disk_read_seconds_total{disk=\"d0\"} 1.5"));
 	CU_ASSERT(has_line(t, "hotlun_disk_info{disk=\"d0\",origin=\"rbd\",cache=\"c0\"} 1"));
 	CU_ASSERT(has_line(t, "hotlun_disk_info{disk=\"d1\",origin=\"file\",cache=\"\"} 1"));
-	CU_ASSERT(has_line(t, "hotlun_cache_reads_total{cache=\"c0\",disk=\"d0\",result=\"hit\"} 5"));
+	CU_ASSERT(
+	    has_line(t, "hotlun_cache_reads_total{cache=\"c0\",disk=\"d0\",result=\"hit\"} 5"));
 	CU_ASSERT(has_line(t, "hotlun_cache_device_written_bytes_total{cache=\"c0\",disk=\"d0\","
 	                      "kind=\"fill\"} 70"));
 	CU_ASSERT(has_line(t, "hotlun_cache_write_budget_ratio{cache=\"c0\"} 0.25"));
@@ -99,9 +101,12 @@ static void test_histograms(void)
 	                      "le=\"2e-06\"} 2"));
 	CU_ASSERT(has_line(t, "hotlun_disk_read_latency_seconds_bucket{disk=\"d0\",source=\"hit\","
 	                      "le=\"+Inf\"} 5"));
-	CU_ASSERT(has_line(t, "hotlun_disk_read_latency_seconds_count{disk=\"d0\",source=\"hit\"} 5"));
-	CU_ASSERT(has_line(t, "hotlun_disk_read_latency_seconds_sum{disk=\"d0\",source=\"hit\"} 0.5"));
-	CU_ASSERT(has_line(t, "hotlun_disk_read_latency_seconds_count{disk=\"d0\",source=\"miss\"} 1"));
+	CU_ASSERT(
+	    has_line(t, "hotlun_disk_read_latency_seconds_count{disk=\"d0\",source=\"hit\"} 5"));
+	CU_ASSERT(
+	    has_line(t, "hotlun_disk_read_latency_seconds_sum{disk=\"d0\",source=\"hit\"} 0.5"));
+	CU_ASSERT(
+	    has_line(t, "hotlun_disk_read_latency_seconds_count{disk=\"d0\",source=\"miss\"} 1"));
 	CU_ASSERT(has_line(t, "hotlun_cache_origin_read_latency_seconds_bucket{cache=\"c0\","
 	                      "disk=\"d0\",le=\"8e-06\"} 0"));
 	CU_ASSERT(has_line(t, "hotlun_cache_origin_read_latency_seconds_count{cache=\"c0\","
@@ -119,7 +124,8 @@ static void test_families_once_and_together(void)
 	char seen[64][128];
 	int n = 0;
 
-	CU_ASSERT_PTR_NOT_NULL_FATAL(strstr(t, "# TYPE hotlun_disk_read_latency_seconds histogram\n"));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(
+	    strstr(t, "# TYPE hotlun_disk_read_latency_seconds histogram\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, "# TYPE hotlun_disk_reads_completed_total counter\n"));
 	CU_ASSERT_PTR_NULL(strstr(strstr(t, "# TYPE hotlun_disk_reads_completed_total") + 1,
 	                          "# TYPE hotlun_disk_reads_completed_total"));
@@ -157,7 +163,8 @@ static void test_escapes_and_absent(void)
 {
 	char *t = render();
 
-	CU_ASSERT_PTR_NOT_NULL(strstr(t, "reason=\"kept 4, dropped 1 (a \\\"quoted\\\" why\\\\)\""));
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(t, "reason=\"kept 4, dropped 1 (a \\\"quoted\\\" why\\\\)\""));
 	CU_ASSERT_PTR_NULL(strstr(t, "hotlun_disk_written_bytes_total{disk=\"d1\"}"));
 	CU_ASSERT(has_line(t, "hotlun_disk_reads_completed_total{disk=\"d1\"} 0"));
 	free(t);

@@ -19,7 +19,7 @@ static char trail[256]; /* "close:NAME " per close, in order */
 
 struct fake {
 	const char *name;
-	int result; /* what every I/O completes with */
+	int result;     /* what every I/O completes with */
 	uint8_t source; /* what it tags reads with, as a cache would (hl_io_source) */
 };
 
