@@ -8,7 +8,9 @@
 # each round a fresh hotlund; printed: the IOPS and hotlund's CPU time per
 # I/O (utime + stime from /proc over the run) of every run, then medians.
 # With CALLGRIND=1 it also counts hotlund's instructions per I/O under
-# valgrind --tool=callgrind, on and off (independent of the machine's load).
+# valgrind --tool=callgrind, on and off (independent of the machine's load),
+# and the counting wrapper's own (tests/bench/count_cost.c: reads through
+# the wrapper alone, no event loop), under callgrind and natively.
 #
 #   tests/bench/metrics_cost.sh   (BUILD=dir; ROUNDS=5; SECONDS_RUN=10; CALLGRIND=1)
 set -euo pipefail
@@ -133,10 +135,35 @@ if [ "${CALLGRIND:-0}" = 1 ]; then
 			ir[$n]=$(callgrind_annotate "$tmp"/cg."$mode"."$n".* 2>/dev/null |
 				sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
 		done
-		# the counting wrapper's own instructions and the clock reads, per I/O
-		own=$(callgrind_annotate "$tmp"/cg."$mode".40000.* 2>/dev/null |
-			awk '/counted\.c:|hl_now_ns|clock_gettime/ { gsub(",", "", $1); s += $1 } END { print s + 0 }')
 		echo "callgrind latency=$mode instructions_20k=${ir[20000]} instructions_40k=${ir[40000]}" \
-			"per_io=$(((ir[40000] - ir[20000]) / 20000)) counting_and_clock_per_io=$((own / 40000))"
+			"per_io=$(((ir[40000] - ir[20000]) / 20000))"
 	done
+fi
+
+if [ "${CALLGRIND:-0}" = 1 ]; then
+	# the wrapper alone: instructions per read (two counts: the slope), and native time
+	libs=$(sed -n 's/^\(LIBISCSI_LIBS\|URING_LIBS\|CRYPTO_LIBS\|JANSSON_LIBS\|RBD_LIBS\) = //p' \
+		"$BUILD/Makefile" | tr '\n' ' ')
+	# shellcheck disable=SC2086
+	cc -O2 -D_GNU_SOURCE -I "$BUILD" -I "$SRC/include" -I "$SRC/src" "$SRC/tests/bench/count_cost.c" \
+		"$BUILD/.libs/libhotlun.a" $libs -lm -pthread -o "$tmp/count_cost"
+	for mode in off on; do
+		for n in 100000 200000; do
+			if [ "$mode" = off ]; then
+				HOTLUN_COUNT_NO_LATENCY=1 valgrind --tool=callgrind \
+					--callgrind-out-file="$tmp/cc.$mode.$n" "$tmp/count_cost" "$n" >/dev/null 2>&1
+			else
+				valgrind --tool=callgrind --callgrind-out-file="$tmp/cc.$mode.$n" \
+					"$tmp/count_cost" "$n" >/dev/null 2>&1
+			fi
+			ir[$n]=$(callgrind_annotate "$tmp/cc.$mode.$n" |
+				sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
+		done
+		echo "count_cost latency=$mode per_io=$(((ir[200000] - ir[100000]) / 100000)) instructions"
+	done
+	if command -v farm-bench >/dev/null; then
+		farm-bench -n 7 --timeout 300 \
+			--vs "env HOTLUN_COUNT_NO_LATENCY=1 $tmp/count_cost 20000000" -- "$tmp/count_cost" 20000000 |
+			grep -E '^(A|B) (user|cpu) s|^A/B cpu'
+	fi
 fi
