@@ -99,7 +99,8 @@ struct eng_counters {
 	uint64_t dev_errors, origin_errors, hit_retries, passthrough_ios;
 	uint64_t promotions;    /* RAM window blocks copied to the SSD */
 	uint64_t ub_writebacks; /* update buffer write-backs completed */
-	/* the origin's latency as the cache sees it (engine_sub_cb): reads, writes */
+	/* the origin's latency as the cache sees it (engine_sub_cb): reads, writes; kept in
+	 * map_ent.st only (hl_cache.st's stay 0: hl_cache_get_stats sums the disks') */
 	uint64_t origin_read_lat[HL_ORIGIN_LAT_BUCKETS], origin_write_lat[HL_ORIGIN_LAT_BUCKETS];
 	uint64_t origin_read_ns, origin_write_ns;
 };
