@@ -182,6 +182,7 @@ struct hl_cache_stats {
 	uint64_t bytes_cache_update; /* part of bytes_cache_write from write-through updates */
 	uint64_t bytes_read_ram;     /* part of bytes_read_cache served by the RAM window */
 	uint64_t window_fills;       /* misses kept in the RAM window instead of the SSD */
+	uint64_t bytes_read_bypass;  /* bytes of the read_bypass requests */
 };
 
 /** What the caller does for one cache block of a request. */

@@ -187,6 +187,13 @@ struct hl_cache_engine_stats {
 	uint64_t passthrough_ios; /* I/Os forwarded untouched while in pass-through */
 	uint64_t promotions;      /* RAM window blocks copied to the SSD */
 	uint64_t ub_writebacks;   /* RAM update buffer write-backs to the device (whole cache) */
+	/*
+	 * The origin as the cache sees it: latency of its reads (misses, fills'
+	 * widening, retries) and write-throughs, in hl_origin_lat_bucket's
+	 * buckets, and their summed time in nanoseconds.
+	 */
+	uint64_t origin_read_lat[HL_ORIGIN_LAT_BUCKETS], origin_write_lat[HL_ORIGIN_LAT_BUCKETS];
+	uint64_t origin_read_ns, origin_write_ns;
 	uint64_t ub_bytes;        /* bytes held by the update buffer now (whole cache) */
 	uint64_t meta_syncs;      /* metadata flushes done (whole cache only) */
 	uint64_t meta_waits;      /* I/Os that waited for a metadata flush (whole cache only) */

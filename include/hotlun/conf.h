@@ -155,6 +155,7 @@ struct hl_conf {
 	unsigned max_sessions;                /* logged-in sessions, 0: unset */
 	unsigned max_sessions_per_addr;       /* ... per source address, 0: unset */
 	char *discovery_chap_user, *discovery_chap_secret;
+	char *metrics_listen;  /* Prometheus endpoint ADDRESS:PORT, NULL: off (docs/metrics.md) */
 	/*
 	 * Several gateways, one LUN (docs/gateways.md): this gateway's id (its
 	 * ALUA target port group), 0: a lone gateway; and the ids of every

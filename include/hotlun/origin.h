@@ -73,6 +73,19 @@ enum hl_io_op {
 #define HL_IO_FUA 0x1u /* write durable before completion */
 
 /**
+ * Where a READ's data came from (hl_origin_io.source): a cache sets it on
+ * the request it completes; the counting wrapper files the read's latency
+ * under it (docs/metrics.md).
+ */
+enum hl_io_source {
+	HL_IO_SRC_UNCACHED = 0, /* no cache looked at it (none, pass-through, not a read) */
+	HL_IO_SRC_HIT,          /* every byte from the cache */
+	HL_IO_SRC_PARTIAL,      /* some bytes from the cache, the rest from the origin */
+	HL_IO_SRC_MISS,         /* every byte from the origin, through the cache */
+	HL_IO_SRC_N,
+};
+
+/**
  * One request. Caller-owned and caller-kept: the memory (and iov) must stay
  * valid until cb runs. Offsets and lengths are in bytes and multiples of the
  * disk's logical block size.
@@ -89,6 +102,8 @@ struct hl_origin_io {
 	void *arg;         /* for the caller */
 	/** COMPARE_AND_WRITE: set by the backend before cb(-EILSEQ). */
 	uint64_t miscompare_offset;
+	/** READ: set by a cache before cb (enum hl_io_source); 0 (uncached) otherwise. */
+	uint8_t source;
 	/* Backend-private scratch, so backends need no allocation per I/O. */
 	uint64_t priv[8];
 };
@@ -421,31 +436,57 @@ int hl_origin_throttle_wrap(struct hl_origin *inner, uint32_t iops, uint32_t mbp
 
 #define HL_ORIGIN_LAT_BUCKETS 24 /* bucket i: latency < 2^i microseconds (last: the rest) */
 
+/** The latency bucket of a request that took ns nanoseconds (see HL_ORIGIN_LAT_BUCKETS). */
+static inline unsigned hl_origin_lat_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	/* the bit length of us: one instruction on the I/O path, not a loop */
+	unsigned b = us ? 64u - (unsigned)__builtin_clzll(us) : 0;
+
+	return b < HL_ORIGIN_LAT_BUCKETS - 1 ? b : HL_ORIGIN_LAT_BUCKETS - 1;
+}
+
+/** The live counters of one counting wrapper (opaque; hl_origin_counters_read). */
+struct hl_origin_stats;
+
 /**
  * Block commands of one disk as the layer above the counting wrapper
- * issued them (hl_origin_count_wrap). Every member is a uint64_t updated
- * atomically; read with hl_origin_counters_read.
+ * issued them (hl_origin_count_wrap): a snapshot summed over the threads
+ * that count (hl_origin_counters_read). Counts and bytes are of completed
+ * commands; a failed read or write counts in *_cmds and errors, not bytes.
  */
 struct hl_origin_counters {
 	uint64_t read_cmds, write_cmds, other_cmds;
 	uint64_t read_bytes, write_bytes;
 	uint64_t errors;
-	uint64_t read_lat[HL_ORIGIN_LAT_BUCKETS];
+	uint64_t read_lat[HL_ORIGIN_LAT_BUCKETS];  /* every read: the sum of read_src_lat */
 	uint64_t write_lat[HL_ORIGIN_LAT_BUCKETS];
+	/* reads by where their data came from (enum hl_io_source) */
+	uint64_t read_src_lat[HL_IO_SRC_N][HL_ORIGIN_LAT_BUCKETS];
+	uint64_t read_src_ns[HL_IO_SRC_N]; /* their summed latency, nanoseconds */
+	uint64_t read_ns, write_ns;        /* summed latency of every read, of every write */
+	bool timed;                        /* latency recorded (off: HOTLUN_COUNT_NO_LATENCY) */
 };
 
 /**
  * Put a counting wrapper on `inner` (which it takes, as hl_origin_wrap):
  * the top of a disk's stack, right under the LU, so it sees every block
- * command for the disk (hits and misses alike) and times it. *counters
- * lives as long as the wrapper. On error the caller keeps inner.
+ * command for the disk (hits and misses alike) and times it. Each thread
+ * counts into its own shard (no shared atomics on the I/O path); readers
+ * sum them. *stats lives as long as the wrapper. The environment variable
+ * HOTLUN_COUNT_NO_LATENCY=1 (for cost measurements, docs/benchmarks.md)
+ * turns the clock and the histograms off. On error the caller keeps inner.
  * @return 0 or -ENOMEM.
  */
 int hl_origin_count_wrap(struct hl_origin *inner, struct hl_origin **out,
-                         struct hl_origin_counters **counters);
+                         struct hl_origin_stats **stats);
 
-/** A consistent-enough snapshot of c (each counter read atomically). Any thread. */
-void hl_origin_counters_read(const struct hl_origin_counters *c, struct hl_origin_counters *out);
+/**
+ * A snapshot of s, summed over its shards. Each counter is read atomically,
+ * not all at one instant: counters of commands completing meanwhile may
+ * differ by those commands. Any thread.
+ */
+void hl_origin_counters_read(const struct hl_origin_stats *s, struct hl_origin_counters *out);
 
 /** The explicit list of compiled-in backends, NULL-terminated (for --version and errors). */
 extern const struct hl_origin_ops *const hl_origin_backends[];

@@ -508,6 +508,132 @@ static const char *pct(uint64_t part, uint64_t whole, char *buf, size_t len)
 	return buf;
 }
 
+/* Bucket i of histogram key in o minus prev's (the same for every view: jdelta's rule). */
+static uint64_t hist_delta(json_t *o, json_t *prev, const char *key, size_t i)
+{
+	json_t *a = json_object_get(o, key), *b = prev ? json_object_get(prev, key) : NULL;
+	uint64_t now = (uint64_t)json_integer_value(json_array_get(a, i));
+	uint64_t then = b ? (uint64_t)json_integer_value(json_array_get(b, i)) : 0;
+
+	return now >= then ? now - then : now;
+}
+
+/*
+ * The q-quantile, in microseconds, of the log2 histogram key (bucket i:
+ * under 2^i us, the last: the rest) of o since prev: interpolated within
+ * its bucket as Prometheus's histogram_quantile() does with the same
+ * buckets (docs/metrics.md), so a terminal and a dashboard agree. *n gets
+ * the count; -1 when it is 0.
+ */
+static double hist_quantile(json_t *o, json_t *prev, const char *key, double q, uint64_t *n)
+{
+	size_t nb = json_array_size(json_object_get(o, key));
+	uint64_t total = 0, run = 0;
+
+	for (size_t i = 0; i < nb; i++)
+		total += hist_delta(o, prev, key, i);
+	*n = total;
+	if (!total)
+		return -1;
+	double rank = q * (double)total;
+	for (size_t i = 0; i < nb; i++) {
+		uint64_t c = hist_delta(o, prev, key, i);
+		double lo = i ? (double)(1ull << (i - 1)) : 0, hi = (double)(1ull << i);
+		if ((double)(run + c) >= rank && c) {
+			if (i + 1 == nb) /* the open last bucket: its lower bound, as +Inf's rule */
+				return lo;
+			return lo + (hi - lo) * (rank - (double)run) / (double)c;
+		}
+		run += c;
+	}
+	return nb > 1 ? (double)(1ull << (nb - 2)) : 0;
+}
+
+/* Microseconds as "850us", "12.3ms", "1.20s"; "-" when negative (no data). */
+static const char *fmt_us(double us, char *buf, size_t len)
+{
+	if (us < 0)
+		snprintf(buf, len, "-");
+	else if (us < 1000)
+		snprintf(buf, len, "%.0fus", us);
+	else if (us < 1e6)
+		snprintf(buf, len, "%.2fms", us / 1e3);
+	else
+		snprintf(buf, len, "%.2fs", us / 1e6);
+	return buf;
+}
+
+/* One latency row: p50, p99, p99.9 and the mean (sum_key in ns; NULL: no mean). */
+static void latency_row(const char *disk, const char *what, json_t *o, json_t *prev,
+                        const char *key, json_t *sums, json_t *psums, const char *sum_key)
+{
+	char p50[16], p99[16], p999[16], mean[16];
+	uint64_t n = 0;
+	double q50 = hist_quantile(o, prev, key, 0.5, &n);
+	double q99 = hist_quantile(o, prev, key, 0.99, &n);
+	double q999 = hist_quantile(o, prev, key, 0.999, &n);
+
+	if (!n)
+		return;
+	fmt_us(sum_key ? (double)jdelta(sums, psums, sum_key) / 1e3 / (double)n : -1, mean,
+	       sizeof(mean));
+	printf("%-16s %-22s %10llu %8s %8s %8s %8s\n", disk, what, (unsigned long long)n,
+	       fmt_us(q50, p50, sizeof(p50)), fmt_us(q99, p99, sizeof(p99)),
+	       fmt_us(q999, p999, sizeof(p999)), mean);
+}
+
+/*
+ * Read latency by where the data came from, write latency, and the
+ * origin's as the cache sees it: a row each that has commands.
+ */
+static void print_latency(json_t *disks, json_t *pdisks, json_t *caches, json_t *pcaches)
+{
+	static const char *const srcs[][2] = {{"hit", "read, cache hit"},
+	                                      {"partial", "read, partly cached"},
+	                                      {"miss", "read, cache miss"},
+	                                      {"uncached", "read, no cache"}};
+	const char *name;
+	json_t *disk;
+
+	printf("\n%-16s %-22s %10s %8s %8s %8s %8s\n", "latency", "of", "commands", "p50", "p99",
+	       "p99.9", "mean");
+	json_object_foreach(disks, name, disk)
+	{
+		json_t *pd = json_object_get(pdisks, name);
+		json_t *by = json_object_get(disk, "read_latency_by_source_log2_us");
+		json_t *pby = json_object_get(pd, "read_latency_by_source_log2_us");
+		json_t *ns = json_object_get(disk, "read_ns_by_source");
+		json_t *pns = json_object_get(pd, "read_ns_by_source");
+		const char *cname = json_string_value(json_object_get(disk, "cache"));
+		json_t *cd = cache_disk(caches, cname, name),
+		       *pcd = cache_disk(pcaches, cname, name);
+
+		if (!by) { /* an older hotlund: every read together */
+			latency_row(name, "read", disk, pd, "read_latency_log2_us", disk, pd,
+			            "read_ns");
+		} else {
+			for (size_t i = 0; i < sizeof(srcs) / sizeof(srcs[0]); i++) {
+				/* the rows' histograms sit one level down: wrap them */
+				json_t *o =
+				    json_pack("{s:O}", "h", json_object_get(by, srcs[i][0]));
+				json_t *p =
+				    pby ? json_pack("{s:O}", "h", json_object_get(pby, srcs[i][0]))
+				        : NULL;
+				latency_row(name, srcs[i][1], o, p, "h", ns, pns, srcs[i][0]);
+				json_decref(o);
+				json_decref(p);
+			}
+		}
+		latency_row(name, "write", disk, pd, "write_latency_log2_us", disk, pd, "write_ns");
+		if (cd) {
+			latency_row(name, "origin read (by cache)", cd, pcd,
+			            "origin_read_latency_log2_us", cd, pcd, "origin_read_ns");
+			latency_row(name, "origin write (by cache)", cd, pcd,
+			            "origin_write_latency_log2_us", cd, pcd, "origin_write_ns");
+		}
+	}
+}
+
 /*
  * The counters as text: a line per disk, a block per cache. With prev (a
  * --watch refresh, secs apart) the numbers are those of the last interval,
@@ -547,6 +673,7 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		                sizeof(a))
 		          : "-");
 	}
+	print_latency(disks, pdisks, caches, pcaches);
 	json_object_foreach(disks, name, disk) {
 		/* several gateways: who owns each shared disk (docs/gateways.md) */
 		json_t *ow = json_object_get(disk, "ownership");
@@ -576,8 +703,10 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		if (rec && rec != bs)
 			printf(" (the reads so far suggest %s blocks)",
 			       hl_format_size(rec, rsz, sizeof(rsz)));
-		printf("\n  reads    %llu%s: %s hits, %s partial, %s misses, %llu bypassed (sequential)\n",
-		       (unsigned long long)reqs, span, pct(jdelta(cache, pc, "read_hits"), reqs, a, sizeof(a)),
+		printf("\n  reads    %llu%s: %s hits, %s partial, %s misses (%llu of all these "
+		       "sequential, not admitted)\n",
+		       (unsigned long long)reqs, span,
+		       pct(jdelta(cache, pc, "read_hits"), reqs, a, sizeof(a)),
 		       pct(jdelta(cache, pc, "read_partial"), reqs, b, sizeof(b)),
 		       pct(jdelta(cache, pc, "read_misses"), reqs, c, sizeof(c)),
 		       (unsigned long long)jdelta(cache, pc, "read_bypass"));
@@ -796,12 +925,11 @@ static const char *const cache_params[] = {"device=", "size=", "block_size=", "a
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",
 					    "mutual_user=", "mutual_secret=",
 					    "allow_target_reset=", NULL};
-static const char *const global_params[] = {
-    "log_level=",          "poll_us=",
-    "write_buffer_limit=", "logout_timeout=",
-    "max_pending_logins=", "max_pending_logins_per_addr=",
-    "discovery_chap_user=", "discovery_chap_secret=",
-    NULL};
+static const char *const global_params[] = {"log_level=",           "poll_us=",
+                                            "write_buffer_limit=",  "logout_timeout=",
+                                            "max_pending_logins=",  "max_pending_logins_per_addr=",
+                                            "discovery_chap_user=", "discovery_chap_secret=",
+                                            "metrics_listen=",      NULL};
 
 static const char *const lun_params[] = {"disk=", NULL};
 

@@ -258,6 +258,13 @@ static int parse_gateways(struct conf_parser *p, const char *v)
 	return 0;
 }
 
+static int unset_metrics(struct hl_conf *c)
+{
+	free(c->metrics_listen);
+	c->metrics_listen = NULL;
+	return 0;
+}
+
 int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 {
 	struct hl_conf *c = p->conf;
@@ -274,6 +281,18 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 		return conf_set_str(p, &c->state_dir, v);
 	if (strcmp(key, "control_socket") == 0)
 		return conf_set_str(p, &c->control_socket, v);
+	if (strcmp(key, "metrics_listen") == 0) {
+		struct sockaddr_storage ss;
+		unsigned len;
+		if (!strcmp(v, "off") || !strcmp(v, "no") || !strcmp(v, "none"))
+			return unset_metrics(c);
+		if (!strchr(v, ':') || hl_parse_portal(v, 9520, &ss, &len))
+			return conf_perr(p,
+			                 "metrics_listen: '%s' is not ADDRESS:PORT (e.g. "
+			                 "127.0.0.1:9520, [::1]:9520) or off",
+			                 v);
+		return conf_set_str(p, &c->metrics_listen, v);
+	}
 	if (strcmp(key, "log_level") == 0) {
 		int l = hl_log_level_parse(v);
 		if (l < 0)
@@ -951,6 +970,7 @@ void hl_conf_free(struct hl_conf *c)
 	free_strv(c->portals, c->n_portals);
 	free(c->state_dir);
 	free(c->control_socket);
+	free(c->metrics_listen);
 	free(c->discovery_chap_user);
 	conf_free_secret(&c->discovery_chap_secret);
 	for (size_t i = 0; i < c->n_disks; i++)

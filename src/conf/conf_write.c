@@ -72,6 +72,7 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_kv(f, "portal", c->portals[i]);
 	put_opt(f, "state_dir", c->state_dir);
 	put_opt(f, "control_socket", c->control_socket);
+	put_opt(f, "metrics_listen", c->metrics_listen);
 	if (c->log_level >= HL_LOG_ERR && c->log_level <= HL_LOG_DEBUG)
 		put_kv(f, "log_level", levels[c->log_level]);
 	if (c->threads) {
@@ -453,6 +454,8 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			c->poll_us = -1;
 			return 0;
 		}
+		if (strcmp(key, "metrics_listen") == 0)
+			return unset_str(&c->metrics_listen);
 		if (strcmp(key, "write_buffer_limit") == 0) {
 			c->write_buffer_limit = 0;
 			return 0;

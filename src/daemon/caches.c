@@ -324,6 +324,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 	PUT("read_partial", k->read_partial);
 	PUT("read_misses", k->read_misses);
 	PUT("read_bypass", k->read_bypass);
+	PUT("bytes_read_bypass", k->bytes_read_bypass);
 	PUT("admissions", k->admissions);
 	PUT("rejections", k->rejections);
 	PUT("evictions", k->evictions);
@@ -337,6 +338,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 	PUT("bytes_read_ram", k->bytes_read_ram);
 	PUT("bytes_written", k->bytes_written);
 	PUT("bytes_cache_write", k->bytes_cache_write);
+	PUT("bytes_cache_update", k->bytes_cache_update);
 	PUT("window_fills", k->window_fills);
 	PUT("dev_errors", s->dev_errors);
 	PUT("origin_errors", s->origin_errors);
@@ -379,6 +381,12 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		json_array_append_new(bounds, json_integer(i + 1 < HL_CACHE_SIZE_BUCKETS
 		                                               ? (json_int_t)hl_cache_size_bounds[i]
 		                                               : -1));
+	json_object_set_new(o, "origin_read_latency_log2_us",
+	                    u64_array(s->origin_read_lat, HL_ORIGIN_LAT_BUCKETS));
+	json_object_set_new(o, "origin_write_latency_log2_us",
+	                    u64_array(s->origin_write_lat, HL_ORIGIN_LAT_BUCKETS));
+	json_object_set_new(o, "origin_read_ns", json_integer((json_int_t)s->origin_read_ns));
+	json_object_set_new(o, "origin_write_ns", json_integer((json_int_t)s->origin_write_ns));
 	json_object_set_new(o, "io_length_bounds", bounds);
 	json_object_set_new(o, "read_io_length", u64_array(s->read_size, HL_CACHE_SIZE_BUCKETS));
 	json_object_set_new(o, "write_io_length", u64_array(s->write_size, HL_CACHE_SIZE_BUCKETS));

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -504,6 +506,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		json_object_set_new(o, "portal", portals);
 		put_str(o, "state_dir", c->state_dir);
 		put_str(o, "control_socket", c->control_socket);
+		put_str(o, "metrics_listen", c->metrics_listen);
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "logout_timeout", json_integer(daemon_logout_timeout(c)));
@@ -1084,15 +1087,47 @@ static int cmd_takeover(void *ctx, json_t *args, json_t **result, char *err, siz
 	return 0;
 }
 
-static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+/* Descriptors open now and the soft limit: the room left for connections and origins. */
+static json_t *process_json(void)
 {
-	struct daemon *d = ctx;
+	struct rlimit rl = {0};
+	json_int_t open_fds = 0;
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (dir) {
+		while ((e = readdir(dir)))
+			open_fds += e->d_name[0] != '.';
+		closedir(dir);
+		open_fds--; /* the directory's own */
+	}
+	getrlimit(RLIMIT_NOFILE, &rl);
+	return json_pack("{s:I, s:I}", "open_fds", open_fds, "max_fds",
+	                 (json_int_t)(rl.rlim_cur == RLIM_INFINITY ? INT64_MAX : rl.rlim_cur));
+}
+
+static void session_target_cb(void *arg, const struct hl_iscsi_session_info *s)
+{
+	json_t *t = json_object_get(arg, s->target);
+
+	if (t)
+		json_object_set_new(
+		    t, "sessions",
+		    json_integer(json_integer_value(json_object_get(t, "sessions")) + 1));
+}
+
+/*
+ * The stats object: what `stats` answers and what the Prometheus endpoint
+ * renders (one source for hotlunctl, hotlun-snmp and /metrics). Each
+ * cache's counters are read under its lock at once; disks, caches and the
+ * service are read one after the other, so while I/O runs they may be
+ * apart by the commands that completed in between. Control thread.
+ */
+json_t *daemon_stats(struct daemon *d)
+{
 	json_t *disks = json_object();
 	struct disk_rt *rt;
 
-	(void)args;
-	(void)err;
-	(void)errlen;
 	hl_list_for_each_entry(rt, &d->disks, link) {
 		struct hl_origin_counters c;
 		char shown[2200];
@@ -1116,6 +1151,24 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 		}
 		json_object_set_new(o, "read_latency_log2_us", rl);
 		json_object_set_new(o, "write_latency_log2_us", wl);
+		/* reads by where their data came from (hotlun/origin.h, hl_io_source) */
+		static const char *const src_name[HL_IO_SRC_N] = {"uncached", "hit", "partial",
+		                                                  "miss"};
+		json_t *bysrc = json_object(), *nssrc = json_object();
+		for (int k = 0; k < HL_IO_SRC_N; k++) {
+			json_t *a = json_array();
+			for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
+				json_array_append_new(
+				    a, json_integer((json_int_t)c.read_src_lat[k][i]));
+			json_object_set_new(bysrc, src_name[k], a);
+			json_object_set_new(nssrc, src_name[k],
+			                    json_integer((json_int_t)c.read_src_ns[k]));
+		}
+		json_object_set_new(o, "read_latency_by_source_log2_us", bysrc);
+		json_object_set_new(o, "read_ns_by_source", nssrc);
+		json_object_set_new(o, "read_ns", json_integer((json_int_t)c.read_ns));
+		json_object_set_new(o, "write_ns", json_integer((json_int_t)c.write_ns));
+		json_object_set_new(o, "latency_recorded", json_boolean(c.timed));
 		if (rt->conf.cache)
 			json_object_set_new(o, "cache", json_string(rt->conf.cache));
 		if (rt->owner)
@@ -1136,10 +1189,31 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 			       (json_int_t)ws.r2t_deferred, "task_set_full",
 			       (json_int_t)ws.task_set_full, "window_closed",
 			       (json_int_t)ws.window_closed);
-	*result = json_pack("{s:o, s:i, s:o, s:o, s:{s:I, s:I}, s:o}", "disks", disks, "sessions",
-			    n, "session_list", list, "caches", daemon_cache_stats_json(), "iscsi",
-			    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",
-			    (json_int_t)auth.chap_throttled, "write_buffers", wb);
+	/*
+	 * Sessions per target (every configured target, 0 included). More
+	 * service counters (logins, pending logins) go into "iscsi" as the
+	 * iSCSI server exports them (hl_iscsi_*_stats); docs/metrics.md lists
+	 * the ones still to come.
+	 */
+	json_t *targets = json_object();
+	for (size_t i = 0; i < d->conf->n_targets; i++)
+		json_object_set_new(targets, d->conf->targets[i].name,
+		                    json_pack("{s:i}", "sessions", 0));
+	hl_iscsi_sessions_list(d->server, session_target_cb, targets);
+	return json_pack(
+	    "{s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:{s:I, s:I}, s:o, s:o}", "version",
+	    PACKAGE_VERSION, "gateway", (int)d->conf->gateway, "disks", disks, "sessions", n,
+	    "session_list", list, "targets", targets, "caches", daemon_cache_stats_json(), "iscsi",
+	    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",
+	    (json_int_t)auth.chap_throttled, "write_buffers", wb, "process", process_json());
+}
+
+static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	(void)args;
+	*result = daemon_stats(ctx);
+	if (!*result)
+		return daemon_fail(err, errlen, -ENOMEM, "out of memory");
 	return 0;
 }
 

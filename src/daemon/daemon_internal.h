@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "daemon/caches.h"
 #include "hotlun/conf.h"
 #include "hotlun/iscsi.h"
@@ -34,7 +36,7 @@ struct disk_rt {
 	struct hl_list link;        /* daemon.disks or daemon.retired_disks */
 	struct hl_conf_disk conf;   /* deep copy of the section it was opened from */
 	struct hl_lu *lu;
-	struct hl_origin_counters *counters; /* owned by the counting origin inside lu */
+	struct hl_origin_stats *counters; /* owned by the counting origin inside lu */
 	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
 	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
 };
@@ -129,6 +131,34 @@ struct disk_rt *daemon_disk_find(struct daemon *d, const char *name);
  * @return how many disks this gateway owned.
  */
 unsigned daemon_owners_handover(struct daemon *d, unsigned wait_ms);
+
+/**
+ * The stats object (docs/control.md, "stats"): every disk's and cache's
+ * counters, ownership, sessions, the service's budgets. What the control
+ * socket's stats command answers and the metrics endpoint renders. Control
+ * thread. @return a new reference, or NULL (out of memory).
+ */
+json_t *daemon_stats(struct daemon *d);
+
+/*
+ * The metrics endpoint ([global] metrics_listen, docs/metrics.md), in
+ * exporter.c. Its scrapes snapshot daemon_stats on the control reactor.
+ */
+
+/** Start it, if configured, once the control reactor runs (posted there; never blocks). */
+void daemon_exporter_start(struct daemon *d);
+
+/**
+ * A change of the running configuration (daemon_apply, control thread):
+ * move or stop the endpoint when metrics_listen changed; a no-op before the
+ * control reactor runs. A failure to listen is logged and leaves the
+ * endpoint off; the rest of the change stands.
+ */
+void daemon_exporter_apply(struct daemon *d, const struct hl_conf *cur,
+                           const struct hl_conf *next);
+
+/** Stop it: before the control reactor stops. Any thread. */
+void daemon_exporter_stop(struct daemon *d);
 
 /** Start the control socket on its own reactor thread. @return 0 or -errno. */
 int daemon_control_start(struct daemon *d);

@@ -49,7 +49,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: hotlund --config FILE [--log-level LEVEL] [--syslog]\n"
 		"       hotlund --check-config FILE\n"
-		"       hotlund --demo DIR [--portal ADDR:PORT]\n"
+		"       hotlund --demo DIR [--portal ADDR:PORT] [--metrics ADDR:PORT]\n"
 		"       hotlund --version | --help\n"
 		"\n"
 		"  -c, --config FILE        run the target described by FILE (foreground)\n"
@@ -57,6 +57,7 @@ static void usage(FILE *f)
 		"      --demo DIR           run a demo target from the built-in configuration,\n"
 		"                           keeping its origin file and state under DIR\n"
 		"      --portal ADDR:PORT   with --demo: where to listen (default 127.0.0.1:3260)\n"
+		"      --metrics ADDR:PORT  with --demo: serve Prometheus metrics there (default off)\n"
 		"  -l, --log-level LEVEL    err, warn, notice (default), info or debug\n"
 		"      --syslog             log to syslog instead of stderr\n"
 		"  -V, --version            print the version and the compiled-in backends\n"
@@ -111,7 +112,7 @@ static int demo_origin_file(const char *dir, const char *name)
  * The two origins are separate files: two disks on one file would be two
  * writers the cache knows nothing about.
  */
-static int demo_prepare(const char *dir, const char *portal, char **out_text)
+static int demo_prepare(const char *dir, const char *portal, const char *metrics, char **out_text)
 {
 	int rc;
 
@@ -126,6 +127,7 @@ static int demo_prepare(const char *dir, const char *portal, char **out_text)
 		     "[global]\n"
 		     "portal = %s\n"
 		     "state_dir = %s\n"
+		     "%s%s%s"
 		     "\n"
 		     "[cache demo-ssd]\n"
 		     "device = %s/demo-cache.img\n"
@@ -145,7 +147,8 @@ static int demo_prepare(const char *dir, const char *portal, char **out_text)
 		     "lun.0 = demo\n"
 		     "lun.1 = direct\n"
 		     "allow = ALL\n",
-		     portal, dir, dir, dir, dir) < 0)
+		     portal, dir, metrics ? "metrics_listen = " : "", metrics ? metrics : "",
+		     metrics ? "\n" : "", dir, dir, dir) < 0)
 		return -ENOMEM;
 	return 0;
 }
@@ -315,12 +318,14 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 			  PACKAGE_VERSION, d->n_reactors, ctl_path);
 		/* daemon_apply opened every cache and portal synchronously */
 		daemon_service_ready(d);
+		daemon_exporter_start(d);
 	}
 	return rc;
 }
 
 static void stop(struct daemon *d)
 {
+	daemon_exporter_stop(d);
 	daemon_control_stop(d);
 	if (d->server)
 		hl_iscsi_server_destroy(d->server);
@@ -397,6 +402,7 @@ int main(int argc, char **argv)
 		{"check-config", required_argument, NULL, 't'},
 		{"demo", required_argument, NULL, 'D'},
 		{"portal", required_argument, NULL, 'P'},
+		{"metrics", required_argument, NULL, 'M'},
 		{"log-level", required_argument, NULL, 'l'},
 		{"syslog", no_argument, NULL, 'S'},
 		{"version", no_argument, NULL, 'V'},
@@ -404,6 +410,7 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	const char *config = NULL, *check = NULL, *demo = NULL, *portal = "127.0.0.1:3260";
+	const char *metrics = NULL;
 	int log_level = -1, opt, rc;
 	bool use_syslog = false;
 	char err[1024];
@@ -433,6 +440,9 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			portal = optarg;
+			break;
+		case 'M':
+			metrics = optarg;
 			break;
 		case 'l':
 			log_level = hl_log_level_parse(optarg);
@@ -469,7 +479,7 @@ int main(int argc, char **argv)
 	hl_log_open(false, HL_LOG_WARN);
 	if (demo) {
 		char *text = NULL;
-		if (demo_prepare(demo, portal, &text))
+		if (demo_prepare(demo, portal, metrics, &text))
 			return 1;
 		rc = hl_conf_parse(text, strlen(text), "<demo>", &loaded, err, sizeof(err));
 		free(text);

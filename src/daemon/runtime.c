@@ -762,6 +762,7 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 	daemon_login_limits(cur, &cl);
 	if (memcmp(&nl, &cl, sizeof(nl)) != 0)
 		hl_iscsi_server_set_login_limits(d->server, &nl);
+	daemon_exporter_apply(d, cur, next);
 	/* 6. cache settings that change while running (write-backs: blocking) */
 	int r = daemon_caches_apply(next, err, errlen);
 	if (r)

@@ -2,12 +2,19 @@
  * counted.c - per-disk command counters: the origin wrapper at the top of a
  * disk's stack, right under the LU, so it sees every block command the
  * SCSI layer issues for the disk (hits and misses alike, before any cache)
- * and times it (hl_origin_count_wrap).
+ * and times it (hl_origin_count_wrap). Reads are filed by where their data
+ * came from, as the cache below tagged them (hl_origin_io.source).
  *
  * The wrapped request cannot carry our state: io->priv belongs to whatever
  * backend runs below. So each request gets a small shadow request from a
  * per-thread free list; the caller's io is completed from the shadow's
- * completion. Counters are atomics shared by every reactor.
+ * completion.
+ *
+ * Counters are per thread: each thread that completes I/O takes a shard of
+ * its own the first time (a thread-local index), and only it writes there,
+ * with plain relaxed loads and stores (no locked instruction, no cache line
+ * shared between reactors). Readers sum the shards. Threads past the
+ * shards share one more, updated with atomic adds.
  */
 #include "config.h"
 
@@ -17,20 +24,44 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct shadow_io {
 	struct hl_origin_io io;     /* what the inner origin sees */
 	struct hl_origin_io *outer; /* the caller's request */
-	struct hl_origin_counters *counters;
+	struct hl_origin_stats *stats;
 	uint64_t start_ns;
 	struct shadow_io *next_free;
 };
 
-struct counted_origin {
-	struct hl_origin_counters *counters; /* owned */
+/* One thread's counters; hl_origin_counters without the derived sums. */
+struct count_shard {
+	uint64_t read_cmds, write_cmds, other_cmds;
+	uint64_t read_bytes, write_bytes;
+	uint64_t errors;
+	uint64_t write_ns;
+	uint64_t read_ns[HL_IO_SRC_N];
+	uint64_t read_lat[HL_IO_SRC_N][HL_ORIGIN_LAT_BUCKETS];
+	uint64_t write_lat[HL_ORIGIN_LAT_BUCKETS];
+} __attribute__((aligned(64)));
+
+/* Shards owned by one thread each; one more, shared, for any thread past them. */
+#define COUNT_SHARDS 32
+
+struct hl_origin_stats {
+	bool timed; /* the clock runs and latency is recorded */
+	struct count_shard shard[COUNT_SHARDS + 1];
 };
+
+struct counted_origin {
+	struct hl_origin_stats *stats; /* owned */
+};
+
+/* Which shard this thread writes: 1 + index, 0 until its first count. */
+static __thread unsigned my_shard;
+static atomic_uint shards_taken;
 
 static __thread struct shadow_io *free_shadows;
 static __thread unsigned n_free_shadows;
@@ -79,48 +110,66 @@ static struct counted_origin *co_of(struct hl_origin *o)
 	return hl_origin_priv(o);
 }
 
-static unsigned log2_bucket(uint64_t us)
+static unsigned shard_of_thread(void)
 {
-	unsigned b = 0;
-	while (us && b < HL_ORIGIN_LAT_BUCKETS - 1) {
-		us >>= 1;
-		b++;
+	if (!my_shard) {
+		unsigned n = atomic_fetch_add(&shards_taken, 1);
+		my_shard = (n < COUNT_SHARDS ? n : COUNT_SHARDS) + 1;
 	}
-	return b;
+	return my_shard - 1;
 }
 
-static void add(uint64_t *c, uint64_t v)
+/*
+ * Add to a counter of this thread's shard: only this thread writes it, so a
+ * relaxed load and store suffice (readers see either value, never a torn
+ * one); the shared overflow shard needs a real atomic add.
+ */
+static inline void add(bool shared, uint64_t *c, uint64_t v)
 {
-	__atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+	if (shared)
+		__atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+	else
+		__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
 }
 
 static void shadow_done(struct hl_origin_io *io, int result)
 {
 	struct shadow_io *s = hl_container_of(io, struct shadow_io, io);
 	struct hl_origin_io *outer = s->outer;
-	struct hl_origin_counters *c = s->counters;
-	uint64_t us = (hl_now_ns() - s->start_ns) / 1000;
+	struct hl_origin_stats *st = s->stats;
+	unsigned si = shard_of_thread();
+	struct count_shard *c = &st->shard[si];
+	bool shared = si == COUNT_SHARDS;
+	uint64_t ns = st->timed ? hl_now_ns() - s->start_ns : 0;
+	unsigned src = io->source < HL_IO_SRC_N ? io->source : HL_IO_SRC_UNCACHED;
 
 	switch (io->op) {
 	case HL_IO_READ:
-		add(&c->read_cmds, 1);
-		add(&c->read_lat[log2_bucket(us)], 1);
+		add(shared, &c->read_cmds, 1);
+		if (st->timed) {
+			add(shared, &c->read_lat[src][hl_origin_lat_bucket(ns)], 1);
+			add(shared, &c->read_ns[src], ns);
+		}
 		if (result == 0)
-			add(&c->read_bytes, io->length);
+			add(shared, &c->read_bytes, io->length);
 		break;
 	case HL_IO_WRITE:
-		add(&c->write_cmds, 1);
-		add(&c->write_lat[log2_bucket(us)], 1);
+		add(shared, &c->write_cmds, 1);
+		if (st->timed) {
+			add(shared, &c->write_lat[hl_origin_lat_bucket(ns)], 1);
+			add(shared, &c->write_ns, ns);
+		}
 		if (result == 0)
-			add(&c->write_bytes, io->length);
+			add(shared, &c->write_bytes, io->length);
 		break;
 	default:
-		add(&c->other_cmds, 1);
+		add(shared, &c->other_cmds, 1);
 		break;
 	}
 	if (result < 0 && result != -EILSEQ) /* a miscompare is an answer, not an error */
-		add(&c->errors, 1);
+		add(shared, &c->errors, 1);
 	outer->miscompare_offset = io->miscompare_offset;
+	outer->source = io->source;
 
 	shadow_put(s);
 	outer->cb(outer, result);
@@ -142,8 +191,8 @@ static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 	}
 	hl_origin_io_forward(&s->io, outer, shadow_done, NULL);
 	s->outer = outer;
-	s->counters = co->counters;
-	s->start_ns = hl_now_ns();
+	s->stats = co->stats;
+	s->start_ns = co->stats->timed ? hl_now_ns() : 0;
 	rc = hl_origin_submit(o->inner, &s->io);
 	if (rc < 0)
 		shadow_put(s);
@@ -152,7 +201,7 @@ static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 
 static void counted_close(struct hl_origin *o)
 {
-	free(co_of(o)->counters);
+	free(co_of(o)->stats);
 }
 
 static const struct hl_origin_ops counted_ops = {
@@ -163,30 +212,58 @@ static const struct hl_origin_ops counted_ops = {
 };
 
 int hl_origin_count_wrap(struct hl_origin *inner, struct hl_origin **out,
-                         struct hl_origin_counters **counters)
+                         struct hl_origin_stats **stats)
 {
-	struct hl_origin_counters *c = calloc(1, sizeof(*c));
+	struct hl_origin_stats *st = aligned_alloc(64, sizeof(*st));
+	const char *off = getenv("HOTLUN_COUNT_NO_LATENCY");
 	struct hl_origin *o;
 	int rc;
 
-	if (!c)
+	if (!st)
 		return -ENOMEM;
+	memset(st, 0, sizeof(*st));
+	st->timed = !(off && *off && strcmp(off, "0"));
 	rc = hl_origin_wrap(inner, &counted_ops, NULL, &o);
 	if (rc) {
-		free(c);
+		free(st);
 		return rc;
 	}
-	co_of(o)->counters = c;
+	co_of(o)->stats = st;
 	*out = o;
-	*counters = c;
+	*stats = st;
 	return 0;
 }
 
-void hl_origin_counters_read(const struct hl_origin_counters *c, struct hl_origin_counters *out)
+static uint64_t get(const uint64_t *c)
 {
-	const uint64_t *src = (const uint64_t *)c;
-	uint64_t *dst = (uint64_t *)out;
+	return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
 
-	for (size_t i = 0; i < sizeof(*c) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+void hl_origin_counters_read(const struct hl_origin_stats *s, struct hl_origin_counters *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->timed = s->timed;
+	for (unsigned i = 0; i <= COUNT_SHARDS; i++) {
+		const struct count_shard *c = &s->shard[i];
+
+		out->read_cmds += get(&c->read_cmds);
+		out->write_cmds += get(&c->write_cmds);
+		out->other_cmds += get(&c->other_cmds);
+		out->read_bytes += get(&c->read_bytes);
+		out->write_bytes += get(&c->write_bytes);
+		out->errors += get(&c->errors);
+		out->write_ns += get(&c->write_ns);
+		for (unsigned b = 0; b < HL_ORIGIN_LAT_BUCKETS; b++)
+			out->write_lat[b] += get(&c->write_lat[b]);
+		for (unsigned k = 0; k < HL_IO_SRC_N; k++) {
+			out->read_src_ns[k] += get(&c->read_ns[k]);
+			for (unsigned b = 0; b < HL_ORIGIN_LAT_BUCKETS; b++)
+				out->read_src_lat[k][b] += get(&c->read_lat[k][b]);
+		}
+	}
+	for (unsigned k = 0; k < HL_IO_SRC_N; k++) {
+		out->read_ns += out->read_src_ns[k];
+		for (unsigned b = 0; b < HL_ORIGIN_LAT_BUCKETS; b++)
+			out->read_lat[b] += out->read_src_lat[k][b];
+	}
 }

@@ -784,6 +784,26 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 		case 7:
 			num(&v, ASN_COUNTER64, up ? s->auth_throttled : 0);
 			break;
+		case 8: /* the write buffer budget (CounterBasedGauge64 travels as Counter64) */
+			num(&v, ASN_COUNTER64, up ? s->wb_limit : 0);
+			break;
+		case 9:
+			num(&v, ASN_COUNTER64, up ? s->wb_held : 0);
+			break;
+		case 10:
+			num(&v, ASN_COUNTER64, up ? s->wb_peak : 0);
+			break;
+		case 11:
+			num(&v, ASN_GAUGE,
+			    up ? (uint32_t)(s->wb_waiting < UINT32_MAX ? s->wb_waiting : UINT32_MAX)
+			       : 0);
+			break;
+		case 12:
+			num(&v, ASN_COUNTER64, up ? s->wb_deferred : 0);
+			break;
+		case 13:
+			num(&v, ASN_COUNTER64, up ? s->wb_task_set_full : 0);
+			break;
 		default:
 			netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT);
 			continue;
@@ -804,7 +824,7 @@ int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_m
 	                                          OID_LENGTH(agent_oid), HANDLER_CAN_RONLY);
 	if (!reg)
 		return -ENOMEM;
-	if (netsnmp_register_scalar_group(reg, 1, 7) != MIB_REGISTERED_OK)
+	if (netsnmp_register_scalar_group(reg, 1, 13) != MIB_REGISTERED_OK)
 		return -EEXIST;
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
 		if (!iscsi_mib && !strncmp(tables[i].name, "iscsi", 5))

@@ -108,6 +108,8 @@ struct snmp_snapshot {
 	uint32_t n_sessions_total; /* "sessions" (may exceed n_sessions if the list is cut) */
 	uint64_t auth_failures;    /* iscsi.auth_failures: wrong CHAP responses */
 	uint64_t auth_throttled;   /* iscsi.auth_throttled: refused unchecked in a back-off */
+	/* write_buffers: the budget of unfinished WRITE data (hlWriteBuffer*) */
+	uint64_t wb_limit, wb_held, wb_peak, wb_waiting, wb_deferred, wb_task_set_full;
 	int64_t connected_at;      /* unix seconds: when the subagent last connected to hotlund */
 	size_t n_disks, n_caches, n_sessions, n_lat;
 	struct snmp_disk *disks;             /* sorted by index */

@@ -253,7 +253,12 @@ static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *
 	if (json_is_object(cd)) {
 		d->hits = u64(cd, "read_hits");
 		d->partial_hits = u64(cd, "read_partial");
-		d->misses = u64(cd, "read_misses") + u64(cd, "read_bypass");
+		/*
+		 * A sequential stream's reads (read_bypass) are looked up like
+		 * any other and counted among hits, partials or misses already:
+		 * adding them again made hits + partials + misses exceed the reads.
+		 */
+		d->misses = u64(cd, "read_misses");
 		d->bytes_from_cache = u64(cd, "bytes_read_cache"); /* RAM window's included */
 		d->bytes_from_origin = u64(cd, "bytes_read_origin");
 	} else {
@@ -286,7 +291,7 @@ static int build_cache(struct snmp_cache *c, const char *name, json_t *o, json_t
 	                                                           : SNMP_CACHE_ACTIVE;
 	c->read_reqs = u64(o, "read_reqs");
 	c->hits = u64(o, "read_hits");
-	c->misses = u64(o, "read_misses") + u64(o, "read_bypass");
+	c->misses = u64(o, "read_misses"); /* bypassed reads among them (see build_disk) */
 	c->admissions = u64(o, "admissions");
 	c->rejections = u64(o, "rejections");
 	c->evictions = u64(o, "evictions");
@@ -339,6 +344,13 @@ int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
 	out->n_sessions_total = (uint32_t)u64(stats, "sessions");
 	out->auth_failures = u64(json_object_get(stats, "iscsi"), "auth_failures");
 	out->auth_throttled = u64(json_object_get(stats, "iscsi"), "auth_throttled");
+	json_t *wb = json_object_get(stats, "write_buffers");
+	out->wb_limit = u64(wb, "limit");
+	out->wb_held = u64(wb, "held_bytes");
+	out->wb_peak = u64(wb, "peak_bytes");
+	out->wb_waiting = u64(wb, "waiting");
+	out->wb_deferred = u64(wb, "r2t_deferred");
+	out->wb_task_set_full = u64(wb, "task_set_full");
 	if (!out->version)
 		goto fail;
 

@@ -6,14 +6,16 @@
 # keeps serving both LUNs until SIGTERM, which stops hotlund too.
 . "$(dirname "$0")/lib.sh"
 
-hl_need iscsi-inq
+hl_need iscsi-inq curl
 DEMO=$HL_SRCDIR/contrib/hotlun-demo
 [ -x "$DEMO" ] || hl_error "no $DEMO"
 tmp=$(hl_tmpdir)
 port=$(hl_free_port)
 url=iscsi://127.0.0.1:$port/iqn.2026-11.io.hotlun:demo
 
-HL_DEMO_SECONDS=8 hl_spawn hotlun-demo "$tmp/demo.out" "$DEMO" "$HL_BUILDDIR" "$tmp/state" "$port"
+mport=$(hl_free_port)
+HL_DEMO_SECONDS=8 HL_DEMO_METRICS=127.0.0.1:$mport \
+	hl_spawn hotlun-demo "$tmp/demo.out" "$DEMO" "$HL_BUILDDIR" "$tmp/state" "$port"
 demo=$HL_LAST_PID
 deadline=$((SECONDS + 90))
 until grep -q 'Ctrl-C stops it' "$tmp/demo.out"; do
@@ -36,6 +38,16 @@ grep -qE 'reads +[0-9]+: [0-9.]+% hits' "$tmp/demo.out" || hl_fail "no hit ratio
 svg=$(sed -n 's/^ *warm-up chart: *//p' "$tmp/demo.out")
 [ -s "$svg" ] && grep -q '<svg' "$svg" || hl_fail "no SVG chart at '$svg'"
 grep -q "Connect to: *$url/0" "$tmp/demo.out" || hl_fail "the URL printed is not $url/0"
+
+# The Prometheus endpoint it printed answers, with the cached disk's hit and
+# miss latency and its cache's reads by result.
+grep -q "Prometheus metrics: http://127.0.0.1:$mport/metrics" "$tmp/demo.out" ||
+	hl_fail "the demo did not print its metrics URL"
+curl -sf "http://127.0.0.1:$mport/metrics" >"$tmp/metrics.txt" || hl_fail "no metrics at the URL printed"
+grep -q '^hotlun_disk_read_latency_seconds_count{disk="demo",source="hit"} [1-9]' "$tmp/metrics.txt" ||
+	hl_fail "no cache hits in the demo's metrics"
+grep -q '^hotlun_cache_reads_total{cache="demo-ssd",disk="demo",result="miss"} [1-9]' "$tmp/metrics.txt" ||
+	hl_fail "no cache misses in the demo's metrics"
 
 # Still serving: both LUNs answer, LUN 0 is the cached one.
 iscsi-inq "$url/0" >/dev/null || hl_fail "LUN 0 does not answer after the demo's benchmark"

@@ -423,8 +423,10 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 	CACHE_STAT(c, l, bytes_read_cache, hit_bytes);
 	CACHE_STAT(c, l, bytes_read_ram, ram_bytes);
 	CACHE_STAT(c, l, bytes_read_origin, len - hit_bytes);
-	if (bypass)
+	if (bypass) {
 		CACHE_STAT(c, l, read_bypass, 1);
+		CACHE_STAT(c, l, bytes_read_bypass, len);
+	}
 	if (nhit_blocks == nb)
 		CACHE_STAT(c, l, read_hits, 1);
 	else if (hit_bytes)

@@ -488,6 +488,8 @@ void hl_cache_close(struct hl_cache *c)
 /* Stats                                                              */
 /* ------------------------------------------------------------------ */
 
+static void origin_lat_add(const struct eng_counters *s, struct hl_cache_engine_stats *out);
+
 static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_stats *out)
 {
 	for (unsigned i = 0; i < HL_CACHE_LAT_BUCKETS; i++) {
@@ -504,6 +506,18 @@ static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_s
 	out->passthrough_ios = cnt_get(&s->passthrough_ios);
 	out->promotions = cnt_get(&s->promotions);
 	out->ub_writebacks = cnt_get(&s->ub_writebacks);
+	origin_lat_add(s, out);
+}
+
+/* Add the origin latency of s into out (a disk's, or each disk's for the whole cache). */
+static void origin_lat_add(const struct eng_counters *s, struct hl_cache_engine_stats *out)
+{
+	for (unsigned i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++) {
+		out->origin_read_lat[i] += cnt_get(&s->origin_read_lat[i]);
+		out->origin_write_lat[i] += cnt_get(&s->origin_write_lat[i]);
+	}
+	out->origin_read_ns += cnt_get(&s->origin_read_ns);
+	out->origin_write_ns += cnt_get(&s->origin_write_ns);
 }
 
 /* The most common read-size bucket, rounded up to a power of two, clamped to 4K..1M. */
@@ -551,6 +565,9 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 		}
 	} else {
 		rc = hl_cache_core_stats(c->core, -1, &out->core);
+		/* the origin's latency is kept per disk (origin_timed): the cache's is their sum */
+		for (size_t i = 0; i < c->n_ents; i++)
+			origin_lat_add(&c->ents[i]->st, out);
 	}
 	hl_cache_core_info(c->core, &info);
 	pthread_mutex_unlock(&c->lock);

@@ -99,6 +99,10 @@ struct eng_counters {
 	uint64_t dev_errors, origin_errors, hit_retries, passthrough_ios;
 	uint64_t promotions;    /* RAM window blocks copied to the SSD */
 	uint64_t ub_writebacks; /* update buffer write-backs completed */
+	/* the origin's latency as the cache sees it (engine_sub_cb): reads, writes; kept in
+	 * map_ent.st only (hl_cache.st's stay 0: hl_cache_get_stats sums the disks') */
+	uint64_t origin_read_lat[HL_ORIGIN_LAT_BUCKETS], origin_write_lat[HL_ORIGIN_LAT_BUCKETS];
+	uint64_t origin_read_ns, origin_write_ns;
 };
 
 /* A disk the cache knows: attached now, or mapped by an earlier run. */
@@ -229,6 +233,7 @@ struct eng_sub {
 	bool own;
 	bool direct; /* HIT/RETRY: buf is the caller's buffer itself, no copy */
 	bool dev;    /* the I/O goes to the cache device (traced) */
+	uint64_t t0; /* an origin READ or WRITE: when it was submitted (its latency), else 0 */
 	uint8_t kind;
 	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
 	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
@@ -255,6 +260,7 @@ struct eng_req {
 	int pending;
 	int status;
 	bool all_hit, in_wlist, replied, inside_submit, no_data;
+	bool cached; /* READ: the plan found some of its bytes in the cache (hit or partial) */
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;
 	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */
@@ -514,6 +520,11 @@ struct eng_sub *engine_sub_new(struct eng_req *req, enum sub_kind kind, uint32_t
  */
 int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, uint64_t off,
                       uint64_t len);
+/**
+ * Start timing sub s, an origin READ or WRITE about to be submitted outside
+ * engine_sub_submit (which times its own): engine_sub_cb files its latency.
+ */
+void engine_sub_timed(struct eng_sub *s);
 /** Completion of every sub's origin io: the sub's done(), then the phase hold ends. */
 void engine_sub_cb(struct hl_origin_io *io, int result);
 /** The submitter's hold on the current phase ends (never completes inside submit). */

@@ -434,6 +434,8 @@ int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
 			io->fill_nsect = 0; /* the origin may still return pre-write data */
 		if (io->kind == HL_CACHE_IO_PARTIAL)
 			partial = true;
+		if (io->kind == HL_CACHE_IO_HIT || io->kind == HL_CACHE_IO_PARTIAL)
+			req->cached = true;
 	}
 	req->nios = n > 0 ? (uint32_t)n : 0;
 	if (partial)

@@ -168,6 +168,8 @@ int engine_sub_submit(struct eng_sub *s, struct hl_origin *o, enum hl_io_op op, 
 	s->dev = o == s->req->c->data;
 	if (s->dev)
 		sub_trace(s, CT_SUB, 0);
+	else
+		engine_sub_timed(s);
 	s->req->pending++;
 	rc = hl_origin_submit(o, &s->io);
 	if (rc)
@@ -205,6 +207,32 @@ static void sub_done(struct eng_req *req)
 		req->phase_done(req);
 }
 
+void engine_sub_timed(struct eng_sub *s)
+{
+	s->t0 = s->io.op == HL_IO_READ || s->io.op == HL_IO_WRITE ? hl_now_ns() : 0;
+}
+
+/*
+ * An origin READ or WRITE of the cache finished: file its latency (the
+ * SAN's speed) under its disk only; the whole cache's is their sum, taken
+ * when stats are read (hl_cache_get_stats), so a write pays two atomic adds
+ * here, not four.
+ */
+static void origin_timed(struct eng_sub *s)
+{
+	struct map_ent *e = s->req->ent;
+	uint64_t ns = hl_now_ns() - s->t0;
+	unsigned b = hl_origin_lat_bucket(ns);
+
+	if (s->io.op == HL_IO_READ) {
+		cnt_add(&e->st.origin_read_lat[b], 1);
+		cnt_add(&e->st.origin_read_ns, ns);
+	} else {
+		cnt_add(&e->st.origin_write_lat[b], 1);
+		cnt_add(&e->st.origin_write_ns, ns);
+	}
+}
+
 void engine_reply(struct eng_req *req, int status)
 {
 	struct hl_cache *c = req->c;
@@ -216,6 +244,14 @@ void engine_reply(struct eng_req *req, int status)
 	req->replied = true;
 	if (req->op == HL_IO_READ) {
 		unsigned b = lat_bucket(hl_now_ns() - req->t0);
+		/*
+		 * Where the data came from, for the disk's latency split: a hit
+		 * that had to be re-read from the origin (hit_retry) is no longer
+		 * one, so all_hit, not the plan, decides.
+		 */
+		uio->source = req->all_hit  ? HL_IO_SRC_HIT
+		              : req->cached ? HL_IO_SRC_PARTIAL
+		                            : HL_IO_SRC_MISS;
 		if (req->all_hit) {
 			cnt_add(&c->st.hit_lat[b], 1);
 			cnt_add(&e->st.hit_lat[b], 1);
@@ -243,6 +279,8 @@ void engine_sub_cb(struct hl_origin_io *io, int result)
 
 	if (s->dev)
 		sub_trace(s, CT_DONE, result);
+	else if (s->t0)
+		origin_timed(s);
 	if (s->done)
 		s->done(s, result);
 	sub_done(req);

@@ -175,6 +175,7 @@ static int write_issue(struct eng_req *req)
 	hl_origin_io_forward(&s->io, uio, engine_sub_cb, s);
 	req->pending = 1;
 	req->phase_done = write_done;
+	engine_sub_timed(s);
 	rc = hl_origin_submit(req->co->inner, &s->io);
 	if (rc)
 		req->pending = 0;

@@ -341,6 +341,18 @@ static int do_io(struct hl_origin *o, enum hl_io_op op, uint64_t off, uint64_t l
 	return io_wait(&st);
 }
 
+/* do_io for a READ that also says where its data came from (hl_origin_io.source). */
+static int do_read_src(struct hl_origin *o, uint64_t off, uint64_t len, void *buf, uint8_t *src)
+{
+	struct step st;
+	int rc;
+
+	io_start(&st, o, HL_IO_READ, off, len, buf);
+	rc = io_wait(&st);
+	*src = st.io.source;
+	return rc;
+}
+
 /* Wait until the cache has no request left (fills done), or until `left` remain. */
 static bool wait_inflight(struct hl_cache *c, long left)
 {
@@ -509,8 +521,38 @@ static void test_hit_after_admission(void)
 	CU_ASSERT_EQUAL(hits, 1);
 	CU_ASSERT_EQUAL(misses, 1);
 	CU_ASSERT_EQUAL(st.recommended_block_size, 64 * K);
+	uint64_t oreads = 0;
+	for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
+		oreads += st.origin_read_lat[i];
+	CU_ASSERT_EQUAL(oreads, 1); /* the miss's origin read, timed */
 
 	wait_inflight(c, 0);
+	fixture_down(c, o, &f);
+	free(buf);
+}
+
+/*
+ * The engine tags each read with where its data came from, for the disk's
+ * latency split: all from the cache, partly, or all from the origin.
+ */
+static void test_read_source_tag(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(2 * BS), src = 0xff;
+
+	o = fixture_up(&c, NULL, &f, 1, "fake:a");
+	CU_ASSERT_EQUAL(do_read_src(o, 3 * BS, BS, buf, &src), 0);
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_read_src(o, 3 * BS, BS, buf, &src), 0);
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_HIT);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* block 3 cached, block 4 not: partly both */
+	CU_ASSERT_EQUAL(do_read_src(o, 3 * BS, 2 * BS, buf, &src), 0);
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_PARTIAL);
+	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
 	free(buf);
 }
@@ -2513,6 +2555,7 @@ int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"hits are served from the cache after admission", test_hit_after_admission},
+    {"reads are tagged hit, partial or miss for the disk's latency split", test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
 	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
 	    {"write-through update: a read after a write returns new data", test_write_update},

@@ -582,6 +582,43 @@ static void test_pending_login_keys(void)
 	hl_conf_free(c);
 }
 
+/* issue 28: [global] metrics_listen: ADDRESS:PORT or off; through the writer; live edits */
+static void test_metrics_listen(void)
+{
+	char err[256];
+	struct hl_conf *d = NULL;
+
+	parse_err("[global]\nmetrics_listen = localhost:9520\n",
+	          "t.conf:2:", "metrics_listen: 'localhost:9520' is not ADDRESS:PORT");
+	parse_err("[global]\nmetrics_listen = 127.0.0.1\n", "t.conf:2:", "metrics_listen");
+	parse_err("[global]\nmetrics_listen = 127.0.0.1:99999\n", "t.conf:2:", "metrics_listen");
+	struct hl_conf *c = parse_ok("[global]\nmetrics_listen = [::1]:9520\n");
+	if (!c)
+		return;
+	CU_ASSERT_STRING_EQUAL(c->metrics_listen, "[::1]:9520");
+	CU_ASSERT_EQUAL(hl_conf_dup(c, &d), 0);
+	if (d) {
+		CU_ASSERT_STRING_EQUAL(d->metrics_listen, "[::1]:9520");
+		hl_conf_free(d);
+	}
+	CU_ASSERT_EQUAL(
+	    hl_conf_set(c, HL_CONF_GLOBAL, NULL, "metrics_listen", "off", err, sizeof(err)), 0);
+	CU_ASSERT_PTR_NULL(c->metrics_listen);
+	CU_ASSERT_EQUAL(hl_conf_set(c, HL_CONF_GLOBAL, NULL, "metrics_listen", "127.0.0.1:9521",
+	                            err, sizeof(err)),
+	                0);
+	CU_ASSERT_STRING_EQUAL(c->metrics_listen, "127.0.0.1:9521");
+	CU_ASSERT_EQUAL(
+	    hl_conf_unset(c, HL_CONF_GLOBAL, NULL, "metrics_listen", NULL, err, sizeof(err)), 0);
+	CU_ASSERT_PTR_NULL(c->metrics_listen);
+	hl_conf_free(c);
+	c = parse_ok("[global]\nmetrics_listen = off\n");
+	if (c) {
+		CU_ASSERT_PTR_NULL(c->metrics_listen);
+		hl_conf_free(c);
+	}
+}
+
 /* issue 17: [disk] exclusive (warm restarts of origins that cannot prove themselves unchanged) */
 static void test_disk_exclusive(void)
 {
@@ -636,23 +673,24 @@ static void test_disk_identity_keys(void)
 }
 
 static const struct hl_test tests[] = {
-	{"control characters refused", test_control_chars_refused},
-	{"same after write", test_same_after_write},
-	{"[global] max_pending_logins keys", test_pending_login_keys},
-	{"runtime edits", test_runtime_edits},
-	{"issue example parses", test_issue_example_parses},
-	{"errors name file:line", test_errors_name_file_and_line},
-	{"CHAP rules", test_chap_rules},
-	{"write round trip", test_write_round_trip},
-	{"defaults", test_defaults},
-	{"logout_timeout", test_logout_timeout},
-	{"gateway and gateways", test_gateways},
-	{"NUL and long lines", test_nul_and_long_lines_rejected},
-	{"origin CHAP keys and secret file", test_origin_chap_keys},
-	{"masked origin round trip", test_masked_origin_round_trip},
-	{"[disk] exclusive", test_disk_exclusive},
-	{"[disk] serial and naa", test_disk_identity_keys},
-	{NULL, NULL},
+    {"control characters refused", test_control_chars_refused},
+    {"same after write", test_same_after_write},
+    {"[global] max_pending_logins keys", test_pending_login_keys},
+    {"[global] metrics_listen", test_metrics_listen},
+    {"runtime edits", test_runtime_edits},
+    {"issue example parses", test_issue_example_parses},
+    {"errors name file:line", test_errors_name_file_and_line},
+    {"CHAP rules", test_chap_rules},
+    {"write round trip", test_write_round_trip},
+    {"defaults", test_defaults},
+    {"logout_timeout", test_logout_timeout},
+    {"gateway and gateways", test_gateways},
+    {"NUL and long lines", test_nul_and_long_lines_rejected},
+    {"origin CHAP keys and secret file", test_origin_chap_keys},
+    {"masked origin round trip", test_masked_origin_round_trip},
+    {"[disk] exclusive", test_disk_exclusive},
+    {"[disk] serial and naa", test_disk_identity_keys},
+    {NULL, NULL},
 };
 
 int main(void)

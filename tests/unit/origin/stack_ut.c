@@ -19,13 +19,16 @@ static char trail[256]; /* "close:NAME " per close, in order */
 
 struct fake {
 	const char *name;
-	int result; /* what every I/O completes with */
+	int result;     /* what every I/O completes with */
+	uint8_t source; /* what it tags reads with, as a cache would (hl_io_source) */
 };
 
 static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
 	struct fake *f = hl_origin_priv(o);
 
+	if (io->op == HL_IO_READ)
+		io->source = f->source;
 	io->cb(io, f->result); /* inline: enough for counting; real backends defer */
 	return 0;
 }
@@ -223,7 +226,8 @@ static void one(struct hl_origin *o, enum hl_io_op op, uint64_t len)
 static void test_counted_counts(void)
 {
 	struct hl_origin *b = backend("b"), *o = NULL;
-	struct hl_origin_counters *c = NULL, snap;
+	struct hl_origin_stats *c = NULL;
+	struct hl_origin_counters snap;
 	uint64_t read_lat = 0;
 
 	b->read_only = false;
@@ -249,9 +253,60 @@ static void test_counted_counts(void)
 	for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
 		read_lat += snap.read_lat[i];
 	CU_ASSERT_EQUAL(read_lat, 3);
+	CU_ASSERT(snap.timed);
 	trail[0] = 0;
 	hl_origin_close(o);
 	CU_ASSERT_STRING_EQUAL(trail, "close:b ");
+}
+
+/* Reads are filed under the source the layer below tagged; the split sums to the whole. */
+static void test_counted_files_reads_by_source(void)
+{
+	struct hl_origin *b = backend("b"), *o = NULL;
+	struct hl_origin_stats *c = NULL;
+	struct hl_origin_counters snap;
+	struct fake *f = hl_origin_priv(b);
+	uint64_t n[HL_IO_SRC_N] = {0}, all = 0;
+
+	CU_ASSERT_EQUAL_FATAL(hl_origin_count_wrap(b, &o, &c), 0);
+	f->source = HL_IO_SRC_HIT;
+	one(o, HL_IO_READ, 4096);
+	one(o, HL_IO_READ, 4096);
+	f->source = HL_IO_SRC_MISS;
+	one(o, HL_IO_READ, 4096);
+	f->source = HL_IO_SRC_PARTIAL;
+	one(o, HL_IO_READ, 4096);
+	f->source = HL_IO_SRC_N + 3; /* nonsense: filed as uncached, never out of bounds */
+	one(o, HL_IO_READ, 4096);
+	one(o, HL_IO_WRITE, 4096);
+	hl_origin_counters_read(c, &snap);
+	for (int k = 0; k < HL_IO_SRC_N; k++)
+		for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
+			n[k] += snap.read_src_lat[k][i];
+	for (int i = 0; i < HL_ORIGIN_LAT_BUCKETS; i++)
+		all += snap.read_lat[i];
+	CU_ASSERT_EQUAL(n[HL_IO_SRC_HIT], 2);
+	CU_ASSERT_EQUAL(n[HL_IO_SRC_MISS], 1);
+	CU_ASSERT_EQUAL(n[HL_IO_SRC_PARTIAL], 1);
+	CU_ASSERT_EQUAL(n[HL_IO_SRC_UNCACHED], 1);
+	CU_ASSERT_EQUAL(all, snap.read_cmds);
+	CU_ASSERT_EQUAL(snap.read_ns, snap.read_src_ns[0] + snap.read_src_ns[1] +
+	                                  snap.read_src_ns[2] + snap.read_src_ns[3]);
+	CU_ASSERT_EQUAL(snap.write_cmds, 1);
+	hl_origin_close(o);
+}
+
+/* The bucket bounds the exporters print: bucket i holds latency under 2^i microseconds. */
+static void test_lat_bucket_bounds(void)
+{
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(0), 0);
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(999), 0);
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(1000), 1);
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(1999), 1);
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(2000), 2);
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(255999), 8);
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(256000), 9);
+	CU_ASSERT_EQUAL(hl_origin_lat_bucket(UINT64_MAX), HL_ORIGIN_LAT_BUCKETS - 1);
 }
 
 static const struct hl_test tests[] = {
@@ -262,6 +317,9 @@ static const struct hl_test tests[] = {
     {"proofs and identity pass down to the first layer that has them",
      test_proofs_pass_down_to_the_first_that_has_them},
     {"the counting wrapper counts commands, bytes, errors, latency", test_counted_counts},
+    {"the counting wrapper files reads by where their data came from",
+     test_counted_files_reads_by_source},
+    {"latency bucket i holds what took under 2^i microseconds", test_lat_bucket_bounds},
     {NULL, NULL},
 };
 

@@ -22,11 +22,11 @@ static const char *STATS =
     "}, \"caches\": {"
     "  \"c0\": {\"device\": \"/dev/nvme0n1\", \"block_size\": 65536, \"nslots\": 10, "
     "\"used_slots\": 4, \"write_ratio\": 0.1234, \"write_budget_pct\": 25,"
-    "          \"read_reqs\": 100, \"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
+    "          \"read_reqs\": 100, \"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 35,"
     "          \"read_bypass\": 5, \"admissions\": 9, \"rejections\": 2, \"evictions\": 1,"
     "          \"bytes_cache_write\": 589824, \"bytes_read_cache\": 245760, \"bytes_read_ram\": 8192,"
     "          \"bytes_read_origin\": 163840, \"dev_errors\": 0, \"passthrough\": false,"
-    "          \"disks\": {\"d0\": {\"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 30,"
+    "          \"disks\": {\"d0\": {\"read_hits\": 60, \"read_partial\": 5, \"read_misses\": 35,"
     "                    \"read_bypass\": 5, \"bytes_read_cache\": 245760, \"bytes_read_ram\": "
     "4096,"
     "                    \"bytes_read_origin\": 159744}}}"
@@ -103,7 +103,8 @@ static void test_disk_counters(void)
 	/* Hits and misses come from the cache's per-disk counters. */
 	CU_ASSERT_EQUAL(d0->hits, 60);
 	CU_ASSERT_EQUAL(d0->partial_hits, 5);
-	CU_ASSERT_EQUAL(d0->misses, 35); /* misses + bypass */
+	CU_ASSERT_EQUAL(d0->misses, 35); /* the 5 bypassed reads are among them, not added */
+	CU_ASSERT_EQUAL(d0->hits + d0->partial_hits + d0->misses, 100);
 	/* bytes_read_ram is part of bytes_read_cache: never added twice */
 	CU_ASSERT_EQUAL(d0->bytes_from_cache, 245760);
 	CU_ASSERT_EQUAL(d0->bytes_from_origin, 159744);
@@ -152,6 +153,28 @@ static void test_auth_counters(void)
 	build(&s, buf);
 	CU_ASSERT_EQUAL(s.auth_failures, 7);
 	CU_ASSERT_EQUAL(s.auth_throttled, 40);
+	CU_ASSERT_EQUAL(s.wb_task_set_full, 0);
+	snmp_snapshot_free(&s);
+}
+
+/* hlWriteBuffer* come from stats' "write_buffers" object (0 when absent). */
+static void test_write_buffer_counters(void)
+{
+	struct snmp_snapshot s;
+	char buf[8192];
+
+	snprintf(buf, sizeof(buf),
+	         "%.*s, \"write_buffers\": {\"limit\": 1073741824, \"held_bytes\": 65536, "
+	         "\"peak_bytes\": 131072, \"waiting\": 2, \"r2t_deferred\": 9, "
+	         "\"task_set_full\": 3}}",
+	         (int)strlen(STATS) - 1, STATS);
+	build(&s, buf);
+	CU_ASSERT_EQUAL(s.wb_limit, 1073741824);
+	CU_ASSERT_EQUAL(s.wb_held, 65536);
+	CU_ASSERT_EQUAL(s.wb_peak, 131072);
+	CU_ASSERT_EQUAL(s.wb_waiting, 2);
+	CU_ASSERT_EQUAL(s.wb_deferred, 9);
+	CU_ASSERT_EQUAL(s.wb_task_set_full, 3);
 	snmp_snapshot_free(&s);
 }
 
@@ -477,6 +500,7 @@ int main(void)
 	    {"watch: origin loss and cache failure", test_watch_origin_and_cache},
 	    {"hlDiskOrigin masks an origin's secret", test_origin_secret_masked},
 	    {"hlAuthFailures and hlAuthThrottled", test_auth_counters},
+	    {"hlWriteBuffer* from the write budget", test_write_buffer_counters},
 	    {"watch: cache already failed at start", test_watch_cache_failed_at_start},
 	    {"ownership columns", test_ownership},
 	    {"watch: ALUA state changes", test_watch_alua},
