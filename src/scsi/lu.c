@@ -139,7 +139,7 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 		}
 	}
 	hl_list_init(&lu->nexuses);
-	hl_list_init(&lu->pr_regs);
+	scsi_pr_state_init(&lu->pr);
 	scsi_range_init(lu);
 	hl_list_init(&lu->xcopy_results);
 	rc = scsi_pr_load(lu);
