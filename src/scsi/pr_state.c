@@ -24,6 +24,8 @@
 #include "scsi/scsi_internal.h"
 
 #define PR_PARAM_LEN 24
+/* REGISTER with SPEC_I_PT: room for 64 of the longest TransportIDs */
+#define PR_SPEC_MAX (PR_PARAM_LEN + 4 + 64 * (4 + 256))
 
 static bool type_valid(uint8_t t)
 {
@@ -294,7 +296,7 @@ bool scsi_pr_out_parse(const uint8_t *cdb, const uint8_t *data, uint32_t dlen,
 		return false;
 	}
 	if (req->sa == SCSI_PRO_REGISTER_MOVE ? plen < PR_PARAM_LEN + 4 || plen > 24 + 4 + 256
-	                                      : plen != PR_PARAM_LEN) {
+	                                      : plen < PR_PARAM_LEN || plen > PR_SPEC_MAX) {
 		v_sense(v, SCSI_ASC_PARAM_LIST_LEN);
 		return false;
 	}
@@ -309,9 +311,26 @@ bool scsi_pr_out_parse(const uint8_t *cdb, const uint8_t *data, uint32_t dlen,
 	req->all_tg_pt = req->sa != SCSI_PRO_REGISTER_MOVE && (data[20] & 0x04);
 	/* REGISTER AND MOVE has its own layout: APTPL in byte 17, no SPEC_I_PT */
 	uint8_t flags = req->sa == SCSI_PRO_REGISTER_MOVE ? (uint8_t)(data[17] & 0x01) : data[20];
-	if (flags & 0x08) { /* SPEC_I_PT: not supported (SIP_C = 0) */
+	req->spec_i_pt = flags & 0x08;
+	if (req->spec_i_pt && req->sa != SCSI_PRO_REGISTER) {
+		/* SPEC_I_PT names I_T nexuses to register: REGISTER only (SPC-4 6.16.3) */
 		v_field(v, false, 20, 3);
 		return false;
+	}
+	if (req->sa != SCSI_PRO_REGISTER_MOVE && !req->spec_i_pt && plen != PR_PARAM_LEN) {
+		v_sense(v, SCSI_ASC_PARAM_LIST_LEN);
+		return false;
+	}
+	if (req->spec_i_pt) {
+		/* 24 bytes, the TransportID list's length, then the list; nothing after it */
+		if (plen < PR_PARAM_LEN + 4) {
+			v_sense(v, SCSI_ASC_PARAM_LIST_LEN);
+			return false;
+		}
+		if (hl_get_be32(data + 24) != plen - 28) {
+			v_field(v, false, 24, -1);
+			return false;
+		}
 	}
 	/* APTPL counts for the register service actions only (SPC-4 6.16.3) */
 	req->reg_sa = req->sa == SCSI_PRO_REGISTER || req->sa == SCSI_PRO_REGISTER_IGNORE ||
@@ -352,6 +371,68 @@ static void reg_remove(struct scsi_pr_state *st, int i, struct scsi_pr_change *c
 	}
 }
 
+static uint32_t transport_id(const uint8_t *tid, uint32_t room, uint32_t base, bool bare_ok,
+                             char *port, size_t len, struct scsi_pr_verdict *v);
+
+/* Is the I_T nexus (port, rel) (every port of it: all) registered already? */
+static bool registered(const struct scsi_pr_state *st, const char *port, uint16_t rel, bool all)
+{
+	for (unsigned j = 0; j < st->n_regs; j++) {
+		const struct scsi_pr_reg *r = &st->regs[j];
+		if (strcasecmp(r->initiator_port, port) == 0 &&
+		    (all || r->all_tg_pt || r->rel_port == rel))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * REGISTER with SPEC_I_PT (SPC-4 5.12.7): the issuer and every I_T nexus a
+ * TransportID names (that initiator port with the issuer's target port, or
+ * every target port with ALL_TG_PT) get the service action key, all or
+ * none. A nexus registered already, or named twice, is an invalid field.
+ */
+static void register_specified(struct scsi_pr_state *st, const struct scsi_pr_req *req,
+                               const struct scsi_pr_who *who, struct scsi_pr_verdict *v)
+{
+	const uint8_t *d = req->param;
+	uint32_t off = PR_PARAM_LEN + 4;
+	unsigned first = st->n_regs;
+
+	if (!regs_reserve(st, 1)) {
+		v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
+		return;
+	}
+	struct scsi_pr_reg *r = reg_append(st);
+	hl_strlcpy(r->initiator_port, who->port, sizeof(r->initiator_port));
+	r->rel_port = who->rel;
+	r->all_tg_pt = req->all_tg_pt;
+	r->key = req->sa_key;
+	while (off < req->plen) {
+		char port[SCSI_PR_PORT_MAX];
+		uint32_t n =
+		    transport_id(d + off, req->plen - off, off, true, port, sizeof(port), v);
+		if (!n)
+			break;
+		if (registered(st, port, who->rel, req->all_tg_pt)) {
+			v_field(v, false, (uint16_t)HL_MIN(off, 0xffffu), -1);
+			break;
+		}
+		if (!regs_reserve(st, 1)) {
+			v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
+			break;
+		}
+		r = reg_append(st);
+		hl_strlcpy(r->initiator_port, port, sizeof(r->initiator_port));
+		r->rel_port = who->rel;
+		r->all_tg_pt = req->all_tg_pt;
+		r->key = req->sa_key;
+		off += n;
+	}
+	if (v->status != HL_SAM_GOOD)
+		st->n_regs = first; /* all or none */
+}
+
 static void pr_register(struct scsi_pr_state *st, const struct scsi_pr_req *req,
                         const struct scsi_pr_who *who, struct scsi_pr_change *c,
                         struct scsi_pr_verdict *v, bool *changed)
@@ -366,17 +447,28 @@ static void pr_register(struct scsi_pr_state *st, const struct scsi_pr_req *req,
 		v_good(v);
 		if (req->sa_key == 0)
 			return; /* unregistering what is not registered: nothing to do */
-		if (!regs_reserve(st, 1)) {
-			v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
-			return;
+		if (req->spec_i_pt) {
+			register_specified(st, req, who, v);
+			if (v->status != HL_SAM_GOOD)
+				return;
+		} else {
+			if (!regs_reserve(st, 1)) {
+				v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
+				return;
+			}
+			struct scsi_pr_reg *r = reg_append(st);
+			hl_strlcpy(r->initiator_port, who->port, sizeof(r->initiator_port));
+			r->rel_port = who->rel;
+			r->all_tg_pt = req->all_tg_pt;
+			r->key = req->sa_key;
 		}
-		struct scsi_pr_reg *r = reg_append(st);
-		hl_strlcpy(r->initiator_port, who->port, sizeof(r->initiator_port));
-		r->rel_port = who->rel;
-		r->all_tg_pt = req->all_tg_pt;
-		r->key = req->sa_key;
 		st->generation++;
 		*changed = true;
+		return;
+	}
+	if (req->spec_i_pt) {
+		/* a registered I_T nexus may not name others (SPC-4 5.12.7) */
+		v_sense(v, SCSI_ASC_INVALID_FIELD_CDB);
 		return;
 	}
 	if (req->sa == SCSI_PRO_REGISTER && req->key != st->regs[i].key) {
@@ -736,8 +828,8 @@ int scsi_pr_in_build(const struct scsi_pr_state *st, uint8_t sa, const struct sc
 		return (int)off;
 	case 2: /* REPORT CAPABILITIES */
 		hl_put_be16(buf, 8);
-		/* CRH, ATP_C, PTPL_C when there is somewhere to keep the state; no SIP_C */
-		buf[2] = (uint8_t)(0x10 | 0x04 | (caps->ptpl_c ? 0x01 : 0));
+		/* CRH, SIP_C, ATP_C, PTPL_C when there is somewhere to keep the state */
+		buf[2] = (uint8_t)(0x10 | 0x08 | 0x04 | (caps->ptpl_c ? 0x01 : 0));
 		/* TMV; ALLOW COMMANDS 0: no information; PTPL_A */
 		buf[3] = (uint8_t)(0x80 | (st->aptpl ? 0x01 : 0));
 		buf[4] =
