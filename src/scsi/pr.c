@@ -19,6 +19,10 @@
  * with GOOD and does nothing.
  *
  * All state lives in the LU under lu->lock; every entry point here takes it.
+ * With several gateways on a cluster that keeps a shared record, the LU's
+ * state is a copy of that record instead, and the commands that change it
+ * run as transactions on the record (pr_shared.c); the APTPL file is not
+ * used then (the record outlives every gateway).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -68,7 +72,7 @@ void scsi_pr_verdict_set(struct hl_scsi_cmd *cmd, const struct scsi_pr_verdict *
 }
 
 void scsi_pr_fx_local(struct hl_lu *lu, const struct scsi_pr_change *c, uint64_t *ids,
-                      uint8_t *n_ids, unsigned max, bool *others)
+                      unsigned *n_ids, unsigned max, bool *others)
 {
 	struct scsi_lu_nexus *n;
 
@@ -249,18 +253,44 @@ int scsi_pr_load(struct hl_lu *lu)
 
 /* ---- conflicts ---- */
 
+/* Does who hold the shared SPC-2 reservation? lu->lock held. */
+static bool rsv2_held_by(const struct hl_lu *lu, const struct scsi_pr_who *who)
+{
+	return lu->pr.rsv2 && lu->pr.rsv2_rel == who->rel &&
+	       strcasecmp(lu->pr.rsv2_port, who->port) == 0;
+}
+
 bool scsi_rsv_conflict(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *d)
 {
 	struct hl_lu *lu = cmd->lu;
 	struct scsi_pr_who who = scsi_pr_who_of(cmd);
-	bool conflict;
+	bool conflict, stale = false;
 
 	pthread_mutex_lock(&lu->lock);
-	if (lu->rsv2_holder && lu->rsv2_holder != nexus_id(cmd))
+	if (lu->pr_store) {
+		/*
+		 * A copy the store does not vouch for may miss a reservation made
+		 * through another gateway: what it would decide cannot be trusted
+		 * (SPC-2 reservations, which INFO commands also honour, are not
+		 * waited for: a legacy that clusters fence with SCSI-3 instead).
+		 */
+		stale = !(d->flags & SCSI_F_PR_ALLOW) && !scsi_pr_shared_current(lu);
+		if (lu->pr.rsv2 && !rsv2_held_by(lu, &who))
+			conflict = !(d->flags & SCSI_F_RSV2_ALLOW);
+		else
+			conflict = scsi_pr_conflicts(&lu->pr, &who, d->flags);
+	} else if (lu->rsv2_holder && lu->rsv2_holder != nexus_id(cmd)) {
 		conflict = !(d->flags & SCSI_F_RSV2_ALLOW);
-	else
+	} else {
 		conflict = scsi_pr_conflicts(&lu->pr, &who, d->flags);
+	}
 	pthread_mutex_unlock(&lu->lock);
+	if (stale) {
+		HL_DEBUG(SCSI_COMPONENT, "%s: shared reservations not current: BUSY", lu->name);
+		cmd->status = HL_SAM_BUSY;
+		cmd->sense_len = 0;
+		return true;
+	}
 	if (conflict)
 		set_conflict(cmd);
 	return conflict;
@@ -268,17 +298,29 @@ bool scsi_rsv_conflict(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *d)
 
 void scsi_rsv_reset(struct hl_lu *lu)
 {
+	bool shared_held;
+
 	pthread_mutex_lock(&lu->lock);
 	lu->rsv2_holder = 0;
+	shared_held = lu->pr_store && lu->pr.rsv2;
 	pthread_mutex_unlock(&lu->lock);
+	if (shared_held)
+		scsi_pr_shared_rsv2_end(lu, NULL);
 }
 
-void scsi_rsv_nexus_gone(struct hl_lu *lu, uint64_t id)
+void scsi_rsv_nexus_gone(struct hl_lu *lu, const struct hl_scsi_nexus *nexus)
 {
+	struct scsi_pr_who who = {nexus->initiator_port,
+	                          nexus->port ? nexus->port->rel_port_id : 0};
+	bool shared_held;
+
 	pthread_mutex_lock(&lu->lock);
-	if (lu->rsv2_holder == id)
+	if (lu->rsv2_holder == nexus->id)
 		lu->rsv2_holder = 0;
+	shared_held = lu->pr_store && rsv2_held_by(lu, &who);
 	pthread_mutex_unlock(&lu->lock);
+	if (shared_held)
+		scsi_pr_shared_rsv2_end(lu, &who);
 }
 
 void scsi_rsv_fini(struct hl_lu *lu)
@@ -293,6 +335,8 @@ enum scsi_exec_result spc_reserve(struct hl_scsi_cmd *cmd)
 	struct hl_lu *lu = cmd->lu;
 	uint64_t id = nexus_id(cmd);
 
+	if (lu->pr_store)
+		return scsi_pr_shared_rsv2(cmd, true);
 	pthread_mutex_lock(&lu->lock);
 	if (lu->pr.n_regs || (lu->rsv2_holder && lu->rsv2_holder != id)) {
 		set_conflict(cmd);
@@ -308,6 +352,8 @@ enum scsi_exec_result spc_release(struct hl_scsi_cmd *cmd)
 {
 	struct hl_lu *lu = cmd->lu;
 
+	if (lu->pr_store)
+		return scsi_pr_shared_rsv2(cmd, false);
 	/* releasing what another nexus holds, or nothing, is GOOD and changes nothing */
 	pthread_mutex_lock(&lu->lock);
 	if (lu->rsv2_holder == nexus_id(cmd))
@@ -321,7 +367,8 @@ enum scsi_exec_result spc_release(struct hl_scsi_cmd *cmd)
 
 static struct scsi_pr_caps lu_caps(const struct hl_lu *lu)
 {
-	struct scsi_pr_caps caps = {.ptpl_c = lu->state_dir != NULL};
+	/* APTPL is kept in state_dir, or by the shared store whatever it says */
+	struct scsi_pr_caps caps = {.ptpl_c = lu->state_dir != NULL || lu->pr_store};
 
 	return caps;
 }
@@ -339,6 +386,12 @@ enum scsi_exec_result spc_pr_in(struct hl_scsi_cmd *cmd)
 		return SCSI_DONE;
 	}
 	pthread_mutex_lock(&lu->lock);
+	if (lu->pr_store && !scsi_pr_shared_current(lu)) {
+		/* the copy may be behind another gateway's change: ask the record itself */
+		pthread_mutex_unlock(&lu->lock);
+		free(buf);
+		return scsi_pr_shared_in(cmd);
+	}
 	len = scsi_pr_in_build(&lu->pr, cmd->cdb[1] & 0x1f, &caps, buf);
 	pthread_mutex_unlock(&lu->lock);
 	if (len < 0)
@@ -365,6 +418,8 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 		scsi_pr_verdict_set(cmd, &v);
 		return SCSI_DONE;
 	}
+	if (lu->pr_store)
+		return scsi_pr_shared_out(cmd, &req);
 	scsi_pr_change_init(&fx, &who);
 	pthread_mutex_lock(&lu->lock);
 	bool was_aptpl = lu->pr.aptpl;
@@ -374,8 +429,10 @@ enum scsi_exec_result spc_pr_out(struct hl_scsi_cmd *cmd)
 		 * PREEMPT AND ABORT lists the preempted nexuses here, whose tasks the
 		 * transport aborts before it answers (hl_scsi_cmd.abort_nexus)
 		 */
-		scsi_pr_fx_local(lu, &fx, cmd->abort_nexus, &cmd->n_abort_nexus,
-		                 HL_SCSI_ABORT_NEXUS_MAX, &cmd->abort_others);
+		unsigned n = 0;
+		scsi_pr_fx_local(lu, &fx, cmd->abort_nexus, &n, HL_SCSI_ABORT_NEXUS_MAX,
+		                 &cmd->abort_others);
+		cmd->n_abort_nexus = (uint8_t)n;
 		if (changed && (lu->pr.aptpl || was_aptpl) && pr_persist(lu) != 0 && lu->pr.aptpl)
 			HL_WARN(SCSI_COMPONENT, "%s: PR state changed but not saved", lu->name);
 	}

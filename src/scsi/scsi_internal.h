@@ -260,10 +260,11 @@ struct hl_lu {
 	bool lbprz;      /* deallocated blocks read back as zeroes */
 	char *state_dir; /* owned copy of cfg.state_dir, or NULL (then APTPL is refused) */
 
-	pthread_mutex_t lock;      /* guards everything below */
-	struct hl_list nexuses;    /* struct scsi_lu_nexus; guarded by lock */
-	uint64_t rsv2_holder;      /* RESERVE(6/10) holder's nexus id, 0 = none; guarded by lock */
-	struct scsi_pr_state pr;   /* persistent reservations (pr.c); guarded by lock */
+	pthread_mutex_t lock;    /* guards everything below */
+	struct hl_list nexuses;  /* struct scsi_lu_nexus; guarded by lock */
+	uint64_t rsv2_holder;    /* RESERVE(6/10) holder's nexus id, 0 = none; guarded by lock */
+	struct scsi_pr_state pr; /* persistent reservations (pr.c); guarded by lock */
+	bool pr_loaded;          /* shared store: pr holds a record read from it; guarded by lock */
 	struct hl_list rl_active;  /* commands holding an LBA range; guarded by lock */
 	struct hl_list rl_waiting; /* commands waiting for one, FIFO; guarded by lock */
 	unsigned rl_n_exclusive;   /* exclusive holders in rl_active; guarded by lock */
@@ -279,6 +280,16 @@ struct hl_lu {
 	void *access_arg;
 	/* media commands that passed the access check and are running (hl_lu_busy); atomic */
 	unsigned busy;
+
+	/*
+	 * Persistent reservations in a store the gateways share (pr_shared.c,
+	 * hl_lu_set_pr_store), NULL: pr is the LU's own. Set before the LU is
+	 * in a map, then read without the lock.
+	 */
+	const struct hl_lu_pr_store *pr_store;
+	void *pr_store_arg;
+	struct hl_reactor *pr_thread; /* runs the store's blocking transactions */
+	bool pr_unshared;             /* hl_lu_pr_unshared: reservation commands are not offered */
 };
 
 /** lu's access provider (NULL: none); its arg is lu->access_arg. Any thread. */
@@ -468,6 +479,7 @@ static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
 #define SCSI_ASC_ALUA_UNAVAILABLE        0x04, 0x0c
 #define SCSI_ASC_ALUA_CHANGED            0x2a, 0x06
 #define SCSI_ASC_STPG_FAILED             0x67, 0x0a
+#define SCSI_ASC_LU_COMM_FAILURE         0x08, 0x00
 
 /* ---- ua.c ---- */
 
@@ -515,7 +527,7 @@ bool scsi_rsv_conflict(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *d);
 void scsi_rsv_reset(struct hl_lu *lu);
 
 /** The nexus ended: a RESERVE(6/10) it held ends; its registrations stay (they persist). */
-void scsi_rsv_nexus_gone(struct hl_lu *lu, uint64_t nexus_id);
+void scsi_rsv_nexus_gone(struct hl_lu *lu, const struct hl_scsi_nexus *nexus);
 
 /** Free registrations (LU teardown). */
 void scsi_rsv_fini(struct hl_lu *lu);
@@ -533,7 +545,30 @@ void scsi_pr_verdict_set(struct hl_scsi_cmd *cmd, const struct scsi_pr_verdict *
  * lu->lock held.
  */
 void scsi_pr_fx_local(struct hl_lu *lu, const struct scsi_pr_change *c, uint64_t *ids,
-                      uint8_t *n_ids, unsigned max, bool *others);
+                      unsigned *n_ids, unsigned max, bool *others);
+
+/* ---- pr_shared.c: persistent reservations in a store the gateways share ---- */
+
+/** The reservation commands are offered (not hl_lu_pr_unshared). */
+bool scsi_lu_pr_avail(const struct hl_lu *lu);
+
+/** Shared store: may commands be checked against lu's copy now? lu->lock held. */
+bool scsi_pr_shared_current(struct hl_lu *lu);
+
+/** Shared store: run a checked PERSISTENT RESERVE OUT (req's param is copied). */
+enum scsi_exec_result scsi_pr_shared_out(struct hl_scsi_cmd *cmd, const struct scsi_pr_req *req);
+
+/** Shared store: PERSISTENT RESERVE IN from the record itself (the copy is not current). */
+enum scsi_exec_result scsi_pr_shared_in(struct hl_scsi_cmd *cmd);
+
+/** Shared store: RESERVE (reserve) or RELEASE (6/10). */
+enum scsi_exec_result scsi_pr_shared_rsv2(struct hl_scsi_cmd *cmd, bool reserve);
+
+/** Shared store, in the background: who's SPC-2 reservation ends (NULL: whoever holds it). */
+void scsi_pr_shared_rsv2_end(struct hl_lu *lu, const struct scsi_pr_who *who);
+
+/** Stop using the store: its transactions drain, the thread ends (LU teardown). */
+void scsi_pr_shared_stop(struct hl_lu *lu);
 
 /**
  * Load the persistent reservation state saved with APTPL = 1 from
