@@ -303,6 +303,13 @@ void scsi_rsv_reset(struct hl_lu *lu)
 	pthread_mutex_lock(&lu->lock);
 	lu->rsv2_holder = 0;
 	shared_held = lu->pr_store && lu->pr.rsv2;
+	/*
+	 * The record changes in the background; this gateway's copy at once,
+	 * so that its next command (the reset's initiator often sends one at
+	 * once) finds it ended. Its later changes run after this one (one
+	 * thread per LU), so none of them finds it held either.
+	 */
+	lu->pr.rsv2 = false;
 	pthread_mutex_unlock(&lu->lock);
 	if (shared_held)
 		scsi_pr_shared_rsv2_end(lu, NULL);
@@ -318,6 +325,8 @@ void scsi_rsv_nexus_gone(struct hl_lu *lu, const struct hl_scsi_nexus *nexus)
 	if (lu->rsv2_holder == nexus->id)
 		lu->rsv2_holder = 0;
 	shared_held = lu->pr_store && rsv2_held_by(lu, &who);
+	if (shared_held)
+		lu->pr.rsv2 = false; /* as at a reset: the copy at once, the record soon */
 	pthread_mutex_unlock(&lu->lock);
 	if (shared_held)
 		scsi_pr_shared_rsv2_end(lu, &who);
