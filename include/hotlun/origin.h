@@ -343,7 +343,11 @@ struct hl_origin_ops {
 	 * backend's bound ago find the record at seq or older? Must not block.
 	 */
 	bool (*pr_current)(struct hl_origin *o, uint64_t seq);
-	/** Stop telling of changes (no changed() runs after this returns); main thread. */
+	/**
+	 * Stop telling of changes (no changed() runs after this returns);
+	 * later pr_load and pr_commit fail (-ESHUTDOWN). The origin's close
+	 * frees what is left. Main thread.
+	 */
 	void (*pr_close)(struct hl_origin *o);
 };
 

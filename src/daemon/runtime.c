@@ -280,8 +280,7 @@ static void disk_pr_share(struct daemon *d, struct disk_rt *rt, struct hl_origin
 		       "reservation commands are not offered",
 		       rt->conf.name, strerror(-rc));
 		hl_lu_set_pr_store(rt->lu, NULL, NULL);
-		if (rt->pr_backend || ops->pr_close)
-			ops->pr_close(backend);
+		ops->pr_close(backend);
 		rt->pr_backend = NULL;
 		hl_lu_pr_unshared(rt->lu);
 	}

@@ -168,5 +168,7 @@ int origin_rbd_pr_commit(struct hl_origin *o, uint64_t old_seq, uint64_t new_seq
 void origin_rbd_pr_applied(struct hl_origin *o, uint64_t cookie, uint64_t seq);
 bool origin_rbd_pr_current(struct hl_origin *o, uint64_t seq);
 void origin_rbd_pr_close(struct hl_origin *o);
+/** pr_close, then free the record's state (origin close). */
+void origin_rbd_pr_fini(struct hl_origin *o);
 
 #endif

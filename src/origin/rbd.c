@@ -442,7 +442,7 @@ fail:
 
 static void origin_rbd_close(struct hl_origin *o)
 {
-	origin_rbd_pr_close(o); /* its thread and watch use the connection */
+	origin_rbd_pr_fini(o); /* its thread and watch use the connection */
 	rbd_close_all(ro_of(o));
 }
 

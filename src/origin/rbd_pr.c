@@ -70,7 +70,7 @@
  * commit meanwhile waits this long for it.
  */
 #define PR_NOTIFY_MS 5000
-#define PR_PENDING   64                           /* notices being applied at once */
+#define PR_PENDING   64 /* notices being applied at once */
 #define PR_GATEWAYS  16
 
 struct rbd_pr {
@@ -83,6 +83,7 @@ struct rbd_pr {
 	void *arg;
 	pthread_t thread;
 	bool started;
+	atomic_bool closed; /* pr_close ran: loads and commits fail, memory stays until fini */
 
 	pthread_mutex_t lock; /* guards what follows */
 	pthread_cond_t cond;
@@ -203,6 +204,8 @@ int origin_rbd_pr_load(struct hl_origin *o, char **text, size_t *len)
 
 	if (!pr)
 		return -EOPNOTSUPP;
+	if (atomic_load(&pr->closed))
+		return -ESHUTDOWN;
 	for (;;) {
 		char *buf = malloc(cap + 1);
 		if (!buf)
@@ -273,6 +276,8 @@ int origin_rbd_pr_commit(struct hl_origin *o, uint64_t old_seq, uint64_t new_seq
 
 	if (!pr)
 		return -EOPNOTSUPP;
+	if (atomic_load(&pr->closed))
+		return -ESHUTDOWN;
 	rados_write_op_t op = rados_create_write_op();
 	if (!op)
 		return -ENOMEM;
@@ -563,7 +568,7 @@ void origin_rbd_pr_close(struct hl_origin *o)
 	struct rbd_origin *r = ro_of(o);
 	struct rbd_pr *pr = r->pr;
 
-	if (!pr)
+	if (!pr || atomic_exchange(&pr->closed, true))
 		return;
 	if (pr->started) {
 		pthread_mutex_lock(&pr->lock);
@@ -578,7 +583,23 @@ void origin_rbd_pr_close(struct hl_origin *o)
 		rados_unwatch2(r->ioctx, pr->watch);
 		rados_watch_flush(r->cluster); /* no callback of ours runs after this */
 	}
+	pr->watching = false;
 	handles_done(r);
+}
+
+void origin_rbd_pr_fini(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct rbd_pr *pr = r->pr;
+
+	if (!pr)
+		return;
+	/*
+	 * Apart from close: an LU's transaction may still be in a commit after
+	 * pr_close (the daemon closes the notices first, then the LU, then the
+	 * origin); its memory must outlive that.
+	 */
+	origin_rbd_pr_close(o);
 	pthread_cond_destroy(&pr->cond);
 	pthread_mutex_destroy(&pr->lock);
 	r->pr = NULL;
