@@ -4,7 +4,7 @@
  * record, the transactions that change the record, applying a change that
  * any gateway made, and the transport's aborter.
  *
- * The record is pr_state.c's text form (version 2): the state, its
+ * The record is pr_text.c's text form (version 2): the state, its
  * sequence number, and the last SCSI_PR_HISTORY changes with their side
  * effects, so that a gateway that learns of a change late (or of several
  * at once) still queues the right unit attentions and aborts the right

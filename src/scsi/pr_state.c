@@ -6,16 +6,14 @@
  * attention, whose tasks are aborted). Side effects name I_T nexus
  * *identities* (initiator port + relative target port), not sessions, so
  * that every gateway of a shared disk can apply them to the nexuses it has.
- * Also here: the conflict rules by type (SPC-4 table 63), the PERSISTENT
- * RESERVE IN data, and the text form of a state (the APTPL file, the record
- * a shared store keeps).
+ * Also here: the conflict rules by type (SPC-4 table 63) and the PERSISTENT
+ * RESERVE IN data; the text form of a state is pr_text.c's.
  *
  * No locks, no I/O, no LU: pr.c and pr_shared.c decide where a state lives
  * and who may change it.
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +25,12 @@
 /* REGISTER with SPEC_I_PT: room for 64 of the longest TransportIDs */
 #define PR_SPEC_MAX (PR_PARAM_LEN + 4 + 64 * (4 + 256))
 
-static bool type_valid(uint8_t t)
+bool scsi_pr_type_valid(uint8_t t)
 {
 	return t == SCSI_PR_WE || t == SCSI_PR_EA || (t >= SCSI_PR_WE_RO && t <= SCSI_PR_EA_AR);
 }
 
-static bool type_all_registrants(uint8_t t)
+bool scsi_pr_type_all_registrants(uint8_t t)
 {
 	return t == SCSI_PR_WE_AR || t == SCSI_PR_EA_AR;
 }
@@ -108,6 +106,11 @@ static struct scsi_pr_reg *reg_append(struct scsi_pr_state *st)
 	return r;
 }
 
+struct scsi_pr_reg *scsi_pr_reg_add(struct scsi_pr_state *st)
+{
+	return regs_reserve(st, 1) ? reg_append(st) : NULL;
+}
+
 /* Remove registration i; the holder index follows (a removed holder becomes -1). */
 static void reg_del(struct scsi_pr_state *st, int i)
 {
@@ -156,7 +159,7 @@ bool scsi_pr_is_holder(const struct scsi_pr_state *st, int i)
 {
 	if (i < 0 || !st->type)
 		return false;
-	return type_all_registrants(st->type) || st->holder == i;
+	return scsi_pr_type_all_registrants(st->type) || st->holder == i;
 }
 
 bool scsi_pr_conflicts(const struct scsi_pr_state *st, const struct scsi_pr_who *who,
@@ -209,8 +212,8 @@ int scsi_pr_change_copy(struct scsi_pr_change *dst, const struct scsi_pr_change 
 	return 0;
 }
 
-static void fx_push(struct scsi_pr_change *c, uint8_t kind, const struct scsi_pr_reg *to,
-                    uint8_t asc, uint8_t ascq)
+void scsi_pr_fx_push(struct scsi_pr_change *c, uint8_t kind, const struct scsi_pr_reg *to,
+                     uint8_t asc, uint8_t ascq)
 {
 	if (c->n == c->cap) {
 		unsigned cap = c->cap ? 2 * c->cap : 8;
@@ -233,7 +236,7 @@ static void fx_push(struct scsi_pr_change *c, uint8_t kind, const struct scsi_pr
 static void ua_for_reg(struct scsi_pr_change *c, const struct scsi_pr_reg *r, uint8_t asc,
                        uint8_t ascq)
 {
-	fx_push(c, SCSI_PR_FX_UA, r, asc, ascq);
+	scsi_pr_fx_push(c, SCSI_PR_FX_UA, r, asc, ascq);
 }
 
 /* A unit attention for every registrant's nexuses (the issuer's is left out when applied). */
@@ -346,7 +349,7 @@ bool scsi_pr_out_parse(const uint8_t *cdb, const uint8_t *data, uint32_t dlen,
 		v_field(v, true, 2, 7);
 		return false;
 	}
-	if (needs_type && !type_valid(req->type)) {
+	if (needs_type && !scsi_pr_type_valid(req->type)) {
 		v_field(v, true, 2, 3);
 		return false;
 	}
@@ -366,7 +369,7 @@ static void reg_remove(struct scsi_pr_state *st, int i, struct scsi_pr_change *c
 		if (st->type == SCSI_PR_WE_RO || st->type == SCSI_PR_EA_RO)
 			ua_for_registrants(st, c, SCSI_ASC_RESERVATIONS_RELEASED);
 		reservation_clear(st);
-	} else if (type_all_registrants(st->type) && st->n_regs == 0) {
+	} else if (scsi_pr_type_all_registrants(st->type) && st->n_regs == 0) {
 		reservation_clear(st);
 	}
 }
@@ -496,7 +499,7 @@ static void pr_reserve(struct scsi_pr_state *st, const struct scsi_pr_req *req, 
 		return;
 	}
 	st->type = req->type;
-	st->holder = type_all_registrants(req->type) ? -1 : i;
+	st->holder = scsi_pr_type_all_registrants(req->type) ? -1 : i;
 	*changed = true;
 	v_good(v);
 }
@@ -545,7 +548,7 @@ static unsigned preempt_regs(struct scsi_pr_state *st, int *keep, bool all, uint
 		/* listed before anything goes: the transport aborts these nexuses' tasks */
 		for (unsigned j = 0; j < st->n_regs; j++) {
 			if ((int)j != *keep && (all || st->regs[j].key == key))
-				fx_push(c, SCSI_PR_FX_ABORT, &st->regs[j], 0, 0);
+				scsi_pr_fx_push(c, SCSI_PR_FX_ABORT, &st->regs[j], 0, 0);
 		}
 	}
 	for (int j = 0; j < (int)st->n_regs;) {
@@ -567,11 +570,11 @@ static void pr_preempt(struct scsi_pr_state *st, const struct scsi_pr_req *req, 
 {
 	bool abort = req->sa == SCSI_PRO_PREEMPT_ABORT;
 
-	if (st->type && type_all_registrants(st->type) && req->sa_key == 0) {
+	if (st->type && scsi_pr_type_all_registrants(st->type) && req->sa_key == 0) {
 		/* SPC-4 5.12.11.4.3: preempting an all-registrants reservation removes everyone */
 		preempt_regs(st, &i, true, 0, abort, c);
 		st->type = req->type;
-		st->holder = type_all_registrants(req->type) ? -1 : i;
+		st->holder = scsi_pr_type_all_registrants(req->type) ? -1 : i;
 		st->generation++;
 		*changed = true;
 		v_good(v);
@@ -581,13 +584,13 @@ static void pr_preempt(struct scsi_pr_state *st, const struct scsi_pr_req *req, 
 		v_field(v, false, 8, -1);
 		return;
 	}
-	if (st->type && !type_all_registrants(st->type) &&
+	if (st->type && !scsi_pr_type_all_registrants(st->type) &&
 	    st->regs[st->holder].key == req->sa_key) {
 		/* preempting the holder: its key's registrations go, the reservation is ours */
 		uint8_t old_type = st->type;
 		preempt_regs(st, &i, false, req->sa_key, abort, c);
 		st->type = req->type;
-		st->holder = type_all_registrants(req->type) ? -1 : i;
+		st->holder = scsi_pr_type_all_registrants(req->type) ? -1 : i;
 		if (old_type != req->type)
 			ua_for_registrants(st, c, SCSI_ASC_RESERVATIONS_RELEASED);
 		st->generation++;
@@ -601,7 +604,7 @@ static void pr_preempt(struct scsi_pr_state *st, const struct scsi_pr_req *req, 
 		v_conflict(v);
 		return;
 	}
-	if (st->type && type_all_registrants(st->type) && st->n_regs == 0)
+	if (st->type && scsi_pr_type_all_registrants(st->type) && st->n_regs == 0)
 		reservation_clear(st);
 	st->generation++;
 	*changed = true;
@@ -658,7 +661,7 @@ static void pr_register_move(struct scsi_pr_state *st, const struct scsi_pr_req 
 	uint16_t rel = hl_get_be16(d + 18);
 	char port[SCSI_PR_PORT_MAX];
 
-	if (!st->type || type_all_registrants(st->type) || !scsi_pr_is_holder(st, i)) {
+	if (!st->type || scsi_pr_type_all_registrants(st->type) || !scsi_pr_is_holder(st, i)) {
 		v_conflict(v);
 		return;
 	}
@@ -818,7 +821,7 @@ int scsi_pr_in_build(const struct scsi_pr_state *st, uint8_t sa, const struct sc
 	case 1: /* READ RESERVATION */
 		if (st->type) {
 			uint64_t key =
-			    type_all_registrants(st->type) ? 0 : st->regs[st->holder].key;
+			    scsi_pr_type_all_registrants(st->type) ? 0 : st->regs[st->holder].key;
 			memset(buf + 8, 0, 16);
 			hl_put_be64(buf + 8, key);
 			buf[21] = st->type; /* scope 0: logical unit */
@@ -856,274 +859,4 @@ int scsi_pr_in_build(const struct scsi_pr_state *st, uint8_t sa, const struct sc
 	default:
 		return -1;
 	}
-}
-
-/* ---- the text form ---- */
-
-#define PR_MAGIC_V1 "hotlun-pr 1"
-#define PR_MAGIC_V2 "hotlun-pr 2"
-
-struct textbuf {
-	char *p;
-	size_t len, cap;
-	bool failed;
-};
-
-static void tb_printf(struct textbuf *tb, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void tb_printf(struct textbuf *tb, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (tb->failed)
-		return;
-	for (;;) {
-		size_t room = tb->cap - tb->len;
-		va_start(ap, fmt);
-		int n = vsnprintf(tb->p ? tb->p + tb->len : NULL, tb->p ? room : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			tb->failed = true;
-			return;
-		}
-		if (tb->p && (size_t)n < room) {
-			tb->len += (size_t)n;
-			return;
-		}
-		size_t cap = tb->cap ? tb->cap : 1024;
-		while (cap < tb->len + (size_t)n + 1)
-			cap *= 2;
-		char *p = realloc(tb->p, cap);
-		if (!p) {
-			tb->failed = true;
-			return;
-		}
-		tb->p = p;
-		tb->cap = cap;
-	}
-}
-
-/* A name that the line format can carry (no blanks, printable); "" is written as "-". */
-static bool name_ok(const char *s)
-{
-	for (; *s; s++)
-		if (*s <= 0x20 || *s >= 0x7f)
-			return false;
-	return true;
-}
-
-int scsi_pr_format(const struct scsi_pr_state *st, const struct scsi_pr_change *changes, unsigned n,
-                   char **out, size_t *len)
-{
-	struct textbuf tb = {0};
-	bool v2 = changes != NULL;
-
-	for (unsigned i = 0; i < st->n_regs; i++)
-		if (!st->regs[i].initiator_port[0] || !name_ok(st->regs[i].initiator_port))
-			return -EINVAL;
-	if (!name_ok(st->rsv2_port))
-		return -EINVAL;
-	if (v2)
-		tb_printf(&tb,
-		          "%s\nseq %" PRIu64 "\ngeneration %" PRIu32 "\ntype %u %d\naptpl %d\n",
-		          PR_MAGIC_V2, st->seq, st->generation, st->type,
-		          st->type ? st->holder : -1, st->aptpl ? 1 : 0);
-	else
-		tb_printf(&tb, "%s\ngeneration %" PRIu32 "\ntype %u %d\n", PR_MAGIC_V1,
-		          st->generation, st->type, st->type ? st->holder : -1);
-	if (v2 && st->rsv2)
-		tb_printf(&tb, "rsv2 %u %s\n", st->rsv2_rel,
-		          st->rsv2_port[0] ? st->rsv2_port : "-");
-	for (unsigned i = 0; i < st->n_regs; i++) {
-		const struct scsi_pr_reg *r = &st->regs[i];
-		tb_printf(&tb, "reg %016" PRIx64 " %u %u %s\n", r->key, r->rel_port,
-		          r->all_tg_pt ? 1 : 0, r->initiator_port);
-	}
-	for (unsigned k = 0; v2 && k < n; k++) {
-		const struct scsi_pr_change *c = &changes[k];
-		if (!name_ok(c->by_port))
-			continue;
-		tb_printf(&tb, "change %" PRIu64 " %u %s%s\n", c->seq, c->by_rel,
-		          c->by_port[0] ? c->by_port : "-", c->lost ? " lost" : "");
-		for (unsigned j = 0; j < c->n; j++) {
-			const struct scsi_pr_fx *f = &c->fx[j];
-			if (!f->to.initiator_port[0] || !name_ok(f->to.initiator_port))
-				continue;
-			tb_printf(&tb, "fx %c %02x %02x %u %u %s\n",
-			          f->kind == SCSI_PR_FX_ABORT ? 'a' : 'u', f->asc, f->ascq,
-			          f->to.rel_port, f->to.all_tg_pt ? 1 : 0, f->to.initiator_port);
-		}
-	}
-	tb_printf(&tb, "end\n");
-	if (tb.failed) {
-		free(tb.p);
-		return -ENOMEM;
-	}
-	*out = tb.p;
-	*len = tb.len;
-	return 0;
-}
-
-/* The next line of text into line (NUL-terminated, without '\n'). @return false at the end. */
-static bool next_line(const char **pos, const char *end, char *line, size_t room, bool *toolong)
-{
-	const char *p = *pos, *nl;
-
-	if (p >= end)
-		return false;
-	nl = memchr(p, '\n', (size_t)(end - p));
-	size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-	*pos = nl ? nl + 1 : end;
-	if (n >= room) {
-		*toolong = true;
-		n = room - 1;
-	}
-	memcpy(line, p, n);
-	line[n] = '\0';
-	return true;
-}
-
-/* "PORT" at the end of a line (after %n): a name, "-" for the empty one. */
-static bool tail_port(const char *s, char *port, size_t len, bool dash_ok)
-{
-	if (!*s || strlen(s) >= len || !name_ok(s))
-		return false;
-	if (dash_ok && strcmp(s, "-") == 0)
-		s = "";
-	hl_strlcpy(port, s, len);
-	return true;
-}
-
-int scsi_pr_parse(const char *text, size_t len, struct scsi_pr_state *st,
-                  struct scsi_pr_change *changes, unsigned *n_changes)
-{
-	const char *pos = text, *end = text + len;
-	char line[640];
-	bool toolong = false, ok = false, v2;
-	unsigned type = 0, nch = 0;
-	int rc = -EBADMSG;
-	int holder = -1;
-	struct scsi_pr_change *cur = NULL;
-
-	scsi_pr_state_fini(st);
-	if (n_changes)
-		*n_changes = 0;
-	if (len == 0)
-		return 0;
-	if (!next_line(&pos, end, line, sizeof(line), &toolong))
-		goto bad;
-	if (strcmp(line, PR_MAGIC_V1) == 0)
-		v2 = false;
-	else if (strcmp(line, PR_MAGIC_V2) == 0)
-		v2 = true;
-	else
-		goto bad;
-	if (v2 && (!next_line(&pos, end, line, sizeof(line), &toolong) ||
-	           sscanf(line, "seq %" SCNu64, &st->seq) != 1))
-		goto bad;
-	if (!next_line(&pos, end, line, sizeof(line), &toolong) ||
-	    sscanf(line, "generation %" SCNu32, &st->generation) != 1)
-		goto bad;
-	if (!next_line(&pos, end, line, sizeof(line), &toolong) ||
-	    sscanf(line, "type %u %d", &type, &holder) != 2)
-		goto bad;
-	if (type && !type_valid((uint8_t)type))
-		goto bad;
-	if (v2) {
-		int aptpl;
-		if (!next_line(&pos, end, line, sizeof(line), &toolong) ||
-		    sscanf(line, "aptpl %d", &aptpl) != 1 || aptpl < 0 || aptpl > 1)
-			goto bad;
-		st->aptpl = aptpl;
-	} else {
-		st->aptpl = true; /* the file exists only while APTPL is on */
-	}
-	while (next_line(&pos, end, line, sizeof(line), &toolong)) {
-		uint64_t key;
-		unsigned rel, all, a, b;
-		int at = 0;
-		char kind;
-
-		if (toolong)
-			goto bad;
-		if (strcmp(line, "end") == 0) {
-			ok = true;
-			break;
-		}
-		if (strncmp(line, "reg ", 4) == 0 && !cur) {
-			if (sscanf(line, "reg %" SCNx64 " %u %u %n", &key, &rel, &all, &at) != 3 ||
-			    !at || rel > 0xffff || all > 1 || key == 0 ||
-			    st->n_regs >= SCSI_PR_MAX_REGS)
-				goto bad;
-			if (!regs_reserve(st, 1)) {
-				rc = -ENOMEM;
-				goto bad;
-			}
-			struct scsi_pr_reg *r = reg_append(st);
-			if (!tail_port(line + at, r->initiator_port, sizeof(r->initiator_port),
-			               false))
-				goto bad;
-			r->rel_port = (uint16_t)rel;
-			r->all_tg_pt = all;
-			r->key = key;
-		} else if (v2 && strncmp(line, "rsv2 ", 5) == 0 && !cur) {
-			if (sscanf(line, "rsv2 %u %n", &rel, &at) != 1 || !at || rel > 0xffff ||
-			    !tail_port(line + at, st->rsv2_port, sizeof(st->rsv2_port), true))
-				goto bad;
-			st->rsv2 = true;
-			st->rsv2_rel = (uint16_t)rel;
-		} else if (v2 && strncmp(line, "change ", 7) == 0) {
-			uint64_t seq;
-			if (sscanf(line, "change %" SCNu64 " %u %n", &seq, &rel, &at) != 2 || !at ||
-			    rel > 0xffff)
-				goto bad;
-			char *lost = strstr(line + at, " lost");
-			if (lost)
-				*lost = '\0';
-			if (!changes || nch == SCSI_PR_HISTORY) {
-				cur = NULL; /* not kept: its fx lines are skipped */
-				continue;
-			}
-			cur = &changes[nch++];
-			scsi_pr_change_init(cur, NULL);
-			cur->seq = seq;
-			cur->by_rel = (uint16_t)rel;
-			cur->lost = lost != NULL;
-			if (!tail_port(line + at, cur->by_port, sizeof(cur->by_port), true))
-				goto bad;
-		} else if (v2 && strncmp(line, "fx ", 3) == 0) {
-			struct scsi_pr_reg to = {0};
-			if (sscanf(line, "fx %c %x %x %u %u %n", &kind, &a, &b, &rel, &all, &at) !=
-			        5 ||
-			    !at || (kind != 'a' && kind != 'u') || a > 0xff || b > 0xff ||
-			    rel > 0xffff || all > 1 ||
-			    !tail_port(line + at, to.initiator_port, sizeof(to.initiator_port),
-			               false))
-				goto bad;
-			if (!cur)
-				continue;
-			to.rel_port = (uint16_t)rel;
-			to.all_tg_pt = all;
-			fx_push(cur, kind == 'a' ? SCSI_PR_FX_ABORT : SCSI_PR_FX_UA, &to,
-			        (uint8_t)a, (uint8_t)b);
-		} else {
-			goto bad;
-		}
-	}
-	if (!ok ||
-	    (type && !type_all_registrants((uint8_t)type) &&
-	     (holder < 0 || holder >= (int)st->n_regs)) ||
-	    (type && st->n_regs == 0))
-		goto bad;
-	st->type = (uint8_t)type;
-	st->holder = type && !type_all_registrants(st->type) ? holder : -1;
-	if (n_changes)
-		*n_changes = nch;
-	return 0;
-bad:
-	for (unsigned k = 0; k < nch; k++)
-		scsi_pr_change_fini(&changes[k]);
-	scsi_pr_state_fini(st);
-	return rc;
 }

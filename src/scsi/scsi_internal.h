@@ -170,6 +170,14 @@ void scsi_pr_change_fini(struct scsi_pr_change *c);
 /** dst := src (dst initialized). @return 0 or -ENOMEM. */
 int scsi_pr_change_copy(struct scsi_pr_change *dst, const struct scsi_pr_change *src);
 
+bool scsi_pr_type_valid(uint8_t type);
+bool scsi_pr_type_all_registrants(uint8_t type);
+/** A new zeroed registration at the end of st; NULL over SCSI_PR_MAX_REGS or without memory. */
+struct scsi_pr_reg *scsi_pr_reg_add(struct scsi_pr_state *st);
+/** Append one side effect to c (out of memory: c->lost). */
+void scsi_pr_fx_push(struct scsi_pr_change *c, uint8_t kind, const struct scsi_pr_reg *to,
+                     uint8_t asc, uint8_t ascq);
+
 /** Does a registration's port name stand for initiator port `port`? (bare names: every ISID) */
 bool scsi_pr_port_matches(const char *reg_port, const char *port);
 /** Is the I_T nexus (port, rel) one of registration r's? */
@@ -222,6 +230,8 @@ void scsi_pr_rsv2_reserve(struct scsi_pr_state *st, const struct scsi_pr_who *wh
                           struct scsi_pr_verdict *v, bool *changed);
 /** RELEASE(6/10), or the holder's I_T nexus loss: ends it when who holds it. */
 void scsi_pr_rsv2_release(struct scsi_pr_state *st, const struct scsi_pr_who *who, bool *changed);
+
+/* ---- pr_text.c: the text form of a state ---- */
 
 /* the change history a shared record keeps, so a gateway that missed a notice catches up */
 #define SCSI_PR_HISTORY 16
