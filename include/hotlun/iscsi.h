@@ -291,4 +291,16 @@ void hl_iscsi_write_stats(struct hl_iscsi_server *srv, struct hl_iscsi_write_sta
 /** Close portals, end every session (waiting for in-flight commands), free. Main thread. */
 void hl_iscsi_server_destroy(struct hl_iscsi_server *srv);
 
+/**
+ * The server's hl_scsi_aborter (hotlun/scsi.h; arg: the server): abort the
+ * tasks of the I_T nexuses ids[0..n) on lu in every session, without
+ * responses (TAS = 0), and call done(done_arg) on a reactor once they have
+ * left the scsi layer. A PREEMPT AND ABORT made through another gateway
+ * preempted them. Any thread. @return 0, -ESHUTDOWN (the server stops) or
+ * -ENOMEM (done is then never called). Unset it before
+ * hl_iscsi_server_destroy.
+ */
+int hl_iscsi_abort_nexuses(void *srv, struct hl_lu *lu, const uint64_t *ids, unsigned n,
+                           void (*done)(void *done_arg), void *done_arg);
+
 #endif

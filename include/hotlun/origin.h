@@ -218,6 +218,23 @@ struct hl_own_info {
 	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none */
 };
 
+/*
+ * A record every gateway of an origin shares, kept by the cluster behind it
+ * (rbd: a RADOS object beside the image): the initiators' persistent
+ * reservations of the disk (hotlun/scsi.h, hl_lu_pr_store; the daemon
+ * connects the two). The backend knows nothing of SCSI: it keeps an opaque
+ * text under a sequence number, replaces it only from the sequence number
+ * the writer read, and tells every gateway of each replacement.
+ */
+
+/**
+ * The shared record may have changed (pr_start): a notice of a commit
+ * (cookie != 0, to be answered through pr_applied) or the backend's own
+ * periodic check (cookie 0). Runs on a thread of the backend; may block
+ * (it reads the record back with pr_load).
+ */
+typedef void (*hl_origin_pr_changed_fn)(void *arg, uint64_t cookie);
+
 /** A backend. Members are mandatory unless marked optional. */
 struct hl_origin_ops {
 	const char *name;   /* "file" */
@@ -310,6 +327,43 @@ struct hl_origin_ops {
 	 * next own_renew). Optional: without it a request is a forced acquire.
 	 */
 	int (*own_request)(struct hl_origin *o, uint16_t gw);
+
+	/* ---- the record the gateways share (all optional, all or none; see above) ---- */
+	/**
+	 * Find (or create, empty, sequence number 0) the shared record of this
+	 * origin, as gateway `self` of `gateways` (every gateway's id, self
+	 * included: a commit waits for each of them). Main thread, after open.
+	 * @return 0, -EOPNOTSUPP (not shared between gateways), or -errno.
+	 */
+	int (*pr_open)(struct hl_origin *o, uint16_t self, const uint16_t *gateways, unsigned n);
+	/**
+	 * Start telling changed(arg, ...) of changes: every commit by any
+	 * gateway, and what the periodic check finds. @return 0 or -errno.
+	 */
+	int (*pr_start)(struct hl_origin *o, hl_origin_pr_changed_fn changed, void *arg);
+	/** See hl_lu_pr_store.load. Blocking. */
+	int (*pr_load)(struct hl_origin *o, char **text, size_t *len);
+	/**
+	 * See hl_lu_pr_store.commit: replace the record (sequence number
+	 * old_seq -> new_seq) atomically, then notify every gateway and wait
+	 * for their answers; for a gateway that does not answer, wait until
+	 * its pr_current can no longer vouch for an older copy. Blocking.
+	 */
+	int (*pr_commit)(struct hl_origin *o, uint64_t old_seq, uint64_t new_seq, const char *text,
+	                 size_t len);
+	/** See hl_lu_pr_store.applied: answers the notice of cookie if seq covers it. */
+	void (*pr_applied)(struct hl_origin *o, uint64_t cookie, uint64_t seq);
+	/**
+	 * See hl_lu_pr_store.current: did a check sent less than the
+	 * backend's bound ago find the record at seq or older? Must not block.
+	 */
+	bool (*pr_current)(struct hl_origin *o, uint64_t seq);
+	/**
+	 * Stop telling of changes (no changed() runs after this returns);
+	 * later pr_load and pr_commit fail (-ESHUTDOWN). The origin's close
+	 * frees what is left. Main thread.
+	 */
+	void (*pr_close)(struct hl_origin *o);
 };
 
 struct hl_origin {

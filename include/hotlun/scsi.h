@@ -283,6 +283,102 @@ void hl_lu_access_changed(struct hl_lu *lu);
  */
 unsigned hl_lu_busy(const struct hl_lu *lu);
 
+/*
+ * Persistent reservations shared by the gateways of a disk (docs/gateways.md,
+ * "Persistent reservations"). A lone gateway's LU keeps its reservation
+ * state itself (and in state_dir with APTPL). With a store (several gateways
+ * on a cluster that can keep a shared record: rbd), the state is one record
+ * in the cluster: every PERSISTENT RESERVE OUT, RESERVE and RELEASE through
+ * any gateway reads it, applies the SPC-4 rules and writes it back only if
+ * nobody changed it meanwhile (retrying otherwise), and completes once
+ * every gateway applied the change (its unit attentions queued, the tasks
+ * a PREEMPT AND ABORT preempted aborted there) or can no longer trust what
+ * it had. Commands are checked against the LU's copy of the record, and
+ * only while the store vouches that this copy is current; otherwise they
+ * get BUSY (retry) until it is.
+ *
+ * The LU runs the blocking part on a thread of its own, never on a reactor.
+ * The store (the daemon connects it to the origin, hotlun/origin.h pr_*)
+ * knows nothing of SCSI: it keeps an opaque text and a sequence number.
+ */
+struct hl_lu_pr_store {
+	/**
+	 * Read the record: *text is malloc'ed and NUL-terminated (the caller
+	 * frees it), *len 0 when it was never written. Blocking. @return 0 or
+	 * -errno.
+	 */
+	int (*load)(void *arg, char **text, size_t *len);
+	/**
+	 * Replace the record by text (len bytes) whose sequence number is
+	 * new_seq, only if its sequence number is still old_seq (0: never
+	 * written); then tell every gateway (hl_lu_pr_changed there) and return
+	 * once each applied it, or once a gateway that did not answer can no
+	 * longer pass a command checked against an older copy. Blocking.
+	 * @return 0, -ECANCELED (the record moved on: read it again), or -errno
+	 * (the change may or may not have been made).
+	 */
+	int (*commit)(void *arg, uint64_t old_seq, uint64_t new_seq, const char *text, size_t len);
+	/**
+	 * The LU applied the record up to seq after hl_lu_pr_changed(cookie)
+	 * (cookie 0: nothing to answer). Any thread; must not block.
+	 */
+	void (*applied)(void *arg, uint64_t cookie, uint64_t seq);
+	/**
+	 * May commands be checked against the copy whose sequence number is
+	 * seq now (the store saw nothing newer, recently enough)? Reactors:
+	 * must not block.
+	 */
+	bool (*current)(void *arg, uint64_t seq);
+};
+
+/**
+ * Keep lu's persistent reservations in a store (NULL ops: back to the
+ * LU's own state, stopping the LU's store thread). Reads the record once
+ * (blocking). The LU's own state and APTPL file are not used meanwhile.
+ * Main thread, before the LU is in a target's map; ops and arg must
+ * outlive the LU or the next call. @return 0 or -errno.
+ */
+int hl_lu_set_pr_store(struct hl_lu *lu, const struct hl_lu_pr_store *ops, void *arg);
+
+/**
+ * For the store: the record may have changed (a notice from another
+ * gateway, cookie != 0, or the store's own check, cookie 0). The LU reads
+ * it, applies what it missed (unit attentions, aborts of preempted
+ * nexuses' tasks) and then calls ops->applied(cookie, seq), maybe from
+ * another thread later. Blocking; the store's thread.
+ */
+void hl_lu_pr_changed(struct hl_lu *lu, uint64_t cookie);
+
+/**
+ * lu is served by several gateways but its reservations cannot be kept
+ * where all of them see them (a SAN origin: the SAN's own reservations
+ * decide which gateway writes): PERSISTENT RESERVE IN/OUT and RESERVE/
+ * RELEASE are not offered (INVALID COMMAND OPERATION CODE, left out of
+ * REPORT SUPPORTED OPERATION CODES), rather than kept per gateway where a
+ * failover would lose them. Main thread, before the LU is in a map.
+ */
+void hl_lu_pr_unshared(struct hl_lu *lu);
+
+/**
+ * The transport's way to abort tasks outside a command: a PREEMPT AND
+ * ABORT made through another gateway preempted I_T nexuses of this one.
+ * abort() aborts the tasks of nexuses ids[0..n) on lu (as ABORT TASK SET
+ * would, no response: TAS = 0) and calls done(done_arg) once they have left
+ * the scsi layer (any thread, perhaps before it returns); ids is the
+ * caller's. @return 0, or -errno (done is never called).
+ */
+struct hl_scsi_aborter {
+	int (*abort)(void *arg, struct hl_lu *lu, const uint64_t *ids, unsigned n,
+	             void (*done)(void *done_arg), void *done_arg);
+	void *arg;
+};
+
+/**
+ * Install the transport's aborter (NULL: none; the preempted tasks then run
+ * on). Returns once no call of the previous one is running. Any thread.
+ */
+void hl_scsi_set_aborter(const struct hl_scsi_aborter *a);
+
 /** Execute cmd; see the file comment. Reactor thread only. */
 void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd);
 

@@ -39,6 +39,7 @@ struct disk_rt {
 	struct hl_origin_stats *counters; /* owned by the counting origin inside lu */
 	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
 	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
+	struct hl_origin *pr_backend; /* keeps lu's shared reservation record (pr_*), or NULL */
 };
 
 

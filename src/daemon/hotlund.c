@@ -244,6 +244,8 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 		int fds[64];
 		unsigned n = daemon_service_listen_fds(fds, 64);
 		hl_iscsi_server_inherit(d->server, fds, n);
+		/* a PREEMPT AND ABORT through another gateway aborts tasks here (hotlun/scsi.h) */
+		hl_scsi_set_aborter(&(struct hl_scsi_aborter){hl_iscsi_abort_nexuses, d->server});
 	}
 	if (rc == 0) {
 		struct hl_iscsi_write_stats ws;
@@ -327,6 +329,7 @@ static void stop(struct daemon *d)
 {
 	daemon_exporter_stop(d);
 	daemon_control_stop(d);
+	hl_scsi_set_aborter(NULL); /* returns once no abort reaches the server any more */
 	if (d->server)
 		hl_iscsi_server_destroy(d->server);
 	for (unsigned i = 0; i < d->n_reactors; i++) {

@@ -122,6 +122,8 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 static void disk_free(struct disk_rt *rt)
 {
 	hl_owner_destroy(rt->owner); /* before the LU: its hooks use the LU's origins */
+	if (rt->pr_backend) /* no notice reaches the LU after this */
+		rt->pr_backend->ops->pr_close(rt->pr_backend);
 	if (rt->lu)
 		hl_lu_destroy(rt->lu);
 	disk_conf_free(&rt->conf);
@@ -189,6 +191,91 @@ static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_orig
 		return daemon_fail(err, errlen, rc, "disk %s: ownership: %s", rt->conf.name,
 		                   strerror(-rc));
 	return 0;
+}
+
+/* ---- persistent reservations the gateways share (hotlun/scsi.h, origin.h pr_*) ---- */
+
+static int pr_store_load(void *arg, char **text, size_t *len)
+{
+	struct hl_origin *b = arg;
+
+	return b->ops->pr_load(b, text, len);
+}
+
+static int pr_store_commit(void *arg, uint64_t old_seq, uint64_t new_seq, const char *text,
+			   size_t len)
+{
+	struct hl_origin *b = arg;
+
+	return b->ops->pr_commit(b, old_seq, new_seq, text, len);
+}
+
+static void pr_store_applied(void *arg, uint64_t cookie, uint64_t seq)
+{
+	struct hl_origin *b = arg;
+
+	b->ops->pr_applied(b, cookie, seq);
+}
+
+static bool pr_store_current(void *arg, uint64_t seq)
+{
+	struct hl_origin *b = arg;
+
+	return b->ops->pr_current(b, seq);
+}
+
+/* The LU's store: the backend's shared record (arg: the backend). */
+static const struct hl_lu_pr_store origin_pr_store = {
+	.load = pr_store_load,
+	.commit = pr_store_commit,
+	.applied = pr_store_applied,
+	.current = pr_store_current,
+};
+
+static void pr_changed(void *arg, uint64_t cookie)
+{
+	hl_lu_pr_changed(arg, cookie);
+}
+
+/*
+ * A disk that several gateways serve (an owner decides, or every gateway
+ * serves it read-only): its initiators' persistent reservations are kept
+ * where every gateway sees them (an origin with a shared record: rbd), or
+ * not offered at all (a SAN, whose own reservations decide which gateway
+ * writes; docs/gateways.md), never kept per gateway, where a failover
+ * would lose them and a fenced initiator could write through the other
+ * path. A disk only one gateway serves keeps them itself, as always.
+ */
+static void disk_pr_share(struct daemon *d, struct disk_rt *rt, struct hl_origin *backend)
+{
+	const struct hl_origin_ops *ops = backend->ops;
+	int rc;
+
+	if (!rt->owner && !backend->read_only && !rt->conf.read_only)
+		return;
+	if (!ops->pr_open) {
+		hl_lu_pr_unshared(rt->lu);
+		return;
+	}
+	rc = ops->pr_open(backend, (uint16_t)d->conf->gateway, d->conf->gateways,
+			  (unsigned)d->conf->n_gateways);
+	if (rc == 0) {
+		rc = hl_lu_set_pr_store(rt->lu, &origin_pr_store, backend);
+		if (rc == 0) {
+			rt->pr_backend = backend;
+			rc = ops->pr_start(backend, pr_changed, rt->lu);
+		}
+	}
+	if (rc) {
+		HL_ERR("daemon",
+		       "disk %s: the gateways cannot share its persistent reservations (%s): "
+		       "reservation commands are not offered",
+		       rt->conf.name, strerror(-rc));
+		hl_lu_set_pr_store(rt->lu, NULL, NULL);
+		ops->pr_close(backend);
+		rt->pr_backend = NULL;
+		hl_lu_pr_unshared(rt->lu);
+	}
 }
 
 struct handover_arg {
@@ -328,6 +415,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 			disk_free(rt);
 			return rc;
 		}
+		disk_pr_share(d, rt, backend);
 	}
 	HL_NOTICE("daemon", "disk %s: %s, %llu blocks of %u bytes%s", cd->name, shown,
 		  (unsigned long long)hl_lu_num_blocks(rt->lu), cd->block_size,

@@ -4,7 +4,8 @@
  * COLD RESET; CLEAR ACA and TASK REASSIGN refused), its response once the
  * aborted tasks have left the scsi layer, and the cross-session aborts that
  * reach other initiators' tasks on every reactor (the resets that share a
- * task set, and PERSISTENT RESERVE OUT's PREEMPT AND ABORT). The tasks
+ * task set, and PERSISTENT RESERVE OUT's PREEMPT AND ABORT, made here or,
+ * with several gateways, through another one: hl_iscsi_abort_nexuses). The tasks
  * themselves stay session.c's: this file only marks, drops and waits for them.
  */
 #include <errno.h>
@@ -213,13 +214,20 @@ struct iscsi_xreset {
 	uint64_t nexus[HL_SCSI_ABORT_NEXUS_MAX];
 	unsigned n_nexus;
 	bool all_others;
+	/*
+	 * Or the aborts of a PREEMPT AND ABORT made through another gateway
+	 * (hl_iscsi_abort_nexuses): done(done_arg) once the listed nexuses'
+	 * tasks are gone.
+	 */
+	void (*done)(void *done_arg);
+	void *done_arg;
 	atomic_uint remaining;
 };
 
 /* Is session nexus id one whose tasks xr aborts? (A reset: every other session.) */
 static bool xreset_targets(const struct iscsi_xreset *xr, uint64_t id)
 {
-	if (!xr->task || xr->all_others)
+	if ((!xr->task && !xr->done) || xr->all_others)
 		return true;
 	for (unsigned i = 0; i < xr->n_nexus; i++)
 		if (xr->nexus[i] == id)
@@ -246,6 +254,12 @@ static void xreset_done(void *arg)
 	struct hl_reactor *me = hl_reactor_current();
 	struct iscsi_conn *c, *origin = NULL;
 
+	if (xr->done) {
+		xr->done(xr->done_arg);
+		iscsi_call_done(srv);
+		free(xr);
+		return;
+	}
 	if (xr->task) {
 		/* the preempted tasks left the scsi layer: answer the PREEMPT AND ABORT */
 		struct iscsi_task *t = xr->task;
@@ -432,6 +446,38 @@ bool iscsi_preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t)
 	        c->peer_str, xr->n_nexus, xr->all_others ? " (and every other one)" : "");
 	xreset_dispatch(xr);
 	return true;
+}
+
+int hl_iscsi_abort_nexuses(void *server, struct hl_lu *lu, const uint64_t *ids, unsigned n,
+                           void (*done)(void *done_arg), void *done_arg)
+{
+	struct hl_iscsi_server *srv = server;
+	struct iscsi_xreset *xr;
+
+	pthread_mutex_lock(&srv->lock);
+	bool stopping = srv->stopping || !srv->n_reactors;
+	pthread_mutex_unlock(&srv->lock);
+	if (stopping)
+		return -ESHUTDOWN;
+	xr = calloc(1, sizeof(*xr));
+	if (!xr)
+		return -ENOMEM;
+	xr->srv = srv;
+	xr->lu = lu;
+	xr->origin_reactor = srv->reactors[0]; /* any: only done() runs there */
+	xr->done = done;
+	xr->done_arg = done_arg;
+	/* more than the list holds: every session's tasks on lu (none is the issuer's here) */
+	xr->all_others = n > HL_SCSI_ABORT_NEXUS_MAX;
+	xr->n_nexus = xr->all_others ? 0 : n;
+	memcpy(xr->nexus, ids, xr->n_nexus * sizeof(xr->nexus[0]));
+	atomic_init(&xr->remaining, srv->n_reactors + 1);
+	HL_INFO(ISCSI_LOG,
+	        "PREEMPT AND ABORT through another gateway: aborting the tasks of %u preempted "
+	        "nexus(es)",
+	        n);
+	xreset_dispatch(xr);
+	return 0;
 }
 
 int iscsi_tmf_handle(struct iscsi_conn *c, struct iscsi_rx *rx)

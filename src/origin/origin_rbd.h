@@ -3,8 +3,9 @@
  * its per-request state, and the calls between rbd.c (connection, open/close,
  * I/O, the service thread and its watch), rbd_own.c (who may write the image:
  * the exclusive lock, the fence, the gateways' ownership record and
- * requests) and rbd_proof.c (mark snapshots and diffs for warm restarts, the
- * image's identity). Built only with librbd (HAVE_RBD).
+ * requests), rbd_proof.c (mark snapshots and diffs for warm restarts, the
+ * image's identity) and rbd_pr.c (the persistent reservation record the
+ * gateways share). Built only with librbd (HAVE_RBD).
  */
 #ifndef HOTLUN_ORIGIN_RBD_H
 #define HOTLUN_ORIGIN_RBD_H
@@ -59,6 +60,8 @@ struct rbd_origin {
 	uint16_t own_gw;
 	uint64_t own_epoch;
 	char own_addr[128]; /* our lock owner address, as the cluster reports it */
+	/* the record the gateways share (rbd_pr.c), NULL until pr_open; main thread sets it */
+	struct rbd_pr *pr;
 };
 
 /* Per-request state, kept in io->priv (this backend is always the bottom of its stack). */
@@ -153,5 +156,19 @@ int origin_rbd_proof_check(struct hl_origin *o, const char *tag, const char *pro
                            hl_origin_changed_fn changed, void *arg, char *why, size_t whylen);
 void origin_rbd_proof_release(struct hl_origin *o, const char *tag, const char *proof);
 int origin_rbd_identity(struct hl_origin *o, char *buf, size_t len);
+
+/* ---- rbd_pr.c ---- */
+
+/** See hl_origin_ops.pr_open .. pr_close (the record the gateways share). */
+int origin_rbd_pr_open(struct hl_origin *o, uint16_t self, const uint16_t *gateways, unsigned n);
+int origin_rbd_pr_start(struct hl_origin *o, hl_origin_pr_changed_fn changed, void *arg);
+int origin_rbd_pr_load(struct hl_origin *o, char **text, size_t *len);
+int origin_rbd_pr_commit(struct hl_origin *o, uint64_t old_seq, uint64_t new_seq, const char *text,
+                         size_t len);
+void origin_rbd_pr_applied(struct hl_origin *o, uint64_t cookie, uint64_t seq);
+bool origin_rbd_pr_current(struct hl_origin *o, uint64_t seq);
+void origin_rbd_pr_close(struct hl_origin *o);
+/** pr_close, then free the record's state (origin close). */
+void origin_rbd_pr_fini(struct hl_origin *o);
 
 #endif

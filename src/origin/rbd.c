@@ -47,7 +47,8 @@
  * ownership module learns it from own_renew.
  *
  * Warm restart proofs (mark snapshots, diffs) and the image's identity are
- * in rbd_proof.c.
+ * in rbd_proof.c; the initiators' persistent reservations that the gateways
+ * share, in rbd_pr.c.
  */
 #include "config.h"
 
@@ -441,6 +442,7 @@ fail:
 
 static void origin_rbd_close(struct hl_origin *o)
 {
+	origin_rbd_pr_fini(o); /* its thread and watch use the connection */
 	rbd_close_all(ro_of(o));
 }
 
@@ -625,4 +627,11 @@ const struct hl_origin_ops origin_rbd_ops = {
     .own_release = origin_rbd_own_release,
     .own_peek = origin_rbd_own_peek,
     .own_request = origin_rbd_own_request,
+    .pr_open = origin_rbd_pr_open,
+    .pr_start = origin_rbd_pr_start,
+    .pr_load = origin_rbd_pr_load,
+    .pr_commit = origin_rbd_pr_commit,
+    .pr_applied = origin_rbd_pr_applied,
+    .pr_current = origin_rbd_pr_current,
+    .pr_close = origin_rbd_pr_close,
 };

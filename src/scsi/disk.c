@@ -54,9 +54,12 @@ CMD(write6, "WRITE(6)", sbc_write, WR, 6,
     0x0a, 0x1f, 0xff, 0xff, 0xff, 0x00);
 CMD(inquiry, "INQUIRY", spc_inquiry, NOLU, 6,
     0x12, 0x01, 0xff, 0xff, 0xff, 0x00);
-CMD(reserve6, "RESERVE(6)", spc_reserve, INFO, 6,
+/* reservation commands: not offered by an LU whose gateways cannot share them (pr_shared.c) */
+#define RSV_CMD(var, name, fn, flags, len, ...) \
+	static const struct scsi_cmd_desc var = {name, fn, flags, 0, len, {__VA_ARGS__}, scsi_lu_pr_avail}
+RSV_CMD(reserve6, "RESERVE(6)", spc_reserve, INFO, 6,
     0x16, 0x00, 0x00, 0x00, 0x00, 0x00);
-CMD(release6, "RELEASE(6)", spc_release, INFO | SCSI_F_RSV2_ALLOW, 6,
+RSV_CMD(release6, "RELEASE(6)", spc_release, INFO | SCSI_F_RSV2_ALLOW, 6,
     0x17, 0x00, 0x00, 0x00, 0x00, 0x00);
 /* MODE SELECT: PF, SP; conflicts under reservations like any state change */
 CMD(mode_select6, "MODE SELECT(6)", spc_mode_select, SCSI_F_DATA_OUT | ALUA_S, 6,
@@ -81,9 +84,9 @@ CMD(sync_cache10, "SYNCHRONIZE CACHE(10)", sbc_sync_cache, SCSI_F_MEDIA, 10,
     0x35, 0x06, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0x00);
 CMD(prefetch10, "PRE-FETCH(10)", sbc_prefetch, RD, 10,
     0x34, 0x02, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0x00);
-CMD(reserve10, "RESERVE(10)", spc_reserve, INFO, 10,
+RSV_CMD(reserve10, "RESERVE(10)", spc_reserve, INFO, 10,
     0x56, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00);
-CMD(release10, "RELEASE(10)", spc_release, INFO | SCSI_F_RSV2_ALLOW, 10,
+RSV_CMD(release10, "RELEASE(10)", spc_release, INFO | SCSI_F_RSV2_ALLOW, 10,
     0x57, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00);
 CMD(mode_sense10, "MODE SENSE(10)", spc_mode_sense, SCSI_F_PR_READ | ALUA_S, 10,
     0x5a, 0x18, 0xff, 0xff, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00);
@@ -128,36 +131,38 @@ CMD(verify12, "VERIFY(12)", sbc_verify, RD, 12,
 
 /* Service-action commands: the service action is bits 4:0 of byte 1. */
 #define SA_CMD(sa, name, fn, flags, len, ...) {name, fn, flags, sa, len, {__VA_ARGS__}}
+#define RSV_SA(sa, name, fn, flags, len, ...) \
+	{name, fn, flags, sa, len, {__VA_ARGS__}, scsi_lu_pr_avail}
 
 static const struct scsi_cmd_desc persistent_reserve_in[] = {
-	SA_CMD(0x00, "PERSISTENT RESERVE IN: READ KEYS", spc_pr_in, INFO | ALUA_S, 10,
+	RSV_SA(0x00, "PERSISTENT RESERVE IN: READ KEYS", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
-	SA_CMD(0x01, "PERSISTENT RESERVE IN: READ RESERVATION", spc_pr_in, INFO | ALUA_S, 10,
+	RSV_SA(0x01, "PERSISTENT RESERVE IN: READ RESERVATION", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
-	SA_CMD(0x02, "PERSISTENT RESERVE IN: REPORT CAPABILITIES", spc_pr_in, INFO | ALUA_S, 10,
+	RSV_SA(0x02, "PERSISTENT RESERVE IN: REPORT CAPABILITIES", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
-	SA_CMD(0x03, "PERSISTENT RESERVE IN: READ FULL STATUS", spc_pr_in, INFO | ALUA_S, 10,
+	RSV_SA(0x03, "PERSISTENT RESERVE IN: READ FULL STATUS", spc_pr_in, INFO | ALUA_S, 10,
 	       0x5e, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x00),
 };
 
 /* PERSISTENT RESERVE OUT applies its own access rules (pr.c), never a class conflict. */
 #define PROUT (INFO | SCSI_F_DATA_OUT | ALUA_S)
 static const struct scsi_cmd_desc persistent_reserve_out[] = {
-	SA_CMD(0x00, "PERSISTENT RESERVE OUT: REGISTER", spc_pr_out, PROUT, 10,
+	RSV_SA(0x00, "PERSISTENT RESERVE OUT: REGISTER", spc_pr_out, PROUT, 10,
 	       0x5f, 0x00, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
-	SA_CMD(0x01, "PERSISTENT RESERVE OUT: RESERVE", spc_pr_out, PROUT, 10,
+	RSV_SA(0x01, "PERSISTENT RESERVE OUT: RESERVE", spc_pr_out, PROUT, 10,
 	       0x5f, 0x01, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
-	SA_CMD(0x02, "PERSISTENT RESERVE OUT: RELEASE", spc_pr_out, PROUT, 10,
+	RSV_SA(0x02, "PERSISTENT RESERVE OUT: RELEASE", spc_pr_out, PROUT, 10,
 	       0x5f, 0x02, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
-	SA_CMD(0x03, "PERSISTENT RESERVE OUT: CLEAR", spc_pr_out, PROUT, 10,
+	RSV_SA(0x03, "PERSISTENT RESERVE OUT: CLEAR", spc_pr_out, PROUT, 10,
 	       0x5f, 0x03, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
-	SA_CMD(0x04, "PERSISTENT RESERVE OUT: PREEMPT", spc_pr_out, PROUT, 10,
+	RSV_SA(0x04, "PERSISTENT RESERVE OUT: PREEMPT", spc_pr_out, PROUT, 10,
 	       0x5f, 0x04, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
-	SA_CMD(0x05, "PERSISTENT RESERVE OUT: PREEMPT AND ABORT", spc_pr_out, PROUT, 10,
+	RSV_SA(0x05, "PERSISTENT RESERVE OUT: PREEMPT AND ABORT", spc_pr_out, PROUT, 10,
 	       0x5f, 0x05, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
-	SA_CMD(0x06, "PERSISTENT RESERVE OUT: REGISTER AND IGNORE EXISTING KEY", spc_pr_out, PROUT,
+	RSV_SA(0x06, "PERSISTENT RESERVE OUT: REGISTER AND IGNORE EXISTING KEY", spc_pr_out, PROUT,
 	       10, 0x5f, 0x06, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
-	SA_CMD(0x07, "PERSISTENT RESERVE OUT: REGISTER AND MOVE", spc_pr_out, PROUT, 10,
+	RSV_SA(0x07, "PERSISTENT RESERVE OUT: REGISTER AND MOVE", spc_pr_out, PROUT, 10,
 	       0x5f, 0x07, 0xff, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00),
 };
 

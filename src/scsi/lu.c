@@ -139,7 +139,7 @@ int hl_lu_create(const struct hl_lu_config *cfg, struct hl_origin *origin, struc
 		}
 	}
 	hl_list_init(&lu->nexuses);
-	hl_list_init(&lu->pr_regs);
+	scsi_pr_state_init(&lu->pr);
 	scsi_range_init(lu);
 	hl_list_init(&lu->xcopy_results);
 	rc = scsi_pr_load(lu);
@@ -176,6 +176,8 @@ void hl_lu_destroy(struct hl_lu *lu)
 		pthread_mutex_lock(&registry_lock);
 	}
 	pthread_mutex_unlock(&registry_lock);
+	/* no transaction on a shared reservation record may outlive the LU (or its origin) */
+	scsi_pr_shared_stop(lu);
 	/* first: once the origin is closed no event of it can reach this LU (lu_origin_event) */
 	hl_origin_close(lu->origin);
 	scsi_xcopy_fini(lu);
@@ -255,7 +257,7 @@ void hl_scsi_nexus_gone(const struct hl_scsi_lun_map *map, const struct hl_scsi_
 	for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++) {
 		if (map->lu[i]) {
 			scsi_ua_nexus_gone(map->lu[i], nexus->id);
-			scsi_rsv_nexus_gone(map->lu[i], nexus->id);
+			scsi_rsv_nexus_gone(map->lu[i], nexus);
 			scsi_xcopy_nexus_gone(map->lu[i], nexus->id);
 		}
 	}

@@ -40,16 +40,220 @@ struct scsi_lu_nexus {
 	} ua[SCSI_UA_MAX]; /* oldest first */
 };
 
-/** One persistent reservation registration (SPC-4 5.9.6): an I_T nexus identity and its key. */
+/* ---- pr_state.c: the persistent reservation rules on a state of their own ---- */
+
+/* reservation types (SPC-4 6.15.3.4) */
+enum {
+	SCSI_PR_WE = 1,    /* write exclusive */
+	SCSI_PR_EA = 3,    /* exclusive access */
+	SCSI_PR_WE_RO = 5, /* write exclusive, registrants only */
+	SCSI_PR_EA_RO = 6, /* exclusive access, registrants only */
+	SCSI_PR_WE_AR = 7, /* write exclusive, all registrants */
+	SCSI_PR_EA_AR = 8, /* exclusive access, all registrants */
+};
+
+#define SCSI_PR_MAX_REGS 256
+#define SCSI_PR_PORT_MAX 272 /* an initiator port name with its NUL ("name,i,0xISID") */
+
+/**
+ * One persistent reservation registration (SPC-4 5.12.6): an I_T nexus
+ * identity and its key. initiator_port is "name,i,0xISID"; a bare name
+ * (registered through a SPEC_I_PT TransportID of format 00b) stands for
+ * every port of that initiator. rel_port is the relative target port
+ * (gateway << 8 | TPGT with several gateways), unused when all_tg_pt.
+ */
 struct scsi_pr_reg {
-	struct hl_list link; /* in hl_lu.pr_regs */
-	char initiator_port[272];
+	char initiator_port[SCSI_PR_PORT_MAX];
 	uint16_t rel_port;
 	bool all_tg_pt; /* registered through every target port */
 	uint64_t key;
 };
 
-#define SCSI_PR_MAX_REGS 256
+/**
+ * The persistent reservation state of one LU: what every gateway of a
+ * shared disk must agree on. Plain data (the regs array is owned); copied
+ * with scsi_pr_state_copy, freed with scsi_pr_state_fini.
+ */
+struct scsi_pr_state {
+	uint64_t seq;        /* shared store: changes committed so far (0: none); else 0 */
+	uint32_t generation; /* PRgeneration */
+	uint8_t type;        /* the reservation's type, 0: not reserved */
+	int holder;          /* regs index of a non all-registrants type's holder, else -1 */
+	bool aptpl;          /* the last valid APTPL bit */
+	unsigned n_regs, cap;
+	struct scsi_pr_reg *regs;
+	/*
+	 * A shared disk's SPC-2 RESERVE(6/10) holder, by I_T nexus identity
+	 * (a lone gateway keeps it by nexus id in the LU, hl_lu.rsv2_holder).
+	 */
+	bool rsv2;
+	char rsv2_port[SCSI_PR_PORT_MAX];
+	uint16_t rsv2_rel;
+};
+
+/** An I_T nexus identity: initiator port name and relative target port. Pointers: caller's. */
+struct scsi_pr_who {
+	const char *port;
+	uint16_t rel;
+};
+
+/** One side effect of a change, for the nexuses of the registration-like identity `to`. */
+struct scsi_pr_fx {
+	uint8_t kind; /* SCSI_PR_FX_* */
+	uint8_t asc, ascq;
+	struct scsi_pr_reg to; /* initiator_port, rel_port, all_tg_pt; key unused */
+};
+enum { SCSI_PR_FX_UA = 1, SCSI_PR_FX_ABORT = 2 };
+
+/**
+ * The side effects of one committed change, in the order they happened:
+ * unit attentions and (PREEMPT AND ABORT) task aborts for the I_T nexuses
+ * each entry names, except the issuer's own nexus (by). Every gateway
+ * applies them to the nexuses it has.
+ */
+struct scsi_pr_change {
+	uint64_t seq; /* the state's seq after the change */
+	char by_port[SCSI_PR_PORT_MAX];
+	uint16_t by_rel;
+	bool lost; /* out of memory while listing: some entries are missing */
+	unsigned n, cap;
+	struct scsi_pr_fx *fx; /* owned */
+};
+
+/** A PERSISTENT RESERVE OUT, decoded and checked (scsi_pr_out_parse). */
+struct scsi_pr_req {
+	uint8_t sa, scope, type;
+	uint64_t key, sa_key;
+	bool all_tg_pt, aptpl, spec_i_pt;
+	bool reg_sa;          /* a register service action: APTPL counts */
+	const uint8_t *param; /* the whole parameter list (plen bytes; caller keeps) */
+	uint32_t plen;
+};
+
+/** PERSISTENT RESERVE OUT service actions */
+enum {
+	SCSI_PRO_REGISTER = 0,
+	SCSI_PRO_RESERVE = 1,
+	SCSI_PRO_RELEASE = 2,
+	SCSI_PRO_CLEAR = 3,
+	SCSI_PRO_PREEMPT = 4,
+	SCSI_PRO_PREEMPT_ABORT = 5,
+	SCSI_PRO_REGISTER_IGNORE = 6,
+	SCSI_PRO_REGISTER_MOVE = 7,
+};
+
+/**
+ * How a reservation command ends: status, and for CHECK CONDITION the
+ * ILLEGAL REQUEST asc/ascq, with a field pointer when `field` (into the CDB
+ * when in_cdb, else into the parameter list; bit -1: none).
+ */
+struct scsi_pr_verdict {
+	uint8_t status;
+	uint8_t asc, ascq;
+	bool field, in_cdb;
+	uint16_t byte;
+	int8_t bit;
+};
+
+/** What the LU offers, for REPORT CAPABILITIES and the APTPL check. */
+struct scsi_pr_caps {
+	bool ptpl_c; /* APTPL can be kept (a state_dir, or a shared store) */
+};
+
+void scsi_pr_state_init(struct scsi_pr_state *st);
+void scsi_pr_state_fini(struct scsi_pr_state *st);
+/** dst := src (dst initialized, its old content freed). @return 0 or -ENOMEM (dst unchanged). */
+int scsi_pr_state_copy(struct scsi_pr_state *dst, const struct scsi_pr_state *src);
+
+void scsi_pr_change_init(struct scsi_pr_change *c, const struct scsi_pr_who *by);
+void scsi_pr_change_fini(struct scsi_pr_change *c);
+/** dst := src (dst initialized). @return 0 or -ENOMEM. */
+int scsi_pr_change_copy(struct scsi_pr_change *dst, const struct scsi_pr_change *src);
+
+bool scsi_pr_type_valid(uint8_t type);
+bool scsi_pr_type_all_registrants(uint8_t type);
+/** A new zeroed registration at the end of st; NULL over SCSI_PR_MAX_REGS or without memory. */
+struct scsi_pr_reg *scsi_pr_reg_add(struct scsi_pr_state *st);
+/** Append one side effect to c (out of memory: c->lost). */
+void scsi_pr_fx_push(struct scsi_pr_change *c, uint8_t kind, const struct scsi_pr_reg *to,
+                     uint8_t asc, uint8_t ascq);
+
+/** Does a registration's port name stand for initiator port `port`? (bare names: every ISID) */
+bool scsi_pr_port_matches(const char *reg_port, const char *port);
+/** Is the I_T nexus (port, rel) one of registration r's? */
+bool scsi_pr_reg_matches(const struct scsi_pr_reg *r, const char *port, uint16_t rel);
+/** The registration of who, or -1. */
+int scsi_pr_find(const struct scsi_pr_state *st, const struct scsi_pr_who *who);
+/** Does registration i hold the reservation (every registrant of an all-registrants type)? */
+bool scsi_pr_is_holder(const struct scsi_pr_state *st, int i);
+
+/**
+ * Does the persistent reservation bar who from a command with flags
+ * (SCSI_F_PR_ALLOW, SCSI_F_PR_READ)? SPC-4 table 63 by type.
+ */
+bool scsi_pr_conflicts(const struct scsi_pr_state *st, const struct scsi_pr_who *who,
+                       unsigned flags);
+
+/**
+ * Decode and check a PERSISTENT RESERVE OUT's CDB and parameter list
+ * (data, dlen bytes delivered): everything that does not depend on the
+ * state. @return true (req filled; param points into data), or false with
+ * v set (CHECK CONDITION).
+ */
+bool scsi_pr_out_parse(const uint8_t *cdb, const uint8_t *data, uint32_t dlen,
+                       const struct scsi_pr_caps *caps, struct scsi_pr_req *req,
+                       struct scsi_pr_verdict *v);
+
+/**
+ * Apply one checked PERSISTENT RESERVE OUT from who to st. On GOOD st is
+ * the new state and fx lists the side effects (fx->by is who); otherwise
+ * st is unchanged and fx empty. *changed: whether st changed (a RESERVE of
+ * what the holder has already, an unregister of nothing, are GOOD without
+ * a change). st->seq is not touched.
+ */
+void scsi_pr_apply(struct scsi_pr_state *st, const struct scsi_pr_req *req,
+                   const struct scsi_pr_who *who, struct scsi_pr_change *fx,
+                   struct scsi_pr_verdict *v, bool *changed);
+
+/**
+ * PERSISTENT RESERVE IN service action sa of st into buf (room for
+ * scsi_pr_in_max bytes). @return the length, or -1 for an unknown
+ * service action.
+ */
+int scsi_pr_in_build(const struct scsi_pr_state *st, uint8_t sa, const struct scsi_pr_caps *caps,
+                     uint8_t *buf);
+/** Room scsi_pr_in_build needs at most. */
+size_t scsi_pr_in_max(void);
+
+/** RESERVE(6/10) on a shared disk's state: GOOD (maybe changed) or RESERVATION CONFLICT. */
+void scsi_pr_rsv2_reserve(struct scsi_pr_state *st, const struct scsi_pr_who *who,
+                          struct scsi_pr_verdict *v, bool *changed);
+/** RELEASE(6/10), or the holder's I_T nexus loss: ends it when who holds it. */
+void scsi_pr_rsv2_release(struct scsi_pr_state *st, const struct scsi_pr_who *who, bool *changed);
+
+/* ---- pr_text.c: the text form of a state ---- */
+
+/* the change history a shared record keeps, so a gateway that missed a notice catches up */
+#define SCSI_PR_HISTORY 16
+
+/**
+ * The text form of st: version 1 (the APTPL file: generation, type,
+ * holder, registrations) when changes is NULL, else version 2 (also seq,
+ * APTPL, the SPC-2 holder and the last n changes). *out is malloc'ed,
+ * NUL-terminated; *len excludes the NUL. @return 0, -ENOMEM, or -EINVAL (a
+ * port name with a blank: cannot be written).
+ */
+int scsi_pr_format(const struct scsi_pr_state *st, const struct scsi_pr_change *changes, unsigned n,
+                   char **out, size_t *len);
+
+/**
+ * Parse a text form (version 1 or 2) into st (initialized; replaced) and,
+ * for version 2, up to SCSI_PR_HISTORY changes into changes[] (initialized
+ * by the caller; *n set). An empty text is the empty state. @return 0,
+ * -EBADMSG (damaged: st and changes are left empty) or -ENOMEM.
+ */
+int scsi_pr_parse(const char *text, size_t len, struct scsi_pr_state *st,
+                  struct scsi_pr_change *changes, unsigned *n);
 
 struct scsi_xcopy_result;
 
@@ -66,15 +270,11 @@ struct hl_lu {
 	bool lbprz;      /* deallocated blocks read back as zeroes */
 	char *state_dir; /* owned copy of cfg.state_dir, or NULL (then APTPL is refused) */
 
-	pthread_mutex_t lock;   /* guards everything below */
-	struct hl_list nexuses; /* struct scsi_lu_nexus; guarded by lock */
-	uint64_t rsv2_holder;   /* RESERVE(6/10) holder's nexus id, 0 = none; guarded by lock */
-	struct hl_list pr_regs; /* struct scsi_pr_reg; guarded by lock */
-	unsigned pr_n_regs;     /* guarded by lock */
-	uint32_t pr_generation; /* guarded by lock */
-	uint8_t pr_type;        /* persistent reservation type, 0 = not reserved; guarded by lock */
-	struct scsi_pr_reg *pr_holder; /* holder of a non all-registrants type; guarded by lock */
-	bool pr_aptpl; /* last valid APTPL bit: PR state is kept in state_dir; guarded by lock */
+	pthread_mutex_t lock;    /* guards everything below */
+	struct hl_list nexuses;  /* struct scsi_lu_nexus; guarded by lock */
+	uint64_t rsv2_holder;    /* RESERVE(6/10) holder's nexus id, 0 = none; guarded by lock */
+	struct scsi_pr_state pr; /* persistent reservations (pr.c); guarded by lock */
+	bool pr_loaded;          /* shared store: pr holds a record read from it; guarded by lock */
 	struct hl_list rl_active;  /* commands holding an LBA range; guarded by lock */
 	struct hl_list rl_waiting; /* commands waiting for one, FIFO; guarded by lock */
 	unsigned rl_n_exclusive;   /* exclusive holders in rl_active; guarded by lock */
@@ -90,6 +290,16 @@ struct hl_lu {
 	void *access_arg;
 	/* media commands that passed the access check and are running (hl_lu_busy); atomic */
 	unsigned busy;
+
+	/*
+	 * Persistent reservations in a store the gateways share (pr_shared.c,
+	 * hl_lu_set_pr_store), NULL: pr is the LU's own. Set before the LU is
+	 * in a map, then read without the lock.
+	 */
+	const struct hl_lu_pr_store *pr_store;
+	void *pr_store_arg;
+	struct hl_reactor *pr_thread; /* runs the store's blocking transactions */
+	bool pr_unshared;             /* hl_lu_pr_unshared: reservation commands are not offered */
 };
 
 /** lu's access provider (NULL: none); its arg is lu->access_arg. Any thread. */
@@ -290,6 +500,7 @@ static inline void scsi_set_good(struct hl_scsi_cmd *cmd)
 #define SCSI_ASC_ALUA_UNAVAILABLE        0x04, 0x0c
 #define SCSI_ASC_ALUA_CHANGED            0x2a, 0x06
 #define SCSI_ASC_STPG_FAILED             0x67, 0x0a
+#define SCSI_ASC_LU_COMM_FAILURE         0x08, 0x00
 
 /* ---- ua.c ---- */
 
@@ -337,10 +548,48 @@ bool scsi_rsv_conflict(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *d);
 void scsi_rsv_reset(struct hl_lu *lu);
 
 /** The nexus ended: a RESERVE(6/10) it held ends; its registrations stay (they persist). */
-void scsi_rsv_nexus_gone(struct hl_lu *lu, uint64_t nexus_id);
+void scsi_rsv_nexus_gone(struct hl_lu *lu, const struct hl_scsi_nexus *nexus);
 
 /** Free registrations (LU teardown). */
 void scsi_rsv_fini(struct hl_lu *lu);
+
+/** The I_T nexus identity of cmd (an anonymous nexus: "", 0). Valid while cmd->nexus is. */
+struct scsi_pr_who scsi_pr_who_of(const struct hl_scsi_cmd *cmd);
+
+/** Set cmd's status (and sense) from a verdict. */
+void scsi_pr_verdict_set(struct hl_scsi_cmd *cmd, const struct scsi_pr_verdict *v);
+
+/**
+ * Apply a change's side effects to the I_T nexuses this LU knows, except
+ * the issuer's: unit attentions are queued; the nexuses whose tasks go are
+ * added to ids (n_ids of at most max; *others when more than fit).
+ * lu->lock held.
+ */
+void scsi_pr_fx_local(struct hl_lu *lu, const struct scsi_pr_change *c, uint64_t *ids,
+                      unsigned *n_ids, unsigned max, bool *others);
+
+/* ---- pr_shared.c: persistent reservations in a store the gateways share ---- */
+
+/** The reservation commands are offered (not hl_lu_pr_unshared). */
+bool scsi_lu_pr_avail(const struct hl_lu *lu);
+
+/** Shared store: may commands be checked against lu's copy now? lu->lock held. */
+bool scsi_pr_shared_current(struct hl_lu *lu);
+
+/** Shared store: run a checked PERSISTENT RESERVE OUT (req's param is copied). */
+enum scsi_exec_result scsi_pr_shared_out(struct hl_scsi_cmd *cmd, const struct scsi_pr_req *req);
+
+/** Shared store: PERSISTENT RESERVE IN from the record itself (the copy is not current). */
+enum scsi_exec_result scsi_pr_shared_in(struct hl_scsi_cmd *cmd);
+
+/** Shared store: RESERVE (reserve) or RELEASE (6/10). */
+enum scsi_exec_result scsi_pr_shared_rsv2(struct hl_scsi_cmd *cmd, bool reserve);
+
+/** Shared store, in the background: who's SPC-2 reservation ends (NULL: whoever holds it). */
+void scsi_pr_shared_rsv2_end(struct hl_lu *lu, const struct scsi_pr_who *who);
+
+/** Stop using the store: its transactions drain, the thread ends (LU teardown). */
+void scsi_pr_shared_stop(struct hl_lu *lu);
 
 /**
  * Load the persistent reservation state saved with APTPL = 1 from

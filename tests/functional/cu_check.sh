@@ -4,6 +4,10 @@
 # listed (as "| Suite.Test |") in docs/compliance.md, or the run fails.
 # A failed test fails the run unless it is listed in the "Known failures"
 # section of docs/compliance.md (test defects, each with its reason).
+# HL_CU_SKIP_REASONS names another section of docs/compliance.md whose
+# table lists skip *reasons* (as "| reason |") accepted for every test in
+# this run: a setup that does not offer a whole command set (a shared SAN
+# disk and reservations) skips it everywhere the suite probes for it.
 
 # hl_cu_check OUTFILE STATUS MIN_TESTS: fail on a missing summary, a failed
 # test not listed as a known failure, a test that did not run, fewer than
@@ -25,7 +29,15 @@ hl_cu_check() {
 			key = suite "." test
 			if (!(key in seen)) { seen[key] = 1; print key "\t" r }
 		}' "$out" >"$out.skips"
+	: >"$out.reasons"
+	if [ -n "${HL_CU_SKIP_REASONS:-}" ]; then
+		awk -v h="## $HL_CU_SKIP_REASONS" '$0 == h { on = 1; next } /^## / { on = 0 } on' \
+			"$doc" >"$out.reasons"
+	fi
 	while IFS=$'\t' read -r key reason; do
+		if [ -s "$out.reasons" ] && grep -Fq "| $reason |" "$out.reasons"; then
+			continue
+		fi
 		if ! grep -Fq "| $key |" "$doc" 2>/dev/null; then
 			echo "UNDOCUMENTED SKIP: $key: $reason" >&2
 			undocumented=$((undocumented + 1))

@@ -17,13 +17,27 @@
  *   hl_scsi_tool pr URL ISID OP [ARGS]
  *       One command in a fresh session whose initiator port is fixed by
  *       ISID (a number), so that separate runs are the same I_T nexus.
- *       OP: register KEY SAKEY APTPL | register-ignore SAKEY APTPL |
- *           reserve KEY TYPE | release KEY TYPE | preempt KEY SAKEY TYPE |
- *           clear KEY | read-keys | read-rsv | caps | write LBA | read LBA |
- *           prefetch LBA BLOCKS | read-range LBA BLOCKS
- *       Prints one line: GOOD, CONFLICT or CHECK <key>/<asc>/<ascq> for OUT
- *       commands and writes; for IN commands "gen G keys K1 K2 ...",
- *       "gen G type T key K" (or "gen G none"), "ptpl_c C ptpl_a A".
+ *       OP: register KEY SAKEY APTPL | register-all KEY SAKEY (ALL_TG_PT) |
+ *           register-ignore SAKEY APTPL | reserve KEY TYPE |
+ *           release KEY TYPE | preempt KEY SAKEY TYPE |
+ *           preempt-abort KEY SAKEY TYPE | clear KEY | read-keys |
+ *           read-rsv | read-full | caps | write LBA | read LBA |
+ *           prefetch LBA BLOCKS | read-range LBA BLOCKS |
+ *           hammer OTHER N
+ *       Prints one line: GOOD, CONFLICT, BUSY or CHECK <key>/<asc>/<ascq>
+ *       for OUT commands and writes (OUT commands: then " ms=N", the time
+ *       it took); for IN commands "gen G keys K1 K2 ...", "gen G type T key
+ *       K" (or "gen G none"), "ptpl_c C ptpl_a A sip_c S", read-full
+ *       "gen G" then " KEY@REL[*]" per registration (REL 0: all target
+ *       ports; * the holder).
+ *       hammer: N rounds of REGISTER AND IGNORE EXISTING KEY (a new key),
+ *       RESERVE (Write Exclusive) and PREEMPT of the key that the nexus
+ *       ISID OTHER registered in the same round, then a last REGISTER AND
+ *       IGNORE with key 0xf0000 + ISID; prints "hammer good=G gen_ok=1"
+ *       where G counts the REGISTER AND IGNOREs and PREEMPTs that
+ *       succeeded (each changes PRgeneration by one) and gen_ok says that
+ *       every generation it read after one of its own changes was higher
+ *       than the one before.
  *       Exit 0 when the command completed (whatever its status), 2 on a
  *       usage or connection error.
  *
@@ -42,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <iscsi/iscsi.h>
@@ -74,7 +89,12 @@ static struct iscsi_context *login(const char *url, const char *iname, uint32_t 
 	iscsi_set_session_type(iscsi, ISCSI_SESSION_NORMAL);
 	iscsi_set_header_digest(iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
 	*lun = u->lun;
-	if (iscsi_full_connect_sync(iscsi, u->portal, u->lun) != 0) {
+	/*
+	 * No LUN here: libiscsi would send TEST UNIT READY and fail the login
+	 * on a standby gateway's NOT READY; clear_ua() does that part, and PR
+	 * commands run on standby paths too.
+	 */
+	if (iscsi_full_connect_sync(iscsi, u->portal, -1) != 0) {
 		fprintf(stderr, "login to %s failed: %s\n", url, iscsi_get_error(iscsi));
 		iscsi_destroy_url(u);
 		iscsi_destroy_context(iscsi);
@@ -475,6 +495,8 @@ static void print_status(const struct scsi_task *t)
 		printf("GOOD\n");
 	else if (t->status == SCSI_STATUS_RESERVATION_CONFLICT)
 		printf("CONFLICT\n");
+	else if (t->status == SCSI_STATUS_BUSY)
+		printf("BUSY\n");
 	else if (t->status == SCSI_STATUS_CHECK_CONDITION)
 		printf("CHECK %x/%02x/%02x\n", t->sense.key, (t->sense.ascq >> 8) & 0xff,
 		       t->sense.ascq & 0xff);
@@ -485,6 +507,130 @@ static void print_status(const struct scsi_task *t)
 static uint64_t num(const char *s)
 {
 	return strtoull(s, NULL, 0);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint32_t be32(const uint8_t *d)
+{
+	return (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3];
+}
+
+static uint64_t be64(const uint8_t *d)
+{
+	return (uint64_t)be32(d) << 32 | be32(d + 4);
+}
+
+static bool is_ua(const struct scsi_task *t)
+{
+	return t && t->status == SCSI_STATUS_CHECK_CONDITION &&
+	       t->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+}
+
+/*
+ * PERSISTENT RESERVE OUT, again after a unit attention (the other client's
+ * changes queue them for this nexus: REGISTRATIONS PREEMPTED...); NULL on
+ * a transport error.
+ */
+static struct scsi_task *prout(struct iscsi_context *iscsi, int lun, int sa, int type, uint64_t key,
+                               uint64_t sa_key, bool all_tg_pt)
+{
+	struct scsi_persistent_reserve_out_basic p;
+	struct scsi_task *t = NULL;
+
+	memset(&p, 0, sizeof(p));
+	p.reservation_key = key;
+	p.service_action_reservation_key = sa_key;
+	p.all_tg_pt = all_tg_pt;
+	for (int i = 0; i < 8; i++) {
+		if (t)
+			scsi_free_scsi_task(t);
+		t = iscsi_persistent_reserve_out_sync(iscsi, lun, sa, 0, type, &p);
+		if (!is_ua(t))
+			break;
+	}
+	return t;
+}
+
+/* PRgeneration by READ KEYS (again after a unit attention), or -1. */
+static int64_t generation(struct iscsi_context *iscsi, int lun)
+{
+	struct scsi_task *t = NULL;
+	int64_t g = -1;
+
+	for (int i = 0; i < 8; i++) {
+		if (t)
+			scsi_free_scsi_task(t);
+		t = iscsi_persistent_reserve_in_sync(iscsi, lun, SCSI_PERSISTENT_RESERVE_READ_KEYS,
+		                                     8);
+		if (!is_ua(t))
+			break;
+	}
+	if (t && t->status == SCSI_STATUS_GOOD && t->datain.size >= 4)
+		g = be32(t->datain.data);
+	if (t)
+		scsi_free_scsi_task(t);
+	return g;
+}
+
+/* hammer: see the file comment. */
+static int pr_hammer(struct iscsi_context *iscsi, int lun, uint32_t isid, uint32_t other, int n)
+{
+	unsigned good = 0, errors = 0;
+	int64_t last = -1;
+	bool gen_ok = true;
+
+	for (int i = 0; i < n; i++) {
+		uint64_t mine = (uint64_t)isid << 32 | (uint64_t)(i + 1);
+		uint64_t theirs = (uint64_t)other << 32 | (uint64_t)(i + 1);
+		int sas[3] = {SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY,
+		              SCSI_PERSISTENT_RESERVE_RESERVE, SCSI_PERSISTENT_RESERVE_PREEMPT};
+		for (int k = 0; k < 3; k++) {
+			struct scsi_task *t = prout(iscsi, lun, sas[k], k ? 1 : 0, k ? mine : 0,
+			                            k == 0   ? mine
+			                            : k == 2 ? theirs
+			                                     : 0,
+			                            false);
+			if (!t) {
+				errors++;
+				continue;
+			}
+			bool changes = k != 1 && t->status == SCSI_STATUS_GOOD;
+			if (t->status != SCSI_STATUS_GOOD &&
+			    t->status != SCSI_STATUS_RESERVATION_CONFLICT &&
+			    t->status != SCSI_STATUS_BUSY) {
+				fprintf(stderr, "round %d, service action %d: ", i, sas[k]);
+				fflush(stdout);
+				print_status(t);
+				errors++;
+			}
+			scsi_free_scsi_task(t);
+			if (!changes)
+				continue;
+			good++;
+			int64_t g = generation(iscsi, lun);
+			if (g <= last)
+				gen_ok = false;
+			last = g;
+		}
+	}
+	struct scsi_task *t =
+	    prout(iscsi, lun, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, 0,
+	          0xf0000 + isid, false);
+	if (t && t->status == SCSI_STATUS_GOOD)
+		good++;
+	else
+		errors++;
+	if (t)
+		scsi_free_scsi_task(t);
+	printf("hammer good=%u gen_ok=%d errors=%u\n", good, gen_ok ? 1 : 0, errors);
+	return 0;
 }
 
 static int cmd_pr(uint32_t isid, int argc, char **argv)
@@ -506,7 +652,18 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 	int sa = -1, type = 0;
 
 	memset(&p, 0, sizeof(p));
-	if (!strcmp(op, "register") && argc == 4) {
+	bool all_tg_pt = false;
+	if (!strcmp(op, "hammer") && argc == 3) {
+		int rc = pr_hammer(iscsi, lun, isid, (uint32_t)num(argv[1]), (int)num(argv[2]));
+		logout(iscsi);
+		return rc;
+	}
+	if (!strcmp(op, "register-all") && argc == 3) {
+		sa = SCSI_PERSISTENT_RESERVE_REGISTER;
+		p.reservation_key = num(argv[1]);
+		p.service_action_reservation_key = num(argv[2]);
+		all_tg_pt = true;
+	} else if (!strcmp(op, "register") && argc == 4) {
 		sa = SCSI_PERSISTENT_RESERVE_REGISTER;
 		p.reservation_key = num(argv[1]);
 		p.service_action_reservation_key = num(argv[2]);
@@ -520,8 +677,9 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 		                            : SCSI_PERSISTENT_RESERVE_RELEASE;
 		p.reservation_key = num(argv[1]);
 		type = (int)num(argv[2]);
-	} else if (!strcmp(op, "preempt") && argc == 4) {
-		sa = SCSI_PERSISTENT_RESERVE_PREEMPT;
+	} else if ((!strcmp(op, "preempt") || !strcmp(op, "preempt-abort")) && argc == 4) {
+		sa = !strcmp(op, "preempt") ? SCSI_PERSISTENT_RESERVE_PREEMPT
+		                            : SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT;
 		p.reservation_key = num(argv[1]);
 		p.service_action_reservation_key = num(argv[2]);
 		type = (int)num(argv[3]);
@@ -530,8 +688,30 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 		p.reservation_key = num(argv[1]);
 	}
 	if (sa >= 0) {
+		p.all_tg_pt = all_tg_pt;
+		uint64_t t0 = mono_ms();
 		t = iscsi_persistent_reserve_out_sync(iscsi, lun, sa, 0, type, &p);
-		print_status(t);
+		uint64_t ms = mono_ms() - t0;
+		if (t && t->status == SCSI_STATUS_GOOD)
+			printf("GOOD ms=%" PRIu64 "\n", ms);
+		else
+			print_status(t);
+	} else if (!strcmp(op, "read-full")) {
+		t = iscsi_persistent_reserve_in_sync(iscsi, lun, 3, 4096);
+		if (!t || t->status != SCSI_STATUS_GOOD) {
+			print_status(t);
+		} else {
+			const uint8_t *d = t->datain.data;
+			uint32_t n = (uint32_t)t->datain.size, len = n >= 8 ? be32(d + 4) : 0;
+			printf("gen %" PRIu32, n >= 4 ? be32(d) : 0);
+			for (uint32_t o = 8; o + 24 <= 8 + len && o + 24 <= n;) {
+				const uint8_t *x = d + o;
+				printf(" 0x%" PRIx64 "@%u%s", be64(x),
+				       (unsigned)(x[18] << 8 | x[19]), x[12] & 1 ? "*" : "");
+				o += 24 + be32(x + 20);
+			}
+			printf("\n");
+		}
 	} else if (!strcmp(op, "read-keys") || !strcmp(op, "read-rsv") || !strcmp(op, "caps")) {
 		int in_sa = !strcmp(op, "read-keys")  ? SCSI_PERSISTENT_RESERVE_READ_KEYS
 		            : !strcmp(op, "read-rsv") ? SCSI_PERSISTENT_RESERVE_READ_RESERVATION
@@ -549,8 +729,8 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 			                            (uint32_t)d[6] << 8 | d[7]
 			                      : 0;
 			if (!strcmp(op, "caps")) {
-				printf("ptpl_c %d ptpl_a %d\n", n > 2 ? d[2] & 1 : -1,
-				       n > 3 ? d[3] & 1 : -1);
+				printf("ptpl_c %d ptpl_a %d sip_c %d\n", n > 2 ? d[2] & 1 : -1,
+				       n > 3 ? d[3] & 1 : -1, n > 2 ? (d[2] >> 3) & 1 : -1);
 			} else if (!strcmp(op, "read-keys")) {
 				printf("gen %" PRIu32 " keys", gen);
 				for (uint32_t o = 8; o + 8 <= 8 + len && (int)o + 8 <= n; o += 8) {

@@ -27,6 +27,7 @@
  */
 #include <inttypes.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,10 +149,24 @@ int main(int argc, char **argv)
 	iscsi_set_session_type(iscsi, ISCSI_SESSION_NORMAL);
 	iscsi_set_header_digest(iscsi, ISCSI_HEADER_DIGEST_NONE);
 	iscsi_set_targetname(iscsi, url->target);
-	/* the connect clears the power-on unit attention with TEST UNIT READY */
-	if (iscsi_full_connect_sync(iscsi, url->portal, url->lun) != 0) {
+	/*
+	 * No LUN for the connect: libiscsi's TEST UNIT READY would fail the
+	 * login on a standby gateway (NOT READY). The unit attentions a new
+	 * session starts with are cleared here instead; any other answer ends
+	 * that.
+	 */
+	if (iscsi_full_connect_sync(iscsi, url->portal, -1) != 0) {
 		fprintf(stderr, "login failed: %s\n", iscsi_get_error(iscsi));
 		return 2;
+	}
+	for (int i = 0; i < 8; i++) {
+		struct scsi_task *t = iscsi_testunitready_sync(iscsi, url->lun);
+		bool ua = t && t->status == SCSI_STATUS_CHECK_CONDITION &&
+		          t->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+		if (t)
+			scsi_free_scsi_task(t);
+		if (!ua)
+			break;
 	}
 	while (fgets(line, sizeof(line), stdin)) {
 		uint64_t lba = 0, key = 0, sa_key = 0;

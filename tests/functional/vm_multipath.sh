@@ -15,13 +15,24 @@
 #   stop: SIGSTOP of the owner (HL_VM_MP_STOP=1; SIGCONT after the I/O).
 # No I/O may fail; the longest chunk (the stall) is logged as
 # "<case>: stall N s".
+#   pr:   persistent reservations across the pair (HL_VM_MP_ORIGIN=rbd:
+#         the gateways serve an rbd image of a single-node Ceph instead;
+#         vm_multipath_pr.sh runs this): mpathpersist registers the guest's
+#         key on both paths and reserves (Write Exclusive, Registrants
+#         Only), sg_persist reads keys and reservation through each path;
+#         the owner is killed (SIGKILL); after the takeover the guest still
+#         reads its registrations and reservation and writes; the host, as
+#         a second node, preempts the guest's key through the new owner (as
+#         fence_mpath does), and the guest's writes get RESERVATION
+#         CONFLICT while its reads go on.
 #
 # The kernel, busybox-static and multipath-tools (+ the libraries it needs
 # that a host may lack) .debs are fetched once with `apt-get download`
 # (nothing is installed) into $HL_VM_CACHE (default ~/.cache/hotlun-vm).
 # Environment: HL_VM_ACCEL=tcg|kvm (default tcg), HL_VM_TIMEOUT=240 (s per
 # boot), HL_VM_CACHE, HL_VM_MP_CASES="term kill" (add stop for SIGSTOP),
-# HL_VM_MP_STOP=1 (same as adding stop).
+# HL_VM_MP_STOP=1 (same as adding stop), HL_VM_MP_ORIGIN=san|rbd (default
+# san; the pr case needs rbd: a SAN pair offers no reservations).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/vm_lib.sh"
 hl_need qemu-system-x86_64 dpkg-deb apt-get gzip python3
@@ -38,6 +49,18 @@ ACCEL=${HL_VM_ACCEL:-tcg}
 VM_TIMEOUT=${HL_VM_TIMEOUT:-240}
 CASES=${HL_VM_MP_CASES:-term kill}
 [ "${HL_VM_MP_STOP:-0}" = 1 ] && CASES="$CASES stop"
+ORIGIN=${HL_VM_MP_ORIGIN:-san}
+TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
+case " $CASES " in *" pr "*)
+	[ "$ORIGIN" = rbd ] || hl_error "the pr case needs HL_VM_MP_ORIGIN=rbd"
+	[ -x "$TOOL" ] || hl_missing "$TOOL not built"
+	hl_need sg_persist
+	;;
+esac
+if [ "$ORIGIN" = rbd ]; then
+	hl_need rbd ceph ceph-mon ceph-osd
+	"$HL_BUILDDIR/hotlund" --version | grep -q "^origin backends:.* rbd" || hl_skip "hotlund built without librbd"
+fi
 MODULES="iscsi_tcp sd_mod virtio_pci virtio_net crc32c_generic scsi_dh_alua dm_multipath dm_round_robin dm_service_time"
 MP_DEBS="multipath-tools libaio1 libdevmapper1.02.1 liburcu8 libjson-c5 libedit2"
 T=$(hl_tmpdir)
@@ -92,10 +115,13 @@ build_image() {
 		cp "$(readlink -f "$p")" "$R/sbin/$t"
 		libs_of "$p"
 	done
-	for t in multipath multipathd; do
+	for t in multipath multipathd mpathpersist; do
 		cp "$B/x/sbin/$t" "$R/sbin/$t"
 		libs_of "$B/x/sbin/$t"
 	done
+	p=$(command -v sg_persist) || hl_missing "sg_persist missing (apt-get install sg3-utils)"
+	cp "$(readlink -f "$p")" "$R/sbin/sg_persist"
+	libs_of "$p"
 	for p in "$B"/x/lib/multipath/*.so; do
 		cp "$p" "$R/lib/multipath/"
 		libs_of "$p"
@@ -111,12 +137,16 @@ build_image() {
 	vm_modules "$R" "$moddir" $MODULES
 	hl_log "kernel $kver; modules: ${VM_MODULES[*]}"
 	vm_pack "$R" "$B/x/bin/busybox" "$vmlinuz" "$kver" "$IMG"
+	echo "$IMG_VERSION" >"$IMG/version"
 	rm -rf "$B"
 }
+# what the image carries changed (2: mpathpersist and sg_persist): built again
+IMG_VERSION=2
 
 exec 9>"$CACHE/.lock"
 flock -w 600 9 || hl_error "cannot lock $CACHE"
-if [ ! -s "$IMG/vmlinuz" ] || [ ! -s "$IMG/initramfs.gz" ] || [ ! -x "$IMG/busybox" ]; then
+if [ ! -s "$IMG/vmlinuz" ] || [ ! -s "$IMG/initramfs.gz" ] || [ ! -x "$IMG/busybox" ] ||
+	[ "$(cat "$IMG/version" 2>/dev/null)" != "$IMG_VERSION" ]; then
 	t0=$SECONDS
 	build_image
 	hl_log "VM image built in $((SECONDS - t0)) s"
@@ -126,9 +156,21 @@ flock -u 9
 # ---------------------------------------------------------------- the gateway pair
 
 CTL=$HL_BUILDDIR/hotlunctl
-HL_IQN=$HL_IQN_PREFIX:vm-mp-san hl_target_start --size 64M
-SAN_URL=$HL_URL
-trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done; (exit $rc); hl_cleanup' EXIT
+if [ "$ORIGIN" = rbd ]; then
+	MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
+	cluster=$T/ceph
+	rc=0
+	MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:64M >"$T/ceph-up.log" 2>&1 || rc=$?
+	[ $rc = 3 ] && hl_skip "$(tail -1 "$T/ceph-up.log")"
+	[ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$T/ceph-up.log")"
+	GW_ORIGIN=rbd:rbd/origin
+	# hotlund goes first: librbd cannot close an image once the cluster is gone
+	trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done; sleep 1; MINI_CEPH_QUIET=1 "$MINI_CEPH" down "$cluster" >/dev/null 2>&1; (exit $rc); hl_cleanup' EXIT
+else
+	HL_IQN=$HL_IQN_PREFIX:vm-mp-san hl_target_start --size 64M
+	GW_ORIGIN=$HL_URL
+	trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done; (exit $rc); hl_cleanup' EXIT
+fi
 
 IQN=$HL_IQN_PREFIX:vm-mp
 declare -A PORT PID SOCK
@@ -140,9 +182,10 @@ for g in 1 2; do
 	mkdir -p "$st"
 	truncate -s 96M "$st/cache.img"
 	SOCK[$g]=$st/ctl.sock
-	hl_cache_front_conf "$st/hotlund.conf" "${PORT[$g]}" "$st" "$IQN" "$SAN_URL" \
+	hl_cache_front_conf "$st/hotlund.conf" "${PORT[$g]}" "$st" "$IQN" "$GW_ORIGIN" \
 		device="$st/cache.img" size=96M block_size=64K admission=always
 	sed -i "s|^cache = ssd$|&\nserial = vmmp0001\nnaa = 6001405aa0000000000000000000cafe|" "$st/hotlund.conf"
+	[ "$ORIGIN" = rbd ] && sed -i "s|^cache = ssd$|&\nrbd_conf = $cluster/ceph.conf|" "$st/hotlund.conf"
 	sed -i "s|^threads = 2$|&\ngateway = $g\ngateways = 1,2|" "$st/hotlund.conf"
 done
 start_gw() {
@@ -171,6 +214,35 @@ stop_gw() { # G SIGNAL
 
 # ---------------------------------------------------------------- one boot
 
+# wait_mark RUN QEMU DEADLINE MARK: until the guest printed "HLVM-MARK: MARK"
+wait_mark() {
+	until tr -d '\r' 2>/dev/null <"$1/console.log" | grep -aq "^HLVM-MARK: $4\$"; do
+		kill -0 "$2" 2>/dev/null || return 1
+		[ $SECONDS -lt "$3" ] || return 1
+		sleep 0.2
+	done
+}
+
+# pr_host RUN QEMU OWNER STANDBY DEADLINE: the host's side of the pr case: it
+# kills the owner when the guest has reserved, registers a second node's
+# key (0xb2) through the new owner once it serves (the guest waits for that
+# key), and fences the guest (PREEMPT of its key 0x123abc) when asked.
+pr_host() {
+	local run=$1 qemu=$2 owner=$3 standby=$4 deadline=$5 url out
+	url=iscsi://127.0.0.1:${PORT[$standby]}/$IQN/0
+	wait_mark "$run" "$qemu" "$deadline" PR-KILL || return 0 # the verdict says why
+	stop_gw "$owner" KILL
+	hl_log "pr: SIGKILL sent to gateway $owner; waiting for gateway $standby to own the disk"
+	wait_state "$standby" owner 30
+	out=$("$TOOL" pr "$url" 77 register 0 0xb2 0 2>&1)
+	hl_log "pr: node 2 registers 0xb2 through gateway $standby: $out"
+	[[ $out = GOOD* ]] || hl_fail "pr: node 2's REGISTER through gateway $standby: $out"
+	wait_mark "$run" "$qemu" "$deadline" PR-FENCE || return 0
+	out=$("$TOOL" pr "$url" 77 preempt 0xb2 0x123abc 5 2>&1)
+	hl_log "pr: node 2 preempts the guest's key through gateway $standby: $out"
+	[[ $out = GOOD* ]] || hl_fail "pr: node 2's PREEMPT through gateway $standby: $out"
+}
+
 # boot CASE OWNER STANDBY IO_SECONDS: the guest logs in through both, the
 # host breaks OWNER as CASE says once the guest's I/O runs, which then goes
 # on for IO_SECONDS.
@@ -187,6 +259,7 @@ boot() {
 		q CHUNK_KB 256
 		q IO_SECONDS "$4"
 		q STEP_TIMEOUT 60
+		[ "$label" = pr ] && q PR 1
 	} >"$run/cfg/hlvm.conf"
 	cp "$HL_SRCDIR/tests/functional/vm_multipath_guest.sh" "$run/cfg/init"
 	chmod 755 "$run/cfg/init"
@@ -204,13 +277,17 @@ boot() {
 		-netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
 		</dev/null >"$run/qemu.out" 2>&1 &
 	local qemu=$! deadline=$((SECONDS + VM_TIMEOUT)) marked=0
-	until tr -d '\r' 2>/dev/null <"$run/console.log" | grep -aq '^HLVM-MARK: FAIL'; do
+	if [ "$label" = pr ]; then
+		pr_host "$run" "$qemu" "$owner" "$standby" "$deadline"
+		marked=1
+	fi
+	until [ "$label" = pr ] || tr -d '\r' 2>/dev/null <"$run/console.log" | grep -aq '^HLVM-MARK: FAIL'; do
 		kill -0 "$qemu" 2>/dev/null || break
 		[ $SECONDS -lt $deadline ] || break
 		sleep 0.2
 	done
-	tr -d '\r' <"$run/console.log" | grep -aq '^HLVM-MARK: FAIL' && marked=1
-	if [ $marked = 1 ]; then
+	[ "$label" != pr ] && tr -d '\r' <"$run/console.log" | grep -aq '^HLVM-MARK: FAIL' && marked=1
+	if [ $marked = 1 ] && [ "$label" != pr ]; then
 		sleep 2 # mid-I/O
 		if [ "$(own "$owner" state)" != owner ]; then
 			hl_fail "$label: gateway $owner no longer owns the disk when it should fail (the initiator moved it: $(own "$standby" last))"
@@ -250,10 +327,18 @@ for c in $CASES; do
 	case $c in
 	term) io_s=12 ;; # ~0.2 s stall
 	kill) io_s=25 ;; # path timeout 5 s, request unanswered 3 s, lease 2.5 s
+	pr) io_s=0 ;;    # its own steps (the guest's pr_phase)
 	*) io_s=40 ;;    # noop-out 5 + 5 s, then as kill
 	esac
 	boot "$c" $owner $standby $io_s
 	wait_state $standby owner 20
+	if [ "$c" = pr ]; then
+		# what the guest saw, as the host sees it through the surviving gateway
+		u=iscsi://127.0.0.1:${PORT[$standby]}/$IQN/0
+		out=$("$TOOL" pr "$u" 77 read-rsv 2>&1)
+		[[ $out =~ type\ 5\ key\ 0xb2$ ]] || hl_fail "pr: the reservation after the fence: $out"
+		hl_log "pr: gateway $standby reports: $out; $("$TOOL" pr "$u" 77 read-keys 2>&1)"
+	fi
 	if [ "$c" = stop ]; then
 		wait_state $owner standby 20 # thawed, it finds itself preempted
 	else

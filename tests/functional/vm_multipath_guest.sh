@@ -12,6 +12,10 @@
 # the longest chunk (the I/O stall) and any I/O error.
 # Lines for the host start with "HLVM: "; "HLVM-STALL: <s> <at>" gives the
 # longest chunk; the verdict is "HLVM-RESULT: PASS" or "HLVM-RESULT: FAIL".
+# With PR=1 (vm_multipath.sh's pr case) it then tests persistent
+# reservations across the two gateways with mpathpersist and sg_persist;
+# "HLVM-MARK: PR-KILL" and "HLVM-MARK: PR-FENCE" tell the host when to kill
+# the owner and when to fence this node (see pr_phase).
 export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/lib
 /bin/busybox --install -s
@@ -42,7 +46,7 @@ finish() {
 	sleep 10
 }
 
-. /hlvm.conf # PORTALS TARGET INITIATOR IO_MB CHUNK_KB IO_SECONDS STEP_TIMEOUT
+. /hlvm.conf # PORTALS TARGET INITIATOR IO_MB CHUNK_KB IO_SECONDS STEP_TIMEOUT [PR]
 say "kernel $(uname -r); portals $PORTALS target $TARGET"
 
 for m in $(cat /etc/hlvm-modules); do
@@ -262,6 +266,88 @@ if [ "${IO_SECONDS:-0}" -gt 0 ]; then
 	say "multipath -ll after the failure:"
 	show /tmp/mpll2.out
 fi
+
+# ---- persistent reservations across the gateways (PR=1)
+# the sd device of each path group: OWNERDEV (prio 50), STANDBYDEV (prio 1)
+OWNERDEV=$(awk '/prio=50 / {for (i = 1; i <= NF; i++) if ($i ~ /^sd[a-z]+$/) {print $i; exit}}' /tmp/groups)
+STANDBYDEV=$(awk '/prio=1 / {for (i = 1; i <= NF; i++) if ($i ~ /^sd[a-z]+$/) {print $i; exit}}' /tmp/groups)
+KEY=0x123abc
+OTHER=0xb2
+# keys N DEV|MPDEV...: the command's key list holds KEY N times
+keys_n() { grep -c "^ *$KEY\$" "$1"; }
+pr_in() { # pr_in OUT TOOL... (a path that is down answers within 10 s, or not at all)
+	o=$1
+	shift
+	timeout 10 "$@" >"$o" 2>&1
+}
+pr_phase() {
+	say "persistent reservations: owner's path /dev/$OWNERDEV, standby's /dev/$STANDBYDEV"
+	pr_in /tmp/p.out mpathpersist --out --register --param-sark=$KEY "$MPDEV" &&
+		ok "mpathpersist registers $KEY (every path)" || { bad "mpathpersist --register"; show /tmp/p.out; }
+	pr_in /tmp/p.out mpathpersist --out --reserve --param-rk=$KEY --prout-type=5 "$MPDEV" &&
+		ok "mpathpersist reserves (Write Exclusive, Registrants Only)" ||
+		{ bad "mpathpersist --reserve"; show /tmp/p.out; }
+	pr_in /tmp/k.out mpathpersist --in -k "$MPDEV"
+	[ "$(keys_n /tmp/k.out)" = 2 ] && ok "mpathpersist --in -k: $KEY registered on both paths" ||
+		{ bad "mpathpersist --in -k:"; show /tmp/k.out; }
+	for d in $OWNERDEV $STANDBYDEV; do
+		pr_in /tmp/k.out sg_persist --in -k -d /dev/$d
+		pr_in /tmp/r.out sg_persist --in -r -d /dev/$d
+		if [ "$(keys_n /tmp/k.out)" = 2 ] && grep -Eqi "key ?= ?$KEY" /tmp/r.out &&
+			grep -qi "Write Exclusive, registrants only" /tmp/r.out; then
+			ok "sg_persist through /dev/$d reads both registrations and the reservation"
+		else
+			bad "sg_persist through /dev/$d:"
+			show /tmp/k.out
+			show /tmp/r.out
+		fi
+	done
+	chunk 0
+	echo "HLVM-MARK: PR-KILL"
+	# the host kills the owner, then registers node 2's key through the new
+	# owner once it serves: wait for that key on the standby's path
+	i=0
+	while [ $i -lt 90 ]; do
+		pr_in /tmp/k.out sg_persist --in -k -d /dev/$STANDBYDEV && grep -q "^ *$OTHER\$" /tmp/k.out && break
+		sleep 1
+		i=$((i + 1))
+	done
+	grep -q "^ *$OTHER\$" /tmp/k.out && ok "node 2's key appears after the takeover ($i s)" ||
+		{ bad "node 2's key never appeared"; show /tmp/k.out; }
+	pr_in /tmp/k.out mpathpersist --in -k "$MPDEV"
+	pr_in /tmp/r.out mpathpersist --in -r "$MPDEV"
+	if [ "$(keys_n /tmp/k.out)" = 2 ] && grep -Eqi "key ?= ?$KEY" /tmp/r.out; then
+		ok "after SIGKILL of the owner: both registrations and the reservation still reported"
+	else
+		bad "after SIGKILL of the owner:"
+		show /tmp/k.out
+		show /tmp/r.out
+	fi
+	ERRS0=$ERRS
+	chunk 1
+	[ "$ERRS" = "$ERRS0" ] && ok "the holder writes through the new owner" || bad "the holder cannot write"
+	echo "HLVM-MARK: PR-FENCE"
+	i=0
+	while [ $i -lt 60 ]; do
+		pr_in /tmp/r.out sg_persist --in -r -d /dev/$STANDBYDEV && grep -Eqi "key ?= ?$OTHER" /tmp/r.out && break
+		sleep 1
+		i=$((i + 1))
+	done
+	grep -Eqi "key ?= ?$OTHER" /tmp/r.out && ok "fenced: node 2 holds the reservation" ||
+		{ bad "the fence never showed"; show /tmp/r.out; }
+	dd if=/dev/urandom of=/tmp/c bs=4k count=1 2>/dev/null
+	if dd if=/tmp/c of="$MPDEV" bs=4k seek=8 count=1 oflag=direct conv=notrunc 2>/tmp/dd.err; then
+		bad "the fenced node's write succeeded"
+	else
+		dmesg | grep -qi "reservation conflict" && ok "the fenced node's write fails: RESERVATION CONFLICT" ||
+			{ bad "the fenced node's write failed, but not for a reservation conflict"; show /tmp/dd.err; }
+	fi
+	dd if="$MPDEV" of=/dev/null bs=4k count=1 iflag=direct 2>/tmp/dd.err &&
+		ok "the fenced node still reads (Write Exclusive)" || { bad "the fenced node cannot read"; show /tmp/dd.err; }
+	dmesg | grep -iE 'reservation|alua' | tail -10 | sed 's/^/HLVM:    | dmesg: /'
+}
+[ "${PR:-0}" = 1 ] && pr_phase
+
 dmesg | grep -E 'alua|Failing path|reinstat|I/O error|conn error|rejecting|Sense|sd [0-9]' | tail -40 |
 	sed 's/^/HLVM:    | dmesg: /'
 grep -iE 'fail|reinstat|switch|orphan|prio = |path_checker' /tmp/multipathd.log | tail -20 | sed 's/^/HLVM:    | mpd: /'

@@ -372,7 +372,9 @@ static void test_pr_out_bad_parameters(void)
 	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00));
 	pr_out_full(&nexus_a, REG, 0, 0, 0xa, 0x01, 24); /* APTPL */
 	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
-	pr_out_full(&nexus_a, REG, 0, 0, 0xa, 0x08, 24); /* SPEC_I_PT */
+	pr_out_full(&nexus_a, REG, 0, 0, 0xa, 0x08, 24); /* SPEC_I_PT without its list */
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x1a, 0x00));
+	pr_out_full(&nexus_a, REG_IGNORE, 0, 0, 0xa, 0x08, 24); /* SPEC_I_PT: REGISTER only */
 	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
 	CU_ASSERT_EQUAL(pr_out(&nexus_a, REG, 0, 0, 0xa), GOOD);
 	pr_out(&nexus_a, RESV, 2, 0xa, 0); /* type 2 is obsolete */
@@ -400,7 +402,8 @@ static void test_pr_in_capabilities_and_full_status(void)
 	pr_in(&nexus_a, 2, buf, sizeof(buf));
 	CU_ASSERT_EQUAL(hl_get_be16(buf), 8);
 	CU_ASSERT_EQUAL(t.cmd.data_in_len, 8);
-	CU_ASSERT_EQUAL(buf[2] & 0x01, 0); /* PTPL_C */
+	CU_ASSERT_EQUAL(buf[2] & 0x01, 0);    /* PTPL_C */
+	CU_ASSERT_EQUAL(buf[2] & 0x1c, 0x1c); /* CRH, SIP_C, ATP_C */
 	CU_ASSERT_EQUAL(buf[3] & 0x80, 0x80);
 	CU_ASSERT_EQUAL(buf[4], 0xea);
 	CU_ASSERT_EQUAL(buf[5], 0x01);
@@ -496,6 +499,95 @@ static void test_register_and_move(void)
 	lu_teardown();
 }
 
+/* REGISTER from n with SPEC_I_PT naming the initiator ports ports[0..n_ports) (format 01b). */
+static void register_spec(const struct hl_scsi_nexus *n, uint64_t sa_key, const char *const *ports,
+                          unsigned n_ports, bool all_tg_pt)
+{
+	uint8_t cdb[10] = {0x5f, REG};
+	uint8_t param[28 + 4 * 68] = {0};
+	uint32_t off = 28;
+
+	hl_put_be64(param + 8, sa_key);
+	param[20] = (uint8_t)(0x08 | (all_tg_pt ? 0x04 : 0));
+	for (unsigned i = 0; i < n_ports; i++) {
+		size_t len = strlen(ports[i]);
+		uint32_t tid = (uint32_t)HL_ALIGN_UP(len + 1, 4);
+		param[off] = 0x45;
+		hl_put_be16(param + off + 2, (uint16_t)tid);
+		memcpy(param + off + 4, ports[i], len);
+		off += 4 + tid;
+	}
+	hl_put_be32(param + 24, off - 28);
+	hl_put_be32(cdb + 5, off);
+	run_full(&t, n, 0, cdb, 10, param, off, true);
+}
+
+static void test_register_spec_i_pt(void)
+{
+	static const struct hl_scsi_port port2 = {.name = "t,0x2", .rel_port_id = 2, .tpg_id = 2};
+	struct hl_scsi_nexus b2 = nexus_b;
+	const char *b[] = {nexus_b.initiator_port};
+	const char *twice[] = {"iqn.2026-11.test:c,i,0x000000000003",
+	                       "iqn.2026-11.test:c,i,0x000000000003"};
+	uint8_t buf[512];
+
+	setup2();
+	b2.id = 3;
+	b2.port = &port2;
+	simple(&b2, 0x00);
+	/* A registers itself and B (through A's port) with one command */
+	register_spec(&nexus_a, 0xab, b, 1, false);
+	CU_ASSERT_EQUAL(t.cmd.status, GOOD);
+	pr_in(&nexus_a, 0, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 16);
+	CU_ASSERT_EQUAL(hl_get_be64(buf + 16), 0xab);
+	CU_ASSERT_EQUAL(pr_out(&nexus_b, RESV, WE_RO, 0xab, 0), GOOD); /* B is a registrant */
+	CU_ASSERT_EQUAL(do_write(&b2), CONFLICT); /* through another port B is not */
+	CU_ASSERT_EQUAL(do_write(&nexus_b), GOOD);
+	/* a registered nexus may not name others; a list may not name a registered nexus (here the
+	 * issuer itself, B through port 2) */
+	register_spec(&nexus_a, 0xac, b, 1, false);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00));
+	register_spec(&b2, 0xb2, b, 1, false);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
+	/* all or nothing: a port named twice registers nobody, the issuer neither */
+	register_spec(&b2, 0xb2, twice, 2, false);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
+	pr_in(&nexus_a, 0, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(hl_get_be32(buf + 4), 16);
+	/* with ALL_TG_PT the named port is registered on every target port */
+	register_spec(&b2, 0xc2, twice, 1, true);
+	CU_ASSERT_EQUAL(t.cmd.status, GOOD);
+	pr_in(&nexus_a, 3, buf, sizeof(buf));
+	const uint8_t *d = buf + 8;
+	for (int i = 0; i < 3; i++)
+		d += 24 + hl_get_be32(d + 20);
+	CU_ASSERT_EQUAL(hl_get_be64(d), 0xc2);
+	CU_ASSERT_EQUAL(d[12] & 0x02, 0x02); /* ALL_TG_PT */
+	CU_ASSERT_EQUAL(strcmp((const char *)d + 28, twice[0]), 0);
+	/* a TransportID that is not iSCSI's */
+	uint8_t cdb[10] = {0x5f, REG}, param[52] = {0};
+	hl_put_be64(param + 8, 0x77);
+	param[20] = 0x08;
+	hl_put_be32(param + 24, 24);
+	param[28] = 0x41; /* protocol 1 */
+	hl_put_be16(param + 30, 20);
+	hl_put_be32(cdb + 5, sizeof(param));
+	run_full(&t, &nexus_a, 0, cdb, 10, param, sizeof(param), true);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00)); /* A: registered */
+	struct hl_scsi_nexus c = nexus_b;
+	c.id = 9;
+	strcpy(c.initiator_port, "iqn.2026-11.test:d,i,0x000000000009");
+	simple(&c, 0x00);
+	run_full(&t, &c, 0, cdb, 10, param, sizeof(param), true);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
+	/* the list's length must match the parameter list length */
+	hl_put_be32(param + 24, 20);
+	run_full(&t, &c, 0, cdb, 10, param, sizeof(param), true);
+	CU_ASSERT_TRUE(sense_is(&t.cmd, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00));
+	lu_teardown();
+}
+
 /* A fresh LU (same identity as test_cfg) keeping its PR state in dir. */
 static void setup_state(const char *dir)
 {
@@ -586,6 +678,7 @@ static const struct hl_test tests[] = {
     {"PR IN capabilities and full status", test_pr_in_capabilities_and_full_status},
     {"APTPL: the PR state survives a restart", test_aptpl_survives_restart},
     {"REGISTER AND MOVE", test_register_and_move},
+    {"REGISTER with SPEC_I_PT", test_register_spec_i_pt},
     {NULL, NULL},
 };
 
