@@ -1136,6 +1136,12 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 			       (json_int_t)ws.r2t_deferred, "task_set_full",
 			       (json_int_t)ws.task_set_full, "window_closed",
 			       (json_int_t)ws.window_closed);
+	/* issue 24: one source's share, and the WRITEs too slow to keep theirs */
+	json_object_set_new(wb, "source_limit", json_integer((json_int_t)ws.source_limit));
+	json_object_set_new(wb, "sources", json_integer((json_int_t)ws.sources));
+	json_object_set_new(wb, "source_capped", json_integer((json_int_t)ws.source_capped));
+	json_object_set_new(wb, "closed_slow", json_integer((json_int_t)ws.closed_slow));
+	json_object_set_new(wb, "closed_no_data", json_integer((json_int_t)ws.closed_silent));
 	*result = json_pack("{s:o, s:i, s:o, s:o, s:{s:I, s:I}, s:o}", "disks", disks, "sessions",
 			    n, "session_list", list, "caches", daemon_cache_stats_json(), "iscsi",
 			    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",

@@ -8,7 +8,7 @@ InitialR2T=No, so each WRITE brings immediate and unsolicited data), sends
 withholds the last 4 KiB of each command, and then holds everything.
 
   write_hoard.py --portal H:P --target IQN [--conns N] [--cmds 16] [--size 16M]
-                 [--lun N] [--settle S]
+                 [--lun N] [--settle S] [--source ADDR[,ADDR...]]
 
 Once every connection is idle (no PDU for --settle seconds) it prints one
 line: READY conns=N sent=BYTES r2t=N r2t_bytes=BYTES task_set_full=N other=N
@@ -16,8 +16,10 @@ held_cmds=N max_r2t_bytes=BYTES errors=N, then holds the connections until
 SIGTERM. held_cmds counts WRITEs that got all their data but the last 4 KiB
 (or wait for R2T); r2t_bytes what all R2Ts asked for, max_r2t_bytes the most
 one connection was asked for. Exit 1 when no connection could log in.
+With --source, connection I comes from the (I mod N)th address of the list
+(one host may hold only half the budget: several are needed to fill it).
 
-  write_hoard.py --probe --portal H:P --target IQN [--wait S]
+  write_hoard.py --probe --portal H:P --target IQN [--wait S] [--source ADDR]
 
 A well-behaved initiator: one 1 MiB WRITE with 64 KiB of immediate data,
 the rest by R2T. Prints "WAITING" when no R2T came within --wait seconds
@@ -136,7 +138,8 @@ class Hoarder(threading.Thread):
         a = self.args
         try:
             host, port = a.portal.rsplit(":", 1)
-            c = pc.Conn(host, int(port), timeout=30.0)
+            srcs = a.source.split(",") if a.source else [None]
+            c = pc.Conn(host, int(port), timeout=30.0, source=srcs[self.idx % len(srcs)])
             self.conn = c
             login(c, a.target, "iqn.2026-11.io.hotlun:hoard%d" % self.idx)
             k = c.target_keys
@@ -231,7 +234,7 @@ def main():
 
 def probe(a):
     host, port = a.portal.rsplit(":", 1)
-    c = pc.Conn(host, int(port), timeout=30.0)
+    c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
     c.login(a.target, initiator="iqn.2026-11.io.hotlun:probe")
     c.clear_ua(a.lun)
     edtl, imm = 1 << 20, 65536
