@@ -283,6 +283,14 @@ struct hl_iscsi_write_stats {
 	uint64_t r2t_deferred;  /* WRITEs that had to wait, since start */
 	uint64_t task_set_full; /* WRITEs answered TASK SET FULL, since start */
 	uint64_t window_closed; /* responses whose MaxCmdSN was held back, since start */
+	uint64_t source_limit;  /* bytes one source (address, IPv6 /64) may claim; less when
+	                         * others want some: 1/N of the limit, at least 16 MiB */
+	uint64_t sources;       /* sources whose WRITEs claim budget now */
+	uint64_t source_capped; /* WRITEs refused because their source had its share, since
+	                         * start (counted in task_set_full too) */
+	uint64_t closed_slow;   /* connections closed: a WRITE's data not in by its deadline
+	                         * (30 s + its size at 256 KiB/s), since start */
+	uint64_t closed_silent; /* connections closed: no data for a WRITE for 30 s, since start */
 };
 
 /** Any thread. */

@@ -762,13 +762,18 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		json_t *pwb = prev ? json_object_get(prev, "write_buffers") : NULL;
 		char held[32], peak[32], lim[32];
 		printf("write buffers: %s held by unfinished WRITEs (peak %s) of %s; %llu waiting "
-		       "for R2T; %llu deferred, %llu TASK SET FULL%s\n",
+		       "for R2T; %llu deferred, %llu TASK SET FULL (%llu for a source's share); "
+		       "%llu sources; connections closed: %llu too slow, %llu no data%s\n",
 		       hl_format_size(jint(wb, "held_bytes"), held, sizeof(held)),
 		       hl_format_size(jint(wb, "peak_bytes"), peak, sizeof(peak)),
 		       hl_format_size(jint(wb, "limit"), lim, sizeof(lim)),
 		       (unsigned long long)jint(wb, "waiting"),
 		       (unsigned long long)jdelta(wb, pwb, "r2t_deferred"),
-		       (unsigned long long)jdelta(wb, pwb, "task_set_full"), span);
+		       (unsigned long long)jdelta(wb, pwb, "task_set_full"),
+		       (unsigned long long)jdelta(wb, pwb, "source_capped"),
+		       (unsigned long long)jint(wb, "sources"),
+		       (unsigned long long)jdelta(wb, pwb, "closed_slow"),
+		       (unsigned long long)jdelta(wb, pwb, "closed_no_data"), span);
 	}
 }
 

@@ -1189,6 +1189,12 @@ json_t *daemon_stats(struct daemon *d)
 			       (json_int_t)ws.r2t_deferred, "task_set_full",
 			       (json_int_t)ws.task_set_full, "window_closed",
 			       (json_int_t)ws.window_closed);
+	/* issue 24: one source's share, and the WRITEs too slow to keep theirs */
+	json_object_set_new(wb, "source_limit", json_integer((json_int_t)ws.source_limit));
+	json_object_set_new(wb, "sources", json_integer((json_int_t)ws.sources));
+	json_object_set_new(wb, "source_capped", json_integer((json_int_t)ws.source_capped));
+	json_object_set_new(wb, "closed_slow", json_integer((json_int_t)ws.closed_slow));
+	json_object_set_new(wb, "closed_no_data", json_integer((json_int_t)ws.closed_silent));
 	/*
 	 * Sessions per target (every configured target, 0 included). More
 	 * service counters (logins, pending logins) go into "iscsi" as the

@@ -493,15 +493,8 @@ static void nop_tick(struct hl_timer *t)
 	    1000000000ull;
 
 	conn_enter(c);
-	struct iscsi_task *late = c->state == CONN_FFP ? iscsi_dataout_overdue(c, now) : NULL;
-	if (late) {
-		/* it holds write budget others may need; at ERL 0 only a close ends it */
-		HL_NOTICE(ISCSI_LOG,
-		          "%s: WRITE itt 0x%x: no data from the initiator for %us (%u of %u bytes "
-		          "in), closing",
-		          c->peer_str, late->itt, ISCSI_DATAOUT_TIMEOUT_S, late->received, late->edtl);
-		iscsi_conn_close(c, "Data-Out timeout");
-	} else if (c->state == CONN_FFP) {
+	/* (a WRITE whose data is late closes the connection from c->dout_timer) */
+	if (c->state == CONN_FFP) {
 		if (c->nop_outstanding && now - c->nop_sent_ns >= timeout) {
 			HL_NOTICE(ISCSI_LOG, "%s: NOP-In ping unanswered for %us, closing",
 			          c->peer_str, (unsigned)(timeout / 1000000000ull));
@@ -626,6 +619,7 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	hl_timer_init(&c->login_timer, login_timeout, c);
 	hl_timer_init(&c->nop_timer, nop_tick, c);
 	hl_timer_init(&c->wb_timer, iscsi_wb_tick, c);
+	hl_timer_init(&c->dout_timer, iscsi_dout_tick, c);
 	hl_timer_init(&c->rx_timer, rx_resume, c);
 	hl_timer_init(&c->idle_timer, idle_tick, c);
 	if (fd >= 0) {
@@ -713,6 +707,7 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_timer_stop(&c->nop_timer);
 	hl_timer_stop(&c->idle_timer);
 	hl_timer_stop(&c->wb_timer);
+	hl_timer_stop(&c->dout_timer);
 	hl_timer_stop(&c->rx_timer);
 	c->rbuf_off = c->rbuf_len = 0;
 	iscsi_conn_pending_release(c);

@@ -41,10 +41,22 @@
  * A WRITE whose data the initiator owes (unsolicited data, or an R2T it was
  * sent) and that saw none of it for this long: the connection is closed (at
  * ERL 0 nothing else can end the task), so an initiator that takes write
- * budget and never finishes its WRITEs holds it for about a minute at most
- * (checked on the NOP timer, every nop_interval_s).
+ * budget and never finishes its WRITEs holds it for 30 s at most.
  */
 #define ISCSI_DATAOUT_TIMEOUT_S 30
+/*
+ * ... and one that sends some, but slowly: all its data must be in within
+ * ISCSI_WRITE_GRACE_S plus its size at ISCSI_WRITE_FLOOR_BPS (30 s + 4 s for
+ * 1 MiB, + 64 s for the largest, 16 MiB), counted from when its R2Ts may
+ * go out (its budget granted; the unsolicited part from its arrival), or
+ * the connection is closed. Why these numbers: a WRITE late by them is one
+ * a real initiator has given up on already (Linux fails a command after
+ * 30 s, and aborts it); a 16 MiB WRITE needs 13 s on a 10 Mbit/s WAN link;
+ * and an initiator that trickles 512 bytes every 20 s used to hold its
+ * budget for as long as it liked.
+ */
+#define ISCSI_WRITE_GRACE_S   30
+#define ISCSI_WRITE_FLOOR_BPS (256u << 10)
 #define ISCSI_LOGIN_DSL        8192 /* data segment limit before MaxRecvDataSegmentLength is known */
 #define ISCSI_IOV_MAX          64
 #define ISCSI_ITT_HASH         256
@@ -91,12 +103,37 @@ struct iscsi_task;
  * The write buffer budget (wbudget.c): bytes of WRITE data held by commands
  * that have not finished, over all connections and reactors.
  */
-struct iscsi_wb_claim {
-	struct hl_list link; /* budget->waiters while waiting (budget lock) */
-	uint64_t need;       /* the whole transfer, 4 KiB rounded (0: no claim) */
-	uint64_t charged;    /* bytes counted in budget->used (budget lock) */
-	bool waiting;        /* queued for the rest of need (budget lock) */
+/*
+ * One source of connections (source.h) as the budget sees it: what its
+ * WRITEs promise, so that one host cannot take more than its share. Lives
+ * while it has claims, or while it counts as refused (budget lock).
+ */
+struct iscsi_wb_source {
+	struct hl_list link;         /* budget->sources[] */
+	struct hl_list refused_link; /* budget->refused while listed */
+	struct iscsi_source key;
+	unsigned claims;     /* claims charged to it, granted or waiting */
+	uint64_t promised;   /* their need */
+	unsigned n_waiting;  /* of them waiting */
+	uint64_t refused_ns; /* listed: when a WRITE of it last found the budget spent */
+	bool listed;         /* on budget->refused */
 };
+
+struct iscsi_wb_claim {
+	struct hl_list link;         /* budget->waiters while waiting (budget lock) */
+	struct iscsi_wb_source *src; /* its source while it has a claim (budget lock) */
+	uint64_t need;               /* the whole transfer, 4 KiB rounded (0: no claim) */
+	uint64_t charged;            /* bytes counted in budget->used (budget lock) */
+	bool waiting;                /* queued for the rest of need (budget lock) */
+};
+
+#define ISCSI_WB_SOURCE_BUCKETS 256
+/*
+ * A source whose WRITE found the budget spent counts as wanting some for
+ * this long: initiators retry BUSY and TASK SET FULL within it, and meanwhile
+ * the sources that hold budget are held to their share.
+ */
+#define ISCSI_WB_CONTEND_MS 5000
 
 struct iscsi_wbudget {
 	pthread_mutex_t lock;
@@ -108,8 +145,18 @@ struct iscsi_wbudget {
 	unsigned n_waiting;     /* lock */
 	struct hl_list waiters; /* lock: claims waiting for R2T budget, oldest first */
 	uint64_t deferred;      /* lock: WRITEs whose R2Ts waited */
-	uint64_t task_set_full; /* lock: WRITEs answered TASK SET FULL */
+	uint64_t task_set_full; /* lock: WRITEs answered TASK SET FULL (or BUSY) */
+	uint64_t source_capped; /* lock: ... of them because their source had its share */
+	struct hl_list sources[ISCSI_WB_SOURCE_BUCKETS]; /* lock: struct iscsi_wb_source */
+	/* lock: sources refused in the last ISCSI_WB_CONTEND_MS, oldest first */
+	struct hl_list refused;
+	unsigned n_refused;      /* lock: on refused */
+	unsigned n_refused_idle; /* lock: ... of them promising nothing */
+	unsigned n_active;       /* lock: sources promising something */
+	unsigned n_wait_src;     /* lock: sources with a waiting claim */
 	atomic_uint_fast64_t window_closed; /* responses that held MaxCmdSN back */
+	atomic_uint_fast64_t closed_slow;   /* connections closed: a WRITE past its deadline */
+	atomic_uint_fast64_t closed_silent; /* connections closed: a WRITE's data stopped */
 	atomic_bool pressure;               /* someone waits, or 7/8 of the limit is spent */
 	/* data buffers kept for reuse by all connections (conn.c): at most half the limit */
 	atomic_uint_fast64_t buf_cache_total;
@@ -120,6 +167,15 @@ enum iscsi_wb_verdict {
 	ISCSI_WB_GO = 0, /* the whole transfer is charged */
 	ISCSI_WB_WAIT,   /* the unasked part is charged; R2Ts wait for iscsi_wb_grant */
 	ISCSI_WB_FULL,   /* nothing charged: answer TASK SET FULL */
+	ISCSI_WB_SHARE,  /* nothing charged: its source has its share; TASK SET FULL */
+};
+
+/** What iscsi_wb_admit saw, for the caller's log line. */
+struct iscsi_wb_admit_info {
+	uint64_t conn_limit;      /* the per-connection cap */
+	uint64_t source_promised; /* what the WRITE's source promised before it */
+	uint64_t source_cap;      /* what it may promise now */
+	unsigned sources;         /* sources that hold, wait or were refused */
 };
 
 /** limit 0: the default from physical memory. */
@@ -131,14 +187,23 @@ void iscsi_wb_set_limit(struct iscsi_wbudget *b, uint64_t limit);
 uint64_t iscsi_wb_default_limit(uint64_t phys);
 /** The per-connection cap for a budget: limit / 4 within [HL_SCSI_MAX_XFER, ISCSI_CONN_BUF_MAX]. */
 uint64_t iscsi_wb_conn_limit_for(uint64_t limit);
+/** A WRITE's deadline (from its grant) for `bytes`: ISCSI_WRITE_GRACE_S + bytes / floor rate. */
+uint64_t iscsi_wb_deadline_ns(uint64_t bytes);
 /**
- * A WRITE of `need` bytes arrives, of which the initiator sends `unasked`
- * without R2T; its connection's claims already promise `conn_promised`
- * bytes. Fills cl (caller keeps it; it must stay put while charged).
+ * What one source may promise when `contending` sources want budget (1: no
+ * other does): limit / max(2, contending), at least HL_SCSI_MAX_XFER.
+ */
+uint64_t iscsi_wb_source_cap(uint64_t limit, unsigned contending);
+/**
+ * A WRITE of `need` bytes arrives from source src (caller keeps it), of
+ * which the initiator sends `unasked` without R2T; its connection's claims
+ * already promise `conn_promised` bytes; now_ns: the monotonic clock. Fills
+ * cl (caller keeps it; it must stay put while charged) and info (NULL: not wanted).
  */
 enum iscsi_wb_verdict iscsi_wb_admit(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl,
-                                     uint64_t conn_promised, uint64_t need, uint64_t unasked,
-                                     uint64_t *conn_limit);
+                                     const struct iscsi_source *src, uint64_t conn_promised,
+                                     uint64_t need, uint64_t unasked, uint64_t now_ns,
+                                     struct iscsi_wb_admit_info *info);
 /** A waiting claim asks again. @return true when the whole need is charged now (or was). */
 bool iscsi_wb_grant(struct iscsi_wbudget *b, struct iscsi_wb_claim *cl);
 /** Is cl the oldest waiter? */
@@ -356,6 +421,8 @@ struct iscsi_task {
 	uint32_t unsol_next_datasn;
 	bool unsol_done;
 	uint64_t dout_ns;         /* last sign of its data: the command, an R2T sent, a Data-Out */
+	uint64_t wb_since_ns;     /* when the data it owes was asked for (its arrival, its grant) */
+	uint64_t wb_deadline_ns;  /* all that data in by then (iscsi_wb_deadline_ns; 0: none) */
 	uint32_t r2t_next_offset; /* first byte not yet solicited */
 	uint32_t r2tsn;
 	unsigned r2t_active;
@@ -553,6 +620,7 @@ struct iscsi_conn {
 	unsigned wb_waiting;         /* its tasks waiting for write budget (R2T deferred) */
 	bool wb_window_closed;       /* last MaxCmdSN sent was held back */
 	struct hl_timer wb_timer;    /* retries the waiting tasks while wb_waiting */
+	struct hl_timer dout_timer;  /* closes it when a WRITE's data is late (iscsi_dout_tick) */
 	unsigned wb_retry_ms;        /* its current period */
 	/* recently freed data buffers by size class (4 KiB << k): reused without page faults */
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
@@ -600,8 +668,6 @@ void iscsi_conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, u
  * Reactor of c. @return 0, -ENOTCONN (not a normal session in FFP), -ENOMEM.
  */
 int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s);
-/** A WRITE of c whose data is overdue (ISCSI_DATAOUT_TIMEOUT_S), or NULL. Reactor of c. */
-struct iscsi_task *iscsi_dataout_overdue(struct iscsi_conn *c, uint64_t now_ns);
 /**
  * Send an Async Message asking the initiator to log out within `within_s`
  * seconds (event 1), whatever the session type. Reactor of c. @return 0, -ENOMEM.
@@ -636,6 +702,13 @@ void iscsi_task_wb_release(struct iscsi_task *t);
 bool iscsi_wb_window_closed(struct iscsi_conn *c);
 /** c->wb_timer: ask the budget again for the connection's deferred R2Ts. */
 void iscsi_wb_tick(struct hl_timer *tm);
+/**
+ * c->dout_timer: close c when one of its WRITEs saw no data for
+ * ISCSI_DATAOUT_TIMEOUT_S or missed its deadline (iscsi_wb_deadline_ns);
+ * else run again when the next is due. Armed by session.c when a WRITE
+ * starts to owe data.
+ */
+void iscsi_dout_tick(struct hl_timer *tm);
 
 /* ---- login.c ---- */
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);

@@ -68,6 +68,8 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->unsol_next_datasn = 0;
 	t->unsol_done = true;
 	t->dout_ns = hl_now_ns();
+	t->wb_since_ns = 0;
+	t->wb_deadline_ns = 0;
 	t->r2t_next_offset = 0;
 	t->r2tsn = 0;
 	t->r2t_active = 0;
@@ -182,16 +184,38 @@ void iscsi_task_wb_release(struct iscsi_task *t)
  * initiator sends unasked must be taken or the command refused; the rest
  * arrives only when we send R2Ts, so the command may wait for it.
  */
+/* t's data must be in by now + its deadline for `bytes` (session.c's dout timer checks). */
+static void write_deadline_set(struct iscsi_task *t, uint64_t now, uint64_t bytes)
+{
+	t->wb_since_ns = now;
+	t->wb_deadline_ns = now + iscsi_wb_deadline_ns(bytes);
+}
+
 static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task *t, bool final,
                                          uint32_t imm)
 {
 	uint64_t unasked = final ? imm : HL_MIN(c->params.first_burst_length, t->edtl);
+	uint64_t now = hl_now_ns();
+	struct iscsi_wb_admit_info info;
+	struct iscsi_source src;
 	enum iscsi_wb_verdict v;
 
 	if (unasked < imm)
 		unasked = imm;
-	v = iscsi_wb_admit(&c->srv->wb, &t->wb, c->wb_promised, t->edtl, unasked,
-	                   &c->wb_conn_limit);
+	iscsi_source_of(&c->peer, false, &src);
+	v = iscsi_wb_admit(&c->srv->wb, &t->wb, &src, c->wb_promised, t->edtl, unasked, now, &info);
+	c->wb_conn_limit = info.conn_limit;
+	if (v == ISCSI_WB_SHARE) {
+		char a[64];
+		HL_LOG_RL(HL_LOG_NOTICE, ISCSI_LOG,
+		          "%s: WRITE itt 0x%x of %u bytes: %s has its share of the write buffer "
+		          "budget (its WRITEs claim %llu of %llu bytes, %u sources want some), "
+		          "TASK SET FULL",
+		          c->peer_str, t->itt, t->edtl, iscsi_source_str(&src, a, sizeof(a)),
+		          (unsigned long long)info.source_promised,
+		          (unsigned long long)info.source_cap, info.sources);
+		return ISCSI_WB_FULL;
+	}
 	if (v == ISCSI_WB_FULL) {
 		HL_LOG_RL(HL_LOG_NOTICE, ISCSI_LOG,
 		          "%s: WRITE itt 0x%x of %u bytes: write buffer budget spent (this "
@@ -200,6 +224,8 @@ static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task
 		          (unsigned long long)c->wb_conn_limit);
 		return v;
 	}
+	/* what it owes now: the whole transfer, or while it waits what comes unasked */
+	write_deadline_set(t, now, v == ISCSI_WB_GO ? t->edtl : unasked);
 	c->wb_promised += t->wb.need;
 	if (v == ISCSI_WB_WAIT) {
 		c->wb_waiting++;
@@ -228,6 +254,8 @@ static int write_grant(struct iscsi_conn *c, struct iscsi_task *t)
 	if (!iscsi_wb_grant(&c->srv->wb, &t->wb))
 		return 0;
 	c->wb_waiting--;
+	/* its R2Ts go out now: the clock for the rest starts here, not at its arrival */
+	write_deadline_set(t, hl_now_ns(), t->edtl - t->received);
 	if (data_buf_grow(t) < 0) {
 		task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* no memory */
 		return -ENOMEM;
@@ -527,19 +555,85 @@ static void task_exec(struct iscsi_task *t)
 
 /* ---- R2T ---- */
 
-struct iscsi_task *iscsi_dataout_overdue(struct iscsi_conn *c, uint64_t now_ns)
-{
-	struct iscsi_task *t;
+/* ---- deadlines of the data a WRITE owes ---- */
 
+/* Data owed by the initiator: unsolicited data, or an R2T's (not a wait for our budget). */
+static bool task_owes_data(const struct iscsi_task *t)
+{
+	return t->state == TASK_DATA_OUT && !t->aborted && !(t->unsol_done && !t->r2t_active);
+}
+
+/*
+ * A task has just started to owe data: make sure c->dout_timer runs. Its
+ * earliest due time is ISCSI_DATAOUT_TIMEOUT_S from now (its total deadline
+ * has at least ISCSI_WRITE_GRACE_S in it), never earlier than the one the
+ * timer is already set for, which is due by some older owing task.
+ */
+static void dout_arm(struct iscsi_conn *c)
+{
+	if (c->reactor && !hl_timer_pending(&c->dout_timer))
+		hl_timer_start(c->reactor, &c->dout_timer,
+		               HL_MIN(ISCSI_DATAOUT_TIMEOUT_S, ISCSI_WRITE_GRACE_S) * 1000ull);
+}
+
+/*
+ * c->dout_timer: a WRITE that holds write budget must make progress. No
+ * data for ISCSI_DATAOUT_TIMEOUT_S, or not all of it by its deadline
+ * (iscsi_wb_deadline_ns): at ERL 0 only closing the connection ends the
+ * task and gives its budget back. Otherwise run again at the earliest due.
+ */
+void iscsi_dout_tick(struct hl_timer *tm)
+{
+	struct iscsi_conn *c = tm->arg;
+	uint64_t now = hl_now_ns(), next = 0;
+	uint64_t silent_ns = ISCSI_DATAOUT_TIMEOUT_S * 1000000000ull;
+	struct iscsi_task *t, *late = NULL;
+	bool slow = false;
+
+	iscsi_conn_enter(c);
+	if (c->state != CONN_FFP)
+		goto out;
 	hl_list_for_each_entry(t, &c->tasks, link)
 	{
-		/* owed by the initiator: unsolicited data, or an R2T's (not our budget) */
-		if (t->state != TASK_DATA_OUT || t->aborted || (t->unsol_done && !t->r2t_active))
+		if (!task_owes_data(t))
 			continue;
-		if (t->dout_ns && now_ns - t->dout_ns > ISCSI_DATAOUT_TIMEOUT_S * 1000000000ull)
-			return t;
+		uint64_t due = t->dout_ns + silent_ns;
+		if (now >= due) {
+			late = t;
+			break;
+		}
+		if (t->wb_deadline_ns && now >= t->wb_deadline_ns) {
+			late = t;
+			slow = true;
+			break;
+		}
+		if (t->wb_deadline_ns && t->wb_deadline_ns < due)
+			due = t->wb_deadline_ns;
+		if (!next || due < next)
+			next = due;
 	}
-	return NULL;
+	if (late && slow) {
+		atomic_fetch_add(&c->srv->wb.closed_slow, 1);
+		HL_NOTICE(ISCSI_LOG,
+		          "%s: WRITE itt 0x%x: %u of %u bytes in %llu s since its data was asked "
+		          "for, below %u KiB/s after a %u s grace: closing",
+		          c->peer_str, late->itt, late->received, late->edtl,
+		          (unsigned long long)((now - late->wb_since_ns) / 1000000000ull),
+		          ISCSI_WRITE_FLOOR_BPS >> 10, ISCSI_WRITE_GRACE_S);
+		iscsi_conn_close(c, "WRITE data too slow");
+	} else if (late) {
+		atomic_fetch_add(&c->srv->wb.closed_silent, 1);
+		HL_NOTICE(ISCSI_LOG,
+		          "%s: WRITE itt 0x%x: no data from the initiator for %us (%u of %u bytes "
+		          "in), closing",
+		          c->peer_str, late->itt, ISCSI_DATAOUT_TIMEOUT_S, late->received,
+		          late->edtl);
+		iscsi_conn_close(c, "Data-Out timeout");
+	} else if (next) {
+		hl_timer_start(c->reactor, &c->dout_timer, (next - now) / 1000000ull + 1);
+	}
+out:
+	iscsi_conn_leave(c);
 }
 
 static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
@@ -570,6 +664,7 @@ static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
 		t->r2t_next_offset += len;
 		t->r2t_active++;
 		t->dout_ns = hl_now_ns();
+		dout_arm(c);
 
 		struct iscsi_bhs h;
 		memset(&h, 0, sizeof(h));
@@ -826,6 +921,8 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	}
 	t->unsol_done = t->unsol_len == 0;
 	t->r2t_next_offset = t->imm_len + t->unsol_len;
+	if (!t->unsol_done)
+		dout_arm(c);
 	task_data_progress(c, t);
 	return 0;
 }

@@ -1,13 +1,14 @@
 #!/bin/bash
 # write_budget.sh - WRITE data that initiators start and never finish is held
-# within [global] write_buffer_limit (issue 19, item 2). Six connections each
+# within [global] write_buffer_limit (issue 19, item 2). Six connections from
+# three addresses (one host may hold only half the budget, issue 24) each
 # start 16 WRITEs of 12 MiB with immediate and unsolicited data, answer every
 # R2T but withhold each command's last 4 KiB, and hold. With a 64 MiB budget
 # (16 MiB per connection) hotlund's RSS grows by less than budget + margin,
 # R2Ts never ask for more than the budget, the excess WRITEs get TASK SET
-# FULL, and a well-behaved WRITE that needs R2Ts waits (no R2T) instead of
-# adding memory. Once the hoarders disconnect that WRITE completes, the
-# counters go back to 0 and a libiscsi client writes normally.
+# FULL, and a well-behaved WRITE from a third address that needs R2Ts waits
+# (no R2T) instead of adding memory. Once the hoarders disconnect that WRITE
+# completes, the counters go back to 0 and a libiscsi client writes normally.
 . "$(dirname "$0")/lib.sh"
 hl_need python3
 [ "$HL_TARGET" = tgt ] && hl_skip "the write budget is hotlund's"
@@ -54,7 +55,7 @@ wait_log() {
 
 rss0=$(rss_kib)
 hl_spawn hoard "$tmp/hoard.log" python3 "$HOARD" --portal "127.0.0.1:$port" --target "$iqn" \
-	--conns 6 --cmds 16 --size 12M
+	--conns 6 --cmds 16 --size 12M --source 127.0.0.1,127.0.0.3,127.0.0.4
 hoard=$HL_LAST_PID
 wait_log "$tmp/hoard.log" '^READY' 90 || hl_fail "the hoarders never settled: $(tail -3 "$tmp/hoard.log")"
 hl_log "$(grep '^READY' "$tmp/hoard.log")"
@@ -69,7 +70,7 @@ read -r r2t_bytes tsf held < <(sed -n 's/^READY.* r2t_bytes=\([0-9]*\) task_set_
 
 # a well-behaved WRITE that needs R2Ts waits for budget instead of getting it
 hl_spawn probe "$tmp/probe.log" python3 "$HOARD" --probe --portal "127.0.0.1:$port" \
-	--target "$iqn" --wait 3
+	--target "$iqn" --wait 3 --source 127.0.0.2
 probe=$HL_LAST_PID
 wait_log "$tmp/probe.log" 'WAITING\|R2T\|TASK SET FULL\|STATUS' 60 || hl_fail "probe: $(cat "$tmp/probe.log")"
 grep -q '^WAITING' "$tmp/probe.log" || hl_fail "a WRITE was sent R2Ts beyond the budget: $(cat "$tmp/probe.log")"

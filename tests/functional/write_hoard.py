@@ -8,7 +8,7 @@ InitialR2T=No, so each WRITE brings immediate and unsolicited data), sends
 withholds the last 4 KiB of each command, and then holds everything.
 
   write_hoard.py --portal H:P --target IQN [--conns N] [--cmds 16] [--size 16M]
-                 [--lun N] [--settle S]
+                 [--lun N] [--settle S] [--source ADDR[,ADDR...]]
 
 Once every connection is idle (no PDU for --settle seconds) it prints one
 line: READY conns=N sent=BYTES r2t=N r2t_bytes=BYTES task_set_full=N other=N
@@ -16,13 +16,35 @@ held_cmds=N max_r2t_bytes=BYTES errors=N, then holds the connections until
 SIGTERM. held_cmds counts WRITEs that got all their data but the last 4 KiB
 (or wait for R2T); r2t_bytes what all R2Ts asked for, max_r2t_bytes the most
 one connection was asked for. Exit 1 when no connection could log in.
+With --source, connection I comes from the (I mod N)th address of the list
+(one host may hold only half the budget: several are needed to fill it).
 
-  write_hoard.py --probe --portal H:P --target IQN [--wait S]
+  write_hoard.py --probe --portal H:P --target IQN [--wait S] [--source ADDR]
 
 A well-behaved initiator: one 1 MiB WRITE with 64 KiB of immediate data,
 the rest by R2T. Prints "WAITING" when no R2T came within --wait seconds
 (or "TASK SET FULL" and exits 2), then answers the R2Ts when they come and
 prints "STATUS 0xNN"; exit 0 on GOOD.
+
+  write_hoard.py --trickle S --portal H:P --target IQN [--conns N] [--cmds 16]
+                 [--size 1M] [--source ADDR]
+
+Issue 24 item 2: each connection sends --cmds WRITE(10)s of --size bytes
+with no data of their own (everything by R2T) and then, every S seconds,
+512 valid bytes for each R2T it holds: never silent long enough for the
+"no data" close, never done. Prints "READY conns=N holding=N
+held_cmds=N task_set_full=N busy=N" once every command has its R2T or its status (or
+--settle seconds passed without news), then "CLOSED conn=I held=N after=T"
+for each connection the target closes (T: seconds since its first R2T).
+holding counts the connections with an R2T. Runs until SIGTERM.
+
+  write_hoard.py --small --portal H:P --target IQN [--source ADDR] [--bound S]
+
+Another initiator while the budget is under attack: a 4 KiB WRITE with its
+data immediate, then a 64 KiB WRITE whose data all goes by R2T, each
+retried on BUSY / TASK SET FULL until --bound seconds. Prints "SMALL LEN
+STATUS 0xNN after T s (N retries)" per WRITE; exit 0 when both were GOOD
+within the bound.
 """
 
 import argparse
@@ -116,7 +138,8 @@ class Hoarder(threading.Thread):
         a = self.args
         try:
             host, port = a.portal.rsplit(":", 1)
-            c = pc.Conn(host, int(port), timeout=30.0)
+            srcs = a.source.split(",") if a.source else [None]
+            c = pc.Conn(host, int(port), timeout=30.0, source=srcs[self.idx % len(srcs)])
             self.conn = c
             login(c, a.target, "iqn.2026-11.io.hotlun:hoard%d" % self.idx)
             k = c.target_keys
@@ -175,11 +198,19 @@ def main():
     ap.add_argument("--settle", type=float, default=2.0)
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--wait", type=float, default=3.0)
+    ap.add_argument("--trickle", type=float, default=0.0)
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--source", default=None)
+    ap.add_argument("--bound", type=float, default=5.0)
     a = ap.parse_args()
     if a.probe:
         return probe(a)
+    if a.small:
+        return small(a)
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     a.size = int(a.size[:-1]) * mult[a.size[-1]] if a.size[-1] in mult else int(a.size)
+    if a.trickle:
+        return trickle(a)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     hs = [Hoarder(a, i) for i in range(a.conns)]
     for h in hs:
@@ -203,7 +234,7 @@ def main():
 
 def probe(a):
     host, port = a.portal.rsplit(":", 1)
-    c = pc.Conn(host, int(port), timeout=30.0)
+    c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
     c.login(a.target, initiator="iqn.2026-11.io.hotlun:probe")
     c.clear_ua(a.lun)
     edtl, imm = 1 << 20, 65536
@@ -245,6 +276,148 @@ def probe(a):
             print("STATUS 0x%02x" % r.bhs[3], flush=True)
             c.logout()
             return 0 if r.bhs[3] == 0 else 1
+        elif r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:
+            c.nop_reply(r)
+
+
+class Trickler(threading.Thread):
+    """One connection of the trickle attack (see --trickle)."""
+
+    def __init__(self, args, idx):
+        super().__init__(daemon=True)
+        self.args, self.idx = args, idx
+        self.r2ts = {}       # itt -> [ttt, offset, length, sent, datasn] of its R2T
+        self.tsf = self.busy = 0
+        self.answered = set()
+        self.first_r2t = None
+        self.settled = threading.Event()
+        self.error = None
+
+    def run(self):
+        a = self.args
+        try:
+            host, port = a.portal.rsplit(":", 1)
+            c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
+            c.login(a.target, initiator="iqn.2026-11.io.hotlun:trickle%d" % self.idx)
+            itts = []
+            for _ in range(a.cmds):
+                itt = c.next_itt()
+                c.send(c.scsi_bhs(pc.cdb_write10(0, a.size // 512), lun=a.lun,
+                                  write_len=a.size, itt=itt))
+                c.cmdsn += 1
+                itts.append(itt)
+            last_news = time.monotonic()
+            next_drip = time.monotonic() + a.trickle
+            while True:
+                now = time.monotonic()
+                if not self.settled.is_set() and (
+                        len(self.r2ts) + len(self.answered) >= len(itts) or
+                        now - last_news > a.settle):
+                    self.settled.set()
+                if now >= next_drip:
+                    # 512 valid bytes for every R2T held: data, but hardly any
+                    out = []
+                    for itt, r in self.r2ts.items():
+                        if r[3] + 512 < r[2]:
+                            out.append(data_out(c, itt, r[0], r[4], r[1] + r[3], 512,
+                                                False, a.lun))
+                            r[3] += 512
+                            r[4] += 1
+                    if out:
+                        c.send_raw(b"".join(out))
+                    next_drip = now + a.trickle
+                try:
+                    r = c.recv(timeout=max(0.05, min(next_drip - now, 1.0)))
+                except pc.Timeout:
+                    continue
+                last_news = time.monotonic()
+                if r.opcode == pc.OP_R2T:
+                    if self.first_r2t is None:
+                        self.first_r2t = time.monotonic()
+                    self.r2ts[r.itt] = [r.u32(20), r.u32(40), r.u32(44), 0, 0]
+                elif r.opcode == pc.OP_SCSI_RSP:
+                    self.answered.add(r.itt)
+                    self.r2ts.pop(r.itt, None)
+                    if r.bhs[3] == 0x28:
+                        self.tsf += 1
+                    elif r.bhs[3] == 0x08:
+                        self.busy += 1
+                elif r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:
+                    c.nop_reply(r)
+        except pc.Closed:
+            t = time.monotonic() - self.first_r2t if self.first_r2t else -1.0
+            print("CLOSED conn=%d held=%d after=%.1f" % (self.idx, len(self.r2ts), t),
+                  flush=True)
+        except Exception as e:  # noqa: BLE001 - reported by main
+            self.error = "%s: %s" % (type(e).__name__, e)
+            print("error: conn %d: %s" % (self.idx, self.error), file=sys.stderr, flush=True)
+        finally:
+            self.settled.set()
+
+
+def trickle(a):
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    ts = [Trickler(a, i) for i in range(a.conns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.settled.wait()
+    print("READY conns=%d holding=%d held_cmds=%d task_set_full=%d busy=%d errors=%d" % (
+        a.conns, sum(1 for t in ts if t.r2ts), sum(len(t.r2ts) for t in ts), sum(t.tsf for t in ts),
+        sum(t.busy for t in ts), sum(1 for t in ts if t.error)), flush=True)
+    while True:
+        time.sleep(3600)  # the threads trickle until SIGTERM
+
+
+def small(a):
+    host, port = a.portal.rsplit(":", 1)
+    c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
+    c.login(a.target, initiator="iqn.2026-11.io.hotlun:small")
+    c.clear_ua(a.lun)
+    ok = True
+    for edtl, imm in ((4096, 4096), (65536, 0)):
+        t0 = time.monotonic()
+        retries = 0
+        while True:
+            st = write_once(c, a, edtl, imm, t0 + a.bound)
+            if st in (0x08, 0x28) and time.monotonic() - t0 < a.bound:
+                retries += 1
+                time.sleep(0.05)
+                continue
+            break
+        took = time.monotonic() - t0
+        print("SMALL %d STATUS %s after %.2f s (%d retries)" % (
+            edtl, "none" if st is None else "0x%02x" % st, took, retries), flush=True)
+        ok = ok and st == 0 and took <= a.bound
+    return 0 if ok else 1
+
+
+def write_once(c, a, edtl, imm, deadline):
+    """One WRITE(10) at LBA 8192: imm bytes immediate, the rest by R2T. Its status, or None."""
+    itt = c.next_itt()
+    c.send(c.scsi_bhs(pc.cdb_write10(8192, edtl // 512), lun=a.lun, write_len=edtl, itt=itt),
+           CHUNK[:imm])
+    c.cmdsn += 1
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            r = c.recv(timeout=left)
+        except pc.Timeout:
+            return None
+        if r.opcode == pc.OP_R2T and r.itt == itt:
+            off, ln = r.u32(40), r.u32(44)
+            seg = min(c.mrdsl, len(CHUNK))
+            out, sn, end = [], 0, off + ln
+            while off < end:
+                n = min(seg, end - off)
+                out.append(data_out(c, itt, r.u32(20), sn, off, n, off + n == end, a.lun))
+                sn += 1
+                off += n
+            c.send_raw(b"".join(out))
+        elif r.opcode == pc.OP_SCSI_RSP and r.itt == itt:
+            return r.bhs[3]
         elif r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:
             c.nop_reply(r)
 

@@ -1081,6 +1081,27 @@ static int32_t ping_window(void)
 	return w;
 }
 
+/* The one task of the connection still collecting data, or NULL. */
+static struct iscsi_task *dout_task(void)
+{
+	struct iscsi_task *t, *w = NULL;
+
+	hl_list_for_each_entry(t, &conn->tasks, link) if (t->state == TASK_DATA_OUT) w = t;
+	return w;
+}
+
+/* Write budget taken by a WRITE of another host (10.0.0.n) than the test's connection. */
+static enum iscsi_wb_verdict hog_admit(struct iscsi_wb_claim *cl, unsigned n, uint64_t need)
+{
+	struct iscsi_source k;
+
+	memset(&k, 0, sizeof(k));
+	k.b[0] = 2; /* AF_INET */
+	k.b[1] = 10;
+	k.b[4] = (uint8_t)n;
+	return iscsi_wb_admit(&srv->wb, cl, &k, 0, need, 0, hl_now_ns(), NULL);
+}
+
 static void test_write_budget(void)
 {
 	uint8_t buf[32768];
@@ -1093,8 +1114,8 @@ static void test_write_budget(void)
 	hl_iscsi_server_set_write_limit(srv, 32u << 20);
 	login_ok(NULL); /* InitialR2T=Yes, ImmediateData=Yes, FirstBurstLength 8192 */
 	/* other connections hold the whole budget */
-	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog1, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
-	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog2, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(hog_admit(&hog1, 1, 16u << 20), ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(hog_admit(&hog2, 2, 16u << 20), ISCSI_WB_GO);
 	/* immediate data with no room for it: refused, no R2T (BUSY: no other command here) */
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 8192, buf, 4096);
 	pump();
@@ -1118,11 +1139,16 @@ static void test_write_budget(void)
 	conn->wb_timer.fn(&conn->wb_timer); /* still no room */
 	pump();
 	CU_ASSERT_EQUAL(ngot, 0);
-	/* budget comes back: the retry sends the R2Ts */
+	/* budget comes back: the retry sends the R2Ts; the WRITE's deadline starts now */
 	iscsi_wb_release(&srv->wb, &hog1);
+	uint64_t granted = hl_now_ns();
 	conn->wb_timer.fn(&conn->wb_timer);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dout_task());
+	CU_ASSERT(dout_task()->wb_since_ns >= granted);
+	CU_ASSERT_EQUAL(dout_task()->wb_deadline_ns - dout_task()->wb_since_ns,
+	                iscsi_wb_deadline_ns(32768));
 	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
 	CU_ASSERT_EQUAL(bhs_opcode(&got[1].bhs), ISCSI_OP_R2T);
 	uint32_t ttt0 = bhs_w20(&got[0].bhs), ttt1 = bhs_w20(&got[1].bhs);
@@ -1160,9 +1186,8 @@ static void test_write_budget_unsolicited_waits(void)
 	         "MaxBurstLength=16384|FirstBurstLength=8192|MaxOutstandingR2T=1");
 	conn->params.initial_r2t = false;
 	/* 8 KiB left: room for the 8 KiB that comes unasked, not for the 16 KiB write */
-	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
-	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog2, 0, (16u << 20) - 8192, 0, NULL),
-	                ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(hog_admit(&hog, 1, 16u << 20), ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(hog_admit(&hog2, 2, (16u << 20) - 8192), ISCSI_WB_GO);
 	scsi_cmd(ISCSI_CMD_WRITE, 0x2a, 16384, buf, 4096);
 	data_out(ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
 	pump();
@@ -1201,7 +1226,7 @@ static void test_write_budget_conn_close(void)
 	setup();
 	hl_iscsi_server_set_write_limit(srv, 32u << 20);
 	login_ok(NULL);
-	CU_ASSERT_EQUAL(iscsi_wb_admit(&srv->wb, &hog, 0, 16u << 20, 0, NULL), ISCSI_WB_GO);
+	CU_ASSERT_EQUAL(hog_admit(&hog, 1, 16u << 20), ISCSI_WB_GO);
 	/* one write granted (16 MiB, its data never comes), one waiting */
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16u << 20, NULL, 0);
 	itt++;
@@ -2137,33 +2162,83 @@ static void test_slow_reader_parks(void)
 
 /*
  * A WRITE whose R2T went unanswered for ISCSI_DATAOUT_TIMEOUT_S closes its
- * connection (on the NOP timer): an initiator cannot hold write budget by
- * never sending the data it was asked for. A recent R2T keeps it open.
+ * connection (on its dout timer, armed by the R2T): an initiator cannot
+ * hold write budget by never sending the data it was asked for. A recent
+ * R2T keeps it open.
  */
 static void test_dataout_timeout(void)
 {
-	struct iscsi_task *t, *w = NULL;
+	struct iscsi_task *w;
+	struct hl_iscsi_write_stats ws;
 
 	setup();
 	login_ok(NULL); /* InitialR2T=Yes */
+	CU_ASSERT_FALSE(hl_timer_pending(&conn->dout_timer));
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
 	ngot = 0;
-	hl_list_for_each_entry(t, &conn->tasks, link) if (t->state == TASK_DATA_OUT) w = t;
+	w = dout_task();
 	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
-	fire_timer(&conn->nop_timer); /* the R2T is fresh: nothing happens */
+	CU_ASSERT_TRUE_FATAL(hl_timer_pending(&conn->dout_timer));
+	fire_timer(&conn->dout_timer); /* the R2T is fresh: nothing happens, it runs again */
 	CU_ASSERT_TRUE(conn_alive());
+	CU_ASSERT_TRUE(hl_timer_pending(&conn->dout_timer));
 	w->dout_ns = hl_now_ns() - (ISCSI_DATAOUT_TIMEOUT_S + 1) * 1000000000ull;
-	fire_timer(&conn->nop_timer);
+	fire_timer(&conn->dout_timer);
 	run_calls();
 	CU_ASSERT_FALSE(conn_alive());
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.closed_silent, 1);
+	CU_ASSERT_EQUAL(ws.closed_slow, 0);
+	CU_ASSERT_EQUAL(ws.held, 0);
+	teardown();
+}
+
+/*
+ * Issue 24: 512 bytes now and then keep the "no data" close away, but not
+ * the deadline: 30 s + the transfer at 256 KiB/s after its R2Ts went out.
+ */
+static void test_dataout_deadline(void)
+{
+	uint8_t buf[512] = {0};
+	struct iscsi_task *w;
+	struct hl_iscsi_write_stats ws;
+	uint64_t before = hl_now_ns();
+
+	setup();
+	login_ok(NULL); /* MaxBurstLength 16384: one R2T */
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	uint32_t ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	w = dout_task();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	CU_ASSERT(w->wb_since_ns >= before);
+	CU_ASSERT_EQUAL(w->wb_deadline_ns - w->wb_since_ns, iscsi_wb_deadline_ns(16384));
+	data_out(ttt, 0, 0, buf, sizeof(buf), false); /* a trickle */
+	pump();
+	CU_ASSERT_EQUAL(w->received, 512);
+	fire_timer(&conn->dout_timer);
+	CU_ASSERT_TRUE(conn_alive());
+	/* its data has come, a little: only the deadline is past */
+	w->wb_deadline_ns = hl_now_ns() - 1;
+	fire_timer(&conn->dout_timer);
+	run_calls();
+	CU_ASSERT_FALSE(conn_alive());
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.closed_slow, 1);
+	CU_ASSERT_EQUAL(ws.closed_silent, 0);
+	CU_ASSERT_EQUAL(ws.held, 0);
 	teardown();
 }
 
 static const struct hl_test tests[] = {
     {"a WRITE whose data never comes closes its connection", test_dataout_timeout},
+    {"a WRITE whose data trickles closes its connection at its deadline", test_dataout_deadline},
     {"login: operational stage straight to FFP", test_login_operational_only},
     {"login: the SCSI port ids follow the gateway id", test_login_port_ids_follow_gateway},
     {"a connection that cannot send stops taking READs", test_slow_reader_parks},
