@@ -10,13 +10,33 @@
  *   OWNER --(renew: fenced)--> STANDBY
  *
  * Reactors read the result through the LU's access provider (the ALUA
- * state of each gateway's group): two atomics and a clock read, no lock.
- * The lease is what keeps a hung owner from serving stale data: an owner
- * passes media commands only while its last successful renew was sent less
- * than lease_ms ago, and a gateway that takes the disk by force (the old
- * owner silent for dead_ms, then fenced by the cluster) waits lease_ms and
- * a margin before it serves, so whatever the old owner may still believe
- * has run out by then (clocks need only run at the same rate).
+ * state of each gateway's group): a few atomics and two clock reads, no
+ * lock. The lease is what keeps a hung owner from serving stale data: an
+ * owner passes media commands only while its last successful renew was sent
+ * less than lease_ms ago, and a gateway that takes the disk by force (the
+ * old owner silent for dead_ms, then fenced by the cluster) waits lease_ms
+ * and a margin before it serves, so whatever the old owner may still
+ * believe has run out by then (clocks need only run at the same rate).
+ *
+ * Clocks (docs/gateways.md, "Limits and assumptions"). The lease runs on
+ * CLOCK_BOOTTIME, which counts a system suspend (CLOCK_MONOTONIC does
+ * not); condition waits stay on CLOCK_MONOTONIC (the only other clock a
+ * pthread condition takes) and only decide when to wake. A paused VM is
+ * worse: on common hypervisors (kvmclock, VMware, Hyper-V) MONOTONIC and
+ * BOOTTIME both stand still while it is paused, so a thawed owner would
+ * believe its lease still runs. What can be seen is seen:
+ *  - the owner's thread notices a nap that overslept, or a renew whose
+ *    round trip took longer than the lease: the lease is void at once, and
+ *    only a renew sent after that counts;
+ *  - the hypervisor's time sync (or NTP) steps CLOCK_REALTIME forward after
+ *    a pause: the reactors compare REALTIME - BOOTTIME with its value when
+ *    the last renew that counted was sent, and serve nothing while it moved
+ *    forward by more than WALL_JUMP_MS, until a renew sent after the jump
+ *    succeeds.
+ * What remains: a pause after which nothing corrects REALTIME, or a command
+ * served in the moment between the thaw and the correction, is not seen
+ * here; it is bounded only by the thawed owner's next renew (lease_ms/4),
+ * which finds it fenced.
  */
 #include "hotlun/owner.h"
 
@@ -41,6 +61,8 @@
 #define REQUEST_WAIT_MS 3000
 /* A planned handover waits at most this long for the commands in flight. */
 #define DRAIN_MS       30000
+/* REALTIME moved this much ahead of BOOTTIME since the last renew: a paused VM (see above). */
+#define WALL_JUMP_MS   250
 
 enum own_state {
 	ST_STANDBY = 0,
@@ -69,7 +91,9 @@ struct hl_owner {
 
 	/* read by reactors */
 	_Atomic int state;             /* enum own_state */
-	_Atomic int64_t lease_until;   /* ms, monotonic: the owner serves before this */
+	_Atomic int64_t lease_until;   /* ms, CLOCK_BOOTTIME: the owner serves before this */
+	_Atomic int64_t wall_ref;      /* REALTIME - BOOTTIME (ms) when the renew that set
+	                                  lease_until was sent: a jump forward is a pause */
 	_Atomic uint16_t owner_seen;   /* the owner as last seen (us when we own it) */
 	_Atomic int64_t asking_until;  /* ms: a standby that asked for the disk reports
 	                                  transitioning until it owns it, at most this long */
@@ -90,12 +114,42 @@ struct hl_owner {
 	bool released_self;            /* the last move was our own planned release */
 };
 
+static int64_t ts_ms(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000 + ts->tv_nsec / 1000000;
+}
+
+/* The lease's clock: it counts a suspend (a paused VM's may still stand still: see above). */
 static int64_t now_ms(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return ts_ms(&ts);
+}
+
+/* REALTIME - BOOTTIME in ms, and BOOTTIME in *now: two vDSO reads. */
+static int64_t wall_off_ms(int64_t *now)
+{
+	struct timespec b, w;
+
+	clock_gettime(CLOCK_BOOTTIME, &b);
+	clock_gettime(CLOCK_REALTIME, &w);
+	*now = ts_ms(&b);
+	return ts_ms(&w) - *now;
+}
+
+/*
+ * The owner's lease runs: its last counted renew was sent less than lease_ms
+ * ago on BOOTTIME, and REALTIME has not jumped ahead of BOOTTIME since (a
+ * paused VM whose clock the hypervisor's time sync stepped forward).
+ */
+static bool lease_runs(struct hl_owner *ow)
+{
+	int64_t now, off = wall_off_ms(&now);
+
+	return now < atomic_load(&ow->lease_until) &&
+	       off - atomic_load(&ow->wall_ref) <= WALL_JUMP_MS;
 }
 
 /* ---- the LU's access provider (reactors; no lock) ---- */
@@ -105,8 +159,7 @@ static enum hl_alua_state own_group_state(struct hl_owner *ow)
 	switch (atomic_load(&ow->state)) {
 	case ST_OWNER:
 		/* an owner whose lease ran out serves nothing until a renew succeeds */
-		return now_ms() < atomic_load(&ow->lease_until) ? HL_ALUA_AO
-		                                                : HL_ALUA_TRANSITIONING;
+		return lease_runs(ow) ? HL_ALUA_AO : HL_ALUA_TRANSITIONING;
 	case ST_ACQUIRING:
 	case ST_RELEASING:
 		return HL_ALUA_TRANSITIONING;
@@ -134,7 +187,7 @@ static bool access_serving(void *arg)
 	struct hl_owner *ow = arg;
 	int st = atomic_load(&ow->state);
 
-	return (st == ST_OWNER || st == ST_RELEASING) && now_ms() < atomic_load(&ow->lease_until);
+	return (st == ST_OWNER || st == ST_RELEASING) && lease_runs(ow);
 }
 
 static enum hl_alua_state access_state(void *arg, uint16_t tpg)
@@ -228,10 +281,25 @@ static struct timespec mono_after(int64_t ms)
 	return ts;
 }
 
+/*
+ * This thread was away far longer than it asked (a suspend, a stopped
+ * process, a starved host): whatever the lease still says, it is void now;
+ * the next renew, sent after this, decides again.
+ */
+static void lease_void(struct hl_owner *ow, const char *what, int64_t late_ms)
+{
+	if (atomic_exchange(&ow->lease_until, 0) == 0)
+		return;
+	HL_WARN(OWN_LOG, "disk %s: %s %lld ms late (this gateway was paused or starved): "
+	        "serving nothing until a renew sent now succeeds", ow->disk, what,
+	        (long long)late_ms);
+}
+
 /* Sleep up to ms, or until kicked. @return false when asked to stop. */
 static bool nap(struct hl_owner *ow, int64_t ms)
 {
 	struct timespec ts = mono_after(ms < 1 ? 1 : ms);
+	int64_t t0 = now_ms(), late;
 	bool go;
 
 	pthread_mutex_lock(&ow->lock);
@@ -240,19 +308,31 @@ static bool nap(struct hl_owner *ow, int64_t ms)
 	ow->kick = false;
 	go = !ow->stop;
 	pthread_mutex_unlock(&ow->lock);
+	late = now_ms() - t0 - ms;
+	if (late > ow->lease_ms)
+		lease_void(ow, "woke", late);
 	return go;
 }
 
-/* A renew: the lease runs from the moment it was sent. @return the op's result. */
+/*
+ * A renew: the lease runs from the moment it was sent, and the wall clock's
+ * offset then is what a later jump is measured from. A renew that took
+ * longer than the lease proves nothing about now. @return the op's result.
+ */
 static int renew(struct hl_owner *ow, struct hl_own_info *info)
 {
-	int64_t sent = now_ms();
+	int64_t sent, off = wall_off_ms(&sent), took;
 	int rc;
 
 	memset(info, 0, sizeof(*info));
 	rc = ow->backend->ops->own_renew(ow->backend, ow->gw, ow->epoch, info);
-	if (rc == 0)
+	took = now_ms() - sent;
+	if (rc == 0 && took > ow->lease_ms) {
+		lease_void(ow, "a renew came back", took - ow->lease_ms);
+	} else if (rc == 0) {
+		atomic_store(&ow->wall_ref, off);
 		atomic_store(&ow->lease_until, sent + ow->lease_ms);
+	}
 	return rc;
 }
 
@@ -458,6 +538,12 @@ static void *owner_main(void *arg)
 				pthread_mutex_unlock(&ow->lock);
 				continue;
 			}
+			int64_t now, jump = wall_off_ms(&now) - atomic_load(&ow->wall_ref);
+			if (jump > WALL_JUMP_MS && now < atomic_load(&ow->lease_until))
+				HL_WARN(OWN_LOG, "disk %s: the wall clock jumped %lld ms ahead of the "
+				        "boot clock (a paused VM whose time was corrected?): serving "
+				        "nothing until a renew sent now succeeds", ow->disk,
+				        (long long)jump);
 			int rc = renew(ow, &info);
 			if (rc == -ESHUTDOWN) {
 				fenced(ow, &info);

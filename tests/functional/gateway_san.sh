@@ -31,6 +31,8 @@ trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done; (ex
 
 IQN=$HL_IQN_PREFIX:gw-san
 GW_ORIGIN=$SAN_URL
+# scenario 3: the frozen owner's CLOCK_MONOTONIC stands still (a suspend), BOOTTIME runs on
+GW_FREEZE_CLOCKS=mono
 # the LU's identity: set alike on both gateways (an iscsi origin has none to share)
 GW_DISK_EXTRA="serial = gwsan0001\nnaa = 6001405aa0000000000000000000beef"
 . "$HL_SRCDIR/tests/functional/gateway_lib.sh"

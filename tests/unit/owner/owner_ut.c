@@ -2,7 +2,9 @@
  * owner_ut - the ownership state machine (src/owner/owner.c) over a fake
  * cluster: origins whose own_* ops share one in-memory "lock", with a
  * heartbeat, a release flag, requests and fencing, and knobs that make a
- * gateway hang (its renews fail and its heartbeat stops, as under SIGSTOP).
+ * gateway hang (its renews fail and its heartbeat stops, as under SIGSTOP)
+ * or pause (its ownership thread stops inside a cluster call while the test
+ * thread, playing a reactor, reads the clocks a paused VM would show).
  * Timings are scaled down (lease 200 ms, dead 400 ms, hold 1 s).
  */
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +36,30 @@ struct cluster {
 	int64_t break_ms;   /* when the last forced acquire fenced the owner */
 };
 
+/*
+ * The clocks a thawed VM shows (this executable's clock_gettime is the one
+ * owner.c calls): on a thread that set frozen_view, CLOCK_MONOTONIC (and
+ * CLOCK_BOOTTIME with frozen_boot) lag the kernel's by frozen_ns, the time
+ * the VM stood paused; CLOCK_REALTIME is the kernel's, as the hypervisor's
+ * time sync sets it after the pause.
+ */
+static _Thread_local bool frozen_view;
+static _Atomic int64_t frozen_ns;
+static _Atomic bool frozen_boot;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	int rc = (int)syscall(SYS_clock_gettime, id, ts);
+
+	if (rc == 0 && frozen_view &&
+	    (id == CLOCK_MONOTONIC || (id == CLOCK_BOOTTIME && atomic_load(&frozen_boot)))) {
+		int64_t ns = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec - atomic_load(&frozen_ns);
+		ts->tv_sec = (time_t)(ns / 1000000000);
+		ts->tv_nsec = (long)(ns % 1000000000);
+	}
+	return rc;
+}
+
 static int64_t mono_ms(void)
 {
 	struct timespec ts;
@@ -45,6 +72,7 @@ struct fake_gw {
 	struct cluster *cl;
 	uint16_t gw;
 	atomic_bool hung;   /* renews fail, no heartbeat (SIGSTOP) */
+	atomic_bool paused; /* its cluster calls wait until unpaused (a paused VM) */
 	atomic_int gained, releasing;
 	int gained_sleep_ms; /* a slow revalidation */
 };
@@ -52,6 +80,13 @@ struct fake_gw {
 static struct fake_gw *gw_of(struct hl_origin *o)
 {
 	return *(struct fake_gw **)hl_origin_priv(o);
+}
+
+/* A paused gateway's thread stands where it was until it is unpaused. */
+static void pause_point(struct fake_gw *g)
+{
+	while (atomic_load(&g->paused))
+		usleep(1000);
 }
 
 static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
@@ -63,6 +98,7 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 
 	(void)why;
 	(void)len;
+	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
 	pthread_mutex_lock(&c->lock);
@@ -97,6 +133,7 @@ static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_o
 	int rc = 0;
 
 	(void)epoch;
+	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
 	pthread_mutex_lock(&c->lock);
@@ -133,6 +170,7 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	struct fake_gw *g = gw_of(o);
 	struct cluster *c = g->cl;
 
+	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
 	pthread_mutex_lock(&c->lock);
@@ -226,6 +264,7 @@ static void pair_stop(struct pair *p)
 {
 	for (int i = 0; i < 2; i++) {
 		atomic_store(&p->g[i].hung, false);
+		atomic_store(&p->g[i].paused, false);
 		hl_owner_destroy(p->ow[i]);
 		free(p->o[i]);
 	}
@@ -350,6 +389,52 @@ static void test_forced_takeover(void)
 	pair_stop(&p);
 }
 
+/*
+ * A paused VM: the owner's threads stand still, and so do its MONOTONIC
+ * clock (and with boot, its BOOTTIME clock); the peer takes the disk over
+ * and writes. Thawed, a command that reaches the old owner before its
+ * ownership thread has renewed must find no lease: its clocks say almost no
+ * time passed, but BOOTTIME ran on (a suspend), or REALTIME was stepped
+ * forward by the hypervisor's time sync.
+ */
+static void paused_owner(bool boot)
+{
+	struct pair p;
+	unsigned both = 0;
+	int64_t t0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	atomic_store(&frozen_boot, boot);
+	atomic_store(&p.g[0].paused, true);
+	t0 = mono_ms();
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	/* thawed: its clocks lag by the pause; the test thread reads them as its reactors do */
+	atomic_store(&frozen_ns, (mono_ms() - t0) * 1000000);
+	frozen_view = true;
+	enum hl_alua_state st = alua(p.ow[0]);
+	frozen_view = false;
+	CU_ASSERT_NOT_EQUAL(st, HL_ALUA_AO);
+	/* its ownership thread goes on: the renew says fenced, it becomes a standby */
+	atomic_store(&p.g[0].paused, false);
+	for (int t = 0; t < 1000 && alua(p.ow[0]) != HL_ALUA_STANDBY; t += 10)
+		usleep(10000);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_STANDBY);
+	CU_ASSERT_EQUAL(both, 0);
+	atomic_store(&frozen_ns, 0);
+	pair_stop(&p);
+}
+
+static void test_paused_suspend(void)
+{
+	paused_owner(false);
+}
+
+static void test_paused_vm_synced(void)
+{
+	paused_owner(true);
+}
+
 static void test_request_and_hold(void)
 {
 	struct pair p;
@@ -463,6 +548,8 @@ static const struct hl_test tests[] = {
 	{"one owner, the other standby", test_one_owner},
 	{"planned handover, no lease wait, no break", test_planned_handover},
 	{"hung owner: fenced, lease waited out, never two AO", test_forced_takeover},
+	{"paused, MONOTONIC stood still (suspend): no lease after the thaw", test_paused_suspend},
+	{"paused, BOOTTIME too, REALTIME stepped (synced VM): no lease", test_paused_vm_synced},
 	{"request honoured after the hold, ping-pong refused", test_request_and_hold},
 	{"a SAN reservation of an earlier run is taken back", test_own_earlier_run},
 	{"released but the lock stuck with a dead owner: forced", test_released_but_locked},
