@@ -200,7 +200,11 @@ struct hl_own_info {
 	bool has_beat;      /* the backend publishes a heartbeat (rbd); without one a
 	                       standby never takes over on silence, only on request */
 	bool released;      /* the last owner handed the disk back (planned): take it */
-	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none */
+	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none; our
+	                       own id: another process running with our id asks */
+	bool this_run;      /* the owner is this very process (its run's key, its client),
+	                       not only its gateway id: owner == our id without it is
+	                       another process with our id (an earlier run, or a duplicate) */
 };
 
 /** A backend. Members are mandatory unless marked optional. */

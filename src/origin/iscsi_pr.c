@@ -7,8 +7,13 @@
  *
  * Ownership (hl_origin_opts.gateway != 0, several gateways on one LUN): a
  * SCSI-3 persistent reservation on the SAN LUN decides and enforces it.
- * Each gateway's key is "hlun" + its id (0x686c756e0000GGGG), so every
- * gateway can name the owner from READ RESERVATION. The owner holds a
+ * Each run of a gateway has a key of its own, "hlu" + 24 random bits + the
+ * gateway id (0x686c75RRRRRRGGGG): every gateway can name the owner from
+ * READ RESERVATION, and a process never takes the reservation of another
+ * process with the same gateway id (an earlier run, or a duplicate left
+ * alive but cut off) for its own: its renew then says fenced. (Keys of
+ * older versions, "hlun" + 0000 + id, read as a run of that gateway.) The
+ * owner holds a
  * WRITE EXCLUSIVE - REGISTRANTS ONLY reservation: every I/O session is its
  * own I_T nexus (one ISID each), and registrants-only is the type that lets
  * all of them write while holding one reservation; plain WRITE EXCLUSIVE
@@ -45,19 +50,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
-#define ISC_PR_KEY_PREFIX 0x686c756e00000000ull /* "hlun": our keys; the gateway id below */
-#define ISC_PR_KEY_MASK   0xffffffffffff0000ull
+#define ISC_PR_KEY_PREFIX 0x686c750000000000ull /* "hlu": our keys; a run, the gateway id */
+#define ISC_PR_KEY_MASK   0xffffff0000000000ull
 #define ISC_PR_TYPE       SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
 #define ISC_CTL_TIMEOUT_S 5   /* a PR command of the ownership thread */
 #define ISC_CTL_TRIES     5   /* unit attentions and one reconnect */
 #define ISC_PR_KEYS_MAX   256 /* READ KEYS: registrations looked at */
 
-/* ---- keys: "hlun" + the gateway id ---- */
+/* ---- keys: "hlu" + a run + the gateway id ---- */
 
 uint64_t origin_iscsi_pr_key(uint16_t gw)
 {
-	return ISC_PR_KEY_PREFIX | gw;
+	uint32_t run = 0;
+
+	/* never 0 (a run of 0 with gateway 0 would be key 0, "no key") */
+	while (!run) {
+		if (getrandom(&run, sizeof(run), 0) != sizeof(run))
+			run = (uint32_t)hl_now_ns() ^ ((uint32_t)getpid() << 8);
+		run &= 0xffffff;
+	}
+	return ISC_PR_KEY_PREFIX | (uint64_t)run << 16 | gw;
 }
 
 /* The gateway id in one of our keys, 0 for anything else (a key of another initiator). */
@@ -393,6 +408,7 @@ static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info
 	info->epoch = st->generation;
 	info->has_beat = false; /* PR has no heartbeat: a standby takes over on request only */
 	info->released = !st->held;
+	info->this_run = st->held && st->holder == self;
 	for (unsigned i = 0; i < st->nkeys; i++) {
 		uint16_t gw = pr_key_gateway(st->keys[i]);
 
@@ -409,12 +425,12 @@ static int own_check_gw(struct isc_origin *io, uint16_t gw)
 }
 
 /*
- * Take the reservation: register, then RESERVE (free) or PREEMPT (force,
- * or a holder with our own key: a previous life of this gateway, whose
- * PR session had another ISID). Then drop every other registration of
- * ours and of other gateways: stale ones of an old owner's data sessions
- * would still let it write, since a registrants-only reservation lets
- * every registrant write.
+ * Take the reservation: register, then RESERVE (free) or PREEMPT (force; a
+ * holder with another key of our own gateway id is another process, an
+ * earlier run or a duplicate: taken only by force, like any other owner).
+ * Then drop every other registration of ours and of other gateways: stale
+ * ones of an old owner's data sessions would still let it write, since a
+ * registrants-only reservation lets every registrant write.
  */
 int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force,
                              char *why, size_t whylen)
@@ -442,7 +458,8 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		goto out;
 	}
 	if (st->held && st->holder != io->pr_key && !force) {
-		snprintf(why, whylen, "owned by gateway %u", pr_key_gateway(st->holder));
+		snprintf(why, whylen, "owned by gateway %u%s", pr_key_gateway(st->holder),
+		         pr_key_gateway(st->holder) == gw ? " (another process with this id)" : "");
 		rc = -EBUSY;
 		goto out;
 	}
@@ -477,7 +494,12 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			rc = -ESHUTDOWN;
 			goto out;
 		}
-		if (rc == 0)
+		if (rc == 0 && pr_key_gateway(st->holder) == gw)
+			HL_NOTICE(ISC_COMPONENT,
+			          "%s: gateway %u preempted key 0x%016llx, another process (an "
+			          "earlier run) with this gateway id",
+			          o->uri, gw, (unsigned long long)st->holder);
+		else if (rc == 0)
 			HL_NOTICE(ISC_COMPONENT, "%s: gateway %u preempted gateway %u", o->uri, gw,
 			          pr_key_gateway(st->holder));
 	}
@@ -628,8 +650,9 @@ int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw)
  * reservation only our nexuses can write, and every change of holder or
  * registrations moves PRgeneration; our own writes after the proof move it
  * too (each session re-registers before its first write after a proof,
- * origin_iscsi_pr_ready). So: still our key, same PRgeneration -> unchanged;
- * anything else -> cannot tell. A proof is not taken while a write is out:
+ * origin_iscsi_pr_ready). So: still the proof's key (this run's, or an
+ * earlier run's of this gateway id: a restart), same PRgeneration ->
+ * unchanged; anything else -> cannot tell. A proof is not taken while a write is out:
  * it could complete after the proof without having moved PRgeneration.
  * A release ends what a proof can show (nothing is reserved then).
  */
@@ -700,7 +723,7 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 		snprintf(why, whylen, "iscsi origin without a gateway id proves nothing");
 		return -ESTALE;
 	}
-	if (key != io->pr_key) {
+	if (pr_key_gateway(key) != io->gateway) {
 		snprintf(why, whylen, "the proof is of another gateway's key");
 		return -ESTALE;
 	}
@@ -717,13 +740,13 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
 	else if (!st->held)
 		snprintf(why, whylen, "no reservation (released or lost)");
-	else if (st->holder != io->pr_key)
+	else if (st->holder != key)
 		snprintf(why, whylen, "reserved by key 0x%016llx", (unsigned long long)st->holder);
 	else if (st->generation != gen)
 		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
 	else
 		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
-	rc = !rc && st->held && st->holder == io->pr_key && st->generation == gen ? 0 : -ESTALE;
+	rc = !rc && st->held && st->holder == key && st->generation == gen ? 0 : -ESTALE;
 	free(st);
 	return rc;
 }

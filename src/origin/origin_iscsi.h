@@ -46,7 +46,7 @@ struct isc_origin {
 	unsigned nsessions;
 	/* ownership among gateways (hl_origin_opts.gateway); see iscsi_pr.c */
 	uint16_t gateway;
-	uint64_t pr_key;          /* origin_iscsi_pr_key(gateway); 0: a lone gateway, none */
+	uint64_t pr_key;          /* origin_iscsi_pr_key(gateway): this run's; 0: a lone gateway */
 	atomic_bool owned;        /* own_acquire succeeded; no release or fence since */
 	atomic_bool fenced;       /* the SAN refused a write, or a check found another holder */
 	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
@@ -157,7 +157,12 @@ static inline bool pr_write_refused(const struct isc_origin *io, enum hl_io_op o
 	        atomic_load_explicit(&io->fenced, memory_order_acquire));
 }
 
-/** The reservation key of gateway gw: "hlun" + its id (0x686c756e0000GGGG). */
+/**
+ * A reservation key for this run of gateway gw: "hlu", 24 random bits, the
+ * gateway id (0x686c75RRRRRRGGGG). Each process draws its own, so that two
+ * processes with one gateway id never mistake each other's reservation for
+ * their own; every gateway still reads the owner's id from the key.
+ */
 uint64_t origin_iscsi_pr_key(uint16_t gw);
 
 /**

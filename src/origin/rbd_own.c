@@ -538,7 +538,8 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 		if (rc == 0)
 			r->beat = rec.beat;
 	}
-	if (rc == 0 && request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq && rgw != gw)
+	/* a request of our own id was made by another process with our id (ours is done) */
+	if (rc == 0 && request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq)
 		info->requester = rgw;
 	handles_done(r);
 	if (rc == -ESHUTDOWN)
@@ -549,6 +550,7 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 	info->epoch = epoch;
 	info->beat = r->beat;
 	info->has_beat = true;
+	info->this_run = true;
 	return 0;
 }
 
@@ -617,6 +619,8 @@ int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info)
 	info->beat = rec.beat;
 	info->has_beat = true;
 	info->released = rec.released;
+	/* our id in the record, written by this process (its client's lock address) or not */
+	info->this_run = rec.owner == r->gateway && r->own_addr[0] && !strcmp(rec.addr, r->own_addr);
 	return 0;
 }
 

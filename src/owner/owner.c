@@ -112,6 +112,8 @@ struct hl_owner {
 	int64_t last_move;             /* ms of the last gain or loss, 0: never */
 	char last[96];
 	bool released_self;            /* the last move was our own planned release */
+	bool ever_owned;               /* owner thread: this process owned the disk once */
+	int64_t dup_log;               /* owner thread: when the last duplicate id was logged */
 };
 
 static int64_t ts_ms(const struct timespec *ts)
@@ -451,6 +453,7 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	pthread_mutex_lock(&ow->lock);
 	ow->want = false;
 	pthread_mutex_unlock(&ow->lock);
+	ow->ever_owned = true;
 	moved(ow, force, false);
 	set_state(ow, ST_OWNER);
 	set_last(ow, "gained (%s) epoch %llu in %lld ms", why, (unsigned long long)epoch,
@@ -509,6 +512,24 @@ static void fenced(struct hl_owner *ow, const struct hl_own_info *info)
 	       ow->disk);
 }
 
+/*
+ * Another process runs with this gateway's id (a misconfiguration, or a
+ * restarted gateway whose old process lives on, cut off): the cluster tells
+ * the two apart (a key per run, a client per process), the peers cannot.
+ * Said loudly, at most every 30 s; this one never fights it for the disk.
+ */
+static void duplicate(struct hl_owner *ow, const char *what)
+{
+	if (ow->dup_log && now_ms() - ow->dup_log < 30000)
+		return;
+	ow->dup_log = now_ms();
+	set_last(ow, "another process runs as gateway %u (%s)", ow->gw, what);
+	HL_ERR(OWN_LOG,
+	       "disk %s: another process runs as gateway %u (%s): two gateways must not share "
+	       "one id ([global] gateway); this one does not take the disk from it",
+	       ow->disk, ow->gw, what);
+}
+
 static void *owner_main(void *arg)
 {
 	struct hl_owner *ow = arg;
@@ -555,6 +576,8 @@ static void *owner_main(void *arg)
 				        "in %lld ms)", ow->disk, strerror(-rc),
 				        (long long)(atomic_load(&ow->lease_until) - now_ms()));
 			renew_failing = rc != 0;
+			if (rc == 0 && info.requester == ow->gw)
+				duplicate(ow, "it asks for the disk this one owns");
 			if (rc == 0 && info.requester && info.requester != ow->gw) {
 				if (now_ms() - last_move >= ow->hold_ms) {
 					char why[32];
@@ -591,6 +614,11 @@ static void *owner_main(void *arg)
 		}
 		if (info.epoch > ow->epoch)
 			ow->epoch = info.epoch;
+		/* the cluster names our id as the owner, but not this process */
+		bool other_self = info.owner == ow->gw && !info.released && !info.this_run;
+		if (other_self && info.has_beat && last_owner == info.owner && last_beat &&
+		    info.beat != last_beat)
+			duplicate(ow, "its heartbeat goes on");
 		if (info.owner != last_owner || info.beat != last_beat) {
 			last_owner = info.owner;
 			last_beat = info.beat;
@@ -599,15 +627,19 @@ static void *owner_main(void *arg)
 		if (atomic_exchange(&ow->owner_seen, info.released ? 0 : info.owner) !=
 		        (info.released ? 0 : info.owner) && ow->lu)
 			hl_lu_access_changed(ow->lu); /* the peers' groups changed */
-		if (info.owner == ow->gw && !info.released && !info.has_beat) {
+		if (other_self && !info.has_beat && !ow->ever_owned) {
 			/*
-			 * The cluster says the disk is ours from an earlier run (a SAN
-			 * reservation kept across a crash or power loss): no heartbeat
-			 * tells whether another process of ours still serves it, so take
-			 * it as from a silent owner, lease wait included.
+			 * The cluster says the disk is our id's from an earlier run (a
+			 * SAN reservation kept across a crash or power loss): no
+			 * heartbeat tells whether that process still serves it, so take
+			 * it as from a silent owner, lease wait included (it is fenced:
+			 * its key is preempted). Only before this process owned the
+			 * disk: one that took it from us since is a duplicate.
 			 */
 			acquire(ow, &info, true, "held by this gateway's earlier run");
 			asked = 0;
+		} else if (other_self && !info.has_beat && !want) {
+			duplicate(ow, "it took the disk from this one");
 		} else if (!info.owner || info.released) {
 			/*
 			 * A disk we handed over ourselves is left to the peer that asked

@@ -417,10 +417,52 @@ static void test_reacquire_after_restart(void)
 	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
 	CU_ASSERT_EQUAL(info.owner, 2);
 	CU_ASSERT_EQUAL(acquire(g1, 1, false), -EBUSY);
-	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0); /* its own key: taken back */
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_FALSE(info.this_run); /* its earlier run's key: taken by force (owner.c) */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
 	CU_ASSERT_EQUAL(write_block(g2, 7, 0x51), 0);
 	CU_ASSERT_EQUAL(check_block(lone, 7, 0x51), 0);
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+/*
+ * Two processes with one gateway id (a restarted gateway whose old process is
+ * alive but cut off, or a misconfiguration): the one that takes the
+ * reservation by force fences the other, whose renew must say so and whose
+ * writes the SAN refuses, although both present "gateway 1".
+ */
+static void test_same_id_two_processes(void)
+{
+	struct hl_own_info info;
+	struct hl_origin *g1b;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 11, 0x91), 0);
+	g1b = open_gw(1); /* the second process */
+	CU_ASSERT_FATAL(g1b != NULL);
+	CU_ASSERT_EQUAL(g1b->ops->own_peek(g1b, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_FALSE(info.this_run); /* gateway 1, but not this process */
+	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
+	CU_ASSERT_TRUE(info.this_run);
+	CU_ASSERT_EQUAL(acquire(g1b, 1, false), -EBUSY); /* not without force */
+	CU_ASSERT_EQUAL_FATAL(acquire(g1b, 1, true), 0);
+	/* the first process is fenced: its renew and its writes fail */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_block(g1, 11, 0x92), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_block(g1b, 11, 0x93), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 11, 0x93), 0);
+	CU_ASSERT_EQUAL(g1b->ops->own_renew(g1b, 1, 1, &info), 0);
+	CU_ASSERT_TRUE(info.this_run);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	/* the fenced one asks (its own id): the holder sees a request of its own id */
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 1), 0);
+	CU_ASSERT_EQUAL(g1b->ops->own_renew(g1b, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 1);
+	CU_ASSERT_EQUAL(g1b->ops->own_release(g1b, 1, 1), 0);
+	close_on_cli(g1b);
 }
 
 /* The owner's sessions reconnect with their ISIDs: same I_T nexuses, registrations, reservation. */
@@ -493,7 +535,8 @@ static void test_proofs(void)
 	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
 	CU_ASSERT_EQUAL(write_block(g2, 10, 0x81), 0);
 	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p1, sizeof(p1)), 0);
-	CU_ASSERT_EQUAL(strncmp(p1, "iscsi-pr:686c756e00000002:", 26), 0);
+	CU_ASSERT_EQUAL(strncmp(p1, "iscsi-pr:686c75", 15), 0); /* "hlu", a run, gateway 2 */
+	CU_ASSERT_EQUAL(strncmp(p1 + 21, "0002:", 5), 0);
 	CU_ASSERT_PTR_NULL(strchr(p1, ' '));
 	CU_ASSERT_EQUAL(check_block(g2, 10, 0x81), 0); /* reads do not move it */
 	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p2, sizeof(p2)), 0);
@@ -538,6 +581,7 @@ static const struct hl_test tests[] = {
     {"a request is seen at renew; release; the requester acquires", test_request_release},
     {"forced takeover: the old owner's writes and renew get -ESHUTDOWN", test_forced_takeover},
     {"a restarted owner takes its own reservation back", test_reacquire_after_restart},
+    {"two processes with one gateway id: the forced one fences the other", test_same_id_two_processes},
     {"the owner's sessions reconnect and keep writing", test_owner_reconnects},
     {"a preempted owner's new session does not register itself back in", test_fenced_new_session},
     {"warm restart proofs: reservation and PRgeneration", test_proofs},

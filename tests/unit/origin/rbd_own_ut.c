@@ -348,6 +348,34 @@ static void test_standby_checks_proof(void)
 	CU_ASSERT_EQUAL(g2->ops->proof_take(g2, "own", true, proof, sizeof(proof)), -EAGAIN);
 }
 
+/*
+ * Two processes with gateway id 1 (a restarted gateway whose old process
+ * lives on, or a misconfiguration): each is its own client; the record
+ * names gateway 1 either way, and only this_run tells them apart. A request
+ * made with our own id reaches the owner (owner.c calls it a duplicate).
+ * leaves: nobody owns
+ */
+static void test_same_id_two_processes(void)
+{
+	struct hl_origin *g1b = open_gw(1);
+	struct hl_own_info info, r;
+
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, 7, false, NULL), 0);
+	info = peek(g1b);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_FALSE(info.this_run);
+	CU_ASSERT_TRUE(peek(g1).this_run);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 7, &r), 0);
+	CU_ASSERT_TRUE(r.this_run);
+	CU_ASSERT_EQUAL(r.requester, 0);
+	CU_ASSERT_EQUAL(acquire(g1b, 1, 8, false, NULL), -EBUSY);
+	CU_ASSERT_EQUAL(g1b->ops->own_request(g1b, 1), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 7, &r), 0);
+	CU_ASSERT_EQUAL(r.requester, 1);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 7), 0);
+	hl_origin_close(g1b);
+}
+
 static void test_close(void)
 {
 	uint64_t t0 = hl_now_ns();
@@ -367,6 +395,7 @@ static const struct hl_test tests[] = {
     {"forced takeover blocklists the old owner", test_forced_takeover},
     {"a fenced gateway comes back as a standby", test_fenced_comes_back},
     {"a standby checks a proof the owner took", test_standby_checks_proof},
+    {"two processes with one gateway id are told apart", test_same_id_two_processes},
     {"close", test_close},
     {NULL, NULL},
 };

@@ -26,10 +26,11 @@
 struct cluster {
 	pthread_mutex_t lock;
 	uint16_t owner;     /* 0: free */
+	unsigned owner_run; /* which process of that gateway id (fake_gw.run) */
 	uint64_t epoch, beat;
 	bool released;
 	uint16_t requester;
-	unsigned fenced;    /* bit per gateway: its writes and renews are refused */
+	unsigned fenced;    /* bit per process (run): its writes and renews are refused */
 	unsigned breaks;
 	bool no_beat;       /* like a SAN: no heartbeat to see */
 	bool stuck_lock;    /* released in the record, the lock still held: only force takes it */
@@ -71,6 +72,7 @@ static int64_t mono_ms(void)
 struct fake_gw {
 	struct cluster *cl;
 	uint16_t gw;
+	unsigned run;       /* this process: a per-run key (SAN), a client (rbd) */
 	atomic_bool hung;   /* renews fail, no heartbeat (SIGSTOP) */
 	atomic_bool paused; /* its cluster calls wait until unpaused (a paused VM) */
 	atomic_int gained, releasing;
@@ -102,14 +104,15 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
 	pthread_mutex_lock(&c->lock);
-	if (c->fenced & (1u << gw))
-		c->fenced &= ~(1u << gw); /* a new client: usable again */
-	if (c->owner && ((!c->released && (c->owner != gw || c->no_beat)) || c->stuck_lock)) {
+	if (c->fenced & (1u << g->run))
+		c->fenced &= ~(1u << g->run); /* a new client: usable again */
+	if (c->owner &&
+	    ((!c->released && (c->owner_run != g->run || c->no_beat)) || c->stuck_lock)) {
 		if (!force)
 			rc = -EBUSY;
 		else {
-			if (c->owner != gw)
-				c->fenced |= 1u << c->owner;
+			if (c->owner_run != g->run)
+				c->fenced |= 1u << c->owner_run;
 			c->breaks++;
 			c->break_ms = mono_ms();
 			c->stuck_lock = false;
@@ -117,6 +120,7 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 	}
 	if (!rc) {
 		c->owner = gw;
+		c->owner_run = g->run;
 		c->epoch = epoch;
 		c->released = false;
 		c->requester = 0;
@@ -137,11 +141,12 @@ static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_o
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
 	pthread_mutex_lock(&c->lock);
-	if ((c->fenced & (1u << gw)) || c->owner != gw)
+	if ((c->fenced & (1u << g->run)) || c->owner != gw || c->owner_run != g->run)
 		rc = -ESHUTDOWN;
 	else
 		c->beat++;
 	info->owner = c->owner;
+	info->this_run = c->owner_run == g->run;
 	info->epoch = c->epoch;
 	info->beat = c->beat;
 	info->has_beat = !c->no_beat;
@@ -157,7 +162,7 @@ static int f_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 
 	(void)epoch;
 	pthread_mutex_lock(&c->lock);
-	if (c->owner == gw) {
+	if (c->owner == gw && c->owner_run == g->run) {
 		c->released = true;
 		c->requester = 0;
 	}
@@ -179,6 +184,7 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	info->beat = c->beat;
 	info->has_beat = !c->no_beat;
 	info->released = c->released;
+	info->this_run = c->owner_run == g->run;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -228,6 +234,8 @@ static const uint16_t gws[2] = {1, 2};
 
 /* set up the cluster before the owners start (NULL: none) */
 static void (*g_preset)(struct pair *p);
+/* the two processes' gateway ids (NULL: 1 and 2) */
+static const uint16_t *g_ids;
 
 static void pair_start(struct pair *p, bool second_later)
 {
@@ -235,13 +243,14 @@ static void pair_start(struct pair *p, bool second_later)
 	pthread_mutex_init(&p->cl.lock, NULL);
 	for (int i = 0; i < 2; i++) {
 		p->g[i].cl = &p->cl;
-		p->g[i].gw = gws[i];
+		p->g[i].gw = g_ids ? g_ids[i] : gws[i];
+		p->g[i].run = (unsigned)i + 1;
 		p->o[i] = calloc(1, sizeof(struct hl_origin) + 16);
 		p->o[i]->ops = &fake_ops;
 		*(struct fake_gw **)hl_origin_priv(p->o[i]) = &p->g[i];
 		struct hl_owner_config cfg = {
 			.disk = i ? "disk-b" : "disk-a",
-			.gateway = gws[i],
+			.gateway = p->g[i].gw,
 			.gateways = gws,
 			.n_gateways = 2,
 			.lease_ms = LEASE,
@@ -469,6 +478,7 @@ static void test_request_and_hold(void)
 static void preset_owner1_no_beat(struct pair *p)
 {
 	p->cl.owner = 1; /* a SAN reservation of gateway 1's earlier run */
+	p->cl.owner_run = 9;
 	p->cl.epoch = 7;
 	p->cl.no_beat = true;
 }
@@ -491,6 +501,7 @@ static void test_own_earlier_run(void)
 static void preset_released_but_locked(struct pair *p)
 {
 	p->cl.owner = 1; /* died between writing "released" and releasing the lock */
+	p->cl.owner_run = 9;
 	p->cl.released = true;
 	p->cl.stuck_lock = true;
 }
@@ -530,6 +541,67 @@ static void test_slow_gain_keeps_heartbeat(void)
 	pair_stop(&p);
 }
 
+static const uint16_t same_ids[2] = {1, 1};
+
+static void preset_no_beat(struct pair *p)
+{
+	p->cl.no_beat = true; /* a SAN */
+}
+
+/*
+ * Two processes with gateway id 1 on a SAN (no heartbeat): the one started
+ * later takes the disk as its id's earlier run's, fencing the first; the
+ * first, which owned the disk, must see a duplicate, not "its earlier run",
+ * and leave it (no ping-pong of forced takeovers), and say why.
+ */
+static void test_duplicate_id_san(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	g_ids = same_ids;
+	g_preset = preset_no_beat;
+	pair_start(&p, true);
+	g_preset = NULL;
+	g_ids = NULL;
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both) || wait_ao(&p, 0, 3000, &both));
+	usleep((DEAD + LEASE + 1000) * 1000);
+	/* settled: one took it from the other once, never back */
+	CU_ASSERT_TRUE((alua(p.ow[0]) == HL_ALUA_AO) != (alua(p.ow[1]) == HL_ALUA_AO));
+	CU_ASSERT(p.cl.breaks <= 1);
+	hl_owner_status(alua(p.ow[0]) == HL_ALUA_AO ? p.ow[1] : p.ow[0], &st);
+	CU_ASSERT_STRING_EQUAL(st.state, "standby");
+	if (p.cl.breaks == 1)
+		CU_ASSERT(strstr(st.last, "another process runs as gateway 1") != NULL);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+/* The same on rbd: the second process sees a live heartbeat of its own id and leaves it. */
+static void test_duplicate_id_beat(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	g_ids = same_ids;
+	pair_start(&p, true);
+	g_ids = NULL;
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 3000, &both));
+	usleep((DEAD + LEASE + 1000) * 1000);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT_STRING_EQUAL(st.state, "standby");
+	CU_ASSERT(strstr(st.last, "another process runs as gateway 1") != NULL);
+	/* the first one stops: its heartbeat stands still, the second takes over */
+	atomic_store(&p.g[0].hung, true);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
 static void test_no_ops(void)
 {
 	static const struct hl_origin_ops plain = {.name = "plain"};
@@ -554,6 +626,8 @@ static const struct hl_test tests[] = {
 	{"a SAN reservation of an earlier run is taken back", test_own_earlier_run},
 	{"released but the lock stuck with a dead owner: forced", test_released_but_locked},
 	{"a slow revalidation keeps the heartbeat", test_slow_gain_keeps_heartbeat},
+	{"two processes with one id, no heartbeat: one takes it once, no ping-pong", test_duplicate_id_san},
+	{"two processes with one id, heartbeat: the second leaves it and says so", test_duplicate_id_beat},
 	{"origins without ownership ops", test_no_ops},
 	{NULL, NULL},
 };
