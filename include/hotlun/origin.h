@@ -200,6 +200,9 @@ struct hl_own_info {
 	bool has_beat;      /* the backend publishes a heartbeat (rbd); without one a
 	                       standby never takes over on silence, only on request */
 	bool released;      /* the last owner handed the disk back (planned): take it */
+	bool fence;         /* (own_peek, with released) it handed it back with writes whose
+	                       outcome it does not know (timed out, in flight): take it
+	                       only by force, which fences the old owner first */
 	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none; our
 	                       own id: another process running with our id asks */
 	bool this_run;      /* the owner is this very process (its run's key, its client),
@@ -288,8 +291,12 @@ struct hl_origin_ops {
 	 */
 	int (*own_renew)(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info);
 	/**
-	 * Hand the origin over: every write completed and is durable; after
-	 * this another gateway may take it at once (info.released).
+	 * Hand the origin over: every write that completed is durable; after
+	 * this another gateway may take it (info.released). A backend that
+	 * cannot rule out a write of this owner landing later (it timed out,
+	 * or is still out) either fences this owner now or makes the taker
+	 * fence it first (info.fence), so that no such write lands after the
+	 * next owner's writes.
 	 */
 	int (*own_release)(struct hl_origin *o, uint16_t gw, uint64_t epoch);
 	/** A standby: who owns the origin now. @return 0 or -errno. */

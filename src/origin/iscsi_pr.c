@@ -401,6 +401,30 @@ static int pr_read_new(struct hl_origin *o, bool keys, struct pr_state **st)
 	return rc;
 }
 
+/*
+ * Remove victim's registrations as the holder of the reservation, and abort
+ * the commands its I_T nexuses still have queued in the SAN (PREEMPT AND
+ * ABORT): a write an old owner left there (timed out on its side, or given
+ * up by a drain) must not land after the new owner's writes. A SAN without
+ * AND ABORT gets a plain PREEMPT, said once: such a write may then still
+ * land. ctl_lock held. @return pr_out's.
+ */
+static int pr_preempt(struct hl_origin *o, uint64_t victim)
+{
+	struct isc_origin *io = io_of(o);
+	int rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->pr_key, victim);
+
+	if (rc == -EINVAL) {
+		if (!atomic_exchange(&io->no_abort, true))
+			HL_WARN(ISC_COMPONENT,
+			        "%s: the SAN refuses PREEMPT AND ABORT: taking over with PREEMPT, "
+			        "a write an old owner left queued in the SAN may still land after it",
+			        o->uri);
+		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, victim);
+	}
+	return rc;
+}
+
 static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info *info)
 {
 	memset(info, 0, sizeof(*info));
@@ -482,12 +506,9 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		/*
 		 * The fence: the holder's registrations go, the SAN refuses its
 		 * writes; AND ABORT also drops the commands it has queued there, so
-		 * none of its writes lands after this returns. PREEMPT alone where
-		 * the SAN lacks it (an old write may then still complete).
+		 * none of its writes lands after this returns.
 		 */
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->pr_key, st->holder);
-		if (rc == -EINVAL)
-			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->holder);
+		rc = pr_preempt(o, st->holder);
 		if (rc == -EBADE) {
 			/* our registration went in between: another gateway preempted us */
 			snprintf(why, whylen, "preempted while taking over");
@@ -507,8 +528,15 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		snprintf(why, whylen, "RESERVE/PREEMPT: %s", strerror(-rc));
 		goto out;
 	}
-	/* this nexus holds it now; preempting our own key removes our other registrations */
-	rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, io->pr_key);
+	/*
+	 * This nexus holds it now. Preempting our own key removes our other
+	 * registrations (this run's sessions of an earlier ownership); every
+	 * other gateway key goes too: after a planned release the old owner's
+	 * sessions are still registered, and a write of theirs may still be
+	 * queued in the SAN. With AND ABORT each time: nothing queued by
+	 * anyone before this acquisition lands after it.
+	 */
+	rc = pr_preempt(o, io->pr_key);
 	if (rc == 0)
 		rc = pr_read(o, st, true);
 	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
@@ -519,8 +547,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			for (unsigned j = 0; j < i; j++)
 				seen |= st->keys[j] == st->keys[i];
 			if (!seen)
-				rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key,
-				            st->keys[i]);
+				rc = pr_preempt(o, st->keys[i]);
 			if (rc == -EBADE)
 				rc = 0; /* gone meanwhile (it unregistered): nothing left to remove
 				         */

@@ -51,6 +51,7 @@ struct isc_origin {
 	atomic_bool fenced;       /* the SAN refused a write, or a check found another holder */
 	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
 	atomic_bool no_aptpl;     /* the SAN refused APTPL = 1: registrations without it */
+	atomic_bool no_abort;     /* the SAN refused PREEMPT AND ABORT once (logged) */
 	atomic_bool requested;    /* own_request registered our key: a failed acquire keeps it */
 	atomic_uint proof_epoch;  /* counts proof_take calls: a session's next write re-registers */
 	atomic_uint writes_out;   /* gateway: writes submitted and not yet completed */

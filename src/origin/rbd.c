@@ -444,6 +444,27 @@ static void origin_rbd_close(struct hl_origin *o)
 	rbd_close_all(ro_of(o));
 }
 
+/* Ops that change the image. */
+static bool rbd_op_writes(enum hl_io_op op)
+{
+	return op == HL_IO_WRITE || op == HL_IO_DISCARD || op == HL_IO_WRITE_ZEROES ||
+	       op == HL_IO_COMPARE_AND_WRITE;
+}
+
+/*
+ * Several gateways: a write finished. One that failed without a clear "not
+ * written" (timed out, an I/O error) may still reach an OSD later: counted,
+ * so that a release does not let the next owner write before it is fenced
+ * (rbd_own.c, origin_rbd_own_release).
+ */
+static void rbd_write_done(struct rbd_origin *r, int result)
+{
+	atomic_fetch_sub(&r->writes_out, 1);
+	if (result != 0 && result != -EILSEQ && result != -EROFS && result != -ESHUTDOWN &&
+	    result != -EINVAL)
+		atomic_fetch_add(&r->unsure_writes, 1);
+}
+
 /* On the submitting reactor. */
 static void rbd_finish(void *arg)
 {
@@ -451,6 +472,9 @@ static void rbd_finish(void *arg)
 	struct rbd_io *rio = rio_of(io);
 	ssize_t res = rio->result;
 	int result = res < 0 ? (int)res : 0;
+
+	if (ro_of(rio->origin)->gateway && rbd_op_writes(io->op))
+		rbd_write_done(ro_of(rio->origin), result);
 
 	if (result == -ESHUTDOWN) {
 		origin_rbd_fence(rio->origin, result, rio->gen);
@@ -599,6 +623,9 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 		default:
 			rc = -EOPNOTSUPP;
 		}
+	/* its completion runs on this reactor, after this returns */
+	if (rc >= 0 && r->gateway && rbd_op_writes(io->op))
+		atomic_fetch_add(&r->writes_out, 1);
 	handles_done(r);
 	if (rc < 0) {
 		rbd_aio_release(rio->completion);

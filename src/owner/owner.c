@@ -606,6 +606,7 @@ static void *owner_main(void *arg)
 			continue;
 		}
 		/* standby */
+		memset(&info, 0, sizeof(info));
 		int rc = ow->backend->ops->own_peek(ow->backend, &info);
 		if (rc) {
 			HL_DEBUG(OWN_LOG, "disk %s: cannot see the owner: %s", ow->disk, strerror(-rc));
@@ -651,12 +652,16 @@ static void *owner_main(void *arg)
 				/*
 				 * Released in the record, yet the cluster may still hold the
 				 * lock for the old owner (it died between the two steps):
-				 * once its heartbeat has been still for dead_ms, force.
+				 * once its heartbeat has been still for dead_ms, force. A
+				 * release with writes of unknown outcome asks to be fenced
+				 * (info.fence): force at once, the cluster fences it first.
 				 */
 				bool stuck = info.released && info.has_beat &&
 				             now_ms() - beat_seen >= ow->dead_ms;
-				acquire(ow, &info, stuck,
-				        stuck ? "released, but the lock stayed with the old owner"
+				bool fence = info.released && info.fence;
+				acquire(ow, &info, stuck || fence,
+				        fence   ? "released with writes of unknown outcome: fenced"
+				        : stuck ? "released, but the lock stayed with the old owner"
 				        : info.owner ? "released" : "nobody owned it");
 				asked = 0;
 			}

@@ -15,6 +15,7 @@
 
 #include "origin_ut_util.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #define IMG_SIZE (64u << 20)
@@ -376,6 +377,78 @@ static void test_same_id_two_processes(void)
 	hl_origin_close(g1b);
 }
 
+/* the OSD's pid (mini_ceph.sh writes run/osd.0.pid), 0: unknown */
+static pid_t osd_pid(void)
+{
+	char path[160];
+	FILE *f;
+	int pid = 0;
+
+	snprintf(path, sizeof(path), "%s/run/osd.0.pid", cluster);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	return (pid_t)pid;
+}
+
+/*
+ * A write of the owner times out (the OSD stopped: librados cancels the op
+ * here, the OSD may still apply it later), then the owner hands the image
+ * over. The release must not let the next owner write while that write may
+ * still land: the old client is blocklisted, the record says so
+ * (released-fence), and the taker gets the image only by force (a lock
+ * break, which waits for the OSD map with the blocklist).
+ * leaves: nobody owns
+ */
+static void test_release_unsure_write_fences(void)
+{
+	char conf_short[160], cmd[512];
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct hl_origin *a = NULL, *b = NULL;
+	struct hl_own_info info;
+	pid_t pid = osd_pid();
+	int rc, before;
+
+	CU_ASSERT_FATAL(pid > 0);
+	snprintf(conf_short, sizeof(conf_short), "%s/ceph-short.conf", dir);
+	snprintf(cmd, sizeof(cmd), "cp %s %s && printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s",
+	         conf, conf_short, conf_short);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	opts.gateway = 1;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	opts.gateway = 2;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(a, 1, 11, false, NULL), 0);
+	CU_ASSERT_EQUAL(write_fill(a, 2 * FAR, 0x11), 0);
+	kill(pid, SIGSTOP);
+	rc = write_fill(a, 2 * FAR, 0xc3);
+	kill(pid, SIGCONT);
+	printf("\n    the write while the OSD stood still: %s", strerror(-rc));
+	CU_ASSERT(rc < 0);
+	before = blocklist_entries();
+	CU_ASSERT_EQUAL(a->ops->own_release(a, 1, 11), 0);
+	info = peek(b);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_TRUE(info.fence);
+	CU_ASSERT(blocklist_entries() > before); /* the old owner's client shut out already */
+	CU_ASSERT_EQUAL(write_fill(a, 2 * FAR, 0x44), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(acquire(b, 2, 12, false, NULL), -EBUSY); /* the lock stays: force */
+	CU_ASSERT_EQUAL_FATAL(acquire(b, 2, 12, true, NULL), 0);
+	CU_ASSERT_EQUAL(write_fill(b, 2 * FAR, 0x22), 0);
+	CU_ASSERT_TRUE(reads_fill(b, 2 * FAR, 0x22));
+	CU_ASSERT_FALSE(peek(a).fence); /* a's peek reconnects it: a standby again */
+	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, 12), 0);
+	info = peek(a);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_FALSE(info.fence); /* b's writes all completed */
+	hl_origin_close(a);
+	hl_origin_close(b);
+	unlink(conf_short);
+}
+
 static void test_close(void)
 {
 	uint64_t t0 = hl_now_ns();
@@ -396,6 +469,7 @@ static const struct hl_test tests[] = {
     {"a fenced gateway comes back as a standby", test_fenced_comes_back},
     {"a standby checks a proof the owner took", test_standby_checks_proof},
     {"two processes with one gateway id are told apart", test_same_id_two_processes},
+    {"a release after a write of unknown outcome fences the old owner", test_release_unsure_write_fences},
     {"close", test_close},
     {NULL, NULL},
 };

@@ -178,6 +178,7 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
+	memset(info, 0, sizeof(*info));
 	pthread_mutex_lock(&c->lock);
 	info->owner = c->owner;
 	info->epoch = c->epoch;
