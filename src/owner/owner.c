@@ -130,15 +130,25 @@ static int64_t now_ms(void)
 	return ts_ms(&ts);
 }
 
-/* REALTIME - BOOTTIME in ms, and BOOTTIME in *now: two vDSO reads. */
+/*
+ * REALTIME - BOOTTIME in ms, and BOOTTIME in *now. BOOTTIME is read between
+ * two REALTIME reads, which are taken again if they lie apart (this thread
+ * was preempted between them, or REALTIME was stepped right then): a late
+ * read must not look like a jump.
+ */
 static int64_t wall_off_ms(int64_t *now)
 {
-	struct timespec b, w;
+	struct timespec b, w1, w2;
 
-	clock_gettime(CLOCK_BOOTTIME, &b);
-	clock_gettime(CLOCK_REALTIME, &w);
+	for (int i = 0;; i++) {
+		clock_gettime(CLOCK_REALTIME, &w1);
+		clock_gettime(CLOCK_BOOTTIME, &b);
+		clock_gettime(CLOCK_REALTIME, &w2);
+		if (ts_ms(&w2) - ts_ms(&w1) <= 5 || i == 3)
+			break;
+	}
 	*now = ts_ms(&b);
-	return ts_ms(&w) - *now;
+	return ts_ms(&w1) - *now;
 }
 
 /*

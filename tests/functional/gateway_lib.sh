@@ -55,6 +55,20 @@ gw_clock_shim() {
 		hl_error "cannot build the clock shim (${CC:-cc})"
 	head -c 8 /dev/zero >"$T/clock_shim.off"
 }
+# gw_stopped PID: wait until every thread of PID is stopped (SIGSTOP)
+gw_stopped() {
+	local i f st all
+	for i in $(seq 1 200); do
+		all=1
+		for f in /proc/"$1"/task/*/stat; do
+			st=$(sed 's/.*) \(.\).*/\1/' "$f" 2>/dev/null) || continue
+			[ "$st" = T ] || all=0
+		done
+		[ $all = 1 ] && return 0
+		sleep 0.01
+	done
+	hl_fail "process $1 did not stop"
+}
 # gw_clock_freeze NS: gateway 1 (stopped) sees NS more nanoseconds stand still
 gw_clock_freeze() {
 	python3 - "$T/clock_shim.off" "$1" <<-'PY'
@@ -197,6 +211,9 @@ gw_scenarios() {
 	local t_stop
 	t_stop=$(date +%s%N)
 	kill -STOP "${PID[1]}"
+	# SIGSTOP stops the threads one after the other: a read sent before the
+	# last one stopped may be answered at once (with the data of that time)
+	gw_stopped "${PID[1]}"
 	echo "read -P 0x5a 56M 64k" >&7
 	wait_owner 2 30
 	qemu-io -f raw -c 'write -P 0x5a 56M 64k' "$(url 2)" >"$T/w.out" 2>&1 || hl_fail "write through gateway 2: $(cat "$T/w.out")"
