@@ -461,6 +461,8 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 {
 	struct isc_origin *io = io_of(o);
 	struct pr_state *st;
+	uint64_t from_key;
+	uint32_t from_gen, moves = 0; /* PR OUT commands of ours that moved PRgeneration */
 	int rc;
 
 	(void)epoch; /* nowhere to keep it on the SAN: PRgeneration is what peers see */
@@ -470,11 +472,15 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	if (!st)
 		return -ENOMEM;
 	pthread_mutex_lock(&io->ctl_lock);
+	io->acq_exact = false;
 	rc = pr_read(o, st, false);
 	if (rc) {
 		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
 		goto out;
 	}
+	/* what a proof of an earlier run is checked against (origin_iscsi_proof_check) */
+	from_key = st->held ? st->holder : 0;
+	from_gen = st->generation;
 	if (st->held && st->holder != io->pr_key && !pr_key_gateway(st->holder)) {
 		snprintf(why, whylen, "reserved by another initiator (key 0x%016llx)",
 		         (unsigned long long)st->holder);
@@ -492,6 +498,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		snprintf(why, whylen, "REGISTER: %s", strerror(-rc));
 		goto out;
 	}
+	moves++;
 	if (!st->held) {
 		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RESERVE, io->pr_key, 0);
 		if (rc == -EBADE) {
@@ -509,6 +516,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		 * none of its writes lands after this returns.
 		 */
 		rc = pr_preempt(o, st->holder);
+		moves += rc == 0;
 		if (rc == -EBADE) {
 			/* our registration went in between: another gateway preempted us */
 			snprintf(why, whylen, "preempted while taking over");
@@ -537,6 +545,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	 * anyone before this acquisition lands after it.
 	 */
 	rc = pr_preempt(o, io->pr_key);
+	moves += rc == 0;
 	if (rc == 0)
 		rc = pr_read(o, st, true);
 	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
@@ -546,13 +555,17 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			/* one entry per registration: a key's first PREEMPT removed them all */
 			for (unsigned j = 0; j < i; j++)
 				seen |= st->keys[j] == st->keys[i];
-			if (!seen)
+			if (!seen) {
 				rc = pr_preempt(o, st->keys[i]);
+				moves += rc == 0;
+			}
 			if (rc == -EBADE)
 				rc = 0; /* gone meanwhile (it unregistered): nothing left to remove
 				         */
 		}
 	}
+	if (rc == 0)
+		rc = pr_read(o, st, false); /* what it left: the generation proofs start from */
 	if (rc == 0 && (!st->held || st->holder != io->pr_key))
 		rc = -ESHUTDOWN;
 	if (rc) {
@@ -563,6 +576,15 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			rc = -ESHUTDOWN;
 		goto out;
 	}
+	/*
+	 * Nobody but us changed the PR state while we took it: the generation
+	 * moved by exactly our own commands. Then a proof that matched the
+	 * state we found still holds (a restart after a crash stays warm).
+	 */
+	io->acq_from_key = from_key;
+	io->acq_from_gen = from_gen;
+	io->acq_gen = st->generation;
+	io->acq_exact = st->generation == from_gen + moves;
 	atomic_store(&io->fenced, false);
 	atomic_store(&io->requested, false);
 	atomic_fetch_add(&io->own_gen, 1);
@@ -758,22 +780,43 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 		snprintf(why, whylen, "size changed");
 		return -ESTALE;
 	}
-	rc = pr_read_new(o, false, &st);
+	st = malloc(sizeof(*st));
 	if (!st) {
 		snprintf(why, whylen, "out of memory");
 		return -ESTALE;
 	}
+	pthread_mutex_lock(&io->ctl_lock);
+	rc = pr_read(o, st, false);
+	/*
+	 * Taken over since by this run from exactly the proof's state, and left
+	 * alone since: the reservation was held by the proof's key, or ours,
+	 * throughout, with no registration but our acquisition's own.
+	 */
+	bool acquired = io->acq_exact && atomic_load(&io->owned) && io->acq_from_key == key &&
+	                io->acq_from_gen == gen;
+	uint32_t acq_gen = io->acq_gen;
+	pthread_mutex_unlock(&io->ctl_lock);
+	bool same = !rc && st->held && st->holder == key && st->generation == gen;
+	bool since = !rc && st->held && acquired && st->holder == io->pr_key;
+
 	if (rc)
 		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
 	else if (!st->held)
 		snprintf(why, whylen, "no reservation (released or lost)");
+	else if (same)
+		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
+	else if (since && st->generation == acq_gen)
+		snprintf(why, whylen,
+		         "held by this gateway throughout (PRgeneration %u, %u after this run took it)",
+		         gen, acq_gen);
+	else if (since)
+		snprintf(why, whylen, "PRgeneration %u, %u after this run took it", st->generation,
+		         acq_gen);
 	else if (st->holder != key)
 		snprintf(why, whylen, "reserved by key 0x%016llx", (unsigned long long)st->holder);
-	else if (st->generation != gen)
-		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
 	else
-		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
-	rc = !rc && st->held && st->holder == key && st->generation == gen ? 0 : -ESTALE;
+		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
+	rc = same || (since && st->generation == acq_gen) ? 0 : -ESTALE;
 	free(st);
 	return rc;
 }

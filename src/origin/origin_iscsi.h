@@ -57,6 +57,11 @@ struct isc_origin {
 	atomic_uint writes_out;   /* gateway: writes submitted and not yet completed */
 	pthread_mutex_t ctl_lock; /* guards ctl: the ownership thread's PR session */
 	struct iscsi_context *ctl; /* ISID qualifier 0; NULL until the first own_* op */
+	/* the last own_acquire, for proof_check (ctl_lock) */
+	uint64_t acq_from_key; /* the holder it found (0: none) */
+	uint32_t acq_from_gen; /* the PRgeneration it found */
+	uint32_t acq_gen;      /* the PRgeneration it left */
+	bool acq_exact;        /* only its own commands moved PRgeneration in between */
 };
 
 enum isc_state {

@@ -720,6 +720,49 @@ static void test_proofs(void)
 	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
 }
 
+/*
+ * A restart after a crash keeps its proof through its own acquisition: the
+ * new run takes its earlier run's reservation by force (owner.c does so),
+ * which moves PRgeneration; the proof still holds when nobody but that
+ * acquisition changed the PR state since it was taken. Anything else in
+ * between (a peer's request) or after (our own write) makes it cold.
+ */
+static void test_restart_acquire_keeps_proof(void)
+{
+	char p[HL_ORIGIN_PROOF_MAX];
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 12, 0xa1), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p, sizeof(p)), 0);
+	/* a crash, a new process */
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0); /* at start: the earlier run's key holds it */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0); /* after taking it: still warm */
+	CU_ASSERT_EQUAL(check_proof(g1, p), -ESTALE);
+	/* its own write after the acquisition: a proof from before it cannot vouch */
+	CU_ASSERT_EQUAL(write_block(g2, 12, 0xa2), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), -ESTALE);
+	/* again, with a peer's request between the crash and the acquisition: cold */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p, sizeof(p)), 0);
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), -ESTALE);
+	/* and a planned release: the LUN is not reserved meanwhile, cold */
+	CU_ASSERT_EQUAL(write_block(g2, 12, 0xa3), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", true, p, sizeof(p)), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), -ESTALE);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -741,6 +784,7 @@ static const struct hl_test tests[] = {
     {"the owner's sessions reconnect and keep writing", test_owner_reconnects},
     {"a preempted owner's new session does not register itself back in", test_fenced_new_session},
     {"warm restart proofs: reservation and PRgeneration", test_proofs},
+    {"a restart's own acquisition keeps its proof, nothing else does", test_restart_acquire_keeps_proof},
     {"close", test_close},
     {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},
