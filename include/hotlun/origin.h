@@ -205,6 +205,8 @@ struct hl_own_info {
 	                       only by force, which fences the old owner first */
 	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none; our
 	                       own id: another process running with our id asks */
+	bool refused;       /* (own_peek) this gateway asked for the disk (own_request) and
+	                       the owner refused (own_refuse): do not take it by force */
 	bool this_run;      /* the owner is this very process (its run's key, its client),
 	                       not only its gateway id: owner == our id without it is
 	                       another process with our id (an earlier run, or a duplicate) */
@@ -306,6 +308,16 @@ struct hl_origin_ops {
 	 * next own_renew). Optional: without it a request is a forced acquire.
 	 */
 	int (*own_request)(struct hl_origin *o, uint16_t gw);
+	/**
+	 * Optional. The owner `gw` refuses the request of gateway `requester`
+	 * (it moved less than the hold ago, or it is handing over or taking
+	 * over right now): the request is withdrawn, and the asker's own_peek
+	 * says info.refused, so that an asker which cannot tell a slow owner
+	 * from a dead one (no heartbeat: a SAN) does not take the disk by
+	 * force. Without it a request stays pending until the owner honours it
+	 * (rbd: the asker never forces on a live heartbeat anyway).
+	 */
+	int (*own_refuse)(struct hl_origin *o, uint16_t gw, uint16_t requester);
 };
 
 struct hl_origin {

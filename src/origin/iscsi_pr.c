@@ -657,6 +657,7 @@ int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info)
 {
 	struct isc_origin *io = io_of(o);
 	struct pr_state *st;
+	bool registered = false;
 	int rc;
 
 	if (!io->pr_key)
@@ -667,6 +668,11 @@ int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info)
 		if (st->held && !info->owner)
 			info->released =
 			    false; /* another initiator's reservation: not ours to take */
+		/* our request's registration gone while another holds it: refused */
+		for (unsigned i = 0; i < st->nkeys; i++)
+			registered |= st->keys[i] == io->pr_key;
+		info->refused = atomic_load(&io->requested) && st->held &&
+		                st->holder != io->pr_key && !registered;
 	}
 	free(st);
 	return rc;
@@ -685,6 +691,44 @@ int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw)
 	if (rc == 0)
 		atomic_store(&io->requested, true);
 	pthread_mutex_unlock(&io->ctl_lock);
+	return rc;
+}
+
+/*
+ * Refuse a request: the asker's registrations (keys of its gateway id other
+ * than the holder's) go, with a plain PREEMPT (its PR session has nothing
+ * queued worth aborting); the asker's peek sees its key gone (info.refused)
+ * and does not preempt us. Moves PRgeneration, as the request did.
+ */
+int origin_iscsi_own_refuse(struct hl_origin *o, uint16_t gw, uint16_t requester)
+{
+	struct isc_origin *io = io_of(o);
+	struct pr_state *st;
+	int rc;
+
+	if (own_check_gw(io, gw) || !requester || requester == gw)
+		return -EINVAL;
+	st = malloc(sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_lock(&io->ctl_lock);
+	rc = pr_read(o, st, true);
+	if (rc == 0 && (!st->held || st->holder != io->pr_key))
+		rc = -ESHUTDOWN; /* not ours: nothing to refuse */
+	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
+		bool seen = false;
+
+		if (pr_key_gateway(st->keys[i]) != requester || st->keys[i] == st->holder)
+			continue;
+		for (unsigned j = 0; j < i; j++)
+			seen |= st->keys[j] == st->keys[i];
+		if (!seen)
+			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->keys[i]);
+		if (rc == -EBADE)
+			rc = 0; /* it unregistered meanwhile */
+	}
+	pthread_mutex_unlock(&io->ctl_lock);
+	free(st);
 	return rc;
 }
 

@@ -186,7 +186,7 @@ void origin_iscsi_reg_drop(struct isc_session *s);
 /** Close the ownership thread's PR session, if any (ctl_lock held, or no own_* op can run). */
 void origin_iscsi_ctl_drop(struct isc_origin *io);
 
-/** See hl_origin_ops.own_acquire .. own_request (the ownership thread; ctl_lock taken inside). */
+/** See hl_origin_ops.own_acquire .. own_refuse (the ownership thread; ctl_lock taken inside). */
 int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force,
                              char *why, size_t whylen);
 int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
@@ -194,6 +194,7 @@ int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
 int origin_iscsi_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch);
 int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info);
 int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw);
+int origin_iscsi_own_refuse(struct hl_origin *o, uint16_t gw, uint16_t requester);
 
 /** See hl_origin_ops.proof_take / proof_check: "iscsi-pr:KEY:PRGENERATION:SIZE". */
 int origin_iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,

@@ -348,6 +348,28 @@ static int renew(struct hl_owner *ow, struct hl_own_info *info)
 	return rc;
 }
 
+/*
+ * A peer asks for the disk while this gateway will not hand it over (it
+ * moved less than hold_ms ago, or it is taking it over or handing it over
+ * right now): say no through the cluster, where it can (own_refuse), so an
+ * asker that cannot tell a slow owner from a dead one (a SAN, no
+ * heartbeat) does not take it by force. Then it may ask again later.
+ */
+static void refuse(struct hl_owner *ow, const struct hl_own_info *info, uint16_t keep_for,
+                   const char *why)
+{
+	uint16_t r = info->requester;
+
+	if (!r || r == ow->gw || r == keep_for || !ow->backend->ops->own_refuse)
+		return;
+	int rc = ow->backend->ops->own_refuse(ow->backend, ow->gw, r);
+	if (rc)
+		HL_WARN(OWN_LOG, "disk %s: cannot refuse gateway %u's request (%s): %s", ow->disk, r,
+		        why, strerror(-rc));
+	else
+		HL_NOTICE(OWN_LOG, "disk %s: gateway %u asked for it; refused (%s)", ow->disk, r, why);
+}
+
 /* The cache's revalidation, on a thread of its own while the owner's thread renews. */
 struct gain_job {
 	struct hl_owner *ow;
@@ -389,7 +411,10 @@ static int gain(struct hl_owner *ow)
 		return ow->hooks.gained(ow->hooks.arg);
 	while (!done) {
 		struct timespec next = mono_after(ow->lease_ms / 4);
-		fenced |= renew(ow, &info) == -ESHUTDOWN;
+		int rc = renew(ow, &info);
+		fenced |= rc == -ESHUTDOWN;
+		if (rc == 0)
+			refuse(ow, &info, 0, "taking it over");
 		pthread_mutex_lock(&ow->lock);
 		/* gain_main broadcasts when done; other wake-ups just wait on */
 		while (!job.done && pthread_cond_timedwait(&ow->cond, &ow->lock, &next) != ETIMEDOUT)
@@ -444,7 +469,8 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 		 */
 		int64_t until = now_ms() + ow->lease_ms + FENCE_MARGIN_MS;
 		while (now_ms() < until) {
-			renew(ow, &info);
+			if (renew(ow, &info) == 0)
+				refuse(ow, &info, 0, "taking it over");
 			if (!nap(ow, HL_MIN((int64_t)ow->lease_ms / 4, until - now_ms()))) {
 				give_back(ow); /* stopping: never serve before the wait is over */
 				return;
@@ -472,8 +498,11 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	          ow->disk, ow->gw, why, (unsigned long long)epoch, (long long)(now_ms() - t0));
 }
 
-/* Planned: stop serving, let the commands in flight finish, record the proof, release. */
-static void release(struct hl_owner *ow, const char *why)
+/*
+ * Planned: stop serving, let the commands in flight finish, record the
+ * proof, release. for_gw: the peer that asked (its request stands), 0.
+ */
+static void release(struct hl_owner *ow, const char *why, uint16_t for_gw)
 {
 	int64_t t0 = now_ms(), deadline = t0 + DRAIN_MS;
 
@@ -484,7 +513,8 @@ static void release(struct hl_owner *ow, const char *why)
 		if (now_ms() - renewed >= ow->lease_ms / 4) {
 			struct hl_own_info info;
 			renewed = now_ms();
-			renew(ow, &info);
+			if (renew(ow, &info) == 0)
+				refuse(ow, &info, for_gw, "handing it over");
 		}
 		struct timespec ts = {0, 2 * 1000000};
 		nanosleep(&ts, NULL);
@@ -562,7 +592,7 @@ static void *owner_main(void *arg)
 
 		if (atomic_load(&ow->state) == ST_OWNER) {
 			if (give) {
-				release(ow, "planned");
+				release(ow, "planned", 0);
 				pthread_mutex_lock(&ow->lock);
 				ow->given_seq = ow->give_seq;
 				pthread_cond_broadcast(&ow->cond);
@@ -592,10 +622,15 @@ static void *owner_main(void *arg)
 				if (now_ms() - last_move >= ow->hold_ms) {
 					char why[32];
 					snprintf(why, sizeof(why), "gateway %u asked", info.requester);
-					release(ow, why);
+					release(ow, why, info.requester);
 					continue;
 				}
-				if (now_ms() - refused_log > 5000) {
+				if (ow->backend->ops->own_refuse) {
+					char why[48];
+					snprintf(why, sizeof(why), "it moved %lld ms ago",
+					         (long long)(now_ms() - last_move));
+					refuse(ow, &info, 0, why);
+				} else if (now_ms() - refused_log > 5000) {
 					refused_log = now_ms();
 					HL_NOTICE(OWN_LOG, "disk %s: gateway %u asks for it; kept for %lld ms "
 					          "more (moves at most every %u ms)", ow->disk, info.requester,
@@ -615,8 +650,15 @@ static void *owner_main(void *arg)
 			pthread_mutex_unlock(&ow->lock);
 			continue;
 		}
-		/* standby */
+		/*
+		 * Standby. What a peek shows was true somewhere between its send
+		 * and its return: silence is proven from the return of the peek
+		 * that first saw the current heartbeat to the send of the latest
+		 * one, so a slow cluster (or a slow standby) never makes a healthy
+		 * owner look dead.
+		 */
 		memset(&info, 0, sizeof(info));
+		int64_t sent = now_ms();
 		int rc = ow->backend->ops->own_peek(ow->backend, &info);
 		if (rc) {
 			HL_DEBUG(OWN_LOG, "disk %s: cannot see the owner: %s", ow->disk, strerror(-rc));
@@ -667,7 +709,7 @@ static void *owner_main(void *arg)
 				 * (info.fence): force at once, the cluster fences it first.
 				 */
 				bool stuck = info.released && info.has_beat &&
-				             now_ms() - beat_seen >= ow->dead_ms;
+				             sent - beat_seen >= ow->dead_ms;
 				bool fence = info.released && info.fence;
 				acquire(ow, &info, stuck || fence,
 				        fence   ? "released with writes of unknown outcome: fenced"
@@ -675,13 +717,27 @@ static void *owner_main(void *arg)
 				        : info.owner ? "released" : "nobody owned it");
 				asked = 0;
 			}
-		} else if (info.has_beat && now_ms() - beat_seen >= ow->dead_ms) {
+		} else if (info.has_beat && sent - beat_seen >= ow->dead_ms) {
 			char why[64];
 			snprintf(why, sizeof(why), "gateway %u silent for %lld ms", info.owner,
-			         (long long)(now_ms() - beat_seen));
+			         (long long)(sent - beat_seen));
 			HL_WARN(OWN_LOG, "disk %s: owner %s: taking over", ow->disk, why);
 			acquire(ow, &info, true, why);
 			beat_seen = now_ms();
+			asked = 0;
+		} else if (want && asked && info.refused) {
+			/*
+			 * The owner answered: not now (it moved less than its hold ago,
+			 * or is moving the disk). Stop asking; an initiator that still
+			 * needs this path asks again (SET TARGET PORT GROUPS).
+			 */
+			HL_NOTICE(OWN_LOG, "disk %s: gateway %u refused to hand it over (it moved a "
+			          "moment ago, or is moving it)", ow->disk, info.owner);
+			set_last(ow, "asked gateway %u for it: refused", info.owner);
+			atomic_store(&ow->asking_until, 0);
+			pthread_mutex_lock(&ow->lock);
+			ow->want = false;
+			pthread_mutex_unlock(&ow->lock);
 			asked = 0;
 		} else if (want) {
 			if (!asked) {
@@ -693,8 +749,12 @@ static void *owner_main(void *arg)
 				else
 					asked = 1; /* no way to ask: force at once */
 			}
-			if (!info.has_beat && now_ms() - asked >= REQUEST_WAIT_MS) {
-				/* no heartbeat to tell a dead owner from a slow one: the request decides */
+			/*
+			 * No heartbeat to tell a dead owner from a slow one: the
+			 * request decides, once a peek sent REQUEST_WAIT_MS after it
+			 * still shows neither a release nor a refusal.
+			 */
+			if (!info.has_beat && sent - asked >= REQUEST_WAIT_MS) {
 				acquire(ow, &info, true, "requested; the owner did not answer");
 				asked = 0;
 			}

@@ -763,6 +763,35 @@ static void test_restart_acquire_keeps_proof(void)
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
 }
 
+/*
+ * The owner refuses a request (its hold): the asker's registration goes, its
+ * peek says refused (owner.c then does not preempt), the owner's renew sees
+ * no request any more; asking again is a new request.
+ */
+static void test_refuse(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_FALSE(info.refused);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 2);
+	CU_ASSERT_EQUAL(g1->ops->own_refuse(g1, 1, 2), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_TRUE(info.refused);
+	CU_ASSERT_EQUAL(g2->ops->own_refuse(g2, 2, 1), -ESHUTDOWN); /* not its to refuse */
+	CU_ASSERT_EQUAL(write_block(g1, 13, 0xb1), 0); /* the owner goes on */
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_FALSE(info.refused);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -785,6 +814,7 @@ static const struct hl_test tests[] = {
     {"a preempted owner's new session does not register itself back in", test_fenced_new_session},
     {"warm restart proofs: reservation and PRgeneration", test_proofs},
     {"a restart's own acquisition keeps its proof, nothing else does", test_restart_acquire_keeps_proof},
+    {"the owner refuses a request: the asker sees it", test_refuse},
     {"close", test_close},
     {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},

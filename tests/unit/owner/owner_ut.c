@@ -22,6 +22,7 @@
 #define LEASE 200
 #define DEAD  400
 #define HOLD  1000
+#define SLOW_PEEK_MS (2 * DEAD)
 
 struct cluster {
 	pthread_mutex_t lock;
@@ -30,6 +31,8 @@ struct cluster {
 	uint64_t epoch, beat;
 	bool released;
 	uint16_t requester;
+	unsigned refused;   /* bit per gateway id: the owner refused its request */
+	atomic_bool stall;  /* the owner's renews wait (a slow cluster), its heartbeat stands */
 	unsigned fenced;    /* bit per process (run): its writes and renews are refused */
 	unsigned breaks;
 	bool no_beat;       /* like a SAN: no heartbeat to see */
@@ -75,6 +78,8 @@ struct fake_gw {
 	unsigned run;       /* this process: a per-run key (SAN), a client (rbd) */
 	atomic_bool hung;   /* renews fail, no heartbeat (SIGSTOP) */
 	atomic_bool paused; /* its cluster calls wait until unpaused (a paused VM) */
+	atomic_int slow_peek; /* 1: the next peek stalls the owner; 2: the one after reads,
+	                         then answers SLOW_PEEK_MS late and lets the owner go on */
 	atomic_int gained, releasing;
 	int gained_sleep_ms; /* a slow revalidation */
 };
@@ -124,6 +129,7 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 		c->epoch = epoch;
 		c->released = false;
 		c->requester = 0;
+		c->refused = 0;
 		c->beat++;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -140,6 +146,8 @@ static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_o
 	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
+	while (atomic_load(&c->stall))
+		usleep(1000);
 	pthread_mutex_lock(&c->lock);
 	if ((c->fenced & (1u << g->run)) || c->owner != gw || c->owner_run != g->run)
 		rc = -ESHUTDOWN;
@@ -178,6 +186,12 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
+	int script = atomic_load(&g->slow_peek);
+	if (script == 1) {
+		atomic_store(&c->stall, true);
+		usleep(60 * 1000); /* a renew under way ends; the next one waits */
+		atomic_store(&g->slow_peek, 2);
+	}
 	memset(info, 0, sizeof(*info));
 	pthread_mutex_lock(&c->lock);
 	info->owner = c->owner;
@@ -186,7 +200,14 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	info->has_beat = !c->no_beat;
 	info->released = c->released;
 	info->this_run = c->owner_run == g->run;
+	info->refused = (c->refused >> g->gw) & 1u;
 	pthread_mutex_unlock(&c->lock);
+	if (script == 2) {
+		/* read at once, answered late; the owner went on meanwhile */
+		usleep(SLOW_PEEK_MS * 1000);
+		atomic_store(&c->stall, false);
+		atomic_store(&g->slow_peek, 0);
+	}
 	return 0;
 }
 
@@ -196,8 +217,26 @@ static int f_request(struct hl_origin *o, uint16_t gw)
 
 	pthread_mutex_lock(&g->cl->lock);
 	g->cl->requester = gw;
+	g->cl->refused &= ~(1u << gw);
 	pthread_mutex_unlock(&g->cl->lock);
 	return 0;
+}
+
+static int f_refuse(struct hl_origin *o, uint16_t gw, uint16_t requester)
+{
+	struct fake_gw *g = gw_of(o);
+	struct cluster *c = g->cl;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->owner != gw || c->owner_run != g->run)
+		rc = -ESHUTDOWN;
+	else if (c->requester == requester) {
+		c->requester = 0;
+		c->refused |= 1u << requester;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 static const struct hl_origin_ops fake_ops = {
@@ -207,6 +246,17 @@ static const struct hl_origin_ops fake_ops = {
 	.own_release = f_release,
 	.own_peek = f_peek,
 	.own_request = f_request,
+};
+
+/* A SAN: no heartbeat, so the owner refuses requests through the cluster. */
+static const struct hl_origin_ops fake_san_ops = {
+	.name = "fake-san",
+	.own_acquire = f_acquire,
+	.own_renew = f_renew,
+	.own_release = f_release,
+	.own_peek = f_peek,
+	.own_request = f_request,
+	.own_refuse = f_refuse,
 };
 
 static int hook_gained(void *arg)
@@ -237,17 +287,21 @@ static const uint16_t gws[2] = {1, 2};
 static void (*g_preset)(struct pair *p);
 /* the two processes' gateway ids (NULL: 1 and 2) */
 static const uint16_t *g_ids;
+/* the hold (0: HOLD) */
+static unsigned g_hold;
 
 static void pair_start(struct pair *p, bool second_later)
 {
 	memset(p, 0, sizeof(*p));
 	pthread_mutex_init(&p->cl.lock, NULL);
+	if (g_preset)
+		g_preset(p);
 	for (int i = 0; i < 2; i++) {
 		p->g[i].cl = &p->cl;
 		p->g[i].gw = g_ids ? g_ids[i] : gws[i];
 		p->g[i].run = (unsigned)i + 1;
 		p->o[i] = calloc(1, sizeof(struct hl_origin) + 16);
-		p->o[i]->ops = &fake_ops;
+		p->o[i]->ops = p->cl.no_beat ? &fake_san_ops : &fake_ops;
 		*(struct fake_gw **)hl_origin_priv(p->o[i]) = &p->g[i];
 		struct hl_owner_config cfg = {
 			.disk = i ? "disk-b" : "disk-a",
@@ -256,14 +310,12 @@ static void pair_start(struct pair *p, bool second_later)
 			.n_gateways = 2,
 			.lease_ms = LEASE,
 			.dead_ms = DEAD,
-			.hold_ms = HOLD,
+			.hold_ms = g_hold ? g_hold : HOLD,
 		};
 		struct hl_owner_hooks hooks = {
 			.gained = hook_gained, .releasing = hook_releasing, .arg = &p->g[i]};
 		CU_ASSERT_EQUAL_FATAL(hl_owner_create(&cfg, p->o[i], NULL, &hooks, &p->ow[i]), 0);
 	}
-	if (g_preset)
-		g_preset(p);
 	CU_ASSERT_EQUAL(hl_owner_start(p->ow[0]), 0);
 	if (second_later)
 		usleep(300 * 1000);
@@ -603,6 +655,58 @@ static void test_duplicate_id_beat(void)
 	pair_stop(&p);
 }
 
+/*
+ * A SAN owner inside its hold is asked for the disk: it must say no through
+ * the cluster, and the asker, which has no heartbeat to tell a slow owner
+ * from a dead one, must not preempt it when its request wait runs out.
+ */
+static void test_request_refused_in_hold(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	g_preset = preset_no_beat;
+	g_hold = 6000; /* longer than the asker's request wait (3 s) */
+	pair_start(&p, true);
+	g_preset = NULL;
+	g_hold = 0;
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 3000, &both));
+	CU_ASSERT_EQUAL(hl_owner_request(p.ow[1]), 0);
+	usleep(4000 * 1000);
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_STANDBY); /* asking no more */
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT(strstr(st.last, "refused") != NULL);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+/*
+ * A slow cluster: the owner's renews stall (its heartbeat stands) while a
+ * standby's peek reads at once and answers late. The standby proves only
+ * the silence it saw up to that peek's send: no forced takeover of a
+ * healthy owner.
+ */
+static void test_slow_peek_not_dead(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	usleep(3 * LEASE * 1000);
+	atomic_store(&p.g[1].slow_peek, 1);
+	for (int t = 0; t < 3000 && atomic_load(&p.g[1].slow_peek); t += 10)
+		usleep(10000);
+	usleep(2 * 250 * 1000); /* the peeks after it see the owner alive again */
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 2000, &both));
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
 static void test_no_ops(void)
 {
 	static const struct hl_origin_ops plain = {.name = "plain"};
@@ -629,6 +733,8 @@ static const struct hl_test tests[] = {
 	{"a slow revalidation keeps the heartbeat", test_slow_gain_keeps_heartbeat},
 	{"two processes with one id, no heartbeat: one takes it once, no ping-pong", test_duplicate_id_san},
 	{"two processes with one id, heartbeat: the second leaves it and says so", test_duplicate_id_beat},
+	{"a SAN owner in its hold refuses a request; the asker does not preempt", test_request_refused_in_hold},
+	{"a slow peek does not make a healthy owner look dead", test_slow_peek_not_dead},
 	{"origins without ownership ops", test_no_ops},
 	{NULL, NULL},
 };
