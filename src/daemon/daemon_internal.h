@@ -10,6 +10,7 @@
 #ifndef HL_DAEMON_INTERNAL_H
 #define HL_DAEMON_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +36,10 @@ struct disk_rt {
 	struct hl_origin_counters *counters; /* owned by the counting origin inside lu */
 	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
 	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
+	/* daemon_owners_handover's, here so that a stop allocates nothing */
+	pthread_t handover_thread;
+	bool handover_threaded;
+	unsigned handover_wait_ms;
 };
 
 

@@ -61,8 +61,20 @@
 #define REQUEST_WAIT_MS 3000
 /* A planned handover waits at most this long for the commands in flight. */
 #define DRAIN_MS       30000
+/* A problem that lasts is logged again this often. */
+#define PROBLEM_LOG_MS 30000
 /* REALTIME moved this much ahead of BOOTTIME since the last renew: a paused VM (see above). */
 #define WALL_JUMP_MS   250
+
+/* What hl_owner_status.problem says; each clears only its own kind. */
+enum problem_kind {
+	PROB_NONE = 0,
+	PROB_PEEK,    /* a standby cannot read who owns the disk */
+	PROB_RENEW,   /* the owner cannot renew */
+	PROB_ACQUIRE, /* taking the disk failed (not "owned by another") */
+	PROB_RELEASE, /* handing it back failed */
+	PROB_DUP,     /* another process runs with our id */
+};
 
 enum own_state {
 	ST_STANDBY = 0,
@@ -111,6 +123,8 @@ struct hl_owner {
 	uint64_t transitions, takeovers;
 	int64_t last_move;             /* ms of the last gain or loss, 0: never */
 	char last[96];
+	char problem[112];             /* hl_owner_status.problem, "" none */
+	int problem_kind;              /* enum problem_kind of problem */
 	bool released_self;            /* the last move was our own planned release */
 	bool ever_owned;               /* owner thread: this process owned the disk once */
 	int64_t dup_log;               /* owner thread: when the last duplicate id was logged */
@@ -257,6 +271,33 @@ static void set_last(struct hl_owner *ow, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(ow->last, sizeof(ow->last), fmt, ap);
 	va_end(ap);
+	pthread_mutex_unlock(&ow->lock);
+}
+
+static void set_problem(struct hl_owner *ow, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A problem an admin must see (hotlunctl stats); the caller logs it. */
+static void set_problem(struct hl_owner *ow, int kind, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&ow->lock);
+	va_start(ap, fmt);
+	vsnprintf(ow->problem, sizeof(ow->problem), fmt, ap);
+	va_end(ap);
+	ow->problem_kind = kind;
+	pthread_mutex_unlock(&ow->lock);
+}
+
+/* The problem of this kind is over (another kind stays until it is over too). */
+static void clear_problem(struct hl_owner *ow, int kind)
+{
+	pthread_mutex_lock(&ow->lock);
+	if (ow->problem_kind == kind) {
+		ow->problem[0] = '\0';
+		ow->problem_kind = PROB_NONE;
+	}
 	pthread_mutex_unlock(&ow->lock);
 }
 
@@ -426,14 +467,27 @@ static int gain(struct hl_owner *ow)
 	return fenced ? -ESHUTDOWN : job.rc;
 }
 
-/* Hand a disk we just acquired back to the cluster without serving it. */
+/*
+ * Hand a disk we just acquired back to the cluster without serving it. A
+ * release that fails leaves the cluster saying we own it: no peer takes it
+ * until it looks dead (rbd) or asks (SAN). Said, not swallowed.
+ */
 static void give_back(struct hl_owner *ow)
 {
-	ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+	int rc = ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+
 	if (ow->hooks.lost)
 		ow->hooks.lost(ow->hooks.arg);
 	atomic_store(&ow->lease_until, 0);
 	set_state(ow, ST_STANDBY);
+	if (rc) {
+		set_problem(ow, PROB_RELEASE, "gave it back unused, but the release failed: %s",
+		            strerror(-rc));
+		HL_WARN(OWN_LOG, "disk %s: gave it back unused, but the release failed (%s): peers "
+		        "take it only once it looks dead or they ask", ow->disk, strerror(-rc));
+	} else {
+		clear_problem(ow, PROB_RELEASE);
+	}
 }
 
 /*
@@ -454,11 +508,15 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	rc = ow->backend->ops->own_acquire(ow->backend, ow->gw, epoch, force, err, sizeof(err));
 	if (rc) {
 		set_state(ow, ST_STANDBY);
-		if (rc != -EBUSY)
+		if (rc != -EBUSY) {
+			set_problem(ow, PROB_ACQUIRE, "cannot take ownership: %s%s%s", strerror(-rc),
+			            *err ? ": " : "", err);
 			HL_WARN(OWN_LOG, "disk %s: cannot take ownership (%s): %s%s%s", ow->disk, why,
 			        strerror(-rc), *err ? ": " : "", err);
+		}
 		return;
 	}
+	clear_problem(ow, PROB_ACQUIRE);
 	ow->epoch = epoch;
 	atomic_store(&ow->owner_seen, ow->gw);
 	if (force) {
@@ -532,8 +590,17 @@ static void release(struct hl_owner *ow, const char *why, uint16_t for_gw)
 	moved(ow, false, true);
 	set_state(ow, ST_STANDBY);
 	set_last(ow, "handed over (%s) in %lld ms", why, (long long)(now_ms() - t0));
-	HL_NOTICE(OWN_LOG, "disk %s: handed over (%s) in %lld ms%s%s", ow->disk, why,
-	          (long long)(now_ms() - t0), rc ? "; release: " : "", rc ? strerror(-rc) : "");
+	if (rc) {
+		set_problem(ow, PROB_RELEASE, "handed over, but the release failed: %s",
+		            strerror(-rc));
+		HL_WARN(OWN_LOG, "disk %s: handed over (%s) in %lld ms, but the release failed (%s): "
+		        "peers take it only once it looks dead or they ask", ow->disk, why,
+		        (long long)(now_ms() - t0), strerror(-rc));
+	} else {
+		clear_problem(ow, PROB_RELEASE);
+		HL_NOTICE(OWN_LOG, "disk %s: handed over (%s) in %lld ms", ow->disk, why,
+		          (long long)(now_ms() - t0));
+	}
 }
 
 /* The cluster gave the disk to another gateway while we owned it. */
@@ -560,10 +627,11 @@ static void fenced(struct hl_owner *ow, const struct hl_own_info *info)
  */
 static void duplicate(struct hl_owner *ow, const char *what)
 {
-	if (ow->dup_log && now_ms() - ow->dup_log < 30000)
+	if (ow->dup_log && now_ms() - ow->dup_log < PROBLEM_LOG_MS)
 		return;
 	ow->dup_log = now_ms();
 	set_last(ow, "another process runs as gateway %u (%s)", ow->gw, what);
+	set_problem(ow, PROB_DUP, "another process runs as gateway %u (%s)", ow->gw, what);
 	HL_ERR(OWN_LOG,
 	       "disk %s: another process runs as gateway %u (%s): two gateways must not share "
 	       "one id ([global] gateway); this one does not take the disk from it",
@@ -579,6 +647,7 @@ static void *owner_main(void *arg)
 	int64_t beat_seen = now_ms(); /* when the owner's heartbeat last moved */
 	int64_t asked = 0;            /* when we asked the owner for the disk, 0: not yet */
 	int64_t refused_log = 0;
+	int64_t peek_warned = 0;      /* when a failing peek was last logged, 0: it works */
 	bool renew_failing = false;
 
 	for (;;) {
@@ -611,10 +680,14 @@ static void *owner_main(void *arg)
 				beat_seen = now_ms();
 				continue;
 			}
-			if (rc && !renew_failing)
+			if (rc && !renew_failing) {
+				set_problem(ow, PROB_RENEW, "cannot renew ownership: %s", strerror(-rc));
 				HL_WARN(OWN_LOG, "disk %s: cannot renew ownership: %s (the lease runs out "
 				        "in %lld ms)", ow->disk, strerror(-rc),
 				        (long long)(atomic_load(&ow->lease_until) - now_ms()));
+			}
+			if (rc == 0 && renew_failing)
+				clear_problem(ow, PROB_RENEW);
 			renew_failing = rc != 0;
 			if (rc == 0 && info.requester == ow->gw)
 				duplicate(ow, "it asks for the disk this one owns");
@@ -661,14 +734,30 @@ static void *owner_main(void *arg)
 		int64_t sent = now_ms();
 		int rc = ow->backend->ops->own_peek(ow->backend, &info);
 		if (rc) {
-			HL_DEBUG(OWN_LOG, "disk %s: cannot see the owner: %s", ow->disk, strerror(-rc));
+			/*
+			 * Every standby failing here (permissions, no image id) means
+			 * nobody ever serves the disk: an admin must hear of it.
+			 */
+			if (!peek_warned || now_ms() - peek_warned >= PROBLEM_LOG_MS) {
+				peek_warned = now_ms();
+				set_problem(ow, PROB_PEEK, "cannot see who owns it: %s", strerror(-rc));
+				HL_WARN(OWN_LOG, "disk %s: cannot see who owns it: %s (this gateway "
+				        "cannot take it over until it can)", ow->disk, strerror(-rc));
+			}
 			nap(ow, PEEK_MS);
 			continue;
+		}
+		if (peek_warned) {
+			peek_warned = 0;
+			clear_problem(ow, PROB_PEEK);
+			HL_NOTICE(OWN_LOG, "disk %s: sees who owns it again", ow->disk);
 		}
 		if (info.epoch > ow->epoch)
 			ow->epoch = info.epoch;
 		/* the cluster names our id as the owner, but not this process */
 		bool other_self = info.owner == ow->gw && !info.released && !info.this_run;
+		if (!other_self)
+			clear_problem(ow, PROB_DUP);
 		if (other_self && info.has_beat && last_owner == info.owner && last_beat &&
 		    info.beat != last_beat)
 			duplicate(ow, "its heartbeat goes on");
@@ -897,6 +986,7 @@ void hl_owner_status(struct hl_owner *ow, struct hl_owner_status *st)
 	st->transitions = ow->transitions;
 	st->takeovers = ow->takeovers;
 	snprintf(st->last, sizeof(st->last), "%s", ow->last);
+	snprintf(st->problem, sizeof(st->problem), "%s", ow->problem);
 	pthread_mutex_unlock(&ow->lock);
 }
 

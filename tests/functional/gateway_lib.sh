@@ -143,6 +143,8 @@ gw_scenarios() {
 	sleep 1
 	[ "$(own 2 state)" = standby ] && [ "$(own 2 alua)" = standby ] && [ "$(own 2 owner)" = 1 ] ||
 		hl_fail "gateway 2 is not a standby of gateway 1: $(own 2 state) $(own 2 alua) owner $(own 2 owner)"
+	[ -z "$(own 1 problem)" ] && [ -z "$(own 2 problem)" ] ||
+		hl_fail "a problem reported: gateway 1: '$(own 1 problem)', gateway 2: '$(own 2 problem)'"
 	serial() { iscsi-inq -e 1 -c 128 "$(url "$1")" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'; }
 	SERIAL=$(serial 1)
 	[ -n "$SERIAL" ] || hl_fail "no serial number through gateway 1"

@@ -78,6 +78,7 @@ struct fake_gw {
 	unsigned run;       /* this process: a per-run key (SAN), a client (rbd) */
 	atomic_bool hung;   /* renews fail, no heartbeat (SIGSTOP) */
 	atomic_bool paused; /* its cluster calls wait until unpaused (a paused VM) */
+	atomic_int peek_err, release_err, gain_err; /* -errno: those fail */
 	atomic_int slow_peek; /* 1: the next peek stalls the owner; 2: the one after reads,
 	                         then answers SLOW_PEEK_MS late and lets the owner go on */
 	atomic_int gained, releasing;
@@ -169,6 +170,8 @@ static int f_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	struct cluster *c = g->cl;
 
 	(void)epoch;
+	if (atomic_load(&g->release_err))
+		return atomic_load(&g->release_err);
 	pthread_mutex_lock(&c->lock);
 	if (c->owner == gw && c->owner_run == g->run) {
 		c->released = true;
@@ -186,6 +189,8 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
+	if (atomic_load(&g->peek_err))
+		return atomic_load(&g->peek_err);
 	int script = atomic_load(&g->slow_peek);
 	if (script == 1) {
 		atomic_store(&c->stall, true);
@@ -266,7 +271,7 @@ static int hook_gained(void *arg)
 	if (g->gained_sleep_ms)
 		usleep(g->gained_sleep_ms * 1000);
 	atomic_fetch_add(&g->gained, 1);
-	return 0;
+	return atomic_load(&g->gain_err);
 }
 
 static void hook_releasing(void *arg)
@@ -707,6 +712,58 @@ static void test_slow_peek_not_dead(void)
 	pair_stop(&p);
 }
 
+/* status.problem of gateway i contains what, within ms */
+static bool problem_shows(struct pair *p, int i, const char *what, int ms)
+{
+	struct hl_owner_status st;
+
+	for (int t = 0; t < ms; t += 10) {
+		hl_owner_status(p->ow[i], &st);
+		if (what ? strstr(st.problem, what) != NULL : st.problem[0] == '\0')
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+/*
+ * A standby that cannot read who owns the disk (permissions, no image id)
+ * must say so where an admin looks, not at debug level only; it clears once
+ * it sees again.
+ */
+static void test_problem_peek(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	atomic_store(&p.g[1].peek_err, -EACCES);
+	CU_ASSERT_TRUE(problem_shows(&p, 1, "cannot see who owns it", 2000));
+	CU_ASSERT_TRUE(problem_shows(&p, 0, NULL, 10));
+	atomic_store(&p.g[1].peek_err, 0);
+	CU_ASSERT_TRUE(problem_shows(&p, 1, NULL, 2000));
+	pair_stop(&p);
+}
+
+/* A gateway that gives back a disk it could not make coherent, and whose release fails. */
+static void test_problem_give_back(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	atomic_store(&p.g[1].gain_err, -EIO);
+	atomic_store(&p.g[1].release_err, -ENOTCONN);
+	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 0), -ETIMEDOUT);
+	CU_ASSERT_TRUE(problem_shows(&p, 1, "release failed", 3000));
+	CU_ASSERT_EQUAL(both, 0);
+	atomic_store(&p.g[1].gain_err, 0);
+	atomic_store(&p.g[1].release_err, 0);
+	pair_stop(&p);
+}
+
 static void test_no_ops(void)
 {
 	static const struct hl_origin_ops plain = {.name = "plain"};
@@ -735,6 +792,8 @@ static const struct hl_test tests[] = {
 	{"two processes with one id, heartbeat: the second leaves it and says so", test_duplicate_id_beat},
 	{"a SAN owner in its hold refuses a request; the asker does not preempt", test_request_refused_in_hold},
 	{"a slow peek does not make a healthy owner look dead", test_slow_peek_not_dead},
+	{"a standby that cannot see the owner says so (status.problem)", test_problem_peek},
+	{"a failed release when giving a disk back says so", test_problem_give_back},
 	{"origins without ownership ops", test_no_ops},
 	{NULL, NULL},
 };
