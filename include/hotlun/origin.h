@@ -329,6 +329,8 @@ struct hl_origin {
 	bool can_discard;
 	bool zeroes_after_discard;
 	bool sole_writer;           /* hl_origin_opts.sole_writer */
+	bool immutable;             /* its data cannot change while it is open (rbd: a snapshot):
+	                               several gateways may all serve it, without ownership */
 	struct hl_origin *inner;    /* a wrapper: the origin it wraps (owned); a backend: NULL */
 	/* the one listener of this origin's events (hl_origin_listen); atomics */
 	hl_origin_event_fn listener;
@@ -410,10 +412,10 @@ void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer);
  * comment). The wrapper gets ops->priv_size zeroed bytes of private state
  * (hl_origin_priv), the uri "LABEL:<inner's uri>" (label NULL: inner's
  * uri), inner's size, phys_block_size, read_only, can_discard,
- * zeroes_after_discard and sole_writer, and inner's events (a wrapper with
- * size logic of its own replaces the forwarding with hl_origin_listen on
- * inner). On 0 the wrapper owns inner: hl_origin_close(*out) runs
- * ops->close, then closes inner. On error the caller keeps inner.
+ * zeroes_after_discard, sole_writer and immutable, and inner's events (a
+ * wrapper with size logic of its own replaces the forwarding with
+ * hl_origin_listen on inner). On 0 the wrapper owns inner:
+ * hl_origin_close(*out) runs ops->close, then closes inner. On error the caller keeps inner.
  * Main thread, before I/O reaches the wrapper. @return 0, -EINVAL or -ENOMEM.
  */
 int hl_origin_wrap(struct hl_origin *inner, const struct hl_origin_ops *ops, const char *label,

@@ -177,11 +177,17 @@ static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_orig
 	struct hl_owner_hooks hooks = {disk_gained, disk_releasing, disk_lost, rt};
 	int rc;
 
-	if (backend->read_only || rt->conf.read_only) {
-		/* nobody writes it through a gateway: every path may serve it (all active) */
-		HL_NOTICE("daemon", "disk %s: read-only: every gateway serves it", rt->conf.name);
+	if (backend->immutable) {
+		/* nobody can change it (an rbd snapshot): every path may serve it (all active) */
+		HL_NOTICE("daemon", "disk %s: its origin cannot change: every gateway serves it",
+			  rt->conf.name);
 		return 0;
 	}
+	/*
+	 * read_only says that this gateway does not write the disk, not that
+	 * nobody does: its cache is trusted only while it owns the disk, as for
+	 * a writable one (docs/gateways.md, "Read-only disks").
+	 */
 	rc = hl_owner_create(&oc, backend, rt->lu, &hooks, &rt->owner);
 
 	if (rc == -EOPNOTSUPP) {

@@ -358,6 +358,20 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 		HL_ERR(RBD_LOG, "rbd:%s: expected rbd:POOL/IMAGE[@SNAP]", target);
 		return rc;
 	}
+	if (opts->gateway && opts->read_only && !r->snap[0]) {
+		/*
+		 * Shared by gateways, yet read-only here: a read-only client takes
+		 * no lock, so another client may write the image behind every
+		 * gateway's cache, and it cannot take part in ownership either.
+		 * Only a snapshot, which nobody can write, is served by all.
+		 */
+		HL_ERR(RBD_LOG,
+		       "rbd:%s: a read-only image shared by gateways must be a snapshot "
+		       "(rbd:POOL/IMAGE@SNAP: every gateway serves it); without read_only the "
+		       "gateways own the image in turn",
+		       target);
+		return -EINVAL;
+	}
 	r->gateway = opts->gateway;
 	if (r->gateway) {
 		rc = -pthread_rwlock_init(&r->handles, NULL);
@@ -424,6 +438,7 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 	}
 	o->size = size;
 	o->read_only = r->snap[0] || opts->read_only;
+	o->immutable = r->snap[0] != '\0'; /* snapshots never change while they exist */
 	o->can_discard = !o->read_only;
 	o->zeroes_after_discard = true; /* librbd discards read back as zeroes */
 	o->phys_block_size = 4096;

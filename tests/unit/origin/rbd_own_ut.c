@@ -449,6 +449,44 @@ static void test_release_unsure_write_fences(void)
 	unlink(conf_short);
 }
 
+/*
+ * A read-only shared disk: only an image that cannot change (a snapshot) may
+ * be served by every gateway; a read-only open of the live image takes no
+ * lock, so another client may write it behind every gateway's cache, and
+ * it cannot take part in ownership either: refused, with a clear error.
+ */
+static void test_read_only_shared(void)
+{
+	struct hl_origin_opts opts = {.rbd_conf = conf, .gateway = 1, .read_only = true};
+	struct hl_origin *o = NULL;
+	char cmd[512];
+
+	CU_ASSERT_NOT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	CU_ASSERT_PTR_NULL(o);
+	if (o)
+		hl_origin_close(o);
+	o = NULL;
+	snprintf(cmd, sizeof(cmd), "rbd --conf %s snap create rbd/origin@ro-ut >/dev/null 2>&1",
+	         conf);
+	CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin@ro-ut", &opts, &o), 0);
+	if (o) {
+		CU_ASSERT_TRUE(o->immutable);
+		CU_ASSERT_TRUE(o->read_only);
+		hl_origin_close(o);
+	}
+	o = NULL;
+	opts.read_only = false; /* a snapshot is read-only and immutable however it is asked for */
+	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin@ro-ut", &opts, &o), 0);
+	if (o) {
+		CU_ASSERT_TRUE(o->immutable);
+		hl_origin_close(o);
+	}
+	CU_ASSERT_FALSE(g1->immutable); /* the live image */
+	snprintf(cmd, sizeof(cmd), "rbd --conf %s snap rm rbd/origin@ro-ut >/dev/null 2>&1", conf);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static void test_close(void)
 {
 	uint64_t t0 = hl_now_ns();
@@ -470,6 +508,7 @@ static const struct hl_test tests[] = {
     {"a standby checks a proof the owner took", test_standby_checks_proof},
     {"two processes with one gateway id are told apart", test_same_id_two_processes},
     {"a release after a write of unknown outcome fences the old owner", test_release_unsure_write_fences},
+    {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
     {NULL, NULL},
 };
