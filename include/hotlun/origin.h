@@ -215,7 +215,16 @@ struct hl_own_info {
 	bool has_beat;      /* the backend publishes a heartbeat (rbd); without one a
 	                       standby never takes over on silence, only on request */
 	bool released;      /* the last owner handed the disk back (planned): take it */
-	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none */
+	bool fence;         /* (own_peek, with released) it handed it back with writes whose
+	                       outcome it does not know (timed out, in flight): take it
+	                       only by force, which fences the old owner first */
+	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none; our
+	                       own id: another process running with our id asks */
+	bool refused;       /* (own_peek) this gateway asked for the disk (own_request) and
+	                       the owner refused (own_refuse): do not take it by force */
+	bool this_run;      /* the owner is this very process (its run's key, its client),
+	                       not only its gateway id: owner == our id without it is
+	                       another process with our id (an earlier run, or a duplicate) */
 };
 
 /*
@@ -316,8 +325,12 @@ struct hl_origin_ops {
 	 */
 	int (*own_renew)(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info);
 	/**
-	 * Hand the origin over: every write completed and is durable; after
-	 * this another gateway may take it at once (info.released).
+	 * Hand the origin over: every write that completed is durable; after
+	 * this another gateway may take it (info.released). A backend that
+	 * cannot rule out a write of this owner landing later (it timed out,
+	 * or is still out) either fences this owner now or makes the taker
+	 * fence it first (info.fence), so that no such write lands after the
+	 * next owner's writes.
 	 */
 	int (*own_release)(struct hl_origin *o, uint16_t gw, uint64_t epoch);
 	/** A standby: who owns the origin now. @return 0 or -errno. */
@@ -364,6 +377,16 @@ struct hl_origin_ops {
 	 * frees what is left. Main thread.
 	 */
 	void (*pr_close)(struct hl_origin *o);
+	/**
+	 * Optional. The owner `gw` refuses the request of gateway `requester`
+	 * (it moved less than the hold ago, or it is handing over or taking
+	 * over right now): the request is withdrawn, and the asker's own_peek
+	 * says info.refused, so that an asker which cannot tell a slow owner
+	 * from a dead one (no heartbeat: a SAN) does not take the disk by
+	 * force. Without it a request stays pending until the owner honours it
+	 * (rbd: the asker never forces on a live heartbeat anyway).
+	 */
+	int (*own_refuse)(struct hl_origin *o, uint16_t gw, uint16_t requester);
 };
 
 struct hl_origin {
@@ -375,6 +398,8 @@ struct hl_origin {
 	bool can_discard;
 	bool zeroes_after_discard;
 	bool sole_writer;           /* hl_origin_opts.sole_writer */
+	bool immutable;             /* its data cannot change while it is open (rbd: a snapshot):
+	                               several gateways may all serve it, without ownership */
 	struct hl_origin *inner;    /* a wrapper: the origin it wraps (owned); a backend: NULL */
 	/* the one listener of this origin's events (hl_origin_listen); atomics */
 	hl_origin_event_fn listener;
@@ -456,10 +481,10 @@ void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer);
  * comment). The wrapper gets ops->priv_size zeroed bytes of private state
  * (hl_origin_priv), the uri "LABEL:<inner's uri>" (label NULL: inner's
  * uri), inner's size, phys_block_size, read_only, can_discard,
- * zeroes_after_discard and sole_writer, and inner's events (a wrapper with
- * size logic of its own replaces the forwarding with hl_origin_listen on
- * inner). On 0 the wrapper owns inner: hl_origin_close(*out) runs
- * ops->close, then closes inner. On error the caller keeps inner.
+ * zeroes_after_discard, sole_writer and immutable, and inner's events (a
+ * wrapper with size logic of its own replaces the forwarding with
+ * hl_origin_listen on inner). On 0 the wrapper owns inner:
+ * hl_origin_close(*out) runs ops->close, then closes inner. On error the caller keeps inner.
  * Main thread, before I/O reaches the wrapper. @return 0, -EINVAL or -ENOMEM.
  */
 int hl_origin_wrap(struct hl_origin *inner, const struct hl_origin_ops *ops, const char *label,

@@ -78,6 +78,9 @@ struct hl_owner_status {
 	uint64_t takeovers;        /* of those: forced takeovers of a silent owner */
 	int64_t lease_left_ms;     /* owner: time left on the lease (negative: expired) */
 	char last[96];             /* the last transition and why */
+	char problem[112];         /* "" or what keeps this gateway from doing its part right
+	                              now (it cannot see the owner, a release failed, another
+	                              process runs with its id): also logged, at WARN or ERR */
 };
 
 /**

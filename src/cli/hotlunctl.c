@@ -679,14 +679,16 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		json_t *ow = json_object_get(disk, "ownership");
 		if (!ow)
 			continue;
+		const char *problem = json_string_value(json_object_get(ow, "problem"));
 		printf("  %-14s gateway %lld: %s, %s; owner gateway %lld, epoch %lld; %lld move(s), "
-		       "%lld takeover(s); last: %s\n",
+		       "%lld takeover(s); last: %s%s%s\n",
 		       name, (long long)jint(ow, "gateway"),
 		       json_string_value(json_object_get(ow, "state")),
 		       json_string_value(json_object_get(ow, "alua")), (long long)jint(ow, "owner"),
 		       (long long)jint(ow, "epoch"), (long long)jint(ow, "transitions"),
 		       (long long)jint(ow, "takeovers"),
-		       json_string_value(json_object_get(ow, "last")));
+		       json_string_value(json_object_get(ow, "last")),
+		       problem && *problem ? "; PROBLEM: " : "", problem && *problem ? problem : "");
 	}
 	json_object_foreach(caches, name, cache) {
 		json_t *pc = json_object_get(pcaches, name);

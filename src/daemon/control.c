@@ -240,15 +240,17 @@ static json_t *disk_node(struct daemon *d, const struct hl_conf_disk *cd)
 	if (rt)
 		fmt_size(hl_lu_num_blocks(rt->lu) * hl_lu_block_size(rt->lu), sz, sizeof(sz));
 	snprintf(path, sizeof(path), "/disks/%s", cd->name);
-	char own[160] = "";
+	char own[300] = "";
 	if (rt && rt->owner) {
 		struct hl_owner_status st;
 		hl_owner_status(rt->owner, &st);
 		if (st.owner)
-			snprintf(own, sizeof(own), ", %s (owner: gateway %u, epoch %llu)", st.state,
-				 st.owner, (unsigned long long)st.epoch);
+			snprintf(own, sizeof(own), ", %s (owner: gateway %u, epoch %llu)%s%s", st.state,
+				 st.owner, (unsigned long long)st.epoch, st.problem[0] ? "; problem: " : "",
+				 st.problem);
 		else
-			snprintf(own, sizeof(own), ", %s (no owner)", st.state);
+			snprintf(own, sizeof(own), ", %s (no owner)%s%s", st.state,
+				 st.problem[0] ? "; problem: " : "", st.problem);
 	}
 	snprintf(summary, sizeof(summary), "%s, %s%s%s%s, %u session(s)%s", sz,
 		 hl_uri_redact(cd->origin, false, origin, sizeof(origin)),
@@ -1006,11 +1008,12 @@ static json_t *owner_json(struct daemon *d, struct hl_owner *ow)
 	struct hl_owner_status st;
 
 	hl_owner_status(ow, &st);
-	return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:s}", "gateway",
+	return json_pack("{s:i, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:s, s:s}", "gateway",
 			 (int)d->conf->gateway, "state", st.state, "alua", alua_name(st.alua),
 			 "owner", (int)st.owner, "epoch", (json_int_t)st.epoch, "transitions",
 			 (json_int_t)st.transitions, "takeovers", (json_int_t)st.takeovers,
-			 "lease_left_ms", (json_int_t)st.lease_left_ms, "last", st.last);
+			 "lease_left_ms", (json_int_t)st.lease_left_ms, "last", st.last, "problem",
+			 st.problem);
 }
 
 /* /disks/NAME handover | takeover: move a shared disk by hand. */

@@ -10,6 +10,7 @@
 #ifndef HL_DAEMON_INTERNAL_H
 #define HL_DAEMON_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -40,6 +41,10 @@ struct disk_rt {
 	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
 	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
 	struct hl_origin *pr_backend; /* keeps lu's shared reservation record (pr_*), or NULL */
+	/* daemon_owners_handover's, here so that a stop allocates nothing */
+	pthread_t handover_thread;
+	bool handover_threaded;
+	unsigned handover_wait_ms;
 };
 
 

@@ -171,11 +171,17 @@ static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_orig
 	struct hl_owner_hooks hooks = {disk_gained, disk_releasing, disk_lost, rt};
 	int rc;
 
-	if (backend->read_only || rt->conf.read_only) {
-		/* nobody writes it through a gateway: every path may serve it (all active) */
-		HL_NOTICE("daemon", "disk %s: read-only: every gateway serves it", rt->conf.name);
+	if (backend->immutable) {
+		/* nobody can change it (an rbd snapshot): every path may serve it (all active) */
+		HL_NOTICE("daemon", "disk %s: its origin cannot change: every gateway serves it",
+			  rt->conf.name);
 		return 0;
 	}
+	/*
+	 * read_only says that this gateway does not write the disk, not that
+	 * nobody does: its cache is trusted only while it owns the disk, as for
+	 * a writable one (docs/gateways.md, "Read-only disks").
+	 */
 	rc = hl_owner_create(&oc, backend, rt->lu, &hooks, &rt->owner);
 
 	if (rc == -EOPNOTSUPP) {
@@ -278,51 +284,46 @@ static void disk_pr_share(struct daemon *d, struct disk_rt *rt, struct hl_origin
 	}
 }
 
-struct handover_arg {
-	struct hl_owner *ow;
-	unsigned wait_ms;
-	pthread_t t;
-};
-
 static void *handover_main(void *arg)
 {
-	struct handover_arg *h = arg;
+	struct disk_rt *rt = arg;
 
-	hl_owner_handover(h->ow, h->wait_ms);
+	hl_owner_handover(rt->owner, rt->handover_wait_ms);
 	return NULL;
 }
 
+/*
+ * All disks at once, each waiting for its commands and its peer on a thread
+ * of its own. Nothing is allocated here: a stop never skips a handover for
+ * want of memory (a thread that cannot be made hands its disk over in line).
+ */
 unsigned daemon_owners_handover(struct daemon *d, unsigned wait_ms)
 {
 	struct disk_rt *rt;
-	struct handover_arg *h;
-	size_t n = 0, i = 0;
-	unsigned owned = 0;
+	unsigned owned = 0, inline_n = 0;
 
 	hl_list_for_each_entry(rt, &d->disks, link) {
 		struct hl_owner_status st;
 		if (!rt->owner)
 			continue;
-		n++;
 		hl_owner_status(rt->owner, &st);
 		owned += !strcmp(st.state, "owner");
-	}
-	if (!n || !(h = calloc(n, sizeof(*h))))
-		return owned;
-	/* all disks at once: each waits for its commands and its peer */
-	hl_list_for_each_entry(rt, &d->disks, link) {
-		if (!rt->owner)
-			continue;
-		h[i].ow = rt->owner;
-		h[i].wait_ms = wait_ms;
-		if (pthread_create(&h[i].t, NULL, handover_main, &h[i]))
+		rt->handover_wait_ms = wait_ms;
+		rt->handover_threaded =
+		    pthread_create(&rt->handover_thread, NULL, handover_main, rt) == 0;
+		if (!rt->handover_threaded) {
+			inline_n++;
 			hl_owner_handover(rt->owner, wait_ms);
-		else
-			i++;
+		}
 	}
-	while (i--)
-		pthread_join(h[i].t, NULL);
-	free(h);
+	hl_list_for_each_entry(rt, &d->disks, link) {
+		if (rt->owner && rt->handover_threaded)
+			pthread_join(rt->handover_thread, NULL);
+		rt->handover_threaded = false;
+	}
+	if (inline_n)
+		HL_WARN("daemon", "%u disk(s) handed over one after the other (no thread for them)",
+			inline_n);
 	return owned;
 }
 

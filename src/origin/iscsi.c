@@ -1208,4 +1208,5 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .own_release = origin_iscsi_own_release,
     .own_peek = origin_iscsi_own_peek,
     .own_request = origin_iscsi_own_request,
+    .own_refuse = origin_iscsi_own_refuse,
 };

@@ -7,8 +7,13 @@
  *
  * Ownership (hl_origin_opts.gateway != 0, several gateways on one LUN): a
  * SCSI-3 persistent reservation on the SAN LUN decides and enforces it.
- * Each gateway's key is "hlun" + its id (0x686c756e0000GGGG), so every
- * gateway can name the owner from READ RESERVATION. The owner holds a
+ * Each run of a gateway has a key of its own, "hlu" + 24 random bits + the
+ * gateway id (0x686c75RRRRRRGGGG): every gateway can name the owner from
+ * READ RESERVATION, and a process never takes the reservation of another
+ * process with the same gateway id (an earlier run, or a duplicate left
+ * alive but cut off) for its own: its renew then says fenced. (Keys of
+ * older versions, "hlun" + 0000 + id, read as a run of that gateway.) The
+ * owner holds a
  * WRITE EXCLUSIVE - REGISTRANTS ONLY reservation: every I/O session is its
  * own I_T nexus (one ISID each), and registrants-only is the type that lets
  * all of them write while holding one reservation; plain WRITE EXCLUSIVE
@@ -45,19 +50,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
-#define ISC_PR_KEY_PREFIX 0x686c756e00000000ull /* "hlun": our keys; the gateway id below */
-#define ISC_PR_KEY_MASK   0xffffffffffff0000ull
+#define ISC_PR_KEY_PREFIX 0x686c750000000000ull /* "hlu": our keys; a run, the gateway id */
+#define ISC_PR_KEY_MASK   0xffffff0000000000ull
 #define ISC_PR_TYPE       SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
 #define ISC_CTL_TIMEOUT_S 5   /* a PR command of the ownership thread */
 #define ISC_CTL_TRIES     5   /* unit attentions and one reconnect */
 #define ISC_PR_KEYS_MAX   256 /* READ KEYS: registrations looked at */
 
-/* ---- keys: "hlun" + the gateway id ---- */
+/* ---- keys: "hlu" + a run + the gateway id ---- */
 
 uint64_t origin_iscsi_pr_key(uint16_t gw)
 {
-	return ISC_PR_KEY_PREFIX | gw;
+	uint32_t run = 0;
+
+	/* never 0 (a run of 0 with gateway 0 would be key 0, "no key") */
+	while (!run) {
+		if (getrandom(&run, sizeof(run), 0) != sizeof(run))
+			run = (uint32_t)hl_now_ns() ^ ((uint32_t)getpid() << 8);
+		run &= 0xffffff;
+	}
+	return ISC_PR_KEY_PREFIX | (uint64_t)run << 16 | gw;
 }
 
 /* The gateway id in one of our keys, 0 for anything else (a key of another initiator). */
@@ -386,6 +401,30 @@ static int pr_read_new(struct hl_origin *o, bool keys, struct pr_state **st)
 	return rc;
 }
 
+/*
+ * Remove victim's registrations as the holder of the reservation, and abort
+ * the commands its I_T nexuses still have queued in the SAN (PREEMPT AND
+ * ABORT): a write an old owner left there (timed out on its side, or given
+ * up by a drain) must not land after the new owner's writes. A SAN without
+ * AND ABORT gets a plain PREEMPT, said once: such a write may then still
+ * land. ctl_lock held. @return pr_out's.
+ */
+static int pr_preempt(struct hl_origin *o, uint64_t victim)
+{
+	struct isc_origin *io = io_of(o);
+	int rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->pr_key, victim);
+
+	if (rc == -EINVAL) {
+		if (!atomic_exchange(&io->no_abort, true))
+			HL_WARN(ISC_COMPONENT,
+			        "%s: the SAN refuses PREEMPT AND ABORT: taking over with PREEMPT, "
+			        "a write an old owner left queued in the SAN may still land after it",
+			        o->uri);
+		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, victim);
+	}
+	return rc;
+}
+
 static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info *info)
 {
 	memset(info, 0, sizeof(*info));
@@ -393,6 +432,7 @@ static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info
 	info->epoch = st->generation;
 	info->has_beat = false; /* PR has no heartbeat: a standby takes over on request only */
 	info->released = !st->held;
+	info->this_run = st->held && st->holder == self;
 	for (unsigned i = 0; i < st->nkeys; i++) {
 		uint16_t gw = pr_key_gateway(st->keys[i]);
 
@@ -409,18 +449,20 @@ static int own_check_gw(struct isc_origin *io, uint16_t gw)
 }
 
 /*
- * Take the reservation: register, then RESERVE (free) or PREEMPT (force,
- * or a holder with our own key: a previous life of this gateway, whose
- * PR session had another ISID). Then drop every other registration of
- * ours and of other gateways: stale ones of an old owner's data sessions
- * would still let it write, since a registrants-only reservation lets
- * every registrant write.
+ * Take the reservation: register, then RESERVE (free) or PREEMPT (force; a
+ * holder with another key of our own gateway id is another process, an
+ * earlier run or a duplicate: taken only by force, like any other owner).
+ * Then drop every other registration of ours and of other gateways: stale
+ * ones of an old owner's data sessions would still let it write, since a
+ * registrants-only reservation lets every registrant write.
  */
 int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force,
                              char *why, size_t whylen)
 {
 	struct isc_origin *io = io_of(o);
 	struct pr_state *st;
+	uint64_t from_key;
+	uint32_t from_gen, moves = 0; /* PR OUT commands of ours that moved PRgeneration */
 	int rc;
 
 	(void)epoch; /* nowhere to keep it on the SAN: PRgeneration is what peers see */
@@ -430,11 +472,15 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	if (!st)
 		return -ENOMEM;
 	pthread_mutex_lock(&io->ctl_lock);
+	io->acq_exact = false;
 	rc = pr_read(o, st, false);
 	if (rc) {
 		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
 		goto out;
 	}
+	/* what a proof of an earlier run is checked against (origin_iscsi_proof_check) */
+	from_key = st->held ? st->holder : 0;
+	from_gen = st->generation;
 	if (st->held && st->holder != io->pr_key && !pr_key_gateway(st->holder)) {
 		snprintf(why, whylen, "reserved by another initiator (key 0x%016llx)",
 		         (unsigned long long)st->holder);
@@ -442,7 +488,8 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		goto out;
 	}
 	if (st->held && st->holder != io->pr_key && !force) {
-		snprintf(why, whylen, "owned by gateway %u", pr_key_gateway(st->holder));
+		snprintf(why, whylen, "owned by gateway %u%s", pr_key_gateway(st->holder),
+		         pr_key_gateway(st->holder) == gw ? " (another process with this id)" : "");
 		rc = -EBUSY;
 		goto out;
 	}
@@ -451,6 +498,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		snprintf(why, whylen, "REGISTER: %s", strerror(-rc));
 		goto out;
 	}
+	moves++;
 	if (!st->held) {
 		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RESERVE, io->pr_key, 0);
 		if (rc == -EBADE) {
@@ -465,19 +513,22 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		/*
 		 * The fence: the holder's registrations go, the SAN refuses its
 		 * writes; AND ABORT also drops the commands it has queued there, so
-		 * none of its writes lands after this returns. PREEMPT alone where
-		 * the SAN lacks it (an old write may then still complete).
+		 * none of its writes lands after this returns.
 		 */
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->pr_key, st->holder);
-		if (rc == -EINVAL)
-			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->holder);
+		rc = pr_preempt(o, st->holder);
+		moves += rc == 0;
 		if (rc == -EBADE) {
 			/* our registration went in between: another gateway preempted us */
 			snprintf(why, whylen, "preempted while taking over");
 			rc = -ESHUTDOWN;
 			goto out;
 		}
-		if (rc == 0)
+		if (rc == 0 && pr_key_gateway(st->holder) == gw)
+			HL_NOTICE(ISC_COMPONENT,
+			          "%s: gateway %u preempted key 0x%016llx, another process (an "
+			          "earlier run) with this gateway id",
+			          o->uri, gw, (unsigned long long)st->holder);
+		else if (rc == 0)
 			HL_NOTICE(ISC_COMPONENT, "%s: gateway %u preempted gateway %u", o->uri, gw,
 			          pr_key_gateway(st->holder));
 	}
@@ -485,8 +536,16 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 		snprintf(why, whylen, "RESERVE/PREEMPT: %s", strerror(-rc));
 		goto out;
 	}
-	/* this nexus holds it now; preempting our own key removes our other registrations */
-	rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, io->pr_key);
+	/*
+	 * This nexus holds it now. Preempting our own key removes our other
+	 * registrations (this run's sessions of an earlier ownership); every
+	 * other gateway key goes too: after a planned release the old owner's
+	 * sessions are still registered, and a write of theirs may still be
+	 * queued in the SAN. With AND ABORT each time: nothing queued by
+	 * anyone before this acquisition lands after it.
+	 */
+	rc = pr_preempt(o, io->pr_key);
+	moves += rc == 0;
 	if (rc == 0)
 		rc = pr_read(o, st, true);
 	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
@@ -496,14 +555,17 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			/* one entry per registration: a key's first PREEMPT removed them all */
 			for (unsigned j = 0; j < i; j++)
 				seen |= st->keys[j] == st->keys[i];
-			if (!seen)
-				rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key,
-				            st->keys[i]);
+			if (!seen) {
+				rc = pr_preempt(o, st->keys[i]);
+				moves += rc == 0;
+			}
 			if (rc == -EBADE)
 				rc = 0; /* gone meanwhile (it unregistered): nothing left to remove
 				         */
 		}
 	}
+	if (rc == 0)
+		rc = pr_read(o, st, false); /* what it left: the generation proofs start from */
 	if (rc == 0 && (!st->held || st->holder != io->pr_key))
 		rc = -ESHUTDOWN;
 	if (rc) {
@@ -514,6 +576,15 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			rc = -ESHUTDOWN;
 		goto out;
 	}
+	/*
+	 * Nobody but us changed the PR state while we took it: the generation
+	 * moved by exactly our own commands. Then a proof that matched the
+	 * state we found still holds (a restart after a crash stays warm).
+	 */
+	io->acq_from_key = from_key;
+	io->acq_from_gen = from_gen;
+	io->acq_gen = st->generation;
+	io->acq_exact = st->generation == from_gen + moves;
 	atomic_store(&io->fenced, false);
 	atomic_store(&io->requested, false);
 	atomic_fetch_add(&io->own_gen, 1);
@@ -586,6 +657,7 @@ int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info)
 {
 	struct isc_origin *io = io_of(o);
 	struct pr_state *st;
+	bool registered = false;
 	int rc;
 
 	if (!io->pr_key)
@@ -596,6 +668,11 @@ int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info)
 		if (st->held && !info->owner)
 			info->released =
 			    false; /* another initiator's reservation: not ours to take */
+		/* our request's registration gone while another holds it: refused */
+		for (unsigned i = 0; i < st->nkeys; i++)
+			registered |= st->keys[i] == io->pr_key;
+		info->refused = atomic_load(&io->requested) && st->held &&
+		                st->holder != io->pr_key && !registered;
 	}
 	free(st);
 	return rc;
@@ -618,6 +695,44 @@ int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw)
 }
 
 /*
+ * Refuse a request: the asker's registrations (keys of its gateway id other
+ * than the holder's) go, with a plain PREEMPT (its PR session has nothing
+ * queued worth aborting); the asker's peek sees its key gone (info.refused)
+ * and does not preempt us. Moves PRgeneration, as the request did.
+ */
+int origin_iscsi_own_refuse(struct hl_origin *o, uint16_t gw, uint16_t requester)
+{
+	struct isc_origin *io = io_of(o);
+	struct pr_state *st;
+	int rc;
+
+	if (own_check_gw(io, gw) || !requester || requester == gw)
+		return -EINVAL;
+	st = malloc(sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_lock(&io->ctl_lock);
+	rc = pr_read(o, st, true);
+	if (rc == 0 && (!st->held || st->holder != io->pr_key))
+		rc = -ESHUTDOWN; /* not ours: nothing to refuse */
+	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
+		bool seen = false;
+
+		if (pr_key_gateway(st->keys[i]) != requester || st->keys[i] == st->holder)
+			continue;
+		for (unsigned j = 0; j < i; j++)
+			seen |= st->keys[j] == st->keys[i];
+		if (!seen)
+			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->keys[i]);
+		if (rc == -EBADE)
+			rc = 0; /* it unregistered meanwhile */
+	}
+	pthread_mutex_unlock(&io->ctl_lock);
+	free(st);
+	return rc;
+}
+
+/*
  * Warm restart proofs, for a gateway (hl_origin_opts.gateway; a lone
  * gateway proves nothing: nothing on a SAN LUN tells whether another
  * initiator wrote it while hotlund was down, and the disk starts cold
@@ -628,8 +743,9 @@ int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw)
  * reservation only our nexuses can write, and every change of holder or
  * registrations moves PRgeneration; our own writes after the proof move it
  * too (each session re-registers before its first write after a proof,
- * origin_iscsi_pr_ready). So: still our key, same PRgeneration -> unchanged;
- * anything else -> cannot tell. A proof is not taken while a write is out:
+ * origin_iscsi_pr_ready). So: still the proof's key (this run's, or an
+ * earlier run's of this gateway id: a restart), same PRgeneration ->
+ * unchanged; anything else -> cannot tell. A proof is not taken while a write is out:
  * it could complete after the proof without having moved PRgeneration.
  * A release ends what a proof can show (nothing is reserved then).
  */
@@ -700,7 +816,7 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 		snprintf(why, whylen, "iscsi origin without a gateway id proves nothing");
 		return -ESTALE;
 	}
-	if (key != io->pr_key) {
+	if (pr_key_gateway(key) != io->gateway) {
 		snprintf(why, whylen, "the proof is of another gateway's key");
 		return -ESTALE;
 	}
@@ -708,22 +824,43 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 		snprintf(why, whylen, "size changed");
 		return -ESTALE;
 	}
-	rc = pr_read_new(o, false, &st);
+	st = malloc(sizeof(*st));
 	if (!st) {
 		snprintf(why, whylen, "out of memory");
 		return -ESTALE;
 	}
+	pthread_mutex_lock(&io->ctl_lock);
+	rc = pr_read(o, st, false);
+	/*
+	 * Taken over since by this run from exactly the proof's state, and left
+	 * alone since: the reservation was held by the proof's key, or ours,
+	 * throughout, with no registration but our acquisition's own.
+	 */
+	bool acquired = io->acq_exact && atomic_load(&io->owned) && io->acq_from_key == key &&
+	                io->acq_from_gen == gen;
+	uint32_t acq_gen = io->acq_gen;
+	pthread_mutex_unlock(&io->ctl_lock);
+	bool same = !rc && st->held && st->holder == key && st->generation == gen;
+	bool since = !rc && st->held && acquired && st->holder == io->pr_key;
+
 	if (rc)
 		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
 	else if (!st->held)
 		snprintf(why, whylen, "no reservation (released or lost)");
-	else if (st->holder != io->pr_key)
-		snprintf(why, whylen, "reserved by key 0x%016llx", (unsigned long long)st->holder);
-	else if (st->generation != gen)
-		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
-	else
+	else if (same)
 		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
-	rc = !rc && st->held && st->holder == io->pr_key && st->generation == gen ? 0 : -ESTALE;
+	else if (since && st->generation == acq_gen)
+		snprintf(why, whylen,
+		         "held by this gateway throughout (PRgeneration %u, %u after this run took it)",
+		         gen, acq_gen);
+	else if (since)
+		snprintf(why, whylen, "PRgeneration %u, %u after this run took it", st->generation,
+		         acq_gen);
+	else if (st->holder != key)
+		snprintf(why, whylen, "reserved by key 0x%016llx", (unsigned long long)st->holder);
+	else
+		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
+	rc = same || (since && st->generation == acq_gen) ? 0 : -ESTALE;
 	free(st);
 	return rc;
 }

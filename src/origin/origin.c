@@ -186,6 +186,7 @@ int hl_origin_wrap(struct hl_origin *inner, const struct hl_origin_ops *ops, con
 	o->can_discard = inner->can_discard;
 	o->zeroes_after_discard = inner->zeroes_after_discard;
 	o->sole_writer = inner->sole_writer;
+	o->immutable = inner->immutable;
 	o->inner = inner;
 	hl_origin_forward_events(inner, o); /* a resize or fence reaches the layer above */
 	*out = o;

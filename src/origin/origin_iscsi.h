@@ -46,16 +46,22 @@ struct isc_origin {
 	unsigned nsessions;
 	/* ownership among gateways (hl_origin_opts.gateway); see iscsi_pr.c */
 	uint16_t gateway;
-	uint64_t pr_key;          /* origin_iscsi_pr_key(gateway); 0: a lone gateway, none */
+	uint64_t pr_key;          /* origin_iscsi_pr_key(gateway): this run's; 0: a lone gateway */
 	atomic_bool owned;        /* own_acquire succeeded; no release or fence since */
 	atomic_bool fenced;       /* the SAN refused a write, or a check found another holder */
 	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
 	atomic_bool no_aptpl;     /* the SAN refused APTPL = 1: registrations without it */
+	atomic_bool no_abort;     /* the SAN refused PREEMPT AND ABORT once (logged) */
 	atomic_bool requested;    /* own_request registered our key: a failed acquire keeps it */
 	atomic_uint proof_epoch;  /* counts proof_take calls: a session's next write re-registers */
 	atomic_uint writes_out;   /* gateway: writes submitted and not yet completed */
 	pthread_mutex_t ctl_lock; /* guards ctl: the ownership thread's PR session */
 	struct iscsi_context *ctl; /* ISID qualifier 0; NULL until the first own_* op */
+	/* the last own_acquire, for proof_check (ctl_lock) */
+	uint64_t acq_from_key; /* the holder it found (0: none) */
+	uint32_t acq_from_gen; /* the PRgeneration it found */
+	uint32_t acq_gen;      /* the PRgeneration it left */
+	bool acq_exact;        /* only its own commands moved PRgeneration in between */
 };
 
 enum isc_state {
@@ -157,7 +163,12 @@ static inline bool pr_write_refused(const struct isc_origin *io, enum hl_io_op o
 	        atomic_load_explicit(&io->fenced, memory_order_acquire));
 }
 
-/** The reservation key of gateway gw: "hlun" + its id (0x686c756e0000GGGG). */
+/**
+ * A reservation key for this run of gateway gw: "hlu", 24 random bits, the
+ * gateway id (0x686c75RRRRRRGGGG). Each process draws its own, so that two
+ * processes with one gateway id never mistake each other's reservation for
+ * their own; every gateway still reads the owner's id from the key.
+ */
 uint64_t origin_iscsi_pr_key(uint16_t gw);
 
 /**
@@ -175,7 +186,7 @@ void origin_iscsi_reg_drop(struct isc_session *s);
 /** Close the ownership thread's PR session, if any (ctl_lock held, or no own_* op can run). */
 void origin_iscsi_ctl_drop(struct isc_origin *io);
 
-/** See hl_origin_ops.own_acquire .. own_request (the ownership thread; ctl_lock taken inside). */
+/** See hl_origin_ops.own_acquire .. own_refuse (the ownership thread; ctl_lock taken inside). */
 int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force,
                              char *why, size_t whylen);
 int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
@@ -183,6 +194,7 @@ int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
 int origin_iscsi_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch);
 int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info);
 int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw);
+int origin_iscsi_own_refuse(struct hl_origin *o, uint16_t gw, uint16_t requester);
 
 /** See hl_origin_ops.proof_take / proof_check: "iscsi-pr:KEY:PRGENERATION:SIZE". */
 int origin_iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,

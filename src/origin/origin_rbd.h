@@ -54,6 +54,9 @@ struct rbd_origin {
 	bool handles_init;
 	atomic_uint gen;   /* written under handles (write) */
 	atomic_bool owned; /* own_acquire succeeded; no release or fence since */
+	atomic_uint writes_out;    /* gateway: writes handed to librbd, not yet finished */
+	atomic_uint unsure_writes; /* gateway: writes since own_acquire whose outcome is
+	                              unknown (timed out, failed): they may land later */
 	/* the ownership thread's own (the own_* ops run on one thread) */
 	uint64_t beat;     /* the last heartbeat we wrote */
 	uint64_t done_seq; /* the last hand-over request (hotlun_request) dealt with */

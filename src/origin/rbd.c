@@ -359,6 +359,20 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 		HL_ERR(RBD_LOG, "rbd:%s: expected rbd:POOL/IMAGE[@SNAP]", target);
 		return rc;
 	}
+	if (opts->gateway && opts->read_only && !r->snap[0]) {
+		/*
+		 * Shared by gateways, yet read-only here: a read-only client takes
+		 * no lock, so another client may write the image behind every
+		 * gateway's cache, and it cannot take part in ownership either.
+		 * Only a snapshot, which nobody can write, is served by all.
+		 */
+		HL_ERR(RBD_LOG,
+		       "rbd:%s: a read-only image shared by gateways must be a snapshot "
+		       "(rbd:POOL/IMAGE@SNAP: every gateway serves it); without read_only the "
+		       "gateways own the image in turn",
+		       target);
+		return -EINVAL;
+	}
 	r->gateway = opts->gateway;
 	if (r->gateway) {
 		rc = -pthread_rwlock_init(&r->handles, NULL);
@@ -425,6 +439,7 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 	}
 	o->size = size;
 	o->read_only = r->snap[0] || opts->read_only;
+	o->immutable = r->snap[0] != '\0'; /* snapshots never change while they exist */
 	o->can_discard = !o->read_only;
 	o->zeroes_after_discard = true; /* librbd discards read back as zeroes */
 	o->phys_block_size = 4096;
@@ -446,6 +461,27 @@ static void origin_rbd_close(struct hl_origin *o)
 	rbd_close_all(ro_of(o));
 }
 
+/* Ops that change the image. */
+static bool rbd_op_writes(enum hl_io_op op)
+{
+	return op == HL_IO_WRITE || op == HL_IO_DISCARD || op == HL_IO_WRITE_ZEROES ||
+	       op == HL_IO_COMPARE_AND_WRITE;
+}
+
+/*
+ * Several gateways: a write finished. One that failed without a clear "not
+ * written" (timed out, an I/O error) may still reach an OSD later: counted,
+ * so that a release does not let the next owner write before it is fenced
+ * (rbd_own.c, origin_rbd_own_release).
+ */
+static void rbd_write_done(struct rbd_origin *r, int result)
+{
+	atomic_fetch_sub(&r->writes_out, 1);
+	if (result != 0 && result != -EILSEQ && result != -EROFS && result != -ESHUTDOWN &&
+	    result != -EINVAL)
+		atomic_fetch_add(&r->unsure_writes, 1);
+}
+
 /* On the submitting reactor. */
 static void rbd_finish(void *arg)
 {
@@ -453,6 +489,9 @@ static void rbd_finish(void *arg)
 	struct rbd_io *rio = rio_of(io);
 	ssize_t res = rio->result;
 	int result = res < 0 ? (int)res : 0;
+
+	if (ro_of(rio->origin)->gateway && rbd_op_writes(io->op))
+		rbd_write_done(ro_of(rio->origin), result);
 
 	if (result == -ESHUTDOWN) {
 		origin_rbd_fence(rio->origin, result, rio->gen);
@@ -601,6 +640,9 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 		default:
 			rc = -EOPNOTSUPP;
 		}
+	/* its completion runs on this reactor, after this returns */
+	if (rc >= 0 && r->gateway && rbd_op_writes(io->op))
+		atomic_fetch_add(&r->writes_out, 1);
 	handles_done(r);
 	if (rc < 0) {
 		rbd_aio_release(rio->completion);

@@ -172,12 +172,17 @@ bool origin_rbd_fence_probe(struct hl_origin *o)
  * a record every gateway can read, object hotlun_owner.IMAGEID in the
  * image's pool, one line
  *
- *   owner=G epoch=E beat=N state=owned|released done=S addr=A
+ *   owner=G epoch=E beat=N state=owned|released|released-fence done=S addr=A
  *
  * written only by the lock's holder (at acquire, at every renew, at
  * release): G its gateway id, E its epoch, N a heartbeat that goes on
  * counting across owners, S the last hand-over request it dealt with, A
- * its client's address as the lock shows it. A blocklisted client's write
+ * its client's address as the lock shows it. released-fence: handed over
+ * with writes whose outcome is unknown (timed out, or still out: a librados
+ * op timeout cancels the op here, not at the OSD, which may still apply it
+ * later); the owner then keeps the lock and blocklists its own client, and
+ * the taker breaks the lock (blocklisting that client, and waiting for the
+ * OSD map that says so) before it writes anything. A blocklisted client's write
  * fails (-EBLOCKLISTED, i.e. -ESHUTDOWN): a renew's write that succeeds is
  * its round trip proving the image still ours.
  *
@@ -193,6 +198,7 @@ struct own_record {
 	uint16_t owner;
 	uint64_t epoch, beat, done;
 	bool released;
+	bool fence; /* released-fence */
 	char addr[128];
 };
 
@@ -240,13 +246,15 @@ static int record_read(struct rbd_origin *r, struct own_record *rec)
 		return rc;
 	if (sscanf(buf, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s", &owner,
 	           &epoch, &beat, state, &done, rec->addr) != 6 ||
-	    owner > UINT16_MAX || (strcmp(state, "owned") && strcmp(state, "released")))
+	    owner > UINT16_MAX ||
+	    (strcmp(state, "owned") && strcmp(state, "released") && strcmp(state, "released-fence")))
 		return -EBADMSG;
 	rec->owner = (uint16_t)owner;
 	rec->epoch = epoch;
 	rec->beat = beat;
 	rec->done = done;
-	rec->released = !strcmp(state, "released");
+	rec->fence = !strcmp(state, "released-fence");
+	rec->released = rec->fence || !strcmp(state, "released");
 	return 0;
 }
 
@@ -258,7 +266,10 @@ static int record_write(struct rbd_origin *r, const struct own_record *rec)
 
 	n = snprintf(buf, sizeof(buf), "owner=%u epoch=%llu beat=%llu state=%s done=%llu addr=%s\n",
 	             rec->owner, (unsigned long long)rec->epoch, (unsigned long long)rec->beat,
-	             rec->released ? "released" : "owned", (unsigned long long)rec->done,
+	             rec->fence      ? "released-fence"
+	             : rec->released ? "released"
+	                             : "owned",
+	             (unsigned long long)rec->done,
 	             rec->addr[0] ? rec->addr : "-");
 	return own_obj_write(r, OWN_RECORD, buf, n);
 }
@@ -465,6 +476,7 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 		r->own_addr[0] = '\0';
 	r->own_gw = gw;
 	r->own_epoch = epoch;
+	atomic_store(&r->unsure_writes, 0); /* an earlier ownership's: fenced or released since */
 	rec =
 	    (struct own_record){.owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
 	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
@@ -538,7 +550,8 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 		if (rc == 0)
 			r->beat = rec.beat;
 	}
-	if (rc == 0 && request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq && rgw != gw)
+	/* a request of our own id was made by another process with our id (ours is done) */
+	if (rc == 0 && request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq)
 		info->requester = rgw;
 	handles_done(r);
 	if (rc == -ESHUTDOWN)
@@ -549,7 +562,34 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 	info->epoch = epoch;
 	info->beat = r->beat;
 	info->has_beat = true;
+	info->this_run = true;
 	return 0;
+}
+
+/*
+ * Under handles: writes of ours whose outcome is unknown may still land:
+ * shut our own client out (blocklist) before anyone else writes. The lock
+ * stays with the blocklisted client; the taker breaks it. @return 0 when
+ * blocklisted (the caller fences the origin: a new client at the next peek).
+ */
+static int fence_self(struct hl_origin *o, unsigned unsure)
+{
+	struct rbd_origin *r = ro_of(o);
+	int rc = r->own_addr[0] ? rados_blocklist_add(r->cluster, r->own_addr, 0) : -ENOENT;
+
+	if (rc == 0)
+		HL_NOTICE(RBD_LOG,
+		          "%s: handed over with %u write(s) of unknown outcome: this client (%s) "
+		          "blocklisted itself, so none of them lands after the next owner's",
+		          o->uri, unsure, r->own_addr);
+	else
+		HL_WARN(RBD_LOG,
+		        "%s: handed over with %u write(s) of unknown outcome, and cannot blocklist "
+		        "this client (%s): %s; the lock stays with it, the next owner breaks it "
+		        "(which blocklists it) before it writes",
+		        o->uri, unsure, r->own_addr[0] ? r->own_addr : "address unknown",
+		        strerror(-rc));
+	return rc;
 }
 
 int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
@@ -559,7 +599,8 @@ int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	int rc = own_check(o), wrc, lrc;
 	uint16_t rgw;
 	uint64_t rseq;
-	unsigned gen;
+	unsigned gen, unsure;
+	bool self_fenced = false;
 
 	if (rc)
 		return rc;
@@ -570,19 +611,27 @@ int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	handles_read(r);
 	gen = atomic_load(&r->gen);
 	rc = rbd_flush(r->image);
+	/* after the flush: what is still out, or failed without "not written", may land later */
+	unsure = atomic_load(&r->unsure_writes) + atomic_load(&r->writes_out);
 	/* every request made so far is answered by this release */
 	if (request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq)
 		r->done_seq = rseq;
 	rec.beat = ++r->beat;
 	rec.done = r->done_seq;
+	rec.fence = unsure > 0;
 	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
 	/* the record first: a standby that reads "released" finds the lock free a moment later */
 	wrc = record_write(r, &rec);
-	lrc = rbd_lock_release(r->image);
+	if (unsure) {
+		lrc = 0; /* the lock stays: the taker breaks it */
+		self_fenced = wrc == 0 && fence_self(o, unsure) == 0;
+	} else {
+		lrc = rbd_lock_release(r->image);
+	}
 	handles_done(r);
 	rc = rc < 0 ? rc : wrc < 0 ? wrc : lrc;
-	if (rc == -ESHUTDOWN)
-		origin_rbd_fence(o, rc, gen);
+	if (rc == -ESHUTDOWN || self_fenced)
+		origin_rbd_fence(o, -ESHUTDOWN, gen);
 	if (rc < 0)
 		HL_WARN(RBD_LOG, "%s: release: %s", o->uri, strerror(-rc));
 	return rc < 0 ? rc : 0;
@@ -617,6 +666,9 @@ int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info)
 	info->beat = rec.beat;
 	info->has_beat = true;
 	info->released = rec.released;
+	info->fence = rec.fence;
+	/* our id in the record, written by this process (its client's lock address) or not */
+	info->this_run = rec.owner == r->gateway && r->own_addr[0] && !strcmp(rec.addr, r->own_addr);
 	return 0;
 }
 

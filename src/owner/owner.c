@@ -10,13 +10,33 @@
  *   OWNER --(renew: fenced)--> STANDBY
  *
  * Reactors read the result through the LU's access provider (the ALUA
- * state of each gateway's group): two atomics and a clock read, no lock.
- * The lease is what keeps a hung owner from serving stale data: an owner
- * passes media commands only while its last successful renew was sent less
- * than lease_ms ago, and a gateway that takes the disk by force (the old
- * owner silent for dead_ms, then fenced by the cluster) waits lease_ms and
- * a margin before it serves, so whatever the old owner may still believe
- * has run out by then (clocks need only run at the same rate).
+ * state of each gateway's group): a few atomics and two clock reads, no
+ * lock. The lease is what keeps a hung owner from serving stale data: an
+ * owner passes media commands only while its last successful renew was sent
+ * less than lease_ms ago, and a gateway that takes the disk by force (the
+ * old owner silent for dead_ms, then fenced by the cluster) waits lease_ms
+ * and a margin before it serves, so whatever the old owner may still
+ * believe has run out by then (clocks need only run at the same rate).
+ *
+ * Clocks (docs/gateways.md, "Limits and assumptions"). The lease runs on
+ * CLOCK_BOOTTIME, which counts a system suspend (CLOCK_MONOTONIC does
+ * not); condition waits stay on CLOCK_MONOTONIC (the only other clock a
+ * pthread condition takes) and only decide when to wake. A paused VM is
+ * worse: on common hypervisors (kvmclock, VMware, Hyper-V) MONOTONIC and
+ * BOOTTIME both stand still while it is paused, so a thawed owner would
+ * believe its lease still runs. What can be seen is seen:
+ *  - the owner's thread notices a nap that overslept, or a renew whose
+ *    round trip took longer than the lease: the lease is void at once, and
+ *    only a renew sent after that counts;
+ *  - the hypervisor's time sync (or NTP) steps CLOCK_REALTIME forward after
+ *    a pause: the reactors compare REALTIME - BOOTTIME with its value when
+ *    the last renew that counted was sent, and serve nothing while it moved
+ *    forward by more than WALL_JUMP_MS, until a renew sent after the jump
+ *    succeeds.
+ * What remains: a pause after which nothing corrects REALTIME, or a command
+ * served in the moment between the thaw and the correction, is not seen
+ * here; it is bounded only by the thawed owner's next renew (lease_ms/4),
+ * which finds it fenced.
  */
 #include "hotlun/owner.h"
 
@@ -41,6 +61,20 @@
 #define REQUEST_WAIT_MS 3000
 /* A planned handover waits at most this long for the commands in flight. */
 #define DRAIN_MS       30000
+/* A problem that lasts is logged again this often. */
+#define PROBLEM_LOG_MS 30000
+/* REALTIME moved this much ahead of BOOTTIME since the last renew: a paused VM (see above). */
+#define WALL_JUMP_MS   250
+
+/* What hl_owner_status.problem says; each clears only its own kind. */
+enum problem_kind {
+	PROB_NONE = 0,
+	PROB_PEEK,    /* a standby cannot read who owns the disk */
+	PROB_RENEW,   /* the owner cannot renew */
+	PROB_ACQUIRE, /* taking the disk failed (not "owned by another") */
+	PROB_RELEASE, /* handing it back failed */
+	PROB_DUP,     /* another process runs with our id */
+};
 
 enum own_state {
 	ST_STANDBY = 0,
@@ -69,7 +103,9 @@ struct hl_owner {
 
 	/* read by reactors */
 	_Atomic int state;             /* enum own_state */
-	_Atomic int64_t lease_until;   /* ms, monotonic: the owner serves before this */
+	_Atomic int64_t lease_until;   /* ms, CLOCK_BOOTTIME: the owner serves before this */
+	_Atomic int64_t wall_ref;      /* REALTIME - BOOTTIME (ms) when the renew that set
+	                                  lease_until was sent: a jump forward is a pause */
 	_Atomic uint16_t owner_seen;   /* the owner as last seen (us when we own it) */
 	_Atomic int64_t asking_until;  /* ms: a standby that asked for the disk reports
 	                                  transitioning until it owns it, at most this long */
@@ -87,15 +123,59 @@ struct hl_owner {
 	uint64_t transitions, takeovers;
 	int64_t last_move;             /* ms of the last gain or loss, 0: never */
 	char last[96];
+	char problem[112];             /* hl_owner_status.problem, "" none */
+	int problem_kind;              /* enum problem_kind of problem */
 	bool released_self;            /* the last move was our own planned release */
+	bool ever_owned;               /* owner thread: this process owned the disk once */
+	int64_t dup_log;               /* owner thread: when the last duplicate id was logged */
 };
 
+static int64_t ts_ms(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000 + ts->tv_nsec / 1000000;
+}
+
+/* The lease's clock: it counts a suspend (a paused VM's may still stand still: see above). */
 static int64_t now_ms(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return ts_ms(&ts);
+}
+
+/*
+ * REALTIME - BOOTTIME in ms, and BOOTTIME in *now. BOOTTIME is read between
+ * two REALTIME reads, which are taken again if they lie apart (this thread
+ * was preempted between them, or REALTIME was stepped right then): a late
+ * read must not look like a jump.
+ */
+static int64_t wall_off_ms(int64_t *now)
+{
+	struct timespec b, w1, w2;
+
+	for (int i = 0;; i++) {
+		clock_gettime(CLOCK_REALTIME, &w1);
+		clock_gettime(CLOCK_BOOTTIME, &b);
+		clock_gettime(CLOCK_REALTIME, &w2);
+		if (ts_ms(&w2) - ts_ms(&w1) <= 5 || i == 3)
+			break;
+	}
+	*now = ts_ms(&b);
+	return ts_ms(&w1) - *now;
+}
+
+/*
+ * The owner's lease runs: its last counted renew was sent less than lease_ms
+ * ago on BOOTTIME, and REALTIME has not jumped ahead of BOOTTIME since (a
+ * paused VM whose clock the hypervisor's time sync stepped forward).
+ */
+static bool lease_runs(struct hl_owner *ow)
+{
+	int64_t now, off = wall_off_ms(&now);
+
+	return now < atomic_load(&ow->lease_until) &&
+	       off - atomic_load(&ow->wall_ref) <= WALL_JUMP_MS;
 }
 
 /* ---- the LU's access provider (reactors; no lock) ---- */
@@ -105,8 +185,7 @@ static enum hl_alua_state own_group_state(struct hl_owner *ow)
 	switch (atomic_load(&ow->state)) {
 	case ST_OWNER:
 		/* an owner whose lease ran out serves nothing until a renew succeeds */
-		return now_ms() < atomic_load(&ow->lease_until) ? HL_ALUA_AO
-		                                                : HL_ALUA_TRANSITIONING;
+		return lease_runs(ow) ? HL_ALUA_AO : HL_ALUA_TRANSITIONING;
 	case ST_ACQUIRING:
 	case ST_RELEASING:
 		return HL_ALUA_TRANSITIONING;
@@ -134,7 +213,7 @@ static bool access_serving(void *arg)
 	struct hl_owner *ow = arg;
 	int st = atomic_load(&ow->state);
 
-	return (st == ST_OWNER || st == ST_RELEASING) && now_ms() < atomic_load(&ow->lease_until);
+	return (st == ST_OWNER || st == ST_RELEASING) && lease_runs(ow);
 }
 
 static enum hl_alua_state access_state(void *arg, uint16_t tpg)
@@ -195,6 +274,33 @@ static void set_last(struct hl_owner *ow, const char *fmt, ...)
 	pthread_mutex_unlock(&ow->lock);
 }
 
+static void set_problem(struct hl_owner *ow, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A problem an admin must see (hotlunctl stats); the caller logs it. */
+static void set_problem(struct hl_owner *ow, int kind, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&ow->lock);
+	va_start(ap, fmt);
+	vsnprintf(ow->problem, sizeof(ow->problem), fmt, ap);
+	va_end(ap);
+	ow->problem_kind = kind;
+	pthread_mutex_unlock(&ow->lock);
+}
+
+/* The problem of this kind is over (another kind stays until it is over too). */
+static void clear_problem(struct hl_owner *ow, int kind)
+{
+	pthread_mutex_lock(&ow->lock);
+	if (ow->problem_kind == kind) {
+		ow->problem[0] = '\0';
+		ow->problem_kind = PROB_NONE;
+	}
+	pthread_mutex_unlock(&ow->lock);
+}
+
 /* Our group's state changed: every nexus hears ASYMMETRIC ACCESS STATE CHANGED. */
 static void set_state(struct hl_owner *ow, enum own_state st)
 {
@@ -228,10 +334,25 @@ static struct timespec mono_after(int64_t ms)
 	return ts;
 }
 
+/*
+ * This thread was away far longer than it asked (a suspend, a stopped
+ * process, a starved host): whatever the lease still says, it is void now;
+ * the next renew, sent after this, decides again.
+ */
+static void lease_void(struct hl_owner *ow, const char *what, int64_t late_ms)
+{
+	if (atomic_exchange(&ow->lease_until, 0) == 0)
+		return;
+	HL_WARN(OWN_LOG, "disk %s: %s %lld ms late (this gateway was paused or starved): "
+	        "serving nothing until a renew sent now succeeds", ow->disk, what,
+	        (long long)late_ms);
+}
+
 /* Sleep up to ms, or until kicked. @return false when asked to stop. */
 static bool nap(struct hl_owner *ow, int64_t ms)
 {
 	struct timespec ts = mono_after(ms < 1 ? 1 : ms);
+	int64_t t0 = now_ms(), late;
 	bool go;
 
 	pthread_mutex_lock(&ow->lock);
@@ -240,20 +361,54 @@ static bool nap(struct hl_owner *ow, int64_t ms)
 	ow->kick = false;
 	go = !ow->stop;
 	pthread_mutex_unlock(&ow->lock);
+	late = now_ms() - t0 - ms;
+	if (late > ow->lease_ms)
+		lease_void(ow, "woke", late);
 	return go;
 }
 
-/* A renew: the lease runs from the moment it was sent. @return the op's result. */
+/*
+ * A renew: the lease runs from the moment it was sent, and the wall clock's
+ * offset then is what a later jump is measured from. A renew that took
+ * longer than the lease proves nothing about now. @return the op's result.
+ */
 static int renew(struct hl_owner *ow, struct hl_own_info *info)
 {
-	int64_t sent = now_ms();
+	int64_t sent, off = wall_off_ms(&sent), took;
 	int rc;
 
 	memset(info, 0, sizeof(*info));
 	rc = ow->backend->ops->own_renew(ow->backend, ow->gw, ow->epoch, info);
-	if (rc == 0)
+	took = now_ms() - sent;
+	if (rc == 0 && took > ow->lease_ms) {
+		lease_void(ow, "a renew came back", took - ow->lease_ms);
+	} else if (rc == 0) {
+		atomic_store(&ow->wall_ref, off);
 		atomic_store(&ow->lease_until, sent + ow->lease_ms);
+	}
 	return rc;
+}
+
+/*
+ * A peer asks for the disk while this gateway will not hand it over (it
+ * moved less than hold_ms ago, or it is taking it over or handing it over
+ * right now): say no through the cluster, where it can (own_refuse), so an
+ * asker that cannot tell a slow owner from a dead one (a SAN, no
+ * heartbeat) does not take it by force. Then it may ask again later.
+ */
+static void refuse(struct hl_owner *ow, const struct hl_own_info *info, uint16_t keep_for,
+                   const char *why)
+{
+	uint16_t r = info->requester;
+
+	if (!r || r == ow->gw || r == keep_for || !ow->backend->ops->own_refuse)
+		return;
+	int rc = ow->backend->ops->own_refuse(ow->backend, ow->gw, r);
+	if (rc)
+		HL_WARN(OWN_LOG, "disk %s: cannot refuse gateway %u's request (%s): %s", ow->disk, r,
+		        why, strerror(-rc));
+	else
+		HL_NOTICE(OWN_LOG, "disk %s: gateway %u asked for it; refused (%s)", ow->disk, r, why);
 }
 
 /* The cache's revalidation, on a thread of its own while the owner's thread renews. */
@@ -297,7 +452,10 @@ static int gain(struct hl_owner *ow)
 		return ow->hooks.gained(ow->hooks.arg);
 	while (!done) {
 		struct timespec next = mono_after(ow->lease_ms / 4);
-		fenced |= renew(ow, &info) == -ESHUTDOWN;
+		int rc = renew(ow, &info);
+		fenced |= rc == -ESHUTDOWN;
+		if (rc == 0)
+			refuse(ow, &info, 0, "taking it over");
 		pthread_mutex_lock(&ow->lock);
 		/* gain_main broadcasts when done; other wake-ups just wait on */
 		while (!job.done && pthread_cond_timedwait(&ow->cond, &ow->lock, &next) != ETIMEDOUT)
@@ -309,14 +467,27 @@ static int gain(struct hl_owner *ow)
 	return fenced ? -ESHUTDOWN : job.rc;
 }
 
-/* Hand a disk we just acquired back to the cluster without serving it. */
+/*
+ * Hand a disk we just acquired back to the cluster without serving it. A
+ * release that fails leaves the cluster saying we own it: no peer takes it
+ * until it looks dead (rbd) or asks (SAN). Said, not swallowed.
+ */
 static void give_back(struct hl_owner *ow)
 {
-	ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+	int rc = ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
+
 	if (ow->hooks.lost)
 		ow->hooks.lost(ow->hooks.arg);
 	atomic_store(&ow->lease_until, 0);
 	set_state(ow, ST_STANDBY);
+	if (rc) {
+		set_problem(ow, PROB_RELEASE, "gave it back unused, but the release failed: %s",
+		            strerror(-rc));
+		HL_WARN(OWN_LOG, "disk %s: gave it back unused, but the release failed (%s): peers "
+		        "take it only once it looks dead or they ask", ow->disk, strerror(-rc));
+	} else {
+		clear_problem(ow, PROB_RELEASE);
+	}
 }
 
 /*
@@ -337,11 +508,15 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	rc = ow->backend->ops->own_acquire(ow->backend, ow->gw, epoch, force, err, sizeof(err));
 	if (rc) {
 		set_state(ow, ST_STANDBY);
-		if (rc != -EBUSY)
+		if (rc != -EBUSY) {
+			set_problem(ow, PROB_ACQUIRE, "cannot take ownership: %s%s%s", strerror(-rc),
+			            *err ? ": " : "", err);
 			HL_WARN(OWN_LOG, "disk %s: cannot take ownership (%s): %s%s%s", ow->disk, why,
 			        strerror(-rc), *err ? ": " : "", err);
+		}
 		return;
 	}
+	clear_problem(ow, PROB_ACQUIRE);
 	ow->epoch = epoch;
 	atomic_store(&ow->owner_seen, ow->gw);
 	if (force) {
@@ -352,7 +527,8 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 		 */
 		int64_t until = now_ms() + ow->lease_ms + FENCE_MARGIN_MS;
 		while (now_ms() < until) {
-			renew(ow, &info);
+			if (renew(ow, &info) == 0)
+				refuse(ow, &info, 0, "taking it over");
 			if (!nap(ow, HL_MIN((int64_t)ow->lease_ms / 4, until - now_ms()))) {
 				give_back(ow); /* stopping: never serve before the wait is over */
 				return;
@@ -371,6 +547,7 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	pthread_mutex_lock(&ow->lock);
 	ow->want = false;
 	pthread_mutex_unlock(&ow->lock);
+	ow->ever_owned = true;
 	moved(ow, force, false);
 	set_state(ow, ST_OWNER);
 	set_last(ow, "gained (%s) epoch %llu in %lld ms", why, (unsigned long long)epoch,
@@ -379,8 +556,11 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	          ow->disk, ow->gw, why, (unsigned long long)epoch, (long long)(now_ms() - t0));
 }
 
-/* Planned: stop serving, let the commands in flight finish, record the proof, release. */
-static void release(struct hl_owner *ow, const char *why)
+/*
+ * Planned: stop serving, let the commands in flight finish, record the
+ * proof, release. for_gw: the peer that asked (its request stands), 0.
+ */
+static void release(struct hl_owner *ow, const char *why, uint16_t for_gw)
 {
 	int64_t t0 = now_ms(), deadline = t0 + DRAIN_MS;
 
@@ -391,7 +571,8 @@ static void release(struct hl_owner *ow, const char *why)
 		if (now_ms() - renewed >= ow->lease_ms / 4) {
 			struct hl_own_info info;
 			renewed = now_ms();
-			renew(ow, &info);
+			if (renew(ow, &info) == 0)
+				refuse(ow, &info, for_gw, "handing it over");
 		}
 		struct timespec ts = {0, 2 * 1000000};
 		nanosleep(&ts, NULL);
@@ -409,8 +590,17 @@ static void release(struct hl_owner *ow, const char *why)
 	moved(ow, false, true);
 	set_state(ow, ST_STANDBY);
 	set_last(ow, "handed over (%s) in %lld ms", why, (long long)(now_ms() - t0));
-	HL_NOTICE(OWN_LOG, "disk %s: handed over (%s) in %lld ms%s%s", ow->disk, why,
-	          (long long)(now_ms() - t0), rc ? "; release: " : "", rc ? strerror(-rc) : "");
+	if (rc) {
+		set_problem(ow, PROB_RELEASE, "handed over, but the release failed: %s",
+		            strerror(-rc));
+		HL_WARN(OWN_LOG, "disk %s: handed over (%s) in %lld ms, but the release failed (%s): "
+		        "peers take it only once it looks dead or they ask", ow->disk, why,
+		        (long long)(now_ms() - t0), strerror(-rc));
+	} else {
+		clear_problem(ow, PROB_RELEASE);
+		HL_NOTICE(OWN_LOG, "disk %s: handed over (%s) in %lld ms", ow->disk, why,
+		          (long long)(now_ms() - t0));
+	}
 }
 
 /* The cluster gave the disk to another gateway while we owned it. */
@@ -429,6 +619,25 @@ static void fenced(struct hl_owner *ow, const struct hl_own_info *info)
 	       ow->disk);
 }
 
+/*
+ * Another process runs with this gateway's id (a misconfiguration, or a
+ * restarted gateway whose old process lives on, cut off): the cluster tells
+ * the two apart (a key per run, a client per process), the peers cannot.
+ * Said loudly, at most every 30 s; this one never fights it for the disk.
+ */
+static void duplicate(struct hl_owner *ow, const char *what)
+{
+	if (ow->dup_log && now_ms() - ow->dup_log < PROBLEM_LOG_MS)
+		return;
+	ow->dup_log = now_ms();
+	set_last(ow, "another process runs as gateway %u (%s)", ow->gw, what);
+	set_problem(ow, PROB_DUP, "another process runs as gateway %u (%s)", ow->gw, what);
+	HL_ERR(OWN_LOG,
+	       "disk %s: another process runs as gateway %u (%s): two gateways must not share "
+	       "one id ([global] gateway); this one does not take the disk from it",
+	       ow->disk, ow->gw, what);
+}
+
 static void *owner_main(void *arg)
 {
 	struct hl_owner *ow = arg;
@@ -438,6 +647,7 @@ static void *owner_main(void *arg)
 	int64_t beat_seen = now_ms(); /* when the owner's heartbeat last moved */
 	int64_t asked = 0;            /* when we asked the owner for the disk, 0: not yet */
 	int64_t refused_log = 0;
+	int64_t peek_warned = 0;      /* when a failing peek was last logged, 0: it works */
 	bool renew_failing = false;
 
 	for (;;) {
@@ -451,32 +661,49 @@ static void *owner_main(void *arg)
 
 		if (atomic_load(&ow->state) == ST_OWNER) {
 			if (give) {
-				release(ow, "planned");
+				release(ow, "planned", 0);
 				pthread_mutex_lock(&ow->lock);
 				ow->given_seq = ow->give_seq;
 				pthread_cond_broadcast(&ow->cond);
 				pthread_mutex_unlock(&ow->lock);
 				continue;
 			}
+			int64_t now, jump = wall_off_ms(&now) - atomic_load(&ow->wall_ref);
+			if (jump > WALL_JUMP_MS && now < atomic_load(&ow->lease_until))
+				HL_WARN(OWN_LOG, "disk %s: the wall clock jumped %lld ms ahead of the "
+				        "boot clock (a paused VM whose time was corrected?): serving "
+				        "nothing until a renew sent now succeeds", ow->disk,
+				        (long long)jump);
 			int rc = renew(ow, &info);
 			if (rc == -ESHUTDOWN) {
 				fenced(ow, &info);
 				beat_seen = now_ms();
 				continue;
 			}
-			if (rc && !renew_failing)
+			if (rc && !renew_failing) {
+				set_problem(ow, PROB_RENEW, "cannot renew ownership: %s", strerror(-rc));
 				HL_WARN(OWN_LOG, "disk %s: cannot renew ownership: %s (the lease runs out "
 				        "in %lld ms)", ow->disk, strerror(-rc),
 				        (long long)(atomic_load(&ow->lease_until) - now_ms()));
+			}
+			if (rc == 0 && renew_failing)
+				clear_problem(ow, PROB_RENEW);
 			renew_failing = rc != 0;
+			if (rc == 0 && info.requester == ow->gw)
+				duplicate(ow, "it asks for the disk this one owns");
 			if (rc == 0 && info.requester && info.requester != ow->gw) {
 				if (now_ms() - last_move >= ow->hold_ms) {
 					char why[32];
 					snprintf(why, sizeof(why), "gateway %u asked", info.requester);
-					release(ow, why);
+					release(ow, why, info.requester);
 					continue;
 				}
-				if (now_ms() - refused_log > 5000) {
+				if (ow->backend->ops->own_refuse) {
+					char why[48];
+					snprintf(why, sizeof(why), "it moved %lld ms ago",
+					         (long long)(now_ms() - last_move));
+					refuse(ow, &info, 0, why);
+				} else if (now_ms() - refused_log > 5000) {
 					refused_log = now_ms();
 					HL_NOTICE(OWN_LOG, "disk %s: gateway %u asks for it; kept for %lld ms "
 					          "more (moves at most every %u ms)", ow->disk, info.requester,
@@ -496,15 +723,44 @@ static void *owner_main(void *arg)
 			pthread_mutex_unlock(&ow->lock);
 			continue;
 		}
-		/* standby */
+		/*
+		 * Standby. What a peek shows was true somewhere between its send
+		 * and its return: silence is proven from the return of the peek
+		 * that first saw the current heartbeat to the send of the latest
+		 * one, so a slow cluster (or a slow standby) never makes a healthy
+		 * owner look dead.
+		 */
+		memset(&info, 0, sizeof(info));
+		int64_t sent = now_ms();
 		int rc = ow->backend->ops->own_peek(ow->backend, &info);
 		if (rc) {
-			HL_DEBUG(OWN_LOG, "disk %s: cannot see the owner: %s", ow->disk, strerror(-rc));
+			/*
+			 * Every standby failing here (permissions, no image id) means
+			 * nobody ever serves the disk: an admin must hear of it.
+			 */
+			if (!peek_warned || now_ms() - peek_warned >= PROBLEM_LOG_MS) {
+				peek_warned = now_ms();
+				set_problem(ow, PROB_PEEK, "cannot see who owns it: %s", strerror(-rc));
+				HL_WARN(OWN_LOG, "disk %s: cannot see who owns it: %s (this gateway "
+				        "cannot take it over until it can)", ow->disk, strerror(-rc));
+			}
 			nap(ow, PEEK_MS);
 			continue;
 		}
+		if (peek_warned) {
+			peek_warned = 0;
+			clear_problem(ow, PROB_PEEK);
+			HL_NOTICE(OWN_LOG, "disk %s: sees who owns it again", ow->disk);
+		}
 		if (info.epoch > ow->epoch)
 			ow->epoch = info.epoch;
+		/* the cluster names our id as the owner, but not this process */
+		bool other_self = info.owner == ow->gw && !info.released && !info.this_run;
+		if (!other_self)
+			clear_problem(ow, PROB_DUP);
+		if (other_self && info.has_beat && last_owner == info.owner && last_beat &&
+		    info.beat != last_beat)
+			duplicate(ow, "its heartbeat goes on");
 		if (info.owner != last_owner || info.beat != last_beat) {
 			last_owner = info.owner;
 			last_beat = info.beat;
@@ -513,15 +769,19 @@ static void *owner_main(void *arg)
 		if (atomic_exchange(&ow->owner_seen, info.released ? 0 : info.owner) !=
 		        (info.released ? 0 : info.owner) && ow->lu)
 			hl_lu_access_changed(ow->lu); /* the peers' groups changed */
-		if (info.owner == ow->gw && !info.released && !info.has_beat) {
+		if (other_self && !info.has_beat && !ow->ever_owned) {
 			/*
-			 * The cluster says the disk is ours from an earlier run (a SAN
-			 * reservation kept across a crash or power loss): no heartbeat
-			 * tells whether another process of ours still serves it, so take
-			 * it as from a silent owner, lease wait included.
+			 * The cluster says the disk is our id's from an earlier run (a
+			 * SAN reservation kept across a crash or power loss): no
+			 * heartbeat tells whether that process still serves it, so take
+			 * it as from a silent owner, lease wait included (it is fenced:
+			 * its key is preempted). Only before this process owned the
+			 * disk: one that took it from us since is a duplicate.
 			 */
 			acquire(ow, &info, true, "held by this gateway's earlier run");
 			asked = 0;
+		} else if (other_self && !info.has_beat && !want) {
+			duplicate(ow, "it took the disk from this one");
 		} else if (!info.owner || info.released) {
 			/*
 			 * A disk we handed over ourselves is left to the peer that asked
@@ -533,22 +793,40 @@ static void *owner_main(void *arg)
 				/*
 				 * Released in the record, yet the cluster may still hold the
 				 * lock for the old owner (it died between the two steps):
-				 * once its heartbeat has been still for dead_ms, force.
+				 * once its heartbeat has been still for dead_ms, force. A
+				 * release with writes of unknown outcome asks to be fenced
+				 * (info.fence): force at once, the cluster fences it first.
 				 */
 				bool stuck = info.released && info.has_beat &&
-				             now_ms() - beat_seen >= ow->dead_ms;
-				acquire(ow, &info, stuck,
-				        stuck ? "released, but the lock stayed with the old owner"
+				             sent - beat_seen >= ow->dead_ms;
+				bool fence = info.released && info.fence;
+				acquire(ow, &info, stuck || fence,
+				        fence   ? "released with writes of unknown outcome: fenced"
+				        : stuck ? "released, but the lock stayed with the old owner"
 				        : info.owner ? "released" : "nobody owned it");
 				asked = 0;
 			}
-		} else if (info.has_beat && now_ms() - beat_seen >= ow->dead_ms) {
+		} else if (info.has_beat && sent - beat_seen >= ow->dead_ms) {
 			char why[64];
 			snprintf(why, sizeof(why), "gateway %u silent for %lld ms", info.owner,
-			         (long long)(now_ms() - beat_seen));
+			         (long long)(sent - beat_seen));
 			HL_WARN(OWN_LOG, "disk %s: owner %s: taking over", ow->disk, why);
 			acquire(ow, &info, true, why);
 			beat_seen = now_ms();
+			asked = 0;
+		} else if (want && asked && info.refused) {
+			/*
+			 * The owner answered: not now (it moved less than its hold ago,
+			 * or is moving the disk). Stop asking; an initiator that still
+			 * needs this path asks again (SET TARGET PORT GROUPS).
+			 */
+			HL_NOTICE(OWN_LOG, "disk %s: gateway %u refused to hand it over (it moved a "
+			          "moment ago, or is moving it)", ow->disk, info.owner);
+			set_last(ow, "asked gateway %u for it: refused", info.owner);
+			atomic_store(&ow->asking_until, 0);
+			pthread_mutex_lock(&ow->lock);
+			ow->want = false;
+			pthread_mutex_unlock(&ow->lock);
 			asked = 0;
 		} else if (want) {
 			if (!asked) {
@@ -560,8 +838,12 @@ static void *owner_main(void *arg)
 				else
 					asked = 1; /* no way to ask: force at once */
 			}
-			if (!info.has_beat && now_ms() - asked >= REQUEST_WAIT_MS) {
-				/* no heartbeat to tell a dead owner from a slow one: the request decides */
+			/*
+			 * No heartbeat to tell a dead owner from a slow one: the
+			 * request decides, once a peek sent REQUEST_WAIT_MS after it
+			 * still shows neither a release nor a refusal.
+			 */
+			if (!info.has_beat && sent - asked >= REQUEST_WAIT_MS) {
 				acquire(ow, &info, true, "requested; the owner did not answer");
 				asked = 0;
 			}
@@ -704,6 +986,7 @@ void hl_owner_status(struct hl_owner *ow, struct hl_owner_status *st)
 	st->transitions = ow->transitions;
 	st->takeovers = ow->takeovers;
 	snprintf(st->last, sizeof(st->last), "%s", ow->last);
+	snprintf(st->problem, sizeof(st->problem), "%s", ow->problem);
 	pthread_mutex_unlock(&ow->lock);
 }
 

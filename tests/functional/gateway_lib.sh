@@ -5,6 +5,11 @@
 # origin URI) and GW_DISK_EXTRA (lines added to [disk san]), calls gw_setup,
 # then gw_scenarios, then checks the failback ($GW_WARM: what the gateway
 # that got the disk back kept, and why) its own way and calls gw_no_stale.
+# GW_FREEZE_CLOCKS (optional): how the frozen gateway of scenario 3 sees its
+# clocks when it is thawed (tests/functional/clock_shim.c): "mono": its
+# CLOCK_MONOTONIC stood still (a system suspend), "all": MONOTONIC and
+# BOOTTIME stood still and REALTIME was stepped forward (a paused VM whose
+# time the hypervisor's tools corrected); unset: they ran on (SIGSTOP).
 
 declare -A PORT PID SOCK
 url() { echo "iscsi://127.0.0.1:${PORT[$1]}/$IQN/0"; }
@@ -42,8 +47,45 @@ print(n)
 PY
 }
 
+# gw_clock_shim: build the clock shim for gateway 1 (GW_FREEZE_CLOCKS set)
+gw_clock_shim() {
+	[ -n "${GW_FREEZE_CLOCKS:-}" ] || return 0
+	${CC:-cc} -Wall -Wextra -Werror -shared -fPIC -O2 -o "$T/clock_shim.so" \
+		"$HL_SRCDIR/tests/functional/clock_shim.c" -ldl -lpthread ||
+		hl_error "cannot build the clock shim (${CC:-cc})"
+	head -c 8 /dev/zero >"$T/clock_shim.off"
+}
+# gw_stopped PID: wait until every thread of PID is stopped (SIGSTOP)
+gw_stopped() {
+	local i f st all
+	for i in $(seq 1 200); do
+		all=1
+		for f in /proc/"$1"/task/*/stat; do
+			st=$(sed 's/.*) \(.\).*/\1/' "$f" 2>/dev/null) || continue
+			[ "$st" = T ] || all=0
+		done
+		[ $all = 1 ] && return 0
+		sleep 0.01
+	done
+	hl_fail "process $1 did not stop"
+}
+# gw_clock_freeze NS: gateway 1 (stopped) sees NS more nanoseconds stand still
+gw_clock_freeze() {
+	python3 - "$T/clock_shim.off" "$1" <<-'PY'
+	import os, struct, sys
+	fd = os.open(sys.argv[1], os.O_RDWR)
+	old = struct.unpack('=q', os.pread(fd, 8, 0))[0]
+	os.pwrite(fd, struct.pack('=q', old + int(sys.argv[2])), 0)
+	PY
+}
 start_gw() {
+	if [ "$1" = 1 ] && [ -n "${GW_FREEZE_CLOCKS:-}" ]; then
+		head -c 8 /dev/zero >"$T/clock_shim.off" # a new process: its clocks run true
+		export LD_PRELOAD=$T/clock_shim.so HL_CLOCK_SHIM=$T/clock_shim.off
+		[ "$GW_FREEZE_CLOCKS" = all ] && export HL_CLOCK_SHIM_BOOT=1
+	fi
 	hl_start_hotlund "$T/gw$1/hotlund.conf"
+	unset LD_PRELOAD HL_CLOCK_SHIM HL_CLOCK_SHIM_BOOT
 	PID[$1]=$HL_PID
 	eval "LOG$1=\$HL_LOG"
 }
@@ -90,6 +132,7 @@ bench_check() {
 # gw_scenarios: 0 identity and standby, 1 kill, 2 planned, 3 freeze/thaw, 4 failback
 # (up to the failback's warm_start line in GW_WARM)
 gw_scenarios() {
+	gw_clock_shim
 	# ---- 0. one LU, one owner, one standby
 	head -c $((64 * 1024 * 1024)) /dev/urandom >"$T/want.img"
 	start_gw 1
@@ -100,6 +143,8 @@ gw_scenarios() {
 	sleep 1
 	[ "$(own 2 state)" = standby ] && [ "$(own 2 alua)" = standby ] && [ "$(own 2 owner)" = 1 ] ||
 		hl_fail "gateway 2 is not a standby of gateway 1: $(own 2 state) $(own 2 alua) owner $(own 2 owner)"
+	[ -z "$(own 1 problem)" ] && [ -z "$(own 2 problem)" ] ||
+		hl_fail "a problem reported: gateway 1: '$(own 1 problem)', gateway 2: '$(own 2 problem)'"
 	serial() { iscsi-inq -e 1 -c 128 "$(url "$1")" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'; }
 	SERIAL=$(serial 1)
 	[ -n "$SERIAL" ] || hl_fail "no serial number through gateway 1"
@@ -166,7 +211,12 @@ gw_scenarios() {
 	[ "$hits1" -gt "$hits0" ] || hl_fail "the block at 56 MiB is not cached on gateway 1"
 	bench_start freeze 14 1 2
 	sleep 3
+	local t_stop
+	t_stop=$(date +%s%N)
 	kill -STOP "${PID[1]}"
+	# SIGSTOP stops the threads one after the other: a read sent before the
+	# last one stopped may be answered at once (with the data of that time)
+	gw_stopped "${PID[1]}"
 	echo "read -P 0x5a 56M 64k" >&7
 	wait_owner 2 30
 	qemu-io -f raw -c 'write -P 0x5a 56M 64k' "$(url 2)" >"$T/w.out" 2>&1 || hl_fail "write through gateway 2: $(cat "$T/w.out")"
@@ -176,6 +226,8 @@ gw_scenarios() {
 	    f.seek(56 << 20)
 	    f.write(b'\x5a' * 65536)
 	PY
+	# its clocks stood still while it was stopped (GW_FREEZE_CLOCKS), or ran on
+	[ -n "${GW_FREEZE_CLOCKS:-}" ] && gw_clock_freeze $(($(date +%s%N) - t_stop))
 	kill -CONT "${PID[1]}"
 	bench_check freeze
 	echo quit >&7
@@ -237,12 +289,12 @@ gw_scenarios() {
 	GW_WARM=$ws
 }
 
-# gw_no_stale: everything read through gateway 1 is what the image holds
+# gw_no_stale [WHAT]: everything read through gateway 1 is what the image holds
 gw_no_stale() {
-	local stale
+	local stale what=${1:-"4: failback"}
 	rm -f "$T/r1.img"
 	timeout 120 qemu-img convert -f raw -O raw "$(url 1)" "$T/r1.img" || hl_fail "read through gateway 1"
 	stale=$(stale_blocks "$T/want.img" "$T/r1.img")
-	[ "$stale" = 0 ] || hl_fail "STALE after failback: $stale block(s) differ"
-	hl_log "4: 0 stale blocks after failback"
+	[ "$stale" = 0 ] || hl_fail "STALE after $what: $stale block(s) differ"
+	hl_log "$what: 0 stale blocks"
 }

@@ -39,6 +39,8 @@ export CEPH_CONF=$cluster/ceph.conf
 
 IQN=$HL_IQN_PREFIX:gw-rbd
 GW_ORIGIN=rbd:rbd/origin
+# scenario 3: the frozen owner's MONOTONIC and BOOTTIME stand still, REALTIME is stepped (a synced VM)
+GW_FREEZE_CLOCKS=all
 GW_DISK_EXTRA="rbd_conf = $cluster/ceph.conf"
 . "$HL_SRCDIR/tests/functional/gateway_lib.sh"
 gw_setup

@@ -35,9 +35,61 @@
 #define SAN_SIZE (8u << 20)
 #define BLK      4096
 
+/*
+ * LUN 1 of the in-process SAN is slow for one write: a WRITE whose data
+ * starts with SLOW_BYTE waits SLOW_MS inside the SAN before it reaches the
+ * file (a command queued in the array). Everything else passes at once.
+ */
+#define SLOW_BYTE 0xc3
+#define SLOW_MS   1500
+
+struct slow_io {
+	struct hl_timer timer;
+	struct hl_origin *o;
+};
+
+static void slow_fire(struct hl_timer *t)
+{
+	struct hl_origin_io *io = t->arg;
+	struct slow_io *sio = (struct slow_io *)io->priv;
+	struct hl_origin *o = sio->o;
+	int rc = hl_origin_submit(o->inner, io);
+
+	if (rc)
+		io->cb(io, rc);
+}
+
+static int slow_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct slow_io *sio = (struct slow_io *)io->priv;
+	struct hl_reactor *r = hl_reactor_current();
+
+	if (!r || io->op != HL_IO_WRITE || !io->iovcnt || !io->iov[0].iov_len ||
+	    ((uint8_t *)io->iov[0].iov_base)[0] != SLOW_BYTE)
+		return hl_origin_submit(o->inner, io);
+	sio->o = o;
+	hl_timer_init(&sio->timer, slow_fire, io);
+	hl_timer_start(r, &sio->timer, SLOW_MS);
+	return 0;
+}
+
+static void slow_close(struct hl_origin *o)
+{
+	(void)o;
+}
+
+static const struct hl_origin_ops slow_ops = {
+	.name = "slow-write",
+	.close = slow_close,
+	.submit = slow_submit,
+};
+
 static struct {
 	struct hl_reactor *r;
 	char path[64];
+	char path1[64];
+	struct hl_origin *origin1;
+	struct hl_lu *lu1;
 	char state_dir[64];
 	struct hl_origin *origin;
 	struct hl_lu *lu;
@@ -108,6 +160,25 @@ static void san_setup(void)
 	if (hl_lu_create(&lc, san.origin, &san.lu))
 		return;
 	san.map.lu[0] = san.lu;
+	/* LUN 1: the slow one (its own file, state and identity) */
+	strcpy(san.path1, "/tmp/hl-own-ut1-XXXXXX");
+	fd = mkstemp(san.path1);
+	if (fd < 0 || ftruncate(fd, SAN_SIZE))
+		return;
+	close(fd);
+	struct hl_origin *file1;
+	if (hl_origin_open(san.path1, NULL, &file1))
+		return;
+	if (hl_origin_wrap(file1, &slow_ops, "slow", &san.origin1)) {
+		hl_origin_close(file1);
+		return;
+	}
+	lc.name = "san1";
+	lc.naa[15] = 0x43;
+	strcpy(lc.serial, "UTOWN0002");
+	if (hl_lu_create(&lc, san.origin1, &san.lu1))
+		return;
+	san.map.lu[1] = san.lu1;
 	if (hl_reactor_create(&san.r, "san") || hl_reactor_start(san.r))
 		return;
 	san.ok = san_listen() == 0;
@@ -127,7 +198,10 @@ static void san_teardown(void)
 		hl_reactor_destroy(san.r);
 	}
 	hl_lu_destroy(san.lu); /* closes the origin */
+	hl_lu_destroy(san.lu1);
 	unlink(san.path);
+	if (san.path1[0])
+		unlink(san.path1);
 	d = opendir(san.state_dir); /* the SAN's APTPL file */
 	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
 		char p[512];
@@ -262,7 +336,7 @@ static void stop_clients(void)
 	}
 }
 
-static struct hl_origin *open_gw(uint16_t gw)
+static struct hl_origin *open_gw_lun(uint16_t gw, unsigned lun)
 {
 	struct hl_origin_opts opts = {.gateway = gw};
 	struct hl_origin *o = NULL;
@@ -271,9 +345,15 @@ static struct hl_origin *open_gw(uint16_t gw)
 	if (san.ext_url)
 		snprintf(uri, sizeof(uri), "%s?timeout=5", san.ext_url);
 	else
-		snprintf(uri, sizeof(uri), "iscsi://127.0.0.1:%u/%s/0?timeout=5", san.port, IQN);
+		snprintf(uri, sizeof(uri), "iscsi://127.0.0.1:%u/%s/%u?timeout=5", san.port, IQN,
+		         lun);
 	CU_ASSERT_EQUAL(hl_origin_open(uri, &opts, &o), 0);
 	return o;
+}
+
+static struct hl_origin *open_gw(uint16_t gw)
+{
+	return open_gw_lun(gw, 0);
 }
 
 static int acquire(struct hl_origin *o, uint16_t gw, bool force)
@@ -417,10 +497,52 @@ static void test_reacquire_after_restart(void)
 	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
 	CU_ASSERT_EQUAL(info.owner, 2);
 	CU_ASSERT_EQUAL(acquire(g1, 1, false), -EBUSY);
-	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0); /* its own key: taken back */
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 2);
+	CU_ASSERT_FALSE(info.this_run); /* its earlier run's key: taken by force (owner.c) */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
 	CU_ASSERT_EQUAL(write_block(g2, 7, 0x51), 0);
 	CU_ASSERT_EQUAL(check_block(lone, 7, 0x51), 0);
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+/*
+ * Two processes with one gateway id (a restarted gateway whose old process is
+ * alive but cut off, or a misconfiguration): the one that takes the
+ * reservation by force fences the other, whose renew must say so and whose
+ * writes the SAN refuses, although both present "gateway 1".
+ */
+static void test_same_id_two_processes(void)
+{
+	struct hl_own_info info;
+	struct hl_origin *g1b;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 11, 0x91), 0);
+	g1b = open_gw(1); /* the second process */
+	CU_ASSERT_FATAL(g1b != NULL);
+	CU_ASSERT_EQUAL(g1b->ops->own_peek(g1b, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_FALSE(info.this_run); /* gateway 1, but not this process */
+	CU_ASSERT_EQUAL(g1->ops->own_peek(g1, &info), 0);
+	CU_ASSERT_TRUE(info.this_run);
+	CU_ASSERT_EQUAL(acquire(g1b, 1, false), -EBUSY); /* not without force */
+	CU_ASSERT_EQUAL_FATAL(acquire(g1b, 1, true), 0);
+	/* the first process is fenced: its renew and its writes fail */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_block(g1, 11, 0x92), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(write_block(g1b, 11, 0x93), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 11, 0x93), 0);
+	CU_ASSERT_EQUAL(g1b->ops->own_renew(g1b, 1, 1, &info), 0);
+	CU_ASSERT_TRUE(info.this_run);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	/* the fenced one asks (its own id): the holder sees a request of its own id */
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 1), 0);
+	CU_ASSERT_EQUAL(g1b->ops->own_renew(g1b, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 1);
+	CU_ASSERT_EQUAL(g1b->ops->own_release(g1b, 1, 1), 0);
+	close_on_cli(g1b);
 }
 
 /* The owner's sessions reconnect with their ISIDs: same I_T nexuses, registrations, reservation. */
@@ -467,6 +589,82 @@ static void test_fenced_new_session(void)
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
 }
 
+/* A write sent on reactor r and not waited for: run_async_wait() collects it. */
+struct async_io {
+	struct call c;
+	uint8_t buf[BLK];
+};
+
+static void run_async(struct hl_reactor *r, struct async_io *a, struct hl_origin *o, uint64_t blk,
+                      uint8_t fill)
+{
+	memset(a, 0, sizeof(*a));
+	sem_init(&a->c.done, 0, 0);
+	memset(a->buf, fill, sizeof(a->buf));
+	a->c.o = o;
+	a->c.iov.iov_base = a->buf;
+	a->c.iov.iov_len = BLK;
+	a->c.io.op = HL_IO_WRITE;
+	a->c.io.offset = blk * BLK;
+	a->c.io.length = BLK;
+	a->c.io.iov = &a->c.iov;
+	a->c.io.iovcnt = 1;
+	a->c.io.cb = call_cb;
+	a->c.io.arg = &a->c;
+	if (hl_reactor_call(r, call_submit, &a->c)) {
+		a->c.result = -999;
+		sem_post(&a->c.done);
+	}
+}
+
+static int run_async_wait(struct async_io *a)
+{
+	sem_wait(&a->c.done);
+	sem_destroy(&a->c.done);
+	return a->c.result;
+}
+
+/*
+ * A planned handover while a write of the old owner is still queued in the
+ * SAN (it timed out on the gateway's side, or the drain gave up on it): the
+ * new owner's acquire must abort it (PREEMPT AND ABORT of the old key), so
+ * that it cannot land after the new owner's own write of the same block.
+ * The in-process SAN answers PREEMPT AND ABORT only once the aborted write
+ * has left it.
+ */
+static void test_release_aborts_queued_write(void)
+{
+	struct hl_origin *s1, *s2;
+	struct async_io a;
+	int rc;
+
+	if (san.ext_url) {
+		fprintf(stderr, "    (external SAN: no slow LUN)\n");
+		return;
+	}
+	/* after "close": client reactors of its own */
+	CU_ASSERT_FATAL(hl_reactor_create(&cli_r, "cli") == 0 && hl_reactor_start(cli_r) == 0);
+	CU_ASSERT_FATAL(hl_reactor_create(&cli_r2, "cli2") == 0 && hl_reactor_start(cli_r2) == 0);
+	s1 = open_gw_lun(1, 1);
+	s2 = open_gw_lun(2, 1);
+	CU_ASSERT_FATAL(s1 && s2);
+	CU_ASSERT_EQUAL_FATAL(acquire(s1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(s1, 0, 0x11), 0);
+	run_async(cli_r2, &a, s1, 0, SLOW_BYTE); /* queued in the SAN for SLOW_MS */
+	usleep(300 * 1000);
+	CU_ASSERT_EQUAL(s1->ops->own_release(s1, 1, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(s2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(s2, 0, 0x22), 0);
+	rc = run_async_wait(&a);
+	fprintf(stderr, "    (the old owner's queued write: %d)\n", rc);
+	usleep(200 * 1000);
+	CU_ASSERT_EQUAL(check_block(s2, 0, 0x22), 0); /* not overwritten by the old write */
+	CU_ASSERT_EQUAL(s2->ops->own_release(s2, 2, 1), 0);
+	stop_clients(); /* s1 has sessions on both client reactors: close them after */
+	hl_origin_close(s1);
+	hl_origin_close(s2);
+}
+
 static int check_proof(struct hl_origin *o, const char *proof)
 {
 	char why[HL_ORIGIN_WHY_MAX];
@@ -493,7 +691,8 @@ static void test_proofs(void)
 	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
 	CU_ASSERT_EQUAL(write_block(g2, 10, 0x81), 0);
 	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p1, sizeof(p1)), 0);
-	CU_ASSERT_EQUAL(strncmp(p1, "iscsi-pr:686c756e00000002:", 26), 0);
+	CU_ASSERT_EQUAL(strncmp(p1, "iscsi-pr:686c75", 15), 0); /* "hlu", a run, gateway 2 */
+	CU_ASSERT_EQUAL(strncmp(p1 + 21, "0002:", 5), 0);
 	CU_ASSERT_PTR_NULL(strchr(p1, ' '));
 	CU_ASSERT_EQUAL(check_block(g2, 10, 0x81), 0); /* reads do not move it */
 	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p2, sizeof(p2)), 0);
@@ -521,6 +720,78 @@ static void test_proofs(void)
 	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
 }
 
+/*
+ * A restart after a crash keeps its proof through its own acquisition: the
+ * new run takes its earlier run's reservation by force (owner.c does so),
+ * which moves PRgeneration; the proof still holds when nobody but that
+ * acquisition changed the PR state since it was taken. Anything else in
+ * between (a peer's request) or after (our own write) makes it cold.
+ */
+static void test_restart_acquire_keeps_proof(void)
+{
+	char p[HL_ORIGIN_PROOF_MAX];
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 12, 0xa1), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p, sizeof(p)), 0);
+	/* a crash, a new process */
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0); /* at start: the earlier run's key holds it */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0); /* after taking it: still warm */
+	CU_ASSERT_EQUAL(check_proof(g1, p), -ESTALE);
+	/* its own write after the acquisition: a proof from before it cannot vouch */
+	CU_ASSERT_EQUAL(write_block(g2, 12, 0xa2), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), -ESTALE);
+	/* again, with a peer's request between the crash and the acquisition: cold */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p, sizeof(p)), 0);
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(g1->ops->own_request(g1, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), -ESTALE);
+	/* and a planned release: the LUN is not reserved meanwhile, cold */
+	CU_ASSERT_EQUAL(write_block(g2, 12, 0xa3), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", true, p, sizeof(p)), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), -ESTALE);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+/*
+ * The owner refuses a request (its hold): the asker's registration goes, its
+ * peek says refused (owner.c then does not preempt), the owner's renew sees
+ * no request any more; asking again is a new request.
+ */
+static void test_refuse(void)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_FALSE(info.refused);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 2);
+	CU_ASSERT_EQUAL(g1->ops->own_refuse(g1, 1, 2), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_TRUE(info.refused);
+	CU_ASSERT_EQUAL(g2->ops->own_refuse(g2, 2, 1), -ESHUTDOWN); /* not its to refuse */
+	CU_ASSERT_EQUAL(write_block(g1, 13, 0xb1), 0); /* the owner goes on */
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_FALSE(info.refused);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -538,10 +809,14 @@ static const struct hl_test tests[] = {
     {"a request is seen at renew; release; the requester acquires", test_request_release},
     {"forced takeover: the old owner's writes and renew get -ESHUTDOWN", test_forced_takeover},
     {"a restarted owner takes its own reservation back", test_reacquire_after_restart},
+    {"two processes with one gateway id: the forced one fences the other", test_same_id_two_processes},
     {"the owner's sessions reconnect and keep writing", test_owner_reconnects},
     {"a preempted owner's new session does not register itself back in", test_fenced_new_session},
     {"warm restart proofs: reservation and PRgeneration", test_proofs},
+    {"a restart's own acquisition keeps its proof, nothing else does", test_restart_acquire_keeps_proof},
+    {"the owner refuses a request: the asker sees it", test_refuse},
     {"close", test_close},
+    {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},
 };
 

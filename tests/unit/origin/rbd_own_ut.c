@@ -15,6 +15,7 @@
 
 #include "origin_ut_util.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #define IMG_SIZE (64u << 20)
@@ -348,6 +349,144 @@ static void test_standby_checks_proof(void)
 	CU_ASSERT_EQUAL(g2->ops->proof_take(g2, "own", true, proof, sizeof(proof)), -EAGAIN);
 }
 
+/*
+ * Two processes with gateway id 1 (a restarted gateway whose old process
+ * lives on, or a misconfiguration): each is its own client; the record
+ * names gateway 1 either way, and only this_run tells them apart. A request
+ * made with our own id reaches the owner (owner.c calls it a duplicate).
+ * leaves: nobody owns
+ */
+static void test_same_id_two_processes(void)
+{
+	struct hl_origin *g1b = open_gw(1);
+	struct hl_own_info info, r;
+
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, 7, false, NULL), 0);
+	info = peek(g1b);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_FALSE(info.this_run);
+	CU_ASSERT_TRUE(peek(g1).this_run);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 7, &r), 0);
+	CU_ASSERT_TRUE(r.this_run);
+	CU_ASSERT_EQUAL(r.requester, 0);
+	CU_ASSERT_EQUAL(acquire(g1b, 1, 8, false, NULL), -EBUSY);
+	CU_ASSERT_EQUAL(g1b->ops->own_request(g1b, 1), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 7, &r), 0);
+	CU_ASSERT_EQUAL(r.requester, 1);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 7), 0);
+	hl_origin_close(g1b);
+}
+
+/* the OSD's pid (mini_ceph.sh writes run/osd.0.pid), 0: unknown */
+static pid_t osd_pid(void)
+{
+	char path[160];
+	FILE *f;
+	int pid = 0;
+
+	snprintf(path, sizeof(path), "%s/run/osd.0.pid", cluster);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	return (pid_t)pid;
+}
+
+/*
+ * A write of the owner times out (the OSD stopped: librados cancels the op
+ * here, the OSD may still apply it later), then the owner hands the image
+ * over. The release must not let the next owner write while that write may
+ * still land: the old client is blocklisted, the record says so
+ * (released-fence), and the taker gets the image only by force (a lock
+ * break, which waits for the OSD map with the blocklist).
+ * leaves: nobody owns
+ */
+static void test_release_unsure_write_fences(void)
+{
+	char conf_short[160], cmd[512];
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct hl_origin *a = NULL, *b = NULL;
+	struct hl_own_info info;
+	pid_t pid = osd_pid();
+	int rc, before;
+
+	CU_ASSERT_FATAL(pid > 0);
+	snprintf(conf_short, sizeof(conf_short), "%s/ceph-short.conf", dir);
+	snprintf(cmd, sizeof(cmd), "cp %s %s && printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s",
+	         conf, conf_short, conf_short);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	opts.gateway = 1;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	opts.gateway = 2;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(a, 1, 11, false, NULL), 0);
+	CU_ASSERT_EQUAL(write_fill(a, 2 * FAR, 0x11), 0);
+	kill(pid, SIGSTOP);
+	rc = write_fill(a, 2 * FAR, 0xc3);
+	kill(pid, SIGCONT);
+	printf("\n    the write while the OSD stood still: %s", strerror(-rc));
+	CU_ASSERT(rc < 0);
+	before = blocklist_entries();
+	CU_ASSERT_EQUAL(a->ops->own_release(a, 1, 11), 0);
+	info = peek(b);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_TRUE(info.fence);
+	CU_ASSERT(blocklist_entries() > before); /* the old owner's client shut out already */
+	CU_ASSERT_EQUAL(write_fill(a, 2 * FAR, 0x44), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(acquire(b, 2, 12, false, NULL), -EBUSY); /* the lock stays: force */
+	CU_ASSERT_EQUAL_FATAL(acquire(b, 2, 12, true, NULL), 0);
+	CU_ASSERT_EQUAL(write_fill(b, 2 * FAR, 0x22), 0);
+	CU_ASSERT_TRUE(reads_fill(b, 2 * FAR, 0x22));
+	CU_ASSERT_FALSE(peek(a).fence); /* a's peek reconnects it: a standby again */
+	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, 12), 0);
+	info = peek(a);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_FALSE(info.fence); /* b's writes all completed */
+	hl_origin_close(a);
+	hl_origin_close(b);
+	unlink(conf_short);
+}
+
+/*
+ * A read-only shared disk: only an image that cannot change (a snapshot) may
+ * be served by every gateway; a read-only open of the live image takes no
+ * lock, so another client may write it behind every gateway's cache, and
+ * it cannot take part in ownership either: refused, with a clear error.
+ */
+static void test_read_only_shared(void)
+{
+	struct hl_origin_opts opts = {.rbd_conf = conf, .gateway = 1, .read_only = true};
+	struct hl_origin *o = NULL;
+	char cmd[512];
+
+	CU_ASSERT_NOT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	CU_ASSERT_PTR_NULL(o);
+	if (o)
+		hl_origin_close(o);
+	o = NULL;
+	snprintf(cmd, sizeof(cmd), "rbd --conf %s snap create rbd/origin@ro-ut >/dev/null 2>&1",
+	         conf);
+	CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin@ro-ut", &opts, &o), 0);
+	if (o) {
+		CU_ASSERT_TRUE(o->immutable);
+		CU_ASSERT_TRUE(o->read_only);
+		hl_origin_close(o);
+	}
+	o = NULL;
+	opts.read_only = false; /* a snapshot is read-only and immutable however it is asked for */
+	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin@ro-ut", &opts, &o), 0);
+	if (o) {
+		CU_ASSERT_TRUE(o->immutable);
+		hl_origin_close(o);
+	}
+	CU_ASSERT_FALSE(g1->immutable); /* the live image */
+	snprintf(cmd, sizeof(cmd), "rbd --conf %s snap rm rbd/origin@ro-ut >/dev/null 2>&1", conf);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static void test_close(void)
 {
 	uint64_t t0 = hl_now_ns();
@@ -367,6 +506,9 @@ static const struct hl_test tests[] = {
     {"forced takeover blocklists the old owner", test_forced_takeover},
     {"a fenced gateway comes back as a standby", test_fenced_comes_back},
     {"a standby checks a proof the owner took", test_standby_checks_proof},
+    {"two processes with one gateway id are told apart", test_same_id_two_processes},
+    {"a release after a write of unknown outcome fences the old owner", test_release_unsure_write_fences},
+    {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
     {NULL, NULL},
 };

@@ -2,7 +2,9 @@
  * owner_ut - the ownership state machine (src/owner/owner.c) over a fake
  * cluster: origins whose own_* ops share one in-memory "lock", with a
  * heartbeat, a release flag, requests and fencing, and knobs that make a
- * gateway hang (its renews fail and its heartbeat stops, as under SIGSTOP).
+ * gateway hang (its renews fail and its heartbeat stops, as under SIGSTOP)
+ * or pause (its ownership thread stops inside a cluster call while the test
+ * thread, playing a reactor, reads the clocks a paused VM would show).
  * Timings are scaled down (lease 200 ms, dead 400 ms, hold 1 s).
  */
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,19 +22,47 @@
 #define LEASE 200
 #define DEAD  400
 #define HOLD  1000
+#define SLOW_PEEK_MS (2 * DEAD)
 
 struct cluster {
 	pthread_mutex_t lock;
 	uint16_t owner;     /* 0: free */
+	unsigned owner_run; /* which process of that gateway id (fake_gw.run) */
 	uint64_t epoch, beat;
 	bool released;
 	uint16_t requester;
-	unsigned fenced;    /* bit per gateway: its writes and renews are refused */
+	unsigned refused;   /* bit per gateway id: the owner refused its request */
+	atomic_bool stall;  /* the owner's renews wait (a slow cluster), its heartbeat stands */
+	unsigned fenced;    /* bit per process (run): its writes and renews are refused */
 	unsigned breaks;
 	bool no_beat;       /* like a SAN: no heartbeat to see */
 	bool stuck_lock;    /* released in the record, the lock still held: only force takes it */
 	int64_t break_ms;   /* when the last forced acquire fenced the owner */
 };
+
+/*
+ * The clocks a thawed VM shows (this executable's clock_gettime is the one
+ * owner.c calls): on a thread that set frozen_view, CLOCK_MONOTONIC (and
+ * CLOCK_BOOTTIME with frozen_boot) lag the kernel's by frozen_ns, the time
+ * the VM stood paused; CLOCK_REALTIME is the kernel's, as the hypervisor's
+ * time sync sets it after the pause.
+ */
+static _Thread_local bool frozen_view;
+static _Atomic int64_t frozen_ns;
+static _Atomic bool frozen_boot;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	int rc = (int)syscall(SYS_clock_gettime, id, ts);
+
+	if (rc == 0 && frozen_view &&
+	    (id == CLOCK_MONOTONIC || (id == CLOCK_BOOTTIME && atomic_load(&frozen_boot)))) {
+		int64_t ns = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec - atomic_load(&frozen_ns);
+		ts->tv_sec = (time_t)(ns / 1000000000);
+		ts->tv_nsec = (long)(ns % 1000000000);
+	}
+	return rc;
+}
 
 static int64_t mono_ms(void)
 {
@@ -44,7 +75,12 @@ static int64_t mono_ms(void)
 struct fake_gw {
 	struct cluster *cl;
 	uint16_t gw;
+	unsigned run;       /* this process: a per-run key (SAN), a client (rbd) */
 	atomic_bool hung;   /* renews fail, no heartbeat (SIGSTOP) */
+	atomic_bool paused; /* its cluster calls wait until unpaused (a paused VM) */
+	atomic_int peek_err, release_err, gain_err; /* -errno: those fail */
+	atomic_int slow_peek; /* 1: the next peek stalls the owner; 2: the one after reads,
+	                         then answers SLOW_PEEK_MS late and lets the owner go on */
 	atomic_int gained, releasing;
 	int gained_sleep_ms; /* a slow revalidation */
 };
@@ -52,6 +88,13 @@ struct fake_gw {
 static struct fake_gw *gw_of(struct hl_origin *o)
 {
 	return *(struct fake_gw **)hl_origin_priv(o);
+}
+
+/* A paused gateway's thread stands where it was until it is unpaused. */
+static void pause_point(struct fake_gw *g)
+{
+	while (atomic_load(&g->paused))
+		usleep(1000);
 }
 
 static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
@@ -63,17 +106,19 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 
 	(void)why;
 	(void)len;
+	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
 	pthread_mutex_lock(&c->lock);
-	if (c->fenced & (1u << gw))
-		c->fenced &= ~(1u << gw); /* a new client: usable again */
-	if (c->owner && ((!c->released && (c->owner != gw || c->no_beat)) || c->stuck_lock)) {
+	if (c->fenced & (1u << g->run))
+		c->fenced &= ~(1u << g->run); /* a new client: usable again */
+	if (c->owner &&
+	    ((!c->released && (c->owner_run != g->run || c->no_beat)) || c->stuck_lock)) {
 		if (!force)
 			rc = -EBUSY;
 		else {
-			if (c->owner != gw)
-				c->fenced |= 1u << c->owner;
+			if (c->owner_run != g->run)
+				c->fenced |= 1u << c->owner_run;
 			c->breaks++;
 			c->break_ms = mono_ms();
 			c->stuck_lock = false;
@@ -81,9 +126,11 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 	}
 	if (!rc) {
 		c->owner = gw;
+		c->owner_run = g->run;
 		c->epoch = epoch;
 		c->released = false;
 		c->requester = 0;
+		c->refused = 0;
 		c->beat++;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -97,14 +144,18 @@ static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_o
 	int rc = 0;
 
 	(void)epoch;
+	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
+	while (atomic_load(&c->stall))
+		usleep(1000);
 	pthread_mutex_lock(&c->lock);
-	if ((c->fenced & (1u << gw)) || c->owner != gw)
+	if ((c->fenced & (1u << g->run)) || c->owner != gw || c->owner_run != g->run)
 		rc = -ESHUTDOWN;
 	else
 		c->beat++;
 	info->owner = c->owner;
+	info->this_run = c->owner_run == g->run;
 	info->epoch = c->epoch;
 	info->beat = c->beat;
 	info->has_beat = !c->no_beat;
@@ -119,8 +170,10 @@ static int f_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	struct cluster *c = g->cl;
 
 	(void)epoch;
+	if (atomic_load(&g->release_err))
+		return atomic_load(&g->release_err);
 	pthread_mutex_lock(&c->lock);
-	if (c->owner == gw) {
+	if (c->owner == gw && c->owner_run == g->run) {
 		c->released = true;
 		c->requester = 0;
 	}
@@ -133,15 +186,33 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	struct fake_gw *g = gw_of(o);
 	struct cluster *c = g->cl;
 
+	pause_point(g);
 	if (atomic_load(&g->hung))
 		return -ETIMEDOUT;
+	if (atomic_load(&g->peek_err))
+		return atomic_load(&g->peek_err);
+	int script = atomic_load(&g->slow_peek);
+	if (script == 1) {
+		atomic_store(&c->stall, true);
+		usleep(60 * 1000); /* a renew under way ends; the next one waits */
+		atomic_store(&g->slow_peek, 2);
+	}
+	memset(info, 0, sizeof(*info));
 	pthread_mutex_lock(&c->lock);
 	info->owner = c->owner;
 	info->epoch = c->epoch;
 	info->beat = c->beat;
 	info->has_beat = !c->no_beat;
 	info->released = c->released;
+	info->this_run = c->owner_run == g->run;
+	info->refused = (c->refused >> g->gw) & 1u;
 	pthread_mutex_unlock(&c->lock);
+	if (script == 2) {
+		/* read at once, answered late; the owner went on meanwhile */
+		usleep(SLOW_PEEK_MS * 1000);
+		atomic_store(&c->stall, false);
+		atomic_store(&g->slow_peek, 0);
+	}
 	return 0;
 }
 
@@ -151,8 +222,26 @@ static int f_request(struct hl_origin *o, uint16_t gw)
 
 	pthread_mutex_lock(&g->cl->lock);
 	g->cl->requester = gw;
+	g->cl->refused &= ~(1u << gw);
 	pthread_mutex_unlock(&g->cl->lock);
 	return 0;
+}
+
+static int f_refuse(struct hl_origin *o, uint16_t gw, uint16_t requester)
+{
+	struct fake_gw *g = gw_of(o);
+	struct cluster *c = g->cl;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->owner != gw || c->owner_run != g->run)
+		rc = -ESHUTDOWN;
+	else if (c->requester == requester) {
+		c->requester = 0;
+		c->refused |= 1u << requester;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 static const struct hl_origin_ops fake_ops = {
@@ -164,6 +253,17 @@ static const struct hl_origin_ops fake_ops = {
 	.own_request = f_request,
 };
 
+/* A SAN: no heartbeat, so the owner refuses requests through the cluster. */
+static const struct hl_origin_ops fake_san_ops = {
+	.name = "fake-san",
+	.own_acquire = f_acquire,
+	.own_renew = f_renew,
+	.own_release = f_release,
+	.own_peek = f_peek,
+	.own_request = f_request,
+	.own_refuse = f_refuse,
+};
+
 static int hook_gained(void *arg)
 {
 	struct fake_gw *g = arg;
@@ -171,7 +271,7 @@ static int hook_gained(void *arg)
 	if (g->gained_sleep_ms)
 		usleep(g->gained_sleep_ms * 1000);
 	atomic_fetch_add(&g->gained, 1);
-	return 0;
+	return atomic_load(&g->gain_err);
 }
 
 static void hook_releasing(void *arg)
@@ -190,32 +290,37 @@ static const uint16_t gws[2] = {1, 2};
 
 /* set up the cluster before the owners start (NULL: none) */
 static void (*g_preset)(struct pair *p);
+/* the two processes' gateway ids (NULL: 1 and 2) */
+static const uint16_t *g_ids;
+/* the hold (0: HOLD) */
+static unsigned g_hold;
 
 static void pair_start(struct pair *p, bool second_later)
 {
 	memset(p, 0, sizeof(*p));
 	pthread_mutex_init(&p->cl.lock, NULL);
+	if (g_preset)
+		g_preset(p);
 	for (int i = 0; i < 2; i++) {
 		p->g[i].cl = &p->cl;
-		p->g[i].gw = gws[i];
+		p->g[i].gw = g_ids ? g_ids[i] : gws[i];
+		p->g[i].run = (unsigned)i + 1;
 		p->o[i] = calloc(1, sizeof(struct hl_origin) + 16);
-		p->o[i]->ops = &fake_ops;
+		p->o[i]->ops = p->cl.no_beat ? &fake_san_ops : &fake_ops;
 		*(struct fake_gw **)hl_origin_priv(p->o[i]) = &p->g[i];
 		struct hl_owner_config cfg = {
 			.disk = i ? "disk-b" : "disk-a",
-			.gateway = gws[i],
+			.gateway = p->g[i].gw,
 			.gateways = gws,
 			.n_gateways = 2,
 			.lease_ms = LEASE,
 			.dead_ms = DEAD,
-			.hold_ms = HOLD,
+			.hold_ms = g_hold ? g_hold : HOLD,
 		};
 		struct hl_owner_hooks hooks = {
 			.gained = hook_gained, .releasing = hook_releasing, .arg = &p->g[i]};
 		CU_ASSERT_EQUAL_FATAL(hl_owner_create(&cfg, p->o[i], NULL, &hooks, &p->ow[i]), 0);
 	}
-	if (g_preset)
-		g_preset(p);
 	CU_ASSERT_EQUAL(hl_owner_start(p->ow[0]), 0);
 	if (second_later)
 		usleep(300 * 1000);
@@ -226,6 +331,7 @@ static void pair_stop(struct pair *p)
 {
 	for (int i = 0; i < 2; i++) {
 		atomic_store(&p->g[i].hung, false);
+		atomic_store(&p->g[i].paused, false);
 		hl_owner_destroy(p->ow[i]);
 		free(p->o[i]);
 	}
@@ -350,6 +456,52 @@ static void test_forced_takeover(void)
 	pair_stop(&p);
 }
 
+/*
+ * A paused VM: the owner's threads stand still, and so do its MONOTONIC
+ * clock (and with boot, its BOOTTIME clock); the peer takes the disk over
+ * and writes. Thawed, a command that reaches the old owner before its
+ * ownership thread has renewed must find no lease: its clocks say almost no
+ * time passed, but BOOTTIME ran on (a suspend), or REALTIME was stepped
+ * forward by the hypervisor's time sync.
+ */
+static void paused_owner(bool boot)
+{
+	struct pair p;
+	unsigned both = 0;
+	int64_t t0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	atomic_store(&frozen_boot, boot);
+	atomic_store(&p.g[0].paused, true);
+	t0 = mono_ms();
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	/* thawed: its clocks lag by the pause; the test thread reads them as its reactors do */
+	atomic_store(&frozen_ns, (mono_ms() - t0) * 1000000);
+	frozen_view = true;
+	enum hl_alua_state st = alua(p.ow[0]);
+	frozen_view = false;
+	CU_ASSERT_NOT_EQUAL(st, HL_ALUA_AO);
+	/* its ownership thread goes on: the renew says fenced, it becomes a standby */
+	atomic_store(&p.g[0].paused, false);
+	for (int t = 0; t < 1000 && alua(p.ow[0]) != HL_ALUA_STANDBY; t += 10)
+		usleep(10000);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_STANDBY);
+	CU_ASSERT_EQUAL(both, 0);
+	atomic_store(&frozen_ns, 0);
+	pair_stop(&p);
+}
+
+static void test_paused_suspend(void)
+{
+	paused_owner(false);
+}
+
+static void test_paused_vm_synced(void)
+{
+	paused_owner(true);
+}
+
 static void test_request_and_hold(void)
 {
 	struct pair p;
@@ -384,6 +536,7 @@ static void test_request_and_hold(void)
 static void preset_owner1_no_beat(struct pair *p)
 {
 	p->cl.owner = 1; /* a SAN reservation of gateway 1's earlier run */
+	p->cl.owner_run = 9;
 	p->cl.epoch = 7;
 	p->cl.no_beat = true;
 }
@@ -406,6 +559,7 @@ static void test_own_earlier_run(void)
 static void preset_released_but_locked(struct pair *p)
 {
 	p->cl.owner = 1; /* died between writing "released" and releasing the lock */
+	p->cl.owner_run = 9;
 	p->cl.released = true;
 	p->cl.stuck_lock = true;
 }
@@ -445,6 +599,171 @@ static void test_slow_gain_keeps_heartbeat(void)
 	pair_stop(&p);
 }
 
+static const uint16_t same_ids[2] = {1, 1};
+
+static void preset_no_beat(struct pair *p)
+{
+	p->cl.no_beat = true; /* a SAN */
+}
+
+/*
+ * Two processes with gateway id 1 on a SAN (no heartbeat): the one started
+ * later takes the disk as its id's earlier run's, fencing the first; the
+ * first, which owned the disk, must see a duplicate, not "its earlier run",
+ * and leave it (no ping-pong of forced takeovers), and say why.
+ */
+static void test_duplicate_id_san(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	g_ids = same_ids;
+	g_preset = preset_no_beat;
+	pair_start(&p, true);
+	g_preset = NULL;
+	g_ids = NULL;
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both) || wait_ao(&p, 0, 3000, &both));
+	usleep((DEAD + LEASE + 1000) * 1000);
+	/* settled: one took it from the other once, never back */
+	CU_ASSERT_TRUE((alua(p.ow[0]) == HL_ALUA_AO) != (alua(p.ow[1]) == HL_ALUA_AO));
+	CU_ASSERT(p.cl.breaks <= 1);
+	hl_owner_status(alua(p.ow[0]) == HL_ALUA_AO ? p.ow[1] : p.ow[0], &st);
+	CU_ASSERT_STRING_EQUAL(st.state, "standby");
+	if (p.cl.breaks == 1)
+		CU_ASSERT(strstr(st.last, "another process runs as gateway 1") != NULL);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+/* The same on rbd: the second process sees a live heartbeat of its own id and leaves it. */
+static void test_duplicate_id_beat(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	g_ids = same_ids;
+	pair_start(&p, true);
+	g_ids = NULL;
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 3000, &both));
+	usleep((DEAD + LEASE + 1000) * 1000);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT_STRING_EQUAL(st.state, "standby");
+	CU_ASSERT(strstr(st.last, "another process runs as gateway 1") != NULL);
+	/* the first one stops: its heartbeat stands still, the second takes over */
+	atomic_store(&p.g[0].hung, true);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+/*
+ * A SAN owner inside its hold is asked for the disk: it must say no through
+ * the cluster, and the asker, which has no heartbeat to tell a slow owner
+ * from a dead one, must not preempt it when its request wait runs out.
+ */
+static void test_request_refused_in_hold(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	g_preset = preset_no_beat;
+	g_hold = 6000; /* longer than the asker's request wait (3 s) */
+	pair_start(&p, true);
+	g_preset = NULL;
+	g_hold = 0;
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 3000, &both));
+	CU_ASSERT_EQUAL(hl_owner_request(p.ow[1]), 0);
+	usleep(4000 * 1000);
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_STANDBY); /* asking no more */
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT(strstr(st.last, "refused") != NULL);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+/*
+ * A slow cluster: the owner's renews stall (its heartbeat stands) while a
+ * standby's peek reads at once and answers late. The standby proves only
+ * the silence it saw up to that peek's send: no forced takeover of a
+ * healthy owner.
+ */
+static void test_slow_peek_not_dead(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	usleep(3 * LEASE * 1000);
+	atomic_store(&p.g[1].slow_peek, 1);
+	for (int t = 0; t < 3000 && atomic_load(&p.g[1].slow_peek); t += 10)
+		usleep(10000);
+	usleep(2 * 250 * 1000); /* the peeks after it see the owner alive again */
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, 2000, &both));
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+/* status.problem of gateway i contains what, within ms */
+static bool problem_shows(struct pair *p, int i, const char *what, int ms)
+{
+	struct hl_owner_status st;
+
+	for (int t = 0; t < ms; t += 10) {
+		hl_owner_status(p->ow[i], &st);
+		if (what ? strstr(st.problem, what) != NULL : st.problem[0] == '\0')
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+/*
+ * A standby that cannot read who owns the disk (permissions, no image id)
+ * must say so where an admin looks, not at debug level only; it clears once
+ * it sees again.
+ */
+static void test_problem_peek(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	atomic_store(&p.g[1].peek_err, -EACCES);
+	CU_ASSERT_TRUE(problem_shows(&p, 1, "cannot see who owns it", 2000));
+	CU_ASSERT_TRUE(problem_shows(&p, 0, NULL, 10));
+	atomic_store(&p.g[1].peek_err, 0);
+	CU_ASSERT_TRUE(problem_shows(&p, 1, NULL, 2000));
+	pair_stop(&p);
+}
+
+/* A gateway that gives back a disk it could not make coherent, and whose release fails. */
+static void test_problem_give_back(void)
+{
+	struct pair p;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	atomic_store(&p.g[1].gain_err, -EIO);
+	atomic_store(&p.g[1].release_err, -ENOTCONN);
+	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 0), -ETIMEDOUT);
+	CU_ASSERT_TRUE(problem_shows(&p, 1, "release failed", 3000));
+	CU_ASSERT_EQUAL(both, 0);
+	atomic_store(&p.g[1].gain_err, 0);
+	atomic_store(&p.g[1].release_err, 0);
+	pair_stop(&p);
+}
+
 static void test_no_ops(void)
 {
 	static const struct hl_origin_ops plain = {.name = "plain"};
@@ -463,10 +782,18 @@ static const struct hl_test tests[] = {
 	{"one owner, the other standby", test_one_owner},
 	{"planned handover, no lease wait, no break", test_planned_handover},
 	{"hung owner: fenced, lease waited out, never two AO", test_forced_takeover},
+	{"paused, MONOTONIC stood still (suspend): no lease after the thaw", test_paused_suspend},
+	{"paused, BOOTTIME too, REALTIME stepped (synced VM): no lease", test_paused_vm_synced},
 	{"request honoured after the hold, ping-pong refused", test_request_and_hold},
 	{"a SAN reservation of an earlier run is taken back", test_own_earlier_run},
 	{"released but the lock stuck with a dead owner: forced", test_released_but_locked},
 	{"a slow revalidation keeps the heartbeat", test_slow_gain_keeps_heartbeat},
+	{"two processes with one id, no heartbeat: one takes it once, no ping-pong", test_duplicate_id_san},
+	{"two processes with one id, heartbeat: the second leaves it and says so", test_duplicate_id_beat},
+	{"a SAN owner in its hold refuses a request; the asker does not preempt", test_request_refused_in_hold},
+	{"a slow peek does not make a healthy owner look dead", test_slow_peek_not_dead},
+	{"a standby that cannot see the owner says so (status.problem)", test_problem_peek},
+	{"a failed release when giving a disk back says so", test_problem_give_back},
 	{"origins without ownership ops", test_no_ops},
 	{NULL, NULL},
 };
