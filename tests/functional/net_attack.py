@@ -25,6 +25,7 @@ import argparse
 import os
 import random
 import select
+import signal
 import socket
 import struct
 import sys
@@ -113,7 +114,9 @@ def cmd_idleflood(a):
     opened = closed = failed = 0
     end = time.monotonic() + a.seconds
     ready = False
-    while time.monotonic() < end:
+    stop = []  # SIGTERM: end now (the test is done with us), still print the counts
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    while time.monotonic() < end and not stop:
         for s in slots:
             if s[1] is not None:
                 continue
