@@ -263,6 +263,23 @@ struct hl_iscsi_auth_stats {
 /** Read the authentication counters. Any thread. */
 void hl_iscsi_auth_stats_get(struct hl_iscsi_server *srv, struct hl_iscsi_auth_stats *out);
 
+/** Connections, logins and what the admission limits refused (docs/security.md). */
+struct hl_iscsi_conn_stats {
+	uint64_t logins;           /* sessions established since start (normal and discovery) */
+	uint64_t login_failures;   /* logins answered with a failure status since start */
+	uint64_t connections;      /* accepted connections open now */
+	uint64_t pending;          /* of those, still in login (all portals) */
+	uint64_t sessions;         /* sessions now */
+	uint64_t evicted;          /* silent pending logins closed to make room, since start */
+	uint64_t refused_pending;  /* connections closed at accept by a pending-login cap */
+	uint64_t refused_sessions; /* logins refused at a session cap (0x0302) */
+	uint64_t fd_pauses;        /* times a portal stopped accepting for want of descriptors */
+	uint64_t fd_limit;         /* the open-file limit (soft), as last read */
+};
+
+/** Read the connection and login counters. Any thread. */
+void hl_iscsi_conn_stats(struct hl_iscsi_server *srv, struct hl_iscsi_conn_stats *out);
+
 /**
  * Bytes of WRITE data that unfinished commands of all connections may hold
  * together; 0 = 1/8 of physical memory within [256 MiB, 8 GiB]; values

@@ -759,6 +759,23 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		}
 	}
 	printf("\nsessions: %llu\n", (unsigned long long)jint(r, "sessions"));
+	json_t *is = json_object_get(r, "iscsi");
+	if (is) {
+		json_t *pis = prev ? json_object_get(prev, "iscsi") : NULL;
+		printf("logins: %llu, %llu failed, %llu CHAP answers wrong, %llu refused unchecked%s; "
+		       "connections %llu (%llu in login); refused %llu at accept, %llu at a session "
+		       "cap; %llu silent ones evicted; accept paused %llu times (descriptors)\n",
+		       (unsigned long long)jdelta(is, pis, "logins"),
+		       (unsigned long long)jdelta(is, pis, "login_failures"),
+		       (unsigned long long)jdelta(is, pis, "auth_failures"),
+		       (unsigned long long)jdelta(is, pis, "auth_throttled"), span,
+		       (unsigned long long)jint(is, "connections"),
+		       (unsigned long long)jint(is, "pending_logins"),
+		       (unsigned long long)jdelta(is, pis, "refused_pending"),
+		       (unsigned long long)jdelta(is, pis, "refused_sessions"),
+		       (unsigned long long)jdelta(is, pis, "pending_evicted"),
+		       (unsigned long long)jdelta(is, pis, "accept_paused"));
+	}
 	json_t *wb = json_object_get(r, "write_buffers");
 	if (wb) {
 		json_t *pwb = prev ? json_object_get(prev, "write_buffers") : NULL;

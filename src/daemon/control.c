@@ -1209,12 +1209,22 @@ json_t *daemon_stats(struct daemon *d)
 		json_object_set_new(targets, d->conf->targets[i].name,
 		                    json_pack("{s:i}", "sessions", 0));
 	hl_iscsi_sessions_list(d->server, session_target_cb, targets);
-	return json_pack(
-	    "{s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:{s:I, s:I}, s:o, s:o}", "version",
-	    PACKAGE_VERSION, "gateway", (int)d->conf->gateway, "disks", disks, "sessions", n,
-	    "session_list", list, "targets", targets, "caches", daemon_cache_stats_json(), "iscsi",
-	    "auth_failures", (json_int_t)auth.chap_failures, "auth_throttled",
-	    (json_int_t)auth.chap_throttled, "write_buffers", wb, "process", process_json());
+	struct hl_iscsi_conn_stats cs;
+	hl_iscsi_conn_stats(d->server, &cs);
+	json_t *iscsi = json_pack(
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "auth_failures",
+	    (json_int_t)auth.chap_failures, "auth_throttled", (json_int_t)auth.chap_throttled,
+	    "logins", (json_int_t)cs.logins, "login_failures", (json_int_t)cs.login_failures,
+	    "connections", (json_int_t)cs.connections, "pending_logins", (json_int_t)cs.pending,
+	    "pending_evicted", (json_int_t)cs.evicted, "refused_pending",
+	    (json_int_t)cs.refused_pending, "refused_sessions", (json_int_t)cs.refused_sessions);
+	if (iscsi)
+		json_object_set_new(iscsi, "accept_paused", json_integer((json_int_t)cs.fd_pauses));
+	return json_pack("{s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "version",
+	                 PACKAGE_VERSION, "gateway", (int)d->conf->gateway, "disks", disks,
+	                 "sessions", n, "session_list", list, "targets", targets, "caches",
+	                 daemon_cache_stats_json(), "iscsi", iscsi, "write_buffers", wb, "process",
+	                 process_json());
 }
 
 static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)

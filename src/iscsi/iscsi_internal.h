@@ -352,6 +352,13 @@ struct hl_iscsi_server {
 	struct hl_iscsi_login_limits caps;              /* lock: as configured (0: derived) */
 	struct hl_list peers[ISCSI_PEER_BUCKETS];       /* lock: struct iscsi_peer */
 	unsigned n_sessions, n_disc_sessions;           /* lock: registered */
+	/* lock: since start, for stats (hl_iscsi_conn_stats) */
+	uint64_t st_evicted;            /* silent pending logins closed to make room */
+	uint64_t st_refused_pending;    /* connections closed at accept: a pending-login cap */
+	uint64_t st_refused_sessions;   /* logins refused (0x0302): a session cap */
+	uint64_t st_fd_pauses;          /* times a portal stopped accepting: descriptors short */
+	_Atomic uint64_t st_logins;     /* sessions established (normal and discovery) */
+	_Atomic uint64_t st_login_failures; /* logins answered with a failure status */
 	struct iscsi_episode sess_refusing;             /* lock: a session cap refuses logins */
 	struct hl_list evict;                           /* lock: conns for their reactor to close */
 	/* descriptors: the limit, the reserve, what connections hold and what the rest does */

@@ -340,6 +340,7 @@ struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi
 			pending_release_locked(victim);
 			hl_list_add_tail(&srv->evict, &victim->evict_link);
 			srv->pending_calls++;
+			srv->st_evicted++;
 			if (iscsi_episode_hit(&p->evicting, now))
 				HL_WARN(ISCSI_LOG,
 				        "portal %s: %u connections have not finished login "
@@ -354,6 +355,7 @@ struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi
 			iscsi_call_done(srv); /* stays queued; closed by its own timeout */
 		return e;
 	}
+	srv->st_refused_pending++;
 	if (iscsi_episode_hit(&p->refusing, now)) {
 		hl_format_sockaddr(&p->addr, pbuf, sizeof(pbuf));
 		if (e && strcmp(*why, "max_pending_logins_per_addr") == 0)
@@ -455,6 +457,7 @@ int iscsi_sessions_admit_locked(struct hl_iscsi_server *srv, struct iscsi_sessio
 		cap = lim.caps.max_sessions_per_addr;
 	}
 	if (*why) {
+		srv->st_refused_sessions++;
 		if (iscsi_episode_hit(&srv->sess_refusing, hl_now_ns()))
 			HL_WARN(ISCSI_LOG,
 			        "sessions: %s (%u) reached%s%s; refusing logins with 0x0302 (out of "

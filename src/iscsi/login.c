@@ -64,6 +64,7 @@ static int login_fail(struct iscsi_conn *c, uint16_t status, const char *why)
 	struct iscsi_bhs h;
 	bool quiet = why == why_throttled || why == why_chap_wrong || why == why_session_cap;
 
+	atomic_fetch_add(&c->srv->st_login_failures, 1);
 	/* rate-limited: anyone can fail logins as fast as they can connect */
 	HL_LOG_RL(quiet ? HL_LOG_DEBUG : HL_LOG_NOTICE, ISCSI_LOG,
 	          "%s: login of '%s' to '%s' failed: 0x%04x (%s)", c->peer_str,
@@ -131,6 +132,7 @@ static int login_send_piece(struct iscsi_conn *c)
 	l->rsp_off = 0;
 	if (l->rsp_ffp) {
 		struct iscsi_session *s = c->sess;
+		atomic_fetch_add(&c->srv->st_logins, 1);
 		HL_NOTICE(ISCSI_LOG, "%s: %s session %s -> %s tsih 0x%04x established", c->peer_str,
 		          s->type == ISCSI_SESSION_DISCOVERY ? "discovery" : "normal",
 		          s->initiator_name, s->target ? s->target->name : "-", s->tsih);

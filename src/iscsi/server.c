@@ -87,6 +87,26 @@ void hl_iscsi_auth_stats_get(struct hl_iscsi_server *srv, struct hl_iscsi_auth_s
 	chap_guard_counters(&srv->chap_guard, &out->chap_failures, &out->chap_throttled);
 }
 
+void hl_iscsi_conn_stats(struct hl_iscsi_server *srv, struct hl_iscsi_conn_stats *out)
+{
+	struct iscsi_portal *p;
+
+	memset(out, 0, sizeof(*out));
+	out->logins = atomic_load(&srv->st_logins);
+	out->login_failures = atomic_load(&srv->st_login_failures);
+	out->connections = atomic_load(&srv->n_conn_fds);
+	out->fd_limit = atomic_load(&srv->fd_limit);
+	pthread_mutex_lock(&srv->lock);
+	hl_list_for_each_entry(p, &srv->portals, link)
+		out->pending += p->n_pending;
+	out->sessions = srv->n_sessions;
+	out->evicted = srv->st_evicted;
+	out->refused_pending = srv->st_refused_pending;
+	out->refused_sessions = srv->st_refused_sessions;
+	out->fd_pauses = srv->st_fd_pauses;
+	pthread_mutex_unlock(&srv->lock);
+}
+
 /* ---- targets ---- */
 
 void iscsi_target_free(struct iscsi_target *t)
@@ -457,6 +477,7 @@ static void portal_pause(struct iscsi_portal *p, int err, unsigned in_use, unsig
 		return;
 	p->fd_paused = true;
 	pthread_mutex_lock(&p->srv->lock);
+	p->srv->st_fd_pauses++;
 	bool starts = iscsi_episode_hit(&p->fd_short, hl_now_ns());
 	pthread_mutex_unlock(&p->srv->lock);
 	if (!starts)

@@ -95,6 +95,19 @@ enum fam_id {
 	F_WB_DEFERRED,
 	F_WB_TASK_SET_FULL,
 	F_WB_WINDOW_CLOSED,
+	F_WB_SOURCE_LIMIT,
+	F_WB_SOURCES,
+	F_WB_SOURCE_CAPPED,
+	F_WB_CLOSED_SLOW,
+	F_WB_CLOSED_NO_DATA,
+	F_LOGINS,
+	F_LOGIN_FAILURES,
+	F_CONNECTIONS,
+	F_PENDING_LOGINS,
+	F_PENDING_EVICTED,
+	F_REFUSED_PENDING,
+	F_REFUSED_SESSIONS,
+	F_FD_PAUSES,
 	F_FDS_OPEN,
 	F_FDS_MAX,
 	F_N
@@ -228,6 +241,30 @@ static const struct fam fams[F_N] = {
                             "WRITEs refused with TASK SET FULL"},
     [F_WB_WINDOW_CLOSED] = {"hotlun_iscsi_window_closed_total", "counter",
                             "responses whose MaxCmdSN was held back"},
+    [F_WB_SOURCE_LIMIT] = {"hotlun_iscsi_write_buffer_source_limit_bytes", "gauge",
+                           "bytes of it one source (address, IPv6 /64) may hold now"},
+    [F_WB_SOURCES] = {"hotlun_iscsi_write_buffer_sources", "gauge",
+                      "sources whose WRITEs hold budget now"},
+    [F_WB_SOURCE_CAPPED] = {"hotlun_iscsi_write_buffer_source_capped_total", "counter",
+                            "WRITEs refused because their source had its share"},
+    [F_WB_CLOSED_SLOW] = {"hotlun_iscsi_write_deadline_closed_total", "counter",
+                          "connections closed: a WRITE's data not in by its deadline"},
+    [F_WB_CLOSED_NO_DATA] = {"hotlun_iscsi_write_silent_closed_total", "counter",
+                             "connections closed: owed WRITE data, none came for 30 s"},
+    [F_LOGINS] = {"hotlun_iscsi_logins_total", "counter", "sessions established"},
+    [F_LOGIN_FAILURES] = {"hotlun_iscsi_login_failures_total", "counter",
+                          "logins answered with a failure status"},
+    [F_CONNECTIONS] = {"hotlun_iscsi_connections", "gauge", "accepted connections open"},
+    [F_PENDING_LOGINS] = {"hotlun_iscsi_pending_logins", "gauge",
+                          "connections that have not finished login"},
+    [F_PENDING_EVICTED] = {"hotlun_iscsi_pending_evicted_total", "counter",
+                           "silent connections in login closed to make room"},
+    [F_REFUSED_PENDING] = {"hotlun_iscsi_refused_pending_total", "counter",
+                           "connections closed at accept by a pending-login cap"},
+    [F_REFUSED_SESSIONS] = {"hotlun_iscsi_refused_sessions_total", "counter",
+                            "logins refused at a session cap"},
+    [F_FD_PAUSES] = {"hotlun_iscsi_accept_paused_total", "counter",
+                     "times a portal stopped accepting for want of descriptors"},
     [F_FDS_OPEN] = {"hotlun_process_open_fds", "gauge", "file descriptors open"},
     [F_FDS_MAX] = {"hotlun_process_max_fds", "gauge", "file descriptors allowed (soft limit)"},
 };
@@ -577,6 +614,19 @@ static void render_service(struct render *r, json_t *stats)
 	counter(r, F_WB_DEFERRED, NULL, wb, "r2t_deferred");
 	counter(r, F_WB_TASK_SET_FULL, NULL, wb, "task_set_full");
 	counter(r, F_WB_WINDOW_CLOSED, NULL, wb, "window_closed");
+	counter(r, F_WB_SOURCE_LIMIT, NULL, wb, "source_limit");
+	counter(r, F_WB_SOURCES, NULL, wb, "sources");
+	counter(r, F_WB_SOURCE_CAPPED, NULL, wb, "source_capped");
+	counter(r, F_WB_CLOSED_SLOW, NULL, wb, "closed_slow");
+	counter(r, F_WB_CLOSED_NO_DATA, NULL, wb, "closed_no_data");
+	counter(r, F_LOGINS, NULL, iscsi, "logins");
+	counter(r, F_LOGIN_FAILURES, NULL, iscsi, "login_failures");
+	counter(r, F_CONNECTIONS, NULL, iscsi, "connections");
+	counter(r, F_PENDING_LOGINS, NULL, iscsi, "pending_logins");
+	counter(r, F_PENDING_EVICTED, NULL, iscsi, "pending_evicted");
+	counter(r, F_REFUSED_PENDING, NULL, iscsi, "refused_pending");
+	counter(r, F_REFUSED_SESSIONS, NULL, iscsi, "refused_sessions");
+	counter(r, F_FD_PAUSES, NULL, iscsi, "accept_paused");
 	counter(r, F_FDS_OPEN, NULL, proc, "open_fds");
 	counter(r, F_FDS_MAX, NULL, proc, "max_fds");
 }

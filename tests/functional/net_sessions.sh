@@ -76,6 +76,7 @@ hl_stop "$HPID"
 
 # ---- 4. per-address cap, live; the derived defaults
 "${CTL[@]}" / set max_sessions_per_addr=3 || hl_fail "set max_sessions_per_addr=3"
+"${CTL[@]}" stats --json >"$T/st0.json" || hl_fail "stats"
 python3 - "$HL_SRCDIR/tests/functional" "$HL_PORT" "$HL_IQN" >"$T/five.out" 2>&1 <<'EOF'
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -97,6 +98,15 @@ EOF
 cat "$T/five.out"
 [ "$(tr '\n' ' ' <"$T/five.out")" = "0x0000 0x0000 0x0000 0x0302 0x0302 " ] ||
 	hl_fail "5 sessions from one address with max_sessions_per_addr=3: want 3 in, 2 refused with 0x0302"
+# the counters say the same (stats --json; /metrics and SNMP render the same object)
+"${CTL[@]}" stats --json >"$T/st1.json" || hl_fail "stats"
+python3 - "$T/st0.json" "$T/st1.json" <<'PY' || hl_fail "the login counters do not match: 3 in, 2 refused"
+import json, sys
+a, b = (json.load(open(f))["iscsi"] for f in sys.argv[1:3])
+d = {k: b[k] - a[k] for k in ("logins", "login_failures", "refused_sessions")}
+print("login counters:", d)
+assert d == {"logins": 3, "login_failures": 2, "refused_sessions": 2}, d
+PY
 "${CTL[@]}" / get max_sessions >"$T/get.out" || hl_fail "get max_sessions"
 grep -qx "max_sessions=$MAXS" "$T/get.out" || { cat "$T/get.out" >&2; hl_fail "get max_sessions is not the derived $MAXS"; }
 hl_log "ok: max_sessions_per_addr holds; $(cat "$T/get.out") derived from the limit"
