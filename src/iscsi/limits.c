@@ -260,10 +260,19 @@ static void pending_release_locked(struct iscsi_conn *c)
 	c->pend_peer = NULL;
 }
 
+/* How many connections in login c's source holds (0: none known). Lock held. */
+static unsigned source_pending(const struct iscsi_conn *c)
+{
+	return c->pend_peer ? c->pend_peer->n_pending : 0;
+}
+
 /*
  * The connection of p to close for a new one: one that never sent a login
- * PDU, the longest silent, else the one whose last login PDU is oldest.
- * Lock held.
+ * PDU, from the source holding the most connections in login (a flood
+ * churns many of them; a real initiator has one or two, and on a loaded
+ * host may not have sent its first PDU yet when a flood's connections are
+ * younger than its own), the longest silent of that source; else the one
+ * whose last login PDU is oldest. Lock held.
  */
 static struct iscsi_conn *pending_victim(struct iscsi_portal *p)
 {
@@ -275,7 +284,8 @@ static struct iscsi_conn *pending_victim(struct iscsi_portal *p)
 		uint64_t t = atomic_load_explicit(&c->login_pdu_ns, memory_order_relaxed);
 
 		if (!t) {
-			if (!silent || c->accept_ns < silent->accept_ns)
+			unsigned n = source_pending(c), best = silent ? source_pending(silent) : 0;
+			if (!silent || n > best || (n == best && c->accept_ns < silent->accept_ns))
 				silent = c;
 		} else if (t < stale_ns) {
 			stale = c;
