@@ -53,9 +53,11 @@ int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
 	if (slot < pt->first || slot >= pt->first + pt->n || cache_bit_test(c->takenmap, slot))
 		return -EINVAL;
 	key = cache_key(rec->lun, rec->block);
-	if (cache_index_find(&c->ix, key) != HL_CACHE_NO_SLOT)
+	/* One probe: the insert finds a duplicate (keys[] of a FREE slot means nothing). */
+	c->keys[slot] = key;
+	if (cache_index_insert(&c->ix, slot))
 		return -EEXIST;
-	cache_slot_take(c, pt, slot, key);
+	cache_slot_taken(c, pt, slot);
 	cache_valid_put(c, slot, rec->valid);
 	c->meta[slot] |= CACHE_M_DISK_VALID;
 	if (cache_valid_empty(c, slot)) {

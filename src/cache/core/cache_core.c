@@ -203,16 +203,24 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 /* Give slot s (FREE) to key. */
 void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key)
 {
+	c->keys[s] = key;
+	cache_index_insert(&c->ix, s); /* cannot fail: index has room for every slot */
+	cache_slot_taken(c, pt, s);
+}
+
+/* The rest of cache_slot_take, once keys[s] is in the index. */
+void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s)
+{
+	uint64_t key = c->keys[s];
+
 	cache_bit_set(c->takenmap, s);
 	pt->nfree--;
-	c->keys[s] = key;
 	/* Clock 0, nothing valid; the claim flags stay with the slot. */
 	c->meta[s] =
 	    (uint8_t)((c->meta[s] & (CACHE_M_DISK_VALID | CACHE_M_CLAIMS_OTHER | CACHE_M_BUSY)) |
 	              CACHE_SLOT_USED);
 	cache_slot_gen_bump(c, s);
 	cache_valid_reset(c, s);
-	cache_index_insert(&c->ix, s); /* cannot fail: index has room for every slot */
 	c->lun_used[cache_key_lun(key)]++;
 	c->used++;
 	c->win_used += s >= c->nslots;

@@ -632,6 +632,8 @@ static inline bool cache_wip_find(const struct hl_cache_core *c, uint64_t key)
 /* cache_core.c: slot life cycle and CLOCK partitions */
 /** Give slot s (FREE) of partition pt to key. */
 void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key);
+/** cache_slot_take() after the caller put keys[s] into the index itself. */
+void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s);
 /** Make a USED slot FREE (it must be unpinned and have no writers). */
 void cache_slot_release(struct hl_cache_core *c, uint32_t s);
 /** Release s if it no longer holds anything and nobody uses it. */

@@ -735,47 +735,54 @@ int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layou
 int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
                            struct hl_cache_core *c, pthread_mutex_t *lock)
 {
-	uint64_t per = PAGE / l->rec_size, npages = l->npages;
-	uint64_t cursor = 0, epoch, ndirty = 0, k;
+	uint64_t per = PAGE / l->rec_size;
+	uint64_t cursor = 0, epoch, ndirty = 0, cap = 0;
 	uint64_t *list = NULL;
-	uint8_t *bufs = NULL, *claims = NULL, *pages = NULL;
+	uint8_t *bufs = NULL, *claims = NULL;
 	bool *any = NULL;
 	uint32_t s;
 	int rc = 0;
 
-	pages = calloc(HL_DIV_ROUND_UP(npages, 8), 1);
-	if (!pages)
-		return -ENOMEM;
 	if (lock)
 		pthread_mutex_lock(lock);
 	epoch = hl_cache_core_meta_epoch(c) + 1;
+	/* Dirty slots come in ascending order: so do their pages. */
 	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT) {
 		uint64_t page = s / per;
-		if (!(pages[page / 8] >> (page % 8) & 1))
-			ndirty++;
-		pages[page / 8] |= (uint8_t)(1u << (page % 8));
+		if (ndirty && list && list[ndirty - 1] == page)
+			continue;
+		if (ndirty == cap) {
+			uint64_t *n = realloc(list, (cap = cap ? cap * 2 : 64) * sizeof(*list));
+			if (!n) {
+				/* No memory: keep this one dirty for the next attempt, and the
+				 * rest. */
+				hl_cache_core_slot_set_dirty(c, s);
+				while ((s = hl_cache_core_next_dirty(c, &cursor)) !=
+				       HL_CACHE_NO_SLOT)
+					hl_cache_core_slot_set_dirty(c, s);
+				rc = -ENOMEM;
+				break;
+			}
+			list = n;
+		}
+		list[ndirty++] = page;
 	}
-	if (ndirty) {
-		list = malloc(ndirty * sizeof(*list));
+	if (ndirty && !rc) {
 		claims = calloc(ndirty, per);
 		any = calloc(ndirty, sizeof(*any));
 		if (posix_memalign((void **)&bufs, 4096, ndirty * PAGE))
 			bufs = NULL;
 	}
-	k = 0;
-	for (uint64_t p = 0; p < npages && ndirty; p++) {
-		if (!(pages[p / 8] >> (p % 8) & 1))
-			continue;
-		if (!list || !claims || !bufs || !any) {
+	for (uint64_t k = 0; k < ndirty; k++) {
+		uint64_t p = list[k];
+		if (rc || !claims || !bufs || !any) {
 			/* No memory: keep them dirty for the next attempt. */
 			for (uint64_t i = 0; i < per && p * per + i < l->nslots; i++)
 				hl_cache_core_slot_set_dirty(c, (uint32_t)(p * per + i));
 			rc = -ENOMEM;
 			continue;
 		}
-		list[k] = p;
 		any[k] = page_encode(l, c, p, bufs + k * PAGE, claims + k * per);
-		k++;
 	}
 	if (lock)
 		pthread_mutex_unlock(lock);
@@ -784,9 +791,9 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout 
 	cache_trace(CT_SYNC, 0, 0, 0, 0, 0, ndirty, 0);
 	/* Summary bits of pages that start to claim, then one flush for them and the data. */
 	rc = sum_mark(d, l, list, any, ndirty);
+	/* The data of every claimed sector is durable before its claim. */
 	if (!rc)
-		rc =
-		    d->ops->flush(d); /* data of every claimed sector is durable before its claim */
+		rc = d->ops->flush(d);
 	for (uint64_t i = 0; !rc && i < ndirty; i++)
 		rc = d->ops->pwrite(d, bufs + i * PAGE, PAGE, l->meta_off + list[i] * PAGE);
 	if (!rc)
@@ -810,7 +817,6 @@ out:
 	free(claims);
 	free(any);
 	free(bufs);
-	free(pages);
 	return rc;
 }
 
