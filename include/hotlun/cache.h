@@ -339,8 +339,9 @@ struct hl_cache_core_info {
 	uint64_t used_slots;   /* SSD slots holding a block (<= nslots) */
 	uint64_t window_used_slots; /* RAM window slots holding a block */
 	uint32_t block_size;
-	size_t ram_bytes;       /* index + slots + valid bits + bitmaps, excluding admission
-	                           and the window's data buffers */
+	size_t ram_bytes;       /* index + slot keys and states + their side tables (busy
+	                           slots, partly valid slots) + bitmaps + the update buffer's
+	                           map, excluding admission and the window's data buffers */
 	size_t admit_ram_bytes; /* the admission policy's sketch and the window's ghosts */
 	double ram_per_block;   /* ram_bytes / nslots */
 	/*
@@ -424,7 +425,8 @@ bool hl_cache_core_ub_drain(struct hl_cache_core *c, uint16_t *lun, struct hl_ca
 struct hl_cache_slot_rec {
 	uint16_t lun;
 	uint64_t block;
-	uint32_t gen;
+	uint32_t gen; /* slot_get: the slot's generation while ios use it, else 0 (traces only;
+	                 not persisted, ignored by slot_restore) */
 	uint8_t valid[HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8];
 };
 

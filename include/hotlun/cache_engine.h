@@ -285,31 +285,55 @@ struct hl_cache_layout {
 	uint32_t block_size;
 	uint32_t rec_size; /* bytes per slot record */
 	uint64_t nslots;
+	uint64_t sum_off;  /* the record page summary: one bit per record page */
+	uint64_t sum_len;  /* bytes of it (whole 4 KiB blocks) */
+	uint64_t npages;   /* record pages */
 	uint64_t meta_off; /* first record page */
 	uint64_t meta_len; /* bytes of record pages */
 	uint64_t data_off; /* slot i's data is at data_off + i * block_size */
 	/* filled by format/load: the device's identity */
 	uint8_t uuid[16];
 	uint32_t seed;   /* record CRC seed derived from uuid */
+	uint32_t tag;    /* format tag every record of this format carries (from uuid) */
 	uint64_t sb_seq; /* sequence number of the last superblock written */
+	/*
+	 * RAM mirror of the summary (npages bits; a set bit: the page may hold
+	 * records that claim data, so a load reads it) and the summary blocks
+	 * whose cleared bits are not on the device yet. Allocated by format
+	 * and load, freed by hl_cache_layout_release(); guarded like the
+	 * device's metadata (the caller serialises the hl_cache_meta_* calls).
+	 */
+	uint64_t *sum;
+	uint64_t *sum_stale;
 };
 
-/** Compute the layout for a device of dev_size bytes and block_size. @return 0/-EINVAL/-ENOSPC. */
+/**
+ * Compute the layout for a device of dev_size bytes and block_size (the
+ * RAM mirror of the summary is not allocated). @return 0/-EINVAL/-ENOSPC.
+ */
 int hl_cache_layout_compute(uint64_t dev_size, uint32_t block_size, struct hl_cache_layout *l);
+
+/** Free what format/load allocated in l (safe on a computed-only or released layout). */
+void hl_cache_layout_release(struct hl_cache_layout *l);
 
 /**
  * Write a fresh superblock (empty cache, no valid slots) with a new uuid.
- * Every record page is zeroed. Blocking. @return 0 or -errno.
+ * Only the superblocks and the page summary are written (the summary all
+ * clear): record pages are read only where the summary says so, and a
+ * record of an earlier format fails its CRC and format tag. l is
+ * overwritten (release it first if format or load filled it before).
+ * Blocking. @return 0 or -errno.
  */
 int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t block_size, struct hl_cache_layout *l);
 
 /**
- * Read the superblock and every slot record, restoring valid slots into c
- * (whose LUNs are registered by the caller first; records of unknown LUNs
- * are dropped). Marks the superblock "open" (persisted) before returning,
- * so that the caller may write to the device. Blocking.
- * @return number of slots restored, -ENODATA (no/foreign superblock, or
- * geometry differs: format instead), -errno.
+ * Read the superblock, the page summary and the record pages it marks,
+ * restoring valid slots into c (whose LUNs are registered by the caller
+ * first; records of unknown LUNs are dropped). Marks the superblock
+ * "open" (persisted) before returning, so that the caller may write to
+ * the device. l is overwritten as by format. Blocking.
+ * @return number of slots restored, -ENODATA (no/foreign superblock, an
+ * older format version, or geometry differs: format instead), -errno.
  */
 int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l);
 

@@ -15,19 +15,15 @@
 bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
                             struct hl_cache_slot_rec *rec)
 {
-	const struct cache_slot *sl;
-
 	memset(rec, 0, sizeof(*rec));
 	if (slot >= c->nslots)
 		return false;
-	sl = &c->slots[slot];
-	rec->gen = sl->gen;
-	if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
-	    cache_vempty(c, cache_slot_valid(c, slot)))
+	rec->gen = cache_slot_gen(c, slot);
+	if (!cache_is_used(c, slot) || cache_valid_empty(c, slot))
 		return false;
-	rec->lun = cache_key_lun(sl->key);
-	rec->block = cache_key_block(sl->key);
-	memcpy(rec->valid, cache_slot_valid(c, slot), c->vbytes);
+	rec->lun = cache_key_lun(c->keys[slot]);
+	rec->block = cache_key_block(c->keys[slot]);
+	cache_valid_get(c, slot, rec->valid);
 	uint64_t ui = cache_ub_find(c, slot);
 	if (ui != UINT64_MAX) {
 		/* Sectors whose current data is only in the RAM update buffer. */
@@ -54,20 +50,17 @@ int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
 	if (!l)
 		return -ENOENT;
 	pt = &c->parts[l->part];
-	if (slot < pt->first || slot >= pt->first + pt->n || !cache_bit_test(c->freemap, slot))
+	if (slot < pt->first || slot >= pt->first + pt->n || cache_bit_test(c->takenmap, slot))
 		return -EINVAL;
 	key = cache_key(rec->lun, rec->block);
-	if (cache_index_find(&c->ix, key) != HL_CACHE_NO_SLOT)
+	/* One probe: the insert finds a duplicate (keys[] of a FREE slot means nothing). */
+	c->keys[slot] = key;
+	if (cache_index_insert(&c->ix, slot))
 		return -EEXIST;
-	c->slots[slot].gen = rec->gen;
-	cache_slot_take(c, pt, slot, key);
-	c->slots[slot].gen = rec->gen;
-	memcpy(cache_slot_valid(c, slot), rec->valid, c->vbytes);
-	/* Bits past the block's sectors are meaningless: clear them. */
-	if (c->spb < 8)
-		cache_slot_valid(c, slot)[0] &= (uint8_t)((1u << c->spb) - 1);
-	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
-	if (cache_vempty(c, cache_slot_valid(c, slot))) {
+	cache_slot_taken(c, pt, slot);
+	cache_valid_put(c, slot, rec->valid);
+	c->meta[slot] |= CACHE_M_DISK_VALID;
+	if (cache_valid_empty(c, slot)) {
 		cache_slot_release(c, slot);
 		return -EINVAL;
 	}
@@ -78,17 +71,41 @@ uint32_t hl_cache_core_next_dirty(struct hl_cache_core *c, uint64_t *cursor)
 {
 	uint64_t i = *cursor;
 
+	/*
+	 * Groups of 4096 slots (64 words) that saw no mark since their last
+	 * walk are skipped whole: a periodic sync of a big idle cache does not
+	 * read its whole dirty map.
+	 */
 	while (i < c->nslots) {
-		uint64_t w = c->dirtymap[i / 64] >> (i % 64);
-		if (w) {
-			i += (uint64_t)__builtin_ctzll(w);
-			if (i >= c->nslots)
-				break;
-			cache_bit_clear(c->dirtymap, i);
-			*cursor = i + 1;
-			return (uint32_t)i;
+		uint64_t g = i / 4096, gw = c->dirtygrp[g / 64] >> (g % 64);
+		if (!gw) {
+			i = (g / 64 + 1) * 64 * 4096;
+			continue;
 		}
-		i = (i / 64 + 1) * 64;
+		if (!(gw & 1)) {
+			i = (g + (uint64_t)__builtin_ctzll(gw)) * 4096;
+			continue;
+		}
+		uint64_t gend = HL_MIN((g + 1) * 4096, c->nslots);
+		while (i < gend) {
+			uint64_t w = c->dirtymap[i / 64] >> (i % 64);
+			if (w) {
+				i += (uint64_t)__builtin_ctzll(w);
+				if (i >= gend)
+					break;
+				cache_bit_clear(c->dirtymap, i);
+				*cursor = i + 1;
+				return (uint32_t)i;
+			}
+			i = (i / 64 + 1) * 64;
+		}
+		/* Nothing left in the group (marks behind the cursor get it set again). */
+		bool clean = true;
+		for (uint64_t w = g * 64; w < HL_DIV_ROUND_UP(gend, 64) && clean; w++)
+			clean = !c->dirtymap[w];
+		if (clean)
+			cache_bit_clear(c->dirtygrp, g);
+		i = gend;
 	}
 	*cursor = c->nslots;
 	return HL_CACHE_NO_SLOT;
@@ -114,7 +131,7 @@ void hl_cache_core_slot_claim_pending(struct hl_cache_core *c, uint32_t slot)
 	 * and let X's data land under a record that is about to claim Y.
 	 */
 	if (slot < c->nslots)
-		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+		c->meta[slot] |= CACHE_M_DISK_VALID;
 }
 
 void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
@@ -122,7 +139,7 @@ void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
 {
 	if (slot >= c->nslots)
 		return;
-	c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER;
+	c->meta[slot] |= CACHE_M_DISK_VALID | CACHE_M_CLAIMS_OTHER;
 	cache_mark_dirty(c, slot);
 	if (rec->block <= HL_CACHE_MAX_BLOCK_NR)
 		cache_stale_add(c, cache_key(rec->lun, rec->block), slot);
@@ -136,9 +153,9 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 	bool other = false;
 
 	if (claims_valid)
-		c->slots[slot].state |= CACHE_SLOT_F_DISK_VALID;
+		c->meta[slot] |= CACHE_M_DISK_VALID;
 	else
-		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_DISK_VALID;
+		c->meta[slot] &= (uint8_t)~CACHE_M_DISK_VALID;
 	for (uint64_t i = 0; i < c->nstale;) {
 		if (c->stale[i].slot == slot && c->stale[i].epoch < epoch) {
 			c->stale[i] = c->stale[--c->nstale];
@@ -155,7 +172,7 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 	 * stale tracking (no memory for it) nothing is cleared.
 	 */
 	if (!claims_valid || (!other && !c->stale_overflow))
-		c->slots[slot].state &= (uint8_t)~CACHE_SLOT_F_CLAIMS_OTHER;
+		c->meta[slot] &= (uint8_t)~CACHE_M_CLAIMS_OTHER;
 	if (!c->nstale)
 		memset(c->stale_bloom, 0, sizeof(c->stale_bloom));
 }

@@ -82,29 +82,30 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->spb = p->block_size / HL_CACHE_SECTOR;
 	c->vbytes = c->spb >= 8 ? c->spb / 8 : 1;
 	c->block_shift = (uint32_t)__builtin_ctz(p->block_size);
-	c->slots = calloc(c->ntotal, sizeof(*c->slots));
-	c->valid = calloc(c->ntotal, c->vbytes);
-	c->freemap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
+	/*
+	 * Everything per slot comes zeroed from calloc and means "free, empty,
+	 * clean": a start writes none of it, so its pages cost RAM only once
+	 * slots are used.
+	 */
+	c->keys = calloc(c->ntotal, sizeof(*c->keys));
+	c->meta = calloc(c->ntotal, sizeof(*c->meta));
+	c->wflags = calloc(c->nwin + 1, sizeof(*c->wflags));
+	c->takenmap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
 	c->dirtymap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
+	c->dirtygrp =
+	    calloc(HL_DIV_ROUND_UP(HL_DIV_ROUND_UP(c->ntotal, 4096), 64), sizeof(uint64_t));
+	c->lun_used = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->lun_used));
 	c->luns = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->luns));
 	c->wip = calloc(CACHE_WIP_BUCKETS, sizeof(*c->wip));
-	if (!c->slots || !c->valid || !c->freemap || !c->dirtymap || !c->luns || !c->wip)
-		goto nomem;
-	if (cache_index_init(&c->ix, c->ntotal, c->slots))
-		goto nomem;
+	if (!c->keys || !c->meta || !c->wflags || !c->takenmap || !c->dirtymap || !c->dirtygrp ||
+	    !c->lun_used || !c->luns || !c->wip || cache_index_init(&c->ix, c->ntotal, c->keys)) {
+		hl_cache_core_destroy(c);
+		return -ENOMEM;
+	}
 	if (hl_admit_create(p->admit, nslots, p->admit_param, &c->admit)) {
-		cache_index_fini(&c->ix);
-		free(c->slots);
-		free(c->valid);
-		free(c->freemap);
-		free(c->dirtymap);
-		free(c->luns);
-		free(c->wip);
-		free(c);
+		hl_cache_core_destroy(c);
 		return -EINVAL;
 	}
-	for (uint64_t i = 0; i < c->ntotal; i++)
-		cache_bit_set(c->freemap, i);
 	c->win = (struct cache_part){
 	    .first = (uint32_t)nslots,
 	    .n = w0 ? w0 : (uint32_t)c->nwin,
@@ -115,7 +116,6 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	};
 	if (cache_bloom2_init(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull) ||
 	    cache_bloom2_init(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull) ||
-	    !(c->win_far = calloc(HL_DIV_ROUND_UP(c->nwin + 1, 64), sizeof(uint64_t))) ||
 	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
@@ -131,15 +131,6 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->nparts = 1;
 	*out = c;
 	return 0;
-nomem:
-	free(c->slots);
-	free(c->valid);
-	free(c->freemap);
-	free(c->dirtymap);
-	free(c->luns);
-	free(c->wip);
-	free(c);
-	return -ENOMEM;
 }
 
 int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind, uint32_t param)
@@ -180,13 +171,12 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 {
 	if (!c)
 		return;
-	for (uint32_t i = 0; i < HL_CACHE_MAX_LUNS; i++)
+	for (uint32_t i = 0; c->luns && i < HL_CACHE_MAX_LUNS; i++)
 		free(c->luns[i]);
 	free(c->luns);
 	hl_admit_destroy(c->admit);
 	cache_bloom2_fini(&c->ghost);
 	cache_bloom2_fini(&c->far_ghost);
-	free(c->win_far);
 	cache_split_fini(c);
 	free(c->ub.map_slot);
 	free(c->ub.map_bits);
@@ -195,10 +185,16 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->stale);
 	free(c->wip);
 	cache_index_fini(&c->ix);
-	free(c->slots);
-	free(c->valid);
-	free(c->freemap);
+	free(c->busy.tab);
+	free(c->partial.slot);
+	free(c->partial.bits);
+	free(c->keys);
+	free(c->meta);
+	free(c->wflags);
+	free(c->takenmap);
 	free(c->dirtymap);
+	free(c->dirtygrp);
+	free(c->lun_used);
 	free(c);
 }
 
@@ -207,17 +203,25 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 /* Give slot s (FREE) to key. */
 void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key)
 {
-	struct cache_slot *sl = &c->slots[s];
-
-	cache_bit_clear(c->freemap, s);
-	pt->nfree--;
-	sl->key = key;
-	sl->state = (uint8_t)((sl->state & (CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER)) |
-	                      CACHE_SLOT_USED);
-	sl->clock = 0;
-	sl->gen++;
-	memset(cache_slot_valid(c, s), 0, c->vbytes);
+	c->keys[s] = key;
 	cache_index_insert(&c->ix, s); /* cannot fail: index has room for every slot */
+	cache_slot_taken(c, pt, s);
+}
+
+/* The rest of cache_slot_take, once keys[s] is in the index. */
+void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s)
+{
+	uint64_t key = c->keys[s];
+
+	cache_bit_set(c->takenmap, s);
+	pt->nfree--;
+	/* Clock 0, nothing valid; the claim flags stay with the slot. */
+	c->meta[s] =
+	    (uint8_t)((c->meta[s] & (CACHE_M_DISK_VALID | CACHE_M_CLAIMS_OTHER | CACHE_M_BUSY)) |
+	              CACHE_SLOT_USED);
+	cache_slot_gen_bump(c, s);
+	cache_valid_reset(c, s);
+	c->lun_used[cache_key_lun(key)]++;
 	c->used++;
 	c->win_used += s >= c->nslots;
 }
@@ -225,28 +229,31 @@ void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s,
 /* Make a USED slot FREE (it must be unpinned and have no writers). */
 void cache_slot_release(struct hl_cache_core *c, uint32_t s)
 {
-	struct cache_slot *sl = &c->slots[s];
 	struct cache_part *pt = NULL;
+	uint64_t key = c->keys[s];
 
-	if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED)
-		cache_index_remove(&c->ix, sl->key);
-	if (sl->state & CACHE_SLOT_F_DISK_VALID) {
-		cache_stale_add(c, sl->key, s);
-		sl->state |= CACHE_SLOT_F_CLAIMS_OTHER; /* for whoever takes the slot next */
+	if (cache_is_used(c, s)) {
+		cache_index_remove(&c->ix, key);
+		c->lun_used[cache_key_lun(key)]--;
+	}
+	if (c->meta[s] & CACHE_M_DISK_VALID) {
+		cache_stale_add(c, key, s);
+		c->meta[s] |= CACHE_M_CLAIMS_OTHER; /* for whoever takes the slot next */
 	}
 	cache_split_released(c, s);
 	/* Buffered updates of an evicted block are never written. */
 	cache_ub_clear(c, s, 0, c->spb);
-	sl->state = (uint8_t)(sl->state & (CACHE_SLOT_F_DISK_VALID | CACHE_SLOT_F_CLAIMS_OTHER));
-	sl->gen++;
-	sl->clock = 0;
-	memset(cache_slot_valid(c, s), 0, c->vbytes);
-	cache_bit_set(c->freemap, s);
+	c->meta[s] &= CACHE_M_DISK_VALID | CACHE_M_CLAIMS_OTHER | CACHE_M_BUSY;
+	cache_slot_gen_bump(c, s);
+	cache_valid_reset(c, s);
+	cache_bit_clear(c->takenmap, s);
 	cache_mark_dirty(c, s);
 	c->used--;
 	c->win_used -= s >= c->nslots;
-	if (s >= c->nslots)
+	if (s >= c->nslots) {
+		*cache_wflags(c, s) = 0;
 		pt = &c->win;
+	}
 	for (uint32_t i = 0; !pt && i < c->nparts; i++) {
 		if (s >= c->parts[i].first && s < c->parts[i].first + c->parts[i].n) {
 			pt = &c->parts[i];
@@ -263,10 +270,7 @@ void cache_slot_release(struct hl_cache_core *c, uint32_t s)
 /* Release s if it no longer holds anything and nobody uses it. */
 void cache_slot_maybe_release(struct hl_cache_core *c, uint32_t s)
 {
-	struct cache_slot *sl = &c->slots[s];
-
-	if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED && !sl->pins && !sl->writers &&
-	    cache_vempty(c, cache_slot_valid(c, s)))
+	if (cache_is_used(c, s) && !cache_is_busy(c, s) && cache_valid_empty(c, s))
 		cache_slot_release(c, s);
 }
 
@@ -280,7 +284,7 @@ uint32_t cache_part_find_free(struct hl_cache_core *c, struct cache_part *pt)
 		return HL_CACHE_NO_SLOT;
 	for (int pass = 0; pass < 2; pass++) {
 		while (i < end) {
-			uint64_t w = c->freemap[i / 64] >> (i % 64);
+			uint64_t w = ~c->takenmap[i / 64] >> (i % 64);
 			if (w) {
 				i += (uint64_t)__builtin_ctzll(w);
 				if (i >= end)
@@ -318,16 +322,15 @@ uint32_t cache_part_find_victim(struct hl_cache_core *c, struct cache_part *pt, 
 		pt->hand = pt->first;
 	for (uint64_t k = 0; k < limit; k++) {
 		uint32_t s = pt->hand;
-		struct cache_slot *sl = &c->slots[s];
-		if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED && !sl->pins &&
-		    !sl->writers) {
-			if (cache_vempty(c, cache_slot_valid(c, s))) {
+		if (cache_is_used(c, s) && !cache_is_busy(c, s)) {
+			uint32_t clock = cache_clock(c, s);
+			if (cache_valid_empty(c, s)) {
 				*empty = true;
 				return s;
 			}
-			if (!sl->clock)
+			if (!clock)
 				return s;
-			sl->clock--;
+			cache_clock_set(c, s, clock - 1);
 		}
 		if (++pt->hand == end)
 			pt->hand = pt->first;
@@ -424,16 +427,13 @@ int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_
 			/* Carve the top of the shared pool; its blocks there must be idle. */
 			uint32_t first = pool->first + pool->n - (uint32_t)want;
 			for (uint32_t s = first; s < pool->first + pool->n; s++) {
-				struct cache_slot *sl = &c->slots[s];
-				if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
-				    (sl->pins || sl->writers)) {
+				if (cache_is_used(c, s) && cache_is_busy(c, s)) {
 					free(l);
 					return -EBUSY;
 				}
 			}
 			for (uint32_t s = first; s < pool->first + pool->n; s++) {
-				if ((c->slots[s].state & CACHE_SLOT_STATE_MASK) ==
-				    CACHE_SLOT_USED) {
+				if (cache_is_used(c, s)) {
 					c->st.evictions++;
 					cache_slot_release(c, s);
 				}
@@ -496,15 +496,7 @@ uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint
 
 uint64_t hl_cache_core_lun_blocks(const struct hl_cache_core *c, uint16_t lun)
 {
-	uint64_t n = 0;
-
-	for (uint64_t s = 0; s < c->ntotal; s++) {
-		const struct cache_slot *sl = &c->slots[s];
-		if ((sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
-		    cache_key_lun(sl->key) == lun)
-			n++;
-	}
-	return n;
+	return c->lun_used[lun];
 }
 
 int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_stats *out)
@@ -521,7 +513,8 @@ int hl_cache_core_stats(const struct hl_cache_core *c, int lun, struct hl_cache_
 
 void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info *out)
 {
-	size_t bitmaps = 2 * HL_DIV_ROUND_UP(c->ntotal, 64) * sizeof(uint64_t);
+	size_t bitmaps = 2 * HL_DIV_ROUND_UP(c->ntotal, 64) * sizeof(uint64_t) +
+	                 HL_DIV_ROUND_UP(HL_DIV_ROUND_UP(c->ntotal, 4096), 64) * sizeof(uint64_t);
 
 	out->nslots = c->nslots;
 	out->window_slots = c->win.n;
@@ -529,8 +522,10 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->used_slots = c->used - c->win_used;
 	out->window_used_slots = c->win_used;
 	out->block_size = c->p.block_size;
-	out->ram_bytes = c->ntotal * sizeof(struct cache_slot) + c->ntotal * c->vbytes + bitmaps +
+	out->ram_bytes = c->ntotal * (sizeof(*c->keys) + sizeof(*c->meta)) + c->nwin + bitmaps +
 	                 cache_index_mem_bytes(&c->ix) +
+	                 (size_t)c->busy.cap * sizeof(struct cache_busy_ent) +
+	                 (size_t)c->partial.cap * (sizeof(uint32_t) + c->vbytes) +
 	                 c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
 	out->admit_ram_bytes =
 	    hl_admit_mem_bytes(c->admit) + 2 * (c->ghost.bits + c->far_ghost.bits) / 8;
@@ -548,7 +543,7 @@ uint32_t hl_cache_core_peek(const struct hl_cache_core *c, uint16_t lun, uint64_
 	if (valid) {
 		memset(valid, 0, HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8);
 		if (s != HL_CACHE_NO_SLOT)
-			memcpy(valid, cache_slot_valid(c, s), c->vbytes);
+			cache_valid_get(c, s, valid);
 	}
 	return s;
 }

@@ -3,9 +3,11 @@
  * slot numbers, open addressing with linear probing at a load of at most
  * 3/4, and backward-shift deletion (no tombstones, so lookups never slow
  * down as blocks come and go). Keys are not stored here: a probe reads the
- * key from the slot record, which keeps the index at ~5.3 bytes per slot.
- * The bits of an entry that the slot number does not need carry a few hash
- * bits of the key, so most probes of a miss never touch the slot records.
+ * key from the slots' key array, which keeps the index at ~5.3 bytes per
+ * slot. The bits of an entry that the slot number does not need carry a
+ * few hash bits of the key, so most probes of a miss never touch the keys.
+ * An entry holds slot + 1, so that a zeroed table is an empty one: the
+ * table comes from calloc and a start touches none of its pages.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,32 +37,30 @@ static inline uint64_t home_of(const struct cache_index *ix, uint64_t key)
 /* Tag bits come from the middle of the product; the home from its high end. */
 static inline uint32_t tag_of(const struct cache_index *ix, uint64_t h)
 {
+	if (ix->slot_bits >= 32)
+		return 0; /* no spare bits (2^31 slots and more) */
 	return (uint32_t)((h >> 24) & (UINT32_MAX >> ix->slot_bits)) << ix->slot_bits;
 }
 
 static inline uint32_t entry_slot(const struct cache_index *ix, uint32_t e)
 {
-	return e & ix->slot_mask;
+	return (e & ix->slot_mask) - 1;
 }
 
-int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache_slot *slots)
+int cache_index_init(struct cache_index *ix, uint64_t nslots, const uint64_t *keys)
 {
-	if (nslots >= CACHE_INDEX_EMPTY)
+	if (nslots >= UINT32_MAX - 1)
 		return -EINVAL;
 	ix->cap = nslots + nslots / 3 + 8;
 	ix->count = 0;
-	/* Slot numbers need slot_bits; the all-ones slot number stays unused. */
+	/* slot + 1 (1 .. nslots) needs slot_bits. */
 	ix->slot_bits = 1;
 	while (ix->slot_bits < 32 && ((1ull << ix->slot_bits) - 1) <= nslots)
 		ix->slot_bits++;
 	ix->slot_mask = ix->slot_bits == 32 ? UINT32_MAX : (uint32_t)((1ull << ix->slot_bits) - 1);
-	ix->slots = slots;
-	ix->tab = malloc(ix->cap * sizeof(*ix->tab));
-	if (!ix->tab)
-		return -ENOMEM;
-	for (uint64_t i = 0; i < ix->cap; i++)
-		ix->tab[i] = CACHE_INDEX_EMPTY;
-	return 0;
+	ix->keys = keys;
+	ix->tab = calloc(ix->cap, sizeof(*ix->tab));
+	return ix->tab ? 0 : -ENOMEM;
 }
 
 void cache_index_fini(struct cache_index *ix)
@@ -79,7 +79,7 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return HL_CACHE_NO_SLOT;
-		if ((e & ~ix->slot_mask) == tag && ix->slots[entry_slot(ix, e)].key == key)
+		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
 			return entry_slot(ix, e);
 		if (++i == ix->cap)
 			i = 0;
@@ -88,7 +88,7 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 
 int cache_index_insert(struct cache_index *ix, uint32_t slot)
 {
-	uint64_t key = ix->slots[slot].key;
+	uint64_t key = ix->keys[slot];
 	uint64_t h = ix_hash(key), i;
 	uint32_t tag = tag_of(ix, h);
 
@@ -96,18 +96,18 @@ int cache_index_insert(struct cache_index *ix, uint32_t slot)
 	if (ix->count + 1 >= ix->cap)
 		return -ENOSPC;
 	if (slot >= ix->slot_mask)
-		return -EINVAL;
+		return -EINVAL; /* slot + 1 would not fit */
 	i = home_of_hash(ix, h);
 	for (;;) {
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			break;
-		if ((e & ~ix->slot_mask) == tag && ix->slots[entry_slot(ix, e)].key == key)
+		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
 			return -EEXIST;
 		if (++i == ix->cap)
 			i = 0;
 	}
-	ix->tab[i] = tag | slot;
+	ix->tab[i] = tag | (slot + 1);
 	ix->count++;
 	return 0;
 }
@@ -126,7 +126,7 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return -ENOENT;
-		if ((e & ~ix->slot_mask) == tag && ix->slots[entry_slot(ix, e)].key == key)
+		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
 			break;
 		if (++i == ix->cap)
 			i = 0;
@@ -142,7 +142,7 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[j];
 		if (e == CACHE_INDEX_EMPTY)
 			break;
-		uint64_t home = home_of(ix, ix->slots[entry_slot(ix, e)].key);
+		uint64_t home = home_of(ix, ix->keys[entry_slot(ix, e)]);
 		if (dist(ix, home, j) >= dist(ix, hole, j)) {
 			ix->tab[hole] = e;
 			hole = j;

@@ -19,26 +19,34 @@
  */
 static bool promote_hides_fill(const struct hl_cache_core *c, const struct hl_cache_io *io)
 {
-	const uint8_t *sv = cache_slot_valid(c, io->slot), *wv = cache_slot_valid(c, io->src_slot);
+	uint8_t sv[HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8], wv[sizeof(sv)];
 	uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
 
+	cache_valid_get(c, io->slot, sv);
+	cache_valid_get(c, io->src_slot, wv);
 	for (uint32_t i = io->fill_first; i < e && i < c->spb; i++)
 		if (cache_vtest(sv, i) && !cache_vtest(wv, i))
 			return true;
 	return false;
 }
 
+/* Does slot s still hold the io's block, unchanged since its ticket, with no write in flight? */
+static bool same_content(const struct hl_cache_core *c, uint32_t s, uint64_t key, uint32_t ticket)
+{
+	const struct cache_busy_ent *e = cache_busy_find(c, s);
+
+	return cache_is_used(c, s) && c->keys[s] == key && e && e->gen == ticket && !e->writers;
+}
+
 bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io)
 {
 	struct cache_lun *l = c->luns[lun];
-	struct cache_slot *sl;
+	struct cache_busy_ent *e;
 
 	if (io->slot >= c->ntotal || !io->fill_nsect || io->started)
 		return false;
-	sl = &c->slots[io->slot];
-	if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
-	    sl->key != cache_key(lun, io->block) || sl->gen != io->ticket || sl->writers ||
-	    (sl->state & CACHE_SLOT_F_WRITING)) {
+	e = cache_is_busy(c, io->slot) ? cache_busy_find(c, io->slot) : NULL;
+	if (!same_content(c, io->slot, cache_key(lun, io->block), io->ticket) || e->writing) {
 		/* Raced by a write, an invalidation or another fill: dropped. */
 		if (l)
 			CACHE_STAT(c, l, fills_dropped, 1);
@@ -56,81 +64,89 @@ bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cac
 	 * meta_barrier); any other fill or update of the new block that gets
 	 * here first would put the new block's data under the old claim.
 	 */
-	if (sl->state & CACHE_SLOT_F_CLAIMS_OTHER) {
+	if (c->meta[io->slot] & CACHE_M_CLAIMS_OTHER) {
 		if (l)
 			CACHE_STAT(c, l, fills_dropped, 1);
 		return false;
 	}
-	sl->state |= CACHE_SLOT_F_WRITING;
+	e->writing = 1;
 	io->started = 1;
 	return true;
+}
+
+/* A PROMOTE io ends: install what the window held, unpin the window slot. */
+static void promote_end(struct hl_cache_core *c, struct cache_lun *l, uint16_t lun,
+                        struct hl_cache_io *io, bool written, bool started)
+{
+	uint32_t s = io->slot, w = io->src_slot;
+	uint64_t key = cache_key(lun, io->block);
+	uint8_t wv[HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8];
+	struct cache_busy_ent *we;
+
+	cache_valid_get(c, w, wv);
+	if (io->fill_nsect && started && c->keys[s] == key) {
+		/*
+		 * The copy wrote the window's holes too: none of them may stay
+		 * valid in the slot (io_start saw none, and none can have been
+		 * filled since; this only keeps it so).
+		 */
+		uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
+		for (uint32_t i = io->fill_first; i < e && i < c->spb; i++) {
+			if (!cache_vtest(wv, i) && cache_valid_test(c, s, i)) {
+				cache_valid_clear(c, s, i, 1);
+				cache_mark_dirty(c, s);
+				cache_slot_unclaim(c, s);
+			}
+		}
+	}
+	if (io->fill_nsect) {
+		bool same = same_content(c, s, key, io->ticket);
+		if (written && l && s < c->nslots)
+			CACHE_STAT(c, l, bytes_cache_write,
+			           (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
+		if (written && same) {
+			/* Only what was valid in the window (the copy may span holes). */
+			uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
+			for (uint32_t i = io->fill_first; i < e; i++)
+				if (cache_vtest(wv, i))
+					cache_valid_set(c, s, i, 1);
+			cache_mark_dirty(c, s);
+		} else if (written && l) {
+			CACHE_STAT(c, l, fills_dropped, 1);
+		}
+		io->fill_nsect = 0;
+	}
+	we = cache_is_busy(c, w) ? cache_busy_find(c, w) : NULL;
+	if (we && we->pins)
+		we->pins--;
+	cache_busy_put_ent(c, we);
+	if (cache_state(c, w) == CACHE_SLOT_MOVING && !cache_slot_pins(c, w)) {
+		c->used++; /* cache_slot_release counts it out again */
+		c->win_used++;
+		cache_slot_release(c, w);
+	}
 }
 
 void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
                           bool written)
 {
 	struct cache_lun *l = c->luns[lun];
-	struct cache_slot *sl;
+	struct cache_busy_ent *e;
 	uint32_t s = io->slot;
+	bool started = io->started;
 
 	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal)
 		return;
-	sl = &c->slots[s];
-	bool started = io->started;
 	if (io->started) {
-		sl->state &= (uint8_t)~CACHE_SLOT_F_WRITING;
+		e = cache_busy_find(c, s);
+		if (e)
+			e->writing = 0;
 		io->started = 0;
 	}
-	if (io->kind == HL_CACHE_IO_PROMOTE && io->src_slot < c->ntotal) {
-		struct cache_slot *ws = &c->slots[io->src_slot];
-		const uint8_t *wv = cache_slot_valid(c, io->src_slot);
-
-		if (io->fill_nsect && started && sl->key == cache_key(lun, io->block)) {
-			/*
-			 * The copy wrote the window's holes too: none of them may stay
-			 * valid in the slot (io_start saw none, and none can have been
-			 * filled since; this only keeps it so).
-			 */
-			uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
-			for (uint32_t i = io->fill_first; i < e && i < c->spb; i++) {
-				if (!cache_vtest(wv, i) && cache_vtest(cache_slot_valid(c, s), i)) {
-					cache_vclear(cache_slot_valid(c, s), i, 1);
-					cache_mark_dirty(c, s);
-					cache_slot_unclaim(c, s);
-				}
-			}
-		}
-		if (io->fill_nsect) {
-			bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
-			            sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
-			            !sl->writers;
-			if (written && l && s < c->nslots)
-				CACHE_STAT(c, l, bytes_cache_write,
-				           (uint64_t)io->fill_nsect * HL_CACHE_SECTOR);
-			if (written && same) {
-				/* Only what was valid in the window (the copy may span holes). */
-				uint32_t e = (uint32_t)io->fill_first + io->fill_nsect;
-				for (uint32_t i = io->fill_first; i < e; i++)
-					if (cache_vtest(wv, i))
-						cache_vset(cache_slot_valid(c, s), i, 1);
-				cache_mark_dirty(c, s);
-			} else if (written && l) {
-				CACHE_STAT(c, l, fills_dropped, 1);
-			}
-			io->fill_nsect = 0;
-		}
-		if (ws->pins)
-			ws->pins--;
-		if ((ws->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_MOVING && !ws->pins) {
-			c->used++; /* cache_slot_release counts it out again */
-			c->win_used++;
-			cache_slot_release(c, io->src_slot);
-		}
-	}
+	if (io->kind == HL_CACHE_IO_PROMOTE && io->src_slot < c->ntotal)
+		promote_end(c, l, lun, io, written, started);
 	if (io->fill_nsect) {
-		bool same = (sl->state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED &&
-		            sl->key == cache_key(lun, io->block) && sl->gen == io->ticket &&
-		            !sl->writers;
+		bool same = same_content(c, s, cache_key(lun, io->block), io->ticket);
 		/* An update into the RAM update buffer writes nothing to the device. */
 		bool to_ub = io->kind == HL_CACHE_IO_UPDATE && io->src_slot == HL_CACHE_IO_UB_SRC &&
 		             io->ram && s < c->nslots;
@@ -143,9 +159,9 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 		}
 		if (written && same && to_ub) {
 			if (cache_ub_add(c, s, io->fill_first, io->fill_nsect))
-				cache_vset(cache_slot_valid(c, s), io->fill_first, io->fill_nsect);
+				cache_valid_set(c, s, io->fill_first, io->fill_nsect);
 		} else if (written && same) {
-			cache_vset(cache_slot_valid(c, s), io->fill_first, io->fill_nsect);
+			cache_valid_set(c, s, io->fill_first, io->fill_nsect);
 			cache_mark_dirty(c, s);
 		} else if (written && l) {
 			CACHE_STAT(c, l, fills_dropped, 1);
@@ -154,8 +170,10 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
 	}
 	if (io->pinned) {
 		io->pinned = 0;
-		if (sl->pins)
-			sl->pins--;
+		e = cache_is_busy(c, s) ? cache_busy_find(c, s) : NULL;
+		if (e && e->pins)
+			e->pins--;
+		cache_busy_put_ent(c, e);
 		cache_slot_maybe_release(c, s);
 	}
 }

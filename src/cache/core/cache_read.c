@@ -16,13 +16,13 @@
 
 void cache_window_drop(struct hl_cache_core *c, uint32_t s)
 {
-	const struct cache_slot *sl = &c->slots[s];
+	uint64_t key = c->keys[s];
 
-	if (!cache_vempty(c, cache_slot_valid(c, s))) {
-		cache_bloom2_add(&c->far_ghost, sl->key);
-		if (!(sl->state & CACHE_SLOT_F_NOPROMOTE)) {
-			cache_bloom2_add(&c->ghost, sl->key);
-			cache_split_dropped(c, sl->key);
+	if (!cache_valid_empty(c, s)) {
+		cache_bloom2_add(&c->far_ghost, key);
+		if (!(*cache_wflags(c, s) & CACHE_W_NOPROMOTE)) {
+			cache_bloom2_add(&c->ghost, key);
+			cache_split_dropped(c, key);
 		}
 	}
 	cache_slot_release(c, s);
@@ -76,6 +76,14 @@ static bool seq_bypass(struct hl_cache_core *c, struct cache_lun *l, uint64_t of
 	return len > c->p.seq_bypass;
 }
 
+/* Bytes of [off, off+len) in block b. */
+static uint64_t len_in_block(const struct hl_cache_core *c, uint64_t b, uint64_t off, uint64_t len)
+{
+	uint64_t s = HL_MAX(b << c->block_shift, off);
+	uint64_t e = HL_MIN((b + 1) << c->block_shift, off + len);
+	return e - s;
+}
+
 /* Bytes of [off, off+len) that fall in sectors [first, first+n) of block b. */
 static uint64_t sect_bytes(const struct hl_cache_core *c, uint64_t b, uint32_t first, uint32_t n,
                            uint64_t off, uint64_t len)
@@ -87,7 +95,7 @@ static uint64_t sect_bytes(const struct hl_cache_core *c, uint64_t b, uint32_t f
 	return e > s ? e - s : 0;
 }
 
-/* Bytes of the request served from valid sectors of block b. */
+/* Bytes of the request served from valid sectors of block b (v: its valid bits). */
 static uint64_t valid_bytes(const struct hl_cache_core *c, const uint8_t *v, uint64_t b,
                             uint32_t first, uint32_t n, uint64_t off, uint64_t len)
 {
@@ -115,7 +123,7 @@ static void evict_victim(struct hl_cache_core *c, struct cache_lun *l, struct ca
                          uint32_t s, bool empty)
 {
 	if (!empty)
-		CACHE_STAT(c, c->luns[cache_key_lun(c->slots[s].key)] ?: l, evictions, 1);
+		CACHE_STAT(c, c->luns[cache_key_lun(c->keys[s])] ?: l, evictions, 1);
 	cache_slot_release(c, s);
 	cache_advance_hand(pt, s);
 }
@@ -128,26 +136,29 @@ static void evict_victim(struct hl_cache_core *c, struct cache_lun *l, struct ca
  */
 static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_io *io)
 {
-	struct cache_slot *ws = &c->slots[w];
-	uint64_t key = ws->key;
+	uint64_t key = c->keys[w];
 	struct cache_lun *l = c->luns[cache_key_lun(key)];
 	struct cache_part *pt;
-	const uint8_t *v = cache_slot_valid(c, w);
+	struct cache_busy_ent *e;
+	uint8_t v[HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8];
 	uint32_t s, a, z;
 	bool empty = false;
 
-	if (!l || (ws->state & CACHE_SLOT_F_NOPROMOTE))
+	if (!l || (*cache_wflags(c, w) & CACHE_W_NOPROMOTE))
+		return false;
+	/* Both slots get a pin: make w's entry first, so that nothing can fail after a change. */
+	if (!cache_busy_get(c, w))
 		return false;
 	pt = &c->parts[l->part];
 	s = cache_part_find_free(c, pt);
 	if (s != HL_CACHE_NO_SLOT) {
 		if (!hl_admit_should(c->admit, key, c->p.admit_free, 0))
-			return false;
+			goto no;
 	} else {
 		s = cache_part_find_victim(c, pt, &empty);
 		if (s == HL_CACHE_NO_SLOT)
-			return false;
-		if ((ws->state & CACHE_SLOT_F_RETURNED) && !empty) {
+			goto no;
+		if ((*cache_wflags(c, w) & CACHE_W_RETURNED) && !empty) {
 			/*
 			 * Back from the ghost: ties with the victim go to the newcomer,
 			 * except while rule 10 lets more blocks return (they must be
@@ -155,41 +166,50 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 			 */
 			if (cache_budget_is_open(c)
 			        ? hl_admit_estimate(c->admit, key) <=
-			              hl_admit_estimate(c->admit, c->slots[s].key)
-			        : !hl_admit_should_returning(c->admit, key, c->slots[s].key))
-				return false;
-		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free,
-		                            c->slots[s].key)) {
-			return false;
+			              hl_admit_estimate(c->admit, c->keys[s])
+			        : !hl_admit_should_returning(c->admit, key, c->keys[s]))
+				goto no;
+		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free, c->keys[s])) {
+			goto no;
 		}
-		evict_victim(c, l, pt, s, empty);
 	}
+	/* s is idle (free, or an unpinned victim): its entry is new. */
+	if (!cache_busy_get(c, s))
+		goto no;
+	if (cache_is_used(c, s))
+		evict_victim(c, l, pt, s, empty);
+	cache_valid_get(c, w, v);
 	for (a = 0; !cache_vtest(v, a); a++)
 		;
 	for (z = c->spb - 1; !cache_vtest(v, z); z--)
 		;
 	/* The key moves to the SSD slot now, so writes and fills see one place. */
 	cache_index_remove(&c->ix, key);
-	ws->state = (uint8_t)((ws->state & CACHE_SLOT_F_DISK_VALID) | CACHE_SLOT_MOVING);
-	ws->pins++;
+	c->lun_used[cache_key_lun(key)]--;
+	c->meta[w] = (uint8_t)((c->meta[w] & ~CACHE_M_STATE) | CACHE_SLOT_MOVING);
+	cache_busy_find(c, w)->pins++;
 	cache_slot_take(c, pt, s, key);
 	c->used--; /* w is no longer counted as holding a block */
 	c->win_used--;
-	c->slots[s].pins++;
+	e = cache_busy_find(c, s);
+	e->pins++;
 	cache_split_promoted(c, s);
 	memset(io, 0, sizeof(*io));
 	io->kind = HL_CACHE_IO_PROMOTE;
 	io->block = cache_key_block(key);
 	io->slot = s;
 	io->src_slot = w;
-	io->ticket = c->slots[s].gen;
+	io->ticket = e->gen;
 	io->fill_first = (uint16_t)a;
 	io->fill_nsect = (uint16_t)(z - a + 1);
 	io->pinned = 1;
 	io->admitted = 1;
-	io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+	io->meta_barrier = (c->meta[s] & CACHE_M_DISK_VALID) != 0;
 	CACHE_STAT(c, l, admissions, 1);
 	return true;
+no:
+	cache_busy_put(c, w);
+	return false;
 }
 
 /*
@@ -203,12 +223,14 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
  */
 static bool window_may_promote(const struct hl_cache_core *c, uint32_t w)
 {
+	uint8_t f = *cache_wflags(c, w);
+
 	if (c->p.admit != HL_ADMIT_FREQ)
 		return true;
-	if (!(c->slots[w].state & CACHE_SLOT_F_RETURNED))
+	if (!(f & CACHE_W_RETURNED))
 		return false;
 	/* A rule-10 return only while the budget is still open (else rules 5 and 6). */
-	return !cache_bit_test(c->win_far, w - c->nslots) || cache_budget_is_open(c);
+	return !(f & CACHE_W_FAR) || cache_budget_is_open(c);
 }
 
 /*
@@ -243,7 +265,6 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 		return HL_CACHE_NO_SLOT;
 	cache_slot_take(c, pt, s, key);
 	cache_split_took(c, s);
-	cache_bit_clear(c->win_far, s - c->nslots);
 	return s;
 }
 
@@ -288,8 +309,7 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	if (returning && !freq) {
 		/* Back soon after the window dropped it: compete for the SSD right away. */
 		s = cache_part_find_victim(c, pt, &empty);
-		if (s != HL_CACHE_NO_SLOT &&
-		    hl_admit_should_returning(c->admit, key, c->slots[s].key)) {
+		if (s != HL_CACHE_NO_SLOT && hl_admit_should_returning(c->admit, key, c->keys[s])) {
 			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
 			goto ssd;
@@ -299,7 +319,7 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		/* No window: compare with the SSD victim right away. */
 		s = cache_part_find_victim(c, pt, &empty);
 		if (s != HL_CACHE_NO_SLOT &&
-		    hl_admit_should(c->admit, key, empty && c->p.admit_free, c->slots[s].key)) {
+		    hl_admit_should(c->admit, key, empty && c->p.admit_free, c->keys[s])) {
 			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
 			goto ssd;
@@ -310,18 +330,18 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	s = window_take(c, key, extra, nextra, max_extra);
 	if (s != HL_CACHE_NO_SLOT) {
 		if (bypass)
-			c->slots[s].state |= CACHE_SLOT_F_NOPROMOTE;
+			*cache_wflags(c, s) |= CACHE_W_NOPROMOTE;
 		else if (returning)
-			c->slots[s].state |= CACHE_SLOT_F_RETURNED;
+			*cache_wflags(c, s) |= CACHE_W_RETURNED;
 		if (far)
-			cache_bit_set(c->win_far, s - c->nslots);
+			*cache_wflags(c, s) |= CACHE_W_FAR;
 		io->ram = 1;
 		io->admitted = 1;
 		CACHE_STAT(c, l, window_fills, 1);
 	}
 	return s;
 ssd:
-	io->meta_barrier = (c->slots[s].state & CACHE_SLOT_F_DISK_VALID) != 0;
+	io->meta_barrier = (c->meta[s] & CACHE_M_DISK_VALID) != 0;
 	io->admitted = 1;
 	CACHE_STAT(c, l, admissions, 1);
 	return s;
@@ -353,50 +373,57 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 		cache_io_init(io, b, s, first, n);
 		hl_admit_access(c->admit, key, s == HL_CACHE_NO_SLOT);
 		if (s != HL_CACHE_NO_SLOT) {
-			struct cache_slot *sl = &c->slots[s];
-			const uint8_t *v = cache_slot_valid(c, s);
-			uint32_t nv = cache_vcount(v, first, n);
-			uint8_t cmax = s < c->nslots ? CACHE_CLOCK_MAX : CACHE_WIN_CLOCK_MAX;
+			uint8_t v[HL_CACHE_MAX_BLOCK / HL_CACHE_SECTOR / 8];
+			uint32_t nv = cache_valid_count(c, s, first, n), clock = cache_clock(c, s);
+			uint32_t cmax = s < c->nslots ? CACHE_CLOCK_MAX : CACHE_WIN_CLOCK_MAX;
+			struct cache_busy_ent *e;
 
-			if (nv && sl->clock < cmax)
-				sl->clock++;
-			if (nv && s >= c->nslots)
+			if (nv && clock < cmax)
+				cache_clock_set(c, s, clock + 1);
+			if (nv && s >= c->nslots) {
 				cache_split_window_hit(c, s);
-			if (nv)
-				sl->state &= (uint8_t)~CACHE_SLOT_F_NOPROMOTE;
-			io->ticket = sl->gen;
+				*cache_wflags(c, s) &= (uint8_t)~CACHE_W_NOPROMOTE;
+			}
 			io->ram = s >= c->nslots;
-			if (sl->pins == UINT8_MAX) {
-				/* Too many users: serve this block from the origin, untouched. */
+			e = cache_busy_get(c, s);
+			if (!e || e->pins == UINT8_MAX) {
+				/* Too many users (or no room to count one more): the origin serves
+				 * it. */
 				io->kind = HL_CACHE_IO_MISS;
 				io->slot = HL_CACHE_NO_SLOT;
 				io->ram = 0;
 				continue;
 			}
+			e->pins++;
+			io->ticket = e->gen;
+			io->pinned = 1;
+			if (nv == n) {
+				/* (every sector valid: no per-sector walk) */
+				hit_bytes += len_in_block(c, b, off, len);
+				if (io->ram)
+					ram_bytes += len_in_block(c, b, off, len);
+				io->kind = HL_CACHE_IO_HIT;
+				nhit_blocks++;
+				continue;
+			}
+			cache_valid_get(c, s, v);
 			uint64_t vb = valid_bytes(c, v, b, first, n, off, len);
 			hit_bytes += vb;
 			if (io->ram)
 				ram_bytes += vb;
-			if (nv == n) {
-				io->kind = HL_CACHE_IO_HIT;
-				nhit_blocks++;
-			} else {
-				budget_missed(c);
-				io->kind = nv ? HL_CACHE_IO_PARTIAL : HL_CACHE_IO_MISS;
-				/* Fill the gap [first invalid, last invalid] unless a write is in
-				 * flight. */
-				if (!sl->writers) {
-					uint32_t a = first, z = first + n - 1;
-					while (cache_vtest(v, a))
-						a++;
-					while (cache_vtest(v, z))
-						z--;
-					io->fill_first = (uint16_t)a;
-					io->fill_nsect = (uint16_t)(z - a + 1);
-				}
+			budget_missed(c);
+			io->kind = nv ? HL_CACHE_IO_PARTIAL : HL_CACHE_IO_MISS;
+			/* Fill the gap [first invalid, last invalid] unless a write is in flight.
+			 */
+			if (!e->writers) {
+				uint32_t a = first, z = first + n - 1;
+				while (cache_vtest(v, a))
+					a++;
+				while (cache_vtest(v, z))
+					z--;
+				io->fill_first = (uint16_t)a;
+				io->fill_nsect = (uint16_t)(z - a + 1);
 			}
-			sl->pins++;
-			io->pinned = 1;
 			continue;
 		}
 		io->kind = HL_CACHE_IO_MISS;
@@ -406,9 +433,17 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
 		if (s == HL_CACHE_NO_SLOT)
 			continue;
+		struct cache_busy_ent *e = cache_busy_get(c, s);
+		if (!e) {
+			/* No room to pin it: give the empty slot back, the origin serves the block.
+			 */
+			cache_slot_maybe_release(c, s);
+			io->ram = io->admitted = io->meta_barrier = 0;
+			continue;
+		}
 		io->slot = s;
-		io->ticket = c->slots[s].gen;
-		c->slots[s].pins++;
+		io->ticket = e->gen;
+		e->pins++;
 		io->pinned = 1;
 		if (c->p.fill_whole_block) {
 			io->fill_first = 0;

@@ -74,13 +74,12 @@ static bool window_shrink(struct hl_cache_core *c)
 	uint32_t nn = pt->n - x->step;
 
 	for (uint32_t s = pt->first + nn; s < pt->first + pt->n; s++) {
-		const struct cache_slot *sl = &c->slots[s];
-		uint8_t st = sl->state & CACHE_SLOT_STATE_MASK;
-		if (st != CACHE_SLOT_FREE && (st != CACHE_SLOT_USED || sl->pins || sl->writers))
+		uint8_t st = cache_state(c, s);
+		if (st != CACHE_SLOT_FREE && (st != CACHE_SLOT_USED || cache_is_busy(c, s)))
 			return false;
 	}
 	for (uint32_t s = pt->first + nn; s < pt->first + pt->n; s++)
-		if ((c->slots[s].state & CACHE_SLOT_STATE_MASK) == CACHE_SLOT_USED)
+		if (cache_is_used(c, s))
 			cache_window_drop(c, s);
 	/* The slots are FREE now and outside the window's range. */
 	pt->nfree -= x->step;

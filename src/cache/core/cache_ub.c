@@ -178,7 +178,7 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 	while (u->bytes > limit && u->fifo_head != u->fifo_tail) {
 		uint32_t s = u->fifo[u->fifo_head % u->fifo_cap], a, z;
 		uint64_t i = cache_ub_find(c, s);
-		struct cache_slot *sl = &c->slots[s];
+		struct cache_busy_ent *e;
 		uint8_t *b;
 
 		if (i == UINT64_MAX || u->map_seq[i] != u->fifo_head) {
@@ -191,12 +191,15 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 		for (z = a; z + 1 < c->spb && cache_vtest(b, z + 1); z++)
 			;
 		/* Not served while it is copied; valid again when the copy completes. */
-		cache_vclear(cache_slot_valid(c, s), a, z - a + 1);
+		cache_valid_clear(c, s, a, z - a + 1);
 		cache_ub_clear(c, s, a, z - a + 1);
 		if (cache_ub_find(c, s) == UINT64_MAX)
 			u->fifo_head++;
-		if (sl->pins == UINT8_MAX || sl->writers) {
-			/* Busy: drop these sectors instead (they stay invalid). */
+		e = cache_busy_get(c, s);
+		if (!e || e->pins == UINT8_MAX || e->writers) {
+			/* Busy (or no room to pin it): drop these sectors instead (they stay
+			 * invalid). */
+			cache_busy_put(c, s);
 			cache_mark_dirty(c, s);
 			cache_slot_maybe_release(c, s);
 			continue;
@@ -204,17 +207,17 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 		cache_split_written_back(c, s, a, z - a + 1);
 		memset(io, 0, sizeof(*io));
 		io->kind = HL_CACHE_IO_UPDATE;
-		io->block = cache_key_block(sl->key);
+		io->block = cache_key_block(c->keys[s]);
 		io->slot = s;
 		io->src_slot = HL_CACHE_IO_UB_SRC;
-		io->ticket = sl->gen;
+		io->ticket = e->gen;
 		io->first = (uint16_t)a;
 		io->nsect = (uint16_t)(z - a + 1);
 		io->fill_first = (uint16_t)a;
 		io->fill_nsect = (uint16_t)(z - a + 1);
-		sl->pins++;
+		e->pins++;
 		io->pinned = 1;
-		*lun = cache_key_lun(sl->key);
+		*lun = cache_key_lun(c->keys[s]);
 		return true;
 	}
 	return false;

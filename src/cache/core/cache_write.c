@@ -55,7 +55,7 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 	for (uint32_t i = 0; i < nb; i++) {
 		uint64_t b = b0 + i;
 		uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;
-		struct cache_slot *sl;
+		struct cache_busy_ent *e = NULL;
 		struct hl_cache_io *io;
 
 		if (k == max)
@@ -64,14 +64,20 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		cache_block_sectors(c, b, off, len, &first, &n);
 		cache_io_init(io, b, s, first, n);
 		io->kind = HL_CACHE_IO_UPDATE;
-		if (s == HL_CACHE_NO_SLOT || c->slots[s].writers == UINT8_MAX) {
-			/* Not cached (or too many writers to count): keep it from being filled. */
+		if (s != HL_CACHE_NO_SLOT)
+			e = cache_busy_get(c, s);
+		if (s == HL_CACHE_NO_SLOT || !e || e->writers == UINT8_MAX) {
+			/*
+			 * Not cached (or too many writers to count, or no room to
+			 * count one): keep it from being filled.
+			 */
 			io->slot = HL_CACHE_NO_SLOT;
 			if (s != HL_CACHE_NO_SLOT) {
-				c->slots[s].gen++;
+				cache_slot_gen_bump(c, s);
+				cache_busy_put(c, s); /* (an entry made just now, unused) */
 				cache_ub_clear(c, s, first, n);
-				if (cache_vcount(cache_slot_valid(c, s), first, n)) {
-					cache_vclear(cache_slot_valid(c, s), first, n);
+				if (cache_valid_count(c, s, first, n)) {
+					cache_valid_clear(c, s, first, n);
 					cache_mark_dirty(c, s);
 					io->meta_barrier = cache_slot_unclaim(c, s);
 				}
@@ -80,7 +86,6 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 			io->wip = 1;
 			continue;
 		}
-		sl = &c->slots[s];
 		io->ram = s >= c->nslots;
 		/*
 		 * Update range: fully covered sectors, plus a partly covered head
@@ -95,16 +100,15 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		bool head_part =
 		    (ws % HL_CACHE_SECTOR) != 0 || (n == 1 && (we % HL_CACHE_SECTOR) != 0);
 		bool tail_part = (we % HL_CACHE_SECTOR) != 0;
-		const uint8_t *v = cache_slot_valid(c, s);
 		bool rmw_head = false, rmw_tail = false;
 		if (head_part) {
-			if (cache_vtest(v, first))
+			if (cache_valid_test(c, s, first))
 				rmw_head = true;
 			else
 				us = first + 1;
 		}
 		if (tail_part && last != (int32_t)first) {
-			if (cache_vtest(v, last))
+			if (cache_valid_test(c, s, (uint32_t)last))
 				rmw_tail = true;
 			else
 				ue = last - 1;
@@ -118,14 +122,15 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		 */
 		cache_split_update(c, s, first, n);
 		cache_ub_clear(c, s, first, n);
-		if (cache_vcount(cache_slot_valid(c, s), first, n)) {
-			cache_vclear(cache_slot_valid(c, s), first, n);
+		if (cache_valid_count(c, s, first, n)) {
+			cache_valid_clear(c, s, first, n);
 			cache_mark_dirty(c, s);
 			io->meta_barrier = cache_slot_unclaim(c, s);
 		}
-		sl->gen++;
-		io->ticket = sl->gen;
-		sl->writers++;
+		e = cache_busy_find(c, s); /* (found again: the calls above may not move it, but) */
+		e->gen++;
+		io->ticket = e->gen;
+		e->writers++;
 		if (c->p.write_mode == HL_CACHE_WRITE_UPDATE && ue >= us) {
 			io->fill_first = (uint16_t)us;
 			io->fill_nsect = (uint16_t)(ue - us + 1);
@@ -153,7 +158,7 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
                              bool origin_ok)
 {
 	struct cache_lun *l = c->luns[lun];
-	struct cache_slot *sl;
+	struct cache_busy_ent *e;
 	uint32_t s = io->slot;
 
 	if (io->wip) {
@@ -164,12 +169,12 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
 		io->fill_nsect = 0;
 		return;
 	}
-	sl = &c->slots[s];
-	if (sl->writers)
-		sl->writers--;
-	if (io->fill_nsect && origin_ok && sl->gen == io->ticket && !sl->writers &&
-	    sl->pins < UINT8_MAX && sl->key == cache_key(lun, io->block)) {
-		sl->pins++;
+	e = cache_is_busy(c, s) ? cache_busy_find(c, s) : NULL;
+	if (e && e->writers)
+		e->writers--;
+	if (e && io->fill_nsect && origin_ok && e->gen == io->ticket && !e->writers &&
+	    e->pins < UINT8_MAX && c->keys[s] == cache_key(lun, io->block)) {
+		e->pins++;
 		io->pinned = 1;
 		if (l)
 			CACHE_STAT(c, l, write_updates, 1);
@@ -178,6 +183,7 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
 	if (io->fill_nsect && l)
 		CACHE_STAT(c, l, fills_dropped, 1);
 	io->fill_nsect = 0;
+	cache_busy_put_ent(c, e);
 	cache_slot_maybe_release(c, s);
 }
 
@@ -186,16 +192,14 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
 static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32_t s,
                             uint32_t first, uint32_t n)
 {
-	struct cache_slot *sl = &c->slots[s];
-
 	cache_ub_clear(c, s, first, n);
-	if (cache_vcount(cache_slot_valid(c, s), first, n)) {
-		cache_vclear(cache_slot_valid(c, s), first, n);
+	if (cache_valid_count(c, s, first, n)) {
+		cache_valid_clear(c, s, first, n);
 		cache_mark_dirty(c, s);
 		cache_slot_unclaim(c, s);
 		CACHE_STAT(c, l, invalidations, 1);
 	}
-	sl->gen++;
+	cache_slot_gen_bump(c, s);
 	cache_slot_maybe_release(c, s);
 }
 
@@ -223,16 +227,21 @@ int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off
 		}
 		return 0;
 	}
-	/* A range larger than the cache: walk the slots instead of the blocks. */
+	/* A range larger than the cache: walk the slots in use instead of the blocks. */
 	for (uint64_t s = 0; s < c->ntotal; s++) {
-		struct cache_slot *sl = &c->slots[s];
-		uint64_t b;
+		uint64_t b, w = c->takenmap[s / 64] >> (s % 64);
 		uint32_t first, n;
 
-		if ((sl->state & CACHE_SLOT_STATE_MASK) != CACHE_SLOT_USED ||
-		    cache_key_lun(sl->key) != lun)
+		if (!w) {
+			s = (s / 64 + 1) * 64 - 1;
 			continue;
-		b = cache_key_block(sl->key);
+		}
+		s += (uint64_t)__builtin_ctzll(w);
+		if (s >= c->ntotal)
+			break;
+		if (!cache_is_used(c, (uint32_t)s) || cache_key_lun(c->keys[s]) != lun)
+			continue;
+		b = cache_key_block(c->keys[s]);
 		if (b < b0 || b > b1)
 			continue;
 		cache_block_sectors(c, b, off, end - off, &first, &n);

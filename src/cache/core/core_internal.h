@@ -1,7 +1,8 @@
 /*
  * core_internal.h - what the files of the cache's core (src/cache/core)
- * share: the key packing, the hash, the (lun, block) -> slot index, the
- * packed slot record, and the policy core's state and helpers (struct
+ * share: the key packing, the hash, the slots (a key and a state byte
+ * each, side tables for what only some slots need), the (lun, block) ->
+ * slot index, and the policy core's state and helpers (struct
  * hl_cache_core). Nothing here is exported outside src/cache: the engine
  * (src/cache/engine, the core's user) and the unit tests may include it;
  * it never includes anything of the engine.
@@ -46,25 +47,19 @@ static inline uint64_t cache_hash(uint64_t x)
 }
 
 /*
- * Slot record: 16 bytes in RAM, one per cache block of the device. The
- * per-4K valid bits live in a separate array (block_size / 32 KiB bytes,
- * at least one) so the record size does not depend on the block size.
+ * ---- slots ----
+ * A slot costs 9 bytes of RAM: its key (c->keys, meaningful when the slot
+ * is not FREE) and a state byte (c->meta). What only some slots need lives
+ * in side tables sized by how many slots need it: the pins, writers and
+ * generation of slots that ios are using (struct cache_busy), the valid
+ * bits of partly valid slots (struct cache_partial; a slot whose every
+ * sector is valid says so with CACHE_M_FULL, an empty one with neither),
+ * and the flags of RAM window slots (c->wflags).
  */
-struct cache_slot {
-	uint64_t key;    /* lun << 48 | block; meaningful when state != FREE */
-	uint32_t gen;    /* bumped by every change of content: fills/updates check it */
-	uint8_t state;   /* CACHE_SLOT_* | CACHE_SLOT_F_* */
-	uint8_t clock;   /* CLOCK reference counter, 0..CACHE_CLOCK_MAX */
-	uint8_t pins;    /* reads of the slot's data and fills in flight */
-	uint8_t writers; /* origin writes in flight that touch the block */
-};
-
-_Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes");
-
-#define CACHE_SLOT_FREE         0x00
-#define CACHE_SLOT_USED         0x01 /* in the index, owns key */
-#define CACHE_SLOT_MOVING       0x02 /* window slot being copied to the SSD: not indexed */
-#define CACHE_SLOT_STATE_MASK   0x07
+#define CACHE_M_STATE     0x03 /* CACHE_SLOT_* */
+#define CACHE_SLOT_FREE   0x00
+#define CACHE_SLOT_USED   0x01 /* in the index, owns its key */
+#define CACHE_SLOT_MOVING 0x02 /* window slot being copied to the SSD: not indexed */
 /*
  * The on-device record (or a sync's snapshot in flight) may claim a block
  * other than the slot's current one (the slot was released or dropped at
@@ -72,12 +67,19 @@ _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes"
  * written after that is durable, or a crash restores the other block's
  * claim over this block's data (hl_cache_core_io_start refuses).
  */
-#define CACHE_SLOT_F_CLAIMS_OTHER 0x08
-#define CACHE_SLOT_F_DISK_VALID 0x10 /* the on-device record may claim valid data */
-#define CACHE_SLOT_F_NOPROMOTE  0x20 /* window slot of a sequential stream: never promoted */
-#define CACHE_SLOT_F_WRITING    0x40 /* an io is writing data into the slot (io_start..io_end) */
-#define CACHE_SLOT_F_RETURNED   0x80 /* window slot of a block back from the ghost: may be promoted */
-#define CACHE_CLOCK_MAX         3
+#define CACHE_M_CLAIMS_OTHER 0x04
+#define CACHE_M_DISK_VALID   0x08 /* the on-device record may claim valid data */
+#define CACHE_M_CLOCK        0x30 /* CLOCK reference counter, 0..CACHE_CLOCK_MAX */
+#define CACHE_M_CLOCK_SHIFT  4
+#define CACHE_M_BUSY         0x40 /* has a struct cache_busy entry (pinned or written) */
+#define CACHE_M_FULL         0x80 /* every sector valid (no struct cache_partial entry) */
+#define CACHE_CLOCK_MAX      3
+
+/* RAM window slot flags, c->wflags[s - c->nslots] */
+#define CACHE_W_NOPROMOTE 0x01 /* a sequential stream's block: never promoted */
+#define CACHE_W_RETURNED  0x02 /* a block back from the ghost: may be promoted */
+#define CACHE_W_FAR       0x04 /* a rule-10 return (from the far ghost) */
+
 /*
  * The RAM window's CLOCK keeps a single reference bit (second chance): the
  * window only filters by recency (like W-TinyLFU's LRU window, or 2Q's
@@ -86,25 +88,55 @@ _Static_assert(sizeof(struct cache_slot) == 16, "slot record must stay 16 bytes"
  * lost 0.7-1.4 points at some window sizes (24, 25, 32 MiB) that it gains
  * with one bit (docs/cache-policy.md, rule 4).
  */
-#define CACHE_WIN_CLOCK_MAX     1
+#define CACHE_WIN_CLOCK_MAX 1
+
+/*
+ * A slot that ios use: reads of its data and fills in flight (pins), origin
+ * writes in flight that touch its block (writers), and the generation that
+ * every change of its content bumps. Tickets are compared only while the
+ * io holding one keeps the slot busy (a pin or a writer), so a generation
+ * need not outlive the entry: a new entry starts from a counter of the
+ * table, never from an old ticket's value.
+ */
+struct cache_busy_ent {
+	uint32_t slot; /* UINT32_MAX: unused */
+	uint32_t gen;
+	uint8_t pins, writers;
+	uint8_t writing; /* an io is writing data into the slot (io_start..io_end) */
+};
+
+struct cache_busy {
+	struct cache_busy_ent *tab; /* open addressing, linear probing; cap a power of two */
+	uint32_t cap, n;
+	uint32_t next_gen;
+	uint32_t limit; /* tests: most entries it may hold (0: no limit) */
+};
+
+/* Valid bits of partly valid slots: slot -> c->vbytes bytes. */
+struct cache_partial {
+	uint32_t *slot; /* cap entries, UINT32_MAX: unused */
+	uint8_t *bits;  /* cap * vbytes */
+	uint32_t cap, n;
+	uint32_t limit; /* tests: most entries it may hold (0: no limit) */
+};
 
 /* ---- index: open addressing, linear probing, backward-shift deletion ---- */
 
-#define CACHE_INDEX_EMPTY UINT32_MAX
+#define CACHE_INDEX_EMPTY 0u /* an entry holds slot + 1: a zeroed table is empty */
 
 struct cache_index {
-	uint32_t *tab; /* tag << slot_bits | slot; CACHE_INDEX_EMPTY when unused */
+	uint32_t *tab; /* tag << slot_bits | (slot + 1); CACHE_INDEX_EMPTY when unused */
 	uint64_t cap;  /* entries; about 4/3 of the slot count (load <= 0.75) */
 	uint64_t count;
-	uint32_t slot_bits, slot_mask;  /* the spare high bits hold a hash tag */
-	const struct cache_slot *slots; /* to read keys while probing */
+	uint32_t slot_bits, slot_mask; /* the spare high bits hold a hash tag */
+	const uint64_t *keys;          /* the slots' keys, read while probing */
 };
 
-int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache_slot *slots);
+int cache_index_init(struct cache_index *ix, uint64_t nslots, const uint64_t *keys);
 void cache_index_fini(struct cache_index *ix);
 /** @return slot or HL_CACHE_NO_SLOT. */
 uint32_t cache_index_find(const struct cache_index *ix, uint64_t key);
-/** slots[slot].key must already be set. @return 0 or -EEXIST/-ENOSPC. */
+/** keys[slot] must already be set. @return 0 or -EEXIST/-ENOSPC. */
 int cache_index_insert(struct cache_index *ix, uint32_t slot);
 /** @return 0 or -ENOENT. */
 int cache_index_remove(struct cache_index *ix, uint64_t key);
@@ -113,7 +145,8 @@ size_t cache_index_mem_bytes(const struct cache_index *ix);
 /*
  * ---- the policy core (struct hl_cache_core) ----
  * Its state and the helpers its files share: cache_core.c (create/destroy,
- * slot life cycle, CLOCK partitions, LUNs, stats), cache_read.c (read
+ * slot life cycle, CLOCK partitions, LUNs, stats), cache_slot.c (the
+ * slots' side tables and valid bits), cache_read.c (read
  * planning, admission, the RAM window), cache_io.c (io_start/io_end),
  * cache_write.c (writes, range invalidation), cache_claims.c (on-device
  * claim bookkeeping for cache_meta.c), cache_ub.c (RAM update buffer).
@@ -233,10 +266,19 @@ struct hl_cache_core {
 	uint64_t ntotal; /* nslots + nwin */
 	uint64_t used;     /* slots holding a block, SSD and window */
 	uint64_t win_used; /* of those, RAM window slots */
-	struct cache_slot *slots;
-	uint8_t *valid;     /* nslots * vbytes */
-	uint64_t *freemap;  /* bit set: slot FREE */
+	uint64_t *keys;    /* ntotal: lun << 48 | block, meaningful when the slot is not FREE */
+	uint8_t *meta;     /* ntotal: CACHE_M_* */
+	uint8_t *wflags;   /* nwin: CACHE_W_* of the RAM window's slots */
+	struct cache_busy busy;
+	struct cache_partial partial;
+	/*
+	 * Bitmaps over slots (calloc'd, touched only where bits get set: a
+	 * start touches no per-slot page).
+	 */
+	uint64_t *takenmap; /* bit set: slot not FREE */
 	uint64_t *dirtymap; /* bit set: on-device record may be out of date */
+	uint64_t *dirtygrp; /* bit set: a word of dirtymap in this group of 64 may be non-zero */
+	uint64_t *lun_used; /* HL_CACHE_MAX_LUNS counters: USED slots per lun */
 	struct cache_index ix;
 	struct hl_admit *admit;
 	struct cache_part win; /* the RAM window (n == 0: off) */
@@ -253,7 +295,6 @@ struct hl_cache_core {
 	 */
 	struct cache_bloom2 far_ghost;
 	struct cache_budget budget;
-	uint64_t *win_far; /* window slot (- nslots) holds a rule-10 return: nwin bits */
 	struct cache_part parts[CACHE_MAX_PARTS];
 	uint32_t nparts;
 	struct cache_lun **luns; /* indexed by lun id, HL_CACHE_MAX_LUNS entries */
@@ -292,11 +333,7 @@ static inline bool cache_bit_test(const uint64_t *m, uint64_t i)
 	return m[i / 64] >> (i % 64) & 1;
 }
 
-static inline uint8_t *cache_slot_valid(const struct hl_cache_core *c, uint32_t s)
-{
-	return c->valid + (uint64_t)s * c->vbytes;
-}
-
+/* Bit vectors of sectors (valid bits, pending bits): bit i = sector i. */
 static inline void cache_vset(uint8_t *v, uint32_t first, uint32_t n)
 {
 	for (uint32_t i = first; i < first + n; i++)
@@ -322,17 +359,149 @@ static inline uint32_t cache_vcount(const uint8_t *v, uint32_t first, uint32_t n
 	return k;
 }
 
-static inline bool cache_vempty(const struct hl_cache_core *c, const uint8_t *v)
+/* ---- slot state ---- */
+
+static inline uint8_t cache_state(const struct hl_cache_core *c, uint32_t s)
 {
-	for (uint32_t i = 0; i < c->vbytes; i++)
-		if (v[i])
-			return false;
-	return true;
+	return c->meta[s] & CACHE_M_STATE;
+}
+
+static inline bool cache_is_used(const struct hl_cache_core *c, uint32_t s)
+{
+	return cache_state(c, s) == CACHE_SLOT_USED;
+}
+
+static inline bool cache_is_busy(const struct hl_cache_core *c, uint32_t s)
+{
+	return c->meta[s] & CACHE_M_BUSY;
+}
+
+static inline uint32_t cache_clock(const struct hl_cache_core *c, uint32_t s)
+{
+	return (c->meta[s] & CACHE_M_CLOCK) >> CACHE_M_CLOCK_SHIFT;
+}
+
+static inline void cache_clock_set(struct hl_cache_core *c, uint32_t s, uint32_t v)
+{
+	c->meta[s] = (uint8_t)((c->meta[s] & ~CACHE_M_CLOCK) | v << CACHE_M_CLOCK_SHIFT);
+}
+
+static inline uint8_t *cache_wflags(const struct hl_cache_core *c, uint32_t s)
+{
+	return &c->wflags[s - c->nslots];
 }
 
 static inline void cache_mark_dirty(struct hl_cache_core *c, uint32_t s)
 {
 	cache_bit_set(c->dirtymap, s);
+	cache_bit_set(c->dirtygrp, s / 4096);
+}
+
+/* ---- busy slots (cache_slot.c) ---- */
+
+/* Home position of slot s in a side table of cap (a power of two) entries. */
+static inline uint32_t cache_slot_home(uint32_t s, uint32_t cap)
+{
+	return (uint32_t)(((uint64_t)s * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+/** The entry of slot s, or NULL when no io uses it. */
+static inline struct cache_busy_ent *cache_busy_find(const struct hl_cache_core *c, uint32_t s)
+{
+	const struct cache_busy *b = &c->busy;
+
+	if (!b->n)
+		return NULL;
+	for (uint32_t i = cache_slot_home(s, b->cap);; i = (i + 1) & (b->cap - 1)) {
+		if (b->tab[i].slot == s)
+			return &b->tab[i];
+		if (b->tab[i].slot == UINT32_MAX)
+			return NULL;
+	}
+}
+
+/** The entry of slot s, made if needed (s becomes BUSY). NULL: no memory. */
+struct cache_busy_ent *cache_busy_get(struct hl_cache_core *c, uint32_t s);
+/** Drop s's entry once nothing holds it (no pin, writer or data write). */
+void cache_busy_put(struct hl_cache_core *c, uint32_t s);
+/** The same with the entry at hand (NULL: nothing to do). */
+void cache_busy_put_ent(struct hl_cache_core *c, struct cache_busy_ent *e);
+
+/* Entries move when others come and go: look them up again after any get or put. */
+static inline uint32_t cache_slot_gen(const struct hl_cache_core *c, uint32_t s)
+{
+	const struct cache_busy_ent *e = cache_is_busy(c, s) ? cache_busy_find(c, s) : NULL;
+	return e ? e->gen : 0;
+}
+
+/* A change of content: tickets taken before it go stale (only busy slots have holders). */
+static inline void cache_slot_gen_bump(struct hl_cache_core *c, uint32_t s)
+{
+	struct cache_busy_ent *e = cache_is_busy(c, s) ? cache_busy_find(c, s) : NULL;
+	if (e)
+		e->gen++;
+}
+
+static inline uint32_t cache_slot_pins(const struct hl_cache_core *c, uint32_t s)
+{
+	const struct cache_busy_ent *e = cache_is_busy(c, s) ? cache_busy_find(c, s) : NULL;
+	return e ? e->pins : 0;
+}
+
+static inline uint32_t cache_slot_writers(const struct hl_cache_core *c, uint32_t s)
+{
+	const struct cache_busy_ent *e = cache_is_busy(c, s) ? cache_busy_find(c, s) : NULL;
+	return e ? e->writers : 0;
+}
+
+/* ---- valid bits (cache_slot.c): bit i = sector i of the block ---- */
+
+/** Slot s's valid bits into v (c->vbytes bytes). */
+void cache_valid_get(const struct hl_cache_core *c, uint32_t s, uint8_t *v);
+/** Sectors [first, first+n) of s become valid (nothing changes when RAM cannot say so). */
+void cache_valid_set(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
+/**
+ * Sectors [first, first+n) of s stop being valid; with no memory to say
+ * which others still are, none is (and the slot's claims are unclaimed).
+ */
+void cache_valid_clear(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t n);
+/** s holds nothing valid. */
+void cache_valid_reset(struct hl_cache_core *c, uint32_t s);
+/** Set s's valid bits to v (restore; as cache_valid_set when RAM cannot hold them). */
+void cache_valid_put(struct hl_cache_core *c, uint32_t s, const uint8_t *v);
+/** The bits of a partly valid slot, or NULL. */
+const uint8_t *cache_partial_find(const struct hl_cache_core *c, uint32_t s);
+
+static inline bool cache_valid_full(const struct hl_cache_core *c, uint32_t s)
+{
+	return c->meta[s] & CACHE_M_FULL;
+}
+
+static inline bool cache_valid_test(const struct hl_cache_core *c, uint32_t s, uint32_t i)
+{
+	const uint8_t *v;
+
+	if (cache_valid_full(c, s))
+		return true;
+	v = cache_partial_find(c, s);
+	return v && cache_vtest(v, i);
+}
+
+static inline uint32_t cache_valid_count(const struct hl_cache_core *c, uint32_t s, uint32_t first,
+                                         uint32_t n)
+{
+	const uint8_t *v;
+
+	if (cache_valid_full(c, s))
+		return n;
+	v = cache_partial_find(c, s);
+	return v ? cache_vcount(v, first, n) : 0;
+}
+
+/* Nothing valid: neither full nor partly valid. */
+static inline bool cache_valid_empty(const struct hl_cache_core *c, uint32_t s)
+{
+	return !cache_valid_full(c, s) && !cache_partial_find(c, s);
 }
 
 /* The pending-sector bits of RAM update buffer map entry i (cache_ub.c). */
@@ -463,6 +632,8 @@ static inline bool cache_wip_find(const struct hl_cache_core *c, uint64_t key)
 /* cache_core.c: slot life cycle and CLOCK partitions */
 /** Give slot s (FREE) of partition pt to key. */
 void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key);
+/** cache_slot_take() after the caller put keys[s] into the index itself. */
+void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s);
 /** Make a USED slot FREE (it must be unpinned and have no writers). */
 void cache_slot_release(struct hl_cache_core *c, uint32_t s);
 /** Release s if it no longer holds anything and nobody uses it. */
@@ -496,9 +667,9 @@ bool cache_ub_add(struct hl_cache_core *c, uint32_t s, uint32_t first, uint32_t 
  */
 static inline bool cache_slot_unclaim(struct hl_cache_core *c, uint32_t s)
 {
-	if (!(c->slots[s].state & CACHE_SLOT_F_DISK_VALID))
+	if (!(c->meta[s] & CACHE_M_DISK_VALID))
 		return false;
-	cache_stale_add(c, c->slots[s].key, s);
+	cache_stale_add(c, c->keys[s], s);
 	return true;
 }
 

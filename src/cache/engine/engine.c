@@ -41,6 +41,7 @@ static void cache_free(struct hl_cache *c)
 		hl_origin_close(c->data);
 	if (c->dev)
 		hl_cache_dev_close(c->dev);
+	hl_cache_layout_release(&c->layout);
 	engine_ub_fini(c);
 	hl_cache_core_destroy(c->core);
 	for (size_t i = 0; i < c->n_ents; i++)

@@ -761,20 +761,197 @@ static void test_window_buffer_split(void)
 
 static void test_ram_per_block(void)
 {
-	/* 64 GiB of 64 KiB blocks = 1 Mi slots. */
-	struct hl_cache_core *c = mk(64ull << 30, 64 * K, 0);
+	static const uint32_t bs[] = {4 * K, 64 * K, 1024 * K};
 	struct hl_cache_core_info info;
 
-	hl_cache_core_info(c, &info);
-	CU_ASSERT_EQUAL(info.nslots, 1 << 20);
-	fprintf(stderr, "\n  RAM per 64K block: %.2f bytes (sketch %.2f bytes/block extra)\n",
-	        info.ram_per_block, (double)info.admit_ram_bytes / (double)info.nslots);
-	CU_ASSERT(info.ram_per_block <= 24.0);
+	for (size_t i = 0; i < HL_ARRAY_SIZE(bs); i++) {
+		/* 1 Mi slots, without and with the default RAM window. */
+		struct hl_cache_core *c = mk((uint64_t)bs[i] << 20, bs[i], 0);
+		hl_cache_core_info(c, &info);
+		CU_ASSERT_EQUAL(info.nslots, 1 << 20);
+		fprintf(
+		    stderr,
+		    "\n  RAM per %uK block: %.2f bytes (sketch and ghosts %.2f bytes/block extra)",
+		    bs[i] / 1024, info.ram_per_block,
+		    (double)info.admit_ram_bytes / (double)info.nslots);
+		/* key 8 + state 1 + index 5.33 + bitmaps 0.27, whatever the block size */
+		CU_ASSERT(info.ram_per_block <= 15.0);
+		hl_cache_core_destroy(c);
+		c = mk((uint64_t)bs[i] << 20, bs[i], HL_CACHE_WINDOW_AUTO);
+		hl_cache_core_info(c, &info);
+		CU_ASSERT(info.ram_per_block <= 16.0);
+		hl_cache_core_destroy(c);
+	}
+	fprintf(stderr, "\n");
+}
+
+/* Blocks of each LUN, counted as slots come and go, against a walk of every slot. */
+static void test_lun_blocks_counts(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 4 * K, 256 * 4 * K);
+	uint64_t seed = 12345, walk[3] = {0};
+
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 1, 0) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 2, 1 * M) == 0);
+	for (int i = 0; i < 20000; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		uint16_t lun = (uint16_t)((seed >> 33) % 3);
+		uint64_t blk = (seed >> 40) % 3000;
+		switch ((seed >> 20) % 8) {
+		case 0:
+			wr(c, lun, blk * 4 * K, 4 * K);
+			break;
+		case 1:
+			hl_cache_core_invalidate(c, lun, blk * 4 * K, 64 * K);
+			break;
+		default:
+			rd(c, lun, blk * 4 * K, (1 + (seed >> 50) % 4) * 4 * K);
+		}
+	}
+	for (uint64_t s = 0; s < c->ntotal; s++)
+		if (cache_is_used(c, (uint32_t)s))
+			walk[cache_key_lun(c->keys[s])]++;
+	for (uint16_t lun = 0; lun < 3; lun++) {
+		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, lun), walk[lun]);
+		CU_ASSERT(walk[lun] > 0);
+	}
+	/* Nothing is left busy or partly valid once every io ended (4K blocks: never partial). */
+	CU_ASSERT_EQUAL(c->busy.n, 0);
+	CU_ASSERT_EQUAL(c->partial.n, 0);
 	hl_cache_core_destroy(c);
-	/* With the default RAM window the window's own records are included. */
-	c = mk(64ull << 30, 64 * K, HL_CACHE_WINDOW_AUTO);
+}
+
+/*
+ * Partly valid slots keep their bits in the side table, full and empty ones
+ * none; with no room for an entry, a slot that would become partly valid
+ * holds nothing instead, and its claim is treated as stale.
+ */
+static void test_partial_valid_table(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 0);
+	struct hl_cache_io ios[4];
+	uint8_t v[32];
+	uint32_t s;
+	int n;
+
+	CU_ASSERT_FATAL(hl_cache_core_set_write_mode(c, HL_CACHE_WRITE_INVALIDATE) == 0);
+	rd(c, 0, 0, 64 * K);
+	rd(c, 0, 64 * K, 64 * K);
+	s = hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_FATAL(s != HL_CACHE_NO_SLOT);
+	CU_ASSERT_TRUE(cache_valid_full(c, s));
+	CU_ASSERT_EQUAL(c->partial.n, 0);
+	wr(c, 0, 8 * K, 4 * K); /* sector 2 of block 0 */
+	hl_cache_core_peek(c, 0, 0, v);
+	CU_ASSERT_EQUAL(v[0], 0xfb);
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	CU_ASSERT_EQUAL(c->partial.n, 1);
+	CU_ASSERT_FALSE(cache_valid_full(c, s));
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 64 * K), R_PARTIAL);
+	CU_ASSERT_EQUAL(c->partial.n, 0); /* filled again: full */
+	CU_ASSERT_TRUE(cache_valid_full(c, s));
+
+	/* No room for another partly valid slot: block 1 keeps nothing, its claim goes stale. */
+	wr(c, 0, 0, 4 * K);
+	CU_ASSERT_EQUAL(c->partial.n, 1);
+	c->partial.limit = 1;
+	s = hl_cache_core_peek(c, 0, 1, NULL);
+	hl_cache_core_slot_claim_pending(c, s); /* as if a sync had written its record */
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 64 * K + 16 * K, 4 * K));
+	n = hl_cache_core_write_begin(c, 0, 64 * K, 4 * K, ios, 4);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_TRUE(ios[0].meta_barrier);
+	hl_cache_core_write_end(c, 0, &ios[0], true);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 1, v), HL_CACHE_NO_SLOT); /* emptied, released */
+	CU_ASSERT_EQUAL(v[0] | v[1], 0);
+	/* Its other sectors were claimed on the device: a write to them syncs first. */
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 64 * K + 16 * K, 4 * K));
+	c->partial.limit = 0;
+	hl_cache_core_destroy(c);
+}
+
+/* With no room to count one more busy slot, the origin serves the block; nothing leaks. */
+static void test_busy_table_full(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 4 * K, 0);
+	struct hl_cache_io ios[64];
+	struct hl_cache_core_info info;
+	int n, pinned = 0;
+
+	for (uint64_t b = 0; b < 32; b++)
+		rd(c, 0, b * 4 * K, 4 * K);
+	CU_ASSERT_EQUAL(c->busy.n, 0);
+	c->busy.limit = 5;
+	n = hl_cache_core_read(c, 0, 0, 64 * 4 * K, ios, 64);
+	CU_ASSERT_EQUAL_FATAL(n, 64);
+	for (int i = 0; i < n; i++)
+		pinned += ios[i].pinned;
+	CU_ASSERT_EQUAL(pinned, 5);
+	CU_ASSERT_EQUAL(c->busy.n, 5);
+	for (int i = 0; i < n; i++) {
+		if (ios[i].slot == HL_CACHE_NO_SLOT)
+			CU_ASSERT_EQUAL(ios[i].kind, HL_CACHE_IO_MISS);
+		hl_cache_core_io_end(c, 0, &ios[i], true);
+	}
+	CU_ASSERT_EQUAL(c->busy.n, 0);
+	/* A write it cannot count as a writer still stops the block being served. */
+	n = hl_cache_core_read(c, 0, 0, 5 * 4 * K, ios, 64);
+	CU_ASSERT_EQUAL_FATAL(n, 5);
+	struct hl_cache_io w[1];
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 0, 10 * 4 * K, 4 * K, w, 1), 1);
+	CU_ASSERT_EQUAL(w[0].slot, HL_CACHE_NO_SLOT);
+	uint8_t v[32];
+	hl_cache_core_peek(c, 0, 10, v);
+	CU_ASSERT_EQUAL(v[0], 0); /* (the empty slot goes at its next CLOCK visit) */
+	hl_cache_core_write_end(c, 0, &w[0], true);
+	for (int i = 0; i < n; i++)
+		hl_cache_core_io_end(c, 0, &ios[i], true);
+	c->busy.limit = 0;
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 4 * K), R_HIT);
+	CU_ASSERT_EQUAL(rd(c, 0, 10 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(c->busy.n, 0);
 	hl_cache_core_info(c, &info);
-	CU_ASSERT(info.ram_per_block <= 24.5);
+	CU_ASSERT_EQUAL(info.used_slots, 32);
+	hl_cache_core_destroy(c);
+}
+
+/* The dirty walk finds every marked slot once, across groups it skips whole. */
+static void test_dirty_walk(void)
+{
+	struct hl_cache_core *c = mk(256 * M, 4 * K, 0); /* 64 Ki slots: 16 groups */
+	uint64_t cursor = 0, seed = 99, marked = 0, found = 0;
+	uint8_t *want = calloc(c->nslots, 1);
+	uint32_t s;
+
+	CU_ASSERT_FATAL(want != NULL);
+	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT)
+		; /* nothing yet */
+	for (int i = 0; i < 300; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		s = (uint32_t)((seed >> 33) % (i < 200 ? 4096 * 3 : c->nslots));
+		marked += !want[s];
+		want[s] = 1;
+		hl_cache_core_slot_set_dirty(c, s);
+	}
+	hl_cache_core_slot_set_dirty(c, (uint32_t)c->nslots - 1);
+	marked += !want[c->nslots - 1];
+	want[c->nslots - 1] = 1;
+	cursor = 0;
+	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT) {
+		CU_ASSERT_TRUE(want[s]);
+		want[s] = 0;
+		found++;
+	}
+	CU_ASSERT_EQUAL(found, marked);
+	/* A group whose last mark ended a walk is found clean by the next one. */
+	cursor = 0;
+	CU_ASSERT_EQUAL(hl_cache_core_next_dirty(c, &cursor), HL_CACHE_NO_SLOT);
+	for (uint64_t g = 0; g < HL_DIV_ROUND_UP(c->nslots, 4096); g++) {
+		if (cache_bit_test(c->dirtygrp, g))
+			fprintf(stderr, "group %llu still marked\n", (unsigned long long)g);
+		CU_ASSERT_FALSE(cache_bit_test(c->dirtygrp, g)); /* walked clean */
+	}
+	free(want);
 	hl_cache_core_destroy(c);
 }
 
@@ -1117,7 +1294,11 @@ static const struct hl_test tests[] = {
     {"a re-read stream earns the SSD within the write budget (rule 10)", test_write_budget},
     {"the write ratio counts an update once (buffered, then written back)",
      test_write_ratio_update_buffer},
-    {"RAM per cache block <= 24 bytes at 64K", test_ram_per_block},
+    {"RAM per cache block <= 15 bytes (16 with the window) at 4K, 64K, 1M", test_ram_per_block},
+    {"blocks per LUN counted as slots come and go", test_lun_blocks_counts},
+    {"valid bits of partly valid slots, and no room for them", test_partial_valid_table},
+    {"busy table full: the origin serves, nothing leaks", test_busy_table_full},
+    {"the dirty walk skips clean groups, finds every mark", test_dirty_walk},
     {"automatic RAM window size, >= 256 blocks", test_window_auto_size},
     {"sequential streams bypass", test_seq_bypass},
     {"RAM update buffer: coalescing, write-back, drops", test_update_buffer},

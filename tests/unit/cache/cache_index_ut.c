@@ -22,24 +22,24 @@ static uint64_t rnd(void)
 static void test_insert_find_remove(void)
 {
 	enum { N = 5000 };
-	struct cache_slot *slots = calloc(N, sizeof(*slots));
+	uint64_t *keys = calloc(N, sizeof(*keys));
 	bool *in = calloc(N, sizeof(*in));
 	struct cache_index ix;
 
-	CU_ASSERT_FATAL(slots && in);
-	CU_ASSERT_FATAL(cache_index_init(&ix, N, slots) == 0);
+	CU_ASSERT_FATAL(keys && in);
+	CU_ASSERT_FATAL(cache_index_init(&ix, N, keys) == 0);
 	for (uint32_t i = 0; i < N; i++)
-		slots[i].key = cache_key((uint16_t)(i % 7), rnd() & 0xffffffffffull);
+		keys[i] = cache_key((uint16_t)(i % 7), rnd() & 0xffffffffffull);
 	for (int round = 0; round < 200000; round++) {
 		uint32_t s = (uint32_t)(rnd() % N);
 		if (in[s]) {
-			CU_ASSERT_EQUAL(cache_index_find(&ix, slots[s].key), s);
-			CU_ASSERT_EQUAL(cache_index_remove(&ix, slots[s].key), 0);
-			CU_ASSERT_EQUAL(cache_index_find(&ix, slots[s].key), HL_CACHE_NO_SLOT);
-			CU_ASSERT_EQUAL(cache_index_remove(&ix, slots[s].key), -ENOENT);
+			CU_ASSERT_EQUAL(cache_index_find(&ix, keys[s]), s);
+			CU_ASSERT_EQUAL(cache_index_remove(&ix, keys[s]), 0);
+			CU_ASSERT_EQUAL(cache_index_find(&ix, keys[s]), HL_CACHE_NO_SLOT);
+			CU_ASSERT_EQUAL(cache_index_remove(&ix, keys[s]), -ENOENT);
 			in[s] = false;
 			/* New content for the slot next time. */
-			slots[s].key = cache_key((uint16_t)(rnd() % 7), rnd() & 0xffffffffffull);
+			keys[s] = cache_key((uint16_t)(rnd() % 7), rnd() & 0xffffffffffull);
 		} else {
 			CU_ASSERT_EQUAL(cache_index_insert(&ix, s), 0);
 			in[s] = true;
@@ -50,31 +50,31 @@ static void test_insert_find_remove(void)
 	for (uint32_t s = 0; s < N; s++) {
 		if (in[s]) {
 			members++;
-			CU_ASSERT_EQUAL(cache_index_find(&ix, slots[s].key), s);
+			CU_ASSERT_EQUAL(cache_index_find(&ix, keys[s]), s);
 		}
 	}
 	CU_ASSERT_EQUAL(ix.count, members);
 	cache_index_fini(&ix);
-	free(slots);
+	free(keys);
 	free(in);
 }
 
 static void test_duplicate_and_full(void)
 {
 	enum { N = 64 };
-	struct cache_slot slots[N + 40];
+	uint64_t keys[N + 40];
 	struct cache_index ix;
 	int rc = 0;
 	uint32_t i;
 
-	memset(slots, 0, sizeof(slots));
-	CU_ASSERT_FATAL(cache_index_init(&ix, N, slots) == 0);
+	memset(keys, 0, sizeof(keys));
+	CU_ASSERT_FATAL(cache_index_init(&ix, N, keys) == 0);
 	for (i = 0; i < N + 40; i++)
-		slots[i].key = cache_key(1, i);
+		keys[i] = cache_key(1, i);
 	CU_ASSERT_EQUAL(cache_index_insert(&ix, 0), 0);
-	slots[1].key = slots[0].key;
+	keys[1] = keys[0];
 	CU_ASSERT_EQUAL(cache_index_insert(&ix, 1), -EEXIST);
-	slots[1].key = cache_key(1, 1);
+	keys[1] = cache_key(1, 1);
 	for (i = 1; i < N + 40 && rc == 0; i++)
 		rc = cache_index_insert(&ix, i);
 	/* The index always keeps one empty entry so probes terminate. */
@@ -86,10 +86,10 @@ static void test_duplicate_and_full(void)
 
 static void test_lun_in_key(void)
 {
-	struct cache_slot slots[4] = {{.key = cache_key(1, 42)}, {.key = cache_key(2, 42)}};
+	uint64_t keys[4] = {cache_key(1, 42), cache_key(2, 42)};
 	struct cache_index ix;
 
-	CU_ASSERT_FATAL(cache_index_init(&ix, 4, slots) == 0);
+	CU_ASSERT_FATAL(cache_index_init(&ix, 4, keys) == 0);
 	CU_ASSERT_EQUAL(cache_index_insert(&ix, 0), 0);
 	CU_ASSERT_EQUAL(cache_index_insert(&ix, 1), 0);
 	CU_ASSERT_EQUAL(cache_index_find(&ix, cache_key(1, 42)), 0);
@@ -104,14 +104,14 @@ static void test_lun_in_key(void)
 static void test_bytes_per_slot(void)
 {
 	struct cache_index ix;
-	struct cache_slot *slots = calloc(1 << 20, sizeof(*slots));
+	uint64_t *keys = calloc(1 << 20, sizeof(*keys));
 
-	CU_ASSERT_FATAL(slots != NULL);
-	CU_ASSERT_FATAL(cache_index_init(&ix, 1 << 20, slots) == 0);
+	CU_ASSERT_FATAL(keys != NULL);
+	CU_ASSERT_FATAL(cache_index_init(&ix, 1 << 20, keys) == 0);
 	double per = (double)cache_index_mem_bytes(&ix) / (double)(1 << 20);
 	CU_ASSERT(per <= 5.4);
 	cache_index_fini(&ix);
-	free(slots);
+	free(keys);
 }
 
 static const struct hl_test tests[] = {

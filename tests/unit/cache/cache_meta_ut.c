@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hotlun/cache_engine.h"
+#include "hotlun/util.h"
 #include "hl_test.h"
 
 #define BS      16384u
@@ -254,6 +255,7 @@ static void rig_start(struct rig *r, uint64_t dev_size)
 	CU_ASSERT_FATAL(hl_cache_dev_open_mem(dev_size, &r->d) == 0);
 	CU_ASSERT_FATAL(hl_cache_meta_format(r->d, BS, &r->l) == 0);
 	r->c = new_core(&r->l);
+	hl_cache_layout_release(&r->l);
 	CU_ASSERT_FATAL(hl_cache_meta_load(r->d, r->c, &r->l) == 0);
 }
 
@@ -267,6 +269,7 @@ static unsigned recover_and_check(struct rig *r, int *restored)
 	r->c = NULL;
 	hl_cache_dev_mem_reset(r->d);
 	c = new_core(&r->l);
+	hl_cache_layout_release(&r->l);
 	*restored = hl_cache_meta_load(r->d, c, &r->l);
 	CU_ASSERT(*restored >= 0);
 	for (uint32_t s = 0; s < r->l.nslots; s++) {
@@ -279,13 +282,76 @@ static unsigned recover_and_check(struct rig *r, int *restored)
 	return bad;
 }
 
+/* A copy of device d (its contents; a fresh failure state). */
+static struct hl_cache_dev *dev_clone(struct hl_cache_dev *d)
+{
+	struct hl_cache_dev *n;
+	uint8_t *buf = malloc(d->size);
+
+	CU_ASSERT_FATAL(buf != NULL);
+	CU_ASSERT_FATAL(hl_cache_dev_open_mem(d->size, &n) == 0);
+	CU_ASSERT_FATAL(d->ops->pread(d, buf, d->size, 0) == 0);
+	CU_ASSERT_FATAL(n->ops->pwrite(n, buf, n->size, 0) == 0);
+	free(buf);
+	return n;
+}
+
+/* Load d into a fresh core; all_pages: as if every summary bit were set. @return the core. */
+static struct hl_cache_core *load_copy(struct rig *r, bool all_pages, int *restored)
+{
+	struct hl_cache_dev *n = dev_clone(r->d);
+	struct hl_cache_layout l;
+	struct hl_cache_core *c = new_core(&r->l);
+
+	if (all_pages) {
+		uint8_t *ones = malloc(r->l.sum_len);
+		memset(ones, 0xff, r->l.sum_len);
+		CU_ASSERT_FATAL(n->ops->pwrite(n, ones, r->l.sum_len, r->l.sum_off) == 0);
+		free(ones);
+	}
+	*restored = hl_cache_meta_load(n, c, &l);
+	hl_cache_layout_release(&l);
+	hl_cache_dev_close(n);
+	return c;
+}
+
+/*
+ * The summary's promise, checked on the device as it is now (after a crash
+ * too): a load that reads every record page restores exactly what the load
+ * that reads only the marked pages restores. @return true when it holds.
+ */
+static bool summary_covers_claims(struct rig *r)
+{
+	int n_all, n_sum;
+	struct hl_cache_core *all = load_copy(r, true, &n_all);
+	struct hl_cache_core *sum = load_copy(r, false, &n_sum);
+	bool same = n_all == n_sum && n_all >= 0;
+
+	for (uint32_t s = 0; same && s < r->l.nslots; s++) {
+		struct hl_cache_slot_rec a, b;
+		bool va = hl_cache_core_slot_get(all, s, &a), vb = hl_cache_core_slot_get(sum, s, &b);
+		same = va == vb && (!va || (a.lun == b.lun && a.block == b.block &&
+		                            !memcmp(a.valid, b.valid, sizeof(a.valid))));
+	}
+	if (!same)
+		fprintf(stderr, "summary misses a page: %d restored from all pages, %d marked\n",
+		        n_all, n_sum);
+	hl_cache_core_destroy(all);
+	hl_cache_core_destroy(sum);
+	return same;
+}
+
 static void test_layout(void)
 {
 	struct hl_cache_layout l;
 
 	CU_ASSERT_EQUAL(hl_cache_layout_compute(1ull << 30, 65536, &l), 0);
 	CU_ASSERT_EQUAL(l.rec_size, 32);
-	CU_ASSERT_EQUAL(l.meta_off, 8192);
+	CU_ASSERT_EQUAL(l.sum_off, 8192);
+	CU_ASSERT_EQUAL(l.sum_len, 4096); /* one bit per record page */
+	CU_ASSERT_EQUAL(l.meta_off, 8192 + 4096);
+	CU_ASSERT_EQUAL(l.npages, l.meta_len / 4096);
+	CU_ASSERT(l.npages * 128 >= l.nslots);
 	CU_ASSERT_EQUAL(l.data_off % 65536, 0);
 	CU_ASSERT(l.data_off >= l.meta_off + l.meta_len);
 	CU_ASSERT(l.data_off + l.nslots * 65536 <= (1ull << 30));
@@ -295,6 +361,12 @@ static void test_layout(void)
 	CU_ASSERT_EQUAL(l.rec_size, 64); /* 256 valid bits need the larger record */
 	CU_ASSERT_EQUAL(hl_cache_layout_compute(1ull << 30, 3000, &l), -EINVAL);
 	CU_ASSERT_EQUAL(hl_cache_layout_compute(8192, 4096, &l), -ENOSPC);
+	/* 4 TiB of 4 KiB blocks: 1 Gi slots minus what records take, a 1 MiB summary. */
+	CU_ASSERT_EQUAL(hl_cache_layout_compute(4ull << 40, 4096, &l), 0);
+	CU_ASSERT(l.nslots > (1ull << 30) - (1ull << 30) / 128 - 256 && l.nslots < 1ull << 30);
+	CU_ASSERT_EQUAL(l.sum_len, HL_ALIGN_UP(HL_DIV_ROUND_UP(l.npages, 8), 4096));
+	CU_ASSERT(l.data_off + l.nslots * 4096 <= 4ull << 40);
+	CU_ASSERT(l.data_off + (l.nslots + 1) * 4096 + 32 > 4ull << 40); /* no room for one more */
 }
 
 static void test_warm_restart(void)
@@ -321,6 +393,7 @@ static void test_warm_restart(void)
 	CU_ASSERT(st.read_hits > 0);
 	CU_ASSERT_EQUAL(r.bad_hits, 0);
 	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
 }
 
@@ -341,6 +414,7 @@ static void test_bad_superblock(void)
 	CU_ASSERT_EQUAL(r.d->ops->pwrite(r.d, z + 100, 1000, 4096 + 100), 0);
 	c = new_core(&r.l);
 	CU_ASSERT(hl_cache_meta_load(r.d, c, &l) > 0);
+	hl_cache_layout_release(&l);
 	hl_cache_core_destroy(c);
 	/* Both gone: no cache, the caller formats. */
 	CU_ASSERT_EQUAL(r.d->ops->pwrite(r.d, z, 8192, 0), 0);
@@ -349,10 +423,12 @@ static void test_bad_superblock(void)
 	hl_cache_core_destroy(c);
 	/* A different block size is a different cache. */
 	CU_ASSERT_EQUAL(hl_cache_meta_format(r.d, 4096, &l), 0);
+	hl_cache_layout_release(&l);
 	c = new_core(&r.l);
 	CU_ASSERT_EQUAL(hl_cache_meta_load(r.d, c, &l), -ENODATA);
 	hl_cache_core_destroy(c);
 	free(z);
+	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
 }
 
@@ -371,6 +447,7 @@ static void test_torn_write_every_step(void)
 	CU_ASSERT_FALSE_FATAL(r.crashed);
 	total = hl_cache_dev_mem_writes(r.d) - base;
 	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
 	CU_ASSERT(total > 300);
 
@@ -380,6 +457,8 @@ static void test_torn_write_every_step(void)
 		hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
 		workload(&r, ops);
 		crashes += r.crashed;
+		if (!summary_covers_claims(&r))
+			bad++;
 		bad += recover_and_check(&r, &restored);
 		recovered_slots += (uint64_t)(restored > 0 ? restored : 0);
 		bad += (unsigned)r.bad_hits;
@@ -389,7 +468,8 @@ static void test_torn_write_every_step(void)
 		workload(&r, 100);
 		bad += (unsigned)r.bad_hits;
 		hl_cache_core_destroy(r.c);
-		hl_cache_dev_close(r.d);
+		hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
 		if (bad) {
 			fprintf(stderr, "stale data after a crash at write %llu\n",
 			        (unsigned long long)n);
@@ -423,6 +503,7 @@ static void crash_at_pending_fill(struct rig *r)
 	CU_ASSERT_EQUAL(recover_and_check(r, &restored), 0);
 	CU_ASSERT(restored > 0);
 	hl_cache_core_destroy(r->c);
+	hl_cache_layout_release(&r->l);
 	hl_cache_dev_close(r->d);
 }
 
@@ -518,6 +599,7 @@ static void race_one(int action)
 	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
 	CU_ASSERT(restored > 0);
 	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
 }
 
@@ -572,6 +654,7 @@ static void second_write_one(bool first_is_unmap)
 	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
 	CU_ASSERT(restored > 0); /* the block's other sectors are still claimed */
 	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
 }
 
@@ -598,6 +681,7 @@ static void restart_without_lun1(struct rig *r)
 	hl_cache_dev_mem_reset(r->d);
 	r->c = new_core(&r->l);
 	hl_cache_core_lun_remove(r->c, 1);
+	hl_cache_layout_release(&r->l);
 	CU_ASSERT_EQUAL(hl_cache_meta_load(r->d, r->c, &r->l), 0);
 }
 
@@ -614,6 +698,7 @@ static void test_dropped_records_still_claim(void)
 	/* Crash before any sync; the next start has LUN 1 again. */
 	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
 	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
 }
 
@@ -641,6 +726,7 @@ static void test_dropped_claim_then_write(void)
 	do_read(&r, 0, 0, BS, false);
 	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
 	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
 }
 
@@ -672,6 +758,157 @@ static void test_second_fill_before_take_barrier(void)
 	crash_at_pending_fill(&r);
 }
 
+/* Bytes a format writes: the superblocks and the summary, no record page. */
+static uint64_t bytes_written;
+static const struct hl_cache_dev_ops *count_orig;
+
+static int count_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off)
+{
+	bytes_written += len;
+	return count_orig->pwrite(d, buf, len, off);
+}
+
+static void test_format_writes_no_records(void)
+{
+	struct hl_cache_dev *d;
+	struct hl_cache_dev_ops ops;
+	struct hl_cache_layout l;
+
+	CU_ASSERT_FATAL(hl_cache_dev_open_mem(64u << 20, &d) == 0);
+	count_orig = d->ops;
+	ops = *d->ops;
+	ops.pwrite = count_pwrite;
+	d->ops = &ops;
+	bytes_written = 0;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_format(d, 4096, &l), 0);
+	CU_ASSERT(l.meta_len >= 16 * 4096); /* 16 Ki slots: 128 record pages it need not zero */
+	CU_ASSERT_EQUAL(bytes_written, 2 * 4096 + l.sum_len + 4096);
+	d->ops = count_orig;
+	hl_cache_layout_release(&l);
+	hl_cache_dev_close(d);
+}
+
+/*
+ * Format does not zero the record pages: what an earlier format (or
+ * anything else) left there must never be restored, even where the
+ * summary marks the page (a crash between a summary write and the page
+ * write leaves exactly that).
+ */
+static void test_leftover_records_never_restored(void)
+{
+	struct rig r;
+	int restored;
+	uint8_t *ones, *junk;
+	struct hl_cache_core_info info;
+
+	rig_start(&r, 2u << 20);
+	workload(&r, 1000);
+	hl_cache_core_info(r.c, &info);
+	CU_ASSERT_FATAL(info.used_slots > 0);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_close(r.d, &r.l, r.c), 0);
+	/* A clean restart keeps them (the records are good). */
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT_EQUAL((uint64_t)restored, info.used_slots);
+	/* Format again (a new uuid), then mark every page as a crash could. */
+	hl_cache_layout_release(&r.l);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_format(r.d, BS, &r.l), 0);
+	ones = malloc(r.l.sum_len);
+	memset(ones, 0xff, r.l.sum_len);
+	CU_ASSERT_FATAL(r.d->ops->pwrite(r.d, ones, r.l.sum_len, r.l.sum_off) == 0);
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT_EQUAL(restored, 0);
+	/* Random bytes in every record page: nothing either. */
+	junk = malloc(r.l.meta_len);
+	rs = 0x9e3779b97f4a7c15ull;
+	for (uint64_t i = 0; i < r.l.meta_len; i += 8) {
+		uint64_t v = rnd();
+		memcpy(junk + i, &v, 8);
+	}
+	CU_ASSERT_FATAL(r.d->ops->pwrite(r.d, junk, r.l.meta_len, r.l.meta_off) == 0);
+	CU_ASSERT_FATAL(r.d->ops->pwrite(r.d, ones, r.l.sum_len, r.l.sum_off) == 0);
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT_EQUAL(restored, 0);
+	free(junk);
+	free(ones);
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
+}
+
+/* Bitwise CRC-32C, as the superblock carries it. */
+static uint32_t ut_crc32c(const uint8_t *p, size_t len)
+{
+	uint32_t c = ~0u;
+
+	while (len--) {
+		c ^= *p++;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+	}
+	return ~c;
+}
+
+/* A cache of format version 1 (before the page summary) starts cold, never misread. */
+static void test_version_1_starts_cold(void)
+{
+	struct rig r;
+	uint8_t *sb = NULL;
+	struct hl_cache_core *c;
+	struct hl_cache_layout l;
+	uint32_t crc;
+
+	rig_start(&r, 1u << 20);
+	workload(&r, 200);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_close(r.d, &r.l, r.c), 0);
+	hl_cache_core_destroy(r.c);
+	/* Both copies say version 1 (with a good CRC). */
+	CU_ASSERT_FATAL(posix_memalign((void **)&sb, 4096, 8192) == 0);
+	CU_ASSERT_FATAL(r.d->ops->pread(r.d, sb, 8192, 0) == 0);
+	for (int i = 0; i < 2; i++) {
+		uint8_t *b = sb + i * 4096;
+		if (memcmp(b, "HLCACHE", 8))
+			continue;
+		b[8] = 1;
+		crc = ut_crc32c(b, 4092);
+		memcpy(b + 4092, &crc, 4);
+	}
+	CU_ASSERT_FATAL(r.d->ops->pwrite(r.d, sb, 8192, 0) == 0);
+	c = new_core(&r.l);
+	CU_ASSERT_EQUAL(hl_cache_meta_load(r.d, c, &l), -ENODATA);
+	hl_cache_core_destroy(c);
+	free(sb);
+	hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
+}
+
+/* The summary follows the claims: pages that stopped claiming are not read after a clean stop. */
+static void test_summary_shrinks(void)
+{
+	struct rig r;
+	int restored;
+	uint8_t *sum;
+	unsigned bits = 0;
+
+	rig_start(&r, 2u << 20);
+	workload(&r, 1000);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+	CU_ASSERT_TRUE(summary_covers_claims(&r));
+	for (uint16_t lun = 0; lun < NLUN; lun++)
+		CU_ASSERT_EQUAL(hl_cache_core_invalidate(r.c, lun, 0, UINT64_MAX), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_close(r.d, &r.l, r.c), 0);
+	sum = malloc(r.l.sum_len);
+	CU_ASSERT_FATAL(r.d->ops->pread(r.d, sum, r.l.sum_len, r.l.sum_off) == 0);
+	for (uint64_t i = 0; i < r.l.sum_len; i++)
+		bits += (unsigned)__builtin_popcount(sum[i]);
+	CU_ASSERT_EQUAL(bits, 0);
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT_EQUAL(restored, 0);
+	free(sum);
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
+}
+
 static void test_file_device(void)
 {
 	char path[] = "/var/tmp/hl-cache-ut-XXXXXX";
@@ -700,6 +937,7 @@ static void test_file_device(void)
 	CU_ASSERT_EQUAL(d->ops->pread(d, buf, 65536, d->size), -EINVAL);
 	CU_ASSERT_EQUAL(d->ops->flush(d), 0);
 	free(buf);
+	hl_cache_layout_release(&l);
 	hl_cache_dev_close(d);
 	unlink(path);
 }
@@ -718,6 +956,11 @@ static const struct hl_test tests[] = {
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
     {"a second write to a sector whose unclaim is pending syncs too",
      test_second_write_before_barrier},
+    {"format writes the superblocks and the summary, no record page",
+     test_format_writes_no_records},
+    {"records of an earlier format or junk are never restored", test_leftover_records_never_restored},
+    {"a cache of format version 1 starts cold", test_version_1_starts_cold},
+    {"the page summary follows the claims", test_summary_shrinks},
     {"O_DIRECT file device", test_file_device},
     {NULL, NULL},
 };
