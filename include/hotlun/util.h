@@ -222,6 +222,17 @@ void hl_secret_wipe_stack(void);
 /** 64-bit FNV-1a, for stable identifiers derived from names. */
 uint64_t hl_hash64(const void *data, size_t len, uint64_t seed);
 
+/** A strong 64-bit mixer (the splitmix64 finaliser): hash of an integer key. */
+static inline uint64_t hl_mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
 /**
  * Parse "host:port", "[v6]:port", "host" (default_port used) into a sockaddr.
  * Numeric addresses only (no DNS on the target). @return 0 or -EINVAL.

@@ -461,7 +461,7 @@ void bench_stpg_build(uint8_t cdb[12], uint8_t param[BENCH_STPG_PARAM_LEN], int 
 struct iscsi_context;
 struct scsi_task;
 
-#define BENCH_MAX_SESSIONS 64
+#define BENCH_MAX_SESSIONS 4096 /* a scale check logs in thousands (tests/bench/sessions_scale.sh) */
 #define BENCH_MAX_COMPARE  15
 #define BENCH_MAX_PATHS    8
 

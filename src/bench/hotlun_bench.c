@@ -498,9 +498,10 @@ static void run_clock(struct bench *b, uint64_t now)
 
 static int run(struct bench *b)
 {
-	struct pollfd pfd[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
-	struct iscsi_context *pctx[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
-	struct bench_session *psess[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
+	/* static: one run per process, and too large for a stack at the most sessions */
+	static struct pollfd pfd[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
+	static struct iscsi_context *pctx[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
+	static struct bench_session *psess[BENCH_MAX_SESSIONS * BENCH_MAX_PATHS];
 
 	b->t_start = b->t_tick = bench_now_ns();
 	b->phase = b->o.warmup_s > 0 ? BENCH_PH_WARMUP : BENCH_PH_MEASURE;

@@ -272,6 +272,9 @@ struct hl_lu {
 
 	pthread_mutex_t lock;    /* guards everything below */
 	struct hl_list nexuses;  /* struct scsi_lu_nexus; guarded by lock */
+	/* the same nexuses by id (ua.c: open addressing, at most half full); guarded by lock */
+	struct scsi_lu_nexus **nexus_ix;
+	uint32_t nexus_ix_cap, nexus_ix_n;
 	uint64_t rsv2_holder;    /* RESERVE(6/10) holder's nexus id, 0 = none; guarded by lock */
 	struct scsi_pr_state pr; /* persistent reservations (pr.c); guarded by lock */
 	bool pr_loaded;          /* shared store: pr holds a record read from it; guarded by lock */

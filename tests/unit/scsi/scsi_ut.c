@@ -1075,6 +1075,40 @@ static void test_ua_sequence(void)
 }
 
 /*
+ * Many nexuses on one LU (the LU finds each command's by id: a hash index,
+ * not a list walk): 3,000 nexuses each hear POWER ON once; half of them end
+ * (removal shifts the index) and start over; the rest keep their state.
+ */
+static void test_ua_many_nexuses(void)
+{
+	enum { N = 3000 };
+	static struct hl_scsi_nexus nx[N];
+	struct tcmd t;
+	uint8_t tur[6] = {0};
+
+	lu_setup_cfg(test_cfg(), (uint64_t)NBLOCKS * BS, 0);
+	for (unsigned i = 0; i < N; i++) {
+		nx[i] = nexus_a;
+		nx[i].id = 1000 + (uint64_t)i * 7919; /* spread, not dense */
+	}
+	for (unsigned i = 0; i < N; i++) {
+		run_full(&t, &nx[i], 0, tur, 6, NULL, 0, false);
+		ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x29, 0x00);
+	}
+	for (unsigned i = 0; i < N; i += 2)
+		hl_scsi_nexus_gone(&map, &nx[i]);
+	for (unsigned i = 0; i < N; i++) {
+		run_full(&t, &nx[i], 0, tur, 6, NULL, 0, false);
+		if (i % 2) {
+			ASSERT_GOOD(t);
+		} else {
+			ASSERT_SENSE(t, HL_SK_UNIT_ATTENTION, 0x29, 0x00);
+		}
+	}
+	lu_teardown();
+}
+
+/*
  * A LUN added to or removed from the target: every nexus hears REPORTED LUNS
  * DATA HAS CHANGED on its next command to any LU of the target, once (it is
  * cleared on the other LUs when reported, or by REPORT LUNS).
@@ -1376,6 +1410,7 @@ static const struct hl_test tests[] = {
     {"usage mask is enforced", test_rsoc_usage_mask_is_enforced},
     {"RSOC timeouts and unsupported commands", test_rsoc_rctd_and_unsupported},
     {"unit attention sequence", test_ua_sequence},
+    {"unit attentions of 3,000 nexuses on one LU", test_ua_many_nexuses},
     {"LUN inventory change: REPORTED LUNS DATA HAS CHANGED once per nexus", test_luns_changed_ua},
     {"REQUEST SENSE reports and clears UA", test_request_sense_reports_and_clears_ua},
     {"LU geometry checks", test_lu_create_rejects_bad_geometry},
