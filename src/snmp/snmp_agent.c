@@ -18,6 +18,7 @@
 #include <net-snmp/agent/net-snmp-agent-includes.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -742,6 +743,46 @@ static int register_table(const struct table_def *t)
 
 /* ---- scalars (hlAgent) ---- */
 
+/*
+ * hlAgent.6 onwards: one number of the snapshot each, by sub-identifier.
+ * CounterBasedGauge64 (HCNUM-TC) travels as Counter64; a Gauge32 is
+ * clamped, never wrapped. While hotlund is unreachable they read 0.
+ */
+#define AGENT_N(sub, asn, field) [sub] = {asn, offsetof(struct snmp_snapshot, field)}
+static const struct agent_num {
+	u_char type; /* 0: not a number of this table */
+	size_t off;
+} agent_nums[] = {
+    AGENT_N(6, ASN_COUNTER64, auth_failures),
+    AGENT_N(7, ASN_COUNTER64, auth_throttled),
+    /* hlAgentGroup2: the write buffer budget */
+    AGENT_N(8, ASN_COUNTER64, wb_limit),
+    AGENT_N(9, ASN_COUNTER64, wb_held),
+    AGENT_N(10, ASN_COUNTER64, wb_peak),
+    AGENT_N(11, ASN_GAUGE, wb_waiting),
+    AGENT_N(12, ASN_COUNTER64, wb_deferred),
+    AGENT_N(13, ASN_COUNTER64, wb_task_set_full),
+    /* hlAgentGroup3: logins, connections and what the limits refused */
+    AGENT_N(14, ASN_COUNTER64, logins),
+    AGENT_N(15, ASN_COUNTER64, login_failures),
+    AGENT_N(16, ASN_GAUGE, connections),
+    AGENT_N(17, ASN_GAUGE, pending_logins),
+    AGENT_N(18, ASN_COUNTER64, pending_evicted),
+    AGENT_N(19, ASN_COUNTER64, refused_pending),
+    AGENT_N(20, ASN_COUNTER64, refused_sessions),
+    AGENT_N(21, ASN_COUNTER64, accept_paused),
+    /* ... and the rest of the write buffer budget */
+    AGENT_N(22, ASN_COUNTER64, wb_conn_limit),
+    AGENT_N(23, ASN_COUNTER64, wb_waiting_bytes),
+    AGENT_N(24, ASN_COUNTER64, wb_window_closed),
+    AGENT_N(25, ASN_COUNTER64, wb_source_limit),
+    AGENT_N(26, ASN_GAUGE, wb_sources),
+    AGENT_N(27, ASN_COUNTER64, wb_source_capped),
+    AGENT_N(28, ASN_COUNTER64, wb_closed_slow),
+    AGENT_N(29, ASN_COUNTER64, wb_closed_no_data),
+};
+#define AGENT_LAST (sizeof(agent_nums) / sizeof(agent_nums[0]) - 1)
+
 static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registration *reg,
                           netsnmp_agent_request_info *reqinfo, netsnmp_request_info *requests)
 {
@@ -752,13 +793,15 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 	for (netsnmp_request_info *r = requests; r; r = r->next) {
 		struct value v = {0};
 		bool up = s && s->reachable;
+		oid sub;
 
 		/* hlAgent.N.0 (the scalar helpers move rootoid; read our own position). */
 		if (r->requestvb->name_length <= OID_LENGTH(agent_oid)) {
 			netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT);
 			continue;
 		}
-		switch (r->requestvb->name[OID_LENGTH(agent_oid)]) {
+		sub = r->requestvb->name[OID_LENGTH(agent_oid)];
+		switch (sub) {
 		case 1:
 			num(&v, ASN_INTEGER, TRUTH(up));
 			break;
@@ -778,35 +821,19 @@ static int scalar_handler(netsnmp_mib_handler *handler, netsnmp_handler_registra
 			}
 			date_and_time(&v, s->connected_at);
 			break;
-		case 6:
-			num(&v, ASN_COUNTER64, up ? s->auth_failures : 0);
-			break;
-		case 7:
-			num(&v, ASN_COUNTER64, up ? s->auth_throttled : 0);
-			break;
-		case 8: /* the write buffer budget (CounterBasedGauge64 travels as Counter64) */
-			num(&v, ASN_COUNTER64, up ? s->wb_limit : 0);
-			break;
-		case 9:
-			num(&v, ASN_COUNTER64, up ? s->wb_held : 0);
-			break;
-		case 10:
-			num(&v, ASN_COUNTER64, up ? s->wb_peak : 0);
-			break;
-		case 11:
-			num(&v, ASN_GAUGE,
-			    up ? (uint32_t)(s->wb_waiting < UINT32_MAX ? s->wb_waiting : UINT32_MAX)
-			       : 0);
-			break;
-		case 12:
-			num(&v, ASN_COUNTER64, up ? s->wb_deferred : 0);
-			break;
-		case 13:
-			num(&v, ASN_COUNTER64, up ? s->wb_task_set_full : 0);
-			break;
 		default:
-			netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT);
-			continue;
+			if (sub > AGENT_LAST || !agent_nums[sub].type) {
+				netsnmp_set_request_error(reqinfo, r, SNMP_NOSUCHOBJECT);
+				continue;
+			} else {
+				const struct agent_num *a = &agent_nums[sub];
+				uint64_t n = up ? *(const uint64_t *)((const char *)s + a->off) : 0;
+
+				if (a->type == ASN_GAUGE && n > UINT32_MAX)
+					n = UINT32_MAX;
+				num(&v, a->type, n);
+			}
+			break;
 		}
 		set_value(r->requestvb, &v);
 	}
@@ -824,7 +851,7 @@ int snmp_agent_register(struct snmp_snapshot *const *cur, const unsigned *poll_m
 	                                          OID_LENGTH(agent_oid), HANDLER_CAN_RONLY);
 	if (!reg)
 		return -ENOMEM;
-	if (netsnmp_register_scalar_group(reg, 1, 13) != MIB_REGISTERED_OK)
+	if (netsnmp_register_scalar_group(reg, 1, (oid)AGENT_LAST) != MIB_REGISTERED_OK)
 		return -EEXIST;
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
 		if (!iscsi_mib && !strncmp(tables[i].name, "iscsi", 5))

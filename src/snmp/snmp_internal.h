@@ -110,7 +110,13 @@ struct snmp_snapshot {
 	uint64_t auth_throttled;   /* iscsi.auth_throttled: refused unchecked in a back-off */
 	/* write_buffers: the budget of unfinished WRITE data (hlWriteBuffer*) */
 	uint64_t wb_limit, wb_held, wb_peak, wb_waiting, wb_deferred, wb_task_set_full;
-	int64_t connected_at;      /* unix seconds: when the subagent last connected to hotlund */
+	/* ... its per-connection and per-source shares and what closed (hlAgentGroup3) */
+	uint64_t wb_conn_limit, wb_waiting_bytes, wb_window_closed;
+	uint64_t wb_source_limit, wb_sources, wb_source_capped, wb_closed_slow, wb_closed_no_data;
+	/* iscsi: connections, logins and the admission limits' refusals (hlAgentGroup3) */
+	uint64_t logins, login_failures, connections, pending_logins;
+	uint64_t pending_evicted, refused_pending, refused_sessions, accept_paused;
+	int64_t connected_at; /* unix seconds: when the subagent last connected to hotlund */
 	size_t n_disks, n_caches, n_sessions, n_lat;
 	struct snmp_disk *disks;             /* sorted by index */
 	struct snmp_cache *caches;           /* sorted by index */

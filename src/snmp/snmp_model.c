@@ -324,6 +324,40 @@ static int build_session(struct snmp_iscsi_session *s, json_t *o)
 	return 0;
 }
 
+/*
+ * The service counters: stats' "iscsi" and "write_buffers" objects, read
+ * member by member under the names hotlund gives them (control.c,
+ * daemon_stats), as /metrics reads them: one source, renamed only.
+ */
+static void build_service(struct snmp_snapshot *out, json_t *iscsi, json_t *wb)
+{
+	out->auth_failures = u64(iscsi, "auth_failures");
+	out->auth_throttled = u64(iscsi, "auth_throttled");
+	out->logins = u64(iscsi, "logins");
+	out->login_failures = u64(iscsi, "login_failures");
+	out->connections = u64(iscsi, "connections");
+	out->pending_logins = u64(iscsi, "pending_logins");
+	out->pending_evicted = u64(iscsi, "pending_evicted");
+	out->refused_pending = u64(iscsi, "refused_pending");
+	out->refused_sessions = u64(iscsi, "refused_sessions");
+	out->accept_paused = u64(iscsi, "accept_paused");
+
+	out->wb_limit = u64(wb, "limit");
+	out->wb_conn_limit = u64(wb, "conn_limit");
+	out->wb_held = u64(wb, "held_bytes");
+	out->wb_peak = u64(wb, "peak_bytes");
+	out->wb_waiting = u64(wb, "waiting");
+	out->wb_waiting_bytes = u64(wb, "waiting_bytes");
+	out->wb_deferred = u64(wb, "r2t_deferred");
+	out->wb_task_set_full = u64(wb, "task_set_full");
+	out->wb_window_closed = u64(wb, "window_closed");
+	out->wb_source_limit = u64(wb, "source_limit");
+	out->wb_sources = u64(wb, "sources");
+	out->wb_source_capped = u64(wb, "source_capped");
+	out->wb_closed_slow = u64(wb, "closed_slow");
+	out->wb_closed_no_data = u64(wb, "closed_no_data");
+}
+
 int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
                         struct snmp_snapshot *out)
 {
@@ -342,15 +376,8 @@ int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
 	out->reachable = true;
 	out->version = str(version, "version");
 	out->n_sessions_total = (uint32_t)u64(stats, "sessions");
-	out->auth_failures = u64(json_object_get(stats, "iscsi"), "auth_failures");
-	out->auth_throttled = u64(json_object_get(stats, "iscsi"), "auth_throttled");
-	json_t *wb = json_object_get(stats, "write_buffers");
-	out->wb_limit = u64(wb, "limit");
-	out->wb_held = u64(wb, "held_bytes");
-	out->wb_peak = u64(wb, "peak_bytes");
-	out->wb_waiting = u64(wb, "waiting");
-	out->wb_deferred = u64(wb, "r2t_deferred");
-	out->wb_task_set_full = u64(wb, "task_set_full");
+	build_service(out, json_object_get(stats, "iscsi"),
+	              json_object_get(stats, "write_buffers"));
 	if (!out->version)
 		goto fail;
 

@@ -6,6 +6,9 @@
 # (hotlun-bench with exact command counts) runs through hotlund; then
 # snmpget/snmpwalk must show, for each counter, exactly the control
 # socket's value, and the counter's growth must equal the workload's count.
+# The service scalars (logins, connections, the write buffer budget) must
+# equal two stats replies taken around one snmpget, and move by exactly
+# the logins, failed logins and connections the test makes.
 # Also: the session table while a session is logged in, stable disk
 # indexes, the ISCSI-MIB rows (RFC 4544) for the instance, portal, target
 # and session, and reconnection to both sides (hotlund restart, snmpd
@@ -188,6 +191,76 @@ hl_log "ok: cache table (device bytes written $DBW)"
 RSUM=$(swalk hlLatencyReads | awk -v d="$D0" 'index($1, d ".") == 1 { s += $2 } END { print s + 0 }')
 [ "$RSUM" = "$R0" ] || hl_fail "hlLatencyReads over d0's buckets sum to $RSUM, not $R0"
 [ "$(sget hlDiskReadLatencyMedian "$D0")" -gt 0 ] || hl_fail "hlDiskReadLatencyMedian is 0"
+
+# ---------------------------------------------------------------- service counters
+
+# The service scalars (hlAgentGroup3 with the older ones) equal the control
+# socket's stats taken just before and just after one snmpget; and they
+# move by exactly what this part does: 3 sessions logged in and held, 1
+# login to a target that does not exist, 1 connection that sends nothing
+# (still in login); then all of it closed.
+service_now "$T/svc.pre"
+hl_log "service scalars before: $(tr '\n' ' ' <"$T/svc.pre")"
+python3 - "$HL_SRCDIR/tests/functional" "$PORT" "$IQN" "$T/held" "$T/release" \
+	>"$T/logins.log" 2>&1 <<'EOF' &
+import os, socket, sys, time
+sys.path.insert(0, sys.argv[1])
+import pdu_client as p
+port, iqn, held, release = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+conns = []
+for i in range(3):
+    c = p.Conn("127.0.0.1", port)
+    c.login(iqn, initiator="iqn.2026-11.io.hotlun:snmp-login-%d" % i)
+    conns.append(c)
+bad = p.Conn("127.0.0.1", port)
+try:
+    bad.login(iqn + "-none", initiator="iqn.2026-11.io.hotlun:snmp-login-bad")
+    sys.exit("a login to a target that does not exist succeeded")
+except AssertionError as e:
+    print("refused as it should be:", e)
+bad.close()
+silent = socket.create_connection(("127.0.0.1", port))
+open(held, "w").close()
+deadline = time.time() + 60
+while not os.path.exists(release) and time.time() < deadline:
+    time.sleep(0.05)
+for c in conns:
+    c.logout()
+    c.close()
+silent.close()
+EOF
+LOGINS=$!
+HL_PIDS+=("$LOGINS")
+HL_PID_NAMES+=(logins.py)
+wait_for "3 sessions logged in and held (see $T/logins.log)" test -e "$T/held"
+pre() { svc "$T/svc.pre" "$1"; }
+wait_for "hlConnections = $(($(pre hlConnections) + 4))" sis hlConnections 0 $(($(pre hlConnections) + 4))
+service_now "$T/svc.held"
+held() { svc "$T/svc.held" "$1"; }
+hl_log "service scalars while held: $(tr '\n' ' ' <"$T/svc.held")"
+[ $(($(held hlLogins) - $(pre hlLogins))) = 3 ] || hl_fail "hlLogins moved by $(($(held hlLogins) - $(pre hlLogins))), not the 3 logins made"
+[ $(($(held hlLoginFailures) - $(pre hlLoginFailures))) = 1 ] || hl_fail "hlLoginFailures moved by $(($(held hlLoginFailures) - $(pre hlLoginFailures))), not 1"
+[ $(($(held hlPendingLogins) - $(pre hlPendingLogins))) = 1 ] || hl_fail "hlPendingLogins: $(held hlPendingLogins), not $(pre hlPendingLogins) + 1 (the silent connection)"
+[ $(($(held hlSessionCount) - $(pre hlSessionCount))) = 3 ] || hl_fail "hlSessionCount: $(held hlSessionCount), not $(pre hlSessionCount) + 3"
+for o in hlRefusedPending hlRefusedSessions hlPendingEvicted hlAcceptPaused; do
+	[ "$(held $o)" = "$(pre $o)" ] || hl_fail "$o moved ($(pre $o) -> $(held $o)) though nothing was refused"
+done
+[ "$(held hlWriteBufferLimit)" -gt 0 ] && [ "$(held hlWriteBufferConnLimit)" -gt 0 ] &&
+	[ "$(held hlWriteBufferSourceLimit)" -gt 0 ] || hl_fail "a write buffer limit reads 0"
+touch "$T/release"
+wait "$LOGINS" || hl_fail "the login script failed: $(tail -3 "$T/logins.log")"
+hl_forget "$LOGINS"
+wait_for "hlConnections back to $(pre hlConnections)" sis hlConnections 0 "$(pre hlConnections)"
+service_now "$T/svc.post"
+[ $(($(svc "$T/svc.post" hlLogins) - $(pre hlLogins))) = 3 ] || hl_fail "hlLogins after the logouts: $(svc "$T/svc.post" hlLogins)"
+[ "$(svc "$T/svc.post" hlPendingLogins)" = "$(pre hlPendingLogins)" ] || hl_fail "hlPendingLogins after the close"
+[ "$(svc "$T/svc.post" hlSessionCount)" = "$(pre hlSessionCount)" ] || hl_fail "hlSessionCount after the logouts"
+# A walk of hlAgent finds every scalar the MIB defines there, in order.
+WALKED=$(snmpwalk -v2c -c public -t 2 -r 1 -On -Oq -m "" -M /nonexistent "$SNMP_AGENT" "$(oid hlAgent)" 2>/dev/null |
+	sed -n "s|^$(oid hlAgent)\.\([0-9]*\)\.0 .*|\1|p" | tr '\n' ' ')
+[ "$WALKED" = "$(seq 1 "$(grep -c '::= { hlAgent [0-9]* }' "$MIB")" | tr '\n' ' ')" ] ||
+	hl_fail "a walk of hlAgent found scalars $WALKED"
+hl_log "ok: service scalars equal the control socket; 3 logins, 1 failure, 4 connections (1 pending) seen and gone; hlAgent walks 1..$(grep -c '::= { hlAgent [0-9]* }' "$MIB")"
 
 # ---------------------------------------------------------------- sessions
 

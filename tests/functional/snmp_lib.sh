@@ -3,7 +3,8 @@
 # Sourced after lib.sh. It owns: resolving HOTLUN-MIB names to OIDs from
 # contrib/HOTLUN-MIB.txt itself (no IETF MIB files needed), snmpget/walk
 # wrappers, the control socket's stats as seen by Python, waiting until the
-# subagent's value equals the control socket's, and starting a private
+# subagent's value equals the control socket's, the service scalars read
+# between two stats replies (service_now), and starting a private
 # snmpd (AgentX master on a private socket, SNMP on a free loopback UDP
 # port) and hotlun-snmp. Every process goes through hl_spawn (stopped by PID).
 
@@ -106,6 +107,78 @@ wait_equal() {
 		sleep 0.2
 	done
 	hl_fail "$desc: SNMP $obj.$idx = '$got', control socket = '$want'"
+}
+
+# The service scalars (hlAgent) and the member of the stats reply each
+# renames (docs/snmp.md): hlAgentGroup, hlAgentGroup2 and hlAgentGroup3.
+SERVICE_OBJECTS=(
+	hlSessionCount:sessions
+	hlAuthFailures:iscsi.auth_failures hlAuthThrottled:iscsi.auth_throttled
+	hlLogins:iscsi.logins hlLoginFailures:iscsi.login_failures
+	hlConnections:iscsi.connections hlPendingLogins:iscsi.pending_logins
+	hlPendingEvicted:iscsi.pending_evicted hlRefusedPending:iscsi.refused_pending
+	hlRefusedSessions:iscsi.refused_sessions hlAcceptPaused:iscsi.accept_paused
+	hlWriteBufferLimit:write_buffers.limit hlWriteBufferConnLimit:write_buffers.conn_limit
+	hlWriteBufferHeld:write_buffers.held_bytes hlWriteBufferPeak:write_buffers.peak_bytes
+	hlWriteBufferWaiting:write_buffers.waiting
+	hlWriteBufferWaitingBytes:write_buffers.waiting_bytes
+	hlWriteBufferDeferred:write_buffers.r2t_deferred
+	hlWriteBufferTaskSetFull:write_buffers.task_set_full
+	hlWriteBufferWindowClosed:write_buffers.window_closed
+	hlWriteBufferSourceLimit:write_buffers.source_limit
+	hlWriteBufferSources:write_buffers.sources
+	hlWriteBufferSourceCapped:write_buffers.source_capped
+	hlWriteBufferClosedSlow:write_buffers.closed_slow
+	hlWriteBufferClosedNoData:write_buffers.closed_no_data
+)
+
+# service_now FILE: a stats reply, one snmpget of every SERVICE_OBJECTS
+# scalar (one PDU: one poll of the subagent), a second stats reply. When
+# the two replies agree on every member and each SNMP value equals it,
+# write "OBJECT VALUE" lines to FILE and return; otherwise retry (the
+# subagent polls every 200 ms, a connection may still be closing) and
+# fail after 10 s, naming the objects that differ.
+service_now() {
+	local out=$1 o i oids=()
+	for o in "${SERVICE_OBJECTS[@]}"; do
+		oids+=("$(oid "${o%%:*}").0")
+	done
+	for i in $(seq 1 50); do
+		"$HL_CTL" --socket "$T/ctl.sock" stats --json >"$T/svc.a.json" || hl_fail "hotlunctl stats failed"
+		snmpget "${SNMPOPTS[@]}" "$SNMP_AGENT" "${oids[@]}" >"$T/svc.snmp" 2>&1 || :
+		"$HL_CTL" --socket "$T/ctl.sock" stats --json >"$T/svc.b.json" || hl_fail "hotlunctl stats failed"
+		python3 - "$out" "$T/svc.a.json" "$T/svc.b.json" "$T/svc.snmp" "$i" "${SERVICE_OBJECTS[@]}" <<'EOF' && return 0
+import json, sys
+out, fa, fb, fs, try_n = sys.argv[1:6]
+a, b = json.load(open(fa)), json.load(open(fb))
+got = [l.strip().strip('"') for l in open(fs)]
+def member(s, path):
+    for k in path.split("."):
+        s = s[k]
+    return s
+bad, lines = [], []
+objs = [o.split(":", 1) for o in sys.argv[6:]]
+if len(got) != len(objs):
+    bad.append(f"snmpget answered {len(got)} lines for {len(objs)} objects: {got[:3]}")
+for (name, path), v in zip(objs, got):
+    x, y = member(a, path), member(b, path)
+    if x != y or v != str(x):
+        bad.append(f"{name} = {v}, stats {path} = {x} then {y}")
+    lines.append(f"{name} {v}")
+if bad:
+    if int(try_n) == 50:
+        print("SNMP and the control socket differ:\n  " + "\n  ".join(bad), file=sys.stderr)
+    sys.exit(1)
+open(out, "w").write("\n".join(lines) + "\n")
+EOF
+		sleep 0.2
+	done
+	hl_fail "the service scalars never equalled two stats replies around them (see above)"
+}
+
+# svc FILE OBJECT: a value that service_now saved.
+svc() {
+	awk -v o="$2" '$1 == o { print $2 }' "$1"
 }
 
 # wait_for DESC CMD...: retry CMD for up to 20 s.

@@ -10,7 +10,10 @@
 # how many reads hit, partly hit and missed (the disk's latency split by
 # source too). While the warm phase runs, each stats reply and each scrape
 # must add up by itself (hits + partials + misses = reads, cache bytes +
-# origin bytes = bytes read) and no ratio may leave [0, 1].
+# origin bytes = bytes read) and no ratio may leave [0, 1]. The service
+# counters too: every view counts the sessions the client logged in, and
+# each of hotlun-snmp's service scalars equals the stats replies taken
+# just before and after it.
 . "$(dirname "$0")/lib.sh"
 hl_cache_front_prereqs
 hl_need curl
@@ -69,10 +72,12 @@ hl_wait_port "$GW1" 127.0.0.1 "$MP" "$HL_LOG"
 start_snmpd
 start_subagent
 
-# check PHASE READS WRITES: every view equals the client's totals
+# check PHASE READS WRITES LOGINS: every view equals the client's totals
 check() {
-	local phase=$1 reads=$2 writes=$3 idx
+	local phase=$1 reads=$2 writes=$3 logins=$4 idx
 	idle
+	# the service scalars against two stats replies around them (snmp_lib.sh)
+	service_now "$T/svc.$phase"
 	stats
 	curl -sf "http://127.0.0.1:$MP/metrics" >"$T/metrics.txt" || hl_fail "$phase: no scrape"
 	idx=$(disk_index san)
@@ -88,9 +93,11 @@ check() {
 	for o in hlWriteBufferLimit hlWriteBufferTaskSetFull hlAuthFailures; do
 		snmp+="$o=$(sget "$o" 0) "
 	done
-	python3 - "$phase" "$reads" "$writes" "$BS" "$T/stats.json" "$T/metrics.txt" "$snmp" <<'PY' ||
+	snmp+="hlLogins=$(svc "$T/svc.$phase" hlLogins) hlLoginFailures=$(svc "$T/svc.$phase" hlLoginFailures) "
+	python3 - "$phase" "$reads" "$writes" "$BS" "$T/stats.json" "$T/metrics.txt" "$snmp" "$logins" <<'PY' ||
 import json, re, sys
 phase, R, W, BS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+L = int(sys.argv[8])
 s = json.load(open(sys.argv[5]))
 snmp = dict(kv.split("=", 1) for kv in sys.argv[7].split())
 m = {}
@@ -137,6 +144,9 @@ eq("reads tagged hit", by["hit"], cd["read_hits"])
 eq("reads tagged partial", by["partial"], cd["read_partial"])
 eq("reads tagged miss", by["miss"], cd["read_misses"])
 eq("reads tagged uncached", by["uncached"], 0)
+# one login per hotlun-bench run, none failed
+eq("logins", s["iscsi"]["logins"], L)
+eq("login failures", s["iscsi"]["login_failures"], 0)
 
 # the scrape: the same numbers
 def g(name, **labels):
@@ -165,6 +175,8 @@ eq("metrics cache bytes", (g("hotlun_cache_read_bytes_total", cache="ssd", disk=
 eq("metrics cache writes", g("hotlun_cache_writes_total", cache="ssd", disk="san"), W)
 eq("metrics write budget", g("hotlun_iscsi_write_buffer_limit_bytes"), s["write_buffers"]["limit"])
 eq("metrics owned", g("hotlun_disk_owned", disk="san"), 1)
+eq("metrics logins", g("hotlun_iscsi_logins_total"), L)
+eq("metrics login failures", g("hotlun_iscsi_login_failures_total"), 0)
 
 # SNMP: the same numbers
 n = lambda k: int(snmp[k])
@@ -183,11 +195,13 @@ if not 0 <= n("hlDiskHitRatio") <= 10000:
 eq("snmp write budget", n("hlWriteBufferLimit"), s["write_buffers"]["limit"])
 eq("snmp task set full", n("hlWriteBufferTaskSetFull"), s["write_buffers"]["task_set_full"])
 eq("snmp auth failures", n("hlAuthFailures"), s["iscsi"]["auth_failures"])
+eq("snmp logins", n("hlLogins"), L)
+eq("snmp login failures", n("hlLoginFailures"), 0)
 if bad:
     print(f"{phase}:\n  " + "\n  ".join(bad), file=sys.stderr)
     sys.exit(1)
 print(f"{phase}: reads {R} ({cd['read_hits']} hits, {cd['read_partial']} partial, "
-      f"{cd['read_misses']} misses), writes {W}: stats, metrics and SNMP agree")
+      f"{cd['read_misses']} misses), writes {W}, logins {L}: stats, metrics and SNMP agree")
 PY
 		hl_fail "$phase: the counters are not what the client did"
 }
@@ -202,7 +216,7 @@ bench_n() {
 # 1. cold
 bench_n --read 100 --count 600 --seed 1
 bench_n --read 0 --count 200 --seed 2
-check cold 600 200
+check cold 600 200 2
 
 # 2. warm, while each stats reply and scrape adds up by itself
 "$BENCH" --quiet --initiator "$INITIATOR" --bs 64K --qd 8 --range 16M --read 100 --count 6000 \
@@ -241,7 +255,7 @@ PY
 wait "$WARM" || hl_fail "warm load failed: $(tail -3 "$T/warm.out")"
 hl_forget "$WARM"
 grep -q ' errors=0 ' "$T/warm.out" || hl_fail "warm load: I/O errors"
-check warm 6600 200
+check warm 6600 200 3
 hits=$(hl_cache_stat "$T/ctl.sock" ssd read_hits san)
 [ "$hits" -gt 3000 ] || hl_fail "the warm phase hit only $hits times"
 
@@ -251,7 +265,7 @@ wait_owner 2
 "$CTL" --socket "${SOCKS[2]}" handover /disks/san >/dev/null || hl_fail "handover back to gateway 1"
 wait_owner 1
 bench_n --read 100 --count 600 --seed 3
-check failback 7200 200
+check failback 7200 200 4
 hl_log "cold, warm and failback: stats, metrics and SNMP equal the client's counts"
 # one at a time, the standby first: stopped together, the owner would wait for a peer
 # to take the disk while that peer stops too

@@ -178,6 +178,72 @@ static void test_write_buffer_counters(void)
 	snmp_snapshot_free(&s);
 }
 
+/*
+ * hlAgentGroup3: every service counter of the stats reply, under the names
+ * hotlund's daemon_stats gives them, lands in its own field (distinct
+ * values, so two fields swapped would show); absent objects read 0.
+ */
+static void test_service_counters(void)
+{
+	struct snmp_snapshot s;
+	char buf[8192];
+
+	snprintf(buf, sizeof(buf),
+	         "%.*s, \"iscsi\": {\"auth_failures\": 1, \"auth_throttled\": 2, \"logins\": 31, "
+	         "\"login_failures\": 32, \"connections\": 33, \"pending_logins\": 34, "
+	         "\"pending_evicted\": 35, \"refused_pending\": 36, \"refused_sessions\": 37, "
+	         "\"accept_paused\": 38}, "
+	         "\"write_buffers\": {\"limit\": 3221225472, \"conn_limit\": 268435456, "
+	         "\"held_bytes\": 41, \"peak_bytes\": 42, \"waiting\": 43, "
+	         "\"waiting_bytes\": 44, \"r2t_deferred\": 45, \"task_set_full\": 46, "
+	         "\"window_closed\": 47, \"source_limit\": 1610612736, \"sources\": 48, "
+	         "\"source_capped\": 49, \"closed_slow\": 50, \"closed_no_data\": 51}}",
+	         (int)strlen(STATS) - 1, STATS);
+	build(&s, buf);
+	CU_ASSERT_EQUAL(s.auth_failures, 1);
+	CU_ASSERT_EQUAL(s.auth_throttled, 2);
+	CU_ASSERT_EQUAL(s.logins, 31);
+	CU_ASSERT_EQUAL(s.login_failures, 32);
+	CU_ASSERT_EQUAL(s.connections, 33);
+	CU_ASSERT_EQUAL(s.pending_logins, 34);
+	CU_ASSERT_EQUAL(s.pending_evicted, 35);
+	CU_ASSERT_EQUAL(s.refused_pending, 36);
+	CU_ASSERT_EQUAL(s.refused_sessions, 37);
+	CU_ASSERT_EQUAL(s.accept_paused, 38);
+	CU_ASSERT_EQUAL(s.wb_limit, 3221225472ull);
+	CU_ASSERT_EQUAL(s.wb_conn_limit, 268435456);
+	CU_ASSERT_EQUAL(s.wb_held, 41);
+	CU_ASSERT_EQUAL(s.wb_peak, 42);
+	CU_ASSERT_EQUAL(s.wb_waiting, 43);
+	CU_ASSERT_EQUAL(s.wb_waiting_bytes, 44);
+	CU_ASSERT_EQUAL(s.wb_deferred, 45);
+	CU_ASSERT_EQUAL(s.wb_task_set_full, 46);
+	CU_ASSERT_EQUAL(s.wb_window_closed, 47);
+	CU_ASSERT_EQUAL(s.wb_source_limit, 1610612736);
+	CU_ASSERT_EQUAL(s.wb_sources, 48);
+	CU_ASSERT_EQUAL(s.wb_source_capped, 49);
+	CU_ASSERT_EQUAL(s.wb_closed_slow, 50);
+	CU_ASSERT_EQUAL(s.wb_closed_no_data, 51);
+	snmp_snapshot_free(&s);
+
+	/* An older hotlund without them: zeros, not an error. */
+	build(&s, STATS);
+	CU_ASSERT_EQUAL(s.logins, 0);
+	CU_ASSERT_EQUAL(s.connections, 0);
+	CU_ASSERT_EQUAL(s.accept_paused, 0);
+	CU_ASSERT_EQUAL(s.wb_source_limit, 0);
+	CU_ASSERT_EQUAL(s.wb_closed_no_data, 0);
+	snmp_snapshot_free(&s);
+
+	/* A negative or non-numeric value reads 0 rather than a huge counter. */
+	snprintf(buf, sizeof(buf), "%.*s, \"iscsi\": {\"logins\": -5, \"connections\": \"7\"}}",
+	         (int)strlen(STATS) - 1, STATS);
+	build(&s, buf);
+	CU_ASSERT_EQUAL(s.logins, 0);
+	CU_ASSERT_EQUAL(s.connections, 0);
+	snmp_snapshot_free(&s);
+}
+
 static void test_cache_row(void)
 {
 	struct snmp_snapshot s;
@@ -501,6 +567,7 @@ int main(void)
 	    {"hlDiskOrigin masks an origin's secret", test_origin_secret_masked},
 	    {"hlAuthFailures and hlAuthThrottled", test_auth_counters},
 	    {"hlWriteBuffer* from the write budget", test_write_buffer_counters},
+	    {"hlAgentGroup3: logins, connections, shares", test_service_counters},
 	    {"watch: cache already failed at start", test_watch_cache_failed_at_start},
 	    {"ownership columns", test_ownership},
 	    {"watch: ALUA state changes", test_watch_alua},
