@@ -6,17 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "hotlun/util.h"
 #include "sim/sim.h"
-
-static inline uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
 
 static int alloc_tab(struct sim_map *m, uint64_t cap)
 {
@@ -55,7 +46,7 @@ void sim_map_fini(struct sim_map *m)
 
 uint32_t *sim_map_get(const struct sim_map *m, uint64_t key)
 {
-	uint64_t i = mix(key) & m->mask;
+	uint64_t i = hl_mix64(key) & m->mask;
 	while (m->used[i]) {
 		if (m->keys[i] == key)
 			return &m->vals[i];
@@ -84,7 +75,7 @@ int sim_map_put(struct sim_map *m, uint64_t key, uint32_t val)
 
 	if ((m->count + 1) * 2 > m->cap && grow(m))
 		return -ENOMEM;
-	i = mix(key) & m->mask;
+	i = hl_mix64(key) & m->mask;
 	while (m->used[i]) {
 		if (m->keys[i] == key) {
 			m->vals[i] = val;
@@ -101,7 +92,7 @@ int sim_map_put(struct sim_map *m, uint64_t key, uint32_t val)
 
 bool sim_map_del(struct sim_map *m, uint64_t key)
 {
-	uint64_t i = mix(key) & m->mask, hole, j;
+	uint64_t i = hl_mix64(key) & m->mask, hole, j;
 
 	while (m->used[i] && m->keys[i] != key)
 		i = (i + 1) & m->mask;
@@ -113,7 +104,7 @@ bool sim_map_del(struct sim_map *m, uint64_t key)
 		j = (j + 1) & m->mask;
 		if (!m->used[j])
 			break;
-		uint64_t home = mix(m->keys[j]) & m->mask;
+		uint64_t home = hl_mix64(m->keys[j]) & m->mask;
 		if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
 			m->keys[hole] = m->keys[j];
 			m->vals[hole] = m->vals[j];
