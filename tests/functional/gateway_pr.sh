@@ -43,7 +43,7 @@ MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:64M slow:16M >"$T/ceph-up.lo
 [ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$T/ceph-up.log")"
 ceph_down() { MINI_CEPH_QUIET=1 "$MINI_CEPH" down "$cluster" >/dev/null 2>&1; }
 # hotlund goes first: librbd cannot close an image once the cluster is gone
-trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done; sleep 1; ceph_down; (exit $rc); hl_cleanup' EXIT
+trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done; sleep 1; [ $rc = 0 ] || cp -r "$cluster/log" "$T/ceph-log" 2>/dev/null; ceph_down; (exit $rc); hl_cleanup' EXIT
 
 IQN=$HL_IQN_PREFIX:gw-pr
 declare -A PORT SOCK PID

@@ -136,6 +136,11 @@ mon_data_avail_warn = 1
 mon_data_avail_crit = 0
 [client]
 admin_socket =
+# A client pings its watches once per objecter tick (5 s by default), the
+# OSD drops a watch not pinged for osd_client_watch_timeout (5 s below): with
+# the two equal, watches lapsed now and then (ENOTCONN every ~5 s, and a
+# notify returned without the gateway whose watch had just lapsed).
+objecter_tick_interval = 1
 log_file =
 [mon]
 mon_data = $DIR/mon.\$id
