@@ -44,6 +44,17 @@ wait_screen() { # wait_screen REGEX: until the screen shows it (10 s)
 	screen >&2
 	hl_fail "shell never showed /$1/"
 }
+wait_prompt() { # wait_prompt DIR: until the shell's last line is its prompt at DIR, waiting for input (10 s)
+	local shown last
+	for _ in $(seq 100); do
+		shown=$(screen)
+		last=$(sed '/^[[:space:]]*$/d' <<<"$shown" | tail -n 1)
+		[ "$last" = "hotlun:$1>" ] && return 0
+		sleep 0.1
+	done
+	screen >&2
+	hl_fail "shell never came back to its prompt at $1"
+}
 wait_screen 'hotlun:/>'
 type_line "cd /disks"
 wait_screen 'hotlun:/disks>'
@@ -61,6 +72,9 @@ type_line "create iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-ls"
 wait_screen 'acls/iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-ls'
 # tab completion: "cd /ca<Tab>" completes to /caches/
 type_line "cd /"
+# keys typed before the shell reads them are echoed by the terminal ahead of
+# the prompt (CI: "cd /cahotlun:/> ches/"): wait until it waits for input
+wait_prompt /
 tmux -S "$tmux_sock" send-keys -t hl -l "cd /ca"
 tmux -S "$tmux_sock" send-keys -t hl Tab
 wait_screen 'cd /caches/'
