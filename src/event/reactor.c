@@ -9,6 +9,11 @@
  *   call posted while the loop drains the queue runs in the next pass, so a
  *   call that re-posts itself cannot starve file events.
  *
+ * Turn hooks (hl_turn_hook_queue): work that many events of one turn
+ * produce is handed on once at the end of the turn (one io_uring_submit
+ * for all the turn's cache-device reads, one sendmsg for a connection's
+ * responses): they run after the timers, before the loop waits.
+ *
  * Busy polling (hl_reactor_set_poll_us): a request at queue depth 1 is a
  * ping-pong between initiator and target, and each time the reactor sleeps
  * in epoll_wait its CPU may go idle; waking it costs more than serving a
@@ -62,6 +67,7 @@ struct hl_reactor {
 	bool has_thread;
 	_Atomic uint64_t poll_ns; /* busy-poll window, 0: off */
 	_Atomic uint64_t heartbeat; /* loop passes; read by the watchdog (any thread) */
+	struct hl_turn_hook *hooks; /* queued for the end of this turn, newest first */
 };
 
 static __thread struct hl_reactor *current_reactor;
@@ -351,6 +357,57 @@ static void wake_drain(struct hl_event *ev, uint32_t revents)
 	}
 }
 
+/* ---- turn hooks ---- */
+
+void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h), void *arg)
+{
+	h->fn = fn;
+	h->arg = arg;
+	h->next = NULL;
+	h->pprev = NULL;
+	h->reactor = NULL;
+}
+
+int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
+{
+	if (!r || r != current_reactor)
+		return -EAGAIN;
+	if (h->pprev)
+		return 0;
+	h->reactor = r;
+	h->next = r->hooks;
+	if (h->next)
+		h->next->pprev = &h->next;
+	h->pprev = &r->hooks;
+	r->hooks = h;
+	return 0;
+}
+
+void hl_turn_hook_cancel(struct hl_turn_hook *h)
+{
+	if (!h->pprev)
+		return;
+	*h->pprev = h->next;
+	if (h->next)
+		h->next->pprev = h->pprev;
+	h->next = NULL;
+	h->pprev = NULL;
+}
+
+/* @return whether any hook ran. */
+static bool turn_hooks_run(struct hl_reactor *r)
+{
+	struct hl_turn_hook *h;
+	bool ran = false;
+
+	while ((h = r->hooks) != NULL) {
+		hl_turn_hook_cancel(h);
+		h->fn(h);
+		ran = true;
+	}
+	return ran;
+}
+
 /* ---- the loop ---- */
 
 uint64_t hl_reactor_heartbeat(const struct hl_reactor *r)
@@ -388,7 +445,11 @@ int hl_reactor_run(struct hl_reactor *r)
 	current_reactor = r;
 	while (!r->stopping) {
 		atomic_fetch_add_explicit(&r->heartbeat, 1, memory_order_relaxed);
-		int timeout = timers_run(r);
+		int timeout;
+		/* A hook may arm a timer: the wait is computed after the last hook. */
+		do
+			timeout = timers_run(r);
+		while (turn_hooks_run(r));
 		if (r->stopping)
 			break;
 		int n = reactor_wait(r, timeout);
@@ -409,6 +470,7 @@ int hl_reactor_run(struct hl_reactor *r)
 		}
 		r->batch_n = r->batch_i = 0;
 	}
+	turn_hooks_run(r);
 	current_reactor = prev;
 	return 0;
 }
