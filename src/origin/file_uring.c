@@ -248,9 +248,11 @@ static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
 		 * 16 MiB took 20-150 ms there, stalling every connection of that
 		 * reactor (issue 19, item 3: 4 KiB READs of another session waited
 		 * that long behind one that queued 16 MiB READs; 3-7 ms with this).
-		 * Large reads go to the kernel's io-wq workers instead.
+		 * Large reads go to the kernel's io-wq workers instead. Not O_DIRECT
+		 * ones (the cache device): no copy, and a worker's wake-up per read
+		 * made a 1 MiB hit cost more CPU than sixteen 64 KiB ones.
 		 */
-		if (io->length >= FILE_ASYNC_READ_MIN)
+		if (io->length >= FILE_ASYNC_READ_MIN && !fo->direct)
 			io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		break;
 	case HL_IO_WRITE:

@@ -46,3 +46,22 @@ perf report -i "$DATA" --no-children --sort dso,sym --stdio -g none 2>/dev/null 
 		for (l in sum) printf "%6.1f%%  %-32s (top: %s %.1f%%)\n", sum[l], l, top[l], toppct[l]
 		printf "%6.1f%%  total sampled\n", tot
 	}' | sort -rn
+# The kernel's share by what user space asked of it (inclusive time of the
+# system calls, from the call graphs): sends, the io_uring submissions and
+# the block layer under them, receives, epoll.
+echo "kernel time by system call (inclusive, % of all samples):"
+perf report -i "$DATA" --children --sort sym --stdio -g none 2>/dev/null |
+	awk '$3 == "[k]" {
+		n = $4; v = $1; sub(/%/, "", v)
+		if (n == "__sys_sendmsg") l = "sendmsg (iSCSI responses)"
+		else if (n == "__do_sys_io_uring_enter") l = "io_uring_enter (device / file reads)"
+		else if (n == "blk_mq_flush_plug_list") l = "  of which block dispatch (virtio)"
+		else if (n == "__sys_recvfrom") l = "recv (commands)"
+		else if (n == "__x64_sys_epoll_wait") l = "epoll_wait"
+		else if (n == "__x64_sys_epoll_ctl") l = "epoll_ctl"
+		else if (n == "ksys_read" || n == "ksys_write") l = "read/write (eventfds)"
+		else if (n == "io_wq_worker") l = "io-wq workers"
+		else next
+		if (!(l in s)) order[++k] = l
+		s[l] += v
+	} END { for (i = 1; i <= k; i++) printf "%6.1f%%  %s\n", s[order[i]], order[i] }'

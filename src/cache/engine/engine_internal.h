@@ -239,6 +239,7 @@ struct eng_sub {
 	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
 	bool ub;          /* FILL: an update into the RAM update buffer, not the device */
 	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
+	uint32_t nk;      /* HIT: ios k..k+nk-1, adjacent on the device, read as one */
 	uint32_t peer;    /* RMW: the FILL sub it merges into */
 	uint64_t lo, hi;  /* RUN/RETRY/BUF/PHIT: LUN bytes held by buf; RMW: the sector */
 	/* The per-kind work of its completion, from the file that made it (NULL: none). */
