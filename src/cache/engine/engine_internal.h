@@ -262,6 +262,7 @@ struct eng_req {
 	int status;
 	bool all_hit, in_wlist, replied, inside_submit, no_data;
 	bool cached; /* READ: the plan found some of its bytes in the cache (hit or partial) */
+	bool pooled; /* from the thread's free list (engine_req.c), REQ_POOL_BYTES long */
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;
 	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */
