@@ -179,7 +179,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund from $HL_BUILDDIR (source $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS;"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund $HL_BUILDDIR/hotlund (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS;"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"
