@@ -278,7 +278,7 @@ void hl_timer_start(struct hl_reactor *r, struct hl_timer *t, uint64_t delay_ms)
 	heap_up(r, t->heap_idx);
 }
 
-static int timers_run(struct hl_reactor *r)
+static void timers_run(struct hl_reactor *r)
 {
 	uint64_t now = hl_now_ns();
 
@@ -287,8 +287,17 @@ static int timers_run(struct hl_reactor *r)
 		hl_timer_stop(t);
 		t->fn(t);
 	}
+}
+
+/* epoll_wait's timeout: until the first timer (0: one is due), -1: none. */
+static int timers_timeout(struct hl_reactor *r)
+{
+	uint64_t now = hl_now_ns();
+
 	if (!r->heap_n)
 		return -1;
+	if (r->heap[0]->deadline_ns <= now)
+		return 0;
 	uint64_t wait_ns = r->heap[0]->deadline_ns - now;
 	/* round up so we never wake just before the deadline and spin */
 	uint64_t ms = (wait_ns + 999999) / 1000000;
@@ -394,18 +403,14 @@ void hl_turn_hook_cancel(struct hl_turn_hook *h)
 	h->pprev = NULL;
 }
 
-/* @return whether any hook ran. */
-static bool turn_hooks_run(struct hl_reactor *r)
+static void turn_hooks_run(struct hl_reactor *r)
 {
 	struct hl_turn_hook *h;
-	bool ran = false;
 
 	while ((h = r->hooks) != NULL) {
 		hl_turn_hook_cancel(h);
 		h->fn(h);
-		ran = true;
 	}
-	return ran;
 }
 
 /* ---- the loop ---- */
@@ -445,13 +450,16 @@ int hl_reactor_run(struct hl_reactor *r)
 	current_reactor = r;
 	while (!r->stopping) {
 		atomic_fetch_add_explicit(&r->heartbeat, 1, memory_order_relaxed);
-		int timeout;
-		/* A hook may arm a timer: the wait is computed after the last hook. */
-		do
-			timeout = timers_run(r);
-		while (turn_hooks_run(r));
+		timers_run(r);
+		/*
+		 * A hook may arm a timer: the wait is computed after the hooks, but
+		 * a zero-delay timer they armed runs after the next epoll pass, as
+		 * any other (a connection's rx resume yields to the others' events).
+		 */
+		turn_hooks_run(r);
 		if (r->stopping)
 			break;
+		int timeout = timers_timeout(r);
 		int n = reactor_wait(r, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
