@@ -404,6 +404,9 @@ void hl_cache_core_ub_close(struct hl_cache_core *c, bool closed);
  */
 uint64_t hl_cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits);
 
+/** Slots the update buffer tracks (0: no slot has pending sectors, no lookup needed). */
+uint64_t hl_cache_core_ub_slots(const struct hl_cache_core *c);
+
 /**
  * Next write-back the buffer needs (it holds more than its limit): fills
  * *io (a pinned UPDATE, src_slot HL_CACHE_IO_UB_SRC, ram 0) and *lun, which

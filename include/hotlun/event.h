@@ -43,6 +43,21 @@ struct hl_timer {
 	struct hl_reactor *reactor;
 };
 
+/**
+ * A call at the end of a reactor turn: after the turn's file events and
+ * timers ran, before the loop waits again. What many events of one turn
+ * produce is handed on once there (io_uring SQEs submitted with one
+ * io_uring_submit, a connection's responses sent with one sendmsg).
+ * Embedded in its owner; caller keeps; a queued hook must be cancelled
+ * before its owner is freed.
+ */
+struct hl_turn_hook {
+	void (*fn)(struct hl_turn_hook *h);
+	void *arg;
+	struct hl_turn_hook *next, **pprev; /* pprev: NULL while not queued */
+	struct hl_reactor *reactor;
+};
+
 /** Monotonic clock in nanoseconds. */
 uint64_t hl_now_ns(void);
 
@@ -114,6 +129,24 @@ void hl_timer_stop(struct hl_timer *t);
 static inline bool hl_timer_pending(const struct hl_timer *t)
 {
 	return t->heap_idx != (size_t)-1;
+}
+
+void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h), void *arg);
+
+/**
+ * Queue h for the end of the current turn of r (no-op when queued already).
+ * Hooks queued by a hook run in the same pass. @return 0, or -EAGAIN when
+ * r is not the reactor running on the calling thread (nothing queued: do
+ * the work now).
+ */
+int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h);
+
+/** Unqueue; harmless when not queued. On the reactor's thread. */
+void hl_turn_hook_cancel(struct hl_turn_hook *h);
+
+static inline bool hl_turn_hook_queued(const struct hl_turn_hook *h)
+{
+	return h->pprev != NULL;
 }
 
 /*

@@ -9,6 +9,11 @@
  *   call posted while the loop drains the queue runs in the next pass, so a
  *   call that re-posts itself cannot starve file events.
  *
+ * Turn hooks (hl_turn_hook_queue): work that many events of one turn
+ * produce is handed on once at the end of the turn (one io_uring_submit
+ * for all the turn's cache-device reads, one sendmsg for a connection's
+ * responses): they run after the timers, before the loop waits.
+ *
  * Busy polling (hl_reactor_set_poll_us): a request at queue depth 1 is a
  * ping-pong between initiator and target, and each time the reactor sleeps
  * in epoll_wait its CPU may go idle; waking it costs more than serving a
@@ -62,6 +67,7 @@ struct hl_reactor {
 	bool has_thread;
 	_Atomic uint64_t poll_ns; /* busy-poll window, 0: off */
 	_Atomic uint64_t heartbeat; /* loop passes; read by the watchdog (any thread) */
+	struct hl_turn_hook *hooks; /* queued for the end of this turn, newest first */
 };
 
 static __thread struct hl_reactor *current_reactor;
@@ -272,7 +278,7 @@ void hl_timer_start(struct hl_reactor *r, struct hl_timer *t, uint64_t delay_ms)
 	heap_up(r, t->heap_idx);
 }
 
-static int timers_run(struct hl_reactor *r)
+static void timers_run(struct hl_reactor *r)
 {
 	uint64_t now = hl_now_ns();
 
@@ -281,8 +287,17 @@ static int timers_run(struct hl_reactor *r)
 		hl_timer_stop(t);
 		t->fn(t);
 	}
+}
+
+/* epoll_wait's timeout: until the first timer (0: one is due), -1: none. */
+static int timers_timeout(struct hl_reactor *r)
+{
+	uint64_t now = hl_now_ns();
+
 	if (!r->heap_n)
 		return -1;
+	if (r->heap[0]->deadline_ns <= now)
+		return 0;
 	uint64_t wait_ns = r->heap[0]->deadline_ns - now;
 	/* round up so we never wake just before the deadline and spin */
 	uint64_t ms = (wait_ns + 999999) / 1000000;
@@ -351,6 +366,53 @@ static void wake_drain(struct hl_event *ev, uint32_t revents)
 	}
 }
 
+/* ---- turn hooks ---- */
+
+void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h), void *arg)
+{
+	h->fn = fn;
+	h->arg = arg;
+	h->next = NULL;
+	h->pprev = NULL;
+	h->reactor = NULL;
+}
+
+int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
+{
+	if (!r || r != current_reactor)
+		return -EAGAIN;
+	if (h->pprev)
+		return 0;
+	h->reactor = r;
+	h->next = r->hooks;
+	if (h->next)
+		h->next->pprev = &h->next;
+	h->pprev = &r->hooks;
+	r->hooks = h;
+	return 0;
+}
+
+void hl_turn_hook_cancel(struct hl_turn_hook *h)
+{
+	if (!h->pprev)
+		return;
+	*h->pprev = h->next;
+	if (h->next)
+		h->next->pprev = h->pprev;
+	h->next = NULL;
+	h->pprev = NULL;
+}
+
+static void turn_hooks_run(struct hl_reactor *r)
+{
+	struct hl_turn_hook *h;
+
+	while ((h = r->hooks) != NULL) {
+		hl_turn_hook_cancel(h);
+		h->fn(h);
+	}
+}
+
 /* ---- the loop ---- */
 
 uint64_t hl_reactor_heartbeat(const struct hl_reactor *r)
@@ -388,9 +450,16 @@ int hl_reactor_run(struct hl_reactor *r)
 	current_reactor = r;
 	while (!r->stopping) {
 		atomic_fetch_add_explicit(&r->heartbeat, 1, memory_order_relaxed);
-		int timeout = timers_run(r);
+		timers_run(r);
+		/*
+		 * A hook may arm a timer: the wait is computed after the hooks, but
+		 * a zero-delay timer they armed runs after the next epoll pass, as
+		 * any other (a connection's rx resume yields to the others' events).
+		 */
+		turn_hooks_run(r);
 		if (r->stopping)
 			break;
+		int timeout = timers_timeout(r);
 		int n = reactor_wait(r, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -409,6 +478,7 @@ int hl_reactor_run(struct hl_reactor *r)
 		}
 		r->batch_n = r->batch_i = 0;
 	}
+	turn_hooks_run(r);
 	current_reactor = prev;
 	return 0;
 }

@@ -31,6 +31,11 @@ static void conn_enter(struct iscsi_conn *c)
 	c->busy++;
 }
 
+/*
+ * An entry point ends: what it queued is sent at the end of the reactor
+ * turn, with whatever the turn's other completions queue (one sendmsg for
+ * a burst of hits instead of one each); outside a running reactor, now.
+ */
 static void conn_leave(struct iscsi_conn *c)
 {
 	if (c->busy > 1) {
@@ -38,11 +43,25 @@ static void conn_leave(struct iscsi_conn *c)
 		return;
 	}
 	/* still busy while flushing: a close inside must not free under us */
-	if (c->state != CONN_CLOSED) {
+	if (c->state != CONN_CLOSED &&
+	    (hl_list_empty(&c->txq) || hl_turn_hook_queue(c->reactor, &c->tx_hook))) {
 		iscsi_conn_flush(c);
 		conn_rx_kick(c);
 	}
 	c->busy = 0;
+	conn_maybe_free(c);
+}
+
+static void conn_turn_end(struct hl_turn_hook *h)
+{
+	struct iscsi_conn *c = h->arg;
+
+	c->busy++;
+	if (c->state != CONN_CLOSED) {
+		iscsi_conn_flush(c);
+		conn_rx_kick(c);
+	}
+	c->busy--;
 	conn_maybe_free(c);
 }
 
@@ -618,6 +637,7 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	c->text.ttt = ISCSI_RSVD_TAG;
 	hl_timer_init(&c->login_timer, login_timeout, c);
 	hl_timer_init(&c->nop_timer, nop_tick, c);
+	hl_turn_hook_init(&c->tx_hook, conn_turn_end, c);
 	hl_timer_init(&c->wb_timer, iscsi_wb_tick, c);
 	hl_timer_init(&c->dout_timer, iscsi_dout_tick, c);
 	hl_timer_init(&c->rx_timer, rx_resume, c);
@@ -709,6 +729,7 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_timer_stop(&c->wb_timer);
 	hl_timer_stop(&c->dout_timer);
 	hl_timer_stop(&c->rx_timer);
+	hl_turn_hook_cancel(&c->tx_hook);
 	c->rbuf_off = c->rbuf_len = 0;
 	iscsi_conn_pending_release(c);
 	while (!hl_list_empty(&c->txq)) {
@@ -727,7 +748,8 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 
 static void conn_maybe_free(struct iscsi_conn *c)
 {
-	if (c->state != CONN_CLOSED || c->busy || c->nexec || c->ntasks)
+	if (c->state != CONN_CLOSED || c->busy || c->nexec || c->ntasks ||
+	    hl_turn_hook_queued(&c->tx_hook))
 		return;
 	if (c->sess) {
 		iscsi_session_free(c->sess);

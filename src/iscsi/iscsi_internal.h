@@ -574,6 +574,7 @@ struct iscsi_conn {
 	uint8_t *rbuf;
 	uint32_t rbuf_off, rbuf_len; /* received bytes not yet fed to rx (it yielded) */
 	struct hl_timer rx_timer;    /* feeds them once the connection may take PDUs again */
+	struct hl_turn_hook tx_hook; /* flushes txq at the end of the reactor turn */
 	uint64_t rd_inflight;        /* EDTL of READs in the scsi layer (see ISCSI_TX_HIGH) */
 	uint64_t rd_started;         /* EDTL of every READ started (ISCSI_RX_READ_PER_TURN) */
 	uint64_t rd_turn_mark;       /* rd_started when this turn's receive began */

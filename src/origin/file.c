@@ -443,6 +443,7 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		target += 2;
 	if (opts->direct)
 		flags |= O_DIRECT;
+	fo->direct = opts->direct;
 	fo->eof_error = opts->eof_error;
 	/*
 	 * A writable block device is opened exclusively (O_EXCL on a block

@@ -23,6 +23,7 @@ struct file_origin {
 	int fd;
 	bool blkdev;
 	bool memfs;                /* tmpfs/ramfs: reads and writes are done inline */
+	bool direct;               /* O_DIRECT: reads are DMA, no copy on the submitting thread */
 	bool eof_error;            /* a read short at EOF fails instead of reading zeroes */
 	atomic_bool no_zero_range; /* fallocate(ZERO_RANGE) said EOPNOTSUPP once */
 	atomic_bool no_punch_hole; /* fallocate(PUNCH_HOLE) said EOPNOTSUPP once */

@@ -7,8 +7,11 @@
 #   4 KiB random read, 1 in flight (latency bound)
 # plus, when built, hotlun-bench's 1 MiB sequential read at 8 in flight as a
 # second opinion. Runs alternate between the two targets (ROUNDS rounds of
-# SECONDS each) and the median of each side is reported with the ratio
-# hotlund/tgt. Not part of `make check`; results go into docs/benchmarks.md.
+# SECONDS each, the order reversed every other round) and the median of
+# each side is reported with the ratio hotlund/tgt, and each target's CPU
+# microseconds per I/O (utime + stime of its process over the run / I/Os;
+# iscsi-perf's I/Os are its average IOPS x the run's seconds). Not part of
+# `make check`; results go into docs/benchmarks.md.
 #
 # usage: tests/bench/vs_tgt.sh [BUILDDIR]
 # environment: SECONDS_PER_RUN (default 10), ROUNDS (default 3),
@@ -39,19 +42,33 @@ H_URL=$HL_URL H_PID=$HL_PID
 HL_TARGET=tgt hl_target_start --disk "$DISK"
 G_URL=$HL_URL G_PID=$HL_PID
 
-# perf URL ARGS...: iscsi-perf for $DUR seconds; prints its final average IOPS.
+# cpu_ticks PID: utime + stime of PID in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TCK=$(getconf CLK_TCK)
+
+# perf PID URL ARGS...: iscsi-perf for $DUR seconds; prints its final average
+# IOPS and the target's (PID) CPU us per I/O.
 perf() {
-	local url=$1 log
-	shift
+	local pid=$1 url=$2 log t0 t1 s0 s1 iops
+	shift 2
 	log=$(mktemp "$T/perf.XXXXXX")
+	t0=$(cpu_ticks "$pid") s0=$(date +%s.%N)
 	timeout -s INT "$DUR" iscsi-perf "$@" "$url" >"$log" 2>&1
-	tr '\r' '\n' <"$log" | grep -o 'iops average [0-9]*' | tail -1 | awk '{print $3}'
+	t1=$(cpu_ticks "$pid") s1=$(date +%s.%N)
+	iops=$(tr '\r' '\n' <"$log" | grep -o 'iops average [0-9]*' | tail -1 | awk '{print $3}')
+	awk -v i="${iops:-0}" -v d=$((t1 - t0)) -v k="$TCK" -v a="$s0" -v b="$s1" \
+		'BEGIN {s = b - a; printf "%d %.1f\n", i, (i * s > 0 ? d * 1e6 / k / (i * s) : 0)}'
 }
 
-# bench URL: hotlun-bench 1 MiB sequential read, 8 in flight; prints IOPS.
+# bench PID URL: hotlun-bench 1 MiB sequential read, 8 in flight; prints IOPS and CPU us per I/O.
 bench() {
-	"$HL_BUILDDIR/hotlun-bench" --workload seq --bs 1M --qd 8 --time "$DUR" --quiet "$1" 2>&1 |
-		tail -1 | tr ' ' '\n' | sed -n 's/^iops=//p'
+	local pid=$1 t0 t1 line
+	t0=$(cpu_ticks "$pid")
+	line=$("$HL_BUILDDIR/hotlun-bench" --workload seq --bs 1M --qd 8 --time "$DUR" --quiet "$2" 2>&1 | tail -1)
+	t1=$(cpu_ticks "$pid")
+	awk -v i="$(tr ' ' '\n' <<<"$line" | sed -n 's/^iops=//p')" \
+		-v n="$(tr ' ' '\n' <<<"$line" | sed -n 's/^ios=//p')" -v d=$((t1 - t0)) -v k="$TCK" \
+		'BEGIN {printf "%d %.1f\n", i, (n > 0 ? d * 1e6 / k / n : 0)}'
 }
 
 WORKLOADS=("4k-rand-qd64" "1m-seq-qd8" "4k-rand-qd1")
@@ -69,27 +86,31 @@ median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print 0; else if (NR % 
 : >"$OUT/raw.txt"
 for w in "${WORKLOADS[@]}"; do
 	for r in $(seq 1 "$ROUNDS"); do
-		for side in hotlund tgt; do
-			url=$H_URL
-			[ $side = tgt ] && url=$G_URL
+		order="hotlund tgt"
+		[ $((r % 2)) = 0 ] && order="tgt hotlund"
+		for side in $order; do
+			url=$H_URL pid=$H_PID
+			[ $side = tgt ] && url=$G_URL pid=$G_PID
 			if [ "$w" = 1m-seq-qd8-bench ]; then
-				v=$(bench "$url")
+				v=$(bench "$pid" "$url")
 			else
 				# shellcheck disable=SC2046
-				v=$(perf "$url" $(args_of "$w"))
+				v=$(perf "$pid" "$url" $(args_of "$w"))
 			fi
-			echo "$w $side $r ${v:-0}" | tee -a "$OUT/raw.txt"
+			echo "$w $side $r ${v:-0 0}" | tee -a "$OUT/raw.txt"
 		done
 	done
 	hl_check_alive "$H_PID"
 done
 
 {
-	echo "| workload | hotlund IOPS | tgt IOPS | hotlund/tgt |"
-	echo "| --- | ---: | ---: | ---: |"
+	echo "| workload | hotlund IOPS | tgt IOPS | hotlund/tgt | hotlund CPU µs/IO | tgt CPU µs/IO |"
+	echo "| --- | ---: | ---: | ---: | ---: | ---: |"
 	for w in "${WORKLOADS[@]}"; do
 		h=$(awk -v w="$w" '$1 == w && $2 == "hotlund" {print $4}' "$OUT/raw.txt" | median)
 		g=$(awk -v w="$w" '$1 == w && $2 == "tgt" {print $4}' "$OUT/raw.txt" | median)
+		hc=$(awk -v w="$w" '$1 == w && $2 == "hotlund" {print $5 * 10}' "$OUT/raw.txt" | median)
+		gc=$(awk -v w="$w" '$1 == w && $2 == "tgt" {print $5 * 10}' "$OUT/raw.txt" | median)
 		ratio=$(awk -v h="$h" -v g="$g" 'BEGIN {if (g > 0) printf "%.2f", h / g; else print "-"}')
 		case $w in
 		4k-rand-qd64) d="4 KiB random read, 64 in flight (iscsi-perf -r -m 64 -b 8)" ;;
@@ -97,13 +118,13 @@ done
 		4k-rand-qd1) d="4 KiB random read, 1 in flight (iscsi-perf -r -m 1 -b 8)" ;;
 		1m-seq-qd8-bench) d="1 MiB sequential read, 8 in flight (hotlun-bench --workload seq --bs 1M --qd 8)" ;;
 		esac
-		echo "| $d | $h | $g | $ratio |"
+		echo "| $d | $h | $g | $ratio | $(awk -v c="$hc" 'BEGIN {printf "%.1f", c / 10}') | $(awk -v c="$gc" 'BEGIN {printf "%.1f", c / 10}') |"
 	done
 } >"$OUT/results.md"
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); median of $ROUNDS alternating runs of ${DUR} s; backing file $SIZE in the page cache"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); median of $ROUNDS alternating runs of ${DUR} s (order reversed every other round); backing file $SIZE in the page cache"
 	echo "hotlund from $HL_BUILDDIR (source $(git -C "$SRC" describe --always --dirty 2>/dev/null)), default threads; tgtd $(tgtd -V 2>&1 | head -1), default threads"
 } >>"$OUT/results.md"
 cat "$OUT/results.md"

@@ -156,6 +156,11 @@ void hl_cache_core_ub_close(struct hl_cache_core *c, bool closed)
 	c->ub.closed = closed;
 }
 
+uint64_t hl_cache_core_ub_slots(const struct hl_cache_core *c)
+{
+	return c->ub.n;
+}
+
 uint64_t hl_cache_core_ub_pending(const struct hl_cache_core *c, uint32_t slot, uint8_t *bits)
 {
 	uint64_t i = cache_ub_find(c, slot);

@@ -239,6 +239,7 @@ struct eng_sub {
 	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
 	bool ub;          /* FILL: an update into the RAM update buffer, not the device */
 	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
+	uint32_t nk;      /* HIT: ios k..k+nk-1, adjacent on the device, read as one */
 	uint32_t peer;    /* RMW: the FILL sub it merges into */
 	uint64_t lo, hi;  /* RUN/RETRY/BUF/PHIT: LUN bytes held by buf; RMW: the sector */
 	/* The per-kind work of its completion, from the file that made it (NULL: none). */
@@ -261,6 +262,7 @@ struct eng_req {
 	int status;
 	bool all_hit, in_wlist, replied, inside_submit, no_data;
 	bool cached; /* READ: the plan found some of its bytes in the cache (hit or partial) */
+	bool pooled; /* from the thread's free list (engine_req.c), REQ_POOL_BYTES long */
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;
 	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */

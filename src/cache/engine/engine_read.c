@@ -1,7 +1,7 @@
 /*
  * engine_read.c - READ and PRE-FETCH through the cache: plan under the
  * cache mutex, whole hits read from the cache device (straight into the
- * caller's buffer when it can), misses read from the origin in runs widened
+ * caller's buffer when it can; hits in adjacent slots with one device read), misses read from the origin in runs widened
  * to what their fills need, PARTIAL blocks stitched from valid sectors and
  * origin extents, a failed hit retried from the origin; the reply, then the
  * fills and promotions of what the read brought (engine_fill.c writes them).
@@ -129,8 +129,8 @@ static void copy_out(struct eng_req *req, const uint8_t *buf, uint64_t lo, uint6
 static void hit_retry(struct eng_req *req, struct eng_sub *s, int rc)
 {
 	struct hl_cache *c = req->c;
-	struct hl_cache_io *io = &req->ios[s->k];
-	uint64_t b0 = blk_start(c, io->block);
+	uint64_t b0 = blk_start(c, req->ios[s->k].block);
+	uint64_t bz = blk_start(c, req->ios[s->k + s->nk - 1].block);
 
 	engine_dev_error(c, req->ent, rc);
 	cnt_add(&c->st.hit_retries, 1);
@@ -138,9 +138,9 @@ static void hit_retry(struct eng_req *req, struct eng_sub *s, int rc)
 	req->all_hit = false;
 	s->kind = SUB_RETRY;
 	s->lo = HL_MAX(req->off, b0);
-	s->hi = HL_MIN(req->off + req->len, b0 + c->bs);
+	s->hi = HL_MIN(req->off + req->len, bz + c->bs);
 	/*
-	 * s->buf holds the block's requested sectors, which cover [lo, hi); a
+	 * s->buf holds the blocks' requested sectors, which cover [lo, hi); a
 	 * direct hit's sectors are exactly [lo, hi), so buf is where they go.
 	 */
 	s->iov.iov_base = s->buf;
@@ -175,7 +175,7 @@ static void read_sub_done(struct eng_sub *s, int result)
 		} else {
 			struct hl_cache_io *cio = &req->ios[s->k];
 			uint64_t lo = blk_start(c, cio->block) + (uint64_t)cio->first * SECT;
-			uint64_t hi = lo + (uint64_t)cio->nsect * SECT;
+			uint64_t hi = lo + s->io.length;
 			/* Sectors whose current data is in the RAM update buffer. */
 			engine_ub_overlay(req, s->buf, lo, hi);
 			if (!s->direct)
@@ -204,12 +204,34 @@ static void read_sub_done(struct eng_sub *s, int result)
 	}
 }
 
-static void start_hit(struct eng_req *req, uint32_t k)
+/*
+ * How many hits from ios[k] on are adjacent on the device as on the LUN
+ * (slot + 1 for block + 1, each ending where the next begins), so one
+ * device read covers them: runs of a fill stay adjacent because free slots
+ * are taken lowest first (cache_part_find_free).
+ */
+static uint32_t hit_run(const struct eng_req *req, uint32_t k)
+{
+	const struct hl_cache *c = req->c;
+	uint32_t spb = c->bs / SECT, n = 1;
+
+	while (k + n < req->nb) {
+		const struct hl_cache_io *a = &req->ios[k + n - 1], *b = &req->ios[k + n];
+		if (b->kind != HL_CACHE_IO_HIT || b->ram || b->block != a->block + 1 ||
+		    b->slot != a->slot + 1 || b->first != 0 || (uint32_t)a->first + a->nsect != spb)
+			break;
+		n++;
+	}
+	return n;
+}
+
+/* Hits ios[k..k+n-1] (adjacent, hit_run) with one cache-device read. */
+static void start_hit(struct eng_req *req, uint32_t k, uint32_t n)
 {
 	struct hl_cache *c = req->c;
-	struct hl_cache_io *io = &req->ios[k];
-	uint64_t bytes = (uint64_t)io->nsect * SECT;
+	struct hl_cache_io *io = &req->ios[k], *z = &req->ios[k + n - 1];
 	uint64_t lo = blk_start(c, io->block) + (uint64_t)io->first * SECT;
+	uint64_t bytes = blk_start(c, z->block) + (uint64_t)(z->first + z->nsect) * SECT - lo;
 	struct eng_sub *s = engine_sub_new(req, SUB_HIT, k, read_sub_done);
 	int rc = -EIO;
 
@@ -217,6 +239,7 @@ static void start_hit(struct eng_req *req, uint32_t k)
 		req->status = -ENOMEM;
 		return;
 	}
+	s->nk = n;
 	/* Most hits are whole sectors of the request: read them straight into its buffer. */
 	if (!req->no_data && lo >= req->off && lo + bytes <= req->off + req->len)
 		s->buf = iov_span(req->uio->iov, req->uio->iovcnt, lo - req->off, bytes);
@@ -477,10 +500,12 @@ int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
 				         c->window + (uint64_t)(io->slot - c->nslots) * c->bs +
 				             (uint64_t)io->first * SECT,
 				         lo, lo + (uint64_t)io->nsect * SECT);
+				k++;
 			} else {
-				start_hit(req, k);
+				uint32_t run = hit_run(req, k);
+				start_hit(req, k, run);
+				k += run;
 			}
-			k++;
 			continue;
 		}
 		req->all_hit = false;

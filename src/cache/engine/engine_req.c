@@ -4,12 +4,15 @@
  * the origin), the phase hold that keeps a completion from running inside
  * submit, the sub completion (a trace, then the sub's own work), the reply
  * with the latency and error counters, and the request-size buckets.
+ * Requests of up to REQ_POOL_BYTES (a read or write of a few blocks) come
+ * from a free list per thread, not from malloc per command.
  *
  * Shared state and the ordering rules: engine_internal.h.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +45,69 @@ unsigned hl_cache_size_bucket(uint64_t len)
 	return HL_CACHE_SIZE_BUCKETS - 1;
 }
 
+#define REQ_POOL_BYTES 4096u
+#define REQ_POOL_MAX   256u /* kept per thread */
+
+/* The free list of this thread; requests freed here go here (any thread's). */
+struct req_free {
+	struct req_free *next;
+};
+static __thread struct req_free *tl_free;
+static __thread unsigned tl_nfree;
+static __thread bool tl_key_set;
+static pthread_key_t req_key;
+static pthread_once_t req_key_once = PTHREAD_ONCE_INIT;
+
+static void req_pool_drain(void *unused)
+{
+	(void)unused;
+	while (tl_free) {
+		struct req_free *f = tl_free;
+		tl_free = f->next;
+		free(f);
+	}
+	tl_nfree = 0;
+}
+
+static void req_key_make(void)
+{
+	pthread_key_create(&req_key, req_pool_drain);
+}
+
+static void *req_alloc(size_t sz, bool *pooled)
+{
+	struct req_free *f = tl_free;
+
+	*pooled = sz <= REQ_POOL_BYTES;
+	if (!*pooled)
+		return malloc(sz);
+	if (f) {
+		tl_free = f->next;
+		tl_nfree--;
+		return f;
+	}
+	return malloc(REQ_POOL_BYTES);
+}
+
+static void req_release(void *p, bool pooled)
+{
+	struct req_free *f = p;
+
+	if (!pooled || tl_nfree >= REQ_POOL_MAX) {
+		free(p);
+		return;
+	}
+	if (!tl_key_set) {
+		/* The list is freed when the thread exits (the key's destructor). */
+		pthread_once(&req_key_once, req_key_make);
+		pthread_setspecific(req_key, (void *)1);
+		tl_key_set = true;
+	}
+	f->next = tl_free;
+	tl_free = f;
+	tl_nfree++;
+}
+
 struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, uint32_t nb,
                                uint32_t maxios, uint32_t maxsub)
 {
@@ -54,11 +120,13 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 	size_t sz = sizeof(struct eng_req) + (size_t)maxsub * sizeof(struct eng_sub) +
 	            (size_t)maxios * sizeof(struct hl_cache_io) + (size_t)nb * sizeof(int32_t) +
 	            maxios + vbytes;
-	struct eng_req *req = malloc(sz);
+	bool pooled;
+	struct eng_req *req = req_alloc(sz, &pooled);
 
 	if (!req)
 		return NULL;
 	memset(req, 0, sizeof(*req));
+	req->pooled = pooled;
 	req->subs = (struct eng_sub *)(req + 1);
 	req->ios = (struct hl_cache_io *)(req->subs + maxsub);
 	req->run_of = (int32_t *)(req->ios + maxios);
@@ -93,7 +161,7 @@ void engine_req_free(struct eng_req *req)
 	free(req->ov_off);
 	free(req->rmw_old[0]);
 	free(req->rmw_old[1]);
-	free(req);
+	req_release(req, req->pooled);
 	atomic_fetch_sub(&c->inflight, 1);
 }
 

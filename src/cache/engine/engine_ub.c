@@ -179,7 +179,8 @@ int engine_ub_read_plan(struct eng_req *req)
 	uint8_t bits[HL_CACHE_MAX_BLOCK / SECT / 8];
 	uint32_t cap = 0;
 
-	if (!c->ub_cap)
+	/* Nothing buffered (the common case for a read-mostly disk): no lookup per block. */
+	if (!c->ub_cap || !hl_cache_core_ub_slots(c->core))
 		return 0;
 	for (uint32_t k = 0; k < req->nb && k < req->nios; k++) {
 		struct hl_cache_io *io = &req->ios[k];

@@ -1150,6 +1150,71 @@ static void test_crash_no_stale(void)
 	free(w);
 }
 
+/*
+ * Hits in slots that are adjacent on the device, for blocks adjacent on the
+ * LUN, are read with one device read; hits in slots apart need one each.
+ * The device is swapped for a fake holding a copy of its bytes, which
+ * counts the reads.
+ */
+static void test_adjacent_hits_one_read(void)
+{
+	struct fake f, dev;
+	struct hl_cache *c;
+	struct hl_origin *o, *real;
+	struct stat sb;
+	uint8_t *buf = malloc(4 * BS);
+	int fd;
+
+	o = fixture_up(&c, NULL, &f, 9, "fake:adj");
+	/* Blocks 0-3 filled by one read (slots taken lowest first: adjacent) ... */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* ... 10 and 11 with 30 in between, so their slots are not. */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 10 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 30 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 11 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+
+	CU_ASSERT_FATAL(stat(g_dev, &sb) == 0);
+	fake_init(&dev, (uint64_t)sb.st_size, 0);
+	fd = open(g_dev, O_RDONLY);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(pread(fd, dev.mem, dev.size, 0) == (ssize_t)dev.size);
+	close(fd);
+	real = c->data;
+	c->data = fake_origin(&dev, "fake:dev-copy");
+
+	memset(buf, 0, 4 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 4 * BS) == 0);
+	CU_ASSERT_EQUAL(dev.reads, 1);
+	CU_ASSERT_EQUAL(dev.read_bytes, 4 * BS);
+	/* Part of the first block and of the last: still one read, of just those sectors. */
+	memset(buf, 0, 4 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, BS / 2, 2 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + BS / 2, 2 * BS) == 0);
+	CU_ASSERT_EQUAL(dev.reads, 2);
+	CU_ASSERT_EQUAL(dev.read_bytes, 6 * BS);
+	memset(buf, 0, 4 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 10 * BS, 2 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 10 * BS, 2 * BS) == 0);
+	CU_ASSERT_EQUAL(dev.reads, 4);
+	CU_ASSERT_EQUAL(f.reads, 4); /* every read above was a hit */
+
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_origin_close(c->data);
+	c->data = real;
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(dev.mem);
+	free(buf);
+}
+
 static void test_device_failure(void)
 {
 	struct fake f, bad;
@@ -2572,6 +2637,7 @@ int main(void)
 	    {"proof: a crash is warm only while the origin is untouched", test_proof_crash},
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
 	    {"a failing cache device: pass-through with correct data", test_device_failure},
+	    {"hits in adjacent slots: one device read", test_adjacent_hits_one_read},
 	    {"a failing origin: error returned, blocks dropped", test_origin_failure},
 	    {"prefetch warms; discard and compare-and-write drop; flush passes",
 	     test_prefetch_discard},

@@ -204,6 +204,74 @@ static double cpu_s(void)
  * call, and an idle reactor goes to sleep after one window instead of
  * spinning: the process uses well under 10% of a CPU while it idles.
  */
+/* Turn hooks: many queues in one turn run once, after the turn's timers; a hook may queue another. */
+struct hook_ctx {
+	struct hl_turn_hook h, h2, gone;
+	struct hl_timer t[3];
+	struct hl_reactor *r;
+	int runs, runs2, gone_runs, timers_at_run, timers;
+};
+
+static void hook_second(struct hl_turn_hook *h)
+{
+	struct hook_ctx *x = h->arg;
+	x->runs2++;
+	hl_reactor_stop(x->r);
+}
+
+static void hook_first(struct hl_turn_hook *h)
+{
+	struct hook_ctx *x = h->arg;
+	x->runs++;
+	x->timers_at_run = x->timers;
+	CU_ASSERT_FALSE(hl_turn_hook_queued(h));
+	CU_ASSERT_EQUAL(hl_turn_hook_queue(x->r, &x->h2), 0);
+}
+
+static void hook_gone(struct hl_turn_hook *h)
+{
+	struct hook_ctx *x = h->arg;
+	x->gone_runs++;
+}
+
+static void hook_timer(struct hl_timer *t)
+{
+	struct hook_ctx *x = t->arg;
+	x->timers++;
+	CU_ASSERT_EQUAL(hl_turn_hook_queue(x->r, &x->h), 0);
+	CU_ASSERT_TRUE(hl_turn_hook_queued(&x->h));
+	if (x->timers == 1) {
+		CU_ASSERT_EQUAL(hl_turn_hook_queue(x->r, &x->gone), 0);
+	} else if (x->timers == 3) {
+		hl_turn_hook_cancel(&x->gone);
+		hl_turn_hook_cancel(&x->gone); /* twice: harmless */
+	}
+}
+
+static void test_turn_hooks(void)
+{
+	struct hook_ctx x = {0};
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&x.r, "t"), 0);
+	hl_turn_hook_init(&x.h, hook_first, &x);
+	hl_turn_hook_init(&x.h2, hook_second, &x);
+	hl_turn_hook_init(&x.gone, hook_gone, &x);
+	/* Not on a running reactor: the caller must do the work itself. */
+	CU_ASSERT_EQUAL(hl_turn_hook_queue(x.r, &x.h), -EAGAIN);
+	CU_ASSERT_FALSE(hl_turn_hook_queued(&x.h));
+	for (int i = 0; i < 3; i++) {
+		hl_timer_init(&x.t[i], hook_timer, &x);
+		hl_timer_start(x.r, &x.t[i], 0);
+	}
+	CU_ASSERT_EQUAL(hl_reactor_run(x.r), 0);
+	CU_ASSERT_EQUAL(x.timers, 3);
+	CU_ASSERT_EQUAL(x.runs, 1);
+	CU_ASSERT_EQUAL(x.timers_at_run, 3);
+	CU_ASSERT_EQUAL(x.runs2, 1);
+	CU_ASSERT_EQUAL(x.gone_runs, 0);
+	hl_reactor_destroy(x.r);
+}
+
 static void test_busy_poll(void)
 {
 	struct echo_ctx e = {0};
@@ -265,6 +333,7 @@ static const struct hl_test tests[] = {
 	{"cross-thread calls", test_cross_thread_calls_run_on_loop_thread},
 	{"current reactor", test_current_reactor_is_set_inside_loop},
 	{"busy polling: events, timers, calls; idle sleeps", test_busy_poll},
+	{"turn hooks: once per turn, after timers; cancel", test_turn_hooks},
 	{NULL, NULL},
 };
 

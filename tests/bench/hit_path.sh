@@ -1,0 +1,187 @@
+#!/bin/bash
+# hit_path.sh - issue 25: cache hits against the two limits they live under,
+# measured in one run:
+#   fio       the cache device itself (fio, O_DIRECT, io_uring, random reads
+#             over the warmed range of the cache file)
+#   hit       hotlund serving warmed hits from that device (admission = always,
+#             the range read once before measuring), LUN 0
+#   uncached  the same origin file as a second, uncached LUN of the same
+#             hotlund, served from the page cache (what the protocol path
+#             alone reaches), LUN 1
+# at 4K QD1, 4K QD64, 64K QD16 and 1 MiB QD8 random reads, for each cache
+# block size. One line per cell: the three figures (IOPS), hit / the lower
+# limit, and hotlund's CPU microseconds per I/O for the hit and the uncached
+# run (utime + stime of /proc/PID/stat over the run / I/Os). Client:
+# hotlun-bench. Not part of `make check`; results go into docs/benchmarks.md.
+#
+# PROFILE=1 adds, for 4K QD64 hits (first cache block size) and 4K QD64
+# uncached reads, `perf record -g` on hotlund and a table of where its CPU
+# goes by layer (tests/bench/perf_layers.sh).
+#
+# usage: tests/bench/hit_path.sh [BUILDDIR]
+# environment: FULL=1 (every cell: cache blocks 4K 64K 1M, 10 s a run;
+#              default: cache block 4K and 64K, 3 s a run),
+#              BLOCKS, CELLS ("4K:1 4K:64 64K:16 1M:8"), TIME, RANGE (warmed
+#              and measured range, default 256M), THREADS (hotlund's, default 2),
+#              CACHE_DIR (where the cache file lives: the "SSD"; default the
+#              run's temp dir), HL_OUT (default ./hit-path), PROFILE=1
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
+. "$SRC/tests/functional/lib.sh"
+hl_need fio
+BENCH=$HL_BUILDDIR/hotlun-bench
+[ -x "$BENCH" ] || hl_error "$BENCH not built"
+if [ "${FULL:-0}" = 1 ]; then
+	BLOCKS=${BLOCKS:-4K 64K 1M}
+	TIME=${TIME:-10}
+else
+	BLOCKS=${BLOCKS:-4K 64K}
+	TIME=${TIME:-3}
+fi
+CELLS=${CELLS:-4K:1 4K:64 64K:16 1M:8}
+RANGE=${RANGE:-256M}
+THREADS=${THREADS:-2}
+PROFILE=${PROFILE:-0}
+OUT=${HL_OUT:-$PWD/hit-path}
+mkdir -p "$OUT"
+T=$(hl_tmpdir)
+CDIR=${CACHE_DIR:-$T}
+CDEV=$CDIR/hotlun-hit-path.$$.img
+FIOF=$CDIR/hotlun-hit-path-fio.$$.img
+trap 'rm -f "$CDEV" "$CDEV.map" "$FIOF"; hl_cleanup' EXIT
+IQN=$HL_IQN_PREFIX:hit-path
+TCK=$(getconf CLK_TCK)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+RANGE_B=$(numfmt --from=iec "$RANGE")
+
+ORIGIN=$T/origin.img
+hl_log "writing $RANGE of random data to $ORIGIN"
+head -c "$RANGE_B" /dev/urandom >"$ORIGIN" || hl_error "cannot write $ORIGIN"
+cat "$ORIGIN" >/dev/null
+dd if="$ORIGIN" of="$FIOF" bs=1M oflag=direct conv=fsync status=none || hl_error "cannot write $FIOF"
+
+# cpu_ticks PID: utime + stime of PID in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# field LINE KEY: the value of KEY=... in hotlun-bench's summary line.
+field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
+
+# bench LUN BS QD: one measured hotlun-bench run against hotlund's LUN;
+# prints "IOPS CPU_US_PER_IO".
+bench() {
+	local lun=$1 bs=$2 qd=$3 t0 t1 line ios
+	t0=$(cpu_ticks "$HL_PID")
+	line=$("$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
+		--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+	t1=$(cpu_ticks "$HL_PID")
+	ios=$(field "$line" ios)
+	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
+	awk -v i="$(field "$line" iops)" -v n="${ios:-0}" -v d=$((t1 - t0)) -v k="$TCK" \
+		'BEGIN {printf "%d %.1f\n", i, n ? d * 1e6 / k / n : 0}'
+}
+
+# fio_iops BS QD: random O_DIRECT io_uring reads of FIOF, RANGE of data
+# written in the cache file's folder (the cache device's file system; the
+# cache file itself has holes where no block was filled, which read at
+# memory speed).
+fio_iops() {
+	fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+		--bs="$1" --iodepth="$2" --size="$RANGE" --time_based --runtime="$TIME" \
+		--output-format=terse --terse-version=3 2>>"$OUT/fio.err" | awk -F';' '{print $8}'
+}
+
+# start CACHE_BS: hotlund with LUN 0 = origin cached on a fresh cache file, LUN 1 = origin uncached.
+start() {
+	local cbs=$1 st=$T/state-$1
+	PORT=$(hl_free_port)
+	rm -rf "$st" "$CDEV" "$CDEV.map"
+	mkdir -p "$st"
+	{
+		printf '[global]\nportal = 127.0.0.1:%s\nstate_dir = %s\ncontrol_socket = %s/ctl.sock\n' \
+			"$PORT" "$st" "$st"
+		printf 'log_level = notice\nthreads = %s\n\n' "$THREADS"
+		printf '[cache ssd]\ndevice = %s\nsize = %s\nblock_size = %s\nadmission = always\n\n' \
+			"$CDEV" "$(( (RANGE_B * 2 + (1 << 30) - 1) >> 30 ))G" "$cbs"
+		printf '[disk hit]\norigin = file:%s\ncache = ssd\n\n' "$ORIGIN"
+		printf '[disk plain]\norigin = file:%s\n\n' "$ORIGIN"
+		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
+	} >"$T/hit-$cbs.conf"
+	hl_start_hotlund "$T/hit-$cbs.conf"
+	SOCK=$st/ctl.sock
+	# Warm: every MiB of the range read once in shuffled order (a sequential
+	# stream would bypass the cache), again until a pass misses nothing
+	# (admission = always; fills run after the replies).
+	local pass m0 m1
+	for pass in 1 2 3 4 5 6; do
+		m0=$(hl_cache_stat "$SOCK" ssd read_misses)
+		seq 0 $(((RANGE_B >> 20) - 1)) | shuf >"$T/warm.blocks"
+		"$BENCH" --workload "trace:blocks:$T/warm.blocks" --bs 1M --qd 4 --count $((RANGE_B >> 20)) \
+			--quiet "iscsi://127.0.0.1:$PORT/$IQN/0" >/dev/null 2>>"$OUT/bench.err" ||
+			hl_error "warm-up failed"
+		sleep 1
+		m1=$(hl_cache_stat "$SOCK" ssd read_misses)
+		[ "$m1" = "$m0" ] && break
+	done
+	hl_log "cache block $cbs: warm after $pass passes"
+	HITS0=$(hl_cache_stat "$SOCK" ssd read_hits)
+	MISS0=$(hl_cache_stat "$SOCK" ssd read_misses)
+	SOCK=$st/ctl.sock
+}
+
+# profile NAME LUN: perf record -g on hotlund during a 4K QD64 run, grouped by layer.
+profile() {
+	local name=$1 lun=$2
+	command -v perf >/dev/null || { hl_log "no perf: no profile"; return; }
+	perf record -g -o "$OUT/$name.perf.data" -p "$HL_PID" -- sleep "$TIME" >/dev/null 2>&1 &
+	local ppid=$!
+	bench "$lun" 4K 64 >/dev/null
+	wait "$ppid"
+	"$SRC/tests/bench/perf_layers.sh" "$OUT/$name.perf.data" "$HL_BUILDDIR" >"$OUT/$name.layers.txt" 2>&1
+	hl_log "profile $name:"
+	cat "$OUT/$name.layers.txt" >&2
+}
+
+declare -A FIO
+for cell in $CELLS; do
+	FIO[$cell]=0
+done
+{
+	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | CPU µs/IO hit | CPU µs/IO uncached |"
+	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+} >"$OUT/results.md"
+first=1
+for cbs in $BLOCKS; do
+	start "$cbs"
+	for cell in $CELLS; do
+		bs=${cell%:*} qd=${cell#*:}
+		# The device limit does not depend on the cache block: measure it once.
+		[ "${FIO[$cell]}" = 0 ] && FIO[$cell]=$(fio_iops "$bs" "$qd")
+		read -r hit hcpu <<<"$(bench 0 "$bs" "$qd")"
+		read -r unc ucpu <<<"$(bench 1 "$bs" "$qd")"
+		awk -v c="$cbs" -v b="$bs" -v q="$qd" -v f="${FIO[$cell]:-0}" -v h="$hit" -v u="$unc" \
+			-v hc="$hcpu" -v uc="$ucpu" 'BEGIN {lim = f < u ? f : u;
+			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %.1f | %.1f |\n", c, b, q, f, h, u,
+				lim ? h / lim : 0, hc, uc}' | tee -a "$OUT/results.md"
+	done
+	hits=$(($(hl_cache_stat "$SOCK" ssd read_hits) - HITS0))
+	miss=$(($(hl_cache_stat "$SOCK" ssd read_misses) - MISS0))
+	echo "cache block $cbs: $hits hits, $miss misses while measuring" | tee -a "$OUT/notes.txt" >&2
+	[ "$miss" -le $((hits / 100)) ] || hl_log "WARNING: cache block $cbs: $miss misses in a hit run"
+	if [ "$PROFILE" = 1 ] && [ $first = 1 ]; then
+		profile "hit-$cbs" 0
+		profile uncached 1
+	fi
+	first=0
+	hl_check_alive "$HL_PID"
+	hl_stop "$HL_PID"
+done
+{
+	echo
+	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund $HL_BUILDDIR/hotlund (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS;"
+	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
+	cat "$OUT/notes.txt"
+} >>"$OUT/results.md"
+rm -f "$OUT/notes.txt"
+cat "$OUT/results.md"
