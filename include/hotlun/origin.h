@@ -320,8 +320,9 @@ struct hl_origin_ops {
 	 * The owner, every lease/4: prove through a round trip to the cluster
 	 * that the origin is still ours (and publish the heartbeat); fills info
 	 * (requester: a peer's request to hand over). @return 0, or -ESHUTDOWN:
-	 * fenced (another gateway took it), or -errno (cluster unreachable:
-	 * the lease runs out unless a later renew succeeds).
+	 * fenced, only with proof from the cluster (this client shut out, or
+	 * the origin held by another), or -errno (cluster unreachable, or the
+	 * lock's state unsure: the lease runs out unless a later renew succeeds).
 	 */
 	int (*own_renew)(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info);
 	/**

@@ -523,6 +523,49 @@ int origin_rbd_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, boo
 	return rc;
 }
 
+/*
+ * Under handles: librbd says the exclusive lock is not ours. That alone
+ * proves no fence: librbd drops its lock state for a moment while it
+ * re-registers the header watch (a watch error, an OSD that moved, the
+ * notifications that follow a forced takeover) and takes it back. Proof is
+ * a blocklist (-ESHUTDOWN from any op) or the lock held by another client,
+ * seen again after our own attempt to take it. @return 0 (ours again),
+ * -ESHUTDOWN (proof: fenced), or -EAGAIN (unsure: the caller retries
+ * within its lease, and the heartbeat stands still meanwhile).
+ */
+static int relock(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	char holder[128];
+	int is_owner = 0, rc, lrc;
+
+	rc = lock_holder(r, holder, sizeof(holder));
+	if (rc == -ESHUTDOWN)
+		return rc;
+	if (rc == 1 && r->own_addr[0] && strcmp(holder, r->own_addr))
+		return -ESHUTDOWN; /* another client holds it: only a break gets it there */
+	if (rc < 0)
+		return -EAGAIN;
+	/* free, or held by our own client while librbd's state catches up */
+	lrc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+	if (lrc == -ESHUTDOWN)
+		return lrc;
+	if (lrc == 0 && rbd_is_exclusive_lock_owner(r->image, &is_owner) == 0 && is_owner) {
+		HL_WARN(RBD_LOG,
+		        "%s: librbd said the exclusive lock was not ours, yet nobody else held it "
+		        "and this client is not blocklisted: taken again",
+		        o->uri);
+		return 0;
+	}
+	rc = lock_holder(r, holder, sizeof(holder));
+	if (rc == -ESHUTDOWN || (rc == 1 && r->own_addr[0] && strcmp(holder, r->own_addr)))
+		return -ESHUTDOWN;
+	HL_NOTICE(RBD_LOG, "%s: the exclusive lock is not ours right now (%s), but nothing "
+	          "proves a fence: trying again at the next renew", o->uri,
+	          lrc ? strerror(-lrc) : "librbd still says not the owner");
+	return -EAGAIN;
+}
+
 int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info)
 {
 	struct rbd_origin *r = ro_of(o);
@@ -541,7 +584,7 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 	gen = atomic_load(&r->gen);
 	rc = rbd_is_exclusive_lock_owner(r->image, &is_owner);
 	if (rc == 0 && !is_owner)
-		rc = -ESHUTDOWN; /* lost it: only a break takes it in exclusive mode */
+		rc = relock(o); /* fenced only with proof; else again within the lease */
 	if (rc == 0) {
 		rec.beat = r->beat + 1;
 		rec.done = r->done_seq;

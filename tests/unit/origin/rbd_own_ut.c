@@ -15,6 +15,8 @@
 
 #include "origin_ut_util.h"
 
+#include "origin/origin_rbd.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -190,6 +192,32 @@ static void test_peek_sees_heartbeat(void)
 	CU_ASSERT_EQUAL(b.beat, r.beat);
 	/* without renews the beat stands still */
 	CU_ASSERT_EQUAL(peek(g2).beat, b.beat);
+}
+
+/*
+ * leaves: 1 owns. librbd saying "not the lock owner" is no proof of a fence
+ * (it drops its lock state for a moment when it re-registers its watch):
+ * the renew takes the lock again and the owner stays the owner; only a
+ * blocklist or another client holding the lock fences it (forced takeover).
+ */
+static void test_lock_dropped_is_no_fence(void)
+{
+	struct hl_own_info a, r;
+	int owner = 1;
+
+	a = peek(g2);
+	CU_ASSERT_EQUAL(rbd_lock_release(ro_of(g1)->image), 0);
+	CU_ASSERT_EQUAL(rbd_is_exclusive_lock_owner(ro_of(g1)->image, &owner), 0);
+	CU_ASSERT_EQUAL(owner, 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
+	CU_ASSERT_EQUAL(r.owner, 1);
+	CU_ASSERT_FALSE(atomic_load(&ro_of(g1)->fenced));
+	CU_ASSERT_EQUAL(rbd_is_exclusive_lock_owner(ro_of(g1)->image, &owner), 0);
+	CU_ASSERT_EQUAL(owner, 1);
+	CU_ASSERT(peek(g2).beat > a.beat); /* the heartbeat goes on */
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x11), 0);
+	CU_ASSERT_TRUE(reads_fill(g2, 0, 0x11));
+	CU_ASSERT_EQUAL(acquire(g2, 2, 1, false, NULL), -EBUSY); /* still 1's */
 }
 
 /* leaves: 1 owns, 2 asked for it */
@@ -501,6 +529,7 @@ static const struct hl_test tests[] = {
     {"open as a gateway takes nothing; only reads pass", test_open_takes_nothing},
     {"acquire; a second one without force: -EBUSY at once", test_acquire_and_refuse},
     {"a standby's peek sees the owner's heartbeat", test_peek_sees_heartbeat},
+    {"librbd's \"not the lock owner\" alone does not fence", test_lock_dropped_is_no_fence},
     {"a standby's request reaches the owner's renew", test_request_reaches_owner},
     {"planned release, then acquire without force", test_release_then_acquire},
     {"forced takeover blocklists the old owner", test_forced_takeover},
