@@ -382,7 +382,8 @@ static void test_transitioning_refuses_all_but_info(void)
 	alua_setup(HL_ALUA_TRANSITIONING, HL_ALUA_STANDBY);
 	cdb_rw10(cdb, 0x28, 0, 1);
 	expect_not_ready(cdb, 10, buf, BS, 0x0a);
-	expect_not_ready(cdb_tur, 6, NULL, 0, 0x0a);
+	/* TEST UNIT READY as in standby: a path checker keeps the path (a ghost), not failed */
+	expect_not_ready(cdb_tur, 6, NULL, 0, 0x0b);
 	expect_not_ready(cdb_ms6, 6, buf, 255, 0x0a);
 	expect_not_ready(cdb_rc10, 10, buf, 8, 0x0a);
 	expect_not_ready(cdb_prin, 10, buf, 256, 0x0a);
