@@ -49,6 +49,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hotlun/conf.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
@@ -57,6 +58,10 @@
 /* How often a standby looks at the owner, and a forced takeover's margin on the lease. */
 #define PEEK_MS        250
 #define FENCE_MARGIN_MS 500
+_Static_assert(FENCE_MARGIN_MS == HL_CONF_GATEWAY_MARGIN_MS &&
+                   HL_OWNER_LEASE_MS == HL_CONF_GATEWAY_LEASE_MS &&
+                   HL_OWNER_DEAD_MS == HL_CONF_GATEWAY_DEAD_MS,
+               "conf_check's safety rule is the one the owner relies on");
 /* A request (STPG, hotlunctl) unanswered this long by an owner without heartbeat: force. */
 #define REQUEST_WAIT_MS 3000
 /* A planned handover waits at most this long for the commands in flight. */
@@ -967,8 +972,9 @@ int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend
 	ow->lease_ms = cfg->lease_ms ? cfg->lease_ms : HL_OWNER_LEASE_MS;
 	ow->dead_ms = cfg->dead_ms ? cfg->dead_ms : HL_OWNER_DEAD_MS;
 	ow->hold_ms = cfg->hold_ms ? cfg->hold_ms : HL_OWNER_HOLD_MS;
-	if (ow->dead_ms <= ow->lease_ms)
-		ow->dead_ms = ow->lease_ms + FENCE_MARGIN_MS; /* a silent owner's lease runs out first */
+	if (ow->dead_ms < ow->lease_ms + FENCE_MARGIN_MS)
+		ow->dead_ms = ow->lease_ms + FENCE_MARGIN_MS; /* a silent owner's lease runs out first
+		                                                 (conf_check refuses less) */
 	ow->backend = backend;
 	ow->lu = lu;
 	if (hooks)
