@@ -62,8 +62,14 @@ _Static_assert(FENCE_MARGIN_MS == HL_CONF_GATEWAY_MARGIN_MS &&
                    HL_OWNER_LEASE_MS == HL_CONF_GATEWAY_LEASE_MS &&
                    HL_OWNER_DEAD_MS == HL_CONF_GATEWAY_DEAD_MS,
                "conf_check's safety rule is the one the owner relies on");
-/* A request (STPG, hotlunctl) unanswered this long by an owner without heartbeat: force. */
-#define REQUEST_WAIT_MS 3000
+/*
+ * A request (STPG, hotlunctl) unanswered by an owner without heartbeat (a
+ * SAN) for 1.5 leases, at least this long: force. A live owner sees it at
+ * its next renew (every lease/4) and hands over or refuses; waiting six of
+ * those is generous, and forcing a live one is safe anyway (it is fenced,
+ * and its lease waited out), only slower than its handover.
+ */
+#define REQUEST_WAIT_MIN_MS 1000
 /* A planned handover waits at most this long for the commands in flight. */
 #define DRAIN_MS       30000
 /* SET TARGET PORT GROUPS held until this gateway serves, at most this many at once. */
@@ -103,6 +109,7 @@ struct hl_owner {
 	uint16_t gws[HL_ALUA_GROUPS_MAX];
 	unsigned n_gws;
 	unsigned lease_ms, dead_ms, hold_ms;
+	unsigned request_wait_ms;      /* see REQUEST_WAIT_MIN_MS */
 	struct hl_origin *backend;
 	struct hl_lu *lu;
 	struct hl_owner_hooks hooks;
@@ -927,10 +934,10 @@ static void *owner_main(void *arg)
 			}
 			/*
 			 * No heartbeat to tell a dead owner from a slow one: the
-			 * request decides, once a peek sent REQUEST_WAIT_MS after it
+			 * request decides, once a peek sent request_wait_ms after it
 			 * still shows neither a release nor a refusal.
 			 */
-			if (!info.has_beat && sent - asked >= REQUEST_WAIT_MS) {
+			if (!info.has_beat && sent - asked >= ow->request_wait_ms) {
 				acquire(ow, &info, true, "requested; the owner did not answer");
 				asked = 0;
 			}
@@ -992,9 +999,16 @@ int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend
 	ow->access.set = access_set;
 	ow->access.serving = access_serving;
 	ow->access.settle = access_settle;
-	/* the longest a takeover takes: the owner silent or not answering, then its lease */
-	unsigned wait_ms = HL_MAX(ow->dead_ms, (unsigned)REQUEST_WAIT_MS);
-	ow->access.transition_time_s = (uint8_t)((wait_ms + ow->lease_ms + 999) / 1000 + 1);
+	ow->request_wait_ms = HL_MAX(ow->lease_ms * 3 / 2, (unsigned)REQUEST_WAIT_MIN_MS);
+	/*
+	 * The longest a takeover takes: the owner silent or not answering, a
+	 * peek to see it, then its lease and the margin; rounded up, and a
+	 * second for the cache's revalidation (8 s with the defaults). A
+	 * SET TARGET PORT GROUPS is held up to this less FENCE_MARGIN_MS.
+	 */
+	unsigned wait_ms = HL_MAX(ow->dead_ms, ow->request_wait_ms) + PEEK_MS;
+	ow->access.transition_time_s =
+	    (uint8_t)HL_MIN((wait_ms + ow->lease_ms + FENCE_MARGIN_MS + 999) / 1000 + 1, 255u);
 	if (lu)
 		hl_lu_set_access(lu, &ow->access, ow);
 	*out = ow;
