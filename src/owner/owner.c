@@ -206,9 +206,19 @@ static enum hl_alua_state own_group_state(struct hl_owner *ow)
 	case ST_OWNER:
 		/* an owner whose lease ran out serves nothing until a renew succeeds */
 		return lease_runs(ow) ? HL_ALUA_AO : HL_ALUA_TRANSITIONING;
-	case ST_ACQUIRING:
 	case ST_RELEASING:
 		return HL_ALUA_TRANSITIONING;
+	case ST_ACQUIRING:
+		/*
+		 * Taking the disk over (the lease wait, the cache's revalidation):
+		 * still the standby it was, unless asked (below). Linux's
+		 * scsi_dh_alua, activating this path after the owner's failed,
+		 * reads standby and sends SET TARGET PORT GROUPS, which is held
+		 * until this gateway serves (access_settle), and then reads
+		 * active/optimized at once; reading transitioning instead it
+		 * polls every 2 s and re-reads 2 s after the unit attention that
+		 * says the group changed (measured: 6.2 s instead of 3.5 s).
+		 */
 	default:
 		/*
 		 * Asked for the disk (STPG): transitioning, not standby, until it is
@@ -391,10 +401,16 @@ static void clear_problem(struct hl_owner *ow, int kind)
 	pthread_mutex_unlock(&ow->lock);
 }
 
-/* Our group's state changed: every nexus hears ASYMMETRIC ACCESS STATE CHANGED. */
+/*
+ * Our group's state changed: when what it reports changed, every nexus
+ * hears ASYMMETRIC ACCESS STATE CHANGED (a standby that starts a takeover
+ * still reports standby: no unit attention for that).
+ */
 static void set_state(struct hl_owner *ow, enum own_state st)
 {
-	if (atomic_exchange(&ow->state, st) != (int)st && ow->lu)
+	enum hl_alua_state before = own_group_state(ow);
+
+	if (atomic_exchange(&ow->state, st) != (int)st && ow->lu && own_group_state(ow) != before)
 		hl_lu_access_changed(ow->lu);
 }
 
@@ -566,6 +582,7 @@ static void give_back(struct hl_owner *ow)
 {
 	int rc = ow->backend->ops->own_release(ow->backend, ow->gw, ow->epoch);
 
+	atomic_store(&ow->asking_until, 0);
 	if (ow->hooks.lost)
 		ow->hooks.lost(ow->hooks.arg);
 	atomic_store(&ow->lease_until, 0);
@@ -594,9 +611,9 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	int rc;
 
 	set_state(ow, ST_ACQUIRING);
-	atomic_store(&ow->asking_until, 0); /* from here the state says where it stands */
 	rc = ow->backend->ops->own_acquire(ow->backend, ow->gw, epoch, force, err, sizeof(err));
 	if (rc) {
+		atomic_store(&ow->asking_until, 0);
 		set_state(ow, ST_STANDBY);
 		if (rc != -EBUSY) {
 			set_problem(ow, PROB_ACQUIRE, "cannot take ownership: %s%s%s", strerror(-rc),
@@ -641,6 +658,7 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	pthread_mutex_unlock(&ow->lock);
 	ow->ever_owned = true;
 	moved(ow, force, false);
+	atomic_store(&ow->asking_until, 0);
 	set_state(ow, ST_OWNER);
 	settle_due(ow, false); /* the held SET TARGET PORT GROUPS: active now */
 	set_last(ow, "gained (%s) epoch %llu in %lld ms", why, (unsigned long long)epoch,

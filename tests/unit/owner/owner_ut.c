@@ -481,6 +481,17 @@ static void test_forced_takeover(void)
 	/* its lease runs out: it stops serving before anyone else starts */
 	usleep((LEASE + 50) * 1000);
 	CU_ASSERT_NOT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	/*
+	 * In its lease wait the taker is still the standby it was (nobody asked
+	 * it): an initiator reads standby and sends SET TARGET PORT GROUPS,
+	 * not transitioning (Linux would poll every 2 s)
+	 */
+	for (int t = 0; t < 3000 && !p.cl.breaks; t++)
+		usleep(1000);
+	struct hl_owner_status w;
+	hl_owner_status(p.ow[1], &w);
+	CU_ASSERT_STRING_EQUAL(w.state, "acquiring");
+	CU_ASSERT_EQUAL(w.alua, HL_ALUA_STANDBY);
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
