@@ -10,8 +10,9 @@
 # read-back + compare while the host breaks the owner:
 #   term: SIGTERM of the owner (planned handover to the standby);
 #   kill: SIGKILL of the owner; the kernel's scsi_dh_alua sends SET TARGET
-#         PORT GROUPS through the standby, which preempts the dead owner
-#         after 3 s unanswered;
+#         PORT GROUPS through the standby, held until it serves: on rbd it
+#         takes over once the heartbeat stood still for gateway_dead_ms, on
+#         a SAN once the owner left the request unanswered 1.5 leases;
 #   stop: SIGSTOP of the owner (HL_VM_MP_STOP=1; SIGCONT after the I/O).
 # No I/O may fail; the longest chunk (the stall) is logged as
 # "<case>: stall N s".
@@ -339,9 +340,9 @@ owner=1 standby=2
 for c in $CASES; do
 	case $c in
 	term) io_s=12 ;; # ~0.2 s stall
-	kill) io_s=25 ;; # path timeout 5 s, request unanswered 3 s, lease 2.5 s
+	kill) io_s=25 ;; # ~3.5 s stall on rbd, ~5.5 s on a SAN (docs/gateways.md)
 	pr) io_s=0 ;;    # its own steps (the guest's pr_phase)
-	*) io_s=40 ;;    # noop-out 5 + 5 s, then as kill
+	*) io_s=40 ;;    # noop-out 1 + 2 s, then as kill
 	esac
 	boot "$c" $owner $standby $io_s
 	wait_state $standby owner 20
