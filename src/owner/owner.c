@@ -64,8 +64,8 @@ _Static_assert(FENCE_MARGIN_MS == HL_CONF_GATEWAY_MARGIN_MS &&
                "conf_check's safety rule is the one the owner relies on");
 /*
  * A request (STPG, hotlunctl) unanswered by an owner without heartbeat (a
- * SAN) for 1.5 leases, at least this long: force. A live owner sees it at
- * its next renew (every lease/4) and hands over or refuses; waiting six of
+ * SAN) for a lease, at least this long: force. A live owner sees it at its
+ * next renew (every lease/4) and hands over or refuses; waiting four of
  * those is generous, and forcing a live one is safe anyway (it is fenced,
  * and its lease waited out), only slower than its handover.
  */
@@ -1017,7 +1017,7 @@ int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend
 	ow->access.set = access_set;
 	ow->access.serving = access_serving;
 	ow->access.settle = access_settle;
-	ow->request_wait_ms = HL_MAX(ow->lease_ms * 3 / 2, (unsigned)REQUEST_WAIT_MIN_MS);
+	ow->request_wait_ms = HL_MAX(ow->lease_ms, (unsigned)REQUEST_WAIT_MIN_MS);
 	/*
 	 * The longest a takeover takes: the owner silent or not answering, a
 	 * peek to see it, then its lease and the margin; rounded up, and a

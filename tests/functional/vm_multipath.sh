@@ -12,7 +12,7 @@
 #   kill: SIGKILL of the owner; the kernel's scsi_dh_alua sends SET TARGET
 #         PORT GROUPS through the standby, held until it serves: on rbd it
 #         takes over once the heartbeat stood still for gateway_dead_ms, on
-#         a SAN once the owner left the request unanswered 1.5 leases;
+#         a SAN once the owner left the request unanswered a lease;
 #   stop: SIGSTOP of the owner (HL_VM_MP_STOP=1; SIGCONT after the I/O).
 # No I/O may fail; the longest chunk (the stall) is logged as
 # "<case>: stall N s".
