@@ -138,6 +138,18 @@ struct hl_conf_target {
 /* [global] gateway / gateways: ids 1 .. this, at most HL_CONF_GATEWAYS_MAX of them */
 #define HL_CONF_GATEWAY_MAX  255
 #define HL_CONF_GATEWAYS_MAX 16
+/*
+ * [global] gateway_lease_ms / gateway_dead_ms (docs/gateways.md, "The bound
+ * on a split brain"): each 200 ms to 60 s, and the safety rule
+ * dead >= lease + HL_CONF_GATEWAY_MARGIN_MS (a standby must never take a
+ * disk whose silent owner may still believe in its lease; the margin is the
+ * one a forced takeover waits on top of the lease, owner.c).
+ */
+#define HL_CONF_GATEWAY_MS_MIN     200
+#define HL_CONF_GATEWAY_MS_MAX     60000
+#define HL_CONF_GATEWAY_MARGIN_MS  500
+#define HL_CONF_GATEWAY_LEASE_MS   2000 /* the defaults (hotlun/owner.h) */
+#define HL_CONF_GATEWAY_DEAD_MS    4000
 
 struct hl_conf {
 	char *path;            /* file it came from, or "<builtin>" */
@@ -164,6 +176,10 @@ struct hl_conf {
 	unsigned gateway;
 	uint16_t gateways[HL_CONF_GATEWAYS_MAX];
 	size_t n_gateways;
+	/* an owner serves this long after its last renew was sent; a standby takes a
+	   disk whose owner's heartbeat stood still this long (0: the defaults) */
+	unsigned gateway_lease_ms, gateway_dead_ms;
+	int gateway_lease_line, gateway_dead_line; /* where they were set, for errors */
 	struct hl_conf_disk *disks;
 	size_t n_disks;
 	struct hl_conf_cache *caches;

@@ -320,8 +320,9 @@ struct hl_origin_ops {
 	 * The owner, every lease/4: prove through a round trip to the cluster
 	 * that the origin is still ours (and publish the heartbeat); fills info
 	 * (requester: a peer's request to hand over). @return 0, or -ESHUTDOWN:
-	 * fenced (another gateway took it), or -errno (cluster unreachable:
-	 * the lease runs out unless a later renew succeeds).
+	 * fenced, only with proof from the cluster (this client shut out, or
+	 * the origin held by another), or -errno (cluster unreachable, or the
+	 * lock's state unsure: the lease runs out unless a later renew succeeds).
 	 */
 	int (*own_renew)(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info);
 	/**
@@ -340,6 +341,17 @@ struct hl_origin_ops {
 	 * next own_renew). Optional: without it a request is a forced acquire.
 	 */
 	int (*own_request)(struct hl_origin *o, uint16_t gw);
+	/**
+	 * Optional. Call wake(arg) whenever another gateway changes who owns
+	 * the origin or asks for it (a release, an acquire, a request), as the
+	 * cluster tells it (rbd: a notify on the ownership record), so that a
+	 * standby learns a release, and an owner a request, at once rather
+	 * than at its next look. wake runs on a thread of the cluster library:
+	 * it must not block nor call into the origin. wake NULL: no wake runs
+	 * after this returns. Best effort: a lost notice only costs time.
+	 * @return 0 or -errno.
+	 */
+	int (*own_watch)(struct hl_origin *o, void (*wake)(void *arg), void *arg);
 
 	/* ---- the record the gateways share (all optional, all or none; see above) ---- */
 	/**

@@ -112,6 +112,9 @@ int hl_owner_handover(struct hl_owner *ow, unsigned wait_ms);
 
 void hl_owner_status(struct hl_owner *ow, struct hl_owner_status *st);
 
+/** The LU access provider this object registered (its arg is ow): what the scsi layer calls. */
+const struct hl_lu_access *hl_owner_access(struct hl_owner *ow);
+
 /** Stop the thread (a planned handover first when owner); then free. */
 void hl_owner_destroy(struct hl_owner *ow);
 

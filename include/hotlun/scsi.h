@@ -255,6 +255,16 @@ struct hl_lu_access {
 	 * data is not sent (NOT READY, 04h/0Ah). NULL: as state() says now.
 	 */
 	bool (*serving)(void *arg);
+	/**
+	 * Optional: after set() accepted making group tpg active, hold the SET
+	 * TARGET PORT GROUPS until that group is active, so that the state the
+	 * initiator reads next is the new one, not TRANSITIONING (Linux's
+	 * scsi_dh_alua waits seconds before it asks again). done(cookie) runs
+	 * once, on any thread, when the group is active or the provider's bound
+	 * ran out (the command then answers GOOD all the same: the move goes
+	 * on). @return 0 (done will run), or < 0: nothing to wait for, answer now.
+	 */
+	int (*settle)(void *arg, uint16_t tpg, void (*done)(void *cookie), void *cookie);
 	/** Implicit transition time for the extended RTPG header, seconds (0: unspecified). */
 	uint8_t transition_time_s;
 };

@@ -360,6 +360,19 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 	}
 	if (strcmp(key, "gateways") == 0)
 		return parse_gateways(p, v);
+	if (strcmp(key, "gateway_lease_ms") == 0 || strcmp(key, "gateway_dead_ms") == 0) {
+		bool lease = key[8] == 'l';
+		unsigned ms = 0;
+		int rc = parse_u32(p, key, v, HL_CONF_GATEWAY_MS_MAX, &ms);
+		if (rc == 0 && ms < HL_CONF_GATEWAY_MS_MIN)
+			rc = conf_perr(p, "%s: must be %u to %u", key, HL_CONF_GATEWAY_MS_MIN,
+			               HL_CONF_GATEWAY_MS_MAX);
+		if (rc)
+			return rc;
+		*(lease ? &c->gateway_lease_ms : &c->gateway_dead_ms) = ms;
+		*(lease ? &c->gateway_lease_line : &c->gateway_dead_line) = p->line;
+		return 0;
+	}
 	if (strcmp(key, "discovery_chap_user") == 0)
 		return conf_set_str(p, &c->discovery_chap_user, v);
 	if (strcmp(key, "discovery_chap_secret") == 0) {

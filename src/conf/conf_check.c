@@ -152,6 +152,21 @@ int conf_check(struct conf_parser *p)
 			    "included, e.g. gateways = 1,2)",
 			    c->gateway);
 	}
+	if (c->gateway_lease_ms || c->gateway_dead_ms) {
+		unsigned lease = c->gateway_lease_ms ? c->gateway_lease_ms : HL_CONF_GATEWAY_LEASE_MS;
+		unsigned dead = c->gateway_dead_ms ? c->gateway_dead_ms : HL_CONF_GATEWAY_DEAD_MS;
+		if (dead < lease + HL_CONF_GATEWAY_MARGIN_MS) {
+			p->line = c->gateway_dead_ms ? c->gateway_dead_line : c->gateway_lease_line;
+			return conf_perr(
+			    p,
+			    "gateway_dead_ms (%u%s) must be at least gateway_lease_ms (%u%s) + %u: a "
+			    "standby would take a disk whose silent owner may still serve it "
+			    "(docs/gateways.md, \"The bound on a split brain\")",
+			    dead, c->gateway_dead_ms ? "" : ", the default", lease,
+			    c->gateway_lease_ms ? "" : ", the default", HL_CONF_GATEWAY_MARGIN_MS);
+		}
+		p->line = p->global_line;
+	}
 	if ((rc =
 	         check_chap(p, "discovery_chap", c->discovery_chap_user, c->discovery_chap_secret)))
 		return rc;

@@ -105,6 +105,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 			fprintf(f, "%s%u", i ? "," : "", c->gateways[i]);
 		fprintf(f, "\n");
 	}
+	if (c->gateway_lease_ms)
+		fprintf(f, "gateway_lease_ms = %u\n", c->gateway_lease_ms);
+	if (c->gateway_dead_ms)
+		fprintf(f, "gateway_dead_ms = %u\n", c->gateway_dead_ms);
 	put_opt(f, "discovery_chap_user", c->discovery_chap_user);
 	put_opt(f, "discovery_chap_secret", c->discovery_chap_secret);
 
@@ -470,6 +474,14 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "gateways") == 0) {
 			c->n_gateways = 0;
+			return 0;
+		}
+		if (strcmp(key, "gateway_lease_ms") == 0) {
+			c->gateway_lease_ms = 0;
+			return 0;
+		}
+		if (strcmp(key, "gateway_dead_ms") == 0) {
+			c->gateway_dead_ms = 0;
 			return 0;
 		}
 		if (strcmp(key, "max_pending_logins") == 0) {

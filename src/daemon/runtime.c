@@ -167,6 +167,8 @@ static int disk_owner_start(struct daemon *d, struct disk_rt *rt, struct hl_orig
 		.gateway = (uint16_t)d->conf->gateway,
 		.gateways = d->conf->gateways,
 		.n_gateways = (unsigned)d->conf->n_gateways,
+		.lease_ms = d->conf->gateway_lease_ms,
+		.dead_ms = d->conf->gateway_dead_ms,
 	};
 	struct hl_owner_hooks hooks = {disk_gained, disk_releasing, disk_lost, rt};
 	int rc;
@@ -560,6 +562,11 @@ static int restart_only(const struct hl_conf *cur, const struct hl_conf *next, c
 		    err, errlen, -EINVAL,
 		    "gateway and gateways cannot change while running; restart hotlund "
 		    "(its disks are handed to a peer first)");
+	if (cur->gateway_lease_ms != next->gateway_lease_ms ||
+	    cur->gateway_dead_ms != next->gateway_dead_ms)
+		return daemon_fail(err, errlen, -EINVAL,
+		                   "gateway_lease_ms and gateway_dead_ms cannot change while running "
+		                   "(every gateway must use the same values); restart hotlund");
 	return 0;
 }
 

@@ -63,6 +63,15 @@ struct rbd_origin {
 	uint16_t own_gw;
 	uint64_t own_epoch;
 	char own_addr[128]; /* our lock owner address, as the cluster reports it */
+	/* the watch on the ownership record (own_watch; rbd_own.c) */
+	pthread_mutex_t own_wake_lock; /* guards own_wake, own_wake_arg */
+	bool own_wake_init;
+	void (*own_wake)(void *arg);
+	void *own_wake_arg;
+	uint64_t own_watch_handle;     /* under handles: a watch of connection own_watch_gen */
+	bool own_watching;
+	unsigned own_watch_gen;
+	atomic_bool own_watch_lost;    /* the cluster said the watch failed: register again */
 	/* the record the gateways share (rbd_pr.c), NULL until pr_open; main thread sets it */
 	struct rbd_pr *pr;
 };
@@ -149,6 +158,9 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
 int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch);
 int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info);
 int origin_rbd_own_request(struct hl_origin *o, uint16_t gw);
+int origin_rbd_own_watch(struct hl_origin *o, void (*wake)(void *arg), void *arg);
+/* rbd_close_all, before the connection goes: no wake runs after this */
+void origin_rbd_own_close(struct rbd_origin *r);
 
 /* ---- rbd_proof.c ---- */
 

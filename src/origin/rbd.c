@@ -121,6 +121,7 @@ static void rbd_close_all(struct rbd_origin *r)
 	if (r->watching)
 		rbd_update_unwatch(r->image, r->watch_handle);
 	r->watching = false;
+	origin_rbd_own_close(r);
 	if (r->svc) {
 		hl_reactor_stop(r->svc); /* joined: its timer heap is ours to touch now */
 		hl_timer_stop(&r->probe);
@@ -137,6 +138,9 @@ static void rbd_close_all(struct rbd_origin *r)
 	if (r->handles_init)
 		pthread_rwlock_destroy(&r->handles);
 	r->handles_init = false;
+	if (r->own_wake_init)
+		pthread_mutex_destroy(&r->own_wake_lock);
+	r->own_wake_init = false;
 }
 
 /* ---- the service thread: the fence probe (rbd_own.c) on a timer, size checks ---- */
@@ -379,6 +383,8 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 		if (rc)
 			return rc;
 		r->handles_init = true;
+		pthread_mutex_init(&r->own_wake_lock, NULL);
+		r->own_wake_init = true;
 	}
 	r->conf = strdup(conf);
 	r->id = opts->rbd_id && opts->rbd_id[0] ? strdup(opts->rbd_id) : NULL;
@@ -669,6 +675,7 @@ const struct hl_origin_ops origin_rbd_ops = {
     .own_release = origin_rbd_own_release,
     .own_peek = origin_rbd_own_peek,
     .own_request = origin_rbd_own_request,
+    .own_watch = origin_rbd_own_watch,
     .pr_open = origin_rbd_pr_open,
     .pr_start = origin_rbd_pr_start,
     .pr_load = origin_rbd_pr_load,

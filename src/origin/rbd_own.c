@@ -240,8 +240,8 @@ static int record_read(struct rbd_origin *r, struct own_record *rec)
 
 	memset(rec, 0, sizeof(*rec));
 	rc = own_obj_read(r, OWN_RECORD, buf, sizeof(buf));
-	if (rc == -ENOENT)
-		return 0;
+	if (rc == -ENOENT || (rc == 0 && !buf[0]))
+		return 0; /* never written (a standby created it empty, to watch it) */
 	if (rc < 0)
 		return rc;
 	if (sscanf(buf, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s", &owner,
@@ -294,6 +294,152 @@ static int request_read(struct rbd_origin *r, uint16_t *gw, uint64_t *seq)
 	*gw = (uint16_t)g;
 	*seq = n;
 	return 0;
+}
+
+/*
+ * ---- the watch on the ownership record: a move is told at once ----
+ *
+ * Every gateway watches hotlun_owner.IMAGEID; whoever changes who owns the
+ * image or asks for it (release, acquire, request) notifies it, so that a
+ * standby learns a release, and an owner a request, within a round trip
+ * instead of at its next look (250 ms, lease/4). The notifier waits for
+ * nobody (a dead watcher must not stall a release); a lost notice only
+ * costs the time until the next look.
+ */
+#define OWN_NOTIFY_TIMEOUT_MS 1000
+
+static int own_check(struct hl_origin *o);
+
+/* A librados thread: wake the ownership thread (never calls into librados). */
+static void own_watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier_id,
+                         void *data, size_t len)
+{
+	struct rbd_origin *r = arg;
+
+	(void)notify_id;
+	(void)handle;
+	(void)notifier_id;
+	(void)data;
+	(void)len;
+	pthread_mutex_lock(&r->own_wake_lock);
+	if (r->own_wake)
+		r->own_wake(r->own_wake_arg);
+	pthread_mutex_unlock(&r->own_wake_lock);
+}
+
+static void own_watch_err(void *arg, uint64_t cookie, int err)
+{
+	struct rbd_origin *r = arg;
+
+	(void)cookie;
+	(void)err;
+	atomic_store(&r->own_watch_lost, true);
+	own_watch_cb(arg, 0, 0, 0, NULL, 0); /* its next look registers it again */
+}
+
+/*
+ * Under handles, on the ownership thread: watch the record on the current
+ * connection, once asked to (own_watch), again after a reconnect or a
+ * watch error. The record is created empty when missing (a watch needs an
+ * object; content is written only by the lock's holder).
+ */
+static void own_rewatch(struct rbd_origin *r)
+{
+	unsigned gen = atomic_load(&r->gen);
+	char oid[160];
+	uint64_t h;
+	bool want;
+	int rc;
+
+	pthread_mutex_lock(&r->own_wake_lock);
+	want = r->own_wake != NULL;
+	pthread_mutex_unlock(&r->own_wake_lock);
+	if (!want || (r->own_watching && r->own_watch_gen == gen && !atomic_load(&r->own_watch_lost)))
+		return;
+	own_oid(r, OWN_RECORD, oid, sizeof(oid));
+	if (r->own_watching && r->own_watch_gen == gen)
+		rados_unwatch2(r->ioctx, r->own_watch_handle);
+	r->own_watching = false;
+	atomic_store(&r->own_watch_lost, false);
+	rados_write_op_t op = rados_create_write_op();
+	if (!op)
+		return;
+	rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
+	rc = rados_write_op_operate(op, r->ioctx, oid, NULL, 0);
+	rados_release_write_op(op);
+	if (rc == 0)
+		rc = rados_watch2(r->ioctx, oid, &h, own_watch_cb, own_watch_err, r);
+	if (rc) {
+		HL_DEBUG(RBD_LOG, "rbd:%s: cannot watch %s: %s", r->name, oid, strerror(-rc));
+		return;
+	}
+	r->own_watching = true;
+	r->own_watch_gen = gen;
+	r->own_watch_handle = h;
+}
+
+struct own_notice {
+	char *reply;
+	size_t len;
+};
+
+static void own_notified(rados_completion_t c, void *arg)
+{
+	struct own_notice *n = arg;
+
+	if (n->reply)
+		rados_buffer_free(n->reply);
+	free(n);
+	rados_aio_release(c);
+}
+
+/* Under handles: tell every gateway watching the record that it changed (what: for the log). */
+static void own_notify(struct rbd_origin *r, const char *what)
+{
+	struct own_notice *n = calloc(1, sizeof(*n));
+	rados_completion_t c;
+	char oid[160];
+
+	if (!n)
+		return;
+	if (rados_aio_create_completion2(n, own_notified, &c) < 0) {
+		free(n);
+		return;
+	}
+	own_oid(r, OWN_RECORD, oid, sizeof(oid));
+	if (rados_aio_notify(r->ioctx, oid, c, what, (int)strlen(what), OWN_NOTIFY_TIMEOUT_MS,
+	                     &n->reply, &n->len) < 0) {
+		rados_aio_release(c);
+		free(n);
+	}
+}
+
+int origin_rbd_own_watch(struct hl_origin *o, void (*wake)(void *arg), void *arg)
+{
+	struct rbd_origin *r = ro_of(o);
+	int rc = own_check(o);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&r->own_wake_lock);
+	r->own_wake = wake;
+	r->own_wake_arg = arg;
+	pthread_mutex_unlock(&r->own_wake_lock);
+	return 0; /* registered by the ownership thread's next look (own_rewatch) */
+}
+
+void origin_rbd_own_close(struct rbd_origin *r)
+{
+	if (!r->own_wake_init)
+		return;
+	pthread_mutex_lock(&r->own_wake_lock);
+	r->own_wake = NULL;
+	pthread_mutex_unlock(&r->own_wake_lock);
+	if (r->own_watching && r->own_watch_gen == atomic_load(&r->gen) && r->ioctx) {
+		rados_unwatch2(r->ioctx, r->own_watch_handle);
+		rados_watch_flush(r->cluster); /* no callback of ours runs after this */
+	}
+	r->own_watching = false;
 }
 
 /* Under handles: the client holding the lock (one round trip). @return 1 (addr set), 0: free. */
@@ -516,11 +662,57 @@ int origin_rbd_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, boo
 	}
 	handles_read(r);
 	gen = atomic_load(&r->gen);
+	own_rewatch(r);
 	rc = own_acquire(o, gw, epoch, force, why, whylen);
+	if (rc == 0)
+		own_notify(r, "acquired");
 	handles_done(r);
 	if (rc == -ESHUTDOWN)
 		origin_rbd_fence(o, rc, gen);
 	return rc;
+}
+
+/*
+ * Under handles: librbd says the exclusive lock is not ours. That alone
+ * proves no fence: librbd drops its lock state for a moment while it
+ * re-registers the header watch (a watch error, an OSD that moved, the
+ * notifications that follow a forced takeover) and takes it back. Proof is
+ * a blocklist (-ESHUTDOWN from any op) or the lock held by another client,
+ * seen again after our own attempt to take it. @return 0 (ours again),
+ * -ESHUTDOWN (proof: fenced), or -EAGAIN (unsure: the caller retries
+ * within its lease, and the heartbeat stands still meanwhile).
+ */
+static int relock(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	char holder[128];
+	int is_owner = 0, rc, lrc;
+
+	rc = lock_holder(r, holder, sizeof(holder));
+	if (rc == -ESHUTDOWN)
+		return rc;
+	if (rc == 1 && r->own_addr[0] && strcmp(holder, r->own_addr))
+		return -ESHUTDOWN; /* another client holds it: only a break gets it there */
+	if (rc < 0)
+		return -EAGAIN;
+	/* free, or held by our own client while librbd's state catches up */
+	lrc = rbd_lock_acquire(r->image, RBD_LOCK_MODE_EXCLUSIVE);
+	if (lrc == -ESHUTDOWN)
+		return lrc;
+	if (lrc == 0 && rbd_is_exclusive_lock_owner(r->image, &is_owner) == 0 && is_owner) {
+		HL_WARN(RBD_LOG,
+		        "%s: librbd said the exclusive lock was not ours, yet nobody else held it "
+		        "and this client is not blocklisted: taken again",
+		        o->uri);
+		return 0;
+	}
+	rc = lock_holder(r, holder, sizeof(holder));
+	if (rc == -ESHUTDOWN || (rc == 1 && r->own_addr[0] && strcmp(holder, r->own_addr)))
+		return -ESHUTDOWN;
+	HL_NOTICE(RBD_LOG, "%s: the exclusive lock is not ours right now (%s), but nothing "
+	          "proves a fence: trying again at the next renew", o->uri,
+	          lrc ? strerror(-lrc) : "librbd still says not the owner");
+	return -EAGAIN;
 }
 
 int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info)
@@ -539,9 +731,10 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 		return -ESHUTDOWN;
 	handles_read(r);
 	gen = atomic_load(&r->gen);
+	own_rewatch(r);
 	rc = rbd_is_exclusive_lock_owner(r->image, &is_owner);
 	if (rc == 0 && !is_owner)
-		rc = -ESHUTDOWN; /* lost it: only a break takes it in exclusive mode */
+		rc = relock(o); /* fenced only with proof; else again within the lease */
 	if (rc == 0) {
 		rec.beat = r->beat + 1;
 		rec.done = r->done_seq;
@@ -628,6 +821,8 @@ int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	} else {
 		lrc = rbd_lock_release(r->image);
 	}
+	if (wrc == 0)
+		own_notify(r, "released"); /* a standby takes it now, not at its next look */
 	handles_done(r);
 	rc = rc < 0 ? rc : wrc < 0 ? wrc : lrc;
 	if (rc == -ESHUTDOWN || self_fenced)
@@ -653,6 +848,7 @@ int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info)
 			return rc;
 		handles_read(r);
 		gen = atomic_load(&r->gen);
+		own_rewatch(r);
 		rc = record_read(r, &rec);
 		handles_done(r);
 		if (rc != -ESHUTDOWN || tries)
@@ -696,6 +892,8 @@ int origin_rbd_own_request(struct hl_origin *o, uint16_t gw)
 		             (unsigned long long)(rseq + 1));
 		rc = own_obj_write(r, OWN_REQUEST, buf, n);
 	}
+	if (rc == 0)
+		own_notify(r, "requested"); /* the owner sees it now, not at its next renew */
 	handles_done(r);
 	if (rc == -ESHUTDOWN)
 		origin_rbd_fence(o, rc, gen);

@@ -151,7 +151,10 @@ static bool access_allowed(struct hl_scsi_cmd *cmd, const struct scsi_cmd_desc *
 	case HL_ALUA_TRANSITIONING:
 		if (d->flags & SCSI_F_ALUA_TR)
 			return true;
-		hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_TRANSITION);
+		if (d->flags & SCSI_F_ALUA_TR_SB)
+			hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_STANDBY);
+		else
+			hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_TRANSITION);
 		return false;
 	default:
 		/* unavailable; offline (a port that should not even get commands) and

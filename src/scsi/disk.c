@@ -44,7 +44,7 @@
 #define CMD(var, name, fn, flags, len, ...) \
 	static const struct scsi_cmd_desc var = {name, fn, flags, 0, len, {__VA_ARGS__}}
 
-CMD(test_unit_ready, "TEST UNIT READY", spc_test_unit_ready, INFO, 6,
+CMD(test_unit_ready, "TEST UNIT READY", spc_test_unit_ready, INFO | SCSI_F_ALUA_TR_SB, 6,
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00);
 CMD(request_sense, "REQUEST SENSE", spc_request_sense, NOLU, 6,
     0x03, 0x01, 0x00, 0x00, 0xff, 0x00);

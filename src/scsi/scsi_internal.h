@@ -344,6 +344,16 @@ typedef enum scsi_exec_result (*scsi_exec_fn)(struct hl_scsi_cmd *cmd);
 #define SCSI_F_ALUA_SB 0x100u /* allowed in standby */
 #define SCSI_F_ALUA_UN 0x200u /* allowed in unavailable (and offline) */
 #define SCSI_F_ALUA_TR 0x400u /* allowed while transitioning */
+/*
+ * While transitioning, refused as in standby (04h/0Bh), not with 04h/0Ah:
+ * TEST UNIT READY, which path checkers send. A group transitions while a
+ * standby takes the disk over (the lease wait) or asks for it, i.e. just
+ * before it serves; multipathd's tur checker reads 04h/0Bh as a ghost
+ * (usable, standby) but 04h/0Ah as a failed path, which would cost the I/O
+ * a checker interval (5 s) once the group is active. Standby is what the
+ * group still is; REPORT TARGET PORT GROUPS says transitioning.
+ */
+#define SCSI_F_ALUA_TR_SB 0x800u
 
 #define SCSI_USAGE_MAX 16
 

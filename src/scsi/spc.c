@@ -11,7 +11,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "hotlun/event.h"
 #include "scsi/scsi_internal.h"
 
 #define VENDOR_ID  "HOTLUN  "
@@ -768,6 +770,26 @@ static bool stpg_state_ok(uint8_t state)
 	       state == HL_ALUA_UNAVAILABLE;
 }
 
+/* On the command's reactor: the group it asked for is active, or the provider stopped waiting. */
+static void stpg_settled(void *arg)
+{
+	struct hl_scsi_cmd *cmd = arg;
+
+	scsi_set_good(cmd);
+	scsi_cmd_complete(cmd);
+}
+
+/* The provider's thread (hl_lu_access.settle): back to the command's reactor. */
+static void stpg_done(void *cookie)
+{
+	struct hl_scsi_cmd *cmd = cookie;
+
+	while (hl_reactor_call(cmd->reactor, stpg_settled, cmd) < 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /*
  * Parameter list: 4 reserved bytes, then one 4-byte descriptor per group
  * (asymmetric access state in byte 0 bits 3:0, target port group in bytes
@@ -816,6 +838,7 @@ enum scsi_exec_result spc_set_tpgs(struct hl_scsi_cmd *cmd)
 		}
 	}
 	void *arg = __atomic_load_n(&cmd->lu->access_arg, __ATOMIC_RELAXED);
+	int hold = -1; /* the group asked to become active through its own port: held for */
 	for (uint32_t off = 4; off < plen; off += 4) {
 		uint16_t tpg = hl_get_be16(d + off + 2);
 		enum hl_alua_state state = (enum hl_alua_state)(d[off] & 0x0f);
@@ -830,7 +853,13 @@ enum scsi_exec_result spc_set_tpgs(struct hl_scsi_cmd *cmd)
 			hl_scsi_set_sense(cmd, HL_SK_HARDWARE_ERROR, SCSI_ASC_STPG_FAILED);
 			return SCSI_DONE;
 		}
+		if ((state == HL_ALUA_AO || state == HL_ALUA_ANO) && tpg == asking_tpg(cmd))
+			hold = tpg;
 	}
+	/* answered once this gateway serves (bounded by the provider): no TRANSITIONING read next */
+	if (hold >= 0 && acc->settle && cmd->reactor &&
+	    acc->settle(arg, (uint16_t)hold, stpg_done, cmd) == 0)
+		return SCSI_PENDING;
 	scsi_set_good(cmd);
 	return SCSI_DONE;
 }

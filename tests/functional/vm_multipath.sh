@@ -10,8 +10,9 @@
 # read-back + compare while the host breaks the owner:
 #   term: SIGTERM of the owner (planned handover to the standby);
 #   kill: SIGKILL of the owner; the kernel's scsi_dh_alua sends SET TARGET
-#         PORT GROUPS through the standby, which preempts the dead owner
-#         after 3 s unanswered;
+#         PORT GROUPS through the standby, held until it serves: on rbd it
+#         takes over once the heartbeat stood still for gateway_dead_ms, on
+#         a SAN once the owner left the request unanswered a lease;
 #   stop: SIGSTOP of the owner (HL_VM_MP_STOP=1; SIGCONT after the I/O).
 # No I/O may fail; the longest chunk (the stall) is logged as
 # "<case>: stall N s".
@@ -32,7 +33,10 @@
 # Environment: HL_VM_ACCEL=tcg|kvm (default tcg), HL_VM_TIMEOUT=240 (s per
 # boot), HL_VM_CACHE, HL_VM_MP_CASES="term kill" (add stop for SIGSTOP),
 # HL_VM_MP_STOP=1 (same as adding stop), HL_VM_MP_ORIGIN=san|rbd (default
-# san; the pr case needs rbd: a SAN pair offers no reservations).
+# san; the pr case needs rbd: a SAN pair offers no reservations),
+# HL_VM_MP_LEASE_MS / HL_VM_MP_DEAD_MS (default 1000 / 2000; empty: hotlund's
+# defaults). The guest uses the initiator settings hotlun ships
+# (contrib/multipath/hotlun.conf, iscsid-hotlun.conf).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/vm_lib.sh"
 hl_need qemu-system-x86_64 dpkg-deb apt-get gzip python3
@@ -50,6 +54,10 @@ VM_TIMEOUT=${HL_VM_TIMEOUT:-240}
 CASES=${HL_VM_MP_CASES:-term kill}
 [ "${HL_VM_MP_STOP:-0}" = 1 ] && CASES="$CASES stop"
 ORIGIN=${HL_VM_MP_ORIGIN:-san}
+# the gateways' lease and dead time (docs/gateways.md): the pair that makes
+# a takeover 3.5 s; HL_VM_MP_LEASE_MS= HL_VM_MP_DEAD_MS= (empty): the defaults
+LEASE_MS=${HL_VM_MP_LEASE_MS-1000}
+DEAD_MS=${HL_VM_MP_DEAD_MS-2000}
 TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
 case " $CASES " in *" pr "*)
 	[ "$ORIGIN" = rbd ] || hl_error "the pr case needs HL_VM_MP_ORIGIN=rbd"
@@ -187,6 +195,8 @@ for g in 1 2; do
 	sed -i "s|^cache = ssd$|&\nserial = vmmp0001\nnaa = 6001405aa0000000000000000000cafe|" "$st/hotlund.conf"
 	[ "$ORIGIN" = rbd ] && sed -i "s|^cache = ssd$|&\nrbd_conf = $cluster/ceph.conf|" "$st/hotlund.conf"
 	sed -i "s|^threads = 2$|&\ngateway = $g\ngateways = 1,2|" "$st/hotlund.conf"
+	[ -n "$LEASE_MS" ] && sed -i "s|^gateways = 1,2$|&\ngateway_lease_ms = $LEASE_MS|" "$st/hotlund.conf"
+	[ -n "$DEAD_MS" ] && sed -i "s|^gateways = 1,2$|&\ngateway_dead_ms = $DEAD_MS|" "$st/hotlund.conf"
 done
 start_gw() {
 	hl_start_hotlund "$T/gw$1/hotlund.conf"
@@ -263,7 +273,11 @@ boot() {
 	} >"$run/cfg/hlvm.conf"
 	cp "$HL_SRCDIR/tests/functional/vm_multipath_guest.sh" "$run/cfg/init"
 	chmod 755 "$run/cfg/init"
-	(cd "$run/cfg" && printf './init\n./hlvm.conf\n' | "$IMG/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
+	# the initiator settings hotlun ships, as an admin installs them
+	cp "$HL_SRCDIR/contrib/multipath/hotlun.conf" "$run/cfg/hotlun-multipath.conf"
+	cp "$HL_SRCDIR/contrib/multipath/iscsid-hotlun.conf" "$run/cfg/iscsid-hotlun.conf"
+	(cd "$run/cfg" && printf './init\n./hlvm.conf\n./hotlun-multipath.conf\n./iscsid-hotlun.conf\n' |
+		"$IMG/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
 		gzip >"$run/cfg.gz"
 	cat "$IMG/initramfs.gz" "$run/cfg.gz" >"$run/initrd.gz"
 
@@ -326,9 +340,9 @@ owner=1 standby=2
 for c in $CASES; do
 	case $c in
 	term) io_s=12 ;; # ~0.2 s stall
-	kill) io_s=25 ;; # path timeout 5 s, request unanswered 3 s, lease 2.5 s
+	kill) io_s=25 ;; # ~3.5 s stall on rbd, ~5.5 s on a SAN (docs/gateways.md)
 	pr) io_s=0 ;;    # its own steps (the guest's pr_phase)
-	*) io_s=40 ;;    # noop-out 5 + 5 s, then as kill
+	*) io_s=40 ;;    # noop-out 1 + 2 s, then as kill
 	esac
 	boot "$c" $owner $standby $io_s
 	wait_state $standby owner 20

@@ -72,17 +72,16 @@ ip route add default via 10.0.2.2
 
 mkdir -p /etc/iscsi/nodes /etc/iscsi/send_targets /etc/iscsi/ifaces
 echo "InitiatorName=$INITIATOR" >/etc/iscsi/initiatorname.iscsi
-# noop-out every 5 s, 5 s to answer: a hung gateway's path fails after ~10 s
-# (multipathd then sets the session's recovery_tmo to fast_io_fail_tmo, 5 s)
+# the timers hotlun ships (contrib/multipath/iscsid-hotlun.conf: noop-out
+# every 1 s, 2 s to answer, replacement_timeout 2 s), as an admin merges them
 {
 	echo "node.startup = manual"
-	echo "node.session.timeo.replacement_timeout = 15"
 	echo "node.conn[0].timeo.login_timeout = 10"
 	echo "node.conn[0].timeo.logout_timeout = 10"
-	echo "node.conn[0].timeo.noop_out_interval = 5"
-	echo "node.conn[0].timeo.noop_out_timeout = 5"
 	echo "node.session.initial_login_retry_max = 1"
+	grep -v '^#' /iscsid-hotlun.conf
 } >/etc/iscsi/iscsid.conf
+say "iscsid timers: $(grep -E 'replacement|noop' /etc/iscsi/iscsid.conf | tr '\n' ' ')"
 
 iscsid -f -n >/tmp/iscsid.log 2>&1 &
 for i in $(seq 1 50); do
@@ -130,26 +129,18 @@ mkdir -p /run/udev/data
 for b in /sys/block/sd*; do
 	[ -e "$b/dev" ] && echo "I:$(date +%s)000000" >"/run/udev/data/b$(cat "$b/dev")"
 done
+# the device stanza hotlun ships (contrib/multipath/hotlun.conf), installed
+# where an admin puts it; the test's own defaults only say what this
+# initramfs lacks (no udev: the WWID from sysfs)
 cat >/etc/multipath.conf <<EOF
 defaults {
 	user_friendly_names yes
 	find_multipaths no
-	polling_interval 5
-}
-devices {
-	device {
-		vendor "HOTLUN"
-		product ".*"
-		path_grouping_policy group_by_prio
-		prio alua
-		hardware_handler "1 alua"
-		path_checker tur
-		failback immediate
-		no_path_retry 12
-		uid_attribute ""
-	}
+	uid_attribute ""
 }
 EOF
+mkdir -p /etc/multipath/conf.d
+cp /hotlun-multipath.conf /etc/multipath/conf.d/hotlun.conf
 multipathd -d -s -v3 >/tmp/multipathd.log 2>&1 &
 MPD=$!
 DM=

@@ -235,6 +235,44 @@ static void test_gateways(void)
 	parse_err("[global]\ngateway = 3\ngateways = 1,2\n", "t.conf:1:", "not in gateways");
 }
 
+/* [global] gateway_lease_ms / gateway_dead_ms and their safety rule */
+static void test_gateway_timers(void)
+{
+	struct hl_conf *c = parse_ok("[global]\ngateway = 1\ngateways = 1,2\n"
+	                             "gateway_lease_ms = 1000\ngateway_dead_ms = 2000\n");
+	char *text = NULL;
+	size_t len = 0;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->gateway_lease_ms, 1000);
+	CU_ASSERT_EQUAL(c->gateway_dead_ms, 2000);
+	FILE *f = open_memstream(&text, &len);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "gateway_lease_ms = 1000\ngateway_dead_ms = 2000\n"));
+	free(text);
+	hl_conf_free(c);
+	/* unset: the defaults, nothing written */
+	c = parse_ok("[global]\ngateway = 1\ngateways = 1,2\n");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->gateway_lease_ms, 0);
+	hl_conf_free(c);
+	/* exactly the margin is allowed; a millisecond less is refused at the line that breaks it */
+	c = parse_ok("[global]\ngateway_lease_ms = 1500\ngateway_dead_ms = 2000\n");
+	CU_ASSERT_PTR_NOT_NULL(c);
+	hl_conf_free(c);
+	parse_err("[global]\ngateway_lease_ms = 1500\ngateway_dead_ms = 1999\n", "t.conf:3:",
+	          "gateway_dead_ms (1999) must be at least gateway_lease_ms (1500) + 500");
+	/* a lease longer than the default dead time: the lease's line, the default named */
+	parse_err("[global]\ngateway = 1\ngateways = 1,2\n\ngateway_lease_ms = 3600\n",
+	          "t.conf:5:", "gateway_dead_ms (4000, the default)");
+	parse_err("[global]\ngateway_dead_ms = 2400\n", "t.conf:2:",
+	          "gateway_lease_ms (2000, the default) + 500");
+	parse_err("[global]\ngateway_lease_ms = 100\n", "t.conf:2:", "200 to 60000");
+	parse_err("[global]\ngateway_dead_ms = 60001\n", "t.conf:2:", "gateway_dead_ms");
+	parse_err("[global]\ngateway_dead_ms = soon\n", "t.conf:2:", "gateway_dead_ms");
+}
+
 static void test_nul_and_long_lines_rejected(void)
 {
 	struct hl_conf *c = NULL;
@@ -685,6 +723,7 @@ static const struct hl_test tests[] = {
     {"defaults", test_defaults},
     {"logout_timeout", test_logout_timeout},
     {"gateway and gateways", test_gateways},
+    {"[global] gateway_lease_ms / gateway_dead_ms and the safety rule", test_gateway_timers},
     {"NUL and long lines", test_nul_and_long_lines_rejected},
     {"origin CHAP keys and secret file", test_origin_chap_keys},
     {"masked origin round trip", test_masked_origin_round_trip},

@@ -15,6 +15,8 @@
 
 #include "origin_ut_util.h"
 
+#include "origin/origin_rbd.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -190,6 +192,32 @@ static void test_peek_sees_heartbeat(void)
 	CU_ASSERT_EQUAL(b.beat, r.beat);
 	/* without renews the beat stands still */
 	CU_ASSERT_EQUAL(peek(g2).beat, b.beat);
+}
+
+/*
+ * leaves: 1 owns. librbd saying "not the lock owner" is no proof of a fence
+ * (it drops its lock state for a moment when it re-registers its watch):
+ * the renew takes the lock again and the owner stays the owner; only a
+ * blocklist or another client holding the lock fences it (forced takeover).
+ */
+static void test_lock_dropped_is_no_fence(void)
+{
+	struct hl_own_info a, r;
+	int owner = 1;
+
+	a = peek(g2);
+	CU_ASSERT_EQUAL(rbd_lock_release(ro_of(g1)->image), 0);
+	CU_ASSERT_EQUAL(rbd_is_exclusive_lock_owner(ro_of(g1)->image, &owner), 0);
+	CU_ASSERT_EQUAL(owner, 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
+	CU_ASSERT_EQUAL(r.owner, 1);
+	CU_ASSERT_FALSE(atomic_load(&ro_of(g1)->fenced));
+	CU_ASSERT_EQUAL(rbd_is_exclusive_lock_owner(ro_of(g1)->image, &owner), 0);
+	CU_ASSERT_EQUAL(owner, 1);
+	CU_ASSERT(peek(g2).beat > a.beat); /* the heartbeat goes on */
+	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x11), 0);
+	CU_ASSERT_TRUE(reads_fill(g2, 0, 0x11));
+	CU_ASSERT_EQUAL(acquire(g2, 2, 1, false, NULL), -EBUSY); /* still 1's */
 }
 
 /* leaves: 1 owns, 2 asked for it */
@@ -377,6 +405,70 @@ static void test_same_id_two_processes(void)
 	hl_origin_close(g1b);
 }
 
+static atomic_int wakes1, wakes2;
+
+static void wake_cb(void *arg)
+{
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* Wait up to 3 s for *n to exceed before. @return ms waited, -1: never. */
+static double woken(atomic_int *n, int before)
+{
+	uint64_t t0 = hl_now_ns();
+
+	for (int t = 0; t < 3000; t++) {
+		if (atomic_load(n) > before)
+			return ms_since(t0);
+		usleep(1000);
+	}
+	return -1;
+}
+
+/*
+ * The watch on the ownership record (own_watch): an acquire, a request and
+ * a release wake the other gateway within a round trip, so a standby need
+ * not poll for a release. After own_watch(NULL) no wake runs.
+ * leaves: nobody owns
+ */
+static void test_watch_tells_moves(void)
+{
+	struct hl_own_info r;
+	double ms;
+	int b;
+
+	CU_ASSERT_EQUAL(g1->ops->own_watch(g1, wake_cb, &wakes1), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_watch(g2, wake_cb, &wakes2), 0);
+	(void)peek(g1); /* registers the watches (the ownership thread's next look) */
+	(void)peek(g2);
+	b = atomic_load(&wakes2);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, 9, false, NULL), 0);
+	ms = woken(&wakes2, b);
+	printf("\n    MEASURE acquire told to the standby: %.1f ms", ms);
+	CU_ASSERT(ms >= 0);
+	b = atomic_load(&wakes1);
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	ms = woken(&wakes1, b);
+	printf("\n    MEASURE request told to the owner: %.1f ms", ms);
+	CU_ASSERT(ms >= 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 9, &r), 0);
+	CU_ASSERT_EQUAL(r.requester, 2);
+	b = atomic_load(&wakes2);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 9), 0);
+	ms = woken(&wakes2, b);
+	printf("\n    MEASURE release told to the standby: %.1f ms", ms);
+	CU_ASSERT(ms >= 0 && ms < 1000);
+	CU_ASSERT_TRUE(peek(g2).released);
+	/* unregistered: nothing runs any more */
+	CU_ASSERT_EQUAL(g1->ops->own_watch(g1, NULL, NULL), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_watch(g2, NULL, NULL), 0);
+	b = atomic_load(&wakes1) + atomic_load(&wakes2);
+	CU_ASSERT_EQUAL(acquire(g2, 2, 10, false, NULL), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 10), 0);
+	usleep(500 * 1000);
+	CU_ASSERT_EQUAL(atomic_load(&wakes1) + atomic_load(&wakes2), b);
+}
+
 /* the OSD's pid (mini_ceph.sh writes run/osd.0.pid), 0: unknown */
 static pid_t osd_pid(void)
 {
@@ -501,12 +593,14 @@ static const struct hl_test tests[] = {
     {"open as a gateway takes nothing; only reads pass", test_open_takes_nothing},
     {"acquire; a second one without force: -EBUSY at once", test_acquire_and_refuse},
     {"a standby's peek sees the owner's heartbeat", test_peek_sees_heartbeat},
+    {"librbd's \"not the lock owner\" alone does not fence", test_lock_dropped_is_no_fence},
     {"a standby's request reaches the owner's renew", test_request_reaches_owner},
     {"planned release, then acquire without force", test_release_then_acquire},
     {"forced takeover blocklists the old owner", test_forced_takeover},
     {"a fenced gateway comes back as a standby", test_fenced_comes_back},
     {"a standby checks a proof the owner took", test_standby_checks_proof},
     {"two processes with one gateway id are told apart", test_same_id_two_processes},
+    {"the watch on the record tells acquire, request and release", test_watch_tells_moves},
     {"a release after a write of unknown outcome fences the old owner", test_release_unsure_write_fences},
     {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -38,6 +39,10 @@ struct cluster {
 	bool no_beat;       /* like a SAN: no heartbeat to see */
 	bool stuck_lock;    /* released in the record, the lock still held: only force takes it */
 	int64_t break_ms;   /* when the last forced acquire fenced the owner */
+	bool watch;         /* own_watch: a release or request wakes the other gateways */
+	void (*wake[4])(void *arg); /* per process (run), registered by own_watch */
+	void *wake_arg[4];
+	int64_t release_ms, acquire_ms; /* the last planned release, the last acquire */
 };
 
 /*
@@ -125,6 +130,7 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 		}
 	}
 	if (!rc) {
+		c->acquire_ms = mono_ms();
 		c->owner = gw;
 		c->owner_run = g->run;
 		c->epoch = epoch;
@@ -164,6 +170,33 @@ static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_o
 	return rc;
 }
 
+/* Outside the cluster's lock: what a notify on the ownership record does. */
+static void wake_others(struct cluster *c, unsigned run)
+{
+	void (*wake[4])(void *arg);
+	void *arg[4];
+
+	pthread_mutex_lock(&c->lock);
+	memcpy(wake, c->wake, sizeof(wake));
+	memcpy(arg, c->wake_arg, sizeof(arg));
+	pthread_mutex_unlock(&c->lock);
+	for (unsigned i = 0; i < 4; i++) {
+		if (i != run && wake[i])
+			wake[i](arg[i]);
+	}
+}
+
+static int f_watch(struct hl_origin *o, void (*wake)(void *arg), void *arg)
+{
+	struct fake_gw *g = gw_of(o);
+
+	pthread_mutex_lock(&g->cl->lock);
+	g->cl->wake[g->run] = wake;
+	g->cl->wake_arg[g->run] = arg;
+	pthread_mutex_unlock(&g->cl->lock);
+	return 0;
+}
+
 static int f_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 {
 	struct fake_gw *g = gw_of(o);
@@ -176,8 +209,11 @@ static int f_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	if (c->owner == gw && c->owner_run == g->run) {
 		c->released = true;
 		c->requester = 0;
+		c->release_ms = mono_ms();
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (c->watch)
+		wake_others(c, g->run);
 	return 0;
 }
 
@@ -224,6 +260,8 @@ static int f_request(struct hl_origin *o, uint16_t gw)
 	g->cl->requester = gw;
 	g->cl->refused &= ~(1u << gw);
 	pthread_mutex_unlock(&g->cl->lock);
+	if (g->cl->watch)
+		wake_others(g->cl, g->run);
 	return 0;
 }
 
@@ -251,6 +289,17 @@ static const struct hl_origin_ops fake_ops = {
 	.own_release = f_release,
 	.own_peek = f_peek,
 	.own_request = f_request,
+};
+
+/* rbd with its watch on the ownership record: moves and requests are told at once. */
+static const struct hl_origin_ops fake_watch_ops = {
+	.name = "fake-watch",
+	.own_acquire = f_acquire,
+	.own_renew = f_renew,
+	.own_release = f_release,
+	.own_peek = f_peek,
+	.own_request = f_request,
+	.own_watch = f_watch,
 };
 
 /* A SAN: no heartbeat, so the owner refuses requests through the cluster. */
@@ -306,7 +355,7 @@ static void pair_start(struct pair *p, bool second_later)
 		p->g[i].gw = g_ids ? g_ids[i] : gws[i];
 		p->g[i].run = (unsigned)i + 1;
 		p->o[i] = calloc(1, sizeof(struct hl_origin) + 16);
-		p->o[i]->ops = p->cl.no_beat ? &fake_san_ops : &fake_ops;
+		p->o[i]->ops = p->cl.no_beat ? &fake_san_ops : p->cl.watch ? &fake_watch_ops : &fake_ops;
 		*(struct fake_gw **)hl_origin_priv(p->o[i]) = &p->g[i];
 		struct hl_owner_config cfg = {
 			.disk = i ? "disk-b" : "disk-a",
@@ -432,6 +481,17 @@ static void test_forced_takeover(void)
 	/* its lease runs out: it stops serving before anyone else starts */
 	usleep((LEASE + 50) * 1000);
 	CU_ASSERT_NOT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	/*
+	 * In its lease wait the taker is still the standby it was (nobody asked
+	 * it): an initiator reads standby and sends SET TARGET PORT GROUPS,
+	 * not transitioning (Linux would poll every 2 s)
+	 */
+	for (int t = 0; t < 3000 && !p.cl.breaks; t++)
+		usleep(1000);
+	struct hl_owner_status w;
+	hl_owner_status(p.ow[1], &w);
+	CU_ASSERT_STRING_EQUAL(w.state, "acquiring");
+	CU_ASSERT_EQUAL(w.alua, HL_ALUA_STANDBY);
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
@@ -531,6 +591,138 @@ static void test_request_and_hold(void)
 	CU_ASSERT_EQUAL(st.transitions, 3); /* gained, lost, gained */
 	CU_ASSERT_EQUAL(both, 0);
 	pair_stop(&p);
+}
+
+static void preset_watch(struct pair *p)
+{
+	p->cl.watch = true;
+}
+
+/*
+ * With the cluster's watch a standby takes a released disk within a round
+ * trip, not at its next peek (PEEK_MS, 250 ms): 6 handovers, the slowest
+ * under 100 ms from release to acquire (polling alone: 0-250 ms each, all
+ * six under 100 ms about once in 250 runs).
+ */
+static void test_watch_tells_release(void)
+{
+	struct pair p;
+	unsigned both = 0;
+	int64_t worst = 0;
+
+	g_preset = preset_watch;
+	pair_start(&p, true);
+	g_preset = NULL;
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	for (int i = 0; i < 6; i++) {
+		int from = i % 2;
+		CU_ASSERT_EQUAL(hl_owner_handover(p.ow[from], 3000), 0);
+		CU_ASSERT_TRUE_FATAL(wait_ao(&p, 1 - from, 2000, &both));
+		pthread_mutex_lock(&p.cl.lock);
+		int64_t ms = p.cl.acquire_ms - p.cl.release_ms;
+		pthread_mutex_unlock(&p.cl.lock);
+		printf("\n    handover %d: released -> acquired in %lld ms", i, (long long)ms);
+		worst = ms > worst ? ms : worst;
+	}
+	CU_ASSERT(worst < 100);
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
+struct held {
+	atomic_int done;
+	_Atomic enum hl_alua_state seen; /* the group's state when it was answered */
+	struct hl_owner *ow;
+	int64_t at;
+};
+
+static void held_done(void *cookie)
+{
+	struct held *h = cookie;
+
+	atomic_store(&h->seen, alua(h->ow));
+	h->at = mono_ms();
+	atomic_fetch_add(&h->done, 1);
+}
+
+/* SET TARGET PORT GROUPS for a standby's own group, as spc.c makes it: set, then settle. */
+static int stpg(struct hl_owner *ow, uint16_t tpg, struct held *h)
+{
+	const struct hl_lu_access *acc = hl_owner_access(ow);
+	int rc = acc->set(ow, tpg, tpg, HL_ALUA_AO);
+
+	if (rc)
+		return rc;
+	h->ow = ow;
+	return acc->settle(ow, tpg, held_done, h);
+}
+
+/* Wait up to ms for h to be answered. */
+static void held_wait(struct held *h, int ms)
+{
+	for (int t = 0; t < ms && !atomic_load(&h->done); t += 2)
+		usleep(2000);
+}
+
+/*
+ * An STPG at a standby is answered once the standby serves, so that the
+ * initiator's next REPORT TARGET PORT GROUPS reads active/optimized, not
+ * transitioning: while the owner hands over, and while a hung owner is
+ * taken over (dead time, lease); one that cannot be served (the standby
+ * cannot see the cluster) is answered at the bound, the reported
+ * transition time, GOOD all the same; none is held on an owner.
+ */
+static void test_stpg_held_until_ours(void)
+{
+	struct pair p;
+	unsigned both = 0;
+	struct held h = {0}, h2 = {0}, h3 = {0};
+
+	g_preset = preset_watch;
+	pair_start(&p, true);
+	g_preset = NULL;
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	unsigned bound = hl_owner_access(p.ow[0])->transition_time_s * 1000u - 500u;
+	usleep((HOLD + 100) * 1000); /* past the owner's hold: a request is honoured */
+	int64_t t0 = mono_ms();
+	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[1], 2, &h), 0);
+	held_wait(&h, 3000);
+	CU_ASSERT_EQUAL(atomic_load(&h.done), 1);
+	CU_ASSERT_EQUAL(atomic_load(&h.seen), HL_ALUA_AO);
+	printf("\n    STPG (handover) held %lld ms, answered with the group active",
+	       (long long)(h.at - t0));
+	CU_ASSERT(h.at - t0 < LEASE + 500);
+	/* the owner now: nothing to hold */
+	CU_ASSERT_NOT_EQUAL(hl_owner_access(p.ow[1])->settle(p.ow[1], 2, held_done, &h3), 0);
+	/* the owner hangs: held through the takeover, answered active */
+	usleep((HOLD + 100) * 1000);
+	atomic_store(&p.g[1].hung, true);
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[0], 1, &h2), 0);
+	held_wait(&h2, 4000);
+	CU_ASSERT_EQUAL(atomic_load(&h2.done), 1);
+	CU_ASSERT_EQUAL(atomic_load(&h2.seen), HL_ALUA_AO);
+	printf("\n    STPG (hung owner) held %lld ms, answered with the group active",
+	       (long long)(h2.at - t0));
+	CU_ASSERT(h2.at - t0 >= LEASE + 500);
+	CU_ASSERT(h2.at - t0 < bound);
+	/* a standby that cannot see the cluster: answered at the bound, still not active */
+	usleep((HOLD + 100) * 1000);
+	atomic_store(&p.g[1].hung, false);
+	atomic_store(&p.g[1].peek_err, -EIO);
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[1], 2, &h3), 0);
+	held_wait(&h3, (int)bound + 1000);
+	CU_ASSERT_EQUAL(atomic_load(&h3.done), 1);
+	CU_ASSERT_NOT_EQUAL(atomic_load(&h3.seen), HL_ALUA_AO);
+	printf("\n    STPG (blind standby) answered after %lld ms (bound %u ms)",
+	       (long long)(h3.at - t0), bound);
+	CU_ASSERT(h3.at - t0 >= bound - 20);
+	CU_ASSERT(h3.at - t0 < bound + 400);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+	CU_ASSERT_EQUAL(atomic_load(&h.done) + atomic_load(&h2.done) + atomic_load(&h3.done), 3);
 }
 
 static void preset_owner1_no_beat(struct pair *p)
@@ -794,6 +986,8 @@ static const struct hl_test tests[] = {
 	{"a slow peek does not make a healthy owner look dead", test_slow_peek_not_dead},
 	{"a standby that cannot see the owner says so (status.problem)", test_problem_peek},
 	{"a failed release when giving a disk back says so", test_problem_give_back},
+	{"the cluster's watch tells a release at once", test_watch_tells_release},
+	{"STPG held until this gateway serves, bounded", test_stpg_held_until_ours},
 	{"origins without ownership ops", test_no_ops},
 	{NULL, NULL},
 };

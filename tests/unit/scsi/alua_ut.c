@@ -8,6 +8,11 @@
  */
 #include "scsi_ut_util.h"
 
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "hotlun/event.h"
+
 /* ---- the fake provider: gateways 1 and 2 ---- */
 
 struct fake_access {
@@ -377,7 +382,8 @@ static void test_transitioning_refuses_all_but_info(void)
 	alua_setup(HL_ALUA_TRANSITIONING, HL_ALUA_STANDBY);
 	cdb_rw10(cdb, 0x28, 0, 1);
 	expect_not_ready(cdb, 10, buf, BS, 0x0a);
-	expect_not_ready(cdb_tur, 6, NULL, 0, 0x0a);
+	/* TEST UNIT READY as in standby: a path checker keeps the path (a ghost), not failed */
+	expect_not_ready(cdb_tur, 6, NULL, 0, 0x0b);
 	expect_not_ready(cdb_ms6, 6, buf, 255, 0x0a);
 	expect_not_ready(cdb_rc10, 10, buf, 8, 0x0a);
 	expect_not_ready(cdb_prin, 10, buf, 256, 0x0a);
@@ -491,6 +497,129 @@ static void test_stpg_provider_errors(void)
 	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x26, 0x00);
 	CU_ASSERT_EQUAL(t.cmd.sense[15], 0x80 | 0x08 | 3); /* SKSV, parameter, BPV, bit 3 */
 	CU_ASSERT_EQUAL(hl_get_be16(t.cmd.sense + 16), 4);
+	lu_teardown();
+}
+
+/* ---- SET TARGET PORT GROUPS held by the provider (hl_lu_access.settle) ---- */
+
+static struct {
+	void (*done)(void *cookie);
+	void *cookie;
+	uint16_t tpg;
+	int rc; /* what settle() returns */
+	atomic_int calls;
+} held;
+
+static int fa_settle(void *arg, uint16_t tpg, void (*done)(void *cookie), void *cookie)
+{
+	(void)arg;
+	atomic_fetch_add(&held.calls, 1);
+	if (held.rc)
+		return held.rc;
+	held.tpg = tpg;
+	held.done = done;
+	held.cookie = cookie;
+	return 0;
+}
+
+static const struct hl_lu_access fa_settle_ops = {
+    .groups = fa_groups,
+    .state = fa_state,
+    .set = fa_set,
+    .serving = fa_serving,
+    .settle = fa_settle,
+    .transition_time_s = 5,
+};
+
+struct on_reactor {
+	struct tcmd t;
+	uint8_t cdb[12], par[8];
+	atomic_int done;
+	atomic_bool on_reactor; /* the completion ran on the command's reactor */
+	struct hl_reactor *r;
+};
+
+static void held_cmd_done(struct hl_scsi_cmd *cmd)
+{
+	struct on_reactor *x = hl_container_of(cmd, struct on_reactor, t.cmd);
+
+	atomic_store(&x->on_reactor, hl_reactor_current() == x->r);
+	atomic_fetch_add(&x->done, 1);
+}
+
+static void held_start(void *arg)
+{
+	struct on_reactor *x = arg;
+
+	memset(&x->t, 0, sizeof(x->t));
+	x->t.cmd.map = &map;
+	x->t.cmd.lu = map.lu[0];
+	x->t.cmd.nexus = &nx1;
+	memcpy(x->t.cmd.cdb, x->cdb, 12);
+	x->t.cmd.cdb_len = 16;
+	x->t.cmd.data = x->par;
+	x->t.cmd.data_len = sizeof(x->par);
+	x->t.cmd.data_out = true;
+	x->t.cmd.done = held_cmd_done;
+	hl_scsi_cmd_exec(&x->t.cmd);
+}
+
+static bool wait_done(struct on_reactor *x, int ms)
+{
+	for (int i = 0; i < ms && !atomic_load(&x->done); i++)
+		usleep(1000);
+	return atomic_load(&x->done) != 0;
+}
+
+/*
+ * An STPG for the asking port's own group, on a reactor, is held until the
+ * provider says the group serves (its done runs on another thread), then
+ * answered GOOD on the command's reactor; an STPG for another group, or one
+ * the provider does not hold, is answered at once.
+ */
+static void test_stpg_held_until_active(void)
+{
+	struct on_reactor x;
+	uint8_t mine[8] = {0, 0, 0, 0, HL_ALUA_AO, 0, 0, 1};
+	uint8_t peer[8] = {0, 0, 0, 0, HL_ALUA_AO, 0, 0, 2};
+
+	memset(&x, 0, sizeof(x));
+	memset(&held, 0, sizeof(held));
+	alua_setup(HL_ALUA_STANDBY, HL_ALUA_AO);
+	hl_lu_set_access(lu, &fa_settle_ops, &fa);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&x.r, "ut"), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(x.r), 0);
+	stpg_cdb(x.cdb, sizeof(x.par));
+	memcpy(x.par, mine, sizeof(mine));
+	CU_ASSERT_EQUAL(hl_reactor_call(x.r, held_start, &x), 0);
+	usleep(100 * 1000);
+	CU_ASSERT_EQUAL(atomic_load(&held.calls), 1);
+	CU_ASSERT_EQUAL(held.tpg, 1);
+	CU_ASSERT_EQUAL(atomic_load(&x.done), 0); /* held */
+	CU_ASSERT_EQUAL(fa.n_set, 1);             /* the provider was asked first */
+	set_mine(HL_ALUA_AO);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(held.done);
+	held.done(held.cookie); /* from this thread, as the ownership thread does */
+	CU_ASSERT_TRUE(wait_done(&x, 2000));
+	CU_ASSERT_TRUE(atomic_load(&x.on_reactor));
+	ASSERT_GOOD(x.t);
+	/* another group's STPG through our port: not held */
+	atomic_store(&x.done, 0);
+	memcpy(x.par, peer, sizeof(peer));
+	CU_ASSERT_EQUAL(hl_reactor_call(x.r, held_start, &x), 0);
+	CU_ASSERT_TRUE(wait_done(&x, 2000));
+	ASSERT_GOOD(x.t);
+	CU_ASSERT_EQUAL(atomic_load(&held.calls), 1);
+	/* the provider has nothing to wait for: answered at once */
+	held.rc = -EALREADY;
+	atomic_store(&x.done, 0);
+	memcpy(x.par, mine, sizeof(mine));
+	CU_ASSERT_EQUAL(hl_reactor_call(x.r, held_start, &x), 0);
+	CU_ASSERT_TRUE(wait_done(&x, 2000));
+	ASSERT_GOOD(x.t);
+	CU_ASSERT_EQUAL(atomic_load(&held.calls), 2);
+	hl_reactor_stop(x.r);
+	hl_reactor_destroy(x.r);
 	lu_teardown();
 }
 
@@ -715,6 +844,7 @@ static const struct hl_test tests[] = {
     {"no provider: TPGS 01b, RTPG all active/optimized, no STPG", test_no_provider_unchanged},
     {"port ids: group = gateway, relative port = gateway << 8 | TPGT", test_port_ids},
     {"RTPG: the provider's groups, states, ports, transition time", test_rtpg_two_groups},
+    {"STPG for our group held until the provider says active", test_stpg_held_until_active},
     {"INQUIRY with a provider: TPGS 11b, PQ 001b when unavailable", test_inquiry_with_provider},
     {"active/optimized and non-optimized run everything", test_active_states_run_everything},
     {"standby refuses media access with 04/0B", test_standby_refuses_media},
