@@ -63,6 +63,12 @@ struct rbd_origin {
 	uint16_t own_gw;
 	uint64_t own_epoch;
 	char own_addr[128]; /* our lock owner address, as the cluster reports it */
+	/* the owner's hot set (rbd_hotset.c; the thread that publishes, one at a time) */
+	char shadow_proof[HL_ORIGIN_PROOF_MAX]; /* the last shadow mark, "" none */
+	uint64_t shadow_mark_s;                 /* when it was made (CLOCK_MONOTONIC s) */
+	uint64_t shadow_epoch;                  /* the ownership epoch it was made in */
+	unsigned shadow_gen;                    /* ... and the connection */
+	uint64_t hot_seq;                       /* publications */
 	/* the record the gateways share (rbd_pr.c), NULL until pr_open; main thread sets it */
 	struct rbd_pr *pr;
 };
@@ -103,6 +109,11 @@ static inline void handles_done(struct rbd_origin *r)
 	if (r->gateway)
 		pthread_rwlock_unlock(&r->handles);
 }
+
+/* ---- rbd_hotset.c: see hl_origin_ops.hot_publish / hot_fetch ---- */
+int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+                           uint32_t n);
+int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out);
 
 /* ---- rbd.c ---- */
 

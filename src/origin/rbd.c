@@ -676,4 +676,6 @@ const struct hl_origin_ops origin_rbd_ops = {
     .pr_applied = origin_rbd_pr_applied,
     .pr_current = origin_rbd_pr_current,
     .pr_close = origin_rbd_pr_close,
+    .hot_publish = origin_rbd_hot_publish,
+    .hot_fetch = origin_rbd_hot_fetch,
 };
