@@ -6,7 +6,7 @@
 # SET TARGET PORT GROUPS, --verify: every block read is checked against what
 # was written last). Prints one line per scenario:
 #
-#   failover scenario=kill gap_s=6.8 errors=0 stale=0
+#   failover scenario=kill gap_s=6.8 errors=0 stale=0 retained_pct=99.0 hit_before_pct=.. hit_after_pct=.. window_s=60 shadow_reads=4096 shadow_mib=256 shadow_s=33
 #   failover scenario=freeze gap_s=6.8 errors=0 stale=0 old_path=refused
 #   failover scenario=planned gap_s=0.16 errors=0 stale=0
 #   failover scenario=failback gap_s=0.05 errors=0 stale=0 retained_pct=99.1 kept=4096 window_s=30
@@ -16,6 +16,13 @@
 #           first I/O completed there;
 # errors    I/Os that failed (goal 0); stale: verify mismatches (must be 0);
 # kill      SIGKILL of the owner under 70% read / 30% write load;
+#           retained_pct = the new owner's read hit ratio from the takeover
+#           on (the load's rest, then uniform random 64 KiB reads, KWINDOW=60
+#           s in all) over the old owner's before the kill (a 10 s window of
+#           the same reads); shadow_reads/shadow_mib: what the standby read
+#           from the cluster to shadow the old owner's hot set (its rate:
+#           SHADOW_RATE, default hotlund's 8 MiB/s), shadow_s: how long it
+#           took to catch up (behind = 0);
 # freeze    SIGSTOP of the owner, SIGCONT after the takeover; old_path: what a
 #           READ already sent to the frozen gateway got when it woke up
 #           (refused = NOT READY; stale = old data: a failure);
@@ -38,6 +45,8 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
 SIZE=${SIZE:-256M}
 WINDOW=${WINDOW:-30}
+KWINDOW=${KWINDOW:-60}
+SHADOW_RATE=${SHADOW_RATE:-}
 BENCH=$BUILD/hotlun-bench
 CTL=$BUILD/hotlunctl
 tmp=$(mktemp -d /tmp/hotlun-failover.XXXXXX)
@@ -85,6 +94,7 @@ admission = always
 origin = rbd:rbd/origin
 rbd_conf = $tmp/ceph/ceph.conf
 cache = ssd
+${SHADOW_RATE:+shadow_rate = $SHADOW_RATE}
 
 [target $iqn]
 lun.0 = d
@@ -141,12 +151,35 @@ start 2
 # warm gateway 1 with the whole image
 "$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 20 "$(url 1)" >/dev/null 2>&1
 
-# ---- kill
+# ---- kill: the old owner's hit ratio, the standby's shadow, the new owner's hit ratio
+read -r h0 q0 <<<"$(hits_reqs 1)"
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 10 "$(url 1)" >/dev/null 2>&1
+read -r h1 q1 <<<"$(hits_reqs 1)"
+kbefore=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
+shd() { gstat "$1" "r['disks']['d']['shadow']['$2']"; }
+ts=$(date +%s)
+for _ in $(seq 1 600); do
+	[ "$(shd 2 behind)" = 0 ] && [ "$(shd 2 hot_blocks)" != 0 ] && [ "$(shd 2 hot_blocks)" != "?" ] && break
+	sleep 0.5
+done
+shadow_s=$(($(date +%s) - ts))
+sreads=$(shd 2 origin_reads)
+sbytes=$(shd 2 origin_bytes)
 load kill 20 1 2
 sleep 5
 kill -KILL "${PID[1]}"
 stopped 1
-report kill
+owner_is 2
+read -r h0 q0 <<<"$(hits_reqs 2)"
+t0=$(date +%s.%N)
+wait "$LOAD" || true
+rest=$(printf '%.0f' "$(echo "$KWINDOW - ($(date +%s.%N) - $t0)" | bc -l)")
+[ "$rest" -gt 0 ] && "$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$rest" "$(url 2)" >/dev/null 2>&1
+read -r h1 q1 <<<"$(hits_reqs 2)"
+kafter=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
+report kill "$(printf ' retained_pct=%.2f hit_before_pct=%.2f hit_after_pct=%.2f window_s=%s shadow_reads=%s shadow_mib=%s shadow_s=%s' \
+	"$(echo "$kafter * 100 / $kbefore" | bc -l)" "$kbefore" "$kafter" "$KWINDOW" "$sreads" \
+	"$((${sbytes:-0} / 1048576))" "$shadow_s")"
 start 1
 
 # ---- freeze (split brain)
