@@ -12,17 +12,19 @@
 #     (SIGKILL); gateway 2 takes over and drops exactly what changed since
 #     its proof: every block it serves is the new data, never the old
 #     (the whole image compared);
+#     The standby's shadow as hotlunctl stats --json, /metrics and SNMP
+#     (hlDiskTable's shadow columns through a real snmpd) show it: equal;
 #  3. the new owner serves the hot range from its cache at once: hit ratio
 #     of a read load right after the takeover >= 80%.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/snmp_lib.sh" # sets T
 hl_cache_front_prereqs
-hl_need qemu-img qemu-io bc rbd ceph ceph-mon ceph-osd
+hl_need qemu-img qemu-io bc rbd ceph ceph-mon ceph-osd curl
 "$HL_BUILDDIR/hotlund" --version | grep -q "^origin backends:.* rbd" || hl_skip "hotlund built without librbd"
 qemu-img --help 2>/dev/null | grep -qw iscsi || hl_missing "qemu-img has no iscsi driver (install qemu-block-extra)"
 MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
 CTL=$HL_BUILDDIR/hotlunctl
 
-T=$(hl_tmpdir)
 cluster=$T/ceph
 rc=0
 MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:64M >"$T/ceph-up.log" 2>&1 || rc=$?
@@ -37,6 +39,10 @@ GW_ORIGIN=rbd:rbd/origin
 GW_DISK_EXTRA="rbd_conf = $cluster/ceph.conf\nshadow_rate = 32MiB/s"
 . "$HL_SRCDIR/tests/functional/gateway_lib.sh"
 gw_setup
+# gateway 2: the control socket the SNMP subagent reads, and a metrics endpoint
+MP=$(hl_free_port)
+sed -i "s|^control_socket = .*|control_socket = $T/ctl.sock|; s|^threads = 2$|&\nmetrics_listen = 127.0.0.1:$MP|" "$T/gw2/hotlund.conf"
+SOCK[2]=$T/ctl.sock
 
 # shd G KEY: a field of gateway G's shadow of disk san
 shd() {
@@ -85,6 +91,42 @@ took=$(($(date +%s) - t0))
 [ "$(shd 1 role)" = owner ] && [ "$(shd 1 publishes)" -ge 1 ] || hl_fail "gateway 1 publishes no hot set: $(shd 1 state)"
 "$CTL" --socket "${SOCK[2]}" stats | grep "shadow:" >&2
 hl_log "1: standby shadowed $sd of $hb hot blocks in about $took s: $reads origin reads, $bytes bytes"
+# the same through /metrics and SNMP: a stats reply, a scrape, a stats reply; equal when
+# both replies agree (a mark move may drop and re-read blocks meanwhile: try again)
+metrics_equal() {
+	local m got want again
+	curl -sf "http://127.0.0.1:$MP/metrics" >"$T/m.txt" || return 1
+	for m in hot_blocks:shadow_hot_blocks shadowed:shadowed_blocks behind:shadow_behind_blocks \
+		origin_reads:shadow_origin_reads_total origin_bytes:shadow_origin_read_bytes_total; do
+		want=$(shd 2 "${m%%:*}")
+		curl -sf "http://127.0.0.1:$MP/metrics" >"$T/m.txt" || return 1
+		again=$(shd 2 "${m%%:*}")
+		got=$(sed -n "s/^hotlun_disk_${m#*:}{disk=\"san\"} \([0-9.e+]*\)\$/\1/p" "$T/m.txt")
+		[ "$want" = "$again" ] && [ -n "$got" ] &&
+			python3 -c "import sys; sys.exit(float('$got') != float('$want'))" || {
+			echo "/metrics hotlun_disk_${m#*:} = '$got', stats ${m%%:*} = $want, then $again"
+			return 1
+		}
+	done
+}
+ok=0
+for i in $(seq 1 60); do
+	[ "$(shd 2 behind)" = 0 ] && metrics_equal >"$T/me.out" && { ok=1; break; }
+	sleep 0.5
+done
+[ $ok = 1 ] || hl_fail "$(cat "$T/me.out")"
+start_snmpd
+start_subagent
+D=$(disk_index san)
+[ -n "$D" ] || hl_fail "san missing from hlDiskTable"
+for o in hlDiskShadowHotBlocks:hot_blocks hlDiskShadowed:shadowed hlDiskShadowBehind:behind \
+	hlDiskShadowOriginReads:origin_reads hlDiskShadowOriginBytes:origin_bytes; do
+	v=$(wait_equal "${o%%:*}" "${o%%:*}" "$D" "s['disks']['san']['shadow']['${o#*:}']")
+	hl_log "1: SNMP ${o%%:*} = $v"
+done
+[ "$(sget hlDiskShadowed "$D")" -ge 300 ] || hl_fail "hlDiskShadowed: $(sget hlDiskShadowed "$D")"
+hl_stop "$SUB_PID"
+hl_stop "$SNMPD_PID"
 
 # ---- 2. writes through the owner, one in its last second
 write_at $((1 * 1048576)) 0x41

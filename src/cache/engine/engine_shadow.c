@@ -43,11 +43,11 @@
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
-#define SHADOW_TICK_MS     100
+#define SHADOW_TICK_MS     20
 #define SHADOW_PUBLISH_MS  3000  /* the owner rewrites its hot set this often */
 #define SHADOW_FETCH_MS    2000  /* a standby rereads it this often once it has caught up */
 #define SHADOW_REFETCH_MS  10000 /* ... and at least this often (a new mark to move to) */
-#define SHADOW_INFLIGHT    8     /* pre-reads out at once per disk */
+#define SHADOW_INFLIGHT    16    /* pre-reads out at once per disk */
 #define SHADOW_PEEKS       4096  /* cached blocks looked at per tick and disk */
 #define SHADOW_SCAN_SLOTS  65536 /* slots the hot scan walks per hold of the cache lock */
 #define SHADOW_HOT_MAX     131072u
