@@ -159,6 +159,7 @@ kbefore=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
 shd() { gstat "$1" "r['disks']['d']['shadow']['$2']"; }
 ts=$(date +%s)
 for _ in $(seq 1 600); do
+	[ "$SHADOW_RATE" = 0 ] && break # off: nothing to wait for
 	[ "$(shd 2 behind)" = 0 ] && [ "$(shd 2 hot_blocks)" != 0 ] && [ "$(shd 2 hot_blocks)" != "?" ] && break
 	sleep 0.5
 done
