@@ -22,7 +22,11 @@
 #           the same reads); shadow_reads/shadow_mib: what the standby read
 #           from the cluster to shadow the old owner's hot set (its rate:
 #           SHADOW_RATE, default hotlund's 8 MiB/s), shadow_s: how long it
-#           took to catch up (behind = 0);
+#           took to catch up (behind = 0); hit_first_pct: the new owner's
+#           hit ratio from the takeover to the end of the kill load (first_s);
+#           ORIGIN_IOPS=N throttles each gateway's origin (origin_iops) like a
+#           slow SAN: on the test machine's local Ceph a cold cache warms up
+#           within seconds, which hides most of what the shadow saves;
 # freeze    SIGSTOP of the owner, SIGCONT after the takeover; old_path: what a
 #           READ already sent to the frozen gateway got when it woke up
 #           (refused = NOT READY; stale = old data: a failure);
@@ -47,6 +51,7 @@ SIZE=${SIZE:-256M}
 WINDOW=${WINDOW:-30}
 KWINDOW=${KWINDOW:-60}
 SHADOW_RATE=${SHADOW_RATE:-}
+ORIGIN_IOPS=${ORIGIN_IOPS:-}
 BENCH=$BUILD/hotlun-bench
 CTL=$BUILD/hotlunctl
 tmp=$(mktemp -d /tmp/hotlun-failover.XXXXXX)
@@ -95,6 +100,7 @@ origin = rbd:rbd/origin
 rbd_conf = $tmp/ceph/ceph.conf
 cache = ssd
 ${SHADOW_RATE:+shadow_rate = $SHADOW_RATE}
+${ORIGIN_IOPS:+origin_iops = $ORIGIN_IOPS}
 
 [target $iqn]
 lun.0 = d
@@ -174,13 +180,16 @@ owner_is 2
 read -r h0 q0 <<<"$(hits_reqs 2)"
 t0=$(date +%s.%N)
 wait "$LOAD" || true
+read -r ha qa <<<"$(hits_reqs 2)"
+first_s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc -l)")
+kfirst=$(echo "($ha - $h0) * 100 / ($qa - $q0)" | bc -l)
 rest=$(printf '%.0f' "$(echo "$KWINDOW - ($(date +%s.%N) - $t0)" | bc -l)")
 [ "$rest" -gt 0 ] && "$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$rest" "$(url 2)" >/dev/null 2>&1
 read -r h1 q1 <<<"$(hits_reqs 2)"
 kafter=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
-report kill "$(printf ' retained_pct=%.2f hit_before_pct=%.2f hit_after_pct=%.2f window_s=%s shadow_reads=%s shadow_mib=%s shadow_s=%s' \
-	"$(echo "$kafter * 100 / $kbefore" | bc -l)" "$kbefore" "$kafter" "$KWINDOW" "$sreads" \
-	"$((${sbytes:-0} / 1048576))" "$shadow_s")"
+report kill "$(printf ' retained_pct=%.2f hit_before_pct=%.2f hit_after_pct=%.2f window_s=%s hit_first_pct=%.2f first_s=%s shadow_reads=%s shadow_mib=%s shadow_s=%s' \
+	"$(echo "$kafter * 100 / $kbefore" | bc -l)" "$kbefore" "$kafter" "$KWINDOW" "$kfirst" "$first_s" \
+	"$sreads" "$((${sbytes:-0} / 1048576))" "$shadow_s")"
 start 1
 
 # ---- freeze (split brain)

@@ -467,13 +467,14 @@ static int shadow_start(struct hl_cache *c)
 	return rc;
 }
 
-/* Wait (bounded) for a disk's pre-reads to come back. */
-static void wait_inflight(struct shadow_ent *se)
+/* Wait (bounded, 5 s) for a disk's pre-reads to come back. @return whether they did. */
+static bool wait_inflight(struct shadow_ent *se)
 {
 	for (int i = 0; i < 1000 && __atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE); i++) {
 		struct timespec ts = {0, 5000000};
 		nanosleep(&ts, NULL);
 	}
+	return !__atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE);
 }
 
 void engine_shadow_stop(struct hl_cache *c)
@@ -510,7 +511,12 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 		pthread_mutex_unlock(&c->shadow->mu);
 	if (!se)
 		return;
-	wait_inflight(se);
+	if (!wait_inflight(se)) {
+		/* their completions still point at se: leave it (a few hundred bytes) */
+		HL_WARN("cache", "cache %s: disk %s: shadow pre-reads still out at detach", c->name,
+		        e->name);
+		return;
+	}
 	free(se->hs.v);
 	pthread_mutex_destroy(&se->state_lock);
 	free(se);
