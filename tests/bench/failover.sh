@@ -43,7 +43,8 @@
 #           same request as SET TARGET PORT GROUPS) every 0.5 s for 30 s:
 #           moves = ownership changes (the hold allows one per 10 s).
 #
-#   tests/bench/failover.sh     (BUILD=dir, default ./build; SIZE=256M; KEEP=1 keeps the logs)
+#   tests/bench/failover.sh     (BUILD=dir, default ./build; SIZE=256M; KEEP=1 keeps the logs;
+#                                ONLY_KILL=1 stops after the kill scenario)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
@@ -190,6 +191,7 @@ kafter=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
 report kill "$(printf ' retained_pct=%.2f hit_before_pct=%.2f hit_after_pct=%.2f window_s=%s hit_first_pct=%.2f first_s=%s shadow_reads=%s shadow_mib=%s shadow_s=%s' \
 	"$(echo "$kafter * 100 / $kbefore" | bc -l)" "$kbefore" "$kafter" "$KWINDOW" "$kfirst" "$first_s" \
 	"$sreads" "$((${sbytes:-0} / 1048576))" "$shadow_s")"
+[ -n "${ONLY_KILL:-}" ] && exit 0
 start 1
 
 # ---- freeze (split brain)
