@@ -32,11 +32,11 @@
 #include <string.h>
 #include <time.h>
 
-#define HOT_PREFIX   "hotlun_hot."
-#define HOT_MAX      131072u
-#define HOT_ENT      12u
-#define HOT_HDR_MAX  512u
-#define SHADOW_MARK  "hotlun-shadow-"
+#define HOT_PREFIX  "hotlun_hot."
+#define HOT_MAX     131072u
+#define HOT_ENT     12u
+#define HOT_HDR_MAX 512u
+#define SHADOW_MARK "hotlun-shadow-"
 /*
  * A new mark this often: what changed since the standby's mark is dropped
  * at a takeover, so a shorter period keeps more; each mark costs a
@@ -135,8 +135,8 @@ static int mark_make(struct hl_origin *o, struct rbd_origin *r)
 	free(snaps);
 	if (!found)
 		return -ENOENT;
-	if ((size_t)snprintf(proof, sizeof(proof), "rbd:%s:%" PRIu64 ":%s", r->image_id, id, name) >=
-	    sizeof(proof))
+	if ((size_t)snprintf(proof, sizeof(proof), "rbd:%s:%" PRIu64 ":%s", r->image_id, id,
+	                     name) >= sizeof(proof))
 		return -ENAMETOOLONG;
 	memcpy(r->shadow_proof, proof, sizeof(proof));
 	r->shadow_mark_s = now_s();
@@ -233,8 +233,10 @@ int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 	size = (uint64_t)rc;
 	buf[size] = '\0';
 	nl = memchr(buf, '\n', size);
-	if (!nl || sscanf(buf, "hotlun-hot 1 gw=%u seq=%llu bs=%u n=%u mark=%191s%n", &gw, &seq, &bs,
-	                  &n, mark, &used) != 5 || buf + used != nl || n > HOT_MAX ||
+	if (!nl ||
+	    sscanf(buf, "hotlun-hot 1 gw=%u seq=%llu bs=%u n=%u mark=%191s%n", &gw, &seq, &bs, &n,
+	           mark, &used) != 5 ||
+	    buf + used != nl || n > HOT_MAX ||
 	    (uint64_t)(nl + 1 - buf) + (uint64_t)n * HOT_ENT != size || !bs) {
 		free(buf);
 		return -EBADMSG;

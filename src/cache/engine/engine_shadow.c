@@ -43,14 +43,14 @@
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
-#define SHADOW_TICK_MS     20
-#define SHADOW_PUBLISH_MS  3000  /* the owner rewrites its hot set this often */
-#define SHADOW_FETCH_MS    2000  /* a standby rereads it this often once it has caught up */
-#define SHADOW_REFETCH_MS  10000 /* ... and at least this often (a new mark to move to) */
-#define SHADOW_INFLIGHT    16    /* pre-reads out at once per disk */
-#define SHADOW_PEEKS       4096  /* cached blocks looked at per tick and disk */
-#define SHADOW_SCAN_SLOTS  65536 /* slots the hot scan walks per hold of the cache lock */
-#define SHADOW_HOT_MAX     131072u
+#define SHADOW_TICK_MS    20
+#define SHADOW_PUBLISH_MS 3000  /* the owner rewrites its hot set this often */
+#define SHADOW_FETCH_MS   2000  /* a standby rereads it this often once it has caught up */
+#define SHADOW_REFETCH_MS 10000 /* ... and at least this often (a new mark to move to) */
+#define SHADOW_INFLIGHT   16    /* pre-reads out at once per disk */
+#define SHADOW_PEEKS      4096  /* cached blocks looked at per tick and disk */
+#define SHADOW_SCAN_SLOTS 65536 /* slots the hot scan walks per hold of the cache lock */
+#define SHADOW_HOT_MAX    131072u
 
 /* One disk's shadow (map_ent.sh). Counters: relaxed atomics, read by the stats. */
 struct shadow_ent {
@@ -58,12 +58,12 @@ struct shadow_ent {
 	uint64_t rate;            /* bytes/s, 0: off (atomic) */
 	bool supported;           /* the origin has hot sets (rbd with gateways) */
 	/* the shadow reactor's own (under c->shadow->mu) */
-	struct hl_hot_set hs;     /* the owner's hot set last read */
-	uint32_t idx;             /* next entry of hs to look at */
+	struct hl_hot_set hs; /* the owner's hot set last read */
+	uint32_t idx;         /* next entry of hs to look at */
 	uint64_t fetched_ns, published_ns, tick_ns;
-	double tokens;            /* bytes the rate allows now */
+	double tokens;                  /* bytes the rate allows now */
 	char mark[HL_ORIGIN_PROOF_MAX]; /* the mark the disk's proof was moved to, "" none */
-	bool owner_last;          /* the last step was the owner's */
+	bool owner_last;                /* the last step was the owner's */
 	/* counters and state for the stats */
 	uint64_t hot_n, shadowed, origin_reads, origin_bytes, dropped, rolls, publishes;
 	uint64_t published_n;
@@ -258,7 +258,8 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se, co
 	free(chg.v);
 	cnt_add(&se->dropped, before - after);
 	if (rc) {
-		HL_WARN_RL("cache", "cache %s: disk %s: shadow: cannot move to the owner's mark: %s",
+		HL_WARN_RL("cache",
+		           "cache %s: disk %s: shadow: cannot move to the owner's mark: %s",
 		           c->name, e->name, strerror(-rc));
 		return rc;
 	}
@@ -531,7 +532,8 @@ void engine_shadow_lock(struct hl_cache *c)
 void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e)
 {
 	if (e->sh) {
-		e->sh->mark[0] = '\0'; /* revalidated: a later stint as standby moves its proof again */
+		e->sh->mark[0] =
+		    '\0'; /* revalidated: a later stint as standby moves its proof again */
 		e->sh->owner_last = true;
 	}
 	if (c->shadow)
