@@ -265,7 +265,7 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se, co
 	}
 	cnt_add(&se->rolls, 1);
 	snprintf(se->mark, sizeof(se->mark), "%s", mark);
-	HL_DEBUG("cache", "cache %s: disk %s: shadow: proof moved to %s: dropped %llu (%s%s)",
+	HL_INFO("cache", "cache %s: disk %s: shadow: proof moved to %s: dropped %llu (%s%s)",
 	         c->name, e->name, mark, (unsigned long long)(before - after), prc ? "cold: " : "",
 	         why);
 	return 0;
