@@ -259,7 +259,12 @@ struct hl_hot_ent {
 	uint32_t freq;  /* the owner's frequency score: higher is hotter */
 };
 
-/** A hot set as a standby reads it (hl_origin_hot_fetch); free v with free(). */
+/** A byte range of an origin. */
+struct hl_hot_range {
+	uint64_t off, len;
+};
+
+/** A hot set as a standby reads it (hl_origin_hot_fetch); free v and chg with free(). */
 struct hl_hot_set {
 	uint16_t owner;    /* gateway id of the publisher */
 	uint64_t seq;      /* counts the owner's publications */
@@ -270,6 +275,16 @@ struct hl_hot_set {
 	                                  the publication was read is newer than the mark */
 	uint32_t n;        /* entries, hottest first */
 	struct hl_hot_ent *v;
+	/*
+	 * The owner's own diff: prev (a proof token, "" none) is the mark
+	 * before `mark`, and chg[0..nchg-1] every range written since prev
+	 * up to after `mark` was made. A standby whose proof is prev moves to
+	 * `mark` by dropping chg (the owner's diff is exact where a standby's
+	 * may only see whole objects).
+	 */
+	char prev[HL_ORIGIN_PROOF_MAX];
+	uint32_t nchg;
+	struct hl_hot_range *chg;
 };
 
 /** A backend. Members are mandatory unless marked optional. */

@@ -134,6 +134,8 @@ static void rbd_close_all(struct rbd_origin *r)
 	free(r->conf);
 	free(r->id);
 	r->conf = r->id = NULL;
+	free(r->shadow_chg); /* rbd_hotset.c's */
+	r->shadow_chg = NULL;
 	if (r->handles_init)
 		pthread_rwlock_destroy(&r->handles);
 	r->handles_init = false;

@@ -14,10 +14,14 @@
  * the diff since that mark, whoever wrote the image after it.
  *
  * The object: one text line
- *   "hotlun-hot 1 gw=G seq=S bs=B n=N mark=PROOF\n"
+ *   "hotlun-hot 2 gw=G seq=S bs=B n=N mark=PROOF prev=PROOF nchg=M\n"
  * then N entries of 12 bytes, little-endian (block: u64, freq: u32),
- * hottest first; at most HOT_MAX entries (1.5 MiB). Replaced whole
- * (rados_write_full) at each publication: one atomic write.
+ * hottest first, at most HOT_MAX (1.5 MiB); then M ranges of 16 bytes
+ * (offset, length: u64), at most CHG_MAX (1 MiB): what the owner's own
+ * diff found written since the previous mark (prev), taken right after
+ * it made `mark`. A standby's diff sees only whole objects (librbd lists
+ * the exact extents only for the lock owner); the owner's is exact.
+ * Replaced whole (rados_write_full) at each publication: one atomic write.
  */
 #include "config.h"
 
@@ -35,7 +39,9 @@
 #define HOT_PREFIX  "hotlun_hot."
 #define HOT_MAX     131072u
 #define HOT_ENT     12u
-#define HOT_HDR_MAX 512u
+#define HOT_HDR_MAX 640u
+#define CHG_MAX     65536u
+#define CHG_ENT     16u
 #define SHADOW_MARK "hotlun-shadow-"
 /*
  * A new mark this often: what changed since the standby's mark is dropped
@@ -97,9 +103,70 @@ static void marks_trim(struct hl_origin *o, struct rbd_origin *r, unsigned keep)
 	free(snaps);
 }
 
+struct chg_list {
+	struct hl_hot_range *v;
+	uint32_t n, cap;
+	bool over;
+};
+
+static void chg_add(void *arg, uint64_t off, uint64_t len)
+{
+	struct chg_list *l = arg;
+
+	if (l->over || !len)
+		return;
+	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
+		l->v[l->n - 1].len += len;
+		return;
+	}
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? 2 * l->cap : 256;
+		void *v = cap <= CHG_MAX ? realloc(l->v, cap * sizeof(*l->v)) : NULL;
+		if (!v) {
+			l->over = true;
+			return;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].off = off;
+	l->v[l->n].len = len;
+	l->n++;
+}
+
+/*
+ * After a new mark: what changed since the mark before it (prev, a proof
+ * token), by the owner's exact diff, into r->shadow_prev/shadow_chg; none
+ * when there is no previous mark, the diff fails or lists too much.
+ */
+static void chg_take(struct rbd_origin *r, const char *prev)
+{
+	struct chg_list l = {0};
+	char name[160];
+	unsigned long long id;
+	char img[128];
+	uint64_t size;
+
+	free(r->shadow_chg);
+	r->shadow_chg = NULL;
+	r->shadow_nchg = 0;
+	r->shadow_prev[0] = '\0';
+	if (!prev[0] || sscanf(prev, "rbd:%127[^:]:%llu:%159s", img, &id, name) != 3 ||
+	    rbd_get_size(r->image, &size) < 0 ||
+	    origin_rbd_diff_since(r->image, name, size, chg_add, &l) < 0 || l.over) {
+		free(l.v);
+		return;
+	}
+	r->shadow_chg = l.v;
+	r->shadow_nchg = l.n;
+	snprintf(r->shadow_prev, sizeof(r->shadow_prev), "%s", prev);
+}
+
 /* A new shadow mark into r->shadow_proof. @return 0 or -errno (the old one stays). */
 static int mark_make(struct hl_origin *o, struct rbd_origin *r)
 {
+	char prev[HL_ORIGIN_PROOF_MAX];
+
 	rbd_snap_info_t *snaps;
 	char name[96], proof[HL_ORIGIN_PROOF_MAX];
 	struct timespec now;
@@ -138,8 +205,10 @@ static int mark_make(struct hl_origin *o, struct rbd_origin *r)
 	if ((size_t)snprintf(proof, sizeof(proof), "rbd:%s:%" PRIu64 ":%s", r->image_id, id,
 	                     name) >= sizeof(proof))
 		return -ENAMETOOLONG;
+	memcpy(prev, r->shadow_proof, sizeof(prev));
 	memcpy(r->shadow_proof, proof, sizeof(proof));
 	r->shadow_mark_s = now_s();
+	chg_take(r, prev); /* before the trim: prev must still exist */
 	marks_trim(o, r, 2);
 	HL_DEBUG(RBD_LOG, "%s: shadow mark %s", o->uri, name);
 	return 0;
@@ -171,14 +240,16 @@ int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struc
 			r->shadow_epoch = r->own_epoch;
 		}
 	}
-	h = snprintf(hdr, sizeof(hdr), "hotlun-hot 1 gw=%u seq=%" PRIu64 " bs=%u n=%u mark=%s\n",
+	h = snprintf(hdr, sizeof(hdr),
+	             "hotlun-hot 2 gw=%u seq=%" PRIu64 " bs=%u n=%u mark=%s prev=%s nchg=%u\n",
 	             r->own_gw, ++r->hot_seq, block_size, n,
-	             r->shadow_proof[0] ? r->shadow_proof : "-");
+	             r->shadow_proof[0] ? r->shadow_proof : "-",
+	             r->shadow_prev[0] ? r->shadow_prev : "-", r->shadow_nchg);
 	if (h < 0 || (size_t)h >= sizeof(hdr)) {
 		handles_done(r);
 		return -ENAMETOOLONG;
 	}
-	len = (size_t)h + (size_t)n * HOT_ENT;
+	len = (size_t)h + (size_t)n * HOT_ENT + (size_t)r->shadow_nchg * CHG_ENT;
 	buf = malloc(len);
 	if (!buf) {
 		handles_done(r);
@@ -192,6 +263,13 @@ int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struc
 		for (int b = 0; b < 4; b++)
 			p[8 + b] = (uint8_t)(v[i].freq >> (8 * b));
 	}
+	for (uint32_t i = 0; i < r->shadow_nchg; i++) {
+		uint8_t *p = buf + h + (size_t)n * HOT_ENT + (size_t)i * CHG_ENT;
+		for (int b = 0; b < 8; b++) {
+			p[b] = (uint8_t)(r->shadow_chg[i].off >> (8 * b));
+			p[8 + b] = (uint8_t)(r->shadow_chg[i].len >> (8 * b));
+		}
+	}
 	hot_oid(r, oid, sizeof(oid));
 	rc = rados_write_full(r->ioctx, oid, (const char *)buf, len);
 	handles_done(r);
@@ -202,12 +280,13 @@ int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struc
 int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 {
 	struct rbd_origin *r = ro_of(o);
-	char oid[160], mark[HL_ORIGIN_PROOF_MAX];
-	unsigned gw, bs, n;
+	char oid[160], mark[HL_ORIGIN_PROOF_MAX], prev[HL_ORIGIN_PROOF_MAX];
+	unsigned gw, bs, n, nchg;
 	unsigned long long seq;
 	uint64_t size;
 	time_t mtime;
 	char *buf, *nl;
+	const uint8_t *p;
 	int rc, used = -1;
 
 	if (!r->gateway || r->snap[0] || !r->image_id[0])
@@ -215,7 +294,8 @@ int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 	hot_oid(r, oid, sizeof(oid));
 	handles_read(r);
 	rc = rados_stat(r->ioctx, oid, &size, &mtime);
-	if (rc < 0 || size > HOT_HDR_MAX + (uint64_t)HOT_MAX * HOT_ENT) {
+	if (rc < 0 ||
+	    size > HOT_HDR_MAX + (uint64_t)HOT_MAX * HOT_ENT + (uint64_t)CHG_MAX * CHG_ENT) {
 		handles_done(r);
 		return rc < 0 ? rc : -EBADMSG;
 	}
@@ -234,20 +314,25 @@ int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 	buf[size] = '\0';
 	nl = memchr(buf, '\n', size);
 	if (!nl ||
-	    sscanf(buf, "hotlun-hot 1 gw=%u seq=%llu bs=%u n=%u mark=%191s%n", &gw, &seq, &bs, &n,
-	           mark, &used) != 5 ||
-	    buf + used != nl || n > HOT_MAX ||
-	    (uint64_t)(nl + 1 - buf) + (uint64_t)n * HOT_ENT != size || !bs) {
+	    sscanf(buf, "hotlun-hot 2 gw=%u seq=%llu bs=%u n=%u mark=%191s prev=%191s nchg=%u%n",
+	           &gw, &seq, &bs, &n, mark, prev, &nchg, &used) != 7 ||
+	    buf + used != nl || n > HOT_MAX || nchg > CHG_MAX || !bs ||
+	    (uint64_t)(nl + 1 - buf) + (uint64_t)n * HOT_ENT + (uint64_t)nchg * CHG_ENT != size) {
 		free(buf);
 		return -EBADMSG;
 	}
 	out->v = n ? calloc(n, sizeof(*out->v)) : NULL;
-	if (n && !out->v) {
+	out->chg = nchg ? calloc(nchg, sizeof(*out->chg)) : NULL;
+	if ((n && !out->v) || (nchg && !out->chg)) {
+		free(out->v);
+		free(out->chg);
+		out->v = NULL;
+		out->chg = NULL;
 		free(buf);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		const uint8_t *p = (const uint8_t *)nl + 1 + (size_t)i * HOT_ENT;
+	p = (const uint8_t *)nl + 1;
+	for (uint32_t i = 0; i < n; i++, p += HOT_ENT) {
 		uint64_t blk = 0;
 		uint32_t f = 0;
 		for (int b = 0; b < 8; b++)
@@ -257,12 +342,23 @@ int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 		out->v[i].block = blk;
 		out->v[i].freq = f;
 	}
+	for (uint32_t i = 0; i < nchg; i++, p += CHG_ENT) {
+		uint64_t off = 0, len = 0;
+		for (int b = 0; b < 8; b++) {
+			off |= (uint64_t)p[b] << (8 * b);
+			len |= (uint64_t)p[8 + b] << (8 * b);
+		}
+		out->chg[i].off = off;
+		out->chg[i].len = len;
+	}
 	free(buf);
 	out->owner = (uint16_t)gw;
 	out->seq = seq;
 	out->block_size = bs;
 	out->n = n;
+	out->nchg = nchg;
 	out->age_ms = (uint64_t)(time(NULL) > mtime ? time(NULL) - mtime : 0) * 1000;
 	snprintf(out->mark, sizeof(out->mark), "%s", strcmp(mark, "-") ? mark : "");
+	snprintf(out->prev, sizeof(out->prev), "%s", strcmp(prev, "-") ? prev : "");
 	return 0;
 }

@@ -234,6 +234,14 @@ static int diff_since(rbd_image_t image, const char *name, uint64_t size, struct
 	return rc;
 }
 
+int origin_rbd_diff_since(rbd_image_t image, const char *name, uint64_t size,
+                          hl_origin_changed_fn changed, void *arg)
+{
+	struct diff_arg d = {.changed = changed, .arg = arg};
+
+	return diff_since(image, name, size, &d);
+}
+
 static int proof_check(struct hl_origin *o, const char *tag, const char *proof,
                        hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
 {

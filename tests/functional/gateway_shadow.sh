@@ -138,6 +138,10 @@ for i in $(seq 1 60); do
 	sleep 0.5
 done
 [ "$(shd 2 marks)" -gt "$m0" ] || hl_fail "the standby's proof did not move in 30 s: $(shd 2 state)"
+# it moved by the owner's exact diff since the mark before (a standby's own diff sees whole objects)
+grep "shadow: proof moved" "$LOG2" | tail -1 | grep -q "the owner's diff since its previous mark: [1-9]" ||
+	hl_fail "the standby did not move its proof by the owner's diff: $(grep "shadow: proof moved" "$LOG2" | tail -2)"
+hl_log "2: $(grep "shadow: proof moved" "$LOG2" | tail -1 | sed 's/.*shadow: //')"
 write_at $((9 * 1048576)) 0x43 # less than a second before the kill
 kill -KILL "${PID[1]}"
 wait "${PID[1]}" 2>/dev/null

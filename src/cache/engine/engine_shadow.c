@@ -128,6 +128,7 @@ static void owner_step(struct hl_cache *c, struct map_ent *e, struct shadow_ent 
 		/* ours now: the next stint as a standby moves its proof again */
 		se->mark[0] = '\0';
 		free(se->hs.v);
+		free(se->hs.chg);
 		memset(&se->hs, 0, sizeof(se->hs));
 		se->owner_last = true;
 	}
@@ -211,32 +212,44 @@ static bool ent_range(const struct hl_hot_set *hs, uint32_t i, uint64_t size, ui
 /*
  * Move the disk's proof onto the owner's mark: drop what changed since the
  * current proof (all of the disk without one), make that durable, record
- * the mark. @return 0 or -errno (the proof stays the old one).
+ * the mark. What changed: the owner's own diff when the current proof is
+ * the mark it diffed from (exact), else this gateway's (a standby may see
+ * only whole objects). @return 0 or -errno (the proof stays the old one).
  */
-static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se, const char *mark)
+static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
+                const struct hl_hot_set *hs)
 {
 	struct changed_list chg = {0};
 	char why[HL_ORIGIN_WHY_MAX] = "";
 	char *proof = NULL, *next;
-	bool nomem = false;
+	bool nomem = false, theirs;
 	uint64_t before, after;
 	int prc, rc = 0;
 
-	next = strdup(mark);
+	next = strdup(hs->mark);
 	if (!next)
 		return -ENOMEM;
 	pthread_mutex_lock(&c->lock);
 	if (e->proof && !(proof = strdup(e->proof)))
 		nomem = true;
 	pthread_mutex_unlock(&c->lock);
-	prc = engine_proof_changes(e->inner, e->tag, proof, nomem, &chg, why, sizeof(why));
+	theirs = proof && hs->prev[0] && !strcmp(proof, hs->prev);
+	if (theirs) {
+		prc = 0;
+		snprintf(why, sizeof(why), "the owner's diff since its previous mark: %u extent(s)",
+		         hs->nchg);
+	} else {
+		prc = engine_proof_changes(e->inner, e->tag, proof, nomem, &chg, why, sizeof(why));
+	}
 	free(proof);
 	pthread_mutex_lock(&c->sync_lock);
 	pthread_mutex_lock(&c->lock);
 	before = hl_cache_core_lun_blocks(c->core, e->id);
 	if (prc)
 		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
-	for (size_t i = 0; !prc && i < chg.n; i++)
+	for (uint32_t i = 0; theirs && i < hs->nchg; i++)
+		hl_cache_core_invalidate(c->core, e->id, hs->chg[i].off, hs->chg[i].len);
+	for (size_t i = 0; !theirs && !prc && i < chg.n; i++)
 		hl_cache_core_invalidate(c->core, e->id, chg.v[i].off, chg.v[i].len);
 	after = hl_cache_core_lun_blocks(c->core, e->id);
 	pthread_mutex_unlock(&c->lock);
@@ -264,10 +277,10 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se, co
 		return rc;
 	}
 	cnt_add(&se->rolls, 1);
-	snprintf(se->mark, sizeof(se->mark), "%s", mark);
+	snprintf(se->mark, sizeof(se->mark), "%s", hs->mark);
 	HL_INFO("cache", "cache %s: disk %s: shadow: proof moved to %s: dropped %llu (%s%s)",
-	         c->name, e->name, mark, (unsigned long long)(before - after), prc ? "cold: " : "",
-	         why);
+	        c->name, e->name, hs->mark, (unsigned long long)(before - after),
+	        prc ? "cold: " : "", why);
 	return 0;
 }
 
@@ -333,6 +346,7 @@ static void standby_step(struct hl_cache *c, struct map_ent *e, struct shadow_en
 			return;
 		}
 		free(se->hs.v);
+		free(se->hs.chg);
 		se->hs = nh;
 		se->idx = 0;
 		__atomic_store_n(&se->hot_n, (uint64_t)nh.n, __ATOMIC_RELAXED);
@@ -341,7 +355,7 @@ static void standby_step(struct hl_cache *c, struct map_ent *e, struct shadow_en
 			se->hs.n = 0;
 			return;
 		}
-		if (strcmp(se->mark, nh.mark) && roll(c, e, se, nh.mark)) {
+		if (strcmp(se->mark, nh.mark) && roll(c, e, se, &se->hs)) {
 			set_state(se, "cannot move the proof to the owner's mark");
 			se->hs.n = 0;
 			return;
@@ -519,6 +533,7 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 		return;
 	}
 	free(se->hs.v);
+	free(se->hs.chg);
 	pthread_mutex_destroy(&se->state_lock);
 	free(se);
 }
