@@ -74,6 +74,10 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 MINI_CEPH_QUIET=1 "$SRC/tests/functional/mini_ceph.sh" up "$tmp/ceph" "origin:$SIZE" >"$tmp/ceph.log" 2>&1 ||
 	{ tail -5 "$tmp/ceph.log" >&2; exit 1; }
 export CEPH_CONF=$tmp/ceph/ceph.conf
+# write the whole image once, as a VM disk in use is: an rbd diff sees the first write to an
+# object that did not exist at a mark as the whole object
+rbd bench --io-type write --io-pattern seq --io-size 4M --io-threads 4 --io-total "$SIZE" rbd/origin \
+	>"$tmp/fill.log" 2>&1 || { tail -5 "$tmp/fill.log" >&2; exit 1; }
 iqn=iqn.2026-11.io.hotlun:failover
 PORT[1]=$(free_port)
 PORT[2]=$(free_port)
