@@ -279,8 +279,7 @@ struct hl_hot_set {
 	 * The owner's own diff: prev (a proof token, "" none) is the mark
 	 * before `mark`, and chg[0..nchg-1] every range written since prev
 	 * up to after `mark` was made. A standby whose proof is prev moves to
-	 * `mark` by dropping chg (the owner's diff is exact where a standby's
-	 * may only see whole objects).
+	 * `mark` by dropping chg instead of diffing the image itself.
 	 */
 	char prev[HL_ORIGIN_PROOF_MAX];
 	uint32_t nchg;

@@ -19,8 +19,9 @@
  * hottest first, at most HOT_MAX (1.5 MiB); then M ranges of 16 bytes
  * (offset, length: u64), at most CHG_MAX (1 MiB): what the owner's own
  * diff found written since the previous mark (prev), taken right after
- * it made `mark`. A standby's diff sees only whole objects (librbd lists
- * the exact extents only for the lock owner); the owner's is exact.
+ * it made `mark`: the owner diffs once for every standby, with the object
+ * map its lock gives it (a standby's librbd has none loaded and would list
+ * every object of the image).
  * Replaced whole (rados_write_full) at each publication: one atomic write.
  */
 #include "config.h"
