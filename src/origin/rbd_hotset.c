@@ -52,6 +52,19 @@
  */
 #define SHADOW_MARK_S 20
 
+/* The mark period; HOTLUN_SHADOW_MARK_S overrides it (tests: 0 makes a mark at every publication). */
+static uint64_t mark_period_s(void)
+{
+	const char *v = getenv("HOTLUN_SHADOW_MARK_S");
+	char *end;
+	unsigned long long s;
+
+	if (!v || !*v)
+		return SHADOW_MARK_S;
+	s = strtoull(v, &end, 10);
+	return *end ? SHADOW_MARK_S : (uint64_t)s;
+}
+
 static void hot_oid(const struct rbd_origin *r, char *oid, size_t len)
 {
 	snprintf(oid, len, HOT_PREFIX "%s", r->image_id);
@@ -232,7 +245,7 @@ int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struc
 		n = HOT_MAX;
 	handles_read(r);
 	if (!r->shadow_proof[0] || r->shadow_gen != atomic_load(&r->gen) ||
-	    r->shadow_epoch != r->own_epoch || now_s() - r->shadow_mark_s >= SHADOW_MARK_S) {
+	    r->shadow_epoch != r->own_epoch || now_s() - r->shadow_mark_s >= mark_period_s()) {
 		/* a new owner (epoch) or connection makes its own first: an old mark may be gone */
 		if (r->shadow_epoch != r->own_epoch || r->shadow_gen != atomic_load(&r->gen))
 			r->shadow_proof[0] = '\0';
