@@ -44,7 +44,8 @@
 #           moves = ownership changes (the hold allows one per 10 s).
 #
 #   tests/bench/failover.sh     (BUILD=dir, default ./build; SIZE=256M; KEEP=1 keeps the logs;
-#                                ONLY_KILL=1 stops after the kill scenario)
+#                                ONLY_KILL=1 stops after the kill scenario; KILL_CSV=FILE keeps the
+#                                kill load's per-second series, for hotlun-bench --plot)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
@@ -136,7 +137,8 @@ field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 # load NAME SECONDS FIRST OTHER [READ_PCT]: verified load through both paths (70% reads)
 load() {
 	"$BENCH" --verify --quiet --read "${5:-70}" --qd 8 --bs 64K --range 240M --time "$2" --path-timeout 2 \
-		--path "127.0.0.1:${PORT[$4]}" "$(url "$3")" >"$tmp/$1.out" 2>"$tmp/$1.err" &
+		--path "127.0.0.1:${PORT[$4]}" ${6:+--csv "$6" --label "$7"} "$(url "$3")" \
+		>"$tmp/$1.out" 2>"$tmp/$1.err" &
 	LOAD=$!
 }
 report() { # report NAME [extra]
@@ -177,7 +179,12 @@ done
 shadow_s=$(($(date +%s) - ts))
 sreads=$(shd 2 origin_reads)
 sbytes=$(shd 2 origin_bytes)
-load kill 20 1 2
+# KILL_CSV=FILE: the kill load runs KWINDOW s longer and writes its per-second series there
+if [ -n "${KILL_CSV:-}" ]; then
+	load kill $((20 + KWINDOW)) 1 2 70 "$KILL_CSV" "shadow_rate ${SHADOW_RATE:-8MiB/s}"
+else
+	load kill 20 1 2
+fi
 sleep 5
 kill -KILL "${PID[1]}"
 stopped 1
