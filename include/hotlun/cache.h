@@ -319,6 +319,34 @@ void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache
                           bool written);
 
 /**
+ * hl_cache_core_read() for a standby's pre-read of its owner's hot set (the
+ * shadow, docs/gateways.md "Warm standby"): a missed block goes straight to
+ * an SSD slot (a free one, or the CLOCK victim unless that is more
+ * frequent), never to the RAM window; nothing is counted as a read (the
+ * hit ratio stays the workload's), and the sequential detector and write
+ * budget see nothing. Same contract for ios otherwise.
+ */
+int hl_cache_core_read_shadow(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+                              struct hl_cache_io *ios, uint32_t max);
+
+/** A cached block and how hot it is (hl_cache_core_hot_scan). */
+struct hl_cache_hot {
+	uint64_t block; /* cache block number on its LUN */
+	uint32_t freq;  /* admission estimate x 4 + CLOCK counter: higher is hotter */
+};
+
+/**
+ * Walk SSD slots [*cursor, *cursor + nslots) and append the blocks of lun
+ * they hold (some sector valid) to out, at most max (the walk stops there).
+ * *cursor moves past the last slot looked at; the walk is done once it
+ * reaches hl_cache_core_info().nslots. Lets a caller list a LUN's resident
+ * blocks a slice per lock hold; it orders them by freq itself. No side
+ * effects. @return how many were appended.
+ */
+uint32_t hl_cache_core_hot_scan(const struct hl_cache_core *c, uint16_t lun, uint64_t *cursor,
+                                uint64_t nslots, struct hl_cache_hot *out, uint32_t max);
+
+/**
  * Drop [off, off+len) of lun from the cache (UNMAP, WRITE SAME, PREEMPT AND
  * ABORT, origin error). Fills in flight for those blocks become stale.
  * len UINT64_MAX - off or more: to the end of the LUN. @return 0 or -ENOENT.

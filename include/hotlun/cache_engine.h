@@ -121,6 +121,40 @@ void hl_cache_hold_proofs(struct hl_origin *cached);
  */
 void hl_cache_proof_now(struct hl_origin *cached);
 
+/*
+ * The warm standby (docs/gateways.md, "Warm standby"): a shared disk's
+ * owner publishes its hot set through the origin; a standby pre-reads it
+ * into its own cache at a bounded rate and keeps what it read proven by
+ * the owner's marks, so a takeover (hl_cache_revalidate) finds it warm.
+ */
+
+/**
+ * Make cached (a shared disk: [global] gateway set) take part: publish as
+ * owner, shadow at rate bytes/s as standby (0: publish only). Again with
+ * another rate: the new rate. An origin without hot sets (a SAN LUN) stays
+ * cold as standby and says so in the stats. Main thread. @return 0 or -errno.
+ */
+int hl_cache_shadow_config(struct hl_origin *cached, uint64_t rate);
+
+/** What a disk's shadow does (hl_cache_shadow_stats). */
+struct hl_cache_shadow_stats {
+	bool supported;        /* the origin has hot sets (rbd); false: the standby stays cold */
+	bool standby;          /* shadowing now (the disk is not ours); false: publishing */
+	uint64_t rate;         /* bytes/s, 0: off */
+	uint64_t hot_blocks;   /* standby: blocks in the owner's hot set last read;
+	                          owner: blocks in the hot set it last published */
+	uint64_t shadowed;     /* standby: of hot_blocks, held in this cache */
+	uint64_t behind;       /* standby: hot_blocks - shadowed */
+	uint64_t origin_reads, origin_bytes; /* pre-reads sent to the origin, since start */
+	uint64_t dropped;      /* blocks dropped when the proof moved to a newer mark */
+	uint64_t marks;        /* proof moves onto the owner's marks */
+	uint64_t publishes;    /* owner: hot sets written */
+	char state[128];       /* one line: what it does now, or why not */
+};
+
+/** The shadow of a shared disk. Any thread. @return 0, -ENOENT (not configured), -EINVAL. */
+int hl_cache_shadow_stats(struct hl_origin *cached, struct hl_cache_shadow_stats *out);
+
 /**
  * Change the admission policy while running ("frequency", "always", "nhit:N";
  * NULL = default). Cached blocks stay. Any thread. @return 0 or -EINVAL/-ENOMEM.

@@ -65,6 +65,9 @@ static inline const char *hl_conf_origin_secret(const struct hl_conf_origin_chap
 	return o->secret ? o->secret : o->file_secret;
 }
 
+/* [disk] shadow_rate when not set: 8 MiB/s (docs/gateways.md, "Warm standby") */
+#define HL_CONF_SHADOW_RATE_DEFAULT (8ull << 20)
+
 struct hl_conf_disk {
 	char *name;
 	char *origin;          /* URI: file:/path, iscsi://..., or a bare path */
@@ -82,6 +85,9 @@ struct hl_conf_disk {
 	                          (hl_origin_opts.sole_writer) */
 	char *serial;          /* LU identity (VPD 80h), or NULL: derived (hl_serial_valid) */
 	char *naa;             /* LU identity (VPD 83h NAA 6), or NULL: derived (hl_parse_naa) */
+	uint64_t shadow_rate;  /* warm standby pre-read rate, bytes/s, 0 = off; when
+	                          shadow_rate_set (else HL_CONF_SHADOW_RATE_DEFAULT) */
+	bool shadow_rate_set;
 	int line;              /* line of the section header, for errors */
 	int origin_line;       /* line of origin =, 0 when not from a file */
 };

@@ -244,6 +244,48 @@ struct hl_own_info {
  */
 typedef void (*hl_origin_pr_changed_fn)(void *arg, uint64_t cookie);
 
+/*
+ * The owner's hot set, for the standbys' shadow (docs/gateways.md, "Warm
+ * standby"): which cache blocks the owner holds and how hot each is, never
+ * data, kept by the cluster behind the origin (rbd: a RADOS object beside
+ * the image, written with the owner's own client, so a fenced owner cannot
+ * write it) with a mark the owner made (a proof token, as proof_take
+ * gives) that standbys prove their shadow against.
+ */
+
+/** One block of a hot set. */
+struct hl_hot_ent {
+	uint64_t block; /* number, in units of hl_hot_set.block_size */
+	uint32_t freq;  /* the owner's frequency score: higher is hotter */
+};
+
+/** A byte range of an origin. */
+struct hl_hot_range {
+	uint64_t off, len;
+};
+
+/** A hot set as a standby reads it (hl_origin_hot_fetch); free v and chg with free(). */
+struct hl_hot_set {
+	uint16_t owner;    /* gateway id of the publisher */
+	uint64_t seq;      /* counts the owner's publications */
+	uint64_t age_ms;   /* how long ago it was written (the object's mtime) */
+	uint32_t block_size; /* bytes per block number */
+	char mark[HL_ORIGIN_PROOF_MAX]; /* a proof token of a mark the owner made before
+	                                  this publication, "" none: every read made after
+	                                  the publication was read is newer than the mark */
+	uint32_t n;        /* entries, hottest first */
+	struct hl_hot_ent *v;
+	/*
+	 * The owner's own diff: prev (a proof token, "" none) is the mark
+	 * before `mark`, and chg[0..nchg-1] every range written since prev
+	 * up to after `mark` was made. A standby whose proof is prev moves to
+	 * `mark` by dropping chg instead of diffing the image itself.
+	 */
+	char prev[HL_ORIGIN_PROOF_MAX];
+	uint32_t nchg;
+	struct hl_hot_range *chg;
+};
+
 /** A backend. Members are mandatory unless marked optional. */
 struct hl_origin_ops {
 	const char *name;   /* "file" */
@@ -399,6 +441,23 @@ struct hl_origin_ops {
 	 * (rbd: the asker never forces on a live heartbeat anyway).
 	 */
 	int (*own_refuse)(struct hl_origin *o, uint16_t gw, uint16_t requester);
+
+	/* ---- the owner's hot set (both optional, both or none; see above) ---- */
+	/**
+	 * The owner: publish v[0..n-1] (hottest first, blocks of block_size
+	 * bytes), replacing the last publication, and make a new mark when the
+	 * last is older than the backend's period. Only while the origin is
+	 * ours. Blocking (a round trip to the cluster); not a reactor that
+	 * serves connections. @return 0, -EAGAIN (not ours now), -errno.
+	 */
+	int (*hot_publish)(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+	                   uint32_t n);
+	/**
+	 * A standby: read the owner's last publication into *out (out->v
+	 * allocated, the caller frees it). Blocking. @return 0, -ENOENT (none
+	 * yet), -errno.
+	 */
+	int (*hot_fetch)(struct hl_origin *o, struct hl_hot_set *out);
 };
 
 struct hl_origin {
@@ -461,6 +520,16 @@ int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proo
 
 /** See hl_origin_ops.identity. @return 0 or -EOPNOTSUPP (none, or it does not fit). */
 int hl_origin_identity(struct hl_origin *o, char *buf, size_t len);
+
+/** See hl_origin_ops.hot_publish. @return -EOPNOTSUPP when no layer has it. */
+int hl_origin_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+                          uint32_t n);
+
+/** See hl_origin_ops.hot_fetch. @return -EOPNOTSUPP when no layer has it. */
+int hl_origin_hot_fetch(struct hl_origin *o, struct hl_hot_set *out);
+
+/** Whether some layer of o's stack publishes hot sets (an rbd origin with gateways). */
+bool hl_origin_has_hot_set(struct hl_origin *o);
 
 /** See hl_origin_ops.proof_release (nothing when the backend has none). */
 void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *proof);

@@ -689,6 +689,26 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		       (long long)jint(ow, "takeovers"),
 		       json_string_value(json_object_get(ow, "last")),
 		       problem && *problem ? "; PROBLEM: " : "", problem && *problem ? problem : "");
+		/* its warm standby (docs/gateways.md, "Warm standby") */
+		json_t *sh = json_object_get(disk, "shadow");
+		char ob[32], rt[32];
+		if (!sh)
+			continue;
+		hl_format_size(jint(sh, "origin_bytes"), ob, sizeof(ob));
+		hl_format_size(jint(sh, "rate"), rt, sizeof(rt));
+		if (!strcmp(json_string_value(json_object_get(sh, "role")) ?: "", "standby"))
+			printf("  %-14s shadow: %lld of %lld hot block(s) shadowed, %lld behind; "
+			       "origin reads %lld (%s) at %s/s; %lld mark move(s), %lld dropped; %s\n",
+			       "", (long long)jint(sh, "shadowed"), (long long)jint(sh, "hot_blocks"),
+			       (long long)jint(sh, "behind"), (long long)jint(sh, "origin_reads"), ob,
+			       rt, (long long)jint(sh, "marks"), (long long)jint(sh, "dropped"),
+			       json_string_value(json_object_get(sh, "state")));
+		else
+			printf("  %-14s shadow: publishes %lld hot block(s) (%lld time(s)); origin "
+			       "reads as standby %lld (%s); %s\n",
+			       "", (long long)jint(sh, "hot_blocks"), (long long)jint(sh, "publishes"),
+			       (long long)jint(sh, "origin_reads"), ob,
+			       json_string_value(json_object_get(sh, "state")));
 	}
 	json_object_foreach(caches, name, cache) {
 		json_t *pc = json_object_get(pcaches, name);

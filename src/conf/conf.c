@@ -455,6 +455,20 @@ int conf_disk_key(struct conf_parser *p, const char *key, const char *v)
 			return conf_perr(p, "cache_quota: '%s' is not a size (e.g. 512M)", v);
 		return 0;
 	}
+	if (strcmp(key, "shadow_rate") == 0) {
+		char num[40];
+		size_t n = strlen(v);
+		if (n >= 2 && !strcmp(v + n - 2, "/s"))
+			n -= 2;
+		if (n >= sizeof(num) || !n)
+			return conf_perr(p, "shadow_rate: '%s' is not a rate (e.g. 8MiB/s, 0 = off)", v);
+		memcpy(num, v, n);
+		num[n] = '\0';
+		if (hl_parse_size(num, &d->shadow_rate))
+			return conf_perr(p, "shadow_rate: '%s' is not a rate (e.g. 8MiB/s, 0 = off)", v);
+		d->shadow_rate_set = true;
+		return 0;
+	}
 	if (strcmp(key, "origin_iops") == 0)
 		return parse_u32(p, key, v, 10000000, &d->origin_iops);
 	if (strcmp(key, "origin_mbps") == 0)

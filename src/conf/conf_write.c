@@ -135,6 +135,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_opt(f, "cache", d->cache);
 		if (d->cache_quota)
 			put_size(f, "cache_quota", d->cache_quota);
+		if (d->shadow_rate_set)
+			fprintf(f, "shadow_rate = %llu\n", (unsigned long long)d->shadow_rate);
 		if (d->origin_iops)
 			fprintf(f, "origin_iops = %u\n", d->origin_iops);
 		if (d->origin_mbps)
@@ -532,6 +534,8 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			return unset_str(&d->naa);
 		if (strcmp(key, "cache_quota") == 0)
 			d->cache_quota = 0;
+		else if (strcmp(key, "shadow_rate") == 0)
+			d->shadow_rate_set = false;
 		else if (strcmp(key, "origin_iops") == 0)
 			d->origin_iops = 0;
 		else if (strcmp(key, "origin_mbps") == 0)

@@ -414,3 +414,19 @@ json_t *daemon_cache_stats_json(void)
 	pthread_mutex_unlock(&g_lock);
 	return all;
 }
+
+json_t *daemon_shadow_json(struct hl_origin *cached)
+{
+	struct hl_cache_shadow_stats st;
+
+	if (!cached || hl_cache_shadow_stats(cached, &st))
+		return NULL;
+	return json_pack("{s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s}",
+	                 "supported", st.supported, "role", st.standby ? "standby" : "owner",
+	                 "rate", (json_int_t)st.rate, "hot_blocks", (json_int_t)st.hot_blocks,
+	                 "shadowed", (json_int_t)st.shadowed, "behind", (json_int_t)st.behind,
+	                 "origin_reads", (json_int_t)st.origin_reads, "origin_bytes",
+	                 (json_int_t)st.origin_bytes, "dropped", (json_int_t)st.dropped,
+	                 "marks", (json_int_t)st.marks, "publishes", (json_int_t)st.publishes,
+	                 "state", st.state);
+}

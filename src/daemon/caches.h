@@ -68,4 +68,10 @@ void daemon_caches_close(void);
  */
 json_t *daemon_cache_stats_json(void);
 
+/**
+ * A shared disk's warm standby (hl_cache_shadow_stats) as a new JSON object
+ * (docs/control.md, "shadow"), or NULL when cached has none.
+ */
+json_t *daemon_shadow_json(struct hl_origin *cached);
+
 #endif

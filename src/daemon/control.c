@@ -1176,6 +1176,9 @@ json_t *daemon_stats(struct daemon *d)
 			json_object_set_new(o, "cache", json_string(rt->conf.cache));
 		if (rt->owner)
 			json_object_set_new(o, "ownership", owner_json(d, rt->owner));
+		json_t *sh = rt->owner ? daemon_shadow_json(rt->cached) : NULL;
+		if (sh)
+			json_object_set_new(o, "shadow", sh);
 		json_object_set_new(disks, rt->conf.name, o);
 	}
 	json_t *list = json_array();

@@ -154,6 +154,19 @@ static void disk_lost(void *arg)
 		hl_cache_hold_proofs(rt->cached);
 }
 
+/* The warm standby of a shared disk (docs/gateways.md): publish as owner, shadow as standby. */
+static void disk_shadow(struct disk_rt *rt, const struct hl_conf_disk *cd)
+{
+	uint64_t rate = cd->shadow_rate_set ? cd->shadow_rate : HL_CONF_SHADOW_RATE_DEFAULT;
+	int rc;
+
+	if (!rt->cached || !rt->owner)
+		return;
+	rc = hl_cache_shadow_config(rt->cached, rate);
+	if (rc)
+		HL_WARN("daemon", "disk %s: no warm standby: %s", cd->name, strerror(-rc));
+}
+
 /*
  * One of several gateways: the disk is served only while the origin's
  * cluster says it is ours (hotlun/owner.h). An origin that cannot share
@@ -419,6 +432,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 			return rc;
 		}
 		disk_pr_share(d, rt, backend);
+		disk_shadow(rt, cd);
 	}
 	HL_NOTICE("daemon", "disk %s: %s, %llu blocks of %u bytes%s", cd->name, shown,
 		  (unsigned long long)hl_lu_num_blocks(rt->lu), cd->block_size,
@@ -615,8 +629,12 @@ static int prepare(struct daemon *d, const struct hl_conf *next, bool force, str
 	for (size_t i = 0; i < next->n_disks; i++) {
 		const struct hl_conf_disk *nd = &next->disks[i];
 		struct disk_rt *old = daemon_disk_find(d, nd->name);
-		if (old && !disk_changed(&old->conf, nd))
+		if (old && !disk_changed(&old->conf, nd)) {
+			old->conf.shadow_rate = nd->shadow_rate; /* applied at once */
+			old->conf.shadow_rate_set = nd->shadow_rate_set;
+			disk_shadow(old, nd);
 			continue;
+		}
 		if (old && !force && disk_sessions(d, nd->name, &who))
 			return daemon_fail(
 			    err, errlen, -EBUSY,

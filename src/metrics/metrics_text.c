@@ -46,6 +46,13 @@ enum fam_id {
 	F_OWN_MOVES,
 	F_OWN_TAKEOVERS,
 	F_OWN_LEASE,
+	/* gateways: a shared disk's warm standby */
+	F_SHADOW_HOT,
+	F_SHADOWED,
+	F_SHADOW_BEHIND,
+	F_SHADOW_READS,
+	F_SHADOW_BYTES,
+	F_SHADOW_RATE,
 	/* per cache and disk */
 	F_CACHE_READS,
 	F_CACHE_READ_BYTES,
@@ -157,6 +164,19 @@ static const struct fam fams[F_N] = {
                          "of those, forced takeovers of a silent owner"},
     [F_OWN_LEASE] = {"hotlun_disk_lease_left_seconds", "gauge",
                      "the owner's time left on its lease (negative: lapsed; 0 when not owner)"},
+    [F_SHADOW_HOT] = {"hotlun_disk_shadow_hot_blocks", "gauge",
+                      "warm standby: blocks in the owner's hot set (standby: as last read; "
+                      "owner: as last published)"},
+    [F_SHADOWED] = {"hotlun_disk_shadowed_blocks", "gauge",
+                    "warm standby: of the hot set, blocks this standby's cache holds"},
+    [F_SHADOW_BEHIND] = {"hotlun_disk_shadow_behind_blocks", "gauge",
+                         "warm standby: hot blocks this standby has yet to pre-read"},
+    [F_SHADOW_READS] = {"hotlun_disk_shadow_origin_reads_total", "counter",
+                        "warm standby: pre-reads sent to the origin"},
+    [F_SHADOW_BYTES] = {"hotlun_disk_shadow_origin_read_bytes_total", "counter",
+                        "warm standby: bytes of those pre-reads"},
+    [F_SHADOW_RATE] = {"hotlun_disk_shadow_rate_bytes", "gauge",
+                       "warm standby: the pre-read rate, bytes per second (0: off)"},
     [F_CACHE_READS] = {"hotlun_cache_reads_total", "counter",
                        "reads that reached the cache, by result: hit, partial, miss"},
     [F_CACHE_READ_BYTES] = {"hotlun_cache_read_bytes_total", "counter",
@@ -499,6 +519,15 @@ static void render_disk(struct render *r, const char *disk, json_t *o)
 	          u64(o, "write_ns"));
 	if (json_is_object(ow))
 		render_ownership(r, disk, ow);
+	json_t *sh = json_object_get(o, "shadow");
+	if (json_is_object(sh)) {
+		counter(r, F_SHADOW_HOT, &l, sh, "hot_blocks");
+		counter(r, F_SHADOWED, &l, sh, "shadowed");
+		counter(r, F_SHADOW_BEHIND, &l, sh, "behind");
+		counter(r, F_SHADOW_READS, &l, sh, "origin_reads");
+		counter(r, F_SHADOW_BYTES, &l, sh, "origin_bytes");
+		counter(r, F_SHADOW_RATE, &l, sh, "rate");
+	}
 }
 
 /* Counters of one disk in one cache. */

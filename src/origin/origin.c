@@ -316,6 +316,27 @@ void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *p
 		p->ops->proof_release(p, tag, proof);
 }
 
+int hl_origin_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+                          uint32_t n)
+{
+	struct hl_origin *p = PROVER(o, hot_publish);
+
+	return p ? p->ops->hot_publish(p, block_size, v, n) : -EOPNOTSUPP;
+}
+
+int hl_origin_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
+{
+	struct hl_origin *p = PROVER(o, hot_fetch);
+
+	memset(out, 0, sizeof(*out));
+	return p ? p->ops->hot_fetch(p, out) : -EOPNOTSUPP;
+}
+
+bool hl_origin_has_hot_set(struct hl_origin *o)
+{
+	return PROVER(o, hot_fetch) != NULL;
+}
+
 int hl_origin_identity(struct hl_origin *o, char *buf, size_t len)
 {
 	struct hl_origin *p = PROVER(o, identity);

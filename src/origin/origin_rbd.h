@@ -72,6 +72,15 @@ struct rbd_origin {
 	bool own_watching;
 	unsigned own_watch_gen;
 	atomic_bool own_watch_lost;    /* the cluster said the watch failed: register again */
+	/* the owner's hot set (rbd_hotset.c; the thread that publishes, one at a time) */
+	char shadow_proof[HL_ORIGIN_PROOF_MAX]; /* the last shadow mark, "" none */
+	uint64_t shadow_mark_s;                 /* when it was made (CLOCK_MONOTONIC s) */
+	uint64_t shadow_epoch;                  /* the ownership epoch it was made in */
+	unsigned shadow_gen;                    /* ... and the connection */
+	uint64_t hot_seq;                       /* publications */
+	char shadow_prev[HL_ORIGIN_PROOF_MAX];  /* the mark before shadow_proof, "" none ... */
+	struct hl_hot_range *shadow_chg;        /* ... and what changed since it (owned) */
+	uint32_t shadow_nchg;
 	/* the record the gateways share (rbd_pr.c), NULL until pr_open; main thread sets it */
 	struct rbd_pr *pr;
 };
@@ -112,6 +121,20 @@ static inline void handles_done(struct rbd_origin *r)
 	if (r->gateway)
 		pthread_rwlock_unlock(&r->handles);
 }
+
+/* ---- rbd_proof.c ---- */
+/**
+ * Every extent written since snapshot `name` (to the head), narrowed to the
+ * exact extents inside each changed object where the cluster allows it.
+ * Blocking. @return >= 0 or -errno.
+ */
+int origin_rbd_diff_since(rbd_image_t image, const char *name, uint64_t size,
+                          hl_origin_changed_fn changed, void *arg);
+
+/* ---- rbd_hotset.c: see hl_origin_ops.hot_publish / hot_fetch ---- */
+int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+                           uint32_t n);
+int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out);
 
 /* ---- rbd.c ---- */
 

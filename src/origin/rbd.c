@@ -135,6 +135,8 @@ static void rbd_close_all(struct rbd_origin *r)
 	free(r->conf);
 	free(r->id);
 	r->conf = r->id = NULL;
+	free(r->shadow_chg); /* rbd_hotset.c's */
+	r->shadow_chg = NULL;
 	if (r->handles_init)
 		pthread_rwlock_destroy(&r->handles);
 	r->handles_init = false;
@@ -683,4 +685,6 @@ const struct hl_origin_ops origin_rbd_ops = {
     .pr_applied = origin_rbd_pr_applied,
     .pr_current = origin_rbd_pr_current,
     .pr_close = origin_rbd_pr_close,
+    .hot_publish = origin_rbd_hot_publish,
+    .hot_fetch = origin_rbd_hot_fetch,
 };

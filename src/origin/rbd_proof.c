@@ -221,6 +221,11 @@ static int diff_since(rbd_image_t image, const char *name, uint64_t size, struct
 				erc = rbd_diff_iterate2(image, name, objs.v[i].off, objs.v[i].len, 1, 0,
 				                        diff_cb, &one);
 			exact += objs.v[i].len;
+			if (erc < 0 && erc != -ERANGE)
+				HL_INFO_RL(RBD_LOG, "rbd diff since %s: exact extents of %llu+%llu: %s "
+				                    "(whole objects instead)",
+				           name, (unsigned long long)objs.v[i].off,
+				           (unsigned long long)objs.v[i].len, strerror(-erc));
 			if (erc < 0) {
 				/* not narrowed down (or failed half way): the whole objects */
 				diff_cb(objs.v[i].off, objs.v[i].len, 1, d);
@@ -232,6 +237,14 @@ static int diff_since(rbd_image_t image, const char *name, uint64_t size, struct
 	}
 	free(objs.v);
 	return rc;
+}
+
+int origin_rbd_diff_since(rbd_image_t image, const char *name, uint64_t size,
+                          hl_origin_changed_fn changed, void *arg)
+{
+	struct diff_arg d = {.changed = changed, .arg = arg};
+
+	return diff_since(image, name, size, &d);
 }
 
 static int proof_check(struct hl_origin *o, const char *tag, const char *proof,

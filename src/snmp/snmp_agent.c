@@ -216,6 +216,21 @@ static int disk_value(const void *row, unsigned col, struct value *v)
 	case 29:
 		num(v, ASN_COUNTER64, d->takeovers);
 		break;
+	case 30:
+		num(v, ASN_COUNTER64, d->shadow_hot);
+		break;
+	case 31:
+		num(v, ASN_COUNTER64, d->shadowed);
+		break;
+	case 32:
+		num(v, ASN_COUNTER64, d->shadow_behind);
+		break;
+	case 33:
+		num(v, ASN_COUNTER64, d->shadow_reads);
+		break;
+	case 34:
+		num(v, ASN_COUNTER64, d->shadow_bytes);
+		break;
 	default:
 		return -1;
 	}
@@ -627,7 +642,7 @@ static int ssn_value(const void *row, unsigned col, struct value *v)
 }
 
 static const struct table_def tables[] = {
-    {"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 2, 29, 1, disk_count, disk_row, disk_index,
+    {"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 2, 34, 1, disk_count, disk_row, disk_index,
      disk_value},
     {"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 2, 21, 1, cache_count, cache_row,
      cache_index, cache_value},

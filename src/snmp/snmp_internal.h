@@ -57,6 +57,8 @@ struct snmp_disk {
 	uint32_t owner_epoch; /* the owner's epoch, saturated at UINT32_MAX */
 	uint64_t owner_moves; /* times this gateway gained or lost the disk */
 	uint64_t takeovers;   /* of those: forced takeovers of a silent owner */
+	/* the warm standby (docs/gateways.md): hot set blocks, held, yet to read; pre-reads */
+	uint64_t shadow_hot, shadowed, shadow_behind, shadow_reads, shadow_bytes;
 };
 
 struct snmp_cache {

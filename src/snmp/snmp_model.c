@@ -226,6 +226,18 @@ static void build_ownership(struct snmp_disk *d, json_t *own)
 	d->takeovers = u64(own, "takeovers");
 }
 
+/* The disk's "shadow" object (the warm standby): present only for a shared, cached disk. */
+static void build_shadow(struct snmp_disk *d, json_t *sh)
+{
+	if (!json_is_object(sh))
+		return;
+	d->shadow_hot = u64(sh, "hot_blocks");
+	d->shadowed = u64(sh, "shadowed");
+	d->shadow_behind = u64(sh, "behind");
+	d->shadow_reads = u64(sh, "origin_reads");
+	d->shadow_bytes = u64(sh, "origin_bytes");
+}
+
 static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *caches)
 {
 	d->name = strdup(name);
@@ -244,6 +256,7 @@ static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *
 	d->write_bytes = u64(o, "write_bytes");
 	d->errors = u64(o, "errors");
 	build_ownership(d, json_object_get(o, "ownership"));
+	build_shadow(d, json_object_get(o, "shadow"));
 
 	/* The cache's view of this disk, when it has a cache. */
 	json_t *cd = NULL;

@@ -6,7 +6,7 @@
 # SET TARGET PORT GROUPS, --verify: every block read is checked against what
 # was written last). Prints one line per scenario:
 #
-#   failover scenario=kill gap_s=6.8 errors=0 stale=0
+#   failover scenario=kill gap_s=6.8 errors=0 stale=0 retained_pct=99.0 hit_before_pct=.. hit_after_pct=.. window_s=60 shadow_reads=4096 shadow_mib=256 shadow_s=33
 #   failover scenario=freeze gap_s=6.8 errors=0 stale=0 old_path=refused
 #   failover scenario=planned gap_s=0.16 errors=0 stale=0
 #   failover scenario=failback gap_s=0.05 errors=0 stale=0 retained_pct=99.1 kept=4096 window_s=30
@@ -16,6 +16,17 @@
 #           first I/O completed there;
 # errors    I/Os that failed (goal 0); stale: verify mismatches (must be 0);
 # kill      SIGKILL of the owner under 70% read / 30% write load;
+#           retained_pct = the new owner's read hit ratio from the takeover
+#           on (the load's rest, then uniform random 64 KiB reads, KWINDOW=60
+#           s in all) over the old owner's before the kill (a 10 s window of
+#           the same reads); shadow_reads/shadow_mib: what the standby read
+#           from the cluster to shadow the old owner's hot set (its rate:
+#           SHADOW_RATE, default hotlund's 8 MiB/s), shadow_s: how long it
+#           took to catch up (behind = 0); hit_first_pct: the new owner's
+#           hit ratio from the takeover to the end of the kill load (first_s);
+#           ORIGIN_IOPS=N throttles each gateway's origin (origin_iops) like a
+#           slow SAN: on the test machine's local Ceph a cold cache warms up
+#           within seconds, which hides most of what the shadow saves;
 # freeze    SIGSTOP of the owner, SIGCONT after the takeover; old_path: what a
 #           READ already sent to the frozen gateway got when it woke up
 #           (refused = NOT READY; stale = old data: a failure);
@@ -32,12 +43,17 @@
 #           same request as SET TARGET PORT GROUPS) every 0.5 s for 30 s:
 #           moves = ownership changes (the hold allows one per 10 s).
 #
-#   tests/bench/failover.sh     (BUILD=dir, default ./build; SIZE=256M; KEEP=1 keeps the logs)
+#   tests/bench/failover.sh     (BUILD=dir, default ./build; SIZE=256M; KEEP=1 keeps the logs;
+#                                ONLY_KILL=1 stops after the kill scenario; KILL_CSV=FILE keeps the
+#                                kill load's per-second series, for hotlun-bench --plot)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
 SIZE=${SIZE:-256M}
 WINDOW=${WINDOW:-30}
+KWINDOW=${KWINDOW:-60}
+SHADOW_RATE=${SHADOW_RATE:-}
+ORIGIN_IOPS=${ORIGIN_IOPS:-}
 BENCH=$BUILD/hotlun-bench
 CTL=$BUILD/hotlunctl
 tmp=$(mktemp -d /tmp/hotlun-failover.XXXXXX)
@@ -59,6 +75,10 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 MINI_CEPH_QUIET=1 "$SRC/tests/functional/mini_ceph.sh" up "$tmp/ceph" "origin:$SIZE" >"$tmp/ceph.log" 2>&1 ||
 	{ tail -5 "$tmp/ceph.log" >&2; exit 1; }
 export CEPH_CONF=$tmp/ceph/ceph.conf
+# write the whole image once, as a VM disk in use is: an rbd diff sees the first write to an
+# object that did not exist at a mark as the whole object
+rbd bench --io-type write --io-pattern seq --io-size 4M --io-threads 4 --io-total "$SIZE" rbd/origin \
+	>"$tmp/fill.log" 2>&1 || { tail -5 "$tmp/fill.log" >&2; exit 1; }
 iqn=iqn.2026-11.io.hotlun:failover
 PORT[1]=$(free_port)
 PORT[2]=$(free_port)
@@ -85,6 +105,8 @@ admission = always
 origin = rbd:rbd/origin
 rbd_conf = $tmp/ceph/ceph.conf
 cache = ssd
+${SHADOW_RATE:+shadow_rate = $SHADOW_RATE}
+${ORIGIN_IOPS:+origin_iops = $ORIGIN_IOPS}
 
 [target $iqn]
 lun.0 = d
@@ -115,7 +137,8 @@ field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 # load NAME SECONDS FIRST OTHER [READ_PCT]: verified load through both paths (70% reads)
 load() {
 	"$BENCH" --verify --quiet --read "${5:-70}" --qd 8 --bs 64K --range 240M --time "$2" --path-timeout 2 \
-		--path "127.0.0.1:${PORT[$4]}" "$(url "$3")" >"$tmp/$1.out" 2>"$tmp/$1.err" &
+		--path "127.0.0.1:${PORT[$4]}" ${6:+--csv "$6" --label "$7"} "$(url "$3")" \
+		>"$tmp/$1.out" 2>"$tmp/$1.err" &
 	LOAD=$!
 }
 report() { # report NAME [extra]
@@ -141,12 +164,45 @@ start 2
 # warm gateway 1 with the whole image
 "$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 20 "$(url 1)" >/dev/null 2>&1
 
-# ---- kill
-load kill 20 1 2
+# ---- kill: the old owner's hit ratio, the standby's shadow, the new owner's hit ratio
+read -r h0 q0 <<<"$(hits_reqs 1)"
+"$BENCH" --quiet --read 100 --bs 64K --qd 8 --time 10 "$(url 1)" >/dev/null 2>&1
+read -r h1 q1 <<<"$(hits_reqs 1)"
+kbefore=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
+shd() { gstat "$1" "r['disks']['d']['shadow']['$2']"; }
+ts=$(date +%s)
+for _ in $(seq 1 600); do
+	[ "$SHADOW_RATE" = 0 ] && break # off: nothing to wait for
+	[ "$(shd 2 behind)" = 0 ] && [ "$(shd 2 hot_blocks)" != 0 ] && [ "$(shd 2 hot_blocks)" != "?" ] && break
+	sleep 0.5
+done
+shadow_s=$(($(date +%s) - ts))
+sreads=$(shd 2 origin_reads)
+sbytes=$(shd 2 origin_bytes)
+# KILL_CSV=FILE: the kill load runs KWINDOW s longer and writes its per-second series there
+if [ -n "${KILL_CSV:-}" ]; then
+	load kill $((20 + KWINDOW)) 1 2 70 "$KILL_CSV" "shadow_rate ${SHADOW_RATE:-8MiB/s}"
+else
+	load kill 20 1 2
+fi
 sleep 5
 kill -KILL "${PID[1]}"
 stopped 1
-report kill
+owner_is 2
+read -r h0 q0 <<<"$(hits_reqs 2)"
+t0=$(date +%s.%N)
+wait "$LOAD" || true
+read -r ha qa <<<"$(hits_reqs 2)"
+first_s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc -l)")
+kfirst=$(echo "($ha - $h0) * 100 / ($qa - $q0)" | bc -l)
+rest=$(printf '%.0f' "$(echo "$KWINDOW - ($(date +%s.%N) - $t0)" | bc -l)")
+[ "$rest" -gt 0 ] && "$BENCH" --quiet --read 100 --bs 64K --qd 8 --time "$rest" "$(url 2)" >/dev/null 2>&1
+read -r h1 q1 <<<"$(hits_reqs 2)"
+kafter=$(echo "($h1 - $h0) * 100 / ($q1 - $q0)" | bc -l)
+report kill "$(printf ' retained_pct=%.2f hit_before_pct=%.2f hit_after_pct=%.2f window_s=%s hit_first_pct=%.2f first_s=%s shadow_reads=%s shadow_mib=%s shadow_s=%s' \
+	"$(echo "$kafter * 100 / $kbefore" | bc -l)" "$kbefore" "$kafter" "$KWINDOW" "$kfirst" "$first_s" \
+	"$sreads" "$((${sbytes:-0} / 1048576))" "$shadow_s")"
+[ -n "${ONLY_KILL:-}" ] && exit 0
 start 1
 
 # ---- freeze (split brain)

@@ -41,7 +41,10 @@ IQN=$HL_IQN_PREFIX:gw-rbd
 GW_ORIGIN=rbd:rbd/origin
 # scenario 3: the frozen owner's MONOTONIC and BOOTTIME stand still, REALTIME is stepped (a synced VM)
 GW_FREEZE_CLOCKS=all
-GW_DISK_EXTRA="rbd_conf = $cluster/ceph.conf"
+# shadow_rate = 0: scenario 4 checks the failback's own diff (exactly the ten writes since the
+# released gateway's mark); a warm standby would move that gateway's proof onto the new
+# owner's marks meanwhile (gateway_shadow.sh tests that)
+GW_DISK_EXTRA="rbd_conf = $cluster/ceph.conf\nshadow_rate = 0"
 . "$HL_SRCDIR/tests/functional/gateway_lib.sh"
 gw_setup
 gw_scenarios

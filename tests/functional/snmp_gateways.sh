@@ -109,6 +109,21 @@ case $LINE in
 esac
 hl_log "ok: handover: gateway 1 standby(2), owner 2, epoch $EPOCH2, moves $MOVES2; hlDiskAluaStateChanged received ($(grep -cE -- "${CHANGED//./\\.}([[:space:]]|\$)" "$T/traps.log") of them)"
 
+# ---- the warm standby: a SAN origin cannot say what the owner changed, so gateway 1, now a
+# standby, stays cold and says so; its shadow columns read 0
+stats
+[ "$(ctl "s['disks']['san']['shadow']['supported']")" = False ] ||
+	hl_fail "a SAN origin claims a warm standby: $(ctl "s['disks']['san']['shadow']")"
+ctl "s['disks']['san']['shadow']['state']" | grep -q "^cold: the origin cannot prove what changed" ||
+	hl_fail "the SAN standby does not say it stays cold: $(ctl "s['disks']['san']['shadow']")"
+"$HL_CTL" --socket "${SOCK[1]}" stats | grep -q "shadow:.*cold: the origin cannot prove" ||
+	hl_fail "hotlunctl stats does not show the cold standby"
+for o in hlDiskShadowHotBlocks hlDiskShadowed hlDiskShadowBehind hlDiskShadowOriginReads \
+	hlDiskShadowOriginBytes; do
+	[ "$(sget "$o" "$D")" = 0 ] || hl_fail "$o on a SAN standby: $(sget "$o" "$D")"
+done
+hl_log "ok: SAN standby stays cold: $(ctl "s['disks']['san']['shadow']['state']")"
+
 hl_stop "$SUB_PID"
 hl_stop "$SNMPD_PID"
 hl_stop "$TRAPD_PID"

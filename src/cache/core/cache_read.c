@@ -284,6 +284,20 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	uint32_t s = HL_CACHE_NO_SLOT;
 	bool empty = false, returning, far = false, freq = c->p.admit == HL_ADMIT_FREQ;
 
+	if (c->shadow) {
+		/* The owner's hot block: to the SSD, unless the victim is more frequent. */
+		s = cache_part_find_free(c, pt);
+		if (s == HL_CACHE_NO_SLOT) {
+			s = cache_part_find_victim(c, pt, &empty);
+			if (s == HL_CACHE_NO_SLOT ||
+			    (!empty && hl_admit_estimate(c->admit, key) <
+			                   hl_admit_estimate(c->admit, c->keys[s])))
+				return HL_CACHE_NO_SLOT;
+			evict_victim(c, l, pt, s, empty);
+		}
+		cache_slot_take(c, pt, s, key);
+		goto ssd;
+	}
 	if (!bypass)
 		s = cache_part_find_free(c, pt);
 	if (s != HL_CACHE_NO_SLOT && hl_admit_should(c->admit, key, c->p.admit_free, 0)) {
@@ -362,7 +376,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 		return -E2BIG;
 	nb = (uint32_t)span;
 	c->call++;
-	bypass = seq_bypass(c, l, off, len);
+	bypass = !c->shadow && seq_bypass(c, l, off, len);
 	b0 = off >> c->block_shift;
 	for (uint32_t k = 0; k < nb; k++) {
 		struct hl_cache_io *io = &ios[k];
@@ -411,7 +425,8 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			hit_bytes += vb;
 			if (io->ram)
 				ram_bytes += vb;
-			budget_missed(c);
+			if (!c->shadow)
+				budget_missed(c);
 			io->kind = nv ? HL_CACHE_IO_PARTIAL : HL_CACHE_IO_MISS;
 			/* Fill the gap [first invalid, last invalid] unless a write is in flight.
 			 */
@@ -427,7 +442,8 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			continue;
 		}
 		io->kind = HL_CACHE_IO_MISS;
-		budget_missed(c);
+		if (!c->shadow)
+			budget_missed(c);
 		if (cache_wip_find(c, key))
 			continue; /* an origin write to it is in flight: do not fill */
 		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
@@ -453,6 +469,8 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			io->fill_nsect = (uint16_t)n;
 		}
 	}
+	if (c->shadow)
+		return (int)(nb + nextra); /* not a read of the workload: not counted */
 	CACHE_STAT(c, l, read_reqs, 1);
 	CACHE_STAT(c, l, bytes_read, len);
 	CACHE_STAT(c, l, bytes_read_cache, hit_bytes);
@@ -469,4 +487,36 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 	else
 		CACHE_STAT(c, l, read_misses, 1);
 	return (int)(nb + nextra);
+}
+
+int hl_cache_core_read_shadow(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
+                              struct hl_cache_io *ios, uint32_t max)
+{
+	int n;
+
+	c->shadow = true;
+	n = hl_cache_core_read(c, lun, off, len, ios, max);
+	c->shadow = false;
+	return n;
+}
+
+uint32_t hl_cache_core_hot_scan(const struct hl_cache_core *c, uint16_t lun, uint64_t *cursor,
+                                uint64_t nslots, struct hl_cache_hot *out, uint32_t max)
+{
+	uint64_t s = *cursor, end = HL_MIN(c->nslots, s + nslots);
+	uint32_t n = 0;
+
+	for (; s < end && n < max; s++) {
+		uint32_t slot = (uint32_t)s;
+		uint64_t key = c->keys[slot];
+
+		if (!cache_is_used(c, slot) || cache_key_lun(key) != lun || cache_valid_empty(c, slot))
+			continue;
+		uint64_t f = (uint64_t)hl_admit_estimate(c->admit, key) * 4 + cache_clock(c, slot);
+		out[n].block = cache_key_block(key);
+		out[n].freq = f > UINT32_MAX ? UINT32_MAX : (uint32_t)f;
+		n++;
+	}
+	*cursor = s;
+	return n;
 }

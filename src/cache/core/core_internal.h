@@ -314,6 +314,13 @@ struct hl_cache_core {
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
 	struct cache_ub ub;
 	struct cache_split split;
+	/*
+	 * hl_cache_core_read_shadow is planning: misses go straight to the SSD
+	 * (a free slot or a CLOCK victim no more frequent), nothing is counted
+	 * as a read, and the sequential detector and write budget are left
+	 * alone (a standby's pre-read of its owner's hot set is not a workload).
+	 */
+	bool shadow;
 };
 
 /* ---- bit helpers ---- */

@@ -433,8 +433,10 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
 
 void hl_cache_quiesce(struct hl_cache *c)
 {
-	if (c)
-		engine_meta_stop(c, true);
+	if (!c)
+		return;
+	engine_shadow_stop(c); /* its fills may still need the metadata thread */
+	engine_meta_stop(c, true);
 }
 
 void hl_cache_close(struct hl_cache *c)
@@ -444,6 +446,7 @@ void hl_cache_close(struct hl_cache *c)
 
 	if (!c)
 		return;
+	engine_shadow_stop(c);
 	engine_meta_stop(c, false);
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->attached)

@@ -31,6 +31,10 @@
  *    map.
  *  - engine_map.c: the disk-name -> LUN-id map file and the disk entries.
  *    Calls none.
+ *  - engine_shadow.c: the warm standby (publish the hot set as owner,
+ *    pre-read the owner's as standby, move the proof onto its marks).
+ *    Calls read (engine_read_shadow), proof, map; proof and origin call
+ *    its lock and detach.
  * No two of them call each other, directly or round a longer circle
  * (engine.c -> origin -> read/write -> fill -> req/ub -> meta -> proof ->
  * map). Below them: cache_meta.c (the on-device metadata), cache_dev.c
@@ -130,6 +134,8 @@ struct map_ent {
 	_Atomic bool proofs_held; /* hl_cache_hold_proofs: no proof until hl_cache_revalidate */
 	uint64_t warm_kept, warm_dropped;
 	char warm_why[HL_ORIGIN_WHY_MAX];
+	/* the warm standby (engine_shadow.c), NULL: not a shared disk; hl_cache.lock */
+	struct shadow_ent *sh;
 };
 
 struct meta_wait {
@@ -183,6 +189,7 @@ struct hl_cache {
 	bool fail_pending;                    /* mlock: kill the on-device metadata */
 	bool dead; /* meta thread (then close): no more metadata writes */
 	uint32_t interval_ms;
+	struct eng_shadow *shadow; /* engine_shadow.c: its reactor, NULL until a disk shadows */
 };
 
 /* Behind each cached origin. */
@@ -544,6 +551,18 @@ void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_even
 
 /** READ and PREFETCH of length > 0 on cached origin o. @return 0 or -errno (no callback). */
 int engine_read(struct hl_origin *o, struct hl_origin_io *uio);
+/** A standby's shadow pre-read (PREFETCH; hl_cache_core_read_shadow plans it). Same contract. */
+int engine_read_shadow(struct hl_origin *o, struct hl_origin_io *uio);
+
+/* engine_shadow.c */
+
+/** Stop the shadow reactor (quiesce): no new pre-reads; waits (bounded) for those out. */
+void engine_shadow_stop(struct hl_cache *c);
+/** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */
+void engine_shadow_detach(struct hl_cache *c, struct map_ent *e);
+/** hl_cache_revalidate: no shadow step (a proof move) runs until engine_shadow_unlock. */
+void engine_shadow_lock(struct hl_cache *c);
+void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e);
 
 /* engine_write.c */
 

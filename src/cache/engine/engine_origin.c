@@ -122,6 +122,7 @@ static void co_close(struct hl_origin *o)
 {
 	struct co_priv *co = co_of(o);
 
+	engine_shadow_detach(co->c, co->ent); /* its pre-reads use o and the inner origin */
 	pthread_mutex_lock(&co->c->sync_lock);
 	pthread_mutex_lock(&co->c->lock);
 	co->ent->attached = false; /* its blocks stay: a restart finds them */

@@ -206,6 +206,7 @@ int hl_cache_revalidate(struct hl_origin *o)
 	co = co_of(o);
 	c = co->c;
 	e = co->ent;
+	engine_shadow_lock(c); /* no proof move of the shadow meanwhile */
 	pthread_mutex_lock(&c->lock);
 	if (e->proof && !(proof = strdup(e->proof)))
 		nomem = true;
@@ -227,6 +228,7 @@ int hl_cache_revalidate(struct hl_origin *o)
 	if (!rc)
 		atomic_store(&e->proofs_held, false); /* coherent: proofs from now on */
 	pthread_mutex_unlock(&c->sync_lock);
+	engine_shadow_unlock(c, e);
 	free(chg.v);
 	HL_NOTICE("cache",
 	          "cache %s: disk %s: ownership gained: kept %llu block(s), dropped %llu (%s%s)",

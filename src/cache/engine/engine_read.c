@@ -435,7 +435,7 @@ static void start_run(struct eng_req *req, uint32_t ka, uint32_t kb)
 }
 
 /* READ and PREFETCH (a read whose data nobody wants: it only warms the cache). */
-int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
+static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow)
 {
 	struct co_priv *co = co_of(o);
 	struct hl_cache *c = co->c;
@@ -450,7 +450,10 @@ int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
 		return -ENOMEM;
 	req->no_data = uio->op != HL_IO_READ;
 	pthread_mutex_lock(&c->lock);
-	n = hl_cache_core_read(c->core, co->ent->id, uio->offset, uio->length, req->ios, 2 * nb);
+	n = shadow ? hl_cache_core_read_shadow(c->core, co->ent->id, uio->offset, uio->length,
+	                                       req->ios, 2 * nb)
+	           : hl_cache_core_read(c->core, co->ent->id, uio->offset, uio->length, req->ios,
+	                                2 * nb);
 	for (int k = 0; k < n && k < (int)nb; k++) {
 		struct hl_cache_io *io = &req->ios[k];
 		if (io_fills(io) && write_overlaps(c, co->ent, io->block))
@@ -518,4 +521,14 @@ int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
 	engine_phase_end(req);
 	req->inside_submit = false;
 	return 0;
+}
+
+int engine_read(struct hl_origin *o, struct hl_origin_io *uio)
+{
+	return read_start(o, uio, false);
+}
+
+int engine_read_shadow(struct hl_origin *o, struct hl_origin_io *uio)
+{
+	return read_start(o, uio, true);
 }

@@ -1273,6 +1273,64 @@ static void test_update_buffer_fifo_duplicates(void)
 	hl_cache_core_destroy(c);
 }
 
+/*
+ * A standby's shadow read: a missed block goes to the SSD even with a RAM
+ * window and a full cache (replacing a colder victim), and nothing counts
+ * as a read; the hot scan lists the LUN's blocks, hottest scoring highest.
+ */
+static void test_shadow_read_and_hot_scan(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 64 * K, 1 * M); /* 64 SSD slots, a window */
+	struct hl_cache_io ios[8];
+	struct hl_cache_stats a, b;
+	struct hl_cache_hot hot[128];
+	uint64_t cur = 0;
+	uint32_t n = 0, got;
+	int k;
+
+	for (uint64_t blk = 0; blk < 64; blk++) /* fill the SSD (warm-up admits directly) */
+		rd(c, 0, blk * 64 * K, 4 * K);
+	for (int i = 0; i < 5; i++)
+		rd(c, 0, 3 * 64 * K, 4 * K); /* block 3: the hottest */
+	hl_cache_core_stats(c, -1, &a);
+	/* block 100: not cached; a plain read would go to the window */
+	k = hl_cache_core_read_shadow(c, 0, 100 * 64 * K, 64 * K, ios, 8);
+	CU_ASSERT_FATAL(k == 1);
+	CU_ASSERT_EQUAL(ios[0].kind, HL_CACHE_IO_MISS);
+	CU_ASSERT_NOT_EQUAL(ios[0].slot, HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(ios[0].ram, 0);
+	CU_ASSERT(ios[0].slot < 64);
+	hl_cache_core_io_end(c, 0, &ios[0], true);
+	hl_cache_core_stats(c, -1, &b);
+	CU_ASSERT_EQUAL(b.read_reqs, a.read_reqs);
+	CU_ASSERT_EQUAL(b.bytes_read, a.bytes_read);
+	CU_ASSERT_EQUAL(b.read_misses, a.read_misses);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 100, NULL), HL_CACHE_NO_SLOT);
+	/* a plain read afterwards is a hit, counted */
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 4 * K), R_HIT);
+	/* the scan, a few slots per call, finds all 64 resident blocks once */
+	do {
+		got = hl_cache_core_hot_scan(c, 0, &cur, 5, hot + n, 128 - n);
+		n += got;
+	} while (cur < 64);
+	CU_ASSERT_EQUAL(n, 64);
+	uint32_t f3 = 0, fmax = 0;
+	bool seen100 = false;
+	for (uint32_t i = 0; i < n; i++) {
+		if (hot[i].block == 3)
+			f3 = hot[i].freq;
+		if (hot[i].block == 100)
+			seen100 = true;
+		if (hot[i].freq > fmax)
+			fmax = hot[i].freq;
+	}
+	CU_ASSERT(seen100);
+	CU_ASSERT_EQUAL(f3, fmax);
+	cur = 0;
+	CU_ASSERT_EQUAL(hl_cache_core_hot_scan(c, 1, &cur, 1000, hot, 128), 0); /* other LUN */
+	hl_cache_core_destroy(c);
+}
+
 static const struct hl_test tests[] = {
     {"parameter checks", test_create_params},
     {"set admission at run time", test_set_admission_at_run_time},
@@ -1304,6 +1362,7 @@ static const struct hl_test tests[] = {
     {"RAM update buffer: coalescing, write-back, drops", test_update_buffer},
     {"RAM update buffer: a block buffered again is never refused",
      test_update_buffer_fifo_duplicates},
+    {"shadow read: straight to the SSD, not counted; hot scan", test_shadow_read_and_hot_scan},
     {NULL, NULL},
 };
 

@@ -1,0 +1,378 @@
+/*
+ * rbd_hotset.c - the owner's hot set of an rbd image, for the standbys'
+ * shadow (docs/gateways.md, "Warm standby"): the owner writes which cache
+ * blocks it holds and how hot each is (no data) into a RADOS object beside
+ * the image, hotlun_hot.<image id>, and every SHADOW_MARK_S makes a mark
+ * snapshot (hotlun-shadow-gN-NS) that the standbys prove their copies
+ * against; standbys read the object. Who may write the image is
+ * rbd_own.c's, the proofs' check (rbd_diff_iterate2) rbd_proof.c's.
+ *
+ * Why a blocklisted owner cannot mislead a standby: the object and the
+ * marks are written with the owner's own client, which the cluster refuses
+ * once it is fenced. A standby trusts nothing of the object but the block
+ * numbers (what to read) and the mark's name: what it read is proven by
+ * the diff since that mark, whoever wrote the image after it.
+ *
+ * The object: one text line
+ *   "hotlun-hot 2 gw=G seq=S bs=B n=N mark=PROOF prev=PROOF nchg=M\n"
+ * then N entries of 12 bytes, little-endian (block: u64, freq: u32),
+ * hottest first, at most HOT_MAX (1.5 MiB); then M ranges of 16 bytes
+ * (offset, length: u64), at most CHG_MAX (1 MiB): what the owner's own
+ * diff found written since the previous mark (prev), taken right after
+ * it made `mark`: the owner diffs once for every standby, with the object
+ * map its lock gives it (a standby's librbd has none loaded and would list
+ * every object of the image).
+ * Replaced whole (rados_write_full) at each publication: one atomic write.
+ */
+#include "config.h"
+
+#include "origin/origin_rbd.h"
+
+#include "hotlun/log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define HOT_PREFIX  "hotlun_hot."
+#define HOT_MAX     131072u
+#define HOT_ENT     12u
+#define HOT_HDR_MAX 640u
+#define CHG_MAX     65536u
+#define CHG_ENT     16u
+#define SHADOW_MARK "hotlun-shadow-"
+/*
+ * A new mark this often: what changed since the standby's mark is dropped
+ * at a takeover, so a shorter period keeps more; each mark costs a
+ * copy-on-write of every object on its first write after it. The owner
+ * keeps the two newest marks: a standby has a whole period to move on.
+ */
+#define SHADOW_MARK_S 20
+
+/* The mark period; HOTLUN_SHADOW_MARK_S overrides it (tests: 0 makes a mark at every publication). */
+static uint64_t mark_period_s(void)
+{
+	const char *v = getenv("HOTLUN_SHADOW_MARK_S");
+	char *end;
+	unsigned long long s;
+
+	if (!v || !*v)
+		return SHADOW_MARK_S;
+	s = strtoull(v, &end, 10);
+	return *end ? SHADOW_MARK_S : (uint64_t)s;
+}
+
+static void hot_oid(const struct rbd_origin *r, char *oid, size_t len)
+{
+	snprintf(oid, len, HOT_PREFIX "%s", r->image_id);
+}
+
+static uint64_t now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec;
+}
+
+/* The image's snapshots whose name starts with SHADOW_MARK, newest (highest id) kept. */
+static void marks_trim(struct hl_origin *o, struct rbd_origin *r, unsigned keep)
+{
+	rbd_snap_info_t *snaps;
+	int max = 16, n;
+
+	for (;;) {
+		snaps = calloc((size_t)max, sizeof(*snaps));
+		if (!snaps)
+			return;
+		n = rbd_snap_list(r->image, snaps, &max);
+		if (n != -ERANGE)
+			break;
+		free(snaps);
+	}
+	if (n < 0) {
+		free(snaps);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		unsigned newer = 0;
+
+		if (strncmp(snaps[i].name, SHADOW_MARK, strlen(SHADOW_MARK)))
+			continue;
+		for (int j = 0; j < n; j++)
+			if (!strncmp(snaps[j].name, SHADOW_MARK, strlen(SHADOW_MARK)) &&
+			    snaps[j].id > snaps[i].id)
+				newer++;
+		if (newer < keep)
+			continue;
+		int rc = rbd_snap_remove(r->image, snaps[i].name);
+		if (rc < 0)
+			HL_WARN(RBD_LOG, "%s: cannot remove the old shadow mark %s: %s", o->uri,
+			        snaps[i].name, strerror(-rc));
+	}
+	rbd_snap_list_end(snaps);
+	free(snaps);
+}
+
+struct chg_list {
+	struct hl_hot_range *v;
+	uint32_t n, cap;
+	bool over;
+};
+
+static void chg_add(void *arg, uint64_t off, uint64_t len)
+{
+	struct chg_list *l = arg;
+
+	if (l->over || !len)
+		return;
+	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
+		l->v[l->n - 1].len += len;
+		return;
+	}
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? 2 * l->cap : 256;
+		void *v = cap <= CHG_MAX ? realloc(l->v, cap * sizeof(*l->v)) : NULL;
+		if (!v) {
+			l->over = true;
+			return;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].off = off;
+	l->v[l->n].len = len;
+	l->n++;
+}
+
+/*
+ * After a new mark: what changed since the mark before it (prev, a proof
+ * token), by the owner's exact diff, into r->shadow_prev/shadow_chg; none
+ * when there is no previous mark, the diff fails or lists too much.
+ */
+static void chg_take(struct rbd_origin *r, const char *prev)
+{
+	struct chg_list l = {0};
+	char name[160];
+	unsigned long long id;
+	char img[128];
+	uint64_t size;
+
+	free(r->shadow_chg);
+	r->shadow_chg = NULL;
+	r->shadow_nchg = 0;
+	r->shadow_prev[0] = '\0';
+	if (!prev[0] || sscanf(prev, "rbd:%127[^:]:%llu:%159s", img, &id, name) != 3 ||
+	    rbd_get_size(r->image, &size) < 0 ||
+	    origin_rbd_diff_since(r->image, name, size, chg_add, &l) < 0 || l.over) {
+		free(l.v);
+		return;
+	}
+	r->shadow_chg = l.v;
+	r->shadow_nchg = l.n;
+	snprintf(r->shadow_prev, sizeof(r->shadow_prev), "%s", prev);
+}
+
+/* A new shadow mark into r->shadow_proof. @return 0 or -errno (the old one stays). */
+static int mark_make(struct hl_origin *o, struct rbd_origin *r)
+{
+	char prev[HL_ORIGIN_PROOF_MAX];
+
+	rbd_snap_info_t *snaps;
+	char name[96], proof[HL_ORIGIN_PROOF_MAX];
+	struct timespec now;
+	int max = 16, n, rc;
+	uint64_t id = 0;
+	bool found = false;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	snprintf(name, sizeof(name), SHADOW_MARK "g%u-%lld%09ld", r->own_gw, (long long)now.tv_sec,
+	         now.tv_nsec);
+	rc = rbd_snap_create(r->image, name);
+	if (rc < 0) {
+		HL_WARN(RBD_LOG, "%s: cannot make the shadow mark %s: %s", o->uri, name,
+		        strerror(-rc));
+		return rc;
+	}
+	for (;;) {
+		snaps = calloc((size_t)max, sizeof(*snaps));
+		if (!snaps)
+			return -ENOMEM;
+		n = rbd_snap_list(r->image, snaps, &max);
+		if (n != -ERANGE)
+			break;
+		free(snaps);
+	}
+	for (int i = 0; i < n; i++)
+		if (!strcmp(snaps[i].name, name)) {
+			id = snaps[i].id;
+			found = true;
+		}
+	if (n >= 0)
+		rbd_snap_list_end(snaps);
+	free(snaps);
+	if (!found)
+		return -ENOENT;
+	if ((size_t)snprintf(proof, sizeof(proof), "rbd:%s:%" PRIu64 ":%s", r->image_id, id,
+	                     name) >= sizeof(proof))
+		return -ENAMETOOLONG;
+	memcpy(prev, r->shadow_proof, sizeof(prev));
+	memcpy(r->shadow_proof, proof, sizeof(proof));
+	r->shadow_mark_s = now_s();
+	chg_take(r, prev); /* before the trim: prev must still exist */
+	marks_trim(o, r, 2);
+	HL_DEBUG(RBD_LOG, "%s: shadow mark %s", o->uri, name);
+	return 0;
+}
+
+int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+                           uint32_t n)
+{
+	struct rbd_origin *r = ro_of(o);
+	char oid[160], hdr[HOT_HDR_MAX];
+	uint8_t *buf;
+	size_t len;
+	int h, rc;
+
+	if (!r->gateway || r->snap[0] || o->read_only || !r->image_id[0])
+		return -EOPNOTSUPP;
+	if (!atomic_load(&r->owned) || atomic_load(&r->fenced))
+		return -EAGAIN;
+	if (n > HOT_MAX)
+		n = HOT_MAX;
+	handles_read(r);
+	if (!r->shadow_proof[0] || r->shadow_gen != atomic_load(&r->gen) ||
+	    r->shadow_epoch != r->own_epoch || now_s() - r->shadow_mark_s >= mark_period_s()) {
+		/* a new owner (epoch) or connection makes its own first: an old mark may be gone */
+		if (r->shadow_epoch != r->own_epoch || r->shadow_gen != atomic_load(&r->gen))
+			r->shadow_proof[0] = '\0';
+		if (mark_make(o, r) == 0) {
+			r->shadow_gen = atomic_load(&r->gen);
+			r->shadow_epoch = r->own_epoch;
+		}
+	}
+	h = snprintf(hdr, sizeof(hdr),
+	             "hotlun-hot 2 gw=%u seq=%" PRIu64 " bs=%u n=%u mark=%s prev=%s nchg=%u\n",
+	             r->own_gw, ++r->hot_seq, block_size, n,
+	             r->shadow_proof[0] ? r->shadow_proof : "-",
+	             r->shadow_prev[0] ? r->shadow_prev : "-", r->shadow_nchg);
+	if (h < 0 || (size_t)h >= sizeof(hdr)) {
+		handles_done(r);
+		return -ENAMETOOLONG;
+	}
+	len = (size_t)h + (size_t)n * HOT_ENT + (size_t)r->shadow_nchg * CHG_ENT;
+	buf = malloc(len);
+	if (!buf) {
+		handles_done(r);
+		return -ENOMEM;
+	}
+	memcpy(buf, hdr, (size_t)h);
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *p = buf + h + (size_t)i * HOT_ENT;
+		for (int b = 0; b < 8; b++)
+			p[b] = (uint8_t)(v[i].block >> (8 * b));
+		for (int b = 0; b < 4; b++)
+			p[8 + b] = (uint8_t)(v[i].freq >> (8 * b));
+	}
+	for (uint32_t i = 0; i < r->shadow_nchg; i++) {
+		uint8_t *p = buf + h + (size_t)n * HOT_ENT + (size_t)i * CHG_ENT;
+		for (int b = 0; b < 8; b++) {
+			p[b] = (uint8_t)(r->shadow_chg[i].off >> (8 * b));
+			p[8 + b] = (uint8_t)(r->shadow_chg[i].len >> (8 * b));
+		}
+	}
+	hot_oid(r, oid, sizeof(oid));
+	rc = rados_write_full(r->ioctx, oid, (const char *)buf, len);
+	handles_done(r);
+	free(buf);
+	return rc < 0 ? rc : 0;
+}
+
+int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
+{
+	struct rbd_origin *r = ro_of(o);
+	char oid[160], mark[HL_ORIGIN_PROOF_MAX], prev[HL_ORIGIN_PROOF_MAX];
+	unsigned gw, bs, n, nchg;
+	unsigned long long seq;
+	uint64_t size;
+	time_t mtime;
+	char *buf, *nl;
+	const uint8_t *p;
+	int rc, used = -1;
+
+	if (!r->gateway || r->snap[0] || !r->image_id[0])
+		return -EOPNOTSUPP;
+	hot_oid(r, oid, sizeof(oid));
+	handles_read(r);
+	rc = rados_stat(r->ioctx, oid, &size, &mtime);
+	if (rc < 0 ||
+	    size > HOT_HDR_MAX + (uint64_t)HOT_MAX * HOT_ENT + (uint64_t)CHG_MAX * CHG_ENT) {
+		handles_done(r);
+		return rc < 0 ? rc : -EBADMSG;
+	}
+	buf = malloc(size + 1);
+	if (!buf) {
+		handles_done(r);
+		return -ENOMEM;
+	}
+	rc = rados_read(r->ioctx, oid, buf, size, 0);
+	handles_done(r);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	size = (uint64_t)rc;
+	buf[size] = '\0';
+	nl = memchr(buf, '\n', size);
+	if (!nl ||
+	    sscanf(buf, "hotlun-hot 2 gw=%u seq=%llu bs=%u n=%u mark=%191s prev=%191s nchg=%u%n",
+	           &gw, &seq, &bs, &n, mark, prev, &nchg, &used) != 7 ||
+	    buf + used != nl || n > HOT_MAX || nchg > CHG_MAX || !bs ||
+	    (uint64_t)(nl + 1 - buf) + (uint64_t)n * HOT_ENT + (uint64_t)nchg * CHG_ENT != size) {
+		free(buf);
+		return -EBADMSG;
+	}
+	out->v = n ? calloc(n, sizeof(*out->v)) : NULL;
+	out->chg = nchg ? calloc(nchg, sizeof(*out->chg)) : NULL;
+	if ((n && !out->v) || (nchg && !out->chg)) {
+		free(out->v);
+		free(out->chg);
+		out->v = NULL;
+		out->chg = NULL;
+		free(buf);
+		return -ENOMEM;
+	}
+	p = (const uint8_t *)nl + 1;
+	for (uint32_t i = 0; i < n; i++, p += HOT_ENT) {
+		uint64_t blk = 0;
+		uint32_t f = 0;
+		for (int b = 0; b < 8; b++)
+			blk |= (uint64_t)p[b] << (8 * b);
+		for (int b = 0; b < 4; b++)
+			f |= (uint32_t)p[8 + b] << (8 * b);
+		out->v[i].block = blk;
+		out->v[i].freq = f;
+	}
+	for (uint32_t i = 0; i < nchg; i++, p += CHG_ENT) {
+		uint64_t off = 0, len = 0;
+		for (int b = 0; b < 8; b++) {
+			off |= (uint64_t)p[b] << (8 * b);
+			len |= (uint64_t)p[8 + b] << (8 * b);
+		}
+		out->chg[i].off = off;
+		out->chg[i].len = len;
+	}
+	free(buf);
+	out->owner = (uint16_t)gw;
+	out->seq = seq;
+	out->block_size = bs;
+	out->n = n;
+	out->nchg = nchg;
+	out->age_ms = (uint64_t)(time(NULL) > mtime ? time(NULL) - mtime : 0) * 1000;
+	snprintf(out->mark, sizeof(out->mark), "%s", strcmp(mark, "-") ? mark : "");
+	snprintf(out->prev, sizeof(out->prev), "%s", strcmp(prev, "-") ? prev : "");
+	return 0;
+}
