@@ -10,8 +10,12 @@
  * Why a blocklisted owner cannot mislead a standby: the object and the
  * marks are written with the owner's own client, which the cluster refuses
  * once it is fenced. A standby trusts nothing of the object but the block
- * numbers (what to read) and the mark's name: what it read is proven by
- * the diff since that mark, whoever wrote the image after it.
+ * numbers (what to read), the mark's name and, when the standby's proof is
+ * the owner's previous mark, the owner's diff between the two: what it
+ * read is proven by the diff since that mark, whoever wrote the image
+ * after it. Writing the object takes write access to the pool, as writing
+ * the image does; its sizes, counts and block size are checked on reading
+ * and the ranges clamped to the disk by the cache.
  *
  * The object: one text line
  *   "hotlun-hot 2 gw=G seq=S bs=B n=N mark=PROOF prev=PROOF nchg=M\n"
@@ -330,7 +334,8 @@ int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 	if (!nl ||
 	    sscanf(buf, "hotlun-hot 2 gw=%u seq=%llu bs=%u n=%u mark=%191s prev=%191s nchg=%u%n",
 	           &gw, &seq, &bs, &n, mark, prev, &nchg, &used) != 7 ||
-	    buf + used != nl || n > HOT_MAX || nchg > CHG_MAX || !bs ||
+	    buf + used != nl || n > HOT_MAX || nchg > CHG_MAX || bs < 512 || bs > (1u << 20) ||
+	    (bs & (bs - 1)) ||
 	    (uint64_t)(nl + 1 - buf) + (uint64_t)n * HOT_ENT + (uint64_t)nchg * CHG_ENT != size) {
 		free(buf);
 		return -EBADMSG;

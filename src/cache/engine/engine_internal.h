@@ -190,6 +190,7 @@ struct hl_cache {
 	bool dead; /* meta thread (then close): no more metadata writes */
 	uint32_t interval_ms;
 	struct eng_shadow *shadow; /* engine_shadow.c: its reactor, NULL until a disk shadows */
+	pthread_mutex_t shadow_mu; /* a shadow step, revalidation, detach (engine_shadow.c); before sync_lock */
 };
 
 /* Behind each cached origin. */

@@ -24,7 +24,7 @@
  * SHADOW_TICK_MS publishes (owner, every SHADOW_PUBLISH_MS) or fetches,
  * rolls and submits pre-reads (standby) within the disk's rate; the
  * blocking calls (the cluster round trips, the diff) run on it too, never
- * on a reactor that serves connections. c->shadow->mu is held for each
+ * on a reactor that serves connections. c->shadow_mu is held for each
  * disk's step and by revalidation and detach (order: shadow mu, sync_lock,
  * lock).
  *
@@ -57,7 +57,7 @@ struct shadow_ent {
 	struct hl_origin *cached; /* the disk's cached origin (engine_read's o) */
 	uint64_t rate;            /* bytes/s, 0: off (atomic) */
 	bool supported;           /* the origin has hot sets (rbd with gateways) */
-	/* the shadow reactor's own (under c->shadow->mu) */
+	/* the shadow reactor's own (under c->shadow_mu) */
 	struct hl_hot_set hs; /* the owner's hot set last read */
 	uint32_t idx;         /* next entry of hs to look at */
 	uint64_t fetched_ns, published_ns, tick_ns;
@@ -81,8 +81,7 @@ struct shadow_io {
 struct eng_shadow {
 	struct hl_reactor *r;
 	struct hl_timer tick;
-	pthread_mutex_t mu;
-	bool stopping; /* mu */
+	bool stopping; /* c->shadow_mu */
 };
 
 static uint64_t ms_since(uint64_t t0, uint64_t now)
@@ -131,6 +130,11 @@ static void owner_step(struct hl_cache *c, struct map_ent *e, struct shadow_ent 
 		free(se->hs.chg);
 		memset(&se->hs, 0, sizeof(se->hs));
 		se->owner_last = true;
+	}
+	if (!se->supported) {
+		/* an origin that cannot prove what changed (a SAN) has nothing to publish for */
+		set_state(se, "cold: the origin cannot prove what changed (no shadow)");
+		return;
 	}
 	if (ms_since(se->published_ns, now) < SHADOW_PUBLISH_MS)
 		return;
@@ -247,14 +251,36 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
 	before = hl_cache_core_lun_blocks(c->core, e->id);
 	if (prc)
 		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
-	for (uint32_t i = 0; theirs && i < hs->nchg; i++)
-		hl_cache_core_invalidate(c->core, e->id, hs->chg[i].off, hs->chg[i].len);
+	if (theirs) {
+		/*
+		 * The owner's ranges come from the cluster: clamped to the disk, and
+		 * more than the disk in all is the whole disk at once (one walk, not
+		 * one per range).
+		 */
+		uint64_t size = __atomic_load_n(&e->inner->size, __ATOMIC_ACQUIRE), total = 0;
+		for (uint32_t i = 0; i < hs->nchg && total <= size; i++)
+			if (hs->chg[i].off < size)
+				total += HL_MIN(hs->chg[i].len, size - hs->chg[i].off);
+		for (uint32_t i = 0; total <= size && i < hs->nchg; i++)
+			if (hs->chg[i].off < size && hs->chg[i].len)
+				hl_cache_core_invalidate(c->core, e->id, hs->chg[i].off,
+				                         HL_MIN(hs->chg[i].len, size - hs->chg[i].off));
+		if (total > size)
+			hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
+	}
 	for (size_t i = 0; !theirs && !prc && i < chg.n; i++)
 		hl_cache_core_invalidate(c->core, e->id, chg.v[i].off, chg.v[i].len);
 	after = hl_cache_core_lun_blocks(c->core, e->id);
 	pthread_mutex_unlock(&c->lock);
-	/* the dropped blocks' records must stop claiming data before a newer proof vouches */
-	if (before != after && !c->dead && !atomic_load(&c->failed))
+	/*
+	 * The records of what was dropped must stop claiming it before a newer
+	 * proof vouches for the rest: after any invalidation, not only when
+	 * blocks went (a write inside a block clears its sectors and keeps the
+	 * slot; a crash before the next sync would bring them back valid under
+	 * the new proof, which never lists that write again).
+	 */
+	bool dropped_any = prc || (theirs ? hs->nchg > 0 : chg.n > 0);
+	if (dropped_any && !c->dead && !atomic_load(&c->failed))
 		rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
 	if (!rc && !c->dead && !atomic_load(&c->failed)) {
 		pthread_mutex_lock(&c->lock);
@@ -367,8 +393,10 @@ static void standby_step(struct hl_cache *c, struct map_ent *e, struct shadow_en
 	/* the rate: tokens accrue per tick, one second's worth at most */
 	if (se->tick_ns && now > se->tick_ns)
 		se->tokens += (double)rate * (double)(now - se->tick_ns) / 1e9;
-	if (se->tokens > (double)rate)
-		se->tokens = (double)rate;
+	/* ... or one block's worth when a block is more than that (a 1 MiB block at 512 KiB/s) */
+	double most = HL_MAX((double)rate, (double)se->hs.block_size);
+	if (se->tokens > most)
+		se->tokens = most;
 	se->tick_ns = now;
 	while (se->idx < se->hs.n && peeks < SHADOW_PEEKS &&
 	       __atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE) < SHADOW_INFLIGHT) {
@@ -421,9 +449,9 @@ static void shadow_tick(struct hl_timer *t)
 	struct eng_shadow *sh = c->shadow;
 	uint64_t now = hl_now_ns();
 
-	pthread_mutex_lock(&sh->mu);
+	pthread_mutex_lock(&c->shadow_mu);
 	if (sh->stopping) {
-		pthread_mutex_unlock(&sh->mu);
+		pthread_mutex_unlock(&c->shadow_mu);
 		return;
 	}
 	for (size_t i = 0;; i++) {
@@ -443,7 +471,7 @@ static void shadow_tick(struct hl_timer *t)
 		else
 			owner_step(c, e, e->sh, now);
 	}
-	pthread_mutex_unlock(&sh->mu);
+	pthread_mutex_unlock(&c->shadow_mu);
 	hl_timer_start(sh->r, &sh->tick, SHADOW_TICK_MS);
 }
 
@@ -464,7 +492,6 @@ static int shadow_start(struct hl_cache *c)
 	sh = calloc(1, sizeof(*sh));
 	if (!sh)
 		return -ENOMEM;
-	pthread_mutex_init(&sh->mu, NULL);
 	hl_timer_init(&sh->tick, shadow_tick, c);
 	rc = hl_reactor_create(&sh->r, "shadow");
 	if (rc) {
@@ -482,14 +509,21 @@ static int shadow_start(struct hl_cache *c)
 	return rc;
 }
 
-/* Wait (bounded, 5 s) for a disk's pre-reads to come back. @return whether they did. */
-static bool wait_inflight(struct shadow_ent *se)
+/*
+ * Wait for a disk's pre-reads to come back, however long the cluster takes
+ * (its own op timeouts bound it): their completions run on the shadow
+ * reactor and point at se, the cache and the origin below it, which the
+ * caller frees next. A notice every 5 s says what it waits for.
+ */
+static void wait_inflight(struct hl_cache *c, struct shadow_ent *se)
 {
-	for (int i = 0; i < 1000 && __atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE); i++) {
+	for (unsigned i = 1; __atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE); i++) {
 		struct timespec ts = {0, 5000000};
 		nanosleep(&ts, NULL);
+		if (i % 1000 == 0)
+			HL_NOTICE("cache", "cache %s: waiting for %u shadow pre-read(s) to come back",
+			          c->name, __atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE));
 	}
-	return !__atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE);
 }
 
 void engine_shadow_stop(struct hl_cache *c)
@@ -498,16 +532,15 @@ void engine_shadow_stop(struct hl_cache *c)
 
 	if (!sh)
 		return;
-	pthread_mutex_lock(&sh->mu);
+	pthread_mutex_lock(&c->shadow_mu);
 	sh->stopping = true;
-	pthread_mutex_unlock(&sh->mu);
+	pthread_mutex_unlock(&c->shadow_mu);
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->sh)
-			wait_inflight(c->ents[i]->sh);
+			wait_inflight(c, c->ents[i]->sh);
 	hl_reactor_stop(sh->r);
 	hl_reactor_join(sh->r);
 	hl_reactor_destroy(sh->r);
-	pthread_mutex_destroy(&sh->mu);
 	free(sh);
 	c->shadow = NULL;
 }
@@ -516,22 +549,15 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 {
 	struct shadow_ent *se;
 
-	if (c->shadow)
-		pthread_mutex_lock(&c->shadow->mu);
+	pthread_mutex_lock(&c->shadow_mu);
 	pthread_mutex_lock(&c->lock);
 	se = e->sh;
 	e->sh = NULL;
 	pthread_mutex_unlock(&c->lock);
-	if (c->shadow)
-		pthread_mutex_unlock(&c->shadow->mu);
+	pthread_mutex_unlock(&c->shadow_mu);
 	if (!se)
 		return;
-	if (!wait_inflight(se)) {
-		/* their completions still point at se: leave it (a few hundred bytes) */
-		HL_WARN("cache", "cache %s: disk %s: shadow pre-reads still out at detach", c->name,
-		        e->name);
-		return;
-	}
+	wait_inflight(c, se);
 	free(se->hs.v);
 	free(se->hs.chg);
 	pthread_mutex_destroy(&se->state_lock);
@@ -540,8 +566,7 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 
 void engine_shadow_lock(struct hl_cache *c)
 {
-	if (c->shadow)
-		pthread_mutex_lock(&c->shadow->mu);
+	pthread_mutex_lock(&c->shadow_mu);
 }
 
 void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e)
@@ -551,8 +576,7 @@ void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e)
 		    '\0'; /* revalidated: a later stint as standby moves its proof again */
 		e->sh->owner_last = true;
 	}
-	if (c->shadow)
-		pthread_mutex_unlock(&c->shadow->mu);
+	pthread_mutex_unlock(&c->shadow_mu);
 }
 
 /* ---- API ---- */
@@ -587,11 +611,11 @@ int hl_cache_shadow_config(struct hl_origin *o, uint64_t rate)
 		free(se);
 		return rc;
 	}
-	pthread_mutex_lock(&c->shadow->mu);
+	pthread_mutex_lock(&c->shadow_mu);
 	pthread_mutex_lock(&c->lock);
 	co->ent->sh = se;
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&c->shadow->mu);
+	pthread_mutex_unlock(&c->shadow_mu);
 	return 0;
 }
 
