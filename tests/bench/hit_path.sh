@@ -11,8 +11,13 @@
 # at 4K QD1, 4K QD64, 64K QD16 and 1 MiB QD8 random reads, for each cache
 # block size. One line per cell: the three figures (IOPS), hit / the lower
 # limit, and hotlund's CPU microseconds per I/O for the hit and the uncached
-# run (utime + stime of /proc/PID/stat over the run / I/Os). Client:
-# hotlun-bench. Not part of `make check`; results go into docs/benchmarks.md.
+# run (utime + stime of /proc/PID/stat over the run / I/Os), and the cache
+# device's average queue (requests in flight, iostat's aqu-sz) and busy time
+# during fio and during the hits (/proc/diskstats of the block device under
+# CACHE_DIR; "-" when there is none): at 4K QD64 the hits keep only about
+# half of their 64 commands at the device (docs/benchmarks.md, "Why 4K QD64
+# hits trail fio"), which the 4K QD128 cell shows. Client: hotlun-bench.
+# Not part of `make check`; results go into docs/benchmarks.md.
 #
 # PROFILE=1 adds, for 4K QD64 hits (first cache block size) and 4K QD64
 # uncached reads, `perf record -g` on hotlund and a table of where its CPU
@@ -21,7 +26,7 @@
 # usage: tests/bench/hit_path.sh [BUILDDIR]
 # environment: FULL=1 (every cell: cache blocks 4K 64K 1M, 10 s a run;
 #              default: cache block 4K and 64K, 3 s a run),
-#              BLOCKS, CELLS ("4K:1 4K:64 64K:16 1M:8"), TIME, RANGE (warmed
+#              BLOCKS, CELLS ("4K:1 4K:64 4K:128 64K:16 1M:8"), TIME, RANGE (warmed
 #              and measured range, default 256M), THREADS (hotlund's, default 2),
 #              CACHE_DIR (where the cache file lives: the "SSD"; default the
 #              run's temp dir), HL_OUT (default ./hit-path), PROFILE=1
@@ -39,7 +44,7 @@ else
 	BLOCKS=${BLOCKS:-4K 64K}
 	TIME=${TIME:-3}
 fi
-CELLS=${CELLS:-4K:1 4K:64 64K:16 1M:8}
+CELLS=${CELLS:-4K:1 4K:64 4K:128 64K:16 1M:8}
 RANGE=${RANGE:-256M}
 THREADS=${THREADS:-2}
 PROFILE=${PROFILE:-0}
@@ -61,6 +66,37 @@ head -c "$RANGE_B" /dev/urandom >"$ORIGIN" || hl_error "cannot write $ORIGIN"
 cat "$ORIGIN" >/dev/null
 dd if="$ORIGIN" of="$FIOF" bs=1M oflag=direct conv=fsync status=none || hl_error "cannot write $FIOF"
 
+# The block device under CDIR, as /proc/diskstats names it (empty: none,
+# e.g. tmpfs): its average queue (requests in flight, iostat's aqu-sz) and
+# busy time during fio and the hit runs show how much of the queue depth
+# reaches the device.
+DISK=$(basename "$(df --output=source "$CDIR" | tail -1)")
+grep -q " $DISK " /proc/diskstats 2>/dev/null || DISK=
+
+# disk_snap: "ms_now io_ticks weighted_ms" of DISK (zeros without one).
+disk_snap() {
+	local now
+	now=$(($(date +%s%N) / 1000000))
+	if [ -n "$DISK" ]; then
+		awk -v d="$DISK" -v t="$now" '$3 == d {print t, $13, $14; exit}' /proc/diskstats
+	else
+		echo "$now 0 0"
+	fi
+}
+
+# disk_delta "SNAP0": "AQU BUSY%" of DISK since SNAP0 ("- -" without one).
+disk_delta() {
+	local t0 b0 w0 t1 b1 w1
+	read -r t0 b0 w0 <<<"$1"
+	read -r t1 b1 w1 <<<"$(disk_snap)"
+	if [ -z "$DISK" ] || [ "$t1" -le "$t0" ]; then
+		echo "- -"
+		return
+	fi
+	awk -v t=$((t1 - t0)) -v b=$((b1 - b0)) -v w=$((w1 - w0)) \
+		'BEGIN {printf "%.1f %.0f\n", w / t, 100 * b / t}'
+}
+
 # cpu_ticks PID: utime + stime of PID in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
@@ -68,27 +104,34 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 
 # bench LUN BS QD: one measured hotlun-bench run against hotlund's LUN;
-# prints "IOPS CPU_US_PER_IO".
+# prints "IOPS CPU_US_PER_IO AQU BUSY%" (the cache device's queue and busy
+# time during the run).
 bench() {
-	local lun=$1 bs=$2 qd=$3 t0 t1 line ios
+	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq
+	d0=$(disk_snap)
 	t0=$(cpu_ticks "$HL_PID")
 	line=$("$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
 		--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$HL_PID")
+	dq=$(disk_delta "$d0")
 	ios=$(field "$line" ios)
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
 	awk -v i="$(field "$line" iops)" -v n="${ios:-0}" -v d=$((t1 - t0)) -v k="$TCK" \
-		'BEGIN {printf "%d %.1f\n", i, n ? d * 1e6 / k / n : 0}'
+		'BEGIN {printf "%d %.1f", i, n ? d * 1e6 / k / n : 0}'
+	echo " $dq"
 }
 
 # fio_iops BS QD: random O_DIRECT io_uring reads of FIOF, RANGE of data
 # written in the cache file's folder (the cache device's file system; the
 # cache file itself has holes where no block was filled, which read at
-# memory speed).
+# memory speed). Prints "IOPS AQU BUSY%".
 fio_iops() {
-	fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+	local d0 iops
+	d0=$(disk_snap)
+	iops=$(fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
 		--bs="$1" --iodepth="$2" --size="$RANGE" --time_based --runtime="$TIME" \
-		--output-format=terse --terse-version=3 2>>"$OUT/fio.err" | awk -F';' '{print $8}'
+		--output-format=terse --terse-version=3 2>>"$OUT/fio.err" | awk -F';' '{print $8}')
+	echo "${iops:-0} $(disk_delta "$d0")"
 }
 
 # start CACHE_BS: hotlund with LUN 0 = origin cached on a fresh cache file, LUN 1 = origin uncached.
@@ -147,8 +190,8 @@ for cell in $CELLS; do
 	FIO[$cell]=0
 done
 {
-	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | CPU µs/IO hit | CPU µs/IO uncached |"
-	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
+	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$OUT/results.md"
 first=1
 for cbs in $BLOCKS; do
@@ -157,12 +200,15 @@ for cbs in $BLOCKS; do
 		bs=${cell%:*} qd=${cell#*:}
 		# The device limit does not depend on the cache block: measure it once.
 		[ "${FIO[$cell]}" = 0 ] && FIO[$cell]=$(fio_iops "$bs" "$qd")
-		read -r hit hcpu <<<"$(bench 0 "$bs" "$qd")"
-		read -r unc ucpu <<<"$(bench 1 "$bs" "$qd")"
-		awk -v c="$cbs" -v b="$bs" -v q="$qd" -v f="${FIO[$cell]:-0}" -v h="$hit" -v u="$unc" \
-			-v hc="$hcpu" -v uc="$ucpu" 'BEGIN {lim = f < u ? f : u;
-			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %.1f | %.1f |\n", c, b, q, f, h, u,
-				lim ? h / lim : 0, hc, uc}' | tee -a "$OUT/results.md"
+		read -r hit hcpu hq hb <<<"$(bench 0 "$bs" "$qd")"
+		read -r unc ucpu _ _ <<<"$(bench 1 "$bs" "$qd")"
+		read -r f fq fb <<<"${FIO[$cell]}"
+		awk -v c="$cbs" -v b="$bs" -v q="$qd" -v f="${f:-0}" -v h="$hit" -v u="$unc" \
+			-v hc="$hcpu" -v uc="$ucpu" -v fq="$fq" -v hq="$hq" -v fb="$fb" -v hb="$hb" \
+			'BEGIN {lim = f < u ? f : u;
+			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %.1f | %.1f | %s / %s | %s / %s |\n",
+				c, b, q, f, h, u, lim ? h / lim : 0, hc, uc, fq, hq, fb, hb}' |
+			tee -a "$OUT/results.md"
 	done
 	hits=$(($(hl_cache_stat "$SOCK" ssd read_hits) - HITS0))
 	miss=$(($(hl_cache_stat "$SOCK" ssd read_misses) - MISS0))
