@@ -1203,6 +1203,8 @@ static void test_crash_no_stale(void)
 	free(w);
 }
 
+static bool map_holds(const char *needle);
+
 /*
  * The warm standby (engine_shadow.c) moves its disk's proof onto the owner's
  * newer mark, dropping the ranges of the owner's diff. A 4 KiB write inside
@@ -1214,8 +1216,6 @@ static void test_crash_no_stale(void)
  * roll, so only the roll itself can have written the records. Fails
  * without 941b49d (the roll synced only when whole blocks went).
  */
-static bool map_holds(const char *needle);
-
 static void test_shadow_roll_partial_crash(void)
 {
 	const uint64_t chg_off = 2 * BS + 16 * K, chg_len = 4 * K;
@@ -1309,6 +1309,79 @@ static void test_shadow_roll_partial_crash(void)
 	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0);
 	stats(c, &st);
 	CU_ASSERT(st.core.bytes_read_cache >= 7 * BS); /* the rest stayed warm */
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+}
+
+/*
+ * The same for a takeover (hl_cache_revalidate): the peer wrote 4 KiB
+ * inside cached block 2 while the disk was not ours; the revalidation
+ * clears those sectors and keeps the block. Its records must stop claiming
+ * them before the disk is served: once the origin is quiet the metadata
+ * thread records a proof newer than that write, and nothing else makes it
+ * sync the records (an invalidation counts no change), so a crash would
+ * bring the old sectors back valid under a proof that never lists the
+ * write again.
+ */
+static void test_revalidate_partial_crash(void)
+{
+	const uint64_t chg_off = 2 * BS + 16 * K, chg_len = 4 * K;
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS), src = 0;
+	char want[32];
+	bool ok = false;
+
+	o = fixture_up(&c, NULL, &f, 28, "fake:reval");
+	f.diff = true;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* the records claim blocks 0..7, then a quiet origin's proof is recorded: fake:0 */
+	CU_ASSERT(wait_synced(c));
+	for (int i = 0; i < 300 && !ok; i++) {
+		pthread_mutex_lock(&c->sync_lock);
+		ok = c->ents[0]->proof && !strcmp(c->ents[0]->proof, "fake:0");
+		pthread_mutex_unlock(&c->sync_lock);
+		if (!ok)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT_FATAL(ok);
+	ok = false;
+	hl_cache_hold_proofs(o);                    /* handed over */
+	fake_external(&f, chg_off, chg_len, 0xd5);  /* the peer writes inside block 2 */
+	CU_ASSERT_EQUAL(hl_cache_revalidate(o), 0); /* ours again */
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.warm_dropped, 0); /* sectors only, no whole block */
+	/* quiet: the metadata thread records a proof of the origin as it is now */
+	snprintf(want, sizeof(want), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f.gen, __ATOMIC_SEQ_CST));
+	for (int i = 0; i < 300 && !ok; i++) {
+		pthread_mutex_lock(&c->sync_lock);
+		ok = c->ents[0]->proof && !strcmp(c->ents[0]->proof, want);
+		pthread_mutex_unlock(&c->sync_lock);
+		if (!ok)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT_FATAL(ok);
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c); /* no clean shutdown */
+
+	o = cache_up(&c, NULL, &f, "fake:reval");
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 8);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_read_src(o, chg_off, chg_len, buf, &src), 0);
+	CU_ASSERT(buf[0] == 0xd5 && buf[chg_len - 1] == 0xd5); /* not the old sectors */
+	/* every byte from the origin */
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
 	free(buf);
@@ -2802,6 +2875,8 @@ int main(void)
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
 	    {"shadow: a proof move past a 4 KiB write inside a block survives a crash",
 	     test_shadow_roll_partial_crash},
+	    {"ownership: a revalidation past a 4 KiB write inside a block survives a crash",
+	     test_revalidate_partial_crash},
 	    {"a failing cache device: pass-through with correct data", test_device_failure},
 	    {"hits in adjacent slots: one device read", test_adjacent_hits_one_read},
 	    {"a failing origin: error returned, blocks dropped", test_origin_failure},
