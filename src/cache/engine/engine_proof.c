@@ -220,8 +220,15 @@ int hl_cache_revalidate(struct hl_origin *o)
 	uint64_t after = e->warm_kept, dropped = e->warm_dropped;
 	pthread_mutex_unlock(&c->lock);
 	/* the proofs_held flag stays set until the dropped blocks' records are written */
-	/* Before the disk is served: the dropped blocks' records must stop claiming data. */
-	if (dropped && !c->dead)
+	/*
+	 * Before the disk is served: the records of what was dropped must stop
+	 * claiming it, after any invalidation, not only when blocks went (as at
+	 * attach): a write inside a block clears sectors and keeps the slot, and
+	 * nothing else syncs for it; a crash after the metadata thread recorded a
+	 * newer proof would bring them back valid under a proof that never lists
+	 * that write again.
+	 */
+	if ((prc || chg.n) && !c->dead)
 		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
 	if (!rc && proof_gone)
 		rc = engine_map_write(c, "open");

@@ -7,7 +7,9 @@
  * The .c files are included so tests can reach the cache's insides: swap
  * the data origin for a failing one (device failure) and stop a cache
  * without its clean shutdown (a crash). Every engine*.c of src/cache/engine,
- * so that none of them is also linked from libhotlun.
+ * so that none of them is also linked from libhotlun; but engine_shadow.c
+ * (the warm standby), whose statics share names with this file's: it comes
+ * from libhotlun and is driven through its API (hl_cache_shadow_*).
  */
 #include "../../../src/cache/engine/engine.c"
 #include "../../../src/cache/engine/engine_map.c"
@@ -72,6 +74,8 @@ struct fake {
 		uint64_t gen, off, len;
 	} wr[256];
 	int nwr; /* atomic; writes past 256 make proof_check say -ESTALE */
+	/* the owner's hot set a standby reads (fake_hot_ops), NULL: none yet */
+	const struct hl_hot_set *hot;
 };
 
 static void fake_wrote(struct fake *f, uint64_t off, uint64_t len)
@@ -230,6 +234,46 @@ static const struct hl_origin_ops fake_ops = {
     .proof_check = fake_proof_check,
 };
 
+/* The owner's side of a shared disk (rbd with gateways): its hot set, made by the test. */
+static int fake_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+                            uint32_t n)
+{
+	(void)o, (void)block_size, (void)v, (void)n;
+	return -EAGAIN; /* never ours in these tests */
+}
+
+static int fake_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+	const struct hl_hot_set *h = f->hot;
+
+	if (!h)
+		return -ENOENT;
+	*out = *h;
+	out->v = malloc((h->n ? h->n : 1) * sizeof(*out->v));
+	out->chg = malloc((h->nchg ? h->nchg : 1) * sizeof(*out->chg));
+	if (!out->v || !out->chg) {
+		free(out->v);
+		free(out->chg);
+		return -ENOMEM;
+	}
+	memcpy(out->v, h->v, h->n * sizeof(*out->v));
+	memcpy(out->chg, h->chg, h->nchg * sizeof(*out->chg));
+	return 0;
+}
+
+static const struct hl_origin_ops fake_hot_ops = {
+    .name = "fake",
+    .priv_size = sizeof(void *),
+    .open = fake_open,
+    .close = fake_close,
+    .submit = fake_submit,
+    .proof_take = fake_proof_take,
+    .proof_check = fake_proof_check,
+    .hot_publish = fake_hot_publish,
+    .hot_fetch = fake_hot_fetch,
+};
+
 /* [disk] exclusive = yes for the fake origins made from now on */
 static bool g_sole_writer;
 
@@ -243,6 +287,15 @@ static struct hl_origin *fake_origin(struct fake *f, const char *uri)
 	o->can_discard = true;
 	o->sole_writer = g_sole_writer;
 	*(struct fake **)hl_origin_priv(o) = f;
+	return o;
+}
+
+/* fake_origin() with an owner's hot set: f->hot (a shared disk's origin, like rbd). */
+static struct hl_origin *fake_hot_origin(struct fake *f, const char *uri)
+{
+	struct hl_origin *o = fake_origin(f, uri);
+
+	o->ops = &fake_hot_ops;
 	return o;
 }
 
@@ -1148,6 +1201,190 @@ static void test_crash_no_stale(void)
 	fixture_down(c, o, &f);
 	free(buf);
 	free(w);
+}
+
+static bool map_holds(const char *needle);
+
+/*
+ * The warm standby (engine_shadow.c) moves its disk's proof onto the owner's
+ * newer mark, dropping the ranges of the owner's diff. A 4 KiB write inside
+ * a cached 64 KiB block clears sectors and keeps the block: the records on
+ * the device must stop claiming those sectors before the map names the new
+ * mark, or a crash before the next metadata sync brings the old sectors
+ * back valid under a mark that never lists that write again (a stale read
+ * after restart and takeover). The metadata thread is stopped before the
+ * roll, so only the roll itself can have written the records. Fails
+ * without 941b49d (the roll synced only when whole blocks went).
+ */
+static void test_shadow_roll_partial_crash(void)
+{
+	const uint64_t chg_off = 2 * BS + 16 * K, chg_len = 4 * K;
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o, *inner;
+	struct hl_cache_shadow_stats ss;
+	struct hl_cache_engine_stats st;
+	struct hl_hot_ent hot[3] = {{0, 9}, {1, 8}, {3, 7}}; /* cached; not block 2 */
+	struct hl_hot_range chg = {chg_off, chg_len};
+	struct hl_hot_set hs = {
+	    .owner = 1, .seq = 1, .block_size = BS, .n = 3, .v = hot, .nchg = 1, .chg = &chg};
+	uint8_t *buf = malloc(8 * BS), src = 0;
+	bool moved = false;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 27);
+	f.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	inner = fake_hot_origin(&f, "fake:shadow");
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, inner, &o) == 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* the records claim blocks 0..7, then a quiet origin's proof is recorded: fake:0 */
+	CU_ASSERT(wait_synced(c));
+	for (int i = 0; i < 300; i++) {
+		pthread_mutex_lock(&c->sync_lock);
+		bool ok = c->ents[0]->proof && !strcmp(c->ents[0]->proof, "fake:0");
+		pthread_mutex_unlock(&c->sync_lock);
+		if (ok)
+			break;
+		usleep(10 * 1000);
+	}
+	pthread_mutex_lock(&c->sync_lock);
+	CU_ASSERT_FATAL(c->ents[0]->proof && !strcmp(c->ents[0]->proof, "fake:0"));
+	snprintf(hs.prev, sizeof(hs.prev), "%s", c->ents[0]->proof);
+	pthread_mutex_unlock(&c->sync_lock);
+	CU_ASSERT(wait_synced(c));
+
+	/* Handed over: a standby now. No metadata sync from here on but the roll's own. */
+	hl_cache_hold_proofs(o);
+	engine_meta_stop(c, false);
+	/* The owner writes 4 KiB inside block 2, then makes a mark and publishes. */
+	fake_external(&f, chg_off, chg_len, 0xc4);
+	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f.gen, __ATOMIC_SEQ_CST));
+	f.hot = &hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(o, 64 * M), 0);
+	for (int i = 0; i < 500 && !moved; i++) { /* the first tick fetches and rolls: 20 ms */
+		CU_ASSERT_EQUAL(hl_cache_shadow_stats(o, &ss), 0);
+		moved = ss.marks >= 1;
+		if (!moved)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT_FATAL(moved);
+	CU_ASSERT(ss.supported && ss.standby);
+	CU_ASSERT_EQUAL(ss.dropped, 0); /* no whole block went: sectors only */
+	pthread_mutex_lock(&c->sync_lock);
+	CU_ASSERT(c->ents[0]->proof && !strcmp(c->ents[0]->proof, hs.mark));
+	pthread_mutex_unlock(&c->sync_lock);
+	CU_ASSERT(map_holds(hs.mark)); /* the map on disk names the new mark */
+
+	/* A crash: no clean shutdown, no metadata sync after the roll. */
+	reactor_down();
+	hl_origin_close(o); /* the shadow detaches; a held disk records no proof */
+	engine_shadow_stop(c);
+	cache_free(c);
+	f.hot = NULL;
+
+	/* Restart (then a takeover): warm under the new mark, the owner's 4 KiB from the origin. */
+	f.reads = 0;
+	f.read_bytes = 0;
+	o = cache_up(&c, NULL, &f, "fake:shadow");
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 8);
+	CU_ASSERT(strstr(st.warm_start, "fake unchanged") != NULL);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_read_src(o, chg_off, chg_len, buf, &src), 0);
+	CU_ASSERT(buf[0] == 0xc4 && buf[chg_len - 1] == 0xc4); /* not the old sectors */
+	/* every byte from the origin */
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+	CU_ASSERT(f.reads > 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0);
+	CU_ASSERT(hl_cache_revalidate(o) == 0); /* the takeover: nothing changed since the mark */
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0);
+	stats(c, &st);
+	CU_ASSERT(st.core.bytes_read_cache >= 7 * BS); /* the rest stayed warm */
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+}
+
+/*
+ * The same for a takeover (hl_cache_revalidate): the peer wrote 4 KiB
+ * inside cached block 2 while the disk was not ours; the revalidation
+ * clears those sectors and keeps the block. Its records must stop claiming
+ * them before the disk is served: once the origin is quiet the metadata
+ * thread records a proof newer than that write, and nothing else makes it
+ * sync the records (an invalidation counts no change), so a crash would
+ * bring the old sectors back valid under a proof that never lists the
+ * write again.
+ */
+static void test_revalidate_partial_crash(void)
+{
+	const uint64_t chg_off = 2 * BS + 16 * K, chg_len = 4 * K;
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS), src = 0;
+	char want[32];
+	bool ok = false;
+
+	o = fixture_up(&c, NULL, &f, 28, "fake:reval");
+	f.diff = true;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	/* the records claim blocks 0..7, then a quiet origin's proof is recorded: fake:0 */
+	CU_ASSERT(wait_synced(c));
+	for (int i = 0; i < 300 && !ok; i++) {
+		pthread_mutex_lock(&c->sync_lock);
+		ok = c->ents[0]->proof && !strcmp(c->ents[0]->proof, "fake:0");
+		pthread_mutex_unlock(&c->sync_lock);
+		if (!ok)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT_FATAL(ok);
+	ok = false;
+	hl_cache_hold_proofs(o);                    /* handed over */
+	fake_external(&f, chg_off, chg_len, 0xd5);  /* the peer writes inside block 2 */
+	CU_ASSERT_EQUAL(hl_cache_revalidate(o), 0); /* ours again */
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.warm_dropped, 0); /* sectors only, no whole block */
+	/* quiet: the metadata thread records a proof of the origin as it is now */
+	snprintf(want, sizeof(want), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f.gen, __ATOMIC_SEQ_CST));
+	for (int i = 0; i < 300 && !ok; i++) {
+		pthread_mutex_lock(&c->sync_lock);
+		ok = c->ents[0]->proof && !strcmp(c->ents[0]->proof, want);
+		pthread_mutex_unlock(&c->sync_lock);
+		if (!ok)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT_FATAL(ok);
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c); /* no clean shutdown */
+
+	o = cache_up(&c, NULL, &f, "fake:reval");
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.warm_kept, 8);
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_read_src(o, chg_off, chg_len, buf, &src), 0);
+	CU_ASSERT(buf[0] == 0xd5 && buf[chg_len - 1] == 0xd5); /* not the old sectors */
+	/* every byte from the origin */
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+	CU_ASSERT(wait_inflight(c, 0));
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
 }
 
 /*
@@ -2636,6 +2873,10 @@ int main(void)
 	    {"proof: a version 1 map starts cold", test_proof_old_map_cold},
 	    {"proof: a crash is warm only while the origin is untouched", test_proof_crash},
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
+	    {"shadow: a proof move past a 4 KiB write inside a block survives a crash",
+	     test_shadow_roll_partial_crash},
+	    {"ownership: a revalidation past a 4 KiB write inside a block survives a crash",
+	     test_revalidate_partial_crash},
 	    {"a failing cache device: pass-through with correct data", test_device_failure},
 	    {"hits in adjacent slots: one device read", test_adjacent_hits_one_read},
 	    {"a failing origin: error returned, blocks dropped", test_origin_failure},
