@@ -13,6 +13,7 @@
  */
 #include "config.h"
 
+#include "ceph_ut_util.h"
 #include "origin_ut_util.h"
 
 #include "origin/origin_rbd.h"
@@ -24,20 +25,8 @@
 #define BLK      4096u
 #define FAR      (8u << 20) /* another rbd object than block 0's (diffs are per object) */
 
-static char dir[64], cluster[96], conf[128];
-static bool ceph_up;
 static struct hl_origin *g1, *g2;
 static uint64_t epoch1, epoch2;
-
-static int mini_ceph(const char *verb)
-{
-	char cmd[512];
-
-	snprintf(cmd, sizeof(cmd), "MINI_CEPH_QUIET=1 %s %s %s %s >%s/ceph-%s.log 2>&1", MINI_CEPH,
-	         verb, cluster, strcmp(verb, "up") ? "" : "origin:64M", dir, verb);
-	int rc = system(cmd);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 /* ---- one I/O on a reactor of the test thread ---- */
 
@@ -607,45 +596,14 @@ static const struct hl_test tests[] = {
     {NULL, NULL},
 };
 
-static void ceph_down(void)
+/* a fatal assertion left them open: close before the cluster goes */
+static void close_left(void)
 {
-	char log[128];
-
-	if (ceph_up)
-		mini_ceph("down");
-	ceph_up = false;
-	snprintf(log, sizeof(log), "%s/ceph-up.log", dir);
-	unlink(log);
-	snprintf(log, sizeof(log), "%s/ceph-down.log", dir);
-	unlink(log);
-	rmdir(dir);
+	hl_origin_close(g1);
+	hl_origin_close(g2);
 }
 
 int main(void)
 {
-	int rc;
-
-	snprintf(dir, sizeof(dir), "/tmp/hl-rbd-own-XXXXXX");
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(cluster, sizeof(cluster), "%s/ceph", dir);
-	snprintf(conf, sizeof(conf), "%s/ceph.conf", cluster);
-	rc = mini_ceph("up");
-	if (rc == 3) {
-		printf("SKIP: Ceph is not installed\n");
-		ceph_down();
-		return 77;
-	}
-	if (rc != 0) {
-		printf("single-node Ceph did not start (see %s/ceph-up.log)\n", dir);
-		return 99;
-	}
-	ceph_up = true;
-	rc = hl_test_run("rbd_own", tests);
-	if (g1 || g2) { /* a fatal assertion left them open: close before the cluster goes */
-		hl_origin_close(g1);
-		hl_origin_close(g2);
-	}
-	ceph_down();
-	return rc;
+	return ceph_ut_main("rbd_own", tests, close_left);
 }

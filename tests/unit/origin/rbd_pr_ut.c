@@ -12,6 +12,7 @@
  */
 #include "config.h"
 
+#include "ceph_ut_util.h"
 #include "hl_test.h"
 #include "hotlun/event.h"
 #include "hotlun/origin.h"
@@ -25,8 +26,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[64], cluster[96], conf[128];
-static bool ceph_up;
 static struct hl_origin *g[2];
 static const uint16_t gws[2] = {1, 2};
 
@@ -64,16 +63,6 @@ static void changed(void *arg, uint64_t cookie)
 	free(text);
 	if (!hold)
 		o->ops->pr_applied(o, cookie, seq);
-}
-
-static int mini_ceph(const char *verb)
-{
-	char cmd[512];
-
-	snprintf(cmd, sizeof(cmd), "MINI_CEPH_QUIET=1 %s %s %s %s >%s/ceph-%s.log 2>&1", MINI_CEPH,
-	         verb, cluster, strcmp(verb, "up") ? "" : "origin:64M", dir, verb);
-	int rc = system(cmd);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 static double ms_since(uint64_t t0)
@@ -280,43 +269,14 @@ static const struct hl_test tests[] = {
     {NULL, NULL},
 };
 
-static void ceph_down(void)
+/* a fatal assertion left them open: close before the cluster goes */
+static void close_left(void)
 {
-	char log[128];
-
-	if (ceph_up)
-		mini_ceph("down");
-	ceph_up = false;
-	snprintf(log, sizeof(log), "%s/ceph-up.log", dir);
-	unlink(log);
-	snprintf(log, sizeof(log), "%s/ceph-down.log", dir);
-	unlink(log);
-	rmdir(dir);
+	for (int i = 0; i < 2; i++)
+		hl_origin_close(g[i]);
 }
 
 int main(void)
 {
-	int rc;
-
-	snprintf(dir, sizeof(dir), "/tmp/hl-rbd-pr-XXXXXX");
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(cluster, sizeof(cluster), "%s/ceph", dir);
-	snprintf(conf, sizeof(conf), "%s/ceph.conf", cluster);
-	rc = mini_ceph("up");
-	if (rc == 3) {
-		printf("SKIP: Ceph is not installed\n");
-		ceph_down();
-		return 77;
-	}
-	if (rc != 0) {
-		printf("single-node Ceph did not start (see %s/ceph-up.log)\n", dir);
-		return 99;
-	}
-	ceph_up = true;
-	rc = hl_test_run("rbd_pr", tests);
-	for (int i = 0; i < 2; i++) /* a fatal assertion left them open */
-		hl_origin_close(g[i]);
-	ceph_down();
-	return rc;
+	return ceph_ut_main("rbd_pr", tests, close_left);
 }
