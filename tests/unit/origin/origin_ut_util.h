@@ -73,6 +73,46 @@ static inline bool ut_run(hl_call_fn fn, void *arg, int want, uint64_t timeout_m
 	return !ut_timed_out && ut_count >= want;
 }
 
+/* ---- one I/O of an origin on the test thread's reactor ---- */
+
+struct ut_one_io {
+	struct hl_origin *o;
+	struct hl_origin_io io;
+	struct iovec iov;
+	int submit_rc;
+};
+
+static inline void ut_one_start(void *arg)
+{
+	struct ut_one_io *x = arg;
+	int rc = hl_origin_submit(x->o, &x->io);
+
+	if (rc) {
+		x->submit_rc = rc;
+		ut_done(rc);
+	}
+}
+
+/* @return the submit's error or the completion's result (-ETIMEDOUT: neither in 30 s) */
+static inline int ut_io(struct hl_origin *o, enum hl_io_op op, uint64_t off, void *buf,
+                        size_t len)
+{
+	struct ut_one_io x = {.o = o};
+
+	x.io.op = op;
+	x.io.offset = off;
+	x.io.length = len;
+	x.iov.iov_base = buf;
+	x.iov.iov_len = len;
+	x.io.iov = &x.iov;
+	x.io.iovcnt = 1;
+	x.io.cb = ut_cb;
+	x.io.arg = &x;
+	if (!ut_run(ut_one_start, &x, 1, 30000))
+		return -ETIMEDOUT;
+	return x.submit_rc ? x.submit_rc : ut_last_result;
+}
+
 /* A temp file of `size` bytes filled with ut_pattern(offset). Returns its path (malloc'd). */
 static inline uint8_t ut_pattern(uint64_t off, uint8_t seed)
 {

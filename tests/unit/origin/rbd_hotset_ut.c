@@ -24,42 +24,12 @@
 
 static struct hl_origin *g1, *g2;
 
-struct one_io {
-	struct hl_origin *o;
-	struct hl_origin_io io;
-	struct iovec iov;
-	int submit_rc;
-};
-
-static void one_start(void *arg)
-{
-	struct one_io *x = arg;
-	int rc = hl_origin_submit(x->o, &x->io);
-
-	if (rc) {
-		x->submit_rc = rc;
-		ut_done(rc);
-	}
-}
-
 static int write_fill(struct hl_origin *o, uint64_t off, uint8_t v)
 {
 	uint8_t buf[BLK];
-	struct one_io x = {.o = o};
 
 	memset(buf, v, sizeof(buf));
-	x.io.op = HL_IO_WRITE;
-	x.io.offset = off;
-	x.io.length = sizeof(buf);
-	x.iov.iov_base = buf;
-	x.iov.iov_len = sizeof(buf);
-	x.io.iov = &x.iov;
-	x.io.iovcnt = 1;
-	x.io.cb = ut_cb;
-	x.io.arg = &x;
-	if (!ut_run(one_start, &x, 1, 30000))
-		return -ETIMEDOUT;
-	return x.submit_rc ? x.submit_rc : ut_last_result;
+	return ut_io(o, HL_IO_WRITE, off, buf, sizeof(buf));
 }
 
 static int acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force)

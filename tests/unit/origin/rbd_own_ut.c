@@ -28,51 +28,12 @@
 static struct hl_origin *g1, *g2;
 static uint64_t epoch1, epoch2;
 
-/* ---- one I/O on a reactor of the test thread ---- */
-
-struct one_io {
-	struct hl_origin *o;
-	struct hl_origin_io io;
-	struct iovec iov;
-	int submit_rc;
-};
-
-static void one_start(void *arg)
-{
-	struct one_io *x = arg;
-	int rc = hl_origin_submit(x->o, &x->io);
-
-	if (rc) {
-		x->submit_rc = rc;
-		ut_done(rc);
-	}
-}
-
-/* @return the submit's error or the completion's result (-ETIMEDOUT: neither in 30 s) */
-static int do_io(struct hl_origin *o, enum hl_io_op op, uint64_t off, void *buf, size_t len)
-{
-	struct one_io x = {.o = o};
-
-	x.io.op = op;
-	x.io.offset = off;
-	x.io.length = len;
-	x.iov.iov_base = buf;
-	x.iov.iov_len = len;
-	x.io.iov = &x.iov;
-	x.io.iovcnt = 1;
-	x.io.cb = ut_cb;
-	x.io.arg = &x;
-	if (!ut_run(one_start, &x, 1, 30000))
-		return -ETIMEDOUT;
-	return x.submit_rc ? x.submit_rc : ut_last_result;
-}
-
 static int write_fill(struct hl_origin *o, uint64_t off, uint8_t v)
 {
 	uint8_t buf[BLK];
 
 	memset(buf, v, sizeof(buf));
-	return do_io(o, HL_IO_WRITE, off, buf, sizeof(buf));
+	return ut_io(o, HL_IO_WRITE, off, buf, sizeof(buf));
 }
 
 /* the block at off reads back as all v, through o */
@@ -81,7 +42,7 @@ static bool reads_fill(struct hl_origin *o, uint64_t off, uint8_t v)
 	uint8_t buf[BLK];
 
 	memset(buf, 0xee, sizeof(buf));
-	return do_io(o, HL_IO_READ, off, buf, sizeof(buf)) == 0 && ut_all(buf, sizeof(buf), v);
+	return ut_io(o, HL_IO_READ, off, buf, sizeof(buf)) == 0 && ut_all(buf, sizeof(buf), v);
 }
 
 static double ms_since(uint64_t t0)
@@ -135,7 +96,7 @@ static void test_open_takes_nothing(void)
 	CU_ASSERT_TRUE(info.has_beat);
 	/* not ours: writes refused at once, reads pass */
 	CU_ASSERT_EQUAL(write_fill(g1, 0, 0x11), -ESHUTDOWN);
-	CU_ASSERT_EQUAL(do_io(g1, HL_IO_DISCARD, 0, NULL, BLK), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(ut_io(g1, HL_IO_DISCARD, 0, NULL, BLK), -ESHUTDOWN);
 	CU_ASSERT_TRUE(reads_fill(g1, 0, 0));
 	CU_ASSERT_TRUE(reads_fill(g2, 0, 0));
 	/* a mark snapshot needs the lock */
