@@ -48,19 +48,8 @@ trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TER
 IQN=$HL_IQN_PREFIX:gw-pr
 declare -A PORT SOCK PID
 for g in 1 2; do
-	PORT[$g]=$(hl_free_port)
-	while [ $g = 2 ] && [ "${PORT[2]}" = "${PORT[1]}" ]; do PORT[2]=$(hl_free_port); done
-	mkdir -p "$T/gw$g"
-	SOCK[$g]=$T/gw$g/ctl.sock
-	cat >"$T/gw$g/hotlund.conf" <<CONF
-[global]
-portal = 127.0.0.1:${PORT[$g]}
-state_dir = $T/gw$g
-control_socket = ${SOCK[$g]}
-log_level = info
-gateway = $g
-gateways = 1,2
-
+	hl_gw_global $g info
+	cat >>"$T/gw$g/hotlund.conf" <<CONF
 [disk d]
 origin = rbd:rbd/origin
 rbd_conf = $cluster/ceph.conf

@@ -357,6 +357,22 @@ hl_cache_front_conf() {
 	} >"$file"
 }
 
+# hl_gw_global G LOG_LEVEL: gateway G (1 or 2) of a pair: a free port of its
+# own in PORT[G] (the caller declares PORT and SOCK as associative arrays),
+# its state folder $T/gwG and control socket in SOCK[G], and the [global]
+# section of $T/gwG/hotlund.conf (gateway = G, gateways = 1,2); the caller
+# appends its disk and target sections.
+hl_gw_global() {
+	local g=$1 other=$(( 3 - $1 ))
+	PORT[$g]=$(hl_free_port)
+	while [ "${PORT[$g]}" = "${PORT[$other]:-}" ]; do PORT[$g]=$(hl_free_port); done
+	mkdir -p "$T/gw$g"
+	SOCK[$g]=$T/gw$g/ctl.sock
+	printf '[global]\nportal = 127.0.0.1:%s\nstate_dir = %s\ncontrol_socket = %s\n' \
+		"${PORT[$g]}" "$T/gw$g" "${SOCK[$g]}" >"$T/gw$g/hotlund.conf"
+	printf 'log_level = %s\ngateway = %s\ngateways = 1,2\n\n' "$2" "$g" >>"$T/gw$g/hotlund.conf"
+}
+
 # hl_cache_stat SOCKET CACHE KEY [DISK]: one statistics counter of cache
 # CACHE (or of disk DISK in it), read over hotlund's control socket.
 hl_cache_stat() {
