@@ -264,6 +264,21 @@ struct hl_hot_range {
 	uint64_t off, len;
 };
 
+/**
+ * Byte ranges as an hl_origin_changed_fn reports them (hl_range_list_add):
+ * a range that starts where the last one ends extends it. `over` is set
+ * once more than `max` entries (0: no limit) would be needed or memory ran
+ * out; the list then no longer says everything that changed. Free v.
+ */
+struct hl_range_list {
+	struct hl_hot_range *v;
+	size_t n, cap, max;
+	bool over;
+};
+
+/** An hl_origin_changed_fn: add [off, off + len) to the hl_range_list arg. */
+void hl_range_list_add(void *arg, uint64_t off, uint64_t len);
+
 /** A hot set as a standby reads it (hl_origin_hot_fetch); free v and chg with free(). */
 struct hl_hot_set {
 	uint16_t owner;    /* gateway id of the publisher */

@@ -316,6 +316,32 @@ void hl_origin_proof_release(struct hl_origin *o, const char *tag, const char *p
 		p->ops->proof_release(p, tag, proof);
 }
 
+void hl_range_list_add(void *arg, uint64_t off, uint64_t len)
+{
+	struct hl_range_list *l = arg;
+
+	if (l->over || !len)
+		return;
+	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
+		l->v[l->n - 1].len += len; /* adjacent: one range */
+		return;
+	}
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		void *v = !l->max || cap <= l->max ? realloc(l->v, cap * sizeof(*l->v)) : NULL;
+
+		if (!v) {
+			l->over = true;
+			return;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].off = off;
+	l->v[l->n].len = len;
+	l->n++;
+}
+
 int hl_origin_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
                           uint32_t n)
 {

@@ -121,37 +121,6 @@ static void marks_trim(struct hl_origin *o, struct rbd_origin *r, unsigned keep)
 	free(snaps);
 }
 
-struct chg_list {
-	struct hl_hot_range *v;
-	uint32_t n, cap;
-	bool over;
-};
-
-static void chg_add(void *arg, uint64_t off, uint64_t len)
-{
-	struct chg_list *l = arg;
-
-	if (l->over || !len)
-		return;
-	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
-		l->v[l->n - 1].len += len;
-		return;
-	}
-	if (l->n == l->cap) {
-		uint32_t cap = l->cap ? 2 * l->cap : 256;
-		void *v = cap <= CHG_MAX ? realloc(l->v, cap * sizeof(*l->v)) : NULL;
-		if (!v) {
-			l->over = true;
-			return;
-		}
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n].off = off;
-	l->v[l->n].len = len;
-	l->n++;
-}
-
 /*
  * After a new mark: what changed since the mark before it (prev, a proof
  * token), by the owner's exact diff, into r->shadow_prev/shadow_chg; none
@@ -159,7 +128,7 @@ static void chg_add(void *arg, uint64_t off, uint64_t len)
  */
 static void chg_take(struct rbd_origin *r, const char *prev)
 {
-	struct chg_list l = {0};
+	struct hl_range_list l = {.max = CHG_MAX};
 	char name[160];
 	unsigned long long id;
 	char img[128];
@@ -171,12 +140,12 @@ static void chg_take(struct rbd_origin *r, const char *prev)
 	r->shadow_prev[0] = '\0';
 	if (!prev[0] || sscanf(prev, "rbd:%127[^:]:%llu:%159s", img, &id, name) != 3 ||
 	    rbd_get_size(r->image, &size) < 0 ||
-	    origin_rbd_diff_since(r->image, name, size, chg_add, &l) < 0 || l.over) {
+	    origin_rbd_diff_since(r->image, name, size, hl_range_list_add, &l) < 0 || l.over) {
 		free(l.v);
 		return;
 	}
 	r->shadow_chg = l.v;
-	r->shadow_nchg = l.n;
+	r->shadow_nchg = (uint32_t)l.n;
 	snprintf(r->shadow_prev, sizeof(r->shadow_prev), "%s", prev);
 }
 

@@ -246,7 +246,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	struct map_ent *e;
 	struct hl_origin *o;
 	struct co_priv *co;
-	struct changed_list chg = {0};
+	struct hl_range_list chg = {0};
 	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
 	char *proof = NULL;
 	bool changed = false, sync = false, check = false;

@@ -471,15 +471,6 @@ const char *engine_origin_ident(const char *uri, char *buf, size_t len);
 
 /* engine_proof.c */
 
-/* Byte ranges an origin reports changed since a proof. */
-struct changed_list {
-	struct {
-		uint64_t off, len;
-	} *v;
-	size_t n, cap;
-	bool nomem;
-};
-
 /** The tag that names disk id's marks in its origin (the cache's uuid and the LUN id). */
 void engine_ent_tag(const struct hl_cache *c, uint16_t id, char tag[64]);
 /**
@@ -488,7 +479,7 @@ void engine_ent_tag(const struct hl_cache *c, uint16_t id, char tag[64]);
  * @return 0 (chg lists the changes) or -ESTALE (drop everything); why set.
  */
 int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *proof, bool nomem,
-                         struct changed_list *chg, char *why, size_t whylen);
+                         struct hl_range_list *chg, char *why, size_t whylen);
 /**
  * c->lock held: drop from e what engine_proof_changes found (everything when
  * prc), and a proof that proves nothing any more; record the outcome in
@@ -496,7 +487,7 @@ int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *p
  * rewriting).
  */
 bool engine_drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
-                         const struct changed_list *chg, const char *prefix, const char *why);
+                         const struct hl_range_list *chg, const char *prefix, const char *why);
 /** Meta thread, periodic: record the proofs the disks' origins gave twice in a row. */
 void engine_proofs_refresh(struct hl_cache *c);
 /**

@@ -36,31 +36,6 @@ void engine_ent_tag(const struct hl_cache *c, uint16_t id, char tag[64])
 	         u[6], u[7], id);
 }
 
-static void changed_add(void *arg, uint64_t off, uint64_t len)
-{
-	struct changed_list *l = arg;
-
-	if (l->nomem || !len)
-		return;
-	if (l->n && l->v[l->n - 1].off + l->v[l->n - 1].len == off) {
-		l->v[l->n - 1].len += len; /* adjacent: merge */
-		return;
-	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		void *v = realloc(l->v, cap * sizeof(*l->v));
-		if (!v) {
-			l->nomem = true;
-			return;
-		}
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n].off = off;
-	l->v[l->n].len = len;
-	l->n++;
-}
-
 /* Replace *dst with a copy of src. @return false without memory (*dst unchanged). */
 static bool str_set(char **dst, const char *src)
 {
@@ -150,11 +125,11 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
  * @return 0 (chg lists the changes) or -ESTALE (drop everything); why set.
  */
 int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *proof, bool nomem,
-                         struct changed_list *chg, char *why, size_t whylen)
+                         struct hl_range_list *chg, char *why, size_t whylen)
 {
-	int prc = hl_origin_proof_check(inner, tag, proof, changed_add, chg, why, whylen);
+	int prc = hl_origin_proof_check(inner, tag, proof, hl_range_list_add, chg, why, whylen);
 
-	if (!prc && (chg->nomem || nomem)) {
+	if (!prc && (chg->over || nomem)) {
 		prc = -ESTALE;
 		snprintf(why, whylen, "out of memory for the changed ranges");
 	}
@@ -169,7 +144,7 @@ int engine_proof_changes(struct hl_origin *inner, const char *tag, const char *p
  * e's warm_* statistics ("PREFIX" + why). @return whether e's proof went.
  */
 bool engine_drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
-                         const struct changed_list *chg, const char *prefix, const char *why)
+                         const struct hl_range_list *chg, const char *prefix, const char *why)
 {
 	uint64_t before = hl_cache_core_lun_blocks(c->core, e->id), after;
 	bool proof_gone = prc && e->proof;
@@ -195,7 +170,7 @@ int hl_cache_revalidate(struct hl_origin *o)
 	struct co_priv *co;
 	struct hl_cache *c;
 	struct map_ent *e;
-	struct changed_list chg = {0};
+	struct hl_range_list chg = {0};
 	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
 	char *proof = NULL;
 	bool nomem = false, proof_gone;

@@ -223,7 +223,7 @@ static bool ent_range(const struct hl_hot_set *hs, uint32_t i, uint64_t size, ui
 static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
                 const struct hl_hot_set *hs)
 {
-	struct changed_list chg = {0};
+	struct hl_range_list chg = {0};
 	char why[HL_ORIGIN_WHY_MAX] = "";
 	char *proof = NULL, *next;
 	bool nomem = false, theirs;

@@ -309,6 +309,40 @@ static void test_lat_bucket_bounds(void)
 	CU_ASSERT_EQUAL(hl_origin_lat_bucket(UINT64_MAX), HL_ORIGIN_LAT_BUCKETS - 1);
 }
 
+static void test_range_list_merges_and_caps(void)
+{
+	struct hl_range_list l = {0}, capped = {.max = 64};
+
+	hl_range_list_add(&l, 4096, 512);
+	hl_range_list_add(&l, 4608, 3584); /* starts where the last ends: one range */
+	hl_range_list_add(&l, 0, 0);       /* empty: nothing */
+	hl_range_list_add(&l, 0, 4096);    /* before it: a range of its own */
+	CU_ASSERT_EQUAL_FATAL(l.n, 2);
+	CU_ASSERT_EQUAL(l.v[0].off, 4096);
+	CU_ASSERT_EQUAL(l.v[0].len, 4096);
+	CU_ASSERT_EQUAL(l.v[1].off, 0);
+	CU_ASSERT_EQUAL(l.v[1].len, 4096);
+	CU_ASSERT_FALSE(l.over);
+	for (uint64_t i = 0; i < 1000; i++) /* grows past its first allocation */
+		hl_range_list_add(&l, 1000000 + 2 * i, 1);
+	CU_ASSERT_EQUAL(l.n, 1002);
+	CU_ASSERT_FALSE(l.over);
+	free(l.v);
+
+	for (uint64_t i = 0; i < 64; i++)
+		hl_range_list_add(&capped, 2 * i, 1);
+	CU_ASSERT_EQUAL(capped.n, 64);
+	CU_ASSERT_FALSE(capped.over);
+	hl_range_list_add(&capped, 127, 1); /* adjacent to the last: still fits */
+	CU_ASSERT_FALSE(capped.over);
+	hl_range_list_add(&capped, 1000, 1); /* a 65th range: over, and stays over */
+	CU_ASSERT_TRUE(capped.over);
+	hl_range_list_add(&capped, 1001, 1);
+	CU_ASSERT_EQUAL(capped.n, 64);
+	CU_ASSERT_EQUAL(capped.v[63].len, 2);
+	free(capped.v);
+}
+
 static const struct hl_test tests[] = {
     {"a wrapper carries geometry and flags, closes before its inner",
      test_wrap_carries_geometry_and_flags},
@@ -320,6 +354,8 @@ static const struct hl_test tests[] = {
     {"the counting wrapper files reads by where their data came from",
      test_counted_files_reads_by_source},
     {"latency bucket i holds what took under 2^i microseconds", test_lat_bucket_bounds},
+    {"a changed-range list merges adjacent ranges and says when it overflows",
+     test_range_list_merges_and_caps},
     {NULL, NULL},
 };
 
