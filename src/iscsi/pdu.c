@@ -156,6 +156,33 @@ static int rx_after_header(struct iscsi_rx *rx)
 	return 0;
 }
 
+/*
+ * Copy what part of a fixed-size field (want bytes: BHS, AHS, a digest) is
+ * in p[*off..*off+avail) to dst after what came before. @return true when
+ * the field is complete (rx->got back to 0 for the next one).
+ */
+static bool rx_field(struct iscsi_rx *rx, uint8_t *dst, uint32_t want, const uint8_t *p,
+                     size_t avail, size_t *off)
+{
+	size_t n = HL_MIN(avail, (size_t)(want - rx->got));
+
+	memcpy(dst + rx->got, p + *off, n);
+	rx->got += (uint32_t)n;
+	*off += n;
+	if (rx->got < want)
+		return false;
+	rx->got = 0;
+	return true;
+}
+
+/* A digest as it came: the CRC register, in little-endian byte order. */
+static uint32_t rx_digest(const struct iscsi_rx *rx)
+{
+	const uint8_t *d = rx->digest;
+
+	return (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
+}
+
 long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len)
 {
 	size_t off = 0;
@@ -170,13 +197,8 @@ long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len)
 
 		switch (rx->state) {
 		case ISCSI_RX_BHS:
-			n = HL_MIN(avail, (size_t)(ISCSI_BHS_LEN - rx->got));
-			memcpy(&rx->bhs.b[rx->got], p + off, n);
-			rx->got += (uint32_t)n;
-			off += n;
-			if (rx->got < ISCSI_BHS_LEN)
+			if (!rx_field(rx, rx->bhs.b, ISCSI_BHS_LEN, p, avail, &off))
 				break;
-			rx->got = 0;
 			rx->ahs_len = bhs_ahs_len(&rx->bhs);
 			if (rx->ahs_len) {
 				rx->state = ISCSI_RX_AHS;
@@ -187,35 +209,22 @@ long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len)
 			}
 			break;
 		case ISCSI_RX_AHS:
-			n = HL_MIN(avail, (size_t)(rx->ahs_len - rx->got));
-			memcpy(&rx->ahs[rx->got], p + off, n);
-			rx->got += (uint32_t)n;
-			off += n;
-			if (rx->got < rx->ahs_len)
+			if (!rx_field(rx, rx->ahs, rx->ahs_len, p, avail, &off))
 				break;
-			rx->got = 0;
 			if (rx->header_digest)
 				rx->state = ISCSI_RX_HDIGEST;
 			else if ((rc = rx_after_header(rx)) < 0)
 				return rc;
 			break;
 		case ISCSI_RX_HDIGEST:
-			n = HL_MIN(avail, (size_t)(ISCSI_DIGEST_LEN - rx->got));
-			memcpy(&rx->digest[rx->got], p + off, n);
-			rx->got += (uint32_t)n;
-			off += n;
-			if (rx->got < ISCSI_DIGEST_LEN)
+			if (!rx_field(rx, rx->digest, ISCSI_DIGEST_LEN, p, avail, &off))
 				break;
 			{
 				uint32_t crc = iscsi_crc32c(0, rx->bhs.b, ISCSI_BHS_LEN);
+
 				if (rx->ahs_len)
 					crc = iscsi_crc32c(crc, rx->ahs, rx->ahs_len);
-				/* digests travel in little-endian byte order... of the CRC register
-				 */
-				uint32_t wire =
-				    (uint32_t)rx->digest[0] | (uint32_t)rx->digest[1] << 8 |
-				    (uint32_t)rx->digest[2] << 16 | (uint32_t)rx->digest[3] << 24;
-				if (crc != wire)
+				if (crc != rx_digest(rx))
 					return rx_fail(rx, -EBADMSG);
 			}
 			if ((rc = rx_after_header(rx)) < 0)
@@ -254,18 +263,9 @@ long iscsi_rx_feed(struct iscsi_rx *rx, const uint8_t *p, size_t len)
 				return rc;
 			break;
 		case ISCSI_RX_DDIGEST:
-			n = HL_MIN(avail, (size_t)(ISCSI_DIGEST_LEN - rx->got));
-			memcpy(&rx->digest[rx->got], p + off, n);
-			rx->got += (uint32_t)n;
-			off += n;
-			if (rx->got < ISCSI_DIGEST_LEN)
+			if (!rx_field(rx, rx->digest, ISCSI_DIGEST_LEN, p, avail, &off))
 				break;
-			{
-				uint32_t wire =
-				    (uint32_t)rx->digest[0] | (uint32_t)rx->digest[1] << 8 |
-				    (uint32_t)rx->digest[2] << 16 | (uint32_t)rx->digest[3] << 24;
-				rx->ddigest_ok = wire == rx->crc;
-			}
+			rx->ddigest_ok = rx_digest(rx) == rx->crc;
 			if ((rc = rx_pdu_done(rx)) < 0)
 				return rc;
 			break;
