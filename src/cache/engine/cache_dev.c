@@ -21,14 +21,16 @@
 
 /* ---- file / block device ---- */
 
-static int file_pread(struct hl_cache_dev *d, void *buf, size_t len, uint64_t off)
+/* All of len bytes at off, or -errno (-EIO: the device ended early). */
+static int file_rw(struct hl_cache_dev *d, char *buf, size_t len, uint64_t off, bool write)
 {
 	size_t done = 0;
 
 	if (off > d->size || len > d->size - off)
 		return -EINVAL;
 	while (done < len) {
-		ssize_t n = pread(d->fd, (char *)buf + done, len - done, (off_t)(off + done));
+		ssize_t n = write ? pwrite(d->fd, buf + done, len - done, (off_t)(off + done))
+		                  : pread(d->fd, buf + done, len - done, (off_t)(off + done));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -41,25 +43,14 @@ static int file_pread(struct hl_cache_dev *d, void *buf, size_t len, uint64_t of
 	return 0;
 }
 
+static int file_pread(struct hl_cache_dev *d, void *buf, size_t len, uint64_t off)
+{
+	return file_rw(d, buf, len, off, false);
+}
+
 static int file_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off)
 {
-	size_t done = 0;
-
-	if (off > d->size || len > d->size - off)
-		return -EINVAL;
-	while (done < len) {
-		ssize_t n =
-		    pwrite(d->fd, (const char *)buf + done, len - done, (off_t)(off + done));
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		done += (size_t)n;
-	}
-	return 0;
+	return file_rw(d, (char *)buf, len, off, true); /* pwrite only reads it */
 }
 
 static int file_flush(struct hl_cache_dev *d)
