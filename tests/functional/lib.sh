@@ -373,6 +373,43 @@ hl_gw_global() {
 	printf 'log_level = %s\ngateway = %s\ngateways = 1,2\n\n' "$2" "$g" >>"$T/gw$g/hotlund.conf"
 }
 
+# hl_wait_grep FILE PATTERN SECONDS: until FILE has a line matching PATTERN
+# (grep's basic syntax); status 1 when it has none after SECONDS.
+hl_wait_grep() {
+	local i
+	for i in $(seq 1 $((10 * $3))); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# hl_budget_target NAME: hotlund with a 64 MiB write budget
+# (write_buffer_limit) serving a 64 MiB file disk as LUN 0 of
+# iqn.2026-11.io.hotlun:NAME (the write-budget tests). Sets tmp, port, st,
+# iqn, sock (its control socket) and HOARD (write_hoard.py, the client
+# that starts WRITEs and withholds their data); wb KEY reads one of its
+# write_buffers counters (empty when stats has none).
+hl_budget_target() {
+	tmp=$(hl_tmpdir)
+	port=$(hl_free_port)
+	st=$tmp/state
+	mkdir -p "$st"
+	hl_make_disk "$tmp/d.img" 64M
+	iqn=iqn.2026-11.io.hotlun:$1
+	sock=$st/ctl.sock
+	HOARD=$HL_SRCDIR/tests/functional/write_hoard.py
+	printf '[global]\nportal = 127.0.0.1:%s\nstate_dir = %s\ncontrol_socket = %s\n' \
+		"$port" "$st" "$sock" >"$tmp/c.conf"
+	printf 'write_buffer_limit = 64M\n\n[disk d]\norigin = file:%s\n\n' "$tmp/d.img" >>"$tmp/c.conf"
+	printf '[target %s]\nlun.0 = d\nallow = ALL\n' "$iqn" >>"$tmp/c.conf"
+	hl_start_hotlund "$tmp/c.conf"
+}
+wb() {
+	"$HL_BUILDDIR/hotlunctl" --socket "$sock" stats --json | python3 -c 'import json, sys
+print(json.load(sys.stdin).get("write_buffers", {}).get(sys.argv[1], ""))' "$1"
+}
+
 # hl_cache_stat SOCKET CACHE KEY [DISK]: one statistics counter of cache
 # CACHE (or of disk DISK in it), read over hotlund's control socket.
 hl_cache_stat() {

@@ -13,51 +13,15 @@
 hl_need python3
 [ "$HL_TARGET" = tgt ] && hl_skip "the write budget is hotlund's"
 
-tmp=$(hl_tmpdir)
-port=$(hl_free_port)
-st=$tmp/state
-mkdir -p "$st"
-hl_make_disk "$tmp/d.img" 64M
-iqn=iqn.2026-11.io.hotlun:wb
-cat >"$tmp/c.conf" <<CONF
-[global]
-portal = 127.0.0.1:$port
-state_dir = $st
-control_socket = $st/ctl.sock
-write_buffer_limit = 64M
-
-[disk d]
-origin = file:$tmp/d.img
-
-[target $iqn]
-lun.0 = d
-allow = ALL
-CONF
-hl_start_hotlund "$tmp/c.conf"
-sock=$st/ctl.sock
-HOARD=$HL_SRCDIR/tests/functional/write_hoard.py
+hl_budget_target wb
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$HL_PID/status"; }
 stats() { "$HL_BUILDDIR/hotlunctl" --socket "$sock" stats --json; }
-wb() { # wb KEY: a write_buffers counter (empty when stats has none)
-	stats | python3 -c 'import json, sys
-print(json.load(sys.stdin).get("write_buffers", {}).get(sys.argv[1], ""))' "$1"
-}
-# wait_log FILE PATTERN SECONDS
-wait_log() {
-	local i
-	for i in $(seq 1 $((10 * $3))); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
 rss0=$(rss_kib)
 hl_spawn hoard "$tmp/hoard.log" python3 "$HOARD" --portal "127.0.0.1:$port" --target "$iqn" \
 	--conns 6 --cmds 16 --size 12M --source 127.0.0.1,127.0.0.3,127.0.0.4
 hoard=$HL_LAST_PID
-wait_log "$tmp/hoard.log" '^READY' 90 || hl_fail "the hoarders never settled: $(tail -3 "$tmp/hoard.log")"
+hl_wait_grep "$tmp/hoard.log" '^READY' 90 || hl_fail "the hoarders never settled: $(tail -3 "$tmp/hoard.log")"
 hl_log "$(grep '^READY' "$tmp/hoard.log")"
 rss1=$(rss_kib)
 grow=$(((rss1 - rss0) / 1024))
@@ -72,7 +36,7 @@ read -r r2t_bytes tsf held < <(sed -n 's/^READY.* r2t_bytes=\([0-9]*\) task_set_
 hl_spawn probe "$tmp/probe.log" python3 "$HOARD" --probe --portal "127.0.0.1:$port" \
 	--target "$iqn" --wait 3 --source 127.0.0.2
 probe=$HL_LAST_PID
-wait_log "$tmp/probe.log" 'WAITING\|R2T\|TASK SET FULL\|STATUS' 60 || hl_fail "probe: $(cat "$tmp/probe.log")"
+hl_wait_grep "$tmp/probe.log" 'WAITING\|R2T\|TASK SET FULL\|STATUS' 60 || hl_fail "probe: $(cat "$tmp/probe.log")"
 grep -q '^WAITING' "$tmp/probe.log" || hl_fail "a WRITE was sent R2Ts beyond the budget: $(cat "$tmp/probe.log")"
 
 held_b=$(wb held_bytes)
@@ -86,7 +50,7 @@ held_b=$(wb held_bytes)
 
 # the hoarders go: their budget comes back and the waiting WRITE completes
 hl_stop "$hoard"
-wait_log "$tmp/probe.log" '^STATUS' 60 || hl_fail "the waiting WRITE did not complete: $(cat "$tmp/probe.log")"
+hl_wait_grep "$tmp/probe.log" '^STATUS' 60 || hl_fail "the waiting WRITE did not complete: $(cat "$tmp/probe.log")"
 grep -q '^STATUS 0x00' "$tmp/probe.log" || hl_fail "probe: $(cat "$tmp/probe.log")"
 hl_stop "$probe"
 for i in $(seq 1 100); do

@@ -18,49 +18,13 @@
 hl_need python3
 [ "$HL_TARGET" = tgt ] && hl_skip "the write budget is hotlund's"
 
-tmp=$(hl_tmpdir)
-port=$(hl_free_port)
-st=$tmp/state
-mkdir -p "$st"
-hl_make_disk "$tmp/d.img" 64M
-iqn=iqn.2026-11.io.hotlun:trickle
-cat >"$tmp/c.conf" <<CONF
-[global]
-portal = 127.0.0.1:$port
-state_dir = $st
-control_socket = $st/ctl.sock
-write_buffer_limit = 64M
-
-[disk d]
-origin = file:$tmp/d.img
-
-[target $iqn]
-lun.0 = d
-allow = ALL
-CONF
-hl_start_hotlund "$tmp/c.conf"
-sock=$st/ctl.sock
-HOARD=$HL_SRCDIR/tests/functional/write_hoard.py
-
-wb() { # wb KEY: a write_buffers counter (empty when stats has none)
-	"$HL_BUILDDIR/hotlunctl" --socket "$sock" stats --json | python3 -c 'import json, sys
-print(json.load(sys.stdin).get("write_buffers", {}).get(sys.argv[1], ""))' "$1"
-}
-# wait_log FILE PATTERN SECONDS
-wait_log() {
-	local i
-	for i in $(seq 1 $((10 * $3))); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
-}
+hl_budget_target trickle
 
 hl_spawn trickle "$tmp/trickle.log" python3 "$HOARD" --trickle 5 --portal "127.0.0.1:$port" \
 	--target "$iqn" --conns 4 --cmds 16 --size 1M --source 127.0.0.1 --settle 3
 trickle=$HL_LAST_PID
 t0=$(date +%s)
-wait_log "$tmp/trickle.log" '^READY' 30 || hl_fail "the trickle never settled: $(tail -3 "$tmp/trickle.log")"
+hl_wait_grep "$tmp/trickle.log" '^READY' 30 || hl_fail "the trickle never settled: $(tail -3 "$tmp/trickle.log")"
 ready=$(grep '^READY' "$tmp/trickle.log")
 hl_log "$ready; held $(wb held_bytes) bytes"
 held_cmds=$(sed -n 's/^READY.* held_cmds=\([0-9]*\).*/\1/p' <<<"$ready")
