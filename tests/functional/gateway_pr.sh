@@ -162,20 +162,7 @@ clear_all "$U1"
 hl_log "2: one state through both gateways"
 
 # ---- 3. PREEMPT AND ABORT through the standby, the write in flight on the owner
-mkfifo "$T/a.in"
-HL_INITIATOR=$HL_IQN_PREFIX:node-a "$SESSION" "$S1" <"$T/a.in" >"$T/a.out" 2>&1 &
-APID=$!
-HL_PIDS+=("$APID")
-HL_PID_NAMES+=(session-a)
-exec 3>"$T/a.in"
-printf 'register a\nreserve a 1\nawrite 8\n' >&3
-for i in $(seq 1 100); do
-	grep -q QUEUED "$T/a.out" && break
-	hl_alive "$APID" || hl_fail "node A's session ended: $(cat "$T/a.out")"
-	sleep 0.1
-done
-grep -q QUEUED "$T/a.out" || hl_fail "node A never queued its write: $(cat "$T/a.out")"
-[ "$(grep -c '^GOOD' "$T/a.out")" = 2 ] || hl_fail "node A's register/reserve: $(cat "$T/a.out")"
+hl_pr_holder "$S1"
 printf 'register b\npreempt-abort b a 1\n' |
 	HL_INITIATOR=$HL_IQN_PREFIX:node-b "$SESSION" "$S2" >"$T/b.out" 2>&1 ||
 	hl_fail "node B's session (gateway 2) failed: $(cat "$T/b.out")"

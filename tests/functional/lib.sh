@@ -384,6 +384,29 @@ hl_wait_grep() {
 	return 1
 }
 
+# hl_pr_holder URL: "node A" of the PREEMPT AND ABORT tests: a session of
+# $SESSION (the caller's PR session tool) as initiator $HL_IQN_PREFIX:node-a
+# on URL that registers key a, reserves (type 1) and starts a WRITE that is
+# still in the origin when this returns. Its commands go to fd 3 (close it
+# to end the session), its output to $T/a.out, its PID in APID.
+hl_pr_holder() {
+	local i
+	mkfifo "$T/a.in"
+	HL_INITIATOR=$HL_IQN_PREFIX:node-a "$SESSION" "$1" <"$T/a.in" >"$T/a.out" 2>&1 &
+	APID=$!
+	HL_PIDS+=("$APID")
+	HL_PID_NAMES+=(session-a)
+	exec 3>"$T/a.in"
+	printf 'register a\nreserve a 1\nawrite 8\n' >&3
+	for i in $(seq 1 100); do
+		grep -q QUEUED "$T/a.out" && break
+		hl_alive "$APID" || hl_fail "node A's session ended: $(cat "$T/a.out")"
+		sleep 0.1
+	done
+	grep -q QUEUED "$T/a.out" || hl_fail "node A never queued its write: $(cat "$T/a.out")"
+	[ "$(grep -c '^GOOD' "$T/a.out")" = 2 ] || hl_fail "node A's register/reserve: $(cat "$T/a.out")"
+}
+
 # hl_budget_target NAME: hotlund with a 64 MiB write budget
 # (write_buffer_limit) serving a 64 MiB file disk as LUN 0 of
 # iqn.2026-11.io.hotlun:NAME (the write-budget tests). Sets tmp, port, st,

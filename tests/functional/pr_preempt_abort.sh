@@ -37,20 +37,7 @@ hl_start_hotlund "$T/hotlund.conf"
 URL=iscsi://127.0.0.1:$PORT/$IQN/0
 
 # Node A: register, reserve, and leave a write running.
-mkfifo "$T/a.in"
-HL_INITIATOR=$HL_IQN_PREFIX:node-a "$SESSION" "$URL" <"$T/a.in" >"$T/a.out" 2>&1 &
-APID=$!
-HL_PIDS+=("$APID")
-HL_PID_NAMES+=(session-a)
-exec 3>"$T/a.in"
-printf 'register a\nreserve a 1\nawrite 8\n' >&3
-for i in $(seq 1 100); do
-	grep -q QUEUED "$T/a.out" && break
-	hl_alive "$APID" || hl_fail "node A's session ended: $(cat "$T/a.out")"
-	sleep 0.1
-done
-grep -q QUEUED "$T/a.out" || hl_fail "node A never queued its write: $(cat "$T/a.out")"
-[ "$(grep -c '^GOOD' "$T/a.out")" = 2 ] || hl_fail "node A's register/reserve: $(cat "$T/a.out")"
+hl_pr_holder "$URL"
 
 # Node B: preempt A's key with abort while A's write is in the origin.
 printf 'register b\npreempt-abort b a 1\n' |
