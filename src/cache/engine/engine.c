@@ -53,7 +53,6 @@ static void cache_free(struct hl_cache *c)
 	free(c->map_path);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->sync_lock);
-	pthread_mutex_destroy(&c->shadow_mu);
 	pthread_mutex_destroy(&c->mlock);
 	pthread_cond_destroy(&c->mcond);
 	free(c);
@@ -117,7 +116,6 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->sync_lock, NULL);
-	pthread_mutex_init(&c->shadow_mu, NULL);
 	pthread_mutex_init(&c->mlock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -136,6 +136,13 @@ struct map_ent {
 	char warm_why[HL_ORIGIN_WHY_MAX];
 	/* the warm standby (engine_shadow.c), NULL: not a shared disk; hl_cache.lock */
 	struct shadow_ent *sh;
+	/*
+	 * Held for this disk's shadow step, its revalidation, and while its
+	 * shadow is set up or detached (engine_shadow.c); one per disk, so a
+	 * takeover's revalidation never waits for another disk's step (a
+	 * cluster round trip, a diff). Before sync_lock and lock.
+	 */
+	pthread_mutex_t shadow_mu;
 };
 
 struct meta_wait {
@@ -190,7 +197,6 @@ struct hl_cache {
 	bool dead; /* meta thread (then close): no more metadata writes */
 	uint32_t interval_ms;
 	struct eng_shadow *shadow; /* engine_shadow.c: its reactor, NULL until a disk shadows */
-	pthread_mutex_t shadow_mu; /* a shadow step, revalidation, detach (engine_shadow.c); before sync_lock */
 };
 
 /* Behind each cached origin. */
@@ -553,7 +559,7 @@ void engine_shadow_stop(struct hl_cache *c);
 /** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */
 void engine_shadow_detach(struct hl_cache *c, struct map_ent *e);
 /** hl_cache_revalidate: no shadow step (a proof move) runs until engine_shadow_unlock. */
-void engine_shadow_lock(struct hl_cache *c);
+void engine_shadow_lock(struct hl_cache *c, struct map_ent *e);
 void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e);
 
 /* engine_write.c */

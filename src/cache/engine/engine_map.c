@@ -98,6 +98,7 @@ void engine_ent_free(struct map_ent *e)
 	free(e->ident);
 	free(e->proof);
 	free(e->cand);
+	pthread_mutex_destroy(&e->shadow_mu);
 	free(e);
 }
 
@@ -114,6 +115,7 @@ struct map_ent *engine_ent_new(uint16_t id, uint64_t quota, uint64_t size, const
 	e->name = strdup(name);
 	e->ident = strdup(ident);
 	hl_list_init(&e->wlist);
+	pthread_mutex_init(&e->shadow_mu, NULL);
 	if (!e->name || !e->ident) {
 		engine_ent_free(e);
 		return NULL;

@@ -181,7 +181,7 @@ int hl_cache_revalidate(struct hl_origin *o)
 	co = co_of(o);
 	c = co->c;
 	e = co->ent;
-	engine_shadow_lock(c); /* no proof move of the shadow meanwhile */
+	engine_shadow_lock(c, e); /* no proof move of the shadow meanwhile */
 	pthread_mutex_lock(&c->lock);
 	if (e->proof && !(proof = strdup(e->proof)))
 		nomem = true;

@@ -24,9 +24,10 @@
  * SHADOW_TICK_MS publishes (owner, every SHADOW_PUBLISH_MS) or fetches,
  * rolls and submits pre-reads (standby) within the disk's rate; the
  * blocking calls (the cluster round trips, the diff) run on it too, never
- * on a reactor that serves connections. c->shadow_mu is held for each
- * disk's step and by revalidation and detach (order: shadow mu, sync_lock,
- * lock).
+ * on a reactor that serves connections. A disk's own shadow_mu
+ * (map_ent) is held for its step and by its revalidation, set-up and
+ * detach (order: shadow_mu, sync_lock, lock): a takeover waits for no other
+ * disk's step.
  *
  * Shared state: engine_internal.h.
  */
@@ -57,7 +58,7 @@ struct shadow_ent {
 	struct hl_origin *cached; /* the disk's cached origin (engine_read's o) */
 	uint64_t rate;            /* bytes/s, 0: off (atomic) */
 	bool supported;           /* the origin has hot sets (rbd with gateways) */
-	/* the shadow reactor's own (under c->shadow_mu) */
+	/* the shadow reactor's own (under the disk's shadow_mu) */
 	struct hl_hot_set hs; /* the owner's hot set last read */
 	uint32_t idx;         /* next entry of hs to look at */
 	uint64_t fetched_ns, published_ns, tick_ns;
@@ -81,7 +82,7 @@ struct shadow_io {
 struct eng_shadow {
 	struct hl_reactor *r;
 	struct hl_timer tick;
-	bool stopping; /* c->shadow_mu */
+	atomic_bool stopping; /* no more steps (checked under each disk's shadow_mu) */
 };
 
 static uint64_t ms_since(uint64_t t0, uint64_t now)
@@ -449,15 +450,12 @@ static void shadow_tick(struct hl_timer *t)
 	struct eng_shadow *sh = c->shadow;
 	uint64_t now = hl_now_ns();
 
-	pthread_mutex_lock(&c->shadow_mu);
-	if (sh->stopping) {
-		pthread_mutex_unlock(&c->shadow_mu);
-		return;
-	}
 	for (size_t i = 0;; i++) {
 		struct map_ent *e;
 		bool ready;
 
+		if (atomic_load(&sh->stopping))
+			return;
 		pthread_mutex_lock(&c->lock);
 		e = i < c->n_ents ? c->ents[i] : NULL;
 		ready = e && e->sh && e->attached && e->inner;
@@ -465,13 +463,19 @@ static void shadow_tick(struct hl_timer *t)
 		if (!e)
 			break;
 		if (!ready)
-			continue;
-		if (atomic_load(&e->proofs_held))
-			standby_step(c, e, e->sh, now);
-		else
-			owner_step(c, e, e->sh, now);
+			continue; /* an attached disk's entry stays in c->ents */
+		pthread_mutex_lock(&e->shadow_mu);
+		pthread_mutex_lock(&c->lock);
+		ready = e->sh && e->attached && e->inner; /* detached meanwhile? */
+		pthread_mutex_unlock(&c->lock);
+		if (ready && !atomic_load(&sh->stopping)) {
+			if (atomic_load(&e->proofs_held))
+				standby_step(c, e, e->sh, now);
+			else
+				owner_step(c, e, e->sh, now);
+		}
+		pthread_mutex_unlock(&e->shadow_mu);
 	}
-	pthread_mutex_unlock(&c->shadow_mu);
 	hl_timer_start(sh->r, &sh->tick, SHADOW_TICK_MS);
 }
 
@@ -532,12 +536,14 @@ void engine_shadow_stop(struct hl_cache *c)
 
 	if (!sh)
 		return;
-	pthread_mutex_lock(&c->shadow_mu);
-	sh->stopping = true;
-	pthread_mutex_unlock(&c->shadow_mu);
-	for (size_t i = 0; i < c->n_ents; i++)
+	atomic_store(&sh->stopping, true);
+	for (size_t i = 0; i < c->n_ents; i++) {
+		/* a step under way ends before its pre-reads are waited for; none starts after */
+		pthread_mutex_lock(&c->ents[i]->shadow_mu);
+		pthread_mutex_unlock(&c->ents[i]->shadow_mu);
 		if (c->ents[i]->sh)
 			wait_inflight(c, c->ents[i]->sh);
+	}
 	hl_reactor_stop(sh->r);
 	hl_reactor_join(sh->r);
 	hl_reactor_destroy(sh->r);
@@ -549,12 +555,12 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 {
 	struct shadow_ent *se;
 
-	pthread_mutex_lock(&c->shadow_mu);
+	pthread_mutex_lock(&e->shadow_mu);
 	pthread_mutex_lock(&c->lock);
 	se = e->sh;
 	e->sh = NULL;
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&c->shadow_mu);
+	pthread_mutex_unlock(&e->shadow_mu);
 	if (!se)
 		return;
 	wait_inflight(c, se);
@@ -564,9 +570,10 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 	free(se);
 }
 
-void engine_shadow_lock(struct hl_cache *c)
+void engine_shadow_lock(struct hl_cache *c, struct map_ent *e)
 {
-	pthread_mutex_lock(&c->shadow_mu);
+	(void)c;
+	pthread_mutex_lock(&e->shadow_mu);
 }
 
 void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e)
@@ -576,7 +583,8 @@ void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e)
 		    '\0'; /* revalidated: a later stint as standby moves its proof again */
 		e->sh->owner_last = true;
 	}
-	pthread_mutex_unlock(&c->shadow_mu);
+	(void)c;
+	pthread_mutex_unlock(&e->shadow_mu);
 }
 
 /* ---- API ---- */
@@ -611,11 +619,11 @@ int hl_cache_shadow_config(struct hl_origin *o, uint64_t rate)
 		free(se);
 		return rc;
 	}
-	pthread_mutex_lock(&c->shadow_mu);
+	pthread_mutex_lock(&co->ent->shadow_mu);
 	pthread_mutex_lock(&c->lock);
 	co->ent->sh = se;
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&c->shadow_mu);
+	pthread_mutex_unlock(&co->ent->shadow_mu);
 	return 0;
 }
 

@@ -76,6 +76,8 @@ struct fake {
 	int nwr; /* atomic; writes past 256 make proof_check say -ESTALE */
 	/* the owner's hot set a standby reads (fake_hot_ops), NULL: none yet */
 	const struct hl_hot_set *hot;
+	/* proof_check sets checking (atomic), then takes this long: a slow diff */
+	int check_delay_ms, checking;
 };
 
 static void fake_wrote(struct fake *f, uint64_t off, uint64_t len)
@@ -205,6 +207,10 @@ static int fake_proof_check(struct hl_origin *o, const char *tag, const char *pr
 	unsigned long long g;
 
 	(void)tag;
+	if (f->check_delay_ms) {
+		__atomic_store_n(&f->checking, 1, __ATOMIC_SEQ_CST);
+		usleep((useconds_t)f->check_delay_ms * 1000);
+	}
 	if (sscanf(proof, "fake:%llu", &g) != 1) {
 		snprintf(why, whylen, "not a fake proof");
 		return -ESTALE;
@@ -1311,6 +1317,94 @@ static void test_shadow_roll_partial_crash(void)
 	CU_ASSERT(st.core.bytes_read_cache >= 7 * BS); /* the rest stayed warm */
 	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
+	free(buf);
+}
+
+/* Until disk i of c has a recorded proof (the metadata thread's, 50 ms ticks). */
+static bool wait_proof(struct hl_cache *c, size_t i)
+{
+	for (int n = 0; n < 300; n++) {
+		pthread_mutex_lock(&c->sync_lock);
+		bool ok = c->ents[i]->proof != NULL;
+		pthread_mutex_unlock(&c->sync_lock);
+		if (ok)
+			return true;
+		usleep(10 * 1000);
+	}
+	return false;
+}
+
+/*
+ * A takeover's revalidation of one disk does not wait for another disk's
+ * shadow step. Disk A's standby moves its proof to the owner's new mark by
+ * diffing its origin itself (its proof is not the owner's previous mark),
+ * and that diff takes 1.5 s; disk B's revalidation meanwhile answers at
+ * once. With one shadow lock per cache it waited for A's diff.
+ */
+static void test_shadow_revalidate_other_disk(void)
+{
+	struct fake fa, fb;
+	struct hl_cache *c;
+	struct hl_origin *oa, *ob;
+	struct hl_cache_shadow_stats ss;
+	struct hl_hot_ent hot[1] = {{0, 9}};
+	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = 1, .v = hot};
+	uint8_t *buf = malloc(BS);
+	uint64_t t0, ms;
+	bool moved = false;
+
+	dev_name();
+	fake_init(&fa, LUN_SIZE, 31);
+	fake_init(&fb, LUN_SIZE, 32);
+	fa.diff = fb.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_hot_origin(&fa, "fake:a"), &oa) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_hot_origin(&fb, "fake:b"), &ob) == 0);
+	CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT_EQUAL(do_io(ob, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
+
+	/* both handed over: standbys. The owner of A writes, marks and publishes. */
+	hl_cache_hold_proofs(oa);
+	hl_cache_hold_proofs(ob);
+	fake_external(&fa, 8 * BS, 4 * K, 0x5a);
+	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&fa.gen, __ATOMIC_SEQ_CST));
+	snprintf(hs.prev, sizeof(hs.prev), "fake:999"); /* not A's proof: A diffs itself */
+	fa.check_delay_ms = 1500;
+	fa.hot = &hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(oa, 64 * M), 0);
+	for (int i = 0; i < 300 && !__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST); i++)
+		usleep(10 * 1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST));
+
+	/* B's takeover while A's diff runs */
+	t0 = hl_now_ns();
+	CU_ASSERT_EQUAL(hl_cache_revalidate(ob), 0);
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT(ms < 700);
+	if (ms >= 700)
+		fprintf(stderr, "disk B's revalidation took %llu ms\n", (unsigned long long)ms);
+
+	/* A's own revalidation waits for its step; the step moved A's proof first */
+	CU_ASSERT_EQUAL(hl_cache_revalidate(oa), 0);
+	for (int i = 0; i < 300 && !moved; i++) {
+		CU_ASSERT_EQUAL(hl_cache_shadow_stats(oa, &ss), 0);
+		moved = ss.marks >= 1;
+		if (!moved)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT(moved);
+	fa.check_delay_ms = 0;
+	reactor_down();
+	hl_origin_close(oa);
+	hl_origin_close(ob);
+	hl_cache_close(c);
+	dev_remove();
+	free(fa.mem);
+	free(fb.mem);
 	free(buf);
 }
 
@@ -2875,6 +2969,8 @@ int main(void)
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
 	    {"shadow: a proof move past a 4 KiB write inside a block survives a crash",
 	     test_shadow_roll_partial_crash},
+	    {"shadow: a takeover of one disk does not wait for another disk's diff",
+	     test_shadow_revalidate_other_disk},
 	    {"ownership: a revalidation past a 4 KiB write inside a block survives a crash",
 	     test_revalidate_partial_crash},
 	    {"a failing cache device: pass-through with correct data", test_device_failure},
