@@ -141,7 +141,8 @@ struct hl_cache_shadow_stats {
 	bool supported;        /* the origin has hot sets (rbd); false: the standby stays cold */
 	bool standby;          /* shadowing now (the disk is not ours); false: publishing */
 	uint64_t rate;         /* bytes/s, 0: off */
-	uint64_t hot_blocks;   /* standby: blocks in the owner's hot set last read;
+	uint64_t hot_blocks;   /* standby: blocks in the owner's hot set last read, the
+	                          hottest up to what fits (the disk's quota, else the cache);
 	                          owner: blocks in the hot set it last published */
 	uint64_t shadowed;     /* standby: of hot_blocks, held in this cache */
 	uint64_t behind;       /* standby: hot_blocks - shadowed */

@@ -376,7 +376,15 @@ static void standby_step(struct hl_cache *c, struct map_ent *e, struct shadow_en
 		free(se->hs.chg);
 		se->hs = nh;
 		se->idx = 0;
-		__atomic_store_n(&se->hot_n, (uint64_t)nh.n, __ATOMIC_RELAXED);
+		/*
+		 * The hottest blocks that fit: the disk's quota, else the cache's
+		 * slots (a hot set larger than that would only evict itself,
+		 * spending origin reads on blocks that cannot stay).
+		 */
+		uint64_t room = e->quota ? HL_MIN(e->quota, c->nslots * c->bs) : c->nslots * c->bs;
+		if (nh.block_size && nh.n > room / nh.block_size)
+			se->hs.n = (uint32_t)(room / nh.block_size);
+		__atomic_store_n(&se->hot_n, (uint64_t)se->hs.n, __ATOMIC_RELAXED);
 		if (!nh.mark[0]) {
 			set_state(se, "waiting for the owner's first mark");
 			se->hs.n = 0;

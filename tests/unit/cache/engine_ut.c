@@ -1409,6 +1409,63 @@ static void test_shadow_revalidate_other_disk(void)
 }
 
 /*
+ * A hot set larger than the standby's cache is cut to the hottest blocks
+ * that fit: pre-reading the rest would only evict what was pre-read before
+ * (the blocks are all new to the standby's frequency counts), spending
+ * origin reads on blocks that cannot stay.
+ */
+static void test_shadow_hot_set_fits(void)
+{
+	const uint32_t nhot = 512; /* 32 MiB of 64 KiB blocks; the cache holds 8 MiB */
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_shadow_stats ss;
+	struct hl_hot_ent *hot = calloc(nhot, sizeof(*hot));
+	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = nhot, .v = hot};
+	uint8_t *buf = malloc(BS);
+	uint64_t nslots;
+
+	for (uint32_t i = 0; i < nhot; i++)
+		hot[i] = (struct hl_hot_ent){i, nhot - i};
+	dev_name();
+	fake_init(&f, nhot * BS, 33);
+	f.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	nslots = c->nslots;
+	CU_ASSERT_FATAL(nslots > 0 && nslots < nhot);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_hot_origin(&f, "fake:fit"), &o) == 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	hl_cache_hold_proofs(o);
+	pthread_mutex_lock(&c->sync_lock);
+	snprintf(hs.prev, sizeof(hs.prev), "%s", c->ents[0]->proof);
+	snprintf(hs.mark, sizeof(hs.mark), "%s", c->ents[0]->proof);
+	pthread_mutex_unlock(&c->sync_lock);
+	f.hot = &hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(o, 256 * M), 0);
+	/* at 256 MiB/s all 32 MiB would be read within ~0.2 s; give it 1.5 s */
+	usleep(1500 * 1000);
+	CU_ASSERT_EQUAL(hl_cache_shadow_stats(o, &ss), 0);
+	CU_ASSERT_EQUAL(ss.hot_blocks, nslots);
+	CU_ASSERT(ss.origin_reads <= nslots);
+	CU_ASSERT(ss.shadowed >= nslots * 9 / 10);
+	if (ss.hot_blocks != nslots || ss.origin_reads > nslots)
+		fprintf(stderr, "hot %llu, pre-read %llu, shadowed %llu, slots %llu\n",
+		        (unsigned long long)ss.hot_blocks, (unsigned long long)ss.origin_reads,
+		        (unsigned long long)ss.shadowed, (unsigned long long)nslots);
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(hot);
+	free(buf);
+}
+
+/*
  * The same for a takeover (hl_cache_revalidate): the peer wrote 4 KiB
  * inside cached block 2 while the disk was not ours; the revalidation
  * clears those sectors and keeps the block. Its records must stop claiming
@@ -2971,6 +3028,8 @@ int main(void)
 	     test_shadow_roll_partial_crash},
 	    {"shadow: a takeover of one disk does not wait for another disk's diff",
 	     test_shadow_revalidate_other_disk},
+	    {"shadow: a hot set larger than the cache is cut to what fits",
+	     test_shadow_hot_set_fits},
 	    {"ownership: a revalidation past a 4 KiB write inside a block survives a crash",
 	     test_revalidate_partial_crash},
 	    {"a failing cache device: pass-through with correct data", test_device_failure},
