@@ -151,6 +151,10 @@ struct hl_origin_opts {
 	                          (no lock, no reservation) and I/O other than reads for
 	                          proofs happens only while the origin is ours. 0: a lone
 	                          gateway (open takes what it needs, as always) */
+	uint32_t gateway_lease_ms; /* with gateway: this gateway's lease ([global]
+	                          gateway_lease_ms), published where the origin can (rbd:
+	                          the ownership record) so that a taker waits the owner's
+	                          lease, not only its own (hl_own_info.lease_ms) */
 	bool sole_writer;      /* [disk] exclusive = yes: the admin declares that nobody
 	                          else writes the origin while hotlund is down, so an
 	                          origin that cannot prove it unchanged is trusted
@@ -225,6 +229,8 @@ struct hl_own_info {
 	bool this_run;      /* the owner is this very process (its run's key, its client),
 	                       not only its gateway id: owner == our id without it is
 	                       another process with our id (an earlier run, or a duplicate) */
+	uint32_t lease_ms;  /* the owner's lease as it published it (rbd: in its record),
+	                       0: unknown (a SAN, an older owner): a taker assumes its own */
 };
 
 /*

@@ -356,6 +356,8 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		.mutual_secret = cd->ochap.mutual_secret,
 		.sole_writer = cd->exclusive,
 		.gateway = (uint16_t)d->conf->gateway,
+		.gateway_lease_ms =
+		    d->conf->gateway_lease_ms ? d->conf->gateway_lease_ms : HL_CONF_GATEWAY_LEASE_MS,
 	};
 	char shown[2200]; /* the origin as logs may show it (hl_uri_redact) */
 	struct hl_origin *origin, *backend, *counted;

@@ -50,6 +50,7 @@ struct rbd_origin {
 	 * I/O completing as it closes) fences nothing.
 	 */
 	uint16_t gateway;
+	uint32_t lease_ms; /* hl_origin_opts.gateway_lease_ms: written in the ownership record */
 	pthread_rwlock_t handles;
 	bool handles_init;
 	atomic_uint gen;   /* written under handles (write) */

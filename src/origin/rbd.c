@@ -380,6 +380,7 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 		return -EINVAL;
 	}
 	r->gateway = opts->gateway;
+	r->lease_ms = opts->gateway_lease_ms;
 	if (r->gateway) {
 		rc = -pthread_rwlock_init(&r->handles, NULL);
 		if (rc)

@@ -197,6 +197,7 @@ bool origin_rbd_fence_probe(struct hl_origin *o)
 struct own_record {
 	uint16_t owner;
 	uint64_t epoch, beat, done;
+	uint32_t lease_ms; /* the writer's lease; 0: not said (an older hotlund) */
 	bool released;
 	bool fence; /* released-fence */
 	char addr[128];
@@ -234,9 +235,9 @@ static int own_obj_write(struct rbd_origin *r, const char *prefix, const char *b
 static int record_read(struct rbd_origin *r, struct own_record *rec)
 {
 	char buf[384], state[16];
-	unsigned owner;
+	unsigned owner, lease = 0;
 	unsigned long long epoch, beat, done;
-	int rc;
+	int rc, end = 0;
 
 	memset(rec, 0, sizeof(*rec));
 	rc = own_obj_read(r, OWN_RECORD, buf, sizeof(buf));
@@ -244,11 +245,14 @@ static int record_read(struct rbd_origin *r, struct own_record *rec)
 		return 0; /* never written (a standby created it empty, to watch it) */
 	if (rc < 0)
 		return rc;
-	if (sscanf(buf, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s", &owner,
-	           &epoch, &beat, state, &done, rec->addr) != 6 ||
+	if (sscanf(buf, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s%n", &owner,
+	           &epoch, &beat, state, &done, rec->addr, &end) != 6 ||
 	    owner > UINT16_MAX ||
 	    (strcmp(state, "owned") && strcmp(state, "released") && strcmp(state, "released-fence")))
 		return -EBADMSG;
+	/* since issue 26: " lease=MS" after the address (an older reader stops before it) */
+	if (sscanf(buf + end, " lease=%u", &lease) == 1 && lease <= 3600000)
+		rec->lease_ms = lease;
 	rec->owner = (uint16_t)owner;
 	rec->epoch = epoch;
 	rec->beat = beat;
@@ -264,13 +268,14 @@ static int record_write(struct rbd_origin *r, const struct own_record *rec)
 	char buf[384];
 	int n;
 
-	n = snprintf(buf, sizeof(buf), "owner=%u epoch=%llu beat=%llu state=%s done=%llu addr=%s\n",
+	n = snprintf(buf, sizeof(buf),
+	             "owner=%u epoch=%llu beat=%llu state=%s done=%llu addr=%s lease=%u\n",
 	             rec->owner, (unsigned long long)rec->epoch, (unsigned long long)rec->beat,
 	             rec->fence      ? "released-fence"
 	             : rec->released ? "released"
 	                             : "owned",
-	             (unsigned long long)rec->done,
-	             rec->addr[0] ? rec->addr : "-");
+	             (unsigned long long)rec->done, rec->addr[0] ? rec->addr : "-",
+	             r->lease_ms);
 	return own_obj_write(r, OWN_RECORD, buf, n);
 }
 
@@ -755,6 +760,7 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 	info->epoch = epoch;
 	info->beat = r->beat;
 	info->has_beat = true;
+	info->lease_ms = r->lease_ms;
 	info->this_run = true;
 	return 0;
 }
@@ -861,6 +867,7 @@ int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info)
 	info->epoch = rec.epoch;
 	info->beat = rec.beat;
 	info->has_beat = true;
+	info->lease_ms = rec.lease_ms;
 	info->released = rec.released;
 	info->fence = rec.fence;
 	/* our id in the record, written by this process (its client's lock address) or not */

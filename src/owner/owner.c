@@ -598,6 +598,23 @@ static void give_back(struct hl_owner *ow)
 }
 
 /*
+ * The owner's lease as a taker must wait it out: the longer of ours and the
+ * one it published (rbd writes it in its record; 0: not said). Gateways
+ * should run the same timers, but one that does not must not make a
+ * takeover shorter than the old owner's lease.
+ */
+static unsigned owner_lease(const struct hl_owner *ow, const struct hl_own_info *info)
+{
+	return HL_MAX(ow->lease_ms, info->lease_ms);
+}
+
+/* How long the owner's heartbeat must stand still before it is dead: its lease runs out first. */
+static int64_t owner_dead(const struct hl_owner *ow, const struct hl_own_info *info)
+{
+	return HL_MAX((int64_t)ow->dead_ms, (int64_t)info->lease_ms + FENCE_MARGIN_MS);
+}
+
+/*
  * Take the disk. force: the owner looks dead (or ignored a request it
  * could not answer): the cluster fences it, and we wait out its lease.
  */
@@ -628,11 +645,11 @@ static void acquire(struct hl_owner *ow, const struct hl_own_info *seen, bool fo
 	atomic_store(&ow->owner_seen, ow->gw);
 	if (force) {
 		/*
-		 * The old owner may still believe in its lease for lease_ms after
-		 * its last renew, which was sent before the fence: wait that out
-		 * (renewing, so that a third gateway sees us alive).
+		 * The old owner may still believe in its lease for its lease_ms
+		 * after its last renew, which was sent before the fence: wait that
+		 * out (renewing, so that a third gateway sees us alive).
 		 */
-		int64_t until = now_ms() + ow->lease_ms + FENCE_MARGIN_MS;
+		int64_t until = now_ms() + owner_lease(ow, seen) + FENCE_MARGIN_MS;
 		while (now_ms() < until) {
 			if (renew(ow, &info) == 0)
 				refuse(ow, &info, 0, "taking it over");
@@ -759,6 +776,8 @@ static void *owner_main(void *arg)
 	int64_t asked = 0;            /* when we asked the owner for the disk, 0: not yet */
 	int64_t refused_log = 0;
 	int64_t peek_warned = 0;      /* when a failing peek was last logged, 0: it works */
+	uint16_t lease_warned_gw = 0; /* a peer's other lease, logged once per value */
+	uint32_t lease_warned = 0;
 	bool renew_failing = false;
 
 	for (;;) {
@@ -866,6 +885,16 @@ static void *owner_main(void *arg)
 		}
 		if (info.epoch > ow->epoch)
 			ow->epoch = info.epoch;
+		if (info.lease_ms && info.lease_ms != ow->lease_ms && info.owner != ow->gw &&
+		    (info.owner != lease_warned_gw || info.lease_ms != lease_warned)) {
+			lease_warned_gw = info.owner;
+			lease_warned = info.lease_ms;
+			HL_WARN(OWN_LOG,
+			        "disk %s: gateway %u runs with gateway_lease_ms = %u, this one with %u: "
+			        "a takeover from it waits the longer lease; set the same timers on "
+			        "every gateway (docs/gateways.md)",
+			        ow->disk, info.owner, info.lease_ms, ow->lease_ms);
+		}
 		/* the cluster names our id as the owner, but not this process */
 		bool other_self = info.owner == ow->gw && !info.released && !info.this_run;
 		if (!other_self)
@@ -910,7 +939,7 @@ static void *owner_main(void *arg)
 				 * (info.fence): force at once, the cluster fences it first.
 				 */
 				bool stuck = info.released && info.has_beat &&
-				             sent - beat_seen >= ow->dead_ms;
+				             sent - beat_seen >= owner_dead(ow, &info);
 				bool fence = info.released && info.fence;
 				acquire(ow, &info, stuck || fence,
 				        fence   ? "released with writes of unknown outcome: fenced"
@@ -918,7 +947,7 @@ static void *owner_main(void *arg)
 				        : info.owner ? "released" : "nobody owned it");
 				asked = 0;
 			}
-		} else if (info.has_beat && sent - beat_seen >= ow->dead_ms) {
+		} else if (info.has_beat && sent - beat_seen >= owner_dead(ow, &info)) {
 			char why[64];
 			snprintf(why, sizeof(why), "gateway %u silent for %lld ms", info.owner,
 			         (long long)(sent - beat_seen));

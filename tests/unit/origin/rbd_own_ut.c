@@ -74,7 +74,9 @@ static struct hl_own_info peek(struct hl_origin *o)
 
 static struct hl_origin *open_gw(uint16_t gw)
 {
-	struct hl_origin_opts opts = {.rbd_conf = conf, .gateway = gw};
+	/* each gateway its own lease: the record says the owner's (hl_own_info.lease_ms) */
+	struct hl_origin_opts opts = {
+	    .rbd_conf = conf, .gateway = gw, .gateway_lease_ms = 1000u + gw};
 	struct hl_origin *o = NULL;
 
 	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
@@ -133,8 +135,10 @@ static void test_peek_sees_heartbeat(void)
 	CU_ASSERT_EQUAL(a.epoch, epoch1);
 	CU_ASSERT_FALSE(a.released);
 	CU_ASSERT_TRUE(a.has_beat);
+	CU_ASSERT_EQUAL(a.lease_ms, 1001); /* gateway 1's, as its record says */
 	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, epoch1, &r), 0);
 	CU_ASSERT_EQUAL(r.owner, 1);
+	CU_ASSERT_EQUAL(r.lease_ms, 1001);
 	CU_ASSERT_EQUAL(r.requester, 0);
 	b = peek(g2);
 	CU_ASSERT_EQUAL(b.owner, 1);

@@ -43,6 +43,7 @@ struct cluster {
 	void (*wake[4])(void *arg); /* per process (run), registered by own_watch */
 	void *wake_arg[4];
 	int64_t release_ms, acquire_ms; /* the last planned release, the last acquire */
+	unsigned owner_lease; /* the lease the owner published (rbd: its record), 0: none */
 };
 
 /*
@@ -88,6 +89,7 @@ struct fake_gw {
 	                         then answers SLOW_PEEK_MS late and lets the owner go on */
 	atomic_int gained, releasing;
 	int gained_sleep_ms; /* a slow revalidation */
+	unsigned lease_ms;   /* its [global] gateway_lease_ms, published when it owns */
 };
 
 static struct fake_gw *gw_of(struct hl_origin *o)
@@ -138,6 +140,7 @@ static int f_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool forc
 		c->requester = 0;
 		c->refused = 0;
 		c->beat++;
+		c->owner_lease = g->lease_ms;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -166,6 +169,7 @@ static int f_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_o
 	info->beat = c->beat;
 	info->has_beat = !c->no_beat;
 	info->requester = c->requester;
+	info->lease_ms = c->owner_lease;
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -239,6 +243,7 @@ static int f_peek(struct hl_origin *o, struct hl_own_info *info)
 	info->epoch = c->epoch;
 	info->beat = c->beat;
 	info->has_beat = !c->no_beat;
+	info->lease_ms = c->no_beat ? 0 : c->owner_lease;
 	info->released = c->released;
 	info->this_run = c->owner_run == g->run;
 	info->refused = (c->refused >> g->gw) & 1u;
@@ -343,6 +348,8 @@ static void (*g_preset)(struct pair *p);
 static const uint16_t *g_ids;
 /* the hold (0: HOLD) */
 static unsigned g_hold;
+/* the two processes' leases (NULL: LEASE each) */
+static const unsigned *g_leases;
 
 static void pair_start(struct pair *p, bool second_later)
 {
@@ -354,6 +361,7 @@ static void pair_start(struct pair *p, bool second_later)
 		p->g[i].cl = &p->cl;
 		p->g[i].gw = g_ids ? g_ids[i] : gws[i];
 		p->g[i].run = (unsigned)i + 1;
+		p->g[i].lease_ms = g_leases ? g_leases[i] : LEASE;
 		p->o[i] = calloc(1, sizeof(struct hl_origin) + 16);
 		p->o[i]->ops = p->cl.no_beat ? &fake_san_ops : p->cl.watch ? &fake_watch_ops : &fake_ops;
 		*(struct fake_gw **)hl_origin_priv(p->o[i]) = &p->g[i];
@@ -362,7 +370,7 @@ static void pair_start(struct pair *p, bool second_later)
 			.gateway = p->g[i].gw,
 			.gateways = gws,
 			.n_gateways = 2,
-			.lease_ms = LEASE,
+			.lease_ms = p->g[i].lease_ms,
 			.dead_ms = DEAD,
 			.hold_ms = g_hold ? g_hold : HOLD,
 		};
@@ -970,10 +978,47 @@ static void test_no_ops(void)
 	free(o);
 }
 
+/*
+ * Gateways with different leases (a misconfiguration docs/gateways.md warns
+ * about): the owner runs a 900 ms lease, the standby 200 ms. The standby
+ * must judge the owner dead only after the owner's lease could have run out
+ * (900 + 500 ms of silence, not its own 700), and after the fence wait the
+ * owner's lease, not its own: else the thawed owner could still serve reads
+ * while the taker writes.
+ */
+static void test_forced_takeover_longer_lease(void)
+{
+	static const unsigned leases[2] = {900, 200};
+	struct pair p;
+	unsigned both = 0;
+	int64_t t0;
+
+	g_leases = leases;
+	pair_start(&p, true);
+	g_leases = NULL;
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	usleep(3 * LEASE * 1000); /* the standby has seen the owner's record */
+	t0 = mono_ms();
+	atomic_store(&p.g[0].hung, true);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 6000, &both));
+	CU_ASSERT_EQUAL(p.cl.breaks, 1);
+	/* silent for the owner's lease and the margin before the fence */
+	CU_ASSERT(p.cl.break_ms - t0 >= 900 + 500 - 50);
+	/* from the fence to serving: the owner's whole lease and the margin */
+	CU_ASSERT(mono_ms() - p.cl.break_ms >= 900 + 500);
+	if (mono_ms() - p.cl.break_ms < 900 + 500 || p.cl.break_ms - t0 < 1350)
+		fprintf(stderr, "fenced %lld ms after the hang, served %lld ms after the fence\n",
+		        (long long)(p.cl.break_ms - t0), (long long)(mono_ms() - p.cl.break_ms));
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
 static const struct hl_test tests[] = {
 	{"one owner, the other standby", test_one_owner},
 	{"planned handover, no lease wait, no break", test_planned_handover},
 	{"hung owner: fenced, lease waited out, never two AO", test_forced_takeover},
+	{"hung owner with a longer lease than the taker's: its lease is waited out",
+	 test_forced_takeover_longer_lease},
 	{"paused, MONOTONIC stood still (suspend): no lease after the thaw", test_paused_suspend},
 	{"paused, BOOTTIME too, REALTIME stepped (synced VM): no lease", test_paused_vm_synced},
 	{"request honoured after the hold, ping-pong refused", test_request_and_hold},
