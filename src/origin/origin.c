@@ -328,8 +328,11 @@ void hl_range_list_add(void *arg, uint64_t off, uint64_t len)
 	}
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 64;
-		void *v = !l->max || cap <= l->max ? realloc(l->v, cap * sizeof(*l->v)) : NULL;
+		void *v;
 
+		if (l->max && cap > l->max)
+			cap = l->max; /* the last growth stops at max; past it: over */
+		v = cap > l->n ? realloc(l->v, cap * sizeof(*l->v)) : NULL;
 		if (!v) {
 			l->over = true;
 			return;

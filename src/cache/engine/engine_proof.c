@@ -203,8 +203,8 @@ int hl_cache_revalidate(struct hl_origin *o)
 	 * newer proof would bring them back valid under a proof that never lists
 	 * that write again.
 	 */
-	if ((prc || chg.n) && !c->dead)
-		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
+	if ((prc || chg.n) && !c->dead) /* the other disks serve meanwhile: under c->lock */
+		rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
 	if (!rc && proof_gone)
 		rc = engine_map_write(c, "open");
 	if (!rc)

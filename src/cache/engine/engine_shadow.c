@@ -379,11 +379,13 @@ static void standby_step(struct hl_cache *c, struct map_ent *e, struct shadow_en
 		/*
 		 * The hottest blocks that fit: the disk's quota, else the cache's
 		 * slots (a hot set larger than that would only evict itself,
-		 * spending origin reads on blocks that cannot stay).
+		 * spending origin reads on blocks that cannot stay). An entry
+		 * takes at least one of our slots, whatever the owner's block size.
 		 */
 		uint64_t room = e->quota ? HL_MIN(e->quota, c->nslots * c->bs) : c->nslots * c->bs;
-		if (nh.block_size && nh.n > room / nh.block_size)
-			se->hs.n = (uint32_t)(room / nh.block_size);
+		uint64_t per = HL_MAX((uint64_t)nh.block_size, (uint64_t)c->bs);
+		if (nh.n > room / per)
+			se->hs.n = (uint32_t)(room / per);
 		__atomic_store_n(&se->hot_n, (uint64_t)se->hs.n, __ATOMIC_RELAXED);
 		if (!nh.mark[0]) {
 			set_state(se, "waiting for the owner's first mark");
@@ -464,19 +466,23 @@ static void shadow_tick(struct hl_timer *t)
 
 		if (atomic_load(&sh->stopping))
 			return;
+		/*
+		 * The disk's lock is taken while c->lock still shows it attached:
+		 * then its detach (which needs that lock) cannot run, and its
+		 * entry cannot be replaced and freed by an attach, until the step
+		 * is over. Only tried (the order is shadow_mu before lock): a
+		 * disk being revalidated or detached is stepped at a later tick.
+		 */
 		pthread_mutex_lock(&c->lock);
 		e = i < c->n_ents ? c->ents[i] : NULL;
-		ready = e && e->sh && e->attached && e->inner;
+		ready = e && e->sh && e->attached && e->inner &&
+		        pthread_mutex_trylock(&e->shadow_mu) == 0;
 		pthread_mutex_unlock(&c->lock);
 		if (!e)
 			break;
 		if (!ready)
-			continue; /* an attached disk's entry stays in c->ents */
-		pthread_mutex_lock(&e->shadow_mu);
-		pthread_mutex_lock(&c->lock);
-		ready = e->sh && e->attached && e->inner; /* detached meanwhile? */
-		pthread_mutex_unlock(&c->lock);
-		if (ready && !atomic_load(&sh->stopping)) {
+			continue;
+		if (!atomic_load(&sh->stopping)) {
 			if (atomic_load(&e->proofs_held))
 				standby_step(c, e, e->sh, now);
 			else

@@ -341,6 +341,20 @@ static void test_range_list_merges_and_caps(void)
 	CU_ASSERT_EQUAL(capped.n, 64);
 	CU_ASSERT_EQUAL(capped.v[63].len, 2);
 	free(capped.v);
+
+	/* any max, not only the list's own growth steps: 10 and 100 entries */
+	for (unsigned m = 10; m <= 100; m *= 10) {
+		struct hl_range_list odd = {.max = m};
+
+		for (uint64_t i = 0; i < m; i++)
+			hl_range_list_add(&odd, 2 * i, 1);
+		CU_ASSERT_EQUAL(odd.n, m);
+		CU_ASSERT_FALSE(odd.over);
+		hl_range_list_add(&odd, 10000, 1);
+		CU_ASSERT_TRUE(odd.over);
+		CU_ASSERT_EQUAL(odd.n, m);
+		free(odd.v);
+	}
 }
 
 static const struct hl_test tests[] = {
