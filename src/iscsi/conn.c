@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/errqueue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -22,15 +21,6 @@
 
 #define RX_READS_PER_EVENT 4 /* fairness: at most this many full buffers per wakeup */
 #define TX_POOL_MAX        256
-/*
- * MSG_ZEROCOPY (an experiment, HOTLUN_ZEROCOPY=1): a send of at least this
- * much data goes out from our pages, which stay ours to keep unchanged until
- * the kernel reports the send complete on the error queue; at most
- * ZC_WINDOW such sends outstanding (the completion bitmap).
- */
-#define ZC_MIN_DATA (32u << 10)
-#define ZC_WINDOW   64
-#define ZC_PROBE    8 /* this many sends all copied by the kernel: stop trying */
 
 static void conn_event(struct hl_event *ev, uint32_t revents);
 static void conn_maybe_free(struct iscsi_conn *c);
@@ -242,19 +232,11 @@ static uint32_t conn_wanted_mask(const struct iscsi_conn *c)
 	return m;
 }
 
-static void zc_reap(struct iscsi_conn *c);
-static void conn_close_fd(struct iscsi_conn *c);
-
 static void conn_event(struct hl_event *ev, uint32_t revents)
 {
 	struct iscsi_conn *c = ev->arg;
 
 	conn_enter(c);
-	if ((revents & EPOLLERR) && c->zc_on) {
-		zc_reap(c);
-		if (c->zc_fd_held && hl_list_empty(&c->zc_wait))
-			conn_close_fd(c);
-	}
 	if (revents & EPOLLOUT)
 		iscsi_conn_flush(c);
 	if (c->state != CONN_CLOSED && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
@@ -281,7 +263,6 @@ static struct iscsi_tx *tx_alloc(struct iscsi_conn *c)
 	tx->task = NULL;
 	tx->owned = NULL;
 	tx->close_after = false;
-	tx->zc = false;
 	return tx;
 }
 
@@ -367,12 +348,9 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 	bool close_now = false;
 	size_t sent = 0;
 
-	bool zc_ok = c->zc_use;
-
 	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq) && sent < ISCSI_TX_PER_TURN) {
 		int cnt = 0;
 		uint32_t skip = c->tx_off;
-		size_t data = 0;
 		struct iscsi_tx *tx;
 
 		hl_list_for_each_entry(tx, &c->txq, link)
@@ -386,30 +364,18 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 				}
 				iov[cnt].iov_base = (uint8_t *)parts[i] + skip;
 				iov[cnt].iov_len = lens[i] - skip;
-				if (i == 1)
-					data += iov[cnt].iov_len;
 				skip = 0;
 				cnt++;
 			}
 			if (cnt >= ISCSI_IOV_MAX - 3)
 				break;
 		}
-		/*
-		 * Zero-copy for large data: what the digests cover was computed at
-		 * queue time from these same bytes, and nobody writes a queued
-		 * buffer, so they go out as digested.
-		 */
-		bool zc = zc_ok && data >= ZC_MIN_DATA && c->zc_next - c->zc_done < ZC_WINDOW;
 		/* sendmsg, not writev: MSG_NOSIGNAL keeps a peer reset from raising SIGPIPE */
 		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
-		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | (zc ? MSG_ZEROCOPY : 0));
+		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			if (zc && errno == ENOBUFS) {
-				zc_ok = false; /* no room for the notifications: copy this turn */
-				continue;
-			}
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				conn_set_mask(c, conn_wanted_mask(c));
 				return;
@@ -419,19 +385,12 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 			return;
 		}
 		size_t left = (size_t)n + c->tx_off;
-		uint32_t seq = zc ? c->zc_next++ : 0;
 		c->tx_bytes -= (size_t)n;
 		sent += (size_t)n;
 		c->tx_off = 0;
-		if (zc)
-			c->zc_sends++;
 		while (!hl_list_empty(&c->txq)) {
 			tx = hl_list_first(&c->txq, struct iscsi_tx, link);
 			size_t total = tx->hdr_len + tx->data_len + tx->trailer_len;
-			if (zc) {
-				tx->zc = true;
-				tx->zc_seq = seq;
-			}
 			if (left < total) {
 				c->tx_off = (uint32_t)left;
 				break;
@@ -440,10 +399,7 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 			hl_list_del(&tx->link);
 			if (tx->close_after)
 				close_now = true;
-			if (tx->zc && (int32_t)(tx->zc_seq - c->zc_done) >= 0)
-				hl_list_add_tail(&c->zc_wait, &tx->link); /* the kernel may hold its pages */
-			else
-				tx_release(c, tx);
+			tx_release(c, tx);
 		}
 		if (close_now) {
 			iscsi_conn_close(c, "done");
@@ -455,51 +411,6 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 	if (c->state == CONN_CLOSED)
 		return;
 	conn_set_mask(c, conn_wanted_mask(c));
-}
-
-/* Sends the kernel reported complete: their entries are ours again. */
-static void zc_reap(struct iscsi_conn *c)
-{
-	for (;;) {
-		char cbuf[CMSG_SPACE(sizeof(struct sock_extended_err) + sizeof(struct sockaddr_in6))];
-		struct msghdr m = {.msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-		if (recvmsg(c->fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
-			break;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
-			struct sock_extended_err ee;
-			if (!((cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR) ||
-			      (cm->cmsg_level == SOL_IPV6 && cm->cmsg_type == IPV6_RECVERR)))
-				continue;
-			memcpy(&ee, CMSG_DATA(cm), sizeof(ee));
-			if (ee.ee_errno != 0 || ee.ee_origin != SO_EE_ORIGIN_ZEROCOPY)
-				continue;
-			if (ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) {
-				c->zc_copied += ee.ee_data - ee.ee_info + 1;
-				/* the kernel copied anyway (a local peer, a device without
-				 * scatter-gather): pinning and notifying only adds cost */
-				if (c->zc_copied >= ZC_PROBE && c->zc_copied == c->zc_sends)
-					c->zc_use = false;
-			}
-			for (uint32_t s = ee.ee_info;; s++) {
-				uint32_t d = s - c->zc_done;
-				if (d < 64)
-					c->zc_ahead |= 1ull << d;
-				if (s == ee.ee_data)
-					break;
-			}
-		}
-		while (c->zc_ahead & 1) {
-			c->zc_ahead >>= 1;
-			c->zc_done++;
-		}
-	}
-	while (!hl_list_empty(&c->zc_wait)) {
-		struct iscsi_tx *tx = hl_list_first(&c->zc_wait, struct iscsi_tx, link);
-		if ((int32_t)(tx->zc_seq - c->zc_done) >= 0)
-			break;
-		hl_list_del(&tx->link);
-		tx_release(c, tx);
-	}
 }
 
 uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c)
@@ -712,7 +623,6 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	hl_list_init(&c->pend_link);
 	hl_list_init(&c->evict_link);
 	hl_list_init(&c->txq);
-	hl_list_init(&c->zc_wait);
 	hl_list_init(&c->tx_free);
 	hl_list_init(&c->tasks);
 	hl_list_init(&c->task_free);
@@ -765,9 +675,6 @@ void iscsi_conn_start(void *arg)
 	if (!c->reactor) /* the accepting portal sets it; unit tests start connections directly */
 		c->reactor = hl_reactor_current() ? hl_reactor_current() : c->srv->reactors[0];
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (getenv("HOTLUN_ZEROCOPY") && atoi(getenv("HOTLUN_ZEROCOPY")) == 1)
-		c->zc_on = c->zc_use =
-		    setsockopt(c->fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0;
 	hl_event_init(&c->ev, c->fd, conn_event, c);
 	c->ev_mask = EPOLLIN;
 	if (hl_event_add(c->reactor, &c->ev, EPOLLIN) < 0) {
@@ -805,28 +712,16 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	if (c->state == CONN_CLOSED)
 		return;
 	HL_INFO(ISCSI_LOG, "%s: closing connection (%s)", c->peer_str, why);
-	if (c->zc_on)
-		HL_NOTICE(ISCSI_LOG, "%s: %llu zero-copy sends, %llu of them copied by the kernel",
-		          c->peer_str, (unsigned long long)c->zc_sends,
-		          (unsigned long long)c->zc_copied);
 	c->state = CONN_CLOSED;
 	c->busy++;
-	/* a zero-copy send's pages stay ours until it completes: keep the socket to hear it */
-	if (c->zc_on)
-		zc_reap(c);
-	while (!hl_list_empty(&c->txq)) {
-		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
-		hl_list_del(&tx->link);
-		if (tx->zc && (int32_t)(tx->zc_seq - c->zc_done) >= 0)
-			hl_list_add_tail(&c->zc_wait, &tx->link);
-		else
-			tx_release(c, tx);
-	}
-	if (!hl_list_empty(&c->zc_wait) && c->ev.reactor && hl_event_mod(&c->ev, 0) == 0) {
-		c->ev_mask = 0; /* EPOLLERR still comes */
-		c->zc_fd_held = true;
-	} else {
-		conn_close_fd(c);
+	if (c->ev.reactor)
+		hl_event_del(&c->ev);
+	if (c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
+		if (c->fd_counted)
+			atomic_fetch_sub(&c->srv->n_conn_fds, 1);
+		c->fd_counted = false;
 	}
 	hl_timer_stop(&c->login_timer);
 	hl_timer_stop(&c->nop_timer);
@@ -837,6 +732,11 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_turn_hook_cancel(&c->tx_hook);
 	c->rbuf_off = c->rbuf_len = 0;
 	iscsi_conn_pending_release(c);
+	while (!hl_list_empty(&c->txq)) {
+		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
+		hl_list_del(&tx->link);
+		tx_release(c, tx);
+	}
 	c->tx_off = 0;
 	c->tx_bytes = 0;
 	iscsi_ffp_abort_all(c);
@@ -846,30 +746,9 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	conn_maybe_free(c);
 }
 
-/* The socket goes (at close, or once the held zero-copy sends completed). */
-static void conn_close_fd(struct iscsi_conn *c)
-{
-	if (c->ev.reactor)
-		hl_event_del(&c->ev);
-	while (!hl_list_empty(&c->zc_wait)) {
-		/* only when the socket could not be kept for the completions */
-		struct iscsi_tx *tx = hl_list_first(&c->zc_wait, struct iscsi_tx, link);
-		hl_list_del(&tx->link);
-		tx_release(c, tx);
-	}
-	c->zc_fd_held = false;
-	if (c->fd >= 0) {
-		close(c->fd);
-		c->fd = -1;
-		if (c->fd_counted)
-			atomic_fetch_sub(&c->srv->n_conn_fds, 1);
-		c->fd_counted = false;
-	}
-}
-
 static void conn_maybe_free(struct iscsi_conn *c)
 {
-	if (c->state != CONN_CLOSED || c->busy || c->nexec || c->ntasks || c->zc_fd_held ||
+	if (c->state != CONN_CLOSED || c->busy || c->nexec || c->ntasks ||
 	    hl_turn_hook_queued(&c->tx_hook))
 		return;
 	if (c->sess) {

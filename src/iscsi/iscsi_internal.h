@@ -397,8 +397,6 @@ struct iscsi_tx {
 	struct iscsi_task *task; /* holds a reference while queued, or NULL */
 	void *owned;             /* freed once sent */
 	bool close_after;        /* close the connection once sent */
-	bool zc;                 /* some of it went out with MSG_ZEROCOPY ... */
-	uint32_t zc_seq;         /* ... the last such send: kept until that one completes */
 };
 
 enum iscsi_task_state {
@@ -599,15 +597,6 @@ struct iscsi_conn {
 	struct hl_list tx_free;
 	unsigned tx_nfree;
 	uint32_t tx_off; /* bytes of the head entry already sent */
-	/* MSG_ZEROCOPY sends (HOTLUN_ZEROCOPY=1, an experiment: conn.c) */
-	bool zc_on;               /* SO_ZEROCOPY set: completions to reap */
-	bool zc_use;              /* large sends use MSG_ZEROCOPY (off once the kernel copies) */
-	bool zc_fd_held;          /* closed, the socket kept open until zc_wait drains */
-	uint32_t zc_next;         /* the socket's number for the next zero-copy send */
-	uint32_t zc_done;         /* every send before it has completed */
-	uint64_t zc_ahead;        /* bit i: send zc_done + i completed (out of order) */
-	struct hl_list zc_wait;   /* sent entries whose pages the kernel may still hold */
-	uint64_t zc_sends, zc_copied;
 	bool close_after_send;
 
 	struct iscsi_params params;
