@@ -57,9 +57,13 @@ if [ "$NET" = veth ]; then
 	RUN=(ip netns exec "$NS")
 fi
 
-# One origin file each (a file origin is locked by the daemon that serves it).
-head -c "$RANGE_B" /dev/urandom >"$T/origin-A.img" || hl_error "cannot write the origin"
-cp "$T/origin-A.img" "$T/origin-B.img"
+# One origin file each (a file origin is locked by the daemon that serves
+# it), both made the same way: how a file was written decides the size of
+# its page-cache folios, and with them the cost of an uncached read.
+head -c "$RANGE_B" /dev/urandom >"$T/origin.src" || hl_error "cannot write the origin"
+cp "$T/origin.src" "$T/origin-A.img"
+cp "$T/origin.src" "$T/origin-B.img"
+rm -f "$T/origin.src"
 cat "$T/origin-A.img" "$T/origin-B.img" >/dev/null
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
