@@ -4,14 +4,18 @@
  * connection for reuse (no page faults per command) up to
  * ISCSI_BUF_CACHE_MAX, given back when the connection idles or closes.
  *
- * Buffers of ISCSI_BUF_HUGE_MIN and more live in transparent huge pages
- * (2 MiB, madvise(MADV_HUGEPAGE)): a 1 MiB hit is read by O_DIRECT into its
- * buffer, which pins every page of it, and sent from it by a copy that walks
- * every page; with 4 KiB pages that was 256 page pins and TLB misses per
- * MiB (gup_fast_fallback alone 5-7% of a 1 MiB hit's CPU), with a huge page
- * it is one (A/B in docs/benchmarks.md: 21-32% less CPU per 1 MiB hit).
- * Buffers smaller than 2 MiB are carved from one 2 MiB chunk (two of 1 MiB),
- * which the connection keeps while any piece of it is in use or kept.
+ * Buffers from ISCSI_BUF_HUGE_MIN up to 1 MiB live in transparent huge
+ * pages: a 1 MiB hit is read by O_DIRECT into its buffer, which pins every
+ * page of it, and sent from it by a copy that walks every page; with 4 KiB
+ * pages that was 256 page pins and TLB misses per MiB (gup_fast_fallback
+ * alone 5-7% of a 1 MiB hit's CPU), with a huge page it is one (A/B in
+ * docs/benchmarks.md: 21-32% less CPU per 1 MiB hit). They are carved from
+ * 2 MiB chunks (madvise(MADV_HUGEPAGE); two 1 MiB buffers each), which the
+ * connection keeps while any piece is in use or kept, at most
+ * ISCSI_BUF_CHUNKS. Larger buffers stay in plain pages: most are not kept
+ * (ISCSI_BUF_CACHE_MAX), and allocating and freeing huge pages for every
+ * 16 MiB READ stalled another session on the reactor to 101-205 ms in
+ * net_slow_reader.sh run beside another test (6 ms with plain pages).
  */
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -52,7 +56,7 @@ static void kept_sub(struct iscsi_conn *c, uint32_t n)
 	atomic_fetch_sub(&c->srv->wb.buf_cache_total, n);
 }
 
-/* A fresh 2 MiB-aligned run of size bytes (a multiple of 2 MiB) in huge pages. */
+/* A fresh 2 MiB-aligned chunk of size bytes (a multiple of 2 MiB) in huge pages. */
 static void *huge_alloc(size_t size)
 {
 	void *p;
@@ -141,8 +145,6 @@ void *iscsi_buf_get(struct iscsi_conn *c, uint32_t len, uint32_t *cap)
 	} else if (c->buf_cached[k]) {
 		p = c->buf_cache[k][--c->buf_cached[k]];
 		kept_sub(c, size);
-	} else if (size >= HUGE_SIZE) {
-		p = huge_alloc(size);
 	} else if (posix_memalign(&p, 4096, size) != 0) {
 		p = NULL;
 	}

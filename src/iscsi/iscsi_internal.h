@@ -96,9 +96,9 @@
 #define ISCSI_BUF_CACHE_DEPTH  64
 #define ISCSI_BUF_CACHE_MAX    (64u << 20)
 /*
- * Data buffers from this size on are in 2 MiB transparent huge pages
- * (buf.c); smaller ones are carved from such chunks, of which a connection
- * has at most ISCSI_BUF_CHUNKS (past them, plain pages).
+ * Data buffers from this size up to 1 MiB are carved from 2 MiB transparent
+ * huge pages (buf.c), of which a connection has at most ISCSI_BUF_CHUNKS
+ * (past them, and for larger buffers, plain pages).
  */
 #define ISCSI_BUF_HUGE_MIN     (1u << 20)
 #define ISCSI_BUF_CHUNKS       32
