@@ -29,9 +29,9 @@ bench_run "mixed verified load" 0 "$T/mixed.out" --workload hotset:80/20 --read 
 [ "$(bench_field "$T/mixed.out" verify_errors)" = 0 ] || hl_fail "mixed load reported mismatches"
 [ "$(bench_field "$T/mixed.out" writes)" -gt 0 ] || hl_fail "mixed load wrote nothing"
 
-# 1 and 2 MiB commands: their data buffers are huge-page chunks on hotlund
-# (two 1 MiB buffers share one 2 MiB chunk; iscsi/buf.c); any overlap or
-# early reuse of a piece shows as mismatches here.
+# 1 and 2 MiB commands: on hotlund a 1 MiB command's data buffer is half of
+# a 2 MiB huge-page chunk (iscsi/buf.c), a 2 MiB one plain pages; any
+# overlap or early reuse of a piece shows as mismatches here.
 bench_run "large verified load" 0 "$T/large.out" --workload uniform --read 50 --bs 1M,2M \
 	--verify --range 8M --time 2 --qd 8 "$HL_URL"
 [ "$(bench_field "$T/large.out" verify_errors)" = 0 ] || hl_fail "large load reported mismatches"
