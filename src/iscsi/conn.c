@@ -778,65 +778,6 @@ static void conn_maybe_free(struct iscsi_conn *c)
 	free(c);
 }
 
-/* ---- data buffers ---- */
-
-static unsigned buf_class(uint32_t len)
-{
-	unsigned k = 0;
-
-	while (k < ISCSI_BUF_CLASSES - 1 && (4096u << k) < len)
-		k++;
-	return k;
-}
-
-void *iscsi_buf_get(struct iscsi_conn *c, uint32_t len, uint32_t *cap)
-{
-	unsigned k = buf_class(len);
-	uint32_t size = 4096u << k;
-	void *p = NULL;
-
-	if (size < len)
-		return NULL;
-	if (c->buf_cached[k]) {
-		p = c->buf_cache[k][--c->buf_cached[k]];
-		c->buf_cache_bytes -= size;
-		atomic_fetch_sub(&c->srv->wb.buf_cache_total, size);
-	} else if (posix_memalign(&p, 4096, size) != 0) {
-		return NULL;
-	}
-	*cap = size;
-	return p;
-}
-
-void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap)
-{
-	unsigned k = buf_class(cap);
-
-	/* kept buffers are resident memory too: all connections together keep at most
-	 * half the write buffer budget (an idle connection cannot park 64 MiB each) */
-	struct iscsi_wbudget *wb = &c->srv->wb;
-	if (c->state != CONN_CLOSED && (4096u << k) == cap &&
-	    c->buf_cached[k] < ISCSI_BUF_CACHE_DEPTH &&
-	    c->buf_cache_bytes + cap <= ISCSI_BUF_CACHE_MAX &&
-	    atomic_load(&wb->buf_cache_total) + cap <= atomic_load(&wb->buf_cache_max)) {
-		atomic_fetch_add(&wb->buf_cache_total, cap);
-		c->buf_cache[k][c->buf_cached[k]++] = p;
-		c->buf_cache_bytes += cap;
-		return;
-	}
-	free(p);
-}
-
-void iscsi_conn_buf_trim(struct iscsi_conn *c)
-{
-	for (unsigned k = 0; k < ISCSI_BUF_CLASSES; k++) {
-		while (c->buf_cached[k])
-			free(c->buf_cache[k][--c->buf_cached[k]]);
-	}
-	atomic_fetch_sub(&c->srv->wb.buf_cache_total, c->buf_cache_bytes);
-	c->buf_cache_bytes = 0;
-}
-
 /* Task references: a task is freed (back to the pool) when the last one goes. */
 void iscsi_task_put(struct iscsi_task *t)
 {

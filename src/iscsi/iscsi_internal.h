@@ -95,6 +95,20 @@
  */
 #define ISCSI_BUF_CACHE_DEPTH  64
 #define ISCSI_BUF_CACHE_MAX    (64u << 20)
+/*
+ * Data buffers from this size up to 1 MiB are carved from 2 MiB transparent
+ * huge pages (buf.c), of which a connection has at most ISCSI_BUF_CHUNKS
+ * (past them, and for larger buffers, plain pages).
+ */
+#define ISCSI_BUF_HUGE_MIN     (1u << 20)
+#define ISCSI_BUF_CHUNKS       32
+
+/* A 2 MiB huge-page chunk cut into buffers of 4 KiB << k (buf.c). */
+struct iscsi_buf_chunk {
+	uint8_t *base;
+	uint32_t free; /* bit i: piece i is free (kept) */
+	uint8_t k;
+};
 
 struct iscsi_conn;
 struct iscsi_task;
@@ -633,7 +647,9 @@ struct iscsi_conn {
 	/* recently freed data buffers by size class (4 KiB << k): reused without page faults */
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
 	uint8_t buf_cached[ISCSI_BUF_CLASSES];
-	uint64_t buf_cache_bytes;
+	uint64_t buf_cache_bytes;    /* kept: the cached buffers and the chunks' free pieces */
+	struct iscsi_buf_chunk chunks[ISCSI_BUF_CHUNKS];
+	unsigned nchunks;
 
 	/* a closing Logout waits for the commands still executing (nexec) */
 	unsigned n_deferred; /* PREEMPT AND ABORTs out of the scsi layer, answered by xreset_done */
@@ -700,7 +716,7 @@ void iscsi_task_put(struct iscsi_task *t);
  */
 void *iscsi_buf_get(struct iscsi_conn *c, uint32_t len, uint32_t *cap);
 void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap);
-/** Free the buffers kept for reuse (those in use stay). */
+/** Free the buffers kept for reuse (those in use stay, and the huge-page chunks they are in). */
 void iscsi_conn_buf_trim(struct iscsi_conn *c);
 
 /* ---- session.c: the write budget's connection side ---- */

@@ -21,7 +21,8 @@
 #
 # PROFILE=1 adds, for 4K QD64 hits (first cache block size) and 4K QD64
 # uncached reads, `perf record -g` on hotlund and a table of where its CPU
-# goes by layer (tests/bench/perf_layers.sh).
+# goes by layer (tests/bench/perf_layers.sh); PROFILE=all profiles the hits
+# at every cache block size, PROFILE_CELL (default 4K:64) picks the cell.
 #
 # usage: tests/bench/hit_path.sh [BUILDDIR]
 # environment: FULL=1 (every cell: cache blocks 4K 64K 1M, 10 s a run;
@@ -29,7 +30,8 @@
 #              BLOCKS, CELLS ("4K:1 4K:64 4K:128 64K:16 1M:8"), TIME, RANGE (warmed
 #              and measured range, default 256M), THREADS (hotlund's, default 2),
 #              CACHE_DIR (where the cache file lives: the "SSD"; default the
-#              run's temp dir), HL_OUT (default ./hit-path), PROFILE=1
+#              run's temp dir), HL_OUT (default ./hit-path), PROFILE=1|all,
+#              PROFILE_CELL
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
@@ -48,6 +50,7 @@ CELLS=${CELLS:-4K:1 4K:64 4K:128 64K:16 1M:8}
 RANGE=${RANGE:-256M}
 THREADS=${THREADS:-2}
 PROFILE=${PROFILE:-0}
+PROFILE_CELL=${PROFILE_CELL:-4K:64}
 OUT=${HL_OUT:-$PWD/hit-path}
 mkdir -p "$OUT"
 T=$(hl_tmpdir)
@@ -172,16 +175,17 @@ start() {
 	SOCK=$st/ctl.sock
 }
 
-# profile NAME LUN: perf record -g on hotlund during a 4K QD64 run, grouped by layer.
+# profile NAME LUN: perf record -g on hotlund during a PROFILE_CELL run, grouped by layer.
 profile() {
 	local name=$1 lun=$2
 	command -v perf >/dev/null || { hl_log "no perf: no profile"; return; }
 	perf record -g -o "$OUT/$name.perf.data" -p "$HL_PID" -- sleep "$TIME" >/dev/null 2>&1 &
 	local ppid=$!
-	bench "$lun" 4K 64 >/dev/null
+	bench "$lun" "${PROFILE_CELL%:*}" "${PROFILE_CELL#*:}" >"$OUT/$name.bench.txt"
 	wait "$ppid"
 	"$SRC/tests/bench/perf_layers.sh" "$OUT/$name.perf.data" "$HL_BUILDDIR" >"$OUT/$name.layers.txt" 2>&1
 	hl_log "profile $name:"
+	echo "IOPS CPU-us/IO (under perf): $(cut -d' ' -f1-2 "$OUT/$name.bench.txt")" >>"$OUT/$name.layers.txt"
 	cat "$OUT/$name.layers.txt" >&2
 }
 
@@ -214,9 +218,9 @@ for cbs in $BLOCKS; do
 	miss=$(($(hl_cache_stat "$SOCK" ssd read_misses) - MISS0))
 	echo "cache block $cbs: $hits hits, $miss misses while measuring" | tee -a "$OUT/notes.txt" >&2
 	[ "$miss" -le $((hits / 100)) ] || hl_log "WARNING: cache block $cbs: $miss misses in a hit run"
-	if [ "$PROFILE" = 1 ] && [ $first = 1 ]; then
+	if { [ "$PROFILE" = 1 ] && [ $first = 1 ]; } || [ "$PROFILE" = all ]; then
 		profile "hit-$cbs" 0
-		profile uncached 1
+		[ $first = 1 ] && profile uncached 1
 	fi
 	first=0
 	hl_check_alive "$HL_PID"

@@ -86,6 +86,11 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 	}
 }
 
+void cache_index_prefetch(const struct cache_index *ix, uint64_t key)
+{
+	__builtin_prefetch(&ix->tab[home_of(ix, key)]);
+}
+
 int cache_index_insert(struct cache_index *ix, uint32_t slot)
 {
 	uint64_t key = ix->keys[slot];

@@ -12,6 +12,8 @@
 #include "cache/core/core_internal.h"
 #include "hotlun/util.h"
 
+#define INDEX_AHEAD 8 /* blocks between starting an index load and using it */
+
 /* ---- ghost: keys the window dropped recently ---- */
 
 void cache_window_drop(struct hl_cache_core *c, uint32_t s)
@@ -378,9 +380,19 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 	c->call++;
 	bypass = !c->shadow && seq_bypass(c, l, off, len);
 	b0 = off >> c->block_shift;
+	/*
+	 * A large read over small blocks looks up hundreds of blocks whose index
+	 * entries are scattered (a cache miss each: 90% of the lookup's time, at
+	 * 4K blocks 5% of a 1 MiB hit's CPU): their loads are started
+	 * INDEX_AHEAD blocks ahead, so they overlap instead of waiting in turn.
+	 */
+	for (uint32_t k = 0; k < nb && k < INDEX_AHEAD; k++)
+		cache_index_prefetch(&c->ix, cache_key(lun, b0 + k));
 	for (uint32_t k = 0; k < nb; k++) {
 		struct hl_cache_io *io = &ios[k];
 		uint64_t b = b0 + k, key = cache_key(lun, b);
+		if (k + INDEX_AHEAD < nb)
+			cache_index_prefetch(&c->ix, cache_key(lun, b + INDEX_AHEAD));
 		uint32_t s = cache_index_find(&c->ix, key), first, n;
 
 		cache_block_sectors(c, b, off, len, &first, &n);

@@ -136,6 +136,8 @@ int cache_index_init(struct cache_index *ix, uint64_t nslots, const uint64_t *ke
 void cache_index_fini(struct cache_index *ix);
 /** @return slot or HL_CACHE_NO_SLOT. */
 uint32_t cache_index_find(const struct cache_index *ix, uint64_t key);
+/* Start loading the index entry where key's probe begins (a later find of it waits less). */
+void cache_index_prefetch(const struct cache_index *ix, uint64_t key);
 /** keys[slot] must already be set. @return 0 or -EEXIST/-ENOSPC. */
 int cache_index_insert(struct cache_index *ix, uint32_t slot);
 /** @return 0 or -ENOENT. */

@@ -937,6 +937,51 @@ static void test_data_buffer_reuse(void)
 	teardown();
 }
 
+/*
+ * 1 MiB buffers are the two halves of a 2 MiB-aligned huge-page chunk; the
+ * chunk stays while either half is in use (its free half counted as kept)
+ * and goes back once both are free and the connection trims or closes.
+ */
+static void test_data_buffer_huge_chunks(void)
+{
+	uint32_t cap0, cap1, cap2;
+	struct iscsi_conn *c;
+	uint8_t *a, *b, *d;
+
+	setup();
+	login_ok(NULL);
+	c = P->p_conn;
+	a = iscsi_buf_get(c, 1u << 20, &cap0);
+	b = iscsi_buf_get(c, 1u << 20, &cap1);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	CU_ASSERT_EQUAL(cap0, 1u << 20);
+	CU_ASSERT_EQUAL((uintptr_t)a % (2u << 20), 0);
+	CU_ASSERT_PTR_EQUAL(b, a + (1u << 20));
+	CU_ASSERT_EQUAL(c->nchunks, 1);
+	CU_ASSERT_EQUAL(c->buf_cache_bytes, 0);
+	/* a 2 MiB buffer is plain pages (not a chunk) */
+	d = iscsi_buf_get(c, 2u << 20, &cap2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+	CU_ASSERT_EQUAL(cap2, 2u << 20);
+	CU_ASSERT_EQUAL(c->nchunks, 1);
+	iscsi_buf_put(c, d, cap2);
+	iscsi_buf_put(c, a, cap0);
+	iscsi_conn_buf_trim(c);
+	/* b still in use: its chunk stays, a's half counted as kept */
+	CU_ASSERT_EQUAL(c->nchunks, 1);
+	CU_ASSERT_EQUAL(c->buf_cache_bytes, 1u << 20);
+	memset(b, 0xa5, 1u << 20); /* still ours */
+	CU_ASSERT_PTR_EQUAL(iscsi_buf_get(c, 1u << 20, &cap0), a); /* the free half first */
+	iscsi_buf_put(c, a, cap0);
+	iscsi_buf_put(c, b, cap1);
+	CU_ASSERT_EQUAL(c->buf_cache_bytes, 2u << 20);
+	iscsi_conn_buf_trim(c);
+	CU_ASSERT_EQUAL(c->nchunks, 0);
+	CU_ASSERT_EQUAL(c->buf_cache_bytes, 0);
+	teardown();
+}
+
 static void test_read_residuals(void)
 {
 	setup();
@@ -2271,6 +2316,7 @@ static const struct hl_test tests[] = {
     {"login: CHAP one-way, mutual, wrong secret, reflection", test_login_chap},
     {"read: Data-In segmentation, bursts, status", test_read_segmentation},
     {"data buffers: 32 x 1 MiB reused, trimmed", test_data_buffer_reuse},
+    {"data buffers: 1 MiB halves of huge-page chunks", test_data_buffer_huge_chunks},
     {"read: residual overflow/underflow", test_read_residuals},
     {"EDTL above the transfer cap; buffer share exhausted", test_edtl_too_large},
     {"write: R2T generation", test_write_r2t},

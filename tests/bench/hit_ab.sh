@@ -1,0 +1,161 @@
+#!/bin/bash
+# hit_ab.sh - A/B of two hotlund binaries on warmed cache hits, in one run:
+# both daemons run side by side (each its own cache file over one origin
+# file, admission = always, warmed like hit_path.sh does), and hotlun-bench
+# runs against A and B in turn (A B, then B A, ...) for each cell, so the
+# machine's drift hits both alike. Per run: IOPS and the daemon's CPU µs per
+# I/O (utime + stime of /proc/PID/stat over the run / I/Os; with tick-based
+# accounting this includes the network softirq work done in its context).
+# Also the uncached LUN (LUN 1, the origin from the page cache) with UNCACHED=1.
+#
+# NET=veth runs the client in a network namespace behind a veth pair that
+# the script makes (10.231.0.1 <-> 10.231.0.2; needs root and iproute2)
+# instead of over loopback: a real device path, but still on this machine
+# (the kernel copies zero-copy sends that are delivered to a local socket).
+#
+# Not part of `make check`; results go into docs/benchmarks.md.
+#
+# usage: tests/bench/hit_ab.sh HOTLUND_A HOTLUND_B [BUILDDIR]
+# environment: BLOCKS ("4K 64K 1M"), CELLS ("4K:64 64K:16 1M:8"), TIME (5),
+#              ROUNDS (3: runs of each binary per cell), RANGE (256M),
+#              THREADS (2), NET (lo | veth), UNCACHED (0 | 1),
+#              A_ENV / B_ENV (environment for A's / B's daemon, e.g.
+#              "HOTLUN_ZEROCOPY=1"), HL_OUT (default ./hit-ab)
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+A_BIN=$(realpath "$1") B_BIN=$(realpath "$2")
+export HL_SRCDIR=$SRC HL_BUILDDIR=${3:-${HL_BUILDDIR:-$SRC/build}}
+. "$SRC/tests/functional/lib.sh"
+BENCH=$HL_BUILDDIR/hotlun-bench
+[ -x "$BENCH" ] || hl_error "$BENCH not built"
+BLOCKS=${BLOCKS:-4K 64K 1M}
+CELLS=${CELLS:-4K:64 64K:16 1M:8}
+TIME=${TIME:-5}
+ROUNDS=${ROUNDS:-3}
+RANGE=${RANGE:-256M}
+THREADS=${THREADS:-2}
+NET=${NET:-lo}
+UNCACHED=${UNCACHED:-0}
+OUT=${HL_OUT:-$PWD/hit-ab}
+mkdir -p "$OUT"
+T=$(hl_tmpdir)
+NS=
+trap 'rc=$?; if [ -n "$NS" ]; then ip netns del "$NS" 2>/dev/null; fi; (exit $rc); hl_cleanup' EXIT
+IQN=$HL_IQN_PREFIX:hit-ab
+TCK=$(getconf CLK_TCK)
+RANGE_B=$(numfmt --from=iec "$RANGE")
+HOST=127.0.0.1
+RUN=()
+if [ "$NET" = veth ]; then
+	NS=hlab$$
+	ip netns add "$NS" || hl_error "cannot make a network namespace"
+	ip link add "v$NS" type veth peer name "p$NS" netns "$NS" || hl_error "no veth"
+	ip addr add 10.231.0.1/24 dev "v$NS" && ip link set "v$NS" up &&
+		ip -n "$NS" addr add 10.231.0.2/24 dev "p$NS" && ip -n "$NS" link set "p$NS" up &&
+		ip -n "$NS" link set lo up || hl_error "cannot set up the veth pair"
+	HOST=10.231.0.1
+	RUN=(ip netns exec "$NS")
+fi
+
+# One origin file each (a file origin is locked by the daemon that serves
+# it), both made the same way: how a file was written decides the size of
+# its page-cache folios, and with them the cost of an uncached read.
+head -c "$RANGE_B" /dev/urandom >"$T/origin.src" || hl_error "cannot write the origin"
+cp "$T/origin.src" "$T/origin-A.img"
+cp "$T/origin.src" "$T/origin-B.img"
+rm -f "$T/origin.src"
+cat "$T/origin-A.img" "$T/origin-B.img" >/dev/null
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
+
+# bench PID PORT LUN BS QD: "IOPS CPU_US_PER_IO" of one run.
+bench() {
+	local pid=$1 port=$2 lun=$3 bs=$4 qd=$5 t0 t1 line
+	t0=$(cpu_ticks "$pid")
+	line=$("${RUN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
+		--time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+	t1=$(cpu_ticks "$pid")
+	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
+	awk -v i="$(field "$line" iops)" -v n="$(field "$line" ios)" -v d=$((t1 - t0)) -v k="$TCK" \
+		'BEGIN {printf "%d %.1f\n", i, n ? d * 1e6 / k / n : 0}'
+}
+
+# start NAME BIN ENV CACHE_BS: a daemon (LUN 0 cached, LUN 1 uncached), warmed;
+# sets PID_<NAME> and PORT_<NAME>.
+start() {
+	local name=$1 bin=$2 env=$3 cbs=$4 st=$T/state-$1-$4 port pass m0 m1
+	port=$(hl_free_port)
+	rm -rf "$st"
+	mkdir -p "$st"
+	{
+		printf '[global]\nportal = %s:%s\nstate_dir = %s\ncontrol_socket = %s/ctl.sock\n' \
+			"$HOST" "$port" "$st" "$st"
+		printf 'log_level = notice\nthreads = %s\n\n' "$THREADS"
+		printf '[cache ssd]\ndevice = %s/cache.img\nsize = %s\nblock_size = %s\nadmission = always\n\n' \
+			"$st" "$(((RANGE_B * 2 + (1 << 30) - 1) >> 30))G" "$cbs"
+		printf '[disk hit]\norigin = file:%s\ncache = ssd\n\n' "$T/origin-$name.img"
+		printf '[disk plain]\norigin = file:%s\n\n' "$T/origin-$name.img"
+		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
+	} >"$st.conf"
+	# shellcheck disable=SC2086
+	HL_HOTLUND=$bin HL_WRAPPER="${env:+env $env}" hl_start_hotlund "$st.conf"
+	for pass in 1 2 3 4 5 6; do
+		m0=$(hl_cache_stat "$st/ctl.sock" ssd read_misses)
+		seq 0 $(((RANGE_B >> 20) - 1)) | shuf >"$T/warm.blocks"
+		"${RUN[@]}" "$BENCH" --workload "trace:blocks:$T/warm.blocks" --bs 1M --qd 4 \
+			--count $((RANGE_B >> 20)) --quiet "iscsi://$HOST:$port/$IQN/0" >/dev/null \
+			2>>"$OUT/bench.err" || hl_error "warm-up failed"
+		sleep 1
+		m1=$(hl_cache_stat "$st/ctl.sock" ssd read_misses)
+		[ "$m1" = "$m0" ] && break
+	done
+	printf -v "PID_$name" %s "$HL_PID"
+	printf -v "PORT_$name" %s "$port"
+	hl_log "$name ($bin${env:+, $env}) cache block $cbs: warm after $pass passes"
+}
+
+# median of the arguments
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+{
+	echo "A = $A_BIN${A_ENV:+ ($A_ENV)}, B = $B_BIN${B_ENV:+ ($B_ENV)}; NET=$NET, $TIME s a run, $ROUNDS runs each"
+	echo
+	echo "| cache block | LUN | I/O | A: IOPS | B: IOPS | A: CPU µs/IO | B: CPU µs/IO | CPU A / B (median) |"
+	echo "| ---: | --- | --- | --- | --- | --- | --- | ---: |"
+} >"$OUT/results.md"
+luns=0
+[ "$UNCACHED" = 1 ] && luns="0 1"
+for cbs in $BLOCKS; do
+	start A "$A_BIN" "${A_ENV:-}" "$cbs"
+	start B "$B_BIN" "${B_ENV:-}" "$cbs"
+	for lun in $luns; do
+		for cell in $CELLS; do
+			bs=${cell%:*} qd=${cell#*:}
+			ai=() bi=() ac=() bc=()
+			for r in $(seq 1 "$ROUNDS"); do
+				order="A B"
+				[ $((r % 2)) = 0 ] && order="B A"
+				for x in $order; do
+					pid=PID_$x port=PORT_$x
+					read -r i c <<<"$(bench "${!pid}" "${!port}" "$lun" "$bs" "$qd")"
+					if [ $x = A ]; then ai+=("$i") ac+=("$c"); else bi+=("$i") bc+=("$c"); fi
+				done
+			done
+			printf '| %s | %s | %s QD%s | %s | %s | %s | %s | %.2f |\n' "$cbs" \
+				"$([ "$lun" = 0 ] && echo hit || echo uncached)" "$bs" "$qd" \
+				"${ai[*]}" "${bi[*]}" "${ac[*]}" "${bc[*]}" \
+				"$(awk -v a="$(median "${ac[@]}")" -v b="$(median "${bc[@]}")" 'BEGIN {print b ? a / b : 0}')" |
+				tee -a "$OUT/results.md"
+		done
+	done
+	hl_check_alive "$PID_A"
+	hl_check_alive "$PID_B"
+	hl_stop "$PID_A"
+	hl_stop "$PID_B"
+done
+{
+	echo
+	echo "machine: $(nproc) CPUs, $(uname -r), load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)"
+} >>"$OUT/results.md"
+cat "$OUT/results.md"
