@@ -883,9 +883,26 @@ int origin_iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, ch
 	if (rc == 0 && (!st->held || !pr_key_same_run(st->holder, io->pr_key)))
 		rc = -EAGAIN; /* not ours (any more): the ownership module will hear it */
 	if (rc == 0) {
-		/* the holder's key: its heartbeat counter explains later moves (proof_check) */
+		/*
+		 * The holder's key: its heartbeat counter explains later moves
+		 * (proof_check). While only heartbeats moved PRgeneration since
+		 * our last proof, that proof is given again: the cache records a
+		 * proof it got twice in a row (a quiet disk), and a heartbeat
+		 * every lease/4 must not look like a write. Renewed once the
+		 * counter went half round, so that the recorded one is replaced
+		 * well before 256 heartbeats make it unprovable.
+		 */
+		pthread_mutex_lock(&io->ctl_lock);
+		if (!pr_gen_explained(io->proof_key, io->proof_gen, st->holder, st->generation) ||
+		    (uint8_t)(pr_key_beat(st->holder) - pr_key_beat(io->proof_key)) >= 128) {
+			io->proof_key = st->holder;
+			io->proof_gen = st->generation;
+		}
+		uint64_t key = io->proof_key;
+		uint32_t gen = io->proof_gen;
+		pthread_mutex_unlock(&io->ctl_lock);
 		n = snprintf(proof, len, ISC_PROOF_PREFIX "%016llx:%u:%llu",
-		             (unsigned long long)st->holder, st->generation,
+		             (unsigned long long)key, gen,
 		             (unsigned long long)o->size);
 		if (n < 0 || (size_t)n >= len)
 			rc = -EOPNOTSUPP;
@@ -954,11 +971,13 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 	else if (!st->held)
 		snprintf(why, whylen, "no reservation (released or lost)");
 	else if (same)
-		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
+		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u, %u now: "
+		         "heartbeats)", gen, st->generation);
 	else if (since_ok)
 		snprintf(why, whylen,
-		         "held by this gateway throughout (PRgeneration %u, %u after this run took it)",
-		         gen, acq_gen);
+		         "held by this gateway throughout (PRgeneration %u, %u after this run took it, "
+		         "%u now: heartbeats)",
+		         gen, acq_gen, st->generation);
 	else if (since)
 		snprintf(why, whylen, "PRgeneration %u, %u after this run took it", st->generation,
 		         acq_gen);

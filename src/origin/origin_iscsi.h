@@ -67,6 +67,9 @@ struct isc_origin {
 	uint32_t acq_from_gen; /* the PRgeneration it found */
 	uint32_t acq_gen;      /* the PRgeneration it left */
 	uint64_t acq_key;      /* the holder's key it left (ours, heartbeat as then) */
+	/* the last proof proof_take gave (ctl_lock): given again while heartbeats explain all */
+	uint64_t proof_key;
+	uint32_t proof_gen;
 	bool acq_exact;        /* only its own commands moved PRgeneration in between */
 };
 

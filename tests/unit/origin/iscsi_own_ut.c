@@ -803,7 +803,7 @@ static void test_refuse(void)
 static void test_heartbeat(void)
 {
 	struct hl_own_info info, seen;
-	char p[HL_ORIGIN_PROOF_MAX];
+	char p[HL_ORIGIN_PROOF_MAX], p2[HL_ORIGIN_PROOF_MAX];
 
 	CU_ASSERT_FATAL(g1 && g2 && lone);
 	struct hl_origin *g3 = open_gw(3); /* a standby that never looked before */
@@ -838,6 +838,9 @@ static void test_heartbeat(void)
 	for (int i = 0; i < 3; i++)
 		CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
 	CU_ASSERT_EQUAL(check_proof(g1, p), 0);
+	/* a quiet disk gives the same proof again (the cache records one it got twice) */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g1, "ut", false, p2, sizeof(p2)), 0);
+	CU_ASSERT_STRING_EQUAL(p, p2);
 	CU_ASSERT_EQUAL(write_block(g1, 14, 0xc3), 0);
 	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
 	CU_ASSERT_EQUAL(check_proof(g1, p), -ESTALE);
