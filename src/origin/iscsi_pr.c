@@ -7,8 +7,9 @@
  *
  * Ownership (hl_origin_opts.gateway != 0, several gateways on one LUN): a
  * SCSI-3 persistent reservation on the SAN LUN decides and enforces it.
- * Each run of a gateway has a key of its own, "hlu" + 24 random bits + the
- * gateway id (0x686c75RRRRRRGGGG): every gateway can name the owner from
+ * Each run of a gateway has a key of its own, "hlu" + 16 random bits + a
+ * heartbeat counter + the gateway id (0x686c75RRRRBBGGGG; keys that differ
+ * only in the counter are one run): every gateway can name the owner from
  * READ RESERVATION, and a process never takes the reservation of another
  * process with the same gateway id (an earlier run, or a duplicate left
  * alive but cut off) for its own: its renew then says fenced. (Keys of
@@ -33,8 +34,13 @@
  * alone, and a reservation they hold is never taken. A standby asks for
  * the disk by registering its key on its ownership session (which never
  * writes); release is SYNCHRONIZE CACHE + RELEASE, and "no reservation"
- * is what peers read as released. PR has no heartbeat (has_beat false) and
- * no place for the epoch: peers see PRgeneration as the epoch. Registrations
+ * is what peers read as released. The heartbeat is a counter in the key
+ * (iscsi_pr_key.h): each renew of the owner moves it on the PR session's
+ * nexus, which holds the reservation, and a standby's look sees the
+ * holder's key move (has_beat once it saw it move: an owner of an older
+ * version, or on a SAN that refuses it, never moves it, and is taken over
+ * only on request, as before). No place for the epoch: peers see
+ * PRgeneration as the epoch. Registrations
  * carry APTPL = 1 unless the SAN refuses it. While not the owner (or once
  * fenced) the origin refuses writes itself with -ESHUTDOWN.
  */

@@ -173,8 +173,9 @@ static inline bool pr_write_refused(const struct isc_origin *io, enum hl_io_op o
 }
 
 /**
- * A reservation key for this run of gateway gw: "hlu", 24 random bits, the
- * gateway id (0x686c75RRRRRRGGGG). Each process draws its own, so that two
+ * A reservation key for this run of gateway gw: "hlu", 16 random bits, a
+ * heartbeat counter (0 here), the gateway id (0x686c75RRRR00GGGG;
+ * iscsi_pr_key.h). Each process draws its own, so that two
  * processes with one gateway id never mistake each other's reservation for
  * their own; every gateway still reads the owner's id from the key.
  */
