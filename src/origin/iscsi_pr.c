@@ -417,10 +417,11 @@ static int pr_preempt(struct hl_origin *o, uint64_t victim)
 
 	if (rc == -EINVAL) {
 		if (!atomic_exchange(&io->no_abort, true))
-			HL_WARN(ISC_COMPONENT,
-			        "%s: the SAN refuses PREEMPT AND ABORT: taking over with PREEMPT, "
-			        "a write an old owner left queued in the SAN may still land after it",
-			        o->uri);
+			HL_WARN(
+			    ISC_COMPONENT,
+			    "%s: the SAN refuses PREEMPT AND ABORT: taking over with PREEMPT, "
+			    "a write an old owner left queued in the SAN may still land after it",
+			    o->uri);
 		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->ctl_key, victim);
 	}
 	return rc;
@@ -430,7 +431,15 @@ static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info
 {
 	memset(info, 0, sizeof(*info));
 	info->owner = st->held ? pr_key_gateway(st->holder) : 0;
-	info->epoch = st->generation;
+	/*
+	 * PRgeneration less the holder's heartbeat counter: each heartbeat
+	 * moves both by one, so the epoch peers show moves with what changes
+	 * hands (acquisitions, requests, preempts), not four times a second;
+	 * by 256 when the counter goes round. Never below 0 (an older
+	 * version's key, whose counter bits are part of its run).
+	 */
+	uint8_t beat = st->held && pr_key_gateway(st->holder) ? pr_key_beat(st->holder) : 0;
+	info->epoch = st->generation >= beat ? st->generation - beat : st->generation;
 	info->has_beat = false; /* own_peek says whether the holder's key moves */
 	info->released = !st->held;
 	info->this_run = st->held && pr_key_same_run(st->holder, self);
@@ -908,8 +917,7 @@ int origin_iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, ch
 		uint32_t gen = io->proof_gen;
 		pthread_mutex_unlock(&io->ctl_lock);
 		n = snprintf(proof, len, ISC_PROOF_PREFIX "%016llx:%u:%llu",
-		             (unsigned long long)key, gen,
-		             (unsigned long long)o->size);
+		             (unsigned long long)key, gen, (unsigned long long)o->size);
 		if (n < 0 || (size_t)n >= len)
 			rc = -EOPNOTSUPP;
 	} else if (rc != -EAGAIN) {
@@ -977,13 +985,16 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 	else if (!st->held)
 		snprintf(why, whylen, "no reservation (released or lost)");
 	else if (same)
-		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u, %u now: "
-		         "heartbeats)", gen, st->generation);
-	else if (since_ok)
 		snprintf(why, whylen,
-		         "held by this gateway throughout (PRgeneration %u, %u after this run took it, "
-		         "%u now: heartbeats)",
-		         gen, acq_gen, st->generation);
+		         "our reservation held throughout (PRgeneration %u, %u now: "
+		         "heartbeats)",
+		         gen, st->generation);
+	else if (since_ok)
+		snprintf(
+		    why, whylen,
+		    "held by this gateway throughout (PRgeneration %u, %u after this run took it, "
+		    "%u now: heartbeats)",
+		    gen, acq_gen, st->generation);
 	else if (since)
 		snprintf(why, whylen, "PRgeneration %u, %u after this run took it", st->generation,
 		         acq_gen);
