@@ -216,8 +216,9 @@ struct hl_own_info {
 	uint16_t owner;     /* gateway id of the owner, 0: none or unknown */
 	uint64_t epoch;     /* the owner's epoch (each acquisition counts one up), 0: unknown */
 	uint64_t beat;      /* the owner's heartbeat: changes while it is alive and renews */
-	bool has_beat;      /* the backend publishes a heartbeat (rbd); without one a
-	                       standby never takes over on silence, only on request */
+	bool has_beat;      /* the owner publishes a heartbeat (rbd: always; SAN: once the
+	                       standby saw the counter in the holder's key move); without
+	                       one a standby never takes over on silence, only on request */
 	bool released;      /* the last owner handed the disk back (planned): take it */
 	bool fence;         /* (own_peek, with released) it handed it back with writes whose
 	                       outcome it does not know (timed out, in flight): take it
@@ -457,7 +458,7 @@ struct hl_origin_ops {
 	 * (it moved less than the hold ago, or it is handing over or taking
 	 * over right now): the request is withdrawn, and the asker's own_peek
 	 * says info.refused, so that an asker which cannot tell a slow owner
-	 * from a dead one (no heartbeat: a SAN) does not take the disk by
+	 * from a dead one (no heartbeat: a SAN owner without it) does not take the disk by
 	 * force. Without it a request stays pending until the owner honours it
 	 * (rbd: the asker never forces on a live heartbeat anyway).
 	 */

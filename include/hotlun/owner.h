@@ -13,7 +13,8 @@
  *  - media commands pass only while this gateway owns the disk and its
  *    lease runs (the last successful renew was sent less than lease_ms ago);
  *  - a standby takes the disk (a) when the owner released it, (b) when the
- *    owner's heartbeat stopped for dead_ms (forced: the cluster fences the
+ *    owner's heartbeat (rbd: an object; SAN: a counter in its reservation
+ *    key) stopped for dead_ms (forced: the cluster fences the
  *    old owner), then serves only lease_ms + a margin after the fence, or
  *    (c) on SET TARGET PORT GROUPS or hotlunctl, by asking the owner;
  *  - I/O to a standby never moves ownership, and a request-driven move is

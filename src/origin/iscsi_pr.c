@@ -7,8 +7,9 @@
  *
  * Ownership (hl_origin_opts.gateway != 0, several gateways on one LUN): a
  * SCSI-3 persistent reservation on the SAN LUN decides and enforces it.
- * Each run of a gateway has a key of its own, "hlu" + 24 random bits + the
- * gateway id (0x686c75RRRRRRGGGG): every gateway can name the owner from
+ * Each run of a gateway has a key of its own, "hlu" + 16 random bits + a
+ * heartbeat counter + the gateway id (0x686c75RRRRBBGGGG; keys that differ
+ * only in the counter are one run): every gateway can name the owner from
  * READ RESERVATION, and a process never takes the reservation of another
  * process with the same gateway id (an earlier run, or a duplicate left
  * alive but cut off) for its own: its renew then says fenced. (Keys of
@@ -33,8 +34,13 @@
  * alone, and a reservation they hold is never taken. A standby asks for
  * the disk by registering its key on its ownership session (which never
  * writes); release is SYNCHRONIZE CACHE + RELEASE, and "no reservation"
- * is what peers read as released. PR has no heartbeat (has_beat false) and
- * no place for the epoch: peers see PRgeneration as the epoch. Registrations
+ * is what peers read as released. The heartbeat is a counter in the key
+ * (iscsi_pr_key.h): each renew of the owner moves it on the PR session's
+ * nexus, which holds the reservation, and a standby's look sees the
+ * holder's key move (has_beat once it saw it move: an owner of an older
+ * version, or on a SAN that refuses it, never moves it, and is taken over
+ * only on request, as before). No place for the epoch: peers see
+ * PRgeneration as the epoch. Registrations
  * carry APTPL = 1 unless the SAN refuses it. While not the owner (or once
  * fenced) the origin refuses writes itself with -ESHUTDOWN.
  */
@@ -42,6 +48,7 @@
 
 #include "hotlun/log.h"
 #include "hotlun/util.h"
+#include "origin/iscsi_pr_key.h"
 #include "origin/origin_iscsi.h"
 
 #include <errno.h>
@@ -53,32 +60,24 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define ISC_PR_KEY_PREFIX 0x686c750000000000ull /* "hlu": our keys; a run, the gateway id */
-#define ISC_PR_KEY_MASK   0xffffff0000000000ull
 #define ISC_PR_TYPE       SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
 #define ISC_CTL_TIMEOUT_S 5   /* a PR command of the ownership thread */
 #define ISC_CTL_TRIES     5   /* unit attentions and one reconnect */
 #define ISC_PR_KEYS_MAX   256 /* READ KEYS: registrations looked at */
 
-/* ---- keys: "hlu" + a run + the gateway id ---- */
+/* ---- keys: "hlu" + a run + a heartbeat + the gateway id (iscsi_pr_key.h) ---- */
 
 uint64_t origin_iscsi_pr_key(uint16_t gw)
 {
 	uint32_t run = 0;
 
-	/* never 0 (a run of 0 with gateway 0 would be key 0, "no key") */
+	/* never 0 (a run of 0 would make every process of one gateway id one run) */
 	while (!run) {
 		if (getrandom(&run, sizeof(run), 0) != sizeof(run))
 			run = (uint32_t)hl_now_ns() ^ ((uint32_t)getpid() << 8);
-		run &= 0xffffff;
+		run &= 0xffff;
 	}
-	return ISC_PR_KEY_PREFIX | (uint64_t)run << 16 | gw;
-}
-
-/* The gateway id in one of our keys, 0 for anything else (a key of another initiator). */
-static uint16_t pr_key_gateway(uint64_t key)
-{
-	return (key & ISC_PR_KEY_MASK) == ISC_PR_KEY_PREFIX ? (uint16_t)key : 0;
+	return ISC_PR_KEY_PREFIX | (uint64_t)run << 24 | gw; /* heartbeat 0 */
 }
 
 /* ---- gateway: the data sessions' registrations ---- */
@@ -140,7 +139,7 @@ static void reg_check_cb(struct iscsi_context *ctx, int status, void *data, void
 	if (t->datain.size >= 24 && hl_get_be32(t->datain.data + 4) >= 16)
 		holder = hl_get_be64(t->datain.data + 8);
 	scsi_free_scsi_task(t);
-	if (holder == io->pr_key) {
+	if (pr_key_same_run(holder, io->pr_key)) { /* our run, whatever its heartbeat */
 		s->reg_gen = s->reg_want;
 		s->proof_seen = s->proof_want;
 		return;
@@ -339,6 +338,8 @@ static int pr_register(struct hl_origin *o, uint64_t sa_key)
 		          o->uri);
 		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, sa_key);
 	}
+	if (rc == 0)
+		io->ctl_key = sa_key;
 	return rc;
 }
 
@@ -412,15 +413,16 @@ static int pr_read_new(struct hl_origin *o, bool keys, struct pr_state **st)
 static int pr_preempt(struct hl_origin *o, uint64_t victim)
 {
 	struct isc_origin *io = io_of(o);
-	int rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->pr_key, victim);
+	int rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT_AND_ABORT, io->ctl_key, victim);
 
 	if (rc == -EINVAL) {
 		if (!atomic_exchange(&io->no_abort, true))
-			HL_WARN(ISC_COMPONENT,
-			        "%s: the SAN refuses PREEMPT AND ABORT: taking over with PREEMPT, "
-			        "a write an old owner left queued in the SAN may still land after it",
-			        o->uri);
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, victim);
+			HL_WARN(
+			    ISC_COMPONENT,
+			    "%s: the SAN refuses PREEMPT AND ABORT: taking over with PREEMPT, "
+			    "a write an old owner left queued in the SAN may still land after it",
+			    o->uri);
+		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->ctl_key, victim);
 	}
 	return rc;
 }
@@ -429,14 +431,24 @@ static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info
 {
 	memset(info, 0, sizeof(*info));
 	info->owner = st->held ? pr_key_gateway(st->holder) : 0;
-	info->epoch = st->generation;
-	info->has_beat = false; /* PR has no heartbeat: a standby takes over on request only */
+	/*
+	 * PRgeneration less the holder's heartbeat counter: each heartbeat
+	 * moves both by one, so the epoch peers show moves with what changes
+	 * hands (acquisitions, requests, preempts), not four times a second;
+	 * by 256 when the counter goes round. Never below 0 (an older
+	 * version's key, whose counter bits are part of its run).
+	 */
+	uint8_t beat = st->held && pr_key_gateway(st->holder) ? pr_key_beat(st->holder) : 0;
+	info->epoch = st->generation >= beat ? st->generation - beat : st->generation;
+	info->has_beat = false; /* own_peek says whether the holder's key moves */
 	info->released = !st->held;
-	info->this_run = st->held && st->holder == self;
+	info->this_run = st->held && pr_key_same_run(st->holder, self);
 	for (unsigned i = 0; i < st->nkeys; i++) {
 		uint16_t gw = pr_key_gateway(st->keys[i]);
 
-		if (gw && st->keys[i] != self && st->keys[i] != st->holder) {
+		/* the holder's run (its data sessions keep heartbeat 0) and we are not asking */
+		if (gw && !pr_key_same_run(st->keys[i], self) &&
+		    !(st->held && pr_key_same_run(st->keys[i], st->holder))) {
 			info->requester = gw;
 			break;
 		}
@@ -463,6 +475,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	struct pr_state *st;
 	uint64_t from_key;
 	uint32_t from_gen, moves = 0; /* PR OUT commands of ours that moved PRgeneration */
+	bool mine;
 	int rc;
 
 	(void)epoch; /* nowhere to keep it on the SAN: PRgeneration is what peers see */
@@ -481,13 +494,14 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	/* what a proof of an earlier run is checked against (origin_iscsi_proof_check) */
 	from_key = st->held ? st->holder : 0;
 	from_gen = st->generation;
-	if (st->held && st->holder != io->pr_key && !pr_key_gateway(st->holder)) {
+	mine = st->held && pr_key_same_run(st->holder, io->pr_key);
+	if (st->held && !mine && !pr_key_gateway(st->holder)) {
 		snprintf(why, whylen, "reserved by another initiator (key 0x%016llx)",
 		         (unsigned long long)st->holder);
 		rc = -EBUSY;
 		goto out;
 	}
-	if (st->held && st->holder != io->pr_key && !force) {
+	if (st->held && !mine && !force) {
 		snprintf(why, whylen, "owned by gateway %u%s", pr_key_gateway(st->holder),
 		         pr_key_gateway(st->holder) == gw ? " (another process with this id)" : "");
 		rc = -EBUSY;
@@ -500,7 +514,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	}
 	moves++;
 	if (!st->held) {
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RESERVE, io->pr_key, 0);
+		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RESERVE, io->ctl_key, 0);
 		if (rc == -EBADE) {
 			snprintf(why, whylen, "another gateway reserved it first");
 			/* our key left registered would read as a request to the new owner */
@@ -509,20 +523,39 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 			rc = -EBUSY;
 			goto out;
 		}
-	} else if (st->holder != io->pr_key) {
+	} else if (!mine) {
 		/*
 		 * The fence: the holder's registrations go, the SAN refuses its
 		 * writes; AND ABORT also drops the commands it has queued there, so
-		 * none of its writes lands after this returns.
+		 * none of its writes lands after this returns. (The old owner's
+		 * data sessions keep its run's key with heartbeat 0: they go in the
+		 * sweep below, before this returns.)
 		 */
-		rc = pr_preempt(o, st->holder);
+		uint64_t victim = st->holder;
+
+		rc = pr_preempt(o, victim);
 		moves += rc == 0;
+		if (rc == -EBADE && pr_read(o, st, false) == 0 && st->held &&
+		    pr_key_same_run(st->holder, victim) && st->holder != victim) {
+			/*
+			 * Its key moved since we looked: the owner renewed its
+			 * heartbeat just now, it is alive. Not taken; our key left
+			 * registered would read as a request.
+			 */
+			snprintf(why, whylen, "gateway %u is alive: its heartbeat moved",
+			         pr_key_gateway(victim));
+			if (!atomic_load(&io->requested))
+				pr_register(o, 0);
+			rc = -EBUSY;
+			goto out;
+		}
 		if (rc == -EBADE) {
 			/* our registration went in between: another gateway preempted us */
 			snprintf(why, whylen, "preempted while taking over");
 			rc = -ESHUTDOWN;
 			goto out;
 		}
+		st->holder = victim; /* for the log */
 		if (rc == 0 && pr_key_gateway(st->holder) == gw)
 			HL_NOTICE(ISC_COMPONENT,
 			          "%s: gateway %u preempted key 0x%016llx, another process (an "
@@ -549,7 +582,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	if (rc == 0)
 		rc = pr_read(o, st, true);
 	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
-		if (st->keys[i] != io->pr_key && pr_key_gateway(st->keys[i])) {
+		if (!pr_key_same_run(st->keys[i], io->pr_key) && pr_key_gateway(st->keys[i])) {
 			bool seen = false;
 
 			/* one entry per registration: a key's first PREEMPT removed them all */
@@ -566,7 +599,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	}
 	if (rc == 0)
 		rc = pr_read(o, st, false); /* what it left: the generation proofs start from */
-	if (rc == 0 && (!st->held || st->holder != io->pr_key))
+	if (rc == 0 && (!st->held || st->holder != io->ctl_key))
 		rc = -ESHUTDOWN;
 	if (rc) {
 		snprintf(why, whylen, "%s",
@@ -584,6 +617,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	io->acq_from_key = from_key;
 	io->acq_from_gen = from_gen;
 	io->acq_gen = st->generation;
+	io->acq_key = st->holder;
 	io->acq_exact = st->generation == from_gen + moves;
 	atomic_store(&io->fenced, false);
 	atomic_store(&io->requested, false);
@@ -597,6 +631,63 @@ out:
 	return rc;
 }
 
+/*
+ * Our key on the PR session is not what ctl_key says (a REGISTER whose
+ * answer was lost landed, and its repeat conflicted): when our run holds
+ * the reservation, its key is the PR session's (only that nexus reserves).
+ * ctl_lock held. @return true when ctl_key changed.
+ */
+static bool ctl_resync(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+	struct pr_state *st = malloc(sizeof(*st));
+	bool moved = false;
+
+	if (st && pr_read(o, st, false) == 0 && st->held &&
+	    pr_key_same_run(st->holder, io->pr_key) && st->holder != io->ctl_key) {
+		io->ctl_key = st->holder;
+		moved = true;
+	}
+	free(st);
+	return moved;
+}
+
+/*
+ * The owner's heartbeat on the SAN (iscsi_pr_key.h): REGISTER, our current
+ * key -> the next counter, on the PR session's nexus, which holds the
+ * reservation; the reservation follows the key (SPC-4 5.12.7), and a
+ * standby's look sees the holder's key move. A plain REGISTER, not AND
+ * IGNORE EXISTING KEY: a nexus that was preempted is not registered, and
+ * its heartbeat must not register it back (it would read as a request).
+ * A SAN that refuses it gets none, said once: standbys then see a key that
+ * never moves, as from an older owner, and take the disk only when asked.
+ * Failures otherwise change nothing: the read that follows decides. ctl_lock held.
+ */
+static void pr_beat(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+	uint64_t was = io->ctl_key;
+	int rc;
+
+	if (!was || io->no_beat)
+		return;
+	rc = pr_out(o, SCSI_PERSISTENT_RESERVE_REGISTER, was, pr_key_next_beat(was));
+	if (rc == 0) {
+		io->ctl_key = pr_key_next_beat(was);
+		return;
+	}
+	if (rc == -EBADE && ctl_resync(o))
+		return; /* the next one starts from the key the SAN has */
+	if (rc == -EINVAL) {
+		io->no_beat = true;
+		HL_WARN(ISC_COMPONENT,
+		        "%s: the SAN refuses to change the reservation key (REGISTER): no "
+		        "heartbeat; a standby takes this disk from a silent owner only when an "
+		        "initiator asks it",
+		        o->uri);
+	}
+}
+
 int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
                            struct hl_own_info *info)
 {
@@ -608,13 +699,21 @@ int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
 	(void)epoch;
 	if (own_check_gw(io, gw))
 		return -EINVAL;
-	rc = pr_read_new(o, true, &st);
+	st = malloc(sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_lock(&io->ctl_lock);
+	if (atomic_load(&io->owned) && !atomic_load(&io->fenced))
+		pr_beat(o);
+	rc = pr_read(o, st, true);
+	pthread_mutex_unlock(&io->ctl_lock);
 	if (rc)
 		goto out;
 	pr_info(st, io->pr_key, info);
 	ours = false;
-	for (unsigned i = 0; st->held && st->holder == io->pr_key && i < st->nkeys; i++)
-		ours |= st->keys[i] == io->pr_key;
+	for (unsigned i = 0; st->held && pr_key_same_run(st->holder, io->pr_key) && i < st->nkeys;
+	     i++)
+		ours |= st->keys[i] == st->holder;
 	if (!ours || atomic_load(&io->fenced)) {
 		if (!atomic_exchange(&io->fenced, true))
 			HL_WARN(ISC_COMPONENT, "%s: gateway %u lost the reservation (%s)", o->uri,
@@ -646,7 +745,9 @@ int origin_iscsi_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	if (rc == -EINVAL)
 		rc = 0; /* no SYNCHRONIZE CACHE: no volatile cache */
 	if (rc == 0)
-		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RELEASE, io->pr_key, 0);
+		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RELEASE, io->ctl_key, 0);
+	if (rc == -EBADE && ctl_resync(o)) /* our key moved (a heartbeat's lost answer) */
+		rc = pr_out(o, SCSI_PERSISTENT_RESERVE_RELEASE, io->ctl_key, 0);
 	if (rc == -EBADE)
 		rc = 0; /* not registered any more: preempted, nothing of ours to release */
 	pthread_mutex_unlock(&io->ctl_lock);
@@ -670,9 +771,23 @@ int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info)
 			    false; /* another initiator's reservation: not ours to take */
 		/* our request's registration gone while another holds it: refused */
 		for (unsigned i = 0; i < st->nkeys; i++)
-			registered |= st->keys[i] == io->pr_key;
+			registered |= pr_key_same_run(st->keys[i], io->pr_key);
 		info->refused = atomic_load(&io->requested) && st->held &&
-		                st->holder != io->pr_key && !registered;
+		                !pr_key_same_run(st->holder, io->pr_key) && !registered;
+		/*
+		 * The heartbeat: the holder's key is the beat. Only once we saw
+		 * this run's key move does its standing still mean silence (an
+		 * owner of an older version, or on a SAN that refuses the
+		 * heartbeat, never moves it: then a request decides, owner.c).
+		 */
+		uint64_t h = st->held && info->owner ? st->holder : 0;
+		if (!pr_key_same_run(h, io->peek_key))
+			io->peek_beats = false;
+		else if (h != io->peek_key)
+			io->peek_beats = true;
+		io->peek_key = h;
+		info->has_beat = io->peek_beats;
+		info->beat = h;
 	}
 	free(st);
 	return rc;
@@ -713,17 +828,19 @@ int origin_iscsi_own_refuse(struct hl_origin *o, uint16_t gw, uint16_t requester
 		return -ENOMEM;
 	pthread_mutex_lock(&io->ctl_lock);
 	rc = pr_read(o, st, true);
-	if (rc == 0 && (!st->held || st->holder != io->pr_key))
+	if (rc == 0 && (!st->held || !pr_key_same_run(st->holder, io->pr_key)))
 		rc = -ESHUTDOWN; /* not ours: nothing to refuse */
 	for (unsigned i = 0; rc == 0 && i < st->nkeys; i++) {
 		bool seen = false;
 
-		if (pr_key_gateway(st->keys[i]) != requester || st->keys[i] == st->holder)
+		if (pr_key_gateway(st->keys[i]) != requester ||
+		    pr_key_same_run(st->keys[i], st->holder))
 			continue;
 		for (unsigned j = 0; j < i; j++)
 			seen |= st->keys[j] == st->keys[i];
+		/* our PR session holds it: its key is the holder's, heartbeat and all */
 		if (!seen)
-			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, io->pr_key, st->keys[i]);
+			rc = pr_out(o, SCSI_PERSISTENT_RESERVE_PREEMPT, st->holder, st->keys[i]);
 		if (rc == -EBADE)
 			rc = 0; /* it unregistered meanwhile */
 	}
@@ -778,12 +895,29 @@ int origin_iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, ch
 	if (rc == 0)
 		rc = pr_read(o, st, false);
 	pthread_mutex_unlock(&io->ctl_lock);
-	if (rc == 0 && (!st->held || st->holder != io->pr_key))
+	if (rc == 0 && (!st->held || !pr_key_same_run(st->holder, io->pr_key)))
 		rc = -EAGAIN; /* not ours (any more): the ownership module will hear it */
 	if (rc == 0) {
+		/*
+		 * The holder's key: its heartbeat counter explains later moves
+		 * (proof_check). While only heartbeats moved PRgeneration since
+		 * our last proof, that proof is given again: the cache records a
+		 * proof it got twice in a row (a quiet disk), and a heartbeat
+		 * every lease/4 must not look like a write. Renewed once the
+		 * counter went half round, so that the recorded one is replaced
+		 * well before 256 heartbeats make it unprovable.
+		 */
+		pthread_mutex_lock(&io->ctl_lock);
+		if (!pr_gen_explained(io->proof_key, io->proof_gen, st->holder, st->generation) ||
+		    (uint8_t)(pr_key_beat(st->holder) - pr_key_beat(io->proof_key)) >= 128) {
+			io->proof_key = st->holder;
+			io->proof_gen = st->generation;
+		}
+		uint64_t key = io->proof_key;
+		uint32_t gen = io->proof_gen;
+		pthread_mutex_unlock(&io->ctl_lock);
 		n = snprintf(proof, len, ISC_PROOF_PREFIX "%016llx:%u:%llu",
-		             (unsigned long long)io->pr_key, st->generation,
-		             (unsigned long long)o->size);
+		             (unsigned long long)key, gen, (unsigned long long)o->size);
 		if (n < 0 || (size_t)n >= len)
 			rc = -EOPNOTSUPP;
 	} else if (rc != -EAGAIN) {
@@ -836,31 +970,39 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 	 * alone since: the reservation was held by the proof's key, or ours,
 	 * throughout, with no registration but our acquisition's own.
 	 */
-	bool acquired = io->acq_exact && atomic_load(&io->owned) && io->acq_from_key == key &&
-	                io->acq_from_gen == gen;
+	bool acquired = io->acq_exact && atomic_load(&io->owned) &&
+	                pr_gen_explained(key, gen, io->acq_from_key, io->acq_from_gen);
 	uint32_t acq_gen = io->acq_gen;
+	uint64_t acq_key = io->acq_key;
 	pthread_mutex_unlock(&io->ctl_lock);
-	bool same = !rc && st->held && st->holder == key && st->generation == gen;
-	bool since = !rc && st->held && acquired && st->holder == io->pr_key;
+	/* every move of PRgeneration since is one of the holder's heartbeats (iscsi_pr_key.h) */
+	bool same = !rc && st->held && pr_gen_explained(key, gen, st->holder, st->generation);
+	bool since = !rc && st->held && acquired && pr_key_same_run(st->holder, io->pr_key);
+	bool since_ok = since && pr_gen_explained(acq_key, acq_gen, st->holder, st->generation);
 
 	if (rc)
 		snprintf(why, whylen, "READ RESERVATION: %s", strerror(-rc));
 	else if (!st->held)
 		snprintf(why, whylen, "no reservation (released or lost)");
 	else if (same)
-		snprintf(why, whylen, "our reservation held throughout (PRgeneration %u)", gen);
-	else if (since && st->generation == acq_gen)
 		snprintf(why, whylen,
-		         "held by this gateway throughout (PRgeneration %u, %u after this run took it)",
-		         gen, acq_gen);
+		         "our reservation held throughout (PRgeneration %u, %u now: "
+		         "heartbeats)",
+		         gen, st->generation);
+	else if (since_ok)
+		snprintf(
+		    why, whylen,
+		    "held by this gateway throughout (PRgeneration %u, %u after this run took it, "
+		    "%u now: heartbeats)",
+		    gen, acq_gen, st->generation);
 	else if (since)
 		snprintf(why, whylen, "PRgeneration %u, %u after this run took it", st->generation,
 		         acq_gen);
-	else if (st->holder != key)
+	else if (!pr_key_same_run(st->holder, key))
 		snprintf(why, whylen, "reserved by key 0x%016llx", (unsigned long long)st->holder);
 	else
 		snprintf(why, whylen, "PRgeneration %u, proof %u", st->generation, gen);
-	rc = same || (since && st->generation == acq_gen) ? 0 : -ESTALE;
+	rc = same || since_ok ? 0 : -ESTALE;
 	free(st);
 	return rc;
 }

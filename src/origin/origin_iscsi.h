@@ -57,10 +57,19 @@ struct isc_origin {
 	atomic_uint writes_out;   /* gateway: writes submitted and not yet completed */
 	pthread_mutex_t ctl_lock; /* guards ctl: the ownership thread's PR session */
 	struct iscsi_context *ctl; /* ISID qualifier 0; NULL until the first own_* op */
+	uint64_t ctl_key;          /* the key registered on ctl (0: none); moves with each
+	                              heartbeat while ctl holds the reservation (ctl_lock) */
+	bool no_beat;              /* the SAN refused the heartbeat's REGISTER: none (ctl_lock) */
+	uint64_t peek_key;         /* own_peek: the holder's key as last seen (ctl_lock) */
+	bool peek_beats;           /* own_peek: that run's key moved since we first saw it */
 	/* the last own_acquire, for proof_check (ctl_lock) */
 	uint64_t acq_from_key; /* the holder it found (0: none) */
 	uint32_t acq_from_gen; /* the PRgeneration it found */
 	uint32_t acq_gen;      /* the PRgeneration it left */
+	uint64_t acq_key;      /* the holder's key it left (ours, heartbeat as then) */
+	/* the last proof proof_take gave (ctl_lock): given again while heartbeats explain all */
+	uint64_t proof_key;
+	uint32_t proof_gen;
 	bool acq_exact;        /* only its own commands moved PRgeneration in between */
 };
 
@@ -164,8 +173,9 @@ static inline bool pr_write_refused(const struct isc_origin *io, enum hl_io_op o
 }
 
 /**
- * A reservation key for this run of gateway gw: "hlu", 24 random bits, the
- * gateway id (0x686c75RRRRRRGGGG). Each process draws its own, so that two
+ * A reservation key for this run of gateway gw: "hlu", 16 random bits, a
+ * heartbeat counter (0 here), the gateway id (0x686c75RRRR00GGGG;
+ * iscsi_pr_key.h). Each process draws its own, so that two
  * processes with one gateway id never mistake each other's reservation for
  * their own; every gateway still reads the owner's id from the key.
  */

@@ -73,12 +73,19 @@ struct rbd_origin {
 	bool own_watching;
 	unsigned own_watch_gen;
 	atomic_bool own_watch_lost;    /* the cluster said the watch failed: register again */
+	struct own_ack {               /* notices to answer (own_wake_lock): the notifier's */
+		uint64_t notify_id;    /* notify completes once every watcher answered, */
+		uint64_t handle;       /* instead of lingering at the OSD for its timeout */
+	} own_acks[8];
+	unsigned own_nacks;
 	/* the owner's hot set (rbd_hotset.c; the thread that publishes, one at a time) */
 	char shadow_proof[HL_ORIGIN_PROOF_MAX]; /* the last shadow mark, "" none */
 	uint64_t shadow_mark_s;                 /* when it was made (CLOCK_MONOTONIC s) */
 	uint64_t shadow_epoch;                  /* the ownership epoch it was made in */
 	unsigned shadow_gen;                    /* ... and the connection */
 	uint64_t hot_seq;                       /* publications */
+	uint64_t hot_digest;                    /* of the last one written, 0: none */
+	unsigned hot_digest_gen;                /* ... and its connection */
 	char shadow_prev[HL_ORIGIN_PROOF_MAX];  /* the mark before shadow_proof, "" none ... */
 	struct hl_hot_range *shadow_chg;        /* ... and what changed since it (owned) */
 	uint32_t shadow_nchg;

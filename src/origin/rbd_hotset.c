@@ -33,6 +33,7 @@
 #include "origin/origin_rbd.h"
 
 #include "hotlun/log.h"
+#include "hotlun/util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -201,6 +202,16 @@ static int mark_make(struct hl_origin *o, struct rbd_origin *r)
 	return 0;
 }
 
+/* FNV-1a over len bytes, from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
 int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
                            uint32_t n)
 {
@@ -227,40 +238,67 @@ int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struc
 			r->shadow_epoch = r->own_epoch;
 		}
 	}
-	h = snprintf(hdr, sizeof(hdr),
-	             "hotlun-hot 2 gw=%u seq=%" PRIu64 " bs=%u n=%u mark=%s prev=%s nchg=%u\n",
-	             r->own_gw, ++r->hot_seq, block_size, n,
-	             r->shadow_proof[0] ? r->shadow_proof : "-",
-	             r->shadow_prev[0] ? r->shadow_prev : "-", r->shadow_nchg);
-	if (h < 0 || (size_t)h >= sizeof(hdr)) {
-		handles_done(r);
-		return -ENAMETOOLONG;
-	}
-	len = (size_t)h + (size_t)n * HOT_ENT + (size_t)r->shadow_nchg * CHG_ENT;
-	buf = malloc(len);
-	if (!buf) {
+	/* the body first, at the end of room for the longest header */
+	size_t body = (size_t)n * HOT_ENT + (size_t)r->shadow_nchg * CHG_ENT;
+	uint8_t *room = malloc(HOT_HDR_MAX + body);
+	if (!room) {
 		handles_done(r);
 		return -ENOMEM;
 	}
-	memcpy(buf, hdr, (size_t)h);
+	buf = room + HOT_HDR_MAX;
 	for (uint32_t i = 0; i < n; i++) {
-		uint8_t *p = buf + h + (size_t)i * HOT_ENT;
+		uint8_t *p = buf + (size_t)i * HOT_ENT;
 		for (int b = 0; b < 8; b++)
 			p[b] = (uint8_t)(v[i].block >> (8 * b));
 		for (int b = 0; b < 4; b++)
 			p[8 + b] = (uint8_t)(v[i].freq >> (8 * b));
 	}
 	for (uint32_t i = 0; i < r->shadow_nchg; i++) {
-		uint8_t *p = buf + h + (size_t)n * HOT_ENT + (size_t)i * CHG_ENT;
+		uint8_t *p = buf + (size_t)n * HOT_ENT + (size_t)i * CHG_ENT;
 		for (int b = 0; b < 8; b++) {
 			p[b] = (uint8_t)(r->shadow_chg[i].off >> (8 * b));
 			p[8 + b] = (uint8_t)(r->shadow_chg[i].len >> (8 * b));
 		}
 	}
+	/*
+	 * An idle owner's hot set stays the same between marks: what the
+	 * object holds already (this connection wrote it, same header but the
+	 * sequence number, same entries) is not written again.
+	 */
+	h = snprintf(hdr, sizeof(hdr), "gw=%u epoch=%" PRIu64 " bs=%u n=%u mark=%s prev=%s nchg=%u",
+	             r->own_gw, r->own_epoch, block_size, n, r->shadow_proof, r->shadow_prev,
+	             r->shadow_nchg);
+	h = h < 0 ? 0 : HL_MIN(h, (int)sizeof(hdr) - 1);
+	uint64_t digest = fnv(fnv(0xcbf29ce484222325ull, hdr, (size_t)h), buf, body);
+	if (r->hot_digest == digest && r->hot_digest_gen == atomic_load(&r->gen)) {
+		handles_done(r);
+		free(room);
+		return 0;
+	}
+	h = snprintf(hdr, sizeof(hdr),
+	             "hotlun-hot 2 gw=%u seq=%" PRIu64 " bs=%u n=%u mark=%s prev=%s nchg=%u\n",
+	             r->own_gw, r->hot_seq + 1, block_size, n,
+	             r->shadow_proof[0] ? r->shadow_proof : "-",
+	             r->shadow_prev[0] ? r->shadow_prev : "-", r->shadow_nchg);
+	if (h < 0 || (size_t)h >= sizeof(hdr)) {
+		handles_done(r);
+		free(room);
+		return -ENAMETOOLONG;
+	}
+	buf -= h;
+	memcpy(buf, hdr, (size_t)h);
+	len = (size_t)h + body;
 	hot_oid(r, oid, sizeof(oid));
 	rc = rados_write_full(r->ioctx, oid, (const char *)buf, len);
+	if (rc >= 0) {
+		r->hot_seq++;
+		r->hot_digest = digest;
+		r->hot_digest_gen = atomic_load(&r->gen);
+	} else {
+		r->hot_digest = 0; /* what the object holds is unknown: write next time */
+	}
 	handles_done(r);
-	free(buf);
+	free(room);
 	return rc < 0 ? rc : 0;
 }
 

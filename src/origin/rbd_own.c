@@ -13,6 +13,7 @@
 
 #include "hotlun/event.h"
 #include "hotlun/log.h"
+#include "hotlun/util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -315,21 +316,49 @@ static int request_read(struct rbd_origin *r, uint16_t *gw, uint64_t *seq)
 
 static int own_check(struct hl_origin *o);
 
-/* A librados thread: wake the ownership thread (never calls into librados). */
+/*
+ * A librados thread: wake the ownership thread, and queue the notice for
+ * it to answer (never calls into librados here: the handles may be
+ * changing under the ownership thread). Unanswered, every notify would
+ * wait out its timeout at the OSD (OWN_NOTIFY_TIMEOUT_MS) with each
+ * watcher listed as timed out; answered, it completes in a round trip.
+ */
 static void own_watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier_id,
                          void *data, size_t len)
 {
 	struct rbd_origin *r = arg;
 
-	(void)notify_id;
-	(void)handle;
 	(void)notifier_id;
 	(void)data;
 	(void)len;
 	pthread_mutex_lock(&r->own_wake_lock);
+	if (notify_id && r->own_nacks < HL_ARRAY_SIZE(r->own_acks))
+		r->own_acks[r->own_nacks++] = (struct own_ack){notify_id, handle};
 	if (r->own_wake)
 		r->own_wake(r->own_wake_arg);
 	pthread_mutex_unlock(&r->own_wake_lock);
+}
+
+/*
+ * Under handles, on the ownership thread (its woken look): answer the
+ * notices the watch received, those of the current watch (one of an older
+ * connection went with it: its notifier times out on it, as before).
+ */
+static void own_ack(struct rbd_origin *r, const char *oid)
+{
+	struct own_ack acks[HL_ARRAY_SIZE(r->own_acks)];
+	unsigned n;
+
+	pthread_mutex_lock(&r->own_wake_lock);
+	n = r->own_nacks;
+	memcpy(acks, r->own_acks, n * sizeof(acks[0]));
+	r->own_nacks = 0;
+	pthread_mutex_unlock(&r->own_wake_lock);
+	for (unsigned i = 0; i < n; i++) {
+		if (r->own_watching && r->own_watch_gen == atomic_load(&r->gen) &&
+		    acks[i].handle == r->own_watch_handle)
+			rados_notify_ack(r->ioctx, oid, acks[i].notify_id, acks[i].handle, NULL, 0);
+	}
 }
 
 static void own_watch_err(void *arg, uint64_t cookie, int err)
@@ -359,9 +388,10 @@ static void own_rewatch(struct rbd_origin *r)
 	pthread_mutex_lock(&r->own_wake_lock);
 	want = r->own_wake != NULL;
 	pthread_mutex_unlock(&r->own_wake_lock);
+	own_oid(r, OWN_RECORD, oid, sizeof(oid));
+	own_ack(r, oid);
 	if (!want || (r->own_watching && r->own_watch_gen == gen && !atomic_load(&r->own_watch_lost)))
 		return;
-	own_oid(r, OWN_RECORD, oid, sizeof(oid));
 	if (r->own_watching && r->own_watch_gen == gen)
 		rados_unwatch2(r->ioctx, r->own_watch_handle);
 	r->own_watching = false;

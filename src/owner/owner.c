@@ -64,7 +64,8 @@ _Static_assert(FENCE_MARGIN_MS == HL_CONF_GATEWAY_MARGIN_MS &&
                "conf_check's safety rule is the one the owner relies on");
 /*
  * A request (STPG, hotlunctl) unanswered by an owner without heartbeat (a
- * SAN) for a lease, at least this long: force. A live owner sees it at its
+ * SAN owner of an older version, or on a SAN that refuses the heartbeat's
+ * REGISTER) for a lease, at least this long: force. A live owner sees it at its
  * next renew (every lease/4) and hands over or refuses; waiting four of
  * those is generous, and forcing a live one is safe anyway (it is fenced,
  * and its lease waited out), only slower than its handover.
@@ -910,17 +911,22 @@ static void *owner_main(void *arg)
 		if (atomic_exchange(&ow->owner_seen, info.released ? 0 : info.owner) !=
 		        (info.released ? 0 : info.owner) && ow->lu)
 			hl_lu_access_changed(ow->lu); /* the peers' groups changed */
-		if (other_self && !info.has_beat && !ow->ever_owned) {
+		if (other_self && !info.has_beat && !ow->ever_owned &&
+		    sent - beat_seen >= ow->lease_ms) {
 			/*
 			 * The cluster says the disk is our id's from an earlier run (a
-			 * SAN reservation kept across a crash or power loss): no
-			 * heartbeat tells whether that process still serves it, so take
-			 * it as from a silent owner, lease wait included (it is fenced:
-			 * its key is preempted). Only before this process owned the
-			 * disk: one that took it from us since is a duplicate.
+			 * SAN reservation kept across a crash or power loss), and its
+			 * key has not moved for a lease (four heartbeats of a live
+			 * one; an older version's never moves): take it as from a
+			 * silent owner, lease wait included (it is fenced: its key is
+			 * preempted). Only before this process owned the disk: one
+			 * that took it from us since is a duplicate. One whose key
+			 * moves is alive (has_beat): left alone, as on rbd.
 			 */
 			acquire(ow, &info, true, "held by this gateway's earlier run");
 			asked = 0;
+		} else if (other_self && !info.has_beat && !ow->ever_owned) {
+			/* looking a lease long whether its heartbeat moves */
 		} else if (other_self && !info.has_beat && !want) {
 			duplicate(ow, "it took the disk from this one");
 		} else if (!info.owner || info.released) {

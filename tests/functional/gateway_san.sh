@@ -2,10 +2,11 @@
 # gateway_san.sh - two hotlund gateways serve one SAN LUN (an iscsi://
 # origin: a third hotlund with a file LUN plays the SAN) under ALUA (issue
 # 17; docs/gateways.md). Ownership is a SCSI-3 persistent reservation on the
-# SAN LUN; a SAN gives no heartbeat, so a standby takes over only when asked:
-# here by hotlun-bench's SET TARGET PORT GROUPS after its path to the owner
-# failed, which the standby turns into a request and, unanswered for 3 s,
-# into a PREEMPT of the old owner's key (the SAN refuses its writes).
+# SAN LUN; the owner's heartbeat is a counter in its reservation key, moved
+# at every renew: a standby takes over when it stands still for dead, when
+# the owner releases, or when asked (hotlun-bench's SET TARGET PORT GROUPS
+# after its path to the owner failed); a takeover PREEMPTs the old owner's
+# key (the SAN refuses its writes).
 #  0. one owner, one standby (NOT READY 04h/0Bh at login), one LU;
 #  1. kill: the owner SIGKILLed under verified load; 0 errors, 0 mismatches;
 #  2. planned: the new owner stopped (SIGTERM) under load; 0 errors;
@@ -20,7 +21,12 @@
 #     started again; the new process takes its earlier run's reservation
 #     (by force, with the lease wait) and, since nobody else changed the PR
 #     state meanwhile, keeps its cached blocks (kept > 0) and nothing read
-#     through it is stale.
+#     through it is stale;
+#  6. silent owner: the owner frozen (SIGSTOP) while no client asks the
+#     standby anything: the standby takes the LUN by itself (the owner's key
+#     stood still for dead) within dead + lease + margin + a look (+ 1.5 s
+#     of slack), new data written through it; the thawed owner's queued
+#     read is never the old data, and it ends up a standby.
 . "$(dirname "$0")/lib.sh"
 hl_cache_front_prereqs
 hl_need qemu-img qemu-io iscsi-inq bc
@@ -66,4 +72,79 @@ hl_log "5: restart after a kill: $ws"
 kept=$(sed -n 's/^kept \([0-9]*\), dropped \([0-9]*\).*/\1/p' <<<"$ws")
 [ -n "$kept" ] && [ "$kept" -gt 0 ] || hl_fail "the restarted owner kept nothing of its warm cache: $ws"
 gw_no_stale "5: restart"
+
+# ---- 6. the owner frozen, and nobody asks: the standby sees the owner's
+# heartbeat (its reservation key's counter) stand still and takes the LUN
+# by itself within dead + lease (+ margin, a look, the revalidation); the
+# thawed owner answers the read queued on its path with nothing stale.
+LEASE_S=2 DEAD_S=4 # hotlund's defaults (gateway_lease_ms, gateway_dead_ms)
+mkfifo "$T/qio6.in"
+qemu-io -f raw "$(url 1)" <"$T/qio6.in" >"$T/qio6.out" 2>&1 &
+QIO=$!
+HL_PIDS+=("$QIO")
+HL_PID_NAMES+=(qemu-io)
+exec 8>"$T/qio6.in"
+echo "read 58M 64k" >&8
+for j in $(seq 1 10); do
+	hits0=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
+	echo "read 58M 64k" >&8
+	for i in $(seq 1 20); do
+		hits1=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
+		[ "$hits1" -gt "$hits0" ] && break 2
+		sleep 0.1
+	done
+done
+[ "$hits1" -gt "$hits0" ] || hl_fail "6: the block at 58 MiB is not cached on gateway 1"
+[ "$(own 2 state)" = standby ] && [ "$(own 2 owner)" = 1 ] ||
+	hl_fail "6: gateway 2 is not a standby of gateway 1: $(own 2 state), owner $(own 2 owner)"
+t_stop=$(date +%s%N)
+kill -STOP "${PID[1]}"
+gw_stopped "${PID[1]}"
+echo "read -P 0x6b 58M 64k" >&8
+# no client talks to gateway 2: no SET TARGET PORT GROUPS, no hotlunctl takeover
+for i in $(seq 1 $(((DEAD_S + LEASE_S + 6) * 10))); do
+	[ "$(own 2 state)" = owner ] && [ "$(own 2 alua)" = active/optimized ] && break
+	sleep 0.1
+done
+[ "$(own 2 state)" = owner ] ||
+	hl_fail "6: gateway 2 did not take the frozen owner's LUN by itself: $(own 2 state), last: $(own 2 last)"
+last=$(own 2 last)
+grep -q "silent for" <<<"$last" || hl_fail "6: gateway 2 took it, but not for the owner's silence: $last"
+# when it began to serve, by its own log (polling hotlunctl lags on a busy host)
+served=$(grep "disk san: this gateway (2) owns it now (gateway 1 silent" "$LOG2" | tail -1 | cut -c1-23)
+[ -n "$served" ] || hl_fail "6: gateway 2 logged no takeover from a silent owner"
+took=$(echo "($(date -d "$served" +%s%N) - $t_stop) / 1000000000" | bc -l)
+# the bound: the owner's last heartbeat (at most lease/4 and a round trip before the
+# stop) + dead + a look (0.25 s) + lease + margin (0.5 s) + the revalidation; 1.5 s
+# of it for this 2-core host shared with other work
+bound=$(echo "$DEAD_S + $LEASE_S + 0.5 + 0.5 + 0.25 + 1.5" | bc -l)
+[ "$(echo "$took <= $bound" | bc)" = 1 ] ||
+	hl_fail "6: gateway 2 served $(printf %.2f "$took") s after the freeze (bound $bound s): $last"
+hl_log "6: frozen owner, no request: gateway 2 serves $(printf %.2f "$took") s after the freeze (bound $bound s; $last)"
+qemu-io -f raw -c 'write -P 0x6b 58M 64k' "$(url 2)" >"$T/w6.out" 2>&1 ||
+	hl_fail "6: write through gateway 2: $(cat "$T/w6.out")"
+gw_clock_freeze $(($(date +%s%N) - t_stop)) # its MONOTONIC clock stood still (a suspend)
+kill -CONT "${PID[1]}"
+echo quit >&8
+exec 8>&-
+for i in $(seq 1 300); do hl_alive "$QIO" || break; sleep 0.1; done
+hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "6: the old path's client hangs: $(cat "$T/qio6.out")"; }
+wait "$QIO" 2>/dev/null
+hl_forget "$QIO"
+grep -qi "pattern verification failed" "$T/qio6.out" &&
+	hl_fail "6: STALE: the thawed gateway served old data: $(cat "$T/qio6.out")"
+grep -qi "read 65536/65536 bytes\|error\|fail" "$T/qio6.out" ||
+	hl_fail "6: the old path's read got no answer: $(cat "$T/qio6.out")"
+qemu-io -f raw -r -c 'read -P 0x6b 58M 64k' "$(url 1)" >"$T/r6.out" 2>&1
+grep -qi "pattern verification failed" "$T/r6.out" &&
+	hl_fail "6: STALE: the thawed gateway served old data: $(cat "$T/r6.out")"
+for i in $(seq 1 50); do
+	[ "$(own 1 state)" = standby ] && break
+	sleep 0.1
+done
+[ "$(own 1 state)" = standby ] && [ "$(own 1 owner)" = 2 ] ||
+	hl_fail "6: the thawed gateway 1 is not a standby of gateway 2: $(own 1 state), owner $(own 1 owner)"
+qemu-io -f raw -r -c 'read -P 0x6b 58M 64k' "$(url 2)" >"$T/r6b.out" 2>&1 ||
+	hl_fail "6: the new data through gateway 2: $(cat "$T/r6b.out")"
+hl_log "6: the old path's read after the thaw: $(grep -i "65536\|error\|fail" "$T/qio6.out" | head -2 | tr '\n' ' ')"
 exit 0

@@ -792,6 +792,102 @@ static void test_refuse(void)
 	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
 }
 
+/*
+ * The owner's heartbeat on the SAN: each renew moves the holder's key (one
+ * run, the counter in it), a standby's peek says has_beat only once it saw
+ * that key move, and a preempted owner's renew does not register its key
+ * back. A warm restart proof survives the heartbeats (each moved
+ * PRgeneration by one, the counter by one), through a crash and the new
+ * run's acquisition and heartbeats, but not one write or request.
+ */
+static void test_heartbeat(void)
+{
+	struct hl_own_info info, seen;
+	char p[HL_ORIGIN_PROOF_MAX], p2[HL_ORIGIN_PROOF_MAX];
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	struct hl_origin *g3 = open_gw(3); /* a standby that never looked before */
+
+	CU_ASSERT_FATAL(g3 != NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(g3->ops->own_peek(g3, &seen), 0);
+	CU_ASSERT_EQUAL(seen.owner, 1);
+	CU_ASSERT_FALSE(seen.has_beat); /* not seen moving yet: could be an older owner */
+	CU_ASSERT_EQUAL(g3->ops->own_peek(g3, &info), 0);
+	CU_ASSERT_FALSE(info.has_beat);
+	CU_ASSERT_EQUAL(info.beat, seen.beat); /* nothing moved */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0); /* its own data sessions' keys are not a request */
+	CU_ASSERT_TRUE(info.this_run);
+	CU_ASSERT_EQUAL(g3->ops->own_peek(g3, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_TRUE(info.has_beat);
+	CU_ASSERT_NOT_EQUAL(info.beat, seen.beat);
+	CU_ASSERT_EQUAL(info.beat >> 24, seen.beat >> 24); /* the same run */
+	CU_ASSERT_EQUAL(info.epoch, seen.epoch); /* PRgeneration less the counter: no move */
+	seen = info;
+	CU_ASSERT_EQUAL(g3->ops->own_peek(g3, &info), 0);
+	CU_ASSERT_TRUE(info.has_beat); /* standing still now, but known to beat */
+	CU_ASSERT_EQUAL(info.beat, seen.beat);
+	close_on_cli(g3);
+	/* the owner writes under its moved key (its sessions keep heartbeat 0) */
+	CU_ASSERT_EQUAL(write_block(g1, 14, 0xc1), 0);
+	CU_ASSERT_EQUAL(write_block(lone, 14, 0xc2), -EBADE);
+	/* a proof survives heartbeats, not a write */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g1, "ut", false, p, sizeof(p)), 0);
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(check_proof(g1, p), 0);
+	/* a quiet disk gives the same proof again (the cache records one it got twice) */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g1, "ut", false, p2, sizeof(p2)), 0);
+	CU_ASSERT_STRING_EQUAL(p, p2);
+	CU_ASSERT_EQUAL(write_block(g1, 14, 0xc3), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(check_proof(g1, p), -ESTALE);
+	/* a refusal and a release from a moved key */
+	CU_ASSERT_EQUAL(g2->ops->own_request(g2, 2), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 2);
+	CU_ASSERT_EQUAL(g1->ops->own_refuse(g1, 1, 2), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_TRUE(info.refused);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_FALSE(info.has_beat);
+	/* g2 owns and beats; g1 takes it by force; g2's renew must not register it back */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, true), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	CU_ASSERT_EQUAL(write_block(g2, 14, 0xc4), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	/* a crash after heartbeats: the restart's proof check and acquisition stay warm */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 15, 0xd1), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", true, p, sizeof(p)), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	close_on_cli(g2);
+	g2 = open_gw(2);
+	CU_ASSERT_FATAL(g2 != NULL);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0); /* the new run's heartbeats */
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 15, 0xd2), 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), -ESTALE);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -815,6 +911,7 @@ static const struct hl_test tests[] = {
     {"warm restart proofs: reservation and PRgeneration", test_proofs},
     {"a restart's own acquisition keeps its proof, nothing else does", test_restart_acquire_keeps_proof},
     {"the owner refuses a request: the asker sees it", test_refuse},
+    {"the owner's heartbeat: its key moves, standbys see it, proofs survive it", test_heartbeat},
     {"close", test_close},
     {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},

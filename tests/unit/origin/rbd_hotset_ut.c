@@ -118,6 +118,22 @@ static void test_owner_publishes_standby_reads(void)
 	CU_ASSERT_STRING_EQUAL(hs.prev, "");
 	CU_ASSERT_EQUAL(hs.nchg, 0);
 	snprintf(mark1, sizeof(mark1), "%s", hs.mark);
+	/* an idle owner: the same hot set again is not written (the object keeps its seq) */
+	struct hl_hot_set hs2;
+	struct hl_hot_ent hot3b[3];
+	CU_ASSERT_EQUAL(hl_origin_hot_publish(g1, 65536, hot3, 3), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_hot_fetch(g2, &hs2), 0);
+	CU_ASSERT_EQUAL(hs2.seq, hs.seq);
+	set_free(&hs2);
+	/* one frequency changed: written (same mark) */
+	memcpy(hot3b, hot3, sizeof(hot3b));
+	hot3b[2].freq++;
+	CU_ASSERT_EQUAL(hl_origin_hot_publish(g1, 65536, hot3b, 3), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_hot_fetch(g2, &hs2), 0);
+	CU_ASSERT_EQUAL(hs2.seq, hs.seq + 1);
+	CU_ASSERT_EQUAL(hs2.v[2].freq, hot3b[2].freq);
+	CU_ASSERT_STRING_EQUAL(hs2.mark, mark1);
+	set_free(&hs2);
 	/* the mark proves the image unchanged since (the standby checks it without the lock) */
 	CU_ASSERT_EQUAL(hl_origin_proof_check(g2, "x", hs.mark, changed_cb, &c, why, sizeof(why)),
 	                0);

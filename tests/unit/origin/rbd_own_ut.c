@@ -423,6 +423,73 @@ static void test_watch_tells_moves(void)
 	CU_ASSERT_EQUAL(atomic_load(&wakes1) + atomic_load(&wakes2), b);
 }
 
+/* A little-endian u32 of a notify reply at *off, advancing it; 0 past the end. */
+static uint32_t reply_u32(const char *b, size_t len, size_t *off)
+{
+	uint32_t v = 0;
+
+	if (*off + 4 <= len)
+		for (int i = 3; i >= 0; i--)
+			v = v << 8 | (uint8_t)b[*off + (size_t)i];
+	*off += 4;
+	return v;
+}
+
+/*
+ * Every watcher of the ownership record answers a notice (rados_notify_ack,
+ * at the look the notice wakes): a notify completes in a round trip with
+ * each watcher's answer, instead of lingering at the OSD for its whole
+ * timeout with every watcher listed as timed out (-ETIMEDOUT).
+ * leaves: nobody owns
+ */
+static void test_watch_acks(void)
+{
+	struct rbd_origin *r1 = ro_of(g1);
+	char oid[160], *reply = NULL;
+	size_t len = 0, off = 0;
+	rados_completion_t c;
+	uint32_t acks, timeouts;
+	uint64_t t0;
+	double ms;
+	int b1, b2, rc;
+
+	CU_ASSERT_EQUAL(g1->ops->own_watch(g1, wake_cb, &wakes1), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_watch(g2, wake_cb, &wakes2), 0);
+	(void)peek(g1); /* registers the watches */
+	(void)peek(g2);
+	snprintf(oid, sizeof(oid), "hotlun_owner.%s", r1->image_id);
+	b1 = atomic_load(&wakes1);
+	b2 = atomic_load(&wakes2);
+	t0 = hl_now_ns();
+	CU_ASSERT_EQUAL_FATAL(rados_aio_create_completion2(NULL, NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(rados_aio_notify(r1->ioctx, oid, c, "ut", 2, 3000, &reply, &len), 0);
+	CU_ASSERT(woken(&wakes1, b1) >= 0);
+	CU_ASSERT(woken(&wakes2, b2) >= 0);
+	(void)peek(g1); /* the woken looks of the two ownership threads */
+	(void)peek(g2);
+	rados_aio_wait_for_complete(c);
+	rc = rados_aio_get_return_value(c);
+	ms = ms_since(t0);
+	/* the reply: acks (gid, cookie, payload), then timeouts (gid, cookie) */
+	acks = reply_u32(reply, len, &off);
+	for (uint32_t i = 0; i < acks && off < len; i++) {
+		off += 16;
+		off += reply_u32(reply, len, &off);
+	}
+	timeouts = reply_u32(reply, len, &off);
+	printf("\n    MEASURE a notify on the record: %.1f ms, %u answer(s), %u timed out (rc %d)",
+	       ms, acks, timeouts, rc);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT_EQUAL(acks, 2);
+	CU_ASSERT_EQUAL(timeouts, 0);
+	CU_ASSERT(ms < 1500);
+	rados_aio_release(c);
+	if (reply)
+		rados_buffer_free(reply);
+	CU_ASSERT_EQUAL(g1->ops->own_watch(g1, NULL, NULL), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_watch(g2, NULL, NULL), 0);
+}
+
 /* the OSD's pid (mini_ceph.sh writes run/osd.0.pid), 0: unknown */
 static pid_t osd_pid(void)
 {
@@ -555,6 +622,7 @@ static const struct hl_test tests[] = {
     {"a standby checks a proof the owner took", test_standby_checks_proof},
     {"two processes with one gateway id are told apart", test_same_id_two_processes},
     {"the watch on the record tells acquire, request and release", test_watch_tells_moves},
+    {"every watcher answers a notice on the record: no notify lingers", test_watch_acks},
     {"a release after a write of unknown outcome fences the old owner", test_release_unsure_write_fences},
     {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
