@@ -131,6 +131,32 @@ bench_check() {
 
 # gw_scenarios: 0 identity and standby, 1 kill, 2 planned, 3 freeze/thaw, 4 failback
 # (up to the failback's warm_start line in GW_WARM)
+# gw_cached_reader NAME OFF: a qemu-io on gateway 1 fed through the fifo
+# $T/NAME.in (open on fd QFD; its PID in QIO, its output in $T/NAME.out)
+# that has read the 64 KiB at OFF until one read was a cache hit there: the
+# gateway then has that block to serve (a fill runs after its read's reply:
+# on a loaded host the next read can come first and miss again).
+gw_cached_reader() {
+	local name=$1 off=$2 hits0 hits1 i j
+	mkfifo "$T/$name.in"
+	qemu-io -f raw "$(url 1)" <"$T/$name.in" >"$T/$name.out" 2>&1 &
+	QIO=$!
+	HL_PIDS+=("$QIO")
+	HL_PID_NAMES+=(qemu-io)
+	exec {QFD}>"$T/$name.in"
+	echo "read $off 64k" >&"$QFD" # logged in, and cached on gateway 1
+	for j in $(seq 1 10); do
+		hits0=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
+		echo "read $off 64k" >&"$QFD"
+		for i in $(seq 1 20); do
+			hits1=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
+			[ "$hits1" -gt "$hits0" ] && return 0
+			sleep 0.1
+		done
+	done
+	hl_fail "the block at $off is not cached on gateway 1"
+}
+
 gw_scenarios() {
 	gw_clock_shim
 	# ---- 0. one LU, one owner, one standby
@@ -193,27 +219,7 @@ gw_scenarios() {
 	# a second client stays on the old owner's path: its READ at 56 MiB (outside
 	# the load's range, cached there) is sent while that gateway is frozen and
 	# reaches it only when it is thawed, after the new owner wrote there
-	mkfifo "$T/qio.in"
-	qemu-io -f raw "$(url 1)" <"$T/qio.in" >"$T/qio.out" 2>&1 &
-	QIO=$!
-	HL_PIDS+=("$QIO")
-	HL_PID_NAMES+=(qemu-io)
-	exec 7>"$T/qio.in"
-	echo "read 56M 64k" >&7 # logged in, and cached on gateway 1
-	# read again until one is a cache hit: the frozen gateway has old data to
-	# serve (a fill runs after its read's reply: on a loaded host the next
-	# read can come first and miss again)
-	local hits0 hits1 j
-	for j in $(seq 1 10); do
-		hits0=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
-		echo "read 56M 64k" >&7
-		for i in $(seq 1 20); do
-			hits1=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
-			[ "$hits1" -gt "$hits0" ] && break 2
-			sleep 0.1
-		done
-	done
-	[ "$hits1" -gt "$hits0" ] || hl_fail "the block at 56 MiB is not cached on gateway 1"
+	gw_cached_reader qio 56M
 	bench_start freeze 14 1 2
 	sleep 3
 	local t_stop
@@ -222,7 +228,7 @@ gw_scenarios() {
 	# SIGSTOP stops the threads one after the other: a read sent before the
 	# last one stopped may be answered at once (with the data of that time)
 	gw_stopped "${PID[1]}"
-	echo "read -P 0x5a 56M 64k" >&7
+	echo "read -P 0x5a 56M 64k" >&"$QFD"
 	wait_owner 2 30
 	qemu-io -f raw -c 'write -P 0x5a 56M 64k' "$(url 2)" >"$T/w.out" 2>&1 || hl_fail "write through gateway 2: $(cat "$T/w.out")"
 	python3 - "$T/want.img" <<-'PY'
@@ -235,8 +241,8 @@ gw_scenarios() {
 	[ -n "${GW_FREEZE_CLOCKS:-}" ] && gw_clock_freeze $(($(date +%s%N) - t_stop))
 	kill -CONT "${PID[1]}"
 	bench_check freeze
-	echo quit >&7
-	exec 7>&-
+	echo quit >&"$QFD"
+	exec {QFD}>&-
 	for i in $(seq 1 300); do hl_alive "$QIO" || break; sleep 0.1; done
 	hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "the old path's client hangs: $(cat "$T/qio.out")"; }
 	wait "$QIO" 2>/dev/null

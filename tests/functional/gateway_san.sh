@@ -78,29 +78,13 @@ gw_no_stale "5: restart"
 # by itself within dead + lease (+ margin, a look, the revalidation); the
 # thawed owner answers the read queued on its path with nothing stale.
 LEASE_S=2 DEAD_S=4 # hotlund's defaults (gateway_lease_ms, gateway_dead_ms)
-mkfifo "$T/qio6.in"
-qemu-io -f raw "$(url 1)" <"$T/qio6.in" >"$T/qio6.out" 2>&1 &
-QIO=$!
-HL_PIDS+=("$QIO")
-HL_PID_NAMES+=(qemu-io)
-exec 8>"$T/qio6.in"
-echo "read 58M 64k" >&8
-for j in $(seq 1 10); do
-	hits0=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
-	echo "read 58M 64k" >&8
-	for i in $(seq 1 20); do
-		hits1=$(hl_cache_stat "${SOCK[1]}" ssd read_hits)
-		[ "$hits1" -gt "$hits0" ] && break 2
-		sleep 0.1
-	done
-done
-[ "$hits1" -gt "$hits0" ] || hl_fail "6: the block at 58 MiB is not cached on gateway 1"
+gw_cached_reader qio6 58M
 [ "$(own 2 state)" = standby ] && [ "$(own 2 owner)" = 1 ] ||
 	hl_fail "6: gateway 2 is not a standby of gateway 1: $(own 2 state), owner $(own 2 owner)"
 t_stop=$(date +%s%N)
 kill -STOP "${PID[1]}"
 gw_stopped "${PID[1]}"
-echo "read -P 0x6b 58M 64k" >&8
+echo "read -P 0x6b 58M 64k" >&"$QFD"
 # no client talks to gateway 2: no SET TARGET PORT GROUPS, no hotlunctl takeover
 for i in $(seq 1 $(((DEAD_S + LEASE_S + 6) * 10))); do
 	[ "$(own 2 state)" = owner ] && [ "$(own 2 alua)" = active/optimized ] && break
@@ -125,8 +109,8 @@ qemu-io -f raw -c 'write -P 0x6b 58M 64k' "$(url 2)" >"$T/w6.out" 2>&1 ||
 	hl_fail "6: write through gateway 2: $(cat "$T/w6.out")"
 gw_clock_freeze $(($(date +%s%N) - t_stop)) # its MONOTONIC clock stood still (a suspend)
 kill -CONT "${PID[1]}"
-echo quit >&8
-exec 8>&-
+echo quit >&"$QFD"
+exec {QFD}>&-
 for i in $(seq 1 300); do hl_alive "$QIO" || break; sleep 0.1; done
 hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "6: the old path's client hangs: $(cat "$T/qio6.out")"; }
 wait "$QIO" 2>/dev/null
