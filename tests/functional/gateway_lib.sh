@@ -157,6 +157,31 @@ gw_cached_reader() {
 	hl_fail "the block at $off is not cached on gateway 1"
 }
 
+# gw_after_thaw NAME PAT OFF STEP: gateway 1 was frozen, gateway 2 took the
+# disk and wrote PAT at OFF, gateway 1 was thawed: the read queued on its
+# path (gw_cached_reader NAME) was answered and with nothing stale, a new
+# client through gateway 1 reads nothing stale, and gateway 1 is a standby
+# of gateway 2.
+gw_after_thaw() {
+	local name=$1 pat=$2 off=$3 step=$4 i
+	if grep -qi "pattern verification failed" "$T/$name.out"; then
+		hl_fail "$step: STALE: the thawed gateway served old data: $(cat "$T/$name.out")"
+	fi
+	grep -qi "read 65536/65536 bytes\|error\|fail" "$T/$name.out" ||
+		hl_fail "$step: the old path's read got no answer: $(cat "$T/$name.out")"
+	hl_log "$step: the old path's read after the thaw: $(grep -i "65536\|error\|fail" "$T/$name.out" | head -2 | tr '\n' ' ')"
+	qemu-io -f raw -r -c "read -P $pat $off 64k" "$(url 1)" >"$T/$name-new.out" 2>&1
+	if grep -qi "pattern verification failed" "$T/$name-new.out"; then
+		hl_fail "$step: STALE: the thawed gateway served old data: $(cat "$T/$name-new.out")"
+	fi
+	for i in $(seq 1 50); do
+		[ "$(own 1 state)" = standby ] && break
+		sleep 0.1
+	done
+	[ "$(own 1 state)" = standby ] && [ "$(own 1 owner)" = 2 ] ||
+		hl_fail "$step: the thawed gateway 1 is not a standby of gateway 2: $(own 1 state), owner $(own 1 owner)"
+}
+
 gw_scenarios() {
 	gw_clock_shim
 	# ---- 0. one LU, one owner, one standby
@@ -247,23 +272,7 @@ gw_scenarios() {
 	hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "the old path's client hangs: $(cat "$T/qio.out")"; }
 	wait "$QIO" 2>/dev/null
 	hl_forget "$QIO"
-	if grep -qi "pattern verification failed" "$T/qio.out"; then
-		hl_fail "STALE: the thawed gateway served old data: $(cat "$T/qio.out")"
-	fi
-	grep -qi "read 65536/65536 bytes\|error\|fail" "$T/qio.out" ||
-		hl_fail "the old path's read got no answer: $(cat "$T/qio.out")"
-	hl_log "3: the old path's read after the thaw: $(grep -i "65536\|error\|fail" "$T/qio.out" | head -2 | tr '\n' ' ')"
-	# and a new client through the thawed gateway
-	qemu-io -f raw -r -c 'read -P 0x5a 56M 64k' "$(url 1)" >"$T/r.out" 2>&1
-	if grep -qi "pattern verification failed" "$T/r.out"; then
-		hl_fail "STALE: the thawed gateway served old data: $(cat "$T/r.out")"
-	fi
-	for i in $(seq 1 50); do
-		[ "$(own 1 state)" = standby ] && break
-		sleep 0.1
-	done
-	[ "$(own 1 state)" = standby ] && [ "$(own 1 owner)" = 2 ] ||
-		hl_fail "the thawed gateway 1 is not a standby of gateway 2: $(own 1 state), owner $(own 1 owner)"
+	gw_after_thaw qio 0x5a 56M 3
 
 	# ---- 4. failback keeps what did not change
 	# everything through gateway 2 reads back as written (the bench wrote too: read it)
