@@ -158,12 +158,19 @@ gw_cached_reader() {
 }
 
 # gw_after_thaw NAME PAT OFF STEP: gateway 1 was frozen, gateway 2 took the
-# disk and wrote PAT at OFF, gateway 1 was thawed: the read queued on its
+# disk and wrote PAT at OFF, gateway 1 was thawed: its reader ends (quit),
+# the read queued on its
 # path (gw_cached_reader NAME) was answered and with nothing stale, a new
 # client through gateway 1 reads nothing stale, and gateway 1 is a standby
 # of gateway 2.
 gw_after_thaw() {
 	local name=$1 pat=$2 off=$3 step=$4 i
+	echo quit >&"$QFD"
+	exec {QFD}>&-
+	for i in $(seq 1 300); do hl_alive "$QIO" || break; sleep 0.1; done
+	hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "$step: the old path's client hangs: $(cat "$T/$name.out")"; }
+	wait "$QIO" 2>/dev/null
+	hl_forget "$QIO"
 	if grep -qi "pattern verification failed" "$T/$name.out"; then
 		hl_fail "$step: STALE: the thawed gateway served old data: $(cat "$T/$name.out")"
 	fi
@@ -266,12 +273,6 @@ gw_scenarios() {
 	[ -n "${GW_FREEZE_CLOCKS:-}" ] && gw_clock_freeze $(($(date +%s%N) - t_stop))
 	kill -CONT "${PID[1]}"
 	bench_check freeze
-	echo quit >&"$QFD"
-	exec {QFD}>&-
-	for i in $(seq 1 300); do hl_alive "$QIO" || break; sleep 0.1; done
-	hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "the old path's client hangs: $(cat "$T/qio.out")"; }
-	wait "$QIO" 2>/dev/null
-	hl_forget "$QIO"
 	gw_after_thaw qio 0x5a 56M 3
 
 	# ---- 4. failback keeps what did not change

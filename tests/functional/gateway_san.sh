@@ -109,12 +109,6 @@ qemu-io -f raw -c 'write -P 0x6b 58M 64k' "$(url 2)" >"$T/w6.out" 2>&1 ||
 	hl_fail "6: write through gateway 2: $(cat "$T/w6.out")"
 gw_clock_freeze $(($(date +%s%N) - t_stop)) # its MONOTONIC clock stood still (a suspend)
 kill -CONT "${PID[1]}"
-echo quit >&"$QFD"
-exec {QFD}>&-
-for i in $(seq 1 300); do hl_alive "$QIO" || break; sleep 0.1; done
-hl_alive "$QIO" && { kill -KILL "$QIO"; hl_fail "6: the old path's client hangs: $(cat "$T/qio6.out")"; }
-wait "$QIO" 2>/dev/null
-hl_forget "$QIO"
 gw_after_thaw qio6 0x6b 58M 6
 qemu-io -f raw -r -c 'read -P 0x6b 58M 64k' "$(url 2)" >"$T/r6b.out" 2>&1 ||
 	hl_fail "6: the new data through gateway 2: $(cat "$T/r6b.out")"
