@@ -3,7 +3,7 @@
  * slot numbers, open addressing with linear probing at a load of at most
  * 3/4, and backward-shift deletion (no tombstones, so lookups never slow
  * down as blocks come and go). Keys are not stored here: a probe reads the
- * key from the slots' key array, which keeps the index at ~5.3 bytes per
+ * key from the slots' keys (struct cache_keys), which keeps the index at ~5.3 bytes per
  * slot. The bits of an entry that the slot number does not need carry a
  * few hash bits of the key, so most probes of a miss never touch the keys.
  * An entry holds slot + 1, so that a zeroed table is an empty one: the
@@ -47,7 +47,7 @@ static inline uint32_t entry_slot(const struct cache_index *ix, uint32_t e)
 	return (e & ix->slot_mask) - 1;
 }
 
-int cache_index_init(struct cache_index *ix, uint64_t nslots, const uint64_t *keys)
+int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache_keys *keys)
 {
 	if (nslots >= UINT32_MAX - 1)
 		return -EINVAL;
@@ -79,7 +79,7 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return HL_CACHE_NO_SLOT;
-		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
+		if ((e & ~ix->slot_mask) == tag && cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			return entry_slot(ix, e);
 		if (++i == ix->cap)
 			i = 0;
@@ -88,7 +88,7 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 
 int cache_index_insert(struct cache_index *ix, uint32_t slot)
 {
-	uint64_t key = ix->keys[slot];
+	uint64_t key = cache_keys_get(ix->keys, slot);
 	uint64_t h = ix_hash(key), i;
 	uint32_t tag = tag_of(ix, h);
 
@@ -102,7 +102,7 @@ int cache_index_insert(struct cache_index *ix, uint32_t slot)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			break;
-		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
+		if ((e & ~ix->slot_mask) == tag && cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			return -EEXIST;
 		if (++i == ix->cap)
 			i = 0;
@@ -126,7 +126,7 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return -ENOENT;
-		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
+		if ((e & ~ix->slot_mask) == tag && cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			break;
 		if (++i == ix->cap)
 			i = 0;
@@ -142,7 +142,7 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[j];
 		if (e == CACHE_INDEX_EMPTY)
 			break;
-		uint64_t home = home_of(ix, ix->keys[entry_slot(ix, e)]);
+		uint64_t home = home_of(ix, cache_keys_get(ix->keys, entry_slot(ix, e)));
 		if (dist(ix, home, j) >= dist(ix, hole, j)) {
 			ix->tab[hole] = e;
 			hole = j;
