@@ -115,8 +115,10 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	    .free_hint = (uint32_t)nslots,
 	    .owner = -3,
 	};
-	if (cache_bloom2_init(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull) ||
-	    cache_bloom2_init(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull) ||
+	if (cache_bloom2_init_sized(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull,
+	                            CACHE_GHOST_BITS_PER_KEY, CACHE_GHOST_HASHES) ||
+	    cache_bloom2_init_sized(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull,
+	                            CACHE_GHOST_BITS_PER_KEY, CACHE_GHOST_HASHES) ||
 	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
@@ -357,6 +359,28 @@ int cache_bloom2_init(struct cache_bloom2 *b, uint64_t cap, uint64_t salt)
 	return b->f[0] && b->f[1] ? 0 : -ENOMEM;
 }
 
+int cache_bloom2_init_sized(struct cache_bloom2 *b, uint64_t cap, uint64_t salt,
+                            uint32_t bits_per_key, uint32_t k)
+{
+	b->cap = cap;
+	b->salt = salt;
+	b->k = k;
+	/* At least 4,096 bits: a tiny cache's few keys get few false positives. */
+	b->bits = (HL_MAX(cap * bits_per_key, 4096) + 63) / 64 * 64;
+	b->f[0] = calloc(b->bits / 64, sizeof(uint64_t));
+	b->f[1] = calloc(b->bits / 64, sizeof(uint64_t));
+	return b->f[0] && b->f[1] ? 0 : -ENOMEM;
+}
+
+/* Bit i of a key whose hash is h: three 21-bit fields (power-of-two size), or double hashing. */
+static inline uint64_t bloom_bit(const struct cache_bloom2 *b, uint64_t h, uint32_t i)
+{
+	if (!b->k)
+		return (h >> (i * 21)) & (b->bits - 1);
+	uint64_t x = h + i * ((h >> 32 | h << 32) | 1);
+	return (uint64_t)(((unsigned __int128)x * b->bits) >> 64);
+}
+
 void cache_bloom2_fini(struct cache_bloom2 *b)
 {
 	free(b->f[0]);
@@ -375,8 +399,8 @@ void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key)
 		memset(b->f[b->cur], 0, b->bits / 8);
 		b->n = 0;
 	}
-	for (int i = 0; i < 3; i++)
-		cache_bit_set(b->f[b->cur], (h >> (i * 21)) & (b->bits - 1));
+	for (uint32_t i = 0; i < (b->k ? b->k : 3); i++)
+		cache_bit_set(b->f[b->cur], bloom_bit(b, h, i));
 	b->n++;
 }
 
@@ -386,8 +410,8 @@ bool cache_bloom2_test(const struct cache_bloom2 *b, uint64_t key)
 
 	for (int g = 0; g < 2 && b->bits; g++) {
 		bool in = true;
-		for (int i = 0; i < 3 && in; i++)
-			in = cache_bit_test(b->f[g], (h >> (i * 21)) & (b->bits - 1));
+		for (uint32_t i = 0; i < (b->k ? b->k : 3) && in; i++)
+			in = cache_bit_test(b->f[g], bloom_bit(b, h, i));
 		if (in)
 			return true;
 	}

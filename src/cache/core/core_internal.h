@@ -155,10 +155,17 @@ static inline uint64_t cache_keys_get(const struct cache_keys *k, uint32_t s)
 /* ---- index: open addressing, linear probing, backward-shift deletion ---- */
 
 #define CACHE_INDEX_EMPTY 0u /* an entry holds slot + 1: a zeroed table is empty */
+/*
+ * Entries: slots + slots / CACHE_INDEX_LOAD_DIV (+ 8), a load of at most
+ * 7/8 when every slot holds a block: 4.57 bytes per slot (3: 3/4, 5.33).
+ */
+#ifndef CACHE_INDEX_LOAD_DIV
+#define CACHE_INDEX_LOAD_DIV 7
+#endif
 
 struct cache_index {
 	uint32_t *tab; /* tag << slot_bits | (slot + 1); CACHE_INDEX_EMPTY when unused */
-	uint64_t cap;  /* entries; about 4/3 of the slot count (load <= 0.75) */
+	uint64_t cap;  /* entries; about 8/7 of the slot count (load <= 0.875) */
 	uint64_t count;
 	uint32_t slot_bits, slot_mask; /* the spare high bits hold a hash tag */
 	const struct cache_keys *keys; /* the slots' keys, read while probing */
@@ -244,11 +251,23 @@ struct cache_ub {
 	bool closed;         /* no new updates come in (while a resize drains it) */
 };
 
+/*
+ * The window's two ghosts (struct hl_cache_core) remember a key in
+ * CACHE_GHOST_BITS_PER_KEY bits with CACHE_GHOST_HASHES hashes, sized by
+ * the slot count exactly: 3 bytes per slot for both (the ghost 2 x
+ * nslots / 2 keys, the far ghost 2 x nslots), about 2% false positives
+ * per filter. Before issue 25 item 4: 10 bits and 3 hashes, rounded up
+ * to a power of two (10-20 bits a key, 3.75-7.5 bytes per slot).
+ */
+#define CACHE_GHOST_BITS_PER_KEY 8
+#define CACHE_GHOST_HASHES       5
+
 /* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
 struct cache_bloom2 {
 	uint64_t *f[2];
 	uint64_t bits, n, cap, salt;
 	int cur;
+	uint32_t k; /* 0: 3 hashes into a power-of-two size; else k hashes, any size */
 };
 
 /*
@@ -736,6 +755,9 @@ static inline bool cache_slot_unclaim(struct hl_cache_core *c, uint32_t s)
 
 /** Room for cap keys per filter, hashed with salt. @return 0 or -ENOMEM (free with _fini). */
 int cache_bloom2_init(struct cache_bloom2 *b, uint64_t cap, uint64_t salt);
+/** The same with bits_per_key bits a key exactly (no power of two) and k hashes. */
+int cache_bloom2_init_sized(struct cache_bloom2 *b, uint64_t cap, uint64_t salt,
+                            uint32_t bits_per_key, uint32_t k);
 void cache_bloom2_fini(struct cache_bloom2 *b);
 /** Remember key; the older filter is cleared for reuse once the newer holds cap keys. */
 void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key);

@@ -762,26 +762,42 @@ static void test_window_buffer_split(void)
 static void test_ram_per_block(void)
 {
 	static const uint32_t bs[] = {4 * K, 64 * K, 1024 * K};
+	/* 1 Mi slots, and a count that is no power of two (sizes follow it exactly) */
+	static const uint64_t nslots[] = {1 << 20, 3 << 19};
 	struct hl_cache_core_info info;
 
 	for (size_t i = 0; i < HL_ARRAY_SIZE(bs); i++) {
-		/* 1 Mi slots, without and with the default RAM window. */
-		struct hl_cache_core *c = mk((uint64_t)bs[i] << 20, bs[i], 0);
-		hl_cache_core_info(c, &info);
-		CU_ASSERT_EQUAL(info.nslots, 1 << 20);
-		fprintf(
-		    stderr,
-		    "\n  RAM per %uK block: %.2f bytes (sketch and ghosts %.2f bytes/block extra)",
-		    bs[i] / 1024, info.ram_per_block,
-		    (double)info.admit_ram_bytes / (double)info.nslots);
-		/* key 5 + state 1 + index 5.33 + bitmaps 0.25, whatever the block size */
-		CU_ASSERT(info.ram_per_block <= 15.0);
-		hl_cache_core_destroy(c);
-		c = mk((uint64_t)bs[i] << 20, bs[i], HL_CACHE_WINDOW_AUTO);
-		hl_cache_core_info(c, &info);
-		CU_ASSERT(info.ram_per_block <= 16.0);
-		hl_cache_core_destroy(c);
+		for (size_t j = 0; j < HL_ARRAY_SIZE(nslots); j++) {
+			struct hl_cache_core *c = mk(nslots[j] * bs[i], bs[i], 0);
+			hl_cache_core_info(c, &info);
+			CU_ASSERT_EQUAL(info.nslots, nslots[j]);
+			double admit = (double)info.admit_ram_bytes / (double)info.nslots;
+			fprintf(stderr,
+			        "\n  RAM per %uK block, %llu slots: %.2f bytes + sketch and ghosts "
+			        "%.2f = %.2f",
+			        bs[i] / 1024, (unsigned long long)nslots[j], info.ram_per_block, admit,
+			        info.ram_per_block + admit);
+			/*
+			 * key 5 + state 1 + index 4.57 + bitmaps 0.25, whatever the
+			 * block size; sketch 2 + doorkeeper 0.125 + ghosts 3.
+			 */
+			CU_ASSERT(info.ram_per_block <= 10.9);
+			CU_ASSERT(admit <= 5.15);
+			CU_ASSERT(info.ram_per_block + admit <= 16.0);
+			hl_cache_core_destroy(c);
+		}
 	}
+	/*
+	 * The RAM window's slots are a fixed cost (at most 64 MiB of blocks +
+	 * what the update buffer lends), not one per block: at 16 Mi slots
+	 * they add 0.01 bytes per block.
+	 */
+	struct hl_cache_core *c = mk((16ull << 20) * 4 * K, 4 * K, HL_CACHE_WINDOW_AUTO);
+	hl_cache_core_info(c, &info);
+	double total = info.ram_per_block + (double)info.admit_ram_bytes / (double)info.nslots;
+	fprintf(stderr, "\n  RAM per 4K block, 16 Mi slots and the window: %.2f", total);
+	CU_ASSERT(total <= 16.0);
+	hl_cache_core_destroy(c);
 	fprintf(stderr, "\n");
 }
 
@@ -1129,9 +1145,13 @@ static void test_write_budget(void)
 
 	CU_ASSERT_EQUAL(hl_cache_core_set_write_budget(c, 101), -EINVAL);
 	hl_cache_core_destroy(c);
-	/* 16 blocks written for 16 + 90 + 40 + 10 blocks missed: 0.10 */
+	/*
+	 * 16 blocks written for 16 + 90 + 40 + 10 blocks missed, the sums
+	 * halved once (at 129 missed): 8 / 91.5 = 0.087, every read a miss.
+	 * (Before issue 25 item 4 resized the ghosts this run gave 0.09-0.11.)
+	 */
 	CU_ASSERT(budget_case(25, 90, &ratio) > 0);
-	CU_ASSERT(ratio > 0.09 && ratio < 0.11);
+	CU_ASSERT(ratio > 0.086 && ratio < 0.089);
 	CU_ASSERT_EQUAL(budget_case(0, 90, &ratio), 0);
 	CU_ASSERT_EQUAL(budget_case(5, 90, &ratio), 0); /* over a 5% budget */
 	/* 16 written for 16 + 40 + 10 missed: 0.24 */
@@ -1420,7 +1440,7 @@ static const struct hl_test tests[] = {
     {"a re-read stream earns the SSD within the write budget (rule 10)", test_write_budget},
     {"the write ratio counts an update once (buffered, then written back)",
      test_write_ratio_update_buffer},
-    {"RAM per cache block <= 15 bytes (16 with the window) at 4K, 64K, 1M", test_ram_per_block},
+    {"RAM per cache block <= 16 bytes with sketch and ghosts, at 4K, 64K, 1M", test_ram_per_block},
     {"blocks above 2^32 - 1 are never cached (5-byte keys)", test_key_block_limit},
     {"256 LUNs per cache; a LUN index is reused only once no slot carries it",
      test_key_lun_index},
