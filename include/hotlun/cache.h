@@ -49,6 +49,8 @@
 #define HL_CACHE_MAX_BLOCK    (1024u * 1024) /* 256 sectors per block */
 #define HL_CACHE_MAX_LUNS     65536u         /* lun ids are 16 bits */
 #define HL_CACHE_MAX_BLOCK_NR ((1ull << 48) - 1)
+#define HL_CACHE_NO_SLOT      UINT32_MAX
+
 /*
  * What one cache holds (a slot keeps its key in 5 bytes): disks at a time
  * (hl_cache_core_lun_add says -EMFILE past it), and the highest cache
@@ -57,7 +59,6 @@
  */
 #define HL_CACHE_MAX_DISKS     256u
 #define HL_CACHE_MAX_CACHED_NR 0xffffffffull
-#define HL_CACHE_NO_SLOT      UINT32_MAX
 
 /* ------------------------------------------------------------------ */
 /* Admission policies                                                 */

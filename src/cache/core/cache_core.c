@@ -98,8 +98,9 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->lun_used = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->lun_used));
 	c->luns = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->luns));
 	c->wip = calloc(CACHE_WIP_BUCKETS, sizeof(*c->wip));
-	if (!c->keys.block || !c->keys.lunix || !c->meta || !c->wflags || !c->takenmap || !c->dirtymap || !c->dirtygrp ||
-	    !c->lun_used || !c->luns || !c->wip || cache_index_init(&c->ix, c->ntotal, &c->keys)) {
+	if (!c->keys.block || !c->keys.lunix || !c->meta || !c->wflags || !c->takenmap ||
+	    !c->dirtymap || !c->dirtygrp || !c->lun_used || !c->luns || !c->wip ||
+	    cache_index_init(&c->ix, c->ntotal, &c->keys)) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
 	}
@@ -563,11 +564,12 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->used_slots = c->used - c->win_used;
 	out->window_used_slots = c->win_used;
 	out->block_size = c->p.block_size;
-	out->ram_bytes = c->ntotal * (sizeof(*c->keys.block) + sizeof(*c->keys.lunix) + sizeof(*c->meta)) + c->nwin + bitmaps +
-	                 cache_index_mem_bytes(&c->ix) +
-	                 (size_t)c->busy.cap * sizeof(struct cache_busy_ent) +
-	                 (size_t)c->partial.cap * (sizeof(uint32_t) + c->vbytes) +
-	                 c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
+	out->ram_bytes =
+	    c->ntotal * (sizeof(*c->keys.block) + sizeof(*c->keys.lunix) + sizeof(*c->meta)) +
+	    c->nwin + bitmaps + cache_index_mem_bytes(&c->ix) +
+	    (size_t)c->busy.cap * sizeof(struct cache_busy_ent) +
+	    (size_t)c->partial.cap * (sizeof(uint32_t) + c->vbytes) +
+	    c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
 	out->admit_ram_bytes =
 	    hl_admit_mem_bytes(c->admit) + 2 * (c->ghost.bits + c->far_ghost.bits) / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;

@@ -79,7 +79,8 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return HL_CACHE_NO_SLOT;
-		if ((e & ~ix->slot_mask) == tag && cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
+		if ((e & ~ix->slot_mask) == tag &&
+		    cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			return entry_slot(ix, e);
 		if (++i == ix->cap)
 			i = 0;
@@ -102,7 +103,8 @@ int cache_index_insert(struct cache_index *ix, uint32_t slot)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			break;
-		if ((e & ~ix->slot_mask) == tag && cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
+		if ((e & ~ix->slot_mask) == tag &&
+		    cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			return -EEXIST;
 		if (++i == ix->cap)
 			i = 0;
@@ -126,7 +128,8 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return -ENOENT;
-		if ((e & ~ix->slot_mask) == tag && cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
+		if ((e & ~ix->slot_mask) == tag &&
+		    cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			break;
 		if (++i == ix->cap)
 			i = 0;

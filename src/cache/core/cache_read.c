@@ -169,7 +169,8 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 			              hl_admit_estimate(c->admit, cache_slot_key(c, s))
 			        : !hl_admit_should_returning(c->admit, key, cache_slot_key(c, s)))
 				goto no;
-		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free, cache_slot_key(c, s))) {
+		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free,
+		                            cache_slot_key(c, s))) {
 			goto no;
 		}
 	}
@@ -325,7 +326,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	if (returning && !freq) {
 		/* Back soon after the window dropped it: compete for the SSD right away. */
 		s = cache_part_find_victim(c, pt, &empty);
-		if (s != HL_CACHE_NO_SLOT && hl_admit_should_returning(c->admit, key, cache_slot_key(c, s))) {
+		if (s != HL_CACHE_NO_SLOT &&
+		    hl_admit_should_returning(c->admit, key, cache_slot_key(c, s))) {
 			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
 			goto ssd;
@@ -335,7 +337,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		/* No window: compare with the SSD victim right away. */
 		s = cache_part_find_victim(c, pt, &empty);
 		if (s != HL_CACHE_NO_SLOT &&
-		    hl_admit_should(c->admit, key, empty && c->p.admit_free, cache_slot_key(c, s))) {
+		    hl_admit_should(c->admit, key, empty && c->p.admit_free,
+		                    cache_slot_key(c, s))) {
 			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
 			goto ssd;
@@ -512,7 +515,8 @@ uint32_t hl_cache_core_hot_scan(const struct hl_cache_core *c, uint16_t lun, uin
 		uint32_t slot = (uint32_t)s;
 		uint64_t key = cache_slot_key(c, slot);
 
-		if (!cache_is_used(c, slot) || cache_key_lun(key) != lun || cache_valid_empty(c, slot))
+		if (!cache_is_used(c, slot) || cache_key_lun(key) != lun ||
+		    cache_valid_empty(c, slot))
 			continue;
 		uint64_t f = (uint64_t)hl_admit_estimate(c->admit, key) * 4 + cache_clock(c, slot);
 		out[n].block = cache_key_block(key);

@@ -142,9 +142,9 @@ struct cache_partial {
  * pinned.
  */
 struct cache_keys {
-	uint32_t *block;                /* ntotal: the block number (its low 32 bits) */
-	uint8_t *lunix;                 /* ntotal: index into lun[] */
-	uint16_t lun[CACHE_KEY_LUNS];   /* LUN index -> LUN id */
+	uint32_t *block;              /* ntotal: the block number (its low 32 bits) */
+	uint8_t *lunix;               /* ntotal: index into lun[] */
+	uint16_t lun[CACHE_KEY_LUNS]; /* LUN index -> LUN id */
 };
 
 static inline uint64_t cache_keys_get(const struct cache_keys *k, uint32_t s)
@@ -318,11 +318,12 @@ struct hl_cache_core {
 	uint64_t ntotal; /* nslots + nwin */
 	uint64_t used;     /* slots holding a block, SSD and window */
 	uint64_t win_used; /* of those, RAM window slots */
-	struct cache_keys keys; /* ntotal: meaningful when the slot is not FREE (cache_slot_key) */
+	/* ntotal keys, meaningful when the slot is not FREE (cache_slot_key) */
+	struct cache_keys keys;
 	/* per LUN index: 1 while a LUN has it + the slots not FREE that carry it */
 	uint64_t lunix_refs[CACHE_KEY_LUNS];
-	uint8_t *meta;     /* ntotal: CACHE_M_* */
-	uint8_t *wflags;   /* nwin: CACHE_W_* of the RAM window's slots */
+	uint8_t *meta;   /* ntotal: CACHE_M_* */
+	uint8_t *wflags; /* nwin: CACHE_W_* of the RAM window's slots */
 	struct cache_busy busy;
 	struct cache_partial partial;
 	/*

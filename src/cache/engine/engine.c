@@ -337,8 +337,8 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		if (!rc)
 			rc = engine_ent_add(c, e);
 		if (rc == -EMFILE)
-			HL_ERR("cache", "cache %s: disk %s: a cache serves at most %u disks", c->name,
-			       disk_name, HL_CACHE_MAX_DISKS);
+			HL_ERR("cache", "cache %s: disk %s: a cache serves at most %u disks",
+			       c->name, disk_name, HL_CACHE_MAX_DISKS);
 		else if (rc)
 			HL_ERR("cache", "cache %s: disk %s: %s", c->name, disk_name, strerror(-rc));
 		if (rc) {

@@ -775,8 +775,8 @@ static void test_ram_per_block(void)
 			fprintf(stderr,
 			        "\n  RAM per %uK block, %llu slots: %.2f bytes + sketch and ghosts "
 			        "%.2f = %.2f",
-			        bs[i] / 1024, (unsigned long long)nslots[j], info.ram_per_block, admit,
-			        info.ram_per_block + admit);
+			        bs[i] / 1024, (unsigned long long)nslots[j], info.ram_per_block,
+			        admit, info.ram_per_block + admit);
 			/*
 			 * key 5 + state 1 + index 4.57 + bitmaps 0.25, whatever the
 			 * block size; sketch 2 + doorkeeper 0.125 + ghosts 3.
@@ -856,7 +856,7 @@ static void test_key_lun_index(void)
 	kix = c->luns[600]->kix;
 	CU_ASSERT_EQUAL(hl_cache_core_lun_remove(c, 600), 0);
 	CU_ASSERT_EQUAL(cache_slot_key(c, s), cache_key(600, 5));
-	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 7, 0), 0);  /* 400's index */
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 7, 0), 0);       /* 400's index */
 	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 8, 0), -EMFILE); /* 600's is still carried */
 	CU_ASSERT_NOT_EQUAL(c->luns[7]->kix, kix);
 	CU_ASSERT_EQUAL(cache_slot_key(c, s), cache_key(600, 5));
@@ -1442,8 +1442,7 @@ static const struct hl_test tests[] = {
      test_write_ratio_update_buffer},
     {"RAM per cache block <= 16 bytes with sketch and ghosts, at 4K, 64K, 1M", test_ram_per_block},
     {"blocks above 2^32 - 1 are never cached (5-byte keys)", test_key_block_limit},
-    {"256 LUNs per cache; a LUN index is reused only once no slot carries it",
-     test_key_lun_index},
+    {"256 LUNs per cache; a LUN index is reused only once no slot carries it", test_key_lun_index},
     {"blocks per LUN counted as slots come and go", test_lun_blocks_counts},
     {"valid bits of partly valid slots, and no room for them", test_partial_valid_table},
     {"busy table full: the origin serves, nothing leaks", test_busy_table_full},
