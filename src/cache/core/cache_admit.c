@@ -8,7 +8,7 @@
  *          filter (DOOR_BITS_PER_SLOT) that absorbs first accesses, and
  *          aging that halves every counter after 10 accesses per slot.
  *          Sizes follow the slot count exactly (positions by
- *          multiply-shift, not a power-of-two mask). A miss is admitted when
+ *          multiply-shift; a power-of-two size keeps the mask it had). A miss is admitted when
  *          its estimated frequency beats the eviction victim's, or freely
  *          while the cache has free slots; a block that returns soon after
  *          the RAM window dropped it needs only to tie the victim.
