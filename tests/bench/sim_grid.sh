@@ -5,8 +5,20 @@
 # no window, an 8 MiB window without budget, no sequential bypass): 540
 # cells, one line each: cell, hit ratio, byte hit ratio, cache-device
 # bytes written (fills and updates), sketch and ghost bytes per block.
-# Compare two runs with: join -t "$(printf '\t')" a.tsv b.tsv | awk ...
+# sim_grid.sh --diff A.tsv B.tsv: the cells that moved from A to B, the
+# sum of the hit ratio changes, the worst cell, the mean change of writes.
 set -eu
+if [ "${1:-}" = --diff ]; then
+	join -t "$(printf '\t')" "$2" "$3" | awk -F'\t' '
+	{ dh = $6 - $2; db = $7 - $3; dw = $4 > 0 ? ($8 - $4) / $4 : 0; n++; sw += dw
+	  if (dh != 0 || db != 0 || $8 != $4) {
+		moved++; sh += dh; sb += db
+		if (dh < minh) { minh = dh; minc = $1 }
+		if (dh < -0.005) printf "%-46s hit %.4f -> %.4f  byte %.4f -> %.4f  writes %+.1f%%\n", $1, $2, $6, $3, $7, 100 * dw
+	  } }
+	END { printf "cells %d moved %d: hit ratio sum %+.2f points, worst %+.2f (%s), byte hit sum %+.2f points, writes %+.2f%% mean\n", n, moved, 100 * sh, 100 * minh, minc, 100 * sb, 100 * sw / n }'
+	exit 0
+fi
 SIM=${1:?usage: sim_grid.sh SIM TRACE}
 TRACE=${2:?usage: sim_grid.sh SIM TRACE}
 for opt in none "--update-buffer 0" "--write-mode invalidate" "--window 0" \
