@@ -1,13 +1,14 @@
 /*
  * cache_index.c - the (lun, block) -> slot index: one flat array of 32-bit
  * slot numbers, open addressing with linear probing at a load of at most
- * 7/8 (CACHE_INDEX_LOAD_DIV), and backward-shift deletion (no tombstones, so lookups never slow
- * down as blocks come and go). Keys are not stored here: a probe reads the
- * key from the slots' keys (struct cache_keys), which keeps the index at
- * ~4.6 bytes per slot. The bits of an entry that the slot number does not need carry a
- * few hash bits of the key, so most probes of a miss never touch the keys.
- * An entry holds slot + 1, so that a zeroed table is an empty one: the
- * table comes from calloc and a start touches none of its pages.
+ * 7/8 (CACHE_INDEX_LOAD_DIV), and backward-shift deletion (no tombstones,
+ * so lookups never slow down as blocks come and go). Keys are not stored
+ * here: a probe reads the key from the slots' keys (struct cache_keys),
+ * which keeps the index at ~4.6 bytes per slot. The bits of an entry that
+ * the slot number does not need carry a few hash bits of the key, so most
+ * probes of a miss never touch the keys. An entry holds slot + 1, so that
+ * a zeroed table is an empty one: the table comes from calloc and a start
+ * touches none of its pages.
  */
 #include <errno.h>
 #include <stdlib.h>
