@@ -3,9 +3,12 @@
  * enum hl_admit_kind:
  *
  *  freq    TinyLFU-style: a count-min sketch of 4 rows of 4-bit counters
- *          (16 per 64-bit word) with conservative increments, a doorkeeper
- *          bloom filter that absorbs first accesses, and aging that halves
- *          every counter after 10 accesses per slot. A miss is admitted when
+ *          (16 per 64-bit word; a row has one counter per slot: 2 bytes of
+ *          RAM per slot) with conservative increments, a doorkeeper bloom
+ *          filter (DOOR_BITS_PER_SLOT) that absorbs first accesses, and
+ *          aging that halves every counter after 10 accesses per slot.
+ *          Sizes follow the slot count exactly (positions by
+ *          multiply-shift; a power-of-two size keeps the mask it had). A miss is admitted when
  *          its estimated frequency beats the eviction victim's, or freely
  *          while the cache has free slots; a block that returns soon after
  *          the RAM window dropped it needs only to tie the victim.
@@ -21,38 +24,48 @@
 #include "hotlun/util.h"
 
 #define SKETCH_ROWS 4
+/*
+ * Doorkeeper bits per slot. It is cleared at every aging (10 accesses per
+ * slot), so it only needs to tell a first access from a second one
+ * within a period: 1 to 16 bits per slot move no cell of the budget grid
+ * by more than 0.01 points (docs/cache-policy.md).
+ */
+#define DOOR_BITS_PER_SLOT 1
 
 struct hl_admit {
 	const struct hl_admit_ops *ops;
 	uint32_t param;
 	/* sketch */
 	uint64_t *words;    /* SKETCH_ROWS rows of width/16 words */
-	uint64_t width;     /* counters per row, power of two */
+	uint64_t width;     /* counters per row, a multiple of 16 */
 	uint64_t *door;     /* doorkeeper bloom filter, door_bits bits */
-	uint64_t door_bits; /* power of two; 0: no doorkeeper */
+	uint64_t door_bits; /* a multiple of 64; 0: no doorkeeper */
 	uint64_t additions; /* since the last aging */
 	uint64_t sample;    /* age after this many additions */
 	uint64_t agings;
 };
 
-static uint64_t pow2_at_least(uint64_t v)
+/* Map a 64-bit hash onto [0, n) (Lemire's multiply-shift: any n, no division). */
+static inline uint64_t range_of(uint64_t h, uint64_t n)
 {
-	uint64_t p = 16;
-	while (p < v)
-		p <<= 1;
-	return p;
+	return (uint64_t)(((unsigned __int128)h * n) >> 64);
+}
+
+static inline bool is_pow2(uint64_t n)
+{
+	return !(n & (n - 1));
 }
 
 static int sketch_init(struct hl_admit *a, uint64_t nslots, bool doorkeeper)
 {
 	/* At least 1024 counters a row: tiny caches still get usable estimates. */
-	a->width = pow2_at_least(HL_MAX(nslots, 1024));
+	a->width = (HL_MAX(nslots, 1024) + 15) / 16 * 16;
 	a->words = calloc(SKETCH_ROWS * (a->width / 16), sizeof(uint64_t));
 	if (!a->words)
 		return -ENOMEM;
 	if (doorkeeper) {
 		/* At least one 64-bit word: door[] is indexed by bit / 64. */
-		a->door_bits = pow2_at_least(HL_MAX(nslots * 4, 64));
+		a->door_bits = (HL_MAX(nslots * DOOR_BITS_PER_SLOT, 64) + 63) / 64 * 64;
 		a->door = calloc(a->door_bits / 64, sizeof(uint64_t));
 		if (!a->door) {
 			free(a->words);
@@ -75,9 +88,16 @@ static void sketch_fini(struct hl_admit *a)
 static inline void sketch_pos(const struct hl_admit *a, uint64_t h, int r, uint64_t *w,
                               unsigned *shift)
 {
-	/* Double hashing (Kirsch-Mitzenmacher): row r probes lo + r * hi. */
-	uint64_t hr = (h & 0xffffffffu) + (uint64_t)r * ((h >> 32) | 1);
-	uint64_t idx = hr & (a->width - 1);
+	/*
+	 * Double hashing (Kirsch-Mitzenmacher): row r probes lo + r * hi. A
+	 * power-of-two width keeps the mask (the positions of before issue 25
+	 * item 4, so such sizes count the same), any other the multiply-shift.
+	 */
+	uint64_t hr = (h & 0xffffffffu) + (uint64_t)r * ((h >> 32) | 1), idx;
+	if (is_pow2(a->width))
+		idx = hr & (a->width - 1);
+	else
+		idx = range_of(h + (uint64_t)r * ((h >> 32 | h << 32) | 1), a->width);
 	*w = (uint64_t)r * (a->width / 16) + idx / 16;
 	*shift = (unsigned)(idx % 16) * 4;
 }
@@ -100,6 +120,10 @@ static bool door_test_set(struct hl_admit *a, uint64_t key, bool set)
 {
 	uint64_t h = cache_hash(key ^ 0x5bd1e9955bd1e995ull);
 	uint64_t b1 = h & (a->door_bits - 1), b2 = (h >> 32) & (a->door_bits - 1);
+	if (!is_pow2(a->door_bits)) {
+		b1 = range_of(h, a->door_bits);
+		b2 = range_of(h >> 32 | h << 32, a->door_bits);
+	}
 	bool hit = (a->door[b1 / 64] >> (b1 % 64) & 1) && (a->door[b2 / 64] >> (b2 % 64) & 1);
 	if (set) {
 		a->door[b1 / 64] |= 1ull << (b1 % 64);
