@@ -256,13 +256,14 @@ struct cache_ub {
 /*
  * The window's two ghosts (struct hl_cache_core) remember a key in
  * CACHE_GHOST_BITS_PER_KEY bits with CACHE_GHOST_HASHES hashes, sized by
- * the slot count exactly: 3 bytes per slot for both (the ghost 2 x
- * nslots / 2 keys, the far ghost 2 x nslots), about 2% false positives
+ * the slot count exactly: 3.75 bytes per slot for both (the ghost 2 x
+ * nslots / 2 keys, the far ghost 2 x nslots), about 0.8% false positives
  * per filter. Before issue 25 item 4: 10 bits and 3 hashes, rounded up
- * to a power of two (10-20 bits a key, 3.75-7.5 bytes per slot).
+ * to a power of two (10-20 bits a key, 3.75-7.5 bytes per slot); 8 bits
+ * and 5 hashes (3 bytes) lost hit ratio (docs/cache-policy.md).
  */
-#define CACHE_GHOST_BITS_PER_KEY 8
-#define CACHE_GHOST_HASHES       5
+#define CACHE_GHOST_BITS_PER_KEY 10
+#define CACHE_GHOST_HASHES       7
 
 /* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
 struct cache_bloom2 {
