@@ -780,8 +780,8 @@ static void test_ram_per_block(void)
 			/*
 			 * key 5 + state 1 + index 4.57 + bitmaps 0.25, whatever the
 			 * block size; sketch 4 + doorkeeper 0.125 + ghosts 3.75
-			 * (16 B with a sketch of 2 and ghosts of 3 lost hit ratio:
-			 * docs/cache-policy.md, "RAM per cache block").
+			 * (16 B, with 1 counter per slot and ghosts of 8 bits, lost
+			 * hit ratio: docs/cache-policy.md, "RAM per cache block").
 			 */
 			CU_ASSERT(info.ram_per_block <= 10.9);
 			/* and not less: the sizes that keep the hit ratio */
