@@ -51,6 +51,15 @@
 #define HL_CACHE_MAX_BLOCK_NR ((1ull << 48) - 1)
 #define HL_CACHE_NO_SLOT      UINT32_MAX
 
+/*
+ * What one cache holds (a slot keeps its key in 5 bytes): disks at a time
+ * (hl_cache_core_lun_add says -EMFILE past it), and the highest cache
+ * block number it caches (16 TiB into a disk at 4 KiB blocks, 4 PiB at
+ * 1 MiB); blocks above it are always read from the origin.
+ */
+#define HL_CACHE_MAX_DISKS     256u
+#define HL_CACHE_MAX_CACHED_NR 0xffffffffull
+
 /* ------------------------------------------------------------------ */
 /* Admission policies                                                 */
 /* ------------------------------------------------------------------ */
@@ -248,7 +257,8 @@ int hl_cache_core_set_write_mode(struct hl_cache_core *c, enum hl_cache_write_mo
  * Register a LUN. quota_bytes 0: the LUN shares the pool; otherwise it gets
  * a private partition of that many bytes carved out of the pool (like a
  * per-disk reservation), evicting only its own blocks. @return 0, -EEXIST,
- * -ENOSPC (not enough unreserved pool), -EINVAL.
+ * -ENOSPC (not enough unreserved pool), -EMFILE (HL_CACHE_MAX_DISKS LUNs
+ * already, counting removed ones whose slots are still in use), -EINVAL.
  */
 int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_bytes);
 

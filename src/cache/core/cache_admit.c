@@ -3,15 +3,22 @@
  * enum hl_admit_kind:
  *
  *  freq    TinyLFU-style: a count-min sketch of 4 rows of 4-bit counters
- *          (16 per 64-bit word) with conservative increments, a doorkeeper
- *          bloom filter that absorbs first accesses, and aging that halves
- *          every counter after 10 accesses per slot. A miss is admitted when
- *          its estimated frequency beats the eviction victim's, or freely
- *          while the cache has free slots; a block that returns soon after
- *          the RAM window dropped it needs only to tie the victim.
+ *          (16 per 64-bit word; a row has SKETCH_COUNTERS_PER_SLOT counters
+ *          per slot: 4 bytes of RAM per slot) with conservative increments,
+ *          a doorkeeper bloom filter (DOOR_BITS_PER_SLOT) that absorbs first
+ *          accesses, and aging that halves every counter after 10 accesses
+ *          per slot. Sizes follow the slot count exactly (positions by
+ *          multiply-shift; a power-of-two size keeps the mask it had). A
+ *          miss is admitted when its estimated frequency beats the eviction
+ *          victim's, or freely while the cache has free slots; a block that
+ *          returns soon after the RAM window dropped it needs only to tie
+ *          the victim.
  *  always  admit every miss.
  *  nhit:N  admit on the Nth miss of a block (misses counted in the same
- *          kind of sketch, so the count can only be over-estimated).
+ *          kind of sketch, so the count can only be over-estimated; its
+ *          width is 2 x slots rounded up to a power of two, as before issue
+ *          25 item 4: sized exactly, its over-estimates moved its hit
+ *          ratios and writes by several points, docs/cache-policy.md).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,19 +28,46 @@
 #include "hotlun/util.h"
 
 #define SKETCH_ROWS 4
+/*
+ * Doorkeeper bits per slot. It is cleared at every aging (10 accesses per
+ * slot), so it only needs to tell a first access from a second one
+ * within a period. More bits buy nothing clear: over the grid's 30 default
+ * cells without the RAM window, 1 / 2 / 4 / 8 bits sum to -0.55 / -0.85 /
+ * -0.33 / +0.23 points against before item 4, each with a cell 0.85-1.26
+ * points down (docs/cache-policy.md).
+ */
+#define DOOR_BITS_PER_SLOT 1
+/*
+ * freq's sketch: counters per slot in a row (at least 1024 a row). Hit
+ * ratio grows with the width: the budget grid's default 4K 10% cell has
+ * 8.00 / 8.79 / 9.06 % at 1 / 1.5 / 2 (docs/cache-policy.md, "RAM per
+ * cache block"); at 2 the grid's hit ratio sum is above before item 4.
+ */
+#define SKETCH_COUNTERS_PER_SLOT 2
 
 struct hl_admit {
 	const struct hl_admit_ops *ops;
 	uint32_t param;
 	/* sketch */
 	uint64_t *words;    /* SKETCH_ROWS rows of width/16 words */
-	uint64_t width;     /* counters per row, power of two */
+	uint64_t width;     /* counters per row, a multiple of 16 */
 	uint64_t *door;     /* doorkeeper bloom filter, door_bits bits */
-	uint64_t door_bits; /* power of two; 0: no doorkeeper */
+	uint64_t door_bits; /* a multiple of 64; 0: no doorkeeper */
 	uint64_t additions; /* since the last aging */
 	uint64_t sample;    /* age after this many additions */
 	uint64_t agings;
 };
+
+/* Map a 64-bit hash onto [0, n) (Lemire's multiply-shift: any n, no division). */
+static inline uint64_t range_of(uint64_t h, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)h * n) >> 64);
+}
+
+static inline bool is_pow2(uint64_t n)
+{
+	return !(n & (n - 1));
+}
 
 static uint64_t pow2_at_least(uint64_t v)
 {
@@ -43,16 +77,16 @@ static uint64_t pow2_at_least(uint64_t v)
 	return p;
 }
 
-static int sketch_init(struct hl_admit *a, uint64_t nslots, bool doorkeeper)
+/* A sketch of width counters a row; aging after 10 x nslots additions. */
+static int sketch_init(struct hl_admit *a, uint64_t nslots, uint64_t width, bool doorkeeper)
 {
-	/* At least 1024 counters a row: tiny caches still get usable estimates. */
-	a->width = pow2_at_least(HL_MAX(nslots, 1024));
+	a->width = width;
 	a->words = calloc(SKETCH_ROWS * (a->width / 16), sizeof(uint64_t));
 	if (!a->words)
 		return -ENOMEM;
 	if (doorkeeper) {
 		/* At least one 64-bit word: door[] is indexed by bit / 64. */
-		a->door_bits = pow2_at_least(HL_MAX(nslots * 4, 64));
+		a->door_bits = (HL_MAX(nslots * DOOR_BITS_PER_SLOT, 64) + 63) / 64 * 64;
 		a->door = calloc(a->door_bits / 64, sizeof(uint64_t));
 		if (!a->door) {
 			free(a->words);
@@ -75,9 +109,16 @@ static void sketch_fini(struct hl_admit *a)
 static inline void sketch_pos(const struct hl_admit *a, uint64_t h, int r, uint64_t *w,
                               unsigned *shift)
 {
-	/* Double hashing (Kirsch-Mitzenmacher): row r probes lo + r * hi. */
-	uint64_t hr = (h & 0xffffffffu) + (uint64_t)r * ((h >> 32) | 1);
-	uint64_t idx = hr & (a->width - 1);
+	/*
+	 * Double hashing (Kirsch-Mitzenmacher): row r probes lo + r * hi. A
+	 * power-of-two width keeps the mask (the positions of before issue 25
+	 * item 4, so such sizes count the same), any other the multiply-shift.
+	 */
+	uint64_t hr = (h & 0xffffffffu) + (uint64_t)r * ((h >> 32) | 1), idx;
+	if (is_pow2(a->width))
+		idx = hr & (a->width - 1);
+	else
+		idx = range_of(h + (uint64_t)r * ((h >> 32 | h << 32) | 1), a->width);
 	*w = (uint64_t)r * (a->width / 16) + idx / 16;
 	*shift = (unsigned)(idx % 16) * 4;
 }
@@ -100,6 +141,10 @@ static bool door_test_set(struct hl_admit *a, uint64_t key, bool set)
 {
 	uint64_t h = cache_hash(key ^ 0x5bd1e9955bd1e995ull);
 	uint64_t b1 = h & (a->door_bits - 1), b2 = (h >> 32) & (a->door_bits - 1);
+	if (!is_pow2(a->door_bits)) {
+		b1 = range_of(h, a->door_bits);
+		b2 = range_of(h >> 32 | h << 32, a->door_bits);
+	}
 	bool hit = (a->door[b1 / 64] >> (b1 % 64) & 1) && (a->door[b2 / 64] >> (b2 % 64) & 1);
 	if (set) {
 		a->door[b1 / 64] |= 1ull << (b1 % 64);
@@ -163,7 +208,9 @@ static size_t sketch_mem(const struct hl_admit *a)
 
 static int freq_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
 {
-	return sketch_init(a, nslots, true);
+	/* At least 1024 counters a row: tiny caches still get usable estimates. */
+	uint64_t width = (HL_MAX(nslots * SKETCH_COUNTERS_PER_SLOT, 1024) + 15) / 16 * 16;
+	return sketch_init(a, nslots, width, true);
 }
 
 static void freq_access(struct hl_admit *a, uint64_t key, bool miss)
@@ -202,7 +249,7 @@ static int nhit_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
 	if (param < 1 || param > 15)
 		return -EINVAL;
 	/* Misses of blocks not cached: the sketch needs room for more than nslots keys. */
-	return sketch_init(a, nslots * 2, false);
+	return sketch_init(a, nslots * 2, pow2_at_least(HL_MAX(nslots * 2, 1024)), false);
 }
 
 static void nhit_access(struct hl_admit *a, uint64_t key, bool miss)

@@ -21,8 +21,8 @@ bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
 	rec->gen = cache_slot_gen(c, slot);
 	if (!cache_is_used(c, slot) || cache_valid_empty(c, slot))
 		return false;
-	rec->lun = cache_key_lun(c->keys[slot]);
-	rec->block = cache_key_block(c->keys[slot]);
+	rec->lun = cache_key_lun(cache_slot_key(c, slot));
+	rec->block = cache_key_block(cache_slot_key(c, slot));
 	cache_valid_get(c, slot, rec->valid);
 	uint64_t ui = cache_ub_find(c, slot);
 	if (ui != UINT64_MAX) {
@@ -44,7 +44,7 @@ int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
 	struct cache_part *pt;
 	uint64_t key;
 
-	if (slot >= c->nslots || rec->block > HL_CACHE_MAX_BLOCK_NR)
+	if (slot >= c->nslots || rec->block > CACHE_KEY_MAX_BLOCK)
 		return -EINVAL;
 	l = c->luns[rec->lun];
 	if (!l)
@@ -54,7 +54,7 @@ int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
 		return -EINVAL;
 	key = cache_key(rec->lun, rec->block);
 	/* One probe: the insert finds a duplicate (keys[] of a FREE slot means nothing). */
-	c->keys[slot] = key;
+	cache_slot_set_key(c, slot, key);
 	if (cache_index_insert(&c->ix, slot))
 		return -EEXIST;
 	cache_slot_taken(c, pt, slot);

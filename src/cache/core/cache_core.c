@@ -87,7 +87,8 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	 * clean": a start writes none of it, so its pages cost RAM only once
 	 * slots are used.
 	 */
-	c->keys = calloc(c->ntotal, sizeof(*c->keys));
+	c->keys.block = calloc(c->ntotal, sizeof(*c->keys.block));
+	c->keys.lunix = calloc(c->ntotal, sizeof(*c->keys.lunix));
 	c->meta = calloc(c->ntotal, sizeof(*c->meta));
 	c->wflags = calloc(c->nwin + 1, sizeof(*c->wflags));
 	c->takenmap = calloc(HL_DIV_ROUND_UP(c->ntotal, 64), sizeof(uint64_t));
@@ -97,8 +98,9 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->lun_used = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->lun_used));
 	c->luns = calloc(HL_CACHE_MAX_LUNS, sizeof(*c->luns));
 	c->wip = calloc(CACHE_WIP_BUCKETS, sizeof(*c->wip));
-	if (!c->keys || !c->meta || !c->wflags || !c->takenmap || !c->dirtymap || !c->dirtygrp ||
-	    !c->lun_used || !c->luns || !c->wip || cache_index_init(&c->ix, c->ntotal, c->keys)) {
+	if (!c->keys.block || !c->keys.lunix || !c->meta || !c->wflags || !c->takenmap ||
+	    !c->dirtymap || !c->dirtygrp || !c->lun_used || !c->luns || !c->wip ||
+	    cache_index_init(&c->ix, c->ntotal, &c->keys)) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
 	}
@@ -114,8 +116,10 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	    .free_hint = (uint32_t)nslots,
 	    .owner = -3,
 	};
-	if (cache_bloom2_init(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull) ||
-	    cache_bloom2_init(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull) ||
+	if (cache_bloom2_init_sized(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull,
+	                            CACHE_GHOST_BITS_PER_KEY, CACHE_GHOST_HASHES) ||
+	    cache_bloom2_init_sized(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull,
+	                            CACHE_GHOST_BITS_PER_KEY, CACHE_GHOST_HASHES) ||
 	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
@@ -188,7 +192,8 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->busy.tab);
 	free(c->partial.slot);
 	free(c->partial.bits);
-	free(c->keys);
+	free(c->keys.block);
+	free(c->keys.lunix);
 	free(c->meta);
 	free(c->wflags);
 	free(c->takenmap);
@@ -203,7 +208,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 /* Give slot s (FREE) to key. */
 void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key)
 {
-	c->keys[s] = key;
+	cache_slot_set_key(c, s, key);
 	cache_index_insert(&c->ix, s); /* cannot fail: index has room for every slot */
 	cache_slot_taken(c, pt, s);
 }
@@ -211,7 +216,7 @@ void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s,
 /* The rest of cache_slot_take, once keys[s] is in the index. */
 void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s)
 {
-	uint64_t key = c->keys[s];
+	uint64_t key = cache_slot_key(c, s);
 
 	cache_bit_set(c->takenmap, s);
 	pt->nfree--;
@@ -221,6 +226,7 @@ void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s
 	              CACHE_SLOT_USED);
 	cache_slot_gen_bump(c, s);
 	cache_valid_reset(c, s);
+	c->lunix_refs[c->keys.lunix[s]]++;
 	c->lun_used[cache_key_lun(key)]++;
 	c->used++;
 	c->win_used += s >= c->nslots;
@@ -230,7 +236,7 @@ void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s
 void cache_slot_release(struct hl_cache_core *c, uint32_t s)
 {
 	struct cache_part *pt = NULL;
-	uint64_t key = c->keys[s];
+	uint64_t key = cache_slot_key(c, s);
 
 	if (cache_is_used(c, s)) {
 		cache_index_remove(&c->ix, key);
@@ -240,6 +246,8 @@ void cache_slot_release(struct hl_cache_core *c, uint32_t s)
 		cache_stale_add(c, key, s);
 		c->meta[s] |= CACHE_M_CLAIMS_OTHER; /* for whoever takes the slot next */
 	}
+	if (cache_state(c, s) != CACHE_SLOT_FREE)
+		c->lunix_refs[c->keys.lunix[s]]--; /* its LUN index may be reused once 0 */
 	cache_split_released(c, s);
 	/* Buffered updates of an evicted block are never written. */
 	cache_ub_clear(c, s, 0, c->spb);
@@ -352,6 +360,28 @@ int cache_bloom2_init(struct cache_bloom2 *b, uint64_t cap, uint64_t salt)
 	return b->f[0] && b->f[1] ? 0 : -ENOMEM;
 }
 
+int cache_bloom2_init_sized(struct cache_bloom2 *b, uint64_t cap, uint64_t salt,
+                            uint32_t bits_per_key, uint32_t k)
+{
+	b->cap = cap;
+	b->salt = salt;
+	b->k = k;
+	/* At least 4,096 bits: a tiny cache's few keys get few false positives. */
+	b->bits = (HL_MAX(cap * bits_per_key, 4096) + 63) / 64 * 64;
+	b->f[0] = calloc(b->bits / 64, sizeof(uint64_t));
+	b->f[1] = calloc(b->bits / 64, sizeof(uint64_t));
+	return b->f[0] && b->f[1] ? 0 : -ENOMEM;
+}
+
+/* Bit i of a key whose hash is h: three 21-bit fields (power-of-two size), or double hashing. */
+static inline uint64_t bloom_bit(const struct cache_bloom2 *b, uint64_t h, uint32_t i)
+{
+	if (!b->k)
+		return (h >> (i * 21)) & (b->bits - 1);
+	uint64_t x = h + i * ((h >> 32 | h << 32) | 1);
+	return (uint64_t)(((unsigned __int128)x * b->bits) >> 64);
+}
+
 void cache_bloom2_fini(struct cache_bloom2 *b)
 {
 	free(b->f[0]);
@@ -370,23 +400,25 @@ void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key)
 		memset(b->f[b->cur], 0, b->bits / 8);
 		b->n = 0;
 	}
-	for (int i = 0; i < 3; i++)
-		cache_bit_set(b->f[b->cur], (h >> (i * 21)) & (b->bits - 1));
+	for (uint32_t i = 0; i < (b->k ? b->k : 3); i++)
+		cache_bit_set(b->f[b->cur], bloom_bit(b, h, i));
 	b->n++;
 }
 
+/* Both filters in one pass over the key's bits (the same answer as one filter after the other). */
 bool cache_bloom2_test(const struct cache_bloom2 *b, uint64_t key)
 {
 	uint64_t h = cache_hash(key ^ b->salt);
+	bool in0 = true, in1 = true;
 
-	for (int g = 0; g < 2 && b->bits; g++) {
-		bool in = true;
-		for (int i = 0; i < 3 && in; i++)
-			in = cache_bit_test(b->f[g], (h >> (i * 21)) & (b->bits - 1));
-		if (in)
-			return true;
+	if (!b->bits)
+		return false;
+	for (uint32_t i = 0; i < (b->k ? b->k : 3) && (in0 || in1); i++) {
+		uint64_t bit = bloom_bit(b, h, i);
+		in0 = in0 && cache_bit_test(b->f[0], bit);
+		in1 = in1 && cache_bit_test(b->f[1], bit);
 	}
-	return false;
+	return in0 || in1;
 }
 
 /* ---- LUNs and partitions ---- */
@@ -395,13 +427,20 @@ int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_
 {
 	struct cache_lun *l;
 	uint64_t want;
+	uint32_t kix;
 
 	if (c->luns[lun])
 		return -EEXIST;
+	/* A LUN index no LUN has and no slot still carries (struct cache_keys). */
+	for (kix = 0; kix < CACHE_KEY_LUNS && c->lunix_refs[kix]; kix++)
+		;
+	if (kix == CACHE_KEY_LUNS)
+		return -EMFILE;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
 	l->id = lun;
+	l->kix = (uint8_t)kix;
 	l->part = 0;
 	if (quota_bytes) {
 		struct cache_part *pool = &c->parts[0], *pt = NULL;
@@ -454,6 +493,8 @@ int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_
 		l->part = (uint16_t)pi;
 	}
 	c->luns[lun] = l;
+	c->keys.lun[kix] = lun;
+	c->lunix_refs[kix]++;
 	return 0;
 }
 
@@ -478,6 +519,7 @@ int hl_cache_core_lun_remove(struct hl_cache_core *c, uint16_t lun)
 			c->nparts--;
 		}
 	}
+	c->lunix_refs[l->kix]--;
 	free(l);
 	c->luns[lun] = NULL;
 	return 0;
@@ -522,11 +564,12 @@ void hl_cache_core_info(const struct hl_cache_core *c, struct hl_cache_core_info
 	out->used_slots = c->used - c->win_used;
 	out->window_used_slots = c->win_used;
 	out->block_size = c->p.block_size;
-	out->ram_bytes = c->ntotal * (sizeof(*c->keys) + sizeof(*c->meta)) + c->nwin + bitmaps +
-	                 cache_index_mem_bytes(&c->ix) +
-	                 (size_t)c->busy.cap * sizeof(struct cache_busy_ent) +
-	                 (size_t)c->partial.cap * (sizeof(uint32_t) + c->vbytes) +
-	                 c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
+	out->ram_bytes =
+	    c->ntotal * (sizeof(*c->keys.block) + sizeof(*c->keys.lunix) + sizeof(*c->meta)) +
+	    c->nwin + bitmaps + cache_index_mem_bytes(&c->ix) +
+	    (size_t)c->busy.cap * sizeof(struct cache_busy_ent) +
+	    (size_t)c->partial.cap * (sizeof(uint32_t) + c->vbytes) +
+	    c->ub.map_size * (sizeof(uint32_t) * 2 + sizeof(uint64_t) + c->vbytes);
 	out->admit_ram_bytes =
 	    hl_admit_mem_bytes(c->admit) + 2 * (c->ghost.bits + c->far_ghost.bits) / 8;
 	out->ram_per_block = (double)out->ram_bytes / (double)c->nslots;

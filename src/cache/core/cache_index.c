@@ -1,13 +1,14 @@
 /*
  * cache_index.c - the (lun, block) -> slot index: one flat array of 32-bit
  * slot numbers, open addressing with linear probing at a load of at most
- * 3/4, and backward-shift deletion (no tombstones, so lookups never slow
- * down as blocks come and go). Keys are not stored here: a probe reads the
- * key from the slots' key array, which keeps the index at ~5.3 bytes per
- * slot. The bits of an entry that the slot number does not need carry a
- * few hash bits of the key, so most probes of a miss never touch the keys.
- * An entry holds slot + 1, so that a zeroed table is an empty one: the
- * table comes from calloc and a start touches none of its pages.
+ * 7/8 (CACHE_INDEX_LOAD_DIV), and backward-shift deletion (no tombstones,
+ * so lookups never slow down as blocks come and go). Keys are not stored
+ * here: a probe reads the key from the slots' keys (struct cache_keys),
+ * which keeps the index at ~4.6 bytes per slot. The bits of an entry that
+ * the slot number does not need carry a few hash bits of the key, so most
+ * probes of a miss never touch the keys. An entry holds slot + 1, so that
+ * a zeroed table is an empty one: the table comes from calloc and a start
+ * touches none of its pages.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -47,11 +48,11 @@ static inline uint32_t entry_slot(const struct cache_index *ix, uint32_t e)
 	return (e & ix->slot_mask) - 1;
 }
 
-int cache_index_init(struct cache_index *ix, uint64_t nslots, const uint64_t *keys)
+int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache_keys *keys)
 {
 	if (nslots >= UINT32_MAX - 1)
 		return -EINVAL;
-	ix->cap = nslots + nslots / 3 + 8;
+	ix->cap = nslots + nslots / CACHE_INDEX_LOAD_DIV + 8;
 	ix->count = 0;
 	/* slot + 1 (1 .. nslots) needs slot_bits. */
 	ix->slot_bits = 1;
@@ -79,7 +80,8 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return HL_CACHE_NO_SLOT;
-		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
+		if ((e & ~ix->slot_mask) == tag &&
+		    cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			return entry_slot(ix, e);
 		if (++i == ix->cap)
 			i = 0;
@@ -93,7 +95,7 @@ void cache_index_prefetch(const struct cache_index *ix, uint64_t key)
 
 int cache_index_insert(struct cache_index *ix, uint32_t slot)
 {
-	uint64_t key = ix->keys[slot];
+	uint64_t key = cache_keys_get(ix->keys, slot);
 	uint64_t h = ix_hash(key), i;
 	uint32_t tag = tag_of(ix, h);
 
@@ -107,7 +109,8 @@ int cache_index_insert(struct cache_index *ix, uint32_t slot)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			break;
-		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
+		if ((e & ~ix->slot_mask) == tag &&
+		    cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			return -EEXIST;
 		if (++i == ix->cap)
 			i = 0;
@@ -131,7 +134,8 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[i];
 		if (e == CACHE_INDEX_EMPTY)
 			return -ENOENT;
-		if ((e & ~ix->slot_mask) == tag && ix->keys[entry_slot(ix, e)] == key)
+		if ((e & ~ix->slot_mask) == tag &&
+		    cache_keys_get(ix->keys, entry_slot(ix, e)) == key)
 			break;
 		if (++i == ix->cap)
 			i = 0;
@@ -147,7 +151,7 @@ int cache_index_remove(struct cache_index *ix, uint64_t key)
 		uint32_t e = ix->tab[j];
 		if (e == CACHE_INDEX_EMPTY)
 			break;
-		uint64_t home = home_of(ix, ix->keys[entry_slot(ix, e)]);
+		uint64_t home = home_of(ix, cache_keys_get(ix->keys, entry_slot(ix, e)));
 		if (dist(ix, home, j) >= dist(ix, hole, j)) {
 			ix->tab[hole] = e;
 			hole = j;

@@ -35,7 +35,7 @@ static bool same_content(const struct hl_cache_core *c, uint32_t s, uint64_t key
 {
 	const struct cache_busy_ent *e = cache_busy_find(c, s);
 
-	return cache_is_used(c, s) && c->keys[s] == key && e && e->gen == ticket && !e->writers;
+	return cache_is_used(c, s) && cache_slot_key(c, s) == key && e && e->gen == ticket && !e->writers;
 }
 
 bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io)
@@ -84,7 +84,7 @@ static void promote_end(struct hl_cache_core *c, struct cache_lun *l, uint16_t l
 	struct cache_busy_ent *we;
 
 	cache_valid_get(c, w, wv);
-	if (io->fill_nsect && started && c->keys[s] == key) {
+	if (io->fill_nsect && started && cache_slot_key(c, s) == key) {
 		/*
 		 * The copy wrote the window's holes too: none of them may stay
 		 * valid in the slot (io_start saw none, and none can have been

@@ -18,7 +18,7 @@
 
 void cache_window_drop(struct hl_cache_core *c, uint32_t s)
 {
-	uint64_t key = c->keys[s];
+	uint64_t key = cache_slot_key(c, s);
 
 	if (!cache_valid_empty(c, s)) {
 		cache_bloom2_add(&c->far_ghost, key);
@@ -125,7 +125,7 @@ static void evict_victim(struct hl_cache_core *c, struct cache_lun *l, struct ca
                          uint32_t s, bool empty)
 {
 	if (!empty)
-		CACHE_STAT(c, c->luns[cache_key_lun(c->keys[s])] ?: l, evictions, 1);
+		CACHE_STAT(c, c->luns[cache_key_lun(cache_slot_key(c, s))] ?: l, evictions, 1);
 	cache_slot_release(c, s);
 	cache_advance_hand(pt, s);
 }
@@ -138,7 +138,7 @@ static void evict_victim(struct hl_cache_core *c, struct cache_lun *l, struct ca
  */
 static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_io *io)
 {
-	uint64_t key = c->keys[w];
+	uint64_t key = cache_slot_key(c, w);
 	struct cache_lun *l = c->luns[cache_key_lun(key)];
 	struct cache_part *pt;
 	struct cache_busy_ent *e;
@@ -168,10 +168,11 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 			 */
 			if (cache_budget_is_open(c)
 			        ? hl_admit_estimate(c->admit, key) <=
-			              hl_admit_estimate(c->admit, c->keys[s])
-			        : !hl_admit_should_returning(c->admit, key, c->keys[s]))
+			              hl_admit_estimate(c->admit, cache_slot_key(c, s))
+			        : !hl_admit_should_returning(c->admit, key, cache_slot_key(c, s)))
 				goto no;
-		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free, c->keys[s])) {
+		} else if (!hl_admit_should(c->admit, key, empty && c->p.admit_free,
+		                            cache_slot_key(c, s))) {
 			goto no;
 		}
 	}
@@ -286,6 +287,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	uint32_t s = HL_CACHE_NO_SLOT;
 	bool empty = false, returning, far = false, freq = c->p.admit == HL_ADMIT_FREQ;
 
+	if (cache_key_block(key) > CACHE_KEY_MAX_BLOCK)
+		return HL_CACHE_NO_SLOT; /* a slot's key cannot hold it (struct cache_keys) */
 	if (c->shadow) {
 		/* The owner's hot block: to the SSD, unless the victim is more frequent. */
 		s = cache_part_find_free(c, pt);
@@ -293,7 +296,7 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 			s = cache_part_find_victim(c, pt, &empty);
 			if (s == HL_CACHE_NO_SLOT ||
 			    (!empty && hl_admit_estimate(c->admit, key) <
-			                   hl_admit_estimate(c->admit, c->keys[s])))
+			                   hl_admit_estimate(c->admit, cache_slot_key(c, s))))
 				return HL_CACHE_NO_SLOT;
 			evict_victim(c, l, pt, s, empty);
 		}
@@ -325,7 +328,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	if (returning && !freq) {
 		/* Back soon after the window dropped it: compete for the SSD right away. */
 		s = cache_part_find_victim(c, pt, &empty);
-		if (s != HL_CACHE_NO_SLOT && hl_admit_should_returning(c->admit, key, c->keys[s])) {
+		if (s != HL_CACHE_NO_SLOT &&
+		    hl_admit_should_returning(c->admit, key, cache_slot_key(c, s))) {
 			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
 			goto ssd;
@@ -335,7 +339,8 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		/* No window: compare with the SSD victim right away. */
 		s = cache_part_find_victim(c, pt, &empty);
 		if (s != HL_CACHE_NO_SLOT &&
-		    hl_admit_should(c->admit, key, empty && c->p.admit_free, c->keys[s])) {
+		    hl_admit_should(c->admit, key, empty && c->p.admit_free,
+		                    cache_slot_key(c, s))) {
 			evict_victim(c, l, pt, s, empty);
 			cache_slot_take(c, pt, s, key);
 			goto ssd;
@@ -520,9 +525,10 @@ uint32_t hl_cache_core_hot_scan(const struct hl_cache_core *c, uint16_t lun, uin
 
 	for (; s < end && n < max; s++) {
 		uint32_t slot = (uint32_t)s;
-		uint64_t key = c->keys[slot];
+		uint64_t key = cache_slot_key(c, slot);
 
-		if (!cache_is_used(c, slot) || cache_key_lun(key) != lun || cache_valid_empty(c, slot))
+		if (!cache_is_used(c, slot) || cache_key_lun(key) != lun ||
+		    cache_valid_empty(c, slot))
 			continue;
 		uint64_t f = (uint64_t)hl_admit_estimate(c->admit, key) * 4 + cache_clock(c, slot);
 		out[n].block = cache_key_block(key);

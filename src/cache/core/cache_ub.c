@@ -212,7 +212,7 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 		cache_split_written_back(c, s, a, z - a + 1);
 		memset(io, 0, sizeof(*io));
 		io->kind = HL_CACHE_IO_UPDATE;
-		io->block = cache_key_block(c->keys[s]);
+		io->block = cache_key_block(cache_slot_key(c, s));
 		io->slot = s;
 		io->src_slot = HL_CACHE_IO_UB_SRC;
 		io->ticket = e->gen;
@@ -222,7 +222,7 @@ static bool ub_writeback(struct hl_cache_core *c, uint64_t limit, uint16_t *lun,
 		io->fill_nsect = (uint16_t)(z - a + 1);
 		e->pins++;
 		io->pinned = 1;
-		*lun = cache_key_lun(c->keys[s]);
+		*lun = cache_key_lun(cache_slot_key(c, s));
 		return true;
 	}
 	return false;

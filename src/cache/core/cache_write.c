@@ -173,7 +173,7 @@ void hl_cache_core_write_end(struct hl_cache_core *c, uint16_t lun, struct hl_ca
 	if (e && e->writers)
 		e->writers--;
 	if (e && io->fill_nsect && origin_ok && e->gen == io->ticket && !e->writers &&
-	    e->pins < UINT8_MAX && c->keys[s] == cache_key(lun, io->block)) {
+	    e->pins < UINT8_MAX && cache_slot_key(c, s) == cache_key(lun, io->block)) {
 		e->pins++;
 		io->pinned = 1;
 		if (l)
@@ -239,9 +239,9 @@ int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off
 		s += (uint64_t)__builtin_ctzll(w);
 		if (s >= c->ntotal)
 			break;
-		if (!cache_is_used(c, (uint32_t)s) || cache_key_lun(c->keys[s]) != lun)
+		if (!cache_is_used(c, (uint32_t)s) || cache_key_lun(cache_slot_key(c, s)) != lun)
 			continue;
-		b = cache_key_block(c->keys[s]);
+		b = cache_key_block(cache_slot_key(c, s));
 		if (b < b0 || b > b1)
 			continue;
 		cache_block_sectors(c, b, off, end - off, &first, &n);

@@ -35,6 +35,19 @@ static inline uint64_t cache_key_block(uint64_t key)
 	return key & HL_CACHE_MAX_BLOCK_NR;
 }
 
+/*
+ * A slot stores its key in 5 bytes (struct cache_keys): the LUN as an
+ * index into the cache's table of LUN ids (CACHE_KEY_LUNS per cache) and
+ * the low 32 bits of the block number. Blocks above CACHE_KEY_MAX_BLOCK
+ * (16 TiB into a disk at 4 KiB blocks, 4 PiB at 1 MiB) are never cached:
+ * admission refuses them, so a stored key always decodes to the key it
+ * was given.
+ */
+#define CACHE_KEY_LUNS      HL_CACHE_MAX_DISKS
+#define CACHE_KEY_MAX_BLOCK HL_CACHE_MAX_CACHED_NR
+_Static_assert(CACHE_KEY_LUNS == 256 && CACHE_KEY_MAX_BLOCK == UINT32_MAX,
+               "struct cache_keys: a byte of LUN index and 32 bits of block");
+
 /* A strong 64-bit mixer (splitmix64 finaliser); keys are dense block numbers. */
 static inline uint64_t cache_hash(uint64_t x)
 {
@@ -48,8 +61,8 @@ static inline uint64_t cache_hash(uint64_t x)
 
 /*
  * ---- slots ----
- * A slot costs 9 bytes of RAM: its key (c->keys, meaningful when the slot
- * is not FREE) and a state byte (c->meta). What only some slots need lives
+ * A slot costs 6 bytes of RAM: its key (c->keys, 5 bytes, meaningful when
+ * the slot is not FREE) and a state byte (c->meta). What only some slots need lives
  * in side tables sized by how many slots need it: the pins, writers and
  * generation of slots that ios are using (struct cache_busy), the valid
  * bits of partly valid slots (struct cache_partial; a slot whose every
@@ -120,25 +133,51 @@ struct cache_partial {
 	uint32_t limit; /* tests: most entries it may hold (0: no limit) */
 };
 
+/*
+ * ---- keys: 5 bytes a slot ----
+ * lunix[s] is an index into lun[], the LUN ids; an index is given to a
+ * LUN at hl_cache_core_lun_add and reused only once no slot other than a
+ * FREE one carries it (hl_cache_core.lunix_refs), so a slot's key never
+ * changes under it, also while a removed LUN's slots are still moving or
+ * pinned.
+ */
+struct cache_keys {
+	uint32_t *block;              /* ntotal: the block number (its low 32 bits) */
+	uint8_t *lunix;               /* ntotal: index into lun[] */
+	uint16_t lun[CACHE_KEY_LUNS]; /* LUN index -> LUN id */
+};
+
+static inline uint64_t cache_keys_get(const struct cache_keys *k, uint32_t s)
+{
+	return cache_key(k->lun[k->lunix[s]], k->block[s]);
+}
+
 /* ---- index: open addressing, linear probing, backward-shift deletion ---- */
 
 #define CACHE_INDEX_EMPTY 0u /* an entry holds slot + 1: a zeroed table is empty */
+/*
+ * Entries: slots + slots / CACHE_INDEX_LOAD_DIV (+ 8), a load of at most
+ * 7/8 when every slot holds a block: 4.57 bytes per slot (3: 3/4, 5.33).
+ */
+#ifndef CACHE_INDEX_LOAD_DIV
+#define CACHE_INDEX_LOAD_DIV 7
+#endif
 
 struct cache_index {
 	uint32_t *tab; /* tag << slot_bits | (slot + 1); CACHE_INDEX_EMPTY when unused */
-	uint64_t cap;  /* entries; about 4/3 of the slot count (load <= 0.75) */
+	uint64_t cap;  /* entries; about 8/7 of the slot count (load <= 0.875) */
 	uint64_t count;
 	uint32_t slot_bits, slot_mask; /* the spare high bits hold a hash tag */
-	const uint64_t *keys;          /* the slots' keys, read while probing */
+	const struct cache_keys *keys; /* the slots' keys, read while probing */
 };
 
-int cache_index_init(struct cache_index *ix, uint64_t nslots, const uint64_t *keys);
+int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache_keys *keys);
 void cache_index_fini(struct cache_index *ix);
 /** @return slot or HL_CACHE_NO_SLOT. */
 uint32_t cache_index_find(const struct cache_index *ix, uint64_t key);
 /* Start loading the index entry where key's probe begins (a later find of it waits less). */
 void cache_index_prefetch(const struct cache_index *ix, uint64_t key);
-/** keys[slot] must already be set. @return 0 or -EEXIST/-ENOSPC. */
+/** slot's key must already be set. @return 0 or -EEXIST/-ENOSPC. */
 int cache_index_insert(struct cache_index *ix, uint32_t slot);
 /** @return 0 or -ENOENT. */
 int cache_index_remove(struct cache_index *ix, uint64_t key);
@@ -175,6 +214,7 @@ struct cache_part {
 struct cache_lun {
 	uint16_t id;
 	uint16_t part; /* index into c->parts */
+	uint8_t kix;   /* its index in c->keys.lun[] */
 	struct hl_cache_stats st;
 	struct cache_seq_stream seq[CACHE_SEQ_STREAMS];
 	uint64_t seq_clock;
@@ -213,11 +253,24 @@ struct cache_ub {
 	bool closed;         /* no new updates come in (while a resize drains it) */
 };
 
+/*
+ * The window's two ghosts (struct hl_cache_core) remember a key in
+ * CACHE_GHOST_BITS_PER_KEY bits with CACHE_GHOST_HASHES hashes, sized by
+ * the slot count exactly: 3.75 bytes per slot for both (the ghost 2 x
+ * nslots / 2 keys, the far ghost 2 x nslots), about 0.8% false positives
+ * per filter. Before issue 25 item 4: 10 bits and 3 hashes, rounded up
+ * to a power of two (10-20 bits a key, 3.75-7.5 bytes per slot); 8 bits
+ * and 5 hashes (3 bytes) lost hit ratio (docs/cache-policy.md).
+ */
+#define CACHE_GHOST_BITS_PER_KEY 10
+#define CACHE_GHOST_HASHES       7
+
 /* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
 struct cache_bloom2 {
 	uint64_t *f[2];
 	uint64_t bits, n, cap, salt;
 	int cur;
+	uint32_t k; /* 0: 3 hashes into a power-of-two size; else k hashes, any size */
 };
 
 /*
@@ -268,9 +321,12 @@ struct hl_cache_core {
 	uint64_t ntotal; /* nslots + nwin */
 	uint64_t used;     /* slots holding a block, SSD and window */
 	uint64_t win_used; /* of those, RAM window slots */
-	uint64_t *keys;    /* ntotal: lun << 48 | block, meaningful when the slot is not FREE */
-	uint8_t *meta;     /* ntotal: CACHE_M_* */
-	uint8_t *wflags;   /* nwin: CACHE_W_* of the RAM window's slots */
+	/* ntotal keys, meaningful when the slot is not FREE (cache_slot_key) */
+	struct cache_keys keys;
+	/* per LUN index: 1 while a LUN has it + the slots not FREE that carry it */
+	uint64_t lunix_refs[CACHE_KEY_LUNS];
+	uint8_t *meta;   /* ntotal: CACHE_M_* */
+	uint8_t *wflags; /* nwin: CACHE_W_* of the RAM window's slots */
 	struct cache_busy busy;
 	struct cache_partial partial;
 	/*
@@ -366,6 +422,23 @@ static inline uint32_t cache_vcount(const uint8_t *v, uint32_t first, uint32_t n
 	for (uint32_t i = first; i < first + n; i++)
 		k += cache_vtest(v, i);
 	return k;
+}
+
+/* ---- slot keys ---- */
+
+static inline uint64_t cache_slot_key(const struct hl_cache_core *c, uint32_t s)
+{
+	return cache_keys_get(&c->keys, s);
+}
+
+/*
+ * Slot s gets key: its LUN must be registered and its block at most
+ * CACHE_KEY_MAX_BLOCK (admit_miss and slot_restore check it).
+ */
+static inline void cache_slot_set_key(struct hl_cache_core *c, uint32_t s, uint64_t key)
+{
+	c->keys.lunix[s] = c->luns[cache_key_lun(key)]->kix;
+	c->keys.block[s] = (uint32_t)cache_key_block(key);
 }
 
 /* ---- slot state ---- */
@@ -678,7 +751,7 @@ static inline bool cache_slot_unclaim(struct hl_cache_core *c, uint32_t s)
 {
 	if (!(c->meta[s] & CACHE_M_DISK_VALID))
 		return false;
-	cache_stale_add(c, c->keys[s], s);
+	cache_stale_add(c, cache_slot_key(c, s), s);
 	return true;
 }
 
@@ -686,6 +759,9 @@ static inline bool cache_slot_unclaim(struct hl_cache_core *c, uint32_t s)
 
 /** Room for cap keys per filter, hashed with salt. @return 0 or -ENOMEM (free with _fini). */
 int cache_bloom2_init(struct cache_bloom2 *b, uint64_t cap, uint64_t salt);
+/** The same with bits_per_key bits a key exactly (no power of two) and k hashes. */
+int cache_bloom2_init_sized(struct cache_bloom2 *b, uint64_t cap, uint64_t salt,
+                            uint32_t bits_per_key, uint32_t k);
 void cache_bloom2_fini(struct cache_bloom2 *b);
 /** Remember key; the older filter is cleared for reuse once the newer holds cap keys. */
 void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key);

@@ -334,8 +334,12 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		}
 		if (!rc)
 			rc = engine_ent_add(c, e);
-		if (rc) {
+		if (rc == -EMFILE)
+			HL_ERR("cache", "cache %s: disk %s: a cache serves at most %u disks",
+			       c->name, disk_name, HL_CACHE_MAX_DISKS);
+		else if (rc)
 			HL_ERR("cache", "cache %s: disk %s: %s", c->name, disk_name, strerror(-rc));
+		if (rc) {
 			engine_ent_free(e);
 			goto out;
 		}
@@ -346,6 +350,13 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		}
 		changed = true;
 	}
+	if (inner->size / c->bs > HL_CACHE_MAX_CACHED_NR + 1)
+		HL_NOTICE("cache",
+		          "cache %s: disk %s: only its first %llu GiB are cached (2^32 blocks of "
+		          "%u bytes); the rest is read from the origin",
+		          c->name, disk_name,
+		          (unsigned long long)((HL_CACHE_MAX_CACHED_NR + 1) * c->bs >> 30),
+		          (unsigned)c->bs);
 	if (sync && !c->dead) {
 		/* Before any I/O: the dropped blocks' records must stop claiming data. */
 		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);

@@ -762,27 +762,114 @@ static void test_window_buffer_split(void)
 static void test_ram_per_block(void)
 {
 	static const uint32_t bs[] = {4 * K, 64 * K, 1024 * K};
+	/* 1 Mi slots, and a count that is no power of two (sizes follow it exactly) */
+	static const uint64_t nslots[] = {1 << 20, 3 << 19};
 	struct hl_cache_core_info info;
 
 	for (size_t i = 0; i < HL_ARRAY_SIZE(bs); i++) {
-		/* 1 Mi slots, without and with the default RAM window. */
-		struct hl_cache_core *c = mk((uint64_t)bs[i] << 20, bs[i], 0);
-		hl_cache_core_info(c, &info);
-		CU_ASSERT_EQUAL(info.nslots, 1 << 20);
-		fprintf(
-		    stderr,
-		    "\n  RAM per %uK block: %.2f bytes (sketch and ghosts %.2f bytes/block extra)",
-		    bs[i] / 1024, info.ram_per_block,
-		    (double)info.admit_ram_bytes / (double)info.nslots);
-		/* key 8 + state 1 + index 5.33 + bitmaps 0.27, whatever the block size */
-		CU_ASSERT(info.ram_per_block <= 15.0);
-		hl_cache_core_destroy(c);
-		c = mk((uint64_t)bs[i] << 20, bs[i], HL_CACHE_WINDOW_AUTO);
-		hl_cache_core_info(c, &info);
-		CU_ASSERT(info.ram_per_block <= 16.0);
-		hl_cache_core_destroy(c);
+		for (size_t j = 0; j < HL_ARRAY_SIZE(nslots); j++) {
+			struct hl_cache_core *c = mk(nslots[j] * bs[i], bs[i], 0);
+			hl_cache_core_info(c, &info);
+			CU_ASSERT_EQUAL(info.nslots, nslots[j]);
+			double admit = (double)info.admit_ram_bytes / (double)info.nslots;
+			fprintf(stderr,
+			        "\n  RAM per %uK block, %llu slots: %.2f bytes + sketch and ghosts "
+			        "%.2f = %.2f",
+			        bs[i] / 1024, (unsigned long long)nslots[j], info.ram_per_block,
+			        admit, info.ram_per_block + admit);
+			/*
+			 * key 5 + state 1 + index 4.57 + bitmaps 0.25, whatever the
+			 * block size; sketch 4 + doorkeeper 0.125 + ghosts 3.75
+			 * (16 B, with 1 counter per slot and ghosts of 8 bits, lost
+			 * hit ratio: docs/cache-policy.md, "RAM per cache block").
+			 */
+			CU_ASSERT(info.ram_per_block <= 10.9);
+			/* and not less: the sizes that keep the hit ratio */
+			CU_ASSERT(admit >= 7.85 && admit <= 7.9);
+			CU_ASSERT(info.ram_per_block + admit <= 18.7);
+			hl_cache_core_destroy(c);
+		}
 	}
+	/*
+	 * The RAM window's slots are a fixed cost (at most 64 MiB of blocks +
+	 * what the update buffer lends), not one per block: at 16 Mi slots
+	 * they add 0.01 bytes per block.
+	 */
+	struct hl_cache_core *c = mk((16ull << 20) * 4 * K, 4 * K, HL_CACHE_WINDOW_AUTO);
+	hl_cache_core_info(c, &info);
+	double total = info.ram_per_block + (double)info.admit_ram_bytes / (double)info.nslots;
+	fprintf(stderr, "\n  RAM per 4K block, 16 Mi slots and the window: %.2f", total);
+	CU_ASSERT(total <= 18.8);
+	hl_cache_core_destroy(c);
 	fprintf(stderr, "\n");
+}
+
+/*
+ * A slot stores its key in 5 bytes: block numbers up to 2^32 - 1 are
+ * cached, higher ones never (served from the origin, every time).
+ */
+static void test_key_block_limit(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 4 * K, 0);
+	uint64_t top = CACHE_KEY_MAX_BLOCK * 4 * K;
+
+	CU_ASSERT_EQUAL(rd(c, 0, top, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, top, 4 * K), R_HIT);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, CACHE_KEY_MAX_BLOCK, NULL), HL_CACHE_NO_SLOT);
+	/* The next block (and one far beyond) would not fit the stored key. */
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(rd(c, 0, top + 4 * K, 4 * K), R_MISS);
+		CU_ASSERT_EQUAL(rd(c, 0, (1ull << 44) * 4 * K, 4 * K), R_MISS);
+	}
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, CACHE_KEY_MAX_BLOCK + 1, NULL), HL_CACHE_NO_SLOT);
+	/* Block 0 is not block 2^32 (no truncation anywhere). */
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	/* A read across the limit: the first block cached, the second not. */
+	CU_ASSERT_EQUAL(rd(c, 0, top, 8 * K), R_PARTIAL);
+	wr(c, 0, top, 8 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), 1);
+	/* A restored record beyond the limit is refused. */
+	struct hl_cache_slot_rec rec = {.lun = 0, .block = CACHE_KEY_MAX_BLOCK + 1};
+	rec.valid[0] = 1;
+	CU_ASSERT_EQUAL(hl_cache_core_slot_restore(c, 100, &rec), -EINVAL);
+	hl_cache_core_destroy(c);
+}
+
+/*
+ * 256 LUNs per cache (the stored key's LUN index); a removed LUN's index
+ * is not given to another while a slot still carries it, so a pinned
+ * slot's key keeps its LUN.
+ */
+static void test_key_lun_index(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 4 * K, 0);
+	struct hl_cache_io ios[4];
+	uint8_t kix;
+	uint32_t s;
+	int n;
+
+	for (uint32_t lun = 1; lun < CACHE_KEY_LUNS; lun++)
+		CU_ASSERT_EQUAL_FATAL(hl_cache_core_lun_add(c, (uint16_t)(lun * 200), 0), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 7, 0), -EMFILE);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_remove(c, 400), 0);
+	/* A fill in flight on LUN 600 keeps its slot pinned through the LUN's removal. */
+	n = hl_cache_core_read(c, 600, 5 * 4 * K, 4 * K, ios, 4);
+	CU_ASSERT_FATAL(n == 1 && ios[0].slot != HL_CACHE_NO_SLOT);
+	s = ios[0].slot;
+	kix = c->luns[600]->kix;
+	CU_ASSERT_EQUAL(hl_cache_core_lun_remove(c, 600), 0);
+	CU_ASSERT_EQUAL(cache_slot_key(c, s), cache_key(600, 5));
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 7, 0), 0);       /* 400's index */
+	CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 8, 0), -EMFILE); /* 600's is still carried */
+	CU_ASSERT_NOT_EQUAL(c->luns[7]->kix, kix);
+	CU_ASSERT_EQUAL(cache_slot_key(c, s), cache_key(600, 5));
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 7, 5, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_io_end(c, 600, &ios[0], true);
+	if (cache_state(c, s) == CACHE_SLOT_FREE) {
+		CU_ASSERT_EQUAL(hl_cache_core_lun_add(c, 8, 0), 0);
+		CU_ASSERT_EQUAL(c->luns[8]->kix, kix);
+	}
+	hl_cache_core_destroy(c);
 }
 
 /* Blocks of each LUN, counted as slots come and go, against a walk of every slot. */
@@ -810,7 +897,7 @@ static void test_lun_blocks_counts(void)
 	}
 	for (uint64_t s = 0; s < c->ntotal; s++)
 		if (cache_is_used(c, (uint32_t)s))
-			walk[cache_key_lun(c->keys[s])]++;
+			walk[cache_key_lun(cache_slot_key(c, (uint32_t)s))]++;
 	for (uint16_t lun = 0; lun < 3; lun++) {
 		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, lun), walk[lun]);
 		CU_ASSERT(walk[lun] > 0);
@@ -1061,9 +1148,13 @@ static void test_write_budget(void)
 
 	CU_ASSERT_EQUAL(hl_cache_core_set_write_budget(c, 101), -EINVAL);
 	hl_cache_core_destroy(c);
-	/* 16 blocks written for 16 + 90 + 40 + 10 blocks missed: 0.10 */
+	/*
+	 * 16 blocks written for 16 + 90 + 40 + 10 blocks missed, the sums
+	 * halved once (at 129 missed): 8 / 91.5 = 0.087, every read a miss.
+	 * (Before issue 25 item 4 resized the ghosts this run gave 0.09-0.11.)
+	 */
 	CU_ASSERT(budget_case(25, 90, &ratio) > 0);
-	CU_ASSERT(ratio > 0.09 && ratio < 0.11);
+	CU_ASSERT(ratio > 0.086 && ratio < 0.089);
 	CU_ASSERT_EQUAL(budget_case(0, 90, &ratio), 0);
 	CU_ASSERT_EQUAL(budget_case(5, 90, &ratio), 0); /* over a 5% budget */
 	/* 16 written for 16 + 40 + 10 missed: 0.24 */
@@ -1352,7 +1443,9 @@ static const struct hl_test tests[] = {
     {"a re-read stream earns the SSD within the write budget (rule 10)", test_write_budget},
     {"the write ratio counts an update once (buffered, then written back)",
      test_write_ratio_update_buffer},
-    {"RAM per cache block <= 15 bytes (16 with the window) at 4K, 64K, 1M", test_ram_per_block},
+    {"RAM per cache block <= 18.7 bytes with sketch and ghosts, at 4K, 64K, 1M", test_ram_per_block},
+    {"blocks above 2^32 - 1 are never cached (5-byte keys)", test_key_block_limit},
+    {"256 LUNs per cache; a LUN index is reused only once no slot carries it", test_key_lun_index},
     {"blocks per LUN counted as slots come and go", test_lun_blocks_counts},
     {"valid bits of partly valid slots, and no room for them", test_partial_valid_table},
     {"busy table full: the origin serves, nothing leaks", test_busy_table_full},
