@@ -193,12 +193,22 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 
 	usable = engine_map_load(c);
 	if (usable) {
-		for (size_t i = 0; i < c->n_ents; i++) {
+		for (size_t i = 0; i < c->n_ents;) {
 			rc = hl_cache_core_lun_add(c->core, c->ents[i]->id, c->ents[i]->quota);
-			if (rc)
-				HL_WARN("cache",
-				        "cache %s: disk %s: %s: its cached blocks are dropped",
-				        c->name, c->ents[i]->name, strerror(-rc));
+			if (!rc) {
+				i++;
+				continue;
+			}
+			/*
+			 * Not in the core (a map of an older hotlund with more disks
+			 * than a cache now serves): forgotten, so that an attach of
+			 * that disk makes it anew; its records name a LUN id the core
+			 * does not know and are dropped by the load below.
+			 */
+			HL_WARN("cache", "cache %s: disk %s: %s: its cached blocks are dropped",
+			        c->name, c->ents[i]->name, strerror(-rc));
+			engine_ent_free(c->ents[i]);
+			c->ents[i] = c->ents[--c->n_ents];
 		}
 		rc = hl_cache_meta_load(c->dev, c->core, &c->layout);
 		if (rc >= 0)
@@ -234,6 +244,42 @@ fail_dev:
 fail:
 	cache_free(c);
 	return rc;
+}
+
+/*
+ * c->lock held, no disk room left in the core: forget the detached disk
+ * with the fewest cached blocks (its blocks are dropped; the caller syncs
+ * the records before any I/O and rewrites the map). The map remembers
+ * detached disks for their warm restart; a cache serves at most
+ * HL_CACHE_MAX_DISKS at a time, not in its whole life. @return whether
+ * one was forgotten.
+ */
+static bool ent_forget_one(struct hl_cache *c)
+{
+	size_t best = SIZE_MAX;
+	uint64_t fewest = UINT64_MAX;
+
+	for (size_t i = 0; i < c->n_ents; i++) {
+		uint64_t n;
+
+		if (c->ents[i]->attached)
+			continue;
+		n = hl_cache_core_lun_blocks(c->core, c->ents[i]->id);
+		if (n < fewest) {
+			fewest = n;
+			best = i;
+		}
+	}
+	if (best == SIZE_MAX)
+		return false;
+	HL_NOTICE("cache",
+	          "cache %s: forgets disk %s (not attached; %llu cached block(s) dropped): a "
+	          "cache serves at most %u disks at a time",
+	          c->name, c->ents[best]->name, (unsigned long long)fewest, HL_CACHE_MAX_DISKS);
+	hl_cache_core_lun_remove(c->core, c->ents[best]->id);
+	engine_ent_free(c->ents[best]);
+	c->ents[best] = c->ents[--c->n_ents];
+	return true;
 }
 
 int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
@@ -331,6 +377,10 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 			hl_cache_core_lun_remove(c->core, id);
 			rc = hl_cache_core_lun_add(c->core, id, quota_bytes);
 			sync = true;
+		}
+		while (rc == -EMFILE && ent_forget_one(c)) {
+			sync = changed = true;
+			rc = hl_cache_core_lun_add(c->core, id, quota_bytes);
 		}
 		if (!rc)
 			rc = engine_ent_add(c, e);

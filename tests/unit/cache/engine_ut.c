@@ -3020,6 +3020,84 @@ static void test_ub_stop_and_crash(void)
 	free(w);
 }
 
+/*
+ * A map written by an older hotlund (no limit on disks per cache) with 256
+ * other disks ahead of disk0: at open disk0 gets no room in the core. It
+ * must then attach as a new disk (cold, or after forgetting a detached
+ * one), not keep a map entry the core does not know: every I/O of it
+ * failed with -EINVAL before.
+ */
+static void test_map_over_256_disks(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(8 * BS);
+	char cmd[1024];
+	int rc;
+
+	proof_warm(&f, 27, "fake:proof");
+	snprintf(cmd, sizeof(cmd),
+	         "awk '/^disk /&&!d{for(i=1000;i<1256;i++)print \"disk \" i \" 0 1048576 old\" i "
+	         "\" fake:old\" i; d=1} {print}' %s > %s.n && mv %s.n %s && "
+	         "sed -i 's/^next .*/next 2000/' %s && grep -c '^disk ' %s >/dev/null",
+	         g_map, g_map, g_map, g_map, g_map, g_map);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:proof");
+	rc = do_io(o, HL_IO_READ, 0, 8 * BS, buf);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0);
+	rc = do_io(o, HL_IO_WRITE, 0, BS, buf);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+/*
+ * 256 disks attached one after the other, each detached before the next:
+ * the map remembers all of them (for their warm restart), but a cache
+ * serves 256 at a time, not in its whole life: a 257th attaches (a
+ * detached one is forgotten), also after a restart.
+ */
+static void test_257th_disk_ever(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o = NULL, *in;
+	char name[32], uri[32];
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 28);
+	reactor_up();
+	c = cache_open(NULL);
+	for (int i = 0; i < 256; i++) {
+		snprintf(name, sizeof(name), "vm%d", i);
+		snprintf(uri, sizeof(uri), "fake:vm%d", i);
+		CU_ASSERT_FATAL(hl_cache_attach(c, name, 0, fake_origin(&f, uri), &o) == 0);
+		hl_origin_close(o); /* detached */
+	}
+	in = fake_origin(&f, "fake:new");
+	CU_ASSERT_EQUAL_FATAL(hl_cache_attach(c, "new", 0, in, &o), 0);
+	CU_ASSERT_EQUAL(c->n_ents, 256); /* one detached disk forgotten */
+	hl_origin_close(o);
+	reactor_down();
+	hl_cache_close(c);
+	reactor_up();
+	c = cache_open(NULL);
+	in = fake_origin(&f, "fake:new2");
+	CU_ASSERT_EQUAL_FATAL(hl_cache_attach(c, "new2", 0, in, &o), 0);
+	hl_origin_close(o);
+	reactor_down();
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -3042,6 +3120,9 @@ int main(void)
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
 	    {"shadow: a proof move past a 4 KiB write inside a block survives a crash",
 	     test_shadow_roll_partial_crash},
+	    {"a map of more disks than a cache serves: the disk past them attaches anew",
+	     test_map_over_256_disks},
+	    {"a 257th disk attaches when a detached one can be forgotten", test_257th_disk_ever},
 	    {"shadow: a takeover of one disk does not wait for another disk's diff",
 	     test_shadow_revalidate_other_disk},
 	    {"shadow: a hot set larger than the cache is cut to what fits",
