@@ -4,6 +4,8 @@
  * "blocks" (one cache block number per line, each a read of one block).
  * Every reader checks lengths and fields and names the bad line/record.
  */
+#include "hotlun/cache.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -260,6 +262,14 @@ static int load_blocks(FILE *f, const char *path, struct sim_trace *t)
 		if (errno || end == p || *end || *p == '-' || b > (1ull << 40)) {
 			fprintf(stderr, "hotlun-sim: %s:%" PRIu64 ": not a block number\n", path,
 			        lineno);
+			return -EINVAL;
+		}
+		if (b > HL_CACHE_MAX_CACHED_NR) {
+			/* hotlund never caches these: a replay would count them as misses silently */
+			fprintf(stderr,
+			        "hotlun-sim: %s:%" PRIu64 ": block %" PRIu64 " is past the %llu blocks "
+			        "of a disk that a cache holds (docs/cache-engine.md)\n",
+			        path, lineno, b, HL_CACHE_MAX_CACHED_NR + 1);
 			return -EINVAL;
 		}
 		rc = push(t, b, 1, 0, false, true);
