@@ -618,6 +618,8 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	io->acq_from_gen = from_gen;
 	io->acq_gen = st->generation;
 	io->acq_key = st->holder;
+	io->proof_key = 0; /* a proof of an earlier ownership is never given again */
+	io->proof_gen = 0;
 	io->acq_exact = st->generation == from_gen + moves;
 	atomic_store(&io->fenced, false);
 	atomic_store(&io->requested, false);
@@ -659,33 +661,41 @@ static bool ctl_resync(struct hl_origin *o)
  * standby's look sees the holder's key move. A plain REGISTER, not AND
  * IGNORE EXISTING KEY: a nexus that was preempted is not registered, and
  * its heartbeat must not register it back (it would read as a request).
- * A SAN that refuses it gets none, said once: standbys then see a key that
- * never moves, as from an older owner, and take the disk only when asked.
- * Failures otherwise change nothing: the read that follows decides. ctl_lock held.
+ * A SAN that refuses the first one gets none, said once: standbys then see
+ * a key that never moves, as from an older owner, and take the disk only
+ * when asked. A later failure fails the renew: the owner's lease then runs
+ * out as its standbys see its heartbeat stop, instead of serving on
+ * while they take it as dead. ctl_lock held.
+ * @return 1 a heartbeat was taken, 0 none (none to give), -errno: failed.
  */
-static void pr_beat(struct hl_origin *o)
+static int pr_beat(struct hl_origin *o)
 {
 	struct isc_origin *io = io_of(o);
 	uint64_t was = io->ctl_key;
 	int rc;
 
 	if (!was || io->no_beat)
-		return;
+		return 0;
 	rc = pr_out(o, SCSI_PERSISTENT_RESERVE_REGISTER, was, pr_key_next_beat(was));
 	if (rc == 0) {
 		io->ctl_key = pr_key_next_beat(was);
-		return;
+		io->beats_ok++;
+		return 1;
 	}
-	if (rc == -EBADE && ctl_resync(o))
-		return; /* the next one starts from the key the SAN has */
-	if (rc == -EINVAL) {
-		io->no_beat = true;
-		HL_WARN(ISC_COMPONENT,
-		        "%s: the SAN refuses to change the reservation key (REGISTER): no "
-		        "heartbeat; a standby takes this disk from a silent owner only when an "
-		        "initiator asks it",
-		        o->uri);
+	if (rc == -EBADE) {
+		/* not registered under that key: the next one starts from the key the SAN
+		 * has, and the read that follows tells whether we were preempted */
+		ctl_resync(o);
+		return 0;
 	}
+	if (rc != -EINVAL || io->beats_ok)
+		return rc;
+	io->no_beat = true;
+	HL_WARN(ISC_COMPONENT,
+	        "%s: the SAN refuses to change the reservation key (REGISTER): no heartbeat; a "
+	        "standby takes this disk from a silent owner only when an initiator asks it",
+	        o->uri);
+	return 0;
 }
 
 int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
@@ -703,9 +713,24 @@ int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
 	if (!st)
 		return -ENOMEM;
 	pthread_mutex_lock(&io->ctl_lock);
-	if (atomic_load(&io->owned) && !atomic_load(&io->fenced))
-		pr_beat(o);
-	rc = pr_read(o, st, true);
+	int beat = atomic_load(&io->owned) && !atomic_load(&io->fenced) ? pr_beat(o) : 0;
+	rc = beat < 0 ? beat : pr_read(o, st, true);
+	if (!rc) {
+		/*
+		 * SPC-4 moves PRgeneration at every REGISTER; a proof counts our
+		 * heartbeats by it (iscsi_pr_key.h). A SAN where a heartbeat left
+		 * it where the last renew read it does not: from then on no proof
+		 * counts heartbeats (any move of our key is a change: cold).
+		 */
+		if (beat > 0 && io->beat_gen_seen && st->generation == io->beat_gen &&
+		    !atomic_exchange(&io->gen_static, true))
+			HL_WARN(ISC_COMPONENT,
+			        "%s: the SAN did not move PRgeneration for a REGISTER (SPC-4 says it "
+			        "must): warm restarts of this disk after its key moved start cold",
+			        o->uri);
+		io->beat_gen = st->generation;
+		io->beat_gen_seen = true;
+	}
 	pthread_mutex_unlock(&io->ctl_lock);
 	if (rc)
 		goto out;
@@ -976,7 +1001,18 @@ int origin_iscsi_proof_check(struct hl_origin *o, const char *tag, const char *p
 	uint64_t acq_key = io->acq_key;
 	pthread_mutex_unlock(&io->ctl_lock);
 	/* every move of PRgeneration since is one of the holder's heartbeats (iscsi_pr_key.h) */
-	bool same = !rc && st->held && pr_gen_explained(key, gen, st->holder, st->generation);
+	/*
+	 * Each acquisition registers counter 0 again, so a proof of this
+	 * run counts only when taken in its current ownership (PRgeneration at
+	 * or after the acquisition's); one from before a release or a fence
+	 * would read the reset as 256 - counter heartbeats.
+	 */
+	bool this_acq = !pr_key_same_run(key, io->pr_key) ||
+	                (atomic_load(&io->owned) && (int32_t)(gen - acq_gen) >= 0);
+	bool same = !rc && st->held && this_acq &&
+	            (atomic_load(&io->gen_static)
+	                 ? key == st->holder && gen == st->generation
+	                 : pr_gen_explained(key, gen, st->holder, st->generation));
 	bool since = !rc && st->held && acquired && pr_key_same_run(st->holder, io->pr_key);
 	bool since_ok = since && pr_gen_explained(acq_key, acq_gen, st->holder, st->generation);
 

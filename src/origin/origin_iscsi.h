@@ -60,6 +60,11 @@ struct isc_origin {
 	uint64_t ctl_key;          /* the key registered on ctl (0: none); moves with each
 	                              heartbeat while ctl holds the reservation (ctl_lock) */
 	bool no_beat;              /* the SAN refused the heartbeat's REGISTER: none (ctl_lock) */
+	uint64_t beats_ok;         /* heartbeats the SAN took (ctl_lock) */
+	uint32_t beat_gen;         /* PRgeneration at the last renew's read (ctl_lock) */
+	bool beat_gen_seen;        /* beat_gen is set (ctl_lock) */
+	atomic_bool gen_static;    /* a heartbeat did not move PRgeneration (not SPC-4): no
+	                              proof may count heartbeats (proof_check) */
 	uint64_t peek_key;         /* own_peek: the holder's key as last seen (ctl_lock) */
 	bool peek_beats;           /* own_peek: that run's key moved since we first saw it */
 	/* the last own_acquire, for proof_check (ctl_lock) */

@@ -888,6 +888,66 @@ static void test_heartbeat(void)
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
 }
 
+/* The PRgeneration in a proof token. */
+static unsigned proof_gen_of(const char *p)
+{
+	unsigned long long k = 0;
+	unsigned g = 0;
+
+	sscanf(p, "iscsi-pr:%16llx:%u:", &k, &g);
+	return g;
+}
+
+/* Release, a peer owns and writes, this same process takes it back. */
+static void failback_beats(unsigned beats, char *proof, size_t len)
+{
+	struct hl_own_info info;
+
+	CU_ASSERT_EQUAL(write_block(g1, 16, 0xe1), 0);
+	for (unsigned i = 0; i < beats; i++)
+		CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g1, "ut", true, proof, len), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, false), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 16, 0xe2), 0); /* the peer writes the block */
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+}
+
+/*
+ * A failback to the same process must be cold (docs/gateways.md
+ * "a gateway that gets the LUN back after a peer owned it starts cold").
+ * Each acquisition registers heartbeat 0 again: from counter b to 0 reads
+ * as 256 - b heartbeats, so when the failback moved PRgeneration by exactly
+ * 256 - b, the proof taken before the release passes.
+ */
+static void test_failback_counter_reset(void)
+{
+	char p[HL_ORIGIN_PROOF_MAX], q[HL_ORIGIN_PROOF_MAX];
+	unsigned n;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	/* 1: measure the moves of one failback (proof at counter 1: not 0 = the data key) */
+	failback_beats(1, p, sizeof(p));
+	CU_ASSERT_EQUAL(check_proof(g1, p), -ESTALE);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g1, "ut", true, q, sizeof(q)), 0);
+	n = proof_gen_of(q) - proof_gen_of(p);
+	fprintf(stderr, "    (a failback moved PRgeneration by %u; p %s q %s)\n", n, p, q);
+	CU_ASSERT_FATAL(n > 1 && n < 256);
+	/* 2: the same failback with the proof taken at counter 256 - n (- 0..3: first one differs) */
+	for (unsigned d = 0; d < 4; d++) {
+		failback_beats(256 - n - d, p, sizeof(p));
+		CU_ASSERT_EQUAL(check_block(g1, 16, 0xe2), 0); /* the SAN has the peer's data */
+		fprintf(stderr, "    (proof %s, now cold expected)\n", p);
+		int rc = check_proof(g1, p);
+		CU_ASSERT_EQUAL(rc, -ESTALE); /* fails: 0, warm over the peer's write */
+		if (rc == 0)
+			break;
+	}
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -912,6 +972,7 @@ static const struct hl_test tests[] = {
     {"a restart's own acquisition keeps its proof, nothing else does", test_restart_acquire_keeps_proof},
     {"the owner refuses a request: the asker sees it", test_refuse},
     {"the owner's heartbeat: its key moves, standbys see it, proofs survive it", test_heartbeat},
+    {"a failback to the same process is cold, whatever its heartbeat counter", test_failback_counter_reset},
     {"close", test_close},
     {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},
