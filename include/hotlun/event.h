@@ -131,7 +131,16 @@ static inline bool hl_timer_pending(const struct hl_timer *t)
 	return t->heap_idx != (size_t)-1;
 }
 
-void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h), void *arg);
+/** A hook that calls fn(h) (h->arg = arg) at the end of a turn it is queued for; not queued. */
+static inline void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h),
+                                     void *arg)
+{
+	h->fn = fn;
+	h->arg = arg;
+	h->next = NULL;
+	h->pprev = NULL;
+	h->reactor = NULL;
+}
 
 /**
  * Queue h for the end of the current turn of r (no-op when queued already).

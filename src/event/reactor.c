@@ -368,15 +368,6 @@ static void wake_drain(struct hl_event *ev, uint32_t revents)
 
 /* ---- turn hooks ---- */
 
-void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h), void *arg)
-{
-	h->fn = fn;
-	h->arg = arg;
-	h->next = NULL;
-	h->pprev = NULL;
-	h->reactor = NULL;
-}
-
 int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
 {
 	if (!r || r != current_reactor)

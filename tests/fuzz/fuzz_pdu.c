@@ -170,25 +170,7 @@ void hl_timer_stop(struct hl_timer *t)
 }
 
 /* End-of-turn hooks: "not this thread's reactor", so the caller does the work at once. */
-void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h), void *arg)
-{
-	memset(h, 0, sizeof(*h));
-	h->fn = fn;
-	h->arg = arg;
-}
-
-int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
-{
-	(void)r;
-	(void)h;
-	return -EAGAIN;
-}
-
-void hl_turn_hook_cancel(struct hl_turn_hook *h)
-{
-	h->pprev = NULL;
-	h->next = NULL;
-}
+#include "../unit/iscsi/turn_hook_stub.h"
 
 /* ---- rx-only mode ---- */
 

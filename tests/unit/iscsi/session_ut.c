@@ -197,26 +197,7 @@ void hl_timer_stop(struct hl_timer *t)
 }
 
 /* No reactor turns here: a connection sends at once (hl_turn_hook_queue refuses). */
-void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct hl_turn_hook *h), void *arg)
-{
-	h->fn = fn;
-	h->arg = arg;
-	h->next = NULL;
-	h->pprev = NULL;
-	h->reactor = NULL;
-}
-
-int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
-{
-	(void)r;
-	(void)h;
-	return -EAGAIN;
-}
-
-void hl_turn_hook_cancel(struct hl_turn_hook *h)
-{
-	h->pprev = NULL;
-}
+#include "turn_hook_stub.h"
 
 /* ------------------------------------------------------------------ */
 /* Harness: a server, and up to two initiators over socketpairs.       */

@@ -1,0 +1,25 @@
+/*
+ * tests/unit/iscsi/turn_hook_stub.h - the reactor's end-of-turn hooks for a
+ * program that links the iSCSI layer without src/event/reactor.c
+ * (session_ut, fuzz_pdu): there are no reactor turns, so queueing always
+ * refuses and a connection sends at once. Include once, in the .c file.
+ */
+#ifndef HL_TURN_HOOK_STUB_H
+#define HL_TURN_HOOK_STUB_H
+
+#include "hotlun/event.h"
+
+int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
+{
+	(void)r;
+	(void)h;
+	return -EAGAIN;
+}
+
+void hl_turn_hook_cancel(struct hl_turn_hook *h)
+{
+	h->pprev = NULL;
+	h->next = NULL;
+}
+
+#endif
