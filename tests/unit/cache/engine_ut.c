@@ -230,15 +230,12 @@ static int fake_proof_check(struct hl_origin *o, const char *tag, const char *pr
 	return 0;
 }
 
-static const struct hl_origin_ops fake_ops = {
-    .name = "fake",
-    .priv_size = sizeof(void *),
-    .open = fake_open,
-    .close = fake_close,
-    .submit = fake_submit,
-    .proof_take = fake_proof_take,
-    .proof_check = fake_proof_check,
-};
+/* The ops every fake origin has (fake_ops; fake_hot_ops adds the owner's hot set). */
+#define FAKE_OPS                                                                               \
+	.name = "fake", .priv_size = sizeof(void *), .open = fake_open, .close = fake_close,      \
+	.submit = fake_submit, .proof_take = fake_proof_take, .proof_check = fake_proof_check
+
+static const struct hl_origin_ops fake_ops = {FAKE_OPS};
 
 /* The owner's side of a shared disk (rbd with gateways): its hot set, made by the test. */
 static int fake_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
@@ -269,13 +266,7 @@ static int fake_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 }
 
 static const struct hl_origin_ops fake_hot_ops = {
-    .name = "fake",
-    .priv_size = sizeof(void *),
-    .open = fake_open,
-    .close = fake_close,
-    .submit = fake_submit,
-    .proof_take = fake_proof_take,
-    .proof_check = fake_proof_check,
+    FAKE_OPS,
     .hot_publish = fake_hot_publish,
     .hot_fetch = fake_hot_fetch,
 };

@@ -571,6 +571,16 @@ static bool wait_done(struct on_reactor *x, int ms)
 	return atomic_load(&x->done) != 0;
 }
 
+/* An STPG with parameter list par sent on x's reactor, answered GOOD within 2 s. */
+static void stpg_answered(struct on_reactor *x, const uint8_t par[8])
+{
+	atomic_store(&x->done, 0);
+	memcpy(x->par, par, 8);
+	CU_ASSERT_EQUAL(hl_reactor_call(x->r, held_start, x), 0);
+	CU_ASSERT_TRUE(wait_done(x, 2000));
+	ASSERT_GOOD(x->t);
+}
+
 /*
  * An STPG for the asking port's own group, on a reactor, is held until the
  * provider says the group serves (its done runs on another thread), then
@@ -604,19 +614,11 @@ static void test_stpg_held_until_active(void)
 	CU_ASSERT_TRUE(atomic_load(&x.on_reactor));
 	ASSERT_GOOD(x.t);
 	/* another group's STPG through our port: not held */
-	atomic_store(&x.done, 0);
-	memcpy(x.par, peer, sizeof(peer));
-	CU_ASSERT_EQUAL(hl_reactor_call(x.r, held_start, &x), 0);
-	CU_ASSERT_TRUE(wait_done(&x, 2000));
-	ASSERT_GOOD(x.t);
+	stpg_answered(&x, peer);
 	CU_ASSERT_EQUAL(atomic_load(&held.calls), 1);
 	/* the provider has nothing to wait for: answered at once */
 	held.rc = -EALREADY;
-	atomic_store(&x.done, 0);
-	memcpy(x.par, mine, sizeof(mine));
-	CU_ASSERT_EQUAL(hl_reactor_call(x.r, held_start, &x), 0);
-	CU_ASSERT_TRUE(wait_done(&x, 2000));
-	ASSERT_GOOD(x.t);
+	stpg_answered(&x, mine);
 	CU_ASSERT_EQUAL(atomic_load(&held.calls), 2);
 	hl_reactor_stop(x.r);
 	hl_reactor_destroy(x.r);
