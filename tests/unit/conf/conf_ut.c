@@ -50,6 +50,21 @@ static const char issue_example[] =
 	"# chap_user = ... / chap_secret = ...            one-way CHAP\n"
 	"# mutual_user = ... / mutual_secret = ...        mutual CHAP\n";
 
+/* c as hl_conf_write writes it (free it; *len its length when len is not NULL). */
+static char *conf_text(const struct hl_conf *c, size_t *len)
+{
+	char *text = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&text, &n);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
+	fclose(f);
+	if (len)
+		*len = n;
+	return text;
+}
+
 static void test_issue_example_parses(void)
 {
 	struct hl_conf *c = parse_ok(issue_example);
@@ -139,19 +154,13 @@ static void test_write_round_trip(void)
 			   "chap_user = u\nchap_secret = 0123456789ab\nallow_target_reset = yes\n";
 	struct hl_conf *c = parse_ok(text);
 	char *buf = NULL;
-	size_t len = 0;
 	if (!c)
 		return;
-	FILE *f = open_memstream(&buf, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	buf = conf_text(c, NULL);
 	struct hl_conf *c2 = parse_ok(buf);
 	if (c2) {
 		char *buf2 = NULL;
-		size_t len2 = 0;
-		f = open_memstream(&buf2, &len2);
-		CU_ASSERT_EQUAL(hl_conf_write(c2, f), 0);
-		fclose(f);
+		buf2 = conf_text(c2, NULL);
 		CU_ASSERT_STRING_EQUAL(buf, buf2);
 		CU_ASSERT_EQUAL(c2->n_portals, 2);
 		CU_ASSERT_STRING_EQUAL(c2->targets[0].alias, "x ; \"q\" \\ y");
@@ -195,13 +204,10 @@ static void test_logout_timeout(void)
 {
 	struct hl_conf *c = parse_ok("[global]\nlogout_timeout = 0\n");
 	char *text = NULL;
-	size_t len = 0;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	CU_ASSERT_EQUAL(c->logout_timeout, 0);
-	FILE *f = open_memstream(&text, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	text = conf_text(c, NULL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "logout_timeout = 0\n"));
 	free(text);
 	hl_conf_free(c);
@@ -214,16 +220,13 @@ static void test_gateways(void)
 {
 	struct hl_conf *c = parse_ok("[global]\ngateway = 2\ngateways = 3, 2,1\n");
 	char *text = NULL;
-	size_t len = 0;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	CU_ASSERT_EQUAL(c->gateway, 2);
 	CU_ASSERT_EQUAL(c->n_gateways, 3);
 	CU_ASSERT_EQUAL(c->gateways[0], 1); /* sorted */
 	CU_ASSERT_EQUAL(c->gateways[2], 3);
-	FILE *f = open_memstream(&text, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	text = conf_text(c, NULL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "gateway = 2\ngateways = 1,2,3\n"));
 	free(text);
 	hl_conf_free(c);
@@ -241,14 +244,11 @@ static void test_gateway_timers(void)
 	struct hl_conf *c = parse_ok("[global]\ngateway = 1\ngateways = 1,2\n"
 	                             "gateway_lease_ms = 1000\ngateway_dead_ms = 2000\n");
 	char *text = NULL;
-	size_t len = 0;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	CU_ASSERT_EQUAL(c->gateway_lease_ms, 1000);
 	CU_ASSERT_EQUAL(c->gateway_dead_ms, 2000);
-	FILE *f = open_memstream(&text, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	text = conf_text(c, NULL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "gateway_lease_ms = 1000\ngateway_dead_ms = 2000\n"));
 	free(text);
 	hl_conf_free(c);
@@ -407,10 +407,7 @@ static void test_origin_chap_keys(void)
 	CU_ASSERT_EQUAL_FATAL(rc, 0);
 	CU_ASSERT_STRING_EQUAL(hl_conf_origin_secret(&c->disks[0].ochap), "Fzz-0123456789");
 	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	text = conf_text(c, NULL);
 	CU_ASSERT_PTR_NULL(strstr(text, "Fzz"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, path));
 	free(text);
@@ -541,13 +538,10 @@ static void test_same_after_write(void)
 	struct hl_conf *back = NULL;
 	char *text = NULL, err[256];
 	size_t len = 0;
-	FILE *f;
 
 	if (!c)
 		return;
-	f = open_memstream(&text, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	text = conf_text(c, &len);
 	CU_ASSERT_EQUAL(hl_conf_parse(text, len, "w.conf", &back, err, sizeof(err)), 0);
 	CU_ASSERT_TRUE(back && hl_conf_same(c, back));
 	hl_conf_free(back);
@@ -558,9 +552,7 @@ static void test_same_after_write(void)
 	/* a newline that got past the gates (as it once did through `set alias`) */
 	free(c->targets[0].alias);
 	c->targets[0].alias = strdup("x\nallow = ALL");
-	f = open_memstream(&text, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	text = conf_text(c, &len);
 	int rc = hl_conf_parse(text, len, "w.conf", &back, err, sizeof(err));
 	CU_ASSERT_TRUE(rc != 0 || !hl_conf_same(c, back));
 	if (rc == 0)
@@ -662,8 +654,6 @@ static void test_disk_exclusive(void)
 {
 	struct hl_conf *c;
 	char *buf = NULL;
-	size_t len = 0;
-	FILE *f;
 
 	parse_err("[disk d]\norigin = /x\nexclusive = maybe\n", "t.conf:3:",
 	          "exclusive: expected yes or no");
@@ -672,9 +662,7 @@ static void test_disk_exclusive(void)
 		return;
 	CU_ASSERT(c->disks[0].exclusive);
 	CU_ASSERT_FALSE(c->disks[1].exclusive);
-	f = open_memstream(&buf, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	buf = conf_text(c, NULL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "exclusive = yes\n"));
 	CU_ASSERT_PTR_NULL(strstr(strstr(buf, "[disk e]"), "exclusive"));
 	free(buf);
@@ -686,8 +674,6 @@ static void test_disk_identity_keys(void)
 {
 	struct hl_conf *c;
 	char *buf = NULL;
-	size_t len = 0;
-	FILE *f;
 
 	parse_err("[disk d]\norigin = /x\nserial = a b\n", "t.conf:3:", "serial: expected 1 to 32");
 	parse_err("[disk d]\norigin = /x\nserial = 0123456789abcdef0123456789abcdef0\n", "t.conf:3:",
@@ -701,9 +687,7 @@ static void test_disk_identity_keys(void)
 		return;
 	CU_ASSERT_STRING_EQUAL(c->disks[0].serial, "GW-LUN-0001");
 	CU_ASSERT_STRING_EQUAL(c->disks[0].naa, "naa.6001405abcdef0123456789abcdef001");
-	f = open_memstream(&buf, &len);
-	CU_ASSERT_EQUAL(hl_conf_write(c, f), 0);
-	fclose(f);
+	buf = conf_text(c, NULL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "serial = GW-LUN-0001\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "naa = naa.6001405abcdef0123456789abcdef001\n"));
 	free(buf);
