@@ -523,6 +523,14 @@ static void fixture_down(struct hl_cache *c, struct hl_origin *o, struct fake *f
 	free(f->mem);
 }
 
+/* Put the cache's real data origin back in place of the fake device d (closed, its memory freed). */
+static void dev_restore(struct hl_cache *c, struct hl_origin *real, struct fake *d)
+{
+	hl_origin_close(c->data);
+	c->data = real;
+	free(d->mem);
+}
+
 static void stats(struct hl_cache *c, struct hl_cache_engine_stats *st)
 {
 	CU_ASSERT_FATAL(hl_cache_get_stats(c, "disk0", st) == 0);
@@ -1601,12 +1609,10 @@ static void test_adjacent_hits_one_read(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	hl_origin_close(c->data);
-	c->data = real;
+	dev_restore(c, real, &dev);
 	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
-	free(dev.mem);
 	free(buf);
 }
 
@@ -1647,8 +1653,7 @@ static void test_device_failure(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	hl_origin_close(c->data);
-	c->data = real;
+	dev_restore(c, real, &bad);
 	hl_cache_close(c);
 
 	/* The restart does not trust that device's metadata: a cold cache, right data. */
@@ -1659,7 +1664,6 @@ static void test_device_failure(void)
 	CU_ASSERT(f.reads > reads);
 	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
-	free(bad.mem);
 	free(buf);
 	free(w);
 }
@@ -2232,9 +2236,7 @@ static void test_partial_stitched(void)
 
 	reactor_down();
 	hl_origin_close(o);
-	hl_origin_close(c->data);
-	free(bad.mem);
-	c->data = real;
+	dev_restore(c, real, &bad);
 	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
@@ -2472,7 +2474,7 @@ static void test_rmw_race_ub_off(void)
 /*
  * Replace the cache's data origin by a fake device d (memory, holds on
  * demand) before any I/O: the tests see what reaches the device and when.
- * Returns the real one, which ub_dev_restore() puts back before the close.
+ * Returns the real one, which dev_restore() puts back before the close.
  */
 static struct hl_origin *ub_dev_swap(struct hl_cache *c, struct fake *d)
 {
@@ -2481,13 +2483,6 @@ static struct hl_origin *ub_dev_swap(struct hl_cache *c, struct fake *d)
 	fake_init(d, 8 * M, 0);
 	c->data = fake_origin(d, "fake:ssd");
 	return real;
-}
-
-static void ub_dev_restore(struct hl_cache *c, struct hl_origin *real, struct fake *d)
-{
-	hl_origin_close(c->data);
-	c->data = real;
-	free(d->mem);
 }
 
 /* Pending (buffered) bytes of the block's slot. */
@@ -2585,7 +2580,7 @@ static void test_ub_read_from_buffer(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	ub_dev_restore(c, real, &d);
+	dev_restore(c, real, &d);
 	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
@@ -2732,7 +2727,7 @@ static void test_ub_write_during_writeback(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
-	ub_dev_restore(c, real, &d);
+	dev_restore(c, real, &d);
 	hl_cache_close(c);
 	g_ub = 0;
 	dev_remove();
