@@ -62,6 +62,7 @@ struct chap_guard {
 	uint64_t failures;                                    /* lock: wrong CHAP responses, ever */
 	uint64_t throttled;        /* lock: attempts refused unchecked (in a back-off) */
 	struct chap_guard_log log; /* lock */
+	uint64_t clock_ns;         /* lock: the latest time passed in; time never goes back */
 };
 
 /** What allow/failed tell the caller (for its log line and the initiator). */

@@ -382,6 +382,46 @@ static void test_log_summaries(void)
 	teardown();
 }
 
+/*
+ * Reactors read the clock before they take the guard's lock, so a call may
+ * come with a time earlier than one another reactor already stored. That
+ * must not wrap a difference: forget a budget, ignore a check in flight, or
+ * end an episode in the middle of a flood (seen in CI: "episode over after
+ * 4 s" while 12,562 guesses went on, and a log line per guess after it).
+ */
+static void test_time_read_before_the_lock(void)
+{
+	struct sockaddr_storage a = v4("10.0.0.1"), b = v4("10.0.0.2");
+	struct chap_guard_verdict v;
+	struct chap_guard_summary s;
+	uint64_t t = 200 * S;
+
+	setup();
+	for (int i = 0; i < 3; i++) /* the third opens 1 s of back-off at t + 1 ms */
+		guess("iqn.t", "iqn.x", &a, t + MS, &v);
+	CU_ASSERT_EQUAL(v.wait_ms, 1000);
+	/* a call that read the clock at t, just before: still in the back-off */
+	CU_ASSERT_FALSE(chap_guard_allow(g, "iqn.t", "iqn.y", &b, t, &v));
+	CU_ASSERT_EQUAL(v.failures, 3);
+	CU_ASSERT_FALSE(chap_guard_log_due(g, t, &s)); /* the episode goes on */
+	for (int i = 0; i < 10; i++)
+		chap_guard_allow(g, "iqn.t", "iqn.y", &b, t + 2 * MS, &v);
+	CU_ASSERT_FALSE(v.log);
+	CU_ASSERT_FALSE(chap_guard_log_due(g, t + MS, &s));
+	CU_ASSERT_TRUE(chap_guard_log_due(g, t + 11 * S, &s));
+	CU_ASSERT_TRUE(s.ended);
+	teardown();
+
+	/* a check in flight since t + 1 ms holds a response whose time is t */
+	setup();
+	for (int i = 0; i < 2; i++)
+		guess("iqn.t", "iqn.x", &a, t, &v);
+	CU_ASSERT_TRUE(chap_guard_allow(g, "iqn.t", "iqn.x", &a, t + MS, &v));
+	CU_ASSERT_FALSE(chap_guard_allow(g, "iqn.t", "iqn.y", &b, t, &v));
+	CU_ASSERT_TRUE(v.wait_ms > 0);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
 	{"three free failures, then 1 s doubling up to 30 s", test_backoff_doubles_to_cap},
 	{"the secret's budget holds whatever the names and addresses",
@@ -391,6 +431,7 @@ static const struct hl_test tests[] = {
 	{"responses checked at once do not slip into a back-off", test_checked_at_once},
 	{"the tables stay bounded", test_tables_bounded},
 	{"the first events one by one, then summaries", test_log_summaries},
+	{"a time read before the lock never wraps a difference", test_time_read_before_the_lock},
 	{NULL, NULL},
 };
 
