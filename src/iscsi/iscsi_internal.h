@@ -168,6 +168,7 @@ struct iscsi_wbudget {
 	unsigned n_refused_idle; /* lock: ... of them promising nothing */
 	unsigned n_active;       /* lock: sources promising something */
 	unsigned n_wait_src;     /* lock: sources with a waiting claim */
+	uint64_t clock_ns;       /* lock: the latest time passed in; time never goes back */
 	atomic_uint_fast64_t window_closed; /* responses that held MaxCmdSN back */
 	atomic_uint_fast64_t closed_slow;   /* connections closed: a WRITE past its deadline */
 	atomic_uint_fast64_t closed_silent; /* connections closed: a WRITE's data stopped */

@@ -122,6 +122,7 @@ void iscsi_wb_init(struct iscsi_wbudget *b, uint64_t limit)
 	b->n_refused = b->n_refused_idle = b->n_active = b->n_wait_src = 0;
 	b->used = b->peak = b->wait_charged = 0;
 	b->n_waiting = 0;
+	b->clock_ns = 0;
 	b->deferred = b->task_set_full = b->source_capped = 0;
 	atomic_init(&b->closed_slow, 0);
 	atomic_init(&b->closed_silent, 0);
@@ -237,6 +238,22 @@ static void source_refused(struct iscsi_wbudget *b, struct iscsi_wb_source *s, u
 		b->n_refused_idle++;
 }
 
+/*
+ * The time of a WRITE's arrival, under the lock. Reactors read the clock
+ * before they take it, so one may bring a time earlier than a refusal
+ * another reactor stored meanwhile: its age would wrap, and the refusal be
+ * forgotten at once (the source that keeps the others out would get half
+ * the budget again). Time here never goes back, and refused stays in time
+ * order.
+ */
+static uint64_t wb_clock(struct iscsi_wbudget *b, uint64_t now_ns)
+{
+	if (now_ns < b->clock_ns)
+		return b->clock_ns;
+	b->clock_ns = now_ns;
+	return now_ns;
+}
+
 /* Forget the refusals older than ISCSI_WB_CONTEND_MS. */
 static void sources_expire(struct iscsi_wbudget *b, uint64_t now_ns)
 {
@@ -311,6 +328,7 @@ enum iscsi_wb_verdict iscsi_wb_admit(struct iscsi_wbudget *b, struct iscsi_wb_cl
 	cl->waiting = false;
 	cl->src = NULL;
 	pthread_mutex_lock(&b->lock);
+	now_ns = wb_clock(b, now_ns);
 	sources_expire(b, now_ns);
 	s = source_get(b, src);
 	if (info) {

@@ -513,6 +513,46 @@ static void test_refusals_expire(void)
 	iscsi_wb_fini(&b);
 }
 
+/*
+ * Reactors read the clock before they take the budget's lock, so a WRITE
+ * may come with a time earlier than the refusal another reactor stored
+ * just before. That must not wrap the refusal's age and forget it: host 1
+ * would take back half the budget while host 3 is still kept out.
+ */
+static void test_time_read_before_the_lock(void)
+{
+	struct iscsi_wb_claim a[4], c[4], z = {0}, again = {0};
+	struct iscsi_source k = source(1);
+
+	setup(128 * MiB);
+	for (int i = 0; i < 4; i++) {
+		memset(&a[i], 0, sizeof(a[i]));
+		memset(&c[i], 0, sizeof(c[i]));
+		CU_ASSERT_EQUAL(admit(&a[i], 1, 0, 16 * MiB, 0), ISCSI_WB_GO);
+		CU_ASSERT_EQUAL(admit(&c[i], 2, 0, 16 * MiB, 0), ISCSI_WB_GO);
+	}
+	now_ns += 1000000ull; /* host 3 refused on one reactor at t + 1 ms ... */
+	CU_ASSERT_EQUAL(admit(&z, 3, 0, 4 * KiB, 4 * KiB), ISCSI_WB_FULL);
+	iscsi_wb_release(&b, &a[3]);
+	/* ... host 1's WRITE on another read the clock at t, before it */
+	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &again, &k, 0, 4 * KiB, 4 * KiB, now_ns - 1000000ull,
+	                               NULL),
+	                ISCSI_WB_SHARE);
+	CU_ASSERT_EQUAL(b.n_refused, 1);
+	CU_ASSERT_EQUAL(admit(&z, 3, 0, 4 * KiB, 4 * KiB), ISCSI_WB_GO);
+	iscsi_wb_release(&b, &z);
+	for (int i = 0; i < 4; i++) {
+		iscsi_wb_release(&b, &a[i]);
+		iscsi_wb_release(&b, &c[i]);
+	}
+	CU_ASSERT_EQUAL(stats().held, 0);
+	now_ns += ISCSI_WB_CONTEND_MS * 1000000ull;
+	CU_ASSERT_EQUAL(admit(&again, 1, 0, 4 * KiB, 4 * KiB), ISCSI_WB_GO);
+	iscsi_wb_release(&b, &again);
+	CU_ASSERT_TRUE(no_sources());
+	iscsi_wb_fini(&b);
+}
+
 static const struct hl_test tests[] = {
     {"a granted WRITE charges its whole transfer", test_go_charges_whole_transfer},
     {"the per-connection cap answers TASK SET FULL", test_conn_cap_is_task_set_full},
@@ -530,6 +570,7 @@ static const struct hl_test tests[] = {
     {"a host waiting for R2T budget: the others get 1/N", test_share_while_another_waits},
     {"share and deadline numbers", test_share_and_deadline_numbers},
     {"refused sources are forgotten after a while", test_refusals_expire},
+    {"a time read before the lock never forgets a refusal", test_time_read_before_the_lock},
     {NULL, NULL},
 };
 
