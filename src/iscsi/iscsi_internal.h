@@ -276,10 +276,16 @@ static inline bool iscsi_episode_hit(struct iscsi_episode *e, uint64_t now_ns)
 	return starts;
 }
 
-/** @return true once, when it has not happened for ISCSI_EPISODE_QUIET_S (log the end). */
+/*
+ * @return true once, when it has not happened for ISCSI_EPISODE_QUIET_S (log
+ * the end). now_ns may be earlier than last_ns: server_tick reads the clock
+ * before it takes srv->lock, and a login on another reactor may have hit
+ * the episode meanwhile; the unsigned age would wrap and end it mid-flood.
+ */
 static inline bool iscsi_episode_over(struct iscsi_episode *e, uint64_t now_ns)
 {
-	if (!e->on || now_ns - e->last_ns < ISCSI_EPISODE_QUIET_S * 1000000000ull)
+	if (!e->on || now_ns < e->last_ns ||
+	    now_ns - e->last_ns < ISCSI_EPISODE_QUIET_S * 1000000000ull)
 		return false;
 	e->on = false;
 	return true;

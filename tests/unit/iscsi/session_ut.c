@@ -2284,6 +2284,32 @@ static void test_dataout_deadline(void)
 	teardown();
 }
 
+/*
+ * A login refused at a session cap stores its time under the server's lock
+ * (any reactor); server_tick reads the clock before it takes that lock. A
+ * tick whose time is earlier than the last refusal must not wrap its age
+ * and end the episode in the middle of the refusals (after which the next
+ * one logs its start again: two lines per tick under a flood).
+ */
+static void test_episode_time_read_before_the_lock(void)
+{
+	uint64_t t = hl_now_ns();
+
+	setup();
+	pthread_mutex_lock(&srv->lock);
+	CU_ASSERT_TRUE(iscsi_episode_hit(&srv->sess_refusing, t - 1000000ull));
+	CU_ASSERT_FALSE(iscsi_episode_hit(&srv->sess_refusing, t + 1000000ull)); /* another reactor */
+	pthread_mutex_unlock(&srv->lock);
+	iscsi_limits_tick(srv, t); /* read at t, before the refusal took the lock */
+	CU_ASSERT_TRUE(srv->sess_refusing.on);
+	iscsi_limits_tick(srv, t + 1000000ull + ISCSI_EPISODE_QUIET_S * 1000000000ull - 1);
+	CU_ASSERT_TRUE(srv->sess_refusing.on);
+	iscsi_limits_tick(srv, t + 1000000ull + ISCSI_EPISODE_QUIET_S * 1000000000ull);
+	CU_ASSERT_FALSE(srv->sess_refusing.on);
+	CU_ASSERT_EQUAL(srv->sess_refusing.count, 2);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"a WRITE whose data never comes closes its connection", test_dataout_timeout},
     {"a WRITE whose data trickles closes its connection at its deadline", test_dataout_deadline},
@@ -2326,6 +2352,8 @@ static const struct hl_test tests[] = {
     {"TARGET WARM/COLD RESET: function authorization failed unless allowed",
      test_target_reset_authorization},
     {"LUN map changed: every session of the target is told", test_luns_changed_sessions},
+    {"a limit episode never ends on a time read before the lock",
+     test_episode_time_read_before_the_lock},
     {NULL, NULL},
 };
 
