@@ -128,7 +128,12 @@ bool hl_log_rl_allow(struct hl_log_rl *rl, int level)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 
-	if (now - rl->window_start_ns >= 1000000000ull) {
+	/*
+	 * Another thread may have started a window after this one read the
+	 * clock: that is no new window (an unsigned age would wrap, and each
+	 * such moment let 5 more lines through). A signed age keeps it.
+	 */
+	if ((int64_t)(now - rl->window_start_ns) >= 1000000000ll) {
 		uint32_t suppressed = rl->suppressed;
 		rl->window_start_ns = now;
 		rl->printed = 0;

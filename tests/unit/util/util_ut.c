@@ -1,11 +1,16 @@
-/* util_ut.c - size/number/bool/portal parsing, the list helpers, secret files. */
+/*
+ * util_ut.c - size/number/bool/portal parsing, the list helpers, secret
+ * files, the log's rate limit.
+ */
 #include "hl_test.h"
+#include "hotlun/log.h"
 #include "hotlun/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void test_parse_size_suffixes(void)
@@ -229,6 +234,39 @@ static void test_secret_file(void)
 	hl_secret_wipe_stack();
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * HL_LOG_RL's call sites are shared by every reactor, and each reads the
+ * clock before it looks at the window: another may have started one a
+ * moment later meanwhile. That is not a new window (the unsigned age
+ * wrapped, and every such moment let 5 more lines through).
+ */
+static void test_log_rate_limit(void)
+{
+	struct hl_log_rl rl = {0};
+
+	for (int i = 0; i < 5; i++)
+		CU_ASSERT_TRUE(hl_log_rl_allow(&rl, HL_LOG_DEBUG));
+	CU_ASSERT_FALSE(hl_log_rl_allow(&rl, HL_LOG_DEBUG));
+	CU_ASSERT_EQUAL(rl.suppressed, 1);
+	/* a window another thread started after this call read the clock */
+	rl.window_start_ns = mono_ns() + 500000000ull;
+	CU_ASSERT_FALSE(hl_log_rl_allow(&rl, HL_LOG_DEBUG));
+	CU_ASSERT_EQUAL(rl.suppressed, 2);
+	/* a second later: a new window, and the count held back is told */
+	rl.window_start_ns = mono_ns() - 1000000000ull;
+	CU_ASSERT_TRUE(hl_log_rl_allow(&rl, HL_LOG_DEBUG));
+	CU_ASSERT_EQUAL(rl.printed, 1);
+	CU_ASSERT_EQUAL(rl.suppressed, 0);
+}
+
 static const struct hl_test tests[] = {
 	{"secret file", test_secret_file},
 	{"uri redact", test_uri_redact},
@@ -240,6 +278,7 @@ static const struct hl_test tests[] = {
 	{"big-endian accessors", test_be_accessors},
 	{"list order, safe delete", test_list_order_and_safe_delete},
 	{"format size", test_format_size},
+	{"log rate limit: a window started by another thread holds", test_log_rate_limit},
 	{NULL, NULL},
 };
 
