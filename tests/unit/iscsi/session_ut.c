@@ -2298,7 +2298,8 @@ static void test_episode_time_read_before_the_lock(void)
 	setup();
 	pthread_mutex_lock(&srv->lock);
 	CU_ASSERT_TRUE(iscsi_episode_hit(&srv->sess_refusing, t - 1000000ull));
-	CU_ASSERT_FALSE(iscsi_episode_hit(&srv->sess_refusing, t + 1000000ull)); /* another reactor */
+	/* refused on another reactor, at t + 1 ms */
+	CU_ASSERT_FALSE(iscsi_episode_hit(&srv->sess_refusing, t + 1000000ull));
 	pthread_mutex_unlock(&srv->lock);
 	iscsi_limits_tick(srv, t); /* read at t, before the refusal took the lock */
 	CU_ASSERT_TRUE(srv->sess_refusing.on);

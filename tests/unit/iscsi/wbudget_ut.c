@@ -535,9 +535,9 @@ static void test_time_read_before_the_lock(void)
 	CU_ASSERT_EQUAL(admit(&z, 3, 0, 4 * KiB, 4 * KiB), ISCSI_WB_FULL);
 	iscsi_wb_release(&b, &a[3]);
 	/* ... host 1's WRITE on another read the clock at t, before it */
-	CU_ASSERT_EQUAL(iscsi_wb_admit(&b, &again, &k, 0, 4 * KiB, 4 * KiB, now_ns - 1000000ull,
-	                               NULL),
-	                ISCSI_WB_SHARE);
+	CU_ASSERT_EQUAL(
+	    iscsi_wb_admit(&b, &again, &k, 0, 4 * KiB, 4 * KiB, now_ns - 1000000ull, NULL),
+	    ISCSI_WB_SHARE);
 	CU_ASSERT_EQUAL(b.n_refused, 1);
 	CU_ASSERT_EQUAL(admit(&z, 3, 0, 4 * KiB, 4 * KiB), ISCSI_WB_GO);
 	iscsi_wb_release(&b, &z);
