@@ -71,7 +71,12 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	chap_guard_init(&srv->chap_guard);
 	iscsi_wb_init(&srv->wb, cfg->write_buffer_limit);
 	pthread_mutex_init(&srv->lock, NULL);
-	pthread_cond_init(&srv->cond, NULL);
+	/* destroy's bounded wait (wait_idle) must not move with the wall clock */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&srv->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	hl_list_init(&srv->targets);
 	hl_list_init(&srv->targets_retired);
 	hl_list_init(&srv->portals);
@@ -817,7 +822,8 @@ static bool wait_idle(struct hl_iscsi_server *srv, bool conns_too)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	/* srv->cond's clock: a wall clock step neither ends the wait at once nor stretches it */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_sec += DESTROY_WAIT_S;
 	while (srv->pending_calls || (conns_too && srv->n_conns)) {
 		if (pthread_cond_timedwait(&srv->cond, &srv->lock, &ts) == ETIMEDOUT)

@@ -2311,6 +2311,32 @@ static void test_episode_time_read_before_the_lock(void)
 	teardown();
 }
 
+/*
+ * The server's destroy waits a bounded time for its calls and connections
+ * (wait_idle) on srv->cond: on the monotonic clock, so that a step of the
+ * wall clock (NTP, a VM's time sync after a pause) neither ends that wait
+ * at once nor stretches it. A monotonic deadline 200 ms ahead is waited.
+ */
+static void test_destroy_wait_is_monotonic(void)
+{
+	struct timespec ts;
+	uint64_t t0;
+
+	setup();
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += 200000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	t0 = hl_now_ns();
+	pthread_mutex_lock(&srv->lock);
+	CU_ASSERT_EQUAL(pthread_cond_timedwait(&srv->cond, &srv->lock, &ts), ETIMEDOUT);
+	pthread_mutex_unlock(&srv->lock);
+	CU_ASSERT_TRUE(hl_now_ns() - t0 >= 150000000ull);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"a WRITE whose data never comes closes its connection", test_dataout_timeout},
     {"a WRITE whose data trickles closes its connection at its deadline", test_dataout_deadline},
@@ -2355,6 +2381,7 @@ static const struct hl_test tests[] = {
     {"LUN map changed: every session of the target is told", test_luns_changed_sessions},
     {"a limit episode never ends on a time read before the lock",
      test_episode_time_read_before_the_lock},
+    {"the server's destroy waits on the monotonic clock", test_destroy_wait_is_monotonic},
     {NULL, NULL},
 };
 
