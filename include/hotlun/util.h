@@ -223,6 +223,21 @@ void hl_secret_wipe_stack(void);
 uint64_t hl_hash64(const void *data, size_t len, uint64_t seed);
 
 /** A strong 64-bit mixer (the splitmix64 finaliser): hash of an integer key. */
+/*
+ * A time read before a lock, made to never go back under it: *latest is the
+ * latest time passed in (kept under the caller's lock). Callers that read
+ * the clock and then take a lock shared by several reactors may bring a
+ * time earlier than one another reactor stored meanwhile; unsigned
+ * differences against that stored time would wrap.
+ */
+static inline uint64_t hl_time_forward(uint64_t *latest, uint64_t now)
+{
+	if (now < *latest)
+		return *latest;
+	*latest = now;
+	return now;
+}
+
 static inline uint64_t hl_mix64(uint64_t x)
 {
 	x ^= x >> 30;

@@ -62,21 +62,6 @@ void chap_guard_fini(struct chap_guard *g)
 	pthread_mutex_destroy(&g->lock);
 }
 
-/*
- * The time of a call, under the lock. Callers read the clock before they
- * take the lock, so a call on another reactor may have stored a later time
- * meanwhile; every difference below is unsigned, and one such time would
- * wrap it (a budget forgotten, a check in flight ignored, an episode
- * declared over in the middle of a flood). Time here never goes back.
- */
-static uint64_t guard_clock(struct chap_guard *g, uint64_t now_ns)
-{
-	if (now_ns < g->clock_ns)
-		return g->clock_ns;
-	g->clock_ns = now_ns;
-	return now_ns;
-}
-
 static uint64_t nonzero(uint64_t k)
 {
 	return k ? k : 1;
@@ -243,7 +228,7 @@ bool chap_guard_allow(struct chap_guard *g, const char *scope, const char *initi
 	bool ok, busy;
 
 	pthread_mutex_lock(&g->lock);
-	now_ns = guard_clock(g, now_ns);
+	now_ns = hl_time_forward(&g->clock_ns, now_ns); /* read before the lock */
 	b = known_find(g, known_key(scope, initiator, peer), now_ns);
 	v->known = b != NULL;
 	if (!b)
@@ -298,7 +283,7 @@ void chap_guard_failed(struct chap_guard *g, const char *scope, const char *init
 	struct chap_guard_budget *b;
 
 	pthread_mutex_lock(&g->lock);
-	now_ns = guard_clock(g, now_ns);
+	now_ns = hl_time_forward(&g->clock_ns, now_ns); /* read before the lock */
 	g->failures++;
 	b = known_find(g, known_key(scope, initiator, peer), now_ns);
 	v->known = b != NULL;
@@ -318,7 +303,7 @@ void chap_guard_passed(struct chap_guard *g, const char *scope, const char *init
 	struct chap_guard_budget *b, *s;
 
 	pthread_mutex_lock(&g->lock);
-	now_ns = guard_clock(g, now_ns);
+	now_ns = hl_time_forward(&g->clock_ns, now_ns); /* read before the lock */
 	b = known_take(g, known_key(scope, initiator, peer), now_ns);
 	b->failures = 0;
 	b->until_ns = 0;
@@ -337,7 +322,7 @@ bool chap_guard_log_due(struct chap_guard *g, uint64_t now_ns, struct chap_guard
 	bool due = false, quiet;
 
 	pthread_mutex_lock(&g->lock);
-	now_ns = guard_clock(g, now_ns);
+	now_ns = hl_time_forward(&g->clock_ns, now_ns); /* read before the lock */
 	if (!l->active)
 		goto out;
 	quiet = now_ns - l->last_ns >= CHAP_GUARD_LOG_QUIET_S * NS_PER_S;

@@ -238,22 +238,6 @@ static void source_refused(struct iscsi_wbudget *b, struct iscsi_wb_source *s, u
 		b->n_refused_idle++;
 }
 
-/*
- * The time of a WRITE's arrival, under the lock. Reactors read the clock
- * before they take it, so one may bring a time earlier than a refusal
- * another reactor stored meanwhile: its age would wrap, and the refusal be
- * forgotten at once (the source that keeps the others out would get half
- * the budget again). Time here never goes back, and refused stays in time
- * order.
- */
-static uint64_t wb_clock(struct iscsi_wbudget *b, uint64_t now_ns)
-{
-	if (now_ns < b->clock_ns)
-		return b->clock_ns;
-	b->clock_ns = now_ns;
-	return now_ns;
-}
-
 /* Forget the refusals older than ISCSI_WB_CONTEND_MS. */
 static void sources_expire(struct iscsi_wbudget *b, uint64_t now_ns)
 {
@@ -328,7 +312,12 @@ enum iscsi_wb_verdict iscsi_wb_admit(struct iscsi_wbudget *b, struct iscsi_wb_cl
 	cl->waiting = false;
 	cl->src = NULL;
 	pthread_mutex_lock(&b->lock);
-	now_ns = wb_clock(b, now_ns);
+	/*
+	 * Read before the lock: one may bring a time earlier than a refusal
+	 * another reactor stored meanwhile, whose age would wrap and be
+	 * forgotten at once. Time here never goes back; refused stays in order.
+	 */
+	now_ns = hl_time_forward(&b->clock_ns, now_ns);
 	sources_expire(b, now_ns);
 	s = source_get(b, src);
 	if (info) {
