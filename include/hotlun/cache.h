@@ -201,7 +201,8 @@ enum hl_cache_io_kind {
 	HL_CACHE_IO_MISS,    /* read the origin; may fill */
 	HL_CACHE_IO_UPDATE,  /* write request touching a cached block */
 	HL_CACHE_IO_PROMOTE, /* copy sectors [fill_first, +fill_nsect) of RAM window slot
-	                        src_slot into SSD slot `slot` (not part of the request) */
+	                        src_slot into SSD slot `slot` (not part of the request; the
+	                        block may be another LUN's: see hl_cache_io.lun) */
 };
 
 /**
@@ -218,6 +219,9 @@ struct hl_cache_io {
 	uint16_t nsect;       /* sectors of the block in the request */
 	uint16_t fill_first;  /* sectors to write into the slot (fill/update) */
 	uint16_t fill_nsect;  /* 0: nothing to write into the slot */
+	uint16_t lun;         /* PROMOTE: the LUN of the block it copies. The RAM window is
+	                         shared by the cache's LUNs, so a read of one LUN may promote
+	                         another's block: io_start/io_end go by this, not their lun */
 	uint8_t kind;         /* enum hl_cache_io_kind */
 	uint8_t pinned;       /* the io holds a pin on slot (released by io_end) */
 	uint8_t meta_barrier; /* the slot's on-device record must be made invalid first */
@@ -323,7 +327,8 @@ bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cac
  * data: written says the fill/update data reached the cache device (false
  * on device error or when the caller skipped the fill). Installs the
  * sectors only if no write/invalidation touched the slot since the io
- * started; unpins.
+ * started; unpins. lun: the LUN of the request the io came from (a
+ * PROMOTE goes by its own io->lun, here and in io_start).
  */
 void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
                           bool written);

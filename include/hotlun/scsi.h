@@ -265,7 +265,13 @@ struct hl_lu_access {
 	 * on). @return 0 (done will run), or < 0: nothing to wait for, answer now.
 	 */
 	int (*settle)(void *arg, uint16_t tpg, void (*done)(void *cookie), void *cookie);
-	/** Implicit transition time for the extended RTPG header, seconds (0: unspecified). */
+	/**
+	 * Optional: the implicit transition time for the extended RTPG header
+	 * now, seconds (0: unspecified); it may change (the ownership module
+	 * learns the peers' leases). Must not block. NULL: transition_time_s.
+	 */
+	uint8_t (*transition_time)(void *arg);
+	/** A fixed implicit transition time, seconds (0: unspecified), without transition_time. */
 	uint8_t transition_time_s;
 };
 

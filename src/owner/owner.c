@@ -124,6 +124,7 @@ struct hl_owner {
 	_Atomic uint16_t owner_seen;   /* the owner as last seen (us when we own it) */
 	_Atomic int64_t asking_until;  /* ms: a standby that asked for the disk reports
 	                                  transitioning until it owns it, at most this long */
+	_Atomic unsigned transition_s; /* the implicit transition time now (transition_time) */
 
 	pthread_t thread;
 	bool started;
@@ -148,6 +149,9 @@ struct hl_owner {
 		int64_t until;              /* answered by then whatever happened */
 	} settle[SETTLE_MAX];
 	bool ever_owned;               /* owner thread: this process owned the disk once */
+	unsigned peer_lease[HL_ALUA_GROUPS_MAX + 1]; /* owner thread: the lease each peer (gws[i];
+	                                  the last: one not in gws) published when last seen
+	                                  owning the disk, 0: never seen */
 	int64_t dup_log;               /* owner thread: when the last duplicate id was logged */
 };
 
@@ -291,6 +295,57 @@ static int access_set(void *arg, uint16_t via, uint16_t tpg, enum hl_alua_state 
 }
 
 /*
+ * The longest a takeover takes when the longest lease among the gateways is
+ * lease ms (ours or a peer's): the owner silent or not answering (a silent
+ * owner is dead only after its lease and the margin: owner_dead), a peek to
+ * see it, then its lease and the margin (owner_lease); rounded up, and a
+ * second for the cache's revalidation (8 s with the defaults). Reported as
+ * the implicit transition time; a SET TARGET PORT GROUPS is held up to this
+ * less FENCE_MARGIN_MS.
+ */
+static unsigned transition_time(const struct hl_owner *ow, unsigned lease)
+{
+	unsigned dead = HL_MAX(ow->dead_ms, lease + FENCE_MARGIN_MS);
+	unsigned wait_ms = HL_MAX(dead, ow->request_wait_ms) + PEEK_MS;
+
+	return HL_MIN((wait_ms + lease + FENCE_MARGIN_MS + 999) / 1000 + 1, 255u);
+}
+
+/*
+ * The owner thread saw gateway gw own the disk with a published lease of
+ * lease_ms (rbd's record; 0: not said). A taker waits the longer of its own
+ * lease and the owner's (owner_lease, owner_dead), so the transition time
+ * this gateway reports follows the longest lease among it and the peers it
+ * has seen: an initiator is never told a move ends before it can. A peer's
+ * lease is known once it owned the disk while this gateway watched
+ * (docs/gateways.md, "same timers everywhere").
+ */
+static void peer_lease_seen(struct hl_owner *ow, uint16_t gw, unsigned lease_ms)
+{
+	unsigned i, lease = ow->lease_ms;
+
+	if (!gw || gw == ow->gw || !lease_ms)
+		return;
+	for (i = 0; i < ow->n_gws && ow->gws[i] != gw; i++)
+		;
+	if (i == ow->n_gws)
+		lease_ms = HL_MAX(lease_ms, ow->peer_lease[i]); /* peers not in gws share one */
+	ow->peer_lease[i] = lease_ms;
+	for (i = 0; i <= ow->n_gws; i++)
+		lease = HL_MAX(lease, ow->peer_lease[i]);
+	unsigned t = transition_time(ow, lease);
+	if (atomic_exchange(&ow->transition_s, t) != t)
+		HL_NOTICE(OWN_LOG, "disk %s: implicit transition time %u s (the longest lease of "
+		          "this gateway and its peers: %u ms)", ow->disk, t, lease);
+}
+
+/* hl_lu_access.transition_time: REPORT TARGET PORT GROUPS' implicit transition time. */
+static uint8_t access_transition_time(void *arg)
+{
+	return (uint8_t)atomic_load(&((struct hl_owner *)arg)->transition_s);
+}
+
+/*
  * SET TARGET PORT GROUPS asked for our group: answer it once we serve, so
  * that the initiator's next REPORT TARGET PORT GROUPS reads active/optimized,
  * not transitioning. Linux's scsi_dh_alua holds its I/O while a group is
@@ -316,7 +371,8 @@ static int access_settle(void *arg, uint16_t tpg, void (*done)(void *cookie), vo
 			continue;
 		ow->settle[i].done = done;
 		ow->settle[i].cookie = cookie;
-		ow->settle[i].until = now_ms() + ow->access.transition_time_s * 1000 - FENCE_MARGIN_MS;
+		ow->settle[i].until =
+		    now_ms() + (int64_t)atomic_load(&ow->transition_s) * 1000 - FENCE_MARGIN_MS;
 		ow->kick = true;
 		pthread_cond_broadcast(&ow->cond);
 		rc = 0;
@@ -886,6 +942,7 @@ static void *owner_main(void *arg)
 		}
 		if (info.epoch > ow->epoch)
 			ow->epoch = info.epoch;
+		peer_lease_seen(ow, info.owner, info.lease_ms);
 		if (info.lease_ms && info.lease_ms != ow->lease_ms && info.owner != ow->gw &&
 		    (info.owner != lease_warned_gw || info.lease_ms != lease_warned)) {
 			lease_warned_gw = info.owner;
@@ -1052,16 +1109,10 @@ int hl_owner_create(const struct hl_owner_config *cfg, struct hl_origin *backend
 	ow->access.set = access_set;
 	ow->access.serving = access_serving;
 	ow->access.settle = access_settle;
+	ow->access.transition_time = access_transition_time;
 	ow->request_wait_ms = HL_MAX(ow->lease_ms, (unsigned)REQUEST_WAIT_MIN_MS);
-	/*
-	 * The longest a takeover takes: the owner silent or not answering, a
-	 * peek to see it, then its lease and the margin; rounded up, and a
-	 * second for the cache's revalidation (8 s with the defaults). A
-	 * SET TARGET PORT GROUPS is held up to this less FENCE_MARGIN_MS.
-	 */
-	unsigned wait_ms = HL_MAX(ow->dead_ms, ow->request_wait_ms) + PEEK_MS;
-	ow->access.transition_time_s =
-	    (uint8_t)HL_MIN((wait_ms + ow->lease_ms + FENCE_MARGIN_MS + 999) / 1000 + 1, 255u);
+	/* our own lease until a peer's longer one is seen (peer_lease_seen) */
+	atomic_store(&ow->transition_s, transition_time(ow, ow->lease_ms));
 	if (lu)
 		hl_lu_set_access(lu, &ow->access, ow);
 	*out = ow;
@@ -1113,7 +1164,8 @@ int hl_owner_request(struct hl_owner *ow)
 	else {
 		/* transitioning while asking, bounded by the transition time we report */
 		atomic_store(&ow->asking_until,
-		             now_ms() + ow->access.transition_time_s * 1000 - FENCE_MARGIN_MS);
+		             now_ms() + (int64_t)atomic_load(&ow->transition_s) * 1000 -
+		                 FENCE_MARGIN_MS);
 		ow->want = true;
 		ow->kick = true;
 		pthread_cond_broadcast(&ow->cond);

@@ -754,8 +754,12 @@ enum scsi_exec_result spc_report_tpgs(struct hl_scsi_cmd *cmd)
 	off = acc ? rtpg_groups(cmd, acc, ports, n, buf, off) : rtpg_lone(ports, n, buf, off);
 	hl_put_be32(buf, off - 4);
 	if (extended) {
-		buf[4] = 0x10;                             /* FORMAT TYPE 001b */
-		buf[5] = acc ? acc->transition_time_s : 0; /* implicit transition time, 0: none */
+		void *arg = acc ? __atomic_load_n(&cmd->lu->access_arg, __ATOMIC_RELAXED) : NULL;
+		buf[4] = 0x10; /* FORMAT TYPE 001b */
+		/* implicit transition time, 0: none (the provider's, it may change) */
+		buf[5] = !acc                   ? 0
+		         : acc->transition_time ? acc->transition_time(arg)
+		                                : acc->transition_time_s;
 	}
 	scsi_data_in(cmd, buf, off, alloc);
 	return SCSI_DONE;

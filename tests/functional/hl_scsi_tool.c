@@ -23,13 +23,14 @@
  *           preempt-abort KEY SAKEY TYPE | clear KEY | read-keys |
  *           read-rsv | read-full | caps | write LBA | read LBA |
  *           prefetch LBA BLOCKS | read-range LBA BLOCKS |
- *           hammer OTHER N
+ *           hammer OTHER N | rtpg
  *       Prints one line: GOOD, CONFLICT, BUSY or CHECK <key>/<asc>/<ascq>
  *       for OUT commands and writes (OUT commands: then " ms=N", the time
  *       it took); for IN commands "gen G keys K1 K2 ...", "gen G type T key
  *       K" (or "gen G none"), "ptpl_c C ptpl_a A sip_c S", read-full
  *       "gen G" then " KEY@REL[*]" per registration (REL 0: all target
- *       ports; * the holder).
+ *       ports; * the holder); rtpg (REPORT TARGET PORT GROUPS, extended
+ *       header) "format F transition T" then " TPG:STATE" per group.
  *       hammer: N rounds of REGISTER AND IGNORE EXISTING KEY (a new key),
  *       RESERVE (Write Exclusive) and PREEMPT of the key that the nexus
  *       ISID OTHER registered in the same round, then a last REGISTER AND
@@ -748,6 +749,29 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 				       d[21] & 0x0f, k);
 			} else {
 				printf("gen %" PRIu32 " none\n", gen);
+			}
+		}
+	} else if (!strcmp(op, "rtpg") && argc == 1) {
+		/* REPORT TARGET PORT GROUPS, extended header (MAINTENANCE IN / 0Ah, format 001b) */
+		unsigned char cdb[12] = {0xa3, 0x2a, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0};
+		t = scsi_create_task(sizeof(cdb), cdb, SCSI_XFER_READ, 1024);
+		if (t && !iscsi_scsi_command_sync(iscsi, lun, t, NULL)) {
+			scsi_free_scsi_task(t);
+			t = NULL;
+		}
+		if (t && t->status != SCSI_STATUS_GOOD) {
+			print_status(t);
+		} else if (t) {
+			const uint8_t *d = t->datain.data;
+			int n = t->datain.size;
+			if (n < 8) {
+				printf("short %d\n", n);
+			} else {
+				printf("format %u transition %u", (unsigned)(d[4] >> 4 & 7), d[5]);
+				for (int off = 8; off + 8 <= n; off += 8 + 4 * d[off + 7])
+					printf(" %u:%u", (unsigned)(d[off + 2] << 8 | d[off + 3]),
+					       d[off] & 0x0f);
+				printf("\n");
 			}
 		}
 	} else if (!strcmp(op, "prefetch") && argc == 3) {

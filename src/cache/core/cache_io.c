@@ -30,6 +30,16 @@ static bool promote_hides_fill(const struct hl_cache_core *c, const struct hl_ca
 	return false;
 }
 
+/*
+ * The LUN whose block io writes: a PROMOTE carries its own (the RAM window
+ * is shared by the cache's LUNs, so the read that planned it, whose LUN the
+ * caller passes, may be another LUN's); every other io is the caller's.
+ */
+static uint16_t io_lun(const struct hl_cache_io *io, uint16_t lun)
+{
+	return io->kind == HL_CACHE_IO_PROMOTE ? io->lun : lun;
+}
+
 /* Does slot s still hold the io's block, unchanged since its ticket, with no write in flight? */
 static bool same_content(const struct hl_cache_core *c, uint32_t s, uint64_t key, uint32_t ticket)
 {
@@ -40,9 +50,11 @@ static bool same_content(const struct hl_cache_core *c, uint32_t s, uint64_t key
 
 bool hl_cache_core_io_start(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io)
 {
-	struct cache_lun *l = c->luns[lun];
+	struct cache_lun *l;
 	struct cache_busy_ent *e;
 
+	lun = io_lun(io, lun);
+	l = c->luns[lun];
 	if (io->slot >= c->ntotal || !io->fill_nsect || io->started)
 		return false;
 	e = cache_is_busy(c, io->slot) ? cache_busy_find(c, io->slot) : NULL;
@@ -130,10 +142,13 @@ static void promote_end(struct hl_cache_core *c, struct cache_lun *l, uint16_t l
 void hl_cache_core_io_end(struct hl_cache_core *c, uint16_t lun, struct hl_cache_io *io,
                           bool written)
 {
-	struct cache_lun *l = c->luns[lun];
+	struct cache_lun *l;
 	struct cache_busy_ent *e;
 	uint32_t s = io->slot;
 	bool started = io->started;
+
+	lun = io_lun(io, lun);
+	l = c->luns[lun];
 
 	if (s == HL_CACHE_NO_SLOT || s >= c->ntotal)
 		return;

@@ -200,6 +200,7 @@ static bool window_promote(struct hl_cache_core *c, uint32_t w, struct hl_cache_
 	memset(io, 0, sizeof(*io));
 	io->kind = HL_CACHE_IO_PROMOTE;
 	io->block = cache_key_block(key);
+	io->lun = cache_key_lun(key); /* maybe not the reading LUN: the window is shared */
 	io->slot = s;
 	io->src_slot = w;
 	io->ticket = e->gen;

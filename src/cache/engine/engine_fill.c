@@ -320,16 +320,17 @@ void engine_fill_sub_done(struct eng_sub *s, int result)
 		/* A write past the end of a truncated file would extend it: look. */
 		if (!result && engine_device_check_size(c))
 			result = -EIO;
-		if (result) {
+		if (result)
 			engine_dev_error(c, req->ent, result);
-		} else {
+		else
 			atomic_fetch_add(&c->changes, 1);
-			if (req->ios[s->k].kind == HL_CACHE_IO_PROMOTE) {
-				cnt_add(&c->st.promotions, 1);
-				cnt_add(&req->ent->st.promotions, 1);
-			}
-		}
 		pthread_mutex_lock(&c->lock);
+		if (!result && req->ios[s->k].kind == HL_CACHE_IO_PROMOTE) {
+			/* the promoted block's disk: the window is shared, it may not be req's */
+			struct map_ent *pe = engine_ent_by_id(c, req->ios[s->k].lun);
+			cnt_add(&c->st.promotions, 1);
+			cnt_add(&(pe ? pe : req->ent)->st.promotions, 1);
+		}
 		hl_cache_core_io_end(c->core, req->ent->id, &req->ios[s->k], result == 0);
 		pthread_mutex_unlock(&c->lock);
 		break;

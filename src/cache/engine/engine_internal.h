@@ -467,6 +467,8 @@ void engine_ent_free(struct map_ent *e);
 int engine_ent_add(struct hl_cache *c, struct map_ent *e);
 /** The entry of disk name, or NULL. */
 struct map_ent *engine_ent_find(struct hl_cache *c, const char *name);
+/** The entry whose core LUN id is id, or NULL. Under c->lock. */
+struct map_ent *engine_ent_by_id(struct hl_cache *c, uint16_t id);
 /** A LUN id never handed out by the map. @return 0 or -ENOSPC. */
 int engine_ent_id_alloc(struct hl_cache *c, uint16_t *out);
 /**

@@ -234,12 +234,17 @@ struct map_ent *engine_ent_find(struct hl_cache *c, const char *name)
 	return NULL;
 }
 
-static bool id_used(struct hl_cache *c, uint16_t id)
+struct map_ent *engine_ent_by_id(struct hl_cache *c, uint16_t id)
 {
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->id == id)
-			return true;
-	return false;
+			return c->ents[i];
+	return NULL;
+}
+
+static bool id_used(struct hl_cache *c, uint16_t id)
+{
+	return engine_ent_by_id(c, id) != NULL;
 }
 
 /* A LUN id never handed out by this map (ids only grow, wrapping after 65535). */

@@ -132,9 +132,7 @@ static void meta_post(struct hl_cache *c, struct meta_wait *w)
 static void *meta_main(void *arg)
 {
 	struct hl_cache *c = arg;
-	unsigned long synced_changes = atomic_load(&c->changes);
-
-	atomic_store(&c->synced, synced_changes);
+	unsigned long synced_changes = atomic_load(&c->synced); /* engine_meta_start */
 	struct timespec next;
 
 	clock_gettime(CLOCK_MONOTONIC, &next);
@@ -218,7 +216,15 @@ static void *meta_main(void *arg)
 
 int engine_meta_start(struct hl_cache *c)
 {
-	int rc = -pthread_create(&c->meta_thr, NULL, meta_main, c);
+	int rc;
+
+	/*
+	 * What open loaded is on the device: synced. Counted here, not by the
+	 * thread once it runs: a fill that completes before a slow thread's
+	 * first look would be counted as synced and never flushed by a tick.
+	 */
+	atomic_store(&c->synced, atomic_load(&c->changes));
+	rc = -pthread_create(&c->meta_thr, NULL, meta_main, c);
 
 	if (!rc)
 		c->meta_started = true;

@@ -58,7 +58,7 @@ static void read_fill_phase(struct eng_req *req)
 			/* The window slot is pinned and MOVING: its data is stable. */
 			data = c->window + (uint64_t)(io->src_slot - c->nslots) * c->bs +
 			       (uint64_t)io->fill_first * SECT;
-			cache_trace(CT_PROMOTE, 0, req->ent->id, io->slot, io->src_slot, io->block,
+			cache_trace(CT_PROMOTE, 0, io->lun, io->slot, io->src_slot, io->block,
 			            io->fill_first, io->fill_nsect);
 		} else {
 			if (req->run_of[k] < 0)

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache/core/core_internal.h"
 #include "hl_test.h"
@@ -654,6 +655,130 @@ static void test_window_promotion(void)
 	CU_ASSERT_EQUAL(v[0] & 0xfe, 0); /* at most the write's own sector */
 	hl_cache_core_info(c, &info);
 	CU_ASSERT(info.used_slots <= 20);
+	hl_cache_core_destroy(c);
+}
+
+/*
+ * Bring block blk of LUN 1 into the RAM window as a returning block (read,
+ * pushed out by new blocks of LUN 0 into the ghost, read again), then push
+ * the window with reads of LUN 0 until one of them plans blk's promotion.
+ * Every other io is ended at once, under LUN 0 as the engine and hotlun-sim
+ * end a request's ios (the reading LUN's id). *next: LUN 0's next new block.
+ * @return true with the promotion io (not started, not ended) in *out.
+ */
+static bool promote_lun1_block(struct hl_cache_core *c, uint64_t blk, uint64_t *next,
+                               struct hl_cache_io *out)
+{
+	struct hl_cache_io ios[8];
+	bool found = false;
+	int n;
+
+	CU_ASSERT_EQUAL(rd(c, 1, blk * 64 * K, 64 * K), R_MISS);
+	for (int i = 0; i < 20; i++)
+		rd(c, 0, (*next)++ * 64 * K, 64 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 1, blk, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(rd(c, 1, blk * 64 * K, 64 * K), R_MISS); /* back from the ghost */
+	CU_ASSERT(hl_cache_core_peek(c, 1, blk, NULL) >= 16);
+	for (int tries = 0; tries < 60 && !found; tries++) {
+		n = hl_cache_core_read(c, 0, (*next)++ * 64 * K, 64 * K, ios, 8);
+		CU_ASSERT_FATAL(n >= 1);
+		for (int i = 0; i < n; i++) {
+			if (i >= 1 && ios[i].kind == HL_CACHE_IO_PROMOTE && ios[i].block == blk) {
+				*out = ios[i];
+				found = true;
+				continue;
+			}
+			hl_cache_core_io_end(c, 0, &ios[i], true);
+		}
+	}
+	return found;
+}
+
+/*
+ * The RAM window is shared by the cache's LUNs: a read of LUN 0 may promote
+ * a window block of LUN 1. The promotion is ended under the reading LUN's
+ * id, as a request's ios are; it must still install LUN 1's block (it was
+ * dropped: the core looked the block up under LUN 0), and LUN 1 then hits.
+ */
+static void test_window_promotion_other_lun(void)
+{
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
+	struct hl_cache_stats s0, s1, t0, t1;
+	struct hl_cache_io io;
+	uint64_t next = 1000;
+	uint8_t v[32];
+
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 1, 0) == 0);
+	for (int b = 0; b < 16; b++)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K); /* warm-up fills the SSD with LUN 0 */
+	CU_ASSERT_FATAL(promote_lun1_block(c, 100, &next, &io));
+	CU_ASSERT(io.slot < 16);
+	CU_ASSERT(io.src_slot >= 16);
+	hl_cache_core_stats(c, 0, &s0);
+	hl_cache_core_stats(c, 1, &s1);
+	CU_ASSERT_TRUE(hl_cache_core_io_start(c, 0, &io));
+	hl_cache_core_io_end(c, 0, &io, true);
+	hl_cache_core_stats(c, 0, &t0);
+	hl_cache_core_stats(c, 1, &t1);
+	/* the device write and any drop are LUN 1's, the block's */
+	CU_ASSERT_EQUAL(t1.bytes_cache_write - s1.bytes_cache_write, 64 * K);
+	CU_ASSERT_EQUAL(t0.bytes_cache_write, s0.bytes_cache_write);
+	CU_ASSERT_EQUAL(t0.fills_dropped + t1.fills_dropped, s0.fills_dropped + s1.fills_dropped);
+	memset(v, 0, sizeof(v));
+	CU_ASSERT(hl_cache_core_peek(c, 1, 100, v) < 16);
+	CU_ASSERT_EQUAL(v[0], 0xff);
+	CU_ASSERT_EQUAL(v[1], 0xff);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 100, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(rd(c, 1, 100 * 64 * K, 64 * K), R_HIT);
+	hl_cache_core_destroy(c);
+}
+
+/*
+ * The same cross-LUN promotion raced by a write to LUN 1's block still
+ * loses (never stale): a write that begins before the copy starts makes
+ * io_start refuse it; one that begins while the copy is written makes
+ * io_end drop it (and the write's own update waits its turn: refused).
+ * Either way no sector of the old copy is valid afterwards, and a read of
+ * LUN 1 is not served from the cache.
+ */
+static void test_window_promotion_other_lun_raced(void)
+{
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
+	struct hl_cache_io io, w[2];
+	uint64_t next = 1000;
+	uint8_t v[32];
+
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 1, 0) == 0);
+	for (int b = 0; b < 16; b++)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K);
+	/* the write comes first: the copy may not start */
+	CU_ASSERT_FATAL(promote_lun1_block(c, 300, &next, &io));
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 1, 300 * 64 * K, 4 * K, w, 2), 1);
+	hl_cache_core_write_end(c, 1, &w[0], true);
+	if (w[0].fill_nsect)
+		hl_cache_core_io_end(c, 1, &w[0], true);
+	CU_ASSERT_FALSE(hl_cache_core_io_start(c, 0, &io));
+	hl_cache_core_io_end(c, 0, &io, false);
+	memset(v, 0, sizeof(v));
+	hl_cache_core_peek(c, 1, 300, v);
+	CU_ASSERT_EQUAL(v[0] & 0xfe, 0); /* at most the write's own sector */
+	CU_ASSERT_EQUAL(v[1], 0);
+	CU_ASSERT_NOT_EQUAL(rd(c, 1, 300 * 64 * K, 64 * K), R_HIT);
+	/* the copy is being written when the write begins: it is dropped at its end */
+	CU_ASSERT_FATAL(promote_lun1_block(c, 400, &next, &io));
+	CU_ASSERT_TRUE(hl_cache_core_io_start(c, 0, &io));
+	CU_ASSERT_EQUAL(hl_cache_core_write_begin(c, 1, 400 * 64 * K, 4 * K, w, 2), 1);
+	hl_cache_core_write_end(c, 1, &w[0], true);
+	if (w[0].fill_nsect) {
+		CU_ASSERT_FALSE(hl_cache_core_io_start(c, 1, &w[0])); /* the copy holds the slot */
+		hl_cache_core_io_end(c, 1, &w[0], false);
+	}
+	hl_cache_core_io_end(c, 0, &io, true);
+	memset(v, 0, sizeof(v));
+	hl_cache_core_peek(c, 1, 400, v);
+	CU_ASSERT_EQUAL(v[0], 0);
+	CU_ASSERT_EQUAL(v[1], 0);
+	CU_ASSERT_NOT_EQUAL(rd(c, 1, 400 * 64 * K, 64 * K), R_HIT);
 	hl_cache_core_destroy(c);
 }
 
@@ -1438,6 +1563,8 @@ static const struct hl_test tests[] = {
     {"scan resistance: hot set keeps >= 90% hits", test_scan_resistance},
     {"scan with admit-all flushes the hot set", test_scan_always_fails},
     {"RAM window and promotion to the SSD", test_window_promotion},
+    {"a read of one LUN promotes another LUN's window block", test_window_promotion_other_lun},
+    {"a write still beats another LUN's promotion", test_window_promotion_other_lun_raced},
     {"the RAM window's CLOCK keeps one reference bit", test_window_clock_one_bit},
     {"window and update buffer share their RAM (rule 9)", test_window_buffer_split},
     {"a re-read stream earns the SSD within the write budget (rule 10)", test_write_budget},

@@ -1957,6 +1957,97 @@ static void test_window_and_promotion(void)
 	free(order);
 }
 
+/* Disk name's core LUN id and where the core keeps its block blk (v: its valid bits). */
+static uint32_t peek_disk(struct hl_cache *c, const char *name, uint64_t blk, uint8_t *v)
+{
+	uint32_t s;
+
+	pthread_mutex_lock(&c->lock);
+	s = hl_cache_core_peek(c->core, engine_ent_find(c, name)->id, blk, v);
+	pthread_mutex_unlock(&c->lock);
+	return s;
+}
+
+/*
+ * Two disks share the cache and its RAM window: reads of disk0 push a
+ * window block of disk1 out, and its promotion is planned by (and ended
+ * with) a request of disk0. The block lands on the SSD, counted as a
+ * promotion of disk1, and disk1's next read of it is a hit served by the
+ * cache device with the origin's data (it was dropped: the core looked the
+ * copy up under disk0's LUN id).
+ */
+static void test_promotion_of_another_disk(void)
+{
+	struct fake fa, fb;
+	struct hl_cache *c;
+	struct hl_origin *oa = NULL, *ob = NULL;
+	struct hl_cache_core_info info;
+	struct hl_cache_engine_stats eb0, eb1;
+	struct hl_cache_config cfg = {
+	    .name = "ut",
+	    .size = 8 * M,
+	    .block_size = BS,
+	    .admission = "frequency",
+	    .meta_interval_ms = 50,
+	};
+	const uint64_t X = 7;
+	uint8_t *buf = malloc(BS), v[32];
+	uint64_t next = 0, nblk;
+	bool ok = true, promoted = false;
+	int reads;
+
+	dev_name();
+	cfg.device = g_dev;
+	reactor_up();
+	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	pthread_mutex_lock(&c->lock);
+	hl_cache_core_info(c->core, &info);
+	pthread_mutex_unlock(&c->lock);
+	CU_ASSERT_FATAL(info.window_slots > 0);
+	nblk = info.nslots + 4 * info.window_slots + 64;
+	fake_init(&fa, nblk * 3 * BS, 21);
+	fake_init(&fb, 64 * BS, 22);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_origin(&fa, "fake:a"), &oa) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk1", 0, fake_origin(&fb, "fake:b"), &ob) == 0);
+	/* disk0 fills the SSD (blocks 3 apart: never a sequential stream) */
+	for (uint64_t i = 0; i < info.nslots && ok; i++, next++)
+		ok = do_io(oa, HL_IO_READ, next * 3 * BS, BS, buf) == 0 && wait_inflight(c, 0);
+	/* disk1's block X goes to the window, is pushed out by disk0, and comes back */
+	ok = ok && do_io(ob, HL_IO_READ, X * BS, BS, buf) == 0 && wait_inflight(c, 0);
+	CU_ASSERT(peek_disk(c, "disk1", X, NULL) >= info.nslots);
+	for (uint64_t i = 0; i < 2 * info.window_slots && ok; i++, next++)
+		ok = do_io(oa, HL_IO_READ, next * 3 * BS, BS, buf) == 0 && wait_inflight(c, 0);
+	CU_ASSERT_EQUAL(peek_disk(c, "disk1", X, NULL), HL_CACHE_NO_SLOT);
+	ok = ok && do_io(ob, HL_IO_READ, X * BS, BS, buf) == 0 && wait_inflight(c, 0);
+	CU_ASSERT(peek_disk(c, "disk1", X, NULL) >= info.nslots);
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, "disk1", &eb0) == 0);
+	/* disk0 pushes it out again: promoted by one of disk0's reads */
+	for (uint64_t i = 0; i < 2 * info.window_slots && ok && !promoted; i++, next++) {
+		ok = do_io(oa, HL_IO_READ, next * 3 * BS, BS, buf) == 0 && wait_inflight(c, 0);
+		memset(v, 0, sizeof(v));
+		promoted = peek_disk(c, "disk1", X, v) < info.nslots && v[0] == 0xff && v[1] == 0xff;
+	}
+	CU_ASSERT(ok);
+	CU_ASSERT_TRUE(promoted);
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, "disk1", &eb1) == 0);
+	CU_ASSERT_EQUAL(eb1.promotions - eb0.promotions, 1);
+	/* disk1 reads it from the cache device, right */
+	reads = fb.reads;
+	memset(buf, 0, BS);
+	CU_ASSERT_EQUAL(do_io(ob, HL_IO_READ, X * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, fb.mem + X * BS, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(fb.reads, reads);
+	reactor_down();
+	hl_origin_close(oa);
+	hl_origin_close(ob);
+	hl_cache_close(c);
+	dev_remove();
+	free(fa.mem);
+	free(fb.mem);
+	free(buf);
+}
+
 /* The n-th block of a fixed order over nblk blocks, never contiguous (no sequential bypass). */
 static uint64_t perm(uint64_t n, uint64_t nblk)
 {
@@ -3124,6 +3215,7 @@ int main(void)
 	     test_prefetch_discard},
 	    {"RAM window hits, promotions and evictions keep the data right",
 	     test_window_and_promotion},
+	    {"a read of one disk promotes another disk's window block", test_promotion_of_another_disk},
 	    {"a promotion's copy never lands a hole over a sector filled meanwhile",
 	     test_promote_hole_raced_fill},
 	    {"two caches in one process restart warm", test_two_caches},

@@ -666,6 +666,15 @@ static int stpg(struct hl_owner *ow, uint16_t tpg, struct held *h)
 	return acc->settle(ow, tpg, held_done, h);
 }
 
+/* The implicit transition time ow reports now (REPORT TARGET PORT GROUPS reads it so). */
+static unsigned transition_s(struct hl_owner *ow)
+{
+	const struct hl_lu_access *acc = hl_owner_access(ow);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(acc->transition_time);
+	return acc->transition_time(ow);
+}
+
 /* Wait up to ms for h to be answered. */
 static void held_wait(struct held *h, int ms)
 {
@@ -691,7 +700,7 @@ static void test_stpg_held_until_ours(void)
 	pair_start(&p, true);
 	g_preset = NULL;
 	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
-	unsigned bound = hl_owner_access(p.ow[0])->transition_time_s * 1000u - 500u;
+	unsigned bound = transition_s(p.ow[0]) * 1000u - 500u;
 	usleep((HOLD + 100) * 1000); /* past the owner's hold: a request is honoured */
 	int64_t t0 = mono_ms();
 	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[1], 2, &h), 0);
@@ -1013,6 +1022,51 @@ static void test_forced_takeover_longer_lease(void)
 	pair_stop(&p);
 }
 
+/*
+ * A peer with a longer lease (900 ms against this gateway's 200): a
+ * takeover from it waits its lease twice (silence, then the wait after the
+ * fence), so the transition time this gateway reports, and the bound of an
+ * STPG it holds, follow that lease once it has seen the peer own the disk:
+ * the same as the peer's own. With only its own lease (3 s: the request
+ * wait of 1 s (above dead, 400 ms) + 250 + 200 + 500 ms, rounded up, + 1 s)
+ * an STPG at it while the peer hangs was
+ * answered at 2.5 s with the group still transitioning, before the
+ * takeover (~3 s) ended.
+ */
+static void test_transition_time_longer_lease_peer(void)
+{
+	static const unsigned leases[2] = {900, 200};
+	struct pair p;
+	struct held h = {0};
+	unsigned both = 0, own_only = (1000 + 250 + LEASE + 500 + 999) / 1000 + 1;
+	int64_t t0;
+
+	g_leases = leases;
+	pair_start(&p, true);
+	g_leases = NULL;
+	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	usleep(3 * LEASE * 1000); /* the standby has seen the owner's record */
+	/* 900 + 500 silent + 250, 900 + 500 after the fence, rounded up, + 1 s */
+	CU_ASSERT_EQUAL(transition_s(p.ow[0]), 5);
+	CU_ASSERT_EQUAL(transition_s(p.ow[1]), transition_s(p.ow[0]));
+	CU_ASSERT(transition_s(p.ow[1]) > own_only);
+	unsigned bound = transition_s(p.ow[1]) * 1000u - 500u;
+	/* the owner hangs; an STPG at the standby is held through the takeover */
+	atomic_store(&p.g[0].hung, true);
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[1], 2, &h), 0);
+	held_wait(&h, (int)bound + 1000);
+	CU_ASSERT_EQUAL(atomic_load(&h.done), 1);
+	CU_ASSERT_EQUAL(atomic_load(&h.seen), HL_ALUA_AO);
+	printf("\n    STPG (hung owner, lease 900 ms) held %lld ms, bound %u ms",
+	       (long long)(h.at - t0), bound);
+	CU_ASSERT(h.at - t0 >= 2 * (900 + 500) - 100);
+	CU_ASSERT(h.at - t0 < bound);
+	CU_ASSERT_EQUAL(p.cl.breaks, 1);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
 static const struct hl_test tests[] = {
 	{"one owner, the other standby", test_one_owner},
 	{"planned handover, no lease wait, no break", test_planned_handover},
@@ -1033,6 +1087,8 @@ static const struct hl_test tests[] = {
 	{"a failed release when giving a disk back says so", test_problem_give_back},
 	{"the cluster's watch tells a release at once", test_watch_tells_release},
 	{"STPG held until this gateway serves, bounded", test_stpg_held_until_ours},
+	{"a peer with a longer lease raises the transition time and the STPG bound",
+	 test_transition_time_longer_lease_peer},
 	{"origins without ownership ops", test_no_ops},
 	{NULL, NULL},
 };

@@ -26,6 +26,8 @@ struct fake_access {
 	} set[8];
 	unsigned n_state_calls;
 	bool not_serving; /* serving(): the lease ran out */
+	uint8_t tt;       /* transition_time(): what it says now */
+	void *tt_arg;     /* the arg it was last called with */
 };
 
 static struct fake_access fa;
@@ -202,6 +204,44 @@ static void test_port_ids(void)
 	hl_scsi_port_ids(1, 2, &rel, &tpg);
 	CU_ASSERT_EQUAL(rel, gw1_t2.rel_port_id);
 	CU_ASSERT_EQUAL(tpg, gw1_t2.tpg_id);
+}
+
+static uint8_t fa_transition_time(void *arg)
+{
+	((struct fake_access *)arg)->tt_arg = arg;
+	return ((struct fake_access *)arg)->tt;
+}
+
+/* A provider whose transition time changes (owner.c: a peer's longer lease). */
+static const struct hl_lu_access fa_tt_ops = {
+    .groups = fa_groups,
+    .state = fa_state,
+    .set = fa_set,
+    .serving = fa_serving,
+    .transition_time = fa_transition_time,
+    .transition_time_s = 5, /* not used: the op wins */
+};
+
+/* RTPG's extended header reads the provider's transition time at each call. */
+static void test_rtpg_transition_time_changes(void)
+{
+	struct tcmd t;
+	uint8_t cdb[12], buf[256];
+
+	alua_setup(HL_ALUA_STANDBY, HL_ALUA_AO);
+	hl_lu_set_access(lu, &fa_tt_ops, &fa);
+	fa.tt = 8;
+	rtpg_cdb(cdb, true, sizeof(buf));
+	run_full(&t, &nx1, 0, cdb, 12, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(buf[4], 0x10);
+	CU_ASSERT_EQUAL(buf[5], 8);
+	CU_ASSERT_PTR_EQUAL(fa.tt_arg, &fa);
+	fa.tt = 12; /* the provider saw a peer with a longer lease */
+	run_full(&t, &nx1, 0, cdb, 12, buf, sizeof(buf), false);
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(buf[5], 12);
+	lu_teardown();
 }
 
 static void test_rtpg_two_groups(void)
@@ -846,6 +886,7 @@ static const struct hl_test tests[] = {
     {"no provider: TPGS 01b, RTPG all active/optimized, no STPG", test_no_provider_unchanged},
     {"port ids: group = gateway, relative port = gateway << 8 | TPGT", test_port_ids},
     {"RTPG: the provider's groups, states, ports, transition time", test_rtpg_two_groups},
+    {"RTPG: a provider's transition time is read at each call", test_rtpg_transition_time_changes},
     {"STPG for our group held until the provider says active", test_stpg_held_until_active},
     {"INQUIRY with a provider: TPGS 11b, PQ 001b when unavailable", test_inquiry_with_provider},
     {"active/optimized and non-optimized run everything", test_active_states_run_everything},
