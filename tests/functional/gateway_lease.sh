@@ -17,21 +17,12 @@
 hl_cache_front_prereqs
 hl_need rbd ceph ceph-mon ceph-osd
 "$HL_BUILDDIR/hotlund" --version | grep -q "^origin backends:.* rbd" || hl_skip "hotlund built without librbd"
-MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
 CTL=$HL_BUILDDIR/hotlunctl
 TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
 [ -x "$TOOL" ] || hl_error "hl_scsi_tool not built (make check builds it)"
 
 T=$(hl_tmpdir)
-cluster=$T/ceph
-rc=0
-MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:64M >"$T/ceph-up.log" 2>&1 || rc=$?
-[ $rc = 3 ] && hl_skip "$(tail -1 "$T/ceph-up.log")"
-[ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$T/ceph-up.log")"
-ceph_down() { MINI_CEPH_QUIET=1 "$MINI_CEPH" down "$cluster" >/dev/null 2>&1; }
-# hotlund goes first: librbd cannot close an image once the cluster is gone
-trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; sleep 1; ceph_down; (exit $rc); hl_cleanup' EXIT
-export CEPH_CONF=$cluster/ceph.conf
+hl_ceph_up "$T/ceph" origin:64M
 
 IQN=$HL_IQN_PREFIX:gw-lease
 GW_ORIGIN=rbd:rbd/origin

@@ -32,18 +32,10 @@ hl_need iscsi-test-cu rbd ceph ceph-mon ceph-osd python3
 TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
 SESSION=$HL_BUILDDIR/tests/functional/hl_session_cmds
 [ -x "$TOOL" ] && [ -x "$SESSION" ] || hl_missing "hl_scsi_tool / hl_session_cmds not built"
-MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
 CTL=$HL_BUILDDIR/hotlunctl
 
 T=$(hl_tmpdir)
-cluster=$T/ceph
-rc=0
-MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:64M slow:16M >"$T/ceph-up.log" 2>&1 || rc=$?
-[ $rc = 3 ] && hl_skip "$(tail -1 "$T/ceph-up.log")"
-[ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$T/ceph-up.log")"
-ceph_down() { MINI_CEPH_QUIET=1 "$MINI_CEPH" down "$cluster" >/dev/null 2>&1; }
-# hotlund goes first: librbd cannot close an image once the cluster is gone
-trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done; sleep 1; [ $rc = 0 ] || cp -r "$cluster/log" "$T/ceph-log" 2>/dev/null; ceph_down; (exit $rc); hl_cleanup' EXIT
+hl_ceph_up "$T/ceph" origin:64M slow:16M
 
 IQN=$HL_IQN_PREFIX:gw-pr
 declare -A PORT SOCK PID

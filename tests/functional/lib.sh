@@ -231,6 +231,28 @@ hl_descendants() {
 	done
 }
 
+# hl_ceph_up DIR IMAGE:SIZE ...: a throw-away one-node Ceph cluster in DIR
+# (mini_ceph.sh) with these rbd images; the test is skipped where Ceph
+# cannot run. Sets cluster and exports CEPH_CONF. The EXIT trap stops the
+# test's processes first (SIGCONT for frozen ones, then SIGTERM: librbd
+# cannot close an image once the cluster is gone), keeps the cluster's log
+# in DIR-log when the test failed, then stops the cluster.
+hl_ceph_up() {
+	local rc=0
+	cluster=$1
+	shift
+	MINI_CEPH_QUIET=1 "$HL_SRCDIR/tests/functional/mini_ceph.sh" up "$cluster" "$@" \
+		>"$cluster-up.log" 2>&1 || rc=$?
+	[ $rc = 3 ] && hl_skip "$(tail -1 "$cluster-up.log")"
+	[ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$cluster-up.log")"
+	trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done; sleep 1; [ $rc = 0 ] || cp -r "$cluster/log" "$cluster-log" 2>/dev/null; hl_ceph_down; (exit $rc); hl_cleanup' EXIT
+	export CEPH_CONF=$cluster/ceph.conf
+}
+
+hl_ceph_down() {
+	MINI_CEPH_QUIET=1 "$HL_SRCDIR/tests/functional/mini_ceph.sh" down "$cluster" >/dev/null 2>&1
+}
+
 hl_cleanup() {
 	local rc=$? i pid
 	set +x

@@ -10,18 +10,9 @@
 . "$(dirname "$0")/lib.sh"
 hl_need iscsi-inq python3 rbd ceph ceph-mon ceph-osd
 "$HL_BUILDDIR/hotlund" --version | grep -q "^origin backends:.* rbd" || hl_skip "hotlund built without librbd"
-MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
 
 T=$(hl_tmpdir)
-cluster=$T/ceph
-rc=0
-MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" shared:16M other:16M >"$T/ceph-up.log" 2>&1 || rc=$?
-[ $rc = 3 ] && hl_skip "$(tail -1 "$T/ceph-up.log")"
-[ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$T/ceph-up.log")"
-ceph_down() { MINI_CEPH_QUIET=1 "$MINI_CEPH" down "$cluster" >/dev/null 2>&1; }
-# hotlund goes first: librbd cannot close an image once the cluster is gone
-trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; sleep 1; ceph_down; (exit $rc); hl_cleanup' EXIT
-export CEPH_CONF=$cluster/ceph.conf
+hl_ceph_up "$T/ceph" shared:16M other:16M
 IQN=$HL_IQN_PREFIX:lu-identity-rbd
 
 conf() {

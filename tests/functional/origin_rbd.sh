@@ -22,22 +22,13 @@
 . "$(dirname "$0")/lib.sh"
 hl_need qemu-img python3 rbd ceph ceph-mon ceph-osd cmp
 "$HL_BUILDDIR/hotlund" --version | grep -q "^origin backends:.* rbd" || hl_skip "hotlund built without librbd"
-MINI_CEPH=$HL_SRCDIR/tests/functional/mini_ceph.sh
 SESSION=$HL_BUILDDIR/tests/functional/hl_session_cmds
 BENCH=$HL_BUILDDIR/hotlun-bench
 [ -x "$SESSION" ] || hl_missing "$SESSION not built (make check builds it)"
 [ -x "$BENCH" ] || hl_missing "$BENCH not built"
 
 tmp=$(hl_tmpdir)
-cluster=$tmp/ceph
-rc=0
-MINI_CEPH_QUIET=1 "$MINI_CEPH" up "$cluster" origin:128M rsz:64M fence:16M >"$tmp/ceph-up.log" 2>&1 || rc=$?
-[ $rc = 3 ] && hl_skip "$(tail -1 "$tmp/ceph-up.log")"
-[ $rc = 0 ] || hl_fail "single-node Ceph did not start: $(tail -8 "$tmp/ceph-up.log")"
-ceph_down() { MINI_CEPH_QUIET=1 "$MINI_CEPH" down "$cluster" >/dev/null 2>&1; }
-# hotlund goes first: librbd cannot close an image once the cluster is gone
-trap 'rc=$?; for p in "${HL_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; sleep 1; ceph_down; (exit $rc); hl_cleanup' EXIT
-export CEPH_CONF=$cluster/ceph.conf
+hl_ceph_up "$tmp/ceph" origin:128M rsz:64M fence:16M
 rbd snap create rbd/origin@empty >/dev/null || hl_fail "rbd snap create"
 
 port=$(hl_free_port)
