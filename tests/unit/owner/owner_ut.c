@@ -988,6 +988,19 @@ static void test_no_ops(void)
 }
 
 /*
+ * A pair whose gateways have these leases (gateway 1's, gateway 2's),
+ * gateway 1 owning and gateway 2 a standby that has seen its record.
+ */
+static void pair_start_leases(struct pair *p, const unsigned leases[2], unsigned *both)
+{
+	g_leases = leases;
+	pair_start(p, true);
+	g_leases = NULL;
+	CU_ASSERT_TRUE_FATAL(wait_ao(p, 0, 2000, both));
+	usleep(3 * LEASE * 1000);
+}
+
+/*
  * Gateways with different leases (a misconfiguration docs/gateways.md warns
  * about): the owner runs a 900 ms lease, the standby 200 ms. The standby
  * must judge the owner dead only after the owner's lease could have run out
@@ -1002,11 +1015,7 @@ static void test_forced_takeover_longer_lease(void)
 	unsigned both = 0;
 	int64_t t0;
 
-	g_leases = leases;
-	pair_start(&p, true);
-	g_leases = NULL;
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
-	usleep(3 * LEASE * 1000); /* the standby has seen the owner's record */
+	pair_start_leases(&p, leases, &both);
 	t0 = mono_ms();
 	atomic_store(&p.g[0].hung, true);
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 6000, &both));
@@ -1041,11 +1050,7 @@ static void test_transition_time_longer_lease_peer(void)
 	unsigned both = 0, own_only = (1000 + 250 + LEASE + 500 + 999) / 1000 + 1;
 	int64_t t0;
 
-	g_leases = leases;
-	pair_start(&p, true);
-	g_leases = NULL;
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
-	usleep(3 * LEASE * 1000); /* the standby has seen the owner's record */
+	pair_start_leases(&p, leases, &both);
 	/* 900 + 500 silent + 250, 900 + 500 after the fence, rounded up, + 1 s */
 	CU_ASSERT_EQUAL(transition_s(p.ow[0]), 5);
 	CU_ASSERT_EQUAL(transition_s(p.ow[1]), transition_s(p.ow[0]));
