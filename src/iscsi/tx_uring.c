@@ -159,8 +159,13 @@ static void txr_idle_check(struct tx_ring *r)
 
 static void txr_reap(struct tx_ring *r)
 {
+	unsigned n;
+
+	/* more connections in flight than the CQ holds: the kernel kept the rest */
+	if (io_uring_cq_has_overflow(&r->ring))
+		io_uring_get_events(&r->ring);
 	/* only what is there now: a completion may queue the next send */
-	unsigned n = io_uring_cq_ready(&r->ring);
+	n = io_uring_cq_ready(&r->ring);
 
 	while (n--) {
 		struct io_uring_cqe *cqe;

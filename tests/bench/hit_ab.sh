@@ -21,6 +21,7 @@
 #              THREADS (2), NET (lo | veth), UNCACHED (0 | 1),
 #              A_ENV / B_ENV (environment for A's / B's daemon, e.g.
 #              "HOTLUN_ZEROCOPY=1"), HL_OUT (default ./hit-ab),
+#              SESSIONS (1: iSCSI sessions per run, hotlun-bench --sessions; QD is per session),
 #              SYSCALLS (0 | 1: also count the daemon's syscalls per I/O with
 #              perf stat on syscalls:sys_enter_*, into $HL_OUT/syscalls.txt)
 set -u
@@ -39,6 +40,7 @@ THREADS=${THREADS:-2}
 NET=${NET:-lo}
 UNCACHED=${UNCACHED:-0}
 SYSCALLS=${SYSCALLS:-0}
+SESSIONS=${SESSIONS:-1}
 OUT=${HL_OUT:-$PWD/hit-ab}
 mkdir -p "$OUT"
 T=$(hl_tmpdir)
@@ -85,7 +87,7 @@ bench() {
 	fi
 	t0=$(cpu_ticks "$pid")
 	line=$("${RUN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
-		--time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+		--sessions "$SESSIONS" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$pid")
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
 	if [ -n "$perf_pid" ]; then
@@ -138,7 +140,7 @@ start() {
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 {
-	echo "A = $A_BIN${A_ENV:+ ($A_ENV)}, B = $B_BIN${B_ENV:+ ($B_ENV)}; NET=$NET, $TIME s a run, $ROUNDS runs each"
+	echo "A = $A_BIN${A_ENV:+ ($A_ENV)}, B = $B_BIN${B_ENV:+ ($B_ENV)}; NET=$NET, $TIME s a run, $ROUNDS runs each, $SESSIONS session(s)"
 	echo
 	echo "| cache block | LUN | I/O | A: IOPS | B: IOPS | A: CPU µs/IO | B: CPU µs/IO | CPU A / B (median) |"
 	echo "| ---: | --- | --- | --- | --- | --- | --- | ---: |"
