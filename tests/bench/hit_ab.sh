@@ -180,4 +180,4 @@ done
 	echo "machine: $(nproc) CPUs, $(uname -r), load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)"
 } >>"$OUT/results.md"
 cat "$OUT/results.md"
-[ "$SYSCALLS" = 1 ] && cat "$OUT/syscalls.txt"
+if [ "$SYSCALLS" = 1 ]; then cat "$OUT/syscalls.txt"; fi
