@@ -93,8 +93,8 @@ static void txr_hook(struct hl_turn_hook *h)
 static struct tx_ring *txr_create(void)
 {
 	struct io_uring_params p;
-	unsigned flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
-	                 IORING_SETUP_SINGLE_ISSUER;
+	unsigned flags =
+	    IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER;
 	struct tx_ring *r = calloc(1, sizeof(*r));
 	int rc;
 
