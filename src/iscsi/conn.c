@@ -420,6 +420,12 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 
 	if (c->tx_inflight)
 		return; /* its CQE goes on from here (the kernel reads txq) */
+	if (c->txu && c->reactor && c->tx_turn == hl_reactor_heartbeat(c->reactor) &&
+	    c->tx_turn_sent >= ISCSI_TX_PER_TURN) {
+		/* sent its share of this turn: EPOLLOUT brings it back on the next */
+		conn_set_mask(c, conn_wanted_mask(c));
+		return;
+	}
 	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq) && sent < ISCSI_TX_PER_TURN) {
 		int cnt = tx_fill_iov(c, iov);
 		/* sendmsg, not writev: MSG_NOSIGNAL keeps a peer reset from raising SIGPIPE */
@@ -460,8 +466,16 @@ void iscsi_conn_send_done(struct iscsi_conn *c, int res)
 	} else if (res < 0) {
 		HL_DEBUG(ISCSI_LOG, "%s: send error: %s", c->peer_str, strerror(-res));
 		iscsi_conn_close(c, "send error");
-	} else if (!tx_consume(c, (size_t)res)) {
-		conn_set_mask(c, conn_wanted_mask(c));
+	} else {
+		/* the next send may go in this same turn: count what this one took */
+		uint64_t turn = hl_reactor_heartbeat(c->reactor);
+		if (c->tx_turn != turn) {
+			c->tx_turn = turn;
+			c->tx_turn_sent = 0;
+		}
+		c->tx_turn_sent += (size_t)res;
+		if (!tx_consume(c, (size_t)res))
+			conn_set_mask(c, conn_wanted_mask(c));
 	}
 	conn_leave(c);
 }

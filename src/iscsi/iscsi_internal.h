@@ -613,6 +613,8 @@ struct iscsi_conn {
 	uint32_t tx_off; /* bytes of the head entry already sent */
 	struct iscsi_txu *txu; /* sends through io_uring ([global] send_uring), NULL: sendmsg */
 	bool tx_inflight;      /* a send SQE awaits its CQE: txq, txu and c stay alive */
+	uint64_t tx_turn;      /* send_uring: the reactor turn (heartbeat) tx_turn_sent counts */
+	size_t tx_turn_sent;   /* ... bytes sent in it, capped at ISCSI_TX_PER_TURN */
 	bool close_after_send;
 
 	struct iscsi_params params;

@@ -6,7 +6,10 @@
  * (a turn hook), after which the CQEs that completed inline are reaped at
  * once. A send the socket cannot take now is polled by io_uring itself (no
  * EPOLLOUT); its CQE comes later, seen through the ring's own descriptor in
- * the reactor's epoll set while anything is in flight.
+ * the reactor's epoll set while anything is in flight. A completion may
+ * start the connection's next send in the same turn; as with sendmsg, a
+ * connection sends at most ISCSI_TX_PER_TURN bytes a turn (conn.c counts
+ * them from its CQEs, then waits for EPOLLOUT on the next turn).
  *
  * Lifetime hazards (conn.c keeps them): a connection has at most one send in
  * flight; until its CQE the msghdr, the iovecs and every queued buffer they

@@ -23,6 +23,13 @@ void hl_turn_hook_cancel(struct hl_turn_hook *h)
 	h->next = NULL;
 }
 
+/* one endless turn (conn.c reads it only for send_uring) */
+uint64_t hl_reactor_heartbeat(const struct hl_reactor *r)
+{
+	(void)r;
+	return 0;
+}
+
 /* conn.c asks for it only when the server's send_uring is on */
 int iscsi_tx_uring_send(struct iscsi_conn *c, const struct msghdr *msg)
 {
