@@ -166,6 +166,7 @@ struct hl_conf {
 	int log_level;         /* HL_LOG_* */
 	unsigned threads;      /* reactor threads, 0 = one per core */
 	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
+	int send_uring;        /* iSCSI sends through io_uring: 1 yes, 0 no, -1: unset (no) */
 	uint64_t write_buffer_limit; /* bytes of unfinished WRITE data, 0: unset (from RAM) */
 	int logout_timeout;    /* planned stop: seconds to wait for logouts, -1: unset */
 	unsigned max_pending_logins;          /* per portal, 0: unset (the iscsi default) */

@@ -81,6 +81,8 @@ struct hl_iscsi_server_config {
 	 * above 255.
 	 */
 	unsigned gateway;
+	/** Connections send through an io_uring per reactor (hotlun.conf(5) send_uring). */
+	bool send_uring;
 };
 
 /* Write buffer budget bounds ([global] write_buffer_limit, hotlun.conf(5)). */
@@ -288,6 +290,9 @@ void hl_iscsi_conn_stats(struct hl_iscsi_server *srv, struct hl_iscsi_conn_stats
  * thread; commands already admitted keep what they hold.
  */
 void hl_iscsi_server_set_write_limit(struct hl_iscsi_server *srv, uint64_t bytes);
+
+/** Do connections accepted from now on send through io_uring? Any thread. */
+void hl_iscsi_server_set_send_uring(struct hl_iscsi_server *srv, bool on);
 
 /** What the write buffer budget shows (control socket stats). */
 struct hl_iscsi_write_stats {

@@ -973,7 +973,8 @@ static const char *const global_params[] = {"log_level=",           "poll_us=",
                                             "write_buffer_limit=",  "logout_timeout=",
                                             "max_pending_logins=",  "max_pending_logins_per_addr=",
                                             "discovery_chap_user=", "discovery_chap_secret=",
-                                            "metrics_listen=",      NULL};
+                                            "metrics_listen=",      "send_uring=",
+                                            NULL};
 
 static const char *const lun_params[] = {"disk=", NULL};
 

@@ -309,6 +309,13 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 			c->poll_us = (int)us;
 		return rc;
 	}
+	if (strcmp(key, "send_uring") == 0) {
+		bool b;
+		if (hl_parse_bool(v, &b))
+			return conf_perr(p, "send_uring: expected yes or no, got '%s'", v);
+		c->send_uring = b;
+		return 0;
+	}
 	if (strcmp(key, "logout_timeout") == 0) {
 		unsigned s = 0;
 		int rc = parse_u32(p, key, v, HL_CONF_LOGOUT_TIMEOUT_MAX, &s);
@@ -836,6 +843,7 @@ int conf_parse_text(const char *text, size_t len, const char *name, bool dup, st
 	p.conf->log_level = HL_LOG_NOTICE;
 	p.conf->poll_us = -1;
 	p.conf->logout_timeout = -1;
+	p.conf->send_uring = -1;
 	p.conf->path = strdup(name);
 	if (!p.conf->path) {
 		free(p.conf);

@@ -85,6 +85,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 	}
 	if (c->write_buffer_limit)
 		put_size(f, "write_buffer_limit", c->write_buffer_limit);
+	if (c->send_uring >= 0)
+		put_kv(f, "send_uring", c->send_uring ? "yes" : "no");
 	if (c->logout_timeout >= 0) {
 		snprintf(num, sizeof(num), "%d", c->logout_timeout);
 		put_kv(f, "logout_timeout", num);
@@ -468,6 +470,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 		}
 		if (strcmp(key, "logout_timeout") == 0) {
 			c->logout_timeout = -1;
+			return 0;
+		}
+		if (strcmp(key, "send_uring") == 0) {
+			c->send_uring = -1;
 			return 0;
 		}
 		if (strcmp(key, "gateway") == 0) {

@@ -512,6 +512,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "logout_timeout", json_integer(daemon_logout_timeout(c)));
+		json_object_set_new(o, "send_uring", json_boolean(daemon_send_uring(c)));
 		struct hl_iscsi_write_stats ws;
 		hl_iscsi_write_stats(d->server, &ws);
 		json_object_set_new(o, "write_buffer_limit", json_integer((json_int_t)ws.limit));

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -108,6 +109,19 @@ static inline unsigned daemon_logout_timeout(const struct hl_conf *c)
 static inline unsigned daemon_poll_us(const struct hl_conf *c)
 {
 	return c->poll_us < 0 ? HL_CONF_POLL_US_DEFAULT : (unsigned)c->poll_us;
+}
+
+/**
+ * Do new iSCSI connections send through io_uring? [global] send_uring (default
+ * no); the environment's HOTLUN_SEND_URING=1|0 overrides it (tests, A/B runs).
+ */
+static inline bool daemon_send_uring(const struct hl_conf *c)
+{
+	const char *e = getenv("HOTLUN_SEND_URING");
+
+	if (e && (*e == '0' || *e == '1'))
+		return *e == '1';
+	return c->send_uring > 0;
 }
 
 /** conf's caps on connections and sessions for the iSCSI server (0: unset, derived). */

@@ -236,6 +236,7 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	daemon_login_limits(loaded, &sc.limits);
 	daemon_discovery_chap(loaded, &sc.discovery_chap);
 	sc.write_buffer_limit = loaded->write_buffer_limit;
+	sc.send_uring = daemon_send_uring(loaded);
 	sc.gateway = (uint16_t)loaded->gateway; /* ALUA: each gateway one target port group */
 	rc = hl_iscsi_server_create(&sc, &d->server);
 	explicit_bzero(&sc.discovery_chap, sizeof(sc.discovery_chap)); /* the server has its copy */

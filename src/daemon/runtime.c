@@ -870,6 +870,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		          next->write_buffer_limit ? "" : ", the default from physical memory");
 	}
 	atomic_store(&d->logout_timeout_s, daemon_logout_timeout(next));
+	if (daemon_send_uring(next) != daemon_send_uring(cur))
+		hl_iscsi_server_set_send_uring(d->server, daemon_send_uring(next));
 	if (daemon_poll_us(next) != daemon_poll_us(cur))
 		for (unsigned i = 0; i < d->n_reactors; i++)
 			hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(next));

@@ -218,7 +218,8 @@ static void conn_set_mask(struct iscsi_conn *c, uint32_t mask)
 }
 
 /*
- * What to watch: always EPOLLOUT while something waits to be sent; EPOLLIN
+ * What to watch: EPOLLOUT while something waits to be sent and no send is in
+ * flight through io_uring (which polls the socket itself); EPOLLIN
  * only while the read data on its way out is below the high-water mark and
  * nothing received waits in rbuf, so an initiator that does not read its
  * responses cannot make us queue (or read from the cache) without bound.
@@ -227,7 +228,7 @@ static uint32_t conn_wanted_mask(const struct iscsi_conn *c)
 {
 	uint32_t m = conn_tx_full(c) || c->rbuf_off < c->rbuf_len ? 0 : EPOLLIN;
 
-	if (!hl_list_empty(&c->txq))
+	if (!hl_list_empty(&c->txq) && !c->tx_inflight)
 		m |= EPOLLOUT;
 	return m;
 }
@@ -337,41 +338,100 @@ int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const vo
 	return 0;
 }
 
+/* The iovecs of what txq holds from tx_off on, at most ISCSI_IOV_MAX. @return their count. */
+static int tx_fill_iov(struct iscsi_conn *c, struct iovec *iov)
+{
+	uint32_t skip = c->tx_off;
+	struct iscsi_tx *tx;
+	int cnt = 0;
+
+	hl_list_for_each_entry(tx, &c->txq, link)
+	{
+		const void *parts[3] = {tx->hdr, tx->data, tx->trailer};
+		uint32_t lens[3] = {tx->hdr_len, tx->data_len, tx->trailer_len};
+		for (int i = 0; i < 3 && cnt < ISCSI_IOV_MAX; i++) {
+			if (skip >= lens[i]) {
+				skip -= lens[i];
+				continue;
+			}
+			iov[cnt].iov_base = (uint8_t *)parts[i] + skip;
+			iov[cnt].iov_len = lens[i] - skip;
+			skip = 0;
+			cnt++;
+		}
+		if (cnt >= ISCSI_IOV_MAX - 3)
+			break;
+	}
+	return cnt;
+}
+
+/*
+ * n bytes of txq went out: release the entries sent whole. @return true when
+ * one of them closes the connection (closed here).
+ */
+static bool tx_consume(struct iscsi_conn *c, size_t n)
+{
+	size_t left = n + c->tx_off;
+	bool close_now = false;
+
+	c->tx_bytes -= n;
+	c->tx_off = 0;
+	while (!hl_list_empty(&c->txq)) {
+		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
+		size_t total = tx->hdr_len + tx->data_len + tx->trailer_len;
+		if (left < total) {
+			c->tx_off = (uint32_t)left;
+			break;
+		}
+		left -= total;
+		hl_list_del(&tx->link);
+		if (tx->close_after)
+			close_now = true;
+		tx_release(c, tx);
+	}
+	if (close_now)
+		iscsi_conn_close(c, "done");
+	return close_now;
+}
+
+static void tx_release_all(struct iscsi_conn *c)
+{
+	while (!hl_list_empty(&c->txq)) {
+		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
+		hl_list_del(&tx->link);
+		tx_release(c, tx);
+	}
+	c->tx_off = 0;
+	c->tx_bytes = 0;
+}
+
 /*
  * Write what the socket takes, up to ISCSI_TX_PER_TURN bytes: a connection
  * whose peer reads fast does not keep the reactor from the others either;
- * EPOLLOUT stays on while anything is left and brings us back.
+ * EPOLLOUT stays on while anything is left and brings us back. With
+ * send_uring the whole of it (up to ISCSI_IOV_MAX iovecs) goes as one SQE
+ * instead, and iscsi_conn_send_done goes on from its CQE.
  */
 void iscsi_conn_flush(struct iscsi_conn *c)
 {
-	struct iovec iov[ISCSI_IOV_MAX];
-	bool close_now = false;
+	struct iovec local_iov[ISCSI_IOV_MAX];
+	struct iovec *iov = c->txu ? c->txu->iov : local_iov;
 	size_t sent = 0;
 
+	if (c->tx_inflight)
+		return; /* its CQE goes on from here (the kernel reads txq) */
+	if (c->txu && c->reactor && c->tx_turn == hl_reactor_heartbeat(c->reactor) &&
+	    c->tx_turn_sent >= ISCSI_TX_PER_TURN) {
+		/* sent its share of this turn: EPOLLOUT brings it back on the next */
+		conn_set_mask(c, conn_wanted_mask(c));
+		return;
+	}
 	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq) && sent < ISCSI_TX_PER_TURN) {
-		int cnt = 0;
-		uint32_t skip = c->tx_off;
-		struct iscsi_tx *tx;
-
-		hl_list_for_each_entry(tx, &c->txq, link)
-		{
-			const void *parts[3] = {tx->hdr, tx->data, tx->trailer};
-			uint32_t lens[3] = {tx->hdr_len, tx->data_len, tx->trailer_len};
-			for (int i = 0; i < 3 && cnt < ISCSI_IOV_MAX; i++) {
-				if (skip >= lens[i]) {
-					skip -= lens[i];
-					continue;
-				}
-				iov[cnt].iov_base = (uint8_t *)parts[i] + skip;
-				iov[cnt].iov_len = lens[i] - skip;
-				skip = 0;
-				cnt++;
-			}
-			if (cnt >= ISCSI_IOV_MAX - 3)
-				break;
-		}
+		int cnt = tx_fill_iov(c, iov);
 		/* sendmsg, not writev: MSG_NOSIGNAL keeps a peer reset from raising SIGPIPE */
 		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+		if (c->txu && iscsi_tx_uring_send(c, &msg) == 0)
+			break;
 		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -384,33 +444,40 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 			iscsi_conn_close(c, "send error");
 			return;
 		}
-		size_t left = (size_t)n + c->tx_off;
-		c->tx_bytes -= (size_t)n;
 		sent += (size_t)n;
-		c->tx_off = 0;
-		while (!hl_list_empty(&c->txq)) {
-			tx = hl_list_first(&c->txq, struct iscsi_tx, link);
-			size_t total = tx->hdr_len + tx->data_len + tx->trailer_len;
-			if (left < total) {
-				c->tx_off = (uint32_t)left;
-				break;
-			}
-			left -= total;
-			hl_list_del(&tx->link);
-			if (tx->close_after)
-				close_now = true;
-			tx_release(c, tx);
-		}
-		if (close_now) {
-			iscsi_conn_close(c, "done");
+		if (tx_consume(c, (size_t)n))
 			return;
-		}
 		if (c->tx_off)
 			break; /* partial write: the socket is full */
 	}
 	if (c->state == CONN_CLOSED)
 		return;
 	conn_set_mask(c, conn_wanted_mask(c));
+}
+
+void iscsi_conn_send_done(struct iscsi_conn *c, int res)
+{
+	conn_enter(c);
+	c->tx_inflight = false;
+	if (c->state == CONN_CLOSED) {
+		tx_release_all(c); /* kept for the kernel until now (iscsi_conn_close) */
+	} else if (res == -EINTR || res == -EAGAIN) {
+		/* nothing sent: conn_leave queues the send again */
+	} else if (res < 0) {
+		HL_DEBUG(ISCSI_LOG, "%s: send error: %s", c->peer_str, strerror(-res));
+		iscsi_conn_close(c, "send error");
+	} else {
+		/* the next send may go in this same turn: count what this one took */
+		uint64_t turn = hl_reactor_heartbeat(c->reactor);
+		if (c->tx_turn != turn) {
+			c->tx_turn = turn;
+			c->tx_turn_sent = 0;
+		}
+		c->tx_turn_sent += (size_t)res;
+		if (!tx_consume(c, (size_t)res))
+			conn_set_mask(c, conn_wanted_mask(c));
+	}
+	conn_leave(c);
 }
 
 uint32_t iscsi_conn_max_cmd_sn(struct iscsi_conn *c)
@@ -676,6 +743,8 @@ void iscsi_conn_start(void *arg)
 		c->reactor = hl_reactor_current() ? hl_reactor_current() : c->srv->reactors[0];
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	hl_event_init(&c->ev, c->fd, conn_event, c);
+	if (atomic_load(&c->srv->send_uring) && !c->txu)
+		c->txu = calloc(1, sizeof(*c->txu)); /* NULL: sendmsg, as without the switch */
 	c->ev_mask = EPOLLIN;
 	if (hl_event_add(c->reactor, &c->ev, EPOLLIN) < 0) {
 		HL_ERR(ISCSI_LOG, "%s: cannot watch the socket", c->peer_str);
@@ -717,6 +786,9 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	if (c->ev.reactor)
 		hl_event_del(&c->ev);
 	if (c->fd >= 0) {
+		/* a send in flight waiting for room ends now (with an error) */
+		if (c->tx_inflight)
+			shutdown(c->fd, SHUT_RDWR);
 		close(c->fd);
 		c->fd = -1;
 		if (c->fd_counted)
@@ -732,13 +804,8 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_turn_hook_cancel(&c->tx_hook);
 	c->rbuf_off = c->rbuf_len = 0;
 	iscsi_conn_pending_release(c);
-	while (!hl_list_empty(&c->txq)) {
-		struct iscsi_tx *tx = hl_list_first(&c->txq, struct iscsi_tx, link);
-		hl_list_del(&tx->link);
-		tx_release(c, tx);
-	}
-	c->tx_off = 0;
-	c->tx_bytes = 0;
+	if (!c->tx_inflight) /* else the kernel may still read them: at its CQE */
+		tx_release_all(c);
 	iscsi_ffp_abort_all(c);
 	if (c->sess && c->sess->registered)
 		iscsi_session_unregister(c->srv, c->sess);
@@ -748,7 +815,7 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 
 static void conn_maybe_free(struct iscsi_conn *c)
 {
-	if (c->state != CONN_CLOSED || c->busy || c->nexec || c->ntasks ||
+	if (c->state != CONN_CLOSED || c->busy || c->nexec || c->ntasks || c->tx_inflight ||
 	    hl_turn_hook_queued(&c->tx_hook))
 		return;
 	if (c->sess) {
@@ -774,6 +841,7 @@ static void conn_maybe_free(struct iscsi_conn *c)
 	iscsi_conn_buf_trim(c);
 	iscsi_rx_fini(&c->rx);
 	free(c->rbuf);
+	free(c->txu);
 	iscsi_conn_unlink(c);
 	free(c);
 }

@@ -368,6 +368,7 @@ struct hl_iscsi_server {
 	} inherited[ISCSI_INHERITED_MAX];
 	unsigned n_inherited;
 	_Atomic unsigned time2wait_s;   /* Time2Wait in Logout Responses: set while draining */
+	_Atomic bool send_uring;        /* new connections send through io_uring (tx_uring.c) */
 	unsigned pending_calls;         /* lock: destroy waits for these */
 	struct iscsi_wbudget wb;        /* its own lock */
 	struct hl_iscsi_login_limits caps;              /* lock: as configured (0: derived) */
@@ -565,6 +566,12 @@ enum iscsi_conn_state {
 	CONN_CLOSED, /* socket gone; waiting for tasks in the scsi layer */
 };
 
+/* What a send in flight through io_uring reads (tx_uring.c): alive until its CQE. */
+struct iscsi_txu {
+	struct msghdr msg;
+	struct iovec iov[ISCSI_IOV_MAX];
+};
+
 struct iscsi_conn {
 	struct hl_list srv_link; /* srv->conns, under srv->lock */
 	struct hl_iscsi_server *srv;
@@ -604,6 +611,10 @@ struct iscsi_conn {
 	struct hl_list tx_free;
 	unsigned tx_nfree;
 	uint32_t tx_off; /* bytes of the head entry already sent */
+	struct iscsi_txu *txu; /* sends through io_uring ([global] send_uring), NULL: sendmsg */
+	bool tx_inflight;      /* a send SQE awaits its CQE: txq, txu and c stay alive */
+	uint64_t tx_turn;      /* send_uring: the reactor turn (heartbeat) tx_turn_sent counts */
+	size_t tx_turn_sent;   /* ... bytes sent in it, capped at ISCSI_TX_PER_TURN */
 	bool close_after_send;
 
 	struct iscsi_params params;
@@ -683,6 +694,17 @@ int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const vo
                      uint32_t len, struct iscsi_task *task, void *owned, bool close_after);
 /** Write what can be written. */
 void iscsi_conn_flush(struct iscsi_conn *c);
+/** The CQE of c's send SQE (tx_uring.c): res bytes sent, or -errno. */
+void iscsi_conn_send_done(struct iscsi_conn *c, int res);
+
+/* ---- tx_uring.c ---- */
+/**
+ * Send msg (its iovecs in c->txu->iov) as an SQE on the ring of c's reactor,
+ * submitted at the end of the turn; iscsi_conn_send_done gets the result.
+ * @return 0, or -errno (nothing queued: send with sendmsg): -EAGAIN off c's
+ * reactor thread, -ENOSYS without io_uring, -EBUSY ring full.
+ */
+int iscsi_tx_uring_send(struct iscsi_conn *c, const struct msghdr *msg);
 /** Fill StatSN (advance when `advance`), ExpCmdSN, MaxCmdSN at offsets 24/28/32. */
 void iscsi_conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance);
 /** MaxCmdSN from the free window slots: ExpCmdSN + (ISCSI_QUEUE_DEPTH - active) - 1. */

@@ -65,6 +65,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	srv->nop_interval_s = cfg->nop_interval_s;
 	srv->nop_timeout_s = cfg->nop_timeout_s;
 	srv->gateway = (uint16_t)cfg->gateway;
+	atomic_store(&srv->send_uring, cfg->send_uring);
 	srv->discovery_chap = cfg->discovery_chap;
 	iscsi_limits_init(srv, &cfg->limits);
 	iscsi_params_limits_default(&srv->lim);
@@ -1029,4 +1030,9 @@ void hl_iscsi_server_destroy(struct hl_iscsi_server *srv)
 	explicit_bzero(&srv->discovery_chap, sizeof(srv->discovery_chap));
 	free(srv->reactors);
 	free(srv);
+}
+
+void hl_iscsi_server_set_send_uring(struct hl_iscsi_server *srv, bool on)
+{
+	atomic_store(&srv->send_uring, on);
 }

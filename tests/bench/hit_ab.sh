@@ -20,7 +20,10 @@
 #              ROUNDS (3: runs of each binary per cell), RANGE (256M),
 #              THREADS (2), NET (lo | veth), UNCACHED (0 | 1),
 #              A_ENV / B_ENV (environment for A's / B's daemon, e.g.
-#              "HOTLUN_ZEROCOPY=1"), HL_OUT (default ./hit-ab)
+#              "HOTLUN_ZEROCOPY=1"), HL_OUT (default ./hit-ab),
+#              SESSIONS (1: iSCSI sessions per run, hotlun-bench --sessions; QD is per session),
+#              SYSCALLS (0 | 1: also count the daemon's syscalls per I/O with
+#              perf stat on syscalls:sys_enter_*, into $HL_OUT/syscalls.txt)
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 A_BIN=$(realpath "$1") B_BIN=$(realpath "$2")
@@ -36,6 +39,8 @@ RANGE=${RANGE:-256M}
 THREADS=${THREADS:-2}
 NET=${NET:-lo}
 UNCACHED=${UNCACHED:-0}
+SYSCALLS=${SYSCALLS:-0}
+SESSIONS=${SESSIONS:-1}
 OUT=${HL_OUT:-$PWD/hit-ab}
 mkdir -p "$OUT"
 T=$(hl_tmpdir)
@@ -69,14 +74,30 @@ cat "$T/origin-A.img" "$T/origin-B.img" >/dev/null
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 
-# bench PID PORT LUN BS QD: "IOPS CPU_US_PER_IO" of one run.
+SC_EVENTS=syscalls:sys_enter_sendmsg,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait
+SC_EVENTS=$SC_EVENTS,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_read,syscalls:sys_enter_write
+
+# bench PID PORT LUN BS QD [NAME]: "IOPS CPU_US_PER_IO" of one run.
 bench() {
-	local pid=$1 port=$2 lun=$3 bs=$4 qd=$5 t0 t1 line
+	local pid=$1 port=$2 lun=$3 bs=$4 qd=$5 name=${6:-} t0 t1 line perf_pid=
+	if [ "$SYSCALLS" = 1 ]; then
+		perf stat -x, -e "$SC_EVENTS" -p "$pid" -o "$T/perf.out" 2>/dev/null &
+		perf_pid=$!
+		sleep 0.2
+	fi
 	t0=$(cpu_ticks "$pid")
 	line=$("${RUN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
-		--time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+		--sessions "$SESSIONS" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$pid")
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
+	if [ -n "$perf_pid" ]; then
+		kill -INT "$perf_pid"
+		wait "$perf_pid"
+		# syscalls per I/O (the perf window is a little longer than the run's)
+		awk -F, -v n="$(field "$line" ios)" -v tag="$name LUN $lun $bs QD$qd" '
+			$3 ~ /sys_enter_/ { sub(/.*sys_enter_/, "", $3); s = s sprintf(" %s %.2f", $3, n ? $1 / n : 0) }
+			END { print tag ":" s }' "$T/perf.out" >>"$OUT/syscalls.txt"
+	fi
 	awk -v i="$(field "$line" iops)" -v n="$(field "$line" ios)" -v d=$((t1 - t0)) -v k="$TCK" \
 		'BEGIN {printf "%d %.1f\n", i, n ? d * 1e6 / k / n : 0}'
 }
@@ -119,7 +140,7 @@ start() {
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 {
-	echo "A = $A_BIN${A_ENV:+ ($A_ENV)}, B = $B_BIN${B_ENV:+ ($B_ENV)}; NET=$NET, $TIME s a run, $ROUNDS runs each"
+	echo "A = $A_BIN${A_ENV:+ ($A_ENV)}, B = $B_BIN${B_ENV:+ ($B_ENV)}; NET=$NET, $TIME s a run, $ROUNDS runs each, $SESSIONS session(s)"
 	echo
 	echo "| cache block | LUN | I/O | A: IOPS | B: IOPS | A: CPU µs/IO | B: CPU µs/IO | CPU A / B (median) |"
 	echo "| ---: | --- | --- | --- | --- | --- | --- | ---: |"
@@ -138,7 +159,7 @@ for cbs in $BLOCKS; do
 				[ $((r % 2)) = 0 ] && order="B A"
 				for x in $order; do
 					pid=PID_$x port=PORT_$x
-					read -r i c <<<"$(bench "${!pid}" "${!port}" "$lun" "$bs" "$qd")"
+					read -r i c <<<"$(bench "${!pid}" "${!port}" "$lun" "$bs" "$qd" "$x")"
 					if [ $x = A ]; then ai+=("$i") ac+=("$c"); else bi+=("$i") bc+=("$c"); fi
 				done
 			done
@@ -159,3 +180,4 @@ done
 	echo "machine: $(nproc) CPUs, $(uname -r), load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)"
 } >>"$OUT/results.md"
 cat "$OUT/results.md"
+if [ "$SYSCALLS" = 1 ]; then cat "$OUT/syscalls.txt"; fi

@@ -100,7 +100,7 @@ grep -q 'Size:31M\|Size:32M' <<<"$out" || hl_fail "new LUN not listed: $out"
 # help (and tab completion, from the same list) names every settable parameter
 "$CTL" --socket "$sock" /caches help | grep -q '^Parameters at /caches:.* write_policy update_buffer write_budget$' ||
 	hl_fail "cache parameters: $("$CTL" --socket "$sock" /caches help)"
-"$CTL" --socket "$sock" / help | grep -q '^Parameters at /: log_level poll_us write_buffer_limit logout_timeout max_pending_logins max_pending_logins_per_addr discovery_chap_user discovery_chap_secret metrics_listen$' ||
+"$CTL" --socket "$sock" / help | grep -q '^Parameters at /: log_level poll_us write_buffer_limit logout_timeout max_pending_logins max_pending_logins_per_addr discovery_chap_user discovery_chap_secret metrics_listen send_uring$' ||
 	hl_fail "global parameters: $("$CTL" --socket "$sock" / help)"
 "$CTL" --socket "$sock" stats --json >"$tmp/stats.json" || hl_fail "stats --json"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["disks"]["d1"]["size_bytes"] == 16<<20, d' "$tmp/stats.json" ||
@@ -150,6 +150,22 @@ grep -q 'poll_us: expected a whole number from 0 to 1000' <<<"$out" || hl_fail "
 iscsi-inq "iscsi://127.0.0.1:$port/$HL_IQN/0" >/dev/null || hl_fail "LUN not served with poll_us=0"
 "$CTL" --socket "$sock" / set poll_us=200 || hl_fail "set poll_us=200"
 iscsi-inq "iscsi://127.0.0.1:$port/$HL_IQN/0" >/dev/null || hl_fail "LUN not served with poll_us=200"
+
+# --- send_uring (sends through io_uring) applies to the next connection ---
+if [ -z "${HOTLUN_SEND_URING:-}" ]; then # the environment would override it
+	"$CTL" --socket "$sock" / get send_uring | grep -qx 'send_uring=false' ||
+		hl_fail "send_uring default: $("$CTL" --socket "$sock" / get send_uring)"
+	grep -q "sends through io_uring" "$HL_LOG" && hl_fail "sends through io_uring with send_uring off"
+	"$CTL" --socket "$sock" / set send_uring=yes || hl_fail "set send_uring=yes"
+	"$CTL" --socket "$sock" / get send_uring | grep -qx 'send_uring=true' || hl_fail "send_uring not on after set"
+	iscsi-inq "iscsi://127.0.0.1:$port/$HL_IQN/0" >/dev/null || hl_fail "LUN not served with send_uring=yes"
+	hl_wait_grep "$HL_LOG" "sends through io_uring" 5 || hl_fail "send_uring=yes: no sends through io_uring"
+	out=$("$CTL" --socket "$sock" / set send_uring=maybe 2>&1) && hl_fail "send_uring=maybe accepted"
+	grep -q 'send_uring: expected yes or no' <<<"$out" || hl_fail "send_uring=maybe: unclear error: $out"
+	"$CTL" --socket "$sock" / set send_uring= || hl_fail "reset send_uring"
+	"$CTL" --socket "$sock" / get send_uring | grep -qx 'send_uring=false' || hl_fail "send_uring not off after reset"
+	hl_log "send_uring: set at run time, the next login sent through io_uring, bad value refused, reset"
+fi
 
 # --- discovery CHAP turned on and off while running (new discovery logins) ---
 "$CTL" --socket "$sock" / set discovery_chap_user=disc discovery_chap_secret=discsecret12 ||

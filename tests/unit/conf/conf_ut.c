@@ -215,6 +215,32 @@ static void test_logout_timeout(void)
 	parse_err("[global]\nlogout_timeout = soon\n", "t.conf:2:", "logout_timeout");
 }
 
+/* [global] send_uring: yes|no, unset by default, written back as set (no kept) */
+static void test_send_uring(void)
+{
+	struct hl_conf *c = parse_ok("");
+	char *text = NULL;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->send_uring, -1); /* unset: off */
+	hl_conf_free(c);
+	c = parse_ok("[global]\nsend_uring = yes\n");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->send_uring, 1);
+	text = conf_text(c, NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "send_uring = yes\n"));
+	free(text);
+	hl_conf_free(c);
+	c = parse_ok("[global]\nsend_uring = no\n");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->send_uring, 0);
+	text = conf_text(c, NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "send_uring = no\n"));
+	free(text);
+	hl_conf_free(c);
+	parse_err("[global]\nsend_uring = maybe\n", "t.conf:2:", "send_uring: expected yes or no");
+}
+
 /* [global] gateway / gateways: several gateways on one disk (docs/gateways.md) */
 static void test_gateways(void)
 {
@@ -706,6 +732,7 @@ static const struct hl_test tests[] = {
     {"write round trip", test_write_round_trip},
     {"defaults", test_defaults},
     {"logout_timeout", test_logout_timeout},
+    {"send_uring", test_send_uring},
     {"gateway and gateways", test_gateways},
     {"[global] gateway_lease_ms / gateway_dead_ms and the safety rule", test_gateway_timers},
     {"NUL and long lines", test_nul_and_long_lines_rejected},
