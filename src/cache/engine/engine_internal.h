@@ -601,7 +601,7 @@ int engine_rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, 
  * hl_cache_meta_sync() for the engine: core accesses happen under lock
  * (may be NULL), device I/O outside it. Callers serialise syncs.
  */
-int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
                            struct hl_cache_core *c, pthread_mutex_t *lock);
 
 /* engine_ub.c */
