@@ -555,5 +555,7 @@ bool hl_cache_core_restoring(const struct hl_cache_core *c);
 bool hl_cache_core_restore_need_mark(const struct hl_cache_core *c);
 void hl_cache_core_restore_marked(struct hl_cache_core *c);
 uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c);
+/** Records of lun the restore dropped because the block was noted (0: unknown LUN). */
+uint64_t hl_cache_core_lun_restore_dropped(const struct hl_cache_core *c, uint16_t lun);
 
 #endif

@@ -259,7 +259,31 @@ struct hl_cache_engine_stats {
 	 */
 	uint64_t warm_kept, warm_dropped;
 	char warm_start[HL_ORIGIN_WHY_MAX + 64];
+	/*
+	 * Whole cache: the lazy restore of the slot records after a warm start
+	 * (docs/cache-format.md, "Lazy restore"): its phase, the record pages
+	 * the summary marked and those not read yet, the blocks restored, the
+	 * records dropped (of those, written while restoring), and how long it
+	 * took once done.
+	 */
+	uint32_t restore_phase; /* enum hl_cache_restore_phase */
+	uint64_t restore_pages, restore_pages_left, restore_restored, restore_dropped;
+	uint64_t restore_written, restore_ms;
 };
+
+enum hl_cache_restore_phase {
+	HL_CACHE_RESTORE_NONE = 0, /* formatted, or nothing to restore */
+	HL_CACHE_RESTORE_RUNNING,
+	HL_CACHE_RESTORE_DONE,
+	HL_CACHE_RESTORE_STOPPED, /* stopped by close or a device error */
+};
+
+/**
+ * Wait until the background restore of the slot records that a warm start
+ * begins is over (done or stopped; at once when none runs). Blocking; for
+ * tests and tools that want the old "everything loaded at open".
+ */
+void hl_cache_restore_wait(struct hl_cache *c);
 
 /**
  * Counters of the whole cache (disk NULL) or of one attached or mapped disk.

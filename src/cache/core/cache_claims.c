@@ -53,8 +53,10 @@ int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
 	if (slot < pt->first || slot >= pt->first + pt->n || cache_bit_test(c->takenmap, slot))
 		return -EINVAL;
 	/* Written or invalidated since a lazy restore began: the record may be stale. */
-	if (cache_restore_covers(c, rec->lun, rec->block))
+	if (cache_restore_covers(c, rec->lun, rec->block)) {
+		l->rs_dropped++;
 		return -ESTALE;
+	}
 	key = cache_key(rec->lun, rec->block);
 	/* One probe: the insert finds a duplicate (keys[] of a FREE slot means nothing). */
 	cache_slot_set_key(c, slot, key);

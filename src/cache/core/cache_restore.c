@@ -161,3 +161,8 @@ uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c)
 {
 	return c->rs.noted;
 }
+
+uint64_t hl_cache_core_lun_restore_dropped(const struct hl_cache_core *c, uint16_t lun)
+{
+	return c->luns[lun] ? c->luns[lun]->rs_dropped : 0;
+}

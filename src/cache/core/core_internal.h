@@ -218,6 +218,7 @@ struct cache_lun {
 	struct hl_cache_stats st;
 	struct cache_seq_stream seq[CACHE_SEQ_STREAMS];
 	uint64_t seq_clock;
+	uint64_t rs_dropped; /* records a lazy restore dropped: written or invalidated first */
 };
 
 #define CACHE_MAX_PARTS   256

@@ -478,6 +478,7 @@ static struct hl_cache *cache_open(const char *policy)
 	struct hl_cache *c = NULL;
 
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	return c;
 }
 
@@ -1905,6 +1906,7 @@ static void test_window_and_promotion(void)
 		order[i] = (uint32_t)((i * 37 + 11) % nblk); /* a fixed non-sequential order */
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:win");
 	/* Three passes over 512 blocks (the SSD holds ~120), hot blocks 0..63 read more often. */
 	for (int pass = 0; pass < 3 && ok; pass++) {
@@ -1946,6 +1948,7 @@ static void test_window_and_promotion(void)
 	/* Restart: what was promoted to the SSD is still right. */
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:win");
 	for (uint64_t b = 0; b < nblk && ok; b++)
 		ok = do_io(o, HL_IO_READ, b * BS, BS, buf) == 0 &&
@@ -1996,6 +1999,7 @@ static void test_promote_hole_raced_fill(void)
 	fake_init(&f, lun, 21);
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:hole");
 	hl_cache_core_info(c->core, &info);
 	nwin = info.window_slots; /* now; c->nwin is what it may grow to */
@@ -2062,6 +2066,7 @@ static void test_promote_hole_raced_fill(void)
 	cache_down(c, o);
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:hole");
 	memset(buf, 0, BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
