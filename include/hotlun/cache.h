@@ -555,6 +555,15 @@ bool hl_cache_core_restoring(const struct hl_cache_core *c);
 bool hl_cache_core_restore_need_mark(const struct hl_cache_core *c);
 void hl_cache_core_restore_marked(struct hl_cache_core *c);
 uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c);
+/*
+ * Fault in, without changing them, the pages a restore of block (lun) or
+ * of slots [first, first + n) will write: the loader calls them before it
+ * takes the lock (a first touch of a big cache's RAM costs 10-40 us a
+ * page). Any thread, no lock. prefault_on: worth it (a big index).
+ */
+bool hl_cache_core_restore_prefault_on(const struct hl_cache_core *c);
+void hl_cache_core_restore_prefault(const struct hl_cache_core *c, uint16_t lun, uint64_t block);
+void hl_cache_core_restore_prefault_slots(const struct hl_cache_core *c, uint32_t first, uint32_t n);
 /** Records of lun the restore dropped because the block was noted (0: unknown LUN). */
 uint64_t hl_cache_core_lun_restore_dropped(const struct hl_cache_core *c, uint16_t lun);
 

@@ -269,6 +269,7 @@ struct hl_cache_engine_stats {
 	uint32_t restore_phase; /* enum hl_cache_restore_phase */
 	uint64_t restore_pages, restore_pages_left, restore_restored, restore_dropped;
 	uint64_t restore_written, restore_ms;
+	uint64_t restore_max_lock_us; /* the longest hold of the cache lock by one batch */
 };
 
 enum hl_cache_restore_phase {
@@ -417,6 +418,9 @@ struct hl_cache_restore {
 	uint64_t restored;    /* records restored */
 	uint64_t dropped;     /* records that claim data dropped (filter, LUN, duplicate) */
 	uint64_t filtered;    /* of those, dropped because written while restoring */
+	uint64_t max_hold_ns; /* the longest batch restored under the lock */
+	uint64_t hold_ns, holds; /* all batches: time under the lock, and how many */
+	uint64_t holds_over_1ms; /* batches that held the lock longer than 1 ms */
 	uint8_t *buf;         /* LOAD_CHUNK bytes of record pages */
 };
 

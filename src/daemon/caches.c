@@ -377,6 +377,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		PUT("restore_dropped", s->restore_dropped);
 		PUT("restore_written", s->restore_written);
 		PUT("restore_ms", s->restore_ms);
+		PUT("restore_max_lock_us", s->restore_max_lock_us);
 	}
 #undef PUT
 	json_object_set_new(

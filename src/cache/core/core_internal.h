@@ -175,6 +175,8 @@ int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache
 void cache_index_fini(struct cache_index *ix);
 /** @return slot or HL_CACHE_NO_SLOT. */
 uint32_t cache_index_find(const struct cache_index *ix, uint64_t key);
+/** Where key's probe begins (the restore faults its page in ahead). */
+const void *cache_index_home_addr(const struct cache_index *ix, uint64_t key);
 /* Start loading the index entry where key's probe begins (a later find of it waits less). */
 void cache_index_prefetch(const struct cache_index *ix, uint64_t key);
 /** slot's key must already be set. @return 0 or -EEXIST/-ENOSPC. */

@@ -712,6 +712,23 @@ out:
 	return rc;
 }
 
+/* Fault in the core's RAM that restoring pages [k0, k1) (in buf) will touch, without a lock. */
+static void prefault(const struct hl_cache_layout *l, const struct hl_cache_core *c, uint64_t k0,
+                     uint64_t k1, const uint8_t *buf)
+{
+	uint64_t per = PAGE / l->rec_size;
+
+	hl_cache_core_restore_prefault_slots(c, (uint32_t)(k0 * per),
+	                                     (uint32_t)HL_MIN((k1 - k0) * per, l->nslots - k0 * per));
+	for (uint64_t k = k0; k < k1; k++)
+		for (uint64_t i = 0; i < per && k * per + i < l->nslots; i++) {
+			struct hl_cache_slot_rec r;
+			if (rec_decode(l, (uint32_t)(k * per + i), buf + (k - k0) * PAGE + i * l->rec_size,
+			               &r))
+				hl_cache_core_restore_prefault(c, r.lun, r.block);
+		}
+}
+
 static bool marks_test(const struct hl_cache_restore *r, uint64_t p)
 {
 	return r->marks[p / 64] >> (p % 64) & 1;
@@ -751,9 +768,14 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 		return rc;
 	/* Under the lock in batches: the reactors wait at most one batch. */
 	for (uint64_t k0 = p; k0 < q; k0 += batch) {
+		struct timespec t0, t1;
+		uint64_t k1 = HL_MIN(q, k0 + batch);
+		if (lock && hl_cache_core_restore_prefault_on(c))
+			prefault(l, c, k0, k1, r->buf + (k0 - p) * PAGE);
 		if (lock)
 			pthread_mutex_lock(lock);
-		for (uint64_t k = k0; k < q && k < k0 + batch; k++) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (uint64_t k = k0; k < k1; k++) {
 			bool any;
 			r->restored += (uint64_t)load_page(l, c, k, r->buf + (k - p) * PAGE, &any, r);
 			if (!any)
@@ -761,8 +783,16 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 			r->marks[k / 64] &= ~(1ull << (k % 64));
 			r->pages_left--;
 		}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (lock)
 			pthread_mutex_unlock(lock);
+		uint64_t held = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull +
+		                (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+		if (held > r->max_hold_ns)
+			r->max_hold_ns = held;
+		r->hold_ns += held;
+		r->holds++;
+		r->holds_over_1ms += held > 1000000;
 	}
 	/* Pages that claim nothing: a load may skip them (l->sum is the syncs'). */
 	if (nempty && sum_lock)

@@ -676,6 +676,7 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 		out->restore_dropped = atomic_load(&c->rs_dropped);
 		out->restore_written = atomic_load(&c->rs_filtered);
 		out->restore_ms = atomic_load(&c->rs_ms);
+		out->restore_max_lock_us = atomic_load(&c->rs_max_lock_us);
 	}
 	out->block_size = c->bs;
 	out->recommended_block_size = recommend_block(out->read_size);

@@ -4,7 +4,8 @@
  * background, while the disks are served (docs/cache-format.md, "Lazy
  * restore"). It reads up to 1 MiB of record pages without any lock and
  * restores them under the cache lock RESTORE_BATCH pages at a time, so a
- * reactor waits at most one batch (about a thousand records). The core
+ * reactor waits at most one batch (128 records of 4 KiB blocks; the RAM
+ * they land on is faulted in before, without the lock). The core
  * keeps it safe meanwhile (no slot taken, writes noted and their records
  * dropped; cache_restore.c); the sync makes "invalidations pending" durable
  * before such a write reaches the origin (cache_meta.c). At the end
@@ -28,7 +29,7 @@
 #include "hotlun/log.h"
 
 #define RESTORE_READ_PAGES 256u /* 1 MiB of record pages per read */
-#define RESTORE_BATCH      8u   /* pages restored per hold of the cache lock */
+#define RESTORE_BATCH      1u   /* pages restored per hold of the cache lock */
 
 static uint64_t now_ms(void)
 {
@@ -44,6 +45,7 @@ static void publish(struct hl_cache *c)
 	atomic_store(&c->rs_restored, c->rs.restored);
 	atomic_store(&c->rs_dropped, c->rs.dropped);
 	atomic_store(&c->rs_filtered, c->rs.filtered);
+	atomic_store(&c->rs_max_lock_us, c->rs.max_hold_ns / 1000);
 }
 
 /*
@@ -115,10 +117,15 @@ static void *restore_main(void *arg)
 	atomic_store(&c->rs_phase, HL_CACHE_RESTORE_DONE);
 	HL_NOTICE("cache",
 	          "cache %s: %llu block(s) restored (restore done in %.1f s: %llu record page(s) "
-	          "read, %llu record(s) dropped, %llu of them written while restoring)",
+	          "read, %llu record(s) dropped, %llu of them written while restoring; the "
+	          "cache lock held %llu us on average, at most %llu us, %llu of %llu times over "
+	          "1 ms)",
 	          c->name, (unsigned long long)c->rs.restored,
 	          (double)(now_ms() - c->rs_t0) / 1000.0, (unsigned long long)c->rs.pages,
-	          (unsigned long long)c->rs.dropped, (unsigned long long)c->rs.filtered);
+	          (unsigned long long)c->rs.dropped, (unsigned long long)c->rs.filtered,
+	          (unsigned long long)(c->rs.holds ? c->rs.hold_ns / c->rs.holds / 1000 : 0),
+	          (unsigned long long)(c->rs.max_hold_ns / 1000),
+	          (unsigned long long)c->rs.holds_over_1ms, (unsigned long long)c->rs.holds);
 	return NULL;
 }
 
