@@ -43,7 +43,12 @@ static uint32_t rs_lower(const struct cache_restore *rs, uint16_t lun, uint64_t 
 	return a;
 }
 
-/* Merge the two neighbouring ranges of one LUN with the smallest gap. */
+/*
+ * Merge the two neighbouring ranges of one LUN with the smallest gap. With
+ * one range per LUN everywhere (more LUNs noted than CACHE_RS_MAX: attach
+ * and detach cycles during one restore) every record still to come is
+ * dropped instead.
+ */
 static void rs_shrink(struct cache_restore *rs)
 {
 	uint32_t best = UINT32_MAX;
@@ -58,9 +63,7 @@ static void rs_shrink(struct cache_restore *rs)
 		}
 	}
 	if (best == UINT32_MAX) {
-		/* One range per LUN everywhere (cannot happen below 65536 LUNs): widen one. */
-		rs->r[0].lo = 0;
-		rs->r[0].hi = HL_CACHE_MAX_BLOCK_NR;
+		rs->all = true;
 		return;
 	}
 	rs->r[best].hi = rs->r[best + 1].hi;
@@ -75,11 +78,13 @@ void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint
 
 	if (!rs->on)
 		return;
+	rs->noted++;
+	if (rs->all)
+		return; /* every record still to come is dropped anyway */
 	if (b1 > HL_CACHE_MAX_BLOCK_NR)
 		b1 = HL_CACHE_MAX_BLOCK_NR;
 	if (b0 > b1)
 		return;
-	rs->noted++;
 	/* The first range that may touch [b0, b1]: the one before the insert point too. */
 	i = rs_lower(rs, lun, b0);
 	if (i > 0 && rs->r[i - 1].lun == lun && rs->r[i - 1].hi + 1 >= b0)
@@ -96,7 +101,7 @@ void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint
 	}
 	if (rs->n == CACHE_RS_MAX) {
 		rs_shrink(rs);
-		cache_restore_note(c, lun, b0, b1); /* (room now; noted twice: harmless) */
+		cache_restore_note(c, lun, b0, b1); /* (room now, or all) */
 		rs->noted--;
 		return;
 	}
