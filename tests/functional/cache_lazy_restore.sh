@@ -17,7 +17,9 @@
 #     start is cold (the log says why) and nothing reads stale (without the
 #     "pending" superblock state it restores the written blocks' records);
 #  3. warm, clean stop, restart, kill -9 during a restore without writes:
-#     the next start is warm and nothing reads stale.
+#     the next start is warm and nothing reads stale;
+#  4. a clean stop (SIGTERM) during a restore with writes: the loader stops
+#     (logged), the next start is cold and nothing reads stale.
 . "$(dirname "$0")/lib.sh"
 hl_cache_front_prereqs
 hl_need qemu-img qemu-io dd
@@ -159,6 +161,23 @@ hl_log "3. kill -9 during a restore without writes: $restored restored at the ne
 [ "$restored" -gt $((USED / 2)) ] || hl_fail "3. only $restored of $USED blocks restored"
 stale=$(stale_blocks)
 [ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a crash during a read-only restore"
+
+# ---- 4. clean stop (SIGTERM) during a restore with writes: cold, not stale
+settle
+hl_stop "$FRONT_PID"
+start_slow
+restoring || hl_fail "4. not restoring at the start"
+writes 100 44
+restoring || hl_fail "4. the restore ended before the stop (raise DELAY)"
+hl_stop "$FRONT_PID"
+grep -q "cache ssd: stopped while restoring ([0-9]* of [0-9]* record pages left): the next start is cold" "$FRONT_LOG" ||
+	hl_fail "4. the stop during the restore is not in the log"
+hl_front_start "$T/hotlund.conf"
+grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" ||
+	hl_fail "4. a clean stop during a restore with writes did not make the next start cold"
+stale=$(stale_blocks)
+hl_log "4. SIGTERM during a restore with writes: cold start, $stale stale block(s)"
+[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a clean stop during the restore"
 hl_check_alive "$FRONT_PID"
 hl_stop "$FRONT_PID"
 hl_log "PASS"
