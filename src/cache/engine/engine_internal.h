@@ -210,6 +210,7 @@ struct hl_cache {
 	atomic_bool rs_stop;
 	atomic_int rs_phase; /* enum hl_cache_restore_phase */
 	uint64_t rs_t0;      /* engine_now_ms() at open */
+	unsigned rs_delay_ms; /* HOTLUN_TEST_RESTORE_DELAY_MS (tests) */
 	atomic_ullong rs_pages, rs_pages_left, rs_restored, rs_dropped, rs_filtered, rs_ms;
 	atomic_ullong rs_max_lock_us;
 };

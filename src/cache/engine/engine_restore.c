@@ -13,7 +13,7 @@
  *
  * HOTLUN_TEST_RESTORE_DELAY_MS (tests only, documented in
  * docs/cache-engine.md): read one record page at a time and sleep that long
- * after each, to make a small restore last long enough to be watched.
+ * before each, to make a small restore last long enough to be watched.
  */
 #include "config.h"
 
@@ -79,19 +79,21 @@ static void warm_counts(struct hl_cache *c)
 static void *restore_main(void *arg)
 {
 	struct hl_cache *c = arg;
-	const char *d = getenv("HOTLUN_TEST_RESTORE_DELAY_MS");
-	unsigned delay_ms = d ? (unsigned)strtoul(d, NULL, 10) : 0;
+	unsigned delay_ms = c->rs_delay_ms;
 	int64_t left = 1;
 	int rc = 0;
 
 	while (left > 0 && !atomic_load(&c->rs_stop) && !atomic_load(&c->failed)) {
+		if (delay_ms) {
+			usleep(delay_ms * 1000u);
+			if (atomic_load(&c->rs_stop))
+				break;
+		}
 		/* (throttled for a test: one page per read) */
 		left = hl_cache_meta_load_step(c->dev, &c->layout, c->core, &c->rs, &c->lock,
 		                               &c->sync_lock, delay_ms ? 1 : RESTORE_READ_PAGES,
 		                               RESTORE_BATCH);
 		publish(c);
-		if (left > 0 && delay_ms)
-			usleep(delay_ms * 1000u);
 	}
 	if (left < 0) {
 		engine_dev_error(c, NULL, (int)left);
@@ -131,8 +133,10 @@ static void *restore_main(void *arg)
 
 int engine_restore_start(struct hl_cache *c, uint64_t t0_ms)
 {
+	const char *d = getenv("HOTLUN_TEST_RESTORE_DELAY_MS");
 	int rc;
 
+	c->rs_delay_ms = d ? (unsigned)strtoul(d, NULL, 10) : 0;
 	c->rs_t0 = t0_ms ? t0_ms : now_ms();
 	publish(c);
 	atomic_store(&c->rs_pages, c->rs.pages);
