@@ -76,9 +76,8 @@ static void warm_counts(struct hl_cache *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-static void *restore_main(void *arg)
+static void restore_run(struct hl_cache *c)
 {
-	struct hl_cache *c = arg;
 	unsigned delay_ms = c->rs_delay_ms;
 	int64_t left = 1;
 	int rc = 0;
@@ -98,12 +97,12 @@ static void *restore_main(void *arg)
 	if (left < 0) {
 		engine_dev_error(c, NULL, (int)left);
 		atomic_store(&c->rs_phase, HL_CACHE_RESTORE_STOPPED);
-		return NULL;
+		return;
 	}
 	if (left > 0) {
 		/* Stopped (close, or the device failed): hl_cache_meta_close keeps the rules. */
 		atomic_store(&c->rs_phase, HL_CACHE_RESTORE_STOPPED);
-		return NULL;
+		return;
 	}
 	pthread_mutex_lock(&c->sync_lock);
 	rc = hl_cache_meta_load_finish(c->dev, &c->layout, c->core, &c->lock);
@@ -112,7 +111,7 @@ static void *restore_main(void *arg)
 	if (rc) {
 		engine_dev_error(c, NULL, rc);
 		atomic_store(&c->rs_phase, HL_CACHE_RESTORE_STOPPED);
-		return NULL;
+		return;
 	}
 	warm_counts(c);
 	atomic_store(&c->rs_ms, now_ms() - c->rs_t0);
@@ -128,6 +127,14 @@ static void *restore_main(void *arg)
 	          (unsigned long long)(c->rs.holds ? c->rs.hold_ns / c->rs.holds / 1000 : 0),
 	          (unsigned long long)(c->rs.max_hold_ns / 1000),
 	          (unsigned long long)c->rs.holds_over_1ms, (unsigned long long)c->rs.holds);
+}
+
+static void *restore_main(void *arg)
+{
+	struct hl_cache *c = arg;
+
+	restore_run(c);
+	hl_cache_restore_release(&c->rs); /* its buffers (1 MiB, and the summary's copy) */
 	return NULL;
 }
 
