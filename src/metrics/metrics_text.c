@@ -625,9 +625,9 @@ static void render_cache(struct render *r, const char *cache, json_t *o)
 	counter(r, F_CACHE_UB_WRITEBACKS, &l, o, "update_buffer_writebacks");
 	counter(r, F_CACHE_META_SYNCS, &l, o, "meta_syncs");
 	counter(r, F_CACHE_INFLIGHT, &l, o, "inflight");
-	if (has(o, "restore_state")) {
+	if (json_is_string(json_object_get(o, "restore_state"))) {
 		const char *rs = json_string_value(json_object_get(o, "restore_state"));
-		sample_u(r, F_CACHE_RESTORING, "", &l, rs && !strcmp(rs, "running"));
+		sample_u(r, F_CACHE_RESTORING, "", &l, !strcmp(rs, "running"));
 	}
 	counter(r, F_CACHE_RESTORE_LEFT, &l, o, "restore_pages_left");
 	counter(r, F_CACHE_RESTORE_RESTORED, &l, o, "restore_restored");
