@@ -38,6 +38,12 @@
 #define PAGE        4096u
 #define SB_MAGIC    "HLCACHE"
 #define SB_VERSION  2u
+/*
+ * The version a superblock in state SB_PENDING carries: a hotlund before
+ * the lazy restore reads the state as informational, but refuses any
+ * version but 2 (cold start), so a downgrade never restores such a cache.
+ */
+#define SB_VERSION_PENDING 3u
 #define SB_CLEAN    1u
 #define SB_OPEN     2u
 #define SB_PENDING  3u /* a lazy restore noted writes: unloaded records may be stale */
@@ -224,7 +230,7 @@ static void sb_encode(const struct sb *s, uint8_t *b)
 {
 	memset(b, 0, SB_SIZE);
 	memcpy(b, SB_MAGIC, 8);
-	put32(b + 8, SB_VERSION);
+	put32(b + 8, s->state == SB_PENDING ? SB_VERSION_PENDING : SB_VERSION);
 	put32(b + 12, s->block_size);
 	put64(b + 16, s->nslots);
 	put32(b + 24, s->rec_size);
@@ -650,6 +656,18 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 	rc = -ENODATA;
 	if (!s)
 		goto out;
+	if (s->version == SB_VERSION_PENDING && s->state == SB_PENDING) {
+		/*
+		 * The last run stopped during a lazy restore after a write or an
+		 * invalidation reached the origin: records it never loaded may
+		 * claim blocks written since. They cannot be told apart.
+		 */
+		HL_NOTICE("cache",
+		          "cache device: the last run stopped while restoring its cache with "
+		          "writes pending against records not loaded yet: its cached blocks are "
+		          "dropped and the device is formatted");
+		goto out;
+	}
 	if (s->version != SB_VERSION) {
 		/* Never read records of another format as ours: the cache starts cold. */
 		HL_NOTICE("cache",
@@ -664,20 +682,9 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 	    l->sum_len != s->sum_len || s->dev_size != d->size)
 		goto out;
 	hl_cache_core_info(c, &info);
-	if (info.block_size != s->block_size || info.nslots != s->nslots)
-		goto out;
-	if (s->state == SB_PENDING) {
-		/*
-		 * The last run stopped during a lazy restore after a write or an
-		 * invalidation reached the origin: records it never loaded may
-		 * claim blocks written since. They cannot be told apart.
-		 */
-		HL_NOTICE("cache",
-		          "cache device: the last run stopped while restoring its cache with "
-		          "writes pending against records not loaded yet: its cached blocks are "
-		          "dropped and the device is formatted");
-		goto out;
-	}
+	if (info.block_size != s->block_size || info.nslots != s->nslots ||
+	    s->state == SB_PENDING)
+		goto out; /* (state 3 under version 2: never written; refused all the same) */
 	rc = sum_alloc(l);
 	if (rc)
 		goto out;

@@ -1209,6 +1209,10 @@ static void test_lazy_clean_stop(void)
 		hl_cache_core_destroy(r.c);
 		hl_cache_layout_release(&r.l);
 		r.c = new_core(&r.l);
+		/* "pending" carries version 3: a hotlund before it refuses it too (cold). */
+		uint8_t sb[8192];
+		CU_ASSERT_FATAL(r.d->ops->pread(r.d, sb, sizeof(sb), 0) == 0);
+		CU_ASSERT_EQUAL(sb[8] == 3 || sb[4096 + 8] == 3, writes == 1);
 		restored = hl_cache_meta_load(r.d, r.c, &r.l);
 		if (writes) {
 			CU_ASSERT_EQUAL(restored, -ENODATA);
