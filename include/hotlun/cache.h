@@ -482,7 +482,8 @@ bool hl_cache_core_slot_get(const struct hl_cache_core *c, uint32_t slot,
 
 /**
  * Install a recovered slot (warm restart) before any I/O. The LUN must be
- * registered. @return 0, -EEXIST (block already cached), -EINVAL.
+ * registered. @return 0, -EEXIST (block already cached), -EINVAL, -ESTALE
+ * (a lazy restore noted the block written: hl_cache_core_restore_begin).
  */
 int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
                                const struct hl_cache_slot_rec *rec);
@@ -540,5 +541,35 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
  */
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
                                     uint64_t len);
+
+/*
+ * A lazy warm restart (docs/cache-format.md, "Lazy restore"): between
+ * restore_begin and restore_end the loader restores records while I/O is
+ * served. Meanwhile no slot is taken (misses are not filled), every block
+ * a write or an invalidation touches (or every block of a LUN added) is
+ * noted in a bounded filter, and hl_cache_core_slot_restore refuses a
+ * record of a noted block (-ESTALE: the caller drops it as a claimed
+ * record). need_mark: a block was noted and the superblock state
+ * "restore with invalidations pending" is not durable yet (until
+ * restore_marked, hl_cache_core_write_needs_sync says yes for every
+ * write). Under the caller's lock like the rest of the core.
+ */
+void hl_cache_core_restore_begin(struct hl_cache_core *c);
+void hl_cache_core_restore_end(struct hl_cache_core *c);
+bool hl_cache_core_restoring(const struct hl_cache_core *c);
+bool hl_cache_core_restore_need_mark(const struct hl_cache_core *c);
+void hl_cache_core_restore_marked(struct hl_cache_core *c);
+uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c);
+/*
+ * Fault in, without changing them, the pages a restore of block (lun) or
+ * of slots [first, first + n) will write: the loader calls them before it
+ * takes the lock (a first touch of a big cache's RAM costs 10-40 us a
+ * page). Any thread, no lock. prefault_on: worth it (a big index).
+ */
+bool hl_cache_core_restore_prefault_on(const struct hl_cache_core *c);
+void hl_cache_core_restore_prefault(const struct hl_cache_core *c, uint16_t lun, uint64_t block);
+void hl_cache_core_restore_prefault_slots(const struct hl_cache_core *c, uint32_t first, uint32_t n);
+/** Records of lun the restore dropped because the block was noted (0: unknown LUN). */
+uint64_t hl_cache_core_lun_restore_dropped(const struct hl_cache_core *c, uint16_t lun);
 
 #endif

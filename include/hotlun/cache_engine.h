@@ -28,6 +28,7 @@
 #ifndef HOTLUN_CACHE_ENGINE_H
 #define HOTLUN_CACHE_ENGINE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -258,7 +259,32 @@ struct hl_cache_engine_stats {
 	 */
 	uint64_t warm_kept, warm_dropped;
 	char warm_start[HL_ORIGIN_WHY_MAX + 64];
+	/*
+	 * Whole cache: the lazy restore of the slot records after a warm start
+	 * (docs/cache-format.md, "Lazy restore"): its phase, the record pages
+	 * the summary marked and those not read yet, the blocks restored, the
+	 * records dropped (of those, written while restoring), and how long it
+	 * took once done.
+	 */
+	uint32_t restore_phase; /* enum hl_cache_restore_phase */
+	uint64_t restore_pages, restore_pages_left, restore_restored, restore_dropped;
+	uint64_t restore_written, restore_ms;
+	uint64_t restore_max_lock_us; /* the longest hold of the cache lock by one batch */
 };
+
+enum hl_cache_restore_phase {
+	HL_CACHE_RESTORE_NONE = 0, /* formatted, or nothing to restore */
+	HL_CACHE_RESTORE_RUNNING,
+	HL_CACHE_RESTORE_DONE,
+	HL_CACHE_RESTORE_STOPPED, /* stopped by close or a device error */
+};
+
+/**
+ * Wait until the background restore of the slot records that a warm start
+ * begins is over (done or stopped; at once when none runs). Blocking; for
+ * tests and tools that want the old "everything loaded at open".
+ */
+void hl_cache_restore_wait(struct hl_cache *c);
 
 /**
  * Counters of the whole cache (disk NULL) or of one attached or mapped disk.
@@ -331,6 +357,7 @@ struct hl_cache_layout {
 	uint32_t seed;   /* record CRC seed derived from uuid */
 	uint32_t tag;    /* format tag every record of this format carries (from uuid) */
 	uint64_t sb_seq; /* sequence number of the last superblock written */
+	uint32_t sb_state; /* state of the last superblock written (1 clean, 2 open, 3 pending) */
 	/*
 	 * RAM mirror of the summary (npages bits; a set bit: the page may hold
 	 * records that claim data, so a load reads it) and the summary blocks
@@ -372,6 +399,57 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t block_size, struct hl_
  */
 int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l);
 
+/*
+ * A lazy load (docs/cache-format.md, "Lazy restore"), what
+ * hl_cache_meta_load does in three steps so that I/O may be served
+ * between them: load_begin reads the superblocks and the summary, marks
+ * the superblock open and starts the core's restore
+ * (hl_cache_core_restore_begin); load_step restores the next marked
+ * pages; load_finish ends the core's restore and, when the superblock
+ * says "invalidations pending", syncs (every dropped record's page
+ * durable) and clears that state. A superblock found in that state makes
+ * load_begin return -ENODATA (the cache starts cold) with a notice.
+ */
+struct hl_cache_restore {
+	uint64_t *marks;      /* the summary as loaded: pages still to read */
+	uint64_t next;        /* first page not looked at yet */
+	uint64_t pages;       /* marked pages at begin */
+	uint64_t pages_left;  /* of those, not restored yet */
+	uint64_t restored;    /* records restored */
+	uint64_t dropped;     /* records that claim data dropped (filter, LUN, duplicate) */
+	uint64_t filtered;    /* of those, dropped because written while restoring */
+	uint64_t max_hold_ns; /* the longest batch restored under the lock */
+	uint64_t hold_ns, holds; /* all batches: time under the lock, and how many */
+	uint64_t holds_over_1ms; /* batches that held the lock longer than 1 ms */
+	uint8_t *buf;         /* LOAD_CHUNK bytes of record pages */
+};
+
+/** @return 0, -ENODATA (format instead), -errno. r is filled (release it). */
+int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
+                             struct hl_cache_layout *l, struct hl_cache_restore *r);
+
+/**
+ * Read up to max_pages of the next marked record pages (1 MiB at most)
+ * without any lock, then restore them under lock (may be NULL) in batches
+ * of at most batch pages; the summary bits of pages found claiming nothing
+ * are cleared under sum_lock (the lock syncs hold; may be NULL).
+ * @return marked pages left (0: all restored) or -errno.
+ */
+int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *l,
+                                struct hl_cache_core *c, struct hl_cache_restore *r,
+                                pthread_mutex_t *lock, pthread_mutex_t *sum_lock,
+                                uint32_t max_pages, uint32_t batch);
+
+/**
+ * Every page restored: end the core's restore (under lock, may be NULL),
+ * then, if the superblock is "invalidations pending", sync and clear it.
+ * The caller serialises it with syncs. @return 0 or -errno.
+ */
+int hl_cache_meta_load_finish(struct hl_cache_dev *d, struct hl_cache_layout *l,
+                              struct hl_cache_core *c, pthread_mutex_t *lock);
+
+void hl_cache_restore_release(struct hl_cache_restore *r);
+
 /**
  * Persist the records of slot and every other dirty slot on the same
  * record page (one page write). Blocking. @return 0 or -errno.
@@ -387,8 +465,13 @@ int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layou
 int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *l,
                           struct hl_cache_core *c, uint32_t slot);
 
-/** Write every dirty record page, flush. Blocking. @return 0 or -errno. */
-int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+/**
+ * Write every dirty record page, flush. During a lazy restore whose core
+ * noted a write or an invalidation, first make the superblock state
+ * "restore with invalidations pending" durable. Blocking. @return 0 or
+ * -errno.
+ */
+int hl_cache_meta_sync(struct hl_cache_dev *d, struct hl_cache_layout *l,
                        struct hl_cache_core *c);
 
 /** Clean shutdown: sync, then mark the superblock closed. Blocking. @return 0 or -errno. */

@@ -761,6 +761,22 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		       (unsigned long long)jint(cache, "window_slots"),
 		       hl_format_size(jint(cache, "update_buffer_bytes"), ub, sizeof(ub)),
 		       (unsigned long long)jdelta(cache, pc, "update_buffer_writebacks"));
+		{
+			/* the lazy restore of the slot records after a warm start */
+			const char *rst = json_string_value(json_object_get(cache, "restore_state"));
+			if (rst && strcmp(rst, "none")) {
+				printf("  restore  %s", rst);
+				if (!strcmp(rst, "done"))
+					printf(" in %.1f s", (double)jint(cache, "restore_ms") / 1000.0);
+				printf(": %llu blocks restored, %llu records dropped (%llu written "
+				       "while restoring), %llu of %llu record pages left\n",
+				       (unsigned long long)jint(cache, "restore_restored"),
+				       (unsigned long long)jint(cache, "restore_dropped"),
+				       (unsigned long long)jint(cache, "restore_written"),
+				       (unsigned long long)jint(cache, "restore_pages_left"),
+				       (unsigned long long)jint(cache, "restore_pages"));
+			}
+		}
 		if (jdelta(cache, pc, "dev_errors") || jdelta(cache, pc, "origin_errors"))
 			printf("  errors   %llu of the cache device, %llu of origins\n",
 			       (unsigned long long)jdelta(cache, pc, "dev_errors"),

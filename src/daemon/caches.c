@@ -367,6 +367,17 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		json_object_set_new(o, "write_ratio", json_real(s->write_ratio));
 		json_object_set_new(o, "write_budget_open", json_boolean(s->write_budget_open));
 		json_object_set_new(o, "meta_dirty", json_boolean(s->meta_dirty));
+		/* the lazy restore of the slot records (docs/cache-format.md) */
+		static const char *const phases[] = {"none", "running", "done", "stopped"};
+		json_object_set_new(o, "restore_state",
+		                    json_string(phases[s->restore_phase < 4 ? s->restore_phase : 0]));
+		PUT("restore_pages", s->restore_pages);
+		PUT("restore_pages_left", s->restore_pages_left);
+		PUT("restore_restored", s->restore_restored);
+		PUT("restore_dropped", s->restore_dropped);
+		PUT("restore_written", s->restore_written);
+		PUT("restore_ms", s->restore_ms);
+		PUT("restore_max_lock_us", s->restore_max_lock_us);
 	}
 #undef PUT
 	json_object_set_new(

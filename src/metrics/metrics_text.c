@@ -88,6 +88,10 @@ enum fam_id {
 	F_CACHE_UB_WRITEBACKS,
 	F_CACHE_META_SYNCS,
 	F_CACHE_INFLIGHT,
+	F_CACHE_RESTORING,
+	F_CACHE_RESTORE_LEFT,
+	F_CACHE_RESTORE_RESTORED,
+	F_CACHE_RESTORE_DROPPED,
 	/* the iSCSI service */
 	F_TARGET_SESSIONS,
 	F_SESSIONS,
@@ -238,6 +242,15 @@ static const struct fam fams[F_N] = {
                             "metadata flushes done"},
     [F_CACHE_INFLIGHT] = {"hotlun_cache_inflight_requests", "gauge",
                           "requests not finished (fills after the reply included)"},
+    [F_CACHE_RESTORING] = {"hotlun_cache_restoring", "gauge",
+                           "1 while the records of a warm start are restored in the background"},
+    [F_CACHE_RESTORE_LEFT] = {"hotlun_cache_restore_pages_left", "gauge",
+                              "record pages the background restore has not read yet"},
+    [F_CACHE_RESTORE_RESTORED] = {"hotlun_cache_restore_blocks_restored", "gauge",
+                                  "blocks the background restore of the last start restored"},
+    [F_CACHE_RESTORE_DROPPED] = {"hotlun_cache_restore_records_dropped", "gauge",
+                                 "records the background restore dropped (written first, "
+                                 "duplicates, unknown disks)"},
     [F_TARGET_SESSIONS] = {"hotlun_iscsi_target_sessions", "gauge",
                            "iSCSI sessions logged in to a target"},
     [F_SESSIONS] = {"hotlun_iscsi_sessions", "gauge", "iSCSI sessions (all targets)"},
@@ -612,6 +625,13 @@ static void render_cache(struct render *r, const char *cache, json_t *o)
 	counter(r, F_CACHE_UB_WRITEBACKS, &l, o, "update_buffer_writebacks");
 	counter(r, F_CACHE_META_SYNCS, &l, o, "meta_syncs");
 	counter(r, F_CACHE_INFLIGHT, &l, o, "inflight");
+	if (json_is_string(json_object_get(o, "restore_state"))) {
+		const char *rs = json_string_value(json_object_get(o, "restore_state"));
+		sample_u(r, F_CACHE_RESTORING, "", &l, !strcmp(rs, "running"));
+	}
+	counter(r, F_CACHE_RESTORE_LEFT, &l, o, "restore_pages_left");
+	counter(r, F_CACHE_RESTORE_RESTORED, &l, o, "restore_restored");
+	counter(r, F_CACHE_RESTORE_DROPPED, &l, o, "restore_dropped");
 	json_object_foreach(disks, disk, d)
 	{
 		render_cache_disk(r, cache, disk, d);

@@ -7,14 +7,17 @@
 # killed (SIGKILL) and starts again (unclean restart). One line per size:
 #
 #   scale size=4T bs=4K slots=N start_s=.. rss_start_mb=.. warm_blocks=..
-#         stop_s=.. restart_s=.. restored=.. rss_restart_mb=..
-#         kill_restart_s=.. kill_restored=.. written_mb=.. rss_b_per_slot=..
+#         stop_s=.. restart_s=.. restore_end_s=.. restored=.. rss_restart_mb=..
+#         kill_restart_s=.. kill_restore_end_s=.. kill_restored=.. written_mb=..
+#         rss_b_per_slot=..
 #
 # start_s      exec to the portal accepting, first start (format included);
 # rss_*_mb     hotlund's VmRSS then; rss_b_per_slot the largest of the
 #              three RSS figures per cache slot (the goal: <= 16 B/slot + 64 MiB);
-# restart_s    exec to the portal accepting after the clean stop; restored
-#              the blocks the metadata load gave back (hotlund's log line);
+# restart_s    exec to the portal accepting after the clean stop;
+#              restore_end_s exec to the end of the background restore of the
+#              records (stats restore_state no longer "running"); restored
+#              the blocks it gave back (hotlund's log line);
 # kill_*       the same after SIGKILL (records of the last sync only);
 # written_mb   what the sparse file holds on disk at the end (formatting
 #              must not write what it need not: a 4 TiB cache at 4K blocks
@@ -72,6 +75,19 @@ start() {
 		sleep 0.005
 	done
 	start_s=$(since "$t0")
+	t_start=$t0
+}
+# wait_restore: wait for the background restore of a warm start to end; sets
+# restore_s (exec to its end; the same as start_s when nothing was restored)
+wait_restore() {
+	local i st
+	for i in $(seq 1 120000); do
+		st=$("$BUILD/hotlunctl" --socket "$tmp/st/ctl.sock" stats --json |
+			python3 -c 'import json, sys; print(json.load(sys.stdin)["caches"]["ssd"].get("restore_state", "none"))')
+		[ "$st" = running ] || break
+		sleep 0.02
+	done
+	restore_s=$(since "$t_start")
 }
 stop() {
 	local t0
@@ -134,6 +150,8 @@ CONF
 	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
 	start
 	s2=$start_s
+	wait_restore
+	e2=$restore_s
 	r2=$(rss_mb)
 	n2=$(restored "$mark")
 	# a little more I/O, then an unclean stop
@@ -144,6 +162,8 @@ CONF
 	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
 	start
 	s3=$start_s
+	wait_restore
+	e3=$restore_s
 	n3=$(restored "$mark")
 	r3=$(rss_mb)
 	stop TERM
@@ -151,12 +171,13 @@ CONF
 	loop=
 	written=$(du -m "$tmp/cache.img" | cut -f1)
 	python3 -c "import sys
-size, bs, slots, s1, r1, used, s_stop, s2, n2, r2, s3, n3, r3, written = sys.argv[1:]
+size, bs, slots, s1, r1, used, s_stop, s2, e2, n2, r2, s3, e3, n3, r3, written = sys.argv[1:]
 rss = max(int(r1), int(r2), int(r3 or 0))
 print('scale size=%s bs=%s slots=%s start_s=%s rss_start_mb=%s warm_blocks=%s stop_s=%s '
-      'restart_s=%s restored=%s rss_restart_mb=%s kill_restart_s=%s kill_restored=%s '
-      'written_mb=%s rss_b_per_slot=%.2f' % (size, bs, slots, s1, r1, used, s_stop, s2,
-      n2 or 0, r2, s3, n3 or 0, written, rss * 1048576.0 / max(1, int(slots or 1))))" \
-		"$size" "$BS" "${slots:-0}" "$s1" "$r1" "$used" "$s_stop" "$s2" "${n2:-0}" "$r2" \
-		"$s3" "${n3:-0}" "$r3" "$written"
+      'restart_s=%s restore_end_s=%s restored=%s rss_restart_mb=%s kill_restart_s=%s '
+      'kill_restore_end_s=%s kill_restored=%s written_mb=%s rss_b_per_slot=%.2f' % (size, bs,
+      slots, s1, r1, used, s_stop, s2, e2, n2 or 0, r2, s3, e3, n3 or 0, written,
+      rss * 1048576.0 / max(1, int(slots or 1))))" \
+		"$size" "$BS" "${slots:-0}" "$s1" "$r1" "$used" "$s_stop" "$s2" "$e2" "${n2:-0}" "$r2" \
+		"$s3" "$e3" "${n3:-0}" "$r3" "$written"
 done

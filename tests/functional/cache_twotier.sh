@@ -135,6 +135,7 @@ hl_stop "$FRONT_PID"
 grep -q "cache ssd: .* reads" "$FRONT_LOG" || hl_fail "no cache summary at shutdown"
 hl_front_start "$T/front.conf"
 grep -q "cache ssd: .*warm restart" "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; hl_fail "no warm restart"; }
+hl_wait_restored "$FRONT_LOG" ssd # (restored in the background)
 restored=$(sed -n 's/.*cache ssd: \([0-9]*\) block(s) restored.*/\1/p' "$FRONT_LOG")
 [ "${restored:-0}" -ge $((IMG / 65536 * 9 / 10)) ] || { cat "$FRONT_LOG" >&2; hl_fail "only ${restored:-0} blocks restored"; }
 chunks read "shuf -i 0-$((NCHUNK - 1))" >"$T/read3.cmds"

@@ -94,6 +94,7 @@ done
 # 2. clean restart of the front
 hl_stop "$FRONT_PID"
 hl_front_start "$T/front.conf"
+hl_wait_restored "$FRONT_LOG" ssd # (restored in the background)
 grep -q "block(s) restored" "$FRONT_LOG" || hl_fail "warm restart restored nothing: $(grep 'cache ssd' "$FRONT_LOG" | tail -3)"
 hl_log "2. front restarted cleanly: $(grep -o '[0-9]* block(s) restored' "$FRONT_LOG")"
 sleep 6

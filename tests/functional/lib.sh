@@ -468,6 +468,17 @@ print((c["disks"][sys.argv[4]] if sys.argv[4] else c)[sys.argv[3]])' "$out" "$ca
 		hl_fail "no statistic $key for cache $cache${disk:+ disk $disk}: $out"
 }
 
+# hl_wait_restored LOG CACHE: wait (up to 60 s) for the end of the background
+# restore of a warm start: "cache CACHE: N block(s) restored" in LOG.
+hl_wait_restored() {
+	local i
+	for i in $(seq 1 600); do
+		grep -q "cache $2: [0-9]* block(s) restored" "$1" && return 0
+		sleep 0.1
+	done
+	hl_fail "cache $2: the restore of the warm start did not end in 60 s"
+}
+
 # hl_check_alive: fail when the current hotlund has died (e.g. after bad input).
 hl_check_alive() {
 	local pid=${1:-$HL_PID}

@@ -52,6 +52,11 @@ int hl_cache_core_slot_restore(struct hl_cache_core *c, uint32_t slot,
 	pt = &c->parts[l->part];
 	if (slot < pt->first || slot >= pt->first + pt->n || cache_bit_test(c->takenmap, slot))
 		return -EINVAL;
+	/* Written or invalidated since a lazy restore began: the record may be stale. */
+	if (cache_restore_covers(c, rec->lun, rec->block)) {
+		l->rs_dropped++;
+		return -ESTALE;
+	}
 	key = cache_key(rec->lun, rec->block);
 	/* One probe: the insert finds a duplicate (keys[] of a FREE slot means nothing). */
 	cache_slot_set_key(c, slot, key);
@@ -209,6 +214,13 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
 {
 	uint64_t b0, b1;
 
+	/*
+	 * A lazy restore before "invalidations pending" is durable: every write
+	 * (asked before or after its write_begin noted it) waits for the sync
+	 * that makes it so (cache_restore.c).
+	 */
+	if (c->rs.on && !c->rs.marked)
+		return true;
 	if (!c->nstale && !c->stale_overflow)
 		return false;
 	if (c->stale_overflow || !len)

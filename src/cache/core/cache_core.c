@@ -149,6 +149,7 @@ int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind
 	if (rc)
 		return rc;
 	hl_admit_destroy(c->admit);
+	free(c->rs.r);
 	c->admit = a;
 	c->p.admit = kind;
 	c->p.admit_param = param;
@@ -495,6 +496,11 @@ int hl_cache_core_lun_add(struct hl_cache_core *c, uint16_t lun, uint64_t quota_
 	c->luns[lun] = l;
 	c->keys.lun[kix] = lun;
 	c->lunix_refs[kix]++;
+	/*
+	 * A LUN added during a lazy restore: records of its id not loaded yet
+	 * belong to a disk forgotten before, never to this one.
+	 */
+	cache_restore_note(c, lun, 0, HL_CACHE_MAX_BLOCK_NR);
 	return 0;
 }
 

@@ -88,6 +88,11 @@ uint32_t cache_index_find(const struct cache_index *ix, uint64_t key)
 	}
 }
 
+const void *cache_index_home_addr(const struct cache_index *ix, uint64_t key)
+{
+	return &ix->tab[home_of(ix, key)];
+}
+
 void cache_index_prefetch(const struct cache_index *ix, uint64_t key)
 {
 	__builtin_prefetch(&ix->tab[home_of(ix, key)]);

@@ -464,7 +464,9 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			budget_missed(c);
 		if (cache_wip_find(c, key))
 			continue; /* an origin write to it is in flight: do not fill */
-		s = admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
+		/* A lazy restore: no slot is taken until every record is known. */
+		s = c->rs.on ? HL_CACHE_NO_SLOT
+		             : admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
 		if (s == HL_CACHE_NO_SLOT)
 			continue;
 		struct cache_busy_ent *e = cache_busy_get(c, s);

@@ -50,6 +50,8 @@ int hl_cache_core_write_begin(struct hl_cache_core *c, uint16_t lun, uint64_t of
 		return (int)span;
 	nb = (uint32_t)span;
 	b0 = off >> c->block_shift;
+	/* A lazy restore drops the records of these blocks it has not loaded yet. */
+	cache_restore_note(c, lun, b0, b0 + nb - 1);
 	CACHE_STAT(c, l, write_reqs, 1);
 	CACHE_STAT(c, l, bytes_written, len);
 	for (uint32_t i = 0; i < nb; i++) {
@@ -217,6 +219,7 @@ int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off
 	b1 = (end - 1) >> c->block_shift;
 	if (b1 > HL_CACHE_MAX_BLOCK_NR)
 		b1 = HL_CACHE_MAX_BLOCK_NR;
+	cache_restore_note(c, lun, b0, b1);
 	if (b1 - b0 + 1 <= c->ix.count) {
 		for (uint64_t b = b0; b <= b1; b++) {
 			uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;

@@ -175,6 +175,8 @@ int cache_index_init(struct cache_index *ix, uint64_t nslots, const struct cache
 void cache_index_fini(struct cache_index *ix);
 /** @return slot or HL_CACHE_NO_SLOT. */
 uint32_t cache_index_find(const struct cache_index *ix, uint64_t key);
+/** Where key's probe begins (the restore faults its page in ahead). */
+const void *cache_index_home_addr(const struct cache_index *ix, uint64_t key);
 /* Start loading the index entry where key's probe begins (a later find of it waits less). */
 void cache_index_prefetch(const struct cache_index *ix, uint64_t key);
 /** slot's key must already be set. @return 0 or -EEXIST/-ENOSPC. */
@@ -218,6 +220,7 @@ struct cache_lun {
 	struct hl_cache_stats st;
 	struct cache_seq_stream seq[CACHE_SEQ_STREAMS];
 	uint64_t seq_clock;
+	uint64_t rs_dropped; /* records a lazy restore dropped: written or invalidated first */
 };
 
 #define CACHE_MAX_PARTS   256
@@ -311,6 +314,25 @@ struct cache_budget {
 
 #define CACHE_BUDGET_HORIZON 8
 
+/*
+ * A lazy warm restart (cache_restore.c): the blocks written or invalidated
+ * while the loader restores the slot records, as disjoint ranges sorted
+ * by (lun, lo), at most CACHE_RS_MAX of them (neighbours merge past it).
+ */
+#define CACHE_RS_MAX 4096u
+struct cache_rs_range {
+	uint64_t lo, hi; /* blocks [lo, hi] */
+	uint16_t lun;
+};
+struct cache_restore {
+	bool on;     /* restoring: no new slot is taken, writes are noted */
+	bool marked; /* the superblock says "invalidations pending" (durable) */
+	bool all;    /* no memory for the filter: every record is dropped */
+	uint32_t n;
+	struct cache_rs_range *r;
+	uint64_t noted; /* ranges noted */
+};
+
 struct hl_cache_core {
 	struct hl_cache_params p;
 	uint32_t spb;    /* 4K sectors per block */
@@ -379,6 +401,8 @@ struct hl_cache_core {
 	 * alone (a standby's pre-read of its owner's hot set is not a workload).
 	 */
 	bool shadow;
+	/* a lazy warm restart in progress (cache_restore.c) */
+	struct cache_restore rs;
 };
 
 /* ---- bit helpers ---- */
@@ -714,6 +738,10 @@ static inline bool cache_wip_find(const struct hl_cache_core *c, uint64_t key)
 /* cache_core.c: slot life cycle and CLOCK partitions */
 /** Give slot s (FREE) of partition pt to key. */
 void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key);
+/** Restoring: blocks [b0, b1] of lun were written or invalidated (the loader drops them). */
+void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1);
+/** Restoring and block of lun is in the filter. */
+bool cache_restore_covers(const struct hl_cache_core *c, uint16_t lun, uint64_t block);
 /** cache_slot_take() after the caller put keys[s] into the index itself. */
 void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s);
 /** Make a USED slot FREE (it must be unpinned and have no writers). */

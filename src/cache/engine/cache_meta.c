@@ -38,8 +38,15 @@
 #define PAGE        4096u
 #define SB_MAGIC    "HLCACHE"
 #define SB_VERSION  2u
+/*
+ * The version a superblock in state SB_PENDING carries: a hotlund before
+ * the lazy restore reads the state as informational, but refuses any
+ * version but 2 (cold start), so a downgrade never restores such a cache.
+ */
+#define SB_VERSION_PENDING 3u
 #define SB_CLEAN    1u
 #define SB_OPEN     2u
+#define SB_PENDING  3u /* a lazy restore noted writes: unloaded records may be stale */
 #define REC_MAGIC   0x4c48u
 #define REC_F_VALID 0x01u
 #define LOAD_CHUNK  (1024u * 1024)
@@ -223,7 +230,7 @@ static void sb_encode(const struct sb *s, uint8_t *b)
 {
 	memset(b, 0, SB_SIZE);
 	memcpy(b, SB_MAGIC, 8);
-	put32(b + 8, SB_VERSION);
+	put32(b + 8, s->state == SB_PENDING ? SB_VERSION_PENDING : SB_VERSION);
 	put32(b + 12, s->block_size);
 	put64(b + 16, s->nslots);
 	put32(b + 24, s->rec_size);
@@ -314,6 +321,21 @@ static int sb_write(struct hl_cache_dev *d, struct sb *s)
 	if (!rc)
 		rc = d->ops->flush(d);
 	free(b);
+	return rc;
+}
+
+/* Write (and flush) the superblock of l in state; l->sb_state follows on success. */
+static int sb_write_state(struct hl_cache_dev *d, struct hl_cache_layout *l, uint32_t state)
+{
+	struct sb s;
+	int rc;
+
+	sb_of_layout(l, d->size, &s);
+	s.state = state;
+	rc = sb_write(d, &s);
+	l->sb_seq = s.seq;
+	if (!rc)
+		l->sb_state = state;
 	return rc;
 }
 
@@ -537,12 +559,14 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 	s.state = SB_CLEAN;
 	rc = sb_write(d, &s);
 	l->sb_seq = s.seq;
+	if (!rc)
+		l->sb_state = SB_CLEAN;
 	return rc;
 }
 
 /* Restore or drop every record of the page in buf. @return slots restored; *any: one claimed. */
 static int load_page(const struct hl_cache_layout *l, struct hl_cache_core *c, uint64_t page,
-                     const uint8_t *buf, bool *any)
+                     const uint8_t *buf, bool *any, struct hl_cache_restore *rs)
 {
 	uint64_t per = PAGE / l->rec_size;
 	int restored = 0;
@@ -564,10 +588,13 @@ static int load_page(const struct hl_cache_layout *l, struct hl_cache_core *c, u
 		 * a later crash could restore the old claim over another block's
 		 * data or over the block's newer content.
 		 */
-		if (hl_cache_core_slot_restore(c, (uint32_t)slot, &r) == 0) {
+		int rrc = hl_cache_core_slot_restore(c, (uint32_t)slot, &r);
+		if (rrc == 0) {
 			restored++;
 			trace_rec(CT_RESTORE, (uint32_t)slot, 0, &r);
 		} else {
+			rs->dropped++;
+			rs->filtered += rrc == -ESTALE;
 			hl_cache_core_slot_drop_claimed(c, (uint32_t)slot, &r);
 			trace_rec(CT_RESTORE, (uint32_t)slot, 1, &r);
 		}
@@ -595,17 +622,28 @@ static int load_summary(struct hl_cache_dev *d, struct hl_cache_layout *l, uint8
 	return 0;
 }
 
-int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l)
+void hl_cache_restore_release(struct hl_cache_restore *r)
 {
-	uint8_t *buf = page_zalloc(LOAD_CHUNK);
+	free(r->marks);
+	free(r->buf);
+	r->marks = NULL;
+	r->buf = NULL;
+}
+
+int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
+                             struct hl_cache_layout *l, struct hl_cache_restore *r)
+{
 	struct sb a, b, *s = NULL;
 	bool va, vb;
-	int rc, restored = 0;
+	int rc;
 	struct hl_cache_core_info info;
+	uint8_t *buf;
 
+	memset(r, 0, sizeof(*r));
+	memset(l, 0, sizeof(*l));
+	buf = r->buf = page_zalloc(LOAD_CHUNK);
 	if (!buf)
 		return -ENOMEM;
-	memset(l, 0, sizeof(*l));
 	rc = d->ops->pread(d, buf, 2 * SB_SIZE, 0);
 	if (rc)
 		goto out;
@@ -618,6 +656,18 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 	rc = -ENODATA;
 	if (!s)
 		goto out;
+	if (s->version == SB_VERSION_PENDING && s->state == SB_PENDING) {
+		/*
+		 * The last run stopped during a lazy restore after a write or an
+		 * invalidation reached the origin: records it never loaded may
+		 * claim blocks written since. They cannot be told apart.
+		 */
+		HL_NOTICE("cache",
+		          "cache device: the last run stopped while restoring its cache with "
+		          "writes pending against records not loaded yet: its cached blocks are "
+		          "dropped and the device is formatted");
+		goto out;
+	}
 	if (s->version != SB_VERSION) {
 		/* Never read records of another format as ours: the cache starts cold. */
 		HL_NOTICE("cache",
@@ -632,8 +682,9 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 	    l->sum_len != s->sum_len || s->dev_size != d->size)
 		goto out;
 	hl_cache_core_info(c, &info);
-	if (info.block_size != s->block_size || info.nslots != s->nslots)
-		goto out;
+	if (info.block_size != s->block_size || info.nslots != s->nslots ||
+	    s->state == SB_PENDING)
+		goto out; /* (state 3 under version 2: never written; refused all the same) */
 	rc = sum_alloc(l);
 	if (rc)
 		goto out;
@@ -644,40 +695,165 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 	rc = load_summary(d, l, buf);
 	if (rc)
 		goto out;
+	/* The loader's own copy: syncs change l->sum meanwhile. */
+	r->marks = malloc(HL_DIV_ROUND_UP(l->npages, 64) * sizeof(uint64_t));
+	rc = -ENOMEM;
+	if (!r->marks)
+		goto out;
+	memcpy(r->marks, l->sum, HL_DIV_ROUND_UP(l->npages, 64) * sizeof(uint64_t));
+	for (uint64_t w = 0; w < HL_DIV_ROUND_UP(l->npages, 64); w++)
+		r->pages += (uint64_t)__builtin_popcountll(r->marks[w]);
+	r->pages_left = r->pages;
 	/* Mark the cache open before anything can change on the device. */
 	s->state = SB_OPEN;
 	rc = sb_write(d, s);
 	l->sb_seq = s->seq;
 	if (rc)
 		goto out;
-	/* The marked pages only, in runs of up to LOAD_CHUNK. */
-	for (uint64_t p = 0; p < l->npages;) {
-		uint64_t w = l->sum[p / 64] >> (p % 64), q;
-		if (!w) {
-			p = (p / 64 + 1) * 64;
-			continue;
-		}
-		p += (uint64_t)__builtin_ctzll(w);
-		if (p >= l->npages)
-			break;
-		for (q = p + 1; q < l->npages && q - p < LOAD_CHUNK / PAGE && sum_test(l, q); q++)
-			;
-		rc = d->ops->pread(d, buf, (size_t)((q - p) * PAGE), l->meta_off + p * PAGE);
-		if (rc)
-			goto out;
-		for (uint64_t k = p; k < q; k++) {
-			bool any;
-			restored += load_page(l, c, k, buf + (k - p) * PAGE, &any);
-			if (!any)
-				sum_clear(l, k);
-		}
-		p = q;
-	}
-	rc = restored;
+	l->sb_state = SB_OPEN;
+	hl_cache_core_restore_begin(c);
+	return 0;
 out:
-	if (rc < 0)
+	hl_cache_layout_release(l);
+	hl_cache_restore_release(r);
+	return rc;
+}
+
+/* Fault in the core's RAM that restoring pages [k0, k1) (in buf) will touch, without a lock. */
+static void prefault(const struct hl_cache_layout *l, const struct hl_cache_core *c, uint64_t k0,
+                     uint64_t k1, const uint8_t *buf)
+{
+	uint64_t per = PAGE / l->rec_size;
+
+	hl_cache_core_restore_prefault_slots(c, (uint32_t)(k0 * per),
+	                                     (uint32_t)HL_MIN((k1 - k0) * per, l->nslots - k0 * per));
+	for (uint64_t k = k0; k < k1; k++)
+		for (uint64_t i = 0; i < per && k * per + i < l->nslots; i++) {
+			struct hl_cache_slot_rec r;
+			if (rec_decode(l, (uint32_t)(k * per + i), buf + (k - k0) * PAGE + i * l->rec_size,
+			               &r))
+				hl_cache_core_restore_prefault(c, r.lun, r.block);
+		}
+}
+
+static bool marks_test(const struct hl_cache_restore *r, uint64_t p)
+{
+	return r->marks[p / 64] >> (p % 64) & 1;
+}
+
+int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *l,
+                                struct hl_cache_core *c, struct hl_cache_restore *r,
+                                pthread_mutex_t *lock, pthread_mutex_t *sum_lock,
+                                uint32_t max_pages, uint32_t batch)
+{
+	uint64_t p = r->next, q, empty[LOAD_CHUNK / PAGE];
+	uint32_t nempty = 0;
+	int rc;
+
+	if (!max_pages || max_pages > LOAD_CHUNK / PAGE)
+		max_pages = LOAD_CHUNK / PAGE;
+	if (!batch)
+		batch = max_pages;
+	/* The next run of marked pages. */
+	while (p < l->npages) {
+		uint64_t w = r->marks[p / 64] >> (p % 64);
+		if (w) {
+			p += (uint64_t)__builtin_ctzll(w);
+			break;
+		}
+		p = (p / 64 + 1) * 64;
+	}
+	if (p >= l->npages) {
+		r->next = l->npages;
+		r->pages_left = 0;
+		return 0;
+	}
+	for (q = p + 1; q < l->npages && q - p < max_pages && marks_test(r, q); q++)
+		;
+	rc = d->ops->pread(d, r->buf, (size_t)((q - p) * PAGE), l->meta_off + p * PAGE);
+	if (rc)
+		return rc;
+	/* Under the lock in batches: the reactors wait at most one batch. */
+	for (uint64_t k0 = p; k0 < q; k0 += batch) {
+		struct timespec t0, t1;
+		uint64_t k1 = HL_MIN(q, k0 + batch);
+		if (lock && hl_cache_core_restore_prefault_on(c))
+			prefault(l, c, k0, k1, r->buf + (k0 - p) * PAGE);
+		if (lock)
+			pthread_mutex_lock(lock);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (uint64_t k = k0; k < k1; k++) {
+			bool any;
+			r->restored += (uint64_t)load_page(l, c, k, r->buf + (k - p) * PAGE, &any, r);
+			if (!any)
+				empty[nempty++] = k;
+			r->marks[k / 64] &= ~(1ull << (k % 64));
+			r->pages_left--;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (lock)
+			pthread_mutex_unlock(lock);
+		uint64_t held = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull +
+		                (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+		if (held > r->max_hold_ns)
+			r->max_hold_ns = held;
+		r->hold_ns += held;
+		r->holds++;
+		r->holds_over_1ms += held > 1000000;
+	}
+	/* Pages that claim nothing: a load may skip them (l->sum is the syncs'). */
+	if (nempty && sum_lock)
+		pthread_mutex_lock(sum_lock);
+	for (uint32_t i = 0; i < nempty; i++)
+		sum_clear(l, empty[i]);
+	if (nempty && sum_lock)
+		pthread_mutex_unlock(sum_lock);
+	r->next = q;
+	return (int64_t)r->pages_left;
+}
+
+int hl_cache_meta_load_finish(struct hl_cache_dev *d, struct hl_cache_layout *l,
+                              struct hl_cache_core *c, pthread_mutex_t *lock)
+{
+	int rc;
+
+	if (lock)
+		pthread_mutex_lock(lock);
+	hl_cache_core_restore_end(c);
+	if (lock)
+		pthread_mutex_unlock(lock);
+	if (l->sb_state != SB_PENDING)
+		return 0;
+	/*
+	 * Every record is in RAM now, the dropped ones as stale claims: once
+	 * their pages are rewritten no record on the device is older than the
+	 * origin, and the state may go back to open.
+	 */
+	rc = cache_meta_sync_locked(d, l, c, lock);
+	if (!rc)
+		rc = sb_write_state(d, l, SB_OPEN);
+	return rc;
+}
+
+int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l)
+{
+	struct hl_cache_restore r;
+	int64_t left;
+	int rc = hl_cache_meta_load_begin(d, c, l, &r);
+
+	if (rc)
+		return rc;
+	do
+		left = hl_cache_meta_load_step(d, l, c, &r, NULL, NULL, 0, 0);
+	while (left > 0);
+	rc = left < 0 ? (int)left : hl_cache_meta_load_finish(d, l, c, NULL);
+	if (rc) {
+		hl_cache_core_restore_end(c);
 		hl_cache_layout_release(l);
-	free(buf);
+	} else {
+		rc = (int)r.restored;
+	}
+	hl_cache_restore_release(&r);
 	return rc;
 }
 
@@ -732,7 +908,7 @@ int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layou
  * caller serialises syncs per device (one snapshot must not overtake a
  * newer one).
  */
-int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
                            struct hl_cache_core *c, pthread_mutex_t *lock)
 {
 	uint64_t per = PAGE / l->rec_size;
@@ -742,9 +918,11 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout 
 	bool *any = NULL;
 	uint32_t s;
 	int rc = 0;
+	bool mark;
 
 	if (lock)
 		pthread_mutex_lock(lock);
+	mark = hl_cache_core_restore_need_mark(c) && l->sb_state != SB_PENDING;
 	epoch = hl_cache_core_meta_epoch(c) + 1;
 	/* Dirty slots come in ascending order: so do their pages. */
 	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT) {
@@ -786,6 +964,25 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout 
 	}
 	if (lock)
 		pthread_mutex_unlock(lock);
+	if (mark) {
+		/*
+		 * A lazy restore noted a write or an invalidation: before the origin
+		 * sees it, a crash must make the next load start cold (records not
+		 * loaded yet may claim the block's old data).
+		 */
+		int mrc = sb_write_state(d, l, SB_PENDING);
+		if (lock)
+			pthread_mutex_lock(lock);
+		if (!mrc)
+			hl_cache_core_restore_marked(c);
+		for (uint64_t k = 0; mrc && !rc && k < ndirty; k++)
+			for (uint64_t i = 0; i < per && list[k] * per + i < l->nslots; i++)
+				hl_cache_core_slot_set_dirty(c, (uint32_t)(list[k] * per + i));
+		if (lock)
+			pthread_mutex_unlock(lock);
+		if (!rc)
+			rc = mrc;
+	}
 	if (rc || !ndirty)
 		goto out;
 	cache_trace(CT_SYNC, 0, 0, 0, 0, 0, ndirty, 0);
@@ -820,7 +1017,7 @@ out:
 	return rc;
 }
 
-int hl_cache_meta_sync(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+int hl_cache_meta_sync(struct hl_cache_dev *d, struct hl_cache_layout *l,
                        struct hl_cache_core *c)
 {
 	return cache_meta_sync_locked(d, l, c, NULL);
@@ -840,9 +1037,17 @@ int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struc
 		rc = d->ops->flush(d);
 	if (rc)
 		return rc;
+	/*
+	 * Stopped during a lazy restore after writes: the records not loaded
+	 * may be stale, the state stays "pending" (the next start is cold).
+	 */
+	if (hl_cache_core_restoring(c) && l->sb_state == SB_PENDING)
+		return 0;
 	sb_of_layout(l, d->size, &s);
 	s.state = SB_CLEAN;
 	rc = sb_write(d, &s);
 	l->sb_seq = s.seq;
+	if (!rc)
+		l->sb_state = SB_CLEAN;
 	return rc;
 }

@@ -39,6 +39,8 @@ static void cache_free(struct hl_cache *c)
 		return;
 	if (c->data)
 		hl_origin_close(c->data);
+	engine_restore_stop(c);
+	hl_cache_restore_release(&c->rs);
 	if (c->dev)
 		hl_cache_dev_close(c->dev);
 	hl_cache_layout_release(&c->layout);
@@ -79,7 +81,8 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	char *uri = NULL;
 	uint64_t ub;
 	bool usable;
-	int rc, restored = 0;
+	int rc;
+	uint64_t t0 = engine_now_ms();
 
 	if (!cfg || !cfg->name || !cfg->device || !out)
 		return -EINVAL;
@@ -210,12 +213,14 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 			engine_ent_free(c->ents[i]);
 			c->ents[i] = c->ents[--c->n_ents];
 		}
-		rc = hl_cache_meta_load(c->dev, c->core, &c->layout);
-		if (rc >= 0)
-			restored = rc;
-		else if (rc != -ENODATA)
+		/*
+		 * Superblocks and summary only: the records are restored in the
+		 * background once the disks are served (engine_restore.c).
+		 */
+		rc = hl_cache_meta_load_begin(c->dev, c->core, &c->layout, &c->rs);
+		if (rc && rc != -ENODATA)
 			goto fail_dev;
-		usable = rc >= 0;
+		usable = rc == 0;
 	}
 	if (!usable) {
 		rc = hl_cache_meta_format(c->dev, c->bs, &c->layout);
@@ -235,8 +240,15 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	          (unsigned long long)info.window_slots, (unsigned long long)c->nwin, adm,
 	          cfg->write_policy ? cfg->write_policy : "update",
 	          (unsigned long long)(c->ub_cap >> 10), usable ? "warm restart" : "formatted");
-	if (usable)
-		HL_NOTICE("cache", "cache %s: %d block(s) restored", c->name, restored);
+	if (usable) {
+		HL_NOTICE("cache",
+		          "cache %s: restoring %llu record page(s) in the background; served "
+		          "meanwhile (misses are not cached until it is done)",
+		          c->name, (unsigned long long)c->rs.pages);
+		rc = engine_restore_start(c, t0);
+		if (rc)
+			goto fail;
+	}
 	*out = c;
 	return 0;
 fail_dev:
@@ -334,7 +346,10 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		uint64_t after = e->warm_kept, before = after + e->warm_dropped;
 		/* Before any I/O: the dropped blocks' records must stop claiming data. */
 		sync = prc || chg.n;
-		if (prc || before != after)
+		e->warm_lazy = hl_cache_core_restoring(c->core); /* counted at the restore's end */
+		if (e->warm_lazy)
+			;
+		else if (prc || before != after)
 			HL_NOTICE("cache",
 			          "cache %s: disk %s: warm start: kept %llu block(s), dropped %llu "
 			          "(%s%s)",
@@ -496,6 +511,7 @@ void hl_cache_quiesce(struct hl_cache *c)
 {
 	if (!c)
 		return;
+	engine_restore_stop(c);
 	engine_shadow_stop(c); /* its fills may still need the metadata thread */
 	engine_meta_stop(c, true);
 }
@@ -507,6 +523,7 @@ void hl_cache_close(struct hl_cache *c)
 
 	if (!c)
 		return;
+	engine_restore_stop(c);
 	engine_shadow_stop(c);
 	engine_meta_stop(c, false);
 	for (size_t i = 0; i < c->n_ents; i++)
@@ -652,6 +669,14 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 		out->write_ratio = info.write_ratio;
 		out->write_budget_pct = info.write_budget_pct;
 		out->write_budget_open = info.write_budget_open;
+		out->restore_phase = (uint32_t)atomic_load(&c->rs_phase);
+		out->restore_pages = atomic_load(&c->rs_pages);
+		out->restore_pages_left = atomic_load(&c->rs_pages_left);
+		out->restore_restored = atomic_load(&c->rs_restored);
+		out->restore_dropped = atomic_load(&c->rs_dropped);
+		out->restore_written = atomic_load(&c->rs_filtered);
+		out->restore_ms = atomic_load(&c->rs_ms);
+		out->restore_max_lock_us = atomic_load(&c->rs_max_lock_us);
 	}
 	out->block_size = c->bs;
 	out->recommended_block_size = recommend_block(out->read_size);

@@ -134,6 +134,11 @@ struct map_ent {
 	_Atomic bool proofs_held; /* hl_cache_hold_proofs: no proof until hl_cache_revalidate */
 	uint64_t warm_kept, warm_dropped;
 	char warm_why[HL_ORIGIN_WHY_MAX];
+	/*
+	 * Attached during a lazy restore: warm_kept and warm_dropped are
+	 * counted (and the "warm start" line logged) when it ends.
+	 */
+	bool warm_lazy;
 	/* the warm standby (engine_shadow.c), NULL: not a shared disk; hl_cache.lock */
 	struct shadow_ent *sh;
 	/*
@@ -197,6 +202,17 @@ struct hl_cache {
 	bool dead; /* meta thread (then close): no more metadata writes */
 	uint32_t interval_ms;
 	struct eng_shadow *shadow; /* engine_shadow.c: its reactor, NULL until a disk shadows */
+
+	/* lazy restore (engine_restore.c): the loader thread and its progress */
+	struct hl_cache_restore rs; /* the loader's (published in the atomics below) */
+	pthread_t rs_thr;
+	bool rs_started;
+	atomic_bool rs_stop;
+	atomic_int rs_phase; /* enum hl_cache_restore_phase */
+	uint64_t rs_t0;      /* engine_now_ms() at open */
+	unsigned rs_delay_ms; /* HOTLUN_TEST_RESTORE_DELAY_MS (tests) */
+	atomic_ullong rs_pages, rs_pages_left, rs_restored, rs_dropped, rs_filtered, rs_ms;
+	atomic_ullong rs_max_lock_us;
 };
 
 /* Behind each cached origin. */
@@ -421,6 +437,17 @@ bool engine_device_check_size(struct hl_cache *c);
  */
 void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
 
+/* engine_restore.c */
+
+/** Start the loader thread of a lazy load begun into c->rs (open). @return 0 or -errno. */
+int engine_restore_start(struct hl_cache *c, uint64_t t0_ms);
+
+/** Stop the loader thread where it is (close); a no-op when it is not running. */
+void engine_restore_stop(struct hl_cache *c);
+
+/** CLOCK_MONOTONIC in milliseconds. */
+uint64_t engine_now_ms(void);
+
 /** Start the metadata thread (open). @return 0 or -errno. */
 int engine_meta_start(struct hl_cache *c);
 
@@ -603,7 +630,7 @@ int engine_rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, 
  * hl_cache_meta_sync() for the engine: core accesses happen under lock
  * (may be NULL), device I/O outside it. Callers serialise syncs.
  */
-int cache_meta_sync_locked(struct hl_cache_dev *d, const struct hl_cache_layout *l,
+int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
                            struct hl_cache_core *c, pthread_mutex_t *lock);
 
 /* engine_ub.c */

@@ -942,6 +942,317 @@ static void test_file_device(void)
 	unlink(path);
 }
 
+
+static uint64_t lazy_rs;
+static void rs_seed_lazy(void)
+{
+	lazy_rs = 0x9e3779b97f4a7c15ull;
+}
+
+/* n random operations (reads only unless writes) on the blocks the warm-up used. */
+static void lazy_ops(struct rig *r, bool writes, unsigned n)
+{
+	uint64_t save = rs;
+
+	rs = lazy_rs;
+	for (unsigned i = 0; i < n && !r->crashed; i++) {
+		bool had_pending = r->npend != 0;
+		uint16_t lun = (uint16_t)(rnd() % NLUN);
+		uint64_t hot = rnd() % 4 ? rnd() % 80 : rnd() % (LUNSECT - 8);
+		uint64_t off = hot * HL_CACHE_SECTOR;
+		unsigned kind = (unsigned)(rnd() % 100);
+		if (!writes || kind < 55) {
+			do_read(r, lun, off, (1 + rnd() % 4) * HL_CACHE_SECTOR, rnd() % 3 == 0);
+		} else if (kind < 90) {
+			do_write(r, lun, off + (rnd() % 3) * 512, 512 * (1 + rnd() % 20));
+		} else if (kind < 96) {
+			do_invalidate(r, lun, off, (1 + rnd() % 6) * HL_CACHE_SECTOR);
+		} else {
+			dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+		}
+		if (had_pending)
+			finish_pending(r);
+	}
+	lazy_rs = rs;
+	rs = save;
+}
+
+/* ---- lazy restore (docs/cache-format.md, "Lazy restore") ---- */
+
+/* A warm device: 3000 ops of churn, then a clean close. The rig keeps the device. */
+static void lazy_warm(struct rig *r)
+{
+	rig_start(r, 8u << 20); /* 4 record pages */
+	workload(r, 3000);
+	CU_ASSERT_FALSE_FATAL(r->crashed);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_close(r->d, &r->l, r->c), 0);
+	hl_cache_core_destroy(r->c);
+	r->c = NULL;
+	hl_cache_layout_release(&r->l);
+	hl_cache_dev_mem_reset(r->d);
+}
+
+/* Begin a lazy load of the rig's device into a fresh core. */
+static void lazy_begin(struct rig *r, struct hl_cache_restore *lrs)
+{
+	r->c = new_core(&r->l);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_load_begin(r->d, r->c, &r->l, lrs), 0);
+	CU_ASSERT_FATAL(lrs->pages >= 3);
+}
+
+/* The same when the device may fail at once. @return 0 or -errno (r->crashed). */
+static int lazy_try_begin(struct rig *r, struct hl_cache_restore *lrs)
+{
+	int rc;
+
+	r->c = new_core(&r->l);
+	rc = dev_io(r, hl_cache_meta_load_begin(r->d, r->c, &r->l, lrs));
+	if (!rc)
+		CU_ASSERT_FATAL(lrs->pages >= 3);
+	return rc;
+}
+
+/* Every slot r->c holds on the device matches the origin. @return sectors that differ. */
+static unsigned check_all_slots(struct rig *r, struct hl_cache_core *c)
+{
+	unsigned bad = 0;
+
+	for (uint32_t s = 0; s < r->l.nslots; s++) {
+		struct hl_cache_slot_rec rec;
+		if (hl_cache_core_slot_get(c, s, &rec))
+			bad += check_data(r, rec.lun, s, rec.block, rec.valid);
+	}
+	return bad;
+}
+
+static void test_lazy_write_before_load(void)
+{
+	struct rig r;
+	struct hl_cache_restore lrs;
+	struct hl_cache_slot_rec rec;
+	uint32_t last = HL_CACHE_NO_SLOT;
+	int64_t left;
+
+	lazy_warm(&r);
+	lazy_begin(&r, &lrs);
+	/* The last record the loader will reach: find it on a copy loaded at once. */
+	int n;
+	struct hl_cache_core *all = load_copy(&r, false, &n);
+	CU_ASSERT_FATAL(n > 10);
+	for (uint32_t s = 0; s < r.l.nslots; s++)
+		if (hl_cache_core_slot_get(all, s, &rec))
+			last = s;
+	CU_ASSERT_FATAL(last != HL_CACHE_NO_SLOT);
+	CU_ASSERT_FATAL(hl_cache_core_slot_get(all, last, &rec));
+	hl_cache_core_destroy(all);
+	/* Half the pages restored, then the block of the last record is written. */
+	left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1);
+	CU_ASSERT(left > 0);
+	/* Until "pending" is durable every write syncs first. */
+	CU_ASSERT(hl_cache_core_write_needs_sync(r.c, rec.lun, 0, 512));
+	do_write(&r, rec.lun, rec.block * BS, BS);
+	CU_ASSERT_FALSE_FATAL(r.crashed);
+	/* The write made "pending" durable first (it synced), and then needs no more syncs. */
+	CU_ASSERT_EQUAL(r.l.sb_state, 3u);
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(r.c, rec.lun, rec.block * BS, 512));
+	while ((left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1)) > 0)
+		;
+	CU_ASSERT_EQUAL(left, 0);
+	CU_ASSERT(lrs.filtered >= 1);
+	CU_ASSERT(lrs.restored > 10);
+	/* The record was dropped: nothing of the block is in the cache. */
+	CU_ASSERT_FALSE(hl_cache_core_slot_get(r.c, last, &rec));
+	CU_ASSERT_EQUAL(check_all_slots(&r, r.c), 0);
+	do_read(&r, rec.lun, rec.block * BS, BS, false);
+	CU_ASSERT_EQUAL(r.bad_hits, 0);
+	/* Finish: the dropped record's page is rewritten, then the state is open again. */
+	CU_ASSERT_EQUAL(hl_cache_meta_load_finish(r.d, &r.l, r.c, NULL), 0);
+	CU_ASSERT_EQUAL(r.l.sb_state, 2u);
+	/* A crash now: the next load is warm and restores nothing stale. */
+	int restored;
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT(restored > 10);
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_restore_release(&lrs);
+	hl_cache_dev_close(r.d);
+}
+
+/*
+ * A lazy restore with I/O interleaved: after each page, writes (partial,
+ * unaligned), reads (hits checked, misses not filled), invalidations and
+ * syncs, then more I/O once the restore finished. writes: false for reads
+ * only.
+ */
+static void lazy_scenario(struct rig *r, bool writes)
+{
+	struct hl_cache_restore lrs;
+	int64_t left = 1;
+
+	if (lazy_try_begin(r, &lrs))
+		return;
+	rs_seed_lazy();
+	while (left > 0 && !r->crashed) {
+		left = hl_cache_meta_load_step(r->d, &r->l, r->c, &lrs, NULL, NULL, 1, 1);
+		if (left < 0) {
+			r->crashed = true;
+			break;
+		}
+		lazy_ops(r, writes, 12);
+	}
+	if (!r->crashed && dev_io(r, hl_cache_meta_load_finish(r->d, &r->l, r->c, NULL)))
+		hl_cache_core_restore_end(r->c);
+	if (!r->crashed)
+		lazy_ops(r, writes, 40);
+	if (r->npend)
+		finish_pending(r);
+	hl_cache_restore_release(&lrs);
+}
+
+static void test_lazy_crash_every_write(void)
+{
+	for (int writes = 1; writes >= 0; writes--) {
+		struct rig r;
+		uint8_t *img;
+		uint32_t org[NLUN][LUNSECT];
+		uint64_t total, base, warm = 0, cold = 0;
+		unsigned bad = 0;
+
+		lazy_warm(&r);
+		img = malloc(r.d->size);
+		CU_ASSERT_FATAL(img != NULL);
+		CU_ASSERT_FATAL(r.d->ops->pread(r.d, img, r.d->size, 0) == 0);
+		memcpy(org, origin, sizeof(org));
+		base = hl_cache_dev_mem_writes(r.d);
+		lazy_scenario(&r, writes);
+		CU_ASSERT_FALSE_FATAL(r.crashed);
+		CU_ASSERT_EQUAL(r.bad_hits, 0);
+		total = hl_cache_dev_mem_writes(r.d) - base;
+		if (getenv("HL_DEBUG_UT"))
+			fprintf(stderr, "lazy writes=%d: %llu device writes\n", writes,
+			        (unsigned long long)total);
+		CU_ASSERT(total > (writes ? 20u : 1u));
+		hl_cache_core_destroy(r.c);
+		hl_cache_layout_release(&r.l);
+
+		for (uint64_t n = 0; n <= total; n++) {
+			static const size_t torn[] = {0, 512, 1000, 2048, 4095};
+			struct hl_cache_core *c;
+			int restored;
+
+			CU_ASSERT_FATAL(r.d->ops->pwrite(r.d, img, r.d->size, 0) == 0);
+			hl_cache_dev_mem_reset(r.d);
+			memcpy(origin, org, sizeof(org));
+			r.crashed = false;
+			r.bad_hits = 0;
+			r.npend = 0;
+			hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
+			lazy_scenario(&r, writes);
+			bad += (unsigned)r.bad_hits;
+			hl_cache_core_destroy(r.c);
+			/* Reboot: an eager load (or a cold start when "pending"), then check. */
+			hl_cache_layout_release(&r.l);
+			hl_cache_dev_mem_reset(r.d);
+			c = new_core(&r.l);
+			restored = hl_cache_meta_load(r.d, c, &r.l);
+			if (restored == -ENODATA) {
+				cold++;
+				CU_ASSERT_FATAL(hl_cache_meta_format(r.d, BS, &r.l) == 0);
+			} else {
+				CU_ASSERT_FATAL(restored >= 0);
+				warm += restored > 0;
+				bad += check_all_slots(&r, c);
+			}
+			hl_cache_core_destroy(c);
+			hl_cache_layout_release(&r.l);
+			if (bad) {
+				fprintf(stderr, "lazy restore: stale data after a crash at write %llu\n",
+				        (unsigned long long)n);
+				break;
+			}
+		}
+		CU_ASSERT_EQUAL(bad, 0);
+		if (writes) {
+			/* Crashes before the first write stay warm; after it, cold until finish. */
+			CU_ASSERT(warm > 0);
+			CU_ASSERT(cold > 0);
+		} else {
+			/* No write: every crash keeps the cache warm. */
+			CU_ASSERT_EQUAL(cold, 0);
+			CU_ASSERT_EQUAL(warm, total + 1);
+		}
+		if (getenv("HL_DEBUG_UT"))
+			fprintf(stderr, "lazy writes=%d: %llu device writes, %llu warm, %llu cold\n",
+			        writes, (unsigned long long)total, (unsigned long long)warm,
+			        (unsigned long long)cold);
+		free(img);
+		hl_cache_dev_close(r.d);
+	}
+}
+
+/* A clean stop in the middle of a restore: pending stays (cold), else warm. */
+static void test_lazy_clean_stop(void)
+{
+	for (int writes = 0; writes < 2; writes++) {
+		struct rig r;
+		struct hl_cache_restore lrs;
+		int restored;
+
+		lazy_warm(&r);
+		lazy_begin(&r, &lrs);
+		CU_ASSERT(hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1) > 0);
+		if (writes)
+			do_write(&r, 0, 0, BS);
+		else
+			do_read(&r, 0, 0, BS, false);
+		CU_ASSERT_EQUAL(hl_cache_meta_close(r.d, &r.l, r.c), 0);
+		hl_cache_core_destroy(r.c);
+		hl_cache_layout_release(&r.l);
+		r.c = new_core(&r.l);
+		/* "pending" carries version 3: a hotlund before it refuses it too (cold). */
+		uint8_t sb[8192];
+		CU_ASSERT_FATAL(r.d->ops->pread(r.d, sb, sizeof(sb), 0) == 0);
+		CU_ASSERT_EQUAL(sb[8] == 3 || sb[4096 + 8] == 3, writes == 1);
+		restored = hl_cache_meta_load(r.d, r.c, &r.l);
+		if (writes) {
+			CU_ASSERT_EQUAL(restored, -ENODATA);
+		} else {
+			CU_ASSERT(restored > 10);
+			CU_ASSERT_EQUAL(check_all_slots(&r, r.c), 0);
+			hl_cache_layout_release(&r.l);
+		}
+		hl_cache_core_destroy(r.c);
+		hl_cache_restore_release(&lrs);
+		hl_cache_dev_close(r.d);
+	}
+}
+
+/* The filter merges neighbours past its bound and never forgets a block. */
+static void test_lazy_filter_bound(void)
+{
+	struct hl_cache_core *c;
+	struct hl_cache_layout l = {.nslots = 64};
+	struct hl_cache_slot_rec rec = {0};
+
+	c = new_core(&l);
+	hl_cache_core_restore_begin(c);
+	for (uint64_t b = 0; b < 20000; b++)
+		hl_cache_core_invalidate(c, 1, (b * 7) * BS, BS);
+	CU_ASSERT(hl_cache_core_restore_need_mark(c));
+	for (uint64_t b = 0; b < 20000; b++) {
+		rec.lun = 1;
+		rec.block = b * 7;
+		memset(rec.valid, 1, 1);
+		CU_ASSERT_EQUAL(hl_cache_core_slot_restore(c, (uint32_t)(b % 64), &rec), -ESTALE);
+	}
+	/* Another LUN is untouched. */
+	rec.lun = 0;
+	rec.block = 7;
+	CU_ASSERT_EQUAL(hl_cache_core_slot_restore(c, 3, &rec), 0);
+	hl_cache_core_restore_end(c);
+	hl_cache_core_destroy(c);
+}
+
 static const struct hl_test tests[] = {
     {"layout of records and data", test_layout},
     {"warm restart after a clean close", test_warm_restart},
@@ -962,6 +1273,11 @@ static const struct hl_test tests[] = {
     {"a cache of format version 1 starts cold", test_version_1_starts_cold},
     {"the page summary follows the claims", test_summary_shrinks},
     {"O_DIRECT file device", test_file_device},
+    {"lazy restore: a write before its record is loaded drops the record",
+     test_lazy_write_before_load},
+    {"lazy restore: crash at every device write, with and without writes", test_lazy_crash_every_write},
+    {"lazy restore: a clean stop in the middle", test_lazy_clean_stop},
+    {"lazy restore: the bounded filter never forgets a block", test_lazy_filter_bound},
     {NULL, NULL},
 };
 

@@ -462,6 +462,8 @@ static void dev_remove(void)
 
 /* update_buffer of the caches cache_open() opens (0: the default, 16 MiB). */
 static uint64_t g_ub;
+/* cache_open() returns while the records are still being restored. */
+static bool g_lazy;
 
 static struct hl_cache *cache_open(const char *policy)
 {
@@ -478,6 +480,8 @@ static struct hl_cache *cache_open(const char *policy)
 	struct hl_cache *c = NULL;
 
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	if (!g_lazy)
+		hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	return c;
 }
 
@@ -832,6 +836,62 @@ static void test_fill_raced_write(void)
 	CU_ASSERT(wait_inflight(c, 0));
 
 	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
+/*
+ * The lazy restore through the engine: the restart serves at once; a write
+ * to a cached block whose record is not loaded yet drops the record, a
+ * miss is not filled meanwhile, and everything reads back as the origin
+ * has it once the restore is done.
+ */
+static void test_lazy_restore(void)
+{
+	struct fake f, g;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
+
+	o = fixture_up(&c, NULL, &f, 9, "fake:lazy");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+
+	/* The loader waits 3 s before its first page (the test knob). */
+	fake_init(&g, LUN_SIZE, 9);
+	setenv("HOTLUN_TEST_RESTORE_DELAY_MS", "3000", 1);
+	g_lazy = true;
+	o = cache_up(&c, NULL, &g, "fake:lazy");
+	g_lazy = false;
+	unsetenv("HOTLUN_TEST_RESTORE_DELAY_MS");
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &st) == 0);
+	CU_ASSERT_EQUAL(st.restore_phase, HL_CACHE_RESTORE_RUNNING);
+	CU_ASSERT_EQUAL(st.restore_pages, 1);
+	memset(w, 0x5c, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 3 * BS, BS, w), 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 20 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, g.mem + 20 * BS, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &st) == 0);
+	CU_ASSERT_EQUAL(st.used_slots, 0); /* the miss was not cached */
+	CU_ASSERT_EQUAL(st.restore_phase, HL_CACHE_RESTORE_RUNNING);
+	hl_cache_restore_wait(c);
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &st) == 0);
+	CU_ASSERT_EQUAL(st.restore_phase, HL_CACHE_RESTORE_DONE);
+	CU_ASSERT_EQUAL(st.restore_restored, 7);
+	CU_ASSERT_EQUAL(st.restore_written, 1);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(buf[3 * BS] == 0x5c);
+	CU_ASSERT(memcmp(buf, g.mem, 8 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.core.bytes_read_cache, 7 * BS); /* served warm, block 3 excepted */
+	cache_down(c, o);
+	dev_remove();
+	free(f.mem);
+	free(g.mem);
 	free(buf);
 	free(w);
 }
@@ -1912,6 +1972,7 @@ static void test_window_and_promotion(void)
 		order[i] = (uint32_t)((i * 37 + 11) % nblk); /* a fixed non-sequential order */
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:win");
 	/* Three passes over 512 blocks (the SSD holds ~120), hot blocks 0..63 read more often. */
 	for (int pass = 0; pass < 3 && ok; pass++) {
@@ -1953,6 +2014,7 @@ static void test_window_and_promotion(void)
 	/* Restart: what was promoted to the SSD is still right. */
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:win");
 	for (uint64_t b = 0; b < nblk && ok; b++)
 		ok = do_io(o, HL_IO_READ, b * BS, BS, buf) == 0 &&
@@ -2088,6 +2150,7 @@ static void test_promote_hole_raced_fill(void)
 	fake_init(&f, lun, 21);
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:hole");
 	hl_cache_core_info(c->core, &info);
 	nwin = info.window_slots; /* now; c->nwin is what it may grow to */
@@ -2154,6 +2217,7 @@ static void test_promote_hole_raced_fill(void)
 	cache_down(c, o);
 	reactor_up();
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	hl_cache_restore_wait(c); /* these tests attach once every record is back */
 	o = attach(c, &f, "fake:hole");
 	memset(buf, 0, BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
@@ -3187,6 +3251,8 @@ int main(void)
 	    {"invalidate mode: a written block is read from the origin", test_write_invalidate},
 	    {"a fill that raced a write is dropped", test_fill_raced_write},
 	    {"warm restart keeps the blocks; another origin does not get them", test_warm_restart},
+	    {"lazy restore: served at once, a write drops the record not loaded yet",
+	     test_lazy_restore},
 	    {"proof: an origin written while down starts cold", test_proof_changed_origin_cold},
 	    {"proof: an unchanged origin starts warm", test_proof_unchanged_warm},
 	    {"proof: a diff drops only the changed blocks", test_proof_diff_drops_changed_only},

@@ -34,6 +34,8 @@ static const char *STATS =
     " },"
     " \"caches\": {\"c0\": {\"device\": \"/dev/nvme0n1\", \"nslots\": 10, \"used_slots\": 4,"
     "   \"write_ratio\": 0.25, \"write_budget_pct\": 25, \"passthrough\": true,"
+    "   \"restore_state\": \"running\", \"restore_pages_left\": 17, \"restore_restored\": 900,"
+    "   \"restore_dropped\": 3,"
     "   \"disks\": {\"d0\": {\"read_hits\": 5, \"read_partial\": 1, \"read_misses\": 1,"
     "      \"bytes_cache_write\": 100, \"bytes_cache_update\": 30, \"warm_kept\": 4,"
     "      \"warm_dropped\": 1, \"warm_start\": \"kept 4, dropped 1 (a \\\"quoted\\\" why\\\\)\","
@@ -82,6 +84,10 @@ static void test_counters_and_units(void)
 	                      "kind=\"fill\"} 70"));
 	CU_ASSERT(has_line(t, "hotlun_cache_write_budget_ratio{cache=\"c0\"} 0.25"));
 	CU_ASSERT(has_line(t, "hotlun_cache_passthrough{cache=\"c0\"} 1"));
+	CU_ASSERT(has_line(t, "hotlun_cache_restoring{cache=\"c0\"} 1"));
+	CU_ASSERT(has_line(t, "hotlun_cache_restore_pages_left{cache=\"c0\"} 17"));
+	CU_ASSERT(has_line(t, "hotlun_cache_restore_blocks_restored{cache=\"c0\"} 900"));
+	CU_ASSERT(has_line(t, "hotlun_cache_restore_records_dropped{cache=\"c0\"} 3"));
 	CU_ASSERT(has_line(t, "hotlun_iscsi_target_sessions{target=\"iqn.u\"} 0"));
 	CU_ASSERT(has_line(t, "hotlun_iscsi_task_set_full_total 6"));
 	CU_ASSERT(has_line(t, "hotlun_process_max_fds 1024"));

@@ -1,0 +1,187 @@
+/*
+ * engine_restore.c - a warm restart that serves at once: the cache's
+ * loader thread restores the slot records the page summary marks, in the
+ * background, while the disks are served (docs/cache-format.md, "Lazy
+ * restore"). It reads up to 1 MiB of record pages without any lock and
+ * restores them under the cache lock RESTORE_BATCH pages at a time, so a
+ * reactor waits at most one batch (128 records of 4 KiB blocks; the RAM
+ * they land on is faulted in before, without the lock). The core
+ * keeps it safe meanwhile (no slot taken, writes noted and their records
+ * dropped; cache_restore.c); the sync makes "invalidations pending" durable
+ * before such a write reaches the origin (cache_meta.c). At the end
+ * hl_cache_meta_load_finish syncs and clears that state.
+ *
+ * HOTLUN_TEST_RESTORE_DELAY_MS (tests only, documented in
+ * docs/cache-engine.md): read one record page at a time and sleep that long
+ * before each, to make a small restore last long enough to be watched.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/engine/engine_internal.h"
+#include "hotlun/log.h"
+
+#define RESTORE_READ_PAGES 256u /* 1 MiB of record pages per read */
+#define RESTORE_BATCH      1u   /* pages restored per hold of the cache lock */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void publish(struct hl_cache *c)
+{
+	atomic_store(&c->rs_pages_left, c->rs.pages_left);
+	atomic_store(&c->rs_restored, c->rs.restored);
+	atomic_store(&c->rs_dropped, c->rs.dropped);
+	atomic_store(&c->rs_filtered, c->rs.filtered);
+	atomic_store(&c->rs_max_lock_us, c->rs.max_hold_ns / 1000);
+}
+
+/*
+ * The disks attached while restoring: what they kept (the blocks restored)
+ * and dropped (their records the proof at attach, or a write since, had
+ * dropped), as an attach before the restore would have said.
+ */
+static void warm_counts(struct hl_cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_ents; i++) {
+		struct map_ent *e = c->ents[i];
+		if (!e->warm_lazy)
+			continue;
+		e->warm_lazy = false;
+		e->warm_kept = hl_cache_core_lun_blocks(c->core, e->id);
+		e->warm_dropped += hl_cache_core_lun_restore_dropped(c->core, e->id);
+		if (e->warm_dropped)
+			HL_NOTICE("cache",
+			          "cache %s: disk %s: warm start: kept %llu block(s), dropped %llu "
+			          "(%s)",
+			          c->name, e->name, (unsigned long long)e->warm_kept,
+			          (unsigned long long)e->warm_dropped, e->warm_why);
+		else
+			HL_INFO("cache", "cache %s: disk %s: warm start: kept %llu block(s) (%s)",
+			        c->name, e->name, (unsigned long long)e->warm_kept, e->warm_why);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void restore_run(struct hl_cache *c)
+{
+	unsigned delay_ms = c->rs_delay_ms;
+	int64_t left = 1;
+	int rc = 0;
+
+	while (left > 0 && !atomic_load(&c->rs_stop) && !atomic_load(&c->failed)) {
+		if (delay_ms) {
+			usleep(delay_ms * 1000u);
+			if (atomic_load(&c->rs_stop))
+				break;
+		}
+		/* (throttled for a test: one page per read) */
+		left = hl_cache_meta_load_step(c->dev, &c->layout, c->core, &c->rs, &c->lock,
+		                               &c->sync_lock, delay_ms ? 1 : RESTORE_READ_PAGES,
+		                               RESTORE_BATCH);
+		publish(c);
+	}
+	if (left < 0) {
+		engine_dev_error(c, NULL, (int)left);
+		atomic_store(&c->rs_phase, HL_CACHE_RESTORE_STOPPED);
+		return;
+	}
+	if (left > 0) {
+		/* Stopped (close, or the device failed): hl_cache_meta_close keeps the rules. */
+		atomic_store(&c->rs_phase, HL_CACHE_RESTORE_STOPPED);
+		return;
+	}
+	pthread_mutex_lock(&c->sync_lock);
+	rc = hl_cache_meta_load_finish(c->dev, &c->layout, c->core, &c->lock);
+	pthread_mutex_unlock(&c->sync_lock);
+	atomic_fetch_add(&c->changes, 1); /* the dropped records: the next periodic sync */
+	if (rc) {
+		engine_dev_error(c, NULL, rc);
+		atomic_store(&c->rs_phase, HL_CACHE_RESTORE_STOPPED);
+		return;
+	}
+	warm_counts(c);
+	atomic_store(&c->rs_ms, now_ms() - c->rs_t0);
+	atomic_store(&c->rs_phase, HL_CACHE_RESTORE_DONE);
+	HL_NOTICE("cache",
+	          "cache %s: %llu block(s) restored (restore done in %.1f s: %llu record page(s) "
+	          "read, %llu record(s) dropped, %llu of them written while restoring; the "
+	          "cache lock held %llu us on average, at most %llu us, %llu of %llu times over "
+	          "1 ms)",
+	          c->name, (unsigned long long)c->rs.restored,
+	          (double)(now_ms() - c->rs_t0) / 1000.0, (unsigned long long)c->rs.pages,
+	          (unsigned long long)c->rs.dropped, (unsigned long long)c->rs.filtered,
+	          (unsigned long long)(c->rs.holds ? c->rs.hold_ns / c->rs.holds / 1000 : 0),
+	          (unsigned long long)(c->rs.max_hold_ns / 1000),
+	          (unsigned long long)c->rs.holds_over_1ms, (unsigned long long)c->rs.holds);
+}
+
+static void *restore_main(void *arg)
+{
+	struct hl_cache *c = arg;
+
+	restore_run(c);
+	hl_cache_restore_release(&c->rs); /* its buffers (1 MiB, and the summary's copy) */
+	return NULL;
+}
+
+int engine_restore_start(struct hl_cache *c, uint64_t t0_ms)
+{
+	const char *d = getenv("HOTLUN_TEST_RESTORE_DELAY_MS");
+	int rc;
+
+	c->rs_delay_ms = d ? (unsigned)strtoul(d, NULL, 10) : 0;
+	c->rs_t0 = t0_ms ? t0_ms : now_ms();
+	publish(c);
+	atomic_store(&c->rs_pages, c->rs.pages);
+	atomic_store(&c->rs_phase, HL_CACHE_RESTORE_RUNNING);
+	rc = -pthread_create(&c->rs_thr, NULL, restore_main, c);
+	if (rc) {
+		atomic_store(&c->rs_phase, HL_CACHE_RESTORE_STOPPED);
+		return rc;
+	}
+	c->rs_started = true;
+	return 0;
+}
+
+void engine_restore_stop(struct hl_cache *c)
+{
+	if (!c->rs_started)
+		return;
+	atomic_store(&c->rs_stop, true);
+	pthread_join(c->rs_thr, NULL);
+	c->rs_started = false;
+	if (atomic_load(&c->rs_phase) == HL_CACHE_RESTORE_STOPPED)
+		HL_NOTICE("cache",
+		          "cache %s: stopped while restoring (%llu of %llu record pages left): the "
+		          "next start %s",
+		          c->name, (unsigned long long)c->rs.pages_left,
+		          (unsigned long long)c->rs.pages,
+		          hl_cache_core_restore_noted(c->core)
+		              ? "is cold (writes reached the origin meanwhile)"
+		              : "restores what is on the device");
+}
+
+uint64_t engine_now_ms(void)
+{
+	return now_ms();
+}
+
+void hl_cache_restore_wait(struct hl_cache *c)
+{
+	while (c && atomic_load(&c->rs_phase) == HL_CACHE_RESTORE_RUNNING)
+		usleep(1000);
+}

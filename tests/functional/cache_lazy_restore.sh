@@ -1,0 +1,183 @@
+#!/bin/bash
+# cache_lazy_restore.sh - a warm restart serves at once and restores the
+# slot records in the background (issue 25 item 5; docs/cache-format.md,
+# "Lazy restore"), never stale, also after a crash in the middle. A 64 MiB
+# file origin behind a cache of 4 KiB blocks (thousands of records, tens of
+# record pages), the restore throttled by HOTLUN_TEST_RESTORE_DELAY_MS (a
+# test knob: one record page per read, then a sleep) so that it lasts
+# seconds:
+#  1. warm, clean stop; restart: the portal accepts while the restore still
+#     runs (stats restore_state "running"); 4 KiB writes through iSCSI all
+#     over the LUN meanwhile; the whole LUN reads back equal to the origin
+#     during the restore and after it; the stats and the log show the
+#     restore (blocks restored, records dropped because written first, the
+#     time it took);
+#  2. restart again, writes during the restore, quiet until the origin's
+#     proof is recorded again, kill -9 before the restore ends: the next
+#     start is cold (the log says why) and nothing reads stale (without the
+#     "pending" superblock state it restores the written blocks' records);
+#  3. warm, clean stop, restart, kill -9 during a restore without writes:
+#     the next start is warm and nothing reads stale;
+#  4. a clean stop (SIGTERM) during a restore with writes: the loader stops
+#     (logged), the next start is cold and nothing reads stale.
+. "$(dirname "$0")/lib.sh"
+hl_cache_front_prereqs
+hl_need qemu-img qemu-io dd
+qemu-img --help 2>/dev/null | grep -qw iscsi || hl_missing "qemu-img has no iscsi driver (install qemu-block-extra)"
+
+T=$(hl_tmpdir)
+BS=4096
+NBLK=16384
+IQN=$HL_IQN_PREFIX:lazy-restore
+PORT=$(hl_free_port)
+ST=$T/state
+SOCK=$ST/ctl.sock
+URL=iscsi://127.0.0.1:$PORT/$IQN/0
+DELAY=60
+mkdir -p "$ST"
+dd if=/dev/urandom of="$T/origin.img" bs=$BS count=$NBLK status=none || hl_error "dd"
+truncate -s 96M "$T/cache.img"
+hl_cache_front_conf "$T/hotlund.conf" "$PORT" "$ST" "$IQN" "file:$T/origin.img" \
+	device="$T/cache.img" size=96M block_size=4K admission=always
+
+stat_of() { hl_cache_stat "$SOCK" ssd "$@"; }
+
+warm() {
+	"$BENCH" --workload uniform --bs 4K --count 40000 --qd 16 --seed "$1" --quiet \
+		"$URL" >"$T/bench.out" 2>&1 || { cat "$T/bench.out" >&2; hl_fail "warm-up reads failed"; }
+	USED=$(stat_of used_slots)
+	hl_log "cached blocks after warm-up: $USED"
+	[ "$USED" -gt 8000 ] || hl_fail "only $USED blocks cached: the test would prove little"
+}
+
+settle() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(stat_of meta_dirty)" = False ] && [ "$(stat_of inflight)" = 0 ] && break
+		sleep 0.1
+	done
+	sleep 2
+}
+
+# stale_blocks: read the whole LUN through iSCSI, print how many 4K blocks differ from the origin
+stale_blocks() {
+	rm -f "$T/read.img"
+	timeout 120 qemu-img convert -f raw -O raw "$URL" "$T/read.img" >"$T/q.out" 2>&1 ||
+		{ cat "$T/q.out" >&2; hl_fail "qemu-img could not read the LUN"; }
+	cmp -l "$T/origin.img" "$T/read.img" 2>/dev/null | awk -v bs=$BS '{ b[int(($1 - 1) / bs)] = 1 } END { print length(b) }'
+}
+
+# writes N SEED: N 4 KiB writes of a fresh pattern at random blocks, through iSCSI
+writes() {
+	local n=$1 cmds="" i off
+	RANDOM=$2
+	for i in $(seq 1 "$n"); do
+		off=$(( (RANDOM * 32768 + RANDOM) % NBLK * BS ))
+		cmds="$cmds -c 'write -P $(( (RANDOM % 250) + 1 )) $off 4k'"
+	done
+	eval timeout 120 qemu-io -f raw $cmds "$URL" >"$T/io.out" 2>&1 ||
+		{ cat "$T/io.out" >&2; hl_fail "qemu-io writes failed"; }
+}
+
+restoring() { [ "$(stat_of restore_state)" = running ]; }
+
+start_slow() {
+	export HOTLUN_TEST_RESTORE_DELAY_MS=${DELAY_NOW:-$DELAY}
+	hl_front_start "$T/hotlund.conf"
+	unset HOTLUN_TEST_RESTORE_DELAY_MS
+}
+
+kill9() {
+	kill -KILL "$FRONT_PID"
+	wait "$FRONT_PID" 2>/dev/null
+	hl_forget "$FRONT_PID"
+}
+
+# ---- 1. restart: served during the restore, writes meanwhile, never stale
+hl_front_start "$T/hotlund.conf"
+warm 1
+settle
+hl_stop "$FRONT_PID"
+start_slow
+restoring || hl_fail "the portal opened only after the restore (state $(stat_of restore_state))"
+pages=$(stat_of restore_pages)
+hl_log "1. portal up while restoring: $(stat_of restore_pages_left) of $pages record pages left"
+[ "$pages" -gt 20 ] || hl_fail "only $pages record pages to restore"
+writes 300 11
+stale=$(stale_blocks)
+restoring || hl_fail "the restore ended before the checks ran (raise DELAY)"
+hl_log "1. during the restore: $stale stale block(s), $(stat_of restore_restored) restored, $(stat_of restore_written) dropped as written"
+[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale during the restore"
+for i in $(seq 1 300); do restoring || break; sleep 0.1; done
+[ "$(stat_of restore_state)" = done ] || hl_fail "the restore did not end: $(stat_of restore_state)"
+restored=$(stat_of restore_restored)
+written=$(stat_of restore_written)
+hl_log "1. restore done in $(stat_of restore_ms) ms: $restored restored, $written dropped as written first"
+[ "$restored" -gt $((USED / 2)) ] || hl_fail "only $restored of $USED blocks restored"
+[ "$written" -gt 0 ] || hl_fail "no record was dropped although blocks were written before they were loaded"
+grep -q "cache ssd: [0-9]* block(s) restored (restore done in [0-9.]* s" "$FRONT_LOG" ||
+	hl_fail "no log line at the restore's end"
+"$HL_BUILDDIR/hotlunctl" --socket "$SOCK" stats >"$T/stats.txt" 2>&1 || hl_fail "hotlunctl stats"
+grep -q "^  restore  done in [0-9.]* s: [0-9]* blocks restored" "$T/stats.txt" ||
+	{ cat "$T/stats.txt" >&2; hl_fail "hotlunctl stats does not show the restore"; }
+stale=$(stale_blocks)
+[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after the restore"
+hits=$(stat_of bytes_read_cache)
+[ "$hits" -gt 0 ] || hl_fail "the warm restart served nothing from the cache"
+
+# ---- 2. kill -9 during a restore with writes: the next start is cold, not stale
+settle
+hl_stop "$FRONT_PID"
+DELAY_NOW=150 start_slow
+restoring || hl_fail "2. not restoring at the start"
+writes 200 22
+# quiet long enough for the origin's proof to be recorded again (two equal
+# periodic proofs): the next start trusts the origin, so only the superblock
+# state "invalidations pending" can keep the written blocks' records out
+sleep 4
+restoring || hl_fail "2. the restore ended before the kill (raise DELAY)"
+kill9
+hl_front_start "$T/hotlund.conf"
+grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" ||
+	hl_fail "2. no notice that the start is cold because of the interrupted restore"
+stale=$(stale_blocks)
+hl_log "2. kill -9 during a restore with writes: cold start, $stale stale block(s)"
+[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a crash during the restore"
+
+# ---- 3. kill -9 during a restore without writes: warm
+warm 3
+settle
+hl_stop "$FRONT_PID"
+start_slow
+restoring || hl_fail "3. not restoring at the start"
+sleep 0.5
+kill9
+hl_front_start "$T/hotlund.conf"
+grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" &&
+	hl_fail "3. a restore without writes killed made the next start cold"
+for i in $(seq 1 300); do restoring || break; sleep 0.1; done
+restored=$(stat_of restore_restored)
+hl_log "3. kill -9 during a restore without writes: $restored restored at the next start"
+[ "$restored" -gt $((USED / 2)) ] || hl_fail "3. only $restored of $USED blocks restored"
+stale=$(stale_blocks)
+[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a crash during a read-only restore"
+
+# ---- 4. clean stop (SIGTERM) during a restore with writes: cold, not stale
+settle
+hl_stop "$FRONT_PID"
+start_slow
+restoring || hl_fail "4. not restoring at the start"
+writes 100 44
+restoring || hl_fail "4. the restore ended before the stop (raise DELAY)"
+hl_stop "$FRONT_PID"
+grep -q "cache ssd: stopped while restoring ([0-9]* of [0-9]* record pages left): the next start is cold" "$FRONT_LOG" ||
+	hl_fail "4. the stop during the restore is not in the log"
+hl_front_start "$T/hotlund.conf"
+grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" ||
+	hl_fail "4. a clean stop during a restore with writes did not make the next start cold"
+stale=$(stale_blocks)
+hl_log "4. SIGTERM during a restore with writes: cold start, $stale stale block(s)"
+[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a clean stop during the restore"
+hl_check_alive "$FRONT_PID"
+hl_stop "$FRONT_PID"
+hl_log "PASS"
