@@ -149,7 +149,6 @@ int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind
 	if (rc)
 		return rc;
 	hl_admit_destroy(c->admit);
-	free(c->rs.r);
 	c->admit = a;
 	c->p.admit = kind;
 	c->p.admit_param = param;
@@ -188,6 +187,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->ub.map_seq);
 	free(c->ub.fifo);
 	free(c->stale);
+	free(c->rs.r); /* destroyed during a lazy restore (a stop, a failed open) */
 	free(c->wip);
 	cache_index_fini(&c->ix);
 	free(c->busy.tab);

@@ -1079,6 +1079,57 @@ static void test_lazy_write_before_load(void)
 }
 
 /*
+ * The admission policy changed at run time (a config reload) while the
+ * loader restores: the filter of blocks written meanwhile must survive it.
+ * The memory a lost filter leaves behind is reused at once here (the
+ * reactors allocate all the time), so a record written before it was
+ * loaded would come back valid over the origin's newer data.
+ */
+static void test_lazy_admission_change(void)
+{
+	struct rig r;
+	struct hl_cache_restore lrs;
+	struct hl_cache_slot_rec rec;
+	uint32_t last = HL_CACHE_NO_SLOT;
+	uint8_t *reuse;
+	int64_t left;
+	int n;
+
+	lazy_warm(&r);
+	lazy_begin(&r, &lrs);
+	struct hl_cache_core *all = load_copy(&r, false, &n);
+	CU_ASSERT_FATAL(n > 10);
+	for (uint32_t s = 0; s < r.l.nslots; s++)
+		if (hl_cache_core_slot_get(all, s, &rec))
+			last = s;
+	CU_ASSERT_FATAL(last != HL_CACHE_NO_SLOT);
+	CU_ASSERT_FATAL(hl_cache_core_slot_get(all, last, &rec));
+	hl_cache_core_destroy(all);
+	left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1);
+	CU_ASSERT_FATAL(left > 0);
+	do_write(&r, rec.lun, rec.block * BS, BS);
+	CU_ASSERT_FALSE_FATAL(r.crashed);
+	CU_ASSERT_EQUAL(hl_cache_core_set_admission(r.c, HL_ADMIT_ALWAYS, 0), 0);
+	/* Whatever the filter's memory was, something else may own it now. */
+	reuse = malloc(4096 * 24);
+	CU_ASSERT_FATAL(reuse != NULL);
+	memset(reuse, 0xa5, 4096 * 24);
+	while ((left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1)) > 0)
+		;
+	CU_ASSERT_EQUAL(left, 0);
+	/* (fatal: a lost filter would also be freed twice by the finish) */
+	CU_ASSERT_EQUAL_FATAL(check_all_slots(&r, r.c), 0);
+	CU_ASSERT(lrs.filtered >= 1);
+	CU_ASSERT_FALSE(hl_cache_core_slot_get(r.c, last, &rec));
+	CU_ASSERT_EQUAL(hl_cache_meta_load_finish(r.d, &r.l, r.c, NULL), 0);
+	free(reuse);
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_restore_release(&lrs);
+	hl_cache_dev_close(r.d);
+}
+
+/*
  * A lazy restore with I/O interleaved: after each page, writes (partial,
  * unaligned), reads (hits checked, misses not filled), invalidations and
  * syncs, then more I/O once the restore finished. writes: false for reads
@@ -1275,6 +1326,8 @@ static const struct hl_test tests[] = {
     {"O_DIRECT file device", test_file_device},
     {"lazy restore: a write before its record is loaded drops the record",
      test_lazy_write_before_load},
+    {"lazy restore: an admission change keeps the written blocks' filter",
+     test_lazy_admission_change},
     {"lazy restore: crash at every device write, with and without writes", test_lazy_crash_every_write},
     {"lazy restore: a clean stop in the middle", test_lazy_clean_stop},
     {"lazy restore: the bounded filter never forgets a block", test_lazy_filter_bound},
