@@ -37,9 +37,11 @@ static void cache_free(struct hl_cache *c)
 {
 	if (!c)
 		return;
+	/* (an open that fails after they started: the loader, then the metadata thread) */
+	engine_restore_stop(c);
+	engine_meta_stop(c, true);
 	if (c->data)
 		hl_origin_close(c->data);
-	engine_restore_stop(c);
 	hl_cache_restore_release(&c->rs);
 	if (c->dev)
 		hl_cache_dev_close(c->dev);

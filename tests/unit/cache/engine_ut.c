@@ -24,6 +24,7 @@
 
 #include "hl_test.h"
 
+#include <dirent.h>
 #include <semaphore.h>
 #include <sys/stat.h>
 
@@ -3240,6 +3241,90 @@ static void test_257th_disk_ever(void)
 	free(f.mem);
 }
 
+
+/*
+ * Fault injection (engine_ut links with --wrap=pthread_create): the Nth
+ * thread creation from now fails with EAGAIN. 0: none fails.
+ */
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+static unsigned g_creates, g_create_fail_in;
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+	__atomic_add_fetch(&g_creates, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&g_create_fail_in, __ATOMIC_SEQ_CST) &&
+	    __atomic_sub_fetch(&g_create_fail_in, 1, __ATOMIC_SEQ_CST) == 0)
+		return EAGAIN;
+	return __real_pthread_create(t, a, fn, arg);
+}
+
+/* The threads of this process now. */
+static unsigned count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	unsigned n = 0;
+
+	CU_ASSERT_FATAL(d != NULL);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/*
+ * A warm open whose background loader cannot be started fails cleanly: the
+ * metadata thread it had started is stopped before the cache is freed (it
+ * would otherwise wake on freed memory and write to a closed descriptor),
+ * and the next open is still warm.
+ */
+static void test_open_fails_at_loader(void)
+{
+	struct hl_cache_config cfg = {
+	    .name = "ut",
+	    .device = g_dev,
+	    .size = 8 * M,
+	    .block_size = BS,
+	    .admission = "always",
+	    .meta_interval_ms = 50,
+	};
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS);
+	unsigned creates, threads;
+	int rc;
+
+	o = fixture_up(&c, NULL, &f, 33, "fake:rsfail");
+	for (uint64_t b = 0; b < 16; b++)
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+	/* The threads a warm open starts (its loader last). */
+	creates = __atomic_load_n(&g_creates, __ATOMIC_SEQ_CST);
+	c = cache_open(NULL);
+	creates = __atomic_load_n(&g_creates, __ATOMIC_SEQ_CST) - creates;
+	CU_ASSERT_FATAL(creates >= 2);
+	hl_cache_close(c);
+	threads = count_threads();
+	__atomic_store_n(&g_create_fail_in, creates, __ATOMIC_SEQ_CST);
+	c = NULL;
+	rc = hl_cache_open(&cfg, &c);
+	__atomic_store_n(&g_create_fail_in, 0, __ATOMIC_SEQ_CST);
+	CU_ASSERT_EQUAL(rc, -EAGAIN);
+	CU_ASSERT_PTR_NULL(c);
+	/* (fatal: a metadata thread left behind runs on freed memory) */
+	CU_ASSERT_EQUAL_FATAL(count_threads(), threads);
+	usleep(150 * 1000); /* three metadata intervals */
+	c = cache_open(NULL);
+	CU_ASSERT_EQUAL(atomic_load(&c->rs_restored), 16);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -3309,6 +3394,8 @@ int main(void)
 	    {"write_policy changed while running", test_write_policy_live},
 	    {"update buffer: a clean stop writes it back; a crash loses it, serves the origin",
 	     test_ub_stop_and_crash},
+	    {"a warm open whose loader cannot start stops its metadata thread",
+	     test_open_fails_at_loader},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
