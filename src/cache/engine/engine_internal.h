@@ -184,6 +184,7 @@ struct hl_cache {
 	uint16_t next_id; /* lock */
 
 	atomic_bool failed;   /* pass-through: the device failed */
+	atomic_bool killed;   /* engine_meta_kill is done: a restart cannot trust the device */
 	atomic_long inflight; /* requests not yet freed */
 	atomic_ulong changes; /* bumped when metadata may need a flush */
 	atomic_ulong synced;  /* the value of changes the last record flush covered */

@@ -112,6 +112,8 @@ void engine_meta_kill(struct hl_cache *c)
 			c->dev->ops->flush(c->dev);
 		free(z);
 	}
+	/* writes in pass-through may reach the origin now (engine_origin.c) */
+	atomic_store(&c->killed, true);
 }
 
 static void meta_post(struct hl_cache *c, struct meta_wait *w)

@@ -56,6 +56,34 @@ static int prefetch_noop(struct hl_origin_io *io)
 	return 0;
 }
 
+static void kill_done(struct meta_wait *w)
+{
+	struct eng_req *req = hl_container_of(w, struct eng_req, mw);
+	struct hl_origin_io *io = req->uio;
+	int rc = hl_origin_submit(req->co->inner, io);
+
+	engine_req_free(req);
+	if (rc)
+		io->cb(io, rc);
+}
+
+/*
+ * A write while the device has just failed: the records on it may still
+ * claim the blocks it changes, and until the metadata thread has written
+ * the map "failed" and wiped the superblocks (engine_meta_kill), a crash
+ * would restart warm on them: stale. So it waits for that, as a write to a
+ * claimed block waits for a sync; reads go through at once.
+ */
+static int passthrough_after_kill(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct eng_req *req = engine_req_new(o, io, 0, 0, 0);
+
+	if (!req)
+		return -ENOMEM;
+	engine_meta_wait(req, kill_done);
+	return 0;
+}
+
 static int co_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
 	struct co_priv *co = co_of(o);
@@ -82,6 +110,8 @@ static int co_submit(struct hl_origin *o, struct hl_origin_io *io)
 		cnt_add(&e->st.passthrough_ios, 1);
 		if (io->op == HL_IO_PREFETCH)
 			return prefetch_noop(io);
+		if (io->op != HL_IO_READ && !atomic_load(&c->killed))
+			return passthrough_after_kill(o, io);
 		return hl_origin_submit(co->inner, io);
 	}
 	if (io->op == HL_IO_PREFETCH && !io->length)

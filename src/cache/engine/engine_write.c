@@ -244,7 +244,12 @@ int engine_write(struct hl_origin *o, struct hl_origin_io *uio)
 	pthread_mutex_unlock(&c->lock);
 	if (n)
 		atomic_fetch_add(&c->changes, 1);
-	if (sync && !atomic_load(&c->failed)) {
+	/*
+	 * Once the device failed no sync comes, but the metadata thread's kill
+	 * (map "failed", superblocks wiped) must be durable before the origin
+	 * changes what the records may still claim: it runs before the wait ends.
+	 */
+	if (sync && !atomic_load(&c->killed)) {
 		engine_meta_wait(req, write_after_sync);
 		return 0;
 	}
