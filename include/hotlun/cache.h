@@ -276,16 +276,20 @@ int hl_cache_core_lun_remove(struct hl_cache_core *c, uint16_t lun);
 uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint64_t len);
 
 /**
- * Window promotions a read may plan at least: a read of nb blocks carries
- * up to max(nb, HL_CACHE_READ_PROMOTE_MIN) PROMOTE ios after its blocks
- * (hotlund's request array; hotlun-sim plans each read with the same).
+ * Window victims the RAM window's CLOCK hand looks at for one missed
+ * block, each promoted to the SSD or dropped: a read of nb blocks plans
+ * at most HL_CACHE_PROMOTE_PER_MISS * nb PROMOTE ios after its blocks.
+ * With frequency admission (the default) every returning victim the hand
+ * meets may go; always and nhit:N promote at most max(nb, 2) a read (every
+ * victim competes there; more churn the SSD: docs/cache-policy.md,
+ * "Promotions a read carries").
  */
-#define HL_CACHE_READ_PROMOTE_MIN 1
+#define HL_CACHE_PROMOTE_PER_MISS 4
 
-/** The max to pass to hl_cache_core_read() for a read of nb blocks (see above). */
+/** The max to pass to hl_cache_core_read() for a read of nb blocks (hotlund's array). */
 static inline uint32_t hl_cache_read_max_ios(uint32_t nb)
 {
-	return nb + (nb > HL_CACHE_READ_PROMOTE_MIN ? nb : HL_CACHE_READ_PROMOTE_MIN);
+	return nb + HL_CACHE_PROMOTE_PER_MISS * nb;
 }
 
 /**

@@ -41,7 +41,7 @@ struct sim_opts {
 	uint64_t window_bytes;
 	uint64_t update_buffer; /* RAM update buffer bytes (0: off); the daemon's default */
 	uint32_t write_budget;  /* percent (rule 10) */
-	uint32_t promote_min;   /* a read's promotions at least (hotlund's; 0: unbounded) */
+	uint32_t promote_max;   /* a read's promotions per block (hotlund's; 0: the old model) */
 	const char *trace;
 };
 
@@ -83,10 +83,10 @@ static void usage(FILE *f)
 	        "           Bytes still buffered at the end count as cache writes.\n"
 	        "  --write-budget  admission relaxes while the cache device wrote less than\n"
 	        "           PCT%% of what an admit-all cache would (default 25; 0: never).\n"
-	        "  --promote-max  window promotions a read of nb blocks may plan:\n"
-	        "           max(nb, N) (default %u, as hotlund's request array; any:\n"
-	        "           as many as the hand finds, the model before 2026-12).\n",
-	        HL_CACHE_READ_PROMOTE_MIN);
+	        "  --promote-max  window promotions a read of nb blocks may plan: N x nb\n"
+	        "           (default %u, as hotlund's request array; any: 2 x the trace's\n"
+	        "           largest read less nb, the model of earlier grids).\n",
+	        HL_CACHE_PROMOTE_PER_MISS);
 }
 
 static int split_list(char *s, char **out, unsigned *n)
@@ -272,8 +272,8 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 		maxlun = HL_MAX(maxlun, t->reqs[i].lun);
 	}
 	maxios *= 2; /* room for window promotions */
-	if (o->promote_min > maxios / 2)
-		maxios = maxios / 2 + o->promote_min;
+	if (o->promote_max)
+		maxios = maxios / 2 * (1 + o->promote_max);
 	ios = calloc(maxios, sizeof(*ios));
 	if (!ios)
 		return -ENOMEM;
@@ -296,9 +296,9 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 		int n;
 		req_range(q, bs, &off, &len);
 		if (!q->write) {
-			/* As hotlund plans it: a read carries at most max(nb, N) promotions. */
+			/* As hotlund plans it: a read carries at most N x nb promotions. */
 			uint32_t nb = (uint32_t)((off + len - 1) / bs - off / bs + 1);
-			uint32_t max = o->promote_min ? nb + HL_MAX(nb, o->promote_min) : maxios;
+			uint32_t max = o->promote_max ? nb * (1 + o->promote_max) : maxios;
 			n = hl_cache_core_read(c, q->lun, off, len, ios, max);
 			for (int k = 0; k < n; k++)
 				hl_cache_core_io_end(c, q->lun, &ios[k], true);
@@ -425,7 +425,7 @@ int main(int argc, char **argv)
 	                     .window_bytes = HL_CACHE_WINDOW_AUTO,
 	                     .update_buffer = HL_CACHE_UPDATE_BUFFER_DEFAULT,
 	                     .write_budget = HL_CACHE_WRITE_BUDGET_DEFAULT,
-	                     .promote_min = HL_CACHE_READ_PROMOTE_MIN};
+	                     .promote_max = HL_CACHE_PROMOTE_PER_MISS};
 	char *blist[MAX_LIST];
 	unsigned nb = 0;
 	struct sim_trace t;
@@ -503,13 +503,13 @@ int main(int argc, char **argv)
 			char *end;
 			unsigned long v = strtoul(optarg, &end, 10);
 			if (!strcmp(optarg, "any"))
-				o.promote_min = 0;
-			else if (*optarg < '0' || *optarg > '9' || *end || !v || v > 1024) {
-				fprintf(stderr, "hotlun-sim: bad --promote-max '%s' (1-1024 or any)\n",
+				o.promote_max = 0;
+			else if (*optarg < '0' || *optarg > '9' || *end || !v || v > 64) {
+				fprintf(stderr, "hotlun-sim: bad --promote-max '%s' (1-64 or any)\n",
 				        optarg);
 				return 2;
 			} else
-				o.promote_min = (uint32_t)v;
+				o.promote_max = (uint32_t)v;
 			break;
 		}
 		case 'h':

@@ -446,7 +446,7 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 	int n;
 
 	uint32_t maxios = hl_cache_read_max_ios(nb), extra = maxios - nb;
-	/* subs: a block's hit, fill and run at most, and a copy per promotion */
+	/* subs: a block's hit, fill and run at most, and a copy per promotion (5 x nb ios) */
 	req = engine_req_new(o, uio, nb, maxios, 2 * nb + extra + 1);
 	if (!req)
 		return -ENOMEM;
