@@ -276,12 +276,31 @@ int hl_cache_core_lun_remove(struct hl_cache_core *c, uint16_t lun);
 uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint64_t len);
 
 /**
+ * Window victims the RAM window's CLOCK hand looks at for one missed
+ * block, each promoted to the SSD or dropped: a read of nb blocks plans
+ * at most HL_CACHE_PROMOTE_PER_MISS * nb PROMOTE ios after its blocks.
+ * With frequency admission (the default) every returning victim the hand
+ * meets may go; always and nhit:N promote at most max(nb, 2) a read (every
+ * victim competes there; more churn the SSD: docs/cache-policy.md,
+ * "Promotions a read carries").
+ */
+#define HL_CACHE_PROMOTE_PER_MISS 4
+
+/** The max to pass to hl_cache_core_read() for a read of nb blocks (hotlund's array). */
+static inline uint32_t hl_cache_read_max_ios(uint32_t nb)
+{
+	return nb + HL_CACHE_PROMOTE_PER_MISS * nb;
+}
+
+/**
  * Plan a read of [off, off+len) on lun: ios[0 .. nblocks-1] are the cache
  * blocks of the request in order; entries after them (if max leaves room)
  * are PROMOTE ios, window blocks the admission policy moves to the SSD.
  * Counts the request in the stats; records accesses for admission; pins
  * the slots it returns. Every returned io must be finished with
- * hl_cache_core_io_end(). Pass max >= 2 * nblocks to allow promotions.
+ * hl_cache_core_io_end(). Pass max > nblocks to allow promotions
+ * (hl_cache_read_max_ios()); a window victim the read has no io left for
+ * is dropped.
  * @return number of ios (>= 1), -ENOENT (unknown lun), -E2BIG (max <
  * nblocks), -EINVAL (len 0 or range past 2^48 blocks).
  */

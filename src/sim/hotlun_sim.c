@@ -41,6 +41,7 @@ struct sim_opts {
 	uint64_t window_bytes;
 	uint64_t update_buffer; /* RAM update buffer bytes (0: off); the daemon's default */
 	uint32_t write_budget;  /* percent (rule 10) */
+	uint32_t promote_max;   /* a read's promotions per block (hotlund's; 0: the old model) */
 	const char *trace;
 };
 
@@ -74,14 +75,18 @@ static void usage(FILE *f)
 	        "                  --policy default,lru,arc,s3fifo,belady[,always,nhit:N]\n"
 	        "                  [--seq-bypass BYTES] [--write-mode update|invalidate]\n"
 	        "                  [--window BYTES|auto] [--update-buffer BYTES]\n"
-	        "                  [--write-budget PCT] [--json] TRACE\n"
+	        "                  [--write-budget PCT] [--promote-max N|any] [--json] TRACE\n"
 	        "  --size   cache size in bytes or percent of the trace's read footprint\n"
 	        "  default  hotlun's configured policy (freq admission, CLOCK, 1M seq bypass)\n"
 	        "  --update-buffer  RAM for updates of cached blocks, written back oldest\n"
 	        "           first (write coalescing; default 16M as in hotlund; 0: off).\n"
 	        "           Bytes still buffered at the end count as cache writes.\n"
 	        "  --write-budget  admission relaxes while the cache device wrote less than\n"
-	        "           PCT%% of what an admit-all cache would (default 25; 0: never).\n");
+	        "           PCT%% of what an admit-all cache would (default 25; 0: never).\n"
+	        "  --promote-max  window promotions a read of nb blocks may plan: N x nb\n"
+	        "           (default %u, as hotlund's request array; any: 2 x the trace's\n"
+	        "           largest read less nb, the model of earlier grids).\n",
+	        HL_CACHE_PROMOTE_PER_MISS);
 }
 
 static int split_list(char *s, char **out, unsigned *n)
@@ -267,6 +272,8 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 		maxlun = HL_MAX(maxlun, t->reqs[i].lun);
 	}
 	maxios *= 2; /* room for window promotions */
+	if (o->promote_max)
+		maxios = maxios / 2 * (1 + o->promote_max);
 	ios = calloc(maxios, sizeof(*ios));
 	if (!ios)
 		return -ENOMEM;
@@ -289,7 +296,10 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 		int n;
 		req_range(q, bs, &off, &len);
 		if (!q->write) {
-			n = hl_cache_core_read(c, q->lun, off, len, ios, maxios);
+			/* As hotlund plans it: a read carries at most N x nb promotions. */
+			uint32_t nb = (uint32_t)((off + len - 1) / bs - off / bs + 1);
+			uint32_t max = o->promote_max ? nb * (1 + o->promote_max) : maxios;
+			n = hl_cache_core_read(c, q->lun, off, len, ios, max);
 			for (int k = 0; k < n; k++)
 				hl_cache_core_io_end(c, q->lun, &ios[k], true);
 		} else {
@@ -406,6 +416,7 @@ int main(int argc, char **argv)
 	    {"window", required_argument, NULL, 'W'},
 	    {"update-buffer", required_argument, NULL, 'U'},
 	    {"write-budget", required_argument, NULL, 'B'},
+	    {"promote-max", required_argument, NULL, 'P'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -413,14 +424,15 @@ int main(int argc, char **argv)
 	                     .seq_bypass = 1024 * 1024,
 	                     .window_bytes = HL_CACHE_WINDOW_AUTO,
 	                     .update_buffer = HL_CACHE_UPDATE_BUFFER_DEFAULT,
-	                     .write_budget = HL_CACHE_WRITE_BUDGET_DEFAULT};
+	                     .write_budget = HL_CACHE_WRITE_BUDGET_DEFAULT,
+	                     .promote_max = HL_CACHE_PROMOTE_PER_MISS};
 	char *blist[MAX_LIST];
 	unsigned nb = 0;
 	struct sim_trace t;
 	bool first = true;
 	int opt, rc = 0;
 
-	while ((opt = getopt_long(argc, argv, "f:s:b:p:jq:w:W:U:B:h", lopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "f:s:b:p:jq:w:W:U:B:P:h", lopts, NULL)) != -1) {
 		switch (opt) {
 		case 'f':
 			if (!strcmp(optarg, "vscsi"))
@@ -487,6 +499,19 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'P': {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (!strcmp(optarg, "any"))
+				o.promote_max = 0;
+			else if (*optarg < '0' || *optarg > '9' || *end || !v || v > 64) {
+				fprintf(stderr, "hotlun-sim: bad --promote-max '%s' (1-64 or any)\n",
+				        optarg);
+				return 2;
+			} else
+				o.promote_max = (uint32_t)v;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -124,6 +124,10 @@ bad "write budget over 100%" --size 8K --write-budget 101 "$T/cyc.blocks"
 bad "write budget not a number" --size 8K --write-budget x "$T/cyc.blocks"
 "$SIM" --size 8K --write-budget 0 "$T/cyc.blocks" >/dev/null || fail "--write-budget 0"
 "$SIM" --size 8K --write-budget 40% "$T/cyc.blocks" >/dev/null || fail "--write-budget 40%"
+bad "promote-max 0" --size 8K --promote-max 0 "$T/cyc.blocks"
+bad "promote-max not a number" --size 8K --promote-max 2x "$T/cyc.blocks"
+"$SIM" --size 8K --promote-max 4 "$T/cyc.blocks" >/dev/null || fail "--promote-max 4"
+"$SIM" --size 8K --promote-max any "$T/cyc.blocks" >/dev/null || fail "--promote-max any"
 
 [ $fails -eq 0 ] && echo "PASS: sim_cli" && exit 0
 exit 1

@@ -251,7 +251,7 @@ static uint32_t window_take(struct hl_cache_core *c, uint64_t key, struct hl_cac
 	if (!pt->n)
 		return HL_CACHE_NO_SLOT;
 	s = cache_part_find_free(c, pt);
-	for (int tries = 0; s == HL_CACHE_NO_SLOT && tries < 4; tries++) {
+	for (int tries = 0; s == HL_CACHE_NO_SLOT && tries < HL_CACHE_PROMOTE_PER_MISS; tries++) {
 		s = cache_part_find_victim(c, pt, &empty);
 		if (s == HL_CACHE_NO_SLOT)
 			return HL_CACHE_NO_SLOT;
@@ -373,7 +373,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
                        struct hl_cache_io *ios, uint32_t max)
 {
 	struct cache_lun *l;
-	uint32_t nb, nhit_blocks = 0, nextra = 0;
+	uint32_t nb, nhit_blocks = 0, nextra = 0, max_extra;
 	uint64_t hit_bytes = 0, ram_bytes = 0, b0;
 	bool bypass;
 	int64_t span = cache_req_start(c, lun, off, len, &l);
@@ -383,6 +383,15 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 	if (span > max)
 		return -E2BIG;
 	nb = (uint32_t)span;
+	/*
+	 * Promotions the read may plan: as many as max leaves room for (the
+	 * hand looks at HL_CACHE_PROMOTE_PER_MISS victims a miss). always and
+	 * nhit:N promote any victim the hand meets: for them more than max(nb,
+	 * 2) a read lose hits and write more (docs/cache-policy.md).
+	 */
+	max_extra = max - nb;
+	if (c->p.admit != HL_ADMIT_FREQ)
+		max_extra = HL_MIN(max_extra, HL_MAX(nb, 2));
 	c->call++;
 	bypass = !c->shadow && seq_bypass(c, l, off, len);
 	b0 = off >> c->block_shift;
@@ -466,7 +475,7 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			continue; /* an origin write to it is in flight: do not fill */
 		/* A lazy restore: no slot is taken until every record is known. */
 		s = c->rs.on ? HL_CACHE_NO_SLOT
-		             : admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max - nb);
+		             : admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max_extra);
 		if (s == HL_CACHE_NO_SLOT)
 			continue;
 		struct cache_busy_ent *e = cache_busy_get(c, s);

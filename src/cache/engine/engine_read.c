@@ -445,15 +445,17 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 	struct eng_req *req;
 	int n;
 
-	req = engine_req_new(o, uio, nb, 2 * nb, 3 * nb + 1);
+	uint32_t maxios = hl_cache_read_max_ios(nb), extra = maxios - nb;
+	/* subs: a block's hit, fill and run at most, and a copy per promotion (5 x nb ios) */
+	req = engine_req_new(o, uio, nb, maxios, 2 * nb + extra + 1);
 	if (!req)
 		return -ENOMEM;
 	req->no_data = uio->op != HL_IO_READ;
 	pthread_mutex_lock(&c->lock);
 	n = shadow ? hl_cache_core_read_shadow(c->core, co->ent->id, uio->offset, uio->length,
-	                                       req->ios, 2 * nb)
+	                                       req->ios, maxios)
 	           : hl_cache_core_read(c->core, co->ent->id, uio->offset, uio->length, req->ios,
-	                                2 * nb);
+	                                maxios);
 	for (int k = 0; k < n && k < (int)nb; k++) {
 		struct hl_cache_io *io = &req->ios[k];
 		if (io_fills(io) && write_overlaps(c, co->ent, io->block))
@@ -479,7 +481,7 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 	}
 	if (partial_sect) {
 		/* Stitched runs: one sub per extent besides the usual ones (see start_stitched). */
-		uint32_t need = 4 * nb + 1 + partial_sect;
+		uint32_t need = 3 * nb + extra + 1 + partial_sect;
 		struct eng_sub *subs = need > req->maxsub ? calloc(need, sizeof(*subs)) : NULL;
 		if (subs) {
 			req->subs = subs;

@@ -45,7 +45,13 @@ unsigned hl_cache_size_bucket(uint64_t len)
 	return HL_CACHE_SIZE_BUCKETS - 1;
 }
 
-#define REQ_POOL_BYTES 4096u
+/*
+ * A read of nb blocks carries up to 5 x nb ios and 6 x nb + 1 subs (its
+ * promotions: hl_cache_read_max_ios), about 530 + 1,550 x nb bytes: 8 KiB
+ * keeps reads of up to 4 blocks off malloc, as 4 KiB did before reads
+ * carried more than one promotion a block.
+ */
+#define REQ_POOL_BYTES 8192u
 #define REQ_POOL_MAX   256u /* kept per thread */
 
 /* The free list of this thread; requests freed here go here (any thread's). */

@@ -815,6 +815,88 @@ static void test_window_clock_one_bit(void)
 	hl_cache_core_destroy(c);
 }
 
+/*
+ * Two returning blocks (ghost hits) side by side at the window's CLOCK hand
+ * when a one-block read needs a window slot: the read can carry max - nb
+ * extra ios. Plans one read of a new block with max ios; @return the
+ * number of PROMOTE ios it planned (ended at once, successfully).
+ */
+static int read_one_promotes(struct hl_cache_core *c, uint64_t blk, uint32_t max)
+{
+	struct hl_cache_io ios[8];
+	int n, p = 0;
+
+	n = hl_cache_core_read(c, 0, blk * 64 * K, 64 * K, ios, max);
+	CU_ASSERT_FATAL(n >= 1);
+	for (int i = 0; i < n; i++) {
+		if (ios[i].kind == HL_CACHE_IO_PROMOTE)
+			p++;
+		hl_cache_core_io_end(c, 0, &ios[i], true);
+	}
+	return p;
+}
+
+/* Blocks 100 and 101 return to the window one after the other (rule 5's ghost hit). */
+static struct hl_cache_core *two_returning(void)
+{
+	struct hl_cache_core *c = mk(16 * 64 * K, 64 * K, 4 * 64 * K);
+
+	for (int b = 0; b < 16; b++)
+		rd(c, 0, (uint64_t)b * 64 * K, 64 * K); /* warm-up fills the SSD */
+	for (int i = 0; i < 4; i++) {
+		rd(c, 0, 100 * 64 * K, 64 * K);
+		rd(c, 0, 101 * 64 * K, 64 * K);
+	}
+	for (uint64_t b = 500; b < 520; b++)
+		rd(c, 0, b * 64 * K, 64 * K);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 100, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 101, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(rd(c, 0, 100 * 64 * K, 64 * K), R_MISS); /* back from the ghost */
+	CU_ASSERT_EQUAL(rd(c, 0, 101 * 64 * K, 64 * K), R_MISS);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) >= 16);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 101, NULL) >= 16);
+	return c;
+}
+
+/*
+ * Two returning blocks (100 and 101, both more frequent than the SSD's
+ * victims) in a row at the window's hand when a one-block read needs a
+ * window slot. hotlund's array (hl_cache_read_max_ios(1)) has room for
+ * HL_CACHE_PROMOTE_PER_MISS promotions: the read promotes both. With
+ * room for one (hotlund's bound before: 2 ios a block) it promoted 100 and
+ * dropped 101 into the ghost (it came back by rule 5 on its next read):
+ * docs/cache-policy.md, "Promotions a read carries", measured both.
+ */
+static void test_window_two_returning(void)
+{
+	struct hl_cache_core *c = two_returning();
+	uint32_t max = hl_cache_read_max_ios(1);
+	uint64_t b = 600;
+	int p = 0;
+
+	CU_ASSERT_EQUAL(max, 1 + HL_CACHE_PROMOTE_PER_MISS);
+	CU_ASSERT_FATAL(max <= 8); /* read_one_promotes' array */
+	for (int i = 0; i < 8 && !p; i++)
+		p = read_one_promotes(c, b++, max);
+	CU_ASSERT_EQUAL(p, 2);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) < 16);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 101, NULL) < 16);
+	CU_ASSERT_EQUAL(rd(c, 0, 101 * 64 * K, 64 * K), R_HIT);
+	hl_cache_core_destroy(c);
+
+	c = two_returning();
+	b = 600;
+	p = 0;
+	for (int i = 0; i < 8 && !p; i++)
+		p = read_one_promotes(c, b++, 2);
+	CU_ASSERT_EQUAL(p, 1);
+	CU_ASSERT(hl_cache_core_peek(c, 0, 100, NULL) < 16);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 101, NULL), HL_CACHE_NO_SLOT); /* dropped */
+	CU_ASSERT_EQUAL(rd(c, 0, 101 * 64 * K, 64 * K), R_MISS); /* and back: a ghost hit */
+	CU_ASSERT(hl_cache_core_peek(c, 0, 101, NULL) >= 16);
+	hl_cache_core_destroy(c);
+}
+
 /* The window's slots now, the buffer's limit now, and that they add up. */
 static uint32_t split_window(struct hl_cache_core *c, uint64_t ub)
 {
@@ -1566,6 +1648,8 @@ static const struct hl_test tests[] = {
     {"a read of one LUN promotes another LUN's window block", test_window_promotion_other_lun},
     {"a write still beats another LUN's promotion", test_window_promotion_other_lun_raced},
     {"the RAM window's CLOCK keeps one reference bit", test_window_clock_one_bit},
+    {"two returning blocks at the window's hand: what one read promotes",
+     test_window_two_returning},
     {"window and update buffer share their RAM (rule 9)", test_window_buffer_split},
     {"a re-read stream earns the SSD within the write budget (rule 10)", test_write_budget},
     {"the write ratio counts an update once (buffered, then written back)",
