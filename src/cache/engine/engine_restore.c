@@ -170,8 +170,9 @@ void engine_restore_stop(struct hl_cache *c)
 		          "next start %s",
 		          c->name, (unsigned long long)c->rs.pages_left,
 		          (unsigned long long)c->rs.pages,
-		          hl_cache_core_restore_noted(c->core)
-		              ? "is cold (writes reached the origin meanwhile)"
+		          atomic_load(&c->failed) ? "is cold (the cache device failed)"
+		          : hl_cache_core_restore_noted(c->core)
+		              ? "is cold (blocks changed, or disks were attached, while restoring)"
 		              : "restores what is on the device");
 }
 
