@@ -349,10 +349,10 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		/* Before any I/O: the dropped blocks' records must stop claiming data. */
 		sync = prc || chg.n;
 		e->warm_lazy = hl_cache_core_restoring(c->core); /* counted at the restore's end */
-		if (e->warm_lazy) {
-			if (prc) /* said at the restore's end (warm_counts), as below */
-				snprintf(e->warm_why, sizeof(e->warm_why), "cold: %s", why);
-		} else if (prc || before != after)
+		e->warm_cold = prc != 0; /* said at the restore's end (warm_counts), as below */
+		if (e->warm_lazy)
+			;
+		else if (prc || before != after)
 			HL_NOTICE("cache",
 			          "cache %s: disk %s: warm start: kept %llu block(s), dropped %llu "
 			          "(%s%s)",

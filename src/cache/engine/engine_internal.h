@@ -139,6 +139,7 @@ struct map_ent {
 	 * counted (and the "warm start" line logged) when it ends.
 	 */
 	bool warm_lazy;
+	bool warm_cold; /* ... and its proof was gone: the line says "cold: " */
 	/* the warm standby (engine_shadow.c), NULL: not a shared disk; hl_cache.lock */
 	struct shadow_ent *sh;
 	/*

@@ -66,9 +66,10 @@ static void warm_counts(struct hl_cache *c)
 		if (e->warm_dropped)
 			HL_NOTICE("cache",
 			          "cache %s: disk %s: warm start: kept %llu block(s), dropped %llu "
-			          "(%s)",
+			          "(%s%s)",
 			          c->name, e->name, (unsigned long long)e->warm_kept,
-			          (unsigned long long)e->warm_dropped, e->warm_why);
+			          (unsigned long long)e->warm_dropped, e->warm_cold ? "cold: " : "",
+			          e->warm_why);
 		else
 			HL_INFO("cache", "cache %s: disk %s: warm start: kept %llu block(s) (%s)",
 			        c->name, e->name, (unsigned long long)e->warm_kept, e->warm_why);
