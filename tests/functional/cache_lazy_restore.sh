@@ -50,22 +50,9 @@ warm() {
 	[ "$USED" -gt 8000 ] || hl_fail "only $USED blocks cached: the test would prove little"
 }
 
-settle() {
-	local i
-	for i in $(seq 1 100); do
-		[ "$(stat_of meta_dirty)" = False ] && [ "$(stat_of inflight)" = 0 ] && break
-		sleep 0.1
-	done
-	sleep 2
-}
+settle() { hl_cache_settle "$SOCK" ssd 2; }
 
-# stale_blocks: read the whole LUN through iSCSI, print how many 4K blocks differ from the origin
-stale_blocks() {
-	rm -f "$T/read.img"
-	timeout 120 qemu-img convert -f raw -O raw "$URL" "$T/read.img" >"$T/q.out" 2>&1 ||
-		{ cat "$T/q.out" >&2; hl_fail "qemu-img could not read the LUN"; }
-	cmp -l "$T/origin.img" "$T/read.img" 2>/dev/null | awk -v bs=$BS '{ b[int(($1 - 1) / bs)] = 1 } END { print length(b) }'
-}
+stale_blocks() { hl_stale_blocks "$URL" "$T/origin.img" $BS; } # 4K blocks that differ
 
 # writes N SEED: N 4 KiB writes of a fresh pattern at random blocks, through iSCSI
 writes() {

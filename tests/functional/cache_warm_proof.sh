@@ -41,35 +41,10 @@ warm() {
 	[ "$USED" -gt 500 ] || hl_fail "only $USED blocks cached: the test would prove little"
 }
 
-# settle: let the metadata thread write records and the origin's proof
-# (recorded once the origin stayed quiet for one interval: a few seconds)
-settle() {
-	local i
-	for i in $(seq 1 100); do
-		[ "$(stat_of meta_dirty)" = False ] && [ "$(stat_of inflight)" = 0 ] && break
-		sleep 0.1
-	done
-	sleep 3
-}
+# settle: records written and the origin's proof recorded (quiet for one interval)
+settle() { hl_cache_settle "$SOCK" ssd 3; }
 
-# stale_blocks: read the whole LUN through iSCSI, print how many 64K blocks
-# differ from the origin file
-stale_blocks() {
-	rm -f "$T/read.img"
-	timeout 60 qemu-img convert -f raw -O raw "$URL" "$T/read.img" >"$T/q.out" 2>&1 ||
-		{ cat "$T/q.out" >&2; hl_fail "qemu-img could not read the LUN"; }
-	python3 - "$T/origin.img" "$T/read.img" $BS <<'PY'
-import sys
-a, b, bs = open(sys.argv[1], 'rb'), open(sys.argv[2], 'rb'), int(sys.argv[3])
-n = 0
-while True:
-    x, y = a.read(bs), b.read(bs)
-    if not x and not y:
-        break
-    n += x != y
-print(n)
-PY
-}
+stale_blocks() { hl_stale_blocks "$URL" "$T/origin.img" $BS; } # 64K blocks that differ
 
 rewrite_origin() {
 	dd if=/dev/urandom of="$T/origin.img" bs=$BS count=$NBLK conv=notrunc status=none ||

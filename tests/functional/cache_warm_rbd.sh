@@ -41,30 +41,8 @@ sed -i "s|^cache = ssd$|&\nrbd_conf = $cluster/ceph.conf|" "$T/hotlund.conf"
 
 stat_of() { hl_cache_stat "$SOCK" ssd "$@"; }
 marks() { rbd snap ls rbd/origin 2>/dev/null | awk '$2 ~ /^hotlun-/ {print $2}'; }
-settle() {
-	local i
-	for i in $(seq 1 100); do
-		[ "$(stat_of meta_dirty)" = False ] && [ "$(stat_of inflight)" = 0 ] && break
-		sleep 0.1
-	done
-}
-# stale_blocks: read the whole LUN through iSCSI; 64K blocks that differ from $T/want.img
-stale_blocks() {
-	rm -f "$T/read.img"
-	timeout 60 qemu-img convert -f raw -O raw "$URL" "$T/read.img" >"$T/q.out" 2>&1 ||
-		{ cat "$T/q.out" >&2; hl_fail "qemu-img could not read the LUN"; }
-	python3 - "$T/want.img" "$T/read.img" $BS <<'PY'
-import sys
-a, b, bs = open(sys.argv[1], 'rb'), open(sys.argv[2], 'rb'), int(sys.argv[3])
-n = 0
-while True:
-    x, y = a.read(bs), b.read(bs)
-    if not x and not y:
-        break
-    n += x != y
-print(n)
-PY
-}
+settle() { hl_cache_settle "$SOCK" ssd; }
+stale_blocks() { hl_stale_blocks "$URL" "$T/want.img" $BS; } # 64K blocks that differ from want.img
 
 # ---- 1. data in, cache warm, clean stop: one mark
 head -c $((64 * 1024 * 1024)) /dev/urandom >"$T/want.img"

@@ -468,6 +468,40 @@ print((c["disks"][sys.argv[4]] if sys.argv[4] else c)[sys.argv[3]])' "$out" "$ca
 		hl_fail "no statistic $key for cache $cache${disk:+ disk $disk}: $out"
 }
 
+# hl_cache_settle SOCK CACHE [SECS]: wait (10 s at most) until cache CACHE
+# has written its records and has nothing in flight, then SECS more (an
+# origin's proof is recorded once it stayed quiet for one interval).
+hl_cache_settle() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(hl_cache_stat "$1" "$2" meta_dirty)" = False ] &&
+			[ "$(hl_cache_stat "$1" "$2" inflight)" = 0 ] && break
+		sleep 0.1
+	done
+	sleep "${3:-0}"
+}
+
+# hl_stale_blocks URL WANT BS: read the whole LUN at URL through iSCSI
+# (qemu-img, into WANT's folder) and print how many BS-byte blocks differ
+# from the file WANT (a block missing from either side counts).
+hl_stale_blocks() {
+	local read=${2%/*}/read.img
+	rm -f "$read"
+	timeout 120 qemu-img convert -f raw -O raw "$1" "$read" >"$read.out" 2>&1 ||
+		{ cat "$read.out" >&2; hl_fail "qemu-img could not read the LUN"; }
+	python3 - "$2" "$read" "$3" <<'PY'
+import sys
+a, b, bs = open(sys.argv[1], 'rb'), open(sys.argv[2], 'rb'), int(sys.argv[3])
+n = 0
+while True:
+    x, y = a.read(bs), b.read(bs)
+    if not x and not y:
+        break
+    n += x != y
+print(n)
+PY
+}
+
 # hl_wait_restored LOG CACHE: wait (up to 60 s) for the end of the background
 # restore of a warm start: "cache CACHE: N block(s) restored" in LOG.
 hl_wait_restored() {
