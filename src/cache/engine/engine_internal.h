@@ -447,8 +447,11 @@ int engine_restore_start(struct hl_cache *c, uint64_t t0_ms);
 /** Stop the loader thread where it is (close); a no-op when it is not running. */
 void engine_restore_stop(struct hl_cache *c);
 
-/** CLOCK_MONOTONIC in milliseconds. */
-uint64_t engine_now_ms(void);
+/** CLOCK_MONOTONIC in milliseconds (the reactors' clock, hl_now_ns). */
+static inline uint64_t engine_now_ms(void)
+{
+	return hl_now_ns() / 1000000u;
+}
 
 /** Start the metadata thread (open). @return 0 or -errno. */
 int engine_meta_start(struct hl_cache *c);

@@ -22,7 +22,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cache/engine/engine_internal.h"
@@ -30,14 +29,6 @@
 
 #define RESTORE_READ_PAGES 256u /* 1 MiB of record pages per read */
 #define RESTORE_BATCH      1u   /* pages restored per hold of the cache lock */
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void publish(struct hl_cache *c)
 {
@@ -115,7 +106,7 @@ static void restore_run(struct hl_cache *c)
 		return;
 	}
 	warm_counts(c);
-	atomic_store(&c->rs_ms, now_ms() - c->rs_t0);
+	atomic_store(&c->rs_ms, engine_now_ms() - c->rs_t0);
 	atomic_store(&c->rs_phase, HL_CACHE_RESTORE_DONE);
 	HL_NOTICE("cache",
 	          "cache %s: %llu block(s) restored (restore done in %.1f s: %llu record page(s) "
@@ -123,7 +114,7 @@ static void restore_run(struct hl_cache *c)
 	          "cache lock held %llu us on average, at most %llu us, %llu of %llu times over "
 	          "1 ms)",
 	          c->name, (unsigned long long)c->rs.restored,
-	          (double)(now_ms() - c->rs_t0) / 1000.0, (unsigned long long)c->rs.pages,
+	          (double)(engine_now_ms() - c->rs_t0) / 1000.0, (unsigned long long)c->rs.pages,
 	          (unsigned long long)c->rs.dropped, (unsigned long long)c->rs.filtered,
 	          (unsigned long long)(c->rs.holds ? c->rs.hold_ns / c->rs.holds / 1000 : 0),
 	          (unsigned long long)(c->rs.max_hold_ns / 1000),
@@ -145,7 +136,7 @@ int engine_restore_start(struct hl_cache *c, uint64_t t0_ms)
 	int rc;
 
 	c->rs_delay_ms = d ? (unsigned)strtoul(d, NULL, 10) : 0;
-	c->rs_t0 = t0_ms ? t0_ms : now_ms();
+	c->rs_t0 = t0_ms ? t0_ms : engine_now_ms();
 	publish(c);
 	atomic_store(&c->rs_pages, c->rs.pages);
 	atomic_store(&c->rs_phase, HL_CACHE_RESTORE_RUNNING);
@@ -175,11 +166,6 @@ void engine_restore_stop(struct hl_cache *c)
 		          : hl_cache_core_restore_noted(c->core)
 		              ? "is cold (blocks changed, or disks were attached, while restoring)"
 		              : "restores what is on the device");
-}
-
-uint64_t engine_now_ms(void)
-{
-	return now_ms();
 }
 
 void hl_cache_restore_wait(struct hl_cache *c)
