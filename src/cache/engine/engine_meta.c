@@ -202,6 +202,14 @@ static void *meta_main(void *arg)
 				next.tv_nsec -= 1000000000L;
 			}
 		}
+		/*
+		 * A waiter goes on to the origin: if the device failed (this turn,
+		 * or while the waiter queued, before fail_pending was set, or during
+		 * the sync's skip), the kill must be durable first, whatever this
+		 * turn saw of fail_pending (engine_meta_kill runs once).
+		 */
+		if (list && atomic_load(&c->failed))
+			engine_meta_kill(c);
 		while (list) {
 			struct meta_wait *w = list;
 			list = w->next;

@@ -1776,6 +1776,28 @@ static void test_write_waits_for_failure_durable(void)
 	CU_ASSERT(memcmp(buf, w, BS) == 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	fixture_down(c, o, &f);
+
+	/*
+	 * The same when the metadata thread runs between the failure and its
+	 * wake-up flag (engine_dev_error logs in between): the waiter it finds
+	 * goes on only after the kill (found in review; the flag is not set here).
+	 */
+	dev_name();
+	fake_init(&f, LUN_SIZE, 10);
+	o = cache_up(&c, NULL, &f, "fake:dev");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	pthread_mutex_lock(&c->sync_lock);
+	atomic_store(&c->failed, true);
+	writes = f.writes;
+	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
+	usleep(300 * 1000);
+	CU_ASSERT_EQUAL(f.writes, writes);
+	pthread_mutex_unlock(&c->sync_lock);
+	CU_ASSERT_EQUAL(io_wait(&st), 0);
+	CU_ASSERT(atomic_load(&c->killed));
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
 	free(buf);
 	free(w);
 }
