@@ -222,7 +222,6 @@ void hl_secret_wipe_stack(void);
 /** 64-bit FNV-1a, for stable identifiers derived from names. */
 uint64_t hl_hash64(const void *data, size_t len, uint64_t seed);
 
-/** A strong 64-bit mixer (the splitmix64 finaliser): hash of an integer key. */
 /*
  * A time read before a lock, made to never go back under it: *latest is the
  * latest time passed in (kept under the caller's lock). Callers that read
@@ -238,6 +237,7 @@ static inline uint64_t hl_time_forward(uint64_t *latest, uint64_t now)
 	return now;
 }
 
+/** A strong 64-bit mixer (the splitmix64 finaliser): hash of an integer key. */
 static inline uint64_t hl_mix64(uint64_t x)
 {
 	x ^= x >> 30;

@@ -338,6 +338,18 @@ int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const vo
 	return 0;
 }
 
+/* Close the socket (if still open) and give back its descriptor count. */
+static void conn_close_fd(struct iscsi_conn *c)
+{
+	if (c->fd < 0)
+		return;
+	close(c->fd);
+	c->fd = -1;
+	if (c->fd_counted)
+		atomic_fetch_sub(&c->srv->n_conn_fds, 1);
+	c->fd_counted = false;
+}
+
 /* The iovecs of what txq holds from tx_off on, at most ISCSI_IOV_MAX. @return their count. */
 static int tx_fill_iov(struct iscsi_conn *c, struct iovec *iov)
 {
@@ -461,6 +473,7 @@ void iscsi_conn_send_done(struct iscsi_conn *c, int res)
 	c->tx_inflight = false;
 	if (c->state == CONN_CLOSED) {
 		tx_release_all(c); /* kept for the kernel until now (iscsi_conn_close) */
+		conn_close_fd(c);  /* ... as was the socket's number */
 	} else if (res == -EINTR || res == -EAGAIN) {
 		/* nothing sent: conn_leave queues the send again */
 	} else if (res < 0) {
@@ -786,14 +799,18 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	if (c->ev.reactor)
 		hl_event_del(&c->ev);
 	if (c->fd >= 0) {
-		/* a send in flight waiting for room ends now (with an error) */
-		if (c->tx_inflight)
+		if (c->tx_inflight) {
+			/*
+			 * A send SQE names the socket by number and may not even be
+			 * submitted yet (that waits for the turn's end): closing now
+			 * would let an accept reuse the number and the send go to
+			 * another initiator. The send ends with an error now; the
+			 * socket is closed at its CQE (iscsi_conn_send_done).
+			 */
 			shutdown(c->fd, SHUT_RDWR);
-		close(c->fd);
-		c->fd = -1;
-		if (c->fd_counted)
-			atomic_fetch_sub(&c->srv->n_conn_fds, 1);
-		c->fd_counted = false;
+		} else {
+			conn_close_fd(c);
+		}
 	}
 	hl_timer_stop(&c->login_timer);
 	hl_timer_stop(&c->nop_timer);
@@ -838,6 +855,7 @@ static void conn_maybe_free(struct iscsi_conn *c)
 		hl_list_del(&t->link);
 		free(t);
 	}
+	conn_close_fd(c); /* closed already, unless a send SQE held it (iscsi_conn_close) */
 	iscsi_conn_buf_trim(c);
 	iscsi_rx_fini(&c->rx);
 	free(c->rbuf);
