@@ -78,13 +78,13 @@ void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint
 
 	if (!rs->on)
 		return;
-	rs->noted++;
-	if (rs->all)
-		return; /* every record still to come is dropped anyway */
 	if (b1 > HL_CACHE_MAX_BLOCK_NR)
 		b1 = HL_CACHE_MAX_BLOCK_NR;
 	if (b0 > b1)
-		return;
+		return; /* past every block a record can hold: nothing to drop */
+	rs->noted++; /* (the stop's log line says "cold" by it: only what sets the mark) */
+	if (rs->all)
+		return; /* every record still to come is dropped anyway */
 	/* The first range that may touch [b0, b1]: the one before the insert point too. */
 	i = rs_lower(rs, lun, b0);
 	if (i > 0 && rs->r[i - 1].lun == lun && rs->r[i - 1].hi + 1 >= b0)

@@ -327,7 +327,8 @@ void engine_fill_sub_done(struct eng_sub *s, int result)
 		pthread_mutex_lock(&c->lock);
 		if (!result && req->ios[s->k].kind == HL_CACHE_IO_PROMOTE) {
 			/* the promoted block's disk: the window is shared, it may not be req's */
-			struct map_ent *pe = engine_ent_by_id(c, req->ios[s->k].lun);
+			uint16_t lun = req->ios[s->k].lun;
+			struct map_ent *pe = lun == req->ent->id ? req->ent : engine_ent_by_id(c, lun);
 			cnt_add(&c->st.promotions, 1);
 			cnt_add(&(pe ? pe : req->ent)->st.promotions, 1);
 		}
