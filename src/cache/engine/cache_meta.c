@@ -1025,7 +1025,6 @@ int hl_cache_meta_sync(struct hl_cache_dev *d, struct hl_cache_layout *l,
 
 int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struct hl_cache_core *c)
 {
-	struct sb s;
 	uint64_t nblk = l->sum_len / PAGE;
 	int rc = hl_cache_meta_sync(d, l, c);
 
@@ -1043,11 +1042,5 @@ int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struc
 	 */
 	if (hl_cache_core_restoring(c) && l->sb_state == SB_PENDING)
 		return 0;
-	sb_of_layout(l, d->size, &s);
-	s.state = SB_CLEAN;
-	rc = sb_write(d, &s);
-	l->sb_seq = s.seq;
-	if (!rc)
-		l->sb_state = SB_CLEAN;
-	return rc;
+	return sb_write_state(d, l, SB_CLEAN);
 }
