@@ -75,7 +75,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 
 SC_EVENTS=syscalls:sys_enter_sendmsg,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait
-SC_EVENTS=$SC_EVENTS,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_read,syscalls:sys_enter_write
+SC_EVENTS=$SC_EVENTS,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_ctl
 
 # bench PID PORT LUN BS QD [NAME]: "IOPS CPU_US_PER_IO" of one run.
 bench() {
