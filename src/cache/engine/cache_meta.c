@@ -519,7 +519,6 @@ static void new_uuid(const struct hl_cache_dev *d, uint8_t uuid[16])
 int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_layout *l)
 {
 	uint8_t *buf;
-	struct sb s;
 	int rc;
 
 	rc = hl_cache_layout_compute(d->size, bs, l);
@@ -555,13 +554,7 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 	new_uuid(d, l->uuid);
 	l->seed = seed_of(l->uuid);
 	l->tag = tag_of(l->uuid);
-	sb_of_layout(l, d->size, &s);
-	s.state = SB_CLEAN;
-	rc = sb_write(d, &s);
-	l->sb_seq = s.seq;
-	if (!rc)
-		l->sb_state = SB_CLEAN;
-	return rc;
+	return sb_write_state(d, l, SB_CLEAN);
 }
 
 /* Restore or drop every record of the page in buf. @return slots restored; *any: one claimed. */

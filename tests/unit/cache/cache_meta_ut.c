@@ -1025,6 +1025,23 @@ static unsigned check_all_slots(struct rig *r, struct hl_cache_core *c)
 	return bad;
 }
 
+/* The last record the loader will reach (found on a copy loaded at once): its slot, *rec. */
+static uint32_t lazy_last_record(struct rig *r, struct hl_cache_slot_rec *rec)
+{
+	uint32_t last = HL_CACHE_NO_SLOT;
+	int n;
+	struct hl_cache_core *all = load_copy(r, false, &n);
+
+	CU_ASSERT_FATAL(n > 10);
+	for (uint32_t s = 0; s < r->l.nslots; s++)
+		if (hl_cache_core_slot_get(all, s, rec))
+			last = s;
+	CU_ASSERT_FATAL(last != HL_CACHE_NO_SLOT);
+	CU_ASSERT_FATAL(hl_cache_core_slot_get(all, last, rec));
+	hl_cache_core_destroy(all);
+	return last;
+}
+
 static void test_lazy_write_before_load(void)
 {
 	struct rig r;
@@ -1035,16 +1052,7 @@ static void test_lazy_write_before_load(void)
 
 	lazy_warm(&r);
 	lazy_begin(&r, &lrs);
-	/* The last record the loader will reach: find it on a copy loaded at once. */
-	int n;
-	struct hl_cache_core *all = load_copy(&r, false, &n);
-	CU_ASSERT_FATAL(n > 10);
-	for (uint32_t s = 0; s < r.l.nslots; s++)
-		if (hl_cache_core_slot_get(all, s, &rec))
-			last = s;
-	CU_ASSERT_FATAL(last != HL_CACHE_NO_SLOT);
-	CU_ASSERT_FATAL(hl_cache_core_slot_get(all, last, &rec));
-	hl_cache_core_destroy(all);
+	last = lazy_last_record(&r, &rec);
 	/* Half the pages restored, then the block of the last record is written. */
 	left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1);
 	CU_ASSERT(left > 0);
@@ -1093,18 +1101,10 @@ static void test_lazy_admission_change(void)
 	uint32_t last = HL_CACHE_NO_SLOT;
 	uint8_t *reuse;
 	int64_t left;
-	int n;
 
 	lazy_warm(&r);
 	lazy_begin(&r, &lrs);
-	struct hl_cache_core *all = load_copy(&r, false, &n);
-	CU_ASSERT_FATAL(n > 10);
-	for (uint32_t s = 0; s < r.l.nslots; s++)
-		if (hl_cache_core_slot_get(all, s, &rec))
-			last = s;
-	CU_ASSERT_FATAL(last != HL_CACHE_NO_SLOT);
-	CU_ASSERT_FATAL(hl_cache_core_slot_get(all, last, &rec));
-	hl_cache_core_destroy(all);
+	last = lazy_last_record(&r, &rec);
 	left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1);
 	CU_ASSERT_FATAL(left > 0);
 	do_write(&r, rec.lun, rec.block * BS, BS);
