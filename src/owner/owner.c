@@ -295,6 +295,23 @@ static int access_set(void *arg, uint16_t via, uint16_t tpg, enum hl_alua_state 
 }
 
 /*
+ * The owner's lease as a taker must wait it out: the longer of ours and the
+ * one it published (rbd writes it in its record; 0: not said). Gateways
+ * should run the same timers, but one that does not must not make a
+ * takeover shorter than the old owner's lease.
+ */
+static unsigned owner_lease(const struct hl_owner *ow, const struct hl_own_info *info)
+{
+	return HL_MAX(ow->lease_ms, info->lease_ms);
+}
+
+/* How long the owner's heartbeat must stand still before it is dead: its lease runs out first. */
+static int64_t owner_dead(const struct hl_owner *ow, const struct hl_own_info *info)
+{
+	return HL_MAX((int64_t)ow->dead_ms, (int64_t)info->lease_ms + FENCE_MARGIN_MS);
+}
+
+/*
  * The longest a takeover takes when the longest lease among the gateways is
  * lease ms (ours or a peer's): the owner silent or not answering (a silent
  * owner is dead only after its lease and the margin: owner_dead), a peek to
@@ -305,10 +322,11 @@ static int access_set(void *arg, uint16_t via, uint16_t tpg, enum hl_alua_state 
  */
 static unsigned transition_time(const struct hl_owner *ow, unsigned lease)
 {
-	unsigned dead = HL_MAX(ow->dead_ms, lease + FENCE_MARGIN_MS);
-	unsigned wait_ms = HL_MAX(dead, ow->request_wait_ms) + PEEK_MS;
+	const struct hl_own_info peer = {.lease_ms = lease}; /* the takeover's own formulas */
+	int64_t wait_ms = HL_MAX(owner_dead(ow, &peer), (int64_t)ow->request_wait_ms) + PEEK_MS;
 
-	return HL_MIN((wait_ms + lease + FENCE_MARGIN_MS + 999) / 1000 + 1, 255u);
+	return (unsigned)HL_MIN((wait_ms + owner_lease(ow, &peer) + FENCE_MARGIN_MS + 999) / 1000 + 1,
+	                        (int64_t)255);
 }
 
 /*
@@ -652,23 +670,6 @@ static void give_back(struct hl_owner *ow)
 	} else {
 		clear_problem(ow, PROB_RELEASE);
 	}
-}
-
-/*
- * The owner's lease as a taker must wait it out: the longer of ours and the
- * one it published (rbd writes it in its record; 0: not said). Gateways
- * should run the same timers, but one that does not must not make a
- * takeover shorter than the old owner's lease.
- */
-static unsigned owner_lease(const struct hl_owner *ow, const struct hl_own_info *info)
-{
-	return HL_MAX(ow->lease_ms, info->lease_ms);
-}
-
-/* How long the owner's heartbeat must stand still before it is dead: its lease runs out first. */
-static int64_t owner_dead(const struct hl_owner *ow, const struct hl_own_info *info)
-{
-	return HL_MAX((int64_t)ow->dead_ms, (int64_t)info->lease_ms + FENCE_MARGIN_MS);
 }
 
 /*
