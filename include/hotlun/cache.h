@@ -568,17 +568,49 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
  * a write or an invalidation touches (or every block of a LUN added) is
  * noted in a bounded filter, and hl_cache_core_slot_restore refuses a
  * record of a noted block (-ESTALE: the caller drops it as a claimed
- * record). need_mark: a block was noted and the superblock state
- * "restore with invalidations pending" is not durable yet (until
- * restore_marked, hl_cache_core_write_needs_sync says yes for every
- * write). Under the caller's lock like the rest of the core.
+ * record). The superblock keeps a coarser copy of the filter (state
+ * "restore pending" with its ranges): need_mark says a block was noted
+ * that the durable copy does not cover, and until restore_marked makes a
+ * copy taken after it durable, hl_cache_core_write_needs_sync says yes
+ * for every write. Under the caller's lock like the rest of the core.
  */
+struct hl_cache_rs_range {
+	uint64_t lo, hi; /* blocks [lo, hi] */
+	uint16_t lun;
+};
 void hl_cache_core_restore_begin(struct hl_cache_core *c);
 void hl_cache_core_restore_end(struct hl_cache_core *c);
 bool hl_cache_core_restoring(const struct hl_cache_core *c);
 bool hl_cache_core_restore_need_mark(const struct hl_cache_core *c);
-void hl_cache_core_restore_marked(struct hl_cache_core *c);
+/*
+ * Preload the filter with the n ranges a superblock kept (a crash during
+ * the last restore) and take them as its durable copy. After
+ * restore_begin. @return 0, or -EINVAL for ranges not sorted and disjoint.
+ */
+int hl_cache_core_restore_preload(struct hl_cache_core *c, const struct hl_cache_rs_range *r,
+                                  uint32_t n);
+/*
+ * A copy of the filter for the superblock: *r (malloc'ed, *n ranges; NULL
+ * with *all when every record is dropped, or no memory) and *gen, to hand
+ * to restore_marked once a superset of it is durable.
+ */
+void hl_cache_core_restore_snapshot(const struct hl_cache_core *c, struct hl_cache_rs_range **r,
+                                    uint32_t *n, bool *all, uint64_t *gen);
+/*
+ * Merge sorted disjoint ranges r[0..n) into at most max covering ranges,
+ * closest neighbours of one LUN first (any thread, no core). @return the
+ * new count, or UINT32_MAX when more LUNs than max (the copy says "all").
+ */
+uint32_t hl_cache_rs_coarsen(struct hl_cache_rs_range *r, uint32_t n, uint32_t max);
+/*
+ * The superblock holds r[0..n) (or "all") as the durable copy of the
+ * filter snapshotted at gen: writes noted before it need no more sync.
+ */
+void hl_cache_core_restore_marked(struct hl_cache_core *c, const struct hl_cache_rs_range *r,
+                                  uint32_t n, bool all, uint64_t gen);
 uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c);
+/** The filter drops every record still to come (a stop now leaves a cold cache). */
+bool hl_cache_core_restore_all(const struct hl_cache_core *c);
 /*
  * Fault in, without changing them, the pages a restore of block (lun) or
  * of slots [first, first + n) will write: the loader calls them before it

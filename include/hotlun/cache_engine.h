@@ -406,9 +406,12 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
  * the superblock open and starts the core's restore
  * (hl_cache_core_restore_begin); load_step restores the next marked
  * pages; load_finish ends the core's restore and, when the superblock
- * says "invalidations pending", syncs (every dropped record's page
- * durable) and clears that state. A superblock found in that state makes
- * load_begin return -ENODATA (the cache starts cold) with a notice.
+ * says "restore pending", syncs (every dropped record's page durable) and
+ * clears that state. A superblock found "restore pending" with the ranges
+ * written during the last restore makes load_begin preload the core's
+ * filter with them and keep the state (their records are dropped); one
+ * without ranges (version 3: "all", or a hotlund before the durable
+ * filter) makes it return -ENODATA (the cache starts cold) with a notice.
  */
 struct hl_cache_restore {
 	uint64_t *marks;      /* the summary as loaded: pages still to read */
@@ -442,7 +445,7 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 
 /**
  * Every page restored: end the core's restore (under lock, may be NULL),
- * then, if the superblock is "invalidations pending", sync and clear it.
+ * then, if the superblock is "restore pending", sync and clear it.
  * The caller serialises it with syncs. @return 0 or -errno.
  */
 int hl_cache_meta_load_finish(struct hl_cache_dev *d, struct hl_cache_layout *l,
@@ -467,9 +470,9 @@ int hl_cache_meta_barrier(struct hl_cache_dev *d, const struct hl_cache_layout *
 
 /**
  * Write every dirty record page, flush. During a lazy restore whose core
- * noted a write or an invalidation, first make the superblock state
- * "restore with invalidations pending" durable. Blocking. @return 0 or
- * -errno.
+ * noted a block the superblock's copy of its filter does not cover, first
+ * make the superblock state "restore pending" with a new copy durable.
+ * Blocking. @return 0 or -errno.
  */
 int hl_cache_meta_sync(struct hl_cache_dev *d, struct hl_cache_layout *l,
                        struct hl_cache_core *c);

@@ -215,11 +215,13 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
 	uint64_t b0, b1;
 
 	/*
-	 * A lazy restore before "invalidations pending" is durable: every write
-	 * (asked before or after its write_begin noted it) waits for the sync
-	 * that makes it so (cache_restore.c).
+	 * A lazy restore: a write to blocks the superblock's copy of the filter
+	 * does not cover yet (asked before or after its write_begin noted them)
+	 * waits for the sync that writes the filter (cache_restore.c).
 	 */
-	if (c->rs.on && !c->rs.marked)
+	if (c->rs.on && (len ? !cache_restore_durable(c, lun, off >> c->block_shift,
+	                                              (off + len - 1) >> c->block_shift)
+	                     : c->rs.dirty))
 		return true;
 	if (!c->nstale && !c->stale_overflow)
 		return false;

@@ -5,14 +5,18 @@
  * from the origin and not filled), and every block a write or an
  * invalidation touches goes into the "written while restoring" filter
  * before the origin can see the change. The loader drops every record of
- * a block in the filter (hl_cache_core_slot_restore: -ESTALE), and the
- * engine makes the superblock state "restore with invalidations pending"
- * durable before the first such write reaches the origin
- * (hl_cache_core_write_needs_sync asks for a sync until then).
+ * a block in the filter (hl_cache_core_slot_restore: -ESTALE).
  *
  * The filter is a sorted array of disjoint block ranges per LUN, bounded:
  * past CACHE_RS_MAX ranges the two closest neighbours of one LUN merge
- * into one wider range (dropping more records is always safe).
+ * into one wider range (dropping more records is always safe). The engine
+ * keeps a coarser copy of it durable in the superblock (state "restore
+ * pending" with at most ~220 ranges, or "all": cold), written by a sync
+ * before a write to a block the last durable copy does not cover reaches
+ * the origin (hl_cache_core_write_needs_sync asks for that sync): a crash
+ * during the restore then drops the records of those ranges only. The
+ * durable copy only grows (its ranges go into the filter too), so the
+ * RAM copy is a subset of whichever superblock copy survives.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,26 +25,37 @@
 
 #include "cache/core/core_internal.h"
 
-static int rs_cmp(const struct cache_rs_range *a, uint16_t lun, uint64_t lo)
+static int rs_cmp(const struct hl_cache_rs_range *a, uint16_t lun, uint64_t lo)
 {
 	if (a->lun != lun)
 		return a->lun < lun ? -1 : 1;
 	return a->lo < lo ? -1 : a->lo > lo;
 }
 
-/* Index of the first range not before (lun, lo). */
-static uint32_t rs_lower(const struct cache_restore *rs, uint16_t lun, uint64_t lo)
+/* Index of the first range of r[0..n) not before (lun, lo). */
+static uint32_t rs_lower(const struct hl_cache_rs_range *r, uint32_t n, uint16_t lun, uint64_t lo)
 {
-	uint32_t a = 0, b = rs->n;
+	uint32_t a = 0, b = n;
 
 	while (a < b) {
 		uint32_t m = a + (b - a) / 2;
-		if (rs_cmp(&rs->r[m], lun, lo) < 0)
+		if (rs_cmp(&r[m], lun, lo) < 0)
 			a = m + 1;
 		else
 			b = m;
 	}
 	return a;
+}
+
+/* Does one range of r[0..n) hold all of [b0, b1] of lun? */
+static bool rs_holds(const struct hl_cache_rs_range *r, uint32_t n, uint16_t lun, uint64_t b0,
+                     uint64_t b1)
+{
+	uint32_t i = rs_lower(r, n, lun, b0);
+
+	if (i < n && r[i].lun == lun && r[i].lo == b0)
+		return b1 <= r[i].hi;
+	return i > 0 && r[i - 1].lun == lun && r[i - 1].lo <= b0 && b1 <= r[i - 1].hi;
 }
 
 /*
@@ -71,22 +86,15 @@ static void rs_shrink(struct cache_restore *rs)
 	rs->n--;
 }
 
-void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1)
+/* Add blocks [b0, b1] of lun to the filter (b0 <= b1 <= HL_CACHE_MAX_BLOCK_NR). */
+static void rs_add(struct cache_restore *rs, uint16_t lun, uint64_t b0, uint64_t b1)
 {
-	struct cache_restore *rs = &c->rs;
 	uint32_t i, j;
 
-	if (!rs->on)
-		return;
-	if (b1 > HL_CACHE_MAX_BLOCK_NR)
-		b1 = HL_CACHE_MAX_BLOCK_NR;
-	if (b0 > b1)
-		return; /* past every block a record can hold: nothing to drop */
-	rs->noted++; /* (the stop's log line says "cold" by it: only what sets the mark) */
 	if (rs->all)
 		return; /* every record still to come is dropped anyway */
 	/* The first range that may touch [b0, b1]: the one before the insert point too. */
-	i = rs_lower(rs, lun, b0);
+	i = rs_lower(rs->r, rs->n, lun, b0);
 	if (i > 0 && rs->r[i - 1].lun == lun && rs->r[i - 1].hi + 1 >= b0)
 		i--;
 	for (j = i; j < rs->n && rs->r[j].lun == lun && rs->r[j].lo <= b1 + 1; j++)
@@ -94,15 +102,14 @@ void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint
 	if (j > i) {
 		/* Ranges i..j-1 overlap or touch: one range replaces them. */
 		uint64_t lo = HL_MIN(b0, rs->r[i].lo), hi = HL_MAX(b1, rs->r[j - 1].hi);
-		rs->r[i] = (struct cache_rs_range){.lun = lun, .lo = lo, .hi = hi};
+		rs->r[i] = (struct hl_cache_rs_range){.lun = lun, .lo = lo, .hi = hi};
 		memmove(&rs->r[i + 1], &rs->r[j], (rs->n - j) * sizeof(rs->r[0]));
 		rs->n -= j - i - 1;
 		return;
 	}
 	if (rs->n == CACHE_RS_MAX) {
 		rs_shrink(rs);
-		cache_restore_note(c, lun, b0, b1); /* (room now, or all) */
-		rs->noted--;
+		rs_add(rs, lun, b0, b1); /* (room now, or all) */
 		return;
 	}
 	if (!rs->r) {
@@ -114,37 +121,65 @@ void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint
 		}
 	}
 	memmove(&rs->r[i + 1], &rs->r[i], (rs->n - i) * sizeof(rs->r[0]));
-	rs->r[i] = (struct cache_rs_range){.lun = lun, .lo = b0, .hi = b1};
+	rs->r[i] = (struct hl_cache_rs_range){.lun = lun, .lo = b0, .hi = b1};
 	rs->n++;
+}
+
+void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1)
+{
+	struct cache_restore *rs = &c->rs;
+
+	if (!rs->on)
+		return;
+	if (b1 > HL_CACHE_MAX_BLOCK_NR)
+		b1 = HL_CACHE_MAX_BLOCK_NR;
+	if (b0 > b1)
+		return; /* past every block a record can hold: nothing to drop */
+	rs->noted++;
+	/* Not in the superblock's copy yet: the origin must not see it before it is. */
+	if (!cache_restore_durable(c, lun, b0, b1)) {
+		rs->dirty = true;
+		rs->gen++;
+	}
+	rs_add(rs, lun, b0, b1);
+}
+
+bool cache_restore_durable(const struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1)
+{
+	const struct cache_restore *rs = &c->rs;
+
+	if (b1 > HL_CACHE_MAX_BLOCK_NR)
+		b1 = HL_CACHE_MAX_BLOCK_NR;
+	if (b0 > b1)
+		return true; /* no record holds such a block */
+	return rs->d_all || rs_holds(rs->d, rs->dn, lun, b0, b1);
 }
 
 bool cache_restore_covers(const struct hl_cache_core *c, uint16_t lun, uint64_t block)
 {
 	const struct cache_restore *rs = &c->rs;
-	uint32_t i;
 
 	if (!rs->on)
 		return false;
-	if (rs->all)
-		return true;
-	i = rs_lower(rs, lun, block);
-	if (i < rs->n && rs->r[i].lun == lun && rs->r[i].lo == block)
-		return true;
-	return i > 0 && rs->r[i - 1].lun == lun && rs->r[i - 1].lo <= block &&
-	       block <= rs->r[i - 1].hi;
+	return rs->all || rs_holds(rs->r, rs->n, lun, block, block);
+}
+
+static void rs_free(struct cache_restore *rs)
+{
+	free(rs->r);
+	free(rs->d);
+	memset(rs, 0, sizeof(*rs));
 }
 
 void hl_cache_core_restore_begin(struct hl_cache_core *c)
 {
-	free(c->rs.r);
-	memset(&c->rs, 0, sizeof(c->rs));
+	rs_free(&c->rs);
 	c->rs.on = true;
 }
 
 void hl_cache_core_restore_end(struct hl_cache_core *c)
 {
-	free(c->rs.r);
-	memset(&c->rs, 0, sizeof(c->rs));
+	rs_free(&c->rs);
 }
 
 bool hl_cache_core_restoring(const struct hl_cache_core *c)
@@ -154,18 +189,152 @@ bool hl_cache_core_restoring(const struct hl_cache_core *c)
 
 bool hl_cache_core_restore_need_mark(const struct hl_cache_core *c)
 {
-	return c->rs.on && (c->rs.n || c->rs.all) && !c->rs.marked;
+	return c->rs.on && c->rs.dirty;
 }
 
-void hl_cache_core_restore_marked(struct hl_cache_core *c)
+/* Ranges sorted by (lun, lo), each lo <= hi <= the last block, none touching the next? */
+static bool rs_valid(const struct hl_cache_rs_range *r, uint32_t n)
 {
-	if (c->rs.on)
-		c->rs.marked = true;
+	for (uint32_t i = 0; i < n; i++) {
+		if (r[i].lo > r[i].hi || r[i].hi > HL_CACHE_MAX_BLOCK_NR)
+			return false;
+		if (i && (r[i - 1].lun > r[i].lun ||
+		          (r[i - 1].lun == r[i].lun && r[i - 1].hi >= r[i].lo)))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The superblock holds r[0..n) (or "all"): the durable copy. The filter
+ * takes its ranges in too, so that the next copy (a coarsening of the
+ * filter) covers every block this one does: the set on the device only
+ * grows, and a test against the RAM copy holds for whichever superblock
+ * copy survives a torn write. No memory for the copy: an empty one (every
+ * write syncs until the next copy is durable).
+ */
+static void rs_set_durable(struct cache_restore *rs, const struct hl_cache_rs_range *r, uint32_t n,
+                           bool all)
+{
+	rs->marked = true;
+	free(rs->d);
+	rs->d = NULL;
+	rs->dn = 0;
+	if (all) {
+		rs->d_all = true;
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		rs_add(rs, r[i].lun, r[i].lo, r[i].hi);
+	rs->d = n ? malloc((size_t)n * sizeof(*rs->d)) : NULL;
+	if (!rs->d)
+		return;
+	memcpy(rs->d, r, (size_t)n * sizeof(*rs->d));
+	rs->dn = n;
+}
+
+int hl_cache_core_restore_preload(struct hl_cache_core *c, const struct hl_cache_rs_range *r,
+                                  uint32_t n)
+{
+	struct cache_restore *rs = &c->rs;
+
+	if (!rs->on || !n || !rs_valid(r, n))
+		return -EINVAL;
+	rs_set_durable(rs, r, n, false);
+	/* (no memory for the copy: the next write syncs, and writes it again) */
+	rs->dirty = rs->dn != n;
+	rs->gen++;
+	return 0;
+}
+
+void hl_cache_core_restore_snapshot(const struct hl_cache_core *c, struct hl_cache_rs_range **r,
+                                    uint32_t *n, bool *all, uint64_t *gen)
+{
+	const struct cache_restore *rs = &c->rs;
+
+	*r = NULL;
+	*n = 0;
+	*gen = rs->gen;
+	*all = rs->all;
+	if (rs->all || !rs->n)
+		return;
+	*r = malloc((size_t)rs->n * sizeof(**r));
+	if (!*r) {
+		*all = true; /* no memory: the superblock says "all" (cold), always safe */
+		return;
+	}
+	memcpy(*r, rs->r, (size_t)rs->n * sizeof(**r));
+	*n = rs->n;
+}
+
+static int gap_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+uint32_t hl_cache_rs_coarsen(struct hl_cache_rs_range *r, uint32_t n, uint32_t max)
+{
+	uint64_t(*gaps)[2];
+	uint8_t *merge;
+	uint32_t ng = 0, need, k = 0;
+
+	if (n <= max)
+		return n;
+	gaps = malloc((size_t)n * sizeof(*gaps));
+	merge = calloc(n, 1);
+	if (!gaps || !merge) {
+		free(gaps);
+		free(merge);
+		return UINT32_MAX;
+	}
+	/* The gaps between neighbours of one LUN, smallest first: merge the n - max smallest. */
+	for (uint32_t i = 0; i + 1 < n; i++)
+		if (r[i].lun == r[i + 1].lun) {
+			gaps[ng][0] = r[i + 1].lo - r[i].hi;
+			gaps[ng++][1] = i;
+		}
+	need = n - max;
+	if (ng < need) {
+		k = UINT32_MAX; /* more LUNs than max */
+		goto out;
+	}
+	qsort(gaps, ng, sizeof(*gaps), gap_cmp);
+	for (uint32_t i = 0; i < need; i++)
+		merge[gaps[i][1]] = 1; /* range gaps[i][1] absorbs the next one */
+	for (uint32_t i = 0; i < n; i++) {
+		if (k && merge[i - 1])
+			r[k - 1].hi = r[i].hi;
+		else
+			r[k++] = r[i];
+	}
+out:
+	free(gaps);
+	free(merge);
+	return k;
+}
+
+void hl_cache_core_restore_marked(struct hl_cache_core *c, const struct hl_cache_rs_range *r,
+                                  uint32_t n, bool all, uint64_t gen)
+{
+	struct cache_restore *rs = &c->rs;
+
+	if (!rs->on)
+		return;
+	rs_set_durable(rs, r, n, all);
+	/* (a copy taken before the last note, or no memory for it: dirty still) */
+	if (rs->gen == gen && (rs->d_all || rs->dn == n))
+		rs->dirty = false;
 }
 
 uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c)
 {
 	return c->rs.noted;
+}
+
+bool hl_cache_core_restore_all(const struct hl_cache_core *c)
+{
+	return c->rs.on && c->rs.all;
 }
 
 uint64_t hl_cache_core_lun_restore_dropped(const struct hl_cache_core *c, uint16_t lun)

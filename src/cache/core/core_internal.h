@@ -317,19 +317,23 @@ struct cache_budget {
 /*
  * A lazy warm restart (cache_restore.c): the blocks written or invalidated
  * while the loader restores the slot records, as disjoint ranges sorted
- * by (lun, lo), at most CACHE_RS_MAX of them (neighbours merge past it).
+ * by (lun, lo), at most CACHE_RS_MAX of them (neighbours merge past it),
+ * and the coarser copy of them the superblock holds (d: the last one made
+ * durable; every block noted since that it does not cover makes the
+ * filter dirty, and a write waits for the sync that writes it).
  */
 #define CACHE_RS_MAX 4096u
-struct cache_rs_range {
-	uint64_t lo, hi; /* blocks [lo, hi] */
-	uint16_t lun;
-};
 struct cache_restore {
 	bool on;     /* restoring: no new slot is taken, writes are noted */
-	bool marked; /* the superblock says "invalidations pending" (durable) */
-	bool all;    /* no memory for the filter: every record is dropped */
+	bool marked; /* the superblock says "restore pending" (durable), with d or all */
+	bool all;    /* every record still to come is dropped (no memory, too many LUNs) */
+	bool dirty;  /* a block noted that the durable copy does not cover */
+	bool d_all;  /* the durable copy says "all": the next start is cold */
 	uint32_t n;
-	struct cache_rs_range *r;
+	struct hl_cache_rs_range *r;
+	uint32_t dn; /* the durable copy: dn ranges of d (sorted, disjoint) */
+	struct hl_cache_rs_range *d;
+	uint64_t gen;   /* bumped whenever dirty is set */
 	uint64_t noted; /* ranges noted */
 };
 
@@ -740,6 +744,8 @@ static inline bool cache_wip_find(const struct hl_cache_core *c, uint64_t key)
 void cache_slot_take(struct hl_cache_core *c, struct cache_part *pt, uint32_t s, uint64_t key);
 /** Restoring: blocks [b0, b1] of lun were written or invalidated (the loader drops them). */
 void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1);
+/* Does the superblock's durable copy of the filter cover blocks [b0, b1] of lun? */
+bool cache_restore_durable(const struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1);
 /** Restoring and block of lun is in the filter. */
 bool cache_restore_covers(const struct hl_cache_core *c, uint16_t lun, uint64_t block);
 /** cache_slot_take() after the caller put keys[s] into the index itself. */

@@ -39,11 +39,20 @@
 #define SB_MAGIC    "HLCACHE"
 #define SB_VERSION  2u
 /*
- * The version a superblock in state SB_PENDING carries: a hotlund before
+ * The versions a superblock in state SB_PENDING carries: a hotlund before
  * the lazy restore reads the state as informational, but refuses any
  * version but 2 (cold start), so a downgrade never restores such a cache.
+ * Version 3: no list of what was written (every record may be stale: a
+ * cold start; what a hotlund before the durable filter wrote, and what
+ * this one writes for a filter that says "all"). Version 4: the blocks
+ * written while restoring, as SB_RANGES_MAX ranges at most; a hotlund
+ * that knows version 3 only refuses 4 as well (any version but 2).
  */
 #define SB_VERSION_PENDING 3u
+#define SB_VERSION_RANGES  4u
+#define SB_RANGES_OFF      112u
+#define SB_RANGE_LEN       18u /* lun u16, lo u64, hi u64 */
+#define SB_RANGES_MAX      ((SB_SIZE - 4 - SB_RANGES_OFF) / SB_RANGE_LEN) /* 221 */
 #define SB_CLEAN    1u
 #define SB_OPEN     2u
 #define SB_PENDING  3u /* a lazy restore noted writes: unloaded records may be stale */
@@ -224,13 +233,17 @@ struct sb {
 	uint32_t version, block_size, rec_size, state;
 	uint64_t nslots, meta_off, meta_len, data_off, seq, dev_size, sum_off, sum_len;
 	uint8_t uuid[16];
+	uint32_t nranges; /* state SB_PENDING: ranges written while restoring (0: all) */
+	struct hl_cache_rs_range ranges[SB_RANGES_MAX];
 };
 
 static void sb_encode(const struct sb *s, uint8_t *b)
 {
 	memset(b, 0, SB_SIZE);
 	memcpy(b, SB_MAGIC, 8);
-	put32(b + 8, s->state == SB_PENDING ? SB_VERSION_PENDING : SB_VERSION);
+	put32(b + 8, s->state != SB_PENDING ? SB_VERSION
+	             : s->nranges          ? SB_VERSION_RANGES
+	                                   : SB_VERSION_PENDING);
 	put32(b + 12, s->block_size);
 	put64(b + 16, s->nslots);
 	put32(b + 24, s->rec_size);
@@ -243,6 +256,15 @@ static void sb_encode(const struct sb *s, uint8_t *b)
 	put64(b + 80, s->dev_size);
 	put64(b + 88, s->sum_off);
 	put64(b + 96, s->sum_len);
+	if (s->state == SB_PENDING) {
+		put32(b + 104, s->nranges);
+		for (uint32_t i = 0; i < s->nranges; i++) {
+			uint8_t *p = b + SB_RANGES_OFF + i * SB_RANGE_LEN;
+			put16(p, s->ranges[i].lun);
+			put64(p + 2, s->ranges[i].lo);
+			put64(p + 10, s->ranges[i].hi);
+		}
+	}
 	put32(b + SB_SIZE - 4, crc32c(0, b, SB_SIZE - 4));
 }
 
@@ -265,6 +287,17 @@ static bool sb_decode(const uint8_t *b, struct sb *s)
 	s->dev_size = get64(b + 80);
 	s->sum_off = get64(b + 88);
 	s->sum_len = get64(b + 96);
+	if (s->version == SB_VERSION_RANGES) {
+		s->nranges = get32(b + 104);
+		if (s->nranges > SB_RANGES_MAX)
+			s->nranges = 0; /* (refused: version 4 without ranges) */
+		for (uint32_t i = 0; i < s->nranges; i++) {
+			const uint8_t *p = b + SB_RANGES_OFF + i * SB_RANGE_LEN;
+			s->ranges[i].lun = get16(p);
+			s->ranges[i].lo = get64(p + 2);
+			s->ranges[i].hi = get64(p + 10);
+		}
+	}
 	return true;
 }
 
@@ -324,19 +357,33 @@ static int sb_write(struct hl_cache_dev *d, struct sb *s)
 	return rc;
 }
 
-/* Write (and flush) the superblock of l in state; l->sb_state follows on success. */
-static int sb_write_state(struct hl_cache_dev *d, struct hl_cache_layout *l, uint32_t state)
+/*
+ * Write (and flush) the superblock of l in state (SB_PENDING: with the
+ * ranges r[0..n), none for "all": cold); l->sb_state follows on success.
+ */
+static int sb_write_ranges(struct hl_cache_dev *d, struct hl_cache_layout *l, uint32_t state,
+                           const struct hl_cache_rs_range *r, uint32_t n)
 {
 	struct sb s;
 	int rc;
 
 	sb_of_layout(l, d->size, &s);
 	s.state = state;
+	if (state == SB_PENDING && n <= SB_RANGES_MAX) {
+		s.nranges = n;
+		if (n)
+			memcpy(s.ranges, r, n * sizeof(*r));
+	}
 	rc = sb_write(d, &s);
 	l->sb_seq = s.seq;
 	if (!rc)
 		l->sb_state = state;
 	return rc;
+}
+
+static int sb_write_state(struct hl_cache_dev *d, struct hl_cache_layout *l, uint32_t state)
+{
+	return sb_write_ranges(d, l, state, NULL, 0);
 }
 
 /* ---- page summary ---- */
@@ -627,7 +674,7 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
                              struct hl_cache_layout *l, struct hl_cache_restore *r)
 {
 	struct sb a, b, *s = NULL;
-	bool va, vb;
+	bool va, vb, pending;
 	int rc;
 	struct hl_cache_core_info info;
 	uint8_t *buf;
@@ -661,7 +708,8 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 		          "dropped and the device is formatted");
 		goto out;
 	}
-	if (s->version != SB_VERSION) {
+	pending = s->version == SB_VERSION_RANGES && s->state == SB_PENDING && s->nranges;
+	if (s->version != SB_VERSION && !pending) {
 		/* Never read records of another format as ours: the cache starts cold. */
 		HL_NOTICE("cache",
 		          "cache device: on-device format version %u (this hotlun writes version "
@@ -676,7 +724,7 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 		goto out;
 	hl_cache_core_info(c, &info);
 	if (info.block_size != s->block_size || info.nslots != s->nslots ||
-	    s->state == SB_PENDING)
+	    (s->state == SB_PENDING && !pending))
 		goto out; /* (state 3 under version 2: never written; refused all the same) */
 	rc = sum_alloc(l);
 	if (rc)
@@ -697,6 +745,34 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 	for (uint64_t w = 0; w < HL_DIV_ROUND_UP(l->npages, 64); w++)
 		r->pages += (uint64_t)__builtin_popcountll(r->marks[w]);
 	r->pages_left = r->pages;
+	if (pending) {
+		/*
+		 * The last run stopped during a lazy restore after writes to the
+		 * blocks of these ranges: their records are dropped as they come
+		 * (the filter starts with them), and the state stays "pending"
+		 * with them until the dropped records are rewritten
+		 * (hl_cache_meta_load_finish).
+		 */
+		hl_cache_core_restore_begin(c);
+		rc = hl_cache_core_restore_preload(c, s->ranges, s->nranges);
+		if (!rc)
+			rc = sb_write_ranges(d, l, SB_PENDING, s->ranges, s->nranges);
+		if (rc) {
+			hl_cache_core_restore_end(c);
+			if (rc == -EINVAL) {
+				HL_NOTICE("cache", "cache device: a pending restore with a damaged list of "
+				                   "written blocks: the device is formatted");
+				rc = -ENODATA;
+			}
+			goto out;
+		}
+		HL_NOTICE("cache",
+		          "cache device: the last run stopped while restoring its cache: the "
+		          "records of %u range(s) of blocks written meanwhile are dropped, the rest "
+		          "is restored",
+		          s->nranges);
+		return 0;
+	}
 	/* Mark the cache open before anything can change on the device. */
 	s->state = SB_OPEN;
 	rc = sb_write(d, s);
@@ -896,6 +972,50 @@ int hl_cache_meta_write_slot(struct hl_cache_dev *d, const struct hl_cache_layou
 }
 
 /*
+ * A lazy restore noted blocks the superblock's copy of its filter does not
+ * cover: before the origin sees such a write, the superblock says "restore
+ * pending" with a copy taken now (at most SB_RANGES_MAX ranges, coarser
+ * where needed; "all", a cold start, past that), so that a crash drops the
+ * records of those blocks that were not loaded yet. First in a sync, so a
+ * failure leaves nothing to undo.
+ */
+static int sync_mark(struct hl_cache_dev *d, struct hl_cache_layout *l, struct hl_cache_core *c,
+                     pthread_mutex_t *lock)
+{
+	struct hl_cache_rs_range *r = NULL;
+	uint32_t n = 0;
+	uint64_t gen = 0;
+	bool need, all = false;
+	int rc;
+
+	if (lock)
+		pthread_mutex_lock(lock);
+	need = hl_cache_core_restore_need_mark(c);
+	if (need)
+		hl_cache_core_restore_snapshot(c, &r, &n, &all, &gen);
+	if (lock)
+		pthread_mutex_unlock(lock);
+	if (!need)
+		return 0;
+	if (!all) {
+		n = hl_cache_rs_coarsen(r, n, SB_RANGES_MAX);
+		all = n == UINT32_MAX || !n;
+	}
+	if (all)
+		n = 0;
+	rc = sb_write_ranges(d, l, SB_PENDING, r, n);
+	if (!rc) {
+		if (lock)
+			pthread_mutex_lock(lock);
+		hl_cache_core_restore_marked(c, r, n, all, gen);
+		if (lock)
+			pthread_mutex_unlock(lock);
+	}
+	free(r);
+	return rc;
+}
+
+/*
  * Snapshot the dirty record pages under lock (when given), write them
  * without it, then report what became durable under lock again. The
  * caller serialises syncs per device (one snapshot must not overtake a
@@ -910,12 +1030,12 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
 	uint8_t *bufs = NULL, *claims = NULL;
 	bool *any = NULL;
 	uint32_t s;
-	int rc = 0;
-	bool mark;
+	int rc = sync_mark(d, l, c, lock);
 
+	if (rc)
+		return rc;
 	if (lock)
 		pthread_mutex_lock(lock);
-	mark = hl_cache_core_restore_need_mark(c) && l->sb_state != SB_PENDING;
 	epoch = hl_cache_core_meta_epoch(c) + 1;
 	/* Dirty slots come in ascending order: so do their pages. */
 	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT) {
@@ -957,25 +1077,6 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
 	}
 	if (lock)
 		pthread_mutex_unlock(lock);
-	if (mark) {
-		/*
-		 * A lazy restore noted a write or an invalidation: before the origin
-		 * sees it, a crash must make the next load start cold (records not
-		 * loaded yet may claim the block's old data).
-		 */
-		int mrc = sb_write_state(d, l, SB_PENDING);
-		if (lock)
-			pthread_mutex_lock(lock);
-		if (!mrc)
-			hl_cache_core_restore_marked(c);
-		for (uint64_t k = 0; mrc && !rc && k < ndirty; k++)
-			for (uint64_t i = 0; i < per && list[k] * per + i < l->nslots; i++)
-				hl_cache_core_slot_set_dirty(c, (uint32_t)(list[k] * per + i));
-		if (lock)
-			pthread_mutex_unlock(lock);
-		if (!rc)
-			rc = mrc;
-	}
 	if (rc || !ndirty)
 		goto out;
 	cache_trace(CT_SYNC, 0, 0, 0, 0, 0, ndirty, 0);
@@ -1030,8 +1131,10 @@ int hl_cache_meta_close(struct hl_cache_dev *d, struct hl_cache_layout *l, struc
 	if (rc)
 		return rc;
 	/*
-	 * Stopped during a lazy restore after writes: the records not loaded
-	 * may be stale, the state stays "pending" (the next start is cold).
+	 * Stopped during a lazy restore after writes: the state stays "pending"
+	 * with the ranges written (the sync above wrote the last of them): the
+	 * next start drops the records of those blocks and restores the rest
+	 * (cold when the filter said "all").
 	 */
 	if (hl_cache_core_restoring(c) && l->sb_state == SB_PENDING)
 		return 0;

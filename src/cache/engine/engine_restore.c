@@ -7,9 +7,10 @@
  * reactor waits at most one batch (128 records of 4 KiB blocks; the RAM
  * they land on is faulted in before, without the lock). The core
  * keeps it safe meanwhile (no slot taken, writes noted and their records
- * dropped; cache_restore.c); the sync makes "invalidations pending" durable
- * before such a write reaches the origin (cache_meta.c). At the end
- * hl_cache_meta_load_finish syncs and clears that state.
+ * dropped; cache_restore.c); the sync makes "restore pending" with the
+ * blocks written durable before such a write reaches the origin
+ * (cache_meta.c). At the end hl_cache_meta_load_finish syncs and clears
+ * that state.
  *
  * HOTLUN_TEST_RESTORE_DELAY_MS (tests only, documented in
  * docs/cache-engine.md): read one record page at a time and sleep that long
@@ -163,8 +164,10 @@ void engine_restore_stop(struct hl_cache *c)
 		          c->name, (unsigned long long)c->rs.pages_left,
 		          (unsigned long long)c->rs.pages,
 		          atomic_load(&c->failed) ? "is cold (the cache device failed)"
+		          : hl_cache_core_restore_all(c->core)
+		              ? "is cold (too many blocks changed, or disks attached, while restoring)"
 		          : hl_cache_core_restore_noted(c->core)
-		              ? "is cold (blocks changed, or disks were attached, while restoring)"
+		              ? "restores what is on the device but the blocks changed while restoring"
 		              : "restores what is on the device");
 }
 

@@ -21,6 +21,15 @@
 
 /* The origin: a version per 4K sector; sector content encodes (lun, sector, version). */
 static uint32_t origin[NLUN][LUNSECT];
+/* Blocks a write or an invalidation touched (even one that never reached the origin). */
+#define LUNBLK (LUNSECT / SPB + 8)
+static bool touched[NLUN][LUNBLK];
+
+static void touch(uint16_t lun, uint64_t off, uint64_t len)
+{
+	for (uint64_t b = off / BS; b <= (off + len - 1) / BS && b < LUNBLK; b++)
+		touched[lun][b] = true;
+}
 
 static void fill_sector(uint8_t *p, uint16_t lun, uint64_t sect, uint32_t ver)
 {
@@ -177,6 +186,7 @@ static void do_write(struct rig *r, uint16_t lun, uint64_t off, uint64_t len)
 	int n = hl_cache_core_write_begin(r->c, lun, off, len, ios, 16);
 	bool origin_ok;
 
+	touch(lun, off, len);
 	CU_ASSERT_FATAL(n >= 0);
 	for (int i = 0; i < n; i++)
 		sync |= ios[i].meta_barrier;
@@ -200,6 +210,7 @@ static void do_write(struct rig *r, uint16_t lun, uint64_t off, uint64_t len)
 
 static void do_invalidate(struct rig *r, uint16_t lun, uint64_t off, uint64_t len)
 {
+	touch(lun, off, len);
 	hl_cache_core_invalidate(r->c, lun, off, len);
 	/* UNMAP completes only once the records no longer claim the range. */
 	if (!r->crashed && !dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c))) {
@@ -848,6 +859,34 @@ static uint32_t ut_crc32c(const uint8_t *p, size_t len)
 	return ~c;
 }
 
+/* The version of the newest intact superblock copy, and *nranges (its list of written blocks). */
+static uint32_t sb_current(struct rig *r, uint32_t *nranges)
+{
+	uint8_t sb[8192];
+	uint64_t best = 0;
+	uint32_t v = 0;
+
+	CU_ASSERT_FATAL(r->d->ops->pread(r->d, sb, sizeof(sb), 0) == 0);
+	*nranges = 0;
+	for (int i = 0; i < 2; i++) {
+		const uint8_t *b = sb + i * 4096;
+		uint32_t crc, ver, n;
+		uint64_t seq;
+		memcpy(&crc, b + 4092, 4);
+		if (memcmp(b, "HLCACHE", 8) || crc != ut_crc32c(b, 4092))
+			continue;
+		memcpy(&seq, b + 56, 8);
+		memcpy(&ver, b + 8, 4);
+		memcpy(&n, b + 104, 4);
+		if (seq >= best) {
+			best = seq;
+			v = ver;
+			*nranges = ver == 4 ? n : 0;
+		}
+	}
+	return v;
+}
+
 /* A cache of format version 1 (before the page summary) starts cold, never misread. */
 static void test_version_1_starts_cold(void)
 {
@@ -1133,15 +1172,18 @@ static void test_lazy_admission_change(void)
  * A lazy restore with I/O interleaved: after each page, writes (partial,
  * unaligned), reads (hits checked, misses not filled), invalidations and
  * syncs, then more I/O once the restore finished. writes: false for reads
- * only.
+ * only. @return true when the device died before the restore's finish
+ * (from then on no slot was taken: every record of a block not touched is
+ * still on the device).
  */
-static void lazy_scenario(struct rig *r, bool writes)
+static bool lazy_scenario(struct rig *r, bool writes)
 {
 	struct hl_cache_restore lrs;
 	int64_t left = 1;
+	bool in_restore;
 
 	if (lazy_try_begin(r, &lrs))
-		return;
+		return true;
 	rs_seed_lazy();
 	while (left > 0 && !r->crashed) {
 		left = hl_cache_meta_load_step(r->d, &r->l, r->c, &lrs, NULL, NULL, 1, 1);
@@ -1151,6 +1193,7 @@ static void lazy_scenario(struct rig *r, bool writes)
 		}
 		lazy_ops(r, writes, 12);
 	}
+	in_restore = r->crashed;
 	if (!r->crashed && dev_io(r, hl_cache_meta_load_finish(r->d, &r->l, r->c, NULL)))
 		hl_cache_core_restore_end(r->c);
 	if (!r->crashed)
@@ -1158,120 +1201,253 @@ static void lazy_scenario(struct rig *r, bool writes)
 	if (r->npend)
 		finish_pending(r);
 	hl_cache_restore_release(&lrs);
+	return in_restore;
+}
+
+/* The (lun, block) of every record a load of the device restores, as a map. */
+static void records_of(struct hl_cache_core *c, const struct hl_cache_layout *l,
+                       bool held[NLUN][LUNBLK])
+{
+	memset(held, 0, sizeof(bool) * NLUN * LUNBLK);
+	for (uint32_t s = 0; s < l->nslots; s++) {
+		struct hl_cache_slot_rec rec;
+		if (hl_cache_core_slot_get(c, s, &rec) && rec.lun < NLUN && rec.block < LUNBLK)
+			held[rec.lun][rec.block] = true;
+	}
+}
+
+struct crash_tally {
+	uint64_t warm, cold, lost, ranged, runs;
+	unsigned bad;
+};
+
+/*
+ * Reboot after a crash: an eager load (a cold start when it is refused),
+ * then check every restored sector against the origin and, when the crash
+ * came during the restore, that every block of before (the records before
+ * it) not touched since is restored.
+ */
+static void reboot_check(struct rig *r, bool in_restore, bool before[NLUN][LUNBLK],
+                         struct crash_tally *t)
+{
+	struct hl_cache_core *c;
+	int restored;
+	uint32_t nr;
+
+	hl_cache_layout_release(&r->l);
+	hl_cache_dev_mem_reset(r->d);
+	t->ranged += sb_current(r, &nr) == 4;
+	t->runs++;
+	c = new_core(&r->l);
+	restored = hl_cache_meta_load(r->d, c, &r->l);
+	if (restored == -ENODATA) {
+		t->cold++;
+		CU_ASSERT_FATAL(hl_cache_meta_format(r->d, BS, &r->l) == 0);
+	} else {
+		bool after[NLUN][LUNBLK];
+		CU_ASSERT_FATAL(restored >= 0);
+		t->warm += restored > 0;
+		t->bad += check_all_slots(r, c);
+		records_of(c, &r->l, after);
+		for (uint16_t lun = 0; in_restore && lun < NLUN; lun++)
+			for (uint64_t b = 0; b < LUNBLK; b++)
+				t->lost += before[lun][b] && !touched[lun][b] && !after[lun][b];
+	}
+	hl_cache_core_destroy(c);
+	hl_cache_layout_release(&r->l);
+}
+
+/* The rig's device as an image, with the origin and the touched blocks. */
+struct lazy_img {
+	uint8_t *dev;
+	uint32_t org[NLUN][LUNSECT];
+	bool tch[NLUN][LUNBLK];
+};
+
+static void img_save(struct rig *r, struct lazy_img *m)
+{
+	hl_cache_dev_mem_reset(r->d);
+	m->dev = malloc(r->d->size);
+	CU_ASSERT_FATAL(m->dev != NULL);
+	CU_ASSERT_FATAL(r->d->ops->pread(r->d, m->dev, r->d->size, 0) == 0);
+	memcpy(m->org, origin, sizeof(origin));
+	memcpy(m->tch, touched, sizeof(touched));
+}
+
+/* Back to image m; the device dies at its n-th write from now (torn one way or another). */
+static void img_restore(struct rig *r, const struct lazy_img *m, uint64_t n)
+{
+	static const size_t torn[] = {0, 512, 1000, 2048, 4095};
+
+	hl_cache_dev_mem_reset(r->d);
+	CU_ASSERT_FATAL(r->d->ops->pwrite(r->d, m->dev, r->d->size, 0) == 0);
+	hl_cache_dev_mem_reset(r->d);
+	memcpy(origin, m->org, sizeof(origin));
+	memcpy(touched, m->tch, sizeof(touched));
+	r->crashed = false;
+	r->bad_hits = 0;
+	r->npend = 0;
+	if (n != UINT64_MAX)
+		hl_cache_dev_mem_fail_at(r->d, hl_cache_dev_mem_writes(r->d) + n, torn[n % 5]);
+}
+
+/* Device writes of a scenario that does not crash, from image m (left as it ends). */
+static uint64_t lazy_count_writes(struct rig *r, const struct lazy_img *m, bool writes)
+{
+	uint64_t base;
+
+	img_restore(r, m, UINT64_MAX);
+	base = hl_cache_dev_mem_writes(r->d);
+	lazy_scenario(r, writes);
+	CU_ASSERT_FALSE_FATAL(r->crashed);
+	CU_ASSERT_EQUAL(r->bad_hits, 0);
+	hl_cache_core_destroy(r->c);
+	hl_cache_layout_release(&r->l);
+	r->c = NULL;
+	return hl_cache_dev_mem_writes(r->d) - base;
+}
+
+/* The records a load of the device restores (on a copy). */
+static void records_on_device(struct rig *r, bool held[NLUN][LUNBLK])
+{
+	int n;
+	struct hl_cache_core *c = load_copy(r, false, &n);
+
+	CU_ASSERT_FATAL(n > 0);
+	records_of(c, &r->l, held);
+	hl_cache_core_destroy(c);
+}
+
+/*
+ * After a crash during a restore that left the blocks written in the
+ * superblock: a second restore from there, killed at every m-th device
+ * write (step), each followed by a reboot and its checks.
+ */
+static void lazy_second_crashes(struct rig *r, bool before[NLUN][LUNBLK], uint64_t step,
+                                struct crash_tally *t)
+{
+	struct lazy_img m2;
+	uint64_t total;
+
+	img_save(r, &m2);
+	hl_cache_layout_release(&r->l); /* (its nslots stay: new_core's) */
+	total = lazy_count_writes(r, &m2, true);
+	for (uint64_t m = 0; m <= total; m += step) {
+		bool in;
+		img_restore(r, &m2, m);
+		in = lazy_scenario(r, true);
+		t->bad += (unsigned)r->bad_hits;
+		hl_cache_core_destroy(r->c);
+		r->c = NULL;
+		reboot_check(r, in, before, t);
+		if (t->bad || t->lost) {
+			fprintf(stderr, "lazy restore: a second crash at write %llu: %u stale, %llu lost\n",
+			        (unsigned long long)m, t->bad, (unsigned long long)t->lost);
+			break;
+		}
+	}
+	img_restore(r, &m2, UINT64_MAX);
+	free(m2.dev);
 }
 
 static void test_lazy_crash_every_write(void)
 {
 	for (int writes = 1; writes >= 0; writes--) {
 		struct rig r;
-		uint8_t *img;
-		uint32_t org[NLUN][LUNSECT];
-		uint64_t total, base, warm = 0, cold = 0;
-		unsigned bad = 0;
+		struct lazy_img m;
+		struct crash_tally t = {0}, t2 = {0};
+		bool before[NLUN][LUNBLK];
+		uint64_t total;
 
 		lazy_warm(&r);
-		img = malloc(r.d->size);
-		CU_ASSERT_FATAL(img != NULL);
-		CU_ASSERT_FATAL(r.d->ops->pread(r.d, img, r.d->size, 0) == 0);
-		memcpy(org, origin, sizeof(org));
-		base = hl_cache_dev_mem_writes(r.d);
-		lazy_scenario(&r, writes);
-		CU_ASSERT_FALSE_FATAL(r.crashed);
-		CU_ASSERT_EQUAL(r.bad_hits, 0);
-		total = hl_cache_dev_mem_writes(r.d) - base;
+		memset(touched, 0, sizeof(touched));
+		records_on_device(&r, before);
+		img_save(&r, &m);
+		total = lazy_count_writes(&r, &m, writes);
 		if (getenv("HL_DEBUG_UT"))
 			fprintf(stderr, "lazy writes=%d: %llu device writes\n", writes,
 			        (unsigned long long)total);
 		CU_ASSERT(total > (writes ? 20u : 1u));
-		hl_cache_core_destroy(r.c);
-		hl_cache_layout_release(&r.l);
 
 		for (uint64_t n = 0; n <= total; n++) {
-			static const size_t torn[] = {0, 512, 1000, 2048, 4095};
-			struct hl_cache_core *c;
-			int restored;
-
-			CU_ASSERT_FATAL(r.d->ops->pwrite(r.d, img, r.d->size, 0) == 0);
-			hl_cache_dev_mem_reset(r.d);
-			memcpy(origin, org, sizeof(org));
-			r.crashed = false;
-			r.bad_hits = 0;
-			r.npend = 0;
-			hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
-			lazy_scenario(&r, writes);
-			bad += (unsigned)r.bad_hits;
+			bool in;
+			img_restore(&r, &m, n);
+			in = lazy_scenario(&r, writes);
+			t.bad += (unsigned)r.bad_hits;
 			hl_cache_core_destroy(r.c);
-			/* Reboot: an eager load (or a cold start when "pending"), then check. */
-			hl_cache_layout_release(&r.l);
-			hl_cache_dev_mem_reset(r.d);
-			c = new_core(&r.l);
-			restored = hl_cache_meta_load(r.d, c, &r.l);
-			if (restored == -ENODATA) {
-				cold++;
-				CU_ASSERT_FATAL(hl_cache_meta_format(r.d, BS, &r.l) == 0);
-			} else {
-				CU_ASSERT_FATAL(restored >= 0);
-				warm += restored > 0;
-				bad += check_all_slots(&r, c);
-			}
-			hl_cache_core_destroy(c);
-			hl_cache_layout_release(&r.l);
-			if (bad) {
-				fprintf(stderr, "lazy restore: stale data after a crash at write %llu\n",
-				        (unsigned long long)n);
+			r.c = NULL;
+			/* Every 4th crash during a restore with writes: a second restore, killed too. */
+			if (writes && in && n % 4 == 2)
+				lazy_second_crashes(&r, before, 3, &t2);
+			reboot_check(&r, in, before, &t);
+			if (t.bad || t.lost || t2.bad || t2.lost) {
+				fprintf(stderr, "lazy restore: crash at write %llu: %u stale, %llu lost\n",
+				        (unsigned long long)n, t.bad, (unsigned long long)t.lost);
 				break;
 			}
 		}
-		CU_ASSERT_EQUAL(bad, 0);
+		CU_ASSERT_EQUAL(t.bad, 0);
+		CU_ASSERT_EQUAL(t2.bad, 0);
+		/* Every crash keeps the cache warm, written while restoring or not ... */
+		CU_ASSERT_EQUAL(t.cold, 0);
+		CU_ASSERT_EQUAL(t.warm, total + 1);
+		/* ... with every block not written: */
+		CU_ASSERT_EQUAL(t.lost, 0);
 		if (writes) {
-			/* Crashes before the first write stay warm; after it, cold until finish. */
-			CU_ASSERT(warm > 0);
-			CU_ASSERT(cold > 0);
+			/* Crashes after a write left the blocks written in the superblock. */
+			CU_ASSERT(t.ranged > 0);
+			CU_ASSERT(t2.runs > 10);
+			CU_ASSERT(t2.ranged > 0);
+			CU_ASSERT_EQUAL(t2.cold, 0);
+			CU_ASSERT_EQUAL(t2.lost, 0);
 		} else {
-			/* No write: every crash keeps the cache warm. */
-			CU_ASSERT_EQUAL(cold, 0);
-			CU_ASSERT_EQUAL(warm, total + 1);
+			CU_ASSERT_EQUAL(t.ranged, 0);
 		}
 		if (getenv("HL_DEBUG_UT"))
-			fprintf(stderr, "lazy writes=%d: %llu device writes, %llu warm, %llu cold\n",
-			        writes, (unsigned long long)total, (unsigned long long)warm,
-			        (unsigned long long)cold);
-		free(img);
+			fprintf(stderr,
+			        "lazy writes=%d: %llu device writes, %llu warm, %llu cold, %llu ranged; "
+			        "second restores: %llu crashes, %llu warm, %llu cold, %llu ranged\n",
+			        writes, (unsigned long long)total, (unsigned long long)t.warm,
+			        (unsigned long long)t.cold, (unsigned long long)t.ranged,
+			        (unsigned long long)t2.runs, (unsigned long long)t2.warm,
+			        (unsigned long long)t2.cold, (unsigned long long)t2.ranged);
+		free(m.dev);
 		hl_cache_dev_close(r.d);
 	}
 }
 
-/* A clean stop in the middle of a restore: pending stays (cold), else warm. */
+/* A clean stop in the middle of a restore: warm, without the blocks written meanwhile. */
 static void test_lazy_clean_stop(void)
 {
 	for (int writes = 0; writes < 2; writes++) {
 		struct rig r;
 		struct hl_cache_restore lrs;
+		struct hl_cache_slot_rec rec;
+		uint32_t last;
 		int restored;
 
 		lazy_warm(&r);
 		lazy_begin(&r, &lrs);
+		last = lazy_last_record(&r, &rec);
 		CU_ASSERT(hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1) > 0);
 		if (writes)
-			do_write(&r, 0, 0, BS);
+			do_write(&r, rec.lun, rec.block * BS, BS);
 		else
-			do_read(&r, 0, 0, BS, false);
+			do_read(&r, rec.lun, rec.block * BS, BS, false);
 		CU_ASSERT_EQUAL(hl_cache_meta_close(r.d, &r.l, r.c), 0);
 		hl_cache_core_destroy(r.c);
 		hl_cache_layout_release(&r.l);
 		r.c = new_core(&r.l);
-		/* "pending" carries version 3: a hotlund before it refuses it too (cold). */
+		/* "pending" with ranges carries version 4: any hotlund before it refuses it. */
 		uint8_t sb[8192];
 		CU_ASSERT_FATAL(r.d->ops->pread(r.d, sb, sizeof(sb), 0) == 0);
-		CU_ASSERT_EQUAL(sb[8] == 3 || sb[4096 + 8] == 3, writes == 1);
+		CU_ASSERT_EQUAL(sb[8] == 4 || sb[4096 + 8] == 4, writes == 1);
 		restored = hl_cache_meta_load(r.d, r.c, &r.l);
-		if (writes) {
-			CU_ASSERT_EQUAL(restored, -ENODATA);
-		} else {
-			CU_ASSERT(restored > 10);
-			CU_ASSERT_EQUAL(check_all_slots(&r, r.c), 0);
-			hl_cache_layout_release(&r.l);
-		}
+		CU_ASSERT(restored > 10);
+		CU_ASSERT_EQUAL(check_all_slots(&r, r.c), 0);
+		/* The record of the block written is dropped, the rest kept. */
+		CU_ASSERT_EQUAL(hl_cache_core_slot_get(r.c, last, &rec), writes == 0);
+		hl_cache_layout_release(&r.l);
 		hl_cache_core_destroy(r.c);
 		hl_cache_restore_release(&lrs);
 		hl_cache_dev_close(r.d);
@@ -1304,6 +1480,122 @@ static void test_lazy_filter_bound(void)
 	hl_cache_core_destroy(c);
 }
 
+/*
+ * More ranges written while restoring than a superblock holds: its copy
+ * merges neighbours (a crash keeps the rest warm); more LUNs than it holds
+ * (disks attached while restoring): it says "all" and a crash is cold.
+ */
+static void test_lazy_durable_bound(void)
+{
+	for (int luns = 0; luns < 2; luns++) {
+		struct rig r;
+		struct hl_cache_restore lrs;
+		struct hl_cache_slot_rec rec;
+		uint32_t last, nr, ver;
+		int restored;
+
+		lazy_warm(&r);
+		lazy_begin(&r, &lrs);
+		last = lazy_last_record(&r, &rec);
+		CU_ASSERT_FATAL(hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1) > 0);
+		if (luns) {
+			/* Disks attached and detached (the core holds fewer at once). */
+			for (uint16_t id = 100; id < 400; id++) {
+				CU_ASSERT_FATAL(hl_cache_core_lun_add(r.c, id, 0) == 0);
+				CU_ASSERT_FATAL(hl_cache_core_lun_remove(r.c, id) == 0);
+			}
+		} else {
+			/* 600 ranges of one LUN, past what the origin of the rig holds. */
+			for (uint64_t k = 0; k < 600; k++)
+				hl_cache_core_invalidate(r.c, 1, (1000 + 3 * k) * BS, BS);
+		}
+		CU_ASSERT(hl_cache_core_write_needs_sync(r.c, rec.lun, rec.block * BS, BS));
+		do_write(&r, rec.lun, rec.block * BS, BS);
+		CU_ASSERT_FALSE_FATAL(r.crashed);
+		ver = sb_current(&r, &nr);
+		if (luns) {
+			CU_ASSERT_EQUAL(ver, 3);
+			/* "All" is durable: no write needs to sync for the filter any more. */
+			CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(r.c, 0, 77 * BS, BS));
+		} else {
+			CU_ASSERT_EQUAL(ver, 4);
+			CU_ASSERT(nr > 150 && nr <= 221);
+			/* The coarse copy covers the gaps too: a write there needs no new copy. */
+			CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(r.c, 1, (1000 + 1) * BS, BS));
+		}
+		/* A crash now (no close). */
+		hl_cache_core_destroy(r.c);
+		hl_cache_layout_release(&r.l);
+		hl_cache_dev_mem_reset(r.d);
+		r.c = new_core(&r.l);
+		restored = hl_cache_meta_load(r.d, r.c, &r.l);
+		if (luns) {
+			CU_ASSERT_EQUAL(restored, -ENODATA);
+		} else {
+			CU_ASSERT(restored > 10);
+			CU_ASSERT_EQUAL(check_all_slots(&r, r.c), 0);
+			CU_ASSERT_FALSE(hl_cache_core_slot_get(r.c, last, &rec));
+			CU_ASSERT_EQUAL(sb_current(&r, &nr), 2);
+			hl_cache_layout_release(&r.l);
+		}
+		hl_cache_core_destroy(r.c);
+		hl_cache_restore_release(&lrs);
+		hl_cache_dev_close(r.d);
+	}
+}
+
+/* Superblock range lists that are damaged never restore anything. */
+static void test_lazy_bad_ranges(void)
+{
+	for (int kind = 0; kind < 3; kind++) {
+		struct rig r;
+		struct hl_cache_restore lrs;
+		uint8_t *sb = NULL;
+		uint32_t nr, crc;
+
+		lazy_warm(&r);
+		lazy_begin(&r, &lrs);
+		CU_ASSERT_FATAL(hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1) > 0);
+		do_write(&r, 0, 0, BS);
+		do_write(&r, 0, 40 * BS, BS);
+		CU_ASSERT_EQUAL_FATAL(sb_current(&r, &nr), 4);
+		CU_ASSERT_EQUAL_FATAL(nr, 2);
+		hl_cache_core_destroy(r.c);
+		hl_cache_layout_release(&r.l);
+		hl_cache_restore_release(&lrs);
+		/* Both copies the same, then damaged: unsorted, lo > hi, or a count past the room. */
+		CU_ASSERT_FATAL(posix_memalign((void **)&sb, 4096, 8192) == 0);
+		CU_ASSERT_FATAL(r.d->ops->pread(r.d, sb, 8192, 0) == 0);
+		uint64_t s0, s1;
+		memcpy(&s0, sb + 56, 8);
+		memcpy(&s1, sb + 4096 + 56, 8);
+		if (s0 < s1)
+			memcpy(sb, sb + 4096, 4096);
+		if (kind == 0) {
+			uint8_t t[18];
+			memcpy(t, sb + 112, 18);
+			memcpy(sb + 112, sb + 130, 18);
+			memcpy(sb + 130, t, 18);
+		} else if (kind == 1) {
+			uint64_t lo = 50;
+			memcpy(sb + 112 + 2, &lo, 8); /* lo 50 > hi 0 */
+		} else {
+			nr = 300;
+			memcpy(sb + 104, &nr, 4);
+		}
+		crc = ut_crc32c(sb, 4092);
+		memcpy(sb + 4092, &crc, 4);
+		memcpy(sb + 4096, sb, 4096);
+		CU_ASSERT_FATAL(r.d->ops->pwrite(r.d, sb, 8192, 0) == 0);
+		free(sb);
+		r.c = new_core(&r.l);
+		CU_ASSERT_EQUAL(hl_cache_meta_load(r.d, r.c, &r.l), -ENODATA);
+		hl_cache_core_destroy(r.c);
+		hl_cache_layout_release(&r.l);
+		hl_cache_dev_close(r.d);
+	}
+}
+
 static const struct hl_test tests[] = {
     {"layout of records and data", test_layout},
     {"warm restart after a clean close", test_warm_restart},
@@ -1331,6 +1623,9 @@ static const struct hl_test tests[] = {
     {"lazy restore: crash at every device write, with and without writes", test_lazy_crash_every_write},
     {"lazy restore: a clean stop in the middle", test_lazy_clean_stop},
     {"lazy restore: the bounded filter never forgets a block", test_lazy_filter_bound},
+    {"lazy restore: the superblock's copy of the filter: merged, or all (cold)",
+     test_lazy_durable_bound},
+    {"lazy restore: a damaged list of written blocks is never trusted", test_lazy_bad_ranges},
     {NULL, NULL},
 };
 
