@@ -14,12 +14,15 @@
 #     time it took);
 #  2. restart again, writes during the restore, quiet until the origin's
 #     proof is recorded again, kill -9 before the restore ends: the next
-#     start is cold (the log says why) and nothing reads stale (without the
-#     "pending" superblock state it restores the written blocks' records);
+#     start is warm without the blocks written (the superblock kept them:
+#     "restore pending" with their ranges; the log says how many), nothing
+#     reads stale and blocks not written are hits; then the same once more
+#     during that second restore (its ranges are kept until it ends);
 #  3. warm, clean stop, restart, kill -9 during a restore without writes:
 #     the next start is warm and nothing reads stale;
 #  4. a clean stop (SIGTERM) during a restore with writes: the loader stops
-#     (logged), the next start is cold and nothing reads stale.
+#     (logged), the next start is warm without the blocks written and
+#     nothing reads stale.
 . "$(dirname "$0")/lib.sh"
 hl_cache_front_prereqs
 hl_need qemu-img qemu-io dd
@@ -112,7 +115,32 @@ stale=$(stale_blocks)
 hits=$(stat_of bytes_read_cache)
 [ "$hits" -gt 0 ] || hl_fail "the warm restart served nothing from the cache"
 
-# ---- 2. kill -9 during a restore with writes: the next start is cold, not stale
+# ---- 2. kill -9 during a restore with writes: warm but the blocks written, not stale
+# crash_warm STEP: after a kill -9 during a restore with writes, the next
+# start drops the records of the blocks written only: warm, never stale,
+# and a full read of the LUN hits the cache for blocks not written
+crash_warm() {
+	local n stale hits0 hits
+	hl_front_start "$T/hotlund.conf"
+	grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" &&
+		hl_fail "$1. the start after a kill -9 during a restore with writes is cold"
+	n=$(grep -o "the records of [0-9]* range(s) of blocks written meanwhile are dropped" "$FRONT_LOG" |
+		tail -1 | grep -o "[0-9][0-9]*")
+	[ -n "$n" ] && [ "$n" -gt 0 ] ||
+		hl_fail "$1. no notice of the blocks written during the interrupted restore"
+	for i in $(seq 1 300); do restoring || break; sleep 0.1; done
+	[ "$(stat_of restore_state)" = done ] || hl_fail "$1. the restore did not end: $(stat_of restore_state)"
+	restored=$(stat_of restore_restored)
+	written=$(stat_of restore_written)
+	hits0=$(stat_of bytes_read_cache)
+	stale=$(stale_blocks)
+	hits=$(( $(stat_of bytes_read_cache) - hits0 ))
+	hl_log "$1. kill -9 during a restore with writes: warm start ($n range(s) written kept in the superblock), $restored restored, $written dropped as written, $stale stale block(s), $hits bytes of hits in a full read"
+	[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a crash during the restore"
+	[ "$restored" -gt $((USED / 2)) ] || hl_fail "$1. only $restored of $USED blocks restored"
+	[ "$written" -gt 0 ] || hl_fail "$1. no record dropped for the blocks written before the crash"
+	[ "$hits" -gt $(( USED / 2 * BS )) ] || hl_fail "$1. a full read hit only $hits bytes"
+}
 settle
 hl_stop "$FRONT_PID"
 DELAY_NOW=150 start_slow
@@ -120,16 +148,31 @@ restoring || hl_fail "2. not restoring at the start"
 writes 200 22
 # quiet long enough for the origin's proof to be recorded again (two equal
 # periodic proofs): the next start trusts the origin, so only the superblock
-# state "invalidations pending" can keep the written blocks' records out
+# state "restore pending" with the blocks written keeps their records out
 sleep 4
 restoring || hl_fail "2. the restore ended before the kill (raise DELAY)"
 kill9
-hl_front_start "$T/hotlund.conf"
-grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" ||
-	hl_fail "2. no notice that the start is cold because of the interrupted restore"
-stale=$(stale_blocks)
-hl_log "2. kill -9 during a restore with writes: cold start, $stale stale block(s)"
-[ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a crash during the restore"
+crash_warm 2
+# ---- 2b. the same during the restore after that crash
+settle
+hl_stop "$FRONT_PID"
+DELAY_NOW=150 start_slow
+restoring || hl_fail "2b. not restoring at the start"
+writes 100 33
+sleep 4
+restoring || hl_fail "2b. the restore ended before the kill (raise DELAY)"
+kill9
+# the restore after that crash (its filter starts with the superblock's
+# ranges) is killed too, after more writes: the next start is warm again
+DELAY_NOW=150 start_slow
+grep -q "the records of [0-9]* range(s) of blocks written meanwhile are dropped" "$FRONT_LOG" ||
+	hl_fail "2b. the restart after the crash did not keep the blocks written"
+restoring || hl_fail "2b. not restoring at the second start"
+writes 50 34
+sleep 2
+restoring || hl_fail "2b. the second restore ended before the kill (raise DELAY)"
+kill9
+crash_warm 2b
 
 # ---- 3. kill -9 during a restore without writes: warm
 warm 3
@@ -157,13 +200,18 @@ restoring || hl_fail "4. not restoring at the start"
 writes 100 44
 restoring || hl_fail "4. the restore ended before the stop (raise DELAY)"
 hl_stop "$FRONT_PID"
-grep -q "cache ssd: stopped while restoring ([0-9]* of [0-9]* record pages left): the next start is cold" "$FRONT_LOG" ||
+grep -q "cache ssd: stopped while restoring ([0-9]* of [0-9]* record pages left): the next start restores what is on the device but the blocks changed while restoring" "$FRONT_LOG" ||
 	hl_fail "4. the stop during the restore is not in the log"
 hl_front_start "$T/hotlund.conf"
-grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" ||
-	hl_fail "4. a clean stop during a restore with writes did not make the next start cold"
+grep -q "stopped while restoring its cache with writes pending" "$FRONT_LOG" &&
+	hl_fail "4. a clean stop during a restore with writes made the next start cold"
+grep -q "the records of [0-9]* range(s) of blocks written meanwhile are dropped" "$FRONT_LOG" ||
+	hl_fail "4. no notice of the blocks written during the stopped restore"
+for i in $(seq 1 300); do restoring || break; sleep 0.1; done
+restored=$(stat_of restore_restored)
 stale=$(stale_blocks)
-hl_log "4. SIGTERM during a restore with writes: cold start, $stale stale block(s)"
+hl_log "4. SIGTERM during a restore with writes: warm start, $restored restored, $stale stale block(s)"
+[ "$restored" -gt $((USED / 2)) ] || hl_fail "4. only $restored of $USED blocks restored"
 [ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a clean stop during the restore"
 hl_check_alive "$FRONT_PID"
 hl_stop "$FRONT_PID"
