@@ -425,6 +425,9 @@ struct hl_cache_restore {
 	uint64_t hold_ns, holds; /* all batches: time under the lock, and how many */
 	uint64_t holds_over_1ms; /* batches that held the lock longer than 1 ms */
 	uint8_t *buf;         /* LOAD_CHUNK bytes of record pages */
+	struct hl_cache_slot_rec *recs; /* the records of one batch, decoded without the lock */
+	bool *recs_ok;        /* recs[i] is a record of this format that claims data */
+	uint64_t recs_cap;
 };
 
 /** @return 0, -ENODATA (format instead), -errno. r is filled (release it). */

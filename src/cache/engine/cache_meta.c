@@ -604,9 +604,41 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 	return sb_write_state(d, l, SB_CLEAN);
 }
 
-/* Restore or drop every record of the page in buf. @return slots restored; *any: one claimed. */
+/*
+ * Decode the records of pages [k0, k1) (in buf) into rs->recs, once and
+ * without the lock (the CRC is most of a load's CPU). @return 0 or -ENOMEM.
+ */
+static int decode_pages(const struct hl_cache_layout *l, struct hl_cache_restore *rs, uint64_t k0,
+                        uint64_t k1, const uint8_t *buf)
+{
+	uint64_t per = PAGE / l->rec_size, n = (k1 - k0) * per;
+
+	if (n > rs->recs_cap) {
+		struct hl_cache_slot_rec *nr = realloc(rs->recs, n * sizeof(*nr));
+		if (!nr)
+			return -ENOMEM;
+		rs->recs = nr;
+		bool *ok = realloc(rs->recs_ok, n * sizeof(*ok));
+		if (!ok)
+			return -ENOMEM;
+		rs->recs_ok = ok;
+		rs->recs_cap = n;
+	}
+	for (uint64_t j = 0; j < n; j++) {
+		uint64_t slot = k0 * per + j;
+		rs->recs_ok[j] = slot < l->nslots &&
+		                 rec_decode(l, (uint32_t)slot, buf + j * l->rec_size, &rs->recs[j]);
+	}
+	return 0;
+}
+
+/*
+ * Restore or drop every record of the page (decoded: rec[i], ok[i] for its
+ * i-th slot). @return slots restored; *any: one claimed.
+ */
 static int load_page(const struct hl_cache_layout *l, struct hl_cache_core *c, uint64_t page,
-                     const uint8_t *buf, bool *any, struct hl_cache_restore *rs)
+                     const struct hl_cache_slot_rec *rec, const bool *ok, bool *any,
+                     struct hl_cache_restore *rs)
 {
 	uint64_t per = PAGE / l->rec_size;
 	int restored = 0;
@@ -614,10 +646,9 @@ static int load_page(const struct hl_cache_layout *l, struct hl_cache_core *c, u
 	*any = false;
 	for (uint64_t i = 0; i < per; i++) {
 		uint64_t slot = page * per + i;
-		struct hl_cache_slot_rec r;
 		if (slot >= l->nslots)
 			break;
-		if (!rec_decode(l, (uint32_t)slot, buf + i * l->rec_size, &r))
+		if (!ok[i])
 			continue;
 		*any = true;
 		/*
@@ -628,15 +659,15 @@ static int load_page(const struct hl_cache_layout *l, struct hl_cache_core *c, u
 		 * a later crash could restore the old claim over another block's
 		 * data or over the block's newer content.
 		 */
-		int rrc = hl_cache_core_slot_restore(c, (uint32_t)slot, &r);
+		int rrc = hl_cache_core_slot_restore(c, (uint32_t)slot, &rec[i]);
 		if (rrc == 0) {
 			restored++;
-			trace_rec(CT_RESTORE, (uint32_t)slot, 0, &r);
+			trace_rec(CT_RESTORE, (uint32_t)slot, 0, &rec[i]);
 		} else {
 			rs->dropped++;
 			rs->filtered += rrc == -ESTALE;
-			hl_cache_core_slot_drop_claimed(c, (uint32_t)slot, &r);
-			trace_rec(CT_RESTORE, (uint32_t)slot, 1, &r);
+			hl_cache_core_slot_drop_claimed(c, (uint32_t)slot, &rec[i]);
+			trace_rec(CT_RESTORE, (uint32_t)slot, 1, &rec[i]);
 		}
 	}
 	return restored;
@@ -666,8 +697,13 @@ void hl_cache_restore_release(struct hl_cache_restore *r)
 {
 	free(r->marks);
 	free(r->buf);
+	free(r->recs);
+	free(r->recs_ok);
 	r->marks = NULL;
 	r->buf = NULL;
+	r->recs = NULL;
+	r->recs_ok = NULL;
+	r->recs_cap = 0;
 }
 
 int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
@@ -788,21 +824,17 @@ out:
 	return rc;
 }
 
-/* Fault in the core's RAM that restoring pages [k0, k1) (in buf) will touch, without a lock. */
+/* Fault in the core's RAM that restoring the decoded pages [k0, k1) will touch, without a lock. */
 static void prefault(const struct hl_cache_layout *l, const struct hl_cache_core *c, uint64_t k0,
-                     uint64_t k1, const uint8_t *buf)
+                     uint64_t k1, const struct hl_cache_restore *rs)
 {
 	uint64_t per = PAGE / l->rec_size;
 
 	hl_cache_core_restore_prefault_slots(c, (uint32_t)(k0 * per),
 	                                     (uint32_t)HL_MIN((k1 - k0) * per, l->nslots - k0 * per));
-	for (uint64_t k = k0; k < k1; k++)
-		for (uint64_t i = 0; i < per && k * per + i < l->nslots; i++) {
-			struct hl_cache_slot_rec r;
-			if (rec_decode(l, (uint32_t)(k * per + i), buf + (k - k0) * PAGE + i * l->rec_size,
-			               &r))
-				hl_cache_core_restore_prefault(c, r.lun, r.block);
-		}
+	for (uint64_t j = 0; j < (k1 - k0) * per; j++)
+		if (rs->recs_ok[j])
+			hl_cache_core_restore_prefault(c, rs->recs[j].lun, rs->recs[j].block);
 }
 
 static bool marks_test(const struct hl_cache_restore *r, uint64_t p)
@@ -845,15 +877,19 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 	/* Under the lock in batches: the reactors wait at most one batch. */
 	for (uint64_t k0 = p; k0 < q; k0 += batch) {
 		struct timespec t0, t1;
-		uint64_t k1 = HL_MIN(q, k0 + batch);
+		uint64_t k1 = HL_MIN(q, k0 + batch), per = PAGE / l->rec_size;
+		rc = decode_pages(l, r, k0, k1, r->buf + (k0 - p) * PAGE);
+		if (rc)
+			return rc;
 		if (lock && hl_cache_core_restore_prefault_on(c))
-			prefault(l, c, k0, k1, r->buf + (k0 - p) * PAGE);
+			prefault(l, c, k0, k1, r);
 		if (lock)
 			pthread_mutex_lock(lock);
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (uint64_t k = k0; k < k1; k++) {
 			bool any;
-			r->restored += (uint64_t)load_page(l, c, k, r->buf + (k - p) * PAGE, &any, r);
+			r->restored += (uint64_t)load_page(l, c, k, r->recs + (k - k0) * per,
+			                                   r->recs_ok + (k - k0) * per, &any, r);
 			if (!any)
 				empty[nempty++] = k;
 			r->marks[k / 64] &= ~(1ull << (k % 64));
