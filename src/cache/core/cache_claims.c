@@ -139,6 +139,89 @@ void hl_cache_core_slot_claim_pending(struct hl_cache_core *c, uint32_t slot)
 		c->meta[slot] |= CACHE_M_DISK_VALID;
 }
 
+/* ---- the stale claims' keys, counted (struct hl_cache_core: skey) ---- */
+
+static inline uint64_t skey_home(const struct hl_cache_core *c, uint64_t key)
+{
+	return cache_hash(key ^ 0x2545f4914f6cdd1dull) & (c->skey_cap - 1);
+}
+
+/* @return the entry of key, or UINT64_MAX. */
+static uint64_t skey_find(const struct hl_cache_core *c, uint64_t key)
+{
+	if (!c->skey_used)
+		return UINT64_MAX;
+	for (uint64_t i = skey_home(c, key);; i = (i + 1) & (c->skey_cap - 1)) {
+		if (!c->skey[i].n)
+			return UINT64_MAX;
+		if (c->skey[i].key == key)
+			return i;
+	}
+}
+
+/* Twice the entries (1,024 at first). @return false: no memory. */
+static bool skey_grow(struct hl_cache_core *c)
+{
+	uint64_t cap = c->skey_cap ? c->skey_cap * 2 : 1024, ocap = c->skey_cap;
+	struct cache_stale_key *t = calloc(cap, sizeof(*t)), *old = c->skey;
+
+	if (!t)
+		return false;
+	c->skey = t;
+	c->skey_cap = cap;
+	for (uint64_t j = 0; j < ocap; j++) {
+		if (!old[j].n)
+			continue;
+		uint64_t i = skey_home(c, old[j].key);
+		while (t[i].n)
+			i = (i + 1) & (cap - 1);
+		t[i] = old[j];
+	}
+	free(old);
+	return true;
+}
+
+static void skey_inc(struct hl_cache_core *c, uint64_t key)
+{
+	uint64_t i;
+
+	if (c->skey_broken)
+		return;
+	if ((c->skey_used + 1) * 2 > c->skey_cap && !skey_grow(c)) {
+		c->skey_broken = true; /* the check scans the list until it is empty */
+		return;
+	}
+	for (i = skey_home(c, key); c->skey[i].n; i = (i + 1) & (c->skey_cap - 1))
+		if (c->skey[i].key == key) {
+			c->skey[i].n++;
+			return;
+		}
+	c->skey[i] = (struct cache_stale_key){.key = key, .n = 1};
+	c->skey_used++;
+}
+
+static void skey_dec(struct hl_cache_core *c, uint64_t key)
+{
+	uint64_t i, j, mask = c->skey_cap - 1;
+
+	if (c->skey_broken)
+		return;
+	i = skey_find(c, key);
+	if (i == UINT64_MAX || --c->skey[i].n)
+		return;
+	/* Empty now: shift back the entries of the run after it that may move. */
+	for (j = (i + 1) & mask; c->skey[j].n; j = (j + 1) & mask) {
+		uint64_t h = skey_home(c, c->skey[j].key);
+		/* Entry j stays when its home lies cyclically in (i, j]. */
+		if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
+			continue;
+		c->skey[i] = c->skey[j];
+		i = j;
+	}
+	c->skey[i].n = 0;
+	c->skey_used--;
+}
+
 void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
                                      const struct hl_cache_slot_rec *rec)
 {
@@ -163,6 +246,7 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 		c->meta[slot] &= (uint8_t)~CACHE_M_DISK_VALID;
 	for (uint64_t i = 0; i < c->nstale;) {
 		if (c->stale[i].slot == slot && c->stale[i].epoch < epoch) {
+			skey_dec(c, c->stale[i].key);
 			c->stale[i] = c->stale[--c->nstale];
 			continue;
 		}
@@ -178,13 +262,13 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 	 */
 	if (!claims_valid || (!other && !c->stale_overflow))
 		c->meta[slot] &= (uint8_t)~CACHE_M_CLAIMS_OTHER;
-	if (!c->nstale)
-		memset(c->stale_bloom, 0, sizeof(c->stale_bloom));
-}
-
-static inline uint64_t stale_bit(uint64_t key)
-{
-	return cache_hash(key ^ 0x2545f4914f6cdd1dull) % (64 * 64);
+	if (!c->nstale && c->skey_broken) {
+		/* (every count is 0 now: a table that could not grow starts over) */
+		free(c->skey);
+		c->skey = NULL;
+		c->skey_cap = c->skey_used = 0;
+		c->skey_broken = false;
+	}
 }
 
 /* A slot whose record may claim key stops holding it: remember the stale claim. */
@@ -205,8 +289,7 @@ void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 	c->meta_epoch++;
 	c->stale[c->nstale++] =
 	    (struct cache_stale){.key = key, .slot = slot, .epoch = c->meta_epoch};
-	uint64_t b = stale_bit(key);
-	c->stale_bloom[b / 64] |= 1ull << (b % 64);
+	skey_inc(c, key);
 }
 
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
@@ -230,9 +313,12 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
 	b0 = off >> c->block_shift;
 	b1 = (off + len - 1) >> c->block_shift;
 	for (uint64_t b = b0; b <= b1 && b - b0 < 4096; b++) {
-		uint64_t key = cache_key(lun, b), bit = stale_bit(key);
-		if (!(c->stale_bloom[bit / 64] >> (bit % 64) & 1))
+		uint64_t key = cache_key(lun, b);
+		if (!c->skey_broken) {
+			if (skey_find(c, key) != UINT64_MAX)
+				return true;
 			continue;
+		}
 		for (uint64_t i = 0; i < c->nstale; i++)
 			if (c->stale[i].key == key)
 				return true;

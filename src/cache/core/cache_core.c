@@ -187,7 +187,9 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->ub.map_seq);
 	free(c->ub.fifo);
 	free(c->stale);
+	free(c->skey);
 	free(c->rs.r); /* destroyed during a lazy restore (a stop, a failed open) */
+	free(c->rs.d);
 	free(c->wip);
 	cache_index_fini(&c->ix);
 	free(c->busy.tab);

@@ -337,6 +337,11 @@ struct cache_restore {
 	uint64_t noted; /* ranges noted */
 };
 
+struct cache_stale_key {
+	uint64_t key;
+	uint64_t n; /* stale claims of key; 0: an empty entry */
+};
+
 struct hl_cache_core {
 	struct hl_cache_params p;
 	uint32_t spb;    /* 4K sectors per block */
@@ -392,7 +397,16 @@ struct hl_cache_core {
 	/* stale on-device claims: slots released while their record claimed data */
 	struct cache_stale *stale;
 	uint64_t nstale, stale_cap, meta_epoch;
-	uint64_t stale_bloom[64];
+	/*
+	 * The keys of the stale claims, counted (open addressing, linear
+	 * probing; skey_cap a power of two, at most half full): a write's check
+	 * costs a probe per block, not a scan of the list (millions long after
+	 * a big invalidation or a cold attach during a restore, until the next
+	 * sync). skey_broken: no memory to grow it, the check scans the list.
+	 */
+	struct cache_stale_key *skey;
+	uint64_t skey_cap, skey_used;
+	bool skey_broken;
 	bool stale_overflow;
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */

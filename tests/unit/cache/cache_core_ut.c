@@ -1043,6 +1043,46 @@ static void test_key_block_limit(void)
 }
 
 /*
+ * Thousands of stale claims (a whole LUN dropped: its records still claim
+ * the blocks until rewritten): a write's check finds each one by its key
+ * (a counting hash, grown several times here), and loses each as its
+ * record is persisted, in any order, the others still found.
+ */
+static void test_stale_claims_many(void)
+{
+	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
+	const uint32_t n = 6000;
+	uint64_t epoch;
+
+	for (uint32_t s = 0; s < n; s++) {
+		struct hl_cache_slot_rec rec = {.lun = 0, .block = 3ull * s + 1};
+		rec.valid[0] = 1;
+		CU_ASSERT_EQUAL_FATAL(hl_cache_core_slot_restore(c, s, &rec), 0);
+	}
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 4 * K, 4 * K));
+	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 0, 0, UINT64_MAX), 0);
+	for (uint32_t s = 0; s < n; s++) {
+		CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, (3ull * s + 1) * 4 * K, 4 * K));
+		CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, (3ull * s + 2) * 4 * K, 4 * K));
+	}
+	/* Two thirds persisted (claiming nothing now), scattered. */
+	epoch = hl_cache_core_meta_epoch(c) + 1;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t s = (uint32_t)((uint64_t)k * 7919 % n);
+		if (s % 3)
+			hl_cache_core_slot_persisted(c, s, false, epoch);
+	}
+	for (uint32_t s = 0; s < n; s++)
+		CU_ASSERT_EQUAL(hl_cache_core_write_needs_sync(c, 0, (3ull * s + 1) * 4 * K, 4 * K),
+		                s % 3 == 0);
+	for (uint32_t s = 0; s < n; s += 3)
+		hl_cache_core_slot_persisted(c, s, false, epoch);
+	for (uint32_t s = 0; s < n; s++)
+		CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, (3ull * s + 1) * 4 * K, 4 * K));
+	hl_cache_core_destroy(c);
+}
+
+/*
  * 256 LUNs per cache (the stored key's LUN index); a removed LUN's index
  * is not given to another while a slot still carries it, so a pinned
  * slot's key keeps its LUN.
@@ -1667,6 +1707,8 @@ static const struct hl_test tests[] = {
     {"RAM update buffer: a block buffered again is never refused",
      test_update_buffer_fifo_duplicates},
     {"shadow read: straight to the SSD, not counted; hot scan", test_shadow_read_and_hot_scan},
+    {"thousands of stale claims: each found by key, each lost once persisted",
+     test_stale_claims_many},
     {NULL, NULL},
 };
 
