@@ -302,10 +302,13 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
 	 * does not cover yet (asked before or after its write_begin noted them)
 	 * waits for the sync that writes the filter (cache_restore.c).
 	 */
-	if (c->rs.on && (len ? !cache_restore_durable(c, lun, off >> c->block_shift,
-	                                              (off + len - 1) >> c->block_shift)
-	                     : c->rs.dirty))
-		return true;
+	if (c->rs.on) {
+		uint64_t last = len > UINT64_MAX - off ? UINT64_MAX : off + len - 1;
+		if (len ? !cache_restore_durable(c, lun, off >> c->block_shift,
+		                                 last >> c->block_shift)
+		        : c->rs.dirty)
+			return true;
+	}
 	if (!c->nstale && !c->stale_overflow)
 		return false;
 	if (c->stale_overflow || !len)
