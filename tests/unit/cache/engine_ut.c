@@ -3315,12 +3315,13 @@ static void test_257th_disk_ever(void)
  * id: an open that could not give a map's disk to the core forgets it
  * (engine.c) and rewrites the map at once, while its records are only
  * dropped in RAM by the loader and rewritten by a later sync. Built here by
- * hand: disk0's entry leaves the map and "next" points at its id, as after
- * such an open and a wrap of the counter. Then a new disk takes the id and
- * detaches (its final proof goes into the map) with no metadata sync of the
- * metadata thread (stopped), and the cache crashes: at the restart the
- * new disk's proof holds, so any record of that id still on the device
- * would be served as its data. The attach of a fresh id syncs first.
+ * hand: disk0's entry leaves the map, as after such an open, and "next" is
+ * the counter's last id. Then a new disk takes that one, the counter wraps,
+ * and the next new disk takes disk0's id and detaches (its final proof goes
+ * into the map), with no sync of the metadata thread (stopped), and the
+ * cache crashes: at the restart the new disk's proof holds, so any record
+ * of that id still on the device would be served as its data. The attach
+ * of a fresh id syncs first (without it: disk0's 8 blocks are served).
  */
 static void test_lun_id_reuse_no_stale(void)
 {
@@ -3334,7 +3335,7 @@ static void test_lun_id_reuse_no_stale(void)
 	proof_warm(&f, 31, "fake:old"); /* disk0, LUN id 0: blocks 0..7 on the device */
 	CU_ASSERT_FATAL(map_holds("disk 0 "));
 	snprintf(cmd, sizeof(cmd),
-	         "sed -i -e '/^disk 0 /d' -e '/^proof 0 /d' -e 's/^next .*/next 0/' %s", g_map);
+	         "sed -i -e '/^disk 0 /d' -e '/^proof 0 /d' -e 's/^next .*/next 65535/' %s", g_map);
 	CU_ASSERT_FATAL(system(cmd) == 0);
 	fake_init(&g, LUN_SIZE, 32); /* another disk's data */
 	reactor_up();
@@ -3351,8 +3352,12 @@ static void test_lun_id_reuse_no_stale(void)
 	engine_meta_stop(c, false); /* from here on no sync but the attach's own */
 	hl_cache_restore_wait(c);
 	CU_ASSERT_EQUAL(c->rs.dropped, 8);
+	/* the counter's last id, then it wraps: disk1 gets the id disk0 had */
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk2", 0, fake_origin(&g, "fake:other"), &o) == 0);
+	CU_ASSERT_EQUAL(engine_ent_find(c, "disk2")->id, 65535);
+	hl_origin_close(o);
 	CU_ASSERT_FATAL(hl_cache_attach(c, "disk1", 0, fake_origin(&g, "fake:new"), &o) == 0);
-	CU_ASSERT_EQUAL(c->ents[0]->id, 0); /* the id disk0 had */
+	CU_ASSERT_EQUAL(engine_ent_find(c, "disk1")->id, 0);
 	reactor_down();
 	hl_origin_close(o); /* detached: the map records its proof */
 	CU_ASSERT(map_holds("proof 0 fake:0"));
