@@ -286,10 +286,21 @@ uint32_t hl_cache_core_nblocks(const struct hl_cache_core *c, uint64_t off, uint
  */
 #define HL_CACHE_PROMOTE_PER_MISS 4
 
+/**
+ * The max to pass to hl_cache_core_read() for a read of nb blocks that may
+ * plan per_miss promotions a block: nb + per_miss x nb. hotlund passes
+ * HL_CACHE_PROMOTE_PER_MISS (hl_cache_read_max_ios), hotlun-sim its
+ * --promote-max.
+ */
+static inline uint32_t hl_cache_read_max_ios_per(uint32_t nb, uint32_t per_miss)
+{
+	return nb + per_miss * nb;
+}
+
 /** The max to pass to hl_cache_core_read() for a read of nb blocks (hotlund's array). */
 static inline uint32_t hl_cache_read_max_ios(uint32_t nb)
 {
-	return nb + HL_CACHE_PROMOTE_PER_MISS * nb;
+	return hl_cache_read_max_ios_per(nb, HL_CACHE_PROMOTE_PER_MISS);
 }
 
 /**

@@ -271,9 +271,8 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 		maxios = HL_MAX(maxios, (uint32_t)((off + len - 1) / bs - off / bs + 1));
 		maxlun = HL_MAX(maxlun, t->reqs[i].lun);
 	}
-	maxios *= 2; /* room for window promotions */
-	if (o->promote_max)
-		maxios = maxios / 2 * (1 + o->promote_max);
+	/* room for window promotions: as hotlund's array, or the old model's 2 x */
+	maxios = o->promote_max ? hl_cache_read_max_ios_per(maxios, o->promote_max) : maxios * 2;
 	ios = calloc(maxios, sizeof(*ios));
 	if (!ios)
 		return -ENOMEM;
@@ -298,7 +297,8 @@ static int run_hotlun(const char *policy, const struct sim_trace *t, uint32_t bs
 		if (!q->write) {
 			/* As hotlund plans it: a read carries at most N x nb promotions. */
 			uint32_t nb = (uint32_t)((off + len - 1) / bs - off / bs + 1);
-			uint32_t max = o->promote_max ? nb * (1 + o->promote_max) : maxios;
+			uint32_t max =
+			    o->promote_max ? hl_cache_read_max_ios_per(nb, o->promote_max) : maxios;
 			n = hl_cache_core_read(c, q->lun, off, len, ios, max);
 			for (int k = 0; k < n; k++)
 				hl_cache_core_io_end(c, q->lun, &ios[k], true);

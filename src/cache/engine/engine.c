@@ -411,6 +411,13 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 			engine_ent_free(e);
 			goto out;
 		}
+		/*
+		 * The id may have been another disk's (engine_ent_id_alloc): before
+		 * the map names it for this one, every record of it still on the
+		 * device must be rewritten (the loader dropped it only in RAM) or,
+		 * while restoring, the device marked so that a crash starts cold.
+		 */
+		sync = true;
 		if (replaced) {
 			e->warm_checked = true;
 			e->warm_dropped = replaced;

@@ -549,6 +549,12 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
 /**
+ * This thread's array of at least n core ios, for a read's lookup before
+ * its request is sized for what the lookup planned (valid until the
+ * thread's next call; freed when the thread exits). @return NULL (no memory).
+ */
+struct hl_cache_io *engine_ios_scratch(uint32_t n);
+/**
  * The next sub of req (zeroed; done is the work its completion does before
  * the phase hold ends, may be NULL), or NULL when all maxsub are used.
  */

@@ -247,7 +247,28 @@ static bool id_used(struct hl_cache *c, uint16_t id)
 	return engine_ent_by_id(c, id) != NULL;
 }
 
-/* A LUN id never handed out by this map (ids only grow, wrapping after 65535). */
+/*
+ * A LUN id no disk of the map has (ids only grow, wrapping after 65535).
+ * After a wrap it may be one a forgotten disk had, so a record of that disk
+ * could still name it on the device, and a restart would restore such a
+ * record as the new disk's block once the map names the id (and the new
+ * disk's proof holds). Why that never happens:
+ * - a disk leaves the map at attach (another origin or quota, or forgotten
+ *   for room) only after hl_cache_meta_sync rewrote its dropped blocks'
+ *   records, or marked a lazy restore "invalidations pending" (its removal
+ *   noted every block), so that a crash starts cold;
+ * - a disk the core refuses at open leaves the map at once, its records
+ *   still on the device: the loader drops them in RAM as stale claims, and
+ *   only a later sync rewrites them. So hl_cache_attach syncs before the
+ *   map names any freshly allocated id (the same sync; it writes nothing
+ *   when no record is dirty): no record of an earlier holder of the id is
+ *   left to restore, or the device is marked pending (the new id is noted
+ *   while restoring). engine_ut: "a LUN id handed out again never serves
+ *   the old disk's records".
+ * Slots carry a LUN index, not the id (cache_keys), and an index is reused
+ * only once no slot carries it, so in-flight fills of a removed disk never
+ * change keys either.
+ */
 int engine_ent_id_alloc(struct hl_cache *c, uint16_t *out)
 {
 	for (uint32_t tries = 0; tries < HL_CACHE_MAX_LUNS; tries++) {

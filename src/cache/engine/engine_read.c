@@ -445,17 +445,41 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 	struct eng_req *req;
 	int n;
 
-	uint32_t maxios = hl_cache_read_max_ios(nb), extra = maxios - nb;
-	/* subs: a block's hit, fill and run at most, and a copy per promotion (5 x nb ios) */
-	req = engine_req_new(o, uio, nb, maxios, 2 * nb + extra + 1);
+	uint32_t maxios = hl_cache_read_max_ios(nb), extra = 0;
+	/*
+	 * The lookup plans into this thread's scratch array (room for every
+	 * promotion the read may carry); the request is sized for a read that
+	 * plans none (all hits), and made again with room for the promotions
+	 * only when the lookup planned some. subs: a block's hit and fill or
+	 * run at most, and a copy per promotion.
+	 */
+	struct hl_cache_io *ios = engine_ios_scratch(maxios);
+	if (!ios)
+		return -ENOMEM;
+	req = engine_req_new(o, uio, nb, nb, 2 * nb + 1);
 	if (!req)
 		return -ENOMEM;
-	req->no_data = uio->op != HL_IO_READ;
 	pthread_mutex_lock(&c->lock);
-	n = shadow ? hl_cache_core_read_shadow(c->core, co->ent->id, uio->offset, uio->length,
-	                                       req->ios, maxios)
-	           : hl_cache_core_read(c->core, co->ent->id, uio->offset, uio->length, req->ios,
-	                                maxios);
+	n = shadow
+	        ? hl_cache_core_read_shadow(c->core, co->ent->id, uio->offset, uio->length, ios,
+	                                    maxios)
+	        : hl_cache_core_read(c->core, co->ent->id, uio->offset, uio->length, ios, maxios);
+	if (n > (int)nb) {
+		extra = (uint32_t)n - nb;
+		struct eng_req *big = engine_req_new(o, uio, nb, (uint32_t)n, 2 * nb + extra + 1);
+		if (big) {
+			big->t0 = req->t0;
+			engine_req_free(req);
+			req = big;
+		} else {
+			for (int k = 0; k < n; k++)
+				hl_cache_core_io_end(c->core, co->ent->id, &ios[k], false);
+			n = -ENOMEM;
+		}
+	}
+	if (n > 0)
+		memcpy(req->ios, ios, (size_t)n * sizeof(*ios));
+	req->no_data = uio->op != HL_IO_READ;
 	for (int k = 0; k < n && k < (int)nb; k++) {
 		struct hl_cache_io *io = &req->ios[k];
 		if (io_fills(io) && write_overlaps(c, co->ent, io->block))

@@ -46,10 +46,11 @@ unsigned hl_cache_size_bucket(uint64_t len)
 }
 
 /*
- * A read of nb blocks carries up to 5 x nb ios and 6 x nb + 1 subs (its
- * promotions: hl_cache_read_max_ios), about 530 + 1,550 x nb bytes: 8 KiB
- * keeps reads of up to 4 blocks off malloc, as 4 KiB did before reads
- * carried more than one promotion a block.
+ * A read is sized for what its lookup planned (engine_read.c): nb ios and
+ * 2 x nb + 1 subs when it plans no promotion (every hit), about 530 + 490
+ * x nb bytes, so 8 KiB keeps such reads of up to 15 blocks off malloc; one
+ * more io and sub a promotion (up to 5 x nb ios and 6 x nb + 1 subs,
+ * hl_cache_read_max_ios: 530 + 1,550 x nb bytes, 4 blocks in 8 KiB).
  */
 #define REQ_POOL_BYTES 8192u
 #define REQ_POOL_MAX   256u /* kept per thread */
@@ -63,6 +64,9 @@ static __thread unsigned tl_nfree;
 static __thread bool tl_key_set;
 static pthread_key_t req_key;
 static pthread_once_t req_key_once = PTHREAD_ONCE_INIT;
+/* engine_ios_scratch's array of this thread */
+static __thread struct hl_cache_io *tl_ios;
+static __thread uint32_t tl_ios_cap;
 
 static void req_pool_drain(void *unused)
 {
@@ -73,11 +77,38 @@ static void req_pool_drain(void *unused)
 		free(f);
 	}
 	tl_nfree = 0;
+	free(tl_ios);
+	tl_ios = NULL;
+	tl_ios_cap = 0;
 }
 
 static void req_key_make(void)
 {
 	pthread_key_create(&req_key, req_pool_drain);
+}
+
+/* The thread's pool and scratch array are freed when it exits (the key's destructor). */
+static void req_key_use(void)
+{
+	if (tl_key_set)
+		return;
+	pthread_once(&req_key_once, req_key_make);
+	pthread_setspecific(req_key, (void *)1);
+	tl_key_set = true;
+}
+
+struct hl_cache_io *engine_ios_scratch(uint32_t n)
+{
+	if (n > tl_ios_cap) {
+		uint32_t cap = HL_MAX(n, 2 * tl_ios_cap);
+		struct hl_cache_io *a = realloc(tl_ios, (size_t)cap * sizeof(*a));
+		if (!a)
+			return NULL;
+		req_key_use();
+		tl_ios = a;
+		tl_ios_cap = cap;
+	}
+	return tl_ios;
 }
 
 static void *req_alloc(size_t sz, bool *pooled)
@@ -103,12 +134,7 @@ static void req_release(void *p, bool pooled)
 		free(p);
 		return;
 	}
-	if (!tl_key_set) {
-		/* The list is freed when the thread exits (the key's destructor). */
-		pthread_once(&req_key_once, req_key_make);
-		pthread_setspecific(req_key, (void *)1);
-		tl_key_set = true;
-	}
+	req_key_use();
 	f->next = tl_free;
 	tl_free = f;
 	tl_nfree++;

@@ -3309,6 +3309,77 @@ static void test_257th_disk_ever(void)
 
 
 /*
+ * A LUN id handed out again (engine_ent_id_alloc: the counter wraps after
+ * 65,535) never brings back the records of the disk that had it before.
+ * The device may still hold such records when the map no longer names the
+ * id: an open that could not give a map's disk to the core forgets it
+ * (engine.c) and rewrites the map at once, while its records are only
+ * dropped in RAM by the loader and rewritten by a later sync. Built here by
+ * hand: disk0's entry leaves the map, as after such an open, and "next" is
+ * the counter's last id. Then a new disk takes that one, the counter wraps,
+ * and the next new disk takes disk0's id and detaches (its final proof goes
+ * into the map), with no sync of the metadata thread (stopped), and the
+ * cache crashes: at the restart the new disk's proof holds, so any record
+ * of that id still on the device would be served as its data. The attach
+ * of a fresh id syncs first (without it: disk0's 8 blocks are served).
+ */
+static void test_lun_id_reuse_no_stale(void)
+{
+	struct fake f, g;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS);
+	char cmd[1024];
+
+	proof_warm(&f, 31, "fake:old"); /* disk0, LUN id 0: blocks 0..7 on the device */
+	CU_ASSERT_FATAL(map_holds("disk 0 "));
+	snprintf(cmd, sizeof(cmd),
+	         "sed -i -e '/^disk 0 /d' -e '/^proof 0 /d' -e 's/^next .*/next 65535/' %s", g_map);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	fake_init(&g, LUN_SIZE, 32); /* another disk's data */
+	reactor_up();
+	/*
+	 * The loader drops disk0's records (a LUN id it does not know); the
+	 * periodic sync that would rewrite them is kept out: the metadata
+	 * thread stops before the (slowed) restore ends.
+	 */
+	setenv("HOTLUN_TEST_RESTORE_DELAY_MS", "100", 1);
+	g_lazy = true;
+	c = cache_open(NULL);
+	g_lazy = false;
+	unsetenv("HOTLUN_TEST_RESTORE_DELAY_MS");
+	engine_meta_stop(c, false); /* from here on no sync but the attach's own */
+	hl_cache_restore_wait(c);
+	CU_ASSERT_EQUAL(c->rs.dropped, 8);
+	/* the counter's last id, then it wraps: disk1 gets the id disk0 had */
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk2", 0, fake_origin(&g, "fake:other"), &o) == 0);
+	CU_ASSERT_EQUAL(engine_ent_find(c, "disk2")->id, 65535);
+	hl_origin_close(o);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk1", 0, fake_origin(&g, "fake:new"), &o) == 0);
+	CU_ASSERT_EQUAL(engine_ent_find(c, "disk1")->id, 0);
+	reactor_down();
+	hl_origin_close(o); /* detached: the map records its proof */
+	CU_ASSERT(map_holds("proof 0 fake:0"));
+	cache_free(c); /* a crash */
+
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk1", 0, fake_origin(&g, "fake:new"), &o) == 0);
+	memset(buf, 0, 8 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, g.mem, 8 * BS) == 0); /* not disk0's blocks */
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, "disk1", &st), 0);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	cache_down(c, o);
+	dev_remove();
+	free(f.mem);
+	free(g.mem);
+	free(buf);
+}
+
+/*
  * Fault injection (engine_ut links with --wrap=pthread_create): the Nth
  * thread creation from now fails with EAGAIN. 0: none fails.
  */
@@ -3418,6 +3489,8 @@ int main(void)
 	    {"a map of more disks than a cache serves: the disk past them attaches anew",
 	     test_map_over_256_disks},
 	    {"a 257th disk attaches when a detached one can be forgotten", test_257th_disk_ever},
+	    {"a LUN id handed out again never serves the old disk's records",
+	     test_lun_id_reuse_no_stale},
 	    {"shadow: a takeover of one disk does not wait for another disk's diff",
 	     test_shadow_revalidate_other_disk},
 	    {"shadow: a hot set larger than the cache is cut to what fits",
