@@ -6,7 +6,10 @@
  * (a turn hook), after which the CQEs that completed inline are reaped at
  * once. A send the socket cannot take now is polled by io_uring itself (no
  * EPOLLOUT); its CQE comes later, seen through the ring's own descriptor in
- * the reactor's epoll set while anything is in flight. A completion may
+ * the reactor's epoll set. The descriptor joins the set once and stays there,
+ * idle or not, until the reactor is destroyed (a destroy call), the thread
+ * ends, or an idle ring serves another reactor of the thread: leaving and
+ * rejoining at every idle turn cost two epoll_ctl per QD1 I/O. A completion may
  * start the connection's next send in the same turn; as with sendmsg, a
  * connection sends at most ISCSI_TX_PER_TURN bytes a turn (conn.c counts
  * them from its CQEs, then waits for EPOLLOUT on the next turn).
@@ -36,7 +39,8 @@
 
 struct tx_ring {
 	struct io_uring ring;
-	struct hl_event ev;       /* the ring's fd, in `reactor`'s epoll set while inflight */
+	struct hl_event ev;       /* the ring's fd, in `reactor`'s epoll set while attached */
+	struct hl_reactor_fini fini; /* detaches the ring when `reactor` is destroyed */
 	struct hl_turn_hook hook; /* io_uring_submit at the end of the turn */
 	struct hl_reactor *reactor;
 	unsigned inflight; /* SQEs prepared and not yet reaped */
@@ -47,13 +51,31 @@ static __thread bool tl_txr_failed;
 static pthread_key_t txr_key;
 static pthread_once_t txr_once = PTHREAD_ONCE_INIT;
 
+/* Leave the reactor: nothing of the ring stays registered on it. */
+static void txr_detach(struct tx_ring *r)
+{
+	hl_turn_hook_cancel(&r->hook);
+	hl_event_del(&r->ev);
+	hl_reactor_on_destroy_cancel(&r->fini);
+	r->reactor = NULL;
+}
+
+static void txr_reactor_gone(struct hl_reactor_fini *f)
+{
+	txr_detach(f->arg);
+}
+
 static void txr_destroy(void *p)
 {
 	struct tx_ring *r = p;
 
-	/* thread exit: the reactor may be gone; closing the ring cancels what is left */
+	/*
+	 * Thread exit. Still attached means the reactor lives (a destroyed one
+	 * detached the ring first); closing the ring cancels what is left.
+	 */
 	if (!r)
 		return;
+	txr_detach(r);
 	io_uring_queue_exit(&r->ring);
 	free(r);
 	tl_txr = NULL;
@@ -123,6 +145,7 @@ static struct tx_ring *txr_create(void)
 	          hl_reactor_current() ? hl_reactor_name(hl_reactor_current()) : "-");
 	hl_event_init(&r->ev, r->ring.ring_fd, txr_event, r);
 	hl_turn_hook_init(&r->hook, txr_hook, r);
+	hl_reactor_fini_init(&r->fini, txr_reactor_gone, r);
 	pthread_once(&txr_once, txr_key_make);
 	pthread_setspecific(txr_key, r);
 	tl_txr = r;
@@ -141,23 +164,18 @@ static struct tx_ring *txr_get(struct hl_reactor *re)
 		if (!r)
 			return NULL;
 	}
-	if (!r->reactor) {
-		if (hl_event_add(re, &r->ev, EPOLLIN))
-			return NULL;
-		r->reactor = re;
-	} else if (r->reactor != re) {
-		return NULL; /* another reactor on this thread has sends in flight */
+	if (r->reactor == re)
+		return r;
+	if (r->reactor) {
+		if (r->inflight || io_uring_sq_ready(&r->ring))
+			return NULL; /* another reactor on this thread has sends in flight */
+		txr_detach(r); /* idle: it follows the thread's new reactor */
 	}
+	if (hl_event_add(re, &r->ev, EPOLLIN))
+		return NULL;
+	hl_reactor_on_destroy(re, &r->fini);
+	r->reactor = re;
 	return r;
-}
-
-static void txr_idle_check(struct tx_ring *r)
-{
-	if (r->inflight || io_uring_sq_ready(&r->ring))
-		return;
-	hl_turn_hook_cancel(&r->hook);
-	hl_event_del(&r->ev);
-	r->reactor = NULL;
 }
 
 static void txr_reap(struct tx_ring *r)
@@ -183,7 +201,6 @@ static void txr_reap(struct tx_ring *r)
 		r->inflight--;
 		iscsi_conn_send_done(c, res);
 	}
-	txr_idle_check(r);
 }
 
 int iscsi_tx_uring_send(struct iscsi_conn *c, const struct msghdr *msg)
@@ -200,10 +217,8 @@ int iscsi_tx_uring_send(struct iscsi_conn *c, const struct msghdr *msg)
 	if (!sqe) {
 		txr_submit(r);
 		sqe = io_uring_get_sqe(&r->ring);
-		if (!sqe) {
-			txr_idle_check(r);
+		if (!sqe)
 			return -EBUSY;
-		}
 	}
 	/* the kernel reads msghdr and iovecs at submit or later: both live in c->txu */
 	c->txu->msg = *msg;

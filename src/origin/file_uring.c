@@ -4,11 +4,14 @@
  *
  * Each reactor thread owns one io_uring, made lazily on its first submit
  * and shared by every file origin used on that thread. The ring's completion
- * eventfd is watched by the submitting reactor only while the ring has I/O
- * outstanding, so a reactor can be destroyed (and another made on the same
- * thread) whenever it is idle. Completions are reaped in the eventfd
- * callback, never inside submit, even when the kernel finished the I/O
- * inline (page-cache hits usually do).
+ * eventfd joins the submitting reactor's epoll set once and stays there,
+ * idle or not, until that reactor is destroyed (a destroy call,
+ * hl_reactor_on_destroy), the thread ends, or an idle ring is used by
+ * another reactor of the same thread: an idle eventfd costs nothing, while
+ * leaving and rejoining the set at every idle turn cost two epoll_ctl per
+ * 4 KiB QD1 cache hit (docs/benchmarks.md). Completions are reaped in the
+ * eventfd callback, never inside submit, even when the kernel finished the
+ * I/O inline (page-cache hits usually do).
  *
  * SQEs prepared while a reactor turn runs are submitted once at its end
  * (a turn hook): the READs a burst of commands makes reach the kernel with
@@ -71,7 +74,8 @@ unsigned origin_file_ring_flags =
 struct file_ring {
 	struct io_uring ring;
 	int efd;
-	struct hl_event ev;    /* efd, added to `reactor` while pending > 0 */
+	struct hl_event ev;    /* efd, in `reactor`'s epoll set while attached */
+	struct hl_reactor_fini fini; /* detaches the ring when `reactor` is destroyed */
 	struct hl_timer retry; /* resubmit after io_uring_submit failed */
 	struct hl_turn_hook flush_hook; /* io_uring_submit at the end of the turn */
 	struct hl_reactor *reactor;
@@ -96,17 +100,33 @@ static void ring_retry(struct hl_timer *t);
 static void ring_done_fire(struct hl_timer *t);
 static void ring_flush_hook(struct hl_turn_hook *h);
 
-/* detach: unregister from the reactor first (false when the reactor may be gone). */
-static void ring_destroy(struct file_ring *ring, bool detach)
+/* Leave the reactor: nothing of the ring stays registered on it. */
+static void ring_detach(struct file_ring *ring)
+{
+	hl_turn_hook_cancel(&ring->flush_hook);
+	hl_timer_stop(&ring->retry);
+	hl_timer_stop(&ring->done_timer);
+	hl_event_del(&ring->ev);
+	hl_reactor_on_destroy_cancel(&ring->fini);
+	ring->reactor = NULL;
+}
+
+/* The reactor is being destroyed (its destroy calls run before its epoll fd closes). */
+static void ring_reactor_gone(struct hl_reactor_fini *f)
+{
+	struct file_ring *ring = f->arg;
+
+	if (ring->pending)
+		HL_WARN("origin", "%s destroyed with %u file I/Os in its io_uring",
+		        hl_reactor_name(ring->reactor), ring->pending);
+	ring_detach(ring);
+}
+
+static void ring_destroy(struct file_ring *ring)
 {
 	if (!ring)
 		return;
-	if (detach) {
-		hl_turn_hook_cancel(&ring->flush_hook);
-		hl_timer_stop(&ring->retry);
-		hl_timer_stop(&ring->done_timer);
-		hl_event_del(&ring->ev);
-	}
+	ring_detach(ring);
 	io_uring_queue_exit(&ring->ring);
 	close(ring->efd);
 	free(ring);
@@ -115,11 +135,13 @@ static void ring_destroy(struct file_ring *ring, bool detach)
 static void ring_key_destructor(void *p)
 {
 	/*
-	 * Thread exit: the reactor may already be freed, so do not touch it.
-	 * Normally the ring is idle here; if not (a shutdown that did not drain),
-	 * closing the ring cancels what is left.
+	 * Thread exit. A ring still attached has a live reactor: a destroyed one
+	 * detached it (ring_reactor_gone), and hl_reactor_destroy joins the
+	 * reactor's own thread before it runs its destroy calls. Normally the ring
+	 * is idle here; if not (a shutdown that did not drain), closing the ring
+	 * cancels what is left.
 	 */
-	ring_destroy(p, false);
+	ring_destroy(p);
 	tl_ring = NULL;
 }
 
@@ -132,7 +154,7 @@ void origin_file_thread_fini(void)
 {
 	if (tl_ring) {
 		pthread_setspecific(ring_key, NULL);
-		ring_destroy(tl_ring, true);
+		ring_destroy(tl_ring);
 		tl_ring = NULL;
 	}
 	tl_ring_failed = false;
@@ -196,6 +218,7 @@ static struct file_ring *ring_create(void)
 	hl_timer_init(&ring->retry, ring_retry, ring);
 	hl_timer_init(&ring->done_timer, ring_done_fire, ring);
 	hl_turn_hook_init(&ring->flush_hook, ring_flush_hook, ring);
+	hl_reactor_fini_init(&ring->fini, ring_reactor_gone, ring);
 	pthread_once(&ring_key_once, ring_key_make);
 	pthread_setspecific(ring_key, ring);
 	tl_ring = ring;
@@ -403,14 +426,13 @@ static void ring_complete(struct file_ring *ring, struct hl_origin_io *io, int r
 	fio_finish(io, res);
 }
 
+/* Nothing left to do: no timer or hook of the ring stays armed (the eventfd stays watched). */
 static void ring_idle_check(struct file_ring *ring)
 {
 	if (ring->pending == 0) {
 		hl_turn_hook_cancel(&ring->flush_hook);
 		hl_timer_stop(&ring->retry);
 		hl_timer_stop(&ring->done_timer);
-		hl_event_del(&ring->ev);
-		ring->reactor = NULL;
 	}
 }
 
@@ -509,18 +531,23 @@ static struct file_ring *ring_get(struct hl_reactor *r, int *err)
 		if (!ring)
 			return NULL;
 	}
-	if (!ring->reactor) {
-		rc = hl_event_add(r, &ring->ev, EPOLLIN);
-		if (rc) {
-			*err = rc;
+	if (ring->reactor == r)
+		return ring;
+	if (ring->reactor) {
+		if (ring->pending) {
+			/* Another reactor on this thread still has I/O here: a caller bug. */
+			*err = -EBUSY;
 			return NULL;
 		}
-		ring->reactor = r;
-	} else if (ring->reactor != r) {
-		/* Another reactor on this thread still has I/O here: a caller bug. */
-		*err = -EBUSY;
+		ring_detach(ring); /* idle: it follows the thread's new reactor */
+	}
+	rc = hl_event_add(r, &ring->ev, EPOLLIN);
+	if (rc) {
+		*err = rc;
 		return NULL;
 	}
+	hl_reactor_on_destroy(r, &ring->fini);
+	ring->reactor = r;
 	return ring;
 }
 

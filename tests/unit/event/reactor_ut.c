@@ -2,10 +2,12 @@
 #include "hl_test.h"
 #include "hotlun/event.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -327,6 +329,77 @@ static void test_busy_poll(void)
 	hl_reactor_destroy(e.r);
 }
 
+struct fini_ctx {
+	struct hl_reactor_fini f[3];
+	struct hl_event ev;
+	int fds[2];
+	int runs[3];
+	int mod_rc;    /* hl_event_mod inside the call: the epoll fd is still open */
+	int order[3], n_order;
+};
+
+static void fini_cb(struct hl_reactor_fini *f)
+{
+	struct fini_ctx *x = f->arg;
+	int i = (int)(f - x->f);
+
+	x->runs[i]++;
+	x->order[x->n_order++] = i;
+	CU_ASSERT_FALSE(hl_reactor_fini_registered(f));
+	if (i == 2) {
+		/* the service's own event leaves here, on a live epoll set */
+		x->mod_rc = hl_event_mod(&x->ev, EPOLLIN | EPOLLOUT);
+		hl_event_del(&x->ev);
+		/* a destroy call may cancel another one still registered */
+		hl_reactor_on_destroy_cancel(&x->f[1]);
+	}
+}
+
+static void test_destroy_calls(void)
+{
+	struct hl_reactor *r;
+	struct fini_ctx x = {.mod_rc = 1};
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "fini"), 0);
+	CU_ASSERT_EQUAL_FATAL(pipe(x.fds), 0);
+	hl_event_init(&x.ev, x.fds[0], pipe_cb, NULL);
+	CU_ASSERT_EQUAL_FATAL(hl_event_add(r, &x.ev, EPOLLIN), 0);
+	for (int i = 0; i < 3; i++) {
+		hl_reactor_fini_init(&x.f[i], fini_cb, &x);
+		CU_ASSERT_FALSE(hl_reactor_fini_registered(&x.f[i]));
+		CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[i]), 0);
+		CU_ASSERT_TRUE(hl_reactor_fini_registered(&x.f[i]));
+	}
+	CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[0]), -EBUSY);
+	/* unregister, register again: still runs once */
+	hl_reactor_on_destroy_cancel(&x.f[0]);
+	hl_reactor_on_destroy_cancel(&x.f[0]); /* twice: harmless */
+	CU_ASSERT_FALSE(hl_reactor_fini_registered(&x.f[0]));
+	CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[0]), 0);
+	/* a reactor with a thread of its own: the calls run on the destroying thread */
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(r), 0);
+	hl_reactor_stop(r);
+	hl_reactor_destroy(r); /* joins, then the calls, then closes */
+	CU_ASSERT_EQUAL(x.runs[0], 1);
+	CU_ASSERT_EQUAL(x.runs[1], 0); /* cancelled by f[2]'s call */
+	CU_ASSERT_EQUAL(x.runs[2], 1);
+	CU_ASSERT_EQUAL(x.n_order, 2);
+	CU_ASSERT_EQUAL(x.order[0], 0); /* newest first: f[0] was registered last */
+	CU_ASSERT_EQUAL(x.order[1], 2);
+	CU_ASSERT_EQUAL(x.mod_rc, 0);
+	CU_ASSERT_PTR_NULL(x.ev.reactor);
+	close(x.fds[0]), close(x.fds[1]);
+
+	/* a cancelled call never runs */
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "fini2"), 0);
+	memset(x.runs, 0, sizeof(x.runs));
+	hl_reactor_fini_init(&x.f[0], fini_cb, &x);
+	CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[0]), 0);
+	hl_reactor_on_destroy_cancel(&x.f[0]);
+	hl_reactor_destroy(r);
+	CU_ASSERT_EQUAL(x.runs[0], 0);
+}
+
 static const struct hl_test tests[] = {
 	{"event fires; del guards the batch", test_event_fires_and_del_guards_batch},
 	{"timers in deadline order", test_timers_fire_in_deadline_order},
@@ -334,6 +407,7 @@ static const struct hl_test tests[] = {
 	{"current reactor", test_current_reactor_is_set_inside_loop},
 	{"busy polling: events, timers, calls; idle sleeps", test_busy_poll},
 	{"turn hooks: once per turn, after timers; cancel", test_turn_hooks},
+	{"destroy calls: once, before the epoll fd closes; cancel", test_destroy_calls},
 	{NULL, NULL},
 };
 
