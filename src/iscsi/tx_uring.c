@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hotlun/event_uring.h"
 #include "hotlun/log.h"
 #include "iscsi/iscsi_internal.h"
 
@@ -39,10 +40,8 @@
 
 struct tx_ring {
 	struct io_uring ring;
-	struct hl_event ev;       /* the ring's fd, in `reactor`'s epoll set while attached */
-	struct hl_reactor_fini fini; /* detaches the ring when `reactor` is destroyed */
+	struct hl_uring_watch watch; /* the ring's fd in a reactor's epoll set (event_uring.h) */
 	struct hl_turn_hook hook; /* io_uring_submit at the end of the turn */
-	struct hl_reactor *reactor;
 	unsigned inflight; /* SQEs prepared and not yet reaped */
 };
 
@@ -51,18 +50,12 @@ static __thread bool tl_txr_failed;
 static pthread_key_t txr_key;
 static pthread_once_t txr_once = PTHREAD_ONCE_INIT;
 
-/* Leave the reactor: nothing of the ring stays registered on it. */
-static void txr_detach(struct tx_ring *r)
+/* The ring leaves its reactor: its hook must not stay queued there. */
+static void txr_detach(struct hl_uring_watch *w)
 {
-	hl_turn_hook_cancel(&r->hook);
-	hl_event_del(&r->ev);
-	hl_reactor_on_destroy_cancel(&r->fini);
-	r->reactor = NULL;
-}
+	struct tx_ring *r = w->arg;
 
-static void txr_reactor_gone(struct hl_reactor_fini *f)
-{
-	txr_detach(f->arg);
+	hl_turn_hook_cancel(&r->hook);
 }
 
 static void txr_destroy(void *p)
@@ -75,7 +68,7 @@ static void txr_destroy(void *p)
 	 */
 	if (!r)
 		return;
-	txr_detach(r);
+	hl_uring_watch_detach(&r->watch);
 	io_uring_queue_exit(&r->ring);
 	free(r);
 	tl_txr = NULL;
@@ -143,9 +136,8 @@ static struct tx_ring *txr_create(void)
 	/* tests look for this line: the switch took effect on this thread */
 	HL_NOTICE(ISCSI_LOG, "%s: iSCSI sends through io_uring",
 	          hl_reactor_current() ? hl_reactor_name(hl_reactor_current()) : "-");
-	hl_event_init(&r->ev, r->ring.ring_fd, txr_event, r);
+	hl_uring_watch_init(&r->watch, r->ring.ring_fd, txr_event, txr_detach, r);
 	hl_turn_hook_init(&r->hook, txr_hook, r);
-	hl_reactor_fini_init(&r->fini, txr_reactor_gone, r);
 	pthread_once(&txr_once, txr_key_make);
 	pthread_setspecific(txr_key, r);
 	tl_txr = r;
@@ -164,43 +156,28 @@ static struct tx_ring *txr_get(struct hl_reactor *re)
 		if (!r)
 			return NULL;
 	}
-	if (r->reactor == re)
-		return r;
-	if (r->reactor) {
-		if (r->inflight || io_uring_sq_ready(&r->ring))
-			return NULL; /* another reactor on this thread has sends in flight */
-		txr_detach(r); /* idle: it follows the thread's new reactor */
-	}
-	if (hl_event_add(re, &r->ev, EPOLLIN))
+	/* NULL when another reactor on this thread has sends in flight */
+	if (hl_uring_watch_attach(&r->watch, re, r->inflight || io_uring_sq_ready(&r->ring)))
 		return NULL;
-	hl_reactor_on_destroy(re, &r->fini);
-	r->reactor = re;
 	return r;
 }
 
+static void txr_cqe(void *ctx, void *data, int res)
+{
+	struct tx_ring *r = ctx;
+
+	r->inflight--;
+	iscsi_conn_send_done(data, res);
+}
+
+/*
+ * Only what is there now (a completion may queue the connection's next
+ * send); more connections in flight than the CQ holds: hl_uring_reap gets
+ * the rest from the kernel.
+ */
 static void txr_reap(struct tx_ring *r)
 {
-	unsigned n;
-
-	/* more connections in flight than the CQ holds: the kernel kept the rest */
-	if (io_uring_cq_has_overflow(&r->ring))
-		io_uring_get_events(&r->ring);
-	/* only what is there now: a completion may queue the next send */
-	n = io_uring_cq_ready(&r->ring);
-
-	while (n--) {
-		struct io_uring_cqe *cqe;
-		struct iscsi_conn *c;
-		int res;
-
-		if (io_uring_peek_cqe(&r->ring, &cqe))
-			break;
-		c = io_uring_cqe_get_data(cqe);
-		res = cqe->res;
-		io_uring_cqe_seen(&r->ring, cqe);
-		r->inflight--;
-		iscsi_conn_send_done(c, res);
-	}
+	hl_uring_reap(&r->ring, false, txr_cqe, r);
 }
 
 int iscsi_tx_uring_send(struct iscsi_conn *c, const struct msghdr *msg)

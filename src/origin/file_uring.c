@@ -33,6 +33,7 @@
 #include "config.h"
 
 #include "hotlun/event.h"
+#include "hotlun/event_uring.h"
 #include "hotlun/log.h"
 #include "origin/origin_file.h"
 
@@ -74,11 +75,10 @@ unsigned origin_file_ring_flags =
 struct file_ring {
 	struct io_uring ring;
 	int efd;
-	struct hl_event ev;    /* efd, in `reactor`'s epoll set while attached */
-	struct hl_reactor_fini fini; /* detaches the ring when `reactor` is destroyed */
+	struct hl_uring_watch watch; /* efd in a reactor's epoll set (event_uring.h) */
 	struct hl_timer retry; /* resubmit after io_uring_submit failed */
 	struct hl_turn_hook flush_hook; /* io_uring_submit at the end of the turn */
-	struct hl_reactor *reactor;
+	struct hl_reactor *reactor; /* = watch.reactor, NULL while detached */
 	unsigned inflight; /* SQEs prepared and not yet reaped */
 	unsigned pending;  /* inflight + backlog */
 	bool defer_taskrun;
@@ -100,33 +100,28 @@ static void ring_retry(struct hl_timer *t);
 static void ring_done_fire(struct hl_timer *t);
 static void ring_flush_hook(struct hl_turn_hook *h);
 
-/* Leave the reactor: nothing of the ring stays registered on it. */
-static void ring_detach(struct file_ring *ring)
+/*
+ * The ring leaves its reactor (destroyed, the thread ends, or an idle ring
+ * moves to another reactor): nothing of it stays armed there.
+ */
+static void ring_detach(struct hl_uring_watch *w)
 {
+	struct file_ring *ring = w->arg;
+
+	if (ring->pending)
+		HL_WARN("origin", "io_uring leaves %s with %u file I/Os pending",
+		        hl_reactor_name(ring->reactor), ring->pending);
 	hl_turn_hook_cancel(&ring->flush_hook);
 	hl_timer_stop(&ring->retry);
 	hl_timer_stop(&ring->done_timer);
-	hl_event_del(&ring->ev);
-	hl_reactor_on_destroy_cancel(&ring->fini);
 	ring->reactor = NULL;
-}
-
-/* The reactor is being destroyed (its destroy calls run before its epoll fd closes). */
-static void ring_reactor_gone(struct hl_reactor_fini *f)
-{
-	struct file_ring *ring = f->arg;
-
-	if (ring->pending)
-		HL_WARN("origin", "%s destroyed with %u file I/Os in its io_uring",
-		        hl_reactor_name(ring->reactor), ring->pending);
-	ring_detach(ring);
 }
 
 static void ring_destroy(struct file_ring *ring)
 {
 	if (!ring)
 		return;
-	ring_detach(ring);
+	hl_uring_watch_detach(&ring->watch);
 	io_uring_queue_exit(&ring->ring);
 	close(ring->efd);
 	free(ring);
@@ -135,10 +130,9 @@ static void ring_destroy(struct file_ring *ring)
 static void ring_key_destructor(void *p)
 {
 	/*
-	 * Thread exit. A ring still attached has a live reactor: a destroyed one
-	 * detached it (ring_reactor_gone), and hl_reactor_destroy joins the
-	 * reactor's own thread before it runs its destroy calls. Normally the ring
-	 * is idle here; if not (a shutdown that did not drain), closing the ring
+	 * Thread exit. A ring still attached has a live reactor (event_uring.h:
+	 * a destroyed one detached it). Normally the ring is idle here; if not
+	 * (a shutdown that did not drain), closing the ring
 	 * cancels what is left.
 	 */
 	ring_destroy(p);
@@ -214,11 +208,10 @@ static struct file_ring *ring_create(void)
 		uring_failed(rc);
 		return NULL;
 	}
-	hl_event_init(&ring->ev, ring->efd, ring_event, ring);
+	hl_uring_watch_init(&ring->watch, ring->efd, ring_event, ring_detach, ring);
 	hl_timer_init(&ring->retry, ring_retry, ring);
 	hl_timer_init(&ring->done_timer, ring_done_fire, ring);
 	hl_turn_hook_init(&ring->flush_hook, ring_flush_hook, ring);
-	hl_reactor_fini_init(&ring->fini, ring_reactor_gone, ring);
 	pthread_once(&ring_key_once, ring_key_make);
 	pthread_setspecific(ring_key, ring);
 	tl_ring = ring;
@@ -436,30 +429,14 @@ static void ring_idle_check(struct file_ring *ring)
 	}
 }
 
+static void ring_cqe(void *ctx, void *data, int res)
+{
+	ring_complete(ctx, data, res);
+}
+
 static void ring_reap(struct file_ring *ring)
 {
-	unsigned n;
-
-	if (ring->defer_taskrun || io_uring_cq_has_overflow(&ring->ring))
-		io_uring_get_events(&ring->ring);
-	/*
-	 * Only what is there now: a callback that submits an I/O which completes
-	 * inline must not keep this loop going forever. Its CQE signals the
-	 * eventfd again, so the reactor comes back after other events ran.
-	 */
-	n = io_uring_cq_ready(&ring->ring);
-	while (n--) {
-		struct io_uring_cqe *cqe;
-		struct hl_origin_io *io;
-		int res;
-
-		if (io_uring_peek_cqe(&ring->ring, &cqe))
-			break;
-		io = io_uring_cqe_get_data(cqe);
-		res = cqe->res;
-		io_uring_cqe_seen(&ring->ring, cqe);
-		ring_complete(ring, io, res);
-	}
+	hl_uring_reap(&ring->ring, ring->defer_taskrun, ring_cqe, ring);
 	backlog_drain(ring);
 	ring_flush(ring);
 	ring_idle_check(ring);
@@ -533,20 +510,15 @@ static struct file_ring *ring_get(struct hl_reactor *r, int *err)
 	}
 	if (ring->reactor == r)
 		return ring;
-	if (ring->reactor) {
-		if (ring->pending) {
-			/* Another reactor on this thread still has I/O here: a caller bug. */
-			*err = -EBUSY;
-			return NULL;
-		}
-		ring_detach(ring); /* idle: it follows the thread's new reactor */
-	}
-	rc = hl_event_add(r, &ring->ev, EPOLLIN);
+	/*
+	 * -EBUSY: another reactor on this thread still has I/O here (a caller
+	 * bug); an idle ring follows the thread's new reactor.
+	 */
+	rc = hl_uring_watch_attach(&ring->watch, r, ring->pending != 0);
 	if (rc) {
 		*err = rc;
 		return NULL;
 	}
-	hl_reactor_on_destroy(r, &ring->fini);
 	ring->reactor = r;
 	return ring;
 }
