@@ -58,6 +58,20 @@ struct hl_turn_hook {
 	struct hl_reactor *reactor;
 };
 
+/**
+ * A call when a reactor is destroyed (hl_reactor_on_destroy): what a thread
+ * keeps registered on its reactor for the reactor's whole life (an io_uring's
+ * completion eventfd) leaves it here, and is not added and deleted around
+ * every burst of work. Embedded in its owner; caller keeps; a registered one
+ * must be cancelled before its owner is freed.
+ */
+struct hl_reactor_fini {
+	void (*fn)(struct hl_reactor_fini *f);
+	void *arg;
+	struct hl_reactor_fini *next, **pprev; /* pprev: NULL while not registered */
+	struct hl_reactor *reactor;
+};
+
 /** Monotonic clock in nanoseconds. */
 uint64_t hl_now_ns(void);
 
@@ -75,8 +89,40 @@ int hl_reactor_create(struct hl_reactor **out, const char *name);
  */
 void hl_reactor_set_poll_us(struct hl_reactor *r, unsigned us);
 
-/** Destroy a stopped reactor. Registered events and timers must be gone. */
+/**
+ * Destroy a stopped reactor. Its destroy calls (hl_reactor_on_destroy) run
+ * first, each once, newest first, on the calling thread while r's epoll fd
+ * is still open; they may delete events, stop timers and cancel hooks and
+ * other destroy calls of r. After them, registered events and timers must
+ * be gone.
+ */
 void hl_reactor_destroy(struct hl_reactor *r);
+
+/** Fill a destroy call; not registered. */
+static inline void hl_reactor_fini_init(struct hl_reactor_fini *f,
+                                        void (*fn)(struct hl_reactor_fini *f), void *arg)
+{
+	f->fn = fn;
+	f->arg = arg;
+	f->next = NULL;
+	f->pprev = NULL;
+	f->reactor = NULL;
+}
+
+/**
+ * Call f->fn(f) when r is destroyed (f is unregistered before the call).
+ * On r's thread, or while r's loop does not run. @return 0, or -EBUSY when
+ * f is registered already.
+ */
+int hl_reactor_on_destroy(struct hl_reactor *r, struct hl_reactor_fini *f);
+
+/** Unregister; harmless when not registered. Same threads as hl_reactor_on_destroy. */
+void hl_reactor_on_destroy_cancel(struct hl_reactor_fini *f);
+
+static inline bool hl_reactor_fini_registered(const struct hl_reactor_fini *f)
+{
+	return f->pprev != NULL;
+}
 
 /** Run the loop on the calling thread until hl_reactor_stop(). @return 0 or -errno. */
 int hl_reactor_run(struct hl_reactor *r);

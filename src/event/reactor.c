@@ -14,6 +14,11 @@
  * for all the turn's cache-device reads, one sendmsg for a connection's
  * responses): they run after the timers, before the loop waits.
  *
+ * Destroy calls (hl_reactor_on_destroy): a per-thread service that keeps a
+ * descriptor in a reactor's epoll set for the reactor's life (the io_uring
+ * rings of file_uring.c and tx_uring.c) is told when the reactor goes, while
+ * the epoll fd is still open, instead of leaving the set whenever it idles.
+ *
  * Busy polling (hl_reactor_set_poll_us): a request at queue depth 1 is a
  * ping-pong between initiator and target, and each time the reactor sleeps
  * in epoll_wait its CPU may go idle; waking it costs more than serving a
@@ -68,6 +73,7 @@ struct hl_reactor {
 	_Atomic uint64_t poll_ns; /* busy-poll window, 0: off */
 	_Atomic uint64_t heartbeat; /* loop passes; read by the watchdog (any thread) */
 	struct hl_turn_hook *hooks; /* queued for the end of this turn, newest first */
+	struct hl_reactor_fini *finis; /* run by hl_reactor_destroy, newest first */
 };
 
 static __thread struct hl_reactor *current_reactor;
@@ -131,6 +137,12 @@ void hl_reactor_destroy(struct hl_reactor *r)
 	if (!r)
 		return;
 	hl_reactor_join(r);
+	/* Before the epoll fd closes: a destroy call may still delete its events. */
+	while (r->finis) {
+		struct hl_reactor_fini *f = r->finis;
+		hl_reactor_on_destroy_cancel(f);
+		f->fn(f);
+	}
 	hl_event_del(&r->wake_ev);
 	close(r->wake_ev.fd);
 	close(r->epfd);
@@ -138,6 +150,31 @@ void hl_reactor_destroy(struct hl_reactor *r)
 	free(r->calls);
 	free(r->heap);
 	free(r);
+}
+
+int hl_reactor_on_destroy(struct hl_reactor *r, struct hl_reactor_fini *f)
+{
+	if (f->pprev)
+		return -EBUSY;
+	f->reactor = r;
+	f->next = r->finis;
+	if (f->next)
+		f->next->pprev = &f->next;
+	f->pprev = &r->finis;
+	r->finis = f;
+	return 0;
+}
+
+void hl_reactor_on_destroy_cancel(struct hl_reactor_fini *f)
+{
+	if (!f->pprev)
+		return;
+	*f->pprev = f->next;
+	if (f->next)
+		f->next->pprev = f->pprev;
+	f->next = NULL;
+	f->pprev = NULL;
+	f->reactor = NULL;
 }
 
 /* ---- file events ---- */

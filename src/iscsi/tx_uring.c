@@ -6,7 +6,10 @@
  * (a turn hook), after which the CQEs that completed inline are reaped at
  * once. A send the socket cannot take now is polled by io_uring itself (no
  * EPOLLOUT); its CQE comes later, seen through the ring's own descriptor in
- * the reactor's epoll set while anything is in flight. A completion may
+ * the reactor's epoll set. The descriptor joins the set once and stays there,
+ * idle or not, until the reactor is destroyed (a destroy call), the thread
+ * ends, or an idle ring serves another reactor of the thread: leaving and
+ * rejoining at every idle turn cost two epoll_ctl per QD1 I/O. A completion may
  * start the connection's next send in the same turn; as with sendmsg, a
  * connection sends at most ISCSI_TX_PER_TURN bytes a turn (conn.c counts
  * them from its CQEs, then waits for EPOLLOUT on the next turn).
@@ -29,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hotlun/event_uring.h"
 #include "hotlun/log.h"
 #include "iscsi/iscsi_internal.h"
 
@@ -36,9 +40,8 @@
 
 struct tx_ring {
 	struct io_uring ring;
-	struct hl_event ev;       /* the ring's fd, in `reactor`'s epoll set while inflight */
+	struct hl_uring_watch watch; /* the ring's fd in a reactor's epoll set (event_uring.h) */
 	struct hl_turn_hook hook; /* io_uring_submit at the end of the turn */
-	struct hl_reactor *reactor;
 	unsigned inflight; /* SQEs prepared and not yet reaped */
 };
 
@@ -47,13 +50,25 @@ static __thread bool tl_txr_failed;
 static pthread_key_t txr_key;
 static pthread_once_t txr_once = PTHREAD_ONCE_INIT;
 
+/* The ring leaves its reactor: its hook must not stay queued there. */
+static void txr_detach(struct hl_uring_watch *w)
+{
+	struct tx_ring *r = w->arg;
+
+	hl_turn_hook_cancel(&r->hook);
+}
+
 static void txr_destroy(void *p)
 {
 	struct tx_ring *r = p;
 
-	/* thread exit: the reactor may be gone; closing the ring cancels what is left */
+	/*
+	 * Thread exit. Still attached means the reactor lives (a destroyed one
+	 * detached the ring first); closing the ring cancels what is left.
+	 */
 	if (!r)
 		return;
+	hl_uring_watch_detach(&r->watch);
 	io_uring_queue_exit(&r->ring);
 	free(r);
 	tl_txr = NULL;
@@ -121,7 +136,7 @@ static struct tx_ring *txr_create(void)
 	/* tests look for this line: the switch took effect on this thread */
 	HL_NOTICE(ISCSI_LOG, "%s: iSCSI sends through io_uring",
 	          hl_reactor_current() ? hl_reactor_name(hl_reactor_current()) : "-");
-	hl_event_init(&r->ev, r->ring.ring_fd, txr_event, r);
+	hl_uring_watch_init(&r->watch, r->ring.ring_fd, txr_event, txr_detach, r);
 	hl_turn_hook_init(&r->hook, txr_hook, r);
 	pthread_once(&txr_once, txr_key_make);
 	pthread_setspecific(txr_key, r);
@@ -141,49 +156,28 @@ static struct tx_ring *txr_get(struct hl_reactor *re)
 		if (!r)
 			return NULL;
 	}
-	if (!r->reactor) {
-		if (hl_event_add(re, &r->ev, EPOLLIN))
-			return NULL;
-		r->reactor = re;
-	} else if (r->reactor != re) {
-		return NULL; /* another reactor on this thread has sends in flight */
-	}
+	/* NULL when another reactor on this thread has sends in flight */
+	if (hl_uring_watch_attach(&r->watch, re, r->inflight || io_uring_sq_ready(&r->ring)))
+		return NULL;
 	return r;
 }
 
-static void txr_idle_check(struct tx_ring *r)
+static void txr_cqe(void *ctx, void *data, int res)
 {
-	if (r->inflight || io_uring_sq_ready(&r->ring))
-		return;
-	hl_turn_hook_cancel(&r->hook);
-	hl_event_del(&r->ev);
-	r->reactor = NULL;
+	struct tx_ring *r = ctx;
+
+	r->inflight--;
+	iscsi_conn_send_done(data, res);
 }
 
+/*
+ * Only what is there now (a completion may queue the connection's next
+ * send); more connections in flight than the CQ holds: hl_uring_reap gets
+ * the rest from the kernel.
+ */
 static void txr_reap(struct tx_ring *r)
 {
-	unsigned n;
-
-	/* more connections in flight than the CQ holds: the kernel kept the rest */
-	if (io_uring_cq_has_overflow(&r->ring))
-		io_uring_get_events(&r->ring);
-	/* only what is there now: a completion may queue the next send */
-	n = io_uring_cq_ready(&r->ring);
-
-	while (n--) {
-		struct io_uring_cqe *cqe;
-		struct iscsi_conn *c;
-		int res;
-
-		if (io_uring_peek_cqe(&r->ring, &cqe))
-			break;
-		c = io_uring_cqe_get_data(cqe);
-		res = cqe->res;
-		io_uring_cqe_seen(&r->ring, cqe);
-		r->inflight--;
-		iscsi_conn_send_done(c, res);
-	}
-	txr_idle_check(r);
+	hl_uring_reap(&r->ring, false, txr_cqe, r);
 }
 
 int iscsi_tx_uring_send(struct iscsi_conn *c, const struct msghdr *msg)
@@ -200,10 +194,8 @@ int iscsi_tx_uring_send(struct iscsi_conn *c, const struct msghdr *msg)
 	if (!sqe) {
 		txr_submit(r);
 		sqe = io_uring_get_sqe(&r->ring);
-		if (!sqe) {
-			txr_idle_check(r);
+		if (!sqe)
 			return -EBUSY;
-		}
 	}
 	/* the kernel reads msghdr and iovecs at submit or later: both live in c->txu */
 	c->txu->msg = *msg;

@@ -4,11 +4,14 @@
  *
  * Each reactor thread owns one io_uring, made lazily on its first submit
  * and shared by every file origin used on that thread. The ring's completion
- * eventfd is watched by the submitting reactor only while the ring has I/O
- * outstanding, so a reactor can be destroyed (and another made on the same
- * thread) whenever it is idle. Completions are reaped in the eventfd
- * callback, never inside submit, even when the kernel finished the I/O
- * inline (page-cache hits usually do).
+ * eventfd joins the submitting reactor's epoll set once and stays there,
+ * idle or not, until that reactor is destroyed (a destroy call,
+ * hl_reactor_on_destroy), the thread ends, or an idle ring is used by
+ * another reactor of the same thread: an idle eventfd costs nothing, while
+ * leaving and rejoining the set at every idle turn cost two epoll_ctl per
+ * 4 KiB QD1 cache hit (docs/benchmarks.md). Completions are reaped in the
+ * eventfd callback, never inside submit, even when the kernel finished the
+ * I/O inline (page-cache hits usually do).
  *
  * SQEs prepared while a reactor turn runs are submitted once at its end
  * (a turn hook): the READs a burst of commands makes reach the kernel with
@@ -30,6 +33,7 @@
 #include "config.h"
 
 #include "hotlun/event.h"
+#include "hotlun/event_uring.h"
 #include "hotlun/log.h"
 #include "origin/origin_file.h"
 
@@ -71,10 +75,10 @@ unsigned origin_file_ring_flags =
 struct file_ring {
 	struct io_uring ring;
 	int efd;
-	struct hl_event ev;    /* efd, added to `reactor` while pending > 0 */
+	struct hl_uring_watch watch; /* efd in a reactor's epoll set (event_uring.h) */
 	struct hl_timer retry; /* resubmit after io_uring_submit failed */
 	struct hl_turn_hook flush_hook; /* io_uring_submit at the end of the turn */
-	struct hl_reactor *reactor;
+	struct hl_reactor *reactor; /* = watch.reactor, NULL while detached */
 	unsigned inflight; /* SQEs prepared and not yet reaped */
 	unsigned pending;  /* inflight + backlog */
 	bool defer_taskrun;
@@ -96,17 +100,28 @@ static void ring_retry(struct hl_timer *t);
 static void ring_done_fire(struct hl_timer *t);
 static void ring_flush_hook(struct hl_turn_hook *h);
 
-/* detach: unregister from the reactor first (false when the reactor may be gone). */
-static void ring_destroy(struct file_ring *ring, bool detach)
+/*
+ * The ring leaves its reactor (destroyed, the thread ends, or an idle ring
+ * moves to another reactor): nothing of it stays armed there.
+ */
+static void ring_detach(struct hl_uring_watch *w)
+{
+	struct file_ring *ring = w->arg;
+
+	if (ring->pending)
+		HL_WARN("origin", "io_uring leaves %s with %u file I/Os pending",
+		        hl_reactor_name(ring->reactor), ring->pending);
+	hl_turn_hook_cancel(&ring->flush_hook);
+	hl_timer_stop(&ring->retry);
+	hl_timer_stop(&ring->done_timer);
+	ring->reactor = NULL;
+}
+
+static void ring_destroy(struct file_ring *ring)
 {
 	if (!ring)
 		return;
-	if (detach) {
-		hl_turn_hook_cancel(&ring->flush_hook);
-		hl_timer_stop(&ring->retry);
-		hl_timer_stop(&ring->done_timer);
-		hl_event_del(&ring->ev);
-	}
+	hl_uring_watch_detach(&ring->watch);
 	io_uring_queue_exit(&ring->ring);
 	close(ring->efd);
 	free(ring);
@@ -115,11 +130,12 @@ static void ring_destroy(struct file_ring *ring, bool detach)
 static void ring_key_destructor(void *p)
 {
 	/*
-	 * Thread exit: the reactor may already be freed, so do not touch it.
-	 * Normally the ring is idle here; if not (a shutdown that did not drain),
-	 * closing the ring cancels what is left.
+	 * Thread exit. A ring still attached has a live reactor (event_uring.h:
+	 * a destroyed one detached it). Normally the ring is idle here; if not
+	 * (a shutdown that did not drain), closing the ring
+	 * cancels what is left.
 	 */
-	ring_destroy(p, false);
+	ring_destroy(p);
 	tl_ring = NULL;
 }
 
@@ -132,7 +148,7 @@ void origin_file_thread_fini(void)
 {
 	if (tl_ring) {
 		pthread_setspecific(ring_key, NULL);
-		ring_destroy(tl_ring, true);
+		ring_destroy(tl_ring);
 		tl_ring = NULL;
 	}
 	tl_ring_failed = false;
@@ -192,7 +208,7 @@ static struct file_ring *ring_create(void)
 		uring_failed(rc);
 		return NULL;
 	}
-	hl_event_init(&ring->ev, ring->efd, ring_event, ring);
+	hl_uring_watch_init(&ring->watch, ring->efd, ring_event, ring_detach, ring);
 	hl_timer_init(&ring->retry, ring_retry, ring);
 	hl_timer_init(&ring->done_timer, ring_done_fire, ring);
 	hl_turn_hook_init(&ring->flush_hook, ring_flush_hook, ring);
@@ -403,41 +419,24 @@ static void ring_complete(struct file_ring *ring, struct hl_origin_io *io, int r
 	fio_finish(io, res);
 }
 
+/* Nothing left to do: no timer or hook of the ring stays armed (the eventfd stays watched). */
 static void ring_idle_check(struct file_ring *ring)
 {
 	if (ring->pending == 0) {
 		hl_turn_hook_cancel(&ring->flush_hook);
 		hl_timer_stop(&ring->retry);
 		hl_timer_stop(&ring->done_timer);
-		hl_event_del(&ring->ev);
-		ring->reactor = NULL;
 	}
+}
+
+static void ring_cqe(void *ctx, void *data, int res)
+{
+	ring_complete(ctx, data, res);
 }
 
 static void ring_reap(struct file_ring *ring)
 {
-	unsigned n;
-
-	if (ring->defer_taskrun || io_uring_cq_has_overflow(&ring->ring))
-		io_uring_get_events(&ring->ring);
-	/*
-	 * Only what is there now: a callback that submits an I/O which completes
-	 * inline must not keep this loop going forever. Its CQE signals the
-	 * eventfd again, so the reactor comes back after other events ran.
-	 */
-	n = io_uring_cq_ready(&ring->ring);
-	while (n--) {
-		struct io_uring_cqe *cqe;
-		struct hl_origin_io *io;
-		int res;
-
-		if (io_uring_peek_cqe(&ring->ring, &cqe))
-			break;
-		io = io_uring_cqe_get_data(cqe);
-		res = cqe->res;
-		io_uring_cqe_seen(&ring->ring, cqe);
-		ring_complete(ring, io, res);
-	}
+	hl_uring_reap(&ring->ring, ring->defer_taskrun, ring_cqe, ring);
 	backlog_drain(ring);
 	ring_flush(ring);
 	ring_idle_check(ring);
@@ -509,18 +508,18 @@ static struct file_ring *ring_get(struct hl_reactor *r, int *err)
 		if (!ring)
 			return NULL;
 	}
-	if (!ring->reactor) {
-		rc = hl_event_add(r, &ring->ev, EPOLLIN);
-		if (rc) {
-			*err = rc;
-			return NULL;
-		}
-		ring->reactor = r;
-	} else if (ring->reactor != r) {
-		/* Another reactor on this thread still has I/O here: a caller bug. */
-		*err = -EBUSY;
+	if (ring->reactor == r)
+		return ring;
+	/*
+	 * -EBUSY: another reactor on this thread still has I/O here (a caller
+	 * bug); an idle ring follows the thread's new reactor.
+	 */
+	rc = hl_uring_watch_attach(&ring->watch, r, ring->pending != 0);
+	if (rc) {
+		*err = rc;
 		return NULL;
 	}
+	ring->reactor = r;
 	return ring;
 }
 

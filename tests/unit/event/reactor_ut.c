@@ -1,11 +1,18 @@
-/* reactor_ut.c - file events, the stale-event guard, timers, cross-thread calls, busy polling. */
+/*
+ * reactor_ut.c - file events, the stale-event guard, timers, cross-thread calls,
+ * busy polling, turn hooks, destroy calls and io_uring watches (event_uring.h).
+ */
 #include "hl_test.h"
 #include "hotlun/event.h"
+#include "hotlun/event_uring.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -327,6 +334,169 @@ static void test_busy_poll(void)
 	hl_reactor_destroy(e.r);
 }
 
+struct fini_ctx {
+	struct hl_reactor_fini f[3];
+	struct hl_event ev;
+	int fds[2];
+	int runs[3];
+	int mod_rc;    /* hl_event_mod inside the call: the epoll fd is still open */
+	int order[3], n_order;
+};
+
+static void fini_cb(struct hl_reactor_fini *f)
+{
+	struct fini_ctx *x = f->arg;
+	int i = (int)(f - x->f);
+
+	x->runs[i]++;
+	x->order[x->n_order++] = i;
+	CU_ASSERT_FALSE(hl_reactor_fini_registered(f));
+	if (i == 2) {
+		/* the service's own event leaves here, on a live epoll set */
+		x->mod_rc = hl_event_mod(&x->ev, EPOLLIN | EPOLLOUT);
+		hl_event_del(&x->ev);
+		/* a destroy call may cancel another one still registered */
+		hl_reactor_on_destroy_cancel(&x->f[1]);
+	}
+}
+
+static void test_destroy_calls(void)
+{
+	struct hl_reactor *r;
+	struct fini_ctx x = {.mod_rc = 1};
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "fini"), 0);
+	CU_ASSERT_EQUAL_FATAL(pipe(x.fds), 0);
+	hl_event_init(&x.ev, x.fds[0], pipe_cb, NULL);
+	CU_ASSERT_EQUAL_FATAL(hl_event_add(r, &x.ev, EPOLLIN), 0);
+	for (int i = 0; i < 3; i++) {
+		hl_reactor_fini_init(&x.f[i], fini_cb, &x);
+		CU_ASSERT_FALSE(hl_reactor_fini_registered(&x.f[i]));
+		CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[i]), 0);
+		CU_ASSERT_TRUE(hl_reactor_fini_registered(&x.f[i]));
+	}
+	CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[0]), -EBUSY);
+	/* unregister, register again: still runs once */
+	hl_reactor_on_destroy_cancel(&x.f[0]);
+	hl_reactor_on_destroy_cancel(&x.f[0]); /* twice: harmless */
+	CU_ASSERT_FALSE(hl_reactor_fini_registered(&x.f[0]));
+	CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[0]), 0);
+	/* a reactor with a thread of its own: the calls run on the destroying thread */
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(r), 0);
+	hl_reactor_stop(r);
+	hl_reactor_destroy(r); /* joins, then the calls, then closes */
+	CU_ASSERT_EQUAL(x.runs[0], 1);
+	CU_ASSERT_EQUAL(x.runs[1], 0); /* cancelled by f[2]'s call */
+	CU_ASSERT_EQUAL(x.runs[2], 1);
+	CU_ASSERT_EQUAL(x.n_order, 2);
+	CU_ASSERT_EQUAL(x.order[0], 0); /* newest first: f[0] was registered last */
+	CU_ASSERT_EQUAL(x.order[1], 2);
+	CU_ASSERT_EQUAL(x.mod_rc, 0);
+	CU_ASSERT_PTR_NULL(x.ev.reactor);
+	close(x.fds[0]), close(x.fds[1]);
+
+	/* a cancelled call never runs */
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "fini2"), 0);
+	memset(x.runs, 0, sizeof(x.runs));
+	hl_reactor_fini_init(&x.f[0], fini_cb, &x);
+	CU_ASSERT_EQUAL(hl_reactor_on_destroy(r, &x.f[0]), 0);
+	hl_reactor_on_destroy_cancel(&x.f[0]);
+	hl_reactor_destroy(r);
+	CU_ASSERT_EQUAL(x.runs[0], 0);
+}
+
+struct watch_ctx {
+	struct io_uring ring;
+	struct hl_uring_watch w;
+	int detaches, cqes, events;
+	uint64_t data_sum;
+};
+
+static void watch_detach(struct hl_uring_watch *w)
+{
+	struct watch_ctx *x = w->arg;
+
+	CU_ASSERT_PTR_NOT_NULL(w->reactor); /* still attached while the owner cleans up */
+	x->detaches++;
+}
+
+static void watch_cqe(void *ctx, void *data, int res)
+{
+	struct watch_ctx *x = ctx;
+
+	CU_ASSERT_EQUAL(res, 0);
+	x->cqes++;
+	x->data_sum += (uintptr_t)data;
+}
+
+static void watch_event(struct hl_event *ev, uint32_t revents)
+{
+	struct watch_ctx *x = ev->arg;
+
+	(void)revents;
+	x->events++;
+	hl_uring_reap(&x->ring, false, watch_cqe, x);
+	hl_reactor_stop(hl_reactor_current());
+}
+
+static void watch_submit_nops(struct watch_ctx *x, unsigned n)
+{
+	for (unsigned i = 1; i <= n; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&x->ring);
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, (void *)(uintptr_t)i);
+	}
+	CU_ASSERT_EQUAL(io_uring_submit(&x->ring), (int)n);
+}
+
+static void test_uring_watch(void)
+{
+	struct hl_reactor *r1, *r2;
+	struct watch_ctx x = {0};
+
+	if (io_uring_queue_init(8, &x.ring, 0)) {
+		fprintf(stderr, " (no io_uring here: skipped) ");
+		return;
+	}
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r1, "w1"), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r2, "w2"), 0);
+	hl_uring_watch_init(&x.w, x.ring.ring_fd, watch_event, watch_detach, &x);
+	CU_ASSERT_EQUAL(hl_uring_watch_attach(&x.w, r1, false), 0);
+	CU_ASSERT_EQUAL(hl_uring_watch_attach(&x.w, r1, true), 0); /* already: no-op */
+	CU_ASSERT_PTR_EQUAL(x.w.reactor, r1);
+	/* busy on r1: r2 cannot take it */
+	CU_ASSERT_EQUAL(hl_uring_watch_attach(&x.w, r2, true), -EBUSY);
+	CU_ASSERT_PTR_EQUAL(x.w.reactor, r1);
+
+	/* CQEs wake the reactor through the ring's fd; the reap sees all three */
+	watch_submit_nops(&x, 3);
+	CU_ASSERT_EQUAL(hl_reactor_run(r1), 0);
+	CU_ASSERT_EQUAL(x.events, 1);
+	CU_ASSERT_EQUAL(x.cqes, 3);
+	CU_ASSERT_EQUAL(x.data_sum, 6);
+	CU_ASSERT_EQUAL(io_uring_cq_ready(&x.ring), 0);
+
+	/* idle: it moves to r2 (r1 sees the owner's detach) */
+	CU_ASSERT_EQUAL(hl_uring_watch_attach(&x.w, r2, false), 0);
+	CU_ASSERT_EQUAL(x.detaches, 1);
+	CU_ASSERT_PTR_EQUAL(x.w.reactor, r2);
+	hl_reactor_destroy(r1); /* no longer registered there: nothing runs */
+	CU_ASSERT_EQUAL(x.detaches, 1);
+	watch_submit_nops(&x, 1);
+	CU_ASSERT_EQUAL(hl_reactor_run(r2), 0);
+	CU_ASSERT_EQUAL(x.cqes, 4);
+
+	/* r2 destroyed while attached: detached once, before its epoll fd closes */
+	hl_reactor_destroy(r2);
+	CU_ASSERT_EQUAL(x.detaches, 2);
+	CU_ASSERT_PTR_NULL(x.w.reactor);
+	CU_ASSERT_PTR_NULL(x.w.ev.reactor);
+	CU_ASSERT_FALSE(hl_reactor_fini_registered(&x.w.fini));
+	hl_uring_watch_detach(&x.w); /* harmless when detached */
+	CU_ASSERT_EQUAL(x.detaches, 2);
+	io_uring_queue_exit(&x.ring);
+}
+
 static const struct hl_test tests[] = {
 	{"event fires; del guards the batch", test_event_fires_and_del_guards_batch},
 	{"timers in deadline order", test_timers_fire_in_deadline_order},
@@ -334,6 +504,8 @@ static const struct hl_test tests[] = {
 	{"current reactor", test_current_reactor_is_set_inside_loop},
 	{"busy polling: events, timers, calls; idle sleeps", test_busy_poll},
 	{"turn hooks: once per turn, after timers; cancel", test_turn_hooks},
+	{"destroy calls: once, before the epoll fd closes; cancel", test_destroy_calls},
+	{"uring watch: attach, move when idle, reap, detach on destroy", test_uring_watch},
 	{NULL, NULL},
 };
 
