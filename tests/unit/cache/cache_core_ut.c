@@ -1043,6 +1043,43 @@ static void test_key_block_limit(void)
 }
 
 
+/*
+ * What a stop during a restore leaves (the log line of engine_restore_stop):
+ * a superblock that says "all" (more LUNs than its ranges hold, or no
+ * memory for the copy) makes the next start cold even when the RAM filter
+ * is not "all"; ranges preloaded from the last run's superblock are
+ * dropped again at the next start even when nothing was written since.
+ */
+static void test_lazy_stop_state(void)
+{
+	struct hl_cache_core *c = mk(4 * M, 4096, 0);
+	struct hl_cache_rs_range *r, one = {.lun = 0, .lo = 10, .hi = 20};
+	uint32_t n;
+	bool all;
+	uint64_t gen;
+
+	hl_cache_core_restore_begin(c);
+	CU_ASSERT(!hl_cache_core_restore_all(c));
+	CU_ASSERT_EQUAL(hl_cache_core_restore_noted(c), 0);
+	CU_ASSERT_EQUAL(hl_cache_core_invalidate(c, 0, 5 * 4096, 4096), 0);
+	CU_ASSERT(hl_cache_core_restore_need_mark(c));
+	hl_cache_core_restore_snapshot(c, &r, &n, &all, &gen);
+	CU_ASSERT(!all);
+	/* the copy could not say it in ranges: the superblock says "all" */
+	hl_cache_core_restore_marked(c, NULL, 0, true, gen);
+	free(r);
+	CU_ASSERT(!hl_cache_core_restore_need_mark(c));
+	CU_ASSERT(hl_cache_core_restore_all(c));
+	hl_cache_core_restore_end(c);
+
+	hl_cache_core_restore_begin(c);
+	CU_ASSERT_EQUAL(hl_cache_core_restore_preload(c, &one, 1), 0);
+	CU_ASSERT(hl_cache_core_restore_noted(c) > 0);
+	CU_ASSERT(!hl_cache_core_restore_all(c));
+	hl_cache_core_restore_end(c);
+	hl_cache_core_destroy(c);
+}
+
 /* ---- a lazy restore's filter and its durable copy, against a model ---- */
 
 #define RSM_DOM  4096u /* model blocks: [0, RSM_DOM) and the RSM_DOM below the top */
@@ -1861,6 +1898,7 @@ static const struct hl_test tests[] = {
      test_stale_claims_many},
     {"lazy restore: the durable copies only grow and cover every write passed (model)",
      test_lazy_durable_model},
+    {"lazy restore: what a stop leaves, \"all\" or the ranges preloaded", test_lazy_stop_state},
     {NULL, NULL},
 };
 
