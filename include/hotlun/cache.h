@@ -619,8 +619,12 @@ uint32_t hl_cache_rs_coarsen(struct hl_cache_rs_range *r, uint32_t n, uint32_t m
  */
 void hl_cache_core_restore_marked(struct hl_cache_core *c, const struct hl_cache_rs_range *r,
                                   uint32_t n, bool all, uint64_t gen);
+/** Ranges noted while restoring, those preloaded at the start included. */
 uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c);
-/** The filter drops every record still to come (a stop now leaves a cold cache). */
+/**
+ * The filter drops every record still to come, or the superblock's copy
+ * says "all": a stop now leaves a cold cache.
+ */
 bool hl_cache_core_restore_all(const struct hl_cache_core *c);
 /*
  * Fault in, without changing them, the pages a restore of block (lun) or

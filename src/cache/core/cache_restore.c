@@ -241,6 +241,7 @@ int hl_cache_core_restore_preload(struct hl_cache_core *c, const struct hl_cache
 	if (!rs->on || !n || !rs_valid(r, n))
 		return -EINVAL;
 	rs_set_durable(rs, r, n, false);
+	rs->noted += n; /* (a stop now keeps them: the next start drops them again) */
 	/* (no memory for the copy: the next write syncs, and writes it again) */
 	rs->dirty = rs->dn != n;
 	rs->gen++;
@@ -334,7 +335,8 @@ uint64_t hl_cache_core_restore_noted(const struct hl_cache_core *c)
 
 bool hl_cache_core_restore_all(const struct hl_cache_core *c)
 {
-	return c->rs.on && c->rs.all;
+	/* (the superblock may say "all" while the filter does not: more LUNs than it holds) */
+	return c->rs.on && (c->rs.all || c->rs.d_all);
 }
 
 uint64_t hl_cache_core_lun_restore_dropped(const struct hl_cache_core *c, uint16_t lun)

@@ -334,7 +334,7 @@ struct cache_restore {
 	uint32_t dn; /* the durable copy: dn ranges of d (sorted, disjoint) */
 	struct hl_cache_rs_range *d;
 	uint64_t gen;   /* bumped whenever dirty is set */
-	uint64_t noted; /* ranges noted */
+	uint64_t noted; /* ranges noted (and preloaded) */
 };
 
 struct cache_stale_key {

@@ -415,7 +415,8 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		 * The id may have been another disk's (engine_ent_id_alloc): before
 		 * the map names it for this one, every record of it still on the
 		 * device must be rewritten (the loader dropped it only in RAM) or,
-		 * while restoring, the device marked so that a crash starts cold.
+		 * while restoring, the superblock list the id's blocks (lun_add noted
+		 * them all), so that a crash drops its records still on the device.
 		 */
 		sync = true;
 		if (replaced) {

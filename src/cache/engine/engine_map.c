@@ -255,8 +255,9 @@ static bool id_used(struct hl_cache *c, uint16_t id)
  * disk's proof holds). Why that never happens:
  * - a disk leaves the map at attach (another origin or quota, or forgotten
  *   for room) only after hl_cache_meta_sync rewrote its dropped blocks'
- *   records, or marked a lazy restore "invalidations pending" (its removal
- *   noted every block), so that a crash starts cold;
+ *   records, or, during a lazy restore, wrote the superblock "restore
+ *   pending" with every block of the id in its list (its removal noted
+ *   them all), so that a crash drops its records not loaded yet;
  * - a disk the core refuses at open leaves the map at once, its records
  *   still on the device: the loader drops them in RAM as stale claims, and
  *   only a later sync rewrites them. So hl_cache_attach syncs before the

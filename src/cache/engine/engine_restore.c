@@ -152,11 +152,17 @@ int engine_restore_start(struct hl_cache *c, uint64_t t0_ms)
 
 void engine_restore_stop(struct hl_cache *c)
 {
+	bool all, noted;
+
 	if (!c->rs_started)
 		return;
 	atomic_store(&c->rs_stop, true);
 	pthread_join(c->rs_thr, NULL);
 	c->rs_started = false;
+	pthread_mutex_lock(&c->lock); /* (writes may still note blocks) */
+	all = hl_cache_core_restore_all(c->core);
+	noted = hl_cache_core_restore_noted(c->core) != 0;
+	pthread_mutex_unlock(&c->lock);
 	if (atomic_load(&c->rs_phase) == HL_CACHE_RESTORE_STOPPED)
 		HL_NOTICE("cache",
 		          "cache %s: stopped while restoring (%llu of %llu record pages left): the "
@@ -164,9 +170,8 @@ void engine_restore_stop(struct hl_cache *c)
 		          c->name, (unsigned long long)c->rs.pages_left,
 		          (unsigned long long)c->rs.pages,
 		          atomic_load(&c->failed) ? "is cold (the cache device failed)"
-		          : hl_cache_core_restore_all(c->core)
-		              ? "is cold (too many blocks changed, or disks attached, while restoring)"
-		          : hl_cache_core_restore_noted(c->core)
+		          : all ? "is cold (too many blocks changed, or disks attached, while restoring)"
+		          : noted
 		              ? "restores what is on the device but the blocks changed while restoring"
 		              : "restores what is on the device");
 }

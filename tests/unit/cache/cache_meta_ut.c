@@ -1547,7 +1547,7 @@ static void test_lazy_durable_bound(void)
 /* Superblock range lists that are damaged never restore anything. */
 static void test_lazy_bad_ranges(void)
 {
-	for (int kind = 0; kind < 3; kind++) {
+	for (int kind = 0; kind < 6; kind++) {
 		struct rig r;
 		struct hl_cache_restore lrs;
 		uint8_t *sb = NULL;
@@ -1563,7 +1563,11 @@ static void test_lazy_bad_ranges(void)
 		hl_cache_core_destroy(r.c);
 		hl_cache_layout_release(&r.l);
 		hl_cache_restore_release(&lrs);
-		/* Both copies the same, then damaged: unsorted, lo > hi, or a count past the room. */
+		/*
+		 * Both copies the same, then damaged: unsorted, lo > hi, a count past
+		 * the room, overlapping ranges, a last block past 2^48 - 1 (the top
+		 * of the address space), or no range at all.
+		 */
 		CU_ASSERT_FATAL(posix_memalign((void **)&sb, 4096, 8192) == 0);
 		CU_ASSERT_FATAL(r.d->ops->pread(r.d, sb, 8192, 0) == 0);
 		uint64_t s0, s1;
@@ -1579,8 +1583,17 @@ static void test_lazy_bad_ranges(void)
 		} else if (kind == 1) {
 			uint64_t lo = 50;
 			memcpy(sb + 112 + 2, &lo, 8); /* lo 50 > hi 0 */
-		} else {
+		} else if (kind == 2) {
 			nr = 300;
+			memcpy(sb + 104, &nr, 4);
+		} else if (kind == 3) {
+			uint64_t lo = 0;
+			memcpy(sb + 130 + 2, &lo, 8); /* [0, 40] over [0, 0] */
+		} else if (kind == 4) {
+			uint64_t hi = UINT64_MAX;
+			memcpy(sb + 130 + 10, &hi, 8);
+		} else {
+			nr = 0;
 			memcpy(sb + 104, &nr, 4);
 		}
 		crc = ut_crc32c(sb, 4092);

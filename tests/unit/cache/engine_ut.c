@@ -261,8 +261,10 @@ static int fake_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 		free(out->chg);
 		return -ENOMEM;
 	}
-	memcpy(out->v, h->v, h->n * sizeof(*out->v));
-	memcpy(out->chg, h->chg, h->nchg * sizeof(*out->chg));
+	if (h->n)
+		memcpy(out->v, h->v, h->n * sizeof(*out->v));
+	if (h->nchg) /* (h->chg may be NULL then: memcpy's source must not be) */
+		memcpy(out->chg, h->chg, h->nchg * sizeof(*out->chg));
 	return 0;
 }
 
