@@ -10,7 +10,10 @@
 #             alone reaches), LUN 1
 # at 4K QD1, 4K QD64, 64K QD16 and 1 MiB QD8 random reads, for each cache
 # block size. One line per cell: the three figures (IOPS), hit / the lower
-# limit, and hotlund's CPU microseconds per I/O for the hit and the uncached
+# limit, at QD1 the hit path's own addition in microseconds (the hit's mean
+# latency less fio's and the uncached LUN's, both measured next to it: the
+# device read plus the protocol round trip; the uncached run also copies
+# from the page cache, so the figure errs low by that copy), and hotlund's CPU microseconds per I/O for the hit and the uncached
 # run (utime + stime of /proc/PID/stat over the run / I/Os), and the cache
 # device's average queue (requests in flight, iostat's aqu-sz) and busy time
 # during fio and during the hits (/proc/diskstats of the block device under
@@ -194,24 +197,28 @@ for cell in $CELLS; do
 	FIO[$cell]=0
 done
 {
-	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
-	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
+	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$OUT/results.md"
 first=1
 for cbs in $BLOCKS; do
 	start "$cbs"
 	for cell in $CELLS; do
 		bs=${cell%:*} qd=${cell#*:}
-		# The device limit does not depend on the cache block: measure it once.
-		[ "${FIO[$cell]}" = 0 ] && FIO[$cell]=$(fio_iops "$bs" "$qd")
+		# The device limit does not depend on the cache block: measure it once,
+		# but at QD1 next to each hit run (the QD1 addition subtracts it).
+		{ [ "${FIO[$cell]}" = 0 ] || [ "$qd" = 1 ]; } && FIO[$cell]=$(fio_iops "$bs" "$qd")
 		read -r hit hcpu hq hb <<<"$(bench 0 "$bs" "$qd")"
 		read -r unc ucpu _ _ <<<"$(bench 1 "$bs" "$qd")"
 		read -r f fq fb <<<"${FIO[$cell]}"
 		awk -v c="$cbs" -v b="$bs" -v q="$qd" -v f="${f:-0}" -v h="$hit" -v u="$unc" \
 			-v hc="$hcpu" -v uc="$ucpu" -v fq="$fq" -v hq="$hq" -v fb="$fb" -v hb="$hb" \
 			'BEGIN {lim = f < u ? f : u;
-			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %.1f | %.1f | %s / %s | %s / %s |\n",
-				c, b, q, f, h, u, lim ? h / lim : 0, hc, uc, fq, hq, fb, hb}' |
+			add = "-";
+			if (q == 1 && f && h && u)
+				add = sprintf("%.1f", 1e6 / h - 1e6 / f - 1e6 / u);
+			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %s | %.1f | %.1f | %s / %s | %s / %s |\n",
+				c, b, q, f, h, u, lim ? h / lim : 0, add, hc, uc, fq, hq, fb, hb}' |
 			tee -a "$OUT/results.md"
 	done
 	hits=$(($(hl_cache_stat "$SOCK" ssd read_hits) - HITS0))
