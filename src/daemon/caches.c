@@ -290,7 +290,9 @@ unsigned daemon_caches_drain(unsigned timeout_ms)
 	pthread_mutex_lock(&g_lock);
 	for (struct cache_rt *r = g_caches; r; r = r->next) {
 		uint64_t ms = (hl_now_ns() - t0) / 1000000;
-		left += (unsigned)hl_cache_drain(r->c, ms < timeout_ms ? timeout_ms - (unsigned)ms : 0);
+		unsigned rest = ms < timeout_ms ? timeout_ms - (unsigned)ms : 0;
+
+		left += (unsigned)hl_cache_drain(r->c, rest);
 	}
 	pthread_mutex_unlock(&g_lock);
 	return left;

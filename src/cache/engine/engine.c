@@ -612,19 +612,21 @@ long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 		struct timespec ts = {0, 1000000};
 
 		if (ms >= timeout_ms) {
-			HL_WARN("cache", "cache %s: %ld request(s) did not finish within %u ms at the stop",
+			HL_WARN("cache",
+			        "cache %s: %ld request(s) did not finish within %u ms at the stop",
 			        c->name, left, timeout_ms);
 			return left;
 		}
 		if (ms >= next_note) {
-			HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish", c->name,
-			          left);
+			HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish",
+			          c->name, left);
 			next_note += 5000;
 		}
 		nanosleep(&ts, NULL);
 	}
 	if (first > 0)
-		HL_INFO("cache", "cache %s: %ld request(s) in flight at the stop finished in %llu us",
+		HL_INFO("cache",
+		        "cache %s: %ld request(s) in flight at the stop finished in %llu us",
 		        c->name, first, (unsigned long long)((hl_now_ns() - t0) / 1000));
 	return 0;
 }

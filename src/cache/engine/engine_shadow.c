@@ -551,7 +551,7 @@ void engine_shadow_hold(struct hl_cache *c)
 	if (!sh)
 		return;
 	atomic_store(&sh->stopping, true);
-	/* a step under way ends (its pre-reads are out, counted in c->inflight); none starts after */
+	/* a step under way ends (its pre-reads are out, in c->inflight); none starts after */
 	for (size_t i = 0; i < c->n_ents; i++) {
 		pthread_mutex_lock(&c->ents[i]->shadow_mu);
 		pthread_mutex_unlock(&c->ents[i]->shadow_mu);

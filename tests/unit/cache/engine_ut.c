@@ -617,7 +617,7 @@ static void test_drain_waits_for_fills(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0); /* replied */
 	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, 2 * BS) == 0);
 	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1); /* its fills wait on the timer */
-	CU_ASSERT_EQUAL(hl_cache_drain(c, 20), 1);      /* 20 ms: still out */
+	CU_ASSERT_EQUAL(hl_cache_drain(c, 20), 1);     /* 20 ms: still out */
 	CU_ASSERT_EQUAL(hl_cache_drain(c, 5000), 0);
 	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 0);
 	memset(buf, 0, 2 * BS);
@@ -3503,7 +3503,8 @@ int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"hits are served from the cache after admission", test_hit_after_admission},
-	    {"a clean stop's drain waits for the fills of reads that replied", test_drain_waits_for_fills},
+	    {"a clean stop's drain waits for the fills of reads that replied",
+	     test_drain_waits_for_fills},
     {"reads are tagged hit, partial or miss for the disk's latency split", test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
 	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
