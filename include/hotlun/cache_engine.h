@@ -184,9 +184,21 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct);
 int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes);
 
 /**
+ * A clean stop, once no initiator is left (the iSCSI server is destroyed)
+ * and while the reactors, the workers and the metadata thread still run:
+ * no new shadow pre-read starts, and the requests still in flight (fills
+ * and update-buffer write-backs of reads and writes that replied already,
+ * pre-reads) finish and are freed, every completion called. Waits up to
+ * timeout_ms. Blocking; not a reactor thread; NULL is harmless.
+ * @return 0, or the number of requests still in flight at the timeout
+ * (hl_cache_close then leaves the cache device alone).
+ */
+long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms);
+
+/**
  * The reactors are stopping: stop the metadata thread without handing
  * anything back to them (I/Os still waiting for a record flush are
- * abandoned, as every other I/O in flight at shutdown). Call after the
+ * abandoned: none after a hl_cache_drain that returned 0). Call after the
  * reactors stopped and before they are destroyed; hl_cache_close()
  * follows. Blocking; NULL is harmless.
  */

@@ -16,6 +16,7 @@
 
 #include "daemon/daemon_internal.h"
 #include "hotlun/cache_engine.h"
+#include "hotlun/event.h"
 #include "hotlun/log.h"
 
 struct cache_rt {
@@ -279,6 +280,22 @@ int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **orig
 out:
 	pthread_mutex_unlock(&g_lock);
 	return 0;
+}
+
+unsigned daemon_caches_drain(unsigned timeout_ms)
+{
+	uint64_t t0 = hl_now_ns();
+	unsigned left = 0;
+
+	pthread_mutex_lock(&g_lock);
+	for (struct cache_rt *r = g_caches; r; r = r->next) {
+		uint64_t ms = (hl_now_ns() - t0) / 1000000;
+		unsigned rest = ms < timeout_ms ? timeout_ms - (unsigned)ms : 0;
+
+		left += (unsigned)hl_cache_drain(r->c, rest);
+	}
+	pthread_mutex_unlock(&g_lock);
+	return left;
 }
 
 void daemon_caches_quiesce(void)

@@ -54,6 +54,13 @@ int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **orig
                         size_t errlen);
 
 /**
+ * A clean stop, after the iSCSI server is destroyed and before the reactors
+ * stop: every cache's requests still in flight finish (hl_cache_drain),
+ * all of them within timeout_ms. @return the requests left (0: drained).
+ */
+unsigned daemon_caches_drain(unsigned timeout_ms);
+
+/**
  * After the reactors stopped (joined) and before they are destroyed: no
  * cache hands work back to a reactor any more. daemon_caches_close() follows.
  */

@@ -326,6 +326,9 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 	return rc;
 }
 
+/* How long a stop waits for the caches' requests in flight (fills, write-backs). */
+#define STOP_DRAIN_MS 15000
+
 static void stop(struct daemon *d)
 {
 	daemon_exporter_stop(d);
@@ -333,6 +336,12 @@ static void stop(struct daemon *d)
 	hl_scsi_set_aborter(NULL); /* returns once no abort reaches the server any more */
 	if (d->server)
 		hl_iscsi_server_destroy(d->server);
+	/*
+	 * No initiator is left, but the caches may still write fills of reads
+	 * that replied: those finish on the reactors, so before they stop
+	 * (a ring closed with I/O in it never calls back; the requests leak).
+	 */
+	daemon_caches_drain(STOP_DRAIN_MS);
 	for (unsigned i = 0; i < d->n_reactors; i++) {
 		if (d->reactors[i]) {
 			hl_reactor_stop(d->reactors[i]);

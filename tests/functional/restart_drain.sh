@@ -9,7 +9,10 @@
 #     hotlund with a cache: 0 errors, 0 mismatches;
 #  3. the warm cache: the read hit ratio after the restart is >= 90% of the
 #     ratio before it;
-#  4. logout_timeout = 0, set live: the stop asks nobody to log out.
+#  4. logout_timeout = 0, set live: the stop asks nobody to log out;
+#  5. a stop while cache-device writes (fills) are in flight (delayed by
+#     HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS) waits for them;
+#  6. no stop left cache requests in flight at the cache's close.
 . "$(dirname "$0")/lib.sh"
 
 hl_need python3 iscsi-inq
@@ -128,4 +131,48 @@ wait "$held" 2>/dev/null
 hl_forget "$held"
 grep -q 'log out' "$log" && hl_fail "logout_timeout=0 still asked the session to log out"
 grep -q 'normal session .* established' "$log" || hl_fail "the held session never logged in"
+
+# ---- 5. a stop with cache-device writes in flight: every cache-device write
+# waits 300 ms (HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS), so the fills and
+# promotions of reads that replied are still out when the SIGTERM comes. The stop must let them
+# finish (the reactors run until they did), not close the cache on them.
+port=$(hl_free_port)
+mkdir -p "$T/st3"
+hl_cache_front_conf "$T/fill.conf" "$port" "$T/st3" "$IQN" "file:$T/origin.img" \
+	"device=$T/cache3.img" size=64M block_size=4K admission=always update_buffer=0
+url=iscsi://127.0.0.1:$port/$IQN/0
+sock=$T/st3/ctl.sock
+export HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS=300
+hl_front_start "$T/fill.conf"
+unset HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS
+"$HL_BUILDDIR/hotlunctl" --socket "$sock" / set logout_timeout=0 >/dev/null ||
+	hl_fail "set logout_timeout=0 refused"
+# 48 MiB: three times the RAM window (16 MiB), most of the device (63 MiB):
+# blocks leave the window for device slots (writes) all the time
+"$BENCH" --quiet --read 100 --qd 8 --range 48M --time 20 "$url" >"$T/fill.out" 2>&1 &
+held=$!
+HL_PIDS+=("$held")
+HL_PID_NAMES+=(hotlun-bench)
+sleep 2
+log=$FRONT_LOG
+hl_stop "$FRONT_PID"
+kill -TERM "$held" 2>/dev/null
+wait "$held" 2>/dev/null
+hl_forget "$held"
+grep -q 'test knob: cache device writes delayed by 300 ms' "$log" || hl_fail "the latency knob did not act"
+! grep -q 'still in flight at close' "$log" ||
+	hl_fail "the stop closed the cache on requests in flight: $(grep 'still in flight at close' "$log")"
+line=$(grep 'request(s) in flight at the stop finished in' "$log") ||
+	hl_fail "no cache request was in flight at the stop (the test provoked nothing)"
+hl_log "$line"
+
+# ---- 6. every stop above drained the cache: no request (a fill of a read
+# that replied, a write-back) was left in flight when the cache closed (the
+# reactors stopped before its I/O came back: leaked requests, issue hD).
+for f in "$T"/hotlund.*.log; do
+	! grep -q 'still in flight at close\|did not finish within' "$f" ||
+		hl_fail "$(basename "$f"): $(grep 'still in flight at close\|did not finish within' "$f")"
+	! grep -q 'io_uring leaves .* pending' "$f" ||
+		hl_fail "$(basename "$f"): $(grep 'io_uring leaves .* pending' "$f")"
+done
 exit 0

@@ -73,6 +73,77 @@ static int write_mode_parse(const char *s, enum hl_cache_write_mode *out)
 	return 0;
 }
 
+/*
+ * HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS (tests only, docs/cache-engine.md):
+ * every write to the cache device's data area (fills, promotions,
+ * write-backs) waits that long on its reactor's timer first, so a test can
+ * stop hotlund while the fills of reads that replied are still out. Reads
+ * are not delayed: the initiators' commands end at their usual speed.
+ */
+struct test_delay_io {
+	struct hl_timer timer;
+	struct hl_origin *o;
+};
+_Static_assert(sizeof(struct test_delay_io) <= sizeof(((struct hl_origin_io *)0)->priv),
+               "test_delay_io must fit in hl_origin_io.priv");
+
+static void test_delay_fire(struct hl_timer *t)
+{
+	struct hl_origin_io *io = t->arg;
+	struct test_delay_io *d = (struct test_delay_io *)io->priv;
+	int rc;
+
+	rc = hl_origin_submit(d->o->inner, io); /* priv is the inner origin's from here */
+	if (rc)
+		io->cb(io, rc); /* our submit returned 0: the error goes through the callback */
+}
+
+static int test_delay_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct test_delay_io *d = (struct test_delay_io *)io->priv;
+	struct hl_reactor *r = hl_reactor_current();
+
+	if (io->op != HL_IO_WRITE || !r)
+		return hl_origin_submit(o->inner, io);
+	d->o = o;
+	hl_timer_init(&d->timer, test_delay_fire, io);
+	hl_timer_start(r, &d->timer, *(uint32_t *)hl_origin_priv(o));
+	return 0;
+}
+
+static void test_delay_close(struct hl_origin *o)
+{
+	(void)o; /* the inner origin is closed after this (hl_origin_wrap) */
+}
+
+static const struct hl_origin_ops test_delay_ops = {
+    .name = "test_delay",
+    .priv_size = sizeof(uint32_t),
+    .close = test_delay_close,
+    .submit = test_delay_submit,
+};
+
+static int test_dev_delay(struct hl_cache *c)
+{
+	const char *v = getenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	struct hl_origin *w;
+	unsigned long ms;
+	int rc;
+
+	if (!v || !*v)
+		return 0;
+	ms = strtoul(v, NULL, 10);
+	if (!ms || ms > 60000)
+		return 0;
+	rc = hl_origin_wrap(c->data, &test_delay_ops, "test_delay", &w);
+	if (rc)
+		return rc;
+	*(uint32_t *)hl_origin_priv(w) = (uint32_t)ms;
+	c->data = w;
+	HL_WARN("cache", "cache %s: test knob: cache device writes delayed by %lu ms", c->name, ms);
+	return 0;
+}
+
 int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 {
 	struct hl_cache_params p;
@@ -172,6 +243,9 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		       strerror(-rc));
 		goto fail;
 	}
+	rc = test_dev_delay(c);
+	if (rc)
+		goto fail;
 	rc = hl_cache_layout_compute(c->dev->size, c->bs, &c->layout);
 	if (rc) {
 		HL_ERR("cache", "cache %s: %s: too small for one %u-byte block", c->name,
@@ -516,6 +590,46 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
 	if (rc == 0)
 		HL_NOTICE("cache", "cache %s: write_budget now %u%%", c->name, pct);
 	return rc;
+}
+
+long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
+{
+	uint64_t t0 = hl_now_ns(), next_note = 5000;
+	long left, first;
+
+	if (!c)
+		return 0;
+	engine_shadow_hold(c);
+	first = atomic_load(&c->inflight);
+	/*
+	 * What is left once the initiators are gone: the cache-device writes
+	 * (fills, update-buffer write-backs) of requests that replied already,
+	 * and the shadow's pre-reads. They finish on the reactors, which must
+	 * still run: a ring closed with I/O in it never calls back, and its
+	 * requests (and their buffers) would be lost.
+	 */
+	while ((left = atomic_load(&c->inflight)) > 0) {
+		uint64_t ms = (hl_now_ns() - t0) / 1000000;
+		struct timespec ts = {0, 1000000};
+
+		if (ms >= timeout_ms) {
+			HL_WARN("cache",
+			        "cache %s: %ld request(s) did not finish within %u ms at the stop",
+			        c->name, left, timeout_ms);
+			return left;
+		}
+		if (ms >= next_note) {
+			HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish",
+			          c->name, left);
+			next_note += 5000;
+		}
+		nanosleep(&ts, NULL);
+	}
+	if (first > 0)
+		HL_INFO("cache",
+		        "cache %s: %ld request(s) in flight at the stop finished in %llu us",
+		        c->name, first, (unsigned long long)((hl_now_ns() - t0) / 1000));
+	return 0;
 }
 
 void hl_cache_quiesce(struct hl_cache *c)

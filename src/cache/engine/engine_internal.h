@@ -594,6 +594,11 @@ int engine_read_shadow(struct hl_origin *o, struct hl_origin_io *uio);
 
 /* engine_shadow.c */
 
+/**
+ * No new pre-read starts (hl_cache_drain); those out still complete on the
+ * shadow reactor, which runs until engine_shadow_stop. Blocking.
+ */
+void engine_shadow_hold(struct hl_cache *c);
 /** Stop the shadow reactor (quiesce): no new pre-reads; waits (bounded) for those out. */
 void engine_shadow_stop(struct hl_cache *c);
 /** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */

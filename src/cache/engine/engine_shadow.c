@@ -544,6 +544,20 @@ static void wait_inflight(struct hl_cache *c, struct shadow_ent *se)
 	}
 }
 
+void engine_shadow_hold(struct hl_cache *c)
+{
+	struct eng_shadow *sh = c->shadow;
+
+	if (!sh)
+		return;
+	atomic_store(&sh->stopping, true);
+	/* a step under way ends (its pre-reads are out, in c->inflight); none starts after */
+	for (size_t i = 0; i < c->n_ents; i++) {
+		pthread_mutex_lock(&c->ents[i]->shadow_mu);
+		pthread_mutex_unlock(&c->ents[i]->shadow_mu);
+	}
+}
+
 void engine_shadow_stop(struct hl_cache *c)
 {
 	struct eng_shadow *sh = c->shadow;

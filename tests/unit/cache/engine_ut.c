@@ -597,6 +597,43 @@ static void test_hit_after_admission(void)
 }
 
 /*
+ * A clean stop (hl_cache_drain): a miss replies before its fill reaches the
+ * cache device; the drain waits for that fill while the reactor runs (a
+ * short timeout says how many are left), and afterwards nothing is in flight
+ * and the block is a hit. Device writes are held 300 ms by
+ * HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS.
+ */
+static void test_drain_waits_for_fills(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint64_t ub = g_ub;
+	uint8_t *buf = malloc(2 * BS);
+
+	g_ub = HL_CACHE_UPDATE_BUFFER_OFF; /* fills go to the device, not to RAM */
+	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "300", 1);
+	o = fixture_up(&c, NULL, &f, 7, "fake:a");
+	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0); /* replied */
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, 2 * BS) == 0);
+	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1); /* its fills wait on the timer */
+	CU_ASSERT_EQUAL(hl_cache_drain(c, 20), 1);     /* 20 ms: still out */
+	CU_ASSERT_EQUAL(hl_cache_drain(c, 5000), 0);
+	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 0);
+	memset(buf, 0, 2 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, 2 * BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, 1); /* the fills landed: both blocks hit */
+	CU_ASSERT_EQUAL(hl_cache_drain(NULL, 0), 0);
+
+	fixture_down(c, o, &f);
+	g_ub = ub;
+	free(buf);
+}
+
+/*
  * The engine tags each read with where its data came from, for the disk's
  * latency split: all from the cache, partly, or all from the origin.
  */
@@ -3468,6 +3505,8 @@ int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"hits are served from the cache after admission", test_hit_after_admission},
+	    {"a clean stop's drain waits for the fills of reads that replied",
+	     test_drain_waits_for_fills},
     {"reads are tagged hit, partial or miss for the disk's latency split", test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
 	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
