@@ -228,8 +228,17 @@ struct cache_lun {
 
 struct cache_stale {
 	uint64_t key;
-	uint64_t epoch;
+	uint64_t epoch; /* 0: a freed entry */
 	uint32_t slot;
+	uint32_t next; /* the slot's next (older) claim, or the next freed entry; or CACHE_STALE_NONE */
+};
+
+#define CACHE_STALE_NONE UINT32_MAX
+
+/* A slot with stale claims: the newest one (struct hl_cache_core: sidx). */
+struct cache_stale_slot {
+	uint32_t slot;
+	uint32_t head; /* index in stale[]; CACHE_STALE_NONE: an empty entry */
 };
 
 /*
@@ -395,8 +404,14 @@ struct hl_cache_core {
 	uint32_t *wip;  /* CACHE_WIP_BUCKETS counters */
 	uint64_t wip_n; /* writes counted in it */
 	/* stale on-device claims: slots released while their record claimed data */
+	/*
+	 * stale[0, stale_end): live claims and freed entries (epoch 0, chained
+	 * from stale_free through next, reused first); nstale: the live ones.
+	 * Entries never move, so the slot index below points into it.
+	 */
 	struct cache_stale *stale;
-	uint64_t nstale, stale_cap, meta_epoch;
+	uint64_t nstale, stale_end, stale_cap, meta_epoch;
+	uint32_t stale_free;
 	/*
 	 * The keys of the stale claims, counted (open addressing, linear
 	 * probing; skey_cap a power of two, at most half full): a write's check
@@ -407,6 +422,17 @@ struct hl_cache_core {
 	struct cache_stale_key *skey;
 	uint64_t skey_cap, skey_used;
 	bool skey_broken;
+	/*
+	 * The stale claims by slot (open addressing, linear probing, sidx_cap a
+	 * power of two, at most half full; each slot's claims chained newest
+	 * first through cache_stale.next): persisting a slot's record looks at
+	 * its own claims, not the list (a sync after a whole LUN's 1M drops was
+	 * 1M scans of it under the lock). sidx_broken: no memory to grow it,
+	 * persisting scans the list until it is empty.
+	 */
+	struct cache_stale_slot *sidx;
+	uint64_t sidx_cap, sidx_used;
+	bool sidx_broken;
 	bool stale_overflow;
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */

@@ -1083,6 +1083,78 @@ static void test_stale_claims_many(void)
 }
 
 /*
+ * The stale claims by slot (issue 25): a record persisted at a snapshot's
+ * epoch voids exactly its slot's claims noted before the snapshot, and no
+ * others. A model of the list beside the core, through random drops
+ * (several per slot, freed entries reused), snapshots and out-of-order
+ * persists: after every step each key needs a sync exactly when a live
+ * claim has it, the count matches, and CLAIMS_OTHER stays on a slot
+ * exactly when a claim newer than the snapshot is left. Fails on a
+ * removal of the wrong slot's claim, of a newer one, or on one missed.
+ */
+static void test_stale_claims_by_slot(void)
+{
+	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
+	enum { NSLOT = 3000, NBLK = 700, MAXM = 20000 };
+	static struct {
+		uint32_t slot;
+		uint64_t block, epoch;
+	} m[MAXM];
+	uint64_t nm = 0, snaps[8] = {0}, x = 0x9e3779b97f4a7c15ull;
+	unsigned bad = 0, others = 0;
+
+	for (unsigned step = 0; step < 60000 && !bad; step++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		unsigned op = (unsigned)(x % 100);
+		uint32_t slot = (uint32_t)((x >> 8) % (step < 20000 ? NSLOT : 40));
+		if (op < 55 && nm < MAXM) {
+			struct hl_cache_slot_rec rec = {.lun = 0, .block = (x >> 24) % NBLK};
+			hl_cache_core_slot_drop_claimed(c, slot, &rec);
+			m[nm].slot = slot;
+			m[nm].block = rec.block;
+			m[nm++].epoch = hl_cache_core_meta_epoch(c);
+		} else if (op < 60) {
+			snaps[(x >> 40) % 8] = hl_cache_core_meta_epoch(c) + 1;
+		} else {
+			/* A page written at some earlier snapshot (or now) reaches the device. */
+			uint64_t epoch = op < 95 ? snaps[(x >> 40) % 8] : hl_cache_core_meta_epoch(c) + 1;
+			bool left = false;
+			for (uint64_t i = 0; i < nm;) {
+				if (m[i].slot == slot && m[i].epoch < epoch) {
+					m[i] = m[--nm];
+					continue;
+				}
+				left |= m[i].slot == slot;
+				i++;
+			}
+			hl_cache_core_slot_persisted(c, slot, true, epoch);
+			bad += !(c->meta[slot] & CACHE_M_CLAIMS_OTHER) != !left;
+			others += left;
+		}
+		bad += c->nstale != nm;
+		if (step % 500 == 0 || bad) {
+			static bool want[NBLK];
+			memset(want, 0, sizeof(want));
+			for (uint64_t i = 0; i < nm; i++)
+				want[m[i].block] = true;
+			for (uint64_t b = 0; b < NBLK; b++)
+				bad += hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K) != want[b];
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT(others > 100); /* newer claims were kept, not only old ones dropped */
+	/* Everything persisted now: nothing left, the list starts over. */
+	for (uint32_t s = 0; s < NSLOT; s++)
+		hl_cache_core_slot_persisted(c, s, false, hl_cache_core_meta_epoch(c) + 1);
+	CU_ASSERT_EQUAL(c->nstale, 0);
+	CU_ASSERT_EQUAL(c->stale_end, 0);
+	CU_ASSERT_EQUAL(c->sidx_used, 0);
+	for (uint64_t b = 0; b < NBLK; b++)
+		CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K));
+	hl_cache_core_destroy(c);
+}
+
+/*
  * 256 LUNs per cache (the stored key's LUN index); a removed LUN's index
  * is not given to another while a slot still carries it, so a pinned
  * slot's key keeps its LUN.
@@ -1709,6 +1781,8 @@ static const struct hl_test tests[] = {
     {"shadow read: straight to the SSD, not counted; hot scan", test_shadow_read_and_hot_scan},
     {"thousands of stale claims: each found by key, each lost once persisted",
      test_stale_claims_many},
+    {"stale claims by slot: a persist voids exactly its slot's older claims (model)",
+     test_stale_claims_by_slot},
     {NULL, NULL},
 };
 
