@@ -494,6 +494,91 @@ static void test_torn_write_every_step(void)
 }
 
 /*
+ * A big drop (issue 25): both LUNs cached whole and synced, LUN 0 dropped
+ * at once without a sync (a detach, a cold attach: hundreds of stale
+ * claims), then freed slots refilled with LUN 1's blocks (fills deferred,
+ * some needing a barrier), writes to LUN 0's blocks (each must wait for a
+ * sync while a record still claims its block), an UNMAP and syncs. The
+ * device dies at each of its writes in turn: nothing stale is restored.
+ */
+static void big_drop_workload(struct rig *r)
+{
+	const uint64_t nb = LUNSECT / SPB;
+
+	for (uint64_t b = 0; b < nb && !r->crashed; b++)
+		do_read(r, 0, b * BS, BS, false);
+	for (uint64_t b = 0; b < nb / 2 && !r->crashed; b++)
+		do_read(r, 1, b * BS, BS, false);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	touch(0, 0, nb * BS);
+	hl_cache_core_invalidate(r->c, 0, 0, nb * BS);
+	for (uint64_t b = 0; b < nb && !r->crashed; b++) {
+		if (b % 3 == 0)
+			do_write(r, 0, b * BS + (b % 4) * 4096, 4096 + (b % 5) * 512);
+		if (b % 2 == 0 && nb / 2 + b / 2 < nb)
+			do_read(r, 1, (nb / 2 + b / 2) * BS, BS, b % 4 == 0);
+		if (b % 7 == 0)
+			do_read(r, 0, (b / 2) * BS, 2 * BS, b % 3 == 0);
+		if (b == nb / 2)
+			do_invalidate(r, 1, 0, 40 * BS);
+		if (b % 50 == 49 && !r->crashed)
+			dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	}
+	if (r->npend)
+		finish_pending(r);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+}
+
+static void test_big_drop_crash_every_write(void)
+{
+	uint64_t total, n, crashes = 0, recovered_slots = 0;
+	const uint64_t dev = 8u << 20;
+	unsigned bad = 0;
+	struct rig r;
+	int restored;
+
+	memset(touched, 0, sizeof(touched));
+	rig_start(&r, dev);
+	uint64_t base = hl_cache_dev_mem_writes(r.d);
+	big_drop_workload(&r);
+	CU_ASSERT_FALSE_FATAL(r.crashed);
+	CU_ASSERT_EQUAL(r.bad_hits, 0);
+	total = hl_cache_dev_mem_writes(r.d) - base;
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
+	CU_ASSERT(total > 400);
+
+	for (n = 0; n <= total; n++) {
+		static const size_t torn[] = {0, 512, 1000, 2048, 4095};
+		rig_start(&r, dev);
+		hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
+		big_drop_workload(&r);
+		crashes += r.crashed;
+		if (!summary_covers_claims(&r))
+			bad++;
+		bad += recover_and_check(&r, &restored);
+		recovered_slots += (uint64_t)(restored > 0 ? restored : 0);
+		bad += (unsigned)r.bad_hits;
+		hl_cache_core_destroy(r.c);
+		hl_cache_layout_release(&r.l);
+		hl_cache_dev_close(r.d);
+		if (bad) {
+			fprintf(stderr, "stale data after a crash at write %llu of %llu\n",
+			        (unsigned long long)n, (unsigned long long)total);
+			break;
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(crashes, total);
+	CU_ASSERT(recovered_slots > total);
+	fprintf(stderr, "\n  big drop: %llu device writes, a crash at each: %u stale, %llu slots restored",
+	        (unsigned long long)total, bad, (unsigned long long)recovered_slots);
+}
+
+/*
  * The race behind hl_cache_core_write_needs_sync(): a miss evicts block X
  * from a slot whose record still claims X; before that record is rewritten
  * (the fill's barrier is still pending) X is written at the origin; then
@@ -1607,6 +1692,8 @@ static const struct hl_test tests[] = {
      test_second_fill_before_take_barrier},
     {"torn, foreign and missing superblocks", test_bad_superblock},
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
+    {"a big drop, then writes, refills, syncs: a crash at each write, nothing stale",
+     test_big_drop_crash_every_write},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
     {"a second write to a sector whose unclaim is pending syncs too",
      test_second_write_before_barrier},
