@@ -168,6 +168,7 @@ static void rs_free(struct cache_restore *rs)
 {
 	free(rs->r);
 	free(rs->d);
+	free(rs->held);
 	memset(rs, 0, sizeof(*rs));
 }
 
@@ -180,6 +181,66 @@ void hl_cache_core_restore_begin(struct hl_cache_core *c)
 void hl_cache_core_restore_end(struct hl_cache_core *c)
 {
 	rs_free(&c->rs);
+}
+
+int hl_cache_core_restore_hold(struct hl_cache_core *c, const uint64_t *marks, uint64_t npages,
+                               uint32_t per)
+{
+	struct cache_restore *rs = &c->rs;
+	uint64_t nw = HL_DIV_ROUND_UP(npages, 64);
+
+	if (!rs->on || !per || per % 64 || npages < HL_DIV_ROUND_UP(c->nslots, per))
+		return -EINVAL;
+	free(rs->held);
+	rs->held = malloc(HL_MAX(nw, 1) * sizeof(uint64_t));
+	if (!rs->held)
+		return -ENOMEM;
+	memcpy(rs->held, marks, nw * sizeof(uint64_t));
+	rs->held_pages = npages;
+	rs->held_per = per;
+	return 0;
+}
+
+void hl_cache_core_restore_known(struct hl_cache_core *c, uint64_t page)
+{
+	struct cache_restore *rs = &c->rs;
+
+	if (rs->held && page < rs->held_pages)
+		rs->held[page / 64] &= ~(1ull << (page % 64));
+}
+
+/*
+ * At most 64 words of the takenmap a call (4,096 slots): a miss costs
+ * little while most pages are held; the hint moves on past what was
+ * looked at, so later misses look further (and come round again).
+ */
+uint32_t cache_restore_find_free(struct hl_cache_core *c, struct cache_part *pt)
+{
+	struct cache_restore *rs = &c->rs;
+	uint64_t first = pt->first, end = first + pt->n, i;
+
+	if (!rs->held || !pt->nfree || !pt->n)
+		return HL_CACHE_NO_SLOT;
+	i = rs->fill_hint < first || rs->fill_hint >= end ? first : rs->fill_hint;
+	for (int words = 0; words < 64; words++) {
+		uint64_t page = i / rs->held_per;
+		uint64_t w = ~c->takenmap[i / 64] >> (i % 64);
+		/* (a word of slots lies in one page: per is a multiple of 64) */
+		if (page < rs->held_pages && (rs->held[page / 64] >> (page % 64) & 1))
+			w = 0;
+		if (w) {
+			i += (uint64_t)__builtin_ctzll(w);
+			if (i < end) {
+				rs->fill_hint = i + 1;
+				return (uint32_t)i;
+			}
+		}
+		i = (i / 64 + 1) * 64;
+		if (i >= end)
+			i = first;
+	}
+	rs->fill_hint = i;
+	return HL_CACHE_NO_SLOT;
 }
 
 bool hl_cache_core_restoring(const struct hl_cache_core *c)

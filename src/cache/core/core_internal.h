@@ -333,7 +333,7 @@ struct cache_budget {
  */
 #define CACHE_RS_MAX 4096u
 struct cache_restore {
-	bool on;     /* restoring: no new slot is taken, writes are noted */
+	bool on;     /* restoring: new slots only of known pages (held), writes are noted */
 	bool marked; /* the superblock says "restore pending" (durable), with d or all */
 	bool all;    /* every record still to come is dropped (no memory, too many LUNs) */
 	bool dirty;  /* a block noted that the durable copy does not cover */
@@ -344,6 +344,14 @@ struct cache_restore {
 	struct hl_cache_rs_range *d;
 	uint64_t gen;   /* bumped whenever dirty is set */
 	uint64_t noted; /* ranges noted */
+	/*
+	 * Record pages not known yet (hl_cache_core_restore_hold): a fill
+	 * takes no slot of them. NULL: no slot is taken at all.
+	 */
+	uint64_t *held;
+	uint64_t held_pages;
+	uint32_t held_per;  /* records a page (a multiple of 64) */
+	uint64_t fill_hint; /* where the next search for a FREE slot starts */
 };
 
 struct cache_stale_key {
@@ -788,6 +796,8 @@ void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint
 bool cache_restore_durable(const struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1);
 /** Restoring and block of lun is in the filter. */
 bool cache_restore_covers(const struct hl_cache_core *c, uint16_t lun, uint64_t block);
+/** A FREE slot of pt a fill may take while restoring, or HL_CACHE_NO_SLOT. */
+uint32_t cache_restore_find_free(struct hl_cache_core *c, struct cache_part *pt);
 /** cache_slot_take() after the caller put keys[s] into the index itself. */
 void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s);
 /** Make a USED slot FREE (it must be unpinned and have no writers). */

@@ -706,6 +706,17 @@ void hl_cache_restore_release(struct hl_cache_restore *r)
 	r->recs_cap = 0;
 }
 
+/*
+ * Fills while restoring (rule 5): the pages the loader will read are held
+ * until it restored them. No memory: no fills, as before.
+ */
+static void hold_pages(const struct hl_cache_layout *l, struct hl_cache_core *c,
+                       const struct hl_cache_restore *r)
+{
+	if (hl_cache_core_restore_hold(c, r->marks, l->npages, (uint32_t)(PAGE / l->rec_size)))
+		HL_NOTICE("cache", "cache device: no fills until the restore ends");
+}
+
 int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
                              struct hl_cache_layout *l, struct hl_cache_restore *r)
 {
@@ -790,6 +801,7 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 		 * (hl_cache_meta_load_finish).
 		 */
 		hl_cache_core_restore_begin(c);
+		hold_pages(l, c, r);
 		rc = hl_cache_core_restore_preload(c, s->ranges, s->nranges);
 		if (!rc)
 			rc = sb_write_ranges(d, l, SB_PENDING, s->ranges, s->nranges);
@@ -817,6 +829,7 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 		goto out;
 	l->sb_state = SB_OPEN;
 	hl_cache_core_restore_begin(c);
+	hold_pages(l, c, r);
 	return 0;
 out:
 	hl_cache_layout_release(l);
@@ -892,6 +905,8 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 			                                   r->recs_ok + (k - k0) * per, &any, r);
 			if (!any)
 				empty[nempty++] = k;
+			else
+				hl_cache_core_restore_known(c, k); /* its claims are in RAM now */
 			r->marks[k / 64] &= ~(1ull << (k % 64));
 			r->pages_left--;
 		}
@@ -911,6 +926,17 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 		pthread_mutex_lock(sum_lock);
 	for (uint32_t i = 0; i < nempty; i++)
 		sum_clear(l, empty[i]);
+	/*
+	 * Only now may a fill take a slot of them: a sync that wrote a fill's
+	 * record there before sum_clear would find the bit still set (the page
+	 * was marked), not write it, and then lose it here.
+	 */
+	if (nempty && lock)
+		pthread_mutex_lock(lock);
+	for (uint32_t i = 0; i < nempty; i++)
+		hl_cache_core_restore_known(c, empty[i]);
+	if (nempty && lock)
+		pthread_mutex_unlock(lock);
 	if (nempty && sum_lock)
 		pthread_mutex_unlock(sum_lock);
 	r->next = q;
