@@ -209,35 +209,55 @@ void hl_cache_core_restore_known(struct hl_cache_core *c, uint64_t page)
 		rs->held[page / 64] &= ~(1ull << (page % 64));
 }
 
+/* The first page from p on that is not held (held_pages: none), looking at 64 words at most. */
+static uint64_t rs_next_known(const struct cache_restore *rs, uint64_t p)
+{
+	for (int words = 0; words < 64 && p < rs->held_pages; words++) {
+		uint64_t w = ~rs->held[p / 64] >> (p % 64);
+		if (w)
+			return HL_MIN(p + (uint64_t)__builtin_ctzll(w), rs->held_pages);
+		p = (p / 64 + 1) * 64;
+	}
+	return HL_MIN(p, rs->held_pages);
+}
+
 /*
- * At most 64 words of the takenmap a call (4,096 slots): a miss costs
- * little while most pages are held; the hint moves on past what was
- * looked at, so later misses look further (and come round again).
+ * At most 64 words of the takenmap (4,096 slots) and 64 jumps over held
+ * pages (64 words of their bitmap each) a call: a miss costs a few
+ * microseconds at most while most pages are held; the hint moves on past what was looked at, so later misses look
+ * further (and come round again).
  */
 uint32_t cache_restore_find_free(struct hl_cache_core *c, struct cache_part *pt)
 {
 	struct cache_restore *rs = &c->rs;
 	uint64_t first = pt->first, end = first + pt->n, i;
+	int words = 0, jumps = 0, wraps = 0;
 
 	if (!rs->held || !pt->nfree || !pt->n)
 		return HL_CACHE_NO_SLOT;
 	i = rs->fill_hint < first || rs->fill_hint >= end ? first : rs->fill_hint;
-	for (int words = 0; words < 64; words++) {
+	while (words < 64 && jumps < 64 && wraps < 2) {
 		uint64_t page = i / rs->held_per;
-		uint64_t w = ~c->takenmap[i / 64] >> (i % 64);
-		/* (a word of slots lies in one page: per is a multiple of 64) */
-		if (page < rs->held_pages && (rs->held[page / 64] >> (page % 64) & 1))
-			w = 0;
-		if (w) {
-			i += (uint64_t)__builtin_ctzll(w);
-			if (i < end) {
-				rs->fill_hint = i + 1;
-				return (uint32_t)i;
+		if (page < rs->held_pages && (rs->held[page / 64] >> (page % 64) & 1)) {
+			/* (a word of slots lies in one page: per is a multiple of 64) */
+			i = rs_next_known(rs, page) * rs->held_per;
+			jumps++;
+		} else {
+			uint64_t w = ~c->takenmap[i / 64] >> (i % 64);
+			words++;
+			if (w) {
+				i += (uint64_t)__builtin_ctzll(w);
+				if (i < end) {
+					rs->fill_hint = i + 1;
+					return (uint32_t)i;
+				}
 			}
+			i = (i / 64 + 1) * 64;
 		}
-		i = (i / 64 + 1) * 64;
-		if (i >= end)
+		if (i >= end) {
 			i = first;
+			wraps++;
+		}
 	}
 	rs->fill_hint = i;
 	return HL_CACHE_NO_SLOT;
