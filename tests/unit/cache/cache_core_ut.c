@@ -1155,6 +1155,65 @@ static void test_stale_claims_by_slot(void)
 }
 
 /*
+ * Fills during a lazy restore (rule 5): without restore_hold no slot is
+ * taken; with it a miss takes only a FREE slot of a page not held, never
+ * evicts; a page let go by restore_known is used too; a record the loader
+ * finds later for a block filled meanwhile is a duplicate (-EEXIST).
+ */
+static void test_restore_fills(void)
+{
+	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
+	const uint64_t npages = 16384 / 128;
+	uint64_t marks[2];
+	struct hl_cache_slot_rec rec = {.lun = 0, .block = 100000};
+	uint32_t s;
+
+	CU_ASSERT_EQUAL_FATAL(hl_cache_core_set_admission(c, HL_ADMIT_ALWAYS, 0), 0);
+	hl_cache_core_restore_begin(c);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 4 * K), R_MISS); /* no hold: nothing filled */
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	marks[0] = marks[1] = ~0ull;
+	marks[100 / 64] &= ~(1ull << (100 % 64)); /* page 100 claimed nothing at the start */
+	CU_ASSERT_EQUAL(hl_cache_core_restore_hold(c, marks, npages, 100), -EINVAL);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_core_restore_hold(c, marks, npages, 128), 0);
+	for (uint64_t b = 0; b < 50; b++) {
+		CU_ASSERT_EQUAL(rd(c, 0, b * 4 * K, 4 * K), R_MISS);
+		s = hl_cache_core_peek(c, 0, b, NULL);
+		CU_ASSERT_FATAL(s != HL_CACHE_NO_SLOT);
+		CU_ASSERT_EQUAL(s / 128, 100);
+		CU_ASSERT_EQUAL(rd(c, 0, b * 4 * K, 4 * K), R_HIT);
+	}
+	/* The loader restores page 0: a record of a block filled meanwhile is a duplicate. */
+	rec.valid[0] = 1;
+	CU_ASSERT_EQUAL(hl_cache_core_slot_restore(c, 5, &rec), 0);
+	rec.block = 7;
+	CU_ASSERT_EQUAL(hl_cache_core_slot_restore(c, 6, &rec), -EEXIST);
+	hl_cache_core_restore_known(c, 0);
+	/* Pages 0 and 100 fill up (255 free slots), then misses are not filled: no eviction. */
+	for (uint64_t b = 50; b < 50 + 78 + 127; b++) {
+		CU_ASSERT_EQUAL(rd(c, 0, b * 4 * K, 4 * K), R_MISS);
+		s = hl_cache_core_peek(c, 0, b, NULL);
+		CU_ASSERT_FATAL(s != HL_CACHE_NO_SLOT);
+		CU_ASSERT(s / 128 == 0 || s / 128 == 100);
+	}
+	CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 5000, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(rd(c, 0, 100000 * 4 * K, 4 * K), R_HIT); /* the restored block */
+	/* A sequential stream is not filled while restoring. */
+	hl_cache_core_restore_known(c, 1);
+	CU_ASSERT_EQUAL(rd(c, 0, 8000 * 4 * K, 2 * M), R_MISS);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 8000, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(rd(c, 0, 9000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 9000, NULL) / 128, 1);
+	hl_cache_core_restore_end(c);
+	CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 5000, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_destroy(c);
+}
+
+/*
  * 256 LUNs per cache (the stored key's LUN index); a removed LUN's index
  * is not given to another while a slot still carries it, so a pinned
  * slot's key keeps its LUN.
@@ -1783,6 +1842,7 @@ static const struct hl_test tests[] = {
      test_stale_claims_many},
     {"stale claims by slot: a persist voids exactly its slot's older claims (model)",
      test_stale_claims_by_slot},
+    {"lazy restore: misses fill FREE slots of known pages only", test_restore_fills},
     {NULL, NULL},
 };
 
