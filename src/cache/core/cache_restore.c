@@ -1,8 +1,9 @@
 /*
  * cache_restore.c - the policy core during a lazy warm restart
  * (docs/cache-format.md, "Lazy restore"): while the loader restores the
- * slot records in the background, no new slot is taken (a miss is served
- * from the origin and not filled), and every block a write or an
+ * slot records in the background, a miss takes only a FREE slot of a
+ * record page whose records are known (rule 5: restore_hold, the pages
+ * still to load held; no eviction, no RAM window), and every block a write or an
  * invalidation touches goes into the "written while restoring" filter
  * before the origin can see the change. The loader drops every record of
  * a block in the filter (hl_cache_core_slot_restore: -ESTALE).
