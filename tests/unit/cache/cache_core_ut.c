@@ -1092,7 +1092,7 @@ static void test_stale_claims_many(void)
  * exactly when a claim newer than the snapshot is left. Fails on a
  * removal of the wrong slot's claim, of a newer one, or on one missed.
  */
-static void test_stale_claims_by_slot(void)
+static void stale_claims_by_slot(bool broken)
 {
 	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
 	enum { NSLOT = 3000, NBLK = 700, MAXM = 20000 };
@@ -1104,6 +1104,13 @@ static void test_stale_claims_by_slot(void)
 	unsigned bad = 0, others = 0;
 
 	for (unsigned step = 0; step < 60000 && !bad; step++) {
+		if (broken && step == 10000) {
+			/* As when the slot index cannot grow: it is dropped, persists scan the list. */
+			free(c->sidx);
+			c->sidx = NULL;
+			c->sidx_cap = c->sidx_used = 0;
+			c->sidx_broken = true;
+		}
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		unsigned op = (unsigned)(x % 100);
 		uint32_t slot = (uint32_t)((x >> 8) % (step < 20000 ? NSLOT : 40));
@@ -1149,9 +1156,28 @@ static void test_stale_claims_by_slot(void)
 	CU_ASSERT_EQUAL(c->nstale, 0);
 	CU_ASSERT_EQUAL(c->stale_end, 0);
 	CU_ASSERT_EQUAL(c->sidx_used, 0);
+	CU_ASSERT_FALSE(c->sidx_broken); /* empty: the index starts over */
 	for (uint64_t b = 0; b < NBLK; b++)
 		CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K));
+	/* ... and works again. */
+	struct hl_cache_slot_rec rec = {.lun = 0, .block = 3};
+	hl_cache_core_slot_drop_claimed(c, 9, &rec);
+	CU_ASSERT_EQUAL(c->sidx_used, 1);
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 3 * 4 * K, 4 * K));
+	hl_cache_core_slot_persisted(c, 9, false, hl_cache_core_meta_epoch(c) + 1);
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 3 * 4 * K, 4 * K));
 	hl_cache_core_destroy(c);
+}
+
+static void test_stale_claims_by_slot(void)
+{
+	stale_claims_by_slot(false);
+}
+
+/* The same when the slot index could not grow (no memory) part way: the scan, then a new index. */
+static void test_stale_claims_by_slot_broken(void)
+{
+	stale_claims_by_slot(true);
 }
 
 /*
@@ -1842,6 +1868,7 @@ static const struct hl_test tests[] = {
      test_stale_claims_many},
     {"stale claims by slot: a persist voids exactly its slot's older claims (model)",
      test_stale_claims_by_slot},
+    {"stale claims by slot: the same after the index could not grow", test_stale_claims_by_slot_broken},
     {"lazy restore: misses fill FREE slots of known pages only", test_restore_fills},
     {NULL, NULL},
 };
