@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -1156,6 +1157,18 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
 		pthread_mutex_lock(lock);
 	for (uint64_t i = 0; i < ndirty; i++) {
 		uint64_t p = list[i];
+		/*
+		 * A big sync (a whole LUN dropped: thousands of pages) lets the
+		 * reactors in every 64 pages. Each page's persisting stands alone:
+		 * until it runs, its slots still look claimed (a write to a block
+		 * they claimed syncs, a fill takes a barrier), as during the writes
+		 * above. The snapshot stays one hold.
+		 */
+		if (lock && i && i % 64 == 0) {
+			pthread_mutex_unlock(lock);
+			sched_yield();
+			pthread_mutex_lock(lock);
+		}
 		if (rc) {
 			for (uint64_t j = 0; j < per && p * per + j < l->nslots; j++)
 				hl_cache_core_slot_set_dirty(c, (uint32_t)(p * per + j));
