@@ -575,7 +575,7 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
 /*
  * A lazy warm restart (docs/cache-format.md, "Lazy restore"): between
  * restore_begin and restore_end the loader restores records while I/O is
- * served. Meanwhile no slot is taken (misses are not filled), every block
+ * served. Meanwhile no slot is taken but as restore_hold allows, every block
  * a write or an invalidation touches (or every block of a LUN added) is
  * noted in a bounded filter, and hl_cache_core_slot_restore refuses a
  * record of a noted block (-ESTALE: the caller drops it as a claimed
@@ -593,6 +593,21 @@ void hl_cache_core_restore_begin(struct hl_cache_core *c);
 void hl_cache_core_restore_end(struct hl_cache_core *c);
 bool hl_cache_core_restoring(const struct hl_cache_core *c);
 bool hl_cache_core_restore_need_mark(const struct hl_cache_core *c);
+/*
+ * Fills while restoring (rule 5): the record pages not known yet, marks
+ * (npages bits, copied) of per records each (a multiple of 64), after
+ * restore_begin. A miss may then take a FREE slot of a page not held: one
+ * whose records the loader restored (their claims are known: a barrier
+ * where a record claims) or that claimed nothing at the start (its summary
+ * bit clear; the loader never reads it). restore_known(page) lets a page's
+ * slots go, under the lock that restores it, for a page that claimed
+ * nothing only once its summary bit is cleared (else a fill's record
+ * could lose its bit). Without a hold no slot is taken.
+ * @return 0, -EINVAL (per), -ENOMEM (no fills, the restore goes on).
+ */
+int hl_cache_core_restore_hold(struct hl_cache_core *c, const uint64_t *marks, uint64_t npages,
+                               uint32_t per);
+void hl_cache_core_restore_known(struct hl_cache_core *c, uint64_t page);
 /*
  * Preload the filter with the n ranges a superblock kept (a crash during
  * the last restore) and take them as its durable copy. After

@@ -22,7 +22,10 @@
 #     the next start is warm and nothing reads stale;
 #  4. a clean stop (SIGTERM) during a restore with writes: the loader stops
 #     (logged), the next start is warm without the blocks written and
-#     nothing reads stale.
+#     nothing reads stale;
+#  5. misses during the restore are filled (rule 5): 4 MiB read twice
+#     during the restore, the second time all from the cache, and again
+#     after it; nothing reads stale.
 . "$(dirname "$0")/lib.sh"
 hl_cache_front_prereqs
 hl_need qemu-img qemu-io dd
@@ -213,6 +216,53 @@ stale=$(stale_blocks)
 hl_log "4. SIGTERM during a restore with writes: warm start, $restored restored, $stale stale block(s)"
 [ "$restored" -gt $((USED / 2)) ] || hl_fail "4. only $restored of $USED blocks restored"
 [ "$stale" = 0 ] || hl_fail "$stale block(s) read back stale after a clean stop during the restore"
+
+# ---- 5. misses filled during the restore (rule 5): a second read hits
+# the last 1,024 blocks of the LUN (4 MiB), read twice during the restore
+# (4 KiB reads in a shuffled order: a sequential stream is not cached
+# during a restore), then once after it: blocks not cached and blocks
+# whose records the loader has not reached yet are filled by the first
+# read, so the second one reads everything from the cache (no fill at all
+# during a restore before: only the blocks restored by then would hit); a
+# record the loader finds later for a block filled meanwhile is dropped as
+# a duplicate, the fill stays and hits after the restore too.
+settle
+hl_stop "$FRONT_PID"
+start_slow
+restoring || hl_fail "5. not restoring at the start"
+RCMDS=$(python3 -c '
+import random
+r = random.Random(5)
+b = list(range('$((NBLK - 1024))', '$NBLK'))
+r.shuffle(b)
+print(" ".join("-c \"read %d 4k\"" % (x * '$BS') for x in b))')
+rd4m() {
+	eval timeout 120 qemu-io -f raw $RCMDS "$URL" >"$T/io.out" 2>&1 ||
+		{ cat "$T/io.out" >&2; hl_fail "qemu-io reads failed"; }
+}
+a0=$(stat_of admissions)
+rd4m
+sleep 1
+h0=$(stat_of bytes_read_cache)
+rd4m
+h1=$(stat_of bytes_read_cache)
+filled=$(( $(stat_of admissions) - a0 ))
+left=$(stat_of restore_pages_left)
+restoring || hl_fail "5. the restore ended before the second read (raise DELAY)"
+hl_log "5. during the restore ($left of $(stat_of restore_pages) pages left): $filled misses filled, the second read of 4 MiB: $((h1 - h0)) bytes from the cache"
+[ "$filled" -gt 0 ] || hl_fail "5. no miss was filled during the restore"
+[ $((h1 - h0)) = $((4 * 1024 * 1024)) ] ||
+	hl_fail "5. the second read during the restore read $((h1 - h0)) of 4 MiB from the cache"
+for i in $(seq 1 300); do restoring || break; sleep 0.1; done
+[ "$(stat_of restore_state)" = done ] || hl_fail "5. the restore did not end"
+h0=$(stat_of bytes_read_cache)
+rd4m
+h1=$(stat_of bytes_read_cache)
+stale=$(stale_blocks)
+hl_log "5. after the restore ($(stat_of restore_dropped) records dropped): the 4 MiB read $((h1 - h0)) bytes from the cache, $stale stale block(s)"
+[ $((h1 - h0)) = $((4 * 1024 * 1024)) ] ||
+	hl_fail "5. after the restore the 4 MiB read only $((h1 - h0)) bytes from the cache"
+[ "$stale" = 0 ] || hl_fail "5. $stale block(s) read back stale after fills during the restore"
 hl_check_alive "$FRONT_PID"
 hl_stop "$FRONT_PID"
 hl_log "PASS"

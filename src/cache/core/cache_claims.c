@@ -233,6 +233,102 @@ void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
 		cache_stale_add(c, cache_key(rec->lun, rec->block), slot);
 }
 
+/* ---- the stale claims by slot (struct hl_cache_core: sidx) ---- */
+
+static inline uint64_t sidx_home(const struct hl_cache_core *c, uint32_t slot)
+{
+	return cache_hash((uint64_t)slot ^ 0x9e3779b97f4a7c15ull) & (c->sidx_cap - 1);
+}
+
+/* @return the entry of slot, or UINT64_MAX. */
+static uint64_t sidx_find(const struct hl_cache_core *c, uint32_t slot)
+{
+	if (!c->sidx_used)
+		return UINT64_MAX;
+	for (uint64_t i = sidx_home(c, slot);; i = (i + 1) & (c->sidx_cap - 1)) {
+		if (c->sidx[i].head == CACHE_STALE_NONE)
+			return UINT64_MAX;
+		if (c->sidx[i].slot == slot)
+			return i;
+	}
+}
+
+/* Twice the entries (1,024 at first). @return false: no memory. */
+static bool sidx_grow(struct hl_cache_core *c)
+{
+	uint64_t cap = c->sidx_cap ? c->sidx_cap * 2 : 1024, ocap = c->sidx_cap;
+	struct cache_stale_slot *t = malloc(cap * sizeof(*t)), *old = c->sidx;
+
+	if (!t)
+		return false;
+	for (uint64_t i = 0; i < cap; i++)
+		t[i].head = CACHE_STALE_NONE;
+	c->sidx = t;
+	c->sidx_cap = cap;
+	for (uint64_t j = 0; j < ocap; j++) {
+		if (old[j].head == CACHE_STALE_NONE)
+			continue;
+		uint64_t i = sidx_home(c, old[j].slot);
+		while (t[i].head != CACHE_STALE_NONE)
+			i = (i + 1) & (cap - 1);
+		t[i] = old[j];
+	}
+	free(old);
+	return true;
+}
+
+/* Entry i holds no claim any more: shift back the entries of the run after it that may move. */
+static void sidx_del(struct hl_cache_core *c, uint64_t i)
+{
+	uint64_t j, mask = c->sidx_cap - 1;
+
+	for (j = (i + 1) & mask; c->sidx[j].head != CACHE_STALE_NONE; j = (j + 1) & mask) {
+		uint64_t h = sidx_home(c, c->sidx[j].slot);
+		if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
+			continue;
+		c->sidx[i] = c->sidx[j];
+		i = j;
+	}
+	c->sidx[i].head = CACHE_STALE_NONE;
+	c->sidx_used--;
+}
+
+/* Chain stale[e] first among its slot's claims (no memory: drop the index, scan until empty). */
+static void sidx_link(struct hl_cache_core *c, uint32_t e)
+{
+	uint32_t slot = c->stale[e].slot;
+	uint64_t i;
+
+	if (c->sidx_broken)
+		return;
+	if ((c->sidx_used + 1) * 2 > c->sidx_cap && !sidx_grow(c)) {
+		free(c->sidx);
+		c->sidx = NULL;
+		c->sidx_cap = c->sidx_used = 0;
+		c->sidx_broken = true;
+		return;
+	}
+	for (i = sidx_home(c, slot); c->sidx[i].head != CACHE_STALE_NONE;
+	     i = (i + 1) & (c->sidx_cap - 1))
+		if (c->sidx[i].slot == slot) {
+			c->stale[e].next = c->sidx[i].head;
+			c->sidx[i].head = e;
+			return;
+		}
+	c->sidx[i] = (struct cache_stale_slot){.slot = slot, .head = e};
+	c->sidx_used++;
+}
+
+/* Free stale[e] (unlinked from its slot's chain by the caller). */
+static void stale_put(struct hl_cache_core *c, uint32_t e)
+{
+	skey_dec(c, c->stale[e].key);
+	c->stale[e].epoch = 0;
+	c->stale[e].next = c->stale_free;
+	c->stale_free = e;
+	c->nstale--;
+}
+
 void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
                                   uint64_t epoch)
 {
@@ -244,15 +340,38 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 		c->meta[slot] |= CACHE_M_DISK_VALID;
 	else
 		c->meta[slot] &= (uint8_t)~CACHE_M_DISK_VALID;
-	for (uint64_t i = 0; i < c->nstale;) {
-		if (c->stale[i].slot == slot && c->stale[i].epoch < epoch) {
-			skey_dec(c, c->stale[i].key);
-			c->stale[i] = c->stale[--c->nstale];
-			continue;
+	/*
+	 * The snapshot (taken at epoch) made every claim of the slot noted
+	 * before it void: the record written claims nothing or the slot's
+	 * block of then. Claims noted after it stay.
+	 */
+	if (!c->sidx_broken) {
+		uint64_t h = sidx_find(c, slot);
+		if (h != UINT64_MAX) {
+			/* (no entry of sidx moves until sidx_del: link stays valid) */
+			uint32_t *link = &c->sidx[h].head;
+			while (*link != CACHE_STALE_NONE) {
+				uint32_t e = *link;
+				if (c->stale[e].epoch >= epoch) {
+					other = true; /* released (or dropped) after the snapshot */
+					link = &c->stale[e].next;
+					continue;
+				}
+				*link = c->stale[e].next;
+				stale_put(c, e);
+			}
+			if (c->sidx[h].head == CACHE_STALE_NONE)
+				sidx_del(c, h);
 		}
-		if (c->stale[i].slot == slot)
-			other = true; /* released (or dropped) after the snapshot */
-		i++;
+	} else {
+		for (uint64_t i = 0; i < c->stale_end; i++) {
+			if (!c->stale[i].epoch || c->stale[i].slot != slot)
+				continue;
+			if (c->stale[i].epoch < epoch)
+				stale_put(c, (uint32_t)i);
+			else
+				other = true;
+		}
 	}
 	/*
 	 * A record that claims nothing claims no other block. One that claims
@@ -262,34 +381,50 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 	 */
 	if (!claims_valid || (!other && !c->stale_overflow))
 		c->meta[slot] &= (uint8_t)~CACHE_M_CLAIMS_OTHER;
-	if (!c->nstale && c->skey_broken) {
-		/* (every count is 0 now: a table that could not grow starts over) */
-		free(c->skey);
-		c->skey = NULL;
-		c->skey_cap = c->skey_used = 0;
-		c->skey_broken = false;
+	if (!c->nstale) {
+		/* (every count is 0 now: tables that could not grow start over) */
+		c->stale_end = 0;
+		c->stale_free = CACHE_STALE_NONE;
+		c->sidx_broken = false;
+		if (c->skey_broken) {
+			free(c->skey);
+			c->skey = NULL;
+			c->skey_cap = c->skey_used = 0;
+			c->skey_broken = false;
+		}
 	}
 }
 
 /* A slot whose record may claim key stops holding it: remember the stale claim. */
 void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 {
-	if (c->nstale == c->stale_cap) {
-		uint64_t cap = c->stale_cap ? c->stale_cap * 2 : 256;
-		struct cache_stale *n = realloc(c->stale, cap * sizeof(*n));
-		if (!n) {
-			/* Cannot track it: make every write sync until the records are rewritten.
-			 */
-			c->stale_overflow = true;
-			return;
+	uint32_t e = c->stale_free;
+
+	if (e != CACHE_STALE_NONE) {
+		c->stale_free = c->stale[e].next;
+	} else {
+		if (c->stale_end == c->stale_cap) {
+			uint64_t cap = c->stale_cap ? c->stale_cap * 2 : 256;
+			struct cache_stale *n = NULL;
+			/* (indices are 32 bits, CACHE_STALE_NONE excluded) */
+			if (cap <= CACHE_STALE_NONE)
+				n = realloc(c->stale, cap * sizeof(*n));
+			if (!n) {
+				/* Cannot track it: make every write sync until the records are rewritten. */
+				c->stale_overflow = true;
+				return;
+			}
+			c->stale = n;
+			c->stale_cap = cap;
 		}
-		c->stale = n;
-		c->stale_cap = cap;
+		e = (uint32_t)c->stale_end++;
 	}
 	c->meta_epoch++;
-	c->stale[c->nstale++] =
-	    (struct cache_stale){.key = key, .slot = slot, .epoch = c->meta_epoch};
+	c->stale[e] = (struct cache_stale){
+	    .key = key, .slot = slot, .epoch = c->meta_epoch, .next = CACHE_STALE_NONE};
+	c->nstale++;
 	skey_inc(c, key);
+	sidx_link(c, e);
 }
 
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
@@ -322,8 +457,8 @@ bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun,
 				return true;
 			continue;
 		}
-		for (uint64_t i = 0; i < c->nstale; i++)
-			if (c->stale[i].key == key)
+		for (uint64_t i = 0; i < c->stale_end; i++)
+			if (c->stale[i].epoch && c->stale[i].key == key)
 				return true;
 	}
 	return b1 - b0 >= 4096; /* huge ranges: be safe */

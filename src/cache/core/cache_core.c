@@ -57,6 +57,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	c->p = *p;
 	c->nslots = nslots;
 	c->call = 1; /* partitions start with exhausted == 0 */
+	c->stale_free = CACHE_STALE_NONE;
 	if (p->window_bytes == HL_CACHE_WINDOW_AUTO) {
 		/*
 		 * 1% of the cache, at least 16 MiB and at least 256 blocks, at
@@ -188,8 +189,10 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->ub.fifo);
 	free(c->stale);
 	free(c->skey);
+	free(c->sidx);
 	free(c->rs.r); /* destroyed during a lazy restore (a stop, a failed open) */
 	free(c->rs.d);
+	free(c->rs.held);
 	free(c->wip);
 	cache_index_fini(&c->ix);
 	free(c->busy.tab);

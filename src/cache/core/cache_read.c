@@ -369,6 +369,30 @@ ssd:
 	return s;
 }
 
+/*
+ * A miss during a lazy restore (docs/cache-format.md, rule 5): only a FREE
+ * SSD slot of a record page whose claims are known (restore_hold), never a
+ * victim (the restore brings the warm blocks back) nor the RAM window,
+ * nothing for sequential streams or a shadow's plan. @return slot or NO_SLOT.
+ */
+static uint32_t admit_restoring(struct hl_cache_core *c, struct cache_lun *l, uint64_t key,
+                                bool bypass, struct hl_cache_io *io)
+{
+	struct cache_part *pt = &c->parts[l->part];
+	uint32_t s;
+
+	if (bypass || c->shadow || cache_key_block(key) > CACHE_KEY_MAX_BLOCK)
+		return HL_CACHE_NO_SLOT;
+	s = cache_restore_find_free(c, pt);
+	if (s == HL_CACHE_NO_SLOT || !hl_admit_should(c->admit, key, c->p.admit_free, 0))
+		return HL_CACHE_NO_SLOT;
+	cache_slot_take(c, pt, s, key);
+	io->meta_barrier = (c->meta[s] & CACHE_M_DISK_VALID) != 0;
+	io->admitted = 1;
+	CACHE_STAT(c, l, admissions, 1);
+	return s;
+}
+
 int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len,
                        struct hl_cache_io *ios, uint32_t max)
 {
@@ -473,8 +497,8 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 			budget_missed(c);
 		if (cache_wip_find(c, key))
 			continue; /* an origin write to it is in flight: do not fill */
-		/* A lazy restore: no slot is taken until every record is known. */
-		s = c->rs.on ? HL_CACHE_NO_SLOT
+		/* A lazy restore: only a slot whose record is known (rule 5). */
+		s = c->rs.on ? admit_restoring(c, l, key, bypass, io)
 		             : admit_miss(c, l, key, bypass, io, ios + nb, &nextra, max_extra);
 		if (s == HL_CACHE_NO_SLOT)
 			continue;

@@ -1,8 +1,9 @@
 /*
  * cache_restore.c - the policy core during a lazy warm restart
  * (docs/cache-format.md, "Lazy restore"): while the loader restores the
- * slot records in the background, no new slot is taken (a miss is served
- * from the origin and not filled), and every block a write or an
+ * slot records in the background, a miss takes only a FREE slot of a
+ * record page whose records are known (rule 5: restore_hold, the pages
+ * still to load held; no eviction, no RAM window), and every block a write or an
  * invalidation touches goes into the "written while restoring" filter
  * before the origin can see the change. The loader drops every record of
  * a block in the filter (hl_cache_core_slot_restore: -ESTALE).
@@ -168,6 +169,7 @@ static void rs_free(struct cache_restore *rs)
 {
 	free(rs->r);
 	free(rs->d);
+	free(rs->held);
 	memset(rs, 0, sizeof(*rs));
 }
 
@@ -180,6 +182,86 @@ void hl_cache_core_restore_begin(struct hl_cache_core *c)
 void hl_cache_core_restore_end(struct hl_cache_core *c)
 {
 	rs_free(&c->rs);
+}
+
+int hl_cache_core_restore_hold(struct hl_cache_core *c, const uint64_t *marks, uint64_t npages,
+                               uint32_t per)
+{
+	struct cache_restore *rs = &c->rs;
+	uint64_t nw = HL_DIV_ROUND_UP(npages, 64);
+
+	if (!rs->on || !per || per % 64 || npages < HL_DIV_ROUND_UP(c->nslots, per))
+		return -EINVAL;
+	free(rs->held);
+	rs->held = malloc(HL_MAX(nw, 1) * sizeof(uint64_t));
+	if (!rs->held)
+		return -ENOMEM;
+	memcpy(rs->held, marks, nw * sizeof(uint64_t));
+	rs->held_pages = npages;
+	rs->held_per = per;
+	return 0;
+}
+
+void hl_cache_core_restore_known(struct hl_cache_core *c, uint64_t page)
+{
+	struct cache_restore *rs = &c->rs;
+
+	if (rs->held && page < rs->held_pages)
+		rs->held[page / 64] &= ~(1ull << (page % 64));
+}
+
+/* The first page from p on that is not held (held_pages: none), looking at 64 words at most. */
+static uint64_t rs_next_known(const struct cache_restore *rs, uint64_t p)
+{
+	for (int words = 0; words < 64 && p < rs->held_pages; words++) {
+		uint64_t w = ~rs->held[p / 64] >> (p % 64);
+		if (w)
+			return HL_MIN(p + (uint64_t)__builtin_ctzll(w), rs->held_pages);
+		p = (p / 64 + 1) * 64;
+	}
+	return HL_MIN(p, rs->held_pages);
+}
+
+/*
+ * At most 64 words of the takenmap (4,096 slots) and 64 jumps over held
+ * pages (64 words of their bitmap each) a call: a miss costs a few
+ * microseconds at most while most pages are held; the hint moves on past what was looked at, so later misses look
+ * further (and come round again).
+ */
+uint32_t cache_restore_find_free(struct hl_cache_core *c, struct cache_part *pt)
+{
+	struct cache_restore *rs = &c->rs;
+	uint64_t first = pt->first, end = first + pt->n, i;
+	int words = 0, jumps = 0, wraps = 0;
+
+	if (!rs->held || !pt->nfree || !pt->n)
+		return HL_CACHE_NO_SLOT;
+	i = rs->fill_hint < first || rs->fill_hint >= end ? first : rs->fill_hint;
+	while (words < 64 && jumps < 64 && wraps < 2) {
+		uint64_t page = i / rs->held_per;
+		if (page < rs->held_pages && (rs->held[page / 64] >> (page % 64) & 1)) {
+			/* (a word of slots lies in one page: per is a multiple of 64) */
+			i = rs_next_known(rs, page) * rs->held_per;
+			jumps++;
+		} else {
+			uint64_t w = ~c->takenmap[i / 64] >> (i % 64);
+			words++;
+			if (w) {
+				i += (uint64_t)__builtin_ctzll(w);
+				if (i < end) {
+					rs->fill_hint = i + 1;
+					return (uint32_t)i;
+				}
+			}
+			i = (i / 64 + 1) * 64;
+		}
+		if (i >= end) {
+			i = first;
+			wraps++;
+		}
+	}
+	rs->fill_hint = i;
+	return HL_CACHE_NO_SLOT;
 }
 
 bool hl_cache_core_restoring(const struct hl_cache_core *c)

@@ -228,8 +228,17 @@ struct cache_lun {
 
 struct cache_stale {
 	uint64_t key;
-	uint64_t epoch;
+	uint64_t epoch; /* 0: a freed entry */
 	uint32_t slot;
+	uint32_t next; /* the slot's next (older) claim, or the next freed entry; or CACHE_STALE_NONE */
+};
+
+#define CACHE_STALE_NONE UINT32_MAX
+
+/* A slot with stale claims: the newest one (struct hl_cache_core: sidx). */
+struct cache_stale_slot {
+	uint32_t slot;
+	uint32_t head; /* index in stale[]; CACHE_STALE_NONE: an empty entry */
 };
 
 /*
@@ -324,7 +333,7 @@ struct cache_budget {
  */
 #define CACHE_RS_MAX 4096u
 struct cache_restore {
-	bool on;     /* restoring: no new slot is taken, writes are noted */
+	bool on;     /* restoring: new slots only of known pages (held), writes are noted */
 	bool marked; /* the superblock says "restore pending" (durable), with d or all */
 	bool all;    /* every record still to come is dropped (no memory, too many LUNs) */
 	bool dirty;  /* a block noted that the durable copy does not cover */
@@ -335,6 +344,14 @@ struct cache_restore {
 	struct hl_cache_rs_range *d;
 	uint64_t gen;   /* bumped whenever dirty is set */
 	uint64_t noted; /* ranges noted (and preloaded) */
+	/*
+	 * Record pages not known yet (hl_cache_core_restore_hold): a fill
+	 * takes no slot of them. NULL: no slot is taken at all.
+	 */
+	uint64_t *held;
+	uint64_t held_pages;
+	uint32_t held_per;  /* records a page (a multiple of 64) */
+	uint64_t fill_hint; /* where the next search for a FREE slot starts */
 };
 
 struct cache_stale_key {
@@ -395,8 +412,14 @@ struct hl_cache_core {
 	uint32_t *wip;  /* CACHE_WIP_BUCKETS counters */
 	uint64_t wip_n; /* writes counted in it */
 	/* stale on-device claims: slots released while their record claimed data */
+	/*
+	 * stale[0, stale_end): live claims and freed entries (epoch 0, chained
+	 * from stale_free through next, reused first); nstale: the live ones.
+	 * Entries never move, so the slot index below points into it.
+	 */
 	struct cache_stale *stale;
-	uint64_t nstale, stale_cap, meta_epoch;
+	uint64_t nstale, stale_end, stale_cap, meta_epoch;
+	uint32_t stale_free;
 	/*
 	 * The keys of the stale claims, counted (open addressing, linear
 	 * probing; skey_cap a power of two, at most half full): a write's check
@@ -407,6 +430,17 @@ struct hl_cache_core {
 	struct cache_stale_key *skey;
 	uint64_t skey_cap, skey_used;
 	bool skey_broken;
+	/*
+	 * The stale claims by slot (open addressing, linear probing, sidx_cap a
+	 * power of two, at most half full; each slot's claims chained newest
+	 * first through cache_stale.next): persisting a slot's record looks at
+	 * its own claims, not the list (a sync after a whole LUN's 1M drops was
+	 * 1M scans of it under the lock). sidx_broken: no memory to grow it,
+	 * persisting scans the list until it is empty.
+	 */
+	struct cache_stale_slot *sidx;
+	uint64_t sidx_cap, sidx_used;
+	bool sidx_broken;
 	bool stale_overflow;
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
@@ -762,6 +796,8 @@ void cache_restore_note(struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint
 bool cache_restore_durable(const struct hl_cache_core *c, uint16_t lun, uint64_t b0, uint64_t b1);
 /** Restoring and block of lun is in the filter. */
 bool cache_restore_covers(const struct hl_cache_core *c, uint16_t lun, uint64_t block);
+/** A FREE slot of pt a fill may take while restoring, or HL_CACHE_NO_SLOT. */
+uint32_t cache_restore_find_free(struct hl_cache_core *c, struct cache_part *pt);
 /** cache_slot_take() after the caller put keys[s] into the index itself. */
 void cache_slot_taken(struct hl_cache_core *c, struct cache_part *pt, uint32_t s);
 /** Make a USED slot FREE (it must be unpinned and have no writers). */

@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -706,6 +707,17 @@ void hl_cache_restore_release(struct hl_cache_restore *r)
 	r->recs_cap = 0;
 }
 
+/*
+ * Fills while restoring (rule 5): the pages the loader will read are held
+ * until it restored them. No memory: no fills, as before.
+ */
+static void hold_pages(const struct hl_cache_layout *l, struct hl_cache_core *c,
+                       const struct hl_cache_restore *r)
+{
+	if (hl_cache_core_restore_hold(c, r->marks, l->npages, (uint32_t)(PAGE / l->rec_size)))
+		HL_NOTICE("cache", "cache device: no fills until the restore ends");
+}
+
 int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
                              struct hl_cache_layout *l, struct hl_cache_restore *r)
 {
@@ -790,6 +802,7 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 		 * (hl_cache_meta_load_finish).
 		 */
 		hl_cache_core_restore_begin(c);
+		hold_pages(l, c, r);
 		rc = hl_cache_core_restore_preload(c, s->ranges, s->nranges);
 		if (!rc)
 			rc = sb_write_ranges(d, l, SB_PENDING, s->ranges, s->nranges);
@@ -817,6 +830,7 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 		goto out;
 	l->sb_state = SB_OPEN;
 	hl_cache_core_restore_begin(c);
+	hold_pages(l, c, r);
 	return 0;
 out:
 	hl_cache_layout_release(l);
@@ -892,6 +906,8 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 			                                   r->recs_ok + (k - k0) * per, &any, r);
 			if (!any)
 				empty[nempty++] = k;
+			else
+				hl_cache_core_restore_known(c, k); /* its claims are in RAM now */
 			r->marks[k / 64] &= ~(1ull << (k % 64));
 			r->pages_left--;
 		}
@@ -911,6 +927,17 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 		pthread_mutex_lock(sum_lock);
 	for (uint32_t i = 0; i < nempty; i++)
 		sum_clear(l, empty[i]);
+	/*
+	 * Only now may a fill take a slot of them: a sync that wrote a fill's
+	 * record there before sum_clear would find the bit still set (the page
+	 * was marked), not write it, and then lose it here.
+	 */
+	if (nempty && lock)
+		pthread_mutex_lock(lock);
+	for (uint32_t i = 0; i < nempty; i++)
+		hl_cache_core_restore_known(c, empty[i]);
+	if (nempty && lock)
+		pthread_mutex_unlock(lock);
 	if (nempty && sum_lock)
 		pthread_mutex_unlock(sum_lock);
 	r->next = q;
@@ -1130,6 +1157,18 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
 		pthread_mutex_lock(lock);
 	for (uint64_t i = 0; i < ndirty; i++) {
 		uint64_t p = list[i];
+		/*
+		 * A big sync (a whole LUN dropped: thousands of pages) lets the
+		 * reactors in every 64 pages. Each page's persisting stands alone:
+		 * until it runs, its slots still look claimed (a write to a block
+		 * they claimed syncs, a fill takes a barrier), as during the writes
+		 * above. The snapshot stays one hold.
+		 */
+		if (lock && i && i % 64 == 0) {
+			pthread_mutex_unlock(lock);
+			sched_yield();
+			pthread_mutex_lock(lock);
+		}
 		if (rc) {
 			for (uint64_t j = 0; j < per && p * per + j < l->nslots; j++)
 				hl_cache_core_slot_set_dirty(c, (uint32_t)(p * per + j));

@@ -1270,6 +1270,163 @@ static void test_stale_claims_many(void)
 }
 
 /*
+ * The stale claims by slot (issue 25): a record persisted at a snapshot's
+ * epoch voids exactly its slot's claims noted before the snapshot, and no
+ * others. A model of the list beside the core, through random drops
+ * (several per slot, freed entries reused), snapshots and out-of-order
+ * persists: after every step each key needs a sync exactly when a live
+ * claim has it, the count matches, and CLAIMS_OTHER stays on a slot
+ * exactly when a claim newer than the snapshot is left. Fails on a
+ * removal of the wrong slot's claim, of a newer one, or on one missed.
+ */
+static void stale_claims_by_slot(bool broken)
+{
+	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
+	enum { NSLOT = 3000, NBLK = 700, MAXM = 20000 };
+	static struct {
+		uint32_t slot;
+		uint64_t block, epoch;
+	} m[MAXM];
+	uint64_t nm = 0, snaps[8] = {0}, x = 0x9e3779b97f4a7c15ull;
+	unsigned bad = 0, others = 0;
+
+	for (unsigned step = 0; step < 60000 && !bad; step++) {
+		if (broken && step == 10000) {
+			/* As when the slot index cannot grow: it is dropped, persists scan the list. */
+			free(c->sidx);
+			c->sidx = NULL;
+			c->sidx_cap = c->sidx_used = 0;
+			c->sidx_broken = true;
+		}
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		unsigned op = (unsigned)(x % 100);
+		uint32_t slot = (uint32_t)((x >> 8) % (step < 20000 ? NSLOT : 40));
+		if (op < 55 && nm < MAXM) {
+			struct hl_cache_slot_rec rec = {.lun = 0, .block = (x >> 24) % NBLK};
+			hl_cache_core_slot_drop_claimed(c, slot, &rec);
+			m[nm].slot = slot;
+			m[nm].block = rec.block;
+			m[nm++].epoch = hl_cache_core_meta_epoch(c);
+		} else if (op < 60) {
+			snaps[(x >> 40) % 8] = hl_cache_core_meta_epoch(c) + 1;
+		} else {
+			/* A page written at some earlier snapshot (or now) reaches the device. */
+			uint64_t epoch = op < 95 ? snaps[(x >> 40) % 8] : hl_cache_core_meta_epoch(c) + 1;
+			bool left = false;
+			for (uint64_t i = 0; i < nm;) {
+				if (m[i].slot == slot && m[i].epoch < epoch) {
+					m[i] = m[--nm];
+					continue;
+				}
+				left |= m[i].slot == slot;
+				i++;
+			}
+			hl_cache_core_slot_persisted(c, slot, true, epoch);
+			bad += !(c->meta[slot] & CACHE_M_CLAIMS_OTHER) != !left;
+			others += left;
+		}
+		bad += c->nstale != nm;
+		if (step % 500 == 0 || bad) {
+			static bool want[NBLK];
+			memset(want, 0, sizeof(want));
+			for (uint64_t i = 0; i < nm; i++)
+				want[m[i].block] = true;
+			for (uint64_t b = 0; b < NBLK; b++)
+				bad += hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K) != want[b];
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT(others > 100); /* newer claims were kept, not only old ones dropped */
+	/* Everything persisted now: nothing left, the list starts over. */
+	for (uint32_t s = 0; s < NSLOT; s++)
+		hl_cache_core_slot_persisted(c, s, false, hl_cache_core_meta_epoch(c) + 1);
+	CU_ASSERT_EQUAL(c->nstale, 0);
+	CU_ASSERT_EQUAL(c->stale_end, 0);
+	CU_ASSERT_EQUAL(c->sidx_used, 0);
+	CU_ASSERT_FALSE(c->sidx_broken); /* empty: the index starts over */
+	for (uint64_t b = 0; b < NBLK; b++)
+		CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K));
+	/* ... and works again. */
+	struct hl_cache_slot_rec rec = {.lun = 0, .block = 3};
+	hl_cache_core_slot_drop_claimed(c, 9, &rec);
+	CU_ASSERT_EQUAL(c->sidx_used, 1);
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 3 * 4 * K, 4 * K));
+	hl_cache_core_slot_persisted(c, 9, false, hl_cache_core_meta_epoch(c) + 1);
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 3 * 4 * K, 4 * K));
+	hl_cache_core_destroy(c);
+}
+
+static void test_stale_claims_by_slot(void)
+{
+	stale_claims_by_slot(false);
+}
+
+/* The same when the slot index could not grow (no memory) part way: the scan, then a new index. */
+static void test_stale_claims_by_slot_broken(void)
+{
+	stale_claims_by_slot(true);
+}
+
+/*
+ * Fills during a lazy restore (rule 5): without restore_hold no slot is
+ * taken; with it a miss takes only a FREE slot of a page not held, never
+ * evicts; a page let go by restore_known is used too; a record the loader
+ * finds later for a block filled meanwhile is a duplicate (-EEXIST).
+ */
+static void test_restore_fills(void)
+{
+	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
+	const uint64_t npages = 16384 / 128;
+	uint64_t marks[2];
+	struct hl_cache_slot_rec rec = {.lun = 0, .block = 100000};
+	uint32_t s;
+
+	CU_ASSERT_EQUAL_FATAL(hl_cache_core_set_admission(c, HL_ADMIT_ALWAYS, 0), 0);
+	hl_cache_core_restore_begin(c);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, 0, 4 * K), R_MISS); /* no hold: nothing filled */
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 0, NULL), HL_CACHE_NO_SLOT);
+	marks[0] = marks[1] = ~0ull;
+	marks[100 / 64] &= ~(1ull << (100 % 64)); /* page 100 claimed nothing at the start */
+	CU_ASSERT_EQUAL(hl_cache_core_restore_hold(c, marks, npages, 100), -EINVAL);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_core_restore_hold(c, marks, npages, 128), 0);
+	for (uint64_t b = 0; b < 50; b++) {
+		CU_ASSERT_EQUAL(rd(c, 0, b * 4 * K, 4 * K), R_MISS);
+		s = hl_cache_core_peek(c, 0, b, NULL);
+		CU_ASSERT_FATAL(s != HL_CACHE_NO_SLOT);
+		CU_ASSERT_EQUAL(s / 128, 100);
+		CU_ASSERT_EQUAL(rd(c, 0, b * 4 * K, 4 * K), R_HIT);
+	}
+	/* The loader restores page 0: a record of a block filled meanwhile is a duplicate. */
+	rec.valid[0] = 1;
+	CU_ASSERT_EQUAL(hl_cache_core_slot_restore(c, 5, &rec), 0);
+	rec.block = 7;
+	CU_ASSERT_EQUAL(hl_cache_core_slot_restore(c, 6, &rec), -EEXIST);
+	hl_cache_core_restore_known(c, 0);
+	/* Pages 0 and 100 fill up (255 free slots), then misses are not filled: no eviction. */
+	for (uint64_t b = 50; b < 50 + 78 + 127; b++) {
+		CU_ASSERT_EQUAL(rd(c, 0, b * 4 * K, 4 * K), R_MISS);
+		s = hl_cache_core_peek(c, 0, b, NULL);
+		CU_ASSERT_FATAL(s != HL_CACHE_NO_SLOT);
+		CU_ASSERT(s / 128 == 0 || s / 128 == 100);
+	}
+	CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 5000, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(rd(c, 0, 100000 * 4 * K, 4 * K), R_HIT); /* the restored block */
+	/* A sequential stream is not filled while restoring. */
+	hl_cache_core_restore_known(c, 1);
+	CU_ASSERT_EQUAL(rd(c, 0, 8000 * 4 * K, 2 * M), R_MISS);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 8000, NULL), HL_CACHE_NO_SLOT);
+	CU_ASSERT_EQUAL(rd(c, 0, 9000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_EQUAL(hl_cache_core_peek(c, 0, 9000, NULL) / 128, 1);
+	hl_cache_core_restore_end(c);
+	CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+	CU_ASSERT_NOT_EQUAL(hl_cache_core_peek(c, 0, 5000, NULL), HL_CACHE_NO_SLOT);
+	hl_cache_core_destroy(c);
+}
+
+/*
  * 256 LUNs per cache (the stored key's LUN index); a removed LUN's index
  * is not given to another while a slot still carries it, so a pinned
  * slot's key keeps its LUN.
@@ -1899,6 +2056,10 @@ static const struct hl_test tests[] = {
     {"lazy restore: the durable copies only grow and cover every write passed (model)",
      test_lazy_durable_model},
     {"lazy restore: what a stop leaves, \"all\" or the ranges preloaded", test_lazy_stop_state},
+    {"stale claims by slot: a persist voids exactly its slot's older claims (model)",
+     test_stale_claims_by_slot},
+    {"stale claims by slot: the same after the index could not grow", test_stale_claims_by_slot_broken},
+    {"lazy restore: misses fill FREE slots of known pages only", test_restore_fills},
     {NULL, NULL},
 };
 

@@ -494,6 +494,91 @@ static void test_torn_write_every_step(void)
 }
 
 /*
+ * A big drop (issue 25): both LUNs cached whole and synced, LUN 0 dropped
+ * at once without a sync (a detach, a cold attach: hundreds of stale
+ * claims), then freed slots refilled with LUN 1's blocks (fills deferred,
+ * some needing a barrier), writes to LUN 0's blocks (each must wait for a
+ * sync while a record still claims its block), an UNMAP and syncs. The
+ * device dies at each of its writes in turn: nothing stale is restored.
+ */
+static void big_drop_workload(struct rig *r)
+{
+	const uint64_t nb = LUNSECT / SPB;
+
+	for (uint64_t b = 0; b < nb && !r->crashed; b++)
+		do_read(r, 0, b * BS, BS, false);
+	for (uint64_t b = 0; b < nb / 2 && !r->crashed; b++)
+		do_read(r, 1, b * BS, BS, false);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	touch(0, 0, nb * BS);
+	hl_cache_core_invalidate(r->c, 0, 0, nb * BS);
+	for (uint64_t b = 0; b < nb && !r->crashed; b++) {
+		if (b % 3 == 0)
+			do_write(r, 0, b * BS + (b % 4) * 4096, 4096 + (b % 5) * 512);
+		if (b % 2 == 0 && nb / 2 + b / 2 < nb)
+			do_read(r, 1, (nb / 2 + b / 2) * BS, BS, b % 4 == 0);
+		if (b % 7 == 0)
+			do_read(r, 0, (b / 2) * BS, 2 * BS, b % 3 == 0);
+		if (b == nb / 2)
+			do_invalidate(r, 1, 0, 40 * BS);
+		if (b % 50 == 49 && !r->crashed)
+			dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	}
+	if (r->npend)
+		finish_pending(r);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+}
+
+static void test_big_drop_crash_every_write(void)
+{
+	uint64_t total, n, crashes = 0, recovered_slots = 0;
+	const uint64_t dev = 8u << 20;
+	unsigned bad = 0;
+	struct rig r;
+	int restored;
+
+	memset(touched, 0, sizeof(touched));
+	rig_start(&r, dev);
+	uint64_t base = hl_cache_dev_mem_writes(r.d);
+	big_drop_workload(&r);
+	CU_ASSERT_FALSE_FATAL(r.crashed);
+	CU_ASSERT_EQUAL(r.bad_hits, 0);
+	total = hl_cache_dev_mem_writes(r.d) - base;
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
+	CU_ASSERT(total > 400);
+
+	for (n = 0; n <= total; n++) {
+		static const size_t torn[] = {0, 512, 1000, 2048, 4095};
+		rig_start(&r, dev);
+		hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
+		big_drop_workload(&r);
+		crashes += r.crashed;
+		if (!summary_covers_claims(&r))
+			bad++;
+		bad += recover_and_check(&r, &restored);
+		recovered_slots += (uint64_t)(restored > 0 ? restored : 0);
+		bad += (unsigned)r.bad_hits;
+		hl_cache_core_destroy(r.c);
+		hl_cache_layout_release(&r.l);
+		hl_cache_dev_close(r.d);
+		if (bad) {
+			fprintf(stderr, "stale data after a crash at write %llu of %llu\n",
+			        (unsigned long long)n, (unsigned long long)total);
+			break;
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(crashes, total);
+	CU_ASSERT(recovered_slots > total);
+	fprintf(stderr, "\n  big drop: %llu device writes, a crash at each: %u stale, %llu slots restored",
+	        (unsigned long long)total, bad, (unsigned long long)recovered_slots);
+}
+
+/*
  * The race behind hl_cache_core_write_needs_sync(): a miss evicts block X
  * from a slot whose record still claims X; before that record is rewritten
  * (the fill's barrier is still pending) X is written at the origin; then
@@ -983,6 +1068,7 @@ static void test_file_device(void)
 
 
 static uint64_t lazy_rs;
+static uint64_t lazy_fills;
 static void rs_seed_lazy(void)
 {
 	lazy_rs = 0x9e3779b97f4a7c15ull;
@@ -1194,6 +1280,9 @@ static bool lazy_scenario(struct rig *r, bool writes)
 		lazy_ops(r, writes, 12);
 	}
 	in_restore = r->crashed;
+	struct hl_cache_stats st;
+	if (!hl_cache_core_stats(r->c, -1, &st))
+		lazy_fills += st.admissions; /* misses filled while restoring (rule 5) */
 	if (!r->crashed && dev_io(r, hl_cache_meta_load_finish(r->d, &r->l, r->c, NULL)))
 		hl_cache_core_restore_end(r->c);
 	if (!r->crashed)
@@ -1363,10 +1452,10 @@ static void test_lazy_crash_every_write(void)
 		memset(touched, 0, sizeof(touched));
 		records_on_device(&r, before);
 		img_save(&r, &m);
+		lazy_fills = 0;
 		total = lazy_count_writes(&r, &m, writes);
-		if (getenv("HL_DEBUG_UT"))
-			fprintf(stderr, "lazy writes=%d: %llu device writes\n", writes,
-			        (unsigned long long)total);
+		fprintf(stderr, "\n  lazy writes=%d: %llu device writes, %llu misses filled while restoring",
+		        writes, (unsigned long long)total, (unsigned long long)lazy_fills);
 		CU_ASSERT(total > (writes ? 20u : 1u));
 
 		for (uint64_t n = 0; n <= total; n++) {
@@ -1414,6 +1503,122 @@ static void test_lazy_crash_every_write(void)
 		free(m.dev);
 		hl_cache_dev_close(r.d);
 	}
+}
+
+/*
+ * Fills while restoring (rule 5): a device warm with LUN 0's blocks
+ * 0-149 (record pages 0 and 1 marked, 2 and 3 claiming nothing). Before
+ * the loader reads a page, misses of LUN 1 fill the pages that claimed
+ * nothing and misses of LUN 0's blocks 130-149 (records in page 1, not
+ * read yet) fill them too: the loader later finds those records
+ * duplicates and drops them as claimed. Between pages: more fills, hits,
+ * writes to blocks filled or still claimed on the device, syncs.
+ * @return 0, or -1 when the device died.
+ */
+static int lazy_fill_scenario(struct rig *r, uint64_t *fills, uint64_t *dups)
+{
+	struct hl_cache_restore lrs;
+	struct hl_cache_stats st;
+	int64_t left = 1;
+
+	r->c = new_core(&r->l);
+	if (dev_io(r, hl_cache_meta_load_begin(r->d, r->c, &r->l, &lrs)))
+		return -1;
+	for (uint64_t b = 0; b < 60 && !r->crashed; b++)
+		do_read(r, 1, b * BS, BS, b % 3 == 0);
+	for (uint64_t b = 130; b < 150 && !r->crashed; b++)
+		do_read(r, 0, b * BS, BS, b % 4 == 0);
+	for (uint64_t k = 0; left > 0 && !r->crashed; k++) {
+		left = hl_cache_meta_load_step(r->d, &r->l, r->c, &lrs, NULL, NULL, 1, 1);
+		if (left < 0) {
+			r->crashed = true;
+			break;
+		}
+		for (uint64_t b = 150 + k * 30; b < 180 + k * 30 && !r->crashed; b++)
+			do_read(r, 0, b * BS, BS, b % 5 == 0);
+		for (uint64_t b = 90 + k * 20; b < 110 + k * 20 && !r->crashed; b++)
+			do_read(r, 0, b * BS, BS, false);
+		do_write(r, 0, (135 + k * 3) * BS + 512, 3 * 512);
+		do_write(r, 0, (100 + k * 7) * BS, BS);
+		do_write(r, 1, k * 5 * BS, BS);
+		if (k % 2 && !r->crashed)
+			dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	}
+	if (!hl_cache_core_stats(r->c, -1, &st))
+		*fills += st.admissions;
+	*dups += lrs.dropped;
+	if (!r->crashed && dev_io(r, hl_cache_meta_load_finish(r->d, &r->l, r->c, NULL)))
+		hl_cache_core_restore_end(r->c);
+	for (uint64_t b = 200; b < 240 && !r->crashed; b++)
+		do_read(r, 1, b * BS, BS, b % 2 == 0);
+	if (r->npend)
+		finish_pending(r);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	hl_cache_restore_release(&lrs);
+	return r->crashed ? -1 : 0;
+}
+
+static void test_lazy_fill_crash_every_write(void)
+{
+	uint64_t total, base, fills = 0, dups = 0, crashes = 0, warm = 0;
+	unsigned bad = 0;
+	struct lazy_img m;
+	struct rig r;
+	int restored;
+
+	rig_start(&r, 8u << 20);
+	for (uint64_t b = 0; b < 150; b++)
+		do_read(&r, 0, b * BS, BS, false);
+	CU_ASSERT_FALSE_FATAL(r.crashed);
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_close(r.d, &r.l, r.c), 0);
+	hl_cache_core_destroy(r.c);
+	r.c = NULL;
+	hl_cache_layout_release(&r.l);
+	memset(touched, 0, sizeof(touched));
+	img_save(&r, &m);
+
+	img_restore(&r, &m, UINT64_MAX);
+	base = hl_cache_dev_mem_writes(r.d);
+	CU_ASSERT_EQUAL_FATAL(lazy_fill_scenario(&r, &fills, &dups), 0);
+	total = hl_cache_dev_mem_writes(r.d) - base;
+	CU_ASSERT_EQUAL(r.bad_hits, 0);
+	/* Misses were filled while restoring, and duplicates of them dropped. */
+	CU_ASSERT(fills > 100);
+	CU_ASSERT(dups >= 10);
+	CU_ASSERT(summary_covers_claims(&r));
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT(restored > 150);
+	hl_cache_core_destroy(r.c);
+	r.c = NULL;
+	hl_cache_layout_release(&r.l);
+	fprintf(stderr, "\n  fills while restoring: %llu, duplicates dropped: %llu, %llu device writes",
+	        (unsigned long long)fills, (unsigned long long)dups, (unsigned long long)total);
+
+	for (uint64_t n = 0; n <= total; n++) {
+		img_restore(&r, &m, n);
+		lazy_fill_scenario(&r, &fills, &dups);
+		crashes += r.crashed;
+		bad += (unsigned)r.bad_hits;
+		if (!summary_covers_claims(&r))
+			bad++;
+		bad += recover_and_check(&r, &restored);
+		warm += restored > 0;
+		hl_cache_core_destroy(r.c);
+		r.c = NULL;
+		hl_cache_layout_release(&r.l);
+		if (bad) {
+			fprintf(stderr, "fills while restoring: stale after a crash at write %llu\n",
+			        (unsigned long long)n);
+			break;
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(crashes, total);
+	CU_ASSERT_EQUAL(warm, total + 1);
+	fprintf(stderr, "; a crash at each: %u stale, %llu warm", bad, (unsigned long long)warm);
+	free(m.dev);
+	hl_cache_dev_close(r.d);
 }
 
 /* A clean stop in the middle of a restore: warm, without the blocks written meanwhile. */
@@ -1620,6 +1825,8 @@ static const struct hl_test tests[] = {
      test_second_fill_before_take_barrier},
     {"torn, foreign and missing superblocks", test_bad_superblock},
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
+    {"a big drop, then writes, refills, syncs: a crash at each write, nothing stale",
+     test_big_drop_crash_every_write},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
     {"a second write to a sector whose unclaim is pending syncs too",
      test_second_write_before_barrier},
@@ -1635,6 +1842,8 @@ static const struct hl_test tests[] = {
      test_lazy_admission_change},
     {"lazy restore: crash at every device write, with and without writes", test_lazy_crash_every_write},
     {"lazy restore: a clean stop in the middle", test_lazy_clean_stop},
+    {"lazy restore: misses filled while restoring, a crash at every write: nothing stale",
+     test_lazy_fill_crash_every_write},
     {"lazy restore: the bounded filter never forgets a block", test_lazy_filter_bound},
     {"lazy restore: the superblock's copy of the filter: merged, or all (cold)",
      test_lazy_durable_bound},
