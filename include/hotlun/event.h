@@ -156,7 +156,11 @@ static inline void hl_reactor_peek_init(struct hl_reactor_peek *p,
 	p->reactor = NULL;
 }
 
-/** Register p with r (r's thread, or while r's loop does not run); -EBUSY: registered. */
+/**
+ * Register p with r (r's thread, or while r's loop does not run); delete it
+ * before r is destroyed (hl_uring_watch does, in its destroy call).
+ * @return 0, or -EBUSY when p is registered already.
+ */
 int hl_reactor_peek_add(struct hl_reactor *r, struct hl_reactor_peek *p);
 
 /** Unregister; harmless when not registered. Same threads as hl_reactor_peek_add. */
