@@ -72,6 +72,25 @@ struct hl_reactor_fini {
 	struct hl_reactor *reactor;
 };
 
+/**
+ * A completion queue the reactor looks at during its busy-poll window
+ * (hl_reactor_set_poll_us), without a system call: after each epoll_wait
+ * that found nothing, ready(p) is asked and, when true, run(p) is called
+ * (one per pass) and the turn goes on to its timers and hooks. It spares
+ * the wait for the queue's own wake-up (an eventfd or the ring's fd, which
+ * epoll reports only on the next pass), which a 4 KiB QD1 cache hit pays
+ * (docs/benchmarks.md, "The QD1 hit's addition"). ready must be cheap;
+ * run must empty what made ready true. Embedded in its owner; caller keeps;
+ * a registered one must be deleted before its owner is freed.
+ */
+struct hl_reactor_peek {
+	bool (*ready)(struct hl_reactor_peek *p);
+	void (*run)(struct hl_reactor_peek *p);
+	void *arg;
+	struct hl_reactor_peek *next, **pprev; /* pprev: NULL while not registered */
+	struct hl_reactor *reactor;
+};
+
 /** Monotonic clock in nanoseconds. */
 uint64_t hl_now_ns(void);
 
@@ -123,6 +142,29 @@ static inline bool hl_reactor_fini_registered(const struct hl_reactor_fini *f)
 {
 	return f->pprev != NULL;
 }
+
+/** Fill a peek; not registered. */
+static inline void hl_reactor_peek_init(struct hl_reactor_peek *p,
+                                        bool (*ready)(struct hl_reactor_peek *p),
+                                        void (*run)(struct hl_reactor_peek *p), void *arg)
+{
+	p->ready = ready;
+	p->run = run;
+	p->arg = arg;
+	p->next = NULL;
+	p->pprev = NULL;
+	p->reactor = NULL;
+}
+
+/**
+ * Register p with r (r's thread, or while r's loop does not run); delete it
+ * before r is destroyed (hl_uring_watch does, in its destroy call).
+ * @return 0, or -EBUSY when p is registered already.
+ */
+int hl_reactor_peek_add(struct hl_reactor *r, struct hl_reactor_peek *p);
+
+/** Unregister; harmless when not registered. Same threads as hl_reactor_peek_add. */
+void hl_reactor_peek_del(struct hl_reactor_peek *p);
 
 /** Run the loop on the calling thread until hl_reactor_stop(). @return 0 or -errno. */
 int hl_reactor_run(struct hl_reactor *r);

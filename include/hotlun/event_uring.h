@@ -30,11 +30,27 @@ struct hl_uring_watch {
 	struct hl_reactor *reactor;  /* NULL while detached */
 	hl_uring_detach_fn detach;   /* may be NULL */
 	void *arg;
+	uint32_t events;             /* EPOLLIN, or EPOLLIN | EPOLLET (hl_uring_watch_edge) */
+	struct io_uring *peek_ring;  /* peeked during the busy-poll window; NULL: not */
+	struct hl_reactor_peek peek; /* registered with `reactor` while attached */
 };
 
 /** Fill w: fn(ev, revents) runs when fd is readable (ev->arg = arg); not attached. */
 void hl_uring_watch_init(struct hl_uring_watch *w, int fd, hl_event_fn fn,
                          hl_uring_detach_fn detach, void *arg);
+
+/**
+ * Watch fd edge-triggered: epoll reports it once per signal, so an eventfd
+ * need never be read (each CQE post signals it again). Before attaching.
+ */
+void hl_uring_watch_edge(struct hl_uring_watch *w);
+
+/**
+ * While attached, let the reactor peek at ring's CQ during its busy-poll
+ * window and run fn(ev, EPOLLIN) as soon as a CQE is there (struct
+ * hl_reactor_peek), not one epoll pass later. Before attaching.
+ */
+void hl_uring_watch_peek(struct hl_uring_watch *w, struct io_uring *ring);
 
 /**
  * Make r the reactor that watches w (no system call when it is already).

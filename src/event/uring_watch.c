@@ -19,6 +19,20 @@ static void watch_reactor_gone(struct hl_reactor_fini *f)
 	hl_uring_watch_detach(f->arg);
 }
 
+static bool watch_peek_ready(struct hl_reactor_peek *p)
+{
+	struct hl_uring_watch *w = p->arg;
+
+	return io_uring_cq_ready(w->peek_ring) || io_uring_cq_has_overflow(w->peek_ring);
+}
+
+static void watch_peek_run(struct hl_reactor_peek *p)
+{
+	struct hl_uring_watch *w = p->arg;
+
+	w->ev.fn(&w->ev, EPOLLIN);
+}
+
 void hl_uring_watch_init(struct hl_uring_watch *w, int fd, hl_event_fn fn,
                          hl_uring_detach_fn detach, void *arg)
 {
@@ -27,6 +41,19 @@ void hl_uring_watch_init(struct hl_uring_watch *w, int fd, hl_event_fn fn,
 	w->reactor = NULL;
 	w->detach = detach;
 	w->arg = arg;
+	w->events = EPOLLIN;
+	w->peek_ring = NULL;
+	hl_reactor_peek_init(&w->peek, watch_peek_ready, watch_peek_run, w);
+}
+
+void hl_uring_watch_edge(struct hl_uring_watch *w)
+{
+	w->events = EPOLLIN | EPOLLET;
+}
+
+void hl_uring_watch_peek(struct hl_uring_watch *w, struct io_uring *ring)
+{
+	w->peek_ring = ring;
 }
 
 int hl_uring_watch_attach(struct hl_uring_watch *w, struct hl_reactor *r, bool busy)
@@ -40,10 +67,12 @@ int hl_uring_watch_attach(struct hl_uring_watch *w, struct hl_reactor *r, bool b
 			return -EBUSY;
 		hl_uring_watch_detach(w);
 	}
-	rc = hl_event_add(r, &w->ev, EPOLLIN);
+	rc = hl_event_add(r, &w->ev, w->events);
 	if (rc)
 		return rc;
 	hl_reactor_on_destroy(r, &w->fini);
+	if (w->peek_ring)
+		hl_reactor_peek_add(r, &w->peek);
 	w->reactor = r;
 	return 0;
 }
@@ -54,6 +83,7 @@ void hl_uring_watch_detach(struct hl_uring_watch *w)
 		return;
 	if (w->detach)
 		w->detach(w);
+	hl_reactor_peek_del(&w->peek);
 	hl_event_del(&w->ev);
 	hl_reactor_on_destroy_cancel(&w->fini);
 	w->reactor = NULL;

@@ -20,7 +20,8 @@
 #              ROUNDS (3: runs of each binary per cell), RANGE (256M),
 #              THREADS (2), NET (lo | veth), UNCACHED (0 | 1),
 #              A_ENV / B_ENV (environment for A's / B's daemon, e.g.
-#              "HOTLUN_ZEROCOPY=1"), HL_OUT (default ./hit-ab),
+#              "HOTLUN_ZEROCOPY=1"), A_GLOBAL / B_GLOBAL (lines added to A's / B's
+#              [global], e.g. "poll_us = 200"), HL_OUT (default ./hit-ab),
 #              SESSIONS (1: iSCSI sessions per run, hotlun-bench --sessions; QD is per session),
 #              SYSCALLS (0 | 1: also count the daemon's syscalls per I/O with
 #              perf stat on syscalls:sys_enter_*, into $HL_OUT/syscalls.txt)
@@ -105,14 +106,17 @@ bench() {
 # start NAME BIN ENV CACHE_BS: a daemon (LUN 0 cached, LUN 1 uncached), warmed;
 # sets PID_<NAME> and PORT_<NAME>.
 start() {
-	local name=$1 bin=$2 env=$3 cbs=$4 st=$T/state-$1-$4 port pass m0 m1
+	local name=$1 bin=$2 env=$3 cbs=$4 st=$T/state-$1-$4 port pass m0 m1 g
 	port=$(hl_free_port)
 	rm -rf "$st"
 	mkdir -p "$st"
 	{
 		printf '[global]\nportal = %s:%s\nstate_dir = %s\ncontrol_socket = %s/ctl.sock\n' \
 			"$HOST" "$port" "$st" "$st"
-		printf 'log_level = notice\nthreads = %s\n\n' "$THREADS"
+		printf 'log_level = notice\nthreads = %s\n' "$THREADS"
+		g=${name}_GLOBAL
+		[ -n "${!g:-}" ] && printf '%s\n' "${!g}"
+		printf '\n'
 		printf '[cache ssd]\ndevice = %s/cache.img\nsize = %s\nblock_size = %s\nadmission = always\n\n' \
 			"$st" "$(((RANGE_B * 2 + (1 << 30) - 1) >> 30))G" "$cbs"
 		printf '[disk hit]\norigin = file:%s\ncache = ssd\n\n' "$T/origin-$name.img"

@@ -34,7 +34,7 @@
 #              and measured range, default 256M), THREADS (hotlund's, default 2),
 #              CACHE_DIR (where the cache file lives: the "SSD"; default the
 #              run's temp dir), HL_OUT (default ./hit-path), PROFILE=1|all,
-#              PROFILE_CELL
+#              PROFILE_CELL, HOTLUND (the hotlund binary to run; default BUILDDIR's)
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
@@ -156,7 +156,7 @@ start() {
 		printf '[disk plain]\norigin = file:%s\n\n' "$ORIGIN"
 		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
 	} >"$T/hit-$cbs.conf"
-	hl_start_hotlund "$T/hit-$cbs.conf"
+	HL_HOTLUND=${HOTLUND:-$HL_HOTLUND} hl_start_hotlund "$T/hit-$cbs.conf"
 	SOCK=$st/ctl.sock
 	# Warm: every MiB of the range read once in shuffled order (a sequential
 	# stream would bypass the cache), again until a pass misses nothing
@@ -236,7 +236,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund $HL_BUILDDIR/hotlund (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS;"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS;"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"

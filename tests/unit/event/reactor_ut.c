@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -497,6 +498,211 @@ static void test_uring_watch(void)
 	io_uring_queue_exit(&x.ring);
 }
 
+/* ---- peeks and an edge-triggered, never-read completion eventfd ---- */
+
+struct peek_ctx {
+	struct hl_reactor_peek p[2];
+	int ready[2], runs[2];
+	bool del_other; /* p[0]'s run deletes p[1] */
+};
+
+static bool peek_ready(struct hl_reactor_peek *p)
+{
+	struct peek_ctx *x = p->arg;
+	return x->ready[p == &x->p[1]] > 0;
+}
+
+static void peek_run(struct hl_reactor_peek *p)
+{
+	struct peek_ctx *x = p->arg;
+	int i = p == &x->p[1];
+
+	x->ready[i]--;
+	x->runs[i]++;
+	if (i == 0 && x->del_other) {
+		/* the next one asked (the list's head): would run next pass if still there */
+		hl_reactor_peek_del(&x->p[1]);
+		x->ready[1] = 1;
+	}
+	if (!x->ready[0] && !x->ready[1])
+		hl_reactor_stop(hl_reactor_current());
+}
+
+static void guard_stop(struct hl_timer *t)
+{
+	int *fired = t->arg;
+	(*fired)++;
+	hl_reactor_stop(hl_reactor_current());
+}
+
+/* One run of a fresh reactor (a stopped one does not run again) with both peeks; @return the guard's firings. */
+static int peek_phase(struct peek_ctx *x, unsigned poll_us, uint64_t guard_ms)
+{
+	struct hl_reactor *r;
+	struct hl_timer guard;
+	int guard_fired = 0;
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "peek"), 0);
+	hl_timer_init(&guard, guard_stop, &guard_fired);
+	hl_reactor_set_poll_us(r, poll_us);
+	CU_ASSERT_EQUAL(hl_reactor_peek_add(r, &x->p[0]), 0);
+	CU_ASSERT_EQUAL(hl_reactor_peek_add(r, &x->p[0]), -EBUSY);
+	CU_ASSERT_EQUAL(hl_reactor_peek_add(r, &x->p[1]), 0);
+	CU_ASSERT_PTR_EQUAL(x->p[1].reactor, r);
+	hl_timer_start(r, &guard, guard_ms);
+	CU_ASSERT_EQUAL(hl_reactor_run(r), 0);
+	hl_timer_stop(&guard);
+	hl_reactor_peek_del(&x->p[0]);
+	hl_reactor_peek_del(&x->p[0]); /* twice: harmless */
+	hl_reactor_peek_del(&x->p[1]);
+	CU_ASSERT_PTR_NULL(x->p[0].reactor);
+	hl_reactor_destroy(r);
+	return guard_fired;
+}
+
+static void test_peeks(void)
+{
+	struct peek_ctx x = {0};
+
+	hl_reactor_peek_init(&x.p[0], peek_ready, peek_run, &x);
+	hl_reactor_peek_init(&x.p[1], peek_ready, peek_run, &x);
+
+	/* no busy-poll window: never asked (the guard ends the run) */
+	x.ready[0] = 1;
+	CU_ASSERT_EQUAL(peek_phase(&x, 0, 50), 1);
+	CU_ASSERT_EQUAL(x.runs[0], 0);
+
+	/* in the window: both run, in turn, one per pass, long before the guard */
+	x.ready[0] = 3;
+	x.ready[1] = 3;
+	CU_ASSERT_EQUAL(peek_phase(&x, 200000, 2000), 0);
+	CU_ASSERT_EQUAL(x.runs[0], 3);
+	CU_ASSERT_EQUAL(x.runs[1], 3);
+
+	/* a run that deletes the next one to ask: it is not asked again */
+	x.runs[0] = x.runs[1] = 0;
+	x.del_other = true;
+	x.ready[0] = 2;
+	x.ready[1] = 0;
+	CU_ASSERT_EQUAL(peek_phase(&x, 200000, 100), 1);
+	CU_ASSERT_EQUAL(x.runs[0], 2);
+	CU_ASSERT_EQUAL(x.runs[1], 0);
+}
+
+/*
+ * The file origin's ring (file_uring.c): a registered eventfd watched
+ * edge-triggered and never read, reaped "only what is there now", peeked in
+ * the busy-poll window. Each CQE's fn submits another NOP, which completes
+ * inside the submit, i.e. after the reap took its count: the reap leaves it,
+ * and only the eventfd's next edge (or a peek) can bring it in. A watch that
+ * strands it never stops (the guard fails the test); one that is not
+ * edge-triggered reports the unread eventfd on every pass (counted below).
+ */
+struct edge_ctx {
+	struct io_uring ring;
+	struct hl_uring_watch w;
+	int efd;
+	int events, cqes, resubmit, target;
+};
+
+static void edge_cqe(void *ctx, void *data, int res)
+{
+	struct edge_ctx *x = ctx;
+
+	(void)data;
+	CU_ASSERT_EQUAL(res, 0);
+	x->cqes++;
+	if (x->resubmit > 0) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&x->ring);
+
+		x->resubmit--;
+		io_uring_prep_nop(sqe);
+		CU_ASSERT_EQUAL(io_uring_submit(&x->ring), 1);
+	}
+}
+
+static void edge_event(struct hl_event *ev, uint32_t revents)
+{
+	struct edge_ctx *x = ev->arg;
+
+	CU_ASSERT_TRUE(revents & EPOLLIN);
+	x->events++;
+	hl_uring_reap(&x->ring, false, edge_cqe, x);
+	if (x->target && x->cqes == x->target)
+		hl_reactor_stop(hl_reactor_current());
+}
+
+static void edge_run(bool peek)
+{
+	struct hl_reactor *r;
+	struct edge_ctx x = {0};
+	struct hl_timer guard;
+	int guard_fired = 0;
+	struct io_uring_params p = {.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER};
+
+	if (io_uring_queue_init_params(8, &x.ring, &p) &&
+	    io_uring_queue_init(8, &x.ring, 0)) {
+		fprintf(stderr, " (no io_uring here: skipped) ");
+		return;
+	}
+	x.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	CU_ASSERT_FATAL(x.efd >= 0);
+	CU_ASSERT_EQUAL_FATAL(io_uring_register_eventfd(&x.ring, x.efd), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "edge"), 0);
+	if (peek)
+		hl_reactor_set_poll_us(r, 200000);
+	hl_timer_init(&guard, guard_stop, &guard_fired);
+	hl_uring_watch_init(&x.w, x.efd, edge_event, NULL, &x);
+	hl_uring_watch_edge(&x.w);
+	if (peek)
+		hl_uring_watch_peek(&x.w, &x.ring);
+	CU_ASSERT_EQUAL_FATAL(hl_uring_watch_attach(&x.w, r, false), 0);
+	CU_ASSERT_EQUAL(x.w.peek.reactor, peek ? r : NULL);
+
+	/* 2 NOPs, each CQE submits another, 10 times: 12 CQEs, 10 of them stranded by a wrong rule */
+	x.resubmit = 10;
+	x.target = 12;
+	for (int i = 0; i < 2; i++)
+		io_uring_prep_nop(io_uring_get_sqe(&x.ring));
+	CU_ASSERT_EQUAL(io_uring_submit(&x.ring), 2);
+	hl_timer_start(r, &guard, 2000);
+	CU_ASSERT_EQUAL(hl_reactor_run(r), 0);
+	CU_ASSERT_EQUAL(guard_fired, 0);
+	CU_ASSERT_EQUAL(x.cqes, 12);
+	CU_ASSERT_EQUAL(io_uring_cq_ready(&x.ring), 0);
+	/* each reap took what was there (more than one pass: the rule held) */
+	CU_ASSERT_TRUE(x.events >= 2);
+
+	/* nothing new: the never-read eventfd is not reported again (edge, not level) */
+	hl_timer_stop(&guard);
+	hl_reactor_destroy(r); /* a stopped reactor does not run again: a fresh one */
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "edge2"), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_uring_watch_attach(&x.w, r, false), 0);
+	x.events = 0;
+	x.target = 0;
+	hl_timer_start(r, &guard, 50);
+	CU_ASSERT_EQUAL(hl_reactor_run(r), 0);
+	CU_ASSERT_EQUAL(guard_fired, 1);
+	CU_ASSERT_TRUE(x.events <= 1); /* at most the edge a peek already served */
+	CU_ASSERT_EQUAL(x.cqes, 12);
+
+	hl_reactor_destroy(r); /* detaches: the peek leaves with the watch */
+	CU_ASSERT_PTR_NULL(x.w.reactor);
+	CU_ASSERT_PTR_NULL(x.w.peek.reactor);
+	io_uring_queue_exit(&x.ring);
+	close(x.efd);
+}
+
+static void test_uring_edge_never_read(void)
+{
+	edge_run(false);
+}
+
+static void test_uring_edge_peeked(void)
+{
+	edge_run(true);
+}
+
 static const struct hl_test tests[] = {
 	{"event fires; del guards the batch", test_event_fires_and_del_guards_batch},
 	{"timers in deadline order", test_timers_fire_in_deadline_order},
@@ -506,6 +712,9 @@ static const struct hl_test tests[] = {
 	{"turn hooks: once per turn, after timers; cancel", test_turn_hooks},
 	{"destroy calls: once, before the epoll fd closes; cancel", test_destroy_calls},
 	{"uring watch: attach, move when idle, reap, detach on destroy", test_uring_watch},
+	{"peeks: only in the busy-poll window, in turn; del", test_peeks},
+	{"uring watch: edge-triggered never-read eventfd strands no CQE", test_uring_edge_never_read},
+	{"uring watch: same, peeked in the busy-poll window", test_uring_edge_peeked},
 	{NULL, NULL},
 };
 
