@@ -7,6 +7,7 @@
  * recovered sector may ever differ from the origin.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -1814,10 +1815,188 @@ static void test_lazy_bad_ranges(void)
 	}
 }
 
+/*
+ * The sync's persisted phase lets the reactors in every 64 record pages
+ * (cache_meta_sync_locked: unlock, sched_yield, lock). Between two holds
+ * the first 64 pages are persisted and the rest not yet. What a reactor
+ * does then must see the snapshot's claims as on the device either way:
+ * a write to a claimed sector of a page not persisted yet, and of one
+ * persisted already, syncs first; an invalidated block of a page not
+ * persisted yet stays a stale claim after the sync (its persisting has
+ * the snapshot's epoch, older than the drop), and the fill that reuses
+ * its slot takes a barrier. Then the gateway dies: nothing stale.
+ * sched_yield is this program's own: in a sync with a lock it is only
+ * called between two holds, where the hook acts as a reactor would.
+ */
+int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
+                           struct hl_cache_core *c, pthread_mutex_t *lock);
+
+static void (*yield_hook)(void);
+static unsigned yields;
+
+int sched_yield(void)
+{
+	void (*f)(void) = yield_hook;
+
+	yields++;
+	yield_hook = NULL;
+	if (f)
+		f();
+	return 0;
+}
+
+#define SPLIT_PAGES 66u
+static struct rig *split_rig;
+static pthread_mutex_t split_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t split_slot[3]; /* page 65: written, page 65: invalidated, page 10: written */
+static uint64_t split_block[3];
+static struct hl_cache_io split_wios[2][16];
+static int split_wn[2];
+static bool split_wsync[2], split_inv_sync, split_fill_barrier, split_hooked;
+
+/* The block read into slot i (slots are taken in order while all are FREE). */
+static uint64_t split_block_of(uint32_t i, uint32_t per)
+{
+	if (i == 10 * per + 5)
+		return 1;
+	if (i >= 65 * per)
+		return 10 + (i - 65 * per); /* < 300: the origin model tracks them */
+	return 300 + i;
+}
+
+static void split_write_begin(int k, uint64_t block)
+{
+	struct rig *r = split_rig;
+	uint64_t off = block * BS + HL_CACHE_SECTOR;
+
+	split_wsync[k] = hl_cache_core_write_needs_sync(r->c, 0, off, HL_CACHE_SECTOR);
+	split_wn[k] = hl_cache_core_write_begin(r->c, 0, off, HL_CACHE_SECTOR, split_wios[k], 16);
+	CU_ASSERT_FATAL(split_wn[k] >= 0);
+	for (int i = 0; i < split_wn[k]; i++)
+		split_wsync[k] |= split_wios[k][i].meta_barrier != 0;
+	touch(0, off, HL_CACHE_SECTOR);
+}
+
+/* After the sync it waited for: the origin, then the cache (as do_write). */
+static void split_write_end(int k, uint64_t block)
+{
+	struct rig *r = split_rig;
+	uint64_t sect = (block * BS + HL_CACHE_SECTOR) / HL_CACHE_SECTOR;
+
+	origin[0][sect]++;
+	for (int i = 0; i < split_wn[k]; i++) {
+		struct hl_cache_io *io = &split_wios[k][i];
+		hl_cache_core_write_end(r->c, 0, io, true);
+		if (!io->fill_nsect)
+			continue;
+		bool ok = hl_cache_core_io_start(r->c, 0, io) &&
+		          put_data(r, 0, io->slot, io->block, io->fill_first, io->fill_nsect) == 0;
+		hl_cache_core_io_end(r->c, 0, io, ok);
+	}
+}
+
+static void split_between_holds(void)
+{
+	struct rig *r = split_rig;
+	struct hl_cache_io ios[16];
+	uint64_t inv = split_block[1];
+	int n;
+
+	pthread_mutex_lock(&split_lock); /* (a reactor: the sync does not hold it here) */
+	split_hooked = true;
+	split_write_begin(0, split_block[0]); /* page 65: claimed, not persisted yet */
+	split_write_begin(1, split_block[2]); /* page 10: claimed, persisted */
+	hl_cache_core_invalidate(r->c, 0, inv * BS, BS);
+	touch(0, inv * BS, BS);
+	split_inv_sync = hl_cache_core_write_needs_sync(r->c, 0, inv * BS, BS);
+	/* Every slot is taken but the invalidated one: a new block's miss takes it. */
+	n = hl_cache_core_read(r->c, 1, 0, BS, ios, 16);
+	CU_ASSERT_FATAL(n == 1);
+	CU_ASSERT_EQUAL(ios[0].slot, split_slot[1]);
+	split_fill_barrier = ios[0].meta_barrier != 0;
+	memcpy(r->pend, ios, sizeof(ios[0]));
+	r->npend = 1;
+	r->pend_lun = 1;
+	pthread_mutex_unlock(&split_lock);
+}
+
+static void test_sync_split_holds(void)
+{
+	struct hl_cache_layout l;
+	uint64_t dev = 0;
+	uint32_t per = 0;
+	struct rig r;
+	int restored;
+
+	memset(touched, 0, sizeof(touched));
+	/* A device of 66 record pages, the last one holding 100 slots. */
+	for (uint64_t mib = 64; mib < 512 && !dev; mib++) {
+		for (uint64_t sz = mib << 20; sz < (mib + 1) << 20; sz += BS) {
+			CU_ASSERT_FATAL(hl_cache_layout_compute(sz, BS, &l) == 0);
+			per = 4096 / l.rec_size;
+			bool fits = l.nslots == 65ull * per + 100;
+			hl_cache_layout_release(&l);
+			if (fits) {
+				dev = sz;
+				break;
+			}
+		}
+	}
+	CU_ASSERT_FATAL(dev != 0);
+	rig_start(&r, dev);
+	CU_ASSERT_EQUAL_FATAL(r.l.nslots, 65ull * per + 100);
+	for (uint32_t i = 0; i < r.l.nslots; i++) {
+		do_read(&r, 0, split_block_of(i, per) * BS, BS, false);
+		CU_ASSERT_EQUAL_FATAL(hl_cache_core_peek(r.c, 0, split_block_of(i, per), NULL), i);
+	}
+	split_slot[0] = 65 * per + 3;
+	split_slot[1] = 65 * per + 7;
+	split_slot[2] = 10 * per + 5;
+	for (int k = 0; k < 3; k++)
+		split_block[k] = split_block_of(split_slot[k], per);
+	CU_ASSERT_FALSE(r.crashed);
+
+	/* One sync of all 66 pages: the hook runs before page 64 is persisted. */
+	split_rig = &r;
+	split_hooked = false;
+	yield_hook = split_between_holds;
+	yields = 0;
+	CU_ASSERT_EQUAL_FATAL(cache_meta_sync_locked(r.d, &r.l, r.c, &split_lock), 0);
+	yield_hook = NULL;
+	CU_ASSERT_TRUE_FATAL(split_hooked);
+	CU_ASSERT_EQUAL(yields, 1); /* 66 pages: one yield, after 64 */
+	CU_ASSERT_TRUE(split_wsync[0]);
+	CU_ASSERT_TRUE(split_wsync[1]);
+	CU_ASSERT_TRUE(split_inv_sync);
+	CU_ASSERT_TRUE(split_fill_barrier);
+	/* The drop came after the snapshot: its claim outlives page 65's persisting. */
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(r.c, 0, split_block[1] * BS, BS));
+
+	/* The syncs the writes and the invalidation waited for, then the origin. */
+	CU_ASSERT_EQUAL_FATAL(hl_cache_meta_sync(r.d, &r.l, r.c), 0);
+	split_write_end(0, split_block[0]);
+	split_write_end(1, split_block[2]);
+	for (uint64_t s = split_block[1] * SPB; s < (split_block[1] + 1) * SPB; s++)
+		origin[0][s] += 1000;
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(r.c, 0, split_block[1] * BS, BS));
+	/* The fill into the invalidated block's slot: barrier, data. */
+	finish_pending(&r);
+	CU_ASSERT_FALSE(r.crashed);
+	CU_ASSERT_EQUAL(r.bad_hits, 0);
+	/* The gateway dies now: no further sync. */
+	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
+	CU_ASSERT(restored > (int)(60 * per));
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
+}
+
 static const struct hl_test tests[] = {
     {"layout of records and data", test_layout},
     {"warm restart after a clean close", test_warm_restart},
     {"claims of a sync in flight need barriers", test_claims_of_a_sync_in_flight},
+    {"a sync's persisting in holds of 64 pages: claims hold between the holds",
+     test_sync_split_holds},
     {"records dropped at load still claim until rewritten", test_dropped_records_still_claim},
     {"a write to a block whose dropped record still claims it syncs first",
      test_dropped_claim_then_write},
