@@ -159,7 +159,11 @@ static void co_close(struct hl_origin *o)
 	co->ent->inner = NULL;     /* the meta thread takes no more proofs from it */
 	pthread_mutex_unlock(&co->c->lock);
 	pthread_mutex_unlock(&co->c->sync_lock);
-	/* No I/O is in flight: what the origin holds now is what the blocks match. */
+	/*
+	 * No origin I/O is in flight (every command was answered; a stop's drain
+	 * that timed out leaves only cache-device writes into slots no record
+	 * claims): what the origin holds now is what the blocks match.
+	 */
 	engine_proof_final(co->c, co->ent, co->inner);
 	/* hl_origin_close() closes the inner origin next */
 }
