@@ -564,14 +564,11 @@ void engine_shadow_stop(struct hl_cache *c)
 
 	if (!sh)
 		return;
-	atomic_store(&sh->stopping, true);
-	for (size_t i = 0; i < c->n_ents; i++) {
-		/* a step under way ends before its pre-reads are waited for; none starts after */
-		pthread_mutex_lock(&c->ents[i]->shadow_mu);
-		pthread_mutex_unlock(&c->ents[i]->shadow_mu);
+	/* every step under way ends before its pre-reads are waited for; none starts after */
+	engine_shadow_hold(c);
+	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->sh)
 			wait_inflight(c, c->ents[i]->sh);
-	}
 	hl_reactor_stop(sh->r);
 	hl_reactor_join(sh->r);
 	hl_reactor_destroy(sh->r);

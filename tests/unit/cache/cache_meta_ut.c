@@ -444,54 +444,84 @@ static void test_bad_superblock(void)
 	hl_cache_dev_close(r.d);
 }
 
-static void test_torn_write_every_step(void)
+/*
+ * The device dies at each write of a scenario in turn (torn one way or
+ * another), on a fresh device of `dev` bytes each time; every crash is
+ * recovered and checked (summary, restored sectors, hits), then `after`
+ * runs on the recovered cache when given. Counts the scenario's device
+ * writes first (more than min_writes). Returns the stale findings.
+ */
+static unsigned crash_each_write(uint64_t dev, void (*scenario)(struct rig *r),
+                                 void (*after)(struct rig *r), uint64_t min_writes,
+                                 uint64_t *total_out, uint64_t *recovered_out)
 {
-	const unsigned ops = 400;
+	static const size_t torn[] = {0, 512, 1000, 2048, 4095};
 	uint64_t total, n, crashes = 0, recovered_slots = 0;
 	unsigned bad = 0;
 	struct rig r;
 	int restored;
 
-	/* Count the device writes of the whole workload first. */
-	rig_start(&r, 1u << 20);
+	rig_start(&r, dev);
 	uint64_t base = hl_cache_dev_mem_writes(r.d);
-	workload(&r, ops);
+	scenario(&r);
 	CU_ASSERT_FALSE_FATAL(r.crashed);
+	CU_ASSERT_EQUAL(r.bad_hits, 0);
 	total = hl_cache_dev_mem_writes(r.d) - base;
 	hl_cache_core_destroy(r.c);
 	hl_cache_layout_release(&r.l);
 	hl_cache_dev_close(r.d);
-	CU_ASSERT(total > 300);
+	CU_ASSERT(total > min_writes);
 
 	for (n = 0; n <= total; n++) {
-		static const size_t torn[] = {0, 512, 1000, 2048, 4095};
-		rig_start(&r, 1u << 20);
+		rig_start(&r, dev);
 		hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
-		workload(&r, ops);
+		scenario(&r);
 		crashes += r.crashed;
 		if (!summary_covers_claims(&r))
 			bad++;
 		bad += recover_and_check(&r, &restored);
 		recovered_slots += (uint64_t)(restored > 0 ? restored : 0);
 		bad += (unsigned)r.bad_hits;
-		/* The recovered cache keeps working correctly. */
-		r.crashed = false;
-		r.bad_hits = 0;
-		workload(&r, 100);
-		bad += (unsigned)r.bad_hits;
+		if (after) {
+			/* The recovered cache keeps working correctly. */
+			r.crashed = false;
+			r.bad_hits = 0;
+			after(&r);
+			bad += (unsigned)r.bad_hits;
+		}
 		hl_cache_core_destroy(r.c);
 		hl_cache_layout_release(&r.l);
-	hl_cache_dev_close(r.d);
+		hl_cache_dev_close(r.d);
 		if (bad) {
-			fprintf(stderr, "stale data after a crash at write %llu\n",
-			        (unsigned long long)n);
+			fprintf(stderr, "stale data after a crash at write %llu of %llu\n",
+			        (unsigned long long)n, (unsigned long long)total);
 			break;
 		}
 	}
-	CU_ASSERT_EQUAL(bad, 0);
 	CU_ASSERT_EQUAL(crashes, total);
 	/* Recovery is not trivially "drop everything". */
 	CU_ASSERT(recovered_slots > total);
+	*total_out = total;
+	*recovered_out = recovered_slots;
+	return bad;
+}
+
+static void workload_400(struct rig *r)
+{
+	workload(r, 400);
+}
+
+static void workload_100(struct rig *r)
+{
+	workload(r, 100);
+}
+
+static void test_torn_write_every_step(void)
+{
+	uint64_t total, recovered;
+
+	CU_ASSERT_EQUAL(crash_each_write(1u << 20, workload_400, workload_100, 300, &total, &recovered),
+	                0);
 }
 
 /*
@@ -534,49 +564,14 @@ static void big_drop_workload(struct rig *r)
 
 static void test_big_drop_crash_every_write(void)
 {
-	uint64_t total, n, crashes = 0, recovered_slots = 0;
-	const uint64_t dev = 8u << 20;
-	unsigned bad = 0;
-	struct rig r;
-	int restored;
+	uint64_t total, recovered;
+	unsigned bad;
 
 	memset(touched, 0, sizeof(touched));
-	rig_start(&r, dev);
-	uint64_t base = hl_cache_dev_mem_writes(r.d);
-	big_drop_workload(&r);
-	CU_ASSERT_FALSE_FATAL(r.crashed);
-	CU_ASSERT_EQUAL(r.bad_hits, 0);
-	total = hl_cache_dev_mem_writes(r.d) - base;
-	hl_cache_core_destroy(r.c);
-	hl_cache_layout_release(&r.l);
-	hl_cache_dev_close(r.d);
-	CU_ASSERT(total > 400);
-
-	for (n = 0; n <= total; n++) {
-		static const size_t torn[] = {0, 512, 1000, 2048, 4095};
-		rig_start(&r, dev);
-		hl_cache_dev_mem_fail_at(r.d, hl_cache_dev_mem_writes(r.d) + n, torn[n % 5]);
-		big_drop_workload(&r);
-		crashes += r.crashed;
-		if (!summary_covers_claims(&r))
-			bad++;
-		bad += recover_and_check(&r, &restored);
-		recovered_slots += (uint64_t)(restored > 0 ? restored : 0);
-		bad += (unsigned)r.bad_hits;
-		hl_cache_core_destroy(r.c);
-		hl_cache_layout_release(&r.l);
-		hl_cache_dev_close(r.d);
-		if (bad) {
-			fprintf(stderr, "stale data after a crash at write %llu of %llu\n",
-			        (unsigned long long)n, (unsigned long long)total);
-			break;
-		}
-	}
+	bad = crash_each_write(8u << 20, big_drop_workload, NULL, 400, &total, &recovered);
 	CU_ASSERT_EQUAL(bad, 0);
-	CU_ASSERT_EQUAL(crashes, total);
-	CU_ASSERT(recovered_slots > total);
 	fprintf(stderr, "\n  big drop: %llu device writes, a crash at each: %u stale, %llu slots restored",
-	        (unsigned long long)total, bad, (unsigned long long)recovered_slots);
+	        (unsigned long long)total, bad, (unsigned long long)recovered);
 }
 
 /*
