@@ -114,21 +114,30 @@ hl_log "read hit ratio before the restart $before, after $after"
 python3 -c "import sys; b, a = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if b > 0.5 and a >= 0.9 * b else 1)" \
 	"$before" "$after" || hl_fail "hit ratio after the restart $after, before $before (need >= 90% of it, before > 50%)"
 
+# stop_under_load SECONDS OUT BENCH-ARGS...: hotlun-bench with those
+# arguments, and SECONDS later a SIGTERM to the front hotlund under it (its
+# log in $log), then the client stopped.
+stop_under_load() {
+	local secs=$1 out=$2 held
+	shift 2
+	"$BENCH" --quiet "$@" >"$out" 2>&1 &
+	held=$!
+	HL_PIDS+=("$held")
+	HL_PID_NAMES+=(hotlun-bench)
+	sleep "$secs"
+	log=$FRONT_LOG
+	hl_stop "$FRONT_PID"
+	kill -TERM "$held" 2>/dev/null
+	wait "$held" 2>/dev/null
+	hl_forget "$held"
+}
+
 # ---- 4. logout_timeout = 0 (set live): a stop closes sessions at once, asks nobody
 "$HL_BUILDDIR/hotlunctl" --socket "$sock" / set logout_timeout=0 >/dev/null ||
 	hl_fail "set logout_timeout=0 refused"
 [ "$("$HL_BUILDDIR/hotlunctl" --socket "$sock" / get logout_timeout)" = "logout_timeout=0" ] ||
 	hl_fail "get logout_timeout: $("$HL_BUILDDIR/hotlunctl" --socket "$sock" / get logout_timeout)"
-"$BENCH" --quiet --read 100 --qd 4 --time 20 "$url" >"$T/held.out" 2>&1 &
-held=$!
-HL_PIDS+=("$held")
-HL_PID_NAMES+=(hotlun-bench)
-sleep 1.5
-log=$FRONT_LOG
-hl_stop "$FRONT_PID"
-kill -TERM "$held" 2>/dev/null
-wait "$held" 2>/dev/null
-hl_forget "$held"
+stop_under_load 1.5 "$T/held.out" --read 100 --qd 4 --time 20 "$url"
 grep -q 'log out' "$log" && hl_fail "logout_timeout=0 still asked the session to log out"
 grep -q 'normal session .* established' "$log" || hl_fail "the held session never logged in"
 
@@ -149,16 +158,7 @@ unset HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS
 	hl_fail "set logout_timeout=0 refused"
 # 48 MiB: three times the RAM window (16 MiB), most of the device (63 MiB):
 # blocks leave the window for device slots (writes) all the time
-"$BENCH" --quiet --read 100 --qd 8 --range 48M --time 20 "$url" >"$T/fill.out" 2>&1 &
-held=$!
-HL_PIDS+=("$held")
-HL_PID_NAMES+=(hotlun-bench)
-sleep 2
-log=$FRONT_LOG
-hl_stop "$FRONT_PID"
-kill -TERM "$held" 2>/dev/null
-wait "$held" 2>/dev/null
-hl_forget "$held"
+stop_under_load 2 "$T/fill.out" --read 100 --qd 8 --range 48M --time 20 "$url"
 grep -q 'test knob: cache device writes delayed by 300 ms' "$log" || hl_fail "the latency knob did not act"
 ! grep -q 'still in flight at close' "$log" ||
 	hl_fail "the stop closed the cache on requests in flight: $(grep 'still in flight at close' "$log")"
