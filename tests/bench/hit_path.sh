@@ -34,7 +34,10 @@
 #              and measured range, default 256M), THREADS (hotlund's, default 2),
 #              CACHE_DIR (where the cache file lives: the "SSD"; default the
 #              run's temp dir), HL_OUT (default ./hit-path), PROFILE=1|all,
-#              PROFILE_CELL, HOTLUND (the hotlund binary to run; default BUILDDIR's)
+#              PROFILE_CELL, PIN=HOTLUND_CPUS:CLIENT_CPUS (e.g. PIN=0:1: every
+#              hotlund thread on CPU 0, hotlun-bench and fio on CPU 1, so that
+#              where the scheduler puts the client does not move QD1 figures
+#              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's)
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
@@ -62,6 +65,14 @@ CDEV=$CDIR/hotlun-hit-path.$$.img
 FIOF=$CDIR/hotlun-hit-path-fio.$$.img
 trap 'rm -f "$CDEV" "$CDEV.map" "$FIOF"; hl_cleanup' EXIT
 IQN=$HL_IQN_PREFIX:hit-path
+PIN=${PIN:-}
+CPIN=
+if [ -n "$PIN" ]; then
+	case "$PIN" in
+	*:*) CPIN="taskset -c ${PIN#*:}" ;;
+	*) hl_error "PIN wants HOTLUND_CPUS:CLIENT_CPUS, e.g. 0:1, not '$PIN'" ;;
+	esac
+fi
 TCK=$(getconf CLK_TCK)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 RANGE_B=$(numfmt --from=iec "$RANGE")
@@ -116,7 +127,7 @@ bench() {
 	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq
 	d0=$(disk_snap)
 	t0=$(cpu_ticks "$HL_PID")
-	line=$("$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
+	line=$($CPIN "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
 		--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$HL_PID")
 	dq=$(disk_delta "$d0")
@@ -134,7 +145,7 @@ bench() {
 fio_iops() {
 	local d0 iops
 	d0=$(disk_snap)
-	iops=$(fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+	iops=$($CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
 		--bs="$1" --iodepth="$2" --size="$RANGE" --time_based --runtime="$TIME" \
 		--output-format=terse --terse-version=3 2>>"$OUT/fio.err" | awk -F';' '{print $8}')
 	echo "${iops:-0} $(disk_delta "$d0")"
@@ -157,6 +168,9 @@ start() {
 		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
 	} >"$T/hit-$cbs.conf"
 	HL_HOTLUND=${HOTLUND:-$HL_HOTLUND} hl_start_hotlund "$T/hit-$cbs.conf"
+	if [ -n "$PIN" ]; then
+		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
+	fi
 	SOCK=$st/ctl.sock
 	# Warm: every MiB of the range read once in shuffled order (a sequential
 	# stream would bypass the cache), again until a pass misses nothing
@@ -236,7 +250,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS;"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN};"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"
