@@ -43,6 +43,38 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * N records of LUN 0 restored into slots 0..n-1 (dirty: to be written by
+ * a sync), then the LUN invalidated whole: N stale claims. Prints the
+ * invalidation's time. Returns 0 or the restore's error.
+ */
+static int restore_and_drop(struct hl_cache_core *c, uint64_t n, bool dirty,
+                            int (*before_drop)(void *), void *arg)
+{
+	uint64_t t0, t1;
+	int rc = 0;
+
+	for (uint64_t s = 0; !rc && s < n; s++) {
+		struct hl_cache_slot_rec rec = {.lun = 0, .block = 3 * s + 1};
+		rec.valid[0] = 1;
+		rc = hl_cache_core_slot_restore(c, (uint32_t)s, &rec);
+		if (dirty)
+			hl_cache_core_slot_set_dirty(c, (uint32_t)s);
+	}
+	if (!rc && before_drop)
+		rc = before_drop(arg);
+	if (rc) {
+		fprintf(stderr, "setup failed: %d\n", rc);
+		return rc;
+	}
+	t0 = now_ns();
+	hl_cache_core_invalidate(c, 0, 0, UINT64_MAX);
+	t1 = now_ns();
+	printf("stale_claims=%llu invalidate_ms=%.1f", (unsigned long long)n, (t1 - t0) / 1e6);
+	fflush(stdout);
+	return 0;
+}
+
 static int run(uint64_t n)
 {
 	struct hl_cache_params p;
@@ -57,19 +89,8 @@ static int run(uint64_t n)
 		fprintf(stderr, "create failed\n");
 		return 1;
 	}
-	for (uint64_t s = 0; s < n; s++) {
-		struct hl_cache_slot_rec rec = {.lun = 0, .block = 3 * s + 1};
-		rec.valid[0] = 1;
-		if (hl_cache_core_slot_restore(c, (uint32_t)s, &rec)) {
-			fprintf(stderr, "restore %llu failed\n", (unsigned long long)s);
-			return 1;
-		}
-	}
-	t0 = now_ns();
-	hl_cache_core_invalidate(c, 0, 0, UINT64_MAX);
-	t1 = now_ns();
-	printf("stale_claims=%llu invalidate_ms=%.1f", (unsigned long long)n, (t1 - t0) / 1e6);
-	fflush(stdout);
+	if (restore_and_drop(c, n, false, NULL, NULL))
+		return 1;
 	if (getenv("STALE_SYNC_NO_PERSIST")) {
 		/* (the invalidation only: for builds where the sync takes hours) */
 		printf("\n");
@@ -114,8 +135,22 @@ static void *probe(void *arg)
 	return NULL;
 }
 
+struct sync_arg {
+	struct hl_cache_dev *d;
+	struct hl_cache_layout *l;
+	struct hl_cache_core *c;
+};
+
+static int sync_records(void *arg)
+{
+	struct sync_arg *a = arg;
+
+	return cache_meta_sync_locked(a->d, a->l, a->c, &lock);
+}
+
 static int run_sync(const char *path, uint64_t n)
 {
+	struct sync_arg sa;
 	struct hl_cache_params p;
 	struct hl_cache_core *c = NULL;
 	struct hl_cache_dev *d = NULL;
@@ -142,23 +177,9 @@ static int run_sync(const char *path, uint64_t n)
 	}
 	hl_cache_layout_release(&l);
 	rc = hl_cache_meta_load(d, c, &l);
-	for (uint64_t s = 0; !rc && s < n; s++) {
-		struct hl_cache_slot_rec rec = {.lun = 0, .block = 3 * s + 1};
-		rec.valid[0] = 1;
-		rc = hl_cache_core_slot_restore(c, (uint32_t)s, &rec);
-		hl_cache_core_slot_set_dirty(c, (uint32_t)s);
-	}
-	if (!rc)
-		rc = cache_meta_sync_locked(d, &l, c, &lock); /* the records on the device */
-	if (rc) {
-		fprintf(stderr, "setup failed: %d\n", rc);
+	sa = (struct sync_arg){d, &l, c};
+	if (rc || restore_and_drop(c, n, true, sync_records, &sa)) /* the records on the device */
 		return 1;
-	}
-	t0 = now_ns();
-	hl_cache_core_invalidate(c, 0, 0, UINT64_MAX);
-	t1 = now_ns();
-	printf("stale_claims=%llu invalidate_ms=%.1f", (unsigned long long)n, (t1 - t0) / 1e6);
-	fflush(stdout);
 	atomic_store(&probe_stop, false);
 	probe_max_ns = probe_n = 0;
 	pthread_create(&th, NULL, probe, NULL);
