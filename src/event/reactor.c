@@ -55,7 +55,7 @@ struct reactor_call {
 struct hl_reactor {
 	char name[32];
 	int epfd;
-	struct hl_event wake_ev;     /* eventfd for hl_reactor_call / stop */
+	struct hl_event wake_ev; /* eventfd for hl_reactor_call / stop */
 	volatile int stopping;
 
 	/* current epoll batch, so hl_event_del can cancel pending entries */
@@ -68,21 +68,45 @@ struct hl_reactor {
 
 	/* cross-thread calls; guarded by call_lock */
 	pthread_mutex_t call_lock;
-	struct reactor_call *calls;  /* ring buffer, guarded by call_lock */
+	struct reactor_call *calls;            /* ring buffer, guarded by call_lock */
 	size_t calls_head, calls_n, calls_cap; /* guarded by call_lock */
-	int wake_pending;            /* guarded by call_lock: eventfd already written */
+	int wake_pending;                      /* guarded by call_lock: eventfd already written */
 
 	pthread_t thread;
 	bool has_thread;
-	_Atomic uint64_t poll_ns; /* busy-poll window, 0: off */
-	_Atomic uint64_t heartbeat; /* loop passes; read by the watchdog (any thread) */
-	struct hl_turn_hook *hooks; /* queued for the end of this turn, newest first */
-	struct hl_reactor_fini *finis; /* run by hl_reactor_destroy, newest first */
-	struct hl_reactor_peek *peeks; /* asked during the busy-poll window */
+	_Atomic uint64_t poll_ns;          /* busy-poll window, 0: off */
+	_Atomic uint64_t heartbeat;        /* loop passes; read by the watchdog (any thread) */
+	struct hl_turn_hook *hooks;        /* queued for the end of this turn, newest first */
+	struct hl_reactor_fini *finis;     /* run by hl_reactor_destroy, newest first */
+	struct hl_reactor_peek *peeks;     /* asked during the busy-poll window */
 	struct hl_reactor_peek *peek_next; /* the next one peeks_run asks */
 };
 
 static __thread struct hl_reactor *current_reactor;
+
+/*
+ * The reactor's three lists (turn hooks, destroy calls, peeks) hold nodes
+ * of one shape: next, pprev (NULL while the node is in no list) and the
+ * reactor. NODE_PUSH puts node n at the head of the list at head (of
+ * reactor r); NODE_UNLINK takes a linked node out.
+ */
+#define NODE_PUSH(head, n, r)                                                                      \
+	do {                                                                                       \
+		(n)->reactor = (r);                                                                \
+		(n)->next = *(head);                                                               \
+		if ((n)->next)                                                                     \
+			(n)->next->pprev = &(n)->next;                                             \
+		(n)->pprev = (head);                                                               \
+		*(head) = (n);                                                                     \
+	} while (0)
+#define NODE_UNLINK(n)                                                                             \
+	do {                                                                                       \
+		*(n)->pprev = (n)->next;                                                           \
+		if ((n)->next)                                                                     \
+			(n)->next->pprev = (n)->pprev;                                             \
+		(n)->next = NULL;                                                                  \
+		(n)->pprev = NULL;                                                                 \
+	} while (0)
 
 uint64_t hl_now_ns(void)
 {
@@ -162,12 +186,7 @@ int hl_reactor_on_destroy(struct hl_reactor *r, struct hl_reactor_fini *f)
 {
 	if (f->pprev)
 		return -EBUSY;
-	f->reactor = r;
-	f->next = r->finis;
-	if (f->next)
-		f->next->pprev = &f->next;
-	f->pprev = &r->finis;
-	r->finis = f;
+	NODE_PUSH(&r->finis, f, r);
 	return 0;
 }
 
@@ -175,11 +194,7 @@ void hl_reactor_on_destroy_cancel(struct hl_reactor_fini *f)
 {
 	if (!f->pprev)
 		return;
-	*f->pprev = f->next;
-	if (f->next)
-		f->next->pprev = f->pprev;
-	f->next = NULL;
-	f->pprev = NULL;
+	NODE_UNLINK(f);
 	f->reactor = NULL;
 }
 
@@ -189,12 +204,7 @@ int hl_reactor_peek_add(struct hl_reactor *r, struct hl_reactor_peek *p)
 {
 	if (p->pprev)
 		return -EBUSY;
-	p->reactor = r;
-	p->next = r->peeks;
-	if (p->next)
-		p->next->pprev = &p->next;
-	p->pprev = &r->peeks;
-	r->peeks = p;
+	NODE_PUSH(&r->peeks, p, r);
 	return 0;
 }
 
@@ -206,11 +216,7 @@ void hl_reactor_peek_del(struct hl_reactor_peek *p)
 		return;
 	if (r->peek_next == p)
 		r->peek_next = p->next;
-	*p->pprev = p->next;
-	if (p->next)
-		p->next->pprev = p->pprev;
-	p->next = NULL;
-	p->pprev = NULL;
+	NODE_UNLINK(p);
 	p->reactor = NULL;
 }
 
@@ -472,12 +478,7 @@ int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
 		return -EAGAIN;
 	if (h->pprev)
 		return 0;
-	h->reactor = r;
-	h->next = r->hooks;
-	if (h->next)
-		h->next->pprev = &h->next;
-	h->pprev = &r->hooks;
-	r->hooks = h;
+	NODE_PUSH(&r->hooks, h, r);
 	return 0;
 }
 
@@ -485,11 +486,7 @@ void hl_turn_hook_cancel(struct hl_turn_hook *h)
 {
 	if (!h->pprev)
 		return;
-	*h->pprev = h->next;
-	if (h->next)
-		h->next->pprev = h->pprev;
-	h->next = NULL;
-	h->pprev = NULL;
+	NODE_UNLINK(h);
 }
 
 static void turn_hooks_run(struct hl_reactor *r)
