@@ -59,7 +59,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdu_client as pc  # noqa: E402
 
 WITHHOLD = 4096
+OUT_LOCK = threading.Lock()
 CHUNK = b"\xa5" * (256 * 1024)
+
+
+def say(line, err=False):
+    """One whole line per write, under a lock: threads that print at the same
+    instant must not glue their lines together (the test counts them)."""
+    f = sys.stderr if err else sys.stdout
+    with OUT_LOCK:
+        f.write(line + "\n")
+        f.flush()
 
 
 def data_out(c, itt, ttt, datasn, offset, length, final, lun):
@@ -346,11 +356,10 @@ class Trickler(threading.Thread):
                     c.nop_reply(r)
         except pc.Closed:
             t = time.monotonic() - self.first_r2t if self.first_r2t else -1.0
-            print("CLOSED conn=%d held=%d after=%.1f" % (self.idx, len(self.r2ts), t),
-                  flush=True)
+            say("CLOSED conn=%d held=%d after=%.1f" % (self.idx, len(self.r2ts), t))
         except Exception as e:  # noqa: BLE001 - reported by main
             self.error = "%s: %s" % (type(e).__name__, e)
-            print("error: conn %d: %s" % (self.idx, self.error), file=sys.stderr, flush=True)
+            say("error: conn %d: %s" % (self.idx, self.error), err=True)
         finally:
             self.settled.set()
 
@@ -362,9 +371,9 @@ def trickle(a):
         t.start()
     for t in ts:
         t.settled.wait()
-    print("READY conns=%d holding=%d held_cmds=%d task_set_full=%d busy=%d errors=%d" % (
+    say("READY conns=%d holding=%d held_cmds=%d task_set_full=%d busy=%d errors=%d" % (
         a.conns, sum(1 for t in ts if t.r2ts), sum(len(t.r2ts) for t in ts), sum(t.tsf for t in ts),
-        sum(t.busy for t in ts), sum(1 for t in ts if t.error)), flush=True)
+        sum(t.busy for t in ts), sum(1 for t in ts if t.error)))
     while True:
         time.sleep(3600)  # the threads trickle until SIGTERM
 
