@@ -319,7 +319,8 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	if (usable) {
 		HL_NOTICE("cache",
 		          "cache %s: restoring %llu record page(s) in the background; served "
-		          "meanwhile (misses are not cached until it is done)",
+		          "meanwhile (until it is done, misses fill only free slots of record pages already "
+		          "known, and nothing is evicted)",
 		          c->name, (unsigned long long)c->rs.pages);
 		rc = engine_restore_start(c, t0);
 		if (rc)
