@@ -183,6 +183,16 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct);
  */
 int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes);
 
+/** How long a stop's drain and a disk's detach wait for cache requests by default (ms). */
+#define HL_CACHE_DRAIN_MS 15000u
+
+/**
+ * The bound of a stop's hl_cache_drain and of a disk's detach (the close of
+ * its cached origin waits for the disk's requests): HL_CACHE_DRAIN_MS, or
+ * the test knob HOTLUN_TEST_CACHE_DRAIN_MS (1 .. 600000). Any thread.
+ */
+unsigned hl_cache_drain_bound_ms(void);
+
 /**
  * A clean stop, once no initiator is left (the iSCSI server is destroyed)
  * and while the reactors, the workers and the metadata thread still run:

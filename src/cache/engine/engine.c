@@ -51,6 +51,9 @@ static void cache_free(struct hl_cache *c)
 	for (size_t i = 0; i < c->n_ents; i++)
 		engine_ent_free(c->ents[i]);
 	free(c->ents);
+	for (size_t i = 0; i < c->n_orph; i++)
+		engine_ent_free(c->orph[i]);
+	free(c->orph);
 	free(c->window);
 	free(c->name);
 	free(c->device);
@@ -144,6 +147,14 @@ static int test_dev_delay(struct hl_cache *c)
 	return 0;
 }
 
+unsigned hl_cache_drain_bound_ms(void)
+{
+	const char *v = getenv("HOTLUN_TEST_CACHE_DRAIN_MS");
+	unsigned long ms = v && *v ? strtoul(v, NULL, 10) : 0;
+
+	return ms && ms <= 600000 ? (unsigned)ms : HL_CACHE_DRAIN_MS;
+}
+
 int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 {
 	struct hl_cache_params p;
@@ -199,6 +210,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	pthread_condattr_destroy(&ca);
 	c->mw_tail = &c->mw_head;
 	c->interval_ms = cfg->meta_interval_ms ? cfg->meta_interval_ms : 1000;
+	c->drain_ms = hl_cache_drain_bound_ms();
 	c->bs = p.block_size;
 	c->shift = (uint32_t)__builtin_ctz(p.block_size);
 	c->name = strdup(cfg->name);
@@ -365,7 +377,7 @@ static bool ent_forget_one(struct hl_cache *c)
 	          "cache serves at most %u disks at a time",
 	          c->name, c->ents[best]->name, (unsigned long long)fewest, HL_CACHE_MAX_DISKS);
 	hl_cache_core_lun_remove(c->core, c->ents[best]->id);
-	engine_ent_free(c->ents[best]);
+	engine_ent_retire(c, c->ents[best]);
 	c->ents[best] = c->ents[--c->n_ents];
 	return true;
 }
@@ -450,7 +462,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 				break;
 			}
 		}
-		engine_ent_free(e);
+		engine_ent_retire(c, e); /* a late fill of its last attachment may still read it */
 		e = NULL;
 		sync = true;
 	}
@@ -533,6 +545,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->inner = inner; /* o->inner, at hand for the data path */
 	co->ent = e;
 	e->attached = true;
+	atomic_fetch_add(&e->gen, 1); /* requests of an earlier attachment install nothing */
 	engine_ent_tag(c, e->id, e->tag);
 	e->inner = inner; /* proofs from now on (sync_lock held) */
 	hl_origin_listen(inner, engine_origin_event, o);
