@@ -608,11 +608,14 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
 long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 {
 	uint64_t t0 = hl_now_ns(), next_note = 5000;
+	uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000u;
 	long left, first;
+	bool held;
 
 	if (!c)
 		return 0;
-	engine_shadow_hold(c);
+	/* within the bound too: a shadow step stuck on a dead device or cluster */
+	held = engine_shadow_hold(c, deadline);
 	first = atomic_load(&c->inflight);
 	/*
 	 * What is left once the initiators are gone: the cache-device writes
@@ -621,15 +624,22 @@ long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 	 * still run: a ring closed with I/O in it never calls back, and its
 	 * requests (and their buffers) would be lost.
 	 */
-	while ((left = atomic_load(&c->inflight)) > 0) {
+	while ((left = atomic_load(&c->inflight)) > 0 || !held) {
 		uint64_t ms = (hl_now_ns() - t0) / 1000000;
 		struct timespec ts = {0, 1000000};
 
-		if (ms >= timeout_ms) {
+		if (ms >= timeout_ms || !held) {
+			/*
+			 * What is left is abandoned, never freed under its late
+			 * completions: hl_cache_close writes no record that claims
+			 * what they write, and keeps the cache's memory for them.
+			 */
+			atomic_store(&c->drain_late, true);
 			HL_WARN("cache",
-			        "cache %s: %ld request(s) did not finish within %u ms at the stop",
-			        c->name, left, timeout_ms);
-			return left;
+			        "cache %s: %ld request(s) did not finish within %u ms at the stop%s: "
+			        "abandoned (what they write is not kept)",
+			        c->name, left, timeout_ms, held ? "" : ", nor a shadow step");
+			return left + !held;
 		}
 		if (ms >= next_note) {
 			HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish",
@@ -654,9 +664,18 @@ void hl_cache_quiesce(struct hl_cache *c)
 	engine_meta_stop(c, true);
 }
 
+/*
+ * Caches closed with requests still out (hl_cache_close): never freed, so a
+ * late completion finds them; listed here so a leak checker sees them held.
+ */
+static struct hl_cache *parked;
+static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
+
 void hl_cache_close(struct hl_cache *c)
 {
 	struct hl_cache_stats st;
+	bool abandon;
+	long left;
 	int rc;
 
 	if (!c)
@@ -677,11 +696,26 @@ void hl_cache_close(struct hl_cache *c)
 	          (unsigned long long)(st.bytes_read_cache >> 20),
 	          (unsigned long long)(st.bytes_read_origin >> 20),
 	          (unsigned long long)st.write_reqs);
-	if (atomic_load(&c->inflight)) {
-		/* Fills still queued on stopped reactors: leave the data origin alone. */
-		HL_WARN("cache", "cache %s: %ld request(s) still in flight at close", c->name,
-		        (long)atomic_load(&c->inflight));
-		c->data = NULL;
+	left = atomic_load(&c->inflight);
+	abandon = left > 0 || atomic_load(&c->shadow_left);
+	if (abandon) {
+		/*
+		 * Requests still out (on stopped reactors, or a device that stopped
+		 * answering): from now on they install nothing (a new generation
+		 * for every disk), the records below do not claim the slots they
+		 * write (the core makes a fill's sectors valid only at its end),
+		 * and nothing they touch is freed or closed: the cache is parked.
+		 */
+		pthread_mutex_lock(&c->lock);
+		for (size_t i = 0; i < c->n_ents; i++)
+			atomic_fetch_add(&c->ents[i]->gen, 1);
+		for (size_t i = 0; i < c->n_orph; i++)
+			atomic_fetch_add(&c->orph[i]->gen, 1);
+		pthread_mutex_unlock(&c->lock);
+		HL_WARN("cache",
+		        "cache %s: %ld request(s) still in flight at close%s: abandoned; the "
+		        "cache's memory and device stay allocated for their late completions",
+		        c->name, left, atomic_load(&c->shadow_left) ? " (and the shadow)" : "");
 	}
 	if (!c->dead && !atomic_load(&c->failed)) {
 		/*
@@ -689,7 +723,7 @@ void hl_cache_close(struct hl_cache *c)
 		 * records below claim them only once the device flush in the close's
 		 * sync made them durable). Not while I/O is still in flight.
 		 */
-		if (c->data)
+		if (!abandon)
 			engine_ub_drain(c);
 		pthread_mutex_lock(&c->lock);
 		rc = hl_cache_meta_close(c->dev, &c->layout, c->core);
@@ -700,6 +734,14 @@ void hl_cache_close(struct hl_cache *c)
 		engine_map_write(c, rc ? "failed" : "clean");
 	} else if (!c->dead) {
 		engine_meta_kill(c);
+	}
+	if (abandon) {
+		atomic_store(&c->failed, true); /* a late read-modify-write writes nothing */
+		pthread_mutex_lock(&parked_mu);
+		c->park_next = parked;
+		parked = c;
+		pthread_mutex_unlock(&parked_mu);
+		return;
 	}
 	cache_free(c);
 }

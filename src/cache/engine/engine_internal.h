@@ -207,6 +207,9 @@ struct hl_cache {
 	 */
 	unsigned drain_ms;
 	atomic_ulong orphan_drops; /* fills of abandoned requests dropped */
+	atomic_bool drain_late;    /* hl_cache_drain gave up at its bound */
+	atomic_bool shadow_left;   /* engine_shadow_stop gave up: the shadow reactor still runs */
+	struct hl_cache *park_next; /* hl_cache_close kept it for late completions */
 	uint16_t next_id; /* lock */
 
 	atomic_bool failed;   /* pass-through: the device failed */
@@ -641,10 +644,16 @@ int engine_read_shadow(struct hl_origin *o, struct hl_origin_io *uio);
 
 /**
  * No new pre-read starts (hl_cache_drain); those out still complete on the
- * shadow reactor, which runs until engine_shadow_stop. Blocking.
+ * shadow reactor, which runs until engine_shadow_stop. Blocking until a
+ * step under way ends, or until deadline_ns (hl_now_ns). @return false:
+ * a step still runs at the deadline.
  */
-void engine_shadow_hold(struct hl_cache *c);
-/** Stop the shadow reactor (quiesce): no new pre-reads; waits (bounded) for those out. */
+bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns);
+/**
+ * Stop the shadow reactor (quiesce, close): no new pre-reads; waits for
+ * those out, up to c->drain_ms; past it the reactor is left running
+ * (c->shadow_left: the close keeps the cache).
+ */
 void engine_shadow_stop(struct hl_cache *c);
 /** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */
 void engine_shadow_detach(struct hl_cache *c, struct map_ent *e);
