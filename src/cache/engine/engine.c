@@ -636,9 +636,9 @@ long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 			 */
 			atomic_store(&c->drain_late, true);
 			HL_WARN("cache",
-			        "cache %s: %ld request(s) did not finish within %u ms at the stop%s: "
+			        "cache %s: %ld request(s)%s did not finish within %u ms at the stop: "
 			        "abandoned (what they write is not kept)",
-			        c->name, left, timeout_ms, held ? "" : ", nor a shadow step");
+			        c->name, left, held ? "" : " and a shadow step", timeout_ms);
 			return left + !held;
 		}
 		if (ms >= next_note) {
@@ -648,6 +648,7 @@ long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 		}
 		nanosleep(&ts, NULL);
 	}
+	atomic_store(&c->drain_late, false);
 	if (first > 0)
 		HL_INFO("cache",
 		        "cache %s: %ld request(s) in flight at the stop finished in %llu us",
