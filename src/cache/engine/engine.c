@@ -635,10 +635,11 @@ long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 			 * what they write, and keeps the cache's memory for them.
 			 */
 			atomic_store(&c->drain_late, true);
-			HL_WARN("cache",
-			        "cache %s: %ld request(s)%s did not finish within %u ms at the stop: "
-			        "abandoned (what they write is not kept)",
-			        c->name, left, held ? "" : " and a shadow step", timeout_ms);
+			HL_WARN(
+			    "cache",
+			    "cache %s: %ld request(s)%s did not finish within %u ms at the stop: "
+			    "abandoned (what they write is not kept)",
+			    c->name, left, held ? "" : " and a shadow step", timeout_ms);
 			return left + !held;
 		}
 		if (ms >= next_note) {

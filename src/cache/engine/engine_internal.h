@@ -206,9 +206,9 @@ struct hl_cache {
 	 * stop's drain (hl_cache_drain_bound_ms); HOTLUN_TEST_CACHE_DRAIN_MS.
 	 */
 	unsigned drain_ms;
-	atomic_ulong orphan_drops; /* fills of abandoned requests dropped */
-	atomic_bool drain_late;    /* hl_cache_drain gave up at its bound */
-	atomic_bool shadow_left;   /* engine_shadow_stop gave up: the shadow reactor still runs */
+	atomic_ulong orphan_drops;  /* fills of abandoned requests dropped */
+	atomic_bool drain_late;     /* hl_cache_drain gave up at its bound */
+	atomic_bool shadow_left;    /* engine_shadow_stop gave up: the shadow reactor still runs */
 	struct hl_cache *park_next; /* hl_cache_close kept it for late completions */
 	uint16_t next_id; /* lock */
 

@@ -705,7 +705,7 @@ static void test_detach_abandons_fills(void)
 	t0 = hl_now_ns();
 	hl_origin_close(o);
 	ms = (hl_now_ns() - t0) / 1000000;
-	CU_ASSERT(ms < 300); /* the bound, not the 400 ms device */
+	CU_ASSERT(ms < 300);                           /* the bound, not the 400 ms device */
 	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1); /* abandoned */
 
 	/* the same name, another origin: the old entry is retired, kept for the fill */
@@ -1670,7 +1670,8 @@ static void test_drain_bound_shadow_step(void)
 	CU_ASSERT(left >= 1); /* the step, abandoned */
 	CU_ASSERT(ms >= 250 && ms < 1500);
 	if (ms >= 1500)
-		fprintf(stderr, "the drain took %llu ms for a bound of 300\n", (unsigned long long)ms);
+		fprintf(stderr, "the drain took %llu ms for a bound of 300\n",
+		        (unsigned long long)ms);
 	CU_ASSERT(atomic_load(&c->drain_late));
 
 	usleep(3200 * 1000); /* the step ends; nothing else runs */
@@ -3680,7 +3681,8 @@ int main(void)
 	     test_detach_waits_for_fills},
 	    {"a detach past its bound abandons the fills: they install nothing, free nothing",
 	     test_detach_abandons_fills},
-    {"reads are tagged hit, partial or miss for the disk's latency split", test_read_source_tag},
+	    {"reads are tagged hit, partial or miss for the disk's latency split",
+	     test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
 	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
 	    {"write-through update: a read after a write returns new data", test_write_update},
@@ -3724,7 +3726,8 @@ int main(void)
 	     test_prefetch_discard},
 	    {"RAM window hits, promotions and evictions keep the data right",
 	     test_window_and_promotion},
-	    {"a read of one disk promotes another disk's window block", test_promotion_of_another_disk},
+	    {"a read of one disk promotes another disk's window block",
+	     test_promotion_of_another_disk},
 	    {"a promotion's copy never lands a hole over a sector filled meanwhile",
 	     test_promote_hole_raced_fill},
 	    {"two caches in one process restart warm", test_two_caches},
