@@ -8,8 +8,9 @@
 #     3 s) abandons the fills: the log says how many; the name re-added at once
 #     with ANOTHER origin never serves the first origin's blocks, and the late
 #     fills touch no freed memory (the ASan build aborts otherwise);
-#  3. a stop whose drain times out (same knobs) stops within the bound, says
-#     how many requests it abandoned, and the restarted cache serves no block
+#  3. a stop whose drain times out (same knobs; fills and the updates of
+#     writes held) stops within the bound, says how many requests it
+#     abandoned, and the restarted cache serves no block
 #     that a record claims but that was never written (the origins are random
 #     data, an unwritten slot reads zeroes).
 . "$(dirname "$0")/lib.sh"
@@ -46,10 +47,10 @@ PY
 	fi
 }
 
-# reads SECS [RANGE]: random 4K reads for SECS seconds (RANGE 48 MiB by default: three times the RAM window, so blocks
+# reads SECS [RANGE [READ%]]: random 4K I/O for SECS seconds (RANGE 48 MiB by default: three times the RAM window, so blocks
 # move to device slots: writes, held by the knob), then the session is gone
 reads() {
-	"$BENCH" --quiet --read 100 --qd 8 --range "${2:-48M}" --time "$1" "$url" >"$T/bench.out" 2>&1 ||
+	"$BENCH" --quiet --read "${3:-100}" --qd 8 --range "${2:-48M}" --time "$1" "$url" >"$T/bench.out" 2>&1 ||
 		hl_fail "reads failed: $(tail -n 3 "$T/bench.out")"
 }
 
@@ -123,7 +124,7 @@ hl_check_alive "$FRONT_PID"
 # ---- 3. a stop whose drain times out
 reads 2 24M # the first half warm: its fills land, records claim them at the stop
 sleep 3.5
-reads 2
+reads 2 48M 70 # 30% writes: their updates of cached slots are held too
 t0=$(date +%s%N)
 log=$FRONT_LOG
 hl_stop "$FRONT_PID"
