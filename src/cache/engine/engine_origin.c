@@ -201,7 +201,12 @@ static void co_close(struct hl_origin *o)
 	atomic_fetch_add(&e->gen, 1);
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->sync_lock);
-	if (left > 0)
+	if (left > 0 && atomic_load(&c->mdrop))
+		HL_WARN("cache",
+		        "cache %s: disk %s: %ld request(s) left by the stop's drain: abandoned "
+		        "(detached without them; what they write is not kept)",
+		        c->name, e->name, left);
+	else if (left > 0)
 		HL_WARN("cache",
 		        "cache %s: disk %s: %ld request(s) did not finish within %u ms: "
 		        "abandoned (detached without them; what they write is not kept)",
