@@ -88,8 +88,10 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out);
  * credentials, and size) and quota are unchanged; otherwise its old blocks
  * are dropped. The map file never holds credentials.
  * quota_bytes 0: share the pool. Blocking; main thread, before I/O starts.
- * On success the wrapper owns inner (hl_origin_close on the wrapper detaches
- * the disk and closes inner); on error the caller keeps inner.
+ * On success the wrapper owns inner (hl_origin_close on the wrapper waits,
+ * up to hl_cache_drain_bound_ms, for the disk's fills still in flight,
+ * abandons the rest (they install nothing), detaches the disk and closes
+ * inner; not on a reactor thread); on error the caller keeps inner.
  * @return 0, -EEXIST (disk already attached), -ENOSPC (quota), -errno.
  */
 int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
@@ -183,15 +185,27 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct);
  */
 int hl_cache_set_update_buffer(struct hl_cache *c, uint64_t bytes);
 
+/** How long a stop's drain and a disk's detach wait for cache requests by default (ms). */
+#define HL_CACHE_DRAIN_MS 15000u
+
+/**
+ * The bound of a stop's hl_cache_drain and of a disk's detach (the close of
+ * its cached origin waits for the disk's requests): HL_CACHE_DRAIN_MS, or
+ * the test knob HOTLUN_TEST_CACHE_DRAIN_MS (1 .. 600000). Any thread.
+ */
+unsigned hl_cache_drain_bound_ms(void);
+
 /**
  * A clean stop, once no initiator is left (the iSCSI server is destroyed)
  * and while the reactors, the workers and the metadata thread still run:
  * no new shadow pre-read starts, and the requests still in flight (fills
  * and update-buffer write-backs of reads and writes that replied already,
  * pre-reads) finish and are freed, every completion called. Waits up to
- * timeout_ms. Blocking; not a reactor thread; NULL is harmless.
- * @return 0, or the number of requests still in flight at the timeout
- * (hl_cache_close then leaves the cache device alone).
+ * timeout_ms in all, a shadow step under way included. Blocking; not a
+ * reactor thread; NULL is harmless.
+ * @return 0, or the number of requests still in flight at the timeout (+1
+ * for a shadow step still running): abandoned, logged; hl_cache_close then
+ * writes no record claiming what they write and frees nothing they touch.
  */
 long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms);
 
@@ -206,8 +220,10 @@ void hl_cache_quiesce(struct hl_cache *c);
 
 /**
  * Persist the metadata (a clean shutdown keeps the warm cache) and free c.
- * Every wrapper from hl_cache_attach must be closed first, and no I/O may
- * be in flight. Blocking; NULL is harmless.
+ * Every wrapper from hl_cache_attach must be closed first. Requests still
+ * in flight (a drain that timed out) are abandoned: they install nothing,
+ * no record claims what they write, and c is kept, never freed, so their
+ * late completions find it (logged). Blocking; NULL is harmless.
  */
 void hl_cache_close(struct hl_cache *c);
 

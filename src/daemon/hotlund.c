@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include "hotlun/cache_engine.h"
 #include "hotlun/conf.h"
 #include "hotlun/ctl.h"
 #include "hotlun/event.h"
@@ -327,8 +328,6 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 }
 
 /* How long a stop waits for the caches' requests in flight (fills, write-backs). */
-#define STOP_DRAIN_MS 15000
-
 static void stop(struct daemon *d)
 {
 	daemon_exporter_stop(d);
@@ -341,7 +340,7 @@ static void stop(struct daemon *d)
 	 * that replied: those finish on the reactors, so before they stop
 	 * (a ring closed with I/O in it never calls back; the requests leak).
 	 */
-	daemon_caches_drain(STOP_DRAIN_MS);
+	daemon_caches_drain(hl_cache_drain_bound_ms()); /* 15 s; what is left is abandoned */
 	for (unsigned i = 0; i < d->n_reactors; i++) {
 		if (d->reactors[i]) {
 			hl_reactor_stop(d->reactors[i]);

@@ -184,7 +184,7 @@ static void fills_submit(struct eng_req *req, uint32_t first)
 		struct eng_sub *s = &req->subs[i];
 		if (s->kind != SUB_FILL)
 			continue;
-		if (atomic_load(&c->failed) ||
+		if (atomic_load(&c->failed) || engine_req_orphan(req) ||
 		    !hl_cache_core_io_start(c->core, lun, &req->ios[s->k])) {
 			hl_cache_core_io_end(c->core, lun, &req->ios[s->k], false);
 			s->kind = SUB_SKIPPED;
@@ -239,7 +239,7 @@ bool engine_fill_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k
 		if (io->slot < c->nslots || io->slot - c->nslots >= c->nwin)
 			goto drop;
 		pthread_mutex_lock(&c->lock);
-		ok = hl_cache_core_io_start(c->core, req->ent->id, io);
+		ok = !engine_req_orphan(req) && hl_cache_core_io_start(c->core, req->ent->id, io);
 		pthread_mutex_unlock(&c->lock);
 		if (!ok) /* stale, or another io is writing the slot */
 			goto drop;
@@ -293,9 +293,10 @@ void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier)
 		}
 		if (req->iof[k] & IOF_DONE)
 			continue;
-		if (req->iof[k] & IOF_WRITTEN)
+		bool written = (req->iof[k] & IOF_WRITTEN) && !engine_req_orphan(req);
+		if (written)
 			atomic_fetch_add(&c->changes, 1);
-		hl_cache_core_io_end(c->core, req->ent->id, io, (req->iof[k] & IOF_WRITTEN) != 0);
+		hl_cache_core_io_end(c->core, req->ent->id, io, written);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!any) {
@@ -325,6 +326,14 @@ void engine_fill_sub_done(struct eng_sub *s, int result)
 		else
 			atomic_fetch_add(&c->changes, 1);
 		pthread_mutex_lock(&c->lock);
+		if (!result && engine_req_orphan(req)) {
+			/*
+			 * Its disk was detached (and its final proof taken) while this
+			 * write was out: the slot's data is not claimed.
+			 */
+			atomic_fetch_add(&c->orphan_drops, 1);
+			result = -ESTALE;
+		}
 		if (!result && req->ios[s->k].kind == HL_CACHE_IO_PROMOTE) {
 			/* the promoted block's disk: the window is shared, it may not be req's */
 			uint16_t lun = req->ios[s->k].lun;

@@ -117,6 +117,18 @@ struct map_ent {
 	char *name;
 	char *ident;          /* ... and URI without throttle wrappers */
 	bool attached;        /* guarded by hl_cache.lock */
+	/*
+	 * Requests of this disk not yet freed (engine_req_new .. engine_req_free):
+	 * co_close waits for them (bounded), and an entry is never freed while
+	 * any is left (hl_cache.orph keeps it).
+	 */
+	atomic_long inflight;
+	/*
+	 * Bumped (under hl_cache.lock) at every attach and detach. A request
+	 * remembers it (eng_req.gen): one from an earlier attachment, abandoned
+	 * by a detach that stopped waiting, installs nothing (engine_req_orphan).
+	 */
+	_Atomic uint32_t gen;
 	struct hl_list wlist; /* origin writes in flight (eng_req.wlink); hl_cache.lock */
 	struct eng_counters st;
 	/*
@@ -182,6 +194,22 @@ struct hl_cache {
 	struct hl_cache_core *core; /* lock */
 	struct map_ent **ents;      /* lock; the array grows only on the main thread */
 	size_t n_ents;
+	/*
+	 * Entries taken out of ents (another origin under the name, a forgotten
+	 * disk) while requests of a detach that stopped waiting still point at
+	 * them: freed once those are gone (engine_orph_reap), or never. lock.
+	 */
+	struct map_ent **orph;
+	size_t n_orph;
+	/*
+	 * How long a detach (co_close) waits for the disk's requests, and the
+	 * stop's drain (hl_cache_drain_bound_ms); HOTLUN_TEST_CACHE_DRAIN_MS.
+	 */
+	unsigned drain_ms;
+	atomic_ulong orphan_drops;  /* fills of abandoned requests dropped */
+	atomic_bool drain_late;     /* hl_cache_drain gave up at its bound */
+	atomic_bool shadow_left;    /* engine_shadow_stop gave up: the shadow reactor still runs */
+	struct hl_cache *park_next; /* hl_cache_close kept it for late completions */
 	uint16_t next_id; /* lock */
 
 	atomic_bool failed;   /* pass-through: the device failed */
@@ -295,6 +323,7 @@ struct eng_req {
 	bool all_hit, in_wlist, replied, inside_submit, no_data;
 	bool cached; /* READ: the plan found some of its bytes in the cache (hit or partial) */
 	bool pooled; /* from the thread's free list (engine_req.c), REQ_POOL_BYTES long */
+	uint32_t gen; /* ent->gen when it was made */
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;
 	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */
@@ -332,6 +361,17 @@ static inline void cnt_add(uint64_t *p, uint64_t v)
 static inline uint64_t cnt_get(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+/*
+ * req belongs to an earlier attachment of its disk (a detach stopped
+ * waiting for it): it must not make anything valid. Read under c->lock,
+ * where detach and attach bump the generation, so no fill installs after
+ * the detach took the disk's final proof.
+ */
+static inline bool engine_req_orphan(const struct eng_req *req)
+{
+	return atomic_load_explicit(&req->ent->gen, memory_order_relaxed) != req->gen;
 }
 
 /* LUN byte offset of cache block b. */
@@ -495,6 +535,14 @@ struct map_ent *engine_ent_new(uint16_t id, uint64_t quota, uint64_t size, const
                                const char *ident);
 /** Free a disk entry and its strings (NULL is harmless). */
 void engine_ent_free(struct map_ent *e);
+/**
+ * Under c->lock: e leaves c->ents (the caller took it out); freed now, or
+ * kept in c->orph while requests still point at it (leaked without
+ * memory for the list: never freed under them).
+ */
+void engine_ent_retire(struct hl_cache *c, struct map_ent *e);
+/** Under c->lock: free the retired entries no request points at any more. */
+void engine_orph_reap(struct hl_cache *c);
 /** List e in c->ents (c takes it). @return 0 or -ENOMEM. */
 int engine_ent_add(struct hl_cache *c, struct map_ent *e);
 /** The entry of disk name, or NULL. */
@@ -596,10 +644,16 @@ int engine_read_shadow(struct hl_origin *o, struct hl_origin_io *uio);
 
 /**
  * No new pre-read starts (hl_cache_drain); those out still complete on the
- * shadow reactor, which runs until engine_shadow_stop. Blocking.
+ * shadow reactor, which runs until engine_shadow_stop. Blocking until a
+ * step under way ends, or until deadline_ns (hl_now_ns). @return false:
+ * a step still runs at the deadline.
  */
-void engine_shadow_hold(struct hl_cache *c);
-/** Stop the shadow reactor (quiesce): no new pre-reads; waits (bounded) for those out. */
+bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns);
+/**
+ * Stop the shadow reactor (quiesce, close): no new pre-reads; waits for
+ * those out, up to c->drain_ms; past it the reactor is left running
+ * (c->shadow_left: the close keeps the cache).
+ */
 void engine_shadow_stop(struct hl_cache *c);
 /** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */
 void engine_shadow_detach(struct hl_cache *c, struct map_ent *e);

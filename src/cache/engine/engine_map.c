@@ -102,6 +102,34 @@ void engine_ent_free(struct map_ent *e)
 	free(e);
 }
 
+void engine_ent_retire(struct hl_cache *c, struct map_ent *e)
+{
+	struct map_ent **v;
+
+	engine_orph_reap(c);
+	if (!atomic_load(&e->inflight)) {
+		engine_ent_free(e);
+		return;
+	}
+	v = realloc(c->orph, (c->n_orph + 1) * sizeof(*v));
+	if (!v)
+		return; /* leaked: a late fill still reads it */
+	c->orph = v;
+	c->orph[c->n_orph++] = e;
+}
+
+void engine_orph_reap(struct hl_cache *c)
+{
+	for (size_t i = 0; i < c->n_orph;) {
+		if (atomic_load(&c->orph[i]->inflight)) {
+			i++;
+			continue;
+		}
+		engine_ent_free(c->orph[i]);
+		c->orph[i] = c->orph[--c->n_orph];
+	}
+}
+
 struct map_ent *engine_ent_new(uint16_t id, uint64_t quota, uint64_t size, const char *name,
                                const char *ident)
 {

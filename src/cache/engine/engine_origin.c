@@ -12,9 +12,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache/engine/engine_internal.h"
 #include "hotlun/event.h"
+#include "hotlun/log.h"
 #include "hotlun/util.h"
 
 static int co_check(const struct hl_origin *o, const struct hl_origin_io *io)
@@ -148,23 +150,72 @@ void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_even
 	hl_origin_notify(o, ev, size);
 }
 
+/*
+ * Before a disk detaches: wait (bounded, c->drain_ms) for its requests: the
+ * fills and update-buffer installs of commands that replied already. They
+ * run on the reactors, which still run. @return how many are left.
+ */
+static long co_drain(struct hl_cache *c, struct map_ent *e)
+{
+	uint64_t t0 = hl_now_ns();
+	long first = atomic_load(&e->inflight), left;
+
+	if (!first || atomic_load(&c->mdrop))
+		return first; /* none, or the reactors are gone (a stop's drain gave up) */
+	HL_NOTICE("cache", "cache %s: disk %s: waiting up to %u ms for %ld request(s) in flight",
+	          c->name, e->name, c->drain_ms, first);
+	while ((left = atomic_load(&e->inflight)) > 0) {
+		struct timespec ts = {0, 1000000};
+
+		if ((hl_now_ns() - t0) / 1000000 >= c->drain_ms)
+			return left;
+		nanosleep(&ts, NULL);
+	}
+	HL_NOTICE("cache", "cache %s: disk %s: %ld request(s) in flight finished in %llu us",
+	          c->name, e->name, first, (unsigned long long)((hl_now_ns() - t0) / 1000));
+	return 0;
+}
+
 static void co_close(struct hl_origin *o)
 {
 	struct co_priv *co = co_of(o);
+	struct hl_cache *c = co->c;
+	struct map_ent *e = co->ent;
+	long left;
 
-	engine_shadow_detach(co->c, co->ent); /* its pre-reads use o and the inner origin */
-	pthread_mutex_lock(&co->c->sync_lock);
-	pthread_mutex_lock(&co->c->lock);
-	co->ent->attached = false; /* its blocks stay: a restart finds them */
-	co->ent->inner = NULL;     /* the meta thread takes no more proofs from it */
-	pthread_mutex_unlock(&co->c->lock);
-	pthread_mutex_unlock(&co->c->sync_lock);
+	engine_shadow_detach(c, e); /* its pre-reads use o and the inner origin */
 	/*
-	 * No origin I/O is in flight (every command was answered; a stop's drain
-	 * that timed out leaves only cache-device writes into slots no record
-	 * claims): what the origin holds now is what the blocks match.
+	 * No command is running (the LU is going): what may be left are the
+	 * fills of reads that replied. Those that land while the disk is still
+	 * attached are covered by the final proof below; those that do not land
+	 * within the bound are abandoned: they keep the entry (never freed
+	 * under them, engine_ent_retire) and install nothing (the generation
+	 * moves on, engine_req_orphan). They touch neither o nor the inner
+	 * origin, and their buffers are their own.
 	 */
-	engine_proof_final(co->c, co->ent, co->inner);
+	left = co_drain(c, e);
+	pthread_mutex_lock(&c->sync_lock);
+	pthread_mutex_lock(&c->lock);
+	e->attached = false; /* its blocks stay: a restart finds them */
+	e->inner = NULL;     /* the meta thread takes no more proofs from it */
+	atomic_fetch_add(&e->gen, 1);
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->sync_lock);
+	if (left > 0 && atomic_load(&c->mdrop))
+		HL_WARN("cache",
+		        "cache %s: disk %s: %ld request(s) left by the stop's drain: abandoned "
+		        "(detached without them; what they write is not kept)",
+		        c->name, e->name, left);
+	else if (left > 0)
+		HL_WARN("cache",
+		        "cache %s: disk %s: %ld request(s) did not finish within %u ms: "
+		        "abandoned (detached without them; what they write is not kept)",
+		        c->name, e->name, left, c->drain_ms);
+	/*
+	 * No origin I/O is in flight (every command was answered): what the
+	 * origin holds now is what the blocks match.
+	 */
+	engine_proof_final(c, e, co->inner);
 	/* hl_origin_close() closes the inner origin next */
 }
 

@@ -175,7 +175,9 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 	req->op = uio->op;
 	req->t0 = hl_now_ns();
 	req->nb = nb;
+	req->gen = atomic_load(&co->ent->gen);
 	hl_list_init(&req->wlink);
+	atomic_fetch_add(&co->ent->inflight, 1);
 	atomic_fetch_add(&co->c->inflight, 1);
 	return req;
 }
@@ -183,6 +185,7 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 void engine_req_free(struct eng_req *req)
 {
 	struct hl_cache *c = req->c;
+	struct map_ent *e = req->ent;
 
 	for (uint32_t i = 0; i < req->nsub; i++)
 		if (req->subs[i].own)
@@ -194,6 +197,8 @@ void engine_req_free(struct eng_req *req)
 	free(req->rmw_old[0]);
 	free(req->rmw_old[1]);
 	req_release(req, req->pooled);
+	/* last: a detach or close that sees 0 may free the entry, then the cache */
+	atomic_fetch_sub(&e->inflight, 1);
 	atomic_fetch_sub(&c->inflight, 1);
 }
 

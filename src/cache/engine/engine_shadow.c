@@ -529,46 +529,76 @@ static int shadow_start(struct hl_cache *c)
 
 /*
  * Wait for a disk's pre-reads to come back, however long the cluster takes
- * (its own op timeouts bound it): their completions run on the shadow
- * reactor and point at se, the cache and the origin below it, which the
- * caller frees next. A notice every 5 s says what it waits for.
+ * (its own op timeouts bound it), or until deadline_ns (hl_now_ns; 0: no
+ * deadline): their completions run on the shadow reactor and point at se,
+ * the cache and the origin below it, which the caller frees next. A notice
+ * every 5 s says what it waits for. @return true when none is left.
  */
-static void wait_inflight(struct hl_cache *c, struct shadow_ent *se)
+static bool wait_inflight(struct hl_cache *c, struct shadow_ent *se, uint64_t deadline_ns)
 {
 	for (unsigned i = 1; __atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE); i++) {
 		struct timespec ts = {0, 5000000};
+		if (deadline_ns && hl_now_ns() >= deadline_ns)
+			return false;
 		nanosleep(&ts, NULL);
 		if (i % 1000 == 0)
 			HL_NOTICE("cache", "cache %s: waiting for %u shadow pre-read(s) to come back",
 			          c->name, __atomic_load_n(&se->inflight, __ATOMIC_ACQUIRE));
 	}
+	return true;
 }
 
-void engine_shadow_hold(struct hl_cache *c)
+bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns)
 {
 	struct eng_shadow *sh = c->shadow;
 
 	if (!sh)
-		return;
+		return true;
 	atomic_store(&sh->stopping, true);
-	/* a step under way ends (its pre-reads are out, in c->inflight); none starts after */
+	/*
+	 * A step under way ends (its pre-reads are out, in c->inflight); none
+	 * starts after. Only tried until the deadline: a step stuck on a device
+	 * or a cluster that stopped answering must not stretch a bounded stop.
+	 */
 	for (size_t i = 0; i < c->n_ents; i++) {
-		pthread_mutex_lock(&c->ents[i]->shadow_mu);
+		while (pthread_mutex_trylock(&c->ents[i]->shadow_mu)) {
+			struct timespec ts = {0, 1000000};
+			if (hl_now_ns() >= deadline_ns)
+				return false;
+			nanosleep(&ts, NULL);
+		}
 		pthread_mutex_unlock(&c->ents[i]->shadow_mu);
 	}
+	return true;
 }
 
 void engine_shadow_stop(struct hl_cache *c)
 {
 	struct eng_shadow *sh = c->shadow;
+	/* after a stop's drain that gave up, no second wait: only what is done now */
+	uint64_t deadline =
+	    hl_now_ns() + (atomic_load(&c->drain_late) ? 0 : (uint64_t)c->drain_ms * 1000000u);
+	bool ok;
 
-	if (!sh)
+	if (!sh || atomic_load(&c->shadow_left))
 		return;
 	/* every step under way ends before its pre-reads are waited for; none starts after */
-	engine_shadow_hold(c);
-	for (size_t i = 0; i < c->n_ents; i++)
+	ok = engine_shadow_hold(c, deadline);
+	for (size_t i = 0; ok && i < c->n_ents; i++)
 		if (c->ents[i]->sh)
-			wait_inflight(c, c->ents[i]->sh);
+			ok = wait_inflight(c, c->ents[i]->sh, deadline);
+	if (!ok) {
+		/*
+		 * Left running, with everything it touches (hl_cache_close keeps
+		 * the cache): joining its reactor would wait for the stuck step.
+		 */
+		HL_WARN("cache",
+		        "cache %s: a shadow step or pre-read did not finish within %u ms: "
+		        "abandoned (its reactor is left running)",
+		        c->name, c->drain_ms);
+		atomic_store(&c->shadow_left, true);
+		return;
+	}
 	hl_reactor_stop(sh->r);
 	hl_reactor_join(sh->r);
 	hl_reactor_destroy(sh->r);
@@ -588,7 +618,7 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 	pthread_mutex_unlock(&e->shadow_mu);
 	if (!se)
 		return;
-	wait_inflight(c, se);
+	wait_inflight(c, se, 0);
 	free(se->hs.v);
 	free(se->hs.chg);
 	pthread_mutex_destroy(&se->state_lock);

@@ -523,6 +523,10 @@ void engine_ub_install(struct eng_req *req, struct eng_sub *s)
 	int n;
 
 	pthread_mutex_lock(&c->lock);
+	if (ok && engine_req_orphan(req)) { /* its disk was detached meanwhile */
+		atomic_fetch_add(&c->orphan_drops, 1);
+		ok = false;
+	}
 	if (c->ub_count + io->fill_nsect >= c->ub_sweep_at)
 		ub_sweep(c);
 	for (uint32_t i = 0; ok && i < io->fill_nsect; i++)

@@ -634,6 +634,157 @@ static void test_drain_waits_for_fills(void)
 }
 
 /*
+ * A disk removed live (its cached origin closed) while the fills of reads
+ * that replied are still out: the detach waits for them (the reactors
+ * run), so nothing is left in flight behind it, and the fills landed while
+ * the disk was attached (its final proof covers them): a re-attach of the
+ * unchanged origin hits. Device writes are held 300 ms.
+ */
+static void test_detach_waits_for_fills(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint64_t ub = g_ub, t0, ms;
+	uint8_t *buf = malloc(2 * BS);
+
+	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
+	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "300", 1);
+	o = fixture_up(&c, NULL, &f, 8, "fake:a");
+	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0); /* replied */
+	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1);
+	t0 = hl_now_ns();
+	hl_origin_close(o); /* the control path's removal of the disk */
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 0); /* waited: nothing left behind */
+	CU_ASSERT(ms >= 100 && ms < 5000);
+	CU_ASSERT_EQUAL(atomic_load(&c->orphan_drops), 0);
+	CU_ASSERT_FALSE(c->ents[0]->attached);
+
+	o = attach(c, &f, "fake:a"); /* re-added at once */
+	memset(buf, 0, 2 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, 2 * BS) == 0);
+	CU_ASSERT_EQUAL(f.reads, 1); /* both blocks hit */
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	g_ub = ub;
+	free(buf);
+}
+
+/*
+ * A detach whose bound runs out (a device that stopped answering) abandons
+ * the disk's fills: the disk detaches without them, they install nothing
+ * when they come back, and their map entry stays allocated even when the
+ * name is attached again at once to another origin (which drops the old
+ * entry: before, freed under the fill, a use after free). The new origin's
+ * data is read, never the old one's; a second removal and re-add of the
+ * first origin, changed while detached, serves its new data.
+ */
+static void test_detach_abandons_fills(void)
+{
+	struct fake f, g;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct map_ent *old;
+	uint64_t ub = g_ub, t0, ms;
+	uint8_t *buf = malloc(2 * BS);
+
+	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
+	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "400", 1);
+	o = fixture_up(&c, NULL, &f, 9, "fake:a");
+	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	fake_init(&g, LUN_SIZE, 10);
+	c->drain_ms = 30;
+
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0);
+	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1);
+	old = c->ents[0];
+	t0 = hl_now_ns();
+	hl_origin_close(o);
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT(ms < 300);                           /* the bound, not the 400 ms device */
+	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1); /* abandoned */
+
+	/* the same name, another origin: the old entry is retired, kept for the fill */
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_origin(&g, "fake:b"), &o) == 0);
+	CU_ASSERT(c->ents[0] != old);
+	CU_ASSERT_EQUAL(c->n_orph, 1);
+	CU_ASSERT(wait_inflight(c, 0)); /* the late fill: no use after free (ASan) */
+	CU_ASSERT_EQUAL(atomic_load(&c->orphan_drops), 2); /* both blocks' fills dropped */
+	memset(buf, 0, 2 * BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, g.mem + 5 * BS, 2 * BS) == 0);
+	CU_ASSERT_EQUAL(g.reads, 1); /* a miss: nothing of the old origin was installed */
+	CU_ASSERT(wait_inflight(c, 0));
+	pthread_mutex_lock(&c->lock);
+	engine_orph_reap(c);
+	CU_ASSERT_EQUAL(c->n_orph, 0);
+	pthread_mutex_unlock(&c->lock);
+
+	/* the same origin again: a fill abandoned by the removal, the origin changed meanwhile */
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 9 * BS, BS, buf), 0);
+	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1);
+	hl_origin_close(o);
+	fake_external(&g, 9 * BS, BS, 0x77);
+	o = attach(c, &g, "fake:b");
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(atomic_load(&c->orphan_drops), 3);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 9 * BS, BS, buf), 0);
+	CU_ASSERT(buf[0] == 0x77 && buf[BS - 1] == 0x77);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 9 * BS, BS, buf), 0);
+	CU_ASSERT(buf[0] == 0x77 && buf[BS - 1] == 0x77);
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(g.mem);
+	g_ub = ub;
+	free(buf);
+}
+
+/*
+ * A stop whose drain times out, with the reactor still running (a device
+ * that answers late): the disk's close does not wait again, the cache's
+ * close abandons the fill and keeps the cache (parked), and the fill's late
+ * completion then finds everything it touches allocated (ASan: no use after
+ * free; before, the close freed the cache under it) and installs nothing.
+ */
+static void test_close_parks_for_late_fills(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint64_t ub = g_ub, t0, ms;
+	uint8_t *buf = malloc(2 * BS);
+
+	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
+	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "400", 1);
+	o = fixture_up(&c, NULL, &f, 11, "fake:a");
+	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0);
+	CU_ASSERT_EQUAL(hl_cache_drain(c, 20), 1); /* abandoned at the bound */
+	hl_cache_quiesce(c);
+	t0 = hl_now_ns();
+	hl_origin_close(o); /* the stop's close of the disk: no second wait */
+	hl_cache_close(c);
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT(ms < 300);
+	pthread_mutex_lock(&parked_mu);
+	CU_ASSERT(parked == c);
+	pthread_mutex_unlock(&parked_mu);
+	CU_ASSERT(wait_inflight(c, 0)); /* the late completion ran, on memory still ours */
+	CU_ASSERT_EQUAL(atomic_load(&c->orphan_drops), 2);
+	reactor_down();
+	dev_remove();
+	free(f.mem);
+	g_ub = ub;
+	free(buf);
+}
+
+/*
  * The engine tags each read with where its data came from, for the disk's
  * latency split: all from the cache, partly, or all from the origin.
  */
@@ -1512,6 +1663,65 @@ static void test_shadow_revalidate_other_disk(void)
 	CU_ASSERT(moved);
 	fa.check_delay_ms = 0;
 	two_disks_close(c, oa, ob, &fa, &fb);
+	free(buf);
+}
+
+/*
+ * A stop's drain is bounded even while a shadow step hangs (its origin's
+ * diff takes 3 s here: a cluster or device that stopped answering): the
+ * drain gives up at its bound and says how much it abandons, instead of
+ * first waiting for the step; the close after it does not wait again.
+ */
+static void test_drain_bound_shadow_step(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_hot_ent hot[1] = {{0, 9}};
+	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = 1, .v = hot};
+	uint8_t *buf = malloc(BS);
+	uint64_t t0, ms;
+	long left;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 33);
+	f.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_hot_origin(&f, "fake:a"), &o) == 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	hl_cache_hold_proofs(o); /* a standby: its step diffs the origin to the owner's mark */
+	fake_external(&f, 8 * BS, 4 * K, 0x5a);
+	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f.gen, __ATOMIC_SEQ_CST));
+	snprintf(hs.prev, sizeof(hs.prev), "fake:999");
+	f.check_delay_ms = 3000;
+	f.hot = &hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(o, 64 * M), 0);
+	for (int i = 0; i < 300 && !__atomic_load_n(&f.checking, __ATOMIC_SEQ_CST); i++)
+		usleep(10 * 1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&f.checking, __ATOMIC_SEQ_CST));
+
+	t0 = hl_now_ns();
+	left = hl_cache_drain(c, 300);
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT(left >= 1); /* the step, abandoned */
+	CU_ASSERT(ms >= 250 && ms < 1500);
+	if (ms >= 1500)
+		fprintf(stderr, "the drain took %llu ms for a bound of 300\n",
+		        (unsigned long long)ms);
+	CU_ASSERT(atomic_load(&c->drain_late));
+
+	usleep(3200 * 1000); /* the step ends; nothing else runs */
+	f.check_delay_ms = 0;
+	reactor_down();
+	hl_origin_close(o);
+	CU_ASSERT_FALSE(atomic_load(&c->shadow_left));
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
 	free(buf);
 }
 
@@ -3507,7 +3717,14 @@ int main(void)
 	    {"hits are served from the cache after admission", test_hit_after_admission},
 	    {"a clean stop's drain waits for the fills of reads that replied",
 	     test_drain_waits_for_fills},
-    {"reads are tagged hit, partial or miss for the disk's latency split", test_read_source_tag},
+	    {"a disk's detach waits for its fills in flight; a re-add hits",
+	     test_detach_waits_for_fills},
+	    {"a detach past its bound abandons the fills: they install nothing, free nothing",
+	     test_detach_abandons_fills},
+	    {"a stop's close with a fill still out keeps the cache for its late completion",
+	     test_close_parks_for_late_fills},
+	    {"reads are tagged hit, partial or miss for the disk's latency split",
+	     test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
 	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
 	    {"write-through update: a read after a write returns new data", test_write_update},
@@ -3534,6 +3751,8 @@ int main(void)
 	     test_lun_id_reuse_no_stale},
 	    {"shadow: a takeover of one disk does not wait for another disk's diff",
 	     test_shadow_revalidate_other_disk},
+	    {"shadow: a stop's drain is bounded while a shadow step hangs",
+	     test_drain_bound_shadow_step},
 	    {"shadow: a hot set larger than the cache is cut to what fits",
 	     test_shadow_hot_set_fits},
 	    {"shadow: ... also when the owner's blocks are smaller than ours",
@@ -3549,7 +3768,8 @@ int main(void)
 	     test_prefetch_discard},
 	    {"RAM window hits, promotions and evictions keep the data right",
 	     test_window_and_promotion},
-	    {"a read of one disk promotes another disk's window block", test_promotion_of_another_disk},
+	    {"a read of one disk promotes another disk's window block",
+	     test_promotion_of_another_disk},
 	    {"a promotion's copy never lands a hole over a sector filled meanwhile",
 	     test_promote_hole_raced_fill},
 	    {"two caches in one process restart warm", test_two_caches},
