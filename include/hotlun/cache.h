@@ -563,6 +563,22 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
                                   uint64_t epoch);
 
 /**
+ * Every record that was dirty when the sync snapshot of epoch was taken
+ * (its hl_cache_core_meta_epoch() + 1, the walk of hl_cache_core_next_dirty
+ * to its end in the same hold of the lock) is durable: written and flushed
+ * without an error, and reported with hl_cache_core_slot_persisted. Ends
+ * the "every write syncs" state of claims that could not be tracked (no
+ * memory) when they all came before that snapshot (docs/cache-format.md).
+ */
+void hl_cache_core_records_durable(struct hl_cache_core *c, uint64_t epoch);
+
+/**
+ * Tests: the stale-claim list cannot grow past max entries, as when its
+ * realloc fails (0: no limit).
+ */
+void hl_cache_core_test_stale_limit(struct hl_cache_core *c, uint64_t max);
+
+/**
  * True when an on-device record may still claim data of [off, off+len) on
  * lun that RAM no longer holds (a block evicted or dropped whose slot
  * record was not rewritten yet). The engine must then persist the dirty

@@ -376,10 +376,10 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 	/*
 	 * A record that claims nothing claims no other block. One that claims
 	 * the snapshot's block claims the current one unless the slot changed
-	 * hands since the snapshot, which left a newer stale claim. Without
-	 * stale tracking (no memory for it) nothing is cleared.
+	 * hands since the snapshot, which left a newer stale claim: tracked
+	 * (other), or not (no memory: overflow_epoch at or after the snapshot).
 	 */
-	if (!claims_valid || (!other && !c->stale_overflow))
+	if (!claims_valid || (!other && (!c->stale_overflow || c->overflow_epoch < epoch)))
 		c->meta[slot] &= (uint8_t)~CACHE_M_CLAIMS_OTHER;
 	if (!c->nstale) {
 		/* (every count is 0 now: tables that could not grow start over) */
@@ -407,11 +407,19 @@ void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 			uint64_t cap = c->stale_cap ? c->stale_cap * 2 : 256;
 			struct cache_stale *n = NULL;
 			/* (indices are 32 bits, CACHE_STALE_NONE excluded) */
-			if (cap <= CACHE_STALE_NONE)
+			if (cap <= CACHE_STALE_NONE && (!c->stale_limit || cap <= c->stale_limit))
 				n = realloc(c->stale, cap * sizeof(*n));
 			if (!n) {
-				/* Cannot track it: make every write sync until the records are rewritten. */
+				/*
+				 * Cannot track it: every write syncs until a sync
+				 * snapshotted after this claim made the dirty records
+				 * durable, this slot's among them (marked here too, so
+				 * that does not rest on the caller).
+				 */
 				c->stale_overflow = true;
+				c->overflow_epoch = ++c->meta_epoch;
+				if (slot < c->nslots)
+					cache_mark_dirty(c, slot);
 				return;
 			}
 			c->stale = n;
@@ -425,6 +433,22 @@ void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 	c->nstale++;
 	skey_inc(c, key);
 	sidx_link(c, e);
+}
+
+void hl_cache_core_records_durable(struct hl_cache_core *c, uint64_t epoch)
+{
+	/*
+	 * Every untracked claim came before the snapshot: its slot was dirty
+	 * then (cache_stale_add marks it), so its record was rewritten from
+	 * RAM without the claim and is durable now (docs/cache-format.md).
+	 */
+	if (c->stale_overflow && c->overflow_epoch < epoch)
+		c->stale_overflow = false;
+}
+
+void hl_cache_core_test_stale_limit(struct hl_cache_core *c, uint64_t max)
+{
+	c->stale_limit = max;
 }
 
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,

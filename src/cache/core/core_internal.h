@@ -441,7 +441,15 @@ struct hl_cache_core {
 	struct cache_stale_slot *sidx;
 	uint64_t sidx_cap, sidx_used;
 	bool sidx_broken;
+	/*
+	 * A stale claim could not be tracked (no memory): every write syncs
+	 * until a sync whose snapshot came after the last such claim (at
+	 * overflow_epoch) made every dirty record durable
+	 * (hl_cache_core_records_durable). stale_limit: tests, the list's
+	 * most entries (0: no limit).
+	 */
 	bool stale_overflow;
+	uint64_t overflow_epoch, stale_limit;
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
 	struct cache_ub ub;

@@ -1356,6 +1356,85 @@ static void stale_claims_by_slot(bool broken)
 	hl_cache_core_destroy(c);
 }
 
+/* A sync as cache_meta.c runs it, every page written: @return the slots it persisted. */
+static uint32_t sync_all(struct hl_cache_core *c, uint64_t *epoch, uint32_t *slots, uint32_t max)
+{
+	uint64_t cursor = 0;
+	uint32_t n = 0, s;
+
+	*epoch = hl_cache_core_meta_epoch(c) + 1;
+	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT)
+		if (n < max)
+			slots[n++] = s;
+	return n;
+}
+
+/*
+ * Stale claims that could not be tracked (the list's realloc failed) make
+ * every write sync, but only until a sync snapshotted after the last of
+ * them made every dirty record durable (issue 25 follow-up). An untracked
+ * claim noted while a sync's writes are in flight keeps the state (and the
+ * slot's CLAIMS_OTHER) until the next sync. Fails when the state is never
+ * cleared, or cleared by a sync that may not have rewritten the record.
+ */
+static void test_stale_overflow_recovers(void)
+{
+	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
+	static uint32_t slots[4096];
+	uint64_t e1, e2;
+	uint32_t n;
+
+	hl_cache_core_test_stale_limit(c, 256); /* the list cannot grow past 256 entries */
+	for (uint32_t s = 0; s < 300; s++) {
+		struct hl_cache_slot_rec rec = {.lun = 0, .block = 1000 + s};
+		hl_cache_core_slot_drop_claimed(c, s, &rec);
+	}
+	CU_ASSERT_EQUAL(c->nstale, 256);
+	CU_ASSERT_TRUE(c->stale_overflow);
+	/* An untracked claim may be of any block: every write syncs. */
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 5 * 4 * K, 4 * K));
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 1299 * 4 * K, 4 * K));
+
+	/* Sync 1 snapshots; before its records are durable another claim cannot be tracked. */
+	n = sync_all(c, &e1, slots, 4096);
+	CU_ASSERT_EQUAL(n, 300);
+	struct hl_cache_slot_rec late = {.lun = 0, .block = 2000};
+	hl_cache_core_slot_drop_claimed(c, 400, &late);
+	CU_ASSERT_EQUAL(c->nstale, 256);
+	for (uint32_t i = 0; i < n; i++)
+		hl_cache_core_slot_persisted(c, slots[i], slots[i] == 0, e1);
+	hl_cache_core_records_durable(c, e1);
+	CU_ASSERT_EQUAL(c->nstale, 0);
+	/* Slot 400's claim (of block 2000, or of anything) is not rewritten yet. */
+	CU_ASSERT_TRUE(c->stale_overflow);
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 5 * 4 * K, 4 * K));
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 2000 * 4 * K, 4 * K));
+	CU_ASSERT_TRUE(c->meta[0] & CACHE_M_CLAIMS_OTHER); /* may have changed hands after e1 */
+
+	/* Sync 2, snapshotted after every untracked claim: writes stop syncing. */
+	n = sync_all(c, &e2, slots, 4096);
+	CU_ASSERT_EQUAL(n, 1);
+	CU_ASSERT_EQUAL(slots[0], 400);
+	hl_cache_core_slot_persisted(c, 400, false, e2);
+	hl_cache_core_slot_persisted(c, 0, true, e2);
+	CU_ASSERT_FALSE(c->meta[0] & CACHE_M_CLAIMS_OTHER);
+	hl_cache_core_records_durable(c, e1); /* an older snapshot's: no */
+	CU_ASSERT_TRUE(c->stale_overflow);
+	hl_cache_core_records_durable(c, e2);
+	CU_ASSERT_FALSE(c->stale_overflow);
+	for (uint64_t b = 0; b < 2100; b += 7)
+		CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K));
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 2000 * 4 * K, 4 * K));
+
+	/* Tracked again once there is room. */
+	struct hl_cache_slot_rec again = {.lun = 0, .block = 7};
+	hl_cache_core_slot_drop_claimed(c, 9, &again);
+	CU_ASSERT_FALSE(c->stale_overflow);
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 7 * 4 * K, 4 * K));
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 8 * 4 * K, 4 * K));
+	hl_cache_core_destroy(c);
+}
+
 static void test_stale_claims_by_slot(void)
 {
 	stale_claims_by_slot(false);
@@ -2059,6 +2138,8 @@ static const struct hl_test tests[] = {
     {"stale claims by slot: a persist voids exactly its slot's older claims (model)",
      test_stale_claims_by_slot},
     {"stale claims by slot: the same after the index could not grow", test_stale_claims_by_slot_broken},
+    {"stale claims not tracked (no memory): every write syncs until a later snapshot is durable",
+     test_stale_overflow_recovers},
     {"lazy restore: misses fill FREE slots of known pages only", test_restore_fills},
     {NULL, NULL},
 };
