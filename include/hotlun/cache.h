@@ -398,6 +398,17 @@ uint32_t hl_cache_core_hot_scan(const struct hl_cache_core *c, uint16_t lun, uin
  */
 int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len);
 
+/**
+ * The same in chunks: every few thousand slots dropped (about 1 ms) it
+ * calls yield(arg), which may release the lock that guards c and take it
+ * again. Meanwhile the whole range is marked: a read of it is served by
+ * the origin and never filled (nor a window block of it promoted) until
+ * the call returns, so no block it has not dropped yet is served. The LUN
+ * removed during a yield ends it. yield NULL: one hold.
+ */
+int hl_cache_core_invalidate_yield(struct hl_cache_core *c, uint16_t lun, uint64_t off,
+                                   uint64_t len, void (*yield)(void *arg), void *arg);
+
 /** Blocks of lun held in a slot now (SSD or RAM window). Walks every slot: for starts, not I/O. */
 uint64_t hl_cache_core_lun_blocks(const struct hl_cache_core *c, uint16_t lun);
 

@@ -242,6 +242,18 @@ struct cache_stale_slot {
 };
 
 /*
+ * A range invalidation that lets others take the lock between its chunks
+ * (hl_cache_core_invalidate_yield; on its caller's stack): until it ends,
+ * a read of its blocks is served by the origin, never by the cache and
+ * never filled, and no window block of it is promoted.
+ */
+struct cache_inval {
+	struct cache_inval *next;
+	uint64_t b0, b1;
+	uint16_t lun;
+};
+
+/*
  * RAM update buffer (write coalescing; off unless hl_cache_core_set_update_buffer()).
  * An update of a block cached on the SSD goes to RAM instead of the device;
  * the oldest buffered blocks are written back when the buffer holds more
@@ -450,6 +462,7 @@ struct hl_cache_core {
 	 */
 	bool stale_overflow;
 	uint64_t overflow_epoch, stale_limit;
+	struct cache_inval *inval; /* invalidations between chunks (cache_inval_covers) */
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
 	struct cache_ub ub;
@@ -698,6 +711,15 @@ static inline int cache_check_range(const struct hl_cache_core *c, uint64_t off,
 }
 
 /* A fresh io for block b (slot s, HL_CACHE_NO_SLOT if uncached), sectors [first, first+n). */
+/* Block b of lun lies in a range invalidation in progress: not served, not filled. */
+static inline bool cache_inval_covers(const struct hl_cache_core *c, uint16_t lun, uint64_t b)
+{
+	for (const struct cache_inval *v = c->inval; v; v = v->next)
+		if (v->lun == lun && b >= v->b0 && b <= v->b1)
+			return true;
+	return false;
+}
+
 static inline void cache_io_init(struct hl_cache_io *io, uint64_t b, uint32_t s, uint32_t first,
                                  uint32_t n)
 {

@@ -1435,6 +1435,93 @@ static void test_stale_overflow_recovers(void)
 	hl_cache_core_destroy(c);
 }
 
+/* The yield of an invalidation in chunks: reads the range and around it meanwhile. */
+struct inval_probe {
+	struct hl_cache_core *c;
+	uint64_t b0, b1, nblocks; /* the range being invalidated; blocks cached before */
+	unsigned yields, served, filled, outside_hits, outside_reads;
+};
+
+static void inval_probe_yield(void *arg)
+{
+	struct inval_probe *p = arg;
+	struct hl_cache_io ios[4];
+
+	p->yields++;
+	for (uint64_t b = p->yields % 37; b < p->nblocks; b += 37) {
+		int n = hl_cache_core_read(p->c, 0, b * 4 * K, 4 * K, ios, 4);
+		CU_ASSERT_FATAL(n > 0);
+		bool in = b >= p->b0 && b <= p->b1;
+		for (int i = 0; i < n; i++) {
+			if (ios[i].block != b)
+				continue;
+			if (in) {
+				p->served += ios[i].kind != HL_CACHE_IO_MISS ||
+				             ios[i].slot != HL_CACHE_NO_SLOT;
+				p->filled += ios[i].fill_nsect != 0;
+			} else {
+				p->outside_reads++;
+				p->outside_hits += ios[i].kind == HL_CACHE_IO_HIT;
+			}
+		}
+		for (int i = 0; i < n; i++)
+			hl_cache_core_io_end(p->c, 0, &ios[i], true);
+	}
+}
+
+/*
+ * A big invalidation in chunks (issue 25 follow-up): the lock may be let
+ * go every few thousand slots, and meanwhile no block of the range is
+ * served from the cache or filled, dropped already or not (the range is
+ * marked first); blocks outside it still hit. The whole LUN (a walk of the
+ * slots) and a range (a walk of the blocks). Fails when the invalidation
+ * is one hold (no yield) or when the range is not marked.
+ */
+static void test_invalidate_in_chunks(void)
+{
+	const uint64_t nb = 12000;
+
+	for (int whole = 0; whole < 2; whole++) {
+		struct hl_cache_params prm;
+		struct hl_cache_core *c = NULL;
+
+		hl_cache_params_default(&prm);
+		prm.capacity = 64 * M;
+		prm.block_size = 4 * K;
+		prm.window_bytes = 0;
+		prm.admit = HL_ADMIT_ALWAYS;
+		prm.seq_bypass = 0;
+		CU_ASSERT_FATAL(hl_cache_core_create(&prm, &c) == 0);
+		CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 0, 0) == 0);
+		struct inval_probe p = {.c = c, .nblocks = nb};
+
+		for (uint64_t b = 0; b < nb; b++)
+			rd(c, 0, b * 4 * K, 4 * K);
+		CU_ASSERT_EQUAL(rd(c, 0, 5 * 4 * K, 4 * K), R_HIT);
+		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), nb);
+		p.b0 = whole ? 0 : 1000;
+		p.b1 = whole ? UINT64_MAX : 9999;
+		CU_ASSERT_EQUAL(hl_cache_core_invalidate_yield(c, 0, p.b0 * 4 * K,
+		                                               whole ? UINT64_MAX
+		                                                     : (p.b1 - p.b0 + 1) * 4 * K,
+		                                               inval_probe_yield, &p),
+		                0);
+		CU_ASSERT(p.yields >= (whole ? nb : 9000) / 2048);
+		CU_ASSERT_EQUAL(p.served, 0);
+		CU_ASSERT_EQUAL(p.filled, 0);
+		CU_ASSERT_PTR_NULL(c->inval);
+		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), whole ? 0 : nb - 9000);
+		if (!whole) {
+			CU_ASSERT(p.outside_reads > 100);
+			CU_ASSERT_EQUAL(p.outside_hits, p.outside_reads);
+		}
+		/* Over: the range fills and hits again. */
+		CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+		CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_HIT);
+		hl_cache_core_destroy(c);
+	}
+}
+
 static void test_stale_claims_by_slot(void)
 {
 	stale_claims_by_slot(false);
@@ -2140,6 +2227,8 @@ static const struct hl_test tests[] = {
     {"stale claims by slot: the same after the index could not grow", test_stale_claims_by_slot_broken},
     {"stale claims not tracked (no memory): every write syncs until a later snapshot is durable",
      test_stale_overflow_recovers},
+    {"a big invalidation in chunks: the range is never served or filled between them",
+     test_invalidate_in_chunks},
     {"lazy restore: misses fill FREE slots of known pages only", test_restore_fills},
     {NULL, NULL},
 };
