@@ -211,6 +211,7 @@ static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32
  */
 #define INVAL_CHUNK_DROPS 2048
 #define INVAL_CHUNK_LOOKS 65536
+#define INVAL_CHUNK_BYTES (2u << 20) /* of the claims' new tables made ready */
 
 /* After a chunk: let others in. @return the LUN again (NULL: removed meanwhile: done). */
 static struct cache_lun *inval_yield(struct hl_cache_core *c, uint16_t lun, uint64_t *drops,
@@ -248,8 +249,23 @@ int hl_cache_core_invalidate_yield(struct hl_cache_core *c, uint16_t lun, uint64
 	 * dropped with its slot's generation, or installed and dropped later.
 	 */
 	me = (struct cache_inval){.next = c->inval, .b0 = b0, .b1 = b1, .lun = lun};
-	if (yield)
+	if (yield) {
+		struct cache_stale_room room;
 		c->inval = &me;
+		/*
+		 * The tables of the claims it may note grow first, 2 MiB of them
+		 * made ready between two yields: not a rehash of a million entries
+		 * and the page faults of their first touches inside a chunk.
+		 */
+		uint64_t most = HL_MIN(c->lun_used[lun], b1 - b0 + 1);
+		if (most >= INVAL_CHUNK_DROPS && cache_stale_room_init(c, most, &room)) {
+			while (!cache_stale_room_step(&room, INVAL_CHUNK_BYTES) && l) {
+				yield(arg);
+				l = c->luns[lun];
+			}
+			cache_stale_room_install(c, &room);
+		}
+	}
 	if (b1 - b0 + 1 <= c->ix.count) {
 		for (uint64_t b = b0; l && b <= b1; b++) {
 			uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;

@@ -842,6 +842,22 @@ uint32_t cache_part_find_victim(struct hl_cache_core *c, struct cache_part *pt, 
 /* cache_claims.c: stale on-device claims */
 /** A slot whose record may claim key stops holding it: remember the stale claim. */
 void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot);
+/*
+ * Room for n more stale claims, for an invalidation in chunks about to drop
+ * up to n claimed slots: no chunk rehashes a million entries or faults in
+ * their tables. _init grows the list and allocates bigger hashes (false:
+ * none needed, or no memory: they grow as the claims come); _step makes
+ * about `bytes` of them ready (true: all); _install moves the claims in
+ * use into them (or frees them when the ones in use outgrew them).
+ */
+struct cache_stale_room {
+	struct cache_stale_key *skey;
+	struct cache_stale_slot *sidx;
+	uint64_t skey_cap, sidx_cap, at;
+};
+bool cache_stale_room_init(struct hl_cache_core *c, uint64_t n, struct cache_stale_room *r);
+bool cache_stale_room_step(struct cache_stale_room *r, uint64_t bytes);
+void cache_stale_room_install(struct hl_cache_core *c, struct cache_stale_room *r);
 
 /* cache_ub.c: pending sectors of the RAM update buffer */
 /** Map position of slot's entry, or UINT64_MAX. */

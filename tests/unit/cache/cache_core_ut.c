@@ -1439,6 +1439,7 @@ static void test_stale_overflow_recovers(void)
 struct inval_probe {
 	struct hl_cache_core *c;
 	uint64_t b0, b1, nblocks; /* the range being invalidated; blocks cached before */
+	uint64_t wblock;          /* written at the first yield */
 	unsigned yields, served, filled, outside_hits, outside_reads;
 };
 
@@ -1448,6 +1449,11 @@ static void inval_probe_yield(void *arg)
 	struct hl_cache_io ios[4];
 
 	p->yields++;
+	if (p->yields == 1) {
+		/* A claim noted while the claims' tables are made ready: it must survive their swap. */
+		wr(p->c, 0, p->wblock * 4 * K, 4 * K);
+		CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(p->c, 0, p->wblock * 4 * K, 4 * K));
+	}
 	for (uint64_t b = p->yields % 37; b < p->nblocks; b += 37) {
 		int n = hl_cache_core_read(p->c, 0, b * 4 * K, 4 * K, ios, 4);
 		CU_ASSERT_FATAL(n > 0);
@@ -1479,14 +1485,14 @@ static void inval_probe_yield(void *arg)
  */
 static void test_invalidate_in_chunks(void)
 {
-	const uint64_t nb = 12000;
+	const uint64_t nb = 70000; /* the claims' tables: 6 MiB, made ready in 3 steps */
 
 	for (int whole = 0; whole < 2; whole++) {
 		struct hl_cache_params prm;
 		struct hl_cache_core *c = NULL;
 
 		hl_cache_params_default(&prm);
-		prm.capacity = 64 * M;
+		prm.capacity = 512 * M;
 		prm.block_size = 4 * K;
 		prm.window_bytes = 0;
 		prm.admit = HL_ADMIT_ALWAYS;
@@ -1499,18 +1505,32 @@ static void test_invalidate_in_chunks(void)
 			rd(c, 0, b * 4 * K, 4 * K);
 		CU_ASSERT_EQUAL(rd(c, 0, 5 * 4 * K, 4 * K), R_HIT);
 		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), nb);
+		/* Every record claims its block (as after a sync): each drop is a stale claim. */
+		for (uint32_t s = 0; s < c->nslots; s++)
+			hl_cache_core_slot_claim_pending(c, s);
 		p.b0 = whole ? 0 : 1000;
-		p.b1 = whole ? UINT64_MAX : 9999;
+		p.b1 = whole ? UINT64_MAX : 59999;
+		p.wblock = whole ? nb - 1 : 100;
 		CU_ASSERT_EQUAL(hl_cache_core_invalidate_yield(c, 0, p.b0 * 4 * K,
 		                                               whole ? UINT64_MAX
 		                                                     : (p.b1 - p.b0 + 1) * 4 * K,
 		                                               inval_probe_yield, &p),
 		                0);
-		CU_ASSERT(p.yields >= (whole ? nb : 9000) / 2048);
+		CU_ASSERT(p.yields >= (whole ? nb : 59000) / 2048);
 		CU_ASSERT_EQUAL(p.served, 0);
 		CU_ASSERT_EQUAL(p.filled, 0);
 		CU_ASSERT_PTR_NULL(c->inval);
-		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), whole ? 0 : nb - 9000);
+		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), whole ? 0 : nb - 59000);
+		/* Every dropped block's claim is found, and the write's (noted before the swap). */
+		CU_ASSERT(c->nstale >= (whole ? nb : 59000) + !whole);
+		/* (the tables were made ready before the walk: it did not grow them) */
+		CU_ASSERT_EQUAL(c->skey_cap, whole ? 262144 : 131072);
+		CU_ASSERT(!c->skey_broken && !c->sidx_broken);
+		unsigned lost = 0;
+		for (uint64_t b = 0; b < nb; b++)
+			lost += hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K) !=
+			        (whole || (b >= 1000 && b <= 59999) || b == p.wblock);
+		CU_ASSERT_EQUAL(lost, 0);
 		if (!whole) {
 			CU_ASSERT(p.outside_reads > 100);
 			CU_ASSERT_EQUAL(p.outside_hits, p.outside_reads);
