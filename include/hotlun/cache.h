@@ -589,6 +589,9 @@ void hl_cache_core_records_durable(struct hl_cache_core *c, uint64_t epoch);
  */
 void hl_cache_core_test_stale_limit(struct hl_cache_core *c, uint64_t max);
 
+/** Tests: hl_cache_core_invalidate_yield yields every n slots dropped (0: the default). */
+void hl_cache_core_test_inval_chunk(struct hl_cache_core *c, uint32_t n);
+
 /**
  * True when an on-device record may still claim data of [off, off+len) on
  * lun that RAM no longer holds (a block evicted or dropped whose slot

@@ -540,6 +540,11 @@ void hl_cache_core_test_stale_limit(struct hl_cache_core *c, uint64_t max)
 	c->stale_limit = max;
 }
 
+void hl_cache_core_test_inval_chunk(struct hl_cache_core *c, uint32_t n)
+{
+	c->inval_chunk = n;
+}
+
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,
                                     uint64_t len)
 {

@@ -217,7 +217,9 @@ static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32
 static struct cache_lun *inval_yield(struct hl_cache_core *c, uint16_t lun, uint64_t *drops,
                                      uint64_t *looks, void (*yield)(void *), void *arg)
 {
-	if (!yield || (*drops < INVAL_CHUNK_DROPS && *looks < INVAL_CHUNK_LOOKS))
+	uint64_t most = c->inval_chunk ? c->inval_chunk : INVAL_CHUNK_DROPS;
+
+	if (!yield || (*drops < most && *looks < most * (INVAL_CHUNK_LOOKS / INVAL_CHUNK_DROPS)))
 		return c->luns[lun];
 	*drops = *looks = 0;
 	yield(arg);
@@ -258,7 +260,8 @@ int hl_cache_core_invalidate_yield(struct hl_cache_core *c, uint16_t lun, uint64
 		 * and the page faults of their first touches inside a chunk.
 		 */
 		uint64_t most = HL_MIN(c->lun_used[lun], b1 - b0 + 1);
-		if (most >= INVAL_CHUNK_DROPS && cache_stale_room_init(c, most, &room)) {
+		if (most >= (c->inval_chunk ? c->inval_chunk : INVAL_CHUNK_DROPS) &&
+		    cache_stale_room_init(c, most, &room)) {
 			while (!cache_stale_room_step(&room, INVAL_CHUNK_BYTES) && l) {
 				yield(arg);
 				l = c->luns[lun];

@@ -463,6 +463,7 @@ struct hl_cache_core {
 	bool stale_overflow;
 	uint64_t overflow_epoch, stale_limit;
 	struct cache_inval *inval; /* invalidations between chunks (cache_inval_covers) */
+	uint32_t inval_chunk;      /* tests: slots a chunk drops (0: INVAL_CHUNK_DROPS) */
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
 	struct cache_ub ub;
