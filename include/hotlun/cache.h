@@ -398,6 +398,17 @@ uint32_t hl_cache_core_hot_scan(const struct hl_cache_core *c, uint16_t lun, uin
  */
 int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len);
 
+/**
+ * The same in chunks: every few thousand slots dropped (about 1 ms) it
+ * calls yield(arg), which may release the lock that guards c and take it
+ * again. Meanwhile the whole range is marked: a read of it is served by
+ * the origin and never filled (nor a window block of it promoted) until
+ * the call returns, so no block it has not dropped yet is served. The LUN
+ * removed during a yield ends it. yield NULL: one hold.
+ */
+int hl_cache_core_invalidate_yield(struct hl_cache_core *c, uint16_t lun, uint64_t off,
+                                   uint64_t len, void (*yield)(void *arg), void *arg);
+
 /** Blocks of lun held in a slot now (SSD or RAM window). Walks every slot: for starts, not I/O. */
 uint64_t hl_cache_core_lun_blocks(const struct hl_cache_core *c, uint16_t lun);
 
@@ -561,6 +572,25 @@ void hl_cache_core_slot_drop_claimed(struct hl_cache_core *c, uint32_t slot,
  */
 void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool claims_valid,
                                   uint64_t epoch);
+
+/**
+ * Every record that was dirty when the sync snapshot of epoch was taken
+ * (its hl_cache_core_meta_epoch() + 1, the walk of hl_cache_core_next_dirty
+ * to its end in the same hold of the lock) is durable: written and flushed
+ * without an error, and reported with hl_cache_core_slot_persisted. Ends
+ * the "every write syncs" state of claims that could not be tracked (no
+ * memory) when they all came before that snapshot (docs/cache-format.md).
+ */
+void hl_cache_core_records_durable(struct hl_cache_core *c, uint64_t epoch);
+
+/**
+ * Tests: the stale-claim list cannot grow past max entries, as when its
+ * realloc fails (0: no limit).
+ */
+void hl_cache_core_test_stale_limit(struct hl_cache_core *c, uint64_t max);
+
+/** Tests: hl_cache_core_invalidate_yield yields every n slots dropped (0: the default). */
+void hl_cache_core_test_inval_chunk(struct hl_cache_core *c, uint32_t n);
 
 /**
  * True when an on-device record may still claim data of [off, off+len) on

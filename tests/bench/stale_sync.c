@@ -11,6 +11,10 @@
  *   stale_sync N [N...]
  *
  * STALE_SYNC_NO_PERSIST=1 (environment): the invalidation alone.
+ * The invalidation runs under the cache lock with the probe thread below
+ * (the longest wait for the lock is printed), in chunks
+ * (hl_cache_core_invalidate_yield, the lock let go between them), or in
+ * one hold with STALE_SYNC_ONE_HOLD=1 (as before issue 25's follow-up).
  *
  *   stale_sync --sync FILE N
  *
@@ -21,6 +25,7 @@
  * longest it waited (the longest hold of the lock).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +48,50 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool probe_stop;
+static uint64_t probe_max_ns, probe_n;
+
+static void *probe(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&probe_stop)) {
+		uint64_t a = now_ns();
+		pthread_mutex_lock(&lock);
+		uint64_t w = now_ns() - a;
+		pthread_mutex_unlock(&lock);
+		if (w > probe_max_ns)
+			probe_max_ns = w;
+		probe_n++;
+		usleep(50);
+	}
+	return NULL;
+}
+
+/* The invalidation's yield: let the reactors in, as the sync's persisted phase does. */
+static uint64_t hold_start, hold_max_ns;
+
+static void lock_yield(void *arg)
+{
+	uint64_t h = now_ns() - hold_start;
+
+	if (h > hold_max_ns)
+		hold_max_ns = h;
+	pthread_mutex_unlock(arg);
+	sched_yield();
+	pthread_mutex_lock(arg);
+	hold_start = now_ns();
+}
+
+/* The hold after the last yield (or the only one). */
+static void lock_yield_last(void)
+{
+	uint64_t h = now_ns() - hold_start;
+
+	if (h > hold_max_ns)
+		hold_max_ns = h;
+}
+
 /*
  * N records of LUN 0 restored into slots 0..n-1 (dirty: to be written by
  * a sync), then the LUN invalidated whole: N stale claims. Prints the
@@ -52,6 +101,7 @@ static int restore_and_drop(struct hl_cache_core *c, uint64_t n, bool dirty,
                             int (*before_drop)(void *), void *arg)
 {
 	uint64_t t0, t1;
+	pthread_t th;
 	int rc = 0;
 
 	for (uint64_t s = 0; !rc && s < n; s++) {
@@ -67,10 +117,27 @@ static int restore_and_drop(struct hl_cache_core *c, uint64_t n, bool dirty,
 		fprintf(stderr, "setup failed: %d\n", rc);
 		return rc;
 	}
+	/* Under the cache lock, a thread taking it as a reactor would. */
+	bool one_hold = getenv("STALE_SYNC_ONE_HOLD") != NULL;
+	atomic_store(&probe_stop, false);
+	probe_max_ns = probe_n = 0;
+	pthread_create(&th, NULL, probe, NULL);
+	usleep(20000);
 	t0 = now_ns();
-	hl_cache_core_invalidate(c, 0, 0, UINT64_MAX);
+	pthread_mutex_lock(&lock);
+	hold_start = now_ns();
+	hold_max_ns = 0;
+	hl_cache_core_invalidate_yield(c, 0, 0, UINT64_MAX, one_hold ? NULL : lock_yield, &lock);
+	lock_yield_last();
+	pthread_mutex_unlock(&lock);
 	t1 = now_ns();
-	printf("stale_claims=%llu invalidate_ms=%.1f", (unsigned long long)n, (t1 - t0) / 1e6);
+	usleep(20000);
+	atomic_store(&probe_stop, true);
+	pthread_join(th, NULL);
+	printf("stale_claims=%llu invalidate_ms=%.1f (%s) longest_hold_ms=%.2f "
+	       "invalidate_longest_lock_wait_ms=%.2f",
+	       (unsigned long long)n, (t1 - t0) / 1e6, one_hold ? "one hold" : "in chunks",
+	       hold_max_ns / 1e6, probe_max_ns / 1e6);
 	fflush(stdout);
 	return 0;
 }
@@ -113,26 +180,6 @@ static int run(uint64_t n)
 	       (t1 - t0) / 1e6, maxc / 1e3, left);
 	hl_cache_core_destroy(c);
 	return left;
-}
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_bool probe_stop;
-static uint64_t probe_max_ns, probe_n;
-
-static void *probe(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&probe_stop)) {
-		uint64_t a = now_ns();
-		pthread_mutex_lock(&lock);
-		uint64_t w = now_ns() - a;
-		pthread_mutex_unlock(&lock);
-		if (w > probe_max_ns)
-			probe_max_ns = w;
-		probe_n++;
-		usleep(50);
-	}
-	return NULL;
 }
 
 struct sync_arg {

@@ -376,10 +376,10 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 	/*
 	 * A record that claims nothing claims no other block. One that claims
 	 * the snapshot's block claims the current one unless the slot changed
-	 * hands since the snapshot, which left a newer stale claim. Without
-	 * stale tracking (no memory for it) nothing is cleared.
+	 * hands since the snapshot, which left a newer stale claim: tracked
+	 * (other), or not (no memory: overflow_epoch at or after the snapshot).
 	 */
-	if (!claims_valid || (!other && !c->stale_overflow))
+	if (!claims_valid || (!other && (!c->stale_overflow || c->overflow_epoch < epoch)))
 		c->meta[slot] &= (uint8_t)~CACHE_M_CLAIMS_OTHER;
 	if (!c->nstale) {
 		/* (every count is 0 now: tables that could not grow start over) */
@@ -395,6 +395,95 @@ void hl_cache_core_slot_persisted(struct hl_cache_core *c, uint32_t slot, bool c
 	}
 }
 
+bool cache_stale_room_init(struct hl_cache_core *c, uint64_t n, struct cache_stale_room *r)
+{
+	uint64_t cap = c->stale_cap ? c->stale_cap : 256;
+
+	memset(r, 0, sizeof(*r));
+	/* The list: realloc moves its pages (no copy of a big one); new ones fault in as used. */
+	while (cap < c->stale_end + n && cap * 2 <= CACHE_STALE_NONE)
+		cap *= 2;
+	if (cap > c->stale_cap && (!c->stale_limit || cap <= c->stale_limit)) {
+		struct cache_stale *t = realloc(c->stale, cap * sizeof(*t));
+		if (t) {
+			c->stale = t;
+			c->stale_cap = cap;
+		}
+	}
+	/* The hashes: new tables, made ready between chunks, installed at the end. */
+	for (cap = c->skey_cap ? c->skey_cap : 1024; cap < (c->skey_used + n) * 2;)
+		cap *= 2;
+	if (!c->skey_broken && cap > c->skey_cap) {
+		r->skey = calloc(cap, sizeof(*r->skey));
+		r->skey_cap = r->skey ? cap : 0;
+	}
+	for (cap = c->sidx_cap ? c->sidx_cap : 1024; cap < (c->sidx_used + n) * 2;)
+		cap *= 2;
+	if (!c->sidx_broken && cap > c->sidx_cap) {
+		r->sidx = malloc(cap * sizeof(*r->sidx));
+		r->sidx_cap = r->sidx ? cap : 0;
+	}
+	return r->skey || r->sidx;
+}
+
+bool cache_stale_room_step(struct cache_stale_room *r, uint64_t bytes)
+{
+	uint64_t kb = r->skey_cap * sizeof(*r->skey), sb = r->sidx_cap * sizeof(*r->sidx);
+
+	/* skey: calloc's pages, faulted in (written) a page at a time. */
+	for (; bytes && r->at < kb; r->at += 4096, bytes -= HL_MIN(bytes, 4096))
+		((volatile uint8_t *)r->skey)[r->at] = 0;
+	/* sidx: every entry empty. */
+	for (; bytes && r->at < kb + sb; r->at += sizeof(*r->sidx), bytes -= HL_MIN(bytes, 8))
+		r->sidx[(r->at - kb) / sizeof(*r->sidx)].head = CACHE_STALE_NONE;
+	return r->at >= kb + sb;
+}
+
+void cache_stale_room_install(struct hl_cache_core *c, struct cache_stale_room *r)
+{
+	/*
+	 * Claims noted between the chunks went to the tables in use (which may
+	 * have grown): they move over now, when the new ones are still bigger.
+	 */
+	if (r->skey && !c->skey_broken && r->skey_cap > c->skey_cap &&
+	    c->skey_used * 2 <= r->skey_cap) {
+		struct cache_stale_key *old = c->skey;
+		uint64_t ocap = c->skey_cap;
+		c->skey = r->skey;
+		c->skey_cap = r->skey_cap;
+		r->skey = NULL;
+		for (uint64_t j = 0; j < ocap; j++) {
+			if (!old[j].n)
+				continue;
+			uint64_t i = skey_home(c, old[j].key);
+			while (c->skey[i].n)
+				i = (i + 1) & (c->skey_cap - 1);
+			c->skey[i] = old[j];
+		}
+		free(old);
+	}
+	if (r->sidx && !c->sidx_broken && r->sidx_cap > c->sidx_cap &&
+	    c->sidx_used * 2 <= r->sidx_cap) {
+		struct cache_stale_slot *old = c->sidx;
+		uint64_t ocap = c->sidx_cap;
+		c->sidx = r->sidx;
+		c->sidx_cap = r->sidx_cap;
+		r->sidx = NULL;
+		for (uint64_t j = 0; j < ocap; j++) {
+			if (old[j].head == CACHE_STALE_NONE)
+				continue;
+			uint64_t i = sidx_home(c, old[j].slot);
+			while (c->sidx[i].head != CACHE_STALE_NONE)
+				i = (i + 1) & (c->sidx_cap - 1);
+			c->sidx[i] = old[j];
+		}
+		free(old);
+	}
+	free(r->skey);
+	free(r->sidx);
+	memset(r, 0, sizeof(*r));
+}
+
 /* A slot whose record may claim key stops holding it: remember the stale claim. */
 void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 {
@@ -407,11 +496,19 @@ void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 			uint64_t cap = c->stale_cap ? c->stale_cap * 2 : 256;
 			struct cache_stale *n = NULL;
 			/* (indices are 32 bits, CACHE_STALE_NONE excluded) */
-			if (cap <= CACHE_STALE_NONE)
+			if (cap <= CACHE_STALE_NONE && (!c->stale_limit || cap <= c->stale_limit))
 				n = realloc(c->stale, cap * sizeof(*n));
 			if (!n) {
-				/* Cannot track it: make every write sync until the records are rewritten. */
+				/*
+				 * Cannot track it: every write syncs until a sync
+				 * snapshotted after this claim made the dirty records
+				 * durable, this slot's among them (marked here too, so
+				 * that does not rest on the caller).
+				 */
 				c->stale_overflow = true;
+				c->overflow_epoch = ++c->meta_epoch;
+				if (slot < c->nslots)
+					cache_mark_dirty(c, slot);
 				return;
 			}
 			c->stale = n;
@@ -425,6 +522,27 @@ void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot)
 	c->nstale++;
 	skey_inc(c, key);
 	sidx_link(c, e);
+}
+
+void hl_cache_core_records_durable(struct hl_cache_core *c, uint64_t epoch)
+{
+	/*
+	 * Every untracked claim came before the snapshot: its slot was dirty
+	 * then (cache_stale_add marks it), so its record was rewritten from
+	 * RAM without the claim and is durable now (docs/cache-format.md).
+	 */
+	if (c->stale_overflow && c->overflow_epoch < epoch)
+		c->stale_overflow = false;
+}
+
+void hl_cache_core_test_stale_limit(struct hl_cache_core *c, uint64_t max)
+{
+	c->stale_limit = max;
+}
+
+void hl_cache_core_test_inval_chunk(struct hl_cache_core *c, uint32_t n)
+{
+	c->inval_chunk = n;
 }
 
 bool hl_cache_core_write_needs_sync(const struct hl_cache_core *c, uint16_t lun, uint64_t off,

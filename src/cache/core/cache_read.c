@@ -228,7 +228,10 @@ no:
 static bool window_may_promote(const struct hl_cache_core *c, uint32_t w)
 {
 	uint8_t f = *cache_wflags(c, w);
+	uint64_t key = cache_slot_key(c, w);
 
+	if (c->inval && cache_inval_covers(c, cache_key_lun(key), cache_key_block(key)))
+		return false; /* being invalidated: its copy would outlive the drop's chunk */
 	if (c->p.admit != HL_ADMIT_FREQ)
 		return true;
 	if (!(f & CACHE_W_RETURNED))
@@ -435,6 +438,12 @@ int hl_cache_core_read(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint
 		uint32_t s = cache_index_find(&c->ix, key), first, n;
 
 		cache_block_sectors(c, b, off, len, &first, &n);
+		if (c->inval && cache_inval_covers(c, lun, b)) {
+			/* Being invalidated (between two chunks): the origin, no fill. */
+			cache_io_init(io, b, HL_CACHE_NO_SLOT, first, n);
+			io->kind = HL_CACHE_IO_MISS;
+			continue;
+		}
 		cache_io_init(io, b, s, first, n);
 		hl_admit_access(c->admit, key, s == HL_CACHE_NO_SLOT);
 		if (s != HL_CACHE_NO_SLOT) {

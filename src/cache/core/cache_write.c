@@ -205,10 +205,33 @@ static void invalidate_slot(struct hl_cache_core *c, struct cache_lun *l, uint32
 	cache_slot_maybe_release(c, s);
 }
 
-int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len)
+/*
+ * Slots a range invalidation drops between two calls of its yield, and
+ * slots or blocks it looks at (about 1 ms and 0.3 ms under the lock).
+ */
+#define INVAL_CHUNK_DROPS 2048
+#define INVAL_CHUNK_LOOKS 65536
+#define INVAL_CHUNK_BYTES (2u << 20) /* of the claims' new tables made ready */
+
+/* After a chunk: let others in. @return the LUN again (NULL: removed meanwhile: done). */
+static struct cache_lun *inval_yield(struct hl_cache_core *c, uint16_t lun, uint64_t *drops,
+                                     uint64_t *looks, void (*yield)(void *), void *arg)
+{
+	uint64_t most = c->inval_chunk ? c->inval_chunk : INVAL_CHUNK_DROPS;
+
+	if (!yield || (*drops < most && *looks < most * (INVAL_CHUNK_LOOKS / INVAL_CHUNK_DROPS)))
+		return c->luns[lun];
+	*drops = *looks = 0;
+	yield(arg);
+	return c->luns[lun];
+}
+
+int hl_cache_core_invalidate_yield(struct hl_cache_core *c, uint16_t lun, uint64_t off,
+                                   uint64_t len, void (*yield)(void *arg), void *arg)
 {
 	struct cache_lun *l = c->luns[lun];
-	uint64_t end, b0, b1;
+	struct cache_inval me;
+	uint64_t end, b0, b1, drops = 0, looks = 0;
 
 	if (!l)
 		return -ENOENT;
@@ -220,35 +243,81 @@ int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off
 	if (b1 > HL_CACHE_MAX_BLOCK_NR)
 		b1 = HL_CACHE_MAX_BLOCK_NR;
 	cache_restore_note(c, lun, b0, b1);
-	if (b1 - b0 + 1 <= c->ix.count) {
-		for (uint64_t b = b0; b <= b1; b++) {
-			uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;
-			if (s == HL_CACHE_NO_SLOT)
-				continue;
-			cache_block_sectors(c, b, off, end - off, &first, &n);
-			invalidate_slot(c, l, s, first, n);
+	/*
+	 * Between chunks the blocks not dropped yet still hold data the caller
+	 * says is old: the range is marked first, so that no read is served
+	 * from or fills them, and no window copy of them is promoted, until
+	 * the last chunk is done (docs/cache-engine.md). A fill in flight is
+	 * dropped with its slot's generation, or installed and dropped later.
+	 */
+	me = (struct cache_inval){.next = c->inval, .b0 = b0, .b1 = b1, .lun = lun};
+	if (yield) {
+		struct cache_stale_room room;
+		c->inval = &me;
+		/*
+		 * The tables of the claims it may note grow first, 2 MiB of them
+		 * made ready between two yields: not a rehash of a million entries
+		 * and the page faults of their first touches inside a chunk.
+		 */
+		uint64_t most = HL_MIN(c->lun_used[lun], b1 - b0 + 1);
+		if (most >= (c->inval_chunk ? c->inval_chunk : INVAL_CHUNK_DROPS) &&
+		    cache_stale_room_init(c, most, &room)) {
+			while (!cache_stale_room_step(&room, INVAL_CHUNK_BYTES) && l) {
+				yield(arg);
+				l = c->luns[lun];
+			}
+			cache_stale_room_install(c, &room);
 		}
-		return 0;
+	}
+	if (b1 - b0 + 1 <= c->ix.count) {
+		for (uint64_t b = b0; l && b <= b1; b++) {
+			uint32_t s = cache_index_find(&c->ix, cache_key(lun, b)), first, n;
+			looks++;
+			if (s != HL_CACHE_NO_SLOT) {
+				cache_block_sectors(c, b, off, end - off, &first, &n);
+				invalidate_slot(c, l, s, first, n);
+				drops++;
+			}
+			l = inval_yield(c, lun, &drops, &looks, yield, arg);
+		}
+		goto out;
 	}
 	/* A range larger than the cache: walk the slots in use instead of the blocks. */
-	for (uint64_t s = 0; s < c->ntotal; s++) {
+	for (uint64_t s = 0; l && s < c->ntotal; s++) {
 		uint64_t b, w = c->takenmap[s / 64] >> (s % 64);
 		uint32_t first, n;
 
+		looks++;
 		if (!w) {
 			s = (s / 64 + 1) * 64 - 1;
+			looks += 63;
+			l = inval_yield(c, lun, &drops, &looks, yield, arg);
 			continue;
 		}
 		s += (uint64_t)__builtin_ctzll(w);
 		if (s >= c->ntotal)
 			break;
-		if (!cache_is_used(c, (uint32_t)s) || cache_key_lun(cache_slot_key(c, s)) != lun)
-			continue;
-		b = cache_key_block(cache_slot_key(c, s));
-		if (b < b0 || b > b1)
-			continue;
-		cache_block_sectors(c, b, off, end - off, &first, &n);
-		invalidate_slot(c, l, (uint32_t)s, first, n);
+		if (cache_is_used(c, (uint32_t)s) && cache_key_lun(cache_slot_key(c, s)) == lun) {
+			b = cache_key_block(cache_slot_key(c, s));
+			if (b >= b0 && b <= b1) {
+				cache_block_sectors(c, b, off, end - off, &first, &n);
+				invalidate_slot(c, l, (uint32_t)s, first, n);
+				drops++;
+			}
+		}
+		l = inval_yield(c, lun, &drops, &looks, yield, arg);
+	}
+out:
+	if (yield) {
+		struct cache_inval **p = &c->inval;
+		while (*p != &me)
+			p = &(*p)->next;
+		*p = me.next;
 	}
 	return 0;
+}
+
+int hl_cache_core_invalidate(struct hl_cache_core *c, uint16_t lun, uint64_t off, uint64_t len)
+{
+	return hl_cache_core_invalidate_yield(c, lun, off, len, NULL, NULL);
 }

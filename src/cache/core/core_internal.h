@@ -242,6 +242,18 @@ struct cache_stale_slot {
 };
 
 /*
+ * A range invalidation that lets others take the lock between its chunks
+ * (hl_cache_core_invalidate_yield; on its caller's stack): until it ends,
+ * a read of its blocks is served by the origin, never by the cache and
+ * never filled, and no window block of it is promoted.
+ */
+struct cache_inval {
+	struct cache_inval *next;
+	uint64_t b0, b1;
+	uint16_t lun;
+};
+
+/*
  * RAM update buffer (write coalescing; off unless hl_cache_core_set_update_buffer()).
  * An update of a block cached on the SSD goes to RAM instead of the device;
  * the oldest buffered blocks are written back when the buffer holds more
@@ -441,7 +453,17 @@ struct hl_cache_core {
 	struct cache_stale_slot *sidx;
 	uint64_t sidx_cap, sidx_used;
 	bool sidx_broken;
+	/*
+	 * A stale claim could not be tracked (no memory): every write syncs
+	 * until a sync whose snapshot came after the last such claim (at
+	 * overflow_epoch) made every dirty record durable
+	 * (hl_cache_core_records_durable). stale_limit: tests, the list's
+	 * most entries (0: no limit).
+	 */
 	bool stale_overflow;
+	uint64_t overflow_epoch, stale_limit;
+	struct cache_inval *inval; /* invalidations between chunks (cache_inval_covers) */
+	uint32_t inval_chunk;      /* tests: slots a chunk drops (0: INVAL_CHUNK_DROPS) */
 	struct hl_cache_stats st;
 	uint64_t call; /* numbers read/write calls (for cache_part.exhausted) */
 	struct cache_ub ub;
@@ -690,6 +712,15 @@ static inline int cache_check_range(const struct hl_cache_core *c, uint64_t off,
 }
 
 /* A fresh io for block b (slot s, HL_CACHE_NO_SLOT if uncached), sectors [first, first+n). */
+/* Block b of lun lies in a range invalidation in progress: not served, not filled. */
+static inline bool cache_inval_covers(const struct hl_cache_core *c, uint16_t lun, uint64_t b)
+{
+	for (const struct cache_inval *v = c->inval; v; v = v->next)
+		if (v->lun == lun && b >= v->b0 && b <= v->b1)
+			return true;
+	return false;
+}
+
 static inline void cache_io_init(struct hl_cache_io *io, uint64_t b, uint32_t s, uint32_t first,
                                  uint32_t n)
 {
@@ -812,6 +843,22 @@ uint32_t cache_part_find_victim(struct hl_cache_core *c, struct cache_part *pt, 
 /* cache_claims.c: stale on-device claims */
 /** A slot whose record may claim key stops holding it: remember the stale claim. */
 void cache_stale_add(struct hl_cache_core *c, uint64_t key, uint32_t slot);
+/*
+ * Room for n more stale claims, for an invalidation in chunks about to drop
+ * up to n claimed slots: no chunk rehashes a million entries or faults in
+ * their tables. _init grows the list and allocates bigger hashes (false:
+ * none needed, or no memory: they grow as the claims come); _step makes
+ * about `bytes` of them ready (true: all); _install moves the claims in
+ * use into them (or frees them when the ones in use outgrew them).
+ */
+struct cache_stale_room {
+	struct cache_stale_key *skey;
+	struct cache_stale_slot *sidx;
+	uint64_t skey_cap, sidx_cap, at;
+};
+bool cache_stale_room_init(struct hl_cache_core *c, uint64_t n, struct cache_stale_room *r);
+bool cache_stale_room_step(struct cache_stale_room *r, uint64_t bytes);
+void cache_stale_room_install(struct hl_cache_core *c, struct cache_stale_room *r);
 
 /* cache_ub.c: pending sectors of the RAM update buffer */
 /** Map position of slot's entry, or UINT64_MAX. */

@@ -1138,6 +1138,9 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
 		}
 		any[k] = page_encode(l, c, p, bufs + k * PAGE, claims + k * per);
 	}
+	/* Nothing dirty: every record of a snapshot before this one is durable already. */
+	if (!rc && !ndirty)
+		hl_cache_core_records_durable(c, epoch);
 	if (lock)
 		pthread_mutex_unlock(lock);
 	if (rc || !ndirty)
@@ -1176,6 +1179,8 @@ int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
 			page_persisted(l, c, p, claims + i * per, epoch);
 		}
 	}
+	if (!rc)
+		hl_cache_core_records_durable(c, epoch);
 	if (lock)
 		pthread_mutex_unlock(lock);
 out:

@@ -509,6 +509,11 @@ void engine_meta_stop(struct hl_cache *c, bool drop);
  * metadata thread, or close after it stopped.
  */
 void engine_meta_kill(struct hl_cache *c);
+/*
+ * The yield of hl_cache_core_invalidate_yield for a caller holding c->lock
+ * (arg: c): lets the reactors take it between two chunks of a big drop.
+ */
+void engine_lock_yield(void *arg);
 
 /* engine_map.c */
 

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,15 @@ void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
 	c->mw_tail = &w->next;
 	pthread_cond_signal(&c->mcond);
 	pthread_mutex_unlock(&c->mlock);
+}
+
+void engine_lock_yield(void *arg)
+{
+	struct hl_cache *c = arg;
+
+	pthread_mutex_unlock(&c->lock);
+	sched_yield();
+	pthread_mutex_lock(&c->lock);
 }
 
 /* The device failed: make sure a restart cannot trust its metadata. Meta thread. */

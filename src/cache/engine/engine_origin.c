@@ -144,7 +144,8 @@ void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_even
 	uint64_t hi = ev == HL_ORIGIN_FENCED ? UINT64_MAX : HL_MAX(size, old_size);
 
 	pthread_mutex_lock(&co->c->lock);
-	hl_cache_core_invalidate(co->c->core, co->ent->id, lo, hi - lo);
+	hl_cache_core_invalidate_yield(co->c->core, co->ent->id, lo, hi - lo, engine_lock_yield,
+	                               co->c);
 	pthread_mutex_unlock(&co->c->lock);
 	atomic_fetch_add(&co->c->changes, 1); /* the records follow within meta_interval_ms */
 	hl_origin_notify(o, ev, size);

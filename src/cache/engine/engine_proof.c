@@ -149,10 +149,12 @@ bool engine_drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
 	uint64_t before = hl_cache_core_lun_blocks(c->core, e->id), after;
 	bool proof_gone = prc && e->proof;
 
+	/* (in chunks: the other disks' reactors take the lock between them) */
 	if (prc)
-		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
+		hl_cache_core_invalidate_yield(c->core, e->id, 0, UINT64_MAX, engine_lock_yield, c);
 	for (size_t i = 0; !prc && i < chg->n; i++)
-		hl_cache_core_invalidate(c->core, e->id, chg->v[i].off, chg->v[i].len);
+		hl_cache_core_invalidate_yield(c->core, e->id, chg->v[i].off, chg->v[i].len,
+		                               engine_lock_yield, c);
 	after = hl_cache_core_lun_blocks(c->core, e->id);
 	if (proof_gone) {
 		free(e->proof);

@@ -251,7 +251,7 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
 	pthread_mutex_lock(&c->lock);
 	before = hl_cache_core_lun_blocks(c->core, e->id);
 	if (prc)
-		hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
+		hl_cache_core_invalidate_yield(c->core, e->id, 0, UINT64_MAX, engine_lock_yield, c);
 	if (theirs) {
 		/*
 		 * The owner's ranges come from the cluster: clamped to the disk, and
@@ -264,13 +264,16 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
 				total += HL_MIN(hs->chg[i].len, size - hs->chg[i].off);
 		for (uint32_t i = 0; total <= size && i < hs->nchg; i++)
 			if (hs->chg[i].off < size && hs->chg[i].len)
-				hl_cache_core_invalidate(c->core, e->id, hs->chg[i].off,
-				                         HL_MIN(hs->chg[i].len, size - hs->chg[i].off));
+				hl_cache_core_invalidate_yield(
+				    c->core, e->id, hs->chg[i].off,
+				    HL_MIN(hs->chg[i].len, size - hs->chg[i].off), engine_lock_yield, c);
 		if (total > size)
-			hl_cache_core_invalidate(c->core, e->id, 0, UINT64_MAX);
+			hl_cache_core_invalidate_yield(c->core, e->id, 0, UINT64_MAX,
+			                               engine_lock_yield, c);
 	}
 	for (size_t i = 0; !theirs && !prc && i < chg.n; i++)
-		hl_cache_core_invalidate(c->core, e->id, chg.v[i].off, chg.v[i].len);
+		hl_cache_core_invalidate_yield(c->core, e->id, chg.v[i].off, chg.v[i].len,
+		                               engine_lock_yield, c);
 	after = hl_cache_core_lun_blocks(c->core, e->id);
 	pthread_mutex_unlock(&c->lock);
 	/*

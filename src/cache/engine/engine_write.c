@@ -215,7 +215,8 @@ int engine_write(struct hl_origin *o, struct hl_origin_io *uio)
 	pthread_mutex_lock(&c->lock);
 	if (huge) {
 		/* Too many blocks to list: drop the range, always flush the records first. */
-		hl_cache_core_invalidate(c->core, co->ent->id, uio->offset, uio->length);
+		hl_cache_core_invalidate_yield(c->core, co->ent->id, uio->offset, uio->length,
+		                               engine_lock_yield, c);
 		sync = true;
 	} else {
 		/* The old bytes of a pending partly written sector: before write_begin drops it. */

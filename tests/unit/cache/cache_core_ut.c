@@ -1356,6 +1356,192 @@ static void stale_claims_by_slot(bool broken)
 	hl_cache_core_destroy(c);
 }
 
+/* A sync as cache_meta.c runs it, every page written: @return the slots it persisted. */
+static uint32_t sync_all(struct hl_cache_core *c, uint64_t *epoch, uint32_t *slots, uint32_t max)
+{
+	uint64_t cursor = 0;
+	uint32_t n = 0, s;
+
+	*epoch = hl_cache_core_meta_epoch(c) + 1;
+	while ((s = hl_cache_core_next_dirty(c, &cursor)) != HL_CACHE_NO_SLOT)
+		if (n < max)
+			slots[n++] = s;
+	return n;
+}
+
+/*
+ * Stale claims that could not be tracked (the list's realloc failed) make
+ * every write sync, but only until a sync snapshotted after the last of
+ * them made every dirty record durable (issue 25 follow-up). An untracked
+ * claim noted while a sync's writes are in flight keeps the state (and the
+ * slot's CLAIMS_OTHER) until the next sync. Fails when the state is never
+ * cleared, or cleared by a sync that may not have rewritten the record.
+ */
+static void test_stale_overflow_recovers(void)
+{
+	struct hl_cache_core *c = mk(64 * M, 4 * K, 0);
+	static uint32_t slots[4096];
+	uint64_t e1, e2;
+	uint32_t n;
+
+	hl_cache_core_test_stale_limit(c, 256); /* the list cannot grow past 256 entries */
+	for (uint32_t s = 0; s < 300; s++) {
+		struct hl_cache_slot_rec rec = {.lun = 0, .block = 1000 + s};
+		hl_cache_core_slot_drop_claimed(c, s, &rec);
+	}
+	CU_ASSERT_EQUAL(c->nstale, 256);
+	CU_ASSERT_TRUE(c->stale_overflow);
+	/* An untracked claim may be of any block: every write syncs. */
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 5 * 4 * K, 4 * K));
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 1299 * 4 * K, 4 * K));
+
+	/* Sync 1 snapshots; before its records are durable another claim cannot be tracked. */
+	n = sync_all(c, &e1, slots, 4096);
+	CU_ASSERT_EQUAL(n, 300);
+	struct hl_cache_slot_rec late = {.lun = 0, .block = 2000};
+	hl_cache_core_slot_drop_claimed(c, 400, &late);
+	CU_ASSERT_EQUAL(c->nstale, 256);
+	for (uint32_t i = 0; i < n; i++)
+		hl_cache_core_slot_persisted(c, slots[i], slots[i] == 0, e1);
+	hl_cache_core_records_durable(c, e1);
+	CU_ASSERT_EQUAL(c->nstale, 0);
+	/* Slot 400's claim (of block 2000, or of anything) is not rewritten yet. */
+	CU_ASSERT_TRUE(c->stale_overflow);
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 5 * 4 * K, 4 * K));
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 2000 * 4 * K, 4 * K));
+	CU_ASSERT_TRUE(c->meta[0] & CACHE_M_CLAIMS_OTHER); /* may have changed hands after e1 */
+
+	/* Sync 2, snapshotted after every untracked claim: writes stop syncing. */
+	n = sync_all(c, &e2, slots, 4096);
+	CU_ASSERT_EQUAL(n, 1);
+	CU_ASSERT_EQUAL(slots[0], 400);
+	hl_cache_core_slot_persisted(c, 400, false, e2);
+	hl_cache_core_slot_persisted(c, 0, true, e2);
+	CU_ASSERT_FALSE(c->meta[0] & CACHE_M_CLAIMS_OTHER);
+	hl_cache_core_records_durable(c, e1); /* an older snapshot's: no */
+	CU_ASSERT_TRUE(c->stale_overflow);
+	hl_cache_core_records_durable(c, e2);
+	CU_ASSERT_FALSE(c->stale_overflow);
+	for (uint64_t b = 0; b < 2100; b += 7)
+		CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K));
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 2000 * 4 * K, 4 * K));
+
+	/* Tracked again once there is room. */
+	struct hl_cache_slot_rec again = {.lun = 0, .block = 7};
+	hl_cache_core_slot_drop_claimed(c, 9, &again);
+	CU_ASSERT_FALSE(c->stale_overflow);
+	CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(c, 0, 7 * 4 * K, 4 * K));
+	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(c, 0, 8 * 4 * K, 4 * K));
+	hl_cache_core_destroy(c);
+}
+
+/* The yield of an invalidation in chunks: reads the range and around it meanwhile. */
+struct inval_probe {
+	struct hl_cache_core *c;
+	uint64_t b0, b1, nblocks; /* the range being invalidated; blocks cached before */
+	uint64_t wblock;          /* written at the first yield */
+	unsigned yields, served, filled, outside_hits, outside_reads;
+};
+
+static void inval_probe_yield(void *arg)
+{
+	struct inval_probe *p = arg;
+	struct hl_cache_io ios[4];
+
+	p->yields++;
+	if (p->yields == 1) {
+		/* A claim noted while the claims' tables are made ready: it must survive their swap. */
+		wr(p->c, 0, p->wblock * 4 * K, 4 * K);
+		CU_ASSERT_TRUE(hl_cache_core_write_needs_sync(p->c, 0, p->wblock * 4 * K, 4 * K));
+	}
+	for (uint64_t b = p->yields % 37; b < p->nblocks; b += 37) {
+		int n = hl_cache_core_read(p->c, 0, b * 4 * K, 4 * K, ios, 4);
+		CU_ASSERT_FATAL(n > 0);
+		bool in = b >= p->b0 && b <= p->b1;
+		for (int i = 0; i < n; i++) {
+			if (ios[i].block != b)
+				continue;
+			if (in) {
+				p->served += ios[i].kind != HL_CACHE_IO_MISS ||
+				             ios[i].slot != HL_CACHE_NO_SLOT;
+				p->filled += ios[i].fill_nsect != 0;
+			} else {
+				p->outside_reads++;
+				p->outside_hits += ios[i].kind == HL_CACHE_IO_HIT;
+			}
+		}
+		for (int i = 0; i < n; i++)
+			hl_cache_core_io_end(p->c, 0, &ios[i], true);
+	}
+}
+
+/*
+ * A big invalidation in chunks (issue 25 follow-up): the lock may be let
+ * go every few thousand slots, and meanwhile no block of the range is
+ * served from the cache or filled, dropped already or not (the range is
+ * marked first); blocks outside it still hit. The whole LUN (a walk of the
+ * slots) and a range (a walk of the blocks). Fails when the invalidation
+ * is one hold (no yield) or when the range is not marked.
+ */
+static void test_invalidate_in_chunks(void)
+{
+	const uint64_t nb = 70000; /* the claims' tables: 6 MiB, made ready in 3 steps */
+
+	for (int whole = 0; whole < 2; whole++) {
+		struct hl_cache_params prm;
+		struct hl_cache_core *c = NULL;
+
+		hl_cache_params_default(&prm);
+		prm.capacity = 512 * M;
+		prm.block_size = 4 * K;
+		prm.window_bytes = 0;
+		prm.admit = HL_ADMIT_ALWAYS;
+		prm.seq_bypass = 0;
+		CU_ASSERT_FATAL(hl_cache_core_create(&prm, &c) == 0);
+		CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 0, 0) == 0);
+		struct inval_probe p = {.c = c, .nblocks = nb};
+
+		for (uint64_t b = 0; b < nb; b++)
+			rd(c, 0, b * 4 * K, 4 * K);
+		CU_ASSERT_EQUAL(rd(c, 0, 5 * 4 * K, 4 * K), R_HIT);
+		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), nb);
+		/* Every record claims its block (as after a sync): each drop is a stale claim. */
+		for (uint32_t s = 0; s < c->nslots; s++)
+			hl_cache_core_slot_claim_pending(c, s);
+		p.b0 = whole ? 0 : 1000;
+		p.b1 = whole ? UINT64_MAX : 59999;
+		p.wblock = whole ? nb - 1 : 100;
+		CU_ASSERT_EQUAL(hl_cache_core_invalidate_yield(c, 0, p.b0 * 4 * K,
+		                                               whole ? UINT64_MAX
+		                                                     : (p.b1 - p.b0 + 1) * 4 * K,
+		                                               inval_probe_yield, &p),
+		                0);
+		CU_ASSERT(p.yields >= (whole ? nb : 59000) / 2048);
+		CU_ASSERT_EQUAL(p.served, 0);
+		CU_ASSERT_EQUAL(p.filled, 0);
+		CU_ASSERT_PTR_NULL(c->inval);
+		CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), whole ? 0 : nb - 59000);
+		/* Every dropped block's claim is found, and the write's (noted before the swap). */
+		CU_ASSERT(c->nstale >= (whole ? nb : 59000) + !whole);
+		/* (the tables were made ready before the walk: it did not grow them) */
+		CU_ASSERT_EQUAL(c->skey_cap, whole ? 262144 : 131072);
+		CU_ASSERT(!c->skey_broken && !c->sidx_broken);
+		unsigned lost = 0;
+		for (uint64_t b = 0; b < nb; b++)
+			lost += hl_cache_core_write_needs_sync(c, 0, b * 4 * K, 4 * K) !=
+			        (whole || (b >= 1000 && b <= 59999) || b == p.wblock);
+		CU_ASSERT_EQUAL(lost, 0);
+		if (!whole) {
+			CU_ASSERT(p.outside_reads > 100);
+			CU_ASSERT_EQUAL(p.outside_hits, p.outside_reads);
+		}
+		/* Over: the range fills and hits again. */
+		CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_MISS);
+		CU_ASSERT_EQUAL(rd(c, 0, 5000 * 4 * K, 4 * K), R_HIT);
+		hl_cache_core_destroy(c);
+	}
+}
+
 static void test_stale_claims_by_slot(void)
 {
 	stale_claims_by_slot(false);
@@ -2059,6 +2245,10 @@ static const struct hl_test tests[] = {
     {"stale claims by slot: a persist voids exactly its slot's older claims (model)",
      test_stale_claims_by_slot},
     {"stale claims by slot: the same after the index could not grow", test_stale_claims_by_slot_broken},
+    {"stale claims not tracked (no memory): every write syncs until a later snapshot is durable",
+     test_stale_overflow_recovers},
+    {"a big invalidation in chunks: the range is never served or filled between them",
+     test_invalidate_in_chunks},
     {"lazy restore: misses fill FREE slots of known pages only", test_restore_fills},
     {NULL, NULL},
 };

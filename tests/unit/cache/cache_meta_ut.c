@@ -575,6 +575,169 @@ static void test_big_drop_crash_every_write(void)
 }
 
 /*
+ * The big drop when the stale-claim list cannot grow (its realloc fails):
+ * past `stale_limit` entries (1: none at all) the claims are not tracked,
+ * every write syncs until a sync snapshotted after the last of them has
+ * made the dirty records durable, and then writes go straight to the
+ * origin again (checked at the end). A crash at each device write, across
+ * the overflow and its recovery: nothing stale.
+ */
+static uint64_t stale_limit;
+static unsigned overflow_writes_synced, overflow_writes_direct;
+
+static void big_drop_overflow_workload(struct rig *r)
+{
+	const uint64_t nb = LUNSECT / SPB;
+
+	hl_cache_core_test_stale_limit(r->c, stale_limit);
+	big_drop_workload(r);
+	if (r->crashed)
+		return;
+	/*
+	 * Recovered: no claim is left, tracked or not, so the next write does
+	 * not sync (the ones after it may: its unclaim may not be tracked).
+	 */
+	overflow_writes_synced += hl_cache_core_write_needs_sync(r->c, 0, 0, 4096);
+	overflow_writes_direct += !hl_cache_core_write_needs_sync(r->c, 0, 0, 4096);
+	for (uint64_t b = 0; b < nb; b += 5)
+		do_write(r, 0, b * BS, 4096);
+	/* Drop again (untracked claims), refill and write: syncs again, then recovers. */
+	touch(1, 0, nb * BS);
+	hl_cache_core_invalidate(r->c, 1, 0, nb * BS);
+	for (uint64_t b = 0; b < nb && !r->crashed; b += 2) {
+		do_read(r, 0, b * BS, BS, b % 6 == 0);
+		do_write(r, 1, b * BS + 8192, 4096);
+	}
+	if (r->npend)
+		finish_pending(r);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	if (!r->crashed) {
+		overflow_writes_direct += !hl_cache_core_write_needs_sync(r->c, 1, 0, BS);
+		overflow_writes_synced += hl_cache_core_write_needs_sync(r->c, 1, 0, BS);
+	}
+}
+
+static void stale_overflow_crash(uint64_t limit)
+{
+	uint64_t total, recovered;
+	unsigned bad;
+
+	memset(touched, 0, sizeof(touched));
+	stale_limit = limit;
+	overflow_writes_synced = overflow_writes_direct = 0;
+	bad = crash_each_write(8u << 20, big_drop_overflow_workload, NULL, 400, &total,
+	                       &recovered);
+	CU_ASSERT_EQUAL(bad, 0);
+	/* Every run that got through its syncs found writes direct again, never syncing. */
+	CU_ASSERT(overflow_writes_direct > 0);
+	CU_ASSERT_EQUAL(overflow_writes_synced, 0);
+	fprintf(stderr,
+	        "\n  stale list of at most %llu: %llu device writes, a crash at each: %u stale, "
+	        "%llu slots restored, %u checks after recovery found writes direct",
+	        (unsigned long long)limit, (unsigned long long)total, bad,
+	        (unsigned long long)recovered, overflow_writes_direct);
+}
+
+static void test_stale_overflow_crash_every_write(void)
+{
+	stale_overflow_crash(1);   /* no claim tracked at all */
+	stale_overflow_crash(256); /* part tracked, the rest not */
+}
+
+/*
+ * A big drop in chunks (hl_cache_core_invalidate_yield, a chunk of 16
+ * slots here): between two chunks other I/O runs as the reactors would,
+ * reads of the range and of LUN 1, writes to both, and syncs (the
+ * metadata thread). proof_drop: the origin of LUN 0 changed before the
+ * drop (as when an attach finds its proof stale): a block of the range
+ * served from the cache between chunks reads stale (bad_hits). Otherwise
+ * an UNMAP: the origin changes after the drop's sync, and the device dies
+ * at each of its writes in turn: nothing stale is restored.
+ */
+static bool chunk_proof_drop;
+static unsigned chunk_k, chunk_range_reads;
+
+static void chunk_yield(void *arg)
+{
+	struct rig *r = arg;
+	const uint64_t nb = LUNSECT / SPB;
+	unsigned k = chunk_k++;
+
+	if (r->crashed)
+		return;
+	for (unsigned i = 0; i < 4; i++) {
+		do_read(r, 0, ((k * 4 + i) * 7 % nb) * BS, BS, false);
+		chunk_range_reads++;
+	}
+	do_read(r, 1, (k * 5 % nb) * BS, BS, false);
+	if (k % 2)
+		do_write(r, 1, (k * 3 % nb) * BS + 4096, 4096);
+	if (k % 3 == 0)
+		do_write(r, 0, (k * 11 % nb) * BS + 8192, 4096);
+	if (k % 4 == 0 && !r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+}
+
+static void chunk_drop_workload(struct rig *r)
+{
+	const uint64_t nb = LUNSECT / SPB;
+
+	for (uint64_t b = 0; b < nb && !r->crashed; b++)
+		do_read(r, 0, b * BS, BS, false);
+	for (uint64_t b = 0; b < nb / 2 && !r->crashed; b++)
+		do_read(r, 1, b * BS, BS, false);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	if (r->crashed)
+		return;
+	touch(0, 0, nb * BS);
+	if (chunk_proof_drop)
+		for (uint64_t s = 0; s < LUNSECT; s++)
+			origin[0][s] += 1000;
+	hl_cache_core_test_inval_chunk(r->c, 16);
+	chunk_k = 0;
+	hl_cache_core_invalidate_yield(r->c, 0, 0, nb * BS, chunk_yield, r);
+	if (!r->crashed && !dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c)) && !chunk_proof_drop)
+		for (uint64_t s = 0; s < LUNSECT; s++)
+			origin[0][s] += 1000; /* the UNMAP reaches the origin after the sync */
+	/* Served again after it. */
+	for (uint64_t b = 0; b < nb && !r->crashed; b += 3)
+		do_read(r, 0, b * BS, BS, b % 2 == 0);
+	if (r->npend)
+		finish_pending(r);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+}
+
+static void test_chunked_drop(void)
+{
+	struct rig r;
+	uint64_t total, recovered;
+	unsigned bad;
+
+	/* The origin changed before the drop: nothing of the range is served between chunks. */
+	memset(touched, 0, sizeof(touched));
+	chunk_proof_drop = true;
+	chunk_range_reads = 0;
+	rig_start(&r, 8u << 20);
+	chunk_drop_workload(&r);
+	CU_ASSERT_FALSE(r.crashed);
+	CU_ASSERT(chunk_k > 10); /* it did yield, many times */
+	CU_ASSERT(chunk_range_reads > 40);
+	CU_ASSERT_EQUAL(r.bad_hits, 0);
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_dev_close(r.d);
+	/* An UNMAP in chunks, a crash at each device write. */
+	chunk_proof_drop = false;
+	bad = crash_each_write(8u << 20, chunk_drop_workload, NULL, 100, &total, &recovered);
+	CU_ASSERT_EQUAL(bad, 0);
+	fprintf(stderr, "\n  drop in chunks: %llu device writes, a crash at each: %u stale, %llu slots restored",
+	        (unsigned long long)total, bad, (unsigned long long)recovered);
+}
+
+/*
  * The race behind hl_cache_core_write_needs_sync(): a miss evicts block X
  * from a slot whose record still claims X; before that record is rewritten
  * (the fill's barrier is still pending) X is written at the origin; then
@@ -2001,6 +2164,11 @@ static const struct hl_test tests[] = {
     {"crash (torn write) at every device write: nothing stale", test_torn_write_every_step},
     {"a big drop, then writes, refills, syncs: a crash at each write, nothing stale",
      test_big_drop_crash_every_write},
+    {"stale claims not tracked (no memory): a crash at each write across the overflow and its "
+     "recovery, nothing stale; writes direct again after",
+     test_stale_overflow_crash_every_write},
+    {"a big drop in chunks with I/O and syncs between them: never served, a crash at each write",
+     test_chunked_drop},
     {"write after an eviction whose record is not rewritten yet", test_stale_claim_after_eviction},
     {"a second write to a sector whose unclaim is pending syncs too",
      test_second_write_before_barrier},
