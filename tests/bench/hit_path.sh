@@ -22,6 +22,12 @@
 # hits trail fio"), which the 4K QD128 cell shows. Client: hotlun-bench.
 # Not part of `make check`; results go into docs/benchmarks.md.
 #
+# TIMELINE=1 adds, with the first cache block size, per-request timelines of
+# 4K QD1 reads (tests/bench/qd1_timeline.py: the stages of one request
+# between kernel tracepoints, from a system-wide `perf record -e` of TL_TIME
+# s, default 1) for fio on the cache device, the hits and the uncached LUN,
+# into $HL_OUT/timeline.md.
+#
 # PROFILE=1 adds, for 4K QD64 hits (first cache block size) and 4K QD64
 # uncached reads, `perf record -g` on hotlund and a table of where its CPU
 # goes by layer (tests/bench/perf_layers.sh); PROFILE=all profiles the hits
@@ -206,6 +212,51 @@ profile() {
 	cat "$OUT/$name.layers.txt" >&2
 }
 
+# timeline NAME CMD...: perf record of the tracepoints of one 4K QD1 request
+# (tests/bench/qd1_timeline.py) on every CPU for TL_TIME s while CMD runs.
+TL_EVENTS=sock:sk_data_ready,syscalls:sys_enter_recvfrom,syscalls:sys_exit_recvfrom
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_sendmsg,syscalls:sys_exit_sendmsg
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_sendto,syscalls:sys_exit_sendto
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_recvmsg,syscalls:sys_exit_recvmsg
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_ppoll,syscalls:sys_exit_ppoll,syscalls:sys_enter_poll,syscalls:sys_exit_poll
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_io_uring_enter,syscalls:sys_exit_io_uring_enter
+TL_EVENTS=$TL_EVENTS,io_uring:io_uring_submit_req,io_uring:io_uring_complete,io_uring:io_uring_task_add
+TL_EVENTS=$TL_EVENTS,block:block_rq_issue,block:block_rq_complete,irq:irq_handler_entry
+TL_EVENTS=$TL_EVENTS,sched:sched_wakeup,sched:sched_switch
+timeline() {
+	local name=$1
+	shift
+	command -v perf >/dev/null || { hl_log "no perf: no timeline"; return; }
+	"$@" >"$OUT/tl-$name.cmd.txt" 2>&1 &
+	local cpid=$!
+	sleep 1
+	TL_CLIENT=$(ls "/proc/$cpid/task" 2>/dev/null | tr '\n' ' ')
+	perf record -a -k CLOCK_MONOTONIC -e "$TL_EVENTS" -o "$OUT/tl-$name.perf.data" -- sleep "${TL_TIME:-1}" \
+		>/dev/null 2>"$OUT/tl-$name.perf.err"
+	wait "$cpid"
+	perf script -i "$OUT/tl-$name.perf.data" -F comm,tid,cpu,time,event,trace --ns >"$OUT/tl-$name.txt" 2>/dev/null
+	hl_log "timeline $name: $(wc -l <"$OUT/tl-$name.txt") events in $OUT/tl-$name.txt"
+}
+
+# timelines: fio, hits (LUN 0) and uncached (LUN 1), 4K QD1, into timeline.md.
+timelines() {
+	local lun mode dtids
+	timeline fio $CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring \
+		--rw=randread --bs=4K --iodepth=1 --size="$RANGE" --time_based --runtime=3
+	"$SRC/tests/bench/qd1_timeline.py" fio "$OUT/tl-fio.txt" >"$OUT/timeline.md"
+	dtids=$(ls "/proc/$HL_PID/task" | tr '\n' ' ')
+	for lun in 0 1; do
+		timeline "lun$lun" $CPIN "$BENCH" --workload uniform --range "$RANGE" --bs 4K --qd 1 \
+			--time 3 --quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun"
+		mode=hit
+		[ "$lun" = 1 ] && mode=uncached
+		# shellcheck disable=SC2086
+		"$SRC/tests/bench/qd1_timeline.py" $mode "$OUT/tl-lun$lun.txt" $dtids -- $TL_CLIENT >>"$OUT/timeline.md"
+	done
+	rm -f "$OUT"/tl-*.perf.data
+	cat "$OUT/timeline.md"
+}
+
 declare -A FIO
 for cell in $CELLS; do
 	FIO[$cell]=0
@@ -243,6 +294,7 @@ for cbs in $BLOCKS; do
 		profile "hit-$cbs" 0
 		[ $first = 1 ] && profile uncached 1
 	fi
+	[ "${TIMELINE:-0}" = 1 ] && [ $first = 1 ] && timelines
 	first=0
 	hl_check_alive "$HL_PID"
 	hl_stop "$HL_PID"
