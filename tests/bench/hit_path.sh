@@ -13,7 +13,8 @@
 # limit, at QD1 the hit path's own addition in microseconds (the hit's mean
 # latency less fio's and the uncached LUN's, both measured next to it: the
 # device read plus the protocol round trip; the uncached run also copies
-# from the page cache, so the figure errs low by that copy), and hotlund's CPU microseconds per I/O for the hit and the uncached
+# from the page cache, so the figure errs low by that copy; on a VM it is
+# like with like only with NOHALT=1, below), and hotlund's CPU microseconds per I/O for the hit and the uncached
 # run (utime + stime of /proc/PID/stat over the run / I/Os), and the cache
 # device's average queue (requests in flight, iostat's aqu-sz) and busy time
 # during fio and during the hits (/proc/diskstats of the block device under
@@ -43,7 +44,9 @@
 #              PROFILE_CELL, PIN=HOTLUND_CPUS:CLIENT_CPUS (e.g. PIN=0:1: every
 #              hotlund thread on CPU 0, hotlun-bench and fio on CPU 1, so that
 #              where the scheduler puts the client does not move QD1 figures
-#              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's)
+#              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
+#              NOHALT=1 (no CPU halts: see below; the QD1 column's like-with-like mode),
+#              TIMELINE=1 (per-request timelines, below)
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
@@ -69,7 +72,8 @@ T=$(hl_tmpdir)
 CDIR=${CACHE_DIR:-$T}
 CDEV=$CDIR/hotlun-hit-path.$$.img
 FIOF=$CDIR/hotlun-hit-path-fio.$$.img
-trap 'rm -f "$CDEV" "$CDEV.map" "$FIOF"; hl_cleanup' EXIT
+SPIN_PIDS=
+trap 'for p in $SPIN_PIDS; do kill "$p" 2>/dev/null; done; rm -f "$CDEV" "$CDEV.map" "$FIOF"; hl_cleanup' EXIT
 IQN=$HL_IQN_PREFIX:hit-path
 PIN=${PIN:-}
 CPIN=
@@ -78,6 +82,23 @@ if [ -n "$PIN" ]; then
 	*:*) CPIN="taskset -c ${PIN#*:}" ;;
 	*) hl_error "PIN wants HOTLUND_CPUS:CLIENT_CPUS, e.g. 0:1, not '$PIN'" ;;
 	esac
+fi
+# NOHALT=1: a SCHED_IDLE busy loop on every CPU for the whole run, so that
+# no CPU halts when its task sleeps. On a VM whose guest does not poll
+# before halting (cpuidle haltpoll, guest_halt_poll_ns = 0), waking a task
+# on a halted vCPU costs 10-20 µs more, and at QD1 the three figures pay
+# it differently: the hits' client sleeps through the device read (its CPU
+# halts), the uncached LUN's client mostly does not (the reply comes ~10 µs
+# after the command), fio sleeps on the CPU that takes the device IRQ. So
+# the QD1 column compares like with like only with NOHALT=1
+# (docs/benchmarks.md, "The QD1 hit's addition"). Any other task preempts
+# the loops at once.
+if [ "${NOHALT:-0}" = 1 ]; then
+	command -v chrt >/dev/null || hl_error "NOHALT=1 needs chrt (util-linux)"
+	for c in $(seq 0 $(($(nproc) - 1))); do
+		chrt -i 0 taskset -c "$c" sh -c 'while :; do :; done' &
+		SPIN_PIDS="$SPIN_PIDS $!"
+	done
 fi
 TCK=$(getconf CLK_TCK)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -302,7 +323,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN};"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"
