@@ -12,9 +12,12 @@
 # block size. One line per cell: the three figures (IOPS), hit / the lower
 # limit, at QD1 the hit path's own addition in microseconds (the hit's mean
 # latency less fio's and the uncached LUN's, both measured next to it: the
-# device read plus the protocol round trip; the uncached run also copies
-# from the page cache, so the figure errs low by that copy; on a VM it is
-# like with like only with NOHALT=1, below), and hotlund's CPU microseconds per I/O for the hit and the uncached
+# device read plus the protocol round trip; then the same of the three
+# medians, hotlun-bench's p50 and fio's total-latency p50, which a load
+# spike on a shared machine moves far less than the means; the uncached run
+# also copies from the page cache and fio's figure holds its own submission,
+# so both err low by those ~4 µs; on a VM it is like with like only with
+# NOHALT=1, below), and hotlund's CPU microseconds per I/O for the hit and the uncached
 # run (utime + stime of /proc/PID/stat over the run / I/Os), and the cache
 # device's average queue (requests in flight, iostat's aqu-sz) and busy time
 # during fio and during the hits (/proc/diskstats of the block device under
@@ -52,6 +55,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
 . "$SRC/tests/functional/lib.sh"
 hl_need fio
+hl_need python3
 BENCH=$HL_BUILDDIR/hotlun-bench
 [ -x "$BENCH" ] || hl_error "$BENCH not built"
 if [ "${FULL:-0}" = 1 ]; then
@@ -148,8 +152,8 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 
 # bench LUN BS QD: one measured hotlun-bench run against hotlund's LUN;
-# prints "IOPS CPU_US_PER_IO AQU BUSY%" (the cache device's queue and busy
-# time during the run).
+# prints "IOPS CPU_US_PER_IO AQU BUSY% P50_US" (the cache device's queue and
+# busy time during the run, the median latency).
 bench() {
 	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq
 	d0=$(disk_snap)
@@ -162,20 +166,26 @@ bench() {
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
 	awk -v i="$(field "$line" iops)" -v n="${ios:-0}" -v d=$((t1 - t0)) -v k="$TCK" \
 		'BEGIN {printf "%d %.1f", i, n ? d * 1e6 / k / n : 0}'
-	echo " $dq"
+	echo " $dq $(field "$line" p50_us)"
 }
 
 # fio_iops BS QD: random O_DIRECT io_uring reads of FIOF, RANGE of data
 # written in the cache file's folder (the cache device's file system; the
 # cache file itself has holes where no block was filled, which read at
-# memory speed). Prints "IOPS AQU BUSY%".
+# memory speed). Prints "IOPS AQU BUSY% P50_US", P50_US the median of
+# fio's total latency (submission included: io_uring_enter also rings the
+# device's doorbell, 15-20 µs on a VM, which fio's clat leaves out).
 fio_iops() {
-	local d0 iops
+	local d0 r
 	d0=$(disk_snap)
-	iops=$($CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+	r=$($CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
 		--bs="$1" --iodepth="$2" --size="$RANGE" --time_based --runtime="$TIME" \
-		--output-format=terse --terse-version=3 2>>"$OUT/fio.err" | awk -F';' '{print $8}')
-	echo "${iops:-0} $(disk_delta "$d0")"
+		--lat_percentiles=1 --output-format=json 2>>"$OUT/fio.err" |
+		python3 -c 'import json, sys
+r = json.load(sys.stdin)["jobs"][0]["read"]
+print("%d %.1f" % (r["iops"], r["lat_ns"]["percentile"]["50.000000"] / 1e3))' 2>>"$OUT/fio.err")
+	read -r r p <<<"$r"
+	echo "${r:-0} $(disk_delta "$d0") ${p:-0}"
 }
 
 # start CACHE_BS: hotlund with LUN 0 = origin cached on a fresh cache file, LUN 1 = origin uncached.
@@ -283,7 +293,7 @@ for cell in $CELLS; do
 	FIO[$cell]=0
 done
 {
-	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
+	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 (means / medians) | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
 	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$OUT/results.md"
 first=1
@@ -294,15 +304,16 @@ for cbs in $BLOCKS; do
 		# The device limit does not depend on the cache block: measure it once,
 		# but at QD1 next to each hit run (the QD1 addition subtracts it).
 		{ [ "${FIO[$cell]}" = 0 ] || [ "$qd" = 1 ]; } && FIO[$cell]=$(fio_iops "$bs" "$qd")
-		read -r hit hcpu hq hb <<<"$(bench 0 "$bs" "$qd")"
-		read -r unc ucpu _ _ <<<"$(bench 1 "$bs" "$qd")"
-		read -r f fq fb <<<"${FIO[$cell]}"
+		read -r hit hcpu hq hb hp <<<"$(bench 0 "$bs" "$qd")"
+		read -r unc ucpu _ _ up <<<"$(bench 1 "$bs" "$qd")"
+		read -r f fq fb fp <<<"${FIO[$cell]}"
 		awk -v c="$cbs" -v b="$bs" -v q="$qd" -v f="${f:-0}" -v h="$hit" -v u="$unc" \
+			-v fp="${fp:-0}" -v hp="${hp:-0}" -v up="${up:-0}" \
 			-v hc="$hcpu" -v uc="$ucpu" -v fq="$fq" -v hq="$hq" -v fb="$fb" -v hb="$hb" \
 			'BEGIN {lim = f < u ? f : u;
 			add = "-";
 			if (q == 1 && f && h && u)
-				add = sprintf("%.1f", 1e6 / h - 1e6 / f - 1e6 / u);
+				add = sprintf("%.1f / %.1f", 1e6 / h - 1e6 / f - 1e6 / u, hp - fp - up);
 			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %s | %.1f | %.1f | %s / %s | %s / %s |\n",
 				c, b, q, f, h, u, lim ? h / lim : 0, add, hc, uc, fq, hq, fb, hb}' |
 			tee -a "$OUT/results.md"
