@@ -261,7 +261,11 @@ timeline() {
 	"$@" >"$OUT/tl-$name.cmd.txt" 2>&1 &
 	local cpid=$!
 	sleep 1
-	TL_CLIENT=$(ls "/proc/$cpid/task" 2>/dev/null | tr '\n' ' ')
+	local t
+	TL_CLIENT=
+	for t in /proc/"$cpid"/task/*; do
+		TL_CLIENT="$TL_CLIENT ${t##*/}"
+	done
 	perf record -a -k CLOCK_MONOTONIC -e "$TL_EVENTS" -o "$OUT/tl-$name.perf.data" -- sleep "${TL_TIME:-1}" \
 		>/dev/null 2>"$OUT/tl-$name.perf.err"
 	wait "$cpid"
@@ -271,12 +275,17 @@ timeline() {
 
 # timelines: fio, hits (LUN 0) and uncached (LUN 1), 4K QD1, into timeline.md.
 timelines() {
-	local lun mode dtids
+	local lun mode dtids t
+	# shellcheck disable=SC2086 # CPIN is a command prefix (taskset -c N) or empty
 	timeline fio $CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring \
 		--rw=randread --bs=4K --iodepth=1 --size="$RANGE" --time_based --runtime=3
 	"$SRC/tests/bench/qd1_timeline.py" fio "$OUT/tl-fio.txt" >"$OUT/timeline.md"
-	dtids=$(ls "/proc/$HL_PID/task" | tr '\n' ' ')
+	dtids=
+	for t in /proc/"$HL_PID"/task/*; do
+		dtids="$dtids ${t##*/}"
+	done
 	for lun in 0 1; do
+		# shellcheck disable=SC2086
 		timeline "lun$lun" $CPIN "$BENCH" --workload uniform --range "$RANGE" --bs 4K --qd 1 \
 			--time 3 --quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun"
 		mode=hit
