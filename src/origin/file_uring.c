@@ -43,7 +43,6 @@
 
 #include <errno.h>
 #include <liburing.h>
-#include <limits.h>
 #include <linux/falloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -266,16 +265,7 @@ static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
 	}
 	switch (io->op) {
 	case HL_IO_READ:
-		/*
-		 * One buffer (a 4 KiB hit's): IORING_OP_READ, which skips importing
-		 * an iovec array (block_rq_issue came 3.6 us after io_uring_enter
-		 * for READV, 2.4 us for fio's READ; docs/benchmarks.md).
-		 */
-		if (cnt == 1 && iov[0].iov_len <= UINT_MAX)
-			io_uring_prep_read(sqe, fo->fd, iov[0].iov_base, (unsigned)iov[0].iov_len,
-			                   (uint64_t)off);
-		else
-			io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
 		/*
 		 * A page-cache hit is copied inside io_uring_submit, on the reactor:
 		 * 16 MiB took 20-150 ms there, stalling every connection of that
@@ -289,11 +279,7 @@ static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
 			io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		break;
 	case HL_IO_WRITE:
-		if (cnt == 1 && iov[0].iov_len <= UINT_MAX)
-			io_uring_prep_write(sqe, fo->fd, iov[0].iov_base, (unsigned)iov[0].iov_len,
-			                    (uint64_t)off);
-		else
-			io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
 		if (io->flags & HL_IO_FUA)
 			sqe->rw_flags = RWF_DSYNC;
 		break;
