@@ -87,6 +87,15 @@ struct hl_reactor_peek {
 	bool (*ready)(struct hl_reactor_peek *p);
 	void (*run)(struct hl_reactor_peek *p);
 	void *arg;
+	/*
+	 * I/Os whose completions this queue will bring (NULL: not counted).
+	 * While the reactor's peeks have 1 to HL_REACTOR_POLL_IO_MAX of them in
+	 * flight, the busy-poll window stretches to HL_REACTOR_POLL_IO_MULT times
+	 * its length: a lone device read (a QD1 cache hit) is reaped spinning,
+	 * not after a sleep and a cross-CPU wake-up (docs/benchmarks.md, "The
+	 * QD1 hit's addition"). More in flight: completions come often enough.
+	 */
+	const unsigned *inflight;
 	struct hl_reactor_peek *next, **pprev; /* pprev: NULL while not registered */
 	struct hl_reactor *reactor;
 };
@@ -151,10 +160,14 @@ static inline void hl_reactor_peek_init(struct hl_reactor_peek *p,
 	p->ready = ready;
 	p->run = run;
 	p->arg = arg;
+	p->inflight = NULL;
 	p->next = NULL;
 	p->pprev = NULL;
 	p->reactor = NULL;
 }
+
+#define HL_REACTOR_POLL_IO_MAX 2  /* at most this many in flight stretch the window */
+#define HL_REACTOR_POLL_IO_MULT 4 /* the stretched window: this many times poll_us */
 
 /**
  * Register p with r (r's thread, or while r's loop does not run); delete it

@@ -53,6 +53,13 @@ void hl_uring_watch_edge(struct hl_uring_watch *w);
 void hl_uring_watch_peek(struct hl_uring_watch *w, struct io_uring *ring);
 
 /**
+ * The ring's count of I/Os in flight (the owner's, read on the reactor's
+ * thread): a lone one stretches the reactor's busy-poll window (struct
+ * hl_reactor_peek's inflight). With hl_uring_watch_peek, before attaching.
+ */
+void hl_uring_watch_inflight(struct hl_uring_watch *w, const unsigned *inflight);
+
+/**
  * Make r the reactor that watches w (no system call when it is already).
  * A ring attached to another reactor moves to r when !busy.
  * @return 0, -EBUSY (attached elsewhere and busy), or -errno of epoll_ctl.

@@ -56,6 +56,11 @@ void hl_uring_watch_peek(struct hl_uring_watch *w, struct io_uring *ring)
 	w->peek_ring = ring;
 }
 
+void hl_uring_watch_inflight(struct hl_uring_watch *w, const unsigned *inflight)
+{
+	w->peek.inflight = inflight;
+}
+
 int hl_uring_watch_attach(struct hl_uring_watch *w, struct hl_reactor *r, bool busy)
 {
 	int rc;

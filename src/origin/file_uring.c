@@ -215,6 +215,7 @@ static struct file_ring *ring_create(void)
 	hl_uring_watch_init(&ring->watch, ring->efd, ring_event, ring_detach, ring);
 	hl_uring_watch_edge(&ring->watch);
 	hl_uring_watch_peek(&ring->watch, &ring->ring);
+	hl_uring_watch_inflight(&ring->watch, &ring->inflight);
 	hl_timer_init(&ring->retry, ring_retry, ring);
 	hl_timer_init(&ring->done_timer, ring_done_fire, ring);
 	hl_turn_hook_init(&ring->flush_hook, ring_flush_hook, ring);

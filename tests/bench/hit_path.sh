@@ -12,8 +12,12 @@
 # block size. One line per cell: the three figures (IOPS), hit / the lower
 # limit, at QD1 the hit path's own addition in microseconds (the hit's mean
 # latency less fio's and the uncached LUN's, both measured next to it: the
-# device read plus the protocol round trip; the uncached run also copies
-# from the page cache, so the figure errs low by that copy), and hotlund's CPU microseconds per I/O for the hit and the uncached
+# device read plus the protocol round trip; then the same of the three
+# medians, hotlun-bench's p50 and fio's total-latency p50, which a load
+# spike on a shared machine moves far less than the means; the uncached run
+# also copies from the page cache and fio's figure holds its own submission,
+# so both err low by those ~4 µs; on a VM it is like with like only with
+# NOHALT=1, below), and hotlund's CPU microseconds per I/O for the hit and the uncached
 # run (utime + stime of /proc/PID/stat over the run / I/Os), and the cache
 # device's average queue (requests in flight, iostat's aqu-sz) and busy time
 # during fio and during the hits (/proc/diskstats of the block device under
@@ -21,6 +25,12 @@
 # half of their 64 commands at the device (docs/benchmarks.md, "Why 4K QD64
 # hits trail fio"), which the 4K QD128 cell shows. Client: hotlun-bench.
 # Not part of `make check`; results go into docs/benchmarks.md.
+#
+# TIMELINE=1 adds, with the first cache block size, per-request timelines of
+# 4K QD1 reads (tests/bench/qd1_timeline.py: the stages of one request
+# between kernel tracepoints, from a system-wide `perf record -e` of TL_TIME
+# s, default 1) for fio on the cache device, the hits and the uncached LUN,
+# into $HL_OUT/timeline.md.
 #
 # PROFILE=1 adds, for 4K QD64 hits (first cache block size) and 4K QD64
 # uncached reads, `perf record -g` on hotlund and a table of where its CPU
@@ -37,12 +47,15 @@
 #              PROFILE_CELL, PIN=HOTLUND_CPUS:CLIENT_CPUS (e.g. PIN=0:1: every
 #              hotlund thread on CPU 0, hotlun-bench and fio on CPU 1, so that
 #              where the scheduler puts the client does not move QD1 figures
-#              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's)
+#              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
+#              NOHALT=1 (no CPU halts: see below; the QD1 column's like-with-like mode),
+#              TIMELINE=1 (per-request timelines, below)
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
 . "$SRC/tests/functional/lib.sh"
 hl_need fio
+hl_need python3
 BENCH=$HL_BUILDDIR/hotlun-bench
 [ -x "$BENCH" ] || hl_error "$BENCH not built"
 if [ "${FULL:-0}" = 1 ]; then
@@ -63,7 +76,8 @@ T=$(hl_tmpdir)
 CDIR=${CACHE_DIR:-$T}
 CDEV=$CDIR/hotlun-hit-path.$$.img
 FIOF=$CDIR/hotlun-hit-path-fio.$$.img
-trap 'rm -f "$CDEV" "$CDEV.map" "$FIOF"; hl_cleanup' EXIT
+SPIN_PIDS=
+trap 'for p in $SPIN_PIDS; do kill "$p" 2>/dev/null; done; rm -f "$CDEV" "$CDEV.map" "$FIOF"; hl_cleanup' EXIT
 IQN=$HL_IQN_PREFIX:hit-path
 PIN=${PIN:-}
 CPIN=
@@ -72,6 +86,23 @@ if [ -n "$PIN" ]; then
 	*:*) CPIN="taskset -c ${PIN#*:}" ;;
 	*) hl_error "PIN wants HOTLUND_CPUS:CLIENT_CPUS, e.g. 0:1, not '$PIN'" ;;
 	esac
+fi
+# NOHALT=1: a SCHED_IDLE busy loop on every CPU for the whole run, so that
+# no CPU halts when its task sleeps. On a VM whose guest does not poll
+# before halting (cpuidle haltpoll, guest_halt_poll_ns = 0), waking a task
+# on a halted vCPU costs 10-20 µs more, and at QD1 the three figures pay
+# it differently: the hits' client sleeps through the device read (its CPU
+# halts), the uncached LUN's client mostly does not (the reply comes ~10 µs
+# after the command), fio sleeps on the CPU that takes the device IRQ. So
+# the QD1 column compares like with like only with NOHALT=1
+# (docs/benchmarks.md, "The QD1 hit's addition"). Any other task preempts
+# the loops at once.
+if [ "${NOHALT:-0}" = 1 ]; then
+	command -v chrt >/dev/null || hl_error "NOHALT=1 needs chrt (util-linux)"
+	for c in $(seq 0 $(($(nproc) - 1))); do
+		chrt -i 0 taskset -c "$c" sh -c 'while :; do :; done' &
+		SPIN_PIDS="$SPIN_PIDS $!"
+	done
 fi
 TCK=$(getconf CLK_TCK)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -121,8 +152,8 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 
 # bench LUN BS QD: one measured hotlun-bench run against hotlund's LUN;
-# prints "IOPS CPU_US_PER_IO AQU BUSY%" (the cache device's queue and busy
-# time during the run).
+# prints "IOPS CPU_US_PER_IO AQU BUSY% P50_US" (the cache device's queue and
+# busy time during the run, the median latency).
 bench() {
 	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq
 	d0=$(disk_snap)
@@ -135,20 +166,26 @@ bench() {
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
 	awk -v i="$(field "$line" iops)" -v n="${ios:-0}" -v d=$((t1 - t0)) -v k="$TCK" \
 		'BEGIN {printf "%d %.1f", i, n ? d * 1e6 / k / n : 0}'
-	echo " $dq"
+	echo " $dq $(field "$line" p50_us)"
 }
 
 # fio_iops BS QD: random O_DIRECT io_uring reads of FIOF, RANGE of data
 # written in the cache file's folder (the cache device's file system; the
 # cache file itself has holes where no block was filled, which read at
-# memory speed). Prints "IOPS AQU BUSY%".
+# memory speed). Prints "IOPS AQU BUSY% P50_US", P50_US the median of
+# fio's total latency (submission included: io_uring_enter also rings the
+# device's doorbell, 15-20 µs on a VM, which fio's clat leaves out).
 fio_iops() {
-	local d0 iops
+	local d0 r
 	d0=$(disk_snap)
-	iops=$($CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+	r=$($CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
 		--bs="$1" --iodepth="$2" --size="$RANGE" --time_based --runtime="$TIME" \
-		--output-format=terse --terse-version=3 2>>"$OUT/fio.err" | awk -F';' '{print $8}')
-	echo "${iops:-0} $(disk_delta "$d0")"
+		--lat_percentiles=1 --output-format=json 2>>"$OUT/fio.err" |
+		python3 -c 'import json, sys
+r = json.load(sys.stdin)["jobs"][0]["read"]
+print("%d %.1f" % (r["iops"], r["lat_ns"]["percentile"]["50.000000"] / 1e3))' 2>>"$OUT/fio.err")
+	read -r r p <<<"$r"
+	echo "${r:-0} $(disk_delta "$d0") ${p:-0}"
 }
 
 # start CACHE_BS: hotlund with LUN 0 = origin cached on a fresh cache file, LUN 1 = origin uncached.
@@ -206,12 +243,66 @@ profile() {
 	cat "$OUT/$name.layers.txt" >&2
 }
 
+# timeline NAME CMD...: perf record of the tracepoints of one 4K QD1 request
+# (tests/bench/qd1_timeline.py) on every CPU for TL_TIME s while CMD runs.
+TL_EVENTS=sock:sk_data_ready,syscalls:sys_enter_recvfrom,syscalls:sys_exit_recvfrom
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_sendmsg,syscalls:sys_exit_sendmsg
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_sendto,syscalls:sys_exit_sendto
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_recvmsg,syscalls:sys_exit_recvmsg
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_ppoll,syscalls:sys_exit_ppoll,syscalls:sys_enter_poll,syscalls:sys_exit_poll
+TL_EVENTS=$TL_EVENTS,syscalls:sys_enter_io_uring_enter,syscalls:sys_exit_io_uring_enter
+TL_EVENTS=$TL_EVENTS,io_uring:io_uring_submit_req,io_uring:io_uring_complete,io_uring:io_uring_task_add
+TL_EVENTS=$TL_EVENTS,block:block_rq_issue,block:block_rq_complete,irq:irq_handler_entry
+TL_EVENTS=$TL_EVENTS,sched:sched_wakeup,sched:sched_switch
+timeline() {
+	local name=$1
+	shift
+	command -v perf >/dev/null || { hl_log "no perf: no timeline"; return; }
+	"$@" >"$OUT/tl-$name.cmd.txt" 2>&1 &
+	local cpid=$!
+	sleep 1
+	local t
+	TL_CLIENT=
+	for t in /proc/"$cpid"/task/*; do
+		TL_CLIENT="$TL_CLIENT ${t##*/}"
+	done
+	perf record -a -k CLOCK_MONOTONIC -e "$TL_EVENTS" -o "$OUT/tl-$name.perf.data" -- sleep "${TL_TIME:-1}" \
+		>/dev/null 2>"$OUT/tl-$name.perf.err"
+	wait "$cpid"
+	perf script -i "$OUT/tl-$name.perf.data" -F comm,tid,cpu,time,event,trace --ns >"$OUT/tl-$name.txt" 2>/dev/null
+	hl_log "timeline $name: $(wc -l <"$OUT/tl-$name.txt") events in $OUT/tl-$name.txt"
+}
+
+# timelines: fio, hits (LUN 0) and uncached (LUN 1), 4K QD1, into timeline.md.
+timelines() {
+	local lun mode dtids t
+	# shellcheck disable=SC2086 # CPIN is a command prefix (taskset -c N) or empty
+	timeline fio $CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring \
+		--rw=randread --bs=4K --iodepth=1 --size="$RANGE" --time_based --runtime=3
+	"$SRC/tests/bench/qd1_timeline.py" fio "$OUT/tl-fio.txt" >"$OUT/timeline.md"
+	dtids=
+	for t in /proc/"$HL_PID"/task/*; do
+		dtids="$dtids ${t##*/}"
+	done
+	for lun in 0 1; do
+		# shellcheck disable=SC2086
+		timeline "lun$lun" $CPIN "$BENCH" --workload uniform --range "$RANGE" --bs 4K --qd 1 \
+			--time 3 --quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun"
+		mode=hit
+		[ "$lun" = 1 ] && mode=uncached
+		# shellcheck disable=SC2086
+		"$SRC/tests/bench/qd1_timeline.py" $mode "$OUT/tl-lun$lun.txt" $dtids -- $TL_CLIENT >>"$OUT/timeline.md"
+	done
+	rm -f "$OUT"/tl-*.perf.data
+	cat "$OUT/timeline.md"
+}
+
 declare -A FIO
 for cell in $CELLS; do
 	FIO[$cell]=0
 done
 {
-	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
+	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 (means / medians) | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
 	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$OUT/results.md"
 first=1
@@ -222,15 +313,16 @@ for cbs in $BLOCKS; do
 		# The device limit does not depend on the cache block: measure it once,
 		# but at QD1 next to each hit run (the QD1 addition subtracts it).
 		{ [ "${FIO[$cell]}" = 0 ] || [ "$qd" = 1 ]; } && FIO[$cell]=$(fio_iops "$bs" "$qd")
-		read -r hit hcpu hq hb <<<"$(bench 0 "$bs" "$qd")"
-		read -r unc ucpu _ _ <<<"$(bench 1 "$bs" "$qd")"
-		read -r f fq fb <<<"${FIO[$cell]}"
+		read -r hit hcpu hq hb hp <<<"$(bench 0 "$bs" "$qd")"
+		read -r unc ucpu _ _ up <<<"$(bench 1 "$bs" "$qd")"
+		read -r f fq fb fp <<<"${FIO[$cell]}"
 		awk -v c="$cbs" -v b="$bs" -v q="$qd" -v f="${f:-0}" -v h="$hit" -v u="$unc" \
+			-v fp="${fp:-0}" -v hp="${hp:-0}" -v up="${up:-0}" \
 			-v hc="$hcpu" -v uc="$ucpu" -v fq="$fq" -v hq="$hq" -v fb="$fb" -v hb="$hb" \
 			'BEGIN {lim = f < u ? f : u;
 			add = "-";
 			if (q == 1 && f && h && u)
-				add = sprintf("%.1f", 1e6 / h - 1e6 / f - 1e6 / u);
+				add = sprintf("%.1f / %.1f", 1e6 / h - 1e6 / f - 1e6 / u, hp - fp - up);
 			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %s | %.1f | %.1f | %s / %s | %s / %s |\n",
 				c, b, q, f, h, u, lim ? h / lim : 0, add, hc, uc, fq, hq, fb, hb}' |
 			tee -a "$OUT/results.md"
@@ -243,6 +335,7 @@ for cbs in $BLOCKS; do
 		profile "hit-$cbs" 0
 		[ $first = 1 ] && profile uncached 1
 	fi
+	[ "${TIMELINE:-0}" = 1 ] && [ $first = 1 ] && timelines
 	first=0
 	hl_check_alive "$HL_PID"
 	hl_stop "$HL_PID"
@@ -250,7 +343,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN};"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"

@@ -703,6 +703,80 @@ static void test_uring_edge_peeked(void)
 	edge_run(true);
 }
 
+/*
+ * A lone I/O in flight on the peeks stretches the busy-poll window to
+ * HL_REACTOR_POLL_IO_MULT times its length; none, or more than
+ * HL_REACTOR_POLL_IO_MAX, do not. Measured by when the peek is last asked
+ * (wall clock: the window is wall-clock time, also on a loaded machine).
+ */
+struct stretch_ctx {
+	struct hl_reactor_peek p;
+	unsigned inflight;
+	uint64_t start_ns, last_ns;
+};
+
+static bool stretch_ready(struct hl_reactor_peek *p)
+{
+	struct stretch_ctx *x = p->arg;
+	x->last_ns = hl_now_ns();
+	return false;
+}
+
+static void stretch_run(struct hl_reactor_peek *p)
+{
+	(void)p;
+}
+
+static void stretch_stop(struct hl_timer *t)
+{
+	(void)t;
+	hl_reactor_stop(hl_reactor_current());
+}
+
+/* @return ms from the reactor's start to the peek's last ask (window 20 ms, run 300 ms). */
+static double stretch_phase(unsigned inflight, bool counted)
+{
+	struct stretch_ctx x = {0};
+	struct hl_reactor *r;
+	struct hl_timer stop;
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "stretch"), 0);
+	hl_reactor_peek_init(&x.p, stretch_ready, stretch_run, &x);
+	if (counted)
+		x.p.inflight = &x.inflight;
+	x.inflight = inflight;
+	hl_reactor_set_poll_us(r, 20000);
+	CU_ASSERT_EQUAL(hl_reactor_peek_add(r, &x.p), 0);
+	hl_timer_init(&stop, stretch_stop, NULL);
+	hl_timer_start(r, &stop, 300);
+	x.start_ns = hl_now_ns();
+	CU_ASSERT_EQUAL(hl_reactor_run(r), 0);
+	hl_timer_stop(&stop);
+	hl_reactor_peek_del(&x.p);
+	hl_reactor_destroy(r);
+	return (double)(x.last_ns - x.start_ns) / 1e6;
+}
+
+static void test_poll_stretch(void)
+{
+	double none = stretch_phase(0, true), lone = stretch_phase(1, true),
+	       two = stretch_phase(HL_REACTOR_POLL_IO_MAX, true),
+	       many = stretch_phase(HL_REACTOR_POLL_IO_MAX + 1, true), uncounted = stretch_phase(1, false);
+
+	/*
+	 * 20 ms window; 80 ms stretched. The last ask comes a pass before the
+	 * end, or earlier by a preemption: 50 ms splits the two with margin.
+	 */
+	CU_ASSERT(none < 50);
+	CU_ASSERT(lone >= 50 && lone < 200);
+	CU_ASSERT(two >= 50 && two < 200);
+	CU_ASSERT(many < 50);
+	CU_ASSERT(uncounted < 50);
+	if (none >= 50 || lone < 50 || two < 50 || many >= 50 || uncounted >= 50)
+		fprintf(stderr, "\n  last ask after %.1f / %.1f / %.1f / %.1f / %.1f ms\n", none, lone, two,
+		        many, uncounted);
+}
+
 static const struct hl_test tests[] = {
 	{"event fires; del guards the batch", test_event_fires_and_del_guards_batch},
 	{"timers in deadline order", test_timers_fire_in_deadline_order},
@@ -713,6 +787,7 @@ static const struct hl_test tests[] = {
 	{"destroy calls: once, before the epoll fd closes; cancel", test_destroy_calls},
 	{"uring watch: attach, move when idle, reap, detach on destroy", test_uring_watch},
 	{"peeks: only in the busy-poll window, in turn; del", test_peeks},
+	{"peeks: a lone I/O in flight stretches the busy-poll window", test_poll_stretch},
 	{"uring watch: edge-triggered never-read eventfd strands no CQE", test_uring_edge_never_read},
 	{"uring watch: same, peeked in the busy-poll window", test_uring_edge_peeked},
 	{NULL, NULL},
