@@ -706,9 +706,10 @@ static void test_detach_abandons_fills(void)
 	t0 = hl_now_ns();
 	hl_origin_close(o);
 	ms = (hl_now_ns() - t0) / 1000000;
-	CU_ASSERT(ms < 1000);                          /* the bound, not the 1500 ms device */
+	CU_ASSERT(ms < 1000); /* the bound, not the 1500 ms device */
 	if (ms >= 1000)
-		fprintf(stderr, "the detach took %llu ms for a bound of 30\n", (unsigned long long)ms);
+		fprintf(stderr, "the detach took %llu ms for a bound of 30\n",
+		        (unsigned long long)ms);
 	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1); /* abandoned */
 
 	/* the same name, another origin: the old entry is retired, kept for the fill */
