@@ -12,7 +12,11 @@
 #     writes held) stops within the bound, says how many requests it
 #     abandoned, and the restarted cache serves no block
 #     that a record claims but that was never written (the origins are random
-#     data, an unwritten slot reads zeroes).
+#     data, an unwritten slot reads zeroes);
+#  4. the same stop with the RAM update buffer on (update_buffer=256K): the
+#     writes' updates go to the buffer, its write-backs to the device are held
+#     and abandoned; the restart serves none of the buffered sectors' old
+#     device copies (no record claims a pending or written-back-in-flight sector).
 . "$(dirname "$0")/lib.sh"
 
 hl_need python3 qemu-img
@@ -31,7 +35,7 @@ url=iscsi://127.0.0.1:$port/$IQN/0
 # conf FILE ORIGIN|-: the front with disk san on ORIGIN, or without the disk and target (-)
 conf() {
 	hl_cache_front_conf "$1" "$port" "$T/st" "$IQN" "file:${2#-}" \
-		"device=$T/$DEV" size=64M block_size=4K admission=always update_buffer=0
+		"device=$T/$DEV" size=64M block_size=4K admission=always "update_buffer=${UB:-0}"
 	if [ "$2" = - ]; then
 		python3 - "$1" <<'PY'
 import sys
@@ -143,6 +147,38 @@ warm=$(grep -o 'disk san: warm start: kept [0-9]* block(s)' "$FRONT_LOG") ||
 kept=$(sed 's/.*kept \([0-9]*\).*/\1/' <<<"$warm")
 [ "$kept" -gt 0 ] || hl_fail "nothing kept across the stop: $warm (the check above proves little)"
 hl_log "after the restart: $warm; no block differs from the origin"
+hl_stop "$FRONT_PID"
+
+# ---- 4. a stop that abandons, with the update buffer on: writes' updates are buffered
+UB=256K DEV=cache2.img confs # small: write-backs run all the time
+cp "$T/b.conf" "$T/live.conf"
+export HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS=3000 HOTLUN_TEST_CACHE_DRAIN_MS=300
+export ASAN_OPTIONS=${asan:+$asan:}detect_leaks=0
+hl_front_start "$T/live.conf"
+unset HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS HOTLUN_TEST_CACHE_DRAIN_MS
+if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
+hl_wait_restored "$FRONT_LOG" ssd
+reads 2 24M # warm (held fills land during the sleep)
+sleep 3.5
+reads 3 24M 50 # half writes into cached blocks: buffered updates, write-backs held
+wbs=$(hl_cache_stat "$sock" ssd update_buffer_writebacks)
+ubb=$(hl_cache_stat "$sock" ssd update_buffer_bytes)
+t0=$(date +%s%N)
+log=$FRONT_LOG
+hl_stop "$FRONT_PID"
+ms=$(ms_since "$t0")
+line=$(grep 'request(s) did not finish within 300 ms at the stop: abandoned' "$log") ||
+	hl_fail "the stop's drain (update buffer on) did not time out: $(grep 'at the stop' "$log")"
+[ "$ms" -lt 2500 ] || hl_fail "the stop took $ms ms with a drain bound of 300 ms (update buffer on)"
+hl_log "update buffer on: $ubb bytes buffered, $wbs write-back(s) done; stop took $ms ms: $line"
+[ "${ubb:-0}" -gt 0 ] || hl_fail "nothing was buffered: step 4 proves little"
+hl_front_start "$T/live.conf"
+hl_wait_restored "$FRONT_LOG" ssd
+n=$(hl_stale_blocks "$url" "$T/b.img" 4096)
+[ "$n" = 0 ] || hl_fail "$n block(s) differ from the origin after the stop with the update buffer on"
+warm=$(grep -o 'disk san: warm start: kept [0-9]* block(s)' "$FRONT_LOG") ||
+	hl_fail "no warm start line: $(grep 'disk san' "$FRONT_LOG")"
+hl_log "update buffer on, after the restart: $warm; no block differs from the origin"
 
 hl_stop "$FRONT_PID"
 exit 0
