@@ -351,8 +351,37 @@ static unsigned g_hold;
 /* the two processes' leases (NULL: LEASE each) */
 static const unsigned *g_leases;
 
+/*
+ * How starved this process was while a pair ran: a thread that naps 10 ms
+ * records how much later than that it woke, the worst of the test printed
+ * by pair_stop when it reached STARVED_MS. The timings here are scaled down
+ * (an owner whose thread is starved for LEASE ms rightly stops serving; for
+ * DEAD + a peek, a peer rightly takes the disk over): a failure next to such
+ * a line is the machine's load before it is a bug.
+ */
+#define STARVED_MS (LEASE / 2)
+static pthread_t meter;
+static atomic_bool meter_stop;
+static _Atomic int64_t meter_worst;
+
+static void *meter_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&meter_stop)) {
+		int64_t t = mono_ms();
+		usleep(10 * 1000);
+		int64_t late = mono_ms() - t - 10;
+		if (late > atomic_load(&meter_worst))
+			atomic_store(&meter_worst, late);
+	}
+	return NULL;
+}
+
 static void pair_start(struct pair *p, bool second_later)
 {
+	atomic_store(&meter_worst, 0);
+	atomic_store(&meter_stop, false);
+	CU_ASSERT_EQUAL(pthread_create(&meter, NULL, meter_main, NULL), 0);
 	memset(p, 0, sizeof(*p));
 	pthread_mutex_init(&p->cl.lock, NULL);
 	if (g_preset)
@@ -386,6 +415,11 @@ static void pair_start(struct pair *p, bool second_later)
 
 static void pair_stop(struct pair *p)
 {
+	atomic_store(&meter_stop, true);
+	pthread_join(meter, NULL);
+	if (atomic_load(&meter_worst) >= STARVED_MS)
+		printf("\n    (this process was starved: a 10 ms nap woke %lld ms late)",
+		       (long long)atomic_load(&meter_worst));
 	for (int i = 0; i < 2; i++) {
 		atomic_store(&p->g[i].hung, false);
 		atomic_store(&p->g[i].paused, false);
@@ -639,15 +673,17 @@ static void preset_watch(struct pair *p)
 
 /*
  * With the cluster's watch a standby takes a released disk within a round
- * trip, not at its next peek (PEEK_MS, 250 ms): 6 handovers, the slowest
- * under 100 ms from release to acquire (polling alone: 0-250 ms each, all
- * six under 100 ms about once in 250 runs).
+ * trip, not at its next peek (PEEK_MS, 250 ms): 6 handovers, at least 5 of
+ * them under 50 ms from release to acquire (0 ms each on a quiet machine).
+ * One may be late: on a loaded one the standby's thread can wait its turn
+ * for a CPU longer than that. Polling alone (0-250 ms each, uniform) passes
+ * this about once in 600 runs (P(5 or 6 of 6 under 50 ms) = 0.0016).
  */
 static void test_watch_tells_release(void)
 {
 	struct pair p;
 	unsigned both = 0;
-	int64_t worst = 0;
+	int fast = 0;
 
 	g_preset = preset_watch;
 	pair_start(&p, true);
@@ -661,9 +697,9 @@ static void test_watch_tells_release(void)
 		int64_t ms = p.cl.acquire_ms - p.cl.release_ms;
 		pthread_mutex_unlock(&p.cl.lock);
 		printf("\n    handover %d: released -> acquired in %lld ms", i, (long long)ms);
-		worst = ms > worst ? ms : worst;
+		fast += ms < 50;
 	}
-	CU_ASSERT(worst < 100);
+	CU_ASSERT(fast >= 5);
 	CU_ASSERT_EQUAL(p.cl.breaks, 0);
 	CU_ASSERT_EQUAL(both, 0);
 	pair_stop(&p);
