@@ -872,6 +872,40 @@ static void test_released_but_locked(void)
 	pair_stop(&p);
 }
 
+/*
+ * An owner whose heartbeat stood still (its renews failing, or its thread
+ * starved: its lease void, it serves nothing) for longer than a peer waits
+ * for a dead one, and that then hands the disk over: the standby, which saw
+ * the silence, must take it as released (the owner stopped serving before
+ * it wrote that), not force it as a lock left with a dead owner: a fence
+ * and a wait of the old lease and the margin for nothing (the failback of
+ * test_planned_handover took 2.1 s so under load, not 0.3).
+ */
+static void test_release_after_silence(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
+	atomic_store(&p.g[0].hung, true); /* the owner's heartbeat stands */
+	usleep(300 * 1000);               /* the standby sees its last beat (a peek: 250 ms) */
+	atomic_store(&p.g[1].peek_err, -EIO); /* and looks no more for a while */
+	usleep((DEAD + LEASE + 300) * 1000);  /* longer than a dead owner's silence (700 ms) */
+	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 0), -ETIMEDOUT); /* released, not taken yet */
+	atomic_store(&p.g[1].peek_err, 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT_EQUAL(st.takeovers, 0);
+	CU_ASSERT(strstr(st.last, "gained (released)") != NULL);
+	if (!strstr(st.last, "gained (released)"))
+		printf("\n    gateway 2: %s", st.last);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
 /* a slow revalidation keeps the heartbeat going: the peer does not take over meanwhile */
 static void test_slow_gain_keeps_heartbeat(void)
 {
@@ -1175,6 +1209,8 @@ static const struct hl_test tests[] = {
 	{"request honoured after the hold, ping-pong refused", test_request_and_hold},
 	{"a SAN reservation of an earlier run is taken back", test_own_earlier_run},
 	{"released but the lock stuck with a dead owner: forced", test_released_but_locked},
+	{"released after its heartbeat stood still: taken as released, not forced",
+	 test_release_after_silence},
 	{"a slow revalidation keeps the heartbeat", test_slow_gain_keeps_heartbeat},
 	{"two processes with one id, no heartbeat: one takes it once, no ping-pong", test_duplicate_id_san},
 	{"two processes with one id, heartbeat: the second leaves it and says so", test_duplicate_id_beat},
