@@ -830,7 +830,8 @@ static void *owner_main(void *arg)
 	struct hl_own_info info;
 	uint64_t last_beat = 0;
 	uint16_t last_owner = 0;
-	int64_t beat_seen = now_ms(); /* when the owner's heartbeat last moved */
+	bool last_released = false;
+	int64_t beat_seen = now_ms(); /* when the owner's heartbeat last moved, or it released */
 	int64_t asked = 0;            /* when we asked the owner for the disk, 0: not yet */
 	int64_t refused_log = 0;
 	int64_t peek_warned = 0;      /* when a failing peek was last logged, 0: it works */
@@ -961,9 +962,20 @@ static void *owner_main(void *arg)
 		if (other_self && info.has_beat && last_owner == info.owner && last_beat &&
 		    info.beat != last_beat)
 			duplicate(ow, "its heartbeat goes on");
-		if (info.owner != last_owner || info.beat != last_beat) {
+		/*
+		 * A release counts as a sign of life: "released, but the lock
+		 * stayed" is judged on the silence after it. An owner whose
+		 * heartbeat stood still (renews failing, its thread starved: its
+		 * lease void) that then hands over stopped serving before it
+		 * released: taken as released, not forced (a fence and a lease
+		 * wait for nothing). One that died between its two steps stops
+		 * beating then: forced dead_ms after the release is seen.
+		 */
+		if (info.owner != last_owner || info.beat != last_beat ||
+		    info.released != last_released) {
 			last_owner = info.owner;
 			last_beat = info.beat;
+			last_released = info.released;
 			beat_seen = now_ms();
 		}
 		if (atomic_exchange(&ow->owner_seen, info.released ? 0 : info.owner) !=

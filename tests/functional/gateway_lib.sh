@@ -96,6 +96,17 @@ own() {
 	python3 -c 'import json,sys; print(json.loads(sys.argv[1])["disks"]["san"]["ownership"][sys.argv[2]])' \
 		"$out" "$2" 2>/dev/null || echo "?"
 }
+# wait_standby G OWNER SECONDS: until gateway G is a standby that saw gateway OWNER own the image
+# (its first look at the cluster comes once it runs: a fixed sleep is too short on a loaded host)
+wait_standby() {
+	local i
+	for i in $(seq 1 $(($3 * 10))); do
+		[ "$(own "$1" state)" = standby ] && [ "$(own "$1" alua)" = standby ] &&
+			[ "$(own "$1" owner)" = "$2" ] && return 0
+		sleep 0.1
+	done
+	hl_fail "gateway $1 is not a standby of gateway $2 after $3 s: $(own "$1" state) $(own "$1" alua) owner $(own "$1" owner)"
+}
 # wait_owner G SECONDS: until gateway G owns the image
 wait_owner() {
 	local i
@@ -198,9 +209,7 @@ gw_scenarios() {
 	timeout 120 qemu-img convert -n -f raw -O raw "$T/want.img" "$(url 1)" ||
 		hl_fail "could not write the image through gateway 1"
 	start_gw 2
-	sleep 1
-	[ "$(own 2 state)" = standby ] && [ "$(own 2 alua)" = standby ] && [ "$(own 2 owner)" = 1 ] ||
-		hl_fail "gateway 2 is not a standby of gateway 1: $(own 2 state) $(own 2 alua) owner $(own 2 owner)"
+	wait_standby 2 1 10
 	[ -z "$(own 1 problem)" ] && [ -z "$(own 2 problem)" ] ||
 		hl_fail "a problem reported: gateway 1: '$(own 1 problem)', gateway 2: '$(own 2 problem)'"
 	serial() { iscsi-inq -e 1 -c 128 "$(url "$1")" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'; }

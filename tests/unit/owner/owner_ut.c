@@ -351,8 +351,37 @@ static unsigned g_hold;
 /* the two processes' leases (NULL: LEASE each) */
 static const unsigned *g_leases;
 
+/*
+ * How starved this process was while a pair ran: a thread that naps 10 ms
+ * records how much later than that it woke, the worst of the test printed
+ * by pair_stop when it reached STARVED_MS. The timings here are scaled down
+ * (an owner whose thread is starved for LEASE ms rightly stops serving; for
+ * DEAD + a peek, a peer rightly takes the disk over): a failure next to such
+ * a line is the machine's load before it is a bug.
+ */
+#define STARVED_MS (LEASE / 2)
+static pthread_t meter;
+static atomic_bool meter_stop;
+static _Atomic int64_t meter_worst;
+
+static void *meter_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&meter_stop)) {
+		int64_t t = mono_ms();
+		usleep(10 * 1000);
+		int64_t late = mono_ms() - t - 10;
+		if (late > atomic_load(&meter_worst))
+			atomic_store(&meter_worst, late);
+	}
+	return NULL;
+}
+
 static void pair_start(struct pair *p, bool second_later)
 {
+	atomic_store(&meter_worst, 0);
+	atomic_store(&meter_stop, false);
+	CU_ASSERT_EQUAL(pthread_create(&meter, NULL, meter_main, NULL), 0);
 	memset(p, 0, sizeof(*p));
 	pthread_mutex_init(&p->cl.lock, NULL);
 	if (g_preset)
@@ -386,6 +415,11 @@ static void pair_start(struct pair *p, bool second_later)
 
 static void pair_stop(struct pair *p)
 {
+	atomic_store(&meter_stop, true);
+	pthread_join(meter, NULL);
+	if (atomic_load(&meter_worst) >= STARVED_MS)
+		printf("\n    (this process was starved: a 10 ms nap woke %lld ms late)",
+		       (long long)atomic_load(&meter_worst));
 	for (int i = 0; i < 2; i++) {
 		atomic_store(&p->g[i].hung, false);
 		atomic_store(&p->g[i].paused, false);
@@ -395,6 +429,24 @@ static void pair_stop(struct pair *p)
 	pthread_mutex_destroy(&p->cl.lock);
 }
 
+/*
+ * A check a test cannot go on without, once its pair runs: on failure the
+ * pair is stopped before the test returns. Never CU_*_FATAL there: its
+ * longjmp leaves both owner threads running over the fake cluster and
+ * gateways in the dead test's stack frame, which the next test's pair then
+ * reuses (two threads per gateway id, one cluster: the next test fails too).
+ */
+#define PAIR_REQUIRE(p, cond)                                                                \
+	do {                                                                                 \
+		bool ok_ = (cond);                                                           \
+		CU_assertImplementation(ok_, __LINE__, "PAIR_REQUIRE(" #cond ")", __FILE__, "", \
+		                        CU_FALSE);                                           \
+		if (!ok_) {                                                                  \
+			pair_stop(p);                                                        \
+			return;                                                              \
+		}                                                                            \
+	} while (0)
+
 static enum hl_alua_state alua(struct hl_owner *ow)
 {
 	struct hl_owner_status st;
@@ -402,6 +454,17 @@ static enum hl_alua_state alua(struct hl_owner *ow)
 	hl_owner_status(ow, &st);
 	return st.alua;
 }
+
+/*
+ * How long an owner may take to serve again: on a loaded machine its thread
+ * can be starved past its lease (seen: 700 ms late from a 50 ms nap under a
+ * load of 7 on 2 vCPUs); it then serves nothing, rightly, and logs it
+ * ("woke ... late"), until its next renew. A check that the disk stayed
+ * where it was waits for that (wait_ao: it never passes while the other
+ * gateway serves) instead of reading the state at one instant; the gain
+ * counters and breaks say whether it moved meanwhile.
+ */
+#define RESUME_MS 2000
 
 /* Wait up to ms for gateway i to be active/optimized; checks meanwhile that never both are. */
 static bool wait_ao(struct pair *p, int i, int ms, unsigned *both)
@@ -425,7 +488,7 @@ static void test_one_owner(void)
 	pair_start(&p, true);
 	CU_ASSERT_TRUE(wait_ao(&p, 0, 2000, &both));
 	usleep(3 * LEASE * 1000); /* stays so: the standby sees a live owner */
-	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, RESUME_MS, &both));
 	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_STANDBY);
 	struct hl_owner_status st;
 	hl_owner_status(p.ow[1], &st);
@@ -443,7 +506,7 @@ static void test_planned_handover(void)
 	unsigned both = 0;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 3000), 0);
@@ -463,7 +526,8 @@ static void test_planned_handover(void)
 	}
 	/* the gateway that handed over does not take it back by itself */
 	usleep(3 * LEASE * 1000);
-	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, RESUME_MS, &both));
+	CU_ASSERT_EQUAL(atomic_load(&p.g[0].gained), 1);
 	/* failback: the peer hands it back, and the first gateway takes it at once */
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[1], 3000), 0);
@@ -483,7 +547,7 @@ static void test_forced_takeover(void)
 	struct timespec t0, t1;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	atomic_store(&p.g[0].hung, true); /* SIGSTOP: no renew, no heartbeat */
 	/* its lease runs out: it stops serving before anyone else starts */
@@ -498,8 +562,16 @@ static void test_forced_takeover(void)
 		usleep(1000);
 	struct hl_owner_status w;
 	hl_owner_status(p.ow[1], &w);
-	CU_ASSERT_STRING_EQUAL(w.state, "acquiring");
-	CU_ASSERT_EQUAL(w.alua, HL_ALUA_STANDBY);
+	pthread_mutex_lock(&p.cl.lock);
+	int64_t since = mono_ms() - p.cl.break_ms;
+	pthread_mutex_unlock(&p.cl.lock);
+	if (since < LEASE + 500) { /* read within its wait (else this thread was starved past it) */
+		CU_ASSERT_STRING_EQUAL(w.state, "acquiring");
+		CU_ASSERT_EQUAL(w.alua, HL_ALUA_STANDBY);
+	} else {
+		printf("\n    (the taker's wait not seen: looked %lld ms after the fence)",
+		       (long long)since);
+	}
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
@@ -514,7 +586,7 @@ static void test_forced_takeover(void)
 	for (int t = 0; t < 1000 && alua(p.ow[0]) != HL_ALUA_STANDBY; t += 10)
 		usleep(10000);
 	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_STANDBY);
-	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, RESUME_MS, &both));
 	struct hl_owner_status st;
 	hl_owner_status(p.ow[1], &st);
 	CU_ASSERT_EQUAL(st.takeovers, 1);
@@ -539,7 +611,7 @@ static void paused_owner(bool boot)
 	int64_t t0;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	atomic_store(&frozen_boot, boot);
 	atomic_store(&p.g[0].paused, true);
 	t0 = mono_ms();
@@ -576,7 +648,7 @@ static void test_request_and_hold(void)
 	unsigned both = 0;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	/* the owner just gained it: a request is refused on the standby's side too */
 	CU_ASSERT_EQUAL(hl_owner_request(p.ow[0]), -EALREADY);
 	CU_ASSERT_EQUAL(hl_owner_request(p.ow[1]), 0); /* the standby never moved: may ask */
@@ -584,7 +656,8 @@ static void test_request_and_hold(void)
 	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_TRANSITIONING);
 	/* the owner holds it for HOLD ms after its gain, then hands it over */
 	usleep(HOLD / 2 * 1000);
-	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, RESUME_MS, &both));
+	CU_ASSERT_EQUAL(atomic_load(&p.g[1].gained), 0);
 	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_TRANSITIONING);
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
 	CU_ASSERT_EQUAL(p.cl.breaks, 0);
@@ -608,31 +681,33 @@ static void preset_watch(struct pair *p)
 
 /*
  * With the cluster's watch a standby takes a released disk within a round
- * trip, not at its next peek (PEEK_MS, 250 ms): 6 handovers, the slowest
- * under 100 ms from release to acquire (polling alone: 0-250 ms each, all
- * six under 100 ms about once in 250 runs).
+ * trip, not at its next peek (PEEK_MS, 250 ms): 6 handovers, at least 5 of
+ * them under 50 ms from release to acquire (0 ms each on a quiet machine).
+ * One may be late: on a loaded one the standby's thread can wait its turn
+ * for a CPU longer than that. Polling alone (0-250 ms each, uniform) passes
+ * this about once in 600 runs (P(5 or 6 of 6 under 50 ms) = 0.0016).
  */
 static void test_watch_tells_release(void)
 {
 	struct pair p;
 	unsigned both = 0;
-	int64_t worst = 0;
+	int fast = 0;
 
 	g_preset = preset_watch;
 	pair_start(&p, true);
 	g_preset = NULL;
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	for (int i = 0; i < 6; i++) {
 		int from = i % 2;
 		CU_ASSERT_EQUAL(hl_owner_handover(p.ow[from], 3000), 0);
-		CU_ASSERT_TRUE_FATAL(wait_ao(&p, 1 - from, 2000, &both));
+		PAIR_REQUIRE(&p, wait_ao(&p, 1 - from, 2000, &both));
 		pthread_mutex_lock(&p.cl.lock);
 		int64_t ms = p.cl.acquire_ms - p.cl.release_ms;
 		pthread_mutex_unlock(&p.cl.lock);
 		printf("\n    handover %d: released -> acquired in %lld ms", i, (long long)ms);
-		worst = ms > worst ? ms : worst;
+		fast += ms < 50;
 	}
-	CU_ASSERT(worst < 100);
+	CU_ASSERT(fast >= 5);
 	CU_ASSERT_EQUAL(p.cl.breaks, 0);
 	CU_ASSERT_EQUAL(both, 0);
 	pair_stop(&p);
@@ -643,6 +718,7 @@ struct held {
 	_Atomic enum hl_alua_state seen; /* the group's state when it was answered */
 	struct hl_owner *ow;
 	int64_t at;
+	atomic_bool at_once; /* not held: answered when asked (stpg) */
 };
 
 static void held_done(void *cookie)
@@ -654,7 +730,14 @@ static void held_done(void *cookie)
 	atomic_fetch_add(&h->done, 1);
 }
 
-/* SET TARGET PORT GROUPS for a standby's own group, as spc.c makes it: set, then settle. */
+/*
+ * SET TARGET PORT GROUPS for a standby's own group, as spc.c makes it: set,
+ * then settle; a settle that does not hold it (< 0: this gateway serves
+ * already, or no free slot) means answered now, the group's state read then.
+ * A handover told through the watch can end between the two (the test
+ * thread preempted on a loaded machine): answered at once, active.
+ * @return set's result.
+ */
 static int stpg(struct hl_owner *ow, uint16_t tpg, struct held *h)
 {
 	const struct hl_lu_access *acc = hl_owner_access(ow);
@@ -663,7 +746,11 @@ static int stpg(struct hl_owner *ow, uint16_t tpg, struct held *h)
 	if (rc)
 		return rc;
 	h->ow = ow;
-	return acc->settle(ow, tpg, held_done, h);
+	if (acc->settle(ow, tpg, held_done, h) < 0) {
+		atomic_store(&h->at_once, true);
+		held_done(h);
+	}
+	return 0;
 }
 
 /* The implicit transition time ow reports now (REPORT TARGET PORT GROUPS reads it so). */
@@ -671,8 +758,8 @@ static unsigned transition_s(struct hl_owner *ow)
 {
 	const struct hl_lu_access *acc = hl_owner_access(ow);
 
-	CU_ASSERT_PTR_NOT_NULL_FATAL(acc->transition_time);
-	return acc->transition_time(ow);
+	CU_ASSERT_PTR_NOT_NULL(acc->transition_time);
+	return acc->transition_time ? acc->transition_time(ow) : 0;
 }
 
 /* Wait up to ms for h to be answered. */
@@ -699,25 +786,34 @@ static void test_stpg_held_until_ours(void)
 	g_preset = preset_watch;
 	pair_start(&p, true);
 	g_preset = NULL;
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	unsigned bound = transition_s(p.ow[0]) * 1000u - 500u;
 	usleep((HOLD + 100) * 1000); /* past the owner's hold: a request is honoured */
 	int64_t t0 = mono_ms();
-	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[1], 2, &h), 0);
+	PAIR_REQUIRE(&p, stpg(p.ow[1], 2, &h) == 0);
 	held_wait(&h, 3000);
 	CU_ASSERT_EQUAL(atomic_load(&h.done), 1);
 	CU_ASSERT_EQUAL(atomic_load(&h.seen), HL_ALUA_AO);
-	printf("\n    STPG (handover) held %lld ms, answered with the group active",
+	/* held, or answered at once when the handover ended before its settle */
+	printf("\n    STPG (handover) %s %lld ms, answered with the group active",
+	       atomic_load(&h.at_once) ? "not held (served already):" : "held",
 	       (long long)(h.at - t0));
-	CU_ASSERT(h.at - t0 < LEASE + 500);
+	/*
+	 * Answered when it served (active), well before the bound. Not "within
+	 * LEASE + 500 ms": on a loaded machine the taker's thread was starved
+	 * and served 921 ms after the request; how fast the watch tells a move
+	 * is test_watch_tells_release's to check.
+	 */
+	CU_ASSERT(h.at - t0 < bound - 500);
 	/* the owner now: nothing to hold */
 	CU_ASSERT_NOT_EQUAL(hl_owner_access(p.ow[1])->settle(p.ow[1], 2, held_done, &h3), 0);
 	/* the owner hangs: held through the takeover, answered active */
 	usleep((HOLD + 100) * 1000);
 	atomic_store(&p.g[1].hung, true);
 	t0 = mono_ms();
-	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[0], 1, &h2), 0);
+	PAIR_REQUIRE(&p, stpg(p.ow[0], 1, &h2) == 0);
 	held_wait(&h2, 4000);
+	CU_ASSERT_FALSE(atomic_load(&h2.at_once)); /* held: the takeover takes a lease or two */
 	CU_ASSERT_EQUAL(atomic_load(&h2.done), 1);
 	CU_ASSERT_EQUAL(atomic_load(&h2.seen), HL_ALUA_AO);
 	printf("\n    STPG (hung owner) held %lld ms, answered with the group active",
@@ -729,8 +825,9 @@ static void test_stpg_held_until_ours(void)
 	atomic_store(&p.g[1].hung, false);
 	atomic_store(&p.g[1].peek_err, -EIO);
 	t0 = mono_ms();
-	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[1], 2, &h3), 0);
+	PAIR_REQUIRE(&p, stpg(p.ow[1], 2, &h3) == 0);
 	held_wait(&h3, (int)bound + 1000);
+	CU_ASSERT_FALSE(atomic_load(&h3.at_once));
 	CU_ASSERT_EQUAL(atomic_load(&h3.done), 1);
 	CU_ASSERT_NOT_EQUAL(atomic_load(&h3.seen), HL_ALUA_AO);
 	printf("\n    STPG (blind standby) answered after %lld ms (bound %u ms)",
@@ -789,6 +886,40 @@ static void test_released_but_locked(void)
 	pair_stop(&p);
 }
 
+/*
+ * An owner whose heartbeat stood still (its renews failing, or its thread
+ * starved: its lease void, it serves nothing) for longer than a peer waits
+ * for a dead one, and that then hands the disk over: the standby, which saw
+ * the silence, must take it as released (the owner stopped serving before
+ * it wrote that), not force it as a lock left with a dead owner: a fence
+ * and a wait of the old lease and the margin for nothing (the failback of
+ * test_planned_handover took 2.1 s so under load, not 0.3).
+ */
+static void test_release_after_silence(void)
+{
+	struct pair p;
+	struct hl_owner_status st;
+	unsigned both = 0;
+
+	pair_start(&p, true);
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
+	atomic_store(&p.g[0].hung, true); /* the owner's heartbeat stands */
+	usleep(300 * 1000);               /* the standby sees its last beat (a peek: 250 ms) */
+	atomic_store(&p.g[1].peek_err, -EIO); /* and looks no more for a while */
+	usleep((DEAD + LEASE + 300) * 1000);  /* longer than a dead owner's silence (700 ms) */
+	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 0), -ETIMEDOUT); /* released, not taken yet */
+	atomic_store(&p.g[1].peek_err, 0);
+	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both));
+	CU_ASSERT_EQUAL(p.cl.breaks, 0);
+	hl_owner_status(p.ow[1], &st);
+	CU_ASSERT_EQUAL(st.takeovers, 0);
+	CU_ASSERT(strstr(st.last, "gained (released)") != NULL);
+	if (!strstr(st.last, "gained (released)"))
+		printf("\n    gateway 2: %s", st.last);
+	CU_ASSERT_EQUAL(both, 0);
+	pair_stop(&p);
+}
+
 /* a slow revalidation keeps the heartbeat going: the peer does not take over meanwhile */
 static void test_slow_gain_keeps_heartbeat(void)
 {
@@ -796,7 +927,7 @@ static void test_slow_gain_keeps_heartbeat(void)
 	unsigned both = 0;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	p.g[0].gained_sleep_ms = 3 * DEAD;
 	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 3000), 0);
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 2000, &both));
@@ -835,9 +966,10 @@ static void test_duplicate_id_san(void)
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 3000, &both) || wait_ao(&p, 0, 3000, &both));
 	usleep((DEAD + LEASE + 1000) * 1000);
 	/* settled: one took it from the other once, never back */
-	CU_ASSERT_TRUE((alua(p.ow[0]) == HL_ALUA_AO) != (alua(p.ow[1]) == HL_ALUA_AO));
+	int on = wait_ao(&p, 0, RESUME_MS, &both) ? 0 : wait_ao(&p, 1, RESUME_MS, &both) ? 1 : -1;
+	CU_ASSERT(on >= 0);
 	CU_ASSERT(p.cl.breaks <= 1);
-	hl_owner_status(alua(p.ow[0]) == HL_ALUA_AO ? p.ow[1] : p.ow[0], &st);
+	hl_owner_status(on == 0 ? p.ow[1] : p.ow[0], &st);
 	CU_ASSERT_STRING_EQUAL(st.state, "standby");
 	if (p.cl.breaks == 1)
 		CU_ASSERT(strstr(st.last, "another process runs as gateway 1") != NULL);
@@ -857,7 +989,7 @@ static void test_duplicate_id_beat(void)
 	g_ids = NULL;
 	CU_ASSERT_TRUE(wait_ao(&p, 0, 3000, &both));
 	usleep((DEAD + LEASE + 1000) * 1000);
-	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, RESUME_MS, &both));
 	CU_ASSERT_EQUAL(p.cl.breaks, 0);
 	hl_owner_status(p.ow[1], &st);
 	CU_ASSERT_STRING_EQUAL(st.state, "standby");
@@ -885,11 +1017,11 @@ static void test_request_refused_in_hold(void)
 	pair_start(&p, true);
 	g_preset = NULL;
 	g_hold = 0;
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 3000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 3000, &both));
 	CU_ASSERT_EQUAL(hl_owner_request(p.ow[1]), 0);
 	usleep(4000 * 1000);
 	CU_ASSERT_EQUAL(p.cl.breaks, 0);
-	CU_ASSERT_EQUAL(alua(p.ow[0]), HL_ALUA_AO);
+	CU_ASSERT_TRUE(wait_ao(&p, 0, RESUME_MS, &both));
 	CU_ASSERT_EQUAL(alua(p.ow[1]), HL_ALUA_STANDBY); /* asking no more */
 	hl_owner_status(p.ow[1], &st);
 	CU_ASSERT(strstr(st.last, "refused") != NULL);
@@ -909,7 +1041,7 @@ static void test_slow_peek_not_dead(void)
 	unsigned both = 0;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	usleep(3 * LEASE * 1000);
 	atomic_store(&p.g[1].slow_peek, 1);
 	for (int t = 0; t < 3000 && atomic_load(&p.g[1].slow_peek); t += 10)
@@ -946,7 +1078,7 @@ static void test_problem_peek(void)
 	unsigned both = 0;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	atomic_store(&p.g[1].peek_err, -EACCES);
 	CU_ASSERT_TRUE(problem_shows(&p, 1, "cannot see who owns it", 2000));
 	CU_ASSERT_TRUE(problem_shows(&p, 0, NULL, 10));
@@ -962,7 +1094,7 @@ static void test_problem_give_back(void)
 	unsigned both = 0;
 
 	pair_start(&p, true);
-	CU_ASSERT_TRUE_FATAL(wait_ao(&p, 0, 2000, &both));
+	PAIR_REQUIRE(&p, wait_ao(&p, 0, 2000, &both));
 	atomic_store(&p.g[1].gain_err, -EIO);
 	atomic_store(&p.g[1].release_err, -ENOTCONN);
 	CU_ASSERT_EQUAL(hl_owner_handover(p.ow[0], 0), -ETIMEDOUT);
@@ -991,13 +1123,18 @@ static void test_no_ops(void)
  * A pair whose gateways have these leases (gateway 1's, gateway 2's),
  * gateway 1 owning and gateway 2 a standby that has seen its record.
  */
-static void pair_start_leases(struct pair *p, const unsigned leases[2], unsigned *both)
+static bool pair_start_leases(struct pair *p, const unsigned leases[2], unsigned *both)
 {
 	g_leases = leases;
 	pair_start(p, true);
 	g_leases = NULL;
-	CU_ASSERT_TRUE_FATAL(wait_ao(p, 0, 2000, both));
+	if (!wait_ao(p, 0, 2000, both)) {
+		CU_FAIL("gateway 1 never served");
+		pair_stop(p);
+		return false;
+	}
 	usleep(3 * LEASE * 1000);
+	return true;
 }
 
 /*
@@ -1015,7 +1152,8 @@ static void test_forced_takeover_longer_lease(void)
 	unsigned both = 0;
 	int64_t t0;
 
-	pair_start_leases(&p, leases, &both);
+	if (!pair_start_leases(&p, leases, &both))
+		return;
 	t0 = mono_ms();
 	atomic_store(&p.g[0].hung, true);
 	CU_ASSERT_TRUE(wait_ao(&p, 1, 6000, &both));
@@ -1050,7 +1188,8 @@ static void test_transition_time_longer_lease_peer(void)
 	unsigned both = 0, own_only = (1000 + 250 + LEASE + 500 + 999) / 1000 + 1;
 	int64_t t0;
 
-	pair_start_leases(&p, leases, &both);
+	if (!pair_start_leases(&p, leases, &both))
+		return;
 	/* 900 + 500 silent + 250, 900 + 500 after the fence, rounded up, + 1 s */
 	CU_ASSERT_EQUAL(transition_s(p.ow[0]), 5);
 	CU_ASSERT_EQUAL(transition_s(p.ow[1]), transition_s(p.ow[0]));
@@ -1059,8 +1198,9 @@ static void test_transition_time_longer_lease_peer(void)
 	/* the owner hangs; an STPG at the standby is held through the takeover */
 	atomic_store(&p.g[0].hung, true);
 	t0 = mono_ms();
-	CU_ASSERT_EQUAL_FATAL(stpg(p.ow[1], 2, &h), 0);
+	PAIR_REQUIRE(&p, stpg(p.ow[1], 2, &h) == 0);
 	held_wait(&h, (int)bound + 1000);
+	CU_ASSERT_FALSE(atomic_load(&h.at_once));
 	CU_ASSERT_EQUAL(atomic_load(&h.done), 1);
 	CU_ASSERT_EQUAL(atomic_load(&h.seen), HL_ALUA_AO);
 	printf("\n    STPG (hung owner, lease 900 ms) held %lld ms, bound %u ms",
@@ -1083,6 +1223,8 @@ static const struct hl_test tests[] = {
 	{"request honoured after the hold, ping-pong refused", test_request_and_hold},
 	{"a SAN reservation of an earlier run is taken back", test_own_earlier_run},
 	{"released but the lock stuck with a dead owner: forced", test_released_but_locked},
+	{"released after its heartbeat stood still: taken as released, not forced",
+	 test_release_after_silence},
 	{"a slow revalidation keeps the heartbeat", test_slow_gain_keeps_heartbeat},
 	{"two processes with one id, no heartbeat: one takes it once, no ping-pong", test_duplicate_id_san},
 	{"two processes with one id, heartbeat: the second leaves it and says so", test_duplicate_id_beat},
