@@ -497,6 +497,7 @@ struct hl_origin {
 	/* the one listener of this origin's events (hl_origin_listen); atomics */
 	hl_origin_event_fn listener;
 	void *listener_arg;
+	int telling; /* calls of the listener under way (atomic): hl_origin_close waits for them */
 	/* backend private state follows (ops->priv_size bytes) */
 	_Alignas(16) unsigned char priv[];
 };
@@ -514,7 +515,14 @@ static inline void *hl_origin_priv(struct hl_origin *o)
  */
 int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl_origin **out);
 
-/** Close the backend and free o (NULL is harmless). No I/O may be in flight. */
+/**
+ * Close the backend and free o (NULL is harmless). No I/O may be in flight.
+ * First every layer of the stack stops listening and any call of a
+ * listener under way returns (an event's listener may run long: the
+ * cache's drops in chunks let its lock go), so no event handler still
+ * runs on a layer, or reaches one above, once it is freed. Never call it
+ * from a listener of the same stack.
+ */
 void hl_origin_close(struct hl_origin *o);
 
 /** See hl_origin_ops.submit. */

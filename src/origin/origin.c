@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 /*
  * Every backend that a URI can name. Wrappers (throttle, counters, the
@@ -152,8 +153,24 @@ int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl
 	return 0;
 }
 
+/* No listener on o any more, and no call of the one it had still running. */
+static void unlisten(struct hl_origin *o)
+{
+	__atomic_store_n(&o->listener, NULL, __ATOMIC_SEQ_CST);
+	/* (tell counts itself before it loads the listener: it sees NULL, or is seen here) */
+	while (__atomic_load_n(&o->telling, __ATOMIC_SEQ_CST))
+		usleep(1000);
+}
+
 void hl_origin_close(struct hl_origin *o)
 {
+	/*
+	 * Events first: a backend's service thread may be inside the
+	 * listeners (the cache's drop of a fenced disk, in chunks that let its
+	 * lock go, then the LU's) while the layers above it are freed here.
+	 */
+	for (struct hl_origin *x = o; x; x = x->inner)
+		unlisten(x);
 	while (o) {
 		struct hl_origin *inner = o->inner;
 
@@ -204,10 +221,13 @@ void hl_origin_listen(struct hl_origin *o, hl_origin_event_fn fn, void *arg)
 
 static void tell(struct hl_origin *o, enum hl_origin_event ev, uint64_t old_size)
 {
-	hl_origin_event_fn fn = __atomic_load_n(&o->listener, __ATOMIC_ACQUIRE);
+	hl_origin_event_fn fn;
 
+	__atomic_add_fetch(&o->telling, 1, __ATOMIC_SEQ_CST); /* before the load: unlisten */
+	fn = __atomic_load_n(&o->listener, __ATOMIC_SEQ_CST);
 	if (fn)
 		fn(__atomic_load_n(&o->listener_arg, __ATOMIC_ACQUIRE), o, ev, old_size);
+	__atomic_sub_fetch(&o->telling, 1, __ATOMIC_SEQ_CST);
 }
 
 void hl_origin_notify(struct hl_origin *o, enum hl_origin_event ev, uint64_t new_size)

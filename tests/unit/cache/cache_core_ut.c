@@ -1542,6 +1542,78 @@ static void test_invalidate_in_chunks(void)
 	}
 }
 
+/* The yield of test_inval_chunks_no_promotion: misses of LUN 1 push window blocks out. */
+struct inval_promo {
+	struct hl_cache_core *c;
+	uint64_t next; /* LUN 1's next block to read */
+	unsigned yields, promoted0;
+};
+
+static void inval_promo_yield(void *arg)
+{
+	struct inval_promo *p = arg;
+	struct hl_cache_io ios[16];
+
+	p->yields++;
+	for (int k = 0; k < 4; k++) {
+		int n = hl_cache_core_read(p->c, 1, p->next++ * 4 * K, 4 * K, ios, 16);
+		CU_ASSERT_FATAL(n > 0);
+		for (int i = 0; i < n; i++) {
+			p->promoted0 += ios[i].kind == HL_CACHE_IO_PROMOTE && ios[i].lun == 0;
+			hl_cache_core_io_end(p->c, 1, &ios[i], true); /* the copy lands */
+		}
+	}
+}
+
+/*
+ * A whole LUN dropped in chunks walks the slots in order, the RAM window's
+ * last. Between chunks a miss of another LUN pushes a window block of the
+ * LUN out: promoted, it would take an SSD slot the walk may have passed
+ * already and outlive the drop (served stale after it). The range is
+ * marked, so it is not promoted (window_may_promote). Fails without that
+ * check: blocks of the LUN are still cached, and hit, after the drop.
+ */
+static void test_inval_chunks_no_promotion(void)
+{
+	struct hl_cache_params prm;
+	struct hl_cache_core *c = NULL;
+	struct inval_promo p = {.next = 0};
+	unsigned hits = 0, win0 = 0;
+
+	hl_cache_params_default(&prm);
+	prm.capacity = 4 * M;
+	prm.block_size = 4 * K;
+	prm.window_bytes = 256 * K;
+	prm.admit = HL_ADMIT_ALWAYS;
+	prm.seq_bypass = 0;
+	CU_ASSERT_FATAL(hl_cache_core_create(&prm, &c) == 0);
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 0, 0) == 0);
+	/* LUN 1 in a partition of its own, full: its misses go to the shared window. */
+	CU_ASSERT_FATAL(hl_cache_core_lun_add(c, 1, 256 * K) == 0);
+	p.c = c;
+	for (; p.next < 200; p.next++)
+		rd(c, 1, p.next * 4 * K, 4 * K);
+	/* LUN 0 fills the rest of the SSD and the window. */
+	for (uint64_t b = 0; b < 3000; b++)
+		rd(c, 0, b * 4 * K, 4 * K);
+	for (uint32_t s = (uint32_t)c->nslots; s < c->ntotal; s++)
+		win0 += cache_is_used(c, s) && cache_key_lun(cache_slot_key(c, s)) == 0 &&
+		        !cache_valid_empty(c, s);
+	CU_ASSERT_FATAL(win0 > 32);
+	hl_cache_core_test_inval_chunk(c, 8);
+	CU_ASSERT_EQUAL(hl_cache_core_invalidate_yield(c, 0, 0, UINT64_MAX, inval_promo_yield, &p),
+	                0);
+	CU_ASSERT(p.yields > 100);
+	CU_ASSERT_EQUAL(p.promoted0, 0);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c, 0), 0);
+	for (uint64_t b = 0; b < 3000; b++) {
+		uint8_t v[32] = {0};
+		hits += hl_cache_core_peek(c, 0, b, v) != HL_CACHE_NO_SLOT && v[0];
+	}
+	CU_ASSERT_EQUAL(hits, 0); /* (none would be served: the origin changed) */
+	hl_cache_core_destroy(c);
+}
+
 static void test_stale_claims_by_slot(void)
 {
 	stale_claims_by_slot(false);
@@ -2249,6 +2321,8 @@ static const struct hl_test tests[] = {
      test_stale_overflow_recovers},
     {"a big invalidation in chunks: the range is never served or filled between them",
      test_invalidate_in_chunks},
+    {"a LUN dropped in chunks: none of its window blocks is promoted between them",
+     test_inval_chunks_no_promotion},
     {"lazy restore: misses fill FREE slots of known pages only", test_restore_fills},
     {NULL, NULL},
 };

@@ -796,6 +796,91 @@ static void test_close_parks_for_late_fills(void)
 	free(buf);
 }
 
+/* An event's trip through the cache while the disk is removed (test_close_waits_for_event). */
+struct ev_close {
+	struct hl_origin *inner, *o;
+	sem_t entered, go;
+	int closed, left_listener; /* atomics */
+};
+
+/* The LU's listener above the cache: held until the test lets it go. */
+static void ev_close_listener(void *arg, struct hl_origin *o, enum hl_origin_event ev,
+                              uint64_t old_size)
+{
+	struct ev_close *x = arg;
+
+	(void)o, (void)ev, (void)old_size;
+	sem_post(&x->entered);
+	sem_wait(&x->go);
+	__atomic_store_n(&x->left_listener, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The backend's service thread: the origin was fenced. */
+static void *ev_close_notify(void *arg)
+{
+	struct ev_close *x = arg;
+
+	hl_origin_notify(x->inner, HL_ORIGIN_FENCED, 0);
+	return NULL;
+}
+
+/* The control path removes the disk meanwhile. */
+static void *ev_close_close(void *arg)
+{
+	struct ev_close *x = arg;
+
+	hl_origin_close(x->o);
+	__atomic_store_n(&x->closed, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * A fenced origin's event runs the cache's drop of the whole disk (in
+ * chunks that let the cache lock go: a detach can take it in between) and
+ * then the listener above (the LU's). A removal of the disk meanwhile
+ * (hl_origin_close of the stack: the cache's close, then the free of the
+ * layers) waits for that call to return: before, it freed the cached
+ * origin while the event thread was still in it (engine_origin_event
+ * reads it after its drop, and hands it to the listener). Fails when the
+ * close returns while the listener still runs.
+ */
+static void test_close_waits_for_event(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct ev_close x;
+	pthread_t tn, tc;
+	uint8_t *buf = malloc(BS);
+
+	memset(&x, 0, sizeof(x));
+	x.o = fixture_up(&c, NULL, &f, 12, "fake:a");
+	x.inner = co_of(x.o)->inner;
+	sem_init(&x.entered, 0, 0);
+	sem_init(&x.go, 0, 0);
+	CU_ASSERT_EQUAL(do_io(x.o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	hl_origin_listen(x.o, ev_close_listener, &x);
+	CU_ASSERT_FATAL(pthread_create(&tn, NULL, ev_close_notify, &x) == 0);
+	sem_wait(&x.entered); /* the cache dropped the disk's blocks, the LU is being told */
+	CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c->core, c->ents[0]->id), 0);
+	CU_ASSERT_FATAL(pthread_create(&tc, NULL, ev_close_close, &x) == 0);
+	usleep(300 * 1000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&x.closed, __ATOMIC_SEQ_CST), 0); /* waits for the event */
+	sem_post(&x.go);
+	pthread_join(tn, NULL);
+	pthread_join(tc, NULL);
+	CU_ASSERT_EQUAL(x.closed, 1);
+	CU_ASSERT_EQUAL(x.left_listener, 1);
+	CU_ASSERT_FALSE(c->ents[0]->attached);
+	reactor_down();
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	sem_destroy(&x.entered);
+	sem_destroy(&x.go);
+	free(buf);
+}
+
 /*
  * The engine tags each read with where its data came from, for the disk's
  * latency split: all from the cache, partly, or all from the origin.
@@ -3735,6 +3820,8 @@ int main(void)
 	     test_detach_abandons_fills},
 	    {"a stop's close with a fill still out keeps the cache for its late completion",
 	     test_close_parks_for_late_fills},
+	    {"a disk removed while its origin's event runs: the close waits for the event's end",
+	     test_close_waits_for_event},
 	    {"reads are tagged hit, partial or miss for the disk's latency split",
 	     test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
