@@ -524,6 +524,19 @@ static void test_torn_write_every_step(void)
 	                0);
 }
 
+/* The big drops' start: LUN 0 cached whole, LUN 1 half, and synced. */
+static void fill_both_synced(struct rig *r)
+{
+	const uint64_t nb = LUNSECT / SPB;
+
+	for (uint64_t b = 0; b < nb && !r->crashed; b++)
+		do_read(r, 0, b * BS, BS, false);
+	for (uint64_t b = 0; b < nb / 2 && !r->crashed; b++)
+		do_read(r, 1, b * BS, BS, false);
+	if (!r->crashed)
+		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+}
+
 /*
  * A big drop (issue 25): both LUNs cached whole and synced, LUN 0 dropped
  * at once without a sync (a detach, a cold attach: hundreds of stale
@@ -536,12 +549,7 @@ static void big_drop_workload(struct rig *r)
 {
 	const uint64_t nb = LUNSECT / SPB;
 
-	for (uint64_t b = 0; b < nb && !r->crashed; b++)
-		do_read(r, 0, b * BS, BS, false);
-	for (uint64_t b = 0; b < nb / 2 && !r->crashed; b++)
-		do_read(r, 1, b * BS, BS, false);
-	if (!r->crashed)
-		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	fill_both_synced(r);
 	touch(0, 0, nb * BS);
 	hl_cache_core_invalidate(r->c, 0, 0, nb * BS);
 	for (uint64_t b = 0; b < nb && !r->crashed; b++) {
@@ -683,12 +691,7 @@ static void chunk_drop_workload(struct rig *r)
 {
 	const uint64_t nb = LUNSECT / SPB;
 
-	for (uint64_t b = 0; b < nb && !r->crashed; b++)
-		do_read(r, 0, b * BS, BS, false);
-	for (uint64_t b = 0; b < nb / 2 && !r->crashed; b++)
-		do_read(r, 1, b * BS, BS, false);
-	if (!r->crashed)
-		dev_io(r, hl_cache_meta_sync(r->d, &r->l, r->c));
+	fill_both_synced(r);
 	if (r->crashed)
 		return;
 	touch(0, 0, nb * BS);

@@ -522,6 +522,23 @@ static struct hl_origin *fixture_up(struct hl_cache **c, const char *policy, str
 	return cache_up(c, policy, f, uri);
 }
 
+/*
+ * fixture_up() of "fake:a" whose fills go to the cache device (no update
+ * buffer: the caller restores g_ub) and whose device writes are held
+ * delay_ms (HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS, read at open).
+ */
+static struct hl_origin *held_fixture_up(struct hl_cache **c, struct fake *f, uint8_t seed,
+                                         const char *delay_ms)
+{
+	struct hl_origin *o;
+
+	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
+	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", delay_ms, 1);
+	o = fixture_up(c, NULL, f, seed, "fake:a");
+	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	return o;
+}
+
 /* A test's end: cache_down(), then the device, its map and f's memory go. */
 static void fixture_down(struct hl_cache *c, struct hl_origin *o, struct fake *f)
 {
@@ -611,10 +628,7 @@ static void test_drain_waits_for_fills(void)
 	uint64_t ub = g_ub;
 	uint8_t *buf = malloc(2 * BS);
 
-	g_ub = HL_CACHE_UPDATE_BUFFER_OFF; /* fills go to the device, not to RAM */
-	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "300", 1);
-	o = fixture_up(&c, NULL, &f, 7, "fake:a");
-	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	o = held_fixture_up(&c, &f, 7, "300");
 
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0); /* replied */
 	CU_ASSERT(memcmp(buf, f.mem + 5 * BS, 2 * BS) == 0);
@@ -648,10 +662,7 @@ static void test_detach_waits_for_fills(void)
 	uint64_t ub = g_ub, t0, ms;
 	uint8_t *buf = malloc(2 * BS);
 
-	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
-	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "300", 1);
-	o = fixture_up(&c, NULL, &f, 8, "fake:a");
-	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	o = held_fixture_up(&c, &f, 8, "300");
 
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0); /* replied */
 	CU_ASSERT_EQUAL(atomic_load(&c->inflight), 1);
@@ -692,11 +703,8 @@ static void test_detach_abandons_fills(void)
 	uint64_t ub = g_ub, t0, ms;
 	uint8_t *buf = malloc(2 * BS);
 
-	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
 	/* held well past the 30 ms bound: the bound, not the device, ends the wait */
-	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "1500", 1);
-	o = fixture_up(&c, NULL, &f, 9, "fake:a");
-	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	o = held_fixture_up(&c, &f, 9, "1500");
 	fake_init(&g, LUN_SIZE, 10);
 	c->drain_ms = 30;
 
@@ -763,15 +771,12 @@ static void test_close_parks_for_late_fills(void)
 	uint64_t ub = g_ub, t0, ms;
 	uint8_t *buf = malloc(2 * BS);
 
-	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
 	/*
 	 * Held 1.5 s: a second wait would end only when the fill lands; the
 	 * close's own work (record writes, flushes) stays far below that even
 	 * on a loaded machine (with 400 ms and a 300 ms limit it failed there).
 	 */
-	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", "1500", 1);
-	o = fixture_up(&c, NULL, &f, 11, "fake:a");
-	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	o = held_fixture_up(&c, &f, 11, "1500");
 
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 5 * BS, 2 * BS, buf), 0);
 	CU_ASSERT_EQUAL(hl_cache_drain(c, 20), 1); /* abandoned at the bound */
