@@ -317,6 +317,7 @@ struct iscsi_portal {
 	/* out of descriptors: not watched, retried from a timer (reactors[0] only) */
 	struct hl_timer retry;
 	bool fd_paused;
+	bool fd_reserve; /* the pause is the reserve's (not accept's EMFILE & co.) */
 	struct iscsi_episode fd_short; /* srv->lock: paused for want of descriptors */
 	/* connections accepted here that have not finished login (srv->lock) */
 	struct hl_list pending; /* srv->lock: iscsi_conn.pend_link */

@@ -479,6 +479,7 @@ static void portal_pause(struct iscsi_portal *p, int err, unsigned in_use, unsig
 
 	hl_event_del(&p->ev);
 	hl_timer_start(hl_reactor_current(), &p->retry, ISCSI_ACCEPT_RETRY_MS);
+	p->fd_reserve = !err;
 	if (p->fd_paused)
 		return;
 	p->fd_paused = true;
@@ -504,13 +505,42 @@ static void portal_pause(struct iscsi_portal *p, int err, unsigned in_use, unsig
 		        buf, in_use, (unsigned long long)rl.rlim_cur, reserve);
 }
 
+/* Accepting again: the episode's end is logged by server_tick once it stays so. */
+static void portal_resumed(struct iscsi_portal *p)
+{
+	if (!p->fd_paused)
+		return;
+	p->fd_paused = false;
+	pthread_mutex_lock(&p->srv->lock);
+	p->fd_short.last_ns = hl_now_ns();
+	pthread_mutex_unlock(&p->srv->lock);
+}
+
+/*
+ * Watch the portal again; after a pause at the reserve, only once
+ * descriptors are back out of it (else look again later, unwatched), and
+ * from then on it is accepting again, not only from its next connection: a
+ * pause that came after the last connection of a burst would otherwise
+ * never end (nor its episode be logged as over). A pause of accept itself
+ * (EMFILE & co.) ends at the next connection accepted, as it had one
+ * waiting.
+ */
 static void portal_retry(struct hl_timer *t)
 {
 	struct iscsi_portal *p = t->arg;
+	unsigned in_use, reserve;
 
-	hl_event_init(&p->ev, p->fd, portal_accept, p);
-	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0)
+	if (p->fd_reserve && !iscsi_fd_room(p->srv, &in_use, &reserve)) {
 		hl_timer_start(hl_reactor_current(), &p->retry, ISCSI_ACCEPT_RETRY_MS);
+		return;
+	}
+	hl_event_init(&p->ev, p->fd, portal_accept, p);
+	if (hl_event_add(hl_reactor_current(), &p->ev, EPOLLIN) < 0) {
+		hl_timer_start(hl_reactor_current(), &p->retry, ISCSI_ACCEPT_RETRY_MS);
+		return;
+	}
+	if (p->fd_reserve)
+		portal_resumed(p);
 }
 
 static bool accept_out_of_fds(int err)
@@ -543,13 +573,7 @@ static void portal_accept(struct hl_event *ev, uint32_t revents)
 			return;
 		}
 		atomic_fetch_add(&srv->n_conn_fds, 1);
-		if (p->fd_paused) {
-			/* the episode's end is logged by server_tick once it stays away */
-			p->fd_paused = false;
-			pthread_mutex_lock(&srv->lock);
-			p->fd_short.last_ns = hl_now_ns();
-			pthread_mutex_unlock(&srv->lock);
-		}
+		portal_resumed(p);
 		const char *why = NULL;
 		struct iscsi_peer *pe = iscsi_pending_admit(srv, p, &peer, &why);
 		struct iscsi_conn *c = NULL;
