@@ -14,6 +14,9 @@
 #    either (its accept had the same loop);
 # 3. a real iscsi-inq started meanwhile waits in the listen backlog and logs
 #    in promptly once the idle connections go away, and hotlunctl answers;
+#    then exactly as many idle connections as there is room for: the pause
+#    after the last of them (nobody waiting) ends once they close, and its
+#    episode's end is logged;
 # 4. with the usual soft limit of 1,024 (hard 4,096), a config of 1,100
 #    disks starts (it did not before: every disk takes a descriptor).
 . "$(dirname "$0")/lib.sh"
@@ -89,6 +92,30 @@ rc=$?
 hl_forget "$CTLPID"
 [ $rc -eq 0 ] && grep -qx 'max_pending_logins=1000' "$T/ctl.out" ||
 	{ cat "$T/ctl.out" >&2; hl_fail "hotlunctl failed (status $rc) after descriptors were freed"; }
+
+# 3b. a pause with nobody waiting ends too: exactly as many idle connections as
+# there is room for, so the portal pauses at the reserve right after the last
+# one with an empty backlog; once they close, it accepts again and the
+# episode's end is logged (before, only a next connection ended the pause)
+nfd=$(find "/proc/$HL_PID/fd" -mindepth 1 -maxdepth 1 | wc -l)
+reserve=$(sed -n 's/.*of the open-file limit 96 held by the daemon, \([0-9]*\) kept.*/\1/p' "$HL_LOG" | head -1)
+[ -n "$reserve" ] || hl_fail "3b. no start line giving the descriptors kept for the daemon"
+room=$((96 - reserve - nfd))
+hl_log "3b. $nfd descriptors open: room for $room connections"
+[ "$room" -gt 0 ] || hl_fail "3b. no room left to test with ($nfd descriptors open)"
+pauses0=$(grep -c 'are kept for the daemon' "$HL_LOG")
+ends0=$(grep -c 'accepting again after' "$HL_LOG")
+"${PY[@]}" idle --portal "$HL_PORTAL" --count "$room" --hold 1 >"$T/idle2.out" 2>&1 ||
+	{ cat "$T/idle2.out" >&2; hl_error "the second idle client failed"; }
+[ "$(grep -c 'are kept for the daemon' "$HL_LOG")" -gt "$pauses0" ] ||
+	hl_fail "3b. $room idle connections did not reach the reserve (the check below would prove nothing)"
+for _ in $(seq 1 160); do
+	[ "$(grep -c 'accepting again after' "$HL_LOG")" -gt "$ends0" ] && break
+	sleep 0.1
+done
+[ "$(grep -c 'accepting again after' "$HL_LOG")" -gt "$ends0" ] ||
+	hl_fail "3b. a pause after the last connection never ended: no second 'accepting again' line"
+hl_log "3b. $(grep 'accepting again after' "$HL_LOG" | tail -1 | sed 's/.*notice *//')"
 hl_check_alive
 hl_target_stop
 
