@@ -26,7 +26,8 @@ bench_field() {
 bench_run() {
 	local desc=$1 want=$2 out=$3 rc
 	shift 3
-	"$HL_BENCH" --quiet "$@" >"$out" 2>"$out.err"
+	# shellcheck disable=SC2086 # HL_BENCH_WRAP: a command prefix such as taskset
+	${HL_BENCH_WRAP:-} "$HL_BENCH" --quiet "$@" >"$out" 2>"$out.err"
 	rc=$?
 	if [ "$rc" != "$want" ]; then
 		cat "$out.err" "$out" >&2
