@@ -52,16 +52,16 @@ struct geo {
 	uint64_t dev_size;
 	struct hl_cache_dev *d;
 	struct hl_cache_layout l;
-	uint8_t *base[2]; /* the metadata region [0, data_off): clean, pending */
-	uint8_t *img;     /* the patched region as the load found it */
+	uint8_t *base[2];           /* the metadata region [0, data_off): clean, pending */
+	uint8_t *img;               /* the patched region as the load found it */
 	struct hl_cache_core *core; /* the next load's (NULL: make one) */
 	struct hl_cache_rs_range ranges[3];
 	uint32_t nranges;
 };
 
 static struct geo geos[NGEO] = {
-	{ .bs = 4096, .dev_size = 2u << 20 },
-	{ .bs = 65536, .dev_size = 8u << 20 },
+    {.bs = 4096, .dev_size = 2u << 20},
+    {.bs = 65536, .dev_size = 8u << 20},
 };
 
 static struct hl_cache_core *new_core(const struct geo *g)
@@ -123,9 +123,9 @@ static void make_images(struct geo *g)
 	for (int k = 0; k < 2; k++) {
 		if (k == 1) {
 			/* The same records, after a run that stopped while restoring. */
-			g->ranges[0] = (struct hl_cache_rs_range){ .lun = 0, .lo = 0, .hi = 40 };
-			g->ranges[1] = (struct hl_cache_rs_range){ .lun = 0, .lo = 300, .hi = 310 };
-			g->ranges[2] = (struct hl_cache_rs_range){ .lun = 1, .lo = 100, .hi = 500 };
+			g->ranges[0] = (struct hl_cache_rs_range){.lun = 0, .lo = 0, .hi = 40};
+			g->ranges[1] = (struct hl_cache_rs_range){.lun = 0, .lo = 300, .hi = 310};
+			g->ranges[2] = (struct hl_cache_rs_range){.lun = 1, .lo = 100, .hi = 500};
 			g->nranges = 3;
 			if (sb_write_ranges(g->d, l, SB_PENDING, g->ranges, g->nranges))
 				abort();
@@ -234,8 +234,9 @@ static bool check(const struct geo *g, struct hl_cache_core *c, int rc)
 		}
 		uint64_t page = slot / per;
 		if (!(get64(g->img + gl->sum_off + page / 64 * 8) >> (page % 64) & 1)) {
-			fprintf(stderr, "slot %u restored from page %" PRIu64 " the summary skips\n",
-			        slot, page);
+			fprintf(stderr,
+			        "slot %u restored from page %" PRIu64 " the summary skips\n", slot,
+			        page);
 			abort();
 		}
 		if (!ref_record(g->img + gl->meta_off + (uint64_t)slot * gl->rec_size, gl->rec_size,
@@ -244,21 +245,23 @@ static bool check(const struct geo *g, struct hl_cache_core *c, int rc)
 			abort();
 		}
 		if (dlun != r.lun || dblock != r.block) {
-			fprintf(stderr, "slot %u: record says %u/%" PRIu64 ", RAM %u/%" PRIu64 "\n", slot,
-			        dlun, dblock, r.lun, r.block);
+			fprintf(stderr, "slot %u: record says %u/%" PRIu64 ", RAM %u/%" PRIu64 "\n",
+			        slot, dlun, dblock, r.lun, r.block);
 			abort();
 		}
 		for (uint32_t i = 0; i < vb; i++)
 			if (r.valid[i] & ~dv[i]) {
-				fprintf(stderr, "slot %u: sectors valid that the record does not claim\n",
+				fprintf(stderr,
+				        "slot %u: sectors valid that the record does not claim\n",
 				        slot);
 				abort();
 			}
 		for (uint32_t i = 0; i < s->nranges; i++)
 			if (s->ranges[i].lun == r.lun && s->ranges[i].lo <= r.block &&
 			    r.block <= s->ranges[i].hi) {
-				fprintf(stderr, "slot %u: block %u/%" PRIu64 " written while restoring, "
-				                "restored all the same\n",
+				fprintf(stderr,
+				        "slot %u: block %u/%" PRIu64 " written while restoring, "
+				        "restored all the same\n",
 				        slot, r.lun, r.block);
 				abort();
 			}
@@ -334,7 +337,7 @@ static void write_seeds(const char *dir)
 		snprintf(name, sizeof(name), "g%d_pending_dup", gi);
 		write_seed(dir, name, (uint8_t)(gi | 2 | 0x08), 0, 0, NULL, zero, PAGE, page);
 		/* Every summary bit set: pages that never held records are read too. */
-		static const uint8_t ones[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+		static const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 		snprintf(name, sizeof(name), "g%d_summary_all", gi);
 		write_seed(dir, name, (uint8_t)gi, 0, 0, NULL, ones, 0, NULL);
 	}
@@ -417,4 +420,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		hl_cache_layout_release(&l);
 	return 0;
 }
-
