@@ -1,7 +1,7 @@
 // clang-format off
 // fuzz-sources: src/metrics/metrics_text.c src/util/util.c src/log/log.c
 // fuzz-libs: -lmicrohttpd -ljansson -pthread
-// fuzz-args: -max_len=20000 -timeout=20
+// fuzz-args: -max_len=20000 -timeout=20 -detect_leaks=0
 // clang-format on
 /*
  * fuzz_metrics_http.c - libFuzzer harness for the Prometheus endpoint's
@@ -16,17 +16,20 @@
  * jobs until every connection got its turn (scrapes pile up against
  * HL_METRICS_PENDING_MAX), bit 3 six connections send the same bytes
  * at once; byte 1 the size of the pieces the bytes are sent in (0: at
- * once); the rest the bytes, then the client half-closes and reads.
+ * once); the rest the bytes, then the client reads and closes.
  *
- * Checked: every connection gets an answer or is closed, within 10 s; an
- * answer starts "HTTP/1.x NNN" with a status the endpoint may give (200,
+ * Checked: a connection is answered, closed, or left waiting for the rest
+ * of its request (then the client gives up on it after 30 ms); an answer
+ * starts "HTTP/1.x NNN" with a status the endpoint may give (200,
  * 400, 404, 405, 413, 414, 431, 500, 501, 503, 505); a request whose line
  * and headers exceed HL_METRICS_REQUEST_MAX never gets 200; a 200 to GET
  * /metrics carries the rendered text; never more snapshots pending than
  * HL_METRICS_PENDING_MAX, and with the jobs held, no more connections
  * answered with metrics than that; after the connections closed nothing is
- * pending and every scrape was freed (ASan/LSan: no leak, no overrun in
- * the endpoint's own code).
+ * pending and every scrape was freed (ASan: no overrun in the endpoint's
+ * own code; LSan at exit: no scrape lost. Not per input: libmicrohttpd's
+ * thread allocates and frees on its own time, and libFuzzer would run
+ * every input twice to look for a leak).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,7 +49,8 @@
 /* The endpoint's handler and state (static) are what is fuzzed: one unit with it. */
 #include "metrics/metrics_http.c"
 
-#define NCONN_MAX 6 /* more than HL_METRICS_PENDING_MAX, fewer than _MAX_CONNS_ADDR */
+#define IDLE_MS   30 /* (giving up is no failure: no check needs an answer) */
+#define NCONN_MAX 6  /* more than HL_METRICS_PENDING_MAX, fewer than _MAX_CONNS_ADDR */
 
 /* ---- a stand-in control reactor ---- */
 
@@ -316,17 +320,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 		}
 	}
-	/* (after the hold: a suspended connection that sees its client's EOF is dropped unanswered)
+	/*
+	 * Read the answers: until the endpoint closes, or stays silent for
+	 * IDLE_MS (it waits for a request the client never finished, or for
+	 * the next one of a kept-alive connection); then the client closes.
+	 * (It never half-closes first: libmicrohttpd 0.9.75 keeps a
+	 * connection whose client half-closed within a request, and then
+	 * closed, until its idle timeout, HL_METRICS_TIMEOUT_S; a run would
+	 * fill the endpoint's HL_METRICS_MAX_CONNS_ADDR with them and see
+	 * only refusals.)
 	 */
-	for (unsigned i = 0; i < nconn; i++)
-		shutdown(cs[i].fd, SHUT_WR);
 	t0 = now_ms();
 	for (unsigned i = 0; i < nconn; i++) {
-		while (conn_read(&cs[i], 100)) {
+		uint64_t last = now_ms();
+		size_t seen = 0;
+		while (conn_read(&cs[i], 20)) {
+			if (cs[i].len != seen) {
+				seen = cs[i].len;
+				last = now_ms();
+			} else if (now_ms() - last > IDLE_MS) {
+				break;
+			}
 			if (now_ms() - t0 > 10000) {
 				fprintf(stderr,
-				        "connection %u: neither closed nor answered in 10 s (%zu "
-				        "bytes in)\n",
+				        "connection %u: still sending after 10 s (%zu bytes in)\n",
 				        i, cs[i].len);
 				abort();
 			}
@@ -343,6 +360,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fprintf(stderr, "%u scrapes answered from %u held snapshots at most\n", scraped,
 		        HL_METRICS_PENDING_MAX);
 		abort();
+	}
+	if (getenv("HL_FUZZ_VERBOSE")) {
+		const union MHD_DaemonInfo *di =
+		    MHD_get_daemon_info(ep->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+		fprintf(stderr, "endpoint: %u connections open\n", di ? di->num_connections : 0);
 	}
 	/* Every scrape done: nothing pending, no job left behind. */
 	t0 = now_ms();
