@@ -324,11 +324,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * Read the answers: until the endpoint closes, or stays silent for
 	 * IDLE_MS (it waits for a request the client never finished, or for
 	 * the next one of a kept-alive connection); then the client closes.
-	 * (It never half-closes first: libmicrohttpd 0.9.75 keeps a
-	 * connection whose client half-closed within a request, and then
-	 * closed, until its idle timeout, HL_METRICS_TIMEOUT_S; a run would
-	 * fill the endpoint's HL_METRICS_MAX_CONNS_ADDR with them and see
-	 * only refusals.)
+	 * (It never half-closes first: under this harness, libmicrohttpd
+	 * 0.9.75 in epoll mode kept a connection whose client half-closed
+	 * within a request, and then closed, until its idle timeout,
+	 * HL_METRICS_TIMEOUT_S (in poll mode it closed them at once); a run
+	 * filled the endpoint's HL_METRICS_MAX_CONNS_ADDR with them and saw
+	 * only refusals. Python clients doing the same to a real hotlund,
+	 * 0.5 s or 0.02 s between half-close and close, found the slots free.)
 	 */
 	t0 = now_ms();
 	for (unsigned i = 0; i < nconn; i++) {
