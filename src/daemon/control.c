@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include "daemon/control_edit.h"
 #include "daemon/daemon_internal.h"
 
 #include "hotlun/ctl.h"
@@ -30,43 +31,6 @@
 #include <unistd.h>
 
 #define SAVECONFIG_BACKUPS 5
-
-/* ---- paths ---- */
-
-enum node_kind {
-	N_ROOT, N_DISKS, N_DISK, N_CACHES, N_CACHE, N_ISCSI, N_TARGET, N_TPG,
-	N_LUNS, N_LUN, N_ACLS, N_ACL, N_PORTALS, N_PORTAL, N_SESSIONS, N_SESSION,
-};
-
-struct node {
-	enum node_kind kind;
-	char name[256];     /* disk/cache/target name */
-	char leaf[256];     /* lunN, acl name, portal */
-};
-
-/* Split a path into at most 8 components; "" and "." are skipped. */
-static int split(const char *path, char parts[8][256])
-{
-	int n = 0;
-	const char *p = path;
-
-	while (*p) {
-		while (*p == '/')
-			p++;
-		if (!*p)
-			break;
-		const char *e = strchr(p, '/');
-		size_t len = e ? (size_t)(e - p) : strlen(p);
-		if (n == 8 || len >= 256)
-			return -EINVAL;
-		memcpy(parts[n], p, len);
-		parts[n][len] = '\0';
-		if (strcmp(parts[n], ".") != 0)
-			n++;
-		p += len;
-	}
-	return n;
-}
 
 struct session_query {
 	uint64_t tsih;
@@ -95,116 +59,14 @@ static int session_find(struct daemon *d, const char *tsih, struct hl_iscsi_sess
 	return q.found ? 0 : -ENOENT;
 }
 
+static void view_of(struct daemon *d, struct ctl_view *v);
+
 static int parse_path(struct daemon *d, const char *path, struct node *nd, char *err, size_t errlen)
 {
-	char parts[8][256];
-	int n = split(path, parts);
+	struct ctl_view v;
 
-	memset(nd, 0, sizeof(*nd));
-	if (n < 0)
-		return daemon_fail(err, errlen, -EINVAL, "path too long: %.64s", path);
-	if (n == 0) {
-		nd->kind = N_ROOT;
-		return 0;
-	}
-	if (strcmp(parts[0], "disks") == 0 && n <= 2) {
-		nd->kind = n == 1 ? N_DISKS : N_DISK;
-		if (n == 2) {
-			if (!hl_conf_find_disk(d->conf, parts[1]))
-				return daemon_fail(err, errlen, -ENOENT, "no disk %s", parts[1]);
-			hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
-		}
-		return 0;
-	}
-	if (strcmp(parts[0], "caches") == 0 && n <= 2) {
-		nd->kind = n == 1 ? N_CACHES : N_CACHE;
-		if (n == 2) {
-			if (!hl_conf_find_cache(d->conf, parts[1]))
-				return daemon_fail(err, errlen, -ENOENT, "no cache %s", parts[1]);
-			hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
-		}
-		return 0;
-	}
-	if (strcmp(parts[0], "sessions") == 0 && n == 1) {
-		nd->kind = N_SESSIONS;
-		return 0;
-	}
-	if (strcmp(parts[0], "sessions") == 0 && n == 2) {
-		struct hl_iscsi_session_info info;
-		nd->kind = N_SESSION;
-		hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
-		if (session_find(d, nd->name, &info))
-			return daemon_fail(err, errlen, -ENOENT,
-			                   "no session %s (ls /sessions lists them)", parts[1]);
-		return 0;
-	}
-	if (strcmp(parts[0], "iscsi") != 0)
-		return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
-	if (n == 1) {
-		nd->kind = N_ISCSI;
-		return 0;
-	}
-	const struct hl_conf_target *t = hl_conf_find_target(d->conf, parts[1]);
-	if (!t)
-		return daemon_fail(err, errlen, -ENOENT, "no target %s", parts[1]);
-	hl_strlcpy(nd->name, parts[1], sizeof(nd->name));
-	if (n == 2) {
-		nd->kind = N_TARGET;
-		return 0;
-	}
-	if (strcmp(parts[2], "tpg1") != 0)
-		return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s (only tpg1 exists)",
-		                   path);
-	if (n == 3) {
-		nd->kind = N_TPG;
-		return 0;
-	}
-	if (n > 5)
-		return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
-	if (n == 5)
-		hl_strlcpy(nd->leaf, parts[4], sizeof(nd->leaf));
-	if (strcmp(parts[3], "luns") == 0) {
-		nd->kind = n == 4 ? N_LUNS : N_LUN;
-		if (n == 5) {
-			uint64_t lun;
-			if (strncmp(nd->leaf, "lun", 3) || hl_parse_u64(nd->leaf + 3, &lun))
-				return daemon_fail(err, errlen, -ENOENT,
-				                   "LUNs are named lunN, not %s", nd->leaf);
-			char key[32];
-			snprintf(key, sizeof(key), "lun.%" PRIu64, lun);
-			bool found = false;
-			for (size_t i = 0; i < t->n_luns; i++)
-				found |= t->luns[i].lun == lun;
-			if (!found)
-				return daemon_fail(err, errlen, -ENOENT, "target %s has no %s",
-				                   t->name, nd->leaf);
-		}
-		return 0;
-	}
-	if (strcmp(parts[3], "acls") == 0) {
-		nd->kind = n == 4 ? N_ACLS : N_ACL;
-		if (n == 5) {
-			bool found = (strcmp(nd->leaf, "ALL") == 0 && t->allow_all);
-			for (size_t i = 0; i < t->n_allow; i++)
-				found |= strcmp(t->allow[i], nd->leaf) == 0;
-			if (!found)
-				return daemon_fail(err, errlen, -ENOENT, "target %s has no ACL %s",
-				                   t->name, nd->leaf);
-		}
-		return 0;
-	}
-	if (strcmp(parts[3], "portals") == 0) {
-		nd->kind = n == 4 ? N_PORTALS : N_PORTAL;
-		if (n == 5) {
-			bool found = false;
-			for (size_t i = 0; i < d->conf->n_portals; i++)
-				found |= strcmp(d->conf->portals[i], nd->leaf) == 0;
-			if (!found)
-				return daemon_fail(err, errlen, -ENOENT, "no portal %s", nd->leaf);
-		}
-		return 0;
-	}
-	return daemon_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
+	view_of(d, &v);
+	return ctl_parse_path(&v, path, nd, err, errlen);
 }
 
 /* ---- reading the tree ---- */
@@ -389,38 +251,10 @@ static json_t *subtree(json_t *node, const char *path)
 	return NULL;
 }
 
-/* Canonical form of a parsed node's path. */
-static void node_path(const struct node *nd, char *out, size_t len)
-{
-	switch (nd->kind) {
-	case N_ROOT: snprintf(out, len, "/"); break;
-	case N_DISKS: snprintf(out, len, "/disks"); break;
-	case N_DISK: snprintf(out, len, "/disks/%s", nd->name); break;
-	case N_CACHES: snprintf(out, len, "/caches"); break;
-	case N_CACHE: snprintf(out, len, "/caches/%s", nd->name); break;
-	case N_ISCSI: snprintf(out, len, "/iscsi"); break;
-	case N_TARGET: snprintf(out, len, "/iscsi/%s", nd->name); break;
-	case N_TPG: snprintf(out, len, "/iscsi/%s/tpg1", nd->name); break;
-	case N_LUNS: snprintf(out, len, "/iscsi/%s/tpg1/luns", nd->name); break;
-	case N_LUN: snprintf(out, len, "/iscsi/%s/tpg1/luns/%s", nd->name, nd->leaf); break;
-	case N_ACLS: snprintf(out, len, "/iscsi/%s/tpg1/acls", nd->name); break;
-	case N_ACL: snprintf(out, len, "/iscsi/%s/tpg1/acls/%s", nd->name, nd->leaf); break;
-	case N_PORTALS: snprintf(out, len, "/iscsi/%s/tpg1/portals", nd->name); break;
-	case N_PORTAL: snprintf(out, len, "/iscsi/%s/tpg1/portals/%s", nd->name, nd->leaf); break;
-	case N_SESSIONS: snprintf(out, len, "/sessions"); break;
-	case N_SESSION: snprintf(out, len, "/sessions/%s", nd->name); break;
-	}
-}
-
-static const char *arg_str(json_t *args, const char *key)
-{
-	return json_string_value(json_object_get(args, key));
-}
-
 static int cmd_ls(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
-	const char *path = arg_str(args, "path");
+	const char *path = ctl_arg_str(args, "path");
 	struct node nd;
 	char canon[1024];
 	int rc;
@@ -430,7 +264,7 @@ static int cmd_ls(void *ctx, json_t *args, json_t **result, char *err, size_t er
 	rc = parse_path(d, path ? path : "/", &nd, err, errlen);
 	if (rc)
 		return rc;
-	node_path(&nd, canon, sizeof(canon));
+	ctl_node_path(&nd, canon, sizeof(canon));
 	json_t *all = tree(d);
 	json_t *sub = subtree(all, canon);
 	*result = sub ? json_incref(sub) : json_pack("{s:s, s:s, s:[]}", "name", canon, "path",
@@ -613,7 +447,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 static int cmd_get(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
-	const char *path = arg_str(args, "path");
+	const char *path = ctl_arg_str(args, "path");
 	struct node nd;
 	int rc;
 
@@ -626,25 +460,6 @@ static int cmd_get(void *ctx, json_t *args, json_t **result, char *err, size_t e
 }
 
 /* ---- changes ---- */
-
-/* A JSON scalar as the config file would spell it. */
-static int value_text(json_t *v, char *buf, size_t len)
-{
-	if (json_is_string(v))
-		snprintf(buf, len, "%s", json_string_value(v));
-	else if (json_is_integer(v) && json_integer_value(v) >= 0)
-		snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-	else if (json_is_boolean(v))
-		snprintf(buf, len, "%s", json_is_true(v) ? "yes" : "no");
-	else
-		return -EINVAL;
-	return 0;
-}
-
-static bool arg_force(json_t *args)
-{
-	return json_is_true(json_object_get(args, "force"));
-}
 
 /* Name the control client asking for the change in daemon_apply's log lines. */
 static void change_by_client(struct daemon *d, const char *what, bool force)
@@ -667,262 +482,65 @@ static int commit_change(struct daemon *d, struct hl_conf *next, bool force, cha
 	return daemon_apply(d, next, force, err, errlen);
 }
 
-static enum hl_conf_kind section_of(const struct node *nd, const char **name)
+/* The daemon as control_edit.c's parsing sees it. */
+static bool view_session_exists(void *arg, const char *tsih)
 {
-	*name = nd->name;
-	switch (nd->kind) {
-	case N_DISK:
-		return HL_CONF_DISK;
-	case N_CACHE:
-		return HL_CONF_CACHE;
-	case N_TARGET:
-		return HL_CONF_TARGET;
-	default:
-		*name = NULL;
-		return HL_CONF_GLOBAL;
-	}
+	struct hl_iscsi_session_info info;
+
+	return session_find(arg, tsih, &info) == 0;
 }
 
-static int set_params(struct hl_conf *next, enum hl_conf_kind kind, const char *name,
-		      json_t *params, char *err, size_t errlen)
+static unsigned view_target_sessions(void *arg, const char *target)
 {
-	const char *key;
-	json_t *v;
+	struct daemon *d = arg;
 
-	json_object_foreach(params, key, v) {
-		char text[1100];
-		int rc;
-		if (json_is_null(v)) {
-			rc = hl_conf_unset(next, kind, name, key, NULL, err, errlen);
-		} else {
-			if (value_text(v, text, sizeof(text)))
-				return daemon_fail(
-				    err, errlen, -EINVAL,
-				    "%s: expected a string, a whole number or a boolean", key);
-			rc = hl_conf_set(next, kind, name, key, text, err, errlen);
-			explicit_bzero(text, sizeof(text)); /* it may be a secret */
-		}
-		if (rc)
-			return rc;
-	}
-	return 0;
+	return hl_iscsi_target_sessions(d->server, target);
 }
 
-#define SECRET_SHOWN "********" /* how get shows a secret that is set */
-
-/*
- * params without the secrets given back as get shows them: a secret shown as
- * ******** and set to that is kept, so what get printed can be set back
- * without turning every secret into eight asterisks. Where no secret is set,
- * the asterisks are refused rather than taken as one. *out: a new reference.
- */
-static int without_masked_secrets(struct daemon *d, const struct node *nd, json_t *params,
-				  json_t **out, char *err, size_t errlen)
+static int view_shown(void *arg, const struct node *nd, json_t **out, char *err, size_t errlen)
 {
-	json_t *shown = NULL, *v;
-	const char *key;
-	int rc;
-
-	*out = json_copy(params);
-	if (!*out)
-		return -ENOMEM;
-	json_object_foreach(params, key, v) {
-		if (!json_is_string(v) || strcmp(json_string_value(v), SECRET_SHOWN) != 0)
-			continue;
-		if (!shown && (rc = object_params(d, nd, &shown, err, errlen)) != 0) {
-			json_decref(*out);
-			return rc;
-		}
-		const char *now = json_string_value(json_object_get(shown, key));
-		if (!now || strcmp(now, SECRET_SHOWN) != 0) {
-			json_decref(shown);
-			json_decref(*out);
-			return daemon_fail(err, errlen, -EINVAL,
-			                   "%s: %s is how get shows a secret that "
-			                   "is set, not a secret",
-			                   key, SECRET_SHOWN);
-		}
-		json_object_del(*out, key);
-	}
-	json_decref(shown);
-	return 0;
+	return object_params(arg, nd, out, err, errlen);
 }
 
-/* set disk=NAME on .../luns/lunN: the lun.N key of its target (what get there shows). */
-static int set_lun(struct daemon *d, const struct node *nd, json_t *params, bool force, char *err,
-		   size_t errlen)
+static void view_of(struct daemon *d, struct ctl_view *v)
 {
-	const char *key, *disk = NULL;
-	char lun_key[300];
-	struct hl_conf *next;
-	json_t *v;
-	int rc;
-
-	json_object_foreach(params, key, v) {
-		if (strcmp(key, "disk") != 0)
-			return daemon_fail(err, errlen, -EINVAL,
-			                   "a LUN has only disk (the [disk] it serves), "
-			                   "not %s",
-			                   key);
-		if (!json_is_string(v))
-			return daemon_fail(err, errlen, -EINVAL, "disk: expected a disk name");
-		disk = json_string_value(v);
-	}
-	if (!disk)
-		return 0;
-	snprintf(lun_key, sizeof(lun_key), "lun.%s", nd->leaf + 3);
-	rc = hl_conf_dup(d->conf, &next);
-	if (rc)
-		return rc;
-	rc = hl_conf_unset(next, HL_CONF_TARGET, nd->name, lun_key, NULL, err, errlen);
-	if (rc == 0)
-		rc = hl_conf_set(next, HL_CONF_TARGET, nd->name, lun_key, disk, err, errlen);
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	return commit_change(d, next, force, err, errlen);
+	*v = (struct ctl_view){
+	    .conf = d->conf,
+	    .session_exists = view_session_exists,
+	    .target_sessions = view_target_sessions,
+	    .shown = view_shown,
+	    .arg = d,
+	};
 }
 
 static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
-	const char *path = arg_str(args, "path"), *name;
-	json_t *params = json_object_get(args, "params");
 	struct hl_conf *next;
-	struct node nd;
+	struct ctl_view v;
 	int rc;
 
 	(void)result;
-	if (!path || !json_is_object(params))
-		return daemon_fail(err, errlen, -EINVAL,
-		                   "set needs path (string) and params (object)");
-	rc = parse_path(d, path, &nd, err, errlen);
-	if (rc)
+	view_of(d, &v);
+	rc = ctl_edit_set(&v, args, &next, err, errlen);
+	if (rc || !next)
 		return rc;
-	if (nd.kind == N_LUN)
-		return set_lun(d, &nd, params, arg_force(args), err, errlen);
-	if (nd.kind != N_ROOT && nd.kind != N_DISK && nd.kind != N_CACHE && nd.kind != N_TARGET)
-		return daemon_fail(err, errlen, -EINVAL, "nothing to set on %s", path);
-	enum hl_conf_kind kind = section_of(&nd, &name);
-	if (json_object_get(params, "portal"))
-		return daemon_fail(err, errlen, -EINVAL,
-		                   "portals are created and deleted under .../tpg1/portals");
-	/* what get shows beside the configuration: a clear word instead of "unknown key" */
-	static const char *const shown_only[] = {"size_bytes", "blocks", "sessions"};
-	for (size_t i = 0; i < HL_ARRAY_SIZE(shown_only); i++) {
-		if (json_object_get(params, shown_only[i]))
-			return daemon_fail(err, errlen, -EINVAL,
-			                   "%s is read-only (a run-time value, not a "
-			                   "configuration key)",
-			                   shown_only[i]);
-	}
-	json_t *todo = NULL;
-	rc = without_masked_secrets(d, &nd, params, &todo, err, errlen);
-	if (rc)
-		return rc;
-	rc = hl_conf_dup(d->conf, &next);
-	if (rc == 0)
-		rc = set_params(next, kind, name, todo, err, errlen);
-	json_decref(todo);
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	return commit_change(d, next, arg_force(args), err, errlen);
-}
-
-static int next_free_lun(const struct hl_conf_target *t)
-{
-	for (int n = 0; n < HL_SCSI_MAX_LUNS; n++) {
-		bool used = false;
-		for (size_t i = 0; i < t->n_luns; i++)
-			used |= t->luns[i].lun == (uint32_t)n;
-		if (!used)
-			return n;
-	}
-	return -1;
+	return commit_change(d, next, ctl_arg_force(args), err, errlen);
 }
 
 static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
-	const char *path = arg_str(args, "path"), *name = arg_str(args, "name");
-	json_t *params = json_object_get(args, "params");
+	char created[1024] = "";
 	struct hl_conf *next;
-	struct node nd;
+	struct ctl_view v;
 	int rc;
 
-	if (!path || !name)
-		return daemon_fail(err, errlen, -EINVAL, "create needs path and name (strings)");
-	if (params && !json_is_object(params))
-		return daemon_fail(err, errlen, -EINVAL, "params: expected an object");
-	rc = parse_path(d, path, &nd, err, errlen);
-	if (rc)
+	view_of(d, &v);
+	rc = ctl_edit_create(&v, args, &next, created, sizeof(created), err, errlen);
+	if (rc || !next)
 		return rc;
-	rc = hl_conf_dup(d->conf, &next);
-	if (rc)
-		return rc;
-
-	char created[1024] = "";
-	switch (nd.kind) {
-	case N_DISKS:
-	case N_CACHES:
-	case N_ISCSI: {
-		enum hl_conf_kind kind = nd.kind == N_DISKS ? HL_CONF_DISK
-					 : nd.kind == N_CACHES ? HL_CONF_CACHE : HL_CONF_TARGET;
-		rc = hl_conf_section_add(next, kind, name, err, errlen);
-		if (!rc && params)
-			rc = set_params(next, kind, name, params, err, errlen);
-		if (kind == HL_CONF_TARGET && !rc) /* like targetcli: the portal group comes with it */
-			snprintf(created, sizeof(created), "/iscsi/%s", name);
-		else
-			snprintf(created, sizeof(created), "%s/%s",
-				 kind == HL_CONF_DISK ? "/disks" : "/caches", name);
-		break;
-	}
-	case N_LUNS: {
-		/* name: "/disks/NAME" or "NAME"; params.lun picks the number */
-		const char *disk = strncmp(name, "/disks/", 7) == 0 ? name + 7 : name;
-		const struct hl_conf_target *t = hl_conf_find_target(next, nd.name);
-		json_t *jl = params ? json_object_get(params, "lun") : NULL;
-		uint64_t given = UINT64_MAX;
-		int lun = next_free_lun(t);
-		if (jl) {
-			/* a number, or a string of digits as hotlunctl's lun=N sends it */
-			if (json_is_integer(jl) && json_integer_value(jl) >= 0)
-				given = (uint64_t)json_integer_value(jl);
-			else if (json_is_string(jl) && hl_parse_u64(json_string_value(jl), &given))
-				given = UINT64_MAX;
-			lun = given < HL_SCSI_MAX_LUNS ? (int)given : -1;
-		}
-		if (lun < 0 || lun >= HL_SCSI_MAX_LUNS) {
-			rc = daemon_fail(err, errlen, -EINVAL, "lun: expected 0..%d",
-			                 HL_SCSI_MAX_LUNS - 1);
-			break;
-		}
-		char key[32];
-		snprintf(key, sizeof(key), "lun.%d", lun);
-		rc = hl_conf_set(next, HL_CONF_TARGET, nd.name, key, disk, err, errlen);
-		snprintf(created, sizeof(created), "/iscsi/%s/tpg1/luns/lun%d", nd.name, lun);
-		break;
-	}
-	case N_ACLS:
-		rc = hl_conf_set(next, HL_CONF_TARGET, nd.name, "allow", name, err, errlen);
-		snprintf(created, sizeof(created), "/iscsi/%s/tpg1/acls/%s", nd.name, name);
-		break;
-	case N_PORTALS:
-		rc = hl_conf_set(next, HL_CONF_GLOBAL, NULL, "portal", name, err, errlen);
-		snprintf(created, sizeof(created), "/iscsi/%s/tpg1/portals/%s", nd.name, name);
-		break;
-	default:
-		rc = daemon_fail(err, errlen, -EINVAL, "nothing can be created under %s", path);
-	}
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	rc = commit_change(d, next, arg_force(args), err, errlen);
+	rc = commit_change(d, next, ctl_arg_force(args), err, errlen);
 	if (rc == 0)
 		*result = json_pack("{s:s}", "created", created);
 	return rc;
@@ -931,55 +549,16 @@ static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_
 static int cmd_delete(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
-	const char *path = arg_str(args, "path"), *name;
 	struct hl_conf *next;
-	struct node nd;
+	struct ctl_view v;
 	int rc;
 
 	(void)result;
-	if (!path)
-		return daemon_fail(err, errlen, -EINVAL, "delete needs path (string)");
-	rc = parse_path(d, path, &nd, err, errlen);
-	if (rc)
+	view_of(d, &v);
+	rc = ctl_edit_delete(&v, args, &next, err, errlen);
+	if (rc || !next)
 		return rc;
-	rc = hl_conf_dup(d->conf, &next);
-	if (rc)
-		return rc;
-	switch (nd.kind) {
-	case N_DISK:
-	case N_CACHE:
-	case N_TARGET: {
-		enum hl_conf_kind kind = section_of(&nd, &name);
-		if (kind == HL_CONF_TARGET && !arg_force(args) &&
-		    hl_iscsi_target_sessions(d->server, name)) {
-			rc = daemon_fail(err, errlen, -EBUSY,
-			                 "target %s has %u session(s); add force to close them",
-			                 name, hl_iscsi_target_sessions(d->server, name));
-			break;
-		}
-		rc = hl_conf_section_remove(next, kind, name, err, errlen);
-		break;
-	}
-	case N_LUN: {
-		char key[300];
-		snprintf(key, sizeof(key), "lun.%s", nd.leaf + 3);
-		rc = hl_conf_unset(next, HL_CONF_TARGET, nd.name, key, NULL, err, errlen);
-		break;
-	}
-	case N_ACL:
-		rc = hl_conf_unset(next, HL_CONF_TARGET, nd.name, "allow", nd.leaf, err, errlen);
-		break;
-	case N_PORTAL:
-		rc = hl_conf_unset(next, HL_CONF_GLOBAL, NULL, "portal", nd.leaf, err, errlen);
-		break;
-	default:
-		rc = daemon_fail(err, errlen, -EINVAL, "%s cannot be deleted", path);
-	}
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	return commit_change(d, next, arg_force(args), err, errlen);
+	return commit_change(d, next, ctl_arg_force(args), err, errlen);
 }
 
 /* ---- statistics ---- */
@@ -1021,7 +600,7 @@ static json_t *owner_json(struct daemon *d, struct hl_owner *ow)
 static int owner_of(struct daemon *d, json_t *args, struct disk_rt **out, char *err,
 		    size_t errlen)
 {
-	const char *path = arg_str(args, "path");
+	const char *path = ctl_arg_str(args, "path");
 	struct node nd;
 	int rc;
 
@@ -1322,7 +901,7 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 static int cmd_saveconfig(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
-	const char *file = arg_str(args, "file");
+	const char *file = ctl_arg_str(args, "file");
 	const char *path = file ? file : d->config_path;
 	int rc;
 
@@ -1368,8 +947,8 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 	rc = hl_conf_load(d->config_path, &next, err, errlen);
 	if (rc)
 		return rc;
-	change_by_client(d, "a reload", arg_force(args));
-	return daemon_apply(d, next, arg_force(args), err, errlen);
+	change_by_client(d, "a reload", ctl_arg_force(args));
+	return daemon_apply(d, next, ctl_arg_force(args), err, errlen);
 }
 
 static int cmd_version(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
