@@ -4,6 +4,7 @@
  * always, nhit:N.
  */
 #include <errno.h>
+#include <stdio.h>
 
 #include "cache/core/core_internal.h"
 #include "hl_test.h"
@@ -54,6 +55,37 @@ static void test_sketch_counts(void)
 		hl_admit_access(a, cache_key(1, 9), false);
 	CU_ASSERT_EQUAL(hl_admit_estimate(a, cache_key(1, 9)), 16); /* 15 + doorkeeper */
 	CU_ASSERT(hl_admit_mem_bytes(a) > 0);
+	hl_admit_destroy(a);
+}
+
+/*
+ * Conservative update: the counters of every row of a key only grow to
+ * the key's new count, so an estimate is never below the true count (up
+ * to saturation) and other keys' estimates are raised far less than by
+ * incrementing every row. 2,000 keys, the i-th accessed 1 + i % 4 times,
+ * in a sketch of 1,024 counters a row (tiny cache): without conservative
+ * update (every row's counter raised, each saturating at 15) the keys'
+ * mean over-estimate is 2.05, with it 1.23 (the doorkeeper's false
+ * positives count in both).
+ */
+static void test_sketch_conservative(void)
+{
+	struct hl_admit *a;
+	const int nkeys = 2000;
+	double over = 0;
+
+	CU_ASSERT_FATAL(hl_admit_create(HL_ADMIT_FREQ, 512, 0, &a) == 0);
+	for (int round = 0; round < 4; round++)
+		for (int i = 0; i < nkeys; i++)
+			if (round < 1 + i % 4)
+				hl_admit_access(a, cache_key(1, 1000 + (uint64_t)i), true);
+	for (int i = 0; i < nkeys; i++) {
+		uint32_t truth = 1 + i % 4, e = hl_admit_estimate(a, cache_key(1, 1000 + (uint64_t)i));
+		CU_ASSERT(e >= truth);
+		over += e - truth;
+	}
+	fprintf(stderr, "\n  mean over-estimate %.3f ", over / nkeys);
+	CU_ASSERT(over / nkeys < 1.6);
 	hl_admit_destroy(a);
 }
 
@@ -144,6 +176,7 @@ static void test_tiny_cache(void)
 static const struct hl_test tests[] = {
     {"parse and ops table", test_parse},
     {"sketch counts, doorkeeper, saturation", test_sketch_counts},
+    {"sketch: conservative update, never under, less over", test_sketch_conservative},
     {"sketch aging halves counters", test_sketch_aging},
     {"freq: candidate vs victim, free space", test_freq_vs_victim},
     {"always admits", test_always},
