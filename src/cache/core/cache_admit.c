@@ -66,7 +66,7 @@ struct hl_admit {
 	uint64_t *words;    /* SKETCH_ROWS rows of row_words words */
 	uint64_t width;     /* counters per row, a multiple of 16 */
 	uint64_t row_words; /* words a row: width / per_word rounded up */
-	uint32_t cbits;     /* bits a counter: 3 (freq) or 4 (nhit) */
+	uint32_t cbits;     /* bits a counter: 3 (freq, blocks up to 8 KiB) or 4 */
 	uint32_t per_word;  /* counters a 64-bit word: 64 / cbits */
 	uint32_t cmax;      /* a counter's largest value */
 	uint64_t age_mask;  /* the low cbits - 1 bits of every counter */
@@ -146,8 +146,10 @@ static inline void sketch_pos(const struct hl_admit *a, uint64_t h, int r, uint6
 		idx = hr & (a->width - 1);
 	else
 		idx = range_of(h + (uint64_t)r * ((h >> 32 | h << 32) | 1), a->width);
-	*w = (uint64_t)r * a->row_words + idx / a->per_word;
-	*shift = (unsigned)(idx % a->per_word) * a->cbits;
+	/* Constant divisors (a multiplication, not a division, per row). */
+	uint64_t q = a->cbits == 3 ? idx / 21 : idx / 16;
+	*w = (uint64_t)r * a->row_words + q;
+	*shift = (unsigned)(idx - q * a->per_word) * a->cbits;
 }
 
 static uint32_t sketch_estimate(const struct hl_admit *a, uint64_t key)
