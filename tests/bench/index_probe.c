@@ -6,8 +6,8 @@
  * churn (a remove and an insert, as an eviction does). Built against
  * cache_index.c itself, so the load is a compile-time choice:
  *
- *   cc -O2 -DCACHE_INDEX_LOAD_DIV=15 -I build -I include -I src \
- *      tests/bench/index_probe.c -o index_probe && ./index_probe N
+ *   cc -O2 -D_GNU_SOURCE -DCACHE_INDEX_LOAD_DIV=15 -I build -I include -I src \
+ *      tests/bench/index_probe.c -o index_probe && ./index_probe 4194304
  *
  * Keys are random (even block numbers cached, odd ones looked up as
  * misses). Prints ns per operation and the mean entries probed per miss.
