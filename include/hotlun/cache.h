@@ -80,8 +80,8 @@ struct hl_admit;
  */
 struct hl_admit_ops {
 	const char *name;
-	/** Allocate state sized for nslots cache slots; param is N for nhit. @return 0/-errno. */
-	int (*init)(struct hl_admit *a, uint64_t nslots, uint32_t param);
+	/** Allocate state sized for nslots cache slots of block_size bytes; param is N for nhit. @return 0/-errno. */
+	int (*init)(struct hl_admit *a, uint64_t nslots, uint32_t block_size, uint32_t param);
 	void (*fini)(struct hl_admit *a);
 	/** Every read access of a cache block (hit or miss) is reported once. */
 	void (*on_access)(struct hl_admit *a, uint64_t key, bool miss);
@@ -110,8 +110,11 @@ const struct hl_admit_ops *hl_admit_ops_get(enum hl_admit_kind kind);
  */
 int hl_admit_parse(const char *s, enum hl_admit_kind *kind, uint32_t *param);
 
-/** Opaque admission state; the core owns one. Exposed for unit tests only. */
-int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param,
+/**
+ * Opaque admission state; the core owns one. Exposed for unit tests only.
+ * block_size: the cache's (freq's counters are 3 bits up to 8 KiB, 4 above).
+ */
+int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t block_size, uint32_t param,
                     struct hl_admit **out);
 void hl_admit_destroy(struct hl_admit *a);
 void hl_admit_access(struct hl_admit *a, uint64_t key, bool miss);

@@ -2,9 +2,11 @@
  * cache_admit.c - admission policies behind struct hl_admit_ops, indexed by
  * enum hl_admit_kind:
  *
- *  freq    TinyLFU-style: a count-min sketch of 4 rows of 4-bit counters
- *          (16 per 64-bit word; a row has SKETCH_COUNTERS_PER_SLOT counters
- *          per slot: 4 bytes of RAM per slot) with conservative increments,
+ *  freq    TinyLFU-style: a count-min sketch of 4 rows of 3-bit counters
+ *          (21 per 64-bit word) for blocks up to 8 KiB, 4-bit ones (16 per
+ *          word) for larger blocks; a row has SKETCH_COUNTERS_PER_SLOT
+ *          counters per slot: 3.05 or 4 bytes of RAM per slot), with
+ *          conservative increments,
  *          a doorkeeper bloom filter (DOOR_BITS_PER_SLOT) that absorbs first
  *          accesses, and aging that halves every counter after 10 accesses
  *          per slot. Sizes follow the slot count exactly (positions by
@@ -15,10 +17,11 @@
  *          the victim.
  *  always  admit every miss.
  *  nhit:N  admit on the Nth miss of a block (misses counted in the same
- *          kind of sketch, so the count can only be over-estimated; its
- *          width is 2 x slots rounded up to a power of two, as before issue
- *          25 item 4: sized exactly, its over-estimates moved its hit
- *          ratios and writes by several points, docs/cache-policy.md).
+ *          kind of sketch, of 4-bit counters, so the count can only be
+ *          over-estimated; its width is 2 x slots rounded up to a power of
+ *          two, as before issue 25 item 4: sized exactly, its
+ *          over-estimates moved its hit ratios and writes by several
+ *          points, docs/cache-policy.md).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -44,13 +47,29 @@
  * cache block"); at 2 the grid's hit ratio sum is above before item 4.
  */
 #define SKETCH_COUNTERS_PER_SLOT 2
+/*
+ * freq's counters: 3 bits (0-7) for blocks of up to SKETCH_SMALL_BLOCK,
+ * 4 bits above. With aging every 10 accesses per slot a small block's
+ * counter rarely passes 7: over hotlun-sim's grid the 216 cells of 4K and
+ * 8K blocks see the hit ratios of 4-bit counters (15 cells move, sum
+ * +0.07 points, worst -0.01) for 3.05 bytes a slot instead of 4. Larger
+ * blocks gather more accesses each, and 3 bits there lost up to 1.83
+ * points in a cell (docs/cache-policy.md, "16 bytes again"). The
+ * positions are the same at either width. nhit:N counts to 15: 4 bits.
+ */
+#define SKETCH_SMALL_BLOCK 8192
 
 struct hl_admit {
 	const struct hl_admit_ops *ops;
 	uint32_t param;
 	/* sketch */
-	uint64_t *words;    /* SKETCH_ROWS rows of width/16 words */
+	uint64_t *words;    /* SKETCH_ROWS rows of row_words words */
 	uint64_t width;     /* counters per row, a multiple of 16 */
+	uint64_t row_words; /* words a row: width / per_word rounded up */
+	uint32_t cbits;     /* bits a counter: 3 (freq, blocks up to 8 KiB) or 4 */
+	uint32_t per_word;  /* counters a 64-bit word: 64 / cbits */
+	uint32_t cmax;      /* a counter's largest value */
+	uint64_t age_mask;  /* the low cbits - 1 bits of every counter */
 	uint64_t *door;     /* doorkeeper bloom filter, door_bits bits */
 	uint64_t door_bits; /* a multiple of 64; 0: no doorkeeper */
 	uint64_t additions; /* since the last aging */
@@ -77,11 +96,19 @@ static uint64_t pow2_at_least(uint64_t v)
 	return p;
 }
 
-/* A sketch of width counters a row; aging after 10 x nslots additions. */
-static int sketch_init(struct hl_admit *a, uint64_t nslots, uint64_t width, bool doorkeeper)
+/* A sketch of width counters a row of cbits bits; aging after 10 x nslots additions. */
+static int sketch_init(struct hl_admit *a, uint64_t nslots, uint64_t width, uint32_t cbits,
+                       bool doorkeeper)
 {
 	a->width = width;
-	a->words = calloc(SKETCH_ROWS * (a->width / 16), sizeof(uint64_t));
+	a->cbits = cbits;
+	a->per_word = 64 / cbits;
+	a->cmax = (1u << cbits) - 1;
+	a->age_mask = 0;
+	for (uint32_t i = 0; i < a->per_word; i++)
+		a->age_mask |= (uint64_t)(a->cmax >> 1) << (i * cbits);
+	a->row_words = (width + a->per_word - 1) / a->per_word;
+	a->words = calloc(SKETCH_ROWS * a->row_words, sizeof(uint64_t));
 	if (!a->words)
 		return -ENOMEM;
 	if (doorkeeper) {
@@ -119,18 +146,20 @@ static inline void sketch_pos(const struct hl_admit *a, uint64_t h, int r, uint6
 		idx = hr & (a->width - 1);
 	else
 		idx = range_of(h + (uint64_t)r * ((h >> 32 | h << 32) | 1), a->width);
-	*w = (uint64_t)r * (a->width / 16) + idx / 16;
-	*shift = (unsigned)(idx % 16) * 4;
+	/* Constant divisors (a multiplication, not a division, per row). */
+	uint64_t q = a->cbits == 3 ? idx / 21 : idx / 16;
+	*w = (uint64_t)r * a->row_words + q;
+	*shift = (unsigned)(idx - q * a->per_word) * a->cbits;
 }
 
 static uint32_t sketch_estimate(const struct hl_admit *a, uint64_t key)
 {
 	uint64_t h = cache_hash(key), w;
-	unsigned shift, min = 15;
+	unsigned shift, min = a->cmax;
 
 	for (int r = 0; r < SKETCH_ROWS; r++) {
 		sketch_pos(a, h, r, &w, &shift);
-		unsigned v = (unsigned)(a->words[w] >> shift) & 0xf;
+		unsigned v = (unsigned)(a->words[w] >> shift) & a->cmax;
 		if (v < min)
 			min = v;
 	}
@@ -156,9 +185,9 @@ static bool door_test_set(struct hl_admit *a, uint64_t key, bool set)
 /* Halve every counter (aging), clear the doorkeeper. */
 static void sketch_age(struct hl_admit *a)
 {
-	uint64_t n = SKETCH_ROWS * (a->width / 16);
+	uint64_t n = SKETCH_ROWS * a->row_words;
 	for (uint64_t i = 0; i < n; i++)
-		a->words[i] = (a->words[i] >> 1) & 0x7777777777777777ull;
+		a->words[i] = (a->words[i] >> 1) & a->age_mask;
 	if (a->door)
 		memset(a->door, 0, a->door_bits / 8);
 	a->additions = 0;
@@ -168,20 +197,20 @@ static void sketch_age(struct hl_admit *a)
 static void sketch_add(struct hl_admit *a, uint64_t key)
 {
 	uint64_t h = cache_hash(key), w[SKETCH_ROWS];
-	unsigned shift[SKETCH_ROWS], min = 15;
+	unsigned shift[SKETCH_ROWS], min = a->cmax;
 
 	if (a->door && !door_test_set(a, key, true))
 		goto counted; /* first sighting since the last aging: doorkeeper only */
 	for (int r = 0; r < SKETCH_ROWS; r++) {
 		sketch_pos(a, h, r, &w[r], &shift[r]);
-		unsigned v = (unsigned)(a->words[w[r]] >> shift[r]) & 0xf;
+		unsigned v = (unsigned)(a->words[w[r]] >> shift[r]) & a->cmax;
 		if (v < min)
 			min = v;
 	}
-	if (min < 15) {
+	if (min < a->cmax) {
 		/* Conservative update: raise only the counters at the minimum. */
 		for (int r = 0; r < SKETCH_ROWS; r++) {
-			unsigned v = (unsigned)(a->words[w[r]] >> shift[r]) & 0xf;
+			unsigned v = (unsigned)(a->words[w[r]] >> shift[r]) & a->cmax;
 			if (v == min)
 				a->words[w[r]] += 1ull << shift[r];
 		}
@@ -201,16 +230,16 @@ static uint32_t freq_estimate(const struct hl_admit *a, uint64_t key)
 
 static size_t sketch_mem(const struct hl_admit *a)
 {
-	return SKETCH_ROWS * (a->width / 16) * sizeof(uint64_t) + a->door_bits / 8;
+	return SKETCH_ROWS * a->row_words * sizeof(uint64_t) + a->door_bits / 8;
 }
 
 /* ---- freq ---- */
 
-static int freq_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
+static int freq_init(struct hl_admit *a, uint64_t nslots, uint32_t block_size, uint32_t param)
 {
 	/* At least 1024 counters a row: tiny caches still get usable estimates. */
 	uint64_t width = (HL_MAX(nslots * SKETCH_COUNTERS_PER_SLOT, 1024) + 15) / 16 * 16;
-	return sketch_init(a, nslots, width, true);
+	return sketch_init(a, nslots, width, block_size <= SKETCH_SMALL_BLOCK ? 3 : 4, true);
 }
 
 static void freq_access(struct hl_admit *a, uint64_t key, bool miss)
@@ -233,7 +262,7 @@ static bool freq_returning(struct hl_admit *a, uint64_t key, uint64_t victim_key
 
 /* ---- always ---- */
 
-static int always_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
+static int always_init(struct hl_admit *a, uint64_t nslots, uint32_t block_size, uint32_t param)
 {
 	return 0;
 }
@@ -244,12 +273,12 @@ static void always_fini(struct hl_admit *a)
 
 /* ---- nhit:N ---- */
 
-static int nhit_init(struct hl_admit *a, uint64_t nslots, uint32_t param)
+static int nhit_init(struct hl_admit *a, uint64_t nslots, uint32_t block_size, uint32_t param)
 {
 	if (param < 1 || param > 15)
 		return -EINVAL;
 	/* Misses of blocks not cached: the sketch needs room for more than nslots keys. */
-	return sketch_init(a, nslots * 2, pow2_at_least(HL_MAX(nslots * 2, 1024)), false);
+	return sketch_init(a, nslots * 2, pow2_at_least(HL_MAX(nslots * 2, 1024)), 4, false);
 }
 
 static void nhit_access(struct hl_admit *a, uint64_t key, bool miss)
@@ -324,7 +353,8 @@ int hl_admit_parse(const char *s, enum hl_admit_kind *kind, uint32_t *param)
 	return -EINVAL;
 }
 
-int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param, struct hl_admit **out)
+int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t block_size, uint32_t param,
+                    struct hl_admit **out)
 {
 	const struct hl_admit_ops *ops = hl_admit_ops_get(kind);
 	struct hl_admit *a;
@@ -337,7 +367,7 @@ int hl_admit_create(enum hl_admit_kind kind, uint64_t nslots, uint32_t param, st
 		return -ENOMEM;
 	a->ops = ops;
 	a->param = param;
-	rc = ops->init(a, nslots, param);
+	rc = ops->init(a, nslots, block_size, param);
 	if (rc) {
 		free(a);
 		return rc;

@@ -105,7 +105,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
 	}
-	if (hl_admit_create(p->admit, nslots, p->admit_param, &c->admit)) {
+	if (hl_admit_create(p->admit, nslots, p->block_size, p->admit_param, &c->admit)) {
 		hl_cache_core_destroy(c);
 		return -EINVAL;
 	}
@@ -146,7 +146,7 @@ int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind
 	if (kind >= HL_ADMIT__COUNT)
 		return -EINVAL;
 	/* A fresh policy: the old sketch's counts mean nothing to another policy. */
-	rc = hl_admit_create(kind, c->nslots, param, &a);
+	rc = hl_admit_create(kind, c->nslots, c->p.block_size, param, &a);
 	if (rc)
 		return rc;
 	hl_admit_destroy(c->admit);
