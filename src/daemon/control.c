@@ -654,6 +654,22 @@ static void change_by_client(struct daemon *d, const char *what, bool force)
 		 who ? who : "unknown peer", force ? " with force" : "");
 }
 
+/*
+ * A change's reply: now, or, when it removed disks, once they are closed
+ * (closing.c: off this reactor, which answers other clients meanwhile).
+ */
+static int change_reply(struct daemon *d, int rc, const char *err)
+{
+	struct hl_ctl_later *later;
+
+	if (hl_list_empty(&d->closing))
+		return rc;
+	later = hl_ctl_defer(d->ctl);
+	if (daemon_closes_start(d, later, rc, err) && later)
+		return HL_CTL_DEFERRED;
+	return rc; /* closed in line, or no handle (out of memory): answered now */
+}
+
 /* Check and apply an edited copy (which this takes). */
 static int commit_change(struct daemon *d, struct hl_conf *next, bool force, char *err,
 			 size_t errlen)
@@ -664,7 +680,8 @@ static int commit_change(struct daemon *d, struct hl_conf *next, bool force, cha
 		return rc;
 	}
 	change_by_client(d, "a change", force);
-	return daemon_apply(d, next, force, err, errlen);
+	rc = daemon_apply(d, next, force, err, errlen);
+	return change_reply(d, rc, err);
 }
 
 static enum hl_conf_kind section_of(const struct node *nd, const char **name)
@@ -1353,6 +1370,7 @@ void daemon_reload(struct daemon *d)
 		HL_ERR("daemon", "reload: %s", err);
 	else
 		HL_NOTICE("daemon", "reloaded %s", d->config_path);
+	daemon_closes_start(d, NULL, rc, err); /* the disks it removed, in the background */
 	hl_secret_wipe_stack(); /* the parser's frames held the file's secrets */
 }
 
@@ -1369,7 +1387,8 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 	if (rc)
 		return rc;
 	change_by_client(d, "a reload", arg_force(args));
-	return daemon_apply(d, next, arg_force(args), err, errlen);
+	rc = daemon_apply(d, next, arg_force(args), err, errlen);
+	return change_reply(d, rc, err);
 }
 
 static int cmd_version(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)

@@ -297,6 +297,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 		return -ENOMEM;
 	}
 	rc = daemon_apply(d, loaded, false, err, sizeof(err));
+	daemon_closes_start(d, NULL, rc, err); /* nothing to close yet; in line if so */
 	hl_iscsi_server_inherit_done(d->server); /* sockets no portal took */
 	if (rc) {
 		HL_ERR("daemon", "%s", err);
@@ -331,6 +332,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 static void stop(struct daemon *d)
 {
 	daemon_exporter_stop(d);
+	daemon_closes_wait(d); /* disks a change removed: their closes answer on the control reactor */
 	daemon_control_stop(d);
 	hl_scsi_set_aborter(NULL); /* returns once no abort reaches the server any more */
 	if (d->server)
@@ -487,6 +489,9 @@ int main(int argc, char **argv)
 	hl_list_init(&d.targets);
 	hl_list_init(&d.retired_disks);
 	hl_list_init(&d.retired_targets);
+	hl_list_init(&d.closing);
+	pthread_mutex_init(&d.close_mu, NULL);
+	pthread_cond_init(&d.close_cv, NULL);
 	hl_log_set_ident("hotlund");
 	hl_log_open(false, HL_LOG_WARN);
 	if (demo) {
