@@ -606,9 +606,16 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
 	return rc;
 }
 
+static void drain_note(void *arg, long left)
+{
+	struct hl_cache *c = arg;
+
+	HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish", c->name, left);
+}
+
 long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 {
-	uint64_t t0 = hl_now_ns(), next_note = 5000;
+	uint64_t t0 = hl_now_ns();
 	uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000u;
 	long left, first;
 	bool held;
@@ -625,30 +632,20 @@ long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 	 * still run: a ring closed with I/O in it never calls back, and its
 	 * requests (and their buffers) would be lost.
 	 */
-	while ((left = atomic_load(&c->inflight)) > 0 || !held) {
-		uint64_t ms = (hl_now_ns() - t0) / 1000000;
-		struct timespec ts = {0, 1000000};
-
-		if (ms >= timeout_ms || !held) {
-			/*
-			 * What is left is abandoned, never freed under its late
-			 * completions: hl_cache_close writes no record that claims
-			 * what they write, and keeps the cache's memory for them.
-			 */
-			atomic_store(&c->drain_late, true);
-			HL_WARN(
-			    "cache",
-			    "cache %s: %ld request(s)%s did not finish within %u ms at the stop: "
-			    "abandoned (what they write is not kept)",
-			    c->name, left, held ? "" : " and a shadow step", timeout_ms);
-			return left + !held;
-		}
-		if (ms >= next_note) {
-			HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish",
-			          c->name, left);
-			next_note += 5000;
-		}
-		nanosleep(&ts, NULL);
+	left = held ? engine_wait_zero(&c->inflight, t0, deadline, drain_note, c)
+	            : atomic_load(&c->inflight);
+	if (left > 0 || !held) {
+		/*
+		 * What is left is abandoned, never freed under its late
+		 * completions: hl_cache_close writes no record that claims
+		 * what they write, and keeps the cache's memory for them.
+		 */
+		atomic_store(&c->drain_late, true);
+		HL_WARN("cache",
+		        "cache %s: %ld request(s)%s did not finish within %u ms at the stop: "
+		        "abandoned (what they write is not kept)",
+		        c->name, left, held ? "" : " and a shadow step", timeout_ms);
+		return left + !held;
 	}
 	atomic_store(&c->drain_late, false);
 	if (first > 0)

@@ -602,6 +602,16 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
 /**
+ * Wait until *count (a cache's or a disk's requests in flight) is 0 or
+ * less, looking every 1 ms, until hl_now_ns() reaches deadline_ns. Every
+ * 5 s after t0_ns, note(arg, left) is called when not NULL (a notice of
+ * what it waits for). The drains of a stop (hl_cache_drain) and of a
+ * disk's detach (co_drain) both wait with it. @return what is left: 0
+ * when it got there, else the count at the deadline.
+ */
+long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
+                      void (*note)(void *arg, long left), void *arg);
+/**
  * This thread's array of at least n core ios, for a read's lookup before
  * its request is sized for what the lookup planned (valid until the
  * thread's next call; freed when the thread exits). @return NULL (no memory).

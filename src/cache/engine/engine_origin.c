@@ -165,13 +165,10 @@ static long co_drain(struct hl_cache *c, struct map_ent *e)
 		return first; /* none, or the reactors are gone (a stop's drain gave up) */
 	HL_NOTICE("cache", "cache %s: disk %s: waiting up to %u ms for %ld request(s) in flight",
 	          c->name, e->name, c->drain_ms, first);
-	while ((left = atomic_load(&e->inflight)) > 0) {
-		struct timespec ts = {0, 1000000};
-
-		if ((hl_now_ns() - t0) / 1000000 >= c->drain_ms)
-			return left;
-		nanosleep(&ts, NULL);
-	}
+	left = engine_wait_zero(&e->inflight, t0, t0 + (uint64_t)c->drain_ms * 1000000u, NULL,
+	                        NULL);
+	if (left > 0)
+		return left;
 	HL_NOTICE("cache", "cache %s: disk %s: %ld request(s) in flight finished in %llu us",
 	          c->name, e->name, first, (unsigned long long)((hl_now_ns() - t0) / 1000));
 	return 0;
