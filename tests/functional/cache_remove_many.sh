@@ -8,17 +8,21 @@
 #     within 1 s while the reload waits, and a second reload is refused
 #     with a clear error (disks still closing), nothing changed;
 #  3. the abandoned fills land later and install nothing: once they have,
-#     nothing is in flight, and the disks re-added serve their origins'
-#     data (0 blocks differ).
+#     nothing is in flight, the cache's orphan_drops (hotlunctl stats
+#     --json, and hotlun_cache_orphan_drops_total in /metrics) counts
+#     their drops, and the disks re-added serve their origins' data (0
+#     blocks differ).
 . "$(dirname "$0")/lib.sh"
 
-hl_need python3 qemu-img
+hl_need python3 qemu-img curl
 hl_cache_front_prereqs
 CTL=$HL_BUILDDIR/hotlunctl
 T=$(hl_tmpdir)
 IQN=$HL_IQN_PREFIX:rmmany
 BOUND=1500
 port=$(hl_free_port)
+MP=$(hl_free_port)
+while [ "$MP" = "$port" ]; do MP=$(hl_free_port); done
 mkdir -p "$T/st"
 sock=$T/st/ctl.sock
 
@@ -30,8 +34,9 @@ done
 conf() {
 	{
 		printf '[global]\nportal = 127.0.0.1:%s\n' "$port"
-		printf 'state_dir = %s\ncontrol_socket = %s\nlog_level = info\nthreads = 2\n\n' \
+		printf 'state_dir = %s\ncontrol_socket = %s\nlog_level = info\nthreads = 2\n' \
 			"$T/st" "$sock"
+		printf 'metrics_listen = 127.0.0.1:%s\n\n' "$MP"
 		printf '[cache ssd]\ndevice = %s\nsize = 192M\nblock_size = 4K\nadmission = always\n\n' \
 			"$T/cache.img"
 		if [ "$2" = yes ]; then
@@ -69,6 +74,7 @@ for i in 0 1 2; do
 done
 n=$(hl_cache_stat "$sock" ssd inflight)
 [ "${n:-0}" -gt 0 ] || hl_fail "nothing in flight: the test proves little"
+[ "$(hl_cache_stat "$sock" ssd orphan_drops)" = 0 ] || hl_fail "orphan_drops moved before any removal"
 hl_log "$n request(s) in flight before the reload"
 
 # ---- 1 and 2: the reload, and the control socket while it waits
@@ -101,6 +107,13 @@ grep -q '3 disk(s) closed in' "$FRONT_LOG" || hl_fail "no line for the closes: $
 sleep 6.5
 hl_check_alive "$FRONT_PID"
 [ "$(hl_cache_stat "$sock" ssd inflight)" = 0 ] || hl_fail "the abandoned requests never ended"
+drops=$(hl_cache_stat "$sock" ssd orphan_drops)
+[ "$drops" -gt 0 ] || hl_fail "the abandoned fills landed but orphan_drops is $drops"
+curl -sf "http://127.0.0.1:$MP/metrics" >"$T/metrics.txt" || hl_fail "no scrape of /metrics"
+prom=$(sed -n 's/^hotlun_cache_orphan_drops_total{cache="ssd"} \([0-9]*\)$/\1/p' "$T/metrics.txt")
+[ "$prom" = "$drops" ] ||
+	hl_fail "hotlun_cache_orphan_drops_total is '$prom', stats say $drops: $(grep orphan "$T/metrics.txt")"
+hl_log "after the held fills landed: orphan_drops $drops (stats and /metrics)"
 cp "$T/with.conf" "$T/live.conf"
 out=$("$CTL" --socket "$sock" reload 2>&1) || hl_fail "re-adding the disks refused: $out"
 for i in 0 1 2; do

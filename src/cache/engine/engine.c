@@ -838,6 +838,7 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 	counters_copy(e ? &e->st : &c->st, out);
 	if (!e) {
 		out->meta_syncs = cnt_get(&c->meta_syncs);
+		out->orphan_drops = atomic_load(&c->orphan_drops);
 		out->ub_bytes = engine_ub_bytes(c);
 		out->meta_waits = cnt_get(&c->meta_waits);
 		out->nslots = info.nslots;
