@@ -350,7 +350,22 @@ static void stop(struct daemon *d)
 		}
 	}
 	daemon_caches_quiesce(); /* no cache posts to a reactor about to be destroyed */
-	hl_workers_stop();
+	/*
+	 * Bounded like the drain: a worker whose call does not return (a file
+	 * origin or device that stopped answering) may still use its origin and
+	 * post to its reactor, so then nothing is freed: the process exits with
+	 * the reactors, disks and caches as they are. A cache not closed keeps
+	 * the records of its last sync, as after a crash, which the restart
+	 * handles like one (ARCHITECTURE.md invariant 5; docs/cache-format.md).
+	 */
+	unsigned stuck = hl_workers_stop_within(hl_cache_drain_bound_ms());
+	if (stuck) {
+		HL_WARN("daemon",
+		        "stop: %u worker thread(s) stuck in a call: the disks, caches and reactors "
+		        "are left to the process exit (nothing freed under them)",
+		        stuck);
+		return;
+	}
 	for (unsigned i = 0; i < d->n_reactors; i++)
 		hl_reactor_destroy(d->reactors[i]);
 	free(d->reactors);
