@@ -33,7 +33,7 @@
 
 struct close_job {
 	struct daemon *d;
-	struct hl_list disks;       /* disk_rt being closed (link), freed by their threads */
+	struct hl_list disks; /* disk_rt being closed (link), freed by their threads */
 	unsigned n;
 	pthread_t thread;           /* the one that starts the disks' threads and joins them */
 	struct hl_ctl_later *later; /* the change's reply, or NULL (SIGHUP) */

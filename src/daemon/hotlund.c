@@ -297,7 +297,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 		return -ENOMEM;
 	}
 	rc = daemon_apply(d, loaded, false, err, sizeof(err));
-	daemon_closes_start(d, NULL, rc, err); /* nothing to close yet; in line if so */
+	daemon_closes_start(d, NULL, rc, err);   /* nothing to close yet; in line if so */
 	hl_iscsi_server_inherit_done(d->server); /* sockets no portal took */
 	if (rc) {
 		HL_ERR("daemon", "%s", err);
@@ -332,7 +332,8 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 static void stop(struct daemon *d)
 {
 	daemon_exporter_stop(d);
-	daemon_closes_wait(d); /* disks a change removed: their closes answer on the control reactor */
+	/* disks a change removed: their closes answer on the control reactor */
+	daemon_closes_wait(d);
 	daemon_control_stop(d);
 	hl_scsi_set_aborter(NULL); /* returns once no abort reaches the server any more */
 	if (d->server)

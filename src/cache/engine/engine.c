@@ -215,8 +215,8 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	pthread_mutex_init(&c->map_mu, NULL);
 	if (getenv("HOTLUN_TEST_CACHE_META_HOLD") && *getenv("HOTLUN_TEST_CACHE_META_HOLD")) {
 		c->meta_hold = strdup(getenv("HOTLUN_TEST_CACHE_META_HOLD"));
-		HL_WARN("cache", "cache %s: test knob: record syncs wait while %s exists", cfg->name,
-		        getenv("HOTLUN_TEST_CACHE_META_HOLD"));
+		HL_WARN("cache", "cache %s: test knob: record syncs wait while %s exists",
+		        cfg->name, getenv("HOTLUN_TEST_CACHE_META_HOLD"));
 	}
 	c->mw_tail = &c->mw_head;
 	c->interval_ms = cfg->meta_interval_ms ? cfg->meta_interval_ms : 1000;
@@ -684,8 +684,8 @@ static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
 /* The close's metadata save, run on a thread of its own so that the close can bound it. */
 struct close_save {
 	struct hl_cache *c;
-	bool abandon;       /* requests still out: no update-buffer drain */
-	atomic_bool done;   /* the save returned (then the closer joins) */
+	bool abandon;     /* requests still out: no update-buffer drain */
+	atomic_bool done; /* the save returned (then the closer joins) */
 };
 
 static void *close_save_main(void *arg)

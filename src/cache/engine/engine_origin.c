@@ -165,8 +165,8 @@ static long co_drain(struct hl_cache *c, struct map_ent *e)
 		return first; /* none, or the reactors are gone (a stop's drain gave up) */
 	HL_NOTICE("cache", "cache %s: disk %s: waiting up to %u ms for %ld request(s) in flight",
 	          c->name, e->name, c->drain_ms, first);
-	left = engine_wait_zero(&e->inflight, t0, t0 + (uint64_t)c->drain_ms * 1000000u, NULL,
-	                        NULL);
+	left =
+	    engine_wait_zero(&e->inflight, t0, t0 + (uint64_t)c->drain_ms * 1000000u, NULL, NULL);
 	if (left > 0)
 		return left;
 	HL_NOTICE("cache", "cache %s: disk %s: %ld request(s) in flight finished in %llu us",
