@@ -57,11 +57,14 @@ void daemon_disk_close_later(struct daemon *d, struct disk_rt *rt)
 
 int daemon_closing_busy(struct daemon *d, char *err, size_t errlen)
 {
-	bool busy;
+	bool busy, stopping;
 
 	pthread_mutex_lock(&d->close_mu);
 	busy = d->close_job != NULL;
+	stopping = d->close_stopping;
 	pthread_mutex_unlock(&d->close_mu);
+	if (stopping)
+		return daemon_fail(err, errlen, -EBUSY, "hotlund is stopping; nothing was changed");
 	if (!busy)
 		return 0;
 	return daemon_fail(err, errlen, -EBUSY,
@@ -86,12 +89,13 @@ static void job_done(void *arg)
 	struct daemon *d = job->d;
 
 	pthread_join(job->thread, NULL);
-	if (job->later)
-		hl_ctl_reply_later(job->later, job->rc, NULL, job->err);
+	/* first: the reply serves what its client sent meanwhile, a change too */
 	pthread_mutex_lock(&d->close_mu);
 	d->close_job = NULL;
 	pthread_cond_broadcast(&d->close_cv);
 	pthread_mutex_unlock(&d->close_mu);
+	if (job->later)
+		hl_ctl_reply_later(job->later, job->rc, NULL, job->err);
 	free(job);
 }
 
@@ -157,21 +161,26 @@ int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, int rc, co
 			hl_list_add_tail(&job->disks, &rt->link);
 			job->n++;
 		}
+		/*
+		 * Registered or not under close_mu, against the stop's wait: a
+		 * stop already waiting gets these closes in line, before the
+		 * control reactor can stop (its join waits for this handler).
+		 */
 		pthread_mutex_lock(&d->close_mu);
-		d->close_job = job;
+		bool started = !d->close_stopping &&
+		               pthread_create(&job->thread, NULL, job_main, job) == 0;
+		if (started)
+			d->close_job = job;
 		pthread_mutex_unlock(&d->close_mu);
-		if (pthread_create(&job->thread, NULL, job_main, job) == 0)
+		if (started)
 			return 1;
-		pthread_mutex_lock(&d->close_mu);
-		d->close_job = NULL;
-		pthread_mutex_unlock(&d->close_mu);
 		hl_list_for_each_entry_safe(rt, tmp, &job->disks, link) {
 			hl_list_del(&rt->link);
 			hl_list_add_tail(&d->closing, &rt->link);
 		}
 		free(job);
 	}
-	/* no control reactor yet (start-up), or no memory or thread: in line, as before */
+	/* no control reactor yet (start-up), a stop, or no memory or thread: in line, as before */
 	hl_list_for_each_entry_safe(rt, tmp, &d->closing, link) {
 		hl_list_del(&rt->link);
 		HL_NOTICE("daemon", "disk %s closed", rt->conf.name);
@@ -183,6 +192,7 @@ int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, int rc, co
 void daemon_closes_wait(struct daemon *d)
 {
 	pthread_mutex_lock(&d->close_mu);
+	d->close_stopping = true; /* no change starts closes any more (daemon_closing_busy) */
 	while (d->close_job)
 		pthread_cond_wait(&d->close_cv, &d->close_mu);
 	pthread_mutex_unlock(&d->close_mu);

@@ -75,6 +75,7 @@ struct daemon {
 	struct close_job *close_job; /* guarded by close_mu (the stop waits on close_cv) */
 	pthread_mutex_t close_mu;
 	pthread_cond_t close_cv;
+	bool close_stopping; /* close_mu: the stop waits for the closes, no change runs */
 	struct hl_reactor **reactors;
 	unsigned n_reactors;
 	struct hl_reactor *ctl_reactor;

@@ -11,7 +11,9 @@
 #     nothing is in flight, the cache's orphan_drops (hotlunctl stats
 #     --json, and hotlun_cache_orphan_drops_total in /metrics) counts
 #     their drops, and the disks re-added serve their origins' data (0
-#     blocks differ).
+#     blocks differ);
+#  4. a stop (SIGTERM) while such a reload's closes run waits for them,
+#     the reload gets its reply, and hotlund exits cleanly.
 . "$(dirname "$0")/lib.sh"
 
 hl_need python3 qemu-img curl
@@ -121,5 +123,27 @@ for i in 0 1 2; do
 	[ "$n" = 0 ] || hl_fail "$n block(s) of disk d$i differ from its origin after the re-add"
 done
 hl_check_alive "$FRONT_PID"
+
+# ---- 4. a stop during such a reload waits for its closes, answers it, exits cleanly
+for i in 0 1 2; do
+	hl_spawn "bench$i" "$T/bench$i.out" "$BENCH" --quiet --read 100 --qd 8 --range 48M \
+		--time 1 "iscsi://127.0.0.1:$port/$IQN/$i"
+	bench[$i]=$HL_LAST_PID
+done
+for i in 0 1 2; do
+	wait "${bench[$i]}" || hl_fail "reads on LUN $i failed: $(tail -n 3 "$T/bench$i.out")"
+	hl_forget "${bench[$i]}"
+done
+cp "$T/none.conf" "$T/live.conf"
+hl_spawn reload "$T/reload2.out" "$CTL" --socket "$sock" reload
+rpid=$HL_LAST_PID
+sleep 0.3
+t0=$(date +%s%N)
 hl_stop "$FRONT_PID"
+ms=$(ms_since "$t0")
+wait "$rpid" || hl_fail "the reload under way at the stop got no good reply: $(cat "$T/reload2.out")"
+hl_forget "$rpid"
+n=$(grep -c '3 disk(s) closed in' "$FRONT_LOG")
+[ "$n" = 2 ] || hl_fail "the closes under way at the stop did not end ($n of 2 lines): $(tail -n 8 "$FRONT_LOG")"
+hl_log "4. a stop 300 ms into a reload removing 3 disks took $ms ms; the reload answered ok"
 exit 0
