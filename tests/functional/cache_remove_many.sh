@@ -4,7 +4,8 @@
 # bounds of HOTLUN_TEST_CACHE_DRAIN_MS=1500):
 #  1. the three detaches wait at the same time: the reload answers in about
 #     one bound (< 2 bounds), not three one after the other (4.5 s);
-#  2. the control socket answers meanwhile: `hotlunctl stats` returns
+#  2. the control socket answers meanwhile: `hotlunctl stats` and a scrape
+#     of /metrics (its snapshot is taken on the control reactor) return
 #     within 1 s while the reload waits, and a second reload is refused
 #     with a clear error (disks still closing), nothing changed;
 #  3. the abandoned fills land later and install nothing: once they have,
@@ -92,13 +93,20 @@ stats_ms=$(ms_since "$ts")
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))["caches"]["ssd"]' "$T/stats.out" ||
 	hl_fail "stats during the reload is not the cache's: $(head -c 300 "$T/stats.out")"
 [ "$stats_ms" -lt 1000 ] || hl_fail "stats took $stats_ms ms during the reload (the control socket was blocked)"
+tm=$(date +%s%N)
+timeout 5 curl -sf "http://127.0.0.1:$MP/metrics" >"$T/metrics-during.txt" ||
+	hl_fail "no scrape of /metrics during the reload"
+metrics_ms=$(ms_since "$tm")
+grep -q '^hotlun_cache_inflight_requests{cache="ssd"}' "$T/metrics-during.txt" ||
+	hl_fail "the scrape during the reload has no cache: $(head -c 300 "$T/metrics-during.txt")"
+[ "$metrics_ms" -lt 1000 ] || hl_fail "/metrics took $metrics_ms ms during the reload"
 busy=$(timeout 5 "$CTL" --socket "$sock" reload 2>&1) &&
 	hl_fail "a second reload while disks close was accepted: $busy"
 grep -q 'still closing' <<<"$busy" || hl_fail "the second reload's refusal does not say why: $busy"
 wait "$rpid" || hl_fail "the reload failed: $(cat "$T/reload.out")"
 hl_forget "$rpid"
 reload_ms=$(ms_since "$t0")
-hl_log "reload removing 3 disks took $reload_ms ms (bound $BOUND ms); stats answered in $stats_ms ms meanwhile; second reload: $busy"
+hl_log "reload removing 3 disks took $reload_ms ms (bound $BOUND ms); stats answered in $stats_ms ms, /metrics in $metrics_ms ms meanwhile; second reload: $busy"
 n=$(grep -c 'disk d[0-2]: [0-9]* request(s) did not finish within 1500 ms: abandoned' "$FRONT_LOG")
 [ "$n" = 3 ] || hl_fail "not every disk waited its bound and abandoned ($n of 3): $(grep 'disk d' "$FRONT_LOG" | tail -6)"
 [ "$reload_ms" -lt $((2 * BOUND)) ] ||
