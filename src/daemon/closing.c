@@ -21,6 +21,7 @@
 #include "config.h"
 
 #include "daemon/daemon_internal.h"
+#include "daemon/service.h"
 
 #include "hotlun/cache_engine.h"
 #include "hotlun/ctl.h"
@@ -36,7 +37,8 @@ struct close_job {
 	struct hl_list disks; /* disk_rt being closed (link), freed by their threads */
 	unsigned n;
 	pthread_t thread;           /* the one that starts the disks' threads and joins them */
-	struct hl_ctl_later *later; /* the change's reply, or NULL (SIGHUP) */
+	struct hl_ctl_later *later; /* the change's reply, or NULL (SIGHUP, out of memory) */
+	bool sighup;                /* a SIGHUP's: READY=1 to systemd when done */
 	int rc;                     /* the change's result, sent once the disks are closed */
 	char err[1024];
 	uint64_t t0;
@@ -96,6 +98,8 @@ static void job_done(void *arg)
 	pthread_mutex_unlock(&d->close_mu);
 	if (job->later)
 		hl_ctl_reply_later(job->later, job->rc, NULL, job->err);
+	else if (job->sighup)
+		daemon_service_reloaded(d); /* systemd's reload ends now */
 	free(job);
 }
 
@@ -141,7 +145,8 @@ static void *job_main(void *arg)
 	return NULL;
 }
 
-int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, int rc, const char *err)
+int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, bool sighup, int rc,
+                        const char *err)
 {
 	struct close_job *job;
 	struct disk_rt *rt, *tmp;
@@ -152,6 +157,7 @@ int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, int rc, co
 	if (job) {
 		job->d = d;
 		job->later = later;
+		job->sighup = sighup;
 		job->rc = rc;
 		snprintf(job->err, sizeof(job->err), "%s", err ? err : "");
 		job->t0 = hl_now_ns();

@@ -665,7 +665,7 @@ static int change_reply(struct daemon *d, int rc, const char *err)
 	if (hl_list_empty(&d->closing))
 		return rc;
 	later = hl_ctl_defer(d->ctl);
-	if (daemon_closes_start(d, later, rc, err) && later)
+	if (daemon_closes_start(d, later, false, rc, err) && later)
 		return HL_CTL_DEFERRED;
 	return rc; /* closed in line, or no handle (out of memory): answered now */
 }
@@ -1353,7 +1353,7 @@ static int cmd_saveconfig(void *ctx, json_t *args, json_t **result, char *err, s
 	return 0;
 }
 
-void daemon_reload(struct daemon *d)
+bool daemon_reload(struct daemon *d)
 {
 	struct hl_conf *next;
 	char err[1024];
@@ -1362,7 +1362,7 @@ void daemon_reload(struct daemon *d)
 	rc = hl_conf_load(d->config_path, &next, err, sizeof(err));
 	if (rc) {
 		HL_ERR("daemon", "reload: %s (nothing changed)", err);
-		return;
+		return false;
 	}
 	snprintf(d->change_by, sizeof(d->change_by), "a reload (SIGHUP)");
 	rc = daemon_apply(d, next, false, err, sizeof(err));
@@ -1370,8 +1370,10 @@ void daemon_reload(struct daemon *d)
 		HL_ERR("daemon", "reload: %s", err);
 	else
 		HL_NOTICE("daemon", "reloaded %s", d->config_path);
-	daemon_closes_start(d, NULL, rc, err); /* the disks it removed, in the background */
+	/* the disks it removed, in the background: READY=1 once they are closed */
+	bool later = daemon_closes_start(d, NULL, true, rc, err) == 1;
 	hl_secret_wipe_stack(); /* the parser's frames held the file's secrets */
+	return later;
 }
 
 static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)

@@ -122,12 +122,14 @@ void daemon_disk_close_later(struct daemon *d, struct disk_rt *rt);
 /**
  * After a change (its result rc and err): close the disks it removed, each
  * on a thread of its own, all at once. @return 1 when they close in the
- * background: `later` (the change's deferred reply, or NULL) is answered
- * with rc and err once they are closed, on the control reactor; 0 when
+ * background: `later` (the change's deferred reply) is answered with rc
+ * and err once they are closed, on the control reactor, or, for a SIGHUP
+ * (sighup, later NULL), daemon_service_reloaded runs then; 0 when
  * there was nothing to close or it was done in line (answer now; `later`
  * untouched).
  */
-int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, int rc, const char *err);
+int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, bool sighup, int rc,
+                        const char *err);
 
 /** -EBUSY with err while closes of an earlier change run (daemon_apply refuses then), or 0. */
 int daemon_closing_busy(struct daemon *d, char *err, size_t errlen);
@@ -220,8 +222,12 @@ void daemon_exporter_stop(struct daemon *d);
 int daemon_control_start(struct daemon *d);
 void daemon_control_stop(struct daemon *d);
 
-/** Re-read config_path and apply it (SIGHUP); runs on the control thread. */
-void daemon_reload(struct daemon *d);
+/**
+ * Re-read config_path and apply it (SIGHUP); runs on the control thread.
+ * @return true when the disks it removed still close in the background
+ * (then daemon_service_reloaded runs once they are closed).
+ */
+bool daemon_reload(struct daemon *d);
 
 /**
  * Write the running configuration to path atomically (temporary file,

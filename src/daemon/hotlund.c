@@ -297,7 +297,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 		return -ENOMEM;
 	}
 	rc = daemon_apply(d, loaded, false, err, sizeof(err));
-	daemon_closes_start(d, NULL, rc, err);   /* nothing to close yet; in line if so */
+	daemon_closes_start(d, NULL, false, rc, err);   /* nothing to close yet; in line if so */
 	hl_iscsi_server_inherit_done(d->server); /* sockets no portal took */
 	if (rc) {
 		HL_ERR("daemon", "%s", err);

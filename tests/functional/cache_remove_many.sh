@@ -13,6 +13,8 @@
 #     --json, and hotlun_cache_orphan_drops_total in /metrics) counts
 #     their drops, and the disks re-added serve their origins' data (0
 #     blocks differ);
+#  3b. the same removal by SIGHUP closes in the background too: a request
+#     meanwhile is answered at once (a change refused while fills are held);
 #  4. a stop (SIGTERM) while such a reload's closes run waits for them,
 #     the reload gets its reply, and hotlund exits cleanly.
 . "$(dirname "$0")/lib.sh"
@@ -132,16 +134,43 @@ for i in 0 1 2; do
 done
 hl_check_alive "$FRONT_PID"
 
+# ---- 3b. the same removal by SIGHUP: closes in the background too
+# reads_all SECS: reads on the three LUNs at once, their fills held
+reads_all() {
+	for i in 0 1 2; do
+		hl_spawn "bench$i" "$T/bench$i.out" "$BENCH" --quiet --read 100 --qd 8 --range 48M \
+			--time "$1" "iscsi://127.0.0.1:$port/$IQN/$i"
+		bench[$i]=$HL_LAST_PID
+	done
+	for i in 0 1 2; do
+		wait "${bench[$i]}" || hl_fail "reads on LUN $i failed: $(tail -n 3 "$T/bench$i.out")"
+		hl_forget "${bench[$i]}"
+	done
+}
+reads_all 1
+inflight=$(hl_cache_stat "$sock" ssd inflight)
+[ "$inflight" -gt 0 ] || hl_fail "3b. nothing in flight before the SIGHUP: the step proves little"
+cp "$T/none.conf" "$T/live.conf"
+kill -HUP "$FRONT_PID"
+sleep 0.3
+ts=$(date +%s%N)
+out=$(timeout 5 "$CTL" --socket "$sock" reload 2>&1)
+rc=$?
+ms=$(ms_since "$ts")
+[ "$ms" -lt 1000 ] || hl_fail "a request during the SIGHUP's closes took $ms ms"
+[ $rc != 0 ] && grep -q 'still closing' <<<"$out" ||
+	hl_fail "a reload during the SIGHUP's closes ($inflight request(s) held) was not refused: $out"
+for i in $(seq 1 100); do
+	[ "$(grep -c '3 disk(s) closed in' "$FRONT_LOG")" = 2 ] && break
+	sleep 0.1
+done
+[ "$(grep -c '3 disk(s) closed in' "$FRONT_LOG")" = 2 ] || hl_fail "the SIGHUP's closes did not end"
+hl_log "3b. SIGHUP removing 3 disks ($inflight request(s) in flight): a reload during its closes answered in $ms ms: $out"
+cp "$T/with.conf" "$T/live.conf"
+out=$("$CTL" --socket "$sock" reload 2>&1) || hl_fail "re-adding the disks after the SIGHUP refused: $out"
+
 # ---- 4. a stop during such a reload waits for its closes, answers it, exits cleanly
-for i in 0 1 2; do
-	hl_spawn "bench$i" "$T/bench$i.out" "$BENCH" --quiet --read 100 --qd 8 --range 48M \
-		--time 1 "iscsi://127.0.0.1:$port/$IQN/$i"
-	bench[$i]=$HL_LAST_PID
-done
-for i in 0 1 2; do
-	wait "${bench[$i]}" || hl_fail "reads on LUN $i failed: $(tail -n 3 "$T/bench$i.out")"
-	hl_forget "${bench[$i]}"
-done
+reads_all 1
 cp "$T/none.conf" "$T/live.conf"
 hl_spawn reload "$T/reload2.out" "$CTL" --socket "$sock" reload
 rpid=$HL_LAST_PID
@@ -152,6 +181,6 @@ ms=$(ms_since "$t0")
 wait "$rpid" || hl_fail "the reload under way at the stop got no good reply: $(cat "$T/reload2.out")"
 hl_forget "$rpid"
 n=$(grep -c '3 disk(s) closed in' "$FRONT_LOG")
-[ "$n" = 2 ] || hl_fail "the closes under way at the stop did not end ($n of 2 lines): $(tail -n 8 "$FRONT_LOG")"
+[ "$n" = 3 ] || hl_fail "the closes under way at the stop did not end ($n of 3 lines): $(tail -n 8 "$FRONT_LOG")"
 hl_log "4. a stop 300 ms into a reload removing 3 disks took $ms ms; the reload answered ok"
 exit 0
