@@ -11,7 +11,10 @@
 #  3. a clean stop after that restarts warm again (the check in 2 can tell);
 #     then a stop whose close's own record save is held (the metadata thread
 #     idle) also ends within the bound and seals the map failed;
-#  4. the restart after it formats too; 0 blocks differ.
+#  4. the restart after it formats too; 0 blocks differ;
+#  5. a stop while the warm start's lazy restore is held in a read
+#     (HOTLUN_TEST_RESTORE_DELAY_MS slows it, the hold file stops it)
+#     ends within the bounds, seals the map; the restart formats.
 . "$(dirname "$0")/lib.sh"
 
 hl_need python3 qemu-img
@@ -122,5 +125,40 @@ grep -q 'cache ssd: .*formatted' "$FRONT_LOG" ||
 n=$(hl_stale_blocks "$url" "$T/o.img" 4096)
 [ "$n" = 0 ] || hl_fail "4. $n block(s) differ from the origin after the restart"
 hl_log "4. the restart formatted the cache; 0 blocks differ from the origin"
+hl_cache_settle "$sock" ssd 1
+hl_stop "$FRONT_PID" # clean: the next start restores the blocks the check filled
+
+# ---- 5. a stop while the warm start's lazy restore is held in a device read
+touch "$T/hold"
+export HOTLUN_TEST_CACHE_META_HOLD=$T/hold HOTLUN_TEST_CACHE_DRAIN_MS=$BOUND
+export HOTLUN_TEST_RESTORE_DELAY_MS=100
+export ASAN_OPTIONS=${asan:+$asan:}detect_leaks=0
+hl_front_start "$T/f.conf"
+unset HOTLUN_TEST_CACHE_META_HOLD HOTLUN_TEST_CACHE_DRAIN_MS HOTLUN_TEST_RESTORE_DELAY_MS
+if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
+for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
+grep -q 'cache ssd: .*warm restart' "$FRONT_LOG" ||
+	hl_fail "5. no warm restart to hold the restore of: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
+sleep 0.5
+[ "$(hl_cache_stat "$sock" ssd restore_state)" = running ] ||
+	hl_fail "5. the restore is not running: $(hl_cache_stat "$sock" ssd restore_state)"
+log=$FRONT_LOG
+t0=$(date +%s%N)
+hl_stop "$FRONT_PID"
+ms=$(ms_since "$t0")
+line=$(grep "the restore did not stop within $BOUND ms" "$log") ||
+	hl_fail "5. the stop did not abandon the held restore: $(tail -n 8 "$log")"
+grep -qx 'state failed' "$T/st/cache-ssd.map" ||
+	hl_fail "5. the map does not say failed: $(head -n 3 "$T/st/cache-ssd.map")"
+hl_log "5. stop with the restore held took $ms ms: $line"
+[ "$ms" -lt $((5 * BOUND)) ] || hl_fail "5. the stop took $ms ms with bounds of $BOUND ms"
+rm -f "$T/hold"
+hl_front_start "$T/f.conf"
+for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
+grep -q 'cache ssd: .*formatted' "$FRONT_LOG" ||
+	hl_fail "5. the restart did not format the device: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
+n=$(hl_stale_blocks "$url" "$T/o.img" 4096)
+[ "$n" = 0 ] || hl_fail "5. $n block(s) differ from the origin after the restart"
+hl_log "5. the restart formatted the cache; 0 blocks differ from the origin"
 hl_stop "$FRONT_PID"
 exit 0

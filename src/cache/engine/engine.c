@@ -764,7 +764,7 @@ void hl_cache_close(struct hl_cache *c)
 		return;
 	engine_restore_stop(c);
 	engine_shadow_stop(c);
-	stuck = !engine_meta_stop(c, false);
+	stuck = !engine_meta_stop(c, false) || atomic_load(&c->meta_stuck);
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->attached)
 			HL_WARN("cache", "cache %s: disk %s still attached at close", c->name,

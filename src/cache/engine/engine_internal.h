@@ -250,6 +250,7 @@ struct hl_cache {
 	pthread_t rs_thr;
 	bool rs_started;
 	atomic_bool rs_stop;
+	atomic_bool rs_exited; /* restore_main returned (engine_restore_stop waits for it) */
 	atomic_int rs_phase; /* enum hl_cache_restore_phase */
 	uint64_t rs_t0;      /* engine_now_ms() at open */
 	unsigned rs_delay_ms; /* HOTLUN_TEST_RESTORE_DELAY_MS (tests) */
