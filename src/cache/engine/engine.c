@@ -39,7 +39,8 @@ static void cache_free(struct hl_cache *c)
 		return;
 	/* (an open that fails after they started: the loader, then the metadata thread) */
 	engine_restore_stop(c);
-	engine_meta_stop(c, true);
+	if (!engine_meta_stop(c, true) || atomic_load(&c->meta_stuck))
+		return; /* a thread stuck in a device call still uses it: never freed */
 	if (c->data)
 		hl_origin_close(c->data);
 	hl_cache_restore_release(&c->rs);
