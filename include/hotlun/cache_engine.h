@@ -260,6 +260,12 @@ struct hl_cache_engine_stats {
 	uint64_t origin_read_ns, origin_write_ns;
 	uint64_t ub_bytes;        /* bytes held by the update buffer now (whole cache) */
 	uint64_t meta_syncs;      /* metadata flushes done (whole cache only) */
+	/*
+	 * Fills and update-buffer installs dropped because their request was
+	 * made in an earlier attachment of its disk (a detach abandoned it,
+	 * engine_req_orphan): they installed nothing (whole cache only).
+	 */
+	uint64_t orphan_drops;
 	uint64_t meta_waits;      /* I/Os that waited for a metadata flush (whole cache only) */
 	uint64_t nslots, used_slots, window_slots; /* geometry (whole cache only) */
 	uint64_t window_used_slots; /* RAM window slots holding a block (whole cache) */

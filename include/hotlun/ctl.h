@@ -10,7 +10,8 @@
  * connection stays usable, except a line over HL_CTL_MAX_REQUEST bytes,
  * which gets an error reply and then the connection is closed (its framing
  * can no longer be trusted). Handlers run on the control reactor's thread,
- * one request at a time.
+ * one request at a time; one may defer its reply (hl_ctl_defer) to work
+ * off that thread, which serves the other clients meanwhile.
  *
  * A request waits for its turn while another runs. One whose client has
  * closed its connection meanwhile is not run. A request may carry
@@ -69,6 +70,29 @@ int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
  * reactor thread only.
  */
 const char *hl_ctl_caller(const struct hl_ctl_server *srv);
+
+/** A handler's return for "the reply comes later" (hl_ctl_defer). */
+#define HL_CTL_DEFERRED 1
+
+/** A reply a handler deferred (hl_ctl_defer), answered by hl_ctl_reply_later. */
+struct hl_ctl_later;
+
+/**
+ * Inside a handler: its reply will be sent later, by hl_ctl_reply_later
+ * (the handler then returns HL_CTL_DEFERRED). Meanwhile the control
+ * reactor serves the other clients; this client's further requests wait
+ * (its replies keep the order of its requests). @return the handle, or
+ * NULL (out of memory, not in a handler): then answer now.
+ */
+struct hl_ctl_later *hl_ctl_defer(struct hl_ctl_server *srv);
+
+/**
+ * Send a deferred reply: rc, result (stolen) and err as a handler's return
+ * would give them. Frees the handle; a client that closed meanwhile gets
+ * nothing. Control reactor thread only (or any thread once the server is
+ * destroyed: then it only frees the handle).
+ */
+void hl_ctl_reply_later(struct hl_ctl_later *l, int rc, json_t *result, const char *err);
 
 /**
  * Close every client and the listening socket, and unlink the path if it is

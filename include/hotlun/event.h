@@ -279,6 +279,16 @@ int hl_workers_start(unsigned nthreads);
 void hl_workers_stop(void);
 
 /**
+ * hl_workers_stop, waiting at most bound_ms (0: no bound) for the workers
+ * to end. A worker whose call has not returned by then (a read of a device
+ * that stopped answering) is abandoned: not joined, and the pool (its
+ * threads, semaphore) stays as it is; the caller must then free nothing
+ * that call or its done may still touch (the reactors, the origins) and
+ * should exit. @return how many workers were abandoned (0: stopped).
+ */
+unsigned hl_workers_stop_within(unsigned bound_ms);
+
+/**
  * Must be called on a reactor thread. work(arg) runs on a worker, then
  * done(arg) on the submitting reactor, never inside this call; that reactor
  * must outlive the item. arg is the caller's until done runs.

@@ -36,6 +36,7 @@ struct ctl_client {
 	char *out;            /* reply bytes not yet sent */
 	size_t out_len, out_off;
 	bool closing;         /* close once out is flushed */
+	struct hl_ctl_later *later; /* its request's reply is deferred (hl_ctl_defer) */
 	char who[64];         /* "pid N uid N" of the peer (SO_PEERCRED), for logs */
 };
 
@@ -54,10 +55,18 @@ struct hl_ctl_server {
 	void *ctx;
 	struct hl_list clients;
 	const char *caller;   /* the client whose request runs now (hl_ctl_caller) */
+	struct ctl_client *running; /* the client whose handler runs now (hl_ctl_defer) */
+};
+
+/* A reply a handler deferred: sent by hl_ctl_reply_later, or dropped with its client. */
+struct hl_ctl_later {
+	struct ctl_client *client; /* NULL once the client is gone (closed, server destroyed) */
 };
 
 static void client_close(struct ctl_client *c)
 {
+	if (c->later)
+		c->later->client = NULL; /* its reply, when it comes, goes nowhere */
 	hl_event_del(&c->ev);
 	close(c->ev.fd);
 	hl_list_del(&c->link);
@@ -192,6 +201,8 @@ static int parse_deadline(json_t *req, int64_t *ms)
 	return 0;
 }
 
+static json_t *result_reply(int rc, json_t *result, const char *err);
+
 static json_t *dispatch(struct ctl_client *cl, const char *line, size_t len)
 {
 	struct hl_ctl_server *srv = cl->srv;
@@ -277,15 +288,37 @@ static json_t *dispatch(struct ctl_client *cl, const char *line, size_t len)
 		rc = cmd_help(srv, &result);
 	} else {
 		srv->caller = cl->who;
+		srv->running = cl;
 		rc = c->fn(srv->ctx, args, &result, err, sizeof(err));
+		srv->running = NULL;
 		srv->caller = NULL;
 	}
 	json_decref(empty);
 	json_decref(req);
+	if (rc == HL_CTL_DEFERRED && cl->later) {
+		json_decref(result);
+		return NULL; /* hl_ctl_reply_later answers it */
+	}
+	if (cl->later) { /* deferred, then answered at once after all */
+		free(cl->later);
+		cl->later = NULL;
+	}
+	if (rc == HL_CTL_DEFERRED)
+		rc = -EIO; /* a handler that returns it without hl_ctl_defer: a bug */
+	return result_reply(rc, result, err);
+}
+
+/* The reply line of a handler's return: steals result. */
+static json_t *result_reply(int rc, json_t *result, const char *err)
+{
+	char buf[512];
+
 	if (rc) {
 		json_decref(result);
-		if (!err[0])
-			snprintf(err, sizeof(err), "%s", strerror(-rc));
+		if (!err || !err[0]) {
+			snprintf(buf, sizeof(buf), "%s", strerror(-rc));
+			err = buf;
+		}
 		return error_reply(err);
 	}
 	json_t *reply = json_pack("{s:b}", "ok", 1);
@@ -328,6 +361,47 @@ static bool client_gone(struct ctl_client *c, const char *line, size_t len)
 	return true;
 }
 
+/*
+ * Serve every complete line received. A deferred reply (hl_ctl_defer) stops
+ * it: the lines after wait, unread from the socket too, until that reply
+ * is sent, so a client's replies keep the order of its requests.
+ */
+static void serve_lines(struct ctl_client *c)
+{
+	size_t start = 0;
+
+	while (!c->later && !c->closing) {
+		char *nl = memchr(c->in + start, '\n', c->in_len - start);
+		if (!nl)
+			break;
+		size_t len = (size_t)(nl - (c->in + start));
+		if (len > HL_CTL_MAX_REQUEST) {
+			client_reply(c, error_reply("request too large"));
+			c->closing = true;
+			return;
+		}
+		if (len && !(len == 1 && c->in[start] == '\r')) {
+			if (client_gone(c, c->in + start, len)) {
+				c->closing = true;
+				start = c->in_len; /* the rest is not run either */
+				break;
+			}
+			json_t *reply = dispatch(c, c->in + start, len);
+			if (reply)
+				client_reply(c, reply);
+			hl_secret_wipe_stack(); /* what the handler's frames held */
+		}
+		start += len + 1;
+	}
+	memmove(c->in, c->in + start, c->in_len - start);
+	explicit_bzero(c->in + c->in_len - start, start); /* what was served */
+	c->in_len -= start;
+	if (c->in_len > HL_CTL_MAX_REQUEST) {
+		client_reply(c, error_reply("request too large"));
+		c->closing = true;
+	}
+}
+
 static void client_read(struct ctl_client *c)
 {
 	for (;;) {
@@ -361,41 +435,26 @@ static void client_read(struct ctl_client *c)
 			return;
 		}
 		c->in_len += (size_t)n;
-
-		/* Serve every complete line. */
-		size_t start = 0;
-		for (;;) {
-			char *nl = memchr(c->in + start, '\n', c->in_len - start);
-			if (!nl)
-				break;
-			size_t len = (size_t)(nl - (c->in + start));
-			if (len > HL_CTL_MAX_REQUEST) {
-				client_reply(c, error_reply("request too large"));
-				c->closing = true;
-				return;
-			}
-			if (len && !(len == 1 && c->in[start] == '\r')) {
-				if (client_gone(c, c->in + start, len)) {
-					c->closing = true;
-					start = c->in_len; /* the rest is not run either */
-					break;
-				}
-				client_reply(c, dispatch(c, c->in + start, len));
-				hl_secret_wipe_stack(); /* what the handler's frames held */
-			}
-			start += len + 1;
-		}
-		memmove(c->in, c->in + start, c->in_len - start);
-		explicit_bzero(c->in + c->in_len - start, start); /* what was served */
-		c->in_len -= start;
-		if (c->in_len > HL_CTL_MAX_REQUEST) {
-			client_reply(c, error_reply("request too large"));
-			c->closing = true;
-			return;
-		}
-		if (c->out_len)
+		serve_lines(c);
+		if (c->closing || c->later || c->out_len)
 			return; /* answer before reading more: a client can't flood us */
 	}
+}
+
+/* After a turn of c's: close it, or watch what it waits for (nothing while a reply is deferred). */
+static void client_settle(struct ctl_client *c)
+{
+	client_flush(c);
+	if (c->closing && c->out_off >= c->out_len && !c->later) {
+		client_close(c);
+		return;
+	}
+	if (c->later) {
+		/* not even EPOLLHUP (always reported): a hang-up would spin the loop */
+		hl_event_del(&c->ev);
+		return;
+	}
+	client_update_events(c);
 }
 
 static void client_event(struct hl_event *ev, uint32_t revents)
@@ -405,12 +464,42 @@ static void client_event(struct hl_event *ev, uint32_t revents)
 	if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR))
 		if (!c->closing)
 			client_read(c);
-	client_flush(c);
-	if (c->closing && c->out_off >= c->out_len) {
-		client_close(c);
+	client_settle(c);
+}
+
+struct hl_ctl_later *hl_ctl_defer(struct hl_ctl_server *srv)
+{
+	struct ctl_client *c = srv->running;
+	struct hl_ctl_later *l;
+
+	if (!c || c->later)
+		return NULL;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return NULL;
+	l->client = c;
+	c->later = l;
+	return l;
+}
+
+void hl_ctl_reply_later(struct hl_ctl_later *l, int rc, json_t *result, const char *err)
+{
+	struct ctl_client *c = l->client;
+
+	free(l);
+	if (!c) {
+		json_decref(result);
 		return;
 	}
-	client_update_events(c);
+	c->later = NULL;
+	client_reply(c, result_reply(rc, result, err));
+	if (hl_event_add(c->srv->reactor, &c->ev, EPOLLOUT) < 0)
+		c->closing = true;
+	if (!c->closing) {
+		serve_lines(c); /* what it sent meanwhile */
+		hl_secret_wipe_stack();
+	}
+	client_settle(c);
 }
 
 static void listen_event(struct hl_event *ev, uint32_t revents);

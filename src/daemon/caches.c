@@ -374,6 +374,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		PUT("update_buffer_writebacks", s->ub_writebacks);
 		PUT("update_buffer_bytes", s->ub_bytes);
 		PUT("meta_syncs", s->meta_syncs);
+		PUT("orphan_drops", s->orphan_drops);
 		PUT("meta_waits", s->meta_waits);
 		PUT("nslots", s->nslots);
 		PUT("used_slots", s->used_slots);

@@ -469,6 +469,22 @@ static void change_by_client(struct daemon *d, const char *what, bool force)
 		 who ? who : "unknown peer", force ? " with force" : "");
 }
 
+/*
+ * A change's reply: now, or, when it removed disks, once they are closed
+ * (closing.c: off this reactor, which answers other clients meanwhile).
+ */
+static int change_reply(struct daemon *d, int rc, const char *err)
+{
+	struct hl_ctl_later *later;
+
+	if (hl_list_empty(&d->closing))
+		return rc;
+	later = hl_ctl_defer(d->ctl);
+	if (daemon_closes_start(d, later, false, rc, err) && later)
+		return HL_CTL_DEFERRED;
+	return rc; /* closed in line, or no handle (out of memory): answered now */
+}
+
 /* Check and apply an edited copy (which this takes). */
 static int commit_change(struct daemon *d, struct hl_conf *next, bool force, char *err,
 			 size_t errlen)
@@ -479,7 +495,8 @@ static int commit_change(struct daemon *d, struct hl_conf *next, bool force, cha
 		return rc;
 	}
 	change_by_client(d, "a change", force);
-	return daemon_apply(d, next, force, err, errlen);
+	rc = daemon_apply(d, next, force, err, errlen);
+	return change_reply(d, rc, err);
 }
 
 /* The daemon as control_edit.c's parsing sees it. */
@@ -915,7 +932,7 @@ static int cmd_saveconfig(void *ctx, json_t *args, json_t **result, char *err, s
 	return 0;
 }
 
-void daemon_reload(struct daemon *d)
+bool daemon_reload(struct daemon *d)
 {
 	struct hl_conf *next;
 	char err[1024];
@@ -924,7 +941,7 @@ void daemon_reload(struct daemon *d)
 	rc = hl_conf_load(d->config_path, &next, err, sizeof(err));
 	if (rc) {
 		HL_ERR("daemon", "reload: %s (nothing changed)", err);
-		return;
+		return false;
 	}
 	snprintf(d->change_by, sizeof(d->change_by), "a reload (SIGHUP)");
 	rc = daemon_apply(d, next, false, err, sizeof(err));
@@ -932,7 +949,10 @@ void daemon_reload(struct daemon *d)
 		HL_ERR("daemon", "reload: %s", err);
 	else
 		HL_NOTICE("daemon", "reloaded %s", d->config_path);
+	/* the disks it removed, in the background: READY=1 once they are closed */
+	bool later = daemon_closes_start(d, NULL, true, rc, err) == 1;
 	hl_secret_wipe_stack(); /* the parser's frames held the file's secrets */
+	return later;
 }
 
 static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
@@ -948,7 +968,8 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 	if (rc)
 		return rc;
 	change_by_client(d, "a reload", ctl_arg_force(args));
-	return daemon_apply(d, next, ctl_arg_force(args), err, errlen);
+	rc = daemon_apply(d, next, ctl_arg_force(args), err, errlen);
+	return change_reply(d, rc, err);
 }
 
 static int cmd_version(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)

@@ -5,7 +5,9 @@
  *
  * Threads: start-up and shutdown run on the main thread; once the control
  * reactor runs, every change (control requests, SIGHUP reload) runs on the
- * control reactor's thread, so struct daemon needs no lock of its own.
+ * control reactor's thread, so struct daemon needs no lock of its own,
+ * except the closes of removed disks (closing.c): their threads own the
+ * disks they close, and close_job is guarded by close_mu.
  */
 #ifndef HL_DAEMON_INTERNAL_H
 #define HL_DAEMON_INTERNAL_H
@@ -32,6 +34,8 @@ struct hl_reactor;
 struct hl_iscsi_server;
 struct hl_iscsi_chap;
 struct hl_ctl_server;
+struct hl_ctl_later;
+struct close_job;
 
 /** One opened disk: its LU (which owns the origin) and what it was opened with. */
 struct disk_rt {
@@ -65,6 +69,13 @@ struct daemon {
 	/* removed while sessions might still have commands on them: freed at exit */
 	struct hl_list retired_disks;
 	struct hl_list retired_targets;
+	/* disks a change removed, handed to closing.c when the change returns */
+	struct hl_list closing;
+	/* the closes under way (closing.c): set and cleared on the control reactor */
+	struct close_job *close_job; /* guarded by close_mu (the stop waits on close_cv) */
+	pthread_mutex_t close_mu;
+	pthread_cond_t close_cv;
+	bool close_stopping; /* close_mu: the stop waits for the closes, no change runs */
 	struct hl_reactor **reactors;
 	unsigned n_reactors;
 	struct hl_reactor *ctl_reactor;
@@ -98,6 +109,33 @@ static inline bool daemon_str_eq(const char *a, const char *b)
  * sessions is refused (-EBUSY) unless force. @return 0 or -errno with err.
  */
 int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, size_t errlen);
+
+/** Close a disk and free it (its owner, reservations, LU and origin stack). */
+void daemon_disk_free(struct disk_rt *rt);
+
+/**
+ * A disk daemon_apply took out of every list and map: closed by
+ * daemon_closes_start once the change returns (closing.c).
+ */
+void daemon_disk_close_later(struct daemon *d, struct disk_rt *rt);
+
+/**
+ * After a change (its result rc and err): close the disks it removed, each
+ * on a thread of its own, all at once. @return 1 when they close in the
+ * background: `later` (the change's deferred reply) is answered with rc
+ * and err once they are closed, on the control reactor, or, for a SIGHUP
+ * (sighup, later NULL), daemon_service_reloaded runs then; 0 when
+ * there was nothing to close or it was done in line (answer now; `later`
+ * untouched).
+ */
+int daemon_closes_start(struct daemon *d, struct hl_ctl_later *later, bool sighup, int rc,
+                        const char *err);
+
+/** -EBUSY with err while closes of an earlier change run (daemon_apply refuses then), or 0. */
+int daemon_closing_busy(struct daemon *d, char *err, size_t errlen);
+
+/** The stop: wait until the closes under way are done (before the control reactor stops). */
+void daemon_closes_wait(struct daemon *d);
 
 /** Seconds initiators get to log out on a planned stop ([global] logout_timeout or its default). */
 static inline unsigned daemon_logout_timeout(const struct hl_conf *c)
@@ -184,8 +222,12 @@ void daemon_exporter_stop(struct daemon *d);
 int daemon_control_start(struct daemon *d);
 void daemon_control_stop(struct daemon *d);
 
-/** Re-read config_path and apply it (SIGHUP); runs on the control thread. */
-void daemon_reload(struct daemon *d);
+/**
+ * Re-read config_path and apply it (SIGHUP); runs on the control thread.
+ * @return true when the disks it removed still close in the background
+ * (then daemon_service_reloaded runs once they are closed).
+ */
+bool daemon_reload(struct daemon *d);
 
 /**
  * Write the running configuration to path atomically (temporary file,

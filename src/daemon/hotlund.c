@@ -297,6 +297,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 		return -ENOMEM;
 	}
 	rc = daemon_apply(d, loaded, false, err, sizeof(err));
+	daemon_closes_start(d, NULL, false, rc, err);   /* nothing to close yet; in line if so */
 	hl_iscsi_server_inherit_done(d->server); /* sockets no portal took */
 	if (rc) {
 		HL_ERR("daemon", "%s", err);
@@ -331,6 +332,8 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 static void stop(struct daemon *d)
 {
 	daemon_exporter_stop(d);
+	/* disks a change removed: their closes answer on the control reactor */
+	daemon_closes_wait(d);
 	daemon_control_stop(d);
 	hl_scsi_set_aborter(NULL); /* returns once no abort reaches the server any more */
 	if (d->server)
@@ -348,7 +351,22 @@ static void stop(struct daemon *d)
 		}
 	}
 	daemon_caches_quiesce(); /* no cache posts to a reactor about to be destroyed */
-	hl_workers_stop();
+	/*
+	 * Bounded like the drain: a worker whose call does not return (a file
+	 * origin or device that stopped answering) may still use its origin and
+	 * post to its reactor, so then nothing is freed: the process exits with
+	 * the reactors, disks and caches as they are. A cache not closed keeps
+	 * the records of its last sync, as after a crash, which the restart
+	 * handles like one (ARCHITECTURE.md invariant 5; docs/cache-format.md).
+	 */
+	unsigned stuck = hl_workers_stop_within(hl_cache_drain_bound_ms());
+	if (stuck) {
+		HL_WARN("daemon",
+		        "stop: %u worker thread(s) stuck in a call: the disks, caches and reactors "
+		        "are left to the process exit (nothing freed under them)",
+		        stuck);
+		return;
+	}
 	for (unsigned i = 0; i < d->n_reactors; i++)
 		hl_reactor_destroy(d->reactors[i]);
 	free(d->reactors);
@@ -487,6 +505,9 @@ int main(int argc, char **argv)
 	hl_list_init(&d.targets);
 	hl_list_init(&d.retired_disks);
 	hl_list_init(&d.retired_targets);
+	hl_list_init(&d.closing);
+	pthread_mutex_init(&d.close_mu, NULL);
+	pthread_cond_init(&d.close_cv, NULL);
 	hl_log_set_ident("hotlund");
 	hl_log_open(false, HL_LOG_WARN);
 	if (demo) {

@@ -119,7 +119,7 @@ static bool disk_changed(const struct hl_conf_disk *a, const struct hl_conf_disk
 	       !daemon_str_eq(a->naa, b->naa);
 }
 
-static void disk_free(struct disk_rt *rt)
+void daemon_disk_free(struct disk_rt *rt)
 {
 	hl_owner_destroy(rt->owner); /* before the LU: its hooks use the LU's origins */
 	if (rt->pr_backend) /* no notice reaches the LU after this */
@@ -378,7 +378,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	hl_uri_redact(cd->origin, false, shown, sizeof(shown));
 	rc = hl_origin_open(cd->origin, &opts, &origin);
 	if (rc) {
-		disk_free(rt);
+		daemon_disk_free(rt);
 		return daemon_fail(err, errlen, rc, "disk %s: cannot open origin %s: %s", cd->name,
 		                   shown, strerror(-rc));
 	}
@@ -388,7 +388,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	rc = daemon_wrap_origin(cd, &origin);
 	if (rc) {
 		hl_origin_close(origin);
-		disk_free(rt);
+		daemon_disk_free(rt);
 		return daemon_fail(err, errlen, rc, "disk %s: throttle: %s", cd->name,
 		                   strerror(-rc));
 	}
@@ -396,7 +396,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		rc = daemon_attach_cache(cd, &origin, err, errlen);
 		if (rc) {
 			hl_origin_close(origin);
-			disk_free(rt);
+			daemon_disk_free(rt);
 			return rc;
 		}
 		rt->cached = origin;
@@ -405,7 +405,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	rc = hl_origin_count_wrap(origin, &counted, &rt->counters);
 	if (rc) {
 		hl_origin_close(origin);
-		disk_free(rt);
+		daemon_disk_free(rt);
 		return daemon_fail(err, errlen, rc, "disk %s: out of memory", cd->name);
 	}
 	origin = counted;
@@ -421,7 +421,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	if (rc) {
 		uint64_t size = origin->size;
 		hl_origin_close(origin);
-		disk_free(rt);
+		daemon_disk_free(rt);
 		return daemon_fail(
 		    err, errlen, rc,
 		    "disk %s: %s (origin size %llu is not a whole number of %u-byte blocks?)",
@@ -430,7 +430,7 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 	if (d->conf->gateway) {
 		rc = disk_owner_start(d, rt, backend, err, errlen);
 		if (rc) {
-			disk_free(rt);
+			daemon_disk_free(rt);
 			return rc;
 		}
 		disk_pr_share(d, rt, backend);
@@ -523,7 +523,7 @@ struct plan {
 static void plan_rollback(struct daemon *d, struct plan *p)
 {
 	for (size_t i = 0; i < p->n_disks; i++)
-		disk_free(p->disks[i].rt);
+		daemon_disk_free(p->disks[i].rt);
 	for (size_t i = 0; i < p->n_portals_added; i++)
 		hl_iscsi_portal_remove(d->server, p->portals_added[i]);
 	free(p->disks);
@@ -676,8 +676,7 @@ static void disk_drop(struct daemon *d, struct disk_rt *rt, bool maybe_busy)
 		hl_list_add_tail(&d->retired_disks, &rt->link);
 		return;
 	}
-	HL_NOTICE("daemon", "disk %s closed", rt->conf.name);
-	disk_free(rt);
+	daemon_disk_close_later(d, rt); /* closing.c: off the control reactor, all at once */
 }
 
 static struct hl_lu *lu_of(struct daemon *d, const char *disk)
@@ -846,8 +845,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		if (!daemon_disk_find(d, rt->conf.name) || disk_sessions(d, rt->conf.name, &who))
 			continue;
 		hl_list_del(&rt->link);
-		HL_NOTICE("daemon", "disk %s: previous origin closed", rt->conf.name);
-		disk_free(rt);
+		HL_NOTICE("daemon", "disk %s: previous origin closing", rt->conf.name);
+		daemon_disk_close_later(d, rt);
 	}
 
 	if (next->log_level != cur->log_level)
@@ -894,6 +893,12 @@ int daemon_apply(struct daemon *d, struct hl_conf *next, bool force, char *err, 
 	int rc;
 
 	err[0] = '\0';
+	rc = daemon_closing_busy(d, err, errlen);
+	if (rc) {
+		d->change_by[0] = '\0';
+		hl_conf_free(next);
+		return rc;
+	}
 	rc = prepare(d, next, force, &p, err, errlen);
 	if (rc) {
 		d->change_by[0] = '\0';
@@ -946,11 +951,11 @@ void daemon_release(struct daemon *d)
 
 	hl_list_for_each_entry_safe(rt, rtmp, &d->disks, link) {
 		hl_list_del(&rt->link);
-		disk_free(rt);
+		daemon_disk_free(rt);
 	}
 	hl_list_for_each_entry_safe(rt, rtmp, &d->retired_disks, link) {
 		hl_list_del(&rt->link);
-		disk_free(rt);
+		daemon_disk_free(rt);
 	}
 	hl_list_for_each_entry_safe(t, tmp, &d->targets, link) {
 		hl_list_del(&t->link);

@@ -171,18 +171,24 @@ void daemon_service_ready(struct daemon *d)
  */
 static struct reload_job {
 	struct daemon *d;
-	void (*reload)(struct daemon *d);
+	bool (*reload)(struct daemon *d);
 } g_reload_job;
 
 static void reload_cb(void *arg)
 {
 	struct reload_job *job = arg;
 
-	job->reload(job->d);
-	ready_cb(job->d);
+	if (!job->reload(job->d))
+		ready_cb(job->d);
+	/* else the disks it removed are closing: daemon_service_reloaded follows */
 }
 
-void daemon_service_reload(struct daemon *d, void (*reload)(struct daemon *d))
+void daemon_service_reloaded(struct daemon *d)
+{
+	ready_cb(d);
+}
+
+void daemon_service_reload(struct daemon *d, bool (*reload)(struct daemon *d))
 {
 	/* MONOTONIC_USEC: systemd 253+ wants it with RELOADING=1; older ones ignore it */
 	notify("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)(hl_now_ns() / 1000));

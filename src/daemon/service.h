@@ -28,8 +28,15 @@ bool daemon_service_init(void);
  */
 void daemon_service_ready(struct daemon *d);
 
-/** A SIGHUP arrived: RELOADING=1 now; READY=1 once the reload ran (posted). */
-void daemon_service_reload(struct daemon *d, void (*reload)(struct daemon *d));
+/**
+ * A SIGHUP arrived: RELOADING=1 now; READY=1 once the reload ran (posted).
+ * reload returns true when the disks it removed still close in the
+ * background: READY=1 then waits for daemon_service_reloaded.
+ */
+void daemon_service_reload(struct daemon *d, bool (*reload)(struct daemon *d));
+
+/** The closes of a SIGHUP reload ended: READY=1 (control reactor). */
+void daemon_service_reloaded(struct daemon *d);
 
 /** SIGTERM/SIGINT: STOPPING=1, and release a reactor the test hook stalled. */
 void daemon_service_stopping(void);

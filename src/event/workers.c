@@ -52,6 +52,8 @@ static bool wq_stopping;                    /* guarded by wq_lock */
 static pthread_t *wq_threads;               /* guarded by wq_lock */
 static unsigned wq_nthreads;                /* guarded by wq_lock */
 static atomic_bool wq_running;              /* written under wq_lock, read anywhere */
+static atomic_uint wq_exited;               /* workers that returned since the last start */
+static bool wq_abandoned;                   /* guarded by wq_lock: a bounded stop gave up */
 
 static void deliver(struct work_item *it)
 {
@@ -85,6 +87,7 @@ static void *worker_main(void *arg)
 		it = wq_head;
 		if (!it) { /* a stop token, and the queue is drained */
 			pthread_mutex_unlock(&wq_lock);
+			atomic_fetch_add(&wq_exited, 1);
 			break;
 		}
 		/* An item (or a stop token while items remain: the item's own post
@@ -116,6 +119,7 @@ int hl_workers_start(unsigned nthreads)
 		rc = -ENOMEM;
 		goto out;
 	}
+	atomic_store(&wq_exited, 0);
 	if (sem_init(&wq_sem, 0, 0)) { /* destroyed by the last stop, if any */
 		rc = -errno;
 		free(wq_threads);
@@ -149,21 +153,53 @@ out:
 
 void hl_workers_stop(void)
 {
+	hl_workers_stop_within(0);
+}
+
+unsigned hl_workers_stop_within(unsigned bound_ms)
+{
+	uint64_t deadline = hl_now_ns() + (uint64_t)bound_ms * 1000000u;
 	pthread_t *threads;
-	unsigned n;
+	unsigned n, done;
 
 	pthread_mutex_lock(&wq_lock);
-	if (!atomic_load(&wq_running) || wq_stopping) {
+	if (wq_abandoned) {
+		/* a stop that gave up before: its tokens are posted, wait again */
+		wq_abandoned = false;
+	} else if (!atomic_load(&wq_running) || wq_stopping) {
 		pthread_mutex_unlock(&wq_lock);
-		return;
+		return 0;
+	} else {
+		wq_stopping = true;
+		for (unsigned i = 0; i < wq_nthreads; i++)
+			sem_post(&wq_sem); /* one stop token per worker */
 	}
-	wq_stopping = true;
 	threads = wq_threads;
 	n = wq_nthreads;
 	pthread_mutex_unlock(&wq_lock);
-	for (unsigned i = 0; i < n; i++)
-		sem_post(&wq_sem); /* one stop token per worker */
 
+	/* polled, not a condition variable: see the top of the file */
+	while (bound_ms && (done = atomic_load(&wq_exited)) < n) {
+		struct timespec ts = {0, 1000000};
+
+		if (hl_now_ns() >= deadline) {
+			/*
+			 * A call that does not return (a read of a dead device): its
+			 * worker, the pool's semaphore and thread list, and whatever
+			 * the call and its done use (its reactor's call queue) stay
+			 * as they are: the caller frees none of it (hotlund exits).
+			 */
+			HL_WARN("workers",
+			        "%u of %u worker thread(s) did not end within %u ms (a call not "
+			        "returning: a device not answering?): abandoned",
+			        n - done, n, bound_ms);
+			pthread_mutex_lock(&wq_lock);
+			wq_abandoned = true; /* a later stop may wait for them again */
+			pthread_mutex_unlock(&wq_lock);
+			return n - done;
+		}
+		nanosleep(&ts, NULL);
+	}
 	for (unsigned i = 0; i < n; i++)
 		pthread_join(threads[i], NULL);
 
@@ -175,6 +211,7 @@ void hl_workers_stop(void)
 	wq_stopping = false;
 	atomic_store(&wq_running, false);
 	pthread_mutex_unlock(&wq_lock);
+	return 0;
 }
 
 int hl_work_submit(hl_work_fn work, hl_call_fn done, void *arg)

@@ -87,6 +87,7 @@ enum fam_id {
 	F_CACHE_UB_BYTES,
 	F_CACHE_UB_WRITEBACKS,
 	F_CACHE_META_SYNCS,
+	F_CACHE_ORPHAN_DROPS,
 	F_CACHE_INFLIGHT,
 	F_CACHE_RESTORING,
 	F_CACHE_RESTORE_LEFT,
@@ -240,6 +241,8 @@ static const struct fam fams[F_N] = {
                                "update buffer write-backs to the device"},
     [F_CACHE_META_SYNCS] = {"hotlun_cache_metadata_syncs_total", "counter",
                             "metadata flushes done"},
+    [F_CACHE_ORPHAN_DROPS] = {"hotlun_cache_orphan_drops_total", "counter",
+                              "fills of requests a disk's detach abandoned, dropped uninstalled"},
     [F_CACHE_INFLIGHT] = {"hotlun_cache_inflight_requests", "gauge",
                           "requests not finished (fills after the reply included)"},
     [F_CACHE_RESTORING] = {"hotlun_cache_restoring", "gauge",
@@ -624,6 +627,7 @@ static void render_cache(struct render *r, const char *cache, json_t *o)
 	counter(r, F_CACHE_UB_BYTES, &l, o, "update_buffer_bytes");
 	counter(r, F_CACHE_UB_WRITEBACKS, &l, o, "update_buffer_writebacks");
 	counter(r, F_CACHE_META_SYNCS, &l, o, "meta_syncs");
+	counter(r, F_CACHE_ORPHAN_DROPS, &l, o, "orphan_drops");
 	counter(r, F_CACHE_INFLIGHT, &l, o, "inflight");
 	if (json_is_string(json_object_get(o, "restore_state"))) {
 		const char *rs = json_string_value(json_object_get(o, "restore_state"));

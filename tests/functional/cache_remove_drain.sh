@@ -7,7 +7,8 @@
 #  2. removal with a short bound (HOTLUN_TEST_CACHE_DRAIN_MS=300, writes held
 #     3 s) abandons the fills: the log says how many; the name re-added at once
 #     with ANOTHER origin never serves the first origin's blocks, and the late
-#     fills touch no freed memory (the ASan build aborts otherwise);
+#     fills touch no freed memory (the ASan build aborts otherwise), and
+#     install nothing: the cache's orphan_drops counts them (0 before);
 #  3. a stop whose drain times out (same knobs; fills and the updates of
 #     writes held) stops within the bound, says how many requests it
 #     abandoned, and the restarted cache serves no block
@@ -107,6 +108,7 @@ hl_front_start "$T/live.conf"
 unset HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS HOTLUN_TEST_CACHE_DRAIN_MS
 if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
 reads 2
+[ "$(hl_cache_stat "$sock" ssd orphan_drops)" = 0 ] || hl_fail "orphan_drops moved before any removal"
 cp "$T/none.conf" "$T/live.conf"
 t0=$(date +%s%N)
 reload "remove the disk"
@@ -121,6 +123,9 @@ grep -q 'disk san: origin or quota changed' "$FRONT_LOG" || hl_fail "the other o
 sleep 3.5 # the held fills of the first origin land now
 hl_check_alive "$FRONT_PID"
 [ "$(hl_cache_stat "$sock" ssd inflight)" = 0 ] || hl_fail "the abandoned requests never ended"
+drops=$(hl_cache_stat "$sock" ssd orphan_drops)
+[ "$drops" -gt 0 ] || hl_fail "the abandoned fills landed but orphan_drops is $drops"
+hl_log "2. the abandoned requests' fills dropped at their landing: orphan_drops $drops"
 n=$(hl_stale_blocks "$url" "$T/b.img" 4096)
 [ "$n" = 0 ] || hl_fail "$n block(s) of the disk on its new origin differ from it (the old origin's fills?)"
 hl_check_alive "$FRONT_PID"

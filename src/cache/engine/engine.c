@@ -39,7 +39,8 @@ static void cache_free(struct hl_cache *c)
 		return;
 	/* (an open that fails after they started: the loader, then the metadata thread) */
 	engine_restore_stop(c);
-	engine_meta_stop(c, true);
+	if (!engine_meta_stop(c, true) || atomic_load(&c->meta_stuck))
+		return; /* a thread stuck in a device call still uses it: never freed */
 	if (c->data)
 		hl_origin_close(c->data);
 	hl_cache_restore_release(&c->rs);
@@ -62,6 +63,9 @@ static void cache_free(struct hl_cache *c)
 	pthread_mutex_destroy(&c->sync_lock);
 	pthread_mutex_destroy(&c->mlock);
 	pthread_cond_destroy(&c->mcond);
+	pthread_cond_destroy(&c->mexit);
+	pthread_mutex_destroy(&c->map_mu);
+	free(c->meta_hold);
 	free(c);
 }
 
@@ -207,7 +211,14 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->mcond, &ca);
+	pthread_cond_init(&c->mexit, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&c->map_mu, NULL);
+	if (getenv("HOTLUN_TEST_CACHE_META_HOLD") && *getenv("HOTLUN_TEST_CACHE_META_HOLD")) {
+		c->meta_hold = strdup(getenv("HOTLUN_TEST_CACHE_META_HOLD"));
+		HL_WARN("cache", "cache %s: test knob: record syncs wait while %s exists",
+		        cfg->name, getenv("HOTLUN_TEST_CACHE_META_HOLD"));
+	}
 	c->mw_tail = &c->mw_head;
 	c->interval_ms = cfg->meta_interval_ms ? cfg->meta_interval_ms : 1000;
 	c->drain_ms = hl_cache_drain_bound_ms();
@@ -606,9 +617,16 @@ int hl_cache_set_write_budget(struct hl_cache *c, uint32_t pct)
 	return rc;
 }
 
+static void drain_note(void *arg, long left)
+{
+	struct hl_cache *c = arg;
+
+	HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish", c->name, left);
+}
+
 long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 {
-	uint64_t t0 = hl_now_ns(), next_note = 5000;
+	uint64_t t0 = hl_now_ns();
 	uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000u;
 	long left, first;
 	bool held;
@@ -625,30 +643,20 @@ long hl_cache_drain(struct hl_cache *c, unsigned timeout_ms)
 	 * still run: a ring closed with I/O in it never calls back, and its
 	 * requests (and their buffers) would be lost.
 	 */
-	while ((left = atomic_load(&c->inflight)) > 0 || !held) {
-		uint64_t ms = (hl_now_ns() - t0) / 1000000;
-		struct timespec ts = {0, 1000000};
-
-		if (ms >= timeout_ms || !held) {
-			/*
-			 * What is left is abandoned, never freed under its late
-			 * completions: hl_cache_close writes no record that claims
-			 * what they write, and keeps the cache's memory for them.
-			 */
-			atomic_store(&c->drain_late, true);
-			HL_WARN(
-			    "cache",
-			    "cache %s: %ld request(s)%s did not finish within %u ms at the stop: "
-			    "abandoned (what they write is not kept)",
-			    c->name, left, held ? "" : " and a shadow step", timeout_ms);
-			return left + !held;
-		}
-		if (ms >= next_note) {
-			HL_NOTICE("cache", "cache %s: waiting for %ld request(s) to finish",
-			          c->name, left);
-			next_note += 5000;
-		}
-		nanosleep(&ts, NULL);
+	left = held ? engine_wait_zero(&c->inflight, t0, deadline, drain_note, c)
+	            : atomic_load(&c->inflight);
+	if (left > 0 || !held) {
+		/*
+		 * What is left is abandoned, never freed under its late
+		 * completions: hl_cache_close writes no record that claims
+		 * what they write, and keeps the cache's memory for them.
+		 */
+		atomic_store(&c->drain_late, true);
+		HL_WARN("cache",
+		        "cache %s: %ld request(s)%s did not finish within %u ms at the stop: "
+		        "abandoned (what they write is not kept)",
+		        c->name, left, held ? "" : " and a shadow step", timeout_ms);
+		return left + !held;
 	}
 	atomic_store(&c->drain_late, false);
 	if (first > 0)
@@ -674,18 +682,90 @@ void hl_cache_quiesce(struct hl_cache *c)
 static struct hl_cache *parked;
 static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* The close's metadata save, run on a thread of its own so that the close can bound it. */
+struct close_save {
+	struct hl_cache *c;
+	bool abandon;     /* requests still out: no update-buffer drain */
+	atomic_bool done; /* the save returned (then the closer joins) */
+};
+
+static void *close_save_main(void *arg)
+{
+	struct close_save *s = arg;
+	struct hl_cache *c = s->c;
+	int rc;
+
+	/*
+	 * Keep the update buffer's sectors warm: write them back first (the
+	 * records below claim them only once the device flush in the close's
+	 * sync made them durable). Not while I/O is still in flight.
+	 */
+	if (!s->abandon)
+		engine_ub_drain(c);
+	engine_meta_test_hold(c);
+	pthread_mutex_lock(&c->lock);
+	rc = hl_cache_meta_close(c->dev, &c->layout, c->core);
+	pthread_mutex_unlock(&c->lock);
+	if (rc)
+		HL_ERR("cache", "cache %s: saving metadata: %s (the next start is cold)", c->name,
+		       strerror(-rc));
+	engine_map_write(c, rc ? "failed" : "clean");
+	atomic_store(&s->done, true);
+	return NULL;
+}
+
+/*
+ * Save the records at close, waiting at most c->drain_ms: a device that
+ * does not answer leaves the save running (its thread and the cache are
+ * never freed: @return false, the caller parks the cache), and the map is
+ * sealed "failed" so the next start trusts none of it.
+ */
+static bool close_save(struct hl_cache *c, bool abandon)
+{
+	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
+	struct close_save *s = calloc(1, sizeof(*s));
+	pthread_t t;
+
+	if (s) {
+		s->c = c;
+		s->abandon = abandon;
+	}
+	if (!s || pthread_create(&t, NULL, close_save_main, s)) {
+		struct close_save inl = {.c = c, .abandon = abandon};
+
+		free(s); /* no memory or thread: in line, unbounded, as before */
+		close_save_main(&inl);
+		return true;
+	}
+	while (!atomic_load(&s->done) && hl_now_ns() < deadline) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	if (atomic_load(&s->done)) {
+		pthread_join(t, NULL);
+		free(s);
+		return true;
+	}
+	pthread_detach(t); /* s stays with it */
+	HL_WARN("cache",
+	        "cache %s: saving the metadata at close did not end within %u ms (the device "
+	        "is not answering?): abandoned; its records are not trusted at the next start",
+	        c->name, c->drain_ms);
+	engine_map_seal(c);
+	return false;
+}
+
 void hl_cache_close(struct hl_cache *c)
 {
 	struct hl_cache_stats st;
-	bool abandon;
+	bool abandon, stuck;
 	long left;
-	int rc;
 
 	if (!c)
 		return;
 	engine_restore_stop(c);
 	engine_shadow_stop(c);
-	engine_meta_stop(c, false);
+	stuck = !engine_meta_stop(c, false) || atomic_load(&c->meta_stuck);
 	for (size_t i = 0; i < c->n_ents; i++)
 		if (c->ents[i]->attached)
 			HL_WARN("cache", "cache %s: disk %s still attached at close", c->name,
@@ -700,8 +780,10 @@ void hl_cache_close(struct hl_cache *c)
 	          (unsigned long long)(st.bytes_read_origin >> 20),
 	          (unsigned long long)st.write_reqs);
 	left = atomic_load(&c->inflight);
-	abandon = left > 0 || atomic_load(&c->shadow_left);
-	if (abandon) {
+	abandon = left > 0 || atomic_load(&c->shadow_left) || stuck;
+	if (abandon && !(left > 0 || atomic_load(&c->shadow_left))) {
+		/* only the metadata thread: below */
+	} else if (abandon) {
 		/*
 		 * Requests still out (on stopped reactors, or a device that stopped
 		 * answering): from now on they install nothing (a new generation
@@ -720,21 +802,20 @@ void hl_cache_close(struct hl_cache *c)
 		        "cache's memory and device stay allocated for their late completions",
 		        c->name, left, atomic_load(&c->shadow_left) ? " (and the shadow)" : "");
 	}
-	if (!c->dead && !atomic_load(&c->failed)) {
+	if (stuck) {
 		/*
-		 * Keep the update buffer's sectors warm: write them back first (the
-		 * records below claim them only once the device flush in the close's
-		 * sync made them durable). Not while I/O is still in flight.
+		 * The metadata thread was abandoned in a device write: it holds
+		 * sync_lock, the device does not answer. The map is sealed
+		 * "failed" (engine_meta_stop): nothing is synced, nothing
+		 * trusted at the next start; the cache stays for the thread.
 		 */
-		if (!abandon)
-			engine_ub_drain(c);
-		pthread_mutex_lock(&c->lock);
-		rc = hl_cache_meta_close(c->dev, &c->layout, c->core);
-		pthread_mutex_unlock(&c->lock);
-		if (rc)
-			HL_ERR("cache", "cache %s: saving metadata: %s (the next start is cold)",
-			       c->name, strerror(-rc));
-		engine_map_write(c, rc ? "failed" : "clean");
+		HL_WARN("cache",
+		        "cache %s: closed without saving its metadata (the metadata thread "
+		        "is stuck); the next start formats the device",
+		        c->name);
+	} else if (!c->dead && !atomic_load(&c->failed)) {
+		if (!close_save(c, abandon))
+			abandon = true; /* parked below: the save's thread still uses it */
 	} else if (!c->dead) {
 		engine_meta_kill(c);
 	}
@@ -841,6 +922,7 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 	counters_copy(e ? &e->st : &c->st, out);
 	if (!e) {
 		out->meta_syncs = cnt_get(&c->meta_syncs);
+		out->orphan_drops = atomic_load(&c->orphan_drops);
 		out->ub_bytes = engine_ub_bytes(c);
 		out->meta_waits = cnt_get(&c->meta_waits);
 		out->nslots = info.nslots;

@@ -230,6 +230,18 @@ struct hl_cache {
 	atomic_bool mdrop;                    /* reactors are gone: the meta thread posts nothing */
 	bool fail_pending;                    /* mlock: kill the on-device metadata */
 	bool dead; /* meta thread (then close): no more metadata writes */
+	bool meta_exited; /* mlock: meta_main returned (engine_meta_stop waits for it) */
+	/*
+	 * engine_meta_stop gave up on the metadata thread (a device write that
+	 * does not return): it may still hold sync_lock and write the device,
+	 * so the close takes neither sync_lock nor the device, the map says
+	 * "failed" (map_sealed: no later map write) and the cache is parked.
+	 */
+	atomic_bool meta_stuck;
+	atomic_bool map_sealed; /* engine_map_seal: the map stays "failed" */
+	pthread_mutex_t map_mu; /* one map writer at a time, and the seal's check */
+	pthread_cond_t mexit;   /* mlock, CLOCK_MONOTONIC: meta_exited became true */
+	char *meta_hold;        /* HOTLUN_TEST_CACHE_META_HOLD: a sync waits while it exists */
 	uint32_t interval_ms;
 	struct eng_shadow *shadow; /* engine_shadow.c: its reactor, NULL until a disk shadows */
 
@@ -238,6 +250,7 @@ struct hl_cache {
 	pthread_t rs_thr;
 	bool rs_started;
 	atomic_bool rs_stop;
+	atomic_bool rs_exited; /* restore_main returned (engine_restore_stop waits for it) */
 	atomic_int rs_phase; /* enum hl_cache_restore_phase */
 	uint64_t rs_t0;      /* engine_now_ms() at open */
 	unsigned rs_delay_ms; /* HOTLUN_TEST_RESTORE_DELAY_MS (tests) */
@@ -499,9 +512,12 @@ int engine_meta_start(struct hl_cache *c);
 /**
  * Stop the metadata thread once it has flushed what was asked of it (a
  * no-op when it is not running). drop: the reactors are going, so it
- * hands nothing back to them (quiesce). Main thread; blocking.
+ * hands nothing back to them (quiesce). Main thread; waits at most
+ * c->drain_ms: a thread still in a device write then is abandoned (never
+ * joined, meta_stuck set, the map sealed "failed"). @return false when the
+ * thread is (or was) abandoned.
  */
-void engine_meta_stop(struct hl_cache *c, bool drop);
+bool engine_meta_stop(struct hl_cache *c, bool drop);
 
 /**
  * The device failed: mark the map "failed" and wipe both superblocks, so a
@@ -599,8 +615,31 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
  */
 struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, uint32_t nb,
                                uint32_t maxios, uint32_t maxsub);
+/**
+ * HOTLUN_TEST_CACHE_META_HOLD (tests only): wait while its file exists, as
+ * a metadata write to a device that does not answer (the meta thread's
+ * syncs, the close's save).
+ */
+void engine_meta_test_hold(struct hl_cache *c);
+
+/**
+ * Write "failed" into the map and let no later engine_map_write change it
+ * (a stuck metadata thread that comes back): the next start formats.
+ */
+void engine_map_seal(struct hl_cache *c);
+
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
+/**
+ * Wait until *count (a cache's or a disk's requests in flight) is 0 or
+ * less, looking every 1 ms, until hl_now_ns() reaches deadline_ns. Every
+ * 5 s after t0_ns, note(arg, left) is called when not NULL (a notice of
+ * what it waits for). The drains of a stop (hl_cache_drain) and of a
+ * disk's detach (co_drain) both wait with it. @return what is left: 0
+ * when it got there, else the count at the deadline.
+ */
+long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
+                      void (*note)(void *arg, long left), void *arg);
 /**
  * This thread's array of at least n core ios, for a read's lookup before
  * its request is sized for what the lookup planned (valid until the

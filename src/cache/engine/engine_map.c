@@ -39,7 +39,30 @@
  * hl_cache_open format the device: LUN ids are only meaningful with it.
  * Writers hold sync_lock (or run alone: open, close).
  */
+static int map_write_locked(struct hl_cache *c, const char *state);
+
 int engine_map_write(struct hl_cache *c, const char *state)
+{
+	int rc = -ECANCELED; /* sealed: it stays "failed" */
+
+	pthread_mutex_lock(&c->map_mu);
+	if (!atomic_load(&c->map_sealed))
+		rc = map_write_locked(c, state);
+	pthread_mutex_unlock(&c->map_mu);
+	return rc;
+}
+
+void engine_map_seal(struct hl_cache *c)
+{
+	pthread_mutex_lock(&c->map_mu);
+	atomic_store(&c->map_sealed, true);
+	if (map_write_locked(c, "failed") == 0)
+		HL_WARN("cache", "cache %s: %s says failed: the next start formats the device",
+		        c->name, c->map_path);
+	pthread_mutex_unlock(&c->map_mu);
+}
+
+static int map_write_locked(struct hl_cache *c, const char *state)
 {
 	char *tmp = NULL, *dir = NULL;
 	FILE *f;

@@ -141,6 +141,19 @@ static void meta_post(struct hl_cache *c, struct meta_wait *w)
 	}
 }
 
+/*
+ * HOTLUN_TEST_CACHE_META_HOLD=PATH (tests only, docs/cache-engine.md): a
+ * record sync, holding sync_lock like a device write that does not return,
+ * waits while PATH exists.
+ */
+void engine_meta_test_hold(struct hl_cache *c)
+{
+	struct timespec ts = {0, 10000000};
+
+	while (c->meta_hold && access(c->meta_hold, F_OK) == 0)
+		nanosleep(&ts, NULL);
+}
+
 static void *meta_main(void *arg)
 {
 	struct hl_cache *c = arg;
@@ -190,6 +203,7 @@ static void *meta_main(void *arg)
 			 * after it.
 			 */
 			pthread_mutex_lock(&c->sync_lock);
+			engine_meta_test_hold(c);
 			rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
 			pthread_mutex_unlock(&c->sync_lock);
 			cnt_add(&c->meta_syncs, 1);
@@ -230,6 +244,8 @@ static void *meta_main(void *arg)
 		if (stop && !c->mw_head)
 			break;
 	}
+	c->meta_exited = true;
+	pthread_cond_broadcast(&c->mexit);
 	pthread_mutex_unlock(&c->mlock);
 	return NULL;
 }
@@ -251,16 +267,49 @@ int engine_meta_start(struct hl_cache *c)
 	return rc;
 }
 
-void engine_meta_stop(struct hl_cache *c, bool drop)
+bool engine_meta_stop(struct hl_cache *c, bool drop)
 {
+	struct timespec dl;
+	bool ended;
+
 	if (!c->meta_started)
-		return;
+		return !atomic_load(&c->meta_stuck);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += c->drain_ms / 1000;
+	dl.tv_nsec += (long)(c->drain_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
 	pthread_mutex_lock(&c->mlock);
 	c->mstop = true;
 	if (drop)
 		atomic_store(&c->mdrop, true);
 	pthread_cond_signal(&c->mcond);
+	while (!c->meta_exited)
+		if (pthread_cond_timedwait(&c->mexit, &c->mlock, &dl) == ETIMEDOUT)
+			break;
+	ended = c->meta_exited;
 	pthread_mutex_unlock(&c->mlock);
-	pthread_join(c->meta_thr, NULL);
 	c->meta_started = false;
+	if (ended) {
+		pthread_join(c->meta_thr, NULL);
+		return true;
+	}
+	/*
+	 * A device write that does not return (a dead SSD): the thread keeps
+	 * sync_lock and may write the device and the map whenever it comes
+	 * back. It is left running (never joined; the cache it uses is never
+	 * freed: hl_cache_close parks it), and the records it could not sync
+	 * must not be trusted: the map says "failed" from now on, so the
+	 * next start formats the device (cold, never stale).
+	 */
+	atomic_store(&c->meta_stuck, true);
+	pthread_detach(c->meta_thr);
+	HL_WARN("cache",
+	        "cache %s: the metadata thread did not end within %u ms (a device write not "
+	        "answering?): abandoned; its records are not trusted at the next start",
+	        c->name, c->drain_ms);
+	engine_map_seal(c);
+	return false;
 }

@@ -165,13 +165,10 @@ static long co_drain(struct hl_cache *c, struct map_ent *e)
 		return first; /* none, or the reactors are gone (a stop's drain gave up) */
 	HL_NOTICE("cache", "cache %s: disk %s: waiting up to %u ms for %ld request(s) in flight",
 	          c->name, e->name, c->drain_ms, first);
-	while ((left = atomic_load(&e->inflight)) > 0) {
-		struct timespec ts = {0, 1000000};
-
-		if ((hl_now_ns() - t0) / 1000000 >= c->drain_ms)
-			return left;
-		nanosleep(&ts, NULL);
-	}
+	left =
+	    engine_wait_zero(&e->inflight, t0, t0 + (uint64_t)c->drain_ms * 1000000u, NULL, NULL);
+	if (left > 0)
+		return left;
 	HL_NOTICE("cache", "cache %s: disk %s: %ld request(s) in flight finished in %llu us",
 	          c->name, e->name, first, (unsigned long long)((hl_now_ns() - t0) / 1000));
 	return 0;
@@ -182,6 +179,12 @@ static void co_close(struct hl_origin *o)
 	struct co_priv *co = co_of(o);
 	struct hl_cache *c = co->c;
 	struct map_ent *e = co->ent;
+	/*
+	 * A stop gave up on the metadata thread (engine_meta_stop): it may hold
+	 * sync_lock for ever. The map is sealed "failed", so no proof matters
+	 * any more: detach under lock only, take no final proof.
+	 */
+	bool stuck = atomic_load(&c->meta_stuck);
 	long left;
 
 	engine_shadow_detach(c, e); /* its pre-reads use o and the inner origin */
@@ -195,13 +198,15 @@ static void co_close(struct hl_origin *o)
 	 * origin, and their buffers are their own.
 	 */
 	left = co_drain(c, e);
-	pthread_mutex_lock(&c->sync_lock);
+	if (!stuck)
+		pthread_mutex_lock(&c->sync_lock);
 	pthread_mutex_lock(&c->lock);
 	e->attached = false; /* its blocks stay: a restart finds them */
 	e->inner = NULL;     /* the meta thread takes no more proofs from it */
 	atomic_fetch_add(&e->gen, 1);
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&c->sync_lock);
+	if (!stuck)
+		pthread_mutex_unlock(&c->sync_lock);
 	if (left > 0 && atomic_load(&c->mdrop))
 		HL_WARN("cache",
 		        "cache %s: disk %s: %ld request(s) left by the stop's drain: abandoned "
@@ -216,7 +221,8 @@ static void co_close(struct hl_origin *o)
 	 * No origin I/O is in flight (every command was answered): what the
 	 * origin holds now is what the blocks match.
 	 */
-	engine_proof_final(c, e, co->inner);
+	if (!stuck)
+		engine_proof_final(c, e, co->inner);
 	/* hl_origin_close() closes the inner origin next */
 }
 

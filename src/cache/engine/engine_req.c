@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache/engine/engine_internal.h"
 #include "hotlun/event.h"
@@ -180,6 +181,27 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 	atomic_fetch_add(&co->ent->inflight, 1);
 	atomic_fetch_add(&co->c->inflight, 1);
 	return req;
+}
+
+long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
+                      void (*note)(void *arg, long left), void *arg)
+{
+	uint64_t next_note = t0_ns + 5000000000ull;
+	long left;
+
+	while ((left = atomic_load(count)) > 0) {
+		uint64_t now = hl_now_ns();
+		struct timespec ts = {0, 1000000};
+
+		if (now >= deadline_ns)
+			return left;
+		if (note && now >= next_note) {
+			note(arg, left);
+			next_note += 5000000000ull;
+		}
+		nanosleep(&ts, NULL);
+	}
+	return 0;
 }
 
 void engine_req_free(struct eng_req *req)

@@ -81,6 +81,7 @@ static void restore_run(struct hl_cache *c)
 			if (atomic_load(&c->rs_stop))
 				break;
 		}
+		engine_meta_test_hold(c); /* a device read that does not return (tests) */
 		/* (throttled for a test: one page per read) */
 		left = hl_cache_meta_load_step(c->dev, &c->layout, c->core, &c->rs, &c->lock,
 		                               &c->sync_lock, delay_ms ? 1 : RESTORE_READ_PAGES,
@@ -128,6 +129,7 @@ static void *restore_main(void *arg)
 
 	restore_run(c);
 	hl_cache_restore_release(&c->rs); /* its buffers (1 MiB, and the summary's copy) */
+	atomic_store(&c->rs_exited, true); /* its last touch of c */
 	return NULL;
 }
 
@@ -154,11 +156,33 @@ void engine_restore_stop(struct hl_cache *c)
 {
 	bool all, noted;
 
+	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
+
 	if (!c->rs_started)
 		return;
 	atomic_store(&c->rs_stop, true);
-	pthread_join(c->rs_thr, NULL);
+	/* bounded like the drain: a step in a device read that does not return */
+	while (!atomic_load(&c->rs_exited) && hl_now_ns() < deadline) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
 	c->rs_started = false;
+	if (!atomic_load(&c->rs_exited)) {
+		/*
+		 * It may hold sync_lock and c->rs, and write the core when it
+		 * comes back: treated like a stuck metadata thread (never
+		 * joined, the cache parked, the map sealed "failed").
+		 */
+		pthread_detach(c->rs_thr);
+		atomic_store(&c->meta_stuck, true);
+		HL_WARN("cache",
+		        "cache %s: the restore did not stop within %u ms (a device read not "
+		        "answering?): abandoned; its records are not trusted at the next start",
+		        c->name, c->drain_ms);
+		engine_map_seal(c);
+		return;
+	}
+	pthread_join(c->rs_thr, NULL);
 	pthread_mutex_lock(&c->lock); /* (writes may still note blocks) */
 	all = hl_cache_core_restore_all(c->core);
 	noted = hl_cache_core_restore_noted(c->core) != 0;

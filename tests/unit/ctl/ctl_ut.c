@@ -56,15 +56,34 @@ static int slow_fn(void *ctx, json_t *args, json_t **result, char *err, size_t e
 	return 0;
 }
 
+static struct hl_ctl_server *srv;
+static struct hl_ctl_later *pending; /* control thread: later_fn's deferred reply */
+
+/* Defers its reply: answer_later (posted to the control thread) sends it. */
+static int later_fn(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	(void)ctx, (void)args, (void)result, (void)err, (void)errlen;
+	pending = hl_ctl_defer(srv);
+	return pending ? HL_CTL_DEFERRED : -ENOMEM;
+}
+
+static void answer_later(void *arg)
+{
+	(void)arg;
+	if (pending)
+		hl_ctl_reply_later(pending, 0, json_pack("{s:b}", "later", 1), NULL);
+	pending = NULL;
+}
+
 static const struct hl_ctl_command cmds[] = {
 	{"echo", "return args.n", echo_fn},
+	{"later", "answer when the test says so (hl_ctl_defer)", later_fn},
 	{"block", "hold the control thread while the test says so", block_fn},
 	{"slow", "take 300 ms", slow_fn},
 	{NULL, NULL, NULL},
 };
 
 static struct hl_reactor *r;
-static struct hl_ctl_server *srv;
 static char path[64];
 
 static int start_rc = 1;
@@ -133,7 +152,7 @@ static void test_good_request_and_socket_mode(void)
 	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(reply, "result"), "n")), 7);
 	json_decref(reply);
 	reply = call(fd, "help", NULL);
-	CU_ASSERT_EQUAL(json_array_size(json_object_get(reply, "result")), 4);
+	CU_ASSERT_EQUAL(json_array_size(json_object_get(reply, "result")), 5);
 	json_decref(reply);
 	close(fd);
 }
@@ -447,8 +466,73 @@ static void test_socket_from_config(void)
 	CU_ASSERT_STRING_EQUAL(err, "");
 }
 
+/* Read n reply lines from fd (5 s at most); parsed into out[]. @return how many came. */
+static int read_lines(int fd, json_t **out, int n, int timeout_ms)
+{
+	char buf[8192];
+	size_t have = 0;
+	int got = 0;
+	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	while (got < n && have < sizeof(buf)) {
+		char *nl;
+		ssize_t k = recv(fd, buf + have, sizeof(buf) - have, 0);
+		if (k <= 0)
+			break;
+		have += (size_t)k;
+		while (got < n && (nl = memchr(buf, '\n', have))) {
+			out[got++] = json_loadb(buf, (size_t)(nl - buf), 0, NULL);
+			have -= (size_t)(nl + 1 - buf);
+			memmove(buf, nl + 1, have);
+		}
+	}
+	return got;
+}
+
+/*
+ * A deferred reply (hl_ctl_defer): other clients are answered meanwhile,
+ * the deferring client's next request waits behind it and is answered
+ * after it, in order; a client that closed before its deferred reply
+ * costs nothing.
+ */
+static void test_deferred_reply(void)
+{
+	static const char two[] = "{\"cmd\":\"later\"}\n{\"cmd\":\"echo\",\"args\":{\"n\":2}}\n";
+	int fd1 = hl_ctl_connect(path), fd2 = hl_ctl_connect(path), fd3;
+	json_t *lines[2] = {NULL, NULL};
+
+	CU_ASSERT_TRUE_FATAL(fd1 >= 0 && fd2 >= 0);
+	CU_ASSERT_EQUAL(send(fd1, two, sizeof(two) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(two) - 1);
+	usleep(100000);
+	json_t *reply = call(fd2, "echo", json_pack("{s:i}", "n", 5)); /* not blocked by fd1's */
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(reply, "result"), "n")), 5);
+	json_decref(reply);
+	CU_ASSERT_EQUAL(read_lines(fd1, lines, 1, 200), 0); /* neither reply yet */
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_call(r, answer_later, NULL), 0);
+	CU_ASSERT_EQUAL(read_lines(fd1, lines, 2, 5000), 2);
+	CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(lines[0], "result"), "later")));
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(lines[1], "result"), "n")),
+	                2);
+	json_decref(lines[0]);
+	json_decref(lines[1]);
+	/* its client gone before the reply: dropped, the server goes on */
+	fd3 = hl_ctl_connect(path);
+	CU_ASSERT_TRUE_FATAL(fd3 >= 0);
+	CU_ASSERT_EQUAL(send(fd3, two, 16, MSG_NOSIGNAL), 16);
+	usleep(100000);
+	close(fd3);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_call(r, answer_later, NULL), 0);
+	reply = call(fd2, "echo", json_pack("{s:i}", "n", 6));
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(reply, "result"), "n")), 6);
+	json_decref(reply);
+	close(fd1);
+	close(fd2);
+}
+
 static const struct hl_test tests[] = {
 	{"socket from a config file", test_socket_from_config},
+	{"deferred reply", test_deferred_reply},
 	{"socket ownership", test_socket_ownership},
 	{"good request, socket mode", test_good_request_and_socket_mode},
 	{"bad requests get errors", test_bad_requests_get_errors_and_connection_survives},

@@ -208,12 +208,49 @@ static void test_two_reactors(void)
 	free(t);
 }
 
+static void submit_one(void *arg)
+{
+	CU_ASSERT_EQUAL(hl_work_submit(work_fn, done_fn, arg), 0);
+}
+
+/*
+ * A call that does not return in time (a read of a dead device): a bounded
+ * stop gives up on its worker and says so, a later unbounded stop waits for
+ * it and joins, and its done is still posted (to its reactor, kept alive).
+ */
+static void test_bounded_stop_abandons(void)
+{
+	struct item it = {.sleep_ms = 900};
+	struct timespec ts = {0, 50000000};
+	uint64_t t0;
+
+	hl_workers_stop();
+	CU_ASSERT_EQUAL(hl_workers_start(2), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&ut_r, "ut"), 0);
+	done_count = 0;
+	done_target = 1; /* its done stops the reactor */
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(ut_r), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_call(ut_r, submit_one, &it), 0);
+	nanosleep(&ts, NULL); /* submitted, the call under way */
+	t0 = hl_now_ns();
+	CU_ASSERT_EQUAL(hl_workers_stop_within(200), 1);
+	CU_ASSERT_TRUE(hl_now_ns() - t0 < 600000000ull); /* the bound, not the call's 900 ms */
+	hl_workers_stop(); /* unbounded: waits for the call this time, and joins */
+	CU_ASSERT_TRUE(hl_now_ns() - t0 >= 600000000ull);
+	hl_reactor_join(ut_r); /* its done was posted after all, and stopped it */
+	CU_ASSERT_EQUAL(it.work_calls, 1);
+	CU_ASSERT_EQUAL(it.done_calls, 1);
+	hl_reactor_destroy(ut_r);
+	CU_ASSERT_EQUAL(hl_workers_stop_within(200), 0); /* stopped: nothing to do */
+}
+
 static const struct hl_test tests[] = {
     {"submit off a reactor is -EINVAL", test_not_on_reactor},
     {"work on workers, done once on the reactor", test_threads_and_once},
     {"workers run in parallel", test_parallel},
     {"stop drains, submit restarts", test_stop_drains_and_restart},
     {"done returns to the submitting reactor", test_two_reactors},
+    {"a bounded stop abandons a worker whose call does not return", test_bounded_stop_abandons},
     {NULL, NULL},
 };
 
