@@ -101,6 +101,7 @@ struct eng_counters {
 	uint64_t rsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t wsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t dev_errors, origin_errors, hit_retries, passthrough_ios;
+	uint64_t hit_streams; /* streamed reads that handed data up early (engine_read.c) */
 	uint64_t promotions;    /* RAM window blocks copied to the SSD */
 	uint64_t ub_writebacks; /* update buffer write-backs completed */
 	/* the origin's latency as the cache sees it (engine_sub_cb): reads, writes; kept in
@@ -298,6 +299,7 @@ struct eng_sub {
 	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
 	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
 	bool ub;          /* FILL: an update into the RAM update buffer, not the device */
+	bool fin;         /* streamed read: HIT/RETRY: its bytes are in the caller's buffer, final */
 	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
 	uint32_t nk;      /* HIT: ios k..k+nk-1, adjacent on the device, read as one */
 	uint32_t peer;    /* RMW: the FILL sub it merges into */
@@ -323,6 +325,14 @@ struct eng_req {
 	bool all_hit, in_wlist, replied, inside_submit, no_data;
 	bool cached; /* READ: the plan found some of its bytes in the cache (hit or partial) */
 	bool pooled; /* from the thread's free list (engine_req.c), REQ_POOL_BYTES long */
+	/*
+	 * READ streamed to uio->ready (engine_read.c, "Streaming a big hit"):
+	 * every block a HIT, read in chunks; rnext: the first sub not yet fin,
+	 * rsent: the bytes reported ready so far.
+	 */
+	bool stream;
+	uint32_t rnext;
+	uint64_t rsent;
 	uint32_t gen; /* ent->gen when it was made */
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;
