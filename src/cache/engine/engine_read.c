@@ -176,6 +176,8 @@ static void piece_retry(struct eng_req *req, struct eng_sub *s, int rc)
  * sub): the bytes from it on wait until that read is in.
  */
 #define HIT_CHUNK_DEFAULT (256u << 10)
+/* Report only steps this long (a read over scattered slots has a sub per block). */
+#define STREAM_MIN_STEP (64u << 10)
 
 /* The chunk size: HOTLUN_HIT_CHUNK (bytes, 0: no streaming), read once. */
 static uint64_t hit_chunk(void)
@@ -230,7 +232,7 @@ static void stream_advance(struct eng_req *req)
 		return; /* all of it: the reply follows */
 	ready = stream_sub_lo(req, &req->subs[req->rnext]);
 	ready = ready > req->off ? ready - req->off : 0;
-	if (ready <= req->rsent || ready >= req->len)
+	if (ready < req->rsent + STREAM_MIN_STEP || ready >= req->len)
 		return;
 	if (!req->rsent) {
 		cnt_add(&req->c->st.hit_streams, 1);
