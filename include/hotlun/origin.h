@@ -97,13 +97,13 @@ struct hl_origin_io {
 	uint64_t length;
 	struct iovec *iov; /* READ / WRITE only; total length == length */
 	int iovcnt;
+	/** READ: set by a cache before cb (enum hl_io_source); 0 (uncached) otherwise. */
+	uint8_t source;
 	/** Completion: result 0 or -errno (-EIO, -ENOSPC, ...). Runs on the submitting reactor. */
 	void (*cb)(struct hl_origin_io *io, int result);
 	void *arg;         /* for the caller */
 	/** COMPARE_AND_WRITE: set by the backend before cb(-EILSEQ). */
 	uint64_t miscompare_offset;
-	/** READ: set by a cache before cb (enum hl_io_source); 0 (uncached) otherwise. */
-	uint8_t source;
 	/**
 	 * READ, optional (NULL: the caller wants only cb): the first `bytes`
 	 * bytes of the data are in iov and final, they will not change before

@@ -294,12 +294,12 @@ struct eng_sub {
 	bool own;
 	bool direct; /* HIT/RETRY: buf is the caller's buffer itself, no copy */
 	bool dev;    /* the I/O goes to the cache device (traced) */
+	bool fin;    /* streamed read: HIT/RETRY: its bytes are in the caller's buffer, final */
 	uint64_t t0; /* an origin READ or WRITE: when it was submitted (its latency), else 0 */
 	uint8_t kind;
 	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
 	bool rmw_failed;  /* FILL: one of them failed: the update is dropped */
 	bool ub;          /* FILL: an update into the RAM update buffer, not the device */
-	bool fin;         /* streamed read: HIT/RETRY: its bytes are in the caller's buffer, final */
 	uint32_t k;       /* HIT/FILL/RETRY/PHIT/RMW: index in ios; RUN: first block */
 	uint32_t nk;      /* HIT: ios k..k+nk-1, adjacent on the device, read as one */
 	uint32_t peer;    /* RMW: the FILL sub it merges into */
