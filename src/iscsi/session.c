@@ -487,7 +487,7 @@ void iscsi_task_respond(struct iscsi_conn *c, struct iscsi_task *t)
 
 	if (t->cmd.data_in && t->cmd.data)
 		len = HL_MIN(t->cmd.data_in_len, t->edtl);
-	/* din_off < len: a piece sent early never holds the last PDU (else the status goes alone) */
+	/* din_off < len: early pieces never hold the last PDU (else the status goes alone) */
 	if (len && t->cmd.status == HL_SAM_GOOD && t->cmd.sense_len == 0 && t->din_off < len) {
 		send_data_in(c, t, len, true);
 	} else {

@@ -195,6 +195,12 @@ static uint64_t hit_chunk(void)
 	return (uint64_t)x;
 }
 
+/* Blocks in a chunk of a streamed read: whole blocks, at least one. */
+static uint32_t stream_blocks(const struct hl_cache *c)
+{
+	return HL_MAX(1u, (uint32_t)(hit_chunk() >> c->shift));
+}
+
 /* Stream this read? Under c->lock, right after the plan. */
 static bool stream_wanted(const struct eng_req *req, const struct hl_origin_io *uio)
 {
@@ -618,8 +624,8 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 				k++;
 			} else {
 				uint32_t run = hit_run(req, k);
-				if (req->stream) /* chunks of whole blocks */
-					run = HL_MIN(run, HL_MAX(1u, (uint32_t)(hit_chunk() >> c->shift)));
+				if (req->stream)
+					run = HL_MIN(run, stream_blocks(c));
 				start_hit(req, k, run);
 				k += run;
 			}
