@@ -248,6 +248,7 @@ struct hl_cache_engine_stats {
 	uint64_t dev_errors; /* cache device I/O errors (the first one switches to pass-through) */
 	uint64_t origin_errors;   /* origin read/write errors returned to the initiator */
 	uint64_t hit_retries;     /* planned hits re-read from the origin after a device error */
+	uint64_t hit_streams;     /* big hits whose leading data went up before the rest was read */
 	uint64_t passthrough_ios; /* I/Os forwarded untouched while in pass-through */
 	uint64_t promotions;      /* RAM window blocks copied to the SSD */
 	uint64_t ub_writebacks;   /* RAM update buffer write-backs to the device (whole cache) */

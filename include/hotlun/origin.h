@@ -97,13 +97,24 @@ struct hl_origin_io {
 	uint64_t length;
 	struct iovec *iov; /* READ / WRITE only; total length == length */
 	int iovcnt;
+	/** READ: set by a cache before cb (enum hl_io_source); 0 (uncached) otherwise. */
+	uint8_t source;
 	/** Completion: result 0 or -errno (-EIO, -ENOSPC, ...). Runs on the submitting reactor. */
 	void (*cb)(struct hl_origin_io *io, int result);
 	void *arg;         /* for the caller */
 	/** COMPARE_AND_WRITE: set by the backend before cb(-EILSEQ). */
 	uint64_t miscompare_offset;
-	/** READ: set by a cache before cb (enum hl_io_source); 0 (uncached) otherwise. */
-	uint8_t source;
+	/**
+	 * READ, optional (NULL: the caller wants only cb): the first `bytes`
+	 * bytes of the data are in iov and final, they will not change before
+	 * cb (which may still report an error for the rest). An origin that
+	 * supports it calls it zero or more times with growing values below
+	 * length, on the submitting reactor, never inside submit and never
+	 * after cb. An origin that does not simply never calls it; a wrapper
+	 * that forwards the request forwards it (or drops it). Lets a transport
+	 * send the leading data of a big read while the rest is still read.
+	 */
+	void (*ready)(struct hl_origin_io *io, uint64_t bytes);
 	/* Backend-private scratch, so backends need no allocation per I/O. */
 	uint64_t priv[8];
 };

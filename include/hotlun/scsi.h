@@ -168,9 +168,21 @@ struct hl_scsi_cmd {
 
 	void (*done)(struct hl_scsi_cmd *cmd);
 	void *arg;             /* for the transport */
+	/**
+	 * Optional (NULL: data only at done()), set by the transport before
+	 * exec: a READ whose data arrives in pieces says that data[0, bytes)
+	 * is final (it will not change before done()), so the transport may
+	 * send it at once. Called zero or more times with growing values, on
+	 * the reactor exec ran on, never from inside hl_scsi_cmd_exec and never
+	 * after done(). done() still reports the status and data_in_len, which
+	 * may be an error after some data was handed over (SCSI allows Data-In
+	 * followed by CHECK CONDITION), or data_in_len 0 with sense.
+	 */
+	void (*data_ready)(struct hl_scsi_cmd *cmd, uint32_t bytes);
 
 	/* ---- private to the scsi layer ---- */
 	struct hl_origin_io io;
+	bool stream; /* the READ in io passes its partial data to data_ready */
 	struct iovec iov[2];
 	struct hl_list link;
 	uint32_t state;

@@ -360,6 +360,7 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 	PUT("dev_errors", s->dev_errors);
 	PUT("origin_errors", s->origin_errors);
 	PUT("hit_retries", s->hit_retries);
+	PUT("hit_streams", s->hit_streams);
 	PUT("passthrough_ios", s->passthrough_ios);
 	PUT("promotions", s->promotions);
 	PUT("block_size", s->block_size);

@@ -460,6 +460,8 @@ struct iscsi_task {
 	/* read side */
 	uint32_t rd_charge;       /* bytes counted in conn->rd_inflight while in the scsi layer */
 	uint32_t datasn;          /* next Data-In DataSN */
+	uint32_t din_off;         /* Data-In bytes queued (some may go before the status) */
+	uint32_t din_burst;       /* ... of them in the current sequence (MaxBurstLength) */
 	uint32_t buf_len;         /* bytes allocated for cmd.data */
 	struct iscsi_wb_claim wb; /* write budget (need 0: none) */
 	uint8_t sense_buf[2 + HL_SENSE_MAX];

@@ -75,6 +75,9 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->r2t_active = 0;
 	memset(t->r2t, 0, sizeof(t->r2t));
 	t->datasn = 0;
+	t->din_off = 0;
+	t->din_burst = 0;
+	t->cmd.data_ready = NULL;
 	t->rd_charge = 0;
 	t->buf_len = 0;
 	t->wb.need = 0;
@@ -419,21 +422,32 @@ static void send_scsi_rsp(struct iscsi_conn *c, struct iscsi_task *t)
 	iscsi_conn_queue(c, &h, dlen ? t->sense_buf : NULL, dlen, dlen ? t : NULL, NULL, false);
 }
 
-/* Data-In PDUs for a read; the last one carries the status when there is no sense. */
-static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t len, bool with_status)
+/*
+ * Data-In PDUs of a read from t->din_off on (in offset order, DataSN in
+ * order: DataPDUInOrder and DataSequenceInOrder are Yes), each at most
+ * MaxRecvDataSegmentLength, a sequence (F bit) at most MaxBurstLength.
+ * Final: up to len, the last PDU with the status when with_status. Not
+ * final (task_data_ready): only whole PDUs that end at or before upto and
+ * before len, so the PDUs are cut where the final call would cut them and
+ * the last one is always left for it.
+ */
+static void data_in_pdus(struct iscsi_conn *c, struct iscsi_task *t, uint32_t len, uint32_t upto,
+                         bool final, bool with_status)
 {
 	uint32_t max_seg =
 	    c->params.max_recv_dsl_initiator ? c->params.max_recv_dsl_initiator : 8192;
 	uint32_t burst = c->params.max_burst_length ? c->params.max_burst_length : len;
-	uint32_t off = 0, in_burst = 0;
 
-	while (off < len) {
+	while (t->din_off < len) {
 		struct iscsi_bhs h;
+		uint32_t off = t->din_off, in_burst = t->din_burst;
 		uint32_t seg = HL_MIN(max_seg, len - off);
 		seg = HL_MIN(seg, burst - in_burst);
 		bool last = off + seg == len;
 		bool end_of_seq = last || in_burst + seg == burst;
 
+		if (!final && (last || off + seg > upto))
+			break;
 		memset(&h, 0, sizeof(h));
 		h.b[0] = ISCSI_OP_DATA_IN;
 		if (end_of_seq)
@@ -456,9 +470,15 @@ static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t le
 		bhs_put32(&h, 36, t->datasn++);
 		bhs_put32(&h, 40, off);
 		iscsi_conn_queue(c, &h, t->cmd.data + off, seg, t, NULL, false);
-		off += seg;
-		in_burst = end_of_seq ? 0 : in_burst + seg;
+		t->din_off = off + seg;
+		t->din_burst = end_of_seq ? 0 : in_burst + seg;
 	}
+}
+
+/* Data-In PDUs for a read; the last one carries the status when there is no sense. */
+static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t len, bool with_status)
+{
+	data_in_pdus(c, t, len, len, true, with_status);
 }
 
 void iscsi_task_respond(struct iscsi_conn *c, struct iscsi_task *t)
@@ -467,7 +487,8 @@ void iscsi_task_respond(struct iscsi_conn *c, struct iscsi_task *t)
 
 	if (t->cmd.data_in && t->cmd.data)
 		len = HL_MIN(t->cmd.data_in_len, t->edtl);
-	if (len && t->cmd.status == HL_SAM_GOOD && t->cmd.sense_len == 0) {
+	/* din_off < len: early pieces never hold the last PDU (else the status goes alone) */
+	if (len && t->cmd.status == HL_SAM_GOOD && t->cmd.sense_len == 0 && t->din_off < len) {
 		send_data_in(c, t, len, true);
 	} else {
 		if (len)
@@ -537,11 +558,32 @@ static void task_done(struct hl_scsi_cmd *cmd)
 	iscsi_conn_leave(c);
 }
 
+/*
+ * hl_scsi_cmd.data_ready: a READ's first bytes are final: send the whole
+ * Data-In PDUs they fill now (not the last: it waits for the status). The
+ * PDUs hold the task (and its buffer) until they are sent, like those of
+ * the response; an aborted task or a closed connection sends nothing more.
+ */
+static void task_data_ready(struct hl_scsi_cmd *cmd, uint32_t bytes)
+{
+	struct iscsi_task *t = hl_container_of(cmd, struct iscsi_task, cmd);
+	struct iscsi_conn *c = t->conn;
+
+	if (t->aborted || c->state == CONN_CLOSED || !t->cmd.data)
+		return;
+	iscsi_conn_enter(c);
+	data_in_pdus(c, t, HL_MIN(t->edtl, t->cmd.data_len), HL_MIN(bytes, t->edtl), false, false);
+	iscsi_conn_leave(c);
+}
+
 static void task_exec(struct iscsi_task *t)
 {
 	struct iscsi_conn *c = t->conn;
 
 	t->state = TASK_EXEC;
+	t->din_off = 0;
+	t->din_burst = 0;
+	t->cmd.data_ready = t->cmd.data_in && t->cmd.data ? task_data_ready : NULL;
 	c->nexec++;
 	/* READ data on its way out: the connection stops taking PDUs above ISCSI_TX_HIGH */
 	t->rd_charge = bhs_flags(&t->req) & ISCSI_CMD_READ ? t->edtl : 0;

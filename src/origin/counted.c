@@ -175,6 +175,14 @@ static void shadow_done(struct hl_origin_io *io, int result)
 	outer->cb(outer, result);
 }
 
+/* The inner origin's "data ready up to here", passed up as it is (no count). */
+static void shadow_ready(struct hl_origin_io *io, uint64_t bytes)
+{
+	struct shadow_io *s = hl_container_of(io, struct shadow_io, io);
+
+	s->outer->ready(s->outer, bytes);
+}
+
 static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 {
 	struct counted_origin *co = co_of(o);
@@ -190,6 +198,8 @@ static int counted_submit(struct hl_origin *o, struct hl_origin_io *outer)
 			return -ENOMEM;
 	}
 	hl_origin_io_forward(&s->io, outer, shadow_done, NULL);
+	if (outer->ready)
+		s->io.ready = shadow_ready;
 	s->outer = outer;
 	s->stats = co->stats;
 	s->start_ns = co->stats->timed ? hl_now_ns() : 0;

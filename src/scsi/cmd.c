@@ -82,22 +82,34 @@ bool scsi_write_protected(struct hl_scsi_cmd *cmd)
  * Checked last before the transport sends anything (docs/gateways.md, the
  * bound on a split brain).
  */
-static void access_recheck(struct hl_scsi_cmd *cmd)
+static bool access_serving(const struct hl_scsi_cmd *cmd)
 {
 	const struct hl_lu_access *acc = scsi_lu_access(cmd->lu);
 	const struct hl_scsi_port *port = cmd->nexus ? cmd->nexus->port : NULL;
 
 	if (!acc)
-		return;
+		return true;
 	void *arg = __atomic_load_n(&cmd->lu->access_arg, __ATOMIC_RELAXED);
-	if (acc->serving) {
-		if (acc->serving(arg))
-			return;
-	} else {
-		enum hl_alua_state st = acc->state(arg, port ? port->tpg_id : 0);
-		if (st == HL_ALUA_AO || st == HL_ALUA_ANO)
-			return;
-	}
+	if (acc->serving)
+		return acc->serving(arg);
+	enum hl_alua_state st = acc->state(arg, port ? port->tpg_id : 0);
+	return st == HL_ALUA_AO || st == HL_ALUA_ANO;
+}
+
+/*
+ * The same check for data a READ hands the transport before it completes
+ * (hl_scsi_cmd.data_ready): each piece passes it when it leaves, after it
+ * was read, as the whole data does at completion.
+ */
+bool scsi_access_ok(const struct hl_scsi_cmd *cmd)
+{
+	return !(cmd->state & SCSI_CMD_BUSY) || access_serving(cmd);
+}
+
+static void access_recheck(struct hl_scsi_cmd *cmd)
+{
+	if (access_serving(cmd))
+		return;
 	cmd->data_in_len = 0;
 	hl_scsi_set_sense(cmd, HL_SK_NOT_READY, SCSI_ASC_ALUA_TRANSITION);
 }

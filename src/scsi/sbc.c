@@ -30,6 +30,21 @@ static void block_io_cb(struct hl_origin_io *io, int result)
 	scsi_priv(cmd)->io_done(cmd, result);
 }
 
+/*
+ * A streamed READ (sbc_read): the origin has the first bytes final in the
+ * command's buffer. Only the whole blocks read in place (p->count; a
+ * partial last block is copied at the end) and only while this gateway may
+ * serve the LU (the completion's check, made for each piece).
+ */
+static void block_io_ready(struct hl_origin_io *io, uint64_t bytes)
+{
+	struct hl_scsi_cmd *cmd = io->arg;
+	uint32_t n = (uint32_t)HL_MIN(bytes, (uint64_t)scsi_priv(cmd)->count);
+
+	if (n && scsi_access_ok(cmd))
+		cmd->data_ready(cmd, n);
+}
+
 int scsi_block_io_on(struct hl_scsi_cmd *cmd, struct hl_lu *lu, enum hl_io_op op, unsigned flags,
                      uint64_t lba, uint32_t nblocks, struct iovec *iov, int iovcnt,
                      scsi_io_done_fn done)
@@ -45,6 +60,8 @@ int scsi_block_io_on(struct hl_scsi_cmd *cmd, struct hl_lu *lu, enum hl_io_op op
 	io->iovcnt = iovcnt;
 	io->cb = block_io_cb;
 	io->arg = cmd;
+	if (op == HL_IO_READ && cmd->stream && cmd->data_ready)
+		io->ready = block_io_ready;
 	scsi_priv(cmd)->io_done = done;
 	return hl_origin_submit(lu->origin, io);
 }
@@ -269,7 +286,9 @@ enum scsi_exec_result sbc_read(struct hl_scsi_cmd *cmd)
 		iovcnt++;
 		blocks++;
 	}
+	cmd->stream = true; /* the data goes to cmd->data in place: it may leave in pieces */
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, a.lba, blocks, cmd->iov, iovcnt, read_done);
+	cmd->stream = false;
 	if (rc < 0) {
 		sbc_submit_failed(cmd, rc, false);
 		return SCSI_DONE;

@@ -426,6 +426,13 @@ static inline struct scsi_cmd_priv *scsi_priv(struct hl_scsi_cmd *cmd)
 /* ---- cmd.c ---- */
 
 /**
+ * May data a media command read leave now (the ALUA re-check that
+ * scsi_cmd_complete makes before the transport sends anything)? For the
+ * partial data of a READ (hl_scsi_cmd.data_ready).
+ */
+bool scsi_access_ok(const struct hl_scsi_cmd *cmd);
+
+/**
  * For commands flagged SCSI_F_WRITE, after their CDB checks: true (with DATA
  * PROTECT, WRITE PROTECTED set) when the LU is write-protected.
  */

@@ -42,6 +42,12 @@
  *       Exit 0 when the command completed (whatever its status), 2 on a
  *       usage or connection error.
  *
+ *   hl_scsi_tool dump URL LBA BYTES FILE
+ *       One READ (16) of BYTES at LBA (512-byte blocks), its data written to
+ *       FILE; prints GOOD or CHECK <key>/<asc>/<ascq> and the bytes the
+ *       initiator got ("got N"). Exit 0 when the command completed (whatever
+ *       its status), 2 on a usage, connection or file error.
+ *
  *   hl_scsi_tool cached URL
  *       Cache coherence of the commands that change blocks behind the read
  *       path: for UNMAP, WRITE SAME (with and without UNMAP), EXTENDED COPY,
@@ -804,6 +810,38 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 	return rc;
 }
 
+/* ---------------------------------------------------------------- dump */
+
+static int cmd_dump(uint64_t lba, uint32_t bytes, const char *path)
+{
+	int lun;
+	struct iscsi_context *iscsi = login(urls[0], "iqn.2024-01.org.hotlun:tool-dump", 0, &lun);
+	struct scsi_task *t;
+	FILE *f;
+	int rc = 0;
+
+	if (!iscsi)
+		return 2;
+	clear_ua(iscsi, lun);
+	t = iscsi_read16_sync(iscsi, lun, lba, bytes, 512, 0, 0, 0, 0, 0);
+	if (!t) {
+		fprintf(stderr, "read: %s\n", iscsi_get_error(iscsi));
+		logout(iscsi);
+		return 2;
+	}
+	print_status(t);
+	printf("got %d\n", t->datain.size);
+	f = fopen(path, "wb");
+	if (!f || (t->datain.size > 0 &&
+	           fwrite(t->datain.data, 1, (size_t)t->datain.size, f) != (size_t)t->datain.size))
+		rc = 2;
+	if (f && fclose(f))
+		rc = 2;
+	scsi_free_scsi_task(t);
+	logout(iscsi);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 3) {
@@ -822,13 +860,16 @@ int main(int argc, char **argv)
 			return cmd_caw(atoi(argv[3]), atoi(argv[4]));
 		if (!strcmp(argv[1], "cached") && argc == 3)
 			return cmd_cached();
+		if (!strcmp(argv[1], "dump") && argc == 6)
+			return cmd_dump(num(argv[3]), (uint32_t)num(argv[4]), argv[5]);
 		if (!strcmp(argv[1], "pr") && argc >= 5)
 			return cmd_pr((uint32_t)num(argv[3]), argc - 4, argv + 4);
 	}
 	fprintf(stderr,
 	        "usage: %s caw URL[,URL2] CLIENTS ITERATIONS\n"
 	        "       %s pr URL ISID OP [ARGS]\n"
-	        "       %s cached URL\n",
-	        argv[0], argv[0], argv[0]);
+	        "       %s cached URL\n"
+	        "       %s dump URL LBA BYTES FILE\n",
+	        argv[0], argv[0], argv[0], argv[0]);
 	return 2;
 }

@@ -81,18 +81,35 @@ static int write_mode_parse(const char *s, enum hl_cache_write_mode *out)
 }
 
 /*
- * HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS (tests only, docs/cache-engine.md):
- * every write to the cache device's data area (fills, promotions,
- * write-backs) waits that long on its reactor's timer first, so a test can
- * stop hotlund while the fills of reads that replied are still out. Reads
- * are not delayed: the initiators' commands end at their usual speed.
+ * Test knobs on the cache device's data I/O (tests only, docs/cache-engine.md):
+ * HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS: every write to the data area
+ * (fills, promotions, write-backs) waits that long on its reactor's timer
+ * first, so a test can stop hotlund while the fills of reads that replied
+ * are still out. Reads are not delayed: the initiators' commands end at
+ * their usual speed.
+ * HOTLUN_TEST_CACHE_DEV_READ_FAIL=N: the Nth read of the data area since
+ * open (counted over all reactors) fails with -EIO 50 ms late, its buffer
+ * overwritten with 0xEE bytes first: a hit whose bytes left before its
+ * retry from the origin finished would show them (hit_stream.sh).
+ * HOTLUN_TEST_CACHE_DEV_READ_HOLD=N:MS: the Nth read of the data area is
+ * submitted MS late (so a later chunk of a big hit is still out when an
+ * earlier one fails).
  */
+struct test_dev_knobs {
+	uint32_t write_ms;
+	uint32_t fail_nth;
+	uint32_t hold_nth, hold_ms;
+	atomic_uint reads;
+};
+
 struct test_delay_io {
 	struct hl_timer timer;
 	struct hl_origin *o;
 };
 _Static_assert(sizeof(struct test_delay_io) <= sizeof(((struct hl_origin_io *)0)->priv),
                "test_delay_io must fit in hl_origin_io.priv");
+
+#define TEST_FAIL_LATE_MS 50
 
 static void test_delay_fire(struct hl_timer *t)
 {
@@ -105,16 +122,40 @@ static void test_delay_fire(struct hl_timer *t)
 		io->cb(io, rc); /* our submit returned 0: the error goes through the callback */
 }
 
+static void test_fail_fire(struct hl_timer *t)
+{
+	struct hl_origin_io *io = t->arg;
+
+	for (int i = 0; i < io->iovcnt; i++)
+		memset(io->iov[i].iov_base, 0xee, io->iov[i].iov_len);
+	io->cb(io, -EIO);
+}
+
 static int test_delay_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
 	struct test_delay_io *d = (struct test_delay_io *)io->priv;
+	struct test_dev_knobs *k = hl_origin_priv(o);
 	struct hl_reactor *r = hl_reactor_current();
 
-	if (io->op != HL_IO_WRITE || !r)
+	uint32_t ms = io->op == HL_IO_WRITE ? k->write_ms : 0;
+
+	if (r && io->op == HL_IO_READ && (k->fail_nth || k->hold_nth)) {
+		uint32_t nth = atomic_fetch_add(&k->reads, 1) + 1;
+		if (nth == k->fail_nth) {
+			HL_WARN("cache", "test knob: cache device read at %llu+%llu fails",
+			        (unsigned long long)io->offset, (unsigned long long)io->length);
+			hl_timer_init(&d->timer, test_fail_fire, io);
+			hl_timer_start(r, &d->timer, TEST_FAIL_LATE_MS);
+			return 0;
+		}
+		if (nth == k->hold_nth)
+			ms = k->hold_ms;
+	}
+	if (!r || !ms)
 		return hl_origin_submit(o->inner, io);
 	d->o = o;
 	hl_timer_init(&d->timer, test_delay_fire, io);
-	hl_timer_start(r, &d->timer, *(uint32_t *)hl_origin_priv(o));
+	hl_timer_start(r, &d->timer, ms);
 	return 0;
 }
 
@@ -125,29 +166,51 @@ static void test_delay_close(struct hl_origin *o)
 
 static const struct hl_origin_ops test_delay_ops = {
     .name = "test_delay",
-    .priv_size = sizeof(uint32_t),
+    .priv_size = sizeof(struct test_dev_knobs),
     .close = test_delay_close,
     .submit = test_delay_submit,
 };
 
+static uint32_t test_knob(const char *name, unsigned long max)
+{
+	const char *v = getenv(name);
+	unsigned long n = v && *v ? strtoul(v, NULL, 10) : 0;
+
+	return n <= max ? (uint32_t)n : 0;
+}
+
 static int test_dev_delay(struct hl_cache *c)
 {
-	const char *v = getenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	uint32_t ms = test_knob("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", 60000);
+	uint32_t nth = test_knob("HOTLUN_TEST_CACHE_DEV_READ_FAIL", 1000000000);
+	const char *hold = getenv("HOTLUN_TEST_CACHE_DEV_READ_HOLD");
+	unsigned hold_nth = 0, hold_ms = 0;
+	struct test_dev_knobs *k;
 	struct hl_origin *w;
-	unsigned long ms;
 	int rc;
 
-	if (!v || !*v)
-		return 0;
-	ms = strtoul(v, NULL, 10);
-	if (!ms || ms > 60000)
+	if (!hold || sscanf(hold, "%u:%u", &hold_nth, &hold_ms) != 2 || hold_ms > 60000)
+		hold_nth = hold_ms = 0;
+	if (!ms && !nth && !hold_nth)
 		return 0;
 	rc = hl_origin_wrap(c->data, &test_delay_ops, "test_delay", &w);
 	if (rc)
 		return rc;
-	*(uint32_t *)hl_origin_priv(w) = (uint32_t)ms;
+	k = hl_origin_priv(w);
+	k->write_ms = ms;
+	k->fail_nth = nth;
+	k->hold_nth = hold_nth;
+	k->hold_ms = hold_ms;
+	atomic_init(&k->reads, 0);
 	c->data = w;
-	HL_WARN("cache", "cache %s: test knob: cache device writes delayed by %lu ms", c->name, ms);
+	if (ms)
+		HL_WARN("cache", "cache %s: test knob: cache device writes delayed by %u ms",
+		        c->name, ms);
+	if (nth)
+		HL_WARN("cache", "cache %s: test knob: cache device read %u fails", c->name, nth);
+	if (hold_nth)
+		HL_WARN("cache", "cache %s: test knob: cache device read %u held %u ms", c->name,
+		        hold_nth, hold_ms);
 	return 0;
 }
 
@@ -849,6 +912,7 @@ static void counters_copy(const struct eng_counters *s, struct hl_cache_engine_s
 	out->dev_errors = cnt_get(&s->dev_errors);
 	out->origin_errors = cnt_get(&s->origin_errors);
 	out->hit_retries = cnt_get(&s->hit_retries);
+	out->hit_streams = cnt_get(&s->hit_streams);
 	out->passthrough_ios = cnt_get(&s->passthrough_ios);
 	out->promotions = cnt_get(&s->promotions);
 	out->ub_writebacks = cnt_get(&s->ub_writebacks);

@@ -101,6 +101,7 @@ struct eng_counters {
 	uint64_t rsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t wsize[HL_CACHE_SIZE_BUCKETS];
 	uint64_t dev_errors, origin_errors, hit_retries, passthrough_ios;
+	uint64_t hit_streams; /* streamed reads that handed data up early (engine_read.c) */
 	uint64_t promotions;    /* RAM window blocks copied to the SSD */
 	uint64_t ub_writebacks; /* update buffer write-backs completed */
 	/* the origin's latency as the cache sees it (engine_sub_cb): reads, writes; kept in
@@ -306,6 +307,7 @@ struct eng_sub {
 	bool own;
 	bool direct; /* HIT/RETRY: buf is the caller's buffer itself, no copy */
 	bool dev;    /* the I/O goes to the cache device (traced) */
+	bool fin;    /* streamed read: HIT/RETRY: its bytes are in the caller's buffer, final */
 	uint64_t t0; /* an origin READ or WRITE: when it was submitted (its latency), else 0 */
 	uint8_t kind;
 	uint8_t rmw_wait; /* FILL: SUB_RMW reads still to merge before the write */
@@ -336,6 +338,14 @@ struct eng_req {
 	bool all_hit, in_wlist, replied, inside_submit, no_data;
 	bool cached; /* READ: the plan found some of its bytes in the cache (hit or partial) */
 	bool pooled; /* from the thread's free list (engine_req.c), REQ_POOL_BYTES long */
+	/*
+	 * READ streamed to uio->ready (engine_read.c, "Streaming a big hit"):
+	 * every block a HIT, read in chunks; rnext: the first sub not yet fin,
+	 * rsent: the bytes reported ready so far.
+	 */
+	bool stream;
+	uint32_t rnext;
+	uint64_t rsent;
 	uint32_t gen; /* ent->gen when it was made */
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;

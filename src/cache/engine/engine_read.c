@@ -162,6 +162,92 @@ static void piece_retry(struct eng_req *req, struct eng_sub *s, int rc)
 		req->status = rc;
 }
 
+/*
+ * Streaming a big hit (docs/cache-engine.md, "Streaming a big hit"): a
+ * READ whose every block is a HIT, for a caller that takes partial data
+ * (uio->ready), is read in chunks of about hit_chunk() bytes, one device
+ * read each, all started at once; as each completes its bytes are final
+ * in the caller's buffer (a hit has no check at the end of the read: what
+ * makes it right is decided at the plan, under the mutex, and the pin
+ * keeps the slot's block until io_end, after the reply). The caller is told
+ * how far the data is final from the start: up to the first chunk not yet
+ * final (RAM-window hits between chunks were copied at submit). A chunk
+ * whose device read fails is re-read from the origin (hit_retry, the same
+ * sub): the bytes from it on wait until that read is in.
+ */
+#define HIT_CHUNK_DEFAULT (256u << 10)
+/* Report only steps this long (a read over scattered slots has a sub per block). */
+#define STREAM_MIN_STEP (64u << 10)
+
+/* The chunk size: HOTLUN_HIT_CHUNK (bytes, 0: no streaming), read once. */
+static uint64_t hit_chunk(void)
+{
+	static _Atomic int64_t v = -1;
+	int64_t x = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (x < 0) {
+		const char *e = getenv("HOTLUN_HIT_CHUNK");
+		x = e && *e ? (int64_t)strtoull(e, NULL, 10) : HIT_CHUNK_DEFAULT;
+		if (x < 0 || x > (int64_t)HL_CACHE_MAX_BLOCK * 64)
+			x = HIT_CHUNK_DEFAULT;
+		atomic_store_explicit(&v, x, memory_order_relaxed);
+	}
+	return (uint64_t)x;
+}
+
+/* Blocks in a chunk of a streamed read: whole blocks, at least one. */
+static uint32_t stream_blocks(const struct hl_cache *c)
+{
+	return HL_MAX(1u, (uint32_t)(hit_chunk() >> c->shift));
+}
+
+/* Stream this read? Under c->lock, right after the plan. */
+static bool stream_wanted(const struct eng_req *req, const struct hl_origin_io *uio)
+{
+	uint64_t chunk = hit_chunk();
+
+	if (!uio->ready || req->no_data || !chunk || req->len <= HL_MAX(chunk, req->c->bs) ||
+	    req->nios < req->nb)
+		return false;
+	for (uint32_t k = 0; k < req->nb; k++)
+		if (req->ios[k].kind != HL_CACHE_IO_HIT)
+			return false;
+	return true;
+}
+
+/* First LUN byte of a streamed read's sub (a HIT, or the RETRY it became). */
+static uint64_t stream_sub_lo(const struct eng_req *req, const struct eng_sub *s)
+{
+	const struct hl_cache_io *io = &req->ios[s->k];
+
+	if (s->kind == SUB_RETRY)
+		return s->lo;
+	return blk_start(req->c, io->block) + (uint64_t)io->first * SECT;
+}
+
+/* A sub of a streamed read is final: tell the caller how far the data is. */
+static void stream_advance(struct eng_req *req)
+{
+	uint64_t ready;
+
+	if (req->status || req->replied)
+		return;
+	while (req->rnext < req->nsub && req->subs[req->rnext].fin)
+		req->rnext++;
+	if (req->rnext == req->nsub)
+		return; /* all of it: the reply follows */
+	ready = stream_sub_lo(req, &req->subs[req->rnext]);
+	ready = ready > req->off ? ready - req->off : 0;
+	if (ready < req->rsent + STREAM_MIN_STEP || ready >= req->len)
+		return;
+	if (!req->rsent) {
+		cnt_add(&req->c->st.hit_streams, 1);
+		cnt_add(&req->ent->st.hit_streams, 1);
+	}
+	req->rsent = ready;
+	req->uio->ready(req->uio, ready);
+}
+
 /* A HIT, RUN, RETRY or PHIT sub finished: copy its data out, or retry from the origin. */
 static void read_sub_done(struct eng_sub *s, int result)
 {
@@ -180,6 +266,7 @@ static void read_sub_done(struct eng_sub *s, int result)
 			engine_ub_overlay(req, s->buf, lo, hi);
 			if (!s->direct)
 				copy_out(req, s->buf, lo, hi);
+			s->fin = true;
 		}
 		break;
 	case SUB_RETRY:
@@ -187,8 +274,10 @@ static void read_sub_done(struct eng_sub *s, int result)
 		if (result) {
 			if (!req->status)
 				req->status = result;
-		} else if (!s->direct) {
-			copy_out(req, s->buf, s->lo, s->hi);
+		} else {
+			if (!s->direct)
+				copy_out(req, s->buf, s->lo, s->hi);
+			s->fin = true;
 		}
 		break;
 	case SUB_PHIT:
@@ -202,6 +291,8 @@ static void read_sub_done(struct eng_sub *s, int result)
 	default:
 		break;
 	}
+	if (req->stream)
+		stream_advance(req);
 }
 
 /*
@@ -492,6 +583,7 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 	req->nios = n > 0 ? (uint32_t)n : 0;
 	if (partial)
 		partial_sect = vmap_fill(req);
+	req->stream = n > 0 && stream_wanted(req, uio);
 	if (n > 0 && engine_ub_read_plan(req)) {
 		/* No memory for the buffered sectors' copies: nothing was started. */
 		for (int k = 0; k < n; k++)
@@ -532,6 +624,8 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 				k++;
 			} else {
 				uint32_t run = hit_run(req, k);
+				if (req->stream)
+					run = HL_MIN(run, stream_blocks(c));
 				start_hit(req, k, run);
 				k += run;
 			}

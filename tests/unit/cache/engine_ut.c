@@ -2035,6 +2035,156 @@ static void test_adjacent_hits_one_read(void)
 	free(buf);
 }
 
+/* ---- a big hit streamed in chunks (hl_origin_io.ready) ---- */
+
+static struct {
+	const uint8_t *buf, *want; /* the reader's buffer, what it must hold */
+	uint64_t max;              /* the last value reported */
+	int calls, bad, scribbled; /* atomics: read by the test thread */
+} sp;
+
+/* The reactor's report: [0, bytes) must already be the origin's, bytes growing, below length. */
+static void probe_ready(struct hl_origin_io *io, uint64_t bytes)
+{
+	if (bytes <= sp.max || bytes >= io->length || memcmp(sp.buf, sp.want, bytes))
+		__atomic_store_n(&sp.bad, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&sp.max, bytes, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&sp.calls, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Every held device read's buffer becomes 0xEE (it holds nothing yet, as a real read). */
+static void scribble_fn(void *arg)
+{
+	struct fake *d = arg;
+
+	for (int i = 0; i < d->nheld; i++)
+		for (int j = 0; j < d->held[i]->iovcnt; j++)
+			memset(d->held[i]->iov[j].iov_base, 0xee, d->held[i]->iov[j].iov_len);
+	__atomic_store_n(&sp.scribbled, 1, __ATOMIC_SEQ_CST);
+}
+
+struct one_rel {
+	struct fake *d;
+	int i;
+	bool fail;
+};
+
+/* Complete held read i of d: with its data (read from d now), or -EIO, buffer untouched. */
+static void release_one_fn(void *arg)
+{
+	struct one_rel *r = arg;
+	struct hl_origin_io *io = r->d->held[r->i];
+	struct fake_io *fio = (struct fake_io *)io->priv;
+
+	if (r->fail)
+		fio->rc = -EIO;
+	else
+		buf_to_iov(io->iov, io->iovcnt, 0, r->d->mem + io->offset, io->length);
+	hl_timer_init(&fio->t, fake_fire, io);
+	hl_timer_start(hl_reactor_current(), &fio->t, 0);
+}
+
+static bool wait_int(int *p, int want)
+{
+	for (int i = 0; i < 5000 && __atomic_load_n(p, __ATOMIC_SEQ_CST) != want; i++)
+		usleep(1000);
+	return __atomic_load_n(p, __ATOMIC_SEQ_CST) == want;
+}
+
+static bool wait_max(uint64_t want)
+{
+	for (int i = 0; i < 5000 && __atomic_load_n(&sp.max, __ATOMIC_SEQ_CST) != want; i++)
+		usleep(1000);
+	return __atomic_load_n(&sp.max, __ATOMIC_SEQ_CST) == want;
+}
+
+/*
+ * A 1 MiB read of 16 hits in adjacent slots, for a caller that takes
+ * partial data, is read in four 256 KiB chunks (HIT_CHUNK_DEFAULT), and
+ * ready() reports how far the data is final: nothing while the first
+ * chunk is out (the second in), then 512 KiB; a chunk whose device read
+ * fails is re-read from the origin and nothing past it is reported before
+ * that is in (768 KiB then); the reply brings the rest. The device's held
+ * buffers are 0xEE until completed: a report over bytes not yet in fails.
+ */
+static void test_hit_streamed(void)
+{
+	struct fake f, dev;
+	struct hl_cache *c;
+	struct hl_origin *o, *real;
+	struct hl_cache_engine_stats st;
+	struct stat sb;
+	struct step step;
+	struct one_rel rel;
+	uint64_t len = 16 * BS;
+	uint8_t *buf = malloc(len);
+	int fd;
+
+	o = fixture_up(&c, NULL, &f, 21, "fake:stream");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, len, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(stat(g_dev, &sb) == 0);
+	fake_init(&dev, (uint64_t)sb.st_size, 0);
+	fd = open(g_dev, O_RDONLY);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(pread(fd, dev.mem, dev.size, 0) == (ssize_t)dev.size);
+	close(fd);
+	real = c->data;
+	c->data = fake_origin(&dev, "fake:dev-copy");
+	dev.hold_reads = 1;
+
+	memset(&sp, 0, sizeof(sp));
+	memset(buf, 0, len);
+	sp.buf = buf;
+	sp.want = f.mem;
+	memset(&step, 0, sizeof(step));
+	sem_init(&step.sem, 0, 0);
+	step.o = o;
+	step.io.op = HL_IO_READ;
+	step.io.length = len;
+	step.iov[0] = (struct iovec){buf, len};
+	step.io.iov = step.iov;
+	step.io.iovcnt = 1;
+	step.io.cb = step_cb;
+	step.io.arg = &step;
+	step.io.ready = probe_ready;
+	CU_ASSERT_FATAL(hl_reactor_call(R, step_submit, &step) == 0);
+	CU_ASSERT_FATAL(wait_int(&dev.nheld, 4)); /* four chunks, all out at once */
+	CU_ASSERT_EQUAL(dev.read_bytes, len);
+	CU_ASSERT_FATAL(hl_reactor_call(R, scribble_fn, &dev) == 0);
+	CU_ASSERT_FATAL(wait_int(&sp.scribbled, 1));
+
+	rel = (struct one_rel){&dev, 1, false}; /* the second: nothing to report */
+	CU_ASSERT_FATAL(hl_reactor_call(R, release_one_fn, &rel) == 0);
+	usleep(50000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&sp.calls, __ATOMIC_SEQ_CST), 0);
+	rel = (struct one_rel){&dev, 0, false}; /* the first: two chunks are in */
+	CU_ASSERT_FATAL(hl_reactor_call(R, release_one_fn, &rel) == 0);
+	CU_ASSERT(wait_max(8 * BS));
+	rel = (struct one_rel){&dev, 2, true}; /* the third fails: the origin's bytes, then */
+	CU_ASSERT_FATAL(hl_reactor_call(R, release_one_fn, &rel) == 0);
+	CU_ASSERT(wait_max(12 * BS));
+	CU_ASSERT_EQUAL(__atomic_load_n(&sp.calls, __ATOMIC_SEQ_CST), 2);
+	rel = (struct one_rel){&dev, 3, false};
+	CU_ASSERT_FATAL(hl_reactor_call(R, release_one_fn, &rel) == 0);
+	CU_ASSERT_EQUAL(io_wait(&step), 0);
+	CU_ASSERT(memcmp(buf, f.mem, len) == 0);
+	CU_ASSERT_EQUAL(__atomic_load_n(&sp.bad, __ATOMIC_SEQ_CST), 0);
+	CU_ASSERT_EQUAL(__atomic_load_n(&sp.calls, __ATOMIC_SEQ_CST), 2);
+	stats(c, &st);
+	CU_ASSERT_EQUAL(st.hit_retries, 1);
+	CU_ASSERT_EQUAL(st.hit_streams, 1);
+
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	dev_restore(c, real, &dev);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 static void test_device_failure(void)
 {
 	struct fake f, bad;
@@ -3867,6 +4017,7 @@ int main(void)
 	    {"a write after a device failure waits until the failure is durable",
 	     test_write_waits_for_failure_durable},
 	    {"hits in adjacent slots: one device read", test_adjacent_hits_one_read},
+	    {"a big hit streamed in chunks: ready stops before a chunk not in", test_hit_streamed},
 	    {"a failing origin: error returned, blocks dropped", test_origin_failure},
 	    {"prefetch warms; discard and compare-and-write drop; flush passes",
 	     test_prefetch_discard},

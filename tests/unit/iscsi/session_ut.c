@@ -880,6 +880,108 @@ static void test_read_segmentation(void)
 	teardown();
 }
 
+/* The fake scsi layer's pattern in data[lo, hi) (as fake_complete writes it). */
+static void fake_pattern(struct hl_scsi_cmd *cmd, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t i = lo; i < hi; i++)
+		cmd->data[i] = (uint8_t)(i * 7 + 1);
+}
+
+/*
+ * A READ whose data the scsi layer hands over in pieces (data_ready): whole
+ * PDUs go at once, cut where the final response cuts them (MaxRecvDSL 8192,
+ * bursts of 16384), never the last one; the rest, with the status, at done.
+ */
+static void test_read_streamed(void)
+{
+	setup();
+	login_ok(NULL); /* MaxRecvDSL 8192, MaxBurstLength 16384 */
+	defer_exec = true;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 40000, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, 1);
+	struct hl_scsi_cmd *cmd = pending[0];
+	CU_ASSERT_PTR_NOT_NULL_FATAL(cmd->data_ready);
+	fake_pattern(cmd, 0, 20000);
+	cmd->data_ready(cmd, 20000);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2); /* [16384, 24576) is not all there */
+	fake_pattern(cmd, 20000, 40000);
+	cmd->data_ready(cmd, 24576);
+	cmd->data_ready(cmd, 24576); /* nothing new */
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 3);
+	cmd->data_ready(cmd, 39999); /* [24576, 32768) ends a burst; the last PDU waits */
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 4);
+	npending = 0;
+	fake_complete(cmd);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 5);
+	uint32_t want_len[5] = {8192, 8192, 8192, 8192, 7232};
+	uint8_t want_flags[5] = {0, ISCSI_FLAG_FINAL, 0, ISCSI_FLAG_FINAL,
+	                         ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS};
+	for (int i = 0; i < 5; i++) {
+		CU_ASSERT_EQUAL(bhs_opcode(&got[i].bhs), ISCSI_OP_DATA_IN);
+		CU_ASSERT_EQUAL(got[i].dsl, want_len[i]);
+		CU_ASSERT_EQUAL(got[i].bhs.b[1], want_flags[i]);
+		CU_ASSERT_EQUAL(bhs_w36(&got[i].bhs), (uint32_t)i);        /* DataSN */
+		CU_ASSERT_EQUAL(bhs_w40(&got[i].bhs), (uint32_t)i * 8192); /* offset */
+		CU_ASSERT_EQUAL(got[i].data[5], (uint8_t)((i * 8192 + 5) * 7 + 1));
+	}
+	CU_ASSERT_EQUAL(got[4].bhs.b[3], HL_SAM_GOOD);
+	CU_ASSERT_EQUAL(bhs_w24(&got[4].bhs), expstatsn);
+
+	/* an error after some data: the Data-In sent, then a SCSI Response with sense */
+	ngot = 0;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 40000, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, 1);
+	cmd = pending[0];
+	fake_pattern(cmd, 0, 16384);
+	cmd->data_ready(cmd, 16384);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	npending = 0;
+	cmd->xfer_len = 40000;
+	cmd->data_in_len = 0;
+	hl_scsi_set_sense(cmd, 0x03, 0x11, 0x00); /* MEDIUM ERROR, UNRECOVERED READ ERROR */
+	cmd->done(cmd);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 3);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[2].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[2].bhs.b[3], HL_SAM_CHECK_CONDITION);
+	CU_ASSERT_EQUAL(bhs_w36(&got[2].bhs), 2); /* ExpDataSN: the two Data-In sent */
+	CU_ASSERT_EQUAL(bhs_w44(&got[2].bhs), 0); /* no residual: xfer_len == EDTL */
+
+	/* aborted: nothing more leaves, and the TMF answers once the command is done */
+	ngot = 0;
+	uint32_t victim = itt;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 40000, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, 1);
+	cmd = pending[0];
+	struct iscsi_bhs h;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
+	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_ABORT_TASK;
+	bhs_set_itt(&h, ++itt);
+	bhs_put32(&h, 20, victim);
+	bhs_put32(&h, 24, cmdsn);
+	send_pdu(&h, NULL, 0);
+	pump();
+	fake_pattern(cmd, 0, 40000);
+	cmd->data_ready(cmd, 32768);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	npending = 0;
+	fake_complete(cmd);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TMF_RSP);
+	teardown();
+}
+
 /*
  * Data buffers come back for reuse up to 64 MiB per connection: 32 reads of
  * 1 MiB in flight reuse the same 32 buffers (with a cache of 8, 24 of them
@@ -2349,6 +2451,7 @@ static const struct hl_test tests[] = {
     {"login: request and response continuation", test_login_continuation},
     {"login: CHAP one-way, mutual, wrong secret, reflection", test_login_chap},
     {"read: Data-In segmentation, bursts, status", test_read_segmentation},
+    {"read: data handed over in pieces goes out in whole PDUs", test_read_streamed},
     {"data buffers: 32 x 1 MiB reused, trimmed", test_data_buffer_reuse},
     {"data buffers: 1 MiB halves of huge-page chunks", test_data_buffer_huge_chunks},
     {"read: residual overflow/underflow", test_read_residuals},
