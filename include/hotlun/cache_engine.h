@@ -439,7 +439,8 @@ int hl_cache_meta_forge(struct hl_cache_dev *d, struct hl_cache_layout *l, uint1
  * @return number of slots restored, -ENODATA (no/foreign superblock, an
  * older format version, or geometry differs: format instead), -errno.
  */
-int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l);
+int64_t hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c,
+                           struct hl_cache_layout *l);
 
 /*
  * A lazy load (docs/cache-format.md, "Lazy restore"), what

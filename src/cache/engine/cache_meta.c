@@ -1022,10 +1022,11 @@ int hl_cache_meta_load_finish(struct hl_cache_dev *d, struct hl_cache_layout *l,
 	return rc;
 }
 
-int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l)
+int64_t hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c,
+                           struct hl_cache_layout *l)
 {
 	struct hl_cache_restore r;
-	int64_t left;
+	int64_t left, ret;
 	int rc = hl_cache_meta_load_begin(d, c, l, &r);
 
 	if (rc)
@@ -1037,11 +1038,12 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 	if (rc) {
 		hl_cache_core_restore_end(c);
 		hl_cache_layout_release(l);
+		ret = rc;
 	} else {
-		rc = (int)r.restored;
+		ret = (int64_t)r.restored; /* up to 2^32 - 3 slots: more than an int holds */
 	}
 	hl_cache_restore_release(&r);
-	return rc;
+	return ret;
 }
 
 /*
