@@ -25,6 +25,33 @@
 #
 #   tests/bench/cache_scale.sh [SIZE ...]        (default: 256G 4T)
 #
+# FULL=1: every slot warm instead (issue 25 item 5, a full cache). A cold
+# start formats the device and names the LUN id, a clean stop, then
+# tests/bench/cache_fill.c (built here against BUILD's libhotlun.a) writes
+# every slot's record through the engine's encoder (hl_cache_meta_forge),
+# slot i claiming block i; cache device and origin (a sparse file of the
+# cache's size) both read zeroes, so no forged block is stale. Then: a
+# warm restart waited to the end of its restore (RSS watched every 0.25 s:
+# over RSS_KILL_MB, default 20000 MiB, hotlund is killed by its PID and the
+# run ends), a write of 0xa5 to one block, 32 reads spread over the LUN
+# that must be hits of zeroes (qemu-io read -P 0, stats read_hits and
+# read_misses), the written block read back; a clean stop; a start killed
+# (SIGKILL) once 40% of the record pages are read, after a write of 0x5a
+# to a block near the end (its record not restored yet) and two periodic
+# syncs; a start after it, waited to the end, the same hit check, that
+# block must read 0x5a (never the forged zeroes), the origin file holds it.
+# KILL=0 leaves the kill out. One line per size:
+#
+#   full size=1T bs=4K slots=N forged_N_records_in_S_s start_s=.. rss_start_mb=..
+#        restart_s=.. restore_end_s=.. restore_log_s=.. restored=.. blocks_per_s=..
+#        rss_end_mb=.. stop_s=.. killed_after=RESTORED/STATE kill_restart_s=..
+#        kill_restore_end_s=.. kill_restore_log_s=.. kill_restored=..
+#        kill_rss_end_mb=.. rss_max_mb=.. rss_b_per_block=.. written_mb=.. hits=ok stale=0
+#
+# (blocks_per_s: restored / restore_log_s, hotlund's own "restore done in"
+# figure; rss_b_per_block: rss_max_mb per slot.) FULL=1 needs qemu-io and
+# about 8 GiB of disk per TiB of cache (the records).
+#
 # Environment: BUILD (default ./build), BS (cache block size, default 4K),
 # WARM (bytes of the origin warmed, default 1G), DIR (where the sparse files
 # go, default /tmp; they need the space of what is written: about WARM plus
@@ -238,6 +265,11 @@ CONF
 	hit_check 32 "$pb1" 0xa5
 	stop TERM
 	stop2=$stop_s
+	if [ "${KILL:-1}" = 0 ]; then
+		full_line "$size" "$BS" "$slots" "$fill" "$s1" "$r1" "$s2" "$e2" "${l2:-0}" "${n2:-0}" \
+			"$r2" "$stop2" - - - - - - "$rmax"
+		return
+	fi
 	# 4. restart, kill -9 halfway through the restore after a write to a
 	# block whose record is not restored yet, restart: restored again,
 	# and that block reads what was written (never the forged zeroes)
@@ -267,6 +299,12 @@ CONF
 	cmp <(dd if="$tmp/origin.img" bs="$bsb" skip="$pb2" count=1 status=none) \
 		<(head -c "$bsb" /dev/zero | tr '\0' '\132') >/dev/null
 	stop TERM
+	full_line "$size" "$BS" "$slots" "$fill" "$s1" "$r1" "$s2" "$e2" "${l2:-0}" "${n2:-0}" "$r2" \
+		"$stop2" "$killed_at" "$s3" "$e3" "${l3:-0}" "${n3:-0}" "$r3" "$rmax"
+}
+
+# full_line FIELDS...: detach the loop device, print the result line, remove the files
+full_line() {
 	losetup -d "$loop"
 	loop=
 	written=$(du -m "$tmp/cache.img" | cut -f1)
@@ -281,8 +319,7 @@ print('full size=%s bs=%s slots=%s %s start_s=%s rss_start_mb=%s restart_s=%s '
       'written_mb=%s hits=ok stale=0' % (size, bs, slots, fill.replace(' ', '_'), s1, r1, s2,
       e2, l2, n, n / max(float(l2 or 0), 1e-9), r2, stop2, killed, s3, e3, l3, n3, r3, rmax,
       int(rmax) * 1048576.0 / max(1, int(slots)), written))" \
-		"$size" "$BS" "$slots" "$fill" "$s1" "$r1" "$s2" "$e2" "${l2:-0}" "${n2:-0}" "$r2" \
-		"$stop2" "$killed_at" "$s3" "$e3" "${l3:-0}" "${n3:-0}" "$r3" "$rmax" "$written"
+		"$@" "$written"
 	rm -f "$tmp/cache.img" "$tmp/origin.img"
 }
 
