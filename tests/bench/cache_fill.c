@@ -64,11 +64,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (n > l.nslots) {
-		fprintf(stderr, "cache_fill: %" PRIu64 " blocks, the device has %" PRIu64 " slots\n", n,
+		fprintf(stderr,
+		        "cache_fill: %" PRIu64 " blocks, the device has %" PRIu64 " slots\n", n,
 		        l.nslots);
 		return 1;
 	}
-	/* A core of the device's geometry: calloc'd, untouched (the load below restores nothing). */
+	/* A core of the device's geometry: calloc'd, untouched (the load below restores nothing).
+	 */
 	hl_cache_params_default(&p);
 	p.block_size = bs;
 	p.capacity = l.nslots * bs;
@@ -82,12 +84,13 @@ int main(int argc, char **argv)
 	}
 	rc = hl_cache_meta_load_begin(d, core, &l, &r);
 	if (rc) {
-		fprintf(stderr, "cache_fill: %s: no cache of %u-byte blocks here (%s)\n", argv[1], bs,
-		        strerror(-rc));
+		fprintf(stderr, "cache_fill: %s: no cache of %u-byte blocks here (%s)\n", argv[1],
+		        bs, strerror(-rc));
 		return 1;
 	}
 	if (r.pages) {
-		fprintf(stderr, "cache_fill: %s: %" PRIu64 " record pages in use: format it first\n",
+		fprintf(stderr,
+		        "cache_fill: %s: %" PRIu64 " record pages in use: format it first\n",
 		        argv[1], r.pages);
 		return 1;
 	}
