@@ -27,7 +27,7 @@
 #
 # FULL=1: every slot warm instead (issue 25 item 5, a full cache). A cold
 # start formats the device and names the LUN id, a clean stop, then
-# tests/bench/cache_fill.c (built here against BUILD's libhotlun.a) writes
+# tests/bench/cache_fill.c (built by make check, else here) writes
 # every slot's record through the engine's encoder (hl_cache_meta_forge),
 # slot i claiming block i; cache device and origin (a sparse file of the
 # cache's size) both read zeroes, so no forged block is stale. Then: a
@@ -326,11 +326,15 @@ print('full size=%s bs=%s slots=%s %s start_s=%s rss_start_mb=%s restart_s=%s '
 if [ -n "${FULL:-}" ]; then
 	command -v qemu-io >/dev/null || { echo "cache_scale.sh: FULL=1 needs qemu-io" >&2; exit 2; }
 	RSS_KILL_MB=${RSS_KILL_MB:-20000}
-	libs=$(sed -n 's/^LIBS = //p' "$BUILD/Makefile")
-	cache_fill=$tmp/cache_fill
-	cc -O2 -D_GNU_SOURCE -I "$BUILD" -I "$SRC/include" -I "$SRC/src" \
-		"$SRC/tests/bench/cache_fill.c" "$BUILD/.libs/libhotlun.a" $libs -lm -pthread \
-		-o "$cache_fill"
+	# (make check builds it; else built here against the library)
+	cache_fill=$BUILD/tests/bench/cache_fill
+	if [ ! -x "$cache_fill" ]; then
+		libs=$(sed -n 's/^LIBS = //p' "$BUILD/Makefile")
+		cache_fill=$tmp/cache_fill
+		cc -O2 -D_GNU_SOURCE -I "$BUILD" -I "$SRC/include" -I "$SRC/src" \
+			"$SRC/tests/bench/cache_fill.c" "$BUILD/.libs/libhotlun.a" $libs -lm -pthread \
+			-o "$cache_fill"
+	fi
 	for size in "$@"; do
 		full_run "$size"
 	done
