@@ -424,6 +424,20 @@ void hl_cache_layout_release(struct hl_cache_layout *l);
 int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t block_size, struct hl_cache_layout *l);
 
 /**
+ * Bench only (tests/bench/cache_fill.c, a full warm cache without warming
+ * it through iSCSI): write the records of slots 0 .. nblocks-1, slot i
+ * claiming block i of lun whole, and those slots' summary bits, with the
+ * same encoder as a sync, then flush. The caller writes no data: it is
+ * for a cache device and an origin that both read as zeroes (sparse
+ * files), so the forged blocks are not stale. l comes from a load (the
+ * device's uuid; the superblock "open"), and the caller closes it
+ * (hl_cache_meta_close) with a core that caches nothing. Blocking.
+ * @return 0 or -errno (-EINVAL: more blocks than slots).
+ */
+int hl_cache_meta_forge(struct hl_cache_dev *d, struct hl_cache_layout *l, uint16_t lun,
+                        uint64_t nblocks);
+
+/**
  * Read the superblock, the page summary and the record pages it marks,
  * restoring valid slots into c (whose LUNs are registered by the caller
  * first; records of unknown LUNs are dropped). Marks the superblock
@@ -432,7 +446,8 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t block_size, struct hl_
  * @return number of slots restored, -ENODATA (no/foreign superblock, an
  * older format version, or geometry differs: format instead), -errno.
  */
-int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l);
+int64_t hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c,
+                           struct hl_cache_layout *l);
 
 /*
  * A lazy load (docs/cache-format.md, "Lazy restore"), what

@@ -25,6 +25,33 @@
 #
 #   tests/bench/cache_scale.sh [SIZE ...]        (default: 256G 4T)
 #
+# FULL=1: every slot warm instead (issue 25 item 5, a full cache). A cold
+# start formats the device and names the LUN id, a clean stop, then
+# tests/bench/cache_fill.c (built by make check, else here) writes
+# every slot's record through the engine's encoder (hl_cache_meta_forge),
+# slot i claiming block i; cache device and origin (a sparse file of the
+# cache's size) both read zeroes, so no forged block is stale. Then: a
+# warm restart waited to the end of its restore (RSS watched every 0.25 s:
+# over RSS_KILL_MB, default 20000 MiB, hotlund is killed by its PID and the
+# run ends), a write of 0xa5 to one block, 32 reads spread over the LUN
+# that must be hits of zeroes (qemu-io read -P 0, stats read_hits and
+# read_misses), the written block read back; a clean stop; a start killed
+# (SIGKILL) once 40% of the record pages are read, after a write of 0x5a
+# to a block near the end (its record not restored yet) and two periodic
+# syncs; a start after it, waited to the end, the same hit check, that
+# block must read 0x5a (never the forged zeroes), the origin file holds it.
+# KILL=0 leaves the kill out. One line per size:
+#
+#   full size=1T bs=4K slots=N forged_N_records_in_S_s start_s=.. rss_start_mb=..
+#        restart_s=.. restore_end_s=.. restore_log_s=.. restored=.. blocks_per_s=..
+#        rss_end_mb=.. stop_s=.. killed_after=RESTORED/STATE kill_restart_s=..
+#        kill_restore_end_s=.. kill_restore_log_s=.. kill_restored=..
+#        kill_rss_end_mb=.. rss_max_mb=.. rss_b_per_block=.. written_mb=.. hits=ok stale=0
+#
+# (blocks_per_s: restored / restore_log_s, hotlund's own "restore done in"
+# figure; rss_b_per_block: rss_max_mb per slot.) FULL=1 needs qemu-io and
+# about 8 GiB of disk per TiB of cache (the records).
+#
 # Environment: BUILD (default ./build), BS (cache block size, default 4K),
 # WARM (bytes of the origin warmed, default 1G), DIR (where the sparse files
 # go, default /tmp; they need the space of what is written: about WARM plus
@@ -107,6 +134,212 @@ used_slots() {
 	"$BUILD/hotlunctl" --socket "$tmp/st/ctl.sock" stats --json |
 		python3 -c 'import json, sys; print(json.load(sys.stdin)["caches"]["ssd"]["used_slots"])'
 }
+
+# ---- FULL=1: a full warm cache, forged (tests/bench/cache_fill.c) ----
+stat_of() {
+	"$BUILD/hotlunctl" --socket "$tmp/st/ctl.sock" stats --json |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["caches"]["ssd"].get(sys.argv[1], 0))' "$1"
+}
+rss_max=0
+# watch: the largest VmRSS seen (MiB); over RSS_KILL_MB hotlund is killed
+# (SIGKILL, by its PID) and the run ends: other work on the machine first
+watch_rss() {
+	local r
+	r=$(rss_mb 2>/dev/null || echo 0)
+	[ -n "$r" ] || r=0
+	[ "$r" -le "$rss_max" ] || rss_max=$r
+	if [ "$r" -gt "$RSS_KILL_MB" ]; then
+		echo "cache_scale.sh: hotlund's RSS $r MiB > $RSS_KILL_MB MiB: killed" >&2
+		kill -KILL "$pid"
+		exit 1
+	fi
+}
+# wait_full [FRACTION]: poll the restore every 0.25 s (RSS watched) until it
+# ends, or until FRACTION of the record pages are read; sets restore_s
+wait_full() {
+	local st left pages
+	while :; do
+		watch_rss
+		read -r st left pages < <("$BUILD/hotlunctl" --socket "$tmp/st/ctl.sock" stats --json |
+			python3 -c 'import json, sys
+c = json.load(sys.stdin)["caches"]["ssd"]
+print(c.get("restore_state", "none"), c.get("restore_pages_left", 0), c.get("restore_pages", 0))')
+		[ "$st" = running ] || break
+		if [ -n "${1:-}" ] && python3 -c "import sys; sys.exit(0 if $left <= (1 - $1) * $pages else 1)"; then
+			break
+		fi
+		sleep 0.25
+	done
+	restore_s=$(since "$t_start")
+}
+# the log's "restore done in S s" of the last restore after line $1
+restore_log_s() {
+	sed -n "$1,\$p" "$tmp/hotlund.log" | sed -n 's/.* block(s) restored (restore done in \([0-9.]*\) s.*/\1/p' | tail -1
+}
+# qio CMD...: qemu-io commands against the LUN; fails on a pattern mismatch
+qio() {
+	local args=() c out
+	for c in "$@"; do args+=(-c "$c"); done
+	out=$(qemu-io -f raw "${args[@]}" "$url" 2>&1) || { echo "$out" >&2; return 1; }
+	if echo "$out" | grep -qiE 'pattern verification failed|error|fail'; then
+		echo "$out" >&2
+		return 1
+	fi
+}
+# hit_check N PATTERN_BLOCK PATTERN: N sample blocks spread over the LUN
+# (not PATTERN_BLOCK) read back zeroes as hits, PATTERN_BLOCK reads PATTERN
+hit_check() {
+	local n=$1 pb=$2 pat=$3 h0 m0 h1 m1 i b cmds=()
+	h0=$(stat_of read_hits)
+	m0=$(stat_of read_misses)
+	for i in $(seq 0 $((n - 1))); do
+		b=$(((slots - 1) * i / (n - 1)))
+		[ "$b" != "$pb" ] || b=$((b + 1))
+		cmds+=("read -P 0 $((b * bsb)) $bsb")
+	done
+	qio "${cmds[@]}"
+	h1=$(stat_of read_hits)
+	m1=$(stat_of read_misses)
+	hits=$((h1 - h0))
+	misses=$((m1 - m0))
+	[ "$misses" = 0 ] && [ "$hits" -ge "$n" ] || {
+		echo "cache_scale.sh: hit check: $hits hit(s), $misses miss(es) for $n reads" >&2
+		exit 1
+	}
+	qio "read -P $pat $((pb * bsb)) $bsb"
+}
+
+full_run() {
+	local size=$1 lun fill mark s1 r1 s2 e2 l2 n2 r2 stop2 s3 e3 l3 n3 r3 killed_at rmax pb1 pb2
+	bsb=$(bytes "$BS")
+	truncate -s 0 "$tmp/cache.img" "$tmp/origin.img"
+	truncate -s "$size" "$tmp/cache.img" "$tmp/origin.img"
+	loop=$(losetup -f --show --direct-io=on "$tmp/cache.img")
+	cat >"$tmp/hotlun.conf" <<CONF
+[global]
+portal = 127.0.0.1:$port
+state_dir = $tmp/st
+control_socket = $tmp/st/ctl.sock
+log_level = notice
+
+[cache ssd]
+device = $loop
+size = $size
+block_size = $BS
+admission = always
+
+[disk d]
+origin = file:$tmp/origin.img
+cache = ssd
+
+[target $iqn]
+lun.0 = d
+allow = ALL
+CONF
+	rm -rf "$tmp/st"
+	mkdir -p "$tmp/st"
+	: >"$tmp/hotlund.log"
+	# 1. a cold start formats the device and names the LUN id; a clean stop
+	start
+	s1=$start_s
+	r1=$(rss_mb)
+	slots=$(sed -n "s/.*cache ssd: [^,]*, \([0-9]*\) blocks of .*/\1/p" "$tmp/hotlund.log" | tail -1)
+	lun=$(sed -n 's/.*disk d attached (lun id \([0-9]*\).*/\1/p' "$tmp/hotlund.log" | tail -1)
+	stop TERM
+	# 2. every slot's record, slot i claiming block i
+	fill=$("$cache_fill" "$loop" "$bsb" "$lun" "$slots")
+	echo "$fill" >&2
+	# 3. warm restart: portal, the whole restore, RSS, hits, a write
+	rss_max=0
+	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
+	start
+	s2=$start_s
+	wait_full
+	e2=$restore_s
+	l2=$(restore_log_s "$mark")
+	n2=$(restored "$mark")
+	r2=$(rss_mb)
+	rmax=$rss_max
+	pb1=$((slots / 3))
+	qio "write -P 0xa5 $((pb1 * bsb)) $bsb"
+	hit_check 32 "$pb1" 0xa5
+	stop TERM
+	stop2=$stop_s
+	if [ "${KILL:-1}" = 0 ]; then
+		full_line "$size" "$BS" "$slots" "$fill" "$s1" "$r1" "$s2" "$e2" "${l2:-0}" "${n2:-0}" \
+			"$r2" "$stop2" - - - - - - "$rmax"
+		return
+	fi
+	# 4. restart, kill -9 halfway through the restore after a write to a
+	# block whose record is not restored yet, restart: restored again,
+	# and that block reads what was written (never the forged zeroes)
+	start
+	pb2=$((slots - 7))
+	wait_full 0.4
+	qio "write -P 0x5a $((pb2 * bsb)) $bsb"
+	# two periodic syncs (1 s each): the origin's proof after the write is
+	# recorded (a file origin's proof older than a write makes the next
+	# start cold: engine_proof.c), then SIGKILL
+	sleep 3.5
+	watch_rss
+	killed_at=$(stat_of restore_restored)/$(stat_of restore_state)
+	stop KILL
+	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
+	start
+	s3=$start_s
+	wait_full
+	e3=$restore_s
+	l3=$(restore_log_s "$mark")
+	n3=$(restored "$mark")
+	r3=$(rss_mb)
+	[ "$rss_max" -le "$rmax" ] || rmax=$rss_max
+	hit_check 32 "$pb1" 0xa5
+	qio "read -P 0x5a $((pb2 * bsb)) $bsb"
+	# the origin holds both writes
+	cmp <(dd if="$tmp/origin.img" bs="$bsb" skip="$pb2" count=1 status=none) \
+		<(head -c "$bsb" /dev/zero | tr '\0' '\132') >/dev/null
+	stop TERM
+	full_line "$size" "$BS" "$slots" "$fill" "$s1" "$r1" "$s2" "$e2" "${l2:-0}" "${n2:-0}" "$r2" \
+		"$stop2" "$killed_at" "$s3" "$e3" "${l3:-0}" "${n3:-0}" "$r3" "$rmax"
+}
+
+# full_line FIELDS...: detach the loop device, print the result line, remove the files
+full_line() {
+	losetup -d "$loop"
+	loop=
+	written=$(du -m "$tmp/cache.img" | cut -f1)
+	python3 -c "import sys
+(size, bs, slots, fill, s1, r1, s2, e2, l2, n2, r2, stop2, killed, s3, e3, l3, n3, r3, rmax,
+ written) = sys.argv[1:]
+n = int(n2 or 0)
+print('full size=%s bs=%s slots=%s %s start_s=%s rss_start_mb=%s restart_s=%s '
+      'restore_end_s=%s restore_log_s=%s restored=%s blocks_per_s=%.0f rss_end_mb=%s stop_s=%s '
+      'killed_after=%s kill_restart_s=%s kill_restore_end_s=%s kill_restore_log_s=%s '
+      'kill_restored=%s kill_rss_end_mb=%s rss_max_mb=%s rss_b_per_block=%.2f '
+      'written_mb=%s hits=ok stale=0' % (size, bs, slots, fill.replace(' ', '_'), s1, r1, s2,
+      e2, l2, n, n / max(float(l2 or 0), 1e-9), r2, stop2, killed, s3, e3, l3, n3, r3, rmax,
+      int(rmax) * 1048576.0 / max(1, int(slots)), written))" \
+		"$@" "$written"
+	rm -f "$tmp/cache.img" "$tmp/origin.img"
+}
+
+if [ -n "${FULL:-}" ]; then
+	command -v qemu-io >/dev/null || { echo "cache_scale.sh: FULL=1 needs qemu-io" >&2; exit 2; }
+	RSS_KILL_MB=${RSS_KILL_MB:-20000}
+	# (make check builds it; else built here against the library)
+	cache_fill=$BUILD/tests/bench/cache_fill
+	if [ ! -x "$cache_fill" ]; then
+		libs=$(sed -n 's/^LIBS = //p' "$BUILD/Makefile")
+		cache_fill=$tmp/cache_fill
+		cc -O2 -D_GNU_SOURCE -I "$BUILD" -I "$SRC/include" -I "$SRC/src" \
+			"$SRC/tests/bench/cache_fill.c" "$BUILD/.libs/libhotlun.a" $libs -lm -pthread \
+			-o "$cache_fill"
+	fi
+	for size in "$@"; do
+		full_run "$size"
+	done
+	exit 0
+fi
 
 for size in "$@"; do
 	truncate -s 0 "$tmp/cache.img"

@@ -195,6 +195,7 @@ void hl_cache_core_destroy(struct hl_cache_core *c)
 	free(c->rs.r); /* destroyed during a lazy restore (a stop, a failed open) */
 	free(c->rs.d);
 	free(c->rs.held);
+	free(c->rs.faulted);
 	free(c->wip);
 	cache_index_fini(&c->ix);
 	free(c->busy.tab);

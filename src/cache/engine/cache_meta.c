@@ -605,6 +605,61 @@ int hl_cache_meta_format(struct hl_cache_dev *d, uint32_t bs, struct hl_cache_la
 	return sb_write_state(d, l, SB_CLEAN);
 }
 
+int hl_cache_meta_forge(struct hl_cache_dev *d, struct hl_cache_layout *l, uint16_t lun,
+                        uint64_t nblocks)
+{
+	const uint64_t chunk = 8 * (LOAD_CHUNK / PAGE); /* record pages per write: 8 MiB */
+	uint64_t per = PAGE / l->rec_size, npg = HL_DIV_ROUND_UP(nblocks, per);
+	uint32_t spb = l->block_size / HL_CACHE_SECTOR;
+	struct hl_cache_slot_rec r;
+	uint64_t *pages;
+	uint8_t *buf;
+	bool *any;
+	int rc = 0;
+
+	if (!l->sum || nblocks > l->nslots || nblocks > HL_CACHE_MAX_BLOCK_NR)
+		return -EINVAL;
+	memset(&r, 0, sizeof(r));
+	r.lun = lun;
+	if (spb < 8)
+		r.valid[0] = (uint8_t)((1u << spb) - 1);
+	else
+		memset(r.valid, 0xff, spb / 8);
+	buf = page_zalloc(chunk * PAGE);
+	pages = malloc(chunk * sizeof(*pages));
+	any = malloc(chunk * sizeof(*any));
+	if (!buf || !pages || !any)
+		rc = -ENOMEM;
+	for (uint64_t p0 = 0; !rc && p0 < npg; p0 += chunk) {
+		uint64_t n = HL_MIN(chunk, npg - p0);
+		for (uint64_t k = 0; k < n; k++) {
+			uint64_t page = p0 + k;
+			for (uint64_t i = 0; i < per; i++) {
+				uint64_t slot = page * per + i;
+				uint8_t *b = buf + k * PAGE + i * l->rec_size;
+				if (slot >= l->nslots) {
+					memset(b, 0, l->rec_size);
+					continue;
+				}
+				r.block = slot;
+				rec_encode(l, (uint32_t)slot, &r, slot < nblocks, b);
+			}
+			pages[k] = page;
+			any[k] = true;
+		}
+		/* The summary bits before the pages (made durable by the flush below). */
+		rc = sum_mark(d, l, pages, any, n);
+		if (!rc)
+			rc = d->ops->pwrite(d, buf, (size_t)(n * PAGE), l->meta_off + p0 * PAGE);
+	}
+	if (!rc)
+		rc = d->ops->flush(d);
+	free(buf);
+	free(pages);
+	free(any);
+	return rc;
+}
+
 /*
  * Decode the records of pages [k0, k1) (in buf) into rs->recs, once and
  * without the lock (the CRC is most of a load's CPU). @return 0 or -ENOMEM.
@@ -967,10 +1022,11 @@ int hl_cache_meta_load_finish(struct hl_cache_dev *d, struct hl_cache_layout *l,
 	return rc;
 }
 
-int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct hl_cache_layout *l)
+int64_t hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c,
+                           struct hl_cache_layout *l)
 {
 	struct hl_cache_restore r;
-	int64_t left;
+	int64_t left, ret;
 	int rc = hl_cache_meta_load_begin(d, c, l, &r);
 
 	if (rc)
@@ -982,11 +1038,12 @@ int hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c, struct h
 	if (rc) {
 		hl_cache_core_restore_end(c);
 		hl_cache_layout_release(l);
+		ret = rc;
 	} else {
-		rc = (int)r.restored;
+		ret = (int64_t)r.restored; /* up to 2^32 - 3 slots: more than an int holds */
 	}
 	hl_cache_restore_release(&r);
-	return rc;
+	return ret;
 }
 
 /*

@@ -379,6 +379,19 @@ static void test_layout(void)
 	CU_ASSERT_EQUAL(l.sum_len, HL_ALIGN_UP(HL_DIV_ROUND_UP(l.npages, 8), 4096));
 	CU_ASSERT(l.data_off + l.nslots * 4096 <= 4ull << 40);
 	CU_ASSERT(l.data_off + (l.nslots + 1) * 4096 + 32 > 4ull << 40); /* no room for one more */
+	/*
+	 * 12 TiB: more than 2^31 slots (up to 2^32 - 3 fit the slot numbers):
+	 * record bytes, offsets and the count a load returns past 32 bits.
+	 */
+	CU_ASSERT_EQUAL(hl_cache_layout_compute(12ull << 40, 4096, &l), 0);
+	CU_ASSERT(l.nslots > 1ull << 31 && l.nslots < UINT32_MAX - 1);
+	CU_ASSERT(l.meta_len > 1ull << 32 && l.meta_len == l.npages * 4096);
+	CU_ASSERT(l.npages * 128 >= l.nslots);
+	CU_ASSERT(l.data_off + l.nslots * 4096 <= 12ull << 40);
+	_Static_assert(sizeof(hl_cache_meta_load(NULL, NULL, NULL)) >= sizeof(int64_t),
+	               "a load restores up to 2^32 - 3 slots: an int does not hold the count");
+	/* 17 TiB: 2^32 - 2 slots and more do not fit the 32-bit slot numbers: refused. */
+	CU_ASSERT_EQUAL(hl_cache_layout_compute(17ull << 40, 4096, &l), -EINVAL);
 }
 
 static void test_warm_restart(void)
