@@ -63,6 +63,7 @@ enum fam_id {
 	F_CACHE_REJECTIONS,
 	F_CACHE_EVICTIONS,
 	F_CACHE_FILLS_DROPPED,
+	F_CACHE_HIT_STREAMS,
 	F_CACHE_INVALIDATIONS,
 	F_CACHE_DEV_WRITTEN,
 	F_CACHE_WARM,
@@ -200,6 +201,8 @@ static const struct fam fams[F_N] = {
                            "cache blocks evicted for another block"},
     [F_CACHE_FILLS_DROPPED] = {"hotlun_cache_fills_dropped_total", "counter",
                                "fills not installed because a write raced them"},
+    [F_CACHE_HIT_STREAMS] = {"hotlun_cache_hit_streams_total", "counter",
+                             "big hits whose leading data was sent before the rest was read"},
     [F_CACHE_INVALIDATIONS] = {"hotlun_cache_invalidations_total", "counter",
                                "cache blocks (partly) dropped by writes"},
     [F_CACHE_DEV_WRITTEN] = {"hotlun_cache_device_written_bytes_total", "counter",
@@ -571,6 +574,7 @@ static void render_cache_disk(struct render *r, const char *cache, const char *d
 	counter(r, F_CACHE_REJECTIONS, &l, o, "rejections");
 	counter(r, F_CACHE_EVICTIONS, &l, o, "evictions");
 	counter(r, F_CACHE_FILLS_DROPPED, &l, o, "fills_dropped");
+	counter(r, F_CACHE_HIT_STREAMS, &l, o, "hit_streams");
 	counter(r, F_CACHE_INVALIDATIONS, &l, o, "invalidations");
 	if (has(o, "bytes_cache_write") && has(o, "bytes_cache_update")) {
 		uint64_t all = u64(o, "bytes_cache_write"), upd = u64(o, "bytes_cache_update");

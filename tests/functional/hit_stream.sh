@@ -22,14 +22,15 @@ TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
 CTL=$HL_BUILDDIR/hotlunctl
 [ -x "$TOOL" ] || hl_missing "$TOOL not built (make check builds it)"
 [ -x "$CTL" ] || hl_missing "$CTL not built"
-hl_need python3
+hl_need python3 curl
 
 T=$(hl_tmpdir)
 head -c 16M /dev/urandom >"$T/disk0.img" || hl_error "cannot write $T/disk0.img"
 hl_make_disk "$T/cache.img" 32M
 HL_IQN=$HL_IQN_PREFIX:hit-stream
 HL_PORT=$(hl_free_port)
-hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img"
+MP=$(hl_free_port)
+HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$MP" hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img"
 sed -i "s|^origin = file:.*|&\ncache = ssd\norigin_latency_ms = 300|" "$T/hotlund.conf"
 cat >>"$T/hotlund.conf" <<CONF
 
@@ -81,4 +82,8 @@ hl_log "a failed chunk was re-read from the origin before its bytes left"
 dump after $OFF $((1 << 20))
 dump small $((OFF + (128 << 10))) $((64 << 10))
 [ "$(cstat hit_streams)" = 2 ] || hl_fail "hit_streams $(cstat hit_streams) after pass-through reads"
+# the same count in the Prometheus endpoint (per disk, like the other read counters)
+prom=$(curl -sf "http://127.0.0.1:$MP/metrics") || hl_fail "no scrape of 127.0.0.1:$MP/metrics"
+grep -q '^hotlun_cache_hit_streams_total{cache="ssd",disk="disk0"} 2$' <<<"$prom" ||
+	hl_fail "hotlun_cache_hit_streams_total is not 2: $(grep hit_streams <<<"$prom")"
 hl_log "pass-through reads right"
