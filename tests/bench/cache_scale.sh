@@ -209,11 +209,11 @@ hit_check() {
 	qio "read -P $pat $((pb * bsb)) $bsb"
 }
 
-full_run() {
-	local size=$1 lun fill mark s1 r1 s2 e2 l2 n2 r2 stop2 s3 e3 l3 n3 r3 killed_at rmax pb1 pb2
-	bsb=$(bytes "$BS")
-	truncate -s 0 "$tmp/cache.img" "$tmp/origin.img"
-	truncate -s "$size" "$tmp/cache.img" "$tmp/origin.img"
+# fresh_cache SIZE: a loop device over $tmp/cache.img (already SIZE bytes,
+# sparse) as the cache of disk d, its configuration, and an empty state
+# folder and log.
+fresh_cache() {
+	local size=$1
 	loop=$(losetup -f --show --direct-io=on "$tmp/cache.img")
 	cat >"$tmp/hotlun.conf" <<CONF
 [global]
@@ -239,6 +239,14 @@ CONF
 	rm -rf "$tmp/st"
 	mkdir -p "$tmp/st"
 	: >"$tmp/hotlund.log"
+}
+
+full_run() {
+	local size=$1 lun fill mark s1 r1 s2 e2 l2 n2 r2 stop2 s3 e3 l3 n3 r3 killed_at rmax pb1 pb2
+	bsb=$(bytes "$BS")
+	truncate -s 0 "$tmp/cache.img" "$tmp/origin.img"
+	truncate -s "$size" "$tmp/cache.img" "$tmp/origin.img"
+	fresh_cache "$size"
 	# 1. a cold start formats the device and names the LUN id; a clean stop
 	start
 	s1=$start_s
@@ -344,31 +352,7 @@ fi
 for size in "$@"; do
 	truncate -s 0 "$tmp/cache.img"
 	truncate -s "$size" "$tmp/cache.img"
-	loop=$(losetup -f --show --direct-io=on "$tmp/cache.img")
-	cat >"$tmp/hotlun.conf" <<CONF
-[global]
-portal = 127.0.0.1:$port
-state_dir = $tmp/st
-control_socket = $tmp/st/ctl.sock
-log_level = notice
-
-[cache ssd]
-device = $loop
-size = $size
-block_size = $BS
-admission = always
-
-[disk d]
-origin = file:$tmp/origin.img
-cache = ssd
-
-[target $iqn]
-lun.0 = d
-allow = ALL
-CONF
-	rm -rf "$tmp/st"
-	mkdir -p "$tmp/st"
-	: >"$tmp/hotlund.log"
+	fresh_cache "$size"
 	start
 	s1=$start_s
 	r1=$(rss_mb)
