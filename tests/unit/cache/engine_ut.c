@@ -547,6 +547,27 @@ static void fixture_down(struct hl_cache *c, struct hl_origin *o, struct fake *f
 	free(f->mem);
 }
 
+/*
+ * Swap the cache's data origin for a fake d holding a copy of the device's
+ * bytes (it counts and can hold the reads); returns the real one, which
+ * dev_restore puts back.
+ */
+static struct hl_origin *dev_copy_swap(struct hl_cache *c, struct fake *d)
+{
+	struct hl_origin *real = c->data;
+	struct stat sb;
+	int fd;
+
+	CU_ASSERT_FATAL(stat(g_dev, &sb) == 0);
+	fake_init(d, (uint64_t)sb.st_size, 0);
+	fd = open(g_dev, O_RDONLY);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(pread(fd, d->mem, d->size, 0) == (ssize_t)d->size);
+	close(fd);
+	c->data = fake_origin(d, "fake:dev-copy");
+	return real;
+}
+
 /* Put the cache's real data origin back in place of the fake device d (closed, its memory freed). */
 static void dev_restore(struct hl_cache *c, struct hl_origin *real, struct fake *d)
 {
@@ -1333,6 +1354,20 @@ static void test_proof_diff_drops_changed_only(void)
 	free(f.mem);
 }
 
+/* Until disk i of c has a recorded proof (the metadata thread's, 50 ms ticks). */
+static bool wait_proof(struct hl_cache *c, size_t i)
+{
+	for (int n = 0; n < 300; n++) {
+		pthread_mutex_lock(&c->sync_lock);
+		bool ok = c->ents[i]->proof != NULL;
+		pthread_mutex_unlock(&c->sync_lock);
+		if (ok)
+			return true;
+		usleep(10 * 1000);
+	}
+	return false;
+}
+
 /*
  * Several gateways (hotlun/owner.h): while the disk is another gateway's the
  * cache holds its proofs, so the last proof taken while it was ours stays
@@ -1353,7 +1388,9 @@ static void test_ownership_hold_and_revalidate(void)
 	f.diff = true;
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	usleep(200 * 1000); /* quiet origin: the metadata thread records a proof */
+	/* quiet origin: the metadata thread records a proof (a fixed 200 ms was too
+	 * short on a loaded machine: no proof, so the revalidation started cold) */
+	CU_ASSERT_FATAL(wait_proof(c, 0));
 	hl_cache_hold_proofs(o); /* handed over */
 	fake_external(&f, 3 * BS, BS, 0x3c); /* the peer writes block 3 */
 	usleep(300 * 1000); /* several metadata intervals, the origin quiet again */
@@ -1672,20 +1709,6 @@ static void test_shadow_roll_partial_crash(void)
 	free(buf);
 }
 
-/* Until disk i of c has a recorded proof (the metadata thread's, 50 ms ticks). */
-static bool wait_proof(struct hl_cache *c, size_t i)
-{
-	for (int n = 0; n < 300; n++) {
-		pthread_mutex_lock(&c->sync_lock);
-		bool ok = c->ents[i]->proof != NULL;
-		pthread_mutex_unlock(&c->sync_lock);
-		if (ok)
-			return true;
-		usleep(10 * 1000);
-	}
-	return false;
-}
-
 /* The end of a test of two fake disks on one cache: everything it opened goes. */
 static void two_disks_close(struct hl_cache *c, struct hl_origin *oa, struct hl_origin *ob,
                             struct fake *fa, struct fake *fb)
@@ -1983,9 +2006,7 @@ static void test_adjacent_hits_one_read(void)
 	struct fake f, dev;
 	struct hl_cache *c;
 	struct hl_origin *o, *real;
-	struct stat sb;
 	uint8_t *buf = malloc(4 * BS);
-	int fd;
 
 	o = fixture_up(&c, NULL, &f, 9, "fake:adj");
 	/* Blocks 0-3 filled by one read (slots taken lowest first: adjacent) ... */
@@ -1999,14 +2020,7 @@ static void test_adjacent_hits_one_read(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 11 * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
-	CU_ASSERT_FATAL(stat(g_dev, &sb) == 0);
-	fake_init(&dev, (uint64_t)sb.st_size, 0);
-	fd = open(g_dev, O_RDONLY);
-	CU_ASSERT_FATAL(fd >= 0);
-	CU_ASSERT_FATAL(pread(fd, dev.mem, dev.size, 0) == (ssize_t)dev.size);
-	close(fd);
-	real = c->data;
-	c->data = fake_origin(&dev, "fake:dev-copy");
+	real = dev_copy_swap(c, &dev);
 
 	memset(buf, 0, 4 * BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 4 * BS, buf), 0);
@@ -2113,24 +2127,15 @@ static void test_hit_streamed(void)
 	struct hl_cache *c;
 	struct hl_origin *o, *real;
 	struct hl_cache_engine_stats st;
-	struct stat sb;
 	struct step step;
 	struct one_rel rel;
 	uint64_t len = 16 * BS;
 	uint8_t *buf = malloc(len);
-	int fd;
 
 	o = fixture_up(&c, NULL, &f, 21, "fake:stream");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, len, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(stat(g_dev, &sb) == 0);
-	fake_init(&dev, (uint64_t)sb.st_size, 0);
-	fd = open(g_dev, O_RDONLY);
-	CU_ASSERT_FATAL(fd >= 0);
-	CU_ASSERT_FATAL(pread(fd, dev.mem, dev.size, 0) == (ssize_t)dev.size);
-	close(fd);
-	real = c->data;
-	c->data = fake_origin(&dev, "fake:dev-copy");
+	real = dev_copy_swap(c, &dev);
 	dev.hold_reads = 1;
 
 	memset(&sp, 0, sizeof(sp));
