@@ -243,6 +243,84 @@ class Race:
             self.all[self.base - self.a.lba + i] = d
 
 
+def abort_runs(args):
+    """--abort: streamed READs cut short while their chunks are held.
+
+    The range is warmed (a miss, then a hit), then: a READ aborted (ABORT
+    TASK) as soon as its first Data-In is in; a READ whose connection is
+    closed as soon as its first Data-In is in. Checks: the TMF answers
+    "function complete", nothing of the aborted task follows its response
+    (a NOP round trip after it), and a new session reads the range right.
+    Run with HOTLUN_TEST_CACHE_DEV_READ_STAGGER so the chunks are still
+    out when the abort or the close comes (under ASan: nothing freed early).
+    """
+    args.rounds = 1
+    race = Race(args)
+    race.read("warm-up (a miss)")
+    time.sleep(args.settle)
+    race.read("warm-up (a hit)")
+    c = race.c
+    n = race.n
+
+    def first_data_in(itt):
+        while True:
+            r = c.recv()
+            if r.itt == itt and r.opcode == pc.OP_DATA_IN and not r.flags & 0x01:
+                return r
+            if r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:
+                c.nop_reply(r)
+                continue
+            raise AssertionError("abort: waiting for the first Data-In, got %r" % r)
+
+    # 1. ABORT TASK with chunks out
+    cmdsn = c.cmdsn
+    itt = race.send(pc.cdb_read10(args.lba, n), read_len=n * SECT)
+    first_data_in(itt)
+    b = bytearray(48)
+    b[0] = 0x40 | pc.OP_TMF
+    b[1] = 0x80 | 1   # ABORT TASK
+    struct.pack_into(">H", b, 8, args.lun)
+    struct.pack_into(">I", b, 16, c.next_itt())
+    tmf_itt = c.itt
+    struct.pack_into(">I", b, 20, itt)
+    struct.pack_into(">I", b, 24, c.cmdsn)
+    struct.pack_into(">I", b, 28, c.exp_statsn)
+    struct.pack_into(">I", b, 32, cmdsn)
+    c.send(b)
+    datain = 1
+    while True:
+        r = c.recv()
+        if r.itt == itt and r.opcode == pc.OP_DATA_IN:
+            datain += 1
+            continue
+        if r.itt == tmf_itt and r.opcode == pc.OP_TMF_RSP:
+            if r.bhs[2] != 0:
+                raise AssertionError("ABORT TASK answered %d, not function complete" % r.bhs[2])
+            break
+        if r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:
+            c.nop_reply(r)
+            continue
+        raise AssertionError("abort: %r before the TMF response" % r)
+    # anything of the aborted task after its TMF response would come before this NOP-In
+    c.ping(b"after the abort")
+    print("abort: %d Data-In before the TMF response, none after" % datain)
+
+    # 2. the connection closed with chunks out
+    itt = race.send(pc.cdb_read10(args.lba, n), read_len=n * SECT)
+    first_data_in(itt)
+    c.close()
+    print("close: connection closed after the first Data-In")
+    time.sleep(args.settle)
+
+    # 3. a new session reads the range right
+    race2 = Race(args)
+    race2.read("after the abort and the close")
+    race2.c.logout()
+    race2.c.close()
+    print("after: a new session read the range right")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -257,9 +335,11 @@ def main():
     ap.add_argument("--burst", type=int, default=20480)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--settle", type=float, default=1.0)
+    ap.add_argument("--abort", action="store_true",
+                    help="READs cut short by ABORT TASK and by a closed connection")
     args = ap.parse_args()
     try:
-        return Race(args).run()
+        return abort_runs(args) if args.abort else Race(args).run()
     except (AssertionError, pc.Closed, pc.Timeout, OSError) as e:
         print("error: %s: %s" % (type(e).__name__, e), file=sys.stderr)
         return 1

@@ -18,14 +18,19 @@
 # them; the last reads may, a block whose update a racing write dropped is
 # PARTIAL), or the test proved nothing. Then the same with update_buffer = 0
 # (every update written to its slot on the device at once, racing the
-# chunks' device reads).
+# chunks' device reads). Last, with the chunks 40 ms apart, a streamed READ
+# aborted (ABORT TASK) after its first Data-In and one whose connection is
+# closed then: the TMF completes, nothing of the task follows its
+# response, hotlund stays up (and clean under ASan), a new session reads
+# the range right.
 . "$(dirname "$0")/lib.sh"
 hl_need python3
 PY=$(dirname "$0")/hit_stream_race.py
 
+# run UB [STAGGER_MS [--abort]]
 run() {
-	local ub=$1 T out racing must reads streams hits
-	T=$(hl_tmpdir)/ub$ub
+	local ub=$1 stagger=${2:-5} mode=${3:-} T out racing must reads streams hits
+	T=$(hl_tmpdir)/ub$ub$mode
 	mkdir -p "$T"
 	head -c 16M /dev/urandom >"$T/disk0.img" || hl_error "cannot write $T/disk0.img"
 	hl_make_disk "$T/cache.img" 32M
@@ -42,12 +47,20 @@ block_size = 64K
 admission = always
 update_buffer = $ub
 CONF
-	HOTLUN_HIT_CHUNK=1 HOTLUN_TEST_CACHE_DEV_READ_STAGGER=5 hl_start_hotlund "$T/hotlund.conf"
+	HOTLUN_HIT_CHUNK=1 HOTLUN_TEST_CACHE_DEV_READ_STAGGER=$stagger hl_start_hotlund "$T/hotlund.conf"
 	local sock
 	sock=$(hl_tmpdir)/state/ctl.sock
 	out=$(python3 "$PY" --portal "127.0.0.1:$HL_PORT" --target "$HL_IQN" \
-		--image "$T/disk0.img" --lba 8192 --blocks 2048 2>&1) ||
-		hl_fail "update_buffer $ub: $out"
+		--image "$T/disk0.img" --lba 8192 --blocks 2048 $mode 2>&1) ||
+		hl_fail "update_buffer $ub $mode: $out"
+	if [ -n "$mode" ]; then
+		while read -r line; do hl_log "$line"; done <<<"$out"
+		[ "$(hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" ssd hit_streams)" -ge 3 ] ||
+			hl_fail "$mode: the READs cut short were not streamed"
+		hl_check_alive
+		hl_target_stop # a crash, or an ASan report, fails here
+		return
+	fi
 	hl_log "update_buffer $ub: racing READs took (round:ms)" \
 		"$(sed -n 's/^round \([0-9]*\) ms /\1:/p' <<<"$out" | tr '\n' ' ')"
 	racing=$(sed -n 's/^racing reads //p' <<<"$out")
@@ -65,4 +78,8 @@ CONF
 
 run 0
 run 16M
+# READs cut short (ABORT TASK, a closed connection) while 15 of their 16
+# chunks are still out (40 ms apart): the task and its buffer must live
+# until the last chunk is in and every queued PDU is sent or dropped.
+run 16M 40 --abort
 hl_log "PASS"
