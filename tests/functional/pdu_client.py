@@ -284,8 +284,9 @@ class Conn:
         return r
 
     def login(self, target, initiator="iqn.2026-11.io.hotlun:pdu-client", chap=None,
-              digest=False, session_type="Normal", extra_op=()):
-        """Full login; returns the final Login Response. Raises on failure."""
+              digest=False, session_type="Normal", extra_op=(), mrdsl=262144, burst=262144):
+        """Full login; returns the final Login Response. Raises on failure.
+        mrdsl: our MaxRecvDataSegmentLength (the target's Data-In size), burst: MaxBurstLength."""
         sec = [("InitiatorName", initiator), ("SessionType", session_type)]
         if session_type == "Normal":
             sec.append(("TargetName", target))
@@ -307,8 +308,8 @@ class Conn:
         d = "CRC32C,None" if digest else "None"
         ops = [("HeaderDigest", d), ("DataDigest", d), ("ErrorRecoveryLevel", "0"),
                ("InitialR2T", "Yes"), ("ImmediateData", "Yes"),
-               ("MaxBurstLength", "262144"), ("FirstBurstLength", "65536"),
-               ("MaxRecvDataSegmentLength", "262144"), ("MaxConnections", "1"),
+               ("MaxBurstLength", str(burst)), ("FirstBurstLength", str(min(65536, burst))),
+               ("MaxRecvDataSegmentLength", str(mrdsl)), ("MaxConnections", "1"),
                ("DefaultTime2Wait", "2"), ("DefaultTime2Retain", "0"),
                ("MaxOutstandingR2T", "1"), ("DataPDUInOrder", "Yes"),
                ("DataSequenceInOrder", "Yes")] + list(extra_op)

@@ -94,13 +94,34 @@ static int write_mode_parse(const char *s, enum hl_cache_write_mode *out)
  * HOTLUN_TEST_CACHE_DEV_READ_HOLD=N:MS: the Nth read of the data area is
  * submitted MS late (so a later chunk of a big hit is still out when an
  * earlier one fails).
+ * HOTLUN_TEST_CACHE_DEV_READ_STAGGER=MS: reads of the data area submitted
+ * back to back on a reactor (within 1 ms of the one before: the chunks of a
+ * streamed hit) go out 0, MS, 2 MS, ... late, so a big hit's chunks come
+ * in one by one, in order, and every streamed hit hands data up early
+ * (hit_stream_race.sh); a burst is cut at 64 (then 0 again).
  */
 struct test_dev_knobs {
 	uint32_t write_ms;
 	uint32_t fail_nth;
 	uint32_t hold_nth, hold_ms;
+	uint32_t stagger_ms;
 	atomic_uint reads;
 };
+
+#define TEST_STAGGER_GAP_NS 1000000u
+#define TEST_STAGGER_MAX 64u
+
+/* HOTLUN_TEST_CACHE_DEV_READ_STAGGER: this read's place in its burst on this thread. */
+static uint32_t test_stagger_idx(void)
+{
+	static _Thread_local uint64_t last_ns;
+	static _Thread_local uint32_t idx;
+	uint64_t now = hl_now_ns();
+
+	idx = now - last_ns < TEST_STAGGER_GAP_NS ? (idx + 1) % TEST_STAGGER_MAX : 0;
+	last_ns = now;
+	return idx;
+}
 
 struct test_delay_io {
 	struct hl_timer timer;
@@ -138,6 +159,9 @@ static int test_delay_submit(struct hl_origin *o, struct hl_origin_io *io)
 	struct hl_reactor *r = hl_reactor_current();
 
 	uint32_t ms = io->op == HL_IO_WRITE ? k->write_ms : 0;
+
+	if (r && io->op == HL_IO_READ && k->stagger_ms)
+		ms = test_stagger_idx() * k->stagger_ms;
 
 	if (r && io->op == HL_IO_READ && (k->fail_nth || k->hold_nth)) {
 		uint32_t nth = atomic_fetch_add(&k->reads, 1) + 1;
@@ -183,6 +207,7 @@ static int test_dev_delay(struct hl_cache *c)
 {
 	uint32_t ms = test_knob("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", 60000);
 	uint32_t nth = test_knob("HOTLUN_TEST_CACHE_DEV_READ_FAIL", 1000000000);
+	uint32_t stagger = test_knob("HOTLUN_TEST_CACHE_DEV_READ_STAGGER", 1000);
 	const char *hold = getenv("HOTLUN_TEST_CACHE_DEV_READ_HOLD");
 	unsigned hold_nth = 0, hold_ms = 0;
 	struct test_dev_knobs *k;
@@ -191,7 +216,7 @@ static int test_dev_delay(struct hl_cache *c)
 
 	if (!hold || sscanf(hold, "%u:%u", &hold_nth, &hold_ms) != 2 || hold_ms > 60000)
 		hold_nth = hold_ms = 0;
-	if (!ms && !nth && !hold_nth)
+	if (!ms && !nth && !hold_nth && !stagger)
 		return 0;
 	rc = hl_origin_wrap(c->data, &test_delay_ops, "test_delay", &w);
 	if (rc)
@@ -201,6 +226,7 @@ static int test_dev_delay(struct hl_cache *c)
 	k->fail_nth = nth;
 	k->hold_nth = hold_nth;
 	k->hold_ms = hold_ms;
+	k->stagger_ms = stagger;
 	atomic_init(&k->reads, 0);
 	c->data = w;
 	if (ms)
@@ -211,6 +237,9 @@ static int test_dev_delay(struct hl_cache *c)
 	if (hold_nth)
 		HL_WARN("cache", "cache %s: test knob: cache device read %u held %u ms", c->name,
 		        hold_nth, hold_ms);
+	if (stagger)
+		HL_WARN("cache", "cache %s: test knob: cache device reads staggered by %u ms",
+		        c->name, stagger);
 	return 0;
 }
 
