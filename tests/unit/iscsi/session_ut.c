@@ -357,6 +357,7 @@ static void teardown(void)
 		free(t->allow);
 		free(t);
 	}
+	iscsi_wb_fini(&srv->wb); /* the sources remembered as refused (hog tests) */
 	free(srv->reactors);
 	free(srv);
 	srv = NULL;
