@@ -180,11 +180,13 @@ static void co_close(struct hl_origin *o)
 	struct hl_cache *c = co->c;
 	struct map_ent *e = co->ent;
 	/*
-	 * A stop gave up on the metadata thread (engine_meta_stop): it may hold
-	 * sync_lock for ever. The map is sealed "failed", so no proof matters
-	 * any more: detach under lock only, take no final proof.
+	 * A stop gave up on the metadata thread (engine_meta_stop), or this
+	 * close found sync_lock held past the bound (engine_sync_lock_within:
+	 * a removal while the device does not answer): the holder may keep it
+	 * for ever. The map is sealed "failed", so no proof matters any more:
+	 * detach under lock only, take no final proof.
 	 */
-	bool stuck = atomic_load(&c->meta_stuck);
+	bool stuck;
 	long left;
 
 	engine_shadow_detach(c, e); /* its pre-reads use o and the inner origin */
@@ -198,8 +200,7 @@ static void co_close(struct hl_origin *o)
 	 * origin, and their buffers are their own.
 	 */
 	left = co_drain(c, e);
-	if (!stuck)
-		pthread_mutex_lock(&c->sync_lock);
+	stuck = !engine_sync_lock_within(c, e->name);
 	pthread_mutex_lock(&c->lock);
 	e->attached = false; /* its blocks stay: a restart finds them */
 	e->inner = NULL;     /* the meta thread takes no more proofs from it */
