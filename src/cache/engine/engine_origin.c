@@ -174,6 +174,14 @@ static long co_drain(struct hl_cache *c, struct map_ent *e)
 	return 0;
 }
 
+/* Inner origins a close kept for a stuck holder of sync_lock (co_close): never closed. */
+struct kept_origin {
+	struct hl_origin *o;
+	struct kept_origin *next;
+};
+static struct kept_origin *kept;
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void co_close(struct hl_origin *o)
 {
 	struct co_priv *co = co_of(o);
@@ -222,9 +230,29 @@ static void co_close(struct hl_origin *o)
 	 * No origin I/O is in flight (every command was answered): what the
 	 * origin holds now is what the blocks match.
 	 */
-	if (!stuck)
+	if (!stuck) {
 		engine_proof_final(c, e, co->inner);
-	/* hl_origin_close() closes the inner origin next */
+		return; /* hl_origin_close() closes the inner origin next */
+	}
+	/*
+	 * sync_lock's holder may be inside a call on the inner origin
+	 * (engine_proofs_refresh's proof_take, which read e->inner before it
+	 * was cleared above) and use it again when that call returns: the
+	 * inner origin is kept, never closed (listed, so a leak checker sees
+	 * it held), like the cache of a stuck metadata thread.
+	 */
+	struct kept_origin *k = malloc(sizeof(*k));
+	if (k) {
+		k->o = co->inner;
+		pthread_mutex_lock(&kept_mu);
+		k->next = kept;
+		kept = k;
+		pthread_mutex_unlock(&kept_mu);
+	}
+	o->inner = NULL; /* hl_origin_close() leaves it open (unlisted without memory: leaked) */
+	co->inner = NULL;
+	HL_WARN("cache", "cache %s: disk %s: its origin stays open for the stuck thread",
+	        c->name, e->name);
 }
 
 /* Made only by hl_cache_attach() (hl_origin_wrap); proofs and identity are the inner origin's. */
