@@ -7,6 +7,8 @@
 #     for the records' lock) the disk is closed, the metadata thread is
 #     declared stuck and the map sealed "failed" (the records it could not
 #     sync are not trusted);
+#  1b. re-adding the disk to that cache is refused within the bound (the
+#     attach waited for ever for sync_lock on the control reactor);
 #  2. the control socket answers meanwhile, and a stop (SIGTERM) after it
 #     ends within its bounds (before: the close sat in co_close's
 #     pthread_mutex_lock(sync_lock) for ever, so the stop, which waits for
@@ -68,6 +70,19 @@ grep -q 'says failed: the next start formats the device' "$FRONT_LOG" ||
 grep -qx 'state failed' "$T/st/cache-ssd.map" ||
 	hl_fail "the map does not say failed: $(head -n 3 "$T/st/cache-ssd.map")"
 hl_log "1. the disk's close with the metadata thread held took $ms ms"
+
+# ---- 1b. re-adding the disk to that cache is refused, within the bound
+# (hl_cache_attach took sync_lock unbounded on the control reactor: the
+# change, the control socket and the stop after it hung for ever)
+cp "$T/with.conf" "$T/live.conf"
+t0=$(date +%s%N)
+out=$(timeout 10 "$CTL" --socket "$sock" reload 2>&1) &&
+	hl_fail "re-adding the disk to a cache whose metadata thread is stuck was accepted: $out"
+ms=$(ms_since "$t0")
+[ "$ms" -lt $((3 * BOUND)) ] || hl_fail "the refused re-add took $ms ms (bound $BOUND ms): $out"
+echo "$out" | grep -q 'disk san' || hl_fail "the refusal does not name the disk: $out"
+hl_log "1b. re-adding the disk refused in $ms ms: $out"
+cp "$T/none.conf" "$T/live.conf"
 
 # ---- 2. the control socket, then the stop
 ts=$(date +%s%N)

@@ -290,15 +290,14 @@ bool engine_sync_lock_within(struct hl_cache *c, const char *disk)
 	 * Whoever holds sync_lock (the metadata thread's record sync, a
 	 * restore step) is in a device call that does not return: treated like
 	 * a metadata thread a stop abandoned. The records it could not sync are
-	 * not trusted at the next start (the map sealed "failed"), and the
-	 * close goes on without the lock (the caller detaches under c->lock
-	 * only and takes no final proof).
+	 * not trusted at the next start (the map sealed "failed"); a close
+	 * goes on without the lock (it detaches under c->lock only and takes
+	 * no final proof), an attach is refused.
 	 */
 	atomic_store(&c->meta_stuck, true);
 	HL_WARN("cache",
 	        "cache %s: disk %s: the records' lock was not free within %u ms (a metadata "
-	        "write not answering?): closed without it; the cache's records are not "
-	        "trusted at the next start",
+	        "write not answering?): the cache's records are not trusted at the next start",
 	        c->name, disk, c->drain_ms);
 	engine_map_seal(c);
 	return false;
