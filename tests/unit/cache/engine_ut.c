@@ -204,6 +204,8 @@ static int fake_proof_take(struct hl_origin *o, const char *tag, bool final, cha
 		__atomic_store_n(&f->taking, 1, __ATOMIC_SEQ_CST);
 		while (__atomic_load_n(&f->take_hold, __ATOMIC_SEQ_CST))
 			usleep(1000);
+		/* back from the call, its origin's state again (ASan: freed under it?) */
+		f = *(struct fake **)hl_origin_priv(o);
 	}
 	if (f->no_proof)
 		return -EOPNOTSUPP;
