@@ -333,7 +333,9 @@ struct hl_origin_ops {
 	int (*open)(struct hl_origin *o, const char *target, const struct hl_origin_opts *opts);
 	/**
 	 * Release everything; no I/O is in flight. A wrapper's close must not
-	 * close its inner origin: hl_origin_close() does that right after.
+	 * close its inner origin: hl_origin_close() does that right after,
+	 * unless the close set o->inner to NULL (it keeps the inner origin:
+	 * a thread it could not stop may still use it).
 	 */
 	void (*close)(struct hl_origin *o);
 	/** Asynchronous submit; see struct hl_origin_io. @return 0 (cb runs once) or -errno (cb never runs). */

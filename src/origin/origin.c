@@ -172,9 +172,10 @@ void hl_origin_close(struct hl_origin *o)
 	for (struct hl_origin *x = o; x; x = x->inner)
 		unlisten(x);
 	while (o) {
-		struct hl_origin *inner = o->inner;
+		struct hl_origin *inner;
 
 		o->ops->close(o);
+		inner = o->inner; /* read after: a close may keep it (NULL) */
 		origin_free(o);
 		o = inner; /* a wrapper owns the origin it wraps */
 	}

@@ -526,7 +526,19 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	if (check)
 		prc = engine_proof_changes(inner, tag, proof, false, &chg, why, sizeof(why));
 	free(proof);
-	pthread_mutex_lock(&c->sync_lock); /* no record sync of the meta thread meanwhile */
+	/*
+	 * No record sync of the meta thread meanwhile. Bounded: a holder stuck
+	 * in a device call (meta_stuck, or found so now: the map is sealed)
+	 * would keep the caller (the control reactor) for ever.
+	 */
+	if (!engine_sync_lock_within(c, disk_name)) {
+		HL_ERR("cache",
+		       "cache %s: disk %s: not attached: the cache's metadata writes do not "
+		       "answer (its device is stuck); restart hotlund once the device answers",
+		       c->name, disk_name);
+		free(chg.v);
+		return -EIO;
+	}
 	pthread_mutex_lock(&c->lock);
 	e = engine_ent_find(c, disk_name);
 	if (e && e->attached) {

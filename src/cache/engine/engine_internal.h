@@ -530,6 +530,14 @@ int engine_meta_start(struct hl_cache *c);
 bool engine_meta_stop(struct hl_cache *c, bool drop);
 
 /**
+ * A disk's close (co_close) or attach: take sync_lock, waiting at most c->drain_ms.
+ * @return true with it held; false (not held) when meta_stuck is set, or
+ * when it was not free in time: then meta_stuck is set and the map sealed
+ * "failed" (engine_meta_stop's treatment of a stuck metadata thread).
+ */
+bool engine_sync_lock_within(struct hl_cache *c, const char *disk);
+
+/**
  * The device failed: mark the map "failed" and wipe both superblocks, so a
  * restart formats the device instead of trusting it. Once (c->dead); the
  * metadata thread, or close after it stopped.

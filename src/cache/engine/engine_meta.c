@@ -267,6 +267,42 @@ int engine_meta_start(struct hl_cache *c)
 	return rc;
 }
 
+bool engine_sync_lock_within(struct hl_cache *c, const char *disk)
+{
+	struct timespec dl;
+	int rc;
+
+	if (atomic_load(&c->meta_stuck))
+		return false;
+	clock_gettime(CLOCK_REALTIME, &dl); /* (pthread_mutex_timedlock's clock) */
+	dl.tv_sec += c->drain_ms / 1000;
+	dl.tv_nsec += (long)(c->drain_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	do
+		rc = pthread_mutex_timedlock(&c->sync_lock, &dl);
+	while (rc == EINTR);
+	if (rc == 0)
+		return true;
+	/*
+	 * Whoever holds sync_lock (the metadata thread's record sync, a
+	 * restore step) is in a device call that does not return: treated like
+	 * a metadata thread a stop abandoned. The records it could not sync are
+	 * not trusted at the next start (the map sealed "failed"); a close
+	 * goes on without the lock (it detaches under c->lock only and takes
+	 * no final proof), an attach is refused.
+	 */
+	atomic_store(&c->meta_stuck, true);
+	HL_WARN("cache",
+	        "cache %s: disk %s: the records' lock was not free within %u ms (a metadata "
+	        "write not answering?): the cache's records are not trusted at the next start",
+	        c->name, disk, c->drain_ms);
+	engine_map_seal(c);
+	return false;
+}
+
 bool engine_meta_stop(struct hl_cache *c, bool drop)
 {
 	struct timespec dl;

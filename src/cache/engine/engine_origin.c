@@ -174,17 +174,27 @@ static long co_drain(struct hl_cache *c, struct map_ent *e)
 	return 0;
 }
 
+/* Inner origins a close kept for a stuck holder of sync_lock (co_close): never closed. */
+struct kept_origin {
+	struct hl_origin *o;
+	struct kept_origin *next;
+};
+static struct kept_origin *kept;
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void co_close(struct hl_origin *o)
 {
 	struct co_priv *co = co_of(o);
 	struct hl_cache *c = co->c;
 	struct map_ent *e = co->ent;
 	/*
-	 * A stop gave up on the metadata thread (engine_meta_stop): it may hold
-	 * sync_lock for ever. The map is sealed "failed", so no proof matters
-	 * any more: detach under lock only, take no final proof.
+	 * A stop gave up on the metadata thread (engine_meta_stop), or this
+	 * close found sync_lock held past the bound (engine_sync_lock_within:
+	 * a removal while the device does not answer): the holder may keep it
+	 * for ever. The map is sealed "failed", so no proof matters any more:
+	 * detach under lock only, take no final proof.
 	 */
-	bool stuck = atomic_load(&c->meta_stuck);
+	bool stuck;
 	long left;
 
 	engine_shadow_detach(c, e); /* its pre-reads use o and the inner origin */
@@ -198,8 +208,7 @@ static void co_close(struct hl_origin *o)
 	 * origin, and their buffers are their own.
 	 */
 	left = co_drain(c, e);
-	if (!stuck)
-		pthread_mutex_lock(&c->sync_lock);
+	stuck = !engine_sync_lock_within(c, e->name);
 	pthread_mutex_lock(&c->lock);
 	e->attached = false; /* its blocks stay: a restart finds them */
 	e->inner = NULL;     /* the meta thread takes no more proofs from it */
@@ -221,9 +230,29 @@ static void co_close(struct hl_origin *o)
 	 * No origin I/O is in flight (every command was answered): what the
 	 * origin holds now is what the blocks match.
 	 */
-	if (!stuck)
+	if (!stuck) {
 		engine_proof_final(c, e, co->inner);
-	/* hl_origin_close() closes the inner origin next */
+		return; /* hl_origin_close() closes the inner origin next */
+	}
+	/*
+	 * sync_lock's holder may be inside a call on the inner origin
+	 * (engine_proofs_refresh's proof_take, which read e->inner before it
+	 * was cleared above) and use it again when that call returns: the
+	 * inner origin is kept, never closed (listed, so a leak checker sees
+	 * it held), like the cache of a stuck metadata thread.
+	 */
+	struct kept_origin *k = malloc(sizeof(*k));
+	if (k) {
+		k->o = co->inner;
+		pthread_mutex_lock(&kept_mu);
+		k->next = kept;
+		kept = k;
+		pthread_mutex_unlock(&kept_mu);
+	}
+	o->inner = NULL; /* hl_origin_close() leaves it open (unlisted without memory: leaked) */
+	co->inner = NULL;
+	HL_WARN("cache", "cache %s: disk %s: its origin stays open for the stuck thread",
+	        c->name, e->name);
 }
 
 /* Made only by hl_cache_attach() (hl_origin_wrap); proofs and identity are the inner origin's. */

@@ -96,7 +96,14 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 
 	if (atomic_load(&e->proofs_held))
 		return; /* not ours: the cache may not match; the last proof stays */
-	pthread_mutex_lock(&c->sync_lock); /* one proof at a time (the meta thread's too) */
+	/*
+	 * One proof at a time (the meta thread's too). Bounded: a holder stuck
+	 * in a device call (the metadata thread took the lock as soon as the
+	 * close's detach let it go) leaves no proof to take: the map is sealed.
+	 * (Such a holder never has inner: e->inner was cleared under the lock.)
+	 */
+	if (!engine_sync_lock_within(c, e->name))
+		return;
 	rc = hl_origin_proof_take(inner, e->tag, true, proof, sizeof(proof));
 	free(e->cand);
 	e->cand = NULL;

@@ -79,6 +79,9 @@ struct fake {
 	const struct hl_hot_set *hot;
 	/* proof_check sets checking (atomic), then takes this long: a slow diff */
 	int check_delay_ms, checking;
+	/* atomics: proof_take sets taking, then waits while take_hold (a dead origin's call) */
+	int take_hold, taking;
+	int closes; /* atomic: fake_close calls */
 };
 
 static void fake_wrote(struct fake *f, uint64_t off, uint64_t len)
@@ -179,7 +182,10 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 
 static void fake_close(struct hl_origin *o)
 {
-	(void)o; /* the test owns struct fake */
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+
+	/* the test owns struct fake; counted only */
+	__atomic_add_fetch(&f->closes, 1, __ATOMIC_SEQ_CST);
 }
 
 static int fake_open(struct hl_origin *o, const char *t, const struct hl_origin_opts *op)
@@ -194,6 +200,13 @@ static int fake_proof_take(struct hl_origin *o, const char *tag, bool final, cha
 	struct fake *f = *(struct fake **)hl_origin_priv(o);
 
 	(void)tag, (void)final;
+	if (__atomic_load_n(&f->take_hold, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&f->taking, 1, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&f->take_hold, __ATOMIC_SEQ_CST))
+			usleep(1000);
+		/* back from the call, its origin's state again (ASan: freed under it?) */
+		f = *(struct fake **)hl_origin_priv(o);
+	}
 	if (f->no_proof)
 		return -EOPNOTSUPP;
 	snprintf(proof, len, "fake:%llu",
@@ -3968,6 +3981,53 @@ static void test_open_fails_at_loader(void)
 	free(buf);
 }
 
+/*
+ * A disk removed while the metadata thread holds sync_lock in a call that
+ * does not return (here the origin's proof in engine_proofs_refresh, as a
+ * dead origin's stat; a dead device's record write holds it the same way):
+ * the close ends within the bound (it waited for ever on sync_lock), the
+ * map is sealed "failed" (the next start formats), and the inner origin is
+ * not closed under the call: when the call returns, the thread goes on with
+ * that origin (under ASan, a use after free if it had been freed), and the
+ * map stays "failed".
+ */
+static void test_close_sync_lock_stuck(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS);
+	uint64_t t0, ms;
+
+	o = fixture_up(&c, NULL, &f, 41, "fake:stuck");
+	for (uint64_t b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	c->drain_ms = 200;
+	__atomic_store_n(&f.take_hold, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST));
+	reactor_down();
+	t0 = hl_now_ns();
+	hl_origin_close(o); /* the disk's close (co_close), then its inner origin's */
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT(atomic_load(&c->meta_stuck));
+	CU_ASSERT(map_holds("state failed"));
+	/* (fatal: the thread is about to use it) */
+	CU_ASSERT_EQUAL_FATAL(__atomic_load_n(&f.closes, __ATOMIC_SEQ_CST), 0);
+	__atomic_store_n(&f.take_hold, 0, __ATOMIC_SEQ_CST); /* the call returns */
+	usleep(300 * 1000);                                  /* six metadata intervals */
+	CU_ASSERT(map_holds("state failed"));
+	hl_cache_close(c); /* parked: saves nothing */
+	CU_ASSERT(map_holds("state failed"));
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -4058,6 +4118,8 @@ int main(void)
 	     test_ub_stop_and_crash},
 	    {"a warm open whose loader cannot start stops its metadata thread",
 	     test_open_fails_at_loader},
+	    {"a disk closed while sync_lock's holder is stuck: bounded, sealed, its origin kept",
+	     test_close_sync_lock_stuck},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
