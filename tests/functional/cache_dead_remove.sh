@@ -19,6 +19,7 @@
 
 hl_need python3 qemu-img
 hl_cache_front_prereqs
+. "$(dirname "$0")/cache_dead_lib.sh"
 CTL=$HL_BUILDDIR/hotlunctl
 T=$(hl_tmpdir)
 IQN=$HL_IQN_PREFIX:deadrm
@@ -37,19 +38,8 @@ grep -q '^\[cache ssd\]' "$T/none.conf" && ! grep -q 'disk san' "$T/none.conf" |
 	hl_error "cannot write $T/none.conf"
 cp "$T/with.conf" "$T/live.conf"
 
-reads() {
-	"$BENCH" --quiet --read 100 --qd 8 --range "$2" --time "$1" "$url" >"$T/bench.out" 2>&1 ||
-		hl_fail "reads failed: $(tail -n 3 "$T/bench.out")"
-}
-ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
-asan=${ASAN_OPTIONS:-}
-export HOTLUN_TEST_CACHE_META_HOLD=$T/hold HOTLUN_TEST_CACHE_DRAIN_MS=$BOUND
-# the abandoned cache is never freed (its thread may still use it): no leak check
-export ASAN_OPTIONS=${asan:+$asan:}detect_leaks=0
-hl_front_start "$T/live.conf"
-unset HOTLUN_TEST_CACHE_META_HOLD HOTLUN_TEST_CACHE_DRAIN_MS
-if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
+start_held "$T/live.conf"
 grep -q "test knob: record syncs wait while $T/hold exists" "$FRONT_LOG" || hl_fail "the hold knob did not act"
 reads 2 32M
 hl_cache_settle "$sock" ssd
@@ -107,12 +97,6 @@ with open(sys.argv[1], 'r+b') as f:  # 8 MiB inside the cached range, new data
     f.write(os.urandom(8 << 20))
 PY
 cp "$T/with.conf" "$T/live.conf"
-hl_front_start "$T/live.conf"
-for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
-grep -q 'cache ssd: .*formatted' "$FRONT_LOG" ||
-	hl_fail "the restart did not format the device: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
-n=$(hl_stale_blocks "$url" "$T/o.img" 4096)
-[ "$n" = 0 ] || hl_fail "$n block(s) differ from the origin after the restart"
-hl_log "3. the restart formatted the cache; 0 blocks differ from the origin"
+restart_formats 3 "$T/live.conf"
 hl_stop "$FRONT_PID"
 exit 0

@@ -19,6 +19,7 @@
 
 hl_need python3 qemu-img
 hl_cache_front_prereqs
+. "$(dirname "$0")/cache_dead_lib.sh"
 CTL=$HL_BUILDDIR/hotlunctl
 T=$(hl_tmpdir)
 IQN=$HL_IQN_PREFIX:deadstop
@@ -32,20 +33,9 @@ url=iscsi://127.0.0.1:$port/$IQN/0
 hl_cache_front_conf "$T/f.conf" "$port" "$T/st" "$IQN" "file:$T/o.img" \
 	"device=$T/cache.img" size=64M block_size=4K admission=always
 
-reads() {
-	"$BENCH" --quiet --read 100 --qd 8 --range "$2" --time "$1" "$url" >"$T/bench.out" 2>&1 ||
-		hl_fail "reads failed: $(tail -n 3 "$T/bench.out")"
-}
-ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
 # ---- 1. the stop with the metadata thread held in a sync
-asan=${ASAN_OPTIONS:-}
-export HOTLUN_TEST_CACHE_META_HOLD=$T/hold HOTLUN_TEST_CACHE_DRAIN_MS=$BOUND
-# the abandoned cache is never freed (its thread may still use it): no leak check
-export ASAN_OPTIONS=${asan:+$asan:}detect_leaks=0
-hl_front_start "$T/f.conf"
-unset HOTLUN_TEST_CACHE_META_HOLD HOTLUN_TEST_CACHE_DRAIN_MS
-if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
+start_held "$T/f.conf"
 grep -q "test knob: record syncs wait while $T/hold exists" "$FRONT_LOG" || hl_fail "the hold knob did not act"
 reads 2 32M
 hl_cache_settle "$sock" ssd
@@ -78,13 +68,7 @@ with open(sys.argv[1], 'r+b') as f:  # 8 MiB inside the cached range, new data
     f.seek(4 << 20)
     f.write(os.urandom(8 << 20))
 PY
-hl_front_start "$T/f.conf"
-for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
-grep -q 'cache ssd: .*formatted' "$FRONT_LOG" ||
-	hl_fail "the restart did not format the device: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
-n=$(hl_stale_blocks "$url" "$T/o.img" 4096)
-[ "$n" = 0 ] || hl_fail "$n block(s) differ from the origin after the restart"
-hl_log "2. the restart formatted the cache; 0 blocks differ from the origin"
+restart_formats 2 "$T/f.conf"
 
 reads 2 32M
 hl_cache_settle "$sock" ssd 1
@@ -92,12 +76,8 @@ hl_stop "$FRONT_PID"
 
 # ---- 3. a clean stop restarts warm (the check in 2 can tell); then the
 # close's own save held (the metadata thread idle: nothing to sync)
-export HOTLUN_TEST_CACHE_META_HOLD=$T/hold HOTLUN_TEST_CACHE_DRAIN_MS=$BOUND
-export ASAN_OPTIONS=${asan:+$asan:}detect_leaks=0
-hl_front_start "$T/f.conf"
-unset HOTLUN_TEST_CACHE_META_HOLD HOTLUN_TEST_CACHE_DRAIN_MS
-if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
-for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
+start_held "$T/f.conf"
+wait_cache_start
 grep -q 'cache ssd: .*warm restart' "$FRONT_LOG" ||
 	hl_fail "a clean stop did not restart warm: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
 hl_wait_restored "$FRONT_LOG" ssd
@@ -118,25 +98,14 @@ hl_log "3. warm restart after a clean stop; then a stop with the close's save he
 
 # ---- 4. the restart after it trusts nothing either
 rm -f "$T/hold"
-hl_front_start "$T/f.conf"
-for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
-grep -q 'cache ssd: .*formatted' "$FRONT_LOG" ||
-	hl_fail "4. the restart did not format the device: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
-n=$(hl_stale_blocks "$url" "$T/o.img" 4096)
-[ "$n" = 0 ] || hl_fail "4. $n block(s) differ from the origin after the restart"
-hl_log "4. the restart formatted the cache; 0 blocks differ from the origin"
+restart_formats 4 "$T/f.conf"
 hl_cache_settle "$sock" ssd 1
 hl_stop "$FRONT_PID" # clean: the next start restores the blocks the check filled
 
 # ---- 5. a stop while the warm start's lazy restore is held in a device read
 touch "$T/hold"
-export HOTLUN_TEST_CACHE_META_HOLD=$T/hold HOTLUN_TEST_CACHE_DRAIN_MS=$BOUND
-export HOTLUN_TEST_RESTORE_DELAY_MS=100
-export ASAN_OPTIONS=${asan:+$asan:}detect_leaks=0
-hl_front_start "$T/f.conf"
-unset HOTLUN_TEST_CACHE_META_HOLD HOTLUN_TEST_CACHE_DRAIN_MS HOTLUN_TEST_RESTORE_DELAY_MS
-if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
-for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
+start_held "$T/f.conf" HOTLUN_TEST_RESTORE_DELAY_MS=100
+wait_cache_start
 grep -q 'cache ssd: .*warm restart' "$FRONT_LOG" ||
 	hl_fail "5. no warm restart to hold the restore of: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
 sleep 0.5
@@ -153,12 +122,6 @@ grep -qx 'state failed' "$T/st/cache-ssd.map" ||
 hl_log "5. stop with the restore held took $ms ms: $line"
 [ "$ms" -lt $((5 * BOUND)) ] || hl_fail "5. the stop took $ms ms with bounds of $BOUND ms"
 rm -f "$T/hold"
-hl_front_start "$T/f.conf"
-for i in $(seq 1 100); do grep -q 'formatted\|warm restart' "$FRONT_LOG" && break; sleep 0.1; done
-grep -q 'cache ssd: .*formatted' "$FRONT_LOG" ||
-	hl_fail "5. the restart did not format the device: $(grep 'cache ssd' "$FRONT_LOG" | head -5)"
-n=$(hl_stale_blocks "$url" "$T/o.img" 4096)
-[ "$n" = 0 ] || hl_fail "5. $n block(s) differ from the origin after the restart"
-hl_log "5. the restart formatted the cache; 0 blocks differ from the origin"
+restart_formats 5 "$T/f.conf"
 hl_stop "$FRONT_PID"
 exit 0
