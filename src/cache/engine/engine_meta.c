@@ -154,6 +154,21 @@ void engine_meta_test_hold(struct hl_cache *c)
 		nanosleep(&ts, NULL);
 }
 
+/* The time ms milliseconds from now on clock clk (a deadline for a timed wait). */
+static struct timespec clock_after_ms(clockid_t clk, unsigned ms)
+{
+	struct timespec t;
+
+	clock_gettime(clk, &t);
+	t.tv_sec += ms / 1000;
+	t.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
+
 static void *meta_main(void *arg)
 {
 	struct hl_cache *c = arg;
@@ -218,13 +233,7 @@ static void *meta_main(void *arg)
 		if (periodic && !c->dead && !atomic_load(&c->failed))
 			engine_proofs_refresh(c);
 		if (periodic) {
-			clock_gettime(CLOCK_MONOTONIC, &next);
-			next.tv_sec += c->interval_ms / 1000;
-			next.tv_nsec += (long)(c->interval_ms % 1000) * 1000000L;
-			if (next.tv_nsec >= 1000000000L) {
-				next.tv_sec++;
-				next.tv_nsec -= 1000000000L;
-			}
+			next = clock_after_ms(CLOCK_MONOTONIC, c->interval_ms);
 		}
 		/*
 		 * A waiter goes on to the origin: if the device failed (this turn,
@@ -274,13 +283,7 @@ bool engine_sync_lock_within(struct hl_cache *c, const char *disk)
 
 	if (atomic_load(&c->meta_stuck))
 		return false;
-	clock_gettime(CLOCK_REALTIME, &dl); /* (pthread_mutex_timedlock's clock) */
-	dl.tv_sec += c->drain_ms / 1000;
-	dl.tv_nsec += (long)(c->drain_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	dl = clock_after_ms(CLOCK_REALTIME, c->drain_ms); /* pthread_mutex_timedlock's clock */
 	do
 		rc = pthread_mutex_timedlock(&c->sync_lock, &dl);
 	while (rc == EINTR);
@@ -310,13 +313,7 @@ bool engine_meta_stop(struct hl_cache *c, bool drop)
 
 	if (!c->meta_started)
 		return !atomic_load(&c->meta_stuck);
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += c->drain_ms / 1000;
-	dl.tv_nsec += (long)(c->drain_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	dl = clock_after_ms(CLOCK_MONOTONIC, c->drain_ms);
 	pthread_mutex_lock(&c->mlock);
 	c->mstop = true;
 	if (drop)

@@ -589,6 +589,19 @@ static void dev_restore(struct hl_cache *c, struct hl_origin *real, struct fake 
 	free(d->mem);
 }
 
+/* The end of a test that swapped in a device copy (dev_copy_swap): all of its fixture goes. */
+static void dev_copy_down(struct hl_cache *c, struct hl_origin *o, struct hl_origin *real,
+                          struct fake *dev, struct fake *f)
+{
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	dev_restore(c, real, dev);
+	hl_cache_close(c);
+	dev_remove();
+	free(f->mem);
+}
+
 static void stats(struct hl_cache *c, struct hl_cache_engine_stats *st)
 {
 	CU_ASSERT_FATAL(hl_cache_get_stats(c, "disk0", st) == 0);
@@ -2052,13 +2065,7 @@ static void test_adjacent_hits_one_read(void)
 	CU_ASSERT_EQUAL(dev.reads, 4);
 	CU_ASSERT_EQUAL(f.reads, 4); /* every read above was a hit */
 
-	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	dev_restore(c, real, &dev);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	dev_copy_down(c, o, real, &dev, &f);
 	free(buf);
 }
 
@@ -2193,13 +2200,7 @@ static void test_hit_streamed(void)
 	CU_ASSERT_EQUAL(st.hit_retries, 1);
 	CU_ASSERT_EQUAL(st.hit_streams, 1);
 
-	CU_ASSERT(wait_inflight(c, 0));
-	reactor_down();
-	hl_origin_close(o);
-	dev_restore(c, real, &dev);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
+	dev_copy_down(c, o, real, &dev, &f);
 	free(buf);
 }
 
