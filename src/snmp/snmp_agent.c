@@ -317,6 +317,36 @@ static int cache_value(const void *row, unsigned col, struct value *v)
 	case 21:
 		num(v, ASN_UNSIGNED, c->write_budget);
 		break;
+	case 22:
+		num(v, ASN_COUNTER64, c->invalidations);
+		break;
+	case 23:
+		num(v, ASN_COUNTER64, c->fills_dropped);
+		break;
+	case 24:
+		num(v, ASN_COUNTER64, c->orphan_drops);
+		break;
+	case 25:
+		num(v, ASN_COUNTER64, c->origin_errors);
+		break;
+	case 26:
+		num(v, ASN_COUNTER64, c->hit_retries);
+		break;
+	case 27:
+		num(v, ASN_COUNTER64, c->hit_streams);
+		break;
+	case 28:
+		num(v, ASN_COUNTER64, c->passthrough_ios);
+		break;
+	case 29:
+		num(v, ASN_COUNTER64, c->bypass_reads);
+		break;
+	case 30:
+		num(v, ASN_INTEGER, (uint64_t)c->restore_state);
+		break;
+	case 31:
+		num(v, ASN_COUNTER64, c->restore_pages_left);
+		break;
 	default:
 		return -1;
 	}
@@ -644,7 +674,7 @@ static int ssn_value(const void *row, unsigned col, struct value *v)
 static const struct table_def tables[] = {
     {"hlDiskTable", disk_oid, OID_LENGTH(disk_oid), 2, 34, 1, disk_count, disk_row, disk_index,
      disk_value},
-    {"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 2, 21, 1, cache_count, cache_row,
+    {"hlCacheTable", cache_oid, OID_LENGTH(cache_oid), 2, 31, 1, cache_count, cache_row,
      cache_index, cache_value},
     {"hlSessionTable", session_oid, OID_LENGTH(session_oid), 2, 8, 1, session_count, session_row,
      session_index, session_value},

@@ -22,6 +22,13 @@
 
 enum snmp_origin_state { SNMP_ORIGIN_OK = 1, SNMP_ORIGIN_FAILING = 2 };
 enum snmp_cache_state { SNMP_CACHE_ACTIVE = 1, SNMP_CACHE_PASSTHROUGH = 2 };
+/* hlCacheRestoreState: the background restore of a warm start (stats restore_state) */
+enum snmp_restore_state {
+	SNMP_RESTORE_NONE = 1,
+	SNMP_RESTORE_RUNNING = 2,
+	SNMP_RESTORE_DONE = 3,
+	SNMP_RESTORE_STOPPED = 4
+};
 
 /*
  * hlDiskAluaState: this gateway's ALUA group state for a disk, the SPC-4
@@ -72,6 +79,10 @@ struct snmp_cache {
 	uint32_t hit_ratio;
 	uint32_t write_ratio;  /* hundredths of a percent of an admit-all cache's writes */
 	uint32_t write_budget; /* percent */
+	/* health (hlCacheGroup2): what was dropped or retried, and the warm start's restore */
+	uint64_t invalidations, fills_dropped, orphan_drops, origin_errors, hit_retries;
+	uint64_t hit_streams, passthrough_ios, bypass_reads, restore_pages_left;
+	int restore_state; /* enum snmp_restore_state */
 };
 
 struct snmp_iscsi_session {

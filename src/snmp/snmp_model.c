@@ -290,6 +290,18 @@ static int build_disk(struct snmp_disk *d, const char *name, json_t *o, json_t *
 	return 0;
 }
 
+/* stats restore_state as hlCacheRestoreState; what this subagent does not know reads none */
+static int restore_state(const char *s)
+{
+	if (s && !strcmp(s, "running"))
+		return SNMP_RESTORE_RUNNING;
+	if (s && !strcmp(s, "done"))
+		return SNMP_RESTORE_DONE;
+	if (s && !strcmp(s, "stopped"))
+		return SNMP_RESTORE_STOPPED;
+	return SNMP_RESTORE_NONE;
+}
+
 static int build_cache(struct snmp_cache *c, const char *name, json_t *o, json_t *conf)
 {
 	c->name = strdup(name);
@@ -319,6 +331,16 @@ static int build_cache(struct snmp_cache *c, const char *name, json_t *o, json_t
 		c->write_ratio = w <= 0 ? 0 : w >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)(w + 0.5);
 	}
 	c->write_budget = (uint32_t)u64(o, "write_budget_pct");
+	c->invalidations = u64(o, "invalidations");
+	c->fills_dropped = u64(o, "fills_dropped");
+	c->orphan_drops = u64(o, "orphan_drops");
+	c->origin_errors = u64(o, "origin_errors");
+	c->hit_retries = u64(o, "hit_retries");
+	c->hit_streams = u64(o, "hit_streams");
+	c->passthrough_ios = u64(o, "passthrough_ios");
+	c->bypass_reads = u64(o, "read_bypass");
+	c->restore_pages_left = u64(o, "restore_pages_left");
+	c->restore_state = restore_state(json_string_value(json_object_get(o, "restore_state")));
 	return 0;
 }
 

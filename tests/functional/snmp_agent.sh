@@ -179,9 +179,17 @@ for pair in "hlCacheReadReqs:$C['read_reqs']" "hlCacheReadHits:$C['read_hits']" 
 	"hlCacheBytesFromCache:$C['bytes_read_cache']" "hlCacheBytesFromOrigin:$C['bytes_read_origin']" \
 	"hlCacheDeviceErrors:$C['dev_errors']" \
 	"hlCacheUsed:$C['used_slots'] * $C['block_size']" "hlCacheSize:$C['nslots'] * $C['block_size']" \
-	"hlCacheWriteRatio:int($C['write_ratio'] * 10000 + 0.5)" "hlCacheWriteBudget:$C['write_budget_pct']"; do
+	"hlCacheWriteRatio:int($C['write_ratio'] * 10000 + 0.5)" "hlCacheWriteBudget:$C['write_budget_pct']" \
+	"hlCacheInvalidations:$C['invalidations']" "hlCacheFillsDropped:$C['fills_dropped']" \
+	"hlCacheOrphanDrops:$C['orphan_drops']" "hlCacheOriginErrors:$C['origin_errors']" \
+	"hlCacheHitRetries:$C['hit_retries']" "hlCacheHitStreams:$C['hit_streams']" \
+	"hlCachePassthroughIos:$C['passthrough_ios']" "hlCacheBypassReads:$C['read_bypass']" \
+	"hlCacheRestorePagesLeft:$C['restore_pages_left']"; do
 	wait_equal "cache ${pair%%:*}" "${pair%%:*}" "$C0" "${pair#*:}" >/dev/null
 done
+# A cache formatted at this start restores nothing: none(1).
+[ "$(sget hlCacheRestoreState "$C0")" = 1 ] ||
+	hl_fail "hlCacheRestoreState is $(sget hlCacheRestoreState "$C0") after a format, not none(1)"
 DBW=$(sget hlCacheDeviceBytesWritten "$C0")
 [ "$DBW" -gt 0 ] || hl_fail "hlCacheDeviceBytesWritten is 0 after a read workload with admissions"
 [ "$(sget hlCacheName "$C0")" = c0 ] || hl_fail "hlCacheName"
@@ -191,6 +199,17 @@ hl_log "ok: cache table (device bytes written $DBW)"
 RSUM=$(swalk hlLatencyReads | awk -v d="$D0" 'index($1, d ".") == 1 { s += $2 } END { print s + 0 }')
 [ "$RSUM" = "$R0" ] || hl_fail "hlLatencyReads over d0's buckets sum to $RSUM, not $R0"
 [ "$(sget hlDiskReadLatencyMedian "$D0")" -gt 0 ] || hl_fail "hlDiskReadLatencyMedian is 0"
+
+# The cache's health columns move: a sequential stream (bypassed, not
+# admitted) and 1 MiB reads of one MiB read again (all hits once admitted:
+# streamed in 256 KiB chunks); each equals the control socket's value.
+bench --workload seq --range 16M --offset 32M --count 1024 --qd 1 "$HL_URL0"
+bench --workload uniform --bs 1M --range 1M --offset 48M --count 12 --qd 1 "$HL_URL0"
+for pair in "hlCacheBypassReads:$C['read_bypass']" "hlCacheHitStreams:$C['hit_streams']"; do
+	[ "$(wait_equal "cache ${pair%%:*}" "${pair%%:*}" "$C0" "${pair#*:}")" -gt 0 ] ||
+		hl_fail "${pair%%:*} is 0 after a sequential stream and 1 MiB hits"
+done
+hl_log "ok: cache health: invalidations $(sget hlCacheInvalidations "$C0"), fills dropped $(sget hlCacheFillsDropped "$C0"), bypassed reads $(sget hlCacheBypassReads "$C0"), hit streams $(sget hlCacheHitStreams "$C0")"
 
 # ---------------------------------------------------------------- service counters
 
@@ -325,6 +344,8 @@ wait_for "hlDaemonReachable = true again" sis hlDaemonReachable 0 1
 wait_for "d0 back with counters from zero" sis hlDiskReadCmds "$D0" 0
 NEW_RESET_AT=$(snmpget "${SNMPOPTS[@]}" -Ox "$SNMP_AGENT" "$(oid hlCountersResetAt).0")
 [ "$NEW_RESET_AT" != "$RESET_AT" ] || hl_fail "hlCountersResetAt did not change across a hotlund restart ($RESET_AT)"
+# A warm restart restores the records in the background: done(3) at the end.
+wait_for "hlCacheRestoreState done(3) after the warm restart" sis hlCacheRestoreState "$C0" 3
 hl_log "ok: reconnected to a restarted hotlund (same index $D0), hlCountersResetAt moved"
 
 # snmpd goes away and comes back: the subagent pings (every 1 s here) and
