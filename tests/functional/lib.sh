@@ -538,16 +538,26 @@ hl_make_disk() {
 hl_write_config() {
 	local f=$1 port=$2 disk=$3
 	shift 3
-	local kv extra_portal= target_lines=
+	local kv extra_portal= target_lines= cache_block= disk_lines= cache_section=
 	for kv in "$@"; do
 		case $kv in
 		PORTAL2=*) extra_portal="portal = 127.0.0.1:${kv#PORTAL2=}" ;;
+		CACHE=*) cache_block=${kv#CACHE=} ;;
 		*) target_lines+="${kv%%=*} = ${kv#*=}"$'\n' ;;
 		esac
 	done
 	local st
 	st=$(hl_tmpdir)/state
 	mkdir -p "$st"
+	if [ -n "$cache_block" ]; then
+		disk_lines="cache = c0"
+		cache_section="[cache c0]
+device = $(hl_tmpdir)/cache0.img
+size = 64M
+block_size = $cache_block
+admission = always
+"
+	fi
 	cat >"$f" <<EOF
 # written by tests/functional/lib.sh for $HL_TEST_NAME
 [global]
@@ -558,8 +568,10 @@ control_socket = $st/ctl.sock
 log_level = ${HL_LOG_LEVEL:-info}
 ${HL_GLOBAL_EXTRA:-}
 
+${cache_section}
 [disk disk0]
 origin = file:$disk
+${disk_lines}
 
 [target ${HL_IQN:-$HL_IQN_PREFIX:test}]
 lun.0 = disk0
@@ -570,16 +582,19 @@ EOF
 
 # ---------------------------------------------------------------- targets
 
-# hl_target_start [--size SIZE] [--chap USER SECRET] [--portal2] [--disk FILE]:
-# start the target under test (hotlund, or tgtd when HL_TARGET=tgt) with one
-# LUN on a sparse file, on a free loopback port. Sets:
+# hl_target_start [--size SIZE] [--chap USER SECRET] [--portal2] [--disk FILE]
+# [--cache BLOCK]: start the target under test (hotlund, or tgtd when
+# HL_TARGET=tgt) with one LUN on a sparse file, on a free loopback port;
+# --cache puts a 64 MiB SSD cache of BLOCK blocks admitting every miss in
+# front of it (cache c0, hotlund only). Sets:
 #   HL_PORT HL_PORT2 HL_IQN HL_LUN HL_PORTAL HL_URL (iscsi://127.0.0.1:PORT/IQN/LUN)
 #   HL_DISK (backing file) HL_CHAP_USER HL_CHAP_SECRET
 hl_target_start() {
-	local size=256M chap_user= chap_secret= portal2=0 disk=
+	local size=256M chap_user= chap_secret= portal2=0 disk= cache=
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--size) size=$2; shift 2 ;;
+		--cache) cache=$2; shift 2 ;;
 		--chap) chap_user=$2; chap_secret=$3; shift 3 ;;
 		--portal2) portal2=1; shift ;;
 		--disk) disk=$2; shift 2 ;;
@@ -607,6 +622,7 @@ hl_target_start() {
 		local args=()
 		[ -n "$chap_user" ] && args+=("chap_user=$chap_user" "chap_secret=$chap_secret")
 		[ -n "$HL_PORT2" ] && args+=("PORTAL2=$HL_PORT2")
+		[ -n "$cache" ] && args+=("CACHE=$cache")
 		hl_write_config "$t/hotlund.conf" "$HL_PORT" "$disk" "${args[@]}"
 		hl_start_hotlund "$t/hotlund.conf"
 		[ -n "$HL_PORT2" ] && hl_wait_port "$HL_PID" 127.0.0.1 "$HL_PORT2" "$HL_LOG"

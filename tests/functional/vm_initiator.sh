@@ -4,9 +4,10 @@
 # open-iscsi's iscsid/iscsiadm in an initramfs, and runs
 # tests/functional/vm_guest_init.sh as PID 1: discovery, login, size check,
 # O_DIRECT write/read-back, last block, logout, login again, data intact.
-# Three boots: plain, then one-way CHAP with CRC32C header and data digests,
-# then plain again with hotlund restarted (SIGTERM, start) under write +
-# read-back I/O, which must see no error.
+# Three boots: plain, then one-way CHAP with CRC32C header and data digests
+# and an SSD cache in front (hits, streamed hits), then plain again with the
+# cache, hotlund restarted (SIGTERM, start: a warm restart) under write +
+# read-back I/O, which must see no error and no old data.
 # After each boot the host checks that the backing file holds exactly what
 # the guest wrote.
 #
@@ -167,12 +168,29 @@ hl_target_start --size $SIZE
 boot plain None
 hl_target_stop
 
-hl_target_start --disk "$HL_DISK" --chap vmuser vm-secret-4567
+# vm_cache_stat KEY: a statistic of the SSD cache in front of the LUN.
+vm_cache_stat() { hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" c0 "$1"; }
+
+# With an SSD cache in front (every miss admitted): the guest's read-back
+# after the write fills it, and its read after the re-login is served from
+# it: 1 MiB O_DIRECT reads, which the kernel splits into READs of up to its
+# max_sectors_kb; with 64 KiB streaming chunks every all-hit READ above that
+# goes out streamed, with CRC32C data digests; the guest compares every byte.
+HOTLUN_HIT_CHUNK=65536 hl_target_start --disk "$HL_DISK" --chap vmuser vm-secret-4567 --cache 64K
 boot chap-crc32c CRC32C vmuser vm-secret-4567
+HITS=$(vm_cache_stat read_hits) STREAMS=$(vm_cache_stat hit_streams)
+[ "$HITS" -gt 0 ] || hl_fail "chap-crc32c: the cache served no hit to the kernel initiator"
+[ "$STREAMS" -gt 0 ] || hl_fail "chap-crc32c: no hit was streamed to the kernel initiator ($HITS hits)"
+hl_log "chap-crc32c: $HITS cache hits, $STREAMS of them streamed (partial $(vm_cache_stat read_partial), misses $(vm_cache_stat read_misses), fills dropped $(vm_cache_stat fills_dropped), admissions $(vm_cache_stat admissions))"
 hl_target_stop
 
-# A restart of hotlund under the kernel initiator's I/O: no I/O error.
-hl_target_start --disk "$HL_DISK"
+# A restart of hotlund under the kernel initiator's I/O: no I/O error. The
+# cache in front restarts warm (the same 64K blocks are written and read
+# back again and again, so they are cached): every read-back must still
+# match what the guest last wrote.
+hl_target_start --disk "$HL_DISK" --cache 64K
 RESTART_S=20 boot restart None
+[ "$(vm_cache_stat read_hits)" -gt 0 ] || hl_fail "restart: no cache hit after the warm restart"
+hl_log "restart: $(vm_cache_stat read_hits) cache hits after the warm restart (the restart kept $(hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" c0 warm_kept disk0) block(s))"
 hl_target_stop
 hl_log "PASS"
