@@ -179,59 +179,43 @@ int ctl_parse_path(const struct ctl_view *v, const char *path, struct node *nd, 
 	return edit_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
 }
 
+/*
+ * Every path is head, the node's name, tail and its leaf, in that order; a
+ * kind says which of the two it has. One row a kind, so a new kind is one
+ * line here and one in ctl_parse_path.
+ */
+static const struct node_spelling {
+	const char *head;
+	bool name;
+	const char *tail;
+	bool leaf;
+} spelling[] = {
+    [N_ROOT] = {"/", false, "", false},
+    [N_DISKS] = {"/disks", false, "", false},
+    [N_DISK] = {"/disks/", true, "", false},
+    [N_CACHES] = {"/caches", false, "", false},
+    [N_CACHE] = {"/caches/", true, "", false},
+    [N_ISCSI] = {"/iscsi", false, "", false},
+    [N_TARGET] = {"/iscsi/", true, "", false},
+    [N_TPG] = {"/iscsi/", true, "/tpg1", false},
+    [N_LUNS] = {"/iscsi/", true, "/tpg1/luns", false},
+    [N_LUN] = {"/iscsi/", true, "/tpg1/luns/", true},
+    [N_ACLS] = {"/iscsi/", true, "/tpg1/acls", false},
+    [N_ACL] = {"/iscsi/", true, "/tpg1/acls/", true},
+    [N_PORTALS] = {"/iscsi/", true, "/tpg1/portals", false},
+    [N_PORTAL] = {"/iscsi/", true, "/tpg1/portals/", true},
+    [N_SESSIONS] = {"/sessions", false, "", false},
+    [N_SESSION] = {"/sessions/", true, "", false},
+};
+_Static_assert(HL_ARRAY_SIZE(spelling) == N_SESSION + 1, "a spelling for every node kind");
+
 /* Canonical form of a parsed node's path. */
 void ctl_node_path(const struct node *nd, char *out, size_t len)
 {
-	switch (nd->kind) {
-	case N_ROOT:
-		snprintf(out, len, "/");
-		break;
-	case N_DISKS:
-		snprintf(out, len, "/disks");
-		break;
-	case N_DISK:
-		snprintf(out, len, "/disks/%s", nd->name);
-		break;
-	case N_CACHES:
-		snprintf(out, len, "/caches");
-		break;
-	case N_CACHE:
-		snprintf(out, len, "/caches/%s", nd->name);
-		break;
-	case N_ISCSI:
-		snprintf(out, len, "/iscsi");
-		break;
-	case N_TARGET:
-		snprintf(out, len, "/iscsi/%s", nd->name);
-		break;
-	case N_TPG:
-		snprintf(out, len, "/iscsi/%s/tpg1", nd->name);
-		break;
-	case N_LUNS:
-		snprintf(out, len, "/iscsi/%s/tpg1/luns", nd->name);
-		break;
-	case N_LUN:
-		snprintf(out, len, "/iscsi/%s/tpg1/luns/%s", nd->name, nd->leaf);
-		break;
-	case N_ACLS:
-		snprintf(out, len, "/iscsi/%s/tpg1/acls", nd->name);
-		break;
-	case N_ACL:
-		snprintf(out, len, "/iscsi/%s/tpg1/acls/%s", nd->name, nd->leaf);
-		break;
-	case N_PORTALS:
-		snprintf(out, len, "/iscsi/%s/tpg1/portals", nd->name);
-		break;
-	case N_PORTAL:
-		snprintf(out, len, "/iscsi/%s/tpg1/portals/%s", nd->name, nd->leaf);
-		break;
-	case N_SESSIONS:
-		snprintf(out, len, "/sessions");
-		break;
-	case N_SESSION:
-		snprintf(out, len, "/sessions/%s", nd->name);
-		break;
-	}
+	const struct node_spelling *s = &spelling[nd->kind];
+
+	snprintf(out, len, "%s%s%s%s", s->head, s->name ? nd->name : "", s->tail,
+	         s->leaf ? nd->leaf : "");
 }
 
 /* ---- changes ---- */

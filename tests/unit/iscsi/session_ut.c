@@ -431,6 +431,20 @@ static void send_pdu(struct iscsi_bhs *h, const void *data, uint32_t len)
 	send_raw(buf, n);
 }
 
+/*
+ * An immediate TMF request for function fn (ISCSI_TMF_*) on the task whose
+ * ITT is ref (ISCSI_RSVD_TAG for none), with the next ITT; the caller sends it.
+ */
+static void tmf_req(struct iscsi_bhs *h, uint8_t fn, uint32_t ref)
+{
+	memset(h, 0, sizeof(*h));
+	h->b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
+	h->b[1] = ISCSI_FLAG_FINAL | fn;
+	bhs_set_itt(h, ++itt);
+	bhs_put32(h, 20, ref);
+	bhs_put32(h, 24, cmdsn);
+}
+
 /* key=value\0 list from "k=v|k=v" */
 static size_t kv(uint8_t *out, const char *spec)
 {
@@ -963,12 +977,7 @@ static void test_read_streamed(void)
 	CU_ASSERT_EQUAL_FATAL(npending, 1);
 	cmd = pending[0];
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_ABORT_TASK;
-	bhs_set_itt(&h, ++itt);
-	bhs_put32(&h, 20, victim);
-	bhs_put32(&h, 24, cmdsn);
+	tmf_req(&h, ISCSI_TMF_ABORT_TASK, victim);
 	send_pdu(&h, NULL, 0);
 	pump();
 	fake_pattern(cmd, 0, 40000);
@@ -1739,12 +1748,7 @@ static void test_tmf_abort_waits(void)
 	pump();
 	CU_ASSERT_EQUAL(npending, 1);
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_ABORT_TASK;
-	bhs_set_itt(&h, ++itt);
-	bhs_put32(&h, 20, victim);
-	bhs_put32(&h, 24, cmdsn);
+	tmf_req(&h, ISCSI_TMF_ABORT_TASK, victim);
 	send_pdu(&h, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL(ngot, 0); /* the task is still in the scsi layer */
@@ -2114,12 +2118,7 @@ static void test_lun_reset_other_session(void)
 	P = &peers[0];
 	login_ok(NULL);
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_LUN_RESET;
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	tmf_req(&h, ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
 	send_pdu(&h, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL(ngot, 0);
