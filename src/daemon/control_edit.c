@@ -220,6 +220,29 @@ void ctl_node_path(const struct node *nd, char *out, size_t len)
 
 /* ---- changes ---- */
 
+/*
+ * The start of a create or delete: path resolved into *nd and *next a copy of
+ * the running configuration to change (the caller hands it to edit_done).
+ */
+static int edit_begin(const struct ctl_view *v, const char *path, struct node *nd,
+                      struct hl_conf **next, char *err, size_t errlen)
+{
+	int rc = ctl_parse_path(v, path, nd, err, errlen);
+
+	return rc ? rc : hl_conf_dup(v->conf, next);
+}
+
+/* The end of every change: next to *out when rc is 0, else freed. @return rc */
+static int edit_done(struct hl_conf *next, int rc, struct hl_conf **out)
+{
+	if (rc) {
+		hl_conf_free(next);
+		return rc;
+	}
+	*out = next;
+	return 0;
+}
+
 /* A JSON scalar as the config file would spell it. */
 static int value_text(json_t *v, char *buf, size_t len)
 {
@@ -347,12 +370,7 @@ static int set_lun(const struct ctl_view *v, const struct node *nd, json_t *para
 	rc = hl_conf_unset(next, HL_CONF_TARGET, nd->name, lun_key, NULL, err, errlen);
 	if (rc == 0)
 		rc = hl_conf_set(next, HL_CONF_TARGET, nd->name, lun_key, disk, err, errlen);
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }
 
 int ctl_edit_set(const struct ctl_view *v, json_t *args, struct hl_conf **out, char *err,
@@ -360,7 +378,7 @@ int ctl_edit_set(const struct ctl_view *v, json_t *args, struct hl_conf **out, c
 {
 	const char *path = ctl_arg_str(args, "path"), *name;
 	json_t *params = json_object_get(args, "params");
-	struct hl_conf *next;
+	struct hl_conf *next = NULL; /* edit_done frees it if the copy failed */
 	struct node nd;
 	int rc;
 
@@ -396,12 +414,7 @@ int ctl_edit_set(const struct ctl_view *v, json_t *args, struct hl_conf **out, c
 	if (rc == 0)
 		rc = set_params(next, kind, name, todo, err, errlen);
 	json_decref(todo);
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }
 
 static int next_free_lun(const struct hl_conf_target *t)
@@ -430,10 +443,7 @@ int ctl_edit_create(const struct ctl_view *v, json_t *args, struct hl_conf **out
 		return edit_fail(err, errlen, -EINVAL, "create needs path and name (strings)");
 	if (params && !json_is_object(params))
 		return edit_fail(err, errlen, -EINVAL, "params: expected an object");
-	rc = ctl_parse_path(v, path, &nd, err, errlen);
-	if (rc)
-		return rc;
-	rc = hl_conf_dup(v->conf, &next);
+	rc = edit_begin(v, path, &nd, &next, err, errlen);
 	if (rc)
 		return rc;
 
@@ -493,12 +503,7 @@ int ctl_edit_create(const struct ctl_view *v, json_t *args, struct hl_conf **out
 	default:
 		rc = edit_fail(err, errlen, -EINVAL, "nothing can be created under %s", path);
 	}
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }
 
 int ctl_edit_delete(const struct ctl_view *v, json_t *args, struct hl_conf **out, char *err,
@@ -512,10 +517,7 @@ int ctl_edit_delete(const struct ctl_view *v, json_t *args, struct hl_conf **out
 	*out = NULL;
 	if (!path)
 		return edit_fail(err, errlen, -EINVAL, "delete needs path (string)");
-	rc = ctl_parse_path(v, path, &nd, err, errlen);
-	if (rc)
-		return rc;
-	rc = hl_conf_dup(v->conf, &next);
+	rc = edit_begin(v, path, &nd, &next, err, errlen);
 	if (rc)
 		return rc;
 	switch (nd.kind) {
@@ -548,10 +550,5 @@ int ctl_edit_delete(const struct ctl_view *v, json_t *args, struct hl_conf **out
 	default:
 		rc = edit_fail(err, errlen, -EINVAL, "%s cannot be deleted", path);
 	}
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }
