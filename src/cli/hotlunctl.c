@@ -107,8 +107,8 @@ static json_t *request(const char *cmd, json_t *args)
 
 /* ---- paths ---- */
 
-/* Resolve p against the current folder into out: handles "..", ".", absolute. */
-static void resolve(const char *p, char *out, size_t len)
+/* Resolve p against the folder dir into out: handles "..", ".", absolute. */
+static void resolve_in(const char *dir, const char *p, char *out, size_t len)
 {
 	char buf[2048], *parts[64], *save = NULL;
 	int n = 0;
@@ -118,7 +118,7 @@ static void resolve(const char *p, char *out, size_t len)
 	if (p[0] == '/')
 		snprintf(buf, sizeof(buf), "%s", p);
 	else
-		snprintf(buf, sizeof(buf), "%s/%s", cwd, p);
+		snprintf(buf, sizeof(buf), "%s/%s", dir, p);
 	for (char *tok = strtok_r(buf, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
 		if (strcmp(tok, ".") == 0)
 			continue;
@@ -136,6 +136,12 @@ static void resolve(const char *p, char *out, size_t len)
 		off += (size_t)snprintf(out + off, len - off, "/%s", parts[i]);
 	if (n == 0)
 		snprintf(out, len, "/");
+}
+
+/* Resolve p against the current folder into out. */
+static void resolve(const char *p, char *out, size_t len)
+{
+	resolve_in(cwd, p, out, len);
 }
 
 /* ---- output ---- */
@@ -374,15 +380,10 @@ static int cmd_delete(const char *path, int argc, char **argv)
 		else
 			what = argv[i];
 	}
-	if (what) {
-		char base[1024];
-		hl_strlcpy(base, cwd, sizeof(base));
-		hl_strlcpy(cwd, path, sizeof(cwd));
-		resolve(what, target, sizeof(target));
-		hl_strlcpy(cwd, base, sizeof(cwd));
-	} else {
+	if (what)
+		resolve_in(path, what, target, sizeof(target));
+	else
 		hl_strlcpy(target, path, sizeof(target));
-	}
 	json_t *r = request("delete", json_pack("{s:s, s:b}", "path", target, "force", force));
 	if (!r)
 		return 1;
@@ -908,15 +909,10 @@ static int cmd_move(const char *verb, const char *path, int argc, char **argv)
 {
 	char target[1024];
 
-	if (argc > 0) {
-		char base[1024];
-		hl_strlcpy(base, cwd, sizeof(base));
-		hl_strlcpy(cwd, path, sizeof(cwd));
-		resolve(argv[0], target, sizeof(target));
-		hl_strlcpy(cwd, base, sizeof(cwd));
-	} else {
+	if (argc > 0)
+		resolve_in(path, argv[0], target, sizeof(target));
+	else
 		hl_strlcpy(target, path, sizeof(target));
-	}
 	json_t *r = request(verb, json_pack("{s:s}", "path", target));
 	if (!r)
 		return 1;
@@ -1045,11 +1041,9 @@ static int run_words(int argc, char **argv)
 	cmd = argv[0];
 	/* "ls PATH" is common enough to accept */
 	if (strcmp(cmd, "ls") == 0 && argc > 1) {
-		char base[1024];
-		hl_strlcpy(base, cwd, sizeof(base));
-		hl_strlcpy(cwd, path, sizeof(cwd));
-		resolve(argv[1], path, sizeof(path));
-		hl_strlcpy(cwd, base, sizeof(cwd));
+		char dir[1024];
+		hl_strlcpy(dir, path, sizeof(dir));
+		resolve_in(dir, argv[1], path, sizeof(path));
 		argc = 1;
 	}
 	for (const struct command *c = commands; c->name; c++) {
