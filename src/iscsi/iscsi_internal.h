@@ -799,6 +799,11 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx);
 int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
 /** Abort every task of the connection (it is closing); frees the ones not in scsi. */
 void iscsi_ffp_abort_all(struct iscsi_conn *c);
+/**
+ * Drop the tasks still collecting data and the TMFs; the commands inside the
+ * scsi layer run on and answer (a closing logout waits for them).
+ */
+void iscsi_ffp_drop_unfinished(struct iscsi_conn *c);
 void iscsi_session_free(struct iscsi_session *s);
 /** Is c's session a discovery session? */
 bool iscsi_session_is_discovery(const struct iscsi_conn *c);
@@ -820,6 +825,17 @@ void iscsi_task_exec(struct iscsi_task *t);
 /** Answer a command ourselves (no scsi layer involved) with CHECK CONDITION; t is finished. */
 void iscsi_task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
                                 uint8_t asc, uint8_t ascq);
+
+/* ---- nop_text_logout.c: NOP-Out, Text, Logout in the full feature phase ---- */
+/** A NOP-Out: answered with a NOP-In unless its ITT is reserved. @return 0 or -ENOMEM */
+int iscsi_nop_out_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/** A Text Request, or the initiator's ask for the next piece of an answer. @return 0 or -ENOMEM */
+int iscsi_text_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/**
+ * A Logout Request: answered now, or once c's commands in the scsi layer are
+ * (iscsi_logout_maybe_respond). @return 0 or -errno
+ */
+int iscsi_logout_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
 /** A closing logout's deferred Logout Response goes once no command of c is left to answer. */
 void iscsi_logout_maybe_respond(struct iscsi_conn *c);
 
