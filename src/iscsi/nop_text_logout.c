@@ -3,8 +3,7 @@
  * commands or task management: NOP-Out (answered with NOP-In), Text
  * (SendTargets, and the keys FFP may renegotiate) with continuation both
  * ways, and Logout, whose response waits for the commands still in the
- * scsi layer; also the Async Message that asks an initiator to log out.
- * The dispatch is session.c's (iscsi_ffp_handle).
+ * scsi layer. The dispatch is session.c's (iscsi_ffp_handle).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -247,22 +246,4 @@ int iscsi_logout_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 		return 0;
 	}
 	return logout_respond(c);
-}
-
-int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s)
-{
-	struct iscsi_bhs h;
-
-	if (c->state != CONN_FFP || !c->sess || c->sess->type != ISCSI_SESSION_NORMAL)
-		return -ENOTCONN;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_ASYNC_MSG;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, 0xffffffffu);
-	iscsi_conn_fill_sn(c, &h, true);
-	h.b[36] = ISCSI_ASYNC_LOGOUT_REQUEST;
-	hl_put_be16(&h.b[42], within_s); /* Parameter3: log out within this many seconds */
-	HL_INFO(ISCSI_LOG, "%s: asking %s to log out within %u s", c->peer_str,
-	        c->sess->initiator_name, within_s);
-	return iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
 }
