@@ -2311,6 +2311,44 @@ static void test_slow_reader_parks(void)
 }
 
 /*
+ * A 16 KiB WRITE sent (InitialR2T=Yes, MaxBurstLength 16384) and its one R2T
+ * received: @return its task, still collecting data; *ttt (when not NULL)
+ * the R2T's Target Transfer Tag.
+ */
+static struct iscsi_task *write_r2t_sent(uint32_t *ttt)
+{
+	struct iscsi_task *w;
+
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	if (ttt)
+		*ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	w = dout_task();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	return w;
+}
+
+/*
+ * The dout timer, due, closes the connection: counted as silent (no data for
+ * ISCSI_DATAOUT_TIMEOUT_S) or slow (past its deadline), no budget left held.
+ */
+static void dout_closes(uint64_t silent, uint64_t slow)
+{
+	struct hl_iscsi_write_stats ws;
+
+	fire_timer(&conn->dout_timer);
+	run_calls();
+	CU_ASSERT_FALSE(conn_alive());
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.closed_silent, silent);
+	CU_ASSERT_EQUAL(ws.closed_slow, slow);
+	CU_ASSERT_EQUAL(ws.held, 0);
+}
+
+/*
  * A WRITE whose R2T went unanswered for ISCSI_DATAOUT_TIMEOUT_S closes its
  * connection (on its dout timer, armed by the R2T): an initiator cannot
  * hold write budget by never sending the data it was asked for. A recent
@@ -2319,30 +2357,17 @@ static void test_slow_reader_parks(void)
 static void test_dataout_timeout(void)
 {
 	struct iscsi_task *w;
-	struct hl_iscsi_write_stats ws;
 
 	setup();
 	login_ok(NULL); /* InitialR2T=Yes */
 	CU_ASSERT_FALSE(hl_timer_pending(&conn->dout_timer));
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	ngot = 0;
-	w = dout_task();
-	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	w = write_r2t_sent(NULL);
 	CU_ASSERT_TRUE_FATAL(hl_timer_pending(&conn->dout_timer));
 	fire_timer(&conn->dout_timer); /* the R2T is fresh: nothing happens, it runs again */
 	CU_ASSERT_TRUE(conn_alive());
 	CU_ASSERT_TRUE(hl_timer_pending(&conn->dout_timer));
 	w->dout_ns = hl_now_ns() - (ISCSI_DATAOUT_TIMEOUT_S + 1) * 1000000000ull;
-	fire_timer(&conn->dout_timer);
-	run_calls();
-	CU_ASSERT_FALSE(conn_alive());
-	hl_iscsi_write_stats(srv, &ws);
-	CU_ASSERT_EQUAL(ws.closed_silent, 1);
-	CU_ASSERT_EQUAL(ws.closed_slow, 0);
-	CU_ASSERT_EQUAL(ws.held, 0);
+	dout_closes(1, 0);
 	teardown();
 }
 
@@ -2354,19 +2379,12 @@ static void test_dataout_deadline(void)
 {
 	uint8_t buf[512] = {0};
 	struct iscsi_task *w;
-	struct hl_iscsi_write_stats ws;
+	uint32_t ttt;
 	uint64_t before = hl_now_ns();
 
 	setup();
 	login_ok(NULL); /* MaxBurstLength 16384: one R2T */
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	uint32_t ttt = bhs_w20(&got[0].bhs);
-	ngot = 0;
-	w = dout_task();
-	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	w = write_r2t_sent(&ttt);
 	CU_ASSERT(w->wb_since_ns >= before);
 	CU_ASSERT_EQUAL(w->wb_deadline_ns - w->wb_since_ns, iscsi_wb_deadline_ns(16384));
 	data_out(ttt, 0, 0, buf, sizeof(buf), false); /* a trickle */
@@ -2376,13 +2394,7 @@ static void test_dataout_deadline(void)
 	CU_ASSERT_TRUE(conn_alive());
 	/* its data has come, a little: only the deadline is past */
 	w->wb_deadline_ns = hl_now_ns() - 1;
-	fire_timer(&conn->dout_timer);
-	run_calls();
-	CU_ASSERT_FALSE(conn_alive());
-	hl_iscsi_write_stats(srv, &ws);
-	CU_ASSERT_EQUAL(ws.closed_slow, 1);
-	CU_ASSERT_EQUAL(ws.closed_silent, 0);
-	CU_ASSERT_EQUAL(ws.held, 0);
+	dout_closes(0, 1);
 	teardown();
 }
 
