@@ -1143,6 +1143,28 @@ static void test_edtl_too_large(void)
 	teardown();
 }
 
+/* got holds one PDU, an R2T for len bytes at offset off: @return its TTT; got is emptied. */
+static uint32_t r2t_got(uint32_t off, uint32_t len)
+{
+	uint32_t ttt;
+
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), off);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), len);
+	ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	return ttt;
+}
+
+/* got holds one PDU, a SCSI Response with status GOOD (kept for more checks). */
+static void good_rsp_got(void)
+{
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+}
+
 static void test_write_r2t(void)
 {
 	uint8_t buf[32768];
@@ -1169,19 +1191,13 @@ static void test_write_r2t(void)
 	data_out(ttt1, 1, 24576, buf + 24576, 8192, true);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1); /* the freed slot is used for the rest */
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	CU_ASSERT_EQUAL(bhs_w36(&got[0].bhs), 2);
-	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 32768);
-	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
-	uint32_t ttt2 = bhs_w20(&got[0].bhs);
-	ngot = 0;
+	CU_ASSERT_EQUAL(bhs_w36(&got[0].bhs), 2); /* R2TSN */
+	uint32_t ttt2 = r2t_got(32768, 8192);
 	data_out(ttt0, 0, 0, buf, 8192, false);
 	data_out(ttt0, 1, 8192, buf + 8192, 8192, true);
 	data_out(ttt2, 0, 32768, buf, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(last_write_len, 32768 + 8192);
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 32768), 0);
 	CU_ASSERT_EQUAL(memcmp(last_write + 32768, buf, 8192), 0);
@@ -1205,16 +1221,10 @@ static void test_write_immediate_unsolicited(void)
 	CU_ASSERT_EQUAL(ngot, 0);
 	data_out(ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 8192);
-	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
-	uint32_t ttt = bhs_w20(&got[0].bhs);
-	ngot = 0;
+	uint32_t ttt = r2t_got(8192, 8192);
 	data_out(ttt, 0, 8192, buf + 8192, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 16384), 0);
 	teardown();
 }
@@ -1318,9 +1328,7 @@ static void test_write_budget(void)
 	data_out(ttt1, 0, 16384, buf + 16384, 8192, false);
 	data_out(ttt1, 1, 24576, buf + 24576, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 32768), 0);
 	/* its response reopened the window; only hog2 is held */
 	CU_ASSERT(ping_window() > 1);
@@ -1359,17 +1367,10 @@ static void test_write_budget_unsolicited_waits(void)
 	iscsi_wb_release(&srv->wb, &hog);
 	conn->wb_timer.fn(&conn->wb_timer);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 8192);
-	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
-	uint32_t ttt = bhs_w20(&got[0].bhs);
-	ngot = 0;
+	uint32_t ttt = r2t_got(8192, 8192);
 	data_out(ttt, 0, 8192, buf + 8192, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(last_write_len, 16384);
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 16384), 0); /* what came first was moved along */
 	iscsi_wb_release(&srv->wb, &hog2);
@@ -2318,14 +2319,13 @@ static void test_slow_reader_parks(void)
 static struct iscsi_task *write_r2t_sent(uint32_t *ttt)
 {
 	struct iscsi_task *w;
+	uint32_t tag;
 
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	tag = r2t_got(0, 16384);
 	if (ttt)
-		*ttt = bhs_w20(&got[0].bhs);
-	ngot = 0;
+		*ttt = tag;
 	w = dout_task();
 	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
 	return w;
