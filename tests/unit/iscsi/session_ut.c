@@ -2086,56 +2086,6 @@ static void test_session_reinstatement(void)
 	teardown();
 }
 
-static void test_lun_reset_other_session(void)
-{
-	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
-	char spec[1024];
-
-	setup();
-	defer_exec = true;
-	/* session A (peer 1, another initiator) has a read in the scsi layer */
-	P = &peers[1];
-	peer_open(P);
-	snprintf(spec, sizeof(spec), "InitiatorName=%s-b|TargetName=%s|" OPS_KEYS, INI, TGT);
-	{
-		struct iscsi_bhs h;
-		uint8_t data[1024];
-		size_t n = kv(data, spec);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
-		memcpy(&h.b[8], isid2, 6);
-		bhs_put32(&h, 24, cmdsn);
-		send_pdu(&h, data, (uint32_t)n);
-	}
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
-	ngot = 0;
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(npending, 1);
-	/* session B (peer 0) resets the LUN: the answer waits for A's read */
-	P = &peers[0];
-	login_ok(NULL);
-	struct iscsi_bhs h;
-	tmf_req(&h, ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
-	send_pdu(&h, NULL, 0);
-	pump();
-	CU_ASSERT_EQUAL(ngot, 0);
-	CU_ASSERT_EQUAL(peers[1].p_ngot, 0);
-	fake_complete(pending[--npending]);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TMF_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
-	CU_ASSERT_EQUAL(lu_resets, 1);
-	CU_ASSERT_EQUAL(peers[1].p_ngot, 0); /* A's read was aborted: no response (TAS=0) */
-	CU_ASSERT_TRUE(peer_alive(&peers[1]));
-	CU_ASSERT_EQUAL(srv->pending_calls, 0);
-	teardown();
-}
-
 /* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
 static void login_second_initiator(struct peer *p)
 {
@@ -2160,6 +2110,37 @@ static void login_second_initiator(struct peer *p)
 	ngot = 0;
 	itt++;
 	P = saved;
+}
+
+static void test_lun_reset_other_session(void)
+{
+	setup();
+	defer_exec = true;
+	/* session A (peer 1, another initiator) has a read in the scsi layer */
+	login_second_initiator(&peers[1]);
+	P = &peers[1];
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, 1);
+	/* session B (peer 0) resets the LUN: the answer waits for A's read */
+	P = &peers[0];
+	login_ok(NULL);
+	struct iscsi_bhs h;
+	tmf_req(&h, ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	send_pdu(&h, NULL, 0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0);
+	CU_ASSERT_EQUAL(peers[1].p_ngot, 0);
+	fake_complete(pending[--npending]);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_TMF_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[2], ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	CU_ASSERT_EQUAL(peers[1].p_ngot, 0); /* A's read was aborted: no response (TAS=0) */
+	CU_ASSERT_TRUE(peer_alive(&peers[1]));
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
 }
 
 static void send_target_reset(uint8_t fn)
