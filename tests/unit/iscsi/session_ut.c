@@ -483,20 +483,33 @@ static const char *get_kv(const struct rpdu *p, const char *key)
 
 static const uint8_t isid[6] = {0x80, 0x12, 0x34, 0x56, 0x00, 0x01};
 
-static void login_pdu(uint8_t flags, const char *spec)
+/* A Login Request header with flags (T, C, CSG, NSG), the test's ISID and P's ITT and SNs. */
+static void login_bhs(struct iscsi_bhs *h, uint8_t flags)
 {
-	struct iscsi_bhs h;
+	memset(h, 0, sizeof(*h));
+	h->b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+	h->b[1] = flags;
+	memcpy(&h->b[8], isid, 6);
+	bhs_set_itt(h, itt);
+	bhs_put32(h, 24, cmdsn);
+	bhs_put32(h, 28, expstatsn);
+}
+
+/* Send the Login Request h with the keys of spec ("k=v|k=v", NULL: none). */
+static void send_login(struct iscsi_bhs *h, const char *spec)
+{
 	uint8_t data[16384];
 	size_t n = spec ? kv(data, spec) : 0;
 
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = flags;
-	memcpy(&h.b[8], isid, 6);
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 24, cmdsn);
-	bhs_put32(&h, 28, expstatsn);
-	send_pdu(&h, data, (uint32_t)n);
+	send_pdu(h, data, (uint32_t)n);
+}
+
+static void login_pdu(uint8_t flags, const char *spec)
+{
+	struct iscsi_bhs h;
+
+	login_bhs(&h, flags);
+	send_login(&h, spec);
 }
 
 static uint16_t login_status(const struct rpdu *p)
@@ -670,14 +683,10 @@ static void test_login_errors(void)
 	setup();
 	{
 		struct iscsi_bhs h;
-		uint8_t data[256];
-		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = op;
-		h.b[2] = 2;
-		h.b[3] = 1;
-		send_pdu(&h, data, (uint32_t)n);
+		login_bhs(&h, op);
+		h.b[2] = 2; /* Version-max */
+		h.b[3] = 1; /* Version-min */
+		send_login(&h, "InitiatorName=" INI "|TargetName=" TGT);
 	}
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -688,13 +697,9 @@ static void test_login_errors(void)
 	setup();
 	{
 		struct iscsi_bhs h;
-		uint8_t data[256];
-		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = op;
+		login_bhs(&h, op);
 		hl_put_be16(&h.b[14], 0x4242);
-		send_pdu(&h, data, (uint32_t)n);
+		send_login(&h, "InitiatorName=" INI "|TargetName=" TGT);
 	}
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -2067,15 +2072,9 @@ static void test_session_reinstatement(void)
 	peer_open(P);
 	{
 		struct iscsi_bhs h;
-		uint8_t data[512];
-		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT "|" OPS_KEYS);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
-		memcpy(&h.b[8], isid, 6);
+		login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
 		hl_put_be16(&h.b[14], tsih);
-		bhs_put32(&h, 24, cmdsn);
-		send_pdu(&h, data, (uint32_t)n);
+		send_login(&h, "InitiatorName=" INI "|TargetName=" TGT "|" OPS_KEYS);
 	}
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -2091,18 +2090,13 @@ static void login_second_initiator(struct peer *p)
 {
 	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
 	struct iscsi_bhs h;
-	uint8_t data[1024];
 	struct peer *saved = P;
 
 	P = p;
 	peer_open(P);
-	size_t n = kv(data, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
+	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
 	memcpy(&h.b[8], isid2, 6);
-	bhs_put32(&h, 24, cmdsn);
-	send_pdu(&h, data, (uint32_t)n);
+	send_login(&h, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
