@@ -77,10 +77,11 @@ static void complete_paths(const char *text)
 		return;
 	size_t i;
 	json_t *child;
-	json_array_foreach(json_object_get(r, "children"), i, child) {
+	json_array_foreach(json_object_get(r, "children"), i, child)
+	{
 		char w[1100];
 		snprintf(w, sizeof(w), "%s%s/", base,
-			 json_string_value(json_object_get(child, "name")));
+		         json_string_value(json_object_get(child, "name")));
 		completion_add(w);
 	}
 	json_decref(r);
@@ -111,10 +112,11 @@ static char **complete(const char *text, int start, int end)
 			cli_resolve(words[0], path, sizeof(path));
 		else
 			hl_strlcpy(path, cli_cwd(), sizeof(path));
-		if (strcmp(cmd, "cd") == 0 || strcmp(cmd, "ls") == 0 || strcmp(cmd, "delete") == 0) {
+		if (strcmp(cmd, "cd") == 0 || strcmp(cmd, "ls") == 0 ||
+		    strcmp(cmd, "delete") == 0) {
 			complete_paths(text);
 		} else if (strcmp(cmd, "set") == 0 || strcmp(cmd, "create") == 0 ||
-			   strcmp(cmd, "get") == 0) {
+		           strcmp(cmd, "get") == 0) {
 			const char *const *p = cli_params_for(path);
 			for (; p && *p; p++)
 				completion_add(*p);
@@ -235,4 +237,3 @@ void cli_shell_run(const char *socket_path)
 		save_history(hist);
 	completion_reset();
 }
-

@@ -34,9 +34,9 @@ static uint64_t jdelta(json_t *o, json_t *prev, const char *k)
 /* The counters of disk in cache (NULL when either is). */
 static json_t *cache_disk(json_t *caches, const char *cache, const char *disk)
 {
-	return cache ? json_object_get(json_object_get(json_object_get(caches, cache), "disks"),
-	                               disk)
-	             : NULL;
+	return cache
+	           ? json_object_get(json_object_get(json_object_get(caches, cache), "disks"), disk)
+	           : NULL;
 }
 
 /* "n%" of part in whole, or "-" when whole is 0. */
@@ -196,11 +196,13 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 	       prev ? "reads/s" : "reads", prev ? "writes/s" : "writes",
 	       prev ? "read MB/s" : "read MB", prev ? "wrt MB/s" : "write MB", "errors", "cache",
 	       "hit %");
-	json_object_foreach(disks, name, disk) {
+	json_object_foreach(disks, name, disk)
+	{
 		char sz[32];
 		const char *cname = json_string_value(json_object_get(disk, "cache"));
 		json_t *pd = json_object_get(pdisks, name);
-		json_t *cd = cache_disk(caches, cname, name), *pcd = cache_disk(pcaches, cname, name);
+		json_t *cd = cache_disk(caches, cname, name),
+		       *pcd = cache_disk(pcaches, cname, name);
 		double div = prev && secs > 0 ? (double)secs : 1.0;
 
 		hl_format_size(cli_jint(disk, "size_bytes"), sz, sizeof(sz));
@@ -215,21 +217,23 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		          : "-");
 	}
 	print_latency(disks, pdisks, caches, pcaches);
-	json_object_foreach(disks, name, disk) {
+	json_object_foreach(disks, name, disk)
+	{
 		/* several gateways: who owns each shared disk (docs/gateways.md) */
 		json_t *ow = json_object_get(disk, "ownership");
 		if (!ow)
 			continue;
 		const char *problem = json_string_value(json_object_get(ow, "problem"));
-		printf("  %-14s gateway %lld: %s, %s; owner gateway %lld, epoch %lld; %lld move(s), "
-		       "%lld takeover(s); last: %s%s%s\n",
-		       name, (long long)cli_jint(ow, "gateway"),
-		       json_string_value(json_object_get(ow, "state")),
-		       json_string_value(json_object_get(ow, "alua")), (long long)cli_jint(ow, "owner"),
-		       (long long)cli_jint(ow, "epoch"), (long long)cli_jint(ow, "transitions"),
-		       (long long)cli_jint(ow, "takeovers"),
-		       json_string_value(json_object_get(ow, "last")),
-		       problem && *problem ? "; PROBLEM: " : "", problem && *problem ? problem : "");
+		printf(
+		    "  %-14s gateway %lld: %s, %s; owner gateway %lld, epoch %lld; %lld move(s), "
+		    "%lld takeover(s); last: %s%s%s\n",
+		    name, (long long)cli_jint(ow, "gateway"),
+		    json_string_value(json_object_get(ow, "state")),
+		    json_string_value(json_object_get(ow, "alua")),
+		    (long long)cli_jint(ow, "owner"), (long long)cli_jint(ow, "epoch"),
+		    (long long)cli_jint(ow, "transitions"), (long long)cli_jint(ow, "takeovers"),
+		    json_string_value(json_object_get(ow, "last")),
+		    problem && *problem ? "; PROBLEM: " : "", problem && *problem ? problem : "");
 		/* its warm standby (docs/gateways.md, "Warm standby") */
 		json_t *sh = json_object_get(disk, "shadow");
 		char ob[32], rt[32];
@@ -238,31 +242,38 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		hl_format_size(cli_jint(sh, "origin_bytes"), ob, sizeof(ob));
 		hl_format_size(cli_jint(sh, "rate"), rt, sizeof(rt));
 		if (!strcmp(json_string_value(json_object_get(sh, "role")) ?: "", "standby"))
-			printf("  %-14s shadow: %lld of %lld hot block(s) shadowed, %lld behind; "
-			       "origin reads %lld (%s) at %s/s; %lld mark move(s), %lld dropped; %s\n",
-			       "", (long long)cli_jint(sh, "shadowed"), (long long)cli_jint(sh, "hot_blocks"),
-			       (long long)cli_jint(sh, "behind"), (long long)cli_jint(sh, "origin_reads"), ob,
-			       rt, (long long)cli_jint(sh, "marks"), (long long)cli_jint(sh, "dropped"),
-			       json_string_value(json_object_get(sh, "state")));
+			printf(
+			    "  %-14s shadow: %lld of %lld hot block(s) shadowed, %lld behind; "
+			    "origin reads %lld (%s) at %s/s; %lld mark move(s), %lld dropped; %s\n",
+			    "", (long long)cli_jint(sh, "shadowed"),
+			    (long long)cli_jint(sh, "hot_blocks"),
+			    (long long)cli_jint(sh, "behind"),
+			    (long long)cli_jint(sh, "origin_reads"), ob, rt,
+			    (long long)cli_jint(sh, "marks"), (long long)cli_jint(sh, "dropped"),
+			    json_string_value(json_object_get(sh, "state")));
 		else
 			printf("  %-14s shadow: publishes %lld hot block(s) (%lld time(s)); origin "
 			       "reads as standby %lld (%s); %s\n",
-			       "", (long long)cli_jint(sh, "hot_blocks"), (long long)cli_jint(sh, "publishes"),
+			       "", (long long)cli_jint(sh, "hot_blocks"),
+			       (long long)cli_jint(sh, "publishes"),
 			       (long long)cli_jint(sh, "origin_reads"), ob,
 			       json_string_value(json_object_get(sh, "state")));
 	}
-	json_object_foreach(caches, name, cache) {
+	json_object_foreach(caches, name, cache)
+	{
 		json_t *pc = json_object_get(pcaches, name);
 		uint64_t reqs = jdelta(cache, pc, "read_reqs");
 		uint64_t bytes = jdelta(cache, pc, "bytes_read");
-		uint64_t bs = cli_jint(cache, "block_size"), rec = cli_jint(cache, "recommended_block_size");
+		uint64_t bs = cli_jint(cache, "block_size"),
+		         rec = cli_jint(cache, "recommended_block_size");
 		char bsz[32], rsz[32], ub[32];
 
 		printf("\ncache %s: %s, %llu blocks of %s", name,
 		       json_is_true(json_object_get(cache, "passthrough"))
 		           ? "PASS-THROUGH (device failed; disks served from their origins)"
 		           : "ok",
-		       (unsigned long long)cli_jint(cache, "nslots"), hl_format_size(bs, bsz, sizeof(bsz)));
+		       (unsigned long long)cli_jint(cache, "nslots"),
+		       hl_format_size(bs, bsz, sizeof(bsz)));
 		if (rec && rec != bs)
 			printf(" (the reads so far suggest %s blocks)",
 			       hl_format_size(rec, rsz, sizeof(rsz)));
@@ -273,8 +284,10 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		       pct(jdelta(cache, pc, "read_partial"), reqs, b, sizeof(b)),
 		       pct(jdelta(cache, pc, "read_misses"), reqs, c, sizeof(c)),
 		       (unsigned long long)jdelta(cache, pc, "read_bypass"));
-		printf("  bytes    %.1f MB read%s: %s from the cache (%s from RAM), %s from the origin\n",
-		       (double)bytes / 1e6, span, pct(jdelta(cache, pc, "bytes_read_cache"), bytes, a, sizeof(a)),
+		printf("  bytes    %.1f MB read%s: %s from the cache (%s from RAM), %s from the "
+		       "origin\n",
+		       (double)bytes / 1e6, span,
+		       pct(jdelta(cache, pc, "bytes_read_cache"), bytes, a, sizeof(a)),
 		       pct(jdelta(cache, pc, "bytes_read_ram"), bytes, b, sizeof(b)),
 		       pct(jdelta(cache, pc, "bytes_read_origin"), bytes, c, sizeof(c)));
 		printf("  SSD      %llu of %llu blocks used, %.1f MB written%s; %llu admitted, "
@@ -297,18 +310,21 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			           ? ", so admission is relaxed"
 			           : "");
 		}
-		printf("  RAM      window %llu of %llu blocks; update buffer %s, %llu write-backs\n",
-		       (unsigned long long)cli_jint(cache, "window_used_slots"),
-		       (unsigned long long)cli_jint(cache, "window_slots"),
-		       hl_format_size(cli_jint(cache, "update_buffer_bytes"), ub, sizeof(ub)),
-		       (unsigned long long)jdelta(cache, pc, "update_buffer_writebacks"));
+		printf(
+		    "  RAM      window %llu of %llu blocks; update buffer %s, %llu write-backs\n",
+		    (unsigned long long)cli_jint(cache, "window_used_slots"),
+		    (unsigned long long)cli_jint(cache, "window_slots"),
+		    hl_format_size(cli_jint(cache, "update_buffer_bytes"), ub, sizeof(ub)),
+		    (unsigned long long)jdelta(cache, pc, "update_buffer_writebacks"));
 		{
 			/* the lazy restore of the slot records after a warm start */
-			const char *rst = json_string_value(json_object_get(cache, "restore_state"));
+			const char *rst =
+			    json_string_value(json_object_get(cache, "restore_state"));
 			if (rst && strcmp(rst, "none")) {
 				printf("  restore  %s", rst);
 				if (!strcmp(rst, "done"))
-					printf(" in %.1f s", (double)cli_jint(cache, "restore_ms") / 1000.0);
+					printf(" in %.1f s",
+					       (double)cli_jint(cache, "restore_ms") / 1000.0);
 				printf(": %llu blocks restored, %llu records dropped (%llu written "
 				       "while restoring), %llu of %llu record pages left\n",
 				       (unsigned long long)cli_jint(cache, "restore_restored"),
@@ -327,7 +343,8 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 			json_t *cdisks = json_object_get(cache, "disks"), *cdisk;
 			const char *dname;
 
-			json_object_foreach(cdisks, dname, cdisk) {
+			json_object_foreach(cdisks, dname, cdisk)
+			{
 				const char *ws =
 				    json_string_value(json_object_get(cdisk, "warm_start"));
 				if (ws && *ws)
@@ -339,19 +356,20 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 	json_t *is = json_object_get(r, "iscsi");
 	if (is) {
 		json_t *pis = prev ? json_object_get(prev, "iscsi") : NULL;
-		printf("logins: %llu, %llu failed, %llu CHAP answers wrong, %llu refused unchecked%s; "
-		       "connections %llu (%llu in login); refused %llu at accept, %llu at a session "
-		       "cap; %llu silent ones evicted; accept paused %llu times (descriptors)\n",
-		       (unsigned long long)jdelta(is, pis, "logins"),
-		       (unsigned long long)jdelta(is, pis, "login_failures"),
-		       (unsigned long long)jdelta(is, pis, "auth_failures"),
-		       (unsigned long long)jdelta(is, pis, "auth_throttled"), span,
-		       (unsigned long long)cli_jint(is, "connections"),
-		       (unsigned long long)cli_jint(is, "pending_logins"),
-		       (unsigned long long)jdelta(is, pis, "refused_pending"),
-		       (unsigned long long)jdelta(is, pis, "refused_sessions"),
-		       (unsigned long long)jdelta(is, pis, "pending_evicted"),
-		       (unsigned long long)jdelta(is, pis, "accept_paused"));
+		printf(
+		    "logins: %llu, %llu failed, %llu CHAP answers wrong, %llu refused unchecked%s; "
+		    "connections %llu (%llu in login); refused %llu at accept, %llu at a session "
+		    "cap; %llu silent ones evicted; accept paused %llu times (descriptors)\n",
+		    (unsigned long long)jdelta(is, pis, "logins"),
+		    (unsigned long long)jdelta(is, pis, "login_failures"),
+		    (unsigned long long)jdelta(is, pis, "auth_failures"),
+		    (unsigned long long)jdelta(is, pis, "auth_throttled"), span,
+		    (unsigned long long)cli_jint(is, "connections"),
+		    (unsigned long long)cli_jint(is, "pending_logins"),
+		    (unsigned long long)jdelta(is, pis, "refused_pending"),
+		    (unsigned long long)jdelta(is, pis, "refused_sessions"),
+		    (unsigned long long)jdelta(is, pis, "pending_evicted"),
+		    (unsigned long long)jdelta(is, pis, "accept_paused"));
 	}
 	json_t *wb = json_object_get(r, "write_buffers");
 	if (wb) {
@@ -419,4 +437,3 @@ int cli_cmd_stats(const char *path, int argc, char **argv)
 		sigaction(SIGINT, &old, NULL);
 	return 0;
 }
-

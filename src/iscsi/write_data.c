@@ -149,8 +149,9 @@ bool iscsi_write_retry(struct iscsi_conn *c)
 			iscsi_task_finish(t);
 			continue;
 		}
+		/* it asks once its unsolicited data is in (iscsi_task_data_progress) */
 		if (!t->unsol_done)
-			continue; /* asks when its unsolicited data is in (iscsi_task_data_progress) */
+			continue;
 		int rc = write_grant(c, t);
 		if (rc < 0)
 			continue;
