@@ -179,62 +179,69 @@ int ctl_parse_path(const struct ctl_view *v, const char *path, struct node *nd, 
 	return edit_fail(err, errlen, -ENOENT, "no such path: %.200s", path);
 }
 
+/*
+ * Every path is head, the node's name, tail and its leaf, in that order; a
+ * kind says which of the two it has. One row a kind, so a new kind is one
+ * line here and one in ctl_parse_path.
+ */
+static const struct node_spelling {
+	const char *head;
+	bool name;
+	const char *tail;
+	bool leaf;
+} spelling[] = {
+    [N_ROOT] = {"/", false, "", false},
+    [N_DISKS] = {"/disks", false, "", false},
+    [N_DISK] = {"/disks/", true, "", false},
+    [N_CACHES] = {"/caches", false, "", false},
+    [N_CACHE] = {"/caches/", true, "", false},
+    [N_ISCSI] = {"/iscsi", false, "", false},
+    [N_TARGET] = {"/iscsi/", true, "", false},
+    [N_TPG] = {"/iscsi/", true, "/tpg1", false},
+    [N_LUNS] = {"/iscsi/", true, "/tpg1/luns", false},
+    [N_LUN] = {"/iscsi/", true, "/tpg1/luns/", true},
+    [N_ACLS] = {"/iscsi/", true, "/tpg1/acls", false},
+    [N_ACL] = {"/iscsi/", true, "/tpg1/acls/", true},
+    [N_PORTALS] = {"/iscsi/", true, "/tpg1/portals", false},
+    [N_PORTAL] = {"/iscsi/", true, "/tpg1/portals/", true},
+    [N_SESSIONS] = {"/sessions", false, "", false},
+    [N_SESSION] = {"/sessions/", true, "", false},
+};
+_Static_assert(HL_ARRAY_SIZE(spelling) == N_SESSION + 1, "a spelling for every node kind");
+
 /* Canonical form of a parsed node's path. */
 void ctl_node_path(const struct node *nd, char *out, size_t len)
 {
-	switch (nd->kind) {
-	case N_ROOT:
-		snprintf(out, len, "/");
-		break;
-	case N_DISKS:
-		snprintf(out, len, "/disks");
-		break;
-	case N_DISK:
-		snprintf(out, len, "/disks/%s", nd->name);
-		break;
-	case N_CACHES:
-		snprintf(out, len, "/caches");
-		break;
-	case N_CACHE:
-		snprintf(out, len, "/caches/%s", nd->name);
-		break;
-	case N_ISCSI:
-		snprintf(out, len, "/iscsi");
-		break;
-	case N_TARGET:
-		snprintf(out, len, "/iscsi/%s", nd->name);
-		break;
-	case N_TPG:
-		snprintf(out, len, "/iscsi/%s/tpg1", nd->name);
-		break;
-	case N_LUNS:
-		snprintf(out, len, "/iscsi/%s/tpg1/luns", nd->name);
-		break;
-	case N_LUN:
-		snprintf(out, len, "/iscsi/%s/tpg1/luns/%s", nd->name, nd->leaf);
-		break;
-	case N_ACLS:
-		snprintf(out, len, "/iscsi/%s/tpg1/acls", nd->name);
-		break;
-	case N_ACL:
-		snprintf(out, len, "/iscsi/%s/tpg1/acls/%s", nd->name, nd->leaf);
-		break;
-	case N_PORTALS:
-		snprintf(out, len, "/iscsi/%s/tpg1/portals", nd->name);
-		break;
-	case N_PORTAL:
-		snprintf(out, len, "/iscsi/%s/tpg1/portals/%s", nd->name, nd->leaf);
-		break;
-	case N_SESSIONS:
-		snprintf(out, len, "/sessions");
-		break;
-	case N_SESSION:
-		snprintf(out, len, "/sessions/%s", nd->name);
-		break;
-	}
+	const struct node_spelling *s = &spelling[nd->kind];
+
+	snprintf(out, len, "%s%s%s%s", s->head, s->name ? nd->name : "", s->tail,
+	         s->leaf ? nd->leaf : "");
 }
 
 /* ---- changes ---- */
+
+/*
+ * The start of a create or delete: path resolved into *nd and *next a copy of
+ * the running configuration to change (the caller hands it to edit_done).
+ */
+static int edit_begin(const struct ctl_view *v, const char *path, struct node *nd,
+                      struct hl_conf **next, char *err, size_t errlen)
+{
+	int rc = ctl_parse_path(v, path, nd, err, errlen);
+
+	return rc ? rc : hl_conf_dup(v->conf, next);
+}
+
+/* The end of every change: next to *out when rc is 0, else freed. @return rc */
+static int edit_done(struct hl_conf *next, int rc, struct hl_conf **out)
+{
+	if (rc) {
+		hl_conf_free(next);
+		return rc;
+	}
+	*out = next;
+	return 0;
+}
 
 /* A JSON scalar as the config file would spell it. */
 static int value_text(json_t *v, char *buf, size_t len)
@@ -363,12 +370,7 @@ static int set_lun(const struct ctl_view *v, const struct node *nd, json_t *para
 	rc = hl_conf_unset(next, HL_CONF_TARGET, nd->name, lun_key, NULL, err, errlen);
 	if (rc == 0)
 		rc = hl_conf_set(next, HL_CONF_TARGET, nd->name, lun_key, disk, err, errlen);
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }
 
 int ctl_edit_set(const struct ctl_view *v, json_t *args, struct hl_conf **out, char *err,
@@ -376,7 +378,7 @@ int ctl_edit_set(const struct ctl_view *v, json_t *args, struct hl_conf **out, c
 {
 	const char *path = ctl_arg_str(args, "path"), *name;
 	json_t *params = json_object_get(args, "params");
-	struct hl_conf *next;
+	struct hl_conf *next = NULL; /* edit_done frees it if the copy failed */
 	struct node nd;
 	int rc;
 
@@ -412,12 +414,7 @@ int ctl_edit_set(const struct ctl_view *v, json_t *args, struct hl_conf **out, c
 	if (rc == 0)
 		rc = set_params(next, kind, name, todo, err, errlen);
 	json_decref(todo);
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }
 
 static int next_free_lun(const struct hl_conf_target *t)
@@ -446,10 +443,7 @@ int ctl_edit_create(const struct ctl_view *v, json_t *args, struct hl_conf **out
 		return edit_fail(err, errlen, -EINVAL, "create needs path and name (strings)");
 	if (params && !json_is_object(params))
 		return edit_fail(err, errlen, -EINVAL, "params: expected an object");
-	rc = ctl_parse_path(v, path, &nd, err, errlen);
-	if (rc)
-		return rc;
-	rc = hl_conf_dup(v->conf, &next);
+	rc = edit_begin(v, path, &nd, &next, err, errlen);
 	if (rc)
 		return rc;
 
@@ -509,12 +503,7 @@ int ctl_edit_create(const struct ctl_view *v, json_t *args, struct hl_conf **out
 	default:
 		rc = edit_fail(err, errlen, -EINVAL, "nothing can be created under %s", path);
 	}
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }
 
 int ctl_edit_delete(const struct ctl_view *v, json_t *args, struct hl_conf **out, char *err,
@@ -528,10 +517,7 @@ int ctl_edit_delete(const struct ctl_view *v, json_t *args, struct hl_conf **out
 	*out = NULL;
 	if (!path)
 		return edit_fail(err, errlen, -EINVAL, "delete needs path (string)");
-	rc = ctl_parse_path(v, path, &nd, err, errlen);
-	if (rc)
-		return rc;
-	rc = hl_conf_dup(v->conf, &next);
+	rc = edit_begin(v, path, &nd, &next, err, errlen);
 	if (rc)
 		return rc;
 	switch (nd.kind) {
@@ -564,10 +550,5 @@ int ctl_edit_delete(const struct ctl_view *v, json_t *args, struct hl_conf **out
 	default:
 		rc = edit_fail(err, errlen, -EINVAL, "%s cannot be deleted", path);
 	}
-	if (rc) {
-		hl_conf_free(next);
-		return rc;
-	}
-	*out = next;
-	return 0;
+	return edit_done(next, rc, out);
 }

@@ -679,6 +679,15 @@ int iscsi_conn_send_async_logout(struct iscsi_conn *c, uint16_t within_s)
 	return iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
 }
 
+int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s)
+{
+	if (c->state != CONN_FFP || !c->sess || c->sess->type != ISCSI_SESSION_NORMAL)
+		return -ENOTCONN;
+	HL_INFO(ISCSI_LOG, "%s: asking %s to log out within %u s", c->peer_str,
+	        c->sess->initiator_name, within_s);
+	return iscsi_conn_send_async_logout(c, within_s);
+}
+
 /* ---- lifetime ---- */
 
 int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool wildcard,

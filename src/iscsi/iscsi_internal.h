@@ -751,7 +751,29 @@ void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap);
 /** Free the buffers kept for reuse (those in use stay, and the huge-page chunks they are in). */
 void iscsi_conn_buf_trim(struct iscsi_conn *c);
 
-/* ---- session.c: the write budget's connection side ---- */
+/* ---- write_data.c: a WRITE's data (write budget, R2T, Data-Out, deadlines) ---- */
+/**
+ * A WRITE asks the budget for its transfer. `final`: the F bit (no
+ * unsolicited Data-Out follows), `imm`: immediate data bytes. What the
+ * initiator sends unasked must be taken or the command refused; the rest
+ * arrives only when we send R2Ts, so the command may wait for it
+ * (ISCSI_WB_WAIT: c->wb_timer asks again). ISCSI_WB_FULL: answer TASK SET FULL.
+ */
+enum iscsi_wb_verdict iscsi_write_admit(struct iscsi_conn *c, struct iscsi_task *t, bool final,
+                                        uint32_t imm);
+/**
+ * Grant the connection's deferred tasks in their order, as far as the budget
+ * goes. @return true when a task that is still waiting is the oldest waiter.
+ */
+bool iscsi_write_retry(struct iscsi_conn *c);
+/** A task has just started to owe data: make sure c->dout_timer runs. */
+void iscsi_dout_arm(struct iscsi_conn *c);
+/** t's data collection moved on: run the command (iscsi_task_exec) or send R2Ts. */
+void iscsi_task_data_progress(struct iscsi_conn *c, struct iscsi_task *t);
+/** iscsi_ffp_header for a Data-Out PDU: where its data goes, if anywhere. @return 0 */
+int iscsi_data_out_header(struct iscsi_conn *c, struct iscsi_rx *rx);
+/** A received Data-Out PDU: counted into its task, or rejected / dropped. @return 0 */
+int iscsi_data_out_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
 /** Give back the task's write budget claim (idempotent). */
 void iscsi_task_wb_release(struct iscsi_task *t);
 /** Should MaxCmdSN stop opening (the connection holds much write data, or the budget is short)? */
@@ -761,7 +783,7 @@ void iscsi_wb_tick(struct hl_timer *tm);
 /**
  * c->dout_timer: close c when one of its WRITEs saw no data for
  * ISCSI_DATAOUT_TIMEOUT_S or missed its deadline (iscsi_wb_deadline_ns);
- * else run again when the next is due. Armed by session.c when a WRITE
+ * else run again when the next is due. Armed (iscsi_dout_arm) when a WRITE
  * starts to owe data.
  */
 void iscsi_dout_tick(struct hl_timer *tm);
@@ -777,6 +799,11 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx);
 int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
 /** Abort every task of the connection (it is closing); frees the ones not in scsi. */
 void iscsi_ffp_abort_all(struct iscsi_conn *c);
+/**
+ * Drop the tasks still collecting data and the TMFs; the commands inside the
+ * scsi layer run on and answer (a closing logout waits for them).
+ */
+void iscsi_ffp_drop_unfinished(struct iscsi_conn *c);
 void iscsi_session_free(struct iscsi_session *s);
 /** Is c's session a discovery session? */
 bool iscsi_session_is_discovery(const struct iscsi_conn *c);
@@ -793,6 +820,22 @@ void iscsi_task_deactivate(struct iscsi_task *t);
 void iscsi_task_finish(struct iscsi_task *t);
 /** Queue the task's Data-In and/or SCSI Response from its finished command. */
 void iscsi_task_respond(struct iscsi_conn *c, struct iscsi_task *t);
+/** Hand the task, its data all in, to the scsi layer. */
+void iscsi_task_exec(struct iscsi_task *t);
+/** Answer a command ourselves (no scsi layer involved) with CHECK CONDITION; t is finished. */
+void iscsi_task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
+                                uint8_t asc, uint8_t ascq);
+
+/* ---- nop_text_logout.c: NOP-Out, Text, Logout in the full feature phase ---- */
+/** A NOP-Out: answered with a NOP-In unless its ITT is reserved. @return 0 or -ENOMEM */
+int iscsi_nop_out_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/** A Text Request, or the initiator's ask for the next piece of an answer. @return 0 or -ENOMEM */
+int iscsi_text_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/**
+ * A Logout Request: answered now, or once c's commands in the scsi layer are
+ * (iscsi_logout_maybe_respond). @return 0 or -errno
+ */
+int iscsi_logout_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
 /** A closing logout's deferred Logout Response goes once no command of c is left to answer. */
 void iscsi_logout_maybe_respond(struct iscsi_conn *c);
 

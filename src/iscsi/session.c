@@ -1,11 +1,13 @@
 /*
- * session.c - the full feature phase of a connection: SCSI commands with
- * immediate, unsolicited and solicited (R2T) data, Data-In segmentation and
- * SCSI Response with residuals and sense, the CmdSN window, NOP-Out/NOP-In,
- * Text (SendTargets) with continuation, Logout and Reject; task management
- * requests are handed to tmf.c. Tasks are the unit of ownership: a task
- * holds its data buffer and is freed when the scsi layer is done with it and
- * the last PDU pointing into its buffer has been sent.
+ * session.c - the full feature phase of a connection: its tasks, SCSI
+ * commands with immediate data, Data-In segmentation and SCSI Response with
+ * residuals and sense, the CmdSN window, the dispatch of received PDUs and
+ * Reject. A WRITE's unsolicited and solicited (R2T) data, its write budget
+ * and deadlines are write_data.c's; NOP-Out, Text and Logout are
+ * nop_text_logout.c's; task management requests are handed to tmf.c.
+ * Tasks are the unit of ownership: a task holds its data buffer and is
+ * freed when the scsi layer is done with it and the last PDU pointing into
+ * its buffer has been sent.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,8 +15,6 @@
 
 #include "hotlun/log.h"
 #include "iscsi/iscsi_internal.h"
-
-static void task_exec(struct iscsi_task *t);
 
 static inline unsigned itt_bucket(uint32_t itt)
 {
@@ -114,8 +114,8 @@ void iscsi_task_finish(struct iscsi_task *t)
 
 /*
  * The buffer a task needs now: its whole transfer, or while it waits for
- * write budget only what the initiator sends unasked (data_buf_grow adds
- * the rest once the budget is granted).
+ * write budget only what the initiator sends unasked (data_buf_grow in
+ * write_data.c adds the rest once the budget is granted).
  */
 static uint32_t data_buf_need(const struct iscsi_task *t)
 {
@@ -139,197 +139,6 @@ static int data_buf_alloc(struct iscsi_task *t)
 	t->cmd.data = p;
 	c->buf_bytes += t->buf_len;
 	return 0;
-}
-
-/*
- * A task that waited got its budget: move what arrived into a buffer for the
- * whole transfer. Only while no PDU is being received into the old one.
- */
-static int data_buf_grow(struct iscsi_task *t)
-{
-	struct iscsi_conn *c = t->conn;
-	uint32_t cap;
-	void *p;
-
-	if (t->cmd.data && t->buf_len >= t->edtl)
-		return 0;
-	p = iscsi_buf_get(c, t->edtl, &cap);
-	if (!p)
-		return -ENOMEM;
-	if (t->cmd.data) {
-		memcpy(p, t->cmd.data, t->received);
-		iscsi_buf_put(c, t->cmd.data, t->buf_len);
-	}
-	c->buf_bytes += cap - t->buf_len;
-	t->cmd.data = p;
-	t->buf_len = cap;
-	return 0;
-}
-
-/* ---- write buffer budget (wbudget.c has the accounting) ---- */
-
-void iscsi_task_wb_release(struct iscsi_task *t)
-{
-	struct iscsi_conn *c = t->conn;
-
-	if (!t->wb.need)
-		return;
-	if (t->wb.waiting)
-		c->wb_waiting--;
-	iscsi_wb_release(&c->srv->wb, &t->wb);
-	c->wb_promised -= t->wb.need;
-	t->wb.need = 0;
-}
-
-/*
- * A WRITE asks the budget for its transfer. `final`: the F bit (no
- * unsolicited Data-Out follows), `imm`: immediate data bytes. What the
- * initiator sends unasked must be taken or the command refused; the rest
- * arrives only when we send R2Ts, so the command may wait for it.
- */
-/* t's data must be in by now + its deadline for `bytes` (session.c's dout timer checks). */
-static void write_deadline_set(struct iscsi_task *t, uint64_t now, uint64_t bytes)
-{
-	t->wb_since_ns = now;
-	t->wb_deadline_ns = now + iscsi_wb_deadline_ns(bytes);
-}
-
-static enum iscsi_wb_verdict write_admit(struct iscsi_conn *c, struct iscsi_task *t, bool final,
-                                         uint32_t imm)
-{
-	uint64_t unasked = final ? imm : HL_MIN(c->params.first_burst_length, t->edtl);
-	uint64_t now = hl_now_ns();
-	struct iscsi_wb_admit_info info;
-	struct iscsi_source src;
-	enum iscsi_wb_verdict v;
-
-	if (unasked < imm)
-		unasked = imm;
-	iscsi_source_of(&c->peer, false, &src);
-	v = iscsi_wb_admit(&c->srv->wb, &t->wb, &src, c->wb_promised, t->edtl, unasked, now, &info);
-	c->wb_conn_limit = info.conn_limit;
-	if (v == ISCSI_WB_SHARE) {
-		char a[64];
-		HL_LOG_RL(HL_LOG_NOTICE, ISCSI_LOG,
-		          "%s: WRITE itt 0x%x of %u bytes: %s has its share of the write buffer "
-		          "budget (its WRITEs claim %llu of %llu bytes, %u sources want some), "
-		          "TASK SET FULL",
-		          c->peer_str, t->itt, t->edtl, iscsi_source_str(&src, a, sizeof(a)),
-		          (unsigned long long)info.source_promised,
-		          (unsigned long long)info.source_cap, info.sources);
-		return ISCSI_WB_FULL;
-	}
-	if (v == ISCSI_WB_FULL) {
-		HL_LOG_RL(HL_LOG_NOTICE, ISCSI_LOG,
-		          "%s: WRITE itt 0x%x of %u bytes: write buffer budget spent (this "
-		          "connection claims %llu of %llu bytes), TASK SET FULL",
-		          c->peer_str, t->itt, t->edtl, (unsigned long long)c->wb_promised,
-		          (unsigned long long)c->wb_conn_limit);
-		return v;
-	}
-	/* what it owes now: the whole transfer, or while it waits what comes unasked */
-	write_deadline_set(t, now, v == ISCSI_WB_GO ? t->edtl : unasked);
-	c->wb_promised += t->wb.need;
-	if (v == ISCSI_WB_WAIT) {
-		c->wb_waiting++;
-		if (c->reactor && !hl_timer_pending(&c->wb_timer)) {
-			c->wb_retry_ms = ISCSI_WB_RETRY_MS;
-			hl_timer_start(c->reactor, &c->wb_timer, c->wb_retry_ms);
-		}
-	}
-	return v;
-}
-
-static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
-                                 uint8_t asc, uint8_t ascq);
-
-/*
- * A deferred task asks again, once its unsolicited data is in (its buffer
- * moves when granted). @return 1 when it may have its R2Ts, 0 when it waits
- * on, -ENOMEM when it was answered for want of memory (t is gone then).
- */
-static int write_grant(struct iscsi_conn *c, struct iscsi_task *t)
-{
-	if (!t->wb.waiting)
-		return 1;
-	if (!t->unsol_done || t == c->rx_task || t == c->rx_dout)
-		return 0;
-	if (!iscsi_wb_grant(&c->srv->wb, &t->wb))
-		return 0;
-	c->wb_waiting--;
-	/* its R2Ts go out now: the clock for the rest starts here, not at its arrival */
-	write_deadline_set(t, hl_now_ns(), t->edtl - t->received);
-	if (data_buf_grow(t) < 0) {
-		task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55, 0x03); /* no memory */
-		return -ENOMEM;
-	}
-	return 1;
-}
-
-static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t);
-
-/*
- * Grant the connection's deferred tasks in their order, as far as the budget
- * goes. @return true when a task that is still waiting is the oldest waiter.
- */
-static bool write_retry(struct iscsi_conn *c)
-{
-	struct iscsi_task *t, *tmp;
-
-	hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
-	{
-		if (!c->wb_waiting)
-			break;
-		if (t->state != TASK_DATA_OUT || !t->wb.waiting)
-			continue;
-		if (t->aborted) {
-			/* by another session's reset: its data will never come */
-			iscsi_task_finish(t);
-			continue;
-		}
-		if (!t->unsol_done)
-			continue; /* asks when its unsolicited data is in (task_data_progress) */
-		int rc = write_grant(c, t);
-		if (rc < 0)
-			continue;
-		if (rc == 0)
-			return iscsi_wb_is_head(&c->srv->wb, &t->wb);
-		task_data_progress(c, t);
-	}
-	return false;
-}
-
-void iscsi_wb_tick(struct hl_timer *tm)
-{
-	struct iscsi_conn *c = tm->arg;
-
-	iscsi_conn_enter(c);
-	if (c->state == CONN_FFP) {
-		unsigned before = c->wb_waiting;
-		bool head = write_retry(c);
-		if (head || c->wb_waiting < before)
-			c->wb_retry_ms = ISCSI_WB_RETRY_MS;
-		else if (c->wb_retry_ms < ISCSI_WB_RETRY_MAX_MS)
-			c->wb_retry_ms *= 2;
-		if (c->wb_waiting)
-			hl_timer_start(c->reactor, &c->wb_timer, c->wb_retry_ms);
-	}
-	iscsi_conn_leave(c);
-}
-
-/*
- * A connection whose unfinished writes claim half its cap, or that holds any
- * while the budget is short, gets no new CmdSN slots: its MaxCmdSN stays
- * where it was until those writes finish (their responses reopen it), so a
- * well-behaved initiator stops sending WRITEs that would meet TASK SET FULL.
- */
-bool iscsi_wb_window_closed(struct iscsi_conn *c)
-{
-	if (!c->wb_promised)
-		return false;
-	if (c->wb_waiting || 2 * c->wb_promised >= c->wb_conn_limit)
-		return true;
-	return iscsi_wb_pressure(&c->srv->wb);
 }
 
 /* ---- CmdSN window ---- */
@@ -498,8 +307,8 @@ void iscsi_task_respond(struct iscsi_conn *c, struct iscsi_task *t)
 }
 
 /* Answer a command ourselves (no scsi layer involved) with CHECK CONDITION. */
-static void task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
-                                 uint8_t asc, uint8_t ascq)
+void iscsi_task_check_condition(struct iscsi_conn *c, struct iscsi_task *t, uint8_t key,
+                                uint8_t asc, uint8_t ascq)
 {
 	t->cmd.data_in = false;
 	t->cmd.xfer_len = 0;
@@ -530,8 +339,6 @@ static void task_set_full(struct iscsi_conn *c, struct iscsi_task *t)
 
 /* ---- SCSI command completion ---- */
 
-static int logout_respond(struct iscsi_conn *c);
-
 static void task_done(struct hl_scsi_cmd *cmd)
 {
 	struct iscsi_task *t = hl_container_of(cmd, struct iscsi_task, cmd);
@@ -553,7 +360,8 @@ static void task_done(struct hl_scsi_cmd *cmd)
 		iscsi_task_finish(t);
 	}
 	if (c->wb_waiting && c->state == CONN_FFP)
-		write_retry(c); /* its budget came back: this connection's deferred R2Ts first */
+		/* its budget came back: this connection's deferred R2Ts first */
+		iscsi_write_retry(c);
 	iscsi_logout_maybe_respond(c);
 	iscsi_conn_leave(c);
 }
@@ -576,7 +384,7 @@ static void task_data_ready(struct hl_scsi_cmd *cmd, uint32_t bytes)
 	iscsi_conn_leave(c);
 }
 
-static void task_exec(struct iscsi_task *t)
+void iscsi_task_exec(struct iscsi_task *t)
 {
 	struct iscsi_conn *c = t->conn;
 
@@ -593,156 +401,6 @@ static void task_exec(struct iscsi_task *t)
 	t->cmd.done = task_done;
 	t->cmd.arg = t;
 	hl_scsi_cmd_exec(&t->cmd);
-}
-
-/* ---- R2T ---- */
-
-/* ---- deadlines of the data a WRITE owes ---- */
-
-/* Data owed by the initiator: unsolicited data, or an R2T's (not a wait for our budget). */
-static bool task_owes_data(const struct iscsi_task *t)
-{
-	return t->state == TASK_DATA_OUT && !t->aborted && !(t->unsol_done && !t->r2t_active);
-}
-
-/*
- * A task has just started to owe data: make sure c->dout_timer runs. Its
- * earliest due time is ISCSI_DATAOUT_TIMEOUT_S from now (its total deadline
- * has at least ISCSI_WRITE_GRACE_S in it), never earlier than the one the
- * timer is already set for, which is due by some older owing task.
- */
-static void dout_arm(struct iscsi_conn *c)
-{
-	if (c->reactor && !hl_timer_pending(&c->dout_timer))
-		hl_timer_start(c->reactor, &c->dout_timer,
-		               HL_MIN(ISCSI_DATAOUT_TIMEOUT_S, ISCSI_WRITE_GRACE_S) * 1000ull);
-}
-
-/*
- * c->dout_timer: a WRITE that holds write budget must make progress. No
- * data for ISCSI_DATAOUT_TIMEOUT_S, or not all of it by its deadline
- * (iscsi_wb_deadline_ns): at ERL 0 only closing the connection ends the
- * task and gives its budget back. Otherwise run again at the earliest due.
- */
-void iscsi_dout_tick(struct hl_timer *tm)
-{
-	struct iscsi_conn *c = tm->arg;
-	uint64_t now = hl_now_ns(), next = 0;
-	uint64_t silent_ns = ISCSI_DATAOUT_TIMEOUT_S * 1000000000ull;
-	struct iscsi_task *t, *late = NULL;
-	bool slow = false;
-
-	iscsi_conn_enter(c);
-	if (c->state != CONN_FFP)
-		goto out;
-	hl_list_for_each_entry(t, &c->tasks, link)
-	{
-		if (!task_owes_data(t))
-			continue;
-		uint64_t due = t->dout_ns + silent_ns;
-		if (now >= due) {
-			late = t;
-			break;
-		}
-		if (t->wb_deadline_ns && now >= t->wb_deadline_ns) {
-			late = t;
-			slow = true;
-			break;
-		}
-		if (t->wb_deadline_ns && t->wb_deadline_ns < due)
-			due = t->wb_deadline_ns;
-		if (!next || due < next)
-			next = due;
-	}
-	if (late && slow) {
-		atomic_fetch_add(&c->srv->wb.closed_slow, 1);
-		HL_NOTICE(ISCSI_LOG,
-		          "%s: WRITE itt 0x%x: %u of %u bytes in %llu s since its data was asked "
-		          "for, below %u KiB/s after a %u s grace: closing",
-		          c->peer_str, late->itt, late->received, late->edtl,
-		          (unsigned long long)((now - late->wb_since_ns) / 1000000000ull),
-		          ISCSI_WRITE_FLOOR_BPS >> 10, ISCSI_WRITE_GRACE_S);
-		iscsi_conn_close(c, "WRITE data too slow");
-	} else if (late) {
-		atomic_fetch_add(&c->srv->wb.closed_silent, 1);
-		HL_NOTICE(ISCSI_LOG,
-		          "%s: WRITE itt 0x%x: no data from the initiator for %us (%u of %u bytes "
-		          "in), closing",
-		          c->peer_str, late->itt, ISCSI_DATAOUT_TIMEOUT_S, late->received,
-		          late->edtl);
-		iscsi_conn_close(c, "Data-Out timeout");
-	} else if (next) {
-		hl_timer_start(c->reactor, &c->dout_timer, (next - now) / 1000000ull + 1);
-	}
-out:
-	iscsi_conn_leave(c);
-}
-
-static void r2t_issue(struct iscsi_conn *c, struct iscsi_task *t)
-{
-	unsigned max = HL_MIN(c->params.max_outstanding_r2t ? c->params.max_outstanding_r2t : 1,
-	                      (uint32_t)ISCSI_MAX_R2T);
-
-	while (t->r2t_active < max && t->r2t_next_offset < t->edtl) {
-		struct iscsi_r2t *r = NULL;
-		for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
-			if (!t->r2t[i].active) {
-				r = &t->r2t[i];
-				break;
-			}
-		}
-		if (!r)
-			return;
-		uint32_t len = HL_MIN(c->params.max_burst_length, t->edtl - t->r2t_next_offset);
-		r->active = true;
-		r->ttt = c->next_ttt++;
-		if (r->ttt == ISCSI_RSVD_TAG)
-			r->ttt = c->next_ttt++;
-		r->r2tsn = t->r2tsn++;
-		r->offset = t->r2t_next_offset;
-		r->len = len;
-		r->received = 0;
-		r->next_datasn = 0;
-		t->r2t_next_offset += len;
-		t->r2t_active++;
-		t->dout_ns = hl_now_ns();
-		dout_arm(c);
-
-		struct iscsi_bhs h;
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_R2T;
-		h.b[1] = ISCSI_FLAG_FINAL;
-		bhs_set_lun(&h, t->lun_raw);
-		bhs_set_itt(&h, t->itt);
-		bhs_put32(&h, 20, r->ttt);
-		iscsi_conn_fill_sn(c, &h, false);
-		bhs_put32(&h, 36, r->r2tsn);
-		bhs_put32(&h, 40, r->offset);
-		bhs_put32(&h, 44, r->len);
-		iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
-	}
-}
-
-/* Data collection moved on: run the command or ask for more. */
-static void task_data_progress(struct iscsi_conn *c, struct iscsi_task *t)
-{
-	if (t->aborted) {
-		/* aborted by another session's reset while its data was arriving */
-		iscsi_task_finish(t);
-		return;
-	}
-	/* a task waiting for write budget has a buffer for its unsolicited data only */
-	if (t->wb.waiting && (!t->unsol_done || write_grant(c, t) <= 0))
-		return; /* its R2Ts wait (write_retry asks again), or it was answered */
-	if (t->received >= t->edtl) {
-		task_exec(t);
-		return;
-	}
-	if (t->unsol_done) {
-		if (t->r2t_next_offset < t->imm_len + t->unsol_received)
-			t->r2t_next_offset = t->imm_len + t->unsol_received;
-		r2t_issue(c, t);
-	}
 }
 
 /* ---- receive-side header hooks ---- */
@@ -774,7 +432,8 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 		struct iscsi_task *t = task_alloc(c, h);
 		if (!t)
 			return -ENOMEM;
-		if (write_admit(c, t, bhs_flags(h) & ISCSI_FLAG_FINAL, rx->dsl) == ISCSI_WB_FULL) {
+		if (iscsi_write_admit(c, t, bhs_flags(h) & ISCSI_FLAG_FINAL, rx->dsl) ==
+		    ISCSI_WB_FULL) {
 			iscsi_task_finish(t);
 			c->rx_wb_full = true; /* the handler answers TASK SET FULL */
 			return 0;
@@ -787,45 +446,8 @@ int iscsi_ffp_header(struct iscsi_conn *c, struct iscsi_rx *rx)
 		rx->dst = t->cmd.data;
 		return 0;
 	}
-	if (op == ISCSI_OP_DATA_OUT) {
-		struct iscsi_task *t = iscsi_task_find(c, bhs_itt(h));
-		uint32_t off = bhs_buf_offset(h), sn = bhs_datasn(h), ttt = bhs_ttt(h);
-		uint32_t len = rx->dsl;
-
-		rx->discard = true;
-		if (!t || t->state != TASK_DATA_OUT || iscsi_session_is_discovery(c))
-			return 0; /* unknown or finished task: drop silently */
-		c->rx_dout = t;
-		c->rx_dout_reject = ISCSI_REJECT_PROTOCOL_ERROR;
-		t->dout_ns = hl_now_ns();
-		if ((uint64_t)off + len > t->edtl)
-			return 0;
-		if (ttt == ISCSI_RSVD_TAG) {
-			if (t->unsol_done || sn != t->unsol_next_datasn ||
-			    off != t->imm_len + t->unsol_received ||
-			    (uint64_t)off + len > (uint64_t)t->imm_len + t->unsol_len)
-				return 0;
-			c->rx_dout_r2t = -1;
-		} else {
-			struct iscsi_r2t *r = NULL;
-			for (int i = 0; i < ISCSI_MAX_R2T; i++) {
-				if (t->r2t[i].active && t->r2t[i].ttt == ttt) {
-					r = &t->r2t[i];
-					c->rx_dout_r2t = i;
-					break;
-				}
-			}
-			if (!r)
-				return 0;
-			if (sn != r->next_datasn || off != r->offset + r->received ||
-			    (uint64_t)off + len > (uint64_t)r->offset + r->len)
-				return 0;
-		}
-		c->rx_dout_reject = 0;
-		rx->discard = false;
-		rx->dst = t->cmd.data + off;
-		return 0;
-	}
+	if (op == ISCSI_OP_DATA_OUT)
+		return iscsi_data_out_header(c, rx);
 	return 0;
 }
 
@@ -917,7 +539,7 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 
 	int rc = parse_cdb(c, rx, t);
 	if (rc == -EOPNOTSUPP) {
-		task_check_condition(c, t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+		iscsi_task_check_condition(c, t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
 		return 0;
 	}
 	if (rc < 0) {
@@ -927,13 +549,13 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	}
 	if ((w || r) && edtl > HL_SCSI_MAX_XFER) {
 		/* too large to buffer: refuse without allocating; stray Data-Out is dropped */
-		task_check_condition(c, t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+		iscsi_task_check_condition(c, t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
 		return 0;
 	}
 	if (!(w || r))
 		t->edtl = 0;
 	if (w && t->edtl && !t->wb.need &&
-	    (c->rx_wb_full || write_admit(c, t, f, rx->dsl) == ISCSI_WB_FULL)) {
+	    (c->rx_wb_full || iscsi_write_admit(c, t, f, rx->dsl) == ISCSI_WB_FULL)) {
 		task_set_full(c, t);
 		return 0;
 	}
@@ -944,7 +566,7 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 			return 0;
 		}
 		if (rc < 0) {
-			task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55,
+			iscsi_task_check_condition(c, t, HL_SK_ABORTED_COMMAND, 0x55,
 			                     0x03); /* insufficient resources */
 			return 0;
 		}
@@ -952,7 +574,7 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 			memcpy(t->cmd.data, rx->data, rx->dsl);
 	}
 	if (!w) {
-		task_exec(t);
+		iscsi_task_exec(t);
 		return 0;
 	}
 	t->imm_len = rx->dsl;
@@ -964,312 +586,9 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	t->unsol_done = t->unsol_len == 0;
 	t->r2t_next_offset = t->imm_len + t->unsol_len;
 	if (!t->unsol_done)
-		dout_arm(c);
-	task_data_progress(c, t);
+		iscsi_dout_arm(c);
+	iscsi_task_data_progress(c, t);
 	return 0;
-}
-
-static int handle_data_out(struct iscsi_conn *c, struct iscsi_rx *rx)
-{
-	const struct iscsi_bhs *h = &rx->bhs;
-	struct iscsi_task *t = c->rx_dout;
-
-	c->exp_stat_sn = bhs_expstatsn(h);
-	c->rx_dout = NULL;
-	if (!t) {
-		HL_DEBUG(ISCSI_LOG, "%s: Data-Out for unknown itt 0x%x dropped", c->peer_str,
-		         bhs_itt(h));
-		return 0;
-	}
-	uint8_t reason = c->rx_dout_reject;
-	if (!reason && !rx->ddigest_ok)
-		reason = ISCSI_REJECT_DATA_DIGEST;
-	if (reason) {
-		/* ERL 0: the task cannot recover; the initiator fails it on the Reject */
-		HL_NOTICE(ISCSI_LOG, "%s: bad Data-Out for itt 0x%x (DataSN %u offset %u len %u)",
-		          c->peer_str, t->itt, bhs_datasn(h), bhs_buf_offset(h), rx->dsl);
-		iscsi_conn_send_reject(c, h, reason);
-		iscsi_task_finish(t);
-		return 0;
-	}
-	t->received += rx->dsl;
-	if (c->rx_dout_r2t < 0) {
-		t->unsol_received += rx->dsl;
-		t->unsol_next_datasn++;
-		if (bhs_final(h) || t->unsol_received >= t->unsol_len)
-			t->unsol_done = true;
-	} else {
-		struct iscsi_r2t *r = &t->r2t[c->rx_dout_r2t];
-		r->received += rx->dsl;
-		r->next_datasn++;
-		if (r->received >= r->len) {
-			r->active = false;
-			t->r2t_active--;
-		}
-	}
-	task_data_progress(c, t);
-	return 0;
-}
-
-static int handle_nop_out(struct iscsi_conn *c, struct iscsi_rx *rx)
-{
-	const struct iscsi_bhs *h = &rx->bhs;
-
-	if (!iscsi_cmdsn_accept(c, h))
-		return 0;
-	if (bhs_itt(h) == ISCSI_RSVD_TAG)
-		return 0; /* an answer to our ping, or a ping that wants no answer */
-	struct iscsi_bhs rsp;
-	uint8_t *copy = NULL;
-	if (rx->dsl) {
-		copy = malloc(rx->dsl);
-		if (!copy)
-			return -ENOMEM;
-		memcpy(copy, rx->data, rx->dsl);
-	}
-	memset(&rsp, 0, sizeof(rsp));
-	rsp.b[0] = ISCSI_OP_NOP_IN;
-	rsp.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_lun(&rsp, bhs_lun(h));
-	bhs_set_itt(&rsp, bhs_itt(h));
-	bhs_put32(&rsp, 20, ISCSI_RSVD_TAG);
-	iscsi_conn_fill_sn(c, &rsp, true);
-	return iscsi_conn_queue(c, &rsp, copy, rx->dsl, NULL, copy, false);
-}
-
-static void text_send_piece(struct iscsi_conn *c)
-{
-	struct iscsi_text_state *ts = &c->text;
-	uint32_t max = c->params.max_recv_dsl_initiator ? c->params.max_recv_dsl_initiator : 8192;
-	size_t left = ts->rsp_len - ts->rsp_off;
-	size_t n = HL_MIN(left, (size_t)max);
-	bool last = n == left;
-	struct iscsi_bhs h;
-	uint8_t *piece = NULL;
-
-	if (n) {
-		piece = malloc(n);
-		if (!piece) {
-			iscsi_conn_close(c, "no memory");
-			return;
-		}
-		memcpy(piece, ts->rsp + ts->rsp_off, n);
-	}
-	ts->rsp_off += n;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TEXT_RSP;
-	h.b[1] = last ? ISCSI_FLAG_FINAL : ISCSI_TEXT_CONTINUE;
-	bhs_set_lun(&h, 0);
-	bhs_set_itt(&h, ts->itt);
-	if (last) {
-		ts->ttt = ISCSI_RSVD_TAG;
-		free(ts->rsp);
-		ts->rsp = NULL;
-		ts->rsp_len = ts->rsp_off = 0;
-	} else if (ts->ttt == ISCSI_RSVD_TAG) {
-		ts->ttt = c->next_ttt++;
-	}
-	bhs_put32(&h, 20, ts->ttt);
-	iscsi_conn_fill_sn(c, &h, true);
-	iscsi_conn_queue(c, &h, piece, (uint32_t)n, NULL, piece, false);
-}
-
-static int handle_text(struct iscsi_conn *c, struct iscsi_rx *rx)
-{
-	const struct iscsi_bhs *h = &rx->bhs;
-	struct iscsi_text_state *ts = &c->text;
-	uint32_t ttt = bhs_ttt(h);
-
-	if (!iscsi_cmdsn_accept(c, h))
-		return 0;
-	if (ttt != ISCSI_RSVD_TAG) {
-		/* the initiator asks for the next piece of a long answer */
-		if (ttt != ts->ttt || bhs_itt(h) != ts->itt || !ts->rsp || rx->dsl) {
-			iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
-			return 0;
-		}
-		text_send_piece(c);
-		return 0;
-	}
-	/* a new request ends any answer in progress */
-	free(ts->rsp);
-	ts->rsp = NULL;
-	ts->rsp_len = ts->rsp_off = 0;
-	ts->ttt = ISCSI_RSVD_TAG;
-	if (bhs_itt(h) != ts->itt) {
-		free(ts->req);
-		ts->req = NULL;
-		ts->req_len = 0;
-	}
-	ts->itt = bhs_itt(h);
-	if (rx->dsl) {
-		if (ts->req_len + rx->dsl > 64 * 1024) {
-			iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
-			return 0;
-		}
-		uint8_t *nr = realloc(ts->req, ts->req_len + rx->dsl);
-		if (!nr)
-			return -ENOMEM;
-		memcpy(nr + ts->req_len, rx->data, rx->dsl);
-		ts->req = nr;
-		ts->req_len += rx->dsl;
-	}
-	if (bhs_flags(h) & ISCSI_TEXT_CONTINUE) {
-		/* more request text follows: acknowledge with an empty response */
-		struct iscsi_bhs rsp;
-		memset(&rsp, 0, sizeof(rsp));
-		rsp.b[0] = ISCSI_OP_TEXT_RSP;
-		bhs_set_itt(&rsp, ts->itt);
-		bhs_put32(&rsp, 20, ISCSI_RSVD_TAG);
-		iscsi_conn_fill_sn(c, &rsp, true);
-		return iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL, false);
-	}
-
-	struct iscsi_kvlist kv = {0};
-	struct iscsi_textbuf tb = {0};
-	int rc = ts->req_len ? iscsi_kvlist_parse(&kv, ts->req, ts->req_len) : 0;
-	free(ts->req);
-	ts->req = NULL;
-	ts->req_len = 0;
-	const char *dup = NULL;
-	if (rc == 0 && iscsi_kvlist_find_duplicate(&kv, &dup) < 0)
-		rc =
-		    -EINVAL; /* a key twice (e.g. many SendTargets): refuse, do not multiply work */
-	if (rc < 0) {
-		iscsi_kvlist_free(&kv);
-		iscsi_conn_send_reject(c, h, ISCSI_REJECT_PROTOCOL_ERROR);
-		return 0;
-	}
-	for (size_t i = 0; i < kv.n && rc >= 0; i++) {
-		const char *key = kv.kv[i].key, *value = kv.kv[i].value;
-		if (strcmp(key, "SendTargets") == 0) {
-			rc = iscsi_sendtargets(c, value, &tb);
-			if (rc == -EINVAL)
-				rc = iscsi_textbuf_add(&tb, key, "Reject");
-		} else if (strcmp(key, "MaxRecvDataSegmentLength") == 0) {
-			/* declarative and allowed in FFP: the initiator changes what it accepts */
-			char answer[256] = "";
-			struct iscsi_params p = c->params;
-			enum iscsi_neg_result nr = iscsi_negotiate_key(
-			    &p, &c->lim, c->sess->type, key, value, answer, sizeof(answer));
-			if (nr == ISCSI_NEG_PROTOCOL_ERROR || nr == ISCSI_NEG_NOT_HANDLED)
-				rc = iscsi_textbuf_add(&tb, key, "Reject");
-			else
-				c->params.max_recv_dsl_initiator = p.max_recv_dsl_initiator;
-		} else {
-			/* other known keys are not renegotiated in FFP by this target */
-			char answer[256] = "";
-			struct iscsi_params p = c->params;
-			enum iscsi_neg_result nr = iscsi_negotiate_key(
-			    &p, &c->lim, c->sess->type, key, value, answer, sizeof(answer));
-			bool known =
-			    nr != ISCSI_NEG_NOT_HANDLED && strcmp(answer, "NotUnderstood") != 0;
-			rc = iscsi_textbuf_add(&tb, key, known ? "Reject" : "NotUnderstood");
-		}
-	}
-	iscsi_kvlist_free(&kv);
-	if (rc < 0) {
-		iscsi_textbuf_free(&tb);
-		return -ENOMEM;
-	}
-	ts->rsp = tb.data;
-	ts->rsp_len = tb.len;
-	ts->rsp_off = 0;
-	text_send_piece(c);
-	return 0;
-}
-
-/*
- * The Logout Response of a connection that closes: StatSN is filled when it is
- * queued, after the responses of the commands that were still executing.
- * While the server drains for a restart, Time2Wait says how long to wait
- * before logging in again (RFC 7143 11.15.2: below ErrorRecoveryLevel 2 the
- * initiator may ignore it; it is a hint, nothing depends on it).
- */
-static int logout_respond(struct iscsi_conn *c)
-{
-	struct iscsi_bhs rsp;
-
-	c->logout_pending = false;
-	memset(&rsp, 0, sizeof(rsp));
-	rsp.b[0] = ISCSI_OP_LOGOUT_RSP;
-	rsp.b[1] = ISCSI_FLAG_FINAL;
-	rsp.b[2] = c->logout_response;
-	bhs_set_itt(&rsp, c->logout_itt);
-	iscsi_conn_fill_sn(c, &rsp, true);
-	/* Time2Retain stays 0: nothing to recover at ERL 0 */
-	hl_put_be16(&rsp.b[40], iscsi_server_time2wait(c->srv));
-	return iscsi_conn_queue(c, &rsp, NULL, 0, NULL, NULL,
-	                        c->logout_response == ISCSI_LOGOUT_RSP_OK);
-}
-
-/* A deferred Logout Response goes once no command of c is left to answer. */
-void iscsi_logout_maybe_respond(struct iscsi_conn *c)
-{
-	if (c->logout_pending && c->nexec == 0 && c->n_deferred == 0 && c->state == CONN_LOGOUT)
-		logout_respond(c);
-}
-
-/*
- * A closing logout drops the tasks still collecting data (no more PDUs are
- * read, so they could never complete), but lets the commands inside the scsi
- * layer finish and answer first: the initiator that logs out because the
- * target asked it to (a restart) then gets a status for every command it
- * sent, instead of having to retry them after the next login.
- */
-static void ffp_drop_tasks(struct iscsi_conn *c, bool abort_executing);
-
-static void logout_drop_unfinished(struct iscsi_conn *c)
-{
-	ffp_drop_tasks(c, false);
-}
-
-static int handle_logout(struct iscsi_conn *c, struct iscsi_rx *rx)
-{
-	const struct iscsi_bhs *h = &rx->bhs;
-	uint8_t reason = bhs_flags(h) & 0x7f;
-	uint8_t response = ISCSI_LOGOUT_RSP_OK;
-
-	if (!iscsi_cmdsn_accept(c, h))
-		return 0;
-	if (reason == ISCSI_LOGOUT_RECOVERY)
-		response = ISCSI_LOGOUT_RSP_NO_RECOVERY;
-	else if (reason == ISCSI_LOGOUT_CLOSE_CONN && hl_get_be16(&h->b[20]) != c->cid)
-		response = ISCSI_LOGOUT_RSP_NO_CID;
-	else if (reason > ISCSI_LOGOUT_RECOVERY) {
-		iscsi_conn_send_reject(c, h, ISCSI_REJECT_INVALID_PDU_FIELD);
-		return 0;
-	}
-	c->logout_itt = bhs_itt(h);
-	c->logout_response = response;
-	HL_INFO(ISCSI_LOG, "%s: logout (reason %u)", c->peer_str, reason);
-	if (response != ISCSI_LOGOUT_RSP_OK)
-		return logout_respond(c);
-	c->state = CONN_LOGOUT;
-	logout_drop_unfinished(c);
-	if (c->nexec || c->n_deferred) {
-		c->logout_pending = true; /* task_done / xreset_done answer once the last is done */
-		return 0;
-	}
-	return logout_respond(c);
-}
-
-int iscsi_conn_request_logout(struct iscsi_conn *c, uint16_t within_s)
-{
-	struct iscsi_bhs h;
-
-	if (c->state != CONN_FFP || !c->sess || c->sess->type != ISCSI_SESSION_NORMAL)
-		return -ENOTCONN;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_ASYNC_MSG;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, 0xffffffffu);
-	iscsi_conn_fill_sn(c, &h, true);
-	h.b[36] = ISCSI_ASYNC_LOGOUT_REQUEST;
-	hl_put_be16(&h.b[42], within_s); /* Parameter3: log out within this many seconds */
-	HL_INFO(ISCSI_LOG, "%s: asking %s to log out within %u s", c->peer_str,
-	        c->sess->initiator_name, within_s);
-	return iscsi_conn_queue(c, &h, NULL, 0, NULL, NULL, false);
 }
 
 /*
@@ -1322,13 +641,13 @@ int iscsi_ffp_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	case ISCSI_OP_SCSI_CMD:
 		return handle_scsi_cmd(c, rx);
 	case ISCSI_OP_DATA_OUT:
-		return handle_data_out(c, rx);
+		return iscsi_data_out_handle(c, rx);
 	case ISCSI_OP_NOP_OUT:
-		return handle_nop_out(c, rx);
+		return iscsi_nop_out_handle(c, rx);
 	case ISCSI_OP_TEXT_REQ:
-		return handle_text(c, rx);
+		return iscsi_text_handle(c, rx);
 	case ISCSI_OP_LOGOUT_REQ:
-		return handle_logout(c, rx);
+		return iscsi_logout_handle(c, rx);
 	case ISCSI_OP_TMF_REQ:
 		return iscsi_tmf_handle(c, rx);
 	case ISCSI_OP_LOGIN_REQ:
@@ -1375,6 +694,11 @@ static void ffp_drop_tasks(struct iscsi_conn *c, bool abort_executing)
 void iscsi_ffp_abort_all(struct iscsi_conn *c)
 {
 	ffp_drop_tasks(c, true);
+}
+
+void iscsi_ffp_drop_unfinished(struct iscsi_conn *c)
+{
+	ffp_drop_tasks(c, false);
 }
 
 void iscsi_session_free(struct iscsi_session *s)

@@ -20,7 +20,7 @@
  * granted only if what the oldest waiter still needs fits beside it.
  *
  * Sources (an IPv4 address, an IPv6 /64: source.h). A granted WRITE is
- * only bounded in time by its deadline (session.c), so an initiator that
+ * only bounded in time by its deadline (write_data.c), so an initiator that
  * sends its data as slowly as that allows, or reconnects once closed,
  * would otherwise keep the whole budget and leave every other host BUSY.
  * So the WRITEs of one source may promise (granted or waiting) at most

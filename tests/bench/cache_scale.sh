@@ -209,6 +209,22 @@ hit_check() {
 	qio "read -P $pat $((pb * bsb)) $bsb"
 }
 
+# restart WAIT: a start after what the log holds now, waited to the end of
+# its restore with WAIT (wait_restore or wait_full); sets rs_start (start_s),
+# rs_end (restore_s), rs_log (hotlund's "restore done in" seconds),
+# rs_restored (its count of blocks restored) and rs_rss (VmRSS, MiB, then)
+restart() {
+	local mark
+	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
+	start
+	rs_start=$start_s
+	"$1"
+	rs_end=$restore_s
+	rs_log=$(restore_log_s "$mark")
+	rs_restored=$(restored "$mark")
+	rs_rss=$(rss_mb)
+}
+
 # fresh_cache SIZE: a loop device over $tmp/cache.img (already SIZE bytes,
 # sparse) as the cache of disk d, its configuration, and an empty state
 # folder and log.
@@ -242,7 +258,7 @@ CONF
 }
 
 full_run() {
-	local size=$1 lun fill mark s1 r1 s2 e2 l2 n2 r2 stop2 s3 e3 l3 n3 r3 killed_at rmax pb1 pb2
+	local size=$1 lun fill s1 r1 s2 e2 l2 n2 r2 stop2 s3 e3 l3 n3 r3 killed_at rmax pb1 pb2
 	bsb=$(bytes "$BS")
 	truncate -s 0 "$tmp/cache.img" "$tmp/origin.img"
 	truncate -s "$size" "$tmp/cache.img" "$tmp/origin.img"
@@ -259,14 +275,8 @@ full_run() {
 	echo "$fill" >&2
 	# 3. warm restart: portal, the whole restore, RSS, hits, a write
 	rss_max=0
-	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
-	start
-	s2=$start_s
-	wait_full
-	e2=$restore_s
-	l2=$(restore_log_s "$mark")
-	n2=$(restored "$mark")
-	r2=$(rss_mb)
+	restart wait_full
+	s2=$rs_start e2=$rs_end l2=$rs_log n2=$rs_restored r2=$rs_rss
 	rmax=$rss_max
 	pb1=$((slots / 3))
 	qio "write -P 0xa5 $((pb1 * bsb)) $bsb"
@@ -292,14 +302,8 @@ full_run() {
 	watch_rss
 	killed_at=$(stat_of restore_restored)/$(stat_of restore_state)
 	stop KILL
-	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
-	start
-	s3=$start_s
-	wait_full
-	e3=$restore_s
-	l3=$(restore_log_s "$mark")
-	n3=$(restored "$mark")
-	r3=$(rss_mb)
+	restart wait_full
+	s3=$rs_start e3=$rs_end l3=$rs_log n3=$rs_restored r3=$rs_rss
 	[ "$rss_max" -le "$rmax" ] || rmax=$rss_max
 	hit_check 32 "$pb1" 0xa5
 	qio "read -P 0x5a $((pb2 * bsb)) $bsb"
@@ -364,25 +368,15 @@ for size in "$@"; do
 	used=$(used_slots)
 	stop TERM
 	s_stop=$stop_s
-	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
-	start
-	s2=$start_s
-	wait_restore
-	e2=$restore_s
-	r2=$(rss_mb)
-	n2=$(restored "$mark")
+	restart wait_restore
+	s2=$rs_start e2=$rs_end n2=$rs_restored r2=$rs_rss
 	# a little more I/O, then an unclean stop
 	"$BUILD/hotlun-bench" --quiet --workload uniform --bs "$BS" --qd 64 \
 		--count "$warm_blocks" --seed 2 "$url" >/dev/null
 	sleep 2
 	stop KILL
-	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
-	start
-	s3=$start_s
-	wait_restore
-	e3=$restore_s
-	n3=$(restored "$mark")
-	r3=$(rss_mb)
+	restart wait_restore
+	s3=$rs_start e3=$rs_end n3=$rs_restored r3=$rs_rss
 	stop TERM
 	losetup -d "$loop"
 	loop=

@@ -67,16 +67,20 @@ hl_front_start "$T/live.conf"
 unset HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS HOTLUN_TEST_CACHE_DRAIN_MS
 if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
 
-# reads on the three LUNs at once (random 4K over 48 MiB: misses that fill)
-for i in 0 1 2; do
-	hl_spawn "bench$i" "$T/bench$i.out" "$BENCH" --quiet --read 100 --qd 8 --range 48M \
-		--time 2 "iscsi://127.0.0.1:$port/$IQN/$i"
-	bench[$i]=$HL_LAST_PID
-done
-for i in 0 1 2; do
-	wait "${bench[$i]}" || hl_fail "reads on LUN $i failed: $(tail -n 3 "$T/bench$i.out")"
-	hl_forget "${bench[$i]}"
-done
+# reads_all SECS: reads on the three LUNs at once for SECS seconds (random
+# 4K over 48 MiB: misses that fill, their fills held)
+reads_all() {
+	for i in 0 1 2; do
+		hl_spawn "bench$i" "$T/bench$i.out" "$BENCH" --quiet --read 100 --qd 8 --range 48M \
+			--time "$1" "iscsi://127.0.0.1:$port/$IQN/$i"
+		bench[$i]=$HL_LAST_PID
+	done
+	for i in 0 1 2; do
+		wait "${bench[$i]}" || hl_fail "reads on LUN $i failed: $(tail -n 3 "$T/bench$i.out")"
+		hl_forget "${bench[$i]}"
+	done
+}
+reads_all 2
 n=$(hl_cache_stat "$sock" ssd inflight)
 [ "${n:-0}" -gt 0 ] || hl_fail "nothing in flight: the test proves little"
 [ "$(hl_cache_stat "$sock" ssd orphan_drops)" = 0 ] || hl_fail "orphan_drops moved before any removal"
@@ -135,18 +139,6 @@ done
 hl_check_alive "$FRONT_PID"
 
 # ---- 3b. the same removal by SIGHUP: closes in the background too
-# reads_all SECS: reads on the three LUNs at once, their fills held
-reads_all() {
-	for i in 0 1 2; do
-		hl_spawn "bench$i" "$T/bench$i.out" "$BENCH" --quiet --read 100 --qd 8 --range 48M \
-			--time "$1" "iscsi://127.0.0.1:$port/$IQN/$i"
-		bench[$i]=$HL_LAST_PID
-	done
-	for i in 0 1 2; do
-		wait "${bench[$i]}" || hl_fail "reads on LUN $i failed: $(tail -n 3 "$T/bench$i.out")"
-		hl_forget "${bench[$i]}"
-	done
-}
 reads_all 1
 inflight=$(hl_cache_stat "$sock" ssd inflight)
 [ "$inflight" -gt 0 ] || hl_fail "3b. nothing in flight before the SIGHUP: the step proves little"

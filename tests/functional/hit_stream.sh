@@ -31,15 +31,8 @@ HL_IQN=$HL_IQN_PREFIX:hit-stream
 HL_PORT=$(hl_free_port)
 MP=$(hl_free_port)
 HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$MP" hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img"
-sed -i "s|^origin = file:.*|&\ncache = ssd\norigin_latency_ms = 300|" "$T/hotlund.conf"
-cat >>"$T/hotlund.conf" <<CONF
-
-[cache ssd]
-device = $T/cache.img
-size = 24M
-block_size = 64K
-admission = always
-CONF
+hl_cache_disk0 "$T/hotlund.conf" "$T/cache.img"
+sed -i "s|^cache = ssd$|&\norigin_latency_ms = 300|" "$T/hotlund.conf"
 HOTLUN_HIT_CHUNK=131072 HOTLUN_TEST_CACHE_DEV_READ_FAIL=11 HOTLUN_TEST_CACHE_DEV_READ_HOLD=16:100 \
 	hl_start_hotlund "$T/hotlund.conf"
 URL=iscsi://127.0.0.1:$HL_PORT/$HL_IQN/0

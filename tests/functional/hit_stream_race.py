@@ -28,7 +28,6 @@ the origin image. Prints "racing reads N" (the rounds' READs), "streamed N"
 the racing ones) and "reads N" (every READ after the fills) for the caller.
 """
 
-import argparse
 import os
 import struct
 import sys
@@ -322,11 +321,7 @@ def abort_runs(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--portal", required=True)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--lun", type=int, default=0)
+    ap = pc.lun_args(__doc__)
     ap.add_argument("--image", required=True, help="the origin file (512-byte sectors)")
     ap.add_argument("--lba", type=int, required=True)
     ap.add_argument("--blocks", type=int, default=2048)

@@ -37,16 +37,7 @@ run() {
 	HL_IQN=$HL_IQN_PREFIX:hit-stream-race
 	HL_PORT=$(hl_free_port)
 	hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img"
-	sed -i "s|^origin = file:.*|&\ncache = ssd|" "$T/hotlund.conf"
-	cat >>"$T/hotlund.conf" <<CONF
-
-[cache ssd]
-device = $T/cache.img
-size = 24M
-block_size = 64K
-admission = always
-update_buffer = $ub
-CONF
+	hl_cache_disk0 "$T/hotlund.conf" "$T/cache.img" update_buffer="$ub"
 	HOTLUN_HIT_CHUNK=1 HOTLUN_TEST_CACHE_DEV_READ_STAGGER=$stagger hl_start_hotlund "$T/hotlund.conf"
 	local sock
 	sock=$(hl_tmpdir)/state/ctl.sock

@@ -580,6 +580,29 @@ ${target_lines}
 EOF
 }
 
+# hl_cache_disk0 FILE DEVICE [KEY=VALUE...]: put disk0 of the config that
+# hl_write_config wrote in FILE behind a cache "ssd" on the file DEVICE (the
+# caller makes it); the KEY=VALUE pairs go into the [cache ssd] section, over
+# its defaults size = 24M, block_size = 64K, admission = always.
+hl_cache_disk0() {
+	local file=$1 dev=$2 kv key
+	shift 2
+	local -A val=([size]=24M [block_size]=64K [admission]=always)
+	local keys=(size block_size admission)
+	for kv in "$@"; do
+		key=${kv%%=*}
+		[ -n "${val[$key]+set}" ] || keys+=("$key")
+		val[$key]=${kv#*=}
+	done
+	sed -i "s|^origin = file:.*|&\ncache = ssd|" "$file"
+	{
+		printf '\n[cache ssd]\ndevice = %s\n' "$dev"
+		for key in "${keys[@]}"; do
+			printf '%s = %s\n' "$key" "${val[$key]}"
+		done
+	} >>"$file"
+}
+
 # ---------------------------------------------------------------- targets
 
 # hl_target_start [--size SIZE] [--chap USER SECRET] [--portal2] [--disk FILE]

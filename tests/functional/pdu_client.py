@@ -515,6 +515,17 @@ def designators(page):
 
 # ---------------------------------------------------------------- commands
 
+def lun_args(doc):
+    """An argument parser for a client of one LUN, with --portal, --target and
+    --lun (0 unless given); doc (the script's docstring) is its help."""
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--portal", required=True)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--lun", type=int, default=0)
+    return ap
+
+
 def connect(args, **kw):
     host, _, port = args.portal.rpartition(":")
     return Conn(host.strip("[]"), int(port), source=getattr(args, "source", None), **kw)

@@ -21,15 +21,7 @@ hl_make_disk "$T/cache.img" 32M
 HL_IQN=$HL_IQN_PREFIX:scsi-cached
 HL_PORT=$(hl_free_port)
 hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img"
-sed -i "s|^origin = file:.*|&\ncache = ssd|" "$T/hotlund.conf"
-cat >>"$T/hotlund.conf" <<CONF
-
-[cache ssd]
-device = $T/cache.img
-size = 24M
-block_size = 64K
-admission = always
-CONF
+hl_cache_disk0 "$T/hotlund.conf" "$T/cache.img"
 hl_start_hotlund "$T/hotlund.conf"
 URL=iscsi://127.0.0.1:$HL_PORT/$HL_IQN/0
 

@@ -29,9 +29,7 @@ hl_write_config "$T/hotlund.conf" "$HL_PORT" "$T/disk0.img" "PORTAL2=$HL_PORT2" 
 sed -i "s|^origin = file:.*|&\nblock_size = $BS|" "$T/hotlund.conf"
 if [ -n "${HL_FULL_CACHE:-}" ]; then
 	hl_make_disk "$T/cache.img" 96M
-	sed -i "s|^origin = file:.*|&\ncache = ssd|" "$T/hotlund.conf"
-	printf '\n[cache ssd]\ndevice = %s\nsize = 80M\nblock_size = %s\nadmission = always\n' \
-		"$T/cache.img" "$HL_FULL_CACHE" >>"$T/hotlund.conf"
+	hl_cache_disk0 "$T/hotlund.conf" "$T/cache.img" size=80M block_size="$HL_FULL_CACHE"
 	hl_log "an SSD cache in front (block size $HL_FULL_CACHE, HOTLUN_HIT_CHUNK=${HOTLUN_HIT_CHUNK:-default})"
 fi
 hl_start_hotlund "$T/hotlund.conf"

@@ -47,7 +47,6 @@ STATUS 0xNN after T s (N retries)" per WRITE; exit 0 when both were GOOD
 within the bound.
 """
 
-import argparse
 import os
 import signal
 import struct
@@ -197,11 +196,7 @@ class Hoarder(threading.Thread):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--portal", required=True)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--lun", type=int, default=0)
+    ap = pc.lun_args(__doc__)
     ap.add_argument("--conns", type=int, default=8)
     ap.add_argument("--cmds", type=int, default=16)
     ap.add_argument("--size", default="16M")

@@ -431,6 +431,20 @@ static void send_pdu(struct iscsi_bhs *h, const void *data, uint32_t len)
 	send_raw(buf, n);
 }
 
+/*
+ * An immediate TMF request for function fn (ISCSI_TMF_*) on the task whose
+ * ITT is ref (ISCSI_RSVD_TAG for none), with the next ITT; the caller sends it.
+ */
+static void tmf_req(struct iscsi_bhs *h, uint8_t fn, uint32_t ref)
+{
+	memset(h, 0, sizeof(*h));
+	h->b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
+	h->b[1] = ISCSI_FLAG_FINAL | fn;
+	bhs_set_itt(h, ++itt);
+	bhs_put32(h, 20, ref);
+	bhs_put32(h, 24, cmdsn);
+}
+
 /* key=value\0 list from "k=v|k=v" */
 static size_t kv(uint8_t *out, const char *spec)
 {
@@ -469,20 +483,33 @@ static const char *get_kv(const struct rpdu *p, const char *key)
 
 static const uint8_t isid[6] = {0x80, 0x12, 0x34, 0x56, 0x00, 0x01};
 
-static void login_pdu(uint8_t flags, const char *spec)
+/* A Login Request header with flags (T, C, CSG, NSG), the test's ISID and P's ITT and SNs. */
+static void login_bhs(struct iscsi_bhs *h, uint8_t flags)
 {
-	struct iscsi_bhs h;
+	memset(h, 0, sizeof(*h));
+	h->b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
+	h->b[1] = flags;
+	memcpy(&h->b[8], isid, 6);
+	bhs_set_itt(h, itt);
+	bhs_put32(h, 24, cmdsn);
+	bhs_put32(h, 28, expstatsn);
+}
+
+/* Send the Login Request h with the keys of spec ("k=v|k=v", NULL: none). */
+static void send_login(struct iscsi_bhs *h, const char *spec)
+{
 	uint8_t data[16384];
 	size_t n = spec ? kv(data, spec) : 0;
 
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = flags;
-	memcpy(&h.b[8], isid, 6);
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 24, cmdsn);
-	bhs_put32(&h, 28, expstatsn);
-	send_pdu(&h, data, (uint32_t)n);
+	send_pdu(h, data, (uint32_t)n);
+}
+
+static void login_pdu(uint8_t flags, const char *spec)
+{
+	struct iscsi_bhs h;
+
+	login_bhs(&h, flags);
+	send_login(&h, spec);
 }
 
 static uint16_t login_status(const struct rpdu *p)
@@ -656,14 +683,10 @@ static void test_login_errors(void)
 	setup();
 	{
 		struct iscsi_bhs h;
-		uint8_t data[256];
-		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = op;
-		h.b[2] = 2;
-		h.b[3] = 1;
-		send_pdu(&h, data, (uint32_t)n);
+		login_bhs(&h, op);
+		h.b[2] = 2; /* Version-max */
+		h.b[3] = 1; /* Version-min */
+		send_login(&h, "InitiatorName=" INI "|TargetName=" TGT);
 	}
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -674,13 +697,9 @@ static void test_login_errors(void)
 	setup();
 	{
 		struct iscsi_bhs h;
-		uint8_t data[256];
-		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = op;
+		login_bhs(&h, op);
 		hl_put_be16(&h.b[14], 0x4242);
-		send_pdu(&h, data, (uint32_t)n);
+		send_login(&h, "InitiatorName=" INI "|TargetName=" TGT);
 	}
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -963,12 +982,7 @@ static void test_read_streamed(void)
 	CU_ASSERT_EQUAL_FATAL(npending, 1);
 	cmd = pending[0];
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_ABORT_TASK;
-	bhs_set_itt(&h, ++itt);
-	bhs_put32(&h, 20, victim);
-	bhs_put32(&h, 24, cmdsn);
+	tmf_req(&h, ISCSI_TMF_ABORT_TASK, victim);
 	send_pdu(&h, NULL, 0);
 	pump();
 	fake_pattern(cmd, 0, 40000);
@@ -1134,6 +1148,28 @@ static void test_edtl_too_large(void)
 	teardown();
 }
 
+/* got holds one PDU, an R2T for len bytes at offset off: @return its TTT; got is emptied. */
+static uint32_t r2t_got(uint32_t off, uint32_t len)
+{
+	uint32_t ttt;
+
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
+	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), off);
+	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), len);
+	ttt = bhs_w20(&got[0].bhs);
+	ngot = 0;
+	return ttt;
+}
+
+/* got holds one PDU, a SCSI Response with status GOOD (kept for more checks). */
+static void good_rsp_got(void)
+{
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+}
+
 static void test_write_r2t(void)
 {
 	uint8_t buf[32768];
@@ -1160,19 +1196,13 @@ static void test_write_r2t(void)
 	data_out(ttt1, 1, 24576, buf + 24576, 8192, true);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1); /* the freed slot is used for the rest */
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	CU_ASSERT_EQUAL(bhs_w36(&got[0].bhs), 2);
-	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 32768);
-	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
-	uint32_t ttt2 = bhs_w20(&got[0].bhs);
-	ngot = 0;
+	CU_ASSERT_EQUAL(bhs_w36(&got[0].bhs), 2); /* R2TSN */
+	uint32_t ttt2 = r2t_got(32768, 8192);
 	data_out(ttt0, 0, 0, buf, 8192, false);
 	data_out(ttt0, 1, 8192, buf + 8192, 8192, true);
 	data_out(ttt2, 0, 32768, buf, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(last_write_len, 32768 + 8192);
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 32768), 0);
 	CU_ASSERT_EQUAL(memcmp(last_write + 32768, buf, 8192), 0);
@@ -1196,16 +1226,10 @@ static void test_write_immediate_unsolicited(void)
 	CU_ASSERT_EQUAL(ngot, 0);
 	data_out(ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 8192);
-	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
-	uint32_t ttt = bhs_w20(&got[0].bhs);
-	ngot = 0;
+	uint32_t ttt = r2t_got(8192, 8192);
 	data_out(ttt, 0, 8192, buf + 8192, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 16384), 0);
 	teardown();
 }
@@ -1309,9 +1333,7 @@ static void test_write_budget(void)
 	data_out(ttt1, 0, 16384, buf + 16384, 8192, false);
 	data_out(ttt1, 1, 24576, buf + 24576, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 32768), 0);
 	/* its response reopened the window; only hog2 is held */
 	CU_ASSERT(ping_window() > 1);
@@ -1350,17 +1372,10 @@ static void test_write_budget_unsolicited_waits(void)
 	iscsi_wb_release(&srv->wb, &hog);
 	conn->wb_timer.fn(&conn->wb_timer);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	CU_ASSERT_EQUAL(bhs_w40(&got[0].bhs), 8192);
-	CU_ASSERT_EQUAL(bhs_w44(&got[0].bhs), 8192);
-	uint32_t ttt = bhs_w20(&got[0].bhs);
-	ngot = 0;
+	uint32_t ttt = r2t_got(8192, 8192);
 	data_out(ttt, 0, 8192, buf + 8192, 8192, true);
 	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_SCSI_RSP);
-	CU_ASSERT_EQUAL(got[0].bhs.b[3], HL_SAM_GOOD);
+	good_rsp_got();
 	CU_ASSERT_EQUAL(last_write_len, 16384);
 	CU_ASSERT_EQUAL(memcmp(last_write, buf, 16384), 0); /* what came first was moved along */
 	iscsi_wb_release(&srv->wb, &hog2);
@@ -1739,12 +1754,7 @@ static void test_tmf_abort_waits(void)
 	pump();
 	CU_ASSERT_EQUAL(npending, 1);
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_ABORT_TASK;
-	bhs_set_itt(&h, ++itt);
-	bhs_put32(&h, 20, victim);
-	bhs_put32(&h, 24, cmdsn);
+	tmf_req(&h, ISCSI_TMF_ABORT_TASK, victim);
 	send_pdu(&h, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL(ngot, 0); /* the task is still in the scsi layer */
@@ -2062,15 +2072,9 @@ static void test_session_reinstatement(void)
 	peer_open(P);
 	{
 		struct iscsi_bhs h;
-		uint8_t data[512];
-		size_t n = kv(data, "InitiatorName=" INI "|TargetName=" TGT "|" OPS_KEYS);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
-		memcpy(&h.b[8], isid, 6);
+		login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
 		hl_put_be16(&h.b[14], tsih);
-		bhs_put32(&h, 24, cmdsn);
-		send_pdu(&h, data, (uint32_t)n);
+		send_login(&h, "InitiatorName=" INI "|TargetName=" TGT "|" OPS_KEYS);
 	}
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -2081,32 +2085,34 @@ static void test_session_reinstatement(void)
 	teardown();
 }
 
-static void test_lun_reset_other_session(void)
+/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
+static void login_second_initiator(struct peer *p)
 {
 	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
-	char spec[1024];
+	struct iscsi_bhs h;
+	struct peer *saved = P;
 
-	setup();
-	defer_exec = true;
-	/* session A (peer 1, another initiator) has a read in the scsi layer */
-	P = &peers[1];
+	P = p;
 	peer_open(P);
-	snprintf(spec, sizeof(spec), "InitiatorName=%s-b|TargetName=%s|" OPS_KEYS, INI, TGT);
-	{
-		struct iscsi_bhs h;
-		uint8_t data[1024];
-		size_t n = kv(data, spec);
-		memset(&h, 0, sizeof(h));
-		h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-		h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
-		memcpy(&h.b[8], isid2, 6);
-		bhs_put32(&h, 24, cmdsn);
-		send_pdu(&h, data, (uint32_t)n);
-	}
+	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
+	memcpy(&h.b[8], isid2, 6);
+	send_login(&h, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
 	ngot = 0;
+	itt++;
+	P = saved;
+}
+
+static void test_lun_reset_other_session(void)
+{
+	setup();
+	defer_exec = true;
+	/* session A (peer 1, another initiator) has a read in the scsi layer */
+	login_second_initiator(&peers[1]);
+	P = &peers[1];
 	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, 4096, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(npending, 1);
@@ -2114,12 +2120,7 @@ static void test_lun_reset_other_session(void)
 	P = &peers[0];
 	login_ok(NULL);
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_TMF_LUN_RESET;
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	tmf_req(&h, ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
 	send_pdu(&h, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL(ngot, 0);
@@ -2134,32 +2135,6 @@ static void test_lun_reset_other_session(void)
 	CU_ASSERT_TRUE(peer_alive(&peers[1]));
 	CU_ASSERT_EQUAL(srv->pending_calls, 0);
 	teardown();
-}
-
-/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
-static void login_second_initiator(struct peer *p)
-{
-	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
-	struct iscsi_bhs h;
-	uint8_t data[1024];
-	struct peer *saved = P;
-
-	P = p;
-	peer_open(P);
-	size_t n = kv(data, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_LOGIN_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_LOGIN_TRANSIT | (1 << 2) | 3;
-	memcpy(&h.b[8], isid2, 6);
-	bhs_put32(&h, 24, cmdsn);
-	send_pdu(&h, data, (uint32_t)n);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
-	expstatsn = bhs_w24(&got[0].bhs) + 1;
-	ngot = 0;
-	itt++;
-	P = saved;
 }
 
 static void send_target_reset(uint8_t fn)
@@ -2312,6 +2287,43 @@ static void test_slow_reader_parks(void)
 }
 
 /*
+ * A 16 KiB WRITE sent (InitialR2T=Yes, MaxBurstLength 16384) and its one R2T
+ * received: @return its task, still collecting data; *ttt (when not NULL)
+ * the R2T's Target Transfer Tag.
+ */
+static struct iscsi_task *write_r2t_sent(uint32_t *ttt)
+{
+	struct iscsi_task *w;
+	uint32_t tag;
+
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
+	pump();
+	tag = r2t_got(0, 16384);
+	if (ttt)
+		*ttt = tag;
+	w = dout_task();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	return w;
+}
+
+/*
+ * The dout timer, due, closes the connection: counted as silent (no data for
+ * ISCSI_DATAOUT_TIMEOUT_S) or slow (past its deadline), no budget left held.
+ */
+static void dout_closes(uint64_t silent, uint64_t slow)
+{
+	struct hl_iscsi_write_stats ws;
+
+	fire_timer(&conn->dout_timer);
+	run_calls();
+	CU_ASSERT_FALSE(conn_alive());
+	hl_iscsi_write_stats(srv, &ws);
+	CU_ASSERT_EQUAL(ws.closed_silent, silent);
+	CU_ASSERT_EQUAL(ws.closed_slow, slow);
+	CU_ASSERT_EQUAL(ws.held, 0);
+}
+
+/*
  * A WRITE whose R2T went unanswered for ISCSI_DATAOUT_TIMEOUT_S closes its
  * connection (on its dout timer, armed by the R2T): an initiator cannot
  * hold write budget by never sending the data it was asked for. A recent
@@ -2320,30 +2332,17 @@ static void test_slow_reader_parks(void)
 static void test_dataout_timeout(void)
 {
 	struct iscsi_task *w;
-	struct hl_iscsi_write_stats ws;
 
 	setup();
 	login_ok(NULL); /* InitialR2T=Yes */
 	CU_ASSERT_FALSE(hl_timer_pending(&conn->dout_timer));
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	ngot = 0;
-	w = dout_task();
-	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	w = write_r2t_sent(NULL);
 	CU_ASSERT_TRUE_FATAL(hl_timer_pending(&conn->dout_timer));
 	fire_timer(&conn->dout_timer); /* the R2T is fresh: nothing happens, it runs again */
 	CU_ASSERT_TRUE(conn_alive());
 	CU_ASSERT_TRUE(hl_timer_pending(&conn->dout_timer));
 	w->dout_ns = hl_now_ns() - (ISCSI_DATAOUT_TIMEOUT_S + 1) * 1000000000ull;
-	fire_timer(&conn->dout_timer);
-	run_calls();
-	CU_ASSERT_FALSE(conn_alive());
-	hl_iscsi_write_stats(srv, &ws);
-	CU_ASSERT_EQUAL(ws.closed_silent, 1);
-	CU_ASSERT_EQUAL(ws.closed_slow, 0);
-	CU_ASSERT_EQUAL(ws.held, 0);
+	dout_closes(1, 0);
 	teardown();
 }
 
@@ -2355,19 +2354,12 @@ static void test_dataout_deadline(void)
 {
 	uint8_t buf[512] = {0};
 	struct iscsi_task *w;
-	struct hl_iscsi_write_stats ws;
+	uint32_t ttt;
 	uint64_t before = hl_now_ns();
 
 	setup();
 	login_ok(NULL); /* MaxBurstLength 16384: one R2T */
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 16384, NULL, 0);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_R2T);
-	uint32_t ttt = bhs_w20(&got[0].bhs);
-	ngot = 0;
-	w = dout_task();
-	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	w = write_r2t_sent(&ttt);
 	CU_ASSERT(w->wb_since_ns >= before);
 	CU_ASSERT_EQUAL(w->wb_deadline_ns - w->wb_since_ns, iscsi_wb_deadline_ns(16384));
 	data_out(ttt, 0, 0, buf, sizeof(buf), false); /* a trickle */
@@ -2377,13 +2369,7 @@ static void test_dataout_deadline(void)
 	CU_ASSERT_TRUE(conn_alive());
 	/* its data has come, a little: only the deadline is past */
 	w->wb_deadline_ns = hl_now_ns() - 1;
-	fire_timer(&conn->dout_timer);
-	run_calls();
-	CU_ASSERT_FALSE(conn_alive());
-	hl_iscsi_write_stats(srv, &ws);
-	CU_ASSERT_EQUAL(ws.closed_slow, 1);
-	CU_ASSERT_EQUAL(ws.closed_silent, 0);
-	CU_ASSERT_EQUAL(ws.held, 0);
+	dout_closes(0, 1);
 	teardown();
 }
 
