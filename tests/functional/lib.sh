@@ -538,26 +538,16 @@ hl_make_disk() {
 hl_write_config() {
 	local f=$1 port=$2 disk=$3
 	shift 3
-	local kv extra_portal= target_lines= cache_block= disk_lines= cache_section=
+	local kv extra_portal= target_lines=
 	for kv in "$@"; do
 		case $kv in
 		PORTAL2=*) extra_portal="portal = 127.0.0.1:${kv#PORTAL2=}" ;;
-		CACHE=*) cache_block=${kv#CACHE=} ;;
 		*) target_lines+="${kv%%=*} = ${kv#*=}"$'\n' ;;
 		esac
 	done
 	local st
 	st=$(hl_tmpdir)/state
 	mkdir -p "$st"
-	if [ -n "$cache_block" ]; then
-		disk_lines="cache = c0"
-		cache_section="[cache c0]
-device = $(hl_tmpdir)/cache0.img
-size = 64M
-block_size = $cache_block
-admission = always
-"
-	fi
 	cat >"$f" <<EOF
 # written by tests/functional/lib.sh for $HL_TEST_NAME
 [global]
@@ -568,10 +558,8 @@ control_socket = $st/ctl.sock
 log_level = ${HL_LOG_LEVEL:-info}
 ${HL_GLOBAL_EXTRA:-}
 
-${cache_section}
 [disk disk0]
 origin = file:$disk
-${disk_lines}
 
 [target ${HL_IQN:-$HL_IQN_PREFIX:test}]
 lun.0 = disk0
@@ -609,7 +597,7 @@ hl_cache_disk0() {
 # [--cache BLOCK]: start the target under test (hotlund, or tgtd when
 # HL_TARGET=tgt) with one LUN on a sparse file, on a free loopback port;
 # --cache puts a 64 MiB SSD cache of BLOCK blocks admitting every miss in
-# front of it (cache c0, hotlund only). Sets:
+# front of it (hl_cache_disk0: cache "ssd"; hotlund only). Sets:
 #   HL_PORT HL_PORT2 HL_IQN HL_LUN HL_PORTAL HL_URL (iscsi://127.0.0.1:PORT/IQN/LUN)
 #   HL_DISK (backing file) HL_CHAP_USER HL_CHAP_SECRET
 hl_target_start() {
@@ -645,8 +633,11 @@ hl_target_start() {
 		local args=()
 		[ -n "$chap_user" ] && args+=("chap_user=$chap_user" "chap_secret=$chap_secret")
 		[ -n "$HL_PORT2" ] && args+=("PORTAL2=$HL_PORT2")
-		[ -n "$cache" ] && args+=("CACHE=$cache")
 		hl_write_config "$t/hotlund.conf" "$HL_PORT" "$disk" "${args[@]}"
+		if [ -n "$cache" ]; then
+			truncate -s 64M "$t/cache0.img"
+			hl_cache_disk0 "$t/hotlund.conf" "$t/cache0.img" size=64M "block_size=$cache"
+		fi
 		hl_start_hotlund "$t/hotlund.conf"
 		[ -n "$HL_PORT2" ] && hl_wait_port "$HL_PID" 127.0.0.1 "$HL_PORT2" "$HL_LOG"
 		HL_LUN=0

@@ -169,7 +169,7 @@ boot plain None
 hl_target_stop
 
 # vm_cache_stat KEY: a statistic of the SSD cache in front of the LUN.
-vm_cache_stat() { hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" c0 "$1"; }
+vm_cache_stat() { hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" ssd "$1"; }
 
 # With an SSD cache in front (every miss admitted): the guest's read-back
 # after the write fills it, and its read after the re-login is served from
@@ -191,6 +191,6 @@ hl_target_stop
 hl_target_start --disk "$HL_DISK" --cache 64K
 RESTART_S=20 boot restart None
 [ "$(vm_cache_stat read_hits)" -gt 0 ] || hl_fail "restart: no cache hit after the warm restart"
-hl_log "restart: $(vm_cache_stat read_hits) cache hits after the warm restart (the restart kept $(hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" c0 warm_kept disk0) block(s))"
+hl_log "restart: $(vm_cache_stat read_hits) cache hits after the warm restart (the restart kept $(hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" ssd warm_kept disk0) block(s))"
 hl_target_stop
 hl_log "PASS"
