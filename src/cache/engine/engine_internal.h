@@ -8,7 +8,8 @@
  * The engine's files (src/cache/engine), and which of them each calls:
  *  - engine.c: open, attach, close, quiesce, the runtime settings; stats
  *    export. Calls map, proof, meta, ub; hands origin's ops and event
- *    handler to hl_origin_wrap/listen, reads req's size buckets.
+ *    handler to hl_origin_wrap/listen, reads req's size buckets, bounds
+ *    the close's save with req's engine_run_within.
  *  - engine_origin.c: the cached origin (ops table, submit checks and
  *    dispatch, origin events, close). Calls read, write, req, proof.
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
@@ -658,6 +659,16 @@ void engine_req_free(struct eng_req *req);
  */
 long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
                       void (*note)(void *arg, long left), void *arg);
+/**
+ * Run fn(arg) on a thread of its own and wait at most ms for it to return
+ * (a call that may write a device that stops answering). arg: malloc'd or
+ * NULL, taken (freed once fn returned). No memory or thread: fn runs in
+ * line, unbounded. @return true with *rc = fn's result; false: fn had not
+ * returned by then and goes on, detached: whatever it uses besides arg
+ * must stay valid for ever (its callers seal the map, and the close then
+ * parks the cache: never freed).
+ */
+bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc);
 /**
  * This thread's array of at least n core ios, for a read's lookup before
  * its request is sized for what the lookup planned (valid until the
