@@ -4029,6 +4029,100 @@ static void test_close_sync_lock_stuck(void)
 	free(buf);
 }
 
+/* hl_cache_revalidate on a thread of its own, so that a test can bound it. */
+struct reval_call {
+	struct hl_origin *o;
+	int rc;
+	int done; /* atomic */
+};
+
+static void *reval_main(void *arg)
+{
+	struct reval_call *rv = arg;
+
+	rv->rc = hl_cache_revalidate(rv->o);
+	__atomic_store_n(&rv->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * A takeover (hl_cache_revalidate) while the metadata thread holds sync_lock
+ * in a call that does not return (the held proof_take of the close test; a
+ * dead device's record write holds it the same way): it returns within the
+ * bound (it waited for ever), the cache passes through (map "failed"), no
+ * block of the disk is left in memory, and every read afterwards comes from
+ * the origin, the peer's write included. When the call returns, nothing
+ * comes back (the map stays "failed").
+ */
+static void test_revalidate_sync_lock_stuck(void)
+{
+	struct reval_call rv = {0};
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(BS);
+	pthread_t t;
+	uint64_t t0, ms, left;
+	uint8_t src;
+
+	o = fixture_up(&c, NULL, &f, 42, "fake:rstuck");
+	f.diff = true;
+	for (uint64_t b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	c->drain_ms = 200;
+	__atomic_store_n(&f.take_hold, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST));
+	hl_cache_hold_proofs(o);             /* handed over */
+	fake_external(&f, 3 * BS, BS, 0x3c); /* the peer writes block 3 */
+	rv.o = o;
+	t0 = hl_now_ns();
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	ms = (hl_now_ns() - t0) / 1000000;
+	/* (fatal: the takeover still waits, 3 s after it began) */
+	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(rv.rc, 0); /* served */
+	CU_ASSERT(atomic_load(&c->meta_stuck));
+	CU_ASSERT(atomic_load(&c->failed));
+	CU_ASSERT(map_holds("state failed"));
+	pthread_mutex_lock(&c->lock);
+	left = hl_cache_core_lun_blocks(c->core, c->ents[0]->id);
+	pthread_mutex_unlock(&c->lock);
+	CU_ASSERT_EQUAL(left, 0);
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, "disk0", &st), 0);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT_EQUAL(st.warm_dropped, 8);
+	CU_ASSERT(strstr(st.warm_start, "pass-through") != NULL);
+	for (uint64_t b = 0; b < 8; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(o, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_UNCACHED); /* no hit */
+		CU_ASSERT(memcmp(buf, f.mem + b * BS, BS) == 0);
+	}
+	/* writes pass too: the sealed map stands for the kill the stuck thread cannot do */
+	memset(buf, 0x77, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(f.mem + 5 * BS, buf, BS) == 0);
+	__atomic_store_n(&f.take_hold, 0, __ATOMIC_SEQ_CST); /* the call returns */
+	usleep(300 * 1000);                                  /* six metadata intervals */
+	CU_ASSERT(map_holds("state failed"));
+	CU_ASSERT_EQUAL(do_read_src(o, 3 * BS, BS, buf, &src), 0);
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_UNCACHED);
+	CU_ASSERT(memcmp(buf, f.mem + 3 * BS, BS) == 0);
+	fixture_down(c, o, &f); /* parked: saves nothing */
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -4121,6 +4215,8 @@ int main(void)
 	     test_open_fails_at_loader},
 	    {"a disk closed while sync_lock's holder is stuck: bounded, sealed, its origin kept",
 	     test_close_sync_lock_stuck},
+	    {"a takeover while sync_lock's holder is stuck: bounded, served from the origin only",
+	     test_revalidate_sync_lock_stuck},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
