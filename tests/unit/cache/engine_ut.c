@@ -1803,8 +1803,21 @@ static void test_shadow_revalidate_other_disk(void)
 	if (ms >= 1300)
 		fprintf(stderr, "disk B's revalidation took %llu ms\n", (unsigned long long)ms);
 
-	/* A's own revalidation waits for its step; the step moved A's proof first */
+	/*
+	 * A's own revalidation waits for its step; the step moved A's proof
+	 * first. Its diff keeps A's shadow lock past the bound (500 ms): an
+	 * origin call, not a stuck cache device (sync_lock is free), so the
+	 * revalidation waits on and the cache stays in service.
+	 */
+	c->drain_ms = 500;
+	t0 = hl_now_ns();
 	CU_ASSERT_EQUAL(hl_cache_revalidate(oa), 0);
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT(ms > 500); /* (else the lock was not held past the bound: proves little) */
+	fprintf(stderr, "disk A's revalidation behind its step's diff took %llu ms (bound 500)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(!atomic_load(&c->meta_stuck));
+	CU_ASSERT(!atomic_load(&c->failed));
 	for (int i = 0; i < 300 && !moved; i++) {
 		CU_ASSERT_EQUAL(hl_cache_shadow_stats(oa, &ss), 0);
 		moved = ss.marks >= 1;
