@@ -103,9 +103,18 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
  * last proof (other gateways wrote it meanwhile) and drop exactly that, or
  * every block of the disk when it cannot tell. `cached` is the wrapper
  * hl_cache_attach returned; no I/O of the disk is in flight. The result
- * shows in the disk's warm_* statistics. Blocking (rbd diffs the image);
- * not a reactor. @return 0 or -errno (the records could not be written:
- * the disk must not be served).
+ * shows in the disk's warm_* statistics. Blocking; not a reactor. The
+ * origin's call (rbd diffs the image) is not bounded here: an origin that
+ * does not answer cannot serve the disk either. Every wait on the cache
+ * device is, by hl_cache_drain_bound_ms (the disk's shadow step holding
+ * its lock; the records' lock, the drop's record sync and the map write,
+ * as one step): when the records cannot be written (an error, or no
+ * answer within the bound: the map is then sealed "failed"), the whole
+ * cache goes pass-through, as after a device error, and every block of
+ * the disk is dropped from memory: the disk is served from the origin
+ * only, never from blocks that were not revalidated, and the next start
+ * formats the device. @return 0 (serve the disk), -EINVAL (not a cached
+ * origin) or -ENOMEM.
  */
 int hl_cache_revalidate(struct hl_origin *cached);
 

@@ -789,11 +789,10 @@ static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
 /* The close's metadata save, run on a thread of its own so that the close can bound it. */
 struct close_save {
 	struct hl_cache *c;
-	bool abandon;     /* requests still out: no update-buffer drain */
-	atomic_bool done; /* the save returned (then the closer joins) */
+	bool abandon; /* requests still out: no update-buffer drain */
 };
 
-static void *close_save_main(void *arg)
+static int close_save_main(void *arg)
 {
 	struct close_save *s = arg;
 	struct hl_cache *c = s->c;
@@ -814,8 +813,7 @@ static void *close_save_main(void *arg)
 		HL_ERR("cache", "cache %s: saving metadata: %s (the next start is cold)", c->name,
 		       strerror(-rc));
 	engine_map_write(c, rc ? "failed" : "clean");
-	atomic_store(&s->done, true);
-	return NULL;
+	return rc;
 }
 
 /*
@@ -826,31 +824,19 @@ static void *close_save_main(void *arg)
  */
 static bool close_save(struct hl_cache *c, bool abandon)
 {
-	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
-	struct close_save *s = calloc(1, sizeof(*s));
-	pthread_t t;
+	struct close_save *s = malloc(sizeof(*s));
+	int rc;
 
-	if (s) {
-		s->c = c;
-		s->abandon = abandon;
-	}
-	if (!s || pthread_create(&t, NULL, close_save_main, s)) {
+	if (!s) {
 		struct close_save inl = {.c = c, .abandon = abandon};
 
-		free(s); /* no memory or thread: in line, unbounded, as before */
-		close_save_main(&inl);
+		close_save_main(&inl); /* no memory: in line, unbounded, as before */
 		return true;
 	}
-	while (!atomic_load(&s->done) && hl_now_ns() < deadline) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
-	if (atomic_load(&s->done)) {
-		pthread_join(t, NULL);
-		free(s);
+	s->c = c;
+	s->abandon = abandon;
+	if (engine_run_within(c->drain_ms, close_save_main, s, &rc))
 		return true;
-	}
-	pthread_detach(t); /* s stays with it */
 	HL_WARN("cache",
 	        "cache %s: saving the metadata at close did not end within %u ms (the device "
 	        "is not answering?): abandoned; its records are not trusted at the next start",

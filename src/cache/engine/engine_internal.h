@@ -8,7 +8,8 @@
  * The engine's files (src/cache/engine), and which of them each calls:
  *  - engine.c: open, attach, close, quiesce, the runtime settings; stats
  *    export. Calls map, proof, meta, ub; hands origin's ops and event
- *    handler to hl_origin_wrap/listen, reads req's size buckets.
+ *    handler to hl_origin_wrap/listen, reads req's size buckets, bounds
+ *    the close's save with req's engine_run_within.
  *  - engine_origin.c: the cached origin (ops table, submit checks and
  *    dispatch, origin events, close). Calls read, write, req, proof.
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
@@ -25,7 +26,8 @@
  *    Calls meta.
  *  - engine_proof.c: the warm restart proofs and the ownership
  *    revalidation. Calls map (it only compares an origin's ops with
- *    origin's table, to know a cached origin).
+ *    origin's table, to know a cached origin), meta's bounded waits and
+ *    device failure, req's engine_run_within and shadow's lock.
  *  - engine_meta.c: the metadata thread (record flushes on request and
  *    periodic, proof ticks); device failure -> pass-through. Calls proof,
  *    map.
@@ -214,7 +216,7 @@ struct hl_cache {
 	uint16_t next_id; /* lock */
 
 	atomic_bool failed;   /* pass-through: the device failed */
-	atomic_bool killed;   /* engine_meta_kill is done: a restart cannot trust the device */
+	atomic_bool killed;   /* engine_meta_kill or _map_seal done: a restart formats the device */
 	atomic_long inflight; /* requests not yet freed */
 	atomic_ulong changes; /* bumped when metadata may need a flush */
 	atomic_ulong synced;  /* the value of changes the last record flush covered */
@@ -536,6 +538,12 @@ bool engine_meta_stop(struct hl_cache *c, bool drop);
  * "failed" (engine_meta_stop's treatment of a stuck metadata thread).
  */
 bool engine_sync_lock_within(struct hl_cache *c, const char *disk);
+/**
+ * A record write or a holder of sync_lock did not end within c->drain_ms
+ * (`what`, logged for disk): meta_stuck set and the map sealed "failed",
+ * once. What engine_sync_lock_within does past its bound.
+ */
+void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what);
 
 /**
  * The device failed: mark the map "failed" and wipe both superblocks, so a
@@ -636,13 +644,14 @@ struct eng_req *engine_req_new(struct hl_origin *o, struct hl_origin_io *uio, ui
 /**
  * HOTLUN_TEST_CACHE_META_HOLD (tests only): wait while its file exists, as
  * a metadata write to a device that does not answer (the meta thread's
- * syncs, the close's save).
+ * syncs, the close's save, a takeover's record sync).
  */
 void engine_meta_test_hold(struct hl_cache *c);
 
 /**
  * Write "failed" into the map and let no later engine_map_write change it
- * (a stuck metadata thread that comes back): the next start formats.
+ * (a stuck metadata thread that comes back): the next start formats. Once
+ * that write is durable, c->killed is set (engine_meta_kill's promise).
  */
 void engine_map_seal(struct hl_cache *c);
 
@@ -658,6 +667,16 @@ void engine_req_free(struct eng_req *req);
  */
 long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
                       void (*note)(void *arg, long left), void *arg);
+/**
+ * Run fn(arg) on a thread of its own and wait at most ms for it to return
+ * (a call that may write a device that stops answering). arg: malloc'd or
+ * NULL, taken (freed once fn returned). No memory or thread: fn runs in
+ * line, unbounded. @return true with *rc = fn's result; false: fn had not
+ * returned by then and goes on, detached: whatever it uses besides arg
+ * must stay valid for ever (its callers seal the map, and the close then
+ * parks the cache: never freed).
+ */
+bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc);
 /**
  * This thread's array of at least n core ios, for a read's lookup before
  * its request is sized for what the lookup planned (valid until the
@@ -719,8 +738,14 @@ bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns);
 void engine_shadow_stop(struct hl_cache *c);
 /** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */
 void engine_shadow_detach(struct hl_cache *c, struct map_ent *e);
-/** hl_cache_revalidate: no shadow step (a proof move) runs until engine_shadow_unlock. */
-void engine_shadow_lock(struct hl_cache *c, struct map_ent *e);
+/**
+ * hl_cache_revalidate: no shadow step (a proof move) runs until
+ * engine_shadow_unlock. A step that keeps the lock past c->drain_ms is
+ * waited for while sync_lock is free (it is in a call on the origin);
+ * @return false (not held) when sync_lock is not free within the bound
+ * either (engine_sync_lock_within: the holder is stuck, the map sealed).
+ */
+bool engine_shadow_lock(struct hl_cache *c, struct map_ent *e);
 void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e);
 
 /* engine_write.c */

@@ -56,9 +56,15 @@ void engine_map_seal(struct hl_cache *c)
 {
 	pthread_mutex_lock(&c->map_mu);
 	atomic_store(&c->map_sealed, true);
-	if (map_write_locked(c, "failed") == 0)
+	if (map_write_locked(c, "failed") == 0) {
 		HL_WARN("cache", "cache %s: %s says failed: the next start formats the device",
 		        c->name, c->map_path);
+		/*
+		 * As good as engine_meta_kill for a restart: writes in pass-through
+		 * need not wait for a kill the stuck metadata thread may never do.
+		 */
+		atomic_store(&c->killed, true);
+	}
 	pthread_mutex_unlock(&c->map_mu);
 }
 

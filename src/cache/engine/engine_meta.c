@@ -297,13 +297,19 @@ bool engine_sync_lock_within(struct hl_cache *c, const char *disk)
 	 * goes on without the lock (it detaches under c->lock only and takes
 	 * no final proof), an attach is refused.
 	 */
-	atomic_store(&c->meta_stuck, true);
-	HL_WARN("cache",
-	        "cache %s: disk %s: the records' lock was not free within %u ms (a metadata "
-	        "write not answering?): the cache's records are not trusted at the next start",
-	        c->name, disk, c->drain_ms);
-	engine_map_seal(c);
+	engine_meta_stuck(c, disk, "the records' lock was not free");
 	return false;
+}
+
+void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what)
+{
+	if (atomic_exchange(&c->meta_stuck, true))
+		return; /* sealed already */
+	HL_WARN("cache",
+	        "cache %s: disk %s: %s within %u ms (a metadata write not answering?): the "
+	        "cache's records are not trusted at the next start",
+	        c->name, disk, what, c->drain_ms);
+	engine_map_seal(c);
 }
 
 bool engine_meta_stop(struct hl_cache *c, bool drop)

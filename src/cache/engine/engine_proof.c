@@ -174,35 +174,34 @@ bool engine_drop_changes(struct hl_cache *c, struct map_ent *e, int prc,
 	return proof_gone;
 }
 
-int hl_cache_revalidate(struct hl_origin *o)
-{
-	struct co_priv *co;
+/* hl_cache_revalidate's records step (engine_run_within): what the diff found, for the drop. */
+struct reval {
 	struct hl_cache *c;
 	struct map_ent *e;
-	struct hl_range_list chg = {0};
-	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
-	char *proof = NULL;
-	bool nomem = false, proof_gone;
-	int prc, rc = 0;
+	int prc;
+	struct hl_range_list chg;
+	char why[HL_ORIGIN_WHY_MAX];
+};
 
-	if (!o || o->ops != &cache_origin_ops)
-		return -EINVAL;
-	co = co_of(o);
-	c = co->c;
-	e = co->ent;
-	engine_shadow_lock(c, e); /* no proof move of the shadow meanwhile */
-	pthread_mutex_lock(&c->lock);
-	if (e->proof && !(proof = strdup(e->proof)))
-		nomem = true;
-	engine_ent_tag(c, e->id, tag);
-	pthread_mutex_unlock(&c->lock);
-	prc = engine_proof_changes(co->inner, tag, proof, nomem, &chg, why, sizeof(why));
-	free(proof);
+static int reval_records(void *arg)
+{
+	struct reval *r = arg;
+	struct hl_cache *c = r->c;
+	struct map_ent *e = r->e;
+	bool proof_gone;
+	int rc = 0;
+
 	pthread_mutex_lock(&c->sync_lock);
+	if (atomic_load(&c->meta_stuck)) {
+		/* the takeover gave up on this step (or the lock's holder was found stuck) */
+		pthread_mutex_unlock(&c->sync_lock);
+		free(r->chg.v);
+		return -ETIMEDOUT;
+	}
 	pthread_mutex_lock(&c->lock);
-	proof_gone = engine_drop_changes(c, e, prc, &chg, "ownership: ", why);
-	uint64_t after = e->warm_kept, dropped = e->warm_dropped;
+	proof_gone = engine_drop_changes(c, e, r->prc, &r->chg, "ownership: ", r->why);
 	pthread_mutex_unlock(&c->lock);
+	free(r->chg.v);
 	/* the proofs_held flag stays set until the dropped blocks' records are written */
 	/*
 	 * Before the disk is served: the records of what was dropped must stop
@@ -212,23 +211,112 @@ int hl_cache_revalidate(struct hl_origin *o)
 	 * newer proof would bring them back valid under a proof that never lists
 	 * that write again.
 	 */
-	if ((prc || chg.n) && !c->dead) /* the other disks serve meanwhile: under c->lock */
+	if ((r->prc || r->chg.n) && !c->dead) { /* the other disks serve meanwhile: under c->lock */
+		engine_meta_test_hold(c);
 		rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
+	}
 	if (!rc && proof_gone)
 		rc = engine_map_write(c, "open");
 	if (!rc)
 		atomic_store(&e->proofs_held, false); /* coherent: proofs from now on */
 	pthread_mutex_unlock(&c->sync_lock);
-	engine_shadow_unlock(c, e);
-	free(chg.v);
+	return rc;
+}
+
+/*
+ * The records could not be made to agree with the drop (rc; stuck: not
+ * within the bound): the cache serves nothing any more (pass-through, as
+ * after a device error) and every block of e goes from memory (an install
+ * in flight is stale in the core). e->proof stays: a stuck holder of
+ * sync_lock may read it (a map write); the map says "failed" anyway once
+ * the metadata thread killed it or the stuck holder sealed it.
+ */
+static void reval_dead(struct hl_cache *c, struct map_ent *e, uint64_t before, int rc, bool stuck)
+{
+	if (stuck)
+		engine_meta_stuck(c, e->name, "the takeover's record update did not end");
+	engine_dev_error(c, e, rc);
+	pthread_mutex_lock(&c->lock);
+	/* (the step may have dropped some or all of them already) */
+	before = HL_MAX(before, hl_cache_core_lun_blocks(c->core, e->id));
+	hl_cache_core_invalidate_yield(c->core, e->id, 0, UINT64_MAX, engine_lock_yield, c);
+	e->warm_checked = true;
+	e->warm_kept = 0;
+	e->warm_dropped = before;
+	snprintf(e->warm_why, sizeof(e->warm_why),
+	         "ownership: the cache's records cannot be written (%s): pass-through",
+	         strerror(-rc));
+	pthread_mutex_unlock(&c->lock);
+	HL_WARN("cache",
+	        "cache %s: disk %s: ownership gained: dropped its %llu block(s); served from the "
+	        "origin (the cache's records cannot be written: %s)",
+	        c->name, e->name, (unsigned long long)before, strerror(-rc));
+}
+
+int hl_cache_revalidate(struct hl_origin *o)
+{
+	struct co_priv *co;
+	struct hl_cache *c;
+	struct map_ent *e;
+	struct reval *r;
+	char why[HL_ORIGIN_WHY_MAX], tag[64];
+	char *proof = NULL;
+	bool nomem = false, shadow, done = false;
+	uint64_t before;
+	int prc, rc = -ETIMEDOUT;
+
+	if (!o || o->ops != &cache_origin_ops)
+		return -EINVAL;
+	co = co_of(o);
+	c = co->c;
+	e = co->ent;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->c = c;
+	r->e = e;
+	shadow = engine_shadow_lock(c, e); /* no proof move of the shadow meanwhile; bounded */
+	pthread_mutex_lock(&c->lock);
+	before = hl_cache_core_lun_blocks(c->core, e->id);
+	if (shadow && e->proof && !(proof = strdup(e->proof)))
+		nomem = true;
+	engine_ent_tag(c, e->id, tag);
+	pthread_mutex_unlock(&c->lock);
+	/* the origin's call: one that hangs is the origin's problem, not bounded here */
+	if (shadow)
+		r->prc = engine_proof_changes(co->inner, tag, proof, nomem, &r->chg, r->why,
+		                              sizeof(r->why));
+	free(proof);
+	prc = r->prc;
+	snprintf(why, sizeof(why), "%s", r->why);
+	/*
+	 * sync_lock, the drop, the record sync and the map write, bounded as
+	 * one: a holder of sync_lock or a device write that does not answer
+	 * leaves the step to itself (it touches c and e, which a stuck cache
+	 * never frees, and takes r).
+	 */
+	if (shadow && !atomic_load(&c->meta_stuck)) {
+		done = engine_run_within(c->drain_ms, reval_records, r, &rc);
+		r = NULL;
+	}
+	if (r) {
+		free(r->chg.v);
+		free(r);
+	}
+	if (!done || rc)
+		reval_dead(c, e, before, done ? rc : -ETIMEDOUT, !done || rc == -ETIMEDOUT);
+	if (shadow)
+		engine_shadow_unlock(c, e);
+	if (!done || rc)
+		return 0; /* served from the origin */
+	pthread_mutex_lock(&c->lock);
+	uint64_t after = e->warm_kept, dropped = e->warm_dropped;
+	pthread_mutex_unlock(&c->lock);
 	HL_NOTICE("cache",
 	          "cache %s: disk %s: ownership gained: kept %llu block(s), dropped %llu (%s%s)",
 	          c->name, e->name, (unsigned long long)after, (unsigned long long)dropped,
 	          prc ? "cold: " : "", why);
-	if (rc)
-		HL_ERR("cache", "cache %s: disk %s: cannot record the dropped blocks: %s", c->name,
-		       e->name, strerror(-rc));
-	return rc;
+	return 0;
 }
 
 void hl_cache_hold_proofs(struct hl_origin *o)

@@ -204,6 +204,55 @@ long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
 	return 0;
 }
 
+/* engine_run_within's call: the caller and the thread share it; the last to let go frees it. */
+struct run_within {
+	int (*fn)(void *arg);
+	void *arg;
+	int rc;
+	atomic_long busy; /* 1: fn runs; 0: it returned (rc set); -1: the caller gave up */
+};
+
+static void *run_within_main(void *p)
+{
+	struct run_within *r = p;
+
+	r->rc = r->fn(r->arg);
+	if (atomic_exchange(&r->busy, 0) < 0) {
+		free(r->arg);
+		free(r);
+	}
+	return NULL;
+}
+
+bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc)
+{
+	uint64_t t0 = hl_now_ns();
+	struct run_within *r = calloc(1, sizeof(*r));
+	pthread_t t;
+
+	if (r) {
+		r->fn = fn;
+		r->arg = arg;
+		atomic_store(&r->busy, 1);
+	}
+	if (!r || pthread_create(&t, NULL, run_within_main, r)) {
+		free(r); /* no memory or thread: in line, unbounded */
+		*rc = fn(arg);
+		free(arg);
+		return true;
+	}
+	if (engine_wait_zero(&r->busy, t0, t0 + (uint64_t)ms * 1000000u, NULL, NULL) > 0 &&
+	    atomic_exchange(&r->busy, -1) > 0) {
+		pthread_detach(t); /* r and arg are the thread's now */
+		return false;
+	}
+	pthread_join(t, NULL);
+	*rc = r->rc;
+	free(r->arg);
+	free(r);
+	return true;
+}
+
 void engine_req_free(struct eng_req *req)
 {
 	struct hl_cache *c = req->c;

@@ -551,6 +551,18 @@ static bool wait_inflight(struct hl_cache *c, struct shadow_ent *se, uint64_t de
 	return true;
 }
 
+/* Take e's shadow_mu, trying every 1 ms until hl_now_ns() reaches deadline_ns. */
+static bool shadow_mu_until(struct map_ent *e, uint64_t deadline_ns)
+{
+	while (pthread_mutex_trylock(&e->shadow_mu)) {
+		struct timespec ts = {0, 1000000};
+		if (hl_now_ns() >= deadline_ns)
+			return false;
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
 bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns)
 {
 	struct eng_shadow *sh = c->shadow;
@@ -564,12 +576,8 @@ bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns)
 	 * or a cluster that stopped answering must not stretch a bounded stop.
 	 */
 	for (size_t i = 0; i < c->n_ents; i++) {
-		while (pthread_mutex_trylock(&c->ents[i]->shadow_mu)) {
-			struct timespec ts = {0, 1000000};
-			if (hl_now_ns() >= deadline_ns)
-				return false;
-			nanosleep(&ts, NULL);
-		}
+		if (!shadow_mu_until(c->ents[i], deadline_ns))
+			return false;
 		pthread_mutex_unlock(&c->ents[i]->shadow_mu);
 	}
 	return true;
@@ -628,10 +636,22 @@ void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 	free(se);
 }
 
-void engine_shadow_lock(struct hl_cache *c, struct map_ent *e)
+bool engine_shadow_lock(struct hl_cache *c, struct map_ent *e)
 {
-	(void)c;
-	pthread_mutex_lock(&e->shadow_mu);
+	while (!shadow_mu_until(e, hl_now_ns() + (uint64_t)c->drain_ms * 1000000u)) {
+		/*
+		 * The disk's step keeps it past the bound. In a call on the origin
+		 * (a diff, a cluster round trip: the origin's problem, as the
+		 * revalidation's own diff is), sync_lock is free: wait on. Stuck
+		 * behind the cache device (its roll's record sync, or waiting for
+		 * sync_lock behind a stuck metadata thread), it is not free within
+		 * the bound either: the holder is stuck (meta_stuck, map sealed).
+		 */
+		if (!engine_sync_lock_within(c, e->name))
+			return false;
+		pthread_mutex_unlock(&c->sync_lock);
+	}
+	return true;
 }
 
 void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e)
