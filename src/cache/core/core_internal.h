@@ -289,6 +289,34 @@ struct cache_ub {
 #define CACHE_GHOST_BITS_PER_KEY 10
 #define CACHE_GHOST_HASHES       7
 
+/*
+ * The window's ghost as one table of fingerprints (cache_ghost.c): buckets
+ * of CACHE_GHOST_BUCKET_WORDS words of CACHE_GHOST_ENTRY_BITS bit entries,
+ * newest first, CACHE_GHOST_BITS_PER_SLOT bits per slot.
+ */
+#define CACHE_GHOST_ENTRY_BITS    12
+#define CACHE_GHOST_BUCKET_WORDS  3
+#define CACHE_GHOST_BITS_PER_SLOT 16
+#define CACHE_GHOST_MAX_WORDS     8
+
+struct cache_ghost {
+	uint64_t *b;         /* nbuckets x words words */
+	uint64_t nbuckets;
+	uint64_t salt;
+	uint64_t adds;
+	uint32_t ebits;      /* bits an entry: fingerprint << 1 | near */
+	uint32_t emask;
+	uint32_t words;      /* words a bucket */
+	uint32_t ways;       /* entries a bucket: words x 64 / ebits */
+	uint32_t near_ways;  /* the ghost: among a bucket's newest near_ways */
+};
+
+enum cache_ghost_hit {
+	CACHE_GHOST_NONE = 0, /* not dropped lately (or a false negative of age) */
+	CACHE_GHOST_FAR,      /* the far ghost only */
+	CACHE_GHOST_NEAR,     /* the ghost (and the far ghost) */
+};
+
 /* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
 struct cache_bloom2 {
 	uint64_t *f[2];
@@ -904,6 +932,26 @@ void cache_bloom2_fini(struct cache_bloom2 *b);
 void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key);
 /** Was key added among about the last cap..2 cap keys? (never for an unset b) */
 bool cache_bloom2_test(const struct cache_bloom2 *b, uint64_t key);
+
+/* ---- the window's ghost (cache_ghost.c) ---- */
+
+/** The default sizes for a cache of nslots slots. @return 0, -ENOMEM (free with _fini). */
+int cache_ghost_init(struct cache_ghost *g, uint64_t nslots, uint64_t salt);
+/**
+ * Entries of ebits bits in buckets of words words, the ghost the newest
+ * near_ways (0: half), bits_per_slot bits per slot (at least 64 buckets).
+ * @return 0, -EINVAL or -ENOMEM (free with _fini).
+ */
+int cache_ghost_init_sized(struct cache_ghost *g, uint64_t nslots, uint64_t salt, uint32_t ebits,
+                           uint32_t words, uint32_t near_ways, uint32_t bits_per_slot);
+void cache_ghost_fini(struct cache_ghost *g);
+/** The window dropped key; near: a block it could have promoted (not a stream's). */
+void cache_ghost_add(struct cache_ghost *g, uint64_t key, bool near);
+/** Was key dropped lately, near or far? (never for an unset g) */
+enum cache_ghost_hit cache_ghost_test(const struct cache_ghost *g, uint64_t key);
+/** Forget key (its fingerprint). @return whether it was there. */
+bool cache_ghost_remove(struct cache_ghost *g, uint64_t key);
+size_t cache_ghost_mem_bytes(const struct cache_ghost *g);
 
 /* ---- window / update buffer split (cache_split.c; no-ops when off) ---- */
 
