@@ -290,29 +290,41 @@ struct cache_ub {
 #define CACHE_GHOST_HASHES       7
 
 /*
- * The window's ghost as one table of fingerprints (cache_ghost.c): buckets
- * of CACHE_GHOST_BUCKET_WORDS words of CACHE_GHOST_ENTRY_BITS bit entries,
- * newest first, CACHE_GHOST_BITS_PER_SLOT bits per slot.
+ * A ghost as one table of fingerprints with generation tags (cache_ghost.c,
+ * h29g). Not used by the core: at 2 bytes a slot it lost hit ratio against
+ * the two pairs of bloom filters above (docs/cache-policy.md, "16 bytes
+ * again"). It answers both the ghost (rule 8: a key among the last 1-2
+ * generations of drops that the window could have promoted) and the far
+ * ghost (rule 10: the last 2-3 generations of drops, sequential streams'
+ * too). Buckets of CACHE_GHOST_BUCKET_WORDS words of CACHE_GHOST_ENTRY_BITS
+ * bit entries (fingerprint, 2-bit generation, a bit "could be promoted"),
+ * CACHE_GHOST_BITS_PER_SLOT bits per slot, a generation
+ * CACHE_GHOST_LOAD_PCT / 3 of the entries.
  */
 #define CACHE_GHOST_ENTRY_BITS    12
 #define CACHE_GHOST_BUCKET_WORDS  3
 #define CACHE_GHOST_BITS_PER_SLOT 16
+#define CACHE_GHOST_LOAD_PCT      90
 #define CACHE_GHOST_MAX_WORDS     8
 
 struct cache_ghost {
 	uint64_t *b;         /* nbuckets x words words */
 	uint64_t nbuckets;
 	uint64_t salt;
-	uint64_t adds;
-	uint32_t ebits;      /* bits an entry: fingerprint << 1 | near */
+	uint64_t gen_len;    /* adds a generation */
+	uint64_t in_gen;     /* adds in the current one */
+	uint64_t sweep;      /* the next bucket to sweep (nbuckets: done) */
+	uint64_t sweep_per;  /* buckets swept an add */
+	uint64_t adds, gens, evicted; /* evicted: live entries given to an add */
+	uint32_t cur;        /* the current generation's number (mod 4) */
+	uint32_t ebits;      /* bits an entry */
 	uint32_t emask;
 	uint32_t words;      /* words a bucket */
 	uint32_t ways;       /* entries a bucket: words x 64 / ebits */
-	uint32_t near_ways;  /* the ghost: among a bucket's newest near_ways */
 };
 
 enum cache_ghost_hit {
-	CACHE_GHOST_NONE = 0, /* not dropped lately (or a false negative of age) */
+	CACHE_GHOST_NONE = 0, /* not dropped lately */
 	CACHE_GHOST_FAR,      /* the far ghost only */
 	CACHE_GHOST_NEAR,     /* the ghost (and the far ghost) */
 };
@@ -938,12 +950,12 @@ bool cache_bloom2_test(const struct cache_bloom2 *b, uint64_t key);
 /** The default sizes for a cache of nslots slots. @return 0, -ENOMEM (free with _fini). */
 int cache_ghost_init(struct cache_ghost *g, uint64_t nslots, uint64_t salt);
 /**
- * Entries of ebits bits in buckets of words words, the ghost the newest
- * near_ways (0: half), bits_per_slot bits per slot (at least 64 buckets).
+ * Entries of ebits bits in buckets of words words, bits_per_slot bits per
+ * slot (at least one bucket), 3 generations filling load_pct of the table.
  * @return 0, -EINVAL or -ENOMEM (free with _fini).
  */
 int cache_ghost_init_sized(struct cache_ghost *g, uint64_t nslots, uint64_t salt, uint32_t ebits,
-                           uint32_t words, uint32_t near_ways, uint32_t bits_per_slot);
+                           uint32_t words, uint32_t load_pct, uint32_t bits_per_slot);
 void cache_ghost_fini(struct cache_ghost *g);
 /** The window dropped key; near: a block it could have promoted (not a stream's). */
 void cache_ghost_add(struct cache_ghost *g, uint64_t key, bool near);
