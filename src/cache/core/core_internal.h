@@ -285,49 +285,23 @@ struct cache_ub {
  * per filter. Before issue 25 item 4: 10 bits and 3 hashes, rounded up
  * to a power of two (10-20 bits a key, 3.75-7.5 bytes per slot); 8 bits
  * and 5 hashes (3 bytes) lost hit ratio (docs/cache-policy.md).
+ *
+ * With frequency admission (the default), blocks smaller than
+ * CACHE_GHOST_REGION are remembered by region (h29g): a 4 KiB block's
+ * ghost key is its 8 KiB region, added once while either filter of a pair
+ * has it, so a pair of capacity cap remembers about cap regions, two
+ * blocks each where both halves were dropped. The capacities are the slot
+ * count x 100 / CACHE_GHOST_REGION_DIV (the ghost, half of it a filter)
+ * and x 100 / CACHE_GHOST_REGION_FAR_DIV (the far ghost) there: 1.96 bytes
+ * per slot for both ghosts, 15.95 per 4 KiB block in all. Other policies
+ * and larger blocks keep block keys at full size (docs/cache-policy.md,
+ * "16 bytes again": the third search).
  */
-#define CACHE_GHOST_BITS_PER_KEY 10
-#define CACHE_GHOST_HASHES       7
-
-/*
- * A ghost as one table of fingerprints with generation tags (cache_ghost.c,
- * h29g). Not used by the core: at 2 bytes a slot it lost hit ratio against
- * the two pairs of bloom filters above (docs/cache-policy.md, "16 bytes
- * again"). It answers both the ghost (rule 8: a key among the last 1-2
- * generations of drops that the window could have promoted) and the far
- * ghost (rule 10: the last 2-3 generations of drops, sequential streams'
- * too). Buckets of CACHE_GHOST_BUCKET_WORDS words of CACHE_GHOST_ENTRY_BITS
- * bit entries (fingerprint, 2-bit generation, a bit "could be promoted"),
- * CACHE_GHOST_BITS_PER_SLOT bits per slot, a generation
- * CACHE_GHOST_LOAD_PCT / 3 of the entries.
- */
-#define CACHE_GHOST_ENTRY_BITS    12
-#define CACHE_GHOST_BUCKET_WORDS  3
-#define CACHE_GHOST_BITS_PER_SLOT 16
-#define CACHE_GHOST_LOAD_PCT      90
-#define CACHE_GHOST_MAX_WORDS     8
-
-struct cache_ghost {
-	uint64_t *b;         /* nbuckets x words words */
-	uint64_t nbuckets;
-	uint64_t salt;
-	uint64_t gen_len;    /* adds a generation */
-	uint64_t in_gen;     /* adds in the current one */
-	uint64_t sweep;      /* the next bucket to sweep (nbuckets: done) */
-	uint64_t sweep_per;  /* buckets swept an add */
-	uint64_t adds, gens, evicted; /* evicted: live entries given to an add */
-	uint32_t cur;        /* the current generation's number (mod 4) */
-	uint32_t ebits;      /* bits an entry */
-	uint32_t emask;
-	uint32_t words;      /* words a bucket */
-	uint32_t ways;       /* entries a bucket: words x 64 / ebits */
-};
-
-enum cache_ghost_hit {
-	CACHE_GHOST_NONE = 0, /* not dropped lately */
-	CACHE_GHOST_FAR,      /* the far ghost only */
-	CACHE_GHOST_NEAR,     /* the ghost (and the far ghost) */
-};
+#define CACHE_GHOST_BITS_PER_KEY   10
+#define CACHE_GHOST_HASHES         7
+#define CACHE_GHOST_REGION         8192
+#define CACHE_GHOST_REGION_DIV     185
+#define CACHE_GHOST_REGION_FAR_DIV 195
 
 /* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
 struct cache_bloom2 {
@@ -458,6 +432,7 @@ struct hl_cache_core {
 	 * it counts only while the cache device is within its write budget.
 	 */
 	struct cache_bloom2 far_ghost;
+	uint32_t ghost_shift; /* ghost keys: block numbers >> ghost_shift (regions) */
 	struct cache_budget budget;
 	struct cache_part parts[CACHE_MAX_PARTS];
 	uint32_t nparts;
@@ -944,26 +919,6 @@ void cache_bloom2_fini(struct cache_bloom2 *b);
 void cache_bloom2_add(struct cache_bloom2 *b, uint64_t key);
 /** Was key added among about the last cap..2 cap keys? (never for an unset b) */
 bool cache_bloom2_test(const struct cache_bloom2 *b, uint64_t key);
-
-/* ---- the window's ghost (cache_ghost.c) ---- */
-
-/** The default sizes for a cache of nslots slots. @return 0, -ENOMEM (free with _fini). */
-int cache_ghost_init(struct cache_ghost *g, uint64_t nslots, uint64_t salt);
-/**
- * Entries of ebits bits in buckets of words words, bits_per_slot bits per
- * slot (at least one bucket), 3 generations filling load_pct of the table.
- * @return 0, -EINVAL or -ENOMEM (free with _fini).
- */
-int cache_ghost_init_sized(struct cache_ghost *g, uint64_t nslots, uint64_t salt, uint32_t ebits,
-                           uint32_t words, uint32_t load_pct, uint32_t bits_per_slot);
-void cache_ghost_fini(struct cache_ghost *g);
-/** The window dropped key; near: a block it could have promoted (not a stream's). */
-void cache_ghost_add(struct cache_ghost *g, uint64_t key, bool near);
-/** Was key dropped lately, near or far? (never for an unset g) */
-enum cache_ghost_hit cache_ghost_test(const struct cache_ghost *g, uint64_t key);
-/** Forget key (its fingerprint). @return whether it was there. */
-bool cache_ghost_remove(struct cache_ghost *g, uint64_t key);
-size_t cache_ghost_mem_bytes(const struct cache_ghost *g);
 
 /* ---- window / update buffer split (cache_split.c; no-ops when off) ---- */
 
