@@ -36,6 +36,46 @@ void hl_cache_params_default(struct hl_cache_params *p)
 
 /* ---- create / destroy ---- */
 
+/*
+ * The ghosts' key shift: frequency admission (the default) at blocks below
+ * CACHE_GHOST_REGION remembers regions (core_internal.h); other policies,
+ * and larger blocks, remember blocks. nhit:2 lost up to 0.4 points at 4
+ * KiB blocks with regions (docs/cache-policy.md, "16 bytes again"); like
+ * its sketch, its ghosts are not in the default's RAM figure.
+ */
+static uint32_t ghost_shift_of(uint32_t block_size, enum hl_admit_kind kind)
+{
+	uint32_t shift = 0;
+
+	while (kind == HL_ADMIT_FREQ && (block_size << shift) < CACHE_GHOST_REGION)
+		shift++;
+	return shift;
+}
+
+/* The two ghosts for policy kind, empty. @return 0 or -ENOMEM (nothing left allocated). */
+static int ghosts_make(const struct hl_cache_core *c, enum hl_admit_kind kind,
+                       struct cache_bloom2 *ghost, struct cache_bloom2 *far, uint32_t *shift)
+{
+	uint64_t gcap = c->nslots, fcap = c->nslots;
+
+	*shift = ghost_shift_of(c->p.block_size, kind);
+	if (*shift) {
+		gcap = c->nslots * 100 / CACHE_GHOST_REGION_DIV;
+		fcap = c->nslots * 100 / CACHE_GHOST_REGION_FAR_DIV;
+	}
+	memset(ghost, 0, sizeof(*ghost));
+	memset(far, 0, sizeof(*far));
+	if (cache_bloom2_init_sized(ghost, gcap / 2 + 8, 0x7f4a7c159e3779b9ull,
+	                            CACHE_GHOST_BITS_PER_KEY, CACHE_GHOST_HASHES) ||
+	    cache_bloom2_init_sized(far, fcap + 8, 0x2545f4914f6cdd1dull, CACHE_GHOST_BITS_PER_KEY,
+	                            CACHE_GHOST_HASHES)) {
+		cache_bloom2_fini(ghost);
+		cache_bloom2_fini(far);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core **out)
 {
 	struct hl_cache_core *c;
@@ -117,10 +157,7 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 	    .free_hint = (uint32_t)nslots,
 	    .owner = -3,
 	};
-	if (cache_bloom2_init_sized(&c->ghost, nslots / 2 + 8, 0x7f4a7c159e3779b9ull,
-	                            CACHE_GHOST_BITS_PER_KEY, CACHE_GHOST_HASHES) ||
-	    cache_bloom2_init_sized(&c->far_ghost, nslots + 8, 0x2545f4914f6cdd1dull,
-	                            CACHE_GHOST_BITS_PER_KEY, CACHE_GHOST_HASHES) ||
+	if (ghosts_make(c, p->admit, &c->ghost, &c->far_ghost, &c->ghost_shift) ||
 	    (w0 && cache_split_init(c, w0, (uint32_t)c->nwin))) {
 		hl_cache_core_destroy(c);
 		return -ENOMEM;
@@ -140,7 +177,9 @@ int hl_cache_core_create(const struct hl_cache_params *p, struct hl_cache_core *
 
 int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind, uint32_t param)
 {
+	struct cache_bloom2 ghost, far;
 	struct hl_admit *a;
+	uint32_t shift;
 	int rc;
 
 	if (kind >= HL_ADMIT__COUNT)
@@ -149,6 +188,18 @@ int hl_cache_core_set_admission(struct hl_cache_core *c, enum hl_admit_kind kind
 	rc = hl_admit_create(kind, c->nslots, c->p.block_size, param, &a);
 	if (rc)
 		return rc;
+	if (ghost_shift_of(c->p.block_size, kind) != c->ghost_shift) {
+		/* Ghosts of another shape (regions or blocks): new, empty ones. */
+		if (ghosts_make(c, kind, &ghost, &far, &shift)) {
+			hl_admit_destroy(a);
+			return -ENOMEM;
+		}
+		cache_bloom2_fini(&c->ghost);
+		cache_bloom2_fini(&c->far_ghost);
+		c->ghost = ghost;
+		c->far_ghost = far;
+		c->ghost_shift = shift;
+	}
 	hl_admit_destroy(c->admit);
 	c->admit = a;
 	c->p.admit = kind;

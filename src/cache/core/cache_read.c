@@ -16,14 +16,27 @@
 
 /* ---- ghost: keys the window dropped recently ---- */
 
+/* The ghosts' key of a block: its region below CACHE_GHOST_REGION (core_internal.h). */
+static inline uint64_t ghost_key(const struct hl_cache_core *c, uint64_t key)
+{
+	return cache_key(cache_key_lun(key), cache_key_block(key) >> c->ghost_shift);
+}
+
+/* A region is added once while the pair has it: the capacity counts regions, not blocks. */
+static void ghost_add(const struct hl_cache_core *c, struct cache_bloom2 *b, uint64_t gkey)
+{
+	if (!c->ghost_shift || !cache_bloom2_test(b, gkey))
+		cache_bloom2_add(b, gkey);
+}
+
 void cache_window_drop(struct hl_cache_core *c, uint32_t s)
 {
-	uint64_t key = cache_slot_key(c, s);
+	uint64_t key = cache_slot_key(c, s), gkey = ghost_key(c, key);
 
 	if (!cache_valid_empty(c, s)) {
-		cache_bloom2_add(&c->far_ghost, key);
+		ghost_add(c, &c->far_ghost, gkey);
 		if (!(*cache_wflags(c, s) & CACHE_W_NOPROMOTE)) {
-			cache_bloom2_add(&c->ghost, key);
+			ghost_add(c, &c->ghost, gkey);
 			cache_split_dropped(c, key);
 		}
 	}
@@ -290,6 +303,7 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 	struct cache_part *pt = &c->parts[l->part];
 	uint32_t s = HL_CACHE_NO_SLOT;
 	bool empty = false, returning, far = false, freq = c->p.admit == HL_ADMIT_FREQ;
+	uint64_t gkey;
 
 	if (cache_key_block(key) > CACHE_KEY_MAX_BLOCK)
 		return HL_CACHE_NO_SLOT; /* a slot's key cannot hold it (struct cache_keys) */
@@ -313,12 +327,13 @@ static uint32_t admit_miss(struct hl_cache_core *c, struct cache_lun *l, uint64_
 		cache_slot_take(c, pt, s, key);
 		goto ssd;
 	}
-	returning = !bypass && c->win.n && cache_bloom2_test(&c->ghost, key);
+	gkey = ghost_key(c, key);
+	returning = !bypass && c->win.n && cache_bloom2_test(&c->ghost, gkey);
 	if (returning)
 		cache_split_returned(c, key);
 	else if (cache_budget_is_open(c) &&
-	         (cache_bloom2_test(&c->far_ghost, key) ||
-	          (bypass && cache_bloom2_test(&c->ghost, key)))) {
+	         (cache_bloom2_test(&c->far_ghost, gkey) ||
+	          (bypass && cache_bloom2_test(&c->ghost, gkey)))) {
 		/*
 		 * Rule 10: within the write budget a block also returns from
 		 * further back, and a sequential stream that re-reads what the

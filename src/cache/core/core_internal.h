@@ -285,9 +285,23 @@ struct cache_ub {
  * per filter. Before issue 25 item 4: 10 bits and 3 hashes, rounded up
  * to a power of two (10-20 bits a key, 3.75-7.5 bytes per slot); 8 bits
  * and 5 hashes (3 bytes) lost hit ratio (docs/cache-policy.md).
+ *
+ * With frequency admission (the default), blocks smaller than
+ * CACHE_GHOST_REGION are remembered by region (h29g): a 4 KiB block's
+ * ghost key is its 8 KiB region, added once while either filter of a pair
+ * has it, so a pair of capacity cap remembers about cap regions, two
+ * blocks each where both halves were dropped. The capacities are the slot
+ * count x 100 / CACHE_GHOST_REGION_DIV (the ghost, half of it a filter)
+ * and x 100 / CACHE_GHOST_REGION_FAR_DIV (the far ghost) there: 1.96 bytes
+ * per slot for both ghosts, 15.95 per 4 KiB block in all. Other policies
+ * and larger blocks keep block keys at full size (docs/cache-policy.md,
+ * "16 bytes again": the third search).
  */
-#define CACHE_GHOST_BITS_PER_KEY 10
-#define CACHE_GHOST_HASHES       7
+#define CACHE_GHOST_BITS_PER_KEY   10
+#define CACHE_GHOST_HASHES         7
+#define CACHE_GHOST_REGION         8192
+#define CACHE_GHOST_REGION_DIV     185
+#define CACHE_GHOST_REGION_FAR_DIV 195
 
 /* Two rotating bloom filters of cap keys each: about the last cap..2 cap keys added. */
 struct cache_bloom2 {
@@ -418,6 +432,7 @@ struct hl_cache_core {
 	 * it counts only while the cache device is within its write budget.
 	 */
 	struct cache_bloom2 far_ghost;
+	uint32_t ghost_shift; /* ghost keys: block numbers >> ghost_shift (regions) */
 	struct cache_budget budget;
 	struct cache_part parts[CACHE_MAX_PARTS];
 	uint32_t nparts;
