@@ -28,7 +28,12 @@
 #              PIN=HOTLUND_CPUS:CLIENT_CPUS (both daemons' threads on the first
 #              CPUs, hotlun-bench on the second, as hit_path.sh's PIN),
 #              NOHALT=1 (SCHED_IDLE busy loops keep every CPU from halting, as
-#              hit_path.sh's NOHALT)
+#              hit_path.sh's NOHALT),
+#              TRACE=1 (`perf trace` of the daemon's epoll_wait, recvfrom, read,
+#              sendmsg and io_uring_enter for 2 s of each run, from its 2nd
+#              second; tests/bench/turn_order.py sums up, per run, how long
+#              the turn's device submission waited behind the turn's sends;
+#              into $HL_OUT/turns.txt)
 # Per run also the cache device's queue during it, in I/Os of the cell's size
 # (requests in flight x the mean request size / the cell's size, from
 # /proc/diskstats of the disk under the run's temp dir; hit_path.sh's
@@ -125,13 +130,21 @@ bench() {
 		perf_pid=$!
 		sleep 0.2
 	fi
+	if [ "${TRACE:-0}" = 1 ]; then
+		(sleep 1 && timeout -s INT 2 perf trace -p "$pid" -e epoll_wait,recvfrom,read,sendmsg,io_uring_enter \
+			-o "$OUT/trace.txt" >/dev/null 2>&1) &
+		perf_pid=$!
+	fi
 	d0=$(disk_snap)
 	t0=$(cpu_ticks "$pid")
 	line=$("${RUN[@]}" "${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
 		--sessions "$SESSIONS" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$pid")
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
-	if [ -n "$perf_pid" ]; then
+	if [ "${TRACE:-0}" = 1 ]; then
+		wait "$perf_pid"
+		echo "$name LUN $lun $bs QD$qd: $("$SRC/tests/bench/turn_order.py" "$OUT/trace.txt")" >>"$OUT/turns.txt"
+	elif [ -n "$perf_pid" ]; then
 		kill -INT "$perf_pid"
 		wait "$perf_pid"
 		# syscalls per I/O (the perf window is a little longer than the run's)
@@ -231,3 +244,4 @@ done
 } >>"$OUT/results.md"
 cat "$OUT/results.md"
 if [ "$SYSCALLS" = 1 ]; then cat "$OUT/syscalls.txt"; fi
+if [ "${TRACE:-0}" = 1 ]; then cat "$OUT/turns.txt"; fi
