@@ -37,7 +37,7 @@
 # Per run also the cache device's queue during it, in I/Os of the cell's size
 # (requests in flight x the mean request size / the cell's size, from
 # /proc/diskstats of the disk under the run's temp dir; hit_path.sh's
-# disk_delta), in the "dev" columns.
+# disk_delta) and the mean size of its read requests, in the "dev" columns.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 A_BIN=$(realpath "$1") B_BIN=$(realpath "$2")
@@ -82,14 +82,15 @@ grep -q " $DISK " /proc/diskstats 2>/dev/null || DISK=
 disk_snap() {
 	awk -v d="$DISK" -v t="$(($(date +%s%N) / 1000000))" '$3 == d {print $4, $6, $7, t; exit}' /proc/diskstats
 }
-# disk_ios "SNAP0" BS: the device's bytes in flight since SNAP0, in I/Os of BS ("-" without a disk).
+# disk_ios "SNAP0" BS: the device's bytes in flight since SNAP0, in I/Os of BS, and
+# the mean read request size in KiB ("IOS/SIZEK"; "-" without a disk).
 disk_ios() {
 	local r0 s0 w0 t0 r1 s1 w1 t1
 	[ -n "$DISK" ] || { echo -; return; }
 	read -r r0 s0 w0 t0 <<<"$1"
 	read -r r1 s1 w1 t1 <<<"$(disk_snap)"
 	awk -v t=$((t1 - t0)) -v r=$((r1 - r0)) -v s=$((s1 - s0)) -v w=$((w1 - w0)) \
-		-v bs="$(numfmt --from=iec "$2")" 'BEGIN {printf "%.1f\n", (t > 0 && r) ? w / t * s * 512 / r / bs : 0}'
+		-v bs="$(numfmt --from=iec "$2")" 'BEGIN {printf "%.1f/%.0fK\n", (t > 0 && r) ? w / t * s * 512 / r / bs : 0, r ? s / 2 / r : 0}'
 }
 IQN=$HL_IQN_PREFIX:hit-ab
 TCK=$(getconf CLK_TCK)
