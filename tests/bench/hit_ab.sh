@@ -28,7 +28,8 @@
 #              PIN=HOTLUND_CPUS:CLIENT_CPUS (both daemons' threads on the first
 #              CPUs, hotlun-bench on the second, as hit_path.sh's PIN),
 #              NOHALT=1 (SCHED_IDLE busy loops keep every CPU from halting, as
-#              hit_path.sh's NOHALT),
+#              hit_path.sh's NOHALT), NICE=N (run the daemons' threads and the
+#              client at nice N, e.g. -10, as hit_path.sh's NICE),
 #              TRACE=1 (`perf trace` of the daemon's epoll_wait, recvfrom, read,
 #              sendmsg and io_uring_enter for 2 s of each run, from its 2nd
 #              second; tests/bench/turn_order.py sums up, per run, how long
@@ -75,6 +76,10 @@ if [ "${NOHALT:-0}" = 1 ]; then
 		chrt -i 0 taskset -c "$c" sh -c 'while :; do :; done' &
 		SPIN_PIDS="$SPIN_PIDS $!"
 	done
+fi
+NICE=${NICE:-}
+if [ -n "$NICE" ]; then
+	CPIN=(nice -n "$NICE" "${CPIN[@]}")
 fi
 DISK=$(basename "$(df --output=source "$T" | tail -1)")
 grep -q " $DISK " /proc/diskstats 2>/dev/null || DISK=
@@ -182,6 +187,11 @@ start() {
 	if [ -n "$PIN" ]; then
 		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
 	fi
+	if [ -n "$NICE" ]; then
+		for t in /proc/"$HL_PID"/task/*; do
+			renice -n "$NICE" -p "${t##*/}" >/dev/null || hl_error "renice $NICE failed"
+		done
+	fi
 	for pass in 1 2 3 4 5 6; do
 		m0=$(hl_cache_stat "$st/ctl.sock" ssd read_misses)
 		seq 0 $(((RANGE_B >> 20) - 1)) | shuf >"$T/warm.blocks"
@@ -241,7 +251,7 @@ for cbs in $BLOCKS; do
 done
 {
 	echo
-	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1}"
+	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1}${NICE:+, nice $NICE}"
 } >>"$OUT/results.md"
 cat "$OUT/results.md"
 if [ "$SYSCALLS" = 1 ]; then cat "$OUT/syscalls.txt"; fi

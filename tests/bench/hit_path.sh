@@ -49,7 +49,11 @@
 #              where the scheduler puts the client does not move QD1 figures
 #              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
 #              NOHALT=1 (no CPU halts: see below; the QD1 column's like-with-like mode),
-#              TIMELINE=1 (per-request timelines, below)
+#              TIMELINE=1 (per-request timelines, below),
+#              NICE=N (hotlund's threads, hotlun-bench and fio at nice N, e.g.
+#              -10: on a machine shared with other work, that work then takes
+#              less of the CPUs from the measured runs; the runs still share
+#              the disk with it)
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
@@ -103,6 +107,10 @@ if [ "${NOHALT:-0}" = 1 ]; then
 		chrt -i 0 taskset -c "$c" sh -c 'while :; do :; done' &
 		SPIN_PIDS="$SPIN_PIDS $!"
 	done
+fi
+NICE=${NICE:-}
+if [ -n "$NICE" ]; then
+	CPIN="nice -n $NICE $CPIN"
 fi
 TCK=$(getconf CLK_TCK)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -215,6 +223,12 @@ start() {
 	HL_HOTLUND=${HOTLUND:-$HL_HOTLUND} hl_start_hotlund "$T/hit-$cbs.conf"
 	if [ -n "$PIN" ]; then
 		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
+	fi
+	if [ -n "$NICE" ]; then
+		local t
+		for t in /proc/"$HL_PID"/task/*; do
+			renice -n "$NICE" -p "${t##*/}" >/dev/null || hl_error "renice $NICE failed"
+		done
 	fi
 	SOCK=$st/ctl.sock
 	# Warm: every MiB of the range read once in shuffled order (a sequential
@@ -352,7 +366,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN}${NICE:+, nice $NICE}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"
