@@ -30,6 +30,8 @@
 #              NOHALT=1 (SCHED_IDLE busy loops keep every CPU from halting, as
 #              hit_path.sh's NOHALT), NICE=N (run the daemons' threads and the
 #              client at nice N, e.g. -10, as hit_path.sh's NICE),
+#              A_CLIENT / B_CLIENT (hotlun-bench | iscsi-perf: the client of A's /
+#              B's runs; with the same binary twice, an A/B of the clients),
 #              TRACE=1 (`perf trace` of the daemon's epoll_wait, recvfrom, read,
 #              sendmsg and io_uring_enter for 2 s of each run, from its 2nd
 #              second; tests/bench/turn_order.py sums up, per run, how long
@@ -143,8 +145,18 @@ bench() {
 	fi
 	d0=$(disk_snap)
 	t0=$(cpu_ticks "$pid")
-	line=$("${RUN[@]}" "${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
-		--sessions "$SESSIONS" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+	local client=${name}_CLIENT
+	if [ "${!client:-}" = iscsi-perf ]; then
+		# libiscsi's own client: whole LUN (= RANGE), 512-byte blocks; its
+		# I/Os are its average IOPS x the run's seconds
+		local p
+		p=$("${RUN[@]}" "${CPIN[@]}" iscsi-perf -t "$TIME" -m "$qd" -b $(($(numfmt --from=iec "$bs") / 512)) -r \
+			"iscsi://$HOST:$port/$IQN/$lun" 2>&1 | tr '\r' '\n' | sed -n 's/.*iops average \([0-9]*\).*/\1/p' | tail -1)
+		line="iops=${p:-0} ios=$((${p:-0} * TIME)) errors=$([ -n "$p" ] && echo 0 || echo iscsi-perf)"
+	else
+		line=$("${RUN[@]}" "${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
+			--sessions "$SESSIONS" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+	fi
 	t1=$(cpu_ticks "$pid")
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
 	if [ "${TRACE:-0}" = 1 ]; then

@@ -14,7 +14,9 @@ flight.
 usage: turn_order.py TRACE_FILE
 prints one line: turns, turns with an io_uring_enter, how many of those
 entered after a sendmsg of the same turn and the mean time those spent in
-sendmsg before it (µs), and the mean sendmsg duration and size.
+sendmsg before it (µs), the mean sendmsg duration and size, and the mean
+bytes a recvfrom took (a SCSI READ command is one 48-byte PDU: how many
+commands the client sent in one burst).
 """
 import re
 import sys
@@ -28,6 +30,7 @@ def main():
     nturn = nenter = nafter = 0
     wait_us = 0.0
     sends = send_us = send_bytes = 0
+    recvs = recv_bytes = 0
 
     def close(calls):
         nonlocal nturn, nenter, nafter, wait_us
@@ -59,6 +62,9 @@ def main():
                     close(turns[tid])
                 turns[tid] = [] if ret > 0 else None
                 continue
+            if name == 'recvfrom' and ret > 0:
+                recvs += 1
+                recv_bytes += ret
             if name == 'sendmsg' and ret > 0:
                 sends += 1
                 send_us += dur * 1000
@@ -66,10 +72,12 @@ def main():
             if turns.get(tid) is not None:
                 turns[tid].append((name, dur, ret))
     print('turns %d, with an io_uring_enter %d, of those after a sendmsg %d (%.0f%%) '
-          'waiting %.1f µs in sends; sendmsg: %d, %.1f µs, %.0f KiB each' %
+          'waiting %.1f µs in sends; sendmsg: %d, %.1f µs, %.0f KiB each; '
+          'recvfrom: %d, %.0f bytes each' %
           (nturn, nenter, nafter, 100.0 * nafter / nenter if nenter else 0,
            wait_us / nafter if nafter else 0, sends, send_us / sends if sends else 0,
-           send_bytes / 1024 / sends if sends else 0))
+           send_bytes / 1024 / sends if sends else 0, recvs,
+           recv_bytes / recvs if recvs else 0))
 
 
 if __name__ == '__main__':
