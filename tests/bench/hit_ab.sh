@@ -30,6 +30,9 @@
 #              NOHALT=1 (SCHED_IDLE busy loops keep every CPU from halting, as
 #              hit_path.sh's NOHALT), NICE=N (run the daemons' threads and the
 #              client at nice N, e.g. -10, as hit_path.sh's NICE),
+#              A_SESSIONS / B_SESSIONS (sessions of A's / B's hotlun-bench runs,
+#              the cell's QD divided among them: the same commands in flight
+#              over one or more TCP streams),
 #              A_CLIENT / B_CLIENT (hotlun-bench | iscsi-perf: the client of A's /
 #              B's runs; with the same binary twice, an A/B of the clients),
 #              TRACE=1 (`perf trace` of the daemon's epoll_wait, recvfrom, read,
@@ -154,8 +157,13 @@ bench() {
 			"iscsi://$HOST:$port/$IQN/$lun" 2>&1 | tr '\r' '\n' | sed -n 's/.*iops average \([0-9]*\).*/\1/p' | tail -1)
 		line="iops=${p:-0} ios=$((${p:-0} * TIME)) errors=$([ -n "$p" ] && echo 0 || echo iscsi-perf)"
 	else
-		line=$("${RUN[@]}" "${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
-			--sessions "$SESSIONS" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+		local sv=${name}_SESSIONS ns=$SESSIONS nq=$qd
+		if [ -n "${!sv:-}" ]; then
+			ns=${!sv}
+			nq=$((qd / ns > 0 ? qd / ns : 1))
+		fi
+		line=$("${RUN[@]}" "${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$nq" \
+			--sessions "$ns" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	fi
 	t1=$(cpu_ticks "$pid")
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
