@@ -135,7 +135,7 @@ SC_EVENTS=$SC_EVENTS,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_read,s
 
 # bench PID PORT LUN BS QD [NAME]: "IOPS CPU_US_PER_IO DEV_IOS" of one run.
 bench() {
-	local pid=$1 port=$2 lun=$3 bs=$4 qd=$5 name=${6:-} t0 t1 line perf_pid= d0
+	local pid=$1 port=$2 lun=$3 bs=$4 qd=$5 name=${6:-} t0 t1 line d0 perf_pid=
 	if [ "$SYSCALLS" = 1 ]; then
 		perf stat -x, -e "$SC_EVENTS" -p "$pid" -o "$T/perf.out" 2>/dev/null &
 		perf_pid=$!
