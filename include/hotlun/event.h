@@ -251,6 +251,17 @@ static inline void hl_turn_hook_init(struct hl_turn_hook *h, void (*fn)(struct h
  */
 int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h);
 
+/**
+ * hl_turn_hook_queue, for a hook that runs before every hook queued with
+ * hl_turn_hook_queue (early hooks newest first among themselves, then the
+ * others; one queued by a hook in the same pass goes by the same order):
+ * the submission of the turn's device reads (file_uring.c) goes before
+ * the connections' sends, so that a long send (a MiB of Data-In takes
+ * ~100-200 us to copy over loopback) does not keep the device waiting for
+ * the reads of the commands received in the same turn.
+ */
+int hl_turn_hook_queue_early(struct hl_reactor *r, struct hl_turn_hook *h);
+
 /** Unqueue; harmless when not queued. On the reactor's thread. */
 void hl_turn_hook_cancel(struct hl_turn_hook *h);
 

@@ -82,6 +82,7 @@ struct hl_reactor {
 	_Atomic uint64_t poll_ns;          /* busy-poll window, 0: off */
 	_Atomic uint64_t heartbeat;        /* loop passes; read by the watchdog (any thread) */
 	struct hl_turn_hook *hooks;        /* queued for the end of this turn, newest first */
+	struct hl_turn_hook *hooks_early;  /* ... run before those (hl_turn_hook_queue_early) */
 	struct hl_reactor_fini *finis;     /* run by hl_reactor_destroy, newest first */
 	struct hl_reactor_peek *peeks;     /* asked during the busy-poll window */
 	struct hl_reactor_peek *peek_next; /* the next one peeks_run asks */
@@ -498,6 +499,33 @@ int hl_turn_hook_queue(struct hl_reactor *r, struct hl_turn_hook *h)
 	return 0;
 }
 
+/* HOTLUN_HOOKS_EARLY=0: early hooks queue as the others (A/B of the order). */
+static bool hooks_early_on(void)
+{
+	static _Atomic int v = -1;
+	int x = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (x < 0) {
+		const char *e = getenv("HOTLUN_HOOKS_EARLY");
+		x = !(e && e[0] == '0');
+		atomic_store_explicit(&v, x, memory_order_relaxed);
+	}
+	return x;
+}
+
+int hl_turn_hook_queue_early(struct hl_reactor *r, struct hl_turn_hook *h)
+{
+	if (!r || r != current_reactor)
+		return -EAGAIN;
+	if (h->pprev)
+		return 0;
+	if (hooks_early_on())
+		NODE_PUSH(&r->hooks_early, h, r);
+	else
+		NODE_PUSH(&r->hooks, h, r);
+	return 0;
+}
+
 void hl_turn_hook_cancel(struct hl_turn_hook *h)
 {
 	if (!h->pprev)
@@ -509,7 +537,7 @@ static void turn_hooks_run(struct hl_reactor *r)
 {
 	struct hl_turn_hook *h;
 
-	while ((h = r->hooks) != NULL) {
+	while ((h = r->hooks_early) != NULL || (h = r->hooks) != NULL) {
 		hl_turn_hook_cancel(h);
 		h->fn(h);
 	}

@@ -233,12 +233,25 @@ static uint32_t conn_wanted_mask(const struct iscsi_conn *c)
 	return m;
 }
 
+static bool out_defer(void)
+{
+	static _Atomic int v = -1;
+	int x = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (x < 0) {
+		const char *e = getenv("HOTLUN_OUT_DEFER");
+		x = !(e && e[0] == '0');
+		atomic_store_explicit(&v, x, memory_order_relaxed);
+	}
+	return x;
+}
+
 static void conn_event(struct hl_event *ev, uint32_t revents)
 {
 	struct iscsi_conn *c = ev->arg;
 
 	conn_enter(c);
-	if (revents & EPOLLOUT)
+	if ((revents & EPOLLOUT) && (!c->reactor || !out_defer()))
 		iscsi_conn_flush(c);
 	if (c->state != CONN_CLOSED && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
 	    !conn_tx_full(c))
@@ -424,6 +437,37 @@ static void tx_release_all(struct iscsi_conn *c)
  * send_uring the whole of it (up to ISCSI_IOV_MAX iovecs) goes as one SQE
  * instead, and iscsi_conn_send_done goes on from its CQE.
  */
+/* HOTLUN_TX_PER_TURN (bytes): ISCSI_TX_PER_TURN for A/B runs. */
+static size_t tx_per_turn(void)
+{
+	static _Atomic int64_t v = -1;
+	int64_t x = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (x < 0) {
+		const char *e = getenv("HOTLUN_TX_PER_TURN");
+		x = e && *e ? (int64_t)strtoull(e, NULL, 10) : 0;
+		if (x <= 0 || x > (1ll << 30))
+			x = ISCSI_TX_PER_TURN;
+		atomic_store_explicit(&v, x, memory_order_relaxed);
+	}
+	return (size_t)x;
+}
+
+/* Cut iov[0..cnt) to at most max bytes (at least one byte). @return the new count. */
+static int iov_trim(struct iovec *iov, int cnt, size_t max)
+{
+	size_t total = 0;
+
+	for (int i = 0; i < cnt; i++) {
+		if (total + iov[i].iov_len >= max) {
+			iov[i].iov_len = HL_MAX(max - total, (size_t)1);
+			return i + 1;
+		}
+		total += iov[i].iov_len;
+	}
+	return cnt;
+}
+
 void iscsi_conn_flush(struct iscsi_conn *c)
 {
 	struct iovec local_iov[ISCSI_IOV_MAX];
@@ -433,13 +477,15 @@ void iscsi_conn_flush(struct iscsi_conn *c)
 	if (c->tx_inflight)
 		return; /* its CQE goes on from here (the kernel reads txq) */
 	if (c->txu && c->reactor && c->tx_turn == hl_reactor_heartbeat(c->reactor) &&
-	    c->tx_turn_sent >= ISCSI_TX_PER_TURN) {
+	    c->tx_turn_sent >= tx_per_turn()) {
 		/* sent its share of this turn: EPOLLOUT brings it back on the next */
 		conn_set_mask(c, conn_wanted_mask(c));
 		return;
 	}
-	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq) && sent < ISCSI_TX_PER_TURN) {
+	while (c->state != CONN_CLOSED && !hl_list_empty(&c->txq) && sent < tx_per_turn()) {
 		int cnt = tx_fill_iov(c, iov);
+		if (!c->txu)
+			cnt = iov_trim(iov, cnt, tx_per_turn() - sent);
 		/* sendmsg, not writev: MSG_NOSIGNAL keeps a peer reset from raising SIGPIPE */
 		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
 		if (c->txu && iscsi_tx_uring_send(c, &msg) == 0)

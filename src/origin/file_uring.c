@@ -548,7 +548,7 @@ int origin_file_ring_submit(struct hl_reactor *r, struct hl_origin_io *io)
 	}
 	ring_queue(ring, io);
 	/* Submitted with the turn's other SQEs; now when r is not running here. */
-	if (hl_turn_hook_queue(r, &ring->flush_hook))
+	if (hl_turn_hook_queue_early(r, &ring->flush_hook))
 		ring_flush(ring);
 	return 0;
 }

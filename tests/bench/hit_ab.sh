@@ -24,7 +24,26 @@
 #              [global], e.g. "poll_us = 200"), HL_OUT (default ./hit-ab),
 #              SESSIONS (1: iSCSI sessions per run, hotlun-bench --sessions; QD is per session),
 #              SYSCALLS (0 | 1: also count the daemon's syscalls per I/O with
-#              perf stat on syscalls:sys_enter_*, into $HL_OUT/syscalls.txt)
+#              perf stat on syscalls:sys_enter_*, into $HL_OUT/syscalls.txt),
+#              PIN=HOTLUND_CPUS:CLIENT_CPUS (both daemons' threads on the first
+#              CPUs, hotlun-bench on the second, as hit_path.sh's PIN),
+#              NOHALT=1 (SCHED_IDLE busy loops keep every CPU from halting, as
+#              hit_path.sh's NOHALT), NICE=N (run the daemons' threads and the
+#              client at nice N, e.g. -10, as hit_path.sh's NICE),
+#              A_SESSIONS / B_SESSIONS (sessions of A's / B's hotlun-bench runs,
+#              the cell's QD divided among them: the same commands in flight
+#              over one or more TCP streams),
+#              A_CLIENT / B_CLIENT (hotlun-bench | iscsi-perf: the client of A's /
+#              B's runs; with the same binary twice, an A/B of the clients),
+#              TRACE=1 (`perf trace` of the daemon's epoll_wait, recvfrom, read,
+#              sendmsg and io_uring_enter for 2 s of each run, from its 2nd
+#              second; tests/bench/turn_order.py sums up, per run, how long
+#              the turn's device submission waited behind the turn's sends;
+#              into $HL_OUT/turns.txt)
+# Per run also the cache device's queue during it, in I/Os of the cell's size
+# (requests in flight x the mean request size / the cell's size, from
+# /proc/diskstats of the disk under the run's temp dir; hit_path.sh's
+# disk_delta) and the mean size of its read requests, in the "dev" columns.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 A_BIN=$(realpath "$1") B_BIN=$(realpath "$2")
@@ -46,7 +65,43 @@ OUT=${HL_OUT:-$PWD/hit-ab}
 mkdir -p "$OUT"
 T=$(hl_tmpdir)
 NS=
-trap 'rc=$?; if [ -n "$NS" ]; then ip netns del "$NS" 2>/dev/null; fi; (exit $rc); hl_cleanup' EXIT
+SPIN_PIDS=
+trap 'rc=$?; for p in $SPIN_PIDS; do kill "$p" 2>/dev/null; done; if [ -n "$NS" ]; then ip netns del "$NS" 2>/dev/null; fi; (exit $rc); hl_cleanup' EXIT
+PIN=${PIN:-}
+CPIN=()
+if [ -n "$PIN" ]; then
+	case "$PIN" in
+	*:*) CPIN=(taskset -c "${PIN#*:}") ;;
+	*) hl_error "PIN wants HOTLUND_CPUS:CLIENT_CPUS, e.g. 0:1, not '$PIN'" ;;
+	esac
+fi
+if [ "${NOHALT:-0}" = 1 ]; then
+	command -v chrt >/dev/null || hl_error "NOHALT=1 needs chrt (util-linux)"
+	for c in $(seq 0 $(($(nproc) - 1))); do
+		chrt -i 0 taskset -c "$c" sh -c 'while :; do :; done' &
+		SPIN_PIDS="$SPIN_PIDS $!"
+	done
+fi
+NICE=${NICE:-}
+if [ -n "$NICE" ]; then
+	CPIN=(nice -n "$NICE" "${CPIN[@]}")
+fi
+DISK=$(basename "$(df --output=source "$T" | tail -1)")
+grep -q " $DISK " /proc/diskstats 2>/dev/null || DISK=
+# disk_snap: "reads sectors_read weighted_ms ms_now" of DISK.
+disk_snap() {
+	awk -v d="$DISK" -v t="$(($(date +%s%N) / 1000000))" '$3 == d {print $4, $6, $7, t; exit}' /proc/diskstats
+}
+# disk_ios "SNAP0" BS: the device's bytes in flight since SNAP0, in I/Os of BS, and
+# the mean read request size in KiB ("IOS/SIZEK"; "-" without a disk).
+disk_ios() {
+	local r0 s0 w0 t0 r1 s1 w1 t1
+	[ -n "$DISK" ] || { echo -; return; }
+	read -r r0 s0 w0 t0 <<<"$1"
+	read -r r1 s1 w1 t1 <<<"$(disk_snap)"
+	awk -v t=$((t1 - t0)) -v r=$((r1 - r0)) -v s=$((s1 - s0)) -v w=$((w1 - w0)) \
+		-v bs="$(numfmt --from=iec "$2")" 'BEGIN {printf "%.1f/%.0fK\n", (t > 0 && r) ? w / t * s * 512 / r / bs : 0, r ? s / 2 / r : 0}'
+}
 IQN=$HL_IQN_PREFIX:hit-ab
 TCK=$(getconf CLK_TCK)
 RANGE_B=$(numfmt --from=iec "$RANGE")
@@ -78,20 +133,44 @@ field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 SC_EVENTS=syscalls:sys_enter_sendmsg,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait
 SC_EVENTS=$SC_EVENTS,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_ctl
 
-# bench PID PORT LUN BS QD [NAME]: "IOPS CPU_US_PER_IO" of one run.
+# bench PID PORT LUN BS QD [NAME]: "IOPS CPU_US_PER_IO DEV_IOS" of one run.
 bench() {
-	local pid=$1 port=$2 lun=$3 bs=$4 qd=$5 name=${6:-} t0 t1 line perf_pid=
+	local pid=$1 port=$2 lun=$3 bs=$4 qd=$5 name=${6:-} t0 t1 line d0 perf_pid=
 	if [ "$SYSCALLS" = 1 ]; then
 		perf stat -x, -e "$SC_EVENTS" -p "$pid" -o "$T/perf.out" 2>/dev/null &
 		perf_pid=$!
 		sleep 0.2
 	fi
+	if [ "${TRACE:-0}" = 1 ]; then
+		(sleep 1 && timeout -s INT 2 perf trace -p "$pid" -e epoll_wait,recvfrom,read,sendmsg,io_uring_enter \
+			-o "$OUT/trace.txt" >/dev/null 2>&1) &
+		perf_pid=$!
+	fi
+	d0=$(disk_snap)
 	t0=$(cpu_ticks "$pid")
-	line=$("${RUN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" \
-		--sessions "$SESSIONS" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+	local client=${name}_CLIENT
+	if [ "${!client:-}" = iscsi-perf ]; then
+		# libiscsi's own client: whole LUN (= RANGE), 512-byte blocks; its
+		# I/Os are its average IOPS x the run's seconds
+		local p
+		p=$("${RUN[@]}" "${CPIN[@]}" iscsi-perf -t "$TIME" -m "$qd" -b $(($(numfmt --from=iec "$bs") / 512)) -r \
+			"iscsi://$HOST:$port/$IQN/$lun" 2>&1 | tr '\r' '\n' | sed -n 's/.*iops average \([0-9]*\).*/\1/p' | tail -1)
+		line="iops=${p:-0} ios=$((${p:-0} * TIME)) errors=$([ -n "$p" ] && echo 0 || echo iscsi-perf)"
+	else
+		local sv=${name}_SESSIONS ns=$SESSIONS nq=$qd
+		if [ -n "${!sv:-}" ]; then
+			ns=${!sv}
+			nq=$((qd / ns > 0 ? qd / ns : 1))
+		fi
+		line=$("${RUN[@]}" "${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$nq" \
+			--sessions "$ns" --time "$TIME" --quiet "iscsi://$HOST:$port/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
+	fi
 	t1=$(cpu_ticks "$pid")
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
-	if [ -n "$perf_pid" ]; then
+	if [ "${TRACE:-0}" = 1 ]; then
+		wait "$perf_pid"
+		echo "$name LUN $lun $bs QD$qd: $("$SRC/tests/bench/turn_order.py" "$OUT/trace.txt")" >>"$OUT/turns.txt"
+	elif [ -n "$perf_pid" ]; then
 		kill -INT "$perf_pid"
 		wait "$perf_pid"
 		# syscalls per I/O (the perf window is a little longer than the run's)
@@ -100,7 +179,7 @@ bench() {
 			END { print tag ":" s }' "$T/perf.out" >>"$OUT/syscalls.txt"
 	fi
 	awk -v i="$(field "$line" iops)" -v n="$(field "$line" ios)" -v d=$((t1 - t0)) -v k="$TCK" \
-		'BEGIN {printf "%d %.1f\n", i, n ? d * 1e6 / k / n : 0}'
+		-v q="$(disk_ios "$d0" "$bs")" 'BEGIN {printf "%d %.1f %s\n", i, n ? d * 1e6 / k / n : 0, q}'
 }
 
 # start NAME BIN ENV CACHE_BS: a daemon (LUN 0 cached, LUN 1 uncached), warmed;
@@ -125,6 +204,14 @@ start() {
 	} >"$st.conf"
 	# shellcheck disable=SC2086
 	HL_HOTLUND=$bin HL_WRAPPER="${env:+env $env}" hl_start_hotlund "$st.conf"
+	if [ -n "$PIN" ]; then
+		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
+	fi
+	if [ -n "$NICE" ]; then
+		for t in /proc/"$HL_PID"/task/*; do
+			renice -n "$NICE" -p "${t##*/}" >/dev/null || hl_error "renice $NICE failed"
+		done
+	fi
 	for pass in 1 2 3 4 5 6; do
 		m0=$(hl_cache_stat "$st/ctl.sock" ssd read_misses)
 		seq 0 $(((RANGE_B >> 20) - 1)) | shuf >"$T/warm.blocks"
@@ -146,9 +233,10 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print NR % 2 ? 
 {
 	echo "A = $A_BIN${A_ENV:+ ($A_ENV)}, B = $B_BIN${B_ENV:+ ($B_ENV)}; NET=$NET, $TIME s a run, $ROUNDS runs each, $SESSIONS session(s)"
 	echo
-	echo "| cache block | LUN | I/O | A: IOPS | B: IOPS | A: CPU µs/IO | B: CPU µs/IO | CPU A / B (median) |"
-	echo "| ---: | --- | --- | --- | --- | --- | --- | ---: |"
+	echo "| cache block | LUN | I/O | A: IOPS | B: IOPS | A: CPU µs/IO | B: CPU µs/IO | CPU A / B (median) | IOPS A / B (median) | A: dev | B: dev |"
+	echo "| ---: | --- | --- | --- | --- | --- | --- | ---: | ---: | --- | --- |"
 } >"$OUT/results.md"
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 luns=0
 [ "$UNCACHED" = 1 ] && luns="0 1"
 for cbs in $BLOCKS; do
@@ -157,20 +245,22 @@ for cbs in $BLOCKS; do
 	for lun in $luns; do
 		for cell in $CELLS; do
 			bs=${cell%:*} qd=${cell#*:}
-			ai=() bi=() ac=() bc=()
+			ai=() bi=() ac=() bc=() aq=() bq=()
 			for r in $(seq 1 "$ROUNDS"); do
 				order="A B"
 				[ $((r % 2)) = 0 ] && order="B A"
 				for x in $order; do
 					pid=PID_$x port=PORT_$x
-					read -r i c <<<"$(bench "${!pid}" "${!port}" "$lun" "$bs" "$qd" "$x")"
-					if [ $x = A ]; then ai+=("$i") ac+=("$c"); else bi+=("$i") bc+=("$c"); fi
+					read -r i c q <<<"$(bench "${!pid}" "${!port}" "$lun" "$bs" "$qd" "$x")"
+					if [ $x = A ]; then ai+=("$i") ac+=("$c") aq+=("$q"); else bi+=("$i") bc+=("$c") bq+=("$q"); fi
 				done
 			done
-			printf '| %s | %s | %s QD%s | %s | %s | %s | %s | %.2f |\n' "$cbs" \
+			printf '| %s | %s | %s QD%s | %s | %s | %s | %s | %.2f | %.2f | %s | %s |\n' "$cbs" \
 				"$([ "$lun" = 0 ] && echo hit || echo uncached)" "$bs" "$qd" \
 				"${ai[*]}" "${bi[*]}" "${ac[*]}" "${bc[*]}" \
-				"$(awk -v a="$(median "${ac[@]}")" -v b="$(median "${bc[@]}")" 'BEGIN {print b ? a / b : 0}')" |
+				"$(awk -v a="$(median "${ac[@]}")" -v b="$(median "${bc[@]}")" 'BEGIN {print b ? a / b : 0}')" \
+				"$(awk -v a="$(median "${ai[@]}")" -v b="$(median "${bi[@]}")" 'BEGIN {print b ? a / b : 0}')" \
+				"${aq[*]}" "${bq[*]}" |
 				tee -a "$OUT/results.md"
 		done
 	done
@@ -181,7 +271,8 @@ for cbs in $BLOCKS; do
 done
 {
 	echo
-	echo "machine: $(nproc) CPUs, $(uname -r), load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)"
+	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1}${NICE:+, nice $NICE}"
 } >>"$OUT/results.md"
 cat "$OUT/results.md"
 if [ "$SYSCALLS" = 1 ]; then cat "$OUT/syscalls.txt"; fi
+if [ "${TRACE:-0}" = 1 ]; then cat "$OUT/turns.txt"; fi

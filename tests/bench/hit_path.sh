@@ -49,7 +49,11 @@
 #              where the scheduler puts the client does not move QD1 figures
 #              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
 #              NOHALT=1 (no CPU halts: see below; the QD1 column's like-with-like mode),
-#              TIMELINE=1 (per-request timelines, below)
+#              TIMELINE=1 (per-request timelines, below),
+#              NICE=N (hotlund's threads, hotlun-bench and fio at nice N, e.g.
+#              -10: on a machine shared with other work, that work then takes
+#              less of the CPUs from the measured runs; the runs still share
+#              the disk with it)
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export HL_SRCDIR=$SRC HL_BUILDDIR=${1:-${HL_BUILDDIR:-$SRC/build}}
@@ -104,6 +108,10 @@ if [ "${NOHALT:-0}" = 1 ]; then
 		SPIN_PIDS="$SPIN_PIDS $!"
 	done
 fi
+NICE=${NICE:-}
+if [ -n "$NICE" ]; then
+	CPIN="nice -n $NICE $CPIN"
+fi
 TCK=$(getconf CLK_TCK)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 RANGE_B=$(numfmt --from=iec "$RANGE")
@@ -121,28 +129,36 @@ dd if="$ORIGIN" of="$FIOF" bs=1M oflag=direct conv=fsync status=none || hl_error
 DISK=$(basename "$(df --output=source "$CDIR" | tail -1)")
 grep -q " $DISK " /proc/diskstats 2>/dev/null || DISK=
 
-# disk_snap: "ms_now io_ticks weighted_ms" of DISK (zeros without one).
+# disk_snap: "ms_now io_ticks weighted_ms reads sectors_read" of DISK (zeros without one).
 disk_snap() {
 	local now
 	now=$(($(date +%s%N) / 1000000))
 	if [ -n "$DISK" ]; then
-		awk -v d="$DISK" -v t="$now" '$3 == d {print t, $13, $14; exit}' /proc/diskstats
+		awk -v d="$DISK" -v t="$now" '$3 == d {print t, $13, $7, $4, $6; exit}' /proc/diskstats
 	else
-		echo "$now 0 0"
+		echo "$now 0 0 0 0"
 	fi
 }
 
-# disk_delta "SNAP0": "AQU BUSY%" of DISK since SNAP0 ("- -" without one).
+# disk_delta "SNAP0" BS: "AQU:IOS BUSY%" of DISK since SNAP0 ("- -" without
+# one). AQU is the average number of requests in flight (iostat's aqu-sz);
+# IOS the bytes they hold, in I/Os of BS (AQU x the mean request size / BS):
+# the block layer splits or merges reads (a 1 MiB read in 4 KiB pages is two
+# requests for max_segments 254, a streamed hit's adjacent chunks can merge
+# again in the scheduler), so only the bytes tell how many of the cell's
+# commands the device holds at once (assuming latency does not depend on a
+# request's size).
 disk_delta() {
-	local t0 b0 w0 t1 b1 w1
-	read -r t0 b0 w0 <<<"$1"
-	read -r t1 b1 w1 <<<"$(disk_snap)"
+	local t0 b0 w0 r0 s0 t1 b1 w1 r1 s1
+	read -r t0 b0 w0 r0 s0 <<<"$1"
+	read -r t1 b1 w1 r1 s1 <<<"$(disk_snap)"
 	if [ -z "$DISK" ] || [ "$t1" -le "$t0" ]; then
 		echo "- -"
 		return
 	fi
-	awk -v t=$((t1 - t0)) -v b=$((b1 - b0)) -v w=$((w1 - w0)) \
-		'BEGIN {printf "%.1f %.0f\n", w / t, 100 * b / t}'
+	awk -v t=$((t1 - t0)) -v b=$((b1 - b0)) -v w=$((w1 - w0)) -v r=$((r1 - r0)) \
+		-v s=$((s1 - s0)) -v bs="$(numfmt --from=iec "$2")" \
+		'BEGIN {printf "%.1f:%.1f %.0f\n", w / t, r ? w / t * s * 512 / r / bs : 0, 100 * b / t}'
 }
 
 # cpu_ticks PID: utime + stime of PID in clock ticks.
@@ -161,7 +177,7 @@ bench() {
 	line=$($CPIN "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
 		--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$HL_PID")
-	dq=$(disk_delta "$d0")
+	dq=$(disk_delta "$d0" "$bs")
 	ios=$(field "$line" ios)
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
 	awk -v i="$(field "$line" iops)" -v n="${ios:-0}" -v d=$((t1 - t0)) -v k="$TCK" \
@@ -185,7 +201,7 @@ fio_iops() {
 r = json.load(sys.stdin)["jobs"][0]["read"]
 print("%d %.1f" % (r["iops"], r["lat_ns"]["percentile"]["50.000000"] / 1e3))' 2>>"$OUT/fio.err")
 	read -r r p <<<"$r"
-	echo "${r:-0} $(disk_delta "$d0") ${p:-0}"
+	echo "${r:-0} $(disk_delta "$d0" "$1") ${p:-0}"
 }
 
 # start CACHE_BS: hotlund with LUN 0 = origin cached on a fresh cache file, LUN 1 = origin uncached.
@@ -207,6 +223,12 @@ start() {
 	HL_HOTLUND=${HOTLUND:-$HL_HOTLUND} hl_start_hotlund "$T/hit-$cbs.conf"
 	if [ -n "$PIN" ]; then
 		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
+	fi
+	if [ -n "$NICE" ]; then
+		local t
+		for t in /proc/"$HL_PID"/task/*; do
+			renice -n "$NICE" -p "${t##*/}" >/dev/null || hl_error "renice $NICE failed"
+		done
 	fi
 	SOCK=$st/ctl.sock
 	# Warm: every MiB of the range read once in shuffled order (a sequential
@@ -302,7 +324,7 @@ for cell in $CELLS; do
 	FIO[$cell]=0
 done
 {
-	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 (means / medians) | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits | device busy % fio / hits |"
+	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 (means / medians) | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits: requests (in I/Os of the cell) | device busy % fio / hits |"
 	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$OUT/results.md"
 first=1
@@ -324,7 +346,8 @@ for cbs in $BLOCKS; do
 			if (q == 1 && f && h && u)
 				add = sprintf("%.1f / %.1f", 1e6 / h - 1e6 / f - 1e6 / u, hp - fp - up);
 			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %s | %.1f | %.1f | %s / %s | %s / %s |\n",
-				c, b, q, f, h, u, lim ? h / lim : 0, add, hc, uc, fq, hq, fb, hb}' |
+				c, b, q, f, h, u, lim ? h / lim : 0, add, hc, uc, dq(fq), dq(hq), fb, hb}
+			function dq(x) { return sub(/:/, " (", x) ? x ")" : x }' |
 			tee -a "$OUT/results.md"
 	done
 	hits=$(($(hl_cache_stat "$SOCK" ssd read_hits) - HITS0))
@@ -343,7 +366,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN}${NICE:+, nice $NICE}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"

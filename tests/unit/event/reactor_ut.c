@@ -280,6 +280,62 @@ static void test_turn_hooks(void)
 	hl_reactor_destroy(x.r);
 }
 
+/*
+ * Early hooks (the device reads' submission) run before the others (the
+ * sends) whichever was queued first, also one an ordinary hook queues.
+ */
+struct order_ctx {
+	struct hl_turn_hook send, dev, dev2;
+	struct hl_timer t;
+	struct hl_reactor *r;
+	char seq[8];
+	int n;
+};
+
+static void order_send(struct hl_turn_hook *h)
+{
+	struct order_ctx *x = h->arg;
+	if (x->n < 7)
+		x->seq[x->n++] = 's';
+	/* a hook's early hook still runs in this pass, before the stop */
+	CU_ASSERT_EQUAL(hl_turn_hook_queue_early(x->r, &x->dev2), 0);
+}
+
+static void order_dev(struct hl_turn_hook *h)
+{
+	struct order_ctx *x = h->arg;
+	if (x->n < 7)
+		x->seq[x->n++] = h == &x->dev ? 'd' : 'e';
+	if (h == &x->dev2)
+		hl_reactor_stop(x->r);
+}
+
+static void order_timer(struct hl_timer *t)
+{
+	struct order_ctx *x = t->arg;
+	/* the device hook first: in one list, newest first, the send would run first */
+	CU_ASSERT_EQUAL(hl_turn_hook_queue_early(x->r, &x->dev), 0);
+	CU_ASSERT_EQUAL(hl_turn_hook_queue(x->r, &x->send), 0);
+	CU_ASSERT_EQUAL(hl_turn_hook_queue_early(x->r, &x->dev), 0); /* queued already */
+	CU_ASSERT_TRUE(hl_turn_hook_queued(&x->dev));
+}
+
+static void test_turn_hooks_early(void)
+{
+	struct order_ctx x = {0};
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&x.r, "t"), 0);
+	hl_turn_hook_init(&x.send, order_send, &x);
+	hl_turn_hook_init(&x.dev, order_dev, &x);
+	hl_turn_hook_init(&x.dev2, order_dev, &x);
+	CU_ASSERT_EQUAL(hl_turn_hook_queue_early(x.r, &x.dev), -EAGAIN);
+	hl_timer_init(&x.t, order_timer, &x);
+	hl_timer_start(x.r, &x.t, 0);
+	CU_ASSERT_EQUAL(hl_reactor_run(x.r), 0);
+	CU_ASSERT_STRING_EQUAL(x.seq, "dse");
+	hl_reactor_destroy(x.r);
+}
+
 static void test_busy_poll(void)
 {
 	struct echo_ctx e = {0};
@@ -784,6 +840,7 @@ static const struct hl_test tests[] = {
 	{"current reactor", test_current_reactor_is_set_inside_loop},
 	{"busy polling: events, timers, calls; idle sleeps", test_busy_poll},
 	{"turn hooks: once per turn, after timers; cancel", test_turn_hooks},
+	{"turn hooks: early ones before the others", test_turn_hooks_early},
 	{"destroy calls: once, before the epoll fd closes; cancel", test_destroy_calls},
 	{"uring watch: attach, move when idle, reap, detach on destroy", test_uring_watch},
 	{"peeks: only in the busy-poll window, in turn; del", test_peeks},
