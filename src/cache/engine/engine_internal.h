@@ -736,7 +736,13 @@ bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns);
  * (c->shadow_left: the close keeps the cache).
  */
 void engine_shadow_stop(struct hl_cache *c);
-/** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */
+/**
+ * co_close: e stops shadowing and publishing; waits for its pre-reads. A
+ * step that keeps e's shadow_mu past c->drain_ms is waited for while it is
+ * in a call on the origin; one stuck in its records step (sync_lock not
+ * free within the bound either: meta_stuck, map sealed) is given up on: it
+ * ends on its own, touching neither the cached nor the inner origin.
+ */
 void engine_shadow_detach(struct hl_cache *c, struct map_ent *e);
 /**
  * hl_cache_revalidate: no shadow step (a proof move) runs until

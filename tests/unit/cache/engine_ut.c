@@ -4123,6 +4123,135 @@ static void test_revalidate_sync_lock_stuck(void)
 	free(buf);
 }
 
+/* hl_origin_close on a thread of its own, so that a test can bound it. */
+static void *close_main(void *arg)
+{
+	struct reval_call *cl = arg;
+
+	hl_origin_close(cl->o);
+	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* Until call's done is set or ms pass: @return the milliseconds waited. */
+static uint64_t wait_call(struct reval_call *call, unsigned ms)
+{
+	uint64_t t0 = hl_now_ns();
+
+	for (unsigned i = 0; i < ms && !__atomic_load_n(&call->done, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	return (hl_now_ns() - t0) / 1000000;
+}
+
+/*
+ * A standby's shadow step moving its proof (a roll) waits for sync_lock
+ * behind a stuck holder (the metadata thread's held proof_take): the
+ * takeover gives up on the step's shadow_mu (bounded, served from the
+ * origin only), and then the disk's close (a stop, a removal) must not wait
+ * for that step either: it gave up nothing but the step's lock, and hung
+ * for ever in engine_shadow_detach (the stop ignored SIGTERM). The step is
+ * left its state (it touches neither the cached nor the inner origin when
+ * it gets the lock late), the map stays "failed", no read is a hit.
+ */
+static void test_revalidate_shadow_step_stuck(void)
+{
+	struct reval_call rv = {0}, cl = {0};
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_hot_ent hot[1] = {{0, 9}};
+	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = 1, .v = hot};
+	uint8_t *buf = malloc(BS);
+	pthread_t t;
+	uint64_t ms;
+	uint8_t src;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 43);
+	f.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_hot_origin(&f, "fake:sstuck"), &o) ==
+	                0);
+	for (uint64_t b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	c->drain_ms = 200;
+	/* the metadata thread stuck with sync_lock (a dead device's record write holds it so) */
+	__atomic_store_n(&f.take_hold, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST));
+	/* handed over: a standby; the owner writes block 8, marks and publishes */
+	hl_cache_hold_proofs(o);
+	fake_external(&f, 8 * BS, 4 * K, 0x5a);
+	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f.gen, __ATOMIC_SEQ_CST));
+	snprintf(hs.prev, sizeof(hs.prev), "fake:999"); /* not our proof: the step diffs */
+	f.check_delay_ms = 1; /* (so that the diff says when it runs) */
+	f.hot = &hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(o, 64 * M), 0);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&f.checking, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&f.checking, __ATOMIC_SEQ_CST));
+	usleep(100 * 1000); /* the roll's diff is done: it waits for sync_lock */
+	if (pthread_mutex_trylock(&c->ents[0]->shadow_mu) == 0) {
+		pthread_mutex_unlock(&c->ents[0]->shadow_mu);
+		CU_FAIL_FATAL("the shadow step does not hold its lock");
+	}
+
+	/* the takeover: two bounds at most, served from the origin only */
+	rv.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	ms = wait_call(&rv, 3000);
+	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(rv.rc, 0);
+	CU_ASSERT(atomic_load(&c->failed));
+	CU_ASSERT(map_holds("state failed"));
+	for (uint64_t b = 0; b < 10; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(o, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_UNCACHED);
+		CU_ASSERT(memcmp(buf, f.mem + b * BS, BS) == 0);
+	}
+
+	/* the disk's close (a stop): bounded too, the step still stuck */
+	reactor_down();
+	cl.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
+	ms = wait_call(&cl, 3000);
+	/* (fatal: the close still waits for the step, 3 s after it began) */
+	CU_ASSERT_FATAL(__atomic_load_n(&cl.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the disk's close took %llu ms (bound 200)\n", (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&f.closes, __ATOMIC_SEQ_CST), 0); /* kept */
+
+	/* the holder's call returns: the step gets the lock, changes nothing, lets go */
+	__atomic_store_n(&f.take_hold, 0, __ATOMIC_SEQ_CST);
+	bool let_go = false;
+	for (int i = 0; i < 3000 && !let_go; i++) {
+		let_go = pthread_mutex_trylock(&c->ents[0]->shadow_mu) == 0;
+		if (let_go)
+			pthread_mutex_unlock(&c->ents[0]->shadow_mu);
+		else
+			usleep(1000);
+	}
+	CU_ASSERT(let_go);
+	usleep(300 * 1000); /* six metadata intervals, fifteen shadow ticks */
+	CU_ASSERT(map_holds("state failed"));
+	hl_cache_close(c); /* parked */
+	CU_ASSERT(map_holds("state failed"));
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -4217,6 +4346,8 @@ int main(void)
 	     test_close_sync_lock_stuck},
 	    {"a takeover while sync_lock's holder is stuck: bounded, served from the origin only",
 	     test_revalidate_sync_lock_stuck},
+	    {"a takeover past a shadow step stuck behind sync_lock: the disk's close is bounded too",
+	     test_revalidate_shadow_step_stuck},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
