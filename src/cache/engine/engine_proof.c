@@ -217,6 +217,14 @@ static int reval_records(void *arg)
 	}
 	if (!rc && proof_gone)
 		rc = engine_map_write(c, "open");
+	/*
+	 * A step that returns after the takeover gave up on it (meta_stuck,
+	 * set before hl_cache_revalidate returned, so before any later
+	 * hand-over's hold_proofs) changes nothing: the disk may be another
+	 * gateway's again by now, and its proofs stay held.
+	 */
+	if (!rc && atomic_load(&c->meta_stuck))
+		rc = -ETIMEDOUT;
 	if (!rc)
 		atomic_store(&e->proofs_held, false); /* coherent: proofs from now on */
 	pthread_mutex_unlock(&c->sync_lock);

@@ -4252,6 +4252,72 @@ static void test_revalidate_shadow_step_stuck(void)
 	free(buf);
 }
 
+/*
+ * The takeover gives up on its records step while that step is in its own
+ * record sync (HOTLUN_TEST_CACHE_META_HOLD: a device write that does not
+ * return), and the disk is later handed over again (hl_cache_hold_proofs).
+ * When the sync returns, the abandoned step must not mark the disk's proofs
+ * coherent any more (proofs_held false: a disk this gateway does not own
+ * would look owned: its shadow would publish for it, its close would take a
+ * final proof): the takeover that wanted it is over.
+ */
+static void test_revalidate_records_late(void)
+{
+	struct reval_call rv = {0};
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS);
+	char hold[96];
+	pthread_t t;
+	uint64_t ms;
+	bool free_again = false;
+	FILE *h;
+
+	o = fixture_up(&c, NULL, &f, 44, "fake:late");
+	f.diff = true;
+	for (uint64_t b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	c->drain_ms = 200;
+	hl_cache_hold_proofs(o);             /* handed over */
+	fake_external(&f, 3 * BS, BS, 0x3c); /* the peer writes block 3 */
+	snprintf(hold, sizeof(hold), "%s.hold", g_dev);
+	h = fopen(hold, "w");
+	CU_ASSERT_FATAL(h != NULL);
+	fclose(h);
+	c->meta_hold = strdup(hold); /* the takeover's record sync does not return */
+	rv.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	ms = wait_call(&rv, 3000);
+	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(rv.rc, 0);
+	CU_ASSERT(atomic_load(&c->failed));
+	CU_ASSERT(map_holds("state failed"));
+	/* handed over again while that sync is still out */
+	hl_cache_hold_proofs(o);
+	unlink(hold); /* the sync returns */
+	for (int i = 0; i < 3000 && !free_again; i++) {
+		free_again = pthread_mutex_trylock(&c->sync_lock) == 0;
+		if (free_again)
+			pthread_mutex_unlock(&c->sync_lock);
+		else
+			usleep(1000);
+	}
+	CU_ASSERT(free_again);
+	usleep(100 * 1000);
+	CU_ASSERT(atomic_load(&c->ents[0]->proofs_held)); /* not ours: still held */
+	CU_ASSERT(map_holds("state failed"));
+	fixture_down(c, o, &f); /* parked: saves nothing */
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -4348,6 +4414,8 @@ int main(void)
 	     test_revalidate_sync_lock_stuck},
 	    {"a takeover past a shadow step stuck behind sync_lock: the disk's close is bounded too",
 	     test_revalidate_shadow_step_stuck},
+	    {"a takeover's records step that returns after the disk was handed over again: held",
+	     test_revalidate_records_late},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
