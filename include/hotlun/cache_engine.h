@@ -106,15 +106,15 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
  * shows in the disk's warm_* statistics. Blocking; not a reactor. The
  * origin's call (rbd diffs the image) is not bounded here: an origin that
  * does not answer cannot serve the disk either. Every wait on the cache
- * device is (hl_cache_drain_bound_ms each: the disk's shadow step, then
- * the records' lock, the drop's record sync and the map write as one):
- * when the records cannot be written (an error, or no answer within the
- * bound: the map is then sealed "failed"), the whole cache goes
- * pass-through, as after a device error, and every block of the disk is
- * dropped from memory: the disk is served from the origin only, never
- * from blocks that were not revalidated, and the next start formats the
- * device. @return 0 (serve the disk), -EINVAL (not a cached origin) or
- * -ENOMEM.
+ * device is, by hl_cache_drain_bound_ms (the disk's shadow step holding
+ * its lock; the records' lock, the drop's record sync and the map write,
+ * as one step): when the records cannot be written (an error, or no
+ * answer within the bound: the map is then sealed "failed"), the whole
+ * cache goes pass-through, as after a device error, and every block of
+ * the disk is dropped from memory: the disk is served from the origin
+ * only, never from blocks that were not revalidated, and the next start
+ * formats the device. @return 0 (serve the disk), -EINVAL (not a cached
+ * origin) or -ENOMEM.
  */
 int hl_cache_revalidate(struct hl_origin *cached);
 

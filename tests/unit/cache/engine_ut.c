@@ -1803,8 +1803,21 @@ static void test_shadow_revalidate_other_disk(void)
 	if (ms >= 1300)
 		fprintf(stderr, "disk B's revalidation took %llu ms\n", (unsigned long long)ms);
 
-	/* A's own revalidation waits for its step; the step moved A's proof first */
+	/*
+	 * A's own revalidation waits for its step; the step moved A's proof
+	 * first. Its diff keeps A's shadow lock past the bound (500 ms): an
+	 * origin call, not a stuck cache device (sync_lock is free), so the
+	 * revalidation waits on and the cache stays in service.
+	 */
+	c->drain_ms = 500;
+	t0 = hl_now_ns();
 	CU_ASSERT_EQUAL(hl_cache_revalidate(oa), 0);
+	ms = (hl_now_ns() - t0) / 1000000;
+	CU_ASSERT(ms > 500); /* (else the lock was not held past the bound: proves little) */
+	fprintf(stderr, "disk A's revalidation behind its step's diff took %llu ms (bound 500)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(!atomic_load(&c->meta_stuck));
+	CU_ASSERT(!atomic_load(&c->failed));
 	for (int i = 0; i < 300 && !moved; i++) {
 		CU_ASSERT_EQUAL(hl_cache_shadow_stats(oa, &ss), 0);
 		moved = ss.marks >= 1;
@@ -4123,6 +4136,91 @@ static void test_revalidate_sync_lock_stuck(void)
 	free(buf);
 }
 
+/*
+ * A takeover while the disk's shadow step is stuck behind the cache device:
+ * the metadata thread holds sync_lock in a call that does not return (disk
+ * B's held proof_take), and disk A's standby step, moving A's proof to the
+ * owner's new mark, waits for sync_lock with A's shadow lock held. A's
+ * revalidation waited for that lock for ever; now, past its bound, it finds
+ * sync_lock not free within the bound either: A is served from the origin
+ * within about two bounds.
+ */
+static void test_revalidate_shadow_stuck(void)
+{
+	struct reval_call rv = {0};
+	struct fake fa, fb;
+	struct hl_cache *c;
+	struct hl_origin *oa, *ob;
+	struct hl_hot_ent hot[1] = {{0, 9}};
+	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = 1, .v = hot};
+	uint8_t *buf = malloc(BS);
+	pthread_t t;
+	uint64_t t0, ms;
+	uint8_t src;
+
+	dev_name();
+	fake_init(&fa, LUN_SIZE, 33);
+	fake_init(&fb, LUN_SIZE, 34);
+	fa.diff = fb.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_hot_origin(&fa, "fake:a"), &oa) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_origin(&fb, "fake:b"), &ob) == 0);
+	for (uint64_t b = 0; b < 4; b++) {
+		CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, b * BS, BS, buf), 0);
+		CU_ASSERT_EQUAL(do_io(ob, HL_IO_READ, b * BS, BS, buf), 0);
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
+	c->drain_ms = 200;
+	hl_cache_hold_proofs(oa); /* A handed over: a standby */
+	__atomic_store_n(&fb.take_hold, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&fb.taking, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&fb.taking, __ATOMIC_SEQ_CST));
+	/* A's owner writes, marks and publishes; A's step diffs (1 ms), then waits for sync_lock */
+	fake_external(&fa, 2 * BS, 4 * K, 0x5a);
+	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&fa.gen, __ATOMIC_SEQ_CST));
+	snprintf(hs.prev, sizeof(hs.prev), "fake:999"); /* not A's proof: A diffs itself */
+	fa.check_delay_ms = 1;
+	fa.hot = &hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(oa, 64 * M), 0);
+	for (int i = 0; i < 300 && !__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST); i++)
+		usleep(10 * 1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST));
+	usleep(100 * 1000);
+	CU_ASSERT_FATAL(pthread_mutex_trylock(&c->ents[0]->shadow_mu) == EBUSY); /* the step's */
+	rv.o = oa;
+	t0 = hl_now_ns();
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	ms = (hl_now_ns() - t0) / 1000000;
+	/* (fatal: the takeover still waits, 3 s after it began) */
+	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the takeover behind the stuck shadow step took %llu ms (bound 200)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(rv.rc, 0); /* served */
+	CU_ASSERT(atomic_load(&c->meta_stuck));
+	CU_ASSERT(atomic_load(&c->failed));
+	CU_ASSERT(map_holds("state failed"));
+	for (uint64_t b = 0; b < 4; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(oa, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_UNCACHED); /* no hit */
+		CU_ASSERT(memcmp(buf, fa.mem + b * BS, BS) == 0);
+	}
+	__atomic_store_n(&fb.take_hold, 0, __ATOMIC_SEQ_CST); /* the call returns, then the step */
+	usleep(300 * 1000);
+	CU_ASSERT(map_holds("state failed"));
+	fa.check_delay_ms = 0;
+	two_disks_close(c, oa, ob, &fa, &fb); /* parked: saves nothing */
+	free(buf);
+}
+
 /* hl_origin_close on a thread of its own, so that a test can bound it. */
 static void *close_main(void *arg)
 {
@@ -4412,6 +4510,8 @@ int main(void)
 	     test_close_sync_lock_stuck},
 	    {"a takeover while sync_lock's holder is stuck: bounded, served from the origin only",
 	     test_revalidate_sync_lock_stuck},
+	    {"a takeover while its shadow step is stuck behind the device: bounded, no hit",
+	     test_revalidate_shadow_stuck},
 	    {"a takeover past a shadow step stuck behind sync_lock: the disk's close is bounded too",
 	     test_revalidate_shadow_step_stuck},
 	    {"a takeover's records step that returns after the disk was handed over again: held",
