@@ -714,7 +714,7 @@ bool engine_shadow_lock(struct hl_cache *c, struct map_ent *e)
 		 * sync_lock behind a stuck metadata thread), it is not free within
 		 * the bound either: the holder is stuck (meta_stuck, map sealed).
 		 */
-		if (!engine_sync_lock_within(c, e->name))
+		if (!engine_sync_lock_patient(c, e->name))
 			return false;
 		pthread_mutex_unlock(&c->sync_lock);
 	}
