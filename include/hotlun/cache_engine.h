@@ -104,8 +104,9 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
  * every block of the disk when it cannot tell. `cached` is the wrapper
  * hl_cache_attach returned; no I/O of the disk is in flight. The result
  * shows in the disk's warm_* statistics. Blocking; not a reactor. The
- * origin's call (rbd diffs the image) is not bounded here: an origin that
- * does not answer cannot serve the disk either. Every wait on the cache
+ * origin's calls (rbd diffs the image; a proof the metadata thread takes
+ * under the records' lock) are not bounded here: an origin that does not
+ * answer cannot serve the disk either. Every wait on the cache
  * device is, by hl_cache_drain_bound_ms (the disk's shadow step holding
  * its lock; the records' lock, the drop's record sync and the map write,
  * as one step): when the records cannot be written (an error, or no

@@ -241,6 +241,13 @@ struct hl_cache {
 	 * "failed" (map_sealed: no later map write) and the cache is parked.
 	 */
 	atomic_bool meta_stuck;
+	/*
+	 * sync_lock's holder is in a call on an origin (a proof: rbd's
+	 * snapshot calls), not on the cache device: a takeover waits for it
+	 * (engine_sync_lock_patient) as for its own diff. Changed by the
+	 * holder only.
+	 */
+	atomic_int sync_origin;
 	atomic_bool map_sealed; /* engine_map_seal: the map stays "failed" */
 	pthread_mutex_t map_mu; /* one map writer at a time, and the seal's check */
 	pthread_cond_t mexit;   /* mlock, CLOCK_MONOTONIC: meta_exited became true */
@@ -539,6 +546,13 @@ bool engine_meta_stop(struct hl_cache *c, bool drop);
  */
 bool engine_sync_lock_within(struct hl_cache *c, const char *disk);
 /**
+ * A takeover's engine_sync_lock_within: the bound counts only while the
+ * holder is not in a call on an origin (c->sync_origin): a slow cluster is
+ * waited for (the origin's problem, as the takeover's own diff), a holder
+ * in a device call past the bound is stuck (meta_stuck, map sealed).
+ */
+bool engine_sync_lock_patient(struct hl_cache *c, const char *disk);
+/**
  * A record write or a holder of sync_lock did not end within c->drain_ms
  * (`what`, logged for disk): meta_stuck set and the map sealed "failed",
  * once. What engine_sync_lock_within does past its bound.
@@ -678,6 +692,12 @@ long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
  */
 bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc);
 /**
+ * engine_run_within, whose bound starts again whenever more(arg) says so
+ * (looked at every 1 ms while fn runs; arg is valid then).
+ */
+bool engine_run_within_more(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
+                            bool (*more)(void *arg));
+/**
  * This thread's array of at least n core ios, for a read's lookup before
  * its request is sized for what the lookup planned (valid until the
  * thread's next call; freed when the thread exits). @return NULL (no memory).
@@ -736,7 +756,13 @@ bool engine_shadow_hold(struct hl_cache *c, uint64_t deadline_ns);
  * (c->shadow_left: the close keeps the cache).
  */
 void engine_shadow_stop(struct hl_cache *c);
-/** co_close: e stops shadowing and publishing; waits (bounded) for its pre-reads. */
+/**
+ * co_close: e stops shadowing and publishing; waits for its pre-reads. A
+ * step that keeps e's shadow_mu past c->drain_ms is waited for while it is
+ * in a call on the origin; one stuck in its records step (sync_lock not
+ * free within the bound either: meta_stuck, map sealed) is given up on: it
+ * ends on its own, touching neither the cached nor the inner origin.
+ */
 void engine_shadow_detach(struct hl_cache *c, struct map_ent *e);
 /**
  * hl_cache_revalidate: no shadow step (a proof move) runs until

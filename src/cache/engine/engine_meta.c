@@ -301,6 +301,27 @@ bool engine_sync_lock_within(struct hl_cache *c, const char *disk)
 	return false;
 }
 
+bool engine_sync_lock_patient(struct hl_cache *c, const char *disk)
+{
+	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
+
+	for (;;) {
+		struct timespec dl = clock_after_ms(CLOCK_REALTIME, 10);
+		int rc = pthread_mutex_timedlock(&c->sync_lock, &dl);
+
+		if (rc == 0)
+			return true;
+		if (atomic_load(&c->meta_stuck))
+			return false;
+		if (atomic_load(&c->sync_origin) > 0)
+			deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u; /* the origin's */
+		else if (hl_now_ns() >= deadline)
+			break;
+	}
+	engine_meta_stuck(c, disk, "the records' lock was not free");
+	return false;
+}
+
 void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what)
 {
 	if (atomic_exchange(&c->meta_stuck, true))

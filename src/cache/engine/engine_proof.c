@@ -49,6 +49,29 @@ static bool str_set(char **dst, const char *src)
 }
 
 /*
+ * A proof's call on the origin while sync_lock is held: marked, so that a
+ * takeover waiting for the lock tells a slow cluster from a stuck device.
+ */
+static int proof_take_locked(struct hl_cache *c, struct hl_origin *inner, const char *tag,
+                             bool final, char *proof, size_t len)
+{
+	int rc;
+
+	atomic_fetch_add(&c->sync_origin, 1);
+	rc = hl_origin_proof_take(inner, tag, final, proof, len);
+	atomic_fetch_sub(&c->sync_origin, 1);
+	return rc;
+}
+
+static void proof_release_locked(struct hl_cache *c, struct hl_origin *inner, const char *tag,
+                                 const char *proof)
+{
+	atomic_fetch_add(&c->sync_origin, 1);
+	hl_origin_proof_release(inner, tag, proof);
+	atomic_fetch_sub(&c->sync_origin, 1);
+}
+
+/*
  * Periodic, meta thread: a proof that the origin gave twice in a row (it was
  * quiet for one interval) is recorded, so that a crash after writes stopped
  * restarts warm. Holding sync_lock keeps the disk attached meanwhile.
@@ -62,7 +85,7 @@ void engine_proofs_refresh(struct hl_cache *c)
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
 		if (!e->inner || atomic_load(&e->proofs_held) ||
-		    hl_origin_proof_take(e->inner, e->tag, false, proof, sizeof(proof)))
+		    proof_take_locked(c, e->inner, e->tag, false, proof, sizeof(proof)))
 			continue;
 		if (e->proof && !strcmp(e->proof, proof)) {
 			free(e->cand);
@@ -83,8 +106,8 @@ void engine_proofs_refresh(struct hl_cache *c)
 	if (write && engine_map_write(c, "open") == 0) {
 		for (size_t i = 0; i < c->n_ents; i++)
 			if (c->ents[i]->inner && c->ents[i]->proof)
-				hl_origin_proof_release(c->ents[i]->inner, c->ents[i]->tag,
-				                        c->ents[i]->proof);
+				proof_release_locked(c, c->ents[i]->inner, c->ents[i]->tag,
+				                     c->ents[i]->proof);
 	}
 	pthread_mutex_unlock(&c->sync_lock);
 }
@@ -104,7 +127,7 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 	 */
 	if (!engine_sync_lock_within(c, e->name))
 		return;
-	rc = hl_origin_proof_take(inner, e->tag, true, proof, sizeof(proof));
+	rc = proof_take_locked(c, inner, e->tag, true, proof, sizeof(proof));
 	free(e->cand);
 	e->cand = NULL;
 	if (rc) {
@@ -121,7 +144,7 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 		bool ok = str_set(&e->proof, proof);
 		pthread_mutex_unlock(&c->lock);
 		if (ok && engine_map_write(c, "open") == 0)
-			hl_origin_proof_release(inner, e->tag, proof);
+			proof_release_locked(c, inner, e->tag, proof);
 	}
 	pthread_mutex_unlock(&c->sync_lock);
 }
@@ -181,7 +204,16 @@ struct reval {
 	int prc;
 	struct hl_range_list chg;
 	char why[HL_ORIGIN_WHY_MAX];
+	atomic_bool locked; /* the step has sync_lock */
 };
+
+/* engine_run_within_more: still waiting for a holder of sync_lock in a call on an origin? */
+static bool reval_waits_origin(void *arg)
+{
+	struct reval *r = arg;
+
+	return !atomic_load(&r->locked) && atomic_load(&r->c->sync_origin) > 0;
+}
 
 static int reval_records(void *arg)
 {
@@ -192,6 +224,7 @@ static int reval_records(void *arg)
 	int rc = 0;
 
 	pthread_mutex_lock(&c->sync_lock);
+	atomic_store(&r->locked, true);
 	if (atomic_load(&c->meta_stuck)) {
 		/* the takeover gave up on this step (or the lock's holder was found stuck) */
 		pthread_mutex_unlock(&c->sync_lock);
@@ -217,6 +250,14 @@ static int reval_records(void *arg)
 	}
 	if (!rc && proof_gone)
 		rc = engine_map_write(c, "open");
+	/*
+	 * A step that returns after the takeover gave up on it (meta_stuck,
+	 * set before hl_cache_revalidate returned, so before any later
+	 * hand-over's hold_proofs) changes nothing: the disk may be another
+	 * gateway's again by now, and its proofs stay held.
+	 */
+	if (!rc && atomic_load(&c->meta_stuck))
+		rc = -ETIMEDOUT;
 	if (!rc)
 		atomic_store(&e->proofs_held, false); /* coherent: proofs from now on */
 	pthread_mutex_unlock(&c->sync_lock);
@@ -296,7 +337,8 @@ int hl_cache_revalidate(struct hl_origin *o)
 	 * never frees, and takes r).
 	 */
 	if (shadow && !atomic_load(&c->meta_stuck)) {
-		done = engine_run_within(c->drain_ms, reval_records, r, &rc);
+		/* (the bound counts while sync_lock's holder is not in a call on an origin) */
+		done = engine_run_within_more(c->drain_ms, reval_records, r, &rc, reval_waits_origin);
 		r = NULL;
 	}
 	if (r) {

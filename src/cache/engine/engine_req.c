@@ -226,7 +226,13 @@ static void *run_within_main(void *p)
 
 bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc)
 {
-	uint64_t t0 = hl_now_ns();
+	return engine_run_within_more(ms, fn, arg, rc, NULL);
+}
+
+bool engine_run_within_more(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
+                            bool (*more)(void *arg))
+{
+	uint64_t deadline = hl_now_ns() + (uint64_t)ms * 1000000u;
 	struct run_within *r = calloc(1, sizeof(*r));
 	pthread_t t;
 
@@ -241,8 +247,17 @@ bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc)
 		free(arg);
 		return true;
 	}
-	if (engine_wait_zero(&r->busy, t0, t0 + (uint64_t)ms * 1000000u, NULL, NULL) > 0 &&
-	    atomic_exchange(&r->busy, -1) > 0) {
+	while (atomic_load(&r->busy) > 0) {
+		struct timespec ts = {0, 1000000};
+		uint64_t now = hl_now_ns();
+
+		if (more && more(arg))
+			deadline = now + (uint64_t)ms * 1000000u;
+		else if (now >= deadline)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	if (atomic_load(&r->busy) > 0 && atomic_exchange(&r->busy, -1) > 0) {
 		pthread_detach(t); /* r and arg are the thread's now */
 		return false;
 	}

@@ -69,6 +69,14 @@ struct shadow_ent {
 	uint64_t hot_n, shadowed, origin_reads, origin_bytes, dropped, rolls, publishes;
 	uint64_t published_n;
 	unsigned inflight; /* atomic */
+	/*
+	 * atomic: 1 while roll's records step runs (from before it waits for
+	 * sync_lock until it let it go), else 0; -1: a detach gave up on it
+	 * (engine_shadow_detach): the step then ends without touching the
+	 * disk's origins, and se is never freed (shadow_left_list).
+	 */
+	int records;
+	struct shadow_ent *left_next;
 	pthread_mutex_t state_lock;
 	char state[128];
 };
@@ -247,6 +255,9 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
 		prc = engine_proof_changes(e->inner, e->tag, proof, nomem, &chg, why, sizeof(why));
 	}
 	free(proof);
+	/* (read now: once it waits for sync_lock, a detach may give up on it and clear inner) */
+	uint64_t size = __atomic_load_n(&e->inner->size, __ATOMIC_ACQUIRE);
+	__atomic_store_n(&se->records, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_lock(&c->sync_lock);
 	pthread_mutex_lock(&c->lock);
 	before = hl_cache_core_lun_blocks(c->core, e->id);
@@ -258,7 +269,7 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
 		 * more than the disk in all is the whole disk at once (one walk, not
 		 * one per range).
 		 */
-		uint64_t size = __atomic_load_n(&e->inner->size, __ATOMIC_ACQUIRE), total = 0;
+		uint64_t total = 0;
 		for (uint32_t i = 0; i < hs->nchg && total <= size; i++)
 			if (hs->chg[i].off < size)
 				total += HL_MIN(hs->chg[i].len, size - hs->chg[i].off);
@@ -297,6 +308,8 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
 		rc = -EIO;
 	}
 	pthread_mutex_unlock(&c->sync_lock);
+	if (__atomic_exchange_n(&se->records, 0, __ATOMIC_SEQ_CST) < 0)
+		rc = -ECANCELED; /* the disk's detach gave up on this step: its origins may be gone */
 	free(next);
 	free(chg.v);
 	cnt_add(&se->dropped, before - after);
@@ -617,19 +630,73 @@ void engine_shadow_stop(struct hl_cache *c)
 	c->shadow = NULL;
 }
 
+/* Shadows a detach gave up on (their step stuck): never freed, listed for a leak checker. */
+static struct shadow_ent *shadow_left_list;
+static pthread_mutex_t shadow_left_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * Past the bound on e's shadow_mu: is its step stuck in roll's records step
+ * (waiting for or holding sync_lock, which is not free within the bound
+ * either: engine_sync_lock_within, meta_stuck and the map sealed)? Then it
+ * is given up on (records -1). @return whether it was.
+ */
+static bool shadow_give_up(struct hl_cache *c, struct map_ent *e)
+{
+	struct shadow_ent *se;
+	int one = 1;
+
+	pthread_mutex_lock(&c->lock);
+	se = e->sh;
+	pthread_mutex_unlock(&c->lock);
+	if (!se || __atomic_load_n(&se->records, __ATOMIC_SEQ_CST) != 1)
+		return false; /* in a call on the origin (or the revalidation's): wait on */
+	if (engine_sync_lock_within(c, e->name)) {
+		pthread_mutex_unlock(&c->sync_lock);
+		return false;
+	}
+	return __atomic_compare_exchange_n(&se->records, &one, -1, false, __ATOMIC_SEQ_CST,
+	                                   __ATOMIC_SEQ_CST);
+}
+
 void engine_shadow_detach(struct hl_cache *c, struct map_ent *e)
 {
 	struct shadow_ent *se;
+	bool left = false;
 
-	pthread_mutex_lock(&e->shadow_mu);
+	/*
+	 * A step keeps shadow_mu past the bound: in a call on the origin (a
+	 * diff, a cluster round trip: the origin's problem), wait on, as a
+	 * takeover does (engine_shadow_lock). Stuck behind the cache device
+	 * (its roll waits for or holds sync_lock, and the lock is not free
+	 * within the bound either): the step is given up on, or a stop or a
+	 * removal would wait for ever (a takeover gives up on that step too,
+	 * and serves the disk). The step keeps se (never freed) and e (the
+	 * cache is parked: meta_stuck); when it comes back it sees records -1
+	 * and ends without touching o or the inner origin, which go next.
+	 */
+	while (!shadow_mu_until(e, hl_now_ns() + (uint64_t)c->drain_ms * 1000000u))
+		if ((left = shadow_give_up(c, e)))
+			break;
 	pthread_mutex_lock(&c->lock);
 	se = e->sh;
-	e->sh = NULL;
+	e->sh = NULL; /* (no later tick steps it; none other reads it while the step holds the lock) */
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&e->shadow_mu);
+	if (!left)
+		pthread_mutex_unlock(&e->shadow_mu);
 	if (!se)
 		return;
 	wait_inflight(c, se, 0);
+	if (left) {
+		HL_WARN("cache",
+		        "cache %s: disk %s: its shadow step waits for the cache's records past "
+		        "%u ms: detached without it (it ends on its own)",
+		        c->name, e->name, c->drain_ms);
+		pthread_mutex_lock(&shadow_left_mu);
+		se->left_next = shadow_left_list;
+		shadow_left_list = se;
+		pthread_mutex_unlock(&shadow_left_mu);
+		return;
+	}
 	free(se->hs.v);
 	free(se->hs.chg);
 	pthread_mutex_destroy(&se->state_lock);
@@ -647,7 +714,7 @@ bool engine_shadow_lock(struct hl_cache *c, struct map_ent *e)
 		 * sync_lock behind a stuck metadata thread), it is not free within
 		 * the bound either: the holder is stuck (meta_stuck, map sealed).
 		 */
-		if (!engine_sync_lock_within(c, e->name))
+		if (!engine_sync_lock_patient(c, e->name))
 			return false;
 		pthread_mutex_unlock(&c->sync_lock);
 	}

@@ -4059,9 +4059,46 @@ static void *reval_main(void *arg)
 }
 
 /*
+ * The metadata thread stuck in a record sync, holding sync_lock, as on a
+ * cache device that does not answer: c->meta_hold (HOTLUN_TEST_CACHE_META_HOLD)
+ * set to a file made here (path into hold), a miss of block blk of o makes
+ * a change, and the thread's next sync waits while the file exists.
+ * @return whether it does (sync_lock held 100 ms in a row).
+ */
+static bool meta_sync_stuck(struct hl_cache *c, struct hl_origin *o, uint64_t blk, char *hold,
+                            size_t n)
+{
+	uint8_t *buf = malloc(BS);
+	int held = 0;
+	FILE *h;
+
+	snprintf(hold, n, "%s.hold", g_dev);
+	h = fopen(hold, "w");
+	if (!h || !buf) {
+		free(buf);
+		return false;
+	}
+	fclose(h);
+	c->meta_hold = strdup(hold);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, blk * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	for (int i = 0; i < 3000 && held < 100; i++) {
+		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
+			pthread_mutex_unlock(&c->sync_lock);
+			held = 0;
+		} else {
+			held++;
+		}
+		usleep(1000);
+	}
+	free(buf);
+	return held >= 100;
+}
+
+/*
  * A takeover (hl_cache_revalidate) while the metadata thread holds sync_lock
- * in a call that does not return (the held proof_take of the close test; a
- * dead device's record write holds it the same way): it returns within the
+ * in a call that does not return (its record sync held: a dead device's
+ * write; a slow origin call is waited for): it returns within the
  * bound (it waited for ever), the cache passes through (map "failed"), no
  * block of the disk is left in memory, and every read afterwards comes from
  * the origin, the peer's write included. When the call returns, nothing
@@ -4070,6 +4107,7 @@ static void *reval_main(void *arg)
 static void test_revalidate_sync_lock_stuck(void)
 {
 	struct reval_call rv = {0};
+	char hold[96];
 	struct fake f;
 	struct hl_cache *c;
 	struct hl_origin *o;
@@ -4086,10 +4124,7 @@ static void test_revalidate_sync_lock_stuck(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT(wait_synced(c));
 	c->drain_ms = 200;
-	__atomic_store_n(&f.take_hold, 1, __ATOMIC_SEQ_CST);
-	for (int i = 0; i < 3000 && !__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST); i++)
-		usleep(1000);
-	CU_ASSERT_FATAL(__atomic_load_n(&f.taking, __ATOMIC_SEQ_CST));
+	CU_ASSERT_FATAL(meta_sync_stuck(c, o, 12, hold, sizeof(hold)));
 	hl_cache_hold_proofs(o);             /* handed over */
 	fake_external(&f, 3 * BS, BS, 0x3c); /* the peer writes block 3 */
 	rv.o = o;
@@ -4114,7 +4149,7 @@ static void test_revalidate_sync_lock_stuck(void)
 	CU_ASSERT_EQUAL(left, 0);
 	CU_ASSERT_EQUAL(hl_cache_get_stats(c, "disk0", &st), 0);
 	CU_ASSERT_EQUAL(st.warm_kept, 0);
-	CU_ASSERT_EQUAL(st.warm_dropped, 8);
+	CU_ASSERT_EQUAL(st.warm_dropped, 9); /* (block 12: the miss that made the sync) */
 	CU_ASSERT(strstr(st.warm_start, "pass-through") != NULL);
 	for (uint64_t b = 0; b < 8; b++) {
 		memset(buf, 0, BS);
@@ -4126,7 +4161,7 @@ static void test_revalidate_sync_lock_stuck(void)
 	memset(buf, 0x77, BS);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 5 * BS, BS, buf), 0);
 	CU_ASSERT(memcmp(f.mem + 5 * BS, buf, BS) == 0);
-	__atomic_store_n(&f.take_hold, 0, __ATOMIC_SEQ_CST); /* the call returns */
+	unlink(hold); /* the sync returns */
 	usleep(300 * 1000);                                  /* six metadata intervals */
 	CU_ASSERT(map_holds("state failed"));
 	CU_ASSERT_EQUAL(do_read_src(o, 3 * BS, BS, buf, &src), 0);
@@ -4139,7 +4174,7 @@ static void test_revalidate_sync_lock_stuck(void)
 /*
  * A takeover while the disk's shadow step is stuck behind the cache device:
  * the metadata thread holds sync_lock in a call that does not return (disk
- * B's held proof_take), and disk A's standby step, moving A's proof to the
+ * B's miss made a record sync that is held), and disk A's standby step, moving A's proof to the
  * owner's new mark, waits for sync_lock with A's shadow lock held. A's
  * revalidation waited for that lock for ever; now, past its bound, it finds
  * sync_lock not free within the bound either: A is served from the origin
@@ -4148,6 +4183,7 @@ static void test_revalidate_sync_lock_stuck(void)
 static void test_revalidate_shadow_stuck(void)
 {
 	struct reval_call rv = {0};
+	char hold[96];
 	struct fake fa, fb;
 	struct hl_cache *c;
 	struct hl_origin *oa, *ob;
@@ -4174,10 +4210,7 @@ static void test_revalidate_shadow_stuck(void)
 	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
 	c->drain_ms = 200;
 	hl_cache_hold_proofs(oa); /* A handed over: a standby */
-	__atomic_store_n(&fb.take_hold, 1, __ATOMIC_SEQ_CST);
-	for (int i = 0; i < 3000 && !__atomic_load_n(&fb.taking, __ATOMIC_SEQ_CST); i++)
-		usleep(1000);
-	CU_ASSERT_FATAL(__atomic_load_n(&fb.taking, __ATOMIC_SEQ_CST));
+	CU_ASSERT_FATAL(meta_sync_stuck(c, ob, 12, hold, sizeof(hold)));
 	/* A's owner writes, marks and publishes; A's step diffs (1 ms), then waits for sync_lock */
 	fake_external(&fa, 2 * BS, 4 * K, 0x5a);
 	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
@@ -4213,11 +4246,274 @@ static void test_revalidate_shadow_stuck(void)
 		CU_ASSERT_EQUAL(src, HL_IO_SRC_UNCACHED); /* no hit */
 		CU_ASSERT(memcmp(buf, fa.mem + b * BS, BS) == 0);
 	}
-	__atomic_store_n(&fb.take_hold, 0, __ATOMIC_SEQ_CST); /* the call returns, then the step */
+	unlink(hold); /* the sync returns, then the step */
 	usleep(300 * 1000);
 	CU_ASSERT(map_holds("state failed"));
 	fa.check_delay_ms = 0;
 	two_disks_close(c, oa, ob, &fa, &fb); /* parked: saves nothing */
+	free(buf);
+}
+
+/* hl_origin_close on a thread of its own, so that a test can bound it. */
+static void *close_main(void *arg)
+{
+	struct reval_call *cl = arg;
+
+	hl_origin_close(cl->o);
+	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* Until call's done is set or ms pass: @return the milliseconds waited. */
+static uint64_t wait_call(struct reval_call *call, unsigned ms)
+{
+	uint64_t t0 = hl_now_ns();
+
+	for (unsigned i = 0; i < ms && !__atomic_load_n(&call->done, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	return (hl_now_ns() - t0) / 1000000;
+}
+
+/*
+ * A standby's shadow step moving its proof (a roll) waits for sync_lock
+ * behind a stuck holder (the metadata thread's held record sync): the
+ * takeover gives up on the step's shadow_mu (bounded, served from the
+ * origin only), and then the disk's close (a stop, a removal) must not wait
+ * for that step either: it gave up nothing but the step's lock, and hung
+ * for ever in engine_shadow_detach (the stop ignored SIGTERM). The step is
+ * left its state (it touches neither the cached nor the inner origin when
+ * it gets the lock late), the map stays "failed", no read is a hit.
+ */
+static void test_revalidate_shadow_step_stuck(void)
+{
+	struct reval_call rv = {0}, cl = {0};
+	char hold[96];
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_hot_ent hot[1] = {{0, 9}};
+	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = 1, .v = hot};
+	uint8_t *buf = malloc(BS);
+	pthread_t t;
+	uint64_t ms;
+	uint8_t src;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 43);
+	f.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_hot_origin(&f, "fake:sstuck"), &o) ==
+	                0);
+	for (uint64_t b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	c->drain_ms = 200;
+	/* the metadata thread stuck with sync_lock (a dead device's record write holds it so) */
+	CU_ASSERT_FATAL(meta_sync_stuck(c, o, 12, hold, sizeof(hold)));
+	/* handed over: a standby; the owner writes block 8, marks and publishes */
+	hl_cache_hold_proofs(o);
+	fake_external(&f, 8 * BS, 4 * K, 0x5a);
+	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f.gen, __ATOMIC_SEQ_CST));
+	snprintf(hs.prev, sizeof(hs.prev), "fake:999"); /* not our proof: the step diffs */
+	f.check_delay_ms = 1; /* (so that the diff says when it runs) */
+	f.hot = &hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(o, 64 * M), 0);
+	for (int i = 0; i < 3000 && !__atomic_load_n(&f.checking, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&f.checking, __ATOMIC_SEQ_CST));
+	usleep(100 * 1000); /* the roll's diff is done: it waits for sync_lock */
+	if (pthread_mutex_trylock(&c->ents[0]->shadow_mu) == 0) {
+		pthread_mutex_unlock(&c->ents[0]->shadow_mu);
+		CU_FAIL_FATAL("the shadow step does not hold its lock");
+	}
+
+	/* the takeover: two bounds at most, served from the origin only */
+	rv.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	ms = wait_call(&rv, 3000);
+	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(rv.rc, 0);
+	CU_ASSERT(atomic_load(&c->failed));
+	CU_ASSERT(map_holds("state failed"));
+	for (uint64_t b = 0; b < 10; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(o, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_UNCACHED);
+		CU_ASSERT(memcmp(buf, f.mem + b * BS, BS) == 0);
+	}
+
+	/* the disk's close (a stop): bounded too, the step still stuck */
+	reactor_down();
+	cl.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
+	ms = wait_call(&cl, 3000);
+	/* (fatal: the close still waits for the step, 3 s after it began) */
+	CU_ASSERT_FATAL(__atomic_load_n(&cl.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the disk's close took %llu ms (bound 200)\n", (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&f.closes, __ATOMIC_SEQ_CST), 0); /* kept */
+
+	/* the holder's call returns: the step gets the lock, changes nothing, lets go */
+	unlink(hold);
+	bool let_go = false;
+	for (int i = 0; i < 3000 && !let_go; i++) {
+		let_go = pthread_mutex_trylock(&c->ents[0]->shadow_mu) == 0;
+		if (let_go)
+			pthread_mutex_unlock(&c->ents[0]->shadow_mu);
+		else
+			usleep(1000);
+	}
+	CU_ASSERT(let_go);
+	usleep(300 * 1000); /* six metadata intervals, fifteen shadow ticks */
+	CU_ASSERT(map_holds("state failed"));
+	hl_cache_close(c); /* parked */
+	CU_ASSERT(map_holds("state failed"));
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+/*
+ * The takeover gives up on its records step while that step is in its own
+ * record sync (HOTLUN_TEST_CACHE_META_HOLD: a device write that does not
+ * return), and the disk is later handed over again (hl_cache_hold_proofs).
+ * When the sync returns, the abandoned step must not mark the disk's proofs
+ * coherent any more (proofs_held false: a disk this gateway does not own
+ * would look owned: its shadow would publish for it, its close would take a
+ * final proof): the takeover that wanted it is over.
+ */
+static void test_revalidate_records_late(void)
+{
+	struct reval_call rv = {0};
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS);
+	char hold[96];
+	pthread_t t;
+	uint64_t ms;
+	bool free_again = false;
+	FILE *h;
+
+	o = fixture_up(&c, NULL, &f, 44, "fake:late");
+	f.diff = true;
+	for (uint64_t b = 0; b < 8; b++)
+		CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, b * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	c->drain_ms = 200;
+	hl_cache_hold_proofs(o);             /* handed over */
+	fake_external(&f, 3 * BS, BS, 0x3c); /* the peer writes block 3 */
+	snprintf(hold, sizeof(hold), "%s.hold", g_dev);
+	h = fopen(hold, "w");
+	CU_ASSERT_FATAL(h != NULL);
+	fclose(h);
+	c->meta_hold = strdup(hold); /* the takeover's record sync does not return */
+	rv.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	ms = wait_call(&rv, 3000);
+	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
+	        (unsigned long long)ms);
+	CU_ASSERT(ms < 1000);
+	CU_ASSERT_EQUAL(rv.rc, 0);
+	CU_ASSERT(atomic_load(&c->failed));
+	CU_ASSERT(map_holds("state failed"));
+	/* handed over again while that sync is still out */
+	hl_cache_hold_proofs(o);
+	unlink(hold); /* the sync returns */
+	for (int i = 0; i < 3000 && !free_again; i++) {
+		free_again = pthread_mutex_trylock(&c->sync_lock) == 0;
+		if (free_again)
+			pthread_mutex_unlock(&c->sync_lock);
+		else
+			usleep(1000);
+	}
+	CU_ASSERT(free_again);
+	usleep(100 * 1000);
+	CU_ASSERT(atomic_load(&c->ents[0]->proofs_held)); /* not ours: still held */
+	CU_ASSERT(map_holds("state failed"));
+	fixture_down(c, o, &f); /* parked: saves nothing */
+	free(buf);
+}
+
+/*
+ * A takeover while sync_lock's holder is in a slow call on an origin (the
+ * metadata thread's proof_take of disk B, 600 ms here; rbd's ops time out
+ * after 30 s, the bound is 15 s): that is the origin's slowness, not a
+ * cache device that does not answer. The takeover of disk A waits for it,
+ * as it waits for its own diff, and the cache stays in service: A keeps
+ * its unchanged blocks (hits), drops the peer's write, nothing is sealed.
+ * It used to declare the cache stuck after the bound: the whole cache in
+ * pass-through until a restart, which formats it (every disk cold).
+ */
+static void test_revalidate_sync_lock_origin_slow(void)
+{
+	struct reval_call rv = {0};
+	struct fake fa, fb;
+	struct hl_cache *c;
+	struct hl_origin *oa, *ob;
+	uint8_t *buf = malloc(BS);
+	pthread_t t;
+	uint64_t ms;
+	uint8_t src;
+	int early;
+
+	dev_name();
+	fake_init(&fa, LUN_SIZE, 45);
+	fake_init(&fb, LUN_SIZE, 46);
+	fa.diff = fb.diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_origin(&fa, "fake:a"), &oa) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_origin(&fb, "fake:b"), &ob) == 0);
+	for (uint64_t b = 0; b < 4; b++) {
+		CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, b * BS, BS, buf), 0);
+		CU_ASSERT_EQUAL(do_io(ob, HL_IO_READ, b * BS, BS, buf), 0);
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
+	c->drain_ms = 200;
+	hl_cache_hold_proofs(oa);              /* A handed over */
+	fake_external(&fa, 2 * BS, BS, 0x5a); /* the peer writes A's block 2 */
+	__atomic_store_n(&fb.take_hold, 1, __ATOMIC_SEQ_CST); /* B's proof_take: slow */
+	for (int i = 0; i < 3000 && !__atomic_load_n(&fb.taking, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&fb.taking, __ATOMIC_SEQ_CST));
+	rv.o = oa;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	usleep(600 * 1000);
+	early = __atomic_load_n(&rv.done, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&fb.take_hold, 0, __ATOMIC_SEQ_CST); /* the cluster answers */
+	ms = 600 + wait_call(&rv, 3000);
+	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "the takeover behind a 600 ms origin call took %llu ms (bound 200)%s\n",
+	        (unsigned long long)ms, early ? ", returned before the call did" : "");
+	CU_ASSERT_FALSE(early);
+	CU_ASSERT_EQUAL(rv.rc, 0);
+	CU_ASSERT_FALSE(atomic_load(&c->failed));
+	CU_ASSERT_FALSE(atomic_load(&c->meta_stuck));
+	CU_ASSERT_FALSE(map_holds("state failed"));
+	for (uint64_t b = 0; b < 4; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(oa, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, b == 2 ? HL_IO_SRC_MISS : HL_IO_SRC_HIT);
+		CU_ASSERT(memcmp(buf, fa.mem + b * BS, BS) == 0);
+		CU_ASSERT_EQUAL(do_read_src(ob, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_HIT); /* the other disk stays cached */
+	}
+	two_disks_close(c, oa, ob, &fa, &fb);
 	free(buf);
 }
 
@@ -4317,6 +4613,12 @@ int main(void)
 	     test_revalidate_sync_lock_stuck},
 	    {"a takeover while its shadow step is stuck behind the device: bounded, no hit",
 	     test_revalidate_shadow_stuck},
+	    {"a takeover past a shadow step stuck behind sync_lock: the disk's close is bounded too",
+	     test_revalidate_shadow_step_stuck},
+	    {"a takeover's records step that returns after the disk was handed over again: held",
+	     test_revalidate_records_late},
+	    {"a takeover behind a slow origin call under sync_lock waits; the cache stays in service",
+	     test_revalidate_sync_lock_origin_slow},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
