@@ -62,6 +62,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
 BS=${BS:-4K}
 WARM=${WARM:-1G}
+HIT_RANGE=${HIT_RANGE:-1G}
 DIR=${DIR:-/tmp}
 [ $# -gt 0 ] || set -- 256G 4T
 [ "$(id -u)" = 0 ] || { echo "cache_scale.sh: needs root (losetup)" >&2; exit 2; }
@@ -69,6 +70,10 @@ tmp=$(mktemp -d "$DIR/hotlun-scale.XXXXXX")
 pid=
 loop=
 cleanup() {
+	if [ -n "${hit_pid:-}" ]; then
+		kill -TERM "$hit_pid" 2>/dev/null || true
+		wait "$hit_pid" 2>/dev/null || true
+	fi
 	if [ -n "$pid" ]; then
 		kill -TERM "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
@@ -172,6 +177,45 @@ print(c.get("restore_state", "none"), c.get("restore_pages_left", 0), c.get("res
 	done
 	restore_s=$(since "$t_start")
 }
+# hitload_start: during the restore of step 3 (HITLOAD=1, the default), a
+# QD1 4K uniform read loop over the first HIT_RANGE (default 1G) of the LUN,
+# started once the restore gave those blocks back: every read is a hit that
+# takes the cache lock while the loader restores the rest.
+hitload_start() {
+	local need i
+	hit_pid=
+	[ "${HITLOAD:-1}" = 1 ] || return 0
+	need=$(($(bytes "$HIT_RANGE") / bsb))
+	for i in $(seq 1 6000); do
+		[ "$(stat_of restore_restored)" -ge "$need" ] && break
+		[ "$(stat_of restore_state)" = running ] || break
+		sleep 0.02
+	done
+	hit_h0=$(stat_of read_hits)
+	hit_m0=$(stat_of read_misses)
+	"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd 1 --range "$HIT_RANGE" \
+		--time 100000 --seed 3 "$url" >"$tmp/hitload.out" 2>&1 &
+	hit_pid=$!
+}
+# hitload_stop: end the read loop (SIGINT: it prints its summary); sets
+# hitload (the fields of the result line)
+hitload_stop() {
+	local sum
+	hitload="hitload=off"
+	[ -n "${hit_pid:-}" ] || return 0
+	kill -INT "$hit_pid"
+	wait "$hit_pid" || true
+	hit_pid=
+	sum=$(tail -1 "$tmp/hitload.out")
+	hitload=$(python3 -c "import sys, re
+f = dict(re.findall(r'(\w+)=(\S+)', sys.argv[1]))
+print('hit_ios=%s hit_p50_us=%s hit_p99_us=%s hit_p999_us=%s hit_max_us=%s hit_reads=%d '
+      'hit_misses=%d max_lock_us=%s' % (f.get('ios', '?'), f.get('p50_us', '?'),
+      f.get('p99_us', '?'), f.get('p999_us', '?'), f.get('max_us', '?'),
+      int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))" "$sum" \
+		$(($(stat_of read_hits) - hit_h0)) $(($(stat_of read_misses) - hit_m0)) \
+		"$(stat_of restore_max_lock_us)")
+}
 # the log's "restore done in S s" of the last restore after line $1
 restore_log_s() {
 	sed -n "$1,\$p" "$tmp/hotlund.log" | sed -n 's/.* block(s) restored (restore done in \([0-9.]*\) s.*/\1/p' | tail -1
@@ -262,8 +306,11 @@ full_run() {
 	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
 	start
 	s2=$start_s
+	hitload_start
 	wait_full
 	e2=$restore_s
+	hitload_stop
+	echo "hitload size=$size $hitload"
 	l2=$(restore_log_s "$mark")
 	n2=$(restored "$mark")
 	r2=$(rss_mb)

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cache/engine/cache_trace.h"
@@ -906,6 +907,58 @@ static void prefault(const struct hl_cache_layout *l, const struct hl_cache_core
 			hl_cache_core_restore_prefault(c, rs->recs[j].lun, rs->recs[j].block);
 }
 
+static uint64_t ts_ns(const struct timespec *t)
+{
+	return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
+}
+
+/*
+ * What the loader thread did while it held the lock: its CPU time, page
+ * faults and context switches (RUSAGE_THREAD). A hold much longer than its
+ * CPU time was preempted or waited for a fault; the worst holds are logged
+ * at the end of the restore.
+ */
+struct hold_probe {
+	struct timespec wall, cpu;
+	struct rusage ru;
+};
+
+static void hold_probe(struct hold_probe *p)
+{
+	clock_gettime(CLOCK_MONOTONIC, &p->wall);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &p->cpu);
+	getrusage(RUSAGE_THREAD, &p->ru);
+}
+
+static void hold_note(struct hl_cache_restore *r, const struct hold_probe *a,
+                      const struct hold_probe *b, uint64_t wait_ns, uint64_t page)
+{
+	struct hl_cache_rs_hold h = {
+	    .wall_ns = ts_ns(&b->wall) - ts_ns(&a->wall),
+	    .cpu_ns = ts_ns(&b->cpu) - ts_ns(&a->cpu),
+	    .wait_ns = wait_ns,
+	    .minflt = (uint32_t)(b->ru.ru_minflt - a->ru.ru_minflt),
+	    .majflt = (uint32_t)(b->ru.ru_majflt - a->ru.ru_majflt),
+	    .nvcsw = (uint32_t)(b->ru.ru_nvcsw - a->ru.ru_nvcsw),
+	    .nivcsw = (uint32_t)(b->ru.ru_nivcsw - a->ru.ru_nivcsw),
+	    .page = page,
+	};
+	unsigned i = HL_CACHE_RS_WORST;
+
+	if (h.wall_ns > r->max_hold_ns)
+		r->max_hold_ns = h.wall_ns;
+	r->hold_ns += h.wall_ns;
+	r->hold_cpu_ns += h.cpu_ns;
+	r->holds++;
+	r->holds_over_1ms += h.wall_ns > 1000000;
+	while (i > 0 && r->worst[i - 1].wall_ns < h.wall_ns)
+		i--;
+	if (i == HL_CACHE_RS_WORST)
+		return;
+	memmove(&r->worst[i + 1], &r->worst[i], (HL_CACHE_RS_WORST - 1 - i) * sizeof(h));
+	r->worst[i] = h;
+}
+
 static bool marks_test(const struct hl_cache_restore *r, uint64_t p)
 {
 	return r->marks[p / 64] >> (p % 64) & 1;
@@ -945,16 +998,18 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 		return rc;
 	/* Under the lock in batches: the reactors wait at most one batch. */
 	for (uint64_t k0 = p; k0 < q; k0 += batch) {
-		struct timespec t0, t1;
+		struct hold_probe h0, h1;
+		struct timespec w0;
 		uint64_t k1 = HL_MIN(q, k0 + batch), per = PAGE / l->rec_size;
 		rc = decode_pages(l, r, k0, k1, r->buf + (k0 - p) * PAGE);
 		if (rc)
 			return rc;
 		if (lock && hl_cache_core_restore_prefault_on(c))
 			prefault(l, c, k0, k1, r);
+		clock_gettime(CLOCK_MONOTONIC, &w0);
 		if (lock)
 			pthread_mutex_lock(lock);
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		hold_probe(&h0);
 		for (uint64_t k = k0; k < k1; k++) {
 			bool any;
 			r->restored += (uint64_t)load_page(l, c, k, r->recs + (k - k0) * per,
@@ -966,16 +1021,10 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 			r->marks[k / 64] &= ~(1ull << (k % 64));
 			r->pages_left--;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t1);
+		hold_probe(&h1);
 		if (lock)
 			pthread_mutex_unlock(lock);
-		uint64_t held = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull +
-		                (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
-		if (held > r->max_hold_ns)
-			r->max_hold_ns = held;
-		r->hold_ns += held;
-		r->holds++;
-		r->holds_over_1ms += held > 1000000;
+		hold_note(r, &h0, &h1, ts_ns(&h0.wall) - ts_ns(&w0), k0);
 	}
 	/* Pages that claim nothing: a load may skip them (l->sum is the syncs'). */
 	if (nempty && sum_lock)

@@ -69,6 +69,27 @@ static void warm_counts(struct hl_cache *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* The longest holds of the cache lock, and what the loader did in them. */
+static void log_worst(const struct hl_cache *c)
+{
+	const struct hl_cache_restore *r = &c->rs;
+
+	HL_NOTICE("cache", "cache %s: restore: the loader's CPU time under the lock %llu us of %llu us",
+	          c->name, (unsigned long long)(r->hold_cpu_ns / 1000),
+	          (unsigned long long)(r->hold_ns / 1000));
+	for (unsigned i = 0; i < HL_CACHE_RS_WORST && r->worst[i].wall_ns; i++) {
+		const struct hl_cache_rs_hold *h = &r->worst[i];
+		HL_NOTICE("cache",
+		          "cache %s: restore: hold %u: %llu us under the lock, %llu us of it on the "
+		          "CPU, %u+%u page fault(s) (minor+major), %u+%u context switch(es) "
+		          "(voluntary+preempted), waited %llu us for the lock, record page %llu",
+		          c->name, i + 1, (unsigned long long)(h->wall_ns / 1000),
+		          (unsigned long long)(h->cpu_ns / 1000), h->minflt, h->majflt, h->nvcsw,
+		          h->nivcsw, (unsigned long long)(h->wait_ns / 1000),
+		          (unsigned long long)h->page);
+	}
+}
+
 static void restore_run(struct hl_cache *c)
 {
 	unsigned delay_ms = c->rs_delay_ms;
@@ -121,6 +142,7 @@ static void restore_run(struct hl_cache *c)
 	          (unsigned long long)(c->rs.holds ? c->rs.hold_ns / c->rs.holds / 1000 : 0),
 	          (unsigned long long)(c->rs.max_hold_ns / 1000),
 	          (unsigned long long)c->rs.holds_over_1ms, (unsigned long long)c->rs.holds);
+	log_worst(c);
 }
 
 static void *restore_main(void *arg)
