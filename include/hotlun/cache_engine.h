@@ -305,6 +305,12 @@ struct hl_cache_engine_stats {
 	uint64_t restore_pages, restore_pages_left, restore_restored, restore_dropped;
 	uint64_t restore_written, restore_ms;
 	uint64_t restore_max_lock_us; /* the longest hold of the cache lock by one batch */
+	/*
+	 * What a read's lookup waited for the cache lock (held by another
+	 * reactor, the metadata thread or the restore): the longest wait since
+	 * the start, and how many waited longer than 1 ms.
+	 */
+	uint64_t read_lock_wait_max_us, read_lock_waits_over_1ms;
 };
 
 enum hl_cache_restore_phase {

@@ -210,11 +210,13 @@ hitload_stop() {
 	hitload=$(python3 -c "import sys, re
 f = dict(re.findall(r'(\w+)=(\S+)', sys.argv[1]))
 print('hit_ios=%s hit_p50_us=%s hit_p99_us=%s hit_p999_us=%s hit_max_us=%s hit_reads=%d '
-      'hit_misses=%d max_lock_us=%s' % (f.get('ios', '?'), f.get('p50_us', '?'),
-      f.get('p99_us', '?'), f.get('p999_us', '?'), f.get('max_us', '?'),
-      int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))" "$sum" \
+      'hit_misses=%d max_lock_us=%s read_lock_wait_max_us=%s read_lock_waits_over_1ms=%s' % (
+      f.get('ios', '?'), f.get('p50_us', '?'), f.get('p99_us', '?'), f.get('p999_us', '?'),
+      f.get('max_us', '?'), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5],
+      sys.argv[6]))" "$sum" \
 		$(($(stat_of read_hits) - hit_h0)) $(($(stat_of read_misses) - hit_m0)) \
-		"$(stat_of restore_max_lock_us)")
+		"$(stat_of restore_max_lock_us)" "$(stat_of read_lock_wait_max_us)" \
+		"$(stat_of read_lock_waits_over_1ms)")
 }
 # the log's "restore done in S s" of the last restore after line $1
 restore_log_s() {
