@@ -29,6 +29,7 @@
 #define HOTLUN_CACHE_ENGINE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -494,6 +495,21 @@ struct hl_cache_restore {
 	uint64_t holds_over_1ms; /* batches that held the lock longer than 1 ms */
 	uint64_t hold_cpu_ns;    /* all batches: the loader's CPU time under the lock */
 	struct hl_cache_rs_hold worst[HL_CACHE_RS_WORST]; /* the longest holds, longest first */
+	/*
+	 * Hold the lock as a real-time thread (SCHED_FIFO, priority 1), then
+	 * go back to sched_policy / sched_prio (the caller sets them; load_step
+	 * clears rt_hold and keeps the error in rt_refused when the system
+	 * refuses it).
+	 */
+	bool rt_hold;
+	int rt_refused;
+	int sched_policy, sched_prio;
+	/*
+	 * Reads waiting for the lock (NULL: none counted): after a batch the
+	 * loader lets them take it before it takes it again.
+	 */
+	atomic_uint *waiters;
+	uint64_t gave_way, gave_way_ns; /* batches after which it waited for them, and how long */
 	uint8_t *buf;         /* LOAD_CHUNK bytes of record pages */
 	struct hl_cache_slot_rec *recs; /* the records of one batch, decoded without the lock */
 	bool *recs_ok;        /* recs[i] is a record of this format that claims data */

@@ -203,8 +203,8 @@ hitload_stop() {
 	local sum
 	hitload="hitload=off"
 	[ -n "${hit_pid:-}" ] || return 0
-	kill -INT "$hit_pid"
-	wait "$hit_pid" || true
+	kill -INT "$hit_pid" 2>/dev/null || true # (done already after --time)
+	wait "$hit_pid" 2>/dev/null || true
 	hit_pid=
 	sum=$(tail -1 "$tmp/hitload.out")
 	hitload=$(python3 -c "import sys, re
@@ -312,7 +312,20 @@ full_run() {
 	wait_full
 	e2=$restore_s
 	hitload_stop
-	echo "hitload size=$size $hitload"
+	echo "hitload size=$size during_restore $hitload"
+	# the same loop as long again (HIT_AFTER_S, default 20 s) once the
+	# restore is over: what the machine's load alone does to it
+	if [ "${HITLOAD:-1}" = 1 ]; then
+		hit_pid=
+		hit_h0=$(stat_of read_hits)
+		hit_m0=$(stat_of read_misses)
+		"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd 1 --range "$HIT_RANGE" \
+			--time "${HIT_AFTER_S:-20}" --seed 4 "$url" >"$tmp/hitload.out" 2>&1 &
+		hit_pid=$!
+		wait "$hit_pid" || true
+		hitload_stop
+		echo "hitload size=$size after_restore $hitload"
+	fi
 	l2=$(restore_log_s "$mark")
 	n2=$(restored "$mark")
 	r2=$(rss_mb)

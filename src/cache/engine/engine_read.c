@@ -90,10 +90,25 @@ static void read_fill_phase(struct eng_req *req)
 	engine_fills_start(req, first_fill, barrier);
 }
 
+#define LOOKUP_SPIN_NS 100000 /* a read spins this long for the lock before it sleeps */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
 /*
  * The cache lock for a read's lookup, and how long the read waited for it
  * (stats read_lock_wait_max_us: what a hit pays for the other holders; the
- * clock is read only when the lock is taken).
+ * clock is read only when the lock is taken). The holders keep it tens of
+ * microseconds (a restore batch: cache_meta.c), so a read spins a little
+ * before it sleeps: woken from a sleep, it waits for a CPU as well, on a
+ * loaded machine milliseconds. read_waiters tells the restore that a read
+ * waits (it gives way: cache_meta.c, give_way).
  */
 static void lookup_lock(struct hl_cache *c)
 {
@@ -102,7 +117,18 @@ static void lookup_lock(struct hl_cache *c)
 	if (!pthread_mutex_trylock(&c->lock))
 		return;
 	t0 = hl_now_ns();
-	pthread_mutex_lock(&c->lock);
+	atomic_fetch_add(&c->read_waiters, 1);
+	for (;;) {
+		for (int i = 0; i < 64; i++)
+			cpu_relax();
+		if (!pthread_mutex_trylock(&c->lock))
+			break;
+		if (hl_now_ns() - t0 > LOOKUP_SPIN_NS) {
+			pthread_mutex_lock(&c->lock);
+			break;
+		}
+	}
+	atomic_fetch_sub(&c->read_waiters, 1);
 	w = hl_now_ns() - t0;
 	if (w > 1000000)
 		atomic_fetch_add(&c->read_waits_over_1ms, 1);

@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,9 +75,14 @@ static void log_worst(const struct hl_cache *c)
 {
 	const struct hl_cache_restore *r = &c->rs;
 
-	HL_NOTICE("cache", "cache %s: restore: the loader's CPU time under the lock %llu us of %llu us",
+	HL_NOTICE("cache",
+	          "cache %s: restore: the loader's CPU time under the lock %llu us of %llu us "
+	          "(held as a real-time thread: %s%s); it gave way to waiting reads %llu time(s), "
+	          "%llu us in all",
 	          c->name, (unsigned long long)(r->hold_cpu_ns / 1000),
-	          (unsigned long long)(r->hold_ns / 1000));
+	          (unsigned long long)(r->hold_ns / 1000), r->rt_hold ? "yes" : "no",
+	          r->rt_refused ? ", refused by the system" : "", (unsigned long long)r->gave_way,
+	          (unsigned long long)(r->gave_way_ns / 1000));
 	for (unsigned i = 0; i < HL_CACHE_RS_WORST && r->worst[i].wall_ns; i++) {
 		const struct hl_cache_rs_hold *h = &r->worst[i];
 		HL_NOTICE("cache",
@@ -145,10 +151,29 @@ static void restore_run(struct hl_cache *c)
 	log_worst(c);
 }
 
+/*
+ * The loader holds the cache lock as a real-time thread (cache_meta.c,
+ * hold_rt) unless it already is one, or HOTLUN_RESTORE_HOLD_RT=0 (to
+ * measure without it: tests/bench/cache_scale.sh).
+ */
+static void hold_rt_setup(struct hl_cache *c)
+{
+	const char *e = getenv("HOTLUN_RESTORE_HOLD_RT");
+	struct sched_param sp;
+
+	if (pthread_getschedparam(pthread_self(), &c->rs.sched_policy, &sp))
+		return;
+	c->rs.sched_prio = sp.sched_priority;
+	c->rs.rt_hold = c->rs.sched_policy != SCHED_FIFO && c->rs.sched_policy != SCHED_RR &&
+	                !(e && !strcmp(e, "0"));
+}
+
 static void *restore_main(void *arg)
 {
 	struct hl_cache *c = arg;
 
+	hold_rt_setup(c);
+	c->rs.waiters = &c->read_waiters;
 	restore_run(c);
 	hl_cache_restore_release(&c->rs); /* its buffers (1 MiB, and the summary's copy) */
 	atomic_store(&c->rs_exited, true); /* its last touch of c */
