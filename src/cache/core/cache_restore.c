@@ -476,6 +476,12 @@ void hl_cache_core_restore_prefault(const struct hl_cache_core *c, uint16_t lun,
 	uint64_t *f = c->rs.faulted;
 	uint64_t pg = ((uintptr_t)p - ((uintptr_t)c->ix.tab & ~(uintptr_t)4095)) / 4096;
 
+	/*
+	 * Its line into the CPU's cache too (and the page into the TLB): under
+	 * the lock, the insert of each record of a batch missed both (a
+	 * random line of a table of gigabytes), most of the batch's time.
+	 */
+	__builtin_prefetch(p, 1, 3);
 	if (f && (f[pg / 64] >> (pg % 64) & 1))
 		return;
 	populate(p, sizeof(*c->ix.tab));
