@@ -4,8 +4,10 @@
  * background, while the disks are served (docs/cache-format.md, "Lazy
  * restore"). It reads up to 1 MiB of record pages without any lock and
  * restores them under the cache lock RESTORE_BATCH pages at a time, so a
- * reactor waits at most one batch (128 records of 4 KiB blocks; the RAM
- * they land on is faulted in before, without the lock). The core
+ * reactor waits at most one batch (512 records of 4 KiB blocks, ~20 us:
+ * the RAM they land on is faulted in and their index lines prefetched
+ * before, without the lock; the loader is a real-time thread while it
+ * holds it, and gives way to reads that wait: cache_meta.c). The core
  * keeps it safe meanwhile (no slot taken, writes noted and their records
  * dropped; cache_restore.c); the sync makes "restore pending" with the
  * blocks written durable before such a write reaches the origin
@@ -30,7 +32,7 @@
 #include "hotlun/log.h"
 
 #define RESTORE_READ_PAGES 256u /* 1 MiB of record pages per read */
-#define RESTORE_BATCH      1u   /* pages restored per hold of the cache lock */
+#define RESTORE_BATCH      4u   /* pages restored per hold of the cache lock */
 
 static void publish(struct hl_cache *c)
 {
