@@ -49,7 +49,18 @@
 #        kill_rss_end_mb=.. rss_max_mb=.. rss_b_per_block=.. written_mb=.. hits=ok stale=0
 #
 # (blocks_per_s: restored / restore_log_s, hotlund's own "restore done in"
-# figure; rss_b_per_block: rss_max_mb per slot.) FULL=1 needs qemu-io and
+# figure; rss_b_per_block: rss_max_mb per slot.) Before it, two lines of
+# the hit loop (HITLOAD=1, the default; HIT_RANGE, default 1G; HIT_AFTER_S,
+# default 20): a QD1 4K uniform read loop over the first HIT_RANGE of the
+# LUN during the warm restart's restore (once those blocks are restored:
+# every read a hit), then as long again after it:
+#
+#   hitload size=1T during_restore|after_restore hit_ios=.. hit_p50_us=..
+#        hit_p99_us=.. hit_p999_us=.. hit_max_us=.. hit_reads=.. hit_misses=..
+#        max_lock_us=.. read_lock_wait_max_us=.. read_lock_waits_over_1ms=..
+#
+# (max_lock_us: stats restore_max_lock_us; read_lock_*: what reads'
+# lookups waited for the cache lock since the start.) FULL=1 needs qemu-io and
 # about 8 GiB of disk per TiB of cache (the records).
 #
 # Environment: BUILD (default ./build), BS (cache block size, default 4K),
