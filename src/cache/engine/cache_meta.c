@@ -1005,6 +1005,8 @@ static void give_way(struct hl_cache_restore *r)
 	r->gave_way_ns += ts_ns(&b) - ts_ns(&a);
 }
 
+#define HOLD_MAX_NS 200000ull /* a batch gives the lock up after a page past this */
+
 static bool marks_test(const struct hl_cache_restore *r, uint64_t p)
 {
 	return r->marks[p / 64] >> (p % 64) & 1;
@@ -1042,41 +1044,55 @@ int64_t hl_cache_meta_load_step(struct hl_cache_dev *d, struct hl_cache_layout *
 	rc = d->ops->pread(d, r->buf, (size_t)((q - p) * PAGE), l->meta_off + p * PAGE);
 	if (rc)
 		return rc;
-	/* Under the lock in batches: the reactors wait at most one batch. */
+	/*
+	 * Under the lock in batches: the reactors wait at most one batch, and
+	 * a batch that has held it HOLD_MAX_NS ends early (the rest of its
+	 * decoded pages in the next hold).
+	 */
 	for (uint64_t k0 = p; k0 < q; k0 += batch) {
-		struct hold_probe h0, h1;
-		struct timespec w0;
-		uint64_t k1 = HL_MIN(q, k0 + batch), per = PAGE / l->rec_size;
+		uint64_t k1 = HL_MIN(q, k0 + batch), per = PAGE / l->rec_size, k = k0;
 		rc = decode_pages(l, r, k0, k1, r->buf + (k0 - p) * PAGE);
 		if (rc)
 			return rc;
 		if (lock && hl_cache_core_restore_prefault_on(c))
 			prefault(l, c, k0, k1, r);
-		clock_gettime(CLOCK_MONOTONIC, &w0);
-		if (lock) {
-			hold_rt(r, true);
-			pthread_mutex_lock(lock);
+		while (k < k1) {
+			struct hold_probe h0, h1;
+			struct timespec w0, now;
+			uint64_t kh = k;
+			clock_gettime(CLOCK_MONOTONIC, &w0);
+			if (lock) {
+				hold_rt(r, true);
+				pthread_mutex_lock(lock);
+			}
+			hold_probe(&h0);
+			for (;;) {
+				bool any;
+				r->restored += (uint64_t)load_page(l, c, k, r->recs + (k - k0) * per,
+				                                   r->recs_ok + (k - k0) * per, &any, r);
+				if (!any)
+					empty[nempty++] = k;
+				else
+					hl_cache_core_restore_known(c, k); /* its claims are in RAM now */
+				r->marks[k / 64] &= ~(1ull << (k % 64));
+				r->pages_left--;
+				if (++k == k1)
+					break;
+				if (!lock)
+					continue;
+				clock_gettime(CLOCK_MONOTONIC, &now);
+				if (ts_ns(&now) - ts_ns(&h0.wall) >= HOLD_MAX_NS)
+					break;
+			}
+			hold_probe(&h1);
+			if (lock) {
+				pthread_mutex_unlock(lock);
+				hold_rt(r, false);
+			}
+			hold_note(r, &h0, &h1, ts_ns(&h0.wall) - ts_ns(&w0), kh);
+			if (lock)
+				give_way(r);
 		}
-		hold_probe(&h0);
-		for (uint64_t k = k0; k < k1; k++) {
-			bool any;
-			r->restored += (uint64_t)load_page(l, c, k, r->recs + (k - k0) * per,
-			                                   r->recs_ok + (k - k0) * per, &any, r);
-			if (!any)
-				empty[nempty++] = k;
-			else
-				hl_cache_core_restore_known(c, k); /* its claims are in RAM now */
-			r->marks[k / 64] &= ~(1ull << (k % 64));
-			r->pages_left--;
-		}
-		hold_probe(&h1);
-		if (lock) {
-			pthread_mutex_unlock(lock);
-			hold_rt(r, false);
-		}
-		hold_note(r, &h0, &h1, ts_ns(&h0.wall) - ts_ns(&w0), k0);
-		if (lock)
-			give_way(r);
 	}
 	/* Pages that claim nothing: a load may skip them (l->sum is the syncs'). */
 	if (nempty && sum_lock)
