@@ -29,6 +29,7 @@
 #define HOTLUN_CACHE_ENGINE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -315,6 +316,12 @@ struct hl_cache_engine_stats {
 	uint64_t restore_pages, restore_pages_left, restore_restored, restore_dropped;
 	uint64_t restore_written, restore_ms;
 	uint64_t restore_max_lock_us; /* the longest hold of the cache lock by one batch */
+	/*
+	 * What a read's lookup waited for the cache lock (held by another
+	 * reactor, the metadata thread or the restore): the longest wait since
+	 * the start, and how many waited longer than 1 ms.
+	 */
+	uint64_t read_lock_wait_max_us, read_lock_waits_over_1ms;
 };
 
 enum hl_cache_restore_phase {
@@ -473,6 +480,18 @@ int64_t hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c,
  * without ranges (version 3: "all", or a hotlund before the durable
  * filter) makes it return -ENODATA (the cache starts cold) with a notice.
  */
+/* One hold of the cache lock by the restore (the worst are kept, to tell what made them long). */
+struct hl_cache_rs_hold {
+	uint64_t wall_ns;        /* under the lock, wall-clock time */
+	uint64_t cpu_ns;         /* of it, the loader thread's own CPU time */
+	uint64_t wait_ns;        /* waited for the lock before it */
+	uint32_t minflt, majflt; /* page faults of the thread during it */
+	uint32_t nvcsw, nivcsw;  /* its context switches during it: voluntary, preempted */
+	uint64_t page;           /* the first record page of the batch */
+};
+
+#define HL_CACHE_RS_WORST 8
+
 struct hl_cache_restore {
 	uint64_t *marks;      /* the summary as loaded: pages still to read */
 	uint64_t next;        /* first page not looked at yet */
@@ -484,6 +503,23 @@ struct hl_cache_restore {
 	uint64_t max_hold_ns; /* the longest batch restored under the lock */
 	uint64_t hold_ns, holds; /* all batches: time under the lock, and how many */
 	uint64_t holds_over_1ms; /* batches that held the lock longer than 1 ms */
+	uint64_t hold_cpu_ns;    /* all batches: the loader's CPU time under the lock */
+	struct hl_cache_rs_hold worst[HL_CACHE_RS_WORST]; /* the longest holds, longest first */
+	/*
+	 * Hold the lock as a real-time thread (SCHED_FIFO, priority 1), then
+	 * go back to sched_policy / sched_prio (the caller sets them; load_step
+	 * clears rt_hold and keeps the error in rt_refused when the system
+	 * refuses it).
+	 */
+	bool rt_hold;
+	int rt_refused;
+	int sched_policy, sched_prio;
+	/*
+	 * Reads waiting for the lock (NULL: none counted): after a batch the
+	 * loader lets them take it before it takes it again.
+	 */
+	atomic_uint *waiters;
+	uint64_t gave_way, gave_way_ns; /* batches after which it waited for them, and how long */
 	uint8_t *buf;         /* LOAD_CHUNK bytes of record pages */
 	struct hl_cache_slot_rec *recs; /* the records of one batch, decoded without the lock */
 	bool *recs_ok;        /* recs[i] is a record of this format that claims data */

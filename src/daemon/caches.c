@@ -377,6 +377,8 @@ static json_t *stats_json(const struct hl_cache_engine_stats *s, bool whole)
 		PUT("meta_syncs", s->meta_syncs);
 		PUT("orphan_drops", s->orphan_drops);
 		PUT("meta_waits", s->meta_waits);
+		PUT("read_lock_wait_max_us", s->read_lock_wait_max_us);
+		PUT("read_lock_waits_over_1ms", s->read_lock_waits_over_1ms);
 		PUT("nslots", s->nslots);
 		PUT("used_slots", s->used_slots);
 		PUT("window_slots", s->window_slots);

@@ -49,7 +49,18 @@
 #        kill_rss_end_mb=.. rss_max_mb=.. rss_b_per_block=.. written_mb=.. hits=ok stale=0
 #
 # (blocks_per_s: restored / restore_log_s, hotlund's own "restore done in"
-# figure; rss_b_per_block: rss_max_mb per slot.) FULL=1 needs qemu-io and
+# figure; rss_b_per_block: rss_max_mb per slot.) Before it, two lines of
+# the hit loop (HITLOAD=1, the default; HIT_RANGE, default 1G; HIT_AFTER_S,
+# default 20): a QD1 4K uniform read loop over the first HIT_RANGE of the
+# LUN during the warm restart's restore (once those blocks are restored:
+# every read a hit), then as long again after it:
+#
+#   hitload size=1T during_restore|after_restore hit_ios=.. hit_p50_us=..
+#        hit_p99_us=.. hit_p999_us=.. hit_max_us=.. hit_reads=.. hit_misses=..
+#        max_lock_us=.. read_lock_wait_max_us=.. read_lock_waits_over_1ms=..
+#
+# (max_lock_us: stats restore_max_lock_us; read_lock_*: what reads'
+# lookups waited for the cache lock since the start.) FULL=1 needs qemu-io and
 # about 8 GiB of disk per TiB of cache (the records).
 #
 # Environment: BUILD (default ./build), BS (cache block size, default 4K),
@@ -62,6 +73,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$SRC/build}
 BS=${BS:-4K}
 WARM=${WARM:-1G}
+HIT_RANGE=${HIT_RANGE:-1G}
 DIR=${DIR:-/tmp}
 [ $# -gt 0 ] || set -- 256G 4T
 [ "$(id -u)" = 0 ] || { echo "cache_scale.sh: needs root (losetup)" >&2; exit 2; }
@@ -69,6 +81,10 @@ tmp=$(mktemp -d "$DIR/hotlun-scale.XXXXXX")
 pid=
 loop=
 cleanup() {
+	if [ -n "${hit_pid:-}" ]; then
+		kill -TERM "$hit_pid" 2>/dev/null || true
+		wait "$hit_pid" 2>/dev/null || true
+	fi
 	if [ -n "$pid" ]; then
 		kill -TERM "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
@@ -172,6 +188,47 @@ print(c.get("restore_state", "none"), c.get("restore_pages_left", 0), c.get("res
 	done
 	restore_s=$(since "$t_start")
 }
+# hitload_start: during the restore of step 3 (HITLOAD=1, the default), a
+# QD1 4K uniform read loop over the first HIT_RANGE (default 1G) of the LUN,
+# started once the restore gave those blocks back: every read is a hit that
+# takes the cache lock while the loader restores the rest.
+hitload_start() {
+	local need i
+	hit_pid=
+	[ "${HITLOAD:-1}" = 1 ] || return 0
+	need=$(($(bytes "$HIT_RANGE") / bsb))
+	for i in $(seq 1 6000); do
+		[ "$(stat_of restore_restored)" -ge "$need" ] && break
+		[ "$(stat_of restore_state)" = running ] || break
+		sleep 0.02
+	done
+	hit_h0=$(stat_of read_hits)
+	hit_m0=$(stat_of read_misses)
+	"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd 1 --range "$HIT_RANGE" \
+		--time 100000 --seed 3 "$url" >"$tmp/hitload.out" 2>&1 &
+	hit_pid=$!
+}
+# hitload_stop: end the read loop (SIGINT: it prints its summary); sets
+# hitload (the fields of the result line)
+hitload_stop() {
+	local sum
+	hitload="hitload=off"
+	[ -n "${hit_pid:-}" ] || return 0
+	kill -INT "$hit_pid" 2>/dev/null || true # (done already after --time)
+	wait "$hit_pid" 2>/dev/null || true
+	hit_pid=
+	sum=$(tail -1 "$tmp/hitload.out")
+	hitload=$(python3 -c "import sys, re
+f = dict(re.findall(r'(\w+)=(\S+)', sys.argv[1]))
+print('hit_ios=%s hit_p50_us=%s hit_p99_us=%s hit_p999_us=%s hit_max_us=%s hit_reads=%d '
+      'hit_misses=%d max_lock_us=%s read_lock_wait_max_us=%s read_lock_waits_over_1ms=%s' % (
+      f.get('ios', '?'), f.get('p50_us', '?'), f.get('p99_us', '?'), f.get('p999_us', '?'),
+      f.get('max_us', '?'), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5],
+      sys.argv[6]))" "$sum" \
+		$(($(stat_of read_hits) - hit_h0)) $(($(stat_of read_misses) - hit_m0)) \
+		"$(stat_of restore_max_lock_us)" "$(stat_of read_lock_wait_max_us)" \
+		"$(stat_of read_lock_waits_over_1ms)")
+}
 # the log's "restore done in S s" of the last restore after line $1
 restore_log_s() {
 	sed -n "$1,\$p" "$tmp/hotlund.log" | sed -n 's/.* block(s) restored (restore done in \([0-9.]*\) s.*/\1/p' | tail -1
@@ -213,6 +270,14 @@ hit_check() {
 # its restore with WAIT (wait_restore or wait_full); sets rs_start (start_s),
 # rs_end (restore_s), rs_log (hotlund's "restore done in" seconds),
 # rs_restored (its count of blocks restored) and rs_rss (VmRSS, MiB, then)
+# wait_full_hitload: wait_full with the QD1 hit loop running (hitload_start)
+wait_full_hitload() {
+	hitload_start
+	wait_full
+	hitload_stop
+	echo "hitload size=$size during_restore $hitload"
+}
+
 restart() {
 	local mark
 	mark=$(($(grep -c . "$tmp/hotlund.log") + 1))
@@ -275,8 +340,21 @@ full_run() {
 	echo "$fill" >&2
 	# 3. warm restart: portal, the whole restore, RSS, hits, a write
 	rss_max=0
-	restart wait_full
+	restart wait_full_hitload
 	s2=$rs_start e2=$rs_end l2=$rs_log n2=$rs_restored r2=$rs_rss
+	# the same loop as long again (HIT_AFTER_S, default 20 s) once the
+	# restore is over: what the machine's load alone does to it
+	if [ "${HITLOAD:-1}" = 1 ]; then
+		hit_pid=
+		hit_h0=$(stat_of read_hits)
+		hit_m0=$(stat_of read_misses)
+		"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd 1 --range "$HIT_RANGE" \
+			--time "${HIT_AFTER_S:-20}" --seed 4 "$url" >"$tmp/hitload.out" 2>&1 &
+		hit_pid=$!
+		wait "$hit_pid" || true
+		hitload_stop
+		echo "hitload size=$size after_restore $hitload"
+	fi
 	rmax=$rss_max
 	pb1=$((slots / 3))
 	qio "write -P 0xa5 $((pb1 * bsb)) $bsb"

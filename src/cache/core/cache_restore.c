@@ -476,6 +476,12 @@ void hl_cache_core_restore_prefault(const struct hl_cache_core *c, uint16_t lun,
 	uint64_t *f = c->rs.faulted;
 	uint64_t pg = ((uintptr_t)p - ((uintptr_t)c->ix.tab & ~(uintptr_t)4095)) / 4096;
 
+	/*
+	 * Its line into the CPU's cache too (and the page into the TLB): under
+	 * the lock, the insert of each record of a batch missed both (a
+	 * random line of a table of gigabytes), most of the batch's time.
+	 */
+	__builtin_prefetch(p, 1, 3);
 	if (f && (f[pg / 64] >> (pg % 64) & 1))
 		return;
 	populate(p, sizeof(*c->ix.tab));
@@ -492,4 +498,11 @@ void hl_cache_core_restore_prefault_slots(const struct hl_cache_core *c, uint32_
 	populate(&c->keys.block[first], (size_t)n * sizeof(*c->keys.block));
 	populate(&c->keys.lunix[first], (size_t)n * sizeof(*c->keys.lunix));
 	populate(&c->meta[first], n);
+	/*
+	 * The free map too: a page of it covers 256 record pages, and its
+	 * first touch under the lock made the longest hold of a 4 TiB restore
+	 * (10.8 ms, 2 minor faults).
+	 */
+	populate(&c->takenmap[first / 64],
+	         (size_t)(HL_DIV_ROUND_UP((uint64_t)first + n, 64) - first / 64) * sizeof(uint64_t));
 }

@@ -1034,6 +1034,8 @@ int hl_cache_get_stats(struct hl_cache *c, const char *disk, struct hl_cache_eng
 		out->restore_ms = atomic_load(&c->rs_ms);
 		out->restore_max_lock_us = atomic_load(&c->rs_max_lock_us);
 	}
+	out->read_lock_wait_max_us = atomic_load(&c->read_wait_max_ns) / 1000;
+	out->read_lock_waits_over_1ms = atomic_load(&c->read_waits_over_1ms);
 	out->block_size = c->bs;
 	out->recommended_block_size = recommend_block(out->read_size);
 	out->passthrough = atomic_load(&c->failed);

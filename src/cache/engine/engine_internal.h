@@ -266,6 +266,8 @@ struct hl_cache {
 	unsigned rs_delay_ms; /* HOTLUN_TEST_RESTORE_DELAY_MS (tests) */
 	atomic_ullong rs_pages, rs_pages_left, rs_restored, rs_dropped, rs_filtered, rs_ms;
 	atomic_ullong rs_max_lock_us;
+	atomic_ullong read_wait_max_ns, read_waits_over_1ms; /* engine_read.c: lookup_lock */
+	atomic_uint read_waiters; /* reads blocked in lookup_lock now (the restore gives way) */
 };
 
 /* Behind each cached origin. */

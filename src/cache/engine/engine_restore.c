@@ -4,8 +4,10 @@
  * background, while the disks are served (docs/cache-format.md, "Lazy
  * restore"). It reads up to 1 MiB of record pages without any lock and
  * restores them under the cache lock RESTORE_BATCH pages at a time, so a
- * reactor waits at most one batch (128 records of 4 KiB blocks; the RAM
- * they land on is faulted in before, without the lock). The core
+ * reactor waits at most one batch (512 records of 4 KiB blocks, ~20 us:
+ * the RAM they land on is faulted in and their index lines prefetched
+ * before, without the lock; the loader is a real-time thread while it
+ * holds it, and gives way to reads that wait: cache_meta.c). The core
  * keeps it safe meanwhile (no slot taken, writes noted and their records
  * dropped; cache_restore.c); the sync makes "restore pending" with the
  * blocks written durable before such a write reaches the origin
@@ -20,6 +22,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +32,7 @@
 #include "hotlun/log.h"
 
 #define RESTORE_READ_PAGES 256u /* 1 MiB of record pages per read */
-#define RESTORE_BATCH      1u   /* pages restored per hold of the cache lock */
+#define RESTORE_BATCH      4u   /* pages restored per hold of the cache lock */
 
 static void publish(struct hl_cache *c)
 {
@@ -67,6 +70,32 @@ static void warm_counts(struct hl_cache *c)
 			        c->name, e->name, (unsigned long long)e->warm_kept, e->warm_why);
 	}
 	pthread_mutex_unlock(&c->lock);
+}
+
+/* The longest holds of the cache lock, and what the loader did in them. */
+static void log_worst(const struct hl_cache *c)
+{
+	const struct hl_cache_restore *r = &c->rs;
+
+	HL_NOTICE("cache",
+	          "cache %s: restore: the loader's CPU time under the lock %llu us of %llu us "
+	          "(held as a real-time thread: %s%s); it gave way to waiting reads %llu time(s), "
+	          "%llu us in all",
+	          c->name, (unsigned long long)(r->hold_cpu_ns / 1000),
+	          (unsigned long long)(r->hold_ns / 1000), r->rt_hold ? "yes" : "no",
+	          r->rt_refused ? ", refused by the system" : "", (unsigned long long)r->gave_way,
+	          (unsigned long long)(r->gave_way_ns / 1000));
+	for (unsigned i = 0; i < HL_CACHE_RS_WORST && r->worst[i].wall_ns; i++) {
+		const struct hl_cache_rs_hold *h = &r->worst[i];
+		HL_NOTICE("cache",
+		          "cache %s: restore: hold %u: %llu us under the lock, %llu us of it on the "
+		          "CPU, %u+%u page fault(s) (minor+major), %u+%u context switch(es) "
+		          "(voluntary+preempted), waited %llu us for the lock, record page %llu",
+		          c->name, i + 1, (unsigned long long)(h->wall_ns / 1000),
+		          (unsigned long long)(h->cpu_ns / 1000), h->minflt, h->majflt, h->nvcsw,
+		          h->nivcsw, (unsigned long long)(h->wait_ns / 1000),
+		          (unsigned long long)h->page);
+	}
 }
 
 static void restore_run(struct hl_cache *c)
@@ -121,12 +150,32 @@ static void restore_run(struct hl_cache *c)
 	          (unsigned long long)(c->rs.holds ? c->rs.hold_ns / c->rs.holds / 1000 : 0),
 	          (unsigned long long)(c->rs.max_hold_ns / 1000),
 	          (unsigned long long)c->rs.holds_over_1ms, (unsigned long long)c->rs.holds);
+	log_worst(c);
+}
+
+/*
+ * The loader holds the cache lock as a real-time thread (cache_meta.c,
+ * hold_rt) unless it already is one, or HOTLUN_RESTORE_HOLD_RT=0 (to
+ * measure without it: tests/bench/cache_scale.sh).
+ */
+static void hold_rt_setup(struct hl_cache *c)
+{
+	const char *e = getenv("HOTLUN_RESTORE_HOLD_RT");
+	struct sched_param sp;
+
+	if (pthread_getschedparam(pthread_self(), &c->rs.sched_policy, &sp))
+		return;
+	c->rs.sched_prio = sp.sched_priority;
+	c->rs.rt_hold = c->rs.sched_policy != SCHED_FIFO && c->rs.sched_policy != SCHED_RR &&
+	                !(e && !strcmp(e, "0"));
 }
 
 static void *restore_main(void *arg)
 {
 	struct hl_cache *c = arg;
 
+	hold_rt_setup(c);
+	c->rs.waiters = &c->read_waiters;
 	restore_run(c);
 	hl_cache_restore_release(&c->rs); /* its buffers (1 MiB, and the summary's copy) */
 	atomic_store(&c->rs_exited, true); /* its last touch of c */

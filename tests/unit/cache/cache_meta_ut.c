@@ -8,6 +8,8 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -1387,6 +1389,73 @@ static void test_lazy_write_before_load(void)
 }
 
 /*
+ * The restore under a lock, as the loader thread runs it: it holds the
+ * lock as a real-time thread and is an ordinary one again after each
+ * batch (or, refused, says so), it gives way to a read that waits (here
+ * one that never comes: 10 ms a batch, no more), it measures every hold,
+ * and what it restores is the same.
+ */
+static void test_lazy_locked_holds(void)
+{
+	struct rig r;
+	struct hl_cache_restore lrs;
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER, sum_lock = PTHREAD_MUTEX_INITIALIZER;
+	atomic_uint waiting = 1;
+	struct sched_param sp;
+	int policy, prio;
+	int64_t left;
+	uint64_t steps = 0;
+	struct timespec t0, t1;
+
+	lazy_warm(&r);
+	lazy_begin(&r, &lrs);
+	CU_ASSERT_EQUAL_FATAL(pthread_getschedparam(pthread_self(), &policy, &sp), 0);
+	prio = sp.sched_priority;
+	lrs.sched_policy = policy;
+	lrs.sched_prio = prio;
+	lrs.rt_hold = policy != SCHED_FIFO && policy != SCHED_RR;
+	lrs.waiters = &waiting;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, &lock, &sum_lock, 2, 1);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CU_ASSERT(left > 0);
+	/* Each batch (one or two) followed by a wait for the read: 10 ms each, bounded. */
+	CU_ASSERT(lrs.holds >= 1 && lrs.holds <= 2);
+	CU_ASSERT_EQUAL(lrs.gave_way, lrs.holds);
+	CU_ASSERT(lrs.gave_way_ns >= lrs.holds * 10000000ull);
+	CU_ASSERT((uint64_t)(t1.tv_sec - t0.tv_sec) < 2);
+	/* Back to what the thread was between holds (and the lock is free). */
+	CU_ASSERT_EQUAL(pthread_getschedparam(pthread_self(), &policy, &sp), 0);
+	CU_ASSERT_EQUAL(policy, lrs.sched_policy);
+	CU_ASSERT_EQUAL(sp.sched_priority, prio);
+	CU_ASSERT(lrs.rt_hold || lrs.rt_refused || lrs.sched_policy == SCHED_FIFO ||
+	          lrs.sched_policy == SCHED_RR);
+	CU_ASSERT_EQUAL(pthread_mutex_trylock(&lock), 0);
+	pthread_mutex_unlock(&lock);
+	/* The read has had the lock: no more waiting. */
+	waiting = 0;
+	while ((left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, &lock, &sum_lock, 0, 1)) > 0)
+		steps++;
+	CU_ASSERT_EQUAL(left, 0);
+	CU_ASSERT(lrs.gave_way >= 1 && lrs.gave_way <= 2); /* (none since) */
+	CU_ASSERT(lrs.holds > lrs.gave_way);
+	CU_ASSERT_EQUAL(lrs.worst[0].wall_ns, lrs.max_hold_ns);
+	for (unsigned i = 1; i < HL_CACHE_RS_WORST; i++)
+		CU_ASSERT(lrs.worst[i].wall_ns <= lrs.worst[i - 1].wall_ns);
+	CU_ASSERT(lrs.hold_ns >= lrs.max_hold_ns);
+	CU_ASSERT_EQUAL(pthread_getschedparam(pthread_self(), &policy, &sp), 0);
+	CU_ASSERT_EQUAL(policy, lrs.sched_policy);
+	CU_ASSERT(lrs.restored > 10);
+	CU_ASSERT_EQUAL(check_all_slots(&r, r.c), 0);
+	CU_ASSERT_EQUAL(hl_cache_meta_load_finish(r.d, &r.l, r.c, &lock), 0);
+	(void)steps;
+	hl_cache_core_destroy(r.c);
+	hl_cache_layout_release(&r.l);
+	hl_cache_restore_release(&lrs);
+	hl_cache_dev_close(r.d);
+}
+
+/*
  * The admission policy changed at run time (a config reload) while the
  * loader restores: the filter of blocks written meanwhile must survive it.
  * The memory a lost filter leaves behind is reused at once here (the
@@ -2196,6 +2265,8 @@ static const struct hl_test tests[] = {
     {"O_DIRECT file device", test_file_device},
     {"lazy restore: a write before its record is loaded drops the record",
      test_lazy_write_before_load},
+    {"lazy restore: under a lock: real-time holds, gives way to a waiting read, measured",
+     test_lazy_locked_holds},
     {"lazy restore: an admission change keeps the written blocks' filter",
      test_lazy_admission_change},
     {"lazy restore: crash at every device write, with and without writes", test_lazy_crash_every_write},
