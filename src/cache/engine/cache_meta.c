@@ -946,7 +946,8 @@ static void hold_rt(struct hl_cache_restore *r, bool on)
 	if (!r->rt_hold)
 		return;
 	rc = pthread_setschedparam(pthread_self(), on ? SCHED_FIFO : r->sched_policy, &sp);
-	if (rc && on) {
+	if (rc) {
+		/* (back: allowed to any thread at its own nice value; never seen refused) */
 		r->rt_hold = false;
 		r->rt_refused = rc;
 	}
