@@ -111,6 +111,15 @@ hl_log "1. restore done in $(stat_of restore_ms) ms: $restored restored, $writte
 [ "$written" -gt 0 ] || hl_fail "no record was dropped although blocks were written before they were loaded"
 grep -q "cache ssd: [0-9]* block(s) restored (restore done in [0-9.]* s" "$FRONT_LOG" ||
 	hl_fail "no log line at the restore's end"
+# its lock holds: measured, the longest logged, real-time where the system lets it
+grep -q "cache ssd: restore: hold 1: [0-9]* us under the lock, [0-9]* us of it on the CPU, [0-9]*+[0-9]* page fault(s)" "$FRONT_LOG" ||
+	hl_fail "no log line of the restore's longest hold of the cache lock"
+if chrt -f 1 true 2>/dev/null; then rt="yes"; else rt="no"; fi
+grep -q "cache ssd: restore: the loader's CPU time under the lock [0-9]* us of [0-9]* us (held as a real-time thread: $rt" "$FRONT_LOG" ||
+	hl_fail "the restore's holds not said real-time '$rt' (chrt -f 1 here: $rt)"
+[ -n "$(stat_of read_lock_wait_max_us)" ] && [ -n "$(stat_of restore_max_lock_us)" ] ||
+	hl_fail "stats without read_lock_wait_max_us / restore_max_lock_us"
+hl_log "1. the restore's longest hold $(stat_of restore_max_lock_us) us (real-time: $rt), a read's longest wait for the lock $(stat_of read_lock_wait_max_us) us"
 "$HL_BUILDDIR/hotlunctl" --socket "$SOCK" stats >"$T/stats.txt" 2>&1 || hl_fail "hotlunctl stats"
 grep -q "^  restore  done in [0-9.]* s: [0-9]* blocks restored" "$T/stats.txt" ||
 	{ cat "$T/stats.txt" >&2; hl_fail "hotlunctl stats does not show the restore"; }

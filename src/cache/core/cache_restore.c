@@ -498,4 +498,11 @@ void hl_cache_core_restore_prefault_slots(const struct hl_cache_core *c, uint32_
 	populate(&c->keys.block[first], (size_t)n * sizeof(*c->keys.block));
 	populate(&c->keys.lunix[first], (size_t)n * sizeof(*c->keys.lunix));
 	populate(&c->meta[first], n);
+	/*
+	 * The free map too: a page of it covers 256 record pages, and its
+	 * first touch under the lock made the longest hold of a 4 TiB restore
+	 * (10.8 ms, 2 minor faults).
+	 */
+	populate(&c->takenmap[first / 64],
+	         (size_t)(HL_DIV_ROUND_UP((uint64_t)first + n, 64) - first / 64) * sizeof(uint64_t));
 }
