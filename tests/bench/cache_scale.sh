@@ -51,7 +51,9 @@
 # (blocks_per_s: restored / restore_log_s, hotlund's own "restore done in"
 # figure; rss_b_per_block: rss_max_mb per slot.) Before it, two lines of
 # the hit loop (HITLOAD=1, the default; HIT_RANGE, default 1G; HIT_AFTER_S,
-# default 20): a QD1 4K uniform read loop over the first HIT_RANGE of the
+# default 20; HIT_QD and HIT_SESSIONS, default 1, for the loop during the
+# restore: e.g. 64 and 2 keep both reactors contending for the cache lock):
+# a QD1 4K uniform read loop over the first HIT_RANGE of the
 # LUN during the warm restart's restore (once those blocks are restored:
 # every read a hit), then as long again after it:
 #
@@ -204,7 +206,8 @@ hitload_start() {
 	done
 	hit_h0=$(stat_of read_hits)
 	hit_m0=$(stat_of read_misses)
-	"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd 1 --range "$HIT_RANGE" \
+	"$BUILD/hotlun-bench" --quiet --workload uniform --bs 4K --qd "${HIT_QD:-1}" \
+		--sessions "${HIT_SESSIONS:-1}" --range "$HIT_RANGE" \
 		--time 100000 --seed 3 "$url" >"$tmp/hitload.out" 2>&1 &
 	hit_pid=$!
 }

@@ -83,7 +83,7 @@ static void log_worst(const struct hl_cache *c)
 	          "%llu us in all",
 	          c->name, (unsigned long long)(r->hold_cpu_ns / 1000),
 	          (unsigned long long)(r->hold_ns / 1000), r->rt_hold ? "yes" : "no",
-	          r->rt_refused ? ", refused by the system" : "", (unsigned long long)r->gave_way,
+	          r->rt_refused ? ", refused by the system: see the warning at its start" : "", (unsigned long long)r->gave_way,
 	          (unsigned long long)(r->gave_way_ns / 1000));
 	for (unsigned i = 0; i < HL_CACHE_RS_WORST && r->worst[i].wall_ns; i++) {
 		const struct hl_cache_rs_hold *h = &r->worst[i];
@@ -161,13 +161,37 @@ static void restore_run(struct hl_cache *c)
 static void hold_rt_setup(struct hl_cache *c)
 {
 	const char *e = getenv("HOTLUN_RESTORE_HOLD_RT");
-	struct sched_param sp;
+	struct sched_param sp, rt = {0};
+	int rc;
 
 	if (pthread_getschedparam(pthread_self(), &c->rs.sched_policy, &sp))
 		return;
 	c->rs.sched_prio = sp.sched_priority;
 	c->rs.rt_hold = c->rs.sched_policy != SCHED_FIFO && c->rs.sched_policy != SCHED_RR &&
 	                !(e && !strcmp(e, "0"));
+	if (!c->rs.rt_hold)
+		return;
+	/*
+	 * Tried once here, so that a refusal is logged when the restore
+	 * starts, with what to do about it (the packaged unit allows it:
+	 * RestrictRealtime=no, LimitRTPRIO=1; docs/service.md).
+	 */
+	rt.sched_priority = 1;
+	rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &rt);
+	if (!rc) {
+		pthread_setschedparam(pthread_self(), c->rs.sched_policy, &sp);
+		return;
+	}
+	c->rs.rt_hold = false;
+	c->rs.rt_refused = rc;
+	HL_WARN("cache",
+	        "cache %s: restore: the loader cannot hold the cache lock as a real-time thread "
+	        "(SCHED_FIFO priority 1: %s): preempted with the lock held, it can make hits wait "
+	        "tens of milliseconds until the restore ends; allow it with LimitRTPRIO=1 and "
+	        "RestrictRealtime=no in the systemd unit (the packaged hotlund.service has them), "
+	        "or CAP_SYS_NICE, or `ulimit -r 1` before starting hotlund; "
+	        "HOTLUN_RESTORE_HOLD_RT=0 does not try",
+	        c->name, strerror(rc));
 }
 
 static void *restore_main(void *arg)

@@ -1344,16 +1344,29 @@ static uint32_t lazy_last_record(struct rig *r, struct hl_cache_slot_rec *rec)
 	return last;
 }
 
-static void test_lazy_write_before_load(void)
+/*
+ * batch 0: the rest loaded without a lock, a page a step; else as the
+ * loader thread does (engine_restore.c): under a lock, batch pages a hold,
+ * real-time holds when allowed, whole read chunks a step.
+ */
+static void lazy_write_before_load(uint32_t batch)
 {
 	struct rig r;
 	struct hl_cache_restore lrs;
 	struct hl_cache_slot_rec rec;
 	uint32_t last = HL_CACHE_NO_SLOT;
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER, sum_lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_t *lk = batch ? &lock : NULL, *slk = batch ? &sum_lock : NULL;
+	struct sched_param sp;
 	int64_t left;
 
 	lazy_warm(&r);
 	lazy_begin(&r, &lrs);
+	if (batch) {
+		CU_ASSERT_EQUAL_FATAL(pthread_getschedparam(pthread_self(), &lrs.sched_policy, &sp), 0);
+		lrs.sched_prio = sp.sched_priority;
+		lrs.rt_hold = lrs.sched_policy != SCHED_FIFO && lrs.sched_policy != SCHED_RR;
+	}
 	last = lazy_last_record(&r, &rec);
 	/* Half the pages restored, then the block of the last record is written. */
 	left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1);
@@ -1365,27 +1378,45 @@ static void test_lazy_write_before_load(void)
 	/* The write made "pending" durable first (it synced), and then needs no more syncs. */
 	CU_ASSERT_EQUAL(r.l.sb_state, 3u);
 	CU_ASSERT_FALSE(hl_cache_core_write_needs_sync(r.c, rec.lun, rec.block * BS, 512));
-	while ((left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, NULL, NULL, 1, 1)) > 0)
+	while ((left = hl_cache_meta_load_step(r.d, &r.l, r.c, &lrs, lk, slk, batch ? 0 : 1,
+	                                       batch ? batch : 1)) > 0)
 		;
 	CU_ASSERT_EQUAL(left, 0);
 	CU_ASSERT(lrs.filtered >= 1);
 	CU_ASSERT(lrs.restored > 10);
+	if (batch) /* (more than a page a hold, unless a hold passed 200 us) */
+		CU_ASSERT(lrs.holds < lrs.pages);
 	/* The record was dropped: nothing of the block is in the cache. */
 	CU_ASSERT_FALSE(hl_cache_core_slot_get(r.c, last, &rec));
 	CU_ASSERT_EQUAL(check_all_slots(&r, r.c), 0);
 	do_read(&r, rec.lun, rec.block * BS, BS, false);
 	CU_ASSERT_EQUAL(r.bad_hits, 0);
 	/* Finish: the dropped record's page is rewritten, then the state is open again. */
-	CU_ASSERT_EQUAL(hl_cache_meta_load_finish(r.d, &r.l, r.c, NULL), 0);
+	CU_ASSERT_EQUAL(hl_cache_meta_load_finish(r.d, &r.l, r.c, lk), 0);
 	CU_ASSERT_EQUAL(r.l.sb_state, 2u);
 	/* A crash now: the next load is warm and restores nothing stale. */
 	int restored;
 	CU_ASSERT_EQUAL(recover_and_check(&r, &restored), 0);
 	CU_ASSERT(restored > 10);
+	if (batch) { /* an ordinary thread again */
+		int policy;
+		CU_ASSERT_EQUAL(pthread_getschedparam(pthread_self(), &policy, &sp), 0);
+		CU_ASSERT_EQUAL(policy, lrs.sched_policy);
+	}
 	hl_cache_core_destroy(r.c);
 	hl_cache_layout_release(&r.l);
 	hl_cache_restore_release(&lrs);
 	hl_cache_dev_close(r.d);
+}
+
+static void test_lazy_write_before_load(void)
+{
+	lazy_write_before_load(0);
+}
+
+static void test_lazy_write_before_load_batched(void)
+{
+	lazy_write_before_load(4);
 }
 
 /*
@@ -2265,6 +2296,8 @@ static const struct hl_test tests[] = {
     {"O_DIRECT file device", test_file_device},
     {"lazy restore: a write before its record is loaded drops the record",
      test_lazy_write_before_load},
+    {"lazy restore: the same restored 4 pages a hold under a lock, real-time holds",
+     test_lazy_write_before_load_batched},
     {"lazy restore: under a lock: real-time holds, gives way to a waiting read, measured",
      test_lazy_locked_holds},
     {"lazy restore: an admission change keeps the written blocks' filter",
