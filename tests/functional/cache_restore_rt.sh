@@ -18,17 +18,8 @@ hl_need setpriv prlimit
 T=$(hl_tmpdir)
 BS=4096
 NBLK=16384
-IQN=$HL_IQN_PREFIX:restore-rt
-PORT=$(hl_free_port)
-ST=$T/state
-SOCK=$ST/ctl.sock
-URL=iscsi://127.0.0.1:$PORT/$IQN/0
-mkdir -p "$ST"
 dd if=/dev/urandom of="$T/origin.img" bs=$BS count=$NBLK status=none || hl_error "dd"
-truncate -s 96M "$T/cache.img"
-hl_cache_front_conf "$T/hotlund.conf" "$PORT" "$ST" "$IQN" "file:$T/origin.img" \
-	device="$T/cache.img" size=96M block_size=4K admission=always
-stat_of() { hl_cache_stat "$SOCK" ssd "$@"; }
+hl_cache_front_one restore-rt "file:$T/origin.img" 96M 4K
 restore_done() {
 	local i
 	for i in $(seq 1 300); do

@@ -9,21 +9,11 @@ hl_cache_front_prereqs
 hl_need losetup
 
 T=$(hl_tmpdir)
-IQN=$HL_IQN_PREFIX:warm-blockdev
-PORT=$(hl_free_port)
-ST=$T/state
-SOCK=$ST/ctl.sock
-URL=iscsi://127.0.0.1:$PORT/$IQN/0
-mkdir -p "$ST"
 truncate -s 64M "$T/origin.backing"
 LOOP=$(losetup -f --show "$T/origin.backing" 2>/dev/null) || hl_skip "no loop device (not root?)"
 # hotlund goes first (hl_cleanup), then the device
 trap 'hl_cleanup; rc=$?; losetup -d "$LOOP" 2>/dev/null; exit $rc' EXIT
-truncate -s 80M "$T/cache.img"
-hl_cache_front_conf "$T/hotlund.conf" "$PORT" "$ST" "$IQN" "file:$LOOP" \
-	device="$T/cache.img" size=80M block_size=64K admission=always
-
-stat_of() { hl_cache_stat "$SOCK" ssd "$@"; }
+hl_cache_front_one warm-blockdev "file:$LOOP" 80M 64K
 warm() {
 	"$BENCH" --workload uniform --bs 64K --range 16M --count 1500 --qd 8 --seed "$1" --quiet \
 		"$URL" >"$T/bench.out" 2>&1 || { cat "$T/bench.out" >&2; hl_fail "warm-up reads failed"; }

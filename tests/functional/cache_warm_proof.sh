@@ -19,18 +19,8 @@ qemu-img --help 2>/dev/null | grep -qw iscsi || hl_missing "qemu-img has no iscs
 T=$(hl_tmpdir)
 BS=65536
 NBLK=1024
-IQN=$HL_IQN_PREFIX:warm-proof
-PORT=$(hl_free_port)
-ST=$T/state
-SOCK=$ST/ctl.sock
-URL=iscsi://127.0.0.1:$PORT/$IQN/0
-mkdir -p "$ST"
 dd if=/dev/urandom of="$T/origin.img" bs=$BS count=$NBLK status=none || hl_error "dd"
-truncate -s 80M "$T/cache.img"
-hl_cache_front_conf "$T/hotlund.conf" "$PORT" "$ST" "$IQN" "file:$T/origin.img" \
-	device="$T/cache.img" size=80M block_size=64K admission=always
-
-stat_of() { hl_cache_stat "$SOCK" ssd "$@"; }
+hl_cache_front_one warm-proof "file:$T/origin.img" 80M 64K
 
 # warm: random 64K reads over the whole LUN (most blocks get cached)
 warm() {

@@ -28,18 +28,8 @@ hl_ceph_up "$T/ceph" origin:64M
 RBD_URL="rbd:rbd/origin:conf=$cluster/ceph.conf"
 
 BS=65536
-IQN=$HL_IQN_PREFIX:warm-rbd
-PORT=$(hl_free_port)
-ST=$T/state
-SOCK=$ST/ctl.sock
-URL=iscsi://127.0.0.1:$PORT/$IQN/0
-mkdir -p "$ST"
-truncate -s 96M "$T/cache.img"
-hl_cache_front_conf "$T/hotlund.conf" "$PORT" "$ST" "$IQN" "rbd:rbd/origin" \
-	device="$T/cache.img" size=96M block_size=64K admission=always
+hl_cache_front_one warm-rbd rbd:rbd/origin 96M 64K
 sed -i "s|^cache = ssd$|&\nrbd_conf = $cluster/ceph.conf|" "$T/hotlund.conf"
-
-stat_of() { hl_cache_stat "$SOCK" ssd "$@"; }
 marks() { rbd snap ls rbd/origin 2>/dev/null | awk '$2 ~ /^hotlun-/ {print $2}'; }
 settle() { hl_cache_settle "$SOCK" ssd; }
 stale_blocks() { hl_stale_blocks "$URL" "$T/want.img" $BS; } # 64K blocks that differ from want.img

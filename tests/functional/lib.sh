@@ -353,6 +353,24 @@ hl_cache_front_prereqs() {
 	[ -x "$BENCH" ] || hl_missing "$BENCH not built"
 }
 
+# hl_cache_front_one NAME ORIGIN CACHE_SIZE BLOCK: the usual single caching
+# front in $T: target $HL_IQN_PREFIX:NAME on a free port, state in $T/state,
+# disk "san" on ORIGIN behind cache "ssd" ($T/cache.img of CACHE_SIZE, blocks
+# of BLOCK, every miss admitted), written to $T/hotlund.conf (not started).
+# Sets IQN PORT ST SOCK URL; stat_of KEY [DISK] reads a cache statistic.
+hl_cache_front_one() {
+	IQN=$HL_IQN_PREFIX:$1
+	PORT=$(hl_free_port)
+	ST=$T/state
+	SOCK=$ST/ctl.sock
+	URL=iscsi://127.0.0.1:$PORT/$IQN/0
+	mkdir -p "$ST"
+	truncate -s "$3" "$T/cache.img"
+	hl_cache_front_conf "$T/hotlund.conf" "$PORT" "$ST" "$IQN" "$2" \
+		device="$T/cache.img" size="$3" block_size="$4" admission=always
+}
+stat_of() { hl_cache_stat "$SOCK" ssd "$@"; }
+
 # hl_front_start CONF: start the caching front hotlund; sets FRONT_PID and
 # FRONT_LOG (tests restart it by calling this again).
 hl_front_start() {
