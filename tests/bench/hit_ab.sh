@@ -68,24 +68,9 @@ NS=
 SPIN_PIDS=
 trap 'rc=$?; for p in $SPIN_PIDS; do kill "$p" 2>/dev/null; done; if [ -n "$NS" ]; then ip netns del "$NS" 2>/dev/null; fi; (exit $rc); hl_cleanup' EXIT
 PIN=${PIN:-}
-CPIN=()
-if [ -n "$PIN" ]; then
-	case "$PIN" in
-	*:*) CPIN=(taskset -c "${PIN#*:}") ;;
-	*) hl_error "PIN wants HOTLUND_CPUS:CLIENT_CPUS, e.g. 0:1, not '$PIN'" ;;
-	esac
-fi
-if [ "${NOHALT:-0}" = 1 ]; then
-	command -v chrt >/dev/null || hl_error "NOHALT=1 needs chrt (util-linux)"
-	for c in $(seq 0 $(($(nproc) - 1))); do
-		chrt -i 0 taskset -c "$c" sh -c 'while :; do :; done' &
-		SPIN_PIDS="$SPIN_PIDS $!"
-	done
-fi
 NICE=${NICE:-}
-if [ -n "$NICE" ]; then
-	CPIN=(nice -n "$NICE" "${CPIN[@]}")
-fi
+. "$SRC/tests/bench/bench_lib.sh"
+bench_client_setup
 DISK=$(basename "$(df --output=source "$T" | tail -1)")
 grep -q " $DISK " /proc/diskstats 2>/dev/null || DISK=
 # disk_snap: "reads sectors_read weighted_ms ms_now" of DISK.

@@ -84,34 +84,9 @@ SPIN_PIDS=
 trap 'for p in $SPIN_PIDS; do kill "$p" 2>/dev/null; done; rm -f "$CDEV" "$CDEV.map" "$FIOF"; hl_cleanup' EXIT
 IQN=$HL_IQN_PREFIX:hit-path
 PIN=${PIN:-}
-CPIN=
-if [ -n "$PIN" ]; then
-	case "$PIN" in
-	*:*) CPIN="taskset -c ${PIN#*:}" ;;
-	*) hl_error "PIN wants HOTLUND_CPUS:CLIENT_CPUS, e.g. 0:1, not '$PIN'" ;;
-	esac
-fi
-# NOHALT=1: a SCHED_IDLE busy loop on every CPU for the whole run, so that
-# no CPU halts when its task sleeps. On a VM whose guest does not poll
-# before halting (cpuidle haltpoll, guest_halt_poll_ns = 0), waking a task
-# on a halted vCPU costs 10-20 µs more, and at QD1 the three figures pay
-# it differently: the hits' client sleeps through the device read (its CPU
-# halts), the uncached LUN's client mostly does not (the reply comes ~10 µs
-# after the command), fio sleeps on the CPU that takes the device IRQ. So
-# the QD1 column compares like with like only with NOHALT=1
-# (docs/benchmarks.md, "The QD1 hit's addition"). Any other task preempts
-# the loops at once.
-if [ "${NOHALT:-0}" = 1 ]; then
-	command -v chrt >/dev/null || hl_error "NOHALT=1 needs chrt (util-linux)"
-	for c in $(seq 0 $(($(nproc) - 1))); do
-		chrt -i 0 taskset -c "$c" sh -c 'while :; do :; done' &
-		SPIN_PIDS="$SPIN_PIDS $!"
-	done
-fi
 NICE=${NICE:-}
-if [ -n "$NICE" ]; then
-	CPIN="nice -n $NICE $CPIN"
-fi
+. "$SRC/tests/bench/bench_lib.sh"
+bench_client_setup
 TCK=$(getconf CLK_TCK)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 RANGE_B=$(numfmt --from=iec "$RANGE")
@@ -174,7 +149,7 @@ bench() {
 	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq
 	d0=$(disk_snap)
 	t0=$(cpu_ticks "$HL_PID")
-	line=$($CPIN "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
+	line=$("${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
 		--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$HL_PID")
 	dq=$(disk_delta "$d0" "$bs")
@@ -194,7 +169,7 @@ bench() {
 fio_iops() {
 	local d0 r
 	d0=$(disk_snap)
-	r=$($CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+	r=$("${CPIN[@]}" fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
 		--bs="$1" --iodepth="$2" --size="$RANGE" --time_based --runtime="$TIME" \
 		--lat_percentiles=1 --output-format=json 2>>"$OUT/fio.err" |
 		python3 -c 'import json, sys
@@ -298,8 +273,7 @@ timeline() {
 # timelines: fio, hits (LUN 0) and uncached (LUN 1), 4K QD1, into timeline.md.
 timelines() {
 	local lun mode dtids t
-	# shellcheck disable=SC2086 # CPIN is a command prefix (taskset -c N) or empty
-	timeline fio $CPIN fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring \
+	timeline fio "${CPIN[@]}" fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring \
 		--rw=randread --bs=4K --iodepth=1 --size="$RANGE" --time_based --runtime=3
 	"$SRC/tests/bench/qd1_timeline.py" fio "$OUT/tl-fio.txt" >"$OUT/timeline.md"
 	dtids=
@@ -308,7 +282,7 @@ timelines() {
 	done
 	for lun in 0 1; do
 		# shellcheck disable=SC2086
-		timeline "lun$lun" $CPIN "$BENCH" --workload uniform --range "$RANGE" --bs 4K --qd 1 \
+		timeline "lun$lun" "${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs 4K --qd 1 \
 			--time 3 --quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun"
 		mode=hit
 		[ "$lun" = 1 ] && mode=uncached
