@@ -56,16 +56,7 @@ start_gw 2
 wait_standby 2 1 10
 "$CTL" --socket "${SOCK[1]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
 wait_owner 2 10
-for k in 0 1 2 3 4 5 6 7 8 9; do
-	off=$((k * 6 * 1024 * 1024 + 4096))
-	qemu-io -f raw -c "write -P 0x$((k + 30)) $off 64k" "$(url 2)" >/dev/null 2>&1 || hl_fail "write through gateway 2"
-	python3 - "$T/want.img" "$off" "$((k + 30))" <<-'PY'
-	import sys
-	with open(sys.argv[1], 'r+b') as f:
-	    f.seek(int(sys.argv[2]))
-	    f.write(bytes([int(sys.argv[3], 16)]) * 65536)
-	PY
-done
+gw_rewrite_tenth 2
 hl_log "1. gateway 1 had $blocks block(s) of the LUN cached; gateway 2 rewrote 10 x 64 KiB"
 
 # ---- 2. gateway 1's record syncs held; the LUN handed back to it

@@ -116,6 +116,23 @@ wait_owner() {
 	done
 	hl_fail "gateway $1 does not own the image after $2 s: $(own "$1" state), last: $(own "$1" last)"
 }
+# gw_rewrite_tenth G: 1% of the image (640 KiB in 10 places, 64 KiB each,
+# 6 MiB apart) rewritten through gateway G, and the same in $T/want.img.
+gw_rewrite_tenth() {
+	local k off
+	for k in 0 1 2 3 4 5 6 7 8 9; do
+		off=$((k * 6 * 1024 * 1024 + 4096))
+		qemu-io -f raw -c "write -P 0x$((k + 30)) $off 64k" "$(url "$1")" >/dev/null 2>&1 ||
+			hl_fail "write through gateway $1"
+		python3 - "$T/want.img" "$off" "$((k + 30))" <<-'PY'
+	import sys
+	with open(sys.argv[1], 'r+b') as f:
+	    f.seek(int(sys.argv[2]))
+	    f.write(bytes([int(sys.argv[3], 16)]) * 65536)
+	PY
+	done
+}
+
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 # bench NAME SECONDS FIRST OTHER: verified load through both paths (FIRST's portal first)
 bench_start() {
@@ -301,16 +318,7 @@ gw_scenarios() {
 	"$CTL" --socket "${SOCK[1]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
 	wait_owner 2 10
 	# 1% of the image (640 KiB in 10 places) rewritten through gateway 2
-	for k in 0 1 2 3 4 5 6 7 8 9; do
-		off=$((k * 6 * 1024 * 1024 + 4096))
-		qemu-io -f raw -c "write -P 0x$((k + 30)) $off 64k" "$(url 2)" >/dev/null 2>&1 || hl_fail "write through gateway 2"
-		python3 - "$T/want.img" "$off" "$((k + 30))" <<-'PY'
-	import sys
-	with open(sys.argv[1], 'r+b') as f:
-	    f.seek(int(sys.argv[2]))
-	    f.write(bytes([int(sys.argv[3], 16)]) * 65536)
-	PY
-	done
+	gw_rewrite_tenth 2
 	"$CTL" --socket "${SOCK[2]}" handover /disks/san >"$T/ho.out" 2>&1 || hl_fail "handover: $(cat "$T/ho.out")"
 	wait_owner 1 10
 	ws=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["caches"]["ssd"]["disks"]["san"]["warm_start"])' \
