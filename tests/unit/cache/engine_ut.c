@@ -1395,6 +1395,38 @@ static bool wait_proof(struct hl_cache *c, size_t i)
 }
 
 /*
+ * Disks A and B of a new cache over fakes fa and fb (seeds seed and seed +
+ * 1, with diffs; a hot set's origin where hot_a / hot_b), their first nread
+ * blocks read and proven. @return the cache.
+ */
+static struct hl_cache *two_proven(struct fake *fa, struct fake *fb, uint8_t seed, bool hot_a,
+                                   bool hot_b, uint64_t nread, uint8_t *buf,
+                                   struct hl_origin **oa, struct hl_origin **ob)
+{
+	struct hl_cache *c;
+
+	dev_name();
+	fake_init(fa, LUN_SIZE, seed);
+	fake_init(fb, LUN_SIZE, (uint8_t)(seed + 1));
+	fa->diff = fb->diff = true;
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0,
+	                                hot_a ? fake_hot_origin(fa, "fake:a") : fake_origin(fa, "fake:a"),
+	                                oa) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0,
+	                                hot_b ? fake_hot_origin(fb, "fake:b") : fake_origin(fb, "fake:b"),
+	                                ob) == 0);
+	for (uint64_t b = 0; b < nread; b++) {
+		CU_ASSERT_EQUAL(do_io(*oa, HL_IO_READ, b * BS, BS, buf), 0);
+		CU_ASSERT_EQUAL(do_io(*ob, HL_IO_READ, b * BS, BS, buf), 0);
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
+	return c;
+}
+
+/*
  * Several gateways (hotlun/owner.h): while the disk is another gateway's the
  * cache holds its proofs, so the last proof taken while it was ours stays
  * the mark; when it is ours again hl_cache_revalidate drops exactly what the
@@ -1768,18 +1800,7 @@ static void test_shadow_revalidate_other_disk(void)
 	uint64_t t0, ms;
 	bool moved = false;
 
-	dev_name();
-	fake_init(&fa, LUN_SIZE, 31);
-	fake_init(&fb, LUN_SIZE, 32);
-	fa.diff = fb.diff = true;
-	reactor_up();
-	c = cache_open(NULL);
-	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_hot_origin(&fa, "fake:a"), &oa) == 0);
-	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_hot_origin(&fb, "fake:b"), &ob) == 0);
-	CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, 0, BS, buf), 0);
-	CU_ASSERT_EQUAL(do_io(ob, HL_IO_READ, 0, BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
+	c = two_proven(&fa, &fb, 31, true, true, 1, buf, &oa, &ob);
 
 	/* both handed over: standbys. The owner of A writes, marks and publishes. */
 	hl_cache_hold_proofs(oa);
@@ -4194,20 +4215,7 @@ static void test_revalidate_shadow_stuck(void)
 	uint64_t t0, ms;
 	uint8_t src;
 
-	dev_name();
-	fake_init(&fa, LUN_SIZE, 33);
-	fake_init(&fb, LUN_SIZE, 34);
-	fa.diff = fb.diff = true;
-	reactor_up();
-	c = cache_open(NULL);
-	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_hot_origin(&fa, "fake:a"), &oa) == 0);
-	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_origin(&fb, "fake:b"), &ob) == 0);
-	for (uint64_t b = 0; b < 4; b++) {
-		CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, b * BS, BS, buf), 0);
-		CU_ASSERT_EQUAL(do_io(ob, HL_IO_READ, b * BS, BS, buf), 0);
-	}
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
+	c = two_proven(&fa, &fb, 33, true, false, 4, buf, &oa, &ob);
 	c->drain_ms = 200;
 	hl_cache_hold_proofs(oa); /* A handed over: a standby */
 	CU_ASSERT_FATAL(meta_sync_stuck(c, ob, 12, hold, sizeof(hold)));
@@ -4469,20 +4477,7 @@ static void test_revalidate_sync_lock_origin_slow(void)
 	uint8_t src;
 	int early;
 
-	dev_name();
-	fake_init(&fa, LUN_SIZE, 45);
-	fake_init(&fb, LUN_SIZE, 46);
-	fa.diff = fb.diff = true;
-	reactor_up();
-	c = cache_open(NULL);
-	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_origin(&fa, "fake:a"), &oa) == 0);
-	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_origin(&fb, "fake:b"), &ob) == 0);
-	for (uint64_t b = 0; b < 4; b++) {
-		CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, b * BS, BS, buf), 0);
-		CU_ASSERT_EQUAL(do_io(ob, HL_IO_READ, b * BS, BS, buf), 0);
-	}
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
+	c = two_proven(&fa, &fb, 45, false, false, 4, buf, &oa, &ob);
 	c->drain_ms = 200;
 	hl_cache_hold_proofs(oa);              /* A handed over */
 	fake_external(&fa, 2 * BS, BS, 0x5a); /* the peer writes A's block 2 */
