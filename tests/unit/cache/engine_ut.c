@@ -4079,6 +4079,35 @@ static void *reval_main(void *arg)
 	return NULL;
 }
 
+/* Until call's done is set or ms pass: @return the milliseconds waited. */
+static uint64_t wait_call(struct reval_call *call, unsigned ms)
+{
+	uint64_t t0 = hl_now_ns();
+
+	for (unsigned i = 0; i < ms && !__atomic_load_n(&call->done, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	return (hl_now_ns() - t0) / 1000000;
+}
+
+/*
+ * hl_cache_revalidate(o) on a thread of its own, waited for 3 s at most
+ * (fatal past that: the takeover still waits), the result in rv->rc and a
+ * line "WHAT took N ms" on stderr. @return N.
+ */
+static uint64_t reval_timed(struct reval_call *rv, struct hl_origin *o, const char *what)
+{
+	pthread_t t;
+	uint64_t ms;
+
+	rv->o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, rv) == 0);
+	ms = wait_call(rv, 3000);
+	CU_ASSERT_FATAL(__atomic_load_n(&rv->done, __ATOMIC_SEQ_CST));
+	pthread_join(t, NULL);
+	fprintf(stderr, "%s took %llu ms (bound 200)\n", what, (unsigned long long)ms);
+	return ms;
+}
+
 /*
  * The metadata thread stuck in a record sync, holding sync_lock, as on a
  * cache device that does not answer: c->meta_hold (HOTLUN_TEST_CACHE_META_HOLD)
@@ -4134,8 +4163,7 @@ static void test_revalidate_sync_lock_stuck(void)
 	struct hl_origin *o;
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(BS);
-	pthread_t t;
-	uint64_t t0, ms, left;
+	uint64_t ms, left;
 	uint8_t src;
 
 	o = fixture_up(&c, NULL, &f, 42, "fake:rstuck");
@@ -4148,17 +4176,7 @@ static void test_revalidate_sync_lock_stuck(void)
 	CU_ASSERT_FATAL(meta_sync_stuck(c, o, 12, hold, sizeof(hold)));
 	hl_cache_hold_proofs(o);             /* handed over */
 	fake_external(&f, 3 * BS, BS, 0x3c); /* the peer writes block 3 */
-	rv.o = o;
-	t0 = hl_now_ns();
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
-	for (int i = 0; i < 3000 && !__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST); i++)
-		usleep(1000);
-	ms = (hl_now_ns() - t0) / 1000000;
-	/* (fatal: the takeover still waits, 3 s after it began) */
-	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
-	pthread_join(t, NULL);
-	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
-	        (unsigned long long)ms);
+	ms = reval_timed(&rv, o, "the takeover's revalidation");
 	CU_ASSERT(ms < 1000);
 	CU_ASSERT_EQUAL(rv.rc, 0); /* served */
 	CU_ASSERT(atomic_load(&c->meta_stuck));
@@ -4211,8 +4229,7 @@ static void test_revalidate_shadow_stuck(void)
 	struct hl_hot_ent hot[1] = {{0, 9}};
 	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = 1, .v = hot};
 	uint8_t *buf = malloc(BS);
-	pthread_t t;
-	uint64_t t0, ms;
+	uint64_t ms;
 	uint8_t src;
 
 	c = two_proven(&fa, &fb, 33, true, false, 4, buf, &oa, &ob);
@@ -4232,17 +4249,7 @@ static void test_revalidate_shadow_stuck(void)
 	CU_ASSERT_FATAL(__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST));
 	usleep(100 * 1000);
 	CU_ASSERT_FATAL(pthread_mutex_trylock(&c->ents[0]->shadow_mu) == EBUSY); /* the step's */
-	rv.o = oa;
-	t0 = hl_now_ns();
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
-	for (int i = 0; i < 3000 && !__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST); i++)
-		usleep(1000);
-	ms = (hl_now_ns() - t0) / 1000000;
-	/* (fatal: the takeover still waits, 3 s after it began) */
-	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
-	pthread_join(t, NULL);
-	fprintf(stderr, "the takeover behind the stuck shadow step took %llu ms (bound 200)\n",
-	        (unsigned long long)ms);
+	ms = reval_timed(&rv, oa, "the takeover behind the stuck shadow step");
 	CU_ASSERT(ms < 1000);
 	CU_ASSERT_EQUAL(rv.rc, 0); /* served */
 	CU_ASSERT(atomic_load(&c->meta_stuck));
@@ -4272,15 +4279,6 @@ static void *close_main(void *arg)
 	return NULL;
 }
 
-/* Until call's done is set or ms pass: @return the milliseconds waited. */
-static uint64_t wait_call(struct reval_call *call, unsigned ms)
-{
-	uint64_t t0 = hl_now_ns();
-
-	for (unsigned i = 0; i < ms && !__atomic_load_n(&call->done, __ATOMIC_SEQ_CST); i++)
-		usleep(1000);
-	return (hl_now_ns() - t0) / 1000000;
-}
 
 /*
  * A standby's shadow step moving its proof (a roll) waits for sync_lock
@@ -4339,13 +4337,7 @@ static void test_revalidate_shadow_step_stuck(void)
 	}
 
 	/* the takeover: two bounds at most, served from the origin only */
-	rv.o = o;
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
-	ms = wait_call(&rv, 3000);
-	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
-	pthread_join(t, NULL);
-	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
-	        (unsigned long long)ms);
+	ms = reval_timed(&rv, o, "the takeover's revalidation");
 	CU_ASSERT(ms < 1000);
 	CU_ASSERT_EQUAL(rv.rc, 0);
 	CU_ASSERT(atomic_load(&c->failed));
@@ -4406,7 +4398,6 @@ static void test_revalidate_records_late(void)
 	struct hl_origin *o;
 	uint8_t *buf = malloc(BS);
 	char hold[96];
-	pthread_t t;
 	uint64_t ms;
 	bool free_again = false;
 	FILE *h;
@@ -4426,13 +4417,7 @@ static void test_revalidate_records_late(void)
 	CU_ASSERT_FATAL(h != NULL);
 	fclose(h);
 	c->meta_hold = strdup(hold); /* the takeover's record sync does not return */
-	rv.o = o;
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
-	ms = wait_call(&rv, 3000);
-	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
-	pthread_join(t, NULL);
-	fprintf(stderr, "the takeover's revalidation took %llu ms (bound 200)\n",
-	        (unsigned long long)ms);
+	ms = reval_timed(&rv, o, "the takeover's revalidation");
 	CU_ASSERT(ms < 1000);
 	CU_ASSERT_EQUAL(rv.rc, 0);
 	CU_ASSERT(atomic_load(&c->failed));
