@@ -1,8 +1,26 @@
 # cache_dead_lib.sh - sourced (after lib.sh) by the tests of a cache device
 # that stops answering (cache_dead_stop.sh, cache_dead_remove.sh). They set
-# T (the test's folder: origin $T/o.img, hold file $T/hold), url, BOUND (ms)
-# and BENCH (hl_cache_front_prereqs).
+# T (the test's folder: origin $T/o.img, hold file $T/hold) and BENCH
+# (hl_cache_front_prereqs), then call dead_setup (url, BOUND, ...).
 # shellcheck disable=SC2154 # url, T, BOUND, BENCH, FRONT_LOG: the sourcing test's
+
+# dead_setup NAME CONF: the test's set-up: hotlunctl in CTL, the drain bound
+# BOUND (1000 ms), a 64 MiB random origin $T/o.img, a free port, state in
+# $T/st (sock), target $HL_IQN_PREFIX:NAME (IQN, url), and CONF: disk "san"
+# behind a 64 MiB cache "ssd" of 4K blocks on $T/cache.img, every miss
+# admitted (not started).
+dead_setup() {
+	CTL=$HL_BUILDDIR/hotlunctl
+	IQN=$HL_IQN_PREFIX:$1
+	BOUND=1000
+	head -c 64M /dev/urandom >"$T/o.img" || hl_error "cannot write $T/o.img"
+	port=$(hl_free_port)
+	mkdir -p "$T/st"
+	sock=$T/st/ctl.sock
+	url=iscsi://127.0.0.1:$port/$IQN/0
+	hl_cache_front_conf "$2" "$port" "$T/st" "$IQN" "file:$T/o.img" \
+		"device=$T/cache.img" size=64M block_size=4K admission=always
+}
 
 # reads SECONDS RANGE: random reads at QD8 over the first RANGE of the LUN.
 reads() {

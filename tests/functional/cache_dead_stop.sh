@@ -20,18 +20,8 @@
 hl_need python3 qemu-img
 hl_cache_front_prereqs
 . "$(dirname "$0")/cache_dead_lib.sh"
-CTL=$HL_BUILDDIR/hotlunctl
 T=$(hl_tmpdir)
-IQN=$HL_IQN_PREFIX:deadstop
-BOUND=1000
-
-head -c 64M /dev/urandom >"$T/o.img" || hl_error "cannot write $T/o.img"
-port=$(hl_free_port)
-mkdir -p "$T/st"
-sock=$T/st/ctl.sock
-url=iscsi://127.0.0.1:$port/$IQN/0
-hl_cache_front_conf "$T/f.conf" "$port" "$T/st" "$IQN" "file:$T/o.img" \
-	"device=$T/cache.img" size=64M block_size=4K admission=always
+dead_setup deadstop "$T/f.conf"
 
 
 # ---- 1. the stop with the metadata thread held in a sync
