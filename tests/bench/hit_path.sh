@@ -160,23 +160,47 @@ bench() {
 	echo " $dq $(field "$line" p50_us)"
 }
 
+# fio_run BS QD [FIO OPTION...]: one fio run, prints "IOPS P50_US".
+fio_run() {
+	local bs=$1 qd=$2
+	shift 2
+	"${CPIN[@]}" fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+		--bs="$bs" --iodepth="$qd" --size="$RANGE" --time_based --runtime="$TIME" \
+		--lat_percentiles=1 --output-format=json "$@" 2>>"$OUT/fio.err" |
+		python3 -c 'import json, sys
+r = json.load(sys.stdin)["jobs"][0]["read"]
+print("%d %.1f" % (r["iops"], r["lat_ns"]["percentile"]["50.000000"] / 1e3))' 2>>"$OUT/fio.err"
+}
+
 # fio_iops BS QD: random O_DIRECT io_uring reads of FIOF, RANGE of data
 # written in the cache file's folder (the cache device's file system; the
 # cache file itself has holes where no block was filled, which read at
 # memory speed). Prints "IOPS AQU BUSY% P50_US", P50_US the median of
 # fio's total latency (submission included: io_uring_enter also rings the
 # device's doorbell, 15-20 µs on a VM, which fio's clat leaves out).
+# Above QD 8 fio runs twice and the better run counts: as configured by
+# default (one io_uring_enter per I/O, woken for every completion), and
+# submitting and reaping QD/8 at a time. On a VM fio's default is bound by
+# its own CPU, not the device's: 88-97k 4K IOPS at QD64 with 87-90% system
+# time, against 313-334k batched, on the same file (2026-12-07), so the
+# default alone would understate the limit the hits are held to. The
+# device figures (queue, busy) are those of the counted run.
 fio_iops() {
-	local d0 r
+	local d0 d1 r p r2 p2 b
 	d0=$(disk_snap)
-	r=$("${CPIN[@]}" fio --name=dev --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
-		--bs="$1" --iodepth="$2" --size="$RANGE" --time_based --runtime="$TIME" \
-		--lat_percentiles=1 --output-format=json 2>>"$OUT/fio.err" |
-		python3 -c 'import json, sys
-r = json.load(sys.stdin)["jobs"][0]["read"]
-print("%d %.1f" % (r["iops"], r["lat_ns"]["percentile"]["50.000000"] / 1e3))' 2>>"$OUT/fio.err")
-	read -r r p <<<"$r"
-	echo "${r:-0} $(disk_delta "$d0" "$1") ${p:-0}"
+	read -r r p <<<"$(fio_run "$1" "$2")"
+	d1=$(disk_delta "$d0" "$1")
+	if [ "$2" -gt 8 ]; then
+		b=$(($2 / 8))
+		d0=$(disk_snap)
+		read -r r2 p2 <<<"$(fio_run "$1" "$2" --iodepth_batch_submit="$b" \
+			--iodepth_batch_complete_min="$b")"
+		if [ "${r2:-0}" -gt "${r:-0}" ]; then
+			r=$r2 p=$p2
+			d1=$(disk_delta "$d0" "$1")
+		fi
+	fi
+	echo "${r:-0} $d1 ${p:-0}"
 }
 
 # start CACHE_BS: hotlund with LUN 0 = origin cached on a fresh cache file, LUN 1 = origin uncached.
