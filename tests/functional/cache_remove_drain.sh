@@ -180,9 +180,18 @@ hl_front_start "$T/live.conf"
 unset HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS HOTLUN_TEST_CACHE_DRAIN_MS
 if [ -n "$asan" ]; then export ASAN_OPTIONS=$asan; else unset ASAN_OPTIONS; fi
 hl_wait_restored "$FRONT_LOG" ssd
-reads 3 24M 50 # half writes into cached blocks: buffered updates, write-backs held
+# Half writes into cached blocks: buffered updates, write-backs held. The
+# stats are read while the writes run, so that the stop follows their end
+# at once: with the stats after them, on a loaded machine (two hotlunctl
+# calls took 4.5 s in one CI run) the held write-backs had landed before
+# the stop and nothing was left to abandon.
+hl_spawn bench "$T/bench.out" "$BENCH" --quiet --read 50 --qd 8 --range 24M --time 3 "$url"
+bpid=$HL_LAST_PID
+sleep 1.5
 wbs=$(hl_cache_stat "$sock" ssd update_buffer_writebacks)
 ubb=$(hl_cache_stat "$sock" ssd update_buffer_bytes)
+wait "$bpid" || hl_fail "reads failed: $(tail -n 3 "$T/bench.out")"
+hl_forget "$bpid"
 hl_log "4. update buffer on: $ubb bytes buffered, $wbs write-back(s) done"
 [ "${ubb:-0}" -gt 0 ] || hl_fail "nothing was buffered: step 4 proves little"
 stop_abandoning "4. (update buffer on)"
