@@ -66,6 +66,7 @@ static void cache_free(struct hl_cache *c)
 	pthread_cond_destroy(&c->mexit);
 	pthread_mutex_destroy(&c->map_mu);
 	free(c->meta_hold);
+	free(c->rs_hold);
 	free(c);
 }
 

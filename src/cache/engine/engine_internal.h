@@ -264,6 +264,7 @@ struct hl_cache {
 	atomic_int rs_phase; /* enum hl_cache_restore_phase */
 	uint64_t rs_t0;      /* engine_now_ms() at open */
 	unsigned rs_delay_ms; /* HOTLUN_TEST_RESTORE_DELAY_MS (tests) */
+	char *rs_hold;        /* HOTLUN_TEST_RESTORE_HOLD: the loader waits while it exists */
 	atomic_ullong rs_pages, rs_pages_left, rs_restored, rs_dropped, rs_filtered, rs_ms;
 	atomic_ullong rs_max_lock_us;
 	atomic_ullong read_wait_max_ns, read_waits_over_1ms; /* engine_read.c: lookup_lock */

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/engine/engine_internal.h"
@@ -98,6 +99,19 @@ static void log_worst(const struct hl_cache *c)
 	}
 }
 
+/*
+ * HOTLUN_TEST_RESTORE_HOLD=PATH (tests only): before its next record page
+ * the loader waits while PATH exists, holding no lock, so that a test's
+ * checks run while the restore is surely not over however slow the machine.
+ */
+static void restore_test_hold(struct hl_cache *c)
+{
+	struct timespec ts = {0, 10000000};
+
+	while (c->rs_hold && access(c->rs_hold, F_OK) == 0 && !atomic_load(&c->rs_stop))
+		nanosleep(&ts, NULL);
+}
+
 static void restore_run(struct hl_cache *c)
 {
 	unsigned delay_ms = c->rs_delay_ms;
@@ -110,6 +124,9 @@ static void restore_run(struct hl_cache *c)
 			if (atomic_load(&c->rs_stop))
 				break;
 		}
+		restore_test_hold(c);
+		if (atomic_load(&c->rs_stop))
+			break;
 		engine_meta_test_hold(c); /* a device read that does not return (tests) */
 		/* (throttled for a test: one page per read) */
 		left = hl_cache_meta_load_step(c->dev, &c->layout, c->core, &c->rs, &c->lock,
@@ -209,9 +226,12 @@ static void *restore_main(void *arg)
 int engine_restore_start(struct hl_cache *c, uint64_t t0_ms)
 {
 	const char *d = getenv("HOTLUN_TEST_RESTORE_DELAY_MS");
+	const char *hold = getenv("HOTLUN_TEST_RESTORE_HOLD");
 	int rc;
 
 	c->rs_delay_ms = d ? (unsigned)strtoul(d, NULL, 10) : 0;
+	free(c->rs_hold);
+	c->rs_hold = hold && *hold ? strdup(hold) : NULL;
 	c->rs_t0 = t0_ms ? t0_ms : engine_now_ms();
 	publish(c);
 	atomic_store(&c->rs_pages, c->rs.pages);
