@@ -636,6 +636,16 @@ static void test_concurrent_changes(void)
 		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, hammer_main, &h[i]), 0);
 	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
+	/*
+	 * A PREEMPT of one hammer after the other's last command leaves that
+	 * nexus a unit attention (registrations or reservations preempted),
+	 * which its next command, PERSISTENT RESERVE IN too, reports first
+	 * (SPC-4): take them with TEST UNIT READY.
+	 */
+	for (int i = 0; i < 8 && simple(&a1, 0x00) != GOOD; i++)
+		;
+	for (int i = 0; i < 8 && simple(&b2, 0x00) != GOOD; i++)
+		;
 	pr_in(&a1, 0, buf, sizeof(buf));
 	uint32_t gen = hl_get_be32(buf);
 	pthread_mutex_lock(&store.mu);
