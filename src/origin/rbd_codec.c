@@ -157,3 +157,48 @@ int rbd_own_request_decode(const char *text, uint16_t *gw, uint64_t *seq)
 	*seq = n;
 	return 0;
 }
+
+/* A payload of len bytes as a C string in buf (room bytes): false when longer. */
+static bool payload_str(const void *data, size_t len, char *buf, size_t room)
+{
+	if (len >= room)
+		return false;
+	if (len)
+		memcpy(buf, data, len);
+	buf[len] = '\0';
+	return true;
+}
+
+int rbd_pr_notice_decode(const void *data, size_t len, uint64_t *seq)
+{
+	char p[32], again[32];
+	unsigned long long n;
+	int used = 0;
+
+	*seq = 0;
+	if (!payload_str(data, len, p, sizeof(p)) || sscanf(p, "seq=%llu%n", &n, &used) != 1 ||
+	    (size_t)used != len)
+		return -EBADMSG;
+	snprintf(again, sizeof(again), "seq=%llu", n);
+	if (strcmp(again, p))
+		return -EBADMSG;
+	*seq = n;
+	return 0;
+}
+
+int rbd_pr_answer_decode(const void *data, size_t len, uint16_t *gw)
+{
+	char p[32], again[32];
+	unsigned g;
+	int used = 0;
+
+	*gw = 0;
+	if (!payload_str(data, len, p, sizeof(p)) || sscanf(p, "gw=%u%n", &g, &used) != 1 ||
+	    (size_t)used != len || g > UINT16_MAX)
+		return -EBADMSG;
+	snprintf(again, sizeof(again), "gw=%u", g);
+	if (strcmp(again, p))
+		return -EBADMSG;
+	*gw = (uint16_t)g;
+	return 0;
+}

@@ -2,7 +2,8 @@
  * rbd_codec.h - the decoders of what the gateways of an rbd image write
  * into the cluster for each other (rbd_codec.c): the owner's hot set
  * (rbd_hotset.c), the ownership record and the hand-over request
- * (rbd_own.c). Pure: no librados, no I/O, so that they are unit tested and
+ * (rbd_own.c), the shared reservation record's notices and answers
+ * (rbd_pr.c; the record itself is pr_text.c's). Pure: no librados, no I/O, so that they are unit tested and
  * fuzzed (tests/fuzz/fuzz_rbd_codec.c) without a cluster.
  *
  * What another gateway wrote is input like a PDU: a damaged or foreign
@@ -62,5 +63,13 @@ int rbd_own_record_decode(const char *text, struct rbd_own_record *rec);
  * text). @return 0 or -EBADMSG (*gw and *seq 0).
  */
 int rbd_own_request_decode(const char *text, uint16_t *gw, uint64_t *seq);
+
+/*
+ * A notice of the shared reservation record, "seq=N", and a gateway's
+ * answer to it, "gw=G" (payloads of len bytes, not NUL-terminated; data
+ * may be NULL when len is 0). @return 0 or -EBADMSG (*seq, *gw 0).
+ */
+int rbd_pr_notice_decode(const void *data, size_t len, uint64_t *seq);
+int rbd_pr_answer_decode(const void *data, size_t len, uint16_t *gw);
 
 #endif

@@ -3,8 +3,9 @@
 /*
  * fuzz_rbd_codec.c - harness for what a gateway of an rbd image reads from
  * the cluster that another gateway wrote (src/origin/rbd_codec.c): the
- * owner's hot set object, the ownership record, the hand-over request. The
- * first byte picks the decoder, the rest is the object. Besides crashes,
+ * owner's hot set object, the ownership record, the hand-over request, the
+ * shared reservation record's notices and answers. The first byte picks
+ * the decoder, the rest is the object. Besides crashes,
  * leaks and UB: whatever a decoder accepts is exactly what a writer prints
  * for the values it returned (rbd_hotset.c's and rbd_own.c's formats), so
  * no two objects read as one state and no garbled number reads as another;
@@ -79,9 +80,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	uint8_t which = data[0] % 3;
+	uint8_t which = data[0] % 5;
 	const uint8_t *d = data + 1;
 	size_t n = size - 1;
+
+	if (which >= 3) {
+		/* a payload: exactly what its writer sends ("seq=%llu", "gw=%u"), no NUL */
+		char want[64];
+		uint64_t seq;
+		uint16_t gw;
+		int h, rc = which == 3 ? rbd_pr_notice_decode(n ? d : NULL, n, &seq)
+		                       : rbd_pr_answer_decode(n ? d : NULL, n, &gw);
+		if (rc) {
+			if (rc != -EBADMSG || (which == 3 ? seq != 0 : gw != 0))
+				abort();
+			return 0;
+		}
+		h = which == 3 ? snprintf(want, sizeof(want), "seq=%" PRIu64, seq)
+		               : snprintf(want, sizeof(want), "gw=%u", gw);
+		if ((size_t)h != n || memcmp(want, d, n))
+			abort();
+		return 0;
+	}
 
 	if (which == 0) {
 		struct hl_hot_set hs;

@@ -168,11 +168,36 @@ static void test_own_request(void)
 	CU_ASSERT_EQUAL(rbd_own_request_decode("", &gw, &seq), -EBADMSG);
 }
 
+static void test_pr_payloads(void)
+{
+	uint64_t seq;
+	uint16_t gw;
+
+	CU_ASSERT_EQUAL(rbd_pr_notice_decode("seq=42", 6, &seq), 0);
+	CU_ASSERT_EQUAL(seq, 42);
+	CU_ASSERT_EQUAL(rbd_pr_answer_decode("gw=3", 4, &gw), 0);
+	CU_ASSERT_EQUAL(gw, 3);
+	/* 2^32 + 3 was read as an answer of gateway 3: its copy was taken as current */
+	CU_ASSERT_EQUAL(rbd_pr_answer_decode("gw=4294967299", 13, &gw), -EBADMSG);
+	CU_ASSERT_EQUAL(gw, 0);
+	CU_ASSERT_EQUAL(rbd_pr_answer_decode("gw=70000", 8, &gw), -EBADMSG);
+	CU_ASSERT_EQUAL(rbd_pr_answer_decode("gw=3x", 5, &gw), -EBADMSG);
+	CU_ASSERT_EQUAL(rbd_pr_notice_decode("seq=-1", 6, &seq), -EBADMSG);
+	CU_ASSERT_EQUAL(rbd_pr_notice_decode("seq=99999999999999999999", 24, &seq), -EBADMSG);
+	CU_ASSERT_EQUAL(seq, 0);
+	/* an empty payload (librados may hand NULL for it), a longer one than any writer's */
+	CU_ASSERT_EQUAL(rbd_pr_notice_decode(NULL, 0, &seq), -EBADMSG);
+	CU_ASSERT_EQUAL(rbd_pr_answer_decode(NULL, 0, &gw), -EBADMSG);
+	CU_ASSERT_EQUAL(rbd_pr_notice_decode("seq=1                                   ", 40, &seq),
+	                -EBADMSG);
+}
+
 static const struct hl_test tests[] = {
     {"a hot set as the owner writes it", test_hot_good},
     {"a damaged or foreign hot set is refused whole", test_hot_bad},
     {"the ownership record, strictly", test_own_record},
     {"the hand-over request, strictly", test_own_request},
+    {"the shared reservation notices and answers, strictly", test_pr_payloads},
     {NULL, NULL},
 };
 
