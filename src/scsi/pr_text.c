@@ -194,8 +194,12 @@ int scsi_pr_parse(const char *text, size_t len, struct scsi_pr_state *st,
 		v2 = true;
 	else
 		goto bad;
+	/*
+	 * The next change is seq + 1: at 2^64 - 1 it would be 0, which every
+	 * gateway takes as older than its copy, and none would apply it.
+	 */
 	if (v2 && (!next_line(&pos, end, line, sizeof(line), &toolong) ||
-	           sscanf(line, "seq %" SCNu64, &st->seq) != 1))
+	           sscanf(line, "seq %" SCNu64, &st->seq) != 1 || st->seq == UINT64_MAX))
 		goto bad;
 	if (!next_line(&pos, end, line, sizeof(line), &toolong) ||
 	    sscanf(line, "generation %" SCNu32, &st->generation) != 1)

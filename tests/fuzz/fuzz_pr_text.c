@@ -14,7 +14,8 @@
  * holder a registration when the type has one, every registration with a
  * key and a name, no two alike (port, target port, ALL_TG_PT), at most
  * SCSI_PR_MAX_REGS, at most SCSI_PR_HISTORY changes of at most
- * SCSI_PR_FX_MAX side effects each) and reads back the same after
+ * SCSI_PR_FX_MAX side effects each, a seq whose next one does not wrap)
+ * and reads back the same after
  * scsi_pr_format (written, read, written again: the same text).
  */
 #include "scsi/scsi_internal.h"
@@ -28,7 +29,7 @@
 static void state_check(const struct scsi_pr_state *st, const struct scsi_pr_change *ch,
                         unsigned n)
 {
-	if (st->n_regs > SCSI_PR_MAX_REGS || n > SCSI_PR_HISTORY)
+	if (st->n_regs > SCSI_PR_MAX_REGS || n > SCSI_PR_HISTORY || st->seq == UINT64_MAX)
 		abort();
 	if (st->type && !scsi_pr_type_valid(st->type))
 		abort();

@@ -3,7 +3,8 @@
  * (src/scsi/pr_text.c): the APTPL file in state_dir and the record the
  * gateways of a shared disk read from each other. A text the writer would
  * never write is refused whole: a registration listed twice, a change with
- * more side effects than any change has (the reader allocates for each).
+ * more side effects than any change has (the reader allocates for each), a
+ * sequence number whose next one wraps.
  */
 #include "config.h"
 
@@ -110,10 +111,30 @@ static void test_fx_bounded(void)
 	free(t);
 }
 
+static void test_seq_wrap_refused(void)
+{
+	static struct scsi_pr_change ch[SCSI_PR_HISTORY];
+	struct scsi_pr_state st;
+	unsigned n = 0;
+
+	/* the next commit would be seq 0, older than every gateway's copy: none applies it */
+	CU_ASSERT_EQUAL(parse("hotlun-pr 2\nseq 18446744073709551615\ngeneration 1\ntype 0 -1\n"
+	                      "aptpl 0\nend\n",
+	                      &st, ch, &n),
+	                -EBADMSG);
+	CU_ASSERT_EQUAL(parse("hotlun-pr 2\nseq 18446744073709551614\ngeneration 1\ntype 0 -1\n"
+	                      "aptpl 0\nend\n",
+	                      &st, ch, &n),
+	                0);
+	CU_ASSERT_EQUAL(st.seq, UINT64_MAX - 1);
+	scsi_pr_state_fini(&st);
+}
+
 static const struct hl_test tests[] = {
     {"a record reads back as it was written", test_round_trip},
     {"a registration listed twice is refused", test_twice_refused},
     {"a change's side effects are bounded", test_fx_bounded},
+    {"a record whose next change would wrap is refused", test_seq_wrap_refused},
     {NULL, NULL},
 };
 
