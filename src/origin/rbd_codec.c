@@ -115,7 +115,8 @@ int rbd_own_record_decode(const char *text, struct rbd_own_record *rec)
 	if (sscanf(text, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s%n", &owner,
 	           &epoch, &beat, state, &done, rec->addr, &end) != 6 ||
 	    owner > UINT16_MAX ||
-	    (strcmp(state, "owned") && strcmp(state, "released") && strcmp(state, "released-fence")))
+	    (strcmp(state, "owned") && strcmp(state, "released") &&
+	     strcmp(state, "released-fence")))
 		goto bad;
 	/* the counters go on from here: one that cannot count on is not one a writer wrote */
 	if (epoch == UINT64_MAX || beat == UINT64_MAX || done == UINT64_MAX)

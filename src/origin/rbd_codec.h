@@ -3,8 +3,9 @@
  * into the cluster for each other (rbd_codec.c): the owner's hot set
  * (rbd_hotset.c), the ownership record and the hand-over request
  * (rbd_own.c), the shared reservation record's notices and answers
- * (rbd_pr.c; the record itself is pr_text.c's). Pure: no librados, no I/O, so that they are unit tested and
- * fuzzed (tests/fuzz/fuzz_rbd_codec.c) without a cluster.
+ * (rbd_pr.c; the record itself is pr_text.c's). Pure: no librados, no
+ * I/O, so that they are unit tested and fuzzed (tests/fuzz/fuzz_rbd_codec.c)
+ * without a cluster.
  *
  * What another gateway wrote is input like a PDU: a damaged or foreign
  * object is refused whole (-EBADMSG), never half read, and a number is
@@ -28,8 +29,9 @@
 #define RBD_CHG_MAX     65536u /* changed ranges, 16 bytes each (1 MiB) */
 #define RBD_CHG_ENT     16u
 /* The largest hot set object a reader takes. */
-#define RBD_HOT_OBJ_MAX                                                                          \
-	(RBD_HOT_HDR_MAX + (uint64_t)RBD_HOT_MAX * RBD_HOT_ENT + (uint64_t)RBD_CHG_MAX * RBD_CHG_ENT)
+#define RBD_HOT_OBJ_MAX                                                                            \
+	(RBD_HOT_HDR_MAX + (uint64_t)RBD_HOT_MAX * RBD_HOT_ENT +                                   \
+	 (uint64_t)RBD_CHG_MAX * RBD_CHG_ENT)
 
 /*
  * The hot set object's size bytes into *out (v and chg malloc'ed, the

@@ -629,8 +629,8 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 	r->own_gw = gw;
 	r->own_epoch = epoch;
 	atomic_store(&r->unsure_writes, 0); /* an earlier ownership's: fenced or released since */
-	rec =
-	    (struct rbd_own_record){.owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
+	rec = (struct rbd_own_record){
+	    .owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
 	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
 	rc = record_write(r, &rec);
 	if (rc < 0) {

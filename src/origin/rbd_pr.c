@@ -387,7 +387,8 @@ static void pr_watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_t
 	bool queued = false;
 
 	(void)notifier_id;
-	(void)rbd_pr_notice_decode(data, data_len, &seq); /* damaged: 0, read the record all the same */
+	/* damaged: seq 0, the record is read all the same */
+	(void)rbd_pr_notice_decode(data, data_len, &seq);
 	pthread_mutex_lock(&pr->lock);
 	for (unsigned i = 0; i < PR_PENDING; i++) {
 		if (!pr->pend[i].cookie) {

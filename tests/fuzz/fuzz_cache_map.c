@@ -57,7 +57,8 @@ static void check(const struct hl_cache *c)
 {
 	for (size_t i = 0; i < c->n_ents; i++) {
 		const struct map_ent *e = c->ents[i];
-		if (!e->name[0] || strpbrk(e->name, " \t\n") || (e->proof && strpbrk(e->proof, " \t\n")))
+		if (!e->name[0] || strpbrk(e->name, " \t\n") ||
+		    (e->proof && strpbrk(e->proof, " \t\n")))
 			abort();
 	}
 }
@@ -65,8 +66,8 @@ static void check(const struct hl_cache *c)
 static bool same(const struct map_ent *a, const struct map_ent *b)
 {
 	return a->id == b->id && a->quota == b->quota && a->size == b->size &&
-	       !strcmp(a->name, b->name) && !strcmp(a->ident, b->ident) &&
-	       !a->proof == !b->proof && (!a->proof || !strcmp(a->proof, b->proof));
+	       !strcmp(a->name, b->name) && !strcmp(a->ident, b->ident) && !a->proof == !b->proof &&
+	       (!a->proof || !strcmp(a->proof, b->proof));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -26,8 +26,7 @@
 #include <string.h>
 #include <strings.h>
 
-static void state_check(const struct scsi_pr_state *st, const struct scsi_pr_change *ch,
-                        unsigned n)
+static void state_check(const struct scsi_pr_state *st, const struct scsi_pr_change *ch, unsigned n)
 {
 	if (st->n_regs > SCSI_PR_MAX_REGS || n > SCSI_PR_HISTORY || st->seq == UINT64_MAX)
 		abort();
@@ -88,8 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (scsi_pr_parse(out, len, &st2, v2 ? ch2 : NULL, v2 ? &n2 : NULL))
 			abort();
 		state_check(&st2, ch2, n2);
-		if (scsi_pr_format(&st2, v2 ? ch2 : NULL, n2, &out2, &len2) ||
-		    len2 != len || memcmp(out, out2, len))
+		if (scsi_pr_format(&st2, v2 ? ch2 : NULL, n2, &out2, &len2) || len2 != len ||
+		    memcmp(out, out2, len))
 			abort();
 	}
 	free(out);

@@ -59,7 +59,8 @@ static void own_check(const char *s, const struct rbd_own_record *rec)
 		return;
 	}
 	h = snprintf(want, sizeof(want),
-	             "owner=%u epoch=%" PRIu64 " beat=%" PRIu64 " state=%s done=%" PRIu64 " addr=%s",
+	             "owner=%u epoch=%" PRIu64 " beat=%" PRIu64 " state=%s done=%" PRIu64
+	             " addr=%s",
 	             rec->owner, rec->epoch, rec->beat,
 	             rec->fence      ? "released-fence"
 	             : rec->released ? "released"

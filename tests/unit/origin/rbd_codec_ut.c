@@ -30,9 +30,8 @@ static void test_hot_good(void)
 {
 	uint8_t buf[1024];
 	struct hl_hot_set hs;
-	size_t len = hot_obj(buf,
-	                     "hotlun-hot 2 gw=3 seq=17 bs=65536 n=2 mark=rbd:abc:5:m1 prev=- nchg=1",
-	                     2, 1);
+	size_t len = hot_obj(
+	    buf, "hotlun-hot 2 gw=3 seq=17 bs=65536 n=2 mark=rbd:abc:5:m1 prev=- nchg=1", 2, 1);
 
 	CU_ASSERT_EQUAL_FATAL(rbd_hot_decode(buf, len, &hs), 0);
 	CU_ASSERT_EQUAL(hs.owner, 3);
@@ -111,10 +110,9 @@ static void test_own_record(void)
 	CU_ASSERT_STRING_EQUAL(rec.addr, "10.0.0.1:0/123");
 	CU_ASSERT_FALSE(rec.released);
 	/* an older writer: no lease */
-	CU_ASSERT_EQUAL(
-	    rbd_own_record_decode(
-	        "owner=1 epoch=1 beat=1 state=released-fence done=0 addr=-\n", &rec),
-	    0);
+	CU_ASSERT_EQUAL(rbd_own_record_decode(
+	                    "owner=1 epoch=1 beat=1 state=released-fence done=0 addr=-\n", &rec),
+	                0);
 	CU_ASSERT_TRUE(rec.released && rec.fence);
 	CU_ASSERT_EQUAL(rec.lease_ms, 0);
 	/* empty: a standby made it to watch it */

@@ -16,8 +16,7 @@
 #include "hl_test.h"
 #include "scsi/scsi_internal.h"
 
-static int parse(const char *text, struct scsi_pr_state *st, struct scsi_pr_change *ch,
-                 unsigned *n)
+static int parse(const char *text, struct scsi_pr_state *st, struct scsi_pr_change *ch, unsigned *n)
 {
 	scsi_pr_state_init(st);
 	return scsi_pr_parse(text, strlen(text), st, ch, n);
