@@ -11,9 +11,9 @@
  *
  * Besides crashes, leaks and UB: a refused map leaves no entry and next id
  * 0 (the cache is formatted); an accepted one has names and proofs without
- * blanks and reads back the same after engine_map_write: what hotlund
- * writes it can read. (Two disks with one LUN id are left to the open: the
- * core refuses the second, which is forgotten with its blocks.)
+ * blanks, no two disks with one id or one name (a proof line names an id:
+ * it vouched for both), and reads back the same after engine_map_write:
+ * what hotlund writes it can read.
  */
 #include "config.h"
 
@@ -60,6 +60,9 @@ static void check(const struct hl_cache *c)
 		if (!e->name[0] || strpbrk(e->name, " \t\n") ||
 		    (e->proof && strpbrk(e->proof, " \t\n")))
 			abort();
+		for (size_t j = 0; j < i; j++)
+			if (c->ents[j]->id == e->id || !strcmp(c->ents[j]->name, e->name))
+				abort();
 	}
 }
 
