@@ -236,8 +236,7 @@ static int record_read(struct rbd_origin *r, struct rbd_own_record *rec)
 		return 0;
 	if (rc < 0)
 		return rc;
-	/* since issue 26: " lease=MS" after the address (an older reader stops before it) */
-	return rbd_own_record_decode(buf, rec);
+	return rbd_own_record_decode(buf, rec); /* empty: never written, "nobody" too */
 }
 
 /* Under handles, holding the lock. */
