@@ -31,6 +31,7 @@
 #include "config.h"
 
 #include "origin/origin_rbd.h"
+#include "origin/rbd_codec.h"
 
 #include "hotlun/log.h"
 #include "hotlun/util.h"
@@ -43,11 +44,12 @@
 #include <time.h>
 
 #define HOT_PREFIX  "hotlun_hot."
-#define HOT_MAX     131072u
-#define HOT_ENT     12u
-#define HOT_HDR_MAX 640u
-#define CHG_MAX     65536u
-#define CHG_ENT     16u
+/* the object's limits: rbd_codec.h, shared with its decoder */
+#define HOT_MAX     RBD_HOT_MAX
+#define HOT_ENT     RBD_HOT_ENT
+#define HOT_HDR_MAX RBD_HOT_HDR_MAX
+#define CHG_MAX     RBD_CHG_MAX
+#define CHG_ENT     RBD_CHG_ENT
 #define SHADOW_MARK "hotlun-shadow-"
 /*
  * A new mark this often: what changed since the standby's mark is dropped
@@ -305,26 +307,22 @@ int origin_rbd_hot_publish(struct hl_origin *o, uint32_t block_size, const struc
 int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 {
 	struct rbd_origin *r = ro_of(o);
-	char oid[160], mark[HL_ORIGIN_PROOF_MAX], prev[HL_ORIGIN_PROOF_MAX];
-	unsigned gw, bs, n, nchg;
-	unsigned long long seq;
+	char oid[160];
 	uint64_t size;
 	time_t mtime;
-	char *buf, *nl;
-	const uint8_t *p;
-	int rc, used = -1;
+	char *buf;
+	int rc;
 
 	if (!r->gateway || r->snap[0] || !r->image_id[0])
 		return -EOPNOTSUPP;
 	hot_oid(r, oid, sizeof(oid));
 	handles_read(r);
 	rc = rados_stat(r->ioctx, oid, &size, &mtime);
-	if (rc < 0 ||
-	    size > HOT_HDR_MAX + (uint64_t)HOT_MAX * HOT_ENT + (uint64_t)CHG_MAX * CHG_ENT) {
+	if (rc < 0 || size > RBD_HOT_OBJ_MAX) {
 		handles_done(r);
 		return rc < 0 ? rc : -EBADMSG;
 	}
-	buf = malloc(size + 1);
+	buf = malloc(size ? size : 1);
 	if (!buf) {
 		handles_done(r);
 		return -ENOMEM;
@@ -335,56 +333,10 @@ int origin_rbd_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
 		free(buf);
 		return rc;
 	}
-	size = (uint64_t)rc;
-	buf[size] = '\0';
-	nl = memchr(buf, '\n', size);
-	if (!nl ||
-	    sscanf(buf, "hotlun-hot 2 gw=%u seq=%llu bs=%u n=%u mark=%191s prev=%191s nchg=%u%n",
-	           &gw, &seq, &bs, &n, mark, prev, &nchg, &used) != 7 ||
-	    buf + used != nl || n > HOT_MAX || nchg > CHG_MAX || bs < 512 || bs > (1u << 20) ||
-	    (bs & (bs - 1)) ||
-	    (uint64_t)(nl + 1 - buf) + (uint64_t)n * HOT_ENT + (uint64_t)nchg * CHG_ENT != size) {
-		free(buf);
-		return -EBADMSG;
-	}
-	out->v = n ? calloc(n, sizeof(*out->v)) : NULL;
-	out->chg = nchg ? calloc(nchg, sizeof(*out->chg)) : NULL;
-	if ((n && !out->v) || (nchg && !out->chg)) {
-		free(out->v);
-		free(out->chg);
-		out->v = NULL;
-		out->chg = NULL;
-		free(buf);
-		return -ENOMEM;
-	}
-	p = (const uint8_t *)nl + 1;
-	for (uint32_t i = 0; i < n; i++, p += HOT_ENT) {
-		uint64_t blk = 0;
-		uint32_t f = 0;
-		for (int b = 0; b < 8; b++)
-			blk |= (uint64_t)p[b] << (8 * b);
-		for (int b = 0; b < 4; b++)
-			f |= (uint32_t)p[8 + b] << (8 * b);
-		out->v[i].block = blk;
-		out->v[i].freq = f;
-	}
-	for (uint32_t i = 0; i < nchg; i++, p += CHG_ENT) {
-		uint64_t off = 0, len = 0;
-		for (int b = 0; b < 8; b++) {
-			off |= (uint64_t)p[b] << (8 * b);
-			len |= (uint64_t)p[8 + b] << (8 * b);
-		}
-		out->chg[i].off = off;
-		out->chg[i].len = len;
-	}
+	rc = rbd_hot_decode(buf, (size_t)rc, out);
 	free(buf);
-	out->owner = (uint16_t)gw;
-	out->seq = seq;
-	out->block_size = bs;
-	out->n = n;
-	out->nchg = nchg;
+	if (rc)
+		return rc;
 	out->age_ms = (uint64_t)(time(NULL) > mtime ? time(NULL) - mtime : 0) * 1000;
-	snprintf(out->mark, sizeof(out->mark), "%s", strcmp(mark, "-") ? mark : "");
-	snprintf(out->prev, sizeof(out->prev), "%s", strcmp(prev, "-") ? prev : "");
 	return 0;
 }

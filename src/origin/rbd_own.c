@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include "origin/origin_rbd.h"
+#include "origin/rbd_codec.h"
 
 #include "hotlun/event.h"
 #include "hotlun/log.h"
@@ -195,15 +196,6 @@ bool origin_rbd_fence_probe(struct hl_origin *o)
 #define OWN_REQUEST         "hotlun_request."
 #define OWN_RELEASE_WAIT_MS 2000 /* the record says released: the lock follows at once */
 
-struct own_record {
-	uint16_t owner;
-	uint64_t epoch, beat, done;
-	uint32_t lease_ms; /* the writer's lease; 0: not said (an older hotlund) */
-	bool released;
-	bool fence; /* released-fence */
-	char addr[128];
-};
-
 static void own_oid(const struct rbd_origin *r, const char *prefix, char *oid, size_t len)
 {
 	snprintf(oid, len, "%s%s", prefix, r->image_id);
@@ -233,40 +225,24 @@ static int own_obj_write(struct rbd_origin *r, const char *prefix, const char *b
 }
 
 /* Under handles. A missing record reads as "nobody, ever". @return 0 or -errno. */
-static int record_read(struct rbd_origin *r, struct own_record *rec)
+static int record_read(struct rbd_origin *r, struct rbd_own_record *rec)
 {
-	char buf[384], state[16];
-	unsigned owner, lease = 0;
-	unsigned long long epoch, beat, done;
-	int rc, end = 0;
+	char buf[RBD_OWN_RECORD_MAX];
+	int rc;
 
 	memset(rec, 0, sizeof(*rec));
 	rc = own_obj_read(r, OWN_RECORD, buf, sizeof(buf));
-	if (rc == -ENOENT || (rc == 0 && !buf[0]))
-		return 0; /* never written (a standby created it empty, to watch it) */
+	if (rc == -ENOENT)
+		return 0;
 	if (rc < 0)
 		return rc;
-	if (sscanf(buf, "owner=%u epoch=%llu beat=%llu state=%15s done=%llu addr=%127s%n", &owner,
-	           &epoch, &beat, state, &done, rec->addr, &end) != 6 ||
-	    owner > UINT16_MAX ||
-	    (strcmp(state, "owned") && strcmp(state, "released") && strcmp(state, "released-fence")))
-		return -EBADMSG;
-	/* since issue 26: " lease=MS" after the address (an older reader stops before it) */
-	if (sscanf(buf + end, " lease=%u", &lease) == 1 && lease <= 3600000)
-		rec->lease_ms = lease;
-	rec->owner = (uint16_t)owner;
-	rec->epoch = epoch;
-	rec->beat = beat;
-	rec->done = done;
-	rec->fence = !strcmp(state, "released-fence");
-	rec->released = rec->fence || !strcmp(state, "released");
-	return 0;
+	return rbd_own_record_decode(buf, rec); /* empty: never written, "nobody" too */
 }
 
 /* Under handles, holding the lock. */
-static int record_write(struct rbd_origin *r, const struct own_record *rec)
+static int record_write(struct rbd_origin *r, const struct rbd_own_record *rec)
 {
-	char buf[384];
+	char buf[RBD_OWN_RECORD_MAX];
 	int n;
 
 	n = snprintf(buf, sizeof(buf),
@@ -284,8 +260,6 @@ static int record_write(struct rbd_origin *r, const struct own_record *rec)
 static int request_read(struct rbd_origin *r, uint16_t *gw, uint64_t *seq)
 {
 	char buf[128];
-	unsigned g;
-	unsigned long long n;
 	int rc;
 
 	*gw = 0;
@@ -295,11 +269,7 @@ static int request_read(struct rbd_origin *r, uint16_t *gw, uint64_t *seq)
 		return 0;
 	if (rc < 0)
 		return rc;
-	if (sscanf(buf, "gw=%u seq=%llu", &g, &n) != 2 || g > UINT16_MAX)
-		return -EBADMSG;
-	*gw = (uint16_t)g;
-	*seq = n;
-	return 0;
+	return rbd_own_request_decode(buf, gw, seq);
 }
 
 /*
@@ -571,7 +541,7 @@ static int reconnect_if_fenced(struct hl_origin *o)
  */
 static int wait_released(struct rbd_origin *r, char *holder, size_t len)
 {
-	struct own_record rec;
+	struct rbd_own_record rec;
 	int rc;
 
 	for (int i = 0; i < OWN_RELEASE_WAIT_MS / 100; i++) {
@@ -593,7 +563,7 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
                        size_t whylen)
 {
 	struct rbd_origin *r = ro_of(o);
-	struct own_record rec;
+	struct rbd_own_record rec;
 	char holder[128];
 	int is_owner = 0, rc;
 	uint16_t rgw;
@@ -658,8 +628,8 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 	r->own_gw = gw;
 	r->own_epoch = epoch;
 	atomic_store(&r->unsure_writes, 0); /* an earlier ownership's: fenced or released since */
-	rec =
-	    (struct own_record){.owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
+	rec = (struct rbd_own_record){
+	    .owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
 	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);
 	rc = record_write(r, &rec);
 	if (rc < 0) {
@@ -753,7 +723,7 @@ static int relock(struct hl_origin *o)
 int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struct hl_own_info *info)
 {
 	struct rbd_origin *r = ro_of(o);
-	struct own_record rec = {.owner = gw, .epoch = epoch};
+	struct rbd_own_record rec = {.owner = gw, .epoch = epoch};
 	int is_owner = 0, rc = own_check(o);
 	uint16_t rgw;
 	uint64_t rseq;
@@ -824,7 +794,7 @@ static int fence_self(struct hl_origin *o, unsigned unsure)
 int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 {
 	struct rbd_origin *r = ro_of(o);
-	struct own_record rec = {.owner = gw, .epoch = epoch, .released = true};
+	struct rbd_own_record rec = {.owner = gw, .epoch = epoch, .released = true};
 	int rc = own_check(o), wrc, lrc;
 	uint16_t rgw;
 	uint64_t rseq;
@@ -871,7 +841,7 @@ int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 int origin_rbd_own_peek(struct hl_origin *o, struct hl_own_info *info)
 {
 	struct rbd_origin *r = ro_of(o);
-	struct own_record rec;
+	struct rbd_own_record rec;
 	int rc = own_check(o);
 	unsigned gen;
 
@@ -922,8 +892,17 @@ int origin_rbd_own_request(struct hl_origin *o, uint16_t gw)
 	handles_read(r);
 	gen = atomic_load(&r->gen);
 	rc = request_read(r, &rgw, &rseq);
-	if (rc == -EBADMSG)
-		rc = 0;
+	if (rc == -EBADMSG) {
+		/*
+		 * Damaged: count on from the last request the owner dealt with,
+		 * or ours (seq 1) would look dealt with and wait forever.
+		 */
+		struct rbd_own_record rec;
+		rc = record_read(r, &rec);
+		rseq = rc == 0 ? rec.done : 0;
+		if (rc == -EBADMSG)
+			rc = 0;
+	}
 	if (rc == 0) {
 		n = snprintf(buf, sizeof(buf), "gw=%u seq=%llu\n", gw,
 		             (unsigned long long)(rseq + 1));

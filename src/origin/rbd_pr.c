@@ -42,6 +42,7 @@
 #include "config.h"
 
 #include "origin/origin_rbd.h"
+#include "origin/rbd_codec.h"
 
 #include "hotlun/event.h"
 #include "hotlun/log.h"
@@ -243,13 +244,8 @@ static unsigned acks_from(const struct rbd_pr *pr, char *reply, size_t reply_len
 	if (!reply || rados_decode_notify_response(reply, reply_len, &acks, &n_acks, &tos, &n_tos))
 		return 0;
 	for (size_t i = 0; i < n_acks; i++) {
-		char p[32];
-		unsigned gw;
-		size_t l =
-		    acks[i].payload_len < sizeof(p) - 1 ? acks[i].payload_len : sizeof(p) - 1;
-		memcpy(p, acks[i].payload, l);
-		p[l] = '\0';
-		if (sscanf(p, "gw=%u", &gw) != 1)
+		uint16_t gw;
+		if (rbd_pr_answer_decode(acks[i].payload, acks[i].payload_len, &gw))
 			continue;
 		for (unsigned g = 0; g < pr->n_gws; g++) {
 			if (pr->gws[g] == gw && !acked[g]) {
@@ -387,16 +383,12 @@ static void pr_watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_t
                         void *data, size_t data_len)
 {
 	struct rbd_pr *pr = arg;
-	char p[32];
-	uint64_t seq = 0;
+	uint64_t seq;
 	bool queued = false;
 
 	(void)notifier_id;
-	size_t l = data_len < sizeof(p) - 1 ? data_len : sizeof(p) - 1;
-	memcpy(p, data, l);
-	p[l] = '\0';
-	if (sscanf(p, "seq=%" SCNu64, &seq) != 1)
-		seq = 0;
+	/* damaged: seq 0, the record is read all the same */
+	(void)rbd_pr_notice_decode(data, data_len, &seq);
 	pthread_mutex_lock(&pr->lock);
 	for (unsigned i = 0; i < PR_PENDING; i++) {
 		if (!pr->pend[i].cookie) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "scsi/scsi_internal.h"
 
@@ -151,6 +152,24 @@ static bool tail_port(const char *s, char *port, size_t len, bool dash_ok)
 	return true;
 }
 
+/*
+ * Is the last registration one of the others again (same port, target port
+ * and ALL_TG_PT)? The rules never make one (a nexus registered already is
+ * changed, not added), and which key would that nexus hold?
+ */
+static bool reg_twice(const struct scsi_pr_state *st)
+{
+	const struct scsi_pr_reg *r = &st->regs[st->n_regs - 1];
+
+	for (unsigned i = 0; i + 1 < st->n_regs; i++) {
+		const struct scsi_pr_reg *q = &st->regs[i];
+		if (q->all_tg_pt == r->all_tg_pt && (q->all_tg_pt || q->rel_port == r->rel_port) &&
+		    strcasecmp(q->initiator_port, r->initiator_port) == 0)
+			return true;
+	}
+	return false;
+}
+
 int scsi_pr_parse(const char *text, size_t len, struct scsi_pr_state *st,
                   struct scsi_pr_change *changes, unsigned *n_changes)
 {
@@ -175,8 +194,12 @@ int scsi_pr_parse(const char *text, size_t len, struct scsi_pr_state *st,
 		v2 = true;
 	else
 		goto bad;
+	/*
+	 * The next change is seq + 1: at 2^64 - 1 it would be 0, which every
+	 * gateway takes as older than its copy, and none would apply it.
+	 */
 	if (v2 && (!next_line(&pos, end, line, sizeof(line), &toolong) ||
-	           sscanf(line, "seq %" SCNu64, &st->seq) != 1))
+	           sscanf(line, "seq %" SCNu64, &st->seq) != 1 || st->seq == UINT64_MAX))
 		goto bad;
 	if (!next_line(&pos, end, line, sizeof(line), &toolong) ||
 	    sscanf(line, "generation %" SCNu32, &st->generation) != 1)
@@ -223,6 +246,8 @@ int scsi_pr_parse(const char *text, size_t len, struct scsi_pr_state *st,
 			r->rel_port = (uint16_t)rel;
 			r->all_tg_pt = all;
 			r->key = key;
+			if (reg_twice(st))
+				goto bad;
 		} else if (v2 && strncmp(line, "rsv2 ", 5) == 0 && !cur) {
 			if (sscanf(line, "rsv2 %u %n", &rel, &at) != 1 || !at || rel > 0xffff ||
 			    !tail_port(line + at, st->rsv2_port, sizeof(st->rsv2_port), true))
@@ -259,6 +284,8 @@ int scsi_pr_parse(const char *text, size_t len, struct scsi_pr_state *st,
 				goto bad;
 			if (!cur)
 				continue;
+			if (cur->n >= SCSI_PR_FX_MAX)
+				goto bad;
 			to.rel_port = (uint16_t)rel;
 			to.all_tg_pt = all;
 			scsi_pr_fx_push(cur, kind == 'a' ? SCSI_PR_FX_ABORT : SCSI_PR_FX_UA, &to,

@@ -235,6 +235,13 @@ void scsi_pr_rsv2_release(struct scsi_pr_state *st, const struct scsi_pr_who *wh
 
 /* the change history a shared record keeps, so a gateway that missed a notice catches up */
 #define SCSI_PR_HISTORY 16
+/*
+ * Side effects of one change at most: a PREEMPT AND ABORT, the largest,
+ * lists an abort and a unit attention per registration and one more per
+ * registrant left; a record that says more is damaged (its reader would
+ * allocate for it: 64 MiB of "fx" lines were over a GiB).
+ */
+#define SCSI_PR_FX_MAX (4 * SCSI_PR_MAX_REGS)
 
 /**
  * The text form of st: version 1 (the APTPL file: generation, type,

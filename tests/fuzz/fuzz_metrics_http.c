@@ -207,13 +207,21 @@ static bool status_allowed(int s)
 	return false;
 }
 
-/* Bytes of the first request's line and headers (up to the empty line), or len if none ends. */
+/*
+ * Bytes of the first request's line and headers (up to the empty line), or
+ * len if none ends. libmicrohttpd (0.9.75) also ends the headers at a line
+ * with an empty field name (": x"): what follows is the next request on the
+ * connection, answered on its own (414/431 when it is too long, then
+ * closed), so the first request's head ends there.
+ */
 static size_t head_len(const uint8_t *d, size_t len)
 {
 	for (size_t i = 0; i + 1 < len; i++) {
-		if (d[i] == '\n' && d[i + 1] == '\n')
+		if (d[i] == '\n' && (d[i + 1] == '\n' || d[i + 1] == ':'))
 			return i;
 		if (i + 3 < len && !memcmp(d + i, "\r\n\r\n", 4))
+			return i;
+		if (i + 2 < len && !memcmp(d + i, "\r\n:", 3))
 			return i;
 	}
 	return len;

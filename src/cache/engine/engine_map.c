@@ -260,9 +260,14 @@ bool engine_map_load(struct hl_cache *c)
 			}
 			continue;
 		}
+		/*
+		 * Two disks with one id or one name: never written (ids and names
+		 * are unique in the map hotlund keeps), and ambiguous (a proof line
+		 * names an id, so it would vouch for both): damaged, formatted.
+		 */
 		if (sscanf(line, "disk %u %llu %llu %255s %n", &id, &quota, &size, name, &pos) !=
 		        4 ||
-		    id > 0xffff)
+		    id > 0xffff || engine_ent_by_id(c, (uint16_t)id) || engine_ent_find(c, name))
 			goto out;
 		e = engine_ent_new((uint16_t)id, quota, size, name,
 		                   engine_origin_ident(line + pos, ident, sizeof(ident)));

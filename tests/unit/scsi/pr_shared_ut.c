@@ -577,6 +577,33 @@ static void test_store_failure(void)
 	teardown();
 }
 
+/*
+ * A record at seq 2^64 - 1 (damaged): its next change would be seq 0, which
+ * neither gateway takes as newer than its copy. The change is refused with
+ * an error and the store keeps the record as it was.
+ */
+static void test_record_seq_at_max(void)
+{
+	static const char rec[] = "hotlun-pr 2\nseq 18446744073709551615\ngeneration 1\n"
+	                          "type 0 -1\naptpl 0\nend\n";
+
+	setup();
+	pthread_mutex_lock(&store.mu);
+	store.text = malloc(sizeof(rec) - 1);
+	memcpy(store.text, rec, sizeof(rec) - 1);
+	store.len = sizeof(rec) - 1;
+	store.seq = UINT64_MAX;
+	pthread_mutex_unlock(&store.mu);
+	CU_ASSERT_NOT_EQUAL(pr_out(&a1, REG, 0, 0, 0xa), GOOD);
+	CU_ASSERT_EQUAL(t.cmd.status, HL_SAM_CHECK_CONDITION);
+	pthread_mutex_lock(&store.mu);
+	CU_ASSERT_EQUAL(store.commits, 0);
+	CU_ASSERT_EQUAL(store.seq, UINT64_MAX);
+	CU_ASSERT_TRUE(store.len == sizeof(rec) - 1 && !memcmp(store.text, rec, store.len));
+	pthread_mutex_unlock(&store.mu);
+	teardown();
+}
+
 struct hammer {
 	const struct hl_scsi_nexus *n;
 	int id;
@@ -694,6 +721,7 @@ static const struct hl_test tests[] = {
     {"changes missed beyond the history", test_missed_history},
     {"RESERVE(6) across gateways", test_reserve6_across},
     {"the store failing", test_store_failure},
+    {"a record whose next change would wrap", test_record_seq_at_max},
     {"concurrent changes through both gateways", test_concurrent_changes},
     {"unshared: reservation commands not offered", test_unshared},
     {NULL, NULL},
