@@ -31,6 +31,36 @@
 /* Device failure -> pass-through                                     */
 /* ------------------------------------------------------------------ */
 
+static void *kill_main(void *arg)
+{
+	struct hl_cache *c = arg;
+
+	engine_meta_kill(c);
+	atomic_store(&c->kill_running, false);
+	return NULL;
+}
+
+/*
+ * The kill runs on a thread of its own: the metadata thread may be stuck in
+ * a record sync on the device that just failed, and writes of every disk
+ * wait for the kill. Under mlock, only while the metadata thread is not
+ * stopping (engine_meta_stop then waits for this thread). Without a thread
+ * the metadata thread kills (fail_pending), as long as it is not stuck.
+ */
+static void kill_start(struct hl_cache *c)
+{
+	pthread_attr_t a;
+	pthread_t t;
+
+	if (c->mstop || c->meta_exited || atomic_load(&c->dead) || pthread_attr_init(&a))
+		return;
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	atomic_store(&c->kill_running, true);
+	if (pthread_create(&t, &a, kill_main, c))
+		atomic_store(&c->kill_running, false);
+	pthread_attr_destroy(&a);
+}
+
 void engine_dev_error(struct hl_cache *c, struct map_ent *e, int rc)
 {
 	cnt_add(&c->st.dev_errors, 1);
@@ -43,6 +73,7 @@ void engine_dev_error(struct hl_cache *c, struct map_ent *e, int rc)
 	pthread_mutex_lock(&c->mlock);
 	c->fail_pending = true;
 	pthread_cond_signal(&c->mcond);
+	kill_start(c);
 	pthread_mutex_unlock(&c->mlock);
 }
 
@@ -76,22 +107,31 @@ static void meta_wait_post(void *arg)
 	w->done(w);
 }
 
-/* Run done(w) on the request's reactor after a metadata flush that starts from now on. */
-void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
+bool engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
 {
 	struct hl_cache *c = req->c;
 	struct meta_wait *w = &req->mw;
 
-	cnt_add(&c->meta_waits, 1);
 	w->next = NULL;
 	w->r = req->r;
 	w->done = done;
 	w->rc = 0;
 	pthread_mutex_lock(&c->mlock);
+	/*
+	 * killed is set before the kill takes the lists (under mlock): a waiter
+	 * queued after that would wait for a metadata thread that may be stuck
+	 * in a device call for ever.
+	 */
+	if (atomic_load(&c->killed)) {
+		pthread_mutex_unlock(&c->mlock);
+		return false;
+	}
+	cnt_add(&c->meta_waits, 1);
 	*c->mw_tail = w;
 	c->mw_tail = &w->next;
 	pthread_cond_signal(&c->mcond);
 	pthread_mutex_unlock(&c->mlock);
+	return true;
 }
 
 void engine_lock_yield(void *arg)
@@ -101,29 +141,6 @@ void engine_lock_yield(void *arg)
 	pthread_mutex_unlock(&c->lock);
 	sched_yield();
 	pthread_mutex_lock(&c->lock);
-}
-
-/* The device failed: make sure a restart cannot trust its metadata. Meta thread. */
-void engine_meta_kill(struct hl_cache *c)
-{
-	uint8_t *z;
-
-	if (c->dead)
-		return;
-	c->dead = true;
-	/* The map says "failed" (a restart formats), and both superblocks are wiped. */
-	pthread_mutex_lock(&c->sync_lock); /* map writers hold it */
-	engine_map_write(c, "failed");
-	pthread_mutex_unlock(&c->sync_lock);
-	z = dio_alloc(SB_KILL_LEN);
-	if (z) {
-		memset(z, 0, SB_KILL_LEN);
-		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
-			c->dev->ops->flush(c->dev);
-		free(z);
-	}
-	/* writes in pass-through may reach the origin now (engine_origin.c) */
-	atomic_store(&c->killed, true);
 }
 
 static void meta_post(struct hl_cache *c, struct meta_wait *w)
@@ -139,6 +156,78 @@ static void meta_post(struct hl_cache *c, struct meta_wait *w)
 		}
 		usleep(1000);
 	}
+}
+
+static void meta_post_all(struct hl_cache *c, struct meta_wait *list, int rc)
+{
+	while (list) {
+		struct meta_wait *w = list;
+		list = w->next;
+		w->rc = rc;
+		meta_post(c, w);
+	}
+}
+
+/* Append list to *to (both NULL-terminated). */
+static void mw_append(struct meta_wait **to, struct meta_wait *list)
+{
+	while (*to)
+		to = &(*to)->next;
+	*to = list;
+}
+
+/*
+ * killed is set: every waiter goes on, whoever queued it, including those
+ * a metadata thread stuck in its record sync took for its turn (mw_busy).
+ */
+static void meta_release(struct hl_cache *c)
+{
+	struct meta_wait *list;
+
+	pthread_mutex_lock(&c->mlock);
+	list = c->mw_head;
+	c->mw_head = NULL;
+	c->mw_tail = &c->mw_head;
+	mw_append(&list, c->mw_busy);
+	mw_append(&list, c->mw_kill);
+	c->mw_busy = c->mw_kill = NULL;
+	pthread_mutex_unlock(&c->mlock);
+	meta_post_all(c, list, 0);
+}
+
+/*
+ * The device failed: make sure a restart cannot trust its metadata. The
+ * map first, sealed "failed" under map_mu only: no sync_lock, whose holder
+ * may be stuck in a write to the dead device (the metadata thread's record
+ * sync, a takeover's or a shadow's records step), and nothing any of them
+ * writes when it comes back changes the map again. Once that is durable,
+ * killed is set and the waiters go to the origin; then both superblocks
+ * are wiped (a dead device may keep this thread there: it holds nothing a
+ * write waits for).
+ */
+void engine_meta_kill(struct hl_cache *c)
+{
+	uint8_t *z;
+
+	if (atomic_exchange(&c->dead, true))
+		return;
+	engine_map_seal(c);
+	if (atomic_load(&c->killed))
+		meta_release(c);
+	z = dio_alloc(SB_KILL_LEN);
+	if (z) {
+		memset(z, 0, SB_KILL_LEN);
+		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
+			c->dev->ops->flush(c->dev);
+		free(z);
+	}
+	/*
+	 * The map could not be written (its file system failed, logged): the
+	 * wiped superblocks alone make the restart format. (A wipe that failed
+	 * too is not waited for either: the writes would hang for ever.)
+	 */
+	atomic_store(&c->killed, true);
+	meta_release(c);
 }
 
 /*
@@ -195,6 +284,7 @@ static void *meta_main(void *arg)
 		list = c->mw_head;
 		c->mw_head = NULL;
 		c->mw_tail = &c->mw_head;
+		c->mw_busy = list; /* a kill may release them while this turn is stuck */
 		stop = c->mstop;
 		fail = c->fail_pending;
 		c->fail_pending = false;
@@ -239,16 +329,20 @@ static void *meta_main(void *arg)
 		 * A waiter goes on to the origin: if the device failed (this turn,
 		 * or while the waiter queued, before fail_pending was set, or during
 		 * the sync's skip), the kill must be durable first, whatever this
-		 * turn saw of fail_pending (engine_meta_kill runs once).
+		 * turn saw of fail_pending (engine_meta_kill runs once; when it runs
+		 * on its own thread, the waiters wait in mw_kill for its release).
 		 */
 		if (list && atomic_load(&c->failed))
 			engine_meta_kill(c);
-		while (list) {
-			struct meta_wait *w = list;
-			list = w->next;
-			w->rc = rc;
-			meta_post(c, w);
+		pthread_mutex_lock(&c->mlock);
+		list = c->mw_busy; /* NULL: a kill released them */
+		c->mw_busy = NULL;
+		if (list && atomic_load(&c->failed) && !atomic_load(&c->killed)) {
+			mw_append(&c->mw_kill, list);
+			list = NULL;
 		}
+		pthread_mutex_unlock(&c->mlock);
+		meta_post_all(c, list, rc);
 		pthread_mutex_lock(&c->mlock);
 		if (stop && !c->mw_head)
 			break;
@@ -333,13 +427,43 @@ void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what)
 	engine_map_seal(c);
 }
 
+/*
+ * The kill's thread ends by deadline (hl_now_ns), or is abandoned like a
+ * stuck metadata thread (in a superblock wipe on the dead device, or in
+ * the seal on a state file system that does not answer): meta_stuck, the
+ * cache parked. Not sealed again: the seal may be what it is stuck in.
+ * No new kill thread starts once mstop is set. @return whether it ended.
+ */
+static bool kill_wait(struct hl_cache *c, uint64_t deadline)
+{
+	struct timespec ts = {0, 1000000};
+
+	while (atomic_load(&c->kill_running) && hl_now_ns() < deadline)
+		nanosleep(&ts, NULL);
+	if (!atomic_load(&c->kill_running))
+		return true;
+	atomic_store(&c->meta_stuck, true);
+	HL_WARN("cache",
+	        "cache %s: the kill of the failed device's metadata did not end within %u ms: "
+	        "abandoned (%s)",
+	        c->name, c->drain_ms,
+	        atomic_load(&c->killed) ? "the map says failed"
+	                                : "the next start may find the map not failed");
+	return false;
+}
+
 bool engine_meta_stop(struct hl_cache *c, bool drop)
 {
+	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
 	struct timespec dl;
 	bool ended;
 
-	if (!c->meta_started)
-		return !atomic_load(&c->meta_stuck);
+	if (!c->meta_started) {
+		pthread_mutex_lock(&c->mlock);
+		c->mstop = true; /* (no kill thread from now on) */
+		pthread_mutex_unlock(&c->mlock);
+		return kill_wait(c, deadline) && !atomic_load(&c->meta_stuck);
+	}
 	dl = clock_after_ms(CLOCK_MONOTONIC, c->drain_ms);
 	pthread_mutex_lock(&c->mlock);
 	c->mstop = true;
@@ -354,7 +478,7 @@ bool engine_meta_stop(struct hl_cache *c, bool drop)
 	c->meta_started = false;
 	if (ended) {
 		pthread_join(c->meta_thr, NULL);
-		return true;
+		return kill_wait(c, deadline);
 	}
 	/*
 	 * A device write that does not return (a dead SSD): the thread keeps

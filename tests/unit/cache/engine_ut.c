@@ -2296,7 +2296,8 @@ static void test_device_failure(void)
  * wiped): the records on the device may still claim the blocks it changes,
  * and a crash in between restarted warm on them, stale (found in review:
  * pass-through sent writes to the origin at once). Reads go at once. The
- * test holds the lock the kill's map write takes, so the kill waits.
+ * test holds the lock the kill's map write takes (map_mu: the seal), so
+ * the kill waits.
  */
 static void test_write_waits_for_failure_durable(void)
 {
@@ -2313,7 +2314,7 @@ static void test_write_waits_for_failure_durable(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
-	pthread_mutex_lock(&c->sync_lock);
+	pthread_mutex_lock(&c->map_mu);
 	engine_dev_error(c, NULL, -EIO);
 	writes = f.writes;
 	memset(w, 0x5c, BS);
@@ -2322,7 +2323,7 @@ static void test_write_waits_for_failure_durable(void)
 	usleep(300 * 1000);
 	CU_ASSERT_EQUAL(f.writes, writes); /* not at the origin while the kill waits */
 	CU_ASSERT_FALSE(atomic_load(&c->killed));
-	pthread_mutex_unlock(&c->sync_lock);
+	pthread_mutex_unlock(&c->map_mu);
 	CU_ASSERT_EQUAL(io_wait(&st), 0);
 	CU_ASSERT(atomic_load(&c->killed));
 	CU_ASSERT_EQUAL(f.writes, writes + 1);
@@ -2341,13 +2342,13 @@ static void test_write_waits_for_failure_durable(void)
 	o = cache_up(&c, NULL, &f, "fake:dev");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	pthread_mutex_lock(&c->sync_lock);
+	pthread_mutex_lock(&c->map_mu);
 	atomic_store(&c->failed, true);
 	writes = f.writes;
 	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
 	usleep(300 * 1000);
 	CU_ASSERT_EQUAL(f.writes, writes);
-	pthread_mutex_unlock(&c->sync_lock);
+	pthread_mutex_unlock(&c->map_mu);
 	CU_ASSERT_EQUAL(io_wait(&st), 0);
 	CU_ASSERT(atomic_load(&c->killed));
 	CU_ASSERT(wait_inflight(c, 0));
@@ -4108,6 +4109,23 @@ static uint64_t reval_timed(struct reval_call *rv, struct hl_origin *o, const ch
 	return ms;
 }
 
+/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for 3 s at most). */
+static bool sync_lock_kept(struct hl_cache *c)
+{
+	int held = 0;
+
+	for (int i = 0; i < 3000 && held < 100; i++) {
+		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
+			pthread_mutex_unlock(&c->sync_lock);
+			held = 0;
+		} else {
+			held++;
+		}
+		usleep(1000);
+	}
+	return held >= 100;
+}
+
 /*
  * The metadata thread stuck in a record sync, holding sync_lock, as on a
  * cache device that does not answer: c->meta_hold (HOTLUN_TEST_CACHE_META_HOLD)
@@ -4119,7 +4137,6 @@ static bool meta_sync_stuck(struct hl_cache *c, struct hl_origin *o, uint64_t bl
                             size_t n)
 {
 	uint8_t *buf = malloc(BS);
-	int held = 0;
 	FILE *h;
 
 	snprintf(hold, n, "%s.hold", g_dev);
@@ -4132,17 +4149,8 @@ static bool meta_sync_stuck(struct hl_cache *c, struct hl_origin *o, uint64_t bl
 	c->meta_hold = strdup(hold);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, blk * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	for (int i = 0; i < 3000 && held < 100; i++) {
-		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
-			pthread_mutex_unlock(&c->sync_lock);
-			held = 0;
-		} else {
-			held++;
-		}
-		usleep(1000);
-	}
 	free(buf);
-	return held >= 100;
+	return sync_lock_kept(c);
 }
 
 /*
@@ -4497,6 +4505,144 @@ static void test_revalidate_sync_lock_origin_slow(void)
 	free(buf);
 }
 
+/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
+static int io_wait_within(struct step *st, unsigned ms)
+{
+	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (sem_trywait(&st->sem)) {
+		if (hl_now_ns() >= end)
+			return -ETIMEDOUT;
+		usleep(1000);
+	}
+	sem_destroy(&st->sem);
+	return st->rc;
+}
+
+/*
+ * The cache device fails while a record sync is stuck holding sync_lock (a
+ * device write that does not return). The kill (map "failed", superblocks
+ * wiped) took sync_lock for its map write, so it waited for the stuck
+ * holder, killed stayed false, and every write of every disk of the cache
+ * waited for ever: the one the stuck sync had taken, one queued behind it,
+ * and every write after the failure (hung, not failed, for the initiator).
+ * Now they all reach the origin within a bound, the map says "failed", and
+ * a restart formats: no block comes from the old records. First the
+ * metadata thread is the stuck holder (HOTLUN_TEST_CACHE_META_HOLD), then
+ * another thread (a takeover's or shadow's records step) while the
+ * metadata thread is free.
+ */
+static void test_device_failure_sync_stuck(void)
+{
+	struct step st[4];
+	char hold[96];
+	struct fake fa, fb, bad;
+	struct hl_cache *c;
+	struct hl_origin *oa, *ob, *real;
+	uint8_t *buf = malloc(4 * BS), *w = malloc(4 * BS);
+	int rc[4], wa, wb;
+	uint64_t t0;
+	uint8_t src;
+	FILE *h;
+
+	c = two_proven(&fa, &fb, 51, false, false, 4, buf, &oa, &ob);
+	CU_ASSERT(wait_synced(c));
+	snprintf(hold, sizeof(hold), "%s.hold", g_dev);
+	h = fopen(hold, "w");
+	CU_ASSERT_FATAL(h != NULL);
+	fclose(h);
+	c->meta_hold = strdup(hold);
+	for (int i = 0; i < 4; i++)
+		memset(w + i * BS, 0x61 + i, BS);
+	wa = fa.writes;
+	wb = fb.writes;
+	/* a write of a recorded block waits for a sync: the sync takes it and sticks */
+	io_start(&st[0], oa, HL_IO_WRITE, 0, BS, w);
+	CU_ASSERT_FATAL(sync_lock_kept(c));
+	io_start(&st[1], ob, HL_IO_WRITE, BS, BS, w + BS); /* queued behind it */
+	usleep(100 * 1000);
+	CU_ASSERT_EQUAL(fa.writes, wa);
+	CU_ASSERT_EQUAL(fb.writes, wb);
+
+	/* the device fails: a hit's read errs (served from the origin), pass-through */
+	real = c->data;
+	fake_init(&bad, 8 * M, 0);
+	bad.fail_reads = bad.fail_writes = 1;
+	c->data = fake_origin(&bad, "fake:bad-ssd");
+	CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, fa.mem + 2 * BS, BS) == 0);
+	CU_ASSERT(atomic_load(&c->failed));
+	t0 = hl_now_ns();
+	io_start(&st[2], oa, HL_IO_WRITE, 3 * BS, BS, w + 2 * BS); /* the same disk */
+	io_start(&st[3], ob, HL_IO_WRITE, 2 * BS, BS, w + 3 * BS); /* another disk */
+	for (int i = 0; i < 4; i++)
+		rc[i] = io_wait_within(&st[i], 3000);
+	fprintf(stderr, "writes after the failure, sync stuck: %llu ms (bound 3000)\n",
+	        (unsigned long long)((hl_now_ns() - t0) / 1000000));
+	for (int i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(rc[i], 0);
+	CU_ASSERT(atomic_load(&c->killed));
+	CU_ASSERT(map_holds("state failed"));
+	CU_ASSERT(memcmp(fa.mem, w, BS) == 0);
+	CU_ASSERT(memcmp(fb.mem + BS, w + BS, BS) == 0);
+	CU_ASSERT(memcmp(fa.mem + 3 * BS, w + 2 * BS, BS) == 0);
+	CU_ASSERT(memcmp(fb.mem + 2 * BS, w + 3 * BS, BS) == 0);
+	unlink(hold); /* the sync returns late: the map stays "failed" */
+	for (int i = 0; i < 4; i++)
+		if (rc[i] == -ETIMEDOUT)
+			io_wait(&st[i]); /* (the old code: out until the sync returned) */
+	CU_ASSERT(wait_inflight(c, 0));
+	usleep(200 * 1000); /* four metadata intervals */
+	CU_ASSERT(map_holds("state failed"));
+	reactor_down();
+	hl_origin_close(oa);
+	hl_origin_close(ob);
+	dev_restore(c, real, &bad);
+	hl_cache_close(c);
+
+	/* the restart formats: blocks 1 and 2 of A (never written) are not hits */
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_origin(&fa, "fake:a"), &oa) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_origin(&fb, "fake:b"), &ob) == 0);
+	for (uint64_t b = 0; b < 4; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(oa, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+		CU_ASSERT(memcmp(buf, fa.mem + b * BS, BS) == 0);
+		CU_ASSERT_EQUAL(do_read_src(ob, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+		CU_ASSERT(memcmp(buf, fb.mem + b * BS, BS) == 0);
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	two_disks_close(c, oa, ob, &fa, &fb);
+
+	/* another thread holds sync_lock (a records step in a dead device's write) */
+	c = two_proven(&fa, &fb, 53, false, false, 4, buf, &oa, &ob);
+	CU_ASSERT(wait_synced(c));
+	pthread_mutex_lock(&c->sync_lock);
+	wa = fa.writes;
+	wb = fb.writes;
+	engine_dev_error(c, NULL, -EIO);
+	io_start(&st[0], oa, HL_IO_WRITE, 0, BS, w);
+	io_start(&st[1], ob, HL_IO_WRITE, 0, BS, w + BS);
+	rc[0] = io_wait_within(&st[0], 3000);
+	rc[1] = io_wait_within(&st[1], 3000);
+	CU_ASSERT_EQUAL(rc[0], 0);
+	CU_ASSERT_EQUAL(rc[1], 0);
+	CU_ASSERT_EQUAL(fa.writes, wa + 1);
+	CU_ASSERT_EQUAL(fb.writes, wb + 1);
+	CU_ASSERT(map_holds("state failed"));
+	pthread_mutex_unlock(&c->sync_lock);
+	for (int i = 0; i < 2; i++)
+		if (rc[i] == -ETIMEDOUT)
+			io_wait(&st[i]);
+	CU_ASSERT(wait_inflight(c, 0));
+	two_disks_close(c, oa, ob, &fa, &fb);
+	free(buf);
+	free(w);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -4599,6 +4745,8 @@ int main(void)
 	     test_revalidate_records_late},
 	    {"a takeover behind a slow origin call under sync_lock waits; the cache stays in service",
 	     test_revalidate_sync_lock_origin_slow},
+	    {"the device fails while a record sync is stuck: writes of every disk still complete",
+	     test_device_failure_sync_stuck},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
