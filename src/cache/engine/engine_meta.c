@@ -258,6 +258,35 @@ static struct timespec clock_after_ms(clockid_t clk, unsigned ms)
 	return t;
 }
 
+/*
+ * Take m, waiting at most ms on CLOCK_MONOTONIC. A bounded wait on the wall
+ * clock (pthread_mutex_timedlock's) is neither: a step back by an hour (NTP,
+ * a hypervisor's time sync after a pause: when a failover happens) made it
+ * wait an hour, a step forward gave up at once (a healthy cache sealed: its
+ * next start cold). @return 0 or ETIMEDOUT.
+ */
+static int lock_within_ms(pthread_mutex_t *m, unsigned ms)
+{
+	int rc;
+#ifdef HAVE_PTHREAD_MUTEX_CLOCKLOCK
+	struct timespec dl = clock_after_ms(CLOCK_MONOTONIC, ms);
+
+	do
+		rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &dl);
+	while (rc == EINTR);
+#else
+	/* (a C library before glibc 2.30: the same bound, looked at every 1 ms) */
+	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
+	struct timespec ts = {0, 1000000};
+
+	while ((rc = pthread_mutex_trylock(m)) == EBUSY && hl_now_ns() < end)
+		nanosleep(&ts, NULL);
+	if (rc == EBUSY)
+		rc = ETIMEDOUT;
+#endif
+	return rc;
+}
+
 static void *meta_main(void *arg)
 {
 	struct hl_cache *c = arg;
@@ -372,16 +401,9 @@ int engine_meta_start(struct hl_cache *c)
 
 bool engine_sync_lock_within(struct hl_cache *c, const char *disk)
 {
-	struct timespec dl;
-	int rc;
-
 	if (atomic_load(&c->meta_stuck))
 		return false;
-	dl = clock_after_ms(CLOCK_REALTIME, c->drain_ms); /* pthread_mutex_timedlock's clock */
-	do
-		rc = pthread_mutex_timedlock(&c->sync_lock, &dl);
-	while (rc == EINTR);
-	if (rc == 0)
+	if (lock_within_ms(&c->sync_lock, c->drain_ms) == 0)
 		return true;
 	/*
 	 * Whoever holds sync_lock (the metadata thread's record sync, a
@@ -400,10 +422,7 @@ bool engine_sync_lock_patient(struct hl_cache *c, const char *disk)
 	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
 
 	for (;;) {
-		struct timespec dl = clock_after_ms(CLOCK_REALTIME, 10);
-		int rc = pthread_mutex_timedlock(&c->sync_lock, &dl);
-
-		if (rc == 0)
+		if (lock_within_ms(&c->sync_lock, 10) == 0)
 			return true;
 		if (atomic_load(&c->meta_stuck))
 			return false;

@@ -4643,6 +4643,101 @@ static void test_device_failure_sync_stuck(void)
 	free(w);
 }
 
+/*
+ * Seconds added to what CLOCK_REALTIME answers this process (engine_ut
+ * links with --wrap=clock_gettime): the kernel's timers do not see them, so
+ * a wall-clock deadline taken meanwhile behaves as if the wall clock had
+ * been stepped back (positive) or forward (negative) right after it.
+ */
+static long g_wall_step_s;
+
+int __real_clock_gettime(clockid_t clk, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t clk, struct timespec *ts);
+
+int __wrap_clock_gettime(clockid_t clk, struct timespec *ts)
+{
+	int rc = __real_clock_gettime(clk, ts);
+
+	if (!rc && (clk == CLOCK_REALTIME || clk == CLOCK_REALTIME_COARSE))
+		ts->tv_sec += __atomic_load_n(&g_wall_step_s, __ATOMIC_SEQ_CST);
+	return rc;
+}
+
+struct lock_call {
+	struct hl_cache *c;
+	bool patient;
+	int done, got; /* atomics */
+};
+
+static void *lock_call_main(void *arg)
+{
+	struct lock_call *lc = arg;
+	bool got = lc->patient ? engine_sync_lock_patient(lc->c, "disk0")
+	                       : engine_sync_lock_within(lc->c, "disk0");
+
+	if (got)
+		pthread_mutex_unlock(&lc->c->sync_lock);
+	__atomic_store_n(&lc->got, got, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&lc->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * How long engine_sync_lock_within (patient: _patient) takes to give up on
+ * a sync_lock held by this thread (bound 200 ms), with the wall clock
+ * stepped by step_s: -1 when it has not within 3 s.
+ */
+static long lock_bound_ms(long step_s, bool patient)
+{
+	struct lock_call lc = {.patient = patient};
+	uint64_t t0;
+	long ms = -1;
+	pthread_t t;
+
+	dev_name();
+	lc.c = cache_open(NULL);
+	lc.c->drain_ms = 200;
+	pthread_mutex_lock(&lc.c->sync_lock);
+	__atomic_store_n(&g_wall_step_s, step_s, __ATOMIC_SEQ_CST);
+	t0 = hl_now_ns();
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, lock_call_main, &lc) == 0);
+	while (!__atomic_load_n(&lc.done, __ATOMIC_SEQ_CST) && hl_now_ns() - t0 < 3000000000ull)
+		usleep(1000);
+	if (__atomic_load_n(&lc.done, __ATOMIC_SEQ_CST))
+		ms = (long)((hl_now_ns() - t0) / 1000000);
+	__atomic_store_n(&g_wall_step_s, 0, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&lc.c->sync_lock); /* (the old code: still waiting) */
+	pthread_join(t, NULL);
+	CU_ASSERT_FALSE(__atomic_load_n(&lc.got, __ATOMIC_SEQ_CST) && ms >= 0);
+	fprintf(stderr, "sync_lock%s, wall clock stepped %+lds: gave up after %ld ms (bound 200)\n",
+	        patient ? " (patient)" : "", step_s, ms);
+	hl_cache_close(lc.c); /* parked: sealed, meta_stuck */
+	dev_remove();
+	return ms;
+}
+
+/*
+ * The bounded waits for sync_lock (a disk's close or attach, a takeover)
+ * count on CLOCK_MONOTONIC: pthread_mutex_timedlock's wall-clock deadline
+ * waited an hour when the wall clock was stepped back an hour (NTP, a
+ * hypervisor's time sync after a pause: when a failover happens), and gave
+ * up at once when it was stepped forward (sealing a healthy cache: its
+ * next start cold).
+ */
+static void test_sync_lock_bound_wall_step(void)
+{
+	long ms;
+
+	reactor_up();
+	ms = lock_bound_ms(3600, false);
+	CU_ASSERT(ms >= 150 && ms < 2000);
+	ms = lock_bound_ms(-3600, false);
+	CU_ASSERT(ms >= 150 && ms < 2000);
+	ms = lock_bound_ms(3600, true);
+	CU_ASSERT(ms >= 150 && ms < 2000);
+	reactor_down();
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -4747,6 +4842,8 @@ int main(void)
 	     test_revalidate_sync_lock_origin_slow},
 	    {"the device fails while a record sync is stuck: writes of every disk still complete",
 	     test_device_failure_sync_stuck},
+	    {"the bounded waits for sync_lock hold across wall-clock steps",
+	     test_sync_lock_bound_wall_step},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
