@@ -195,6 +195,45 @@ static void meta_release(struct hl_cache *c)
 	meta_post_all(c, list, 0);
 }
 
+struct seal_call {
+	struct hl_cache *c;
+};
+
+static int seal_main(void *arg)
+{
+	struct seal_call *s = arg;
+
+	engine_map_seal(s->c);
+	return 0;
+}
+
+/*
+ * engine_map_seal within c->drain_ms. A state file system that does not
+ * answer (a hung NFS, a dead root disk) keeps the map write, and the kill
+ * that waits for it, for ever; then the superblocks' wipe stands for the
+ * map. The write goes on, detached, using c: meta_stuck makes the close
+ * park the cache (never freed). @return whether it returned.
+ */
+static bool seal_within(struct hl_cache *c)
+{
+	struct seal_call *s = malloc(sizeof(*s));
+	int rc;
+
+	if (!s) {
+		engine_map_seal(c); /* no memory: in line, unbounded */
+		return true;
+	}
+	s->c = c;
+	if (engine_run_within(c->drain_ms, seal_main, s, &rc))
+		return true;
+	atomic_store(&c->meta_stuck, true);
+	HL_WARN("cache",
+	        "cache %s: writing %s \"failed\" did not end within %u ms (its file system is "
+	        "not answering?): the wiped superblocks stand for it",
+	        c->name, c->map_path, c->drain_ms);
+	return false;
+}
+
 /*
  * The device failed: make sure a restart cannot trust its metadata. The
  * map first, sealed "failed" under map_mu only: no sync_lock, whose holder
@@ -211,8 +250,7 @@ void engine_meta_kill(struct hl_cache *c)
 
 	if (atomic_exchange(&c->dead, true))
 		return;
-	engine_map_seal(c);
-	if (atomic_load(&c->killed))
+	if (seal_within(c) && atomic_load(&c->killed))
 		meta_release(c);
 	z = dio_alloc(SB_KILL_LEN);
 	if (z) {
@@ -222,9 +260,11 @@ void engine_meta_kill(struct hl_cache *c)
 		free(z);
 	}
 	/*
-	 * The map could not be written (its file system failed, logged): the
-	 * wiped superblocks alone make the restart format. (A wipe that failed
-	 * too is not waited for either: the writes would hang for ever.)
+	 * The map could not be written (its file system failed, logged, or
+	 * does not answer): the wiped superblocks alone make the restart format
+	 * (the start finds none and formats, whatever the map says). (A wipe
+	 * that failed too is not waited for either: the writes would hang for
+	 * ever.)
 	 */
 	atomic_store(&c->killed, true);
 	meta_release(c);
@@ -453,10 +493,10 @@ void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what)
 
 /*
  * The kill's thread ends by deadline (hl_now_ns), or is abandoned like a
- * stuck metadata thread (in a superblock wipe on the dead device, or in
- * the seal on a state file system that does not answer): meta_stuck, the
- * cache parked. Not sealed again: the seal may be what it is stuck in.
- * No new kill thread starts once mstop is set. @return whether it ended.
+ * stuck metadata thread (in the superblock wipe on the dead device, its
+ * map write done or abandoned): meta_stuck, the cache parked. Not sealed
+ * again: a seal abandoned keeps map_mu. No new kill thread starts once
+ * mstop is set. @return whether it ended.
  */
 static bool kill_wait(struct hl_cache *c, uint64_t deadline)
 {

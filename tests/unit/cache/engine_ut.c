@@ -4643,6 +4643,104 @@ static void test_device_failure_sync_stuck(void)
 	free(w);
 }
 
+/* Copy file from to a new file to. @return 0 or -1. */
+static int file_copy(const char *from, const char *to)
+{
+	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+	char chunk[65536];
+	size_t n;
+	int rc = a && b ? 0 : -1;
+
+	while (!rc && (n = fread(chunk, 1, sizeof(chunk), a)) > 0)
+		rc = fwrite(chunk, 1, n, b) == n ? 0 : -1;
+	if (a)
+		fclose(a);
+	if (b && fclose(b))
+		rc = -1;
+	return rc;
+}
+
+/*
+ * The device fails while the state file system does not answer: the kill's
+ * map write hangs (here: the map's temporary file is a FIFO nobody reads,
+ * so its open blocks). The kill waited for it for ever, so writes in
+ * pass-through did too. Now the map write is given up on past the bound
+ * (meta_stuck: the cache is parked at close), the superblocks are wiped,
+ * killed is set and the write reaches the origin; the restart formats on
+ * the wiped superblocks alone (the map still says "open").
+ */
+static void test_device_failure_map_hung(void)
+{
+	char tmp[96];
+	struct step st;
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS), *w = malloc(BS);
+	uint64_t t0;
+	uint8_t src;
+	int rc, fd;
+
+	o = fixture_up(&c, NULL, &f, 71, "fake:hung");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	c->drain_ms = 200;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", g_map);
+	rc = -1;
+	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a proof's map write under way) */
+		if ((rc = mkfifo(tmp, 0600)))
+			usleep(1000);
+	CU_ASSERT_FATAL(rc == 0);
+	engine_dev_error(c, NULL, -EIO);
+	memset(w, 0x4d, BS);
+	t0 = hl_now_ns();
+	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
+	rc = io_wait_within(&st, 3000);
+	fprintf(stderr, "a write after the failure, the map write hung: %llu ms (bound 3000)\n",
+	        (unsigned long long)((hl_now_ns() - t0) / 1000000));
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT(atomic_load(&c->killed));
+	CU_ASSERT(atomic_load(&c->meta_stuck));
+	CU_ASSERT(memcmp(f.mem, w, BS) == 0);
+	/* the file system answers again: the write fails (a FIFO), the old map stays */
+	fd = open(tmp, O_RDONLY | O_NONBLOCK);
+	CU_ASSERT(fd >= 0);
+	for (int i = 0; i < 3000 && access(tmp, F_OK) == 0; i++)
+		usleep(1000);
+	CU_ASSERT(access(tmp, F_OK) != 0); /* (unlinked once its write failed) */
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+	if (rc == -ETIMEDOUT)
+		io_wait(&st); /* (the old code: out until the map write returned) */
+	CU_ASSERT(map_holds("state open"));
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c); /* parked: it keeps the device (and its lock) */
+
+	/* a restart, on a copy of the device and its map (the parked cache holds them) */
+	snprintf(tmp, sizeof(tmp), "%s", g_dev);
+	dev_name();
+	CU_ASSERT_FATAL(file_copy(tmp, g_dev) == 0);
+	CU_ASSERT(unlink(tmp) == 0); /* (the parked cache keeps it open) */
+	snprintf(tmp + strlen(tmp), sizeof(tmp) - strlen(tmp), ".map");
+	CU_ASSERT_FATAL(file_copy(tmp, g_map) == 0);
+	CU_ASSERT(unlink(tmp) == 0);
+	CU_ASSERT(map_holds("state open"));
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:hung");
+	CU_ASSERT_EQUAL(do_read_src(o, 0, BS, buf, &src), 0);
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS); /* formatted: block 0 not restored */
+	CU_ASSERT(memcmp(buf, w, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
 /*
  * Seconds added to what CLOCK_REALTIME answers this process (engine_ut
  * links with --wrap=clock_gettime): the kernel's timers do not see them, so
@@ -4844,6 +4942,8 @@ int main(void)
 	     test_device_failure_sync_stuck},
 	    {"the bounded waits for sync_lock hold across wall-clock steps",
 	     test_sync_lock_bound_wall_step},
+	    {"the device fails while the map's file system hangs: writes still complete",
+	     test_device_failure_map_hung},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
