@@ -645,8 +645,9 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		}
 	}
 	if (changed) {
+		/* sealed (-ECANCELED: the device failed): the next start formats, names no disk */
 		rc = engine_map_write(c, "open");
-		if (rc)
+		if (rc && rc != -ECANCELED)
 			goto out;
 	}
 	char *label;

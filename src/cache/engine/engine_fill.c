@@ -303,10 +303,8 @@ void engine_fills_start(struct eng_req *req, uint32_t first_fill, bool barrier)
 		engine_req_free(req);
 		return;
 	}
-	if (barrier) {
-		engine_meta_wait(req, fills_after_barrier);
+	if (barrier && engine_meta_wait(req, fills_after_barrier))
 		return;
-	}
 	fills_submit(req, first_fill);
 }
 

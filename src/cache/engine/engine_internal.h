@@ -216,7 +216,12 @@ struct hl_cache {
 	uint16_t next_id; /* lock */
 
 	atomic_bool failed;   /* pass-through: the device failed */
-	atomic_bool killed;   /* engine_meta_kill or _map_seal done: a restart formats the device */
+	/*
+	 * engine_meta_kill's map "failed" is durable (or its superblock wipe
+	 * was tried), or _map_seal's: a restart formats the device. Set before
+	 * the kill takes the waiters it releases (mlock): engine_meta_wait.
+	 */
+	atomic_bool killed;
 	atomic_long inflight; /* requests not yet freed */
 	atomic_ulong changes; /* bumped when metadata may need a flush */
 	atomic_ulong synced;  /* the value of changes the last record flush covered */
@@ -229,10 +234,24 @@ struct hl_cache {
 	pthread_mutex_t mlock;
 	pthread_cond_t mcond;
 	struct meta_wait *mw_head, **mw_tail; /* mlock */
+	/*
+	 * mlock: the waiters the metadata thread took for its turn (a record
+	 * sync that may not return), and those it found the device failed for
+	 * before the kill was durable: the kill releases both (meta_release);
+	 * whoever takes a list posts it.
+	 */
+	struct meta_wait *mw_busy, *mw_kill;
 	bool mstop;                           /* mlock */
 	atomic_bool mdrop;                    /* reactors are gone: the meta thread posts nothing */
 	bool fail_pending;                    /* mlock: kill the on-device metadata */
-	bool dead; /* meta thread (then close): no more metadata writes */
+	/*
+	 * The kill's own thread runs (engine_dev_error starts it, so that a
+	 * record sync stuck in the metadata thread cannot hold the kill up).
+	 * Set under mlock while the metadata thread is not stopping, so that
+	 * engine_meta_stop sees it and waits for it (bounded).
+	 */
+	atomic_bool kill_running;
+	atomic_bool dead; /* engine_meta_kill began: no more metadata writes */
 	bool meta_exited; /* mlock: meta_main returned (engine_meta_stop waits for it) */
 	/*
 	 * engine_meta_stop gave up on the metadata thread (a device write that
@@ -510,9 +529,12 @@ bool engine_device_check_size(struct hl_cache *c);
 
 /**
  * Run done(w) on the request's reactor after a metadata flush that starts
- * from now on (w is req->mw; w->rc says how the flush went). Returns at once.
+ * from now on (w is req->mw; w->rc says how the flush went), or once the
+ * device failure is durable (c->killed; rc 0). Returns at once. @return
+ * false when nothing was queued because killed is set already: no flush
+ * matters any more, the caller goes on in line as done() would.
  */
-void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
+bool engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w));
 
 /* engine_restore.c */
 
@@ -563,9 +585,11 @@ bool engine_sync_lock_patient(struct hl_cache *c, const char *disk);
 void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what);
 
 /**
- * The device failed: mark the map "failed" and wipe both superblocks, so a
- * restart formats the device instead of trusting it. Once (c->dead); the
- * metadata thread, or close after it stopped.
+ * The device failed: seal the map "failed" (engine_map_seal: killed once it
+ * is durable, and the waiters go), then wipe both superblocks, so that a
+ * restart formats the device instead of trusting it. Takes no sync_lock: a
+ * holder stuck in a device call cannot hold it up. Once (c->dead): the
+ * kill's thread, the metadata thread, or close after it stopped.
  */
 void engine_meta_kill(struct hl_cache *c);
 /*
@@ -668,7 +692,10 @@ void engine_meta_test_hold(struct hl_cache *c);
 /**
  * Write "failed" into the map and let no later engine_map_write change it
  * (a stuck metadata thread that comes back): the next start formats. Once
- * that write is durable, c->killed is set (engine_meta_kill's promise).
+ * that write is durable (file and directory), c->killed is set
+ * (engine_meta_kill's promise). Holds map_mu only and reads nothing other
+ * threads change (a "failed" map names no disk: a start never reads them),
+ * so any thread may seal whoever holds sync_lock or c->lock.
  */
 void engine_map_seal(struct hl_cache *c);
 

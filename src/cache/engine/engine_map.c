@@ -39,7 +39,7 @@
  * hl_cache_open format the device: LUN ids are only meaningful with it.
  * Writers hold sync_lock (or run alone: open, close).
  */
-static int map_write_locked(struct hl_cache *c, const char *state);
+static int map_write_locked(struct hl_cache *c, const char *state, bool disks);
 
 int engine_map_write(struct hl_cache *c, const char *state)
 {
@@ -47,7 +47,7 @@ int engine_map_write(struct hl_cache *c, const char *state)
 
 	pthread_mutex_lock(&c->map_mu);
 	if (!atomic_load(&c->map_sealed))
-		rc = map_write_locked(c, state);
+		rc = map_write_locked(c, state, true);
 	pthread_mutex_unlock(&c->map_mu);
 	return rc;
 }
@@ -56,7 +56,12 @@ void engine_map_seal(struct hl_cache *c)
 {
 	pthread_mutex_lock(&c->map_mu);
 	atomic_store(&c->map_sealed, true);
-	if (map_write_locked(c, "failed") == 0) {
+	/*
+	 * Without the disks: the sealer holds neither sync_lock nor c->lock
+	 * (the device failed while their holder is stuck in a device call),
+	 * and the start that reads a "failed" map formats and forgets them.
+	 */
+	if (map_write_locked(c, "failed", false) == 0) {
 		HL_WARN("cache", "cache %s: %s says failed: the next start formats the device",
 		        c->name, c->map_path);
 		/*
@@ -68,7 +73,12 @@ void engine_map_seal(struct hl_cache *c)
 	pthread_mutex_unlock(&c->map_mu);
 }
 
-static int map_write_locked(struct hl_cache *c, const char *state)
+/*
+ * With disks: every disk and proof (the caller holds sync_lock, or runs
+ * alone); without: the state and the geometry only, "next 0" (a sealed
+ * map's next start formats: ids start again from 0).
+ */
+static int map_write_locked(struct hl_cache *c, const char *state, bool disks)
 {
 	char *tmp = NULL, *dir = NULL;
 	FILE *f;
@@ -83,13 +93,13 @@ static int map_write_locked(struct hl_cache *c, const char *state)
 	}
 	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, MAP_VERSION,
 	        state, c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size,
-	        c->next_id);
-	for (size_t i = 0; i < c->n_ents; i++) {
+	        disks ? c->next_id : 0);
+	for (size_t i = 0; disks && i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
 		fprintf(f, "disk %u %llu %llu %s %s\n", e->id, (unsigned long long)e->quota,
 		        (unsigned long long)e->size, e->name, e->ident);
 	}
-	for (size_t i = 0; i < c->n_ents; i++)
+	for (size_t i = 0; disks && i < c->n_ents; i++)
 		if (c->ents[i]->proof)
 			fprintf(f, "proof %u %s\n", c->ents[i]->id, c->ents[i]->proof);
 	if (fflush(f) || fsync(fileno(f)))
@@ -99,14 +109,17 @@ static int map_write_locked(struct hl_cache *c, const char *state)
 	if (!rc && rename(tmp, c->map_path))
 		rc = -errno;
 	if (!rc) {
+		/*
+		 * The rename is durable once its directory is: until then a crash
+		 * may bring the old map back (a seal's "failed" undone: stale). A
+		 * file system that cannot sync a directory (EINVAL) orders it itself.
+		 */
 		dir = strdup(c->map_path);
-		if (dir) {
-			fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (fd >= 0) {
-				fsync(fd);
-				close(fd);
-			}
-		}
+		fd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+		if (fd < 0 || (fsync(fd) && errno != EINVAL))
+			rc = dir ? -errno : -ENOMEM;
+		if (fd >= 0)
+			close(fd);
 	}
 out:
 	if (rc) {

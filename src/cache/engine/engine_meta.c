@@ -31,6 +31,36 @@
 /* Device failure -> pass-through                                     */
 /* ------------------------------------------------------------------ */
 
+static void *kill_main(void *arg)
+{
+	struct hl_cache *c = arg;
+
+	engine_meta_kill(c);
+	atomic_store(&c->kill_running, false);
+	return NULL;
+}
+
+/*
+ * The kill runs on a thread of its own: the metadata thread may be stuck in
+ * a record sync on the device that just failed, and writes of every disk
+ * wait for the kill. Under mlock, only while the metadata thread is not
+ * stopping (engine_meta_stop then waits for this thread). Without a thread
+ * the metadata thread kills (fail_pending), as long as it is not stuck.
+ */
+static void kill_start(struct hl_cache *c)
+{
+	pthread_attr_t a;
+	pthread_t t;
+
+	if (c->mstop || c->meta_exited || atomic_load(&c->dead) || pthread_attr_init(&a))
+		return;
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	atomic_store(&c->kill_running, true);
+	if (pthread_create(&t, &a, kill_main, c))
+		atomic_store(&c->kill_running, false);
+	pthread_attr_destroy(&a);
+}
+
 void engine_dev_error(struct hl_cache *c, struct map_ent *e, int rc)
 {
 	cnt_add(&c->st.dev_errors, 1);
@@ -43,6 +73,7 @@ void engine_dev_error(struct hl_cache *c, struct map_ent *e, int rc)
 	pthread_mutex_lock(&c->mlock);
 	c->fail_pending = true;
 	pthread_cond_signal(&c->mcond);
+	kill_start(c);
 	pthread_mutex_unlock(&c->mlock);
 }
 
@@ -76,22 +107,31 @@ static void meta_wait_post(void *arg)
 	w->done(w);
 }
 
-/* Run done(w) on the request's reactor after a metadata flush that starts from now on. */
-void engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
+bool engine_meta_wait(struct eng_req *req, void (*done)(struct meta_wait *w))
 {
 	struct hl_cache *c = req->c;
 	struct meta_wait *w = &req->mw;
 
-	cnt_add(&c->meta_waits, 1);
 	w->next = NULL;
 	w->r = req->r;
 	w->done = done;
 	w->rc = 0;
 	pthread_mutex_lock(&c->mlock);
+	/*
+	 * killed is set before the kill takes the lists (under mlock): a waiter
+	 * queued after that would wait for a metadata thread that may be stuck
+	 * in a device call for ever.
+	 */
+	if (atomic_load(&c->killed)) {
+		pthread_mutex_unlock(&c->mlock);
+		return false;
+	}
+	cnt_add(&c->meta_waits, 1);
 	*c->mw_tail = w;
 	c->mw_tail = &w->next;
 	pthread_cond_signal(&c->mcond);
 	pthread_mutex_unlock(&c->mlock);
+	return true;
 }
 
 void engine_lock_yield(void *arg)
@@ -101,29 +141,6 @@ void engine_lock_yield(void *arg)
 	pthread_mutex_unlock(&c->lock);
 	sched_yield();
 	pthread_mutex_lock(&c->lock);
-}
-
-/* The device failed: make sure a restart cannot trust its metadata. Meta thread. */
-void engine_meta_kill(struct hl_cache *c)
-{
-	uint8_t *z;
-
-	if (c->dead)
-		return;
-	c->dead = true;
-	/* The map says "failed" (a restart formats), and both superblocks are wiped. */
-	pthread_mutex_lock(&c->sync_lock); /* map writers hold it */
-	engine_map_write(c, "failed");
-	pthread_mutex_unlock(&c->sync_lock);
-	z = dio_alloc(SB_KILL_LEN);
-	if (z) {
-		memset(z, 0, SB_KILL_LEN);
-		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
-			c->dev->ops->flush(c->dev);
-		free(z);
-	}
-	/* writes in pass-through may reach the origin now (engine_origin.c) */
-	atomic_store(&c->killed, true);
 }
 
 static void meta_post(struct hl_cache *c, struct meta_wait *w)
@@ -141,6 +158,118 @@ static void meta_post(struct hl_cache *c, struct meta_wait *w)
 	}
 }
 
+static void meta_post_all(struct hl_cache *c, struct meta_wait *list, int rc)
+{
+	while (list) {
+		struct meta_wait *w = list;
+		list = w->next;
+		w->rc = rc;
+		meta_post(c, w);
+	}
+}
+
+/* Append list to *to (both NULL-terminated). */
+static void mw_append(struct meta_wait **to, struct meta_wait *list)
+{
+	while (*to)
+		to = &(*to)->next;
+	*to = list;
+}
+
+/*
+ * killed is set: every waiter goes on, whoever queued it, including those
+ * a metadata thread stuck in its record sync took for its turn (mw_busy).
+ */
+static void meta_release(struct hl_cache *c)
+{
+	struct meta_wait *list;
+
+	pthread_mutex_lock(&c->mlock);
+	list = c->mw_head;
+	c->mw_head = NULL;
+	c->mw_tail = &c->mw_head;
+	mw_append(&list, c->mw_busy);
+	mw_append(&list, c->mw_kill);
+	c->mw_busy = c->mw_kill = NULL;
+	pthread_mutex_unlock(&c->mlock);
+	meta_post_all(c, list, 0);
+}
+
+struct seal_call {
+	struct hl_cache *c;
+};
+
+static int seal_main(void *arg)
+{
+	struct seal_call *s = arg;
+
+	engine_map_seal(s->c);
+	return 0;
+}
+
+/*
+ * engine_map_seal within c->drain_ms. A state file system that does not
+ * answer (a hung NFS, a dead root disk) keeps the map write, and the kill
+ * that waits for it, for ever; then the superblocks' wipe stands for the
+ * map. The write goes on, detached, using c: meta_stuck makes the close
+ * park the cache (never freed). @return whether it returned.
+ */
+static bool seal_within(struct hl_cache *c)
+{
+	struct seal_call *s = malloc(sizeof(*s));
+	int rc;
+
+	if (!s) {
+		engine_map_seal(c); /* no memory: in line, unbounded */
+		return true;
+	}
+	s->c = c;
+	if (engine_run_within(c->drain_ms, seal_main, s, &rc))
+		return true;
+	atomic_store(&c->meta_stuck, true);
+	HL_WARN("cache",
+	        "cache %s: writing %s \"failed\" did not end within %u ms (its file system is "
+	        "not answering?): the wiped superblocks stand for it",
+	        c->name, c->map_path, c->drain_ms);
+	return false;
+}
+
+/*
+ * The device failed: make sure a restart cannot trust its metadata. The
+ * map first, sealed "failed" under map_mu only: no sync_lock, whose holder
+ * may be stuck in a write to the dead device (the metadata thread's record
+ * sync, a takeover's or a shadow's records step), and nothing any of them
+ * writes when it comes back changes the map again. Once that is durable,
+ * killed is set and the waiters go to the origin; then both superblocks
+ * are wiped (a dead device may keep this thread there: it holds nothing a
+ * write waits for).
+ */
+void engine_meta_kill(struct hl_cache *c)
+{
+	uint8_t *z;
+
+	if (atomic_exchange(&c->dead, true))
+		return;
+	if (seal_within(c) && atomic_load(&c->killed))
+		meta_release(c);
+	z = dio_alloc(SB_KILL_LEN);
+	if (z) {
+		memset(z, 0, SB_KILL_LEN);
+		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
+			c->dev->ops->flush(c->dev);
+		free(z);
+	}
+	/*
+	 * The map could not be written (its file system failed, logged, or
+	 * does not answer): the wiped superblocks alone make the restart format
+	 * (the start finds none and formats, whatever the map says). (A wipe
+	 * that failed too is not waited for either: the writes would hang for
+	 * ever.)
+	 */
+	atomic_store(&c->killed, true);
+	meta_release(c);
+}
+
 /*
  * HOTLUN_TEST_CACHE_META_HOLD=PATH (tests only, docs/cache-engine.md): a
  * record sync, holding sync_lock like a device write that does not return,
@@ -150,7 +279,12 @@ void engine_meta_test_hold(struct hl_cache *c)
 {
 	struct timespec ts = {0, 10000000};
 
-	while (c->meta_hold && access(c->meta_hold, F_OK) == 0)
+	if (!c->meta_hold || access(c->meta_hold, F_OK))
+		return;
+	/* what a functional test waits for (cache_dead_fail.sh) */
+	HL_WARN("cache", "cache %s: test knob: a metadata write is held while %s exists", c->name,
+	        c->meta_hold);
+	while (access(c->meta_hold, F_OK) == 0)
 		nanosleep(&ts, NULL);
 }
 
@@ -167,6 +301,35 @@ static struct timespec clock_after_ms(clockid_t clk, unsigned ms)
 		t.tv_nsec -= 1000000000L;
 	}
 	return t;
+}
+
+/*
+ * Take m, waiting at most ms on CLOCK_MONOTONIC. A bounded wait on the wall
+ * clock (pthread_mutex_timedlock's) is neither: a step back by an hour (NTP,
+ * a hypervisor's time sync after a pause: when a failover happens) made it
+ * wait an hour, a step forward gave up at once (a healthy cache sealed: its
+ * next start cold). @return 0 or ETIMEDOUT.
+ */
+static int lock_within_ms(pthread_mutex_t *m, unsigned ms)
+{
+	int rc;
+#ifdef HAVE_PTHREAD_MUTEX_CLOCKLOCK
+	struct timespec dl = clock_after_ms(CLOCK_MONOTONIC, ms);
+
+	do
+		rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &dl);
+	while (rc == EINTR);
+#else
+	/* (a C library before glibc 2.30: the same bound, looked at every 1 ms) */
+	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
+	struct timespec ts = {0, 1000000};
+
+	while ((rc = pthread_mutex_trylock(m)) == EBUSY && hl_now_ns() < end)
+		nanosleep(&ts, NULL);
+	if (rc == EBUSY)
+		rc = ETIMEDOUT;
+#endif
+	return rc;
 }
 
 static void *meta_main(void *arg)
@@ -195,6 +358,7 @@ static void *meta_main(void *arg)
 		list = c->mw_head;
 		c->mw_head = NULL;
 		c->mw_tail = &c->mw_head;
+		c->mw_busy = list; /* a kill may release them while this turn is stuck */
 		stop = c->mstop;
 		fail = c->fail_pending;
 		c->fail_pending = false;
@@ -239,16 +403,20 @@ static void *meta_main(void *arg)
 		 * A waiter goes on to the origin: if the device failed (this turn,
 		 * or while the waiter queued, before fail_pending was set, or during
 		 * the sync's skip), the kill must be durable first, whatever this
-		 * turn saw of fail_pending (engine_meta_kill runs once).
+		 * turn saw of fail_pending (engine_meta_kill runs once; when it runs
+		 * on its own thread, the waiters wait in mw_kill for its release).
 		 */
 		if (list && atomic_load(&c->failed))
 			engine_meta_kill(c);
-		while (list) {
-			struct meta_wait *w = list;
-			list = w->next;
-			w->rc = rc;
-			meta_post(c, w);
+		pthread_mutex_lock(&c->mlock);
+		list = c->mw_busy; /* NULL: a kill released them */
+		c->mw_busy = NULL;
+		if (list && atomic_load(&c->failed) && !atomic_load(&c->killed)) {
+			mw_append(&c->mw_kill, list);
+			list = NULL;
 		}
+		pthread_mutex_unlock(&c->mlock);
+		meta_post_all(c, list, rc);
 		pthread_mutex_lock(&c->mlock);
 		if (stop && !c->mw_head)
 			break;
@@ -278,16 +446,9 @@ int engine_meta_start(struct hl_cache *c)
 
 bool engine_sync_lock_within(struct hl_cache *c, const char *disk)
 {
-	struct timespec dl;
-	int rc;
-
 	if (atomic_load(&c->meta_stuck))
 		return false;
-	dl = clock_after_ms(CLOCK_REALTIME, c->drain_ms); /* pthread_mutex_timedlock's clock */
-	do
-		rc = pthread_mutex_timedlock(&c->sync_lock, &dl);
-	while (rc == EINTR);
-	if (rc == 0)
+	if (lock_within_ms(&c->sync_lock, c->drain_ms) == 0)
 		return true;
 	/*
 	 * Whoever holds sync_lock (the metadata thread's record sync, a
@@ -306,10 +467,7 @@ bool engine_sync_lock_patient(struct hl_cache *c, const char *disk)
 	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
 
 	for (;;) {
-		struct timespec dl = clock_after_ms(CLOCK_REALTIME, 10);
-		int rc = pthread_mutex_timedlock(&c->sync_lock, &dl);
-
-		if (rc == 0)
+		if (lock_within_ms(&c->sync_lock, 10) == 0)
 			return true;
 		if (atomic_load(&c->meta_stuck))
 			return false;
@@ -333,13 +491,43 @@ void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what)
 	engine_map_seal(c);
 }
 
+/*
+ * The kill's thread ends by deadline (hl_now_ns), or is abandoned like a
+ * stuck metadata thread (in the superblock wipe on the dead device, its
+ * map write done or abandoned): meta_stuck, the cache parked. Not sealed
+ * again: a seal abandoned keeps map_mu. No new kill thread starts once
+ * mstop is set. @return whether it ended.
+ */
+static bool kill_wait(struct hl_cache *c, uint64_t deadline)
+{
+	struct timespec ts = {0, 1000000};
+
+	while (atomic_load(&c->kill_running) && hl_now_ns() < deadline)
+		nanosleep(&ts, NULL);
+	if (!atomic_load(&c->kill_running))
+		return true;
+	atomic_store(&c->meta_stuck, true);
+	HL_WARN("cache",
+	        "cache %s: the kill of the failed device's metadata did not end within %u ms: "
+	        "abandoned (%s)",
+	        c->name, c->drain_ms,
+	        atomic_load(&c->killed) ? "the map says failed"
+	                                : "the next start may find the map not failed");
+	return false;
+}
+
 bool engine_meta_stop(struct hl_cache *c, bool drop)
 {
+	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
 	struct timespec dl;
 	bool ended;
 
-	if (!c->meta_started)
-		return !atomic_load(&c->meta_stuck);
+	if (!c->meta_started) {
+		pthread_mutex_lock(&c->mlock);
+		c->mstop = true; /* (no kill thread from now on) */
+		pthread_mutex_unlock(&c->mlock);
+		return kill_wait(c, deadline) && !atomic_load(&c->meta_stuck);
+	}
 	dl = clock_after_ms(CLOCK_MONOTONIC, c->drain_ms);
 	pthread_mutex_lock(&c->mlock);
 	c->mstop = true;
@@ -354,7 +542,7 @@ bool engine_meta_stop(struct hl_cache *c, bool drop)
 	c->meta_started = false;
 	if (ended) {
 		pthread_join(c->meta_thr, NULL);
-		return true;
+		return kill_wait(c, deadline);
 	}
 	/*
 	 * A device write that does not return (a dead SSD): the thread keeps

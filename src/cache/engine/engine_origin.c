@@ -71,10 +71,11 @@ static void kill_done(struct meta_wait *w)
 
 /*
  * A write while the device has just failed: the records on it may still
- * claim the blocks it changes, and until the metadata thread has written
- * the map "failed" and wiped the superblocks (engine_meta_kill), a crash
- * would restart warm on them: stale. So it waits for that, as a write to a
- * claimed block waits for a sync; reads go through at once.
+ * claim the blocks it changes, and until the kill has made the map say
+ * "failed" durably (engine_meta_kill, on its own thread: a record sync
+ * stuck on the dead device does not hold it up), a crash would restart
+ * warm on them: stale. So it waits for that, as a write to a claimed block
+ * waits for a sync; reads go through at once.
  */
 static int passthrough_after_kill(struct hl_origin *o, struct hl_origin_io *io)
 {
@@ -82,8 +83,10 @@ static int passthrough_after_kill(struct hl_origin *o, struct hl_origin_io *io)
 
 	if (!req)
 		return -ENOMEM;
-	engine_meta_wait(req, kill_done);
-	return 0;
+	if (engine_meta_wait(req, kill_done))
+		return 0;
+	engine_req_free(req); /* killed meanwhile */
+	return hl_origin_submit(co_of(o)->inner, io);
 }
 
 static int co_submit(struct hl_origin *o, struct hl_origin_io *io)

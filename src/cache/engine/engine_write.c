@@ -250,10 +250,8 @@ int engine_write(struct hl_origin *o, struct hl_origin_io *uio)
 	 * (map "failed", superblocks wiped) must be durable before the origin
 	 * changes what the records may still claim: it runs before the wait ends.
 	 */
-	if (sync && !atomic_load(&c->killed)) {
-		engine_meta_wait(req, write_after_sync);
+	if (sync && !atomic_load(&c->killed) && engine_meta_wait(req, write_after_sync))
 		return 0;
-	}
 	rc = write_issue(req);
 	if (rc) {
 		/* Nothing started: undo and let the caller see the error (no callback). */

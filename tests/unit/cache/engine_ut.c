@@ -2296,7 +2296,8 @@ static void test_device_failure(void)
  * wiped): the records on the device may still claim the blocks it changes,
  * and a crash in between restarted warm on them, stale (found in review:
  * pass-through sent writes to the origin at once). Reads go at once. The
- * test holds the lock the kill's map write takes, so the kill waits.
+ * test holds the lock the kill's map write takes (map_mu: the seal), so
+ * the kill waits.
  */
 static void test_write_waits_for_failure_durable(void)
 {
@@ -2313,7 +2314,7 @@ static void test_write_waits_for_failure_durable(void)
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 
-	pthread_mutex_lock(&c->sync_lock);
+	pthread_mutex_lock(&c->map_mu);
 	engine_dev_error(c, NULL, -EIO);
 	writes = f.writes;
 	memset(w, 0x5c, BS);
@@ -2322,7 +2323,7 @@ static void test_write_waits_for_failure_durable(void)
 	usleep(300 * 1000);
 	CU_ASSERT_EQUAL(f.writes, writes); /* not at the origin while the kill waits */
 	CU_ASSERT_FALSE(atomic_load(&c->killed));
-	pthread_mutex_unlock(&c->sync_lock);
+	pthread_mutex_unlock(&c->map_mu);
 	CU_ASSERT_EQUAL(io_wait(&st), 0);
 	CU_ASSERT(atomic_load(&c->killed));
 	CU_ASSERT_EQUAL(f.writes, writes + 1);
@@ -2341,13 +2342,13 @@ static void test_write_waits_for_failure_durable(void)
 	o = cache_up(&c, NULL, &f, "fake:dev");
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	pthread_mutex_lock(&c->sync_lock);
+	pthread_mutex_lock(&c->map_mu);
 	atomic_store(&c->failed, true);
 	writes = f.writes;
 	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
 	usleep(300 * 1000);
 	CU_ASSERT_EQUAL(f.writes, writes);
-	pthread_mutex_unlock(&c->sync_lock);
+	pthread_mutex_unlock(&c->map_mu);
 	CU_ASSERT_EQUAL(io_wait(&st), 0);
 	CU_ASSERT(atomic_load(&c->killed));
 	CU_ASSERT(wait_inflight(c, 0));
@@ -4108,6 +4109,23 @@ static uint64_t reval_timed(struct reval_call *rv, struct hl_origin *o, const ch
 	return ms;
 }
 
+/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for 3 s at most). */
+static bool sync_lock_kept(struct hl_cache *c)
+{
+	int held = 0;
+
+	for (int i = 0; i < 3000 && held < 100; i++) {
+		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
+			pthread_mutex_unlock(&c->sync_lock);
+			held = 0;
+		} else {
+			held++;
+		}
+		usleep(1000);
+	}
+	return held >= 100;
+}
+
 /*
  * The metadata thread stuck in a record sync, holding sync_lock, as on a
  * cache device that does not answer: c->meta_hold (HOTLUN_TEST_CACHE_META_HOLD)
@@ -4119,7 +4137,6 @@ static bool meta_sync_stuck(struct hl_cache *c, struct hl_origin *o, uint64_t bl
                             size_t n)
 {
 	uint8_t *buf = malloc(BS);
-	int held = 0;
 	FILE *h;
 
 	snprintf(hold, n, "%s.hold", g_dev);
@@ -4132,17 +4149,8 @@ static bool meta_sync_stuck(struct hl_cache *c, struct hl_origin *o, uint64_t bl
 	c->meta_hold = strdup(hold);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, blk * BS, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	for (int i = 0; i < 3000 && held < 100; i++) {
-		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
-			pthread_mutex_unlock(&c->sync_lock);
-			held = 0;
-		} else {
-			held++;
-		}
-		usleep(1000);
-	}
 	free(buf);
-	return held >= 100;
+	return sync_lock_kept(c);
 }
 
 /*
@@ -4497,6 +4505,337 @@ static void test_revalidate_sync_lock_origin_slow(void)
 	free(buf);
 }
 
+/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
+static int io_wait_within(struct step *st, unsigned ms)
+{
+	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (sem_trywait(&st->sem)) {
+		if (hl_now_ns() >= end)
+			return -ETIMEDOUT;
+		usleep(1000);
+	}
+	sem_destroy(&st->sem);
+	return st->rc;
+}
+
+/*
+ * The cache device fails while a record sync is stuck holding sync_lock (a
+ * device write that does not return). The kill (map "failed", superblocks
+ * wiped) took sync_lock for its map write, so it waited for the stuck
+ * holder, killed stayed false, and every write of every disk of the cache
+ * waited for ever: the one the stuck sync had taken, one queued behind it,
+ * and every write after the failure (hung, not failed, for the initiator).
+ * Now they all reach the origin within a bound, the map says "failed", and
+ * a restart formats: no block comes from the old records. First the
+ * metadata thread is the stuck holder (HOTLUN_TEST_CACHE_META_HOLD), then
+ * another thread (a takeover's or shadow's records step) while the
+ * metadata thread is free.
+ */
+static void test_device_failure_sync_stuck(void)
+{
+	struct step st[4];
+	char hold[96];
+	struct fake fa, fb, bad;
+	struct hl_cache *c;
+	struct hl_origin *oa, *ob, *real;
+	uint8_t *buf = malloc(4 * BS), *w = malloc(4 * BS);
+	int rc[4], wa, wb;
+	uint64_t t0;
+	uint8_t src;
+	FILE *h;
+
+	c = two_proven(&fa, &fb, 51, false, false, 4, buf, &oa, &ob);
+	CU_ASSERT(wait_synced(c));
+	snprintf(hold, sizeof(hold), "%s.hold", g_dev);
+	h = fopen(hold, "w");
+	CU_ASSERT_FATAL(h != NULL);
+	fclose(h);
+	c->meta_hold = strdup(hold);
+	for (int i = 0; i < 4; i++)
+		memset(w + i * BS, 0x61 + i, BS);
+	wa = fa.writes;
+	wb = fb.writes;
+	/* a write of a recorded block waits for a sync: the sync takes it and sticks */
+	io_start(&st[0], oa, HL_IO_WRITE, 0, BS, w);
+	CU_ASSERT_FATAL(sync_lock_kept(c));
+	io_start(&st[1], ob, HL_IO_WRITE, BS, BS, w + BS); /* queued behind it */
+	usleep(100 * 1000);
+	CU_ASSERT_EQUAL(fa.writes, wa);
+	CU_ASSERT_EQUAL(fb.writes, wb);
+
+	/* the device fails: a hit's read errs (served from the origin), pass-through */
+	real = c->data;
+	fake_init(&bad, 8 * M, 0);
+	bad.fail_reads = bad.fail_writes = 1;
+	c->data = fake_origin(&bad, "fake:bad-ssd");
+	CU_ASSERT_EQUAL(do_io(oa, HL_IO_READ, 2 * BS, BS, buf), 0);
+	CU_ASSERT(memcmp(buf, fa.mem + 2 * BS, BS) == 0);
+	CU_ASSERT(atomic_load(&c->failed));
+	t0 = hl_now_ns();
+	io_start(&st[2], oa, HL_IO_WRITE, 3 * BS, BS, w + 2 * BS); /* the same disk */
+	io_start(&st[3], ob, HL_IO_WRITE, 2 * BS, BS, w + 3 * BS); /* another disk */
+	for (int i = 0; i < 4; i++)
+		rc[i] = io_wait_within(&st[i], 3000);
+	fprintf(stderr, "writes after the failure, sync stuck: %llu ms (bound 3000)\n",
+	        (unsigned long long)((hl_now_ns() - t0) / 1000000));
+	for (int i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(rc[i], 0);
+	CU_ASSERT(atomic_load(&c->killed));
+	CU_ASSERT(map_holds("state failed"));
+	CU_ASSERT(memcmp(fa.mem, w, BS) == 0);
+	CU_ASSERT(memcmp(fb.mem + BS, w + BS, BS) == 0);
+	CU_ASSERT(memcmp(fa.mem + 3 * BS, w + 2 * BS, BS) == 0);
+	CU_ASSERT(memcmp(fb.mem + 2 * BS, w + 3 * BS, BS) == 0);
+	unlink(hold); /* the sync returns late: the map stays "failed" */
+	for (int i = 0; i < 4; i++)
+		if (rc[i] == -ETIMEDOUT)
+			io_wait(&st[i]); /* (the old code: out until the sync returned) */
+	CU_ASSERT(wait_inflight(c, 0));
+	usleep(200 * 1000); /* four metadata intervals */
+	CU_ASSERT(map_holds("state failed"));
+	reactor_down();
+	hl_origin_close(oa);
+	hl_origin_close(ob);
+	dev_restore(c, real, &bad);
+	hl_cache_close(c);
+
+	/* the restart formats: blocks 1 and 2 of A (never written) are not hits */
+	reactor_up();
+	c = cache_open(NULL);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskA", 0, fake_origin(&fa, "fake:a"), &oa) == 0);
+	CU_ASSERT_FATAL(hl_cache_attach(c, "diskB", 0, fake_origin(&fb, "fake:b"), &ob) == 0);
+	for (uint64_t b = 0; b < 4; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(oa, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+		CU_ASSERT(memcmp(buf, fa.mem + b * BS, BS) == 0);
+		CU_ASSERT_EQUAL(do_read_src(ob, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS);
+		CU_ASSERT(memcmp(buf, fb.mem + b * BS, BS) == 0);
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	two_disks_close(c, oa, ob, &fa, &fb);
+
+	/* another thread holds sync_lock (a records step in a dead device's write) */
+	c = two_proven(&fa, &fb, 53, false, false, 4, buf, &oa, &ob);
+	CU_ASSERT(wait_synced(c));
+	pthread_mutex_lock(&c->sync_lock);
+	wa = fa.writes;
+	wb = fb.writes;
+	engine_dev_error(c, NULL, -EIO);
+	io_start(&st[0], oa, HL_IO_WRITE, 0, BS, w);
+	io_start(&st[1], ob, HL_IO_WRITE, 0, BS, w + BS);
+	rc[0] = io_wait_within(&st[0], 3000);
+	rc[1] = io_wait_within(&st[1], 3000);
+	CU_ASSERT_EQUAL(rc[0], 0);
+	CU_ASSERT_EQUAL(rc[1], 0);
+	CU_ASSERT_EQUAL(fa.writes, wa + 1);
+	CU_ASSERT_EQUAL(fb.writes, wb + 1);
+	CU_ASSERT(map_holds("state failed"));
+	pthread_mutex_unlock(&c->sync_lock);
+	for (int i = 0; i < 2; i++)
+		if (rc[i] == -ETIMEDOUT)
+			io_wait(&st[i]);
+	CU_ASSERT(wait_inflight(c, 0));
+	two_disks_close(c, oa, ob, &fa, &fb);
+	free(buf);
+	free(w);
+}
+
+/* Copy file from to a new file to. @return 0 or -1. */
+static int file_copy(const char *from, const char *to)
+{
+	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+	char chunk[65536];
+	size_t n;
+	int rc = a && b ? 0 : -1;
+
+	while (!rc && (n = fread(chunk, 1, sizeof(chunk), a)) > 0)
+		rc = fwrite(chunk, 1, n, b) == n ? 0 : -1;
+	if (a)
+		fclose(a);
+	if (b && fclose(b))
+		rc = -1;
+	return rc;
+}
+
+/*
+ * The device fails while the state file system does not answer: the kill's
+ * map write hangs (here: the map's temporary file is a FIFO nobody reads,
+ * so its open blocks). The kill waited for it for ever, so writes in
+ * pass-through did too. Now the map write is given up on past the bound
+ * (meta_stuck: the cache is parked at close), the superblocks are wiped,
+ * killed is set and the write reaches the origin; the restart formats on
+ * the wiped superblocks alone (the map still says "open").
+ */
+static void test_device_failure_map_hung(void)
+{
+	char tmp[96];
+	struct step st;
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = malloc(BS), *w = malloc(BS);
+	uint64_t t0;
+	uint8_t src;
+	int rc, fd;
+
+	o = fixture_up(&c, NULL, &f, 71, "fake:hung");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	c->drain_ms = 200;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", g_map);
+	rc = -1;
+	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a proof's map write under way) */
+		if ((rc = mkfifo(tmp, 0600)))
+			usleep(1000);
+	CU_ASSERT_FATAL(rc == 0);
+	engine_dev_error(c, NULL, -EIO);
+	memset(w, 0x4d, BS);
+	t0 = hl_now_ns();
+	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
+	rc = io_wait_within(&st, 3000);
+	fprintf(stderr, "a write after the failure, the map write hung: %llu ms (bound 3000)\n",
+	        (unsigned long long)((hl_now_ns() - t0) / 1000000));
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT(atomic_load(&c->killed));
+	CU_ASSERT(atomic_load(&c->meta_stuck));
+	CU_ASSERT(memcmp(f.mem, w, BS) == 0);
+	/* the file system answers again: the write fails (a FIFO), the old map stays */
+	fd = open(tmp, O_RDONLY | O_NONBLOCK);
+	CU_ASSERT(fd >= 0);
+	for (int i = 0; i < 3000 && access(tmp, F_OK) == 0; i++)
+		usleep(1000);
+	CU_ASSERT(access(tmp, F_OK) != 0); /* (unlinked once its write failed) */
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+	if (rc == -ETIMEDOUT)
+		io_wait(&st); /* (the old code: out until the map write returned) */
+	CU_ASSERT(map_holds("state open"));
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c); /* parked: it keeps the device (and its lock) */
+
+	/* a restart, on a copy of the device and its map (the parked cache holds them) */
+	snprintf(tmp, sizeof(tmp), "%s", g_dev);
+	dev_name();
+	CU_ASSERT_FATAL(file_copy(tmp, g_dev) == 0);
+	CU_ASSERT(unlink(tmp) == 0); /* (the parked cache keeps it open) */
+	snprintf(tmp + strlen(tmp), sizeof(tmp) - strlen(tmp), ".map");
+	CU_ASSERT_FATAL(file_copy(tmp, g_map) == 0);
+	CU_ASSERT(unlink(tmp) == 0);
+	CU_ASSERT(map_holds("state open"));
+	reactor_up();
+	c = cache_open(NULL);
+	o = attach(c, &f, "fake:hung");
+	CU_ASSERT_EQUAL(do_read_src(o, 0, BS, buf, &src), 0);
+	CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS); /* formatted: block 0 not restored */
+	CU_ASSERT(memcmp(buf, w, BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
+/*
+ * Seconds added to what CLOCK_REALTIME answers this process (engine_ut
+ * links with --wrap=clock_gettime): the kernel's timers do not see them, so
+ * a wall-clock deadline taken meanwhile behaves as if the wall clock had
+ * been stepped back (positive) or forward (negative) right after it.
+ */
+static long g_wall_step_s;
+
+int __real_clock_gettime(clockid_t clk, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t clk, struct timespec *ts);
+
+int __wrap_clock_gettime(clockid_t clk, struct timespec *ts)
+{
+	int rc = __real_clock_gettime(clk, ts);
+
+	if (!rc && (clk == CLOCK_REALTIME || clk == CLOCK_REALTIME_COARSE))
+		ts->tv_sec += __atomic_load_n(&g_wall_step_s, __ATOMIC_SEQ_CST);
+	return rc;
+}
+
+struct lock_call {
+	struct hl_cache *c;
+	bool patient;
+	int done, got; /* atomics */
+};
+
+static void *lock_call_main(void *arg)
+{
+	struct lock_call *lc = arg;
+	bool got = lc->patient ? engine_sync_lock_patient(lc->c, "disk0")
+	                       : engine_sync_lock_within(lc->c, "disk0");
+
+	if (got)
+		pthread_mutex_unlock(&lc->c->sync_lock);
+	__atomic_store_n(&lc->got, got, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&lc->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * How long engine_sync_lock_within (patient: _patient) takes to give up on
+ * a sync_lock held by this thread (bound 200 ms), with the wall clock
+ * stepped by step_s: -1 when it has not within 3 s.
+ */
+static long lock_bound_ms(long step_s, bool patient)
+{
+	struct lock_call lc = {.patient = patient};
+	uint64_t t0;
+	long ms = -1;
+	pthread_t t;
+
+	dev_name();
+	lc.c = cache_open(NULL);
+	lc.c->drain_ms = 200;
+	pthread_mutex_lock(&lc.c->sync_lock);
+	__atomic_store_n(&g_wall_step_s, step_s, __ATOMIC_SEQ_CST);
+	t0 = hl_now_ns();
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, lock_call_main, &lc) == 0);
+	while (!__atomic_load_n(&lc.done, __ATOMIC_SEQ_CST) && hl_now_ns() - t0 < 3000000000ull)
+		usleep(1000);
+	if (__atomic_load_n(&lc.done, __ATOMIC_SEQ_CST))
+		ms = (long)((hl_now_ns() - t0) / 1000000);
+	__atomic_store_n(&g_wall_step_s, 0, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&lc.c->sync_lock); /* (the old code: still waiting) */
+	pthread_join(t, NULL);
+	CU_ASSERT_FALSE(__atomic_load_n(&lc.got, __ATOMIC_SEQ_CST) && ms >= 0);
+	fprintf(stderr, "sync_lock%s, wall clock stepped %+lds: gave up after %ld ms (bound 200)\n",
+	        patient ? " (patient)" : "", step_s, ms);
+	hl_cache_close(lc.c); /* parked: sealed, meta_stuck */
+	dev_remove();
+	return ms;
+}
+
+/*
+ * The bounded waits for sync_lock (a disk's close or attach, a takeover)
+ * count on CLOCK_MONOTONIC: pthread_mutex_timedlock's wall-clock deadline
+ * waited an hour when the wall clock was stepped back an hour (NTP, a
+ * hypervisor's time sync after a pause: when a failover happens), and gave
+ * up at once when it was stepped forward (sealing a healthy cache: its
+ * next start cold).
+ */
+static void test_sync_lock_bound_wall_step(void)
+{
+	long ms;
+
+	reactor_up();
+	ms = lock_bound_ms(3600, false);
+	CU_ASSERT(ms >= 150 && ms < 2000);
+	ms = lock_bound_ms(-3600, false);
+	CU_ASSERT(ms >= 150 && ms < 2000);
+	ms = lock_bound_ms(3600, true);
+	CU_ASSERT(ms >= 150 && ms < 2000);
+	reactor_down();
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -4599,6 +4938,12 @@ int main(void)
 	     test_revalidate_records_late},
 	    {"a takeover behind a slow origin call under sync_lock waits; the cache stays in service",
 	     test_revalidate_sync_lock_origin_slow},
+	    {"the device fails while a record sync is stuck: writes of every disk still complete",
+	     test_device_failure_sync_stuck},
+	    {"the bounded waits for sync_lock hold across wall-clock steps",
+	     test_sync_lock_bound_wall_step},
+	    {"the device fails while the map's file system hangs: writes still complete",
+	     test_device_failure_map_hung},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
