@@ -282,6 +282,28 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 	return rc;
 }
 
+int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin,
+                         char *err, size_t errlen)
+{
+	int rc = 0;
+
+	if (disk->read_only)
+		return 0; /* its reads change nothing */
+	pthread_mutex_lock(&g_lock);
+	for (struct cache_rt *r = g_caches; r && !rc; r = r->next) {
+		if (disk->cache && !strcmp(r->conf.name, disk->cache))
+			continue; /* its own: hl_cache_attach checks the proof */
+		rc = hl_cache_disown(r->c, origin);
+		if (rc)
+			rc = daemon_fail(err, errlen, rc,
+			                 "disk %s: cache %s cannot forget what it cached of this "
+			                 "origin: %s",
+			                 disk->name, r->conf.name, strerror(-rc));
+	}
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
 int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **origin, char *err,
                         size_t errlen)
 {
