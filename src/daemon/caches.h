@@ -51,8 +51,8 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen);
  * back after writes it did not see. Blocking. @return 0 or -errno with a
  * message in err (the disk must not open).
  */
-int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin,
-                         char *err, size_t errlen);
+int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin, char *err,
+                         size_t errlen);
 
 /**
  * Put disk->cache in front of *origin (after the throttle): on success

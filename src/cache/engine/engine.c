@@ -661,7 +661,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->inner = inner; /* o->inner, at hand for the data path */
 	co->ent = e;
 	e->attached = true;
-	e->disowned = false; /* (its proof went with it: this attach was cold) */
+	e->disowned = false;          /* (its proof went with it: this attach was cold) */
 	atomic_fetch_add(&e->gen, 1); /* requests of an earlier attachment install nothing */
 	engine_ent_tag(c, e->id, e->tag);
 	e->inner = inner; /* proofs from now on (sync_lock held) */

@@ -1506,9 +1506,9 @@ static void test_disown_attached_no_final_proof(void)
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_FATAL(wait_proof(c, 0));
 	CU_ASSERT_EQUAL(hl_cache_disown(c, o->inner), 0); /* the uncached LU opens */
-	cache_down(c, o);                                  /* the cached one closes */
-	fake_external(&f, 2 * BS, BS, 0x2d);               /* the uncached one writes */
-	proof_restart(&f, "fake:blk", &st); /* (fails on stale data itself) */
+	cache_down(c, o);                                 /* the cached one closes */
+	fake_external(&f, 2 * BS, BS, 0x2d);              /* the uncached one writes */
+	proof_restart(&f, "fake:blk", &st);               /* (fails on stale data itself) */
 	CU_ASSERT_EQUAL(st.warm_kept, 0);
 	CU_ASSERT(strstr(st.warm_start, "no proof recorded") != NULL);
 	g_sole_writer = false;
@@ -4563,7 +4563,8 @@ int main(void)
 	    {"ownership: proofs held while not ours, revalidation drops the peer's writes",
 	     test_ownership_hold_and_revalidate},
 	    {"proof: none is cold unless exclusive = yes", test_proof_none_cold_unless_sole_writer},
-	    {"disown: an attached disk's final proof does not vouch", test_disown_attached_no_final_proof},
+	    {"disown: an attached disk's final proof does not vouch",
+	     test_disown_attached_no_final_proof},
 	    {"proof: a version 1 map starts cold", test_proof_old_map_cold},
 	    {"proof: a crash is warm only while the origin is untouched", test_proof_crash},
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
