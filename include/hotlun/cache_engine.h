@@ -99,6 +99,19 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
                     struct hl_origin *inner, struct hl_origin **out);
 
 /**
+ * The origin `origin` is served writable without this cache (a disk opened
+ * uncached or on another cache): writes through it never reach the blocks
+ * this cache keeps of it for a disk not attached now, and a proof that
+ * cannot see them (exclusive = yes: the size alone) would bring those
+ * blocks back at the disk's next attach. Every detached disk of this cache
+ * whose origin identity (as hl_cache_attach computes it) is origin's loses
+ * its proof, the map written before this returns: the next attach is cold.
+ * Call before the origin serves I/O. Blocking; main thread.
+ * @return 0 or -errno (the map write failed: do not serve the origin).
+ */
+int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin);
+
+/**
  * This gateway became the owner of a shared disk (hotlun/owner.h): before
  * anything cached is served, ask the origin what changed since the disk's
  * last proof (other gateways wrote it meanwhile) and drop exactly that, or

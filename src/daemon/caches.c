@@ -18,6 +18,7 @@
 #include "hotlun/cache_engine.h"
 #include "hotlun/event.h"
 #include "hotlun/log.h"
+#include "hotlun/util.h"
 
 struct cache_rt {
 	struct cache_rt *next;
@@ -144,10 +145,49 @@ static int check_device(const struct hl_conf *conf, const struct hl_conf_cache *
 	return 0;
 }
 
+/* Do origins a and b name the same data? Files by what they are; other URIs by their text. */
+static bool same_origin(const char *a, const char *b)
+{
+	const char *pa = origin_path(a), *pb = origin_path(b);
+
+	if (pa && pb)
+		return same_file(pa, pb);
+	return !pa && !pb && strcmp(a, b) == 0;
+}
+
+/*
+ * Two disks on one origin, one of them cached and the other writable: the
+ * cache keys blocks by disk, so a write through the other disk never drops
+ * them and the cached disk would serve the old bytes (ARCHITECTURE
+ * invariant 1). Read-only or uncached views of one origin stay allowed.
+ */
+static int check_aliases(const struct hl_conf *conf, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < conf->n_disks; i++) {
+		const struct hl_conf_disk *a = &conf->disks[i];
+		for (size_t j = 0; j < i; j++) {
+			const struct hl_conf_disk *b = &conf->disks[j];
+			bool stale = (a->cache && !b->read_only) || (b->cache && !a->read_only);
+			char shown[2200]; /* credentials masked, as runtime.c shows origins */
+			if (!stale || !same_origin(a->origin, b->origin))
+				continue;
+			hl_uri_redact(a->origin, false, shown, sizeof(shown));
+			return daemon_fail(err, errlen, -EINVAL,
+			                   "disk %s: origin %s is also disk %s's origin, and %s "
+			                   "is cached: a write through one would leave the cache "
+			                   "stale",
+			                   a->name, shown, b->name, a->cache ? a->name : b->name);
+		}
+	}
+	return 0;
+}
+
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 {
-	int rc = 0;
+	int rc = check_aliases(conf, err, errlen);
 
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&g_lock);
 	for (size_t i = 0; i < conf->n_caches && !rc; i++) {
 		const struct hl_conf_cache *k = &conf->caches[i];
@@ -237,6 +277,28 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 		e = apply_str(r, "admission", &r->conf.admission, k->admission,
 		              hl_cache_set_admission, err, errlen);
 		rc = e ? e : rc;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin, char *err,
+                         size_t errlen)
+{
+	int rc = 0;
+
+	if (disk->read_only)
+		return 0; /* its reads change nothing */
+	pthread_mutex_lock(&g_lock);
+	for (struct cache_rt *r = g_caches; r && !rc; r = r->next) {
+		if (disk->cache && !strcmp(r->conf.name, disk->cache))
+			continue; /* its own: hl_cache_attach checks the proof */
+		rc = hl_cache_disown(r->c, origin);
+		if (rc)
+			rc = daemon_fail(err, errlen, rc,
+			                 "disk %s: cache %s cannot forget what it cached of this "
+			                 "origin: %s",
+			                 disk->name, r->conf.name, strerror(-rc));
 	}
 	pthread_mutex_unlock(&g_lock);
 	return rc;

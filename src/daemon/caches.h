@@ -45,6 +45,16 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen);
 int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen);
 
 /**
+ * disk is about to serve origin (after the throttle, not cached yet): unless
+ * it is read-only, every open cache but disk->cache forgets its proofs of
+ * that origin (hl_cache_disown), so that blocks it cached before never come
+ * back after writes it did not see. Blocking. @return 0 or -errno with a
+ * message in err (the disk must not open).
+ */
+int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin, char *err,
+                         size_t errlen);
+
+/**
  * Put disk->cache in front of *origin (after the throttle): on success
  * *origin is the cached origin, which owns the one it wraps; on error
  * *origin is unchanged and still the caller's. Blocking. @return 0 or

@@ -392,6 +392,13 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		return daemon_fail(err, errlen, rc, "disk %s: throttle: %s", cd->name,
 		                   strerror(-rc));
 	}
+	/* Before any I/O: other caches' blocks of this origin would miss its writes. */
+	rc = daemon_caches_disown(cd, origin, err, errlen);
+	if (rc) {
+		hl_origin_close(origin);
+		daemon_disk_free(rt);
+		return rc;
+	}
 	if (cd->cache) {
 		rc = daemon_attach_cache(cd, &origin, err, errlen);
 		if (rc) {

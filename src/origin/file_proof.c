@@ -2,8 +2,11 @@
  * file_proof.c - warm restart proofs of a file origin: a regular file proves
  * itself unchanged by what the kernel stamps in its inode (device, inode,
  * size, change time), where the filesystem's change times can be trusted.
- * A block device proves nothing by itself (exclusive = yes is the admin's
- * word for it, hl_origin_proof_take's "excl:" proof).
+ * A block device proves nothing by itself: exclusive = yes is the admin's
+ * word that nobody else writes it, and its proof then names the device
+ * behind the path and its size ("blk:"), so that a path that names another
+ * device at the next start (/dev/sdX renumbered, a symbolic link moved)
+ * is cold, never served the first device's blocks.
  */
 #include "config.h"
 
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,6 +148,72 @@ const char *origin_file_stamp_diff(const struct file_stamp *was, const struct fi
 	return NULL;
 }
 
+/* First line of sysfs file `name` of block device dev into buf (NUL-trimmed). @return length. */
+static size_t sysfs_line(dev_t dev, const char *name, char *buf, size_t len)
+{
+	char path[128];
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%s", major(dev), minor(dev), name);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fgets(buf, (int)len, f))
+		n = strcspn(buf, "\n");
+	fclose(f);
+	buf[n] = '\0';
+	return n;
+}
+
+/*
+ * What the block device behind fo is, as a proof token part "KIND-HASH":
+ * its disk's WWID (a partition: its disk's, and its number), a
+ * device-mapper UUID, a loop device's backing file; else only its numbers
+ * (weak: /dev/sdX renumbered keeps them). Hashed: the proof is short.
+ */
+static int blkdev_ident(const struct file_origin *fo, char *out, size_t len)
+{
+	static const struct {
+		const char *kind, *file;
+	} src[] = {{"wwid", "device/wwid"},
+	           {"pwwid", "../device/wwid"},
+	           {"dm", "dm/uuid"},
+	           {"loop", "loop/backing_file"}};
+	char text[512] = "", part[16] = "";
+	const char *kind = "dev";
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	struct stat st;
+
+	if (fstat(fo->fd, &st))
+		return -errno;
+	for (size_t i = 0; i < sizeof(src) / sizeof(src[0]); i++) {
+		if (sysfs_line(st.st_rdev, src[i].file, text, sizeof(text))) {
+			kind = src[i].kind;
+			break;
+		}
+	}
+	if (!strcmp(kind, "dev"))
+		snprintf(text, sizeof(text), "%u:%u", major(st.st_rdev), minor(st.st_rdev));
+	sysfs_line(st.st_rdev, "partition", part, sizeof(part));
+	for (const char *p = text; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	snprintf(out, len, "%s%s%s-%016" PRIx64, kind, *part ? "p" : "", part, h);
+	return 0;
+}
+
+/* exclusive = yes on a block device: "blk:SIZE:IDENT" (blkdev_ident). */
+static int blkdev_proof(struct hl_origin *o, char *proof, size_t len)
+{
+	char id[64];
+
+	if (blkdev_ident(fo_of(o), id, sizeof(id)))
+		return -EAGAIN;
+	if ((size_t)snprintf(proof, len, "blk:%" PRIu64 ":%s", o->size, id) >= len)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
 int origin_file_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
                            size_t len)
 {
@@ -153,6 +223,8 @@ int origin_file_proof_take(struct hl_origin *o, const char *tag, bool final, cha
 	int waited = 0;
 
 	(void)tag;
+	if (fo->blkdev && o->sole_writer)
+		return blkdev_proof(o, proof, len);
 	if (fo->blkdev || !fo->fs_stamps)
 		return -EOPNOTSUPP; /* no change time (a block device), or untrusted */
 	/* Last: our writes reach the disk with the inode that stamps them (power loss). */
@@ -186,6 +258,20 @@ int origin_file_proof_check(struct hl_origin *o, const char *tag, const char *pr
 	(void)tag;
 	(void)changed;
 	(void)arg;
+	if (fo->blkdev && !strncmp(proof, "blk:", 4)) {
+		char want[HL_ORIGIN_PROOF_MAX];
+		if (!o->sole_writer) {
+			snprintf(why, whylen, "exclusive = yes was removed");
+			return -ESTALE;
+		}
+		if (blkdev_proof(o, want, sizeof(want)) || strcmp(proof, want)) {
+			snprintf(why, whylen,
+			         "another device or size behind the path (exclusive = yes)");
+			return -ESTALE;
+		}
+		snprintf(why, whylen, "exclusive = yes");
+		return 0;
+	}
 	if (fo->blkdev) {
 		snprintf(why, whylen, "block device cannot prove it unchanged (exclusive = yes?)");
 		return -ESTALE;

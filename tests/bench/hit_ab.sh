@@ -6,7 +6,7 @@
 # machine's drift hits both alike. Per run: IOPS and the daemon's CPU µs per
 # I/O (utime + stime of /proc/PID/stat over the run / I/Os; with tick-based
 # accounting this includes the network softirq work done in its context).
-# Also the uncached LUN (LUN 1, the origin from the page cache) with UNCACHED=1.
+# Also the uncached LUN (LUN 1, the origin from the page cache, read-only) with UNCACHED=1.
 #
 # NET=veth runs the client in a network namespace behind a veth pair that
 # the script makes (10.231.0.1 <-> 10.231.0.2; needs root and iproute2)
@@ -184,7 +184,7 @@ start() {
 		printf '[cache ssd]\ndevice = %s/cache.img\nsize = %s\nblock_size = %s\nadmission = always\n\n' \
 			"$st" "$(((RANGE_B * 2 + (1 << 30) - 1) >> 30))G" "$cbs"
 		printf '[disk hit]\norigin = file:%s\ncache = ssd\n\n' "$T/origin-$name.img"
-		printf '[disk plain]\norigin = file:%s\n\n' "$T/origin-$name.img"
+		printf '[disk plain]\norigin = file:%s\nread_only = yes\n\n' "$T/origin-$name.img"
 		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
 	} >"$st.conf"
 	# shellcheck disable=SC2086

@@ -7,7 +7,8 @@
 #             the range read once before measuring), LUN 0
 #   uncached  the same origin file as a second, uncached LUN of the same
 #             hotlund, served from the page cache (what the protocol path
-#             alone reaches), LUN 1
+#             alone reaches), LUN 1; read-only (a writable second disk on a
+#             cached origin is refused: its writes would leave the cache stale)
 # at 4K QD1, 4K QD64, 64K QD16 and 1 MiB QD8 random reads, for each cache
 # block size. One line per cell: the three figures (IOPS), hit / the lower
 # limit, at QD1 the hit path's own addition in microseconds (the hit's mean
@@ -216,7 +217,7 @@ start() {
 		printf '[cache ssd]\ndevice = %s\nsize = %s\nblock_size = %s\nadmission = always\n\n' \
 			"$CDEV" "$(( (RANGE_B * 2 + (1 << 30) - 1) >> 30 ))G" "$cbs"
 		printf '[disk hit]\norigin = file:%s\ncache = ssd\n\n' "$ORIGIN"
-		printf '[disk plain]\norigin = file:%s\n\n' "$ORIGIN"
+		printf '[disk plain]\norigin = file:%s\nread_only = yes\n\n' "$ORIGIN"
 		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
 	} >"$T/hit-$cbs.conf"
 	HL_HOTLUND=${HOTLUND:-$HL_HOTLUND} hl_start_hotlund "$T/hit-$cbs.conf"

@@ -663,6 +663,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->inner = inner; /* o->inner, at hand for the data path */
 	co->ent = e;
 	e->attached = true;
+	e->disowned = false;          /* (its proof went with it: this attach was cold) */
 	atomic_fetch_add(&e->gen, 1); /* requests of an earlier attachment install nothing */
 	engine_ent_tag(c, e->id, e->tag);
 	e->inner = inner; /* proofs from now on (sync_lock held) */
@@ -675,6 +676,55 @@ out:
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->sync_lock);
 	free(chg.v);
+	return rc;
+}
+
+int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
+{
+	char ident_buf[3800]; /* as hl_cache_attach's */
+	const char *ident;
+	bool changed = false;
+	int rc = 0;
+
+	if (!c || !origin)
+		return -EINVAL;
+	if (strlen(origin->uri) >= sizeof(ident_buf))
+		return 0; /* no map entry can name it (hl_cache_attach refuses it) */
+	ident = engine_origin_ident(origin->uri, ident_buf, sizeof(ident_buf));
+	/* Entries change only on this thread: most disks are none of this cache's. */
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_ents && !changed; i++)
+		changed = !strcmp(c->ents[i]->ident, ident);
+	pthread_mutex_unlock(&c->lock);
+	if (!changed)
+		return 0;
+	changed = false;
+	/* A map sealed "failed" makes the next open format: nothing to forget then. */
+	if (!engine_sync_lock_within(c, "(disown)"))
+		return atomic_load(&c->killed) ? 0 : -EIO;
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_ents; i++) {
+		struct map_ent *e = c->ents[i];
+		if (strcmp(e->ident, ident))
+			continue;
+		/* Attached: its LU is being replaced; its final proof must not vouch either. */
+		e->disowned |= e->attached;
+		free(e->cand);
+		e->cand = NULL;
+		if (!e->proof)
+			continue;
+		HL_NOTICE("cache",
+		          "cache %s: disk %s: its origin is served without this cache: its "
+		          "cached blocks will be dropped at its next attach",
+		          c->name, e->name);
+		free(e->proof);
+		e->proof = NULL;
+		changed = true;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (changed)
+		rc = engine_map_write(c, "open");
+	pthread_mutex_unlock(&c->sync_lock);
 	return rc;
 }
 

@@ -147,6 +147,11 @@ struct map_ent {
 	/* what the last attach found, for the stats (hl_cache.lock) */
 	bool warm_checked;
 	_Atomic bool proofs_held; /* hl_cache_hold_proofs: no proof until hl_cache_revalidate */
+	/*
+	 * hl_cache_disown found it attached (its LU about to be replaced by one
+	 * without this cache): no proof until its next attach (sync_lock).
+	 */
+	bool disowned;
 	uint64_t warm_kept, warm_dropped;
 	char warm_why[HL_ORIGIN_WHY_MAX];
 	/*

@@ -84,7 +84,7 @@ void engine_proofs_refresh(struct hl_cache *c)
 	pthread_mutex_lock(&c->sync_lock);
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
-		if (!e->inner || atomic_load(&e->proofs_held) ||
+		if (!e->inner || atomic_load(&e->proofs_held) || e->disowned ||
 		    proof_take_locked(c, e->inner, e->tag, false, proof, sizeof(proof)))
 			continue;
 		if (e->proof && !strcmp(e->proof, proof)) {
@@ -119,6 +119,8 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 
 	if (atomic_load(&e->proofs_held))
 		return; /* not ours: the cache may not match; the last proof stays */
+	if (e->disowned)
+		return; /* written without this cache from now on (hl_cache_disown) */
 	/*
 	 * One proof at a time (the meta thread's too). Bounded: a holder stuck
 	 * in a device call (the metadata thread took the lock as soon as the

@@ -297,7 +297,9 @@ static int roll(struct hl_cache *c, struct map_ent *e, struct shadow_ent *se,
 	bool dropped_any = prc || (theirs ? hs->nchg > 0 : chg.n > 0);
 	if (dropped_any && !c->dead && !atomic_load(&c->failed))
 		rc = cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
-	if (!rc && !c->dead && !atomic_load(&c->failed)) {
+	if (!rc && e->disowned) {
+		rc = -ECANCELED; /* written without this cache from now on (hl_cache_disown) */
+	} else if (!rc && !c->dead && !atomic_load(&c->failed)) {
 		pthread_mutex_lock(&c->lock);
 		free(e->proof);
 		e->proof = next;

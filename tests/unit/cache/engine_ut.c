@@ -1481,6 +1481,42 @@ static void test_ownership_hold_and_revalidate(void)
 	free(buf);
 }
 
+/*
+ * hl_cache_disown while the disk is attached: a reload reopens it without
+ * the cache (the new LU opens while the cached one still lives, and writes
+ * once that one closed). With exclusive = yes (the size is the only proof)
+ * the cached LU's final proof at its close vouched for the old blocks: the
+ * next attach kept all 8 and served block 2 stale. Now the close records
+ * none and the next attach is cold.
+ */
+static void test_disown_attached_no_final_proof(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 25);
+	f.no_proof = true;
+	g_sole_writer = true;
+	o = cache_up(&c, NULL, &f, "fake:blk");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	CU_ASSERT_EQUAL(hl_cache_disown(c, o->inner), 0); /* the uncached LU opens */
+	cache_down(c, o);                                 /* the cached one closes */
+	fake_external(&f, 2 * BS, BS, 0x2d);              /* the uncached one writes */
+	proof_restart(&f, "fake:blk", &st);               /* (fails on stale data itself) */
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT(strstr(st.warm_start, "no proof recorded") != NULL);
+	g_sole_writer = false;
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
 static void test_proof_none_cold_unless_sole_writer(void)
 {
 	struct fake f;
@@ -4866,6 +4902,8 @@ int main(void)
 	    {"ownership: proofs held while not ours, revalidation drops the peer's writes",
 	     test_ownership_hold_and_revalidate},
 	    {"proof: none is cold unless exclusive = yes", test_proof_none_cold_unless_sole_writer},
+	    {"disown: an attached disk's final proof does not vouch",
+	     test_disown_attached_no_final_proof},
 	    {"proof: a version 1 map starts cold", test_proof_old_map_cold},
 	    {"proof: a crash is warm only while the origin is untouched", test_proof_crash},
 	    {"a crash after a write serves no stale block", test_crash_no_stale},
