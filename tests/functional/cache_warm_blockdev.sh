@@ -4,7 +4,7 @@
 # drops its cached blocks (cold, never stale) unless the admin declares the
 # disk `exclusive = yes`; then the restart is warm (issue 17 item 4). But
 # not after hotlund itself wrote the disk while it ran without the cache
-# (step 3; the live case, a reload: engine_ut "disown: ..."), nor when the
+# (step 3; the live case, a reload: engine_proof_ut "disown: ..."), nor when the
 # path names another device at the next start (step 4).
 # Origin: a 64 MiB loop device; skipped where no loop device can be made.
 . "$(dirname "$0")/lib.sh"
