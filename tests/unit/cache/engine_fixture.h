@@ -1,0 +1,619 @@
+/*
+ * engine_fixture.h - what the engine unit tests (engine_ut.c,
+ * engine_kill_ut.c) share: the engine's .c files included (see engine_ut.c),
+ * a reactor thread, the in-memory fake origin, one I/O from the test thread,
+ * a cache on a temp-file device. Included by one .c file per program: its
+ * functions are static (a program that uses only some of them says so).
+ */
+#ifndef HL_ENGINE_FIXTURE_H
+#define HL_ENGINE_FIXTURE_H
+
+#include "../../../src/cache/engine/engine.c"
+#include "../../../src/cache/engine/engine_map.c"
+#include "../../../src/cache/engine/engine_proof.c"
+#include "../../../src/cache/engine/engine_meta.c"
+#include "../../../src/cache/engine/engine_origin.c"
+#include "../../../src/cache/engine/engine_req.c"
+#include "../../../src/cache/engine/engine_read.c"
+#include "../../../src/cache/engine/engine_write.c"
+#include "../../../src/cache/engine/engine_fill.c"
+#include "../../../src/cache/engine/engine_ub.c"
+
+#include "hl_test.h"
+
+#include <dirent.h>
+#include <semaphore.h>
+#include <sys/stat.h>
+
+#define K 1024ull
+#define M (1024ull * 1024)
+
+#define LUN_SIZE (4 * M)
+#define BS       (64 * K)
+
+/* ---- reactor thread ---- */
+
+static struct hl_reactor *R;
+
+static void reactor_up(void)
+{
+	CU_ASSERT_FATAL(hl_reactor_create(&R, "ut") == 0);
+	CU_ASSERT_FATAL(hl_reactor_start(R) == 0);
+}
+
+static void reactor_down(void)
+{
+	hl_reactor_stop(R);
+	hl_reactor_join(R);
+	hl_reactor_destroy(R);
+	R = NULL;
+}
+
+/* ---- fake origin: memory, optional holds and failures ---- */
+
+struct fake {
+	uint8_t *mem;
+	uint64_t size;
+	int reads, writes;           /* submitted; reactor thread, read when idle */
+	uint64_t read_bytes;         /* bytes of the reads submitted; likewise */
+	int fail_reads, fail_writes; /* atomics: 1 = -EIO */
+	int hold_reads, hold_writes; /* atomics: keep completions until fake_release() */
+	struct hl_origin_io *held[64];
+	int nheld;
+	/*
+	 * Warm restart proofs: "fake:GEN", GEN bumped by every write (ours at
+	 * submit, or fake_external()). diff: proof_check reports the ranges
+	 * written since, like rbd; else any write since makes it -ESTALE, like
+	 * a file. no_proof: proof_take says -EOPNOTSUPP (a block device).
+	 */
+	uint64_t gen; /* atomic */
+	bool diff, no_proof;
+	struct {
+		uint64_t gen, off, len;
+	} wr[256];
+	int nwr; /* atomic; writes past 256 make proof_check say -ESTALE */
+	/* the owner's hot set a standby reads (fake_hot_ops), NULL: none yet */
+	const struct hl_hot_set *hot;
+	/* proof_check sets checking (atomic), then takes this long: a slow diff */
+	int check_delay_ms, checking;
+	/* atomics: proof_take sets taking, then waits while take_hold (a dead origin's call) */
+	int take_hold, taking;
+	int closes; /* atomic: fake_close calls */
+};
+
+static void fake_wrote(struct fake *f, uint64_t off, uint64_t len)
+{
+	uint64_t g = __atomic_add_fetch(&f->gen, 1, __ATOMIC_SEQ_CST);
+	int i = __atomic_load_n(&f->nwr, __ATOMIC_SEQ_CST);
+
+	if (i < 256) {
+		f->wr[i].gen = g;
+		f->wr[i].off = off;
+		f->wr[i].len = len;
+	}
+	__atomic_store_n(&f->nwr, i + 1, __ATOMIC_SEQ_CST);
+}
+
+/* Another client writes the origin (while the cache is detached). */
+static void fake_external(struct fake *f, uint64_t off, uint64_t len, uint8_t val)
+{
+	memset(f->mem + off, val, len);
+	fake_wrote(f, off, len);
+}
+
+struct fake_io {
+	struct hl_timer t;
+	struct fake *f;
+	int rc;
+};
+
+static void fake_finish(struct hl_origin_io *io)
+{
+	struct fake_io *fio = (struct fake_io *)io->priv;
+	struct fake *f = fio->f;
+	int rc = fio->rc;
+
+	/* Writes land when they complete; reads copied their data at submit. */
+	if (!rc && io->op == HL_IO_WRITE)
+		iov_to_buf(io->iov, io->iovcnt, 0, f->mem + io->offset, io->length);
+	if (!rc && (io->op == HL_IO_DISCARD || io->op == HL_IO_WRITE_ZEROES))
+		memset(f->mem + io->offset, 0, io->length);
+	io->cb(io, rc);
+}
+
+static void fake_fire(struct hl_timer *t)
+{
+	fake_finish(t->arg);
+}
+
+static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+	struct fake_io *fio = (struct fake_io *)io->priv;
+
+	if (io->op == HL_IO_COMPARE_AND_WRITE) {
+		/* Compare the first half of the data, write the second half. */
+		uint8_t *cmp = malloc(2 * io->length);
+		iov_to_buf(io->iov, io->iovcnt, 0, cmp, 2 * io->length);
+		fio->f = f;
+		fio->rc = memcmp(cmp, f->mem + io->offset, io->length) ? -EILSEQ : 0;
+		if (!fio->rc)
+			memcpy(f->mem + io->offset, cmp + io->length, io->length);
+		io->miscompare_offset = 0;
+		free(cmp);
+		f->writes++;
+		fake_wrote(f, io->offset, io->length);
+		hl_timer_init(&fio->t, fake_fire, io);
+		hl_timer_start(hl_reactor_current(), &fio->t, 0);
+		return 0;
+	}
+	if (io->op > HL_IO_WRITE_ZEROES)
+		return -EINVAL;
+	if (io->op != HL_IO_FLUSH && (io->offset > f->size || io->length > f->size - io->offset))
+		return -EINVAL;
+	fio->f = f;
+	fio->rc = 0;
+	if (io->op == HL_IO_READ) {
+		f->reads++;
+		f->read_bytes += io->length;
+		if (__atomic_load_n(&f->fail_reads, __ATOMIC_RELAXED))
+			fio->rc = -EIO;
+		else
+			buf_to_iov(io->iov, io->iovcnt, 0, f->mem + io->offset, io->length);
+	} else if (io->op == HL_IO_WRITE || io->op == HL_IO_DISCARD ||
+	           io->op == HL_IO_WRITE_ZEROES) {
+		f->writes++;
+		fake_wrote(f, io->offset, io->length);
+		if (__atomic_load_n(&f->fail_writes, __ATOMIC_RELAXED))
+			fio->rc = -EIO;
+	}
+	if ((io->op == HL_IO_READ && __atomic_load_n(&f->hold_reads, __ATOMIC_RELAXED)) ||
+	    (io->op == HL_IO_WRITE && __atomic_load_n(&f->hold_writes, __ATOMIC_RELAXED))) {
+		f->held[f->nheld++] = io;
+		return 0;
+	}
+	hl_timer_init(&fio->t, fake_fire, io);
+	hl_timer_start(hl_reactor_current(), &fio->t, 0);
+	return 0;
+}
+
+static void fake_close(struct hl_origin *o)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+
+	/* the test owns struct fake; counted only */
+	__atomic_add_fetch(&f->closes, 1, __ATOMIC_SEQ_CST);
+}
+
+static int fake_open(struct hl_origin *o, const char *t, const struct hl_origin_opts *op)
+{
+	(void)o, (void)t, (void)op;
+	return -EOPNOTSUPP;
+}
+
+static int fake_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
+                           size_t len)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+
+	(void)tag, (void)final;
+	if (__atomic_load_n(&f->take_hold, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&f->taking, 1, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&f->take_hold, __ATOMIC_SEQ_CST))
+			usleep(1000);
+		/* back from the call, its origin's state again (ASan: freed under it?) */
+		f = *(struct fake **)hl_origin_priv(o);
+	}
+	if (f->no_proof)
+		return -EOPNOTSUPP;
+	snprintf(proof, len, "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&f->gen, __ATOMIC_SEQ_CST));
+	return 0;
+}
+
+static int fake_proof_check(struct hl_origin *o, const char *tag, const char *proof,
+                            hl_origin_changed_fn changed, void *arg, char *why, size_t whylen)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+	unsigned long long g;
+
+	(void)tag;
+	if (f->check_delay_ms) {
+		__atomic_store_n(&f->checking, 1, __ATOMIC_SEQ_CST);
+		usleep((useconds_t)f->check_delay_ms * 1000);
+	}
+	if (sscanf(proof, "fake:%llu", &g) != 1) {
+		snprintf(why, whylen, "not a fake proof");
+		return -ESTALE;
+	}
+	if (g == f->gen) {
+		snprintf(why, whylen, "fake unchanged");
+		return 0;
+	}
+	if (!f->diff || f->nwr > 256) {
+		snprintf(why, whylen, "fake changed");
+		return -ESTALE;
+	}
+	for (int i = 0; i < f->nwr; i++)
+		if (f->wr[i].gen > g)
+			changed(arg, f->wr[i].off, f->wr[i].len);
+	snprintf(why, whylen, "fake diff");
+	return 0;
+}
+
+/* The ops every fake origin has (fake_ops; fake_hot_ops adds the owner's hot set). */
+#define FAKE_OPS                                                                               \
+	.name = "fake", .priv_size = sizeof(void *), .open = fake_open, .close = fake_close,      \
+	.submit = fake_submit, .proof_take = fake_proof_take, .proof_check = fake_proof_check
+
+static const struct hl_origin_ops fake_ops = {FAKE_OPS};
+
+/* The owner's side of a shared disk (rbd with gateways): its hot set, made by the test. */
+static int fake_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,
+                            uint32_t n)
+{
+	(void)o, (void)block_size, (void)v, (void)n;
+	return -EAGAIN; /* never ours in these tests */
+}
+
+static int fake_hot_fetch(struct hl_origin *o, struct hl_hot_set *out)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+	const struct hl_hot_set *h = f->hot;
+
+	if (!h)
+		return -ENOENT;
+	*out = *h;
+	out->v = malloc((h->n ? h->n : 1) * sizeof(*out->v));
+	out->chg = malloc((h->nchg ? h->nchg : 1) * sizeof(*out->chg));
+	if (!out->v || !out->chg) {
+		free(out->v);
+		free(out->chg);
+		return -ENOMEM;
+	}
+	if (h->n)
+		memcpy(out->v, h->v, h->n * sizeof(*out->v));
+	if (h->nchg) /* (h->chg may be NULL then: memcpy's source must not be) */
+		memcpy(out->chg, h->chg, h->nchg * sizeof(*out->chg));
+	return 0;
+}
+
+static const struct hl_origin_ops fake_hot_ops = {
+    FAKE_OPS,
+    .hot_publish = fake_hot_publish,
+    .hot_fetch = fake_hot_fetch,
+};
+
+/* [disk] exclusive = yes for the fake origins made from now on */
+static bool g_sole_writer;
+
+static struct hl_origin *fake_origin(struct fake *f, const char *uri)
+{
+	struct hl_origin *o = calloc(1, sizeof(*o) + sizeof(void *));
+
+	o->ops = &fake_ops;
+	o->uri = strdup(uri);
+	o->size = f->size;
+	o->can_discard = true;
+	o->sole_writer = g_sole_writer;
+	*(struct fake **)hl_origin_priv(o) = f;
+	return o;
+}
+
+/* fake_origin() with an owner's hot set: f->hot (a shared disk's origin, like rbd). */
+static struct hl_origin *fake_hot_origin(struct fake *f, const char *uri)
+{
+	struct hl_origin *o = fake_origin(f, uri);
+
+	o->ops = &fake_hot_ops;
+	return o;
+}
+
+static void fake_init(struct fake *f, uint64_t size, uint8_t seed)
+{
+	memset(f, 0, sizeof(*f));
+	f->size = size;
+	f->mem = malloc(size);
+	for (uint64_t i = 0; i < size; i++)
+		f->mem[i] = (uint8_t)((i * 131 + (i >> 12) * 7 + seed) | 1);
+}
+
+static void fake_release_fn(void *arg)
+{
+	struct fake *f = arg;
+	int n = f->nheld;
+
+	f->nheld = 0;
+	for (int i = 0; i < n; i++) {
+		struct fake_io *fio = (struct fake_io *)f->held[i]->priv;
+		hl_timer_init(&fio->t, fake_fire, f->held[i]);
+		hl_timer_start(hl_reactor_current(), &fio->t, 0);
+	}
+}
+
+/* ---- one I/O through an origin, from the test thread ---- */
+
+struct step {
+	struct hl_origin *o;
+	struct hl_origin_io io;
+	struct iovec iov[2];
+	sem_t sem;
+	int rc;
+};
+
+static void step_cb(struct hl_origin_io *io, int result)
+{
+	struct step *st = io->arg;
+
+	st->rc = result;
+	sem_post(&st->sem);
+}
+
+static void step_submit(void *arg)
+{
+	struct step *st = arg;
+	int rc = hl_origin_submit(st->o, &st->io);
+
+	if (rc) {
+		st->rc = rc;
+		sem_post(&st->sem);
+	}
+}
+
+/* Start op on o; the buffer is split in two iovecs to exercise the copies. */
+static void io_start(struct step *st, struct hl_origin *o, enum hl_io_op op, uint64_t off,
+                     uint64_t len, void *buf)
+{
+	memset(st, 0, sizeof(*st));
+	sem_init(&st->sem, 0, 0);
+	st->o = o;
+	st->io.op = op;
+	st->io.offset = off;
+	st->io.length = len;
+	if (buf && len) {
+		size_t total = (size_t)len * (op == HL_IO_COMPARE_AND_WRITE ? 2 : 1);
+		size_t h = total / 3;
+		st->iov[0] = (struct iovec){buf, h};
+		st->iov[1] = (struct iovec){(uint8_t *)buf + h, total - h};
+		st->io.iov = st->iov;
+		st->io.iovcnt = 2;
+	}
+	st->io.cb = step_cb;
+	st->io.arg = st;
+	st->rc = 12345;
+	CU_ASSERT_FATAL(hl_reactor_call(R, step_submit, st) == 0);
+}
+
+static int io_wait(struct step *st)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	if (sem_timedwait(&st->sem, &ts))
+		return -ETIMEDOUT;
+	sem_destroy(&st->sem);
+	return st->rc;
+}
+
+static int do_io(struct hl_origin *o, enum hl_io_op op, uint64_t off, uint64_t len, void *buf)
+{
+	struct step st;
+
+	io_start(&st, o, op, off, len, buf);
+	return io_wait(&st);
+}
+
+/* do_io for a READ that also says where its data came from (hl_origin_io.source). */
+static int do_read_src(struct hl_origin *o, uint64_t off, uint64_t len, void *buf, uint8_t *src)
+{
+	struct step st;
+	int rc;
+
+	io_start(&st, o, HL_IO_READ, off, len, buf);
+	rc = io_wait(&st);
+	*src = st.io.source;
+	return rc;
+}
+
+/* Wait until the cache has no request left (fills done), or until `left` remain. */
+static bool wait_inflight(struct hl_cache *c, long left)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (atomic_load(&c->inflight) == left)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/*
+ * Wait until a metadata flush took its snapshot after every change made so
+ * far (the metadata thread stores `synced` after the flush it snapshotted
+ * at that count). Waited for, never assumed after a fixed sleep: on a busy
+ * machine the thread runs late.
+ */
+static bool wait_synced(struct hl_cache *c)
+{
+	unsigned long changes = atomic_load(&c->changes);
+
+	for (int i = 0; i < 3000; i++) {
+		if (atomic_load(&c->synced) >= changes)
+			return true;
+		usleep(10 * 1000);
+	}
+	return false;
+}
+
+static void release_held(struct fake *f)
+{
+	CU_ASSERT_FATAL(hl_reactor_call(R, fake_release_fn, f) == 0);
+}
+
+/* ---- fixture ---- */
+
+static char g_dev[64];
+static char g_map[80];
+
+static void dev_name(void)
+{
+	int fd;
+
+	strcpy(g_dev, "/tmp/hl-engine-ut-XXXXXX");
+	fd = mkstemp(g_dev);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	unlink(g_dev); /* hl_cache_open creates it */
+	snprintf(g_map, sizeof(g_map), "%s.map", g_dev);
+}
+
+static void dev_remove(void)
+{
+	unlink(g_dev);
+	unlink(g_map);
+}
+
+/* update_buffer of the caches cache_open() opens (0: the default, 16 MiB). */
+static uint64_t g_ub;
+/* cache_open() returns while the records are still being restored. */
+static bool g_lazy;
+
+static struct hl_cache *cache_open(const char *policy)
+{
+	struct hl_cache_config cfg = {
+	    .update_buffer = g_ub,
+	    .name = "ut",
+	    .device = g_dev,
+	    .size = 8 * M,
+	    .block_size = BS,
+	    .admission = "always",
+	    .write_policy = policy,
+	    .meta_interval_ms = 50,
+	};
+	struct hl_cache *c = NULL;
+
+	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
+	if (!g_lazy)
+		hl_cache_restore_wait(c); /* these tests attach once every record is back */
+	return c;
+}
+
+static struct hl_origin *attach(struct hl_cache *c, struct fake *f, const char *uri)
+{
+	struct hl_origin *o = NULL;
+
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, fake_origin(f, uri), &o) == 0);
+	return o;
+}
+
+/* Start the reactor, open the cache on g_dev and attach f as disk0 (its origin URI uri). */
+static struct hl_origin *cache_up(struct hl_cache **c, const char *policy, struct fake *f,
+                                  const char *uri)
+{
+	reactor_up();
+	*c = cache_open(policy);
+	return attach(*c, f, uri);
+}
+
+/* Stop the reactor, then close the disk and the cache cleanly. */
+static void cache_down(struct hl_cache *c, struct hl_origin *o)
+{
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+}
+
+/* A test's start: a new device name, f filled from seed (LUN_SIZE), then cache_up(). */
+static struct hl_origin *fixture_up(struct hl_cache **c, const char *policy, struct fake *f,
+                                    uint8_t seed, const char *uri)
+{
+	dev_name();
+	fake_init(f, LUN_SIZE, seed);
+	return cache_up(c, policy, f, uri);
+}
+
+/*
+ * fixture_up() of "fake:a" whose fills go to the cache device (no update
+ * buffer: the caller restores g_ub) and whose device writes are held
+ * delay_ms (HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS, read at open).
+ */
+static struct hl_origin *held_fixture_up(struct hl_cache **c, struct fake *f, uint8_t seed,
+                                         const char *delay_ms)
+{
+	struct hl_origin *o;
+
+	g_ub = HL_CACHE_UPDATE_BUFFER_OFF;
+	setenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS", delay_ms, 1);
+	o = fixture_up(c, NULL, f, seed, "fake:a");
+	unsetenv("HOTLUN_TEST_CACHE_DEV_WRITE_DELAY_MS");
+	return o;
+}
+
+/* A test's end: cache_down(), then the device, its map and f's memory go. */
+static void fixture_down(struct hl_cache *c, struct hl_origin *o, struct fake *f)
+{
+	cache_down(c, o);
+	dev_remove();
+	free(f->mem);
+}
+
+/*
+ * Swap the cache's data origin for a fake d holding a copy of the device's
+ * bytes (it counts and can hold the reads); returns the real one, which
+ * dev_restore puts back.
+ */
+static struct hl_origin *dev_copy_swap(struct hl_cache *c, struct fake *d)
+{
+	struct hl_origin *real = c->data;
+	struct stat sb;
+	int fd;
+
+	CU_ASSERT_FATAL(stat(g_dev, &sb) == 0);
+	fake_init(d, (uint64_t)sb.st_size, 0);
+	fd = open(g_dev, O_RDONLY);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(pread(fd, d->mem, d->size, 0) == (ssize_t)d->size);
+	close(fd);
+	c->data = fake_origin(d, "fake:dev-copy");
+	return real;
+}
+
+/* Put the cache's real data origin back in place of the fake device d (closed, its memory freed). */
+static void dev_restore(struct hl_cache *c, struct hl_origin *real, struct fake *d)
+{
+	hl_origin_close(c->data);
+	c->data = real;
+	free(d->mem);
+}
+
+/* The end of a test that swapped in a device copy (dev_copy_swap): all of its fixture goes. */
+static void dev_copy_down(struct hl_cache *c, struct hl_origin *o, struct hl_origin *real,
+                          struct fake *dev, struct fake *f)
+{
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	dev_restore(c, real, dev);
+	hl_cache_close(c);
+	dev_remove();
+	free(f->mem);
+}
+
+static void stats(struct hl_cache *c, struct hl_cache_engine_stats *st)
+{
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, "disk0", st) == 0);
+}
+
+/* A crash: the metadata thread stops, nothing is flushed or marked clean. */
+static void cache_crash(struct hl_cache *c)
+{
+	pthread_mutex_lock(&c->mlock);
+	c->mstop = true;
+	pthread_cond_signal(&c->mcond);
+	pthread_mutex_unlock(&c->mlock);
+	pthread_join(c->meta_thr, NULL);
+	c->meta_started = false;
+	cache_free(c);
+}
+
+#endif
