@@ -851,6 +851,14 @@ int engine_rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, 
 int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
                            struct hl_cache_core *c, pthread_mutex_t *lock);
 
+/**
+ * The device failed: zero both superblocks and flush, so that a start
+ * finds none and formats. Takes no lock: a superblock write out meanwhile
+ * (a record sync's mark during a lazy restore, the restore's end) wipes
+ * them again when it returns (l->killed). @return 0 or -errno (the wipe).
+ */
+int hl_cache_meta_kill(struct hl_cache_dev *d, struct hl_cache_layout *l);
+
 /* engine_ub.c */
 
 /** Set up the update buffer of bytes (0: none) at open. @return 0 or -ENOMEM. */

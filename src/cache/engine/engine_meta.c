@@ -25,7 +25,6 @@
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
-#define SB_KILL_LEN 8192u /* both superblock copies (docs/cache-format.md) */
 
 /* ------------------------------------------------------------------ */
 /* Device failure -> pass-through                                     */
@@ -246,19 +245,12 @@ static bool seal_within(struct hl_cache *c)
  */
 void engine_meta_kill(struct hl_cache *c)
 {
-	uint8_t *z;
-
 	if (atomic_exchange(&c->dead, true))
 		return;
 	if (seal_within(c) && atomic_load(&c->killed))
 		meta_release(c);
-	z = dio_alloc(SB_KILL_LEN);
-	if (z) {
-		memset(z, 0, SB_KILL_LEN);
-		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
-			c->dev->ops->flush(c->dev);
-		free(z);
-	}
+	/* (a sync still out when it wipes wipes again at its end: hl_cache_meta_kill) */
+	hl_cache_meta_kill(c->dev, &c->layout);
 	/*
 	 * The map could not be written (its file system failed, logged, or
 	 * does not answer): the wiped superblocks alone make the restart format

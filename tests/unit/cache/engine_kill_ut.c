@@ -1,0 +1,181 @@
+/*
+ * engine_kill_ut.c - the kill of a failed cache device's metadata
+ * (engine_meta_kill, on its own thread since the device may fail while a
+ * record sync is stuck) against the threads that write the device's
+ * superblock: what a restart finds after it. The fixture is engine_ut.c's
+ * (engine_fixture.h).
+ */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunused-const-variable"
+
+#include "engine_fixture.h"
+
+#include <sys/stat.h>
+
+/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
+static int io_wait_within(struct step *st, unsigned ms)
+{
+	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (sem_trywait(&st->sem)) {
+		if (hl_now_ns() >= end)
+			return -ETIMEDOUT;
+		usleep(1000);
+	}
+	sem_destroy(&st->sem);
+	return st->rc;
+}
+
+/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for 3 s at most). */
+static bool sync_lock_kept(struct hl_cache *c)
+{
+	int held = 0;
+
+	for (int i = 0; i < 3000 && held < 100; i++) {
+		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
+			pthread_mutex_unlock(&c->sync_lock);
+			held = 0;
+		} else {
+			held++;
+		}
+		usleep(1000);
+	}
+	return held >= 100;
+}
+
+/* Until nobody holds c->sync_lock (3 s at most). */
+static bool sync_lock_free(struct hl_cache *c)
+{
+	for (int i = 0; i < 3000; i++) {
+		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
+			pthread_mutex_unlock(&c->sync_lock);
+			return true;
+		}
+		usleep(1000);
+	}
+	return false;
+}
+
+/* Does the map file hold `needle`? */
+static bool map_holds(const char *needle)
+{
+	char text[8192] = "";
+	FILE *m = fopen(g_map, "r");
+	size_t n;
+
+	CU_ASSERT_FATAL(m != NULL);
+	n = fread(text, 1, sizeof(text) - 1, m);
+	text[n] = '\0';
+	fclose(m);
+	return strstr(text, needle) != NULL;
+}
+
+/*
+ * The device fails while the metadata thread's record sync is stuck (a
+ * device write that does not return) and while the map cannot be written
+ * (its file system fails: here the map's temporary file is a directory).
+ * The kill no longer waits for sync_lock: it wipes both superblocks while
+ * the sync is out, and "the wiped superblocks stand for" the map. But that
+ * sync, back late, writes the superblock again (a record sync during a
+ * lazy restore marks what changed since: sync_mark, SB_PENDING; the
+ * restore's end writes SB_OPEN): the restart found a valid superblock and
+ * a map saying "open", and restored the records of a device that failed.
+ * A write made in pass-through after the kill is then served stale from
+ * them when the origin's proof cannot see writes (exclusive = yes: an
+ * iscsi:// or block device origin's proof is its size, its identity).
+ */
+static void test_kill_late_sync_rewrites_superblock(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct step st;
+	char hold[96], tmp[96], rs_hold[96];
+	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
+	uint64_t gen;
+	unsigned long syncs;
+	uint8_t src;
+	int rc;
+
+	/* blocks 0..7 on the device, a clean stop with their proof */
+	o = fixture_up(&c, NULL, &f, 83, "fake:late");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+
+	/* a lazy restart: the loader waits before its first page while rs_hold exists */
+	snprintf(rs_hold, sizeof(rs_hold), "%s.rs-hold", g_dev);
+	CU_ASSERT_FATAL(mkdir(rs_hold, 0700) == 0);
+	setenv("HOTLUN_TEST_RESTORE_HOLD", rs_hold, 1);
+	g_lazy = true;
+	o = cache_up(&c, NULL, &f, "fake:late");
+	g_lazy = false;
+	unsetenv("HOTLUN_TEST_RESTORE_HOLD");
+	gen = __atomic_load_n(&f.gen, __ATOMIC_SEQ_CST); /* what the map's proof says */
+	c->drain_ms = 200;
+	snprintf(hold, sizeof(hold), "%s.hold", g_dev);
+	CU_ASSERT_FATAL(mkdir(hold, 0700) == 0); /* (a directory: access() sees it) */
+	c->meta_hold = strdup(hold);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", g_map);
+	rc = -1;
+	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a map write under way) */
+		if ((rc = mkdir(tmp, 0700)))
+			usleep(1000);
+	CU_ASSERT_FATAL(rc == 0);
+
+	/* a write during the restore: the next record sync marks it, and sticks */
+	memset(w, 0x71, BS);
+	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
+	CU_ASSERT_FATAL(sync_lock_kept(c));
+	syncs = atomic_load(&c->meta_syncs);
+
+	/* the device fails: the kill runs, the map cannot say so */
+	engine_dev_error(c, NULL, -EIO);
+	CU_ASSERT_EQUAL(io_wait_within(&st, 3000), 0);
+	CU_ASSERT(atomic_load(&c->killed));
+	CU_ASSERT(map_holds("state open"));
+	/* a write in pass-through: the origin changes, the records do not know */
+	memset(w, 0x72, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, BS, BS, w), 0);
+	CU_ASSERT(memcmp(f.mem + BS, w, BS) == 0);
+
+	/* the stuck sync returns */
+	rmdir(hold);
+	for (int i = 0; i < 3000 && atomic_load(&c->meta_syncs) == syncs; i++)
+		usleep(1000);
+	CU_ASSERT(atomic_load(&c->meta_syncs) > syncs);
+	CU_ASSERT(sync_lock_free(c));
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+	hl_cache_close(c);
+	rmdir(rs_hold);
+	rmdir(tmp); /* the map's file system answers again */
+	CU_ASSERT(map_holds("state open"));
+
+	/* an exclusive origin's proof does not see the writes: it still matches */
+	__atomic_store_n(&f.gen, gen, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&f.nwr, 0, __ATOMIC_SEQ_CST);
+	o = cache_up(&c, NULL, &f, "fake:late");
+	for (uint64_t b = 0; b < 8; b++) {
+		memset(buf, 0, BS);
+		CU_ASSERT_EQUAL(do_read_src(o, b * BS, BS, buf, &src), 0);
+		CU_ASSERT_EQUAL(src, HL_IO_SRC_MISS); /* formatted: no record trusted */
+		CU_ASSERT(memcmp(buf, f.mem + b * BS, BS) == 0);
+	}
+	CU_ASSERT(wait_inflight(c, 0));
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
+int main(void)
+{
+	static const struct hl_test tests[] = {
+	    {"kill: a record sync back after the superblocks' wipe leaves none valid",
+	     test_kill_late_sync_rewrites_superblock},
+	    {NULL, NULL},
+	};
+	hl_log_open(false, HL_LOG_WARN);
+	return hl_test_run("cache_engine_kill", tests);
+}
