@@ -273,6 +273,7 @@ struct hl_cache {
 	 */
 	atomic_int sync_origin;
 	atomic_bool map_sealed; /* engine_map_seal: the map stays "failed" */
+	atomic_bool seal_abandoned; /* seal_within gave up on its write: it keeps map_mu */
 	pthread_mutex_t map_mu; /* one map writer at a time, and the seal's check */
 	pthread_cond_t mexit;   /* mlock, CLOCK_MONOTONIC: meta_exited became true */
 	char *meta_hold;        /* HOTLUN_TEST_CACHE_META_HOLD: a sync waits while it exists */

@@ -225,6 +225,7 @@ static bool seal_within(struct hl_cache *c)
 	s->c = c;
 	if (engine_run_within(c->drain_ms, seal_main, s, &rc))
 		return true;
+	atomic_store(&c->seal_abandoned, true); /* no seal waits for it (engine_map_seal) */
 	atomic_store(&c->meta_stuck, true);
 	HL_WARN("cache",
 	        "cache %s: writing %s \"failed\" did not end within %u ms (its file system is "

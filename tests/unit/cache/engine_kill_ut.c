@@ -169,11 +169,99 @@ static void test_kill_late_sync_rewrites_superblock(void)
 	free(w);
 }
 
+struct close_call {
+	struct hl_cache *c;
+	int done; /* atomic */
+};
+
+static void *close_main(void *arg)
+{
+	struct close_call *cc = arg;
+
+	hl_cache_close(cc->c);
+	__atomic_store_n(&cc->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * The device fails while the metadata thread's record sync is stuck and the
+ * map's file system does not answer (the map's temporary file a FIFO nobody
+ * reads: its open blocks). The kill gives up on its map write past the
+ * bound (meta_stuck), the write left running holding map_mu. Then the
+ * close: the metadata thread does not end within the bound either, and its
+ * stop sealed the map again, waiting for map_mu for ever: the close (a
+ * reload's, a stop's) hung. Now a seal already given up on is not waited
+ * for: the close parks the cache within its bounds.
+ */
+static void test_kill_map_hung_close_returns(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct step st;
+	struct close_call cc = {0};
+	char hold[96], tmp[96];
+	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
+	uint64_t t0, ms;
+	pthread_t t;
+	int rc, fd;
+
+	o = fixture_up(&c, NULL, &f, 85, "fake:hung-close");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	c->drain_ms = 200;
+	snprintf(hold, sizeof(hold), "%s.hold", g_dev);
+	CU_ASSERT_FATAL(mkdir(hold, 0700) == 0);
+	c->meta_hold = strdup(hold);
+	/* a write of a recorded block waits for a sync: the sync takes it and sticks */
+	memset(w, 0x73, BS);
+	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
+	CU_ASSERT_FATAL(sync_lock_kept(c));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", g_map);
+	rc = -1;
+	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a map write under way) */
+		if ((rc = mkfifo(tmp, 0600)))
+			usleep(1000);
+	CU_ASSERT_FATAL(rc == 0);
+	engine_dev_error(c, NULL, -EIO);
+	CU_ASSERT_EQUAL(io_wait_within(&st, 3000), 0);
+	CU_ASSERT(atomic_load(&c->meta_stuck));
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	hl_origin_close(o);
+
+	cc.c = c;
+	t0 = hl_now_ns();
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cc) == 0);
+	while (!__atomic_load_n(&cc.done, __ATOMIC_SEQ_CST) && hl_now_ns() - t0 < 3000000000ull)
+		usleep(1000);
+	ms = (hl_now_ns() - t0) / 1000000;
+	fprintf(stderr, "close, the map's file system hung, the sync stuck: %s after %llu ms\n",
+	        __atomic_load_n(&cc.done, __ATOMIC_SEQ_CST) ? "returned" : "still out",
+	        (unsigned long long)ms);
+	CU_ASSERT(__atomic_load_n(&cc.done, __ATOMIC_SEQ_CST));
+	/* the file system answers again (the old code's close returns then) */
+	fd = open(tmp, O_RDONLY | O_NONBLOCK);
+	CU_ASSERT(fd >= 0);
+	pthread_join(t, NULL);
+	rmdir(hold); /* the parked cache's metadata thread ends its sync */
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"kill: a record sync back after the superblocks' wipe leaves none valid",
 	     test_kill_late_sync_rewrites_superblock},
+	    {"kill: the map's file system hung, the sync stuck: the close still returns",
+	     test_kill_map_hung_close_returns},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
