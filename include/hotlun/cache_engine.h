@@ -424,6 +424,11 @@ struct hl_cache_layout {
 	uint64_t sb_seq; /* sequence number of the last superblock written */
 	uint32_t sb_state; /* state of the last superblock written (1 clean, 2 open, 3 pending) */
 	/*
+	 * hl_cache_meta_kill ran (__atomic builtins): a superblock written
+	 * since is wiped again by its writer, however late its write returns.
+	 */
+	bool killed;
+	/*
 	 * RAM mirror of the summary (npages bits; a set bit: the page may hold
 	 * records that claim data, so a load reads it) and the summary blocks
 	 * whose cleared bits are not on the device yet. Allocated by format

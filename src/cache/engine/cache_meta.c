@@ -342,8 +342,36 @@ static void *page_zalloc(size_t len)
 	return p;
 }
 
-/* Write the superblock to copy (seq & 1): the other copy survives a torn write. */
-static int sb_write(struct hl_cache_dev *d, struct sb *s)
+/* Zero both superblock copies, then flush: the device holds none. */
+static int sb_wipe(struct hl_cache_dev *d)
+{
+	uint8_t *z = page_zalloc(2 * SB_SIZE);
+	int rc;
+
+	if (!z)
+		return -ENOMEM;
+	rc = d->ops->pwrite(d, z, 2 * SB_SIZE, 0);
+	if (!rc)
+		rc = d->ops->flush(d);
+	free(z);
+	return rc;
+}
+
+int hl_cache_meta_kill(struct hl_cache_dev *d, struct hl_cache_layout *l)
+{
+	__atomic_store_n(&l->killed, true, __ATOMIC_SEQ_CST);
+	return sb_wipe(d);
+}
+
+/*
+ * Write the superblock of l to copy (seq & 1): the other copy survives a
+ * torn write. The kill takes no lock a writer holds (the writer may be
+ * stuck in a device call for ever): a write out while it wiped may land
+ * after the wipe. So the writer looks once its write returned: killed
+ * since, it wipes again (-ECANCELED). Either it sees the kill, or the
+ * kill's wipe was issued after its write ended.
+ */
+static int sb_write(struct hl_cache_dev *d, struct hl_cache_layout *l, struct sb *s)
 {
 	uint8_t *b = page_zalloc(SB_SIZE);
 	int rc;
@@ -356,6 +384,10 @@ static int sb_write(struct hl_cache_dev *d, struct sb *s)
 	if (!rc)
 		rc = d->ops->flush(d);
 	free(b);
+	if (__atomic_load_n(&l->killed, __ATOMIC_SEQ_CST)) {
+		sb_wipe(d);
+		rc = -ECANCELED;
+	}
 	return rc;
 }
 
@@ -376,7 +408,7 @@ static int sb_write_ranges(struct hl_cache_dev *d, struct hl_cache_layout *l, ui
 		if (n)
 			memcpy(s.ranges, r, n * sizeof(*r));
 	}
-	rc = sb_write(d, &s);
+	rc = sb_write(d, l, &s);
 	l->sb_seq = s.seq;
 	if (!rc)
 		l->sb_state = state;
@@ -880,7 +912,7 @@ int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
 	}
 	/* Mark the cache open before anything can change on the device. */
 	s->state = SB_OPEN;
-	rc = sb_write(d, s);
+	rc = sb_write(d, l, s);
 	l->sb_seq = s->seq;
 	if (rc)
 		goto out;

@@ -273,6 +273,7 @@ struct hl_cache {
 	 */
 	atomic_int sync_origin;
 	atomic_bool map_sealed; /* engine_map_seal: the map stays "failed" */
+	atomic_bool seal_abandoned; /* seal_within gave up on its write: it keeps map_mu */
 	pthread_mutex_t map_mu; /* one map writer at a time, and the seal's check */
 	pthread_cond_t mexit;   /* mlock, CLOCK_MONOTONIC: meta_exited became true */
 	char *meta_hold;        /* HOTLUN_TEST_CACHE_META_HOLD: a sync waits while it exists */
@@ -850,6 +851,14 @@ int engine_rmw_sectors(const struct eng_req *req, const struct hl_cache_io *io, 
  */
 int cache_meta_sync_locked(struct hl_cache_dev *d, struct hl_cache_layout *l,
                            struct hl_cache_core *c, pthread_mutex_t *lock);
+
+/**
+ * The device failed: zero both superblocks and flush, so that a start
+ * finds none and formats. Takes no lock: a superblock write out meanwhile
+ * (a record sync's mark during a lazy restore, the restore's end) wipes
+ * them again when it returns (l->killed). @return 0 or -errno (the wipe).
+ */
+int hl_cache_meta_kill(struct hl_cache_dev *d, struct hl_cache_layout *l);
 
 /* engine_ub.c */
 

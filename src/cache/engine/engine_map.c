@@ -45,6 +45,13 @@ int engine_map_write(struct hl_cache *c, const char *state)
 {
 	int rc = -ECANCELED; /* sealed: it stays "failed" */
 
+	/*
+	 * (Looked at before map_mu too: a seal given up on keeps map_mu in a
+	 * state file system that does not answer; an attach, the metadata
+	 * thread's proofs would wait for it for ever.)
+	 */
+	if (atomic_load(&c->map_sealed))
+		return rc;
 	pthread_mutex_lock(&c->map_mu);
 	if (!atomic_load(&c->map_sealed))
 		rc = map_write_locked(c, state, true);
@@ -54,6 +61,15 @@ int engine_map_write(struct hl_cache *c, const char *state)
 
 void engine_map_seal(struct hl_cache *c)
 {
+	/*
+	 * A seal given up on (seal_within) still holds map_mu, in a write the
+	 * state file system does not answer: waiting for it hung the stop that
+	 * abandons a stuck metadata thread, and the control reactor. That
+	 * write says "failed" if it ever ends; the wiped superblocks stand for
+	 * it meanwhile.
+	 */
+	if (atomic_load(&c->seal_abandoned))
+		return;
 	pthread_mutex_lock(&c->map_mu);
 	atomic_store(&c->map_sealed, true);
 	/*

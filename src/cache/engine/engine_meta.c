@@ -25,8 +25,6 @@
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
-#define SB_KILL_LEN 8192u /* both superblock copies (docs/cache-format.md) */
-
 /* ------------------------------------------------------------------ */
 /* Device failure -> pass-through                                     */
 /* ------------------------------------------------------------------ */
@@ -226,6 +224,7 @@ static bool seal_within(struct hl_cache *c)
 	s->c = c;
 	if (engine_run_within(c->drain_ms, seal_main, s, &rc))
 		return true;
+	atomic_store(&c->seal_abandoned, true); /* no seal waits for it (engine_map_seal) */
 	atomic_store(&c->meta_stuck, true);
 	HL_WARN("cache",
 	        "cache %s: writing %s \"failed\" did not end within %u ms (its file system is "
@@ -246,19 +245,12 @@ static bool seal_within(struct hl_cache *c)
  */
 void engine_meta_kill(struct hl_cache *c)
 {
-	uint8_t *z;
-
 	if (atomic_exchange(&c->dead, true))
 		return;
 	if (seal_within(c) && atomic_load(&c->killed))
 		meta_release(c);
-	z = dio_alloc(SB_KILL_LEN);
-	if (z) {
-		memset(z, 0, SB_KILL_LEN);
-		if (c->dev->ops->pwrite(c->dev, z, SB_KILL_LEN, 0) == 0)
-			c->dev->ops->flush(c->dev);
-		free(z);
-	}
+	/* (a sync still out when it wipes wipes again at its end: hl_cache_meta_kill) */
+	hl_cache_meta_kill(c->dev, &c->layout);
 	/*
 	 * The map could not be written (its file system failed, logged, or
 	 * does not answer): the wiped superblocks alone make the restart format
