@@ -7,7 +7,9 @@
 # and checks it in the SAN's file and read back through the front:
 #  1. cached -> uncached (the cached origin is closed, a new one opened);
 #  2. uncached -> cached;
-#  3. the cache quota alone changes (the disk is reopened all the same).
+#  3. cached -> uncached again, then 4. only origin_iops changes (the
+#     uncached disk is reopened all the same; on a cached disk any such
+#     change is refused while it is attached to its cache).
 # The old origin's close used to free its sessions (one per reactor) from
 # the background close thread while their socket events and timers were
 # still registered on the running reactors: the next write hung or the
@@ -34,14 +36,15 @@ URL=iscsi://127.0.0.1:$PORT/$IQN/0
 mkdir -p "$ST"
 truncate -s 64M "$T/cache.img"
 
-# conf FILE cached|uncached [QUOTA]: the front's config.
+# conf FILE cached|uncached [KEY=VALUE]: the front's config, KEY in [disk].
 conf() {
 	hl_cache_front_conf "$1" "$PORT" "$ST" "$IQN" "$ORIGIN" \
 		device="$T/cache.img" size=64M block_size=4K admission=always
 	if [ -n "${3:-}" ]; then
-		sed -i "s/^cache = ssd$/cache = ssd\ncache_quota = $3/" "$1"
+		sed -i "s/^cache = ssd$/cache = ssd\n${3%%=*} = ${3#*=}/" "$1"
 	fi
 	[ "$2" = uncached ] && sed -i '/^cache = ssd$/d' "$1"
+	# the [cache] section stays: only the disk's link to it goes
 	return 0
 }
 
@@ -68,29 +71,33 @@ check() {
 # use by a session may not change), but the origin's sessions to the SAN
 # (one per reactor that submitted) stay up with their events and timers.
 step() {
-	local out t0
+	local out t0 n0 n1
 	load 3
+	n0=$(grep -c 'disk san: previous origin closing' "$FRONT_LOG")
 	cp "$2" "$T/live.conf"
 	t0=$(date +%s%N)
 	out=$(timeout $IO_BOUND "$CTL" --socket "$SOCK" reload 2>&1) || hl_fail "$1: reload: $out"
 	hl_log "$1: reload answered in $((($(date +%s%N) - t0) / 1000000)) ms"
 	sleep 1 # the old sessions' timers (250 ms ticks) would fire now
 	hl_check_alive "$FRONT_PID"
+	n1=$(grep -c 'disk san: previous origin closing' "$FRONT_LOG")
+	[ "$n1" = $((n0 + 1)) ] || hl_fail "$1: the reload did not close the old origin"
 	check "$1"
 	hl_log "$1: writes and reads through the front complete and correct"
 }
 
 conf "$T/cached.conf" cached
 conf "$T/uncached.conf" uncached
-conf "$T/quota.conf" cached 32M
-grep -q '^cache_quota = 32M$' "$T/quota.conf" || hl_error "quota config not written"
+conf "$T/iops.conf" uncached origin_iops=100000
+grep -q '^origin_iops = 100000$' "$T/iops.conf" || hl_error "origin_iops config not written"
 cp "$T/cached.conf" "$T/live.conf"
 hl_front_start "$T/live.conf"
 check "start"
 
 step "1. cached -> uncached" "$T/uncached.conf"
 step "2. uncached -> cached" "$T/cached.conf"
-step "3. cache quota only" "$T/quota.conf"
+step "3. cached -> uncached" "$T/uncached.conf"
+step "4. origin_iops only" "$T/iops.conf"
 grep -q 'heap-use-after-free\|AddressSanitizer' "$FRONT_LOG" && hl_fail "ASan report in the front's log"
 
 t0=$(date +%s%N)

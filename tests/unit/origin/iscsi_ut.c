@@ -642,11 +642,14 @@ static void test_two_reactors(void)
 	CU_ASSERT_TRUE(pattern_ok(r, 4096, 21));
 	CU_ASSERT_EQUAL(origin_iscsi_sessions_up(o), 2);
 	CU_ASSERT_EQUAL(hl_iscsi_target_sessions(san.srv, IQN), 2);
-	/* close: on cli_r's thread (detaches its session) once r2 no longer runs */
+	/*
+	 * close on cli_r's thread once r2 is gone: its destroy call detached
+	 * its session (close may not run between a reactor's stop and destroy)
+	 */
 	hl_reactor_stop(r2);
 	hl_reactor_join(r2);
-	close_on(cli_r, o);
 	hl_reactor_destroy(r2);
+	close_on(cli_r, o);
 }
 
 static void wait_sessions_up(struct hl_origin *o, unsigned n, int ms)
