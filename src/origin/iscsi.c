@@ -78,7 +78,8 @@
  * down there (hl_reactor_call, and waits for it), and a session registers
  * a destroy call with its reactor that detaches it when the reactor goes
  * first. I/O still queued at close (against the contract) gets one
- * callback, -EIO, on its reactor; when that reactor is gone it is dropped
+ * callback, -EIO, on its reactor, from shut(), which hl_origin_close() runs
+ * before the wrappers above close; when that reactor is gone it is dropped
  * without one (there is no thread left to run it).
  */
 #include "config.h"
@@ -1263,9 +1264,10 @@ fail:
  * this waits for), or here once that reactor was destroyed (its destroy
  * call detached the session) or never armed anything. Freeing a session
  * from another thread while its reactor runs left its timers and socket
- * event there: a reload's close thread crashed the reactors.
+ * event there: a reload's close thread crashed the reactors. Runs before
+ * the wrappers (counted, throttle) close, as the I/O's callbacks pass them.
  */
-static void iscsi_close(struct hl_origin *o)
+static void iscsi_shut(struct hl_origin *o)
 {
 	struct isc_origin *io = io_of(o);
 	struct hl_reactor *cur = hl_reactor_current();
@@ -1292,6 +1294,13 @@ static void iscsi_close(struct hl_origin *o)
 		else
 			session_close_remote(s);
 	}
+}
+
+static void iscsi_close(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+
+	iscsi_shut(o); /* nothing left when hl_origin_close() called it */
 	pthread_mutex_destroy(&io->lock);
 	origin_iscsi_ctl_drop(io);
 	pthread_mutex_destroy(&io->ctl_lock);
@@ -1320,6 +1329,7 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .priv_size = sizeof(struct isc_origin),
     .open = iscsi_open,
     .close = iscsi_close,
+    .shut = iscsi_shut,
     .submit = iscsi_submit,
     .proof_take = origin_iscsi_proof_take,
     .proof_check = origin_iscsi_proof_check,
