@@ -463,7 +463,10 @@ static void session_detach(struct isc_session *s)
 /* The session's reactor is destroyed (a stop): close() frees the rest later. */
 static void session_reactor_gone(struct hl_reactor_fini *f)
 {
-	session_detach(f->arg);
+	struct isc_session *s = f->arg;
+
+	session_detach(s);
+	atomic_store(&s->armed, false);
 }
 
 /* Free what is left of a session whose reactor holds nothing of it any more. */
@@ -598,7 +601,7 @@ static struct isc_session *session_get(struct hl_origin *o, struct hl_reactor *r
 			hl_timer_init(&s->done_t, session_done_timer, s);
 			/* r's thread; under the lock, which close() takes to read it */
 			hl_reactor_fini_init(&s->fini, session_reactor_gone, s);
-			hl_reactor_on_destroy(r, &s->fini);
+			atomic_store(&s->armed, hl_reactor_on_destroy(r, &s->fini) == 0);
 			s->backoff_ms = ISC_BACKOFF_MIN_MS;
 			s->down_since_ns = hl_now_ns();
 			hl_list_add_tail(&io->sessions, &s->link);
@@ -1287,7 +1290,7 @@ static void iscsi_shut(struct hl_origin *o)
 		struct isc_session *s = (struct isc_session *)all.next;
 
 		hl_list_del(&s->link);
-		if (!hl_reactor_fini_registered(&s->fini))
+		if (!atomic_load(&s->armed))
 			session_free(s); /* its reactor is gone, or it never started */
 		else if (s->reactor == cur)
 			session_close_here(s);

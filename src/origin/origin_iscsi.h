@@ -109,6 +109,11 @@ struct isc_session {
 	struct hl_timer done_t;
 	/* registered on reactor while its events and timers may be armed there */
 	struct hl_reactor_fini fini;
+	/*
+	 * fini is registered (the reactor is not destroyed): close() reads this,
+	 * not fini's links, which the reactor rewrites as other calls come and go
+	 */
+	atomic_bool armed;
 	struct hl_list waitq;    /* not sent yet (or sent and to be repeated) */
 	struct hl_list inflight; /* given to libiscsi */
 	struct hl_list doneq;    /* finished; callbacks run from done_t / the end of a handler */
