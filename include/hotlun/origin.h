@@ -338,6 +338,14 @@ struct hl_origin_ops {
 	 * a thread it could not stop may still use it).
 	 */
 	void (*close)(struct hl_origin *o);
+	/**
+	 * Optional. Called by hl_origin_close() on every layer before any layer
+	 * closes: end each I/O the origin still holds (against the contract of
+	 * close) with its one callback, on its reactor, while the wrappers its
+	 * callbacks pass through are still open; refuse submits from then on.
+	 * The iscsi origin uses it; its close does the same if it was skipped.
+	 */
+	void (*shut)(struct hl_origin *o);
 	/** Asynchronous submit; see struct hl_origin_io. @return 0 (cb runs once) or -errno (cb never runs). */
 	int (*submit)(struct hl_origin *o, struct hl_origin_io *io);
 	/**

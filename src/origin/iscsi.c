@@ -71,11 +71,16 @@
  * (origin_iscsi_pr_ready: a session registers our key once per acquisition)
  * and refuses writes while the LUN is not ours (pr_write_refused).
  *
- * Lifetime: close() must run either on the reactor thread of every session
- * (none in the daemon) or after those reactors stopped; it never touches a
- * reactor that is not the current one, since the daemon destroys reactors
- * before it closes origins. I/O still queued then (against the contract) is
- * dropped without a callback: the callers' reactors may be gone.
+ * Lifetime: close() may run on any thread while the sessions' reactors run
+ * (a reload closes on a thread of its own), or after they were destroyed
+ * (a stop), not between their stop and their destroy. A session's events
+ * and timers are only touched on its reactor: close() tears each session
+ * down there (hl_reactor_call, and waits for it), and a session registers
+ * a destroy call with its reactor that detaches it when the reactor goes
+ * first. I/O still queued at close (against the contract) gets one
+ * callback, -EIO, on its reactor, from shut(), which hl_origin_close() runs
+ * before the wrappers above close; when that reactor is gone it is dropped
+ * without one (there is no thread left to run it).
  */
 #include "config.h"
 
@@ -96,6 +101,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ISC_WAIT_MAX           4096 /* I/Os queued per session while it cannot send */
@@ -444,14 +450,28 @@ static void session_done_timer(struct hl_timer *t)
 	drain_done(t->arg);
 }
 
-static void session_free(struct isc_session *s, bool detach)
+/* Nothing of s stays armed on its reactor (its thread, or after the reactor stopped). */
+static void session_detach(struct isc_session *s)
 {
-	if (detach) {
-		hl_event_del(&s->ev);
-		hl_timer_stop(&s->tick);
-		hl_timer_stop(&s->retry);
-		hl_timer_stop(&s->done_t);
-	}
+	hl_reactor_on_destroy_cancel(&s->fini);
+	hl_event_del(&s->ev);
+	hl_timer_stop(&s->tick);
+	hl_timer_stop(&s->retry);
+	hl_timer_stop(&s->done_t);
+}
+
+/* The session's reactor is destroyed (a stop): close() frees the rest later. */
+static void session_reactor_gone(struct hl_reactor_fini *f)
+{
+	struct isc_session *s = f->arg;
+
+	session_detach(s);
+	atomic_store(&s->armed, false);
+}
+
+/* Free what is left of a session whose reactor holds nothing of it any more. */
+static void session_free(struct isc_session *s)
+{
 	if (s->ctx) {
 		struct iscsi_context *ctx = s->ctx;
 
@@ -461,6 +481,83 @@ static void session_free(struct isc_session *s, bool detach)
 	}
 	origin_iscsi_reg_drop(s);
 	free(s);
+}
+
+/*
+ * close() on the session's own reactor: detach, drop the connection, and
+ * end every I/O the session still holds with one callback each (-EIO for
+ * those not done), here, on the thread the contract promises. What
+ * libiscsi cancels comes back through task_cb first (s->ctx is NULL: it
+ * requeues or finishes it), so nothing is completed twice.
+ */
+static void session_close_here(struct isc_session *s)
+{
+	struct iscsi_context *ctx = s->ctx;
+
+	session_detach(s); /* before the context closes its socket */
+	s->ctx = NULL;
+	set_state(s, ISC_DOWN);
+	if (ctx) {
+		s->in_lib = true;
+		iscsi_destroy_context(ctx);
+		s->in_lib = false;
+	}
+	origin_iscsi_reg_drop(s);
+	while (!hl_list_empty(&s->inflight)) { /* not called back (not logged in) */
+		struct hl_origin_io *ioo = io_of_link(s->inflight.next);
+
+		hl_list_del(&iio_of(ioo)->link);
+		s->ninflight--;
+		scsi_free_scsi_task(iio_of(ioo)->task);
+		iio_of(ioo)->task = NULL;
+		finish(s, ioo, -EIO);
+	}
+	while (!hl_list_empty(&s->waitq)) {
+		struct hl_origin_io *ioo = io_of_link(s->waitq.next);
+
+		hl_list_del(&iio_of(ioo)->link);
+		s->nwait--;
+		finish(s, ioo, -EIO);
+	}
+	drain_done(s); /* stops done_t, which finish() armed */
+	free(s);
+}
+
+struct session_closer {
+	struct isc_session *s;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+};
+
+static void session_close_call(void *arg)
+{
+	struct session_closer *c = arg;
+
+	session_close_here(c->s);
+	pthread_mutex_lock(&c->mu);
+	c->done = true;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* close() from another thread while s's reactor runs: close it there and wait. */
+static void session_close_remote(struct isc_session *s)
+{
+	struct session_closer c = {.s = s};
+
+	pthread_mutex_init(&c.mu, NULL);
+	pthread_cond_init(&c.cv, NULL);
+	while (hl_reactor_call(s->reactor, session_close_call, &c) < 0) {
+		struct timespec ts = {0, 1000000}; /* its call queue cannot grow: retry */
+		nanosleep(&ts, NULL);
+	}
+	pthread_mutex_lock(&c.mu);
+	while (!c.done)
+		pthread_cond_wait(&c.cv, &c.mu);
+	pthread_mutex_unlock(&c.mu);
+	pthread_cond_destroy(&c.cv);
+	pthread_mutex_destroy(&c.mu);
 }
 
 /* ---- per-thread session lookup ---- */
@@ -502,6 +599,9 @@ static struct isc_session *session_get(struct hl_origin *o, struct hl_reactor *r
 			hl_timer_init(&s->tick, session_tick, s);
 			hl_timer_init(&s->retry, session_retry, s);
 			hl_timer_init(&s->done_t, session_done_timer, s);
+			/* r's thread; under the lock, which close() takes to read it */
+			hl_reactor_fini_init(&s->fini, session_reactor_gone, s);
+			atomic_store(&s->armed, hl_reactor_on_destroy(r, &s->fini) == 0);
 			s->backoff_ms = ISC_BACKOFF_MIN_MS;
 			s->down_since_ns = hl_now_ns();
 			hl_list_add_tail(&io->sessions, &s->link);
@@ -858,6 +958,8 @@ static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
 
 	if (!r)
 		return -EINVAL;
+	if (atomic_load_explicit(&io->closing, memory_order_relaxed))
+		return -ESHUTDOWN; /* a callback of close()'s own failing I/O; nothing new */
 	if (ioo->op == HL_IO_COMPARE_AND_WRITE) {
 		rc = caw_check(o, ioo);
 		if (rc)
@@ -1159,19 +1261,49 @@ fail:
 	return rc;
 }
 
-static void iscsi_close(struct hl_origin *o)
+/*
+ * Each session is torn down where its events and timers live: on its
+ * reactor (in line when that is the current thread, else through a call
+ * this waits for), or here once that reactor was destroyed (its destroy
+ * call detached the session) or never armed anything. Freeing a session
+ * from another thread while its reactor runs left its timers and socket
+ * event there: a reload's close thread crashed the reactors. Runs before
+ * the wrappers (counted, throttle) close, as the I/O's callbacks pass them.
+ */
+static void iscsi_shut(struct hl_origin *o)
 {
 	struct isc_origin *io = io_of(o);
 	struct hl_reactor *cur = hl_reactor_current();
+	struct hl_list all;
 
+	atomic_store(&io->closing, true);
+	hl_list_init(&all);
 	pthread_mutex_lock(&io->lock);
 	while (!hl_list_empty(&io->sessions)) {
-		struct isc_session *s = (struct isc_session *)io->sessions.next;
+		struct hl_list *l = io->sessions.next;
 
-		hl_list_del(&s->link);
-		session_free(s, cur && s->reactor == cur);
+		hl_list_del(l);
+		hl_list_add_tail(&all, l);
 	}
 	pthread_mutex_unlock(&io->lock);
+	while (!hl_list_empty(&all)) {
+		struct isc_session *s = (struct isc_session *)all.next;
+
+		hl_list_del(&s->link);
+		if (!atomic_load(&s->armed))
+			session_free(s); /* its reactor is gone, or it never started */
+		else if (s->reactor == cur)
+			session_close_here(s);
+		else
+			session_close_remote(s);
+	}
+}
+
+static void iscsi_close(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+
+	iscsi_shut(o); /* nothing left when hl_origin_close() called it */
 	pthread_mutex_destroy(&io->lock);
 	origin_iscsi_ctl_drop(io);
 	pthread_mutex_destroy(&io->ctl_lock);
@@ -1200,6 +1332,7 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .priv_size = sizeof(struct isc_origin),
     .open = iscsi_open,
     .close = iscsi_close,
+    .shut = iscsi_shut,
     .submit = iscsi_submit,
     .proof_take = origin_iscsi_proof_take,
     .proof_check = origin_iscsi_proof_check,

@@ -171,6 +171,11 @@ void hl_origin_close(struct hl_origin *o)
 	 */
 	for (struct hl_origin *x = o; x; x = x->inner)
 		unlisten(x);
+	/* before any close: the callbacks of what an origin still holds pass the wrappers */
+	for (struct hl_origin *x = o; x; x = x->inner) {
+		if (x->ops->shut)
+			x->ops->shut(x);
+	}
 	while (o) {
 		struct hl_origin *inner;
 

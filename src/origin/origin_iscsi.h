@@ -40,6 +40,7 @@ struct isc_origin {
 	atomic_bool no_sync16; /* SYNCHRONIZE CACHE(16) was refused once: use (10) */
 	atomic_bool no_sync;   /* neither exists: the SAN has no volatile cache to flush */
 	atomic_bool no_caw;    /* COMPARE AND WRITE was refused once (B0 promised it) */
+	atomic_bool closing;   /* close() began: submit refuses (-ESHUTDOWN), no new session */
 	uint32_t isid_rnd;
 	pthread_mutex_t lock; /* guards sessions and nsessions */
 	struct hl_list sessions;
@@ -106,6 +107,13 @@ struct isc_session {
 	struct hl_timer tick;
 	struct hl_timer retry;
 	struct hl_timer done_t;
+	/* registered on reactor while its events and timers may be armed there */
+	struct hl_reactor_fini fini;
+	/*
+	 * fini is registered (the reactor is not destroyed): close() reads this,
+	 * not fini's links, which the reactor rewrites as other calls come and go
+	 */
+	atomic_bool armed;
 	struct hl_list waitq;    /* not sent yet (or sent and to be repeated) */
 	struct hl_list inflight; /* given to libiscsi */
 	struct hl_list doneq;    /* finished; callbacks run from done_t / the end of a handler */

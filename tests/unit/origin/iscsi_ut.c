@@ -20,6 +20,7 @@
 #include <iscsi/iscsi.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -642,11 +643,14 @@ static void test_two_reactors(void)
 	CU_ASSERT_TRUE(pattern_ok(r, 4096, 21));
 	CU_ASSERT_EQUAL(origin_iscsi_sessions_up(o), 2);
 	CU_ASSERT_EQUAL(hl_iscsi_target_sessions(san.srv, IQN), 2);
-	/* close: on cli_r's thread (detaches its session) once r2 no longer runs */
+	/*
+	 * close on cli_r's thread once r2 is gone: its destroy call detached
+	 * its session (close may not run between a reactor's stop and destroy)
+	 */
 	hl_reactor_stop(r2);
 	hl_reactor_join(r2);
-	close_on(cli_r, o);
 	hl_reactor_destroy(r2);
+	close_on(cli_r, o);
 }
 
 static void wait_sessions_up(struct hl_origin *o, unsigned n, int ms)
@@ -742,6 +746,57 @@ static void test_hung_san(void)
 	wait_sessions_up(o, 1, 8000);
 	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 4096, r), 0);
 	close_on(cli_r, o);
+}
+
+/*
+ * close() from a thread that is no reactor (a reload's close thread) while
+ * a read is in flight on cli_r: the session is torn down on cli_r, the
+ * read ends with exactly one callback, -EIO, on cli_r, before close
+ * returns, and nothing more comes once the SAN answers again. The old
+ * close freed the session here with its timers armed on cli_r.
+ */
+static atomic_int inflight_cbs;
+
+static void inflight_cb(struct hl_origin_io *io, int result)
+{
+	struct call *c = io->arg;
+
+	c->result = result;
+	c->cb_reactor = hl_reactor_current();
+	atomic_fetch_add(&inflight_cbs, 1);
+}
+
+static void test_close_in_flight(void)
+{
+	struct hl_origin *o = open_san("?timeout=10");
+	static uint8_t r[4096];
+	struct iovec iov = {r, sizeof(r)};
+	struct call c;
+
+	CU_ASSERT_FATAL(o != NULL);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 4096, r), 0);
+	CU_ASSERT_FATAL(hl_reactor_call(san.r, san_sleep, (void *)(uintptr_t)1500000) == 0);
+	memset(&c, 0, sizeof(c));
+	sem_init(&c.done, 0, 0);
+	c.o = o;
+	c.io.op = HL_IO_READ;
+	c.io.length = 4096;
+	c.io.iov = &iov;
+	c.io.iovcnt = 1;
+	c.io.cb = inflight_cb;
+	c.io.arg = &c;
+	atomic_store(&inflight_cbs, 0);
+	CU_ASSERT_FATAL(hl_reactor_call(cli_r, call_submit, &c) == 0);
+	usleep(200000); /* sent; the SAN sleeps */
+	CU_ASSERT_EQUAL(c.submit_rc, 0);
+	CU_ASSERT_EQUAL(atomic_load(&inflight_cbs), 0);
+	hl_origin_close(o); /* this thread is no reactor */
+	CU_ASSERT_EQUAL(atomic_load(&inflight_cbs), 1);
+	CU_ASSERT_EQUAL(c.result, -EIO);
+	CU_ASSERT_PTR_EQUAL(c.cb_reactor, cli_r);
+	usleep(1800000); /* the SAN is back: no late completion, no crash */
+	CU_ASSERT_EQUAL(atomic_load(&inflight_cbs), 1);
+	sem_destroy(&c.done);
 }
 
 /* Many I/Os in flight at once on one session, more than its queue depth. */
@@ -899,6 +954,7 @@ static const struct hl_test tests[] = {
     {"reconnect: I/O waits for the SAN and succeeds", test_reconnect},
     {"outage past the limit: -EIO, fast failure, recovery", test_outage_limit},
     {"a SAN that stops answering: -EIO by the limit, then recovery", test_hung_san},
+    {"close from another thread with a read in flight: one -EIO on its reactor", test_close_in_flight},
     {NULL, NULL},
 };
 
