@@ -113,95 +113,9 @@ unsigned hl_scsi_luns_changed(const struct hl_scsi_lun_map *m, const struct hl_s
 }
 
 /* ------------------------------------------------------------------ */
-/* Fake reactor: events and timers are recorded, cross-reactor calls   */
-/* queue up and run in pump(). The real event.c is not linked.         */
+/* Fake reactor: cross-reactor calls queue up and run in run_calls().  */
 
-static HL_UT_UNUSED int fake_reactor_mem;
-static HL_UT_UNUSED struct hl_reactor *reactor = (struct hl_reactor *)&fake_reactor_mem;
-struct fake_call {
-	hl_call_fn fn;
-	void *arg;
-};
-static HL_UT_UNUSED struct fake_call calls[256];
-static HL_UT_UNUSED int ncalls;
-
-uint64_t hl_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-struct hl_reactor *hl_reactor_current(void)
-{
-	return reactor;
-}
-
-int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
-{
-	if (ncalls >= 256)
-		return -ENOMEM;
-	calls[ncalls].fn = fn;
-	calls[ncalls].arg = arg;
-	ncalls++;
-	return 0;
-}
-
-static HL_UT_UNUSED void run_calls(void)
-{
-	while (ncalls) {
-		struct fake_call fc = calls[0];
-		memmove(calls, calls + 1, (size_t)(--ncalls) * sizeof(calls[0]));
-		fc.fn(fc.arg);
-	}
-}
-
-void hl_event_init(struct hl_event *ev, int fd, hl_event_fn fn, void *arg)
-{
-	ev->fd = fd;
-	ev->fn = fn;
-	ev->arg = arg;
-	ev->events = 0;
-	ev->reactor = NULL;
-}
-
-int hl_event_add(struct hl_reactor *r, struct hl_event *ev, uint32_t events)
-{
-	ev->reactor = r;
-	ev->events = events;
-	return 0;
-}
-
-int hl_event_mod(struct hl_event *ev, uint32_t events)
-{
-	ev->events = events;
-	return 0;
-}
-
-void hl_event_del(struct hl_event *ev)
-{
-	ev->reactor = NULL;
-}
-
-void hl_timer_init(struct hl_timer *t, hl_timer_fn fn, void *arg)
-{
-	t->fn = fn;
-	t->arg = arg;
-	t->heap_idx = (size_t)-1;
-	t->reactor = NULL;
-}
-
-void hl_timer_start(struct hl_reactor *r, struct hl_timer *t, uint64_t delay_ms)
-{
-	t->reactor = r;
-	t->deadline_ns = hl_now_ns() + delay_ms * 1000000ull;
-	t->heap_idx = 0;
-}
-
-void hl_timer_stop(struct hl_timer *t)
-{
-	t->heap_idx = (size_t)-1;
-}
+#include "fake_reactor.h"
 
 /* No reactor turns here: a connection sends at once (hl_turn_hook_queue refuses). */
 #include "turn_hook_stub.h"
