@@ -300,6 +300,36 @@ retry:
  * in flight back on the queue, and schedule a reconnect. Not from inside a
  * libiscsi callback.
  */
+/*
+ * The session's libiscsi context goes: it cancels what libiscsi still
+ * holds, and task_cb requeues or finishes each (s->ctx is NULL by then).
+ */
+static void session_drop_ctx(struct isc_session *s)
+{
+	struct iscsi_context *ctx = s->ctx;
+
+	s->ctx = NULL;
+	set_state(s, ISC_DOWN);
+	if (ctx) {
+		s->in_lib = true;
+		iscsi_destroy_context(ctx);
+		s->in_lib = false;
+	}
+}
+
+/* The oldest I/O of s's inflight list, off it and without its libiscsi task. */
+static struct hl_origin_io *inflight_take(struct isc_session *s)
+{
+	struct hl_origin_io *ioo = io_of_link(s->inflight.next);
+	struct isc_io *iio = iio_of(ioo);
+
+	hl_list_del(&iio->link);
+	s->ninflight--;
+	scsi_free_scsi_task(iio->task);
+	iio->task = NULL;
+	return ioo;
+}
+
 static void session_fail(struct isc_session *s, const char *why)
 {
 	struct isc_origin *io = io_of(s->o);
@@ -324,23 +354,11 @@ static void session_fail(struct isc_session *s, const char *why)
 		HL_DEBUG(ISC_COMPONENT, "iscsi://%s: session %u: %s: %s", io->portal, s->qual, why,
 		         err);
 	hl_event_del(&s->ev);
-	s->ctx = NULL;
-	set_state(s, ISC_DOWN);
-	if (ctx) {
-		/* Cancels what libiscsi still holds; task_cb requeues each (s->ctx is NULL now). */
-		s->in_lib = true;
-		iscsi_destroy_context(ctx);
-		s->in_lib = false;
-	}
+	session_drop_ctx(s);
 	/* Whatever libiscsi did not call back (it skips callbacks when not logged in). */
 	while (!hl_list_empty(&s->inflight)) {
-		struct hl_origin_io *ioo = io_of_link(s->inflight.next);
-		struct isc_io *iio = iio_of(ioo);
+		struct hl_origin_io *ioo = inflight_take(s);
 
-		hl_list_del(&iio->link);
-		s->ninflight--;
-		scsi_free_scsi_task(iio->task);
-		iio->task = NULL;
 		if (ioo->op == HL_IO_COMPARE_AND_WRITE)
 			finish(s, ioo, -EIO);
 		else
@@ -492,26 +510,11 @@ static void session_free(struct isc_session *s)
  */
 static void session_close_here(struct isc_session *s)
 {
-	struct iscsi_context *ctx = s->ctx;
-
 	session_detach(s); /* before the context closes its socket */
-	s->ctx = NULL;
-	set_state(s, ISC_DOWN);
-	if (ctx) {
-		s->in_lib = true;
-		iscsi_destroy_context(ctx);
-		s->in_lib = false;
-	}
+	session_drop_ctx(s);
 	origin_iscsi_reg_drop(s);
-	while (!hl_list_empty(&s->inflight)) { /* not called back (not logged in) */
-		struct hl_origin_io *ioo = io_of_link(s->inflight.next);
-
-		hl_list_del(&iio_of(ioo)->link);
-		s->ninflight--;
-		scsi_free_scsi_task(iio_of(ioo)->task);
-		iio_of(ioo)->task = NULL;
-		finish(s, ioo, -EIO);
-	}
+	while (!hl_list_empty(&s->inflight)) /* not called back (not logged in) */
+		finish(s, inflight_take(s), -EIO);
 	while (!hl_list_empty(&s->waitq)) {
 		struct hl_origin_io *ioo = io_of_link(s->waitq.next);
 
