@@ -74,6 +74,67 @@ static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, 
 	return true;
 }
 
+/*
+ * A write of [off, off + len) failed: remember the range as unsettled
+ * (map_ent.unsettled). When the list is full, the new range and every
+ * range kept become one that covers them all: more blocks go uncached,
+ * none is forgotten. Under lock.
+ */
+static void unsettled_add(struct map_ent *e, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+
+	for (uint32_t i = 0; i < e->nunsettled; i++) {
+		if (e->unsettled[i].off <= off && end <= e->unsettled[i].end)
+			return;
+	}
+	if (e->nunsettled == ENG_UNSETTLED_MAX) {
+		for (uint32_t i = 0; i < e->nunsettled; i++) {
+			off = HL_MIN(off, e->unsettled[i].off);
+			end = HL_MAX(end, e->unsettled[i].end);
+		}
+		e->nunsettled = 0;
+	}
+	e->unsettled[e->nunsettled].off = off;
+	e->unsettled[e->nunsettled].end = end;
+	e->nunsettled++;
+}
+
+/*
+ * A write of ours to [off, off + len) succeeded: it is the last completed
+ * write there, whatever a failed one still does at the origin. The ranges
+ * it covers are settled; one it covers an end of is cut; one it lies
+ * inside of stays whole (more uncached blocks, never a wrong one). Under
+ * lock.
+ */
+static void unsettled_clear(struct map_ent *e, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+
+	for (uint32_t i = 0; i < e->nunsettled;) {
+		uint64_t *lo = &e->unsettled[i].off, *hi = &e->unsettled[i].end;
+
+		if (off <= *lo && *hi <= end) {
+			e->unsettled[i] = e->unsettled[--e->nunsettled];
+			continue;
+		}
+		if (off <= *lo && *lo < end)
+			*lo = end;
+		else if (off < *hi && *hi <= end)
+			*hi = off;
+		i++;
+	}
+}
+
+bool engine_unsettled(const struct map_ent *e, uint64_t off, uint64_t len)
+{
+	for (uint32_t i = 0; i < e->nunsettled; i++) {
+		if (e->unsettled[i].off < off + len && off < e->unsettled[i].end)
+			return true;
+	}
+	return false;
+}
+
 /* The origin write finished (req->status): end the core's ios, update slots, reply. */
 static void write_done(struct eng_req *req)
 {
@@ -92,6 +153,15 @@ static void write_done(struct eng_req *req)
 			req->ios[k].fill_nsect = 0; /* discard, zeroes, CAW: the range is dropped */
 		hl_cache_core_write_end(c->core, lun, &req->ios[k], result == 0);
 	}
+	/*
+	 * A failed write (but a miscompare, which wrote nothing) may still be
+	 * run by the origin later: its range gets no fills until a write of
+	 * ours succeeds there (engine_unsettled, read_start).
+	 */
+	if (result && !(req->op == HL_IO_COMPARE_AND_WRITE && result == -EILSEQ))
+		unsettled_add(req->ent, req->off, req->len);
+	else if (!result)
+		unsettled_clear(req->ent, req->off, req->len);
 	if (result)
 		hl_cache_core_invalidate(c->core, lun, req->off, req->len);
 	pthread_mutex_unlock(&c->lock);
