@@ -80,7 +80,8 @@ static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, 
  * range kept become one that covers them all: more blocks go uncached,
  * none is forgotten. Under lock.
  */
-static void unsettled_add(struct map_ent *e, uint64_t off, uint64_t len)
+static void unsettled_add(const struct hl_cache *c, struct map_ent *e, uint64_t off,
+                          uint64_t len)
 {
 	uint64_t end = off + len;
 
@@ -94,6 +95,11 @@ static void unsettled_add(struct map_ent *e, uint64_t off, uint64_t len)
 			end = HL_MAX(end, e->unsettled[i].end);
 		}
 		e->nunsettled = 0;
+		HL_WARN_RL("cache",
+		           "cache %s: disk %s: more than %d failed origin writes: bytes %llu-%llu "
+		           "are read from the origin, uncached, until writes cover them or a restart",
+		           c->name, e->name, ENG_UNSETTLED_MAX, (unsigned long long)off,
+		           (unsigned long long)end);
 	}
 	e->unsettled[e->nunsettled].off = off;
 	e->unsettled[e->nunsettled].end = end;
@@ -159,7 +165,7 @@ static void write_done(struct eng_req *req)
 	 * ours succeeds there (engine_unsettled, read_start).
 	 */
 	if (result && !(req->op == HL_IO_COMPARE_AND_WRITE && result == -EILSEQ))
-		unsettled_add(req->ent, req->off, req->len);
+		unsettled_add(c, req->ent, req->off, req->len);
 	else if (!result)
 		unsettled_clear(req->ent, req->off, req->len);
 	if (result)
