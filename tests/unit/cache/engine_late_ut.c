@@ -6,6 +6,7 @@
  * engine must not keep such a fill (docs/cache-engine.md, "Failed origin
  * writes"). The fixture is engine_ut.c's (engine_ut_lib.h); the fake
  * origin's failed writes change nothing, the test lands them by hand.
+ * Also the other change an origin reports late: HL_ORIGIN_CHANGED.
  */
 
 #include "engine_ut_lib.h"
@@ -122,6 +123,34 @@ static void test_many_failed_writes(void)
 	free(buf);
 }
 
+/*
+ * HL_ORIGIN_CHANGED (rbd: header changes it cannot explain, a shrink and a
+ * grow back among them): the cache drops every block of the disk, the size
+ * stays, and the blocks are cached again by the next reads.
+ */
+static void test_origin_changed_drops_all(void)
+{
+	struct hl_cache *c;
+	struct fake f;
+	struct hl_origin *o = fixture_up(&c, NULL, &f, 14, "fake:a");
+	struct hl_origin *inner = co_of(o)->inner;
+	uint8_t *buf = malloc(BS);
+
+	for (uint64_t b = 0; b < 8; b++)
+		src_of(c, o, b * BS, buf);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c->core, c->ents[0]->id), 8);
+	/* what the origin now holds there (zeroes after a shrink and a grow) */
+	memset(f.mem + 6 * BS, 0, 2 * BS);
+	hl_origin_notify(inner, HL_ORIGIN_CHANGED, inner->size);
+	CU_ASSERT_EQUAL(hl_cache_core_lun_blocks(c->core, c->ents[0]->id), 0);
+	CU_ASSERT_EQUAL(o->size, LUN_SIZE);
+	CU_ASSERT(src_of(c, o, 7 * BS, buf) == HL_IO_SRC_MISS);
+	CU_ASSERT(buf[0] == 0 && !memcmp(buf, buf + 1, BS - 1));
+	CU_ASSERT(src_of(c, o, 7 * BS, buf) == HL_IO_SRC_HIT);
+	fixture_down(c, o, &f);
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -129,6 +158,8 @@ int main(void)
 	     test_failed_write_lands_after_fill},
 	    {"late: a successful write settles what it covers", test_successful_write_settles},
 	    {"late: more failed writes than ranges kept", test_many_failed_writes},
+	    {"late: an origin changed beyond what it can bound drops the disk",
+	     test_origin_changed_drops_all},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
