@@ -132,6 +132,19 @@ static void unsettled_clear(struct map_ent *e, uint64_t off, uint64_t len)
 	}
 }
 
+/*
+ * Whether a write that failed with result may still be run by the origin:
+ * not when the origin said it refused it (a miscompare, an unsupported or
+ * invalid command, a write-protected or missing LU: nothing was written).
+ * Any other error may be a command the origin still holds (an iscsi://
+ * session lost or timed out, a librados op timeout).
+ */
+static bool outcome_unknown(int result)
+{
+	return result && result != -EILSEQ && result != -EOPNOTSUPP && result != -EINVAL &&
+	       result != -EROFS && result != -ENXIO;
+}
+
 bool engine_unsettled(const struct map_ent *e, uint64_t off, uint64_t len)
 {
 	for (uint32_t i = 0; i < e->nunsettled; i++) {
@@ -160,11 +173,11 @@ static void write_done(struct eng_req *req)
 		hl_cache_core_write_end(c->core, lun, &req->ios[k], result == 0);
 	}
 	/*
-	 * A failed write (but a miscompare, which wrote nothing) may still be
-	 * run by the origin later: its range gets no fills until a write of
-	 * ours succeeds there (engine_unsettled, read_start).
+	 * A failed write whose outcome is unknown may still be run by the
+	 * origin later: its range gets no fills until a write of ours succeeds
+	 * there (engine_unsettled, read_start).
 	 */
-	if (result && !(req->op == HL_IO_COMPARE_AND_WRITE && result == -EILSEQ))
+	if (outcome_unknown(result))
 		unsettled_add(c, req->ent, req->off, req->len);
 	else if (!result)
 		unsettled_clear(req->ent, req->off, req->len);

@@ -151,6 +151,30 @@ static void test_origin_changed_drops_all(void)
 	free(buf);
 }
 
+/*
+ * A write the origin refused (an unsupported command, write protection: it
+ * answered, nothing was written) leaves nothing unsettled: the range is
+ * cached again by the next read.
+ */
+static void test_refused_write_settled(void)
+{
+	struct hl_cache *c;
+	struct fake f;
+	struct hl_origin *o = fixture_up(&c, NULL, &f, 15, "fake:a");
+	uint8_t *buf = malloc(BS), *w = malloc(BS);
+
+	memset(w, 0x33, BS);
+	__atomic_store_n(&f.fail_writes, -EROFS, __ATOMIC_RELAXED);
+	CU_ASSERT(do_io(o, HL_IO_WRITE, 2 * BS, BS, w) == -EROFS);
+	__atomic_store_n(&f.fail_writes, 0, __ATOMIC_RELAXED);
+	src_of(c, o, 2 * BS, buf);
+	CU_ASSERT(src_of(c, o, 2 * BS, buf) == HL_IO_SRC_HIT);
+	CU_ASSERT(memcmp(buf, f.mem + 2 * BS, BS) == 0);
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
@@ -158,6 +182,7 @@ int main(void)
 	     test_failed_write_lands_after_fill},
 	    {"late: a successful write settles what it covers", test_successful_write_settles},
 	    {"late: more failed writes than ranges kept", test_many_failed_writes},
+	    {"late: a write the origin refused leaves nothing unsettled", test_refused_write_settled},
 	    {"late: an origin changed beyond what it can bound drops the disk",
 	     test_origin_changed_drops_all},
 	    {NULL, NULL},
