@@ -296,7 +296,7 @@ static void rbd_size_check(void *arg)
 		          (unsigned long long)old, (unsigned long long)size);
 		hl_origin_notify(o, HL_ORIGIN_RESIZED, size);
 	}
-	HL_INFO(RBD_LOG, "%s: %u header change(s), %u seen (size, snapshots)", o->uri, n, seen);
+	HL_DEBUG(RBD_LOG, "%s: %u header change(s), %u seen (size, snapshots)", o->uri, n, seen);
 	if (n > allowed && !o->immutable) { /* a snapshot (@SNAP) never changes */
 		HL_NOTICE(RBD_LOG,
 		          "%s: %u header change(s), %u seen (size, snapshots): a shrink and a grow "

@@ -29,7 +29,7 @@ cat >"$tmp/c.conf" <<CONF
 portal = 127.0.0.1:$port
 state_dir = $st
 control_socket = $st/ctl.sock
-log_level = info
+log_level = debug
 
 [cache c0]
 device = $tmp/c0.cache
