@@ -182,6 +182,13 @@ enum hl_origin_event {
 	 * -ESHUTDOWN until it is reopened. Reported once.
 	 */
 	HL_ORIGIN_FENCED,
+	/**
+	 * The origin may have changed anywhere in a way the backend cannot
+	 * bound (rbd: header changes it cannot explain, which may hide a
+	 * shrink and a grow back): a cache drops every block of the disk.
+	 * The size is unchanged (or came with its own HL_ORIGIN_RESIZED).
+	 */
+	HL_ORIGIN_CHANGED,
 };
 
 /**

@@ -32,6 +32,21 @@ struct rbd_origin {
 	uint64_t watch_handle;
 	bool watching;
 	atomic_bool check_queued; /* a size check is queued on svc */
+	/*
+	 * Header changes (rbd_size_check): notes counts the update watch's
+	 * callbacks, one per change; the service thread explains each by what
+	 * it sees changed (the size, the set of snapshots) and tells the cache
+	 * to drop everything when it cannot (a shrink and a grow back look
+	 * like no change at all).
+	 */
+	atomic_uint notes;
+	atomic_uint own_snap_ops; /* snapshots this process made or removed (marks) */
+	unsigned notes_seen; /* svc: notes explained or dropped for */
+	unsigned own_seen;   /* svc: own_snap_ops at the last check */
+	unsigned carry;      /* svc: a change seen before its note (0 or 1) */
+	uint64_t *snap_ids;  /* svc: the snapshot ids at the last check, sorted */
+	int nsnap_ids;       /* svc: how many; -1 unknown */
+	uint32_t test_check_delay_ms; /* HOTLUN_TEST_RBD_CHECK_DELAY_MS: a slow service thread */
 	atomic_bool fenced;       /* the cluster shut us out: I/O fails with -ESHUTDOWN */
 	bool locked;              /* we hold the exclusive lock in exclusive mode */
 	struct hl_timer probe;    /* svc: the periodic fence probe */
@@ -130,7 +145,18 @@ static inline void handles_done(struct rbd_origin *r)
 		pthread_rwlock_unlock(&r->handles);
 }
 
+/*
+ * A snapshot this process made or removed (a mark): it explains a header
+ * change (rbd_size_check) even when made and removed between two looks.
+ */
+static inline void own_snap_op(struct rbd_origin *r)
+{
+	atomic_fetch_add(&r->own_snap_ops, 1);
+}
+
 /* ---- rbd_proof.c ---- */
+/** The ids of the image's snapshots, sorted, into *ids (free it). @return how many or -errno. */
+int origin_rbd_snap_ids(rbd_image_t image, uint64_t **ids);
 /**
  * Every extent written since snapshot `name` (to the head), narrowed to the
  * exact extents inside each changed object where the cluster allows it.

@@ -56,6 +56,7 @@
 
 #include "hotlun/event.h"
 #include "hotlun/log.h"
+#include "hotlun/util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -66,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /*
  * How often the service thread asks the cluster whether this client is
@@ -128,6 +130,8 @@ static void rbd_close_all(struct rbd_origin *r)
 		hl_reactor_destroy(r->svc);
 		r->svc = NULL;
 	}
+	free(r->snap_ids);
+	r->snap_ids = NULL;
 	origin_rbd_disconnect(r->cluster, r->ioctx, r->image);
 	r->image = NULL;
 	r->ioctx = NULL;
@@ -207,21 +211,66 @@ static void rbd_probe_start(void *arg)
 	hl_timer_start(r->svc, &r->probe, RBD_PROBE_MS);
 }
 
-/* On the service thread: the header changed (or the watch failed); maybe the size did. */
+/*
+ * How many snapshots were made or removed between the last check's ids
+ * and ids (both sorted; n < 0: unknown, then none is counted).
+ */
+static unsigned snaps_changed(const struct rbd_origin *r, const uint64_t *ids, int n)
+{
+	unsigned d = 0;
+	int i = 0, j = 0;
+
+	if (r->nsnap_ids < 0 || n < 0)
+		return 0;
+	while (i < r->nsnap_ids || j < n) {
+		if (j == n || (i < r->nsnap_ids && r->snap_ids[i] < ids[j])) {
+			d++, i++;
+		} else if (i == r->nsnap_ids || ids[j] < r->snap_ids[i]) {
+			d++, j++;
+		} else {
+			i++, j++;
+		}
+	}
+	return d;
+}
+
+/*
+ * On the service thread: the header changed (or the watch failed); maybe
+ * the size did. librbd gives only the size of the moment: a shrink and a
+ * grow that both happened before the look (coalesced changes, or a
+ * service thread that ran late) show as one resize, or none, and the
+ * blocks past the shrink point, zeroes in the image now, would stay
+ * cached. So every header change (notes) must be explained by a change
+ * seen here: the size, a snapshot made or removed (a change of the set, or
+ * one of our marks, which may be made and removed between two looks).
+ * librbd calls the watch twice for a change the lock owner (this gateway
+ * while it serves) makes, once itself and once for the cluster's notify,
+ * so a change explains two; one explained but not yet come is carried to
+ * the next look. More notes than that: the cache drops the disk
+ * (HL_ORIGIN_CHANGED). A shrink and a grow back are two changes, four
+ * notes on the owner (two elsewhere), none of them seen: never explained.
+ * An explanation missed (a foreign snapshot made and removed between two
+ * looks) costs a needless drop, never a stale block.
+ */
 static void rbd_size_check(void *arg)
 {
 	struct hl_origin *o = arg;
 	struct rbd_origin *r = ro_of(o);
-	uint64_t size;
-	unsigned gen;
-	int rc;
+	uint64_t size, *ids = NULL;
+	unsigned gen, notes, own, n, seen, allowed;
+	int rc, nids;
 
 	atomic_store(&r->check_queued, false); /* a change from now on queues another check */
+	if (r->test_check_delay_ms)
+		usleep(r->test_check_delay_ms * 1000u);
 	if (origin_rbd_fence_probe(o))
 		return;
+	notes = atomic_load(&r->notes); /* before what explains them is read */
+	own = atomic_load(&r->own_snap_ops);
 	handles_read(r);
 	gen = atomic_load(&r->gen);
 	rc = rbd_get_size(r->image, &size);
+	nids = rc < 0 ? rc : origin_rbd_snap_ids(r->image, &ids);
 	handles_done(r);
 	if (rc == -ESHUTDOWN) {
 		origin_rbd_fence(o, rc, gen);
@@ -230,13 +279,30 @@ static void rbd_size_check(void *arg)
 	if (rc < 0) {
 		HL_WARN(RBD_LOG, "%s: cannot read the image size after a header change: %s", o->uri,
 		        strerror(-rc));
-		return;
+		return; /* its notes stay for the next look */
 	}
 	uint64_t old = __atomic_load_n(&o->size, __ATOMIC_ACQUIRE);
+	n = notes - r->notes_seen;
+	seen = (size != old) + HL_MAX(snaps_changed(r, ids, nids), own - r->own_seen);
+	allowed = 2 * seen + r->carry;
+	r->carry = n < allowed ? 1 : 0;
+	r->notes_seen = notes;
+	r->own_seen = own;
+	free(r->snap_ids);
+	r->snap_ids = ids;
+	r->nsnap_ids = nids < 0 ? -1 : nids;
 	if (size != old) {
 		HL_NOTICE(RBD_LOG, "%s: image resized: %llu -> %llu bytes", o->uri,
 		          (unsigned long long)old, (unsigned long long)size);
 		hl_origin_notify(o, HL_ORIGIN_RESIZED, size);
+	}
+	HL_DEBUG(RBD_LOG, "%s: %u header change(s), %u seen (size, snapshots)", o->uri, n, seen);
+	if (n > allowed && !o->immutable) { /* a snapshot (@SNAP) never changes */
+		HL_NOTICE(RBD_LOG,
+		          "%s: %u header change(s), %u seen (size, snapshots): a shrink and a grow "
+		          "may hide in them; the cache drops the disk",
+		          o->uri, n, seen);
+		hl_origin_notify(o, HL_ORIGIN_CHANGED, size);
 	}
 }
 
@@ -246,6 +312,7 @@ void origin_rbd_watch_cb(void *arg)
 	struct hl_origin *o = arg;
 	struct rbd_origin *r = ro_of(o);
 
+	atomic_fetch_add(&r->notes, 1); /* before the check that explains it is queued */
 	if (atomic_exchange(&r->check_queued, true))
 		return;
 	if (hl_reactor_call(r->svc, rbd_size_check, o) < 0) {
@@ -253,6 +320,15 @@ void origin_rbd_watch_cb(void *arg)
 		HL_ERR_RL(RBD_LOG, "%s: out of memory: an image header change is not checked",
 		          o->uri);
 	}
+}
+
+/* HOTLUN_TEST_RBD_CHECK_DELAY_MS (tests only): each header check waits this long first. */
+static uint32_t test_delay_ms(void)
+{
+	const char *v = getenv("HOTLUN_TEST_RBD_CHECK_DELAY_MS");
+	unsigned long ms = v ? strtoul(v, NULL, 10) : 0;
+
+	return ms > 60000 ? 60000 : (uint32_t)ms;
 }
 
 static int rbd_watch_start(struct hl_origin *o, struct rbd_origin *r)
@@ -271,6 +347,11 @@ static int rbd_watch_start(struct hl_origin *o, struct rbd_origin *r)
 	if (rc < 0)
 		return rc;
 	r->watching = true;
+	/* what the first check compares with (a change before it: one needless drop) */
+	r->nsnap_ids = origin_rbd_snap_ids(r->image, &r->snap_ids);
+	if (r->nsnap_ids < 0)
+		r->nsnap_ids = -1;
+	r->test_check_delay_ms = test_delay_ms();
 	return hl_reactor_call(r->svc, rbd_probe_start, o);
 }
 

@@ -119,6 +119,8 @@ static void marks_trim(struct hl_origin *o, struct rbd_origin *r, unsigned keep)
 		if (rc < 0)
 			HL_WARN(RBD_LOG, "%s: cannot remove the old shadow mark %s: %s", o->uri,
 			        snaps[i].name, strerror(-rc));
+		else
+			own_snap_op(r);
 	}
 	rbd_snap_list_end(snaps);
 	free(snaps);
@@ -173,6 +175,7 @@ static int mark_make(struct hl_origin *o, struct rbd_origin *r)
 		        strerror(-rc));
 		return rc;
 	}
+	own_snap_op(r);
 	for (;;) {
 		snaps = calloc((size_t)max, sizeof(*snaps));
 		if (!snaps)

@@ -71,6 +71,33 @@ static void snaps_free(rbd_snap_info_t *snaps)
 	free(snaps);
 }
 
+static int id_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int origin_rbd_snap_ids(rbd_image_t image, uint64_t **ids)
+{
+	rbd_snap_info_t *snaps;
+	int n = snaps_list(image, &snaps);
+
+	*ids = NULL;
+	if (n < 0)
+		return n;
+	*ids = malloc(((size_t)n + 1) * sizeof(**ids));
+	if (!*ids) {
+		snaps_free(snaps);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < n; i++)
+		(*ids)[i] = snaps[i].id;
+	snaps_free(snaps);
+	qsort(*ids, (size_t)n, sizeof(**ids), id_cmp);
+	return n;
+}
+
 /* The id of snapshot `name`, or -ENOENT. */
 static int snap_id_of(rbd_image_t image, const char *name, uint64_t *id)
 {
@@ -123,13 +150,15 @@ static int proof_take(struct hl_origin *o, const char *tag, bool final, char *pr
 		        strerror(-rc));
 		return -EAGAIN;
 	}
+	own_snap_op(r);
 	if (snap_id_of(r->image, name, &id))
 		return -EAGAIN;
 	if (snprintf(r->mark_proof, sizeof(r->mark_proof), "rbd:%s:%llu:%s", r->image_id,
 	             (unsigned long long)id, name) >= (int)sizeof(r->mark_proof) ||
 	    (size_t)snprintf(proof, len, "%s", r->mark_proof) >= len) {
 		r->mark_proof[0] = '\0';
-		rbd_snap_remove(r->image, name);
+		if (rbd_snap_remove(r->image, name) == 0)
+			own_snap_op(r);
 		return -EOPNOTSUPP;
 	}
 	HL_DEBUG(RBD_LOG, "%s: mark snapshot %s", o->uri, name);
@@ -326,6 +355,8 @@ static void proof_release(struct hl_origin *o, const char *tag, const char *proo
 		if (rc < 0)
 			HL_WARN(RBD_LOG, "%s: cannot remove the old mark snapshot %s: %s", o->uri,
 			        snaps[i].name, strerror(-rc));
+		else
+			own_snap_op(r);
 	}
 	snaps_free(snaps);
 }

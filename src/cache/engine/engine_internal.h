@@ -113,6 +113,9 @@ struct eng_counters {
 };
 
 /* A disk the cache knows: attached now, or mapped by an earlier run. */
+/* Failed origin write ranges a disk remembers before merging them (map_ent.unsettled). */
+#define ENG_UNSETTLED_MAX 16
+
 struct map_ent {
 	uint16_t id; /* LUN id in the core */
 	uint64_t quota;
@@ -169,6 +172,18 @@ struct map_ent {
 	 * cluster round trip, a diff). Before sync_lock and lock.
 	 */
 	pthread_mutex_t shadow_mu;
+	/*
+	 * Ranges of origin writes that failed (engine_write.c): the origin may
+	 * still run such a write later (an iscsi:// command whose session
+	 * dropped, or that outlived the URL's timeout, may be held by the SAN),
+	 * so its old bytes read now may be replaced without a write of ours.
+	 * No fill is installed there until a write of ours to that range
+	 * succeeds. Byte ranges [off, end); hl_cache.lock.
+	 */
+	struct {
+		uint64_t off, end;
+	} unsettled[ENG_UNSETTLED_MAX];
+	uint32_t nunsettled;
 };
 
 struct meta_wait {
@@ -814,6 +829,8 @@ void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e);
 
 /** WRITE, DISCARD, WRITE ZEROES, COMPARE AND WRITE on cached origin o. @return 0 or -errno. */
 int engine_write(struct hl_origin *o, struct hl_origin_io *uio);
+/** True when [off, off + len) overlaps a failed write's range of e (unsettled). Under lock. */
+bool engine_unsettled(const struct map_ent *e, uint64_t off, uint64_t len);
 
 /* engine_fill.c */
 

@@ -135,7 +135,8 @@ static int co_submit(struct hl_origin *o, struct hl_origin_io *io)
  * between the old and the new end (after a shrink they lie past the end; a
  * grow must read back what the origin has there now, not what was cached
  * before an earlier shrink). Fenced: other clients may write the origin now,
- * so nothing cached can be trusted. Then the event goes up to the LU.
+ * so nothing cached can be trusted; changed: the origin says it may differ
+ * anywhere. Then the event goes up to the LU.
  */
 void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_event ev,
                          uint64_t old_size)
@@ -143,8 +144,9 @@ void engine_origin_event(void *arg, struct hl_origin *inner, enum hl_origin_even
 	struct hl_origin *o = arg;
 	struct co_priv *co = co_of(o);
 	uint64_t size = __atomic_load_n(&inner->size, __ATOMIC_ACQUIRE);
-	uint64_t lo = ev == HL_ORIGIN_FENCED ? 0 : HL_MIN(size, old_size);
-	uint64_t hi = ev == HL_ORIGIN_FENCED ? UINT64_MAX : HL_MAX(size, old_size);
+	bool all = ev == HL_ORIGIN_FENCED || ev == HL_ORIGIN_CHANGED;
+	uint64_t lo = all ? 0 : HL_MIN(size, old_size);
+	uint64_t hi = all ? UINT64_MAX : HL_MAX(size, old_size);
 
 	pthread_mutex_lock(&co->c->lock);
 	hl_cache_core_invalidate_yield(co->c->core, co->ent->id, lo, hi - lo, engine_lock_yield,

@@ -23,11 +23,17 @@ static inline bool io_fills(const struct hl_cache_io *io)
 	return io->slot != HL_CACHE_NO_SLOT && io->fill_nsect;
 }
 
-/* True when an origin write in flight on e overlaps cache block b. Under c->lock. */
+/*
+ * True when an origin write in flight on e overlaps cache block b, or one
+ * that failed and may still land (engine_unsettled). Under c->lock.
+ */
 static bool write_overlaps(const struct hl_cache *c, struct map_ent *e, uint64_t b)
 {
 	uint64_t s = blk_start(c, b), end = s + c->bs;
 	struct eng_req *w;
+
+	if (engine_unsettled(e, s, c->bs))
+		return true;
 
 	hl_list_for_each_entry(w, &e->wlist, wlink)
 	{

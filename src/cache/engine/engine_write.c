@@ -74,6 +74,86 @@ static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, 
 	return true;
 }
 
+/*
+ * A write of [off, off + len) failed: remember the range as unsettled
+ * (map_ent.unsettled). When the list is full, the new range and every
+ * range kept become one that covers them all: more blocks go uncached,
+ * none is forgotten. Under lock.
+ */
+static void unsettled_add(const struct hl_cache *c, struct map_ent *e, uint64_t off,
+                          uint64_t len)
+{
+	uint64_t end = off + len;
+
+	for (uint32_t i = 0; i < e->nunsettled; i++) {
+		if (e->unsettled[i].off <= off && end <= e->unsettled[i].end)
+			return;
+	}
+	if (e->nunsettled == ENG_UNSETTLED_MAX) {
+		for (uint32_t i = 0; i < e->nunsettled; i++) {
+			off = HL_MIN(off, e->unsettled[i].off);
+			end = HL_MAX(end, e->unsettled[i].end);
+		}
+		e->nunsettled = 0;
+		HL_WARN_RL("cache",
+		           "cache %s: disk %s: more than %d failed origin writes: bytes %llu-%llu "
+		           "are read from the origin, uncached, until writes cover them or a restart",
+		           c->name, e->name, ENG_UNSETTLED_MAX, (unsigned long long)off,
+		           (unsigned long long)end);
+	}
+	e->unsettled[e->nunsettled].off = off;
+	e->unsettled[e->nunsettled].end = end;
+	e->nunsettled++;
+}
+
+/*
+ * A write of ours to [off, off + len) succeeded: it is the last completed
+ * write there, whatever a failed one still does at the origin. The ranges
+ * it covers are settled; one it covers an end of is cut; one it lies
+ * inside of stays whole (more uncached blocks, never a wrong one). Under
+ * lock.
+ */
+static void unsettled_clear(struct map_ent *e, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+
+	for (uint32_t i = 0; i < e->nunsettled;) {
+		uint64_t *lo = &e->unsettled[i].off, *hi = &e->unsettled[i].end;
+
+		if (off <= *lo && *hi <= end) {
+			e->unsettled[i] = e->unsettled[--e->nunsettled];
+			continue;
+		}
+		if (off <= *lo && *lo < end)
+			*lo = end;
+		else if (off < *hi && *hi <= end)
+			*hi = off;
+		i++;
+	}
+}
+
+/*
+ * Whether a write that failed with result may still be run by the origin:
+ * not when the origin said it refused it (a miscompare, an unsupported or
+ * invalid command, a write-protected or missing LU: nothing was written).
+ * Any other error may be a command the origin still holds (an iscsi://
+ * session lost or timed out, a librados op timeout).
+ */
+static bool outcome_unknown(int result)
+{
+	return result && result != -EILSEQ && result != -EOPNOTSUPP && result != -EINVAL &&
+	       result != -EROFS && result != -ENXIO;
+}
+
+bool engine_unsettled(const struct map_ent *e, uint64_t off, uint64_t len)
+{
+	for (uint32_t i = 0; i < e->nunsettled; i++) {
+		if (e->unsettled[i].off < off + len && off < e->unsettled[i].end)
+			return true;
+	}
+	return false;
+}
+
 /* The origin write finished (req->status): end the core's ios, update slots, reply. */
 static void write_done(struct eng_req *req)
 {
@@ -92,6 +172,15 @@ static void write_done(struct eng_req *req)
 			req->ios[k].fill_nsect = 0; /* discard, zeroes, CAW: the range is dropped */
 		hl_cache_core_write_end(c->core, lun, &req->ios[k], result == 0);
 	}
+	/*
+	 * A failed write whose outcome is unknown may still be run by the
+	 * origin later: its range gets no fills until a write of ours succeeds
+	 * there (engine_unsettled, read_start).
+	 */
+	if (outcome_unknown(result))
+		unsettled_add(c, req->ent, req->off, req->len);
+	else if (!result)
+		unsettled_clear(req->ent, req->off, req->len);
 	if (result)
 		hl_cache_core_invalidate(c->core, lun, req->off, req->len);
 	pthread_mutex_unlock(&c->lock);

@@ -66,7 +66,7 @@ struct fake {
 	uint64_t size;
 	int reads, writes;           /* submitted; reactor thread, read when idle */
 	uint64_t read_bytes;         /* bytes of the reads submitted; likewise */
-	int fail_reads, fail_writes; /* atomics: 1 = -EIO */
+	int fail_reads, fail_writes; /* atomics: 1 = -EIO; fail_writes < 0: that -errno */
 	int hold_reads, hold_writes; /* atomics: keep completions until fake_release() */
 	struct hl_origin_io *held[64];
 	int nheld;
@@ -174,8 +174,9 @@ static HL_UT_UNUSED int fake_submit(struct hl_origin *o, struct hl_origin_io *io
 	           io->op == HL_IO_WRITE_ZEROES) {
 		f->writes++;
 		fake_wrote(f, io->offset, io->length);
-		if (__atomic_load_n(&f->fail_writes, __ATOMIC_RELAXED))
-			fio->rc = -EIO;
+		int fw = __atomic_load_n(&f->fail_writes, __ATOMIC_RELAXED);
+		if (fw)
+			fio->rc = fw < 0 ? fw : -EIO;
 	}
 	if ((io->op == HL_IO_READ && __atomic_load_n(&f->hold_reads, __ATOMIC_RELAXED)) ||
 	    (io->op == HL_IO_WRITE && __atomic_load_n(&f->hold_writes, __ATOMIC_RELAXED))) {
