@@ -1008,15 +1008,49 @@ static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
 
 /* ---- open: one synchronous login to learn the LUN ---- */
 
-static struct scsi_task *probe_vpd(struct iscsi_context *ctx, int lun, int page)
+static struct scsi_task *probe_vpd(struct iscsi_context *ctx, int lun, int page, int alloc)
 {
-	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, page, 255);
+	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, page, alloc);
 
 	if (t && t->status != SCSI_STATUS_GOOD) {
 		scsi_free_scsi_task(t);
 		return NULL;
 	}
 	return t;
+}
+
+/*
+ * The LUN's own name (VPD 83h, association "logical unit"): what tells two
+ * URLs of one LUN apart from two LUNs (data_id). Read once here: a SAN
+ * does not rename a LUN under a session.
+ */
+static void probe_lu_id(struct hl_origin *o, struct iscsi_context *ctx)
+{
+	struct isc_origin *io = io_of(o);
+	struct scsi_task *t = probe_vpd(ctx, (int)io->url.lun, 0x83, 1024);
+	int rc = t ? origin_iscsi_lu_designator(t->datain.data, (size_t)t->datain.size,
+	                                        io->lu_id, sizeof(io->lu_id))
+	           : -ENOENT;
+
+	scsi_free_scsi_task(t);
+	if (rc) {
+		io->lu_id[0] = '\0';
+		HL_WARN(ISC_COMPONENT,
+		        "%s: the LUN names no logical unit designator (VPD 83h): another "
+		        "disk on it under another URL is not detected, and exclusive = yes "
+		        "proofs hold for any LUN of this URL with its size",
+		        o->uri);
+	}
+}
+
+static int iscsi_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting)
+{
+	struct isc_origin *io = io_of(o);
+
+	*lasting = true; /* the SAN's name for the LUN, which it keeps */
+	if (!io->lu_id[0] || hl_strlcpy(buf, io->lu_id, len) >= len)
+		return -EOPNOTSUPP;
+	return 0;
 }
 
 static int probe(struct hl_origin *o, struct iscsi_context *ctx)
@@ -1073,7 +1107,7 @@ static int probe(struct hl_origin *o, struct iscsi_context *ctx)
 	}
 
 	/* VPD pages */
-	t = probe_vpd(ctx, lun, 0x00);
+	t = probe_vpd(ctx, lun, 0x00, 255);
 	if (t && t->datain.size >= 4) {
 		size_t n =
 		    HL_MIN((size_t)t->datain.size - 4, (size_t)hl_get_be16(t->datain.data + 2));
@@ -1086,7 +1120,7 @@ static int probe(struct hl_origin *o, struct iscsi_context *ctx)
 	io->max_unmap = 0;
 	io->max_unmap_desc = 0;
 	io->max_ws = 0;
-	if (has_b0 && (t = probe_vpd(ctx, lun, 0xb0)) != NULL) {
+	if (has_b0 && (t = probe_vpd(ctx, lun, 0xb0, 255)) != NULL) {
 		d = t->datain.data;
 		if (t->datain.size >= 16) {
 			io->max_caw = d[5];
@@ -1100,13 +1134,15 @@ static int probe(struct hl_origin *o, struct iscsi_context *ctx)
 			io->max_ws = (uint32_t)hl_get_be64(d + 36);
 		scsi_free_scsi_task(t);
 	}
-	if (has_b2 && (t = probe_vpd(ctx, lun, 0xb2)) != NULL) {
+	if (has_b2 && (t = probe_vpd(ctx, lun, 0xb2, 255)) != NULL) {
 		if (t->datain.size >= 6) {
 			lbpu = t->datain.data[5] & 0x80;
 			lbpws = t->datain.data[5] & 0x40;
 		}
 		scsi_free_scsi_task(t);
 	}
+
+	probe_lu_id(o, ctx);
 
 	/* write protect: DEVICE-SPECIFIC PARAMETER bit 7 of the mode parameter header */
 	t = iscsi_modesense6_sync(ctx, lun, 1, SCSI_MODESENSE_PC_CURRENT,
@@ -1336,6 +1372,7 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .submit = iscsi_submit,
     .proof_take = origin_iscsi_proof_take,
     .proof_check = origin_iscsi_proof_check,
+    .data_id = iscsi_data_id,
     .own_acquire = origin_iscsi_own_acquire,
     .own_renew = origin_iscsi_own_renew,
     .own_release = origin_iscsi_own_release,
