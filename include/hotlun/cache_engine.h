@@ -104,8 +104,8 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
  * this cache keeps of it for a disk not attached now, and a proof that
  * cannot see them (exclusive = yes: the size alone) would bring those
  * blocks back at the disk's next attach. Every detached disk of this cache
- * whose origin identity (as hl_cache_attach computes it) is origin's loses
- * its proof, the map written before this returns: the next attach is cold.
+ * whose origin identity (as hl_cache_attach computes it) is origin's, or
+ * another spelling of it (hl_origin_alias_key), loses its proof, the map written before this returns: the next attach is cold.
  * Call before the origin serves I/O. Blocking; main thread.
  * @return 0 or -errno (the map write failed: do not serve the origin).
  */
