@@ -305,29 +305,7 @@ int origin_file_proof_check(struct hl_origin *o, const char *tag, const char *pr
 	return 0;
 }
 
-/* ---- identity: what a path or an open file is ---- */
-
-/* "blk:MAJ:MIN" for a block device, "file:DEV:INO" for anything else. */
-static int stat_id(const struct stat *st, char *buf, size_t len)
-{
-	int n = S_ISBLK(st->st_mode)
-	            ? snprintf(buf, len, "blk:%u:%u", major(st->st_rdev), minor(st->st_rdev))
-	            : snprintf(buf, len, "file:%" PRIu64 ":%" PRIu64, (uint64_t)st->st_dev,
-	                       (uint64_t)st->st_ino);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-int origin_file_alias_key(const char *path, char *buf, size_t len)
-{
-	struct stat st;
-	int n;
-
-	if (stat(path, &st) == 0)
-		return stat_id(&st, buf, len);
-	/* not there (yet): its text, which open will refuse or create under that name */
-	n = snprintf(buf, len, "path:%s", path);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
+/* ---- identity: what the open file is (alias_key.c keys a path alike) ---- */
 
 int origin_file_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting)
 {
@@ -336,5 +314,5 @@ int origin_file_data_id(struct hl_origin *o, char *buf, size_t len, bool *lastin
 	*lasting = false; /* NFS and FUSE number their devices at mount */
 	if (fstat(fo_of(o)->fd, &st))
 		return -EOPNOTSUPP;
-	return stat_id(&st, buf, len) ? -EOPNOTSUPP : 0;
+	return origin_file_stat_key(&st, buf, len) ? -EOPNOTSUPP : 0;
 }

@@ -140,8 +140,9 @@ int origin_iscsi_url_key(const char *target, char *buf, size_t len);
  */
 int origin_iscsi_lu_designator(const uint8_t *page, size_t size, char *buf, size_t len);
 
-/** The file: origin's alias key of path (hl_origin_alias_key): by what the path is. */
-int origin_file_alias_key(const char *path, char *buf, size_t len);
+struct stat;
+/** "blk:MAJ:MIN" for a block device, "file:DEV:INO" for anything else (alias_key.c). */
+int origin_file_stat_key(const struct stat *st, char *buf, size_t len);
 
 /** libiscsi command status (not CHECK CONDITION) -> 0, -EAGAIN, -EBADE, -ENOTCONN (session lost). */
 int origin_iscsi_status_errno(int status);

@@ -50,6 +50,10 @@ static void test_iscsi_spellings(void)
 	/* what the parser refuses keys by its text (open refuses it anyway) */
 	CU_ASSERT_EQUAL(hl_origin_alias_key("iscsi://h/t", key_a, sizeof(key_a)), 0);
 	CU_ASSERT_STRING_EQUAL(key_a, "uri:iscsi://h/t");
+	CU_ASSERT_EQUAL(hl_origin_alias_key("iscsi://u%hunter2@h/t", key_a, sizeof(key_a)), 0);
+	CU_ASSERT_STRING_EQUAL(key_a, "uri:iscsi://h/t");
+	CU_ASSERT_EQUAL(hl_origin_alias_key("nbd://u%hunter2@h/x", key_a, sizeof(key_a)), 0);
+	CU_ASSERT_STRING_EQUAL(key_a, "uri:nbd://h/x");
 	/* a key that does not fit */
 	CU_ASSERT_EQUAL(hl_origin_alias_key(base, key_a, 16), -ENAMETOOLONG);
 }
