@@ -6,7 +6,8 @@
  * word that nobody else writes it, and its proof then names the device
  * behind the path and its size ("blk:"), so that a path that names another
  * device at the next start (/dev/sdX renumbered, a symbolic link moved)
- * is cold, never served the first device's blocks.
+ * is cold, never served the first device's blocks. And data_id: what the
+ * open file is (device and inode), for the daemon's alias check.
  */
 #include "config.h"
 

@@ -34,8 +34,9 @@
  *
  * open() runs on the main thread before reactors exist: it logs in
  * synchronously once to read the capacity (READ CAPACITY 16, else 10), the
- * Block Limits and Logical Block Provisioning VPD pages and the write-protect
- * bit (MODE SENSE 6), then logs out.
+ * Block Limits and Logical Block Provisioning VPD pages, the LUN's designator
+ * (VPD 83h: data_id, what names the LUN however its URL is spelled) and the
+ * write-protect bit (MODE SENSE 6), then logs out.
  *
  * Mapping: READ/WRITE -> READ(16)/WRITE(16) (FUA kept), split at the SAN's
  * MAXIMUM TRANSFER LENGTH; FLUSH -> SYNCHRONIZE CACHE(16) (10 if 16 is not
