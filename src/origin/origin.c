@@ -292,8 +292,9 @@ static struct hl_origin *prover_of(struct hl_origin *o, size_t member)
 
 /*
  * The identity an "excl:" proof carries (hl_origin_data_id, when it names
- * the same data after a restart), as a proof may hold it: the text itself when it is short and has no blank, else a
- * 128-bit hash of it. @return 0 or -EOPNOTSUPP (the stack has none).
+ * the same data after a restart), as a proof may hold it: the text itself
+ * when it is short and has no blank, else a 128-bit hash of it.
+ * @return 0 or -EOPNOTSUPP (the stack has none that lasts).
  */
 static int excl_ident(struct hl_origin *o, char *out, size_t len)
 {
