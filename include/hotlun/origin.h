@@ -587,6 +587,16 @@ int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proo
 /** See hl_origin_ops.identity. @return 0 or -EOPNOTSUPP (none, or it does not fit). */
 int hl_origin_identity(struct hl_origin *o, char *buf, size_t len);
 
+/**
+ * The identity o's "exclusive = yes" proofs carry (excl:SIZE:IDENT, from a
+ * lasting data_id), so that a cache can find its proofs of o's data under
+ * another URL (hl_cache_disown). Any thread. @return 0 or -EOPNOTSUPP (none).
+ */
+int hl_origin_excl_ident(struct hl_origin *o, char *buf, size_t len);
+
+/** Is proof (any token, NULL allowed) an "excl:SIZE:IDENT" proof of ident (hl_origin_excl_ident)? */
+bool hl_origin_proof_names(const char *proof, const char *ident);
+
 /** Room for hl_origin_data_id's and hl_origin_alias_key's texts, terminating NUL included. */
 #define HL_ORIGIN_ID_MAX 512
 

@@ -284,7 +284,7 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 	return rc;
 }
 
-int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin, char *err,
+int daemon_caches_disown(const struct hl_conf_disk *disk, struct hl_origin *origin, char *err,
                          size_t errlen)
 {
 	int rc = 0;

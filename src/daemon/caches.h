@@ -64,7 +64,7 @@ int daemon_alias_check(const struct hl_conf_disk *disk, const char *data_id,
  * back after writes it did not see. Blocking. @return 0 or -errno with a
  * message in err (the disk must not open).
  */
-int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin, char *err,
+int daemon_caches_disown(const struct hl_conf_disk *disk, struct hl_origin *origin, char *err,
                          size_t errlen);
 
 /**

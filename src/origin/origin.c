@@ -314,6 +314,25 @@ static int excl_ident(struct hl_origin *o, char *out, size_t len)
 	return 0;
 }
 
+int hl_origin_excl_ident(struct hl_origin *o, char *buf, size_t len)
+{
+	char ident[EXCL_IDENT_MAX + 1];
+
+	if (excl_ident(o, ident, sizeof(ident)) || hl_strlcpy(buf, ident, len) >= len)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+bool hl_origin_proof_names(const char *proof, const char *ident)
+{
+	const char *id;
+
+	if (!proof || !*ident || strncmp(proof, EXCL_PREFIX, strlen(EXCL_PREFIX)))
+		return false;
+	id = strchr(proof + strlen(EXCL_PREFIX), ':');
+	return id && !strcmp(id + 1, ident);
+}
+
 /* "excl:SIZE" and, when the stack names its data, ":IDENT" (the admin's word holds for it only). */
 static void excl_proof(struct hl_origin *o, char *proof, size_t len)
 {

@@ -695,10 +695,10 @@ static bool names_origin(const char *ent_ident, const char *ident, const char *k
 	return *key && hl_origin_alias_key(ent_ident, k, sizeof(k)) == 0 && !strcmp(k, key);
 }
 
-int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
+int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 {
 	char ident_buf[3800]; /* as hl_cache_attach's */
-	char key[HL_ORIGIN_ID_MAX];
+	char key[HL_ORIGIN_ID_MAX], excl[HL_ORIGIN_PROOF_MAX];
 	const char *ident;
 	bool changed = false, any = false, *hit;
 	int rc = 0;
@@ -710,16 +710,24 @@ int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
 	ident = engine_origin_ident(origin->uri, ident_buf, sizeof(ident_buf));
 	if (hl_origin_alias_key(ident, key, sizeof(key)))
 		key[0] = '\0';
+	/* what exclusive proofs of this origin's data say, under whatever URL (a second portal) */
+	if (hl_origin_excl_ident(origin, excl, sizeof(excl)))
+		excl[0] = '\0';
 	/*
 	 * Entries change only on this thread, so they are read here without
-	 * the lock: a key may stat a path, which must not stall the I/O path.
-	 * Most disks are none of this cache's.
+	 * the lock (their proofs under it: the metadata thread replaces them):
+	 * a key may stat a path, which must not stall the I/O path. Most disks
+	 * are none of this cache's.
 	 */
 	hit = calloc(c->n_ents + 1, sizeof(*hit));
 	if (!hit)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->n_ents; i++)
 		any |= hit[i] = names_origin(c->ents[i]->ident, ident, key);
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_ents; i++)
+		any |= hit[i] |= hl_origin_proof_names(c->ents[i]->proof, excl);
+	pthread_mutex_unlock(&c->lock);
 	if (!any) {
 		free(hit);
 		return 0;

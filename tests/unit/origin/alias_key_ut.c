@@ -245,6 +245,20 @@ static void test_excl_identity(void)
 	CU_ASSERT_EQUAL(check(o, proof, why), 0);
 	long_id[5] = 'y';
 	CU_ASSERT_EQUAL(check(o, proof, why), -ESTALE);
+	/* what a cache's disown looks for in its proofs */
+	fake_id = "scsi-lu:naa:600a0b";
+	CU_ASSERT_EQUAL(hl_origin_excl_ident(o, old, sizeof(old)), 0);
+	CU_ASSERT_STRING_EQUAL(old, "scsi-lu:naa:600a0b");
+	CU_ASSERT_TRUE(hl_origin_proof_names("excl:4096:scsi-lu:naa:600a0b", old));
+	CU_ASSERT_FALSE(hl_origin_proof_names("excl:4096:scsi-lu:naa:600a0c", old));
+	CU_ASSERT_FALSE(hl_origin_proof_names("excl:4096", old));
+	CU_ASSERT_FALSE(hl_origin_proof_names("file:1:2:3:4.5", old));
+	CU_ASSERT_FALSE(hl_origin_proof_names(NULL, old));
+	CU_ASSERT_FALSE(hl_origin_proof_names("excl:4096:", ""));
+	fake_lasting = false;
+	CU_ASSERT_EQUAL(hl_origin_excl_ident(o, old, sizeof(old)), -EOPNOTSUPP);
+	fake_lasting = true;
+	fake_id = long_id;
 	/* exclusive = yes removed */
 	o->sole_writer = false;
 	CU_ASSERT_EQUAL(check(o, proof, why), -ESTALE);
