@@ -594,7 +594,7 @@ int hl_origin_identity(struct hl_origin *o, char *buf, size_t len);
  */
 int hl_origin_excl_ident(struct hl_origin *o, char *buf, size_t len);
 
-/** Is proof (any token, NULL allowed) an "excl:SIZE:IDENT" proof of ident (hl_origin_excl_ident)? */
+/** Is proof (any token, or NULL) an "excl:SIZE:IDENT" proof of ident (hl_origin_excl_ident)? */
 bool hl_origin_proof_names(const char *proof, const char *ident);
 
 /** Room for hl_origin_data_id's and hl_origin_alias_key's texts, terminating NUL included. */

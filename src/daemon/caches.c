@@ -177,11 +177,11 @@ int daemon_alias_check(const struct hl_conf_disk *disk, const char *data_id,
 	if (!*data_id || strcmp(data_id, other_id) || !alias_stale(disk, other))
 		return 0;
 	hl_uri_redact(disk->origin, false, shown, sizeof(shown));
-	return daemon_fail(err, errlen, -EINVAL,
-	                   "disk %s: origin %s is disk %s's origin under another name (%s), and %s is "
-	                   "cached: a write through one would leave the cache stale",
-	                   disk->name, shown, other->name, data_id,
-	                   disk->cache ? disk->name : other->name);
+	return daemon_fail(
+	    err, errlen, -EINVAL,
+	    "disk %s: origin %s is disk %s's origin under another name (%s), and %s is "
+	    "cached: a write through one would leave the cache stale",
+	    disk->name, shown, other->name, data_id, disk->cache ? disk->name : other->name);
 }
 
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)

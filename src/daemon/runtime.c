@@ -387,7 +387,7 @@ static int disk_open(struct daemon *d, const struct plan *p, const struct hl_con
 		                   shown, strerror(-rc));
 	}
 	backend = origin; /* the one with the ownership ops (several gateways) */
-	/* Before any cache sees it: another disk's origin under another URL (docs/cache-engine.md) */
+	/* Before any cache sees it: another disk's origin under another URL (cache-engine.md) */
 	if (hl_origin_data_id(origin, rt->data_id, sizeof(rt->data_id), NULL))
 		rt->data_id[0] = '\0';
 	rc = disk_alias_check(d, p, cd, rt->data_id, err, errlen);

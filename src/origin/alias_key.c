@@ -80,7 +80,8 @@ static int file_key(const char *path, char *buf, size_t len)
 
 	if (stat(path, &st) == 0)
 		return origin_file_stat_key(&st, buf, len);
-	return text_key("path:", path, buf, len); /* open refuses it, or creates it under that name */
+	/* not there (yet): open refuses it, or creates it under that name */
+	return text_key("path:", path, buf, len);
 }
 
 int hl_origin_alias_key(const char *uri, char *buf, size_t len)

@@ -1029,8 +1029,8 @@ static void probe_lu_id(struct hl_origin *o, struct iscsi_context *ctx)
 {
 	struct isc_origin *io = io_of(o);
 	struct scsi_task *t = probe_vpd(ctx, (int)io->url.lun, 0x83, 1024);
-	int rc = t ? origin_iscsi_lu_designator(t->datain.data, (size_t)t->datain.size,
-	                                        io->lu_id, sizeof(io->lu_id))
+	int rc = t ? origin_iscsi_lu_designator(t->datain.data, (size_t)t->datain.size, io->lu_id,
+	                                        sizeof(io->lu_id))
 	           : -ENOENT;
 
 	scsi_free_scsi_task(t);

@@ -352,7 +352,7 @@ int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char 
 
 	if (rc != -EOPNOTSUPP || !o->sole_writer)
 		return rc;
-	/* The admin's word: nobody else writes it. The size and the identity still have to match. */
+	/* The admin's word: nobody else writes it. Size and identity still have to match. */
 	excl_proof(o, want, sizeof(want));
 	if (hl_strlcpy(proof, want, len) >= len)
 		return -EOPNOTSUPP;
