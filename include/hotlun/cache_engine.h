@@ -104,12 +104,14 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
  * this cache keeps of it for a disk not attached now, and a proof that
  * cannot see them (exclusive = yes: the size alone) would bring those
  * blocks back at the disk's next attach. Every detached disk of this cache
- * whose origin identity (as hl_cache_attach computes it) is origin's loses
- * its proof, the map written before this returns: the next attach is cold.
+ * whose origin identity (as hl_cache_attach computes it) is origin's, or
+ * another spelling of it (hl_origin_alias_key), or whose exclusive proof
+ * names origin's data (hl_origin_proof_names: the same LUN under another
+ * portal), loses its proof, the map written before this returns: the next attach is cold.
  * Call before the origin serves I/O. Blocking; main thread.
  * @return 0 or -errno (the map write failed: do not serve the origin).
  */
-int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin);
+int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin);
 
 /**
  * This gateway became the owner of a shared disk (hotlun/owner.h): before

@@ -395,6 +395,21 @@ struct hl_origin_ops {
 	 * Main thread, after open. @return 0 or -EOPNOTSUPP.
 	 */
 	int (*identity)(struct hl_origin *o, char *buf, size_t len);
+	/**
+	 * Optional. A text that names the data this origin reads, read from
+	 * the origin itself at open, so that two spellings of one origin get
+	 * the same text and two origins never do (file: device and inode;
+	 * iscsi: the LUN's VPD 83h logical unit designator; rbd: identity
+	 * above, which stands in when a stack has no data_id). Unlike
+	 * identity it never feeds the LU's own identity. The daemon refuses
+	 * a second disk on one origin when a write through one would leave a
+	 * cache of the other stale, and "exclusive = yes" proofs carry it
+	 * when *lasting is set: the text names the same data after a restart
+	 * (a SAN's designator does; a file's device number does not on NFS or
+	 * FUSE, which number their devices at mount). Any thread, no I/O.
+	 * @return 0 or -EOPNOTSUPP (the origin has none).
+	 */
+	int (*data_id)(struct hl_origin *o, char *buf, size_t len, bool *lasting);
 
 	/* ---- ownership among gateways (all optional, all or none) ---- */
 	/**
@@ -578,6 +593,40 @@ int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proo
 
 /** See hl_origin_ops.identity. @return 0 or -EOPNOTSUPP (none, or it does not fit). */
 int hl_origin_identity(struct hl_origin *o, char *buf, size_t len);
+
+/**
+ * The identity o's "exclusive = yes" proofs carry (excl:SIZE:IDENT, from a
+ * lasting data_id), so that a cache can find its proofs of o's data under
+ * another URL (hl_cache_disown). Any thread. @return 0 or -EOPNOTSUPP (none).
+ */
+int hl_origin_excl_ident(struct hl_origin *o, char *buf, size_t len);
+
+/** Is proof (any token, or NULL) an "excl:SIZE:IDENT" proof of ident (hl_origin_excl_ident)? */
+bool hl_origin_proof_names(const char *proof, const char *ident);
+
+/** Room for hl_origin_data_id's and hl_origin_alias_key's texts, terminating NUL included. */
+#define HL_ORIGIN_ID_MAX 512
+
+/**
+ * See hl_origin_ops.data_id: the first layer of o's stack with data_id,
+ * else with identity (lasting). lasting may be NULL. @return 0 or
+ * -EOPNOTSUPP (none, or it does not fit).
+ */
+int hl_origin_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting);
+
+/**
+ * What an origin URI names, from its text alone (no login, no cluster): the
+ * config-time half of the alias check (docs/cache-engine.md, "Disk names,
+ * LUN ids and origin identity"). Two URIs get the same key when they are
+ * spellings of one origin that the text shows: a file by device and inode
+ * (a block device by its number; by its path when it does not exist); an
+ * iscsi:// LUN by portal (host in lower case, an IPv6 address in one form,
+ * port 3260 when absent), target name (case-insensitive) and LUN, without
+ * credentials or query options; an rbd image by pool, image and snapshot.
+ * A URI the backends cannot parse gets its text. @return 0, or
+ * -ENAMETOOLONG when the key does not fit in len.
+ */
+int hl_origin_alias_key(const char *uri, char *buf, size_t len);
 
 /** See hl_origin_ops.hot_publish. @return -EOPNOTSUPP when no layer has it. */
 int hl_origin_hot_publish(struct hl_origin *o, uint32_t block_size, const struct hl_hot_ent *v,

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "daemon/daemon_internal.h"
 #include "hotlun/cache_engine.h"
@@ -103,25 +102,19 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	return 0;
 }
 
-/* The same file (or block device) under two names? Paths that do not exist compare as text. */
-static bool same_file(const char *a, const char *b)
+/*
+ * Do a and b (origin URIs or cache devices) name the same data, as far as
+ * their text shows? The origin layer keys each (hl_origin_alias_key: a file
+ * by device and inode, an iscsi:// LUN by portal, target and LUN, ...); a
+ * key that does not fit compares by the text itself.
+ */
+static bool same_origin(const char *a, const char *b)
 {
-	struct stat sa, sb;
+	char ka[HL_ORIGIN_ID_MAX], kb[HL_ORIGIN_ID_MAX];
 
-	if (stat(a, &sa) == 0 && stat(b, &sb) == 0) {
-		if (S_ISBLK(sa.st_mode) && S_ISBLK(sb.st_mode))
-			return sa.st_rdev == sb.st_rdev;
-		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-	}
-	return strcmp(a, b) == 0;
-}
-
-/* A file: origin's path (or a bare path), else NULL. */
-static const char *origin_path(const char *uri)
-{
-	if (!strncmp(uri, "file:", 5))
-		return uri + 5;
-	return strchr(uri, ':') ? NULL : uri;
+	if (hl_origin_alias_key(a, ka, sizeof(ka)) || hl_origin_alias_key(b, kb, sizeof(kb)))
+		return strcmp(a, b) == 0;
+	return strcmp(ka, kb) == 0;
 }
 
 /* A cache device must not be another cache's device or a disk's origin. */
@@ -130,29 +123,18 @@ static int check_device(const struct hl_conf *conf, const struct hl_conf_cache *
 {
 	for (size_t j = 0; j < conf->n_caches; j++) {
 		const struct hl_conf_cache *o = &conf->caches[j];
-		if (o != k && same_file(o->device, k->device))
+		if (o != k && same_origin(o->device, k->device))
 			return daemon_fail(err, errlen, -EINVAL,
 			                   "cache %s: device %s is also cache %s's device", k->name,
 			                   k->device, o->name);
 	}
 	for (size_t j = 0; j < conf->n_disks; j++) {
-		const char *p = origin_path(conf->disks[j].origin);
-		if (p && same_file(p, k->device))
+		if (same_origin(conf->disks[j].origin, k->device))
 			return daemon_fail(err, errlen, -EINVAL,
 			                   "cache %s: device %s is disk %s's origin", k->name,
 			                   k->device, conf->disks[j].name);
 	}
 	return 0;
-}
-
-/* Do origins a and b name the same data? Files by what they are; other URIs by their text. */
-static bool same_origin(const char *a, const char *b)
-{
-	const char *pa = origin_path(a), *pb = origin_path(b);
-
-	if (pa && pb)
-		return same_file(pa, pb);
-	return !pa && !pb && strcmp(a, b) == 0;
 }
 
 /*
@@ -161,15 +143,19 @@ static bool same_origin(const char *a, const char *b)
  * them and the cached disk would serve the old bytes (ARCHITECTURE
  * invariant 1). Read-only or uncached views of one origin stay allowed.
  */
+static bool alias_stale(const struct hl_conf_disk *a, const struct hl_conf_disk *b)
+{
+	return (a->cache && !b->read_only) || (b->cache && !a->read_only);
+}
+
 static int check_aliases(const struct hl_conf *conf, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < conf->n_disks; i++) {
 		const struct hl_conf_disk *a = &conf->disks[i];
 		for (size_t j = 0; j < i; j++) {
 			const struct hl_conf_disk *b = &conf->disks[j];
-			bool stale = (a->cache && !b->read_only) || (b->cache && !a->read_only);
 			char shown[2200]; /* credentials masked, as runtime.c shows origins */
-			if (!stale || !same_origin(a->origin, b->origin))
+			if (!alias_stale(a, b) || !same_origin(a->origin, b->origin))
 				continue;
 			hl_uri_redact(a->origin, false, shown, sizeof(shown));
 			return daemon_fail(err, errlen, -EINVAL,
@@ -180,6 +166,22 @@ static int check_aliases(const struct hl_conf *conf, char *err, size_t errlen)
 		}
 	}
 	return 0;
+}
+
+int daemon_alias_check(const struct hl_conf_disk *disk, const char *data_id,
+                       const struct hl_conf_disk *other, const char *other_id, char *err,
+                       size_t errlen)
+{
+	char shown[2200];
+
+	if (!*data_id || strcmp(data_id, other_id) || !alias_stale(disk, other))
+		return 0;
+	hl_uri_redact(disk->origin, false, shown, sizeof(shown));
+	return daemon_fail(
+	    err, errlen, -EINVAL,
+	    "disk %s: origin %s is disk %s's origin under another name (%s), and %s is "
+	    "cached: a write through one would leave the cache stale",
+	    disk->name, shown, other->name, data_id, disk->cache ? disk->name : other->name);
 }
 
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
@@ -282,7 +284,7 @@ int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen)
 	return rc;
 }
 
-int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin, char *err,
+int daemon_caches_disown(const struct hl_conf_disk *disk, struct hl_origin *origin, char *err,
                          size_t errlen)
 {
 	int rc = 0;

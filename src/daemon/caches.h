@@ -45,13 +45,26 @@ int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen);
 int daemon_caches_apply(const struct hl_conf *conf, char *err, size_t errlen);
 
 /**
+ * The open-time half of the alias check that daemon_caches_open does on
+ * the URIs' text: disk's origin, opened, names its data data_id
+ * (hl_origin_data_id; "" none); other is a disk that is open or about to
+ * be, other_id its data_id. Refused when the two are equal and one disk
+ * is cached while the other can write: the cache keys blocks by disk, so
+ * a write through the other disk would leave it stale. @return 0, or
+ * -EINVAL with a message naming both disks in err.
+ */
+int daemon_alias_check(const struct hl_conf_disk *disk, const char *data_id,
+                       const struct hl_conf_disk *other, const char *other_id, char *err,
+                       size_t errlen);
+
+/**
  * disk is about to serve origin (after the throttle, not cached yet): unless
  * it is read-only, every open cache but disk->cache forgets its proofs of
  * that origin (hl_cache_disown), so that blocks it cached before never come
  * back after writes it did not see. Blocking. @return 0 or -errno with a
  * message in err (the disk must not open).
  */
-int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin *origin, char *err,
+int daemon_caches_disown(const struct hl_conf_disk *disk, struct hl_origin *origin, char *err,
                          size_t errlen);
 
 /**

@@ -46,6 +46,7 @@ struct disk_rt {
 	struct hl_owner *owner;     /* several gateways ([global] gateway): who owns it, or NULL */
 	struct hl_origin *cached;   /* the cache's wrapper inside lu, or NULL (owner hooks) */
 	struct hl_origin *pr_backend; /* keeps lu's shared reservation record (pr_*), or NULL */
+	char data_id[HL_ORIGIN_ID_MAX]; /* what its origin names (hl_origin_data_id), "": none */
 	/* daemon_owners_handover's, here so that a stop allocates nothing */
 	pthread_t handover_thread;
 	bool handover_threaded;

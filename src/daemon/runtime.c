@@ -342,8 +342,12 @@ unsigned daemon_owners_handover(struct daemon *d, unsigned wait_ms)
 	return owned;
 }
 
-static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct disk_rt **out,
-		     char *err, size_t errlen)
+struct plan;
+static int disk_alias_check(struct daemon *d, const struct plan *p, const struct hl_conf_disk *cd,
+			    const char *data_id, char *err, size_t errlen);
+
+static int disk_open(struct daemon *d, const struct plan *p, const struct hl_conf_disk *cd,
+		     struct disk_rt **out, char *err, size_t errlen)
 {
 	struct hl_origin_opts opts = {
 		.read_only = cd->read_only,
@@ -383,6 +387,15 @@ static int disk_open(struct daemon *d, const struct hl_conf_disk *cd, struct dis
 		                   shown, strerror(-rc));
 	}
 	backend = origin; /* the one with the ownership ops (several gateways) */
+	/* Before any cache sees it: another disk's origin under another URL (cache-engine.md) */
+	if (hl_origin_data_id(origin, rt->data_id, sizeof(rt->data_id), NULL))
+		rt->data_id[0] = '\0';
+	rc = disk_alias_check(d, p, cd, rt->data_id, err, errlen);
+	if (rc) {
+		hl_origin_close(origin);
+		daemon_disk_free(rt);
+		return rc;
+	}
 	/* Before any wrapper: what names the origin's data for every gateway (rbd: the image). */
 	shared_ident = hl_origin_identity(origin, ident, sizeof(ident)) == 0;
 	rc = daemon_wrap_origin(cd, &origin);
@@ -527,6 +540,31 @@ struct plan {
 	size_t n_portals_added;
 };
 
+/*
+ * cd's origin, opened, names data_id: refused when a disk that is open, or
+ * opened earlier in this change, names it too and one of them is cached
+ * while the other writes (daemon_alias_check). A disk of the same name is
+ * the one cd replaces.
+ */
+static int disk_alias_check(struct daemon *d, const struct plan *p, const struct hl_conf_disk *cd,
+			    const char *data_id, char *err, size_t errlen)
+{
+	struct disk_rt *rt;
+	int rc;
+
+	hl_list_for_each_entry(rt, &d->disks, link) {
+		if (strcmp(rt->conf.name, cd->name) &&
+		    (rc = daemon_alias_check(cd, data_id, &rt->conf, rt->data_id, err, errlen)))
+			return rc;
+	}
+	for (size_t i = 0; i < p->n_disks; i++) {
+		rt = p->disks[i].rt;
+		if ((rc = daemon_alias_check(cd, data_id, &rt->conf, rt->data_id, err, errlen)))
+			return rc;
+	}
+	return 0;
+}
+
 static void plan_rollback(struct daemon *d, struct plan *p)
 {
 	for (size_t i = 0; i < p->n_disks; i++)
@@ -651,7 +689,7 @@ static int prepare(struct daemon *d, const struct hl_conf *next, bool force, str
 			    "can change only without sessions (or force)",
 			    nd->name, who);
 		struct pending_disk *pd = &p->disks[p->n_disks];
-		rc = disk_open(d, nd, &pd->rt, err, errlen);
+		rc = disk_open(d, p, nd, &pd->rt, err, errlen);
 		if (rc)
 			return rc;
 		pd->replaces = old;

@@ -582,5 +582,6 @@ const struct hl_origin_ops origin_file_ops = {
     .close = file_close,
     .submit = file_submit,
     .proof_take = origin_file_proof_take,
+    .data_id = origin_file_data_id,
     .proof_check = origin_file_proof_check,
 };

@@ -6,7 +6,8 @@
  * word that nobody else writes it, and its proof then names the device
  * behind the path and its size ("blk:"), so that a path that names another
  * device at the next start (/dev/sdX renumbered, a symbolic link moved)
- * is cold, never served the first device's blocks.
+ * is cold, never served the first device's blocks. And data_id: what the
+ * open file is (device and inode), for the daemon's alias check.
  */
 #include "config.h"
 
@@ -303,4 +304,16 @@ int origin_file_proof_check(struct hl_origin *o, const char *tag, const char *pr
 	}
 	snprintf(why, whylen, "file unchanged");
 	return 0;
+}
+
+/* ---- identity: what the open file is (alias_key.c keys a path alike) ---- */
+
+int origin_file_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting)
+{
+	struct stat st;
+
+	*lasting = false; /* NFS and FUSE number their devices at mount */
+	if (fstat(fo_of(o)->fd, &st))
+		return -EOPNOTSUPP;
+	return origin_file_stat_key(&st, buf, len) ? -EOPNOTSUPP : 0;
 }

@@ -34,8 +34,9 @@
  *
  * open() runs on the main thread before reactors exist: it logs in
  * synchronously once to read the capacity (READ CAPACITY 16, else 10), the
- * Block Limits and Logical Block Provisioning VPD pages and the write-protect
- * bit (MODE SENSE 6), then logs out.
+ * Block Limits and Logical Block Provisioning VPD pages, the LUN's designator
+ * (VPD 83h: data_id, what names the LUN however its URL is spelled) and the
+ * write-protect bit (MODE SENSE 6), then logs out.
  *
  * Mapping: READ/WRITE -> READ(16)/WRITE(16) (FUA kept), split at the SAN's
  * MAXIMUM TRANSFER LENGTH; FLUSH -> SYNCHRONIZE CACHE(16) (10 if 16 is not
@@ -1011,15 +1012,49 @@ static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
 
 /* ---- open: one synchronous login to learn the LUN ---- */
 
-static struct scsi_task *probe_vpd(struct iscsi_context *ctx, int lun, int page)
+static struct scsi_task *probe_vpd(struct iscsi_context *ctx, int lun, int page, int alloc)
 {
-	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, page, 255);
+	struct scsi_task *t = iscsi_inquiry_sync(ctx, lun, 1, page, alloc);
 
 	if (t && t->status != SCSI_STATUS_GOOD) {
 		scsi_free_scsi_task(t);
 		return NULL;
 	}
 	return t;
+}
+
+/*
+ * The LUN's own name (VPD 83h, association "logical unit"): what tells two
+ * URLs of one LUN apart from two LUNs (data_id). Read once here: a SAN
+ * does not rename a LUN under a session.
+ */
+static void probe_lu_id(struct hl_origin *o, struct iscsi_context *ctx)
+{
+	struct isc_origin *io = io_of(o);
+	struct scsi_task *t = probe_vpd(ctx, (int)io->url.lun, 0x83, 1024);
+	int rc = t ? origin_iscsi_lu_designator(t->datain.data, (size_t)t->datain.size, io->lu_id,
+	                                        sizeof(io->lu_id))
+	           : -ENOENT;
+
+	scsi_free_scsi_task(t);
+	if (rc) {
+		io->lu_id[0] = '\0';
+		HL_WARN(ISC_COMPONENT,
+		        "%s: the LUN names no logical unit designator (VPD 83h): another "
+		        "disk on it under another URL is not detected, and exclusive = yes "
+		        "proofs hold for any LUN of this URL with its size",
+		        o->uri);
+	}
+}
+
+static int iscsi_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting)
+{
+	struct isc_origin *io = io_of(o);
+
+	*lasting = true; /* the SAN's name for the LUN, which it keeps */
+	if (!io->lu_id[0] || hl_strlcpy(buf, io->lu_id, len) >= len)
+		return -EOPNOTSUPP;
+	return 0;
 }
 
 static int probe(struct hl_origin *o, struct iscsi_context *ctx)
@@ -1076,7 +1111,7 @@ static int probe(struct hl_origin *o, struct iscsi_context *ctx)
 	}
 
 	/* VPD pages */
-	t = probe_vpd(ctx, lun, 0x00);
+	t = probe_vpd(ctx, lun, 0x00, 255);
 	if (t && t->datain.size >= 4) {
 		size_t n =
 		    HL_MIN((size_t)t->datain.size - 4, (size_t)hl_get_be16(t->datain.data + 2));
@@ -1089,7 +1124,7 @@ static int probe(struct hl_origin *o, struct iscsi_context *ctx)
 	io->max_unmap = 0;
 	io->max_unmap_desc = 0;
 	io->max_ws = 0;
-	if (has_b0 && (t = probe_vpd(ctx, lun, 0xb0)) != NULL) {
+	if (has_b0 && (t = probe_vpd(ctx, lun, 0xb0, 255)) != NULL) {
 		d = t->datain.data;
 		if (t->datain.size >= 16) {
 			io->max_caw = d[5];
@@ -1103,13 +1138,15 @@ static int probe(struct hl_origin *o, struct iscsi_context *ctx)
 			io->max_ws = (uint32_t)hl_get_be64(d + 36);
 		scsi_free_scsi_task(t);
 	}
-	if (has_b2 && (t = probe_vpd(ctx, lun, 0xb2)) != NULL) {
+	if (has_b2 && (t = probe_vpd(ctx, lun, 0xb2, 255)) != NULL) {
 		if (t->datain.size >= 6) {
 			lbpu = t->datain.data[5] & 0x80;
 			lbpws = t->datain.data[5] & 0x40;
 		}
 		scsi_free_scsi_task(t);
 	}
+
+	probe_lu_id(o, ctx);
 
 	/* write protect: DEVICE-SPECIFIC PARAMETER bit 7 of the mode parameter header */
 	t = iscsi_modesense6_sync(ctx, lun, 1, SCSI_MODESENSE_PC_CURRENT,
@@ -1339,6 +1376,7 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .submit = iscsi_submit,
     .proof_take = origin_iscsi_proof_take,
     .proof_check = origin_iscsi_proof_check,
+    .data_id = iscsi_data_id,
     .own_acquire = origin_iscsi_own_acquire,
     .own_renew = origin_iscsi_own_renew,
     .own_release = origin_iscsi_own_release,

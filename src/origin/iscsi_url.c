@@ -10,6 +10,7 @@
 #include "hotlun/util.h"
 #include "origin/origin_internal.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <iscsi/iscsi.h>
@@ -300,4 +301,76 @@ int origin_iscsi_status_errno(int status)
 	default:
 		return -EIO;
 	}
+}
+
+/* ---- identity: the URL's key, the LUN's designator ---- */
+
+int origin_iscsi_url_key(const char *target, char *buf, size_t len)
+{
+	struct origin_iscsi_url u;
+	char host[ORIGIN_ISCSI_HOST_MAX];
+	unsigned char addr[sizeof(struct in6_addr)];
+	int n;
+
+	if (origin_iscsi_url_parse(target, &u))
+		return -EINVAL;
+	explicit_bzero(u.secret, sizeof(u.secret)); /* never part of a key */
+	/* one spelling per address: "::1" and "0:0::1" are one host */
+	if (u.ipv6 && inet_pton(AF_INET6, u.host, addr) == 1 &&
+	    inet_ntop(AF_INET6, addr, host, sizeof(host)))
+		hl_strlcpy(u.host, host, sizeof(u.host));
+	/* host names are case-insensitive (RFC 4343), and so are iSCSI names (RFC 3722) */
+	for (char *c = u.host; *c; c++)
+		*c = (char)tolower((unsigned char)*c);
+	for (char *c = u.target; *c; c++)
+		*c = (char)tolower((unsigned char)*c);
+	n = snprintf(buf, len, u.ipv6 ? "iscsi://[%s]:%u/%s/%u" : "iscsi://%s:%u/%s/%u", u.host,
+	             u.port, u.target, u.lun);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * Designator types of VPD page 83h that name one logical unit everywhere
+ * (SPC-4 7.8.6), best first. T10 vendor ID (1) and vendor specific (0)
+ * are left out: SANs fill them with per-target numbers that repeat across
+ * SANs (tgt's "IET 00010001"), and a repeat would refuse a disk for
+ * another SAN's LUN.
+ */
+static const struct {
+	uint8_t type;
+	const char *name;
+} lu_kinds[] = {{0x3, "naa"}, {0x2, "eui64"}, {0xa, "uuid"}, {0x8, "name"}};
+
+int origin_iscsi_lu_designator(const uint8_t *page, size_t size, char *buf, size_t len)
+{
+	size_t end, best_off = 0, best_rank = HL_ARRAY_SIZE(lu_kinds);
+	int n;
+
+	if (!page || size < 4 || page[1] != 0x83)
+		return -ENOENT;
+	end = HL_MIN(size, (size_t)4 + hl_get_be16(page + 2));
+	for (size_t off = 4; off + 4 <= end; off += 4 + (size_t)page[off + 3]) {
+		uint8_t assoc = (page[off + 1] >> 4) & 0x3, type = page[off + 1] & 0xf;
+
+		if (off + 4 + page[off + 3] > end)
+			break; /* cut short: what is left is not a whole designator */
+		if (assoc != 0 || page[off + 3] == 0)
+			continue; /* a port's or the target's, not the logical unit's */
+		for (size_t k = 0; k < best_rank; k++) {
+			if (lu_kinds[k].type == type) {
+				best_rank = k;
+				best_off = off;
+				break;
+			}
+		}
+	}
+	if (best_rank == HL_ARRAY_SIZE(lu_kinds))
+		return -ENOENT;
+	/* hex of the bytes: a name string's case and padding stay part of it, as the SAN sent it */
+	n = snprintf(buf, len, "scsi-lu:%s:", lu_kinds[best_rank].name);
+	if (n < 0 || (size_t)n + 2u * page[best_off + 3] >= len)
+		return -ENAMETOOLONG;
+	for (size_t i = 0; i < page[best_off + 3]; i++)
+		n += snprintf(buf + n, len - (size_t)n, "%02x", page[best_off + 4 + i]);
+	return 0;
 }

@@ -270,6 +270,7 @@ void hl_origin_forward_events(struct hl_origin *inner, struct hl_origin *outer)
 /* ---- warm restart proofs ---- */
 
 #define EXCL_PREFIX "excl:"
+#define EXCL_IDENT_MAX 120 /* longer identities go in as a hash (HL_ORIGIN_PROOF_MAX) */
 
 /*
  * The layer of o's stack that has the optional op at byte `member` of its
@@ -289,17 +290,97 @@ static struct hl_origin *prover_of(struct hl_origin *o, size_t member)
 
 #define PROVER(o, op) prover_of((o), offsetof(struct hl_origin_ops, op))
 
+/*
+ * The identity an "excl:" proof carries (hl_origin_data_id, when it names
+ * the same data after a restart), as a proof may hold it: the text itself
+ * when it is short and has no blank, else a 128-bit hash of it.
+ * @return 0 or -EOPNOTSUPP (the stack has none that lasts).
+ */
+static int excl_ident(struct hl_origin *o, char *out, size_t len)
+{
+	char id[HL_ORIGIN_ID_MAX];
+	bool lasting;
+	size_t n;
+
+	if (hl_origin_data_id(o, id, sizeof(id), &lasting) || !lasting)
+		return -EOPNOTSUPP;
+	n = strlen(id);
+	if (n && n < len && n <= EXCL_IDENT_MAX && !strpbrk(id, " \t\r\n")) {
+		memcpy(out, id, n + 1);
+		return 0;
+	}
+	snprintf(out, len, "h%016" PRIx64 "%016" PRIx64, hl_hash64(id, n, 0x65786331u),
+	         hl_hash64(id, n, 0x65786332u));
+	return 0;
+}
+
+int hl_origin_excl_ident(struct hl_origin *o, char *buf, size_t len)
+{
+	char ident[EXCL_IDENT_MAX + 1];
+
+	if (excl_ident(o, ident, sizeof(ident)) || hl_strlcpy(buf, ident, len) >= len)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+bool hl_origin_proof_names(const char *proof, const char *ident)
+{
+	const char *id;
+
+	if (!proof || !*ident || strncmp(proof, EXCL_PREFIX, strlen(EXCL_PREFIX)))
+		return false;
+	id = strchr(proof + strlen(EXCL_PREFIX), ':');
+	return id && !strcmp(id + 1, ident);
+}
+
+/* "excl:SIZE" and, when the stack names its data, ":IDENT" (the admin's word holds for it only). */
+static void excl_proof(struct hl_origin *o, char *proof, size_t len)
+{
+	char ident[EXCL_IDENT_MAX + 1];
+
+	if (excl_ident(o, ident, sizeof(ident)) == 0)
+		snprintf(proof, len, EXCL_PREFIX "%" PRIu64 ":%s", o->size, ident);
+	else
+		snprintf(proof, len, EXCL_PREFIX "%" PRIu64, o->size);
+}
+
 int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof, size_t len)
 {
 	struct hl_origin *p = PROVER(o, proof_take);
 	int rc = p ? p->ops->proof_take(p, tag, final, proof, len) : -EOPNOTSUPP;
+	char want[HL_ORIGIN_PROOF_MAX];
 
 	if (rc != -EOPNOTSUPP || !o->sole_writer)
 		return rc;
-	/* The admin's word: nobody else writes it. The size still has to match. */
-	if ((size_t)snprintf(proof, len, EXCL_PREFIX "%" PRIu64, o->size) >= len)
+	/* The admin's word: nobody else writes it. Size and identity still have to match. */
+	excl_proof(o, want, sizeof(want));
+	if (hl_strlcpy(proof, want, len) >= len)
 		return -EOPNOTSUPP;
 	return 0;
+}
+
+/* Why an "excl:" proof does not hold for o now, or NULL when it does. */
+static const char *excl_mismatch(struct hl_origin *o, const char *proof)
+{
+	char want[HL_ORIGIN_PROOF_MAX], *p_id, *w_id;
+	size_t p_len, w_len;
+
+	if (!o->sole_writer)
+		return "exclusive = yes was removed";
+	excl_proof(o, want, sizeof(want));
+	if (!strcmp(proof, want))
+		return NULL;
+	p_id = strchr(proof + strlen(EXCL_PREFIX), ':');
+	w_id = strchr(want + strlen(EXCL_PREFIX), ':');
+	p_len = p_id ? (size_t)(p_id - proof) : strlen(proof);
+	w_len = w_id ? (size_t)(w_id - want) : strlen(want);
+	if (p_len != w_len || strncmp(proof, want, p_len))
+		return "origin size changed";
+	if (!p_id)
+		return "origin identity not recorded (older proof)";
+	if (!w_id)
+		return "origin has no identity now";
+	return "origin identity changed";
 }
 
 int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proof,
@@ -311,19 +392,10 @@ int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proo
 		return -ESTALE;
 	}
 	if (!strncmp(proof, EXCL_PREFIX, strlen(EXCL_PREFIX))) {
-		char want[48];
+		const char *bad = excl_mismatch(o, proof);
 
-		snprintf(want, sizeof(want), EXCL_PREFIX "%" PRIu64, o->size);
-		if (!o->sole_writer) {
-			snprintf(why, whylen, "exclusive = yes was removed");
-			return -ESTALE;
-		}
-		if (strcmp(proof, want)) {
-			snprintf(why, whylen, "origin size changed");
-			return -ESTALE;
-		}
-		snprintf(why, whylen, "exclusive = yes");
-		return 0;
+		snprintf(why, whylen, "%s", bad ? bad : "exclusive = yes");
+		return bad ? -ESTALE : 0;
 	}
 	struct hl_origin *p = PROVER(o, proof_check);
 	if (!p) {
@@ -397,4 +469,17 @@ int hl_origin_identity(struct hl_origin *o, char *buf, size_t len)
 	struct hl_origin *p = PROVER(o, identity);
 
 	return p ? p->ops->identity(p, buf, len) : -EOPNOTSUPP;
+}
+
+int hl_origin_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting)
+{
+	struct hl_origin *p = PROVER(o, data_id);
+	bool dummy;
+
+	if (!lasting)
+		lasting = &dummy;
+	*lasting = true; /* identity names data across gateways, so across restarts */
+	if (p)
+		return p->ops->data_id(p, buf, len, lasting);
+	return hl_origin_identity(o, buf, len);
 }

@@ -113,6 +113,9 @@ void origin_file_stamp_of(const struct stat *st, struct file_stamp *s);
 /** Whether files on filesystem `type` (statfs f_type) can prove themselves unchanged. */
 bool origin_file_stamp_trusted(long type);
 
+/** See hl_origin_ops.data_id: "blk:MAJ:MIN" or "file:DEV:INO" of the open file (not lasting). */
+int origin_file_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting);
+
 /** See hl_origin_ops.proof_take / proof_check: origin_file_stamp_format's token. */
 int origin_file_proof_take(struct hl_origin *o, const char *tag, bool final, char *proof,
                            size_t len);

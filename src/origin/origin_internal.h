@@ -123,6 +123,27 @@ int origin_iscsi_sense_parse(const uint8_t *b, size_t len, struct origin_iscsi_s
  */
 int origin_iscsi_sense_errno(int key, int asc, int ascq);
 
+/**
+ * The alias key of an iscsi:// URL (what follows "iscsi:"; see
+ * hl_origin_alias_key): "iscsi://HOST:PORT/TARGET/LUN" with host and
+ * target in lower case, an IPv6 address in brackets in its one textual
+ * form, port 3260 when absent, no credentials or query options.
+ * @return 0, -EINVAL (not a URL origin_iscsi_url_parse takes), -ENAMETOOLONG.
+ */
+int origin_iscsi_url_key(const char *target, char *buf, size_t len);
+
+/**
+ * The logical unit's designator in a VPD page 83h (INQUIRY data, size
+ * bytes as the SAN returned them) as "scsi-lu:KIND:HEX" (KIND naa, eui64,
+ * uuid or name, the best the page has with association "logical unit").
+ * @return 0, -ENOENT (none; not a page 83h), -ENAMETOOLONG.
+ */
+int origin_iscsi_lu_designator(const uint8_t *page, size_t size, char *buf, size_t len);
+
+struct stat;
+/** "blk:MAJ:MIN" for a block device, "file:DEV:INO" for anything else (alias_key.c). */
+int origin_file_stat_key(const struct stat *st, char *buf, size_t len);
+
 /** libiscsi command status (not CHECK CONDITION) -> 0, -EAGAIN, -EBADE, -ENOTCONN (session lost). */
 int origin_iscsi_status_errno(int status);
 

@@ -28,6 +28,7 @@ struct isc_origin {
 	uint64_t id; /* never reused: keys the per-thread session cache */
 	uint64_t timeout_ns;
 	uint64_t probe_ns; /* silence with commands in flight before a NOP-Out, and its timeout */
+	char lu_id[96];    /* the LUN's VPD 83h designator (data_id), "" when it has none */
 	uint32_t bs;       /* the SAN's logical block size */
 	uint64_t nblocks;
 	uint64_t max_xfer;  /* bytes per READ/WRITE command, 0 = no limit */

@@ -679,11 +679,28 @@ out:
 	return rc;
 }
 
-int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
+/*
+ * Does a map entry's origin (its ident) name the origin whose ident is
+ * `ident` and alias key `key` ("" none)? The same text does, and so does
+ * another spelling of it (hl_origin_alias_key: a LUN's URL with other
+ * options or case, a file through a link), which a write through the
+ * other spelling would leave stale just the same.
+ */
+static bool names_origin(const char *ent_ident, const char *ident, const char *key)
+{
+	char k[HL_ORIGIN_ID_MAX];
+
+	if (!strcmp(ent_ident, ident))
+		return true;
+	return *key && hl_origin_alias_key(ent_ident, k, sizeof(k)) == 0 && !strcmp(k, key);
+}
+
+int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 {
 	char ident_buf[3800]; /* as hl_cache_attach's */
+	char key[HL_ORIGIN_ID_MAX], excl[HL_ORIGIN_PROOF_MAX];
 	const char *ident;
-	bool changed = false;
+	bool changed = false, any = false, *hit;
 	int rc = 0;
 
 	if (!c || !origin)
@@ -691,21 +708,39 @@ int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
 	if (strlen(origin->uri) >= sizeof(ident_buf))
 		return 0; /* no map entry can name it (hl_cache_attach refuses it) */
 	ident = engine_origin_ident(origin->uri, ident_buf, sizeof(ident_buf));
-	/* Entries change only on this thread: most disks are none of this cache's. */
+	if (hl_origin_alias_key(ident, key, sizeof(key)))
+		key[0] = '\0';
+	/* what exclusive proofs of this origin's data say, under whatever URL (a second portal) */
+	if (hl_origin_excl_ident(origin, excl, sizeof(excl)))
+		excl[0] = '\0';
+	/*
+	 * Entries change only on this thread, so they are read here without
+	 * the lock (their proofs under it: the metadata thread replaces them):
+	 * a key may stat a path, which must not stall the I/O path. Most disks
+	 * are none of this cache's.
+	 */
+	hit = calloc(c->n_ents + 1, sizeof(*hit));
+	if (!hit)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n_ents; i++)
+		any |= hit[i] = names_origin(c->ents[i]->ident, ident, key);
 	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < c->n_ents && !changed; i++)
-		changed = !strcmp(c->ents[i]->ident, ident);
+	for (size_t i = 0; i < c->n_ents; i++)
+		any |= hit[i] |= hl_origin_proof_names(c->ents[i]->proof, excl);
 	pthread_mutex_unlock(&c->lock);
-	if (!changed)
+	if (!any) {
+		free(hit);
 		return 0;
-	changed = false;
+	}
 	/* A map sealed "failed" makes the next open format: nothing to forget then. */
-	if (!engine_sync_lock_within(c, "(disown)"))
+	if (!engine_sync_lock_within(c, "(disown)")) {
+		free(hit);
 		return atomic_load(&c->killed) ? 0 : -EIO;
+	}
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
-		if (strcmp(e->ident, ident))
+		if (!hit[i])
 			continue;
 		/* Attached: its LU is being replaced; its final proof must not vouch either. */
 		e->disowned |= e->attached;
@@ -725,6 +760,7 @@ int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
 	if (changed)
 		rc = engine_map_write(c, "open");
 	pthread_mutex_unlock(&c->sync_lock);
+	free(hit);
 	return rc;
 }
 

@@ -168,6 +168,127 @@ static void test_disown_attached_no_final_proof(void)
 	free(buf);
 }
 
+/*
+ * A run after the cached disk's: its LUN is served writable without the
+ * cache under another spelling of the URL (case, port, credentials,
+ * options). hl_cache_disown compared the map's URL text, kept the exclusive
+ * proof, and the next attach served block 2 stale; the alias key matches.
+ */
+static void test_disown_other_spelling(void)
+{
+	const char *uri = "iscsi://san.example/iqn.2026-11.io.x:t/0";
+	struct hl_cache_engine_stats st;
+	struct hl_origin *o, *other;
+	struct hl_cache *c;
+	struct fake f;
+	uint8_t *buf = malloc(8 * BS);
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 26);
+	f.no_proof = true;
+	g_sole_writer = true;
+	o = cache_up(&c, NULL, &f, uri);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	cache_down(c, o);
+	reactor_up();
+	c = cache_open(NULL);
+	other = fake_origin(&f, "ISCSI://u%s3cret@SAN.example:3260/IQN.2026-11.io.x:t/0?qd=8");
+	CU_ASSERT_EQUAL(hl_cache_disown(c, other), 0);
+	reactor_down();
+	hl_origin_close(other);
+	hl_cache_close(c);
+	fake_external(&f, 2 * BS, BS, 0x2e); /* written through the other spelling */
+	proof_restart(&f, uri, &st);         /* (fails on stale data itself) */
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT(strstr(st.warm_start, "no proof recorded") != NULL);
+	g_sole_writer = false;
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+/* A fake SAN LUN: it names its data (VPD 83h) whatever URL reaches it. */
+static int fake_lun_id(struct hl_origin *o, char *buf, size_t len, bool *lasting)
+{
+	(void)o;
+	*lasting = true;
+	return snprintf(buf, len, "scsi-lu:naa:600a0b0c") < (int)len ? 0 : -EOPNOTSUPP;
+}
+
+static const struct hl_origin_ops fake_lun_ops = {FAKE_OPS, .data_id = fake_lun_id};
+
+/* f as a fake SAN LUN at uri, attached as disk0 of c; its 8 first blocks read (must equal f). */
+static struct hl_origin *lun_attach_read(struct hl_cache *c, struct fake *f, const char *uri)
+{
+	struct hl_origin *in = fake_origin(f, uri), *o = NULL;
+	uint8_t *buf = malloc(8 * BS);
+
+	in->ops = &fake_lun_ops;
+	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, in, &o) == 0);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f->mem, 8 * BS) == 0); /* never stale */
+	CU_ASSERT(wait_inflight(c, 0));
+	free(buf);
+	return o;
+}
+
+/*
+ * The same: the LUN served writable without the cache through the SAN's
+ * other portal, which no URL rule joins to the first. The exclusive proof
+ * names the LUN (excl:SIZE:IDENT), so disown finds it by that.
+ */
+static void test_disown_other_portal(void)
+{
+	const char *uri = "iscsi://san-a.example/iqn.2026-11.io.x:t/0";
+	struct hl_cache_engine_stats st;
+	struct hl_origin *o, *other;
+	struct hl_cache *c;
+	struct fake f;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 27);
+	f.no_proof = true;
+	g_sole_writer = true;
+	reactor_up();
+	c = cache_open(NULL);
+	o = lun_attach_read(c, &f, uri);
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	cache_down(c, o);
+	reactor_up();
+	c = cache_open(NULL);
+	other = fake_origin(&f, "iscsi://san-b.example/iqn.2026-11.io.x:t/0");
+	other->ops = &fake_lun_ops;
+	CU_ASSERT_EQUAL(hl_cache_disown(c, other), 0);
+	reactor_down();
+	hl_origin_close(other);
+	hl_cache_close(c);
+	fake_external(&f, 2 * BS, BS, 0x2f); /* written through the other portal */
+	reactor_up();
+	c = cache_open(NULL);
+	o = lun_attach_read(c, &f, uri);
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, "disk0", &st), 0);
+	CU_ASSERT_EQUAL(st.warm_kept, 0);
+	CU_ASSERT(strstr(st.warm_start, "no proof recorded") != NULL);
+	cache_down(c, o);
+	/* and without the other portal's writes, the LUN's own proof keeps it warm */
+	reactor_up();
+	c = cache_open(NULL);
+	o = lun_attach_read(c, &f, uri);
+	CU_ASSERT_FATAL(wait_proof(c, 0));
+	cache_down(c, o);
+	reactor_up();
+	c = cache_open(NULL);
+	o = lun_attach_read(c, &f, uri);
+	CU_ASSERT_EQUAL(hl_cache_get_stats(c, "disk0", &st), 0);
+	CU_ASSERT_EQUAL(st.warm_kept, 8);
+	cache_down(c, o);
+	g_sole_writer = false;
+	dev_remove();
+	free(f.mem);
+}
+
 static void test_proof_none_cold_unless_sole_writer(void)
 {
 	struct fake f;
@@ -737,6 +858,9 @@ int main(void)
 	    {"ownership: proofs held while not ours, revalidation drops the peer's writes", test_ownership_hold_and_revalidate},
 	    {"proof: none is cold unless exclusive = yes", test_proof_none_cold_unless_sole_writer},
 	    {"disown: an attached disk's final proof does not vouch", test_disown_attached_no_final_proof},
+	    {"disown: another spelling of the origin's URL", test_disown_other_spelling},
+	    {"disown: the same LUN through another portal (exclusive proof)",
+	     test_disown_other_portal},
 	    {"proof: a version 1 map starts cold", test_proof_old_map_cold},
 	    {"proof: a crash is warm only while the origin is untouched", test_proof_crash},
 	    {"a crash after a write serves no stale block", test_crash_no_stale},

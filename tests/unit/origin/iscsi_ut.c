@@ -495,6 +495,12 @@ static void test_open_probe(void)
 	/* hotlun over a file with hole punching reports LBPME+LBPU and LBPRZ */
 	CU_ASSERT_TRUE(o->can_discard);
 	CU_ASSERT_TRUE(o->zeroes_after_discard);
+	/* the LUN's own name (VPD 83h): hotlun's SAN gives an NAA designator */
+	char id[HL_ORIGIN_ID_MAX];
+	bool lasting = false;
+	CU_ASSERT_EQUAL(hl_origin_data_id(o, id, sizeof(id), &lasting), 0);
+	CU_ASSERT_EQUAL(strncmp(id, "scsi-lu:naa:", 12), 0);
+	CU_ASSERT_TRUE(lasting);
 	close_on(cli_r, o);
 }
 
@@ -939,7 +945,7 @@ static const struct hl_test tests[] = {
     {"sense: malformed", test_sense_bad},
     {"sense key/ASC -> errno", test_sense_errno},
     {"status -> errno", test_status_errno},
-    {"open: capacity, provisioning", test_open_probe},
+    {"open: capacity, provisioning, the LUN's designator", test_open_probe},
     {"open: unknown target or LUN is refused", test_open_refused},
     {"read, write, FUA, flush", test_read_write},
     {"transfers beyond the SAN's maximum are split", test_split_transfer},
