@@ -998,27 +998,30 @@ static const struct hl_ctl_command commands[] = {
 	{NULL, NULL, NULL},
 };
 
-int daemon_control_start(struct daemon *d)
+int daemon_control_dir_check(const char *path)
 {
-	int rc = hl_reactor_create(&d->ctl_reactor, "control");
-	if (rc)
-		return rc;
 	/*
 	 * Whoever may write the socket's folder could put a socket of its own at
 	 * the path once ours is bound, and read what hotlunctl sends (secrets).
 	 */
 	char dir[PATH_MAX], why[PATH_MAX + 128];
-	hl_strlcpy(dir, d->conf->control_socket, sizeof(dir));
+	hl_strlcpy(dir, path, sizeof(dir));
 	char *slash = strrchr(dir, '/');
 	if (slash)
 		*(slash == dir ? slash + 1 : slash) = '\0';
-	rc = daemon_dir_check(slash ? dir : ".", why, sizeof(why));
-	if (rc) {
+	int rc = daemon_dir_check(slash ? dir : ".", why, sizeof(why));
+	if (rc)
 		HL_ERR("daemon", "control socket %s: %s: another user could take its place; chown "
 		                 "and chmod go-w the folder",
-		       d->conf->control_socket, why);
+		       path, why);
+	return rc;
+}
+
+int daemon_control_start(struct daemon *d)
+{
+	int rc = hl_reactor_create(&d->ctl_reactor, "control");
+	if (rc)
 		return rc;
-	}
 	/* Created here, before the thread runs, so start-up fails loudly on a bad path. */
 	rc = hl_ctl_server_create(d->ctl_reactor, d->conf->control_socket, 0600, commands, d, &d->ctl);
 	if (rc) {

@@ -244,6 +244,9 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
  */
 int daemon_dir_check(const char *dir, char *err, size_t errlen);
 
+/** daemon_dir_check on the control socket's folder, logged. @return 0 or -errno. */
+int daemon_control_dir_check(const char *path);
+
 /**
  * Create state_dir (and parents) if needed and read its install id, making
  * one (random, persisted in state_dir/install-id) on first start.

@@ -79,6 +79,7 @@ chown 65534:65534 "$sockdir"
 conf "$tmp/c3.conf" "$tmp/st3" "$sockdir/ctl.sock"
 refused "control socket folder of another user" "owned by uid 65534" --config "$tmp/c3.conf"
 [ ! -e "$sockdir/ctl.sock" ] || hl_fail "hotlund made its control socket in another user's folder"
+[ ! -e "$tmp/st3/install-id" ] || hl_fail "hotlund wrote its state before it checked the socket's folder"
 
 # 4. --demo DIR of another user: demo-cache.img -> a root file would be formatted as a cache
 demo=$tmp/demo
