@@ -998,7 +998,7 @@ static const struct hl_ctl_command commands[] = {
 	{NULL, NULL, NULL},
 };
 
-int daemon_control_dir_check(const char *path)
+int daemon_control_dir_check(const char *path, bool missing_ok)
 {
 	/*
 	 * Whoever may write the socket's folder could put a socket of its own at
@@ -1009,6 +1009,9 @@ int daemon_control_dir_check(const char *path)
 	char *slash = strrchr(dir, '/');
 	if (slash)
 		*(slash == dir ? slash + 1 : slash) = '\0';
+	struct stat st;
+	if (missing_ok && stat(slash ? dir : ".", &st) < 0 && errno == ENOENT)
+		return 0; /* state_dir, made (and checked) at start: checked again before the bind */
 	int rc = daemon_dir_check(slash ? dir : ".", why, sizeof(why));
 	if (rc)
 		HL_ERR("daemon", "control socket %s: %s: another user could take its place; chown "
@@ -1020,6 +1023,9 @@ int daemon_control_dir_check(const char *path)
 int daemon_control_start(struct daemon *d)
 {
 	int rc = hl_reactor_create(&d->ctl_reactor, "control");
+	if (rc)
+		return rc;
+	rc = daemon_control_dir_check(d->conf->control_socket, false);
 	if (rc)
 		return rc;
 	/* Created here, before the thread runs, so start-up fails loudly on a bad path. */

@@ -244,8 +244,12 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
  */
 int daemon_dir_check(const char *dir, char *err, size_t errlen);
 
-/** daemon_dir_check on the control socket's folder, logged. @return 0 or -errno. */
-int daemon_control_dir_check(const char *path);
+/**
+ * daemon_dir_check on the control socket's folder, logged; missing_ok: a
+ * folder that does not exist yet passes (start makes state_dir later).
+ * @return 0 or -errno.
+ */
+int daemon_control_dir_check(const char *path, bool missing_ok);
 
 /**
  * Create state_dir (and parents) if needed and read its install id, making

@@ -281,7 +281,7 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 	 * socket would take the path from the one that runs (and delete it when
 	 * it stops), leaving that one without hotlunctl or SNMP.
 	 */
-	rc = daemon_control_dir_check(loaded->control_socket);
+	rc = daemon_control_dir_check(loaded->control_socket, true);
 	if (rc) {
 		hl_conf_free(loaded);
 		return rc;

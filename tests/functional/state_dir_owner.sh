@@ -60,6 +60,7 @@ victim "$tmp/victim1"
 ln -s "$tmp/victim1" "$evil/install-id.tmp"
 chown -h 65534:65534 "$evil" "$evil/install-id.tmp"
 conf "$tmp/c1.conf" "$evil" "$tmp/ok/ctl.sock"
+refused "state_dir of another user (--check-config)" "owned by uid 65534" --check-config "$tmp/c1.conf"
 refused "state_dir of another user" "owned by uid 65534" --config "$tmp/c1.conf"
 intact "$tmp/victim1" "state_dir of another user"
 
@@ -77,6 +78,8 @@ sockdir=$tmp/sockdir
 mkdir -p "$sockdir" "$tmp/st3"
 chown 65534:65534 "$sockdir"
 conf "$tmp/c3.conf" "$tmp/st3" "$sockdir/ctl.sock"
+refused "control socket folder of another user (--check-config)" "owned by uid 65534" \
+	--check-config "$tmp/c3.conf"
 refused "control socket folder of another user" "owned by uid 65534" --config "$tmp/c3.conf"
 [ ! -e "$sockdir/ctl.sock" ] || hl_fail "hotlund made its control socket in another user's folder"
 [ ! -e "$tmp/st3/install-id" ] || hl_fail "hotlund wrote its state before it checked the socket's folder"
