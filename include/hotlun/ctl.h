@@ -106,6 +106,7 @@ void hl_ctl_server_destroy(struct hl_ctl_server *srv);
  * read one reply. @return 0 with *reply (new reference) or -errno; a
  * failed command is still 0 with {"ok": false, ...} in *reply.
  */
+/* hl_ctl_connect: -EPERM when the server runs as neither root nor our user. */
 int hl_ctl_connect(const char *path);
 int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply);
 

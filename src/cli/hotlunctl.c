@@ -51,6 +51,13 @@ static int connect_daemon(void)
 	if (ctl_fd >= 0)
 		return 0;
 	ctl_fd = hl_ctl_connect(socket_path);
+	if (ctl_fd == -EPERM) {
+		fprintf(stderr,
+			"hotlunctl: %s: its server runs as neither root nor you: not sending it "
+			"anything\n",
+			socket_path);
+		return ctl_fd;
+	}
 	if (ctl_fd < 0) {
 		fprintf(stderr, "hotlunctl: cannot connect to %s: %s\n", socket_path,
 			strerror(-ctl_fd));

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -29,6 +30,51 @@ static int check_chap(struct conf_parser *p, const char *what, const char *user,
 	if (user && strlen(user) > 255)
 		return conf_perr(p, "%s_user must be at most 255 bytes", what);
 	return 0;
+}
+
+static int strp_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * A target answers the mutual challenge of any initiator that passed its own
+ * CHAP, and the challenge is the initiator's choice: if its mutual_secret
+ * authenticated initiators somewhere (a chap_secret of any target, or the
+ * discovery secret), an initiator that knows this target's secret gets it
+ * to compute the answer to that other target's challenge (CHAP
+ * reflection; RFC 7143 12.1.3: a secret for initiator authentication MUST
+ * NOT be configured for authentication of any target). The secrets are
+ * sorted once: 4096 targets stay a few milliseconds.
+ */
+static int check_reflection(struct conf_parser *p, const struct hl_conf *c)
+{
+	const char **init = calloc(c->n_targets + 1, sizeof(*init));
+	size_t n = 0;
+	int rc = 0;
+
+	if (!init)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n_targets; i++)
+		if (c->targets[i].chap_secret)
+			init[n++] = c->targets[i].chap_secret;
+	if (c->discovery_chap_secret)
+		init[n++] = c->discovery_chap_secret;
+	qsort(init, n, sizeof(*init), strp_cmp);
+	for (size_t i = 0; i < c->n_targets && !rc; i++) {
+		const struct hl_conf_target *t = &c->targets[i];
+		if (!t->mutual_secret || !bsearch(&t->mutual_secret, init, n, sizeof(*init), strp_cmp))
+			continue;
+		p->line = t->line;
+		rc = conf_perr(p,
+		               "[target %s]: mutual_secret must differ from chap_secret, from "
+		               "every other target's chap_secret and from discovery_chap_secret "
+		               "(RFC 7143 12.1.3): initiators could make this target answer "
+		               "the challenges of the target that checks it",
+		               t->name);
+	}
+	free(init);
+	return rc;
 }
 
 /* The [disk] origin_chap_* / origin_mutual_* keys, against the origin URL. */
@@ -130,12 +176,6 @@ int conf_check(struct conf_parser *p)
 		if (t->mutual_user && !t->chap_user)
 			return conf_perr(
 			    p, "[target %s]: mutual CHAP needs chap_user/chap_secret too", t->name);
-		if (t->mutual_secret && t->chap_secret &&
-		    strcmp(t->mutual_secret, t->chap_secret) == 0)
-			return conf_perr(p,
-			                 "[target %s]: mutual_secret must differ from chap_secret "
-			                 "(RFC 7143 9.2.1)",
-			                 t->name);
 	}
 	p->line = p->global_line; /* 0 for a configuration built at run time: no FILE:LINE then */
 	if (c->n_gateways && !c->gateway)
@@ -169,6 +209,8 @@ int conf_check(struct conf_parser *p)
 	}
 	if ((rc =
 	         check_chap(p, "discovery_chap", c->discovery_chap_user, c->discovery_chap_secret)))
+		return rc;
+	if ((rc = check_reflection(p, c)))
 		return rc;
 
 	if (c->n_portals == 0 && conf_push_str(p, &c->portals, &c->n_portals, "0.0.0.0:3260"))

@@ -703,6 +703,17 @@ int hl_ctl_connect(const char *path)
 		close(fd);
 		return rc;
 	}
+	/*
+	 * Requests carry secrets (set chap_secret=...): only a server of root's or
+	 * of our own user gets them, never a socket another user put at the path.
+	 */
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 ||
+	    (cred.uid != 0 && cred.uid != geteuid())) {
+		close(fd);
+		return -EPERM;
+	}
 	return fd;
 }
 

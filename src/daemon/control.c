@@ -998,9 +998,34 @@ static const struct hl_ctl_command commands[] = {
 	{NULL, NULL, NULL},
 };
 
+int daemon_control_dir_check(const char *path, bool missing_ok)
+{
+	/*
+	 * Whoever may write the socket's folder could put a socket of its own at
+	 * the path once ours is bound, and read what hotlunctl sends (secrets).
+	 */
+	char dir[PATH_MAX], why[PATH_MAX + 128];
+	hl_strlcpy(dir, path, sizeof(dir));
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*(slash == dir ? slash + 1 : slash) = '\0';
+	struct stat st;
+	if (missing_ok && stat(slash ? dir : ".", &st) < 0 && errno == ENOENT)
+		return 0; /* state_dir, made (and checked) at start: checked again before the bind */
+	int rc = daemon_dir_check(slash ? dir : ".", why, sizeof(why));
+	if (rc)
+		HL_ERR("daemon", "control socket %s: %s: another user could take its place; chown "
+		                 "and chmod go-w the folder",
+		       path, why);
+	return rc;
+}
+
 int daemon_control_start(struct daemon *d)
 {
 	int rc = hl_reactor_create(&d->ctl_reactor, "control");
+	if (rc)
+		return rc;
+	rc = daemon_control_dir_check(d->conf->control_socket, false);
 	if (rc)
 		return rc;
 	/* Created here, before the thread runs, so start-up fails loudly on a bad path. */

@@ -238,6 +238,21 @@ bool daemon_reload(struct daemon *d);
 int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, size_t errlen);
 
 /**
+ * Whether dir is safe for hotlund to create files in by name: every step of
+ * its path (as written and resolved) owned by root or hotlund's user, no
+ * folder on it writable by group or others unless sticky (dir itself never).
+ * @return 0, or -EPERM (or -errno) with the reason in err.
+ */
+int daemon_dir_check(const char *dir, char *err, size_t errlen);
+
+/**
+ * daemon_dir_check on the control socket's folder, logged; missing_ok: a
+ * folder that does not exist yet passes (start makes state_dir later).
+ * @return 0 or -errno.
+ */
+int daemon_control_dir_check(const char *path, bool missing_ok);
+
+/**
  * Create state_dir (and parents) if needed and read its install id, making
  * one (random, persisted in state_dir/install-id) on first start.
  * @return 0 or -errno (logged).

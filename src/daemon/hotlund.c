@@ -121,6 +121,15 @@ static int demo_prepare(const char *dir, const char *portal, const char *metrics
 		fprintf(stderr, "hotlund: cannot create %s: %s\n", dir, strerror(errno));
 		return -errno;
 	}
+	/* its files are created by name, as the user who runs the demo (root, often) */
+	char why[4096 + 128];
+	if ((rc = daemon_dir_check(dir, why, sizeof(why)))) {
+		fprintf(stderr,
+		        "hotlund: --demo %s: %s: another user could make hotlund write through its "
+		        "links; use a folder of your own\n",
+		        dir, why);
+		return rc;
+	}
 	if ((rc = demo_origin_file(dir, "demo-origin.img")) ||
 	    (rc = demo_origin_file(dir, "demo-origin-direct.img")))
 		return rc;
@@ -272,6 +281,11 @@ static int start(struct daemon *d, struct hl_conf *loaded, bool print_url)
 	 * socket would take the path from the one that runs (and delete it when
 	 * it stops), leaving that one without hotlunctl or SNMP.
 	 */
+	rc = daemon_control_dir_check(loaded->control_socket, true);
+	if (rc) {
+		hl_conf_free(loaded);
+		return rc;
+	}
 	rc = hl_ctl_socket_in_use(loaded->control_socket);
 	if (rc) {
 		if (rc > 0)

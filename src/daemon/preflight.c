@@ -11,12 +11,14 @@
 #include "daemon/daemon_internal.h"
 
 #include "hotlun/log.h"
+#include "hotlun/util.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <limits.h>
 #include <linux/fs.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -208,9 +210,41 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 	return 0;
 }
 
+/*
+ * state_dir and the control socket's folder, when they exist already (start
+ * makes a missing state_dir and checks it then): writable by hotlund's user
+ * only, so that --check-config (ExecStartPre) says what start would refuse.
+ */
+static int check_dir(const struct hl_conf *c, const char *what, const char *dir, char *err,
+                     size_t errlen)
+{
+	char why[PATH_MAX + 128];
+	struct stat st;
+
+	if (!dir || stat(dir, &st) < 0 || daemon_dir_check(dir, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(err, errlen, "%s: %s %s: %s: another user could make hotlund write through its "
+	                      "links; chown and chmod go-w it",
+	         c->path, what, dir, why);
+	return -EPERM;
+}
+
 int daemon_preflight(const struct hl_conf *c, char *err, size_t errlen)
 {
 	int rc;
+
+	if ((rc = check_dir(c, "state_dir", c->state_dir, err, errlen)))
+		return rc;
+	if (c->control_socket) {
+		char dir[PATH_MAX];
+		hl_strlcpy(dir, c->control_socket, sizeof(dir));
+		char *slash = strrchr(dir, '/');
+		if (slash) {
+			*(slash == dir ? slash + 1 : slash) = '\0';
+			if ((rc = check_dir(c, "control socket folder", dir, err, errlen)))
+				return rc;
+		}
+	}
 
 	for (size_t i = 0; i < c->n_disks; i++) {
 		rc = check_origin(c, &c->disks[i], err, errlen);

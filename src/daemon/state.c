@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,15 +42,96 @@ static int mkdir_p(const char *path)
 	return 0;
 }
 
+/*
+ * One step of a folder's path: owned by root or by us, and, if a folder,
+ * writable by nobody else unless it is sticky and not the folder itself
+ * (/tmp above it: others cannot rename or remove what we made there). A
+ * link on the way must be ours or root's: its target is checked after.
+ */
+static int path_step_ok(const char *path, const struct stat *st, bool leaf, char *err,
+                        size_t errlen)
+{
+	uid_t me = geteuid();
+
+	if (st->st_uid != 0 && st->st_uid != me) {
+		snprintf(err, errlen, "%s is owned by uid %u, not by root or by hotlund's user (uid %u)",
+		         path, (unsigned)st->st_uid, (unsigned)me);
+		return -EPERM;
+	}
+	if (S_ISDIR(st->st_mode) && (st->st_mode & (S_IWGRP | S_IWOTH)) &&
+	    (leaf || !(st->st_mode & S_ISVTX))) {
+		snprintf(err, errlen, "%s is writable by %s (mode %04o)", path,
+		         st->st_mode & S_IWOTH ? "others" : "its group",
+		         (unsigned)(st->st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* Every step of path, as written (lstat: links) or resolved (stat). */
+static int path_steps_ok(const char *path, bool follow, char *err, size_t errlen)
+{
+	char buf[PATH_MAX];
+	struct stat st;
+	bool leaf = true;
+	int rc;
+
+	if (hl_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	for (;;) {
+		if ((follow ? stat(buf, &st) : lstat(buf, &st)) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "%s: %s", buf, strerror(-rc));
+			return rc;
+		}
+		if ((rc = path_step_ok(buf, &st, leaf, err, errlen)))
+			return rc;
+		leaf = false;
+		/* up one step; a relative path's first name ends it (realpath checks the rest) */
+		char *slash = strrchr(buf, '/');
+		if (!slash)
+			return 0;
+		if (slash == buf) {
+			if (!buf[1])
+				return 0; /* "/" was the last */
+			buf[1] = '\0';
+		} else {
+			*slash = '\0';
+		}
+	}
+}
+
+int daemon_dir_check(const char *dir, char *err, size_t errlen)
+{
+	char real[PATH_MAX];
+
+	int rc = path_steps_ok(dir, false, err, errlen);
+	if (rc)
+		return rc;
+	if (!realpath(dir, real)) {
+		snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	return path_steps_ok(real, true, err, errlen);
+}
+
 int daemon_state_dir_init(const char *state_dir, uint64_t *install_id)
 {
-	char path[PATH_MAX], text[32];
+	char path[PATH_MAX], text[32], why[PATH_MAX + 128];
 	int rc, fd;
 	ssize_t n;
 
 	rc = mkdir_p(state_dir);
 	if (rc) {
 		HL_ERR("daemon", "state_dir %s: %s", state_dir, strerror(-rc));
+		return rc;
+	}
+	/* hotlund writes files here by name: nobody else may place links or files */
+	rc = daemon_dir_check(state_dir, why, sizeof(why));
+	if (rc) {
+		HL_ERR("daemon", "state_dir %s: %s: another user could make hotlund write through "
+		                 "its links; chown and chmod go-w it",
+		       state_dir, why);
 		return rc;
 	}
 	snprintf(path, sizeof(path), "%s/install-id", state_dir);

@@ -766,8 +766,13 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 		hl_list_init(&c->itt_hash[i]);
 	c->lim = srv->lim;
 	iscsi_params_init(&c->params);
-	iscsi_rx_init(&c->rx, &conn_rx_ops, c,
-	              HL_MAX(c->lim.max_recv_dsl, (uint32_t)ISCSI_LOGIN_DSL));
+	/*
+	 * Until login ends the default MaxRecvDataSegmentLength holds (RFC 7143
+	 * 13.12): a peer that has proven nothing gets 8 KiB of receive buffer,
+	 * not the 256 KiB a session may negotiate (1024 connections in login
+	 * held 340 MiB that way); iscsi_conn_params_applied raises it.
+	 */
+	iscsi_rx_init(&c->rx, &conn_rx_ops, c, ISCSI_LOGIN_DSL);
 	c->next_ttt = 0x10000;
 	c->text.ttt = ISCSI_RSVD_TAG;
 	hl_timer_init(&c->login_timer, login_timeout, c);

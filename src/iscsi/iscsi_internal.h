@@ -888,6 +888,10 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
 struct iscsi_target *iscsi_target_new(const struct hl_iscsi_target_config *cfg);
 void iscsi_target_free(struct iscsi_target *t);
 bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator);
+/** The name of the CHAP guard's budget for secret: the first of discovery ("") and the
+ * targets that checks with it, else own. */
+void iscsi_chap_scope(struct hl_iscsi_server *srv, const char *secret, const char *own,
+                      char *out, size_t len);
 /**
  * Register a session and close an older one with the same I_T (session
  * reinstatement). want_tsih 0: assign a new TSIH. Otherwise the initiator

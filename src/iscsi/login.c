@@ -384,7 +384,9 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 		return ISCSI_LOGIN_AUTH_FAILED;
 	}
 	/* Online guessing: in a back-off, refused without a verdict (chap_guard.c). */
-	const char *scope = l->type == ISCSI_SESSION_NORMAL && l->target ? l->target->name : "";
+	const char *to = l->type == ISCSI_SESSION_NORMAL && l->target ? l->target->name : "";
+	char scope[HL_ISCSI_NAME_MAX + 1]; /* one budget per secret, whichever target checks it */
+	iscsi_chap_scope(c->srv, chap->secret, to, scope, sizeof(scope));
 	struct chap_guard *guard = &c->srv->chap_guard;
 	struct chap_guard_verdict gv;
 	if (!chap_guard_allow(guard, scope, l->initiator_name, &c->peer, hl_now_ns(), &gv)) {
@@ -413,7 +415,7 @@ static int login_chap_verify(struct iscsi_conn *c, const struct iscsi_kvlist *kv
 				         (unsigned long long)gv.wait_ms, gv.known ? "its" : "their");
 			/* a warning when it opens a back-off: someone may be guessing */
 			HL_LOG(gv.wait_ms ? HL_LOG_WARN : HL_LOG_NOTICE, ISCSI_LOG,
-			       "%s: CHAP of '%s' to '%s' failed (%u in a row %s)%s", c->peer_str, l->initiator_name, scope[0] ? scope : "discovery",
+			       "%s: CHAP of '%s' to '%s' failed (%u in a row %s)%s", c->peer_str, l->initiator_name, to[0] ? to : "discovery",
 			        gv.failures,
 			        gv.known ? "from this host, which logged in before"
 			                 : "from hosts not known to this secret",

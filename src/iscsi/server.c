@@ -222,6 +222,33 @@ struct iscsi_target *iscsi_target_find_login(struct hl_iscsi_server *srv, const 
 	return found;
 }
 
+/*
+ * Guessing is throttled per secret (chap_guard.c), and one secret is often
+ * every target's (and discovery's): the budget is named after the first
+ * that checks with it, discovery ("") first, then the targets in order, so
+ * a back-off opened through one target holds for all of them.
+ */
+void iscsi_chap_scope(struct hl_iscsi_server *srv, const char *secret, const char *own,
+                      char *out, size_t len)
+{
+	struct iscsi_target *t;
+
+	hl_strlcpy(out, own, len);
+	pthread_mutex_lock(&srv->lock);
+	if (srv->discovery_chap.user[0] && strcmp(srv->discovery_chap.secret, secret) == 0) {
+		out[0] = '\0';
+	} else {
+		hl_list_for_each_entry(t, &srv->targets, link)
+		{
+			if (t->chap.user[0] && strcmp(t->chap.secret, secret) == 0) {
+				hl_strlcpy(out, t->name, len);
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&srv->lock);
+}
+
 bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator)
 {
 	if (t->allow_all)

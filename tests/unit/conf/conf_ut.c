@@ -128,6 +128,23 @@ static void test_chap_rules(void)
 	parse_err("[target iqn.2026-11.io.hotlun:t]\nchap_user=u\nchap_secret=s3cretsecret\n"
 		  "mutual_user=t\nmutual_secret=s3cretsecret\n",
 		  "t.conf:1:", "must differ");
+	/* CHAP reflection across targets: a's mutual secret answers b's challenges */
+	parse_err("[target iqn.2026-11.io.hotlun:a]\nchap_user=u\nchap_secret=secret-of-a\n"
+		  "mutual_user=m\nmutual_secret=secret-of-b\n"
+		  "[target iqn.2026-11.io.hotlun:b]\nchap_user=u\nchap_secret=secret-of-b\n",
+		  "t.conf:1:", "must differ");
+	/* ... and the discovery secret's */
+	parse_err("[global]\ndiscovery_chap_user=d\ndiscovery_chap_secret=secret-of-d\n"
+		  "[target iqn.2026-11.io.hotlun:a]\nchap_user=u\nchap_secret=secret-of-a\n"
+		  "mutual_user=m\nmutual_secret=secret-of-d\n",
+		  "t.conf:4:", "must differ");
+	/* two targets may share a mutual secret: neither checks initiators with it */
+	struct hl_conf *m = parse_ok("[target iqn.2026-11.io.hotlun:a]\nchap_user=u\n"
+				     "chap_secret=secret-of-a\nmutual_user=m\nmutual_secret=mut\n"
+				     "[target iqn.2026-11.io.hotlun:b]\nchap_user=u\n"
+				     "chap_secret=secret-of-b\nmutual_user=m\nmutual_secret=mut\n");
+	if (m)
+		hl_conf_free(m);
 	struct hl_conf *c = parse_ok("[target iqn.2026-11.io.hotlun:t]\nchap_user = u\n"
 				     "chap_secret = \"a;b #c\"\nallow = iqn.1994-05.com.redhat:x, "
 				     "iqn.2026-01.org.example:y\n");
