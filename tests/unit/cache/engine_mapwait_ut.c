@@ -1,0 +1,272 @@
+/*
+ * engine_mapwait_ut.c - the cache engine when the file system of its map
+ * stops answering (a hung NFS, a dying disk under /var/lib/hotlun): every
+ * map write is bounded (an attach, the detach's final proof, the close's
+ * save and seal, the metadata thread's proofs), and what a write given up
+ * on leaves is safe. The map's file system hangs here without FUSE: its
+ * temporary file is a FIFO nobody reads, so the writer's open blocks until
+ * the test opens the other end. The fixture is engine_ut.c's
+ * (engine_ut_lib.h).
+ */
+
+#include "engine_ut_lib.h"
+
+#include <sys/stat.h>
+
+#define BOUND_MS 400u
+/* how long a test waits for a call the bound should end (the old code never returned) */
+#define WAIT_MS 3000u
+
+/* The map's temporary file becomes a FIFO: the next map write blocks in its open. */
+static void map_hang(char *tmp, size_t len)
+{
+	int rc = -1;
+
+	snprintf(tmp, len, "%s.tmp", g_map);
+	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a map write under way) */
+		if ((rc = mkfifo(tmp, 0600)))
+			usleep(1000);
+	CU_ASSERT_FATAL(rc == 0);
+}
+
+/*
+ * The file system answers again: the blocked writer's open returns, its
+ * fsync of a FIFO fails and it removes the FIFO. The reader stays open
+ * until then (a write to a FIFO without a reader raises SIGPIPE).
+ */
+static void map_unhang(const char *tmp)
+{
+	int fd = open(tmp, O_RDONLY | O_NONBLOCK);
+	struct stat st;
+
+	for (int i = 0; i < (int)WAIT_MS && fd >= 0 && stat(tmp, &st) == 0; i++)
+		usleep(1000);
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+}
+
+/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for WAIT_MS at most). */
+static bool sync_lock_kept(struct hl_cache *c)
+{
+	int held = 0;
+
+	for (unsigned i = 0; i < WAIT_MS && held < 100; i++) {
+		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
+			pthread_mutex_unlock(&c->sync_lock);
+			held = 0;
+		} else {
+			held++;
+		}
+		usleep(1000);
+	}
+	return held >= 100;
+}
+
+/* A call of the cache on a thread of its own, so that a test outlives a hang. */
+struct call {
+	struct hl_cache *c;
+	struct hl_origin *o, *inner, *out;
+	int rc;
+	int done; /* atomic */
+};
+
+/* Wait at most ms for cl to end. @return whether it did; the time it took in *ms_out. */
+static bool call_within(struct call *cl, unsigned ms, unsigned long long *ms_out)
+{
+	uint64_t t0 = hl_now_ns();
+
+	while (!__atomic_load_n(&cl->done, __ATOMIC_SEQ_CST) &&
+	       hl_now_ns() - t0 < (uint64_t)ms * 1000000u)
+		usleep(1000);
+	*ms_out = (hl_now_ns() - t0) / 1000000u;
+	return __atomic_load_n(&cl->done, __ATOMIC_SEQ_CST);
+}
+
+static void *attach_main(void *arg)
+{
+	struct call *cl = arg;
+
+	cl->rc = hl_cache_attach(cl->c, "disk0", 0, cl->inner, &cl->out);
+	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void *close_main(void *arg)
+{
+	struct call *cl = arg;
+
+	if (cl->o)
+		hl_origin_close(cl->o);
+	hl_cache_close(cl->c);
+	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * An attach of a new disk writes the map on the control reactor: a map
+ * file system that does not answer hung the attach (and with it the
+ * control socket, hotlunctl, reloads) for ever. Now it fails within the
+ * bound with -ETIMEDOUT; the disk is not served through the cache.
+ */
+static void test_attach_map_hung(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct call cl = {0};
+	char tmp[96];
+	unsigned long long ms;
+	pthread_t t;
+	bool ended;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 91);
+	reactor_up();
+	c = cache_open(NULL);
+	c->drain_ms = BOUND_MS;
+	map_hang(tmp, sizeof(tmp));
+	cl.c = c;
+	cl.inner = fake_origin(&f, "fake:attach-hung");
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, attach_main, &cl) == 0);
+	ended = call_within(&cl, WAIT_MS, &ms);
+	fprintf(stderr, "attach, the map's file system hung: %s after %llu ms (rc %d)\n",
+	        ended ? "returned" : "still out", ms, cl.rc);
+	CU_ASSERT(ended);
+	CU_ASSERT(ms < WAIT_MS);
+	CU_ASSERT_EQUAL(cl.rc, -ETIMEDOUT);
+	map_unhang(tmp);
+	pthread_join(t, NULL);
+	reactor_down();
+	if (cl.rc == 0)
+		hl_origin_close(cl.out);
+	else
+		hl_origin_close(cl.inner);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+}
+
+/*
+ * The stop: the disk's detach writes its final proof into the map, the
+ * close its save ("clean") and, past the save's bound, its seal. A map
+ * file system that does not answer hung the first of them for ever (the
+ * seal waited for the map's lock that the hung write keeps): systemd's
+ * stop timeout then killed hotlund without a word. Now the close returns
+ * within its bounds.
+ */
+static void test_close_map_hung(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct call cl = {0};
+	uint8_t *buf = malloc(8 * BS);
+	char tmp[96];
+	unsigned long long ms;
+	pthread_t t;
+	bool ended;
+
+	o = fixture_up(&c, NULL, &f, 92, "fake:close-hung");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	c->drain_ms = BOUND_MS;
+	reactor_down();
+	/* a write of the origin since the last proof: the detach's final proof is new */
+	fake_external(&f, 9 * BS, BS, 0x5a);
+	map_hang(tmp, sizeof(tmp));
+	cl.c = c;
+	cl.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
+	ended = call_within(&cl, WAIT_MS, &ms);
+	fprintf(stderr, "detach and close, the map's file system hung: %s after %llu ms\n",
+	        ended ? "returned" : "still out", ms);
+	CU_ASSERT(ended);
+	map_unhang(tmp);
+	pthread_join(t, NULL);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+}
+
+/*
+ * The metadata thread records a new proof (the origin was quiet for a
+ * tick) into the map, holding sync_lock: a map file system that does not
+ * answer kept it there for ever, and with it every write that waits for a
+ * record sync (a write of a cached block). Now the proof's write is given
+ * up on within the bound and the writes go on; the proof the map may not
+ * hold is not released from the origin, and the close still returns.
+ */
+static void test_proof_write_map_hung(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct step st;
+	struct call cl = {0};
+	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
+	char tmp[96];
+	unsigned long long ms;
+	uint64_t t0;
+	pthread_t t;
+	bool ended;
+	int rc;
+
+	o = fixture_up(&c, NULL, &f, 93, "fake:proof-hung");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_proof(c, 0));
+	c->drain_ms = BOUND_MS;
+	map_hang(tmp, sizeof(tmp));
+	/* the origin changes: two ticks later the metadata thread writes the new proof */
+	fake_external(&f, 12 * BS, BS, 0x33);
+	CU_ASSERT_FATAL(sync_lock_kept(c)); /* in the proof's map write */
+
+	/* a write of a cached block waits for a record sync */
+	memset(w, 0x44, BS);
+	t0 = hl_now_ns();
+	io_start(&st, o, HL_IO_WRITE, 0, BS, w);
+	rc = -ETIMEDOUT;
+	for (unsigned i = 0; i < WAIT_MS; i++) {
+		if (sem_trywait(&st.sem) == 0) {
+			rc = st.rc;
+			sem_destroy(&st.sem);
+			break;
+		}
+		usleep(1000);
+	}
+	ms = (hl_now_ns() - t0) / 1000000u;
+	fprintf(stderr, "a write during the proof's hung map write: %s after %llu ms\n",
+	        rc == -ETIMEDOUT ? "still out" : "done", ms);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+
+	cl.c = c;
+	cl.o = o;
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
+	ended = call_within(&cl, WAIT_MS, &ms);
+	fprintf(stderr, "close after it: %s after %llu ms\n", ended ? "returned" : "still out",
+	        ms);
+	CU_ASSERT(ended);
+	map_unhang(tmp);
+	if (rc == -ETIMEDOUT)
+		CU_ASSERT_EQUAL(io_wait(&st), 0); /* the old code: done once the map answered */
+	pthread_join(t, NULL);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+int main(void)
+{
+	static const struct hl_test tests[] = {
+	    {"map hung: an attach fails within its bound", test_attach_map_hung},
+	    {"map hung: the detach's proof and the close return", test_close_map_hung},
+	    {"map hung: the proof's write does not hold the writes up", test_proof_write_map_hung},
+	    {NULL, NULL},
+	};
+	hl_log_open(false, HL_LOG_WARN);
+	return hl_test_run("cache_engine_mapwait", tests);
+}
