@@ -41,6 +41,8 @@ static void cache_free(struct hl_cache *c)
 	engine_restore_stop(c);
 	if (!engine_meta_stop(c, true) || atomic_load(&c->meta_stuck))
 		return; /* a thread stuck in a device call still uses it: never freed */
+	if (atomic_load(&c->map_busy))
+		return; /* a map write given up on (engine_map.c) still uses it: never freed */
 	if (c->data)
 		hl_origin_close(c->data);
 	hl_cache_restore_release(&c->rs);
@@ -647,6 +649,16 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	if (changed) {
 		/* sealed (-ECANCELED: the device failed): the next start formats, names no disk */
 		rc = engine_map_write(c, "open");
+		if (rc == -ETIMEDOUT)
+			/*
+			 * Not served through the cache: the map may never name it. (The
+			 * write given up on may still land: it names the disk with no
+			 * proof, and its records were synced first: cold, never stale.)
+			 */
+			HL_ERR("cache",
+			       "cache %s: disk %s: not attached: its map %s does not answer within "
+			       "%u ms (its file system is hung?); attach it again once it answers",
+			       c->name, disk_name, c->map_path, c->drain_ms);
 		if (rc && rc != -ECANCELED)
 			goto out;
 	}
@@ -864,6 +876,12 @@ static int close_save_main(void *arg)
 	if (rc)
 		HL_ERR("cache", "cache %s: saving metadata: %s (the next start is cold)", c->name,
 		       strerror(-rc));
+	/*
+	 * A map that does not answer (-ETIMEDOUT, logged) keeps what it said
+	 * last, or what the write given up on says: either names each disk
+	 * with a proof that was true when it was written, and no record the
+	 * device keeps claims a disk it does not name (attach syncs first).
+	 */
 	engine_map_write(c, rc ? "failed" : "clean");
 	return rc;
 }
@@ -960,6 +978,13 @@ void hl_cache_close(struct hl_cache *c)
 			abandon = true; /* parked below: the save's thread still uses it */
 	} else if (!c->dead) {
 		engine_meta_kill(c);
+	}
+	if (atomic_load(&c->map_busy)) {
+		HL_WARN("cache",
+		        "cache %s: closed while a write of %s is still out (its file system is "
+		        "not answering): the cache's memory stays allocated for it",
+		        c->name, c->map_path);
+		abandon = true;
 	}
 	if (abandon) {
 		atomic_store(&c->failed, true); /* a late read-modify-write writes nothing */

@@ -145,8 +145,15 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 		pthread_mutex_lock(&c->lock);
 		bool ok = str_set(&e->proof, proof);
 		pthread_mutex_unlock(&c->lock);
-		if (ok && engine_map_write(c, "open") == 0)
+		rc = ok ? engine_map_write(c, "open") : -ENOMEM;
+		if (rc == 0)
 			proof_release_locked(c, inner, e->tag, proof);
+		else if (rc == -ETIMEDOUT)
+			/* nothing released: the map says the older proof, or this one */
+			HL_WARN("cache",
+			        "cache %s: disk %s: its final proof may not be in the map (it does "
+			        "not answer): a start trusts only the proof the map holds",
+			        c->name, e->name);
 	}
 	pthread_mutex_unlock(&c->sync_lock);
 }
