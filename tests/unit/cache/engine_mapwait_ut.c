@@ -67,6 +67,7 @@ static bool sync_lock_kept(struct hl_cache *c)
 struct call {
 	struct hl_cache *c;
 	struct hl_origin *o, *inner, *out;
+	const char *disk; /* attach: NULL is disk0 */
 	int rc;
 	int done; /* atomic */
 };
@@ -87,7 +88,7 @@ static void *attach_main(void *arg)
 {
 	struct call *cl = arg;
 
-	cl->rc = hl_cache_attach(cl->c, "disk0", 0, cl->inner, &cl->out);
+	cl->rc = hl_cache_attach(cl->c, cl->disk ? cl->disk : "disk0", 0, cl->inner, &cl->out);
 	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
 }
@@ -259,12 +260,132 @@ static void test_proof_write_map_hung(void)
 	free(w);
 }
 
+/*
+ * A cache device whose writes do not return while g_dev_hold is set (a
+ * dying SSD): the metadata's device ops are swapped for these.
+ */
+static const struct hl_cache_dev_ops *g_dev_real;
+static int g_dev_hold, g_dev_held; /* atomics */
+
+static int held_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off)
+{
+	if (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&g_dev_held, 1, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST))
+			usleep(1000);
+	}
+	return g_dev_real->pwrite(d, buf, len, off);
+}
+
+static struct hl_cache_dev_ops g_held_ops;
+
+static void dev_hold(struct hl_cache *c)
+{
+	g_dev_real = c->dev->ops;
+	g_held_ops = *g_dev_real;
+	g_held_ops.pwrite = held_pwrite;
+	__atomic_store_n(&g_dev_held, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&g_dev_hold, 1, __ATOMIC_SEQ_CST);
+	c->dev->ops = &g_held_ops;
+}
+
+struct stats_call {
+	struct hl_cache *c;
+	int rc;
+	int done; /* atomic */
+};
+
+static void *stats_main(void *arg)
+{
+	struct stats_call *sc = arg;
+	struct hl_cache_engine_stats st;
+
+	sc->rc = hl_cache_get_stats(sc->c, NULL, &st);
+	__atomic_store_n(&sc->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * An attach of a new disk syncs the records first, on the control reactor
+ * and under the cache's mutex: a cache device whose writes do not return
+ * hung the attach (the control socket, reloads) for ever, and with the
+ * mutex every disk of the cache and hotlunctl's stats. Now the sync runs
+ * without the mutex and within the bound: the attach fails with
+ * -ETIMEDOUT, the cache's records are not trusted at the next start
+ * (meta_stuck, the map sealed), the stats answer meanwhile.
+ */
+static void test_attach_device_hung(void)
+{
+	struct fake fa, fb;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct call cl = {0};
+	struct stats_call sc = {0};
+	uint8_t *buf = malloc(8 * BS);
+	unsigned long long ms;
+	pthread_t t, ts;
+	bool ended;
+
+	o = fixture_up(&c, NULL, &fa, 94, "fake:dev-hung-a");
+	fake_init(&fb, LUN_SIZE, 95);
+	c->drain_ms = BOUND_MS;
+	/* one more tick, then none for a minute: the fills below stay unsynced */
+	c->interval_ms = 60000;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, 6 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(atomic_load(&c->changes) != atomic_load(&c->synced));
+
+	dev_hold(c);
+	cl.c = c;
+	cl.inner = fake_origin(&fb, "fake:dev-hung-b");
+	cl.disk = "disk1";
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, attach_main, &cl) == 0);
+	for (int i = 0; i < (int)WAIT_MS && !__atomic_load_n(&g_dev_held, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CU_ASSERT(__atomic_load_n(&g_dev_held, __ATOMIC_SEQ_CST)); /* in its record sync */
+	sc.c = c;
+	CU_ASSERT_FATAL(pthread_create(&ts, NULL, stats_main, &sc) == 0);
+	ended = call_within(&cl, WAIT_MS, &ms);
+	fprintf(stderr, "attach, the cache device hung: %s after %llu ms (rc %d)\n",
+	        ended ? "returned" : "still out", ms, cl.rc);
+	CU_ASSERT(ended);
+	CU_ASSERT_EQUAL(cl.rc, -ETIMEDOUT);
+	for (int i = 0; i < (int)WAIT_MS && !__atomic_load_n(&sc.done, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	fprintf(stderr, "stats meanwhile: %s\n",
+	        __atomic_load_n(&sc.done, __ATOMIC_SEQ_CST) ? "answered" : "still out");
+	CU_ASSERT(__atomic_load_n(&sc.done, __ATOMIC_SEQ_CST));
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0); /* disk0 still served */
+	CU_ASSERT(atomic_load(&c->meta_stuck));
+
+	__atomic_store_n(&g_dev_hold, 0, __ATOMIC_SEQ_CST); /* the device answers again */
+	pthread_join(t, NULL);
+	pthread_join(ts, NULL);
+	CU_ASSERT(wait_inflight(c, 0));
+	reactor_down();
+	if (cl.rc == 0)
+		hl_origin_close(cl.out);
+	else
+		hl_origin_close(cl.inner);
+	hl_origin_close(o);
+	hl_cache_close(c); /* parked (the sync was given up on) */
+	dev_remove();
+	free(fa.mem);
+	free(fb.mem);
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"map hung: an attach fails within its bound", test_attach_map_hung},
 	    {"map hung: the detach's proof and the close return", test_close_map_hung},
 	    {"map hung: the proof's write does not hold the writes up", test_proof_write_map_hung},
+	    {"device hung: an attach's record sync is bounded, stats answer",
+	     test_attach_device_hung},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
