@@ -326,7 +326,10 @@ int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **orig
 		    err, errlen, rc, "disk %s: cache %s: %s", disk->name, disk->cache,
 		    rc == -EEXIST   ? "the disk is still attached (restart to change it)"
 		    : rc == -ENOSPC ? "cache_quota does not fit in the cache"
-		                    : strerror(-rc));
+		    : rc == -ETIMEDOUT
+		        ? "the cache's map file or device does not answer (its file system or "
+		          "SSD is hung?): not attached; see the log"
+		        : strerror(-rc));
 	}
 	*origin = wrapped;
 	for (size_t i = 0; i < r->n_disks; i++)

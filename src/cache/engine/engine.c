@@ -489,6 +489,36 @@ static bool ent_forget_one(struct hl_cache *c)
 	return true;
 }
 
+static int attach_sync_main(void *arg)
+{
+	struct hl_cache *c = *(struct hl_cache **)arg;
+
+	return cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
+}
+
+/*
+ * The attach's record sync (sync_lock held, c->lock not), within
+ * c->drain_ms: a device write that does not answer kept the control
+ * reactor for ever. Past the bound the sync goes on, detached:
+ * engine_meta_stuck (the records are not trusted at the next start, the
+ * map sealed, the close parks the cache), and the caller keeps sync_lock
+ * for it (no other sync may run beside it; the others' bounded waits see
+ * meta_stuck). @return the sync's result, or -ETIMEDOUT.
+ */
+static int attach_sync(struct hl_cache *c, const char *disk)
+{
+	struct hl_cache **arg = malloc(sizeof(*arg));
+	int rc;
+
+	if (!arg)
+		return -ENOMEM;
+	*arg = c;
+	if (engine_run_within(c->drain_ms, attach_sync_main, arg, &rc))
+		return rc;
+	engine_meta_stuck(c, disk, "the record sync before its attach did not end");
+	return -ETIMEDOUT;
+}
+
 int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
                     struct hl_origin *inner, struct hl_origin **out)
 {
@@ -500,7 +530,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	struct hl_range_list chg = {0};
 	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
 	char *proof = NULL;
-	bool changed = false, sync = false, check = false;
+	bool changed = false, sync = false, check = false, keep_sync = false;
 	uint64_t replaced = 0;
 	int rc = 0, prc = -ESTALE;
 
@@ -639,8 +669,24 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		          (unsigned long long)((HL_CACHE_MAX_CACHED_NR + 1) * c->bs >> 30),
 		          (unsigned)c->bs);
 	if (sync && !c->dead) {
-		/* Before any I/O: the dropped blocks' records must stop claiming data. */
-		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
+		/*
+		 * Before any I/O: the dropped blocks' records must stop claiming
+		 * data. Without c->lock (the other disks and the stats go on; this
+		 * one is not served yet, and entries change only on this thread)
+		 * and bounded (attach_sync).
+		 */
+		pthread_mutex_unlock(&c->lock);
+		rc = attach_sync(c, disk_name);
+		pthread_mutex_lock(&c->lock);
+		if (rc == -ETIMEDOUT) {
+			keep_sync = true;
+			HL_ERR("cache",
+			       "cache %s: disk %s: not attached: the record sync before it did not "
+			       "end within %u ms (the cache device is not answering?); restart "
+			       "hotlund once the device answers",
+			       c->name, disk_name, c->drain_ms);
+			goto out;
+		}
 		if (rc) {
 			HL_ERR("cache", "cache %s: metadata: %s", c->name, strerror(-rc));
 			goto out;
@@ -686,7 +732,8 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	          changed ? ", new" : ", warm");
 out:
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&c->sync_lock);
+	if (!keep_sync)
+		pthread_mutex_unlock(&c->sync_lock);
 	free(chg.v);
 	return rc;
 }

@@ -247,8 +247,7 @@ static void test_proof_write_map_hung(void)
 	cl.o = o;
 	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
 	ended = call_within(&cl, WAIT_MS, &ms);
-	fprintf(stderr, "close after it: %s after %llu ms\n", ended ? "returned" : "still out",
-	        ms);
+	fprintf(stderr, "close after it: %s after %llu ms\n", ended ? "returned" : "still out", ms);
 	CU_ASSERT(ended);
 	map_unhang(tmp);
 	if (rc == -ETIMEDOUT)
