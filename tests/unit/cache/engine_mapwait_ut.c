@@ -377,12 +377,62 @@ static void test_attach_device_hung(void)
 	free(buf);
 }
 
+/*
+ * A reload serves an origin without this cache (hl_cache_disown): the
+ * disk's proof leaves RAM, then the map. A map write that does not answer
+ * refuses the reload (the origin is not served without the cache), but the
+ * proof was gone from RAM already: the next reload's disown found nothing
+ * to forget and let the origin be written without the cache while the map
+ * may still hold the proof (an exclusive origin's vouches for everything:
+ * a restart stale). Now a refused disown keeps the proof in RAM, and a
+ * retry is refused the same way while the map does not answer.
+ */
+static void test_disown_map_hung(void)
+{
+	struct fake f, g;
+	struct hl_cache *c;
+	struct hl_origin *o, *other;
+	uint8_t *buf = malloc(8 * BS);
+	char tmp[96];
+	int rc1, rc2;
+
+	o = fixture_up(&c, NULL, &f, 96, "fake:disown");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_proof(c, 0));
+	c->drain_ms = BOUND_MS;
+	reactor_down();
+	hl_origin_close(o); /* detached: the map remembers it with its proof */
+	CU_ASSERT(map_holds("proof "));
+	map_hang(tmp, sizeof(tmp));
+	fake_init(&g, LUN_SIZE, 97);
+	other = fake_origin(&g, "fake:disown"); /* the same origin, served without the cache */
+	rc1 = hl_cache_disown(c, other);
+	rc2 = hl_cache_disown(c, other); /* the reload tried again */
+	fprintf(stderr, "disown, the map hung: %d, again: %d\n", rc1, rc2);
+	CU_ASSERT(rc1 != 0);
+	CU_ASSERT(rc2 != 0);
+	pthread_mutex_lock(&c->lock);
+	CU_ASSERT(c->n_ents == 1 && c->ents[0]->proof != NULL);
+	pthread_mutex_unlock(&c->lock);
+	map_unhang(tmp);
+	CU_ASSERT(map_holds("proof ")); /* (the write given up on failed: a FIFO) */
+	hl_origin_close(other);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(g.mem);
+	free(buf);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"map hung: an attach fails within its bound", test_attach_map_hung},
 	    {"map hung: the detach's proof and the close return", test_close_map_hung},
 	    {"map hung: the proof's write does not hold the writes up", test_proof_write_map_hung},
+	    {"map hung: a refused disown keeps the proof, a retry is refused too",
+	     test_disown_map_hung},
 	    {"device hung: an attach's record sync is bounded, stats answer",
 	     test_attach_device_hung},
 	    {NULL, NULL},
