@@ -294,7 +294,13 @@ int daemon_caches_disown(const struct hl_conf_disk *disk, const struct hl_origin
 		if (disk->cache && !strcmp(r->conf.name, disk->cache))
 			continue; /* its own: hl_cache_attach checks the proof */
 		rc = hl_cache_disown(r->c, origin);
-		if (rc)
+		if (rc == -ETIMEDOUT)
+			rc = daemon_fail(err, errlen, rc,
+			                 "disk %s: cache %s cannot forget what it cached of this "
+			                 "origin: its map file does not answer (its file system is "
+			                 "hung?); see the log",
+			                 disk->name, r->conf.name);
+		else if (rc)
 			rc = daemon_fail(err, errlen, rc,
 			                 "disk %s: cache %s cannot forget what it cached of this "
 			                 "origin: %s",

@@ -742,6 +742,7 @@ int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
 {
 	char ident_buf[3800]; /* as hl_cache_attach's */
 	const char *ident;
+	char **old;
 	bool changed = false;
 	int rc = 0;
 
@@ -761,6 +762,12 @@ int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
 	/* A map sealed "failed" makes the next open format: nothing to forget then. */
 	if (!engine_sync_lock_within(c, "(disown)"))
 		return atomic_load(&c->killed) ? 0 : -EIO;
+	/* the proofs taken out, put back if the map does not say so (entries: this thread's) */
+	old = calloc(c->n_ents ? c->n_ents : 1, sizeof(*old));
+	if (!old) {
+		pthread_mutex_unlock(&c->sync_lock);
+		return -ENOMEM;
+	}
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
@@ -776,13 +783,31 @@ int hl_cache_disown(struct hl_cache *c, const struct hl_origin *origin)
 		          "cache %s: disk %s: its origin is served without this cache: its "
 		          "cached blocks will be dropped at its next attach",
 		          c->name, e->name);
-		free(e->proof);
+		old[i] = e->proof;
 		e->proof = NULL;
 		changed = true;
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (changed)
 		rc = engine_map_write(c, "open");
+	if (rc == -ECANCELED)
+		rc = 0; /* sealed "failed": the next start formats */
+	/*
+	 * Not written (the map's file system failed or does not answer): the
+	 * caller refuses to serve the origin without the cache, and the proofs
+	 * stay, so that a retry writes the map again instead of finding nothing
+	 * to forget while the map may still hold them. (A write given up on
+	 * that lands later drops them from the map: cold, never stale.)
+	 */
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_ents; i++) {
+		if (rc && old[i] && !c->ents[i]->proof)
+			c->ents[i]->proof = old[i];
+		else
+			free(old[i]);
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(old);
 	pthread_mutex_unlock(&c->sync_lock);
 	return rc;
 }
