@@ -277,12 +277,19 @@ struct hl_cache {
 	atomic_bool map_sealed; /* engine_map_seal: the map stays "failed" */
 	/*
 	 * engine_map.c: a map write is out (taken and given back under map_mu,
-	 * held for the write's whole length by its thread); map_left: one was
-	 * given up on (the next writers fail at once while it is out, and the
-	 * close parks the cache for its thread); seal_owed (map_mu): a seal came
-	 * while one was out, which writes "failed" when it returns.
+	 * held for the write's whole length by its thread); map_left: the one
+	 * out was given up on (the next writers fail at once until it returns,
+	 * and the close parks the cache for its thread); seal_owed (map_mu): a
+	 * seal came while one was out, which writes "failed" when it returns.
 	 */
 	atomic_bool map_busy, map_left, seal_owed;
+	uint64_t map_gen; /* map_mu: bumped as each write takes map_busy */
+	/*
+	 * The last engine_map_write did not return 0: the file may lag what
+	 * RAM says (a disk an attach added); the next attach or proof tick
+	 * writes it even when nothing of theirs changed.
+	 */
+	atomic_bool map_stale;
 	pthread_mutex_t map_mu; /* guards taking map_busy and setting seal_owed, never held in I/O */
 	pthread_cond_t mexit;   /* mlock, CLOCK_MONOTONIC: meta_exited became true */
 	char *meta_hold;        /* HOTLUN_TEST_CACHE_META_HOLD: a sync waits while it exists */

@@ -114,8 +114,10 @@ static int map_begin(struct hl_cache *c, bool seal)
 			rc = 0;
 		else
 			rc = late ? -ETIMEDOUT : -EAGAIN;
-		if (rc == 0)
+		if (rc == 0) {
 			atomic_store(&c->map_busy, true);
+			c->map_gen++;
+		}
 		else if (rc == -ETIMEDOUT && seal)
 			atomic_store(&c->seal_owed, true);
 		pthread_mutex_unlock(&c->map_mu);
@@ -180,6 +182,7 @@ static int map_job_main(void *arg)
 		pthread_mutex_lock(&c->map_mu);
 		owed = owed && atomic_load(&c->map_left) && atomic_load(&c->map_sealed);
 		if (!atomic_exchange(&c->seal_owed, false) && !owed) {
+			atomic_store(&c->map_left, false); /* (it was this one) */
 			atomic_store(&c->map_busy, false);
 			pthread_mutex_unlock(&c->map_mu);
 			break;
@@ -202,8 +205,12 @@ static int map_job_main(void *arg)
 static int map_run(struct hl_cache *c, char *text, bool seal)
 {
 	struct map_job *j = malloc(sizeof(*j));
+	uint64_t gen;
 	int rc;
 
+	pthread_mutex_lock(&c->map_mu);
+	gen = c->map_gen; /* this write's: map_busy is ours */
+	pthread_mutex_unlock(&c->map_mu);
 	if (!j) {
 		map_end(c);
 		free(text);
@@ -214,7 +221,11 @@ static int map_run(struct hl_cache *c, char *text, bool seal)
 	j->seal = seal;
 	if (engine_run_within(c->drain_ms, map_job_main, j, &rc))
 		return rc;
-	atomic_store(&c->map_left, true);
+	/* (unless it returned meanwhile: then map_busy is free, or another write's) */
+	pthread_mutex_lock(&c->map_mu);
+	if (atomic_load(&c->map_busy) && c->map_gen == gen)
+		atomic_store(&c->map_left, true);
+	pthread_mutex_unlock(&c->map_mu);
 	HL_ERR("cache",
 	       "cache %s: writing %s did not end within %u ms (its file system is not "
 	       "answering?): given up on; no map write until it returns",
@@ -227,14 +238,19 @@ int engine_map_write(struct hl_cache *c, const char *state)
 	char *text;
 	int rc = map_begin(c, false);
 
+	if (rc == -ETIMEDOUT)
+		atomic_store(&c->map_stale, true);
 	if (rc)
 		return rc; /* -ECANCELED: sealed, it stays "failed" */
 	text = map_text(c, state, true);
 	if (!text) {
 		map_end(c);
+		atomic_store(&c->map_stale, true);
 		return -ENOMEM;
 	}
-	return map_run(c, text, false);
+	rc = map_run(c, text, false);
+	atomic_store(&c->map_stale, rc != 0);
+	return rc;
 }
 
 int engine_map_seal(struct hl_cache *c)

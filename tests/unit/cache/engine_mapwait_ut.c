@@ -137,11 +137,15 @@ static void test_attach_map_hung(void)
 	CU_ASSERT_EQUAL(cl.rc, -ETIMEDOUT);
 	map_unhang(tmp);
 	pthread_join(t, NULL);
+	/* the file system answers again: the next attach writes the map */
+	if (cl.rc != 0) {
+		for (int i = 0; i < (int)WAIT_MS && atomic_load(&c->map_busy); i++)
+			usleep(1000);
+		CU_ASSERT_EQUAL(hl_cache_attach(c, "disk0", 0, cl.inner, &cl.out), 0);
+		CU_ASSERT(map_holds("disk0 fake:attach-hung"));
+	}
 	reactor_down();
-	if (cl.rc == 0)
-		hl_origin_close(cl.out);
-	else
-		hl_origin_close(cl.inner);
+	hl_origin_close(cl.out);
 	hl_cache_close(c);
 	dev_remove();
 	free(f.mem);
@@ -425,12 +429,97 @@ static void test_disown_map_hung(void)
 	free(buf);
 }
 
+struct unhang_later {
+	char tmp[96];
+	unsigned ms;
+};
+
+static void *unhang_main(void *arg)
+{
+	struct unhang_later *u = arg;
+
+	usleep(u->ms * 1000);
+	map_unhang(u->tmp);
+	return NULL;
+}
+
+/*
+ * The file system answers again after a write was given up on: a seal
+ * that comes while a (slow, not hung) write is under way waits for it as
+ * usual and writes "failed" itself. (The flag that said "given up on"
+ * stayed set for ever: such a seal gave up at once, -ETIMEDOUT, and a
+ * kill then took the cache for stuck.) Here an attach's map write is
+ * given up on and returns; then another attach's write blocks for 100 ms
+ * while the seal comes.
+ */
+static void test_map_back_seal_waits(void)
+{
+	struct fake f, g;
+	struct hl_cache *c;
+	struct call cl = {0}, cl2 = {0};
+	struct unhang_later u = {.ms = 100};
+	char tmp[96];
+	unsigned long long ms;
+	pthread_t t, tu;
+	int rc;
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 98);
+	fake_init(&g, LUN_SIZE, 99);
+	reactor_up();
+	c = cache_open(NULL);
+	c->drain_ms = BOUND_MS;
+	/* a write given up on, then the file system answers */
+	map_hang(tmp, sizeof(tmp));
+	cl.c = c;
+	cl.inner = fake_origin(&f, "fake:back-a");
+	attach_main(&cl);
+	CU_ASSERT_EQUAL(cl.rc, -ETIMEDOUT);
+	map_unhang(tmp);
+	for (int i = 0; i < (int)WAIT_MS && atomic_load(&c->map_busy); i++)
+		usleep(1000);
+	CU_ASSERT(!atomic_load(&c->map_busy));
+
+	/* a slow write (100 ms) under way when the seal comes */
+	map_hang(u.tmp, sizeof(u.tmp));
+	cl2.c = c;
+	cl2.disk = "disk1";
+	cl2.inner = fake_origin(&g, "fake:back-b");
+	CU_ASSERT_FATAL(pthread_create(&t, NULL, attach_main, &cl2) == 0);
+	for (int i = 0; i < (int)WAIT_MS && !atomic_load(&c->map_busy); i++)
+		usleep(1000);
+	CU_ASSERT(atomic_load(&c->map_busy));
+	CU_ASSERT_FATAL(pthread_create(&tu, NULL, unhang_main, &u) == 0);
+	ms = hl_now_ns() / 1000000u;
+	rc = engine_map_seal(c);
+	ms = hl_now_ns() / 1000000u - ms;
+	fprintf(stderr, "a seal behind a slow map write, after one given up on: %d in %llu ms\n",
+	        rc, ms);
+	CU_ASSERT_EQUAL(rc, 0);
+	pthread_join(t, NULL);
+	pthread_join(tu, NULL);
+	for (int i = 0; i < (int)WAIT_MS && atomic_load(&c->map_busy); i++)
+		usleep(1000);
+	CU_ASSERT(map_holds("state failed"));
+	reactor_down();
+	if (cl2.rc == 0)
+		hl_origin_close(cl2.out);
+	else
+		hl_origin_close(cl2.inner);
+	hl_origin_close(cl.inner);
+	hl_cache_close(c);
+	dev_remove();
+	free(f.mem);
+	free(g.mem);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"map hung: an attach fails within its bound", test_attach_map_hung},
 	    {"map hung: the detach's proof and the close return", test_close_map_hung},
 	    {"map hung: the proof's write does not hold the writes up", test_proof_write_map_hung},
+	    {"map back: a seal after one given up on waits as usual", test_map_back_seal_waits},
 	    {"map hung: a refused disown keeps the proof, a retry is refused too",
 	     test_disown_map_hung},
 	    {"device hung: an attach's record sync is bounded, stats answer",
