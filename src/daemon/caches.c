@@ -296,7 +296,13 @@ int daemon_caches_disown(const struct hl_conf_disk *disk, struct hl_origin *orig
 		if (disk->cache && !strcmp(r->conf.name, disk->cache))
 			continue; /* its own: hl_cache_attach checks the proof */
 		rc = hl_cache_disown(r->c, origin);
-		if (rc)
+		if (rc == -ETIMEDOUT)
+			rc = daemon_fail(err, errlen, rc,
+			                 "disk %s: cache %s cannot forget what it cached of this "
+			                 "origin: its map file does not answer (its file system is "
+			                 "hung?); see the log",
+			                 disk->name, r->conf.name);
+		else if (rc)
 			rc = daemon_fail(err, errlen, rc,
 			                 "disk %s: cache %s cannot forget what it cached of this "
 			                 "origin: %s",
@@ -328,7 +334,10 @@ int daemon_attach_cache(const struct hl_conf_disk *disk, struct hl_origin **orig
 		    err, errlen, rc, "disk %s: cache %s: %s", disk->name, disk->cache,
 		    rc == -EEXIST   ? "the disk is still attached (restart to change it)"
 		    : rc == -ENOSPC ? "cache_quota does not fit in the cache"
-		                    : strerror(-rc));
+		    : rc == -ETIMEDOUT
+		        ? "the cache's map file or device does not answer (its file system or "
+		          "SSD is hung?): not attached; see the log"
+		        : strerror(-rc));
 	}
 	*origin = wrapped;
 	for (size_t i = 0; i < r->n_disks; i++)

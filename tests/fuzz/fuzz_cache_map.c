@@ -1,4 +1,4 @@
-// fuzz-sources: src/cache/engine/engine_map.c src/util/util.c src/log/log.c
+// fuzz-sources: src/cache/engine/engine_map.c src/cache/engine/engine_run.c src/event/reactor.c src/util/util.c src/log/log.c
 // fuzz-libs: -pthread
 // fuzz-args: -max_len=16384
 /*
@@ -39,6 +39,7 @@ static struct hl_cache *cache_new(const char *path)
 	c->bs = 4096;
 	c->nslots = 1024;
 	c->dev = &dev;
+	c->drain_ms = 10000; /* the map write's bound (a memfd always answers) */
 	pthread_mutex_init(&c->map_mu, NULL);
 	return c;
 }

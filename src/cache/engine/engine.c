@@ -41,6 +41,8 @@ static void cache_free(struct hl_cache *c)
 	engine_restore_stop(c);
 	if (!engine_meta_stop(c, true) || atomic_load(&c->meta_stuck))
 		return; /* a thread stuck in a device call still uses it: never freed */
+	if (atomic_load(&c->map_busy))
+		return; /* a map write given up on (engine_map.c) still uses it: never freed */
 	if (c->data)
 		hl_origin_close(c->data);
 	hl_cache_restore_release(&c->rs);
@@ -487,6 +489,36 @@ static bool ent_forget_one(struct hl_cache *c)
 	return true;
 }
 
+static int attach_sync_main(void *arg)
+{
+	struct hl_cache *c = *(struct hl_cache **)arg;
+
+	return cache_meta_sync_locked(c->dev, &c->layout, c->core, &c->lock);
+}
+
+/*
+ * The attach's record sync (sync_lock held, c->lock not), within
+ * c->drain_ms: a device write that does not answer kept the control
+ * reactor for ever. Past the bound the sync goes on, detached:
+ * engine_meta_stuck (the records are not trusted at the next start, the
+ * map sealed, the close parks the cache), and the caller keeps sync_lock
+ * for it (no other sync may run beside it; the others' bounded waits see
+ * meta_stuck). @return the sync's result, or -ETIMEDOUT.
+ */
+static int attach_sync(struct hl_cache *c, const char *disk)
+{
+	struct hl_cache **arg = malloc(sizeof(*arg));
+	int rc;
+
+	if (!arg)
+		return -ENOMEM;
+	*arg = c;
+	if (engine_run_within(c->drain_ms, attach_sync_main, arg, &rc))
+		return rc;
+	engine_meta_stuck(c, disk, "the record sync before its attach did not end");
+	return -ETIMEDOUT;
+}
+
 int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
                     struct hl_origin *inner, struct hl_origin **out)
 {
@@ -498,7 +530,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	struct hl_range_list chg = {0};
 	char why[HL_ORIGIN_WHY_MAX] = "", tag[64];
 	char *proof = NULL;
-	bool changed = false, sync = false, check = false;
+	bool changed = false, sync = false, check = false, keep_sync = false;
 	uint64_t replaced = 0;
 	int rc = 0, prc = -ESTALE;
 
@@ -637,16 +669,42 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 		          (unsigned long long)((HL_CACHE_MAX_CACHED_NR + 1) * c->bs >> 30),
 		          (unsigned)c->bs);
 	if (sync && !c->dead) {
-		/* Before any I/O: the dropped blocks' records must stop claiming data. */
-		rc = hl_cache_meta_sync(c->dev, &c->layout, c->core);
+		/*
+		 * Before any I/O: the dropped blocks' records must stop claiming
+		 * data. Without c->lock (the other disks and the stats go on; this
+		 * one is not served yet, and entries change only on this thread)
+		 * and bounded (attach_sync).
+		 */
+		pthread_mutex_unlock(&c->lock);
+		rc = attach_sync(c, disk_name);
+		pthread_mutex_lock(&c->lock);
+		if (rc == -ETIMEDOUT) {
+			keep_sync = true;
+			HL_ERR("cache",
+			       "cache %s: disk %s: not attached: the record sync before it did not "
+			       "end within %u ms (the cache device is not answering?); restart "
+			       "hotlund once the device answers",
+			       c->name, disk_name, c->drain_ms);
+			goto out;
+		}
 		if (rc) {
 			HL_ERR("cache", "cache %s: metadata: %s", c->name, strerror(-rc));
 			goto out;
 		}
 	}
-	if (changed) {
+	if (changed || atomic_load(&c->map_stale)) {
 		/* sealed (-ECANCELED: the device failed): the next start formats, names no disk */
 		rc = engine_map_write(c, "open");
+		if (rc == -ETIMEDOUT)
+			/*
+			 * Not served through the cache: the map may never name it. (The
+			 * write given up on may still land: it names the disk with no
+			 * proof, and its records were synced first: cold, never stale.)
+			 */
+			HL_ERR("cache",
+			       "cache %s: disk %s: not attached: its map %s does not answer within "
+			       "%u ms (its file system is hung?); attach it again once it answers",
+			       c->name, disk_name, c->map_path, c->drain_ms);
 		if (rc && rc != -ECANCELED)
 			goto out;
 	}
@@ -674,7 +732,8 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	          changed ? ", new" : ", warm");
 out:
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&c->sync_lock);
+	if (!keep_sync)
+		pthread_mutex_unlock(&c->sync_lock);
 	free(chg.v);
 	return rc;
 }
@@ -701,6 +760,7 @@ int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 	char key[HL_ORIGIN_ID_MAX], excl[HL_ORIGIN_PROOF_MAX];
 	const char *ident;
 	bool changed = false, any = false, *hit;
+	char **old;
 	int rc = 0;
 
 	if (!c || !origin)
@@ -737,6 +797,13 @@ int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 		free(hit);
 		return atomic_load(&c->killed) ? 0 : -EIO;
 	}
+	/* the proofs taken out, put back if the map does not say so (entries: this thread's) */
+	old = calloc(c->n_ents ? c->n_ents : 1, sizeof(*old));
+	if (!old) {
+		pthread_mutex_unlock(&c->sync_lock);
+		free(hit);
+		return -ENOMEM;
+	}
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
@@ -752,13 +819,31 @@ int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 		          "cache %s: disk %s: its origin is served without this cache: its "
 		          "cached blocks will be dropped at its next attach",
 		          c->name, e->name);
-		free(e->proof);
+		old[i] = e->proof;
 		e->proof = NULL;
 		changed = true;
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (changed)
 		rc = engine_map_write(c, "open");
+	if (rc == -ECANCELED)
+		rc = 0; /* sealed "failed": the next start formats */
+	/*
+	 * Not written (the map's file system failed or does not answer): the
+	 * caller refuses to serve the origin without the cache, and the proofs
+	 * stay, so that a retry writes the map again instead of finding nothing
+	 * to forget while the map may still hold them. (A write given up on
+	 * that lands later drops them from the map: cold, never stale.)
+	 */
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_ents; i++) {
+		if (rc && old[i] && !c->ents[i]->proof)
+			c->ents[i]->proof = old[i];
+		else
+			free(old[i]);
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(old);
 	pthread_mutex_unlock(&c->sync_lock);
 	free(hit);
 	return rc;
@@ -900,6 +985,12 @@ static int close_save_main(void *arg)
 	if (rc)
 		HL_ERR("cache", "cache %s: saving metadata: %s (the next start is cold)", c->name,
 		       strerror(-rc));
+	/*
+	 * A map that does not answer (-ETIMEDOUT, logged) keeps what it said
+	 * last, or what the write given up on says: either names each disk
+	 * with a proof that was true when it was written, and no record the
+	 * device keeps claims a disk it does not name (attach syncs first).
+	 */
 	engine_map_write(c, rc ? "failed" : "clean");
 	return rc;
 }
@@ -996,6 +1087,13 @@ void hl_cache_close(struct hl_cache *c)
 			abandon = true; /* parked below: the save's thread still uses it */
 	} else if (!c->dead) {
 		engine_meta_kill(c);
+	}
+	if (atomic_load(&c->map_busy)) {
+		HL_WARN("cache",
+		        "cache %s: closed while a write of %s is still out (its file system is "
+		        "not answering): the cache's memory stays allocated for it",
+		        c->name, c->map_path);
+		abandon = true;
 	}
 	if (abandon) {
 		atomic_store(&c->failed, true); /* a late read-modify-write writes nothing */

@@ -9,7 +9,7 @@
  *  - engine.c: open, attach, close, quiesce, the runtime settings; stats
  *    export. Calls map, proof, meta, ub; hands origin's ops and event
  *    handler to hl_origin_wrap/listen, reads req's size buckets, bounds
- *    the close's save with req's engine_run_within.
+ *    the close's save with run's engine_run_within.
  *  - engine_origin.c: the cached origin (ops table, submit checks and
  *    dispatch, origin events, close). Calls read, write, req, proof.
  *  - engine_read.c: READ and PRE-FETCH: hits, misses, stitched partial hits,
@@ -27,12 +27,14 @@
  *  - engine_proof.c: the warm restart proofs and the ownership
  *    revalidation. Calls map (it only compares an origin's ops with
  *    origin's table, to know a cached origin), meta's bounded waits and
- *    device failure, req's engine_run_within and shadow's lock.
+ *    device failure, run's engine_run_within and shadow's lock.
  *  - engine_meta.c: the metadata thread (record flushes on request and
  *    periodic, proof ticks); device failure -> pass-through. Calls proof,
  *    map.
  *  - engine_map.c: the disk-name -> LUN-id map file and the disk entries.
- *    Calls none.
+ *    Calls run (every map write is bounded).
+ *  - engine_run.c: engine_run_within, a call on a thread of its own waited
+ *    for at most a bound. Calls none.
  *  - engine_shadow.c: the warm standby (publish the hot set as owner,
  *    pre-read the owner's as standby, move the proof onto its marks).
  *    Calls read (engine_read_shadow), proof, map; proof and origin call
@@ -288,8 +290,22 @@ struct hl_cache {
 	 */
 	atomic_int sync_origin;
 	atomic_bool map_sealed; /* engine_map_seal: the map stays "failed" */
-	atomic_bool seal_abandoned; /* seal_within gave up on its write: it keeps map_mu */
-	pthread_mutex_t map_mu; /* one map writer at a time, and the seal's check */
+	/*
+	 * engine_map.c: a map write is out (taken and given back under map_mu,
+	 * held for the write's whole length by its thread); map_left: the one
+	 * out was given up on (the next writers fail at once until it returns,
+	 * and the close parks the cache for its thread); seal_owed (map_mu): a
+	 * seal came while one was out, which writes "failed" when it returns.
+	 */
+	atomic_bool map_busy, map_left, seal_owed;
+	uint64_t map_gen; /* map_mu: bumped as each write takes map_busy */
+	/*
+	 * The last engine_map_write did not return 0: the file may lag what
+	 * RAM says (a disk an attach added); the next attach or proof tick
+	 * writes it even when nothing of theirs changed.
+	 */
+	atomic_bool map_stale;
+	pthread_mutex_t map_mu; /* guards taking map_busy and setting seal_owed, never held in I/O */
 	pthread_cond_t mexit;   /* mlock, CLOCK_MONOTONIC: meta_exited became true */
 	char *meta_hold;        /* HOTLUN_TEST_CACHE_META_HOLD: a sync waits while it exists */
 	uint32_t interval_ms;
@@ -624,7 +640,12 @@ void engine_lock_yield(void *arg);
 /**
  * Rewrite the map file atomically (tmp, fsync, rename) with state "open",
  * "clean" or "failed", every disk and every proof. Writers hold
- * c->sync_lock, or run alone (open, close). @return 0 or -errno (logged).
+ * c->sync_lock, or run alone (open, close). Bounded: waits at most
+ * c->drain_ms for a write under way, and at most c->drain_ms for its own.
+ * @return 0, -ECANCELED (sealed: the map stays "failed"), -ETIMEDOUT (the
+ * map's file system does not answer: the write under way or this one was
+ * given up on; this one may still land, with what was true when it
+ * began) or another -errno (logged).
  */
 int engine_map_write(struct hl_cache *c, const char *state);
 /**
@@ -714,11 +735,13 @@ void engine_meta_test_hold(struct hl_cache *c);
  * Write "failed" into the map and let no later engine_map_write change it
  * (a stuck metadata thread that comes back): the next start formats. Once
  * that write is durable (file and directory), c->killed is set
- * (engine_meta_kill's promise). Holds map_mu only and reads nothing other
- * threads change (a "failed" map names no disk: a start never reads them),
- * so any thread may seal whoever holds sync_lock or c->lock.
+ * (engine_meta_kill's promise). Reads nothing other threads change (a
+ * "failed" map names no disk: a start never reads them), so any thread may
+ * seal whoever holds sync_lock or c->lock. Bounded as engine_map_write.
+ * @return 0 (durable), -ETIMEDOUT (a write still out: it writes "failed"
+ * when it returns, or this one was given up on) or -errno (logged).
  */
-void engine_map_seal(struct hl_cache *c);
+int engine_map_seal(struct hl_cache *c);
 
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
@@ -732,14 +755,17 @@ void engine_req_free(struct eng_req *req);
  */
 long engine_wait_zero(atomic_long *count, uint64_t t0_ns, uint64_t deadline_ns,
                       void (*note)(void *arg, long left), void *arg);
+
+/* engine_run.c */
+
 /**
  * Run fn(arg) on a thread of its own and wait at most ms for it to return
  * (a call that may write a device that stops answering). arg: malloc'd or
  * NULL, taken (freed once fn returned). No memory or thread: fn runs in
  * line, unbounded. @return true with *rc = fn's result; false: fn had not
  * returned by then and goes on, detached: whatever it uses besides arg
- * must stay valid for ever (its callers seal the map, and the close then
- * parks the cache: never freed).
+ * must stay valid for ever (its callers seal the map, or, for a map write,
+ * set map_left, and the close then parks the cache: never freed).
  */
 bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc);
 /**
@@ -748,6 +774,9 @@ bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc);
  */
 bool engine_run_within_more(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
                             bool (*more)(void *arg));
+
+/* engine_req.c, continued */
+
 /**
  * This thread's array of at least n core ios, for a read's lookup before
  * its request is sized for what the lookup planned (valid until the

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/engine/engine_internal.h"
@@ -38,63 +39,245 @@
  * A missing or unreadable map, a "failed" state or another geometry make
  * hl_cache_open format the device: LUN ids are only meaningful with it.
  * Writers hold sync_lock (or run alone: open, close).
+ *
+ * Every write is bounded (c->drain_ms): the state file system may stop
+ * answering (a hung NFS, a dying disk under /var/lib/hotlun), and a
+ * write that waited for it for ever hung the control reactor (an attach),
+ * the stop (the final proofs, the save, the seals) and the metadata
+ * thread (its proofs, holding sync_lock: the writes behind its syncs).
+ * One write at a time: the caller takes map_busy (map_begin), snapshots
+ * the text under its own locks (map_text) and hands it to a thread of its
+ * own (map_run). A write given up on keeps map_busy until it returns, so
+ * no later write can be overtaken by it (its rename landing last), and
+ * the next writers fail at once. What it writes is what was true when it
+ * began: its rename may land late or never, and either map is one a start
+ * may trust (proofs are released from the origin only once a write
+ * returned 0). A seal that comes meanwhile is owed: the write still out
+ * writes "failed" after its own when it returns. The thread uses c (its
+ * map_mu and flags) at its end: a close with map_busy set parks the cache.
  */
-static int map_write_locked(struct hl_cache *c, const char *state, bool disks);
+static int map_file_write(struct hl_cache *c, const char *text);
 
-int engine_map_write(struct hl_cache *c, const char *state)
+/*
+ * The map's text: with disks, every disk and proof (the caller holds
+ * sync_lock, or runs alone); without, the state and the geometry only,
+ * "next 0" (a sealed map's next start formats: ids start again from 0).
+ * @return a malloc'd string, or NULL without memory.
+ */
+static char *map_text(struct hl_cache *c, const char *state, bool disks)
 {
-	int rc = -ECANCELED; /* sealed: it stays "failed" */
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
 
-	/*
-	 * (Looked at before map_mu too: a seal given up on keeps map_mu in a
-	 * state file system that does not answer; an attach, the metadata
-	 * thread's proofs would wait for it for ever.)
-	 */
-	if (atomic_load(&c->map_sealed))
-		return rc;
-	pthread_mutex_lock(&c->map_mu);
-	if (!atomic_load(&c->map_sealed))
-		rc = map_write_locked(c, state, true);
-	pthread_mutex_unlock(&c->map_mu);
+	if (!f)
+		return NULL;
+	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, MAP_VERSION,
+	        state, c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size,
+	        disks ? c->next_id : 0);
+	for (size_t i = 0; disks && i < c->n_ents; i++) {
+		struct map_ent *e = c->ents[i];
+		fprintf(f, "disk %u %llu %llu %s %s\n", e->id, (unsigned long long)e->quota,
+		        (unsigned long long)e->size, e->name, e->ident);
+	}
+	for (size_t i = 0; disks && i < c->n_ents; i++)
+		if (c->ents[i]->proof)
+			fprintf(f, "proof %u %s\n", c->ents[i]->id, c->ents[i]->proof);
+	if (fclose(f)) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/*
+ * Take map_busy, waiting at most c->drain_ms for the write under way; at
+ * once when the one under way was given up on (map_left: it may never
+ * return). seal: a sealed map is no reason to refuse, and a seal that
+ * cannot take it is owed by the write under way (seal_owed).
+ * @return 0 (taken), -ECANCELED (sealed), -ETIMEDOUT (a write still out;
+ * for a seal: owed).
+ */
+static int map_begin(struct hl_cache *c, bool seal)
+{
+	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
+	struct timespec ts = {0, 1000000};
+	int rc;
+
+	for (;;) {
+		bool late = atomic_load(&c->map_left) || hl_now_ns() >= deadline;
+
+		pthread_mutex_lock(&c->map_mu);
+		if (!seal && atomic_load(&c->map_sealed))
+			rc = -ECANCELED;
+		else if (!atomic_load(&c->map_busy))
+			rc = 0;
+		else
+			rc = late ? -ETIMEDOUT : -EAGAIN;
+		if (rc == 0) {
+			atomic_store(&c->map_busy, true);
+			c->map_gen++;
+		}
+		else if (rc == -ETIMEDOUT && seal)
+			atomic_store(&c->seal_owed, true);
+		pthread_mutex_unlock(&c->map_mu);
+		if (rc != -EAGAIN)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	if (rc == -ETIMEDOUT)
+		HL_WARN_RL("cache",
+		           "cache %s: %s not written: a write of it does not end (its file system "
+		           "is not answering?)%s",
+		           c->name, c->map_path,
+		           seal ? "; it writes \"failed\" when it returns" : "");
 	return rc;
 }
 
-void engine_map_seal(struct hl_cache *c)
+/* Give map_busy back: no write of this caller's is out. */
+static void map_end(struct hl_cache *c)
 {
-	/*
-	 * A seal given up on (seal_within) still holds map_mu, in a write the
-	 * state file system does not answer: waiting for it hung the stop that
-	 * abandons a stuck metadata thread, and the control reactor. That
-	 * write says "failed" if it ever ends; the wiped superblocks stand for
-	 * it meanwhile.
-	 */
-	if (atomic_load(&c->seal_abandoned))
-		return;
 	pthread_mutex_lock(&c->map_mu);
+	atomic_store(&c->map_busy, false);
+	pthread_mutex_unlock(&c->map_mu);
+}
+
+/* A seal's "failed" is durable: killed (engine_meta_kill's promise). */
+static void seal_written(struct hl_cache *c)
+{
+	HL_WARN("cache", "cache %s: %s says failed: the next start formats the device", c->name,
+	        c->map_path);
+	/*
+	 * As good as engine_meta_kill for a restart: writes in pass-through
+	 * need not wait for a kill the stuck metadata thread may never do.
+	 */
+	atomic_store(&c->killed, true);
+}
+
+/* The writer's own: what it writes. c is the parked cache's if it is given up on. */
+struct map_job {
+	struct hl_cache *c;
+	char *text;
+	bool seal;
+};
+
+static int map_job_main(void *arg)
+{
+	struct map_job *j = arg;
+	struct hl_cache *c = j->c;
+	int rc = map_file_write(c, j->text);
+	/*
+	 * A write given up on (map_left) of a map sealed since, or a seal
+	 * given up on that failed: "failed" is written now that the file
+	 * system answers again, as a seal that came meanwhile (seal_owed).
+	 */
+	bool owed = !(j->seal && rc == 0);
+
+	free(j->text);
+	if (j->seal && rc == 0)
+		seal_written(c);
+	/* A seal came while this write was out: it is this writer's to write, after its own. */
+	for (;;) {
+		char *text;
+		pthread_mutex_lock(&c->map_mu);
+		owed = owed && atomic_load(&c->map_left) && atomic_load(&c->map_sealed);
+		if (!atomic_exchange(&c->seal_owed, false) && !owed) {
+			atomic_store(&c->map_left, false); /* (it was this one) */
+			atomic_store(&c->map_busy, false);
+			pthread_mutex_unlock(&c->map_mu);
+			break;
+		}
+		pthread_mutex_unlock(&c->map_mu);
+		owed = false;
+		text = map_text(c, "failed", false); /* the geometry only: it does not change */
+		if (text && map_file_write(c, text) == 0)
+			seal_written(c);
+		free(text);
+	}
+	return rc;
+}
+
+/*
+ * Write text (taken) with map_busy held (map_begin), within c->drain_ms;
+ * map_busy goes with the write's end. @return the write's result, or
+ * -ETIMEDOUT: given up on (map_left), it goes on and may land later.
+ */
+static int map_run(struct hl_cache *c, char *text, bool seal)
+{
+	struct map_job *j = malloc(sizeof(*j));
+	uint64_t gen;
+	int rc;
+
+	pthread_mutex_lock(&c->map_mu);
+	gen = c->map_gen; /* this write's: map_busy is ours */
+	pthread_mutex_unlock(&c->map_mu);
+	if (!j) {
+		map_end(c);
+		free(text);
+		return -ENOMEM;
+	}
+	j->c = c;
+	j->text = text;
+	j->seal = seal;
+	if (engine_run_within(c->drain_ms, map_job_main, j, &rc))
+		return rc;
+	/* (unless it returned meanwhile: then map_busy is free, or another write's) */
+	pthread_mutex_lock(&c->map_mu);
+	if (atomic_load(&c->map_busy) && c->map_gen == gen)
+		atomic_store(&c->map_left, true);
+	pthread_mutex_unlock(&c->map_mu);
+	HL_ERR("cache",
+	       "cache %s: writing %s did not end within %u ms (its file system is not "
+	       "answering?): given up on; no map write until it returns",
+	       c->name, c->map_path, c->drain_ms);
+	return -ETIMEDOUT;
+}
+
+int engine_map_write(struct hl_cache *c, const char *state)
+{
+	char *text;
+	int rc = map_begin(c, false);
+
+	if (rc == -ETIMEDOUT)
+		atomic_store(&c->map_stale, true);
+	if (rc)
+		return rc; /* -ECANCELED: sealed, it stays "failed" */
+	text = map_text(c, state, true);
+	if (!text) {
+		map_end(c);
+		atomic_store(&c->map_stale, true);
+		return -ENOMEM;
+	}
+	rc = map_run(c, text, false);
+	atomic_store(&c->map_stale, rc != 0);
+	return rc;
+}
+
+int engine_map_seal(struct hl_cache *c)
+{
+	char *text;
+	int rc;
+
+	/* From now on no other write begins (map_begin): the map stays "failed". */
 	atomic_store(&c->map_sealed, true);
+	rc = map_begin(c, true);
+	if (rc)
+		return rc; /* owed: the write still out writes it */
 	/*
 	 * Without the disks: the sealer holds neither sync_lock nor c->lock
 	 * (the device failed while their holder is stuck in a device call),
 	 * and the start that reads a "failed" map formats and forgets them.
 	 */
-	if (map_write_locked(c, "failed", false) == 0) {
-		HL_WARN("cache", "cache %s: %s says failed: the next start formats the device",
-		        c->name, c->map_path);
-		/*
-		 * As good as engine_meta_kill for a restart: writes in pass-through
-		 * need not wait for a kill the stuck metadata thread may never do.
-		 */
-		atomic_store(&c->killed, true);
+	text = map_text(c, "failed", false);
+	if (!text) {
+		map_end(c);
+		return -ENOMEM;
 	}
-	pthread_mutex_unlock(&c->map_mu);
+	return map_run(c, text, true);
 }
 
-/*
- * With disks: every disk and proof (the caller holds sync_lock, or runs
- * alone); without: the state and the geometry only, "next 0" (a sealed
- * map's next start formats: ids start again from 0).
- */
-static int map_write_locked(struct hl_cache *c, const char *state, bool disks)
+/* Write text into the map file atomically (tmp + fsync + rename, then the directory). */
+static int map_file_write(struct hl_cache *c, const char *text)
 {
 	char *tmp = NULL, *dir = NULL;
 	FILE *f;
@@ -107,17 +290,7 @@ static int map_write_locked(struct hl_cache *c, const char *state, bool disks)
 		rc = -errno;
 		goto out;
 	}
-	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, MAP_VERSION,
-	        state, c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size,
-	        disks ? c->next_id : 0);
-	for (size_t i = 0; disks && i < c->n_ents; i++) {
-		struct map_ent *e = c->ents[i];
-		fprintf(f, "disk %u %llu %llu %s %s\n", e->id, (unsigned long long)e->quota,
-		        (unsigned long long)e->size, e->name, e->ident);
-	}
-	for (size_t i = 0; disks && i < c->n_ents; i++)
-		if (c->ents[i]->proof)
-			fprintf(f, "proof %u %s\n", c->ents[i]->id, c->ents[i]->proof);
+	fputs(text, f);
 	if (fflush(f) || fsync(fileno(f)))
 		rc = -errno;
 	if (fclose(f) && !rc)

@@ -193,49 +193,12 @@ static void meta_release(struct hl_cache *c)
 	meta_post_all(c, list, 0);
 }
 
-struct seal_call {
-	struct hl_cache *c;
-};
-
-static int seal_main(void *arg)
-{
-	struct seal_call *s = arg;
-
-	engine_map_seal(s->c);
-	return 0;
-}
-
-/*
- * engine_map_seal within c->drain_ms. A state file system that does not
- * answer (a hung NFS, a dead root disk) keeps the map write, and the kill
- * that waits for it, for ever; then the superblocks' wipe stands for the
- * map. The write goes on, detached, using c: meta_stuck makes the close
- * park the cache (never freed). @return whether it returned.
- */
-static bool seal_within(struct hl_cache *c)
-{
-	struct seal_call *s = malloc(sizeof(*s));
-	int rc;
-
-	if (!s) {
-		engine_map_seal(c); /* no memory: in line, unbounded */
-		return true;
-	}
-	s->c = c;
-	if (engine_run_within(c->drain_ms, seal_main, s, &rc))
-		return true;
-	atomic_store(&c->seal_abandoned, true); /* no seal waits for it (engine_map_seal) */
-	atomic_store(&c->meta_stuck, true);
-	HL_WARN("cache",
-	        "cache %s: writing %s \"failed\" did not end within %u ms (its file system is "
-	        "not answering?): the wiped superblocks stand for it",
-	        c->name, c->map_path, c->drain_ms);
-	return false;
-}
-
 /*
  * The device failed: make sure a restart cannot trust its metadata. The
- * map first, sealed "failed" under map_mu only: no sync_lock, whose holder
+ * map first, sealed "failed" (bounded: a state file system that does not
+ * answer leaves it owed by the write still out, and the wiped superblocks
+ * stand for it meanwhile; that write uses c: meta_stuck, the cache is
+ * parked at close), without sync_lock, whose holder
  * may be stuck in a write to the dead device (the metadata thread's record
  * sync, a takeover's or a shadow's records step), and nothing any of them
  * writes when it comes back changes the map again. Once that is durable,
@@ -247,8 +210,16 @@ void engine_meta_kill(struct hl_cache *c)
 {
 	if (atomic_exchange(&c->dead, true))
 		return;
-	if (seal_within(c) && atomic_load(&c->killed))
+	if (engine_map_seal(c) == -ETIMEDOUT) {
+		/* (the close parks the cache: the write still out uses it) */
+		atomic_store(&c->meta_stuck, true);
+		HL_WARN("cache",
+		        "cache %s: %s does not say \"failed\" yet (its file system is not "
+		        "answering?): the wiped superblocks stand for it",
+		        c->name, c->map_path);
+	} else if (atomic_load(&c->killed)) {
 		meta_release(c);
+	}
 	/* (a sync still out when it wipes wipes again at its end: hl_cache_meta_kill) */
 	hl_cache_meta_kill(c->dev, &c->layout);
 	/*
@@ -486,8 +457,8 @@ void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what)
 /*
  * The kill's thread ends by deadline (hl_now_ns), or is abandoned like a
  * stuck metadata thread (in the superblock wipe on the dead device, its
- * map write done or abandoned): meta_stuck, the cache parked. Not sealed
- * again: a seal abandoned keeps map_mu. No new kill thread starts once
+ * map write done or given up on): meta_stuck, the cache parked. Not sealed
+ * again: the kill's seal was written, or is owed. No new kill thread starts once
  * mstop is set. @return whether it ended.
  */
 static bool kill_wait(struct hl_cache *c, uint64_t deadline)

@@ -103,7 +103,8 @@ void engine_proofs_refresh(struct hl_cache *c)
 		e->cand = NULL;
 		write = true;
 	}
-	if (write && engine_map_write(c, "open") == 0) {
+	/* (a map that lags, its last write failed, is written again: a tick repairs it) */
+	if ((write || atomic_load(&c->map_stale)) && engine_map_write(c, "open") == 0) {
 		for (size_t i = 0; i < c->n_ents; i++)
 			if (c->ents[i]->inner && c->ents[i]->proof)
 				proof_release_locked(c, c->ents[i]->inner, c->ents[i]->tag,
@@ -145,8 +146,15 @@ void engine_proof_final(struct hl_cache *c, struct map_ent *e, struct hl_origin 
 		pthread_mutex_lock(&c->lock);
 		bool ok = str_set(&e->proof, proof);
 		pthread_mutex_unlock(&c->lock);
-		if (ok && engine_map_write(c, "open") == 0)
+		rc = ok ? engine_map_write(c, "open") : -ENOMEM;
+		if (rc == 0)
 			proof_release_locked(c, inner, e->tag, proof);
+		else if (rc == -ETIMEDOUT)
+			/* nothing released: the map says the older proof, or this one */
+			HL_WARN("cache",
+			        "cache %s: disk %s: its final proof may not be in the map (it does "
+			        "not answer): a start trusts only the proof the map holds",
+			        c->name, e->name);
 	}
 	pthread_mutex_unlock(&c->sync_lock);
 }

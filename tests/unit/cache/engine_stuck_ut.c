@@ -717,6 +717,26 @@ static void test_device_failure_sync_stuck(void)
 	free(w);
 }
 
+/* Does file path hold needle within ms? */
+static bool file_holds_within(const char *path, const char *needle, unsigned ms)
+{
+	for (unsigned i = 0; i < ms; i++) {
+		char text[8192] = "";
+		FILE *m = fopen(path, "r");
+		size_t n;
+
+		if (m) {
+			n = fread(text, 1, sizeof(text) - 1, m);
+			text[n] = '\0';
+			fclose(m);
+			if (strstr(text, needle))
+				return true;
+		}
+		usleep(1000);
+	}
+	return false;
+}
+
 /* Copy file from to a new file to. @return 0 or -1. */
 static int file_copy(const char *from, const char *to)
 {
@@ -740,12 +760,13 @@ static int file_copy(const char *from, const char *to)
  * so its open blocks). The kill waited for it for ever, so writes in
  * pass-through did too. Now the map write is given up on past the bound
  * (meta_stuck: the cache is parked at close), the superblocks are wiped,
- * killed is set and the write reaches the origin; the restart formats on
- * the wiped superblocks alone (the map still says "open").
+ * killed is set and the write reaches the origin; a restart from then on
+ * formats on the wiped superblocks alone (the map still says "open"). Once
+ * the file system answers, the seal the hung write owes says "failed".
  */
 static void test_device_failure_map_hung(void)
 {
-	char tmp[96];
+	char tmp[96], old_dev[64], old_map[80];
 	struct step st;
 	struct fake f;
 	struct hl_cache *c;
@@ -777,7 +798,22 @@ static void test_device_failure_map_hung(void)
 	CU_ASSERT(atomic_load(&c->killed));
 	CU_ASSERT(atomic_load(&c->meta_stuck));
 	CU_ASSERT(memcmp(f.mem, w, BS) == 0);
-	/* the file system answers again: the write fails (a FIFO), the old map stays */
+	/*
+	 * What a hotlund killed now leaves: a copy of the device and of its map,
+	 * which still says "open" (nothing landed): the restart below formats on
+	 * the wiped superblocks alone.
+	 */
+	snprintf(old_dev, sizeof(old_dev), "%s", g_dev);
+	snprintf(old_map, sizeof(old_map), "%s", g_map);
+	dev_name();
+	CU_ASSERT_FATAL(file_copy(old_dev, g_dev) == 0);
+	CU_ASSERT_FATAL(file_copy(old_map, g_map) == 0);
+	CU_ASSERT(map_holds("state open"));
+	/*
+	 * The file system answers again: the hung write fails (a FIFO), and
+	 * the seal it owes (engine_map_seal came while it was out) is written
+	 * after it: the map says "failed".
+	 */
 	fd = open(tmp, O_RDONLY | O_NONBLOCK);
 	CU_ASSERT(fd >= 0);
 	for (int i = 0; i < 3000 && access(tmp, F_OK) == 0; i++)
@@ -788,20 +824,15 @@ static void test_device_failure_map_hung(void)
 	unlink(tmp);
 	if (rc == -ETIMEDOUT)
 		io_wait(&st); /* (the old code: out until the map write returned) */
-	CU_ASSERT(map_holds("state open"));
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	hl_origin_close(o);
 	hl_cache_close(c); /* parked: it keeps the device (and its lock) */
+	CU_ASSERT(file_holds_within(old_map, "state failed", 3000));
+	CU_ASSERT(unlink(old_dev) == 0); /* (the parked cache keeps it open) */
+	CU_ASSERT(unlink(old_map) == 0);
 
-	/* a restart, on a copy of the device and its map (the parked cache holds them) */
-	snprintf(tmp, sizeof(tmp), "%s", g_dev);
-	dev_name();
-	CU_ASSERT_FATAL(file_copy(tmp, g_dev) == 0);
-	CU_ASSERT(unlink(tmp) == 0); /* (the parked cache keeps it open) */
-	snprintf(tmp + strlen(tmp), sizeof(tmp) - strlen(tmp), ".map");
-	CU_ASSERT_FATAL(file_copy(tmp, g_map) == 0);
-	CU_ASSERT(unlink(tmp) == 0);
+	/* a restart on the copies */
 	CU_ASSERT(map_holds("state open"));
 	reactor_up();
 	c = cache_open(NULL);

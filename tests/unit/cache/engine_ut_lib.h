@@ -21,6 +21,7 @@
 #include "../../../src/cache/engine/engine_meta.c"
 #include "../../../src/cache/engine/engine_origin.c"
 #include "../../../src/cache/engine/engine_req.c"
+#include "../../../src/cache/engine/engine_run.c"
 #include "../../../src/cache/engine/engine_read.c"
 #include "../../../src/cache/engine/engine_write.c"
 #include "../../../src/cache/engine/engine_fill.c"
