@@ -153,20 +153,6 @@ static void test_kill_late_sync_rewrites_superblock(void)
 	free(w);
 }
 
-struct close_call {
-	struct hl_cache *c;
-	int done; /* atomic */
-};
-
-static void *close_main(void *arg)
-{
-	struct close_call *cc = arg;
-
-	hl_cache_close(cc->c);
-	__atomic_store_n(&cc->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
-}
-
 /*
  * The device fails while the metadata thread's record sync is stuck and the
  * map's file system does not answer (the map's temporary file a FIFO nobody
@@ -183,11 +169,11 @@ static void test_kill_map_hung_close_returns(void)
 	struct hl_cache *c;
 	struct hl_origin *o;
 	struct step st;
-	struct close_call cc = {0};
+	struct bg_call cc = {0};
 	char hold[96], tmp[96];
 	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
-	uint64_t t0, ms;
-	pthread_t t;
+	uint64_t ms;
+	bool ended;
 	int rc, fd;
 
 	o = fixture_up(&c, NULL, &f, 85, "fake:hung-close");
@@ -216,19 +202,15 @@ static void test_kill_map_hung_close_returns(void)
 	hl_origin_close(o);
 
 	cc.c = c;
-	t0 = hl_now_ns();
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cc) == 0);
-	while (!__atomic_load_n(&cc.done, __ATOMIC_SEQ_CST) && hl_now_ns() - t0 < 3000000000ull)
-		usleep(1000);
-	ms = (hl_now_ns() - t0) / 1000000;
+	bg_start(&cc, bg_cache_close);
+	ended = bg_within(&cc, 3000, &ms);
 	fprintf(stderr, "close, the map's file system hung, the sync stuck: %s after %llu ms\n",
-	        __atomic_load_n(&cc.done, __ATOMIC_SEQ_CST) ? "returned" : "still out",
-	        (unsigned long long)ms);
-	CU_ASSERT(__atomic_load_n(&cc.done, __ATOMIC_SEQ_CST));
+	        ended ? "returned" : "still out", (unsigned long long)ms);
+	CU_ASSERT(ended);
 	/* the file system answers again (the old code's close returns then) */
 	fd = open(tmp, O_RDONLY | O_NONBLOCK);
 	CU_ASSERT(fd >= 0);
-	pthread_join(t, NULL);
+	bg_join(&cc);
 	rmdir(hold); /* the parked cache's metadata thread ends its sync */
 	if (fd >= 0)
 		close(fd);

@@ -63,45 +63,17 @@ static bool sync_lock_kept(struct hl_cache *c)
 	return held >= 100;
 }
 
-/* A call of the cache on a thread of its own, so that a test outlives a hang. */
-struct call {
-	struct hl_cache *c;
-	struct hl_origin *o, *inner, *out;
-	const char *disk; /* attach: NULL is disk0 */
-	int rc;
-	int done; /* atomic */
-};
-
-/* Wait at most ms for cl to end. @return whether it did; the time it took in *ms_out. */
-static bool call_within(struct call *cl, unsigned ms, unsigned long long *ms_out)
+/* bg_start's calls: an attach (disk NULL: disk0), a stop (the disk's close, the cache's) */
+static void bg_attach(struct bg_call *b)
 {
-	uint64_t t0 = hl_now_ns();
-
-	while (!__atomic_load_n(&cl->done, __ATOMIC_SEQ_CST) &&
-	       hl_now_ns() - t0 < (uint64_t)ms * 1000000u)
-		usleep(1000);
-	*ms_out = (hl_now_ns() - t0) / 1000000u;
-	return __atomic_load_n(&cl->done, __ATOMIC_SEQ_CST);
+	b->rc = hl_cache_attach(b->c, b->disk ? b->disk : "disk0", 0, b->inner, &b->out);
 }
 
-static void *attach_main(void *arg)
+static void bg_close(struct bg_call *b)
 {
-	struct call *cl = arg;
-
-	cl->rc = hl_cache_attach(cl->c, cl->disk ? cl->disk : "disk0", 0, cl->inner, &cl->out);
-	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
-}
-
-static void *close_main(void *arg)
-{
-	struct call *cl = arg;
-
-	if (cl->o)
-		hl_origin_close(cl->o);
-	hl_cache_close(cl->c);
-	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
+	if (b->o)
+		hl_origin_close(b->o);
+	hl_cache_close(b->c);
 }
 
 /*
@@ -114,10 +86,9 @@ static void test_attach_map_hung(void)
 {
 	struct fake f;
 	struct hl_cache *c;
-	struct call cl = {0};
+	struct bg_call cl = {0};
 	char tmp[96];
-	unsigned long long ms;
-	pthread_t t;
+	uint64_t ms;
 	bool ended;
 
 	dev_name();
@@ -128,15 +99,15 @@ static void test_attach_map_hung(void)
 	map_hang(tmp, sizeof(tmp));
 	cl.c = c;
 	cl.inner = fake_origin(&f, "fake:attach-hung");
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, attach_main, &cl) == 0);
-	ended = call_within(&cl, WAIT_MS, &ms);
+	bg_start(&cl, bg_attach);
+	ended = bg_within(&cl, WAIT_MS, &ms);
 	fprintf(stderr, "attach, the map's file system hung: %s after %llu ms (rc %d)\n",
-	        ended ? "returned" : "still out", ms, cl.rc);
+	        ended ? "returned" : "still out", (unsigned long long)ms, cl.rc);
 	CU_ASSERT(ended);
 	CU_ASSERT(ms < WAIT_MS);
 	CU_ASSERT_EQUAL(cl.rc, -ETIMEDOUT);
 	map_unhang(tmp);
-	pthread_join(t, NULL);
+	bg_join(&cl);
 	/* the file system answers again: the next attach writes the map */
 	if (cl.rc != 0) {
 		for (int i = 0; i < (int)WAIT_MS && atomic_load(&c->map_busy); i++)
@@ -164,11 +135,10 @@ static void test_close_map_hung(void)
 	struct fake f;
 	struct hl_cache *c;
 	struct hl_origin *o;
-	struct call cl = {0};
+	struct bg_call cl = {0};
 	uint8_t *buf = malloc(8 * BS);
 	char tmp[96];
-	unsigned long long ms;
-	pthread_t t;
+	uint64_t ms;
 	bool ended;
 
 	o = fixture_up(&c, NULL, &f, 92, "fake:close-hung");
@@ -182,13 +152,13 @@ static void test_close_map_hung(void)
 	map_hang(tmp, sizeof(tmp));
 	cl.c = c;
 	cl.o = o;
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
-	ended = call_within(&cl, WAIT_MS, &ms);
+	bg_start(&cl, bg_close);
+	ended = bg_within(&cl, WAIT_MS, &ms);
 	fprintf(stderr, "detach and close, the map's file system hung: %s after %llu ms\n",
-	        ended ? "returned" : "still out", ms);
+	        ended ? "returned" : "still out", (unsigned long long)ms);
 	CU_ASSERT(ended);
 	map_unhang(tmp);
-	pthread_join(t, NULL);
+	bg_join(&cl);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -208,12 +178,11 @@ static void test_proof_write_map_hung(void)
 	struct hl_cache *c;
 	struct hl_origin *o;
 	struct step st;
-	struct call cl = {0};
+	struct bg_call cl = {0};
 	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
 	char tmp[96];
-	unsigned long long ms;
+	uint64_t ms;
 	uint64_t t0;
-	pthread_t t;
 	bool ended;
 	int rc;
 
@@ -242,21 +211,22 @@ static void test_proof_write_map_hung(void)
 	}
 	ms = (hl_now_ns() - t0) / 1000000u;
 	fprintf(stderr, "a write during the proof's hung map write: %s after %llu ms\n",
-	        rc == -ETIMEDOUT ? "still out" : "done", ms);
+	        rc == -ETIMEDOUT ? "still out" : "done", (unsigned long long)ms);
 	CU_ASSERT_EQUAL(rc, 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 
 	cl.c = c;
 	cl.o = o;
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
-	ended = call_within(&cl, WAIT_MS, &ms);
-	fprintf(stderr, "close after it: %s after %llu ms\n", ended ? "returned" : "still out", ms);
+	bg_start(&cl, bg_close);
+	ended = bg_within(&cl, WAIT_MS, &ms);
+	fprintf(stderr, "close after it: %s after %llu ms\n", ended ? "returned" : "still out",
+	        (unsigned long long)ms);
 	CU_ASSERT(ended);
 	map_unhang(tmp);
 	if (rc == -ETIMEDOUT)
 		CU_ASSERT_EQUAL(io_wait(&st), 0); /* the old code: done once the map answered */
-	pthread_join(t, NULL);
+	bg_join(&cl);
 	dev_remove();
 	free(f.mem);
 	free(buf);
@@ -292,20 +262,11 @@ static void dev_hold(struct hl_cache *c)
 	c->dev->ops = &g_held_ops;
 }
 
-struct stats_call {
-	struct hl_cache *c;
-	int rc;
-	int done; /* atomic */
-};
-
-static void *stats_main(void *arg)
+static void bg_stats(struct bg_call *b)
 {
-	struct stats_call *sc = arg;
 	struct hl_cache_engine_stats st;
 
-	sc->rc = hl_cache_get_stats(sc->c, NULL, &st);
-	__atomic_store_n(&sc->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
+	b->rc = hl_cache_get_stats(b->c, NULL, &st);
 }
 
 /*
@@ -322,11 +283,10 @@ static void test_attach_device_hung(void)
 	struct fake fa, fb;
 	struct hl_cache *c;
 	struct hl_origin *o;
-	struct call cl = {0};
-	struct stats_call sc = {0};
+	struct bg_call cl = {0};
+	struct bg_call sc = {0};
 	uint8_t *buf = malloc(8 * BS);
-	unsigned long long ms;
-	pthread_t t, ts;
+	uint64_t ms;
 	bool ended;
 
 	o = fixture_up(&c, NULL, &fa, 94, "fake:dev-hung-a");
@@ -345,15 +305,15 @@ static void test_attach_device_hung(void)
 	cl.c = c;
 	cl.inner = fake_origin(&fb, "fake:dev-hung-b");
 	cl.disk = "disk1";
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, attach_main, &cl) == 0);
+	bg_start(&cl, bg_attach);
 	for (int i = 0; i < (int)WAIT_MS && !__atomic_load_n(&g_dev_held, __ATOMIC_SEQ_CST); i++)
 		usleep(1000);
 	CU_ASSERT(__atomic_load_n(&g_dev_held, __ATOMIC_SEQ_CST)); /* in its record sync */
 	sc.c = c;
-	CU_ASSERT_FATAL(pthread_create(&ts, NULL, stats_main, &sc) == 0);
-	ended = call_within(&cl, WAIT_MS, &ms);
+	bg_start(&sc, bg_stats);
+	ended = bg_within(&cl, WAIT_MS, &ms);
 	fprintf(stderr, "attach, the cache device hung: %s after %llu ms (rc %d)\n",
-	        ended ? "returned" : "still out", ms, cl.rc);
+	        ended ? "returned" : "still out", (unsigned long long)ms, cl.rc);
 	CU_ASSERT(ended);
 	CU_ASSERT_EQUAL(cl.rc, -ETIMEDOUT);
 	for (int i = 0; i < (int)WAIT_MS && !__atomic_load_n(&sc.done, __ATOMIC_SEQ_CST); i++)
@@ -365,8 +325,8 @@ static void test_attach_device_hung(void)
 	CU_ASSERT(atomic_load(&c->meta_stuck));
 
 	__atomic_store_n(&g_dev_hold, 0, __ATOMIC_SEQ_CST); /* the device answers again */
-	pthread_join(t, NULL);
-	pthread_join(ts, NULL);
+	bg_join(&cl);
+	bg_join(&sc);
 	CU_ASSERT(wait_inflight(c, 0));
 	reactor_down();
 	if (cl.rc == 0)
@@ -456,11 +416,11 @@ static void test_map_back_seal_waits(void)
 {
 	struct fake f, g;
 	struct hl_cache *c;
-	struct call cl = {0}, cl2 = {0};
+	struct bg_call cl = {0}, cl2 = {0};
 	struct unhang_later u = {.ms = 100};
 	char tmp[96];
-	unsigned long long ms;
-	pthread_t t, tu;
+	uint64_t ms;
+	pthread_t tu;
 	int rc;
 
 	dev_name();
@@ -473,7 +433,7 @@ static void test_map_back_seal_waits(void)
 	map_hang(tmp, sizeof(tmp));
 	cl.c = c;
 	cl.inner = fake_origin(&f, "fake:back-a");
-	attach_main(&cl);
+	bg_attach(&cl);
 	CU_ASSERT_EQUAL(cl.rc, -ETIMEDOUT);
 	map_unhang(tmp);
 	for (int i = 0; i < (int)WAIT_MS && atomic_load(&c->map_busy); i++)
@@ -485,7 +445,7 @@ static void test_map_back_seal_waits(void)
 	cl2.c = c;
 	cl2.disk = "disk1";
 	cl2.inner = fake_origin(&g, "fake:back-b");
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, attach_main, &cl2) == 0);
+	bg_start(&cl2, bg_attach);
 	for (int i = 0; i < (int)WAIT_MS && !atomic_load(&c->map_busy); i++)
 		usleep(1000);
 	CU_ASSERT(atomic_load(&c->map_busy));
@@ -494,9 +454,9 @@ static void test_map_back_seal_waits(void)
 	rc = engine_map_seal(c);
 	ms = hl_now_ns() / 1000000u - ms;
 	fprintf(stderr, "a seal behind a slow map write, after one given up on: %d in %llu ms\n",
-	        rc, ms);
+	        rc, (unsigned long long)ms);
 	CU_ASSERT_EQUAL(rc, 0);
-	pthread_join(t, NULL);
+	bg_join(&cl2);
 	pthread_join(tu, NULL);
 	for (int i = 0; i < (int)WAIT_MS && atomic_load(&c->map_busy); i++)
 		usleep(1000);

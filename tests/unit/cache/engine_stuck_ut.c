@@ -138,30 +138,10 @@ static void test_close_sync_lock_stuck(void)
 	free(buf);
 }
 
-/* hl_cache_revalidate on a thread of its own, so that a test can bound it. */
-struct reval_call {
-	struct hl_origin *o;
-	int rc;
-	int done; /* atomic */
-};
-
-static void *reval_main(void *arg)
+/* bg_start's call of the takeover's revalidation */
+static void bg_revalidate(struct bg_call *b)
 {
-	struct reval_call *rv = arg;
-
-	rv->rc = hl_cache_revalidate(rv->o);
-	__atomic_store_n(&rv->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
-}
-
-/* Until call's done is set or ms pass: @return the milliseconds waited. */
-static uint64_t wait_call(struct reval_call *call, unsigned ms)
-{
-	uint64_t t0 = hl_now_ns();
-
-	for (unsigned i = 0; i < ms && !__atomic_load_n(&call->done, __ATOMIC_SEQ_CST); i++)
-		usleep(1000);
-	return (hl_now_ns() - t0) / 1000000;
+	b->rc = hl_cache_revalidate(b->o);
 }
 
 /*
@@ -169,16 +149,14 @@ static uint64_t wait_call(struct reval_call *call, unsigned ms)
  * (fatal past that: the takeover still waits), the result in rv->rc and a
  * line "WHAT took N ms" on stderr. @return N.
  */
-static uint64_t reval_timed(struct reval_call *rv, struct hl_origin *o, const char *what)
+static uint64_t reval_timed(struct bg_call *rv, struct hl_origin *o, const char *what)
 {
-	pthread_t t;
 	uint64_t ms;
 
 	rv->o = o;
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, rv) == 0);
-	ms = wait_call(rv, 3000);
-	CU_ASSERT_FATAL(__atomic_load_n(&rv->done, __ATOMIC_SEQ_CST));
-	pthread_join(t, NULL);
+	bg_start(rv, bg_revalidate);
+	CU_ASSERT_FATAL(bg_within(rv, 3000, &ms));
+	bg_join(rv);
 	fprintf(stderr, "%s took %llu ms (bound 200)\n", what, (unsigned long long)ms);
 	return ms;
 }
@@ -238,7 +216,7 @@ static bool meta_sync_stuck(struct hl_cache *c, struct hl_origin *o, uint64_t bl
  */
 static void test_revalidate_sync_lock_stuck(void)
 {
-	struct reval_call rv = {0};
+	struct bg_call rv = {0};
 	char hold[96];
 	struct fake f;
 	struct hl_cache *c;
@@ -303,7 +281,7 @@ static void test_revalidate_sync_lock_stuck(void)
  */
 static void test_revalidate_shadow_stuck(void)
 {
-	struct reval_call rv = {0};
+	struct bg_call rv = {0};
 	char hold[96];
 	struct fake fa, fb;
 	struct hl_cache *c;
@@ -351,16 +329,6 @@ static void test_revalidate_shadow_stuck(void)
 	free(buf);
 }
 
-/* hl_origin_close on a thread of its own, so that a test can bound it. */
-static void *close_main(void *arg)
-{
-	struct reval_call *cl = arg;
-
-	hl_origin_close(cl->o);
-	__atomic_store_n(&cl->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
-}
-
 
 /*
  * A standby's shadow step moving its proof (a roll) waits for sync_lock
@@ -374,7 +342,7 @@ static void *close_main(void *arg)
  */
 static void test_revalidate_shadow_step_stuck(void)
 {
-	struct reval_call rv = {0}, cl = {0};
+	struct bg_call rv = {0}, cl = {0};
 	char hold[96];
 	struct fake f;
 	struct hl_cache *c;
@@ -382,7 +350,6 @@ static void test_revalidate_shadow_step_stuck(void)
 	struct hl_hot_ent hot[1] = {{0, 9}};
 	struct hl_hot_set hs = {.owner = 1, .seq = 1, .block_size = BS, .n = 1, .v = hot};
 	uint8_t *buf = malloc(BS);
-	pthread_t t;
 	uint64_t ms;
 	uint8_t src;
 
@@ -434,11 +401,10 @@ static void test_revalidate_shadow_step_stuck(void)
 	/* the disk's close (a stop): bounded too, the step still stuck */
 	reactor_down();
 	cl.o = o;
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, close_main, &cl) == 0);
-	ms = wait_call(&cl, 3000);
+	bg_start(&cl, bg_origin_close);
 	/* (fatal: the close still waits for the step, 3 s after it began) */
-	CU_ASSERT_FATAL(__atomic_load_n(&cl.done, __ATOMIC_SEQ_CST));
-	pthread_join(t, NULL);
+	CU_ASSERT_FATAL(bg_within(&cl, 3000, &ms));
+	bg_join(&cl);
 	fprintf(stderr, "the disk's close took %llu ms (bound 200)\n", (unsigned long long)ms);
 	CU_ASSERT(ms < 1000);
 	CU_ASSERT_EQUAL(__atomic_load_n(&f.closes, __ATOMIC_SEQ_CST), 0); /* kept */
@@ -474,7 +440,7 @@ static void test_revalidate_shadow_step_stuck(void)
  */
 static void test_revalidate_records_late(void)
 {
-	struct reval_call rv = {0};
+	struct bg_call rv = {0};
 	struct fake f;
 	struct hl_cache *c;
 	struct hl_origin *o;
@@ -534,12 +500,11 @@ static void test_revalidate_records_late(void)
  */
 static void test_revalidate_sync_lock_origin_slow(void)
 {
-	struct reval_call rv = {0};
+	struct bg_call rv = {0};
 	struct fake fa, fb;
 	struct hl_cache *c;
 	struct hl_origin *oa, *ob;
 	uint8_t *buf = malloc(BS);
-	pthread_t t;
 	uint64_t ms;
 	uint8_t src;
 	int early;
@@ -553,13 +518,13 @@ static void test_revalidate_sync_lock_origin_slow(void)
 		usleep(1000);
 	CU_ASSERT_FATAL(__atomic_load_n(&fb.taking, __ATOMIC_SEQ_CST));
 	rv.o = oa;
-	CU_ASSERT_FATAL(pthread_create(&t, NULL, reval_main, &rv) == 0);
+	bg_start(&rv, bg_revalidate);
 	usleep(600 * 1000);
 	early = __atomic_load_n(&rv.done, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&fb.take_hold, 0, __ATOMIC_SEQ_CST); /* the cluster answers */
-	ms = 600 + wait_call(&rv, 3000);
-	CU_ASSERT_FATAL(__atomic_load_n(&rv.done, __ATOMIC_SEQ_CST));
-	pthread_join(t, NULL);
+	CU_ASSERT_FATAL(bg_within(&rv, 3000, &ms));
+	ms += 600;
+	bg_join(&rv);
 	fprintf(stderr, "the takeover behind a 600 ms origin call took %llu ms (bound 200)%s\n",
 	        (unsigned long long)ms, early ? ", returned before the call did" : "");
 	CU_ASSERT_FALSE(early);

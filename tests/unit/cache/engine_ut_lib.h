@@ -924,4 +924,64 @@ static HL_UT_UNUSED void test_rmw_race(void)
 	free(w2);
 }
 
+/*
+ * An engine call on a thread of its own, so that a test outlives a hang
+ * and bounds it: bg_start runs fn(b) there, bg_within waits for its end.
+ * The fields are fn's arguments and result, as each test uses them.
+ */
+struct bg_call {
+	void (*fn)(struct bg_call *b);
+	struct hl_cache *c;
+	struct hl_origin *o, *inner, *out;
+	const char *disk;
+	int rc;
+	int done; /* atomic */
+	pthread_t t;
+};
+
+static void *bg_main(void *arg)
+{
+	struct bg_call *b = arg;
+
+	b->fn(b);
+	__atomic_store_n(&b->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static HL_UT_UNUSED void bg_start(struct bg_call *b, void (*fn)(struct bg_call *b))
+{
+	b->fn = fn;
+	__atomic_store_n(&b->done, 0, __ATOMIC_SEQ_CST);
+	CU_ASSERT_FATAL(pthread_create(&b->t, NULL, bg_main, b) == 0);
+}
+
+/* Wait at most ms for b to end. @return whether it did; *ms_out: the ms waited. */
+static HL_UT_UNUSED bool bg_within(struct bg_call *b, unsigned ms, uint64_t *ms_out)
+{
+	uint64_t t0 = hl_now_ns();
+
+	while (!__atomic_load_n(&b->done, __ATOMIC_SEQ_CST) &&
+	       hl_now_ns() - t0 < (uint64_t)ms * 1000000u)
+		usleep(1000);
+	if (ms_out)
+		*ms_out = (hl_now_ns() - t0) / 1000000u;
+	return __atomic_load_n(&b->done, __ATOMIC_SEQ_CST);
+}
+
+static HL_UT_UNUSED void bg_join(struct bg_call *b)
+{
+	pthread_join(b->t, NULL);
+}
+
+/* bg_start's common calls: closing the cache, closing the cached origin */
+static HL_UT_UNUSED void bg_cache_close(struct bg_call *b)
+{
+	hl_cache_close(b->c);
+}
+
+static HL_UT_UNUSED void bg_origin_close(struct bg_call *b)
+{
+	hl_origin_close(b->o);
+}
+
 #endif
