@@ -50,8 +50,9 @@
  * a multiple of it.
  *
  * Failures: sense data becomes -errno (origin_iscsi_sense_errno); UNIT
- * ATTENTION (acted on first where it asks for it: iscsi_ua.c), BUSY, TASK SET FULL, ABORTED COMMAND and NOT READY (becoming
- * ready) are retried. A session is lost on a socket error; when, with
+ * ATTENTION (first acted on where it asks for it: iscsi_ua.c), BUSY, TASK
+ * SET FULL, ABORTED COMMAND and NOT READY (becoming ready) are retried. A
+ * session is lost on a socket error; when, with
  * commands out, the SAN completes nothing for min(timeout/2, 5 s) and then
  * does not answer a NOP-Out for as long (a hung SAN keeps TCP up); when a
  * login takes 5 s; and, as a backstop for a SAN that answers pings but never

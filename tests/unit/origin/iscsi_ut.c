@@ -1098,7 +1098,8 @@ static const struct hl_test tests[] = {
     {"close from another thread with a read in flight: one -EIO on its reactor", test_close_in_flight},
     {"unit attentions: what each asks for", test_ua_class},
     {"2A/09 after a grow: the new size, and the cache drops the disk", test_ua_capacity_grow},
-    {"2A/09 after a shrink and a grow back: same size, the cache drops the disk", test_ua_capacity_same},
+    {"2A/09 after a shrink and a grow back: same size, the cache drops the disk",
+     test_ua_capacity_same},
     {"3F/0E drops; 2A/01, 29/00 and 2A/03 without gateways do not", test_ua_others},
     {NULL, NULL},
 };
