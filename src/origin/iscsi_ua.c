@@ -5,9 +5,13 @@
  * behind its back; the command that met it was not executed, and task_cb
  * repeats it (-EAGAIN). Some also call for action here, taken once per
  * origin on a service thread of its own ("iscsi-ua"): origin events must
- * not leave from a reactor that serves connections (origin.h), and the
- * check logs in a nexus of its own (ISID qualifier ISC_UA_QUAL) to read
- * the capacity synchronously. What each one does (SPC-4 / SAM-5):
+ * not leave from a reactor that serves connections (origin.h). That
+ * thread keeps a nexus of its own, the poll nexus (ISID qualifier
+ * ISC_UA_QUAL, logged in at open), sends TEST UNIT READY on it every
+ * ISC_UA_POLL_MS and reads the capacity there: a data session hears a unit
+ * attention only with its next command, and a gateway whose reads all hit
+ * the cache sends none for as long as they do. What each one does (SPC-4 /
+ * SAM-5):
  *
  *   29/xx POWER ON, RESET, BUS DEVICE RESET, I_T NEXUS LOSS: the medium
  *         keeps its data; a reset may clear other pending unit attentions
@@ -39,8 +43,8 @@
  *         the capacity is read again.
  *   anything else (3F/01 microcode changed, 2A/06 ALUA state, ...): repeated.
  *
- * A unit attention comes once per I_T nexus, and with one session per
- * reactor each session meets its own copy of it, at its next command:
+ * A unit attention comes once per I_T nexus: the poll nexus and each data
+ * session (one per reactor) meet their own copy of it:
  * every action is safe to take again (a resize to the current size reports
  * nothing, a second drop drops what was filled since), and copies that come
  * while a check is queued ride on it (ua_pending). A read that was in
@@ -63,8 +67,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define ISC_UA_QUAL      0xffff /* the check's own nexus: sessions use 1..N, ownership 0 */
+#define ISC_UA_QUAL      0xffff /* the poll nexus: sessions use 1..N, ownership 0 */
 #define ISC_UA_TIMEOUT_S 5
+#define ISC_UA_POLL_MS   1000 /* TEST UNIT READY on the poll nexus */
+#define ISC_UA_TRIES     16   /* READ CAPACITY behind the unit attentions queued before it */
 
 unsigned origin_iscsi_ua_class(int asc, int ascq)
 {
@@ -86,31 +92,76 @@ unsigned origin_iscsi_ua_class(int asc, int ascq)
 	}
 }
 
-/* READ CAPACITY on a nexus of our own (service thread). @return 0 or -errno. */
-static int ua_read_capacity(struct hl_origin *o, uint64_t *nblocks, uint32_t *bs)
+/*
+ * The poll nexus (service thread): logged in on first use and again after
+ * a failure. A new login's TEST UNIT READY takes what the SAN had queued
+ * for the nexus, so a login after the first asks for the reset check.
+ */
+static struct iscsi_context *ua_ctx_get(struct hl_origin *o)
 {
 	struct isc_origin *io = io_of(o);
-	struct iscsi_context *ctx = origin_iscsi_context_make(io, ISC_UA_QUAL);
+	struct iscsi_context *ctx;
+
+	if (io->ua_ctx)
+		return io->ua_ctx;
+	ctx = origin_iscsi_context_make(io, ISC_UA_QUAL);
+	if (!ctx)
+		return NULL;
+	iscsi_set_timeout(ctx, ISC_UA_TIMEOUT_S);
+	if (iscsi_full_connect_sync(ctx, io->portal, (int)io->url.lun) != 0) {
+		HL_DEBUG(ISC_COMPONENT, "%s: poll session: cannot log in: %s", o->uri,
+		         iscsi_get_error(ctx));
+		iscsi_destroy_context(ctx);
+		return NULL;
+	}
+	if (io->ua_ctx_was)
+		atomic_fetch_or(&io->ua_pending, ISC_UA_RESET);
+	io->ua_ctx = ctx;
+	return ctx;
+}
+
+static void ua_ctx_drop(struct isc_origin *io)
+{
+	if (io->ua_ctx)
+		iscsi_destroy_context(io->ua_ctx);
+	io->ua_ctx = NULL;
+}
+
+/* What a unit attention met on the poll nexus asks for (0: none, or not one). */
+static unsigned ua_of_task(const struct isc_origin *io, const struct scsi_task *t)
+{
+	unsigned what;
+
+	if (!t || t->status != SCSI_STATUS_CHECK_CONDITION ||
+	    t->sense.key != SCSI_SENSE_UNIT_ATTENTION)
+		return 0;
+	what = origin_iscsi_ua_class(t->sense.ascq >> 8, t->sense.ascq & 0xff);
+	return what == ISC_UA_PR && !io->pr_key ? 0 : what;
+}
+
+/*
+ * READ CAPACITY on the poll nexus (service thread). Unit attentions met
+ * there are added to *what. @return 0 or -errno.
+ */
+static int ua_read_capacity(struct hl_origin *o, uint64_t *nblocks, uint32_t *bs, unsigned *what)
+{
+	struct isc_origin *io = io_of(o);
+	struct iscsi_context *ctx = ua_ctx_get(o);
 	struct scsi_task *t;
 	int rc = -EIO;
 
 	if (!ctx)
-		return -ENOMEM;
-	iscsi_set_timeout(ctx, ISC_UA_TIMEOUT_S);
-	if (iscsi_full_connect_sync(ctx, io->portal, (int)io->url.lun) != 0) {
-		HL_WARN(ISC_COMPONENT, "%s: capacity check: cannot log in: %s", o->uri,
-		        iscsi_get_error(ctx));
-		iscsi_destroy_context(ctx);
 		return -ENOTCONN;
-	}
-	for (int tries = 0; tries < 3 && rc; tries++) { /* this nexus's own unit attentions */
+	for (int tries = 0; tries < ISC_UA_TRIES && rc; tries++) {
 		t = iscsi_readcapacity16_sync(ctx, (int)io->url.lun);
 		if (t && t->status == SCSI_STATUS_GOOD && t->datain.size >= 12) {
 			*nblocks = hl_get_be64(t->datain.data) + 1;
 			*bs = hl_get_be32(t->datain.data + 8);
 			rc = 0;
-		} else if (!t || t->status != SCSI_STATUS_CHECK_CONDITION ||
-		           t->sense.key != SCSI_SENSE_UNIT_ATTENTION) {
+		} else if (t && t->status == SCSI_STATUS_CHECK_CONDITION &&
+		           t->sense.key == SCSI_SENSE_UNIT_ATTENTION) {
+			*what |= ua_of_task(io, t);
+		} else if (t && t->status == SCSI_STATUS_CHECK_CONDITION) {
 			scsi_free_scsi_task(t);
 			t = iscsi_readcapacity10_sync(ctx, (int)io->url.lun, 0, 0);
 			if (t && t->status == SCSI_STATUS_GOOD && t->datain.size >= 8) {
@@ -118,16 +169,18 @@ static int ua_read_capacity(struct hl_origin *o, uint64_t *nblocks, uint32_t *bs
 				*bs = hl_get_be32(t->datain.data + 4);
 				rc = 0;
 			} else {
-				tries = 3;
+				*what |= ua_of_task(io, t);
 			}
+		} else {
+			tries = ISC_UA_TRIES; /* the session is gone */
 		}
 		scsi_free_scsi_task(t);
 	}
-	if (rc)
+	if (rc) {
 		HL_WARN(ISC_COMPONENT, "%s: capacity check: READ CAPACITY failed: %s", o->uri,
 		        iscsi_get_error(ctx));
-	iscsi_logout_sync(ctx);
-	iscsi_destroy_context(ctx);
+		ua_ctx_drop(io);
+	}
 	return rc;
 }
 
@@ -159,14 +212,15 @@ static void ua_check(void *arg)
 	struct isc_origin *io = io_of(o);
 	unsigned what = atomic_exchange(&io->ua_pending, 0); /* later ones queue another check */
 	uint64_t old = __atomic_load_n(&o->size, __ATOMIC_ACQUIRE), nblocks = 0, size = old;
-	bool drop = what & (ISC_UA_CAPACITY | ISC_UA_PR | ISC_UA_IDENTITY);
 	uint32_t bs = 0;
 	char names[64];
+	bool drop;
 	int rc;
 
-	if (atomic_load(&io->closing))
-		return;
-	rc = ua_read_capacity(o, &nblocks, &bs);
+	if (!what || atomic_load(&io->closing))
+		return; /* the poll took them first */
+	rc = ua_read_capacity(o, &nblocks, &bs, &what);
+	drop = what & (ISC_UA_CAPACITY | ISC_UA_PR | ISC_UA_IDENTITY);
 	if (rc == 0 && (bs != io->bs || !nblocks || nblocks > UINT64_MAX / bs)) {
 		HL_ERR(ISC_COMPONENT,
 		       "%s: the SAN now reports %llu blocks of %u bytes (was %u-byte blocks): "
@@ -225,17 +279,84 @@ void origin_iscsi_ua_seen(struct isc_session *s, int asc, int ascq)
 	origin_iscsi_ua_note(s->o, what);
 }
 
+/*
+ * Every ISC_UA_POLL_MS on the service thread: TEST UNIT READY on the poll
+ * nexus. The data sessions hear a unit attention only with their next
+ * command, and a gateway whose reads all hit the cache sends none: the
+ * poll nexus gets its own copy of each, whatever the traffic.
+ */
+static void ua_tick(struct hl_timer *tm)
+{
+	struct hl_origin *o = tm->arg;
+	struct isc_origin *io = io_of(o);
+	struct iscsi_context *ctx;
+	struct scsi_task *t;
+
+	if (atomic_load(&io->closing))
+		return;
+	ctx = ua_ctx_get(o);
+	if (ctx) {
+		t = iscsi_testunitready_sync(ctx, (int)io->url.lun);
+		if (!t ||
+		    (t->status != SCSI_STATUS_GOOD && t->status != SCSI_STATUS_CHECK_CONDITION &&
+		     t->status != SCSI_STATUS_BUSY && t->status != SCSI_STATUS_TASK_SET_FULL))
+			ua_ctx_drop(io); /* logged in again next time (a reset check) */
+		else
+			atomic_fetch_or(&io->ua_pending, ua_of_task(io, t));
+		scsi_free_scsi_task(t);
+	}
+	if (atomic_load(&io->ua_pending))
+		ua_check(o);
+	hl_timer_start(io->svc, &io->ua_tick, ISC_UA_POLL_MS);
+}
+
+static void ua_tick_start(void *arg)
+{
+	struct hl_origin *o = arg;
+	struct isc_origin *io = io_of(o);
+
+	hl_timer_start(io->svc, &io->ua_tick, ISC_UA_POLL_MS);
+}
+
 int origin_iscsi_ua_start(struct hl_origin *o)
 {
 	struct isc_origin *io = io_of(o);
-	int rc = hl_reactor_create(&io->svc, "iscsi-ua");
+	uint64_t nblocks = 0;
+	uint32_t bs = 0;
+	unsigned what = 0;
+	int rc;
 
-	if (rc)
-		return rc;
-	rc = hl_reactor_start(io->svc);
+	/*
+	 * The poll nexus logs in now, from open (no service thread yet): a
+	 * change between the capacity open() read and this login would reach
+	 * no nexus of ours. One more look closes that window.
+	 */
+	if (!ua_ctx_get(o))
+		HL_WARN(ISC_COMPONENT, "%s: poll session: cannot log in (tried again each second)",
+		        o->uri);
+	else if (ua_read_capacity(o, &nblocks, &bs, &what) == 0 && bs == io->bs &&
+	         nblocks != io->nblocks && nblocks && nblocks <= UINT64_MAX / bs) {
+		HL_NOTICE(ISC_COMPONENT, "%s: the SAN LUN was resized while opening: %llu bytes",
+		          o->uri, (unsigned long long)(nblocks * bs));
+		io->nblocks = nblocks;
+		o->size = nblocks * bs; /* nobody listens yet */
+	}
+	io->ua_ctx_was = true; /* any later login is a reset check */
+	rc = hl_reactor_create(&io->svc, "iscsi-ua");
 	if (rc) {
+		ua_ctx_drop(io);
+		return rc;
+	}
+	hl_timer_init(&io->ua_tick, ua_tick, o);
+	rc = hl_reactor_start(io->svc);
+	if (rc == 0)
+		rc = hl_reactor_call(io->svc, ua_tick_start, o);
+	if (rc) {
+		hl_reactor_stop(io->svc);
+		hl_reactor_join(io->svc);
 		hl_reactor_destroy(io->svc);
 		io->svc = NULL;
+		ua_ctx_drop(io);
 	}
 	return rc;
 }
@@ -248,6 +369,8 @@ void origin_iscsi_ua_stop(struct hl_origin *o)
 		return;
 	hl_reactor_stop(io->svc); /* a check under way ends first; queued ones see closing */
 	hl_reactor_join(io->svc);
+	hl_timer_stop(&io->ua_tick); /* joined: its timer heap is ours to touch */
+	ua_ctx_drop(io);
 	hl_reactor_destroy(io->svc);
 	io->svc = NULL;
 }

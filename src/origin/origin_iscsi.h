@@ -80,6 +80,9 @@ struct isc_origin {
 	/* the SAN's unit attentions (iscsi_ua.c) */
 	struct hl_reactor *svc;  /* "iscsi-ua": the checks they ask for; events leave from it */
 	atomic_uint ua_pending;  /* ISC_UA_* met and not yet checked (non-zero: one is queued) */
+	struct hl_timer ua_tick;      /* the poll (svc) */
+	struct iscsi_context *ua_ctx; /* the poll nexus, ISID qualifier 0xffff (svc) */
+	bool ua_ctx_was;              /* it was logged in before (svc) */
 };
 
 enum isc_state {
