@@ -549,6 +549,8 @@ static int file_open(struct hl_origin *o, const char *target, const struct hl_or
 		}
 		origin_file_stamp_of(&st, &fo->settled);
 	}
+	if (!fo->blkdev)
+		origin_file_watch_add(o, fo);
 	HL_INFO("origin", "%s: %s, %llu bytes%s%s%s", o->uri,
 	        fo->blkdev ? "block device" : "file", (unsigned long long)o->size,
 	        opts->direct ? ", O_DIRECT" : "", o->can_discard ? ", discard" : "",
@@ -566,6 +568,7 @@ static void file_close(struct hl_origin *o)
 {
 	struct file_origin *fo = fo_of(o);
 
+	origin_file_watch_del(fo);
 	origin_lock_put(fo->lock);
 	fo->lock = NULL;
 

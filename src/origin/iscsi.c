@@ -51,8 +51,9 @@
  * a multiple of it.
  *
  * Failures: sense data becomes -errno (origin_iscsi_sense_errno); UNIT
- * ATTENTION, BUSY, TASK SET FULL, ABORTED COMMAND and NOT READY (becoming
- * ready) are retried. A session is lost on a socket error; when, with
+ * ATTENTION (first acted on where it asks for it: iscsi_ua.c), BUSY, TASK
+ * SET FULL, ABORTED COMMAND and NOT READY (becoming ready) are retried. A
+ * session is lost on a socket error; when, with
  * commands out, the SAN completes nothing for min(timeout/2, 5 s) and then
  * does not answer a NOP-Out for as long (a hung SAN keeps TCP up); when a
  * login takes 5 s; and, as a backstop for a SAN that answers pings but never
@@ -238,13 +239,16 @@ static void connect_cb(struct iscsi_context *ctx, int status, void *data, void *
 		return;
 	set_state(s, ISC_UP);
 	s->backoff_ms = ISC_BACKOFF_MIN_MS;
-	if (s->logged_up)
+	if (s->logged_up) {
 		HL_NOTICE(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u restored after %llu ms",
 		          io->portal, io->url.target, io->url.lun, s->qual,
 		          (unsigned long long)((hl_now_ns() - s->down_since_ns) / 1000000));
-	else
+		/* the login's TEST UNIT READY took what the SAN told the nexus: look again */
+		origin_iscsi_ua_note(s->o, ISC_UA_RESET);
+	} else {
 		HL_INFO(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u logged in", io->portal,
 		        io->url.target, io->url.lun, s->qual);
+	}
 	s->logged_up = true;
 	s->dead_logged = false;
 	s->down_since_ns = 0;
@@ -813,6 +817,8 @@ static int check_condition(struct isc_session *s, struct hl_origin_io *ioo, stru
 		           io->portal);
 		return -EIO;
 	}
+	if (sense.key == SCSI_SENSE_UNIT_ATTENTION)
+		origin_iscsi_ua_seen(s, sense.asc, sense.ascq); /* the command is repeated */
 	rc = origin_iscsi_sense_errno(sense.key, sense.asc, sense.ascq);
 	if (rc == -EILSEQ) {
 		ioo->miscompare_offset = sense.info_valid ? sense.info : 0;
@@ -1293,6 +1299,9 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 		rc = -EINVAL;
 		goto fail;
 	}
+	rc = origin_iscsi_ua_start(o);
+	if (rc)
+		goto fail;
 	return 0;
 fail:
 	pthread_mutex_destroy(&io->lock);
@@ -1317,6 +1326,7 @@ static void iscsi_shut(struct hl_origin *o)
 	struct hl_list all;
 
 	atomic_store(&io->closing, true);
+	origin_iscsi_ua_stop(o); /* no event leaves after this */
 	hl_list_init(&all);
 	pthread_mutex_lock(&io->lock);
 	while (!hl_list_empty(&io->sessions)) {

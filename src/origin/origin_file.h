@@ -9,6 +9,7 @@
 #define HOTLUN_ORIGIN_FILE_H
 
 #include "hotlun/event.h"
+#include "hotlun/util.h"
 #include "origin/origin_internal.h"
 
 #include <linux/falloc.h>
@@ -34,9 +35,19 @@ struct file_origin {
 	 */
 	struct file_stamp opened, settled;
 	struct origin_lock *lock; /* a regular file's single-gateway lock (not a cache device) */
-	long fs_type;     /* statfs f_type of a regular file's filesystem */
-	bool fs_stamps;   /* ... one whose ctime proves changes (origin_file_stamp_trusted) */
+	long fs_type;             /* statfs f_type of a regular file's filesystem */
+	bool fs_stamps; /* ... one whose ctime proves changes (origin_file_stamp_trusted) */
+	/* a regular file's size, looked at once a second (file_watch.c) */
+	struct hl_origin *self;
+	struct hl_list watch_link;
+	bool watched;
 };
+
+/** Watch o's (a regular file's) size from now on: a change is reported as HL_ORIGIN_RESIZED. */
+void origin_file_watch_add(struct hl_origin *o, struct file_origin *fo);
+
+/** Stop watching (before fo->fd closes); nothing when it is not watched. */
+void origin_file_watch_del(struct file_origin *fo);
 
 /* Per-I/O state in hl_origin_io.priv. */
 struct file_io {

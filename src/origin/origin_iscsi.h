@@ -78,6 +78,12 @@ struct isc_origin {
 	uint64_t proof_key;
 	uint32_t proof_gen;
 	bool acq_exact;        /* only its own commands moved PRgeneration in between */
+	/* the SAN's unit attentions (iscsi_ua.c) */
+	struct hl_reactor *svc;  /* "iscsi-ua": the checks they ask for; events leave from it */
+	atomic_uint ua_pending;  /* ISC_UA_* met and not yet checked (non-zero: one is queued) */
+	struct hl_timer ua_tick;      /* the poll (svc) */
+	struct iscsi_context *ua_ctx; /* the poll nexus, ISID qualifier 0xffff (svc) */
+	bool ua_ctx_was;              /* it was logged in before (svc) */
 };
 
 enum isc_state {
@@ -165,6 +171,31 @@ static inline struct isc_origin *io_of(struct hl_origin *o)
 {
 	return hl_origin_priv(o);
 }
+
+/* ---- unit attentions (iscsi_ua.c) ---- */
+
+/* What a unit attention asks for (origin_iscsi_ua_class); 0: repeat the command, nothing more. */
+enum {
+	ISC_UA_RESET = 1u,    /* 29/xx: read the capacity again (a reset may hide a change) */
+	ISC_UA_CAPACITY = 2u, /* 2A/09: read it again and drop the cache */
+	ISC_UA_PR = 4u,       /* 2A/03, 2A/04, 2A/05: a gateway's reservation may be gone: drop */
+	ISC_UA_IDENTITY = 8u, /* 3F/03, 3F/0E: the LUN may be another one: drop */
+};
+
+/** ASC/ASCQ of a UNIT ATTENTION -> ISC_UA_* (one bit, or 0). Pure. */
+unsigned origin_iscsi_ua_class(int asc, int ascq);
+
+/** s met a UNIT ATTENTION (reactor thread of s): queue what it asks for. */
+void origin_iscsi_ua_seen(struct isc_session *s, int asc, int ascq);
+
+/** Queue a check for the ISC_UA_* bits in what (any thread; merged with one queued). */
+void origin_iscsi_ua_note(struct hl_origin *o, unsigned what);
+
+/** open(): start the service thread. @return 0 or -errno. */
+int origin_iscsi_ua_start(struct hl_origin *o);
+
+/** shut()/close(), after `closing` is set: stop it (a check under way ends first). */
+void origin_iscsi_ua_stop(struct hl_origin *o);
 
 /* ---- gateways: the data path's side of the reservation (iscsi_pr.c) ---- */
 

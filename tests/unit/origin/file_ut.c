@@ -15,6 +15,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <liburing.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -1180,7 +1181,51 @@ static void test_proof_sole_writer(void)
 	free(path);
 }
 
+/* ---- a file resized under a running origin (file_watch.c) ---- */
+
+static atomic_uint watch_resized;
+static atomic_ullong watch_old;
+
+static void watch_ev(void *arg, struct hl_origin *o, enum hl_origin_event ev, uint64_t old_size)
+{
+	(void)arg;
+	(void)o;
+	if (ev == HL_ORIGIN_RESIZED) {
+		atomic_store(&watch_old, old_size);
+		atomic_fetch_add(&watch_resized, 1);
+	}
+}
+
+static bool watch_wait(unsigned n)
+{
+	for (int i = 0; i < 300 && atomic_load(&watch_resized) < n; i++)
+		usleep(10000);
+	return atomic_load(&watch_resized) >= n;
+}
+
+static void test_watch_size(void)
+{
+	char *path = ut_tempfile(FSIZE, 1);
+	struct hl_origin *o;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(path);
+	o = open_file(path, false);
+	atomic_store(&watch_resized, 0);
+	hl_origin_listen(o, watch_ev, NULL);
+	CU_ASSERT_EQUAL(truncate(path, 2 * FSIZE), 0);
+	CU_ASSERT_TRUE(watch_wait(1)); /* within 3 s (a look each second) */
+	CU_ASSERT_EQUAL(o->size, 2 * FSIZE);
+	CU_ASSERT_EQUAL(atomic_load(&watch_old), FSIZE);
+	CU_ASSERT_EQUAL(truncate(path, FSIZE / 2), 0);
+	CU_ASSERT_TRUE(watch_wait(2));
+	CU_ASSERT_EQUAL(o->size, FSIZE / 2);
+	hl_origin_close(o);
+	unlink(path);
+	free(path);
+}
+
 static const struct hl_test tests[] = {
+    {"a file resized while open: HL_ORIGIN_RESIZED within seconds", test_watch_size},
     {"proof: stamp text and compare", test_proof_stamp_text},
     {"proof: a regular file changed, truncated, replaced", test_proof_file},
     {"proof: a change after open is seen", test_proof_change_after_open},

@@ -14,6 +14,7 @@
 #include "hotlun/scsi.h"
 #include "hotlun/util.h"
 #include "origin/origin_internal.h"
+#include "origin/origin_iscsi.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -648,7 +649,7 @@ static void test_two_reactors(void)
 	CU_ASSERT_PTR_EQUAL(c.cb_reactor, r2);
 	CU_ASSERT_TRUE(pattern_ok(r, 4096, 21));
 	CU_ASSERT_EQUAL(origin_iscsi_sessions_up(o), 2);
-	CU_ASSERT_EQUAL(hl_iscsi_target_sessions(san.srv, IQN), 2);
+	CU_ASSERT_EQUAL(hl_iscsi_target_sessions(san.srv, IQN), 3); /* and the poll's */
 	/*
 	 * close on cli_r's thread once r2 is gone: its destroy call detached
 	 * its session (close may not run between a reactor's stop and destroy)
@@ -932,6 +933,148 @@ static void test_block_size_opt(void)
 	CU_ASSERT_PTR_NULL(o);
 }
 
+/* ---------------------------------------------------------------- unit attentions */
+
+static void test_ua_class(void)
+{
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x2a, 0x09), ISC_UA_CAPACITY);
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x29, 0x00), ISC_UA_RESET);
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x29, 0x07), ISC_UA_RESET); /* I_T nexus loss */
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x2a, 0x03), ISC_UA_PR);
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x2a, 0x04), ISC_UA_PR);
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x2a, 0x05), ISC_UA_PR);
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x3f, 0x03), ISC_UA_IDENTITY);
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x3f, 0x0e), ISC_UA_IDENTITY);
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x2a, 0x01), 0); /* mode parameters */
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x2a, 0x06), 0); /* ALUA state */
+	CU_ASSERT_EQUAL(origin_iscsi_ua_class(0x3f, 0x01), 0); /* microcode */
+}
+
+/*
+ * scsi_internal.h's; that header cannot come in with libiscsi's (both
+ * define enum scsi_opcode): the SAN's LU queues a unit attention to every
+ * nexus, as a SAN does on its own changes.
+ */
+void scsi_ua_queue_all(struct hl_lu *lu, uint64_t except_id, uint8_t asc, uint8_t ascq);
+
+/* What the origin told its listener (the cache engine, the LU). */
+static struct {
+	atomic_uint resized, changed;
+} evs;
+
+static void ev_count(void *arg, struct hl_origin *o, enum hl_origin_event ev, uint64_t old_size)
+{
+	(void)arg;
+	(void)o;
+	(void)old_size;
+	if (ev == HL_ORIGIN_RESIZED)
+		atomic_fetch_add(&evs.resized, 1);
+	else if (ev == HL_ORIGIN_CHANGED)
+		atomic_fetch_add(&evs.changed, 1);
+}
+
+static struct hl_origin *open_listened(void)
+{
+	struct hl_origin *o = open_san(NULL);
+
+	atomic_store(&evs.resized, 0);
+	atomic_store(&evs.changed, 0);
+	if (o)
+		hl_origin_listen(o, ev_count, NULL);
+	return o;
+}
+
+/* Until `changed` drops were reported (5 s at most). */
+static bool wait_changed(unsigned changed)
+{
+	for (int i = 0; i < 500 && atomic_load(&evs.changed) < changed; i++)
+		usleep(10000);
+	return atomic_load(&evs.changed) >= changed;
+}
+
+/* The SAN's LUN takes a new size: its file, then its LU (which queues 2A/09 to every nexus). */
+static void san_resize(uint64_t size)
+{
+	CU_ASSERT_EQUAL(truncate(san.path, (off_t)size), 0);
+	hl_origin_notify(san.origin, HL_ORIGIN_RESIZED, size);
+}
+
+/* A grow: the next command meets 2A/09; the origin grows and the cache drops the disk. */
+static void test_ua_capacity_grow(void)
+{
+	struct hl_origin *o = open_listened();
+	uint8_t buf[4096];
+
+	CU_ASSERT_FATAL(o != NULL);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, SAN_SIZE - 4096, 4096, buf), 0);
+	san_resize(SAN_SIZE + (1u << 20));
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 4096, buf), 0); /* meets it, repeated */
+	CU_ASSERT_TRUE(wait_changed(1));
+	CU_ASSERT_EQUAL(atomic_load(&evs.resized), 1);
+	CU_ASSERT_EQUAL(o->size, SAN_SIZE + (1u << 20));
+	memset(buf, 0xee, sizeof(buf));
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, SAN_SIZE, 4096, buf), 0); /* the new tail */
+	CU_ASSERT_EQUAL(buf[0], 0);
+	close_on(cli_r, o);
+	san_resize(SAN_SIZE);
+}
+
+/*
+ * A shrink and a grow back before the next command: one 2A/09, the same
+ * size: no resize, but the tail is zeroes now: the cache must drop.
+ */
+static void test_ua_capacity_same(void)
+{
+	struct hl_origin *o = open_listened();
+	uint8_t buf[4096];
+
+	CU_ASSERT_FATAL(o != NULL);
+	pattern_fill(buf, sizeof(buf), 5);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_WRITE, 0, SAN_SIZE - 4096, 4096, buf), 0);
+	san_resize(SAN_SIZE - (1u << 20));
+	san_resize(SAN_SIZE);
+	CU_ASSERT_TRUE(wait_changed(1)); /* no command of ours: the poll met it */
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, SAN_SIZE - 4096, 4096, buf), 0);
+	CU_ASSERT_EQUAL(buf[0], 0);
+	CU_ASSERT_EQUAL(atomic_load(&evs.resized), 0);
+	CU_ASSERT_EQUAL(o->size, SAN_SIZE);
+	close_on(cli_r, o);
+}
+
+/*
+ * 3F/0E (another LUN may answer now): a drop (one per nexus that hears
+ * it: the data session's and the poll's). 2A/01 (mode parameters), 29/00
+ * (a reset, same size) and, without gateways, 2A/03 (reservations): the
+ * command is repeated, nothing dropped.
+ */
+static void test_ua_others(void)
+{
+	struct hl_origin *o = open_listened();
+	uint8_t buf[512];
+	unsigned changed;
+
+	CU_ASSERT_FATAL(o != NULL);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 512, buf), 0); /* the SAN knows the nexus */
+	scsi_ua_queue_all(san.lu, 0, 0x3f, 0x0e);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 512, buf), 0);
+	CU_ASSERT_TRUE(wait_changed(1));
+	usleep(2500000); /* the poll's copy too (a second drop), then nothing more */
+	changed = atomic_load(&evs.changed);
+	CU_ASSERT_EQUAL(atomic_load(&evs.resized), 0);
+	scsi_ua_queue_all(san.lu, 0, 0x2a, 0x01);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 512, buf), 0);
+	scsi_ua_queue_all(san.lu, 0, 0x29, 0x00);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 512, buf), 0);
+	scsi_ua_queue_all(san.lu, 0, 0x2a, 0x03);
+	CU_ASSERT_EQUAL(run_io(o, HL_IO_READ, 0, 0, 512, buf), 0);
+	usleep(2500000); /* two polls */
+	CU_ASSERT_EQUAL(atomic_load(&evs.changed), changed);
+	scsi_ua_queue_all(san.lu, 0, 0x2a, 0x09);
+	CU_ASSERT_TRUE(wait_changed(changed + 1));
+	CU_ASSERT_EQUAL(atomic_load(&evs.resized), 0);
+	close_on(cli_r, o);
+}
+
 static const struct hl_test tests[] = {
     {"URL: host, default port, target, LUN", test_url_basic},
     {"URL: user%secret and port", test_url_port_chap},
@@ -961,6 +1104,11 @@ static const struct hl_test tests[] = {
     {"outage past the limit: -EIO, fast failure, recovery", test_outage_limit},
     {"a SAN that stops answering: -EIO by the limit, then recovery", test_hung_san},
     {"close from another thread with a read in flight: one -EIO on its reactor", test_close_in_flight},
+    {"unit attentions: what each asks for", test_ua_class},
+    {"2A/09 after a grow: the new size, and the cache drops the disk", test_ua_capacity_grow},
+    {"2A/09 after a shrink and a grow back: same size, the cache drops the disk",
+     test_ua_capacity_same},
+    {"3F/0E drops; 2A/01, 29/00 and 2A/03 without gateways do not", test_ua_others},
     {NULL, NULL},
 };
 
