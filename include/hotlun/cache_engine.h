@@ -87,7 +87,10 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out);
  * origin. The disk keeps its LUN id (and its cached blocks) across restarts
  * as long as its origin identity (inner's URI without throttle wrappers and
  * credentials, and size) and quota are unchanged; otherwise its old blocks
- * are dropped. The map file never holds credentials.
+ * are dropped. The map file never holds credentials. Another disk of
+ * this cache whose origin is inner's (a disk renamed) loses its proof
+ * first, as hl_cache_disown: its blocks miss this disk's writes (an
+ * error writing the map is the attach's).
  * quota_bytes 0: share the pool. Blocking; main thread, before I/O starts.
  * On success the wrapper owns inner (hl_origin_close on the wrapper waits,
  * up to hl_cache_drain_bound_ms, for the disk's fills still in flight,

@@ -294,7 +294,7 @@ int daemon_caches_disown(const struct hl_conf_disk *disk, struct hl_origin *orig
 	pthread_mutex_lock(&g_lock);
 	for (struct cache_rt *r = g_caches; r && !rc; r = r->next) {
 		if (disk->cache && !strcmp(r->conf.name, disk->cache))
-			continue; /* its own: hl_cache_attach checks the proof */
+			continue; /* its own: hl_cache_attach (its other names too) */
 		rc = hl_cache_disown(r->c, origin);
 		if (rc == -ETIMEDOUT)
 			rc = daemon_fail(err, errlen, rc,

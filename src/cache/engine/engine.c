@@ -519,6 +519,8 @@ static int attach_sync(struct hl_cache *c, const char *disk)
 	return -ETIMEDOUT;
 }
 
+static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep);
+
 int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_bytes,
                     struct hl_origin *inner, struct hl_origin **out)
 {
@@ -541,6 +543,15 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	ident = engine_origin_ident(inner->uri, ident_buf, sizeof(ident_buf));
 	if (strchr(ident, '\n'))
 		return -EINVAL;
+	/*
+	 * The same origin under another name of this cache (a disk renamed):
+	 * its blocks miss this disk's writes, and a proof that cannot see them
+	 * (exclusive = yes) would bring them back at that name's next attach.
+	 * The daemon's disown leaves a disk's own cache to this.
+	 */
+	rc = disown(c, inner, disk_name);
+	if (rc)
+		return rc;
 	/*
 	 * The disk's blocks from an earlier run are trusted only as far as the
 	 * origin proves itself unchanged since (it may take a while: rbd diffs
@@ -754,7 +765,14 @@ static bool names_origin(const char *ent_ident, const char *ident, const char *k
 	return *key && hl_origin_alias_key(ent_ident, k, sizeof(k)) == 0 && !strcmp(k, key);
 }
 
-int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
+/* The entry hl_cache_attach attaches (keep: its name; NULL: none): it checks its own proof. */
+static bool disown_keeps(const struct map_ent *e, const char *keep)
+{
+	return keep && !strcmp(e->name, keep);
+}
+
+/* hl_cache_disown, but for the entry named keep (NULL: none). */
+static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep)
 {
 	char ident_buf[3800]; /* as hl_cache_attach's */
 	char key[HL_ORIGIN_ID_MAX], excl[HL_ORIGIN_PROOF_MAX];
@@ -783,10 +801,12 @@ int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 	if (!hit)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->n_ents; i++)
-		any |= hit[i] = names_origin(c->ents[i]->ident, ident, key);
+		any |= hit[i] =
+		    !disown_keeps(c->ents[i], keep) && names_origin(c->ents[i]->ident, ident, key);
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->n_ents; i++)
-		any |= hit[i] |= hl_origin_proof_names(c->ents[i]->proof, excl);
+		if (!disown_keeps(c->ents[i], keep))
+			any |= hit[i] |= hl_origin_proof_names(c->ents[i]->proof, excl);
 	pthread_mutex_unlock(&c->lock);
 	if (!any) {
 		free(hit);
@@ -815,10 +835,16 @@ int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 		e->cand = NULL;
 		if (!e->proof)
 			continue;
-		HL_NOTICE("cache",
-		          "cache %s: disk %s: its origin is served without this cache: its "
-		          "cached blocks will be dropped at its next attach",
-		          c->name, e->name);
+		if (keep)
+			HL_NOTICE("cache",
+			          "cache %s: disk %s: its origin is disk %s of this cache now: its "
+			          "cached blocks will be dropped at its next attach",
+			          c->name, e->name, keep);
+		else
+			HL_NOTICE("cache",
+			          "cache %s: disk %s: its origin is served without this cache: "
+			          "its cached blocks will be dropped at its next attach",
+			          c->name, e->name);
 		old[i] = e->proof;
 		e->proof = NULL;
 		changed = true;
@@ -847,6 +873,11 @@ int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
 	pthread_mutex_unlock(&c->sync_lock);
 	free(hit);
 	return rc;
+}
+
+int hl_cache_disown(struct hl_cache *c, struct hl_origin *origin)
+{
+	return disown(c, origin, NULL);
 }
 
 int hl_cache_set_admission(struct hl_cache *c, const char *admission)

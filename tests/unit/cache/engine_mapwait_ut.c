@@ -29,21 +29,32 @@ static void map_hang(char *tmp, size_t len)
 	CU_ASSERT_FATAL(rc == 0);
 }
 
+/* Whether tmp is still the FIFO map_hang made (not the next write's own file). */
+static bool map_fifo(const char *tmp)
+{
+	struct stat st;
+
+	return stat(tmp, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
 /*
  * The file system answers again: the blocked writer's open returns, its
  * fsync of a FIFO fails and it removes the FIFO. The reader stays open
- * until then (a write to a FIFO without a reader raises SIGPIPE).
+ * until then (a write to a FIFO without a reader raises SIGPIPE). Only a
+ * FIFO left is removed here: once the writer removed it, the path may be
+ * the next map write's file already (a seal's, which failed when this
+ * removed it).
  */
 static void map_unhang(const char *tmp)
 {
 	int fd = open(tmp, O_RDONLY | O_NONBLOCK);
-	struct stat st;
 
-	for (int i = 0; i < (int)WAIT_MS && fd >= 0 && stat(tmp, &st) == 0; i++)
+	for (int i = 0; i < (int)WAIT_MS && fd >= 0 && map_fifo(tmp); i++)
 		usleep(1000);
 	if (fd >= 0)
 		close(fd);
-	unlink(tmp);
+	if (map_fifo(tmp))
+		unlink(tmp);
 }
 
 /* Whether someone keeps c->sync_lock 100 ms in a row (looked at for WAIT_MS at most). */
