@@ -303,11 +303,22 @@ static void test_attach_device_hung(void)
 	o = fixture_up(&c, NULL, &fa, 94, "fake:dev-hung-a");
 	fake_init(&fb, LUN_SIZE, 95);
 	c->drain_ms = BOUND_MS;
-	/* one more tick, then none for a minute: the fills below stay unsynced */
-	c->interval_ms = 60000;
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT(wait_synced(c));
+	/*
+	 * Then no tick for a minute, so that the fills below stay unsynced. The
+	 * thread reads the interval as it ends a tick: either a tick came
+	 * between the store and block 10's fill (the thread waits a minute
+	 * already; the fill stays unsynced) or the next one syncs it and then
+	 * waits a minute. (Set before block 0's read, a tick in between left
+	 * block 0 unsynced, and its wait_synced failed about one run in four.)
+	 */
+	c->interval_ms = 60000;
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 10 * BS, BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	for (int i = 0; i < 1000 && atomic_load(&c->synced) < atomic_load(&c->changes); i++)
+		usleep(1000);
 	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 2 * BS, 6 * BS, buf), 0);
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT(atomic_load(&c->changes) != atomic_load(&c->synced));
