@@ -24,8 +24,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
-/* Length of uri's RFC 3986 scheme with its ':' ("file:" 5), 0 when it has none. */
-static size_t scheme_of(const char *uri)
+size_t origin_scheme_len(const char *uri)
 {
 	size_t i = 0;
 
@@ -86,7 +85,7 @@ static int file_key(const char *path, char *buf, size_t len)
 
 int hl_origin_alias_key(const char *uri, char *buf, size_t len)
 {
-	size_t slen = scheme_of(uri);
+	size_t slen = origin_scheme_len(uri);
 	const char *rest = uri + slen;
 	int rc;
 

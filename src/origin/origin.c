@@ -11,7 +11,6 @@
 #include "hotlun/util.h"
 #include "origin/origin_internal.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <errno.h>
@@ -97,18 +96,6 @@ int origin_io_check(const struct hl_origin *o, const struct hl_origin_io *io)
 	return 0;
 }
 
-/* RFC 3986 scheme: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) ":". Returns its length. */
-static size_t scheme_len(const char *uri)
-{
-	size_t i = 0;
-
-	if (!isalpha((unsigned char)uri[0]))
-		return 0;
-	while (isalnum((unsigned char)uri[i]) || uri[i] == '+' || uri[i] == '-' || uri[i] == '.')
-		i++;
-	return uri[i] == ':' ? i + 1 : 0;
-}
-
 int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl_origin **out)
 {
 	static const struct hl_origin_opts defaults;
@@ -122,7 +109,7 @@ int hl_origin_open(const char *uri, const struct hl_origin_opts *opts, struct hl
 		return -EINVAL;
 	if (!opts)
 		opts = &defaults;
-	slen = scheme_len(uri);
+	slen = origin_scheme_len(uri);
 	if (slen == 0) {
 		ops = &origin_file_ops; /* a bare path */
 	} else {

@@ -140,6 +140,12 @@ int origin_iscsi_url_key(const char *target, char *buf, size_t len);
  */
 int origin_iscsi_lu_designator(const uint8_t *page, size_t size, char *buf, size_t len);
 
+/**
+ * Length of uri's RFC 3986 scheme with its ':' (ALPHA *( ALPHA / DIGIT /
+ * "+" / "-" / "." ) ":", "file:" 5), 0 when it has none (alias_key.c).
+ */
+size_t origin_scheme_len(const char *uri);
+
 struct stat;
 /** "blk:MAJ:MIN" for a block device, "file:DEV:INO" for anything else (alias_key.c). */
 int origin_file_stat_key(const struct stat *st, char *buf, size_t len);
