@@ -24,23 +24,6 @@ static int io_wait_within(struct step *st, unsigned ms)
 	return st->rc;
 }
 
-/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for 3 s at most). */
-static bool sync_lock_kept(struct hl_cache *c)
-{
-	int held = 0;
-
-	for (int i = 0; i < 3000 && held < 100; i++) {
-		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
-			pthread_mutex_unlock(&c->sync_lock);
-			held = 0;
-		} else {
-			held++;
-		}
-		usleep(1000);
-	}
-	return held >= 100;
-}
-
 /* Until nobody holds c->sync_lock (3 s at most). */
 static bool sync_lock_free(struct hl_cache *c)
 {

@@ -57,23 +57,6 @@ static void map_unhang(const char *tmp)
 		unlink(tmp);
 }
 
-/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for WAIT_MS at most). */
-static bool sync_lock_kept(struct hl_cache *c)
-{
-	int held = 0;
-
-	for (unsigned i = 0; i < WAIT_MS && held < 100; i++) {
-		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
-			pthread_mutex_unlock(&c->sync_lock);
-			held = 0;
-		} else {
-			held++;
-		}
-		usleep(1000);
-	}
-	return held >= 100;
-}
-
 /* bg_start's calls: an attach (disk NULL: disk0), a stop (the disk's close, the cache's) */
 static void bg_attach(struct bg_call *b)
 {

@@ -161,23 +161,6 @@ static uint64_t reval_timed(struct bg_call *rv, struct hl_origin *o, const char 
 	return ms;
 }
 
-/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for 3 s at most). */
-static bool sync_lock_kept(struct hl_cache *c)
-{
-	int held = 0;
-
-	for (int i = 0; i < 3000 && held < 100; i++) {
-		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
-			pthread_mutex_unlock(&c->sync_lock);
-			held = 0;
-		} else {
-			held++;
-		}
-		usleep(1000);
-	}
-	return held >= 100;
-}
-
 /*
  * The metadata thread stuck in a record sync, holding sync_lock, as on a
  * cache device that does not answer: c->meta_hold (HOTLUN_TEST_CACHE_META_HOLD)

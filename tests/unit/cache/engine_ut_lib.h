@@ -924,6 +924,23 @@ static HL_UT_UNUSED void test_rmw_race(void)
 	free(w2);
 }
 
+/* Whether someone keeps c->sync_lock 100 ms in a row (looked at for 3 s at most). */
+static HL_UT_UNUSED bool sync_lock_kept(struct hl_cache *c)
+{
+	int held = 0;
+
+	for (int i = 0; i < 3000 && held < 100; i++) {
+		if (pthread_mutex_trylock(&c->sync_lock) == 0) {
+			pthread_mutex_unlock(&c->sync_lock);
+			held = 0;
+		} else {
+			held++;
+		}
+		usleep(1000);
+	}
+	return held >= 100;
+}
+
 /*
  * An engine call on a thread of its own, so that a test outlives a hang
  * and bounds it: bg_start runs fn(b) there, bg_within waits for its end.
