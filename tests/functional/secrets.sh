@@ -54,10 +54,13 @@ block_size = 64K
 origin = iscsi://hlorigin%$URL_SECRET@127.0.0.1:$SAN_PORT/$SAN_IQN/0
 cache = ssd
 
+# read-only: a second writable disk on the cached LUN is refused (its
+# writes would leave disk san's cache stale), under any spelling of its URL
 [disk keys]
 origin = iscsi://127.0.0.1:$SAN_PORT/$SAN_IQN/0
 origin_chap_user = hlorigin
 origin_chap_secret_file = $T/origin.secret
+read_only = yes
 
 [target $FRONT_IQN]
 lun.0 = san
