@@ -47,6 +47,9 @@ extern bool origin_file_force_workers;
 /** How long opening a busy writable block device waits for it (ms; a crashed user's I/O drains). */
 extern int origin_file_excl_wait_ms;
 
+/** How often a regular file's size is looked at (ms, file_watch.c); 0: files opened now are not watched (tests). */
+extern unsigned origin_file_watch_ms;
+
 /** Extra IORING_SETUP_* flags for new rings (default chosen by measurement, see file_uring.c). */
 extern unsigned origin_file_ring_flags;
 
