@@ -38,9 +38,10 @@
  *         fenced. Without gateways nobody here relies on a reservation:
  *         repeated.
  *   3F/03 INQUIRY DATA HAS CHANGED, 3F/0E REPORTED LUNS DATA HAS CHANGED:
- *         the LUN number may name another logical unit now. No identity
- *         check exists yet (VPD page 0x83), so the cache drops the disk and
- *         the capacity is read again.
+ *         the LUN number may name another logical unit now: the cache drops
+ *         the disk and the capacity is read again. (The VPD 83h designator
+ *         read at open, the data_id op, is not read again here: a same
+ *         designator could keep the cache, which only costs a refill now.)
  *   anything else (3F/01 microcode changed, 2A/06 ALUA state, ...): repeated.
  *
  * A unit attention comes once per I_T nexus: the poll nexus and each data
