@@ -108,7 +108,7 @@
 
 #define ISC_WAIT_MAX           4096 /* I/Os queued per session while it cannot send */
 #define ISC_BACKOFF_MIN_MS     100
-#define ISC_BACKOFF_MAX_MS     5000
+#define ISC_BACKOFF_MAX_MS     1000 /* a SAN back from a restart is met within a second */
 #define ISC_CONNECT_TIMEOUT_MS 5000 /* TCP connect + login + TEST UNIT READY */
 #define ISC_CMD_TIMEOUT_MIN_S  60   /* backstop: a command older than this kills the session */
 #define ISC_PROBE_MAX_MS       5000 /* no answer for this long: ping; then as long again: dead */

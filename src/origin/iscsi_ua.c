@@ -64,6 +64,8 @@
 #include "origin/origin_iscsi.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,6 +100,8 @@ unsigned origin_iscsi_ua_class(int asc, int ascq)
  * a failure. A new login's TEST UNIT READY takes what the SAN had queued
  * for the nexus, so a login after the first asks for the reset check.
  */
+static void ua_watch(struct isc_origin *io);
+
 static struct iscsi_context *ua_ctx_get(struct hl_origin *o)
 {
 	struct isc_origin *io = io_of(o);
@@ -118,14 +122,64 @@ static struct iscsi_context *ua_ctx_get(struct hl_origin *o)
 	if (io->ua_ctx_was)
 		atomic_fetch_or(&io->ua_pending, ISC_UA_RESET);
 	io->ua_ctx = ctx;
+	ua_watch(io);
 	return ctx;
 }
 
 static void ua_ctx_drop(struct isc_origin *io)
 {
+	hl_event_del(&io->ua_ev); /* before the context closes its socket */
 	if (io->ua_ctx)
 		iscsi_destroy_context(io->ua_ctx);
 	io->ua_ctx = NULL;
+}
+
+/* The poll nexus's socket as libiscsi wants it watched (svc). */
+static void ua_events_update(struct isc_origin *io)
+{
+	uint32_t want = EPOLLIN;
+
+	if (iscsi_which_events(io->ua_ctx) & POLLOUT)
+		want |= EPOLLOUT;
+	if (want != io->ua_ev.events && hl_event_mod(&io->ua_ev, want))
+		ua_ctx_drop(io); /* logged in again at the next poll */
+}
+
+/*
+ * The poll nexus's socket between polls (svc). What the SAN sends unasked is
+ * answered at once: a SAN stopping asks every session to log out and waits
+ * for them (hotlund up to 5 s); answered only at the next poll, our poll
+ * nexus alone kept a restarting SAN away up to a second longer, and the
+ * data sessions' I/O waited that much more.
+ */
+static void ua_event(struct hl_event *ev, uint32_t revents)
+{
+	struct isc_origin *io = ev->arg;
+
+	if (!io->ua_ctx ||
+	    iscsi_service(io->ua_ctx, (int)(revents & (EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP))) <
+	            0 ||
+	    iscsi_get_fd(io->ua_ctx) != ev->fd) {
+		ua_ctx_drop(io); /* gone, or logged out: logged in again at the next poll */
+		return;
+	}
+	ua_events_update(io);
+}
+
+/* Watch the poll nexus from svc; at open (no svc yet), ua_tick_start does. */
+static void ua_watch(struct isc_origin *io)
+{
+	int fd;
+
+	if (!io->svc || !io->ua_ctx || io->ua_ev.reactor || hl_reactor_current() != io->svc)
+		return;
+	fd = iscsi_get_fd(io->ua_ctx);
+	hl_event_init(&io->ua_ev, fd, ua_event, io);
+	if (fd < 0 || hl_event_add(io->svc, &io->ua_ev, EPOLLIN)) {
+		ua_ctx_drop(io);
+		return;
+	}
+	ua_events_update(io);
 }
 
 /* What a unit attention met on the poll nexus asks for (0: none, or not one). */
@@ -316,6 +370,7 @@ static void ua_tick_start(void *arg)
 	struct hl_origin *o = arg;
 	struct isc_origin *io = io_of(o);
 
+	ua_watch(io);
 	hl_timer_start(io->svc, &io->ua_tick, ISC_UA_POLL_MS);
 }
 

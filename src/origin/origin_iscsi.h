@@ -83,6 +83,7 @@ struct isc_origin {
 	atomic_uint ua_pending;  /* ISC_UA_* met and not yet checked (non-zero: one is queued) */
 	struct hl_timer ua_tick;      /* the poll (svc) */
 	struct iscsi_context *ua_ctx; /* the poll nexus, ISID qualifier 0xffff (svc) */
+	struct hl_event ua_ev;        /* its socket between polls (svc) */
 	bool ua_ctx_was;              /* it was logged in before (svc) */
 };
 
