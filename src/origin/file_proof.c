@@ -11,13 +11,16 @@
  */
 #include "config.h"
 
+#include "hotlun/log.h"
 #include "origin/origin_file.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <linux/loop.h>
 #include <linux/magic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -168,19 +171,38 @@ static size_t sysfs_line(dev_t dev, const char *name, char *buf, size_t len)
 }
 
 /*
- * What the block device behind fo is, as a proof token part "KIND-HASH":
- * its disk's WWID (a partition: its disk's, and its number), a
- * device-mapper UUID, a loop device's backing file; else only its numbers
- * (weak: /dev/sdX renumbered keeps them). Hashed: the proof is short.
+ * A loop device's backing file is the file, not its path: its device and
+ * inode are appended, so a file put in the path's place (recreated,
+ * restored from a copy) is another device. @return the length appended.
  */
-static int blkdev_ident(const struct file_origin *fo, char *out, size_t len)
+static size_t loop_backing_ino(int fd, char *text, size_t len)
+{
+	struct loop_info64 li;
+	size_t n = strlen(text);
+	int w;
+
+	if (ioctl(fd, LOOP_GET_STATUS64, &li))
+		return 0;
+	w = snprintf(text + n, len - n, ":%" PRIu64 ":%" PRIu64, (uint64_t)li.lo_device,
+	             (uint64_t)li.lo_inode);
+	return w > 0 && (size_t)w < len - n ? (size_t)w : 0;
+}
+
+/*
+ * What the block device behind fo is, as a proof token part "KIND-HASH":
+ * its disk's WWID (SCSI: device/wwid; NVMe namespace: wwid), its serial
+ * (virtio), a partition: its disk's and its number, a device-mapper UUID,
+ * a loop device's backing file; else only its numbers (weak: /dev/sdX
+ * renumbered keeps them; said once in the log). Hashed: the proof is short.
+ */
+static int blkdev_ident(struct hl_origin *o, char *out, size_t len)
 {
 	static const struct {
 		const char *kind, *file;
-	} src[] = {{"wwid", "device/wwid"},
-	           {"pwwid", "../device/wwid"},
-	           {"dm", "dm/uuid"},
-	           {"loop", "loop/backing_file"}};
+	} src[] = {{"wwid", "device/wwid"},  {"pwwid", "../device/wwid"}, {"nwwid", "wwid"},
+	           {"pnwwid", "../wwid"},    {"serial", "serial"},        {"pserial", "../serial"},
+	           {"dm", "dm/uuid"},         {"loop", "loop/backing_file"}};
+	struct file_origin *fo = fo_of(o);
 	char text[512] = "", part[16] = "";
 	const char *kind = "dev";
 	uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -194,8 +216,20 @@ static int blkdev_ident(const struct file_origin *fo, char *out, size_t len)
 			break;
 		}
 	}
-	if (!strcmp(kind, "dev"))
+	if (!strcmp(kind, "loop") && !loop_backing_ino(fo->fd, text, sizeof(text)))
+		return -EAGAIN; /* the path alone would name another file put there */
+	if (!strcmp(kind, "dev")) {
 		snprintf(text, sizeof(text), "%u:%u", major(st.st_rdev), minor(st.st_rdev));
+		if (!fo->ident_weak_said) {
+			fo->ident_weak_said = true;
+			HL_WARN("origin",
+			        "%s: exclusive = yes: the device reports no WWID, serial or "
+			        "device-mapper UUID; its warm restart trusts the device numbers "
+			        "%s (another disk that takes them at a reboot would be served "
+			        "this one's cached blocks: use a /dev/disk/by-id path)",
+			        o->uri, text);
+		}
+	}
 	sysfs_line(st.st_rdev, "partition", part, sizeof(part));
 	for (const char *p = text; *p; p++)
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
@@ -208,7 +242,7 @@ static int blkdev_proof(struct hl_origin *o, char *proof, size_t len)
 {
 	char id[64];
 
-	if (blkdev_ident(fo_of(o), id, sizeof(id)))
+	if (blkdev_ident(o, id, sizeof(id)))
 		return -EAGAIN;
 	if ((size_t)snprintf(proof, len, "blk:%" PRIu64 ":%s", o->size, id) >= len)
 		return -EOPNOTSUPP;

@@ -37,6 +37,7 @@ struct file_origin {
 	struct origin_lock *lock; /* a regular file's single-gateway lock (not a cache device) */
 	long fs_type;             /* statfs f_type of a regular file's filesystem */
 	bool fs_stamps; /* ... one whose ctime proves changes (origin_file_stamp_trusted) */
+	bool ident_weak_said; /* a block device known by its numbers only: logged once */
 	/* a regular file's size, looked at once a second (file_watch.c) */
 	struct hl_origin *self;
 	struct hl_list watch_link;

@@ -1188,6 +1188,60 @@ static void test_proof_sole_writer(void)
 	free(path);
 }
 
+/*
+ * exclusive = yes on a loop device: its proof names the backing file, and
+ * that is the file, not its path. A file put in the path's place (a new
+ * inode: restored from a copy, recreated) behind the same /dev/loopN is
+ * another device: cold. The same file attached again stays warm.
+ */
+static void test_proof_loop_backing_replaced(void)
+{
+	char *path = ut_tempfile(1 << 20, 5), *other = ut_tempfile(1 << 20, 6);
+	char proof[HL_ORIGIN_PROOF_MAX], why[HL_ORIGIN_WHY_MAX];
+	struct hl_origin_opts opts = {.sole_writer = true};
+	struct hl_origin *o;
+	char *dev;
+	int n = 0;
+
+	CU_ASSERT_FATAL(path != NULL && other != NULL);
+	dev = loop_attach(path);
+	if (!dev) {
+		printf("\n    (no loop device available: test skipped) ");
+		goto out;
+	}
+	CU_ASSERT_FATAL(hl_origin_open(dev, &opts, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_take(o, "t", true, proof, sizeof(proof)), 0);
+	CU_ASSERT(strncmp(proof, "blk:1048576:loop", 16) == 0);
+	hl_origin_close(o);
+	loop_detach(dev);
+	free(dev);
+
+	/* the same file again: the same device */
+	dev = loop_attach(path);
+	CU_ASSERT_FATAL(dev != NULL);
+	CU_ASSERT_FATAL(hl_origin_open(dev, &opts, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_check(o, "t", proof, no_range, &n, why, sizeof(why)), 0);
+	hl_origin_close(o);
+	loop_detach(dev);
+	free(dev);
+
+	/* another file in its place, same path and size */
+	CU_ASSERT_FATAL(rename(other, path) == 0);
+	dev = loop_attach(path);
+	CU_ASSERT_FATAL(dev != NULL);
+	CU_ASSERT_FATAL(hl_origin_open(dev, &opts, &o) == 0);
+	CU_ASSERT_EQUAL(hl_origin_proof_check(o, "t", proof, no_range, &n, why, sizeof(why)),
+	                -ESTALE);
+	hl_origin_close(o);
+	loop_detach(dev);
+	free(dev);
+out:
+	unlink(path);
+	unlink(other);
+	free(path);
+	free(other);
+}
+
 /* ---- a file resized under a running origin (file_watch.c) ---- */
 
 static atomic_uint watch_resized;
@@ -1237,6 +1291,7 @@ static const struct hl_test tests[] = {
     {"proof: a regular file changed, truncated, replaced", test_proof_file},
     {"proof: a change after open is seen", test_proof_change_after_open},
     {"proof: exclusive = yes", test_proof_sole_writer},
+    {"proof: a loop device's backing file replaced in its path", test_proof_loop_backing_replaced},
     {"origin table, schemes, bare path", test_table_and_schemes},
     {"open sets size, block size, discard", test_open_properties},
     {"exclusive open locks a file", test_exclusive_file},
