@@ -826,6 +826,13 @@ void iscsi_conn_start(void *arg)
 		conn_leave(c);
 		return;
 	}
+	c->started = true;
+	if (iscsi_conn_evict_queued(c)) { /* while its start was on its way here */
+		c->busy++;
+		iscsi_conn_close(c, ISCSI_EVICTED_WHY);
+		conn_leave(c);
+		return;
+	}
 	c->last_rx_ns = hl_now_ns();
 	hl_timer_start(c->reactor, &c->login_timer, ISCSI_LOGIN_TIMEOUT_MS);
 	HL_INFO(ISCSI_LOG, "%s: connected", c->peer_str);

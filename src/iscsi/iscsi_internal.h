@@ -595,6 +595,7 @@ struct iscsi_conn {
 	uint64_t accept_ns;             /* srv->lock: when it was accepted */
 	_Atomic uint64_t login_pdu_ns;  /* its last login PDU (0: it has sent none) */
 	struct hl_list evict_link;      /* srv->lock: srv->evict while queued there */
+	bool started;                   /* iscsi_conn_start ran (its reactor's thread only) */
 	bool fd_counted;                /* its socket counts in srv->n_conn_fds */
 	/* discovery sessions: the last PDU but a NOP-Out, and the logout asked of it when idle */
 	uint64_t active_ns;
@@ -935,6 +936,12 @@ struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi
 /** The admitted connection c exists: on p's pending list from now_ns (srv->lock held). */
 void iscsi_pending_attach_locked(struct iscsi_conn *c, struct iscsi_portal *p,
                                  struct iscsi_peer *e, uint64_t now_ns);
+#define ISCSI_EVICTED_WHY "evicted: the portal's pending logins are full"
+/**
+ * On c's reactor, as it starts: was c chosen for eviction before its start
+ * got here? Then it is taken off the eviction queue (the caller closes it).
+ */
+bool iscsi_conn_evict_queued(struct iscsi_conn *c);
 /** An admitted connection could not be made: give its counts back. */
 void iscsi_pending_cancel(struct hl_iscsi_server *srv, struct iscsi_portal *p,
                           struct iscsi_peer *e);

@@ -295,7 +295,14 @@ static struct iscsi_conn *pending_victim(struct iscsi_portal *p)
 	return silent ? silent : stale;
 }
 
-/* Close the connections queued on srv->evict that live on this reactor. */
+/*
+ * Close the connections queued on srv->evict that live on this reactor and
+ * have started there. One not started yet has its start still queued
+ * behind this call (a call queued for an earlier victim finds the later
+ * ones too): closed now, the start that follows would run on freed memory
+ * (a double free under connection churn, seen in net_pending_fair.sh). It
+ * stays queued; iscsi_conn_start closes it.
+ */
 static void evict_run(void *arg)
 {
 	struct hl_iscsi_server *srv = arg;
@@ -307,7 +314,7 @@ static void evict_run(void *arg)
 		pthread_mutex_lock(&srv->lock);
 		hl_list_for_each_entry(c, &srv->evict, evict_link)
 		{
-			if (c->reactor == me) {
+			if (c->reactor == me && c->started) {
 				found = c;
 				break;
 			}
@@ -319,9 +326,20 @@ static void evict_run(void *arg)
 			break;
 		/* only this reactor frees it, so it is still there */
 		if (found->state == CONN_LOGIN)
-			iscsi_conn_close(found, "evicted: the portal's pending logins are full");
+			iscsi_conn_close(found, ISCSI_EVICTED_WHY);
 	}
 	iscsi_call_done(srv);
+}
+
+bool iscsi_conn_evict_queued(struct iscsi_conn *c)
+{
+	bool queued;
+
+	pthread_mutex_lock(&c->srv->lock);
+	queued = !hl_list_empty(&c->evict_link);
+	hl_list_del(&c->evict_link);
+	pthread_mutex_unlock(&c->srv->lock);
+	return queued;
 }
 
 struct iscsi_peer *iscsi_pending_admit(struct hl_iscsi_server *srv, struct iscsi_portal *p,

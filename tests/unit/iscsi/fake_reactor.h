@@ -3,7 +3,10 @@
  * iSCSI layer without src/event/reactor.c (session_ut, session_flow_ut,
  * fuzz_pdu): events and timers are only recorded, and a call handed to a
  * reactor queues up until the program runs run_calls(). Include once, in
- * the .c file (or in the one header a program includes once).
+ * the .c file (or in the one header a program includes once). Several
+ * reactors: any other pointer names one; run_calls() runs each call as if
+ * on the reactor it was handed to (hl_reactor_current), in one FIFO, and
+ * fake_current says which reactor code run by the test itself is on.
  */
 #ifndef HL_FAKE_REACTOR_H
 #define HL_FAKE_REACTOR_H
@@ -22,8 +25,10 @@ static struct hl_reactor *reactor __attribute__((unused)) =
 static struct {
 	hl_call_fn fn;
 	void *arg;
+	struct hl_reactor *r;
 } calls[FAKE_REACTOR_CALLS];
 static int ncalls;
+static struct hl_reactor *fake_current; /* NULL: `reactor` */
 
 uint64_t hl_now_ns(void)
 {
@@ -35,16 +40,16 @@ uint64_t hl_now_ns(void)
 
 struct hl_reactor *hl_reactor_current(void)
 {
-	return reactor;
+	return fake_current ? fake_current : reactor;
 }
 
 int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
 {
-	(void)r;
 	if (ncalls >= FAKE_REACTOR_CALLS)
 		return -ENOMEM;
 	calls[ncalls].fn = fn;
 	calls[ncalls].arg = arg;
+	calls[ncalls].r = r;
 	ncalls++;
 	return 0;
 }
@@ -52,13 +57,17 @@ int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
 /* Run the queued calls, and those they queue, in order. */
 static __attribute__((unused)) void run_calls(void)
 {
+	struct hl_reactor *was = fake_current;
+
 	while (ncalls) {
 		hl_call_fn fn = calls[0].fn;
 		void *arg = calls[0].arg;
 
+		fake_current = calls[0].r;
 		memmove(calls, calls + 1, (size_t)(--ncalls) * sizeof(calls[0]));
 		fn(arg);
 	}
+	fake_current = was;
 }
 
 void hl_event_init(struct hl_event *ev, int fd, hl_event_fn fn, void *arg)
