@@ -33,7 +33,8 @@
 #define XCOPY_MAX_LIST_LEN                                                                         \
 	(XCOPY_MAX_TGT_DESC * XCOPY_TGT_DESC_LEN + XCOPY_MAX_SEG_DESC * XCOPY_SEG_B2B_LEN)
 #define XCOPY_CHUNK    (1u << 20)
-#define XCOPY_MAX_HELD 16 /* held results per LU; the oldest goes first */
+#define XCOPY_MAX_HELD    16  /* held results per nexus and LU; its oldest goes first */
+#define XCOPY_MAX_HELD_LU 256 /* per LU, all nexuses: the top holder's oldest goes */
 
 #define SK_COPY_ABORTED 0x0a
 
@@ -86,11 +87,57 @@ static struct xcopy_job *job_of(struct hl_scsi_cmd *cmd)
 
 /* ---- held results ---- */
 
+/* Results lu holds for nexus_id. Under lu->lock. */
+static unsigned results_held(struct hl_lu *lu, uint64_t nexus_id)
+{
+	struct scsi_xcopy_result *r;
+	unsigned n = 0;
+
+	hl_list_for_each_entry(r, &lu->xcopy_results, link)
+		n += r->nexus_id == nexus_id;
+	return n;
+}
+
+/*
+ * Room for one more result of nexus_id. Under lu->lock. Each nexus pays
+ * for its own copies: one that runs many never pushes out the results
+ * another nexus has yet to read, unless the LU is full, and then the
+ * nexus holding the most loses its oldest.
+ */
+static void results_make_room(struct hl_lu *lu, uint64_t nexus_id)
+{
+	struct scsi_xcopy_result *r, *old = NULL;
+	unsigned n = 0, most = 0;
+
+	hl_list_for_each_entry(r, &lu->xcopy_results, link)
+	{
+		if (r->nexus_id == nexus_id && !old)
+			old = r;
+		n++;
+	}
+	if (results_held(lu, nexus_id) < XCOPY_MAX_HELD) {
+		if (n < XCOPY_MAX_HELD_LU)
+			return;
+		old = NULL;
+		hl_list_for_each_entry(r, &lu->xcopy_results, link)
+		{
+			unsigned held = results_held(lu, r->nexus_id);
+			if (held > most) { /* list order: the first seen is the oldest */
+				most = held;
+				old = r;
+			}
+		}
+	}
+	if (old) {
+		hl_list_del(&old->link);
+		free(old);
+	}
+}
+
 static void result_store(struct hl_lu *lu, uint64_t nexus_id, const struct xcopy_job *j,
                          uint8_t status)
 {
-	struct scsi_xcopy_result *r, *tmp, *old = NULL;
-	unsigned n = 0;
+	struct scsi_xcopy_result *r, *tmp;
 
 	pthread_mutex_lock(&lu->lock);
 	hl_list_for_each_entry_safe(r, tmp, &lu->xcopy_results, link)
@@ -98,16 +145,9 @@ static void result_store(struct hl_lu *lu, uint64_t nexus_id, const struct xcopy
 		if (r->nexus_id == nexus_id && r->list_id == j->list_id) {
 			hl_list_del(&r->link);
 			free(r);
-			continue;
 		}
-		if (!old)
-			old = r;
-		n++;
 	}
-	if (n >= XCOPY_MAX_HELD && old) {
-		hl_list_del(&old->link);
-		free(old);
-	}
+	results_make_room(lu, nexus_id);
 	r = calloc(1, sizeof(*r));
 	if (r) {
 		r->nexus_id = nexus_id;

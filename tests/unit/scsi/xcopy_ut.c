@@ -8,6 +8,7 @@
 static struct tcmd t;
 static struct hl_lu *lu2;
 static struct hl_origin *origin2;
+static struct hl_scsi_nexus *xc_nexus = &nexus_a; /* who sends xcopy()'s command */
 
 static const uint8_t naa2[16] = {0x61, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
                                  0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f};
@@ -68,7 +69,7 @@ static void xcopy_carried(uint8_t *par, uint32_t len, uint32_t carried)
 	memset(&t, 0, sizeof(t));
 	t.cmd.map = &map;
 	t.cmd.lu = lu;
-	t.cmd.nexus = &nexus_a;
+	t.cmd.nexus = xc_nexus;
 	memcpy(t.cmd.cdb, cdb, 16);
 	t.cmd.cdb_len = 16;
 	t.cmd.data = par;
@@ -282,6 +283,47 @@ static void test_copy_target_outside_the_map(void)
 	teardown();
 }
 
+/* COPY STATUS of list_id for nexus n: GOOD (held) or not. */
+static bool status_held(struct hl_scsi_nexus *n, uint8_t list_id)
+{
+	uint8_t cdb[16] = {0x84, 0x00, list_id}, buf[64];
+
+	hl_put_be32(cdb + 10, sizeof(buf));
+	run_full(&t, n, 0, cdb, 16, buf, sizeof(buf), false);
+	return t.cmd.status == HL_SAM_GOOD;
+}
+
+/*
+ * Held results are counted per nexus: one that runs many copies pushes
+ * out its own oldest results, never those another nexus has yet to read.
+ */
+static void test_results_held_per_nexus(void)
+{
+	uint8_t par[16 + 32 + 28];
+
+	setup();
+	run_full(&t, &nexus_b, 0, (uint8_t[6]){0}, 6, NULL, 0, false); /* its power-on UA */
+	hdr(par, 2, 0, 32, 28);
+	put_tgt(par + 16, test_cfg().naa);
+	put_seg(par + 48, 0, 0, 1, 0, 1);
+	xcopy(par, sizeof(par));
+	ASSERT_GOOD(t);
+	xc_nexus = &nexus_b;
+	for (uint8_t id = 10; id < 30; id++) {
+		par[0] = id;
+		xcopy(par, sizeof(par));
+		ASSERT_GOOD(t);
+	}
+	xc_nexus = &nexus_a;
+	CU_ASSERT_TRUE(status_held(&nexus_a, 2));
+	CU_ASSERT_TRUE(status_held(&nexus_b, 29));
+	CU_ASSERT_TRUE(status_held(&nexus_b, 14)); /* its newest 16 */
+	CU_ASSERT_FALSE(status_held(&nexus_b, 13));
+	hl_scsi_nexus_gone(&map, &nexus_a);
+	hl_scsi_nexus_gone(&map, &nexus_b);
+	teardown();
+}
+
 static void test_operating_parameters_vpd_and_3pc(void)
 {
 	uint8_t cdb[16] = {0x84, 0x03}, buf[256];
@@ -318,6 +360,7 @@ static const struct hl_test tests[] = {
     {"EXTENDED COPY within and across LUs, COPY STATUS", test_copy_within_and_across_lus},
     {"EXTENDED COPY errors", test_copy_errors},
     {"a copy target outside the LUN map is not reachable", test_copy_target_outside_the_map},
+    {"held results are counted per nexus", test_results_held_per_nexus},
     {"OPERATING PARAMETERS, VPD 8F and 3PC", test_operating_parameters_vpd_and_3pc},
     {NULL, NULL},
 };
