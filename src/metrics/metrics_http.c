@@ -443,17 +443,16 @@ int hl_metrics_start(const struct hl_metrics_config *cfg, struct hl_metrics **ou
 		free(m);
 		return rc;
 	}
-	m->mhd =
-	    MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-	                         MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-	                     0, NULL, NULL, handle, m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-	                     MHD_OPTION_CONNECTION_LIMIT, (unsigned)HL_METRICS_MAX_CONNS + 1,
-	                     MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-	                     (unsigned)HL_METRICS_MAX_CONNS_ADDR, MHD_OPTION_CONNECTION_TIMEOUT,
-	                     (unsigned)HL_METRICS_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-	                     (size_t)HL_METRICS_REQUEST_MAX, MHD_OPTION_NOTIFY_COMPLETED, completed,
-	                     NULL, MHD_OPTION_NOTIFY_CONNECTION, notify, m,
-	                     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+	m->mhd = MHD_start_daemon(
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+	        MHD_USE_ERROR_LOG,
+	    0, NULL, NULL, handle, m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)HL_METRICS_MAX_CONNS + 1,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HL_METRICS_MAX_CONNS_ADDR,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HL_METRICS_TIMEOUT_S,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HL_METRICS_REQUEST_MAX,
+	    MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, notify, m,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	if (!m->mhd) {
 		close(fd);
 		free(m->listen);

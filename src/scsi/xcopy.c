@@ -32,7 +32,7 @@
 #define XCOPY_MAX_SEG_DESC 64
 #define XCOPY_MAX_LIST_LEN                                                                         \
 	(XCOPY_MAX_TGT_DESC * XCOPY_TGT_DESC_LEN + XCOPY_MAX_SEG_DESC * XCOPY_SEG_B2B_LEN)
-#define XCOPY_CHUNK    (1u << 20)
+#define XCOPY_CHUNK       (1u << 20)
 #define XCOPY_MAX_HELD    16  /* held results per nexus and LU; its oldest goes first */
 #define XCOPY_MAX_HELD_LU 256 /* per LU, all nexuses: the top holder's oldest goes */
 
@@ -94,7 +94,9 @@ static unsigned results_held(struct hl_lu *lu, uint64_t nexus_id)
 	unsigned n = 0;
 
 	hl_list_for_each_entry(r, &lu->xcopy_results, link)
+	{
 		n += r->nexus_id == nexus_id;
+	}
 	return n;
 }
 
