@@ -48,8 +48,28 @@ struct scrape {
 	struct scrape *next;     /* m->pending while S_WAIT; g_lock */
 };
 
+/*
+ * One accepted connection (the library's socket context). The library
+ * refuses at accept only when every slot is taken, and then the refused
+ * one could be anybody's: a few addresses parking half a request on
+ * every slot kept scrapes out. So hotlund lets the library take one more
+ * than HL_METRICS_MAX_CONNS and trims back itself, as iSCSI does with
+ * pending logins: a source (IPv4 address, IPv6 /64) over its share loses
+ * the new connection; else, when over the total, the source holding the
+ * most loses its oldest connection without a request in progress.
+ * Touched only on the library's thread.
+ */
+struct slot {
+	struct slot *next;
+	int fd;
+	uint8_t src[16]; /* IPv4 address (v4-mapped), or the /64 of an IPv6 one */
+	bool busy;       /* a request is in progress (headers in, not yet completed) */
+	bool cut;        /* shut down by the trim; the library closes it next */
+};
+
 struct hl_metrics {
 	struct MHD_Daemon *mhd;
+	struct slot *slots; /* newest first */
 	char *listen;
 	struct hl_reactor *r;
 	hl_metrics_snapshot_fn snapshot;
@@ -59,6 +79,13 @@ struct hl_metrics {
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct slot *slot_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
 
 static void scrape_unref(struct scrape *s)
 {
@@ -190,6 +217,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	(void)version;
 	(void)upload;
 	if (!s) {
+		struct slot *x = slot_of(conn);
+		if (x)
+			x->busy = true; /* the trim leaves it alone until it completes */
 		/* The headers are in: refuse what is not a scrape before any body. */
 		if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
 			return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
@@ -228,12 +258,120 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "no snapshot (hotlund is stopping?)\n");
 }
 
+/* ---- slots ---- */
+
+static void source_key(const struct sockaddr *sa, uint8_t key[16])
+{
+	memset(key, 0, 16);
+	if (sa && sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+		key[10] = key[11] = 0xff;
+		memcpy(key + 12, &in->sin_addr, 4);
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		/* a host has a whole /64 to connect from; a v4-mapped one is the address */
+		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+			memcpy(key, &in6->sin6_addr, 16);
+		else
+			memcpy(key, &in6->sin6_addr, 8);
+	}
+}
+
+/* Connections of src not yet cut. */
+static unsigned source_held(const struct hl_metrics *m, const uint8_t src[16])
+{
+	unsigned n = 0;
+
+	for (const struct slot *x = m->slots; x; x = x->next)
+		n += !x->cut && !memcmp(x->src, src, 16);
+	return n;
+}
+
+/* Close a connection from under the library: it sees the end at its next poll. */
+static void slot_cut(struct slot *x)
+{
+	x->cut = true;
+	shutdown(x->fd, SHUT_RDWR);
+}
+
+/* A new connection s is in: keep the per-source share and the total. */
+static void slots_trim(struct hl_metrics *m, struct slot *s)
+{
+	unsigned total = 0;
+
+	if (source_held(m, s->src) > HL_METRICS_MAX_CONNS_ADDR) {
+		slot_cut(s);
+		return;
+	}
+	for (const struct slot *x = m->slots; x; x = x->next)
+		total += !x->cut;
+	if (total <= HL_METRICS_MAX_CONNS)
+		return;
+	/* the oldest idle connection of the source holding the most (ties: older) */
+	struct slot *victim = NULL;
+	unsigned most = 0;
+	for (struct slot *x = m->slots; x; x = x->next) {
+		if (x->cut || x->busy)
+			continue;
+		unsigned n = source_held(m, x->src);
+		if (n >= most) {
+			most = n;
+			victim = x;
+		}
+	}
+	/* nobody holds more than the newcomer's source: the newcomer goes */
+	if (!victim || most < source_held(m, s->src))
+		victim = s;
+	slot_cut(victim);
+}
+
+static void notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                   enum MHD_ConnectionNotificationCode why)
+{
+	struct hl_metrics *m = cls;
+	struct slot *s = *socket_context;
+
+	if (why == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *fd =
+		    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		const union MHD_ConnectionInfo *addr =
+		    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		s = calloc(1, sizeof(*s));
+		if (!s || !fd) {
+			free(s); /* no room to count it: it may not stay */
+			if (fd)
+				shutdown(fd->connect_fd, SHUT_RDWR);
+			return;
+		}
+		s->fd = fd->connect_fd;
+		source_key(addr ? addr->client_addr : NULL, s->src);
+		s->next = m->slots;
+		m->slots = s;
+		*socket_context = s;
+		slots_trim(m, s);
+		return;
+	}
+	if (!s)
+		return;
+	for (struct slot **p = &m->slots; *p; p = &(*p)->next) {
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+	}
+	free(s);
+	*socket_context = NULL;
+}
+
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode why)
 {
+	struct slot *x = slot_of(conn);
+
 	(void)cls;
-	(void)conn;
 	(void)why;
+	if (x)
+		x->busy = false;
 	if (*con_cls)
 		scrape_unref(*con_cls);
 	*con_cls = NULL;
@@ -305,16 +443,16 @@ int hl_metrics_start(const struct hl_metrics_config *cfg, struct hl_metrics **ou
 		free(m);
 		return rc;
 	}
-	m->mhd =
-	    MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-	                         MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-	                     0, NULL, NULL, handle, m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-	                     MHD_OPTION_CONNECTION_LIMIT, (unsigned)HL_METRICS_MAX_CONNS,
-	                     MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-	                     (unsigned)HL_METRICS_MAX_CONNS_ADDR, MHD_OPTION_CONNECTION_TIMEOUT,
-	                     (unsigned)HL_METRICS_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-	                     (size_t)HL_METRICS_REQUEST_MAX, MHD_OPTION_NOTIFY_COMPLETED, completed,
-	                     NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+	m->mhd = MHD_start_daemon(
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+	        MHD_USE_ERROR_LOG,
+	    0, NULL, NULL, handle, m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)HL_METRICS_MAX_CONNS + 1,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HL_METRICS_MAX_CONNS_ADDR,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HL_METRICS_TIMEOUT_S,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HL_METRICS_REQUEST_MAX,
+	    MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, notify, m,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	if (!m->mhd) {
 		close(fd);
 		free(m->listen);

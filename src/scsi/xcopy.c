@@ -3,9 +3,11 @@
  * STATUS, OPERATING PARAMETERS) and the Third-party Copy VPD page (8Fh):
  * the copy offload hypervisors use to clone and move virtual disks.
  *
- * Copy targets are identification descriptors (E4h) naming an LU of this
- * daemon by its NAA designator (VPD 83), found through the LU registry
- * (lu.c) with a hold that keeps it alive until the copy ends. Segments are
+ * Copy targets are identification descriptors (E4h) naming an LU by its
+ * NAA designator (VPD 83), found through the LU registry (lu.c) with a
+ * hold that keeps it alive until the copy ends; only an LU of the
+ * command's LUN map counts (lu_reachable), else the copy target is not
+ * reachable. Segments are
  * block-to-block (02h). The copy runs inside the command: each chunk (at
  * most XCOPY_CHUNK bytes) is read from the source LU and written to the
  * destination, both through scsi_block_io_on() like any block request, the
@@ -30,8 +32,9 @@
 #define XCOPY_MAX_SEG_DESC 64
 #define XCOPY_MAX_LIST_LEN                                                                         \
 	(XCOPY_MAX_TGT_DESC * XCOPY_TGT_DESC_LEN + XCOPY_MAX_SEG_DESC * XCOPY_SEG_B2B_LEN)
-#define XCOPY_CHUNK    (1u << 20)
-#define XCOPY_MAX_HELD 16 /* held results per LU; the oldest goes first */
+#define XCOPY_CHUNK       (1u << 20)
+#define XCOPY_MAX_HELD    16  /* held results per nexus and LU; its oldest goes first */
+#define XCOPY_MAX_HELD_LU 256 /* per LU, all nexuses: the top holder's oldest goes */
 
 #define SK_COPY_ABORTED 0x0a
 
@@ -84,11 +87,59 @@ static struct xcopy_job *job_of(struct hl_scsi_cmd *cmd)
 
 /* ---- held results ---- */
 
+/* Results lu holds for nexus_id. Under lu->lock. */
+static unsigned results_held(struct hl_lu *lu, uint64_t nexus_id)
+{
+	struct scsi_xcopy_result *r;
+	unsigned n = 0;
+
+	hl_list_for_each_entry(r, &lu->xcopy_results, link)
+	{
+		n += r->nexus_id == nexus_id;
+	}
+	return n;
+}
+
+/*
+ * Room for one more result of nexus_id. Under lu->lock. Each nexus pays
+ * for its own copies: one that runs many never pushes out the results
+ * another nexus has yet to read, unless the LU is full, and then the
+ * nexus holding the most loses its oldest.
+ */
+static void results_make_room(struct hl_lu *lu, uint64_t nexus_id)
+{
+	struct scsi_xcopy_result *r, *old = NULL;
+	unsigned n = 0, most = 0;
+
+	hl_list_for_each_entry(r, &lu->xcopy_results, link)
+	{
+		if (r->nexus_id == nexus_id && !old)
+			old = r;
+		n++;
+	}
+	if (results_held(lu, nexus_id) < XCOPY_MAX_HELD) {
+		if (n < XCOPY_MAX_HELD_LU)
+			return;
+		old = NULL;
+		hl_list_for_each_entry(r, &lu->xcopy_results, link)
+		{
+			unsigned held = results_held(lu, r->nexus_id);
+			if (held > most) { /* list order: the first seen is the oldest */
+				most = held;
+				old = r;
+			}
+		}
+	}
+	if (old) {
+		hl_list_del(&old->link);
+		free(old);
+	}
+}
+
 static void result_store(struct hl_lu *lu, uint64_t nexus_id, const struct xcopy_job *j,
                          uint8_t status)
 {
-	struct scsi_xcopy_result *r, *tmp, *old = NULL;
-	unsigned n = 0;
+	struct scsi_xcopy_result *r, *tmp;
 
 	pthread_mutex_lock(&lu->lock);
 	hl_list_for_each_entry_safe(r, tmp, &lu->xcopy_results, link)
@@ -96,16 +147,9 @@ static void result_store(struct hl_lu *lu, uint64_t nexus_id, const struct xcopy
 		if (r->nexus_id == nexus_id && r->list_id == j->list_id) {
 			hl_list_del(&r->link);
 			free(r);
-			continue;
 		}
-		if (!old)
-			old = r;
-		n++;
 	}
-	if (n >= XCOPY_MAX_HELD && old) {
-		hl_list_del(&old->link);
-		free(old);
-	}
+	results_make_room(lu, nexus_id);
 	r = calloc(1, sizeof(*r));
 	if (r) {
 		r->nexus_id = nexus_id;
@@ -262,6 +306,28 @@ static void sense_param(struct hl_scsi_cmd *cmd, uint8_t asc, uint8_t ascq)
 	hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, asc, ascq);
 }
 
+/*
+ * May this nexus address lu with a normal command? The registry behind
+ * scsi_lu_find_by_naa is daemon-wide: without this an initiator allowed
+ * on one target could name another target's LU (another initiator's disk,
+ * behind its own `allow` list and CHAP secret) and copy it into its own
+ * LU or over it (LIO's CVE-2020-28374). The transport checked the
+ * initiator against the target's `allow` list at login, and a command
+ * reaches only the LUs of its session's map: a copy target must be the
+ * command's own LU or one of that map.
+ */
+static bool lu_reachable(const struct hl_scsi_cmd *cmd, const struct hl_lu *lu)
+{
+	if (lu == cmd->lu)
+		return true;
+	if (!cmd->map)
+		return false;
+	for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++)
+		if (cmd->map->lu[i] == lu)
+			return true;
+	return false;
+}
+
 /* Parse target descriptor t (32 bytes at d); false with sense set on error. */
 static bool parse_target(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const uint8_t *d,
                          uint16_t off)
@@ -279,6 +345,11 @@ static bool parse_target(struct hl_scsi_cmd *cmd, struct xcopy_job *j, const uin
 	bool naa = (des[0] & 0x0f) == 0x1 && (des[1] & 0x30) == 0 && (des[1] & 0x0f) == 0x3 &&
 	           des[3] == 16;
 	struct hl_lu *lu = naa ? scsi_lu_find_by_naa(des + 4) : NULL;
+	if (lu && !lu_reachable(cmd, lu)) {
+		/* the same answer as an unknown NAA: nothing tells the LU exists */
+		scsi_lu_release(lu);
+		lu = NULL;
+	}
 	if (!lu) {
 		hl_scsi_set_sense(cmd, SK_COPY_ABORTED, ASC_NOT_REACHABLE);
 		return false;

@@ -48,6 +48,16 @@
  *       initiator got ("got N"). Exit 0 when the command completed (whatever
  *       its status), 2 on a usage, connection or file error.
  *
+ *   hl_scsi_tool xcopy URL INAME NAA from|to OTHER_LBA OWN_LBA BLOCKS
+ *       One EXTENDED COPY in a session of initiator INAME to URL's LUN (the
+ *       "own" LU): target descriptor 0 is the own LU (its NAA from VPD
+ *       83h), 1 the LU named by NAA (32 hex digits); one block-to-block
+ *       segment of BLOCKS 512-byte blocks from the other LU at OTHER_LBA to
+ *       the own LU at OWN_LBA ("from"), or the other way ("to"). Prints
+ *       GOOD or CHECK <key>/<asc>/<ascq> (docs/security.md: a copy target
+ *       must be an LU the session may address). Exit 0 when the command
+ *       completed (whatever its status), 2 on a usage or connection error.
+ *
  *   hl_scsi_tool cached URL
  *       Cache coherence of the commands that change blocks behind the read
  *       path: for UNMAP, WRITE SAME (with and without UNMAP), EXTENDED COPY,
@@ -312,6 +322,7 @@ static int cmd_caw(int nclients, int iterations)
 #define COH_BLOCKS 128
 
 static struct iscsi_context *coh_iscsi;
+static void print_status(const struct scsi_task *t);
 static int coh_lun;
 
 static bool coh_status(struct scsi_task *t, const char *what)
@@ -490,6 +501,81 @@ static int cmd_cached(void)
 
 	logout(coh_iscsi);
 	return fails ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- xcopy */
+
+static void put_be64(uint8_t *d, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		d[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+/* EXTENDED COPY target descriptor (E4h): the LU with this NAA, 512-byte blocks. */
+static void put_target(uint8_t *d, const uint8_t *naa)
+{
+	memset(d, 0, 32);
+	d[0] = 0xe4;
+	d[4] = 0x01; /* binary */
+	d[5] = 0x03; /* LU association, NAA */
+	d[7] = 16;
+	memcpy(d + 8, naa, 16);
+	d[30] = 0x02; /* block size 512 */
+}
+
+static bool parse_naa(const char *hex, uint8_t *naa)
+{
+	if (strlen(hex) != 32)
+		return false;
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return false;
+		naa[i] = (uint8_t)v;
+	}
+	return true;
+}
+
+static int cmd_xcopy(const char *iname, const char *naa_hex, bool from, uint64_t other_lba,
+                     uint64_t own_lba, uint32_t blocks)
+{
+	uint8_t other[16], own[16], par[16 + 64 + 28];
+
+	if (!parse_naa(naa_hex, other) || blocks > 0xffff) {
+		fprintf(stderr, "bad NAA or block count\n");
+		return 2;
+	}
+	coh_iscsi = login(urls[0], iname, 0, &coh_lun);
+	if (!coh_iscsi)
+		return 2;
+	clear_ua(coh_iscsi, coh_lun);
+	if (!coh_naa(own)) {
+		fprintf(stderr, "no NAA designator in VPD 83h\n");
+		logout(coh_iscsi);
+		return 2;
+	}
+	memset(par, 0, sizeof(par));
+	par[1] = 2 << 3; /* list identifier usage 10b: no results held */
+	par[3] = 64;
+	par[11] = 28;
+	put_target(par + 16, own);
+	put_target(par + 48, other);
+	uint8_t *sd = par + 80;
+	sd[0] = 0x02;
+	sd[3] = 0x18;
+	sd[4 + 1] = from ? 1 : 0; /* source descriptor */
+	sd[6 + 1] = from ? 0 : 1; /* destination descriptor */
+	sd[10] = (uint8_t)(blocks >> 8);
+	sd[11] = (uint8_t)blocks;
+	put_be64(sd + 12, from ? other_lba : own_lba);
+	put_be64(sd + 20, from ? own_lba : other_lba);
+	struct iscsi_data data = {.size = sizeof(par), .data = par};
+	struct scsi_task *t = iscsi_extended_copy_sync(coh_iscsi, coh_lun, &data);
+	print_status(t);
+	if (t)
+		scsi_free_scsi_task(t);
+	logout(coh_iscsi);
+	return t ? 0 : 2;
 }
 
 /* ---------------------------------------------------------------- pr */
@@ -860,6 +946,10 @@ int main(int argc, char **argv)
 			return cmd_caw(atoi(argv[3]), atoi(argv[4]));
 		if (!strcmp(argv[1], "cached") && argc == 3)
 			return cmd_cached();
+		if (!strcmp(argv[1], "xcopy") && argc == 9 &&
+		    (!strcmp(argv[5], "from") || !strcmp(argv[5], "to")))
+			return cmd_xcopy(argv[3], argv[4], !strcmp(argv[5], "from"), num(argv[6]),
+			                 num(argv[7]), (uint32_t)num(argv[8]));
 		if (!strcmp(argv[1], "dump") && argc == 6)
 			return cmd_dump(num(argv[3]), (uint32_t)num(argv[4]), argv[5]);
 		if (!strcmp(argv[1], "pr") && argc >= 5)
@@ -869,7 +959,8 @@ int main(int argc, char **argv)
 	        "usage: %s caw URL[,URL2] CLIENTS ITERATIONS\n"
 	        "       %s pr URL ISID OP [ARGS]\n"
 	        "       %s cached URL\n"
-	        "       %s dump URL LBA BYTES FILE\n",
-	        argv[0], argv[0], argv[0], argv[0]);
+	        "       %s dump URL LBA BYTES FILE\n"
+	        "       %s xcopy URL INAME NAA from|to OTHER_LBA OWN_LBA BLOCKS\n",
+	        argv[0], argv[0], argv[0], argv[0], argv[0]);
 	return 2;
 }

@@ -104,6 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	memset(&map, 0, sizeof(map));
 	map.lu[0] = lus[which];
+	map.lu[1] = lus[!which]; /* EXTENDED COPY reaches only the LUs of the map */
 	memset(&cmd, 0, sizeof(cmd));
 	cmd.map = &map;
 	cmd.lun = (flags & 0x08) ? 3 : 0;

@@ -7,13 +7,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,9 +39,54 @@ struct cache_trace_file *cache_trace_on;
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t trace_pid; /* getpid() is a system call: once, at open */
 
+/*
+ * Open dir/name for the trace. The daemon runs as root and obeys the
+ * environment variable, so the file must be its own: the folder writable
+ * by nobody else (else anyone could plant the name first), the name no
+ * symbolic link (O_NOFOLLOW) nor a hard link to another file (one link,
+ * this user's). Only then is it truncated: O_TRUNC would have cut a
+ * planted file before any check. @return the descriptor or -errno.
+ */
+static int trace_file_open(const char *dir, const char *name)
+{
+	struct stat st;
+	int dfd, fd, rc;
+
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	if (fstat(dfd, &st) != 0) {
+		rc = -errno;
+		close(dfd);
+		return rc;
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) || (st.st_uid != 0 && st.st_uid != geteuid())) {
+		HL_WARN("cache", "%s: a folder others may write (mode %04o, owner %u): no trace there",
+		        dir, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+		close(dfd);
+		return -EPERM;
+	}
+	fd = openat(dfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	rc = fd < 0 ? -errno : 0;
+	close(dfd);
+	if (rc)
+		return rc;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+	    st.st_uid != geteuid()) {
+		close(fd);
+		return -EPERM;
+	}
+	if (ftruncate(fd, 0) != 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 int cache_trace_open(const char *dir)
 {
-	char path[PATH_MAX];
+	char name[64];
 	struct cache_trace_file *f;
 	void *m;
 	int fd, rc = 0;
@@ -49,14 +94,10 @@ int cache_trace_open(const char *dir)
 	pthread_mutex_lock(&trace_lock);
 	if (cache_trace_on)
 		goto out;
-	if (snprintf(path, sizeof(path), "%s/cache-trace.%d", dir, (int)getpid()) >=
-	    (int)sizeof(path)) {
-		rc = -ENAMETOOLONG;
-		goto out;
-	}
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	snprintf(name, sizeof(name), "cache-trace.%d", (int)getpid());
+	fd = trace_file_open(dir, name);
 	if (fd < 0) {
-		rc = -errno;
+		rc = fd;
 		goto out;
 	}
 	if (ftruncate(fd, (off_t)TRACE_BYTES) != 0) {
@@ -78,7 +119,7 @@ int cache_trace_open(const char *dir)
 	atomic_store(&f->used, 0);
 	trace_pid = (uint32_t)getpid();
 	cache_trace_on = f;
-	HL_NOTICE("cache", "tracing the cache's device I/O into %s", path);
+	HL_NOTICE("cache", "tracing the cache's device I/O into %s/%s", dir, name);
 out:
 	pthread_mutex_unlock(&trace_lock);
 	return rc;

@@ -417,6 +417,67 @@ static void test_trace(void)
 	free(buf);
 }
 
+/* The size of path, or -1. */
+static long long file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/*
+ * HOTLUN_CACHE_TRACE is a knob a root-run hotlund obeys: its file must not
+ * be a link someone planted (a symbolic link or a hard link to a file of
+ * root's, which the open truncated and grew to 256 MiB), nor lie in a
+ * folder others may write. Each case is refused and the victim unchanged.
+ */
+static void test_trace_refuses_planted_files(void)
+{
+	char dir[] = "/tmp/hl-trace-ut-XXXXXX", path[96], victim[96];
+
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/cache-trace.%d", dir, (int)getpid());
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	FILE *v = fopen(victim, "w");
+	CU_ASSERT_FATAL(v != NULL);
+	fputs("keep me\n", v);
+	fclose(v);
+
+	/* a symbolic link */
+	CU_ASSERT_FATAL(symlink(victim, path) == 0);
+	int rc = cache_trace_open(dir);
+	CU_ASSERT(rc < 0);
+	if (rc == 0)
+		cache_trace_close();
+	CU_ASSERT_EQUAL(file_size(victim), 8);
+	unlink(path);
+
+	/* a hard link */
+	CU_ASSERT_FATAL(link(victim, path) == 0);
+	rc = cache_trace_open(dir);
+	CU_ASSERT(rc < 0);
+	if (rc == 0)
+		cache_trace_close();
+	CU_ASSERT_EQUAL(file_size(victim), 8);
+	unlink(path);
+
+	/* a folder others may write (where they could plant either) */
+	CU_ASSERT_FATAL(chmod(dir, 0777) == 0);
+	rc = cache_trace_open(dir);
+	CU_ASSERT_EQUAL(rc, -EPERM);
+	if (rc == 0)
+		cache_trace_close();
+	CU_ASSERT_EQUAL(file_size(path), -1);
+	CU_ASSERT_FATAL(chmod(dir, 0700) == 0);
+
+	/* the folder as it should be: tracing starts */
+	CU_ASSERT_EQUAL(cache_trace_open(dir), 0);
+	cache_trace_close();
+	CU_ASSERT(file_size(path) > 0);
+	unlink(path);
+	unlink(victim);
+	rmdir(dir);
+}
+
 static void test_unaligned_and_partial(void)
 {
 	struct fake f;
@@ -622,6 +683,8 @@ int main(void)
 	    {"a disk removed while its origin's event runs: the close waits for the event's end", test_close_waits_for_event},
 	    {"reads are tagged hit, partial or miss for the disk's latency split", test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
+	    {"HOTLUN_CACHE_TRACE: no planted link, no folder others write",
+	     test_trace_refuses_planted_files},
 	    {"unaligned reads across blocks, partial hits", test_unaligned_and_partial},
 	    {"write-through update: a read after a write returns new data", test_write_update},
 	    {"invalidate mode: a written block is read from the origin", test_write_invalidate},

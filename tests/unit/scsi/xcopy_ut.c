@@ -8,6 +8,7 @@
 static struct tcmd t;
 static struct hl_lu *lu2;
 static struct hl_origin *origin2;
+static struct hl_scsi_nexus *xc_nexus = &nexus_a; /* who sends xcopy()'s command */
 
 static const uint8_t naa2[16] = {0x61, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
                                  0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f};
@@ -68,7 +69,7 @@ static void xcopy_carried(uint8_t *par, uint32_t len, uint32_t carried)
 	memset(&t, 0, sizeof(t));
 	t.cmd.map = &map;
 	t.cmd.lu = lu;
-	t.cmd.nexus = &nexus_a;
+	t.cmd.nexus = xc_nexus;
 	memcpy(t.cmd.cdb, cdb, 16);
 	t.cmd.cdb_len = 16;
 	t.cmd.data = par;
@@ -110,7 +111,8 @@ static void test_copy_within_and_across_lus(void)
 	xcopy(par, 16 + 32 + 28);
 	ASSERT_GOOD(t);
 	CU_ASSERT_EQUAL(memcmp(medium() + 4096 * BS, medium(), 3000 * BS), 0);
-	/* two LUs: descriptor 1 is the other LU; two segments */
+	/* two LUs of the command's LUN map: descriptor 1 is LUN 1; two segments */
+	map.lu[1] = lu2;
 	hdr(par, 2, 0, 64, 56);
 	put_tgt(par + 16, test_cfg().naa);
 	put_tgt(par + 48, naa2);
@@ -120,6 +122,7 @@ static void test_copy_within_and_across_lus(void)
 	ASSERT_GOOD(t);
 	CU_ASSERT_EQUAL(memcmp(fake_of(origin2)->mem + 100 * BS, medium() + 5 * BS, 10 * BS), 0);
 	CU_ASSERT_EQUAL(memcmp(medium() + 8000 * BS, medium() + 5 * BS, 4 * BS), 0);
+	map.lu[1] = NULL;
 	/* COPY STATUS of list 2 for this nexus: done, 2 segments, 14 blocks in bytes */
 	uint8_t cdb[16] = {0x84, 0x00, 2}, buf[64];
 	hl_put_be32(cdb + 10, sizeof(buf));
@@ -225,7 +228,6 @@ static void test_copy_errors(void)
 	run_full(&t, &nexus_b, 1, (uint8_t[6]){0}, 6, NULL, 0, false); /* reset UA */
 	run_full(&t, &nexus_b, 1, rcdb, 10, reg, 24, true);
 	ASSERT_GOOD(t);
-	map.lu[1] = NULL;
 	/* a read-only destination */
 	lu2->cfg.read_only = true;
 	hdr(par, 1, 2, 64, 28);
@@ -234,6 +236,91 @@ static void test_copy_errors(void)
 	put_seg(par + 80, 0, 1, 1, 0, 1);
 	xcopy(par, 16 + 64 + 28);
 	ASSERT_SENSE(t, HL_SK_DATA_PROTECT, 0x27, 0x00);
+	map.lu[1] = NULL;
+	teardown();
+}
+
+/*
+ * The LU registry is daemon-wide, but a copy target must be an LU the
+ * nexus may address: its command's LU or one of its LUN map. Another
+ * target's LU (not in this map) is neither read nor written, and the
+ * answer is the one an unknown NAA gets (copy target not reachable).
+ */
+static void test_copy_target_outside_the_map(void)
+{
+	uint8_t par[16 + 64 + 28];
+
+	setup();
+	memset(fake_of(origin2)->mem, 0x5e, 8 * BS);
+	memset(medium() + 16 * BS, 0xa1, 8 * BS);
+	hdr(par, 3, 0, 64, 28);
+	put_tgt(par + 16, test_cfg().naa);
+	put_tgt(par + 48, naa2);
+	/* reading it into this LU */
+	put_seg(par + 80, 1, 0, 8, 0, 0);
+	xcopy(par, sizeof(par));
+	CU_ASSERT_TRUE(copy_aborted(0x0d, 0x02));
+	CU_ASSERT_EQUAL(medium()[0], 0);
+	CU_ASSERT_EQUAL(medium()[8 * BS - 1], 0);
+	/* writing over it */
+	put_seg(par + 80, 0, 1, 8, 16, 0);
+	xcopy(par, sizeof(par));
+	CU_ASSERT_TRUE(copy_aborted(0x0d, 0x02));
+	CU_ASSERT_EQUAL(fake_of(origin2)->mem[0], 0x5e);
+	CU_ASSERT_EQUAL(fake_of(origin2)->mem[8 * BS - 1], 0x5e);
+	/* nothing started: no results held for the list */
+	uint8_t cdb[16] = {0x84, 0x00, 3}, buf[64];
+	hl_put_be32(cdb + 10, sizeof(buf));
+	run(&t, cdb, 16, buf, sizeof(buf), false);
+	ASSERT_SENSE(t, HL_SK_ILLEGAL_REQUEST, 0x24, 0x00);
+	/* a LUN map with it (under any LUN number) makes it a copy target */
+	map.lu[7] = lu2;
+	put_seg(par + 80, 1, 0, 8, 0, 0);
+	xcopy(par, sizeof(par));
+	ASSERT_GOOD(t);
+	CU_ASSERT_EQUAL(medium()[0], 0x5e);
+	map.lu[7] = NULL;
+	teardown();
+}
+
+/* COPY STATUS of list_id for nexus n: GOOD (held) or not. */
+static bool status_held(struct hl_scsi_nexus *n, uint8_t list_id)
+{
+	uint8_t cdb[16] = {0x84, 0x00, list_id}, buf[64];
+
+	hl_put_be32(cdb + 10, sizeof(buf));
+	run_full(&t, n, 0, cdb, 16, buf, sizeof(buf), false);
+	return t.cmd.status == HL_SAM_GOOD;
+}
+
+/*
+ * Held results are counted per nexus: one that runs many copies pushes
+ * out its own oldest results, never those another nexus has yet to read.
+ */
+static void test_results_held_per_nexus(void)
+{
+	uint8_t par[16 + 32 + 28];
+
+	setup();
+	run_full(&t, &nexus_b, 0, (uint8_t[6]){0}, 6, NULL, 0, false); /* its power-on UA */
+	hdr(par, 2, 0, 32, 28);
+	put_tgt(par + 16, test_cfg().naa);
+	put_seg(par + 48, 0, 0, 1, 0, 1);
+	xcopy(par, sizeof(par));
+	ASSERT_GOOD(t);
+	xc_nexus = &nexus_b;
+	for (uint8_t id = 10; id < 30; id++) {
+		par[0] = id;
+		xcopy(par, sizeof(par));
+		ASSERT_GOOD(t);
+	}
+	xc_nexus = &nexus_a;
+	CU_ASSERT_TRUE(status_held(&nexus_a, 2));
+	CU_ASSERT_TRUE(status_held(&nexus_b, 29));
+	CU_ASSERT_TRUE(status_held(&nexus_b, 14)); /* its newest 16 */
+	CU_ASSERT_FALSE(status_held(&nexus_b, 13));
+	hl_scsi_nexus_gone(&map, &nexus_a);
+	hl_scsi_nexus_gone(&map, &nexus_b);
 	teardown();
 }
 
@@ -272,6 +359,8 @@ static void test_operating_parameters_vpd_and_3pc(void)
 static const struct hl_test tests[] = {
     {"EXTENDED COPY within and across LUs, COPY STATUS", test_copy_within_and_across_lus},
     {"EXTENDED COPY errors", test_copy_errors},
+    {"a copy target outside the LUN map is not reachable", test_copy_target_outside_the_map},
+    {"held results are counted per nexus", test_results_held_per_nexus},
     {"OPERATING PARAMETERS, VPD 8F and 3PC", test_operating_parameters_vpd_and_3pc},
     {NULL, NULL},
 };
