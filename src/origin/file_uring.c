@@ -81,7 +81,8 @@ unsigned origin_file_ring_flags =
  * sleeps after MS ms idle, HOTLUN_FILE_SQPOLL_CPU=N pins it, and
  * HOTLUN_FILE_FIXED=1 reads O_DIRECT files through the ring's file table.
  */
-#define FILE_FIXED_SLOTS 1024 /* fds below this use the slot of their number */
+#define FILE_FIXED_SLOTS 1024
+static _Atomic int sqpoll_share_fd = -1; /* the first SQPOLL ring (never closed in a bench run) */ /* fds below this use the slot of their number */
 static int env_int(const char *name, int dflt)
 {
 	const char *e = getenv(name);
@@ -226,8 +227,16 @@ static struct file_ring *ring_create(void)
 		p.flags = IORING_SETUP_CQSIZE | flags;
 		p.cq_entries = FILE_CQ_ENTRIES;
 		if (flags && ab_sqpoll_ms() > 0) {
+			/* The kernel refuses COOP_TASKRUN beside SQPOLL (EINVAL). */
+			p.flags &= ~IORING_SETUP_COOP_TASKRUN;
 			p.flags |= IORING_SETUP_SQPOLL;
 			p.sq_thread_idle = (unsigned)ab_sqpoll_ms();
+			/* HOTLUN_FILE_SQPOLL_SHARE=1: one kernel thread for every ring. */
+			if (env_int("HOTLUN_FILE_SQPOLL_SHARE", 0) > 0 &&
+			    atomic_load(&sqpoll_share_fd) >= 0) {
+				p.flags |= IORING_SETUP_ATTACH_WQ;
+				p.wq_fd = (unsigned)atomic_load(&sqpoll_share_fd);
+			}
 			if (env_int("HOTLUN_FILE_SQPOLL_CPU", -1) >= 0) {
 				p.flags |= IORING_SETUP_SQ_AFF;
 				p.sq_thread_cpu = (unsigned)env_int("HOTLUN_FILE_SQPOLL_CPU", 0);
@@ -246,6 +255,11 @@ static struct file_ring *ring_create(void)
 	}
 	ring->defer_taskrun = flags & IORING_SETUP_DEFER_TASKRUN;
 	ring->sqpoll = p.flags & IORING_SETUP_SQPOLL;
+	if (ring->sqpoll) {
+		int none = -1;
+
+		atomic_compare_exchange_strong(&sqpoll_share_fd, &none, ring->ring.ring_fd);
+	}
 	ring->fixed = ab_fixed() &&
 	              io_uring_register_files_sparse(&ring->ring, FILE_FIXED_SLOTS) == 0;
 	ring->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
