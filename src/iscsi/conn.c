@@ -807,23 +807,6 @@ void iscsi_conn_name_session(struct iscsi_conn *c)
 		 s->target ? s->target->name : "discovery");
 }
 
-/*
- * A/B knobs (docs/benchmarks.md, "The 1 MiB hit's send"): HOTLUN_SNDBUF and
- * HOTLUN_NOTSENT_LOWAT set SO_SNDBUF / TCP_NOTSENT_LOWAT (bytes) on each
- * connection; unset, the kernel's autotuning stays.
- */
-static void conn_sock_ab(int fd)
-{
-	const char *e = getenv("HOTLUN_SNDBUF");
-	int v;
-
-	if (e && (v = atoi(e)) > 0)
-		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
-	e = getenv("HOTLUN_NOTSENT_LOWAT");
-	if (e && (v = atoi(e)) > 0)
-		setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v));
-}
-
 void iscsi_conn_start(void *arg)
 {
 	struct iscsi_conn *c = arg;
@@ -832,7 +815,6 @@ void iscsi_conn_start(void *arg)
 	if (!c->reactor) /* the accepting portal sets it; unit tests start connections directly */
 		c->reactor = hl_reactor_current() ? hl_reactor_current() : c->srv->reactors[0];
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	conn_sock_ab(c->fd);
 	hl_event_init(&c->ev, c->fd, conn_event, c);
 	if (atomic_load(&c->srv->send_uring) && !c->txu)
 		c->txu = calloc(1, sizeof(*c->txu)); /* NULL: sendmsg, as without the switch */

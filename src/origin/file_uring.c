@@ -75,45 +75,6 @@ atomic_ulong origin_file_inline_ios;
 unsigned origin_file_ring_flags =
     IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER;
 
-/*
- * A/B knobs (docs/benchmarks.md, "SQPOLL, registered files"), read once:
- * HOTLUN_FILE_SQPOLL=MS gives each ring a kernel submission thread that
- * sleeps after MS ms idle, HOTLUN_FILE_SQPOLL_CPU=N pins it, and
- * HOTLUN_FILE_FIXED=1 reads O_DIRECT files through the ring's file table.
- */
-#define FILE_FIXED_SLOTS 1024
-static _Atomic int sqpoll_share_fd = -1; /* the first SQPOLL ring (never closed in a bench run) */ /* fds below this use the slot of their number */
-static int env_int(const char *name, int dflt)
-{
-	const char *e = getenv(name);
-
-	return e && *e ? atoi(e) : dflt;
-}
-
-static int ab_sqpoll_ms(void)
-{
-	static _Atomic int v = -2;
-	int x = atomic_load_explicit(&v, memory_order_relaxed);
-
-	if (x == -2) {
-		x = env_int("HOTLUN_FILE_SQPOLL", 0);
-		atomic_store_explicit(&v, x, memory_order_relaxed);
-	}
-	return x;
-}
-
-static bool ab_fixed(void)
-{
-	static _Atomic int v = -1;
-	int x = atomic_load_explicit(&v, memory_order_relaxed);
-
-	if (x < 0) {
-		x = env_int("HOTLUN_FILE_FIXED", 0) > 0;
-		atomic_store_explicit(&v, x, memory_order_relaxed);
-	}
-	return x;
-}
-
 /* One per reactor thread; touched only by that thread. */
 struct file_ring {
 	struct io_uring ring;
@@ -125,9 +86,6 @@ struct file_ring {
 	unsigned inflight; /* SQEs prepared and not yet reaped */
 	unsigned pending;  /* inflight + backlog */
 	bool defer_taskrun;
-	bool sqpoll;       /* the kernel's thread consumes the SQ (no enter per flush) */
-	bool fixed;        /* a sparse file table of FILE_FIXED_SLOTS */
-	const void *fixed_owner[FILE_FIXED_SLOTS]; /* the file_origin registered in each slot */
 	struct hl_origin_io *backlog_head, *backlog_tail; /* waiting for an SQE */
 	struct hl_origin_io *done_head, *done_tail;       /* memfs I/O done inline */
 	struct hl_timer done_timer;                       /* runs their callbacks */
@@ -226,22 +184,6 @@ static struct file_ring *ring_create(void)
 		memset(&p, 0, sizeof(p));
 		p.flags = IORING_SETUP_CQSIZE | flags;
 		p.cq_entries = FILE_CQ_ENTRIES;
-		if (flags && ab_sqpoll_ms() > 0) {
-			/* The kernel refuses COOP_TASKRUN beside SQPOLL (EINVAL). */
-			p.flags &= ~IORING_SETUP_COOP_TASKRUN;
-			p.flags |= IORING_SETUP_SQPOLL;
-			p.sq_thread_idle = (unsigned)ab_sqpoll_ms();
-			/* HOTLUN_FILE_SQPOLL_SHARE=1: one kernel thread for every ring. */
-			if (env_int("HOTLUN_FILE_SQPOLL_SHARE", 0) > 0 &&
-			    atomic_load(&sqpoll_share_fd) >= 0) {
-				p.flags |= IORING_SETUP_ATTACH_WQ;
-				p.wq_fd = (unsigned)atomic_load(&sqpoll_share_fd);
-			}
-			if (env_int("HOTLUN_FILE_SQPOLL_CPU", -1) >= 0) {
-				p.flags |= IORING_SETUP_SQ_AFF;
-				p.sq_thread_cpu = (unsigned)env_int("HOTLUN_FILE_SQPOLL_CPU", 0);
-			}
-		}
 		rc = io_uring_queue_init_params(FILE_SQ_ENTRIES, &ring->ring, &p);
 		if (rc != -EINVAL || !flags)
 			break;
@@ -254,14 +196,6 @@ static struct file_ring *ring_create(void)
 		return NULL;
 	}
 	ring->defer_taskrun = flags & IORING_SETUP_DEFER_TASKRUN;
-	ring->sqpoll = p.flags & IORING_SETUP_SQPOLL;
-	if (ring->sqpoll) {
-		int none = -1;
-
-		atomic_compare_exchange_strong(&sqpoll_share_fd, &none, ring->ring.ring_fd);
-	}
-	ring->fixed = ab_fixed() &&
-	              io_uring_register_files_sparse(&ring->ring, FILE_FIXED_SLOTS) == 0;
 	ring->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (ring->efd < 0) {
 		rc = -errno;
@@ -298,8 +232,7 @@ static void ring_flush(struct file_ring *ring)
 	if (!io_uring_sq_ready(&ring->ring))
 		return;
 	rc = io_uring_submit(&ring->ring);
-	/* With SQPOLL the kernel's thread takes the SQEs after we return. */
-	if (rc >= 0 && (ring->sqpoll || !io_uring_sq_ready(&ring->ring)))
+	if (rc >= 0 && !io_uring_sq_ready(&ring->ring))
 		return;
 	/*
 	 * What the kernel did not take stays queued in the SQ ring (EAGAIN/EBUSY:
@@ -316,22 +249,7 @@ static void ring_flush_hook(struct hl_turn_hook *h)
 	ring_flush(h->arg);
 }
 
-/* The slot of fo in the ring's file table, registered on first use; -1: use the fd. */
-static int ring_fixed_slot(struct file_ring *ring, const struct file_origin *fo)
-{
-	int fd = fo->fd;
-
-	if (!ring->fixed || !fo->direct || fd < 0 || fd >= FILE_FIXED_SLOTS)
-		return -1;
-	if (ring->fixed_owner[fd] == fo)
-		return fd;
-	if (io_uring_register_files_update(&ring->ring, (unsigned)fd, &fd, 1) != 1)
-		return -1;
-	ring->fixed_owner[fd] = fo;
-	return fd;
-}
-
-static void ring_prep(struct file_ring *ring, struct io_uring_sqe *sqe, struct hl_origin_io *io)
+static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
 {
 	struct file_io *fio = fio_of(io);
 	struct file_origin *fo = fo_of(fio->o);
@@ -346,15 +264,8 @@ static void ring_prep(struct file_ring *ring, struct io_uring_sqe *sqe, struct h
 		return;
 	}
 	switch (io->op) {
-	case HL_IO_READ: {
-		int slot = ring_fixed_slot(ring, fo);
-
-		if (slot >= 0) {
-			io_uring_prep_readv(sqe, slot, iov, (unsigned)cnt, (uint64_t)off);
-			sqe->flags |= IOSQE_FIXED_FILE;
-		} else {
-			io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
-		}
+	case HL_IO_READ:
+		io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
 		/*
 		 * A page-cache hit is copied inside io_uring_submit, on the reactor:
 		 * 16 MiB took 20-150 ms there, stalling every connection of that
@@ -365,9 +276,8 @@ static void ring_prep(struct file_ring *ring, struct io_uring_sqe *sqe, struct h
 		 * made a 1 MiB hit cost more CPU than sixteen 64 KiB ones.
 		 */
 		if (io->length >= FILE_ASYNC_READ_MIN && !fo->direct)
-			sqe->flags |= IOSQE_ASYNC;
+			io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		break;
-	}
 	case HL_IO_WRITE:
 		io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
 		if (io->flags & HL_IO_FUA)
@@ -420,7 +330,7 @@ static void ring_queue(struct file_ring *ring, struct hl_origin_io *io)
 			hl_timer_start(ring->reactor, &ring->retry, 1);
 		return;
 	}
-	ring_prep(ring, sqe, io);
+	ring_prep(sqe, io);
 	ring->inflight++;
 }
 
@@ -438,7 +348,7 @@ static void backlog_drain(struct file_ring *ring)
 		ring->backlog_head = fio_of(io)->next;
 		if (!ring->backlog_head)
 			ring->backlog_tail = NULL;
-		ring_prep(ring, sqe, io);
+		ring_prep(sqe, io);
 		ring->inflight++;
 	}
 }
