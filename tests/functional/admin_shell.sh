@@ -26,6 +26,17 @@ hl_start_hotlund "$conf"
 hl_spawn iscsi-perf "$tmp/perf.log" iscsi-perf -t 12 "iscsi://127.0.0.1:$port/$HL_IQN/0"
 perf_pid=$HL_LAST_PID
 
+# a LUN in use cannot go without force: asked while the session is surely
+# there (the shell steps below can outlast iscsi-perf on a loaded machine)
+for _ in $(seq 100); do
+	"$CTL" --socket "$sock" ls /sessions | grep -q '\[1 session(s)\]' && break
+	sleep 0.1
+done
+"$CTL" --socket "$sock" ls /sessions | grep -q '\[1 session(s)\]' ||
+	hl_fail "the busy session did not log in: $("$CTL" --socket "$sock" ls /sessions)"
+err=$("$CTL" --socket "$sock" /iscsi/$HL_IQN/tpg1/luns/lun0 delete 2>&1) && hl_fail "deleted a LUN in use"
+grep -q 'in use' <<<"$err" || hl_fail "refusal does not say why: $err"
+
 # --- the interactive shell in a pty ---
 tmux_sock=$tmp/tmux.sock
 tmux -S "$tmux_sock" new-session -d -s hl -x 200 -y 50 "$CTL --socket $sock"
@@ -106,9 +117,6 @@ grep -q 'Size:31M\|Size:32M' <<<"$out" || hl_fail "new LUN not listed: $out"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["disks"]["d1"]["size_bytes"] == 16<<20, d' "$tmp/stats.json" ||
 	hl_fail "stats --json: $(cat "$tmp/stats.json")"
 
-# a LUN in use cannot go without force
-err=$("$CTL" --socket "$sock" /iscsi/$HL_IQN/tpg1/luns/lun0 delete 2>&1) && hl_fail "deleted a LUN in use"
-grep -q 'in use' <<<"$err" || hl_fail "refusal does not say why: $err"
 
 "$CTL" --socket "$sock" saveconfig >/dev/null || hl_fail "saveconfig"
 [ -f "$conf.1" ] || hl_fail "no numbered backup $conf.1"
