@@ -47,7 +47,9 @@ field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
 # ---- 1. path lost
 forward 1
-"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 8 --path "127.0.0.1:$HL_PORT2" \
+# 12 s: the lost path is back after 4 s and tried every 2 s; a loaded
+# machine (CI at load 13) can take seconds to start the new forwarder
+"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 12 --path "127.0.0.1:$HL_PORT2" \
 	"$url" >"$T/kill.out" 2>"$T/kill.err" &
 bench=$!
 HL_PIDS+=("$bench")
