@@ -115,12 +115,18 @@ grep -q '^hotlun_cache_inflight_requests{cache="ssd"}' "$T/metrics-during.txt" |
 wait "$rpid" || hl_fail "the reload failed: $(cat "$T/reload.out")"
 hl_forget "$rpid"
 reload_ms=$(ms_since "$t0")
-hl_log "reload removing 3 disks took $reload_ms ms (bound $BOUND ms); stats answered in $stats_ms ms, /metrics in $metrics_ms ms meanwhile; second reload: $busy"
+hl_log "reload removing 3 disks took $reload_ms ms (bound $BOUND ms; the daemon's closes: $(sed -n 's/.* 3 disk(s) closed in \([0-9]*\) ms.*/\1/p' "$FRONT_LOG" | tail -n 1) ms); stats answered in $stats_ms ms, /metrics in $metrics_ms ms meanwhile; second reload: $busy"
 n=$(grep -c 'disk d[0-2]: [0-9]* request(s) did not finish within 1500 ms: abandoned' "$FRONT_LOG")
 [ "$n" = 3 ] || hl_fail "not every disk waited its bound and abandoned ($n of 3): $(grep 'disk d' "$FRONT_LOG" | tail -6)"
-[ "$reload_ms" -lt $((2 * BOUND)) ] ||
-	hl_fail "the reload took $reload_ms ms: the detaches waited one after the other (bound $BOUND ms)"
-grep -q '3 disk(s) closed in' "$FRONT_LOG" || hl_fail "no line for the closes: $(tail -n 5 "$FRONT_LOG")"
+# The daemon's own figure for the closes: at load average 13 the wall
+# clock around hotlunctl added 1.7 s (3,252 ms in a CI run) to closes that
+# waited together; one after the other they take 3 bounds at least.
+close_ms=$(sed -n 's/.* 3 disk(s) closed in \([0-9]*\) ms.*/\1/p' "$FRONT_LOG" | tail -n 1)
+[ -n "$close_ms" ] || hl_fail "no line for the closes: $(tail -n 5 "$FRONT_LOG")"
+[ "$close_ms" -lt $((2 * BOUND)) ] ||
+	hl_fail "the closes took $close_ms ms: the detaches waited one after the other (bound $BOUND ms)"
+[ "$reload_ms" -lt $((3 * BOUND)) ] ||
+	hl_fail "the reload took $reload_ms ms (closes $close_ms ms): three bounds or more"
 
 # ---- 3. the held fills land and install nothing; the disks come back clean
 sleep 6.5
