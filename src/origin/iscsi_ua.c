@@ -317,8 +317,9 @@ void origin_iscsi_ua_note(struct hl_origin *o, unsigned what)
 	 * reactor being destroyed (its wake-up write went to a closed fd).
 	 */
 	pthread_mutex_lock(&io->lock);
+	/* with ua_pending already set, a check is queued: it takes these too */
 	if (io->svc && !atomic_load(&io->closing) && !atomic_fetch_or(&io->ua_pending, what))
-		rc = hl_reactor_call(io->svc, ua_check, o); /* else a check is queued: it takes these */
+		rc = hl_reactor_call(io->svc, ua_check, o);
 	pthread_mutex_unlock(&io->lock);
 	if (rc < 0) {
 		atomic_store(&io->ua_pending, 0); /* the next unit attention tries again */
