@@ -148,7 +148,8 @@ static bool alias_stale(const struct hl_conf_disk *a, const struct hl_conf_disk 
 	return (a->cache && !b->read_only) || (b->cache && !a->read_only);
 }
 
-static int check_aliases(const struct hl_conf *conf, char *err, size_t errlen)
+/* *line (if given): the line of the disk whose origin is refused. */
+static int check_aliases(const struct hl_conf *conf, int *line, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < conf->n_disks; i++) {
 		const struct hl_conf_disk *a = &conf->disks[i];
@@ -158,6 +159,8 @@ static int check_aliases(const struct hl_conf *conf, char *err, size_t errlen)
 			if (!alias_stale(a, b) || !same_origin(a->origin, b->origin))
 				continue;
 			hl_uri_redact(a->origin, false, shown, sizeof(shown));
+			if (line)
+				*line = a->origin_line ? a->origin_line : a->line;
 			return daemon_fail(err, errlen, -EINVAL,
 			                   "disk %s: origin %s is also disk %s's origin, and %s "
 			                   "is cached: a write through one would leave the cache "
@@ -184,9 +187,22 @@ int daemon_alias_check(const struct hl_conf_disk *disk, const char *data_id,
 	    disk->name, shown, other->name, data_id, disk->cache ? disk->name : other->name);
 }
 
+int daemon_caches_check(const struct hl_conf *conf, int *line, char *err, size_t errlen)
+{
+	int rc = check_aliases(conf, line, err, errlen);
+
+	for (size_t i = 0; i < conf->n_caches && !rc; i++) {
+		const struct hl_conf_cache *k = &conf->caches[i];
+		rc = check_device(conf, k, err, errlen);
+		if (rc)
+			*line = k->device_line ? k->device_line : k->line;
+	}
+	return rc;
+}
+
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen)
 {
-	int rc = check_aliases(conf, err, errlen);
+	int rc = check_aliases(conf, NULL, err, errlen);
 
 	if (rc)
 		return rc;

@@ -36,6 +36,16 @@ static inline uint32_t daemon_cache_write_budget(const struct hl_conf_cache *k)
 int daemon_caches_open(const struct hl_conf *conf, char *err, size_t errlen);
 
 /**
+ * The checks daemon_caches_open makes on conf's text before it opens
+ * anything, for --check-config and start-up (preflight.c): no two disks on
+ * one origin (as far as the URIs show) where one is cached and the other
+ * can write, no cache device that is another cache's device or a disk's
+ * origin. @return 0, or -EINVAL with a message in err and in *line the
+ * line of the refused key.
+ */
+int daemon_caches_check(const struct hl_conf *conf, int *line, char *err, size_t errlen);
+
+/**
  * Give the open caches conf's admission, write_policy and update_buffer
  * (a resized update buffer is written back first: blocking). The last
  * step of a configuration change, when nothing can be refused any more.

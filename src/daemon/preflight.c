@@ -229,6 +229,20 @@ static int check_dir(const struct hl_conf *c, const char *what, const char *dir,
 	return -EPERM;
 }
 
+/*
+ * The alias checks start-up makes on the URIs' text (caches.c), here too:
+ * --check-config (ExecStartPre) would otherwise pass a configuration that
+ * start refuses, and only a FILE:LINE here says where.
+ */
+static int check_aliases(const struct hl_conf *c, char *err, size_t errlen)
+{
+	char msg[768];
+	int line = 0;
+	int rc = daemon_caches_check(c, &line, msg, sizeof(msg));
+
+	return rc ? at_line(err, errlen, c, line, "%s", msg) : 0;
+}
+
 int daemon_preflight(const struct hl_conf *c, char *err, size_t errlen)
 {
 	int rc;
@@ -256,5 +270,5 @@ int daemon_preflight(const struct hl_conf *c, char *err, size_t errlen)
 		if (rc)
 			return rc;
 	}
-	return 0;
+	return check_aliases(c, err, errlen);
 }

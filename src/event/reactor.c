@@ -630,10 +630,14 @@ static void *reactor_thread(void *arg)
 
 int hl_reactor_start(struct hl_reactor *r)
 {
+	char comm[16]; /* what Linux keeps of a thread's name */
 	int rc = pthread_create(&r->thread, NULL, reactor_thread, r);
 	if (rc)
 		return -rc;
 	r->has_thread = true;
+	/* top -H and /proc tell the per-disk service threads apart (iscsi-ua, rbd-watch) */
+	hl_strlcpy(comm, r->name, sizeof(comm));
+	pthread_setname_np(r->thread, comm);
 	return 0;
 }
 

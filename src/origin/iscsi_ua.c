@@ -65,6 +65,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -305,12 +306,22 @@ static void ua_check(void *arg)
 void origin_iscsi_ua_note(struct hl_origin *o, unsigned what)
 {
 	struct isc_origin *io = io_of(o);
+	int rc = 0;
 
-	if (!what || !io->svc || atomic_load(&io->closing))
+	if (!what)
 		return;
-	if (atomic_fetch_or(&io->ua_pending, what))
-		return; /* a check is queued: it takes these too */
-	if (hl_reactor_call(io->svc, ua_check, o) < 0) {
+	/*
+	 * Under io->lock, which ua_stop takes once closing is set before it
+	 * stops the service thread: a session's reactor that saw closing
+	 * unset has queued its call by then, and none queues one on a
+	 * reactor being destroyed (its wake-up write went to a closed fd).
+	 */
+	pthread_mutex_lock(&io->lock);
+	/* with ua_pending already set, a check is queued: it takes these too */
+	if (io->svc && !atomic_load(&io->closing) && !atomic_fetch_or(&io->ua_pending, what))
+		rc = hl_reactor_call(io->svc, ua_check, o);
+	pthread_mutex_unlock(&io->lock);
+	if (rc < 0) {
 		atomic_store(&io->ua_pending, 0); /* the next unit attention tries again */
 		HL_ERR_RL(ISC_COMPONENT, "%s: out of memory: a unit attention is not acted on",
 		          o->uri);
@@ -420,13 +431,19 @@ int origin_iscsi_ua_start(struct hl_origin *o)
 void origin_iscsi_ua_stop(struct hl_origin *o)
 {
 	struct isc_origin *io = io_of(o);
+	struct hl_reactor *svc;
 
-	if (!io->svc)
+	pthread_mutex_lock(&io->lock); /* origin_iscsi_ua_note: no call is being queued now */
+	svc = io->svc;
+	pthread_mutex_unlock(&io->lock);
+	if (!svc)
 		return;
-	hl_reactor_stop(io->svc); /* a check under way ends first; queued ones see closing */
-	hl_reactor_join(io->svc);
+	hl_reactor_stop(svc); /* a check under way ends first; queued ones see closing */
+	hl_reactor_join(svc);
 	hl_timer_stop(&io->ua_tick); /* joined: its timer heap is ours to touch */
 	ua_ctx_drop(io);
-	hl_reactor_destroy(io->svc);
+	pthread_mutex_lock(&io->lock);
 	io->svc = NULL;
+	pthread_mutex_unlock(&io->lock);
+	hl_reactor_destroy(svc);
 }

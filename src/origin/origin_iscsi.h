@@ -43,7 +43,7 @@ struct isc_origin {
 	atomic_bool no_caw;    /* COMPARE AND WRITE was refused once (B0 promised it) */
 	atomic_bool closing;   /* close() began: submit refuses (-ESHUTDOWN), no new session */
 	uint32_t isid_rnd;
-	pthread_mutex_t lock; /* guards sessions and nsessions */
+	pthread_mutex_t lock; /* guards sessions and nsessions; svc while it goes (iscsi_ua.c) */
 	struct hl_list sessions;
 	unsigned nsessions;
 	/* ownership among gateways (hl_origin_opts.gateway); see iscsi_pr.c */

@@ -74,6 +74,32 @@ conf "$tmp/c.conf" "file:$tmp/d.img" "$tmp/ssd.img" 64M
 hl_run "a good configuration" "$HL_HOTLUND" --check-config "$tmp/c.conf"
 conf "$tmp/c.conf" "iscsi://127.0.0.1:1/iqn.2026-11.io.example:nowhere/0"
 hl_run "a remote origin is not checked as a file" "$HL_HOTLUND" --check-config "$tmp/c.conf"
+# the alias checks start-up makes on the configuration's text (caches.c):
+# two disks on one origin, one cached and the other writable, and a cache
+# device that is a disk's origin; --check-config refused neither before
+cat >"$tmp/a.conf" <<CONF
+[global]
+portal = 127.0.0.1:$port
+state_dir = $tmp/state
+[disk a]
+origin = file:$tmp/d.img
+cache = ssd
+[disk b]
+origin = $tmp/d.img
+[cache ssd]
+device = $tmp/ssd.img
+size = 64M
+CONF
+out=$("$HL_HOTLUND" --check-config "$tmp/a.conf" 2>&1) && hl_fail "--check-config accepted two disks on one origin: $out"
+grep -qF "hotlund: $tmp/a.conf:8: disk b: origin $tmp/d.img is also disk a's origin" <<<"$out" ||
+	hl_fail "alias of a cached disk: $out"
+hl_log "ok: $out"
+sed -i "/^\[disk b\]/a read_only = yes" "$tmp/a.conf"
+hl_run "a read-only view of a cached disk's origin" "$HL_HOTLUND" --check-config "$tmp/a.conf"
+conf "$tmp/c.conf" "file:$tmp/d.img" "$tmp/d.img" 64M
+expect "$tmp/c.conf" 9 "cache ssd: device $tmp/d.img is disk d's origin"
+[ -e "$tmp/ssd.img" ] && hl_fail "--check-config created the cache file"
+
 # a FIFO named as the origin's CHAP secret file: refused at once, never a hang
 mkfifo "$tmp/secret.fifo" || hl_error "mkfifo"
 cat >"$tmp/f.conf" <<CONF

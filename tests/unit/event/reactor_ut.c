@@ -833,6 +833,44 @@ static void test_poll_stretch(void)
 		        many, uncounted);
 }
 
+/* The reactor's thread, as top -H and /proc/PID/task/TID/comm show it. */
+static char seen_name[32];
+static int name_done;
+
+static void name_cb(void *arg)
+{
+	(void)arg;
+	if (pthread_getname_np(pthread_self(), seen_name, sizeof(seen_name)))
+		seen_name[0] = '\0';
+	__atomic_store_n(&name_done, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * A started reactor's thread carries its name (cut to the 15 bytes Linux
+ * keeps): per-disk service threads (iscsi-ua, rbd-watch) could not be
+ * told from the process's other threads, all "hotlund".
+ */
+static void test_thread_name(void)
+{
+	const char *names[] = {"iscsi-ua", "a-name-longer-than-15-bytes"};
+	const char *want[] = {"iscsi-ua", "a-name-longer-t"};
+
+	for (unsigned i = 0; i < 2; i++) {
+		struct hl_reactor *r;
+
+		CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, names[i]), 0);
+		CU_ASSERT_EQUAL_FATAL(hl_reactor_start(r), 0);
+		__atomic_store_n(&name_done, 0, __ATOMIC_RELEASE);
+		CU_ASSERT_EQUAL(hl_reactor_call(r, name_cb, NULL), 0);
+		for (int t = 0; t < 500 && !__atomic_load_n(&name_done, __ATOMIC_ACQUIRE); t++)
+			usleep(10000);
+		CU_ASSERT_STRING_EQUAL(seen_name, want[i]);
+		hl_reactor_stop(r);
+		hl_reactor_join(r);
+		hl_reactor_destroy(r);
+	}
+}
+
 static const struct hl_test tests[] = {
 	{"event fires; del guards the batch", test_event_fires_and_del_guards_batch},
 	{"timers in deadline order", test_timers_fire_in_deadline_order},
@@ -847,6 +885,7 @@ static const struct hl_test tests[] = {
 	{"peeks: a lone I/O in flight stretches the busy-poll window", test_poll_stretch},
 	{"uring watch: edge-triggered never-read eventfd strands no CQE", test_uring_edge_never_read},
 	{"uring watch: same, peeked in the busy-poll window", test_uring_edge_peeked},
+	{"a started reactor's thread carries its name", test_thread_name},
 	{NULL, NULL},
 };
 

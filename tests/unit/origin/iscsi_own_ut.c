@@ -948,6 +948,71 @@ static void test_failback_counter_reset(void)
 	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
 }
 
+/* The cache's drops (HL_ORIGIN_CHANGED) one origin reported. */
+static void count_changed(void *arg, struct hl_origin *o, enum hl_origin_event ev,
+                          uint64_t old_size)
+{
+	(void)o;
+	(void)old_size;
+	if (ev == HL_ORIGIN_CHANGED)
+		__atomic_add_fetch((unsigned *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Until *n reached want (5 s at most: the check runs on the origin's service thread). */
+static bool wait_count(const unsigned *n, unsigned want)
+{
+	for (int i = 0; i < 500 && __atomic_load_n(n, __ATOMIC_SEQ_CST) < want; i++)
+		usleep(10000);
+	return __atomic_load_n(n, __ATOMIC_SEQ_CST) >= want;
+}
+
+/*
+ * The reservation's unit attentions, made by the SAN itself (pr.c): a
+ * RELEASE gives the releasing gateway's registered data nexuses 2A/04
+ * RESERVATIONS RELEASED, a takeover gives the old owner's 2A/05
+ * REGISTRATIONS PREEMPTED. Each is met by the next command of that data
+ * session (the poll nexus is not a registrant and hears neither), and
+ * drops the gateway's disk (iscsi_ua.c): after either, another initiator
+ * may have written. A lone gateway registers nothing and hears none.
+ */
+static void test_pr_unit_attentions(void)
+{
+	static unsigned ch1, ch2, chl;
+	unsigned c1, c2, cl;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	hl_origin_listen(g1, count_changed, &ch1);
+	hl_origin_listen(g2, count_changed, &ch2);
+	hl_origin_listen(lone, count_changed, &chl);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 24, 0xa1), 0); /* its data session registers */
+	usleep(1500000); /* a poll or more: nothing to drop so far */
+	c1 = __atomic_load_n(&ch1, __ATOMIC_SEQ_CST);
+	c2 = __atomic_load_n(&ch2, __ATOMIC_SEQ_CST);
+	cl = __atomic_load_n(&chl, __ATOMIC_SEQ_CST);
+	/* 2A/04: our own RELEASE, met by g1's data session */
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 24, 0xa1), 0);
+	CU_ASSERT_TRUE(wait_count(&ch1, c1 + 1));
+	/* 2A/05: g2 takes over by force; g1's data session is preempted */
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 24, 0xa2), 0);
+	c1 = __atomic_load_n(&ch1, __ATOMIC_SEQ_CST);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL(check_block(g1, 24, 0xa2), 0); /* reads pass; this one meets 2A/05 */
+	CU_ASSERT_TRUE(wait_count(&ch1, c1 + 1));
+	/* the new owner and the lone gateway heard nothing to drop for */
+	CU_ASSERT_EQUAL(write_block(g2, 24, 0xa3), 0);
+	CU_ASSERT_EQUAL(check_block(lone, 24, 0xa3), 0);
+	usleep(1500000);
+	CU_ASSERT_EQUAL(__atomic_load_n(&ch2, __ATOMIC_SEQ_CST), c2);
+	CU_ASSERT_EQUAL(__atomic_load_n(&chl, __ATOMIC_SEQ_CST), cl);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+	hl_origin_listen(g1, NULL, NULL);
+	hl_origin_listen(g2, NULL, NULL);
+	hl_origin_listen(lone, NULL, NULL);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -973,6 +1038,7 @@ static const struct hl_test tests[] = {
     {"the owner refuses a request: the asker sees it", test_refuse},
     {"the owner's heartbeat: its key moves, standbys see it, proofs survive it", test_heartbeat},
     {"a failback to the same process is cold, whatever its heartbeat counter", test_failback_counter_reset},
+    {"2A/04 and 2A/05 on a gateway's data session drop its disk", test_pr_unit_attentions},
     {"close", test_close},
     {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},
