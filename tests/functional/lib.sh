@@ -739,3 +739,75 @@ hl_run() {
 	fi
 	hl_log "ok: $desc"
 }
+
+# ---- two disks on one origin, one of them cached (the alias tests) ----
+
+# hl_alias_conf NAME ORIGIN [ALIAS_ORIGIN]: the next front config of an alias
+# test, $T/NAME$N.conf (N counts from 1): a fresh port, state folder and
+# target $HL_IQN_PREFIX:NAME$N, disk san cached on ORIGIN and, when
+# ALIAS_ORIGIN is given, disk alias on it as LUN 1 (an "&" in it escaped for
+# sed). Sets N PORT ST IQN CONF; not started.
+hl_alias_conf() {
+	N=$((${N:-0} + 1))
+	PORT=$(hl_free_port)
+	ST=$T/state$N
+	IQN=$HL_IQN_PREFIX:$1$N
+	CONF=$T/$1$N.conf
+	mkdir -p "$ST"
+	truncate -s 16M "$T/cache$N.img"
+	hl_cache_front_conf "$CONF" "$PORT" "$ST" "$IQN" "$2" \
+		device="$T/cache$N.img" size=16M block_size=64K admission=always
+	[ -n "${3:-}" ] || return 0
+	sed -i "s|^\[target |[disk alias]\norigin = $3\n\n&|" "$CONF"
+	sed -i "s|^lun.0 = san$|&\nlun.1 = alias|" "$CONF"
+}
+
+# hl_alias_stale_check: on the running front of hl_alias_conf, read block 0
+# through the cached LUN 0 (a fill), write it through the alias (LUN 1) and
+# read it through LUN 0 again. Fails either way: on the stale read, or on
+# the front having taken two disks on one origin at all.
+hl_alias_stale_check() {
+	local cached=iscsi://127.0.0.1:$PORT/$IQN/0 other=iscsi://127.0.0.1:$PORT/$IQN/1
+	qemu-io -f raw -c "read 0 64k" "$cached" >"$T/q.out" 2>&1 || hl_fail "read: $(cat "$T/q.out")"
+	hl_cache_settle "$ST/ctl.sock" ssd
+	qemu-io -f raw -c "write -P 0x5a 0 64k" "$other" >"$T/q.out" 2>&1 ||
+		hl_fail "write through the alias: $(cat "$T/q.out")"
+	qemu-io -f raw -c "read -P 0x5a 0 64k" "$cached" >"$T/q.out" 2>&1 ||
+		hl_fail "stale read: the cached disk did not return what its alias wrote: $(head -3 "$T/q.out")"
+	grep -q "Pattern verification failed" "$T/q.out" &&
+		hl_fail "stale read: the cached disk did not return what its alias wrote"
+	hl_fail "the front took two disks on one origin, one cached (no stale read this time)"
+}
+
+# hl_alias_refused CONF PATTERN: hotlund must exit at start with CONF, with
+# PATTERN (grep -E) in its output; when it does not refuse for that reason,
+# it is started and the stale check shows what taking the pair costs.
+hl_alias_refused() {
+	local log=$T/refused$N.log
+	if timeout 30 "$HL_HOTLUND" --config "$1" >"$log" 2>&1; then
+		hl_fail "hotlund ran and exited 0 with $1"
+	fi
+	if ! grep -Eq "$2" "$log"; then
+		cat "$log" >&2
+		hl_front_start "$1"
+		hl_alias_stale_check
+	fi
+}
+
+# hl_alias_live ORIGIN PATTERN: on the running front of disk san alone, disk
+# alias on ORIGIN added live (hotlunctl /disks create) must be refused with
+# PATTERN (grep -E) in the answer, and disk san still served. Sets OUT (the
+# answer).
+hl_alias_live() {
+	local rc
+	OUT=$("$HL_BUILDDIR/hotlunctl" --socket "$ST/ctl.sock" /disks create alias origin="$1" 2>&1)
+	rc=$?
+	if [ $rc = 0 ]; then
+		"$HL_BUILDDIR/hotlunctl" --socket "$ST/ctl.sock" "/iscsi/$IQN/tpg1/luns" create \
+			/disks/alias lun=1 >"$T/ctl.out" 2>&1 || hl_fail "adding LUN 1: $(cat "$T/ctl.out")"
+		hl_alias_stale_check
+	fi
+	echo "$OUT" | grep -Eq "$2" || hl_fail "refused, but not for the alias: $OUT"
+	qemu-io -f raw -c "read 0 64k" "iscsi://127.0.0.1:$PORT/$IQN/0" >"$T/q.out" 2>&1 ||
+		hl_fail "disk san after the refused change: $(cat "$T/q.out")"
+}
