@@ -378,23 +378,51 @@ hl_front_start() {
 	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
 }
 
+# hl_conf_global FILE PORT STATE_DIR [KEY=VALUE...]: (re)write FILE with the
+# [global] section of a test's hotlund: portal 127.0.0.1:PORT, state and
+# control socket (ctl.sock) in STATE_DIR (made here), then a "KEY = VALUE"
+# line a pair. Sections follow with hl_conf_section or a heredoc (>>).
+hl_conf_global() {
+	local file=$1 port=$2 st=$3
+	shift 3
+	mkdir -p "$st"
+	{
+		printf '# written by %s\n[global]\nportal = 127.0.0.1:%s\n' "$HL_TEST_NAME" "$port"
+		printf 'state_dir = %s\ncontrol_socket = %s/ctl.sock\n' "$st" "$st"
+		hl_conf_pairs "$@"
+	} >"$file"
+}
+
+# hl_conf_section FILE HEADER [KEY=VALUE...]: append "[HEADER]" (after a blank
+# line) and its "KEY = VALUE" lines to FILE.
+hl_conf_section() {
+	local file=$1 head=$2
+	shift 2
+	{
+		printf '\n[%s]\n' "$head"
+		hl_conf_pairs "$@"
+	} >>"$file"
+}
+
+# hl_conf_pairs KEY=VALUE...: "KEY = VALUE" a line (VALUE may hold "=").
+hl_conf_pairs() {
+	local kv
+	for kv in "$@"; do
+		printf '%s = %s\n' "${kv%%=*}" "${kv#*=}"
+	done
+}
+
 # hl_cache_front_conf FILE PORT STATE_DIR IQN ORIGIN KEY=VALUE...: a hotlund
 # config with one cache "ssd" (the KEY=VALUE pairs are its section), one disk
 # "san" on ORIGIN cached by it, served as LUN 0 of IQN on 127.0.0.1:PORT, with
 # its state and control socket in STATE_DIR.
 hl_cache_front_conf() {
-	local file=$1 port=$2 st=$3 iqn=$4 origin=$5 kv
+	local file=$1 port=$2 st=$3 iqn=$4 origin=$5
 	shift 5
-	{
-		printf '# written by %s\n[global]\nportal = 127.0.0.1:%s\n' "$HL_TEST_NAME" "$port"
-		printf 'state_dir = %s\ncontrol_socket = %s/ctl.sock\n' "$st" "$st"
-		printf 'log_level = info\nthreads = 2\n\n[cache ssd]\n'
-		for kv in "$@"; do
-			printf '%s = %s\n' "${kv%%=*}" "${kv#*=}"
-		done
-		printf '\n[disk san]\norigin = %s\ncache = ssd\n\n' "$origin"
-		printf '[target %s]\nlun.0 = san\nallow = ALL\n' "$iqn"
-	} >"$file"
+	hl_conf_global "$file" "$port" "$st" log_level=info threads=2
+	hl_conf_section "$file" "cache ssd" "$@"
+	hl_conf_section "$file" "disk san" origin="$origin" cache=ssd
+	hl_conf_section "$file" "target $iqn" lun.0=san allow=ALL
 }
 
 # hl_gw_global G LOG_LEVEL: gateway G (1 or 2) of a pair: a free port of its
@@ -810,4 +838,20 @@ hl_alias_live() {
 	echo "$OUT" | grep -Eq "$2" || hl_fail "refused, but not for the alias: $OUT"
 	qemu-io -f raw -c "read 0 64k" "iscsi://127.0.0.1:$PORT/$IQN/0" >"$T/q.out" 2>&1 ||
 		hl_fail "disk san after the refused change: $(cat "$T/q.out")"
+}
+
+# hl_serial_of URL: the unit serial number of VPD page 80h (iscsi-inq).
+hl_serial_of() {
+	iscsi-inq -e 1 -c 128 "$1" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'
+}
+
+# hl_naa_of URL: the logical unit's NAA designator of VPD page 83h as hex,
+# "none" without one (iscsi-inq, python3).
+hl_naa_of() {
+	iscsi-inq -e 1 -c 131 "$1" 2>/dev/null | python3 -c '
+import sys
+b = sys.stdin.buffer.read()
+k = b"Association:(0) LOGICAL_UNIT\nDesignator Type:(3) NAA\nDesignator:["
+i = b.find(k)
+print(b[i + len(k):i + len(k) + 16].hex() if i >= 0 else "none")'
 }
