@@ -518,20 +518,6 @@ static void test_revalidate_sync_lock_origin_slow(void)
 	free(buf);
 }
 
-/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
-static int io_wait_within(struct step *st, unsigned ms)
-{
-	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (sem_trywait(&st->sem)) {
-		if (hl_now_ns() >= end)
-			return -ETIMEDOUT;
-		usleep(1000);
-	}
-	sem_destroy(&st->sem);
-	return st->rc;
-}
-
 /*
  * The cache device fails while a record sync is stuck holding sync_lock (a
  * device write that does not return). The kill (map "failed", superblocks

@@ -396,6 +396,20 @@ static HL_UT_UNUSED void io_start(struct step *st, struct hl_origin *o, enum hl_
 	CU_ASSERT_FATAL(hl_reactor_call(R, step_submit, st) == 0);
 }
 
+/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
+static HL_UT_UNUSED int io_wait_within(struct step *st, unsigned ms)
+{
+	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (sem_trywait(&st->sem)) {
+		if (hl_now_ns() >= end)
+			return -ETIMEDOUT;
+		usleep(1000);
+	}
+	sem_destroy(&st->sem);
+	return st->rc;
+}
+
 static HL_UT_UNUSED int io_wait(struct step *st)
 {
 	struct timespec ts;
