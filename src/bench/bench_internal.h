@@ -17,16 +17,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "hotlun/util.h"
+
 #define BENCH_ALIGN_UP(n, a) ((((uint64_t)(n) + (a)-1) / (a)) * (a))
 #define BENCH_MIN(a, b)      ((uint64_t)(a) < (uint64_t)(b) ? (uint64_t)(a) : (uint64_t)(b))
 
 /* ---- parsing helpers (bench_util.c) ---- */
 
-/**
- * Parse a byte size with an optional binary suffix ("512", "4K", "1M", "2G",
- * "1T", also "4KiB"/"4KB"). @return 0 or -EINVAL/-ERANGE.
- */
-int bench_parse_size(const char *s, uint64_t *out);
+/* Byte sizes ("4K", "64KiB", "1G") are parsed by hl_parse_size() (hotlun/util.h). */
 
 /** Format a byte count compactly ("4K", "64K", "1M", "1536"). Returns buf. */
 const char *bench_format_size(uint64_t v, char *buf, size_t len);

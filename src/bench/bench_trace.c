@@ -8,6 +8,7 @@
  * record or line when it rejects input.
  */
 #include "bench/bench_internal.h"
+#include "hotlun/vscsi.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,24 +19,6 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define VSCSI1_REC 32
-#define VSCSI2_REC 40
-
-static uint16_t le16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-	return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
 
 static int trace_push(struct bench_trace *t, uint64_t off, uint32_t len, bool write)
 {
@@ -60,34 +43,14 @@ static int trace_push(struct bench_trace *t, uint64_t off, uint32_t len, bool wr
 	return 0;
 }
 
-/* 1 read, 2 write, 0 anything else (READ/WRITE 6, 10, 12, 16). */
-static int scsi_dir(unsigned op)
-{
-	switch (op) {
-	case 0x08:
-	case 0x28:
-	case 0xa8:
-	case 0x88:
-		return 1;
-	case 0x0a:
-	case 0x2a:
-	case 0xaa:
-	case 0x8a:
-		return 2;
-	default:
-		return 0;
-	}
-}
-
 /* How many of the first records look like vscsi version `ver` records. */
 static int vscsi_votes(const uint8_t *b, size_t len, int ver)
 {
-	size_t rs = ver == 1 ? VSCSI1_REC : VSCSI2_REC;
-	size_t vo = ver == 1 ? 14 : 2;
+	size_t rs = hl_vscsi_rec_size(ver);
 	int votes = 0;
 
 	for (size_t i = 0; i < 4 && (i + 1) * rs <= len; i++) {
-		if (le16(b + i * rs + vo) >> 8 != ver)
+		if (!hl_vscsi_is_version(b + i * rs, ver))
 			return 0;
 		votes++;
 	}
@@ -128,40 +91,27 @@ static int parse_vscsi(const uint8_t *b, size_t len, struct bench_trace *t, char
                        size_t errlen)
 {
 	int ver = vscsi_votes(b, len, 1) ? 1 : vscsi_votes(b, len, 2) ? 2 : 0;
-	size_t rs = ver == 1 ? VSCSI1_REC : VSCSI2_REC;
+	size_t rs = hl_vscsi_rec_size(ver);
 
 	if (!ver) {
 		snprintf(err, errlen, "not a vscsi v1/v2 trace");
 		return -EINVAL;
 	}
 	for (size_t i = 0; i + rs <= len; i += rs) {
-		const uint8_t *r = b + i;
-		unsigned op, v;
-		uint32_t nbytes;
-		uint64_t lba;
+		struct hl_vscsi_rec r;
 
-		if (ver == 1) {
-			nbytes = le32(r + 4);
-			op = le16(r + 12);
-			v = le16(r + 14);
-			lba = le64(r + 16);
-		} else {
-			op = le16(r + 0);
-			v = le16(r + 2);
-			nbytes = le32(r + 8);
-			lba = le64(r + 16);
-		}
-		if (v >> 8 != (unsigned)ver) {
+		hl_vscsi_decode(b + i, ver, &r);
+		if (r.version >> 8 != (unsigned)ver) {
 			snprintf(err, errlen, "record %zu: version field 0x%04x is not v%d", i / rs,
-			         v, ver);
+			         r.version, ver);
 			return -EINVAL;
 		}
-		int dir = scsi_dir(op & 0xff);
-		if (!dir || nbytes == 0 || lba > (UINT64_MAX >> 10)) {
+		enum hl_trace_dir dir = hl_trace_scsi_dir(r.op & 0xff);
+		if (dir == HL_TRACE_OTHER || r.nbytes == 0 || r.lba > (UINT64_MAX >> 10)) {
 			t->skipped++;
 			continue;
 		}
-		int rc = trace_push(t, lba * 512, nbytes, dir == 2);
+		int rc = trace_push(t, r.lba * 512, r.nbytes, dir == HL_TRACE_WRITE);
 		if (rc)
 			return rc;
 	}

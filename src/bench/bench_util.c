@@ -1,68 +1,13 @@
 /*
- * bench_util.c - the small helpers of hotlun-bench: size parsing and
- * formatting, the random number generator every workload draws from, and
- * the clock.
+ * bench_util.c - the small helpers of hotlun-bench: size formatting, the
+ * random number generator every workload draws from, and the clock. Sizes
+ * are parsed by hl_parse_size() (src/util/util.c, which bench compiles in:
+ * it needs nothing but libc).
  */
 #include "bench/bench_internal.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <string.h>
-#include <strings.h>
 #include <time.h>
-
-int bench_parse_size(const char *s, uint64_t *out)
-{
-	uint64_t v = 0;
-	unsigned shift = 0;
-	const char *p = s;
-
-	if (!s || !*s)
-		return -EINVAL;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		unsigned d = (unsigned)(*p - '0');
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
-	if (p == s)
-		return -EINVAL;
-	switch (toupper((unsigned char)*p)) {
-	case '\0':
-		break;
-	case 'K':
-		shift = 10;
-		break;
-	case 'M':
-		shift = 20;
-		break;
-	case 'G':
-		shift = 30;
-		break;
-	case 'T':
-		shift = 40;
-		break;
-	case 'B':
-		shift = 0;
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (*p) {
-		const char *q = p + 1;
-		if (toupper((unsigned char)*p) == 'B') {
-			if (*q)
-				return -EINVAL;
-		} else if (!(*q == '\0' || strcasecmp(q, "B") == 0 || strcasecmp(q, "iB") == 0)) {
-			return -EINVAL;
-		}
-	}
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*out = v << shift;
-	return 0;
-}
 
 const char *bench_format_size(uint64_t v, char *buf, size_t len)
 {

@@ -194,7 +194,7 @@ int bench_bs_parse(const char *s, struct bench_workload_spec *spec, char *err, s
 			w = v;
 			weighted++;
 		}
-		if (bench_parse_size(tok, &size) || size == 0 || size % 512 || size > (16u << 20)) {
+		if (hl_parse_size(tok, &size) || size == 0 || size % 512 || size > (16u << 20)) {
 			snprintf(err, errlen,
 			         "--bs: '%s' is not a size that is a multiple of 512 up to 16M",
 			         tok);

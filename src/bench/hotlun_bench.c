@@ -1081,11 +1081,11 @@ int main(int argc, char **argv)
 			plot = optarg;
 			break;
 		case OPT_RANGE:
-			if (bench_parse_size(optarg, &o->range_len) || o->range_len == 0)
+			if (hl_parse_size(optarg, &o->range_len) || o->range_len == 0)
 				return bad_arg("range", optarg);
 			break;
 		case OPT_OFFSET:
-			if (bench_parse_size(optarg, &o->range_off))
+			if (hl_parse_size(optarg, &o->range_off))
 				return bad_arg("offset", optarg);
 			break;
 		case OPT_QUIET:

@@ -530,19 +530,28 @@ static void view_of(struct daemon *d, struct ctl_view *v)
 	};
 }
 
-static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+/* An edit that answers only with its status: set and delete. */
+typedef int (*conf_edit_fn)(const struct ctl_view *v, json_t *args, struct hl_conf **next,
+                            char *err, size_t errlen);
+
+static int edit_and_commit(struct daemon *d, conf_edit_fn edit, json_t *args, char *err,
+                           size_t errlen)
 {
-	struct daemon *d = ctx;
 	struct hl_conf *next;
 	struct ctl_view v;
 	int rc;
 
-	(void)result;
 	view_of(d, &v);
-	rc = ctl_edit_set(&v, args, &next, err, errlen);
+	rc = edit(&v, args, &next, err, errlen);
 	if (rc || !next)
 		return rc;
 	return commit_change(d, next, ctl_arg_force(args), err, errlen);
+}
+
+static int cmd_set(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
+{
+	(void)result;
+	return edit_and_commit(ctx, ctl_edit_set, args, err, errlen);
 }
 
 static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
@@ -565,17 +574,8 @@ static int cmd_create(void *ctx, json_t *args, json_t **result, char *err, size_
 
 static int cmd_delete(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)
 {
-	struct daemon *d = ctx;
-	struct hl_conf *next;
-	struct ctl_view v;
-	int rc;
-
 	(void)result;
-	view_of(d, &v);
-	rc = ctl_edit_delete(&v, args, &next, err, errlen);
-	if (rc || !next)
-		return rc;
-	return commit_change(d, next, ctl_arg_force(args), err, errlen);
+	return edit_and_commit(ctx, ctl_edit_delete, args, err, errlen);
 }
 
 /* ---- statistics ---- */

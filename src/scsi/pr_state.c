@@ -390,6 +390,26 @@ static bool registered(const struct scsi_pr_state *st, const char *port, uint16_
 }
 
 /*
+ * Register port (at relative port rel) with key; NULL, with the sense for a
+ * full table set in v, when the table cannot grow.
+ */
+static struct scsi_pr_reg *reg_new(struct scsi_pr_state *st, const char *port, uint16_t rel,
+                                   bool all_tg_pt, uint64_t key, struct scsi_pr_verdict *v)
+{
+	struct scsi_pr_reg *r = scsi_pr_reg_add(st);
+
+	if (!r) {
+		v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
+		return NULL;
+	}
+	hl_strlcpy(r->initiator_port, port, sizeof(r->initiator_port));
+	r->rel_port = rel;
+	r->all_tg_pt = all_tg_pt;
+	r->key = key;
+	return r;
+}
+
+/*
  * REGISTER with SPEC_I_PT (SPC-4 5.12.7): the issuer and every I_T nexus a
  * TransportID names (that initiator port with the issuer's target port, or
  * every target port with ALL_TG_PT) get the service action key, all or
@@ -402,15 +422,8 @@ static void register_specified(struct scsi_pr_state *st, const struct scsi_pr_re
 	uint32_t off = PR_PARAM_LEN + 4;
 	unsigned first = st->n_regs;
 
-	if (!regs_reserve(st, 1)) {
-		v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
+	if (!reg_new(st, who->port, who->rel, req->all_tg_pt, req->sa_key, v))
 		return;
-	}
-	struct scsi_pr_reg *r = reg_append(st);
-	hl_strlcpy(r->initiator_port, who->port, sizeof(r->initiator_port));
-	r->rel_port = who->rel;
-	r->all_tg_pt = req->all_tg_pt;
-	r->key = req->sa_key;
 	while (off < req->plen) {
 		char port[SCSI_PR_PORT_MAX];
 		uint32_t n =
@@ -421,15 +434,8 @@ static void register_specified(struct scsi_pr_state *st, const struct scsi_pr_re
 			v_field(v, false, (uint16_t)HL_MIN(off, 0xffffu), -1);
 			break;
 		}
-		if (!regs_reserve(st, 1)) {
-			v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
+		if (!reg_new(st, port, who->rel, req->all_tg_pt, req->sa_key, v))
 			break;
-		}
-		r = reg_append(st);
-		hl_strlcpy(r->initiator_port, port, sizeof(r->initiator_port));
-		r->rel_port = who->rel;
-		r->all_tg_pt = req->all_tg_pt;
-		r->key = req->sa_key;
 		off += n;
 	}
 	if (v->status != HL_SAM_GOOD)
@@ -454,16 +460,8 @@ static void pr_register(struct scsi_pr_state *st, const struct scsi_pr_req *req,
 			register_specified(st, req, who, v);
 			if (v->status != HL_SAM_GOOD)
 				return;
-		} else {
-			if (!regs_reserve(st, 1)) {
-				v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
-				return;
-			}
-			struct scsi_pr_reg *r = reg_append(st);
-			hl_strlcpy(r->initiator_port, who->port, sizeof(r->initiator_port));
-			r->rel_port = who->rel;
-			r->all_tg_pt = req->all_tg_pt;
-			r->key = req->sa_key;
+		} else if (!reg_new(st, who->port, who->rel, req->all_tg_pt, req->sa_key, v)) {
+			return;
 		}
 		st->generation++;
 		*changed = true;
@@ -693,13 +691,8 @@ static void pr_register_move(struct scsi_pr_state *st, const struct scsi_pr_req 
 		}
 	}
 	if (dst < 0) {
-		if (!regs_reserve(st, 1)) {
-			v_sense(v, SCSI_ASC_NO_REG_RESOURCES);
+		if (!reg_new(st, port, rel, false, req->sa_key, v))
 			return;
-		}
-		struct scsi_pr_reg *r = reg_append(st);
-		hl_strlcpy(r->initiator_port, port, sizeof(r->initiator_port));
-		r->rel_port = rel;
 		dst = (int)st->n_regs - 1;
 	}
 	st->regs[dst].key = req->sa_key;

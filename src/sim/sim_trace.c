@@ -5,6 +5,7 @@
  * Every reader checks lengths and fields and names the bad line/record.
  */
 #include "hotlun/cache.h"
+#include "hotlun/vscsi.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -57,87 +58,44 @@ static int push(struct sim_trace *t, uint64_t off, uint32_t len, uint16_t lun, b
 	return 0;
 }
 
-static inline uint16_t le16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static inline uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t le64(const uint8_t *p)
-{
-	return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
-
-/* SCSI read/write opcodes of the 6/10/12/16-byte CDBs. */
-static int op_kind(uint16_t op)
-{
-	switch (op) {
-	case 0x08:
-	case 0x28:
-	case 0xa8:
-	case 0x88:
-		return 0;
-	case 0x0a:
-	case 0x2a:
-	case 0xaa:
-	case 0x8a:
-		return 1;
-	default:
-		return -1;
-	}
-}
-
 static int load_vscsi(FILE *f, const char *path, struct sim_trace *t)
 {
-	uint8_t hdr[40 * 4], rec[40];
+	uint8_t hdr[HL_VSCSI2_REC * 4], rec[HL_VSCSI2_REC];
 	size_t got = fread(hdr, 1, sizeof(hdr), f);
-	int v1 = 0, v2 = 0, rsz, rc;
+	int v1 = 0, v2 = 0, ver, rc;
+	size_t rsz;
 	uint64_t skipped = 0, nrec = 0;
 
 	/* Tell the versions apart by the version field of the first records. */
 	for (size_t i = 0; i < 4; i++) {
-		if ((i + 1) * 32 <= got && le16(hdr + i * 32 + 14) >> 8 == 1)
+		if ((i + 1) * HL_VSCSI1_REC <= got && hl_vscsi_is_version(hdr + i * HL_VSCSI1_REC, 1))
 			v1++;
-		if ((i + 1) * 40 <= got && le16(hdr + i * 40 + 2) >> 8 == 2)
+		if ((i + 1) * HL_VSCSI2_REC <= got && hl_vscsi_is_version(hdr + i * HL_VSCSI2_REC, 2))
 			v2++;
 	}
 	if (!v1 && !v2) {
 		fprintf(stderr, "hotlun-sim: %s: not a vscsi v1/v2 trace\n", path);
 		return -EINVAL;
 	}
-	rsz = v1 >= v2 ? 32 : 40;
+	ver = v1 >= v2 ? 1 : 2;
+	rsz = hl_vscsi_rec_size(ver);
 	rewind(f);
-	while ((got = fread(rec, 1, (size_t)rsz, f)) == (size_t)rsz) {
-		uint16_t op, ver;
-		uint32_t len;
-		uint64_t lba;
+	while ((got = fread(rec, 1, rsz, f)) == rsz) {
+		struct hl_vscsi_rec r;
 		nrec++;
-		if (rsz == 32) {
-			len = le32(rec + 4);
-			op = le16(rec + 12);
-			ver = le16(rec + 14);
-			lba = le64(rec + 16);
-		} else {
-			op = le16(rec + 0);
-			ver = le16(rec + 2);
-			len = le32(rec + 8);
-			lba = le64(rec + 16);
-		}
-		int k = op_kind(op);
-		if (ver >> 8 != (rsz == 32 ? 1 : 2)) {
+		hl_vscsi_decode(rec, ver, &r);
+		enum hl_trace_dir dir = hl_trace_scsi_dir(r.op);
+		if (r.version >> 8 != ver) {
 			fprintf(stderr, "hotlun-sim: %s: record %" PRIu64 ": bad version 0x%x\n",
-			        path, nrec, ver);
+			        path, nrec, r.version);
 			return -EINVAL;
 		}
-		if (k < 0 || lba > (UINT64_MAX >> 10) || !plausible(lba * 512, len)) {
+		if (dir == HL_TRACE_OTHER || r.lba > (UINT64_MAX >> 10) ||
+		    !plausible(r.lba * 512, r.nbytes)) {
 			skipped++;
 			continue;
 		}
-		rc = push(t, lba * 512, len, 0, k == 1, false);
+		rc = push(t, r.lba * 512, r.nbytes, 0, dir == HL_TRACE_WRITE, false);
 		if (rc)
 			return rc;
 	}

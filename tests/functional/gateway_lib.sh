@@ -229,7 +229,7 @@ gw_scenarios() {
 	wait_standby 2 1 10
 	[ -z "$(own 1 problem)" ] && [ -z "$(own 2 problem)" ] ||
 		hl_fail "a problem reported: gateway 1: '$(own 1 problem)', gateway 2: '$(own 2 problem)'"
-	serial() { iscsi-inq -e 1 -c 128 "$(url "$1")" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'; }
+	serial() { hl_serial_of "$(url "$1")"; }
 	SERIAL=$(serial 1)
 	[ -n "$SERIAL" ] || hl_fail "no serial number through gateway 1"
 	# a standby refuses media access with NOT READY, TARGET PORT IN STANDBY STATE

@@ -33,9 +33,7 @@ naa() {
 		--target "$HL_IQN" --lun "$HL_LUN" >"$T/raw.$1" 2>&1 || { cat "$T/raw.$1" >&2; hl_fail "raw VPD 0x83 read failed"; }
 	awk '$2 == "type=3" && $3 == "assoc=0" {print $5}' "$T/raw.$1"
 }
-serial() {
-	iscsi-inq -e 1 -c 128 "iscsi://127.0.0.1:$1/$HL_IQN/$HL_LUN" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'
-}
+serial() { hl_serial_of "iscsi://127.0.0.1:$1/$HL_IQN/$HL_LUN"; }
 
 n1=$(naa "$HL_PORT")
 cat "$T/raw.$HL_PORT"

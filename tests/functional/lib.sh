@@ -378,23 +378,51 @@ hl_front_start() {
 	FRONT_PID=$HL_PID FRONT_LOG=$HL_LOG
 }
 
+# hl_conf_global FILE PORT STATE_DIR [KEY=VALUE...]: (re)write FILE with the
+# [global] section of a test's hotlund: portal 127.0.0.1:PORT, state and
+# control socket (ctl.sock) in STATE_DIR (made here), then a "KEY = VALUE"
+# line a pair. Sections follow with hl_conf_section or a heredoc (>>).
+hl_conf_global() {
+	local file=$1 port=$2 st=$3
+	shift 3
+	mkdir -p "$st"
+	{
+		printf '# written by %s\n[global]\nportal = 127.0.0.1:%s\n' "$HL_TEST_NAME" "$port"
+		printf 'state_dir = %s\ncontrol_socket = %s/ctl.sock\n' "$st" "$st"
+		hl_conf_pairs "$@"
+	} >"$file"
+}
+
+# hl_conf_section FILE HEADER [KEY=VALUE...]: append "[HEADER]" (after a blank
+# line) and its "KEY = VALUE" lines to FILE.
+hl_conf_section() {
+	local file=$1 head=$2
+	shift 2
+	{
+		printf '\n[%s]\n' "$head"
+		hl_conf_pairs "$@"
+	} >>"$file"
+}
+
+# hl_conf_pairs KEY=VALUE...: "KEY = VALUE" a line (VALUE may hold "=").
+hl_conf_pairs() {
+	local kv
+	for kv in "$@"; do
+		printf '%s = %s\n' "${kv%%=*}" "${kv#*=}"
+	done
+}
+
 # hl_cache_front_conf FILE PORT STATE_DIR IQN ORIGIN KEY=VALUE...: a hotlund
 # config with one cache "ssd" (the KEY=VALUE pairs are its section), one disk
 # "san" on ORIGIN cached by it, served as LUN 0 of IQN on 127.0.0.1:PORT, with
 # its state and control socket in STATE_DIR.
 hl_cache_front_conf() {
-	local file=$1 port=$2 st=$3 iqn=$4 origin=$5 kv
+	local file=$1 port=$2 st=$3 iqn=$4 origin=$5
 	shift 5
-	{
-		printf '# written by %s\n[global]\nportal = 127.0.0.1:%s\n' "$HL_TEST_NAME" "$port"
-		printf 'state_dir = %s\ncontrol_socket = %s/ctl.sock\n' "$st" "$st"
-		printf 'log_level = info\nthreads = 2\n\n[cache ssd]\n'
-		for kv in "$@"; do
-			printf '%s = %s\n' "${kv%%=*}" "${kv#*=}"
-		done
-		printf '\n[disk san]\norigin = %s\ncache = ssd\n\n' "$origin"
-		printf '[target %s]\nlun.0 = san\nallow = ALL\n' "$iqn"
-	} >"$file"
+	hl_conf_global "$file" "$port" "$st" log_level=info threads=2
+	hl_conf_section "$file" "cache ssd" "$@"
+	hl_conf_section "$file" "disk san" origin="$origin" cache=ssd
+	hl_conf_section "$file" "target $iqn" lun.0=san allow=ALL
 }
 
 # hl_gw_global G LOG_LEVEL: gateway G (1 or 2) of a pair: a free port of its
@@ -738,4 +766,92 @@ hl_run() {
 		hl_fail "$desc: exit status $rc: $*"
 	fi
 	hl_log "ok: $desc"
+}
+
+# ---- two disks on one origin, one of them cached (the alias tests) ----
+
+# hl_alias_conf NAME ORIGIN [ALIAS_ORIGIN]: the next front config of an alias
+# test, $T/NAME$N.conf (N counts from 1): a fresh port, state folder and
+# target $HL_IQN_PREFIX:NAME$N, disk san cached on ORIGIN and, when
+# ALIAS_ORIGIN is given, disk alias on it as LUN 1 (an "&" in it escaped for
+# sed). Sets N PORT ST IQN CONF; not started.
+hl_alias_conf() {
+	N=$((${N:-0} + 1))
+	PORT=$(hl_free_port)
+	ST=$T/state$N
+	IQN=$HL_IQN_PREFIX:$1$N
+	CONF=$T/$1$N.conf
+	mkdir -p "$ST"
+	truncate -s 16M "$T/cache$N.img"
+	hl_cache_front_conf "$CONF" "$PORT" "$ST" "$IQN" "$2" \
+		device="$T/cache$N.img" size=16M block_size=64K admission=always
+	[ -n "${3:-}" ] || return 0
+	sed -i "s|^\[target |[disk alias]\norigin = $3\n\n&|" "$CONF"
+	sed -i "s|^lun.0 = san$|&\nlun.1 = alias|" "$CONF"
+}
+
+# hl_alias_stale_check: on the running front of hl_alias_conf, read block 0
+# through the cached LUN 0 (a fill), write it through the alias (LUN 1) and
+# read it through LUN 0 again. Fails either way: on the stale read, or on
+# the front having taken two disks on one origin at all.
+hl_alias_stale_check() {
+	local cached=iscsi://127.0.0.1:$PORT/$IQN/0 other=iscsi://127.0.0.1:$PORT/$IQN/1
+	qemu-io -f raw -c "read 0 64k" "$cached" >"$T/q.out" 2>&1 || hl_fail "read: $(cat "$T/q.out")"
+	hl_cache_settle "$ST/ctl.sock" ssd
+	qemu-io -f raw -c "write -P 0x5a 0 64k" "$other" >"$T/q.out" 2>&1 ||
+		hl_fail "write through the alias: $(cat "$T/q.out")"
+	qemu-io -f raw -c "read -P 0x5a 0 64k" "$cached" >"$T/q.out" 2>&1 ||
+		hl_fail "stale read: the cached disk did not return what its alias wrote: $(head -3 "$T/q.out")"
+	grep -q "Pattern verification failed" "$T/q.out" &&
+		hl_fail "stale read: the cached disk did not return what its alias wrote"
+	hl_fail "the front took two disks on one origin, one cached (no stale read this time)"
+}
+
+# hl_alias_refused CONF PATTERN: hotlund must exit at start with CONF, with
+# PATTERN (grep -E) in its output; when it does not refuse for that reason,
+# it is started and the stale check shows what taking the pair costs.
+hl_alias_refused() {
+	local log=$T/refused$N.log
+	if timeout 30 "$HL_HOTLUND" --config "$1" >"$log" 2>&1; then
+		hl_fail "hotlund ran and exited 0 with $1"
+	fi
+	if ! grep -Eq "$2" "$log"; then
+		cat "$log" >&2
+		hl_front_start "$1"
+		hl_alias_stale_check
+	fi
+}
+
+# hl_alias_live ORIGIN PATTERN: on the running front of disk san alone, disk
+# alias on ORIGIN added live (hotlunctl /disks create) must be refused with
+# PATTERN (grep -E) in the answer, and disk san still served. Sets OUT (the
+# answer).
+hl_alias_live() {
+	local rc
+	OUT=$("$HL_BUILDDIR/hotlunctl" --socket "$ST/ctl.sock" /disks create alias origin="$1" 2>&1)
+	rc=$?
+	if [ $rc = 0 ]; then
+		"$HL_BUILDDIR/hotlunctl" --socket "$ST/ctl.sock" "/iscsi/$IQN/tpg1/luns" create \
+			/disks/alias lun=1 >"$T/ctl.out" 2>&1 || hl_fail "adding LUN 1: $(cat "$T/ctl.out")"
+		hl_alias_stale_check
+	fi
+	echo "$OUT" | grep -Eq "$2" || hl_fail "refused, but not for the alias: $OUT"
+	qemu-io -f raw -c "read 0 64k" "iscsi://127.0.0.1:$PORT/$IQN/0" >"$T/q.out" 2>&1 ||
+		hl_fail "disk san after the refused change: $(cat "$T/q.out")"
+}
+
+# hl_serial_of URL: the unit serial number of VPD page 80h (iscsi-inq).
+hl_serial_of() {
+	iscsi-inq -e 1 -c 128 "$1" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'
+}
+
+# hl_naa_of URL: the logical unit's NAA designator of VPD page 83h as hex,
+# "none" without one (iscsi-inq, python3).
+hl_naa_of() {
+	iscsi-inq -e 1 -c 131 "$1" 2>/dev/null | python3 -c '
+import sys
+b = sys.stdin.buffer.read()
+k = b"Association:(0) LOGICAL_UNIT\nDesignator Type:(3) NAA\nDesignator:["
+i = b.find(k)
+print(b[i + len(k):i + len(k) + 16].hex() if i >= 0 else "none")'
 }

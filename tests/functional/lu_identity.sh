@@ -39,18 +39,6 @@ lun.1 = own
 allow = ALL
 EOF
 }
-# serial_of URL / naa_of URL: VPD 80h's serial; VPD 83h's LU NAA designator as hex
-serial_of() {
-	iscsi-inq -e 1 -c 128 "$1" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'
-}
-naa_of() {
-	iscsi-inq -e 1 -c 131 "$1" 2>/dev/null | python3 -c '
-import sys
-b = sys.stdin.buffer.read()
-k = b"Association:(0) LOGICAL_UNIT\nDesignator Type:(3) NAA\nDesignator:["
-i = b.find(k)
-print(b[i + len(k):i + len(k) + 16].hex() if i >= 0 else "none")'
-}
 
 PA=$(hl_free_port)
 PB=$(hl_free_port)
@@ -62,18 +50,18 @@ hl_start_hotlund "$T/b.conf"
 B=$HL_PID
 [ "$(cat "$T/a/install-id")" != "$(cat "$T/b/install-id")" ] || hl_error "the two state folders share an install id"
 
-sa=$(serial_of "iscsi://127.0.0.1:$PA/$IQN/0")
-sb=$(serial_of "iscsi://127.0.0.1:$PB/$IQN/0")
-na=$(naa_of "iscsi://127.0.0.1:$PA/$IQN/0")
-nb=$(naa_of "iscsi://127.0.0.1:$PB/$IQN/0")
+sa=$(hl_serial_of "iscsi://127.0.0.1:$PA/$IQN/0")
+sb=$(hl_serial_of "iscsi://127.0.0.1:$PB/$IQN/0")
+na=$(hl_naa_of "iscsi://127.0.0.1:$PA/$IQN/0")
+nb=$(hl_naa_of "iscsi://127.0.0.1:$PB/$IQN/0")
 hl_log "disk with serial/naa set: gateway A $sa $na, gateway B $sb $nb"
 [ "$sa" = "$SERIAL" ] && [ "$sb" = "$SERIAL" ] || hl_fail "VPD 80h serials are '$sa' and '$sb', want $SERIAL on both"
 [ "$na" = "$NAA" ] && [ "$nb" = "$NAA" ] || hl_fail "VPD 83h NAA designators are $na and $nb, want $NAA on both"
 
-sa=$(serial_of "iscsi://127.0.0.1:$PA/$IQN/1")
-sb=$(serial_of "iscsi://127.0.0.1:$PB/$IQN/1")
-na=$(naa_of "iscsi://127.0.0.1:$PA/$IQN/1")
-nb=$(naa_of "iscsi://127.0.0.1:$PB/$IQN/1")
+sa=$(hl_serial_of "iscsi://127.0.0.1:$PA/$IQN/1")
+sb=$(hl_serial_of "iscsi://127.0.0.1:$PB/$IQN/1")
+na=$(hl_naa_of "iscsi://127.0.0.1:$PA/$IQN/1")
+nb=$(hl_naa_of "iscsi://127.0.0.1:$PB/$IQN/1")
 hl_log "disk without the keys: gateway A $sa $na, gateway B $sb $nb"
 [ -n "$sa" ] && [ -n "$sb" ] && [ "$sa" != "$sb" ] || hl_fail "file disks without serial got '$sa' and '$sb' (expected two per-gateway serials)"
 [ "${na:0:1}" = 6 ] && [ "$na" != "$nb" ] || hl_fail "file disks without naa got $na and $nb"
@@ -81,8 +69,8 @@ hl_log "disk without the keys: gateway A $sa $na, gateway B $sb $nb"
 # set while running (hotlunctl): the disk is reopened with the new identity
 "$HL_BUILDDIR/hotlunctl" --socket "$T/a/ctl.sock" /disks/own set serial=GW-LUN-0002 \
 	naa=6001405abcdef0123456789abcdef002 >"$T/set.out" 2>&1 || { cat "$T/set.out" >&2; hl_fail "hotlunctl set serial naa"; }
-sa=$(serial_of "iscsi://127.0.0.1:$PA/$IQN/1")
-na=$(naa_of "iscsi://127.0.0.1:$PA/$IQN/1")
+sa=$(hl_serial_of "iscsi://127.0.0.1:$PA/$IQN/1")
+na=$(hl_naa_of "iscsi://127.0.0.1:$PA/$IQN/1")
 hl_log "set while running: $sa $na"
 [ "$sa" = GW-LUN-0002 ] && [ "$na" = 6001405abcdef0123456789abcdef002 ] || hl_fail "hotlunctl set did not change the identity: $sa $na"
 if "$HL_BUILDDIR/hotlunctl" --socket "$T/a/ctl.sock" /disks/own set naa=7bad >"$T/set.out" 2>&1; then

@@ -38,18 +38,7 @@ lun.1 = other
 allow = ALL
 EOF
 }
-serial_of() {
-	iscsi-inq -e 1 -c 128 "$1" 2>&1 | sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p'
-}
-naa_of() {
-	iscsi-inq -e 1 -c 131 "$1" 2>/dev/null | python3 -c '
-import sys
-b = sys.stdin.buffer.read()
-k = b"Association:(0) LOGICAL_UNIT\nDesignator Type:(3) NAA\nDesignator:["
-i = b.find(k)
-print(b[i + len(k):i + len(k) + 16].hex() if i >= 0 else "none")'
-}
-ident() { echo "$(serial_of "iscsi://127.0.0.1:$1/$IQN/$2")/$(naa_of "iscsi://127.0.0.1:$1/$IQN/$2")"; }
+ident() { echo "$(hl_serial_of "iscsi://127.0.0.1:$1/$IQN/$2")/$(hl_naa_of "iscsi://127.0.0.1:$1/$IQN/$2")"; }
 
 PA=$(hl_free_port)
 PB=$(hl_free_port)

@@ -33,18 +33,9 @@ rbd snap create rbd/origin@empty >/dev/null || hl_fail "rbd snap create"
 
 port=$(hl_free_port)
 st=$tmp/state
-mkdir -p "$st"
-cat >"$tmp/c.conf" <<CONF
-[global]
-portal = 127.0.0.1:$port
-state_dir = $st
-control_socket = $st/ctl.sock
-
-[cache c0]
-device = $tmp/c0.cache
-size = 64M
-block_size = 64K
-admission = always
+hl_conf_global "$tmp/c.conf" "$port" "$st"
+hl_conf_section "$tmp/c.conf" "cache c0" device="$tmp/c0.cache" size=64M block_size=64K admission=always
+cat >>"$tmp/c.conf" <<CONF
 
 [disk plain]
 origin = rbd:rbd/origin

@@ -23,19 +23,9 @@ hl_ceph_up "$tmp/ceph" rsz:64M
 
 port=$(hl_free_port)
 st=$tmp/state
-mkdir -p "$st"
-cat >"$tmp/c.conf" <<CONF
-[global]
-portal = 127.0.0.1:$port
-state_dir = $st
-control_socket = $st/ctl.sock
-log_level = debug
-
-[cache c0]
-device = $tmp/c0.cache
-size = 64M
-block_size = 64K
-admission = always
+hl_conf_global "$tmp/c.conf" "$port" "$st" log_level=debug
+hl_conf_section "$tmp/c.conf" "cache c0" device="$tmp/c0.cache" size=64M block_size=64K admission=always
+cat >>"$tmp/c.conf" <<CONF
 
 [disk rsz]
 origin = rbd:rbd/rsz

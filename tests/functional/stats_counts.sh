@@ -17,25 +17,11 @@ hl_make_disk "$tmp/plain.img" 64M
 hl_make_disk "$tmp/cached.img" 64M
 hl_make_disk "$tmp/inv.img" 16M
 st=$tmp/state
-mkdir -p "$st"
-cat >"$tmp/c.conf" <<CONF
-[global]
-portal = 127.0.0.1:$port
-state_dir = $st
-control_socket = $st/ctl.sock
-
-[cache c0]
-device = $tmp/c0.cache
-size = 32M
-block_size = 64K
-admission = always
-
-[cache c1]
-device = $tmp/c1.cache
-size = 16M
-block_size = 64K
-admission = always
-write_policy = invalidate
+hl_conf_global "$tmp/c.conf" "$port" "$st"
+hl_conf_section "$tmp/c.conf" "cache c0" device="$tmp/c0.cache" size=32M block_size=64K admission=always
+hl_conf_section "$tmp/c.conf" "cache c1" device="$tmp/c1.cache" size=16M block_size=64K admission=always \
+	write_policy=invalidate
+cat >>"$tmp/c.conf" <<CONF
 
 [disk inv]
 origin = file:$tmp/inv.img

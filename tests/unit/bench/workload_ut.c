@@ -24,14 +24,14 @@ static struct bench_workload_spec spec_of(const char *wl, const char *bs, double
 static void test_parse_sizes(void)
 {
 	uint64_t v;
-	CU_ASSERT(bench_parse_size("4K", &v) == 0 && v == 4096);
-	CU_ASSERT(bench_parse_size("64KiB", &v) == 0 && v == 65536);
-	CU_ASSERT(bench_parse_size("1g", &v) == 0 && v == 1ULL << 30);
-	CU_ASSERT(bench_parse_size("512", &v) == 0 && v == 512);
-	CU_ASSERT(bench_parse_size("", &v) != 0);
-	CU_ASSERT(bench_parse_size("4X", &v) != 0);
-	CU_ASSERT(bench_parse_size("K", &v) != 0);
-	CU_ASSERT(bench_parse_size("99999999999999999999", &v) != 0);
+	CU_ASSERT(hl_parse_size("4K", &v) == 0 && v == 4096);
+	CU_ASSERT(hl_parse_size("64KiB", &v) == 0 && v == 65536);
+	CU_ASSERT(hl_parse_size("1g", &v) == 0 && v == 1ULL << 30);
+	CU_ASSERT(hl_parse_size("512", &v) == 0 && v == 512);
+	CU_ASSERT(hl_parse_size("", &v) != 0);
+	CU_ASSERT(hl_parse_size("4X", &v) != 0);
+	CU_ASSERT(hl_parse_size("K", &v) != 0);
+	CU_ASSERT(hl_parse_size("99999999999999999999", &v) != 0);
 	char b[32];
 	CU_ASSERT_STRING_EQUAL(bench_format_size(65536, b, sizeof(b)), "64K");
 	CU_ASSERT_STRING_EQUAL(bench_format_size(1536, b, sizeof(b)), "1536");

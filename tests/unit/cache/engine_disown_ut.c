@@ -25,14 +25,7 @@ static void test_renamed_disk_forgets_old_name(void)
 	struct fake f;
 	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 51);
-	f.no_proof = true;
-	g_sole_writer = true;
-	o = cache_up(&c, NULL, &f, "fake:lun");
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0));
+	o = proven_disk(&c, &f, 51, "fake:lun", buf);
 	cache_down(c, o);
 
 	reactor_up();

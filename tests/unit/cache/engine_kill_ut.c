@@ -10,20 +10,6 @@
 
 #include <sys/stat.h>
 
-/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
-static int io_wait_within(struct step *st, unsigned ms)
-{
-	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (sem_trywait(&st->sem)) {
-		if (hl_now_ns() >= end)
-			return -ETIMEDOUT;
-		usleep(1000);
-	}
-	sem_destroy(&st->sem);
-	return st->rc;
-}
-
 /* Until nobody holds c->sync_lock (3 s at most). */
 static bool sync_lock_free(struct hl_cache *c)
 {

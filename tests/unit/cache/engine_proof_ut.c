@@ -148,14 +148,7 @@ static void test_disown_attached_no_final_proof(void)
 	struct hl_cache_engine_stats st;
 	uint8_t *buf = malloc(8 * BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 25);
-	f.no_proof = true;
-	g_sole_writer = true;
-	o = cache_up(&c, NULL, &f, "fake:blk");
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0));
+	o = proven_disk(&c, &f, 25, "fake:blk", buf);
 	CU_ASSERT_EQUAL(hl_cache_disown(c, o->inner), 0); /* the uncached LU opens */
 	cache_down(c, o);                                 /* the cached one closes */
 	fake_external(&f, 2 * BS, BS, 0x2d);              /* the uncached one writes */
@@ -183,14 +176,7 @@ static void test_disown_other_spelling(void)
 	struct fake f;
 	uint8_t *buf = malloc(8 * BS);
 
-	dev_name();
-	fake_init(&f, LUN_SIZE, 26);
-	f.no_proof = true;
-	g_sole_writer = true;
-	o = cache_up(&c, NULL, &f, uri);
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0));
+	o = proven_disk(&c, &f, 26, uri, buf);
 	cache_down(c, o);
 	reactor_up();
 	c = cache_open(NULL);
@@ -599,16 +585,7 @@ static void test_shadow_revalidate_other_disk(void)
 	/* both handed over: standbys. The owner of A writes, marks and publishes. */
 	hl_cache_hold_proofs(oa);
 	hl_cache_hold_proofs(ob);
-	fake_external(&fa, 8 * BS, 4 * K, 0x5a);
-	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
-	         (unsigned long long)__atomic_load_n(&fa.gen, __ATOMIC_SEQ_CST));
-	snprintf(hs.prev, sizeof(hs.prev), "fake:999"); /* not A's proof: A diffs itself */
-	fa.check_delay_ms = 2000;
-	fa.hot = &hs;
-	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(oa, 64 * M), 0);
-	for (int i = 0; i < 300 && !__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST); i++)
-		usleep(10 * 1000);
-	CU_ASSERT_FATAL(__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST));
+	peer_publishes(oa, &fa, &hs, 8 * BS, 2000);
 
 	/* B's takeover while A's diff runs */
 	t0 = hl_now_ns();

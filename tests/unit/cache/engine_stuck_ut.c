@@ -280,16 +280,7 @@ static void test_revalidate_shadow_stuck(void)
 	hl_cache_hold_proofs(oa); /* A handed over: a standby */
 	CU_ASSERT_FATAL(meta_sync_stuck(c, ob, 12, hold, sizeof(hold)));
 	/* A's owner writes, marks and publishes; A's step diffs (1 ms), then waits for sync_lock */
-	fake_external(&fa, 2 * BS, 4 * K, 0x5a);
-	snprintf(hs.mark, sizeof(hs.mark), "fake:%llu",
-	         (unsigned long long)__atomic_load_n(&fa.gen, __ATOMIC_SEQ_CST));
-	snprintf(hs.prev, sizeof(hs.prev), "fake:999"); /* not A's proof: A diffs itself */
-	fa.check_delay_ms = 1;
-	fa.hot = &hs;
-	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(oa, 64 * M), 0);
-	for (int i = 0; i < 300 && !__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST); i++)
-		usleep(10 * 1000);
-	CU_ASSERT_FATAL(__atomic_load_n(&fa.checking, __ATOMIC_SEQ_CST));
+	peer_publishes(oa, &fa, &hs, 2 * BS, 1);
 	usleep(100 * 1000);
 	CU_ASSERT_FATAL(pthread_mutex_trylock(&c->ents[0]->shadow_mu) == EBUSY); /* the step's */
 	ms = reval_timed(&rv, oa, "the takeover behind the stuck shadow step");
@@ -525,20 +516,6 @@ static void test_revalidate_sync_lock_origin_slow(void)
 	}
 	two_disks_close(c, oa, ob, &fa, &fb);
 	free(buf);
-}
-
-/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
-static int io_wait_within(struct step *st, unsigned ms)
-{
-	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (sem_trywait(&st->sem)) {
-		if (hl_now_ns() >= end)
-			return -ETIMEDOUT;
-		usleep(1000);
-	}
-	sem_destroy(&st->sem);
-	return st->rc;
 }
 
 /*

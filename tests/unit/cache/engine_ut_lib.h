@@ -396,6 +396,20 @@ static HL_UT_UNUSED void io_start(struct step *st, struct hl_origin *o, enum hl_
 	CU_ASSERT_FATAL(hl_reactor_call(R, step_submit, st) == 0);
 }
 
+/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
+static HL_UT_UNUSED int io_wait_within(struct step *st, unsigned ms)
+{
+	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (sem_trywait(&st->sem)) {
+		if (hl_now_ns() >= end)
+			return -ETIMEDOUT;
+		usleep(1000);
+	}
+	sem_destroy(&st->sem);
+	return st->rc;
+}
+
 static HL_UT_UNUSED int io_wait(struct step *st)
 {
 	struct timespec ts;
@@ -740,6 +754,47 @@ static HL_UT_UNUSED struct hl_cache *two_proven(struct fake *fa, struct fake *fb
 	CU_ASSERT(wait_inflight(c, 0));
 	CU_ASSERT_FATAL(wait_proof(c, 0) && wait_proof(c, 1));
 	return c;
+}
+
+/*
+ * A disk with no proof of its own (a block device) on a gateway that is its
+ * sole writer (exclusive = yes: the size is the only proof), under uri, its
+ * blocks 0..7 read and the proof recorded. @return the cached origin, *c the cache.
+ */
+static HL_UT_UNUSED struct hl_origin *proven_disk(struct hl_cache **c, struct fake *f, uint8_t seed,
+                                                  const char *uri, uint8_t *buf)
+{
+	struct hl_origin *o;
+
+	dev_name();
+	fake_init(f, LUN_SIZE, seed);
+	f->no_proof = true;
+	g_sole_writer = true;
+	o = cache_up(c, NULL, f, uri);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(*c, 0));
+	CU_ASSERT_FATAL(wait_proof(*c, 0));
+	return o;
+}
+
+/*
+ * A's owner (another gateway) writes 4 KiB at off, marks and publishes hs
+ * with a prev that is not A's proof, so A diffs itself, its check taking
+ * delay_ms. Returns once A's diff runs.
+ */
+static HL_UT_UNUSED void peer_publishes(struct hl_origin *oa, struct fake *fa, struct hl_hot_set *hs,
+                                        uint64_t off, unsigned delay_ms)
+{
+	fake_external(fa, off, 4 * K, 0x5a);
+	snprintf(hs->mark, sizeof(hs->mark), "fake:%llu",
+	         (unsigned long long)__atomic_load_n(&fa->gen, __ATOMIC_SEQ_CST));
+	snprintf(hs->prev, sizeof(hs->prev), "fake:999");
+	fa->check_delay_ms = delay_ms;
+	fa->hot = hs;
+	CU_ASSERT_EQUAL_FATAL(hl_cache_shadow_config(oa, 64 * M), 0);
+	for (int i = 0; i < 300 && !__atomic_load_n(&fa->checking, __ATOMIC_SEQ_CST); i++)
+		usleep(10 * 1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&fa->checking, __ATOMIC_SEQ_CST));
 }
 
 /* The end of a test of two fake disks on one cache: everything it opened goes. */

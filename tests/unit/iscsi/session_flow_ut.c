@@ -33,12 +33,7 @@ static void test_cmdsn_window(void)
 	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
 	/* an immediate NOP-Out does not consume a CmdSN and is answered while I/O is stalled */
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, ++itt);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL, ++itt, ISCSI_RSVD_TAG);
 	send_pdu(&h, "ping", 4);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -76,12 +71,7 @@ static void test_cmdsn_window_full(void)
 	scsi_cmd(ISCSI_FLAG_FINAL, 0x00, 0, NULL, 0);
 	itt++;
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL, itt, ISCSI_RSVD_TAG);
 	send_pdu(&h, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL(npending, ISCSI_QUEUE_DEPTH);
@@ -276,12 +266,7 @@ static void test_digest_error_cmdsn_gap(void)
 	login_ok("MaxRecvDataSegmentLength=8192|HeaderDigest=CRC32C|DataDigest=CRC32C");
 	rx_hd = rx_dd = true;
 	rcv.header_digest = rcv.data_digest = true;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL, itt, ISCSI_RSVD_TAG);
 	rx_dd = false;
 	send_pdu(&h, "ping", 4);
 	send_raw("\x01\x02\x03\x04", 4); /* wrong data digest */
@@ -349,11 +334,7 @@ static void test_logout(void)
 	setup();
 	login_ok(NULL);
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_LOGOUT_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION;
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_LOGOUT_REQ, ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION, itt, 0);
 	send_pdu(&h, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -380,11 +361,7 @@ static void test_logout_waits_for_commands(void)
 	itt++;
 	cmdsn++;
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_LOGOUT_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION;
-	bhs_set_itt(&h, itt);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_LOGOUT_REQ, ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION, itt, 0);
 	send_pdu(&h, NULL, 0);
 	pump();
 	CU_ASSERT_EQUAL(ngot, 0); /* no Logout Response while the command runs */
@@ -496,12 +473,7 @@ static void test_nop_ping(void)
 	CU_ASSERT_TRUE(conn->nop_outstanding);
 	/* the initiator answers: NOP-Out with ITT ffffffff and the ping's TTT, no reply to it */
 	struct iscsi_bhs h;
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 20, ttt);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, ttt);
 	ngot = 0;
 	send_pdu(&h, NULL, 0);
 	pump();
@@ -705,12 +677,7 @@ static void send_target_reset(uint8_t fn)
 {
 	struct iscsi_bhs h;
 
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL | fn;
-	bhs_set_itt(&h, itt++);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_TMF_REQ, ISCSI_FLAG_FINAL | fn, itt++, ISCSI_RSVD_TAG);
 	bhs_put32(&h, 28, expstatsn);
 	send_pdu(&h, NULL, 0);
 }

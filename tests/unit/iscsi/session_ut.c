@@ -171,12 +171,7 @@ static void test_login_discovery(void)
 	struct iscsi_bhs h;
 	uint8_t data[64];
 	size_t n = kv(data, "SendTargets=All");
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_TEXT_REQ | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, ++itt);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_TEXT_REQ, ISCSI_FLAG_FINAL, ++itt, ISCSI_RSVD_TAG);
 	send_pdu(&h, data, (uint32_t)n);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
@@ -661,12 +656,7 @@ static int32_t ping_window(void)
 {
 	struct iscsi_bhs h;
 
-	memset(&h, 0, sizeof(h));
-	h.b[0] = ISCSI_OP_NOP_OUT | ISCSI_FLAG_IMMEDIATE;
-	h.b[1] = ISCSI_FLAG_FINAL;
-	bhs_set_itt(&h, 0x7777);
-	bhs_put32(&h, 20, ISCSI_RSVD_TAG);
-	bhs_put32(&h, 24, cmdsn);
+	imm_req(&h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL, 0x7777, ISCSI_RSVD_TAG);
 	bhs_put32(&h, 28, expstatsn);
 	ngot = 0;
 	send_pdu(&h, NULL, 0);

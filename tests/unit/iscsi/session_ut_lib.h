@@ -353,17 +353,28 @@ static HL_UT_UNUSED void send_pdu(struct iscsi_bhs *h, const void *data, uint32_
 }
 
 /*
+ * An immediate request header (NOP-Out, Logout, Text, TMF): opcode op, byte 1
+ * flags, ITT tag, bytes 20..23 word20 (a TTT or referenced task tag; 0 where
+ * the opcode has none) and the current CmdSN, which it does not consume.
+ */
+static HL_UT_UNUSED void imm_req(struct iscsi_bhs *h, uint8_t op, uint8_t flags, uint32_t tag,
+                                 uint32_t word20)
+{
+	memset(h, 0, sizeof(*h));
+	h->b[0] = op | ISCSI_FLAG_IMMEDIATE;
+	h->b[1] = flags;
+	bhs_set_itt(h, tag);
+	bhs_put32(h, 20, word20);
+	bhs_put32(h, 24, cmdsn);
+}
+
+/*
  * An immediate TMF request for function fn (ISCSI_TMF_*) on the task whose
  * ITT is ref (ISCSI_RSVD_TAG for none), with the next ITT; the caller sends it.
  */
 static HL_UT_UNUSED void tmf_req(struct iscsi_bhs *h, uint8_t fn, uint32_t ref)
 {
-	memset(h, 0, sizeof(*h));
-	h->b[0] = ISCSI_OP_TMF_REQ | ISCSI_FLAG_IMMEDIATE;
-	h->b[1] = ISCSI_FLAG_FINAL | fn;
-	bhs_set_itt(h, ++itt);
-	bhs_put32(h, 20, ref);
-	bhs_put32(h, 24, cmdsn);
+	imm_req(h, ISCSI_OP_TMF_REQ, ISCSI_FLAG_FINAL | fn, ++itt, ref);
 }
 
 /* key=value\0 list from "k=v|k=v" */

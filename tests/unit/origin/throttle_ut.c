@@ -126,6 +126,24 @@ static void load_run(struct load *l, uint64_t window_ms)
 	CU_ASSERT_EQUAL(l->outstanding, 0);
 }
 
+/*
+ * measure: a closed-loop load of qd op I/Os of len bytes for window_ms on a
+ * fresh throttle (iops, mbps, lat_ms) over the file. The origin is closed
+ * and the buffer freed on return: the counts in *l are what is left.
+ */
+static void measure(struct load *l, uint32_t iops, uint32_t mbps, uint32_t lat_ms,
+                    enum hl_io_op op, uint32_t len, int qd, uint64_t window_ms)
+{
+	struct hl_origin *o = make(iops, mbps, lat_ms);
+
+	load_init(l, o, op, len, qd, window_ms);
+	memset(l->buf, 0x3c, (size_t)qd * len); /* what writes write */
+	load_run(l, window_ms);
+	free(l->buf);
+	l->buf = NULL;
+	hl_origin_close(o);
+}
+
 static bool within(double v, double want, double tol)
 {
 	bool ok = v >= want * (1 - tol) && v <= want * (1 + tol);
@@ -136,57 +154,43 @@ static bool within(double v, double want, double tol)
 
 static void test_iops_50(void)
 {
-	struct hl_origin *o = make(50, 0, 0);
 	struct load l;
 
-	load_init(&l, o, HL_IO_READ, 4096, 64, 1000);
-	load_run(&l, 1000);
+	measure(&l, 50, 0, 0, HL_IO_READ, 4096, 64, 1000);
 	printf("\n    50 IOPS, qd 64: %lu completions in 1 s ", l.in_window);
 	CU_ASSERT_TRUE(within((double)l.in_window, 50, 0.10));
-	free(l.buf);
-	hl_origin_close(o);
 }
 
 static void test_iops_200_qd64(void)
 {
-	struct hl_origin *o = make(200, 0, 0);
 	struct load l;
 
-	load_init(&l, o, HL_IO_READ, 4096, 64, 1000);
-	load_run(&l, 1000);
+	measure(&l, 200, 0, 0, HL_IO_READ, 4096, 64, 1000);
 	printf("\n    200 IOPS, qd 64: %lu completions in 1 s, mean latency %.0f ms ", l.in_window,
 	       l.lat_sum_ns / 1e6 / (double)l.done);
 	CU_ASSERT_TRUE(within((double)l.in_window, 200, 0.10));
 	/* 64 queued at 5 ms each: a steady-state I/O waits ~320 ms */
 	CU_ASSERT_TRUE(l.lat_max_ns > 250000000ull);
-	free(l.buf);
-	hl_origin_close(o);
 }
 
 static void test_latency(void)
 {
-	struct hl_origin *o = make(0, 0, 30);
 	struct load l;
 
-	load_init(&l, o, HL_IO_READ, 4096, 1, 500);
-	load_run(&l, 500);
+	measure(&l, 0, 0, 30, HL_IO_READ, 4096, 1, 500);
 	printf("\n    +30 ms, qd 1: %lu I/Os in 0.5 s, latency min %.1f mean %.1f max %.1f ms ",
 	       l.done, l.lat_min_ns / 1e6, l.lat_sum_ns / 1e6 / (double)l.done, l.lat_max_ns / 1e6);
 	CU_ASSERT_TRUE(l.lat_min_ns >= 30000000ull);
 	CU_ASSERT_TRUE(l.lat_sum_ns / l.done < 40000000ull);
 	CU_ASSERT_TRUE(l.done >= 12 && l.done <= 17); /* ~500/31 */
-	free(l.buf);
-	hl_origin_close(o);
 }
 
 static void test_latency_pipelined(void)
 {
 	/* latency adds to each I/O but does not cap throughput: 8 in flight, 20 ms -> ~400/s */
-	struct hl_origin *o = make(0, 0, 20);
 	struct load l;
 
-	load_init(&l, o, HL_IO_READ, 4096, 8, 1000);
-	load_run(&l, 1000);
+	measure(&l, 0, 0, 20, HL_IO_READ, 4096, 8, 1000);
 	printf("\n    +20 ms, qd 8: %lu completions in 1 s ", l.in_window);
 	/*
 	 * 8 per ~20-22 ms (timers have 1 ms granularity): ~360-400. Serialised it
@@ -194,48 +198,33 @@ static void test_latency_pipelined(void)
 	 * room for a loaded CI machine's late timer wake-ups.
 	 */
 	CU_ASSERT_TRUE(l.in_window >= 8 * 1000 / 40 && l.in_window <= 8 * 1000 / 20);
-	free(l.buf);
-	hl_origin_close(o);
 }
 
 static void test_mbps(void)
 {
-	struct hl_origin *o = make(0, 4, 0); /* 4 MB/s */
 	struct load l;
 
-	load_init(&l, o, HL_IO_WRITE, 65536, 16, 1000);
-	memset(l.buf, 0x3c, 16 * 65536);
-	load_run(&l, 1000);
+	measure(&l, 0, 4, 0, HL_IO_WRITE, 65536, 16, 1000);
 	printf("\n    4 MB/s, 64 KiB writes, qd 16: %.2f MB in 1 s ", l.bytes_in_window / 1e6);
 	CU_ASSERT_TRUE(within((double)l.bytes_in_window, 4e6, 0.10));
-	free(l.buf);
-	hl_origin_close(o);
 }
 
 static void test_iops_and_mbps(void)
 {
 	/* the tighter budget wins: 1000 IOPS but 2 MB/s of 64 KiB reads is ~30 IOPS */
-	struct hl_origin *o = make(1000, 2, 0);
 	struct load l;
 
-	load_init(&l, o, HL_IO_READ, 65536, 16, 1000);
-	load_run(&l, 1000);
+	measure(&l, 1000, 2, 0, HL_IO_READ, 65536, 16, 1000);
 	CU_ASSERT_TRUE(within((double)l.bytes_in_window, 2e6, 0.10));
-	free(l.buf);
-	hl_origin_close(o);
 }
 
 static void test_flush_counts_as_op(void)
 {
-	struct hl_origin *o = make(50, 0, 0);
 	struct load l;
 
-	load_init(&l, o, HL_IO_FLUSH, 4096, 8, 500);
-	load_run(&l, 500);
+	measure(&l, 50, 0, 0, HL_IO_FLUSH, 4096, 8, 500);
 	printf("\n    50 IOPS of FLUSH: %lu in 0.5 s ", l.in_window);
 	CU_ASSERT_TRUE(within((double)l.in_window, 25, 0.12));
-	free(l.buf);
-	hl_origin_close(o);
 }
 
 /* Two reactor threads, each with 32 in flight, share one 100 IOPS budget. */
