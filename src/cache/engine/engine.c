@@ -852,8 +852,13 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 	pthread_mutex_unlock(&c->lock);
 	if (changed)
 		rc = engine_map_write(c, "open");
-	if (rc == -ECANCELED)
-		rc = 0; /* sealed "failed": the next start formats */
+	/*
+	 * Sealed: the next start formats, once "failed" landed (the seal's
+	 * writer retries it until then; the superblocks' wipe stands for it
+	 * after a kill, killed).
+	 */
+	if (rc == -ECANCELED && atomic_load(&c->killed))
+		rc = 0;
 	/*
 	 * Not written (the map's file system failed or does not answer): the
 	 * caller refuses to serve the origin without the cache, and the proofs
@@ -1119,6 +1124,12 @@ void hl_cache_close(struct hl_cache *c)
 	} else if (!c->dead) {
 		engine_meta_kill(c);
 	}
+	/*
+	 * A seal that has not landed yet is not left behind as an "open" map
+	 * the next start would trust: the last try removes the map if it still
+	 * cannot say "failed" (engine_map.c).
+	 */
+	engine_map_seal_last(c);
 	if (atomic_load(&c->map_busy)) {
 		HL_WARN("cache",
 		        "cache %s: closed while a write of %s is still out (its file system is "

@@ -298,6 +298,17 @@ struct hl_cache {
 	 * seal came while one was out, which writes "failed" when it returns.
 	 */
 	atomic_bool map_busy, map_left, seal_owed;
+	/*
+	 * map_failed: the seal is durable (the map says "failed", or the map
+	 * is gone: either makes the next start format). A seal that did not
+	 * land is retried by its writer until it does (it keeps map_busy:
+	 * the cache is parked); seal_last: the stop's last resort, a writer
+	 * that still cannot write "failed" removes the map. seal_rc: the
+	 * result of the seal writer's first try (1: not tried yet), so that
+	 * its caller need not wait for the retries.
+	 */
+	atomic_bool map_failed, seal_last;
+	atomic_int seal_rc;
 	uint64_t map_gen; /* map_mu: bumped as each write takes map_busy */
 	/*
 	 * The last engine_map_write did not return 0: the file may lag what
@@ -738,10 +749,20 @@ void engine_meta_test_hold(struct hl_cache *c);
  * (engine_meta_kill's promise). Reads nothing other threads change (a
  * "failed" map names no disk: a start never reads them), so any thread may
  * seal whoever holds sync_lock or c->lock. Bounded as engine_map_write.
+ * A seal that does not land is never dropped: the writer retries it until
+ * it does (map_failed), or the stop's last try (engine_map_seal_last)
+ * removes the map.
  * @return 0 (durable), -ETIMEDOUT (a write still out: it writes "failed"
- * when it returns, or this one was given up on) or -errno (logged).
+ * when it returns, or this one was given up on) or -errno (logged; being
+ * retried).
  */
 int engine_map_seal(struct hl_cache *c);
+/**
+ * The stop's word on a sealed map whose "failed" did not land: the writer
+ * (one retrying, or one started now) removes the map if it still cannot
+ * write it; waits at most c->drain_ms. @return whether the seal is durable.
+ */
+bool engine_map_seal_last(struct hl_cache *c);
 
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
@@ -774,6 +795,13 @@ bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc);
  */
 bool engine_run_within_more(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
                             bool (*more)(void *arg));
+/**
+ * engine_run_within, whose caller stops waiting as soon as done(arg) says
+ * so (looked at every 1 ms while fn runs; arg is valid then): @return
+ * false then, fn goes on as if given up on.
+ */
+bool engine_run_within_until(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
+                             bool (*done)(void *arg));
 
 /* engine_req.c, continued */
 
