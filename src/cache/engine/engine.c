@@ -61,6 +61,7 @@ static void cache_free(struct hl_cache *c)
 	free(c->name);
 	free(c->device);
 	free(c->map_path);
+	free(c->map_text);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->sync_lock);
 	pthread_mutex_destroy(&c->mlock);
@@ -331,6 +332,11 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 
 	cache_trace_init();
 	cache_trace(CT_START, 0, 0, 0, 0, c->bs, 0, 0);
+	/* the map once, bounded (a hung state file system); a map not read is none: format */
+	if (engine_map_read(c) == -ETIMEDOUT) {
+		rc = -ETIMEDOUT;
+		goto fail;
+	}
 	rc = engine_map_device_shrank(c);
 	if (rc)
 		goto fail;

@@ -309,6 +309,10 @@ struct hl_cache {
 	 */
 	atomic_bool map_failed, seal_last;
 	atomic_int seal_rc;
+	/* the map file as engine_map_read read it at open (bounded), until engine_map_load */
+	char *map_text;
+	size_t map_len;
+	bool map_read;
 	uint64_t map_gen; /* map_mu: bumped as each write takes map_busy */
 	/*
 	 * The last engine_map_write did not return 0: the file may lag what
@@ -665,6 +669,14 @@ int engine_map_write(struct hl_cache *c, const char *state);
  * left empty).
  */
 bool engine_map_load(struct hl_cache *c);
+/**
+ * Read the map file into c->map_text (NULL: none, or unreadable), within
+ * c->drain_ms (0: in line): a state file system that stops answering hung
+ * the start (or the reload) that opened the cache. engine_map_load and
+ * engine_map_device_shrank parse it (each reads it first if not read yet).
+ * @return 0, -ETIMEDOUT (given up on: the open fails) or -errno (no map).
+ */
+int engine_map_read(struct hl_cache *c);
 /**
  * Before the device is opened: a regular file shorter than the device its
  * map describes was truncated, and its records may claim data that is

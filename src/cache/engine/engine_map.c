@@ -537,18 +537,114 @@ static bool map_version(const char *line, int *version)
 	return true;
 }
 
+/* engine_map_read's read: its own buffer, so that a read given up on may finish late. */
+struct map_read {
+	char *path;
+	char *text;
+	size_t len;
+};
+
+/* A map is a few KiB (a 4 KiB line a disk at most): anything far larger is not one. */
+#define MAP_READ_MAX (64u << 20)
+
+static int map_read_main(void *arg)
+{
+	struct map_read *m = *(struct map_read **)arg;
+	FILE *f = fopen(m->path, "r");
+	size_t cap = 0;
+	int rc = 0;
+
+	if (!f)
+		return -errno;
+	for (;;) {
+		char *t;
+		size_t n;
+
+		if (m->len == cap) {
+			cap = cap ? cap * 2 : 8192;
+			if (cap > MAP_READ_MAX || !(t = realloc(m->text, cap + 1))) {
+				rc = cap > MAP_READ_MAX ? -EFBIG : -ENOMEM;
+				break;
+			}
+			m->text = t;
+		}
+		n = fread(m->text + m->len, 1, cap - m->len, f);
+		m->len += n;
+		if (n == 0) {
+			rc = ferror(f) ? -EIO : 0;
+			break;
+		}
+	}
+	fclose(f);
+	if (m->text)
+		m->text[m->len] = '\0';
+	return rc;
+}
+
+int engine_map_read(struct hl_cache *c)
+{
+	struct map_read **arg = malloc(sizeof(*arg));
+	struct map_read *m = calloc(1, sizeof(*m));
+	int rc;
+
+	free(c->map_text);
+	c->map_text = NULL;
+	c->map_len = 0;
+	c->map_read = false;
+	if (!arg || !m || !(m->path = strdup(c->map_path))) {
+		free(arg);
+		free(m);
+		return -ENOMEM;
+	}
+	*arg = m;
+	if (!c->drain_ms) { /* (no bound: a harness without a cache's open) */
+		rc = map_read_main(arg);
+		free(arg);
+	} else if (!engine_run_within(c->drain_ms, map_read_main, arg, &rc)) {
+		/* m stays the read's (never freed: its file system may never answer) */
+		HL_ERR("cache",
+		       "cache %s: reading %s did not end within %u ms (its file system is not "
+		       "answering?): the cache is not opened",
+		       c->name, c->map_path, c->drain_ms);
+		return -ETIMEDOUT;
+	}
+	if (rc == 0 && m->len) {
+		c->map_text = m->text;
+		c->map_len = m->len;
+		m->text = NULL;
+	}
+	c->map_read = true;
+	free(m->text);
+	free(m->path);
+	free(m);
+	return rc;
+}
+
+/* The map as read (engine_map_read, once: a read of a hung file system is bounded), or NULL. */
+static FILE *map_fopen(struct hl_cache *c)
+{
+	if (!c->map_read && engine_map_read(c) == -ETIMEDOUT)
+		return NULL;
+	return c->map_text ? fmemopen(c->map_text, c->map_len, "r") : NULL;
+}
+
 /* @return true when the map is usable for this device (else: format). */
 bool engine_map_load(struct hl_cache *c)
 {
-	FILE *f = fopen(c->map_path, "r");
+	FILE *f = map_fopen(c);
 	char line[4096], state[32] = "", name[256], ident[4096];
 	unsigned bs = 0, next = 0, id;
 	unsigned long long nslots = 0, devsize = 0, quota, size;
 	bool ok = false;
 	int pos, version;
 
-	if (!f)
+	/* (read once: what the start goes by; a later load reads the file again) */
+	c->map_read = false;
+	if (!f) {
+		free(c->map_text);
+		c->map_text = NULL;
 		return false;
+	}
 	if (!fgets(line, sizeof(line), f) || !map_version(line, &version))
 		goto out;
 	if (!fgets(line, sizeof(line), f) || sscanf(line, "state %31s", state) != 1 ||
@@ -595,6 +691,8 @@ bool engine_map_load(struct hl_cache *c)
 	ok = true;
 out:
 	fclose(f);
+	free(c->map_text);
+	c->map_text = NULL;
 	if (!ok) {
 		for (size_t i = 0; i < c->n_ents; i++)
 			engine_ent_free(c->ents[i]);
@@ -680,7 +778,7 @@ int engine_map_device_shrank(struct hl_cache *c)
 
 	if (stat(c->device, &st) || !S_ISREG(st.st_mode))
 		return 0;
-	f = fopen(c->map_path, "r");
+	f = map_fopen(c);
 	if (!f)
 		return 0;
 	if (fgets(line, sizeof(line), f) && map_version(line, &version) &&
