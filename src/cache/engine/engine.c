@@ -316,6 +316,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		        cfg->name, getenv("HOTLUN_TEST_CACHE_META_HOLD"));
 	}
 	c->mw_tail = &c->mw_head;
+	c->on_sealed = engine_meta_release;
 	c->interval_ms = cfg->meta_interval_ms ? cfg->meta_interval_ms : 1000;
 	c->drain_ms = hl_cache_drain_bound_ms();
 	c->bs = p.block_size;

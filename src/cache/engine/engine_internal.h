@@ -309,6 +309,12 @@ struct hl_cache {
 	 */
 	atomic_bool map_failed, seal_last;
 	atomic_int seal_rc;
+	/*
+	 * Called once a seal's "failed" is durable (engine_meta_release: the
+	 * writes waiting for a record sync go on, as after a kill). NULL: a
+	 * harness with the map code alone.
+	 */
+	void (*on_sealed)(struct hl_cache *c);
 	/* the map file as engine_map_read read it at open (bounded), until engine_map_load */
 	char *map_text;
 	size_t map_len;
@@ -635,6 +641,12 @@ bool engine_sync_lock_patient(struct hl_cache *c, const char *disk);
  * once. What engine_sync_lock_within does past its bound.
  */
 void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what);
+/**
+ * killed is set (the map says "failed", durably): every waiter for a
+ * record sync goes on, including those a metadata thread stuck on
+ * sync_lock took for its turn. Any thread; c->on_sealed.
+ */
+void engine_meta_release(struct hl_cache *c);
 
 /**
  * The device failed: seal the map "failed" (engine_map_seal: killed once it

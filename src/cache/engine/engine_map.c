@@ -158,9 +158,13 @@ static void seal_written(struct hl_cache *c, bool removed)
 	atomic_store(&c->map_failed, true);
 	/*
 	 * As good as engine_meta_kill for a restart: writes in pass-through
-	 * need not wait for a kill the stuck metadata thread may never do.
+	 * need not wait for a kill the stuck metadata thread may never do, nor
+	 * those queued before (a metadata thread waiting for sync_lock behind
+	 * an attach's sync given up on held them until the stop).
 	 */
 	atomic_store(&c->killed, true);
+	if (c->on_sealed)
+		c->on_sealed(c);
 }
 
 /*
