@@ -740,6 +740,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->ent = e;
 	e->attached = true;
 	e->disowned = false;          /* (its proof went with it: this attach was cold) */
+	e->disown_undo = false;
 	atomic_fetch_add(&e->gen, 1); /* requests of an earlier attachment install nothing */
 	engine_ent_tag(c, e->id, e->tag);
 	e->inner = inner; /* proofs from now on (sync_lock held) */
@@ -784,7 +785,7 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 	char ident_buf[3800]; /* as hl_cache_attach's */
 	char key[HL_ORIGIN_ID_MAX], excl[HL_ORIGIN_PROOF_MAX];
 	const char *ident;
-	bool changed = false, any = false, *hit;
+	bool changed = false, any = false, *hit, *fresh;
 	char **old;
 	int rc = 0;
 
@@ -826,8 +827,11 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 	}
 	/* the proofs taken out, put back if the map does not say so (entries: this thread's) */
 	old = calloc(c->n_ents ? c->n_ents : 1, sizeof(*old));
-	if (!old) {
+	fresh = calloc(c->n_ents + 1, sizeof(*fresh)); /* marked disowned by this call */
+	if (!old || !fresh) {
 		pthread_mutex_unlock(&c->sync_lock);
+		free(old);
+		free(fresh);
 		free(hit);
 		return -ENOMEM;
 	}
@@ -837,7 +841,9 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 		if (!hit[i])
 			continue;
 		/* Attached: its LU is being replaced; its final proof must not vouch either. */
+		fresh[i] = e->attached && !e->disowned;
 		e->disowned |= e->attached;
+		e->disown_undo = false;
 		free(e->cand);
 		e->cand = NULL;
 		if (!e->proof)
@@ -879,8 +885,18 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 			c->ents[i]->proof = old[i];
 		else
 			free(old[i]);
+		/*
+		 * Refused: the disk stays served through the cache, so its mark
+		 * goes with the next map write that lands (engine_map_write), not
+		 * only at its next attach: until then no proof was recorded for it
+		 * (cold at the next start, not stale: the map's older proof was
+		 * true when taken). Not at once: a write given up on may still land
+		 * and drop the proof from the map; a later write puts it back.
+		 */
+		c->ents[i]->disown_undo |= rc && fresh[i];
 	}
 	pthread_mutex_unlock(&c->lock);
+	free(fresh);
 	free(old);
 	pthread_mutex_unlock(&c->sync_lock);
 	free(hit);

@@ -155,8 +155,11 @@ struct map_ent {
 	/*
 	 * hl_cache_disown found it attached (its LU about to be replaced by one
 	 * without this cache): no proof until its next attach (sync_lock).
+	 * disown_undo: marked by a disown whose map write did not land (it was
+	 * refused: the disk stays served through the cache), so the next map
+	 * write that lands takes the mark back and proofs are recorded again.
 	 */
-	bool disowned;
+	bool disowned, disown_undo;
 	uint64_t warm_kept, warm_dropped;
 	char warm_why[HL_ORIGIN_WHY_MAX];
 	/*

@@ -330,6 +330,10 @@ int engine_map_write(struct hl_cache *c, const char *state)
 	}
 	rc = map_run(c, text, false);
 	atomic_store(&c->map_stale, rc != 0);
+	/* the map says what RAM does: a disown refused earlier is over (sync_lock held) */
+	for (size_t i = 0; rc == 0 && i < c->n_ents; i++)
+		if (c->ents[i]->disown_undo)
+			c->ents[i]->disowned = c->ents[i]->disown_undo = false;
 	return rc;
 }
 
