@@ -196,14 +196,18 @@ static int seal_try(struct hl_cache *c)
 
 /*
  * Wait before the next try of a seal that failed: back off from 10 ms to
- * 1 s, but look at seal_last every 10 ms (the stop waits for the next try).
+ * 1 s, cut short when the stop says seal_last (it waits for the next try).
  */
 static void seal_backoff(struct hl_cache *c, unsigned *ms)
 {
 	struct timespec ts = {0, 10000000};
+	bool last = atomic_load(&c->seal_last);
 
-	for (unsigned t = 0; t < *ms && !atomic_load(&c->seal_last); t += 10)
+	for (unsigned t = 0; t < *ms; t += 10) {
+		if (t && atomic_load(&c->seal_last) != last)
+			break;
 		nanosleep(&ts, NULL);
+	}
 	*ms = *ms * 2 > 1000 ? 1000 : *ms * 2;
 }
 
@@ -276,8 +280,7 @@ static int map_run(struct hl_cache *c, char *text, bool seal)
 	gen = c->map_gen; /* this write's: map_busy is ours */
 	pthread_mutex_unlock(&c->map_mu);
 	if (!j && seal) {
-		/* one try in line (unbounded, as engine_run_within's own fallback); the stop tries
-		 * again */
+		/* one try in line, unbounded (as run_within without a thread); the stop retries */
 		rc = seal_try(c);
 		map_end(c);
 		return rc;
