@@ -11,7 +11,10 @@
 #  3. the stop ends within its bounds, the log says the map write was
 #     given up on;
 #  4. the restart (the file system answers again) serves the LUN equal to
-#     its origin (never stale).
+#     its origin (never stale);
+#  5. a start whose map itself does not answer (a FIFO nobody writes: the
+#     read at open blocks) fails within the bound, the log saying so (it
+#     waited for ever before).
 . "$(dirname "$0")/lib.sh"
 
 hl_need python3 qemu-img qemu-io
@@ -81,4 +84,25 @@ n=$(hl_stale_blocks "$url" "$T/o.img" 4096)
 [ "$n" = 0 ] || hl_fail "4. $n block(s) differ from the origin after the restart"
 hl_log "4. restarted ($(grep -o 'formatted\|warm restart' "$FRONT_LOG" | head -n 1)); 0 blocks differ"
 hl_stop "$FRONT_PID"
+
+# ---- 5. the map read at the start does not answer: the start fails within the bound
+map=$T/st/cache-ssd.map
+rm -f "$map"
+mkfifo "$map" || hl_error "cannot make $map"
+t0=$(date +%s%N)
+HOTLUN_TEST_CACHE_DRAIN_MS=$BOUND hl_spawn hotlund "$T/start5.log" "$HL_HOTLUND" --config "$T/none.conf"
+pid=$HL_LAST_PID
+for _ in $(seq 1 $((BOUND / 10 * 5))); do
+	hl_alive "$pid" || break
+	sleep 0.01
+done
+ms=$(ms_since "$t0")
+if hl_alive "$pid"; then
+	hl_stop "$pid"
+	hl_fail "5. the start with the map hung still runs after $ms ms: $(tail -n 3 "$T/start5.log")"
+fi
+grep -q 'did not end within' "$T/start5.log" ||
+	hl_fail "5. the log does not say the map read did not end: $(tail -n 3 "$T/start5.log")"
+hl_log "5. the start with the map hung: ended in $ms ms: $(grep -m1 'did not end within' "$T/start5.log")"
+rm -f "$map"
 exit 0

@@ -61,6 +61,7 @@ static void cache_free(struct hl_cache *c)
 	free(c->name);
 	free(c->device);
 	free(c->map_path);
+	free(c->map_text);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->sync_lock);
 	pthread_mutex_destroy(&c->mlock);
@@ -315,6 +316,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 		        cfg->name, getenv("HOTLUN_TEST_CACHE_META_HOLD"));
 	}
 	c->mw_tail = &c->mw_head;
+	c->on_sealed = engine_meta_release;
 	c->interval_ms = cfg->meta_interval_ms ? cfg->meta_interval_ms : 1000;
 	c->drain_ms = hl_cache_drain_bound_ms();
 	c->bs = p.block_size;
@@ -331,6 +333,11 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 
 	cache_trace_init();
 	cache_trace(CT_START, 0, 0, 0, 0, c->bs, 0, 0);
+	/* the map once, bounded (a hung state file system); a map not read is none: format */
+	if (engine_map_read(c) == -ETIMEDOUT) {
+		rc = -ETIMEDOUT;
+		goto fail;
+	}
 	rc = engine_map_device_shrank(c);
 	if (rc)
 		goto fail;
@@ -733,6 +740,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 	co->ent = e;
 	e->attached = true;
 	e->disowned = false;          /* (its proof went with it: this attach was cold) */
+	e->disown_undo = false;
 	atomic_fetch_add(&e->gen, 1); /* requests of an earlier attachment install nothing */
 	engine_ent_tag(c, e->id, e->tag);
 	e->inner = inner; /* proofs from now on (sync_lock held) */
@@ -777,7 +785,7 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 	char ident_buf[3800]; /* as hl_cache_attach's */
 	char key[HL_ORIGIN_ID_MAX], excl[HL_ORIGIN_PROOF_MAX];
 	const char *ident;
-	bool changed = false, any = false, *hit;
+	bool changed = false, any = false, *hit, *fresh;
 	char **old;
 	int rc = 0;
 
@@ -819,8 +827,11 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 	}
 	/* the proofs taken out, put back if the map does not say so (entries: this thread's) */
 	old = calloc(c->n_ents ? c->n_ents : 1, sizeof(*old));
-	if (!old) {
+	fresh = calloc(c->n_ents + 1, sizeof(*fresh)); /* marked disowned by this call */
+	if (!old || !fresh) {
 		pthread_mutex_unlock(&c->sync_lock);
+		free(old);
+		free(fresh);
 		free(hit);
 		return -ENOMEM;
 	}
@@ -830,7 +841,9 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 		if (!hit[i])
 			continue;
 		/* Attached: its LU is being replaced; its final proof must not vouch either. */
+		fresh[i] = e->attached && !e->disowned;
 		e->disowned |= e->attached;
+		e->disown_undo = false;
 		free(e->cand);
 		e->cand = NULL;
 		if (!e->proof)
@@ -852,8 +865,13 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 	pthread_mutex_unlock(&c->lock);
 	if (changed)
 		rc = engine_map_write(c, "open");
-	if (rc == -ECANCELED)
-		rc = 0; /* sealed "failed": the next start formats */
+	/*
+	 * Sealed: the next start formats, once "failed" landed (the seal's
+	 * writer retries it until then; the superblocks' wipe stands for it
+	 * after a kill, killed).
+	 */
+	if (rc == -ECANCELED && atomic_load(&c->killed))
+		rc = 0;
 	/*
 	 * Not written (the map's file system failed or does not answer): the
 	 * caller refuses to serve the origin without the cache, and the proofs
@@ -867,8 +885,18 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 			c->ents[i]->proof = old[i];
 		else
 			free(old[i]);
+		/*
+		 * Refused: the disk stays served through the cache, so its mark
+		 * goes with the next map write that lands (engine_map_write), not
+		 * only at its next attach: until then no proof was recorded for it
+		 * (cold at the next start, not stale: the map's older proof was
+		 * true when taken). Not at once: a write given up on may still land
+		 * and drop the proof from the map; a later write puts it back.
+		 */
+		c->ents[i]->disown_undo |= rc && fresh[i];
 	}
 	pthread_mutex_unlock(&c->lock);
+	free(fresh);
 	free(old);
 	pthread_mutex_unlock(&c->sync_lock);
 	free(hit);
@@ -1119,6 +1147,12 @@ void hl_cache_close(struct hl_cache *c)
 	} else if (!c->dead) {
 		engine_meta_kill(c);
 	}
+	/*
+	 * A seal that has not landed yet is not left behind as an "open" map
+	 * the next start would trust: the last try removes the map if it still
+	 * cannot say "failed" (engine_map.c).
+	 */
+	engine_map_seal_last(c);
 	if (atomic_load(&c->map_busy)) {
 		HL_WARN("cache",
 		        "cache %s: closed while a write of %s is still out (its file system is "

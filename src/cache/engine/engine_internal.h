@@ -155,8 +155,11 @@ struct map_ent {
 	/*
 	 * hl_cache_disown found it attached (its LU about to be replaced by one
 	 * without this cache): no proof until its next attach (sync_lock).
+	 * disown_undo: marked by a disown whose map write did not land (it was
+	 * refused: the disk stays served through the cache), so the next map
+	 * write that lands takes the mark back and proofs are recorded again.
 	 */
-	bool disowned;
+	bool disowned, disown_undo;
 	uint64_t warm_kept, warm_dropped;
 	char warm_why[HL_ORIGIN_WHY_MAX];
 	/*
@@ -298,6 +301,27 @@ struct hl_cache {
 	 * seal came while one was out, which writes "failed" when it returns.
 	 */
 	atomic_bool map_busy, map_left, seal_owed;
+	/*
+	 * map_failed: the seal is durable (the map says "failed", or the map
+	 * is gone: either makes the next start format). A seal that did not
+	 * land is retried by its writer until it does (it keeps map_busy:
+	 * the cache is parked); seal_last: the stop's last resort, a writer
+	 * that still cannot write "failed" removes the map. seal_rc: the
+	 * result of the seal writer's first try (1: not tried yet), so that
+	 * its caller need not wait for the retries.
+	 */
+	atomic_bool map_failed, seal_last;
+	atomic_int seal_rc;
+	/*
+	 * Called once a seal's "failed" is durable (engine_meta_release: the
+	 * writes waiting for a record sync go on, as after a kill). NULL: a
+	 * harness with the map code alone.
+	 */
+	void (*on_sealed)(struct hl_cache *c);
+	/* the map file as engine_map_read read it at open (bounded), until engine_map_load */
+	char *map_text;
+	size_t map_len;
+	bool map_read;
 	uint64_t map_gen; /* map_mu: bumped as each write takes map_busy */
 	/*
 	 * The last engine_map_write did not return 0: the file may lag what
@@ -620,6 +644,12 @@ bool engine_sync_lock_patient(struct hl_cache *c, const char *disk);
  * once. What engine_sync_lock_within does past its bound.
  */
 void engine_meta_stuck(struct hl_cache *c, const char *disk, const char *what);
+/**
+ * killed is set (the map says "failed", durably): every waiter for a
+ * record sync goes on, including those a metadata thread stuck on
+ * sync_lock took for its turn. Any thread; c->on_sealed.
+ */
+void engine_meta_release(struct hl_cache *c);
 
 /**
  * The device failed: seal the map "failed" (engine_map_seal: killed once it
@@ -654,6 +684,14 @@ int engine_map_write(struct hl_cache *c, const char *state);
  * left empty).
  */
 bool engine_map_load(struct hl_cache *c);
+/**
+ * Read the map file into c->map_text (NULL: none, or unreadable), within
+ * c->drain_ms (0: in line): a state file system that stops answering hung
+ * the start (or the reload) that opened the cache. engine_map_load and
+ * engine_map_device_shrank parse it (each reads it first if not read yet).
+ * @return 0, -ETIMEDOUT (given up on: the open fails) or -errno (no map).
+ */
+int engine_map_read(struct hl_cache *c);
 /**
  * Before the device is opened: a regular file shorter than the device its
  * map describes was truncated, and its records may claim data that is
@@ -738,10 +776,20 @@ void engine_meta_test_hold(struct hl_cache *c);
  * (engine_meta_kill's promise). Reads nothing other threads change (a
  * "failed" map names no disk: a start never reads them), so any thread may
  * seal whoever holds sync_lock or c->lock. Bounded as engine_map_write.
+ * A seal that does not land is never dropped: the writer retries it until
+ * it does (map_failed), or the stop's last try (engine_map_seal_last)
+ * removes the map.
  * @return 0 (durable), -ETIMEDOUT (a write still out: it writes "failed"
- * when it returns, or this one was given up on) or -errno (logged).
+ * when it returns, or this one was given up on) or -errno (logged; being
+ * retried).
  */
 int engine_map_seal(struct hl_cache *c);
+/**
+ * The stop's word on a sealed map whose "failed" did not land: the writer
+ * (one retrying, or one started now) removes the map if it still cannot
+ * write it; waits at most c->drain_ms. @return whether the seal is durable.
+ */
+bool engine_map_seal_last(struct hl_cache *c);
 
 /** Free req and the buffers its subs own. */
 void engine_req_free(struct eng_req *req);
@@ -774,6 +822,13 @@ bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc);
  */
 bool engine_run_within_more(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
                             bool (*more)(void *arg));
+/**
+ * engine_run_within, whose caller stops waiting as soon as done(arg) says
+ * so (looked at every 1 ms while fn runs; arg is valid then): @return
+ * false then, fn goes on as if given up on.
+ */
+bool engine_run_within_until(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
+                             bool (*done)(void *arg));
 
 /* engine_req.c, continued */
 

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +54,17 @@
  * began: its rename may land late or never, and either map is one a start
  * may trust (proofs are released from the origin only once a write
  * returned 0). A seal that comes meanwhile is owed: the write still out
- * writes "failed" after its own when it returns. The thread uses c (its
- * map_mu and flags) at its end: a close with map_busy set parks the cache.
+ * writes "failed" after its own when it returns. A seal that does not land
+ * (the file system answers with an error, or an allocation failed) is never
+ * dropped: a map left "open" with its proofs let a start trust records that
+ * writes in pass-through had made stale (killed went on without it). Its
+ * writer keeps map_busy and tries again until it lands (map_failed); the
+ * stop's last try removes the map instead (a start without a map formats).
+ * The thread uses c (its map_mu and flags) at its end: a close with
+ * map_busy set parks the cache.
  */
 static int map_file_write(struct hl_cache *c, const char *text);
+static int map_file_remove(struct hl_cache *c);
 
 /*
  * The map's text: with disks, every disk and proof (the caller holds
@@ -117,8 +125,7 @@ static int map_begin(struct hl_cache *c, bool seal)
 		if (rc == 0) {
 			atomic_store(&c->map_busy, true);
 			c->map_gen++;
-		}
-		else if (rc == -ETIMEDOUT && seal)
+		} else if (rc == -ETIMEDOUT && seal)
 			atomic_store(&c->seal_owed, true);
 		pthread_mutex_unlock(&c->map_mu);
 		if (rc != -EAGAIN)
@@ -142,16 +149,66 @@ static void map_end(struct hl_cache *c)
 	pthread_mutex_unlock(&c->map_mu);
 }
 
-/* A seal's "failed" is durable: killed (engine_meta_kill's promise). */
-static void seal_written(struct hl_cache *c)
+/* A seal's "failed" is durable (or the map is gone): killed (engine_meta_kill's promise). */
+static void seal_written(struct hl_cache *c, bool removed)
 {
-	HL_WARN("cache", "cache %s: %s says failed: the next start formats the device", c->name,
-	        c->map_path);
+	if (!removed)
+		HL_WARN("cache", "cache %s: %s says failed: the next start formats the device",
+		        c->name, c->map_path);
+	atomic_store(&c->map_failed, true);
 	/*
 	 * As good as engine_meta_kill for a restart: writes in pass-through
-	 * need not wait for a kill the stuck metadata thread may never do.
+	 * need not wait for a kill the stuck metadata thread may never do, nor
+	 * those queued before (a metadata thread waiting for sync_lock behind
+	 * an attach's sync given up on held them until the stop).
 	 */
 	atomic_store(&c->killed, true);
+	if (c->on_sealed)
+		c->on_sealed(c);
+}
+
+/*
+ * One try at making the seal durable: "failed" written (its text built on
+ * the stack: a seal is not lost for want of memory), or, once the stop
+ * said so (seal_last), the map removed. @return 0 (durable) or -errno.
+ */
+static int seal_try(struct hl_cache *c)
+{
+	char text[256];
+	int rc;
+
+	snprintf(text, sizeof(text), "%s%d\nstate failed\ngeometry %u %llu %llu\nnext 0\n",
+	         MAP_MAGIC, MAP_VERSION, c->bs, (unsigned long long)c->nslots,
+	         (unsigned long long)c->dev->size);
+	rc = map_file_write(c, text);
+	if (rc && atomic_load(&c->seal_last) && map_file_remove(c) == 0) {
+		HL_ERR("cache",
+		       "cache %s: %s cannot say \"failed\" (%s): removed instead; the next start "
+		       "formats the device",
+		       c->name, c->map_path, strerror(-rc));
+		seal_written(c, true);
+		return 0;
+	}
+	if (rc == 0)
+		seal_written(c, false);
+	return rc;
+}
+
+/*
+ * Wait before the next try of a seal that failed: back off from 10 ms to
+ * 1 s, cut short when the stop says seal_last (it waits for the next try).
+ */
+static void seal_backoff(struct hl_cache *c, unsigned *ms)
+{
+	struct timespec ts = {0, 10000000};
+	bool last = atomic_load(&c->seal_last);
+
+	for (unsigned t = 0; t < *ms; t += 10) {
+		if (t && atomic_load(&c->seal_last) != last)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	*ms = *ms * 2 > 1000 ? 1000 : *ms * 2;
 }
 
 /* The writer's own: what it writes. c is the parked cache's if it is given up on. */
@@ -165,36 +222,47 @@ static int map_job_main(void *arg)
 {
 	struct map_job *j = arg;
 	struct hl_cache *c = j->c;
-	int rc = map_file_write(c, j->text);
-	/*
-	 * A write given up on (map_left) of a map sealed since, or a seal
-	 * given up on that failed: "failed" is written now that the file
-	 * system answers again, as a seal that came meanwhile (seal_owed).
-	 */
-	bool owed = !(j->seal && rc == 0);
+	int rc = j->seal ? seal_try(c) : map_file_write(c, j->text);
+	/* the seal is this writer's to land: its own, or one it took on below */
+	bool mine = j->seal;
+	bool retry = rc != 0; /* (the seal's own try failed: back off first) */
+	unsigned backoff = 10;
 
 	free(j->text);
-	if (j->seal && rc == 0)
-		seal_written(c);
-	/* A seal came while this write was out: it is this writer's to write, after its own. */
+	if (j->seal)
+		atomic_store(&c->seal_rc, rc); /* (engine_map_seal's caller stops waiting) */
+	/*
+	 * A seal came while this write was out (seal_owed), or this write was
+	 * given up on and the map sealed since, or this is a seal that did not
+	 * land: "failed" is this writer's to write, after its own, until it
+	 * lands. (A writer not given up on leaves a seal waiting in map_begin
+	 * to write it itself.)
+	 */
 	for (;;) {
-		char *text;
 		pthread_mutex_lock(&c->map_mu);
-		owed = owed && atomic_load(&c->map_left) && atomic_load(&c->map_sealed);
-		if (!atomic_exchange(&c->seal_owed, false) && !owed) {
+		mine = atomic_load(&c->map_sealed) && !atomic_load(&c->map_failed) &&
+		       (atomic_exchange(&c->seal_owed, false) || mine || atomic_load(&c->map_left));
+		if (!mine) {
+			atomic_store(&c->seal_owed, false);
 			atomic_store(&c->map_left, false); /* (it was this one) */
 			atomic_store(&c->map_busy, false);
 			pthread_mutex_unlock(&c->map_mu);
 			break;
 		}
 		pthread_mutex_unlock(&c->map_mu);
-		owed = false;
-		text = map_text(c, "failed", false); /* the geometry only: it does not change */
-		if (text && map_file_write(c, text) == 0)
-			seal_written(c);
-		free(text);
+		if (retry)
+			seal_backoff(c, &backoff);
+		retry = seal_try(c) != 0;
 	}
 	return rc;
+}
+
+/* engine_run_within_until: the seal's first try failed (it goes on, retrying). */
+static bool seal_tried(void *arg)
+{
+	struct map_job *j = arg;
+
+	return atomic_load(&j->c->seal_rc) < 0;
 }
 
 /*
@@ -211,6 +279,12 @@ static int map_run(struct hl_cache *c, char *text, bool seal)
 	pthread_mutex_lock(&c->map_mu);
 	gen = c->map_gen; /* this write's: map_busy is ours */
 	pthread_mutex_unlock(&c->map_mu);
+	if (!j && seal) {
+		/* one try in line, unbounded (as run_within without a thread); the stop retries */
+		rc = seal_try(c);
+		map_end(c);
+		return rc;
+	}
 	if (!j) {
 		map_end(c);
 		free(text);
@@ -219,13 +293,22 @@ static int map_run(struct hl_cache *c, char *text, bool seal)
 	j->c = c;
 	j->text = text;
 	j->seal = seal;
-	if (engine_run_within(c->drain_ms, map_job_main, j, &rc))
+	atomic_store(&c->seal_rc, 1);
+	if (engine_run_within_until(c->drain_ms, map_job_main, j, &rc, seal ? seal_tried : NULL))
 		return rc;
 	/* (unless it returned meanwhile: then map_busy is free, or another write's) */
 	pthread_mutex_lock(&c->map_mu);
 	if (atomic_load(&c->map_busy) && c->map_gen == gen)
 		atomic_store(&c->map_left, true);
 	pthread_mutex_unlock(&c->map_mu);
+	rc = atomic_load(&c->seal_rc);
+	if (seal && rc < 0) {
+		HL_ERR("cache",
+		       "cache %s: %s does not say \"failed\" (%s): tried again until it does (no "
+		       "map write meanwhile)",
+		       c->name, c->map_path, strerror(-rc));
+		return rc;
+	}
 	HL_ERR("cache",
 	       "cache %s: writing %s did not end within %u ms (its file system is not "
 	       "answering?): given up on; no map write until it returns",
@@ -250,12 +333,15 @@ int engine_map_write(struct hl_cache *c, const char *state)
 	}
 	rc = map_run(c, text, false);
 	atomic_store(&c->map_stale, rc != 0);
+	/* the map says what RAM does: a disown refused earlier is over (sync_lock held) */
+	for (size_t i = 0; rc == 0 && i < c->n_ents; i++)
+		if (c->ents[i]->disown_undo)
+			c->ents[i]->disowned = c->ents[i]->disown_undo = false;
 	return rc;
 }
 
 int engine_map_seal(struct hl_cache *c)
 {
-	char *text;
 	int rc;
 
 	/* From now on no other write begins (map_begin): the map stays "failed". */
@@ -264,27 +350,66 @@ int engine_map_seal(struct hl_cache *c)
 	if (rc)
 		return rc; /* owed: the write still out writes it */
 	/*
-	 * Without the disks: the sealer holds neither sync_lock nor c->lock
-	 * (the device failed while their holder is stuck in a device call),
-	 * and the start that reads a "failed" map formats and forgets them.
+	 * Without the disks (seal_try): the sealer holds neither sync_lock nor
+	 * c->lock (the device failed while their holder is stuck in a device
+	 * call), and the start that reads a "failed" map formats and forgets
+	 * them.
 	 */
-	text = map_text(c, "failed", false);
-	if (!text) {
-		map_end(c);
-		return -ENOMEM;
-	}
-	return map_run(c, text, true);
+	return map_run(c, NULL, true);
+}
+
+bool engine_map_seal_last(struct hl_cache *c)
+{
+	uint64_t deadline = hl_now_ns() + (uint64_t)c->drain_ms * 1000000u;
+	struct timespec ts = {0, 1000000};
+
+	if (!atomic_load(&c->map_sealed) || atomic_load(&c->map_failed))
+		return true;
+	atomic_store(&c->seal_last, true);
+	/* no writer out (the seal could not start one): one now; else the one retrying */
+	if (!atomic_load(&c->map_busy) && engine_map_seal(c) == 0)
+		return true;
+	while (!atomic_load(&c->map_failed) && hl_now_ns() < deadline)
+		nanosleep(&ts, NULL);
+	if (atomic_load(&c->map_failed))
+		return true;
+	HL_ERR("cache",
+	       "cache %s: %s could be neither sealed \"failed\" nor removed (its file system "
+	       "fails or does not answer): remove it before the next start, which would "
+	       "trust the device's records",
+	       c->name, c->map_path);
+	return false;
+}
+
+/*
+ * Make the map file's directory durable (a rename or an unlink in it). A
+ * file system that cannot sync a directory (EINVAL) orders it itself.
+ * No allocation: a seal relies on it. @return 0 or -errno.
+ */
+static int map_dir_sync(struct hl_cache *c)
+{
+	char dir[PATH_MAX];
+	int fd, rc = 0;
+
+	if (snprintf(dir, sizeof(dir), "%s", c->map_path) >= (int)sizeof(dir))
+		return -ENAMETOOLONG;
+	fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || (fsync(fd) && errno != EINVAL))
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	return rc;
 }
 
 /* Write text into the map file atomically (tmp + fsync + rename, then the directory). */
 static int map_file_write(struct hl_cache *c, const char *text)
 {
-	char *tmp = NULL, *dir = NULL;
+	char tmp[PATH_MAX];
 	FILE *f;
-	int rc = 0, fd;
+	int rc = 0;
 
-	if (asprintf(&tmp, "%s.tmp", c->map_path) < 0)
-		return -ENOMEM;
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", c->map_path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
 	f = fopen(tmp, "w");
 	if (!f) {
 		rc = -errno;
@@ -297,28 +422,28 @@ static int map_file_write(struct hl_cache *c, const char *text)
 		rc = -errno;
 	if (!rc && rename(tmp, c->map_path))
 		rc = -errno;
-	if (!rc) {
-		/*
-		 * The rename is durable once its directory is: until then a crash
-		 * may bring the old map back (a seal's "failed" undone: stale). A
-		 * file system that cannot sync a directory (EINVAL) orders it itself.
-		 */
-		dir = strdup(c->map_path);
-		fd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-		if (fd < 0 || (fsync(fd) && errno != EINVAL))
-			rc = dir ? -errno : -ENOMEM;
-		if (fd >= 0)
-			close(fd);
-	}
+	/*
+	 * The rename is durable once its directory is: until then a crash may
+	 * bring the old map back (a seal's "failed" undone: stale).
+	 */
+	if (!rc)
+		rc = map_dir_sync(c);
 out:
 	if (rc) {
-		HL_ERR("cache", "cache %s: cannot write %s: %s", c->name, c->map_path,
-		       strerror(-rc));
+		/* (rate-limited: a seal that does not land tries again every second) */
+		HL_ERR_RL("cache", "cache %s: cannot write %s: %s", c->name, c->map_path,
+		          strerror(-rc));
 		unlink(tmp);
 	}
-	free(dir);
-	free(tmp);
 	return rc;
+}
+
+/* Remove the map file (the stop's last word on a seal that cannot be written), durably. */
+static int map_file_remove(struct hl_cache *c)
+{
+	if (unlink(c->map_path) && errno != ENOENT)
+		return -errno;
+	return map_dir_sync(c);
 }
 
 void engine_ent_free(struct map_ent *e)
@@ -423,18 +548,114 @@ static bool map_version(const char *line, int *version)
 	return true;
 }
 
+/* engine_map_read's read: its own buffer, so that a read given up on may finish late. */
+struct map_read {
+	char *path;
+	char *text;
+	size_t len;
+};
+
+/* A map is a few KiB (a 4 KiB line a disk at most): anything far larger is not one. */
+#define MAP_READ_MAX (64u << 20)
+
+static int map_read_main(void *arg)
+{
+	struct map_read *m = *(struct map_read **)arg;
+	FILE *f = fopen(m->path, "r");
+	size_t cap = 0;
+	int rc = 0;
+
+	if (!f)
+		return -errno;
+	for (;;) {
+		char *t;
+		size_t n;
+
+		if (m->len == cap) {
+			cap = cap ? cap * 2 : 8192;
+			if (cap > MAP_READ_MAX || !(t = realloc(m->text, cap + 1))) {
+				rc = cap > MAP_READ_MAX ? -EFBIG : -ENOMEM;
+				break;
+			}
+			m->text = t;
+		}
+		n = fread(m->text + m->len, 1, cap - m->len, f);
+		m->len += n;
+		if (n == 0) {
+			rc = ferror(f) ? -EIO : 0;
+			break;
+		}
+	}
+	fclose(f);
+	if (m->text)
+		m->text[m->len] = '\0';
+	return rc;
+}
+
+int engine_map_read(struct hl_cache *c)
+{
+	struct map_read **arg = malloc(sizeof(*arg));
+	struct map_read *m = calloc(1, sizeof(*m));
+	int rc;
+
+	free(c->map_text);
+	c->map_text = NULL;
+	c->map_len = 0;
+	c->map_read = false;
+	if (!arg || !m || !(m->path = strdup(c->map_path))) {
+		free(arg);
+		free(m);
+		return -ENOMEM;
+	}
+	*arg = m;
+	if (!c->drain_ms) { /* (no bound: a harness without a cache's open) */
+		rc = map_read_main(arg);
+		free(arg);
+	} else if (!engine_run_within(c->drain_ms, map_read_main, arg, &rc)) {
+		/* m stays the read's (never freed: its file system may never answer) */
+		HL_ERR("cache",
+		       "cache %s: reading %s did not end within %u ms (its file system is not "
+		       "answering?): the cache is not opened",
+		       c->name, c->map_path, c->drain_ms);
+		return -ETIMEDOUT;
+	}
+	if (rc == 0 && m->len) {
+		c->map_text = m->text;
+		c->map_len = m->len;
+		m->text = NULL;
+	}
+	c->map_read = true;
+	free(m->text);
+	free(m->path);
+	free(m);
+	return rc;
+}
+
+/* The map as read (engine_map_read, once: a read of a hung file system is bounded), or NULL. */
+static FILE *map_fopen(struct hl_cache *c)
+{
+	if (!c->map_read && engine_map_read(c) == -ETIMEDOUT)
+		return NULL;
+	return c->map_text ? fmemopen(c->map_text, c->map_len, "r") : NULL;
+}
+
 /* @return true when the map is usable for this device (else: format). */
 bool engine_map_load(struct hl_cache *c)
 {
-	FILE *f = fopen(c->map_path, "r");
+	FILE *f = map_fopen(c);
 	char line[4096], state[32] = "", name[256], ident[4096];
 	unsigned bs = 0, next = 0, id;
 	unsigned long long nslots = 0, devsize = 0, quota, size;
 	bool ok = false;
 	int pos, version;
 
-	if (!f)
+	/* (read once: what the start goes by; a later load reads the file again) */
+	c->map_read = false;
+	if (!f) {
+		free(c->map_text);
+		c->map_text = NULL;
 		return false;
+	}
 	if (!fgets(line, sizeof(line), f) || !map_version(line, &version))
 		goto out;
 	if (!fgets(line, sizeof(line), f) || sscanf(line, "state %31s", state) != 1 ||
@@ -481,6 +702,8 @@ bool engine_map_load(struct hl_cache *c)
 	ok = true;
 out:
 	fclose(f);
+	free(c->map_text);
+	c->map_text = NULL;
 	if (!ok) {
 		for (size_t i = 0; i < c->n_ents; i++)
 			engine_ent_free(c->ents[i]);
@@ -566,7 +789,7 @@ int engine_map_device_shrank(struct hl_cache *c)
 
 	if (stat(c->device, &st) || !S_ISREG(st.st_mode))
 		return 0;
-	f = fopen(c->map_path, "r");
+	f = map_fopen(c);
 	if (!f)
 		return 0;
 	if (fgets(line, sizeof(line), f) && map_version(line, &version) &&

@@ -193,6 +193,11 @@ static void meta_release(struct hl_cache *c)
 	meta_post_all(c, list, 0);
 }
 
+void engine_meta_release(struct hl_cache *c)
+{
+	meta_release(c);
+}
+
 /*
  * The device failed: make sure a restart cannot trust its metadata. The
  * map first, sealed "failed" (bounded: a state file system that does not

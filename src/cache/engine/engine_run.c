@@ -38,6 +38,9 @@ static void *run_within_main(void *p)
 	return NULL;
 }
 
+static bool run_bounded(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
+                        bool (*more)(void *arg), bool (*done)(void *arg));
+
 bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc)
 {
 	return engine_run_within_more(ms, fn, arg, rc, NULL);
@@ -45,6 +48,19 @@ bool engine_run_within(unsigned ms, int (*fn)(void *arg), void *arg, int *rc)
 
 bool engine_run_within_more(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
                             bool (*more)(void *arg))
+{
+	return run_bounded(ms, fn, arg, rc, more, NULL);
+}
+
+bool engine_run_within_until(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
+                             bool (*done)(void *arg))
+{
+	return run_bounded(ms, fn, arg, rc, NULL, done);
+}
+
+/* more: the bound starts again; done: the caller stops waiting (fn goes on). */
+static bool run_bounded(unsigned ms, int (*fn)(void *arg), void *arg, int *rc,
+                        bool (*more)(void *arg), bool (*done)(void *arg))
 {
 	uint64_t deadline = hl_now_ns() + (uint64_t)ms * 1000000u;
 	struct run_within *r = calloc(1, sizeof(*r));
@@ -65,6 +81,8 @@ bool engine_run_within_more(unsigned ms, int (*fn)(void *arg), void *arg, int *r
 		struct timespec ts = {0, 1000000};
 		uint64_t now = hl_now_ns();
 
+		if (done && done(arg))
+			break;
 		if (more && more(arg))
 			deadline = now + (uint64_t)ms * 1000000u;
 		else if (now >= deadline)
