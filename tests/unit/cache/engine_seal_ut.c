@@ -32,20 +32,6 @@ static int file_copy(const char *from, const char *to)
 	return rc;
 }
 
-/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
-static int io_wait_within(struct step *st, unsigned ms)
-{
-	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (sem_trywait(&st->sem)) {
-		if (hl_now_ns() >= end)
-			return -ETIMEDOUT;
-		usleep(1000);
-	}
-	sem_destroy(&st->sem);
-	return st->rc;
-}
-
 /* Until the map file holds needle, at most ms. */
 static bool map_holds_within(const char *needle, unsigned ms)
 {

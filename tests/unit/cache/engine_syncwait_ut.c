@@ -53,20 +53,6 @@ static void bg_stats(struct bg_call *b)
 	b->rc = hl_cache_get_stats(b->c, NULL, &st);
 }
 
-/* Wait at most ms for st (io_start) to end: its result, or -ETIMEDOUT (st still out). */
-static int io_wait_within(struct step *st, unsigned ms)
-{
-	uint64_t end = hl_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (sem_trywait(&st->sem)) {
-		if (hl_now_ns() >= end)
-			return -ETIMEDOUT;
-		usleep(1000);
-	}
-	sem_destroy(&st->sem);
-	return st->rc;
-}
-
 /*
  * disk0 has blocks 0-7 recorded; the device stops answering while disk1's
  * attach syncs the records (holding sync_lock); a write of disk0's block
