@@ -18,38 +18,6 @@
 #define BOUND_MS 400u
 #define WAIT_MS  3000u
 
-/* The map's temporary file becomes a FIFO: the next map write blocks in its open. */
-static void map_hang(char *tmp, size_t len)
-{
-	int rc = -1;
-
-	snprintf(tmp, len, "%s.tmp", g_map);
-	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a map write under way) */
-		if ((rc = mkfifo(tmp, 0600)))
-			usleep(1000);
-	CU_ASSERT_FATAL(rc == 0);
-}
-
-static bool map_fifo(const char *tmp)
-{
-	struct stat st;
-
-	return stat(tmp, &st) == 0 && S_ISFIFO(st.st_mode);
-}
-
-/* The file system answers again: the blocked writer fails (a FIFO cannot be synced). */
-static void map_unhang(const char *tmp)
-{
-	int fd = open(tmp, O_RDONLY | O_NONBLOCK);
-
-	for (int i = 0; i < (int)WAIT_MS && fd >= 0 && map_fifo(tmp); i++)
-		usleep(1000);
-	if (fd >= 0)
-		close(fd);
-	if (map_fifo(tmp))
-		unlink(tmp);
-}
-
 /* disk0's proof in RAM, under sync_lock (the metadata thread replaces it). */
 static void proof_now(struct hl_cache *c, char *out, size_t len)
 {

@@ -17,46 +17,6 @@
 /* how long a test waits for a call the bound should end (the old code never returned) */
 #define WAIT_MS 3000u
 
-/* The map's temporary file becomes a FIFO: the next map write blocks in its open. */
-static void map_hang(char *tmp, size_t len)
-{
-	int rc = -1;
-
-	snprintf(tmp, len, "%s.tmp", g_map);
-	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a map write under way) */
-		if ((rc = mkfifo(tmp, 0600)))
-			usleep(1000);
-	CU_ASSERT_FATAL(rc == 0);
-}
-
-/* Whether tmp is still the FIFO map_hang made (not the next write's own file). */
-static bool map_fifo(const char *tmp)
-{
-	struct stat st;
-
-	return stat(tmp, &st) == 0 && S_ISFIFO(st.st_mode);
-}
-
-/*
- * The file system answers again: the blocked writer's open returns, its
- * fsync of a FIFO fails and it removes the FIFO. The reader stays open
- * until then (a write to a FIFO without a reader raises SIGPIPE). Only a
- * FIFO left is removed here: once the writer removed it, the path may be
- * the next map write's file already (a seal's, which failed when this
- * removed it).
- */
-static void map_unhang(const char *tmp)
-{
-	int fd = open(tmp, O_RDONLY | O_NONBLOCK);
-
-	for (int i = 0; i < (int)WAIT_MS && fd >= 0 && map_fifo(tmp); i++)
-		usleep(1000);
-	if (fd >= 0)
-		close(fd);
-	if (map_fifo(tmp))
-		unlink(tmp);
-}
-
 /* bg_start's calls: an attach (disk NULL: disk0), a stop (the disk's close, the cache's) */
 static void bg_attach(struct bg_call *b)
 {
@@ -225,35 +185,6 @@ static void test_proof_write_map_hung(void)
 	free(f.mem);
 	free(buf);
 	free(w);
-}
-
-/*
- * A cache device whose writes do not return while g_dev_hold is set (a
- * dying SSD): the metadata's device ops are swapped for these.
- */
-static const struct hl_cache_dev_ops *g_dev_real;
-static int g_dev_hold, g_dev_held; /* atomics */
-
-static int held_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off)
-{
-	if (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST)) {
-		__atomic_store_n(&g_dev_held, 1, __ATOMIC_SEQ_CST);
-		while (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST))
-			usleep(1000);
-	}
-	return g_dev_real->pwrite(d, buf, len, off);
-}
-
-static struct hl_cache_dev_ops g_held_ops;
-
-static void dev_hold(struct hl_cache *c)
-{
-	g_dev_real = c->dev->ops;
-	g_held_ops = *g_dev_real;
-	g_held_ops.pwrite = held_pwrite;
-	__atomic_store_n(&g_dev_held, 0, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&g_dev_hold, 1, __ATOMIC_SEQ_CST);
-	c->dev->ops = &g_held_ops;
 }
 
 static void bg_stats(struct bg_call *b)

@@ -15,23 +15,6 @@
 #define BOUND_MS 400u
 #define WAIT_MS  3000u
 
-/* Copy file from to a new file to. @return 0 or -1. */
-static int file_copy(const char *from, const char *to)
-{
-	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-	char chunk[65536];
-	size_t n;
-	int rc = a && b ? 0 : -1;
-
-	while (!rc && (n = fread(chunk, 1, sizeof(chunk), a)) > 0)
-		rc = fwrite(chunk, 1, n, b) == n ? 0 : -1;
-	if (a)
-		fclose(a);
-	if (b && fclose(b))
-		rc = -1;
-	return rc;
-}
-
 /* Until the map file holds needle, at most ms. */
 static bool map_holds_within(const char *needle, unsigned ms)
 {

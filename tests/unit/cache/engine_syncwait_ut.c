@@ -14,33 +14,6 @@
 #define BOUND_MS 400u
 #define WAIT_MS  3000u
 
-/* The cache device's metadata writes held while g_dev_hold is set (a device that stops answering).
- */
-static const struct hl_cache_dev_ops *g_dev_real;
-static int g_dev_hold, g_dev_held; /* atomics */
-
-static int held_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off)
-{
-	if (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST)) {
-		__atomic_store_n(&g_dev_held, 1, __ATOMIC_SEQ_CST);
-		while (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST))
-			usleep(1000);
-	}
-	return g_dev_real->pwrite(d, buf, len, off);
-}
-
-static struct hl_cache_dev_ops g_held_ops;
-
-static void dev_hold(struct hl_cache *c)
-{
-	g_dev_real = c->dev->ops;
-	g_held_ops = *g_dev_real;
-	g_held_ops.pwrite = held_pwrite;
-	__atomic_store_n(&g_dev_held, 0, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&g_dev_hold, 1, __ATOMIC_SEQ_CST);
-	c->dev->ops = &g_held_ops;
-}
-
 static void bg_attach(struct bg_call *b)
 {
 	b->rc = hl_cache_attach(b->c, b->disk, 0, b->inner, &b->out);

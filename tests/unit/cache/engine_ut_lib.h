@@ -1056,4 +1056,93 @@ static HL_UT_UNUSED void bg_origin_close(struct bg_call *b)
 	hl_origin_close(b->o);
 }
 
+
+/* ---- fixtures of the tests with a hung map file system or cache device ---- */
+
+/* The map's temporary file becomes a FIFO: the next map write blocks in its open. */
+static HL_UT_UNUSED void map_hang(char *tmp, size_t len)
+{
+	int rc = -1;
+
+	snprintf(tmp, len, "%s.tmp", g_map);
+	for (int i = 0; i < 1000 && rc; i++) /* (EEXIST: a map write under way) */
+		if ((rc = mkfifo(tmp, 0600)))
+			usleep(1000);
+	CU_ASSERT_FATAL(rc == 0);
+}
+
+/* Whether tmp is still the FIFO map_hang made (not the next write's own file). */
+static HL_UT_UNUSED bool map_fifo(const char *tmp)
+{
+	struct stat st;
+
+	return stat(tmp, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+/*
+ * The file system answers again: the blocked writer's open returns, its
+ * fsync of a FIFO fails and it removes the FIFO. The reader stays open
+ * until then (a write to a FIFO without a reader raises SIGPIPE). Only a
+ * FIFO left is removed here: once the writer removed it, the path may be
+ * the next map write's file already (a seal's, which failed when this
+ * removed it).
+ */
+static HL_UT_UNUSED void map_unhang(const char *tmp)
+{
+	int fd = open(tmp, O_RDONLY | O_NONBLOCK);
+
+	for (int i = 0; i < 3000 && fd >= 0 && map_fifo(tmp); i++)
+		usleep(1000);
+	if (fd >= 0)
+		close(fd);
+	if (map_fifo(tmp))
+		unlink(tmp);
+}
+
+/*
+ * A cache device whose writes do not return while g_dev_hold is set (a
+ * dying SSD): the metadata's device ops are swapped for these.
+ */
+static HL_UT_UNUSED const struct hl_cache_dev_ops *g_dev_real;
+static HL_UT_UNUSED int g_dev_hold, g_dev_held; /* atomics */
+
+static HL_UT_UNUSED int held_pwrite(struct hl_cache_dev *d, const void *buf, size_t len, uint64_t off)
+{
+	if (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&g_dev_held, 1, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&g_dev_hold, __ATOMIC_SEQ_CST))
+			usleep(1000);
+	}
+	return g_dev_real->pwrite(d, buf, len, off);
+}
+
+static HL_UT_UNUSED struct hl_cache_dev_ops g_held_ops;
+
+static HL_UT_UNUSED void dev_hold(struct hl_cache *c)
+{
+	g_dev_real = c->dev->ops;
+	g_held_ops = *g_dev_real;
+	g_held_ops.pwrite = held_pwrite;
+	__atomic_store_n(&g_dev_held, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&g_dev_hold, 1, __ATOMIC_SEQ_CST);
+	c->dev->ops = &g_held_ops;
+}
+
+/* Copy file from to a new file to. @return 0 or -1. */
+static HL_UT_UNUSED int file_copy(const char *from, const char *to)
+{
+	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+	char chunk[65536];
+	size_t n;
+	int rc = a && b ? 0 : -1;
+
+	while (!rc && (n = fread(chunk, 1, sizeof(chunk), a)) > 0)
+		rc = fwrite(chunk, 1, n, b) == n ? 0 : -1;
+	if (a)
+		fclose(a);
+	if (b && fclose(b))
+		rc = -1;
+	return rc;
+}
+
 #endif
