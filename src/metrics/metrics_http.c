@@ -63,7 +63,7 @@ struct slot {
 	struct slot *next;
 	int fd;
 	uint8_t src[16]; /* IPv4 address (v4-mapped), or the /64 of an IPv6 one */
-	bool busy;       /* a request is in progress (headers in, not yet completed) */
+	bool busy;       /* a scrape in progress (request and body in, not yet completed) */
 	bool cut;        /* shut down by the trim; the library closes it next */
 };
 
@@ -217,9 +217,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	(void)version;
 	(void)upload;
 	if (!s) {
-		struct slot *x = slot_of(conn);
-		if (x)
-			x->busy = true; /* the trim leaves it alone until it completes */
 		/* The headers are in: refuse what is not a scrape before any body. */
 		if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
 			return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
@@ -246,8 +243,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	st = s->state;
 	pthread_mutex_unlock(&g_lock);
 	switch (st) {
-	case S_NEW:
+	case S_NEW: {
+		/*
+		 * The whole request is in: the trim leaves it alone until it
+		 * completes. Not before: a GET announcing a body it never ends
+		 * would hold its slot beyond the trim's reach.
+		 */
+		struct slot *x = slot_of(conn);
+		if (x)
+			x->busy = true;
 		return ask_snapshot(m, s);
+	}
 	case S_WAIT:
 		return MHD_YES; /* cannot be: a waiting connection is suspended */
 	case S_DONE:

@@ -226,6 +226,27 @@ static void job_abort(struct hl_scsi_cmd *cmd, uint8_t asc, uint8_t ascq)
 
 static void copy_next(struct hl_scsi_cmd *cmd);
 
+/*
+ * Before each chunk is read and before it is written: are both LUs of the
+ * segment still in the command's LUN map? A live map change may give a
+ * disk to another target while a copy (up to 64 segments of 65535 blocks)
+ * runs; its initiator no longer reaches it, so the copy stops there (an
+ * I/O already issued ends, as any command in flight would). The reload
+ * stores each slot atomically.
+ */
+static bool job_reachable(const struct hl_scsi_cmd *cmd, const struct xcopy_seg *s)
+{
+	const struct xcopy_job *j = job_of((struct hl_scsi_cmd *)cmd);
+	bool src = !cmd->map, dst = !cmd->map;
+
+	for (unsigned i = 0; cmd->map && i < HL_SCSI_MAX_LUNS; i++) {
+		const struct hl_lu *lu = __atomic_load_n(&cmd->map->lu[i], __ATOMIC_ACQUIRE);
+		src |= lu == j->tgt[s->src];
+		dst |= lu == j->tgt[s->dst];
+	}
+	return src && dst;
+}
+
 static void write_done(struct hl_scsi_cmd *cmd, int result)
 {
 	struct xcopy_job *j = job_of(cmd);
@@ -269,6 +290,10 @@ static void read_done(struct hl_scsi_cmd *cmd, int result)
 		job_abort(cmd, SCSI_ASC_READ_ERROR);
 		return;
 	}
+	if (!job_reachable(cmd, s)) { /* unmapped while the chunk was read */
+		job_abort(cmd, ASC_NOT_REACHABLE);
+		return;
+	}
 	/* writes share the destination range; COMPARE AND WRITE excludes it */
 	cmd->lu = j->tgt[s->dst];
 	if (scsi_range_lock(cmd, s->dst_lba + j->done, j->chunk, false, write_locked))
@@ -289,6 +314,10 @@ static void copy_next(struct hl_scsi_cmd *cmd)
 	}
 	const struct xcopy_seg *s = &j->seg[j->cur];
 	struct hl_lu *src = j->tgt[s->src];
+	if (!job_reachable(cmd, s)) {
+		job_abort(cmd, ASC_NOT_REACHABLE);
+		return;
+	}
 	j->chunk = HL_MIN(s->nblocks - j->done, XCOPY_CHUNK / src->block_size);
 	/* cmd->lu stays home while reading: the source LU only names the blocks */
 	cmd->iov[0].iov_base = j->data;
@@ -323,7 +352,7 @@ static bool lu_reachable(const struct hl_scsi_cmd *cmd, const struct hl_lu *lu)
 	if (!cmd->map)
 		return false;
 	for (unsigned i = 0; i < HL_SCSI_MAX_LUNS; i++)
-		if (cmd->map->lu[i] == lu)
+		if (__atomic_load_n(&cmd->map->lu[i], __ATOMIC_ACQUIRE) == lu)
 			return true;
 	return false;
 }

@@ -283,6 +283,53 @@ static void test_copy_target_outside_the_map(void)
 	teardown();
 }
 
+/*
+ * A copy target unmapped while the copy runs (a live LUN map change gives
+ * the disk to another target): the chunks after the change are not
+ * written, the copy ends COPY ABORTED, copy target not reachable. Else a
+ * copy of up to 64 segments of 65535 blocks kept writing into a disk its
+ * initiator no longer reaches.
+ */
+static void test_copy_target_unmapped_during_copy(void)
+{
+	uint8_t par[16 + 64 + 28];
+	uint8_t cdb[16] = {0x83};
+
+	setup();
+	memset(fake_of(origin)->mem, 0x77, 4096 * BS);
+	hdr(par, 4, 0, 64, 28);
+	put_tgt(par + 16, test_cfg().naa);
+	put_tgt(par + 48, naa2);
+	put_seg(par + 80, 0, 1, 4096, 0, 0); /* 2 MiB: two chunks */
+	map.lu[1] = lu2;
+	hl_put_be32(cdb + 10, sizeof(par));
+	memset(&t, 0, sizeof(t));
+	t.cmd.map = &map;
+	t.cmd.lu = lu;
+	t.cmd.nexus = &nexus_a;
+	memcpy(t.cmd.cdb, cdb, 16);
+	t.cmd.cdb_len = 16;
+	t.cmd.data = par;
+	t.cmd.data_len = sizeof(par);
+	t.cmd.data_out = true;
+	t.cmd.done = tcmd_done;
+	hl_scsi_cmd_exec(&t.cmd);
+	/* until the first chunk is written */
+	while (fake_of(origin2)->mem[0] != 0x77 && fake_step(origin) + fake_step(origin2))
+		;
+	CU_ASSERT_EQUAL(fake_of(origin2)->mem[0], 0x77);
+	CU_ASSERT_EQUAL(t.done, 0);
+	map.lu[1] = NULL;
+	while (fake_step(origin) + fake_step(origin2))
+		;
+	CU_ASSERT_EQUAL(t.done, 1);
+	CU_ASSERT_TRUE(copy_aborted(0x0d, 0x02));
+	CU_ASSERT_EQUAL(fake_of(origin2)->mem[2048 * BS], 0);
+	CU_ASSERT_EQUAL(fake_of(origin2)->mem[4096 * BS - 1], 0);
+	hl_scsi_nexus_gone(&map, &nexus_a);
+	teardown();
+}
+
 /* COPY STATUS of list_id for nexus n: GOOD (held) or not. */
 static bool status_held(struct hl_scsi_nexus *n, uint8_t list_id)
 {
@@ -360,6 +407,7 @@ static const struct hl_test tests[] = {
     {"EXTENDED COPY within and across LUs, COPY STATUS", test_copy_within_and_across_lus},
     {"EXTENDED COPY errors", test_copy_errors},
     {"a copy target outside the LUN map is not reachable", test_copy_target_outside_the_map},
+    {"a copy target unmapped during the copy", test_copy_target_unmapped_during_copy},
     {"held results are counted per nexus", test_results_held_per_nexus},
     {"OPERATING PARAMETERS, VPD 8F and 3PC", test_operating_parameters_vpd_and_3pc},
     {NULL, NULL},
