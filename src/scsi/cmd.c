@@ -268,6 +268,8 @@ void hl_scsi_cmd_exec(struct hl_scsi_cmd *cmd)
 	cmd->abort_others = false;
 	cmd->rl_mode = 0;
 	cmd->state = 0;
+	/* only a READ sets it, around its submit: others (EXTENDED COPY's reads) find it false */
+	cmd->stream = false;
 	cmd->reactor = hl_reactor_current();
 	if (!cmd->data)
 		cmd->data_len = 0; /* a transport bug must not become a wild write */

@@ -31,6 +31,7 @@ struct fake_origin {
 	bool prefetch_ok; /* accepts HL_IO_PREFETCH (else -EINVAL at submit, like a cacheless
 	                     origin) */
 	uint64_t last_offset, last_length;
+	unsigned n_ready_io; /* I/Os submitted with a partial-data hook (io->ready) */
 };
 
 static inline struct fake_origin *fake_of(struct hl_origin *o)
@@ -59,6 +60,8 @@ static int fake_submit(struct hl_origin *o, struct hl_origin_io *io)
 		return -EOPNOTSUPP;
 	if (io->op == HL_IO_PREFETCH && !f->prefetch_ok)
 		return -EINVAL;
+	if (io->ready)
+		f->n_ready_io++;
 	/* priv[0]: the submitting reactor, so tests can complete the I/O there */
 	io->priv[0] = (uint64_t)(uintptr_t)hl_reactor_current();
 	pthread_mutex_lock(&f->lock);

@@ -61,6 +61,8 @@ static void put_seg(uint8_t *d, uint16_t src, uint16_t dst, uint16_t n, uint64_t
  * Run EXTENDED COPY announcing a parameter list of len bytes, of which the
  * transport carried `carried`; drive both origins to the end.
  */
+static void (*xcopy_prepare)(struct hl_scsi_cmd *cmd); /* NULL, or run just before exec */
+
 static void xcopy_carried(uint8_t *par, uint32_t len, uint32_t carried)
 {
 	uint8_t cdb[16] = {0x83};
@@ -76,6 +78,8 @@ static void xcopy_carried(uint8_t *par, uint32_t len, uint32_t carried)
 	t.cmd.data_len = carried;
 	t.cmd.data_out = carried > 0;
 	t.cmd.done = tcmd_done;
+	if (xcopy_prepare)
+		xcopy_prepare(&t.cmd);
 	hl_scsi_cmd_exec(&t.cmd);
 	while (fake_step(origin) + fake_step(origin2))
 		;
@@ -403,6 +407,45 @@ static void test_operating_parameters_vpd_and_3pc(void)
 	teardown();
 }
 
+static unsigned ready_calls;
+
+static void count_ready(struct hl_scsi_cmd *cmd, uint32_t bytes)
+{
+	ready_calls++;
+}
+
+/*
+ * The transport reuses a command's memory (an iSCSI task from malloc, or the
+ * last command's) and offers data_ready to every command; the scsi layer's
+ * private stream flag is left as a previous READ or the allocator left it
+ * (ASan fills malloc'd memory with 0xbe: UBSan saw "load of value 190" for
+ * it in copy_next under xcopy_cross_target.sh).
+ */
+static void stale_read_state(struct hl_scsi_cmd *cmd)
+{
+	memset(&cmd->stream, 1, sizeof(cmd->stream)); /* as true: 0xbe may read as false */
+	cmd->data_ready = count_ready;
+}
+
+static void test_copy_ignores_stale_read_state(void)
+{
+	uint8_t par[16 + 32 + 28];
+
+	setup();
+	ready_calls = 0;
+	hdr(par, 3, 0, 32, 28);
+	put_tgt(par + 16, test_cfg().naa);
+	put_seg(par + 48, 0, 0, 8, 0, 4096);
+	xcopy_prepare = stale_read_state;
+	xcopy(par, sizeof(par));
+	xcopy_prepare = NULL;
+	ASSERT_GOOD(t);
+	/* EXTENDED COPY has no Data-In: its reads must not hand data to the transport */
+	CU_ASSERT_EQUAL(fake_of(origin)->n_ready_io, 0u);
+	CU_ASSERT_EQUAL(ready_calls, 0u);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"EXTENDED COPY within and across LUs, COPY STATUS", test_copy_within_and_across_lus},
     {"EXTENDED COPY errors", test_copy_errors},
@@ -410,6 +453,7 @@ static const struct hl_test tests[] = {
     {"a copy target unmapped during the copy", test_copy_target_unmapped_during_copy},
     {"held results are counted per nexus", test_results_held_per_nexus},
     {"OPERATING PARAMETERS, VPD 8F and 3PC", test_operating_parameters_vpd_and_3pc},
+    {"EXTENDED COPY ignores a previous READ's state", test_copy_ignores_stale_read_state},
     {NULL, NULL},
 };
 
