@@ -840,8 +840,12 @@ static int disown(struct hl_cache *c, struct hl_origin *origin, const char *keep
 		struct map_ent *e = c->ents[i];
 		if (!hit[i])
 			continue;
-		/* Attached: its LU is being replaced; its final proof must not vouch either. */
-		fresh[i] = e->attached && !e->disowned;
+		/*
+		 * Attached: its LU is being replaced; its final proof must not vouch
+		 * either. A mark a refused disown left (disown_undo) is this call's
+		 * too: refused again, it must still go with the next map write.
+		 */
+		fresh[i] = e->attached && (!e->disowned || e->disown_undo);
 		e->disowned |= e->attached;
 		e->disown_undo = false;
 		free(e->cand);
