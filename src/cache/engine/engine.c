@@ -333,7 +333,7 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 
 	cache_trace_init();
 	cache_trace(CT_START, 0, 0, 0, 0, c->bs, 0, 0);
-	/* the map once, bounded (a hung state file system); a map not read is none: format */
+	/* the map for the size check, bounded (a hung state file system); read again below */
 	if (engine_map_read(c) == -ETIMEDOUT) {
 		rc = -ETIMEDOUT;
 		goto fail;
@@ -366,6 +366,16 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 	if (rc) {
 		HL_ERR("cache", "cache %s: cannot open %s for data I/O: %s", c->name, cfg->device,
 		       strerror(-rc));
+		goto fail;
+	}
+	/*
+	 * The map again, now that nothing else can change it: the read above
+	 * (for the size check, before the open extends the file) came before
+	 * the wait, and a hotlund still stopping may have sealed its map
+	 * "failed" since (engine_rev17_ut). Bounded the same way.
+	 */
+	if (engine_map_read(c) == -ETIMEDOUT) {
+		rc = -ETIMEDOUT;
 		goto fail;
 	}
 	rc = test_dev_delay(c);

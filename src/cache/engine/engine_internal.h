@@ -688,7 +688,8 @@ bool engine_map_load(struct hl_cache *c);
  * Read the map file into c->map_text (NULL: none, or unreadable), within
  * c->drain_ms (0: in line): a state file system that stops answering hung
  * the start (or the reload) that opened the cache. engine_map_load and
- * engine_map_device_shrank parse it (each reads it first if not read yet).
+ * engine_map_device_shrank parse it (each reads it first if not read yet);
+ * hl_cache_open reads it again once it holds the device exclusively.
  * @return 0, -ETIMEDOUT (given up on: the open fails) or -errno (no map).
  */
 int engine_map_read(struct hl_cache *c);
