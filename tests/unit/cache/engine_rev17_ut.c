@@ -1,7 +1,9 @@
 /*
  * engine_rev17_ut.c - the review of the map changes of h32b (the seal
  * retried, the bounded map read, the release at the seal, the refused
- * disown's mark taken back): what it found. The fixture is engine_ut.c's
+ * disown's mark taken back): what it found. A disown refused twice kept
+ * its mark for good; an open went by a map read before it held the device
+ * (another hotlund's seal meanwhile ignored). The fixture is engine_ut.c's
  * (engine_ut_lib.h); the map's file system hangs as in engine_mapwait_ut
  * (its temporary file a FIFO nobody reads).
  */
