@@ -18,14 +18,6 @@
 #define BOUND_MS 400u
 #define WAIT_MS  3000u
 
-/* disk0's proof in RAM, under sync_lock (the metadata thread replaces it). */
-static void proof_now(struct hl_cache *c, char *out, size_t len)
-{
-	pthread_mutex_lock(&c->sync_lock);
-	snprintf(out, len, "%s", c->ents[0]->proof ? c->ents[0]->proof : "");
-	pthread_mutex_unlock(&c->sync_lock);
-}
-
 /*
  * disk0 attached and proven; a disown of its origin while the map hangs
  * is refused (-ETIMEDOUT); the map answers again; disk0 is written (its

@@ -14,30 +14,6 @@
 #define BOUND_MS 400u
 #define WAIT_MS  3000u
 
-struct bg_open {
-	pthread_t t;
-	struct hl_cache *c;
-	int rc;
-	atomic_bool done;
-};
-
-static void *bg_open_main(void *arg)
-{
-	struct bg_open *b = arg;
-	struct hl_cache_config cfg = {
-	    .name = "ut",
-	    .device = g_dev,
-	    .size = 8 * M,
-	    .block_size = BS,
-	    .admission = "always",
-	    .meta_interval_ms = 50,
-	};
-
-	b->rc = hl_cache_open(&cfg, &b->c);
-	atomic_store(&b->done, true);
-	return NULL;
-}
-
 /*
  * The map does not answer at open: the open fails within the bound with
  * -ETIMEDOUT (the daemon reports the cache as not opened); it waited for

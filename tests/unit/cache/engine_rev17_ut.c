@@ -17,14 +17,6 @@
 #define BOUND_MS 400u
 #define WAIT_MS  3000u
 
-/* disk0's proof in RAM, under sync_lock (the metadata thread replaces it). */
-static void proof_now(struct hl_cache *c, char *out, size_t len)
-{
-	pthread_mutex_lock(&c->sync_lock);
-	snprintf(out, len, "%s", c->ents[0]->proof ? c->ents[0]->proof : "");
-	pthread_mutex_unlock(&c->sync_lock);
-}
-
 /*
  * A disown refused, then retried (the caller refuses to serve the origin
  * without the cache, and tries again: disown's own comment) and refused
@@ -74,31 +66,6 @@ static void test_disown_refused_twice(void)
 	free(f.mem);
 	free(g.mem);
 	free(buf);
-}
-
-/* hl_cache_open on a thread of its own (the fixture's configuration). */
-struct bg_open {
-	pthread_t t;
-	struct hl_cache *c;
-	int rc;
-	atomic_bool done;
-};
-
-static void *bg_open_main(void *arg)
-{
-	struct bg_open *b = arg;
-	struct hl_cache_config cfg = {
-	    .name = "ut",
-	    .device = g_dev,
-	    .size = 8 * M,
-	    .block_size = BS,
-	    .admission = "always",
-	    .meta_interval_ms = 50,
-	};
-
-	b->rc = hl_cache_open(&cfg, &b->c);
-	atomic_store(&b->done, true);
-	return NULL;
 }
 
 /* How many descriptors of this process are open on path. */

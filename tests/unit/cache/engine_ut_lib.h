@@ -1145,4 +1145,37 @@ static HL_UT_UNUSED int file_copy(const char *from, const char *to)
 	return rc;
 }
 
+/* disk0's proof in RAM, under sync_lock (the metadata thread replaces it). */
+static HL_UT_UNUSED void proof_now(struct hl_cache *c, char *out, size_t len)
+{
+	pthread_mutex_lock(&c->sync_lock);
+	snprintf(out, len, "%s", c->ents[0]->proof ? c->ents[0]->proof : "");
+	pthread_mutex_unlock(&c->sync_lock);
+}
+
+/* hl_cache_open on a thread of its own (the fixture's configuration). */
+struct bg_open {
+	pthread_t t;
+	struct hl_cache *c;
+	int rc;
+	atomic_bool done;
+};
+
+static HL_UT_UNUSED void *bg_open_main(void *arg)
+{
+	struct bg_open *b = arg;
+	struct hl_cache_config cfg = {
+	    .name = "ut",
+	    .device = g_dev,
+	    .size = 8 * M,
+	    .block_size = BS,
+	    .admission = "always",
+	    .meta_interval_ms = 50,
+	};
+
+	b->rc = hl_cache_open(&cfg, &b->c);
+	atomic_store(&b->done, true);
+	return NULL;
+}
+
 #endif
