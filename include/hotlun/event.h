@@ -79,7 +79,7 @@ struct hl_reactor_fini {
  * (one per pass) and the turn goes on to its timers and hooks. It spares
  * the wait for the queue's own wake-up (an eventfd or the ring's fd, which
  * epoll reports only on the next pass), which a 4 KiB QD1 cache hit pays
- * (docs/benchmarks.md, "The QD1 hit's addition"). ready must be cheap;
+ * (docs/bench-hit-device.md, "The QD1 hit's addition"). ready must be cheap;
  * run must empty what made ready true. Embedded in its owner; caller keeps;
  * a registered one must be deleted before its owner is freed.
  */

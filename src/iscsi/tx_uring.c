@@ -20,7 +20,7 @@
  * waits on tx_inflight). A connection closed meanwhile shuts its socket down
  * first, which ends a send waiting for room with an error.
  *
- * Measured against the sendmsg path in docs/benchmarks.md ("The network
+ * Measured against the sendmsg path in docs/bench-hit-path.md ("The network
  * side ..."): off by default.
  */
 #include "config.h"

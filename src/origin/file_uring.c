@@ -13,7 +13,7 @@
  * and never read, and during the reactor's busy-poll window the reactor
  * peeks at the CQ itself (hl_uring_watch_peek): a CQE is reaped on the pass
  * it appears, not one epoll pass later, and without a read of the eventfd
- * (docs/benchmarks.md, "The QD1 hit's addition"). Completions are reaped in
+ * (docs/bench-hit-device.md, "The QD1 hit's addition"). Completions are reaped in
  * the eventfd callback or that peek, never inside submit, even when the
  * kernel finished the I/O inline (page-cache hits usually do).
  *

@@ -11,7 +11,7 @@
 # sleeps through the device read), the uncached LUN's client (which mostly
 # does not) and fio (on the CPU that takes the device IRQ) pay it
 # differently: the QD1 column compares like with like only with NOHALT=1
-# (docs/benchmarks.md, "The QD1 hit's addition"). Any other task preempts
+# (docs/bench-hit-device.md, "The QD1 hit's addition"). Any other task preempts
 # the loops at once.
 bench_client_setup() {
 	local c

@@ -23,7 +23,7 @@
 # device's average queue (requests in flight, iostat's aqu-sz) and busy time
 # during fio and during the hits (/proc/diskstats of the block device under
 # CACHE_DIR; "-" when there is none): at 4K QD64 the hits keep only about
-# half of their 64 commands at the device (docs/benchmarks.md, "Why 4K QD64
+# half of their 64 commands at the device (docs/bench-hit-path.md, "Why 4K QD64
 # hits trail fio"), which the 4K QD128 cell shows. Client: hotlun-bench.
 # Not part of `make check`; results go into docs/benchmarks.md.
 #
