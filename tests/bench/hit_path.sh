@@ -24,7 +24,12 @@
 # during fio and during the hits (/proc/diskstats of the block device under
 # CACHE_DIR; "-" when there is none): at 4K QD64 the hits keep only about
 # half of their 64 commands at the device (docs/bench-hit-path.md, "Why 4K QD64
-# hits trail fio"), which the 4K QD128 cell shows. Client: hotlun-bench.
+# hits trail fio"), which the 4K QD128 cell shows. For cells of 64K and more,
+# also the least CPU any target spends sending that reply over TCP here
+# (tests/bench/tcp_floor.c: a bare server thread answering each request
+# with the cell's size from one buffer, the client keeping the cell's QD in
+# flight; no disk, no iSCSI), the physical limit of "CPU µs/IO hit" on this
+# machine's loopback. Client: hotlun-bench.
 # Not part of `make check`; results go into docs/benchmarks.md.
 #
 # TIMELINE=1 adds, with the first cache block size, per-request timelines of
@@ -318,13 +323,26 @@ timelines() {
 	cat "$OUT/timeline.md"
 }
 
-declare -A FIO
+# tcp_floor SIZE QD: the bare TCP sender's CPU µs per reply of SIZE bytes
+# at QD in flight (tests/bench/tcp_floor.c), pinned like the runs; "-" below
+# 64K. Measured right after each hit run, as the machine's load drifts.
+FLOOR_BIN=$T/tcp_floor
+cc -O2 -pthread -o "$FLOOR_BIN" "$SRC/tests/bench/tcp_floor.c" || hl_error "cannot build tcp_floor"
+tcp_floor() {
+	local kib
+	kib=$(($(numfmt --from=iec "$1") / 1024))
+	[ "$kib" -ge 64 ] || { echo -; return; }
+	"$FLOOR_BIN" "$kib" "$2" "$TIME" ${PIN:+${PIN%%:*} ${PIN#*:}} |
+		sed -n 's/.*server_us_per_reply=\([0-9.]*\).*/\1/p'
+}
+
+declare -A FIO FLOOR
 for cell in $CELLS; do
 	FIO[$cell]=0
 done
 {
-	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 (means / medians) | CPU µs/IO hit | CPU µs/IO uncached | device queue fio / hits: requests (in I/Os of the cell) | device busy % fio / hits |"
-	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| cache block | I/O | fio on the cache device (IOPS) | hits (IOPS) | uncached LUN (IOPS) | hits / lower limit | µs added at QD1 (means / medians) | CPU µs/IO hit | CPU µs/IO uncached | CPU µs of a bare TCP sender per reply (hit / it) | device queue fio / hits: requests (in I/Os of the cell) | device busy % fio / hits |"
+	echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$OUT/results.md"
 first=1
 for cbs in $BLOCKS; do
@@ -335,17 +353,19 @@ for cbs in $BLOCKS; do
 		# but at QD1 next to each hit run (the QD1 addition subtracts it).
 		{ [ "${FIO[$cell]}" = 0 ] || [ "$qd" = 1 ]; } && FIO[$cell]=$(fio_iops "$bs" "$qd")
 		read -r hit hcpu hq hb hp <<<"$(bench 0 "$bs" "$qd")"
+		FLOOR[$cell]=$(tcp_floor "$bs" "$qd")
 		read -r unc ucpu _ _ up <<<"$(bench 1 "$bs" "$qd")"
 		read -r f fq fb fp <<<"${FIO[$cell]}"
 		awk -v c="$cbs" -v b="$bs" -v q="$qd" -v f="${f:-0}" -v h="$hit" -v u="$unc" \
 			-v fp="${fp:-0}" -v hp="${hp:-0}" -v up="${up:-0}" \
-			-v hc="$hcpu" -v uc="$ucpu" -v fq="$fq" -v hq="$hq" -v fb="$fb" -v hb="$hb" \
+			-v hc="$hcpu" -v uc="$ucpu" -v tf="${FLOOR[$cell]}" -v fq="$fq" -v hq="$hq" -v fb="$fb" -v hb="$hb" \
 			'BEGIN {lim = f < u ? f : u;
 			add = "-";
 			if (q == 1 && f && h && u)
 				add = sprintf("%.1f / %.1f", 1e6 / h - 1e6 / f - 1e6 / u, hp - fp - up);
-			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %s | %.1f | %.1f | %s / %s | %s / %s |\n",
-				c, b, q, f, h, u, lim ? h / lim : 0, add, hc, uc, dq(fq), dq(hq), fb, hb}
+			floor = tf == "-" || tf == "" ? "-" : sprintf("%s (%.2f)", tf, hc / tf);
+			printf "| %s | %s QD%s | %d | %d | %d | %.2f | %s | %.1f | %.1f | %s | %s / %s | %s / %s |\n",
+				c, b, q, f, h, u, lim ? h / lim : 0, add, hc, uc, floor, dq(fq), dq(hq), fb, hb}
 			function dq(x) { return sub(/:/, " (", x) ? x ")" : x }' |
 			tee -a "$OUT/results.md"
 	done
