@@ -42,7 +42,7 @@
 # context switches, wake-ups and CPU µs; system-wide the block requests
 # issued, plugs, virtio interrupts (/proc/interrupts) and the machine's
 # busy CPU µs (/proc/stat: every task, interrupts included); and from a
-# `perf record -g` of the process (1.5 s more) the µs per I/O of the
+# `perf record -g` of the process (COUNT_PROF s more) the µs per I/O of the
 # kernel symbols where a device read differs from fio's (the doorbell,
 # page pinning, ext4/iomap, the completion's task work).
 #
@@ -334,8 +334,9 @@ timelines() {
 
 # counts: what one read costs the kernel, per I/O, at COUNTS_CELL, for fio
 # (default and batched), the hits and the uncached LUN; into counts.md.
-# Each workload runs COUNT_TIME s (default 8); from its 2nd second a
-# perf stat window of COUNT_WIN s (default 2), then 1.5 s of perf record.
+# Each workload runs COUNT_TIME s (default 10); from its 2nd second a
+# perf stat window of COUNT_WIN s (default 2), then COUNT_PROF s (default
+# 3) of perf record -g (kept as $HL_OUT/counts-NAME.perf.data).
 COUNT_PEV=syscalls:sys_enter_io_uring_enter,io_uring:io_uring_submit_req,io_uring:io_uring_complete
 COUNT_PEV=$COUNT_PEV,io_uring:io_uring_task_work_run,io_uring:io_uring_task_add,context-switches
 COUNT_PEV=$COUNT_PEV,sched:sched_wakeup,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sendmsg
@@ -369,13 +370,15 @@ count_window() {
 		awk -F, '$3 != "" {print "a:" $3, $1}' "$T/cnt-a.$name"
 	} >"$T/cnt-$name"
 	# where the process's CPU goes, per symbol (no children), in its own window
-	perf record -g -o "$T/cnt-perf.$name" -p "$pid" -- sleep 1.5 >/dev/null 2>&1
+	perf record -g -o "$T/cnt-perf.$name" -p "$pid" -- sleep "${COUNT_PROF:-3}" >/dev/null 2>&1
 	perf report -i "$T/cnt-perf.$name" --no-children --sort sym --stdio -g none 2>/dev/null |
 		awk '!/^#/ && NF >= 3 {v = $1; sub(/%/, "", v); print "sym:" $NF, v}' >>"$T/cnt-$name"
-	rm -f "$T/cnt-perf.$name"
+	perf report -i "$T/cnt-perf.$name" --children --sort sym --stdio -g none 2>/dev/null |
+		awk '!/^#/ && NF >= 4 {v = $1; sub(/%/, "", v); print "inc:" $NF, v}' >>"$T/cnt-$name"
+	mv "$T/cnt-perf.$name" "$OUT/counts-$name.perf.data"
 }
 counts() {
-	local bs=${COUNTS_CELL%:*} qd=${COUNTS_CELL#*:} ct=${COUNT_TIME:-8} name pid iops lun b
+	local bs=${COUNTS_CELL%:*} qd=${COUNTS_CELL#*:} ct=${COUNT_TIME:-10} name pid iops lun b
 	b=$((qd / 8 > 0 ? qd / 8 : 1))
 	for name in fio fio-batched; do
 		local extra=()

@@ -76,6 +76,31 @@ def cell(d, key, kind):
     return "-"
 
 
+INCLUSIVE = [
+    ("all system calls (entry_SYSCALL_64_after_hwframe)", ("entry_SYSCALL_64_after_hwframe",)),
+    ("device interrupts (asm_common_interrupt)", ("asm_common_interrupt",)),
+    ("io_uring_enter (submission, and the task work it runs)", ("__do_sys_io_uring_enter",)),
+    ("... the O_DIRECT read down to the bio (__iomap_dio_rw)", ("__iomap_dio_rw",)),
+    ("... ... page pinning (iov_iter_extract_pages)", ("iov_iter_extract_pages",)),
+    ("... ... ext4 block mapping (iomap_iter)", ("iomap_iter",)),
+    ("... block dispatch to virtio (blk_mq_flush_plug_list)", ("blk_mq_flush_plug_list",)),
+    ("... ... the doorbell (iowrite16)", ("iowrite16",)),
+    ("... page-cache read (filemap_read)", ("filemap_read",)),
+    ("completion task work (tctx_task_work)", ("tctx_task_work",)),
+    ("... of which the virtio-blk completion (virtblk_done)", ("virtblk_done",)),
+    ("epoll_wait", ("__x64_sys_epoll_wait",)),
+    ("sendmsg", ("__sys_sendmsg",)),
+    ("recvfrom", ("__sys_recvfrom",)),
+]
+
+
+def inc_us(d, sym):
+    ios = d.get("p:io_uring:io_uring_submit_req", 0)
+    if not ios or not any(k.startswith("inc:") for k in d):
+        return None
+    return d.get("inc:" + sym, 0) / 100 * d.get("cpu_us", 0) / ios
+
+
 def sym_us(d, prefixes, exact=False):
     """µs per I/O of the symbols starting with one of prefixes (share x CPU per I/O)."""
     ios = d.get("p:io_uring:io_uring_submit_req", 0)
@@ -101,6 +126,12 @@ def main():
     print("| --- |%s" % (" ---: |" * len(cols)))
     for label, prefixes in GROUPS:
         vals = [sym_us(d, prefixes) for _, d in cols]
+        print("| %s | %s |" % (label, " | ".join("-" if v is None else "%.2f" % v for v in vals)))
+    print()
+    print("| CPU µs per I/O, inclusive (perf report --children) | %s |" % " | ".join(n for n, _ in cols))
+    print("| --- |%s" % (" ---: |" * len(cols)))
+    for label, (sym,) in INCLUSIVE:
+        vals = [inc_us(d, sym) for _, d in cols]
         print("| %s | %s |" % (label, " | ".join("-" if v is None else "%.2f" % v for v in vals)))
     print()
     top = []
