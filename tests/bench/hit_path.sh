@@ -64,6 +64,8 @@
 #              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
 #              NOHALT=1 (no CPU halts: see below; the QD1 column's like-with-like mode),
 #              TIMELINE=1 (per-request timelines, below),
+#              COUNTS=1 (per-I/O counts beside fio, above; COUNTS_CELL,
+#              COUNT_TIME, COUNT_WIN, COUNT_PROF),
 #              NICE=N (hotlund's threads, hotlun-bench and fio at nice N, e.g.
 #              -10: on a machine shared with other work, that work then takes
 #              less of the CPUs from the measured runs; the runs still share
