@@ -38,6 +38,19 @@
 # s, default 1) for fio on the cache device, the hits and the uncached LUN,
 # into $HL_OUT/timeline.md.
 #
+# COUNTS=1 adds, with the first cache block size, per-I/O counts of the
+# kernel work behind one read at COUNTS_CELL (default 4K:64), side by side
+# for fio on the cache device as by default, fio submitting and reaping
+# QD/8 at a time (`--thread`, so one process), the hits and the uncached
+# LUN, into $HL_OUT/counts.md (function `counts`, below): per I/O the
+# measured process's io_uring_enter calls, SQEs, CQEs, task-work runs,
+# context switches, wake-ups and CPU µs; system-wide the block requests
+# issued, plugs, virtio interrupts (/proc/interrupts) and the machine's
+# busy CPU µs (/proc/stat: every task, interrupts included); and from a
+# `perf record -g` of the process (COUNT_PROF s more) the µs per I/O of the
+# kernel symbols where a device read differs from fio's (the doorbell,
+# page pinning, ext4/iomap, the completion's task work).
+#
 # PROFILE=1 adds, for 4K QD64 hits (first cache block size) and 4K QD64
 # uncached reads, `perf record -g` on hotlund and a table of where its CPU
 # goes by layer (tests/bench/perf_layers.sh); PROFILE=all profiles the hits
@@ -56,6 +69,8 @@
 #              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
 #              NOHALT=1 (no CPU halts: see below; the QD1 column's like-with-like mode),
 #              TIMELINE=1 (per-request timelines, below),
+#              COUNTS=1 (per-I/O counts beside fio, above; COUNTS_CELL,
+#              COUNT_TIME, COUNT_WIN, COUNT_PROF),
 #              NICE=N (hotlund's threads, hotlun-bench and fio at nice N, e.g.
 #              -10: on a machine shared with other work, that work then takes
 #              less of the CPUs from the measured runs; the runs still share
@@ -80,6 +95,7 @@ RANGE=${RANGE:-256M}
 THREADS=${THREADS:-2}
 PROFILE=${PROFILE:-0}
 PROFILE_CELL=${PROFILE_CELL:-4K:64}
+COUNTS_CELL=${COUNTS_CELL:-4K:64}
 OUT=${HL_OUT:-$PWD/hit-path}
 mkdir -p "$OUT"
 T=$(hl_tmpdir)
@@ -336,6 +352,81 @@ tcp_floor() {
 		sed -n 's/.*server_us_per_reply=\([0-9.]*\).*/\1/p'
 }
 
+# counts: what one read costs the kernel, per I/O, at COUNTS_CELL, for fio
+# (default and batched), the hits and the uncached LUN; into counts.md.
+# Each workload runs COUNT_TIME s (default 10); from its 2nd second a
+# perf stat window of COUNT_WIN s (default 2), then COUNT_PROF s (default
+# 3) of perf record -g (kept as $HL_OUT/counts-NAME.perf.data).
+COUNT_PEV=syscalls:sys_enter_io_uring_enter,io_uring:io_uring_submit_req,io_uring:io_uring_complete
+COUNT_PEV=$COUNT_PEV,io_uring:io_uring_task_work_run,io_uring:io_uring_task_add,context-switches
+COUNT_PEV=$COUNT_PEV,sched:sched_wakeup,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sendmsg
+COUNT_PEV=$COUNT_PEV,syscalls:sys_enter_recvfrom
+COUNT_AEV=block:block_rq_issue,block:block_plug,block:block_unplug,irq:irq_handler_entry,context-switches
+# busy ticks of the machine (every CPU: user, nice, system, irq, softirq, steal excluded)
+machine_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; }
+# interrupts of the cache disk's virtio queues, all CPUs
+disk_irqs() {
+	local v
+	v=$(basename "$(readlink -f "/sys/block/$DISK/device" 2>/dev/null)")
+	awk -v v="$v-" 'index($NF, v) == 1 && $NF !~ /config/ {for (i = 2; i < NF - 2; i++) if ($i ~ /^[0-9]+$/) n += $i} END {print n + 0}' /proc/interrupts
+}
+# count_window NAME PID: the perf stat window and the tracer window on the
+# running workload PID; leaves "name value" lines in $T/cnt-NAME.
+count_window() {
+	local name=$1 pid=$2 w=${COUNT_WIN:-2} c0 m0 i0 n0 c1 m1 i1 n1
+	sleep 1
+	c0=$(cpu_ticks "$pid") m0=$(machine_ticks) i0=$(disk_irqs) n0=$(date +%s%N)
+	perf stat -x, -e "$COUNT_PEV" -p "$pid" -o "$T/cnt-p.$name" -- sleep "$w" 2>/dev/null &
+	local pp=$!
+	perf stat -x, -a -e "$COUNT_AEV" -o "$T/cnt-a.$name" -- sleep "$w" 2>/dev/null
+	wait "$pp"
+	c1=$(cpu_ticks "$pid") m1=$(machine_ticks) i1=$(disk_irqs) n1=$(date +%s%N)
+	{
+		echo "secs $(awk -v a="$n0" -v b="$n1" 'BEGIN {print (b - a) / 1e9}')"
+		echo "cpu_us $(((c1 - c0) * 1000000 / TCK))"
+		echo "machine_us $(((m1 - m0) * 1000000 / TCK))"
+		echo "disk_irqs $((i1 - i0))"
+		awk -F, '$3 != "" {print "p:" $3, $1}' "$T/cnt-p.$name"
+		awk -F, '$3 != "" {print "a:" $3, $1}' "$T/cnt-a.$name"
+	} >"$T/cnt-$name"
+	# where the process's CPU goes, per symbol (no children), in its own window
+	perf record -g -o "$T/cnt-perf.$name" -p "$pid" -- sleep "${COUNT_PROF:-3}" >/dev/null 2>&1
+	perf report -i "$T/cnt-perf.$name" --no-children --sort sym --stdio -g none 2>/dev/null |
+		awk '!/^#/ && NF >= 3 {v = $1; sub(/%/, "", v); print "sym:" $NF, v}' >>"$T/cnt-$name"
+	perf report -i "$T/cnt-perf.$name" --children --sort sym --stdio -g none 2>/dev/null |
+		awk '!/^#/ && NF >= 4 {v = $1; sub(/%/, "", v); print "inc:" $NF, v}' >>"$T/cnt-$name"
+	mv "$T/cnt-perf.$name" "$OUT/counts-$name.perf.data"
+}
+counts() {
+	local bs=${COUNTS_CELL%:*} qd=${COUNTS_CELL#*:} ct=${COUNT_TIME:-10} name pid iops lun b
+	b=$((qd / 8 > 0 ? qd / 8 : 1))
+	for name in fio fio-batched; do
+		local extra=()
+		[ "$name" = fio-batched ] && extra=(--iodepth_batch_submit="$b" --iodepth_batch_complete_min="$b")
+		"${CPIN[@]}" fio --name=dev --thread --filename="$FIOF" --direct=1 --ioengine=io_uring --rw=randread \
+			--bs="$bs" --iodepth="$qd" --size="$RANGE" --time_based --runtime="$ct" \
+			--output-format=json "${extra[@]}" >"$T/cnt-out.$name" 2>>"$OUT/fio.err" &
+		pid=$!
+		count_window "$name" "$pid"
+		wait "$pid"
+		iops=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"]))' "$T/cnt-out.$name")
+		echo "iops $iops" >>"$T/cnt-$name"
+	done
+	for lun in 0 1; do
+		name=hits
+		[ "$lun" = 1 ] && name=uncached
+		"${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$ct" \
+			--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" >"$T/cnt-out.$name" 2>>"$OUT/bench.err" &
+		pid=$!
+		count_window "$name" "$HL_PID"
+		wait "$pid"
+		echo "iops $(field "$(tail -1 "$T/cnt-out.$name")" iops)" >>"$T/cnt-$name"
+	done
+	python3 "$SRC/tests/bench/io_counts.py" "$COUNTS_CELL" "$T/cnt-fio" "$T/cnt-fio-batched" \
+		"$T/cnt-hits" "$T/cnt-uncached" >"$OUT/counts.md"
+	cat "$OUT/counts.md" >&2
+}
+
 declare -A FIO FLOOR
 for cell in $CELLS; do
 	FIO[$cell]=0
@@ -378,6 +469,7 @@ for cbs in $BLOCKS; do
 		[ $first = 1 ] && profile uncached 1
 	fi
 	[ "${TIMELINE:-0}" = 1 ] && [ $first = 1 ] && timelines
+	[ "${COUNTS:-0}" = 1 ] && [ $first = 1 ] && counts
 	first=0
 	hl_check_alive "$HL_PID"
 	hl_stop "$HL_PID"
