@@ -540,6 +540,18 @@ print((c["disks"][sys.argv[4]] if sys.argv[4] else c)[sys.argv[3]])' "$out" "$ca
 		hl_fail "no statistic $key for cache $cache${disk:+ disk $disk}: $out"
 }
 
+# hl_cache_idle SOCK CACHE [SECS]: wait (SECS, 10 by default, at most) until
+# cache CACHE has no request in flight (the fills that follow the replies
+# done). Returns 1 when it still has some.
+hl_cache_idle() {
+	local i
+	for i in $(seq 1 $((${3:-10} * 10))); do
+		[ "$(hl_cache_stat "$1" "$2" inflight)" = 0 ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # hl_cache_settle SOCK CACHE [SECS]: wait (10 s at most) until cache CACHE
 # has written its records and has nothing in flight, then SECS more (an
 # origin's proof is recorded once it stayed quiet for one interval).
