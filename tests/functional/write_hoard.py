@@ -250,11 +250,17 @@ def main():
         time.sleep(3600)  # hold every connection until SIGTERM
 
 
-def probe(a):
+def session(a, name):
+    """A plain session to the target (initiator iqn.2026-11.io.hotlun:NAME), its unit attention taken."""
     host, port = a.portal.rsplit(":", 1)
     c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
-    c.login(a.target, initiator="iqn.2026-11.io.hotlun:probe")
+    c.login(a.target, initiator="iqn.2026-11.io.hotlun:" + name)
     c.clear_ua(a.lun)
+    return c
+
+
+def probe(a):
+    c = session(a, "probe")
     edtl, imm = 1 << 20, 65536
     itt = c.next_itt()
     c.send(c.scsi_bhs(pc.cdb_write10(4096, edtl // 512), lun=a.lun, write_len=edtl, itt=itt),
@@ -379,10 +385,7 @@ def trickle(a):
 
 
 def small(a):
-    host, port = a.portal.rsplit(":", 1)
-    c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
-    c.login(a.target, initiator="iqn.2026-11.io.hotlun:small")
-    c.clear_ua(a.lun)
+    c = session(a, "small")
     ok = True
     for edtl, imm in ((4096, 4096), (65536, 0)):
         t0 = time.monotonic()
