@@ -504,20 +504,26 @@ static HL_UT_UNUSED uint64_t g_ub;
 /* cache_open() returns while the records are still being restored. */
 static HL_UT_UNUSED bool g_lazy;
 
-static HL_UT_UNUSED struct hl_cache *cache_open(const char *policy)
+/* The fixture's cache on g_dev: every miss admitted, records flushed every 50 ms. */
+static HL_UT_UNUSED struct hl_cache_config fixture_config(void)
 {
-	struct hl_cache_config cfg = {
-	    .update_buffer = g_ub,
+	return (struct hl_cache_config){
 	    .name = "ut",
 	    .device = g_dev,
 	    .size = 8 * M,
 	    .block_size = BS,
 	    .admission = "always",
-	    .write_policy = policy,
 	    .meta_interval_ms = 50,
 	};
+}
+
+static HL_UT_UNUSED struct hl_cache *cache_open(const char *policy)
+{
+	struct hl_cache_config cfg = fixture_config();
 	struct hl_cache *c = NULL;
 
+	cfg.update_buffer = g_ub;
+	cfg.write_policy = policy;
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
 	if (!g_lazy)
 		hl_cache_restore_wait(c); /* these tests attach once every record is back */
@@ -1164,14 +1170,7 @@ struct bg_open {
 static HL_UT_UNUSED void *bg_open_main(void *arg)
 {
 	struct bg_open *b = arg;
-	struct hl_cache_config cfg = {
-	    .name = "ut",
-	    .device = g_dev,
-	    .size = 8 * M,
-	    .block_size = BS,
-	    .admission = "always",
-	    .meta_interval_ms = 50,
-	};
+	struct hl_cache_config cfg = fixture_config();
 
 	b->rc = hl_cache_open(&cfg, &b->c);
 	atomic_store(&b->done, true);
