@@ -124,12 +124,10 @@ cp "$T/b.conf" "$T/live.conf"
 reload "re-add the name on another origin"
 grep -q 'disk san: origin or quota changed' "$FRONT_LOG" || hl_fail "the other origin was not seen as one"
 # the held fills of the first origin land about 3 s after they were issued
-for _ in $(seq 200); do
-	[ "$(hl_cache_stat "$sock" ssd inflight)" = 0 ] && break
-	sleep 0.1
-done
+idle=0
+hl_cache_idle "$sock" ssd 20 || idle=1
 hl_check_alive "$FRONT_PID"
-[ "$(hl_cache_stat "$sock" ssd inflight)" = 0 ] || hl_fail "the abandoned requests never ended"
+[ $idle = 0 ] || hl_fail "the abandoned requests never ended"
 drops=$(hl_cache_stat "$sock" ssd orphan_drops)
 [ "$drops" -gt 0 ] || hl_fail "the abandoned fills landed but orphan_drops is $drops"
 hl_log "2. the abandoned requests' fills dropped at their landing: orphan_drops $drops"

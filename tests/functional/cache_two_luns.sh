@@ -54,14 +54,7 @@ reads() {
 		hl_fail "qemu-io reads of $1 failed: $(tail -3 "$T/qemu-io.out")"
 }
 # settle: the fills and promotions that follow the replies are done
-settle() {
-	local i
-	for i in $(seq 1 100); do
-		[ "$(stat inflight "")" = 0 ] && return 0
-		sleep 0.05
-	done
-	hl_fail "the cache still has requests in flight"
-}
+settle() { hl_cache_idle "$ST/ctl.sock" ssd 5 || hl_fail "the cache still has requests in flight"; }
 
 # ---- 1. a promotes b's returning blocks
 H=32

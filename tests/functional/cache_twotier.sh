@@ -65,11 +65,7 @@ wait_cstat() {
 # wait_idle_synced: no request left (fills done), then no record change left unflushed.
 wait_idle_synced() {
 	local i
-	for i in $(seq 1 200); do
-		[ "$(cstat inflight)" = 0 ] && break
-		sleep 0.1
-	done
-	[ "$(cstat inflight)" = 0 ] || hl_fail "requests still in flight"
+	hl_cache_idle "$ST/ctl.sock" ssd 20 || hl_fail "requests still in flight"
 	for i in $(seq 1 200); do
 		[ "$(cstat meta_dirty)" = False ] && return 0
 		sleep 0.1

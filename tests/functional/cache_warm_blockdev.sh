@@ -25,11 +25,7 @@ warm() {
 		"$URL" >"$T/bench.out" 2>&1 || { cat "$T/bench.out" >&2; hl_fail "warm-up reads failed"; }
 	USED=$(stat_of used_slots)
 	[ "$USED" -gt 100 ] || hl_fail "only $USED blocks cached: the test would prove little"
-	local i
-	for i in $(seq 1 100); do
-		[ "$(stat_of meta_dirty)" = False ] && [ "$(stat_of inflight)" = 0 ] && break
-		sleep 0.1
-	done
+	hl_cache_settle "$SOCK" ssd
 }
 
 # 1. no exclusive: cold after a clean restart, with the reason

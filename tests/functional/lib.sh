@@ -540,6 +540,18 @@ print((c["disks"][sys.argv[4]] if sys.argv[4] else c)[sys.argv[3]])' "$out" "$ca
 		hl_fail "no statistic $key for cache $cache${disk:+ disk $disk}: $out"
 }
 
+# hl_cache_idle SOCK CACHE [SECS]: wait (SECS, 10 by default, at most) until
+# cache CACHE has no request in flight (the fills that follow the replies
+# done). Returns 1 when it still has some.
+hl_cache_idle() {
+	local i
+	for i in $(seq 1 $((${3:-10} * 10))); do
+		[ "$(hl_cache_stat "$1" "$2" inflight)" = 0 ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # hl_cache_settle SOCK CACHE [SECS]: wait (10 s at most) until cache CACHE
 # has written its records and has nothing in flight, then SECS more (an
 # origin's proof is recorded once it stayed quiet for one interval).
@@ -880,4 +892,76 @@ b = sys.stdin.buffer.read()
 k = b"Association:(0) LOGICAL_UNIT\nDesignator Type:(3) NAA\nDesignator:["
 i = b.find(k)
 print(b[i + len(k):i + len(k) + 16].hex() if i >= 0 else "none")'
+}
+
+# ---- the metrics endpoint ----
+
+# hl_metrics_start [hl_target_start options]: the target (hotlund) with its
+# metrics endpoint on a free loopback port, HL_METRICS_PORT; returns once
+# the endpoint listens.
+hl_metrics_start() {
+	HL_METRICS_PORT=$(hl_free_port) || hl_error "no free port"
+	HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$HL_METRICS_PORT" hl_target_start "$@"
+	hl_wait_port "$HL_PID" 127.0.0.1 "$HL_METRICS_PORT" "$HL_LOG"
+}
+
+# hl_metrics_park SENT <<'PY' ... PY: four loopback addresses (127.0.0.2-5)
+# open 10 connections each to the endpoint of hl_metrics_start and send
+# SENT on each (what a holder parks on: half a request, a body that never
+# ends); 0.5 s later, for the server to act on the last accepts, the Python
+# on stdin runs with these defined: port, held (a list of (address's last
+# byte, socket)), conn(src), alive(s) and scrape(src) (the status line of a
+# GET /metrics from src). Its exit status is returned; the held connections
+# close when it ends.
+hl_metrics_park() {
+	python3 - "$HL_METRICS_PORT" "$1" 3<&0 <<'PY'
+import os, socket, sys, time
+port = int(sys.argv[1])
+
+def conn(src):
+    s = socket.socket()
+    s.settimeout(5)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+def alive(s):
+    """False once the server closed s (EOF or reset)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.settimeout(5)
+
+def scrape(src):
+    try:
+        s = conn(src)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while b"\r\n" not in data:
+            b = s.recv(4096)
+            if not b:
+                break
+            data += b
+        s.close()
+        return data.split(b"\r\n")[0].decode(errors="replace") or "closed"
+    except OSError as e:
+        return "error: %s" % e
+
+held = []
+for a in range(2, 6):
+    for _ in range(10):
+        try:
+            s = conn("127.0.0.%d" % a)
+            s.sendall(sys.argv[2].encode())
+            held.append((a, s))
+        except OSError:
+            pass
+time.sleep(0.5)  # let the server act on the last accepts (it closes, never waits)
+exec(compile(os.fdopen(3).read(), "hl_metrics_park stdin", "exec"))
+PY
 }

@@ -12,10 +12,9 @@ hl_need python3 curl
 BENCH=$HL_BUILDDIR/hotlun-bench
 [ -x "$BENCH" ] || hl_skip "hotlun-bench not built"
 T=$(hl_tmpdir)
-MP=$(hl_free_port)
-HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$MP" hl_target_start --size 64M
+hl_metrics_start --size 64M
+MP=$HL_METRICS_PORT
 SOCK=$T/state/ctl.sock
-hl_wait_port "$HL_PID" 127.0.0.1 "$MP" "$HL_LOG"
 { curl -sf "http://127.0.0.1:$MP/metrics" >"$T/m.txt" && grep -q '^hotlun_disk_reads_completed_total' "$T/m.txt"; } ||
 	hl_fail "no scrape before the abuse"
 

@@ -8,50 +8,14 @@
 # and send one byte of it; then a scrape from 127.0.0.1 must be served.
 . "$(dirname "$0")/lib.sh"
 hl_need python3
-MP=$(hl_free_port)
-HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$MP" hl_target_start --size 16M
-hl_wait_port "$HL_PID" 127.0.0.1 "$MP" "$HL_LOG"
+hl_metrics_start --size 16M
 
-python3 - "$MP" <<'PY' || hl_fail "a scrape was kept out (see above)"
-import socket, sys, time
-port = int(sys.argv[1])
-
-def conn(src):
-    s = socket.socket()
-    s.settimeout(5)
-    s.bind((src, 0))
-    s.connect(("127.0.0.1", port))
-    return s
-
-def scrape(src):
-    try:
-        s = conn(src)
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        data = b""
-        while b"\r\n" not in data:
-            b = s.recv(4096)
-            if not b:
-                break
-            data += b
-        s.close()
-        return data.split(b"\r\n")[0].decode(errors="replace") or "closed"
-    except OSError as e:
-        return "error: %s" % e
-
-held = []
-for a in range(2, 6):
-    for _ in range(10):
-        try:
-            s = conn("127.0.0.%d" % a)
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
-                      b"Content-Length: 1000000\r\n\r\nx")
-            held.append(s)
-        except OSError:
-            pass
-time.sleep(0.5)  # let the server read the headers of the last ones
+# headers announcing a 1 MB body, and its first byte
+SENT=$'GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nx'
+hl_metrics_park "$SENT" <<'PY' || hl_fail "a scrape was kept out (see above)"
 got = scrape("127.0.0.1")
 print("scrape from 127.0.0.1 with every slot held by a body in progress:", got)
-for s in held:
+for _, s in held:
     s.close()
 sys.exit(0 if "200" in got else 1)
 PY

@@ -38,15 +38,8 @@ hits=$(cache_read)
 hl_log "bytes read from the cache device: $hits"
 [ "$hits" -gt 0 ] || hl_fail "no read was served by the cache: the test proved nothing"
 
-# inflight: the cache's requests in flight (fills included)
-inflight() { hl_cache_stat "$(hl_tmpdir)/state/ctl.sock" ssd inflight; }
-settle() {
-	for i in $(seq 1 100); do
-		[ "$(inflight)" = 0 ] && return 0
-		sleep 0.05
-	done
-	hl_fail "cache requests still in flight"
-}
+# settle: the cache's requests in flight (fills included) done
+settle() { hl_cache_idle "$(hl_tmpdir)/state/ctl.sock" ssd 5 || hl_fail "cache requests still in flight"; }
 pf() { "$TOOL" pr "$URL" 9 "$@"; }
 # control: the first read of a range never read before is not served by the cache
 settle

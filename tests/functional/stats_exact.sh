@@ -55,13 +55,7 @@ wait_owner() {
 	done
 	hl_fail "gateway $1 never became the owner ($(alua "$1"))"
 }
-idle() { # no cache request left (fills done)
-	for _ in $(seq 1 100); do
-		[ "$(hl_cache_stat "$T/ctl.sock" ssd inflight)" = 0 ] && return 0
-		sleep 0.1
-	done
-	hl_fail "the cache never went idle"
-}
+idle() { hl_cache_idle "$T/ctl.sock" ssd || hl_fail "the cache never went idle"; }
 
 hl_start_hotlund "$T/gw1.conf"
 GW1=$HL_PID

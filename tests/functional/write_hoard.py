@@ -84,6 +84,19 @@ def data_out(c, itt, ttt, datasn, offset, length, final, lun):
     return c.build(b, CHUNK[:length])
 
 
+def answer_r2t(c, r2t, itt, lun):
+    """All the Data-Out the R2T r2t asks for, in segments of at most MaxRecvDataSegmentLength."""
+    off, ln = r2t.u32(40), r2t.u32(44)
+    seg = min(c.mrdsl, len(CHUNK))
+    out, sn, end = [], 0, off + ln
+    while off < end:
+        n = min(seg, end - off)
+        out.append(data_out(c, itt, r2t.u32(20), sn, off, n, off + n == end, lun))
+        sn += 1
+        off += n
+    c.send_raw(b"".join(out))
+
+
 def login(c, target, initiator):
     """Log in asking for immediate and unsolicited data (the most a WRITE brings unasked)."""
     r = c.login_step(0, 1, True, [("InitiatorName", initiator), ("SessionType", "Normal"),
@@ -237,11 +250,17 @@ def main():
         time.sleep(3600)  # hold every connection until SIGTERM
 
 
-def probe(a):
+def session(a, name):
+    """A plain session to the target (initiator iqn.2026-11.io.hotlun:NAME), its unit attention taken."""
     host, port = a.portal.rsplit(":", 1)
     c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
-    c.login(a.target, initiator="iqn.2026-11.io.hotlun:probe")
+    c.login(a.target, initiator="iqn.2026-11.io.hotlun:" + name)
     c.clear_ua(a.lun)
+    return c
+
+
+def probe(a):
+    c = session(a, "probe")
     edtl, imm = 1 << 20, 65536
     itt = c.next_itt()
     c.send(c.scsi_bhs(pc.cdb_write10(4096, edtl // 512), lun=a.lun, write_len=edtl, itt=itt),
@@ -265,15 +284,7 @@ def probe(a):
             continue
         if r.opcode == pc.OP_R2T:
             print("R2T after %.2f s" % (time.monotonic() - t0), flush=True)
-            off, ln = r.u32(40), r.u32(44)
-            seg = min(c.mrdsl, len(CHUNK))
-            out, sn, end = [], 0, off + ln
-            while off < end:
-                n = min(seg, end - off)
-                out.append(data_out(c, itt, r.u32(20), sn, off, n, off + n == end, a.lun))
-                sn += 1
-                off += n
-            c.send_raw(b"".join(out))
+            answer_r2t(c, r, itt, a.lun)
         elif r.opcode == pc.OP_SCSI_RSP and r.itt == itt:
             if r.bhs[3] == 0x28:
                 print("TASK SET FULL", flush=True)
@@ -374,10 +385,7 @@ def trickle(a):
 
 
 def small(a):
-    host, port = a.portal.rsplit(":", 1)
-    c = pc.Conn(host, int(port), timeout=30.0, source=a.source)
-    c.login(a.target, initiator="iqn.2026-11.io.hotlun:small")
-    c.clear_ua(a.lun)
+    c = session(a, "small")
     ok = True
     for edtl, imm in ((4096, 4096), (65536, 0)):
         t0 = time.monotonic()
@@ -411,15 +419,7 @@ def write_once(c, a, edtl, imm, deadline):
         except pc.Timeout:
             return None
         if r.opcode == pc.OP_R2T and r.itt == itt:
-            off, ln = r.u32(40), r.u32(44)
-            seg = min(c.mrdsl, len(CHUNK))
-            out, sn, end = [], 0, off + ln
-            while off < end:
-                n = min(seg, end - off)
-                out.append(data_out(c, itt, r.u32(20), sn, off, n, off + n == end, a.lun))
-                sn += 1
-                off += n
-            c.send_raw(b"".join(out))
+            answer_r2t(c, r, itt, a.lun)
         elif r.opcode == pc.OP_SCSI_RSP and r.itt == itt:
             return r.bhs[3]
         elif r.opcode == pc.OP_NOP_IN and r.u32(20) != 0xFFFFFFFF:

@@ -48,15 +48,10 @@ static inline uint64_t cache_key_block(uint64_t key)
 _Static_assert(CACHE_KEY_LUNS == 256 && CACHE_KEY_MAX_BLOCK == UINT32_MAX,
                "struct cache_keys: a byte of LUN index and 32 bits of block");
 
-/* A strong 64-bit mixer (splitmix64 finaliser); keys are dense block numbers. */
+/* The core's hash of a key (keys are dense block numbers: a strong mixer). */
 static inline uint64_t cache_hash(uint64_t x)
 {
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
+	return hl_mix64(x);
 }
 
 /*

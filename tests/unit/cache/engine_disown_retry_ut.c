@@ -27,52 +27,25 @@
  */
 static void test_disown_refused_proofs_again(void)
 {
-	struct fake f, g;
-	struct hl_cache *c;
-	struct hl_origin *o, *other;
-	uint8_t *buf = malloc(8 * BS);
-	char tmp[96], p0[HL_ORIGIN_PROOF_MAX], p1[HL_ORIGIN_PROOF_MAX],
-	    line[HL_ORIGIN_PROOF_MAX + 16];
-	bool moved = false;
+	struct disown_hung d;
+	char p1[HL_ORIGIN_PROOF_MAX], line[HL_ORIGIN_PROOF_MAX + 16];
+	bool moved;
 	int rc;
 
-	o = fixture_up(&c, NULL, &f, 77, "fake:dretry");
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0));
-	proof_now(c, p0, sizeof(p0));
-	c->drain_ms = BOUND_MS;
-	map_hang(tmp, sizeof(tmp));
-	fake_init(&g, LUN_SIZE, 78);
-	other =
-	    fake_origin(&g, "fake:dretry"); /* the same origin, to be served without the cache */
-	rc = hl_cache_disown(c, other);
+	disown_hung_up(&d, 77, "fake:dretry", BOUND_MS);
+	rc = hl_cache_disown(d.c, d.other);
 	CU_ASSERT(rc != 0);
-	map_unhang(tmp);
+	map_unhang(d.tmp);
 	/* refused: disk0 stays served through the cache, and is written */
-	memset(buf, 0x2d, BS);
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 9 * BS, BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	for (int i = 0; i < (int)WAIT_MS && !moved; i++) {
-		proof_now(c, p1, sizeof(p1));
-		moved = strcmp(p1, p0) != 0;
-		usleep(1000);
-	}
+	moved = disown_hung_write_moves(&d, 0x2d, WAIT_MS, p1, sizeof(p1));
 	fprintf(stderr, "a refused disown, then a write: the proof %s (%s -> %s)\n",
-	        moved ? "moved on" : "stayed", p0, p1);
+	        moved ? "moved on" : "stayed", d.p0, p1);
 	CU_ASSERT(moved);
-	snprintf(line, sizeof(line), "proof %u %s", c->ents[0]->id, p1);
+	snprintf(line, sizeof(line), "proof %u %s", d.c->ents[0]->id, p1);
 	for (int i = 0; i < (int)WAIT_MS && !map_holds(line); i++)
 		usleep(1000);
 	CU_ASSERT(map_holds(line));
-	reactor_down();
-	hl_origin_close(other);
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
-	free(g.mem);
-	free(buf);
+	disown_hung_down(&d);
 }
 
 int main(void)

@@ -28,44 +28,19 @@
  */
 static void test_disown_refused_twice(void)
 {
-	struct fake f, g;
-	struct hl_cache *c;
-	struct hl_origin *o, *other;
-	uint8_t *buf = malloc(8 * BS);
-	char tmp[96], p0[HL_ORIGIN_PROOF_MAX], p1[HL_ORIGIN_PROOF_MAX];
-	bool moved = false;
+	struct disown_hung d;
+	char p1[HL_ORIGIN_PROOF_MAX];
+	bool moved;
 
-	o = fixture_up(&c, NULL, &f, 91, "fake:r17d");
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	CU_ASSERT_FATAL(wait_proof(c, 0));
-	proof_now(c, p0, sizeof(p0));
-	c->drain_ms = BOUND_MS;
-	map_hang(tmp, sizeof(tmp));
-	fake_init(&g, LUN_SIZE, 92);
-	other = fake_origin(&g, "fake:r17d"); /* the same origin, to be served without the cache */
-	CU_ASSERT(hl_cache_disown(c, other) != 0);
-	CU_ASSERT(hl_cache_disown(c, other) != 0); /* the retry: the write still out, refused */
-	map_unhang(tmp);
-	memset(buf, 0x3c, BS);
-	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 9 * BS, BS, buf), 0);
-	CU_ASSERT(wait_inflight(c, 0));
-	for (int i = 0; i < (int)WAIT_MS && !moved; i++) {
-		proof_now(c, p1, sizeof(p1));
-		moved = strcmp(p1, p0) != 0;
-		usleep(1000);
-	}
+	disown_hung_up(&d, 91, "fake:r17d", BOUND_MS);
+	CU_ASSERT(hl_cache_disown(d.c, d.other) != 0);
+	CU_ASSERT(hl_cache_disown(d.c, d.other) != 0); /* the retry: the write still out, refused */
+	map_unhang(d.tmp);
+	moved = disown_hung_write_moves(&d, 0x3c, WAIT_MS, p1, sizeof(p1));
 	fprintf(stderr, "a disown refused twice, then a write: the proof %s (%s -> %s)\n",
-	        moved ? "moved on" : "stayed", p0, p1);
+	        moved ? "moved on" : "stayed", d.p0, p1);
 	CU_ASSERT(moved);
-	reactor_down();
-	hl_origin_close(other);
-	hl_origin_close(o);
-	hl_cache_close(c);
-	dev_remove();
-	free(f.mem);
-	free(g.mem);
-	free(buf);
+	disown_hung_down(&d);
 }
 
 /* How many descriptors of this process are open on path. */

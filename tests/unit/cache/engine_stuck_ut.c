@@ -72,14 +72,7 @@ static unsigned settled_threads(void)
  */
 static void test_open_fails_at_loader(void)
 {
-	struct hl_cache_config cfg = {
-	    .name = "ut",
-	    .device = g_dev,
-	    .size = 8 * M,
-	    .block_size = BS,
-	    .admission = "always",
-	    .meta_interval_ms = 50,
-	};
+	struct hl_cache_config cfg = fixture_config();
 	struct fake f;
 	struct hl_cache *c;
 	struct hl_origin *o;

@@ -504,20 +504,26 @@ static HL_UT_UNUSED uint64_t g_ub;
 /* cache_open() returns while the records are still being restored. */
 static HL_UT_UNUSED bool g_lazy;
 
-static HL_UT_UNUSED struct hl_cache *cache_open(const char *policy)
+/* The fixture's cache on g_dev: every miss admitted, records flushed every 50 ms. */
+static HL_UT_UNUSED struct hl_cache_config fixture_config(void)
 {
-	struct hl_cache_config cfg = {
-	    .update_buffer = g_ub,
+	return (struct hl_cache_config){
 	    .name = "ut",
 	    .device = g_dev,
 	    .size = 8 * M,
 	    .block_size = BS,
 	    .admission = "always",
-	    .write_policy = policy,
 	    .meta_interval_ms = 50,
 	};
+}
+
+static HL_UT_UNUSED struct hl_cache *cache_open(const char *policy)
+{
+	struct hl_cache_config cfg = fixture_config();
 	struct hl_cache *c = NULL;
 
+	cfg.update_buffer = g_ub;
+	cfg.write_policy = policy;
 	CU_ASSERT_FATAL(hl_cache_open(&cfg, &c) == 0);
 	if (!g_lazy)
 		hl_cache_restore_wait(c); /* these tests attach once every record is back */
@@ -1164,18 +1170,79 @@ struct bg_open {
 static HL_UT_UNUSED void *bg_open_main(void *arg)
 {
 	struct bg_open *b = arg;
-	struct hl_cache_config cfg = {
-	    .name = "ut",
-	    .device = g_dev,
-	    .size = 8 * M,
-	    .block_size = BS,
-	    .admission = "always",
-	    .meta_interval_ms = 50,
-	};
+	struct hl_cache_config cfg = fixture_config();
 
 	b->rc = hl_cache_open(&cfg, &b->c);
 	atomic_store(&b->done, true);
 	return NULL;
+}
+
+/*
+ * A disown tried while the map hangs (engine_disown_retry_ut,
+ * engine_rev17_ut): disk0 attached and proven, and its origin opened again
+ * as `other`, to be served without the cache once the disown goes through.
+ */
+struct disown_hung {
+	struct fake f, g;             /* disk0's origin; other's (the same URI) */
+	struct hl_cache *c;
+	struct hl_origin *o, *other;  /* disk0 through the cache; the origin without it */
+	uint8_t *buf;                 /* 8 blocks */
+	char tmp[96];                 /* map_hang's FIFO */
+	char p0[HL_ORIGIN_PROOF_MAX]; /* disk0's proof before the disown */
+};
+
+/*
+ * disk0 (f filled from seed, origin uri) read and proven, its proof in p0;
+ * disowns wait drain_ms at most; then the map hangs. other's fake is
+ * filled from seed + 1.
+ */
+static HL_UT_UNUSED void disown_hung_up(struct disown_hung *d, uint8_t seed, const char *uri,
+                                        unsigned drain_ms)
+{
+	d->buf = malloc(8 * BS);
+	d->o = fixture_up(&d->c, NULL, &d->f, seed, uri);
+	CU_ASSERT_EQUAL(do_io(d->o, HL_IO_READ, 0, 8 * BS, d->buf), 0);
+	CU_ASSERT(wait_inflight(d->c, 0));
+	CU_ASSERT_FATAL(wait_proof(d->c, 0));
+	proof_now(d->c, d->p0, sizeof(d->p0));
+	d->c->drain_ms = drain_ms;
+	map_hang(d->tmp, sizeof(d->tmp));
+	fake_init(&d->g, LUN_SIZE, seed + 1);
+	d->other = fake_origin(&d->g, uri);
+}
+
+/*
+ * disk0, still served through the cache, is written (block 9, filled with
+ * val): its origin's proof moves on. @return whether disk0's recorded
+ * proof moved on from p0 within ms; p1: the last one seen.
+ */
+static HL_UT_UNUSED bool disown_hung_write_moves(struct disown_hung *d, uint8_t val, unsigned ms,
+                                                 char *p1, size_t len)
+{
+	bool moved = false;
+
+	memset(d->buf, val, BS);
+	CU_ASSERT_EQUAL(do_io(d->o, HL_IO_WRITE, 9 * BS, BS, d->buf), 0);
+	CU_ASSERT(wait_inflight(d->c, 0));
+	for (unsigned i = 0; i < ms && !moved; i++) {
+		proof_now(d->c, p1, len);
+		moved = strcmp(p1, d->p0) != 0;
+		usleep(1000);
+	}
+	return moved;
+}
+
+/* The end of a disown_hung_up() test: all it opened goes. */
+static HL_UT_UNUSED void disown_hung_down(struct disown_hung *d)
+{
+	reactor_down();
+	hl_origin_close(d->other);
+	hl_origin_close(d->o);
+	hl_cache_close(d->c);
+	dev_remove();
+	free(d->f.mem);
+	free(d->g.mem);
+	free(d->buf);
 }
 
 #endif
