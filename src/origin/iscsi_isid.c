@@ -280,7 +280,7 @@ void origin_iscsi_isid_sweep(struct hl_origin *o)
 			HL_NOTICE(ISC_COMPONENT,
 			          "%s: reinstated %u session(s) of a previous run (ISIDs 80%06x....): "
 			          "its commands at the SAN are fenced",
-			          o->uri, n + ours, base);
+			          o->uri, n, base);
 		if (ok)
 			origin_iscsi_isid_swept(&io->isid, k);
 		else if (!ours)
