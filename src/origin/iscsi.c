@@ -37,7 +37,9 @@
  * Two live instances must never share an ISID (each login would kill
  * the other's session): each open takes a slot locked in state_dir, a
  * reload's new origin another one than the old origin still closing
- * (iscsi_isid.c has the rules; docs/gateways.md what is not fenced). SYNCHRONIZE
+ * (iscsi_isid.c has the rules; docs/gateways.md what is not fenced). A
+ * gateway keeps random ISIDs: its reservation's PREEMPT AND ABORT fences a
+ * dead run, and shared nexuses would break that (iscsi_isid.c). SYNCHRONIZE
  * CACHE acts on the logical unit, so a FLUSH on one session covers writes
  * completed on the others.
  *

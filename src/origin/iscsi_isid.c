@@ -16,7 +16,8 @@
  * the 24-bit part of slot k = a mix of (ident, k); the qualifier names the
  * session (iscsi_isid.h). Not the host of the URL: a SAN reached under
  * another address is the same target. The gateway id keeps two gateways
- * apart even when an initiator= URL key gives them one initiator name.
+ * apart even when an initiator= URL key gives them one initiator name
+ * (today a gateway keeps random ISIDs: origin_iscsi_isid_choose says why).
  * Format 10b ("random"): we own no OUI or enterprise number, and RFC 7143
  * asks nothing of the random part but that one initiator port use it once
  * per target, which the slots below keep within a host.
@@ -207,8 +208,18 @@ void origin_iscsi_isid_release(struct isc_isid *st, unsigned slot, bool clean)
 
 /*
  * The ISIDs' 24-bit part: the slot's derived one when the disk is named
- * and has a state_dir (iscsi_isid.c), else random, as every open had
- * before: then a restart is a new I_T nexus to the SAN and fences nothing.
+ * and has a state_dir, else random, as every open had before: then a
+ * restart is a new I_T nexus to the SAN and fences nothing.
+ *
+ * A gateway (io->gateway) keeps random ISIDs: its reservation fences a
+ * dead run already (the new run's acquisition PREEMPTs AND ABORTs the old
+ * run's key before it serves), and sharing the old run's nexuses breaks
+ * that. Its ownership session would be the old holder's own nexus, so the
+ * REGISTER moves the reservation to the new key and the PREEMPT of the old
+ * key finds nobody (gateway_san.sh step 5 failed so: "preempted while
+ * taking over"); and its data sessions would inherit the old run's
+ * registrations and the REGISTRATIONS PREEMPTED our own takeover queues
+ * for them, which drops the warm cache (iscsi_ua.c).
  */
 void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *opts)
 {
@@ -217,7 +228,7 @@ void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *
 	int rc = 0;
 
 	io->isid.slot = -1;
-	if (opts && opts->disk && opts->state_dir) {
+	if (opts && opts->disk && opts->state_dir && !io->gateway) {
 		rc = origin_iscsi_isid_claim(&io->isid,
 		                             opts->state_dir,
 		                             origin_iscsi_isid_ident(opts->disk, io->url.target,
@@ -278,8 +289,8 @@ void origin_iscsi_isid_sweep(struct hl_origin *o)
 		}
 		if (n)
 			HL_NOTICE(ISC_COMPONENT,
-			          "%s: reinstated %u session(s) of a previous run (ISIDs 80%06x....): "
-			          "its commands at the SAN are fenced",
+			          "%s: logged in again as %u session(s) of a previous run (ISIDs "
+			          "80%06x....): the SAN reinstates any it kept, ending their commands",
 			          o->uri, n, base);
 		if (ok)
 			origin_iscsi_isid_swept(&io->isid, k);
