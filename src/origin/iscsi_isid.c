@@ -85,7 +85,8 @@ uint64_t origin_iscsi_isid_ident(const char *disk, const char *target, unsigned 
 {
 	uint64_t h = FNV_OFFSET;
 	uint8_t gw[2] = {(uint8_t)(gateway >> 8), (uint8_t)gateway};
-	uint8_t l[4] = {(uint8_t)(lun >> 24), (uint8_t)(lun >> 16), (uint8_t)(lun >> 8), (uint8_t)lun};
+	uint8_t l[4] = {(uint8_t)(lun >> 24), (uint8_t)(lun >> 16), (uint8_t)(lun >> 8),
+	                (uint8_t)lun};
 
 	h = fnv_bytes(h, gw, sizeof(gw), false);
 	h = fnv_bytes(h, disk, strlen(disk), false);
@@ -160,7 +161,7 @@ int origin_iscsi_isid_claim(struct isc_isid *st, const char *dir, uint64_t ident
 		st->fd[k] = fd;
 		st->used[k] = record_read(fd);
 		if (st->slot < 0) {
-			/* in use (the probe, the poll); what a dead holder used stays until swept */
+			/* in use (probe, poll); what a dead holder used stays until swept */
 			st->slot = (int)k;
 			st->noted = st->used[k] ? st->used[k] : 1;
 			record_write(fd, st->noted);
@@ -229,14 +230,14 @@ void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *
 
 	io->isid.slot = -1;
 	if (opts && opts->disk && opts->state_dir && !io->gateway) {
-		rc = origin_iscsi_isid_claim(&io->isid,
-		                             opts->state_dir,
-		                             origin_iscsi_isid_ident(opts->disk, io->url.target,
-		                                                     io->url.lun, io->gateway));
+		rc = origin_iscsi_isid_claim(
+		    &io->isid, opts->state_dir,
+		    origin_iscsi_isid_ident(opts->disk, io->url.target, io->url.lun, io->gateway));
 		if (rc == 0) {
-			io->isid_rnd = origin_iscsi_isid_base(io->isid.ident, (unsigned)io->isid.slot);
-			HL_INFO(ISC_COMPONENT, "%s: ISIDs 80%06x.... (slot %d)", o->uri, io->isid_rnd,
-			        io->isid.slot);
+			io->isid_rnd =
+			    origin_iscsi_isid_base(io->isid.ident, (unsigned)io->isid.slot);
+			HL_INFO(ISC_COMPONENT, "%s: ISIDs 80%06x.... (slot %d)", o->uri,
+			        io->isid_rnd, io->isid.slot);
 			return;
 		}
 		HL_WARN(ISC_COMPONENT,
@@ -277,8 +278,9 @@ void origin_iscsi_isid_sweep(struct hl_origin *o)
 			     iscsi_connect_sync(ctx, io->portal) == 0 && iscsi_login_sync(ctx) == 0;
 			if (!ok)
 				HL_WARN(ISC_COMPONENT,
-				        "%s: cannot fence ISID 80%06x%04x of a previous run: %s", o->uri,
-				        base, qual, ctx ? iscsi_get_error(ctx) : "no memory");
+				        "%s: cannot fence ISID 80%06x%04x of a previous run: %s",
+				        o->uri, base, qual,
+				        ctx ? iscsi_get_error(ctx) : "no memory");
 			else
 				n++;
 			if (ctx) {
@@ -288,10 +290,11 @@ void origin_iscsi_isid_sweep(struct hl_origin *o)
 			}
 		}
 		if (n)
-			HL_NOTICE(ISC_COMPONENT,
-			          "%s: logged in again as %u session(s) of a previous run (ISIDs "
-			          "80%06x....): the SAN reinstates any it kept, ending their commands",
-			          o->uri, n, base);
+			HL_NOTICE(
+			    ISC_COMPONENT,
+			    "%s: logged in again as %u session(s) of a previous run (ISIDs "
+			    "80%06x....): the SAN reinstates any it kept, ending their commands",
+			    o->uri, n, base);
 		if (ok)
 			origin_iscsi_isid_swept(&io->isid, k);
 		else if (!ours)

@@ -23,12 +23,12 @@
 
 /* What one instance holds of its disk's slots. */
 struct isc_isid {
-	uint64_t ident;          /* origin_iscsi_isid_ident(); 0: no stable ISIDs (random) */
-	int slot;                /* ours; -1: none taken */
-	int fd[ISC_ISID_SLOTS];  /* slot files locked: ours while open, others while swept */
+	uint64_t ident;                /* origin_iscsi_isid_ident(); 0: no stable ISIDs (random) */
+	int slot;                      /* ours; -1: none taken */
+	int fd[ISC_ISID_SLOTS];        /* slot files locked: ours while open, others while swept */
 	unsigned used[ISC_ISID_SLOTS]; /* each locked slot's record as found: 0 clean, else
 	                                  1 + the highest data qualifier its holder used */
-	unsigned noted;          /* ours: the record written since */
+	unsigned noted;                /* ours: the record written since */
 };
 
 /**

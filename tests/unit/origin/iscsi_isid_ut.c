@@ -58,8 +58,8 @@ static void test_distinct(void)
 {
 	uint64_t id = origin_iscsi_isid_ident("db", TGT, 0, 1);
 	uint64_t other[] = {
-	    origin_iscsi_isid_ident("db", TGT, 0, 2), /* the other gateway of the pair */
-	    origin_iscsi_isid_ident("db", TGT, 0, 0), /* a lone gateway */
+	    origin_iscsi_isid_ident("db", TGT, 0, 2),  /* the other gateway of the pair */
+	    origin_iscsi_isid_ident("db", TGT, 0, 0),  /* a lone gateway */
 	    origin_iscsi_isid_ident("db2", TGT, 0, 1), /* another disk, same LUN */
 	    origin_iscsi_isid_ident("db", TGT, 1, 1),  /* another LUN */
 	    origin_iscsi_isid_ident("db", TGT "2", 0, 1),
@@ -69,7 +69,8 @@ static void test_distinct(void)
 
 	for (unsigned i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
 		CU_ASSERT_NOT_EQUAL(other[i], id);
-		CU_ASSERT_NOT_EQUAL(origin_iscsi_isid_base(other[i], 0), origin_iscsi_isid_base(id, 0));
+		CU_ASSERT_NOT_EQUAL(origin_iscsi_isid_base(other[i], 0),
+		                    origin_iscsi_isid_base(id, 0));
 	}
 	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++) {
 		bases[k] = origin_iscsi_isid_base(id, k);
@@ -157,7 +158,8 @@ static void test_slots(void)
 		release_all(&more[k]);
 	}
 	/* another gateway's identity has slots of its own */
-	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&b, dir, origin_iscsi_isid_ident("db", TGT, 0, 2)), 0);
+	CU_ASSERT_EQUAL_FATAL(
+	    origin_iscsi_isid_claim(&b, dir, origin_iscsi_isid_ident("db", TGT, 0, 2)), 0);
 	CU_ASSERT_EQUAL(b.slot, 0);
 	release_all(&b);
 	/* no state_dir to write in: an error, not a crash */
