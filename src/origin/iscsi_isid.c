@@ -229,6 +229,7 @@ void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *
 	int rc = 0;
 
 	io->isid.slot = -1;
+	io->isid.ident = 0; /* no slot files: open's failure path closes none */
 	if (opts && opts->disk && opts->state_dir && !io->gateway) {
 		rc = origin_iscsi_isid_claim(
 		    &io->isid, opts->state_dir,
