@@ -166,6 +166,11 @@ struct hl_origin_opts {
 	                          gateway_lease_ms), published where the origin can (rbd:
 	                          the ownership record) so that a taker waits the owner's
 	                          lease, not only its own (hl_own_info.lease_ms) */
+	const char *disk;      /* iscsi: the disk's name in the config and ... */
+	const char *state_dir; /* ... where its ISID slots are kept: with both, each session's
+	                          ISID is the same at every start, so a restart reinstates
+	                          (fences) what a dead run left at the SAN (iscsi_isid.c).
+	                          NULL: random ISIDs per open */
 	bool sole_writer;      /* [disk] exclusive = yes: the admin declares that nobody
 	                          else writes the origin while hotlund is down, so an
 	                          origin that cannot prove it unchanged is trusted

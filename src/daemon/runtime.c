@@ -359,6 +359,8 @@ static int disk_open(struct daemon *d, const struct plan *p, const struct hl_con
 		.mutual_user = cd->ochap.mutual_user,
 		.mutual_secret = cd->ochap.mutual_secret,
 		.sole_writer = cd->exclusive,
+		.disk = cd->name,
+		.state_dir = d->conf->state_dir,
 		.gateway = (uint16_t)d->conf->gateway,
 		.gateway_lease_ms =
 		    d->conf->gateway_lease_ms ? d->conf->gateway_lease_ms : HL_CONF_GATEWAY_LEASE_MS,

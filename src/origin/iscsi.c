@@ -26,9 +26,20 @@
  * reactor, hl_reactor_call both ways) costs two thread hops per I/O and puts
  * every I/O of every reactor behind one socket. The price is N sessions per
  * origin on the SAN: all use the same initiator name (so ACLs work) and
- * distinct ISIDs (same random part, qualifier = session number), and a
+ * distinct ISIDs (one 24-bit part, qualifier = session number), and a
  * session keeps its ISID across reconnects so the SAN reinstates it (and
- * drops the old one's tasks) instead of seeing a new I_T nexus. SYNCHRONIZE
+ * drops the old one's tasks) instead of seeing a new I_T nexus. The 24-bit
+ * part is derived from the gateway, the disk's name, the target and the
+ * LUN, not drawn: a restarted process logs in as the dead one's nexuses,
+ * and its open first logs in once with every ISID the dead run used, so
+ * the SAN ends that run's commands before we read anything (a write left
+ * queued there would otherwise land after our fill: a stale cache).
+ * Two live instances must never share an ISID (each login would kill
+ * the other's session): each open takes a slot locked in state_dir, a
+ * reload's new origin another one than the old origin still closing
+ * (iscsi_isid.c has the rules; docs/gateways.md what is not fenced). A
+ * gateway keeps random ISIDs: its reservation's PREEMPT AND ABORT fences a
+ * dead run, and shared nexuses would break that (iscsi_isid.c). SYNCHRONIZE
  * CACHE acts on the logical unit, so a FLUSH on one session covers writes
  * completed on the others.
  *
@@ -102,7 +113,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -135,7 +145,8 @@ static void session_retry(struct hl_timer *t);
 static void session_done_timer(struct hl_timer *t);
 static void session_dispatch(struct isc_session *s);
 
-struct iscsi_context *origin_iscsi_context_make(struct isc_origin *io, uint16_t qual)
+struct iscsi_context *origin_iscsi_context_make_isid(struct isc_origin *io, uint32_t base,
+                                                     uint16_t qual)
 {
 	struct iscsi_context *ctx = iscsi_create_context(io->initiator);
 
@@ -144,7 +155,7 @@ struct iscsi_context *origin_iscsi_context_make(struct isc_origin *io, uint16_t 
 	if (iscsi_set_targetname(ctx, io->url.target) ||
 	    iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL) ||
 	    iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE_CRC32C) ||
-	    iscsi_set_isid_random(ctx, io->isid_rnd, qual) ||
+	    iscsi_set_isid_random(ctx, base, qual) ||
 	    (io->url.user[0] &&
 	     iscsi_set_initiator_username_pwd(ctx, io->url.user, io->url.secret)) ||
 	    (io->mutual_user[0] &&
@@ -164,6 +175,11 @@ struct iscsi_context *origin_iscsi_context_make(struct isc_origin *io, uint16_t 
 	iscsi_set_timeout(ctx, (int)HL_MAX((uint32_t)ISC_CMD_TIMEOUT_MIN_S, 2 * io->url.timeout_s));
 	iscsi_set_tcp_keepalive(ctx, 10, 3, 5);
 	return ctx;
+}
+
+struct iscsi_context *origin_iscsi_context_make(struct isc_origin *io, uint16_t qual)
+{
+	return origin_iscsi_context_make_isid(io, io->isid_rnd, qual);
 }
 
 static void finish(struct isc_session *s, struct hl_origin_io *io, int result)
@@ -495,6 +511,8 @@ static void session_reactor_gone(struct hl_reactor_fini *f)
 /* Free what is left of a session whose reactor holds nothing of it any more. */
 static void session_free(struct isc_session *s)
 {
+	if (!hl_list_empty(&s->inflight))
+		atomic_store(&io_of(s->o)->unclean, true);
 	if (s->ctx) {
 		struct iscsi_context *ctx = s->ctx;
 
@@ -515,6 +533,8 @@ static void session_free(struct isc_session *s)
  */
 static void session_close_here(struct isc_session *s)
 {
+	if (!hl_list_empty(&s->inflight)) /* they may still run at the SAN */
+		atomic_store(&io_of(s->o)->unclean, true);
 	session_detach(s); /* before the context closes its socket */
 	session_drop_ctx(s);
 	origin_iscsi_reg_drop(s);
@@ -600,6 +620,7 @@ static struct isc_session *session_get(struct hl_origin *o, struct hl_reactor *r
 			s->o = o;
 			s->reactor = r;
 			s->qual = (uint16_t)++io->nsessions;
+			origin_iscsi_isid_note(&io->isid, s->qual); /* before it logs in */
 			hl_list_init(&s->waitq);
 			hl_list_init(&s->inflight);
 			hl_list_init(&s->doneq);
@@ -1231,7 +1252,6 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 {
 	struct isc_origin *io = io_of(o);
 	struct iscsi_context *ctx;
-	uint32_t rnd = 0;
 	int rc;
 
 	rc = origin_iscsi_url_parse(target, &io->url);
@@ -1253,9 +1273,6 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 		hl_strlcpy(io->initiator, io->url.initiator, sizeof(io->initiator));
 	else
 		origin_iscsi_default_initiator(io->initiator, sizeof(io->initiator));
-	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
-		rnd = (uint32_t)hl_now_ns() ^ (uint32_t)getpid();
-	io->isid_rnd = rnd & 0xffffff;
 	io->id = atomic_fetch_add(&isc_next_id, 1);
 	io->timeout_ns = (uint64_t)io->url.timeout_s * 1000000000ull;
 	io->probe_ns = HL_MIN(io->timeout_ns / 2, ISC_PROBE_MAX_MS * 1000000ull);
@@ -1264,6 +1281,7 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 	hl_list_init(&io->sessions);
 	io->gateway = opts ? opts->gateway : 0;
 	io->pr_key = io->gateway ? origin_iscsi_pr_key(io->gateway) : 0;
+	origin_iscsi_isid_choose(o, opts);
 
 	ctx = origin_iscsi_context_make(io, 0);
 	if (!ctx) {
@@ -1299,11 +1317,14 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 		rc = -EINVAL;
 		goto fail;
 	}
+	origin_iscsi_isid_sweep(o);
 	rc = origin_iscsi_ua_start(o);
 	if (rc)
 		goto fail;
 	return 0;
 fail:
+	for (unsigned k = 0; k < ISC_ISID_SLOTS && io->isid.ident; k++)
+		origin_iscsi_isid_release(&io->isid, k, false); /* records kept: not swept */
 	pthread_mutex_destroy(&io->lock);
 	pthread_mutex_destroy(&io->ctl_lock);
 	wipe_credentials(io);
@@ -1356,6 +1377,9 @@ static void iscsi_close(struct hl_origin *o)
 	iscsi_shut(o); /* nothing left when hl_origin_close() called it */
 	pthread_mutex_destroy(&io->lock);
 	origin_iscsi_ctl_drop(io);
+	if (io->isid.slot >= 0)
+		origin_iscsi_isid_release(&io->isid, (unsigned)io->isid.slot,
+		                          !atomic_load(&io->unclean));
 	pthread_mutex_destroy(&io->ctl_lock);
 	wipe_credentials(io);
 	for (unsigned i = 0; i < TL_CACHE; i++) {

@@ -71,7 +71,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define ISC_UA_QUAL      0xffff /* the poll nexus: sessions use 1..N, ownership 0 */
+#define ISC_UA_QUAL      ISC_QUAL_UA /* the poll nexus: sessions use 1..N, ownership 0 */
 #define ISC_UA_TIMEOUT_S 5
 #define ISC_UA_POLL_MS   1000 /* TEST UNIT READY on the poll nexus */
 #define ISC_UA_TRIES     16   /* READ CAPACITY behind the unit attentions queued before it */

@@ -10,6 +10,7 @@
 
 #include "hotlun/event.h"
 #include "hotlun/util.h"
+#include "origin/iscsi_isid.h"
 #include "origin/origin_internal.h"
 
 #include <iscsi/iscsi.h>
@@ -42,7 +43,9 @@ struct isc_origin {
 	atomic_bool no_sync;   /* neither exists: the SAN has no volatile cache to flush */
 	atomic_bool no_caw;    /* COMPARE AND WRITE was refused once (B0 promised it) */
 	atomic_bool closing;   /* close() began: submit refuses (-ESHUTDOWN), no new session */
-	uint32_t isid_rnd;
+	uint32_t isid_rnd;    /* the 24-bit part of every session's ISID (iscsi_isid.c) */
+	struct isc_isid isid; /* its slot; isid.noted under lock */
+	atomic_bool unclean;  /* a session closed with commands out: its slot record stays */
 	pthread_mutex_t lock; /* guards sessions and nsessions; svc while it goes (iscsi_ua.c) */
 	struct hl_list sessions;
 	unsigned nsessions;
@@ -172,6 +175,18 @@ static inline struct isc_origin *io_of(struct hl_origin *o)
 {
 	return hl_origin_priv(o);
 }
+
+/** A libiscsi context for io's SAN with ISID (10b, base, qual); NULL: logged. */
+struct iscsi_context *origin_iscsi_context_make_isid(struct isc_origin *io, uint32_t base,
+                                                     uint16_t qual);
+
+/* ---- stable ISIDs (iscsi_isid.c) ---- */
+
+/** open(): take a slot and set io->isid_rnd (derived, or random without disk and state_dir). */
+void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *opts);
+
+/** open(), after the probe: reinstate every session dead holders of free slots left at the SAN. */
+void origin_iscsi_isid_sweep(struct hl_origin *o);
 
 /* ---- unit attentions (iscsi_ua.c) ---- */
 

@@ -1,0 +1,184 @@
+/*
+ * iscsi_isid_ut.c - the iscsi origin's stable ISIDs (src/origin/iscsi_isid.c):
+ * derived the same at every start (a fixed value: a change here is a
+ * restart that fences nothing after an upgrade), distinct per session, per
+ * gateway, per disk and per slot; and the slot files that keep two live
+ * instances off one ISID and tell an open what a dead one left to sweep.
+ */
+#include "config.h"
+
+#include "hl_test.h"
+#include "origin/iscsi_isid.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TGT "iqn.2026-11.io.hotlun:san"
+/* what this version derives for ("db", TGT, LUN 0, gateway 1) */
+#define ISID_UT_IDENT 0xf79ed921137b983full
+#define ISID_UT_BASE0 0x1bcf38u
+
+static void test_stable(void)
+{
+	uint64_t id = origin_iscsi_isid_ident("db", TGT, 0, 1);
+
+	CU_ASSERT_EQUAL(id, origin_iscsi_isid_ident("db", TGT, 0, 1));
+	/* IQNs compare without case at the SAN: one target, one identity */
+	CU_ASSERT_EQUAL(id, origin_iscsi_isid_ident("db", "IQN.2026-11.io.HOTLUN:san", 0, 1));
+	CU_ASSERT_EQUAL(origin_iscsi_isid_base(id, 0), origin_iscsi_isid_base(id, 0));
+	/* fixed across builds and versions: the next run must find the same ISIDs */
+	CU_ASSERT_EQUAL(id, ISID_UT_IDENT);
+	CU_ASSERT_EQUAL(origin_iscsi_isid_base(id, 0), ISID_UT_BASE0);
+	CU_ASSERT(origin_iscsi_isid_base(id, 0) <= 0xffffff);
+}
+
+static void test_sessions(void)
+{
+	uint8_t a[6], b[6];
+	uint32_t base = origin_iscsi_isid_base(origin_iscsi_isid_ident("db", TGT, 0, 1), 0);
+
+	origin_iscsi_isid_bytes(base, ISC_QUAL_CTL, a);
+	CU_ASSERT_EQUAL(a[0], 0x80); /* type 10b: random */
+	CU_ASSERT_EQUAL(((unsigned)a[1] << 16 | (unsigned)a[2] << 8 | a[3]), base);
+	/* the ownership session, data sessions 1..N and the poll: one nexus each */
+	for (unsigned q = 0; q <= 256; q++) {
+		origin_iscsi_isid_bytes(base, (uint16_t)q, a);
+		origin_iscsi_isid_bytes(base, ISC_QUAL_UA, b);
+		CU_ASSERT_NOT_EQUAL(memcmp(a, b, 6), 0);
+		origin_iscsi_isid_bytes(base, (uint16_t)(q + 1), b);
+		CU_ASSERT_NOT_EQUAL(memcmp(a, b, 6), 0);
+	}
+}
+
+static void test_distinct(void)
+{
+	uint64_t id = origin_iscsi_isid_ident("db", TGT, 0, 1);
+	uint64_t other[] = {
+	    origin_iscsi_isid_ident("db", TGT, 0, 2),  /* the other gateway of the pair */
+	    origin_iscsi_isid_ident("db", TGT, 0, 0),  /* a lone gateway */
+	    origin_iscsi_isid_ident("db2", TGT, 0, 1), /* another disk, same LUN */
+	    origin_iscsi_isid_ident("db", TGT, 1, 1),  /* another LUN */
+	    origin_iscsi_isid_ident("db", TGT "2", 0, 1),
+	    origin_iscsi_isid_ident("d", "b" TGT, 0, 1), /* fields do not run into each other */
+	};
+	uint32_t bases[ISC_ISID_SLOTS];
+
+	for (unsigned i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		CU_ASSERT_NOT_EQUAL(other[i], id);
+		CU_ASSERT_NOT_EQUAL(origin_iscsi_isid_base(other[i], 0),
+		                    origin_iscsi_isid_base(id, 0));
+	}
+	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++) {
+		bases[k] = origin_iscsi_isid_base(id, k);
+		for (unsigned j = 0; j < k; j++)
+			CU_ASSERT_NOT_EQUAL(bases[j], bases[k]);
+	}
+}
+
+static char dir[64];
+
+static unsigned record(uint64_t id, unsigned k)
+{
+	char path[256], buf[16] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/iscsi-isid-%016llx.%u", dir, (unsigned long long)id, k);
+	f = fopen(path, "r");
+	if (!f)
+		return 999;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	return (unsigned)strtoul(buf, NULL, 10);
+}
+
+static void release_all(struct isc_isid *st)
+{
+	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++)
+		origin_iscsi_isid_release(st, k, false);
+}
+
+static void test_slots(void)
+{
+	uint64_t id = origin_iscsi_isid_ident("db", TGT, 0, 1);
+	struct isc_isid a, b, c, more[ISC_ISID_SLOTS];
+
+	snprintf(dir, sizeof(dir), "/tmp/isid_ut.XXXXXX");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+
+	/* the first instance takes slot 0, nothing to sweep, "in use" recorded */
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&a, dir, id), 0);
+	CU_ASSERT_EQUAL(a.slot, 0);
+	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++)
+		CU_ASSERT_EQUAL(a.used[k], 0);
+	CU_ASSERT_EQUAL(record(id, 0), 1);
+	for (unsigned k = 1; k < ISC_ISID_SLOTS; k++)
+		origin_iscsi_isid_swept(&a, k); /* what open does with free, clean slots */
+	origin_iscsi_isid_note(&a, 1);
+	origin_iscsi_isid_note(&a, 3);
+	origin_iscsi_isid_note(&a, 2);
+	CU_ASSERT_EQUAL(record(id, 0), 4); /* 1 + the highest data qualifier */
+
+	/* a second live instance (a reload's new origin): never slot 0, nor sweeps it */
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&b, dir, id), 0);
+	CU_ASSERT_EQUAL(b.slot, 1);
+	CU_ASSERT_EQUAL(b.fd[0], -1);
+	CU_ASSERT_EQUAL(record(id, 0), 4);
+	release_all(&b);
+
+	/* a dies (no clean close): the next instance gets slot 0 and its record to sweep */
+	release_all(&a);
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&c, dir, id), 0);
+	CU_ASSERT_EQUAL(c.slot, 0);
+	CU_ASSERT_EQUAL(c.used[0], 4);
+	CU_ASSERT_EQUAL(record(id, 0), 4); /* kept until swept */
+	origin_iscsi_isid_swept(&c, 0);
+	CU_ASSERT_EQUAL(record(id, 0), 1);
+	CU_ASSERT_EQUAL(c.slot, 0);
+	/* a clean close: nothing to sweep next time */
+	origin_iscsi_isid_release(&c, 0, true);
+	CU_ASSERT_EQUAL(record(id, 0), 0);
+	release_all(&c);
+
+	/* every slot held live: refused, and nothing is left locked */
+	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++) {
+		CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&more[k], dir, id), 0);
+		CU_ASSERT_EQUAL(more[k].slot, (int)k);
+		for (unsigned j = k + 1; j < ISC_ISID_SLOTS; j++)
+			origin_iscsi_isid_swept(&more[k], j); /* the end of its open's sweep */
+	}
+	CU_ASSERT_EQUAL(origin_iscsi_isid_claim(&a, dir, id), -EBUSY);
+	CU_ASSERT_EQUAL(a.slot, -1);
+	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++) {
+		CU_ASSERT_EQUAL(a.fd[k], -1);
+		release_all(&more[k]);
+	}
+	/* another gateway's identity has slots of its own */
+	CU_ASSERT_EQUAL_FATAL(
+	    origin_iscsi_isid_claim(&b, dir, origin_iscsi_isid_ident("db", TGT, 0, 2)), 0);
+	CU_ASSERT_EQUAL(b.slot, 0);
+	release_all(&b);
+	/* no state_dir to write in: an error, not a crash */
+	CU_ASSERT(origin_iscsi_isid_claim(&a, "/nonexistent/dir", id) < 0);
+
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
+static const struct hl_test tests[] = {
+    {"the same ISIDs at every start", test_stable},
+    {"one ISID per session", test_sessions},
+    {"distinct per gateway, disk, LUN, target and slot", test_distinct},
+    {"slots: live instances apart, a dead one's record swept", test_slots},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("origin_iscsi_isid", tests);
+}
