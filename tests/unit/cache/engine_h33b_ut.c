@@ -85,9 +85,15 @@ static void chaos_fire(struct hl_timer *t)
 	io->cb(io, rc);
 }
 
+/* priv: the fake (first, as fake_proof_take/check read it), then the chaos. */
+static struct chaos *chaos_of(struct hl_origin *o)
+{
+	return ((struct chaos **)hl_origin_priv(o))[1];
+}
+
 static int chaos_submit(struct hl_origin *o, struct hl_origin_io *io)
 {
-	struct chaos *ch = *(struct chaos **)hl_origin_priv(o);
+	struct chaos *ch = chaos_of(o);
 	struct chaos_io *cio = (struct chaos_io *)io->priv;
 
 	if (io->op != HL_IO_FLUSH && (io->offset > ch->f->size || io->length > ch->f->size - io->offset))
@@ -111,21 +117,24 @@ static void chaos_close(struct hl_origin *o)
 
 static const struct hl_origin_ops chaos_ops = {
     .name = "chaos",
-    .priv_size = sizeof(void *),
+    .priv_size = 2 * sizeof(void *),
     .open = fake_open,
     .close = chaos_close,
     .submit = chaos_submit,
+    .proof_take = fake_proof_take, /* its writes move no proof: only the restart's check */
+    .proof_check = fake_proof_check,
 };
 
 static struct hl_origin *chaos_origin(struct chaos *ch, const char *uri)
 {
-	struct hl_origin *o = calloc(1, sizeof(*o) + sizeof(void *));
+	struct hl_origin *o = calloc(1, sizeof(*o) + 2 * sizeof(void *));
 
 	o->ops = &chaos_ops;
 	o->uri = strdup(uri);
 	o->size = ch->f->size;
 	o->can_discard = true;
-	*(struct chaos **)hl_origin_priv(o) = ch;
+	((struct fake **)hl_origin_priv(o))[0] = ch->f;
+	((struct chaos **)hl_origin_priv(o))[1] = ch;
 	return o;
 }
 
@@ -238,7 +247,13 @@ static bool read_matches(struct hl_origin *o, struct hl_reactor *r, const struct
  * After each batch (fills of its reads maybe still landing) a random range
  * and, now and then, the whole region must read back as the origin holds it.
  */
-static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0, int batches)
+/*
+ * lazy: the region is cached and the cache closed cleanly first; the
+ * batches then start while the warm start restores its records (one
+ * record page every 20 ms).
+ */
+static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0, int batches,
+                   bool lazy)
 {
 	struct fake f;
 	struct chaos ch = {.f = &f, .fail_pct = fail_pct};
@@ -260,14 +275,31 @@ static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0
 	g_ub = ub;
 	dev_name();
 	fake_init(&f, LUN_SIZE, (uint8_t)seed0);
+	if (lazy) {
+		reactor_up();
+		c = cache_open(policy);
+		CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, chaos_origin(&ch, "chaos:a"), &o) ==
+		                0);
+		CU_ASSERT(read_matches(o, R, &f, 0, REGION, "warm-up"));
+		CU_ASSERT(wait_inflight(c, 0));
+		cache_down(c, o);
+		setenv("HOTLUN_TEST_RESTORE_DELAY_MS", "20", 1);
+		g_lazy = true;
+	}
 	reactor_up();
 	CU_ASSERT_FATAL(hl_reactor_create(&R2, "ut2") == 0);
 	CU_ASSERT_FATAL(hl_reactor_start(R2) == 0);
 	c = cache_open(policy);
 	CU_ASSERT_FATAL(hl_cache_attach(c, "disk0", 0, chaos_origin(&ch, "chaos:a"), &o) == 0);
-	/* everything cached first: the commands below change cached blocks */
-	CU_ASSERT(read_matches(o, R, &f, 0, REGION, "warm-up"));
-	CU_ASSERT(wait_inflight(c, 0));
+	if (lazy) {
+		g_lazy = false;
+		unsetenv("HOTLUN_TEST_RESTORE_DELAY_MS");
+		CU_ASSERT(hl_cache_core_restoring(c->core));
+	} else {
+		/* everything cached first: the commands below change cached blocks */
+		CU_ASSERT(read_matches(o, R, &f, 0, REGION, "warm-up"));
+		CU_ASSERT(wait_inflight(c, 0));
+	}
 
 	for (b = 0; b < batches && ok; b++) {
 		int n = (int)((unsigned)rand_r(&seed) % MAX_OPS) + 1;
@@ -312,6 +344,13 @@ static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0
 	        "dropped\n",
 	        b, (unsigned long long)st.core.read_hits, (unsigned long long)st.core.bytes_read_cache,
 	        (unsigned long long)st.core.write_updates, (unsigned long long)st.core.fills_dropped);
+	if (lazy) {
+		CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &st) == 0); /* the restore's, cache-wide */
+		fprintf(stderr, "the restore: %llu block(s) restored, %llu written meanwhile\n",
+		        (unsigned long long)st.restore_restored,
+		        (unsigned long long)st.restore_written);
+		CU_ASSERT(st.restore_restored > 0 && st.restore_written > 0);
+	}
 	/* the races happened: blocks were served from the cache and fills lost to writes */
 	CU_ASSERT(st.core.bytes_read_cache > 0);
 	CU_ASSERT(st.core.fills_dropped > 0);
@@ -424,27 +463,32 @@ static void test_overlapping_writes_answered_out_of_order(void)
 
 static void test_update_ub(void)
 {
-	stress(NULL, 0, 0, 1, BATCHES);
+	stress(NULL, 0, 0, 1, BATCHES, false);
 }
 
 static void test_update_no_ub(void)
 {
-	stress(NULL, HL_CACHE_UPDATE_BUFFER_OFF, 0, 2, BATCHES);
+	stress(NULL, HL_CACHE_UPDATE_BUFFER_OFF, 0, 2, BATCHES, false);
 }
 
 static void test_invalidate(void)
 {
-	stress("invalidate", 0, 0, 3, BATCHES);
+	stress("invalidate", 0, 0, 3, BATCHES, false);
 }
 
 static void test_update_ub_failures(void)
 {
-	stress(NULL, 0, 10, 4, BATCHES);
+	stress(NULL, 0, 10, 4, BATCHES, false);
 }
 
 static void test_update_no_ub_failures(void)
 {
-	stress(NULL, HL_CACHE_UPDATE_BUFFER_OFF, 10, 5, BATCHES);
+	stress(NULL, HL_CACHE_UPDATE_BUFFER_OFF, 10, 5, BATCHES, false);
+}
+
+static void test_lazy_restore(void)
+{
+	stress(NULL, 0, 10, 6, 300, true);
 }
 
 int main(void)
@@ -458,6 +502,8 @@ int main(void)
 	    {"raced commands, torn failures, update buffer: never stale", test_update_ub_failures},
 	    {"raced commands, torn failures, to the device: never stale",
 	     test_update_no_ub_failures},
+	    {"raced commands while a warm start restores its records: never stale",
+	     test_lazy_restore},
 	    {NULL, NULL},
 	};
 	hl_log_open(false, HL_LOG_WARN);
