@@ -96,7 +96,8 @@ static int chaos_submit(struct hl_origin *o, struct hl_origin_io *io)
 	struct chaos *ch = chaos_of(o);
 	struct chaos_io *cio = (struct chaos_io *)io->priv;
 
-	if (io->op != HL_IO_FLUSH && (io->offset > ch->f->size || io->length > ch->f->size - io->offset))
+	if (io->op != HL_IO_FLUSH &&
+	    (io->offset > ch->f->size || io->length > ch->f->size - io->offset))
 		return -EINVAL;
 	__atomic_add_fetch(&ch->ops, 1, __ATOMIC_RELAXED);
 	cio->ch = ch;
@@ -153,10 +154,10 @@ static void io_start_on(struct hl_reactor *r, struct step *st, struct hl_origin 
 	R = keep;
 }
 
-#define REGION   (16 * BS) /* where every command lands: they collide often */
-#define MAX_OPS  5
-#define MAX_LEN  (3 * BS)
-#define CAW_MAX  (8 * K)
+#define REGION  (16 * BS) /* where every command lands: they collide often */
+#define MAX_OPS 5
+#define MAX_LEN (3 * BS)
+#define CAW_MAX (8 * K)
 
 struct op {
 	struct step st;
@@ -190,9 +191,11 @@ static void op_pick(struct op *p, unsigned *seed, const struct fake *f, uint8_t 
 	unsigned k = (unsigned)rand_r(seed) % 100;
 	uint64_t max;
 
-	p->op = k < 35 ? HL_IO_READ
-	               : k < 70 ? HL_IO_WRITE
-	                        : k < 78 ? HL_IO_DISCARD : k < 86 ? HL_IO_WRITE_ZEROES : HL_IO_COMPARE_AND_WRITE;
+	p->op = k < 35   ? HL_IO_READ
+	        : k < 70 ? HL_IO_WRITE
+	        : k < 78 ? HL_IO_DISCARD
+	        : k < 86 ? HL_IO_WRITE_ZEROES
+	                 : HL_IO_COMPARE_AND_WRITE;
 	max = p->op == HL_IO_COMPARE_AND_WRITE ? CAW_MAX : MAX_LEN;
 	p->off = (uint64_t)((unsigned)rand_r(seed) % (unsigned)(REGION / 512)) * 512;
 	p->len = (uint64_t)((unsigned)rand_r(seed) % (unsigned)(max / 512) + 1) * 512;
@@ -230,8 +233,10 @@ static bool read_matches(struct hl_origin *o, struct hl_reactor *r, const struct
 	for (uint64_t i = 0; ok && i < len; i++) {
 		if (buf[i] != f->mem[off + i]) {
 			fprintf(stderr,
-			        "STALE %s: byte %llu (block %llu, sector %llu) read %02x, origin %02x\n",
-			        when, (unsigned long long)(off + i), (unsigned long long)((off + i) / BS),
+			        "STALE %s: byte %llu (block %llu, sector %llu) read %02x, origin "
+			        "%02x\n",
+			        when, (unsigned long long)(off + i),
+			        (unsigned long long)((off + i) / BS),
 			        (unsigned long long)((off + i) % BS / HL_CACHE_SECTOR), buf[i],
 			        f->mem[off + i]);
 			ok = false;
@@ -306,8 +311,8 @@ static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0
 
 		for (int i = 0; i < n; i++) {
 			op_pick(&ops[i], &seed, &f, (uint8_t)(b * MAX_OPS + i + 1));
-			io_start_on(rand_r(&seed) % 2 ? R : R2, &ops[i].st, o, ops[i].op, ops[i].off,
-			            ops[i].len, ops[i].buf);
+			io_start_on(rand_r(&seed) % 2 ? R : R2, &ops[i].st, o, ops[i].op,
+			            ops[i].off, ops[i].len, ops[i].buf);
 		}
 		for (int i = 0; i < n; i++) {
 			ops[i].rc = io_wait(&ops[i].st);
@@ -324,13 +329,15 @@ static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0
 		}
 		if (!ok) {
 			fprintf(stderr, "policy %s, ub %llu, fail %d%%, seed %u, batch %d:\n",
-			        policy ? policy : "default", (unsigned long long)ub, fail_pct, seed0, b);
+			        policy ? policy : "default", (unsigned long long)ub, fail_pct,
+			        seed0, b);
 			for (int i = 0; i < n; i++)
 				fprintf(stderr, "  %s %llu+%llu (blocks %llu-%llu): %d\n",
 				        op_name(ops[i].op), (unsigned long long)ops[i].off,
 				        (unsigned long long)ops[i].len,
 				        (unsigned long long)(ops[i].off / BS),
-				        (unsigned long long)((ops[i].off + ops[i].len - 1) / BS), ops[i].rc);
+				        (unsigned long long)((ops[i].off + ops[i].len - 1) / BS),
+				        ops[i].rc);
 		}
 		for (int i = 0; i < n; i++)
 			free(ops[i].buf);
@@ -339,13 +346,15 @@ static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0
 	CU_ASSERT(__atomic_load_n(&ch.ops, __ATOMIC_RELAXED) > batches);
 	CU_ASSERT(wait_inflight(c, 0));
 	stats(c, &st);
-	fprintf(stderr,
-	        "%d batches: %llu hits, %llu bytes from the cache, %llu updates, %llu fills "
-	        "dropped\n",
-	        b, (unsigned long long)st.core.read_hits, (unsigned long long)st.core.bytes_read_cache,
-	        (unsigned long long)st.core.write_updates, (unsigned long long)st.core.fills_dropped);
+	fprintf(
+	    stderr,
+	    "%d batches: %llu hits, %llu bytes from the cache, %llu updates, %llu fills "
+	    "dropped\n",
+	    b, (unsigned long long)st.core.read_hits, (unsigned long long)st.core.bytes_read_cache,
+	    (unsigned long long)st.core.write_updates, (unsigned long long)st.core.fills_dropped);
 	if (lazy) {
-		CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &st) == 0); /* the restore's, cache-wide */
+		CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &st) ==
+		                0); /* the restore's, cache-wide */
 		fprintf(stderr, "the restore: %llu block(s) restored, %llu written meanwhile\n",
 		        (unsigned long long)st.restore_restored,
 		        (unsigned long long)st.restore_written);
