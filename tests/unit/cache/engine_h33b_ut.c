@@ -252,6 +252,9 @@ static bool read_matches(struct hl_origin *o, struct hl_reactor *r, const struct
  * After each batch (fills of its reads maybe still landing) a random range
  * and, now and then, the whole region must read back as the origin holds it.
  */
+/* stress() turns the update buffer on and off between the starts and the ends of batches */
+static bool g_toggle_ub;
+
 /*
  * lazy: the region is cached and the cache closed cleanly first; the
  * batches then start while the warm start restores its records (one
@@ -314,6 +317,9 @@ static void stress(const char *policy, uint64_t ub, int fail_pct, unsigned seed0
 			io_start_on(rand_r(&seed) % 2 ? R : R2, &ops[i].st, o, ops[i].op,
 			            ops[i].off, ops[i].len, ops[i].buf);
 		}
+		/* the buffer resized under the batch (an admin's live change), on and off */
+		if (g_toggle_ub && b % 8 == 0)
+			CU_ASSERT(hl_cache_set_update_buffer(c, b % 16 ? 0 : 16 * M) == 0);
 		for (int i = 0; i < n; i++) {
 			ops[i].rc = io_wait(&ops[i].st);
 			CU_ASSERT(ops[i].rc != -ETIMEDOUT);
@@ -495,6 +501,13 @@ static void test_update_no_ub_failures(void)
 	stress(NULL, HL_CACHE_UPDATE_BUFFER_OFF, 10, 5, BATCHES, false);
 }
 
+static void test_update_buffer_resized(void)
+{
+	g_toggle_ub = true;
+	stress(NULL, 0, 10, 7, BATCHES, false);
+	g_toggle_ub = false;
+}
+
 static void test_lazy_restore(void)
 {
 	stress(NULL, 0, 10, 6, 300, true);
@@ -511,6 +524,8 @@ int main(void)
 	    {"raced commands, torn failures, update buffer: never stale", test_update_ub_failures},
 	    {"raced commands, torn failures, to the device: never stale",
 	     test_update_no_ub_failures},
+	    {"raced commands, the update buffer resized meanwhile: never stale",
+	     test_update_buffer_resized},
 	    {"raced commands while a warm start restores its records: never stale",
 	     test_lazy_restore},
 	    {NULL, NULL},
