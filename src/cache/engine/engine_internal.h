@@ -59,7 +59,9 @@
  *    the blocks it overlaps. The core only tracks writers of blocks that
  *    are cached when the write begins; a block admitted by a read that
  *    starts while an origin write to it is in flight could otherwise be
- *    filled with the pre-write data.
+ *    filled with the pre-write data. A write that begins while one
+ *    listed overlaps it updates none of the blocks they share: the origin
+ *    may run and answer the two in either order (overlap_no_update).
  *  - the metadata thread holds the cache mutex for a whole metadata flush,
  *    so no fill is installed between its data flush and its record writes.
  *  - RAM update buffer (engine_ub.c): an update of a device slot puts its

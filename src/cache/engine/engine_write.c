@@ -154,6 +154,32 @@ bool engine_unsettled(const struct map_ent *e, uint64_t off, uint64_t len)
 	return false;
 }
 
+/*
+ * Another write in flight on the disk overlaps this one: the origin may run
+ * the two in either order and answer them in either order (an io_uring
+ * file, a SAN's SIMPLE tasks), so which bytes it keeps is not known here.
+ * The blocks they share get no update from this write (the earlier write
+ * loses its own to the generation this write_begin moved on): they are
+ * read from the origin next. Under lock, before req joins the list.
+ */
+static void overlap_no_update(struct eng_req *req, struct map_ent *e, uint32_t nios)
+{
+	const struct hl_cache *c = req->c;
+	struct eng_req *w;
+
+	hl_list_for_each_entry(w, &e->wlist, wlink)
+	{
+		uint64_t lo = HL_MAX(w->off, req->off);
+		uint64_t hi = HL_MIN(w->off + w->len, req->off + req->len);
+
+		for (uint32_t k = 0; lo < hi && k < nios; k++) {
+			uint64_t b = blk_start(c, req->ios[k].block);
+			if (b < hi && lo < b + c->bs)
+				req->ios[k].fill_nsect = 0;
+		}
+	}
+}
+
 /* The origin write finished (req->status): end the core's ios, update slots, reply. */
 static void write_done(struct eng_req *req)
 {
@@ -327,6 +353,7 @@ int engine_write(struct hl_origin *o, struct hl_origin_io *uio)
 		    hl_cache_core_write_needs_sync(c->core, co->ent->id, uio->offset, uio->length);
 		for (int k = 0; k < n; k++)
 			sync |= req->ios[k].meta_barrier != 0;
+		overlap_no_update(req, co->ent, (uint32_t)n);
 	}
 	req->nios = (uint32_t)n;
 	hl_list_add_tail(&co->ent->wlist, &req->wlink);
