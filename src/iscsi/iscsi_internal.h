@@ -33,6 +33,13 @@
 
 /* Tunables (not negotiated). */
 #define ISCSI_QUEUE_DEPTH      128 /* commands in flight per session (CmdSN window) */
+/*
+ * SCSI commands sent immediate (I bit) take no CmdSN and no window slot: a
+ * connection may run this many of them besides its window; one more is
+ * answered TASK SET FULL. Without a bound an initiator kept any number in
+ * the scsi layer, each holding a task and what its command holds meanwhile.
+ */
+#define ISCSI_IMMEDIATE_MAX    ISCSI_QUEUE_DEPTH
 #define ISCSI_MAX_R2T          4   /* our cap on outstanding R2Ts per task */
 #define ISCSI_RBUF_SIZE        (128 * 1024)
 #define ISCSI_LOGIN_TIMEOUT_MS 30000
@@ -441,6 +448,7 @@ struct iscsi_task {
 	uint64_t lun_raw;
 	bool aborted;                /* by a TMF or connection close: discard the response */
 	bool in_window;              /* counted in conn->nactive (the CmdSN window) */
+	bool immediate;              /* counted in conn->nimmediate instead */
 	struct iscsi_tmf *tmf;       /* the TMF waiting for this task, if any */
 	struct iscsi_xreset *xreset; /* another session's reset waiting for this task */
 	/* write side */
@@ -637,6 +645,7 @@ struct iscsi_conn {
 	struct hl_list itt_hash[ISCSI_ITT_HASH]; /* active tasks (DATA_OUT, EXEC) by ITT */
 	unsigned ntasks;                         /* tasks alive (any state) */
 	unsigned nactive;           /* tasks in DATA_OUT or EXEC: they fill the CmdSN window */
+	unsigned nimmediate;        /* ... sent immediate: no window slot (ISCSI_IMMEDIATE_MAX) */
 	struct iscsi_task *rx_task; /* SCSI Command whose immediate data is arriving */
 	struct iscsi_task *rx_dout; /* Data-Out destination task, NULL = drop silently */
 	int rx_dout_r2t;            /* R2T slot, -1 = unsolicited */
