@@ -75,6 +75,15 @@
  * much work, and a burst of large READs is spread over reactor turns.
  */
 #define ISCSI_TX_HIGH (32u << 20)
+/*
+ * ... and the PDUs queued to send, whatever their bytes: a 48-byte SCSI
+ * Response takes a 120-byte queue entry, one with sense keeps its task
+ * (over 1 KiB) until sent, so under ISCSI_TX_HIGH alone an initiator that
+ * never read kept ~470,000 of them (600 MiB). This many PDUs hold at most
+ * ~20 MiB. Data-In bites on it only at a MaxRecvDataSegmentLength under
+ * 2 KiB (16384 PDUs of 512 bytes are 8 MiB on their way out).
+ */
+#define ISCSI_TX_PDUS_HIGH 16384u
 /* At most this many bytes are written per flush; the rest on the next EPOLLOUT. */
 #define ISCSI_TX_PER_TURN (4u << 20)
 /*
@@ -666,6 +675,7 @@ struct iscsi_conn {
 	bool tx_hdigest, tx_ddigest; /* digests on what we send (on after login) */
 	unsigned busy;               /* entry points running: defer free and flush */
 	uint64_t tx_bytes;           /* bytes queued, not yet sent */
+	unsigned tx_pdus;            /* PDUs queued, not yet sent whole (ISCSI_TX_PDUS_HIGH) */
 	uint64_t buf_bytes;          /* data buffers held by this connection's tasks */
 	uint64_t wb_promised;        /* write budget claimed by this connection's tasks */
 	uint64_t wb_conn_limit;      /* the budget's per-connection cap, as of the last WRITE */
