@@ -124,7 +124,8 @@ static void test_immediate_write_over_the_bound(void)
 
 static const struct hl_test tests[] = {
     {"immediate SCSI commands: at most a window's worth run", test_immediate_commands_are_bounded},
-    {"an immediate WRITE over the bound gives its buffer back", test_immediate_write_over_the_bound},
+    {"an immediate WRITE over the bound gives its buffer back",
+     test_immediate_write_over_the_bound},
     {NULL, NULL},
 };
 

@@ -88,7 +88,8 @@ static void test_unread_responses_are_bounded(void)
 }
 
 static const struct hl_test tests[] = {
-    {"responses an initiator does not read are bounded in number", test_unread_responses_are_bounded},
+    {"responses an initiator does not read are bounded in number",
+     test_unread_responses_are_bounded},
     {NULL, NULL},
 };
 
