@@ -458,7 +458,7 @@ struct iscsi_task {
 	bool aborted;                /* by a TMF or connection close: discard the response */
 	bool in_window;              /* counted in conn->nactive (the CmdSN window) */
 	bool immediate;              /* counted in conn->nimmediate instead */
-	struct iscsi_tmf *tmf;       /* the TMF waiting for this task, if any */
+	uint64_t seq;                /* order of arrival on its connection (TMF scopes) */
 	struct iscsi_xreset *xreset; /* another session's reset waiting for this task */
 	/* write side */
 	uint32_t imm_len;   /* immediate data bytes */
@@ -487,7 +487,13 @@ struct iscsi_task {
 struct iscsi_tmf {
 	struct hl_list link; /* conn->tmfs */
 	struct iscsi_bhs req;
-	unsigned waiting; /* tasks still in the scsi layer */
+	/*
+	 * Tasks in its scope still in the scsi layer: every one it found there
+	 * (those an earlier TMF aborted too: SAM answers a TMF only once all
+	 * are gone), plus the other sessions' resets it waits for.
+	 */
+	unsigned waiting;
+	uint64_t task_seq; /* it waits for tasks older than this (iscsi_task.seq) */
 	uint8_t function;
 	uint8_t response;
 	uint64_t lun;           /* the request's LUN, for the log */
@@ -653,6 +659,7 @@ struct iscsi_conn {
 	struct hl_list tasks;
 	struct hl_list itt_hash[ISCSI_ITT_HASH]; /* active tasks (DATA_OUT, EXEC) by ITT */
 	unsigned ntasks;                         /* tasks alive (any state) */
+	uint64_t task_seq;                       /* the last task's iscsi_task.seq */
 	unsigned nactive;           /* tasks in DATA_OUT or EXEC: they fill the CmdSN window */
 	unsigned nimmediate;        /* ... sent immediate: no window slot (ISCSI_IMMEDIATE_MAX) */
 	struct iscsi_task *rx_task; /* SCSI Command whose immediate data is arriving */

@@ -59,7 +59,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->edtl = bhs_edtl(req);
 	t->lun_raw = bhs_lun(req);
 	t->aborted = false;
-	t->tmf = NULL;
+	t->seq = ++c->task_seq;
 	t->xreset = NULL;
 	t->imm_len = 0;
 	t->received = 0;
@@ -698,7 +698,7 @@ static void ffp_drop_tasks(struct iscsi_conn *c, bool abort_executing)
 		} else if (t->state == TASK_EXEC) {
 			if (abort_executing)
 				t->aborted = true;
-			t->tmf = NULL; /* the TMFs below are dropped unanswered */
+			/* the TMFs below are dropped unanswered: none waits for it now */
 		}
 	}
 	while (!hl_list_empty(&c->tmfs)) {
