@@ -392,7 +392,16 @@ static void xreset_scan(void *arg)
 		iscsi_conn_enter(c);
 		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
 		{
-			if (t->state == TASK_DONE || t->aborted || !xreset_affects(xr, t->cmd.lu))
+			if (t->state == TASK_DONE || !xreset_affects(xr, t->cmd.lu))
+				continue;
+			/*
+			 * Aborted already (its session's TMF) but still in the scsi
+			 * layer: wait for it too, or the reset (or PREEMPT AND ABORT)
+			 * is answered before the task's WRITE reaches the medium. One
+			 * that another reset waits for is left to it (a task holds
+			 * one): not covered.
+			 */
+			if (t->aborted && (t->state != TASK_EXEC || t->xreset))
 				continue;
 			/* a DATA_OUT task may be receiving right now: drop it when its data is in
 			 */

@@ -118,7 +118,61 @@ static void test_later_task_does_not_count(void)
 	teardown();
 }
 
+/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
+static void login_second_initiator(struct peer *p)
+{
+	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
+	struct iscsi_bhs h;
+	struct peer *saved = P;
+
+	P = p;
+	peer_open(P);
+	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
+	memcpy(&h.b[8], isid2, 6);
+	send_login(&h, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
+	ngot = 0;
+	itt++;
+	P = saved;
+}
+
+/*
+ * Initiator A aborts its own WRITE (still in the LU); initiator B resets
+ * the LUN: B's answer waits for A's WRITE too (the reset found it aborted
+ * already and skipped it). The same scan serves PREEMPT AND ABORT.
+ */
+static void test_other_session_reset_after_abort_task(void)
+{
+	setup();
+	defer_exec = true;
+	login_second_initiator(&peers[1]);
+	P = &peers[1];
+	uint32_t w = write_held();
+	uint32_t abort = tmf(ISCSI_TMF_ABORT_TASK, w);
+	CU_ASSERT_EQUAL(ngot, 0);
+	P = &peers[0];
+	login_ok(NULL);
+	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU */
+	CU_ASSERT_EQUAL(lu_resets, 0);
+	P = &peers[1];
+	complete(w);
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	tmf_answered(0, abort, ISCSI_TMF_RSP_COMPLETE);
+	P = &peers[0];
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	tmf_answered(0, reset, ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
+    {"another session's LUN RESET waits for a task aborted already",
+     test_other_session_reset_after_abort_task},
     {"a LUN RESET after an ABORT TASK waits for the task", test_lun_reset_after_abort_task},
     {"ABORT TASK twice, then ABORT TASK SET: all wait", test_abort_task_twice},
     {"a task that came after the TMF does not count for it", test_later_task_does_not_count},
