@@ -76,10 +76,13 @@ static int rx_header_cb(void *ctx, struct iscsi_rx *rx)
 	return 0;
 }
 
-/* Has the connection as much read data on its way out as it may (ISCSI_TX_HIGH)? */
+/*
+ * Has the connection as much on its way out as it may: read data
+ * (ISCSI_TX_HIGH), or PDUs of any size (ISCSI_TX_PDUS_HIGH)?
+ */
 static bool conn_tx_full(const struct iscsi_conn *c)
 {
-	return c->tx_bytes + c->rd_inflight > ISCSI_TX_HIGH;
+	return c->tx_bytes + c->rd_inflight > ISCSI_TX_HIGH || c->tx_pdus > ISCSI_TX_PDUS_HIGH;
 }
 
 /* May the connection take another PDU in this reactor turn? */
@@ -345,6 +348,7 @@ int iscsi_conn_queue(struct iscsi_conn *c, const struct iscsi_bhs *bhs, const vo
 		tx->task = task;
 	}
 	c->tx_bytes += tx->hdr_len + tx->data_len + tx->trailer_len;
+	c->tx_pdus++;
 	hl_list_add_tail(&c->txq, &tx->link);
 	HL_DEBUG(ISCSI_LOG, "%s: tx %s itt 0x%x dsl %u", c->peer_str,
 	         iscsi_opcode_name(bhs_opcode(bhs)), bhs_itt(bhs), len);
@@ -410,6 +414,7 @@ static bool tx_consume(struct iscsi_conn *c, size_t n)
 		}
 		left -= total;
 		hl_list_del(&tx->link);
+		c->tx_pdus--;
 		if (tx->close_after)
 			close_now = true;
 		tx_release(c, tx);
@@ -428,6 +433,7 @@ static void tx_release_all(struct iscsi_conn *c)
 	}
 	c->tx_off = 0;
 	c->tx_bytes = 0;
+	c->tx_pdus = 0;
 }
 
 /*

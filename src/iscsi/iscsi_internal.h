@@ -33,6 +33,13 @@
 
 /* Tunables (not negotiated). */
 #define ISCSI_QUEUE_DEPTH      128 /* commands in flight per session (CmdSN window) */
+/*
+ * SCSI commands sent immediate (I bit) take no CmdSN and no window slot: a
+ * connection may run this many of them besides its window; one more is
+ * answered TASK SET FULL. Without a bound an initiator kept any number in
+ * the scsi layer, each holding a task and what its command holds meanwhile.
+ */
+#define ISCSI_IMMEDIATE_MAX    ISCSI_QUEUE_DEPTH
 #define ISCSI_MAX_R2T          4   /* our cap on outstanding R2Ts per task */
 #define ISCSI_RBUF_SIZE        (128 * 1024)
 #define ISCSI_LOGIN_TIMEOUT_MS 30000
@@ -68,6 +75,15 @@
  * much work, and a burst of large READs is spread over reactor turns.
  */
 #define ISCSI_TX_HIGH (32u << 20)
+/*
+ * ... and the PDUs queued to send, whatever their bytes: a 48-byte SCSI
+ * Response takes a 120-byte queue entry, one with sense keeps its task
+ * (over 1 KiB) until sent, so under ISCSI_TX_HIGH alone an initiator that
+ * never read kept ~470,000 of them (600 MiB). This many PDUs hold at most
+ * ~20 MiB. Data-In bites on it only at a MaxRecvDataSegmentLength under
+ * 2 KiB (16384 PDUs of 512 bytes are 8 MiB on their way out).
+ */
+#define ISCSI_TX_PDUS_HIGH 16384u
 /* At most this many bytes are written per flush; the rest on the next EPOLLOUT. */
 #define ISCSI_TX_PER_TURN (4u << 20)
 /*
@@ -441,7 +457,8 @@ struct iscsi_task {
 	uint64_t lun_raw;
 	bool aborted;                /* by a TMF or connection close: discard the response */
 	bool in_window;              /* counted in conn->nactive (the CmdSN window) */
-	struct iscsi_tmf *tmf;       /* the TMF waiting for this task, if any */
+	bool immediate;              /* counted in conn->nimmediate instead */
+	uint64_t seq;                /* order of arrival on its connection (TMF scopes) */
 	struct iscsi_xreset *xreset; /* another session's reset waiting for this task */
 	/* write side */
 	uint32_t imm_len;   /* immediate data bytes */
@@ -470,7 +487,13 @@ struct iscsi_task {
 struct iscsi_tmf {
 	struct hl_list link; /* conn->tmfs */
 	struct iscsi_bhs req;
-	unsigned waiting; /* tasks still in the scsi layer */
+	/*
+	 * Tasks in its scope still in the scsi layer: every one it found there
+	 * (those an earlier TMF aborted too: SAM answers a TMF only once all
+	 * are gone), plus the other sessions' resets it waits for.
+	 */
+	unsigned waiting;
+	uint64_t task_seq; /* it waits for tasks older than this (iscsi_task.seq) */
 	uint8_t function;
 	uint8_t response;
 	uint64_t lun;           /* the request's LUN, for the log */
@@ -636,7 +659,9 @@ struct iscsi_conn {
 	struct hl_list tasks;
 	struct hl_list itt_hash[ISCSI_ITT_HASH]; /* active tasks (DATA_OUT, EXEC) by ITT */
 	unsigned ntasks;                         /* tasks alive (any state) */
+	uint64_t task_seq;                       /* the last task's iscsi_task.seq */
 	unsigned nactive;           /* tasks in DATA_OUT or EXEC: they fill the CmdSN window */
+	unsigned nimmediate;        /* ... sent immediate: no window slot (ISCSI_IMMEDIATE_MAX) */
 	struct iscsi_task *rx_task; /* SCSI Command whose immediate data is arriving */
 	struct iscsi_task *rx_dout; /* Data-Out destination task, NULL = drop silently */
 	int rx_dout_r2t;            /* R2T slot, -1 = unsolicited */
@@ -657,6 +682,7 @@ struct iscsi_conn {
 	bool tx_hdigest, tx_ddigest; /* digests on what we send (on after login) */
 	unsigned busy;               /* entry points running: defer free and flush */
 	uint64_t tx_bytes;           /* bytes queued, not yet sent */
+	unsigned tx_pdus;            /* PDUs queued, not yet sent whole (ISCSI_TX_PDUS_HIGH) */
 	uint64_t buf_bytes;          /* data buffers held by this connection's tasks */
 	uint64_t wb_promised;        /* write budget claimed by this connection's tasks */
 	uint64_t wb_conn_limit;      /* the budget's per-connection cap, as of the last WRITE */

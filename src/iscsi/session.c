@@ -59,7 +59,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->edtl = bhs_edtl(req);
 	t->lun_raw = bhs_lun(req);
 	t->aborted = false;
-	t->tmf = NULL;
+	t->seq = ++c->task_seq;
 	t->xreset = NULL;
 	t->imm_len = 0;
 	t->received = 0;
@@ -87,6 +87,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	hl_list_add_tail(&c->itt_hash[itt_bucket(t->itt)], &t->hash_link);
 	c->ntasks++;
 	t->in_window = false; /* counted once its CmdSN is accepted (handle_scsi_cmd) */
+	t->immediate = false;
 	return t;
 }
 
@@ -102,6 +103,10 @@ void iscsi_task_deactivate(struct iscsi_task *t)
 	if (t->in_window) {
 		t->in_window = false;
 		t->conn->nactive--;
+	}
+	if (t->immediate) {
+		t->immediate = false;
+		t->conn->nimmediate--;
 	}
 }
 
@@ -331,7 +336,8 @@ static void task_set_full(struct iscsi_conn *c, struct iscsi_task *t)
 	 * set (an initiator may lower its queue depth), BUSY when it has none
 	 * (the target is busy for everyone: retry later, queue depth kept).
 	 */
-	t->cmd.status = c->nactive > (t->in_window ? 1u : 0u) ? HL_SAM_TASK_SET_FULL : HL_SAM_BUSY;
+	unsigned others = c->nactive + c->nimmediate - (t->in_window || t->immediate ? 1u : 0u);
+	t->cmd.status = others ? HL_SAM_TASK_SET_FULL : HL_SAM_BUSY;
 	iscsi_task_deactivate(t);
 	send_scsi_rsp(c, t);
 	iscsi_task_put(t);
@@ -519,11 +525,22 @@ static int handle_scsi_cmd(struct iscsi_conn *c, struct iscsi_rx *rx)
 	/*
 	 * A queued command takes a window slot. MaxCmdSN = ExpCmdSN + free slots - 1
 	 * then never decreases: each accepted command moves both by one.
-	 * Immediate commands do not consume CmdSN and take no slot.
+	 * Immediate commands do not consume CmdSN and take no slot: they are
+	 * bounded by themselves (ISCSI_IMMEDIATE_MAX), or nothing would bound them.
 	 */
 	if (!bhs_immediate(h)) {
 		t->in_window = true;
 		c->nactive++;
+	} else if (c->nimmediate >= ISCSI_IMMEDIATE_MAX) {
+		HL_NOTICE_RL(ISCSI_LOG,
+		             "%s: immediate SCSI command itt 0x%x while %u immediate commands "
+		             "run: TASK SET FULL",
+		             c->peer_str, t->itt, c->nimmediate);
+		task_set_full(c, t);
+		return 0;
+	} else {
+		t->immediate = true;
+		c->nimmediate++;
 	}
 	const struct hl_scsi_lun_map *map = c->sess->target->luns;
 	uint64_t lun = iscsi_lun_decode(t->lun_raw);
@@ -681,7 +698,7 @@ static void ffp_drop_tasks(struct iscsi_conn *c, bool abort_executing)
 		} else if (t->state == TASK_EXEC) {
 			if (abort_executing)
 				t->aborted = true;
-			t->tmf = NULL; /* the TMFs below are dropped unanswered */
+			/* the TMFs below are dropped unanswered: none waits for it now */
 		}
 	}
 	while (!hl_list_empty(&c->tmfs)) {

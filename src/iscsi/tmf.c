@@ -20,17 +20,49 @@
 static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf);
 static void xreset_put(struct iscsi_xreset *xr);
 
-/* An aborted task leaves: no response; the TMF or reset waiting for it hears of it. */
+/* Is t one of the tasks tmf aborted, or found aborted already, and waits for? */
+static bool tmf_scope(const struct iscsi_tmf *tmf, const struct iscsi_task *t)
+{
+	if (t->seq >= tmf->task_seq)
+		return false; /* came after it */
+	switch (tmf->function) {
+	case ISCSI_TMF_ABORT_TASK:
+		return t->itt == bhs_w20(&tmf->req);
+	case ISCSI_TMF_ABORT_TASK_SET:
+	case ISCSI_TMF_CLEAR_TASK_SET:
+	case ISCSI_TMF_LUN_RESET:
+		return iscsi_lun_decode(t->lun_raw) == tmf->lun && t->itt != bhs_itt(&tmf->req);
+	case ISCSI_TMF_TARGET_WARM_RESET:
+	case ISCSI_TMF_TARGET_COLD_RESET:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * An aborted task leaves: no response; every TMF of its session waiting for
+ * it, and the other session's reset waiting for it, hear of it.
+ */
 void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
 {
-	struct iscsi_tmf *tmf = t->tmf;
 	struct iscsi_xreset *xr = t->xreset;
+	struct iscsi_tmf *tmf, *tmp;
+	bool done = false;
 
-	t->tmf = NULL;
+	hl_list_for_each_entry(tmf, &c->tmfs, link)
+	{
+		if (tmf->waiting && tmf_scope(tmf, t) && --tmf->waiting == 0)
+			done = true;
+	}
 	t->xreset = NULL;
 	iscsi_task_finish(t);
-	if (tmf && --tmf->waiting == 0)
-		tmf_maybe_complete(c, tmf);
+	/* answered once the task is gone, in the order they came */
+	hl_list_for_each_entry_safe(tmf, tmp, &c->tmfs, link)
+	{
+		if (done && !tmf->waiting)
+			tmf_maybe_complete(c, tmf);
+	}
 	if (xr)
 		xreset_put(xr);
 }
@@ -174,17 +206,19 @@ static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf)
 	free(tmf);
 }
 
-/* Abort one task for a TMF: drop it now, or wait for the scsi layer. */
+/*
+ * Abort one task for a TMF: drop it now, or wait for the scsi layer, also
+ * when an earlier TMF aborted it already: answered before it is gone, a
+ * LUN RESET that followed an ABORT TASK let the initiator retry a WRITE
+ * while the old one could still reach the medium after it.
+ */
 static void tmf_abort_task(struct iscsi_tmf *tmf, struct iscsi_task *t)
 {
 	if (t->state == TASK_DATA_OUT) {
 		iscsi_task_finish(t);
-	} else if (t->state == TASK_EXEC && !t->aborted) {
+	} else if (t->state == TASK_EXEC) {
 		t->aborted = true;
-		if (tmf && !t->tmf) {
-			t->tmf = tmf;
-			tmf->waiting++;
-		}
+		tmf->waiting++; /* iscsi_task_finish_aborted finds it by tmf_scope */
 	}
 }
 
@@ -358,7 +392,16 @@ static void xreset_scan(void *arg)
 		iscsi_conn_enter(c);
 		hl_list_for_each_entry_safe(t, tmp, &c->tasks, link)
 		{
-			if (t->state == TASK_DONE || t->aborted || !xreset_affects(xr, t->cmd.lu))
+			if (t->state == TASK_DONE || !xreset_affects(xr, t->cmd.lu))
+				continue;
+			/*
+			 * Aborted already (its session's TMF) but still in the scsi
+			 * layer: wait for it too, or the reset (or PREEMPT AND ABORT)
+			 * is answered before the task's WRITE reaches the medium. One
+			 * that another reset waits for is left to it (a task holds
+			 * one): not covered.
+			 */
+			if (t->aborted && (t->state != TASK_EXEC || t->xreset))
 				continue;
 			/* a DATA_OUT task may be receiving right now: drop it when its data is in
 			 */
@@ -496,6 +539,7 @@ int iscsi_tmf_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	if (!tmf)
 		return -ENOMEM;
 	tmf->req = *h;
+	tmf->task_seq = c->task_seq + 1; /* every task there is now */
 	tmf->function = fn;
 	tmf->response = ISCSI_TMF_RSP_COMPLETE;
 	hl_list_add_tail(&c->tmfs, &tmf->link);

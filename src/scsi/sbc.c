@@ -393,10 +393,8 @@ static void compare_done(struct hl_scsi_cmd *cmd, int result)
 		return;
 	}
 	scsi_set_good(cmd);
-	/* count != 0: BYTCHK 11b, the one data-out block of `count` bytes is repeated */
 	for (uint32_t i = 0; i < p->aux; i++) {
-		uint8_t want = p->count ? cmd->data[i % p->count] : cmd->data[i];
-		if (p->bounce[i] != want) {
+		if (p->bounce[i] != cmd->data[i]) {
 			/* INFORMATION: offset of the first miscompared byte in the data-out */
 			scsi_sense_info(cmd, HL_SK_MISCOMPARE, SCSI_ASC_MISCOMPARE, i);
 			break;
@@ -456,6 +454,53 @@ static void verify_step(struct hl_scsi_cmd *cmd, int result)
 	}
 }
 
+/*
+ * BYTCHK=3: the one block of data-out against every block of the range,
+ * read in VERIFY_CHUNK pieces like BYTCHK=0. A buffer for the whole range
+ * let a command with 512 bytes of data-out hold HL_SCSI_MAX_XFER (16 MiB)
+ * while it ran, outside what bounds a connection's READs (ISCSI_TX_HIGH).
+ * priv: lba = next LBA, count = blocks left, aux = bytes compared before
+ * the piece in bounce (cmd->iov[0].iov_len bytes, 0 at the start).
+ */
+static void verify_pattern_step(struct hl_scsi_cmd *cmd, int result)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+	uint32_t bs = cmd->lu->block_size;
+	size_t got = cmd->iov[0].iov_len;
+
+	if (result < 0) {
+		sbc_io_error(cmd, result, false);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	for (size_t i = 0; i < got; i++) {
+		if (p->bounce[i] != cmd->data[i % bs]) {
+			/* INFORMATION: offset of the first miscompared byte in the range */
+			scsi_sense_info(cmd, HL_SK_MISCOMPARE, SCSI_ASC_MISCOMPARE, p->aux + i);
+			scsi_cmd_complete(cmd);
+			return;
+		}
+	}
+	p->aux += (uint32_t)got;
+	if (p->count == 0) {
+		scsi_set_good(cmd);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	uint32_t n = HL_MIN(p->count, VERIFY_CHUNK / bs);
+	cmd->iov[0].iov_base = p->bounce;
+	cmd->iov[0].iov_len = (size_t)n * bs;
+	uint64_t lba = p->lba;
+	p->lba += n;
+	p->count -= n;
+	/* completions never run inside submit, so this cannot recurse */
+	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, n, cmd->iov, 1, verify_pattern_step);
+	if (rc < 0) {
+		sbc_submit_failed(cmd, rc, false);
+		scsi_cmd_complete(cmd);
+	}
+}
+
 enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
 {
 	struct hl_lu *lu = cmd->lu;
@@ -494,9 +539,17 @@ enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
 			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
 			return SCSI_DONE;
 		}
-		p->aux = a.count * lu->block_size;
-		p->count = lu->block_size;
-		return read_and_compare(cmd, a.lba);
+		p->bounce = malloc(HL_MIN((uint64_t)a.count * lu->block_size, VERIFY_CHUNK));
+		if (!p->bounce) {
+			cmd->status = HL_SAM_BUSY;
+			return SCSI_DONE;
+		}
+		p->lba = a.lba;
+		p->count = a.count;
+		p->aux = 0;
+		cmd->iov[0].iov_len = 0; /* nothing read yet */
+		verify_pattern_step(cmd, 0);
+		return SCSI_PENDING;
 	}
 	cmd->xfer_len = a.count * lu->block_size;
 	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))

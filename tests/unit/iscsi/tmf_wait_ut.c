@@ -1,0 +1,185 @@
+/*
+ * tmf_wait_ut.c - a task management function is answered only once every
+ * task it reaches has left the scsi layer, also a task an earlier TMF of
+ * the session aborted already. Before, a task pointed at one waiting TMF
+ * and a later one skipped it: a LUN RESET that followed an ABORT TASK
+ * (Linux's error handler escalating when the abort takes long) answered
+ * "function complete" at once while the aborted WRITE was still in the LU,
+ * so the initiator could retry it, or write newer data there, and the old
+ * WRITE reach the medium after. A task that arrived after the TMF does not
+ * count for it, whoever aborts it.
+ */
+#include "session_ut_lib.h"
+
+/* A 4 KiB WRITE (all immediate data) that the fake LU keeps: @return its ITT. */
+static uint32_t write_held(void)
+{
+	uint8_t data[4096];
+	uint32_t tag = itt;
+	int before = npending;
+
+	memset(data, 0x77, sizeof(data));
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, sizeof(data), data, sizeof(data));
+	itt++;
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, before + 1);
+	return tag;
+}
+
+/* Send TMF fn (on the task ref for ABORT TASK): @return its ITT. */
+static uint32_t tmf(uint8_t fn, uint32_t ref)
+{
+	struct iscsi_bhs h;
+
+	tmf_req(&h, fn, ref);
+	send_pdu(&h, NULL, 0);
+	pump();
+	return bhs_itt(&h);
+}
+
+/* Complete the held command whose ITT is tag. */
+static void complete(uint32_t tag)
+{
+	for (int i = 0; i < npending; i++) {
+		if (pending[i]->tag != tag) /* the ITT */
+			continue;
+		struct hl_scsi_cmd *cmd = pending[i];
+		pending[i] = pending[--npending];
+		fake_complete(cmd);
+		pump();
+		return;
+	}
+	CU_FAIL("no such command held");
+}
+
+static void tmf_answered(int i, uint32_t tag, uint8_t response)
+{
+	CU_ASSERT_EQUAL(bhs_opcode(&got[i].bhs), ISCSI_OP_TMF_RSP);
+	CU_ASSERT_EQUAL(bhs_itt(&got[i].bhs), tag);
+	CU_ASSERT_EQUAL(got[i].bhs.b[2], response);
+}
+
+static void test_lun_reset_after_abort_task(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	uint32_t w = write_held();
+	uint32_t abort = tmf(ISCSI_TMF_ABORT_TASK, w);
+	CU_ASSERT_EQUAL(ngot, 0); /* the WRITE is still in the LU */
+	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(ngot, 0); /* ... so the reset waits too */
+	CU_ASSERT_EQUAL(lu_resets, 0);
+	complete(w);
+	CU_ASSERT_EQUAL_FATAL(ngot, 2); /* both now, in order; no response for the WRITE */
+	tmf_answered(0, abort, ISCSI_TMF_RSP_COMPLETE);
+	tmf_answered(1, reset, ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	teardown();
+}
+
+static void test_abort_task_twice(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	uint32_t w = write_held();
+	uint32_t first = tmf(ISCSI_TMF_ABORT_TASK, w);
+	uint32_t second = tmf(ISCSI_TMF_ABORT_TASK, w);
+	uint32_t set = tmf(ISCSI_TMF_ABORT_TASK_SET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(ngot, 0);
+	complete(w);
+	CU_ASSERT_EQUAL_FATAL(ngot, 3);
+	tmf_answered(0, first, ISCSI_TMF_RSP_COMPLETE);
+	tmf_answered(1, second, ISCSI_TMF_RSP_COMPLETE);
+	tmf_answered(2, set, ISCSI_TMF_RSP_COMPLETE);
+	teardown();
+}
+
+static void test_later_task_does_not_count(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	uint32_t a = write_held();
+	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(ngot, 0);
+	/* a WRITE after the reset, aborted by its own ABORT TASK, leaves first */
+	uint32_t b = write_held();
+	uint32_t abort_b = tmf(ISCSI_TMF_ABORT_TASK, b);
+	CU_ASSERT_EQUAL(ngot, 0);
+	complete(b);
+	CU_ASSERT_EQUAL_FATAL(ngot, 1); /* only its abort: the reset still waits for a */
+	tmf_answered(0, abort_b, ISCSI_TMF_RSP_COMPLETE);
+	ngot = 0;
+	complete(a);
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	tmf_answered(0, reset, ISCSI_TMF_RSP_COMPLETE);
+	teardown();
+}
+
+/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
+static void login_second_initiator(struct peer *p)
+{
+	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
+	struct iscsi_bhs h;
+	struct peer *saved = P;
+
+	P = p;
+	peer_open(P);
+	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
+	memcpy(&h.b[8], isid2, 6);
+	send_login(&h, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
+	ngot = 0;
+	itt++;
+	P = saved;
+}
+
+/*
+ * Initiator A aborts its own WRITE (still in the LU); initiator B resets
+ * the LUN: B's answer waits for A's WRITE too (the reset found it aborted
+ * already and skipped it). The same scan serves PREEMPT AND ABORT.
+ */
+static void test_other_session_reset_after_abort_task(void)
+{
+	setup();
+	defer_exec = true;
+	login_second_initiator(&peers[1]);
+	P = &peers[1];
+	uint32_t w = write_held();
+	uint32_t abort = tmf(ISCSI_TMF_ABORT_TASK, w);
+	CU_ASSERT_EQUAL(ngot, 0);
+	P = &peers[0];
+	login_ok(NULL);
+	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU */
+	CU_ASSERT_EQUAL(lu_resets, 0);
+	P = &peers[1];
+	complete(w);
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	tmf_answered(0, abort, ISCSI_TMF_RSP_COMPLETE);
+	P = &peers[0];
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	tmf_answered(0, reset, ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(lu_resets, 1);
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
+static const struct hl_test tests[] = {
+    {"another session's LUN RESET waits for a task aborted already",
+     test_other_session_reset_after_abort_task},
+    {"a LUN RESET after an ABORT TASK waits for the task", test_lun_reset_after_abort_task},
+    {"ABORT TASK twice, then ABORT TASK SET: all wait", test_abort_task_twice},
+    {"a task that came after the TMF does not count for it", test_later_task_does_not_count},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("iscsi_tmf_wait", tests);
+}

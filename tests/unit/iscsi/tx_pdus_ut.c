@@ -1,0 +1,99 @@
+/*
+ * tx_pdus_ut.c - an initiator that sends commands and never reads their
+ * responses. What a connection may have queued to send was counted in
+ * bytes on the wire only (ISCSI_TX_HIGH, 32 MiB): a 48-byte SCSI Response
+ * costs a 120-byte queue entry, and one with sense also keeps its task
+ * (over 1 KiB) until it is sent, so about 470,000 CHECK CONDITIONs fit
+ * under 32 MiB of wire bytes: some 600 MiB of hotlund's memory for one
+ * connection, from 48-byte commands that each free their window slot at
+ * once. Now the PDUs queued count too (ISCSI_TX_PDUS_HIGH): above it the
+ * connection takes no further PDU until its initiator reads.
+ */
+#include "session_ut_lib.h"
+
+static void fire_timer(struct hl_timer *t)
+{
+	t->heap_idx = (size_t)-1;
+	t->fn(t);
+}
+
+static unsigned txq_len(struct iscsi_conn *c)
+{
+	struct iscsi_tx *tx;
+	unsigned n = 0;
+
+	hl_list_for_each_entry(tx, &c->txq, link) n++;
+	return n;
+}
+
+/* A READ larger than hotlund buffers: answered CHECK CONDITION at once, by iSCSI itself. */
+static void oversized_read(uint8_t *pdu)
+{
+	struct iscsi_bhs h;
+
+	memset(&h, 0, sizeof(h));
+	h.b[0] = ISCSI_OP_SCSI_CMD;
+	h.b[1] = ISCSI_FLAG_FINAL | ISCSI_CMD_READ | HL_TASK_SIMPLE;
+	bhs_set_itt(&h, ++itt);
+	bhs_put32(&h, 20, HL_SCSI_MAX_XFER + 512);
+	bhs_put32(&h, 24, cmdsn++);
+	bhs_put32(&h, 28, expstatsn);
+	h.b[32] = 0x28;
+	memcpy(pdu, h.b, ISCSI_BHS_LEN);
+}
+
+static void test_unread_responses_are_bounded(void)
+{
+	enum { BATCH = 256, MAX_SENT = 600000 };
+	static uint8_t buf[BATCH * ISCSI_BHS_LEN];
+	static uint8_t sink[1 << 16];
+	unsigned sent = 0;
+
+	setup();
+	login_ok(NULL);
+	struct iscsi_conn *c = P->p_conn;
+	/* the initiator writes while hotlund reads; it never reads itself */
+	while (sent < MAX_SENT) {
+		for (int i = 0; i < BATCH; i++)
+			oversized_read(buf + i * ISCSI_BHS_LEN);
+		ssize_t n = write(cfd, buf, sizeof(buf));
+		if (n != (ssize_t)sizeof(buf))
+			break; /* hotlund stopped reading: the socket is full */
+		sent += BATCH;
+		c->ev.fn(&c->ev, EPOLLIN | EPOLLOUT);
+		if (hl_timer_pending(&c->rx_timer))
+			fire_timer(&c->rx_timer);
+	}
+	CU_ASSERT_TRUE(sent < MAX_SENT);
+	CU_ASSERT_TRUE(txq_len(c) <= ISCSI_TX_PDUS_HIGH + 1);
+	CU_ASSERT_TRUE(c->ntasks <= ISCSI_TX_PDUS_HIGH + 1);
+	CU_ASSERT_EQUAL(c->ev_mask & EPOLLIN, 0);
+	CU_ASSERT_TRUE(conn_alive());
+
+	/* the initiator reads: everything it sent is answered, and the queue empties */
+	for (int turn = 0; turn < 100000 && (c->rbuf_off < c->rbuf_len || txq_len(c)); turn++) {
+		while (read(cfd, sink, sizeof(sink)) > 0)
+			;
+		c->ev.fn(&c->ev, EPOLLIN | EPOLLOUT);
+		if (hl_timer_pending(&c->rx_timer))
+			fire_timer(&c->rx_timer);
+	}
+	while (read(cfd, sink, sizeof(sink)) > 0)
+		;
+	CU_ASSERT_EQUAL(txq_len(c), 0);
+	CU_ASSERT_EQUAL(c->tx_bytes, 0);
+	CU_ASSERT_EQUAL(c->nactive, 0);
+	CU_ASSERT_TRUE(conn_alive());
+	teardown();
+}
+
+static const struct hl_test tests[] = {
+    {"responses an initiator does not read are bounded in number",
+     test_unread_responses_are_bounded},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("iscsi_tx_pdus", tests);
+}
