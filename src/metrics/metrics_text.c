@@ -613,6 +613,19 @@ static void render_cache_disk(struct render *r, const char *cache, const char *d
 	          json_object_get(o, "origin_write_latency_log2_us"), u64(o, "origin_write_ns"));
 }
 
+/*
+ * A cache device as the endpoint shows it: a device node's path (the
+ * host's hardware: which SSD failed), else "file". A cache file's path
+ * (/srv/acme/cache.img) names a folder of the host: not for a reader
+ * without authentication.
+ */
+static const char *device_shown(const char *dev)
+{
+	if (dev && strncmp(dev, "/dev/", 5) == 0 && !strstr(dev, "/.."))
+		return dev;
+	return dev ? "file" : NULL;
+}
+
 static void render_cache(struct render *r, const char *cache, json_t *o)
 {
 	struct labels l = lbl1("cache", cache);
@@ -620,7 +633,7 @@ static void render_cache(struct render *r, const char *cache, json_t *o)
 	const char *disk;
 
 	struct labels info = l;
-	lbl_add(&info, "device", json_string_value(json_object_get(o, "device")));
+	lbl_add(&info, "device", device_shown(json_string_value(json_object_get(o, "device"))));
 	sample_u(r, F_CACHE_INFO, "", &info, 1);
 	counter(r, F_CACHE_BLOCKS, &l, o, "nslots");
 	counter(r, F_CACHE_BLOCKS_USED, &l, o, "used_slots");

@@ -1,7 +1,8 @@
 /*
  * metrics_exposure_ut.c - what the unauthenticated /metrics endpoint shows
- * of an origin: its scheme only, never a path or host (docs/security.md,
- * "A metrics reader"); and that no label value can end its line early.
+ * of an origin (its scheme only, never a path or host) and of a cache
+ * device (a device node's path, never a file's) (docs/security.md, "A
+ * metrics reader"); and that no label value can end its line early.
  */
 #include "config.h"
 
@@ -45,6 +46,22 @@ static void test_path_with_colon(void)
 	free(t);
 }
 
+/* A cache file's path is not shown (before: device="/srv/acme/cache.img"); a device node's is. */
+static void test_cache_device(void)
+{
+	char *t = render_text("{\"caches\": {"
+	                      " \"c0\": {\"device\": \"/srv/acme/cache.img\", \"nslots\": 1},"
+	                      " \"c1\": {\"device\": \"/dev/nvme0n1\", \"nslots\": 1},"
+	                      " \"c2\": {\"device\": \"/dev/../srv/beta/c.img\", \"nslots\": 1}}}");
+
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "hotlun_cache_info{cache=\"c0\",device=\"file\"} 1"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "hotlun_cache_info{cache=\"c1\",device=\"/dev/nvme0n1\"} 1"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "hotlun_cache_info{cache=\"c2\",device=\"file\"} 1"));
+	CU_ASSERT_PTR_NULL(strstr(t, "acme"));
+	CU_ASSERT_PTR_NULL(strstr(t, "beta"));
+	free(t);
+}
+
 /*
  * A target name with '"', '\' and a newline (the file refuses control
  * characters, but the renderer must not rely on it): every line of the
@@ -69,6 +86,7 @@ static void test_label_lines_stay_whole(void)
 
 static const struct hl_test tests[] = {
     {"an origin path with ':' is shown as file", test_path_with_colon},
+    {"a cache file's path is shown as file", test_cache_device},
     {"a label value cannot start a line of its own", test_label_lines_stay_whole},
     {NULL, NULL},
 };
