@@ -5,6 +5,7 @@
 #    refused (start, --check-config, reload: it decides what root's hotlund
 #    serves); one holding a secret that others may read starts with a
 #    warning; 0600 starts silently;
+#  - a cache file any user may write fails --check-config (FILE:LINE);
 #  - the files hotlund creates under umask 022 (install-id, the cache map)
 #    are 0600;
 #  - /metrics: an origin given as a bare path with ':' in it shows as
@@ -43,6 +44,17 @@ chmod 0600 "$conf"
 check || hl_fail "root's 0600 config refused: $(cat "$T/check.out")"
 grep -q "secret" "$T/check.out" && hl_fail "a warning for a 0600 file: $(cat "$T/check.out")"
 hl_log "config file: 0666 and uid 65534 refused, 0644 with a secret warned, 0600 silent"
+
+# ---- a cache file others may write: --check-config names it with FILE:LINE
+truncate -s 24M "$T/cache-x.img"
+chmod 0666 "$T/cache-x.img"
+hl_cache_disk0 "$conf" "$T/cache-x.img"
+check && hl_fail "a cache file any user may write passed --check-config"
+grep -q "check.conf:[0-9]*: \[cache ssd\] device .* mode 0666" "$T/check.out" ||
+	hl_fail "no FILE:LINE reason: $(cat "$T/check.out")"
+chmod 0600 "$T/cache-x.img"
+check || hl_fail "root's 0600 cache file refused: $(cat "$T/check.out")"
+hl_log "cache file: 0666 refused by --check-config, 0600 passes"
 
 # ---- a running hotlund: bare-path origin with ':', a cache, metrics
 origin=$T/acme:lun0.img
