@@ -393,7 +393,9 @@ struct hl_cache_dev {
 
 /**
  * Open (and for a regular file create/extend to size) a cache device with
- * O_DIRECT. size 0: use the existing size. @return 0 or -errno.
+ * O_DIRECT. size 0: use the existing size. A regular file another user
+ * owns or that group or others may write is -EPERM (they could plant
+ * hits); one they may read is opened with a warning. @return 0 or -errno.
  */
 int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev **out);
 

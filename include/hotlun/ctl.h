@@ -33,6 +33,13 @@ struct hl_ctl_server;
 
 #define HL_CTL_MAX_REQUEST (256 * 1024)
 
+/*
+ * Connections a server holds at once; one more gets {"ok": false, "error":
+ * "too many control connections ..."} and is closed. Each holds a
+ * descriptor and up to HL_CTL_MAX_REQUEST of buffer.
+ */
+#define HL_CTL_MAX_CLIENTS 64
+
 /**
  * A command handler. `args` is the request's "args" object (never NULL: an
  * empty object when absent; borrowed). On success set *result (a new
@@ -59,7 +66,9 @@ int hl_ctl_socket_in_use(const char *path);
  * Listen on `path` with permissions `mode`, serving the NULL-terminated
  * table `cmds` (caller keeps) with `ctx`. A stale socket file there is
  * replaced; a live one (hl_ctl_socket_in_use) is -EADDRINUSE and is left
- * alone; anything else there is -EEXIST. @return 0 or -errno.
+ * alone; anything else there is -EEXIST. Only root and the server's own
+ * user are served, whatever `mode` lets connect (SO_PEERCRED): any other
+ * gets an error line and is closed. @return 0 or -errno.
  */
 int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 			 const struct hl_ctl_command *cmds, void *ctx, struct hl_ctl_server **out);

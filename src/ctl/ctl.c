@@ -54,6 +54,7 @@ struct hl_ctl_server {
 	const struct hl_ctl_command *cmds;
 	void *ctx;
 	struct hl_list clients;
+	unsigned n_clients;           /* at most HL_CTL_MAX_CLIENTS */
 	const char *caller;   /* the client whose request runs now (hl_ctl_caller) */
 	struct ctl_client *running; /* the client whose handler runs now (hl_ctl_defer) */
 };
@@ -70,6 +71,7 @@ static void client_close(struct ctl_client *c)
 	hl_event_del(&c->ev);
 	close(c->ev.fd);
 	hl_list_del(&c->link);
+	c->srv->n_clients--;
 	/* requests may carry secrets (set chap_secret=...) */
 	if (c->in)
 		explicit_bzero(c->in, c->in_cap);
@@ -504,6 +506,41 @@ void hl_ctl_reply_later(struct hl_ctl_later *l, int rc, json_t *result, const ch
 
 static void listen_event(struct hl_event *ev, uint32_t revents);
 
+/*
+ * Tell a connection we will not serve why (one line, if the socket takes
+ * it), and close it. What it sent already is read and dropped first: a
+ * Unix socket closed with unread data resets its peer, which would then
+ * see ECONNRESET instead of the line.
+ */
+static void turn_away(int fd, const char *why)
+{
+	char line[256], sink[4096];
+	int n = snprintf(line, sizeof(line), "{\"ok\":false,\"error\":\"%s\"}\n", why);
+
+	if (n > 0 && (size_t)n < sizeof(line) &&
+	    send(fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		HL_DEBUG("ctl", "turned away: %s", strerror(errno));
+	shutdown(fd, SHUT_WR);
+	for (size_t got = 0; got <= HL_CTL_MAX_REQUEST;) {
+		ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+}
+
+/*
+ * Whether the peer may use the socket: root or this process's user. The
+ * socket's mode (0600) already says so; this holds too when someone widens
+ * it (chmod 666 for a monitoring user: every command here is an
+ * administrator's, none is read-only) or hands its descriptor on.
+ */
+static bool peer_allowed(const struct ucred *cred)
+{
+	return cred->uid == 0 || cred->uid == geteuid();
+}
+
 static void accept_retry(struct hl_timer *t)
 {
 	struct hl_ctl_server *srv = t->arg;
@@ -540,19 +577,40 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 			srv->accept_paused = false;
 			HL_NOTICE("ctl", "accepting control connections again");
 		}
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+			HL_WARN_RL("ctl", "a control connection without credentials: %s",
+			           strerror(errno));
+			close(fd);
+			continue;
+		}
+		if (!peer_allowed(&cred)) {
+			HL_WARN_RL("ctl", "control connection of pid %d uid %u refused: only root "
+			                  "and uid %u may use %s",
+			           (int)cred.pid, (unsigned)cred.uid, (unsigned)geteuid(), srv->path);
+			turn_away(fd, "this user may not use the control socket");
+			continue;
+		}
+		/*
+		 * Each client costs a descriptor (the portals stop accepting near
+		 * the reserve) and up to a request line of memory: a script that
+		 * leaks connections must not take those from the initiators.
+		 */
+		if (srv->n_clients >= HL_CTL_MAX_CLIENTS) {
+			HL_WARN_RL("ctl", "control connection of pid %d uid %u refused: %u open",
+			           (int)cred.pid, (unsigned)cred.uid, srv->n_clients);
+			turn_away(fd, "too many control connections open; try again");
+			continue;
+		}
 		struct ctl_client *c = calloc(1, sizeof(*c));
 		if (!c) {
 			close(fd);
 			continue;
 		}
 		c->srv = srv;
-		struct ucred cred;
-		socklen_t cl = sizeof(cred);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-			snprintf(c->who, sizeof(c->who), "pid %d uid %u", (int)cred.pid,
-				 (unsigned)cred.uid);
-		else
-			snprintf(c->who, sizeof(c->who), "an unknown peer");
+		snprintf(c->who, sizeof(c->who), "pid %d uid %u", (int)cred.pid,
+		         (unsigned)cred.uid);
 		hl_event_init(&c->ev, fd, client_event, c);
 		if (hl_event_add(srv->reactor, &c->ev, EPOLLIN) < 0) {
 			close(fd);
@@ -560,6 +618,7 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 			continue;
 		}
 		hl_list_add_tail(&srv->clients, &c->link);
+		srv->n_clients++;
 	}
 }
 

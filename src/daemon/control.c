@@ -939,6 +939,8 @@ bool daemon_reload(struct daemon *d)
 	int rc;
 
 	rc = hl_conf_load(d->config_path, &next, err, sizeof(err));
+	if (rc == 0 && (rc = daemon_conf_file_check(d->config_path, next, err, sizeof(err))))
+		hl_conf_free(next);
 	if (rc) {
 		HL_ERR("daemon", "reload: %s (nothing changed)", err);
 		return false;
@@ -965,6 +967,8 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 	if (!d->config_path)
 		return daemon_fail(err, errlen, -EINVAL, "no configuration file to reload");
 	rc = hl_conf_load(d->config_path, &next, err, errlen);
+	if (rc == 0 && (rc = daemon_conf_file_check(d->config_path, next, err, errlen)))
+		hl_conf_free(next);
 	if (rc)
 		return rc;
 	change_by_client(d, "a reload", ctl_arg_force(args));

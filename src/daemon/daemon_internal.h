@@ -281,6 +281,16 @@ void daemon_disk_identity(uint64_t install_id, const char *disk_name, const char
  */
 int daemon_preflight(const struct hl_conf *conf, char *err, size_t errlen);
 
+/**
+ * Who may write and read the configuration file at path (conf_file.c),
+ * which conf was read from: another user's file, or one any user may
+ * write, is refused; a warning when its group may write it, or when it
+ * holds a secret that any user may read. At start, --check-config and
+ * each reload. @return 0, or -EPERM (or the stat's -errno) with err set.
+ */
+int daemon_conf_file_check(const char *path, const struct hl_conf *conf, char *err,
+                           size_t errlen);
+
 /** Wrap *origin with the throttle when the [disk] section asks for one. @return 0 or -errno. */
 int daemon_wrap_origin(const struct hl_conf_disk *disk, struct hl_origin **origin);
 

@@ -470,6 +470,13 @@ int main(int argc, char **argv)
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		fprintf(stderr, "hotlund: prctl(PR_SET_DUMPABLE): %s\n", strerror(errno));
 	hl_ctl_json_wipe();
+	/*
+	 * Nothing hotlund creates is for other users: the APTPL files hold
+	 * reservation keys and initiator names, the cache maps every origin's
+	 * path, a demo's origins the initiators' data. hotlund.service sets
+	 * UMask=0027; started by hand under 022 they were all 0644.
+	 */
+	umask(umask(0) | 077);
 
 	while ((opt = getopt_long(argc, argv, "c:t:l:Vh", longopts, NULL)) != -1) {
 		switch (opt) {
@@ -536,6 +543,9 @@ int main(int argc, char **argv)
 		rc = hl_conf_load(check ? check : config, &loaded, err, sizeof(err));
 		if (rc == 0 && config && !(d.config_path = realpath(config, NULL)))
 			rc = -errno;
+		if (rc == 0 && (rc = daemon_conf_file_check(check ? check : config, loaded, err,
+		                                            sizeof(err))) != 0)
+			hl_conf_free(loaded);
 	}
 	/* what start-up would trip over in the files it names, with FILE:LINE, before it starts */
 	if (rc == 0 && (rc = daemon_preflight(loaded, err, sizeof(err))) != 0)

@@ -14,6 +14,7 @@
 #include "hotlun/metrics.h"
 #include "hotlun/origin.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -457,13 +458,22 @@ static void histogram(struct render *r, enum fam_id id, const struct labels *bas
 	sample_u(r, id, "_count", base, run);
 }
 
-/* The scheme of an origin URI ("file", "iscsi", "rbd"): never the URI (it may name a host). */
+/*
+ * The scheme of an origin URI ("file", "iscsi", "rbd"): never the URI (it may
+ * name a host). A scheme is a letter, then letters, digits, '+', '-' or '.',
+ * then ':' (the rule hl_origin_open reads it by); anything else is a bare
+ * path, "file". Cutting at the first ':' instead gave "/srv/acme" for the
+ * file /srv/acme:lun0.img: a path, on an endpoint without authentication.
+ */
 static void origin_kind(const char *uri, char *out, size_t len)
 {
-	const char *colon = uri ? strchr(uri, ':') : NULL;
-	size_t n = colon ? (size_t)(colon - uri) : 0;
+	size_t n = 0;
 
-	if (!n || n >= len) {
+	if (uri && isalpha((unsigned char)uri[0]))
+		while (isalnum((unsigned char)uri[n]) || uri[n] == '+' || uri[n] == '-' ||
+		       uri[n] == '.')
+			n++;
+	if (!n || uri[n] != ':' || n >= len) {
 		snprintf(out, len, "file");
 		return;
 	}
@@ -471,7 +481,7 @@ static void origin_kind(const char *uri, char *out, size_t len)
 	out[n] = '\0';
 	/* wrappers put their label first ("throttle:file:..."): the backend is last */
 	if (!strcmp(out, "throttle") || !strcmp(out, "counted"))
-		origin_kind(colon + 1, out, len);
+		origin_kind(uri + n + 1, out, len);
 }
 
 static const char *const alua_states[] = {
@@ -603,6 +613,19 @@ static void render_cache_disk(struct render *r, const char *cache, const char *d
 	          json_object_get(o, "origin_write_latency_log2_us"), u64(o, "origin_write_ns"));
 }
 
+/*
+ * A cache device as the endpoint shows it: a device node's path (the
+ * host's hardware: which SSD failed), else "file". A cache file's path
+ * (/srv/acme/cache.img) names a folder of the host: not for a reader
+ * without authentication.
+ */
+static const char *device_shown(const char *dev)
+{
+	if (dev && strncmp(dev, "/dev/", 5) == 0 && !strstr(dev, "/.."))
+		return dev;
+	return dev ? "file" : NULL;
+}
+
 static void render_cache(struct render *r, const char *cache, json_t *o)
 {
 	struct labels l = lbl1("cache", cache);
@@ -610,7 +633,7 @@ static void render_cache(struct render *r, const char *cache, json_t *o)
 	const char *disk;
 
 	struct labels info = l;
-	lbl_add(&info, "device", json_string_value(json_object_get(o, "device")));
+	lbl_add(&info, "device", device_shown(json_string_value(json_object_get(o, "device"))));
 	sample_u(r, F_CACHE_INFO, "", &info, 1);
 	counter(r, F_CACHE_BLOCKS, &l, o, "nslots");
 	counter(r, F_CACHE_BLOCKS_USED, &l, o, "used_slots");

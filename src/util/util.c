@@ -330,8 +330,26 @@ const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
 		if (!at) {
 			/* "user%secret" that lost its '@' cannot be a host: hide it too */
 			const char *pct = memchr(auth, '%', (size_t)(end - auth));
-
-			if (pct && !strip) {
+			/*
+			 * ... and a secret with '/' in it (base64 has them) puts its
+			 * '@' after the first '/': the parser refuses such a URL, but
+			 * the refusal shows it, so hide up to that '@' (the last one
+			 * before the next blank or "://"; no IQN holds an '@').
+			 */
+			const char *late = NULL;
+			for (const char *c = end; pct && *c && !isspace((unsigned char)*c) &&
+			                          strncmp(c, "://", 3) != 0;
+			     c++) {
+				if (*c == '@')
+					late = c;
+			}
+			if (pct && late) {
+				if (!strip) {
+					append(buf, len, &o, auth, (size_t)(pct - auth) + 1);
+					append(buf, len, &o, "***@", 4);
+				}
+				p = late + 1;
+			} else if (pct && !strip) {
 				append(buf, len, &o, auth, (size_t)(pct - auth) + 1);
 				append(buf, len, &o, "***", 3);
 				p = end;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "hotlun/cache_engine.h"
+#include "hotlun/log.h"
 #include "hotlun/util.h"
 
 /* ---- file / block device ---- */
@@ -71,6 +72,27 @@ static const struct hl_cache_dev_ops file_ops = {
     .close = file_close,
 };
 
+/*
+ * A cache file is hotlund's: whoever else owns it or may write it can put
+ * blocks in it that hotlund then serves as hits for any disk (the records
+ * are on the device too), and whoever may read it reads the disks' data.
+ * The first is refused, the second warned about (a block device is
+ * root:disk 0660 by design: not checked here).
+ */
+static int file_owner_check(const char *path, const struct stat *st)
+{
+	if ((st->st_uid != 0 && st->st_uid != geteuid()) || (st->st_mode & (S_IWGRP | S_IWOTH))) {
+		HL_ERR("cache", "%s: owned by uid %u, mode %04o: another user could write blocks "
+		                "that hotlund serves as cache hits; chown it to root and chmod 600",
+		       path, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777));
+		return -EPERM;
+	}
+	if (st->st_mode & (S_IRGRP | S_IROTH))
+		HL_WARN("cache", "%s: mode %04o: other users can read the cached data; chmod 600 it",
+		        path, (unsigned)(st->st_mode & 07777));
+	return 0;
+}
+
 int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev **out)
 {
 	struct hl_cache_dev *d;
@@ -96,6 +118,9 @@ int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev 
 		}
 		size = size ? size : bytes;
 	} else if (S_ISREG(st.st_mode)) {
+		rc = file_owner_check(path, &st);
+		if (rc)
+			goto fail;
 		if (!size)
 			size = (uint64_t)st.st_size;
 		else if ((uint64_t)st.st_size < size && ftruncate(fd, (off_t)size)) {

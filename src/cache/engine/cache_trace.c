@@ -45,7 +45,9 @@ static uint32_t trace_pid; /* getpid() is a system call: once, at open */
  * by nobody else (else anyone could plant the name first), the name no
  * symbolic link (O_NOFOLLOW) nor a hard link to another file (one link,
  * this user's). Only then is it truncated: O_TRUNC would have cut a
- * planted file before any check. @return the descriptor or -errno.
+ * planted file before any check. It is the owner's alone (0600, a file an
+ * older hotlund left 0644 too): it lists which blocks of which disk were
+ * read and when, the tenants' access pattern. @return the descriptor or -errno.
  */
 static int trace_file_open(const char *dir, const char *name)
 {
@@ -66,7 +68,7 @@ static int trace_file_open(const char *dir, const char *name)
 		close(dfd);
 		return -EPERM;
 	}
-	fd = openat(dfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	fd = openat(dfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	rc = fd < 0 ? -errno : 0;
 	close(dfd);
 	if (rc)
@@ -76,7 +78,7 @@ static int trace_file_open(const char *dir, const char *name)
 		close(fd);
 		return -EPERM;
 	}
-	if (ftruncate(fd, 0) != 0) {
+	if (fchmod(fd, 0600) != 0 || ftruncate(fd, 0) != 0) {
 		rc = -errno;
 		close(fd);
 		return rc;

@@ -1,0 +1,106 @@
+#!/bin/bash
+# mgmt_files.sh - what hotlund's management surfaces give other local users
+# and a metrics reader (h33g, docs/security.md):
+#  - the config file: one any user may write, or another user owns, is
+#    refused (start, --check-config, reload: it decides what root's hotlund
+#    serves); one holding a secret that others may read starts with a
+#    warning; 0600 starts silently;
+#  - a cache file any user may write fails --check-config (FILE:LINE);
+#  - the files hotlund creates under umask 022 (install-id, the cache map)
+#    are 0600;
+#  - /metrics: an origin given as a bare path with ':' in it shows as
+#    origin="file" (before: origin="/tmp/.../acme"), and an initiator that
+#    logged in with '"' and '\' in its name is nowhere in the text, which
+#    promtool still accepts.
+. "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || hl_skip "needs root (a file of another user)"
+hl_need iscsi-inq curl
+HOTLUND=$HL_HOTLUND
+CTL=$HL_BUILDDIR/hotlunctl
+T=$(hl_tmpdir)
+umask 022
+
+# ---- the config file's owner and mode (--check-config: nothing is started)
+disk=$T/disk0.img
+hl_make_disk "$disk" 16M
+PORT=$(hl_free_port)
+conf=$T/check.conf
+hl_write_config "$conf" "$PORT" "$disk" chap_user=u chap_secret=config-secret-0123
+check() { "$HOTLUND" --check-config "$conf" >"$T/check.out" 2>&1; }
+
+chmod 0666 "$conf"
+check && hl_fail "a config any user may write passed --check-config"
+grep -q "may be written by any user" "$T/check.out" || hl_fail "no reason given: $(cat "$T/check.out")"
+chmod 0644 "$conf"
+chown 65534 "$conf"
+check && hl_fail "a config of uid 65534 passed --check-config"
+grep -q "owned by uid 65534" "$T/check.out" || hl_fail "no reason given: $(cat "$T/check.out")"
+chown 0 "$conf"
+check || hl_fail "root's 0644 config refused: $(cat "$T/check.out")"
+grep -q "holds a secret (chap_secret) and any user may read it" "$T/check.out" ||
+	hl_fail "no warning for a secret others may read: $(cat "$T/check.out")"
+grep -q "config-secret-0123" "$T/check.out" && hl_fail "the warning shows the secret"
+chmod 0600 "$conf"
+check || hl_fail "root's 0600 config refused: $(cat "$T/check.out")"
+grep -q "secret" "$T/check.out" && hl_fail "a warning for a 0600 file: $(cat "$T/check.out")"
+hl_log "config file: 0666 and uid 65534 refused, 0644 with a secret warned, 0600 silent"
+
+# ---- a cache file others may write: --check-config names it with FILE:LINE
+truncate -s 24M "$T/cache-x.img"
+chmod 0666 "$T/cache-x.img"
+hl_cache_disk0 "$conf" "$T/cache-x.img"
+check && hl_fail "a cache file any user may write passed --check-config"
+grep -q "check.conf:[0-9]*: \[cache ssd\] device .* mode 0666" "$T/check.out" ||
+	hl_fail "no FILE:LINE reason: $(cat "$T/check.out")"
+chmod 0600 "$T/cache-x.img"
+check || hl_fail "root's 0600 cache file refused: $(cat "$T/check.out")"
+hl_log "cache file: 0666 refused by --check-config, 0600 passes"
+
+# ---- a running hotlund: bare-path origin with ':', a cache, metrics
+origin=$T/acme:lun0.img
+hl_make_disk "$origin" 16M
+truncate -s 24M "$T/cache0.img"
+MP=$(hl_free_port)
+conf=$T/hotlund.conf
+HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$MP" HL_IQN=$HL_IQN_PREFIX:mgmt-files \
+	hl_write_config "$conf" "$PORT" "$origin"
+hl_cache_disk0 "$conf" "$T/cache0.img"
+sed -i "s|^origin = file:.*|origin = $origin|" "$conf"
+chmod 0600 "$conf"
+STATE=$T/state
+hl_start_hotlund "$conf"
+hl_wait_port "$HL_PID" 127.0.0.1 "$MP" "$HL_LOG"
+SOCK=$STATE/ctl.sock
+
+ini='iqn.2026-01.test:evil"x\y'
+iscsi-inq -i "$ini" "iscsi://127.0.0.1:$PORT/$HL_IQN_PREFIX:mgmt-files/0" >"$T/inq.out" 2>&1 ||
+	hl_fail "iscsi-inq with initiator $ini: $(cat "$T/inq.out")"
+grep -q 'evil"x' "$HL_LOG" || hl_log "(the log does not name the initiator)"
+curl -sf "http://127.0.0.1:$MP/metrics" >"$T/metrics.txt" || hl_fail "no /metrics"
+grep -q 'hotlun_disk_info{disk="disk0",origin="file",cache="ssd"} 1' "$T/metrics.txt" ||
+	hl_fail "disk0's info: $(grep hotlun_disk_info "$T/metrics.txt")"
+grep -q "acme" "$T/metrics.txt" && hl_fail "/metrics shows the origin's path: $(grep acme "$T/metrics.txt")"
+grep -q "$T" "$T/metrics.txt" && hl_fail "/metrics shows a path under $T"
+grep -q 'evil' "$T/metrics.txt" && hl_fail "/metrics names the initiator"
+if command -v promtool >/dev/null; then
+	promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1 ||
+		hl_fail "promtool check metrics: $(head -20 "$T/promtool.out")"
+fi
+hl_log "metrics: origin=\"file\", no path, no initiator name"
+
+# ---- what hotlund wrote under umask 022
+for f in "$STATE/install-id" "$STATE/cache-ssd.map"; do
+	[ -e "$f" ] || hl_fail "$f not written"
+	m=$(stat -c %a "$f")
+	[ "$m" = 600 ] || hl_fail "$f is mode $m (umask 022)"
+done
+hl_log "install-id and the cache map: 0600"
+
+# ---- a reload from a file any user may write: refused, nothing changed
+chmod 0666 "$conf"
+"$CTL" --socket "$SOCK" reload >"$T/reload.out" 2>&1 && hl_fail "reload of a 0666 config succeeded"
+grep -q "may be written by any user" "$T/reload.out" || hl_fail "reload: $(cat "$T/reload.out")"
+chmod 0600 "$conf"
+"$CTL" --socket "$SOCK" reload >"$T/reload.out" 2>&1 || hl_fail "reload: $(cat "$T/reload.out")"
+hl_target_stop
+hl_log "ok"
