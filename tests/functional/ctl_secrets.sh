@@ -118,15 +118,21 @@ saved mutual_secret "$PROMPT_SECRET"
 hl_log "ok: the shell's history has set chap_secret=******** (mode 0600)"
 
 # ---- memory: no secret that was replaced is left in the live process
-gcore -o "$tmp/gc" "$HL_PID" >"$tmp/gcore.log" 2>&1 || hl_fail "gcore failed: $(tail -3 "$tmp/gcore.log")"
-for s in "$OLD_CHAP" "$OLD_MUTUAL" "$OLD_DISC" "$PIPE_SECRET" "$TTY_SECRET" "$FILE_SECRET"; do
-	n=$(grep -caF -- "$s" "$tmp/gc.$HL_PID")
-	[ "$n" = 0 ] || hl_fail "a replaced secret ($s) is still in hotlund's memory ($n line(s) of its core)"
-done
-n=$(grep -caF -- "$HIST_SECRET" "$tmp/gc.$HL_PID")
-[ "$n" -gt 0 ] || hl_error "the current secret is not in the core either: the check cannot see"
-rm -f "$tmp/gc.$HL_PID"
-hl_log "ok: a core of the live hotlund holds the current secret ($n line(s)), no replaced one"
+# (not under ASan: its shadow mappings made a 6.6 TB sparse core, 24 GB of
+# it written to disk, and grep then read all of it)
+if hl_sanitized; then
+	hl_log "skipped: the core check (an ASan hotlund)"
+else
+	gcore -o "$tmp/gc" "$HL_PID" >"$tmp/gcore.log" 2>&1 || hl_fail "gcore failed: $(tail -3 "$tmp/gcore.log")"
+	for s in "$OLD_CHAP" "$OLD_MUTUAL" "$OLD_DISC" "$PIPE_SECRET" "$TTY_SECRET" "$FILE_SECRET"; do
+		n=$(grep -caF -- "$s" "$tmp/gc.$HL_PID")
+		[ "$n" = 0 ] || hl_fail "a replaced secret ($s) is still in hotlund's memory ($n line(s) of its core)"
+	done
+	n=$(grep -caF -- "$HIST_SECRET" "$tmp/gc.$HL_PID")
+	[ "$n" -gt 0 ] || hl_error "the current secret is not in the core either: the check cannot see"
+	rm -f "$tmp/gc.$HL_PID"
+	hl_log "ok: a core of the live hotlund holds the current secret ($n line(s)), no replaced one"
+fi
 hl_stop "$HL_PID"
 
 # ---- not dumpable: /proc/PID owned by root, no core on SIGABRT

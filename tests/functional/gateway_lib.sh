@@ -81,7 +81,12 @@ gw_clock_freeze() {
 start_gw() {
 	if [ "$1" = 1 ] && [ -n "${GW_FREEZE_CLOCKS:-}" ]; then
 		head -c 8 /dev/zero >"$T/clock_shim.off" # a new process: its clocks run true
-		export LD_PRELOAD=$T/clock_shim.so HL_CLOCK_SHIM=$T/clock_shim.off
+		# an ASan hotlund aborts at start unless its runtime is the first
+		# preload ("ASan runtime does not come first"); it then passes the
+		# clock calls on to the shim
+		local rt=
+		hl_sanitized && rt=$(ldd "$HL_BUILDDIR/hotlund" | awk '/libasan/ { print $3 }')
+		export LD_PRELOAD=${rt:+$rt:}$T/clock_shim.so HL_CLOCK_SHIM=$T/clock_shim.off
 		[ "$GW_FREEZE_CLOCKS" = all ] && export HL_CLOCK_SHIM_BOOT=1
 	fi
 	hl_start_hotlund "$T/gw$1/hotlund.conf"
