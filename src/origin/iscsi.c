@@ -374,6 +374,11 @@ static void session_fail(struct isc_session *s, const char *why)
 	else
 		HL_DEBUG(ISC_COMPONENT, "iscsi://%s: session %u: %s: %s", io->portal, s->qual, why,
 		         err);
+	/* Commands out when the session broke may still run at the SAN: should
+	 * this run end before a reconnect reinstates the session, the next open
+	 * must fence them, even if these fail or expire here meanwhile. */
+	if (!hl_list_empty(&s->inflight))
+		atomic_store(&io->unclean, true);
 	hl_event_del(&s->ev);
 	session_drop_ctx(s);
 	/* Whatever libiscsi did not call back (it skips callbacks when not logged in). */

@@ -110,25 +110,42 @@ void origin_iscsi_isid_bytes(uint32_t base, uint16_t qual, uint8_t out[6])
 	out[5] = (uint8_t)qual;
 }
 
+/*
+ * A record is 1 + the highest data qualifier its holder used (0: closed
+ * cleanly), written as ISC_ISID_RECORD_LEN bytes in place, never truncated
+ * first: an empty file was never written (its holder died before any
+ * login, so nothing to fence), and a record cut short or garbled by a crash
+ * is read as the most a run can have used, so the next open sweeps every
+ * qualifier rather than none.
+ */
+#define ISC_ISID_RECORD_LEN 11 /* "%010u\n" */
+
 static unsigned record_read(int fd)
 {
-	char buf[16];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	char buf[ISC_ISID_RECORD_LEN + 1], *end;
+	ssize_t n = pread(fd, buf, sizeof(buf), 0);
+	unsigned long v;
 
-	if (n <= 0)
+	if (n == 0)
 		return 0;
-	buf[n] = '\0';
-	return (unsigned)strtoul(buf, NULL, 10);
+	if (n != ISC_ISID_RECORD_LEN || buf[n - 1] != '\n')
+		return ISC_ISID_USED_MAX;
+	buf[n - 1] = '\0';
+	v = strtoul(buf, &end, 10);
+	if (*end || end == buf || v > ISC_ISID_USED_MAX)
+		return ISC_ISID_USED_MAX;
+	return (unsigned)v;
 }
 
-static void record_write(int fd, unsigned v)
+/* 0 when the record is on disk; a failure is logged by the caller. */
+static int record_write(int fd, unsigned v)
 {
-	char buf[16];
-	int n = snprintf(buf, sizeof(buf), "%u\n", v);
+	char buf[ISC_ISID_RECORD_LEN + 1];
 
-	/* best effort: a record lost only costs the next open a sweep it needed */
-	if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)n, 0) == n)
-		(void)fdatasync(fd);
+	snprintf(buf, sizeof(buf), "%010u\n", v);
+	if (pwrite(fd, buf, ISC_ISID_RECORD_LEN, 0) != ISC_ISID_RECORD_LEN || fdatasync(fd) != 0)
+		return errno ? -errno : -EIO;
+	return 0;
 }
 
 int origin_iscsi_isid_claim(struct isc_isid *st, const char *dir, uint64_t ident)
@@ -162,9 +179,18 @@ int origin_iscsi_isid_claim(struct isc_isid *st, const char *dir, uint64_t ident
 		st->used[k] = record_read(fd);
 		if (st->slot < 0) {
 			/* in use (probe, poll); what a dead holder used stays until swept */
+			unsigned noted = st->used[k] ? st->used[k] : 1;
+			int rc = record_write(fd, noted);
+
+			if (rc) {
+				/* an unrecorded ISID is not fenced after a crash */
+				err = rc;
+				close(fd);
+				st->fd[k] = -1;
+				continue;
+			}
 			st->slot = (int)k;
-			st->noted = st->used[k] ? st->used[k] : 1;
-			record_write(fd, st->noted);
+			st->noted = noted;
 		}
 	}
 	if (st->slot >= 0)
@@ -177,10 +203,17 @@ int origin_iscsi_isid_claim(struct isc_isid *st, const char *dir, uint64_t ident
 
 void origin_iscsi_isid_note(struct isc_isid *st, unsigned qual)
 {
+	int rc;
+
 	if (st->slot < 0 || qual + 1 <= st->noted)
 		return;
 	st->noted = qual + 1;
-	record_write(st->fd[st->slot], st->noted);
+	rc = record_write(st->fd[st->slot], st->noted);
+	if (rc)
+		HL_WARN(ISC_COMPONENT,
+		        "ISID slot %d: cannot record qualifier %u (%s): a crash now would leave it "
+		        "unfenced at the SAN",
+		        st->slot, qual, strerror(-rc));
 }
 
 void origin_iscsi_isid_swept(struct isc_isid *st, unsigned slot)
@@ -190,7 +223,7 @@ void origin_iscsi_isid_swept(struct isc_isid *st, unsigned slot)
 		return;
 	}
 	st->noted = 1;
-	record_write(st->fd[slot], st->noted);
+	(void)record_write(st->fd[slot], st->noted); /* failed: one more sweep next time */
 }
 
 void origin_iscsi_isid_release(struct isc_isid *st, unsigned slot, bool clean)
@@ -198,7 +231,7 @@ void origin_iscsi_isid_release(struct isc_isid *st, unsigned slot, bool clean)
 	if (slot >= ISC_ISID_SLOTS || st->fd[slot] < 0)
 		return;
 	if (clean)
-		record_write(st->fd[slot], 0);
+		(void)record_write(st->fd[slot], 0); /* failed: one more sweep next time */
 	close(st->fd[slot]); /* drops the lock */
 	st->fd[slot] = -1;
 	if ((int)slot == st->slot)

@@ -20,6 +20,9 @@
 /* ISID qualifiers: the open probe and the ownership session, the data sessions 1..N, the poll */
 #define ISC_QUAL_CTL 0
 #define ISC_QUAL_UA  0xffff
+/* a record that cannot be read back: every data qualifier a run can use (one
+ * session per reactor, threads <= 64), so the sweep misses none */
+#define ISC_ISID_USED_MAX 65
 
 /* What one instance holds of its disk's slots. */
 struct isc_isid {

@@ -170,11 +170,67 @@ static void test_slots(void)
 	CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
+/* Put `text` (len bytes) in slot k's record file, as a crash may leave it. */
+static void record_put(uint64_t id, unsigned k, const char *text, size_t len)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/iscsi-isid-%016llx.%u", dir, (unsigned long long)id, k);
+	f = fopen(path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(fwrite(text, 1, len, f), len);
+	fclose(f);
+}
+
+/*
+ * A record cut short or garbled (a crash or a full disk in the middle of
+ * its write) must not read as "closed cleanly": the next open sweeps every
+ * qualifier a run can use. The old writer truncated first and read a cut
+ * record as 0: nothing swept, the dead run's commands left unfenced.
+ * A file never written (its holder died before any login) is clean.
+ */
+static void test_torn_record(void)
+{
+	uint64_t id = origin_iscsi_isid_ident("torn", TGT, 0, 1);
+	struct isc_isid a;
+
+	snprintf(dir, sizeof(dir), "/tmp/isid_ut.XXXXXX");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+	static const struct {
+		const char *text;
+		unsigned used;
+	} cases[] = {
+	    {"00000000", ISC_ISID_USED_MAX},     /* cut before its last digits */
+	    {"0000000004", ISC_ISID_USED_MAX},   /* no newline: cut */
+	    {"00000x0004\n", ISC_ISID_USED_MAX}, /* garbled */
+	    {"", 0},                             /* never written */
+	    {"0000000004\n", 4},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		record_put(id, 0, cases[i].text, strlen(cases[i].text));
+		CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&a, dir, id), 0);
+		CU_ASSERT_EQUAL(a.slot, 0);
+		if (a.used[0] != cases[i].used)
+			fprintf(stderr, "record \"%s\": read as %u, want %u\n", cases[i].text,
+			        a.used[0], cases[i].used);
+		CU_ASSERT_EQUAL(a.used[0], cases[i].used);
+		/* kept (in use) until swept, whatever it read as */
+		CU_ASSERT_EQUAL(record(id, 0), cases[i].used ? cases[i].used : 1);
+		release_all(&a);
+	}
+
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static const struct hl_test tests[] = {
     {"the same ISIDs at every start", test_stable},
     {"one ISID per session", test_sessions},
     {"distinct per gateway, disk, LUN, target and slot", test_distinct},
     {"slots: live instances apart, a dead one's record swept", test_slots},
+    {"a torn slot record sweeps every qualifier", test_torn_record},
     {NULL, NULL},
 };
 
