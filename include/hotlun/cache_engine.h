@@ -393,11 +393,19 @@ struct hl_cache_dev {
 
 /**
  * Open (and for a regular file create/extend to size) a cache device with
- * O_DIRECT. size 0: use the existing size. A regular file another user
- * owns or that group or others may write is -EPERM (they could plant
- * hits); one they may read is opened with a warning. @return 0 or -errno.
+ * O_DIRECT. size 0: use the existing size. A regular file
+ * hl_cache_dev_file_foreign() is -EPERM (others could plant hits); one
+ * others may read is opened with a warning. @return 0 or -errno.
  */
 int hl_cache_dev_open_file(const char *path, uint64_t size, struct hl_cache_dev **out);
+
+struct stat;
+/**
+ * Whether a cache file's owner and mode let someone else write it: owned
+ * by neither root nor us, writable by others, or by a group other than
+ * root's (root:root 0660 is root's alone). Such a file is refused.
+ */
+bool hl_cache_dev_file_foreign(const struct stat *st);
 
 /**
  * An in-memory device for tests. After fail_after successful writes, the

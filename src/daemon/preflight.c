@@ -10,6 +10,7 @@
  */
 #include "daemon/daemon_internal.h"
 
+#include "hotlun/cache_engine.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
@@ -163,13 +164,14 @@ static int check_cache(const struct hl_conf *c, const struct hl_conf_cache *k, c
 			               "device is a regular file or a block device",
 			               k->name, k->device, kind_of(st.st_mode));
 		/* as the cache's open refuses it (cache_dev.c): others could plant hits */
-		if ((st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH)))
-			return at_line(err, errlen, c, dline,
-			               "[cache %s] device %s is owned by uid %u, mode %04o: another "
-			               "user could write blocks that hotlund serves as cache hits; "
-			               "chown it to root and chmod 600",
-			               k->name, k->device, (unsigned)st.st_uid,
-			               (unsigned)(st.st_mode & 07777));
+		if (hl_cache_dev_file_foreign(&st))
+			return at_line(
+			    err, errlen, c, dline,
+			    "[cache %s] device %s is owned by uid %u gid %u, mode %04o: "
+			    "another user could write blocks that hotlund serves as cache "
+			    "hits; chown it to root and chmod 600",
+			    k->name, k->device, (unsigned)st.st_uid, (unsigned)st.st_gid,
+			    (unsigned)(st.st_mode & 07777));
 		have = (uint64_t)st.st_blocks * 512; /* what it already holds on disk */
 		full_size = (uint64_t)st.st_size >= k->size;
 		hl_strlcpy(dir, k->device, sizeof(dir));

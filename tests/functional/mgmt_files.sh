@@ -52,9 +52,14 @@ hl_cache_disk0 "$conf" "$T/cache-x.img"
 check && hl_fail "a cache file any user may write passed --check-config"
 grep -q "check.conf:[0-9]*: \[cache ssd\] device .* mode 0666" "$T/check.out" ||
 	hl_fail "no FILE:LINE reason: $(cat "$T/check.out")"
+chmod 0660 "$T/cache-x.img"
+chgrp 65534 "$T/cache-x.img"
+check && hl_fail "a cache file group 65534 may write passed --check-config"
+chgrp 0 "$T/cache-x.img"
+check || hl_fail "root:root 0660 cache file refused (only root may write it): $(cat "$T/check.out")"
 chmod 0600 "$T/cache-x.img"
 check || hl_fail "root's 0600 cache file refused: $(cat "$T/check.out")"
-hl_log "cache file: 0666 refused by --check-config, 0600 passes"
+hl_log "cache file: 0666 and group 65534's 0660 refused by --check-config, root:root 0660 and 0600 pass"
 
 # ---- a running hotlund: bare-path origin with ':', a cache, metrics
 origin=$T/acme:lun0.img

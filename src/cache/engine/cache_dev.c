@@ -79,12 +79,20 @@ static const struct hl_cache_dev_ops file_ops = {
  * The first is refused, the second warned about (a block device is
  * root:disk 0660 by design: not checked here).
  */
+bool hl_cache_dev_file_foreign(const struct stat *st)
+{
+	return (st->st_uid != 0 && st->st_uid != geteuid()) || (st->st_mode & S_IWOTH) ||
+	       ((st->st_mode & S_IWGRP) && st->st_gid != 0);
+}
+
 static int file_owner_check(const char *path, const struct stat *st)
 {
-	if ((st->st_uid != 0 && st->st_uid != geteuid()) || (st->st_mode & (S_IWGRP | S_IWOTH))) {
-		HL_ERR("cache", "%s: owned by uid %u, mode %04o: another user could write blocks "
-		                "that hotlund serves as cache hits; chown it to root and chmod 600",
-		       path, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777));
+	if (hl_cache_dev_file_foreign(st)) {
+		HL_ERR("cache",
+		       "%s: owned by uid %u gid %u, mode %04o: another user could write blocks "
+		       "that hotlund serves as cache hits; chown it to root and chmod 600",
+		       path, (unsigned)st->st_uid, (unsigned)st->st_gid,
+		       (unsigned)(st->st_mode & 07777));
 		return -EPERM;
 	}
 	if (st->st_mode & (S_IRGRP | S_IROTH))
