@@ -424,17 +424,16 @@ static enum scsi_exec_result read_and_compare(struct hl_scsi_cmd *cmd, uint64_t 
 	return SCSI_PENDING;
 }
 
-/* BYTCHK=0: read the range in chunks to check the medium; the data is discarded. */
-static void verify_step(struct hl_scsi_cmd *cmd, int result)
+/*
+ * VERIFY's next piece: GOOD when no block is left, else the next at most
+ * VERIFY_CHUNK bytes of the range read into bounce, `step` called with it.
+ * priv: lba = next LBA, count = blocks left.
+ */
+static void verify_next(struct hl_scsi_cmd *cmd, scsi_io_done_fn step)
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 	uint32_t bs = cmd->lu->block_size;
 
-	if (result < 0) {
-		sbc_io_error(cmd, result, false);
-		scsi_cmd_complete(cmd);
-		return;
-	}
 	if (p->count == 0) {
 		scsi_set_good(cmd);
 		scsi_cmd_complete(cmd);
@@ -447,11 +446,22 @@ static void verify_step(struct hl_scsi_cmd *cmd, int result)
 	p->lba += n;
 	p->count -= n;
 	/* completions never run inside submit, so this cannot recurse */
-	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, n, cmd->iov, 1, verify_step);
+	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, n, cmd->iov, 1, step);
 	if (rc < 0) {
 		sbc_submit_failed(cmd, rc, false);
 		scsi_cmd_complete(cmd);
 	}
+}
+
+/* BYTCHK=0: read the range in chunks to check the medium; the data is discarded. */
+static void verify_step(struct hl_scsi_cmd *cmd, int result)
+{
+	if (result < 0) {
+		sbc_io_error(cmd, result, false);
+		scsi_cmd_complete(cmd);
+		return;
+	}
+	verify_next(cmd, verify_step);
 }
 
 /*
@@ -482,23 +492,7 @@ static void verify_pattern_step(struct hl_scsi_cmd *cmd, int result)
 		}
 	}
 	p->aux += (uint32_t)got;
-	if (p->count == 0) {
-		scsi_set_good(cmd);
-		scsi_cmd_complete(cmd);
-		return;
-	}
-	uint32_t n = HL_MIN(p->count, VERIFY_CHUNK / bs);
-	cmd->iov[0].iov_base = p->bounce;
-	cmd->iov[0].iov_len = (size_t)n * bs;
-	uint64_t lba = p->lba;
-	p->lba += n;
-	p->count -= n;
-	/* completions never run inside submit, so this cannot recurse */
-	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, n, cmd->iov, 1, verify_pattern_step);
-	if (rc < 0) {
-		sbc_submit_failed(cmd, rc, false);
-		scsi_cmd_complete(cmd);
-	}
+	verify_next(cmd, verify_pattern_step);
 }
 
 enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
