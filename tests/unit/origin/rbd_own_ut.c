@@ -18,6 +18,7 @@
 
 #include "origin/origin_rbd.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -508,6 +509,49 @@ static pid_t osd_pid(void)
 }
 
 /*
+ * Stop the OSD and wait until every one of its threads is stopped: kill()
+ * returns before a multi-threaded process has taken the stop, and a thread
+ * still running may ack the write that must time out (CI saw "the write
+ * while the OSD stood still: Success" once on a loaded machine).
+ */
+static void osd_stop(pid_t pid)
+{
+	char path[64];
+
+	kill(pid, SIGSTOP);
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	for (int tries = 0; tries < 400; tries++) {
+		DIR *d = opendir(path);
+		struct dirent *e;
+		bool all = d != NULL;
+
+		while (d && (e = readdir(d))) {
+			char stat[400], buf[512], *close_paren;
+			FILE *f;
+
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(stat, sizeof(stat), "%s/%s/stat", path, e->d_name);
+			f = fopen(stat, "r");
+			if (!f)
+				continue; /* the thread ended */
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = '\0';
+			fclose(f);
+			close_paren = strrchr(buf, ')');
+			if (!close_paren || close_paren[1] != ' ' || close_paren[2] != 'T')
+				all = false;
+		}
+		if (d)
+			closedir(d);
+		if (all)
+			return;
+		usleep(5000);
+	}
+	fprintf(stderr, "\n    (the OSD's threads did not all stop within 2 s)");
+}
+
+/*
  * A write of the owner times out (the OSD stopped: librados cancels the op
  * here, the OSD may still apply it later), then the owner hands the image
  * over. The release must not let the next owner write while that write may
@@ -536,7 +580,7 @@ static void test_release_unsure_write_fences(void)
 	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
 	CU_ASSERT_EQUAL_FATAL(acquire(a, 1, 11, false, NULL), 0);
 	CU_ASSERT_EQUAL(write_fill(a, 2 * FAR, 0x11), 0);
-	kill(pid, SIGSTOP);
+	osd_stop(pid);
 	rc = write_fill(a, 2 * FAR, 0xc3);
 	kill(pid, SIGCONT);
 	printf("\n    the write while the OSD stood still: %s", strerror(-rc));
