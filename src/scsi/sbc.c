@@ -495,6 +495,25 @@ static void verify_pattern_step(struct hl_scsi_cmd *cmd, int result)
 	verify_next(cmd, verify_pattern_step);
 }
 
+/* Start reading a's range in VERIFY_CHUNK pieces into a bounce buffer, `step` per piece. */
+static enum scsi_exec_result verify_range(struct hl_scsi_cmd *cmd, const struct rw_args *a,
+                                          scsi_io_done_fn step)
+{
+	struct scsi_cmd_priv *p = scsi_priv(cmd);
+
+	p->bounce = malloc(HL_MIN((uint64_t)a->count * cmd->lu->block_size, VERIFY_CHUNK));
+	if (!p->bounce) {
+		cmd->status = HL_SAM_BUSY;
+		return SCSI_DONE;
+	}
+	p->lba = a->lba;
+	p->count = a->count;
+	p->aux = 0;
+	cmd->iov[0].iov_len = 0; /* nothing read yet */
+	step(cmd, 0);
+	return SCSI_PENDING;
+}
+
 enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
 {
 	struct hl_lu *lu = cmd->lu;
@@ -514,15 +533,7 @@ enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
 	if (a.count == 0)
 		return SCSI_DONE;
 	if (bytchk == 0) {
-		p->bounce = malloc(HL_MIN((uint64_t)a.count * lu->block_size, VERIFY_CHUNK));
-		if (!p->bounce) {
-			cmd->status = HL_SAM_BUSY;
-			return SCSI_DONE;
-		}
-		p->lba = a.lba;
-		p->count = a.count;
-		verify_step(cmd, 0);
-		return SCSI_PENDING;
+		return verify_range(cmd, &a, verify_step);
 	}
 	if (bytchk == 3) {
 		/* one block of data-out compared against every block of the range */
@@ -533,17 +544,7 @@ enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
 			hl_scsi_set_sense(cmd, HL_SK_ILLEGAL_REQUEST, SCSI_ASC_INVALID_FIELD_IU);
 			return SCSI_DONE;
 		}
-		p->bounce = malloc(HL_MIN((uint64_t)a.count * lu->block_size, VERIFY_CHUNK));
-		if (!p->bounce) {
-			cmd->status = HL_SAM_BUSY;
-			return SCSI_DONE;
-		}
-		p->lba = a.lba;
-		p->count = a.count;
-		p->aux = 0;
-		cmd->iov[0].iov_len = 0; /* nothing read yet */
-		verify_pattern_step(cmd, 0);
-		return SCSI_PENDING;
+		return verify_range(cmd, &a, verify_pattern_step);
 	}
 	cmd->xfer_len = a.count * lu->block_size;
 	if (!dout_bytes(cmd, cmd->xfer_len, &nbytes))
