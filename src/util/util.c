@@ -305,22 +305,33 @@ static void append(char *buf, size_t len, size_t *o, const char *s, size_t n)
  * what is hidden here. No byte of a secret is ever copied, so a truncated
  * result cannot hold part of one.
  */
-const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
+static void redact_once(const char *uri, bool strip, char *buf, size_t len)
 {
 	const char *p = uri;
 	size_t o = 0;
+	bool at_auth = false; /* p is where an authority starts (a userinfo was just hidden) */
 
-	if (!len)
-		return buf;
 	while (*p) {
-		const char *sep = strstr(p, "://"), *auth, *end, *at = NULL;
+		const char *auth = p, *end, *at = NULL;
 
-		if (!sep) {
-			append(buf, len, &o, p, strlen(p));
-			break;
+		if (!at_auth) {
+			const char *sep = strstr(p, "://");
+
+			if (!sep) {
+				append(buf, len, &o, p, strlen(p));
+				break;
+			}
+			auth = sep + 3;
+			append(buf, len, &o, p, (size_t)(auth - p));
 		}
-		auth = sep + 3;
-		append(buf, len, &o, p, (size_t)(auth - p));
+		/*
+		 * What follows a hidden userinfo sits where an authority starts
+		 * in the result: read it as one again, or a second pass (a map
+		 * read back, a log line redacted twice) would find a "user%secret@"
+		 * the first one let through.
+		 */
+		bool again = at_auth; /* its "***@" already stands for this one too */
+		at_auth = false;
 		end = auth + strcspn(auth, "/");
 		for (const char *c = auth; c < end; c++) {
 			if (*c == '@')
@@ -344,11 +355,14 @@ const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
 					late = c;
 			}
 			if (pct && late) {
-				if (!strip) {
-					append(buf, len, &o, auth, (size_t)(pct - auth) + 1);
+				if (!strip && !again) {
+					/* the user as the '@' case below keeps it: a second pass
+					 * agrees */
+					append(buf, len, &o, auth, strcspn(auth, "%:") + 1);
 					append(buf, len, &o, "***@", 4);
 				}
 				p = late + 1;
+				at_auth = true;
 			} else if (pct && !strip) {
 				append(buf, len, &o, auth, (size_t)(pct - auth) + 1);
 				append(buf, len, &o, "***", 3);
@@ -356,7 +370,7 @@ const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
 			}
 			continue;
 		}
-		if (!strip) {
+		if (!strip && !again) {
 			size_t user = strcspn(auth, "%:");
 
 			if (auth + user < at)
@@ -364,8 +378,39 @@ const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
 			append(buf, len, &o, "***@", 4);
 		}
 		p = at + 1;
+		at_auth = true;
 	}
 	buf[o] = '\0';
+}
+
+/*
+ * One pass hides every secret it finds, but what it removes can join text
+ * into a new "user%secret@" (the '@' a secret with '/' ends at is found up
+ * to the next blank or "://", and those may be the bytes removed). Passes
+ * run until one changes nothing, so the result is what a second
+ * redaction would give: the cache map strips the origin it stores and again
+ * when it reads it back, and the two must match. Each pass only hides
+ * more; strip's passes only shorten, so they end.
+ */
+#define REDACT_PASSES_MAX 64
+
+const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
+{
+	if (!len)
+		return buf;
+	redact_once(uri, strip, buf, len);
+	for (int i = 1; i < REDACT_PASSES_MAX; i++) {
+		char *prev = strdup(buf);
+
+		if (!prev)
+			break; /* (one pass has hidden every secret it knows) */
+		redact_once(prev, strip, buf, len);
+		bool same = strcmp(prev, buf) == 0;
+		explicit_bzero(prev, strlen(prev));
+		free(prev);
+		if (same)
+			break;
+	}
 	return buf;
 }
 
