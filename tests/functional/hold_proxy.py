@@ -12,28 +12,17 @@ import socket
 import sys
 import threading
 
+from netutil import pump, relay
+
 held = []  # upstream sockets of vanished clients: never closed, never written
 
 
-def pump(src, dst, gone):
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
+def pump_then(src, dst, gone):
+    pump(src, dst)
     gone()
 
 
-def serve(client, host, port):
-    try:
-        up = socket.create_connection((host, port))
-    except OSError:
-        client.close()
-        return
-
+def start(client, up):
     def client_gone():
         held.append(up)  # the SAN's end stays up: no FIN, no RST
         try:
@@ -47,20 +36,13 @@ def serve(client, host, port):
         except OSError:
             pass
 
-    threading.Thread(target=pump, args=(client, up, client_gone), daemon=True).start()
-    threading.Thread(target=pump, args=(up, client, upstream_gone), daemon=True).start()
+    threading.Thread(target=pump_then, args=(client, up, client_gone), daemon=True).start()
+    threading.Thread(target=pump_then, args=(up, client, upstream_gone), daemon=True).start()
 
 
 def main():
     listen_port, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", listen_port))
-    srv.listen(64)
-    print("ready", flush=True)
-    while True:
-        client, _ = srv.accept()
-        serve(client, host, port)
+    relay(listen_port, 64, lambda: socket.create_connection((host, port)), start)
 
 
 if __name__ == "__main__":

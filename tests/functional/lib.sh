@@ -914,8 +914,10 @@ hl_metrics_start() {
 # GET /metrics from src). Its exit status is returned; the held connections
 # close when it ends.
 hl_metrics_park() {
-	python3 - "$HL_METRICS_PORT" "$1" 3<&0 <<'PY'
+	python3 - "$HL_METRICS_PORT" "$1" "$HL_SRCDIR/tests/functional" 3<&0 <<'PY'
 import os, socket, sys, time
+sys.path.insert(0, sys.argv[3])
+from netutil import alive
 port = int(sys.argv[1])
 
 def conn(src):
@@ -924,18 +926,6 @@ def conn(src):
     s.bind((src, 0))
     s.connect(("127.0.0.1", port))
     return s
-
-def alive(s):
-    """False once the server closed s (EOF or reset)."""
-    s.setblocking(False)
-    try:
-        return s.recv(1) != b""
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        s.settimeout(5)
 
 def scrape(src):
     try:

@@ -20,6 +20,7 @@ PORT=$HL_PORT IQN=$HL_IQN PID=$HL_PID SRC=$HL_SRCDIR python3 - <<'EOF' || hl_fai
 import os, socket, sys, time
 sys.path.insert(0, os.environ["SRC"] + "/tests/functional")
 import pdu_client as pc
+from netutil import alive
 
 port, iqn, pid = int(os.environ["PORT"]), os.environ["IQN"], os.environ["PID"]
 
@@ -45,22 +46,12 @@ def big_login(dsl):
     return s
 
 
-def still_open(s):
-    s.setblocking(False)
-    try:
-        return s.recv(1) != b""
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-
-
 before = rss_kib()
 conns = [big_login(256 * 1024) for _ in range(64)]
 deadline = time.time() + 5
-while time.time() < deadline and any(still_open(s) for s in conns):
+while time.time() < deadline and any(alive(s) for s in conns):
     time.sleep(0.1)
-held = sum(still_open(s) for s in conns)
+held = sum(alive(s) for s in conns)
 grew = rss_kib() - before
 print("256 KiB login PDUs: %d of 64 connections held open, RSS +%d KiB" % (held, grew))
 for s in conns:
@@ -73,7 +64,7 @@ if grew > 8 * 1024:
 # an 8 KiB login PDU is allowed: the connection waits for its last byte
 s = big_login(8192)
 time.sleep(0.5)
-if not still_open(s):
+if not alive(s):
     sys.exit("a login PDU of 8192 bytes was refused")
 s.close()
 

@@ -13,16 +13,11 @@ import socket
 import sys
 import threading
 
+from netutil import pump, relay
 
-def pump(src, dst):
-    try:
-        while True:
-            b = src.recv(65536)
-            if not b:
-                break
-            dst.sendall(b)
-    except OSError:
-        pass
+
+def pump_and_shut(src, dst):
+    pump(src, dst)
     for s in (src, dst):
         try:
             s.shutdown(socket.SHUT_RDWR)
@@ -30,25 +25,17 @@ def pump(src, dst):
             pass
 
 
+def start(c, u):
+    for s in (c, u):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    threading.Thread(target=pump_and_shut, args=(c, u), daemon=True).start()
+    threading.Thread(target=pump_and_shut, args=(u, c), daemon=True).start()
+
+
 def main():
     port = int(sys.argv[1])
     host, tport = sys.argv[2].rsplit(":", 1)
-    ls = socket.socket()
-    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", port))
-    ls.listen(16)
-    print("ready", flush=True)
-    while True:
-        c, _ = ls.accept()
-        try:
-            u = socket.create_connection((host, int(tport)))
-        except OSError:
-            c.close()
-            continue
-        for s in (c, u):
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=pump, args=(c, u), daemon=True).start()
-        threading.Thread(target=pump, args=(u, c), daemon=True).start()
+    relay(port, 16, lambda: socket.create_connection((host, int(tport))), start)
 
 
 if __name__ == "__main__":

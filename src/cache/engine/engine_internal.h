@@ -185,12 +185,20 @@ struct map_ent {
 	 * dropped, or that outlived the URL's timeout, may be held by the SAN),
 	 * so its old bytes read now may be replaced without a write of ours.
 	 * No fill is installed there until a write of ours to that range
-	 * succeeds. Byte ranges [off, end); hl_cache.lock.
+	 * succeeds that began after the failure: seq is wseq when the range
+	 * was added (the latest failure's, once merged). Byte ranges
+	 * [off, end); hl_cache.lock.
 	 */
 	struct {
-		uint64_t off, end;
+		uint64_t off, end, seq;
 	} unsettled[ENG_UNSETTLED_MAX];
 	uint32_t nunsettled;
+	/*
+	 * Bumped by every write as it joins wlist (eng_req.wseq): a write whose
+	 * wseq is above an unsettled range's seq began after that write failed,
+	 * so the origin ran the failed one first or not at all. hl_cache.lock.
+	 */
+	uint64_t wseq;
 };
 
 struct meta_wait {
@@ -441,6 +449,7 @@ struct eng_req {
 	uint32_t rnext;
 	uint64_t rsent;
 	uint32_t gen; /* ent->gen when it was made */
+	uint64_t wseq; /* a write: ent->wseq taken when it joined wlist */
 	uint32_t nb, nios, nsub, maxsub;
 	struct hl_cache_io *ios;
 	int32_t *run_of; /* per block of a read: its RUN (or BUF) sub, or -1 */

@@ -76,9 +76,13 @@ static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, 
 
 /*
  * A write of [off, off + len) failed: remember the range as unsettled
- * (map_ent.unsettled). When the list is full, the new range and every
- * range kept become one that covers them all: more blocks go uncached,
- * none is forgotten. Under lock.
+ * (map_ent.unsettled), with the wseq of the last write begun so far: only
+ * a write that begins later settles it. A range kept that holds the new
+ * one is enough only when no write began since it was added; else the new
+ * one is kept beside it (the writes in flight now settle the older range,
+ * not the new one). When the list is full, the new range and every range
+ * kept become one that covers them all, with the new seq: more blocks go
+ * uncached, none is forgotten. Under lock.
  */
 static void unsettled_add(const struct hl_cache *c, struct map_ent *e, uint64_t off,
                           uint64_t len)
@@ -86,7 +90,8 @@ static void unsettled_add(const struct hl_cache *c, struct map_ent *e, uint64_t 
 	uint64_t end = off + len;
 
 	for (uint32_t i = 0; i < e->nunsettled; i++) {
-		if (e->unsettled[i].off <= off && end <= e->unsettled[i].end)
+		if (e->unsettled[i].off <= off && end <= e->unsettled[i].end &&
+		    e->unsettled[i].seq == e->wseq)
 			return;
 	}
 	if (e->nunsettled == ENG_UNSETTLED_MAX) {
@@ -103,23 +108,31 @@ static void unsettled_add(const struct hl_cache *c, struct map_ent *e, uint64_t 
 	}
 	e->unsettled[e->nunsettled].off = off;
 	e->unsettled[e->nunsettled].end = end;
+	e->unsettled[e->nunsettled].seq = e->wseq;
 	e->nunsettled++;
 }
 
 /*
- * A write of ours to [off, off + len) succeeded: it is the last completed
- * write there, whatever a failed one still does at the origin. The ranges
- * it covers are settled; one it covers an end of is cut; one it lies
- * inside of stays whole (more uncached blocks, never a wrong one). Under
- * lock.
+ * A write of ours to [off, off + len) succeeded, and began with wseq: the
+ * ranges of writes that failed before it began are settled where it
+ * wrote, for it is the last completed write there (the origin answered
+ * the failed one before this one was sent). A failed write that was in
+ * flight beside it may still be run after it: its range (seq >= wseq)
+ * stays. Of the others, the ranges it covers are settled; one it covers
+ * an end of is cut; one it lies inside of stays whole (more uncached
+ * blocks, never a wrong one). Under lock.
  */
-static void unsettled_clear(struct map_ent *e, uint64_t off, uint64_t len)
+static void unsettled_clear(struct map_ent *e, uint64_t off, uint64_t len, uint64_t wseq)
 {
 	uint64_t end = off + len;
 
 	for (uint32_t i = 0; i < e->nunsettled;) {
 		uint64_t *lo = &e->unsettled[i].off, *hi = &e->unsettled[i].end;
 
+		if (e->unsettled[i].seq >= wseq) {
+			i++;
+			continue;
+		}
 		if (off <= *lo && *hi <= end) {
 			e->unsettled[i] = e->unsettled[--e->nunsettled];
 			continue;
@@ -200,13 +213,15 @@ static void write_done(struct eng_req *req)
 	}
 	/*
 	 * A failed write whose outcome is unknown may still be run by the
-	 * origin later: its range gets no fills until a write of ours succeeds
-	 * there (engine_unsettled, read_start).
+	 * origin later: its range gets no fills until a write of ours that
+	 * began after this failure succeeds there (engine_unsettled,
+	 * read_start). One in flight beside it settles nothing: the origin
+	 * may run the failed one after it.
 	 */
 	if (outcome_unknown(result))
 		unsettled_add(c, req->ent, req->off, req->len);
 	else if (!result)
-		unsettled_clear(req->ent, req->off, req->len);
+		unsettled_clear(req->ent, req->off, req->len, req->wseq);
 	if (result)
 		hl_cache_core_invalidate(c->core, lun, req->off, req->len);
 	pthread_mutex_unlock(&c->lock);
@@ -356,6 +371,7 @@ int engine_write(struct hl_origin *o, struct hl_origin_io *uio)
 		overlap_no_update(req, co->ent, (uint32_t)n);
 	}
 	req->nios = (uint32_t)n;
+	req->wseq = ++co->ent->wseq;
 	hl_list_add_tail(&co->ent->wlist, &req->wlink);
 	req->in_wlist = true;
 	pthread_mutex_unlock(&c->lock);

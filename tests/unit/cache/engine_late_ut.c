@@ -101,6 +101,136 @@ static void test_successful_write_settles(void)
 	free(w);
 }
 
+/* Wait until the fake holds n writes (hold_writes). */
+static void wait_held(struct fake *f, int n)
+{
+	for (int i = 0; i < 3000 && __atomic_load_n(&f->nheld, __ATOMIC_ACQUIRE) < n; i++)
+		usleep(1000);
+	CU_ASSERT_FATAL(__atomic_load_n(&f->nheld, __ATOMIC_ACQUIRE) == n);
+}
+
+/*
+ * Two writes in flight together (another session's beside ours): the one
+ * of [off1, +len1) the origin fails with -EIO and may still run later, the
+ * one of [off2, +len2) succeeds. fail_begins: which began first. The
+ * failure is answered first, the success after it.
+ */
+static void race_failed_and_ok(struct hl_cache *c, struct fake *f, struct hl_origin *o,
+                               bool fail_begins, uint64_t off1, uint64_t len1, uint8_t *w1,
+                               uint64_t off2, uint64_t len2, uint8_t *w2)
+{
+	struct hl_origin_io *h1, *h2;
+	struct step a, b;
+
+	__atomic_store_n(&f->hold_writes, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < 2; i++) {
+		bool fail = (i == 0) == fail_begins;
+
+		__atomic_store_n(&f->fail_writes, fail, __ATOMIC_RELAXED);
+		if (fail)
+			io_start(&a, o, HL_IO_WRITE, off1, len1, w1);
+		else
+			io_start(&b, o, HL_IO_WRITE, off2, len2, w2);
+		wait_held(f, i + 1);
+	}
+	__atomic_store_n(&f->fail_writes, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&f->hold_writes, 0, __ATOMIC_RELAXED);
+	h1 = f->held[fail_begins ? 0 : 1];
+	h2 = f->held[fail_begins ? 1 : 0];
+	f->nheld = 0;
+	finish_held(h1); /* the origin may still hold it */
+	CU_ASSERT_EQUAL(io_wait(&a), -EIO);
+	finish_held(h2);
+	CU_ASSERT_EQUAL(io_wait(&b), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+}
+
+/*
+ * A write that fails (W1, outcome unknown) and a write of the same block
+ * that succeeds (W2, another session's) in flight together: W2 is answered
+ * after W1 failed, but the origin may still run W1 after W2, so W2 settles
+ * nothing. A read fills the block with W2's bytes, then W1 lands: every
+ * read after that must return W1's bytes. Both orders of beginning. A
+ * write that begins after W1 failed still settles the range. (Seen failing
+ * before the fix: W2 cleared the range, the read after W1 landed was a hit
+ * with W2's bytes.)
+ */
+static void test_concurrent_write_settles_nothing(void)
+{
+	struct hl_cache *c;
+	struct fake f;
+	struct hl_origin *o = fixture_up(&c, NULL, &f, 16, "fake:a");
+	uint8_t *buf = malloc(BS), *w1 = malloc(BS), *w2 = malloc(BS), *w3 = malloc(BS);
+
+	for (int w1_first = 1; w1_first >= 0; w1_first--) {
+		uint64_t off = (uint64_t)(6 + 2 * w1_first) * BS;
+
+		memset(w1, 0x5a + w1_first, BS);
+		memset(w2, 0x6b + w1_first, BS);
+		memset(w3, 0x7c + w1_first, BS);
+		src_of(c, o, off, buf);
+		CU_ASSERT(src_of(c, o, off, buf) == HL_IO_SRC_HIT);
+		race_failed_and_ok(c, &f, o, w1_first, off, BS, w1, off, BS, w2);
+
+		/* a read now returns W2's bytes, and must not cache them */
+		src_of(c, o, off, buf);
+		CU_ASSERT(memcmp(buf, w2, BS) == 0);
+		CU_ASSERT(src_of(c, o, off, buf) != HL_IO_SRC_HIT);
+		/* the origin runs W1 now */
+		memcpy(f.mem + off, w1, BS);
+		src_of(c, o, off, buf);
+		CU_ASSERT(memcmp(buf, w1, BS) == 0);
+		if (memcmp(buf, w1, BS))
+			fprintf(stderr, "stale: the cache serves W2's bytes after W1 landed\n");
+
+		/* a write begun after W1 failed settles the block */
+		CU_ASSERT(do_io(o, HL_IO_WRITE, off, BS, w3) == 0);
+		CU_ASSERT(wait_inflight(c, 0));
+		src_of(c, o, off, buf);
+		CU_ASSERT(src_of(c, o, off, buf) == HL_IO_SRC_HIT);
+		CU_ASSERT(memcmp(buf, w3, BS) == 0);
+	}
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w1);
+	free(w2);
+	free(w3);
+}
+
+/*
+ * A range already unsettled (F1, two blocks) and a second failure inside
+ * it (F2, the first block) while a write W covering both was in flight: W
+ * began after F1 failed, not after F2, so it settles the second block
+ * only. The first stays uncached, and F2 landing late is seen.
+ */
+static void test_failure_inside_unsettled_range(void)
+{
+	struct hl_cache *c;
+	struct fake f;
+	struct hl_origin *o = fixture_up(&c, NULL, &f, 17, "fake:a");
+	uint64_t off = 12 * BS;
+	uint8_t *buf = malloc(BS), *w1 = malloc(BS), *w2 = malloc(2 * BS);
+
+	memset(w1, 0x44, BS);
+	memset(w2, 0x55, 2 * BS);
+	failed_write(&f, o, off, 2 * BS, 0x33);
+	race_failed_and_ok(c, &f, o, false, off, BS, w1, off, 2 * BS, w2);
+	src_of(c, o, off, buf);
+	CU_ASSERT(memcmp(buf, w2, BS) == 0);
+	CU_ASSERT(src_of(c, o, off, buf) != HL_IO_SRC_HIT);
+	memcpy(f.mem + off, w1, BS); /* F2 lands */
+	src_of(c, o, off, buf);
+	CU_ASSERT(memcmp(buf, w1, BS) == 0);
+	/* the second block: settled by W */
+	src_of(c, o, off + BS, buf);
+	CU_ASSERT(src_of(c, o, off + BS, buf) == HL_IO_SRC_HIT);
+	CU_ASSERT(memcmp(buf, w2, BS) == 0);
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w1);
+	free(w2);
+}
+
 /*
  * More failed writes than the disk keeps ranges for: none of their blocks
  * is cached again, whichever was failed first.
@@ -181,6 +311,10 @@ int main(void)
 	    {"late: a failed write that lands after a fill is not hidden by the cache",
 	     test_failed_write_lands_after_fill},
 	    {"late: a successful write settles what it covers", test_successful_write_settles},
+	    {"late: a write in flight beside a failed one settles nothing",
+	     test_concurrent_write_settles_nothing},
+	    {"late: a failure inside an unsettled range keeps it from older writes",
+	     test_failure_inside_unsettled_range},
 	    {"late: more failed writes than ranges kept", test_many_failed_writes},
 	    {"late: a write the origin refused leaves nothing unsettled", test_refused_write_settled},
 	    {"late: an origin changed beyond what it can bound drops the disk",

@@ -476,6 +476,33 @@ static HL_UT_UNUSED void release_held(struct fake *f)
 	CU_ASSERT_FATAL(hl_reactor_call(R, fake_release_fn, f) == 0);
 }
 
+struct finish_call {
+	struct hl_origin_io *io;
+	sem_t sem;
+};
+
+static HL_UT_UNUSED void finish_held_fn(void *arg)
+{
+	struct finish_call *d = arg;
+
+	fake_finish(d->io);
+	sem_post(&d->sem);
+}
+
+/*
+ * The fake ends one held io now, on the reactor (a write lands unless it
+ * fails): held ios answered in the order the test picks. Back once done.
+ */
+static HL_UT_UNUSED void finish_held(struct hl_origin_io *io)
+{
+	struct finish_call d = {.io = io};
+
+	sem_init(&d.sem, 0, 0);
+	CU_ASSERT_FATAL(hl_reactor_call(R, finish_held_fn, &d) == 0);
+	sem_wait(&d.sem);
+	sem_destroy(&d.sem);
+}
+
 /* ---- fixture ---- */
 
 static HL_UT_UNUSED char g_dev[64];

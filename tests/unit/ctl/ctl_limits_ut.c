@@ -5,9 +5,7 @@
  * user every command: none is read-only); and at most HL_CTL_MAX_CLIENTS
  * connections at once, the one over turned away with a message.
  */
-#include "hl_test.h"
-#include "hotlun/ctl.h"
-#include "hotlun/event.h"
+#include "ctl_ut_lib.h"
 #include "hotlun/log.h"
 
 #include <errno.h>
@@ -34,26 +32,6 @@ static const struct hl_ctl_command cmds[] = {
 	{"poke", "count a run", poke_fn},
 	{NULL, NULL, NULL},
 };
-
-static struct hl_reactor *r;
-static struct hl_ctl_server *srv;
-static char path[64];
-static int start_rc = 1;
-
-/* Mode 0666: the socket's permissions let anyone connect; only the server's check is left. */
-static void start_server(void *arg)
-{
-	(void)arg;
-	__atomic_store_n(&start_rc, hl_ctl_server_create(r, path, 0666, cmds, NULL, &srv),
-	                 __ATOMIC_SEQ_CST);
-}
-
-static void stop_server(void *arg)
-{
-	(void)arg;
-	hl_ctl_server_destroy(srv);
-	hl_reactor_stop(r);
-}
 
 /* One request; the reply's "ok" (1, 0), or -1 when no reply came. */
 static int poke(int fd, char *err, size_t errlen)
@@ -183,19 +161,6 @@ static const struct hl_test tests[] = {
 int main(void)
 {
 	hl_log_open(false, HL_LOG_ERR);
-	snprintf(path, sizeof(path), "/tmp/hl-ctl-limits-ut-%d.sock", (int)getpid());
-	if (hl_reactor_create(&r, "ctl") || hl_reactor_start(r))
-		return 99;
-	hl_reactor_call(r, start_server, NULL);
-	for (int i = 0; i < 500 && __atomic_load_n(&start_rc, __ATOMIC_SEQ_CST) == 1; i++)
-		usleep(10000);
-	if (start_rc) {
-		fprintf(stderr, "ctl server did not start: %d\n", start_rc);
-		return 99;
-	}
-	int rc = hl_test_run("ctl_limits", tests);
-	hl_reactor_call(r, stop_server, NULL);
-	hl_reactor_join(r);
-	hl_reactor_destroy(r);
-	return rc;
+	/* Mode 0666: the socket's permissions let anyone connect; only the server's check is left. */
+	return ctl_ut_run("ctl_limits", 0666, cmds, tests);
 }

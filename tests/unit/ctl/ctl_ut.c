@@ -2,9 +2,7 @@
  * ctl_ut.c - the control socket: dispatch, validation, oversized requests,
  * deadlines (issue 24 item 6: a request its client gave up on never runs).
  */
-#include "hl_test.h"
-#include "hotlun/ctl.h"
-#include "hotlun/event.h"
+#include "ctl_ut_lib.h"
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
@@ -56,7 +54,6 @@ static int slow_fn(void *ctx, json_t *args, json_t **result, char *err, size_t e
 	return 0;
 }
 
-static struct hl_ctl_server *srv;
 static struct hl_ctl_later *pending; /* control thread: later_fn's deferred reply */
 
 /* Defers its reply: answer_later (posted to the control thread) sends it. */
@@ -82,25 +79,6 @@ static const struct hl_ctl_command cmds[] = {
 	{"slow", "take 300 ms", slow_fn},
 	{NULL, NULL, NULL},
 };
-
-static struct hl_reactor *r;
-static char path[64];
-
-static int start_rc = 1;
-
-static void start_server(void *arg)
-{
-	(void)arg;
-	__atomic_store_n(&start_rc, hl_ctl_server_create(r, path, 0600, cmds, NULL, &srv),
-			 __ATOMIC_SEQ_CST);
-}
-
-static void stop_server(void *arg)
-{
-	(void)arg;
-	hl_ctl_server_destroy(srv);
-	hl_reactor_stop(r);
-}
 
 static json_t *call(int fd, const char *cmd, json_t *args)
 {
@@ -547,19 +525,5 @@ int main(void)
 {
 	hl_ctl_json_wipe();
 	hl_log_open(false, HL_LOG_ERR);
-	snprintf(path, sizeof(path), "/tmp/hl-ctl-ut-%d.sock", (int)getpid());
-	if (hl_reactor_create(&r, "ctl") || hl_reactor_start(r))
-		return 99;
-	hl_reactor_call(r, start_server, NULL);
-	for (int i = 0; i < 500 && __atomic_load_n(&start_rc, __ATOMIC_SEQ_CST) == 1; i++)
-		usleep(10000);
-	if (start_rc) {
-		fprintf(stderr, "ctl server did not start: %d\n", start_rc);
-		return 99;
-	}
-	int rc = hl_test_run("ctl", tests);
-	hl_reactor_call(r, stop_server, NULL);
-	hl_reactor_join(r);
-	hl_reactor_destroy(r);
-	return rc;
+	return ctl_ut_run("ctl", 0600, cmds, tests);
 }

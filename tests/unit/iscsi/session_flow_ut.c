@@ -621,27 +621,6 @@ static void test_session_reinstatement(void)
 	teardown();
 }
 
-/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
-static void login_second_initiator(struct peer *p)
-{
-	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
-	struct iscsi_bhs h;
-	struct peer *saved = P;
-
-	P = p;
-	peer_open(P);
-	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
-	memcpy(&h.b[8], isid2, 6);
-	send_login(&h, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
-	pump();
-	CU_ASSERT_EQUAL_FATAL(ngot, 1);
-	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
-	expstatsn = bhs_w24(&got[0].bhs) + 1;
-	ngot = 0;
-	itt++;
-	P = saved;
-}
-
 static void test_lun_reset_other_session(void)
 {
 	setup();

@@ -521,6 +521,27 @@ static HL_UT_UNUSED uint32_t r2t_got(uint32_t off, uint32_t len)
 	return ttt;
 }
 
+/* Log peer p in as a second initiator ("<INI>-b", another ISID) to TGT. */
+static HL_UT_UNUSED void login_second_initiator(struct peer *p)
+{
+	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
+	struct iscsi_bhs h;
+	struct peer *saved = P;
+
+	P = p;
+	peer_open(P);
+	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
+	memcpy(&h.b[8], isid2, 6);
+	send_login(&h, "InitiatorName=" INI "-b|TargetName=" TGT "|" OPS_KEYS);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	expstatsn = bhs_w24(&got[0].bhs) + 1;
+	ngot = 0;
+	itt++;
+	P = saved;
+}
+
 /* The one task of the connection still collecting data, or NULL. */
 static HL_UT_UNUSED struct iscsi_task *dout_task(void)
 {

@@ -6,8 +6,7 @@
  */
 #include "config.h"
 
-#include "hl_test.h"
-#include "hotlun/metrics.h"
+#include "metrics_ut_lib.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -47,26 +46,7 @@ static const char *STATS =
 
 static char *render(void)
 {
-	json_error_t je;
-	json_t *o = json_loads(STATS, 0, &je);
-	char *text = NULL;
-	size_t len = 0;
-
-	CU_ASSERT_PTR_NOT_NULL_FATAL(o);
-	CU_ASSERT_EQUAL_FATAL(hl_metrics_render(o, &text, &len), 0);
-	CU_ASSERT_EQUAL(strlen(text), len);
-	json_decref(o);
-	return text;
-}
-
-static bool has_line(const char *text, const char *line)
-{
-	size_t n = strlen(line);
-
-	for (const char *p = text; (p = strstr(p, line)); p++)
-		if ((p == text || p[-1] == '\n') && (p[n] == '\n' || !p[n]))
-			return true;
-	return false;
+	return render_text(STATS);
 }
 
 static void test_counters_and_units(void)
