@@ -442,6 +442,7 @@ struct iscsi_r2t {
 
 struct iscsi_tmf;
 struct iscsi_xreset;
+struct iscsi_xwait;
 
 struct iscsi_task {
 	struct hl_scsi_cmd cmd;
@@ -459,7 +460,12 @@ struct iscsi_task {
 	bool in_window;              /* counted in conn->nactive (the CmdSN window) */
 	bool immediate;              /* counted in conn->nimmediate instead */
 	uint64_t seq;                /* order of arrival on its connection (TMF scopes) */
-	struct iscsi_xreset *xreset; /* another session's reset waiting for this task */
+	/*
+	 * The cross-session aborts (resets, PREEMPT AND ABORTs, fences) waiting
+	 * for this task: the first here, any more in xreset_more (tmf.c).
+	 */
+	struct iscsi_xreset *xreset;
+	struct iscsi_xwait *xreset_more;
 	/* write side */
 	uint32_t imm_len;   /* immediate data bytes */
 	uint32_t received;  /* data bytes placed in the buffer */

@@ -20,6 +20,12 @@
 static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf);
 static void xreset_put(struct iscsi_xreset *xr);
 
+/* One more cross-session abort waiting for a task than its xreset field holds. */
+struct iscsi_xwait {
+	struct iscsi_xwait *next;
+	struct iscsi_xreset *xr;
+};
+
 /* Is t one of the tasks tmf aborted, or found aborted already, and waits for? */
 static bool tmf_scope(const struct iscsi_tmf *tmf, const struct iscsi_task *t)
 {
@@ -47,6 +53,7 @@ static bool tmf_scope(const struct iscsi_tmf *tmf, const struct iscsi_task *t)
 void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	struct iscsi_xreset *xr = t->xreset;
+	struct iscsi_xwait *more = t->xreset_more;
 	struct iscsi_tmf *tmf, *tmp;
 	bool done = false;
 
@@ -56,6 +63,7 @@ void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
 			done = true;
 	}
 	t->xreset = NULL;
+	t->xreset_more = NULL;
 	iscsi_task_finish(t);
 	/* answered once the task is gone, in the order they came */
 	hl_list_for_each_entry_safe(tmf, tmp, &c->tmfs, link)
@@ -65,6 +73,12 @@ void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
 	}
 	if (xr)
 		xreset_put(xr);
+	while (more) {
+		struct iscsi_xwait *next = more->next;
+		xreset_put(more->xr);
+		free(more);
+		more = next;
+	}
 }
 
 static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
@@ -258,6 +272,28 @@ struct iscsi_xreset {
 	atomic_uint remaining;
 };
 
+/*
+ * xr waits for t too (t's reactor): any number of them may, since two
+ * resets or PREEMPT AND ABORTs from different sessions can reach one task
+ * at once, and each must answer only once it is gone. @return false
+ * without memory (xr does not wait for t).
+ */
+static bool xreset_tie(struct iscsi_task *t, struct iscsi_xreset *xr)
+{
+	if (t->xreset) {
+		struct iscsi_xwait *w = malloc(sizeof(*w));
+		if (!w)
+			return false;
+		w->xr = xr;
+		w->next = t->xreset_more;
+		t->xreset_more = w;
+	} else {
+		t->xreset = xr;
+	}
+	atomic_fetch_add(&xr->remaining, 1);
+	return true;
+}
+
 /* Is session nexus id one whose tasks xr aborts? (A reset: every other session.) */
 static bool xreset_targets(const struct iscsi_xreset *xr, uint64_t id)
 {
@@ -395,21 +431,21 @@ static void xreset_scan(void *arg)
 			if (t->state == TASK_DONE || !xreset_affects(xr, t->cmd.lu))
 				continue;
 			/*
-			 * Aborted already (its session's TMF) but still in the scsi
-			 * layer: wait for it too, or the reset (or PREEMPT AND ABORT)
-			 * is answered before the task's WRITE reaches the medium. One
-			 * that another reset waits for is left to it (a task holds
-			 * one): not covered.
+			 * Aborted already (its session's TMF, another reset) but still
+			 * in the scsi layer: wait for it too, or the reset (or PREEMPT
+			 * AND ABORT) is answered before the task's WRITE reaches the
+			 * medium.
 			 */
-			if (t->aborted && (t->state != TASK_EXEC || t->xreset))
+			if (t->aborted && t->state != TASK_EXEC)
 				continue;
 			/* a DATA_OUT task may be receiving right now: drop it when its data is in
 			 */
 			t->aborted = true;
-			if (t->state == TASK_EXEC) {
-				t->xreset = xr;
-				atomic_fetch_add(&xr->remaining, 1);
-			}
+			if (t->state == TASK_EXEC && !xreset_tie(t, xr))
+				HL_ERR(ISCSI_LOG,
+				       "%s: no memory to wait for itt 0x%x: a reset may answer before "
+				       "it is gone",
+				       c->peer_str, t->itt);
 		}
 		iscsi_conn_leave(c);
 	}
