@@ -788,6 +788,7 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	hl_timer_init(&c->dout_timer, iscsi_dout_tick, c);
 	hl_timer_init(&c->rx_timer, rx_resume, c);
 	hl_timer_init(&c->idle_timer, idle_tick, c);
+	hl_timer_init(&c->fence_timer, iscsi_login_fence_timeout, c);
 	if (fd >= 0) {
 		sl = sizeof(c->local);
 		getsockname(fd, (struct sockaddr *)&c->local, &sl);
@@ -891,6 +892,7 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_timer_stop(&c->wb_timer);
 	hl_timer_stop(&c->dout_timer);
 	hl_timer_stop(&c->rx_timer);
+	iscsi_login_fence_cancel(c);
 	hl_turn_hook_cancel(&c->tx_hook);
 	c->rbuf_off = c->rbuf_len = 0;
 	iscsi_conn_pending_release(c);

@@ -269,6 +269,18 @@ struct iscsi_xreset {
 	 */
 	void (*done)(void *done_arg);
 	void *done_arg;
+	/*
+	 * Or the fence of a login (iscsi_login_fence_start): the tasks of every
+	 * other session of this I_T nexus, closed ones too, then the login's
+	 * final response. login: dereferenced on origin_reactor only, NULL once
+	 * the login stopped waiting.
+	 */
+	bool fence;
+	struct iscsi_conn *login;
+	char initiator[HL_ISCSI_NAME_MAX + 1];
+	uint8_t isid[6];
+	char target[HL_ISCSI_NAME_MAX + 1];
+	atomic_bool missed; /* a task could not be waited for (no memory) */
 	atomic_uint remaining;
 };
 
@@ -305,8 +317,25 @@ static bool xreset_targets(const struct iscsi_xreset *xr, uint64_t id)
 	return false;
 }
 
+/*
+ * Does xr reach connection c's tasks (c on the calling reactor)? Closed
+ * connections too: a session whose connection dropped keeps its commands
+ * in the LU until they end, and they land as late as any other.
+ */
+static bool xreset_reaches(const struct iscsi_xreset *xr, const struct iscsi_conn *c)
+{
+	if (c->state == CONN_LOGIN || !c->sess || c->sess->type != ISCSI_SESSION_NORMAL ||
+	    c->sess->nexus.id == xr->origin_nexus)
+		return false;
+	if (xr->fence)
+		return iscsi_same_it_name(c->sess, xr->initiator, xr->isid, xr->target);
+	return xreset_targets(xr, c->sess->nexus.id);
+}
+
 static bool xreset_affects(const struct iscsi_xreset *xr, const struct hl_lu *lu)
 {
+	if (xr->fence)
+		return true; /* every task of the replaced session, whatever its LU */
 	if (!lu)
 		return false;
 	if (xr->lu)
@@ -326,6 +355,18 @@ static void xreset_done(void *arg)
 
 	if (xr->done) {
 		xr->done(xr->done_arg);
+		iscsi_call_done(srv);
+		free(xr);
+		return;
+	}
+	if (xr->fence) {
+		c = xr->login;
+		if (c) {
+			c->fence = NULL;
+			iscsi_conn_enter(c);
+			iscsi_login_fenced(c, atomic_load(&xr->missed));
+			iscsi_conn_leave(c);
+		}
 		iscsi_call_done(srv);
 		free(xr);
 		return;
@@ -388,10 +429,15 @@ static void xreset_put(struct iscsi_xreset *xr)
 	srv->pending_calls++;
 	pthread_mutex_unlock(&srv->lock);
 	if (hl_reactor_call(xr->origin_reactor, xreset_done, xr) < 0) {
-		/* out of memory: the TMF stays unanswered and the initiator escalates */
+		/*
+		 * out of memory: the TMF stays unanswered and the initiator
+		 * escalates; a fenced login fails at its timer, which still
+		 * writes xr->login, so a fence is left allocated
+		 */
 		HL_ERR(ISCSI_LOG, "cannot finish a reset: no memory");
 		iscsi_call_done(srv);
-		free(xr);
+		if (!xr->fence)
+			free(xr);
 	}
 }
 
@@ -406,10 +452,7 @@ static void xreset_scan(void *arg)
 	pthread_mutex_lock(&srv->lock);
 	hl_list_for_each_entry(c, &srv->conns, srv_link)
 	{
-		/* CONN_LOGOUT too: a closing logout lets its executing commands finish */
-		if (c->reactor != me || (c->state != CONN_FFP && c->state != CONN_LOGOUT) ||
-		    !c->sess || c->sess->type != ISCSI_SESSION_NORMAL ||
-		    c->sess->nexus.id == xr->origin_nexus || !xreset_targets(xr, c->sess->nexus.id))
+		if (c->reactor != me || !xreset_reaches(xr, c))
 			continue;
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 16;
@@ -441,11 +484,13 @@ static void xreset_scan(void *arg)
 			/* a DATA_OUT task may be receiving right now: drop it when its data is in
 			 */
 			t->aborted = true;
-			if (t->state == TASK_EXEC && !xreset_tie(t, xr))
+			if (t->state == TASK_EXEC && !xreset_tie(t, xr)) {
+				atomic_store(&xr->missed, true);
 				HL_ERR(ISCSI_LOG,
 				       "%s: no memory to wait for itt 0x%x: a reset may answer before "
 				       "it is gone",
 				       c->peer_str, t->itt);
+			}
 		}
 		iscsi_conn_leave(c);
 	}
@@ -557,6 +602,48 @@ int hl_iscsi_abort_nexuses(void *server, struct hl_lu *lu, const uint64_t *ids, 
 	        n);
 	xreset_dispatch(xr);
 	return 0;
+}
+
+/*
+ * Session reinstatement (RFC 7143 6.3.5): the login that replaces a
+ * session is answered only once that session's commands are over, so an
+ * initiator (hotlun's own iscsi origin among them, iscsi_isid.c) that
+ * logs in again with a dead run's ISID knows none of that run's WRITEs
+ * can land after. The replaced session is closed first (its kill was
+ * queued to its reactor before this scan, and a reactor runs calls in
+ * order), so the scan finds its connection closed with the commands
+ * still in the LU. Connection reinstatement at ERL 0 ends a session the
+ * same way.
+ */
+int iscsi_login_fence_start(struct iscsi_conn *c)
+{
+	struct iscsi_session *s = c->sess;
+	struct iscsi_xreset *xr = calloc(1, sizeof(*xr));
+
+	if (!xr)
+		return -ENOMEM;
+	xr->srv = c->srv;
+	xr->origin_nexus = s->nexus.id;
+	xr->origin_reactor = c->reactor;
+	xr->fence = true;
+	xr->login = c;
+	hl_strlcpy(xr->initiator, s->initiator_name, sizeof(xr->initiator));
+	memcpy(xr->isid, s->isid, sizeof(xr->isid));
+	hl_strlcpy(xr->target, s->target->name, sizeof(xr->target));
+	atomic_init(&xr->missed, false);
+	atomic_init(&xr->remaining, c->srv->n_reactors + 1);
+	c->fence = xr;
+	xreset_dispatch(xr);
+	return 0;
+}
+
+void iscsi_login_fence_cancel(struct iscsi_conn *c)
+{
+	hl_timer_stop(&c->fence_timer);
+	if (c->fence) {
+		c->fence->login = NULL; /* it finishes on its own, as the tasks leave */
+		c->fence = NULL;
+	}
 }
 
 int iscsi_tmf_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
