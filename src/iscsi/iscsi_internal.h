@@ -711,6 +711,7 @@ struct iscsi_conn {
 	bool wb_window_closed;       /* last MaxCmdSN sent was held back */
 	struct hl_timer wb_timer;    /* retries the waiting tasks while wb_waiting */
 	struct hl_timer dout_timer;  /* closes it when a WRITE's data is late (iscsi_dout_tick) */
+	uint64_t rx_paused_ns;       /* reading stopped for a full send queue since (0: not) */
 	unsigned wb_retry_ms;        /* its current period */
 	/* recently freed data buffers by size class (4 KiB << k): reused without page faults */
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
@@ -815,6 +816,12 @@ enum iscsi_wb_verdict iscsi_write_admit(struct iscsi_conn *c, struct iscsi_task 
 bool iscsi_write_retry(struct iscsi_conn *c);
 /** A task has just started to owe data: make sure c->dout_timer runs. */
 void iscsi_dout_arm(struct iscsi_conn *c);
+/**
+ * c reads again after `paused_ns` of not reading for a full send queue:
+ * the data its WRITEs owe may have waited unread in the socket, so their
+ * silence counts from now and their deadlines move by the pause.
+ */
+void iscsi_dout_resume(struct iscsi_conn *c, uint64_t paused_ns);
 /** t's data collection moved on: run the command (iscsi_task_exec) or send R2Ts. */
 void iscsi_task_data_progress(struct iscsi_conn *c, struct iscsi_task *t);
 /** iscsi_ffp_header for a Data-Out PDU: where its data goes, if anywhere. @return 0 */
@@ -831,7 +838,7 @@ void iscsi_wb_tick(struct hl_timer *tm);
  * c->dout_timer: close c when one of its WRITEs saw no data for
  * ISCSI_DATAOUT_TIMEOUT_S or missed its deadline (iscsi_wb_deadline_ns);
  * else run again when the next is due. Armed (iscsi_dout_arm) when a WRITE
- * starts to owe data.
+ * starts to owe data. Judges nothing while c->rx_paused_ns.
  */
 void iscsi_dout_tick(struct hl_timer *tm);
 
