@@ -818,8 +818,8 @@ bool iscsi_write_retry(struct iscsi_conn *c);
 void iscsi_dout_arm(struct iscsi_conn *c);
 /**
  * c reads again after `paused_ns` of not reading for a full send queue:
- * the data its WRITEs owe may have waited unread in the socket, so their
- * silence counts from now and their deadlines move by the pause.
+ * the data its WRITEs owe may have waited unread in the socket, so the
+ * pause counts neither as their silence nor against their deadlines.
  */
 void iscsi_dout_resume(struct iscsi_conn *c, uint64_t paused_ns);
 /** t's data collection moved on: run the command (iscsi_task_exec) or send R2Ts. */

@@ -228,7 +228,8 @@ void iscsi_dout_resume(struct iscsi_conn *c, uint64_t paused_ns)
 	{
 		if (!task_owes_data(t))
 			continue;
-		t->dout_ns = now;
+		/* not now: a connection that pauses often would never be silent long */
+		t->dout_ns = HL_MIN(t->dout_ns + paused_ns, now);
 		if (t->wb_deadline_ns)
 			t->wb_deadline_ns += paused_ns;
 		owed = true;
