@@ -486,10 +486,11 @@ static void xreset_scan(void *arg)
 			t->aborted = true;
 			if (t->state == TASK_EXEC && !xreset_tie(t, xr)) {
 				atomic_store(&xr->missed, true);
-				HL_ERR(ISCSI_LOG,
-				       "%s: no memory to wait for itt 0x%x: a reset may answer before "
-				       "it is gone",
-				       c->peer_str, t->itt);
+				HL_ERR(
+				    ISCSI_LOG,
+				    "%s: no memory to wait for itt 0x%x: a reset may answer before "
+				    "it is gone",
+				    c->peer_str, t->itt);
 			}
 		}
 		iscsi_conn_leave(c);

@@ -216,7 +216,34 @@ static void test_two_resets_wait_for_one_task(void)
 	teardown();
 }
 
+/*
+ * A's connection drops while its WRITE is in the LU; B's LUN RESET waits
+ * for that WRITE too. Before, a reset only reached connections in the full
+ * feature phase or logging out, and answered while the closed session's
+ * WRITE could still reach the medium after it.
+ */
+static void test_reset_waits_for_closed_session(void)
+{
+	setup();
+	defer_exec = true;
+	login_second_initiator(&peers[1]);
+	P = &peers[1];
+	uint32_t w = write_held();
+	iscsi_conn_close(conn, "test: connection lost");
+	P = &peers[0];
+	login_ok(NULL);
+	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU */
+	complete(w);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	tmf_answered(0, reset, ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
+    {"a LUN RESET waits for a closed session's task", test_reset_waits_for_closed_session},
     {"two resets and a preempt from elsewhere all wait for one task",
      test_two_resets_wait_for_one_task},
     {"another session's LUN RESET waits for a task aborted already",
