@@ -25,10 +25,34 @@
 static void conn_event(struct hl_event *ev, uint32_t revents);
 static void conn_maybe_free(struct iscsi_conn *c);
 static void conn_rx_kick(struct iscsi_conn *c);
+static bool conn_tx_full(const struct iscsi_conn *c);
 
 static void conn_enter(struct iscsi_conn *c)
 {
 	c->busy++;
+}
+
+/*
+ * Reading stops while the send queue is full (conn_tx_full), and the
+ * WRITE data not read meanwhile may already be in the socket: that
+ * silence is ours, not the initiator's. Note when reading stops and
+ * starts again (at the end of each entry point, where it can change);
+ * the Data-Out timer judges nothing in between (iscsi_dout_tick).
+ */
+static void conn_rx_pause_note(struct iscsi_conn *c)
+{
+	bool full = conn_tx_full(c);
+	uint64_t now;
+
+	if (full == (c->rx_paused_ns != 0))
+		return;
+	now = hl_now_ns();
+	if (full) {
+		c->rx_paused_ns = now ? now : 1;
+	} else {
+		iscsi_dout_resume(c, now - c->rx_paused_ns);
+		c->rx_paused_ns = 0;
+	}
 }
 
 /*
@@ -48,6 +72,8 @@ static void conn_leave(struct iscsi_conn *c)
 		iscsi_conn_flush(c);
 		conn_rx_kick(c);
 	}
+	if (c->state == CONN_FFP)
+		conn_rx_pause_note(c);
 	c->busy = 0;
 	conn_maybe_free(c);
 }
@@ -61,6 +87,8 @@ static void conn_turn_end(struct hl_turn_hook *h)
 		iscsi_conn_flush(c);
 		conn_rx_kick(c);
 	}
+	if (c->state == CONN_FFP)
+		conn_rx_pause_note(c);
 	c->busy--;
 	conn_maybe_free(c);
 }
@@ -788,6 +816,7 @@ int iscsi_conn_create(struct hl_iscsi_server *srv, int fd, uint16_t tpgt, bool w
 	hl_timer_init(&c->dout_timer, iscsi_dout_tick, c);
 	hl_timer_init(&c->rx_timer, rx_resume, c);
 	hl_timer_init(&c->idle_timer, idle_tick, c);
+	hl_timer_init(&c->fence_timer, iscsi_login_fence_timeout, c);
 	if (fd >= 0) {
 		sl = sizeof(c->local);
 		getsockname(fd, (struct sockaddr *)&c->local, &sl);
@@ -891,6 +920,7 @@ void iscsi_conn_close(struct iscsi_conn *c, const char *why)
 	hl_timer_stop(&c->wb_timer);
 	hl_timer_stop(&c->dout_timer);
 	hl_timer_stop(&c->rx_timer);
+	iscsi_login_fence_cancel(c);
 	hl_turn_hook_cancel(&c->tx_hook);
 	c->rbuf_off = c->rbuf_len = 0;
 	iscsi_conn_pending_release(c);

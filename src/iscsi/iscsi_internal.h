@@ -64,6 +64,17 @@
  */
 #define ISCSI_WRITE_GRACE_S   30
 #define ISCSI_WRITE_FLOOR_BPS (256u << 10)
+/*
+ * A normal login's final response waits until every command of an earlier
+ * session of its I_T nexus (the one it reinstates, or one whose connection
+ * closed with commands still in the LU) has left the scsi layer (tmf.c,
+ * the reinstatement fence); past this bound the login fails with 0x0301
+ * (service unavailable) instead of succeeding unfenced. 4 s: under the
+ * login timeouts of ESXi (5 s by default), of our own iscsi origin (10 s)
+ * and of open-iscsi (15 s), so each hears the status rather than timing
+ * out; all of them retry, and the retry waits again.
+ */
+#define ISCSI_FENCE_TIMEOUT_S 4
 #define ISCSI_LOGIN_DSL        8192 /* data segment limit before MaxRecvDataSegmentLength is known */
 #define ISCSI_IOV_MAX          64
 #define ISCSI_ITT_HASH         256
@@ -442,6 +453,7 @@ struct iscsi_r2t {
 
 struct iscsi_tmf;
 struct iscsi_xreset;
+struct iscsi_xwait;
 
 struct iscsi_task {
 	struct hl_scsi_cmd cmd;
@@ -459,7 +471,12 @@ struct iscsi_task {
 	bool in_window;              /* counted in conn->nactive (the CmdSN window) */
 	bool immediate;              /* counted in conn->nimmediate instead */
 	uint64_t seq;                /* order of arrival on its connection (TMF scopes) */
-	struct iscsi_xreset *xreset; /* another session's reset waiting for this task */
+	/*
+	 * The cross-session aborts (resets, PREEMPT AND ABORTs, fences) waiting
+	 * for this task: the first here, any more in xreset_more (tmf.c).
+	 */
+	struct iscsi_xreset *xreset;
+	struct iscsi_xwait *xreset_more;
 	/* write side */
 	uint32_t imm_len;   /* immediate data bytes */
 	uint32_t received;  /* data bytes placed in the buffer */
@@ -655,6 +672,9 @@ struct iscsi_conn {
 	struct iscsi_login *login;
 	struct iscsi_session *sess;
 	struct iscsi_text_state text;
+	/* the login's final response waits for the replaced sessions' commands (tmf.c) */
+	struct iscsi_xreset *fence;
+	struct hl_timer fence_timer; /* ISCSI_FENCE_TIMEOUT_S: fail the login (login.c) */
 
 	struct hl_list tasks;
 	struct hl_list itt_hash[ISCSI_ITT_HASH]; /* active tasks (DATA_OUT, EXEC) by ITT */
@@ -691,6 +711,7 @@ struct iscsi_conn {
 	bool wb_window_closed;       /* last MaxCmdSN sent was held back */
 	struct hl_timer wb_timer;    /* retries the waiting tasks while wb_waiting */
 	struct hl_timer dout_timer;  /* closes it when a WRITE's data is late (iscsi_dout_tick) */
+	uint64_t rx_paused_ns;       /* reading stopped for a full send queue since (0: not) */
 	unsigned wb_retry_ms;        /* its current period */
 	/* recently freed data buffers by size class (4 KiB << k): reused without page faults */
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
@@ -795,6 +816,12 @@ enum iscsi_wb_verdict iscsi_write_admit(struct iscsi_conn *c, struct iscsi_task 
 bool iscsi_write_retry(struct iscsi_conn *c);
 /** A task has just started to owe data: make sure c->dout_timer runs. */
 void iscsi_dout_arm(struct iscsi_conn *c);
+/**
+ * c reads again after `paused_ns` of not reading for a full send queue:
+ * the data its WRITEs owe may have waited unread in the socket, so the
+ * pause counts neither as their silence nor against their deadlines.
+ */
+void iscsi_dout_resume(struct iscsi_conn *c, uint64_t paused_ns);
 /** t's data collection moved on: run the command (iscsi_task_exec) or send R2Ts. */
 void iscsi_task_data_progress(struct iscsi_conn *c, struct iscsi_task *t);
 /** iscsi_ffp_header for a Data-Out PDU: where its data goes, if anywhere. @return 0 */
@@ -811,12 +838,19 @@ void iscsi_wb_tick(struct hl_timer *tm);
  * c->dout_timer: close c when one of its WRITEs saw no data for
  * ISCSI_DATAOUT_TIMEOUT_S or missed its deadline (iscsi_wb_deadline_ns);
  * else run again when the next is due. Armed (iscsi_dout_arm) when a WRITE
- * starts to owe data.
+ * starts to owe data. Judges nothing while c->rx_paused_ns.
  */
 void iscsi_dout_tick(struct hl_timer *tm);
 
 /* ---- login.c ---- */
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx);
+/**
+ * The commands c's login waited for are gone (or, `missed`, some could not
+ * be waited for: no memory): send its final response (or fail it 0x0301).
+ */
+void iscsi_login_fenced(struct iscsi_conn *c, bool missed);
+/** c->fence_timer: the replaced session's commands did not end in time: fail the login. */
+void iscsi_login_fence_timeout(struct hl_timer *tm);
 /** Log the CHAP summary that is due, if any (chap_guard_log_due). Any thread. */
 void iscsi_chap_log(struct hl_iscsi_server *srv);
 void iscsi_login_free(struct iscsi_login *l);
@@ -881,6 +915,17 @@ void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t);
  */
 bool iscsi_preempt_abort_start(struct iscsi_conn *c, struct iscsi_task *t);
 
+/**
+ * c's normal login is about to succeed as c->sess (registered): wait until
+ * every task of the other sessions of its I_T nexus (initiator, ISID,
+ * target), closed ones included, has left the scsi layer, then call
+ * iscsi_login_fenced (on c's reactor, unless iscsi_login_fence_cancel ran
+ * first). @return 0, or -ENOMEM (nothing started).
+ */
+int iscsi_login_fence_start(struct iscsi_conn *c);
+/** c's login stops waiting (it failed or closed). Idempotent. */
+void iscsi_login_fence_cancel(struct iscsi_conn *c);
+
 /* ---- discovery.c ---- */
 /**
  * Build the SendTargets answer for `value` ("All", "" or a target name) as
@@ -934,6 +979,9 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 /** Is o a normal session of this I_T nexus (initiator, ISID, target by name)? */
 bool iscsi_same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
                    const struct iscsi_target *target);
+/** iscsi_same_it with the target's name. */
+bool iscsi_same_it_name(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
+                        const char *target_name);
 /** Does a live session want_tsih of this I_T exist? @return 0, -ENOENT or -EBUSY (other CID). */
 int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
                              const uint8_t *isid, const struct iscsi_target *target, uint16_t cid);

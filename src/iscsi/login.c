@@ -522,6 +522,43 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 	return 0;
 }
 
+void iscsi_login_fenced(struct iscsi_conn *c, bool missed)
+{
+	hl_timer_stop(&c->fence_timer);
+	if (c->state != CONN_LOGIN || !c->login)
+		return;
+	if (missed) {
+		login_fail(c, ISCSI_LOGIN_SERVICE_UNAVAILABLE,
+		           "no memory to wait for the commands of the session it replaces");
+		return;
+	}
+	if (login_send_piece(c) < 0)
+		iscsi_conn_close(c, "no memory");
+}
+
+/*
+ * The replaced session's commands are still in the LU after
+ * ISCSI_FENCE_TIMEOUT_S (a stuck origin): succeeding now would let them
+ * land under the new session, so the login fails and the initiator tries
+ * again later (its retry waits for them again).
+ */
+void iscsi_login_fence_timeout(struct hl_timer *tm)
+{
+	struct iscsi_conn *c = tm->arg;
+
+	iscsi_conn_enter(c);
+	if (c->fence && c->state == CONN_LOGIN) {
+		iscsi_login_fence_cancel(c);
+		HL_WARN(ISCSI_LOG,
+		        "%s: commands of the session this login replaces still run after %u s: "
+		        "login refused (service unavailable), the initiator will retry",
+		        c->peer_str, ISCSI_FENCE_TIMEOUT_S);
+		login_fail(c, ISCSI_LOGIN_SERVICE_UNAVAILABLE,
+		           "the replaced session's commands are still running");
+	}
+	iscsi_conn_leave(c);
+}
+
 int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 {
 	const struct iscsi_bhs *req = &rx->bhs;
@@ -537,6 +574,9 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 		if (!l)
 			return -ENOMEM;
 	}
+	if (c->fence) /* its last request is answered only when the fence is done */
+		return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR,
+		                  "login request before the last one was answered");
 	if (!l->first_seen) {
 		l->first_seen = true;
 		memcpy(l->isid, &req->b[8], 6);
@@ -742,6 +782,15 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	l->rsp = tb;
 	l->rsp_off = 0;
 	l->rsp_flags = rflags;
+	if (l->rsp_ffp && l->type == ISCSI_SESSION_NORMAL) {
+		/* answered once the sessions it replaces have no command left (tmf.c) */
+		if (iscsi_login_fence_start(c) < 0)
+			return login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "no memory");
+		if (c->reactor)
+			hl_timer_start(c->reactor, &c->fence_timer,
+			               ISCSI_FENCE_TIMEOUT_S * 1000ull);
+		return 0;
+	}
 	return login_send_piece(c);
 
 nomem:

@@ -320,13 +320,19 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
 	}
 }
 
+bool iscsi_same_it_name(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
+                        const char *target_name)
+{
+	return o->type == ISCSI_SESSION_NORMAL && o->target &&
+	       strcasecmp(o->target->name, target_name) == 0 && memcmp(o->isid, isid, 6) == 0 &&
+	       strcasecmp(o->initiator_name, initiator) == 0;
+}
+
 bool iscsi_same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
                    const struct iscsi_target *target)
 {
 	/* by name: a target updated at run time is a new object with the same name */
-	return o->type == ISCSI_SESSION_NORMAL && o->target && target &&
-	       strcasecmp(o->target->name, target->name) == 0 && memcmp(o->isid, isid, 6) == 0 &&
-	       strcasecmp(o->initiator_name, initiator) == 0;
+	return target && iscsi_same_it_name(o, initiator, isid, target->name);
 }
 
 int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,

@@ -61,6 +61,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->aborted = false;
 	t->seq = ++c->task_seq;
 	t->xreset = NULL;
+	t->xreset_more = NULL;
 	t->imm_len = 0;
 	t->received = 0;
 	t->unsol_len = 0;

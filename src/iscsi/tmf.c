@@ -20,6 +20,12 @@
 static void tmf_maybe_complete(struct iscsi_conn *c, struct iscsi_tmf *tmf);
 static void xreset_put(struct iscsi_xreset *xr);
 
+/* One more cross-session abort waiting for a task than its xreset field holds. */
+struct iscsi_xwait {
+	struct iscsi_xwait *next;
+	struct iscsi_xreset *xr;
+};
+
 /* Is t one of the tasks tmf aborted, or found aborted already, and waits for? */
 static bool tmf_scope(const struct iscsi_tmf *tmf, const struct iscsi_task *t)
 {
@@ -47,6 +53,7 @@ static bool tmf_scope(const struct iscsi_tmf *tmf, const struct iscsi_task *t)
 void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
 {
 	struct iscsi_xreset *xr = t->xreset;
+	struct iscsi_xwait *more = t->xreset_more;
 	struct iscsi_tmf *tmf, *tmp;
 	bool done = false;
 
@@ -56,6 +63,7 @@ void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
 			done = true;
 	}
 	t->xreset = NULL;
+	t->xreset_more = NULL;
 	iscsi_task_finish(t);
 	/* answered once the task is gone, in the order they came */
 	hl_list_for_each_entry_safe(tmf, tmp, &c->tmfs, link)
@@ -65,6 +73,12 @@ void iscsi_task_finish_aborted(struct iscsi_conn *c, struct iscsi_task *t)
 	}
 	if (xr)
 		xreset_put(xr);
+	while (more) {
+		struct iscsi_xwait *next = more->next;
+		xreset_put(more->xr);
+		free(more);
+		more = next;
+	}
 }
 
 static void tmf_send(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
@@ -255,8 +269,42 @@ struct iscsi_xreset {
 	 */
 	void (*done)(void *done_arg);
 	void *done_arg;
+	/*
+	 * Or the fence of a login (iscsi_login_fence_start): the tasks of every
+	 * other session of this I_T nexus, closed ones too, then the login's
+	 * final response. login: dereferenced on origin_reactor only, NULL once
+	 * the login stopped waiting.
+	 */
+	bool fence;
+	struct iscsi_conn *login;
+	char initiator[HL_ISCSI_NAME_MAX + 1];
+	uint8_t isid[6];
+	char target[HL_ISCSI_NAME_MAX + 1];
+	atomic_bool missed; /* a task could not be waited for (no memory) */
 	atomic_uint remaining;
 };
+
+/*
+ * xr waits for t too (t's reactor): any number of them may, since two
+ * resets or PREEMPT AND ABORTs from different sessions can reach one task
+ * at once, and each must answer only once it is gone. @return false
+ * without memory (xr does not wait for t).
+ */
+static bool xreset_tie(struct iscsi_task *t, struct iscsi_xreset *xr)
+{
+	if (t->xreset) {
+		struct iscsi_xwait *w = malloc(sizeof(*w));
+		if (!w)
+			return false;
+		w->xr = xr;
+		w->next = t->xreset_more;
+		t->xreset_more = w;
+	} else {
+		t->xreset = xr;
+	}
+	atomic_fetch_add(&xr->remaining, 1);
+	return true;
+}
 
 /* Is session nexus id one whose tasks xr aborts? (A reset: every other session.) */
 static bool xreset_targets(const struct iscsi_xreset *xr, uint64_t id)
@@ -269,8 +317,25 @@ static bool xreset_targets(const struct iscsi_xreset *xr, uint64_t id)
 	return false;
 }
 
+/*
+ * Does xr reach connection c's tasks (c on the calling reactor)? Closed
+ * connections too: a session whose connection dropped keeps its commands
+ * in the LU until they end, and they land as late as any other.
+ */
+static bool xreset_reaches(const struct iscsi_xreset *xr, const struct iscsi_conn *c)
+{
+	if (c->state == CONN_LOGIN || !c->sess || c->sess->type != ISCSI_SESSION_NORMAL ||
+	    c->sess->nexus.id == xr->origin_nexus)
+		return false;
+	if (xr->fence)
+		return iscsi_same_it_name(c->sess, xr->initiator, xr->isid, xr->target);
+	return xreset_targets(xr, c->sess->nexus.id);
+}
+
 static bool xreset_affects(const struct iscsi_xreset *xr, const struct hl_lu *lu)
 {
+	if (xr->fence)
+		return true; /* every task of the replaced session, whatever its LU */
 	if (!lu)
 		return false;
 	if (xr->lu)
@@ -290,6 +355,18 @@ static void xreset_done(void *arg)
 
 	if (xr->done) {
 		xr->done(xr->done_arg);
+		iscsi_call_done(srv);
+		free(xr);
+		return;
+	}
+	if (xr->fence) {
+		c = xr->login;
+		if (c) {
+			c->fence = NULL;
+			iscsi_conn_enter(c);
+			iscsi_login_fenced(c, atomic_load(&xr->missed));
+			iscsi_conn_leave(c);
+		}
 		iscsi_call_done(srv);
 		free(xr);
 		return;
@@ -352,10 +429,15 @@ static void xreset_put(struct iscsi_xreset *xr)
 	srv->pending_calls++;
 	pthread_mutex_unlock(&srv->lock);
 	if (hl_reactor_call(xr->origin_reactor, xreset_done, xr) < 0) {
-		/* out of memory: the TMF stays unanswered and the initiator escalates */
+		/*
+		 * out of memory: the TMF stays unanswered and the initiator
+		 * escalates; a fenced login fails at its timer, which still
+		 * writes xr->login, so a fence is left allocated
+		 */
 		HL_ERR(ISCSI_LOG, "cannot finish a reset: no memory");
 		iscsi_call_done(srv);
-		free(xr);
+		if (!xr->fence)
+			free(xr);
 	}
 }
 
@@ -370,10 +452,7 @@ static void xreset_scan(void *arg)
 	pthread_mutex_lock(&srv->lock);
 	hl_list_for_each_entry(c, &srv->conns, srv_link)
 	{
-		/* CONN_LOGOUT too: a closing logout lets its executing commands finish */
-		if (c->reactor != me || (c->state != CONN_FFP && c->state != CONN_LOGOUT) ||
-		    !c->sess || c->sess->type != ISCSI_SESSION_NORMAL ||
-		    c->sess->nexus.id == xr->origin_nexus || !xreset_targets(xr, c->sess->nexus.id))
+		if (c->reactor != me || !xreset_reaches(xr, c))
 			continue;
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 16;
@@ -395,20 +474,23 @@ static void xreset_scan(void *arg)
 			if (t->state == TASK_DONE || !xreset_affects(xr, t->cmd.lu))
 				continue;
 			/*
-			 * Aborted already (its session's TMF) but still in the scsi
-			 * layer: wait for it too, or the reset (or PREEMPT AND ABORT)
-			 * is answered before the task's WRITE reaches the medium. One
-			 * that another reset waits for is left to it (a task holds
-			 * one): not covered.
+			 * Aborted already (its session's TMF, another reset) but still
+			 * in the scsi layer: wait for it too, or the reset (or PREEMPT
+			 * AND ABORT) is answered before the task's WRITE reaches the
+			 * medium.
 			 */
-			if (t->aborted && (t->state != TASK_EXEC || t->xreset))
+			if (t->aborted && t->state != TASK_EXEC)
 				continue;
 			/* a DATA_OUT task may be receiving right now: drop it when its data is in
 			 */
 			t->aborted = true;
-			if (t->state == TASK_EXEC) {
-				t->xreset = xr;
-				atomic_fetch_add(&xr->remaining, 1);
+			if (t->state == TASK_EXEC && !xreset_tie(t, xr)) {
+				atomic_store(&xr->missed, true);
+				HL_ERR(
+				    ISCSI_LOG,
+				    "%s: no memory to wait for itt 0x%x: a reset may answer before "
+				    "it is gone",
+				    c->peer_str, t->itt);
 			}
 		}
 		iscsi_conn_leave(c);
@@ -521,6 +603,48 @@ int hl_iscsi_abort_nexuses(void *server, struct hl_lu *lu, const uint64_t *ids, 
 	        n);
 	xreset_dispatch(xr);
 	return 0;
+}
+
+/*
+ * Session reinstatement (RFC 7143 6.3.5): the login that replaces a
+ * session is answered only once that session's commands are over, so an
+ * initiator (hotlun's own iscsi origin among them, iscsi_isid.c) that
+ * logs in again with a dead run's ISID knows none of that run's WRITEs
+ * can land after. The replaced session is closed first (its kill was
+ * queued to its reactor before this scan, and a reactor runs calls in
+ * order), so the scan finds its connection closed with the commands
+ * still in the LU. Connection reinstatement at ERL 0 ends a session the
+ * same way.
+ */
+int iscsi_login_fence_start(struct iscsi_conn *c)
+{
+	struct iscsi_session *s = c->sess;
+	struct iscsi_xreset *xr = calloc(1, sizeof(*xr));
+
+	if (!xr)
+		return -ENOMEM;
+	xr->srv = c->srv;
+	xr->origin_nexus = s->nexus.id;
+	xr->origin_reactor = c->reactor;
+	xr->fence = true;
+	xr->login = c;
+	hl_strlcpy(xr->initiator, s->initiator_name, sizeof(xr->initiator));
+	memcpy(xr->isid, s->isid, sizeof(xr->isid));
+	hl_strlcpy(xr->target, s->target->name, sizeof(xr->target));
+	atomic_init(&xr->missed, false);
+	atomic_init(&xr->remaining, c->srv->n_reactors + 1);
+	c->fence = xr;
+	xreset_dispatch(xr);
+	return 0;
+}
+
+void iscsi_login_fence_cancel(struct iscsi_conn *c)
+{
+	hl_timer_stop(&c->fence_timer);
+	if (c->fence) {
+		c->fence->login = NULL; /* it finishes on its own, as the tasks leave */
+		c->fence = NULL;
+	}
 }
 
 int iscsi_tmf_handle(struct iscsi_conn *c, struct iscsi_rx *rx)

@@ -216,6 +216,29 @@ void iscsi_dout_arm(struct iscsi_conn *c)
 		               HL_MIN(ISCSI_DATAOUT_TIMEOUT_S, ISCSI_WRITE_GRACE_S) * 1000ull);
 }
 
+void iscsi_dout_resume(struct iscsi_conn *c, uint64_t paused_ns)
+{
+	uint64_t now = hl_now_ns();
+	struct iscsi_task *t;
+	bool owed = false;
+
+	if (!hl_timer_pending(&c->dout_timer))
+		return; /* it runs while any task owes data: none does */
+	hl_list_for_each_entry(t, &c->tasks, link)
+	{
+		if (!task_owes_data(t))
+			continue;
+		/* not now: a connection that pauses often would never be silent long */
+		t->dout_ns = HL_MIN(t->dout_ns + paused_ns, now);
+		if (t->wb_deadline_ns)
+			t->wb_deadline_ns += paused_ns;
+		owed = true;
+	}
+	/* a tick from the pause may be set far out: look again at the new due times */
+	if (owed && c->reactor)
+		hl_timer_start(c->reactor, &c->dout_timer, 0);
+}
+
 /*
  * c->dout_timer: a WRITE that holds write budget must make progress. No
  * data for ISCSI_DATAOUT_TIMEOUT_S, or not all of it by its deadline
@@ -233,6 +256,14 @@ void iscsi_dout_tick(struct hl_timer *tm)
 	iscsi_conn_enter(c);
 	if (c->state != CONN_FFP)
 		goto out;
+	if (c->rx_paused_ns) {
+		/*
+		 * We stopped reading (a full send queue): the data owed may be in
+		 * our socket already. iscsi_dout_resume restarts the clocks.
+		 */
+		hl_timer_start(c->reactor, &c->dout_timer, silent_ns / 1000000ull);
+		goto out;
+	}
 	hl_list_for_each_entry(t, &c->tasks, link)
 	{
 		if (!task_owes_data(t))

@@ -149,7 +149,82 @@ static void test_other_session_reset_after_abort_task(void)
 	teardown();
 }
 
+/* hl_iscsi_abort_nexuses' done(): how often it ran */
+static int aborts_done;
+
+static void abort_done(void *arg)
+{
+	aborts_done++;
+}
+
+/*
+ * Two cross-session aborts wait for one task: initiator B resets the LUN
+ * while A's WRITE is in the LU, then resets it again, and a PREEMPT AND
+ * ABORT made through another gateway aborts A's nexus. Each answers only
+ * once the WRITE is gone. Before, a task held one waiting reset: the
+ * second reset and the preempt found it taken and answered at once.
+ */
+static void test_two_resets_wait_for_one_task(void)
+{
+	setup();
+	defer_exec = true;
+	aborts_done = 0;
+	login_second_initiator(&peers[1]);
+	P = &peers[1];
+	uint32_t w = write_held();
+	uint64_t a_nexus = conn->sess->nexus.id;
+	P = &peers[0];
+	login_ok(NULL);
+	uint32_t first = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	uint32_t second = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL_FATAL(hl_iscsi_abort_nexuses(srv, fake_lu, &a_nexus, 1, abort_done, NULL),
+	                      0);
+	pump();
+	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU: neither reset answers */
+	CU_ASSERT_EQUAL(aborts_done, 0);
+	P = &peers[1];
+	complete(w);
+	CU_ASSERT_EQUAL(ngot, 0); /* no response for the aborted WRITE */
+	P = &peers[0];
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 2);
+	tmf_answered(0, first, ISCSI_TMF_RSP_COMPLETE);
+	tmf_answered(1, second, ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(aborts_done, 1);
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
+/*
+ * A's connection drops while its WRITE is in the LU; B's LUN RESET waits
+ * for that WRITE too. Before, a reset only reached connections in the full
+ * feature phase or logging out, and answered while the closed session's
+ * WRITE could still reach the medium after it.
+ */
+static void test_reset_waits_for_closed_session(void)
+{
+	setup();
+	defer_exec = true;
+	login_second_initiator(&peers[1]);
+	P = &peers[1];
+	uint32_t w = write_held();
+	iscsi_conn_close(conn, "test: connection lost");
+	P = &peers[0];
+	login_ok(NULL);
+	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
+	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU */
+	complete(w);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	tmf_answered(0, reset, ISCSI_TMF_RSP_COMPLETE);
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
+    {"a LUN RESET waits for a closed session's task", test_reset_waits_for_closed_session},
+    {"two resets and a preempt from elsewhere all wait for one task",
+     test_two_resets_wait_for_one_task},
     {"another session's LUN RESET waits for a task aborted already",
      test_other_session_reset_after_abort_task},
     {"a LUN RESET after an ABORT TASK waits for the task", test_lun_reset_after_abort_task},

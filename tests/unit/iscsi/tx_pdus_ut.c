@@ -7,7 +7,8 @@
  * under 32 MiB of wire bytes: some 600 MiB of hotlund's memory for one
  * connection, from 48-byte commands that each free their window slot at
  * once. Now the PDUs queued count too (ISCSI_TX_PDUS_HIGH): above it the
- * connection takes no further PDU until its initiator reads.
+ * connection takes no further PDU until its initiator reads. And while it
+ * takes none, the WRITE data it does not read is not late.
  */
 #include "session_ut_lib.h"
 
@@ -87,7 +88,72 @@ static void test_unread_responses_are_bounded(void)
 	teardown();
 }
 
+/*
+ * Reading paused for a full send queue must not time out a WRITE whose
+ * Data-Out the initiator has sent: it waits in our socket, unread. Three
+ * 16 MiB READs held in the LU put the connection over ISCSI_TX_HIGH, a
+ * WRITE's Data-Out arrives meanwhile, and its silence passes
+ * ISCSI_DATAOUT_TIMEOUT_S: before, c->dout_timer closed the connection
+ * ("Data-Out timeout"). Now the timer does not judge while we do not
+ * read, and the time paused does not count as the initiator's silence.
+ */
+static void test_paused_reading_stops_dout_timer(void)
+{
+	uint8_t data[8192];
+
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	uint32_t w_itt = itt;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, sizeof(data), NULL, 0);
+	itt++;
+	pump();
+	uint32_t ttt = r2t_got(0, sizeof(data));
+	struct iscsi_task *w = dout_task();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	for (int i = 0; i < 3; i++) {
+		scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, HL_SCSI_MAX_XFER, NULL, 0);
+		itt++;
+		pump();
+	}
+	CU_ASSERT_EQUAL_FATAL(npending, 3);
+	CU_ASSERT_TRUE_FATAL(conn->rd_inflight > ISCSI_TX_HIGH); /* reading paused */
+
+	/* the initiator sends the WRITE's data; we do not read it */
+	uint32_t saved = itt;
+	itt = w_itt;
+	memset(data, 0x5a, sizeof(data));
+	data_out(ttt, 0, 0, data, sizeof(data), true);
+	itt = saved;
+	pump();
+	CU_ASSERT_EQUAL(w->received, 0);
+	/* the pause has lasted past the silence limit */
+	uint64_t age = (ISCSI_DATAOUT_TIMEOUT_S + 1) * 1000000000ull;
+	w->dout_ns -= age;
+	conn->rx_paused_ns -= age;
+	CU_ASSERT_TRUE_FATAL(hl_timer_pending(&conn->dout_timer));
+	fire_timer(&conn->dout_timer);
+	/* (a closed connection stays listed while its READs are in the LU) */
+	CU_ASSERT_EQUAL_FATAL(conn->state, CONN_FFP);
+	CU_ASSERT_TRUE(hl_timer_pending(&conn->dout_timer)); /* it looks again later */
+
+	/* the READs end (512 bytes each): reading resumes, the pause did not count */
+	fake_xfer_len = 512;
+	while (npending)
+		fake_complete(pending[--npending]);
+	CU_ASSERT_TRUE(w->dout_ns >= hl_now_ns() - 1000000000ull);
+	if (hl_timer_pending(&conn->dout_timer))
+		fire_timer(&conn->dout_timer);
+	CU_ASSERT_EQUAL_FATAL(conn->state, CONN_FFP);
+	pump();
+	CU_ASSERT_EQUAL(npending, 1); /* the WRITE, its data in, reached the LU */
+	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
+    {"reading paused for a full send queue stops the Data-Out timer",
+     test_paused_reading_stops_dout_timer},
     {"responses an initiator does not read are bounded in number",
      test_unread_responses_are_bounded},
     {NULL, NULL},

@@ -1,0 +1,154 @@
+/*
+ * reinstate_fence_ut.c - a login that reinstates a session (same
+ * initiator, ISID and target) is answered only once every command of the
+ * session it replaces has left the scsi layer, also when that session's
+ * connection had closed already; past ISCSI_FENCE_TIMEOUT_S it fails with
+ * 0x0301 instead. Before, the old session was closed and the new login
+ * answered at once while the old WRITEs were still on their way to the
+ * origin: hotlun's own front (src/origin/iscsi_isid.c) counts on a SAN
+ * that answers the reinstating login only after them to fence a dead
+ * run's writes.
+ */
+#include "session_ut_lib.h"
+
+/* A 4 KiB WRITE (all immediate data) that the fake LU keeps: @return its ITT. */
+static uint32_t write_held(void)
+{
+	uint8_t data[4096];
+	uint32_t tag = itt;
+	int before = npending;
+
+	memset(data, 0x77, sizeof(data));
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, sizeof(data), data, sizeof(data));
+	itt++;
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, before + 1);
+	return tag;
+}
+
+/* Complete the held command whose ITT is tag. */
+static void complete(uint32_t tag)
+{
+	for (int i = 0; i < npending; i++) {
+		if (pending[i]->tag != tag)
+			continue;
+		struct hl_scsi_cmd *cmd = pending[i];
+		pending[i] = pending[--npending];
+		fake_complete(cmd);
+		pump();
+		return;
+	}
+	CU_FAIL("no such command held");
+}
+
+/* Peer p logs in with the same initiator name and ISID as peers[0] (login_ok). */
+static void reinstate_start(struct peer *p)
+{
+	char spec[2048];
+	struct peer *saved = P;
+
+	P = p;
+	peer_open(P);
+	snprintf(spec, sizeof(spec), "InitiatorName=%s|TargetName=%s|SessionType=Normal|%s", INI,
+	         TGT, OPS_KEYS);
+	login_pdu(ISCSI_LOGIN_TRANSIT | (1 << 2) | 3, spec);
+	pump();
+	P = saved;
+}
+
+static void test_reinstating_login_waits(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	uint32_t w1 = write_held();
+	uint32_t w2 = write_held();
+	reinstate_start(&peers[1]);
+	/* the old session is closed (kept while its WRITEs are in the LU) ... */
+	CU_ASSERT_EQUAL(peers[0].p_conn->state, CONN_CLOSED);
+	P = &peers[1];
+	CU_ASSERT_EQUAL(ngot, 0); /* ... but its WRITEs are still in the LU */
+	CU_ASSERT_EQUAL(conn->state, CONN_LOGIN);
+	complete(w1);
+	CU_ASSERT_EQUAL(ngot, 0);
+	complete(w2);
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_LOGIN_RSP);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
+/* The old connection dropped before the new login: its commands still count. */
+static void test_closed_session_fenced(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	uint32_t w = write_held();
+	iscsi_conn_close(conn, "test: connection lost");
+	CU_ASSERT_TRUE(peer_alive(&peers[0])); /* kept while its WRITE is in the LU */
+	reinstate_start(&peers[1]);
+	P = &peers[1];
+	CU_ASSERT_EQUAL(ngot, 0);
+	complete(w);
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	teardown();
+}
+
+/* The LU never answers: the login fails with 0x0301 after the bound, not in silence. */
+static void test_fence_timeout(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	write_held();
+	reinstate_start(&peers[1]);
+	P = &peers[1];
+	CU_ASSERT_EQUAL_FATAL(ngot, 0);
+	CU_ASSERT_TRUE(hl_timer_pending(&conn->fence_timer));
+	conn->fence_timer.fn(&conn->fence_timer); /* ISCSI_FENCE_TIMEOUT_S later */
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_LOGIN_RSP);
+	CU_ASSERT_EQUAL(login_status(&got[0]), ISCSI_LOGIN_SERVICE_UNAVAILABLE);
+	CU_ASSERT_FALSE(peer_alive(&peers[1]));
+	teardown(); /* the WRITE completes: the fence goes without its login */
+}
+
+/* A login of another ISID waits for nothing. */
+static void test_other_nexus_not_fenced(void)
+{
+	static const uint8_t isid2[6] = {0x80, 0x99, 0x99, 0x99, 0x00, 0x02};
+	struct iscsi_bhs h;
+
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	write_held();
+	P = &peers[1];
+	peer_open(P);
+	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);
+	memcpy(&h.b[8], isid2, 6);
+	send_login(&h, "InitiatorName=" INI "|TargetName=" TGT "|" OPS_KEYS);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
+	CU_ASSERT_TRUE(peer_alive(&peers[0]));
+	teardown();
+}
+
+static const struct hl_test tests[] = {
+    {"a reinstating login waits for the old session's commands", test_reinstating_login_waits},
+    {"... also those of a connection that closed already", test_closed_session_fenced},
+    {"... and fails with 0x0301 when they do not end in time", test_fence_timeout},
+    {"a login of another ISID does not wait", test_other_nexus_not_fenced},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+	return hl_test_run("iscsi_reinstate_fence", tests);
+}
