@@ -12,6 +12,7 @@
 #include "hotlun/mem_region.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,24 @@ struct region_set {
 };
 
 static __thread struct region_set *tl_set;
+static pthread_key_t set_key;
+static pthread_once_t set_key_once = PTHREAD_ONCE_INIT;
+
+/* Thread exit with regions left (their owners ended with the thread): free the set. */
+static void set_key_destructor(void *p)
+{
+	struct region_set *s = p;
+
+	if (s == tl_set)
+		tl_set = NULL;
+	free(s->v);
+	free(s);
+}
+
+static void set_key_make(void)
+{
+	pthread_key_create(&set_key, set_key_destructor);
+}
 
 /* The index of the first region whose base is above p (0 .. n). */
 static unsigned upper(const struct region_set *s, uintptr_t p)
@@ -67,6 +86,7 @@ static void slot_give(struct region_set *s, int slot)
 static void set_maybe_free(void)
 {
 	if (tl_set && !tl_set->n && !tl_set->watchers) {
+		pthread_setspecific(set_key, NULL);
 		free(tl_set->v);
 		free(tl_set);
 		tl_set = NULL;
@@ -75,8 +95,12 @@ static void set_maybe_free(void)
 
 static struct region_set *set_get(void)
 {
-	if (!tl_set)
+	if (!tl_set) {
+		pthread_once(&set_key_once, set_key_make);
 		tl_set = calloc(1, sizeof(*tl_set));
+		if (tl_set)
+			pthread_setspecific(set_key, tl_set);
+	}
 	return tl_set;
 }
 
