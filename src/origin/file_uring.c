@@ -30,8 +30,9 @@
  * READ_FIXED / WRITE_FIXED: the kernel pinned those pages once, at
  * registration, instead of pinning and unpinning them at every O_DIRECT
  * read (get_user_pages, ~1 us of a 4 KiB cache hit: docs/bench-hit-device.md).
- * Any other buffer, or every one when registration fails (RLIMIT_MEMLOCK for
- * a non-root hotlund, an old kernel), goes as READV / WRITEV as before.
+ * Any other buffer, or every one when registration fails (an old kernel,
+ * ENOMEM) or is not tried (no CAP_IPC_LOCK and a finite RLIMIT_MEMLOCK:
+ * may_pin_buffers), goes as READV / WRITEV as before.
  *
  * Where io_uring cannot be set up (seccomp, io_uring_disabled, old kernel) or
  * lacks the operation (BLKDISCARD, BLKZEROOUT), the I/O goes to file.c's
@@ -55,12 +56,15 @@
 
 #include <errno.h>
 #include <liburing.h>
+#include <linux/capability.h>
 #include <linux/falloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FILE_SQ_ENTRIES 256
@@ -71,6 +75,7 @@
 
 bool origin_file_force_workers;
 bool origin_file_no_fixed;
+bool origin_file_fixed_any_limit;
 atomic_ulong origin_file_inline_ios;
 atomic_ulong origin_file_fixed_ios;
 /*
@@ -231,6 +236,24 @@ static void region_del(struct hl_mem_watch *w, int slot)
 		HL_WARN_RL("origin", "io_uring: cannot empty registered buffer slot %d", slot);
 }
 
+/*
+ * May this process pin buffers without starving its rings? Without
+ * CAP_IPC_LOCK the kernel counts registered buffers, and the rings' own
+ * memory, against RLIMIT_MEMLOCK for the whole user; under a finite limit
+ * (8 MiB by default under systemd) the buffers would take what a ring made
+ * later needs, and that thread would lose io_uring altogether.
+ */
+static bool may_pin_buffers(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	struct rlimit rl;
+
+	if (syscall(SYS_capget, &h, d) == 0 && (d[0].effective & (1u << CAP_IPC_LOCK)))
+		return true;
+	return getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY;
+}
+
 /* A sparse table for the thread's regions, and watch them; without it, READV as before. */
 static void ring_fixed_setup(struct file_ring *ring)
 {
@@ -239,6 +262,12 @@ static void ring_fixed_setup(struct file_ring *ring)
 
 	if (origin_file_no_fixed || (env && !strcmp(env, "0")))
 		return;
+	if (!origin_file_fixed_any_limit && !may_pin_buffers()) {
+		if (!atomic_exchange(&fixed_fail_logged, true))
+			HL_NOTICE("origin", "no registered I/O buffers: RLIMIT_MEMLOCK is finite and "
+			                    "CAP_IPC_LOCK missing (reads pin their pages each time)");
+		return;
+	}
 	rc = io_uring_register_buffers_sparse(&ring->ring, HL_MEM_REGIONS_MAX);
 	if (rc) {
 		fixed_failed(rc);

@@ -628,6 +628,7 @@ static void test_fixed_buffers_memlock(void)
 	CU_ASSERT_EQUAL_FATAL(getrlimit(RLIMIT_MEMLOCK, &old), 0);
 	if (geteuid() == 0)
 		cap = ipc_lock_cap(false);
+	origin_file_fixed_any_limit = true; /* try, under the finite limit */
 	set_mode(false); /* the new ring is accounted without CAP_IPC_LOCK */
 	CU_ASSERT_EQUAL_FATAL(posix_memalign((void **)&buf, 4096, 65536), 0);
 	if (hl_origin_open(path, &opts, &o) == -EINVAL)
@@ -646,6 +647,19 @@ static void test_fixed_buffers_memlock(void)
 		CU_ASSERT_EQUAL(fixed_since(&mark), 0);
 	CU_ASSERT_EQUAL(hl_mem_region_del(buf), 0);
 	CU_ASSERT_EQUAL(setrlimit(RLIMIT_MEMLOCK, &old), 0);
+	origin_file_fixed_any_limit = false;
+	/*
+	 * A finite limit when the ring is made: it registers nothing at all, so
+	 * buffers never take the memory a ring made later needs.
+	 */
+	if (old.rlim_cur != RLIM_INFINITY) {
+		set_mode(false);
+		CU_ASSERT_TRUE(hl_mem_region_add(buf, 65536) >= 0);
+		CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 131072, buf, 65536), 0);
+		CU_ASSERT_TRUE(ut_check_pattern(buf, 131072, 65536, 14));
+		CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+		CU_ASSERT_EQUAL(hl_mem_region_del(buf), 0);
+	}
 	hl_origin_close(o);
 	set_mode(false);
 	if (cap)
@@ -1462,7 +1476,7 @@ static const struct hl_test tests[] = {
     {"O_DIRECT (workers)", direct_workers},
     {"O_DIRECT (tmpfs, inline)", direct_memfs},
     {"registered buffers: fixed inside a region, READV outside", test_fixed_buffers},
-    {"registered buffers: refused (RLIMIT_MEMLOCK): READV", test_fixed_buffers_memlock},
+    {"registered buffers: refused or not tried (RLIMIT_MEMLOCK): READV", test_fixed_buffers_memlock},
     {"io_uring denied (seccomp): worker pool, one NOTICE", test_uring_denied},
     {"a file origin is one gateway's (flock)", test_origin_single_gateway},
     {"block device (io_uring)", test_block_device_uring},
