@@ -62,8 +62,8 @@ int hl_mem_region_find(const void *p, size_t len);
 unsigned hl_mem_region_count(void);
 
 /** Fill w (not watching yet). */
-void hl_mem_watch_init(struct hl_mem_watch *w, hl_mem_region_add_fn add,
-                       hl_mem_region_del_fn del, void *arg);
+void hl_mem_watch_init(struct hl_mem_watch *w, hl_mem_region_add_fn add, hl_mem_region_del_fn del,
+                       void *arg);
 
 /** Watch this thread's regions: add runs now for each that exists. */
 void hl_mem_watch_start(struct hl_mem_watch *w);

@@ -119,7 +119,8 @@ int hl_mem_region_add(void *base, size_t len)
 	i = upper(s, b);
 	if (i > 0 && s->v[i - 1].base == b)
 		return -EEXIST;
-	if ((i > 0 && s->v[i - 1].base + s->v[i - 1].len > b) || (i < s->n && s->v[i].base < b + len)) {
+	if ((i > 0 && s->v[i - 1].base + s->v[i - 1].len > b) ||
+	    (i < s->n && s->v[i].base < b + len)) {
 		set_maybe_free();
 		return -EINVAL;
 	}
@@ -192,8 +193,8 @@ unsigned hl_mem_region_count(void)
 	return tl_set ? tl_set->n : 0;
 }
 
-void hl_mem_watch_init(struct hl_mem_watch *w, hl_mem_region_add_fn add,
-                       hl_mem_region_del_fn del, void *arg)
+void hl_mem_watch_init(struct hl_mem_watch *w, hl_mem_region_add_fn add, hl_mem_region_del_fn del,
+                       void *arg)
 {
 	memset(w, 0, sizeof(*w));
 	w->add = add;

@@ -42,8 +42,9 @@ static bool on_conn_thread(const struct iscsi_conn *c)
 /* Announce reused memory (no-op when it is already, or off the connection's thread). */
 static void region_keep(struct iscsi_conn *c, void *p, size_t len)
 {
+	/* -ENOSPC, -ENOMEM: its I/O pins pages as before */
 	if (on_conn_thread(c))
-		(void)hl_mem_region_add(p, len); /* -ENOSPC, -ENOMEM: its I/O pins pages as before */
+		(void)hl_mem_region_add(p, len);
 }
 
 /* Withdraw p's region, if any, before p is freed. */

@@ -26,10 +26,10 @@
  * memory regions of the thread (hotlun/mem_region.h). The ring registers
  * each with the kernel (a sparse table, one slot per region), and an
  * O_DIRECT read or write whose one buffer lies wholly inside a registered
- * region goes as
- * READ_FIXED / WRITE_FIXED: the kernel pinned those pages once, at
- * registration, instead of pinning and unpinning them at every O_DIRECT
- * read (get_user_pages, ~1 us of a 4 KiB cache hit: docs/bench-hit-device.md).
+ * region goes as READ_FIXED / WRITE_FIXED: the kernel pinned those pages
+ * once, at registration, instead of pinning and unpinning them at every
+ * O_DIRECT read (get_user_pages, 0.5-1.1 us of a loaded 4 KiB cache hit:
+ * docs/bench-hit-device.md).
  * Any other buffer, or every one when registration fails (an old kernel,
  * ENOMEM) or is not tried (no CAP_IPC_LOCK and a finite RLIMIT_MEMLOCK:
  * may_pin_buffers), goes as READV / WRITEV as before.
@@ -264,8 +264,9 @@ static void ring_fixed_setup(struct file_ring *ring)
 		return;
 	if (!origin_file_fixed_any_limit && !may_pin_buffers()) {
 		if (!atomic_exchange(&fixed_fail_logged, true))
-			HL_NOTICE("origin", "no registered I/O buffers: RLIMIT_MEMLOCK is finite and "
-			                    "CAP_IPC_LOCK missing (reads pin their pages each time)");
+			HL_NOTICE("origin",
+			          "no registered I/O buffers: RLIMIT_MEMLOCK is finite and "
+			          "CAP_IPC_LOCK missing (reads pin their pages each time)");
 		return;
 	}
 	rc = io_uring_register_buffers_sparse(&ring->ring, HL_MEM_REGIONS_MAX);

@@ -16,7 +16,7 @@ static char mem[16][4096] __attribute__((aligned(4096)));
 
 struct seen {
 	struct hl_mem_watch w;
-	int added[HL_MEM_REGIONS_MAX];   /* per slot: adds minus dels */
+	int added[HL_MEM_REGIONS_MAX]; /* per slot: adds minus dels */
 	size_t len[HL_MEM_REGIONS_MAX];
 	void *base[HL_MEM_REGIONS_MAX];
 	unsigned adds, dels;
@@ -178,12 +178,12 @@ static void test_full(void)
 }
 
 static const struct hl_test tests[] = {
-	{"lookup: inside one region only", test_lookup},
-	{"removal: gone from lookups, slot reused", test_removal},
-	{"watchers: replay, add, del, stop", test_watchers},
-	{"regions are per thread", test_per_thread},
-	{"full: -ENOSPC, lookups still right", test_full},
-	{NULL, NULL},
+    {"lookup: inside one region only", test_lookup},
+    {"removal: gone from lookups, slot reused", test_removal},
+    {"watchers: replay, add, del, stop", test_watchers},
+    {"regions are per thread", test_per_thread},
+    {"full: -ENOSPC, lookups still right", test_full},
+    {NULL, NULL},
 };
 
 int main(void)
