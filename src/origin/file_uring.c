@@ -22,6 +22,18 @@
  * one io_uring_enter, and the block layer sees them as one batch (one
  * doorbell for the device instead of one per I/O).
  *
+ * Buffers the iSCSI layer reads into again and again are announced as
+ * memory regions of the thread (hotlun/mem_region.h). The ring registers
+ * each with the kernel (a sparse table, one slot per region), and an
+ * O_DIRECT read or write whose one buffer lies wholly inside a registered
+ * region goes as READ_FIXED / WRITE_FIXED: the kernel pinned those pages
+ * once, at registration, instead of pinning and unpinning them at every
+ * O_DIRECT read (get_user_pages, 0.5-1.1 us of a loaded 4 KiB cache hit:
+ * docs/bench-hit-device.md).
+ * Any other buffer, or every one when registration fails (an old kernel,
+ * ENOMEM) or is not tried (no CAP_IPC_LOCK and a finite RLIMIT_MEMLOCK:
+ * may_pin_buffers), goes as READV / WRITEV as before.
+ *
  * Where io_uring cannot be set up (seccomp, io_uring_disabled, old kernel) or
  * lacks the operation (BLKDISCARD, BLKZEROOUT), the I/O goes to file.c's
  * worker-pool path instead.
@@ -39,16 +51,20 @@
 #include "hotlun/event.h"
 #include "hotlun/event_uring.h"
 #include "hotlun/log.h"
+#include "hotlun/mem_region.h"
 #include "origin/origin_file.h"
 
 #include <errno.h>
 #include <liburing.h>
+#include <linux/capability.h>
 #include <linux/falloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FILE_SQ_ENTRIES 256
@@ -58,7 +74,10 @@
 #define FILE_ASYNC_READ_MIN (1u << 20)
 
 bool origin_file_force_workers;
+bool origin_file_no_fixed;
+bool origin_file_fixed_any_limit;
 atomic_ulong origin_file_inline_ios;
+atomic_ulong origin_file_fixed_ios;
 /*
  * SINGLE_ISSUER and COOP_TASKRUN are safe because only the owning thread
  * touches a ring; SUBMIT_ALL keeps one bad SQE from stalling the rest.
@@ -89,6 +108,9 @@ struct file_ring {
 	struct hl_origin_io *backlog_head, *backlog_tail; /* waiting for an SQE */
 	struct hl_origin_io *done_head, *done_tail;       /* memfs I/O done inline */
 	struct hl_timer done_timer;                       /* runs their callbacks */
+	struct hl_mem_watch regions; /* the thread's memory regions, registered as buffers */
+	bool fixed;                  /* a sparse buffer table of HL_MEM_REGIONS_MAX is registered */
+	uint64_t fixed_ok[HL_MEM_REGIONS_MAX / 64]; /* slot s registered: bit s */
 };
 
 static __thread struct file_ring *tl_ring;
@@ -96,6 +118,7 @@ static __thread bool tl_ring_failed;
 static pthread_key_t ring_key;
 static pthread_once_t ring_key_once = PTHREAD_ONCE_INIT;
 static atomic_bool uring_fail_logged;
+static atomic_bool fixed_fail_logged;
 
 /* ---- io_uring path ---- */
 
@@ -126,6 +149,7 @@ static void ring_destroy(struct file_ring *ring)
 	if (!ring)
 		return;
 	hl_uring_watch_detach(&ring->watch);
+	hl_mem_watch_stop(&ring->regions);
 	io_uring_queue_exit(&ring->ring);
 	close(ring->efd);
 	free(ring);
@@ -164,6 +188,95 @@ static void uring_failed(int rc)
 	if (!atomic_exchange(&uring_fail_logged, true))
 		HL_NOTICE("origin", "io_uring unavailable (%s): file origins use the worker pool",
 		          strerror(-rc));
+}
+
+static void fixed_failed(int rc)
+{
+	if (!atomic_exchange(&fixed_fail_logged, true))
+		HL_NOTICE("origin",
+		          "io_uring cannot register I/O buffers (%s): reads and writes into them "
+		          "pin their pages each time (READV)",
+		          strerror(-rc));
+}
+
+static bool fixed_slot_ok(const struct file_ring *ring, int slot)
+{
+	return ring->fixed_ok[slot / 64] & (1ull << (slot % 64));
+}
+
+/* A region of this thread: register it in its slot (pins its pages once). */
+static void region_add(struct hl_mem_watch *w, int slot, void *base, size_t len)
+{
+	struct file_ring *ring = w->arg;
+	struct iovec iov = {.iov_base = base, .iov_len = len};
+	int rc = io_uring_register_buffers_update_tag(&ring->ring, (unsigned)slot, &iov, NULL, 1);
+
+	if (rc == 1) {
+		ring->fixed_ok[slot / 64] |= 1ull << (slot % 64);
+		return;
+	}
+	fixed_failed(rc < 0 ? rc : -EIO); /* ENOMEM: RLIMIT_MEMLOCK; the slot stays unused */
+}
+
+/*
+ * A region goes (its memory is about to be freed): empty its slot now, so no
+ * later read lands in the pages pinned for it. Reads in flight keep the old
+ * buffer alive in the kernel until they complete. Should the update fail,
+ * the slot is still never used again until a new region takes it.
+ */
+static void region_del(struct hl_mem_watch *w, int slot)
+{
+	struct file_ring *ring = w->arg;
+	struct iovec iov = {.iov_base = NULL, .iov_len = 0};
+
+	if (!fixed_slot_ok(ring, slot))
+		return;
+	ring->fixed_ok[slot / 64] &= ~(1ull << (slot % 64));
+	if (io_uring_register_buffers_update_tag(&ring->ring, (unsigned)slot, &iov, NULL, 1) != 1)
+		HL_WARN_RL("origin", "io_uring: cannot empty registered buffer slot %d", slot);
+}
+
+/*
+ * May this process pin buffers without starving its rings? Without
+ * CAP_IPC_LOCK the kernel counts registered buffers, and the rings' own
+ * memory, against RLIMIT_MEMLOCK for the whole user; under a finite limit
+ * (8 MiB by default under systemd) the buffers would take what a ring made
+ * later needs, and that thread would lose io_uring altogether.
+ */
+static bool may_pin_buffers(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	struct rlimit rl;
+
+	if (syscall(SYS_capget, &h, d) == 0 && (d[0].effective & (1u << CAP_IPC_LOCK)))
+		return true;
+	return getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY;
+}
+
+/* A sparse table for the thread's regions, and watch them; without it, READV as before. */
+static void ring_fixed_setup(struct file_ring *ring)
+{
+	const char *env = getenv("HOTLUN_FIXED_BUFS"); /* "0": off, for A/B runs */
+	int rc;
+
+	if (origin_file_no_fixed || (env && !strcmp(env, "0")))
+		return;
+	if (!origin_file_fixed_any_limit && !may_pin_buffers()) {
+		if (!atomic_exchange(&fixed_fail_logged, true))
+			HL_NOTICE("origin",
+			          "no registered I/O buffers: RLIMIT_MEMLOCK is finite and "
+			          "CAP_IPC_LOCK missing (reads pin their pages each time)");
+		return;
+	}
+	rc = io_uring_register_buffers_sparse(&ring->ring, HL_MEM_REGIONS_MAX);
+	if (rc) {
+		fixed_failed(rc);
+		return;
+	}
+	ring->fixed = true;
+	hl_mem_watch_init(&ring->regions, region_add, region_del, ring);
+	hl_mem_watch_start(&ring->regions);
 }
 
 static struct file_ring *ring_create(void)
@@ -219,6 +332,7 @@ static struct file_ring *ring_create(void)
 	hl_timer_init(&ring->retry, ring_retry, ring);
 	hl_timer_init(&ring->done_timer, ring_done_fire, ring);
 	hl_turn_hook_init(&ring->flush_hook, ring_flush_hook, ring);
+	ring_fixed_setup(ring);
 	pthread_once(&ring_key_once, ring_key_make);
 	pthread_setspecific(ring_key, ring);
 	tl_ring = ring;
@@ -249,13 +363,31 @@ static void ring_flush_hook(struct hl_turn_hook *h)
 	ring_flush(h->arg);
 }
 
-static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
+/*
+ * The registered buffer slot that holds all of iov, or -1 (READV / WRITEV).
+ * O_DIRECT only (the cache device): a buffered read or write copies and
+ * pins nothing, so a fixed buffer saves it next to nothing, and it was not
+ * measured better there (uncached 1 MiB reads, docs/bench-hit-device.md).
+ */
+static int ring_fixed_slot(const struct file_ring *ring, const struct file_origin *fo,
+                           const struct iovec *iov, int cnt)
+{
+	int slot;
+
+	if (!ring->fixed || !fo->direct || cnt != 1)
+		return -1;
+	slot = hl_mem_region_find(iov->iov_base, iov->iov_len);
+	return slot >= 0 && fixed_slot_ok(ring, slot) ? slot : -1;
+}
+
+static void ring_prep(struct file_ring *ring, struct io_uring_sqe *sqe, struct hl_origin_io *io)
 {
 	struct file_io *fio = fio_of(io);
 	struct file_origin *fo = fo_of(fio->o);
 	const struct iovec *iov = fio->rest ? fio->rest : io->iov;
 	int cnt = fio->rest ? fio->restcnt : io->iovcnt;
 	off_t off = (off_t)(io->offset + fio->done);
+	int slot;
 
 	if (io->length == 0 && io->op != HL_IO_FLUSH) {
 		/* Nothing to move; still complete through the ring, never inline. */
@@ -265,7 +397,14 @@ static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
 	}
 	switch (io->op) {
 	case HL_IO_READ:
-		io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		slot = ring_fixed_slot(ring, fo, iov, cnt);
+		if (slot >= 0) {
+			io_uring_prep_read_fixed(sqe, fo->fd, iov->iov_base, (unsigned)iov->iov_len,
+			                         (uint64_t)off, slot);
+			atomic_fetch_add_explicit(&origin_file_fixed_ios, 1, memory_order_relaxed);
+		} else {
+			io_uring_prep_readv(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		}
 		/*
 		 * A page-cache hit is copied inside io_uring_submit, on the reactor:
 		 * 16 MiB took 20-150 ms there, stalling every connection of that
@@ -279,7 +418,14 @@ static void ring_prep(struct io_uring_sqe *sqe, struct hl_origin_io *io)
 			io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		break;
 	case HL_IO_WRITE:
-		io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		slot = ring_fixed_slot(ring, fo, iov, cnt);
+		if (slot >= 0) {
+			io_uring_prep_write_fixed(sqe, fo->fd, iov->iov_base, (unsigned)iov->iov_len,
+			                          (uint64_t)off, slot);
+			atomic_fetch_add_explicit(&origin_file_fixed_ios, 1, memory_order_relaxed);
+		} else {
+			io_uring_prep_writev(sqe, fo->fd, iov, (unsigned)cnt, (uint64_t)off);
+		}
 		if (io->flags & HL_IO_FUA)
 			sqe->rw_flags = RWF_DSYNC;
 		break;
@@ -330,7 +476,7 @@ static void ring_queue(struct file_ring *ring, struct hl_origin_io *io)
 			hl_timer_start(ring->reactor, &ring->retry, 1);
 		return;
 	}
-	ring_prep(sqe, io);
+	ring_prep(ring, sqe, io);
 	ring->inflight++;
 }
 
@@ -348,7 +494,7 @@ static void backlog_drain(struct file_ring *ring)
 		ring->backlog_head = fio_of(io)->next;
 		if (!ring->backlog_head)
 			ring->backlog_tail = NULL;
-		ring_prep(sqe, io);
+		ring_prep(ring, sqe, io);
 		ring->inflight++;
 	}
 }

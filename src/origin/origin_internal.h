@@ -56,6 +56,15 @@ extern unsigned origin_file_ring_flags;
 /** Reads and writes of memory-filesystem files done inline so far (all threads). For tests. */
 extern atomic_ulong origin_file_inline_ios;
 
+/** Register no I/O buffers with new rings (READV / WRITEV only; for A/B runs and tests). */
+extern bool origin_file_no_fixed;
+
+/** Register them even under a finite RLIMIT_MEMLOCK without CAP_IPC_LOCK (tests of ENOMEM). */
+extern bool origin_file_fixed_any_limit;
+
+/** Reads and writes sent as READ_FIXED / WRITE_FIXED so far (all threads). For tests. */
+extern atomic_ulong origin_file_fixed_ios;
+
 /** Tear down this thread's ring now (no I/O may be in flight on it). For tests. */
 void origin_file_thread_fini(void);
 

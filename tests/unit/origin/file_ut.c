@@ -10,14 +10,17 @@
 #include "origin/origin_internal.h"
 #include "origin_ut_util.h"
 #include "hotlun/log.h"
+#include "hotlun/mem_region.h"
 #include "hotlun/util.h"
 
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <liburing.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -505,6 +508,162 @@ static void do_direct(void)
 		CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf + 1, 4096), -EINVAL);
 	hl_origin_close(o);
 out:
+	unlink(path);
+	free(path);
+	free(buf);
+}
+
+/*
+ * Registered buffers: a read or write whose buffer lies wholly inside a
+ * memory region of this thread (mem_region.h) goes as READ_FIXED /
+ * WRITE_FIXED, any other as READV / WRITEV, and both move the right bytes.
+ * The cache device's case: O_DIRECT (plain reads where O_DIRECT is refused).
+ */
+static unsigned long fixed_since(unsigned long *mark)
+{
+	unsigned long now = atomic_load(&origin_file_fixed_ios), d = now - *mark;
+
+	*mark = now;
+	return d;
+}
+
+static void test_fixed_buffers(void)
+{
+	char *path = ut_tempfile(FSIZE, 13);
+	struct hl_origin_opts opts = {.direct = true};
+	struct hl_origin *o = NULL;
+	uint8_t *buf = NULL;
+	unsigned long mark = atomic_load(&origin_file_fixed_ios);
+
+	set_mode(false); /* a new ring: it learns of the region below when it is made */
+	CU_ASSERT_EQUAL_FATAL(posix_memalign((void **)&buf, 4096, 65536), 0);
+	if (hl_origin_open(path, &opts, &o) == -EINVAL) {
+		printf("\n    (O_DIRECT not supported on /tmp: skipped) ");
+		goto out;
+	}
+	CU_ASSERT_TRUE(hl_mem_region_add(buf, 32768) >= 0);
+	/* inside the region: fixed */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 65536, buf, 16384), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 65536, 16384, 13));
+	CU_ASSERT_EQUAL(fixed_since(&mark), 1);
+	/* across its end: READV */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 8192, buf + 24576, 16384), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 24576, 8192, 16384, 13));
+	CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+	/* a fixed write, read back outside any region */
+	memset(buf, 0x5a, 8192);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_WRITE, HL_IO_FUA, 4096, buf, 8192), 0);
+	CU_ASSERT_EQUAL(fixed_since(&mark), 1);
+	memset(buf + 40960, 0, 16384);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf + 40960, 16384), 0);
+	CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 40960, 0, 4096, 13));
+	CU_ASSERT_TRUE(ut_all(buf + 40960 + 4096, 8192, 0x5a));
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 40960 + 12288, 12288, 4096, 13));
+	/* a region announced while the ring exists */
+	CU_ASSERT_TRUE(hl_mem_region_add(buf + 32768, 32768) >= 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 131072, buf + 49152, 16384), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 49152, 131072, 16384, 13));
+	CU_ASSERT_EQUAL(fixed_since(&mark), 1);
+	/* withdrawn: READV again, into the same memory, and the bytes land there */
+	CU_ASSERT_EQUAL(hl_mem_region_del(buf), 0);
+	memset(buf, 0, 32768);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 262144, buf, 32768), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 262144, 32768, 13));
+	CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+	/* switched off: READV even inside a region */
+	origin_file_no_fixed = true;
+	set_mode(false);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 65536, buf + 32768, 16384), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf + 32768, 65536, 16384, 13));
+	CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+	origin_file_no_fixed = false;
+	set_mode(false);
+	CU_ASSERT_EQUAL(hl_mem_region_del(buf + 32768), 0);
+	CU_ASSERT_EQUAL(hl_mem_region_count(), 0);
+	hl_origin_close(o);
+	/* a buffered file: READV, even inside a region */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open(path, NULL, &o), 0);
+	CU_ASSERT_TRUE(hl_mem_region_add(buf, 65536) >= 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 65536, buf, 16384), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 65536, 16384, 13));
+	CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+	CU_ASSERT_EQUAL(hl_mem_region_del(buf), 0);
+	hl_origin_close(o);
+out:
+	unlink(path);
+	free(path);
+	free(buf);
+}
+
+/* CAP_IPC_LOCK in this thread's effective set on or off; false: cannot. */
+static bool ipc_lock_cap(bool on)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+
+	if (syscall(SYS_capget, &h, d))
+		return false;
+	if (on)
+		d[0].effective |= 1u << CAP_IPC_LOCK;
+	else
+		d[0].effective &= ~(1u << CAP_IPC_LOCK);
+	return syscall(SYS_capset, &h, d) == 0;
+}
+
+/*
+ * Registration refused (RLIMIT_MEMLOCK 0 and no CAP_IPC_LOCK: ENOMEM): the
+ * reads into the region go as READV and still move the right bytes.
+ */
+static void test_fixed_buffers_memlock(void)
+{
+	char *path = ut_tempfile(FSIZE, 14);
+	struct hl_origin_opts opts = {.direct = true};
+	struct hl_origin *o = NULL;
+	struct rlimit old, zero;
+	uint8_t *buf = NULL;
+	unsigned long mark;
+	bool cap = false;
+
+	CU_ASSERT_EQUAL_FATAL(getrlimit(RLIMIT_MEMLOCK, &old), 0);
+	if (geteuid() == 0)
+		cap = ipc_lock_cap(false);
+	origin_file_fixed_any_limit = true; /* try, under the finite limit */
+	set_mode(false); /* the new ring is accounted without CAP_IPC_LOCK */
+	CU_ASSERT_EQUAL_FATAL(posix_memalign((void **)&buf, 4096, 65536), 0);
+	if (hl_origin_open(path, &opts, &o) == -EINVAL)
+		CU_ASSERT_EQUAL_FATAL(hl_origin_open(path, NULL, &o), 0); /* READV either way */
+	/* the ring is made under the usual limit (its own memory counts too) ... */
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 0, buf, 4096), 0);
+	/* ... and then none is left for buffers */
+	zero = old;
+	zero.rlim_cur = 0;
+	CU_ASSERT_EQUAL_FATAL(setrlimit(RLIMIT_MEMLOCK, &zero), 0);
+	mark = atomic_load(&origin_file_fixed_ios);
+	CU_ASSERT_TRUE(hl_mem_region_add(buf, 65536) >= 0);
+	CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 65536, buf, 65536), 0);
+	CU_ASSERT_TRUE(ut_check_pattern(buf, 65536, 65536, 14));
+	if (cap || geteuid() != 0)
+		CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+	CU_ASSERT_EQUAL(hl_mem_region_del(buf), 0);
+	CU_ASSERT_EQUAL(setrlimit(RLIMIT_MEMLOCK, &old), 0);
+	origin_file_fixed_any_limit = false;
+	/*
+	 * A finite limit when the ring is made: it registers nothing at all, so
+	 * buffers never take the memory a ring made later needs.
+	 */
+	if (old.rlim_cur != RLIM_INFINITY) {
+		set_mode(false);
+		CU_ASSERT_TRUE(hl_mem_region_add(buf, 65536) >= 0);
+		CU_ASSERT_EQUAL(io_sync(o, HL_IO_READ, 0, 131072, buf, 65536), 0);
+		CU_ASSERT_TRUE(ut_check_pattern(buf, 131072, 65536, 14));
+		CU_ASSERT_EQUAL(fixed_since(&mark), 0);
+		CU_ASSERT_EQUAL(hl_mem_region_del(buf), 0);
+	}
+	hl_origin_close(o);
+	set_mode(false);
+	if (cap)
+		CU_ASSERT_TRUE(ipc_lock_cap(true));
 	unlink(path);
 	free(path);
 	free(buf);
@@ -1316,6 +1475,8 @@ static const struct hl_test tests[] = {
     {"O_DIRECT (io_uring)", direct_uring},
     {"O_DIRECT (workers)", direct_workers},
     {"O_DIRECT (tmpfs, inline)", direct_memfs},
+    {"registered buffers: fixed inside a region, READV outside", test_fixed_buffers},
+    {"registered buffers: refused or not tried (RLIMIT_MEMLOCK): READV", test_fixed_buffers_memlock},
     {"io_uring denied (seccomp): worker pool, one NOTICE", test_uring_denied},
     {"a file origin is one gateway's (flock)", test_origin_single_gateway},
     {"block device (io_uring)", test_block_device_uring},
