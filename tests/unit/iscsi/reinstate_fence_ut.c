@@ -11,36 +11,6 @@
  */
 #include "session_ut_lib.h"
 
-/* A 4 KiB WRITE (all immediate data) that the fake LU keeps: @return its ITT. */
-static uint32_t write_held(void)
-{
-	uint8_t data[4096];
-	uint32_t tag = itt;
-	int before = npending;
-
-	memset(data, 0x77, sizeof(data));
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, sizeof(data), data, sizeof(data));
-	itt++;
-	pump();
-	CU_ASSERT_EQUAL_FATAL(npending, before + 1);
-	return tag;
-}
-
-/* Complete the held command whose ITT is tag. */
-static void complete(uint32_t tag)
-{
-	for (int i = 0; i < npending; i++) {
-		if (pending[i]->tag != tag)
-			continue;
-		struct hl_scsi_cmd *cmd = pending[i];
-		pending[i] = pending[--npending];
-		fake_complete(cmd);
-		pump();
-		return;
-	}
-	CU_FAIL("no such command held");
-}
-
 /* Peer p logs in with the same initiator name and ISID as peers[0] (login_ok). */
 static void reinstate_start(struct peer *p)
 {
@@ -61,17 +31,17 @@ static void test_reinstating_login_waits(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	uint32_t w1 = write_held();
-	uint32_t w2 = write_held();
+	uint32_t w1 = held_write();
+	uint32_t w2 = held_write();
 	reinstate_start(&peers[1]);
 	/* the old session is closed (kept while its WRITEs are in the LU) ... */
 	CU_ASSERT_EQUAL(peers[0].p_conn->state, CONN_CLOSED);
 	P = &peers[1];
 	CU_ASSERT_EQUAL(ngot, 0); /* ... but its WRITEs are still in the LU */
 	CU_ASSERT_EQUAL(conn->state, CONN_LOGIN);
-	complete(w1);
+	held_complete(w1);
 	CU_ASSERT_EQUAL(ngot, 0);
-	complete(w2);
+	held_complete(w2);
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(bhs_opcode(&got[0].bhs), ISCSI_OP_LOGIN_RSP);
 	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
@@ -86,13 +56,13 @@ static void test_closed_session_fenced(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	uint32_t w = write_held();
+	uint32_t w = held_write();
 	iscsi_conn_close(conn, "test: connection lost");
 	CU_ASSERT_TRUE(peer_alive(&peers[0])); /* kept while its WRITE is in the LU */
 	reinstate_start(&peers[1]);
 	P = &peers[1];
 	CU_ASSERT_EQUAL(ngot, 0);
-	complete(w);
+	held_complete(w);
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	CU_ASSERT_EQUAL(login_status(&got[0]), 0);
 	teardown();
@@ -104,7 +74,7 @@ static void test_fence_timeout(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	write_held();
+	held_write();
 	reinstate_start(&peers[1]);
 	P = &peers[1];
 	CU_ASSERT_EQUAL_FATAL(ngot, 0);
@@ -127,7 +97,7 @@ static void test_other_nexus_not_fenced(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	write_held();
+	held_write();
 	P = &peers[1];
 	peer_open(P);
 	login_bhs(&h, ISCSI_LOGIN_TRANSIT | (1 << 2) | 3);

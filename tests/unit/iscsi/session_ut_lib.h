@@ -551,4 +551,34 @@ static HL_UT_UNUSED struct iscsi_task *dout_task(void)
 	return w;
 }
 
+/* A 4 KiB WRITE (all immediate data) that the fake LU keeps (defer_exec): @return its ITT. */
+static HL_UT_UNUSED uint32_t held_write(void)
+{
+	uint8_t data[4096];
+	uint32_t tag = itt;
+	int before = npending;
+
+	memset(data, 0x77, sizeof(data));
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, sizeof(data), data, sizeof(data));
+	itt++;
+	pump();
+	CU_ASSERT_EQUAL_FATAL(npending, before + 1);
+	return tag;
+}
+
+/* Complete the held command whose ITT is tag. */
+static HL_UT_UNUSED void held_complete(uint32_t tag)
+{
+	for (int i = 0; i < npending; i++) {
+		if (pending[i]->tag != tag) /* the ITT */
+			continue;
+		struct hl_scsi_cmd *cmd = pending[i];
+		pending[i] = pending[--npending];
+		fake_complete(cmd);
+		pump();
+		return;
+	}
+	CU_FAIL("no such command held");
+}
+
 #endif

@@ -11,21 +11,6 @@
  */
 #include "session_ut_lib.h"
 
-/* A 4 KiB WRITE (all immediate data) that the fake LU keeps: @return its ITT. */
-static uint32_t write_held(void)
-{
-	uint8_t data[4096];
-	uint32_t tag = itt;
-	int before = npending;
-
-	memset(data, 0x77, sizeof(data));
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, sizeof(data), data, sizeof(data));
-	itt++;
-	pump();
-	CU_ASSERT_EQUAL_FATAL(npending, before + 1);
-	return tag;
-}
-
 /* Send TMF fn (on the task ref for ABORT TASK): @return its ITT. */
 static uint32_t tmf(uint8_t fn, uint32_t ref)
 {
@@ -35,21 +20,6 @@ static uint32_t tmf(uint8_t fn, uint32_t ref)
 	send_pdu(&h, NULL, 0);
 	pump();
 	return bhs_itt(&h);
-}
-
-/* Complete the held command whose ITT is tag. */
-static void complete(uint32_t tag)
-{
-	for (int i = 0; i < npending; i++) {
-		if (pending[i]->tag != tag) /* the ITT */
-			continue;
-		struct hl_scsi_cmd *cmd = pending[i];
-		pending[i] = pending[--npending];
-		fake_complete(cmd);
-		pump();
-		return;
-	}
-	CU_FAIL("no such command held");
 }
 
 static void tmf_answered(int i, uint32_t tag, uint8_t response)
@@ -64,13 +34,13 @@ static void test_lun_reset_after_abort_task(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	uint32_t w = write_held();
+	uint32_t w = held_write();
 	uint32_t abort = tmf(ISCSI_TMF_ABORT_TASK, w);
 	CU_ASSERT_EQUAL(ngot, 0); /* the WRITE is still in the LU */
 	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
 	CU_ASSERT_EQUAL(ngot, 0); /* ... so the reset waits too */
 	CU_ASSERT_EQUAL(lu_resets, 0);
-	complete(w);
+	held_complete(w);
 	CU_ASSERT_EQUAL_FATAL(ngot, 2); /* both now, in order; no response for the WRITE */
 	tmf_answered(0, abort, ISCSI_TMF_RSP_COMPLETE);
 	tmf_answered(1, reset, ISCSI_TMF_RSP_COMPLETE);
@@ -83,12 +53,12 @@ static void test_abort_task_twice(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	uint32_t w = write_held();
+	uint32_t w = held_write();
 	uint32_t first = tmf(ISCSI_TMF_ABORT_TASK, w);
 	uint32_t second = tmf(ISCSI_TMF_ABORT_TASK, w);
 	uint32_t set = tmf(ISCSI_TMF_ABORT_TASK_SET, ISCSI_RSVD_TAG);
 	CU_ASSERT_EQUAL(ngot, 0);
-	complete(w);
+	held_complete(w);
 	CU_ASSERT_EQUAL_FATAL(ngot, 3);
 	tmf_answered(0, first, ISCSI_TMF_RSP_COMPLETE);
 	tmf_answered(1, second, ISCSI_TMF_RSP_COMPLETE);
@@ -101,18 +71,18 @@ static void test_later_task_does_not_count(void)
 	setup();
 	login_ok(NULL);
 	defer_exec = true;
-	uint32_t a = write_held();
+	uint32_t a = held_write();
 	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
 	CU_ASSERT_EQUAL(ngot, 0);
 	/* a WRITE after the reset, aborted by its own ABORT TASK, leaves first */
-	uint32_t b = write_held();
+	uint32_t b = held_write();
 	uint32_t abort_b = tmf(ISCSI_TMF_ABORT_TASK, b);
 	CU_ASSERT_EQUAL(ngot, 0);
-	complete(b);
+	held_complete(b);
 	CU_ASSERT_EQUAL_FATAL(ngot, 1); /* only its abort: the reset still waits for a */
 	tmf_answered(0, abort_b, ISCSI_TMF_RSP_COMPLETE);
 	ngot = 0;
-	complete(a);
+	held_complete(a);
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	tmf_answered(0, reset, ISCSI_TMF_RSP_COMPLETE);
 	teardown();
@@ -129,7 +99,7 @@ static void test_other_session_reset_after_abort_task(void)
 	defer_exec = true;
 	login_second_initiator(&peers[1]);
 	P = &peers[1];
-	uint32_t w = write_held();
+	uint32_t w = held_write();
 	uint32_t abort = tmf(ISCSI_TMF_ABORT_TASK, w);
 	CU_ASSERT_EQUAL(ngot, 0);
 	P = &peers[0];
@@ -138,7 +108,7 @@ static void test_other_session_reset_after_abort_task(void)
 	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU */
 	CU_ASSERT_EQUAL(lu_resets, 0);
 	P = &peers[1];
-	complete(w);
+	held_complete(w);
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	tmf_answered(0, abort, ISCSI_TMF_RSP_COMPLETE);
 	P = &peers[0];
@@ -171,7 +141,7 @@ static void test_two_resets_wait_for_one_task(void)
 	aborts_done = 0;
 	login_second_initiator(&peers[1]);
 	P = &peers[1];
-	uint32_t w = write_held();
+	uint32_t w = held_write();
 	uint64_t a_nexus = conn->sess->nexus.id;
 	P = &peers[0];
 	login_ok(NULL);
@@ -183,7 +153,7 @@ static void test_two_resets_wait_for_one_task(void)
 	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU: neither reset answers */
 	CU_ASSERT_EQUAL(aborts_done, 0);
 	P = &peers[1];
-	complete(w);
+	held_complete(w);
 	CU_ASSERT_EQUAL(ngot, 0); /* no response for the aborted WRITE */
 	P = &peers[0];
 	pump();
@@ -207,13 +177,13 @@ static void test_reset_waits_for_closed_session(void)
 	defer_exec = true;
 	login_second_initiator(&peers[1]);
 	P = &peers[1];
-	uint32_t w = write_held();
+	uint32_t w = held_write();
 	iscsi_conn_close(conn, "test: connection lost");
 	P = &peers[0];
 	login_ok(NULL);
 	uint32_t reset = tmf(ISCSI_TMF_LUN_RESET, ISCSI_RSVD_TAG);
 	CU_ASSERT_EQUAL(ngot, 0); /* A's WRITE is still in the LU */
-	complete(w);
+	held_complete(w);
 	pump();
 	CU_ASSERT_EQUAL_FATAL(ngot, 1);
 	tmf_answered(0, reset, ISCSI_TMF_RSP_COMPLETE);
