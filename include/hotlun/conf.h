@@ -201,6 +201,13 @@ struct hl_conf {
  */
 int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen);
 
+/**
+ * Same, from an open file (read to its end; the caller keeps fd): what a
+ * caller that checked the file it opened (fstat) parses, so that the file
+ * checked is the file read. `name` is used in error messages.
+ */
+int hl_conf_read_fd(int fd, const char *name, struct hl_conf **out, char *err, size_t errlen);
+
 /** Same, from memory; `name` is used in error messages. */
 int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf **out, char *err,
 		  size_t errlen);

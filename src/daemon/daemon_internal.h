@@ -282,14 +282,17 @@ void daemon_disk_identity(uint64_t install_id, const char *disk_name, const char
 int daemon_preflight(const struct hl_conf *conf, char *err, size_t errlen);
 
 /**
- * Who may write and read the configuration file at path (conf_file.c),
- * which conf was read from: another user's file, or one any user may
- * write, is refused; a warning when its group may write it, or when it
- * holds a secret that any user may read. At start, --check-config and
- * each reload. @return 0, or -EPERM (or the stat's -errno) with err set.
+ * Read the configuration file at path into *out (the caller's), after
+ * checking who may change it (conf_file.c) on the very file it reads (the
+ * open descriptor's fstat): another user's file, one any user may write,
+ * or one in a folder (up to /) that another user owns or any user may
+ * write (not sticky) is refused; a warning when a group may write the
+ * file or a folder, or when the file holds a secret that any user may
+ * read. At start, --check-config and each reload.
+ * @return 0, or -EPERM (or another -errno, -EINVAL for its content) with
+ * err set (naming path).
  */
-int daemon_conf_file_check(const char *path, const struct hl_conf *conf, char *err,
-                           size_t errlen);
+int daemon_conf_file_load(const char *path, struct hl_conf **out, char *err, size_t errlen);
 
 /** Wrap *origin with the throttle when the [disk] section asks for one. @return 0 or -errno. */
 int daemon_wrap_origin(const struct hl_conf_disk *disk, struct hl_origin **origin);
