@@ -225,12 +225,46 @@ static void test_torn_record(void)
 	CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
+/*
+ * A sweep that failed at open is retried while the run's data sessions
+ * already exist (they wait to log in): a retry that succeeds records what
+ * this run noted, not "fresh". Before, it wrote 1, and those sessions,
+ * logged in after it, were not fenced by the next open after a crash.
+ */
+static void test_swept_late_keeps_own_record(void)
+{
+	uint64_t id = origin_iscsi_isid_ident("late", TGT, 0, 1);
+	struct isc_isid a, c;
+
+	snprintf(dir, sizeof(dir), "/tmp/isid_ut.XXXXXX");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&a, dir, id), 0);
+	origin_iscsi_isid_note(&a, 5);
+	release_all(&a); /* dies with 6 recorded */
+
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&c, dir, id), 0);
+	CU_ASSERT_EQUAL(c.used[0], 6);
+	/* the sweep failed; two sessions of this run were made meanwhile */
+	origin_iscsi_isid_note(&c, 1);
+	origin_iscsi_isid_note(&c, 2);
+	CU_ASSERT_EQUAL(record(id, 0), 6);
+	origin_iscsi_isid_swept(&c, 0); /* the retry fenced the dead run's */
+	CU_ASSERT_EQUAL(record(id, 0), 3);
+	origin_iscsi_isid_note(&c, 3); /* a third after it: recorded as before */
+	CU_ASSERT_EQUAL(record(id, 0), 4);
+	release_all(&c);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static const struct hl_test tests[] = {
     {"the same ISIDs at every start", test_stable},
     {"one ISID per session", test_sessions},
     {"distinct per gateway, disk, LUN, target and slot", test_distinct},
     {"slots: live instances apart, a dead one's record swept", test_slots},
     {"a torn slot record sweeps every qualifier", test_torn_record},
+    {"a late sweep keeps this run's own record", test_swept_late_keeps_own_record},
     {NULL, NULL},
 };
 
