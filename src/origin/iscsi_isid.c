@@ -126,6 +126,19 @@ void origin_iscsi_isid_bytes(uint32_t base, uint16_t qual, uint8_t out[6])
  */
 #define ISC_ISID_RECORD_LEN 11 /* "%010u\n" */
 
+/*
+ * Records are written ahead, so that a reactor making a data session
+ * (session_get, under io->lock) seldom waits for the write's fdatasync
+ * (a slow or busy state_dir disk held that reactor's connections and
+ * every other reactor's session lookup): the open writes the record
+ * as 1 + ISC_ISID_AHEAD, which covers the first ISC_ISID_AHEAD data
+ * sessions (one per reactor), and a session past it writes ISC_ISID_AHEAD
+ * more. The cost is at the next open after a crash: the sweep logs in
+ * with up to ISC_ISID_AHEAD qualifiers the dead run never used (a login
+ * and a logout each, to a nexus the SAN does not have).
+ */
+#define ISC_ISID_AHEAD 8
+
 static unsigned record_read(int fd)
 {
 	char buf[ISC_ISID_RECORD_LEN + 1], *end;
@@ -185,8 +198,11 @@ int origin_iscsi_isid_claim(struct isc_isid *st, const char *dir, uint64_t ident
 		st->fd[k] = fd;
 		st->used[k] = record_read(fd);
 		if (st->slot < 0) {
-			/* in use (probe, poll); what a dead holder used stays until swept */
-			unsigned noted = st->used[k] ? st->used[k] : 1;
+			/*
+			 * in use (probe, poll, and ahead the first data sessions: see
+			 * ISC_ISID_AHEAD); what a dead holder used stays until swept
+			 */
+			unsigned noted = HL_MAX(st->used[k], 1 + ISC_ISID_AHEAD);
 			int rc = record_write(fd, noted);
 
 			if (rc) {
@@ -217,7 +233,7 @@ void origin_iscsi_isid_note(struct isc_isid *st, unsigned qual)
 	st->mine = HL_MAX(st->mine, qual + 1);
 	if (qual + 1 <= st->noted)
 		return;
-	st->noted = qual + 1;
+	st->noted = HL_MIN(qual + 1 + ISC_ISID_AHEAD, ISC_ISID_USED_MAX);
 	rc = record_write(st->fd[st->slot], st->noted);
 	if (rc)
 		HL_WARN(ISC_COMPONENT,
@@ -232,8 +248,8 @@ void origin_iscsi_isid_swept(struct isc_isid *st, unsigned slot)
 		origin_iscsi_isid_release(st, slot, true);
 		return;
 	}
-	/* fresh: what this run noted itself (sessions made while a retried sweep ran) */
-	st->noted = st->mine ? st->mine : 1;
+	/* fresh: what this run noted itself (sessions made while a retried sweep ran), and ahead */
+	st->noted = HL_MAX(st->mine, 1 + ISC_ISID_AHEAD);
 	(void)record_write(st->fd[slot], st->noted); /* failed: one more sweep next time */
 }
 
