@@ -316,6 +316,13 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 		c->send_uring = b;
 		return 0;
 	}
+	if (strcmp(key, "control_idle_timeout") == 0) {
+		unsigned s = 0;
+		int rc = parse_u32(p, key, v, HL_CONF_CONTROL_IDLE_MAX, &s);
+		if (rc == 0)
+			c->control_idle_timeout = (int)s;
+		return rc;
+	}
 	if (strcmp(key, "logout_timeout") == 0) {
 		unsigned s = 0;
 		int rc = parse_u32(p, key, v, HL_CONF_LOGOUT_TIMEOUT_MAX, &s);
@@ -843,6 +850,7 @@ int conf_parse_text(const char *text, size_t len, const char *name, bool dup, st
 	p.conf->log_level = HL_LOG_NOTICE;
 	p.conf->poll_us = -1;
 	p.conf->logout_timeout = -1;
+	p.conf->control_idle_timeout = -1;
 	p.conf->send_uring = -1;
 	p.conf->path = strdup(name);
 	if (!p.conf->path) {

@@ -346,6 +346,8 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "logout_timeout", json_integer(daemon_logout_timeout(c)));
+		json_object_set_new(o, "control_idle_timeout",
+		                    json_integer(daemon_control_idle_ms(c) / 1000));
 		json_object_set_new(o, "send_uring", json_boolean(daemon_send_uring(c)));
 		struct hl_iscsi_write_stats ws;
 		hl_iscsi_write_stats(d->server, &ws);
@@ -1060,6 +1062,7 @@ int daemon_control_start(struct daemon *d)
 		HL_ERR("daemon", "control socket %s: %s", d->conf->control_socket, strerror(-rc));
 		return rc;
 	}
+	hl_ctl_server_set_idle_timeout(d->ctl, daemon_control_idle_ms(d->conf));
 	return hl_reactor_start(d->ctl_reactor);
 }
 

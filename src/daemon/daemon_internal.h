@@ -138,6 +138,13 @@ int daemon_closing_busy(struct daemon *d, char *err, size_t errlen);
 /** The stop: wait until the closes under way are done (before the control reactor stops). */
 void daemon_closes_wait(struct daemon *d);
 
+/** Milliseconds a control connection may stay without a request ([global] control_idle_timeout). */
+static inline unsigned daemon_control_idle_ms(const struct hl_conf *c)
+{
+	return (c->control_idle_timeout < 0 ? HL_CONF_CONTROL_IDLE_DEFAULT
+	                                    : (unsigned)c->control_idle_timeout) * 1000u;
+}
+
 /** Seconds initiators get to log out on a planned stop ([global] logout_timeout or its default). */
 static inline unsigned daemon_logout_timeout(const struct hl_conf *c)
 {

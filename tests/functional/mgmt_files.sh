@@ -88,7 +88,8 @@ hl_make_disk "$origin" 16M
 truncate -s 24M "$T/cache0.img"
 MP=$(hl_free_port)
 conf=$T/hotlund.conf
-HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$MP" HL_IQN=$HL_IQN_PREFIX:mgmt-files \
+HL_GLOBAL_EXTRA="metrics_listen = 127.0.0.1:$MP
+control_idle_timeout = 1" HL_IQN=$HL_IQN_PREFIX:mgmt-files \
 	hl_write_config "$conf" "$PORT" "$origin"
 hl_cache_disk0 "$conf" "$T/cache0.img"
 sed -i "s|^origin = file:.*|origin = $origin|" "$conf"
@@ -113,6 +114,27 @@ if command -v promtool >/dev/null; then
 		hl_fail "promtool check metrics: $(head -20 "$T/promtool.out")"
 fi
 hl_log "metrics: origin=\"file\", no path, no initiator name"
+
+# ---- a control connection that sends nothing: closed after control_idle_timeout (1 s)
+python3 - "$SOCK" >"$T/idle.out" 2>&1 <<'PY' || hl_fail "idle control connection: $(cat "$T/idle.out")"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.settimeout(10)
+t = time.monotonic()
+got = b""
+while True:
+    b = s.recv(4096)
+    if not b:
+        break
+    got += b
+took = time.monotonic() - t
+print("%.2f s: %s" % (took, got.decode().strip()))
+sys.exit(0 if b"idle for 1 s" in got and 0.5 < took < 5 else 1)
+PY
+"$CTL" --socket "$SOCK" / get >"$T/get.out" 2>&1 || hl_fail "/ get: $(cat "$T/get.out")"
+grep -q "control_idle_timeout.*1" "$T/get.out" || hl_fail "/ get does not show control_idle_timeout: $(cat "$T/get.out")"
+hl_log "control connection idle 1 s: closed ($(cat "$T/idle.out"))"
 
 # ---- what hotlund wrote under umask 022
 for f in "$STATE/install-id" "$STATE/cache-ssd.map"; do
