@@ -133,6 +133,9 @@ struct hl_conf_target {
 /* [global] write_buffer_limit: at least twice the largest transfer (HL_ISCSI_WRITE_LIMIT_MIN) */
 #define HL_CONF_WRITE_BUFFER_MIN (32ull << 20)
 #define HL_CONF_WRITE_BUFFER_MAX (1ull << 50)
+/* [global] control_idle_timeout: seconds a control connection may send no request (0: no limit) */
+#define HL_CONF_CONTROL_IDLE_DEFAULT 60
+#define HL_CONF_CONTROL_IDLE_MAX     86400
 /* [global] logout_timeout: seconds initiators get to log out on a planned stop */
 #define HL_CONF_LOGOUT_TIMEOUT_DEFAULT 5
 #define HL_CONF_LOGOUT_TIMEOUT_MAX     600
@@ -169,6 +172,7 @@ struct hl_conf {
 	int send_uring;        /* iSCSI sends through io_uring: 1 yes, 0 no, -1: unset (no) */
 	uint64_t write_buffer_limit; /* bytes of unfinished WRITE data, 0: unset (from RAM) */
 	int logout_timeout;    /* planned stop: seconds to wait for logouts, -1: unset */
+	int control_idle_timeout; /* control connections: seconds without a request, -1: unset */
 	unsigned max_pending_logins;          /* per portal, 0: unset (the iscsi default) */
 	unsigned max_pending_logins_per_addr; /* per source address, 0: unset */
 	unsigned max_sessions;                /* logged-in sessions, 0: unset */
@@ -200,6 +204,13 @@ struct hl_conf {
  * writes "FILE:LINE: message" into err. *out is owned by the caller.
  */
 int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen);
+
+/**
+ * Same, from an open file (read to its end; the caller keeps fd): what a
+ * caller that checked the file it opened (fstat) parses, so that the file
+ * checked is the file read. `name` is used in error messages.
+ */
+int hl_conf_read_fd(int fd, const char *name, struct hl_conf **out, char *err, size_t errlen);
 
 /** Same, from memory; `name` is used in error messages. */
 int hl_conf_parse(const char *text, size_t len, const char *name, struct hl_conf **out, char *err,

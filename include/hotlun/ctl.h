@@ -62,6 +62,14 @@ struct hl_ctl_command {
  */
 int hl_ctl_socket_in_use(const char *path);
 
+/*
+ * A connection with no complete request for this long is closed (after an
+ * error line saying so), so that connections a script leaked do not keep
+ * the HL_CTL_MAX_CLIENTS places until a restart. A request the daemon
+ * still runs (a deferred reply) is not idle time.
+ */
+#define HL_CTL_IDLE_TIMEOUT_MS 60000
+
 /**
  * Listen on `path` with permissions `mode`, serving the NULL-terminated
  * table `cmds` (caller keeps) with `ctx`. A stale socket file there is
@@ -72,6 +80,13 @@ int hl_ctl_socket_in_use(const char *path);
  */
 int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 			 const struct hl_ctl_command *cmds, void *ctx, struct hl_ctl_server **out);
+
+/**
+ * Change the idle timeout of srv's connections (ms, 0: never; default
+ * HL_CTL_IDLE_TIMEOUT_MS). Open connections take it at their next request.
+ * Control reactor thread only.
+ */
+void hl_ctl_server_set_idle_timeout(struct hl_ctl_server *srv, unsigned ms);
 
 /**
  * Who sent the request whose handler runs now ("pid N uid N", from the
@@ -113,7 +128,9 @@ void hl_ctl_server_destroy(struct hl_ctl_server *srv);
 /**
  * Client side (hotlunctl, hotlun-snmp, tests): connect, send one request,
  * read one reply. @return 0 with *reply (new reference) or -errno; a
- * failed command is still 0 with {"ok": false, ...} in *reply.
+ * failed command is still 0 with {"ok": false, ...} in *reply. -ENOTCONN:
+ * the server had closed the connection before (idle, HL_CTL_IDLE_TIMEOUT_MS)
+ * and nothing was sent: connect again and send it there.
  */
 /* hl_ctl_connect: -EPERM when the server runs as neither root nor our user. */
 int hl_ctl_connect(const char *path);

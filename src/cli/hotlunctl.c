@@ -77,6 +77,16 @@ json_t *cli_request(const char *cmd, json_t *args)
 		return NULL;
 	}
 	rc = hl_ctl_call_timed(ctl_fd, cmd, args, timeout_ms, &reply);
+	if (rc == -ENOTCONN) {
+		/* the shell sat idle and hotlund closed the connection: nothing was sent */
+		close(ctl_fd);
+		ctl_fd = -1;
+		if (connect_daemon() < 0) {
+			json_decref(args);
+			return NULL;
+		}
+		rc = hl_ctl_call_timed(ctl_fd, cmd, args, timeout_ms, &reply);
+	}
 	json_decref(args);
 	if (rc == -EINPROGRESS) {
 		/* it started in time: the change is under way whatever we do now */

@@ -316,6 +316,13 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 		c->send_uring = b;
 		return 0;
 	}
+	if (strcmp(key, "control_idle_timeout") == 0) {
+		unsigned s = 0;
+		int rc = parse_u32(p, key, v, HL_CONF_CONTROL_IDLE_MAX, &s);
+		if (rc == 0)
+			c->control_idle_timeout = (int)s;
+		return rc;
+	}
 	if (strcmp(key, "logout_timeout") == 0) {
 		unsigned s = 0;
 		int rc = parse_u32(p, key, v, HL_CONF_LOGOUT_TIMEOUT_MAX, &s);
@@ -843,6 +850,7 @@ int conf_parse_text(const char *text, size_t len, const char *name, bool dup, st
 	p.conf->log_level = HL_LOG_NOTICE;
 	p.conf->poll_us = -1;
 	p.conf->logout_timeout = -1;
+	p.conf->control_idle_timeout = -1;
 	p.conf->send_uring = -1;
 	p.conf->path = strdup(name);
 	if (!p.conf->path) {
@@ -901,53 +909,59 @@ char *conf_grow_wiped(char *buf, size_t used, size_t old_cap, size_t cap)
 	return b;
 }
 
-int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen)
+int hl_conf_read_fd(int fd, const char *name, struct hl_conf **out, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "r");
 	char *buf = NULL;
 	size_t len = 0, cap = 0;
 	int rc;
 
-	if (!f) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return rc;
-	}
-	setvbuf(f, NULL, _IONBF, 0); /* no stdio buffer to hold (and leave behind) the secrets */
+	/* read(2), no stdio: no buffer of its own to hold (and leave behind) the secrets */
 	for (;;) {
 		if (cap - len < 4096) {
 			if (cap > (16u << 20)) {
-				fclose(f);
 				explicit_bzero(buf, cap);
 				free(buf);
-				snprintf(err, errlen, "%s: larger than 16 MiB", path);
+				snprintf(err, errlen, "%s: larger than 16 MiB", name);
 				return -EFBIG;
 			}
 			size_t ncap = cap ? cap * 2 : 8192;
 			buf = conf_grow_wiped(buf, len, cap, ncap);
-			if (!buf) {
-				fclose(f);
+			if (!buf)
 				return -ENOMEM;
-			}
 			cap = ncap;
 		}
-		size_t n = fread(buf + len, 1, cap - len, f);
-		len += n;
+		ssize_t n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "%s: read error: %s", name, strerror(errno));
+			explicit_bzero(buf, cap);
+			free(buf);
+			return rc;
+		}
 		if (n == 0)
 			break;
+		len += (size_t)n;
 	}
-	if (ferror(f)) {
-		rc = -EIO;
-		snprintf(err, errlen, "%s: read error", path);
-		fclose(f);
-		explicit_bzero(buf, cap);
-		free(buf);
-		return rc;
-	}
-	fclose(f);
-	rc = hl_conf_parse(buf, len, path, out, err, errlen);
+	rc = hl_conf_parse(buf, len, name, out, err, errlen);
 	explicit_bzero(buf, cap);
 	free(buf);
+	return rc;
+}
+
+int hl_conf_load(const char *path, struct hl_conf **out, char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int rc;
+
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	rc = hl_conf_read_fd(fd, path, out, err, errlen);
+	close(fd);
 	return rc;
 }
 

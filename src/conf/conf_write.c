@@ -87,6 +87,10 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		put_size(f, "write_buffer_limit", c->write_buffer_limit);
 	if (c->send_uring >= 0)
 		put_kv(f, "send_uring", c->send_uring ? "yes" : "no");
+	if (c->control_idle_timeout >= 0) {
+		snprintf(num, sizeof(num), "%d", c->control_idle_timeout);
+		put_kv(f, "control_idle_timeout", num);
+	}
 	if (c->logout_timeout >= 0) {
 		snprintf(num, sizeof(num), "%d", c->logout_timeout);
 		put_kv(f, "logout_timeout", num);
@@ -466,6 +470,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			return unset_str(&c->metrics_listen);
 		if (strcmp(key, "write_buffer_limit") == 0) {
 			c->write_buffer_limit = 0;
+			return 0;
+		}
+		if (strcmp(key, "control_idle_timeout") == 0) {
+			c->control_idle_timeout = -1;
 			return 0;
 		}
 		if (strcmp(key, "logout_timeout") == 0) {

@@ -37,6 +37,7 @@ struct ctl_client {
 	size_t out_len, out_off;
 	bool closing;         /* close once out is flushed */
 	struct hl_ctl_later *later; /* its request's reply is deferred (hl_ctl_defer) */
+	struct hl_timer idle; /* armed while it has no request running: closes it when it fires */
 	char who[64];         /* "pid N uid N" of the peer (SO_PEERCRED), for logs */
 };
 
@@ -57,6 +58,7 @@ struct hl_ctl_server {
 	unsigned n_clients;           /* at most HL_CTL_MAX_CLIENTS */
 	const char *caller;   /* the client whose request runs now (hl_ctl_caller) */
 	struct ctl_client *running; /* the client whose handler runs now (hl_ctl_defer) */
+	unsigned idle_ms;           /* a connection with no request this long is closed; 0: never */
 };
 
 /* A reply a handler deferred: sent by hl_ctl_reply_later, or dropped with its client. */
@@ -68,6 +70,7 @@ static void client_close(struct ctl_client *c)
 {
 	if (c->later)
 		c->later->client = NULL; /* its reply, when it comes, goes nowhere */
+	hl_timer_stop(&c->idle);
 	hl_event_del(&c->ev);
 	close(c->ev.fd);
 	hl_list_del(&c->link);
@@ -364,6 +367,45 @@ static bool client_gone(struct ctl_client *c, const char *line, size_t len)
 }
 
 /*
+ * The idle clock of c starts again: after each request it was answered
+ * (and when it connected). Not while a request of its runs (a deferred
+ * reply: a long command is not idleness), nor for a part of a line (a
+ * client that trickles bytes without ever ending a request is idle).
+ */
+static void idle_restart(struct ctl_client *c)
+{
+	if (c->later || !c->srv->idle_ms)
+		hl_timer_stop(&c->idle);
+	else
+		hl_timer_start(c->srv->reactor, &c->idle, c->srv->idle_ms);
+}
+
+/*
+ * Its idle time is up: say why in a line (if the socket takes it now) and
+ * close, whatever it still had to read of an earlier reply; its place
+ * under HL_CTL_MAX_CLIENTS is free again.
+ */
+static void client_idle(struct hl_timer *t)
+{
+	struct ctl_client *c = t->arg;
+	char msg[160];
+
+	if (c->later)
+		return; /* its reply re-arms the clock */
+	HL_NOTICE("ctl", "control connection of %s closed: no request for %g s", c->who,
+	          c->srv->idle_ms / 1000.0);
+	snprintf(msg, sizeof(msg), "idle for %g s with no request: closed", c->srv->idle_ms / 1000.0);
+	client_reply(c, error_reply(msg));
+	client_flush(c);
+	/* as turn_away: unread bytes at the close would reset the peer before it reads the line */
+	shutdown(c->ev.fd, SHUT_WR);
+	char sink[4096];
+	for (int i = 0; i < 64 && recv(c->ev.fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+		;
+	client_close(c);
+}
+
+/*
  * Serve every complete line received. A deferred reply (hl_ctl_defer) stops
  * it: the lines after wait, unread from the socket too, until that reply
  * is sent, so a client's replies keep the order of its requests.
@@ -392,6 +434,7 @@ static void serve_lines(struct ctl_client *c)
 			if (reply)
 				client_reply(c, reply);
 			hl_secret_wipe_stack(); /* what the handler's frames held */
+			idle_restart(c);
 		}
 		start += len + 1;
 	}
@@ -481,6 +524,7 @@ struct hl_ctl_later *hl_ctl_defer(struct hl_ctl_server *srv)
 		return NULL;
 	l->client = c;
 	c->later = l;
+	hl_timer_stop(&c->idle); /* the daemon is working for it */
 	return l;
 }
 
@@ -495,6 +539,7 @@ void hl_ctl_reply_later(struct hl_ctl_later *l, int rc, json_t *result, const ch
 	}
 	c->later = NULL;
 	client_reply(c, result_reply(rc, result, err));
+	idle_restart(c);
 	if (hl_event_add(c->srv->reactor, &c->ev, EPOLLOUT) < 0)
 		c->closing = true;
 	if (!c->closing) {
@@ -598,9 +643,25 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 		 * leaks connections must not take those from the initiators.
 		 */
 		if (srv->n_clients >= HL_CTL_MAX_CLIENTS) {
-			HL_WARN_RL("ctl", "control connection of pid %d uid %u refused: %u open",
-			           (int)cred.pid, (unsigned)cred.uid, srv->n_clients);
-			turn_away(fd, "too many control connections open; try again");
+			char why[200];
+			HL_WARN_RL("ctl",
+			           "control connection of pid %d uid %u refused: %u open, the most "
+			           "hotlund holds (a script that leaves connections open?); each "
+			           "closes after %g s without a request",
+			           (int)cred.pid, (unsigned)cred.uid, srv->n_clients,
+			           srv->idle_ms / 1000.0);
+			int n = snprintf(why, sizeof(why),
+			                 "too many control connections open (%u, the most hotlund "
+			                 "holds); ",
+			                 srv->n_clients);
+			if (srv->idle_ms)
+				snprintf(why + n, sizeof(why) - (size_t)n,
+				         "an idle one is closed after %g s: try again then",
+				         srv->idle_ms / 1000.0);
+			else
+				snprintf(why + n, sizeof(why) - (size_t)n,
+				         "close the ones a script left open");
+			turn_away(fd, why);
 			continue;
 		}
 		struct ctl_client *c = calloc(1, sizeof(*c));
@@ -611,6 +672,7 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 		c->srv = srv;
 		snprintf(c->who, sizeof(c->who), "pid %d uid %u", (int)cred.pid,
 		         (unsigned)cred.uid);
+		hl_timer_init(&c->idle, client_idle, c);
 		hl_event_init(&c->ev, fd, client_event, c);
 		if (hl_event_add(srv->reactor, &c->ev, EPOLLIN) < 0) {
 			close(fd);
@@ -619,7 +681,13 @@ static void listen_event(struct hl_event *ev, uint32_t revents)
 		}
 		hl_list_add_tail(&srv->clients, &c->link);
 		srv->n_clients++;
+		idle_restart(c);
 	}
+}
+
+void hl_ctl_server_set_idle_timeout(struct hl_ctl_server *srv, unsigned ms)
+{
+	srv->idle_ms = ms;
 }
 
 const char *hl_ctl_caller(const struct hl_ctl_server *srv)
@@ -680,6 +748,7 @@ int hl_ctl_server_create(struct hl_reactor *r, const char *path, mode_t mode,
 	srv->reactor = r;
 	srv->cmds = cmds;
 	srv->ctx = ctx;
+	srv->idle_ms = HL_CTL_IDLE_TIMEOUT_MS;
 	hl_list_init(&srv->clients);
 
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -805,12 +874,27 @@ static uint64_t mono_ms(void)
 }
 
 /* Send req (cmd, args, ...) as one line; the text is wiped (it may hold a secret). */
+/*
+ * Between requests the server sends nothing, except the line with which it
+ * closes an idle connection (client_idle): anything to read, or the end,
+ * before a request is sent means the server is gone from this connection.
+ */
+static bool server_left(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
 static int send_request(int fd, json_t *req)
 {
-	char *text = json_dumps(req, JSON_COMPACT);
+	char *text;
 	size_t len, off = 0;
 	int rc = 0;
 
+	if (server_left(fd))
+		return -ENOTCONN; /* nothing sent: the caller may reconnect and send it */
+	text = json_dumps(req, JSON_COMPACT);
 	if (!text)
 		return -ENOMEM;
 	len = strlen(text);

@@ -346,6 +346,8 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "logout_timeout", json_integer(daemon_logout_timeout(c)));
+		json_object_set_new(o, "control_idle_timeout",
+		                    json_integer(daemon_control_idle_ms(c) / 1000));
 		json_object_set_new(o, "send_uring", json_boolean(daemon_send_uring(c)));
 		struct hl_iscsi_write_stats ws;
 		hl_iscsi_write_stats(d->server, &ws);
@@ -838,6 +840,31 @@ static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t
 
 /* ---- configuration file ---- */
 
+/*
+ * The numbered backups hold the old files' secrets. path.1 is the old file
+ * itself (a hard link), with whatever mode it had (0644 before someone
+ * noticed), and the older ones come from before saveconfig made them
+ * private: every backup is made 0600, through a descriptor of the file
+ * (not a link put there in its place).
+ */
+static void backups_private(const char *path)
+{
+	char name[PATH_MAX + 16];
+	struct stat st;
+
+	for (int i = 1; i <= SAVECONFIG_BACKUPS; i++) {
+		snprintf(name, sizeof(name), "%s.%d", path, i);
+		int fd = open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07177) &&
+		    fchmod(fd, st.st_mode & 0600) < 0)
+			HL_WARN("daemon", "saveconfig: backup %s stays mode %04o: %s", name,
+			        (unsigned)(st.st_mode & 07777), strerror(errno));
+		close(fd);
+	}
+}
+
 int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, size_t errlen)
 {
 	char tmp[PATH_MAX], from[PATH_MAX + 16], to[PATH_MAX + 16];
@@ -912,6 +939,7 @@ int daemon_save_config(const struct hl_conf *conf, const char *path, char *err, 
 		unlink(tmp);
 		return daemon_fail(err, errlen, rc, "%s: %s", path, strerror(-rc));
 	}
+	backups_private(path);
 	return 0;
 }
 
@@ -938,9 +966,7 @@ bool daemon_reload(struct daemon *d)
 	char err[1024];
 	int rc;
 
-	rc = hl_conf_load(d->config_path, &next, err, sizeof(err));
-	if (rc == 0 && (rc = daemon_conf_file_check(d->config_path, next, err, sizeof(err))))
-		hl_conf_free(next);
+	rc = daemon_conf_file_load(d->config_path, &next, err, sizeof(err));
 	if (rc) {
 		HL_ERR("daemon", "reload: %s (nothing changed)", err);
 		return false;
@@ -966,9 +992,7 @@ static int cmd_reload(void *ctx, json_t *args, json_t **result, char *err, size_
 	(void)result;
 	if (!d->config_path)
 		return daemon_fail(err, errlen, -EINVAL, "no configuration file to reload");
-	rc = hl_conf_load(d->config_path, &next, err, errlen);
-	if (rc == 0 && (rc = daemon_conf_file_check(d->config_path, next, err, errlen)))
-		hl_conf_free(next);
+	rc = daemon_conf_file_load(d->config_path, &next, err, errlen);
 	if (rc)
 		return rc;
 	change_by_client(d, "a reload", ctl_arg_force(args));
@@ -1038,6 +1062,7 @@ int daemon_control_start(struct daemon *d)
 		HL_ERR("daemon", "control socket %s: %s", d->conf->control_socket, strerror(-rc));
 		return rc;
 	}
+	hl_ctl_server_set_idle_timeout(d->ctl, daemon_control_idle_ms(d->conf));
 	return hl_reactor_start(d->ctl_reactor);
 }
 

@@ -138,6 +138,13 @@ int daemon_closing_busy(struct daemon *d, char *err, size_t errlen);
 /** The stop: wait until the closes under way are done (before the control reactor stops). */
 void daemon_closes_wait(struct daemon *d);
 
+/** Milliseconds a control connection may stay without a request ([global] control_idle_timeout). */
+static inline unsigned daemon_control_idle_ms(const struct hl_conf *c)
+{
+	return (c->control_idle_timeout < 0 ? HL_CONF_CONTROL_IDLE_DEFAULT
+	                                    : (unsigned)c->control_idle_timeout) * 1000u;
+}
+
 /** Seconds initiators get to log out on a planned stop ([global] logout_timeout or its default). */
 static inline unsigned daemon_logout_timeout(const struct hl_conf *c)
 {
@@ -282,14 +289,17 @@ void daemon_disk_identity(uint64_t install_id, const char *disk_name, const char
 int daemon_preflight(const struct hl_conf *conf, char *err, size_t errlen);
 
 /**
- * Who may write and read the configuration file at path (conf_file.c),
- * which conf was read from: another user's file, or one any user may
- * write, is refused; a warning when its group may write it, or when it
- * holds a secret that any user may read. At start, --check-config and
- * each reload. @return 0, or -EPERM (or the stat's -errno) with err set.
+ * Read the configuration file at path into *out (the caller's), after
+ * checking who may change it (conf_file.c) on the very file it reads (the
+ * open descriptor's fstat): another user's file, one any user may write,
+ * or one in a folder (up to /) that another user owns or any user may
+ * write (not sticky) is refused; a warning when a group may write the
+ * file or a folder, or when the file holds a secret that any user may
+ * read. At start, --check-config and each reload.
+ * @return 0, or -EPERM (or another -errno, -EINVAL for its content) with
+ * err set (naming path).
  */
-int daemon_conf_file_check(const char *path, const struct hl_conf *conf, char *err,
-                           size_t errlen);
+int daemon_conf_file_load(const char *path, struct hl_conf **out, char *err, size_t errlen);
 
 /** Wrap *origin with the throttle when the [disk] section asks for one. @return 0 or -errno. */
 int daemon_wrap_origin(const struct hl_conf_disk *disk, struct hl_origin **origin);

@@ -540,12 +540,12 @@ int main(int argc, char **argv)
 		if (rc == 0 && asprintf(&d.config_path, "%s/hotlun.conf", demo) < 0)
 			rc = -ENOMEM;
 	} else {
-		rc = hl_conf_load(check ? check : config, &loaded, err, sizeof(err));
-		if (rc == 0 && config && !(d.config_path = realpath(config, NULL)))
+		rc = daemon_conf_file_load(check ? check : config, &loaded, err, sizeof(err));
+		if (rc == 0 && config && !(d.config_path = realpath(config, NULL))) {
 			rc = -errno;
-		if (rc == 0 && (rc = daemon_conf_file_check(check ? check : config, loaded, err,
-		                                            sizeof(err))) != 0)
+			snprintf(err, sizeof(err), "%s: %s", config, strerror(errno));
 			hl_conf_free(loaded);
+		}
 	}
 	/* what start-up would trip over in the files it names, with FILE:LINE, before it starts */
 	if (rc == 0 && (rc = daemon_preflight(loaded, err, sizeof(err))) != 0)

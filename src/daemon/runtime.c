@@ -14,6 +14,7 @@
 #include "daemon/daemon_internal.h"
 
 #include "hotlun/cache_engine.h"
+#include "hotlun/ctl.h"
 #include "hotlun/event.h"
 #include "hotlun/iscsi.h"
 #include "hotlun/log.h"
@@ -916,6 +917,8 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		          next->write_buffer_limit ? "" : ", the default from physical memory");
 	}
 	atomic_store(&d->logout_timeout_s, daemon_logout_timeout(next));
+	if (d->ctl) /* on the control reactor: changes come from it */
+		hl_ctl_server_set_idle_timeout(d->ctl, daemon_control_idle_ms(next));
 	if (daemon_send_uring(next) != daemon_send_uring(cur))
 		hl_iscsi_server_set_send_uring(d->server, daemon_send_uring(next));
 	if (daemon_poll_us(next) != daemon_poll_us(cur))

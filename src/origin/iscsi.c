@@ -290,6 +290,9 @@ static void session_connect(struct isc_session *s)
 	struct iscsi_context *ctx;
 	int fd;
 
+	/* a dead run's writes may still land at the SAN: none of ours, no fill (iscsi_isid.c) */
+	if (atomic_load(&io->unswept))
+		goto retry;
 	ctx = origin_iscsi_context_make(io, s->qual);
 	if (!ctx)
 		goto retry;
@@ -1322,10 +1325,12 @@ static int iscsi_open(struct hl_origin *o, const char *target, const struct hl_o
 		rc = -EINVAL;
 		goto fail;
 	}
-	origin_iscsi_isid_sweep(o);
+	bool unswept = !origin_iscsi_isid_sweep(o); /* no data session logs in meanwhile */
 	rc = origin_iscsi_ua_start(o);
 	if (rc)
 		goto fail;
+	if (unswept)
+		(void)origin_iscsi_isid_sweep_later(o);
 	return 0;
 fail:
 	for (unsigned k = 0; k < ISC_ISID_SLOTS && io->isid.ident; k++)
@@ -1382,9 +1387,14 @@ static void iscsi_close(struct hl_origin *o)
 	iscsi_shut(o); /* nothing left when hl_origin_close() called it */
 	pthread_mutex_destroy(&io->lock);
 	origin_iscsi_ctl_drop(io);
+	/* not swept yet: every record stays for the next open, ours (the dead run's in it) too */
+	bool unswept = atomic_load(&io->unswept);
+	for (unsigned k = 0; k < ISC_ISID_SLOTS && io->isid.ident; k++)
+		if ((int)k != io->isid.slot)
+			origin_iscsi_isid_release(&io->isid, k, false);
 	if (io->isid.slot >= 0)
 		origin_iscsi_isid_release(&io->isid, (unsigned)io->isid.slot,
-		                          !atomic_load(&io->unclean));
+		                          !atomic_load(&io->unclean) && !unswept);
 	pthread_mutex_destroy(&io->ctl_lock);
 	wipe_credentials(io);
 	for (unsigned i = 0; i < TL_CACHE; i++) {

@@ -35,6 +35,11 @@
  * state_dir) is never swept; its holder is alive and its writes are its
  * own business. A record is 1 + the highest data qualifier used, written
  * before that session logs in, and 0 after a clean close.
+ *
+ * A sweep that fails keeps the disk's data sessions from logging in
+ * (io->unswept) and is retried on the origin's service thread until it
+ * succeeds: a fill from the SAN while a dead run's write may still land
+ * there would cache a block that write then changes.
  */
 #include "config.h"
 
@@ -47,6 +52,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +126,19 @@ void origin_iscsi_isid_bytes(uint32_t base, uint16_t qual, uint8_t out[6])
  */
 #define ISC_ISID_RECORD_LEN 11 /* "%010u\n" */
 
+/*
+ * Records are written ahead, so that a reactor making a data session
+ * (session_get, under io->lock) seldom waits for the write's fdatasync
+ * (a slow or busy state_dir disk held that reactor's connections and
+ * every other reactor's session lookup): the open writes the record
+ * as 1 + ISC_ISID_AHEAD, which covers the first ISC_ISID_AHEAD data
+ * sessions (one per reactor), and a session past it writes ISC_ISID_AHEAD
+ * more. The cost is at the next open after a crash: the sweep logs in
+ * with up to ISC_ISID_AHEAD qualifiers the dead run never used (a login
+ * and a logout each, to a nexus the SAN does not have).
+ */
+#define ISC_ISID_AHEAD 8
+
 static unsigned record_read(int fd)
 {
 	char buf[ISC_ISID_RECORD_LEN + 1], *end;
@@ -155,6 +174,7 @@ int origin_iscsi_isid_claim(struct isc_isid *st, const char *dir, uint64_t ident
 	st->ident = ident;
 	st->slot = -1;
 	st->noted = 0;
+	st->mine = 0;
 	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++) {
 		char path[4096];
 		int fd;
@@ -178,8 +198,11 @@ int origin_iscsi_isid_claim(struct isc_isid *st, const char *dir, uint64_t ident
 		st->fd[k] = fd;
 		st->used[k] = record_read(fd);
 		if (st->slot < 0) {
-			/* in use (probe, poll); what a dead holder used stays until swept */
-			unsigned noted = st->used[k] ? st->used[k] : 1;
+			/*
+			 * in use (probe, poll, and ahead the first data sessions: see
+			 * ISC_ISID_AHEAD); what a dead holder used stays until swept
+			 */
+			unsigned noted = HL_MAX(st->used[k], 1 + ISC_ISID_AHEAD);
 			int rc = record_write(fd, noted);
 
 			if (rc) {
@@ -205,9 +228,12 @@ void origin_iscsi_isid_note(struct isc_isid *st, unsigned qual)
 {
 	int rc;
 
-	if (st->slot < 0 || qual + 1 <= st->noted)
+	if (st->slot < 0)
 		return;
-	st->noted = qual + 1;
+	st->mine = HL_MAX(st->mine, qual + 1);
+	if (qual + 1 <= st->noted)
+		return;
+	st->noted = HL_MIN(qual + 1 + ISC_ISID_AHEAD, ISC_ISID_USED_MAX);
 	rc = record_write(st->fd[st->slot], st->noted);
 	if (rc)
 		HL_WARN(ISC_COMPONENT,
@@ -222,7 +248,8 @@ void origin_iscsi_isid_swept(struct isc_isid *st, unsigned slot)
 		origin_iscsi_isid_release(st, slot, true);
 		return;
 	}
-	st->noted = 1;
+	/* fresh: what this run noted itself (sessions made while a retried sweep ran), and ahead */
+	st->noted = HL_MAX(st->mine, 1 + ISC_ISID_AHEAD);
 	(void)record_write(st->fd[slot], st->noted); /* failed: one more sweep next time */
 }
 
@@ -239,6 +266,8 @@ void origin_iscsi_isid_release(struct isc_isid *st, unsigned slot, bool clean)
 }
 
 /* ---- the origin's side: which ISIDs, and the sweep at open ---- */
+
+static void sweep_retry(struct hl_timer *t);
 
 /*
  * The ISIDs' 24-bit part: the slot's derived one when the disk is named
@@ -263,6 +292,7 @@ void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *
 
 	io->isid.slot = -1;
 	io->isid.ident = 0; /* no slot files: open's failure path closes none */
+	hl_timer_init(&io->sweep_t, sweep_retry, o); /* stopped by origin_iscsi_ua_stop */
 	if (opts && opts->disk && opts->state_dir && !io->gateway) {
 		rc = origin_iscsi_isid_claim(
 		    &io->isid, opts->state_dir,
@@ -286,26 +316,49 @@ void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *
 	io->isid_rnd = rnd & 0xffffff;
 }
 
+/* HOTLUN_TEST_ISID_SWEEP_FAILS=N: the first N sweeps fail as if the SAN were too slow. */
+static bool test_sweep_fails(void)
+{
+	static atomic_uint failed;
+	const char *v = getenv("HOTLUN_TEST_ISID_SWEEP_FAILS");
+
+	return v && atomic_fetch_add(&failed, 1) < strtoul(v, NULL, 10);
+}
+
 /*
  * Fence what the dead holders of free slots may have left at the SAN: log
  * in and out once with each ISID their record says they used, which makes
  * the SAN reinstate (end, with its tasks) any session it kept of them.
  * Our own slot's qualifier 0 was just reinstated by the probe. A slot
- * whose sweep fails keeps its record, so the next open tries again.
+ * whose sweep fails stays locked with its record: sweep_retry tries it
+ * again, and a crash meanwhile leaves it to the next open.
+ *
+ * Runs in open (retry false), then on svc (retry true: the poll nexus is
+ * ours by then, logged in with our slot's qualifier 0xffff, which
+ * reinstated the dead run's poll session itself; sweeping it again would
+ * end our own). No data session is logged in while it runs (unswept).
  */
-void origin_iscsi_isid_sweep(struct hl_origin *o)
+static bool sweep(struct hl_origin *o, bool retry)
 {
 	struct isc_origin *io = io_of(o);
+	bool all = true;
 
+	if (io->isid.slot >= 0 && test_sweep_fails()) {
+		HL_WARN(ISC_COMPONENT, "%s: cannot fence the ISIDs of a previous run: test "
+		                       "(HOTLUN_TEST_ISID_SWEEP_FAILS)", o->uri);
+		return false;
+	}
 	for (unsigned k = 0; k < ISC_ISID_SLOTS && io->isid.slot >= 0; k++) {
 		uint32_t base = origin_iscsi_isid_base(io->isid.ident, k);
 		unsigned used = io->isid.used[k], n = 0;
 		bool ours = (int)k == io->isid.slot, ok = true;
 
 		if (io->isid.fd[k] < 0)
-			continue; /* held by a live instance */
+			continue; /* held by a live instance, or swept */
 		for (unsigned i = ours ? 1 : 0; used && i <= used && ok; i++) {
 			uint16_t qual = i == used ? ISC_QUAL_UA : (uint16_t)i;
+			if (ours && qual == ISC_QUAL_UA && retry && io->ua_ctx)
+				continue;
 			struct iscsi_context *ctx = origin_iscsi_context_make_isid(io, base, qual);
 
 			ok = ctx && (iscsi_set_timeout(ctx, 10), 1) &&
@@ -329,9 +382,84 @@ void origin_iscsi_isid_sweep(struct hl_origin *o)
 			    "%s: logged in again as %u session(s) of a previous run (ISIDs "
 			    "80%06x....): the SAN reinstates any it kept, ending their commands",
 			    o->uri, n, base);
-		if (ok)
+		if (!ok) {
+			all = false;
+			continue;
+		}
+		if (ours) {
+			pthread_mutex_lock(&io->lock); /* isid.noted: sessions note under it */
 			origin_iscsi_isid_swept(&io->isid, k);
-		else if (!ours)
-			origin_iscsi_isid_release(&io->isid, k, false);
+			io->isid.used[k] = 0;
+			pthread_mutex_unlock(&io->lock);
+		} else {
+			origin_iscsi_isid_swept(&io->isid, k);
+		}
 	}
+	return all;
+}
+
+bool origin_iscsi_isid_sweep(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+
+	if (sweep(o, false))
+		return true;
+	atomic_store(&io->unswept, true);
+	HL_WARN(ISC_COMPONENT,
+	        "%s: a previous run's sessions may still write at the SAN: no read or write "
+	        "goes to the SAN (reads the cache holds are served) until they are fenced; "
+	        "tried again in the background",
+	        o->uri);
+	return false;
+}
+
+#define ISC_SWEEP_RETRY_MIN_MS 1000
+#define ISC_SWEEP_RETRY_MAX_MS 30000
+
+/*
+ * svc: one more sweep. Until one succeeds no data session logs in: a read
+ * the cache misses, or a write, waits in its session's queue (and fails
+ * after the URL's timeout, as with a SAN that cannot be reached), so no
+ * block is filled from the SAN while a dead run's write may still land
+ * there after it, and no write of ours may be overtaken by one of its.
+ */
+static void sweep_retry(struct hl_timer *t)
+{
+	struct hl_origin *o = t->arg;
+	struct isc_origin *io = io_of(o);
+
+	if (atomic_load(&io->closing))
+		return;
+	io->sweep_tries++;
+	if (sweep(o, true)) {
+		atomic_store(&io->unswept, false);
+		HL_NOTICE(ISC_COMPONENT,
+		          "%s: the previous run's sessions are fenced (try %u): reads and writes "
+		          "go to the SAN again",
+		          o->uri, io->sweep_tries + 1);
+		return;
+	}
+	io->sweep_ms = HL_MIN(io->sweep_ms * 2, (unsigned)ISC_SWEEP_RETRY_MAX_MS);
+	hl_timer_start(io->svc, &io->sweep_t, io->sweep_ms);
+}
+
+static void sweep_arm(void *arg)
+{
+	struct hl_origin *o = arg;
+	struct isc_origin *io = io_of(o);
+
+	hl_timer_start(io->svc, &io->sweep_t, io->sweep_ms);
+}
+
+int origin_iscsi_isid_sweep_later(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+
+	io->sweep_ms = ISC_SWEEP_RETRY_MIN_MS;
+	io->sweep_tries = 0;
+	if (hl_reactor_call(io->svc, sweep_arm, o) == 0)
+		return 0;
+	HL_ERR(ISC_COMPONENT, "%s: out of memory: the sweep is not retried; the disk stays "
+	                      "unserved until it is reopened", o->uri);
+	return -ENOMEM;
 }

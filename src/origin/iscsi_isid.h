@@ -32,6 +32,7 @@ struct isc_isid {
 	unsigned used[ISC_ISID_SLOTS]; /* each locked slot's record as found: 0 clean, else
 	                                  1 + the highest data qualifier its holder used */
 	unsigned noted;                /* ours: the record written since */
+	unsigned mine;                 /* ours: 1 + the highest data qualifier this run noted */
 };
 
 /**

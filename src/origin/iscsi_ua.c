@@ -441,6 +441,7 @@ void origin_iscsi_ua_stop(struct hl_origin *o)
 	hl_reactor_stop(svc); /* a check under way ends first; queued ones see closing */
 	hl_reactor_join(svc);
 	hl_timer_stop(&io->ua_tick); /* joined: its timer heap is ours to touch */
+	hl_timer_stop(&io->sweep_t);
 	ua_ctx_drop(io);
 	pthread_mutex_lock(&io->lock);
 	io->svc = NULL;

@@ -46,6 +46,10 @@ struct isc_origin {
 	uint32_t isid_rnd;    /* the 24-bit part of every session's ISID (iscsi_isid.c) */
 	struct isc_isid isid; /* its slot; isid.noted under lock */
 	atomic_bool unclean;  /* a session closed with commands out: its slot record stays */
+	atomic_bool unswept;  /* a dead run's ISIDs are not fenced yet: no data session logs
+	                         in until the sweep, retried on svc, succeeds (iscsi_isid.c) */
+	struct hl_timer sweep_t; /* that retry (svc) */
+	unsigned sweep_ms, sweep_tries; /* its next delay, the tries so far (svc) */
 	pthread_mutex_t lock; /* guards sessions and nsessions; svc while it goes (iscsi_ua.c) */
 	struct hl_list sessions;
 	unsigned nsessions;
@@ -185,8 +189,21 @@ struct iscsi_context *origin_iscsi_context_make_isid(struct isc_origin *io, uint
 /** open(): take a slot and set io->isid_rnd (derived, or random without disk and state_dir). */
 void origin_iscsi_isid_choose(struct hl_origin *o, const struct hl_origin_opts *opts);
 
-/** open(), after the probe: reinstate every session dead holders of free slots left at the SAN. */
-void origin_iscsi_isid_sweep(struct hl_origin *o);
+/**
+ * open(), after the probe: reinstate every session dead holders of free
+ * slots left at the SAN. @return true when every one was (or none was
+ * left); false: the slots not fenced stay locked, for
+ * origin_iscsi_isid_sweep_later().
+ */
+bool origin_iscsi_isid_sweep(struct hl_origin *o);
+
+/**
+ * open(), after a sweep that failed and once svc runs: io->unswept is set
+ * (no data session logs in); the sweep is tried again on svc, with a
+ * growing delay, until it succeeds (then unswept is cleared) or the origin
+ * closes. @return 0 or -ENOMEM (not retried: the disk stays unserved).
+ */
+int origin_iscsi_isid_sweep_later(struct hl_origin *o);
 
 /* ---- unit attentions (iscsi_ua.c) ---- */
 

@@ -62,12 +62,19 @@ static void ctl_close(void)
 	g_fd = -1;
 }
 
+static int ctl_open(char *err, size_t errlen);
+
 /* One request; the "result" member (new reference) or NULL, with err set. */
 static json_t *ctl_result(const char *cmd, json_t *args, char *err, size_t errlen)
 {
 	json_t *reply = NULL, *res;
 	int rc = hl_ctl_call(g_fd, cmd, args, &reply);
 
+	if (rc == -ENOTCONN) {
+		/* a poll interval over hotlund's idle timeout: it closed us, nothing was sent */
+		ctl_close();
+		rc = ctl_open(err, errlen) ? -ENOTCONN : hl_ctl_call(g_fd, cmd, args, &reply);
+	}
 	json_decref(args);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", cmd, strerror(-rc));

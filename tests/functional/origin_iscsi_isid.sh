@@ -17,6 +17,9 @@
 #  4. a second front on the same disk name and state_dir while the first
 #     runs (hotlund started twice): another slot, other ISIDs, so neither
 #     reinstates the other's sessions.
+#  5. a sweep that fails (HOTLUN_TEST_ISID_SWEEP_FAILS=1): no data session
+#     logs in until a retry in the background has fenced the dead run's
+#     sessions; a read the cache misses waits for it, then succeeds.
 # On main (random ISIDs per process) step 2 fails: the old sessions stay at
 # the SAN next to the new ones and nothing is reinstated. (A gateway keeps
 # random ISIDs: its reservation fences a dead run; gateway_san.sh.)
@@ -91,7 +94,9 @@ for _ in $(seq 1 50); do old_gone && break; sleep 0.1; done
 old_gone || hl_fail "2: the dead front's sessions are still at the SAN after the restart: $(san_sessions | tr '\n' ',')"
 r1=$(reinstated)
 [ $((r1 - r0)) -ge "$n_before" ] || hl_fail "2: $((r1 - r0)) reinstatements for $n_before old sessions"
-grep -q "logged in again as $n_before session(s) of a previous run" "$FRONT_LOG" ||
+# at least every session it had (records are written ahead: ISC_ISID_AHEAD more qualifiers)
+swept=$(sed -n 's/.*logged in again as \([0-9]*\) session(s) of a previous run.*/\1/p' "$FRONT_LOG" | head -n 1)
+[ -n "$swept" ] && [ "$swept" -ge "$n_before" ] ||
 	hl_fail "2: the new front's open did not sweep the dead run's ISIDs: $(grep -i isid "$FRONT_LOG")"
 hl_log "2: the SAN reinstated $((r1 - r0)) session(s) at the restart: $(grep 'previous run' "$FRONT_LOG")"
 load
@@ -124,7 +129,30 @@ load
 [ "$(reinstated)" = "$r0" ] || hl_fail "4: two live fronts reinstated each other's sessions"
 hl_log "4: two live fronts, $(san_sessions | wc -l) sessions at the SAN, no reinstatement"
 hl_stop "$FRONT_PID"
-hl_stop "$FIRST_PID"
+
+# ---- 5. a sweep that fails (as with a SAN slower than the login timeout while it ends
+# the dead run's commands): no data session logs in, so nothing is read from the SAN
+# (into the cache) or written there, until a retry in the background fences them
+FRONT_PID=$FIRST_PID FRONT_LOG=$FIRST_LOG
+load
+kill -KILL "$FRONT_PID"
+wait "$FRONT_PID" 2>/dev/null
+hl_forget "$FRONT_PID"
+r0=$(reinstated)
+HOTLUN_TEST_ISID_SWEEP_FAILS=1 hl_front_start "$T/front.conf"
+grep -q "a previous run's sessions may still write at the SAN" "$FRONT_LOG" ||
+	hl_fail "5: no word of the failed sweep: $(grep -i 'fence\|previous run' "$FRONT_LOG")"
+# a read the cache cannot hold (the load stayed under 8M): it waits for the fence
+timeout 20 qemu-io -r -f raw -c "read 12M 64k" "$URL" >"$T/q5.out" 2>&1 ||
+	hl_fail "5: a read after the retried sweep failed: $(tail -n 3 "$T/q5.out")"
+fenced=$(grep -n "the previous run's sessions are fenced (try 2)" "$FRONT_LOG" | head -n 1 | cut -d: -f1)
+[ -n "$fenced" ] || hl_fail "5: the sweep was not retried: $(grep -i 'fence\|previous run' "$FRONT_LOG")"
+first=$(grep -n "session [0-9]* \(logged in\|restored\)" "$FRONT_LOG" | head -n 1 | cut -d: -f1)
+[ -n "$first" ] && [ "$first" -gt "$fenced" ] ||
+	hl_fail "5: a data session logged in (log line ${first:-none}) before the fence (line $fenced)"
+[ "$(reinstated)" -gt "$r0" ] || hl_fail "5: the retry reinstated nothing at the SAN"
+hl_log "5: sweep failed once, retried: $(sed -n "${fenced}p" "$FRONT_LOG" | cut -c1-140); first data session after it"
+hl_stop "$FRONT_PID"
 hl_stop "$PROXY_PID"
 hl_stop "$SAN_PID"
 hl_log PASS

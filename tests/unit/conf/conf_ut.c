@@ -232,6 +232,26 @@ static void test_logout_timeout(void)
 	parse_err("[global]\nlogout_timeout = soon\n", "t.conf:2:", "logout_timeout");
 }
 
+/* [global] control_idle_timeout: 0..86400 s, unset by default (60), written back as set */
+static void test_control_idle_timeout(void)
+{
+	struct hl_conf *c = parse_ok("");
+	char *text = NULL;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->control_idle_timeout, -1);
+	hl_conf_free(c);
+	c = parse_ok("[global]\ncontrol_idle_timeout = 0\n");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(c->control_idle_timeout, 0);
+	text = conf_text(c, NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "control_idle_timeout = 0\n"));
+	free(text);
+	hl_conf_free(c);
+	parse_err("[global]\ncontrol_idle_timeout = 86401\n", "t.conf:2:", "control_idle_timeout");
+	parse_err("[global]\ncontrol_idle_timeout = -1\n", "t.conf:2:", "control_idle_timeout");
+}
+
 /* [global] send_uring: yes|no, unset by default, written back as set (no kept) */
 static void test_send_uring(void)
 {
@@ -749,6 +769,7 @@ static const struct hl_test tests[] = {
     {"write round trip", test_write_round_trip},
     {"defaults", test_defaults},
     {"logout_timeout", test_logout_timeout},
+    {"control_idle_timeout", test_control_idle_timeout},
     {"send_uring", test_send_uring},
     {"gateway and gateways", test_gateways},
     {"[global] gateway_lease_ms / gateway_dead_ms and the safety rule", test_gateway_timers},

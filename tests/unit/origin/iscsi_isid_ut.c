@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -81,6 +82,9 @@ static void test_distinct(void)
 
 static char dir[64];
 
+/* iscsi_isid.c's ISC_ISID_AHEAD: records are written this many data qualifiers ahead */
+#define AHEAD 8u
+
 static unsigned record(uint64_t id, unsigned k)
 {
 	char path[256], buf[16] = "";
@@ -110,34 +114,49 @@ static void test_slots(void)
 	snprintf(dir, sizeof(dir), "/tmp/isid_ut.XXXXXX");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
 
-	/* the first instance takes slot 0, nothing to sweep, "in use" recorded */
+	/* the first instance takes slot 0, nothing to sweep, "in use" recorded, ahead */
 	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&a, dir, id), 0);
 	CU_ASSERT_EQUAL(a.slot, 0);
 	for (unsigned k = 0; k < ISC_ISID_SLOTS; k++)
 		CU_ASSERT_EQUAL(a.used[k], 0);
-	CU_ASSERT_EQUAL(record(id, 0), 1);
+	CU_ASSERT_EQUAL(record(id, 0), 1 + AHEAD);
 	for (unsigned k = 1; k < ISC_ISID_SLOTS; k++)
 		origin_iscsi_isid_swept(&a, k); /* what open does with free, clean slots */
+	/* the first AHEAD data sessions write nothing (no fdatasync on their reactor) */
+	struct stat st0, st1;
+	char rec0[300];
+	snprintf(rec0, sizeof(rec0), "%s/iscsi-isid-%016llx.0", dir, (unsigned long long)id);
+	CU_ASSERT_EQUAL(stat(rec0, &st0), 0);
 	origin_iscsi_isid_note(&a, 1);
 	origin_iscsi_isid_note(&a, 3);
 	origin_iscsi_isid_note(&a, 2);
-	CU_ASSERT_EQUAL(record(id, 0), 4); /* 1 + the highest data qualifier */
+	origin_iscsi_isid_note(&a, AHEAD);
+	CU_ASSERT_EQUAL(stat(rec0, &st1), 0);
+	CU_ASSERT_EQUAL(record(id, 0), 1 + AHEAD);
+	CU_ASSERT(st1.st_mtim.tv_sec == st0.st_mtim.tv_sec &&
+	          st1.st_mtim.tv_nsec == st0.st_mtim.tv_nsec);
+	/* one past them: AHEAD more at once */
+	origin_iscsi_isid_note(&a, AHEAD + 1);
+	CU_ASSERT_EQUAL(record(id, 0), 2 + 2 * AHEAD);
+	origin_iscsi_isid_note(&a, AHEAD + 2);
+	CU_ASSERT_EQUAL(record(id, 0), 2 + 2 * AHEAD);
+	origin_iscsi_isid_note(&a, 3); /* 1 + the highest data qualifier, at least */
 
 	/* a second live instance (a reload's new origin): never slot 0, nor sweeps it */
 	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&b, dir, id), 0);
 	CU_ASSERT_EQUAL(b.slot, 1);
 	CU_ASSERT_EQUAL(b.fd[0], -1);
-	CU_ASSERT_EQUAL(record(id, 0), 4);
+	CU_ASSERT_EQUAL(record(id, 0), 2 + 2 * AHEAD);
 	release_all(&b);
 
 	/* a dies (no clean close): the next instance gets slot 0 and its record to sweep */
 	release_all(&a);
 	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&c, dir, id), 0);
 	CU_ASSERT_EQUAL(c.slot, 0);
-	CU_ASSERT_EQUAL(c.used[0], 4);
-	CU_ASSERT_EQUAL(record(id, 0), 4); /* kept until swept */
+	CU_ASSERT_EQUAL(c.used[0], 2 + 2 * AHEAD);
+	CU_ASSERT_EQUAL(record(id, 0), 2 + 2 * AHEAD); /* kept until swept */
 	origin_iscsi_isid_swept(&c, 0);
-	CU_ASSERT_EQUAL(record(id, 0), 1);
+	CU_ASSERT_EQUAL(record(id, 0), 1 + AHEAD);
 	CU_ASSERT_EQUAL(c.slot, 0);
 	/* a clean close: nothing to sweep next time */
 	origin_iscsi_isid_release(&c, 0, true);
@@ -216,11 +235,44 @@ static void test_torn_record(void)
 			        a.used[0], cases[i].used);
 		CU_ASSERT_EQUAL(a.used[0], cases[i].used);
 		/* kept (in use) until swept, whatever it read as */
-		CU_ASSERT_EQUAL(record(id, 0), cases[i].used ? cases[i].used : 1);
+		CU_ASSERT_EQUAL(record(id, 0), cases[i].used > 1 + AHEAD ? cases[i].used : 1 + AHEAD);
 		release_all(&a);
 	}
 
 	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
+/*
+ * A sweep that failed at open is retried while the run's data sessions
+ * already exist (they wait to log in): a retry that succeeds records what
+ * this run noted, not "fresh". Before, it wrote 1, and those sessions,
+ * logged in after it, were not fenced by the next open after a crash.
+ */
+static void test_swept_late_keeps_own_record(void)
+{
+	uint64_t id = origin_iscsi_isid_ident("late", TGT, 0, 1);
+	struct isc_isid a, c;
+
+	snprintf(dir, sizeof(dir), "/tmp/isid_ut.XXXXXX");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&a, dir, id), 0);
+	origin_iscsi_isid_note(&a, 2 * AHEAD);
+	release_all(&a); /* dies with 1 + 3 * AHEAD recorded */
+
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_isid_claim(&c, dir, id), 0);
+	CU_ASSERT_EQUAL(c.used[0], 1 + 3 * AHEAD);
+	/* the sweep failed; sessions of this run were made meanwhile, up to 1 + AHEAD */
+	origin_iscsi_isid_note(&c, 1);
+	origin_iscsi_isid_note(&c, AHEAD + 1);
+	CU_ASSERT_EQUAL(record(id, 0), 1 + 3 * AHEAD);
+	origin_iscsi_isid_swept(&c, 0); /* the retry fenced the dead run's */
+	CU_ASSERT_EQUAL(record(id, 0), AHEAD + 2);
+	origin_iscsi_isid_note(&c, AHEAD + 2); /* one more after it: recorded as before */
+	CU_ASSERT_EQUAL(record(id, 0), AHEAD + 3 + AHEAD);
+	release_all(&c);
+	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	CU_ASSERT_EQUAL(system(cmd), 0);
 }
@@ -231,6 +283,7 @@ static const struct hl_test tests[] = {
     {"distinct per gateway, disk, LUN, target and slot", test_distinct},
     {"slots: live instances apart, a dead one's record swept", test_slots},
     {"a torn slot record sweeps every qualifier", test_torn_record},
+    {"a late sweep keeps this run's own record", test_swept_late_keeps_own_record},
     {NULL, NULL},
 };
 
