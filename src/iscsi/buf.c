@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 
 #include "hotlun/event.h"
+#include "hotlun/log.h"
 #include "hotlun/mem_region.h"
 #include "iscsi/iscsi_internal.h"
 
@@ -43,15 +44,32 @@ static bool on_conn_thread(const struct iscsi_conn *c)
 static void region_keep(struct iscsi_conn *c, void *p, size_t len)
 {
 	/* -ENOSPC, -ENOMEM: its I/O pins pages as before */
-	if (on_conn_thread(c))
-		(void)hl_mem_region_add(p, len);
+	if (on_conn_thread(c) && hl_mem_region_add(p, len) >= 0)
+		c->buf_regions++;
 }
 
-/* Withdraw p's region, if any, before p is freed. */
-static void region_drop(struct iscsi_conn *c, void *p)
+/*
+ * Withdraw p's region, if any, before p is freed. @return whether p may be
+ * freed: not off the connection's thread while any of its memory is
+ * announced, since p may be one whose ring still holds its pages pinned,
+ * and a read into a reused address would land in those (the initiator
+ * would get what the new memory held). No path frees there today; should
+ * one, a leak is safe where a free is not.
+ */
+static bool region_drop(struct iscsi_conn *c, void *p)
 {
-	if (on_conn_thread(c))
-		(void)hl_mem_region_del(p);
+	if (on_conn_thread(c)) {
+		if (hl_mem_region_del(p) == 0)
+			c->buf_regions--;
+		return true;
+	}
+	if (!c->buf_regions)
+		return true;
+	HL_ERR_RL("iscsi",
+	          "a data buffer freed off its connection's thread while %u are "
+	          "registered for I/O: kept (leaked), not freed",
+	          c->buf_regions);
+	return false;
 }
 
 static unsigned buf_class(uint32_t len)
@@ -152,8 +170,8 @@ static bool chunk_put(struct iscsi_conn *c, void *p)
 		    (c->state == CONN_CLOSED || c->buf_cache_bytes > ISCSI_BUF_CACHE_MAX ||
 		     atomic_load(&c->srv->wb.buf_cache_total) >
 		         atomic_load(&c->srv->wb.buf_cache_max))) {
-			region_drop(c, ch->base);
-			free(ch->base);
+			if (region_drop(c, ch->base))
+				free(ch->base);
 			kept_sub(c, HUGE_SIZE);
 			*ch = c->chunks[--c->nchunks];
 		}
@@ -198,8 +216,8 @@ void iscsi_buf_put(struct iscsi_conn *c, void *p, uint32_t cap)
 		region_keep(c, p, cap);
 		return;
 	}
-	region_drop(c, p);
-	free(p);
+	if (region_drop(c, p))
+		free(p);
 }
 
 void iscsi_conn_buf_trim(struct iscsi_conn *c)
@@ -207,8 +225,8 @@ void iscsi_conn_buf_trim(struct iscsi_conn *c)
 	for (unsigned k = 0; k < ISCSI_BUF_CLASSES; k++) {
 		while (c->buf_cached[k]) {
 			void *p = c->buf_cache[k][--c->buf_cached[k]];
-			region_drop(c, p);
-			free(p);
+			if (region_drop(c, p))
+				free(p);
 			kept_sub(c, 4096u << k);
 		}
 	}
@@ -216,8 +234,8 @@ void iscsi_conn_buf_trim(struct iscsi_conn *c)
 	for (unsigned i = 0; i < c->nchunks;) {
 		struct iscsi_buf_chunk *ch = &c->chunks[i];
 		if (ch->free == (uint32_t)((1ull << (HUGE_SIZE / (4096u << ch->k))) - 1)) {
-			region_drop(c, ch->base);
-			free(ch->base);
+			if (region_drop(c, ch->base))
+				free(ch->base);
 			kept_sub(c, HUGE_SIZE);
 			*ch = c->chunks[--c->nchunks];
 		} else {

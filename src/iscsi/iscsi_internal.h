@@ -63,6 +63,14 @@
  * budget for as long as it liked.
  */
 #define ISCSI_WRITE_GRACE_S   30
+/*
+ * The most a WRITE is given back in all for our read pauses (reading stops
+ * while the send queue is full: iscsi_dout_resume). The queue is the
+ * initiator's to drain: one that stops reading our Data-In, reads a little
+ * before its NOP-In timeout and sends more READs would otherwise stop the
+ * clocks of its WRITEs for ever and hold their write budget.
+ */
+#define ISCSI_PAUSE_CREDIT_MAX_NS (2ull * ISCSI_WRITE_GRACE_S * 1000000000ull)
 #define ISCSI_WRITE_FLOOR_BPS (256u << 10)
 /*
  * A normal login's final response waits until every command of an earlier
@@ -485,6 +493,7 @@ struct iscsi_task {
 	uint32_t unsol_next_datasn;
 	bool unsol_done;
 	uint64_t dout_ns;         /* last sign of its data: the command, an R2T sent, a Data-Out */
+	uint64_t paused_credit_ns; /* time given back for our read pauses (iscsi_dout_resume) */
 	uint64_t wb_since_ns;     /* when the data it owes was asked for (its arrival, its grant) */
 	uint64_t wb_deadline_ns;  /* all that data in by then (iscsi_wb_deadline_ns; 0: none) */
 	uint32_t r2t_next_offset; /* first byte not yet solicited */
@@ -717,6 +726,7 @@ struct iscsi_conn {
 	void *buf_cache[ISCSI_BUF_CLASSES][ISCSI_BUF_CACHE_DEPTH];
 	uint8_t buf_cached[ISCSI_BUF_CLASSES];
 	uint64_t buf_cache_bytes;    /* kept: the cached buffers and the chunks' free pieces */
+	unsigned buf_regions;        /* of them announced as regions I/O targets (buf.c) */
 	struct iscsi_buf_chunk chunks[ISCSI_BUF_CHUNKS];
 	unsigned nchunks;
 

@@ -69,6 +69,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c, const struct iscsi_bh
 	t->unsol_next_datasn = 0;
 	t->unsol_done = true;
 	t->dout_ns = hl_now_ns();
+	t->paused_credit_ns = 0;
 	t->wb_since_ns = 0;
 	t->wb_deadline_ns = 0;
 	t->r2t_next_offset = 0;

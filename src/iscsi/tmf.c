@@ -457,8 +457,11 @@ static void xreset_scan(void *arg)
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 16;
 			struct iscsi_conn **nm = realloc(mine, nc * sizeof(*nm));
-			if (!nm)
+			if (!nm) {
+				/* the rest are not waited for: a fence must not pass as clean */
+				atomic_store(&xr->missed, true);
 				break;
+			}
 			mine = nm;
 			cap = nc;
 		}

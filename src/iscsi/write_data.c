@@ -228,10 +228,17 @@ void iscsi_dout_resume(struct iscsi_conn *c, uint64_t paused_ns)
 	{
 		if (!task_owes_data(t))
 			continue;
+		/*
+		 * Not the whole pause for a task that began owing data within it
+		 * (its silence is shorter), and not beyond the cap in all.
+		 */
+		uint64_t credit = HL_MIN(paused_ns, now > t->dout_ns ? now - t->dout_ns : 0);
+		credit = HL_MIN(credit, ISCSI_PAUSE_CREDIT_MAX_NS - t->paused_credit_ns);
+		t->paused_credit_ns += credit;
 		/* not now: a connection that pauses often would never be silent long */
-		t->dout_ns = HL_MIN(t->dout_ns + paused_ns, now);
+		t->dout_ns += credit;
 		if (t->wb_deadline_ns)
-			t->wb_deadline_ns += paused_ns;
+			t->wb_deadline_ns += credit;
 		owed = true;
 	}
 	/* a tick from the pause may be set far out: look again at the new due times */

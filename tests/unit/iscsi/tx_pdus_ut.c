@@ -151,7 +151,47 @@ static void test_paused_reading_stops_dout_timer(void)
 	teardown();
 }
 
+/*
+ * ... but only up to ISCSI_PAUSE_CREDIT_MAX_NS in all: the initiator fills
+ * the send queue itself (it stops reading our Data-In), so a pause that
+ * never ends, or one it renews, must not keep a silent WRITE's budget for
+ * ever. A pause past the credit and the silence limit: the connection is
+ * closed for the silent WRITE (before, the whole pause was given back).
+ */
+static void test_paused_credit_is_bounded(void)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 8192, NULL, 0);
+	itt++;
+	pump();
+	(void)r2t_got(0, 8192);
+	struct iscsi_task *w = dout_task();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	for (int i = 0; i < 3; i++) {
+		scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, HL_SCSI_MAX_XFER, NULL, 0);
+		itt++;
+		pump();
+	}
+	CU_ASSERT_EQUAL_FATAL(npending, 3);
+	CU_ASSERT_TRUE_FATAL(conn->rx_paused_ns != 0);
+	/* the initiator sends nothing for the WRITE; the pause outlasts the credit */
+	uint64_t age = ISCSI_PAUSE_CREDIT_MAX_NS + (ISCSI_DATAOUT_TIMEOUT_S + 1) * 1000000000ull;
+	w->dout_ns -= age;
+	conn->rx_paused_ns -= age;
+	fake_xfer_len = 512;
+	while (npending)
+		fake_complete(pending[--npending]);
+	CU_ASSERT_EQUAL(w->paused_credit_ns, ISCSI_PAUSE_CREDIT_MAX_NS);
+	if (hl_timer_pending(&conn->dout_timer))
+		fire_timer(&conn->dout_timer);
+	CU_ASSERT_NOT_EQUAL(conn->state, CONN_FFP); /* closed: the WRITE was silent too long */
+	teardown();
+}
+
 static const struct hl_test tests[] = {
+    {"the time given back for read pauses is bounded", test_paused_credit_is_bounded},
     {"reading paused for a full send queue stops the Data-Out timer",
      test_paused_reading_stops_dout_timer},
     {"responses an initiator does not read are bounded in number",
