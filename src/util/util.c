@@ -345,16 +345,18 @@ static void redact_once(const char *uri, bool strip, char *buf, size_t len)
 			 * ... and a secret with '/' in it (base64 has them) puts its
 			 * '@' after the first '/': the parser refuses such a URL, but
 			 * the refusal shows it, so hide up to that '@' (the last one
-			 * before the next blank or "://"; no IQN holds an '@').
+			 * before the next blank or "://"; no IQN holds an '@'), after
+			 * "user%" or "user:" alike.
 			 */
+			bool sep = pct || memchr(auth, ':', (size_t)(end - auth));
 			const char *late = NULL;
-			for (const char *c = end; pct && *c && !isspace((unsigned char)*c) &&
-			                          strncmp(c, "://", 3) != 0;
+			for (const char *c = end;
+			     sep && *c && !isspace((unsigned char)*c) && strncmp(c, "://", 3) != 0;
 			     c++) {
 				if (*c == '@')
 					late = c;
 			}
-			if (pct && late) {
+			if (late) {
 				if (!strip && !again) {
 					/* the user as the '@' case below keeps it: a second pass
 					 * agrees */
@@ -363,9 +365,12 @@ static void redact_once(const char *uri, bool strip, char *buf, size_t len)
 				}
 				p = late + 1;
 				at_auth = true;
-			} else if (pct && !strip) {
-				append(buf, len, &o, auth, (size_t)(pct - auth) + 1);
-				append(buf, len, &o, "***", 3);
+			} else if (pct) {
+				/* (stripped: an identity without the secret, as with its '@') */
+				if (!strip) {
+					append(buf, len, &o, auth, (size_t)(pct - auth) + 1);
+					append(buf, len, &o, "***", 3);
+				}
 				p = end;
 			}
 			continue;

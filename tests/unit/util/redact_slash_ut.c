@@ -84,6 +84,12 @@ static void test_twice_same(void)
 		}
 	}
 	expect("iscsi://a b@u%sec/ret@h/t/0", true, "iscsi://h/t/0");
+	/* "user:" as well as "user%"; stripped, a lost '@' drops the secret too (rev19) */
+	expect("iscsi://user:se/cret@host/iqn", false, "iscsi://user:***@host/iqn");
+	expect("iscsi://user:se/cret@host/iqn", true, "iscsi://host/iqn");
+	expect("iscsi://user%secret/iqn.x/0", true, "iscsi:///iqn.x/0");
+	expect("iscsi://10.0.0.1:3260/iqn.x:t/0", true, "iscsi://10.0.0.1:3260/iqn.x:t/0");
+	expect("iscsi://10.0.0.1:3260/iqn.x:t/0", false, "iscsi://10.0.0.1:3260/iqn.x:t/0");
 	expect("iscsi://a b@u%sec/ret@h/t/0", false, "iscsi://***@h/t/0");
 }
 
