@@ -89,6 +89,34 @@ static void test_unread_responses_are_bounded(void)
 }
 
 /*
+ * Logged in, a WRITE of 8 KiB owes all its data (its R2T in *ttt), and
+ * three 16 MiB READs held in the LU have stopped our reading (over
+ * ISCSI_TX_HIGH). @return the WRITE's task; its ITT in *w_itt.
+ */
+static struct iscsi_task *write_owing_reading_paused(uint32_t *w_itt, uint32_t *ttt)
+{
+	setup();
+	login_ok(NULL);
+	defer_exec = true;
+	*w_itt = itt;
+	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 8192, NULL, 0);
+	itt++;
+	pump();
+	*ttt = r2t_got(0, 8192);
+	struct iscsi_task *w = dout_task();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	for (int i = 0; i < 3; i++) {
+		scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, HL_SCSI_MAX_XFER, NULL, 0);
+		itt++;
+		pump();
+	}
+	CU_ASSERT_EQUAL_FATAL(npending, 3);
+	CU_ASSERT_TRUE_FATAL(conn->rd_inflight > ISCSI_TX_HIGH);
+	CU_ASSERT_TRUE_FATAL(conn->rx_paused_ns != 0); /* reading paused */
+	return w;
+}
+
+/*
  * Reading paused for a full send queue must not time out a WRITE whose
  * Data-Out the initiator has sent: it waits in our socket, unread. Three
  * 16 MiB READs held in the LU put the connection over ISCSI_TX_HIGH, a
@@ -100,24 +128,8 @@ static void test_unread_responses_are_bounded(void)
 static void test_paused_reading_stops_dout_timer(void)
 {
 	uint8_t data[8192];
-
-	setup();
-	login_ok(NULL);
-	defer_exec = true;
-	uint32_t w_itt = itt;
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, sizeof(data), NULL, 0);
-	itt++;
-	pump();
-	uint32_t ttt = r2t_got(0, sizeof(data));
-	struct iscsi_task *w = dout_task();
-	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
-	for (int i = 0; i < 3; i++) {
-		scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, HL_SCSI_MAX_XFER, NULL, 0);
-		itt++;
-		pump();
-	}
-	CU_ASSERT_EQUAL_FATAL(npending, 3);
-	CU_ASSERT_TRUE_FATAL(conn->rd_inflight > ISCSI_TX_HIGH); /* reading paused */
+	uint32_t w_itt, ttt;
+	struct iscsi_task *w = write_owing_reading_paused(&w_itt, &ttt);
 
 	/* the initiator sends the WRITE's data; we do not read it */
 	uint32_t saved = itt;
@@ -160,22 +172,8 @@ static void test_paused_reading_stops_dout_timer(void)
  */
 static void test_paused_credit_is_bounded(void)
 {
-	setup();
-	login_ok(NULL);
-	defer_exec = true;
-	scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, 0x2a, 8192, NULL, 0);
-	itt++;
-	pump();
-	(void)r2t_got(0, 8192);
-	struct iscsi_task *w = dout_task();
-	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
-	for (int i = 0; i < 3; i++) {
-		scsi_cmd(ISCSI_FLAG_FINAL | ISCSI_CMD_READ, 0x28, HL_SCSI_MAX_XFER, NULL, 0);
-		itt++;
-		pump();
-	}
-	CU_ASSERT_EQUAL_FATAL(npending, 3);
-	CU_ASSERT_TRUE_FATAL(conn->rx_paused_ns != 0);
+	uint32_t w_itt, ttt;
+	struct iscsi_task *w = write_owing_reading_paused(&w_itt, &ttt);
 	/* the initiator sends nothing for the WRITE; the pause outlasts the credit */
 	uint64_t age = ISCSI_PAUSE_CREDIT_MAX_NS + (ISCSI_DATAOUT_TIMEOUT_S + 1) * 1000000000ull;
 	w->dout_ns -= age;
