@@ -395,7 +395,11 @@ static void client_idle(struct hl_timer *t)
 	HL_NOTICE("ctl", "control connection of %s closed: no request for %g s", c->who,
 	          c->srv->idle_ms / 1000.0);
 	snprintf(msg, sizeof(msg), "idle for %g s with no request: closed", c->srv->idle_ms / 1000.0);
-	client_reply(c, error_reply(msg));
+	json_t *line = error_reply(msg);
+	if (line) /* marked: a client may reconnect and send its next request there (send_request)
+	           */
+		json_object_set_new(line, "closed", json_string("idle"));
+	client_reply(c, line);
 	client_flush(c);
 	/* as turn_away: unread bytes at the close would reset the peer before it reads the line */
 	shutdown(c->ev.fd, SHUT_WR);
@@ -886,14 +890,36 @@ static bool server_left(int fd)
 	return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR));
 }
 
-static int send_request(int fd, json_t *req)
+static int read_line(int fd, uint64_t until, json_t **out);
+
+/*
+ * The server spoke before our request. Its idle close ("closed": "idle", or
+ * the end alone): nothing was sent, the caller may reconnect and send it
+ * there. Anything else is a refusal at accept (too many connections,
+ * another user): that is the answer, and a new connection would get it
+ * too. @return 1 with *early set (the refusal), or -ENOTCONN.
+ */
+static int server_spoke(int fd, json_t **early)
+{
+	json_t *line = NULL;
+
+	if (read_line(fd, mono_ms(), &line) == 0 && line && !json_object_get(line, "closed")) {
+		*early = line;
+		return 1;
+	}
+	json_decref(line);
+	return -ENOTCONN;
+}
+
+/* @return 0 (sent), 1 (not sent: the server's refusal in *early), or -errno. */
+static int send_request(int fd, json_t *req, json_t **early)
 {
 	char *text;
 	size_t len, off = 0;
 	int rc = 0;
 
 	if (server_left(fd))
-		return -ENOTCONN; /* nothing sent: the caller may reconnect and send it */
+		return server_spoke(fd, early);
 	text = json_dumps(req, JSON_COMPACT);
 	if (!text)
 		return -ENOMEM;
@@ -999,8 +1025,10 @@ int hl_ctl_call(int fd, const char *cmd, json_t *args, json_t **reply)
 		return -ENOMEM;
 	if (args)
 		json_object_set(req, "args", args);
-	rc = send_request(fd, req);
+	rc = send_request(fd, req, reply);
 	json_decref(req);
+	if (rc == 1)
+		return 0;
 	return rc ? rc : read_line(fd, 0, reply);
 }
 
@@ -1018,8 +1046,10 @@ int hl_ctl_call_timed(int fd, const char *cmd, json_t *args, unsigned timeout_ms
 		return -ENOMEM;
 	if (args)
 		json_object_set(req, "args", args);
-	rc = send_request(fd, req);
+	rc = send_request(fd, req, reply);
 	json_decref(req);
+	if (rc == 1)
+		return 0;
 	while (rc == 0) {
 		rc = read_line(fd, until, &line);
 		if (rc == -ETIMEDOUT && started)

@@ -1,5 +1,5 @@
 // clang-format off
-// fuzz-sources: src/iscsi/pdu.c src/iscsi/conn.c src/iscsi/buf.c src/iscsi/login.c src/iscsi/session.c src/iscsi/write_data.c src/iscsi/nop_text_logout.c src/iscsi/tmf.c src/iscsi/discovery.c src/iscsi/server.c src/iscsi/limits.c src/iscsi/wbudget.c src/iscsi/text.c src/iscsi/params.c src/iscsi/chap.c src/iscsi/chap_guard.c src/iscsi/source.c src/iscsi/crc32c.c src/log/log.c src/util/util.c
+// fuzz-sources: src/iscsi/pdu.c src/iscsi/conn.c src/iscsi/buf.c src/iscsi/login.c src/iscsi/session.c src/iscsi/write_data.c src/iscsi/nop_text_logout.c src/iscsi/tmf.c src/iscsi/discovery.c src/iscsi/server.c src/iscsi/limits.c src/iscsi/wbudget.c src/iscsi/text.c src/iscsi/params.c src/iscsi/chap.c src/iscsi/chap_guard.c src/iscsi/source.c src/iscsi/crc32c.c src/event/mem_region.c src/log/log.c src/util/util.c
 // fuzz-libs: -lcrypto -pthread
 // clang-format on
 /*
