@@ -183,7 +183,8 @@ size_t hl_strlcpy(char *dst, const char *src, size_t n);
  * "user:***"; without a separator all of it is taken as secret ("***").
  * With strip, the whole "USERINFO@" is dropped instead (an identity that
  * does not change with the credentials). Truncates to len - 1 bytes.
- * Redacting the result again changes nothing.
+ * With strip, redacting the result again changes nothing (the cache map
+ * relies on it); unstripped, an adversarial text may still change.
  * @return buf.
  */
 const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len);
