@@ -391,6 +391,7 @@ struct hl_iscsi_server {
 	                                 * sessions may still point at them, freed at destroy */
 	struct hl_list portals;         /* lock */
 	struct hl_list sessions;        /* lock: normal sessions in FFP */
+	struct hl_list lingering;       /* lock: normal sessions out of it, connection alive */
 	struct hl_list conns;           /* lock: every live connection */
 	unsigned n_conns;               /* lock */
 	unsigned rr;                    /* lock: next reactor */
@@ -531,6 +532,16 @@ struct iscsi_tmf {
 struct iscsi_session {
 	struct hl_list link; /* srv->sessions, under srv->lock (normal sessions) */
 	bool registered;
+	/*
+	 * srv->lock: out of srv->sessions (killed, replaced or its connection
+	 * closed) while its connection lives, so commands of it may still be in
+	 * the LU: on srv->lingering
+	 */
+	bool lingering;
+	struct hl_list linger_link;
+	/* a login's final response waits for a fence (tmf.c): another session of its I_T
+	 * nexus was registered or lingering when it registered */
+	bool fence_needed;
 	enum iscsi_session_type type;
 	struct iscsi_target *target; /* NULL for discovery */
 	char initiator_name[HL_ISCSI_NAME_MAX + 1];
@@ -996,6 +1007,8 @@ bool iscsi_same_it_name(const struct iscsi_session *o, const char *initiator, co
 int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
                              const uint8_t *isid, const struct iscsi_target *target, uint16_t cid);
 void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s);
+/** s is about to be freed (its connection has no command left): off srv->lingering. */
+void iscsi_session_unlinger(struct hl_iscsi_server *srv, struct iscsi_session *s);
 uint64_t iscsi_nexus_id_next(void);
 void iscsi_conn_unlink(struct iscsi_conn *c);
 

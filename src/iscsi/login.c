@@ -476,6 +476,7 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 		return ISCSI_LOGIN_OUT_OF_RESOURCES;
 	}
 	hl_list_init(&s->link);
+	hl_list_init(&s->linger_link);
 	s->type = l->type;
 	s->target = l->target;
 	hl_strlcpy(s->initiator_name, l->initiator_name, sizeof(s->initiator_name));
@@ -782,7 +783,7 @@ int iscsi_login_handle(struct iscsi_conn *c, struct iscsi_rx *rx)
 	l->rsp = tb;
 	l->rsp_off = 0;
 	l->rsp_flags = rflags;
-	if (l->rsp_ffp && l->type == ISCSI_SESSION_NORMAL) {
+	if (l->rsp_ffp && l->type == ISCSI_SESSION_NORMAL && c->sess->fence_needed) {
 		/* answered once the sessions it replaces have no command left (tmf.c) */
 		if (iscsi_login_fence_start(c) < 0)
 			return login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "no memory");

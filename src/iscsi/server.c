@@ -82,6 +82,7 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	hl_list_init(&srv->targets_retired);
 	hl_list_init(&srv->portals);
 	hl_list_init(&srv->sessions);
+	hl_list_init(&srv->lingering);
 	hl_list_init(&srv->conns);
 	srv->next_tsih = (uint16_t)(time(NULL) & 0xfff) + 1;
 	*out = srv;
@@ -301,11 +302,31 @@ static void kill_session_cb(void *arg)
 	free(k);
 }
 
+/* o left srv->sessions, but its connection (and commands) may live on. */
+static void session_linger_locked(struct hl_iscsi_server *srv, struct iscsi_session *o)
+{
+	if (!o->lingering) {
+		hl_list_add_tail(&srv->lingering, &o->linger_link);
+		o->lingering = true;
+	}
+}
+
+void iscsi_session_unlinger(struct hl_iscsi_server *srv, struct iscsi_session *s)
+{
+	pthread_mutex_lock(&srv->lock);
+	if (s->lingering) {
+		hl_list_del(&s->linger_link);
+		s->lingering = false;
+	}
+	pthread_mutex_unlock(&srv->lock);
+}
+
 void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
                                const char *why)
 {
 	hl_list_del(&o->link);
 	o->registered = false;
+	session_linger_locked(srv, o);
 	iscsi_sessions_uncount_locked(srv, o);
 	struct kill_req *k = malloc(sizeof(*k));
 	if (k) {
@@ -393,6 +414,7 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 			if (o->tsih == want_tsih &&
 			    iscsi_same_it(o, s->initiator_name, s->isid, s->target)) {
 				iscsi_session_kill_locked(srv, o, "connection reinstatement");
+				s->fence_needed = true;
 				break;
 			}
 		}
@@ -423,8 +445,22 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 	if (s->type == ISCSI_SESSION_NORMAL) {
 		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
 		{
-			if (iscsi_same_it(o, s->initiator_name, s->isid, s->target))
+			if (iscsi_same_it(o, s->initiator_name, s->isid, s->target)) {
 				iscsi_session_kill_locked(srv, o, "session reinstatement");
+				s->fence_needed = true;
+			}
+		}
+		/*
+		 * The fence waits for the commands of every other session of this
+		 * I_T nexus, those of closed connections too; with none lingering
+		 * (the first login of an ISID, the common case) there is nothing to
+		 * wait for, and a login storm skips a walk of every connection
+		 */
+		hl_list_for_each_entry(o, &srv->lingering, linger_link)
+		{
+			if (s->fence_needed)
+				break;
+			s->fence_needed = iscsi_same_it(o, s->initiator_name, s->isid, s->target);
 		}
 	}
 	s->since = (int64_t)time(NULL);
@@ -462,6 +498,7 @@ void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session 
 	if (s->registered) {
 		hl_list_del(&s->link);
 		s->registered = false;
+		session_linger_locked(srv, s);
 		iscsi_sessions_uncount_locked(srv, s);
 	}
 	pthread_mutex_unlock(&srv->lock);
