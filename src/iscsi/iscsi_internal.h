@@ -374,6 +374,8 @@ struct iscsi_peer {
 	unsigned n_sessions;
 };
 
+#define ISCSI_IT_BUCKETS 4096 /* sessions by I_T nexus (srv->it_index) */
+
 struct hl_iscsi_server {
 	struct hl_reactor **reactors;
 	unsigned n_reactors;
@@ -391,6 +393,10 @@ struct hl_iscsi_server {
 	                                 * sessions may still point at them, freed at destroy */
 	struct hl_list portals;         /* lock */
 	struct hl_list sessions;        /* lock: normal sessions in FFP */
+	/* lock: the same sessions by I_T nexus (a login finds the ones it replaces without a
+	 * walk of all), and the TSIHs they hold */
+	struct hl_list it_index[ISCSI_IT_BUCKETS];
+	uint64_t tsih_used[65536 / 64];
 	struct hl_list lingering;       /* lock: normal sessions out of it, connection alive */
 	struct hl_list conns;           /* lock: every live connection */
 	unsigned n_conns;               /* lock */
@@ -531,6 +537,9 @@ struct iscsi_tmf {
 
 struct iscsi_session {
 	struct hl_list link; /* srv->sessions, under srv->lock (normal sessions) */
+	struct hl_list
+	    it_link;      /* srv->it_index[it_hash % ...], under srv->lock, while registered */
+	uint64_t it_hash; /* iscsi_it_hash of its I_T nexus, set at registration */
 	bool registered;
 	/*
 	 * srv->lock: out of srv->sessions (killed, replaced or its connection
@@ -998,9 +1007,21 @@ void iscsi_chap_scope(struct hl_iscsi_server *srv, const char *secret, const cha
 int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
                            uint16_t want_tsih, const char **why);
 /** Is o a normal session of this I_T nexus (initiator, ISID, target by name)? */
+/** Hash of an I_T nexus (initiator and target names caseless, as iscsi_same_it compares). */
+uint64_t iscsi_it_hash(const char *initiator, const uint8_t *isid, const char *target_name);
+/** The srv->it_index chain of the registered sessions of I_T hash h (srv->lock). */
+static inline struct hl_list *iscsi_it_chain(struct hl_iscsi_server *srv, uint64_t h)
+{
+	return &srv->it_index[h % ISCSI_IT_BUCKETS];
+}
 bool iscsi_same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
                    const struct iscsi_target *target);
 /** iscsi_same_it with the target's name. */
+/** Is o (registered or lingering) of the same I_T nexus as s (both with it_hash set)? */
+static inline bool iscsi_same_nexus(const struct iscsi_session *o, const struct iscsi_session *s)
+{
+	return o->it_hash == s->it_hash && iscsi_same_it(o, s->initiator_name, s->isid, s->target);
+}
 bool iscsi_same_it_name(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
                         const char *target_name);
 /** Does a live session want_tsih of this I_T exist? @return 0, -ENOENT or -EBUSY (other CID). */

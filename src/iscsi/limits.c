@@ -463,10 +463,9 @@ int iscsi_sessions_admit_locked(struct hl_iscsi_server *srv, struct iscsi_sessio
 	char abuf[80];
 
 	/* a reinstatement replaces the sessions of the same I_T: they do not count */
-	hl_list_for_each_entry(o, &srv->sessions, link)
+	hl_list_for_each_entry(o, iscsi_it_chain(srv, s->it_hash), it_link)
 	{
-		if (s->type != ISCSI_SESSION_NORMAL ||
-		    !iscsi_same_it(o, s->initiator_name, s->isid, s->target))
+		if (s->type != ISCSI_SESSION_NORMAL || !iscsi_same_nexus(o, s))
 			continue;
 		replaced++;
 		replaced_here += o->source == e;

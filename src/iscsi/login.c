@@ -477,6 +477,7 @@ static int login_make_session(struct iscsi_conn *c, const char **why)
 	}
 	hl_list_init(&s->link);
 	hl_list_init(&s->linger_link);
+	hl_list_init(&s->it_link);
 	s->type = l->type;
 	s->target = l->target;
 	hl_strlcpy(s->initiator_name, l->initiator_name, sizeof(s->initiator_name));

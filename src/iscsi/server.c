@@ -20,6 +20,7 @@
  *   register here (limits.c).
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -83,6 +84,8 @@ int hl_iscsi_server_create(const struct hl_iscsi_server_config *cfg, struct hl_i
 	hl_list_init(&srv->portals);
 	hl_list_init(&srv->sessions);
 	hl_list_init(&srv->lingering);
+	for (size_t i = 0; i < ISCSI_IT_BUCKETS; i++)
+		hl_list_init(&srv->it_index[i]);
 	hl_list_init(&srv->conns);
 	srv->next_tsih = (uint16_t)(time(NULL) & 0xfff) + 1;
 	*out = srv;
@@ -321,12 +324,20 @@ void iscsi_session_unlinger(struct hl_iscsi_server *srv, struct iscsi_session *s
 	pthread_mutex_unlock(&srv->lock);
 }
 
+/* o leaves the registered sessions (its connection and commands may live on). */
+static void session_unlink_locked(struct hl_iscsi_server *srv, struct iscsi_session *o)
+{
+	hl_list_del(&o->link);
+	hl_list_del(&o->it_link);
+	srv->tsih_used[o->tsih / 64] &= ~(1ull << (o->tsih % 64));
+	o->registered = false;
+	session_linger_locked(srv, o);
+}
+
 void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
                                const char *why)
 {
-	hl_list_del(&o->link);
-	o->registered = false;
-	session_linger_locked(srv, o);
+	session_unlink_locked(srv, o);
 	iscsi_sessions_uncount_locked(srv, o);
 	struct kill_req *k = malloc(sizeof(*k));
 	if (k) {
@@ -339,6 +350,30 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
 			free(k);
 		}
 	}
+}
+
+/* Hash name caseless into h. */
+static uint64_t hash_caseless(const char *name, uint64_t h)
+{
+	char low[64];
+	size_t n = 0;
+
+	for (const char *p = name;; p++) {
+		if (n == sizeof(low) || !*p) {
+			h = hl_hash64(low, n, h);
+			n = 0;
+		}
+		if (!*p)
+			return h;
+		low[n++] = (char)tolower((unsigned char)*p);
+	}
+}
+
+uint64_t iscsi_it_hash(const char *initiator, const uint8_t *isid, const char *target_name)
+{
+	uint64_t h = hl_hash64(isid, 6, 0x69746e78);
+
+	return hash_caseless(target_name, hash_caseless(initiator, h));
 }
 
 bool iscsi_same_it_name(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
@@ -361,11 +396,13 @@ int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const c
 {
 	struct iscsi_session *o;
 	int rc = -ENOENT;
+	uint64_t h = target ? iscsi_it_hash(initiator, isid, target->name) : 0;
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(o, &srv->sessions, link)
+	hl_list_for_each_entry(o, iscsi_it_chain(srv, h), it_link)
 	{
-		if (o->tsih == tsih && iscsi_same_it(o, initiator, isid, target)) {
+		if (o->tsih == tsih && o->it_hash == h &&
+		    iscsi_same_it(o, initiator, isid, target)) {
 			rc = o->cid == cid ? 0 : -EBUSY;
 			break;
 		}
@@ -378,7 +415,10 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
                            const char **why)
 {
 	struct iscsi_session *o, *tmp;
+	struct hl_list *chain;
 
+	s->it_hash = s->target ? iscsi_it_hash(s->initiator_name, s->isid, s->target->name) : 0;
+	chain = iscsi_it_chain(srv, s->it_hash);
 	pthread_mutex_lock(&srv->lock);
 	if (srv->stopping || srv->draining) {
 		pthread_mutex_unlock(&srv->lock);
@@ -387,10 +427,9 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 	if (want_tsih) {
 		/* the session to reinstate must exist before anything is counted */
 		int rc = -ENOENT;
-		hl_list_for_each_entry(o, &srv->sessions, link)
+		hl_list_for_each_entry(o, chain, it_link)
 		{
-			if (o->tsih == want_tsih &&
-			    iscsi_same_it(o, s->initiator_name, s->isid, s->target)) {
+			if (o->tsih == want_tsih && iscsi_same_nexus(o, s)) {
 				rc = o->cid == s->cid ? 0 : -EBUSY;
 				break;
 			}
@@ -409,10 +448,9 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 	if (want_tsih) {
 		/* connection reinstatement at ERL 0: the old session (checked above) goes, its
 		 * TSIH stays */
-		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
+		hl_list_for_each_entry_safe(o, tmp, chain, it_link)
 		{
-			if (o->tsih == want_tsih &&
-			    iscsi_same_it(o, s->initiator_name, s->isid, s->target)) {
+			if (o->tsih == want_tsih && iscsi_same_nexus(o, s)) {
 				iscsi_session_kill_locked(srv, o, "connection reinstatement");
 				s->fence_needed = true;
 				break;
@@ -430,22 +468,17 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 			}
 			if (++srv->next_tsih == 0)
 				srv->next_tsih = 1;
-			hl_list_for_each_entry(o, &srv->sessions, link)
-			{
-				if (o->tsih == srv->next_tsih) {
-					used = true;
-					break;
-				}
-			}
+			used =
+			    srv->tsih_used[srv->next_tsih / 64] & (1ull << (srv->next_tsih % 64));
 			if (!used)
 				break;
 		}
 		s->tsih = srv->next_tsih;
 	}
 	if (s->type == ISCSI_SESSION_NORMAL) {
-		hl_list_for_each_entry_safe(o, tmp, &srv->sessions, link)
+		hl_list_for_each_entry_safe(o, tmp, chain, it_link)
 		{
-			if (iscsi_same_it(o, s->initiator_name, s->isid, s->target)) {
+			if (iscsi_same_nexus(o, s)) {
 				iscsi_session_kill_locked(srv, o, "session reinstatement");
 				s->fence_needed = true;
 			}
@@ -460,7 +493,7 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 		{
 			if (s->fence_needed)
 				break;
-			s->fence_needed = iscsi_same_it(o, s->initiator_name, s->isid, s->target);
+			s->fence_needed = iscsi_same_nexus(o, s);
 		}
 	}
 	s->since = (int64_t)time(NULL);
@@ -487,6 +520,8 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 		};
 	}
 	hl_list_add_tail(&srv->sessions, &s->link);
+	hl_list_add_tail(chain, &s->it_link);
+	srv->tsih_used[s->tsih / 64] |= 1ull << (s->tsih % 64);
 	s->registered = true;
 	pthread_mutex_unlock(&srv->lock);
 	return 0;
@@ -496,9 +531,7 @@ void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session 
 {
 	pthread_mutex_lock(&srv->lock);
 	if (s->registered) {
-		hl_list_del(&s->link);
-		s->registered = false;
-		session_linger_locked(srv, s);
+		session_unlink_locked(srv, s);
 		iscsi_sessions_uncount_locked(srv, s);
 	}
 	pthread_mutex_unlock(&srv->lock);
