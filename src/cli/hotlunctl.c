@@ -593,7 +593,7 @@ static const char *const global_params[] = {"log_level=",           "poll_us=",
                                             "max_pending_logins=",  "max_pending_logins_per_addr=",
                                             "discovery_chap_user=", "discovery_chap_secret=",
                                             "metrics_listen=",      "send_uring=",
-                                            NULL};
+                                            "scratch_buffer_limit=", NULL};
 
 static const char *const lun_params[] = {"disk=", NULL};
 
