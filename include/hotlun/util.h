@@ -183,8 +183,10 @@ size_t hl_strlcpy(char *dst, const char *src, size_t n);
  * "user:***"; without a separator all of it is taken as secret ("***").
  * With strip, the whole "USERINFO@" is dropped instead (an identity that
  * does not change with the credentials). Truncates to len - 1 bytes.
- * With strip, redacting the result again changes nothing (the cache map
- * relies on it); unstripped, an adversarial text may still change.
+ * Redacting the result again changes nothing (the cache map relies on it
+ * with strip; a log line redacted twice reads the same). Unstripped, a text
+ * built so that each pass would hide one byte more is shown as its scheme
+ * and "://" followed by "***".
  * @return buf.
  */
 const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len);

@@ -588,12 +588,19 @@ static const char *const cache_params[] = {"device=", "size=", "block_size=", "a
 static const char *const target_params[] = {"alias=", "chap_user=", "chap_secret=",
 					    "mutual_user=", "mutual_secret=",
 					    "allow_target_reset=", NULL};
-static const char *const global_params[] = {"log_level=",           "poll_us=",
-                                            "write_buffer_limit=",  "logout_timeout=",
-                                            "max_pending_logins=",  "max_pending_logins_per_addr=",
-                                            "discovery_chap_user=", "discovery_chap_secret=",
-                                            "metrics_listen=",      "send_uring=",
-                                            "scratch_buffer_limit=", NULL};
+static const char *const global_params[] = {"log_level=",
+                                            "poll_us=",
+                                            "write_buffer_limit=",
+                                            "logout_timeout=",
+                                            "max_pending_logins=",
+                                            "max_pending_logins_per_addr=",
+                                            "discovery_chap_user=",
+                                            "discovery_chap_secret=",
+                                            "metrics_listen=",
+                                            "send_uring=",
+                                            "control_idle_timeout=",
+                                            "scratch_buffer_limit=",
+                                            NULL};
 
 static const char *const lun_params[] = {"disk=", NULL};
 

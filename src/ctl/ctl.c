@@ -381,6 +381,25 @@ static void idle_restart(struct ctl_client *c)
 }
 
 /*
+ * Before closing a connection we told why: end our side, then read and drop
+ * what it sent (up to one request's worth). A Unix socket closed with
+ * unread data resets its peer, which would then see ECONNRESET instead of
+ * the line.
+ */
+static void end_and_drain(int fd)
+{
+	char sink[4096];
+
+	shutdown(fd, SHUT_WR);
+	for (size_t got = 0; got <= HL_CTL_MAX_REQUEST;) {
+		ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+}
+
+/*
  * Its idle time is up: say why in a line (if the socket takes it now) and
  * close, whatever it still had to read of an earlier reply; its place
  * under HL_CTL_MAX_CLIENTS is free again.
@@ -396,16 +415,12 @@ static void client_idle(struct hl_timer *t)
 	          c->srv->idle_ms / 1000.0);
 	snprintf(msg, sizeof(msg), "idle for %g s with no request: closed", c->srv->idle_ms / 1000.0);
 	json_t *line = error_reply(msg);
-	if (line) /* marked: a client may reconnect and send its next request there (send_request)
-	           */
+	/* marked: a client may reconnect and send its next request there (send_request) */
+	if (line)
 		json_object_set_new(line, "closed", json_string("idle"));
 	client_reply(c, line);
 	client_flush(c);
-	/* as turn_away: unread bytes at the close would reset the peer before it reads the line */
-	shutdown(c->ev.fd, SHUT_WR);
-	char sink[4096];
-	for (int i = 0; i < 64 && recv(c->ev.fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
-		;
+	end_and_drain(c->ev.fd);
 	client_close(c);
 }
 
@@ -555,27 +570,16 @@ void hl_ctl_reply_later(struct hl_ctl_later *l, int rc, json_t *result, const ch
 
 static void listen_event(struct hl_event *ev, uint32_t revents);
 
-/*
- * Tell a connection we will not serve why (one line, if the socket takes
- * it), and close it. What it sent already is read and dropped first: a
- * Unix socket closed with unread data resets its peer, which would then
- * see ECONNRESET instead of the line.
- */
+/* Tell a connection we will not serve why (one line, if the socket takes it), and close it. */
 static void turn_away(int fd, const char *why)
 {
-	char line[256], sink[4096];
+	char line[256];
 	int n = snprintf(line, sizeof(line), "{\"ok\":false,\"error\":\"%s\"}\n", why);
 
 	if (n > 0 && (size_t)n < sizeof(line) &&
 	    send(fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		HL_DEBUG("ctl", "turned away: %s", strerror(errno));
-	shutdown(fd, SHUT_WR);
-	for (size_t got = 0; got <= HL_CTL_MAX_REQUEST;) {
-		ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
+	end_and_drain(fd);
 	close(fd);
 }
 

@@ -392,29 +392,60 @@ static void redact_once(const char *uri, bool strip, char *buf, size_t len)
  * One pass hides every secret it finds, but what it removes can join text
  * into a new "user%secret@" (the '@' a secret with '/' ends at is found up
  * to the next blank or "://", and those may be the bytes removed). Passes
- * run until one changes nothing, so the result is what a second
- * redaction would give: the cache map strips the origin it stores and again
- * when it reads it back, and the two must match. Each pass only hides
- * more; strip's passes only shorten, so they end.
+ * run until one changes nothing, so the result is what a second redaction
+ * would give: the cache map strips the origin it stores and again when it
+ * reads it back, and the two must match; a log line redacted twice reads
+ * the same.
+ *
+ * Stripped, every pass keeps a subsequence of its input, so a pass that
+ * changes anything shortens it: at most strlen passes, and nothing else
+ * would do (the result is the disk's identity in the cache map, which must
+ * not collide with another disk's). Unstripped, "***" may stand for fewer
+ * bytes than it hides, and a text built to hide one more byte a pass (e.g.
+ * hundreds of "://" before an '@') would take a pass a byte: after
+ * REDACT_PASSES_MAX passes such a text is shown as its scheme, "://" and "***",
+ * which hides everything after it and is its own redaction.
  */
 #define REDACT_PASSES_MAX 64
+
+static void redact_fallback(const char *uri, char *buf, size_t len)
+{
+	const char *sep = strstr(uri, "://");
+	size_t o = 0;
+
+	if (sep) {
+		append(buf, len, &o, uri, (size_t)(sep - uri));
+		append(buf, len, &o, "://***", 6);
+	} else {
+		append(buf, len, &o, uri, strlen(uri)); /* (a pass changes nothing here) */
+	}
+	buf[o] = '\0';
+}
 
 const char *hl_uri_redact(const char *uri, bool strip, char *buf, size_t len)
 {
 	if (!len)
 		return buf;
 	redact_once(uri, strip, buf, len);
-	for (int i = 1; i < REDACT_PASSES_MAX; i++) {
+	size_t passes = strip ? strlen(buf) + 1 : REDACT_PASSES_MAX;
+	for (size_t i = 1;; i++) {
 		char *prev = strdup(buf);
 
-		if (!prev)
-			break; /* (one pass has hidden every secret it knows) */
+		if (!prev) {
+			if (!strip)
+				redact_fallback(uri, buf, len); /* (certainly its own redaction) */
+			break;
+		}
 		redact_once(prev, strip, buf, len);
 		bool same = strcmp(prev, buf) == 0;
 		explicit_bzero(prev, strlen(prev));
 		free(prev);
 		if (same)
 			break;
+		if (i >= passes) {
+			redact_fallback(uri, buf, len);
+			break;
+		}
 	}
 	return buf;
 }

@@ -59,8 +59,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	hl_uri_redact(raw, strip, out, len);
 	if (memchr(out, '\0', len) == NULL)
 		abort();
-	/* ... and a second pass finds nothing more (the cache map strips what it reads back) */
-	if (strip && strlen(raw) < sizeof(out) / 2) { /* (unstripped: not always; see util.h) */
+	/* ... and a second pass finds nothing more, stripped (the cache map strips what it
+	 * reads back) or not (a log line redacted twice) */
+	if (strlen(raw) < sizeof(out) / 2) {
 		char twice[sizeof(out)];
 		hl_uri_redact(raw, strip, out, sizeof(out));
 		hl_uri_redact(out, strip, twice, sizeof(twice));

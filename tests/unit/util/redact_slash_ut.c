@@ -93,8 +93,38 @@ static void test_twice_same(void)
 	expect("iscsi://a b@u%sec/ret@h/t/0", false, "iscsi://***@h/t/0");
 }
 
+/*
+ * Unstripped, "***" may stand for fewer bytes than it hides, and a text can
+ * be built so that every pass hides one byte more (fuzz_redact: hundreds of
+ * "://" before an '@'). Such a text is shown as its scheme, "://" and "***";
+ * stripped, passes only shorten and run to the end (the map's identity).
+ */
+static void test_long_chain(void)
+{
+	static char uri[3 * 2000 + 8], once[sizeof(uri)], twice[sizeof(uri)];
+
+	for (size_t reps = 1; reps <= 2000; reps = reps < 100 ? reps + 1 : reps * 2) {
+		size_t o = 0;
+		for (size_t i = 0; i < reps; i++) {
+			memcpy(uri + o, "://", 3);
+			o += 3;
+		}
+		memcpy(uri + o, "@h", 3);
+		for (int strip = 0; strip < 2; strip++) {
+			hl_uri_redact(uri, strip, once, sizeof(once));
+			hl_uri_redact(once, strip, twice, sizeof(twice));
+			if (strcmp(once, twice) != 0)
+				fprintf(stderr, "\n  %zu: %.40s -> %.40s\n", reps, once, twice);
+			CU_ASSERT_STRING_EQUAL(once, twice);
+		}
+	}
+	expect("://://://@h", false, "://:***@h");
+	expect("iscsi://u%secret@h/t/0", false, "iscsi://u%***@h/t/0");
+}
+
 static const struct hl_test tests[] = {
     {"redacted twice is redacted once", test_twice_same},
+    {"hundreds of passes' worth of '://' end in a fixed point", test_long_chain},
     {"a secret with '/' is hidden whole", test_secret_with_slash},
     {"other URLs as before", test_others_unchanged},
     {"no piece of it at any output size", test_every_size},
