@@ -236,7 +236,8 @@ static inline void hl_reactor_post_init(struct hl_reactor_post *p, hl_call_fn fn
  * allocates, so it cannot fail for want of memory. The post is taken off
  * the queue before fn runs, so fn may free it or post it again. Posts and
  * hl_reactor_call's calls run in one FIFO order. Caller keeps p until fn
- * has run or hl_reactor_post_cancel took it back.
+ * has run or hl_reactor_post_cancel took it back (a reactor destroyed
+ * with posts queued drops them, as it drops calls).
  * @return 0, or -EBUSY when p is queued already (it will run once).
  */
 int hl_reactor_post(struct hl_reactor *r, struct hl_reactor_post *p);

@@ -497,8 +497,8 @@ static enum scsi_exec_result verify_range(struct hl_scsi_cmd *cmd, const struct 
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
-	p->bounce =
-	    scsi_bounce_get(cmd, HL_MIN((uint64_t)a->count * cmd->lu->block_size, VERIFY_CHUNK), false);
+	p->bounce = scsi_bounce_get(
+	    cmd, HL_MIN((uint64_t)a->count * cmd->lu->block_size, VERIFY_CHUNK), false);
 	if (!p->bounce)
 		return SCSI_DONE; /* BUSY */
 	p->lba = a->lba;

@@ -514,8 +514,9 @@ enum scsi_exec_result spc_extended_copy(struct hl_scsi_cmd *cmd)
 
 	struct xcopy_job *j =
 	    (struct xcopy_job *)(void *)scsi_bounce_get(cmd, sizeof(*j) + XCOPY_CHUNK, true);
+	/* NULL: BUSY set (the scratch budget is spent, or memory) */
 	if (!j)
-		return SCSI_DONE; /* BUSY: the scratch budget is spent, or memory */
+		return SCSI_DONE;
 	scsi_priv(cmd)->bounce = (uint8_t *)j; /* freed by scsi_cmd_complete */
 	j->home = cmd->lu;
 	j->list_id = d[0];

@@ -257,10 +257,10 @@ struct burst {
 	pthread_t thread;
 	int id;
 	uint32_t blocks;
-	int first;      /* SCSI status of the first answer, -1: none */
-	int busy;       /* BUSY answers */
-	bool good;      /* ended GOOD */
-	bool error;     /* another answer, or no session */
+	int first;  /* SCSI status of the first answer, -1: none */
+	int busy;   /* BUSY answers */
+	bool good;  /* ended GOOD */
+	bool error; /* another answer, or no session */
 };
 
 static pthread_barrier_t burst_go;

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-static int fail_malloc;     /* atomically: the test's threads and the loop's */
+static int fail_malloc;         /* atomically: the test's threads and the loop's */
 static unsigned failed_mallocs; /* how many were refused */
 
 void *__real_malloc(size_t n);

@@ -33,7 +33,7 @@ static struct {
 	struct hl_reactor_post *post; /* or NULL: an hl_reactor_call */
 } calls[FAKE_REACTOR_CALLS];
 static int ncalls;
-static bool fake_call_enomem; /* hl_reactor_call fails (its ring could not grow) */
+static bool fake_call_enomem;           /* hl_reactor_call fails (its ring could not grow) */
 static struct hl_reactor *fake_current; /* NULL: `reactor` */
 
 uint64_t hl_now_ns(void)
@@ -82,7 +82,8 @@ bool hl_reactor_post_cancel(struct hl_reactor *r, struct hl_reactor_post *p)
 		return false;
 	for (int i = 0; i < ncalls; i++) {
 		if (calls[i].post == p) {
-			memmove(calls + i, calls + i + 1, (size_t)(ncalls - i - 1) * sizeof(calls[0]));
+			memmove(calls + i, calls + i + 1,
+			        (size_t)(ncalls - i - 1) * sizeof(calls[0]));
 			ncalls--;
 			break;
 		}
