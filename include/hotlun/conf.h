@@ -133,6 +133,13 @@ struct hl_conf_target {
 /* [global] write_buffer_limit: at least twice the largest transfer (HL_ISCSI_WRITE_LIMIT_MIN) */
 #define HL_CONF_WRITE_BUFFER_MIN (32ull << 20)
 #define HL_CONF_WRITE_BUFFER_MAX (1ull << 50)
+/*
+ * [global] scratch_buffer_limit: the daemon-wide budget for per-command
+ * scratch buffers (HL_SCSI_SCRATCH_DEFAULT when unset); at least the
+ * largest single buffer, HL_SCSI_MAX_XFER, so any command fits alone
+ */
+#define HL_CONF_SCRATCH_BUFFER_MIN (16ull << 20)
+#define HL_CONF_SCRATCH_BUFFER_MAX (1ull << 50)
 /* [global] control_idle_timeout: seconds a control connection may send no request (0: no limit) */
 #define HL_CONF_CONTROL_IDLE_DEFAULT 60
 #define HL_CONF_CONTROL_IDLE_MAX     86400
@@ -171,6 +178,7 @@ struct hl_conf {
 	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
 	int send_uring;        /* iSCSI sends through io_uring: 1 yes, 0 no, -1: unset (no) */
 	uint64_t write_buffer_limit; /* bytes of unfinished WRITE data, 0: unset (from RAM) */
+	uint64_t scratch_buffer_limit; /* bytes of per-command scratch buffers, 0: unset (256M) */
 	int logout_timeout;    /* planned stop: seconds to wait for logouts, -1: unset */
 	int control_idle_timeout; /* control connections: seconds without a request, -1: unset */
 	unsigned max_pending_logins;          /* per portal, 0: unset (the iscsi default) */

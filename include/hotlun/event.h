@@ -1,8 +1,8 @@
 /*
  * event.h - the reactor: epoll file events, a timer heap and cross-thread
  * calls. One reactor per thread; everything registered on a reactor is
- * touched only by that reactor's thread, except hl_reactor_call() and
- * hl_reactor_stop(), which any thread may use.
+ * touched only by that reactor's thread, except hl_reactor_call(),
+ * hl_reactor_post() and hl_reactor_stop(), which any thread may use.
  *
  * Hazard handled here, not by callers: an event deleted (and possibly freed)
  * by a callback earlier in the same epoll batch is never delivered again
@@ -206,6 +206,50 @@ const char *hl_reactor_name(const struct hl_reactor *r);
  * @return 0, or -ENOMEM (nothing queued: the caller retries or fails).
  */
 int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg);
+
+/**
+ * A call posted to a reactor without allocating (hl_reactor_post), for
+ * work that must not be lost when memory is short (a session kill): the
+ * request is embedded in its owner, which keeps it while it is queued.
+ * Its links belong to the reactor (guarded by the reactor's call lock).
+ */
+struct hl_reactor_post {
+	hl_call_fn fn;
+	void *arg;
+	struct hl_reactor_post *next;
+	struct hl_reactor *queued_on; /* NULL: not queued */
+	uint64_t seq;                 /* its place among the reactor's calls */
+};
+
+/** Fill a post; not queued. */
+static inline void hl_reactor_post_init(struct hl_reactor_post *p, hl_call_fn fn, void *arg)
+{
+	p->fn = fn;
+	p->arg = arg;
+	p->next = NULL;
+	p->queued_on = NULL;
+	p->seq = 0;
+}
+
+/**
+ * Run p->fn(p->arg) on r's thread, soon (any thread may call). Never
+ * allocates, so it cannot fail for want of memory. The post is taken off
+ * the queue before fn runs, so fn may free it or post it again. Posts and
+ * hl_reactor_call's calls run in one FIFO order. Caller keeps p until fn
+ * has run or hl_reactor_post_cancel took it back (a reactor destroyed
+ * with posts queued drops them, as it drops calls).
+ * @return 0, or -EBUSY when p is queued already (it will run once).
+ */
+int hl_reactor_post(struct hl_reactor *r, struct hl_reactor_post *p);
+
+/**
+ * Take p back from r's queue (any thread). When the caller can rule out
+ * that r's thread is running p->fn (its own thread, or p->fn runs under a
+ * lock the caller holds), a false answer means p is not queued anywhere
+ * and fn will not run from this post. O(posts queued on r).
+ * @return true when p was queued on r and now will not run.
+ */
+bool hl_reactor_post_cancel(struct hl_reactor *r, struct hl_reactor_post *p);
 
 /** Fill an event before adding it. */
 void hl_event_init(struct hl_event *ev, int fd, hl_event_fn fn, void *arg);

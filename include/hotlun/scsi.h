@@ -401,6 +401,28 @@ struct hl_scsi_aborter {
 	void *arg;
 };
 
+/*
+ * The daemon-wide budget for per-command scratch buffers (src/scsi/scratch.c):
+ * bounce buffers, EXTENDED COPY jobs, shared reservation parameter copies.
+ * A command that finds it spent is answered BUSY. The minimum lets the
+ * largest single buffer (HL_SCSI_MAX_XFER) in when nothing else holds any.
+ */
+#define HL_SCSI_SCRATCH_DEFAULT (256ull << 20)
+#define HL_SCSI_SCRATCH_MIN     ((uint64_t)HL_SCSI_MAX_XFER)
+
+struct hl_scsi_scratch_stats {
+	uint64_t limit;   /* bytes */
+	uint64_t used;    /* bytes held now */
+	uint64_t peak;    /* most ever held at once */
+	uint64_t refused; /* commands answered BUSY for want of budget */
+};
+
+/** Set the budget in bytes (0: HL_SCSI_SCRATCH_DEFAULT). Any thread, any time. */
+void hl_scsi_scratch_set_limit(uint64_t bytes);
+
+/** Read the budget's counters (each exact; any thread). */
+void hl_scsi_scratch_stats(struct hl_scsi_scratch_stats *out);
+
 /**
  * Install the transport's aborter (NULL: none; the preempted tasks then run
  * on). Returns once no call of the previous one is running. Any thread.

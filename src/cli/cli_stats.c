@@ -389,6 +389,18 @@ static void print_stats_text(json_t *r, json_t *prev, int secs)
 		       (unsigned long long)jdelta(wb, pwb, "closed_slow"),
 		       (unsigned long long)jdelta(wb, pwb, "closed_no_data"), span);
 	}
+	json_t *sb = json_object_get(r, "scratch_buffers");
+	if (sb) {
+		json_t *psb = prev ? json_object_get(prev, "scratch_buffers") : NULL;
+		char used[32], peak[32], lim[32];
+		printf(
+		    "scratch buffers: %s held by running commands (peak %s) of %s; %llu commands "
+		    "answered BUSY%s\n",
+		    hl_format_size(cli_jint(sb, "used_bytes"), used, sizeof(used)),
+		    hl_format_size(cli_jint(sb, "peak_bytes"), peak, sizeof(peak)),
+		    hl_format_size(cli_jint(sb, "limit"), lim, sizeof(lim)),
+		    (unsigned long long)jdelta(sb, psb, "refused"), span);
+	}
 }
 
 int cli_cmd_stats(const char *path, int argc, char **argv)

@@ -599,6 +599,7 @@ static const char *const global_params[] = {"log_level=",
                                             "metrics_listen=",
                                             "send_uring=",
                                             "control_idle_timeout=",
+                                            "scratch_buffer_limit=",
                                             NULL};
 
 static const char *const lun_params[] = {"disk=", NULL};

@@ -342,6 +342,18 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 		c->write_buffer_limit = x;
 		return 0;
 	}
+	if (strcmp(key, "scratch_buffer_limit") == 0) {
+		uint64_t x;
+		if (hl_parse_size(v, &x) || x < HL_CONF_SCRATCH_BUFFER_MIN ||
+		    x > HL_CONF_SCRATCH_BUFFER_MAX)
+			return conf_perr(
+			    p,
+			    "scratch_buffer_limit: '%s' is not a size of at least 16M (the "
+			    "largest transfer)",
+			    v);
+		c->scratch_buffer_limit = x;
+		return 0;
+	}
 	/* the caps on connections and sessions: 1 and up, or unset (derived) */
 	unsigned *cap = NULL;
 	if (strcmp(key, "max_pending_logins") == 0)

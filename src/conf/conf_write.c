@@ -85,6 +85,8 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 	}
 	if (c->write_buffer_limit)
 		put_size(f, "write_buffer_limit", c->write_buffer_limit);
+	if (c->scratch_buffer_limit)
+		put_size(f, "scratch_buffer_limit", c->scratch_buffer_limit);
 	if (c->send_uring >= 0)
 		put_kv(f, "send_uring", c->send_uring ? "yes" : "no");
 	if (c->control_idle_timeout >= 0) {
@@ -470,6 +472,10 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			return unset_str(&c->metrics_listen);
 		if (strcmp(key, "write_buffer_limit") == 0) {
 			c->write_buffer_limit = 0;
+			return 0;
+		}
+		if (strcmp(key, "scratch_buffer_limit") == 0) {
+			c->scratch_buffer_limit = 0;
 			return 0;
 		}
 		if (strcmp(key, "control_idle_timeout") == 0) {

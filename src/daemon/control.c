@@ -352,6 +352,8 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		struct hl_iscsi_write_stats ws;
 		hl_iscsi_write_stats(d->server, &ws);
 		json_object_set_new(o, "write_buffer_limit", json_integer((json_int_t)ws.limit));
+		json_object_set_new(o, "scratch_buffer_limit",
+		                    json_integer((json_int_t)daemon_scratch_limit(c)));
 		/* by name, as set and the file take it */
 		put_str(o, "log_level", hl_log_level_name(c->log_level));
 		put_str(o, "discovery_chap_user", c->discovery_chap_user);
@@ -800,6 +802,12 @@ json_t *daemon_stats(struct daemon *d)
 	json_object_set_new(wb, "source_capped", json_integer((json_int_t)ws.source_capped));
 	json_object_set_new(wb, "closed_slow", json_integer((json_int_t)ws.closed_slow));
 	json_object_set_new(wb, "closed_no_data", json_integer((json_int_t)ws.closed_silent));
+	/* the per-command scratch buffer budget (src/scsi/scratch.c) */
+	struct hl_scsi_scratch_stats ss;
+	hl_scsi_scratch_stats(&ss);
+	json_t *scratch = json_pack("{s:I, s:I, s:I, s:I}", "limit", (json_int_t)ss.limit,
+	                            "used_bytes", (json_int_t)ss.used, "peak_bytes",
+	                            (json_int_t)ss.peak, "refused", (json_int_t)ss.refused);
 	/*
 	 * Sessions per target (every configured target, 0 included). More
 	 * service counters (logins, pending logins) go into "iscsi" as the
@@ -822,11 +830,11 @@ json_t *daemon_stats(struct daemon *d)
 	    (json_int_t)cs.refused_pending, "refused_sessions", (json_int_t)cs.refused_sessions);
 	if (iscsi)
 		json_object_set_new(iscsi, "accept_paused", json_integer((json_int_t)cs.fd_pauses));
-	return json_pack("{s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "version",
+	return json_pack("{s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "version",
 	                 PACKAGE_VERSION, "gateway", (int)d->conf->gateway, "disks", disks,
 	                 "sessions", n, "session_list", list, "targets", targets, "caches",
-	                 daemon_cache_stats_json(), "iscsi", iscsi, "write_buffers", wb, "process",
-	                 process_json());
+	                 daemon_cache_stats_json(), "iscsi", iscsi, "write_buffers", wb,
+	                 "scratch_buffers", scratch, "process", process_json());
 }
 
 static int cmd_stats(void *ctx, json_t *args, json_t **result, char *err, size_t errlen)

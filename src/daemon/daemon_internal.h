@@ -151,6 +151,12 @@ static inline unsigned daemon_logout_timeout(const struct hl_conf *c)
 	return c->logout_timeout < 0 ? HL_CONF_LOGOUT_TIMEOUT_DEFAULT : (unsigned)c->logout_timeout;
 }
 
+/** The scratch buffer budget in bytes ([global] scratch_buffer_limit or its default). */
+static inline uint64_t daemon_scratch_limit(const struct hl_conf *c)
+{
+	return c->scratch_buffer_limit ? c->scratch_buffer_limit : HL_SCSI_SCRATCH_DEFAULT;
+}
+
 /** The reactors' busy-poll window in microseconds ([global] poll_us or its default). */
 static inline unsigned daemon_poll_us(const struct hl_conf *c)
 {

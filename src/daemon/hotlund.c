@@ -266,6 +266,10 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 		          "connection)%s",
 		          (unsigned long long)(ws.limit >> 20), (unsigned long long)(ws.conn_limit >> 20),
 		          sc.write_buffer_limit ? "" : ", the default from physical memory");
+		hl_scsi_scratch_set_limit(loaded->scratch_buffer_limit);
+		HL_NOTICE("daemon", "scratch buffer limit %llu MiB for per-command buffers%s",
+		          (unsigned long long)(daemon_scratch_limit(loaded) >> 20),
+		          loaded->scratch_buffer_limit ? "" : " (the default)");
 	}
 	return rc;
 }

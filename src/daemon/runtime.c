@@ -916,6 +916,13 @@ static int commit(struct daemon *d, const struct hl_conf *next, struct plan *p, 
 		          (unsigned long long)ws.limit, (unsigned long long)ws.conn_limit,
 		          next->write_buffer_limit ? "" : ", the default from physical memory");
 	}
+	if (next->scratch_buffer_limit != cur->scratch_buffer_limit) {
+		/* buffers already held keep their charge; new ones see the new limit */
+		hl_scsi_scratch_set_limit(next->scratch_buffer_limit);
+		HL_NOTICE("daemon", "scratch buffer limit %llu bytes%s",
+		          (unsigned long long)daemon_scratch_limit(next),
+		          next->scratch_buffer_limit ? "" : " (the default)");
+	}
 	atomic_store(&d->logout_timeout_s, daemon_logout_timeout(next));
 	if (d->ctl) /* on the control reactor: changes come from it */
 		hl_ctl_server_set_idle_timeout(d->ctl, daemon_control_idle_ms(next));

@@ -8,6 +8,12 @@
  * - Calls posted from other threads run in FIFO order on the loop thread; a
  *   call posted while the loop drains the queue runs in the next pass, so a
  *   call that re-posts itself cannot starve file events.
+ * - hl_reactor_call grows its ring with malloc and fails when that does;
+ *   what must not be lost (a session kill) is posted with hl_reactor_post
+ *   instead: the request is embedded in its owner and linked into a second
+ *   queue, so nothing is allocated. Both queues are one FIFO (each entry
+ *   carries a sequence number, the drain takes the older head): callers
+ *   rely on a kill running before a call posted after it (tmf.c's fence).
  *
  * Turn hooks (hl_turn_hook_queue): work that many events of one turn
  * produce is handed on once at the end of the turn (one io_uring_submit
@@ -55,6 +61,7 @@
 struct reactor_call {
 	hl_call_fn fn;
 	void *arg;
+	uint64_t seq; /* order among calls and posts */
 };
 
 struct hl_reactor {
@@ -76,6 +83,9 @@ struct hl_reactor {
 	struct reactor_call *calls;            /* ring buffer, guarded by call_lock */
 	size_t calls_head, calls_n, calls_cap; /* guarded by call_lock */
 	int wake_pending;                      /* guarded by call_lock: eventfd already written */
+	struct hl_reactor_post *posts;         /* FIFO, guarded by call_lock */
+	struct hl_reactor_post **posts_tail;   /* guarded by call_lock */
+	uint64_t next_seq;                     /* guarded by call_lock */
 
 	pthread_t thread;
 	bool has_thread;
@@ -155,6 +165,7 @@ int hl_reactor_create(struct hl_reactor **out, const char *name)
 		return rc;
 	}
 	pthread_mutex_init(&r->call_lock, NULL);
+	r->posts_tail = &r->posts;
 	hl_event_init(&r->wake_ev, efd, wake_drain, r);
 	rc = hl_event_add(r, &r->wake_ev, EPOLLIN);
 	if (rc) {
@@ -427,6 +438,13 @@ static int timers_timeout(struct hl_reactor *r)
 
 /* ---- cross-thread calls ---- */
 
+static void wake(struct hl_reactor *r)
+{
+	uint64_t one = 1;
+	ssize_t n = write(r->wake_ev.fd, &one, sizeof(one));
+	(void)n; /* EAGAIN means the counter is already non-zero: still awake */
+}
+
 int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
 {
 	bool need_wake;
@@ -446,25 +464,73 @@ int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
 		r->calls_head = 0;
 		r->calls_cap = cap;
 	}
-	r->calls[(r->calls_head + r->calls_n) % r->calls_cap] = (struct reactor_call){fn, arg};
+	r->calls[(r->calls_head + r->calls_n) % r->calls_cap] =
+	    (struct reactor_call){fn, arg, r->next_seq++};
 	r->calls_n++;
 	need_wake = !r->wake_pending;
 	r->wake_pending = 1;
 	pthread_mutex_unlock(&r->call_lock);
 
-	if (need_wake) {
-		uint64_t one = 1;
-		ssize_t n = write(r->wake_ev.fd, &one, sizeof(one));
-		(void)n; /* EAGAIN means the counter is already non-zero: still awake */
-	}
+	if (need_wake)
+		wake(r);
 	return 0;
+}
+
+int hl_reactor_post(struct hl_reactor *r, struct hl_reactor_post *p)
+{
+	bool need_wake;
+
+	pthread_mutex_lock(&r->call_lock);
+	if (p->queued_on) {
+		pthread_mutex_unlock(&r->call_lock);
+		return -EBUSY;
+	}
+	p->next = NULL;
+	p->queued_on = r;
+	p->seq = r->next_seq++;
+	*r->posts_tail = p;
+	r->posts_tail = &p->next;
+	need_wake = !r->wake_pending;
+	r->wake_pending = 1;
+	pthread_mutex_unlock(&r->call_lock);
+
+	if (need_wake)
+		wake(r);
+	return 0;
+}
+
+/* Unlink p, queued on r; call_lock held. */
+static void post_unlink_locked(struct hl_reactor *r, struct hl_reactor_post *p)
+{
+	struct hl_reactor_post **pp = &r->posts;
+
+	while (*pp != p)
+		pp = &(*pp)->next;
+	*pp = p->next;
+	if (r->posts_tail == &p->next)
+		r->posts_tail = pp;
+	p->next = NULL;
+	p->queued_on = NULL;
+}
+
+bool hl_reactor_post_cancel(struct hl_reactor *r, struct hl_reactor_post *p)
+{
+	bool was;
+
+	if (!r)
+		return false;
+	pthread_mutex_lock(&r->call_lock);
+	was = p->queued_on == r;
+	if (was)
+		post_unlink_locked(r, p);
+	pthread_mutex_unlock(&r->call_lock);
+	return was;
 }
 
 static void wake_drain(struct hl_event *ev, uint32_t revents)
 {
 	struct hl_reactor *r = ev->arg;
-	uint64_t v;
-	size_t n;
+	uint64_t v, end;
 
 	(void)revents;
 	if (read(ev->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
@@ -472,17 +538,29 @@ static void wake_drain(struct hl_event *ev, uint32_t revents)
 
 	pthread_mutex_lock(&r->call_lock);
 	r->wake_pending = 0;
-	n = r->calls_n;
+	end = r->next_seq;
 	pthread_mutex_unlock(&r->call_lock);
 
-	/* Run only what was queued before this pass (see file comment). */
-	while (n--) {
-		struct reactor_call c;
+	/* Run only what was queued before this pass (see file comment), oldest first. */
+	for (;;) {
+		struct reactor_call c = {NULL, NULL, 0};
 		pthread_mutex_lock(&r->call_lock);
-		c = r->calls[r->calls_head];
-		r->calls_head = (r->calls_head + 1) % r->calls_cap;
-		r->calls_n--;
+		bool call = r->calls_n && r->calls[r->calls_head].seq < end;
+		bool post = r->posts && r->posts->seq < end;
+		if (call && post)
+			call = r->calls[r->calls_head].seq < r->posts->seq;
+		if (call) {
+			c = r->calls[r->calls_head];
+			r->calls_head = (r->calls_head + 1) % r->calls_cap;
+			r->calls_n--;
+		} else if (post) {
+			/* read under the lock: once off the queue its owner may free it */
+			c = (struct reactor_call){r->posts->fn, r->posts->arg, r->posts->seq};
+			post_unlink_locked(r, r->posts);
+		}
 		pthread_mutex_unlock(&r->call_lock);
+		if (!c.fn)
+			break;
 		c.fn(c.arg);
 	}
 }

@@ -571,6 +571,14 @@ struct iscsi_session {
 	char peer[64];   /* initiator address:port */
 	struct hl_iscsi_negotiated neg; /* what login negotiated */
 	struct iscsi_peer *source;      /* srv->lock: counted in while registered */
+	/*
+	 * The kill (iscsi_session_kill_locked), posted to the session's reactor
+	 * under srv->lock without allocating, so that no shortage can leave a
+	 * replaced session's connection in full feature phase; taken back under
+	 * srv->lock when the session is freed first (iscsi_session_free).
+	 */
+	struct hl_reactor_post kill;
+	const char *kill_why; /* srv->lock; a static string */
 };
 
 enum iscsi_auth_state {
@@ -985,6 +993,12 @@ void iscsi_call_done(struct hl_iscsi_server *srv);
  */
 void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
                                const char *why);
+
+/**
+ * Take back s's kill if it is still queued (s's reactor, before s is
+ * freed; takes srv->lock, so a kill being posted meanwhile is seen).
+ */
+void iscsi_session_kill_cancel(struct hl_iscsi_server *srv, struct iscsi_session *s);
 
 /** Build a target object from cfg (not yet published). @return NULL on OOM. */
 struct iscsi_target *iscsi_target_new(const struct hl_iscsi_target_config *cfg);

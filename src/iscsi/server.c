@@ -265,12 +265,6 @@ bool iscsi_target_allows(const struct iscsi_target *t, const char *initiator)
 
 /* ---- sessions ---- */
 
-struct kill_req {
-	struct hl_iscsi_server *srv;
-	uint64_t nexus_id;
-	const char *why; /* static string */
-};
-
 void iscsi_call_done(struct hl_iscsi_server *srv)
 {
 	pthread_mutex_lock(&srv->lock);
@@ -279,30 +273,25 @@ void iscsi_call_done(struct hl_iscsi_server *srv)
 	pthread_mutex_unlock(&srv->lock);
 }
 
+/*
+ * On the session's reactor. The session is alive: only this thread frees
+ * it, and iscsi_session_free takes back a kill still queued.
+ */
 static void kill_session_cb(void *arg)
 {
-	struct kill_req *k = arg;
-	struct hl_iscsi_server *srv = k->srv;
-	struct iscsi_conn *c, *victim = NULL;
-	struct hl_reactor *me = hl_reactor_current();
+	struct iscsi_session *o = arg;
+	struct iscsi_conn *c = o->conn;
+	struct hl_iscsi_server *srv = c->srv;
+	const char *why;
 
 	pthread_mutex_lock(&srv->lock);
-	hl_list_for_each_entry(c, &srv->conns, srv_link)
-	{
-		/* c->sess is only read for our own connections (this thread writes it) */
-		if (c->reactor == me && c->sess && c->sess->nexus.id == k->nexus_id) {
-			victim = c;
-			break;
-		}
-	}
+	why = o->kill_why;
 	pthread_mutex_unlock(&srv->lock);
-	/* only this reactor frees its connections, so victim stays valid here */
-	if (victim) {
-		HL_NOTICE(ISCSI_LOG, "%s: closing the session: %s", victim->peer_str, k->why);
-		iscsi_conn_close(victim, k->why);
-	}
+	/* closing may free the session and its connection: nothing of them is read after */
+	if (c->state != CONN_CLOSED)
+		HL_NOTICE(ISCSI_LOG, "%s: closing the session: %s", c->peer_str, why);
+	iscsi_conn_close(c, why);
 	iscsi_call_done(srv);
-	free(k);
 }
 
 /* o left srv->sessions, but its connection (and commands) may live on. */
@@ -334,22 +323,31 @@ static void session_unlink_locked(struct hl_iscsi_server *srv, struct iscsi_sess
 	session_linger_locked(srv, o);
 }
 
+/*
+ * Nothing here allocates (the post is the session's own), so a kill cannot
+ * be lost: the session is off the list, and its connection is closed on
+ * its reactor, which a reinstating login's fence then waits for.
+ */
 void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session *o,
                                const char *why)
 {
 	session_unlink_locked(srv, o);
 	iscsi_sessions_uncount_locked(srv, o);
-	struct kill_req *k = malloc(sizeof(*k));
-	if (k) {
-		k->srv = srv;
-		k->nexus_id = o->nexus.id;
-		k->why = why;
-		srv->pending_calls++;
-		if (hl_reactor_call(o->reactor, kill_session_cb, k) < 0) {
-			srv->pending_calls--;
-			free(k);
-		}
+	o->kill_why = why;
+	hl_reactor_post_init(&o->kill, kill_session_cb, o);
+	srv->pending_calls++;
+	if (hl_reactor_post(o->reactor, &o->kill) < 0)
+		srv->pending_calls--; /* queued already (cannot be: it left the list) */
+}
+
+void iscsi_session_kill_cancel(struct hl_iscsi_server *srv, struct iscsi_session *s)
+{
+	pthread_mutex_lock(&srv->lock);
+	if (hl_reactor_post_cancel(s->reactor, &s->kill)) {
+		srv->pending_calls--;
+		pthread_cond_broadcast(&srv->cond);
 	}
+	pthread_mutex_unlock(&srv->lock);
 }
 
 /* Hash name caseless into h. */

@@ -529,6 +529,8 @@ static void xreset_dispatch(struct iscsi_xreset *xr)
 		srv->pending_calls++;
 		pthread_mutex_unlock(&srv->lock);
 		if (hl_reactor_call(srv->reactors[i], xreset_scan, xr) < 0) {
+			/* its tasks are not waited for: a fence must not pass as clean */
+			atomic_store(&xr->missed, true);
 			iscsi_call_done(srv);
 			xreset_put(xr);
 		}

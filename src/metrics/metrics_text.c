@@ -114,6 +114,10 @@ enum fam_id {
 	F_WB_SOURCE_CAPPED,
 	F_WB_CLOSED_SLOW,
 	F_WB_CLOSED_NO_DATA,
+	F_SCRATCH_LIMIT,
+	F_SCRATCH_USED,
+	F_SCRATCH_PEAK,
+	F_SCRATCH_REFUSED,
 	F_LOGINS,
 	F_LOGIN_FAILURES,
 	F_CONNECTIONS,
@@ -291,6 +295,14 @@ static const struct fam fams[F_N] = {
                           "connections closed: a WRITE's data not in by its deadline"},
     [F_WB_CLOSED_NO_DATA] = {"hotlun_iscsi_write_silent_closed_total", "counter",
                              "connections closed: owed WRITE data, none came for 30 s"},
+    [F_SCRATCH_LIMIT] = {"hotlun_scsi_scratch_buffer_limit_bytes", "gauge",
+                         "bytes per-command scratch buffers may hold together"},
+    [F_SCRATCH_USED] = {"hotlun_scsi_scratch_buffer_used_bytes", "gauge",
+                        "bytes per-command scratch buffers hold now"},
+    [F_SCRATCH_PEAK] = {"hotlun_scsi_scratch_buffer_peak_bytes", "gauge",
+                        "the most ever held since the start"},
+    [F_SCRATCH_REFUSED] = {"hotlun_scsi_scratch_buffer_refused_total", "counter",
+                           "commands answered BUSY: the scratch budget was spent"},
     [F_LOGINS] = {"hotlun_iscsi_logins_total", "counter", "sessions established"},
     [F_LOGIN_FAILURES] = {"hotlun_iscsi_login_failures_total", "counter",
                           "logins answered with a failure status"},
@@ -673,6 +685,7 @@ static void render_service(struct render *r, json_t *stats)
 {
 	json_t *iscsi = json_object_get(stats, "iscsi");
 	json_t *wb = json_object_get(stats, "write_buffers");
+	json_t *scratch = json_object_get(stats, "scratch_buffers");
 	json_t *targets = json_object_get(stats, "targets"), *t;
 	json_t *proc = json_object_get(stats, "process");
 	const char *name;
@@ -699,6 +712,10 @@ static void render_service(struct render *r, json_t *stats)
 	counter(r, F_WB_SOURCE_CAPPED, NULL, wb, "source_capped");
 	counter(r, F_WB_CLOSED_SLOW, NULL, wb, "closed_slow");
 	counter(r, F_WB_CLOSED_NO_DATA, NULL, wb, "closed_no_data");
+	counter(r, F_SCRATCH_LIMIT, NULL, scratch, "limit");
+	counter(r, F_SCRATCH_USED, NULL, scratch, "used_bytes");
+	counter(r, F_SCRATCH_PEAK, NULL, scratch, "peak_bytes");
+	counter(r, F_SCRATCH_REFUSED, NULL, scratch, "refused");
 	counter(r, F_LOGINS, NULL, iscsi, "logins");
 	counter(r, F_LOGIN_FAILURES, NULL, iscsi, "login_failures");
 	counter(r, F_CONNECTIONS, NULL, iscsi, "connections");

@@ -118,7 +118,7 @@ void scsi_cmd_complete(struct hl_scsi_cmd *cmd)
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
-	free(p->bounce);
+	scsi_bounce_put(p->bounce); /* and its charge to the scratch budget */
 	p->bounce = NULL;
 	scsi_range_unlock(cmd);
 	/* every command completes here exactly once: the one place it is uncounted */

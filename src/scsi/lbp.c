@@ -134,11 +134,9 @@ enum scsi_exec_result sbc_write_same(struct hl_scsi_cmd *cmd)
 		p->aux = (unmap && lu->lbprz) ? HL_IO_DISCARD : HL_IO_WRITE_ZEROES;
 	} else {
 		size_t chunk = HL_MIN((size_t)count * lu->block_size, WS_CHUNK);
-		p->bounce = malloc(chunk);
-		if (!p->bounce) {
-			cmd->status = HL_SAM_BUSY;
-			return SCSI_DONE;
-		}
+		p->bounce = scsi_bounce_get(cmd, chunk, false);
+		if (!p->bounce)
+			return SCSI_DONE; /* BUSY */
 		for (size_t off = 0; off < chunk; off += lu->block_size)
 			memcpy(p->bounce + off, cmd->data, lu->block_size);
 	}

@@ -387,18 +387,16 @@ enum scsi_exec_result spc_pr_in(struct hl_scsi_cmd *cmd)
 	struct hl_lu *lu = cmd->lu;
 	struct scsi_pr_caps caps = lu_caps(lu);
 	uint32_t alloc = hl_get_be16(cmd->cdb + 7);
-	uint8_t *buf = malloc(scsi_pr_in_max());
+	uint8_t *buf = scsi_bounce_get(cmd, scsi_pr_in_max(), false);
 	int len;
 
-	if (!buf) {
-		cmd->status = HL_SAM_BUSY;
-		return SCSI_DONE;
-	}
+	if (!buf)
+		return SCSI_DONE; /* BUSY */
 	pthread_mutex_lock(&lu->lock);
 	if (lu->pr_store && !scsi_pr_shared_current(lu)) {
 		/* the copy may be behind another gateway's change: ask the record itself */
 		pthread_mutex_unlock(&lu->lock);
-		free(buf);
+		scsi_bounce_put(buf);
 		return scsi_pr_shared_in(cmd);
 	}
 	len = scsi_pr_in_build(&lu->pr, cmd->cdb[1] & 0x1f, &caps, buf);
@@ -407,7 +405,7 @@ enum scsi_exec_result spc_pr_in(struct hl_scsi_cmd *cmd)
 		scsi_sense_invalid_cdb(cmd, 1, 4);
 	else
 		scsi_data_in(cmd, buf, (uint32_t)len, alloc);
-	free(buf);
+	scsi_bounce_put(buf);
 	return SCSI_DONE;
 }
 

@@ -291,6 +291,7 @@ struct pr_job {
 	uint8_t in_sa;
 	uint8_t *in_buf;
 	int in_len;
+	uint64_t scratch; /* bytes of param and in_buf charged to the scratch budget */
 	struct scsi_pr_verdict v;
 	int err;
 	uint64_t *ids;
@@ -299,6 +300,7 @@ struct pr_job {
 
 static void job_free(struct pr_job *job)
 {
+	scsi_scratch_give(job->scratch);
 	free(job->param);
 	free(job->in_buf);
 	free(job->ids);
@@ -401,7 +403,10 @@ static void job_run(void *arg)
 			break;
 		}
 		if (job->kind == JOB_PR_IN) {
-			job->in_buf = malloc(scsi_pr_in_max());
+			if (scsi_scratch_take(scsi_pr_in_max())) {
+				job->scratch += scsi_pr_in_max();
+				job->in_buf = malloc(scsi_pr_in_max());
+			}
 			if (!job->in_buf)
 				rc = -EBUSY;
 			else
@@ -490,7 +495,10 @@ enum scsi_exec_result scsi_pr_shared_out(struct hl_scsi_cmd *cmd, const struct s
 
 	if (job) {
 		job->req = *req;
-		job->param = malloc(req->plen);
+		if (scsi_scratch_take(req->plen)) {
+			job->scratch = req->plen;
+			job->param = malloc(req->plen);
+		}
 		if (!job->param) {
 			job_free(job);
 			job = NULL;

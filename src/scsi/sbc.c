@@ -275,11 +275,9 @@ enum scsi_exec_result sbc_read(struct hl_scsi_cmd *cmd)
 	}
 	if (nbytes > full) {
 		/* the transport has room for part of the last block: read it whole aside */
-		p->bounce = malloc(lu->block_size);
-		if (!p->bounce) {
-			cmd->status = HL_SAM_BUSY;
-			return SCSI_DONE;
-		}
+		p->bounce = scsi_bounce_get(cmd, lu->block_size, false);
+		if (!p->bounce)
+			return SCSI_DONE; /* BUSY */
 		p->aux = nbytes - full;
 		cmd->iov[iovcnt].iov_base = p->bounce;
 		cmd->iov[iovcnt].iov_len = lu->block_size;
@@ -408,11 +406,9 @@ static enum scsi_exec_result read_and_compare(struct hl_scsi_cmd *cmd, uint64_t 
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
-	p->bounce = malloc(p->aux);
-	if (!p->bounce) {
-		cmd->status = HL_SAM_BUSY;
-		return SCSI_DONE;
-	}
+	p->bounce = scsi_bounce_get(cmd, p->aux, false);
+	if (!p->bounce)
+		return SCSI_DONE; /* BUSY */
 	cmd->iov[0].iov_base = p->bounce;
 	cmd->iov[0].iov_len = p->aux;
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, p->aux / cmd->lu->block_size, cmd->iov, 1,
@@ -501,11 +497,10 @@ static enum scsi_exec_result verify_range(struct hl_scsi_cmd *cmd, const struct 
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
-	p->bounce = malloc(HL_MIN((uint64_t)a->count * cmd->lu->block_size, VERIFY_CHUNK));
-	if (!p->bounce) {
-		cmd->status = HL_SAM_BUSY;
-		return SCSI_DONE;
-	}
+	p->bounce = scsi_bounce_get(
+	    cmd, HL_MIN((uint64_t)a->count * cmd->lu->block_size, VERIFY_CHUNK), false);
+	if (!p->bounce)
+		return SCSI_DONE; /* BUSY */
 	p->lba = a->lba;
 	p->count = a->count;
 	p->aux = 0;
@@ -643,10 +638,9 @@ static void orwrite_start(struct hl_scsi_cmd *cmd)
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 	size_t n = (size_t)p->count * cmd->lu->block_size;
 
-	p->bounce = malloc(n);
+	p->bounce = scsi_bounce_get(cmd, n, false);
 	if (!p->bounce) {
-		cmd->status = HL_SAM_BUSY;
-		scsi_cmd_complete(cmd);
+		scsi_cmd_complete(cmd); /* BUSY */
 		return;
 	}
 	cmd->iov[0].iov_base = p->bounce;
@@ -709,10 +703,9 @@ static void caw_emulate(struct hl_scsi_cmd *cmd)
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
-	p->bounce = malloc(p->aux);
+	p->bounce = scsi_bounce_get(cmd, p->aux, false);
 	if (!p->bounce) {
-		cmd->status = HL_SAM_BUSY;
-		scsi_cmd_complete(cmd);
+		scsi_cmd_complete(cmd); /* BUSY */
 		return;
 	}
 	cmd->iov[0].iov_base = p->bounce;

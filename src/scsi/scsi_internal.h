@@ -417,7 +417,7 @@ typedef void (*scsi_io_done_fn)(struct hl_scsi_cmd *cmd, int result);
 
 struct scsi_cmd_priv {
 	scsi_io_done_fn io_done; /* continuation of the block I/O in flight */
-	uint8_t *bounce;         /* owned; freed by scsi_cmd_complete */
+	uint8_t *bounce;         /* owned (scsi_bounce_get); freed by scsi_cmd_complete */
 	uint64_t lba;            /* multi-step commands: next LBA */
 	uint32_t count;          /* multi-step commands: blocks left */
 	uint32_t aux;            /* command-specific */
@@ -455,6 +455,29 @@ bool scsi_write_protected(struct hl_scsi_cmd *cmd);
  * parse; false when the command is done (status set).
  */
 bool scsi_param_list_start(struct hl_scsi_cmd *cmd, uint32_t plen, uint32_t min_len);
+
+/* ---- scratch.c ---- */
+
+/**
+ * Charge n bytes to the scratch budget (any thread). @return false, and
+ * the refusal counted, when that would pass the limit.
+ */
+bool scsi_scratch_take(uint64_t n);
+
+/** Give back n bytes charged with scsi_scratch_take. */
+void scsi_scratch_give(uint64_t n);
+
+/**
+ * A bounce buffer of n bytes for cmd (zeroed when `zero`), charged to the
+ * scratch budget; kept in scsi_priv(cmd)->bounce by the caller, given back
+ * by scsi_cmd_complete. @return NULL with cmd->status BUSY (no sense) when
+ * the budget is spent or memory is short: nothing has started, the
+ * initiator retries.
+ */
+uint8_t *scsi_bounce_get(struct hl_scsi_cmd *cmd, size_t n, bool zero);
+
+/** Free a buffer of scsi_bounce_get and give its charge back; NULL is harmless. */
+void scsi_bounce_put(uint8_t *b);
 
 /** Finish a command a handler left pending: frees its bounce buffer and calls cmd->done. */
 void scsi_cmd_complete(struct hl_scsi_cmd *cmd);

@@ -512,11 +512,11 @@ enum scsi_exec_result spc_extended_copy(struct hl_scsi_cmd *cmd)
 		return SCSI_DONE;
 	}
 
-	struct xcopy_job *j = calloc(1, sizeof(*j) + XCOPY_CHUNK);
-	if (!j) {
-		cmd->status = HL_SAM_BUSY;
+	struct xcopy_job *j =
+	    (struct xcopy_job *)(void *)scsi_bounce_get(cmd, sizeof(*j) + XCOPY_CHUNK, true);
+	/* NULL: BUSY set (the scratch budget is spent, or memory) */
+	if (!j)
 		return SCSI_DONE;
-	}
 	scsi_priv(cmd)->bounce = (uint8_t *)j; /* freed by scsi_cmd_complete */
 	j->home = cmd->lu;
 	j->list_id = d[0];

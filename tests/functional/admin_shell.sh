@@ -111,7 +111,7 @@ grep -q 'Size:31M\|Size:32M' <<<"$out" || hl_fail "new LUN not listed: $out"
 # help (and tab completion, from the same list) names every settable parameter
 "$CTL" --socket "$sock" /caches help | grep -q '^Parameters at /caches:.* write_policy update_buffer write_budget$' ||
 	hl_fail "cache parameters: $("$CTL" --socket "$sock" /caches help)"
-"$CTL" --socket "$sock" / help | grep -q '^Parameters at /: log_level poll_us write_buffer_limit logout_timeout max_pending_logins max_pending_logins_per_addr discovery_chap_user discovery_chap_secret metrics_listen send_uring$' ||
+"$CTL" --socket "$sock" / help | grep -q '^Parameters at /: log_level poll_us write_buffer_limit logout_timeout max_pending_logins max_pending_logins_per_addr discovery_chap_user discovery_chap_secret metrics_listen send_uring control_idle_timeout scratch_buffer_limit$' ||
 	hl_fail "global parameters: $("$CTL" --socket "$sock" / help)"
 "$CTL" --socket "$sock" stats --json >"$tmp/stats.json" || hl_fail "stats --json"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["disks"]["d1"]["size_bytes"] == 16<<20, d' "$tmp/stats.json" ||

@@ -55,6 +55,7 @@ expect "admission" "${S[@]}" /caches get adm
 expect "log_level=" "${S[@]}" set log_
 expect "logout_timeout=" "${S[@]}" set logo
 expect "control_idle_timeout=" "${S[@]}" set contr
+expect "scratch_buffer_limit=" "${S[@]}" set scr
 expect "/caches/" "${S[@]}" ls /ca
 expect "--json --watch" "${S[@]}" stats -
 expect "handover help" "${S[@]}" h

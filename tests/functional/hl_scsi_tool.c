@@ -58,6 +58,16 @@
  *       must be an LU the session may address). Exit 0 when the command
  *       completed (whatever its status), 2 on a usage or connection error.
  *
+ *   hl_scsi_tool verify-burst URL CLIENTS BLOCKS
+ *       CLIENTS threads, each with its own session, send one VERIFY (16)
+ *       with BYTCHK=0 of BLOCKS blocks at once (a barrier after the
+ *       logins; client i at LBA i x BLOCKS); a client answered BUSY sends
+ *       it again every 100 ms, in the same session, until it is GOOD (at
+ *       most 300 times). Prints "first_good G first_busy B busy_total T
+ *       good N errors E": G and B count the first answers, T every BUSY,
+ *       N the clients that ended GOOD, E other answers or failures. Exit 0
+ *       when every client ended GOOD, 1 otherwise, 2 on a usage error.
+ *
  *   hl_scsi_tool cached URL
  *       Cache coherence of the commands that change blocks behind the read
  *       path: for UNMAP, WRITE SAME (with and without UNMAP), EXTENDED COPY,
@@ -239,6 +249,106 @@ static void *client_run(void *arg)
 	}
 	logout(iscsi);
 	return NULL;
+}
+
+/* ---- verify-burst ---- */
+
+struct burst {
+	pthread_t thread;
+	int id;
+	uint32_t blocks;
+	int first;  /* SCSI status of the first answer, -1: none */
+	int busy;   /* BUSY answers */
+	bool good;  /* ended GOOD */
+	bool error; /* another answer, or no session */
+};
+
+static pthread_barrier_t burst_go;
+
+static int verify16_bytchk0(struct iscsi_context *iscsi, int lun, uint64_t lba, uint32_t blocks)
+{
+	unsigned char cdb[16] = {0x8f}; /* BYTCHK 0: no data-out, the target reads the range */
+	struct scsi_task *t;
+	int status;
+
+	for (int i = 0; i < 8; i++)
+		cdb[2 + i] = (unsigned char)(lba >> (56 - 8 * i));
+	for (int i = 0; i < 4; i++)
+		cdb[10 + i] = (unsigned char)(blocks >> (24 - 8 * i));
+	t = scsi_create_task(16, cdb, SCSI_XFER_NONE, 0);
+	if (!t)
+		return -1;
+	if (!iscsi_scsi_command_sync(iscsi, lun, t, NULL)) {
+		scsi_free_scsi_task(t);
+		return -1;
+	}
+	status = t->status;
+	scsi_free_scsi_task(t);
+	return status;
+}
+
+static void *burst_run(void *arg)
+{
+	struct burst *b = arg;
+	char iname[96];
+	int lun;
+
+	snprintf(iname, sizeof(iname), "iqn.2026-11.io.hotlun.test:burst-%d", b->id);
+	struct iscsi_context *iscsi = login(urls[0], iname, 0, &lun);
+	if (iscsi)
+		clear_ua(iscsi, lun);
+	pthread_barrier_wait(&burst_go);
+	if (!iscsi) {
+		b->error = true;
+		return NULL;
+	}
+	for (int tries = 0; tries < 300; tries++) {
+		int st = verify16_bytchk0(iscsi, lun, (uint64_t)b->id * b->blocks, b->blocks);
+		if (b->first == -1)
+			b->first = st;
+		if (st == SCSI_STATUS_GOOD) {
+			b->good = true;
+			break;
+		}
+		if (st != SCSI_STATUS_BUSY) {
+			b->error = true;
+			break;
+		}
+		b->busy++;
+		usleep(100000);
+	}
+	logout(iscsi);
+	return NULL;
+}
+
+static int cmd_verify_burst(int nclients, uint32_t blocks)
+{
+	struct burst b[64];
+	int first_good = 0, first_busy = 0, busy = 0, good = 0, errors = 0;
+
+	if (nclients < 1 || nclients > 64 || blocks < 1)
+		return 2;
+	pthread_barrier_init(&burst_go, NULL, (unsigned)nclients);
+	for (int i = 0; i < nclients; i++) {
+		memset(&b[i], 0, sizeof(b[i]));
+		b[i].id = i;
+		b[i].blocks = blocks;
+		b[i].first = -1;
+		if (pthread_create(&b[i].thread, NULL, burst_run, &b[i]) != 0)
+			return 2;
+	}
+	for (int i = 0; i < nclients; i++) {
+		pthread_join(b[i].thread, NULL);
+		first_good += b[i].first == SCSI_STATUS_GOOD;
+		first_busy += b[i].first == SCSI_STATUS_BUSY;
+		busy += b[i].busy;
+		good += b[i].good;
+		errors += b[i].error;
+	}
+	pthread_barrier_destroy(&burst_go);
+	printf("first_good %d first_busy %d busy_total %d good %d errors %d\n", first_good,
+	       first_busy, busy, good, errors);
+	return good == nclients && errors == 0 ? 0 : 1;
 }
 
 static int cmd_caw(int nclients, int iterations)
@@ -944,6 +1054,8 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(argv[1], "caw") && argc == 5)
 			return cmd_caw(atoi(argv[3]), atoi(argv[4]));
+		if (!strcmp(argv[1], "verify-burst") && argc == 5)
+			return cmd_verify_burst(atoi(argv[3]), (uint32_t)num(argv[4]));
 		if (!strcmp(argv[1], "cached") && argc == 3)
 			return cmd_cached();
 		if (!strcmp(argv[1], "xcopy") && argc == 9 &&
@@ -958,9 +1070,10 @@ int main(int argc, char **argv)
 	fprintf(stderr,
 	        "usage: %s caw URL[,URL2] CLIENTS ITERATIONS\n"
 	        "       %s pr URL ISID OP [ARGS]\n"
+	        "       %s verify-burst URL CLIENTS BLOCKS\n"
 	        "       %s cached URL\n"
 	        "       %s dump URL LBA BYTES FILE\n"
 	        "       %s xcopy URL INAME NAA from|to OTHER_LBA OWN_LBA BLOCKS\n",
-	        argv[0], argv[0], argv[0], argv[0], argv[0]);
+	        argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
 	return 2;
 }

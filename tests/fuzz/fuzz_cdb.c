@@ -1,5 +1,5 @@
 // clang-format off
-// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c src/scsi/sense.c src/scsi/pr.c src/scsi/pr_state.c src/scsi/pr_text.c src/scsi/pr_shared.c src/scsi/range.c src/scsi/lbp.c src/scsi/xcopy.c src/scsi/ua.c src/event/reactor.c src/log/log.c src/util/util.c
+// fuzz-sources: src/scsi/lu.c src/scsi/cmd.c src/scsi/disk.c src/scsi/spc.c src/scsi/sbc.c src/scsi/sense.c src/scsi/pr.c src/scsi/pr_state.c src/scsi/pr_text.c src/scsi/pr_shared.c src/scsi/range.c src/scsi/lbp.c src/scsi/xcopy.c src/scsi/scratch.c src/scsi/ua.c src/event/reactor.c src/log/log.c src/util/util.c
 // fuzz-libs: -lpthread
 // clang-format on
 /*

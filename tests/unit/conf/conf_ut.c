@@ -119,6 +119,8 @@ static void test_errors_name_file_and_line(void)
 		  "allow_target_reset");
 	parse_err("[global]\nwrite_buffer_limit = 16M\n", "t.conf:2:", "at least 32M");
 	parse_err("[global]\nwrite_buffer_limit = lots\n", "t.conf:2:", "write_buffer_limit");
+	parse_err("[global]\nscratch_buffer_limit = 8M\n", "t.conf:2:", "at least 16M");
+	parse_err("[global]\n\nscratch_buffer_limit = lots\n", "t.conf:3:", "scratch_buffer_limit");
 }
 
 static void test_chap_rules(void)
@@ -160,7 +162,7 @@ static void test_write_round_trip(void)
 {
 	const char *text = "[global]\nportal = 127.0.0.1:3261\nportal = [::1]:3262\n"
 			   "state_dir = /tmp/x\nlog_level = debug\npoll_us = 0\n"
-			   "write_buffer_limit = 96M\n"
+			   "write_buffer_limit = 96M\nscratch_buffer_limit = 48M\n"
 			   "[cache ssd0]\ndevice = /tmp/c\nsize = 2G\nblock_size = 64K\n"
 			   "admission = nhit:2\nupdate_buffer = 32M\nwrite_budget = 40%\n"
 			   "[cache ssd1]\ndevice = /tmp/d\nsize = 1G\nupdate_buffer = off\n"
@@ -195,6 +197,7 @@ static void test_write_round_trip(void)
 		CU_ASSERT_EQUAL(c2->poll_us, 0); /* 0 (off) is kept, not taken for unset */
 		CU_ASSERT_TRUE(c2->targets[0].allow_target_reset);
 		CU_ASSERT_EQUAL(c2->write_buffer_limit, 96ull << 20);
+		CU_ASSERT_EQUAL(c2->scratch_buffer_limit, 48ull << 20);
 		free(buf2);
 		hl_conf_free(c2);
 	}
@@ -212,6 +215,7 @@ static void test_defaults(void)
 	CU_ASSERT_PTR_NOT_NULL(c->state_dir);
 	CU_ASSERT_EQUAL(c->poll_us, -1); /* unset: the daemon uses HL_CONF_POLL_US_DEFAULT */
 	CU_ASSERT_EQUAL(c->write_buffer_limit, 0); /* unset: the default from physical memory */
+	CU_ASSERT_EQUAL(c->scratch_buffer_limit, 0); /* unset: HL_SCSI_SCRATCH_DEFAULT */
 	CU_ASSERT_EQUAL(c->logout_timeout, -1);    /* unset: HL_CONF_LOGOUT_TIMEOUT_DEFAULT */
 	hl_conf_free(c);
 }

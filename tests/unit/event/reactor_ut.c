@@ -1,15 +1,19 @@
 /*
  * reactor_ut.c - file events, the stale-event guard, timers, cross-thread calls,
- * busy polling, turn hooks, destroy calls and io_uring watches (event_uring.h).
+ * busy polling, turn hooks, destroy calls, io_uring watches (event_uring.h)
+ * and posts (hl_reactor_post: calls that cannot fail for want of memory).
  */
 #include "hl_test.h"
 #include "hotlun/event.h"
 #include "hotlun/event_uring.h"
 
+#include "fail_malloc.h" /* linked with -Wl,--wrap=malloc */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -871,6 +875,117 @@ static void test_thread_name(void)
 	}
 }
 
+/* ---- posts ---- */
+
+static struct hl_reactor *post_r;
+static struct hl_reactor_post posts[6];
+static char post_order[16];
+static int post_n;
+
+static void post_mark(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+
+	if (post_n < (int)sizeof(post_order) - 1)
+		post_order[post_n++] = (char)('a' + i);
+	if (i == 0 && post_n == 1) {
+		/* e is queued behind: taken back, it does not run */
+		CU_ASSERT_TRUE(hl_reactor_post_cancel(post_r, &posts[4]));
+		/* posted again while the queue drains: next pass, not this one */
+		CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[0]), 0);
+	}
+	if (i == 5)
+		hl_reactor_stop(post_r);
+}
+
+static void call_mark(void *arg)
+{
+	(void)arg;
+	post_order[post_n++] = 'X';
+}
+
+/*
+ * Posts allocate nothing: with malloc failing a call cannot be queued on a
+ * fresh reactor, a post can. Posts and calls run in one FIFO order; a
+ * post queued twice runs once; cancel takes one back from anywhere in the
+ * queue (also its tail, also while the queue drains).
+ */
+static void test_posts(void)
+{
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&post_r, "posts"), 0);
+	for (int i = 0; i < 6; i++)
+		hl_reactor_post_init(&posts[i], post_mark, (void *)(intptr_t)i);
+	post_n = 0;
+	memset(post_order, 0, sizeof(post_order));
+
+	failed_mallocs = 0;
+	fail_malloc_set(1);
+	CU_ASSERT_EQUAL(hl_reactor_call(post_r, call_mark, NULL), -ENOMEM);
+	CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[0]), 0);
+	CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[1]), 0);
+	CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[2]), 0);
+	CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[0]), -EBUSY);
+	CU_ASSERT_TRUE(hl_reactor_post_cancel(post_r, &posts[1]));
+	CU_ASSERT_FALSE(hl_reactor_post_cancel(post_r, &posts[1]));
+	CU_ASSERT_TRUE(hl_reactor_post_cancel(post_r, &posts[2])); /* the tail */
+	CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[3]), 0);
+	CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[4]), 0);
+	fail_malloc_set(0);
+	CU_ASSERT_TRUE(failed_mallocs >= 1);
+	CU_ASSERT_EQUAL(hl_reactor_call(post_r, call_mark, NULL), 0);
+	CU_ASSERT_EQUAL(hl_reactor_post(post_r, &posts[5]), 0);
+
+	CU_ASSERT_EQUAL(hl_reactor_run(post_r), 0);
+	CU_ASSERT_STRING_EQUAL(post_order, "adXf");
+	CU_ASSERT_TRUE(hl_reactor_post_cancel(post_r, &posts[0])); /* a's second post, never run */
+	CU_ASSERT_FALSE(hl_reactor_post_cancel(NULL, &posts[0]));
+	hl_reactor_destroy(post_r);
+}
+
+#define XPOSTS 2000
+static struct hl_reactor_post xposts[XPOSTS];
+static int xpost_count;
+static pthread_t xpost_on;
+
+static void xpost_cb(void *arg)
+{
+	struct hl_reactor *r = arg;
+
+	xpost_on = pthread_self();
+	if (++xpost_count == XPOSTS)
+		hl_reactor_stop(r);
+}
+
+static void *xposter(void *arg)
+{
+	struct hl_reactor *r = arg;
+
+	for (int i = 0; i < XPOSTS; i++)
+		CU_ASSERT_EQUAL(hl_reactor_post(r, &xposts[i]), 0);
+	return NULL;
+}
+
+/* Posts from another thread, to a running loop, each run once on the loop's thread. */
+static void test_posts_cross_thread(void)
+{
+	struct hl_reactor *r;
+	pthread_t th;
+
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_create(&r, "xposts"), 0);
+	for (int i = 0; i < XPOSTS; i++)
+		hl_reactor_post_init(&xposts[i], xpost_cb, r);
+	xpost_count = 0;
+	CU_ASSERT_EQUAL_FATAL(hl_reactor_start(r), 0);
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, xposter, r), 0);
+	pthread_join(th, NULL);
+	hl_reactor_join(r);
+	CU_ASSERT_EQUAL(xpost_count, XPOSTS);
+	CU_ASSERT_FALSE(pthread_equal(xpost_on, pthread_self()));
+	for (int i = 0; i < XPOSTS; i++)
+		CU_ASSERT_PTR_NULL(xposts[i].queued_on);
+	hl_reactor_destroy(r);
+}
+
 static const struct hl_test tests[] = {
 	{"event fires; del guards the batch", test_event_fires_and_del_guards_batch},
 	{"timers in deadline order", test_timers_fire_in_deadline_order},
@@ -886,6 +1001,8 @@ static const struct hl_test tests[] = {
 	{"uring watch: edge-triggered never-read eventfd strands no CQE", test_uring_edge_never_read},
 	{"uring watch: same, peeked in the busy-poll window", test_uring_edge_peeked},
 	{"a started reactor's thread carries its name", test_thread_name},
+	{"posts: no malloc, one FIFO with calls, once, cancel", test_posts},
+	{"posts from another thread run on the loop's", test_posts_cross_thread},
 	{NULL, NULL},
 };
 

@@ -7,11 +7,15 @@
  * reactors: any other pointer names one; run_calls() runs each call as if
  * on the reactor it was handed to (hl_reactor_current), in one FIFO, and
  * fake_current says which reactor code run by the test itself is on.
+ * Posts (hl_reactor_post) join the same FIFO and never fail; a switch makes
+ * hl_reactor_call fail as the real one does when its ring cannot grow.
  */
 #ifndef HL_FAKE_REACTOR_H
 #define HL_FAKE_REACTOR_H
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -26,8 +30,10 @@ static struct {
 	hl_call_fn fn;
 	void *arg;
 	struct hl_reactor *r;
+	struct hl_reactor_post *post; /* or NULL: an hl_reactor_call */
 } calls[FAKE_REACTOR_CALLS];
 static int ncalls;
+static bool fake_call_enomem;           /* hl_reactor_call fails (its ring could not grow) */
 static struct hl_reactor *fake_current; /* NULL: `reactor` */
 
 uint64_t hl_now_ns(void)
@@ -45,13 +51,45 @@ struct hl_reactor *hl_reactor_current(void)
 
 int hl_reactor_call(struct hl_reactor *r, hl_call_fn fn, void *arg)
 {
-	if (ncalls >= FAKE_REACTOR_CALLS)
+	if (ncalls >= FAKE_REACTOR_CALLS || fake_call_enomem)
 		return -ENOMEM;
 	calls[ncalls].fn = fn;
 	calls[ncalls].arg = arg;
 	calls[ncalls].r = r;
+	calls[ncalls].post = NULL;
 	ncalls++;
 	return 0;
+}
+
+int hl_reactor_post(struct hl_reactor *r, struct hl_reactor_post *p)
+{
+	if (p->queued_on)
+		return -EBUSY;
+	if (ncalls >= FAKE_REACTOR_CALLS)
+		abort(); /* the real one cannot fail: a test that needs more is wrong */
+	p->queued_on = r;
+	calls[ncalls].fn = p->fn;
+	calls[ncalls].arg = p->arg;
+	calls[ncalls].r = r;
+	calls[ncalls].post = p;
+	ncalls++;
+	return 0;
+}
+
+bool hl_reactor_post_cancel(struct hl_reactor *r, struct hl_reactor_post *p)
+{
+	if (!r || p->queued_on != r)
+		return false;
+	for (int i = 0; i < ncalls; i++) {
+		if (calls[i].post == p) {
+			memmove(calls + i, calls + i + 1,
+			        (size_t)(ncalls - i - 1) * sizeof(calls[0]));
+			ncalls--;
+			break;
+		}
+	}
+	p->queued_on = NULL;
+	return true;
 }
 
 /* Run the queued calls, and those they queue, in order. */
@@ -64,6 +102,8 @@ static __attribute__((unused)) void run_calls(void)
 		void *arg = calls[0].arg;
 
 		fake_current = calls[0].r;
+		if (calls[0].post)
+			calls[0].post->queued_on = NULL;
 		memmove(calls, calls + 1, (size_t)(--ncalls) * sizeof(calls[0]));
 		fn(arg);
 	}

@@ -11,6 +11,8 @@
  */
 #include "session_ut_lib.h"
 
+#include "fail_malloc.h" /* linked with -Wl,--wrap=malloc */
+
 /* Peer p logs in with the same initiator name and ISID as peers[0] (login_ok). */
 static void reinstate_start(struct peer *p)
 {
@@ -168,6 +170,63 @@ static void test_ended_session_no_fence(void)
 	teardown();
 }
 
+/*
+ * The kill of a replaced session cannot be lost to a shortage: before, it
+ * was a malloc'd request handed to hl_reactor_call, and when either failed
+ * the old connection stayed in full feature phase although its session was
+ * replaced. Here no reactor call can be queued (the ring cannot grow): the
+ * old connection is closed all the same, and the fence, whose own calls
+ * fail, does not pass as clean: the login fails at its timer (0x0301).
+ */
+static void test_reinstate_kill_needs_no_queue_memory(void)
+{
+	setup();
+	login_ok(NULL);
+	fake_call_enomem = true;
+	reinstate_start(&peers[1]);
+	fake_call_enomem = false;
+	CU_ASSERT_FALSE(peer_alive(&peers[0])); /* closed and gone, no longer in FFP */
+	P = &peers[1];
+	CU_ASSERT_EQUAL_FATAL(ngot, 0);
+	CU_ASSERT_TRUE_FATAL(hl_timer_pending(&conn->fence_timer));
+	conn->fence_timer.fn(&conn->fence_timer);
+	pump();
+	CU_ASSERT_EQUAL_FATAL(ngot, 1);
+	CU_ASSERT_EQUAL(login_status(&got[0]), ISCSI_LOGIN_SERVICE_UNAVAILABLE);
+	teardown();
+}
+
+/* ... nor to a failed malloc: the administrator removes the target (force). */
+static void test_admin_kill_needs_no_malloc(void)
+{
+	setup();
+	login_ok(NULL);
+	CU_ASSERT_EQUAL(conn->state, CONN_FFP);
+	fail_malloc_set(1);
+	int rc = hl_iscsi_target_remove(srv, TGT, true);
+	fail_malloc_set(0);
+	CU_ASSERT_EQUAL(rc, 0);
+	run_calls();
+	CU_ASSERT_FALSE(peer_alive(&peers[0]));
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
+/* A kill still queued when its connection goes first is taken back, not run on freed memory. */
+static void test_kill_cancelled_by_free(void)
+{
+	setup();
+	login_ok(NULL);
+	CU_ASSERT_EQUAL(hl_iscsi_target_remove(srv, TGT, true), 0);
+	CU_ASSERT_EQUAL(srv->pending_calls, 1);
+	CU_ASSERT_EQUAL(ncalls, 1);
+	iscsi_conn_close(conn, "test: peer gone before the kill ran");
+	CU_ASSERT_FALSE(peer_alive(&peers[0]));
+	CU_ASSERT_EQUAL(ncalls, 0);
+	CU_ASSERT_EQUAL(srv->pending_calls, 0);
+	teardown();
+}
+
 static const struct hl_test tests[] = {
     {"a reinstating login waits for the old session's commands", test_reinstating_login_waits},
     {"... also those of a connection that closed already", test_closed_session_fenced},
@@ -176,6 +235,10 @@ static const struct hl_test tests[] = {
     {"a login with no other session of its nexus needs no fence", test_fresh_nexus_no_fence},
     {"... nor once the old session's commands and connection are gone",
      test_ended_session_no_fence},
+    {"a reinstatement's kill needs no room in the reactor's queue",
+     test_reinstate_kill_needs_no_queue_memory},
+    {"an administrator's kill needs no malloc", test_admin_kill_needs_no_malloc},
+    {"a kill still queued goes with its session", test_kill_cancelled_by_free},
     {NULL, NULL},
 };
 
