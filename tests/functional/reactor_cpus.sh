@@ -1,0 +1,61 @@
+#!/bin/bash
+# reactor_cpus.sh - issue 25: [global] cpus runs the reactors on the listed
+# CPUs, one CPU each in turn (e.g. on the CPU that takes the cache device's
+# completion interrupts, docs/service.md "CPUs and interrupts"). Without
+# threads, one reactor per listed CPU. A bad list is refused at load with
+# its line; a CPU hotlund may not run on stops the start with a message.
+. "$(dirname "$0")/lib.sh"
+
+tmp=$(hl_tmpdir)
+hl_make_disk "$tmp/d.img" 16M
+last=$(($(nproc) - 1))
+
+# conf FILE PORT [KEY=VALUE...]: one disk, the [global] pairs given
+conf() {
+	local f=$1 port=$2
+	shift 2
+	hl_conf_global "$f" "$port" "$tmp/state-$port" "$@"
+	printf '\n[disk d]\norigin = file:%s\n\n[target %s:t]\nlun.0 = d\nallow = ALL\n' \
+		"$tmp/d.img" "$HL_IQN_PREFIX" >>"$f"
+}
+
+# reactors PID: "NAME CPUS_ALLOWED" of each reactor thread, sorted
+reactors() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		case "$(cat "$t/comm")" in
+		reactor*) echo "$(cat "$t/comm") $(awk '/^Cpus_allowed_list/ {print $2}' "$t/status")" ;;
+		esac
+	done | sort
+}
+
+# the last CPU alone: one reactor, there
+port=$(hl_free_port)
+conf "$tmp/a.conf" "$port" "cpus=$last"
+hl_start_hotlund "$tmp/a.conf"
+got=$(reactors "$HL_PID")
+[ "$got" = "reactor0 $last" ] || hl_fail "cpus = $last: reactors '$got', want 'reactor0 $last'"
+hl_log "ok: cpus = $last: $got"
+hl_stop "$HL_PID"
+
+# threads = 3 over the list "last,0": round robin
+port=$(hl_free_port)
+conf "$tmp/b.conf" "$port" "threads=3" "cpus=$last,0"
+hl_start_hotlund "$tmp/b.conf"
+got=$(reactors "$HL_PID" | tr '\n' ' ')
+want="reactor0 $last reactor1 0 reactor2 $last "
+[ "$got" = "$want" ] || hl_fail "threads = 3, cpus = $last,0: reactors '$got', want '$want'"
+hl_log "ok: threads = 3, cpus = $last,0: $got"
+hl_stop "$HL_PID"
+
+# a list that is not one: refused with its line
+conf "$tmp/c.conf" "$(hl_free_port)" "cpus=0,0"
+out=$("$HL_HOTLUND" --check-config "$tmp/c.conf" 2>&1) && hl_fail "cpus = 0,0 accepted: $out"
+grep -qF "c.conf:6: cpus: '0,0' is not a CPU list" <<<"$out" || hl_fail "no line and reason in: $out"
+hl_log "ok: $out"
+
+# a CPU this machine does not have: the start fails and says why
+conf "$tmp/d.conf" "$(hl_free_port)" "cpus=1023"
+"$HL_HOTLUND" --config "$tmp/d.conf" >"$tmp/d.out" 2>&1 && hl_fail "started with cpus = 1023"
+grep -qF "cannot run on CPU 1023" "$tmp/d.out" || hl_fail "no reason in: $(cat "$tmp/d.out")"
+hl_log "ok: cpus = 1023: $(grep -F 'CPU 1023' "$tmp/d.out")"
