@@ -26,7 +26,9 @@
 #              SYSCALLS (0 | 1: also count the daemon's syscalls per I/O with
 #              perf stat on syscalls:sys_enter_*, into $HL_OUT/syscalls.txt),
 #              PIN=HOTLUND_CPUS:CLIENT_CPUS | irq (both daemons' threads on the first
-#              CPUs, hotlun-bench on the second, as hit_path.sh's PIN),
+#              CPUs, hotlun-bench on the second, as hit_path.sh's PIN; ":CLIENT_CPUS"
+#              pins the client only, e.g. to A/B the daemons' own "cpus = "
+#              through A_GLOBAL / B_GLOBAL),
 #              NOHALT=1 (SCHED_IDLE busy loops keep every CPU from halting, as
 #              hit_path.sh's NOHALT), NICE=N (run the daemons' threads and the
 #              client at nice N, e.g. -10, as hit_path.sh's NICE),
@@ -189,7 +191,7 @@ start() {
 	} >"$st.conf"
 	# shellcheck disable=SC2086
 	HL_HOTLUND=$bin HL_WRAPPER="${env:+env $env}" hl_start_hotlund "$st.conf"
-	if [ -n "$PIN" ]; then
+	if [ -n "${PIN%%:*}" ]; then
 		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
 	fi
 	if [ -n "$NICE" ]; then

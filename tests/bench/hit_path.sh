@@ -277,7 +277,7 @@ start() {
 		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
 	} >"$T/hit-$cbs.conf"
 	HL_HOTLUND=${HOTLUND:-$HL_HOTLUND} hl_start_hotlund "$T/hit-$cbs.conf"
-	if [ -n "$PIN" ]; then
+	if [ -n "${PIN%%:*}" ]; then
 		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
 	fi
 	if [ -n "$NICE" ]; then
