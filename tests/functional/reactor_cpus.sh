@@ -38,6 +38,25 @@ got=$(reactors "$HL_PID")
 hl_log "ok: cpus = $last: $got"
 hl_stop "$HL_PID"
 
+# a cache on a file of the scratch folder's disk: the log says which CPUs
+# that disk's interrupts reach, beside the reactors' (when the disk has MSI
+# interrupts at all: not on tmpfs, a loop device or most containers' overlays)
+port=$(hl_free_port)
+conf "$tmp/e.conf" "$port" "cpus=$last"
+sed -i 's/^origin = .*/&\ncache = ssd/' "$tmp/e.conf"
+printf '\n[cache ssd]\ndevice = %s/cache.img\nsize = 64M\n' "$tmp" >>"$tmp/e.conf"
+hl_start_hotlund "$tmp/e.conf"
+dev=$(readlink -f "/sys/dev/block/$(stat -c %Hd:%Ld "$tmp")/device" 2>/dev/null)
+while [ -n "$dev" ] && [ "$dev" != / ] && [ ! -d "$dev/msi_irqs" ]; do dev=$(dirname "$dev"); done
+if [ -d "$dev/msi_irqs" ]; then
+	hl_wait_grep "$HL_LOG" "device interrupts CPUs [0-9].*; reactors on CPUs $last " 10 ||
+		hl_fail "no line on the cache device's interrupts in $HL_LOG"
+	hl_log "ok: $(grep -o 'cache ssd: [^ ]*.s device interrupts.*' "$HL_LOG")"
+else
+	hl_log "the scratch folder's disk has no MSI interrupts: no line to check"
+fi
+hl_stop "$HL_PID"
+
 # threads = 3 over the list "last,0": round robin
 port=$(hl_free_port)
 conf "$tmp/b.conf" "$port" "threads=3" "cpus=$last,0"
