@@ -3,7 +3,9 @@
 # CPUs, one CPU each in turn (e.g. on the CPU that takes the cache device's
 # completion interrupts, docs/service.md "CPUs and interrupts"). Without
 # threads, one reactor per listed CPU. A bad list is refused at load with
-# its line; a CPU hotlund may not run on stops the start with a message.
+# its line; a CPU hotlund may not run on stops the start with a message; a
+# reload that changes the list is refused. With a cache on a disk that has
+# MSI interrupts, the start-up log says which CPUs they reach.
 . "$(dirname "$0")/lib.sh"
 
 tmp=$(hl_tmpdir)
@@ -36,6 +38,14 @@ hl_start_hotlund "$tmp/a.conf"
 got=$(reactors "$HL_PID")
 [ "$got" = "reactor0 $last" ] || hl_fail "cpus = $last: reactors '$got', want 'reactor0 $last'"
 hl_log "ok: cpus = $last: $got"
+# a reload cannot move the running reactors
+sed -i "s/^cpus = .*/cpus = 0-$last/" "$tmp/a.conf"
+out=$("$HL_BUILDDIR/hotlunctl" --socket "$tmp/state-$port/ctl.sock" reload 2>&1) &&
+	hl_fail "a reload changed cpus: $out"
+grep -qF "cpus cannot change while running" <<<"$out" || hl_fail "reload refused, but not for cpus: $out"
+got=$(reactors "$HL_PID")
+[ "$got" = "reactor0 $last" ] || hl_fail "after the refused reload: reactors '$got'"
+hl_log "ok: reload refused: $out"
 hl_stop "$HL_PID"
 
 # a cache on a file of the scratch folder's disk: the log says which CPUs
