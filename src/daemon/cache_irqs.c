@@ -38,8 +38,8 @@ static bool is_dir(const char *dir, const char *name)
 	char p[PATH_MAX];
 	struct stat st;
 
-	return (size_t)snprintf(p, sizeof(p), "%s/%s", dir, name) < sizeof(p) && stat(p, &st) == 0 &&
-	       S_ISDIR(st.st_mode);
+	return (size_t)snprintf(p, sizeof(p), "%s/%s", dir, name) < sizeof(p) &&
+	       stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 /* Add the CPUs of /proc/irq/IRQ/effective_affinity_list to bits. */
@@ -52,7 +52,8 @@ static void irq_cpus(const char *proc, const char *irq, cpu_bits bits)
 	for (size_t i = 0; i < HL_ARRAY_SIZE(files); i++) {
 		FILE *f;
 		int n = -1;
-		if ((size_t)snprintf(p, sizeof(p), "%s/irq/%s/%s", proc, irq, files[i]) >= sizeof(p))
+		if ((size_t)snprintf(p, sizeof(p), "%s/irq/%s/%s", proc, irq, files[i]) >=
+		    sizeof(p))
 			return;
 		f = fopen(p, "re");
 		if (!f)

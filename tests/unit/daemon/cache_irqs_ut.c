@@ -46,15 +46,16 @@ static void setup(void)
 	close(fd);
 	CU_ASSERT_EQUAL_FATAL(stat(file, &st), 0);
 	/* a PCI function with MSI interrupts 35 and 36, a virtio device under it, its disk vda */
-	snprintf(cmd, sizeof(cmd),
-	         "set -e; cd %s; mkdir -p sys/dev/block sys/devices/pci0/fn/msi_irqs/35 "
-	         "sys/devices/pci0/fn/msi_irqs/36 sys/devices/pci0/fn/virtio1/block/vda/vda1 "
-	         "proc/irq/35 proc/irq/36; touch sys/devices/pci0/fn/virtio1/block/vda/vda1/partition; "
-	         "ln -s ../../.. sys/devices/pci0/fn/virtio1/block/vda/device; "
-	         "echo 1 >proc/irq/35/effective_affinity_list; "
-	         "echo 1 >proc/irq/36/effective_affinity_list; "
-	         "ln -s ../../devices/pci0/fn/virtio1/block/vda sys/dev/block/%u:%u",
-	         root, major(st.st_dev), minor(st.st_dev));
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "set -e; cd %s; mkdir -p sys/dev/block sys/devices/pci0/fn/msi_irqs/35 "
+	    "sys/devices/pci0/fn/msi_irqs/36 sys/devices/pci0/fn/virtio1/block/vda/vda1 "
+	    "proc/irq/35 proc/irq/36; touch sys/devices/pci0/fn/virtio1/block/vda/vda1/partition; "
+	    "ln -s ../../.. sys/devices/pci0/fn/virtio1/block/vda/device; "
+	    "echo 1 >proc/irq/35/effective_affinity_list; "
+	    "echo 1 >proc/irq/36/effective_affinity_list; "
+	    "ln -s ../../devices/pci0/fn/virtio1/block/vda sys/dev/block/%u:%u",
+	    root, major(st.st_dev), minor(st.st_dev));
 	run(cmd);
 }
 
@@ -124,25 +125,28 @@ static void test_nothing_to_say(void)
 	char cmd[2 * PATH_MAX], out[64];
 
 	setup();
-	CU_ASSERT_EQUAL(daemon_cache_irq_cpus(sys_root, proc_root, "/nonexistent/x", out, sizeof(out)),
-	                -ENOENT);
+	CU_ASSERT_EQUAL(
+	    daemon_cache_irq_cpus(sys_root, proc_root, "/nonexistent/x", out, sizeof(out)),
+	    -ENOENT);
 	/* no MSI interrupts up the device path */
 	snprintf(cmd, sizeof(cmd), "rm -r %s/sys/devices/pci0/fn/msi_irqs", root);
 	run(cmd);
-	CU_ASSERT_EQUAL(daemon_cache_irq_cpus(sys_root, proc_root, file, out, sizeof(out)), -ENODEV);
+	CU_ASSERT_EQUAL(daemon_cache_irq_cpus(sys_root, proc_root, file, out, sizeof(out)),
+	                -ENODEV);
 	/* no such block device in sysfs */
 	snprintf(cmd, sizeof(cmd), "rm %s/sys/dev/block/*", root);
 	run(cmd);
-	CU_ASSERT_EQUAL(daemon_cache_irq_cpus(sys_root, proc_root, file, out, sizeof(out)), -ENODEV);
+	CU_ASSERT_EQUAL(daemon_cache_irq_cpus(sys_root, proc_root, file, out, sizeof(out)),
+	                -ENODEV);
 	teardown();
 }
 
 static const struct hl_test tests[] = {
-	{"a virtio disk with one queue", test_virtio_one_queue},
-	{"a partition: its disk's interrupts", test_partition},
-	{"a queue per CPU", test_queue_per_cpu},
-	{"nothing to say", test_nothing_to_say},
-	{NULL, NULL},
+    {"a virtio disk with one queue", test_virtio_one_queue},
+    {"a partition: its disk's interrupts", test_partition},
+    {"a queue per CPU", test_queue_per_cpu},
+    {"nothing to say", test_nothing_to_say},
+    {NULL, NULL},
 };
 
 int main(void)
