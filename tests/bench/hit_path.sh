@@ -193,15 +193,15 @@ field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 # prints "IOPS CPU_US_PER_IO AQU BUSY% P50_US" (the cache device's queue and
 # busy time during the run, the median latency).
 bench() {
-	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq ct=()
+	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq timed=()
 	d0=$(disk_snap)
-	[ "${CPUSTAT:-0}" = 1 ] && { sys_snap "$T/snap0" 0; ct=(/usr/bin/time -o "$T/client.time" -f '%U %S'); }
+	[ "${CPUSTAT:-0}" = 1 ] && { sys_snap "$T/snap0" 0; timed=(/usr/bin/time -o "$T/client.time" -f '%U %S'); }
 	t0=$(cpu_ticks "$HL_PID")
 	if [ "${CPUPROF:-0}" = 1 ]; then
 		(sleep 1; perf record -a -g -o "$OUT/cpuprof-${CPUSTAT_NAME%% *}-lun$lun-$bs-$qd.data" -- sleep \
 			"$((TIME > 3 ? TIME - 2 : 1))" >/dev/null 2>&1) &
 	fi
-	line=$("${CPIN[@]}" "${ct[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
+	line=$("${CPIN[@]}" "${timed[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
 		--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$HL_PID")
 	dq=$(disk_delta "$d0" "$bs")
