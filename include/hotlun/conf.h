@@ -174,7 +174,8 @@ struct hl_conf {
 	char *state_dir;
 	char *control_socket;
 	int log_level;         /* HL_LOG_* */
-	unsigned threads;      /* reactor threads, 0 = one per core */
+	unsigned threads;      /* reactor threads, 0 = one per core (one per CPU of cpus, if set) */
+	char *cpus;            /* CPU list the reactors run on, one CPU each in turn; NULL: unpinned */
 	int poll_us;           /* reactors' busy-poll window (us), -1: unset (the default) */
 	int send_uring;        /* iSCSI sends through io_uring: 1 yes, 0 no, -1: unset (no) */
 	uint64_t write_buffer_limit; /* bytes of unfinished WRITE data, 0: unset (from RAM) */

@@ -185,6 +185,13 @@ int hl_reactor_run(struct hl_reactor *r);
 /** Start a new thread that runs the reactor. @return 0 or -errno. */
 int hl_reactor_start(struct hl_reactor *r);
 
+/**
+ * Start it as hl_reactor_start() does, on CPU @cpu only (the thread's
+ * affinity, set before it runs; [global] cpus). @return 0, or -EINVAL
+ * when the CPU is offline or not allowed to this process, or -errno.
+ */
+int hl_reactor_start_on(struct hl_reactor *r, unsigned cpu);
+
 /** Ask the loop to return (any thread); joins its thread if hl_reactor_start() made one. */
 void hl_reactor_stop(struct hl_reactor *r);
 void hl_reactor_join(struct hl_reactor *r);

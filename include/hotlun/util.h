@@ -152,6 +152,17 @@ int hl_parse_percent(const char *s, uint32_t *out);
 /** Parse "yes|no|true|false|on|off|1|0". @return 0 or -EINVAL. */
 int hl_parse_bool(const char *s, bool *out);
 
+#define HL_CPU_LIST_MAX 1024 /* CPU numbers in a list are below this */
+
+/**
+ * Parse a CPU list as taskset and /proc/irq/N/smp_affinity_list write
+ * them: "1", "0,2", "0-3,8-11" (no spaces). Stores up to @max CPU numbers
+ * in @cpus, in the order given. @return how many (>= 1), or -EINVAL (bad
+ * syntax, a CPU of HL_CPU_LIST_MAX or more, a range that runs backwards, a
+ * CPU twice, more than @max CPUs).
+ */
+int hl_parse_cpu_list(const char *s, unsigned *cpus, size_t max);
+
 /**
  * Parse an NAA 6 (IEEE Registered Extended) designator: 32 hex digits, the
  * first one 6 (NAA 6, then the 24-bit IEEE company id, 36 bits vendor

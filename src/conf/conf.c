@@ -302,6 +302,15 @@ int conf_global_key(struct conf_parser *p, const char *key, const char *v)
 	}
 	if (strcmp(key, "threads") == 0)
 		return parse_u32(p, key, v, 64, &c->threads);
+	if (strcmp(key, "cpus") == 0) {
+		unsigned cpus[HL_CPU_LIST_MAX];
+		if (hl_parse_cpu_list(v, cpus, HL_ARRAY_SIZE(cpus)) < 0)
+			return conf_perr(p,
+			                 "cpus: '%s' is not a CPU list (e.g. 1, 0,2 or 0-3; each "
+			                 "CPU once, below %d)",
+			                 v, HL_CPU_LIST_MAX);
+		return conf_set_str(p, &c->cpus, v);
+	}
 	if (strcmp(key, "poll_us") == 0) {
 		unsigned us = 0;
 		int rc = parse_u32(p, key, v, HL_CONF_POLL_US_MAX, &us);
@@ -1032,6 +1041,7 @@ void hl_conf_free(struct hl_conf *c)
 	free(c->state_dir);
 	free(c->control_socket);
 	free(c->metrics_listen);
+	free(c->cpus);
 	free(c->discovery_chap_user);
 	conf_free_secret(&c->discovery_chap_secret);
 	for (size_t i = 0; i < c->n_disks; i++)

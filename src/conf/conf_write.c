@@ -79,6 +79,7 @@ int hl_conf_write(const struct hl_conf *c, FILE *f)
 		snprintf(num, sizeof(num), "%u", c->threads);
 		put_kv(f, "threads", num);
 	}
+	put_opt(f, "cpus", c->cpus);
 	if (c->poll_us >= 0) {
 		snprintf(num, sizeof(num), "%d", c->poll_us);
 		put_kv(f, "poll_us", num);
@@ -464,6 +465,8 @@ int hl_conf_unset(struct hl_conf *c, enum hl_conf_kind kind, const char *name, c
 			c->threads = 0;
 			return 0;
 		}
+		if (strcmp(key, "cpus") == 0)
+			return unset_str(&c->cpus);
 		if (strcmp(key, "poll_us") == 0) {
 			c->poll_us = -1;
 			return 0;

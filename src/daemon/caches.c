@@ -50,6 +50,23 @@ static void rt_free(struct cache_rt *r)
 	free(r);
 }
 
+/*
+ * Say where the cache device's completions interrupt, beside where the
+ * reactors run: a hit completes on those CPUs (cache_irqs.c).
+ */
+static void log_irq_cpus(const struct hl_conf *conf, const struct hl_conf_cache *k)
+{
+	char cpus[256];
+
+	if (daemon_cache_irq_cpus("/sys", "/proc", k->device, cpus, sizeof(cpus)))
+		return;
+	HL_NOTICE("daemon",
+	          "cache %s: %s's device interrupts CPUs %s; reactors %s%s (hotlun.conf(5) cpus, "
+	          "docs/service.md)",
+	          k->name, k->device, cpus, conf->cpus ? "on CPUs " : "unpinned",
+	          conf->cpus ? conf->cpus : "");
+}
+
 static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, char *err,
                     size_t errlen)
 {
@@ -99,6 +116,7 @@ static int open_one(const struct hl_conf *conf, const struct hl_conf_cache *k, c
 	}
 	r->next = g_caches;
 	g_caches = r;
+	log_irq_cpus(conf, k);
 	return 0;
 }
 

@@ -344,6 +344,7 @@ static int object_params(struct daemon *d, const struct node *nd, json_t **out, 
 		put_str(o, "control_socket", c->control_socket);
 		put_str(o, "metrics_listen", c->metrics_listen);
 		json_object_set_new(o, "threads", json_integer(c->threads));
+		put_str(o, "cpus", c->cpus);
 		json_object_set_new(o, "poll_us", json_integer(daemon_poll_us(c)));
 		json_object_set_new(o, "logout_timeout", json_integer(daemon_logout_timeout(c)));
 		json_object_set_new(o, "control_idle_timeout",

@@ -310,4 +310,15 @@ int daemon_conf_file_load(const char *path, struct hl_conf **out, char *err, siz
 /** Wrap *origin with the throttle when the [disk] section asks for one. @return 0 or -errno. */
 int daemon_wrap_origin(const struct hl_conf_disk *disk, struct hl_origin **origin);
 
+/**
+ * The CPUs that take the completion interrupts of the block device holding
+ * @path (a cache device: a file or the device itself), as a CPU list
+ * ("1", "0-3") in @out; @sys and @proc are where sysfs and procfs are
+ * mounted ("/sys", "/proc"; other roots in tests). @return 0, or -ENODEV
+ * when there is no such device or it has no MSI interrupts (tmpfs, loop),
+ * or -errno of stat. cache_irqs.c.
+ */
+int daemon_cache_irq_cpus(const char *sys, const char *proc, const char *path, char *out,
+                          size_t len);
+
 #endif

@@ -218,8 +218,20 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 	if (rc)
 		return rc;
 
+	/*
+	 * [global] cpus pins reactor i to the i-th CPU of the list (round
+	 * robin): e.g. onto the CPUs that take the cache device's completion
+	 * interrupts, so that a hit's read completes on its reactor's CPU
+	 * (docs/service.md, "CPUs and interrupts").
+	 */
+	unsigned cpus[HL_CPU_LIST_MAX];
+	int n_cpus = loaded->cpus ? hl_parse_cpu_list(loaded->cpus, cpus, HL_ARRAY_SIZE(cpus)) : 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	d->n_reactors = loaded->threads ? loaded->threads : (unsigned)(ncpu > 0 ? ncpu : 1);
+	if (n_cpus < 0)
+		return n_cpus; /* the parser checked it: not reached */
+	d->n_reactors = loaded->threads ? loaded->threads
+	                : n_cpus        ? (unsigned)n_cpus
+	                                : (unsigned)(ncpu > 0 ? ncpu : 1);
 	d->reactors = calloc(d->n_reactors, sizeof(*d->reactors));
 	if (!d->reactors)
 		return -ENOMEM;
@@ -230,10 +242,20 @@ static int start_threads(struct daemon *d, const struct hl_conf *loaded)
 		if (rc)
 			return rc;
 		hl_reactor_set_poll_us(d->reactors[i], daemon_poll_us(loaded));
-		rc = hl_reactor_start(d->reactors[i]);
+		if (!n_cpus) {
+			rc = hl_reactor_start(d->reactors[i]);
+		} else {
+			rc = hl_reactor_start_on(d->reactors[i], cpus[i % (unsigned)n_cpus]);
+			if (rc == -EINVAL)
+				HL_ERR("daemon", "cpus = %s: %s cannot run on CPU %u (offline, or not "
+				       "allowed to hotlund)",
+				       loaded->cpus, name, cpus[i % (unsigned)n_cpus]);
+		}
 		if (rc)
 			return rc;
 	}
+	if (n_cpus)
+		HL_NOTICE("daemon", "%u reactors on CPUs %s", d->n_reactors, loaded->cpus);
 	rc = hl_workers_start(4);
 	if (rc)
 		return rc;

@@ -620,6 +620,9 @@ static int restart_only(const struct hl_conf *cur, const struct hl_conf *next, c
 	if (cur->threads != next->threads)
 		return daemon_fail(err, errlen, -EINVAL,
 		                   "threads cannot change while running; restart hotlund");
+	if (!daemon_str_eq(cur->cpus, next->cpus))
+		return daemon_fail(err, errlen, -EINVAL,
+		                   "cpus cannot change while running; restart hotlund");
 	if (cur->gateway != next->gateway || cur->n_gateways != next->n_gateways ||
 	    memcmp(cur->gateways, next->gateways, cur->n_gateways * sizeof(cur->gateways[0])))
 		return daemon_fail(

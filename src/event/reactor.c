@@ -48,7 +48,9 @@
 #include "hotlun/util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -706,10 +708,27 @@ static void *reactor_thread(void *arg)
 	return NULL;
 }
 
-int hl_reactor_start(struct hl_reactor *r)
+/* A new thread for r, on cpu only unless cpu < 0. */
+static int reactor_spawn(struct hl_reactor *r, int cpu)
 {
 	char comm[16]; /* what Linux keeps of a thread's name */
-	int rc = pthread_create(&r->thread, NULL, reactor_thread, r);
+	pthread_attr_t attr;
+	cpu_set_t set;
+	int rc;
+
+	if (cpu >= CPU_SETSIZE)
+		return -EINVAL;
+	rc = pthread_attr_init(&attr);
+	if (rc)
+		return -rc;
+	if (cpu >= 0) {
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		rc = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	}
+	if (!rc)
+		rc = pthread_create(&r->thread, &attr, reactor_thread, r);
+	pthread_attr_destroy(&attr);
 	if (rc)
 		return -rc;
 	r->has_thread = true;
@@ -717,6 +736,16 @@ int hl_reactor_start(struct hl_reactor *r)
 	hl_strlcpy(comm, r->name, sizeof(comm));
 	pthread_setname_np(r->thread, comm);
 	return 0;
+}
+
+int hl_reactor_start(struct hl_reactor *r)
+{
+	return reactor_spawn(r, -1);
+}
+
+int hl_reactor_start_on(struct hl_reactor *r, unsigned cpu)
+{
+	return reactor_spawn(r, cpu > INT_MAX ? CPU_SETSIZE : (int)cpu);
 }
 
 static void stop_cb(void *arg)

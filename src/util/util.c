@@ -178,6 +178,54 @@ int hl_parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
+/* One decimal CPU number at *s, below HL_CPU_LIST_MAX; advances *s. */
+static int cpu_number(const char **s, unsigned *out)
+{
+	unsigned v = 0;
+	const char *p = *s;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	while (*p >= '0' && *p <= '9') {
+		v = v * 10 + (unsigned)(*p++ - '0');
+		if (v >= HL_CPU_LIST_MAX)
+			return -EINVAL;
+	}
+	*s = p;
+	*out = v;
+	return 0;
+}
+
+int hl_parse_cpu_list(const char *s, unsigned *cpus, size_t max)
+{
+	uint64_t seen[HL_CPU_LIST_MAX / 64] = {0};
+	size_t n = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (;;) {
+		unsigned lo, hi;
+		if (cpu_number(&s, &lo))
+			return -EINVAL;
+		hi = lo;
+		if (*s == '-') {
+			s++;
+			if (cpu_number(&s, &hi) || hi < lo)
+				return -EINVAL;
+		}
+		for (unsigned c = lo; c <= hi; c++) {
+			if (n == max || (seen[c / 64] & (1ull << (c % 64))))
+				return -EINVAL;
+			seen[c / 64] |= 1ull << (c % 64);
+			cpus[n++] = c;
+		}
+		if (*s == '\0')
+			return (int)n;
+		if (*s++ != ',')
+			return -EINVAL;
+	}
+}
+
 const char *hl_format_size(uint64_t v, char *buf, size_t len)
 {
 	static const char units[] = "KMGTPE";

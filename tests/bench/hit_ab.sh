@@ -25,8 +25,10 @@
 #              SESSIONS (1: iSCSI sessions per run, hotlun-bench --sessions; QD is per session),
 #              SYSCALLS (0 | 1: also count the daemon's syscalls per I/O with
 #              perf stat on syscalls:sys_enter_*, into $HL_OUT/syscalls.txt),
-#              PIN=HOTLUND_CPUS:CLIENT_CPUS (both daemons' threads on the first
-#              CPUs, hotlun-bench on the second, as hit_path.sh's PIN),
+#              PIN=HOTLUND_CPUS:CLIENT_CPUS | irq (both daemons' threads on the first
+#              CPUs, hotlun-bench on the second, as hit_path.sh's PIN; ":CLIENT_CPUS"
+#              pins the client only, e.g. to A/B the daemons' own "cpus = "
+#              through A_GLOBAL / B_GLOBAL),
 #              NOHALT=1 (SCHED_IDLE busy loops keep every CPU from halting, as
 #              hit_path.sh's NOHALT), NICE=N (run the daemons' threads and the
 #              client at nice N, e.g. -10, as hit_path.sh's NICE),
@@ -70,7 +72,7 @@ trap 'rc=$?; for p in $SPIN_PIDS; do kill "$p" 2>/dev/null; done; if [ -n "$NS" 
 PIN=${PIN:-}
 NICE=${NICE:-}
 . "$SRC/tests/bench/bench_lib.sh"
-bench_client_setup
+bench_client_setup "$T"
 DISK=$(basename "$(df --output=source "$T" | tail -1)")
 grep -q " $DISK " /proc/diskstats 2>/dev/null || DISK=
 # disk_snap: "reads sectors_read weighted_ms ms_now" of DISK.
@@ -189,7 +191,7 @@ start() {
 	} >"$st.conf"
 	# shellcheck disable=SC2086
 	HL_HOTLUND=$bin HL_WRAPPER="${env:+env $env}" hl_start_hotlund "$st.conf"
-	if [ -n "$PIN" ]; then
+	if [ -n "${PIN%%:*}" ]; then
 		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
 	fi
 	if [ -n "$NICE" ]; then
@@ -256,7 +258,7 @@ for cbs in $BLOCKS; do
 done
 {
 	echo
-	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)${PIN:+, pinned hotlund:client = $PIN}${SPIN_PIDS:+, NOHALT=1}${NICE:+, nice $NICE}"
+	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ)${PIN:+, pinned hotlund:client = $PIN$PIN_IRQ}${SPIN_PIDS:+, NOHALT=1}${NICE:+, nice $NICE}"
 } >>"$OUT/results.md"
 cat "$OUT/results.md"
 if [ "$SYSCALLS" = 1 ]; then cat "$OUT/syscalls.txt"; fi

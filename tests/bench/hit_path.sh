@@ -63,12 +63,18 @@
 #              and measured range, default 256M), THREADS (hotlund's, default 2),
 #              CACHE_DIR (where the cache file lives: the "SSD"; default the
 #              run's temp dir), HL_OUT (default ./hit-path), PROFILE=1|all,
-#              PROFILE_CELL, PIN=HOTLUND_CPUS:CLIENT_CPUS (e.g. PIN=0:1: every
+#              PROFILE_CELL, PIN=HOTLUND_CPUS:CLIENT_CPUS | irq (e.g. PIN=0:1: every
 #              hotlund thread on CPU 0, hotlun-bench and fio on CPU 1, so that
 #              where the scheduler puts the client does not move QD1 figures
-#              by more than what they measure; default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
+#              by more than what they measure; PIN=irq: hotlund on the CPU that
+#              takes the cache disk's interrupts, the client on the others
+#              (tests/bench/bench_lib.sh); default: no pinning), HOTLUND (the hotlund binary to run; default BUILDDIR's),
 #              NOHALT=1 (no CPU halts: see below; the QD1 column's like-with-like mode),
 #              TIMELINE=1 (per-request timelines, below),
+#              CPUSTAT=1 (per run, each CPU's busy time, interrupts and softirqs
+#              per I/O, hotlund's and the client's CPU µs per I/O:
+#              tests/bench/cpu_split.py, into $HL_OUT/cpustat.txt),
+#              CPUPROF=1 (perf record -a -g of each run, $HL_OUT/cpuprof-*.data),
 #              COUNTS=1 (per-I/O counts beside fio, above; COUNTS_CELL,
 #              COUNT_TIME, COUNT_WIN, COUNT_PROF),
 #              NICE=N (hotlund's threads, hotlun-bench and fio at nice N, e.g.
@@ -108,7 +114,7 @@ IQN=$HL_IQN_PREFIX:hit-path
 PIN=${PIN:-}
 NICE=${NICE:-}
 . "$SRC/tests/bench/bench_lib.sh"
-bench_client_setup
+bench_client_setup "$CDIR"
 TCK=$(getconf CLK_TCK)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 RANGE_B=$(numfmt --from=iec "$RANGE")
@@ -161,6 +167,25 @@ disk_delta() {
 # cpu_ticks PID: utime + stime of PID in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+# CPUSTAT=1: per run, where the CPU time and the interrupts went on each
+# CPU (tests/bench/cpu_split.py, into $HL_OUT/cpustat.txt): sys_snap FILE
+# CLIENT_TICKS takes the snapshot it compares (the client's ticks come from
+# /usr/bin/time, as it has exited by the second snapshot).
+VIRTIO=$(basename "$(readlink -f "/sys/block/$DISK/device" 2>/dev/null)")
+CPUSTAT_NAME=
+sys_snap() {
+	local p
+	{
+		cat /proc/stat /proc/interrupts /proc/softirqs
+		for p in $SPIN_PIDS; do
+			echo "spin $(awk '{print $39, $14 + $15}' "/proc/$p/stat")"
+		done
+		echo "task hotlund $(cpu_ticks "$HL_PID")"
+		echo "task client $2"
+		echo "ns $(date +%s%N)"
+	} >"$1"
+}
+
 # field LINE KEY: the value of KEY=... in hotlun-bench's summary line.
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 
@@ -168,15 +193,25 @@ field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 # prints "IOPS CPU_US_PER_IO AQU BUSY% P50_US" (the cache device's queue and
 # busy time during the run, the median latency).
 bench() {
-	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq
+	local lun=$1 bs=$2 qd=$3 t0 t1 line ios d0 dq timed=()
 	d0=$(disk_snap)
+	[ "${CPUSTAT:-0}" = 1 ] && { sys_snap "$T/snap0" 0; timed=(/usr/bin/time -o "$T/client.time" -f '%U %S'); }
 	t0=$(cpu_ticks "$HL_PID")
-	line=$("${CPIN[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
+	if [ "${CPUPROF:-0}" = 1 ]; then
+		(sleep 1; perf record -a -g -o "$OUT/cpuprof-${CPUSTAT_NAME%% *}-lun$lun-$bs-$qd.data" -- sleep \
+			"$((TIME > 3 ? TIME - 2 : 1))" >/dev/null 2>&1) &
+	fi
+	line=$("${CPIN[@]}" "${timed[@]}" "$BENCH" --workload uniform --range "$RANGE" --bs "$bs" --qd "$qd" --time "$TIME" \
 		--quiet "iscsi://127.0.0.1:$PORT/$IQN/$lun" 2>>"$OUT/bench.err" | tail -1)
 	t1=$(cpu_ticks "$HL_PID")
 	dq=$(disk_delta "$d0" "$bs")
 	ios=$(field "$line" ios)
 	[ "$(field "$line" errors)" = 0 ] || hl_error "I/O errors: $line"
+	if [ "${CPUSTAT:-0}" = 1 ]; then
+		sys_snap "$T/snap1" "$(awk -v k="$TCK" '{printf "%d", ($1 + $2) * k + 0.5}' "$T/client.time")"
+		python3 "$SRC/tests/bench/cpu_split.py" "$CPUSTAT_NAME lun$lun $bs QD$qd" "$T/snap0" "$T/snap1" \
+			"${ios:-0}" "$VIRTIO" >>"$OUT/cpustat.txt"
+	fi
 	awk -v i="$(field "$line" iops)" -v n="${ios:-0}" -v d=$((t1 - t0)) -v k="$TCK" \
 		'BEGIN {printf "%d %.1f", i, n ? d * 1e6 / k / n : 0}'
 	echo " $dq $(field "$line" p50_us)"
@@ -242,7 +277,7 @@ start() {
 		printf '[target %s]\nlun.0 = hit\nlun.1 = plain\nallow = ALL\n' "$IQN"
 	} >"$T/hit-$cbs.conf"
 	HL_HOTLUND=${HOTLUND:-$HL_HOTLUND} hl_start_hotlund "$T/hit-$cbs.conf"
-	if [ -n "$PIN" ]; then
+	if [ -n "${PIN%%:*}" ]; then
 		taskset -a -p -c "${PIN%%:*}" "$HL_PID" >/dev/null || hl_error "taskset ${PIN%%:*} $HL_PID failed"
 	fi
 	if [ -n "$NICE" ]; then
@@ -440,6 +475,7 @@ for cbs in $BLOCKS; do
 	start "$cbs"
 	for cell in $CELLS; do
 		bs=${cell%:*} qd=${cell#*:}
+		CPUSTAT_NAME="$cbs blocks:"
 		# The device limit does not depend on the cache block: measure it once,
 		# but at QD1 next to each hit run (the QD1 addition subtracts it).
 		{ [ "${FIO[$cell]}" = 0 ] || [ "$qd" = 1 ]; } && FIO[$cell]=$(fio_iops "$bs" "$qd")
@@ -477,7 +513,7 @@ done
 {
 	echo
 	echo "machine: $(nproc) CPUs, $(uname -r), load average before: $LOAD0, after: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN}${NICE:+, nice $NICE}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ); hotlund ${HOTLUND:-$HL_BUILDDIR/hotlund} (script from $(git -C "$SRC" describe --always --dirty 2>/dev/null)), threads = $THREADS${PIN:+, pinned hotlund:client = $PIN$PIN_IRQ}${NICE:+, nice $NICE}${SPIN_PIDS:+, NOHALT=1 (SCHED_IDLE loops keep every CPU from halting)};"
 	echo "random reads over $RANGE, $TIME s a run, hotlun-bench one session; cache file in $CDIR ($(df --output=source "$CDIR" | tail -1)); $(fio --version)"
 	cat "$OUT/notes.txt"
 } >>"$OUT/results.md"

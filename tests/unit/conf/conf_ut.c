@@ -115,6 +115,8 @@ static void test_errors_name_file_and_line(void)
 	parse_err("[cache c]\ndevice=/x\nwrite_budget = -5\n", "t.conf:3:", "write_budget");
 	parse_err("[global]\npoll_us = 1001\n", "t.conf:2:", "poll_us: expected a whole number from 0 to 1000");
 	parse_err("[global]\npoll_us = -5\n", "t.conf:2:", "poll_us");
+	parse_err("[global]\ncpus = 0-\n", "t.conf:2:", "cpus: '0-' is not a CPU list");
+	parse_err("[global]\ncpus = 1,1\n", "t.conf:2:", "each CPU once");
 	parse_err("[target iqn.2026-11.io.hotlun:t]\nallow_target_reset = maybe\n", "t.conf:2:",
 		  "allow_target_reset");
 	parse_err("[global]\nwrite_buffer_limit = 16M\n", "t.conf:2:", "at least 32M");
@@ -162,7 +164,7 @@ static void test_write_round_trip(void)
 {
 	const char *text = "[global]\nportal = 127.0.0.1:3261\nportal = [::1]:3262\n"
 			   "state_dir = /tmp/x\nlog_level = debug\npoll_us = 0\n"
-			   "write_buffer_limit = 96M\nscratch_buffer_limit = 48M\n"
+			   "write_buffer_limit = 96M\nscratch_buffer_limit = 48M\ncpus = 1,0-0\n"
 			   "[cache ssd0]\ndevice = /tmp/c\nsize = 2G\nblock_size = 64K\n"
 			   "admission = nhit:2\nupdate_buffer = 32M\nwrite_budget = 40%\n"
 			   "[cache ssd1]\ndevice = /tmp/d\nsize = 1G\nupdate_buffer = off\n"
@@ -195,6 +197,7 @@ static void test_write_round_trip(void)
 		CU_ASSERT_EQUAL(c2->caches[1].write_budget, 0);
 		CU_ASSERT_EQUAL(c2->log_level, HL_LOG_DEBUG);
 		CU_ASSERT_EQUAL(c2->poll_us, 0); /* 0 (off) is kept, not taken for unset */
+		CU_ASSERT_STRING_EQUAL(c2->cpus, "1,0-0"); /* as written */
 		CU_ASSERT_TRUE(c2->targets[0].allow_target_reset);
 		CU_ASSERT_EQUAL(c2->write_buffer_limit, 96ull << 20);
 		CU_ASSERT_EQUAL(c2->scratch_buffer_limit, 48ull << 20);
@@ -214,6 +217,7 @@ static void test_defaults(void)
 	CU_ASSERT_STRING_EQUAL(c->portals[0], "0.0.0.0:3260");
 	CU_ASSERT_PTR_NOT_NULL(c->state_dir);
 	CU_ASSERT_EQUAL(c->poll_us, -1); /* unset: the daemon uses HL_CONF_POLL_US_DEFAULT */
+	CU_ASSERT_PTR_NULL(c->cpus);     /* unset: reactors unpinned */
 	CU_ASSERT_EQUAL(c->write_buffer_limit, 0); /* unset: the default from physical memory */
 	CU_ASSERT_EQUAL(c->scratch_buffer_limit, 0); /* unset: HL_SCSI_SCRATCH_DEFAULT */
 	CU_ASSERT_EQUAL(c->logout_timeout, -1);    /* unset: HL_CONF_LOGOUT_TIMEOUT_DEFAULT */

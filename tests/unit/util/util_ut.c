@@ -55,6 +55,30 @@ static void test_parse_u64_and_bool(void)
 	CU_ASSERT_EQUAL(hl_parse_bool("maybe", &b), -EINVAL);
 }
 
+static void test_parse_cpu_list(void)
+{
+	unsigned c[8];
+
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("1", c, 8), 1);
+	CU_ASSERT_EQUAL(c[0], 1);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("3,0-1,8-9", c, 8), 5);
+	CU_ASSERT(c[0] == 3 && c[1] == 0 && c[2] == 1 && c[3] == 8 && c[4] == 9);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("1023", c, 8), 1);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("1024", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("0-8", c, 8), -EINVAL); /* nine CPUs */
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("2-1", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("0,1,0", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("0-2,1", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("0,", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list(",0", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("0 1", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("-1", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("1-", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list("99999999999999999999", c, 8), -EINVAL);
+	CU_ASSERT_EQUAL(hl_parse_cpu_list(NULL, c, 8), -EINVAL);
+}
+
 static void test_parse_percent(void)
 {
 	uint32_t p = 7;
@@ -274,6 +298,7 @@ static const struct hl_test tests[] = {
 	{"size junk rejected", test_parse_size_rejects_junk},
 	{"u64 and bool", test_parse_u64_and_bool},
 	{"percent", test_parse_percent},
+	{"cpu list", test_parse_cpu_list},
 	{"portal parse/format", test_portal_parse_and_format},
 	{"big-endian accessors", test_be_accessors},
 	{"list order, safe delete", test_list_order_and_safe_delete},
