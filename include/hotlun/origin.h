@@ -99,6 +99,15 @@ struct hl_origin_io {
 	int iovcnt;
 	/** READ: set by a cache before cb (enum hl_io_source); 0 (uncached) otherwise. */
 	uint8_t source;
+	/**
+	 * A write-type request that failed: set by the backend before cb when
+	 * a copy of it may still be run by the origin later (an iscsi://
+	 * command out on a session that was lost and not yet reinstated). It
+	 * may land until hl_origin_unfenced() says none can any more (0) or
+	 * the process restarts; a later write that succeeds does not order
+	 * it. false on a failure the origin answered (nothing left to run).
+	 */
+	bool may_land;
 	/** Completion: result 0 or -errno (-EIO, -ENOSPC, ...). Runs on the submitting reactor. */
 	void (*cb)(struct hl_origin_io *io, int result);
 	void *arg;         /* for the caller */
@@ -116,7 +125,7 @@ struct hl_origin_io {
 	 */
 	void (*ready)(struct hl_origin_io *io, uint64_t bytes);
 	/* Backend-private scratch, so backends need no allocation per I/O. */
-	uint64_t priv[8];
+	uint64_t priv[9];
 };
 
 /**
@@ -393,6 +402,15 @@ struct hl_origin_ops {
 	 */
 	void (*proof_release)(struct hl_origin *o, const char *tag, const char *proof);
 	/**
+	 * Optional (missing: a request never completes with may_land; in a
+	 * wrapper: its inner origin's). How many failed requests reported
+	 * with may_land the origin cannot rule out yet: 0 once no copy of
+	 * any of them can run any more (iscsi: each one's session logged in
+	 * again, a reinstatement that ends the old session's tasks at the
+	 * SAN). Any thread, never blocks.
+	 */
+	uint64_t (*unfenced)(struct hl_origin *o);
+	/**
 	 * Optional. A text that names the origin's data the same way on every
 	 * gateway that reaches it, and never names other data (rbd: cluster
 	 * fsid, pool id, image id, snapshot); the daemon derives the LU's
@@ -595,6 +613,13 @@ int hl_origin_proof_take(struct hl_origin *o, const char *tag, bool final, char 
  */
 int hl_origin_proof_check(struct hl_origin *o, const char *tag, const char *proof,
                           hl_origin_changed_fn changed, void *arg, char *why, size_t whylen);
+
+/**
+ * See hl_origin_ops.unfenced: failed requests of o's stack reported with
+ * may_land that may still run. A stack without the op never sets may_land:
+ * 0. Any thread.
+ */
+uint64_t hl_origin_unfenced(struct hl_origin *o);
 
 /** See hl_origin_ops.identity. @return 0 or -EOPNOTSUPP (none, or it does not fit). */
 int hl_origin_identity(struct hl_origin *o, char *buf, size_t len);

@@ -169,6 +169,7 @@ static void shadow_done(struct hl_origin_io *io, int result)
 	if (result < 0 && result != -EILSEQ) /* a miscompare is an answer, not an error */
 		add(shared, &c->errors, 1);
 	outer->miscompare_offset = io->miscompare_offset;
+	outer->may_land = io->may_land;
 	outer->source = io->source;
 
 	shadow_put(s);

@@ -75,7 +75,11 @@
  * repeating it could report a false miscompare), and the session reconnects
  * with exponential back-off from 100 ms to 5 s, forever. Queued I/Os are
  * retried after a reconnect until `timeout` after their submission, then
- * fail with -EIO. While a session has been down longer than `timeout`,
+ * fail with -EIO. A write that fails so while a command of it is still out
+ * on a lost connection that no login has reinstated since (or a COMPARE
+ * AND WRITE failed at the loss) may yet be run by the SAN: it completes
+ * with may_land, counted (hl_origin_unfenced) until its session's next
+ * login, which ends the old connection's tasks at the SAN. While a session has been down longer than `timeout`,
  * submit fails at once with -EIO; the queue is bounded (-EAGAIN beyond).
  *
  * Ownership among gateways (hl_origin_opts.gateway != 0) is a SCSI-3
@@ -182,10 +186,22 @@ struct iscsi_context *origin_iscsi_context_make(struct isc_origin *io, uint16_t 
 	return origin_iscsi_context_make_isid(io, io->isid_rnd, qual);
 }
 
+/*
+ * io ends with result. A failed write whose command is still out under the
+ * session's current login (the connection was lost, no login has
+ * reinstated the session since) may yet be run by the SAN: may_land, and
+ * counted until the next login (connect_cb) or the end of the origin.
+ */
 static void finish(struct isc_session *s, struct hl_origin_io *io, int result)
 {
 	struct isc_io *iio = iio_of(io);
 
+	io->may_land = result && op_writes(io->op) && iio->out_login &&
+	               iio->out_login == s->logins;
+	if (io->may_land) {
+		s->unfenced++;
+		atomic_fetch_add(&io_of(s->o)->unfenced, 1);
+	}
 	free(iio->chunk_iov);
 	iio->chunk_iov = NULL;
 	iio->result = result;
@@ -255,6 +271,10 @@ static void connect_cb(struct iscsi_context *ctx, int status, void *data, void *
 		return;
 	set_state(s, ISC_UP);
 	s->backoff_ms = ISC_BACKOFF_MIN_MS;
+	/* a reinstatement: what earlier logins left at the SAN can no longer run */
+	s->logins++;
+	atomic_fetch_sub(&io->unfenced, s->unfenced);
+	s->unfenced = 0;
 	if (s->logged_up) {
 		HL_NOTICE(ISC_COMPONENT, "iscsi://%s/%s/%u: session %u restored after %llu ms",
 		          io->portal, io->url.target, io->url.lun, s->qual,
@@ -792,6 +812,7 @@ static int io_start(struct isc_session *s, struct hl_origin_io *ioo)
 	}
 	iio->task = task;
 	iio->cur_blocks = (uint32_t)(len / io->bs);
+	iio->out_login = s->logins;
 	if (!s->ninflight)
 		s->last_rx_ns = hl_now_ns(); /* silence is measured from here */
 	hl_list_add_tail(&s->inflight, &iio->link);
@@ -889,6 +910,8 @@ static void task_cb(struct iscsi_context *ctx, int status, void *data, void *pri
 		rc = origin_iscsi_status_errno(status);
 	}
 	scsi_free_scsi_task(task);
+	if (rc != -ENOTCONN)
+		iio->out_login = 0; /* answered: nothing of it is left at the SAN */
 	if (rc == -EBADE && io->pr_key) {
 		/* RESERVATION CONFLICT with our key registered: another gateway preempted it */
 		if (!atomic_exchange(&io->fenced, true))
@@ -1035,6 +1058,7 @@ static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
 	if (io->pr_key && op_writes(ioo->op))
 		atomic_fetch_add(&io->writes_out, 1); /* before dispatch reads proof_epoch */
 	ioo->miscompare_offset = 0;
+	ioo->may_land = false;
 	if (ioo->length == 0 && ioo->op != HL_IO_FLUSH) {
 		finish(s, ioo, 0);
 		return 0;
@@ -1080,6 +1104,12 @@ static void probe_lu_id(struct hl_origin *o, struct iscsi_context *ctx)
 		        "proofs hold for any LUN of this URL with its size",
 		        o->uri);
 	}
+}
+
+/* Writes that failed with may_land and whose session has not logged in again since. */
+static uint64_t iscsi_unfenced(struct hl_origin *o)
+{
+	return atomic_load(&io_of(o)->unfenced);
 }
 
 static int iscsi_data_id(struct hl_origin *o, char *buf, size_t len, bool *lasting)
@@ -1426,6 +1456,7 @@ const struct hl_origin_ops origin_iscsi_ops = {
     .proof_take = origin_iscsi_proof_take,
     .proof_check = origin_iscsi_proof_check,
     .data_id = iscsi_data_id,
+    .unfenced = iscsi_unfenced,
     .own_acquire = origin_iscsi_own_acquire,
     .own_renew = origin_iscsi_own_renew,
     .own_release = origin_iscsi_own_release,

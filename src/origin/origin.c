@@ -451,6 +451,13 @@ bool hl_origin_has_hot_set(struct hl_origin *o)
 	return PROVER(o, hot_fetch) != NULL;
 }
 
+uint64_t hl_origin_unfenced(struct hl_origin *o)
+{
+	struct hl_origin *p = PROVER(o, unfenced);
+
+	return p ? p->ops->unfenced(p) : 0;
+}
+
 int hl_origin_identity(struct hl_origin *o, char *buf, size_t len)
 {
 	struct hl_origin *p = PROVER(o, identity);

@@ -46,6 +46,8 @@ struct isc_origin {
 	uint32_t isid_rnd;    /* the 24-bit part of every session's ISID (iscsi_isid.c) */
 	struct isc_isid isid; /* its slot; isid.noted under lock */
 	atomic_bool unclean;  /* a session closed with commands out: its slot record stays */
+	/* writes failed with may_land whose session has not logged in again (iscsi_unfenced) */
+	atomic_uint_fast64_t unfenced;
 	atomic_bool unswept;  /* a dead run's ISIDs are not fenced yet: no data session logs
 	                         in until the sweep, retried on svc, succeeds (iscsi_isid.c) */
 	struct hl_timer sweep_t; /* that retry (svc) */
@@ -138,6 +140,14 @@ struct isc_session {
 	uint64_t connect_start_ns;
 	uint64_t last_rx_ns; /* last completion or NOP-In while commands were in flight */
 	uint64_t nop_sent_ns;
+	/*
+	 * Logins that succeeded. Each one after the first reinstates the
+	 * session (same initiator name and ISID): the SAN ends the tasks the
+	 * lost connection left before it answers the login (RFC 7143), so a
+	 * command sent under an earlier login can no longer run.
+	 */
+	uint32_t logins;
+	uint32_t unfenced; /* of isc_origin.unfenced: failed since the last login */
 };
 
 /*
@@ -160,6 +170,12 @@ struct isc_io {
 	struct iovec *chunk_iov; /* heap: iovecs of the current piece of a split READ/WRITE */
 	int result;
 	uint32_t cur_blocks; /* blocks the command in flight moves */
+	/*
+	 * s->logins when a command of this I/O went to the SAN, 0 once the
+	 * SAN answered it: a failure while it equals s->logins may still be
+	 * run there (finish sets may_land).
+	 */
+	uint32_t out_login;
 };
 _Static_assert(sizeof(struct isc_io) <= sizeof(((struct hl_origin_io *)0)->priv),
                "isc_io must fit in hl_origin_io.priv");

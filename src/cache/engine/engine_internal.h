@@ -186,11 +186,14 @@ struct map_ent {
 	 * so its old bytes read now may be replaced without a write of ours.
 	 * No fill is installed there until a write of ours to that range
 	 * succeeds that began after the failure: seq is wseq when the range
-	 * was added (the latest failure's, once merged). Byte ranges
-	 * [off, end); hl_cache.lock.
+	 * was added (the latest failure's, once merged). A range with lands
+	 * set (the origin said may_land: a copy of the write may still run
+	 * there, after any later write) is settled by no write, only once
+	 * hl_origin_unfenced() is 0. Byte ranges [off, end); hl_cache.lock.
 	 */
 	struct {
 		uint64_t off, end, seq;
+		bool lands;
 	} unsettled[ENG_UNSETTLED_MAX];
 	uint32_t nunsettled;
 	/*
@@ -925,8 +928,12 @@ void engine_shadow_unlock(struct hl_cache *c, struct map_ent *e);
 
 /** WRITE, DISCARD, WRITE ZEROES, COMPARE AND WRITE on cached origin o. @return 0 or -errno. */
 int engine_write(struct hl_origin *o, struct hl_origin_io *uio);
-/** True when [off, off + len) overlaps a failed write's range of e (unsettled). Under lock. */
-bool engine_unsettled(const struct map_ent *e, uint64_t off, uint64_t len);
+/**
+ * True when [off, off + len) overlaps a failed write's range of e
+ * (unsettled). Forgets first the ranges whose writes the origin below,
+ * inner, says can no longer land. Under lock.
+ */
+bool engine_unsettled(struct map_ent *e, struct hl_origin *inner, uint64_t off, uint64_t len);
 
 /* engine_fill.c */
 

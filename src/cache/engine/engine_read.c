@@ -27,12 +27,13 @@ static inline bool io_fills(const struct hl_cache_io *io)
  * True when an origin write in flight on e overlaps cache block b, or one
  * that failed and may still land (engine_unsettled). Under c->lock.
  */
-static bool write_overlaps(const struct hl_cache *c, struct map_ent *e, uint64_t b)
+static bool write_overlaps(const struct hl_cache *c, struct hl_origin *inner, struct map_ent *e,
+                           uint64_t b)
 {
 	uint64_t s = blk_start(c, b), end = s + c->bs;
 	struct eng_req *w;
 
-	if (engine_unsettled(e, s, c->bs))
+	if (engine_unsettled(e, inner, s, c->bs))
 		return true;
 
 	hl_list_for_each_entry(w, &e->wlist, wlink)
@@ -626,7 +627,7 @@ static int read_start(struct hl_origin *o, struct hl_origin_io *uio, bool shadow
 	req->no_data = uio->op != HL_IO_READ;
 	for (int k = 0; k < n && k < (int)nb; k++) {
 		struct hl_cache_io *io = &req->ios[k];
-		if (io_fills(io) && write_overlaps(c, co->ent, io->block))
+		if (io_fills(io) && write_overlaps(c, co->inner, co->ent, io->block))
 			io->fill_nsect = 0; /* the origin may still return pre-write data */
 		if (io->kind == HL_CACHE_IO_PARTIAL)
 			partial = true;

@@ -77,27 +77,30 @@ static bool ub_prepare(struct eng_req *req, struct hl_cache_io *io, uint32_t k, 
 /*
  * A write of [off, off + len) failed: remember the range as unsettled
  * (map_ent.unsettled), with the wseq of the last write begun so far: only
- * a write that begins later settles it. A range kept that holds the new
- * one is enough only when no write began since it was added; else the new
- * one is kept beside it (the writes in flight now settle the older range,
- * not the new one). When the list is full, the new range and every range
- * kept become one that covers them all, with the new seq: more blocks go
- * uncached, none is forgotten. Under lock.
+ * a write that begins later settles it; with lands (the origin said
+ * may_land), no write does, only hl_origin_unfenced() at 0. A range kept
+ * that holds the new one is enough only when no write began since it was
+ * added and it is kept as long (lands too, or the new one has not); else
+ * the new one is kept beside it (the writes in flight now settle the older
+ * range, not the new one). When the list is full, the new range and every
+ * range kept become one that covers them all, with the new seq, landing if
+ * any was: more blocks go uncached, none is forgotten. Under lock.
  */
 static void unsettled_add(const struct hl_cache *c, struct map_ent *e, uint64_t off,
-                          uint64_t len)
+                          uint64_t len, bool lands)
 {
 	uint64_t end = off + len;
 
 	for (uint32_t i = 0; i < e->nunsettled; i++) {
 		if (e->unsettled[i].off <= off && end <= e->unsettled[i].end &&
-		    e->unsettled[i].seq == e->wseq)
+		    e->unsettled[i].seq == e->wseq && (e->unsettled[i].lands || !lands))
 			return;
 	}
 	if (e->nunsettled == ENG_UNSETTLED_MAX) {
 		for (uint32_t i = 0; i < e->nunsettled; i++) {
 			off = HL_MIN(off, e->unsettled[i].off);
 			end = HL_MAX(end, e->unsettled[i].end);
+			lands |= e->unsettled[i].lands;
 		}
 		e->nunsettled = 0;
 		HL_WARN_RL("cache",
@@ -109,18 +112,21 @@ static void unsettled_add(const struct hl_cache *c, struct map_ent *e, uint64_t 
 	e->unsettled[e->nunsettled].off = off;
 	e->unsettled[e->nunsettled].end = end;
 	e->unsettled[e->nunsettled].seq = e->wseq;
+	e->unsettled[e->nunsettled].lands = lands;
 	e->nunsettled++;
 }
 
 /*
  * A write of ours to [off, off + len) succeeded, and began with wseq: the
  * ranges of writes that failed before it began are settled where it
- * wrote, for it is the last completed write there (the origin answered
- * the failed one before this one was sent). A failed write that was in
- * flight beside it may still be run after it: its range (seq >= wseq)
- * stays. Of the others, the ranges it covers are settled; one it covers
- * an end of is cut; one it lies inside of stays whole (more uncached
- * blocks, never a wrong one). Under lock.
+ * wrote, for it is the last completed write there: the origin answered
+ * the failed one before this one was sent, and when it did not (lands:
+ * a copy of it may still be out, e.g. on an iscsi:// session that was
+ * lost and not reinstated yet) the range is not this write's to settle.
+ * A failed write that was in flight beside it may still be run after it:
+ * its range (seq >= wseq) stays. Of the others, the ranges it covers are
+ * settled; one it covers an end of is cut; one it lies inside of stays
+ * whole (more uncached blocks, never a wrong one). Under lock.
  */
 static void unsettled_clear(struct map_ent *e, uint64_t off, uint64_t len, uint64_t wseq)
 {
@@ -129,7 +135,7 @@ static void unsettled_clear(struct map_ent *e, uint64_t off, uint64_t len, uint6
 	for (uint32_t i = 0; i < e->nunsettled;) {
 		uint64_t *lo = &e->unsettled[i].off, *hi = &e->unsettled[i].end;
 
-		if (e->unsettled[i].seq >= wseq) {
+		if (e->unsettled[i].seq >= wseq || e->unsettled[i].lands) {
 			i++;
 			continue;
 		}
@@ -158,8 +164,31 @@ static bool outcome_unknown(int result)
 	       result != -EROFS && result != -ENXIO;
 }
 
-bool engine_unsettled(const struct map_ent *e, uint64_t off, uint64_t len)
+/*
+ * Forget the ranges kept for failed writes that may still land once the
+ * origin says none can (hl_origin_unfenced() is 0): each was counted there
+ * before its completion reached us, so a 0 read after the range was added
+ * covers its write. Under lock.
+ */
+static void unsettled_landed(struct map_ent *e, struct hl_origin *inner)
 {
+	bool any = false;
+
+	for (uint32_t i = 0; i < e->nunsettled && !any; i++)
+		any = e->unsettled[i].lands;
+	if (!any || hl_origin_unfenced(inner))
+		return;
+	for (uint32_t i = 0; i < e->nunsettled;) {
+		if (e->unsettled[i].lands)
+			e->unsettled[i] = e->unsettled[--e->nunsettled];
+		else
+			i++;
+	}
+}
+
+bool engine_unsettled(struct map_ent *e, struct hl_origin *inner, uint64_t off, uint64_t len)
+{
+	unsettled_landed(e, inner);
 	for (uint32_t i = 0; i < e->nunsettled; i++) {
 		if (e->unsettled[i].off < off + len && off < e->unsettled[i].end)
 			return true;
@@ -206,28 +235,37 @@ static void write_done(struct eng_req *req)
 		hl_list_del(&req->wlink);
 		req->in_wlist = false;
 	}
-	for (uint32_t k = 0; k < req->nios; k++) {
-		if (req->op != HL_IO_WRITE)
-			req->ios[k].fill_nsect = 0; /* discard, zeroes, CAW: the range is dropped */
-		hl_cache_core_write_end(c->core, lun, &req->ios[k], result == 0);
-	}
 	/*
 	 * A failed write whose outcome is unknown may still be run by the
 	 * origin later: its range gets no fills until a write of ours that
 	 * began after this failure succeeds there (engine_unsettled,
-	 * read_start). One in flight beside it settles nothing: the origin
-	 * may run the failed one after it.
+	 * read_start), or, when the origin says a copy of it may still be
+	 * out (may_land), until the origin says none can run any more. One
+	 * in flight beside it settles nothing: the origin may run the failed
+	 * one after it.
 	 */
-	if (outcome_unknown(result))
-		unsettled_add(c, req->ent, req->off, req->len);
+	if (outcome_unknown(result) || req->subs[0].io.may_land)
+		unsettled_add(c, req->ent, req->off, req->len, req->subs[0].io.may_land);
 	else if (!result)
 		unsettled_clear(req->ent, req->off, req->len, req->wseq);
+	for (uint32_t k = 0; k < req->nios; k++) {
+		struct hl_cache_io *io = &req->ios[k];
+
+		if (req->op != HL_IO_WRITE)
+			io->fill_nsect = 0; /* discard, zeroes, CAW: the range is dropped */
+		/* a failed write that may still land here, after this one: no update */
+		if (io->fill_nsect && engine_unsettled(req->ent, req->co->inner,
+		                                       blk_start(c, io->block), c->bs))
+			io->fill_nsect = 0;
+		hl_cache_core_write_end(c->core, lun, io, result == 0);
+	}
 	if (result)
 		hl_cache_core_invalidate(c->core, lun, req->off, req->len);
 	pthread_mutex_unlock(&c->lock);
 	atomic_fetch_add(&c->changes, 1);
 	if (req->op == HL_IO_COMPARE_AND_WRITE)
 		req->uio->miscompare_offset = req->subs[0].io.miscompare_offset;
+	req->uio->may_land = req->subs[0].io.may_land;
 	if (result && !(req->op == HL_IO_COMPARE_AND_WRITE && result == -EILSEQ))
 		HL_ERR_RL("cache", "cache %s: disk %s: origin %s at %llu+%llu: %s", c->name,
 		          req->ent->name, req->op == HL_IO_WRITE ? "write" : "discard/zeroes",

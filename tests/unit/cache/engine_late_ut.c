@@ -101,6 +101,52 @@ static void test_successful_write_settles(void)
 	free(w);
 }
 
+/*
+ * A failed write whose copy may still be out (may_land: an iscsi:// WRITE
+ * on a lost session, failed after the timeout, not fenced yet) is settled
+ * by no later write: W2 succeeds, then the SAN runs W1's copy. The cache
+ * must not hold W2 (by the write's update or by a fill) over W1's bytes;
+ * once the origin says nothing is unfenced, the range is cached again.
+ */
+static void test_may_land_outlives_later_write(void)
+{
+	struct hl_cache *c;
+	struct fake f;
+	struct hl_origin *o = fixture_up(&c, NULL, &f, 18, "fake:a");
+	uint64_t off = 6 * BS;
+	uint8_t *buf = malloc(BS), *w1 = malloc(BS), *w2 = malloc(BS);
+
+	memset(w1, 0x71, BS);
+	memset(w2, 0x72, BS);
+	src_of(c, o, off, buf);
+	CU_ASSERT(src_of(c, o, off, buf) == HL_IO_SRC_HIT);
+	__atomic_store_n(&f.may_land, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&f.unfenced, 1, __ATOMIC_SEQ_CST); /* the origin counts it first */
+	failed_write(&f, o, off, BS, 0x71);
+	__atomic_store_n(&f.may_land, 0, __ATOMIC_SEQ_CST);
+	/* W2, begun after W1 failed, succeeds: it does not settle W1's range */
+	CU_ASSERT(do_io(o, HL_IO_WRITE, off, BS, w2) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	src_of(c, o, off, buf);
+	CU_ASSERT(memcmp(buf, w2, BS) == 0);
+	CU_ASSERT(src_of(c, o, off, buf) != HL_IO_SRC_HIT);
+	/* the SAN runs W1's copy now: every read says W1 */
+	memcpy(f.mem + off, w1, BS);
+	src_of(c, o, off, buf);
+	CU_ASSERT(memcmp(buf, w1, BS) == 0);
+	if (memcmp(buf, w1, BS))
+		fprintf(stderr, "stale: the cache serves W2 over the late W1\n");
+	/* the session was reinstated: no copy can land, the range is cached again */
+	__atomic_store_n(&f.unfenced, 0, __ATOMIC_SEQ_CST);
+	src_of(c, o, off, buf);
+	CU_ASSERT(src_of(c, o, off, buf) == HL_IO_SRC_HIT);
+	CU_ASSERT(memcmp(buf, w1, BS) == 0);
+	fixture_down(c, o, &f);
+	free(buf);
+	free(w1);
+	free(w2);
+}
+
 /* Wait until the fake holds n writes (hold_writes). */
 static void wait_held(struct fake *f, int n)
 {
@@ -311,6 +357,8 @@ int main(void)
 	    {"late: a failed write that lands after a fill is not hidden by the cache",
 	     test_failed_write_lands_after_fill},
 	    {"late: a successful write settles what it covers", test_successful_write_settles},
+	    {"late: a failed write that may still land outlives a later write",
+	     test_may_land_outlives_later_write},
 	    {"late: a write in flight beside a failed one settles nothing",
 	     test_concurrent_write_settles_nothing},
 	    {"late: a failure inside an unsettled range keeps it from older writes",

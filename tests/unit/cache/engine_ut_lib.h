@@ -68,6 +68,8 @@ struct fake {
 	int reads, writes;           /* submitted; reactor thread, read when idle */
 	uint64_t read_bytes;         /* bytes of the reads submitted; likewise */
 	int fail_reads, fail_writes; /* atomics: 1 = -EIO; fail_writes < 0: that -errno */
+	/* atomics: failed writes say may_land (a copy still out), and how many are unfenced */
+	int may_land, unfenced;
 	int hold_reads, hold_writes; /* atomics: keep completions until fake_release() */
 	struct hl_origin_io *held[64];
 	int nheld;
@@ -178,6 +180,7 @@ static HL_UT_UNUSED int fake_submit(struct hl_origin *o, struct hl_origin_io *io
 		int fw = __atomic_load_n(&f->fail_writes, __ATOMIC_RELAXED);
 		if (fw)
 			fio->rc = fw < 0 ? fw : -EIO;
+		io->may_land = fw && __atomic_load_n(&f->may_land, __ATOMIC_SEQ_CST);
 	}
 	if ((io->op == HL_IO_READ && __atomic_load_n(&f->hold_reads, __ATOMIC_RELAXED)) ||
 	    (io->op == HL_IO_WRITE && __atomic_load_n(&f->hold_writes, __ATOMIC_RELAXED))) {
@@ -187,6 +190,13 @@ static HL_UT_UNUSED int fake_submit(struct hl_origin *o, struct hl_origin_io *io
 	hl_timer_init(&fio->t, fake_fire, io);
 	hl_timer_start(hl_reactor_current(), &fio->t, 0);
 	return 0;
+}
+
+static HL_UT_UNUSED uint64_t fake_unfenced(struct hl_origin *o)
+{
+	struct fake *f = *(struct fake **)hl_origin_priv(o);
+
+	return (uint64_t)__atomic_load_n(&f->unfenced, __ATOMIC_SEQ_CST);
 }
 
 static HL_UT_UNUSED void fake_close(struct hl_origin *o)
@@ -256,7 +266,8 @@ static HL_UT_UNUSED int fake_proof_check(struct hl_origin *o, const char *tag, c
 /* The ops every fake origin has (fake_ops; fake_hot_ops adds the owner's hot set). */
 #define FAKE_OPS                                                                               \
 	.name = "fake", .priv_size = sizeof(void *), .open = fake_open, .close = fake_close,      \
-	.submit = fake_submit, .proof_take = fake_proof_take, .proof_check = fake_proof_check
+	.submit = fake_submit, .proof_take = fake_proof_take, .proof_check = fake_proof_check,  \
+	.unfenced = fake_unfenced
 
 static HL_UT_UNUSED const struct hl_origin_ops fake_ops = {FAKE_OPS};
 
