@@ -253,8 +253,11 @@ struct hl_own_info {
 	                       one a standby never takes over on silence, only on request */
 	bool released;      /* the last owner handed the disk back (planned): take it */
 	bool fence;         /* (own_peek, with released) it handed it back with writes whose
-	                       outcome it does not know (timed out, in flight): take it
-	                       only by force, which fences the old owner first */
+	                       outcome it does not know (timed out, in flight), or the
+	                       cluster cannot tell a release from a lock that vanished
+	                       under a live owner (a SAN's reservation cleared or lost):
+	                       take it only by force, which fences the old owner first
+	                       and waits out its lease */
 	uint16_t requester; /* (own_renew) a gateway that asked for the disk, 0: none; our
 	                       own id: another process running with our id asks */
 	bool refused;       /* (own_peek) this gateway asked for the disk (own_request) and

@@ -455,6 +455,34 @@ static void pr_info(const struct pr_state *st, uint64_t self, struct hl_own_info
 	}
 }
 
+/* Remember a gateway's key holding the reservation: own_peek judges its vanishing by it. */
+static void pr_seen_holder(struct isc_origin *io, const struct pr_state *st)
+{
+	if (st->held && pr_key_gateway(st->holder))
+		io->last_holder = st->holder;
+}
+
+/*
+ * No reservation: planned (RELEASE, which keeps the releaser's
+ * registrations) or lost (PR OUT CLEAR, a SAN that restarted without
+ * APTPL, a controller failover that dropped the PR state: every
+ * registration went with it). A planned release leaves a key of the last
+ * holder's run registered; anything else, and a holder this process never
+ * saw, is taken as lost: the old owner may still serve from its cache
+ * and have writes queued in the SAN, and does not know (its data sessions
+ * hear of it only with their next command). The taker must fence and
+ * wait its lease out (info.fence).
+ */
+static bool pr_vanished(const struct isc_origin *io, const struct pr_state *st)
+{
+	if (st->held)
+		return false;
+	for (unsigned i = 0; io->last_holder && i < st->nkeys; i++)
+		if (pr_key_same_run(st->keys[i], io->last_holder))
+			return false;
+	return true;
+}
+
 static int own_check_gw(struct isc_origin *io, uint16_t gw)
 {
 	return io->pr_key && gw == io->gateway ? 0 : -EINVAL;
@@ -614,6 +642,7 @@ int origin_iscsi_own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, b
 	 * moved by exactly our own commands. Then a proof that matched the
 	 * state we found still holds (a restart after a crash stays warm).
 	 */
+	pr_seen_holder(io, st);
 	io->acq_from_key = from_key;
 	io->acq_from_gen = from_gen;
 	io->acq_gen = st->generation;
@@ -735,6 +764,7 @@ int origin_iscsi_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch,
 	if (rc)
 		goto out;
 	pr_info(st, io->pr_key, info);
+	pr_seen_holder(io, st);
 	ours = false;
 	for (unsigned i = 0; st->held && pr_key_same_run(st->holder, io->pr_key) && i < st->nkeys;
 	     i++)
@@ -791,6 +821,8 @@ int origin_iscsi_own_peek(struct hl_origin *o, struct hl_own_info *info)
 	rc = pr_read_new(o, true, &st);
 	if (rc == 0) {
 		pr_info(st, io->pr_key, info);
+		pr_seen_holder(io, st);
+		info->fence = pr_vanished(io, st);
 		if (st->held && !info->owner)
 			info->released =
 			    false; /* another initiator's reservation: not ours to take */
@@ -906,13 +938,30 @@ int origin_iscsi_proof_take(struct hl_origin *o, const char *tag, bool final, ch
 	/* not ours: no proof, and no epoch bump (it would make our sessions register again) */
 	if (!atomic_load(&io->owned) || atomic_load(&io->fenced))
 		return -EAGAIN;
-	/* first the epoch (later writes re-register), then the writes already out */
-	atomic_fetch_add(&io->proof_epoch, 1);
-	if (atomic_load(&io->writes_out))
-		return -EAGAIN;
 	st = malloc(sizeof(*st));
 	if (!st)
 		return -ENOMEM;
+	/*
+	 * The epoch only while the SAN says the reservation is still this
+	 * run's: the bump makes every data session REGISTER AND IGNORE EXISTING
+	 * KEY before its next write, and an owner preempted while frozen (its
+	 * renew has not told it yet) would register its nexuses back in under
+	 * the new owner's registrants-only reservation (a spurious request to
+	 * it, and a write of ours that could land after the REGISTER).
+	 */
+	pthread_mutex_lock(&io->ctl_lock);
+	rc = pr_read(o, st, false);
+	pthread_mutex_unlock(&io->ctl_lock);
+	if (rc || !st->held || !pr_key_same_run(st->holder, io->pr_key)) {
+		free(st);
+		return -EAGAIN; /* not ours (any more), or no answer: try again later */
+	}
+	/* first the epoch (later writes re-register), then the writes already out */
+	atomic_fetch_add(&io->proof_epoch, 1);
+	if (atomic_load(&io->writes_out)) {
+		free(st);
+		return -EAGAIN;
+	}
 	pthread_mutex_lock(&io->ctl_lock);
 	rc = final ? ctl_run(o, CTL_SYNC, 0, 0, 0, NULL) : 0;
 	if (rc == -EINVAL)

@@ -78,6 +78,8 @@ struct isc_origin {
 	                              proof may count heartbeats (proof_check) */
 	uint64_t peek_key;         /* own_peek: the holder's key as last seen (ctl_lock) */
 	bool peek_beats;           /* own_peek: that run's key moved since we first saw it */
+	uint64_t last_holder;      /* the last gateway key seen holding the reservation, kept
+	                              after it goes (0: none seen by this process; ctl_lock) */
 	/* the last own_acquire, for proof_check (ctl_lock) */
 	uint64_t acq_from_key; /* the holder it found (0: none) */
 	uint32_t acq_from_gen; /* the PRgeneration it found */

@@ -1012,13 +1012,16 @@ static void *owner_main(void *arg)
 				 * lock for the old owner (it died between the two steps):
 				 * once its heartbeat has been still for dead_ms, force. A
 				 * release with writes of unknown outcome asks to be fenced
-				 * (info.fence): force at once, the cluster fences it first.
+				 * (info.fence), as does a release the cluster cannot tell
+				 * from a lock that vanished under a live owner (a SAN's
+				 * reservation cleared or lost): force at once, the cluster
+				 * fences it first, and its lease is waited out.
 				 */
 				bool stuck = info.released && info.has_beat &&
 				             sent - beat_seen >= owner_dead(ow, &info);
 				bool fence = info.released && info.fence;
 				acquire(ow, &info, stuck || fence,
-				        fence   ? "released with writes of unknown outcome: fenced"
+				        fence   ? "released, not known to be planned: fenced"
 				        : stuck ? "released, but the lock stayed with the old owner"
 				        : info.owner ? "released" : "nobody owned it");
 				asked = 0;

@@ -23,6 +23,8 @@
 #include "origin/origin_internal.h"
 
 #include <dirent.h>
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
 #include <errno.h>
 #include <semaphore.h>
 #include <stdint.h>
@@ -1013,6 +1015,127 @@ static void test_pr_unit_attentions(void)
 	hl_origin_listen(lone, NULL, NULL);
 }
 
+/*
+ * Somebody else clears the LUN's PR state (PR OUT CLEAR: every registration
+ * and the reservation go, as when a SAN restarts without APTPL): an
+ * initiator of its own registers a key and clears with it.
+ */
+static int san_clear(void)
+{
+	struct scsi_persistent_reserve_out_basic p = {
+	    .reservation_key = 0x5ca1ab1eull, .service_action_reservation_key = 0x5ca1ab1eull};
+	struct iscsi_context *ctx = iscsi_create_context("iqn.2026-11.io.hotlun:ut-clearer");
+	char portal[64];
+	int rc = -1;
+
+	if (!ctx)
+		return -1;
+	snprintf(portal, sizeof(portal), "127.0.0.1:%u", san.port);
+	iscsi_set_targetname(ctx, IQN);
+	iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
+	iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE);
+	if (iscsi_full_connect_sync(ctx, portal, 0) == 0) {
+		for (int sa = SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, i = 0;
+		     i < 2; i++, sa = SCSI_PERSISTENT_RESERVE_CLEAR) {
+			struct scsi_task *t = NULL;
+
+			/* the first command may meet a unit attention: once more */
+			for (int try = 0; try < 3 && (!t || t->status != SCSI_STATUS_GOOD); try++) {
+				scsi_free_scsi_task(t);
+				p.aptpl = 0;
+				t = iscsi_persistent_reserve_out_sync(
+				    ctx, 0, sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU, 0, &p);
+			}
+			rc = t && t->status == SCSI_STATUS_GOOD ? 0 : -1;
+			scsi_free_scsi_task(t);
+			if (rc)
+				break;
+		}
+		iscsi_logout_sync(ctx);
+	}
+	iscsi_destroy_context(ctx);
+	return rc;
+}
+
+/*
+ * A reservation that vanishes without a release (PR OUT CLEAR, or a SAN
+ * that lost its PR state) reads as released, but the old owner does not
+ * know and may still serve from its cache: the standby must take it by
+ * force (info.fence: fence, then the lease wait). A planned release keeps
+ * the releaser's registrations, and is taken as before.
+ */
+static void test_vanished_reservation(void)
+{
+	struct hl_own_info info;
+	struct hl_origin *g3;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	if (san.ext_url)
+		return; /* clears through the in-process SAN's portal */
+	/* planned: g1 releases, its registrations stay */
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 26, 0xb1), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_EQUAL(g1->ops->own_release(g1, 1, 1), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_FALSE(info.fence);
+	/* cleared under a live owner: released in appearance, forced in fact */
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 26, 0xb2), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 1);
+	CU_ASSERT_FALSE(info.fence);
+	CU_ASSERT_EQUAL_FATAL(san_clear(), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_peek(g2, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_TRUE(info.fence);
+	/* a process that never saw a holder cannot tell either: forced */
+	g3 = open_gw(3);
+	CU_ASSERT_FATAL(g3 != NULL);
+	CU_ASSERT_EQUAL(g3->ops->own_peek(g3, &info), 0);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_TRUE(info.fence);
+	close_on_cli(g3);
+	/* the old owner hears it at its renew; the forced taker gets the disk */
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL(write_block(g2, 26, 0xb3), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 26, 0xb4), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(check_block(g1, 26, 0xb3), 0);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
+/*
+ * An owner preempted while frozen (its renew has not run since) takes a
+ * proof: no proof, and no epoch bump either, else its data sessions would
+ * REGISTER AND IGNORE EXISTING KEY before their next write, under the new
+ * owner's reservation (a request to it, and a move of PRgeneration that
+ * makes the new owner's proof stale).
+ */
+static void test_proof_after_preempt(void)
+{
+	char p[HL_ORIGIN_PROOF_MAX], q[HL_ORIGIN_PROOF_MAX];
+	struct hl_own_info info;
+
+	CU_ASSERT_FATAL(g1 && g2 && lone);
+	CU_ASSERT_EQUAL_FATAL(acquire(g1, 1, false), 0);
+	CU_ASSERT_EQUAL(write_block(g1, 27, 0xc1), 0); /* its data session registers */
+	CU_ASSERT_EQUAL_FATAL(acquire(g2, 2, true), 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_proof_take(g2, "ut", false, p, sizeof(p)), 0);
+	/* g1 thaws: it still believes it owns the disk */
+	CU_ASSERT_EQUAL(hl_origin_proof_take(g1, "ut", false, q, sizeof(q)), -EAGAIN);
+	CU_ASSERT_EQUAL(write_block(g1, 27, 0xc2), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_renew(g2, 2, 1, &info), 0);
+	CU_ASSERT_EQUAL(info.requester, 0);
+	CU_ASSERT_EQUAL(check_proof(g2, p), 0); /* nothing but g2 moved PRgeneration */
+	CU_ASSERT_EQUAL(check_block(g1, 27, 0xc1), 0);
+	CU_ASSERT_EQUAL(g1->ops->own_renew(g1, 1, 1, &info), -ESHUTDOWN);
+	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -1039,6 +1162,8 @@ static const struct hl_test tests[] = {
     {"the owner's heartbeat: its key moves, standbys see it, proofs survive it", test_heartbeat},
     {"a failback to the same process is cold, whatever its heartbeat counter", test_failback_counter_reset},
     {"2A/04 and 2A/05 on a gateway's data session drop its disk", test_pr_unit_attentions},
+    {"a vanished reservation (CLEAR) is taken by force, a release is not", test_vanished_reservation},
+    {"a preempted owner's proof_take does not re-register its sessions", test_proof_after_preempt},
     {"close", test_close},
     {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},
