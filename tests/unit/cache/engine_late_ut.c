@@ -34,6 +34,26 @@ static void failed_write(struct fake *f, struct hl_origin *o, uint64_t off, uint
 }
 
 /*
+ * The block at off reads as later (the bytes of a write that succeeded) and
+ * is not cached; then the origin runs the failed write (earlier) after it:
+ * every read must say earlier. what names the stale case for the log.
+ */
+static void late_write_lands(struct hl_cache *c, struct fake *f, struct hl_origin *o, uint64_t off,
+                             const uint8_t *later, const uint8_t *earlier, const char *what)
+{
+	uint8_t buf[BS];
+
+	src_of(c, o, off, buf);
+	CU_ASSERT(memcmp(buf, later, BS) == 0);
+	CU_ASSERT(src_of(c, o, off, buf) != HL_IO_SRC_HIT);
+	memcpy(f->mem + off, earlier, BS);
+	src_of(c, o, off, buf);
+	CU_ASSERT(memcmp(buf, earlier, BS) == 0);
+	if (memcmp(buf, earlier, BS))
+		fprintf(stderr, "stale: %s\n", what);
+}
+
+/*
  * The block was cached; the write fails; a read fills it from the origin
  * (the SAN has not run the write yet); then the SAN runs it. Every read
  * after that must return the new bytes, not the fill's.
@@ -127,15 +147,8 @@ static void test_may_land_outlives_later_write(void)
 	/* W2, begun after W1 failed, succeeds: it does not settle W1's range */
 	CU_ASSERT(do_io(o, HL_IO_WRITE, off, BS, w2) == 0);
 	CU_ASSERT(wait_inflight(c, 0));
-	src_of(c, o, off, buf);
-	CU_ASSERT(memcmp(buf, w2, BS) == 0);
-	CU_ASSERT(src_of(c, o, off, buf) != HL_IO_SRC_HIT);
-	/* the SAN runs W1's copy now: every read says W1 */
-	memcpy(f.mem + off, w1, BS);
-	src_of(c, o, off, buf);
-	CU_ASSERT(memcmp(buf, w1, BS) == 0);
-	if (memcmp(buf, w1, BS))
-		fprintf(stderr, "stale: the cache serves W2 over the late W1\n");
+	/* ... and when the SAN runs W1's copy now, every read says W1 */
+	late_write_lands(c, &f, o, off, w2, w1, "the cache serves W2 over the late W1");
 	/* the session was reinstated: no copy can land, the range is cached again */
 	__atomic_store_n(&f.unfenced, 0, __ATOMIC_SEQ_CST);
 	src_of(c, o, off, buf);
@@ -218,16 +231,9 @@ static void test_concurrent_write_settles_nothing(void)
 		CU_ASSERT(src_of(c, o, off, buf) == HL_IO_SRC_HIT);
 		race_failed_and_ok(c, &f, o, w1_first, off, BS, w1, off, BS, w2);
 
-		/* a read now returns W2's bytes, and must not cache them */
-		src_of(c, o, off, buf);
-		CU_ASSERT(memcmp(buf, w2, BS) == 0);
-		CU_ASSERT(src_of(c, o, off, buf) != HL_IO_SRC_HIT);
-		/* the origin runs W1 now */
-		memcpy(f.mem + off, w1, BS);
-		src_of(c, o, off, buf);
-		CU_ASSERT(memcmp(buf, w1, BS) == 0);
-		if (memcmp(buf, w1, BS))
-			fprintf(stderr, "stale: the cache serves W2's bytes after W1 landed\n");
+		/* a read now returns W2's bytes without caching them; then the origin runs W1 */
+		late_write_lands(c, &f, o, off, w2, w1,
+		                 "the cache serves W2's bytes after W1 landed");
 
 		/* a write begun after W1 failed settles the block */
 		CU_ASSERT(do_io(o, HL_IO_WRITE, off, BS, w3) == 0);
