@@ -7,14 +7,6 @@
 
 #include <unistd.h>
 
-static void cdb_caw(uint8_t *cdb, uint64_t lba, uint8_t n)
-{
-	memset(cdb, 0, 16);
-	cdb[0] = 0x89;
-	hl_put_be64(cdb + 2, lba);
-	cdb[13] = n;
-}
-
 /* n_queued is written under the fake origin's lock (by reactor threads): read it there too. */
 static unsigned queued(void)
 {

@@ -102,14 +102,6 @@ static void verify16(uint8_t *cdb, uint64_t lba, uint32_t n)
 	cdb_rw16(cdb, 0x8f, lba, n); /* BYTCHK 0: the range is read into a bounce buffer */
 }
 
-static void caw(uint8_t *cdb, uint64_t lba, uint8_t n)
-{
-	memset(cdb, 0, 16);
-	cdb[0] = 0x89;
-	hl_put_be64(cdb + 2, lba);
-	cdb[13] = n;
-}
-
 /*
  * A budget of 3 MiB: three VERIFYs of 1 MiB each hold it; a fourth VERIFY
  * and a COMPARE AND WRITE (emulated: its read goes to a bounce buffer) are
@@ -141,7 +133,7 @@ static void test_busy_then_good(void)
 
 	memset(cawdata, 0, sizeof(cawdata)); /* compare zeroes with the zeroed medium */
 	memset(cawdata + 8 * BS, 0xab, 8 * BS);
-	caw(ccdb, 7000, 8);
+	cdb_caw(ccdb, 7000, 8);
 	start(&c, ccdb, 16, cawdata, sizeof(cawdata), true);
 	CU_ASSERT_EQUAL_FATAL(c.done, 1);
 	CU_ASSERT_EQUAL(c.cmd.status, HL_SAM_BUSY);

@@ -150,6 +150,15 @@ static inline void cdb_rw16(uint8_t *cdb, uint8_t op, uint64_t lba, uint32_t n)
 	hl_put_be32(cdb + 10, n);
 }
 
+/* COMPARE AND WRITE of n blocks at lba */
+static inline void cdb_caw(uint8_t *cdb, uint64_t lba, uint8_t n)
+{
+	memset(cdb, 0, 16);
+	cdb[0] = 0x89;
+	hl_put_be64(cdb + 2, lba);
+	cdb[13] = n;
+}
+
 static inline uint8_t *medium(void)
 {
 	return fake_of(origin)->mem;
