@@ -401,12 +401,13 @@ static void compare_done(struct hl_scsi_cmd *cmd, int result)
 	scsi_cmd_complete(cmd);
 }
 
-/* Read p->aux bytes at lba into a fresh bounce buffer, then compare_done. */
+/* Read p->aux bytes at lba into the bounce buffer (taken now if not yet), then compare_done. */
 static enum scsi_exec_result read_and_compare(struct hl_scsi_cmd *cmd, uint64_t lba)
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
-	p->bounce = scsi_bounce_get(cmd, p->aux, false);
+	if (!p->bounce)
+		p->bounce = scsi_bounce_get(cmd, p->aux, false);
 	if (!p->bounce)
 		return SCSI_DONE; /* BUSY */
 	cmd->iov[0].iov_base = p->bounce;
@@ -599,6 +600,13 @@ enum scsi_exec_result sbc_write_verify(struct hl_scsi_cmd *cmd)
 		return SCSI_DONE;
 	p->lba = a.lba;
 	p->aux = nbytes;
+	/*
+	 * The read-back's buffer before the write: BUSY (scratch budget spent)
+	 * must mean nothing ran, not a medium already changed
+	 */
+	p->bounce = scsi_bounce_get(cmd, nbytes, false);
+	if (!p->bounce)
+		return SCSI_DONE;
 	/* the range stays locked through the read-back, so the comparison sees our write */
 	if (scsi_range_lock(cmd, a.lba, nbytes / lu->block_size, false, write_verify_start))
 		write_verify_start(cmd);

@@ -163,10 +163,51 @@ static void test_busy_then_good(void)
 	lu_teardown();
 }
 
+/*
+ * WRITE AND VERIFY reads back what it wrote into a bounce buffer. With the
+ * budget spent it is answered BUSY before its write: the medium is
+ * unchanged, as BUSY tells the initiator. Before, the buffer was taken
+ * after the write, so BUSY came with the data written (and a retry loop
+ * rewrote the range every time).
+ */
+static void test_write_verify_busy_before_write(void)
+{
+	struct tcmd v, w;
+	uint8_t cdb[16], wcdb[16];
+	uint8_t data[8 * BS];
+
+	lu_setup();
+	hl_scsi_scratch_set_limit(MIB);
+	verify16(cdb, 0, MIB / BS);
+	start(&v, cdb, 16, NULL, 0, false);
+	CU_ASSERT_EQUAL(v.done, 0);
+	CU_ASSERT_EQUAL(stats().used, MIB);
+	unsigned queued = fake_of(origin)->n_queued;
+
+	memset(data, 0xcd, sizeof(data));
+	cdb_rw16(wcdb, 0x8e, 5000, 8); /* WRITE AND VERIFY(16), BYTCHK 0 */
+	start(&w, wcdb, 16, data, sizeof(data), true);
+	CU_ASSERT_EQUAL_FATAL(w.done, 1);
+	CU_ASSERT_EQUAL(w.cmd.status, HL_SAM_BUSY);
+	CU_ASSERT_EQUAL(fake_of(origin)->n_queued, queued); /* nothing reached the origin */
+	fake_drain(origin);
+	CU_ASSERT_EQUAL(medium()[5000 * BS], 0); /* ... and nothing was written */
+	ASSERT_GOOD(v);
+
+	/* the retry fits: written and verified */
+	run(&w, wcdb, 16, data, sizeof(data), true);
+	ASSERT_GOOD(w);
+	CU_ASSERT_EQUAL(medium()[5000 * BS], 0xcd);
+	CU_ASSERT_EQUAL(stats().used, 0);
+	hl_scsi_scratch_set_limit(0);
+	lu_teardown();
+}
+
 static const struct hl_test tests[] = {
     {"scratch budget: exact accounting up to the limit", test_accounting},
     {"scratch budget: never past the limit from four threads", test_threads},
     {"VERIFY and COMPARE AND WRITE: BUSY while spent, GOOD once freed", test_busy_then_good},
+    {"WRITE AND VERIFY: BUSY before its write, never after", test_write_verify_busy_before_write},
     {NULL, NULL},
 };
 
