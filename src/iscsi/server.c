@@ -297,7 +297,7 @@ static void kill_session_cb(void *arg)
 /* o left srv->sessions, but its connection (and commands) may live on. */
 static void session_linger_locked(struct hl_iscsi_server *srv, struct iscsi_session *o)
 {
-	if (!o->lingering) {
+	if (!o->lingering && o->type == ISCSI_SESSION_NORMAL) {
 		hl_list_add_tail(&srv->lingering, &o->linger_link);
 		o->lingering = true;
 	}
@@ -518,7 +518,8 @@ int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
 		};
 	}
 	hl_list_add_tail(&srv->sessions, &s->link);
-	hl_list_add_tail(chain, &s->it_link);
+	if (s->type == ISCSI_SESSION_NORMAL) /* (a discovery session is of no I_T nexus) */
+		hl_list_add_tail(chain, &s->it_link);
 	srv->tsih_used[s->tsih / 64] |= 1ull << (s->tsih % 64);
 	s->registered = true;
 	pthread_mutex_unlock(&srv->lock);
