@@ -939,7 +939,6 @@ static void conn_maybe_free(struct iscsi_conn *c)
 	    hl_turn_hook_queued(&c->tx_hook))
 		return;
 	if (c->sess) {
-		iscsi_session_unlinger(c->srv, c->sess);
 		iscsi_session_free(c->sess);
 		c->sess = NULL;
 	}

@@ -542,11 +542,10 @@ struct iscsi_session {
 	uint64_t it_hash; /* iscsi_it_hash of its I_T nexus, set at registration */
 	bool registered;
 	/*
-	 * srv->lock: out of srv->sessions (killed, replaced or its connection
-	 * closed) while its connection lives, so commands of it may still be in
-	 * the LU: on srv->lingering
+	 * srv->lingering, under srv->lock (empty otherwise): out of
+	 * srv->sessions (killed, replaced or its connection closed) while its
+	 * connection lives, so commands of it may still be in the LU
 	 */
-	bool lingering;
 	struct hl_list linger_link;
 	/* a login's final response waits for a fence (tmf.c): another session of its I_T
 	 * nexus was registered or lingering when it registered */
@@ -995,10 +994,11 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
                                const char *why);
 
 /**
- * Take back s's kill if it is still queued (s's reactor, before s is
- * freed; takes srv->lock, so a kill being posted meanwhile is seen).
+ * s is about to be freed (s's reactor; its connection has no command left):
+ * take back its kill if still queued, and take it off srv->lingering, in
+ * one hold of srv->lock (so a kill being posted meanwhile is seen).
  */
-void iscsi_session_kill_cancel(struct hl_iscsi_server *srv, struct iscsi_session *s);
+void iscsi_session_forget(struct hl_iscsi_server *srv, struct iscsi_session *s);
 
 /** Build a target object from cfg (not yet published). @return NULL on OOM. */
 struct iscsi_target *iscsi_target_new(const struct hl_iscsi_target_config *cfg);
@@ -1018,9 +1018,8 @@ void iscsi_chap_scope(struct hl_iscsi_server *srv, const char *secret, const cha
  * @return 0, -ENOENT (no such session: 0x020a), -EBUSY (another CID: too
  * many connections), -ESHUTDOWN, -EUSERS (a session cap: 0x0302).
  */
-int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s,
-                           uint16_t want_tsih, const char **why);
-/** Is o a normal session of this I_T nexus (initiator, ISID, target by name)? */
+int iscsi_session_register(struct hl_iscsi_server *srv, struct iscsi_session *s, uint16_t want_tsih,
+                           const char **why);
 /** Hash of an I_T nexus (initiator and target names caseless, as iscsi_same_it compares). */
 uint64_t iscsi_it_hash(const char *initiator, const uint8_t *isid, const char *target_name);
 /** The srv->it_index chain of the registered sessions of I_T hash h (srv->lock). */
@@ -1028,22 +1027,21 @@ static inline struct hl_list *iscsi_it_chain(struct hl_iscsi_server *srv, uint64
 {
 	return &srv->it_index[h % ISCSI_IT_BUCKETS];
 }
+/** Is o a normal session of this I_T nexus (initiator, ISID, target by name)? */
 bool iscsi_same_it(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
                    const struct iscsi_target *target);
-/** iscsi_same_it with the target's name. */
 /** Is o (registered or lingering) of the same I_T nexus as s (both with it_hash set)? */
 static inline bool iscsi_same_nexus(const struct iscsi_session *o, const struct iscsi_session *s)
 {
 	return o->it_hash == s->it_hash && iscsi_same_it(o, s->initiator_name, s->isid, s->target);
 }
+/** iscsi_same_it with the target's name. */
 bool iscsi_same_it_name(const struct iscsi_session *o, const char *initiator, const uint8_t *isid,
                         const char *target_name);
 /** Does a live session want_tsih of this I_T exist? @return 0, -ENOENT or -EBUSY (other CID). */
 int iscsi_session_check_tsih(struct hl_iscsi_server *srv, uint16_t tsih, const char *initiator,
                              const uint8_t *isid, const struct iscsi_target *target, uint16_t cid);
 void iscsi_session_unregister(struct hl_iscsi_server *srv, struct iscsi_session *s);
-/** s is about to be freed (its connection has no command left): off srv->lingering. */
-void iscsi_session_unlinger(struct hl_iscsi_server *srv, struct iscsi_session *s);
 uint64_t iscsi_nexus_id_next(void);
 void iscsi_conn_unlink(struct iscsi_conn *c);
 

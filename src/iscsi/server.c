@@ -297,20 +297,8 @@ static void kill_session_cb(void *arg)
 /* o left srv->sessions, but its connection (and commands) may live on. */
 static void session_linger_locked(struct hl_iscsi_server *srv, struct iscsi_session *o)
 {
-	if (!o->lingering && o->type == ISCSI_SESSION_NORMAL) {
+	if (hl_list_empty(&o->linger_link) && o->type == ISCSI_SESSION_NORMAL)
 		hl_list_add_tail(&srv->lingering, &o->linger_link);
-		o->lingering = true;
-	}
-}
-
-void iscsi_session_unlinger(struct hl_iscsi_server *srv, struct iscsi_session *s)
-{
-	pthread_mutex_lock(&srv->lock);
-	if (s->lingering) {
-		hl_list_del(&s->linger_link);
-		s->lingering = false;
-	}
-	pthread_mutex_unlock(&srv->lock);
 }
 
 /* o leaves the registered sessions (its connection and commands may live on). */
@@ -340,13 +328,14 @@ void iscsi_session_kill_locked(struct hl_iscsi_server *srv, struct iscsi_session
 		srv->pending_calls--; /* queued already (cannot be: it left the list) */
 }
 
-void iscsi_session_kill_cancel(struct hl_iscsi_server *srv, struct iscsi_session *s)
+void iscsi_session_forget(struct hl_iscsi_server *srv, struct iscsi_session *s)
 {
 	pthread_mutex_lock(&srv->lock);
 	if (hl_reactor_post_cancel(s->reactor, &s->kill)) {
 		srv->pending_calls--;
 		pthread_cond_broadcast(&srv->cond);
 	}
+	hl_list_del(&s->linger_link);
 	pthread_mutex_unlock(&srv->lock);
 }
 

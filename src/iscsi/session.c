@@ -723,7 +723,7 @@ void iscsi_ffp_drop_unfinished(struct iscsi_conn *c)
 void iscsi_session_free(struct iscsi_session *s)
 {
 	if (s->conn)
-		iscsi_session_kill_cancel(s->conn->srv, s);
+		iscsi_session_forget(s->conn->srv, s);
 	if (s->type == ISCSI_SESSION_NORMAL && s->target && s->target->luns)
 		hl_scsi_nexus_gone(s->target->luns, &s->nexus);
 	free(s);
