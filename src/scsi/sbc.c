@@ -401,15 +401,11 @@ static void compare_done(struct hl_scsi_cmd *cmd, int result)
 	scsi_cmd_complete(cmd);
 }
 
-/* Read p->aux bytes at lba into the bounce buffer (taken now if not yet), then compare_done. */
+/* Read p->aux bytes at lba into p->bounce (the caller took it), then compare_done. */
 static enum scsi_exec_result read_and_compare(struct hl_scsi_cmd *cmd, uint64_t lba)
 {
 	struct scsi_cmd_priv *p = scsi_priv(cmd);
 
-	if (!p->bounce)
-		p->bounce = scsi_bounce_get(cmd, p->aux, false);
-	if (!p->bounce)
-		return SCSI_DONE; /* BUSY */
 	cmd->iov[0].iov_base = p->bounce;
 	cmd->iov[0].iov_len = p->aux;
 	int rc = scsi_block_io(cmd, HL_IO_READ, 0, lba, p->aux / cmd->lu->block_size, cmd->iov, 1,
@@ -548,6 +544,9 @@ enum scsi_exec_result sbc_verify(struct hl_scsi_cmd *cmd)
 	if (nbytes == 0)
 		return SCSI_DONE;
 	p->aux = nbytes;
+	p->bounce = scsi_bounce_get(cmd, nbytes, false);
+	if (!p->bounce)
+		return SCSI_DONE; /* BUSY */
 	return read_and_compare(cmd, a.lba);
 }
 
