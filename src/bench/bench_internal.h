@@ -288,6 +288,33 @@ enum bench_pattern_status bench_pattern_check(const void *buf, size_t len, uint6
 
 const char *bench_pattern_status_str(enum bench_pattern_status st);
 
+/*
+ * Writes sent on a path that was lost before they were answered. The target
+ * may still hold such a write (in its socket, queued for the disk) and
+ * execute it after the copy sent again on another path, and even after a
+ * later write to the same blocks: nothing orders commands across I_T
+ * nexuses, and hotlun-bench, like dm-multipath and ESXi, sends again without
+ * a fence. A read that finds one of these generations where a newer one
+ * was written sees that late landing, not a target that lost data: --verify
+ * counts it apart (late_writes=), each record at most once.
+ */
+#define BENCH_LOST_MAX 4096 /* records kept; the oldest go first */
+
+struct bench_lost_set {
+	struct {
+		uint64_t unit;
+		uint32_t gen; /* write counter of the lost attempt; 0 free */
+	} v[BENCH_LOST_MAX];
+	unsigned next; /* where the next record goes when every one is in use */
+	unsigned used;
+};
+
+/** Record that the write of generation gen (write counter) to units [first, first + n) was lost. */
+void bench_lost_add(struct bench_lost_set *ls, uint64_t first, uint64_t n, uint32_t gen);
+
+/** Was gen lost on its way to unit? If so the record goes (a write lands once). */
+bool bench_lost_take(struct bench_lost_set *ls, uint64_t unit, uint32_t gen);
+
 /* ---- per-second series and CSV (bench_series.c) ---- */
 
 struct bench_sample {
@@ -572,6 +599,8 @@ struct bench {
 	uint32_t write_counter;
 	uint64_t verify_errors;
 	uint64_t verify_checked;
+	uint64_t late_writes;       /* reads that found a lost path's write landed late */
+	struct bench_lost_set lost; /* writes in flight on a path that was lost */
 
 	FILE *csv;
 	struct bench_series series;

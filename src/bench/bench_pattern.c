@@ -118,3 +118,35 @@ const char *bench_pattern_status_str(enum bench_pattern_status st)
 	}
 	return "?";
 }
+
+/* A fixed table, searched only when a read finds an older generation (rare). */
+void bench_lost_add(struct bench_lost_set *ls, uint64_t first, uint64_t n, uint32_t gen)
+{
+	for (uint64_t u = first; u < first + n && gen; u++) {
+		unsigned i;
+		if (ls->used < BENCH_LOST_MAX) {
+			for (i = 0; ls->v[i].gen; i++)
+				;
+			ls->used++;
+		} else {
+			i = ls->next;
+			ls->next = (ls->next + 1) % BENCH_LOST_MAX;
+		}
+		ls->v[i].unit = u;
+		ls->v[i].gen = gen;
+	}
+}
+
+bool bench_lost_take(struct bench_lost_set *ls, uint64_t unit, uint32_t gen)
+{
+	if (!gen)
+		return false;
+	for (unsigned i = 0; i < BENCH_LOST_MAX; i++) {
+		if (ls->v[i].gen == gen && ls->v[i].unit == unit) {
+			ls->v[i].gen = 0;
+			ls->used--;
+			return true;
+		}
+	}
+	return false;
+}

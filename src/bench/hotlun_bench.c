@@ -113,6 +113,34 @@ static void verify_report(struct bench *b, const struct bench_slot *sl,
 	        sl->sess->reconnect_ns > sl->t0 ? ", re-sent after a reconnect" : "");
 }
 
+/*
+ * Is this older generation, in the whole of the read's part of unit u, a
+ * write of this run that was in flight on a lost path (bench_lost_add)? It
+ * landed after the copy sent again: the unit holds it from now on.
+ */
+static bool verify_late(struct bench *b, const struct bench_slot *sl, uint64_t u, uint64_t s,
+                        uint64_t e, const struct bench_pattern_result *res)
+{
+	struct bench_pattern_result again;
+	uint32_t g = (uint32_t)res->found_gen;
+	static unsigned shown;
+
+	if (res->status != BENCH_PAT_STALE || res->found_gen >> 32 != b->run_stamp ||
+	    bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, res->found_gen, false,
+	                        &again) != BENCH_PAT_OK ||
+	    !bench_lost_take(&b->lost, u, g))
+		return false;
+	b->late_writes++;
+	b->gen_map[u] = g;
+	if (shown++ < 10)
+		fprintf(stderr,
+		        "\nverify: lba %" PRIu64 " holds write %08" PRIx64 ":%08x, sent on a path "
+		        "that was lost and executed after the newer write there (counted in "
+		        "late_writes, not a mismatch)\n",
+		        s / b->lun_block, res->found_gen >> 32, g);
+	return true;
+}
+
 /* Check a completed read unit by unit, each against what this run knows of it. */
 static void verify_read(struct bench *b, const struct bench_slot *sl)
 {
@@ -136,7 +164,9 @@ static void verify_read(struct bench *b, const struct bench_slot *sl)
 
 		b->verify_checked++;
 		if (bench_pattern_check(sl->buf + (s - sl->io.offset), e - s, s, expect,
-		                        allow_foreign, &res) != BENCH_PAT_OK)
+		                        allow_foreign, &res) == BENCH_PAT_OK)
+			continue;
+		if (!verify_late(b, sl, u, s, e, &res))
 			verify_report(b, sl, &res);
 	}
 }
@@ -170,14 +200,22 @@ static void slot_next(struct bench *b, struct bench_session *s, struct bench_slo
 	s->idle[s->nidle++] = (unsigned)(sl - s->slots);
 }
 
-
-/* The command ended unexecuted or must go again: the same I/O is sent again. */
+/*
+ * The command ended unexecuted, or its path was lost (lost: the target may
+ * still execute it, at any later time): the same I/O is sent again.
+ */
 static void requeue(struct bench *b, struct bench_session *s, struct bench_slot *sl,
-                    struct scsi_task *task)
+                    struct scsi_task *task, bool lost)
 {
 	if (b->o.verify) {
-		if (sl->io.write)
+		if (sl->io.write) {
 			verify_wrote(b, sl, false); /* it may or may not have been written */
+			if (lost) {
+				uint64_t first, n;
+				unit_span(b, &sl->io, &first, &n);
+				bench_lost_add(&b->lost, first, n, (uint32_t)sl->gen);
+			}
+		}
 		verify_unlock(b, &sl->io);
 	}
 	if (task)
@@ -210,7 +248,7 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 			fprintf(stderr, "\nunit attention (%s): command retried\n",
 			        scsi_sense_ascq_str(task->sense.ascq));
 		sl->retries++;
-		requeue(b, s, sl, task);
+		requeue(b, s, sl, task, false);
 		return;
 	}
 	enum bench_path_state st;
@@ -238,7 +276,7 @@ static void io_done(struct iscsi_context *iscsi, int status, void *command_data,
 		bench_failover_note(&s->fo, bench_mpath_usable(s), now);
 		sl->parked_round = s->fo.round;
 		b->path_retries++;
-		requeue(b, s, sl, task);
+		requeue(b, s, sl, task, status != SCSI_STATUS_CHECK_CONDITION);
 		return;
 	}
 	if (good && s->npaths > 1 && sl->path < s->npaths &&
@@ -962,7 +1000,11 @@ static void print_summary(struct bench *b)
 	       bench_hist_mean(&b->all_hist) / 1e3, all.p50_us,
 	       (double)bench_hist_percentile(&b->all_hist, 90) / 1e3, all.p99_us, all.p999_us,
 	       all.max_us);
-	if (b->o.verify)
+	if (b->o.verify && b->o.npaths)
+		printf("verify: %" PRIu64 " blocks checked, %" PRIu64 " mismatches, %" PRIu64
+		       " late writes of lost paths\n",
+		       b->verify_checked, b->verify_errors, b->late_writes);
+	else if (b->o.verify)
 		printf("verify: %" PRIu64 " blocks checked, %" PRIu64 " mismatches\n",
 		       b->verify_checked, b->verify_errors);
 	char readpct[32];
@@ -987,9 +1029,9 @@ static void print_summary(struct bench *b)
 				no_path = l;
 		}
 		printf(" paths=%u failovers=%" PRIu64 " path_retries=%" PRIu64 " stpg=%" PRIu64
-		       " no_path_max_s=%.3f",
+		       " no_path_max_s=%.3f late_writes=%" PRIu64,
 		       1 + b->o.npaths, b->failovers, b->path_retries, b->stpgs,
-		       (double)no_path / 1e9);
+		       (double)no_path / 1e9, b->late_writes);
 	}
 	printf("\n");
 	fflush(stdout);

@@ -106,6 +106,41 @@ max=$(field max_us "$sum")
 [ "$max" -ge 1500000 ] || hl_fail "the longest I/O ($max us) does not span the 1.5 s path timeout"
 [ "$max" -lt 10000000 ] || hl_fail "the longest I/O took $max us: the move took too long"
 
+# ---- 2b. a path that looked dead delivers the writes it held, late
+# The forwarder holds what the client sends (SIGUSR1; answers still flow),
+# so the commands sent after that wait in it; after --path-timeout the
+# session moves and sends them again; then the forwarder lets them go
+# (SIGUSR2) and the first copies reach hotlund after newer writes to the
+# same blocks (QD 64 on 64 blocks: many are read before they are written over).
+# --verify must count them in late_writes, not as mismatches.
+forward 4
+"$BENCH" --verify --quiet --read 70 --qd 64 --range 256K --time 7 --path-timeout 1 \
+	--path "127.0.0.1:$HL_PORT2" "$url" >"$T/late.out" 2>"$T/late.err" &
+bench=$!
+HL_PIDS+=("$bench")
+HL_PID_NAMES+=(hotlun-bench)
+sleep 2
+kill -USR1 "$FWD"
+for _ in $(seq 1 100); do # until the session has moved on
+	grep -q "127.0.0.1:$PX is down" "$T/late.err" && break
+	sleep 0.05
+done
+sleep 0.5
+kill -USR2 "$FWD"
+wait "$bench"
+rc=$?
+hl_forget "$bench"
+unforward "$FWD"
+cat "$T/late.err" >&2
+sum=$(tail -n 1 "$T/late.out")
+hl_log "late: $sum"
+[ $rc = 0 ] || hl_fail "hotlun-bench exited $rc when a hung path's writes landed late"
+[ "$(field errors "$sum")" = 0 ] && [ "$(field verify_errors "$sum")" = 0 ] ||
+	hl_fail "a late write of a lost path was reported as an error: $sum"
+[ "$(field late_writes "$sum")" -ge 1 ] || hl_fail "no late write of the hung path was seen: $sum"
+grep -q "sent on a path that was lost and executed after the newer write" "$T/late.err" ||
+	hl_fail "the late writes were not shown"
+
 # ---- 3. every path lost for a while: the I/O waits for one to come back
 PY=$(hl_free_port)
 outage() { # outage NAME EXTRA-OPTIONS...: both forwarders killed at 2.5 s, back at 5 s

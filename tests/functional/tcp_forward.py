@@ -6,18 +6,38 @@
 Listens on 127.0.0.1:LISTEN_PORT and copies bytes both ways between each
 accepted connection and a new connection to the target. Killing it
 (SIGKILL) fails every path through it at once; stopping it (SIGSTOP)
-makes them hang, as a hung gateway would. Prints "ready" once listening.
+makes them hang, as a hung gateway would. SIGUSR1 holds what clients send
+(answers still come back) and SIGUSR2 lets it go on, late: the commands of
+a path that looked dead reach the target after all, even once the client
+has closed. Prints "ready" once listening.
 """
 
+import signal
 import socket
 import sys
 import threading
 
 from netutil import pump, relay
 
+flowing = threading.Event()
+flowing.set()
 
-def pump_and_shut(src, dst):
-    pump(src, dst)
+
+def pump_held(src, dst):
+    """pump(), each chunk waiting while the flow is held."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            flowing.wait()
+            dst.sendall(data)
+    except OSError:
+        pass
+
+
+def pump_and_shut(src, dst, to_target=False):
+    (pump_held if to_target else pump)(src, dst)
     for s in (src, dst):
         try:
             s.shutdown(socket.SHUT_RDWR)
@@ -28,13 +48,15 @@ def pump_and_shut(src, dst):
 def start(c, u):
     for s in (c, u):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    threading.Thread(target=pump_and_shut, args=(c, u), daemon=True).start()
+    threading.Thread(target=pump_and_shut, args=(c, u, True), daemon=True).start()
     threading.Thread(target=pump_and_shut, args=(u, c), daemon=True).start()
 
 
 def main():
     port = int(sys.argv[1])
     host, tport = sys.argv[2].rsplit(":", 1)
+    signal.signal(signal.SIGUSR1, lambda *_: flowing.clear())
+    signal.signal(signal.SIGUSR2, lambda *_: flowing.set())
     relay(port, 16, lambda: socket.create_connection((host, int(tport))), start)
 
 

@@ -122,6 +122,37 @@ static void test_generations_differ(void)
 	                       "data of another LBA (misdirected)");
 }
 
+/* Writes of a lost path: each unit's record is found once, only for its generation. */
+static void test_lost_writes(void)
+{
+	static struct bench_lost_set ls;
+
+	memset(&ls, 0, sizeof(ls));
+	bench_lost_add(&ls, 10, 3, 7);
+	bench_lost_add(&ls, 40, 1, 0); /* no generation: nothing to find */
+	CU_ASSERT_EQUAL(ls.used, 3);
+	CU_ASSERT_FALSE(bench_lost_take(&ls, 11, 8)); /* another write */
+	CU_ASSERT_FALSE(bench_lost_take(&ls, 13, 7)); /* past its blocks */
+	CU_ASSERT_FALSE(bench_lost_take(&ls, 40, 0));
+	CU_ASSERT_TRUE(bench_lost_take(&ls, 11, 7));
+	CU_ASSERT_FALSE(bench_lost_take(&ls, 11, 7)); /* a write lands once */
+	CU_ASSERT_TRUE(bench_lost_take(&ls, 10, 7));
+	CU_ASSERT_TRUE(bench_lost_take(&ls, 12, 7));
+	CU_ASSERT_EQUAL(ls.used, 0);
+
+	/* full: the oldest records go first, the newest stay */
+	for (uint64_t u = 0; u < BENCH_LOST_MAX + 5; u++)
+		bench_lost_add(&ls, u, 1, (uint32_t)(u + 100));
+	CU_ASSERT_EQUAL(ls.used, BENCH_LOST_MAX);
+	for (uint64_t u = 0; u < 5; u++)
+		CU_ASSERT_FALSE(bench_lost_take(&ls, u, (uint32_t)(u + 100)));
+	CU_ASSERT_TRUE(bench_lost_take(&ls, 5, 105));
+	CU_ASSERT_TRUE(bench_lost_take(&ls, BENCH_LOST_MAX + 4, BENCH_LOST_MAX + 104));
+	/* a freed record is used again */
+	bench_lost_add(&ls, 99999, 1, 3);
+	CU_ASSERT_EQUAL(ls.used, BENCH_LOST_MAX - 1);
+	CU_ASSERT_TRUE(bench_lost_take(&ls, 99999, 3));
+}
 static const struct hl_test tests[] = {
     {"a written block verifies", test_roundtrip},
     {"zeroes are 'never written' unless allowed", test_zero},
@@ -132,6 +163,7 @@ static const struct hl_test tests[] = {
     {"one flipped bit is found with its word", test_one_flipped_bit},
     {"a forged generation does not pass", test_forged_header_is_caught},
     {"two generations differ in payload", test_generations_differ},
+    {"a lost path's writes are found once each", test_lost_writes},
     {NULL, NULL},
 };
 
