@@ -825,6 +825,11 @@ static const struct agent_num {
     AGENT_N(27, ASN_COUNTER64, wb_source_capped),
     AGENT_N(28, ASN_COUNTER64, wb_closed_slow),
     AGENT_N(29, ASN_COUNTER64, wb_closed_no_data),
+    /* hlAgentGroup4: the per-command scratch buffer budget */
+    AGENT_N(30, ASN_COUNTER64, scratch_limit),
+    AGENT_N(31, ASN_COUNTER64, scratch_used),
+    AGENT_N(32, ASN_COUNTER64, scratch_peak),
+    AGENT_N(33, ASN_COUNTER64, scratch_refused),
 };
 #define AGENT_LAST (sizeof(agent_nums) / sizeof(agent_nums[0]) - 1)
 

@@ -126,6 +126,8 @@ struct snmp_snapshot {
 	/* ... its per-connection and per-source shares and what closed (hlAgentGroup3) */
 	uint64_t wb_conn_limit, wb_waiting_bytes, wb_window_closed;
 	uint64_t wb_source_limit, wb_sources, wb_source_capped, wb_closed_slow, wb_closed_no_data;
+	/* scratch_buffers: the per-command scratch buffer budget (hlAgentGroup4) */
+	uint64_t scratch_limit, scratch_used, scratch_peak, scratch_refused;
 	/* iscsi: connections, logins and the admission limits' refusals (hlAgentGroup3) */
 	uint64_t logins, login_failures, connections, pending_logins;
 	uint64_t pending_evicted, refused_pending, refused_sessions, accept_paused;

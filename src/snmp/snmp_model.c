@@ -360,11 +360,12 @@ static int build_session(struct snmp_iscsi_session *s, json_t *o)
 }
 
 /*
- * The service counters: stats' "iscsi" and "write_buffers" objects, read
+ * The service counters: stats' "iscsi", "write_buffers" and
+ * "scratch_buffers" objects, read
  * member by member under the names hotlund gives them (control.c,
  * daemon_stats), as /metrics reads them: one source, renamed only.
  */
-static void build_service(struct snmp_snapshot *out, json_t *iscsi, json_t *wb)
+static void build_service(struct snmp_snapshot *out, json_t *iscsi, json_t *wb, json_t *scratch)
 {
 	out->auth_failures = u64(iscsi, "auth_failures");
 	out->auth_throttled = u64(iscsi, "auth_throttled");
@@ -391,6 +392,11 @@ static void build_service(struct snmp_snapshot *out, json_t *iscsi, json_t *wb)
 	out->wb_source_capped = u64(wb, "source_capped");
 	out->wb_closed_slow = u64(wb, "closed_slow");
 	out->wb_closed_no_data = u64(wb, "closed_no_data");
+
+	out->scratch_limit = u64(scratch, "limit");
+	out->scratch_used = u64(scratch, "used_bytes");
+	out->scratch_peak = u64(scratch, "peak_bytes");
+	out->scratch_refused = u64(scratch, "refused");
 }
 
 int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
@@ -411,8 +417,8 @@ int snmp_snapshot_build(json_t *stats, json_t *version, json_t *cache_conf,
 	out->reachable = true;
 	out->version = str(version, "version");
 	out->n_sessions_total = (uint32_t)u64(stats, "sessions");
-	build_service(out, json_object_get(stats, "iscsi"),
-	              json_object_get(stats, "write_buffers"));
+	build_service(out, json_object_get(stats, "iscsi"), json_object_get(stats, "write_buffers"),
+	              json_object_get(stats, "scratch_buffers"));
 	if (!out->version)
 		goto fail;
 

@@ -5,9 +5,11 @@
 # sessions send one VERIFY (16) BYTCHK=0 of 1 MiB each at once. Each holds
 # a 1 MiB bounce buffer while its read runs: 16 fit, 4 are answered BUSY;
 # those retry in the same session until they are GOOD (a closed
-# connection would be an error of the client). The stats count every BUSY the clients saw, the metrics agree,
+# connection would be an error of the client). The stats count every BUSY the clients saw, the metrics
+# and SNMP (hlAgentGroup4, through a private snmpd and hotlun-snmp) agree,
 # nothing is held afterwards, and the limit changes live.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/snmp_lib.sh"
 TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
 [ -x "$TOOL" ] || hl_missing "$TOOL not built (make check builds it)"
 
@@ -16,7 +18,7 @@ port=$(hl_free_port) || hl_error "no free port"
 mport=$(hl_free_port) || hl_error "no free port"
 st=$tmp/state
 mkdir -p "$st"
-sock=$st/ctl.sock
+sock=$T/ctl.sock # snmp_lib's, where hotlun-snmp looks
 iqn=$HL_IQN_PREFIX:scratch
 hl_make_disk "$tmp/d.img" 64M
 cat >"$tmp/c.conf" <<CONF
@@ -71,6 +73,19 @@ m() { printf '%s\n' "$metrics" | sed -n "s/^$1 //p"; }
 	hl_fail "metrics refused $(m hotlun_scsi_scratch_buffer_refused_total), stats $(sb refused)"
 [ "$(m hotlun_scsi_scratch_buffer_used_bytes)" = 0 ] || hl_fail "metrics used_bytes not 0"
 [ "$(m hotlun_scsi_scratch_buffer_limit_bytes)" = $((16 << 20)) ] || hl_fail "metrics limit"
+
+# and SNMP: every service scalar equals two stats replies around it, the
+# scratch ones included (snmp_lib.sh service_now), with the refusals seen
+start_snmpd
+start_subagent
+service_now "$T/svc.scratch"
+hl_log "SNMP: $(grep Scratch "$T/svc.scratch" | tr '\n' ' ')"
+[ "$(svc "$T/svc.scratch" hlScratchBufferRefused)" = "$(sb refused)" ] &&
+	[ "$(sb refused)" -ge 4 ] || hl_fail "hlScratchBufferRefused is not the stats' refusals"
+[ "$(svc "$T/svc.scratch" hlScratchBufferPeak)" = $((16 << 20)) ] ||
+	hl_fail "hlScratchBufferPeak is not 16M"
+[ "$(svc "$T/svc.scratch" hlScratchBufferLimit)" = $((16 << 20)) ] ||
+	hl_fail "hlScratchBufferLimit is not 16M"
 
 # live: the limit changes through the control socket; below 16M is refused
 "$HL_BUILDDIR/hotlunctl" --socket "$sock" / set scratch_buffer_limit=64M >/dev/null ||

@@ -130,6 +130,10 @@ SERVICE_OBJECTS=(
 	hlWriteBufferSourceCapped:write_buffers.source_capped
 	hlWriteBufferClosedSlow:write_buffers.closed_slow
 	hlWriteBufferClosedNoData:write_buffers.closed_no_data
+	hlScratchBufferLimit:scratch_buffers.limit
+	hlScratchBufferUsed:scratch_buffers.used_bytes
+	hlScratchBufferPeak:scratch_buffers.peak_bytes
+	hlScratchBufferRefused:scratch_buffers.refused
 )
 
 # service_now FILE: a stats reply, one snmpget of every SERVICE_OBJECTS

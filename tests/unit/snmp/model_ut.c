@@ -197,7 +197,9 @@ static void test_service_counters(void)
 	         "\"held_bytes\": 41, \"peak_bytes\": 42, \"waiting\": 43, "
 	         "\"waiting_bytes\": 44, \"r2t_deferred\": 45, \"task_set_full\": 46, "
 	         "\"window_closed\": 47, \"source_limit\": 1610612736, \"sources\": 48, "
-	         "\"source_capped\": 49, \"closed_slow\": 50, \"closed_no_data\": 51}}",
+	         "\"source_capped\": 49, \"closed_slow\": 50, \"closed_no_data\": 51}, "
+	         "\"scratch_buffers\": {\"limit\": 268435456, \"used_bytes\": 61, "
+	         "\"peak_bytes\": 62, \"refused\": 63}}",
 	         (int)strlen(STATS) - 1, STATS);
 	build(&s, buf);
 	CU_ASSERT_EQUAL(s.auth_failures, 1);
@@ -224,6 +226,10 @@ static void test_service_counters(void)
 	CU_ASSERT_EQUAL(s.wb_source_capped, 49);
 	CU_ASSERT_EQUAL(s.wb_closed_slow, 50);
 	CU_ASSERT_EQUAL(s.wb_closed_no_data, 51);
+	CU_ASSERT_EQUAL(s.scratch_limit, 268435456);
+	CU_ASSERT_EQUAL(s.scratch_used, 61);
+	CU_ASSERT_EQUAL(s.scratch_peak, 62);
+	CU_ASSERT_EQUAL(s.scratch_refused, 63);
 	snmp_snapshot_free(&s);
 
 	/* An older hotlund without them: zeros, not an error. */
@@ -233,6 +239,8 @@ static void test_service_counters(void)
 	CU_ASSERT_EQUAL(s.accept_paused, 0);
 	CU_ASSERT_EQUAL(s.wb_source_limit, 0);
 	CU_ASSERT_EQUAL(s.wb_closed_no_data, 0);
+	CU_ASSERT_EQUAL(s.scratch_limit, 0);
+	CU_ASSERT_EQUAL(s.scratch_refused, 0);
 	snmp_snapshot_free(&s);
 
 	/* A negative or non-numeric value reads 0 rather than a huge counter. */
