@@ -531,7 +531,7 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 	o->read_only = r->snap[0] || opts->read_only;
 	o->immutable = r->snap[0] != '\0'; /* snapshots never change while they exist */
 	o->can_discard = !o->read_only;
-	o->zeroes_after_discard = true; /* librbd discards read back as zeroes */
+	o->zeroes_after_discard = true; /* a discard is a write of zeroes (origin_rbd_submit) */
 	o->phys_block_size = 4096;
 	rc = rbd_watch_start(o, r);
 	if (rc < 0) {
@@ -721,8 +721,16 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 			rc = rbd_aio_flush(r->image, rio->completion);
 			break;
 		case HL_IO_DISCARD:
-			rc = rbd_aio_discard(r->image, io->offset, io->length, rio->completion);
-			break;
+			/*
+			 * Not rbd_aio_discard: it skips the parts of a range
+			 * that do not fill rbd_discard_granularity_bytes (64
+			 * KiB by default, and a pool or image may set it),
+			 * and still succeeds, while this LUN reports LBPRZ
+			 * (zeroes_after_discard): a small UNMAP would leave
+			 * old data where the initiator reads zeroes. Write
+			 * zeroes deallocates whole objects all the same and
+			 * zeroes the rest exactly.
+			 */
 		case HL_IO_WRITE_ZEROES:
 			rc = rbd_aio_write_zeroes(r->image, io->offset, io->length, rio->completion,
 			                          0, 0);

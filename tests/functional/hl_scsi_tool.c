@@ -42,6 +42,13 @@
  *       Exit 0 when the command completed (whatever its status), 2 on a
  *       usage or connection error.
  *
+ *   hl_scsi_tool lbprz URL LBA
+ *       What LBPRZ promises (a LUN of 512-byte blocks): 0xAA over 256
+ *       blocks from LBA, WRITE SAME (16) UNMAP of zero data over 8 of them
+ *       and UNMAP of 5 others (small, unaligned), then every block reads
+ *       back as it must: zeroes where unmapped, 0xAA around. Exit 0 when it
+ *       holds, 1 when not, 77 when the LUN does not report LBPRZ.
+ *
  *   hl_scsi_tool dump URL LBA BYTES FILE
  *       One READ (16) of BYTES at LBA (512-byte blocks), its data written to
  *       FILE; prints GOOD or CHECK <key>/<asc>/<ascq> and the bytes the
@@ -1006,6 +1013,94 @@ static int cmd_pr(uint32_t isid, int argc, char **argv)
 	return rc;
 }
 
+/* ---------------------------------------------------------------- lbprz */
+
+/* The first byte of buf[0, n) that is not c, or -1. */
+static long first_not(const uint8_t *buf, size_t n, uint8_t c)
+{
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != c)
+			return (long)i;
+	return -1;
+}
+
+/*
+ * What LBPRZ promises: blocks deallocated by WRITE SAME(16) UNMAP (zero
+ * data) and by UNMAP read back as zeroes, however small and unaligned the
+ * range, and the blocks around them keep their data. 0xAA is written over
+ * 256 blocks from lba; then WRITE SAME unmaps blocks lba+3 .. +10, UNMAP
+ * unmaps lba+67 .. +71, and all 256 are read back.
+ */
+static int cmd_lbprz(uint64_t lba)
+{
+	enum { N = 256, BS = 512 };
+	static uint8_t data[N * BS], zero[BS];
+	struct unmap_list ul = {.lba = lba + 67, .num = 5};
+	int lun, rc = 0;
+	struct iscsi_context *iscsi = login(urls[0], "iqn.2024-01.org.hotlun:tool-lbprz", 0, &lun);
+	struct scsi_task *t;
+
+	if (!iscsi)
+		return 2;
+	clear_ua(iscsi, lun);
+	t = iscsi_readcapacity16_sync(iscsi, lun);
+	struct scsi_readcapacity16 *rc16 = t ? scsi_datain_unmarshall(t) : NULL;
+	if (!rc16 || !rc16->lbprz || rc16->block_length != BS) {
+		printf("not an LBPRZ LUN of 512-byte blocks\n");
+		rc = 77;
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+	if (rc) {
+		logout(iscsi);
+		return rc;
+	}
+	memset(data, 0xaa, sizeof(data));
+	t = iscsi_write16_sync(iscsi, lun, lba, data, sizeof(data), BS, 0, 0, 0, 0, 0);
+	printf("write: ");
+	print_status(t);
+	rc = !t || t->status != SCSI_STATUS_GOOD;
+	if (t)
+		scsi_free_scsi_task(t);
+	t = iscsi_writesame16_sync(iscsi, lun, lba + 3, zero, BS, 8, 0, 1, 0, 0);
+	printf("write same unmap: ");
+	print_status(t);
+	rc |= !t || t->status != SCSI_STATUS_GOOD;
+	if (t)
+		scsi_free_scsi_task(t);
+	t = iscsi_unmap_sync(iscsi, lun, 0, 0, &ul, 1);
+	printf("unmap: ");
+	print_status(t);
+	rc |= !t || t->status != SCSI_STATUS_GOOD;
+	if (t)
+		scsi_free_scsi_task(t);
+	t = iscsi_read16_sync(iscsi, lun, lba, sizeof(data), BS, 0, 0, 0, 0, 0);
+	if (!t || t->status != SCSI_STATUS_GOOD || t->datain.size != (int)sizeof(data)) {
+		printf("read back failed\n");
+		rc = 1;
+	} else {
+		/* [0, 3) aa, [3, 11) zero, [11, 67) aa, [67, 72) zero, [72, 256) aa */
+		static const struct {
+			unsigned from, to;
+			uint8_t c;
+		} want[] = {{0, 3, 0xaa}, {3, 11, 0}, {11, 67, 0xaa}, {67, 72, 0}, {72, N, 0xaa}};
+		for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+			long at = first_not(t->datain.data + (size_t)want[i].from * BS,
+			                    (size_t)(want[i].to - want[i].from) * BS, want[i].c);
+			if (at >= 0) {
+				printf("blocks %u..%u: byte %ld is not 0x%02x\n", want[i].from,
+				       want[i].to - 1, at, want[i].c);
+				rc = 1;
+			}
+		}
+	}
+	if (t)
+		scsi_free_scsi_task(t);
+	printf("%s\n", rc ? "lbprz FAILED" : "lbprz ok");
+	logout(iscsi);
+	return rc;
+}
+
 /* ---------------------------------------------------------------- dump */
 
 static int cmd_dump(uint64_t lba, uint32_t bytes, const char *path)
@@ -1062,6 +1157,8 @@ int main(int argc, char **argv)
 		    (!strcmp(argv[5], "from") || !strcmp(argv[5], "to")))
 			return cmd_xcopy(argv[3], argv[4], !strcmp(argv[5], "from"), num(argv[6]),
 			                 num(argv[7]), (uint32_t)num(argv[8]));
+		if (!strcmp(argv[1], "lbprz") && argc == 4)
+			return cmd_lbprz(num(argv[3]));
 		if (!strcmp(argv[1], "dump") && argc == 6)
 			return cmd_dump(num(argv[3]), (uint32_t)num(argv[4]), argv[5]);
 		if (!strcmp(argv[1], "pr") && argc >= 5)
@@ -1073,7 +1170,8 @@ int main(int argc, char **argv)
 	        "       %s verify-burst URL CLIENTS BLOCKS\n"
 	        "       %s cached URL\n"
 	        "       %s dump URL LBA BYTES FILE\n"
+	        "       %s lbprz URL LBA\n"
 	        "       %s xcopy URL INAME NAA from|to OTHER_LBA OWN_LBA BLOCKS\n",
-	        argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
+	        argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
 	return 2;
 }

@@ -17,6 +17,8 @@
 #  - the cluster blocklists the gateway's client of a cached disk: the next
 #    read of a cached block fails with sense (never the cached data), other
 #    disks keep working, hotlund still stops cleanly;
+#  - small, unaligned WRITE SAME UNMAP and UNMAP read back as zeroes (the
+#    LUN reports LBPRZ), uncached and cached;
 #  - an image replaced with `rbd import` while hotlund is stopped is served
 #    fresh after restart (its image id changed: the cache drops its blocks).
 . "$(dirname "$0")/lib.sh"
@@ -192,6 +194,18 @@ ios=$(tr ' ' '\n' <<<"$summary" | sed -n 's/^ios=//p')
 grep -q "verify: 256 blocks checked, 0 mismatches\|verify_errors=0" "$tmp/check.out" ||
 	hl_fail "fresh verify after kill -9: $(tail -2 "$tmp/check.out")"
 hl_log "kill -9 under hotlun-bench --verify (3 sessions, 50% reads): $summary"
+
+# LBPRZ: an RBD LUN reports that deallocated blocks read as zeroes, so a
+# small, unaligned WRITE SAME UNMAP or UNMAP must leave zeroes, as Linux
+# expects when it zeroes a range with them (librbd's discard skips what is
+# smaller than its 64 KiB granularity), uncached and cached
+TOOL=$HL_BUILDDIR/tests/functional/hl_scsi_tool
+[ -x "$TOOL" ] || hl_missing "$TOOL not built (make check builds it)"
+for lu in 2:8192 3:4096; do
+	"$TOOL" lbprz "$url/${lu%%:*}" "${lu#*:}" >"$tmp/lbprz.out" 2>&1 ||
+		hl_fail "LUN ${lu%%:*}: unmapped blocks do not read as zeroes: $(tr '\n' ' ' <"$tmp/lbprz.out")"
+done
+hl_log "LBPRZ: small unaligned WRITE SAME UNMAP and UNMAP read back as zeroes (uncached and cached)"
 
 # Fencing: the cluster blocklists the client of the cached disk "fence".
 sess_start fence "$url/3"
