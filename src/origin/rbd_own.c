@@ -558,6 +558,42 @@ static int wait_released(struct rbd_origin *r, char *holder, size_t len)
 	return -EBUSY;
 }
 
+/*
+ * The lock is free, yet the record says its last holder let go of it with
+ * writes of unknown outcome (released-fence, its own blocklist failed: the
+ * lock went with its image's close) or never released it: those writes may
+ * still land, and no lock break blocklists that client now. Blocklist it
+ * here, and wait until the OSDs know, before taking the lock. @return 0,
+ * or an error with why (the disk is not taken: never served unfenced).
+ */
+static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
+{
+	struct rbd_origin *r = ro_of(o);
+	struct rbd_own_record rec;
+	int rc = record_read(r, &rec);
+
+	if (rc == -ESHUTDOWN)
+		return rc;
+	if (rc || !rec.addr[0] || (rec.released && !rec.fence))
+		return 0; /* nobody, or a release with every write answered */
+	rc = rados_blocklist_add(r->cluster, rec.addr, 0);
+	if (rc == 0)
+		rc = rados_wait_for_latest_osdmap(r->cluster);
+	if (rc < 0) {
+		snprintf(
+		    why, whylen,
+		    "cannot blocklist the last owner's client %s, whose writes may still land: %s",
+		    rec.addr, strerror(-rc));
+		return rc;
+	}
+	HL_NOTICE(RBD_LOG,
+	          "%s: the lock was free but gateway %u's client %s %s: blocklisted it before "
+	          "taking the lock",
+	          o->uri, rec.owner, rec.addr,
+	          rec.released ? "left writes of unknown outcome" : "never released it");
+	return 0;
+}
+
 /* Under handles: see origin_rbd_own_acquire. */
 static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool force, char *why,
                        size_t whylen)
@@ -596,6 +632,10 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 		}
 		HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)", o->uri,
 		          holder);
+	} else {
+		rc = fence_last_holder(o, why, whylen);
+		if (rc)
+			return rc;
 	}
 	if (!is_owner) {
 		/*
@@ -784,8 +824,9 @@ static int fence_self(struct hl_origin *o, unsigned unsure)
 	else
 		HL_WARN(RBD_LOG,
 		        "%s: handed over with %u write(s) of unknown outcome, and cannot blocklist "
-		        "this client (%s): %s; the lock stays with it, the next owner breaks it "
-		        "(which blocklists it) before it writes",
+		        "this client (%s): %s; the next owner blocklists it before it writes (it "
+		        "breaks the lock, or, if a close let the lock go, reads this client's "
+		        "address in the record)",
 		        o->uri, unsure, r->own_addr[0] ? r->own_addr : "address unknown",
 		        strerror(-rc));
 	return rc;

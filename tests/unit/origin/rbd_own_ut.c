@@ -607,6 +607,60 @@ static void test_release_unsure_write_fences(void)
 }
 
 /*
+ * rev22 F3b: the owner releases with a write of unknown outcome but cannot
+ * blocklist itself (its cephx user may not: mon 'allow r'), then closes the
+ * image, which lets the lock go. The record still says released-fence with
+ * its address: the taker finds the lock free and must blocklist that
+ * client itself before it takes the disk (on the old code it just took the
+ * free lock and nothing was blocklisted).
+ */
+static void test_release_unfenced_then_close(void)
+{
+	char conf_short[160], cmd[1024];
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct hl_origin *a = NULL, *b = NULL;
+	struct hl_own_info info;
+	pid_t pid = osd_pid();
+	int rc, before;
+
+	CU_ASSERT_FATAL(pid > 0);
+	snprintf(conf_short, sizeof(conf_short), "%s/ceph-nobl.conf", dir);
+	snprintf(cmd, sizeof(cmd),
+	         "ceph --conf %s auth get-or-create client.nobl mon 'allow r' "
+	         "osd 'allow rwx pool=rbd' >>%s/keyring 2>/dev/null && cp %s %s && "
+	         "printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s",
+	         conf, cluster, conf, conf_short, conf_short);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	opts.gateway = 1;
+	opts.rbd_id = "nobl";
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	opts.gateway = 2;
+	opts.rbd_id = NULL;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(a, 1, 21, false, NULL), 0);
+	CU_ASSERT_EQUAL(write_fill(a, 3 * FAR, 0x11), 0);
+	osd_stop(pid);
+	rc = write_fill(a, 3 * FAR, 0xc3);
+	kill(pid, SIGCONT);
+	CU_ASSERT(rc < 0);
+	before = blocklist_entries();
+	CU_ASSERT_EQUAL(a->ops->own_release(a, 1, 21), 0);
+	CU_ASSERT_EQUAL(blocklist_entries(), before); /* it could not shut itself out */
+	info = peek(b);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_TRUE(info.fence);
+	hl_origin_close(a); /* the close lets the lock go */
+	a = NULL;
+	CU_ASSERT_EQUAL_FATAL(acquire(b, 2, 22, true, NULL), 0);
+	CU_ASSERT(blocklist_entries() > before); /* the taker shut the old client out first */
+	CU_ASSERT_EQUAL(write_fill(b, 3 * FAR, 0x22), 0);
+	CU_ASSERT_TRUE(reads_fill(b, 3 * FAR, 0x22));
+	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, 22), 0);
+	hl_origin_close(b);
+	unlink(conf_short);
+}
+
+/*
  * A read-only shared disk: only an image that cannot change (a snapshot) may
  * be served by every gateway; a read-only open of the live image takes no
  * lock, so another client may write it behind every gateway's cache, and
@@ -667,7 +721,10 @@ static const struct hl_test tests[] = {
     {"two processes with one gateway id are told apart", test_same_id_two_processes},
     {"the watch on the record tells acquire, request and release", test_watch_tells_moves},
     {"every watcher answers a notice on the record: no notify lingers", test_watch_acks},
-    {"a release after a write of unknown outcome fences the old owner", test_release_unsure_write_fences},
+    {"a release after a write of unknown outcome fences the old owner",
+     test_release_unsure_write_fences},
+    {"a release that could not fence itself, then a close: the taker fences it",
+     test_release_unfenced_then_close},
     {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
     {NULL, NULL},
