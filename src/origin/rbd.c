@@ -566,10 +566,14 @@ static bool rbd_op_writes(enum hl_io_op op)
  */
 static void rbd_write_done(struct rbd_origin *r, int result)
 {
-	atomic_fetch_sub(&r->writes_out, 1);
+	/*
+	 * unsure_writes before writes_out: a release reads writes_out first,
+	 * so it counts this write once or twice, never not at all.
+	 */
 	if (result != 0 && result != -EILSEQ && result != -EROFS && result != -ESHUTDOWN &&
 	    result != -EINVAL)
 		atomic_fetch_add(&r->unsure_writes, 1);
+	atomic_fetch_sub(&r->writes_out, 1);
 }
 
 /* On the submitting reactor. */

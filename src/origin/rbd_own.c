@@ -852,7 +852,8 @@ int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 	gen = atomic_load(&r->gen);
 	rc = rbd_flush(r->image);
 	/* after the flush: what is still out, or failed without "not written", may land later */
-	unsure = atomic_load(&r->unsure_writes) + atomic_load(&r->writes_out);
+	unsure = atomic_load(&r->writes_out); /* before unsure_writes: rbd_write_done */
+	unsure += atomic_load(&r->unsure_writes);
 	/* every request made so far is answered by this release */
 	if (request_read(r, &rgw, &rseq) == 0 && rseq > r->done_seq)
 		r->done_seq = rseq;
