@@ -105,7 +105,9 @@ struct hl_origin_io {
 	 * command out on a session that was lost and not yet reinstated). It
 	 * may land until hl_origin_unfenced() says none can any more (0) or
 	 * the process restarts; a later write that succeeds does not order
-	 * it. false on a failure the origin answered (nothing left to run).
+	 * it. false on a failure the origin answered (nothing left to run),
+	 * and on one refused before it was sent (iscsi clears it first thing
+	 * in submit: a wrapper may report that refusal through cb).
 	 */
 	bool may_land;
 	/** Completion: result 0 or -errno (-EIO, -ENOSPC, ...). Runs on the submitting reactor. */

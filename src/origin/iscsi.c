@@ -1018,6 +1018,13 @@ static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
 	uint64_t now;
 	int rc;
 
+	/*
+	 * First: a request refused here was never sent, and a wrapper
+	 * (throttle) reports this refusal through the callback, where a
+	 * may_land left by an earlier use of ioo would read as a write that
+	 * may still land.
+	 */
+	ioo->may_land = false;
 	if (!r)
 		return -EINVAL;
 	if (atomic_load_explicit(&io->closing, memory_order_relaxed))
@@ -1058,7 +1065,6 @@ static int iscsi_submit(struct hl_origin *o, struct hl_origin_io *ioo)
 	if (io->pr_key && op_writes(ioo->op))
 		atomic_fetch_add(&io->writes_out, 1); /* before dispatch reads proof_epoch */
 	ioo->miscompare_offset = 0;
-	ioo->may_land = false;
 	if (ioo->length == 0 && ioo->op != HL_IO_FLUSH) {
 		finish(s, ioo, 0);
 		return 0;

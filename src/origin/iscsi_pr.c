@@ -12,7 +12,8 @@
  * only in the counter are one run): every gateway can name the owner from
  * READ RESERVATION, and a process never takes the reservation of another
  * process with the same gateway id (an earlier run, or a duplicate left
- * alive but cut off) for its own: its renew then says fenced. (Keys of
+ * alive but cut off) for its own: its renew then says fenced; a run still
+ * registered at the SAN is not drawn (pr_run_fresh). (Keys of
  * older versions, "hlun" + 0000 + id, read as a run of that gateway.) The
  * owner holds a
  * WRITE EXCLUSIVE - REGISTRANTS ONLY reservation: every I/O session is its
@@ -67,16 +68,25 @@
 
 /* ---- keys: "hlu" + a run + a heartbeat + the gateway id (iscsi_pr_key.h) ---- */
 
+/* 32 random bits, of which a key takes 16 as its run. */
+static uint32_t run_random(void)
+{
+	uint32_t r;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (uint32_t)hl_now_ns() ^ ((uint32_t)getpid() << 8);
+	return r;
+}
+
+uint32_t (*origin_iscsi_run_draw)(void) = run_random;
+
 uint64_t origin_iscsi_pr_key(uint16_t gw)
 {
 	uint32_t run = 0;
 
 	/* never 0 (a run of 0 would make every process of one gateway id one run) */
-	while (!run) {
-		if (getrandom(&run, sizeof(run), 0) != sizeof(run))
-			run = (uint32_t)hl_now_ns() ^ ((uint32_t)getpid() << 8);
-		run &= 0xffff;
-	}
+	while (!run)
+		run = origin_iscsi_run_draw() & 0xffff;
 	return ISC_PR_KEY_PREFIX | (uint64_t)run << 24 | gw; /* heartbeat 0 */
 }
 
@@ -344,7 +354,7 @@ static int pr_register(struct hl_origin *o, uint64_t sa_key)
 }
 
 /* READ RESERVATION, and READ KEYS when `keys`. ctl_lock held. */
-static int pr_read(struct hl_origin *o, struct pr_state *st, bool keys)
+static int pr_read_now(struct hl_origin *o, struct pr_state *st, bool keys)
 {
 	struct scsi_task *t = NULL;
 	const uint8_t *d;
@@ -382,6 +392,75 @@ static int pr_read(struct hl_origin *o, struct pr_state *st, bool keys)
 	}
 	scsi_free_scsi_task(t);
 	return 0;
+}
+
+/*
+ * A run that is still registered is not ours to take (iscsi_pr_key.h): a
+ * restarted gateway draws its previous process's 16 bits once in 65535
+ * starts, and would then read that process's leftover registrations and
+ * reservation as its own (this_run; its acquisition takes a reservation of
+ * the earlier run without force, or fails on its heartbeat counter; its
+ * request reads, to itself, as the old holder's key left registered, so a
+ * CLEAR under a live owner looks planned and is taken without the fence;
+ * the old process, if alive, and this one each see the other's keys as
+ * their own). So before the first PR command of this process, and before
+ * any REGISTER of its key (own_acquire and own_request start here, data
+ * sessions register only once owned): READ KEYS, and draw again while a
+ * key of our run is registered. Keys of other gateway ids never match (the
+ * id is part of the run). Once per process; a failed look is repeated by
+ * the next PR command. ctl_lock held. @return 0 or pr_read_now's.
+ */
+static int pr_run_fresh(struct hl_origin *o)
+{
+	struct isc_origin *io = io_of(o);
+	uint64_t key = io->pr_key, was = key;
+	struct pr_state *st;
+	unsigned draws = 0;
+	bool used = true;
+	int rc;
+
+	if (!key || io->run_fresh)
+		return 0;
+	st = malloc(sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	rc = pr_read_now(o, st, true);
+	while (rc == 0 && used) {
+		used = false;
+		for (unsigned i = 0; i < st->nkeys; i++)
+			used |= pr_key_same_run(st->keys[i], key);
+		if (!used)
+			break;
+		if (++draws > 64) { /* 64 misses among at most 256 keys: a broken source */
+			HL_WARN(ISC_COMPONENT,
+			        "%s: gateway %u: no free run for a reservation key after %u draws: "
+			        "keeping 0x%016llx, which another process of this id uses",
+			        o->uri, io->gateway, draws - 1, (unsigned long long)key);
+			break;
+		}
+		key = origin_iscsi_pr_key(io->gateway);
+	}
+	free(st);
+	if (rc)
+		return rc;
+	if (key != was) {
+		HL_NOTICE(
+		    ISC_COMPONENT,
+		    "%s: gateway %u: key 0x%016llx is registered at the SAN (an earlier process "
+		    "of this id): this one uses 0x%016llx",
+		    o->uri, io->gateway, (unsigned long long)was, (unsigned long long)key);
+		atomic_store(&io->pr_key, key);
+	}
+	io->run_fresh = true;
+	return 0;
+}
+
+/* pr_read_now(), after pr_run_fresh() (the first PR command of this process). ctl_lock held. */
+static int pr_read(struct hl_origin *o, struct pr_state *st, bool keys)
+{
+	int rc = pr_run_fresh(o);
+
+	return rc ? rc : pr_read_now(o, st, keys);
 }
 
 /*
@@ -859,7 +938,9 @@ int origin_iscsi_own_request(struct hl_origin *o, uint16_t gw)
 	if (own_check_gw(io, gw))
 		return -EINVAL;
 	pthread_mutex_lock(&io->ctl_lock);
-	rc = pr_register(o, io->pr_key);
+	rc = pr_run_fresh(o); /* before io->pr_key is read for the REGISTER */
+	if (rc == 0)
+		rc = pr_register(o, io->pr_key);
 	if (rc == 0)
 		atomic_store(&io->requested, true);
 	pthread_mutex_unlock(&io->ctl_lock);

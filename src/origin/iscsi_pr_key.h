@@ -6,7 +6,9 @@
  *
  *   0x686c75 RRRR BB GGGG
  *
- * RRRR: 16 random bits drawn at start (a run: each process its own);
+ * RRRR: 16 random bits drawn at start (a run: each process its own; drawn
+ * again while a key of that run of this gateway is still registered at the
+ * SAN, an earlier process's: iscsi_pr.c, pr_run_fresh);
  * BB: the heartbeat counter, which the owner's PR session moves by one at
  * every renew (REGISTER old -> new on the nexus that holds the reservation;
  * the reservation follows its holder's new key, SPC-4 5.12.7); GGGG: the

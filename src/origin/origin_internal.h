@@ -1,7 +1,7 @@
 /*
  * origin_internal.h - what the files of src/origin share: the backend ops
  * tables listed in origin.c, the allocator every backend's origin goes
- * through, and test hooks of the file backend.
+ * through, and test hooks of the file and iscsi backends.
  */
 #ifndef HOTLUN_ORIGIN_INTERNAL_H
 #define HOTLUN_ORIGIN_INTERNAL_H
@@ -67,6 +67,12 @@ extern atomic_ulong origin_file_fixed_ios;
 
 /** Tear down this thread's ring now (no I/O may be in flight on it). For tests. */
 void origin_file_thread_fini(void);
+
+/**
+ * Where the iscsi origin's reservation keys get their random run part
+ * (iscsi_pr.c; getrandom by default). Tests replace it to force a draw.
+ */
+extern uint32_t (*origin_iscsi_run_draw)(void);
 
 /** What the kernel records about a regular file that any change moves (file_proof.c). */
 struct file_stamp {

@@ -57,7 +57,11 @@ struct isc_origin {
 	unsigned nsessions;
 	/* ownership among gateways (hl_origin_opts.gateway); see iscsi_pr.c */
 	uint16_t gateway;
-	uint64_t pr_key;          /* origin_iscsi_pr_key(gateway): this run's; 0: a lone gateway */
+	/* origin_iscsi_pr_key(gateway): this run's; 0: a lone gateway. Drawn again once,
+	   before our first PR command, while a key of that run is registered (ctl_lock;
+	   read anywhere: atomic) */
+	_Atomic uint64_t pr_key;
+	bool run_fresh; /* no other key of pr_key's run was registered at that look (ctl_lock) */
 	atomic_bool owned;        /* own_acquire succeeded; no release or fence since */
 	atomic_bool fenced;       /* the SAN refused a write, or a check found another holder */
 	atomic_uint own_gen;      /* counts acquisitions: each session registers once per value */
@@ -273,7 +277,10 @@ static inline bool pr_write_refused(const struct isc_origin *io, enum hl_io_op o
  * heartbeat counter (0 here), the gateway id (0x686c75RRRR00GGGG;
  * iscsi_pr_key.h). Each process draws its own, so that two
  * processes with one gateway id never mistake each other's reservation for
- * their own; every gateway still reads the owner's id from the key.
+ * their own; every gateway still reads the owner's id from the key. The
+ * ownership thread's first PR command makes sure that no key of that run
+ * is registered at the SAN yet (an earlier process's), and draws again
+ * if one is (iscsi_pr.c, pr_run_fresh).
  */
 uint64_t origin_iscsi_pr_key(uint16_t gw);
 

@@ -20,6 +20,8 @@
 #include "hotlun/origin.h"
 #include "hotlun/scsi.h"
 #include "hotlun/util.h"
+#include "origin/iscsi_pr_key.h"
+#include "origin/origin_iscsi.h"
 #include "origin/origin_internal.h"
 
 #include <dirent.h>
@@ -1136,6 +1138,83 @@ static void test_proof_after_preempt(void)
 	CU_ASSERT_EQUAL(g2->ops->own_release(g2, 2, 1), 0);
 }
 
+/* The random source of reservation keys, forced: `forced_run` first, then the real one. */
+static uint32_t (*real_draw)(void);
+static uint32_t forced_run;
+static unsigned forced_draws;
+
+static uint32_t forced_draw(void)
+{
+	return forced_draws++ ? real_draw() : forced_run;
+}
+
+/* Open gateway gw as a new process whose first draw of a run is `run` (forced_draw set). */
+static struct hl_origin *open_gw_run(uint16_t gw, uint32_t run)
+{
+	forced_run = run;
+	forced_draws = 0;
+	return open_gw(gw);
+}
+
+static uint32_t run_of(uint64_t key)
+{
+	return (uint32_t)((key & ISC_PR_RUN_MASK) >> 24);
+}
+
+/*
+ * A restarted gateway that draws the run of its previous process (one start
+ * in 65535) must not use it while that process's keys are registered: it
+ * would take their registrations and reservation for its own (this_run, an
+ * acquisition without force, a request that reads as the old holder's).
+ * First a leftover registration (the old process asked for the disk and
+ * died), then a leftover reservation (it owned the disk and died).
+ */
+static void test_run_not_reused(void)
+{
+	struct hl_own_info info;
+	struct hl_origin *old, *neu;
+	uint64_t old_key;
+
+	CU_ASSERT_FATAL(san.ok);
+	real_draw = origin_iscsi_run_draw;
+	origin_iscsi_run_draw = forced_draw;
+	/* a registration: the old process's request */
+	old = open_gw_run(5, 0x5eed);
+	CU_ASSERT_FATAL(old != NULL);
+	CU_ASSERT_EQUAL(old->ops->own_request(old, 5), 0);
+	old_key = io_of(old)->pr_key;
+	close_on_cli(old); /* gone without a word: its key stays registered */
+	neu = open_gw_run(5, run_of(old_key));
+	CU_ASSERT_FATAL(neu != NULL);
+	CU_ASSERT_EQUAL(neu->ops->own_request(neu, 5), 0);
+	CU_ASSERT_FALSE(pr_key_same_run(io_of(neu)->pr_key, old_key)); /* drawn again */
+	CU_ASSERT_EQUAL(pr_key_gateway(io_of(neu)->pr_key), 5);
+	close_on_cli(neu);
+
+	/* a reservation: the old process owned the disk and wrote it */
+	old = open_gw_run(5, 0x5eee);
+	CU_ASSERT_FATAL(old != NULL);
+	CU_ASSERT_EQUAL_FATAL(acquire(old, 5, true), 0); /* the leftovers above: force */
+	CU_ASSERT_EQUAL(write_block(old, 28, 0xd1), 0);
+	old_key = io_of(old)->pr_key;
+	close_on_cli(old); /* crashed while owning: reservation and registrations stay */
+	neu = open_gw_run(5, run_of(old_key));
+	CU_ASSERT_FATAL(neu != NULL);
+	CU_ASSERT_EQUAL(neu->ops->own_peek(neu, &info), 0);
+	CU_ASSERT_EQUAL(info.owner, 5);
+	CU_ASSERT_FALSE(pr_key_same_run(io_of(neu)->pr_key, old_key));
+	CU_ASSERT_FALSE(info.this_run); /* the earlier run's: taken by force (owner.c) */
+	CU_ASSERT_EQUAL(acquire(neu, 5, false), -EBUSY); /* not without force */
+	CU_ASSERT_EQUAL_FATAL(acquire(neu, 5, true), 0);
+	CU_ASSERT_EQUAL(write_block(neu, 28, 0xd2), 0);
+	CU_ASSERT_EQUAL(check_block(neu, 28, 0xd2), 0);
+	CU_ASSERT_EQUAL(neu->ops->own_renew(neu, 5, 1, &info), 0);
+	CU_ASSERT_TRUE(info.this_run);
+	CU_ASSERT_EQUAL(neu->ops->own_release(neu, 5, 1), 0);
+	close_on_cli(neu);
+	origin_iscsi_run_draw = real_draw;
+}
+
 /* g1 has sessions on two reactors: close after they stopped, as the backend asks. */
 static void test_close(void)
 {
@@ -1164,6 +1243,7 @@ static const struct hl_test tests[] = {
     {"2A/04 and 2A/05 on a gateway's data session drop its disk", test_pr_unit_attentions},
     {"a vanished reservation (CLEAR) is taken by force, a release is not", test_vanished_reservation},
     {"a preempted owner's proof_take does not re-register its sessions", test_proof_after_preempt},
+    {"a new run never reuses a run whose keys are still registered", test_run_not_reused},
     {"close", test_close},
     {"a release, then the new owner aborts the old owner's queued write", test_release_aborts_queued_write},
     {NULL, NULL},

@@ -755,6 +755,74 @@ static void test_hung_san(void)
 	close_on(cli_r, o);
 }
 
+/* Submit c->io again as the last completion left it (may_land included), and wait. */
+static int resubmit(struct hl_reactor *r, struct call *c, struct iovec *iov)
+{
+	c->io.iov = iov;
+	c->io.iovcnt = 1;
+	c->submit_rc = 0;
+	sem_init(&c->done, 0, 0);
+	if (hl_reactor_call(r, call_submit, c))
+		return -999;
+	sem_wait(&c->done);
+	sem_destroy(&c->done);
+	return c->result;
+}
+
+/*
+ * may_land (hl_origin_io, hl_origin_unfenced): (a) a write out on a session
+ * that is lost (the SAN stops answering, TCP stays up) and fails by its
+ * limit before a login reinstates the session may still be run by the SAN:
+ * may_land, counted; (b) the session's next login ends what the lost
+ * connection left at the SAN: the count goes back to 0; (c) a write that
+ * fails without having been sent does not set it: one that waited in the
+ * queue while the SAN was gone, and one refused at submit (the session down
+ * past the limit), whose io still carried may_land from (a).
+ */
+static void test_may_land(void)
+{
+	struct hl_origin *o = open_san("?timeout=1");
+	static uint8_t w[4096];
+	struct iovec iov = {w, sizeof(w)};
+	struct call c;
+
+	CU_ASSERT_FATAL(o != NULL);
+	pattern_fill(w, sizeof(w), 41);
+	CU_ASSERT_EQUAL(run_io_on(cli_r, o, HL_IO_WRITE, 0, 3 << 20, 4096, w, 4096, &c), 0);
+	CU_ASSERT_FALSE(c.io.may_land);
+	CU_ASSERT_EQUAL(hl_origin_unfenced(o), 0);
+	/* (a) sent, then the SAN falls silent for 3 s: lost with the write out */
+	CU_ASSERT_FATAL(hl_reactor_call(san.r, san_sleep, (void *)(uintptr_t)3000000) == 0);
+	CU_ASSERT_EQUAL(run_io_on(cli_r, o, HL_IO_WRITE, 0, 3 << 20, 4096, w, 4096, &c), -EIO);
+	CU_ASSERT_TRUE(c.io.may_land);
+	CU_ASSERT_EQUAL(hl_origin_unfenced(o), 1);
+	/* (b) the SAN answers again: the session logs in again, nothing of it can land */
+	wait_sessions_up(o, 1, 8000);
+	CU_ASSERT_EQUAL(origin_iscsi_sessions_up(o), 1);
+	CU_ASSERT_EQUAL(hl_origin_unfenced(o), 0);
+	CU_ASSERT_EQUAL(run_io_on(cli_r, o, HL_IO_WRITE, 0, 3 << 20, 4096, w, 4096, &c), 0);
+	CU_ASSERT_FALSE(c.io.may_land);
+	/* (c) the SAN is gone: a write waits in the queue, never sent, and fails by its limit */
+	san_stop();
+	for (int i = 0; i < 300 && origin_iscsi_sessions_up(o); i++)
+		usleep(10000);
+	CU_ASSERT_EQUAL_FATAL(origin_iscsi_sessions_up(o), 0);
+	CU_ASSERT_EQUAL(run_io_on(cli_r, o, HL_IO_WRITE, 0, 3 << 20, 4096, w, 4096, &c), -EIO);
+	CU_ASSERT_FALSE(c.io.may_land);
+	CU_ASSERT_EQUAL(hl_origin_unfenced(o), 0);
+	/* refused at submit (down past the limit): an io reused from (a) says nothing may land */
+	c.io.may_land = true;
+	CU_ASSERT_EQUAL(resubmit(cli_r, &c, &iov), -EIO);
+	CU_ASSERT_EQUAL(c.submit_rc, -EIO);
+	CU_ASSERT_FALSE(c.io.may_land);
+	CU_ASSERT_EQUAL(hl_origin_unfenced(o), 0);
+	CU_ASSERT_FATAL(san_listen() == 0);
+	wait_sessions_up(o, 1, 8000);
+	CU_ASSERT_EQUAL(run_io_on(cli_r, o, HL_IO_WRITE, 0, 3 << 20, 4096, w, 4096, &c), 0);
+	CU_ASSERT_EQUAL(hl_origin_unfenced(o), 0);
+	close_on(cli_r, o);
+}
+
 /*
  * close() from a thread that is no reactor (a reload's close thread) while
  * a read is in flight on cli_r: the session is torn down on cli_r, the
@@ -1104,6 +1172,7 @@ static const struct hl_test tests[] = {
     {"outage past the limit: -EIO, fast failure, recovery", test_outage_limit},
     {"a SAN that stops answering: -EIO by the limit, then recovery", test_hung_san},
     {"close from another thread with a read in flight: one -EIO on its reactor", test_close_in_flight},
+    {"may_land: a write lost while out, counted until the next login; none unsent", test_may_land},
     {"unit attentions: what each asks for", test_ua_class},
     {"2A/09 after a grow: the new size, and the cache drops the disk", test_ua_capacity_grow},
     {"2A/09 after a shrink and a grow back: same size, the cache drops the disk",
