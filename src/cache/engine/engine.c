@@ -732,7 +732,7 @@ int hl_cache_attach(struct hl_cache *c, const char *disk_name, uint64_t quota_by
 			goto out;
 		}
 	}
-	if (changed || engine_map_lags(c)) {
+	if (changed || atomic_load(&c->map_stale)) {
 		/* sealed (-ECANCELED: the device failed): the next start formats, names no disk */
 		rc = engine_map_write(c, "open");
 		if (rc == -ETIMEDOUT)

@@ -722,8 +722,8 @@ bool engine_map_load(struct hl_cache *c);
 bool engine_map_device_ok(struct hl_cache *c, const uint8_t uuid[16], uint64_t seq);
 /**
  * A superblock was written since the last map write that landed (or that
- * one failed): the map is written again (sync_lock held), so that no more
- * than one superblock write ever separates the device from its map.
+ * one failed): the proof tick writes the map again (sync_lock held), so
+ * that one superblock write at most separates the device from its map.
  */
 bool engine_map_lags(struct hl_cache *c);
 /**

@@ -52,10 +52,10 @@
  * and every superblock write is followed by a map write: at open (the
  * load marks it open, or the format), at close (clean), and for the ones
  * in between (a lazy restore's pending notes and their end) the next
- * attach or proof tick (engine_map_lags). So a start meets a device whose
- * seq is the map's, or one ahead (a crash between a superblock write and
- * its map write); anything else is a map of another device or of another
- * time (engine_map_device_ok).
+ * proof tick (engine_map_lags), or any map write before it. So a start
+ * meets a device whose seq is the map's, or one ahead (a crash between a
+ * superblock write and its map write); anything else is a map of another
+ * device or of another time (engine_map_device_ok).
  * A "failed" map (a seal) has no device line: it is never read past its
  * state.
  *
