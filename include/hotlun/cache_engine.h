@@ -499,6 +499,15 @@ int hl_cache_meta_forge(struct hl_cache_dev *d, struct hl_cache_layout *l, uint1
 int64_t hl_cache_meta_load(struct hl_cache_dev *d, struct hl_cache_core *c,
                            struct hl_cache_layout *l);
 
+/**
+ * The device's identity as its newest intact superblock copy says (any
+ * format version): its uuid and its sequence number, bumped by every
+ * superblock write (format, a load marking it open, a lazy restore's
+ * pending notes and their end, the close). Reads only. Blocking.
+ * @return 0, -ENODATA (no intact superblock) or -errno.
+ */
+int hl_cache_meta_ident(struct hl_cache_dev *d, uint8_t uuid[16], uint64_t *seq);
+
 /*
  * A lazy load (docs/cache-format.md, "Lazy restore"), what
  * hl_cache_meta_load does in three steps so that I/O may be served

@@ -10,7 +10,10 @@
 #  2. nothing changed while down: the restart is warm (blocks kept, reads
 #     served by the cache device) and the data is right;
 #  3. hotlund killed (SIGKILL) after the cache settled, the origin rewritten,
-#     restart: not stale; killed again with the origin untouched: warm.
+#     restart: not stale; killed again with the origin untouched: warm;
+#  4. the map copied at a clean stop and put back after one more clean run
+#     (state_dir restored from a backup): older than the cache device, cold
+#     (rev20 #5; warm on the copy before the map named its device).
 . "$(dirname "$0")/lib.sh"
 hl_cache_front_prereqs
 hl_need qemu-img dd
@@ -101,6 +104,30 @@ hl_log "3. SIGKILL, origin untouched: warm_start: $(stat_of warm_start san)"
 [ "$kept" -ge $((USED * 9 / 10)) ] || hl_fail "a crash with the origin untouched kept only $kept of $USED blocks"
 stale=$(stale_blocks)
 [ "$stale" = 0 ] || hl_fail "$stale stale block(s) after a warm restart from a crash"
+hl_check_alive "$FRONT_PID"
+
+# ---- 4. state_dir put back from a backup: the map copied at a clean stop,
+# one more run (a clean stop and start), the copy put back: it is older
+# than the cache device (its superblock seq), so the start is cold (the
+# origin is untouched and its proof holds: before the device line the
+# start was warm on the copy).
+hl_stop "$FRONT_PID"
+MAP=$T/state/cache-ssd.map
+grep -q '^device [0-9a-f]\{32\} [0-9][0-9]*$' "$MAP" || hl_fail "the map names no device: $(cat "$MAP")"
+cp "$MAP" "$T/map.bak" || hl_error "cp"
+hl_front_start "$T/hotlund.conf"
+kept=$(stat_of warm_kept san)
+hl_log "4. clean restart before the copy is put back: warm_start: $(stat_of warm_start san)"
+[ "$kept" -gt 0 ] || hl_fail "a clean restart kept no block"
+hl_stop "$FRONT_PID"
+cp "$T/map.bak" "$MAP" || hl_error "cp"
+hl_front_start "$T/hotlund.conf"
+hl_log "4. the map's backup put back: warm_start: $(stat_of warm_start san)"
+grep -q "a map older than the device (restored from a backup?)" "$FRONT_LOG" ||
+	hl_fail "no warning about the map older than the cache device in the log"
+[ "$(stat_of warm_kept san)" = 0 ] || hl_fail "blocks kept from a map put back from a backup"
+stale=$(stale_blocks)
+[ "$stale" = 0 ] || hl_fail "$stale stale block(s) after the map's backup was put back"
 hl_check_alive "$FRONT_PID"
 hl_stop "$FRONT_PID"
 hl_log "PASS"

@@ -13,7 +13,11 @@
  * 0 (the cache is formatted); an accepted one has names and proofs without
  * blanks, no two disks with one id or one name (a proof line names an id:
  * it vouched for both), and reads back the same after engine_map_write:
- * what hotlund writes it can read.
+ * what hotlund writes it can read (the device line too, written from the
+ * superblock identity the map named; a map of version 1 or 2 is written
+ * as version 3). Its device check (engine_map_device_ok) keeps a map whose
+ * superblock is the device's, or one write ahead, and refuses another
+ * uuid or seq leaving no entry.
  */
 #include "config.h"
 
@@ -35,6 +39,7 @@ static struct hl_cache *cache_new(const char *path)
 	if (!c)
 		abort();
 	c->name = (char *)"fuzz";
+	c->device = (char *)"fuzz-device";
 	c->map_path = strdup(path);
 	c->bs = 4096;
 	c->nslots = 1024;
@@ -96,6 +101,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	check(c);
+	/* what a start checks (the device's superblock is the one the map names, or one ahead) */
+	if (c->map_dev_known) {
+		uint8_t other[16];
+		struct hl_cache *c3 = cache_new(path);
+
+		if (!engine_map_device_ok(c, c->map_dev_uuid, c->map_dev_seq) ||
+		    (c->map_dev_seq < UINT64_MAX &&
+		     !engine_map_device_ok(c, c->map_dev_uuid, c->map_dev_seq + 1)))
+			abort();
+		memcpy(other, c->map_dev_uuid, 16);
+		other[size % 16] ^= 1;
+		if (!engine_map_load(c3) || engine_map_device_ok(c3, other, c3->map_dev_seq) ||
+		    c3->n_ents || c3->next_id)
+			abort();
+		cache_free(c3);
+		memcpy(c->layout.uuid, c->map_dev_uuid, 16);
+		c->layout.sb_seq = c->map_dev_seq;
+	}
 	/* written where a start reads it (engine_map_write renames PATH.tmp over it) */
 	char *tmp = NULL;
 	if (asprintf(&tmp, "/dev/shm/fuzz-cache-map.%d", (int)getpid()) < 0)
@@ -104,7 +127,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	c->map_path = tmp;
 	if (engine_map_write(c, "open") == 0) {
 		struct hl_cache *c2 = cache_new(tmp);
-		if (!engine_map_load(c2) || c2->n_ents != c->n_ents || c2->next_id != c->next_id)
+		if (!engine_map_load(c2) || c2->n_ents != c->n_ents || c2->next_id != c->next_id ||
+		    !c2->map_dev_known || memcmp(c2->map_dev_uuid, c->layout.uuid, 16) ||
+		    c2->map_dev_seq != c->layout.sb_seq)
 			abort();
 		for (size_t i = 0; i < c->n_ents; i++)
 			if (!same(c->ents[i], c2->ents[i]))

@@ -806,6 +806,33 @@ static void hold_pages(const struct hl_cache_layout *l, struct hl_cache_core *c,
 		HL_NOTICE("cache", "cache device: no fills until the restore ends");
 }
 
+int hl_cache_meta_ident(struct hl_cache_dev *d, uint8_t uuid[16], uint64_t *seq)
+{
+	uint8_t *buf = page_zalloc(2 * SB_SIZE);
+	struct sb a, b, *s = NULL;
+	bool va, vb;
+	int rc;
+
+	if (!buf)
+		return -ENOMEM;
+	rc = d->ops->pread(d, buf, 2 * SB_SIZE, 0);
+	va = !rc && sb_decode(buf, &a);
+	vb = !rc && sb_decode(buf + SB_SIZE, &b);
+	free(buf);
+	if (rc)
+		return rc;
+	/* (the copy hl_cache_meta_load_begin goes by) */
+	if (va && vb)
+		s = a.seq > b.seq ? &a : &b;
+	else if (va || vb)
+		s = va ? &a : &b;
+	if (!s)
+		return -ENODATA;
+	memcpy(uuid, s->uuid, 16);
+	*seq = s->seq;
+	return 0;
+}
+
 int hl_cache_meta_load_begin(struct hl_cache_dev *d, struct hl_cache_core *c,
                              struct hl_cache_layout *l, struct hl_cache_restore *r)
 {

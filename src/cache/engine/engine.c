@@ -407,6 +407,18 @@ int hl_cache_open(const struct hl_cache_config *cfg, struct hl_cache **out)
 
 	usable = engine_map_load(c);
 	if (usable) {
+		uint8_t uuid[16];
+		uint64_t seq;
+
+		/*
+		 * The map of this device, of this time (its device line): not one
+		 * restored from a backup, nor one of another device. No intact
+		 * superblock: the load below formats anyway.
+		 */
+		if (hl_cache_meta_ident(c->dev, uuid, &seq) == 0)
+			usable = engine_map_device_ok(c, uuid, seq);
+	}
+	if (usable) {
 		for (size_t i = 0; i < c->n_ents;) {
 			rc = hl_cache_core_lun_add(c->core, c->ents[i]->id, c->ents[i]->quota);
 			if (!rc) {

@@ -342,6 +342,18 @@ struct hl_cache {
 	 * writes it even when nothing of theirs changed.
 	 */
 	atomic_bool map_stale;
+	/*
+	 * The superblock (uuid, seq) the map file was written against (version
+	 * 3's device line, engine_map_load): map_dev_known false for a map of
+	 * version 1 or 2 (no device line: not checked). map_seq: the seq the
+	 * last map write that returned 0 named (sync_lock, like the writes), so
+	 * that a superblock written since is followed by a map write
+	 * (engine_map_lags).
+	 */
+	uint8_t map_dev_uuid[16];
+	uint64_t map_dev_seq;
+	bool map_dev_known;
+	uint64_t map_seq;
 	pthread_mutex_t map_mu; /* guards taking map_busy and setting seal_owed, never held in I/O */
 	pthread_cond_t mexit;   /* mlock, CLOCK_MONOTONIC: meta_exited became true */
 	char *meta_hold;        /* HOTLUN_TEST_CACHE_META_HOLD: a sync waits while it exists */
@@ -698,6 +710,22 @@ int engine_map_write(struct hl_cache *c, const char *state);
  * left empty).
  */
 bool engine_map_load(struct hl_cache *c);
+/**
+ * After engine_map_load returned true: is the map the one written against
+ * this device's superblock (uuid, seq: hl_cache_meta_ident)? Same uuid and
+ * the device's seq equal to the map's, or one ahead (a crash between a
+ * superblock write and the map write that follows it). Another uuid, a
+ * device further ahead (a map restored from a backup) or behind (a device
+ * restored from an image): false, logged, c->ents emptied (format). A map
+ * without a device line (version 1 or 2) is not checked: true.
+ */
+bool engine_map_device_ok(struct hl_cache *c, const uint8_t uuid[16], uint64_t seq);
+/**
+ * A superblock was written since the last map write that landed (or that
+ * one failed): the proof tick writes the map again (sync_lock held), so
+ * that one superblock write at most separates the device from its map.
+ */
+bool engine_map_lags(struct hl_cache *c);
 /**
  * Read the map file into c->map_text (NULL: none, or unreadable), within
  * c->drain_ms (0: in line): a state file system that stops answering hung

@@ -25,21 +25,39 @@
 #include "hotlun/log.h"
 #include "hotlun/util.h"
 
-/* Version 2 adds the proof lines; a version 1 map is read, its disks have no proof. */
+/*
+ * Version 2 adds the proof lines; a version 1 map is read, its disks have
+ * no proof. Version 3 adds the device line; a map of version 1 or 2 is
+ * read unchecked (engine_map_device_ok) and rewritten as version 3 at open.
+ */
 #define MAP_MAGIC   "hotlun-cache-map "
-#define MAP_VERSION 2
+#define MAP_VERSION 3
 
 /*
  * Text, rewritten atomically (tmp + fsync + rename):
- *   hotlun-cache-map 2
+ *   hotlun-cache-map 3
  *   state open|clean|failed
  *   geometry BLOCK_SIZE NSLOTS DEVICE_SIZE
+ *   device UUID SEQ           (version 3: 32 hex digits, decimal)
  *   next ID
  *   disk ID QUOTA SIZE NAME IDENT...
  *   proof ID TOKEN            (version 2; absent: no proof)
  * A missing or unreadable map, a "failed" state or another geometry make
  * hl_cache_open format the device: LUN ids are only meaningful with it.
  * Writers hold sync_lock (or run alone: open, close).
+ *
+ * The device line names the superblock the map was written against: its
+ * uuid and its seq, which every superblock write bumps (cache_meta.c).
+ * Each map write comes after the superblock write it names has returned,
+ * and every superblock write is followed by a map write: at open (the
+ * load marks it open, or the format), at close (clean), and for the ones
+ * in between (a lazy restore's pending notes and their end) the next
+ * proof tick (engine_map_lags), or any map write before it. So a start
+ * meets a device whose seq is the map's, or one ahead (a crash between a
+ * superblock write and its map write); anything else is a map of another
+ * device or of another time (engine_map_device_ok).
+ * A "failed" map (a seal) has no device line: it is never read past its
+ * state.
  *
  * Every write is bounded (c->drain_ms): the state file system may stop
  * answering (a hung NFS, a dying disk under /var/lib/hotlun), and a
@@ -80,8 +98,11 @@ static char *map_text(struct hl_cache *c, const char *state, bool disks)
 
 	if (!f)
 		return NULL;
-	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\nnext %u\n", MAP_MAGIC, MAP_VERSION,
-	        state, c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size,
+	fprintf(f, "%s%d\nstate %s\ngeometry %u %llu %llu\ndevice ", MAP_MAGIC, MAP_VERSION, state,
+	        c->bs, (unsigned long long)c->nslots, (unsigned long long)c->dev->size);
+	for (int i = 0; i < 16; i++)
+		fprintf(f, "%02x", c->layout.uuid[i]);
+	fprintf(f, " %llu\nnext %u\n", (unsigned long long)c->layout.sb_seq,
 	        disks ? c->next_id : 0);
 	for (size_t i = 0; disks && i < c->n_ents; i++) {
 		struct map_ent *e = c->ents[i];
@@ -318,6 +339,7 @@ static int map_run(struct hl_cache *c, char *text, bool seal)
 
 int engine_map_write(struct hl_cache *c, const char *state)
 {
+	uint64_t seq = c->layout.sb_seq; /* (what map_text names: sync_lock held, or alone) */
 	char *text;
 	int rc = map_begin(c, false);
 
@@ -333,6 +355,8 @@ int engine_map_write(struct hl_cache *c, const char *state)
 	}
 	rc = map_run(c, text, false);
 	atomic_store(&c->map_stale, rc != 0);
+	if (rc == 0)
+		c->map_seq = seq;
 	/* the map says what RAM does: a disown refused earlier is over (sync_lock held) */
 	for (size_t i = 0; rc == 0 && i < c->n_ents; i++)
 		if (c->ents[i]->disown_undo)
@@ -536,7 +560,7 @@ const char *engine_origin_ident(const char *uri, char *buf, size_t len)
 	return hl_uri_redact(uri, true, buf, len);
 }
 
-/* "hotlun-cache-map N": a version this code reads (1 or 2). */
+/* "hotlun-cache-map N": a version this code reads (1 to 3). */
 static bool map_version(const char *line, int *version)
 {
 	int n = 0;
@@ -545,6 +569,45 @@ static bool map_version(const char *line, int *version)
 	    sscanf(line + strlen(MAP_MAGIC), "%d", &n) != 1 || n < 1 || n > MAP_VERSION)
 		return false;
 	*version = n;
+	return true;
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	return -1;
+}
+
+/*
+ * "device UUID SEQ": 32 lowercase hex digits and a decimal number (what
+ * map_text writes, nothing else: no sign, no blank but one, no overflow).
+ */
+static bool map_device(const char *line, uint8_t uuid[16], uint64_t *seq)
+{
+	const char *p = line + 7;
+	uint64_t v = 0;
+
+	if (strncmp(line, "device ", 7))
+		return false;
+	for (int i = 0; i < 16; i++, p += 2) {
+		int hi = hexval(p[0]), lo = hi < 0 ? -1 : hexval(p[1]);
+		if (hi < 0 || lo < 0)
+			return false;
+		uuid[i] = (uint8_t)(hi << 4 | lo);
+	}
+	if (*p++ != ' ' || *p < '0' || *p > '9')
+		return false;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			return false;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p && strcmp(p, "\n"))
+		return false;
+	*seq = v;
 	return true;
 }
 
@@ -665,6 +728,10 @@ bool engine_map_load(struct hl_cache *c)
 	    sscanf(line, "geometry %u %llu %llu", &bs, &nslots, &devsize) != 3 || bs != c->bs ||
 	    nslots != c->nslots || devsize != c->dev->size)
 		goto out;
+	c->map_dev_known = version >= 3;
+	if (version >= 3 &&
+	    (!fgets(line, sizeof(line), f) || !map_device(line, c->map_dev_uuid, &c->map_dev_seq)))
+		goto out;
 	if (!fgets(line, sizeof(line), f) || sscanf(line, "next %u", &next) != 1 || next > 0xffff)
 		goto out;
 	c->next_id = (uint16_t)next;
@@ -709,8 +776,50 @@ out:
 			engine_ent_free(c->ents[i]);
 		c->n_ents = 0;
 		c->next_id = 0;
+		c->map_dev_known = false;
 	}
 	return ok;
+}
+
+static void uuid_hex(const uint8_t uuid[16], char out[33])
+{
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", uuid[i]);
+}
+
+bool engine_map_device_ok(struct hl_cache *c, const uint8_t uuid[16], uint64_t seq)
+{
+	char mu[33], du[33];
+	const char *why;
+
+	if (!c->map_dev_known)
+		return true; /* (version 1 or 2: rewritten as 3 at open) */
+	if (memcmp(c->map_dev_uuid, uuid, 16))
+		why = "another device (replaced, or formatted since)";
+	else if (seq == c->map_dev_seq || seq == c->map_dev_seq + 1)
+		return true; /* (one ahead: a crash between a superblock write and its map write) */
+	else if (seq > c->map_dev_seq)
+		why = "a map older than the device (restored from a backup?)";
+	else
+		why = "a device older than the map (restored from an image?)";
+	uuid_hex(c->map_dev_uuid, mu);
+	uuid_hex(uuid, du);
+	HL_WARN("cache",
+	        "cache %s: %s was written for cache device %s seq %llu, but %s is device %s seq "
+	        "%llu: %s; its cached blocks are dropped and the device is formatted",
+	        c->name, c->map_path, mu, (unsigned long long)c->map_dev_seq, c->device, du,
+	        (unsigned long long)seq, why);
+	for (size_t i = 0; i < c->n_ents; i++)
+		engine_ent_free(c->ents[i]);
+	c->n_ents = 0;
+	c->next_id = 0;
+	c->map_dev_known = false;
+	return false;
+}
+
+bool engine_map_lags(struct hl_cache *c)
+{
+	return atomic_load(&c->map_stale) || c->map_seq != c->layout.sb_seq;
 }
 
 struct map_ent *engine_ent_find(struct hl_cache *c, const char *name)

@@ -103,8 +103,11 @@ void engine_proofs_refresh(struct hl_cache *c)
 		e->cand = NULL;
 		write = true;
 	}
-	/* (a map that lags, its last write failed, is written again: a tick repairs it) */
-	if ((write || atomic_load(&c->map_stale)) && engine_map_write(c, "open") == 0) {
+	/*
+	 * (a map that lags, its last write failed or a superblock was written
+	 * since, is written again: a tick repairs it)
+	 */
+	if ((write || engine_map_lags(c)) && engine_map_write(c, "open") == 0) {
 		for (size_t i = 0; i < c->n_ents; i++)
 			if (c->ents[i]->inner && c->ents[i]->proof)
 				proof_release_locked(c, c->ents[i]->inner, c->ents[i]->tag,

@@ -35,15 +35,15 @@ static void test_proof_unchanged_warm(void)
 	/* the map records the proof the clean stop took */
 	{
 		char line[256];
-		bool v2 = false, proof = false;
+		bool v3 = false, proof = false;
 		FILE *m = fopen(g_map, "r");
 		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
 		while (fgets(line, sizeof(line), m)) {
-			v2 |= !strcmp(line, "hotlun-cache-map 2\n");
+			v3 |= !strcmp(line, "hotlun-cache-map 3\n");
 			proof |= !strcmp(line, "proof 0 fake:0\n");
 		}
 		fclose(m);
-		CU_ASSERT(v2);
+		CU_ASSERT(v3);
 		CU_ASSERT(proof);
 	}
 	f.reads = 0;
@@ -325,7 +325,9 @@ static void test_proof_old_map_cold(void)
 
 	proof_warm(&f, 25, "fake:proof");
 	snprintf(cmd, sizeof(cmd),
-	         "sed -i -e 's/^hotlun-cache-map 2$/hotlun-cache-map 1/' -e '/^proof /d' %s", g_map);
+	         "sed -i -e 's/^hotlun-cache-map 3$/hotlun-cache-map 1/' -e '/^proof /d' "
+	         "-e '/^device /d' %s",
+	         g_map);
 	CU_ASSERT_FATAL(system(cmd) == 0);
 	proof_restart(&f, "fake:proof", &st);
 	CU_ASSERT_EQUAL(st.warm_kept, 0);

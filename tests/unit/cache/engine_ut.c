@@ -2,7 +2,8 @@
  * engine_ut.c - the cache engine (src/cache/engine/engine*.c, fixture in
  * engine_ut_lib.h): hits after admission, drains, detaches and closes with
  * fills in flight, the read source tag, the trace, unaligned and partial
- * I/O, the write policies, fills that raced a write, lazy and warm restarts.
+ * I/O, the write policies, fills that raced a write, lazy and warm restarts,
+ * and the map's tie to its device (a map of another time or device: cold).
  * The other engine programs: engine_proof_ut (proofs, shadow, takeover),
  * engine_io_ut (device reads, failures, map, window, promotion, RMW),
  * engine_ub_ut (the RAM update buffer, many disks, id reuse),
@@ -683,16 +684,251 @@ static void test_warm_restart(void)
 	free(buf);
 }
 
+/* ---- the map names its device's superblock (engine_map_device_ok) ---- */
+
+/*
+ * Start on f (disk0, uri), read blocks 0..7 and check them against f; stop
+ * cleanly (crash: like a kill -9). @return f's reads meanwhile (0: all hits).
+ */
+static int restart_reads(struct fake *f, const char *uri, bool crash)
+{
+	struct hl_cache *c;
+	struct hl_origin *o;
+	uint8_t *buf = calloc(8, BS);
+	int reads = f->reads;
+
+	o = cache_up(&c, NULL, f, uri);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f->mem, 8 * BS) == 0);
+	reads = f->reads - reads;
+	CU_ASSERT(wait_inflight(c, 0));
+	if (crash) {
+		CU_ASSERT(wait_synced(c));
+		reactor_down();
+		hl_origin_close(o);
+		cache_crash(c);
+	} else {
+		cache_down(c, o);
+	}
+	free(buf);
+	return reads;
+}
+
+/*
+ * A map copied aside after a run and put back after the next one (a state
+ * dir restored from a backup): its seq is behind the device's, the start
+ * formats. A clean restart and a crash restart stay warm, and so does the
+ * crash between the superblock a start writes and its map write (the map
+ * of the stop before it, the device one write ahead).
+ */
+static void test_map_backup_cold(void)
+{
+	struct fake f;
+	char bak[96];
+
+	dev_name();
+	snprintf(bak, sizeof(bak), "%s.bak", g_map);
+	fake_init(&f, LUN_SIZE, 41);
+	CU_ASSERT(restart_reads(&f, "fake:bk", false) > 0); /* (formatted: misses) */
+	CU_ASSERT(map_holds("hotlun-cache-map 3\n"));
+	CU_ASSERT(map_holds("\ndevice "));
+	CU_ASSERT_FATAL(file_copy(g_map, bak) == 0);
+	/* a clean restart: warm */
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:bk", false), 0);
+	/* the copy put back: older than the device (two superblock writes): cold */
+	CU_ASSERT_FATAL(file_copy(bak, g_map) == 0);
+	CU_ASSERT(restart_reads(&f, "fake:bk", false) > 0);
+	/* formatted and the map written for it: a clean restart is warm again */
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:bk", false), 0);
+	/* a crash restart: warm */
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:bk", true), 0);
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:bk", false), 0);
+	/*
+	 * The crash between a start's superblock write and its map write:
+	 * the map the clean stop wrote, the device one superblock write
+	 * ahead of it. Warm.
+	 */
+	CU_ASSERT_FATAL(file_copy(g_map, bak) == 0);
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:bk", true), 0);
+	CU_ASSERT_FATAL(file_copy(bak, g_map) == 0);
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:bk", false), 0);
+	unlink(bak);
+	dev_remove();
+	free(f.mem);
+}
+
+/*
+ * A map copied aside, then the state dir lost (the next start formats and
+ * caches another disk under the same LUN id), then the copy put back: the
+ * copy's disk and proof hold, but the device's records are the other
+ * disk's. Never served: the uuid differs, the start formats.
+ */
+static void test_map_backup_formatted_since(void)
+{
+	struct fake f, g;
+	char bak[96];
+
+	dev_name();
+	snprintf(bak, sizeof(bak), "%s.bak", g_map);
+	fake_init(&f, LUN_SIZE, 42);
+	fake_init(&g, LUN_SIZE, 77);
+	CU_ASSERT(restart_reads(&f, "fake:x", false) > 0);
+	CU_ASSERT_FATAL(file_copy(g_map, bak) == 0);
+	unlink(g_map); /* lost: formatted */
+	CU_ASSERT(restart_reads(&g, "fake:y", false) > 0);
+	CU_ASSERT_FATAL(file_copy(bak, g_map) == 0);
+	/* disk0 is f again, its proof holds: f's blocks, never g's (restart_reads compares) */
+	CU_ASSERT(restart_reads(&f, "fake:x", false) > 0);
+	unlink(bak);
+	dev_remove();
+	free(f.mem);
+	free(g.mem);
+}
+
+/*
+ * The map of one cache device paired with another of the same geometry
+ * (a device replaced, or the map copied from another host): the other
+ * device's records of LUN id 0 are another disk's. Cold.
+ */
+static void test_map_other_device(void)
+{
+	struct fake f, g;
+	char dev_a[64], map_a[80];
+
+	fake_init(&f, LUN_SIZE, 43);
+	fake_init(&g, LUN_SIZE, 78);
+	dev_name();
+	CU_ASSERT(restart_reads(&f, "fake:a", false) > 0);
+	snprintf(dev_a, sizeof(dev_a), "%s", g_dev);
+	snprintf(map_a, sizeof(map_a), "%s", g_map);
+	dev_name();
+	CU_ASSERT(restart_reads(&g, "fake:b", false) > 0);
+	CU_ASSERT_EQUAL(restart_reads(&g, "fake:b", false), 0);
+	/* device B with A's map: disk0 is f, its proof holds; B's id 0 holds g's blocks */
+	CU_ASSERT_FATAL(file_copy(map_a, g_map) == 0);
+	CU_ASSERT(restart_reads(&f, "fake:a", false) > 0);
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:a", false), 0);
+	dev_remove();
+	unlink(dev_a);
+	unlink(map_a);
+	free(f.mem);
+	free(g.mem);
+}
+
+/* The seq the map file names (its device line), or UINT64_MAX. */
+static uint64_t map_seq_named(void)
+{
+	char line[256];
+	unsigned long long seq = UINT64_MAX;
+	FILE *m = fopen(g_map, "r");
+
+	CU_ASSERT_FATAL(m != NULL);
+	while (fgets(line, sizeof(line), m))
+		if (sscanf(line, "device %*32[0-9a-f] %llu", &seq) == 1)
+			break;
+	fclose(m);
+	return seq;
+}
+
+/*
+ * A lazy restore that noted a write writes the superblock twice after the
+ * start's map (the note, then "open" at its end): the proof tick writes the
+ * map again, so that a crash after it is warm (not two writes behind: cold).
+ */
+static void test_map_follows_restore(void)
+{
+	struct fake f;
+	struct hl_cache *c;
+	struct hl_origin *o;
+	struct hl_cache_engine_stats st;
+	uint8_t *buf = malloc(8 * BS), *w = malloc(BS);
+	uint64_t seq0, seq = 0;
+	bool caught = false;
+
+	o = fixture_up(&c, NULL, &f, 45, "fake:mlazy");
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	cache_down(c, o);
+
+	setenv("HOTLUN_TEST_RESTORE_DELAY_MS", "1000", 1);
+	g_lazy = true;
+	o = cache_up(&c, NULL, &f, "fake:mlazy");
+	g_lazy = false;
+	unsetenv("HOTLUN_TEST_RESTORE_DELAY_MS");
+	seq0 = map_seq_named();
+	memset(w, 0x5d, BS);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_WRITE, 3 * BS, BS, w), 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	hl_cache_restore_wait(c);
+	CU_ASSERT_FATAL(hl_cache_get_stats(c, NULL, &st) == 0);
+	CU_ASSERT_EQUAL(st.restore_phase, HL_CACHE_RESTORE_DONE);
+	CU_ASSERT_EQUAL(st.restore_written, 1);
+	CU_ASSERT_EQUAL(do_io(o, HL_IO_READ, 0, 8 * BS, buf), 0);
+	CU_ASSERT(memcmp(buf, f.mem, 8 * BS) == 0);
+	CU_ASSERT(wait_inflight(c, 0));
+	CU_ASSERT(wait_synced(c));
+	for (int i = 0; i < 300 && !caught; i++) {
+		char want[32];
+
+		snprintf(want, sizeof(want), "fake:%llu", (unsigned long long)f.gen);
+		pthread_mutex_lock(&c->sync_lock);
+		seq = c->layout.sb_seq;
+		caught =
+		    c->ents[0]->proof && !strcmp(c->ents[0]->proof, want) && map_seq_named() == seq;
+		pthread_mutex_unlock(&c->sync_lock);
+		if (!caught)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT(seq >= seq0 + 2); /* (the note and the restore's end) */
+	CU_ASSERT(caught);
+	reactor_down();
+	hl_origin_close(o);
+	cache_crash(c);
+	/* all 8 from the cache device: warm */
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:mlazy", false), 0);
+	dev_remove();
+	free(f.mem);
+	free(buf);
+	free(w);
+}
+
+/* A map of version 2 (before the device line) is read unchecked, warm, and rewritten as 3. */
+static void test_map_v2_upgraded(void)
+{
+	struct fake f;
+	char cmd[256];
+
+	dev_name();
+	fake_init(&f, LUN_SIZE, 44);
+	CU_ASSERT(restart_reads(&f, "fake:v2", false) > 0);
+	snprintf(cmd, sizeof(cmd),
+	         "sed -i -e 's/^hotlun-cache-map 3$/hotlun-cache-map 2/' -e '/^device /d' %s",
+	         g_map);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	CU_ASSERT_FALSE(map_holds("\ndevice "));
+	CU_ASSERT_EQUAL(restart_reads(&f, "fake:v2", false), 0);
+	CU_ASSERT(map_holds("hotlun-cache-map 3\n"));
+	CU_ASSERT(map_holds("\ndevice "));
+	dev_remove();
+	free(f.mem);
+}
+
 int main(void)
 {
 	static const struct hl_test tests[] = {
 	    {"hits are served from the cache after admission", test_hit_after_admission},
-	    {"a clean stop's drain waits for the fills of reads that replied", test_drain_waits_for_fills},
-	    {"a disk's detach waits for its fills in flight; a re-add hits", test_detach_waits_for_fills},
-	    {"a detach past its bound abandons the fills: they install nothing, free nothing", test_detach_abandons_fills},
-	    {"a stop's close with a fill still out keeps the cache for its late completion", test_close_parks_for_late_fills},
-	    {"a disk removed while its origin's event runs: the close waits for the event's end", test_close_waits_for_event},
-	    {"reads are tagged hit, partial or miss for the disk's latency split", test_read_source_tag},
+	    {"a clean stop's drain waits for the fills of reads that replied",
+	     test_drain_waits_for_fills},
+	    {"a disk's detach waits for its fills in flight; a re-add hits",
+	     test_detach_waits_for_fills},
+	    {"a detach past its bound abandons the fills: they install nothing, free nothing",
+	     test_detach_abandons_fills},
+	    {"a stop's close with a fill still out keeps the cache for its late completion",
+	     test_close_parks_for_late_fills},
+	    {"a disk removed while its origin's event runs: the close waits for the event's end",
+	     test_close_waits_for_event},
+	    {"reads are tagged hit, partial or miss for the disk's latency split",
+	     test_read_source_tag},
 	    {"HOTLUN_CACHE_TRACE: fills, hits and records of a block", test_trace},
 	    {"HOTLUN_CACHE_TRACE: no planted link, no folder others write",
 	     test_trace_refuses_planted_files},
@@ -701,7 +937,16 @@ int main(void)
 	    {"invalidate mode: a written block is read from the origin", test_write_invalidate},
 	    {"a fill that raced a write is dropped", test_fill_raced_write},
 	    {"warm restart keeps the blocks; another origin does not get them", test_warm_restart},
-	    {"lazy restore: served at once, a write drops the record not loaded yet", test_lazy_restore},
+	    {"lazy restore: served at once, a write drops the record not loaded yet",
+	     test_lazy_restore},
+	    {"a map put back from a backup: cold; clean, crash and its window: warm",
+	     test_map_backup_cold},
+	    {"a map put back after a format: the other disk's blocks are never served",
+	     test_map_backup_formatted_since},
+	    {"a map of another cache device: cold, never its blocks", test_map_other_device},
+	    {"a map of version 2 is read unchecked and rewritten as 3", test_map_v2_upgraded},
+	    {"a lazy restore's superblock writes: the map follows; a crash after is warm",
+	     test_map_follows_restore},
 	    {NULL, NULL},
 	};
 
