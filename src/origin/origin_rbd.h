@@ -219,6 +219,14 @@ int origin_rbd_own_watch(struct hl_origin *o, void (*wake)(void *arg), void *arg
 /* rbd_close_all, before the connection goes: no wake runs after this */
 void origin_rbd_own_close(struct rbd_origin *r);
 
+/*
+ * Before a writable image's client goes (close, a reload's reopen, a stop):
+ * writes of unknown outcome (timed out, still out) of this client are shut
+ * out (blocklist, then the OSD map awaited), since the image's next client
+ * is not ordered after them. rbd_own.c.
+ */
+void origin_rbd_close_fence(struct hl_origin *o);
+
 /* ---- rbd_proof.c ---- */
 
 /** See hl_origin_ops.proof_take, proof_check, proof_release and identity. */

@@ -548,6 +548,7 @@ fail:
 static void origin_rbd_close(struct hl_origin *o)
 {
 	origin_rbd_pr_fini(o); /* its thread and watch use the connection */
+	origin_rbd_close_fence(o);
 	rbd_close_all(ro_of(o));
 }
 
@@ -559,10 +560,11 @@ static bool rbd_op_writes(enum hl_io_op op)
 }
 
 /*
- * Several gateways: a write finished. One that failed without a clear "not
- * written" (timed out, an I/O error) may still reach an OSD later: counted,
- * so that a release does not let the next owner write before it is fenced
- * (rbd_own.c, origin_rbd_own_release).
+ * A write finished. One that failed without a clear "not written" (timed
+ * out, an I/O error) may still reach an OSD later: counted, so that a
+ * release does not let the next owner write before it is fenced
+ * (rbd_own.c, origin_rbd_own_release), nor a close the image's next
+ * client (origin_rbd_close_fence).
  */
 static void rbd_write_done(struct rbd_origin *r, int result)
 {
@@ -584,7 +586,7 @@ static void rbd_finish(void *arg)
 	ssize_t res = rio->result;
 	int result = res < 0 ? (int)res : 0;
 
-	if (ro_of(rio->origin)->gateway && rbd_op_writes(io->op))
+	if (rbd_op_writes(io->op))
 		rbd_write_done(ro_of(rio->origin), result);
 
 	if (result == -ESHUTDOWN) {
@@ -743,7 +745,7 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 			rc = -EOPNOTSUPP;
 		}
 	/* its completion runs on this reactor, after this returns */
-	if (rc >= 0 && r->gateway && rbd_op_writes(io->op))
+	if (rc >= 0 && rbd_op_writes(io->op))
 		atomic_fetch_add(&r->writes_out, 1);
 	handles_done(r);
 	if (rc < 0) {

@@ -832,6 +832,43 @@ static int fence_self(struct hl_origin *o, unsigned unsure)
 	return rc;
 }
 
+void origin_rbd_close_fence(struct hl_origin *o)
+{
+	struct rbd_origin *r = ro_of(o);
+	char addr[128];
+	int is_owner = 0, rc;
+	unsigned unsure;
+
+	if (!r->image || o->read_only || r->snap[0] || atomic_load(&r->fenced))
+		return;
+	unsure = atomic_load(&r->writes_out); /* before unsure_writes: rbd_write_done */
+	unsure += atomic_load(&r->unsure_writes);
+	if (!unsure)
+		return;
+	/* the lock's owner string is this client's address while we hold it */
+	rc = rbd_is_exclusive_lock_owner(r->image, &is_owner);
+	if (rc == 0 && !is_owner)
+		rc = -ENOLCK;
+	if (rc == 0 && lock_holder(r, addr, sizeof(addr)) != 1)
+		rc = -ENOENT;
+	if (rc == 0)
+		rc = rados_blocklist_add(r->cluster, addr, 0);
+	if (rc == 0)
+		rc = rados_wait_for_latest_osdmap(r->cluster);
+	if (rc == 0)
+		HL_NOTICE(
+		    RBD_LOG,
+		    "%s: closing with %u write(s) of unknown outcome: this client (%s) "
+		    "blocklisted itself, so none of them lands after the image's next client's",
+		    o->uri, unsure, addr);
+	else
+		HL_WARN(
+		    RBD_LOG,
+		    "%s: closing with %u write(s) of unknown outcome, and cannot blocklist this "
+		    "client: %s; one may still land after the image's next writes",
+		    o->uri, unsure, strerror(-rc));
+}
+
 int origin_rbd_own_release(struct hl_origin *o, uint16_t gw, uint64_t epoch)
 {
 	struct rbd_origin *r = ro_of(o);

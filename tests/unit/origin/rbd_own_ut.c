@@ -661,6 +661,46 @@ static void test_release_unfenced_then_close(void)
 }
 
 /*
+ * rev22 F3a: a lone gateway (no ownership: it holds the lock while open)
+ * closes an image after a write of unknown outcome: a reload's or a
+ * restart's next client of the image is not ordered after that write, so
+ * the closing client blocklists itself first (the old code closed, and the
+ * lock went, with nothing blocklisted).
+ */
+static void test_lone_close_unsure_write_fences(void)
+{
+	char conf_short[160], cmd[512];
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct hl_origin *a = NULL;
+	pid_t pid = osd_pid();
+	int rc, before;
+
+	CU_ASSERT_FATAL(pid > 0);
+	snprintf(conf_short, sizeof(conf_short), "%s/ceph-short.conf", dir);
+	snprintf(cmd, sizeof(cmd),
+	         "cp %s %s && printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s", conf,
+	         conf_short, conf_short);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	CU_ASSERT_EQUAL(write_fill(a, 4 * FAR, 0x11), 0);
+	before = blocklist_entries();
+	osd_stop(pid);
+	rc = write_fill(a, 4 * FAR, 0xc3);
+	kill(pid, SIGCONT);
+	CU_ASSERT(rc < 0);
+	hl_origin_close(a);
+	CU_ASSERT(blocklist_entries() > before); /* it shut itself out as it closed */
+	/* a clean close after writes that all completed blocklists nothing */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	CU_ASSERT_EQUAL(write_fill(a, 4 * FAR, 0x22), 0);
+	CU_ASSERT_TRUE(reads_fill(a, 4 * FAR, 0x22));
+	before = blocklist_entries();
+	hl_origin_close(a);
+	CU_ASSERT_EQUAL(blocklist_entries(), before);
+	unlink(conf_short);
+}
+
+/*
  * A read-only shared disk: only an image that cannot change (a snapshot) may
  * be served by every gateway; a read-only open of the live image takes no
  * lock, so another client may write it behind every gateway's cache, and
@@ -725,6 +765,8 @@ static const struct hl_test tests[] = {
      test_release_unsure_write_fences},
     {"a release that could not fence itself, then a close: the taker fences it",
      test_release_unfenced_then_close},
+    {"a lone gateway closing after a write of unknown outcome fences itself",
+     test_lone_close_unsure_write_fences},
     {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
     {NULL, NULL},
