@@ -552,6 +552,36 @@ static void osd_stop(pid_t pid)
 }
 
 /*
+ * A copy of the cluster's ceph.conf at dir/name whose ops time out after
+ * 3 s (rados_osd_op_timeout), after running setup (a shell command, or
+ * NULL) first.
+ */
+static void short_conf(char *path, size_t len, const char *name, const char *setup)
+{
+	char cmd[1024];
+
+	snprintf(path, len, "%s/%s", dir, name);
+	snprintf(cmd, sizeof(cmd),
+	         "%s%scp %s %s && printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s",
+	         setup ? setup : "", setup ? " && " : "", conf, path, path);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+}
+
+/* A write of v at off sent while the OSD stands still: it times out. @return its result. */
+static int write_while_osd_stopped(struct hl_origin *o, uint64_t off, uint8_t v)
+{
+	pid_t pid = osd_pid();
+	int rc;
+
+	CU_ASSERT_FATAL(pid > 0);
+	osd_stop(pid);
+	rc = write_fill(o, off, v);
+	kill(pid, SIGCONT);
+	printf("\n    the write while the OSD stood still: %s", strerror(-rc));
+	return rc;
+}
+
+/*
  * A write of the owner times out (the OSD stopped: librados cancels the op
  * here, the OSD may still apply it later), then the owner hands the image
  * over. The release must not let the next owner write while that write may
@@ -562,29 +592,20 @@ static void osd_stop(pid_t pid)
  */
 static void test_release_unsure_write_fences(void)
 {
-	char conf_short[160], cmd[512];
+	char conf_short[160];
 	struct hl_origin_opts opts = {.rbd_conf = conf_short};
 	struct hl_origin *a = NULL, *b = NULL;
 	struct hl_own_info info;
-	pid_t pid = osd_pid();
-	int rc, before;
+	int before;
 
-	CU_ASSERT_FATAL(pid > 0);
-	snprintf(conf_short, sizeof(conf_short), "%s/ceph-short.conf", dir);
-	snprintf(cmd, sizeof(cmd), "cp %s %s && printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s",
-	         conf, conf_short, conf_short);
-	CU_ASSERT_FATAL(system(cmd) == 0);
+	short_conf(conf_short, sizeof(conf_short), "ceph-short.conf", NULL);
 	opts.gateway = 1;
 	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
 	opts.gateway = 2;
 	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
 	CU_ASSERT_EQUAL_FATAL(acquire(a, 1, 11, false, NULL), 0);
 	CU_ASSERT_EQUAL(write_fill(a, 2 * FAR, 0x11), 0);
-	osd_stop(pid);
-	rc = write_fill(a, 2 * FAR, 0xc3);
-	kill(pid, SIGCONT);
-	printf("\n    the write while the OSD stood still: %s", strerror(-rc));
-	CU_ASSERT(rc < 0);
+	CU_ASSERT(write_while_osd_stopped(a, 2 * FAR, 0xc3) < 0);
 	before = blocklist_entries();
 	CU_ASSERT_EQUAL(a->ops->own_release(a, 1, 11), 0);
 	info = peek(b);
@@ -616,21 +637,17 @@ static void test_release_unsure_write_fences(void)
  */
 static void test_release_unfenced_then_close(void)
 {
-	char conf_short[160], cmd[1024];
+	char conf_short[160], user[512];
 	struct hl_origin_opts opts = {.rbd_conf = conf_short};
 	struct hl_origin *a = NULL, *b = NULL;
 	struct hl_own_info info;
-	pid_t pid = osd_pid();
-	int rc, before;
+	int before;
 
-	CU_ASSERT_FATAL(pid > 0);
-	snprintf(conf_short, sizeof(conf_short), "%s/ceph-nobl.conf", dir);
-	snprintf(cmd, sizeof(cmd),
+	snprintf(user, sizeof(user),
 	         "ceph --conf %s auth get-or-create client.nobl mon 'allow r' "
-	         "osd 'allow rwx pool=rbd' >>%s/keyring 2>/dev/null && cp %s %s && "
-	         "printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s",
-	         conf, cluster, conf, conf_short, conf_short);
-	CU_ASSERT_FATAL(system(cmd) == 0);
+	         "osd 'allow rwx pool=rbd' >>%s/keyring 2>/dev/null",
+	         conf, cluster);
+	short_conf(conf_short, sizeof(conf_short), "ceph-nobl.conf", user);
 	opts.gateway = 1;
 	opts.rbd_id = "nobl";
 	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
@@ -639,10 +656,7 @@ static void test_release_unfenced_then_close(void)
 	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
 	CU_ASSERT_EQUAL_FATAL(acquire(a, 1, 21, false, NULL), 0);
 	CU_ASSERT_EQUAL(write_fill(a, 3 * FAR, 0x11), 0);
-	osd_stop(pid);
-	rc = write_fill(a, 3 * FAR, 0xc3);
-	kill(pid, SIGCONT);
-	CU_ASSERT(rc < 0);
+	CU_ASSERT(write_while_osd_stopped(a, 3 * FAR, 0xc3) < 0);
 	before = blocklist_entries();
 	CU_ASSERT_EQUAL(a->ops->own_release(a, 1, 21), 0);
 	CU_ASSERT_EQUAL(blocklist_entries(), before); /* it could not shut itself out */
@@ -669,25 +683,16 @@ static void test_release_unfenced_then_close(void)
  */
 static void test_lone_close_unsure_write_fences(void)
 {
-	char conf_short[160], cmd[512];
+	char conf_short[160];
 	struct hl_origin_opts opts = {.rbd_conf = conf_short};
 	struct hl_origin *a = NULL;
-	pid_t pid = osd_pid();
-	int rc, before;
+	int before;
 
-	CU_ASSERT_FATAL(pid > 0);
-	snprintf(conf_short, sizeof(conf_short), "%s/ceph-short.conf", dir);
-	snprintf(cmd, sizeof(cmd),
-	         "cp %s %s && printf '[client]\\nrados_osd_op_timeout = 3\\n' >>%s", conf,
-	         conf_short, conf_short);
-	CU_ASSERT_FATAL(system(cmd) == 0);
+	short_conf(conf_short, sizeof(conf_short), "ceph-short.conf", NULL);
 	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
 	CU_ASSERT_EQUAL(write_fill(a, 4 * FAR, 0x11), 0);
 	before = blocklist_entries();
-	osd_stop(pid);
-	rc = write_fill(a, 4 * FAR, 0xc3);
-	kill(pid, SIGCONT);
-	CU_ASSERT(rc < 0);
+	CU_ASSERT(write_while_osd_stopped(a, 4 * FAR, 0xc3) < 0);
 	hl_origin_close(a);
 	CU_ASSERT(blocklist_entries() > before); /* it shut itself out as it closed */
 	/* a clean close after writes that all completed blocklists nothing */
