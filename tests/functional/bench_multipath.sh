@@ -45,27 +45,39 @@ unforward() {
 
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
+# bench_start NAME ARGS...: hotlun-bench --verify --quiet --read 70 ARGS in
+# the background, to $T/NAME.out and $T/NAME.err; bench_wait: its exit
+# status in rc, stderr shown, the summary line in sum
+bench_start() {
+	local name=$1
+	shift
+	"$BENCH" --verify --quiet --read 70 "$@" >"$T/$name.out" 2>"$T/$name.err" &
+	bench=$!
+	bench_name=$name
+	HL_PIDS+=("$bench")
+	HL_PID_NAMES+=(hotlun-bench)
+}
+bench_wait() {
+	wait "$bench"
+	rc=$?
+	hl_forget "$bench"
+	cat "$T/$bench_name.err" >&2
+	sum=$(tail -n 1 "$T/$bench_name.out")
+	hl_log "$bench_name: $sum"
+}
+
 # ---- 1. path lost
 forward 1
 # 12 s: the lost path is back after 4 s and tried every 2 s; a loaded
 # machine (CI at load 13) can take seconds to start the new forwarder
-"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 12 --path "127.0.0.1:$HL_PORT2" \
-	"$url" >"$T/kill.out" 2>"$T/kill.err" &
-bench=$!
-HL_PIDS+=("$bench")
-HL_PID_NAMES+=(hotlun-bench)
+bench_start kill --qd 8 --range 32M --time 12 --path "127.0.0.1:$HL_PORT2" "$url"
 sleep 2.5
 kill -KILL "$FWD"
 wait "$FWD" 2>/dev/null
 hl_forget "$FWD"
 sleep 1.5
 forward 2
-wait "$bench"
-rc=$?
-hl_forget "$bench"
-cat "$T/kill.err" >&2
-sum=$(tail -n 1 "$T/kill.out")
-hl_log "kill: $sum"
+bench_wait
 [ $rc = 0 ] || hl_fail "hotlun-bench exited $rc across a lost path"
 grep -q "path 0 127.0.0.1:$PX: target port group 1, active/optimized (in use)" "$T/kill.err" ||
 	hl_fail "path 0's target port group and ALUA state not read"
@@ -81,22 +93,13 @@ hl_forget "$FWD"
 
 # ---- 2. path hung (SIGSTOP): --path-timeout
 forward 3
-"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 8 --path-timeout 1.5 \
-	--path "127.0.0.1:$HL_PORT2" "$url" >"$T/stop.out" 2>"$T/stop.err" &
-bench=$!
-HL_PIDS+=("$bench")
-HL_PID_NAMES+=(hotlun-bench)
+bench_start stop --qd 8 --range 32M --time 8 --path-timeout 1.5 --path "127.0.0.1:$HL_PORT2" "$url"
 sleep 2.5
 kill -STOP "$FWD"
-wait "$bench"
-rc=$?
-hl_forget "$bench"
+bench_wait
 kill -KILL "$FWD" # never continued: what it holds must not reach the target later
 wait "$FWD" 2>/dev/null
 hl_forget "$FWD"
-cat "$T/stop.err" >&2
-sum=$(tail -n 1 "$T/stop.out")
-hl_log "stop: $sum"
 [ $rc = 0 ] || hl_fail "hotlun-bench exited $rc across a hung path"
 grep -q "127.0.0.1:$PX is down (a command unanswered for too long)" "$T/stop.err" ||
 	hl_fail "the hung path was not declared down"
@@ -114,11 +117,7 @@ max=$(field max_us "$sum")
 # same blocks (QD 64 on 64 blocks: many are read before they are written over).
 # --verify must count them in late_writes, not as mismatches.
 forward 4
-"$BENCH" --verify --quiet --read 70 --qd 64 --range 256K --time 7 --path-timeout 1 \
-	--path "127.0.0.1:$HL_PORT2" "$url" >"$T/late.out" 2>"$T/late.err" &
-bench=$!
-HL_PIDS+=("$bench")
-HL_PID_NAMES+=(hotlun-bench)
+bench_start late --qd 64 --range 256K --time 7 --path-timeout 1 --path "127.0.0.1:$HL_PORT2" "$url"
 sleep 2
 kill -USR1 "$FWD"
 for _ in $(seq 1 100); do # until the session has moved on
@@ -127,13 +126,8 @@ for _ in $(seq 1 100); do # until the session has moved on
 done
 sleep 0.5
 kill -USR2 "$FWD"
-wait "$bench"
-rc=$?
-hl_forget "$bench"
+bench_wait
 unforward "$FWD"
-cat "$T/late.err" >&2
-sum=$(tail -n 1 "$T/late.out")
-hl_log "late: $sum"
 [ $rc = 0 ] || hl_fail "hotlun-bench exited $rc when a hung path's writes landed late"
 [ "$(field errors "$sum")" = 0 ] && [ "$(field verify_errors "$sum")" = 0 ] ||
 	hl_fail "a late write of a lost path was reported as an error: $sum"
@@ -150,11 +144,7 @@ outage() { # outage NAME EXTRA-OPTIONS...: both forwarders killed at 2.5 s, back
 	fa=$FWD
 	forward "$name.b" "$PY" "$HL_PORT2"
 	fb=$FWD
-	"$BENCH" --verify --quiet --read 70 --qd 8 --range 32M --time 8 --path "127.0.0.1:$PY" "$@" \
-		"$url" >"$T/$name.out" 2>"$T/$name.err" &
-	bench=$!
-	HL_PIDS+=("$bench")
-	HL_PID_NAMES+=(hotlun-bench)
+	bench_start "$name" --qd 8 --range 32M --time 8 --path "127.0.0.1:$PY" "$@" "$url"
 	sleep 2.5
 	unforward "$fa"
 	unforward "$fb"
@@ -163,14 +153,9 @@ outage() { # outage NAME EXTRA-OPTIONS...: both forwarders killed at 2.5 s, back
 	fa=$FWD
 	forward "$name.d" "$PY" "$HL_PORT2"
 	fb=$FWD
-	wait "$bench"
-	rc=$?
-	hl_forget "$bench"
+	bench_wait
 	unforward "$fa"
 	unforward "$fb"
-	cat "$T/$name.err" >&2
-	sum=$(tail -n 1 "$T/$name.out")
-	hl_log "$name: $sum"
 }
 outage lost
 [ $rc = 0 ] || hl_fail "hotlun-bench exited $rc across an outage of every path"
