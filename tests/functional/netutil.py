@@ -2,7 +2,8 @@
 
 alive(s): whether the peer still holds s open. relay(listen_port, backlog,
 upstream, start): the accept loop of a loopback TCP relay (tcp_forward.py,
-hold_proxy.py). pump(src, dst): copy one direction until EOF or an error.
+hold_proxy.py). pump(src, dst[, gate]): copy one direction until EOF or an error (each chunk
+waiting for an Event, when given).
 """
 import socket
 
@@ -20,13 +21,16 @@ def alive(s):
         s.settimeout(5)
 
 
-def pump(src, dst):
-    """Copy src to dst until src ends or either fails; what to do then is the caller's."""
+def pump(src, dst, gate=None):
+    """Copy src to dst until src ends or either fails; what to do then is the caller's.
+    With gate (a threading.Event), each chunk waits until the gate is set."""
     try:
         while True:
             data = src.recv(65536)
             if not data:
                 break
+            if gate is not None:
+                gate.wait()
             dst.sendall(data)
     except OSError:
         pass

@@ -23,21 +23,8 @@ flowing = threading.Event()
 flowing.set()
 
 
-def pump_held(src, dst):
-    """pump(), each chunk waiting while the flow is held."""
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            flowing.wait()
-            dst.sendall(data)
-    except OSError:
-        pass
-
-
 def pump_and_shut(src, dst, to_target=False):
-    (pump_held if to_target else pump)(src, dst)
+    pump(src, dst, flowing if to_target else None)
     for s in (src, dst):
         try:
             s.shutdown(socket.SHUT_RDWR)
