@@ -372,6 +372,38 @@ static void conf_default(rados_t cluster, const char *key, const char *value)
 }
 
 /*
+ * The rbd_cache an opened image really runs with. rbd_cache is set false
+ * for the client, but a pool's or the image's own config (`rbd config
+ * pool|image set ... rbd_cache true`, common in pools that QEMU uses) wins
+ * over that: librbd would then acknowledge writes from its write-back
+ * cache, before they are on the OSDs, and a gateway that dies loses them
+ * although the initiator was told they were written. A writable image
+ * with it on is refused, with the remedy. @return 0 or -EINVAL.
+ */
+static int rbd_cache_check(rbd_image_t img, const char *target, const char *pool, const char *name)
+{
+	rbd_config_option_t opts[512];
+	int n = (int)(sizeof(opts) / sizeof(opts[0])), rc = 0;
+	static const char *const src[] = {"client config", "pool config", "image config"};
+
+	if (rbd_config_image_list(img, opts, &n) < 0)
+		return 0; /* not listed: the client's own setting (false) holds */
+	for (int i = 0; i < n; i++) {
+		if (strcmp(opts[i].name, "rbd_cache") || strcmp(opts[i].value, "true"))
+			continue;
+		HL_ERR(RBD_LOG,
+		       "rbd:%s: rbd_cache is on for this image (%s): librbd would acknowledge "
+		       "writes from its cache before they reach the OSDs; turn it off for it: "
+		       "rbd config image set %s/%s rbd_cache false",
+		       target, (unsigned)opts[i].source < 3 ? src[opts[i].source] : "config", pool,
+		       name);
+		rc = -EINVAL;
+	}
+	rbd_config_image_list_cleanup(opts, n);
+	return rc;
+}
+
+/*
  * A client of our own (r->conf, r->id) and the image opened through it:
  * the three handles, or nothing on failure. `target` names the disk in errors.
  */
@@ -421,6 +453,11 @@ int origin_rbd_connect(struct rbd_origin *r, const char *target, bool read_only,
 		       r->snap, strerror(-rc));
 		img = NULL;
 		goto fail;
+	}
+	if (!r->snap[0] && !read_only) {
+		rc = rbd_cache_check(img, target, r->pool, r->name);
+		if (rc < 0)
+			goto fail;
 	}
 	*cluster = c;
 	*ioctx = io;

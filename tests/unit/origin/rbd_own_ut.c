@@ -705,6 +705,48 @@ static void test_lone_close_unsure_write_fences(void)
 	unlink(conf_short);
 }
 
+/* rbd CMD... on the test cluster: its exit status is 0 */
+static void rbd_cmd(const char *args)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "rbd --conf %s %s >/dev/null 2>&1", conf, args);
+	CU_ASSERT_FATAL(system(cmd) == 0);
+}
+
+/*
+ * rev22: a pool's or an image's own rbd_cache=true wins over the client's
+ * false, and librbd would then acknowledge writes from its write-back
+ * cache: a writable open is refused; a snapshot or read-only open, which
+ * writes nothing, is not; an image-level false (the remedy the error
+ * names) opens again. On the old code every open succeeded.
+ */
+static void test_rbd_cache_on_refused(void)
+{
+	struct hl_origin_opts opts = {.rbd_conf = conf};
+	struct hl_origin *o = NULL;
+
+	rbd_cmd("config pool set rbd rbd_cache true");
+	CU_ASSERT_NOT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	CU_ASSERT_PTR_NULL(o);
+	opts.read_only = true;
+	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	hl_origin_close(o);
+	o = NULL;
+	opts.read_only = false;
+	rbd_cmd("config image set rbd/origin rbd_cache false");
+	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	hl_origin_close(o);
+	o = NULL;
+	rbd_cmd("config pool rm rbd rbd_cache");
+	rbd_cmd("config image set rbd/origin rbd_cache true");
+	CU_ASSERT_NOT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	CU_ASSERT_PTR_NULL(o);
+	rbd_cmd("config image rm rbd/origin rbd_cache");
+	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
+	hl_origin_close(o);
+}
+
 /*
  * A read-only shared disk: only an image that cannot change (a snapshot) may
  * be served by every gateway; a read-only open of the live image takes no
@@ -772,6 +814,8 @@ static const struct hl_test tests[] = {
      test_release_unfenced_then_close},
     {"a lone gateway closing after a write of unknown outcome fences itself",
      test_lone_close_unsure_write_fences},
+    {"rbd_cache on in the pool's or the image's config: a writable open is refused",
+     test_rbd_cache_on_refused},
     {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
     {NULL, NULL},
