@@ -53,6 +53,24 @@ struct rbd_origin {
 	char image_id[128];       /* rbd_get_id; "" when unknown */
 	/* the proof of the mark this run made (proofs are taken on one thread at a time) */
 	char mark_proof[HL_ORIGIN_PROOF_MAX];
+	/*
+	 * Marks and writes of unknown outcome (origin_rbd_mark_create): a
+	 * write that timed out before a mark and reaches its OSD after it
+	 * carries the older snapshot context, so the OSD keeps no copy for the
+	 * mark and no diff from the mark lists it. Writes are counted by the
+	 * era they were sent in (era_out, on librbd's thread as they finish);
+	 * a mark moves to the next era once its snapshot exists and waits for
+	 * the old era's writes. unsure_total counts the writes of unknown
+	 * outcome (never reset), unsure_base its value when this ownership
+	 * began (rbd_own.c: the writes before it were fenced): a mark is kept
+	 * only while they are equal.
+	 */
+	pthread_mutex_t mark_lock; /* one mark at a time (proofs and shadow marks) */
+	bool mark_lock_init;
+	atomic_uint mark_era;
+	atomic_uint era_out[2];
+	atomic_uint unsure_total;
+	atomic_uint unsure_base;
 	/* for the reconnect (owned strings) */
 	char *conf;
 	char *id;
@@ -117,6 +135,8 @@ struct rbd_io {
 	ssize_t result;
 	unsigned retries; /* times refused for the exclusive lock and resubmitted */
 	unsigned gen;     /* rbd_origin.gen at submit */
+	bool in_era;      /* a write counted in era_out[era] until librbd is done with it */
+	uint8_t era;
 };
 
 _Static_assert(sizeof(struct rbd_io) <= sizeof(((struct hl_origin_io *)0)->priv),
@@ -155,6 +175,13 @@ static inline void own_snap_op(struct rbd_origin *r)
 }
 
 /* ---- rbd_proof.c ---- */
+/**
+ * Make the mark snapshot `name` (what: "mark" or "shadow mark", for the
+ * log) and say its id, unless a write of unknown outcome may reach the
+ * image after it: then no mark is left (-EAGAIN). Under `handles`.
+ * @return 0 or -errno.
+ */
+int origin_rbd_mark_create(struct hl_origin *o, const char *name, const char *what, uint64_t *id);
 /** The ids of the image's snapshots, sorted, into *ids (free it). @return how many or -errno. */
 int origin_rbd_snap_ids(rbd_image_t image, uint64_t **ids);
 /**

@@ -147,6 +147,9 @@ static void rbd_close_all(struct rbd_origin *r)
 	if (r->own_wake_init)
 		pthread_mutex_destroy(&r->own_wake_lock);
 	r->own_wake_init = false;
+	if (r->mark_lock_init)
+		pthread_mutex_destroy(&r->mark_lock);
+	r->mark_lock_init = false;
 }
 
 /* ---- the service thread: the fence probe (rbd_own.c) on a timer, size checks ---- */
@@ -499,6 +502,10 @@ static int origin_rbd_open(struct hl_origin *o, const char *target,
 	}
 	r->gateway = opts->gateway;
 	r->lease_ms = opts->gateway_lease_ms;
+	rc = -pthread_mutex_init(&r->mark_lock, NULL);
+	if (rc)
+		return rc;
+	r->mark_lock_init = true;
 	if (r->gateway) {
 		rc = -pthread_rwlock_init(&r->handles, NULL);
 		if (rc)
@@ -596,12 +603,18 @@ static bool rbd_op_writes(enum hl_io_op op)
 	       op == HL_IO_COMPARE_AND_WRITE;
 }
 
+/* A write's result that does not say "not written" (timed out, an I/O error): it may still land. */
+static bool rbd_write_unsure(ssize_t result)
+{
+	return result < 0 && result != -EILSEQ && result != -EROFS && result != -ESHUTDOWN &&
+	       result != -EINVAL;
+}
+
 /*
- * A write finished. One that failed without a clear "not written" (timed
- * out, an I/O error) may still reach an OSD later: counted, so that a
- * release does not let the next owner write before it is fenced
- * (rbd_own.c, origin_rbd_own_release), nor a close the image's next
- * client (origin_rbd_close_fence).
+ * A write finished. One whose outcome is unknown may still reach an OSD
+ * later: counted, so that a release does not let the next owner write
+ * before it is fenced (rbd_own.c, origin_rbd_own_release), nor a close the
+ * image's next client (origin_rbd_close_fence).
  */
 static void rbd_write_done(struct rbd_origin *r, int result)
 {
@@ -609,10 +622,41 @@ static void rbd_write_done(struct rbd_origin *r, int result)
 	 * unsure_writes before writes_out: a release reads writes_out first,
 	 * so it counts this write once or twice, never not at all.
 	 */
-	if (result != 0 && result != -EILSEQ && result != -EROFS && result != -ESHUTDOWN &&
-	    result != -EINVAL)
+	if (rbd_write_unsure(result))
 		atomic_fetch_add(&r->unsure_writes, 1);
 	atomic_fetch_sub(&r->writes_out, 1);
+}
+
+/*
+ * A write is about to go to librbd: counted in the era it goes out in
+ * (origin_rbd_mark_create). Read again after counting: a mark that moved
+ * the era meanwhile has not waited for this write, which goes out after
+ * that mark's snapshot and so carries its snapshot context.
+ */
+static void rbd_era_enter(struct rbd_origin *r, struct rbd_io *rio)
+{
+	for (;;) {
+		unsigned e = atomic_load(&r->mark_era);
+
+		atomic_fetch_add(&r->era_out[e & 1], 1);
+		if (atomic_load(&r->mark_era) == e) {
+			rio->era = (uint8_t)(e & 1);
+			rio->in_era = true;
+			return;
+		}
+		atomic_fetch_sub(&r->era_out[e & 1], 1);
+	}
+}
+
+/* librbd is done with the write (or never took it): unsure_total before era_out. */
+static void rbd_era_leave(struct rbd_origin *r, struct rbd_io *rio, ssize_t result)
+{
+	if (!rio->in_era)
+		return;
+	rio->in_era = false;
+	if (rbd_write_unsure(result))
+		atomic_fetch_add(&r->unsure_total, 1);
+	atomic_fetch_sub(&r->era_out[rio->era], 1);
 }
 
 /* On the submitting reactor. */
@@ -688,6 +732,7 @@ static void rbd_complete(rbd_completion_t c, void *arg)
 
 	rio->result = rbd_aio_get_return_value(c);
 	rbd_aio_release(c);
+	rbd_era_leave(ro_of(rio->origin), rio, rio->result); /* here: a mark waits for it */
 	/* The call queue can only fail for lack of memory: keep trying, never lose a completion. */
 	while (hl_reactor_call(rio->reactor, rbd_finish, io) < 0) {
 		HL_ERR_RL(RBD_LOG, "out of memory handing back an RBD completion; retrying");
@@ -745,6 +790,8 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 
 	handles_read(r);
 	rio->gen = atomic_load(&r->gen);
+	if (rbd_op_writes(io->op))
+		rbd_era_enter(r, rio);
 	if (r->gateway &&
 	    (atomic_load(&r->fenced) || (io->op != HL_IO_READ && !atomic_load(&r->owned))))
 		rc = -ESHUTDOWN;                    /* not ours: only a standby's reads pass */
@@ -786,6 +833,7 @@ static int origin_rbd_submit(struct hl_origin *o, struct hl_origin_io *io)
 		atomic_fetch_add(&r->writes_out, 1);
 	handles_done(r);
 	if (rc < 0) {
+		rbd_era_leave(r, rio, 0); /* never sent */
 		rbd_aio_release(rio->completion);
 		free(rio->bounce);
 		rio->bounce = NULL;

@@ -157,44 +157,17 @@ static void chg_take(struct rbd_origin *r, const char *prev)
 /* A new shadow mark into r->shadow_proof. @return 0 or -errno (the old one stays). */
 static int mark_make(struct hl_origin *o, struct rbd_origin *r)
 {
-	char prev[HL_ORIGIN_PROOF_MAX];
-
-	rbd_snap_info_t *snaps;
-	char name[96], proof[HL_ORIGIN_PROOF_MAX];
+	char prev[HL_ORIGIN_PROOF_MAX], name[96], proof[HL_ORIGIN_PROOF_MAX];
 	struct timespec now;
-	int max = 16, n, rc;
-	uint64_t id = 0;
-	bool found = false;
+	uint64_t id;
+	int rc;
 
 	clock_gettime(CLOCK_REALTIME, &now);
 	snprintf(name, sizeof(name), SHADOW_MARK "g%u-%lld%09ld", r->own_gw, (long long)now.tv_sec,
 	         now.tv_nsec);
-	rc = rbd_snap_create(r->image, name);
-	if (rc < 0) {
-		HL_WARN(RBD_LOG, "%s: cannot make the shadow mark %s: %s", o->uri, name,
-		        strerror(-rc));
+	rc = origin_rbd_mark_create(o, name, "shadow mark", &id);
+	if (rc < 0)
 		return rc;
-	}
-	own_snap_op(r);
-	for (;;) {
-		snaps = calloc((size_t)max, sizeof(*snaps));
-		if (!snaps)
-			return -ENOMEM;
-		n = rbd_snap_list(r->image, snaps, &max);
-		if (n != -ERANGE)
-			break;
-		free(snaps);
-	}
-	for (int i = 0; i < n; i++)
-		if (!strcmp(snaps[i].name, name)) {
-			id = snaps[i].id;
-			found = true;
-		}
-	if (n >= 0)
-		rbd_snap_list_end(snaps);
-	free(snaps);
-	if (!found)
-		return -ENOENT;
 	if ((size_t)snprintf(proof, sizeof(proof), "rbd:%s:%" PRIu64 ":%s", r->image_id, id,
 	                     name) >= sizeof(proof))
 		return -ENAMETOOLONG;

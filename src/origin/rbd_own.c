@@ -668,6 +668,7 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 	r->own_gw = gw;
 	r->own_epoch = epoch;
 	atomic_store(&r->unsure_writes, 0); /* an earlier ownership's: fenced or released since */
+	atomic_store(&r->unsure_base, atomic_load(&r->unsure_total)); /* marks: the same */
 	rec = (struct rbd_own_record){
 	    .owner = gw, .epoch = epoch, .beat = r->beat, .done = r->done_seq};
 	snprintf(rec.addr, sizeof(rec.addr), "%s", r->own_addr);

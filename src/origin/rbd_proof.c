@@ -117,13 +117,91 @@ static int snap_id_of(rbd_image_t image, const char *name, uint64_t *id)
 	return rc;
 }
 
+/* Has a write of this ownership (this run, for a lone gateway) an unknown outcome? */
+static bool writes_unsure(struct rbd_origin *r)
+{
+	return atomic_load(&r->unsure_total) != atomic_load(&r->unsure_base);
+}
+
+/* Wait (up to RBD_MARK_DRAIN_MS) until no write of era e is out. @return true once none is. */
+#define RBD_MARK_DRAIN_MS 10000 /* the log says "10 s" */
+static bool era_drained(struct rbd_origin *r, unsigned e)
+{
+	for (int ms = 0; atomic_load(&r->era_out[e]); ms++) {
+		struct timespec ts = {0, 1000000};
+
+		if (ms >= RBD_MARK_DRAIN_MS)
+			return false;
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+/*
+ * A write that timed out (librados gave up on it, the OSD may still hold
+ * it) reaches the image whenever its OSD gets to it, with the snapshot
+ * context it was sent with. Landing after a mark, it finds no clone to
+ * make (the context predates the mark): the head changes, and the mark
+ * reads the same new bytes, so no diff from the mark lists that write,
+ * and a cache proven by the mark keeps the old block. So a mark is made
+ * only while every write of this ownership finished with a known
+ * outcome, and kept only if the writes that were out as it was made
+ * (librbd lets them finish first; they are counted by era) finish so too.
+ * Until the client that sent such a write is fenced (a release, a close:
+ * rbd_own.c), no new mark: the last one stays the proof.
+ */
+int origin_rbd_mark_create(struct hl_origin *o, const char *name, const char *what, uint64_t *id)
+{
+	struct rbd_origin *r = ro_of(o);
+	bool drained;
+	int rc;
+
+	pthread_mutex_lock(&r->mark_lock);
+	if (writes_unsure(r)) {
+		HL_WARN_RL(RBD_LOG,
+		           "%s: no new %s: a write of unknown outcome (timed out) may still reach "
+		           "the image, and a mark made before it lands would not show it; the last "
+		           "one stays until this client is fenced (a hand-over, a close)",
+		           o->uri, what);
+		rc = -EAGAIN;
+		goto out;
+	}
+	rc = rbd_snap_create(r->image, name);
+	if (rc < 0) {
+		HL_WARN(RBD_LOG, "%s: cannot make the %s snapshot %s: %s", o->uri, what, name,
+		        strerror(-rc));
+		goto out;
+	}
+	own_snap_op(r);
+	/* writes sent from now on carry the new snapshot context */
+	drained = era_drained(r, atomic_fetch_add(&r->mark_era, 1) & 1);
+	if (!drained || writes_unsure(r)) {
+		HL_WARN(RBD_LOG,
+		        "%s: %s %s dropped: a write sent before it %s, and may reach the image "
+		        "after the mark without showing in its diff",
+		        o->uri, what, name, drained ? "timed out" : "is still out after 10 s");
+		rc = rbd_snap_remove(r->image, name);
+		if (rc == 0)
+			own_snap_op(r);
+		else
+			HL_WARN(RBD_LOG, "%s: cannot remove the dropped %s %s: %s", o->uri, what,
+			        name, strerror(-rc));
+		rc = -EAGAIN;
+		goto out;
+	}
+	rc = snap_id_of(r->image, name, id);
+out:
+	pthread_mutex_unlock(&r->mark_lock);
+	return rc;
+}
+
 static int proof_take(struct hl_origin *o, const char *tag, bool final, char *proof, size_t len)
 {
 	struct rbd_origin *r = ro_of(o);
 	char name[160];
 	struct timespec now;
 	uint64_t id;
-	int rc, n;
+	int n;
 
 	if (!r->image_id[0])
 		return -EOPNOTSUPP;
@@ -144,14 +222,7 @@ static int proof_take(struct hl_origin *o, const char *tag, bool final, char *pr
 	clock_gettime(CLOCK_REALTIME, &now);
 	snprintf(name, sizeof(name), MARK_PREFIX "%s-%lld%09ld", tag, (long long)now.tv_sec,
 	         now.tv_nsec);
-	rc = rbd_snap_create(r->image, name);
-	if (rc < 0) {
-		HL_WARN(RBD_LOG, "%s: cannot make the mark snapshot %s: %s", o->uri, name,
-		        strerror(-rc));
-		return -EAGAIN;
-	}
-	own_snap_op(r);
-	if (snap_id_of(r->image, name, &id))
+	if (origin_rbd_mark_create(o, name, "mark", &id))
 		return -EAGAIN;
 	if (snprintf(r->mark_proof, sizeof(r->mark_proof), "rbd:%s:%llu:%s", r->image_id,
 	             (unsigned long long)id, name) >= (int)sizeof(r->mark_proof) ||

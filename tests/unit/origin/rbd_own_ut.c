@@ -19,6 +19,7 @@
 #include "origin/origin_rbd.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -705,13 +706,18 @@ static void test_lone_close_unsure_write_fences(void)
 	unlink(conf_short);
 }
 
-/* rbd CMD... on the test cluster: its exit status is 0 */
-static void rbd_cmd(const char *args)
+/* TOOL ARGS (rbd, ceph) on the test cluster: its exit status is 0 */
+static void cluster_cmd(const char *tool, const char *args)
 {
 	char cmd[512];
 
-	snprintf(cmd, sizeof(cmd), "rbd --conf %s %s >/dev/null 2>&1", conf, args);
+	snprintf(cmd, sizeof(cmd), "%s --conf %s %s >/dev/null 2>&1", tool, conf, args);
 	CU_ASSERT_FATAL(system(cmd) == 0);
+}
+
+static void rbd_cmd(const char *args)
+{
+	cluster_cmd("rbd", args);
 }
 
 /*
@@ -745,6 +751,141 @@ static void test_rbd_cache_on_refused(void)
 	rbd_cmd("config image rm rbd/origin rbd_cache");
 	CU_ASSERT_EQUAL(hl_origin_open("rbd:rbd/origin", &opts, &o), 0);
 	hl_origin_close(o);
+}
+
+/* How many mark snapshots (hotlun-...) image rbd/img has, -1: cannot tell. */
+static int marks_of(const char *img)
+{
+	char cmd[512], line[512];
+	int n = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "rbd --conf %s snap ls rbd/%s 2>/dev/null", conf, img);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (fgets(line, sizeof(line), p))
+		if (strstr(line, " hotlun-"))
+			n++;
+	return pclose(p) == 0 ? n : -1;
+}
+
+/*
+ * rev22 F2, the simple half: once a write of this client timed out (the
+ * OSD stood still: it may apply it later, with the snapshot context it was
+ * sent with), no new mark is made, for such a write landing after the mark
+ * would show in no diff from it; the mark made before it stays the proof.
+ * A new client (after the close that fenced the old one) marks again. On
+ * the old code the second final proof_take made a mark.
+ */
+static void test_no_mark_after_unsure_write(void)
+{
+	char conf_short[160], p0[HL_ORIGIN_PROOF_MAX], p1[HL_ORIGIN_PROOF_MAX];
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct hl_origin *a = NULL;
+	int marks;
+
+	short_conf(conf_short, sizeof(conf_short), "ceph-short.conf", NULL);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	CU_ASSERT_EQUAL(write_fill(a, 5 * FAR, 0x11), 0);
+	CU_ASSERT_EQUAL(a->ops->proof_take(a, "f2", true, p0, sizeof(p0)), 0);
+	marks = marks_of("origin");
+	CU_ASSERT(marks > 0);
+	CU_ASSERT(write_while_osd_stopped(a, 5 * FAR, 0xc3) < 0);
+	CU_ASSERT_EQUAL(a->ops->proof_take(a, "f2", true, p1, sizeof(p1)), -EAGAIN);
+	CU_ASSERT_EQUAL(marks_of("origin"), marks); /* none made */
+	CU_ASSERT_EQUAL(a->ops->proof_take(a, "f2", false, p1, sizeof(p1)), 0);
+	CU_ASSERT_STRING_EQUAL(p1, p0); /* the run's mark, made before that write */
+	hl_origin_close(a);             /* blocklists its client (the unsure write) */
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	CU_ASSERT_EQUAL(a->ops->proof_take(a, "f2", true, p1, sizeof(p1)), 0);
+	CU_ASSERT_STRING_NOT_EQUAL(p1, p0);
+	a->ops->proof_release(a, "f2", p1); /* p0's mark goes */
+	CU_ASSERT_EQUAL(marks_of("origin"), marks);
+	hl_origin_close(a);
+	unlink(conf_short);
+}
+
+struct bg_write {
+	struct hl_origin *o;
+	uint64_t off;
+	uint8_t v;
+	int rc;
+};
+
+static void *bg_write_run(void *arg)
+{
+	struct bg_write *b = arg;
+
+	b->rc = write_fill(b->o, b->off, b->v);
+	return NULL;
+}
+
+/*
+ * rev22 F2 itself: a mark made while a write is out, which then times out
+ * and lands after the mark. The image keeps its data in a pool of its own
+ * whose placement groups are made inactive (min_size above what one OSD
+ * gives): the write waits at the OSD, librados gives up on it after 3 s,
+ * the mark (a snapshot, in the header's pool) is made meanwhile, and the
+ * write is applied once the pool is active again, with the snapshot
+ * context from before the mark: the OSD keeps no copy for the mark, and
+ * the mark's diff does not list the block. The mark must be dropped. On
+ * the old code proof_take returned the mark (its diff missing the write is
+ * printed).
+ */
+static void test_mark_straddled_by_late_write(void)
+{
+	char conf_short[160], p0[HL_ORIGIN_PROOF_MAX], p1[HL_ORIGIN_PROOF_MAX];
+	char why[HL_ORIGIN_WHY_MAX];
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct bg_write b = {.off = 0, .v = 0x22};
+	struct changed c0 = {0}, c1 = {0};
+	struct hl_origin *a = NULL;
+	bool landed = false;
+	pthread_t t;
+	uint64_t t0;
+	int marks, rc;
+
+	cluster_cmd("ceph", "osd pool create hlf2 8");
+	cluster_cmd("ceph", "osd pool set hlf2 size 2 --yes-i-really-mean-it");
+	cluster_cmd("ceph", "osd pool set hlf2 min_size 1");
+	cluster_cmd("ceph", "osd pool application enable hlf2 rbd");
+	cluster_cmd("rbd", "create --size 16M --data-pool hlf2 rbd/f2");
+	short_conf(conf_short, sizeof(conf_short), "ceph-short.conf", NULL);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/f2", &opts, &a), 0);
+	CU_ASSERT_EQUAL(write_fill(a, 0, 0x11), 0);
+	CU_ASSERT_EQUAL(a->ops->proof_take(a, "f2", true, p0, sizeof(p0)), 0);
+	marks = marks_of("f2");
+	cluster_cmd("ceph", "osd pool set hlf2 min_size 2"); /* the data pool stops */
+	b.o = a;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, bg_write_run, &b), 0);
+	usleep(500000); /* the write is out */
+	t0 = hl_now_ns();
+	rc = a->ops->proof_take(a, "f2", true, p1, sizeof(p1));
+	printf("\n    a mark while a write was out: %s after %.0f ms", rc ? strerror(-rc) : "made",
+	       ms_since(t0));
+	pthread_join(t, NULL);
+	printf("; the write: %s", strerror(-b.rc));
+	CU_ASSERT(b.rc < 0);
+	CU_ASSERT_EQUAL(rc, -EAGAIN);
+	CU_ASSERT_EQUAL(marks_of("f2"), marks); /* dropped */
+	cluster_cmd("ceph", "osd pool set hlf2 min_size 1");
+	for (int i = 0; i < 100 && !landed; i++) {
+		landed = reads_fill(a, 0, 0x22);
+		if (!landed)
+			usleep(100000);
+	}
+	printf("\n    the timed-out write %s", landed ? "landed later" : "never landed");
+	if (rc == 0 && landed &&
+	    a->ops->proof_check(a, "f2", p1, changed_cb, &c1, why, sizeof(why)) == 0)
+		printf("; the mark made meanwhile %s it (%s)", c1.has_0 ? "lists" : "MISSES", why);
+	CU_ASSERT_EQUAL(a->ops->proof_check(a, "f2", p0, changed_cb, &c0, why, sizeof(why)), 0);
+	if (landed)
+		CU_ASSERT_TRUE(c0.has_0); /* the mark before it sees it */
+	hl_origin_close(a);
+	cluster_cmd("rbd", "snap purge rbd/f2");
+	cluster_cmd("rbd", "rm rbd/f2");
+	unlink(conf_short);
 }
 
 /*
@@ -816,6 +957,8 @@ static const struct hl_test tests[] = {
      test_lone_close_unsure_write_fences},
     {"rbd_cache on in the pool's or the image's config: a writable open is refused",
      test_rbd_cache_on_refused},
+    {"no new mark after a write of unknown outcome", test_no_mark_after_unsure_write},
+    {"a mark a timed-out write may land after is dropped", test_mark_straddled_by_late_write},
     {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
     {NULL, NULL},
