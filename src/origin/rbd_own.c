@@ -534,6 +534,21 @@ static int reconnect_if_fenced(struct hl_origin *o)
 }
 
 /*
+ * Shut client `addr` out, and wait until this client has the OSD map that
+ * says so. The wait is what orders writes: an OSD answers an op only once it
+ * has the map its sender had, so every op this client (or whoever it hands
+ * the image to) sends from now on reaches an OSD that refuses addr's late
+ * writes; the blocklist alone is only committed at the monitors, and an OSD
+ * that has not heard of it yet still applies them. @return 0 or -errno.
+ */
+static int blocklist_and_wait(struct rbd_origin *r, char *addr)
+{
+	int rc = rados_blocklist_add(r->cluster, addr, 0);
+
+	return rc < 0 ? rc : rados_wait_for_latest_osdmap(r->cluster);
+}
+
+/*
  * Under handles. The lock is held by `holder`, and no force: a planned
  * release writes the record (state=released, addr=holder) before it
  * releases the lock, so wait a moment for that. @return 0: free now, or
@@ -576,9 +591,7 @@ static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
 		return rc;
 	if (rc || !rec.addr[0] || (rec.released && !rec.fence))
 		return 0; /* nobody, or a release with every write answered */
-	rc = rados_blocklist_add(r->cluster, rec.addr, 0);
-	if (rc == 0)
-		rc = rados_wait_for_latest_osdmap(r->cluster);
+	rc = blocklist_and_wait(r, rec.addr);
 	if (rc < 0) {
 		snprintf(
 		    why, whylen,
@@ -618,6 +631,14 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 			snprintf(why, whylen, "exclusive lock held by %s", holder);
 			return rc;
 		}
+		/*
+		 * Free now: a plain release let it go, or a close did after a
+		 * release-fence (the lock went with the image, blocklisted or
+		 * not): fenced as a free lock is.
+		 */
+		rc = fence_last_holder(o, why, whylen);
+		if (rc)
+			return rc;
 	} else if (rc == 1) {
 		/*
 		 * Takes the lock from a live-looking client: librbd blocklists it
@@ -625,13 +646,19 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 		 * it still sends is refused by the OSDs.
 		 */
 		rc = rbd_lock_break(r->image, RBD_LOCK_MODE_EXCLUSIVE, holder);
-		if (rc < 0 && rc != -ENOENT) {
+		if (rc == -ENOENT) {
+			/* gone before the break (a close let it go): nothing blocklisted */
+			rc = fence_last_holder(o, why, whylen);
+			if (rc)
+				return rc;
+		} else if (rc < 0) {
 			snprintf(why, whylen, "cannot break the lock of %s: %s", holder,
 			         strerror(-rc));
 			return rc;
+		} else {
+			HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)",
+			          o->uri, holder);
 		}
-		HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)", o->uri,
-		          holder);
 	} else {
 		rc = fence_last_holder(o, why, whylen);
 		if (rc)
@@ -807,14 +834,19 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 
 /*
  * Under handles: writes of ours whose outcome is unknown may still land:
- * shut our own client out (blocklist) before anyone else writes. The lock
- * stays with the blocklisted client; the taker breaks it. @return 0 when
- * blocklisted (the caller fences the origin: a new client at the next peek).
+ * shut our own client out (blocklist) before anyone else writes, and wait
+ * for the OSD map that says so. The lock stays with the blocklisted client;
+ * the taker breaks it (a break blocklists and waits too). Without the wait
+ * this client's close, at the reconnect that follows, could still release
+ * the lock at an OSD that had not heard of the blocklist, and a taker that
+ * then found it free and nothing to break would write at an older map than
+ * the blocklist's. @return 0 when blocklisted (the caller fences the origin:
+ * a new client at the next peek).
  */
 static int fence_self(struct hl_origin *o, unsigned unsure)
 {
 	struct rbd_origin *r = ro_of(o);
-	int rc = r->own_addr[0] ? rados_blocklist_add(r->cluster, r->own_addr, 0) : -ENOENT;
+	int rc = r->own_addr[0] ? blocklist_and_wait(r, r->own_addr) : -ENOENT;
 
 	if (rc == 0)
 		HL_NOTICE(RBD_LOG,
@@ -852,9 +884,7 @@ void origin_rbd_close_fence(struct hl_origin *o)
 	if (rc == 0 && lock_holder(r, addr, sizeof(addr)) != 1)
 		rc = -ENOENT;
 	if (rc == 0)
-		rc = rados_blocklist_add(r->cluster, addr, 0);
-	if (rc == 0)
-		rc = rados_wait_for_latest_osdmap(r->cluster);
+		rc = blocklist_and_wait(r, addr);
 	if (rc == 0)
 		HL_NOTICE(
 		    RBD_LOG,
