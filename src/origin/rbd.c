@@ -132,7 +132,7 @@ static void rbd_close_all(struct rbd_origin *r)
 	}
 	free(r->snap_ids);
 	r->snap_ids = NULL;
-	origin_rbd_disconnect(r->cluster, r->ioctx, r->image);
+	origin_rbd_own_disconnect(r, r->cluster, r->ioctx, r->image); /* and own_notify's */
 	r->image = NULL;
 	r->ioctx = NULL;
 	r->cluster = NULL;

@@ -383,39 +383,131 @@ static void own_rewatch(struct rbd_origin *r)
 	r->own_watch_handle = h;
 }
 
+/*
+ * A notify still out. Its completion is never called when the client is
+ * blocklisted or shut down before the notify ends, so each one is kept on
+ * the origin (own_notices, under own_wake_lock) with the connection it went
+ * out on, and freed by whichever comes first: its completion, or
+ * origin_rbd_own_disconnect once that connection is shut down (no callback
+ * runs after rados_shutdown).
+ */
 struct own_notice {
+	struct own_notice *next;
+	struct rbd_origin *r;
+	rados_t cluster;
+	rados_completion_t c;
 	char *reply;
 	size_t len;
 };
 
+static void own_notice_free(struct own_notice *n)
+{
+	if (n->reply)
+		rados_buffer_free(n->reply);
+	rados_aio_release(n->c);
+	free(n);
+}
+
+/* Under own_wake_lock: take n off the origin's list. */
+static void own_notice_unlink(struct rbd_origin *r, struct own_notice *n)
+{
+	for (struct own_notice **p = &r->own_notices; *p; p = &(*p)->next) {
+		if (*p == n) {
+			*p = n->next;
+			return;
+		}
+	}
+}
+
+/* A librados thread: the notify ended (every watcher answered, or its timeout). */
 static void own_notified(rados_completion_t c, void *arg)
 {
 	struct own_notice *n = arg;
+	struct rbd_origin *r = n->r;
 
-	if (n->reply)
-		rados_buffer_free(n->reply);
-	free(n);
-	rados_aio_release(c);
+	(void)c;
+	pthread_mutex_lock(&r->own_wake_lock);
+	own_notice_unlink(r, n);
+	pthread_mutex_unlock(&r->own_wake_lock);
+	own_notice_free(n);
 }
 
 /* Under handles: tell every gateway watching the record that it changed (what: for the log). */
 static void own_notify(struct rbd_origin *r, const char *what)
 {
 	struct own_notice *n = calloc(1, sizeof(*n));
-	rados_completion_t c;
 	char oid[160];
 
 	if (!n)
 		return;
-	if (rados_aio_create_completion2(n, own_notified, &c) < 0) {
+	n->r = r;
+	n->cluster = r->cluster;
+	if (rados_aio_create_completion2(n, own_notified, &n->c) < 0) {
 		free(n);
 		return;
 	}
+	pthread_mutex_lock(&r->own_wake_lock);
+	n->next = r->own_notices;
+	r->own_notices = n;
+	pthread_mutex_unlock(&r->own_wake_lock);
 	own_oid(r, OWN_RECORD, oid, sizeof(oid));
-	if (rados_aio_notify(r->ioctx, oid, c, what, (int)strlen(what), OWN_NOTIFY_TIMEOUT_MS,
+	if (rados_aio_notify(r->ioctx, oid, n->c, what, (int)strlen(what), OWN_NOTIFY_TIMEOUT_MS,
 	                     &n->reply, &n->len) < 0) {
-		rados_aio_release(c);
-		free(n);
+		pthread_mutex_lock(&r->own_wake_lock);
+		own_notice_unlink(r, n);
+		pthread_mutex_unlock(&r->own_wake_lock);
+		own_notice_free(n);
+	}
+}
+
+/* Under own_wake_lock: a notify of connection `cluster` is still out. */
+static bool own_notice_out(struct rbd_origin *r, rados_t cluster)
+{
+	for (struct own_notice *n = r->own_notices; n; n = n->next) {
+		if (n->cluster == cluster)
+			return true;
+	}
+	return false;
+}
+
+void origin_rbd_own_disconnect(struct rbd_origin *r, rados_t cluster, rados_ioctx_t ioctx,
+                               rbd_image_t image)
+{
+	struct own_notice *dead = NULL, *n, **p;
+	bool out = r->own_wake_init && cluster;
+
+	/*
+	 * A notify sent a moment ago ends within a round trip (every watcher
+	 * answers at once) or at its timeout at the OSD: give it that long, so
+	 * that librados frees its own part of it too (a shut down client drops
+	 * what it still waits for, and only ours is freed below).
+	 */
+	for (int ms = 0; out && ms < OWN_NOTIFY_TIMEOUT_MS + 500; ms += 10) {
+		pthread_mutex_lock(&r->own_wake_lock);
+		out = own_notice_out(r, cluster);
+		pthread_mutex_unlock(&r->own_wake_lock);
+		if (out) {
+			struct timespec ts = {0, 10000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	origin_rbd_disconnect(cluster, ioctx, image);
+	if (!r->own_wake_init || !cluster)
+		return;
+	pthread_mutex_lock(&r->own_wake_lock);
+	for (p = &r->own_notices; (n = *p);) {
+		if (n->cluster == cluster) {
+			*p = n->next;
+			n->next = dead;
+			dead = n;
+		} else {
+			p = &n->next;
+		}
+	}
+	pthread_mutex_unlock(&r->own_wake_lock);
+	while ((n = dead)) {
+		dead = n->next;
+		own_notice_free(n); /* its connection is gone: its completion never runs now */
 	}
 }
 
@@ -519,7 +611,7 @@ static int rbd_reconnect(struct hl_origin *o)
 
 	if (watching)
 		rbd_update_unwatch(old_img, old_wh);
-	origin_rbd_disconnect(old_c, old_io, old_img);
+	origin_rbd_own_disconnect(r, old_c, old_io, old_img);
 	HL_NOTICE(RBD_LOG, "%s: reconnected to the cluster with a new client, as a standby",
 	          o->uri);
 	origin_rbd_watch_cb(o); /* the size may have changed while the old client could not ask */
