@@ -670,10 +670,13 @@ static int wait_released(struct rbd_origin *r, char *holder, size_t len)
  * writes of unknown outcome (released-fence, its own blocklist failed: the
  * lock went with its image's close) or never released it: those writes may
  * still land, and no lock break blocklists that client now. Blocklist it
- * here, and wait until the OSDs know, before taking the lock. @return 0,
- * or an error with why (the disk is not taken: never served unfenced).
+ * here, and wait until the OSDs know, before taking the lock. broke: after
+ * a lock break that said 0, which librbd also says when the lock went
+ * between its two looks, blocklisting nothing: only a released-fence
+ * record is fenced again then. @return 0, or an error with why (the disk
+ * is not taken: never served unfenced).
  */
-static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
+static int fence_last_holder(struct hl_origin *o, bool broke, char *why, size_t whylen)
 {
 	struct rbd_origin *r = ro_of(o);
 	struct rbd_own_record rec;
@@ -681,7 +684,7 @@ static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
 
 	if (rc == -ESHUTDOWN)
 		return rc;
-	if (rc || !rec.addr[0] || (rec.released && !rec.fence))
+	if (rc || !rec.addr[0] || (rec.released && !rec.fence) || (broke && !rec.fence))
 		return 0; /* nobody, or a release with every write answered */
 	rc = blocklist_and_wait(r, rec.addr);
 	if (rc < 0) {
@@ -692,9 +695,8 @@ static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
 		return rc;
 	}
 	HL_NOTICE(RBD_LOG,
-	          "%s: the lock was free but gateway %u's client %s %s: blocklisted it before "
-	          "taking the lock",
-	          o->uri, rec.owner, rec.addr,
+	          "%s: %s gateway %u's client %s %s: blocklisted it before taking the lock", o->uri,
+	          broke ? "after the lock break," : "the lock was free but", rec.owner, rec.addr,
 	          rec.released ? "left writes of unknown outcome" : "never released it");
 	return 0;
 }
@@ -728,7 +730,7 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 		 * release-fence (the lock went with the image, blocklisted or
 		 * not): fenced as a free lock is.
 		 */
-		rc = fence_last_holder(o, why, whylen);
+		rc = fence_last_holder(o, false, why, whylen);
 		if (rc)
 			return rc;
 	} else if (rc == 1) {
@@ -738,21 +740,24 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 		 * it still sends is refused by the OSDs.
 		 */
 		rc = rbd_lock_break(r->image, RBD_LOCK_MODE_EXCLUSIVE, holder);
-		if (rc == -ENOENT) {
-			/* gone before the break (a close let it go): nothing blocklisted */
-			rc = fence_last_holder(o, why, whylen);
-			if (rc)
-				return rc;
-		} else if (rc < 0) {
+		if (rc < 0 && rc != -ENOENT) {
 			snprintf(why, whylen, "cannot break the lock of %s: %s", holder,
 			         strerror(-rc));
 			return rc;
-		} else {
+		}
+		if (rc == 0)
 			HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)",
 			          o->uri, holder);
-		}
+		/*
+		 * librbd blocklists nothing when the lock is gone by the time it
+		 * looks (-ENOENT, or 0 if it went between its two looks), as when
+		 * the old owner's close let it go: fenced as a free lock is.
+		 */
+		rc = fence_last_holder(o, rc == 0, why, whylen);
+		if (rc)
+			return rc;
 	} else {
-		rc = fence_last_holder(o, why, whylen);
+		rc = fence_last_holder(o, false, why, whylen);
 		if (rc)
 			return rc;
 	}
