@@ -727,8 +727,8 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 		}
 		/*
 		 * Free now: a plain release let it go, or a close did after a
-		 * release-fence (the lock went with the image, blocklisted or
-		 * not): fenced as a free lock is.
+		 * released-fence whose self-blocklist failed (the lock went with
+		 * the image): fenced as a free lock is.
 		 */
 		rc = fence_last_holder(o, false, why, whylen);
 		if (rc)
