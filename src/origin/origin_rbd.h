@@ -111,6 +111,7 @@ struct rbd_origin {
 		uint64_t handle;       /* instead of lingering at the OSD for its timeout */
 	} own_acks[8];
 	unsigned own_nacks;
+	struct own_notice *own_notices; /* own_wake_lock: notifies still out (rbd_own.c) */
 	/* the owner's hot set (rbd_hotset.c; the thread that publishes, one at a time) */
 	char shadow_proof[HL_ORIGIN_PROOF_MAX]; /* the last shadow mark, "" none */
 	uint64_t shadow_mark_s;                 /* when it was made (CLOCK_MONOTONIC s) */
@@ -245,6 +246,14 @@ int origin_rbd_own_request(struct hl_origin *o, uint16_t gw);
 int origin_rbd_own_watch(struct hl_origin *o, void (*wake)(void *arg), void *arg);
 /* rbd_close_all, before the connection goes: no wake runs after this */
 void origin_rbd_own_close(struct rbd_origin *r);
+/*
+ * origin_rbd_disconnect of a connection (rbd_close_all, the reconnect's old
+ * client), after waiting up to 1.5 s for the notifies on the ownership
+ * record that went out on it; those still out then are freed once it is
+ * shut down (a shut down client never completes them). Without `handles`.
+ */
+void origin_rbd_own_disconnect(struct rbd_origin *r, rados_t cluster, rados_ioctx_t ioctx,
+                               rbd_image_t image);
 
 /*
  * Before a writable image's client goes (close, a reload's reopen, a stop):

@@ -132,7 +132,7 @@ static void rbd_close_all(struct rbd_origin *r)
 	}
 	free(r->snap_ids);
 	r->snap_ids = NULL;
-	origin_rbd_disconnect(r->cluster, r->ioctx, r->image);
+	origin_rbd_own_disconnect(r, r->cluster, r->ioctx, r->image); /* and own_notify's */
 	r->image = NULL;
 	r->ioctx = NULL;
 	r->cluster = NULL;
@@ -381,16 +381,41 @@ static void conf_default(rados_t cluster, const char *key, const char *value)
  * over that: librbd would then acknowledge writes from its write-back
  * cache, before they are on the OSDs, and a gateway that dies loses them
  * although the initiator was told they were written. A writable image
- * with it on is refused, with the remedy. @return 0 or -EINVAL.
+ * with it on is refused, with the remedy. So is one whose config cannot
+ * be read (fails closed). The list starts small and grows as librbd asks
+ * (-ERANGE: it says how many), so every open runs the growth path.
+ * @return 0, -EINVAL (on) or the error that kept it from being read.
  */
 static int rbd_cache_check(rbd_image_t img, const char *target, const char *pool, const char *name)
 {
-	rbd_config_option_t opts[512];
-	int n = (int)(sizeof(opts) / sizeof(opts[0])), rc = 0;
+	rbd_config_option_t *opts;
+	int max = 16, n, rc = 0;
 	static const char *const src[] = {"client config", "pool config", "image config"};
 
-	if (rbd_config_image_list(img, opts, &n) < 0)
-		return 0; /* not listed: the client's own setting (false) holds */
+	for (;;) {
+		opts = calloc((size_t)max, sizeof(*opts));
+		if (!opts) {
+			rc = -ENOMEM;
+			break;
+		}
+		n = max;
+		rc = rbd_config_image_list(img, opts, &n);
+		if (rc != -ERANGE)
+			break;
+		free(opts);
+		opts = NULL;
+		max = n > max ? n : max * 2; /* librbd says how many; grow anyway */
+	}
+	if (rc < 0) {
+		HL_ERR(RBD_LOG,
+		       "rbd:%s: cannot read the image's config to check that rbd_cache is off "
+		       "(%s): a writable open is refused, since librbd could acknowledge writes "
+		       "from its cache; give the cephx user read access to the pool's and the "
+		       "image's config (profile rbd), or serve the image read_only",
+		       target, strerror(-rc));
+		free(opts);
+		return rc;
+	}
 	for (int i = 0; i < n; i++) {
 		if (strcmp(opts[i].name, "rbd_cache") || strcmp(opts[i].value, "true"))
 			continue;
@@ -403,6 +428,7 @@ static int rbd_cache_check(rbd_image_t img, const char *target, const char *pool
 		rc = -EINVAL;
 	}
 	rbd_config_image_list_cleanup(opts, n);
+	free(opts);
 	return rc;
 }
 

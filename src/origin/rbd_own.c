@@ -383,39 +383,131 @@ static void own_rewatch(struct rbd_origin *r)
 	r->own_watch_handle = h;
 }
 
+/*
+ * A notify still out. Its completion is never called when the client is
+ * blocklisted or shut down before the notify ends, so each one is kept on
+ * the origin (own_notices, under own_wake_lock) with the connection it went
+ * out on, and freed by whichever comes first: its completion, or
+ * origin_rbd_own_disconnect once that connection is shut down (no callback
+ * runs after rados_shutdown).
+ */
 struct own_notice {
+	struct own_notice *next;
+	struct rbd_origin *r;
+	rados_t cluster;
+	rados_completion_t c;
 	char *reply;
 	size_t len;
 };
 
+static void own_notice_free(struct own_notice *n)
+{
+	if (n->reply)
+		rados_buffer_free(n->reply);
+	rados_aio_release(n->c);
+	free(n);
+}
+
+/* Under own_wake_lock: take n off the origin's list. */
+static void own_notice_unlink(struct rbd_origin *r, struct own_notice *n)
+{
+	for (struct own_notice **p = &r->own_notices; *p; p = &(*p)->next) {
+		if (*p == n) {
+			*p = n->next;
+			return;
+		}
+	}
+}
+
+/* A librados thread: the notify ended (every watcher answered, or its timeout). */
 static void own_notified(rados_completion_t c, void *arg)
 {
 	struct own_notice *n = arg;
+	struct rbd_origin *r = n->r;
 
-	if (n->reply)
-		rados_buffer_free(n->reply);
-	free(n);
-	rados_aio_release(c);
+	(void)c;
+	pthread_mutex_lock(&r->own_wake_lock);
+	own_notice_unlink(r, n);
+	pthread_mutex_unlock(&r->own_wake_lock);
+	own_notice_free(n);
 }
 
 /* Under handles: tell every gateway watching the record that it changed (what: for the log). */
 static void own_notify(struct rbd_origin *r, const char *what)
 {
 	struct own_notice *n = calloc(1, sizeof(*n));
-	rados_completion_t c;
 	char oid[160];
 
 	if (!n)
 		return;
-	if (rados_aio_create_completion2(n, own_notified, &c) < 0) {
+	n->r = r;
+	n->cluster = r->cluster;
+	if (rados_aio_create_completion2(n, own_notified, &n->c) < 0) {
 		free(n);
 		return;
 	}
+	pthread_mutex_lock(&r->own_wake_lock);
+	n->next = r->own_notices;
+	r->own_notices = n;
+	pthread_mutex_unlock(&r->own_wake_lock);
 	own_oid(r, OWN_RECORD, oid, sizeof(oid));
-	if (rados_aio_notify(r->ioctx, oid, c, what, (int)strlen(what), OWN_NOTIFY_TIMEOUT_MS,
+	if (rados_aio_notify(r->ioctx, oid, n->c, what, (int)strlen(what), OWN_NOTIFY_TIMEOUT_MS,
 	                     &n->reply, &n->len) < 0) {
-		rados_aio_release(c);
-		free(n);
+		pthread_mutex_lock(&r->own_wake_lock);
+		own_notice_unlink(r, n);
+		pthread_mutex_unlock(&r->own_wake_lock);
+		own_notice_free(n);
+	}
+}
+
+/* Under own_wake_lock: a notify of connection `cluster` is still out. */
+static bool own_notice_out(struct rbd_origin *r, rados_t cluster)
+{
+	for (struct own_notice *n = r->own_notices; n; n = n->next) {
+		if (n->cluster == cluster)
+			return true;
+	}
+	return false;
+}
+
+void origin_rbd_own_disconnect(struct rbd_origin *r, rados_t cluster, rados_ioctx_t ioctx,
+                               rbd_image_t image)
+{
+	struct own_notice *dead = NULL, *n, **p;
+	bool out = r->own_wake_init && cluster;
+
+	/*
+	 * A notify sent a moment ago ends within a round trip (every watcher
+	 * answers at once) or at its timeout at the OSD: give it that long, so
+	 * that librados frees its own part of it too (a shut down client drops
+	 * what it still waits for, and only ours is freed below).
+	 */
+	for (int ms = 0; out && ms < OWN_NOTIFY_TIMEOUT_MS + 500; ms += 10) {
+		pthread_mutex_lock(&r->own_wake_lock);
+		out = own_notice_out(r, cluster);
+		pthread_mutex_unlock(&r->own_wake_lock);
+		if (out) {
+			struct timespec ts = {0, 10000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	origin_rbd_disconnect(cluster, ioctx, image);
+	if (!r->own_wake_init || !cluster)
+		return;
+	pthread_mutex_lock(&r->own_wake_lock);
+	for (p = &r->own_notices; (n = *p);) {
+		if (n->cluster == cluster) {
+			*p = n->next;
+			n->next = dead;
+			dead = n;
+		} else {
+			p = &n->next;
+		}
+	}
+	pthread_mutex_unlock(&r->own_wake_lock);
+	while ((n = dead)) {
+		dead = n->next;
+		own_notice_free(n); /* its connection is gone: its completion never runs now */
 	}
 }
 
@@ -519,7 +611,7 @@ static int rbd_reconnect(struct hl_origin *o)
 
 	if (watching)
 		rbd_update_unwatch(old_img, old_wh);
-	origin_rbd_disconnect(old_c, old_io, old_img);
+	origin_rbd_own_disconnect(r, old_c, old_io, old_img);
 	HL_NOTICE(RBD_LOG, "%s: reconnected to the cluster with a new client, as a standby",
 	          o->uri);
 	origin_rbd_watch_cb(o); /* the size may have changed while the old client could not ask */
@@ -531,6 +623,21 @@ static int reconnect_if_fenced(struct hl_origin *o)
 	struct rbd_origin *r = ro_of(o);
 
 	return atomic_load(&r->fenced) ? rbd_reconnect(o) : 0;
+}
+
+/*
+ * Shut client `addr` out, and wait until this client has the OSD map that
+ * says so. The wait is what orders writes: an OSD answers an op only once it
+ * has the map its sender had, so every op this client (or whoever it hands
+ * the image to) sends from now on reaches an OSD that refuses addr's late
+ * writes; the blocklist alone is only committed at the monitors, and an OSD
+ * that has not heard of it yet still applies them. @return 0 or -errno.
+ */
+static int blocklist_and_wait(struct rbd_origin *r, char *addr)
+{
+	int rc = rados_blocklist_add(r->cluster, addr, 0);
+
+	return rc < 0 ? rc : rados_wait_for_latest_osdmap(r->cluster);
 }
 
 /*
@@ -563,10 +670,13 @@ static int wait_released(struct rbd_origin *r, char *holder, size_t len)
  * writes of unknown outcome (released-fence, its own blocklist failed: the
  * lock went with its image's close) or never released it: those writes may
  * still land, and no lock break blocklists that client now. Blocklist it
- * here, and wait until the OSDs know, before taking the lock. @return 0,
- * or an error with why (the disk is not taken: never served unfenced).
+ * here, and wait until the OSDs know, before taking the lock. broke: after
+ * a lock break that said 0, which librbd also says when the lock went
+ * between its two looks, blocklisting nothing: only a released-fence
+ * record is fenced again then. @return 0, or an error with why (the disk
+ * is not taken: never served unfenced).
  */
-static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
+static int fence_last_holder(struct hl_origin *o, bool broke, char *why, size_t whylen)
 {
 	struct rbd_origin *r = ro_of(o);
 	struct rbd_own_record rec;
@@ -574,11 +684,9 @@ static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
 
 	if (rc == -ESHUTDOWN)
 		return rc;
-	if (rc || !rec.addr[0] || (rec.released && !rec.fence))
+	if (rc || !rec.addr[0] || (rec.released && !rec.fence) || (broke && !rec.fence))
 		return 0; /* nobody, or a release with every write answered */
-	rc = rados_blocklist_add(r->cluster, rec.addr, 0);
-	if (rc == 0)
-		rc = rados_wait_for_latest_osdmap(r->cluster);
+	rc = blocklist_and_wait(r, rec.addr);
 	if (rc < 0) {
 		snprintf(
 		    why, whylen,
@@ -587,9 +695,8 @@ static int fence_last_holder(struct hl_origin *o, char *why, size_t whylen)
 		return rc;
 	}
 	HL_NOTICE(RBD_LOG,
-	          "%s: the lock was free but gateway %u's client %s %s: blocklisted it before "
-	          "taking the lock",
-	          o->uri, rec.owner, rec.addr,
+	          "%s: %s gateway %u's client %s %s: blocklisted it before taking the lock", o->uri,
+	          broke ? "after the lock break," : "the lock was free but", rec.owner, rec.addr,
 	          rec.released ? "left writes of unknown outcome" : "never released it");
 	return 0;
 }
@@ -618,6 +725,14 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 			snprintf(why, whylen, "exclusive lock held by %s", holder);
 			return rc;
 		}
+		/*
+		 * Free now: a plain release let it go, or a close did after a
+		 * released-fence whose self-blocklist failed (the lock went with
+		 * the image): fenced as a free lock is.
+		 */
+		rc = fence_last_holder(o, false, why, whylen);
+		if (rc)
+			return rc;
 	} else if (rc == 1) {
 		/*
 		 * Takes the lock from a live-looking client: librbd blocklists it
@@ -630,10 +745,19 @@ static int own_acquire(struct hl_origin *o, uint16_t gw, uint64_t epoch, bool fo
 			         strerror(-rc));
 			return rc;
 		}
-		HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)", o->uri,
-		          holder);
+		if (rc == 0)
+			HL_NOTICE(RBD_LOG, "%s: broke the exclusive lock of %s (blocklisted)",
+			          o->uri, holder);
+		/*
+		 * librbd blocklists nothing when the lock is gone by the time it
+		 * looks (-ENOENT, or 0 if it went between its two looks), as when
+		 * the old owner's close let it go: fenced as a free lock is.
+		 */
+		rc = fence_last_holder(o, rc == 0, why, whylen);
+		if (rc)
+			return rc;
 	} else {
-		rc = fence_last_holder(o, why, whylen);
+		rc = fence_last_holder(o, false, why, whylen);
 		if (rc)
 			return rc;
 	}
@@ -808,14 +932,19 @@ int origin_rbd_own_renew(struct hl_origin *o, uint16_t gw, uint64_t epoch, struc
 
 /*
  * Under handles: writes of ours whose outcome is unknown may still land:
- * shut our own client out (blocklist) before anyone else writes. The lock
- * stays with the blocklisted client; the taker breaks it. @return 0 when
- * blocklisted (the caller fences the origin: a new client at the next peek).
+ * shut our own client out (blocklist) before anyone else writes, and wait
+ * for the OSD map that says so. The lock stays with the blocklisted client;
+ * the taker breaks it (a break blocklists and waits too). Without the wait
+ * this client's close, at the reconnect that follows, could still release
+ * the lock at an OSD that had not heard of the blocklist, and a taker that
+ * then found it free and nothing to break would write at an older map than
+ * the blocklist's. @return 0 when blocklisted (the caller fences the origin:
+ * a new client at the next peek).
  */
 static int fence_self(struct hl_origin *o, unsigned unsure)
 {
 	struct rbd_origin *r = ro_of(o);
-	int rc = r->own_addr[0] ? rados_blocklist_add(r->cluster, r->own_addr, 0) : -ENOENT;
+	int rc = r->own_addr[0] ? blocklist_and_wait(r, r->own_addr) : -ENOENT;
 
 	if (rc == 0)
 		HL_NOTICE(RBD_LOG,
@@ -853,9 +982,7 @@ void origin_rbd_close_fence(struct hl_origin *o)
 	if (rc == 0 && lock_holder(r, addr, sizeof(addr)) != 1)
 		rc = -ENOENT;
 	if (rc == 0)
-		rc = rados_blocklist_add(r->cluster, addr, 0);
-	if (rc == 0)
-		rc = rados_wait_for_latest_osdmap(r->cluster);
+		rc = blocklist_and_wait(r, addr);
 	if (rc == 0)
 		HL_NOTICE(
 		    RBD_LOG,

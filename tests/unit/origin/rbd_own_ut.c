@@ -629,6 +629,47 @@ static void test_release_unsure_write_fences(void)
 }
 
 /*
+ * Gateway 1 (user nobl: mon 'allow r', it cannot blocklist anybody) owns
+ * the image at epoch, its write at off times out (the OSD stopped), and it
+ * releases: the record says released-fence, yet nothing is blocklisted and
+ * the lock stays with its client. *before: the blocklist's entries then.
+ */
+static void release_unfenced(const char *conf_short, struct hl_origin **a, struct hl_origin **b,
+                             uint64_t epoch, uint64_t off, int *before)
+{
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct hl_own_info info;
+
+	opts.gateway = 1;
+	opts.rbd_id = "nobl";
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, a), 0);
+	opts.gateway = 2;
+	opts.rbd_id = NULL;
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, b), 0);
+	CU_ASSERT_EQUAL_FATAL(acquire(*a, 1, epoch, false, NULL), 0);
+	CU_ASSERT_EQUAL(write_fill(*a, off, 0x11), 0);
+	CU_ASSERT(write_while_osd_stopped(*a, off, 0xc3) < 0);
+	*before = blocklist_entries();
+	CU_ASSERT_EQUAL((*a)->ops->own_release(*a, 1, epoch), 0);
+	CU_ASSERT_EQUAL(blocklist_entries(), *before); /* it could not shut itself out */
+	info = peek(*b);
+	CU_ASSERT_TRUE(info.released);
+	CU_ASSERT_TRUE(info.fence);
+}
+
+/* the cephx user nobl and a short-timeout ceph.conf for it at conf_short */
+static void nobl_conf(char *conf_short, size_t len)
+{
+	char user[512];
+
+	snprintf(user, sizeof(user),
+	         "ceph --conf %s auth get-or-create client.nobl mon 'allow r' "
+	         "osd 'allow rwx pool=rbd' >>%s/keyring 2>/dev/null",
+	         conf, cluster);
+	short_conf(conf_short, len, "ceph-nobl.conf", user);
+}
+
+/*
  * rev22 F3b: the owner releases with a write of unknown outcome but cannot
  * blocklist itself (its cephx user may not: mon 'allow r'), then closes the
  * image, which lets the lock go. The record still says released-fence with
@@ -638,32 +679,12 @@ static void test_release_unsure_write_fences(void)
  */
 static void test_release_unfenced_then_close(void)
 {
-	char conf_short[160], user[512];
-	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	char conf_short[160];
 	struct hl_origin *a = NULL, *b = NULL;
-	struct hl_own_info info;
 	int before;
 
-	snprintf(user, sizeof(user),
-	         "ceph --conf %s auth get-or-create client.nobl mon 'allow r' "
-	         "osd 'allow rwx pool=rbd' >>%s/keyring 2>/dev/null",
-	         conf, cluster);
-	short_conf(conf_short, sizeof(conf_short), "ceph-nobl.conf", user);
-	opts.gateway = 1;
-	opts.rbd_id = "nobl";
-	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
-	opts.gateway = 2;
-	opts.rbd_id = NULL;
-	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
-	CU_ASSERT_EQUAL_FATAL(acquire(a, 1, 21, false, NULL), 0);
-	CU_ASSERT_EQUAL(write_fill(a, 3 * FAR, 0x11), 0);
-	CU_ASSERT(write_while_osd_stopped(a, 3 * FAR, 0xc3) < 0);
-	before = blocklist_entries();
-	CU_ASSERT_EQUAL(a->ops->own_release(a, 1, 21), 0);
-	CU_ASSERT_EQUAL(blocklist_entries(), before); /* it could not shut itself out */
-	info = peek(b);
-	CU_ASSERT_TRUE(info.released);
-	CU_ASSERT_TRUE(info.fence);
+	nobl_conf(conf_short, sizeof(conf_short));
+	release_unfenced(conf_short, &a, &b, 21, 3 * FAR, &before);
 	hl_origin_close(a); /* the close lets the lock go */
 	a = NULL;
 	CU_ASSERT_EQUAL_FATAL(acquire(b, 2, 22, true, NULL), 0);
@@ -671,6 +692,53 @@ static void test_release_unfenced_then_close(void)
 	CU_ASSERT_EQUAL(write_fill(b, 3 * FAR, 0x22), 0);
 	CU_ASSERT_TRUE(reads_fill(b, 3 * FAR, 0x22));
 	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, 22), 0);
+	hl_origin_close(b);
+	unlink(conf_short);
+}
+
+struct acquire_job {
+	struct hl_origin *o;
+	uint64_t epoch;
+	int rc;
+};
+
+static void *acquire_gw2(void *arg)
+{
+	struct acquire_job *j = arg;
+
+	j->rc = acquire(j->o, 2, j->epoch, false, NULL);
+	return NULL;
+}
+
+/*
+ * h37a: as above, but the taker asks without force while the lock is still
+ * held, and the old owner's close lets it go during the taker's wait for a
+ * planned release (wait_released): the record says released-fence, so the
+ * taker must blocklist the old client (and wait for that OSD map) before it
+ * takes the lock. The old code took the lock the moment it was free, with
+ * nothing blocklisted and at whatever OSD map it had: a late write of the
+ * old client could land after the new owner's.
+ */
+static void test_release_unfenced_close_while_waited(void)
+{
+	char conf_short[160];
+	struct hl_origin *a = NULL, *b = NULL;
+	struct acquire_job job = {.epoch = 32, .rc = -1};
+	pthread_t t;
+	int before;
+
+	nobl_conf(conf_short, sizeof(conf_short));
+	release_unfenced(conf_short, &a, &b, 31, 5 * FAR, &before);
+	job.o = b;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, acquire_gw2, &job), 0);
+	usleep(300000);     /* the taker waits for the lock (up to 2 s) */
+	hl_origin_close(a); /* the close lets the lock go */
+	pthread_join(t, NULL);
+	CU_ASSERT_EQUAL_FATAL(job.rc, 0);
+	CU_ASSERT(blocklist_entries() > before); /* the taker shut the old client out first */
+	CU_ASSERT_EQUAL(write_fill(b, 5 * FAR, 0x22), 0);
+	CU_ASSERT_TRUE(reads_fill(b, 5 * FAR, 0x22));
+	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, 32), 0);
 	hl_origin_close(b);
 	unlink(conf_short);
 }
@@ -725,7 +793,9 @@ static void rbd_cmd(const char *args)
  * false, and librbd would then acknowledge writes from its write-back
  * cache: a writable open is refused; a snapshot or read-only open, which
  * writes nothing, is not; an image-level false (the remedy the error
- * names) opens again. On the old code every open succeeded.
+ * names) opens again. On the old code every open succeeded. The check's
+ * option list starts at 16 entries and librbd lists 77 (16.2): every open
+ * here goes through its -ERANGE growth, or rbd_cache would go unseen.
  */
 static void test_rbd_cache_on_refused(void)
 {
@@ -953,6 +1023,8 @@ static const struct hl_test tests[] = {
      test_release_unsure_write_fences},
     {"a release that could not fence itself, then a close: the taker fences it",
      test_release_unfenced_then_close},
+    {"a release that could not fence itself, then a close while the taker waits: fenced",
+     test_release_unfenced_close_while_waited},
     {"a lone gateway closing after a write of unknown outcome fences itself",
      test_lone_close_unsure_write_fences},
     {"rbd_cache on in the pool's or the image's config: a writable open is refused",
