@@ -684,7 +684,22 @@ static int fence_last_holder(struct hl_origin *o, bool broke, char *why, size_t 
 
 	if (rc == -ESHUTDOWN)
 		return rc;
-	if (rc || !rec.addr[0] || (rec.released && !rec.fence) || (broke && !rec.fence))
+	if (rc == -EBADMSG) {
+		/* not a record a gateway wrote: no address to fence (a break fenced the holder) */
+		HL_WARN(RBD_LOG,
+		        "%s: the ownership record is not one a gateway wrote: the last owner's "
+		        "client is unknown, and only a lock break fences it",
+		        o->uri);
+		return 0;
+	}
+	if (rc < 0) {
+		/* it may say released-fence: never taken unfenced */
+		snprintf(why, whylen,
+		         "cannot read the ownership record: %s (it may name a client to fence)",
+		         strerror(-rc));
+		return rc;
+	}
+	if (!rec.addr[0] || (rec.released && !rec.fence) || (broke && !rec.fence))
 		return 0; /* nobody, or a release with every write answered */
 	rc = blocklist_and_wait(r, rec.addr);
 	if (rc < 0) {

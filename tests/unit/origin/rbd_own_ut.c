@@ -744,6 +744,38 @@ static void test_release_unfenced_close_while_waited(void)
 }
 
 /*
+ * A taker that cannot read the ownership record (its cephx user may write
+ * hotlun_owner.* but not read it; a read that fails for a moment does the
+ * same) cannot tell whether the last owner left writes of unknown outcome
+ * (released-fence, with the client to fence): it does not take the disk.
+ * The old code read that as "nobody" and took it.
+ * leaves: nobody owns
+ */
+static void test_record_unreadable_not_taken(void)
+{
+	char user[1024], conf_norec[160], why[HL_ORIGIN_WHY_MAX];
+	struct hl_origin_opts opts = {.rbd_conf = conf_norec, .rbd_id = "norec", .gateway = 2};
+	struct hl_origin *b = NULL;
+	int rc;
+
+	snprintf(user, sizeof(user),
+	         "ceph --conf %s auth get-or-create client.norec mon 'allow r' osd 'allow rwx "
+	         "pool=rbd object_prefix rbd_, allow rwx pool=rbd object_prefix hotlun_request, "
+	         "allow w pool=rbd object_prefix hotlun_owner' >>%s/keyring 2>/dev/null",
+	         conf, cluster);
+	short_conf(conf_norec, sizeof(conf_norec), "ceph-norec.conf", user);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &b), 0);
+	rc = b->ops->own_acquire(b, 2, 41, false, why, sizeof(why));
+	printf("\n    acquire without read access to the record: %s (%s)", strerror(-rc), why);
+	CU_ASSERT(rc < 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(why, "cannot read the ownership record"));
+	if (rc == 0)
+		b->ops->own_release(b, 2, 41);
+	hl_origin_close(b);
+	unlink(conf_norec);
+}
+
+/*
  * rev22 F3a: a lone gateway (no ownership: it holds the lock while open)
  * closes an image after a write of unknown outcome: a reload's or a
  * restart's next client of the image is not ordered after that write, so
@@ -1025,6 +1057,8 @@ static const struct hl_test tests[] = {
      test_release_unfenced_then_close},
     {"a release that could not fence itself, then a close while the taker waits: fenced",
      test_release_unfenced_close_while_waited},
+    {"a taker that cannot read the ownership record does not take the disk",
+     test_record_unreadable_not_taken},
     {"a lone gateway closing after a write of unknown outcome fences itself",
      test_lone_close_unsure_write_fences},
     {"rbd_cache on in the pool's or the image's config: a writable open is refused",
