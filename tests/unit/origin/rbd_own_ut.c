@@ -670,6 +670,22 @@ static void nobl_conf(char *conf_short, size_t len)
 }
 
 /*
+ * The end of a takeover from an owner that could not fence itself: the
+ * taker (gateway 2, epoch) blocklisted the old client first (more entries
+ * than before), writes and reads at off, hands over and closes.
+ */
+static void taker_fenced_first(struct hl_origin *b, int before, uint64_t off, uint64_t epoch,
+                               const char *conf_short)
+{
+	CU_ASSERT(blocklist_entries() > before);
+	CU_ASSERT_EQUAL(write_fill(b, off, 0x22), 0);
+	CU_ASSERT_TRUE(reads_fill(b, off, 0x22));
+	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, epoch), 0);
+	hl_origin_close(b);
+	unlink(conf_short);
+}
+
+/*
  * rev22 F3b: the owner releases with a write of unknown outcome but cannot
  * blocklist itself (its cephx user may not: mon 'allow r'), then closes the
  * image, which lets the lock go. The record still says released-fence with
@@ -688,12 +704,7 @@ static void test_release_unfenced_then_close(void)
 	hl_origin_close(a); /* the close lets the lock go */
 	a = NULL;
 	CU_ASSERT_EQUAL_FATAL(acquire(b, 2, 22, true, NULL), 0);
-	CU_ASSERT(blocklist_entries() > before); /* the taker shut the old client out first */
-	CU_ASSERT_EQUAL(write_fill(b, 3 * FAR, 0x22), 0);
-	CU_ASSERT_TRUE(reads_fill(b, 3 * FAR, 0x22));
-	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, 22), 0);
-	hl_origin_close(b);
-	unlink(conf_short);
+	taker_fenced_first(b, before, 3 * FAR, 22, conf_short);
 }
 
 struct acquire_job {
@@ -735,12 +746,7 @@ static void test_release_unfenced_close_while_waited(void)
 	hl_origin_close(a); /* the close lets the lock go */
 	pthread_join(t, NULL);
 	CU_ASSERT_EQUAL_FATAL(job.rc, 0);
-	CU_ASSERT(blocklist_entries() > before); /* the taker shut the old client out first */
-	CU_ASSERT_EQUAL(write_fill(b, 5 * FAR, 0x22), 0);
-	CU_ASSERT_TRUE(reads_fill(b, 5 * FAR, 0x22));
-	CU_ASSERT_EQUAL(b->ops->own_release(b, 2, 32), 0);
-	hl_origin_close(b);
-	unlink(conf_short);
+	taker_fenced_first(b, before, 5 * FAR, 32, conf_short);
 }
 
 /*
@@ -776,6 +782,22 @@ static void test_record_unreadable_not_taken(void)
 }
 
 /*
+ * A lone gateway (no ownership: it holds the lock while open) on uri, whose
+ * ops time out after 3 s (its conf at conf_short), with 0x11 written at off.
+ */
+static struct hl_origin *open_lone_short(char *conf_short, size_t len, const char *uri,
+                                         uint64_t off)
+{
+	struct hl_origin_opts opts = {.rbd_conf = conf_short};
+	struct hl_origin *o = NULL;
+
+	short_conf(conf_short, len, "ceph-short.conf", NULL);
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open(uri, &opts, &o), 0);
+	CU_ASSERT_EQUAL(write_fill(o, off, 0x11), 0);
+	return o;
+}
+
+/*
  * rev22 F3a: a lone gateway (no ownership: it holds the lock while open)
  * closes an image after a write of unknown outcome: a reload's or a
  * restart's next client of the image is not ordered after that write, so
@@ -789,9 +811,7 @@ static void test_lone_close_unsure_write_fences(void)
 	struct hl_origin *a = NULL;
 	int before;
 
-	short_conf(conf_short, sizeof(conf_short), "ceph-short.conf", NULL);
-	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
-	CU_ASSERT_EQUAL(write_fill(a, 4 * FAR, 0x11), 0);
+	a = open_lone_short(conf_short, sizeof(conf_short), "rbd:rbd/origin", 4 * FAR);
 	before = blocklist_entries();
 	CU_ASSERT(write_while_osd_stopped(a, 4 * FAR, 0xc3) < 0);
 	hl_origin_close(a);
@@ -887,9 +907,7 @@ static void test_no_mark_after_unsure_write(void)
 	struct hl_origin *a = NULL;
 	int marks;
 
-	short_conf(conf_short, sizeof(conf_short), "ceph-short.conf", NULL);
-	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
-	CU_ASSERT_EQUAL(write_fill(a, 5 * FAR, 0x11), 0);
+	a = open_lone_short(conf_short, sizeof(conf_short), "rbd:rbd/origin", 5 * FAR);
 	CU_ASSERT_EQUAL(a->ops->proof_take(a, "f2", true, p0, sizeof(p0)), 0);
 	marks = marks_of("origin");
 	CU_ASSERT(marks > 0);
@@ -939,10 +957,9 @@ static void test_mark_straddled_by_late_write(void)
 {
 	char conf_short[160], p0[HL_ORIGIN_PROOF_MAX], p1[HL_ORIGIN_PROOF_MAX];
 	char why[HL_ORIGIN_WHY_MAX];
-	struct hl_origin_opts opts = {.rbd_conf = conf_short};
 	struct bg_write b = {.off = 0, .v = 0x22};
 	struct changed c0 = {0}, c1 = {0};
-	struct hl_origin *a = NULL;
+	struct hl_origin *a;
 	bool landed = false;
 	pthread_t t;
 	uint64_t t0;
@@ -953,9 +970,7 @@ static void test_mark_straddled_by_late_write(void)
 	cluster_cmd("ceph", "osd pool set hlf2 min_size 1");
 	cluster_cmd("ceph", "osd pool application enable hlf2 rbd");
 	cluster_cmd("rbd", "create --size 16M --data-pool hlf2 rbd/f2");
-	short_conf(conf_short, sizeof(conf_short), "ceph-short.conf", NULL);
-	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/f2", &opts, &a), 0);
-	CU_ASSERT_EQUAL(write_fill(a, 0, 0x11), 0);
+	a = open_lone_short(conf_short, sizeof(conf_short), "rbd:rbd/f2", 0);
 	CU_ASSERT_EQUAL(a->ops->proof_take(a, "f2", true, p0, sizeof(p0)), 0);
 	marks = marks_of("f2");
 	cluster_cmd("ceph", "osd pool set hlf2 min_size 2"); /* the data pool stops */
