@@ -128,14 +128,21 @@ bool origin_rbd_fence_probe(struct hl_origin *o)
 	if (r->locked) {
 		int owner = 1;
 		/*
-		 * Only `rbd lock break` (which blocklists us too) takes it from us in
-		 * exclusive mode. Not owning it without being blocklisted happens
-		 * after a restart that followed a crash: the dead gateway's lock is
-		 * broken when its watch times out, and ours with it. Nobody else
-		 * can have written the image then (they would have had to blocklist
-		 * us), so taking the lock again is safe; failing that, we are fenced.
+		 * Only `rbd lock break` (which blocklists us too) should take it
+		 * from us in exclusive mode. Not owning it without being
+		 * blocklisted means someone took it without fencing us (a breaker
+		 * with rbd_blocklist_on_break_lock off, or a crashed gateway's
+		 * lock broken with ours after a restart) and may have written
+		 * the image behind the cache: the cache drops the disk at once,
+		 * whether the lock comes back or not.
 		 */
 		if (rbd_is_exclusive_lock_owner(r->image, &owner) == 0 && !owner) {
+			HL_WARN(RBD_LOG,
+			        "%s: exclusive lock lost without a blocklist: another client may "
+			        "have written the image, the cache drops the disk; taking the lock "
+			        "again",
+			        o->uri);
+			hl_origin_notify(o, HL_ORIGIN_CHANGED, o->size);
 			/*
 			 * The lock moves in steps (the dead client's watch expires,
 			 * its lock is broken, ours goes with it): keep asking for a
@@ -144,10 +151,13 @@ bool origin_rbd_fence_probe(struct hl_origin *o)
 			 */
 			int lrc = origin_rbd_lock_take(r, RBD_RELOCK_WAIT_S, true, NULL);
 			if (lrc == 0) {
-				HL_WARN(RBD_LOG,
-				        "%s: exclusive lock lost without a blocklist (a crashed "
-				        "gateway's lock was broken); taken again",
-				        o->uri);
+				/* what was read meanwhile may predate the other's last write */
+				HL_NOTICE(
+				    RBD_LOG,
+				    "%s: exclusive lock taken again; the cache drops the disk "
+				    "once more",
+				    o->uri);
+				hl_origin_notify(o, HL_ORIGIN_CHANGED, o->size);
 				return false;
 			}
 			origin_rbd_fence(o, lrc == -ESHUTDOWN ? lrc : -EROFS, 0);

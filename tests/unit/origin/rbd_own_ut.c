@@ -1005,6 +1005,61 @@ static void test_mark_straddled_by_late_write(void)
 	unlink(conf_short);
 }
 
+static void count_changed(void *arg, struct hl_origin *o, enum hl_origin_event ev,
+                          uint64_t old_size)
+{
+	(void)o;
+	(void)old_size;
+	if (ev == HL_ORIGIN_CHANGED)
+		atomic_fetch_add((atomic_uint *)arg, 1);
+}
+
+/*
+ * rev22: a lone gateway's exclusive lock removed without a blocklist (an
+ * admin's `rbd lock rm` with rbd_blocklist_on_break_lock off), and another
+ * client writes the image. The fence probe sees the lock lost and says
+ * HL_ORIGIN_CHANGED at once (the cache drops the disk), for the other
+ * client may have written behind the cache. On the old code the probe
+ * tried for 15 s to take the lock back (librbd does not), then fenced:
+ * the cache served its old blocks all that time.
+ */
+static void test_lock_lost_unfenced_drops(void)
+{
+	struct hl_origin_opts opts = {.rbd_conf = conf};
+	struct hl_origin *a = NULL;
+	char cmd[1024], locker[128] = "", id[128] = "";
+	atomic_uint changed = 0;
+	uint64_t t0;
+	FILE *p;
+
+	CU_ASSERT_EQUAL_FATAL(hl_origin_open("rbd:rbd/origin", &opts, &a), 0);
+	hl_origin_listen(a, count_changed, &changed);
+	CU_ASSERT_EQUAL(write_fill(a, 6 * FAR, 0x11), 0);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "rbd --conf %s lock ls rbd/origin --format json | python3 -c "
+	    "'import json,sys; l=json.load(sys.stdin)[0]; print(l[\"locker\"]); print(l[\"id\"])'",
+	    conf);
+	p = popen(cmd, "r");
+	CU_ASSERT_FATAL(p != NULL);
+	if (!fgets(locker, sizeof(locker), p) || !fgets(id, sizeof(id), p))
+		locker[0] = id[0] = '\0';
+	pclose(p);
+	locker[strcspn(locker, "\n")] = id[strcspn(id, "\n")] = '\0';
+	CU_ASSERT_FATAL(locker[0] && id[0]);
+	snprintf(cmd, sizeof(cmd), "lock rm --rbd_blocklist_on_break_lock=false rbd/origin '%s' %s",
+	         id, locker);
+	cluster_cmd("rbd", cmd);
+	cluster_cmd("rbd", "bench --io-type write --io-size 4K --io-total 4K rbd/origin");
+	t0 = hl_now_ns();
+	for (int i = 0; i < 100 && !atomic_load(&changed); i++)
+		usleep(100000);
+	printf("\n    the disk dropped %.0f ms after the other client's write",
+	       atomic_load(&changed) ? ms_since(t0) : -1.0);
+	CU_ASSERT(atomic_load(&changed) > 0);
+	hl_origin_close(a); /* librbd does not take it back: fenced meanwhile, or at close */
+}
+
 /*
  * A read-only shared disk: only an image that cannot change (a snapshot) may
  * be served by every gateway; a read-only open of the live image takes no
@@ -1080,6 +1135,8 @@ static const struct hl_test tests[] = {
      test_rbd_cache_on_refused},
     {"no new mark after a write of unknown outcome", test_no_mark_after_unsure_write},
     {"a mark a timed-out write may land after is dropped", test_mark_straddled_by_late_write},
+    {"a lone gateway's lock removed without a blocklist: the disk is dropped at once",
+     test_lock_lost_unfenced_drops},
     {"a read-only shared image must be a snapshot", test_read_only_shared},
     {"close", test_close},
     {NULL, NULL},
