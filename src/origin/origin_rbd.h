@@ -177,6 +177,13 @@ static inline void own_snap_op(struct rbd_origin *r)
 
 /* ---- rbd_proof.c ---- */
 /**
+ * The image's snapshots into *out (free it with origin_rbd_snaps_free),
+ * grown until librbd stops saying -ERANGE. @return how many, or -errno
+ * (*out NULL).
+ */
+int origin_rbd_snaps_list(rbd_image_t image, rbd_snap_info_t **out);
+void origin_rbd_snaps_free(rbd_snap_info_t *snaps);
+/**
  * Make the mark snapshot `name` (what: "mark" or "shadow mark", for the
  * log) and say its id, unless a write of unknown outcome may reach the
  * image after it: then no mark is left (-EAGAIN). Under `handles`.

@@ -89,21 +89,10 @@ static uint64_t now_s(void)
 static void marks_trim(struct hl_origin *o, struct rbd_origin *r, unsigned keep)
 {
 	rbd_snap_info_t *snaps;
-	int max = 16, n;
+	int n = origin_rbd_snaps_list(r->image, &snaps);
 
-	for (;;) {
-		snaps = calloc((size_t)max, sizeof(*snaps));
-		if (!snaps)
-			return;
-		n = rbd_snap_list(r->image, snaps, &max);
-		if (n != -ERANGE)
-			break;
-		free(snaps);
-	}
-	if (n < 0) {
-		free(snaps);
+	if (n < 0)
 		return;
-	}
 	for (int i = 0; i < n; i++) {
 		unsigned newer = 0;
 
@@ -122,8 +111,7 @@ static void marks_trim(struct hl_origin *o, struct rbd_origin *r, unsigned keep)
 		else
 			own_snap_op(r);
 	}
-	rbd_snap_list_end(snaps);
-	free(snaps);
+	origin_rbd_snaps_free(snaps);
 }
 
 /*

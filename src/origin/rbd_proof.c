@@ -38,11 +38,7 @@
 
 #define MARK_PREFIX "hotlun-"
 
-/*
- * The image's snapshots into *out (free it with snaps_free), grown until
- * librbd stops saying -ERANGE. @return how many, or -errno (*out NULL).
- */
-static int snaps_list(rbd_image_t image, rbd_snap_info_t **out)
+int origin_rbd_snaps_list(rbd_image_t image, rbd_snap_info_t **out)
 {
 	rbd_snap_info_t *snaps;
 	int max = 16, n;
@@ -65,7 +61,7 @@ static int snaps_list(rbd_image_t image, rbd_snap_info_t **out)
 	return n;
 }
 
-static void snaps_free(rbd_snap_info_t *snaps)
+void origin_rbd_snaps_free(rbd_snap_info_t *snaps)
 {
 	rbd_snap_list_end(snaps);
 	free(snaps);
@@ -81,19 +77,19 @@ static int id_cmp(const void *a, const void *b)
 int origin_rbd_snap_ids(rbd_image_t image, uint64_t **ids)
 {
 	rbd_snap_info_t *snaps;
-	int n = snaps_list(image, &snaps);
+	int n = origin_rbd_snaps_list(image, &snaps);
 
 	*ids = NULL;
 	if (n < 0)
 		return n;
 	*ids = malloc(((size_t)n + 1) * sizeof(**ids));
 	if (!*ids) {
-		snaps_free(snaps);
+		origin_rbd_snaps_free(snaps);
 		return -ENOMEM;
 	}
 	for (int i = 0; i < n; i++)
 		(*ids)[i] = snaps[i].id;
-	snaps_free(snaps);
+	origin_rbd_snaps_free(snaps);
 	qsort(*ids, (size_t)n, sizeof(**ids), id_cmp);
 	return n;
 }
@@ -104,7 +100,7 @@ static int snap_id_of(rbd_image_t image, const char *name, uint64_t *id)
 	rbd_snap_info_t *snaps;
 	int n, rc = -ENOENT;
 
-	n = snaps_list(image, &snaps);
+	n = origin_rbd_snaps_list(image, &snaps);
 	if (n < 0)
 		return n;
 	for (int i = 0; i < n; i++) {
@@ -113,7 +109,7 @@ static int snap_id_of(rbd_image_t image, const char *name, uint64_t *id)
 			rc = 0;
 		}
 	}
-	snaps_free(snaps);
+	origin_rbd_snaps_free(snaps);
 	return rc;
 }
 
@@ -416,7 +412,7 @@ static void proof_release(struct hl_origin *o, const char *tag, const char *proo
 	if (sscanf(proof, "rbd:%127[^:]:%llu:%159s", img, &id, keep) != 3)
 		return;
 	snprintf(prefix, sizeof(prefix), MARK_PREFIX "%s-", tag);
-	n = snaps_list(r->image, &snaps);
+	n = origin_rbd_snaps_list(r->image, &snaps);
 	if (n < 0)
 		return;
 	for (int i = 0; i < n; i++) {
@@ -429,7 +425,7 @@ static void proof_release(struct hl_origin *o, const char *tag, const char *proo
 		else
 			own_snap_op(r);
 	}
-	snaps_free(snaps);
+	origin_rbd_snaps_free(snaps);
 }
 
 /*
